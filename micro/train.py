@@ -1,0 +1,92 @@
+# utrain: train on the board.  `mpremote run train.py` on a board, or
+# `python -m host_tools run DIR` for the simulated board.  Settings come from
+# train.json beside this file (a board has no command line); edit it to change
+# epochs, learning rate, files.
+import gc
+import json
+from utrain.trainer import Trainer
+from utrain.data import Dataset
+
+try:
+    from time import ticks_ms, ticks_diff
+except ImportError:  # CPython
+    from time import time
+
+    def ticks_ms():
+        return int(time() * 1000)
+
+    def ticks_diff(a, b):
+        return a - b
+
+
+def heap():
+    try:
+        gc.collect()
+        return gc.mem_free()
+    except AttributeError:
+        return -1
+
+
+def exists(path):
+    try:
+        open(path).close()
+        return True
+    except OSError:
+        return False
+
+
+def main(cfg_path='train.json'):
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    files = cfg.pop('files')
+    run = cfg.pop('run', {})
+    tr = Trainer(files['model'], files['weights'], **cfg)
+    c = tr.cfg
+    ckpt = files.get('checkpoint')
+    if run.get('resume') and ckpt and exists(ckpt):
+        tr.load_checkpoint(ckpt)
+        print('resumed from %s at epoch %d' % (ckpt, tr.epoch))
+    train = Dataset(files['train'])
+    test = Dataset(files['test']) if files.get('test') else None
+    metric = c['metric']
+    log = open(files.get('log', 'train.log'), 'a' if tr.epoch else 'w')
+    if not tr.epoch:
+        log.write('epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
+    print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs, free heap %d'
+          % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
+             c['epochs'], heap()))
+    if test and not tr.epoch:
+        tl, tm = tr.evaluate(test)
+        print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
+        log.write('0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
+    every = run.get('progress', 0)
+
+    def progress(i, n, ls, ms):
+        if every and i % every == 0:
+            print('  %d/%d loss %.4f %s %.4f' % (i, n, ls / i, metric, ms / i))
+
+    while tr.epoch < c['epochs']:
+        t0 = ticks_ms()
+        l, m = tr.train_epoch(train, progress)
+        dt = ticks_diff(ticks_ms(), t0)
+        tl = tm = float('nan')
+        if test:
+            tl, tm = tr.evaluate(test)
+        free = heap()
+        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms (%.2f ms/sample) free %d'
+              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / max(train.n, 1), free))
+        log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
+        log.flush()
+        if ckpt:
+            tr.save_checkpoint(ckpt)
+    log.close()
+    tr.save_weights(files['out'])
+    print('saved %s' % files['out'])
+    try:
+        import micropython
+        print('peak heap %d' % micropython.mem_peak())
+    except (ImportError, AttributeError):
+        pass
+
+
+main()

@@ -1,0 +1,86 @@
+# Activations: forward and gradient side by side.  Gradients are taken from the
+# op's output y (saved by the forward pass), so nothing else needs keeping.
+# Codes are circle's ActivationFunctionType; LOGISTIC gets 6 here.
+from utrain.xnp import np
+
+NONE, RELU, RELU_N1_TO_1, RELU6, TANH, LOGISTIC = 0, 1, 2, 3, 4, 6
+
+
+def act(y, code):
+    """Apply activation `code` to the fresh array y (may reuse y)."""
+    if code == NONE:
+        return y
+    if code == RELU:
+        return np.maximum(y, 0.0)
+    if code == RELU6:
+        return np.clip(y, 0.0, 6.0)
+    if code == RELU_N1_TO_1:
+        return np.clip(y, -1.0, 1.0)
+    if code == TANH:
+        return np.tanh(y, out=y)
+    if code == LOGISTIC:
+        e = np.exp(-y)
+        e += 1.0
+        return 1.0 / e
+    raise ValueError('activation %d not supported' % code)
+
+
+def act_grad(dy, y, code):
+    """Gradient through the activation, given the upstream dy and the output y."""
+    if code == NONE:
+        return dy
+    if code == RELU:
+        return np.where(y > 0.0, dy, 0.0)
+    if code == RELU6:
+        return np.where(y > 0.0, np.where(y < 6.0, dy, 0.0), 0.0)
+    if code == RELU_N1_TO_1:
+        return np.where(y > -1.0, np.where(y < 1.0, dy, 0.0), 0.0)
+    if code == TANH:
+        return dy * (1.0 - y * y)
+    if code == LOGISTIC:
+        return dy * (y * (1.0 - y))
+    raise ValueError('activation %d not supported' % code)
+
+
+# standalone activation ops: circle builtin code -> activation code
+_OPS = {19: RELU, 21: RELU6, 28: TANH, 14: LOGISTIC, 20: RELU_N1_TO_1}
+
+
+def forward(rt, op):
+    code, ins, outs, opts = op
+    if code == 25:
+        rt.t[outs[0]] = softmax(rt.t[ins[0]], opts[0])
+    else:
+        c = _OPS[code]
+        x = rt.t[ins[0]]
+        rt.t[outs[0]] = act(x * 1.0 if c == TANH else x, c)  # tanh works in place
+
+
+def backward(rt, op, dy, flags):
+    code, ins, outs, opts = op
+    y = rt.t[outs[0]]
+    if code == 25:
+        rt.add_grad(ins[0], softmax_grad(dy, y, opts[0]))
+    else:
+        rt.add_grad(ins[0], act_grad(dy, y, _OPS[code]))
+
+
+def _rows(a):
+    # per-row column vector (rows, 1) of a row reduction
+    return a.reshape((a.shape[0], 1)) if a.shape[0] > 1 else a
+
+
+def softmax(x, beta=1.0):
+    """Softmax over the last axis of a 2-D (rows, C) array."""
+    if x.shape[0] == 1:
+        e = np.exp((x - np.max(x)) * beta)
+        return e / np.sum(e)
+    e = np.exp((x - _rows(np.max(x, axis=1))) * beta)
+    return e / _rows(np.sum(e, axis=1))
+
+
+def softmax_grad(dy, y, beta=1.0):
+    if y.shape[0] == 1:
+        s = np.sum(dy * y)
+        return (dy - s) * y * beta
+    return (dy - _rows(np.sum(dy * y, axis=1))) * y * beta

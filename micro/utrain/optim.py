@@ -1,0 +1,62 @@
+# Optimizers: one update rule each, applied in place to a weight array w from
+# its batch gradient g (already divided by the batch for reduction 'mean').
+#   sgd:     v = momentum*v + g; w -= lr*v        (plain w -= lr*g without momentum)
+#   adam:    TensorFlow/ONERT form: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+#            w -= lr*sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)
+#   rmsprop: v = rho v + (1-rho) g^2; w -= lr * g / (sqrt(v) + eps)
+# State per weight: m (sgd momentum velocity or adam first moment), v (second moment).
+# In-place updates use only += and -= (see xnp.py): m = b m + (1-b) g is m += (g-m)(1-b).
+from utrain.xnp import np, zeros
+
+
+class Optimizer:
+    def __init__(self, kind='sgd', lr=0.01, momentum=0.0, beta1=0.9, beta2=0.999,
+                 eps=1e-7, rho=0.9):
+        if kind not in ('sgd', 'adam', 'rmsprop'):
+            raise ValueError('unknown optimizer ' + kind)
+        self.kind, self.lr, self.momentum = kind, lr, momentum
+        self.beta1, self.beta2, self.eps, self.rho = beta1, beta2, eps, rho
+        self.t = 0       # update count (adam bias correction, checkpoints)
+        self.m = {}
+        self.v = {}
+
+    def init(self, k, shape):
+        """Create the state of weight tensor k."""
+        if self.kind == 'adam' or (self.kind == 'sgd' and self.momentum):
+            self.m[k] = zeros(shape)
+        if self.kind in ('adam', 'rmsprop'):
+            self.v[k] = zeros(shape)
+
+    def begin(self):
+        """Call once per update, before step() on each weight."""
+        self.t += 1
+        if self.kind == 'adam':
+            b1, b2, t = self.beta1, self.beta2, self.t
+            self._lr_t = self.lr * (1.0 - b2 ** t) ** 0.5 / (1.0 - b1 ** t)
+
+    def step(self, k, w, g, scale=1.0):
+        """Update w in place from the gradient sum g times scale (1/batch for 'mean')."""
+        kind = self.kind
+        if kind == 'sgd':
+            if self.momentum:
+                m = self.m[k]
+                m += m * (self.momentum - 1.0) + g * scale
+                w -= m * self.lr
+            else:
+                w -= g * (self.lr * scale)
+            return
+        if scale != 1.0:
+            g = g * scale
+        v = self.v[k]
+        if kind == 'adam':
+            m = self.m[k]
+            m += (g - m) * (1.0 - self.beta1)
+            v += (g * g - v) * (1.0 - self.beta2)
+            d = np.sqrt(v)
+            d += self.eps
+            w -= m * self._lr_t / d
+        else:
+            v += (g * g - v) * (1.0 - self.rho)
+            d = np.sqrt(v)
+            d += self.eps
+            w -= g * self.lr / d

@@ -1,0 +1,180 @@
+# The training API, in the steps of ONERT's training session:
+#   tr = Trainer('model.flat', 'weights.wof', lr=0.01)   # load model + weights
+#   tr.set_input(x); tr.set_expected(y); tr.train_step()  # one sample
+#   tr.train_epoch(Dataset('train.ds')); tr.evaluate(Dataset('test.ds'))
+#   tr.save_checkpoint('checkpoint.ckpt'); tr.save_weights('trained.wof')
+#   tr.predict(x)                                          # inference, current weights
+from struct import pack, unpack
+from utrain.xnp import zeros, as2d
+from utrain.model import Net, LOSSES, OPTIMIZERS, METRICS
+from utrain.losses import loss as _loss, metric as _metric
+from utrain.optim import Optimizer
+from utrain.data import order
+from utrain import wof
+
+
+class Trainer:
+    def __init__(self, model='model.flat', weights='weights.wof', **settings):
+        net = self.net = Net(model)
+        if weights:
+            net.load_weights(weights)
+        s = net.settings
+        self.cfg = {'loss': LOSSES[s[0]], 'reduction': ('mean', 'sum')[s[1]],
+                    'from_logits': bool(s[2]), 'optimizer': OPTIMIZERS[s[3]],
+                    'metric': METRICS[s[4]], 'shuffle': bool(s[5]), 'batch': s[6],
+                    'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
+                    'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15]}
+        self.epoch = 0
+        self.configure(**settings)
+
+    def configure(self, **settings):
+        """Change training settings (loss, optimizer, lr, batch, ...); optimizer
+        state restarts when the optimizer kind changes."""
+        c = self.cfg
+        for k in settings:
+            if k not in c:
+                raise ValueError('unknown setting ' + k)
+            c[k] = settings[k]
+        if c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or c['metric'] not in METRICS:
+            raise ValueError('bad loss/optimizer/metric in settings')
+        if int(c['batch']) < 1:
+            raise ValueError('batch must be at least 1')
+        net = self.net
+        old = getattr(self, 'opt', None)
+        if old is None or old.kind != c['optimizer']:
+            self.opt = Optimizer(c['optimizer'])
+            for k in net.trainable:
+                self.opt.init(k, net.shape[k])
+        o = self.opt
+        o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
+            c['lr'], c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
+        if o.kind == 'sgd' and o.momentum:
+            for k in net.trainable:
+                if k not in o.m:
+                    o.m[k] = zeros(net.shape[k])
+        self.x_shape = net.shape[net.inputs[0]]
+        self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
+        self.pending = 0
+        self.target = None
+
+    # -- one sample --------------------------------------------------------
+    def set_input(self, x):
+        self.net.set_input(as2d(x, self.x_shape))
+
+    def set_expected(self, y):
+        self.target = as2d(y, self.y_shape)
+
+    def _out(self):
+        c = self.cfg
+        y = self.net.output()
+        return y, _loss(c['loss'], y, self.target, c['from_logits'])
+
+    def train_step(self):
+        """Forward and backward on the sample set; updates the weights once
+        `batch` samples have been accumulated.  Returns (loss, metric)."""
+        c = self.cfg
+        net = self.net
+        net.forward(True)
+        y, (l, dy) = self._out()
+        m = _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
+        net.backward(dy)
+        self.pending += 1
+        if self.pending >= c['batch']:
+            self.apply()
+        return l, m
+
+    def eval_step(self):
+        c = self.cfg
+        self.net.forward(False)
+        y, (l, dy) = self._out()
+        return l, _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
+
+    def apply(self):
+        """Update the weights from the gradients summed since the last update."""
+        if not self.pending:
+            return
+        net, opt = self.net, self.opt
+        scale = 1.0 / self.pending if self.cfg['reduction'] == 'mean' else 1.0
+        opt.begin()
+        for k in net.trainable:
+            g = net.acc.get(k)
+            if g is not None:
+                opt.step(k, net.t[k], g, scale)
+        net.zero_grads()
+        self.pending = 0
+
+    def predict(self, x):
+        """Model output for input x with the current weights."""
+        self.set_input(x)
+        self.net.forward(False)
+        return self.net.output()
+
+    # -- datasets ----------------------------------------------------------
+    def _buffers(self, ds):
+        ds.check(self.x_shape, self.y_shape)
+        return zeros(self.x_shape), zeros(self.y_shape)
+
+    def train_epoch(self, ds, progress=None):
+        """One pass over a Dataset; returns mean (loss, metric) over its samples.
+        progress(i, n, loss_sum, metric_sum) is called after each sample."""
+        c = self.cfg
+        x, y = self._buffers(ds)
+        seed = c['seed'] if c['shuffle'] else None
+        ls = ms = 0.0
+        idx = order(ds.n, seed, self.epoch)
+        n = ds.n
+        for i in range(n):
+            ds.read(idx[i] if idx else i, x, y)
+            self.net.set_input(x)
+            self.target = y
+            l, m = self.train_step()
+            ls += l
+            ms += m
+            if progress:
+                progress(i + 1, n, ls, ms)
+        self.apply()
+        self.epoch += 1
+        return ls / max(n, 1), ms / max(n, 1)
+
+    def evaluate(self, ds):
+        """Mean (loss, metric) over a Dataset, weights unchanged."""
+        x, y = self._buffers(ds)
+        ls = ms = 0.0
+        for i in range(ds.n):
+            ds.read(i, x, y)
+            self.net.set_input(x)
+            self.target = y
+            l, m = self.eval_step()
+            ls += l
+            ms += m
+        return ls / max(ds.n, 1), ms / max(ds.n, 1)
+
+    # -- files -------------------------------------------------------------
+    def weights(self):
+        """{tensor index: array} of the trainable weights (e.g. for federated averaging)."""
+        t = self.net.t
+        return dict((k, t[k]) for k in self.net.trainable)
+
+    def save_weights(self, path='trained.wof'):
+        wof.save_wof(path, len(self.net.t), self.weights())
+
+    def save_checkpoint(self, path='checkpoint.ckpt'):
+        o = self.opt
+        wof.save_checkpoint(path, len(self.net.t), self.weights(), o.m, o.v, o.t, self.epoch)
+
+    def load_checkpoint(self, path='checkpoint.ckpt'):
+        net = self.net
+        shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
+        w, m, v, step, epoch, extra = wof.load_checkpoint(path, len(net.t), shapes)
+        for k in net.trainable:
+            if k not in w:
+                raise ValueError('%s: no weights for trainable tensor %d' % (path, k))
+            net.t[k] = w[k]
+        o = self.opt
+        for k in m:
+            if k in o.m:
+                o.m[k] = m[k]
+        for k in v:
+            if k in o.v:
+                o.v[k] = v[k]
+        o.t, self.epoch = step, epoch

@@ -1,0 +1,123 @@
+# The one module through which utrain does array math.
+# Real ulab (2-D, float32 on boards) when the firmware has it; numpy under CPython
+# (the host simulation); otherwise utrain.npfallback, a pure-MicroPython copy of
+# exactly the ulab subset utrain uses.  Kernels use only that subset:
+#   zeros full array dot exp log sqrt tanh maximum minimum clip where sum mean max
+#   min argmax, + - * / (and in-place), comparisons, abs, slicing views, .T,
+#   reshape, copy, tolist, shape.
+# In-place arithmetic on arrays is limited to += and -= (and slice assignment):
+# MicroPython calls __iadd__/__isub__ of a Python class (MICROPY_PY_ALL_SPECIAL_METHODS,
+# on in ESP32/RP2040/unix builds) but not __imul__/__itruediv__, so with the fallback
+# `a *= s` would silently rebind `a` to a new array instead of updating it.
+# Besides it, this module adds the float32 file I/O kernels never do themselves.
+try:
+    from ulab import numpy as np
+    BACKEND = 'ulab'
+    FLOAT = np.float
+except ImportError:
+    np = None
+    try:
+        from os import getenv
+        _want = getenv('UTRAIN_NP')
+    except ImportError:
+        _want = None
+    if _want != 'fallback':
+        try:
+            import numpy as np
+        except ImportError:
+            np = None
+    if np is None:
+        from utrain import npfallback as np
+        BACKEND = 'fallback'
+        FLOAT = np.float
+        _a = _b = np.zeros(1)
+        _b += 1.0
+        if _a[0] != 1.0:
+            raise ImportError('utrain: this MicroPython lacks __iadd__ (MICROPY_PY_ALL_SPECIAL_METHODS)')
+    else:
+        BACKEND = 'numpy'
+        FLOAT = np.float64 if _want == 'float64' else np.float32
+from array import array
+
+# bytes per element of a float array in this backend
+if BACKEND == 'numpy':
+    FSIZE = np.dtype(FLOAT).itemsize
+elif BACKEND == 'ulab':
+    FSIZE = np.zeros(1).itemsize
+else:
+    FSIZE = 4
+
+
+def zeros(shape):
+    return np.zeros(shape, dtype=FLOAT)
+
+
+def _raw(a):
+    # writable buffer over a's float32 storage, or None when a needs conversion
+    if FSIZE != 4:
+        return None
+    if BACKEND == 'numpy':
+        return memoryview(a).cast('B')
+    if BACKEND == 'ulab':
+        return a.tobytes()          # ulab: shares memory with the array
+    if a._o == 0 and a._d is not None and len(a._d) == a.size:
+        return a._d
+    return None
+
+
+def readinto(f, a, name='file'):
+    """Fill the contiguous float array a from little-endian float32 bytes of f."""
+    raw = _raw(a)
+    n = a.size
+    if raw is not None:
+        got = f.readinto(raw)
+        if got != 4 * n:
+            raise ValueError('%s: truncated (wanted %d bytes, got %d)' % (name, 4 * n, got or 0))
+        return a
+    # conversion path (float64 numpy or a float64 ulab build): 64 values at a time
+    flat = a.reshape((n,))
+    buf = array('f', bytes(256))
+    i = 0
+    while i < n:
+        k = min(64, n - i)
+        mv = memoryview(buf)[:k] if k < 64 else buf
+        got = f.readinto(mv)
+        if got != 4 * k:
+            raise ValueError('%s: truncated' % name)
+        for j in range(k):
+            flat[i + j] = buf[j]
+        i += k
+    return a
+
+
+def write(f, a):
+    """Write the float array a to f as little-endian float32 bytes."""
+    if FSIZE == 4 and BACKEND != 'numpy':
+        if BACKEND == 'ulab':
+            f.write(a.tobytes())
+        else:
+            c = a if (a._o == 0 and len(a._d) == a.size) else a.copy()
+            f.write(c._d)
+        return
+    if BACKEND == 'numpy':
+        f.write(np.ascontiguousarray(a, dtype='<f4').tobytes())
+        return
+    flat = a.flatten()
+    n = flat.size
+    i = 0
+    while i < n:
+        k = min(64, n - i)
+        f.write(array('f', [flat[i + j] for j in range(k)]))
+        i += k
+
+
+def as2d(x, shape):
+    """x (an array, list or tuple of numbers) as a float array of the 2-D shape."""
+    if not isinstance(x, (list, tuple)):
+        if x.shape == shape:
+            return x
+        return x.reshape(shape)
+    a = np.array(x, dtype=FLOAT)
+    if len(a.shape) != 2 or a.shape != shape:
+        a = a.reshape(shape)
+    return a
