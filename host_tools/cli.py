@@ -1,0 +1,181 @@
+"""python -m host_tools {inspect,prepare,run,export,demo} ..."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cmd_inspect(a):
+    from .circle_io import read_model
+    from .optable import SPECS, SUPPORTED
+    g = read_model(a.model)
+    print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
+          f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
+    if g.description:
+        print(f'description: {g.description}')
+    if g.metadata:
+        print(f'metadata: {", ".join(g.metadata)}')
+    print('\nops:')
+    for op in g.ops:
+        spec = SPECS.get(op.name)
+        if spec is None:
+            how = 'NOT SUPPORTED'
+        elif spec.params:
+            how = 'trains (' + ', '.join(spec.params.values()) + ')'
+        else:
+            how = 'passes gradients'
+        opts = ', '.join(f'{k}={v}' for k, v in op.options.items()
+                         if k in ('fused_activation_function', 'beta', 'keep_num_dims'))
+        print(f'  {op.index:3d} {op.name:16s} {list(op.inputs)} -> {list(op.outputs)}'
+              f'  {opts}  [{how}]')
+    print('\ntensors:')
+    total = 0
+    for t in g.tensors:
+        n = int(np.prod(t.shape)) if t.shape else 1
+        const = 'const' if t.data is not None else ''
+        if t.data is not None and t.dtype == 'float32':
+            total += n
+        print(f'  {t.index:3d} {t.name[:40]:40s} {str(list(t.shape)):18s} {t.dtype:8s} {const:5s}'
+              f' {n if const else ""}')
+    print(f'\nparameters (float32 constants): {total}')
+    print(f'ops utrain trains through: {", ".join(SUPPORTED)}')
+    bad = [op for op in g.ops if op.name not in SPECS]
+    if bad:
+        print('not trainable here: ' + ', '.join(f'op {op.index} {op.name}' for op in bad))
+        return 1
+    return 0
+
+
+def cmd_prepare(a):
+    from .prepare import prepare
+    s = prepare(a.model, a.out, data=a.data, test_split=a.test_split, split_seed=a.split_seed,
+                loss=a.loss, reduction=a.reduction, from_logits=a.from_logits,
+                optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, beta1=a.beta1,
+                beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
+                metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train)
+    st = s['settings']
+    print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
+          f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
+          f'{s["backward_ops"]} backward ops, {s["saved_activations"]} saved activations')
+    print(f'  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
+    print(f'  {st["loss"]} ({st["reduction"]}{", from logits" if st["from_logits"] else ""}), '
+          f'{st["optimizer"]} lr {st["lr"]:g}, batch {st["batch"]}, {st["epochs"]} epochs, '
+          f'metric {st["metric"]}')
+    if 'train_samples' in s:
+        print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples')
+    return 0
+
+
+def cmd_run(a):
+    from .runner import run
+    code, _ = run(a.dir, board=a.board, python=a.python, source=a.source)
+    return code
+
+
+def cmd_export(a):
+    from .circle_io import read_model, write_with_weights
+    from .wof import read_wof
+    g = read_model(a.model)
+    w = read_wof(a.weights, g)
+    write_with_weights(a.model, a.output, w)
+    print(f'wrote {a.output}: {len(w)} tensors from {a.weights} into {a.model}')
+    return 0
+
+
+def cmd_demo(a):
+    """The bundled digits example end to end on the simulated board."""
+    from .runner import run
+    from .prepare import prepare
+    from .circle_io import read_model, write_with_weights
+    from .wof import read_wof
+    from . import dataset as ds
+    model = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
+    data = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
+    out = a.out
+    print(f'== prepare {os.path.relpath(model)} with {os.path.relpath(data)}')
+    prepare(model, out, data=data, test_split=0.2, loss='scce', optimizer='adam', lr=0.005,
+            batch=4, epochs=a.epochs)
+    print(f'== train on the simulated {a.board} board ({"CPython" if a.python else "unix MicroPython"})')
+    code, text = run(out, board=a.board, python=a.python)
+    if code:
+        return code
+    exported = os.path.join(out, 'digits_trained.circle')
+    g = read_model(model)
+    write_with_weights(model, exported, read_wof(os.path.join(out, 'trained.wof'), g))
+    print(f'== exported {exported}')
+    x, y = ds.read_dataset(os.path.join(out, 'test.ds'))
+    try:
+        import onert
+    except ImportError:
+        return 0
+    sess = onert.infer.session(exported)
+    hits = sum(int(np.argmax(sess.infer([x[i:i + 1]])[0])) == int(y[i, 0]) for i in range(len(x)))
+    print(f'exported model under ONERT inference: test accuracy {hits / len(x):.4f} '
+          f'({hits}/{len(x)})')
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog='python -m host_tools',
+                                description='utrain host tools: prepare circle/tflite models '
+                                            'for training on MicroPython boards.')
+    sub = p.add_subparsers(dest='cmd', required=True)
+    q = sub.add_parser('inspect', help='list ops, tensors, parameters and what can train')
+    q.add_argument('model')
+    q.set_defaults(fn=cmd_inspect)
+
+    q = sub.add_parser('prepare', help='write the flattened model, .wof, settings and data')
+    q.add_argument('model')
+    q.add_argument('-o', '--out', required=True, help='output folder')
+    q.add_argument('--data', help='.npz with arrays x and y')
+    q.add_argument('--test-split', type=float, default=0.0, help='fraction held out for test')
+    q.add_argument('--split-seed', type=int, default=0)
+    q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'])
+    q.add_argument('--reduction', choices=['mean', 'sum'])
+    q.add_argument('--from-logits', action='store_true', default=None)
+    q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop'])
+    q.add_argument('--lr', type=float)
+    q.add_argument('--momentum', type=float, help='SGD momentum')
+    q.add_argument('--beta1', type=float)
+    q.add_argument('--beta2', type=float)
+    q.add_argument('--eps', type=float)
+    q.add_argument('--rho', type=float, help='RMSProp decay')
+    q.add_argument('--batch', type=int, help='samples whose gradients sum into one update')
+    q.add_argument('--epochs', type=int)
+    q.add_argument('--metric', choices=['accuracy', 'mae'])
+    q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
+    q.add_argument('--seed', type=int)
+    q.add_argument('--train', help='all | none | last:N (ONERT num_of_trainable_ops)')
+    q.set_defaults(fn=cmd_prepare)
+
+    q = sub.add_parser('run', help='train a prepared folder on the simulated board')
+    q.add_argument('dir')
+    q.add_argument('--board', default='unix', help='unix | esp32 | rp2040 (heap size)')
+    q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
+    q.add_argument('--source', action='store_true', help='run micro/ as .py, not .mpy')
+    q.set_defaults(fn=cmd_run)
+
+    q = sub.add_parser('export', help='merge trained .wof weights into a circle model')
+    q.add_argument('model')
+    q.add_argument('weights')
+    q.add_argument('-o', '--output', required=True)
+    q.set_defaults(fn=cmd_export)
+
+    q = sub.add_parser('demo', help='the bundled digits example: prepare, train, export')
+    q.add_argument('--out', default=os.path.join('build', 'digits'))
+    q.add_argument('--board', default='esp32')
+    q.add_argument('--epochs', type=int, default=5)
+    q.add_argument('--python', action='store_true')
+    q.set_defaults(fn=cmd_demo)
+
+    a = p.parse_args(argv)
+    try:
+        return a.fn(a)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 2

@@ -1,0 +1,156 @@
+"""The flattened model: the compact file the device interpreter streams with `struct`.
+Layout: docs/flat-model.md.  write_flat serialises a Graph + Plan; read_flat parses it
+back (tests, `inspect` of a prepared folder).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from .circle_io import Graph, atomic_write
+from .optable import SPECS
+from .passes import Plan, device_shape
+
+MAGIC = b'UTFM'
+VERSION = 1
+HDR = '<4sHHHHHBBII8x'
+SETTINGS = '<BBBBBBHHHIffffff'
+TENSOR = '<BBHIII'
+ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
+SAVE = 1
+NO_USE = 0xFFFF
+LOSSES = ('mse', 'mae', 'cce', 'scce', 'bce')
+OPTIMIZERS = ('sgd', 'adam', 'rmsprop')
+METRICS = ('accuracy', 'mae')
+REDUCTIONS = ('mean', 'sum')
+
+DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',
+                metric='accuracy', shuffle=False, batch=1, epochs=1, seed=0, lr=0.01,
+                momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7, rho=0.9)
+
+
+def pack_settings(s: dict) -> bytes:
+    return struct.pack(SETTINGS, LOSSES.index(s['loss']), REDUCTIONS.index(s['reduction']),
+                       int(s['from_logits']), OPTIMIZERS.index(s['optimizer']),
+                       METRICS.index(s['metric']), int(s['shuffle']), s['batch'], s['epochs'],
+                       0, s['seed'], s['lr'], s['momentum'], s['beta1'], s['beta2'], s['eps'],
+                       s['rho'])
+
+
+def unpack_settings(b: bytes) -> dict:
+    v = struct.unpack(SETTINGS, b)
+    return dict(loss=LOSSES[v[0]], reduction=REDUCTIONS[v[1]], from_logits=bool(v[2]),
+                optimizer=OPTIMIZERS[v[3]], metric=METRICS[v[4]], shuffle=bool(v[5]),
+                batch=v[6], epochs=v[7], seed=v[9], lr=v[10], momentum=v[11], beta1=v[12],
+                beta2=v[13], eps=v[14], rho=v[15])
+
+
+def tensor_kinds(g: Graph, plan: Plan) -> list[int]:
+    """Device kind per tensor: trainable, frozen constant, activation, or unused."""
+    used = set()
+    for op in g.ops:
+        for pos, k in enumerate(op.inputs):
+            if k >= 0 and not (op.name == 'RESHAPE' and pos == 1):
+                used.add(k)
+        used.update(op.outputs)
+    used.update(g.inputs)
+    kinds = []
+    for t in g.tensors:
+        if t.index not in used:
+            kinds.append(UNUSED)
+        elif t.index in plan.params:
+            kinds.append(TRAIN)
+        elif t.data is not None:
+            kinds.append(CONST)
+        else:
+            kinds.append(ACT)
+    return kinds
+
+
+def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
+    """Write the flattened model; returns a small summary (sizes) for the caller."""
+    kinds = tensor_kinds(g, plan)
+    nt = len(g.tensors)
+    head = bytearray()
+    head += pack_settings(settings)
+    head += struct.pack(f'<{len(g.inputs) + len(g.outputs)}H', *g.inputs, *g.outputs)
+    table_at = 32 + len(head)
+    ops = bytearray()
+    for op in g.ops:
+        spec = SPECS[op.name]
+        ins = list(op.inputs)
+        if op.name == 'RESHAPE':
+            ins = ins[:1]
+        opts = spec.options(op)
+        ops += struct.pack('<BBBB', spec.code, len(ins), len(op.outputs), len(opts))
+        ops += struct.pack(f'<{len(ins)}h', *ins)
+        ops += struct.pack(f'<{len(op.outputs)}h', *op.outputs)
+        ops += struct.pack(f'<{len(opts)}f', *opts)
+    bwd = b''.join(struct.pack('<HH', i, fl) for i, fl in plan.backward)
+    data_start = table_at + 16 * nt + len(ops) + len(bwd)
+    data_start += -data_start % 4
+    tensors = bytearray()
+    blobs = []
+    pos = data_start
+    for t, kind in zip(g.tensors, kinds):
+        r, c = device_shape(t.shape)
+        off = 0
+        if kind == CONST:
+            blob = np.ascontiguousarray(t.data, dtype='<f4').tobytes()
+            off = pos
+            blobs.append(blob)
+            pos += len(blob)
+        flags = SAVE if t.index in plan.saved else 0
+        last = plan.last_use.get(t.index, NO_USE)
+        if t.index in g.outputs:
+            last = NO_USE
+        tensors += struct.pack(TENSOR, kind, flags, last, r, c, off)
+    body = bytes(head) + bytes(tensors) + bytes(ops) + bwd
+    body += b'\0' * (data_start - 32 - len(body))
+    header = struct.pack(HDR, MAGIC, VERSION, 1 if plan.backward else 0, nt, len(g.ops),
+                         len(plan.backward), len(g.inputs), len(g.outputs), data_start, pos)
+    data = header + body + b''.join(blobs)
+    assert len(data) == pos
+    atomic_write(path, data)
+    return {'bytes': pos, 'const_bytes': pos - data_start, 'table_bytes': data_start}
+
+
+def read_flat(path) -> dict:
+    """Parse a flattened model (host side, for tests and inspection)."""
+    with open(path, 'rb') as f:
+        data = f.read()
+    try:
+        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size = struct.unpack_from(HDR, data)
+        if magic != MAGIC or ver != VERSION:
+            raise ValueError(f'{path}: not a version-{VERSION} utrain flattened model')
+        pos = 32
+        settings = unpack_settings(data[pos:pos + struct.calcsize(SETTINGS)])
+        pos += struct.calcsize(SETTINGS)
+        io = struct.unpack_from(f'<{nin + nout}H', data, pos)
+        pos += 2 * (nin + nout)
+        tensors = []
+        for k in range(nt):
+            kind, fl, last, r, c, off = struct.unpack_from(TENSOR, data, pos)
+            pos += 16
+            arr = None
+            if kind == CONST:
+                arr = np.frombuffer(data, '<f4', r * c, off).reshape(r, c)
+            tensors.append(dict(kind=kind, saved=bool(fl & SAVE), last_use=last, shape=(r, c),
+                                data=arr))
+        ops = []
+        for i in range(nops):
+            code, ni, no, nopt = struct.unpack_from('<BBBB', data, pos)
+            pos += 4
+            ins = struct.unpack_from(f'<{ni}h', data, pos)
+            pos += 2 * ni
+            outs = struct.unpack_from(f'<{no}h', data, pos)
+            pos += 2 * no
+            opts = struct.unpack_from(f'<{nopt}f', data, pos)
+            pos += 4 * nopt
+            ops.append((code, ins, outs, opts))
+        bwd = [struct.unpack_from('<HH', data, pos + 4 * i) for i in range(nbwd)]
+    except struct.error as e:
+        raise ValueError(f'{path}: truncated flattened model ({e})') from None
+    return dict(settings=settings, inputs=io[:nin], outputs=io[nin:], tensors=tensors, ops=ops,
+                backward=bwd, size=size)

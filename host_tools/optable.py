@@ -1,0 +1,72 @@
+"""What the host knows about each operator the device can train through.
+
+The forward kernel and its gradient live together on the device (micro/utrain/op_*.py);
+this table only describes, per circle operator, what the host passes need: the device
+opcode and option floats, which inputs are trainable parameters, and which tensors the
+gradient rule reads (so the memory plan can keep exactly those).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+# backward flags, one bit per gradient the device computes (micro/utrain/op_fc.py)
+DX, DW, DB = 1, 2, 4
+
+ACTIVATIONS = {'NONE': 0, 'RELU': 1, 'RELU_N1_TO_1': 2, 'RELU6': 3, 'TANH': 4}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    code: int                      # circle builtin code; the device dispatches on it
+    params: dict                   # input position -> 'weight' | 'bias'
+    options: Callable              # op -> list of floats for the device
+    saves: Callable                # (op, flags) -> tensors the gradient reads
+    data_inputs: tuple = (0,)      # input positions that carry activations
+
+
+def _fused(op, where):
+    act = op.options.get('fused_activation_function', 'NONE')
+    if act not in ACTIVATIONS:
+        raise ValueError(f'{where}: fused activation {act} is not supported '
+                         f'(supported: {", ".join(ACTIVATIONS)})')
+    return ACTIVATIONS[act]
+
+
+def _fc_options(op):
+    fmt = op.options.get('weights_format', 'DEFAULT')
+    if fmt not in ('DEFAULT', 0):
+        raise ValueError(f'op {op.index} FULLY_CONNECTED: weights_format {fmt} is not supported')
+    return [_fused(op, f'op {op.index} FULLY_CONNECTED')]
+
+
+def _fc_saves(op, flags):
+    keep = []
+    if flags & DW:
+        keep.append(op.inputs[0])
+    if op.options.get('fused_activation_function', 'NONE') != 'NONE':
+        keep.append(op.outputs[0])
+    return keep
+
+
+def _out(op, flags):
+    return [op.outputs[0]]
+
+
+def _none(op, flags=0):
+    return []
+
+
+SPECS = {s.name: s for s in [
+    OpSpec('FULLY_CONNECTED', 9, {1: 'weight', 2: 'bias'}, _fc_options, _fc_saves),
+    OpSpec('RELU', 19, {}, _none, _out),
+    OpSpec('RELU_N1_TO_1', 20, {}, _none, _out),
+    OpSpec('RELU6', 21, {}, _none, _out),
+    OpSpec('LOGISTIC', 14, {}, _none, _out),
+    OpSpec('TANH', 28, {}, _none, _out),
+    OpSpec('SOFTMAX', 25, {}, lambda op: [float(op.options.get('beta', 1.0))], _out),
+    OpSpec('RESHAPE', 22, {}, _none, _none),
+]}
+
+SUPPORTED = sorted(SPECS)

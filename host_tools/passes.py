@@ -1,0 +1,157 @@
+"""Host passes over a circle graph, each a small function:
+
+validate -> select_trainable -> derive_backward -> plan_memory
+
+The result (a Plan) is what flatmodel.write_flat serialises for the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .circle_io import Graph
+from .optable import SPECS, SUPPORTED, DX, DW, DB
+
+
+class PrepareError(ValueError):
+    pass
+
+
+def device_shape(shape):
+    """2-D shape a tensor has on the device: (product of leading dims, last dim)."""
+    shape = list(shape) or [1]
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    return rows, int(shape[-1])
+
+
+def validate(g: Graph):
+    """Reject what the device cannot run, naming the op or tensor and the file."""
+    where = g.path
+    if g.n_subgraphs != 1:
+        raise PrepareError(f'{where}: has {g.n_subgraphs} subgraphs; utrain trains subgraph 0 '
+                           'of single-subgraph models only')
+    for op in g.ops:
+        if op.name not in SPECS:
+            raise PrepareError(f'{where}: op {op.index} is {op.name}, which utrain cannot train '
+                               f'through yet; supported: {", ".join(SUPPORTED)}')
+        SPECS[op.name].options(op)      # raises on unsupported options
+    used = set()
+    for op in g.ops:
+        spec = SPECS[op.name]
+        for pos, k in enumerate(op.inputs):
+            if k < 0:
+                continue
+            if op.name == 'RESHAPE' and pos == 1:
+                continue                # the shape tensor: the device uses the output shape
+            used.add(k)
+            if pos in spec.params and g.tensors[k].data is None:
+                raise PrepareError(f'{where}: op {op.index} {op.name} takes its {spec.params[pos]} '
+                                   f'from non-constant tensor {k} ({g.tensors[k].name}); '
+                                   'utrain needs constant weights')
+        used.update(op.outputs)
+    for k in sorted(used):
+        t = g.tensors[k]
+        if t.dtype != 'float32':
+            raise PrepareError(f'{where}: tensor {k} ({t.name}) is {t.dtype}; utrain trains '
+                               'float32 models (quantized models are not supported yet)')
+    for k in list(g.inputs) + list(g.outputs):
+        shape = g.tensors[k].shape
+        if len(shape) < 2 or shape[0] != 1:
+            raise PrepareError(f'{where}: tensor {k} ({g.tensors[k].name}) has shape {shape}; '
+                               'the batch dimension must be 1 (batch size is a training setting)')
+    if len(g.outputs) != 1 or len(g.inputs) != 1:
+        raise PrepareError(f'{where}: utrain trains models with one input and one output '
+                           f'(this one has {len(g.inputs)} and {len(g.outputs)})')
+
+
+def parse_train(spec, n_ops: int) -> set:
+    """'all' | 'none' | 'last:N' (ONERT's num_of_trainable_ops: the last N operators in
+    execution order, whatever their kind) or a list of op indices -> set of op indices."""
+    if isinstance(spec, (list, tuple, set)):
+        bad = [i for i in spec if not 0 <= i < n_ops]
+        if bad:
+            raise PrepareError(f'trainable ops {bad} out of range (the model has {n_ops} ops)')
+        return set(spec)
+    if spec == 'all':
+        return set(range(n_ops))
+    if spec == 'none':
+        return set()
+    if spec.startswith('last:'):
+        try:
+            n = int(spec[5:])
+        except ValueError:
+            n = -1
+        if n >= 0:
+            return set(range(max(n_ops - n, 0), n_ops))
+    raise PrepareError(f'--train {spec!r}: expected all, none or last:N')
+
+
+def select_trainable(g: Graph, ops: set):
+    """The parameter tensors of the trainable ops -> {tensor: (op index, 'weight'|'bias')}."""
+    params = {}
+    for i in sorted(ops):
+        op = g.ops[i]
+        for pos, role in SPECS[op.name].params.items():
+            if pos < len(op.inputs) and op.inputs[pos] >= 0:
+                params[op.inputs[pos]] = (i, role)
+    return params
+
+
+def derive_backward(g: Graph, params: dict):
+    """The backward list: (op index, flags) in reverse execution order, pruned to the
+    ops whose output gradient some trainable parameter needs.  DX is set only where the
+    data input's own gradient is needed further down."""
+    needs = {}                       # tensor -> its gradient is needed
+    for op in g.ops:
+        spec = SPECS[op.name]
+        trains = any(op.inputs[p] in params for p in spec.params if p < len(op.inputs))
+        below = any(needs.get(op.inputs[p], False) for p in spec.data_inputs)
+        for k in op.outputs:
+            needs[k] = trains or below
+    out = []
+    for op in reversed(g.ops):
+        if not needs.get(op.outputs[0]):
+            continue
+        spec = SPECS[op.name]
+        flags = 0
+        if any(needs.get(op.inputs[p], False) for p in spec.data_inputs):
+            flags |= DX
+        for pos, role in spec.params.items():
+            if pos < len(op.inputs) and op.inputs[pos] in params:
+                flags |= DW if role == 'weight' else DB
+        out.append((op.index, flags))
+    return out
+
+
+@dataclass
+class Plan:
+    trainable_ops: set
+    params: dict                     # tensor -> (op, role)
+    backward: list                   # [(op index, flags)]
+    saved: set = field(default_factory=set)
+    last_use: dict = field(default_factory=dict)
+
+
+def plan_memory(g: Graph, trainable_ops, params, backward) -> Plan:
+    """Mark the activations the backward list reads (kept during a training forward
+    pass) and each activation's last forward reader (freed after it)."""
+    saved = set()
+    for i, flags in backward:
+        op = g.ops[i]
+        for k in SPECS[op.name].saves(op, flags):
+            if g.tensors[k].data is None:
+                saved.add(k)
+    last = {}
+    for op in g.ops:
+        for k in op.inputs:
+            if k >= 0:
+                last[k] = op.index
+    return Plan(trainable_ops, params, backward, saved, last)
+
+
+def plan(g: Graph, train='all') -> Plan:
+    validate(g)
+    ops = parse_train(train, len(g.ops))
+    params = select_trainable(g, ops)
+    return plan_memory(g, ops, params, derive_backward(g, params))

@@ -1,0 +1,101 @@
+"""`prepare`: circle/tflite model (+ data) -> a folder with everything the board needs
+besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from . import dataset as ds
+from .circle_io import read_model, atomic_write
+from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
+from .passes import PrepareError, plan as make_plan, device_shape
+from .traininfo import parse_traininfo, METADATA_NAME
+from .wof import write_wof
+
+FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
+         'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
+         'log': 'train.log'}
+
+
+def metadata_settings(g) -> dict:
+    """Training settings from the model's CIRCLE_TRAINING metadata, in our names."""
+    buf = g.metadata.get(METADATA_NAME)
+    if buf is None:
+        return {}
+    info = parse_traininfo(buf, f'{g.path}: {METADATA_NAME}')
+    out = {}
+    for k in ('optimizer', 'lr', 'beta1', 'beta2', 'eps', 'loss', 'from_logits', 'reduction'):
+        if k in info:
+            out[k] = info[k]
+    for k in ('epochs', 'batch'):
+        if info.get(k):
+            out[k] = info[k]
+    if info.get('trainable_ops'):
+        out['train'] = list(info['trainable_ops'])
+    return out
+
+
+def resolve_settings(g, overrides: dict) -> dict:
+    """Defaults <- CIRCLE_TRAINING metadata <- command line (overrides, None = not given)."""
+    s = dict(DEFAULTS, train='all')
+    s.update(metadata_settings(g))
+    s.update({k: v for k, v in overrides.items() if v is not None})
+    if 'metric' not in overrides or overrides['metric'] is None:
+        s['metric'] = 'accuracy' if s['loss'] in ('cce', 'scce', 'bce') else 'mae'
+    for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS)):
+        if s[key] not in allowed:
+            raise PrepareError(f'{key} {s[key]!r}: expected one of {", ".join(allowed)}')
+    if s['batch'] < 1 or s['epochs'] < 0:
+        raise PrepareError('batch must be >= 1 and epochs >= 0')
+    if s['lr'] <= 0:
+        raise PrepareError(f'learning rate {s["lr"]} must be positive')
+    return s
+
+
+def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **overrides):
+    """Run the host passes and write the folder.  Returns a summary dict."""
+    g = read_model(model_path)
+    s = resolve_settings(g, overrides)
+    p = make_plan(g, s.pop('train'))
+    if not p.params:
+        raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
+    os.makedirs(out_dir, exist_ok=True)
+    files = dict(FILES)
+    flat = write_flat(g, p, s, os.path.join(out_dir, files['model']))
+    weights = {k: g.tensors[k].data for k in p.params}
+    write_wof(os.path.join(out_dir, files['weights']), len(g.tensors), weights)
+    summary = {'model': os.path.abspath(model_path), 'flat_bytes': flat['bytes'],
+               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
+               'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
+               'frozen_params': int(sum(t.data.size for t in g.tensors
+                                        if t.data is not None and t.index not in p.params
+                                        and t.dtype == 'float32')),
+               'backward_ops': len(p.backward), 'saved_activations': len(p.saved)}
+    if data:
+        x, y = ds.load_npz(data)
+        n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
+        n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
+        x = x.reshape(len(x), -1)
+        if x.shape[1] != n_in:
+            raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
+                               f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
+        y = ds.targets(y, s['loss'], n_out, data)
+        tr, te = ds.split(len(x), test_split, split_seed)
+        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr])
+        if len(te):
+            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te])
+        else:
+            files['test'] = None
+        summary.update(train_samples=len(tr), test_samples=len(te))
+    else:
+        files['train'] = files['test'] = None
+    cfg = {'files': files, 'run': {'resume': False, 'progress': 0}}
+    cfg.update(s)
+    atomic_write(os.path.join(out_dir, 'train.json'),
+                 (json.dumps(cfg, indent=1) + '\n').encode())
+    atomic_write(os.path.join(out_dir, 'prepare.json'),
+                 (json.dumps(summary, indent=1) + '\n').encode())
+    summary['settings'] = s
+    return summary

