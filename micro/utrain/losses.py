@@ -32,8 +32,8 @@ def loss(kind, y, t, from_logits=False):
         if from_logits:
             p = softmax(y)
             return -np.sum(t * np.log(np.clip(p, 1e-30, 1.0))), p - t
-        # probabilities (the model ends in SOFTMAX): -sum t log y
-        return -np.sum(t * np.log(np.clip(y, EPS, 1.0))), -t / (y + 1e-31)
+        # probabilities (the model ends in SOFTMAX): -sum t log y; gradient as ONERT's
+        return -np.sum(t * np.log(np.clip(y, EPS, 1.0))), -t / np.maximum(y, 1e-20)
     if kind == 'bce':
         n = _n(y)
         if from_logits:
