@@ -1,0 +1,653 @@
+# Pure-Python stand-in for the subset of ulab.numpy used by utrain, for firmware
+# without ulab.  Follows ulab built with ULAB_MAX_DIMS=2 and float32; runs unchanged
+# on MicroPython and CPython.  An array is (storage, offset, shape, strides), so
+# slices, .T and reshape of a dense array are views.  Deviations from ulab:
+#  - dtypes are typecodes: float="f", bool=uint8="B" (one dtype); argmax(axis=)
+#    gives an int16 ("h") array as ulab does.
+#  - bool OP bool (+ - *) gives "B" (uint8 wrap-around); all other arithmetic,
+#    unary -, abs() and where() give float arrays.
+#  - reductions and 1-D dot return unrounded Python floats; frombuffer() copies.
+#  - MicroPython needs MICROPY_PY_REVERSE_SPECIAL_METHODS for 2 * a and never
+#    reflects comparisons: write a > 0, not 0 < a.
+from array import array as _A
+import math
+
+_pf = float
+_mx = max
+_mn = min
+_abs = abs
+
+float = "f"
+bool = "B"
+uint8 = "B"
+_SZ = {"f": 4, "B": 1, "h": 2}
+_INF = _pf("inf")
+_NAN = _pf("nan")
+_E2 = "maximum number of dimensions is 2"
+_EB = "operands could not be broadcast together"
+
+
+def _new(t, n):
+    # storage for n items, contents undefined.  array(t, bytearray) is fastest but
+    # holds a second n-item buffer; array("f", range(n)) is sized once, so a big
+    # result never needs two blocks at once on a small, fragmented heap
+    if t == "f" and n > 64:
+        return _A("f", range(n))
+    return _A(t, bytearray(n * _SZ[t]))
+
+
+def _cs(sh):
+    return (sh[1], 1) if len(sh) == 2 else (1,)
+
+
+def _shp(s):
+    s = (s,) if isinstance(s, int) else tuple(s)
+    if len(s) > 2:
+        raise ValueError(_E2)
+    return s
+
+
+def _num(sh):
+    return sh[0] * sh[1] if len(sh) == 2 else sh[0]
+
+
+def _rc(a):
+    # any array as 2-D: rows, cols, row stride, col stride
+    s, t = a.shape, a.strides
+    return (1, s[0], 0, t[0]) if len(s) == 1 else (s[0], s[1], t[0], t[1])
+
+
+def _flat(sr, sc, R, C):
+    # stride (1 or 0) walking all R*C elements in one pass, else None
+    if (sc == 1 or C == 1) and (sr == C or R == 1):
+        return 1
+    if (sc == 0 or C == 1) and (sr == 0 or R == 1):
+        return 0
+
+
+def _dense(a):
+    r, c, sr, sc = _rc(a)
+    return _flat(sr, sc, r, c) == 1
+
+
+def _sl(k, n):
+    # slice -> start, count, step
+    st = 1 if k.step is None else k.step
+    if st == 0:
+        raise ValueError("slice step cannot be zero")
+    lo, hi = (0, n) if st > 0 else (-1, n - 1)
+    b, e = k.start, k.stop
+    b = (lo if st > 0 else hi) if b is None else (_mx(b + n, lo) if b < 0 else _mn(b, hi))
+    e = (hi if st > 0 else lo) if e is None else (_mx(e + n, lo) if e < 0 else _mn(e, hi))
+    c = (e - b + st - 1) // st if st > 0 else (b - e - st - 1) // -st
+    return b, _mx(c, 0), st
+
+
+def _key(a, k):
+    # index key -> storage offset, shape, strides (shape () means one element)
+    k = k if isinstance(k, tuple) else (k,)
+    s, t = a.shape, a.strides
+    if len(k) > len(s):
+        raise IndexError("too many indices")
+    o, sh, st = a._o, [], []
+    for i in range(len(s)):
+        x = k[i] if i < len(k) else None
+        if x is None:
+            sh.append(s[i])
+            st.append(t[i])
+        elif isinstance(x, int):
+            x += s[i] if x < 0 else 0
+            if not 0 <= x < s[i]:
+                raise IndexError("index is out of bounds")
+            o += x * t[i]
+        else:
+            b, c, e = _sl(x, s[i])
+            o += b * t[i]
+            sh.append(c)
+            st.append(e * t[i])
+    return o, tuple(sh), tuple(st)
+
+
+class ndarray:
+    __slots__ = ("_d", "_o", "shape", "strides", "dtype")
+
+    def __init__(self, d, shape=None, strides=None, o=0, dtype=float):
+        if shape is None:  # ndarray(obj) acts as array(obj)
+            a = array(d, dtype)
+            d, shape, strides = a._d, a.shape, a.strides
+        self._d, self._o, self.shape, self.strides, self.dtype = d, o, shape, strides, dtype
+
+    size = property(lambda s: _num(s.shape))
+    itemsize = property(lambda s: _SZ[s.dtype])
+    T = property(lambda s: s.transpose())
+    __len__ = lambda s: s.shape[0]
+    __repr__ = lambda s: "array(%r, dtype=%s)" % (s.tolist(), s.dtype)
+
+    def transpose(self):
+        s, t = self.shape, self.strides
+        if len(s) == 2:
+            s, t = (s[1], s[0]), (t[1], t[0])
+        return ndarray(self._d, s, t, self._o, self.dtype)
+
+    def copy(self):
+        if _dense(self):
+            d = self._d[self._o : self._o + self.size]
+            return ndarray(d, self.shape, _cs(self.shape), 0, self.dtype)
+        a = ndarray(_new(self.dtype, self.size), self.shape, _cs(self.shape), 0, self.dtype)
+        _put(a, self)
+        return a
+
+    def flatten(self):
+        a = self.copy()
+        a.shape, a.strides = (a.size,), (1,)
+        return a
+
+    def reshape(self, shape):
+        sh, n = _shp(shape), self.size
+        m = -_num(sh)
+        if -1 in sh and m:
+            sh = tuple(n // m if x == -1 else x for x in sh)
+        if _num(sh) != n:
+            raise ValueError("cannot reshape array")
+        a = self if _dense(self) else self.copy()  # ulab also copies a non-dense array
+        return ndarray(a._d, sh, _cs(sh), a._o, a.dtype)
+
+    def tolist(self):
+        r, c, sr, sc = _rc(self)
+        d, o = self._d, self._o
+        l = [[d[o + i * sr + j * sc] for j in range(c)] for i in range(r)]
+        return l if len(self.shape) == 2 else l[0]
+
+    def tobytes(self):
+        if not _dense(self):
+            raise ValueError("tobytes can be invoked for dense arrays only")
+        return bytearray(memoryview(self._d)[self._o : self._o + self.size])
+
+    def __iter__(self):
+        if len(self.shape) == 2:
+            for i in range(self.shape[0]):
+                yield self[i]
+        else:
+            d, o, s = self._d, self._o, self.strides[0]
+            for i in range(self.shape[0]):
+                yield d[o + i * s]
+
+    def __getitem__(self, k):
+        o, sh, st = _key(self, k)
+        return ndarray(self._d, sh, st, o, self.dtype) if sh else self._d[o]
+
+    def __setitem__(self, k, v):
+        o, sh, st = _key(self, k)
+        if sh:
+            _put(ndarray(self._d, sh, st, o, self.dtype), v)
+        else:
+            self._d[o] = v if self.dtype == "f" else int(v)
+
+    __add__ = __radd__ = lambda s, o: _op(s, o, _add)
+    __sub__ = lambda s, o: _op(s, o, _sub)
+    __rsub__ = lambda s, o: _op(o, s, _sub)
+    __mul__ = __rmul__ = lambda s, o: _op(s, o, _mul)
+    __truediv__ = lambda s, o: _op(s, o, _div, "f")
+    __rtruediv__ = lambda s, o: _op(o, s, _div, "f")
+    __iadd__ = lambda s, o: _iop(s, o, _add)
+    __isub__ = lambda s, o: _iop(s, o, _sub)
+    __imul__ = lambda s, o: _iop(s, o, _mul)
+    __itruediv__ = lambda s, o: _iop(s, o, _div)
+    __gt__ = lambda s, o: _op(s, o, _gt, "B")
+    __lt__ = lambda s, o: _op(o, s, _gt, "B")
+    __ge__ = lambda s, o: _op(s, o, _ge, "B")
+    __le__ = lambda s, o: _op(o, s, _ge, "B")
+    __eq__ = lambda s, o: _op(s, o, _eq, "B")
+    __neg__ = lambda s: _op(s, -1.0, _mul, "f")
+    __abs__ = lambda s: _map(_abs, s)
+
+
+# Kernels: o[p + j] = A[a + j*sa] OP B[b + j*sb], j < n.  Unit and zero (scalar)
+# strides get their own loops; commutative ops swap to put the unit stride first.
+def _add(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
+        if sb:
+            b -= a
+            for j in range(a, a + n):
+                A[j] += B[j + b]
+        else:
+            s = B[b]
+            for j in range(a, a + n):
+                A[j] += s
+    elif sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] + B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] + s
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] + B[b + j * sb]
+
+
+def _mul(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] * B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] * s
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] * B[b + j * sb]
+
+
+def _sub(o, p, A, a, sa, B, b, sb, n):
+    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
+        if sb:
+            b -= a
+            for j in range(a, a + n):
+                A[j] -= B[j + b]
+        else:
+            s = B[b]
+            for j in range(a, a + n):
+                A[j] -= s
+    elif sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] - B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] - s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s - B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] - B[b + j * sb]
+
+
+def _div(o, p, A, a, sa, B, b, sb, n):
+    try:
+        if sa == 1 and sb == 1:
+            for j in range(n):
+                o[p + j] = A[a + j] / B[b + j]
+        elif sa == 1 and sb == 0:
+            s = B[b]
+            for j in range(n):
+                o[p + j] = A[a + j] / s
+        elif sa == 0 and sb == 1:
+            s = A[a]
+            for j in range(n):
+                o[p + j] = s / B[b + j]
+        else:
+            for j in range(n):
+                o[p + j] = A[a + j * sa] / B[b + j * sb]
+    except ZeroDivisionError:  # finish from element j with IEEE inf/nan, as ulab
+        for j in range(j, n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            if y:
+                o[p + j] = x / y
+            elif x == 0 or x != x:
+                o[p + j] = _NAN
+            else:
+                o[p + j] = math.copysign(_INF, x) * math.copysign(1.0, y)
+
+
+def _gt(o, p, A, a, sa, B, b, sb, n):
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] > s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s > B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] > B[b + j * sb]
+
+
+def _ge(o, p, A, a, sa, B, b, sb, n):
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] >= s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s >= B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] >= B[b + j * sb]
+
+
+def _eq(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    for j in range(n):
+        o[p + j] = A[a + j * sa] == B[b + j * sb]
+
+
+def _max(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            x = A[a + j]
+            o[p + j] = x if x > s else s
+    else:
+        for j in range(n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            o[p + j] = x if x > y else y
+
+
+def _min(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            x = A[a + j]
+            o[p + j] = x if x < s else s
+    else:
+        for j in range(n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            o[p + j] = x if x < y else y
+
+
+def _prep(x):
+    # operand -> storage, offset, rows, cols, row stride, col stride, ndim, dtype
+    if not isinstance(x, ndarray):
+        if not isinstance(x, (list, tuple)):
+            return _A("f", (x,)), 0, 1, 1, 0, 0, 0, "S"  # scalar, float32 as in ulab
+        x = array(x)
+    r, c, sr, sc = _rc(x)
+    return x._d, x._o, r, c, sr, sc, len(x.shape), x.dtype
+
+
+def _dim(m, n):
+    if m == n or n == 1:
+        return m
+    if m == 1:
+        return n
+    raise ValueError(_EB)
+
+
+def _run(k, O, p, so, R, C, A, a, sra, sca, B, b, srb, scb):
+    fa, fb = _flat(sra, sca, R, C), _flat(srb, scb, R, C)
+    if fa is not None and fb is not None and (so == C or R == 1):
+        k(O, p, A, a, fa, B, b, fb, R * C)
+    else:
+        for i in range(R):
+            k(O, p + i * so, A, a + i * sra, sca, B, b + i * srb, scb, C)
+
+
+def _op(a, b, k, t=None):
+    A, oa, ra, ca, sra, sca, na, ta = _prep(a)
+    B, ob, rb, cb, srb, scb, nb, tb = _prep(b)
+    R, C = _dim(ra, rb), _dim(ca, cb)
+    O = _new(t or "f", R * C)
+    sra, sca = (sra if ra == R else 0), (sca if ca == C else 0)
+    _run(k, O, 0, C, R, C, A, oa, sra, sca, B, ob, srb if rb == R else 0, scb if cb == C else 0)
+    sh = (R, C) if _mx(na, nb) == 2 else (C,)
+    if t is None and ta == "B" and tb == "B":
+        return ndarray(_A("B", [int(x) & 255 for x in O]), sh, _cs(sh), 0, "B")
+    return ndarray(O, sh, _cs(sh), 0, t or "f")
+
+
+def _iop(a, b, k):
+    A, oa, ra, ca, sra, sca, na, ta = _prep(a)
+    B, ob, rb, cb, srb, scb, nb, tb = _prep(b)
+    if _dim(ra, rb) != ra or _dim(ca, cb) != ca:
+        raise ValueError(_EB)
+    if ta != "f" or (ca > 1 and sca != 1) or (B is A and b is not a):
+        _put(a, _op(a, b, k))  # strided row, aliased operands or bool target
+    else:
+        srb, scb = (srb if rb == ra else 0), (scb if cb == ca else 0)
+        _run(k, A, oa, sra, ra, ca, A, oa, sra, 1, B, ob, srb, scb)
+    return a
+
+
+def _put(a, v):
+    # copy scalar or array-like v into the view a, broadcasting v to a's shape
+    B, ob, rb, cb, srb, scb, nb, tb = _prep(v)
+    D, o = a._d, a._o
+    r, c, sr, sc = _rc(a)
+    if _dim(r, rb) != r or _dim(c, cb) != c:
+        raise ValueError(_EB)
+    if B is D:
+        B, ob, rb, cb, srb, scb, nb, tb = _prep(v.copy())
+    if a.dtype != "f" and tb in "fS":
+        B = _A(a.dtype, [int(x) for x in B])
+    srb, scb = (srb if rb == r else 0), (scb if cb == c else 0)
+    for i in range(r):
+        p, q = o + i * sr, ob + i * srb
+        for j in range(c):
+            D[p + j * sc] = B[q + j * scb]
+
+
+def _map(f, a, out=None):
+    if not isinstance(a, ndarray):
+        if not isinstance(a, (list, tuple)):
+            return f(a)
+        a = array(a)
+    if out is None:
+        out = ndarray(_new("f", a.size), a.shape, _cs(a.shape), 0, "f")
+    elif out.shape != a.shape or out.dtype != "f" or not _dense(out):
+        raise ValueError("out must be a dense float array of the same shape")
+    r, c, sr, sc = _rc(a)
+    d, o, D, q = a._d, a._o, out._d, out._o
+    for i in range(r):
+        p = o + i * sr
+        for j in range(c):
+            D[q] = f(d[p + j * sc])
+            q += 1
+    return out
+
+
+def _exp(x):
+    return _INF if x > 88.72 else math.exp(x)  # MicroPython raises on overflow
+
+
+def _log(x):
+    return math.log(x) if x > 0 else (-_INF if x == 0 else _NAN)
+
+
+def _sqrt(x):
+    return math.sqrt(x) if x >= 0 else _NAN
+
+
+def exp(a, out=None):
+    return _map(_exp, a, out)
+
+
+def log(a, out=None):
+    return _map(_log, a, out)
+
+
+def sqrt(a, out=None):
+    return _map(_sqrt, a, out)
+
+
+def tanh(a, out=None):
+    return _map(math.tanh, a, out)
+
+
+def zeros(shape, dtype=float):
+    sh = _shp(shape)
+    n = _num(sh)
+    d = _new(dtype, n)
+    if n > 64 and dtype == "f":
+        for i in range(n):
+            d[i] = 0.0
+    return ndarray(d, sh, _cs(sh), 0, dtype)
+
+
+empty = zeros
+
+
+def full(shape, value, dtype=float):
+    sh = _shp(shape)
+    d, v = _new(dtype, _num(sh)), value if dtype == "f" else int(value)
+    for i in range(len(d)):
+        d[i] = v
+    return ndarray(d, sh, _cs(sh), 0, dtype)
+
+
+def array(obj, dtype=float):
+    if isinstance(obj, ndarray):
+        if obj.dtype == dtype:
+            return obj.copy()
+        obj = obj.tolist()
+    obj = obj if isinstance(obj, (list, tuple)) else list(obj)
+    if not (obj and isinstance(obj[0], (list, tuple, ndarray))):
+        d = _A(dtype, obj if dtype == "f" else [int(x) for x in obj])
+        return ndarray(d, (len(obj),), (1,), 0, dtype)
+    r, c = len(obj), len(obj[0])
+    if c and isinstance(obj[0][0], (list, tuple, ndarray)):
+        raise ValueError(_E2)
+    d, k = _new(dtype, r * c), 0  # filled in place: no temporary list of r*c items
+    for row in obj:
+        if len(row) != c:
+            raise ValueError("inhomogeneous shape")
+        for x in row:
+            d[k] = x if dtype == "f" else int(x)
+            k += 1
+    return ndarray(d, (r, c), (c, 1), 0, dtype)
+
+
+def frombuffer(buf, dtype=float, count=-1, offset=0):
+    # copies the data (ulab returns a view of buf)
+    sz = _SZ[dtype]
+    b = bytes(buf)[offset:]
+    b = b if count < 0 else b[: count * sz]
+    if len(b) % sz:
+        raise ValueError("buffer size must be a multiple of element size")
+    return ndarray(_A(dtype, b), (len(b) // sz,), (1,), 0, dtype)
+
+
+def dot(a, b):
+    if not (isinstance(a, ndarray) and isinstance(b, ndarray)):
+        raise TypeError("arguments must be ndarrays")
+    m, k, ar, ac = _rc(a)
+    if len(b.shape) == 1:
+        kb, n, br, bc = b.shape[0], 1, b.strides[0], 0
+    else:
+        (kb, n), (br, bc) = b.shape, b.strides
+    if k != kb:
+        raise ValueError("dimensions do not match")
+    A, B, O, q = a._d, b._d, _new("f", m * n), 0
+    for i in range(m):
+        pa = a._o + i * ar
+        pe = pa + k * ac
+        for j in range(n):
+            u, s = b._o + j * bc, 0.0
+            if ac == 1 and br == 1:  # e.g. x . W.T: both unit stride
+                u -= pa
+                for t in range(pa, pe):
+                    s += A[t] * B[t + u]
+            elif k:
+                for t in range(pa, pe, ac):
+                    s += A[t] * B[u]
+                    u += br
+            O[q] = s
+            q += 1
+    na, nb = len(a.shape), len(b.shape)
+    if na == 1 and nb == 1:
+        return s
+    sh = (m, n) if na == 2 and nb == 2 else (m * n,)
+    return ndarray(O, sh, _cs(sh), 0, "f")
+
+
+def maximum(a, b):
+    return _op(a, b, _max, "f")
+
+
+def minimum(a, b):
+    return _op(a, b, _min, "f")
+
+
+def clip(a, lo, hi):
+    return _op(_op(a, lo, _max, "f"), hi, _min, "f")
+
+
+def where(cond, x, y):
+    W, ow, rw, cw, srw, scw, nw, _ = _prep(cond)
+    X, ox, rx, cx, srx, scx, nx, _ = _prep(x)
+    Y, oy, ry, cy, sry, scy, ny, _ = _prep(y)
+    R, C = _dim(_dim(rw, rx), ry), _dim(_dim(cw, cx), cy)
+    srw, scw = (srw if rw == R else 0), (scw if cw == C else 0)
+    srx, scx = (srx if rx == R else 0), (scx if cx == C else 0)
+    sry, scy = (sry if ry == R else 0), (scy if cy == C else 0)
+    O, q = _new("f", R * C), 0
+    for i in range(R):
+        pw, px, py = ow + i * srw, ox + i * srx, oy + i * sry
+        for j in range(C):
+            O[q] = X[px + j * scx] if W[pw + j * scw] else Y[py + j * scy]
+            q += 1
+    sh = (R, C) if _mx(nw, nx, ny) == 2 else (C,)
+    return ndarray(O, sh, _cs(sh), 0, "f")
+
+
+# Reductions of one line of storage: start o, stride s, n items.
+def _sum1(d, o, s, n):
+    x = 0.0
+    for k in range(o, o + n * s, s):
+        x += d[k]
+    return x
+
+
+def _arg1(d, o, s, n, mx):
+    if n == 0:
+        raise ValueError("attempt to get (arg)min/(arg)max of empty sequence")
+    b, m = o, d[o]
+    for k in range(o + s, o + n * s, s):
+        x = d[k]
+        if (x > m) if mx else (x < m):
+            b, m = k, x
+    return b, m
+
+
+def _red(a, axis, f, t="f"):
+    if not isinstance(a, ndarray):
+        a = array(a)
+    if axis is None:
+        a = a if _dense(a) else a.copy()
+        return f(a._d, a._o, 1, a.size)
+    r, c, sr, sc = _rc(a)
+    d, o, nd = a._d, a._o, len(a.shape)
+    axis += nd if axis < 0 else 0
+    if not 0 <= axis < nd:
+        raise ValueError("axis is out of bounds")
+    if nd == 1:
+        return f(d, o, sc, c)
+    if axis == 0:
+        v = [f(d, o + j * sc, sr, r) for j in range(c)]
+    else:
+        v = [f(d, o + i * sr, sc, c) for i in range(r)]
+    return ndarray(_A(t, v), (len(v),), (1,), 0, t)
+
+
+def sum(a, axis=None):
+    return _red(a, axis, _sum1)
+
+
+def mean(a, axis=None):
+    a = a if isinstance(a, ndarray) else array(a)
+    return _red(a, axis, _sum1) / (a.size if axis is None else a.shape[axis])
+
+
+def max(a, axis=None):
+    return _red(a, axis, lambda d, o, s, n: _pf(_arg1(d, o, s, n, 1)[1]))
+
+
+def min(a, axis=None):
+    return _red(a, axis, lambda d, o, s, n: _pf(_arg1(d, o, s, n, 0)[1]))
+
+
+def argmax(a, axis=None):
+    return _red(a, axis, lambda d, o, s, n: (_arg1(d, o, s, n, 1)[0] - o) // s, "h")
