@@ -168,10 +168,15 @@ class Net:
         old = self.g.get(k)
         self.g[k] = d if old is None else old + d
 
-    def add_wgrad(self, k, d):
+    def wgrad(self, k):
+        """The gradient sum of weight tensor k (created on first use)."""
         a = self.acc.get(k)
         if a is None:
             a = self.acc[k] = zeros(self.shape[k])
+        return a
+
+    def add_wgrad(self, k, d):
+        a = self.wgrad(k)
         a += d
 
     def zero_grads(self):

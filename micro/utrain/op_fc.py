@@ -1,7 +1,8 @@
 # FULLY_CONNECTED: y = act(x . W^T + b), W is circle's [out, in].
 # Backward: dz = act'(y) dy;  dW += dz^T . x;  db += dz;  dx = dz . W.
 # Saved for backward: x (when W trains), y (when the activation is not NONE).
-# Temporaries: one [out, in] array for dW, one [rows, out] for dz.
+# Temporaries: dz [rows, out], dx [rows, in], and one [in] row at a time while dW
+# is summed row by row (no [out, in] temporary: a board's heap fragments on them).
 from utrain.xnp import np
 from utrain.op_act import act, act_grad
 
@@ -17,7 +18,7 @@ def forward(rt, op):
     if x.shape[1] != n:
         x = x.reshape((x.size // n, n))
     y = np.dot(x, w.T)
-    if ins[2] >= 0:
+    if len(ins) > 2 and ins[2] >= 0:
         y += t[ins[2]]
     y = act(y, int(opts[0]))
     shape = rt.shape[outs[0]]
@@ -36,7 +37,14 @@ def backward(rt, op, dy, flags):
         x = t[ins[0]]
         if x.shape[1] != n:
             x = x.reshape((x.size // n, n))
-        rt.add_wgrad(ins[1], np.dot(dz.T, x))
+        a = rt.wgrad(ins[1])
+        if x.shape[0] == 1:
+            x = x[0]
+            for j in range(a.shape[0]):
+                row = a[j]
+                row += x * dz[0, j]
+        else:
+            a += np.dot(dz.T, x)
     if flags & DB:
         rt.add_wgrad(ins[2], dz if dz.shape[0] == 1 else np.sum(dz, axis=0))
     if flags & DX:

@@ -35,11 +35,21 @@ class Optimizer:
             self._lr_t = self.lr * (1.0 - b2 ** t) ** 0.5 / (1.0 - b1 ** t)
 
     def step(self, k, w, g, scale=1.0):
-        """Update w in place from the gradient sum g times scale (1/batch for 'mean')."""
+        """Update w in place from the gradient sum g times scale (1/batch for 'mean'),
+        a row at a time so temporaries stay one row long."""
+        m = self.m.get(k)
+        v = self.v.get(k)
+        if w.shape[0] == 1:
+            self._row(w, g, m, v, scale)
+            return
+        for r in range(w.shape[0]):
+            self._row(w[r], g[r], m[r] if m is not None else None,
+                      v[r] if v is not None else None, scale)
+
+    def _row(self, w, g, m, v, scale):
         kind = self.kind
         if kind == 'sgd':
-            if self.momentum:
-                m = self.m[k]
+            if m is not None:
                 m += m * (self.momentum - 1.0) + g * scale
                 w -= m * self.lr
             else:
@@ -47,16 +57,11 @@ class Optimizer:
             return
         if scale != 1.0:
             g = g * scale
-        v = self.v[k]
+        v += (g * g - v) * (1.0 - (self.beta2 if kind == 'adam' else self.rho))
+        d = np.sqrt(v)
+        d += self.eps
         if kind == 'adam':
-            m = self.m[k]
             m += (g - m) * (1.0 - self.beta1)
-            v += (g * g - v) * (1.0 - self.beta2)
-            d = np.sqrt(v)
-            d += self.eps
             w -= m * self._lr_t / d
         else:
-            v += (g * g - v) * (1.0 - self.rho)
-            d = np.sqrt(v)
-            d += self.eps
             w -= g * self.lr / d
