@@ -168,7 +168,7 @@ def main(argv=None):
 
     q = sub.add_parser('demo', help='the bundled digits example: prepare, train, export')
     q.add_argument('--out', default=os.path.join('build', 'digits'))
-    q.add_argument('--board', default='esp32')
+    q.add_argument('--board', default='rp2040')
     q.add_argument('--epochs', type=int, default=5)
     q.add_argument('--python', action='store_true')
     q.set_defaults(fn=cmd_demo)

@@ -83,9 +83,9 @@ def main(cfg_path='train.json'):
     tr.save_weights(files['out'])
     print('saved %s' % files['out'])
     try:
-        import micropython
-        print('peak heap %d' % micropython.mem_peak())
-    except (ImportError, AttributeError):
+        gc.collect()
+        print('heap in use after training %d B' % gc.mem_alloc())
+    except AttributeError:
         pass
 
 
