@@ -229,3 +229,29 @@ def test_digits_example_reaches_90_percent_on_the_simulated_board(tmp_path):
     assert 'exported model under ONERT inference: test accuracy' in r.stdout
     hits, n = r.stdout.split('test accuracy ')[-1].split('(')[1].split(')')[0].split('/')
     assert abs(int(hits) / int(n) - log[-1][4]) < 1e-6   # the exported model is the trained one
+
+
+def _has_ulab():
+    if not MP:
+        return False
+    r = subprocess.run([MP, '-c', 'import ulab'], capture_output=True)
+    return r.returncode == 0
+
+
+@pytest.mark.skipif(not _has_ulab(), reason='$MICROPYTHON has no ulab (build one with '
+                    'ULAB_MAX_DIMS=2 and float32 to run this)')
+def test_real_ulab_runs_the_same_code(tmp_path):
+    """With real ulab the same micro/ code picks ulab and trains to CPython's losses."""
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    logs = {}
+    for name, py in (('ulab', False), ('py', True)):
+        out = str(tmp_path / name)
+        prepare(model, out, data=blobs(tmp_path), test_split=0.25, loss='scce',
+                optimizer='adam', lr=0.02, batch=2, epochs=2)
+        code, text = runner.run(out, board='esp32', python=py, stream=False)
+        assert code == 0, text
+        logs[name] = np.array(read_log(os.path.join(out, 'train.log')))[:, 1:5]
+    r = subprocess.run([MP, '-c', 'from utrain import xnp; print(xnp.BACKEND, xnp.FSIZE)'],
+                       capture_output=True, text=True, env=dict(os.environ, MICROPYPATH=os.path.join(ROOT, 'micro')))
+    assert r.stdout.split() == ['ulab', '4'], r.stdout + r.stderr
+    np.testing.assert_allclose(logs['ulab'][1:], logs['py'][1:], rtol=1e-4)
