@@ -4,7 +4,9 @@ back (tests, `inspect` of a prepared folder).
 """
 from __future__ import annotations
 
+import os
 import struct
+import sys
 
 import numpy as np
 
@@ -12,17 +14,11 @@ from .circle_io import Graph, atomic_write
 from .optable import SPECS
 from .passes import Plan, device_shape
 
-MAGIC = b'UTFM'
-VERSION = 1
-HDR = '<4sHHHHHBBII8x'
-SETTINGS = '<BBBBBBHHHIffffff'
-TENSOR = '<BBHIII'
-ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
-SAVE = 1
-NO_USE = 0xFFFF
-LOSSES = ('mse', 'mae', 'cce', 'scce', 'bce')
-OPTIMIZERS = ('sgd', 'adam', 'rmsprop')
-METRICS = ('accuracy', 'mae')
+# The layout constants have one home: the device's reader.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro'))
+from utrain.model import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, ACT, CONST, TRAIN,  # noqa: E402
+                          UNUSED, SAVE, NO_USE, LOSSES, OPTIMIZERS, METRICS)
+
 REDUCTIONS = ('mean', 'sum')
 
 DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',

@@ -203,6 +203,19 @@ class _Tab:
         return [self.tab.Get(N.Int32Flags, start + 4 * i) for i in range(length)]
 
 
+def _union(rd, root, type_field, tab_field, name, union, names, expected, owner, what):
+    """(type, table) of a union field, checked against the enum value it belongs to."""
+    kind = root.scalar(type_field, N.Uint8Flags, 0, name + '_type')
+    if kind not in names:
+        rd.fail('unknown %s type %d' % (union, kind))
+    tab = root.subtable(tab_field, name)
+    if kind and tab is None:
+        rd.fail('%s_type is %s but the options table is missing' % (name, names[kind]))
+    if kind and kind != expected:
+        rd.fail('%s but %s are %s' % (owner, what, names[kind]))
+    return kind, tab
+
+
 def parse_traininfo(buf, where=METADATA_NAME):
     """Decode a CIRCLE_TRAINING (circle.ModelTraining) flatbuffer into a dict.
 
@@ -235,16 +248,9 @@ def parse_traininfo(buf, where=METADATA_NAME):
     # optimizer + its options union
     opt = enum(_F_OPTIMIZER, _OPTIMIZERS, 'Optimizer')
     out['optimizer'] = opt
-    opt_type = root.scalar(_F_OPT_TYPE, N.Uint8Flags, 0, 'optimizer_opt_type')
-    if opt_type not in _OPT_UNION_NAMES:
-        rd.fail('unknown OptimizerOptions type %d' % opt_type)
-    opt_tab = root.subtable(_F_OPT, 'optimizer_opt')
-    if opt_type and opt_tab is None:
-        rd.fail('optimizer_opt_type is %s but the options table is missing'
-                % _OPT_UNION_NAMES[opt_type])
-    if opt_type and opt_type != _OPT_UNION[opt]:
-        rd.fail('optimizer is %s but optimizer options are %s'
-                % (opt.upper(), _OPT_UNION_NAMES[opt_type]))
+    opt_type, opt_tab = _union(rd, root, _F_OPT_TYPE, _F_OPT, 'optimizer_opt', 'OptimizerOptions',
+                               _OPT_UNION_NAMES, _OPT_UNION[opt], 'optimizer is ' + opt.upper(),
+                               'optimizer options')
     if opt_type:
         F = N.Float32Flags
         out['lr'] = _f32(opt_tab.scalar(0, F, 0.0, 'learning_rate'))
@@ -256,16 +262,9 @@ def parse_traininfo(buf, where=METADATA_NAME):
     # loss function + its options union
     loss = enum(_F_LOSSFN, _LOSSES, 'LossFn')
     out['loss'] = loss
-    loss_type = root.scalar(_F_LOSS_TYPE, N.Uint8Flags, 0, 'lossfn_opt_type')
-    if loss_type not in _LOSS_UNION_NAMES:
-        rd.fail('unknown LossFnOptions type %d' % loss_type)
-    loss_tab = root.subtable(_F_LOSS, 'lossfn_opt')
-    if loss_type and loss_tab is None:
-        rd.fail('lossfn_opt_type is %s but the options table is missing'
-                % _LOSS_UNION_NAMES[loss_type])
-    if loss_type and loss_type != _LOSS_UNION[loss]:
-        rd.fail('loss function is %s but loss options are %s'
-                % (loss, _LOSS_UNION_NAMES[loss_type]))
+    loss_type, loss_tab = _union(rd, root, _F_LOSS_TYPE, _F_LOSS, 'lossfn_opt', 'LossFnOptions',
+                                 _LOSS_UNION_NAMES, _LOSS_UNION[loss], 'loss function is ' + loss,
+                                 'loss options')
     if loss_type and loss in ('scce', 'cce'):
         out['from_logits'] = bool(loss_tab.scalar(0, N.Uint8Flags, 0, 'from_logits'))
 
