@@ -62,7 +62,7 @@ def cmd_prepare(a):
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
           f'{s["backward_ops"]} backward ops, {s["saved_activations"]} saved activations')
-    print(f'  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
+    print('  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
     print(f'  {st["loss"]} ({st["reduction"]}{", from logits" if st["from_logits"] else ""}), '
           f'{st["optimizer"]} lr {st["lr"]:g}, batch {st["batch"]}, {st["epochs"]} epochs, '
           f'metric {st["metric"]}')

@@ -10,7 +10,7 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
-from .passes import PrepareError, plan as make_plan, device_shape
+from .passes import PrepareError, plan as make_plan
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
 
@@ -33,7 +33,9 @@ def metadata_settings(g) -> dict:
         if info.get(k):
             out[k] = info[k]
     if info.get('trainable_ops'):
-        out['train'] = list(info['trainable_ops'])
+        # ONERT turns the list into num_of_trainable_ops: everything from the lowest
+        # listed op to the end trains
+        out['train'] = 'last:%d' % (len(g.ops) - min(info['trainable_ops']))
     return out
 
 

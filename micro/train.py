@@ -46,6 +46,9 @@ def main(cfg_path='train.json'):
     if run.get('resume') and ckpt and exists(ckpt):
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d' % (ckpt, tr.epoch))
+    if not files.get('train'):
+        print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
+        return
     train = Dataset(files['train'])
     test = Dataset(files['test']) if files.get('test') else None
     metric = c['metric']

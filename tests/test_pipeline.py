@@ -14,7 +14,6 @@ sys.path.insert(0, ROOT)
 
 from host_tools.circle_build import CircleBuilder  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
 from host_tools import runner  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
@@ -101,13 +100,14 @@ def test_prepare_takes_defaults_from_circle_training_metadata(tmp_path):
     b.outputs(idx[g.outputs[0]])
     b.metadata('CIRCLE_TRAINING', build_traininfo(
         {'optimizer': 'adam', 'lr': 0.002, 'loss': 'cce', 'reduction': 'sum', 'epochs': 7,
-         'batch': 5}))
+         'batch': 5, 'trainable_ops': [1, 2]}))
     b.save(str(tmp_path / 'meta.circle'))
     s = prepare(str(tmp_path / 'meta.circle'), str(tmp_path / 'o'), lr=0.003)
     st = s['settings']
     assert (st['optimizer'], st['loss'], st['reduction'], st['epochs'], st['batch']) == \
         ('adam', 'cce', 'sum', 7, 5)
     assert abs(st['lr'] - 0.003) < 1e-9          # the command line wins
+    assert sorted(s['trainable']) == ['b2', 'w2']   # ONERT: ops 1.. train
 
 
 @pytest.mark.parametrize('case', ['unsupported', 'batch', 'dtype', 'missing', 'garbage',

@@ -4,7 +4,6 @@
 #   tr.train_epoch(Dataset('train.ds')); tr.evaluate(Dataset('test.ds'))
 #   tr.save_checkpoint('checkpoint.ckpt'); tr.save_weights('trained.wof')
 #   tr.predict(x)                                          # inference, current weights
-from struct import pack, unpack
 from utrain.xnp import zeros, as2d
 from utrain.model import Net, LOSSES, OPTIMIZERS, METRICS
 from utrain.losses import loss as _loss, metric as _metric
