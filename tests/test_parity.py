@@ -33,11 +33,11 @@ for _p in (ROOT, _HERE, MICRO):
 from host_tools.circle_build import CircleBuilder  # noqa: E402
 from host_tools.circle_io import read_model, tensor_data, write_with_weights  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
-from host_tools.runner import run  # noqa: E402
+from host_tools.runner import find_micropython, run  # noqa: E402
 from host_tools.wof import read_wof  # noqa: E402
 from onert_ref import build_mlp, onert_infer, onert_train  # noqa: E402
 
-MICROPYTHON = shutil.which(os.environ.get("MICROPYTHON", "micropython"))
+MICROPYTHON = find_micropython()
 needs_mp = pytest.mark.skipif(MICROPYTHON is None, reason="unix micropython not found")
 BACKENDS = ["cpython", pytest.param("micropython", marks=needs_mp)]
 

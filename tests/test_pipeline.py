@@ -2,7 +2,6 @@
 board under unix MicroPython and CPython, export; the digits example's accuracy."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ from host_tools.prepare import prepare  # noqa: E402
 from host_tools import runner  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
-MP = shutil.which(os.environ.get('MICROPYTHON') or 'micropython')
+MP = runner.find_micropython()
 needs_mp = pytest.mark.skipif(not MP, reason='no MicroPython binary')
 
 
