@@ -17,9 +17,8 @@ from .passes import Plan, device_shape
 # The layout constants have one home: the device's reader.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro'))
 from utrain.model import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, ACT, CONST, TRAIN,  # noqa: E402
-                          UNUSED, SAVE, NO_USE, LOSSES, OPTIMIZERS, METRICS)
-
-REDUCTIONS = ('mean', 'sum')
+                          UNUSED, SAVE, NO_USE, LOSSES, OPTIMIZERS, METRICS, REDUCTIONS,
+                          settings_dict)
 
 DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',
                 metric='accuracy', shuffle=False, batch=1, epochs=1, seed=0, lr=0.01,
@@ -35,11 +34,7 @@ def pack_settings(s: dict) -> bytes:
 
 
 def unpack_settings(b: bytes) -> dict:
-    v = struct.unpack(SETTINGS, b)
-    return dict(loss=LOSSES[v[0]], reduction=REDUCTIONS[v[1]], from_logits=bool(v[2]),
-                optimizer=OPTIMIZERS[v[3]], metric=METRICS[v[4]], shuffle=bool(v[5]),
-                batch=v[6], epochs=v[7], seed=v[9], lr=v[10], momentum=v[11], beta1=v[12],
-                beta2=v[13], eps=v[14], rho=v[15])
+    return settings_dict(struct.unpack(SETTINGS, b))
 
 
 def tensor_kinds(g: Graph, plan: Plan) -> list[int]:

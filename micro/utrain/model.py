@@ -16,6 +16,15 @@ NO_USE = 0xFFFF
 LOSSES = ('mse', 'mae', 'cce', 'scce', 'bce')
 OPTIMIZERS = ('sgd', 'adam', 'rmsprop')
 METRICS = ('accuracy', 'mae')
+REDUCTIONS = ('mean', 'sum')
+
+
+def settings_dict(s):
+    """The unpacked SETTINGS tuple as named training settings."""
+    return {'loss': LOSSES[s[0]], 'reduction': REDUCTIONS[s[1]], 'from_logits': bool(s[2]),
+            'optimizer': OPTIMIZERS[s[3]], 'metric': METRICS[s[4]], 'shuffle': bool(s[5]),
+            'batch': s[6], 'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
+            'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15]}
 
 # circle builtin code -> kernel module; imported only when a model uses it
 KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
@@ -60,7 +69,7 @@ class Net:
         if real != size:
             raise ModelError('%s: %d bytes, header says %d (truncated or padded)' % (name, real, size))
         f.seek(32)
-        self.settings = unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings'))
+        self.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
         io = unpack('<%dH' % (nin + nout), _read(f, 2 * (nin + nout), name, 'inputs/outputs'))
         self.inputs, self.outputs = io[:nin], io[nin:]
         kinds = bytearray(nt)
@@ -98,7 +107,7 @@ class Net:
             if oi >= nops:
                 raise ModelError('%s: backward entry %d names op %d, model has %d' % (name, i, oi, nops))
             bwd.append((oi, fl))
-        self.kinds, self.sflags, self.shape = kinds, sflags, shape
+        self.shape = shape
         self.ops, self.mods, self.bwd = ops, mods, bwd
         # what to drop after each op: inference frees every dead tensor, training
         # keeps those the backward pass reads (flag SAVE)

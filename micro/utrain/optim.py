@@ -21,10 +21,11 @@ class Optimizer:
         self.v = {}
 
     def init(self, k, shape):
-        """Create the state of weight tensor k."""
-        if self.kind == 'adam' or (self.kind == 'sgd' and self.momentum):
+        """Create whatever state weight tensor k lacks under the current settings
+        (so turning SGD momentum on later adds its velocity, keeping the rest)."""
+        if k not in self.m and (self.kind == 'adam' or (self.kind == 'sgd' and self.momentum)):
             self.m[k] = zeros(shape)
-        if self.kind in ('adam', 'rmsprop'):
+        if k not in self.v and self.kind in ('adam', 'rmsprop'):
             self.v[k] = zeros(shape)
 
     def begin(self):

@@ -17,12 +17,7 @@ class Trainer:
         net = self.net = Net(model)
         if weights:
             net.load_weights(weights)
-        s = net.settings
-        self.cfg = {'loss': LOSSES[s[0]], 'reduction': ('mean', 'sum')[s[1]],
-                    'from_logits': bool(s[2]), 'optimizer': OPTIMIZERS[s[3]],
-                    'metric': METRICS[s[4]], 'shuffle': bool(s[5]), 'batch': s[6],
-                    'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
-                    'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15]}
+        self.cfg = dict(net.settings)
         self.epoch = 0
         self.configure(**settings)
 
@@ -39,18 +34,13 @@ class Trainer:
         if int(c['batch']) < 1:
             raise ValueError('batch must be at least 1')
         net = self.net
-        old = getattr(self, 'opt', None)
-        if old is None or old.kind != c['optimizer']:
-            self.opt = Optimizer(c['optimizer'])
-            for k in net.trainable:
-                self.opt.init(k, net.shape[k])
-        o = self.opt
+        o = getattr(self, 'opt', None)
+        if o is None or o.kind != c['optimizer']:
+            o = self.opt = Optimizer(c['optimizer'])
         o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
             c['lr'], c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
-        if o.kind == 'sgd' and o.momentum:
-            for k in net.trainable:
-                if k not in o.m:
-                    o.m[k] = zeros(net.shape[k])
+        for k in net.trainable:
+            o.init(k, net.shape[k])
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0
@@ -109,44 +99,36 @@ class Trainer:
         return self.net.output()
 
     # -- datasets ----------------------------------------------------------
-    def _buffers(self, ds):
+    def _pass(self, ds, step, idx=None, progress=None):
+        # every sample of ds through step(); mean (loss, metric)
         ds.check(self.x_shape, self.y_shape)
-        return zeros(self.x_shape), zeros(self.y_shape)
-
-    def train_epoch(self, ds, progress=None):
-        """One pass over a Dataset; returns mean (loss, metric) over its samples.
-        progress(i, n, loss_sum, metric_sum) is called after each sample."""
-        c = self.cfg
-        x, y = self._buffers(ds)
-        seed = c['seed'] if c['shuffle'] else None
+        x, y = zeros(self.x_shape), zeros(self.y_shape)
         ls = ms = 0.0
-        idx = order(ds.n, seed, self.epoch)
         n = ds.n
         for i in range(n):
             ds.read(idx[i] if idx else i, x, y)
             self.net.set_input(x)
             self.target = y
-            l, m = self.train_step()
+            l, m = step()
             ls += l
             ms += m
             if progress:
                 progress(i + 1, n, ls, ms)
+        return ls / max(n, 1), ms / max(n, 1)
+
+    def train_epoch(self, ds, progress=None):
+        """One pass over a Dataset; returns mean (loss, metric) over its samples.
+        progress(i, n, loss_sum, metric_sum) is called after each sample."""
+        c = self.cfg
+        idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
+        r = self._pass(ds, self.train_step, idx, progress)
         self.apply()
         self.epoch += 1
-        return ls / max(n, 1), ms / max(n, 1)
+        return r
 
     def evaluate(self, ds):
         """Mean (loss, metric) over a Dataset, weights unchanged."""
-        x, y = self._buffers(ds)
-        ls = ms = 0.0
-        for i in range(ds.n):
-            ds.read(i, x, y)
-            self.net.set_input(x)
-            self.target = y
-            l, m = self.eval_step()
-            ls += l
-            ms += m
-        return ls / max(ds.n, 1), ms / max(ds.n, 1)
+        return self._pass(ds, self.eval_step)
 
     # -- files -------------------------------------------------------------
     def weights(self):
