@@ -12,7 +12,7 @@ import numpy as np
 
 from .circle_io import Graph, atomic_write
 from .optable import SPECS
-from .passes import Plan, device_shape
+from .passes import Plan, device_shapes
 
 # The layout constants have one home: the device's reader.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro'))
@@ -41,9 +41,7 @@ def tensor_kinds(g: Graph, plan: Plan) -> list[int]:
     """Device kind per tensor: trainable, frozen constant, activation, or unused."""
     used = set()
     for op in g.ops:
-        for pos, k in enumerate(op.inputs):
-            if k >= 0 and not (op.name == 'RESHAPE' and pos == 1):
-                used.add(k)
+        used.update(k for k in SPECS[op.name].inputs(op) if k >= 0)
         used.update(op.outputs)
     used.update(g.inputs)
     kinds = []
@@ -70,9 +68,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
     ops = bytearray()
     for op in g.ops:
         spec = SPECS[op.name]
-        ins = list(op.inputs)
-        if op.name == 'RESHAPE':
-            ins = ins[:1]
+        ins = spec.inputs(op)
         opts = spec.options(op)
         ops += struct.pack('<BBBB', spec.code, len(ins), len(op.outputs), len(opts))
         ops += struct.pack(f'<{len(ins)}h', *ins)
@@ -84,8 +80,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
     tensors = bytearray()
     blobs = []
     pos = data_start
-    for t, kind in zip(g.tensors, kinds):
-        r, c = device_shape(t.shape)
+    for t, kind, (r, c) in zip(g.tensors, kinds, device_shapes(g)):
         off = 0
         if kind == CONST:
             blob = np.ascontiguousarray(t.data, dtype='<f4').tobytes()

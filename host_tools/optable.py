@@ -24,6 +24,20 @@ class OpSpec:
     options: Callable              # op -> list of floats for the device
     saves: Callable                # (op, flags) -> tensors the gradient reads
     data_inputs: tuple = (0,)      # input positions that carry activations
+    # input positions the device receives (None: all).  Constant index tensors (a
+    # RESHAPE's shape, a TRANSPOSE's perm, PAD's paddings...) are read on the host and
+    # go to the device as option floats instead.
+    device_inputs: tuple = None
+    # op -> {tensor index: (rows, cols)}: device shapes for tensors this op wants laid
+    # out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
+    # bytes, so .wof files stay onert-micro's; e.g. a conv weight as [O, KH*KW*I]).
+    shapes: Callable = None
+
+    def inputs(self, op):
+        """The op's input tensors as the device sees them."""
+        if self.device_inputs is None:
+            return list(op.inputs)
+        return [op.inputs[p] for p in self.device_inputs if p < len(op.inputs)]
 
 
 def _fused(op, where):
@@ -66,7 +80,9 @@ SPECS = {s.name: s for s in [
     OpSpec('LOGISTIC', 14, {}, _none, _out),
     OpSpec('TANH', 28, {}, _none, _out),
     OpSpec('SOFTMAX', 25, {}, lambda op: [float(op.options.get('beta', 1.0))], _out),
-    OpSpec('RESHAPE', 22, {}, _none, _none),
+    OpSpec('RESHAPE', 22, {}, _none, _none, device_inputs=(0,)),
 ]}
+
+# Each group of operators registers its specs here (one block per kernel module).
 
 SUPPORTED = sorted(SPECS)

@@ -19,10 +19,24 @@ class PrepareError(ValueError):
 
 
 def device_shape(shape):
-    """2-D shape a tensor has on the device: (product of leading dims, last dim)."""
+    """2-D shape a tensor has on the device: (product of leading dims, last dim).
+    An op may lay out its own parameters otherwise (OpSpec.shapes; device_shapes)."""
     shape = list(shape) or [1]
     rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     return rows, int(shape[-1])
+
+
+def device_shapes(g: Graph) -> list:
+    """The device's 2-D shape of every tensor: device_shape, unless the op that reads
+    it asks for another layout of the same bytes (OpSpec.shapes)."""
+    shapes = [device_shape(t.shape) for t in g.tensors]
+    for op in g.ops:
+        spec = SPECS.get(op.name)
+        if spec is not None and spec.shapes is not None:
+            for k, rc in spec.shapes(op).items():
+                assert rc[0] * rc[1] == shapes[k][0] * shapes[k][1], (op.index, k, rc)
+                shapes[k] = rc
+    return shapes
 
 
 def validate(g: Graph):
@@ -39,11 +53,10 @@ def validate(g: Graph):
     used = set()
     for op in g.ops:
         spec = SPECS[op.name]
+        dev = spec.inputs(op)
         for pos, k in enumerate(op.inputs):
-            if k < 0:
-                continue
-            if op.name == 'RESHAPE' and pos == 1:
-                continue                # the shape tensor: the device uses the output shape
+            if k < 0 or k not in dev:
+                continue                # read on the host (e.g. a RESHAPE's shape)
             used.add(k)
             if pos in spec.params and g.tensors[k].data is None:
                 raise PrepareError(f'{where}: op {op.index} {op.name} takes its {spec.params[pos]} '
