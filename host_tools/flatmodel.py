@@ -16,20 +16,20 @@ from .passes import Plan, device_shapes
 
 # The layout constants have one home: the device's reader.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro'))
-from utrain.model import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, ACT, CONST, TRAIN,  # noqa: E402
+from utrain.model import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK, ACT, CONST, TRAIN,  # noqa: E402
                           UNUSED, SAVE, NO_USE, LOSSES, OPTIMIZERS, METRICS, REDUCTIONS,
                           settings_dict)
 
 DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',
                 metric='accuracy', shuffle=False, batch=1, epochs=1, seed=0, lr=0.01,
-                momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7, rho=0.9)
+                momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7, rho=0.9, stream=False)
 
 
 def pack_settings(s: dict) -> bytes:
     return struct.pack(SETTINGS, LOSSES.index(s['loss']), REDUCTIONS.index(s['reduction']),
                        int(s['from_logits']), OPTIMIZERS.index(s['optimizer']),
                        METRICS.index(s['metric']), int(s['shuffle']), s['batch'], s['epochs'],
-                       0, s['seed'], s['lr'], s['momentum'], s['beta1'], s['beta2'], s['eps'],
+                       int(bool(s.get('stream'))), s['seed'], s['lr'], s['momentum'], s['beta1'], s['beta2'], s['eps'],
                        s['rho'])
 
 
@@ -75,6 +75,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
         ops += struct.pack(f'<{len(op.outputs)}h', *op.outputs)
         ops += struct.pack(f'<{len(opts)}f', *opts)
     bwd = b''.join(struct.pack('<HH', i, fl) for i, fl in plan.backward)
+    bwd += b''.join(struct.pack(RANK, k, ax, 0, lo, hi) for k, (ax, lo, hi) in sorted(plan.ranks.items()))
     data_start = table_at + 16 * nt + len(ops) + len(bwd)
     data_start += -data_start % 4
     tensors = bytearray()
@@ -95,7 +96,8 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
     body = bytes(head) + bytes(tensors) + bytes(ops) + bwd
     body += b'\0' * (data_start - 32 - len(body))
     header = struct.pack(HDR, MAGIC, VERSION, 1 if plan.backward else 0, nt, len(g.ops),
-                         len(plan.backward), len(g.inputs), len(g.outputs), data_start, pos)
+                         len(plan.backward), len(g.inputs), len(g.outputs), data_start, pos,
+                         len(plan.ranks))
     data = header + body + b''.join(blobs)
     assert len(data) == pos
     atomic_write(path, data)
@@ -107,7 +109,7 @@ def read_flat(path) -> dict:
     with open(path, 'rb') as f:
         data = f.read()
     try:
-        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size = struct.unpack_from(HDR, data)
+        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk = struct.unpack_from(HDR, data)
         if magic != MAGIC or ver != VERSION:
             raise ValueError(f'{path}: not a version-{VERSION} utrain flattened model')
         pos = 32
@@ -136,7 +138,12 @@ def read_flat(path) -> dict:
             pos += 4 * nopt
             ops.append((code, ins, outs, opts))
         bwd = [struct.unpack_from('<HH', data, pos + 4 * i) for i in range(nbwd)]
+        pos += 4 * nbwd
+        ranks = {}
+        for i in range(nrk):
+            k, ax, _, lo, hi = struct.unpack_from(RANK, data, pos + 12 * i)
+            ranks[k] = (ax, lo, hi)
     except struct.error as e:
         raise ValueError(f'{path}: truncated flattened model ({e})') from None
     return dict(settings=settings, inputs=io[:nin], outputs=io[nin:], tensors=tensors, ops=ops,
-                backward=bwd, size=size)
+                backward=bwd, ranks=ranks, size=size)

@@ -100,15 +100,75 @@ def parse_train(spec, n_ops: int) -> set:
     raise PrepareError(f'--train {spec!r}: expected all, none or last:N')
 
 
-def select_trainable(g: Graph, ops: set):
-    """The parameter tensors of the trainable ops -> {tensor: (op index, 'weight'|'bias')}."""
+# Sparse update: how much of an op trains.  onert-micro's training-config codes are
+# 0 ALL, 1 ONLY_BIAS, 2 UP_1_2_PART (output channels [0, O/2)), 3 LOWER_1_2_PART
+# ([O/2, O)); utrain adds the first 1/4 and 1/8 of the output channels (4, 5).
+RANKS = {'all': 0, 'bias': 1, 'up': 2, 'low': 3, '1/4': 4, '1/8': 5}
+RANKS['1/2'] = RANKS['up']
+RANK_NAMES = {v: k for k, v in RANKS.items() if k != '1/2'}
+
+
+def parse_ranks(text, n_ops: int) -> dict:
+    """'OP:RANK,OP:RANK' (RANK: all, bias, 1/2, 1/4, 1/8, up, low; OP an op index or
+    last:N for the last N ops) -> {op index: rank code}."""
+    out = {}
+    for item in filter(None, (text or '').split(',')):
+        op, _, rank = item.strip().rpartition(':')
+        if rank not in RANKS or not op:
+            raise PrepareError(f'--ranks {item!r}: expected OP:RANK with RANK one of '
+                               f'{", ".join(RANKS)}')
+        try:
+            ops = parse_train(op, n_ops) if op.startswith('last:') else parse_train([int(op)], n_ops)
+        except ValueError as e:
+            raise PrepareError(f'--ranks {item!r}: {e}') from None
+        for i in ops:
+            out[i] = RANKS[rank]
+    return out
+
+
+def channel_range(rank: int, n: int):
+    """Output channels [lo, hi) that train under rank for an op with n of them."""
+    if rank == 2:
+        return 0, n // 2
+    if rank == 3:
+        return n // 2, n
+    if rank in (4, 5):
+        return 0, max(1, n // (4 if rank == 4 else 8))
+    return 0, n
+
+
+def select_trainable(g: Graph, ops: set, ranks: dict = None):
+    """The parameter tensors of the trainable ops -> {tensor: (op index, 'weight'|'bias')}.
+    ranks {op: code}: ONLY_BIAS leaves the op's weight frozen."""
     params = {}
     for i in sorted(ops):
         op = g.ops[i]
         for pos, role in SPECS[op.name].params.items():
+            if (ranks or {}).get(i) == 1 and role == 'weight':
+                continue
             if pos < len(op.inputs) and op.inputs[pos] >= 0:
                 params[op.inputs[pos]] = (i, role)
     return params
+
+
+def rank_ranges(g: Graph, params: dict, ranks: dict) -> dict:
+    """{tensor: (axis, lo, hi)} for parameters that train only some output channels:
+    a weight's rows on the device ([O, ...]), a bias's columns ([1, O])."""
+    shapes = device_shapes(g)
+    out = {}
+    for k, (i, role) in params.items():
+        r = (ranks or {}).get(i, 0)
+        if r < 2:
+            continue
+        axis = 0 if role == 'weight' else 1
+        n = shapes[k][axis]
+        lo, hi = channel_range(r, n)
+        if hi - lo < 1:
+            raise PrepareError(f'op {i} {g.ops[i].name}: rank {RANK_NAMES[r]} of {n} output '
+                               'channels leaves none to train')
+        if (lo, hi) != (0, n):
+            out[k] = (axis, lo, hi)
+    return out
 
 
 def derive_backward(g: Graph, params: dict):
@@ -144,6 +204,8 @@ class Plan:
     backward: list                   # [(op index, flags)]
     saved: set = field(default_factory=set)
     last_use: dict = field(default_factory=dict)
+    ranks: dict = field(default_factory=dict)       # tensor -> (axis, lo, hi)
+    op_ranks: dict = field(default_factory=dict)    # op -> rank code (as asked)
 
 
 def plan_memory(g: Graph, trainable_ops, params, backward) -> Plan:
@@ -163,8 +225,14 @@ def plan_memory(g: Graph, trainable_ops, params, backward) -> Plan:
     return Plan(trainable_ops, params, backward, saved, last)
 
 
-def plan(g: Graph, train='all') -> Plan:
+def plan(g: Graph, train='all', ranks=None) -> Plan:
+    """ranks: {op index: rank code}; the ops it lists train too (with that rank)."""
     validate(g)
     ops = parse_train(train, len(g.ops))
-    params = select_trainable(g, ops)
-    return plan_memory(g, ops, params, derive_backward(g, params))
+    ranks = dict(ranks or {})
+    ops |= set(ranks)
+    params = select_trainable(g, ops, ranks)
+    p = plan_memory(g, ops, params, derive_backward(g, params))
+    p.ranks = rank_ranges(g, params, ranks)
+    p.op_ranks = {i: ranks.get(i, 0) for i in ops}
+    return p

@@ -1,13 +1,16 @@
 # The flattened model (docs/flat-model.md) and the engine that runs it:
 # forward, backward over the host-derived backward list, weight-gradient sums.
 # The file is parsed while streaming: only the small tables are read as bytes;
-# constant data goes straight from the file into preallocated arrays.
+# constant data goes straight from the file into preallocated arrays, or, when the
+# model was prepared with --stream, stays in the file and is read into a few reused
+# buffers just before the op that needs it (frozen weights live on flash, not heap).
 from struct import unpack, calcsize
-from utrain.xnp import zeros, readinto
+from utrain.xnp import zeros, readinto, buffer, view
 
 MAGIC = b'UTFM'
 VERSION = 1
-HDR = '<4sHHHHHBBII8x'
+HDR = '<4sHHHHHBBIIH6x'
+RANK = '<HBBII'
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
 ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
@@ -24,7 +27,7 @@ def settings_dict(s):
     return {'loss': LOSSES[s[0]], 'reduction': REDUCTIONS[s[1]], 'from_logits': bool(s[2]),
             'optimizer': OPTIMIZERS[s[3]], 'metric': METRICS[s[4]], 'shuffle': bool(s[5]),
             'batch': s[6], 'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
-            'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15]}
+            'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15], 'stream': bool(s[8] & 1)}
 
 # circle builtin code -> kernel module; imported only when a model uses it
 KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
@@ -59,7 +62,7 @@ class Net:
 
     def _load(self, f, name):
         h = _read(f, 32, name, 'header')
-        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size = unpack(HDR, h)
+        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk = unpack(HDR, h)
         if magic != MAGIC:
             raise ModelError('%s: not a utrain flattened model (magic %r, want %r)' % (name, magic, MAGIC))
         if ver != VERSION:
@@ -107,6 +110,13 @@ class Net:
             if oi >= nops:
                 raise ModelError('%s: backward entry %d names op %d, model has %d' % (name, i, oi, nops))
             bwd.append((oi, fl))
+        # sparse update: tensor -> (axis, lo, hi), the output channels that train
+        self.rank = rank = {}
+        for i in range(nrk):
+            k, ax, _, lo, hi = unpack(RANK, _read(f, 12, name, 'rank table'))
+            if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][1 - ax]:
+                raise ModelError('%s: bad rank entry %d (tensor %d)' % (name, i, k))
+            rank[k] = (ax, lo, hi)
         self.shape = shape
         self.ops, self.mods, self.bwd = ops, mods, bwd
         # what to drop after each op: inference frees every dead tensor, training
@@ -121,12 +131,57 @@ class Net:
                     ft[last[k]].append(k)
         self.free_infer, self.free_train = fi, ft
         self.t = t = [None] * nt
-        for k in sorted(offs):
-            f.seek(offs[k])
-            t[k] = readinto(f, zeros(shape[k]), name)
+        self.stream = None
+        if self.settings['stream']:
+            self._plan_stream(offs)
+        else:
+            for k in sorted(offs):
+                f.seek(offs[k])
+                t[k] = readinto(f, zeros(shape[k]), name)
         self.trainable = [k for k in range(nt) if kinds[k] == TRAIN]
         self.acc = {}
         self.g = {}
+        # batch 1: the Trainer's upd(k, g) / upd_row(k, r, g) apply each gradient at
+        # once (g in state_shape(k) / row r of it) instead of summing it
+        self.upd = self.upd_row = None
+
+    def _plan_stream(self, offs):
+        # per op: [(tensor, slot)]; slot j is one buffer as large as the largest j-th
+        # constant input of any op, reused by every op
+        sz = []
+        self.stream = st = []
+        for code, ins, outs, opts in self.ops:
+            mine = []
+            for k in ins:
+                if k in offs:
+                    j = len(mine)
+                    n = self.shape[k][0] * self.shape[k][1]
+                    if j == len(sz):
+                        sz.append(n)
+                    elif sz[j] < n:
+                        sz[j] = n
+                    mine.append((k, j))
+            st.append(mine)
+        self.slots = [buffer(n) for n in sz]
+        self.soff = offs
+
+    def fetch(self, i):
+        # read op i's constant inputs from the model file into the slot buffers
+        t = self.t
+        sh = self.shape
+        f = None
+        for k, j in self.stream[i]:
+            if f is None:
+                f = open(self.path, 'rb')
+            f.seek(self.soff[k])
+            t[k] = readinto(f, view(self.slots[j], sh[k]), self.path)
+        if f is not None:
+            f.close()
+
+    def drop(self, i):
+        t = self.t
+        for k, j in self.stream[i]:
+            t[k] = None
 
     def load_weights(self, path):
         """Load the trainable tensors from a .wof file (onert-micro layout)."""
@@ -154,9 +209,13 @@ class Net:
     def forward(self, train=False):
         t = self.t
         free = self.free_train if train else self.free_infer
-        ops, mods = self.ops, self.mods
+        ops, mods, st = self.ops, self.mods, self.stream
         for i in range(len(ops)):
+            if st:
+                self.fetch(i)
             mods[i].forward(self, ops[i])
+            if st:
+                self.drop(i)
             for k in free[i]:
                 t[k] = None
 
@@ -164,12 +223,16 @@ class Net:
         """Run the backward list from dL/d(output); adds into the weight-gradient sums."""
         g = self.g
         g[self.outputs[0]] = dy
-        ops, mods = self.ops, self.mods
+        ops, mods, st = self.ops, self.mods, self.stream
         for oi, fl in self.bwd:
             op = ops[oi]
             d = g.pop(op[2][0], None)
             if d is not None:
+                if st:
+                    self.fetch(oi)
                 mods[oi].backward(self, op, d, fl)
+                if st:
+                    self.drop(oi)
         g.clear()
 
     def add_grad(self, k, d):
@@ -178,13 +241,39 @@ class Net:
         self.g[k] = d if old is None else old + d
 
     def wgrad(self, k):
-        """The gradient sum of weight tensor k (created on first use)."""
+        """The gradient sum of weight tensor k's training rows (created on first use;
+        its shape is state_shape(k))."""
         a = self.acc.get(k)
         if a is None:
-            a = self.acc[k] = zeros(self.shape[k])
+            a = self.acc[k] = zeros(self.state_shape(k))
         return a
 
+    def state_shape(self, k):
+        """Shape of k's gradient and optimizer state: the whole tensor, or its
+        training output channels (rank)."""
+        r = self.rank.get(k)
+        if r is None:
+            return self.shape[k]
+        ax, lo, hi = r
+        return (hi - lo, self.shape[k][1]) if ax == 0 else (self.shape[k][0], hi - lo)
+
+    def rows(self, k):
+        """The rows lo:hi of weight k that train (its output channels)."""
+        r = self.rank.get(k)
+        if r is None or r[0]:
+            return 0, self.shape[k][0]
+        return r[1], r[2]
+
     def add_wgrad(self, k, d):
+        """Weight gradient d (whole tensor shape) of k: applied at once (batch 1)
+        or added into its sum, restricted to k's training channels."""
+        r = self.rank.get(k)
+        if r is not None:
+            ax, lo, hi = r
+            d = d[lo:hi] if ax == 0 else d[:, lo:hi]
+        if self.upd is not None:
+            self.upd(k, d)
+            return
         a = self.wgrad(k)
         a += d
 

@@ -47,6 +47,12 @@ class Optimizer:
             self._row(w[r], g[r], m[r] if m is not None else None,
                       v[r] if v is not None else None, scale)
 
+    def step_row(self, k, r, w, g):
+        """Update row r of k's state and the weight row w from its gradient g."""
+        m = self.m.get(k)
+        v = self.v.get(k)
+        self._row(w, g, m[r] if m is not None else None, v[r] if v is not None else None, 1.0)
+
     def _row(self, w, g, m, v, scale):
         kind = self.kind
         if kind == 'sgd':

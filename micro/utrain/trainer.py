@@ -40,7 +40,13 @@ class Trainer:
         o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
             c['lr'], c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
         for k in net.trainable:
-            o.init(k, net.shape[k])
+            o.init(k, net.state_shape(k))
+        # batch 1: each weight gradient updates its weight as soon as it is complete
+        # (no gradient sums are kept); larger batches sum them until apply()
+        self.now = None
+        if int(c['batch']) == 1:
+            self.now = (self._upd, self._upd_row)
+            net.acc.clear()
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0
@@ -66,11 +72,34 @@ class Trainer:
         net.forward(True)
         y, (l, dy) = self._out()
         m = _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
+        if self.now is not None:
+            self.opt.begin()
+            net.upd, net.upd_row = self.now
+            try:
+                net.backward(dy)
+            finally:
+                net.upd = net.upd_row = None
+            return l, m
         net.backward(dy)
         self.pending += 1
         if self.pending >= c['batch']:
             self.apply()
         return l, m
+
+    def _w(self, k):
+        # the part of weight k that trains (a view)
+        net = self.net
+        w = net.t[k]
+        r = net.rank.get(k)
+        if r is None:
+            return w
+        return w[r[1]:r[2]] if r[0] == 0 else w[:, r[1]:r[2]]
+
+    def _upd(self, k, g):
+        self.opt.step(k, self._w(k), g)
+
+    def _upd_row(self, k, r, g):
+        self.opt.step_row(k, r, self._w(k)[r], g)
 
     def eval_step(self):
         c = self.cfg
@@ -88,7 +117,7 @@ class Trainer:
         for k in net.trainable:
             g = net.acc.get(k)
             if g is not None:
-                opt.step(k, net.t[k], g, scale)
+                opt.step(k, self._w(k), g, scale)
         net.zero_grads()
         self.pending = 0
 
@@ -146,7 +175,8 @@ class Trainer:
     def load_checkpoint(self, path='checkpoint.ckpt'):
         net = self.net
         shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
-        w, m, v, step, epoch, extra = wof.load_checkpoint(path, len(net.t), shapes)
+        state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
+        w, m, v, step, epoch, extra = wof.load_checkpoint(path, len(net.t), shapes, state)
         for k in net.trainable:
             if k not in w:
                 raise ValueError('%s: no weights for trainable tensor %d' % (path, k))

@@ -106,8 +106,10 @@ def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
     _replace(tmp, path)
 
 
-def load_checkpoint(path, n, shapes):
-    """Return (weights, m, v, step, epoch, extra); each table {k: array}."""
+def load_checkpoint(path, n, shapes, state=None):
+    """Return (weights, m, v, step, epoch, extra); each table {k: array}.
+    shapes[k]: weight k's shape (None: k does not train); state[k]: its m and v
+    shape when that differs (a sparse update keeps state for some channels only)."""
     with open(path, 'rb') as f:
         size = _size(f)
         h = f.read(20)
@@ -121,7 +123,7 @@ def load_checkpoint(path, n, shapes):
         if not 20 + 4 * n <= oo <= size - 8:
             raise FormatError('%s: counters offset %d out of range' % (path, oo))
         out = []
-        for at in (20, mo, vo):
+        for at, sh in ((20, shapes), (mo, state or shapes), (vo, state or shapes)):
             tab = {}
             if at:
                 if not 20 <= at <= oo:
@@ -129,9 +131,9 @@ def load_checkpoint(path, n, shapes):
                 offs = _table(f, path, n, at, size)
                 for k in range(n):
                     if offs[k]:
-                        if shapes[k] is None:
+                        if sh[k] is None:
                             raise FormatError('%s: has data for tensor %d, which does not train' % (path, k))
-                        r, c = shapes[k]
+                        r, c = sh[k]
                         if offs[k] + 4 * r * c > oo:
                             raise FormatError('%s: data of tensor %d runs past its table' % (path, k))
                         f.seek(offs[k])

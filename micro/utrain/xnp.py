@@ -52,6 +52,21 @@ def zeros(shape):
     return np.zeros(shape, dtype=FLOAT)
 
 
+def buffer(n):
+    """Storage for up to n floats, for view(); reused by streamed constants."""
+    if BACKEND == 'fallback':
+        return np.zeros(n)._d
+    return bytearray(FSIZE * n)
+
+
+def view(buf, shape):
+    """A float array of shape over the start of buffer(n) storage (no copy)."""
+    n = shape[0] * shape[1]
+    if BACKEND == 'fallback':
+        return np.ndarray(buf, shape, (shape[1], 1), 0, FLOAT)
+    return np.frombuffer(buf, dtype=FLOAT, count=n).reshape(shape)
+
+
 def _raw(a):
     # writable buffer over a's float32 storage, or None when a needs conversion
     if FSIZE != 4:
@@ -60,8 +75,11 @@ def _raw(a):
         return memoryview(a).cast('B')
     if BACKEND == 'ulab':
         return a.tobytes()          # ulab: shares memory with the array
-    if a._o == 0 and a._d is not None and len(a._d) == a.size:
-        return a._d
+    d, o, n = a._d, a._o, a.size
+    if o == 0 and len(d) == n:
+        return d
+    if len(a.shape) == 2 and a.strides == (a.shape[1], 1):   # dense, in a larger storage
+        return memoryview(d)[o:o + n]
     return None
 
 
