@@ -10,7 +10,7 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
-from .passes import PrepareError, plan as make_plan
+from .passes import PrepareError, plan as make_plan, parse_ranks
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
 
@@ -56,13 +56,53 @@ def resolve_settings(g, overrides: dict) -> dict:
     return s
 
 
-def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **overrides):
-    """Run the host passes and write the folder.  Returns a summary dict."""
+def parse_budget(text) -> int:
+    """'96K', '1M', '98304' -> bytes."""
+    t = str(text).strip().upper()
+    mul = 1024 if t.endswith('K') else 1024 * 1024 if t.endswith('M') else 1
+    try:
+        return int(float(t.rstrip('KMB') or 'x') * mul)
+    except ValueError:
+        raise PrepareError(f'--budget {text!r}: expected bytes, e.g. 98304, 96K or 1M') from None
+
+
+def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, ranks=None,
+            train_config=None, budget=None, board=None, backend='fallback', **overrides):
+    """Run the host passes, check the heap plan against the budget, write the folder.
+    ranks: 'OP:RANK,...' or {op: rank code}; train_config: an onert-micro training-config
+    file (its ops train with its ranks, the others are frozen); budget: bytes or '96K';
+    board: a boards/boards.json name whose heap is the budget.  Returns a summary dict."""
+    from .memory import plan_heap, fit_advice
+    from .trainconfig import read_train_config, write_train_config
     g = read_model(model_path)
     s = resolve_settings(g, overrides)
-    p = make_plan(g, s.pop('train'))
+    train = s.pop('train')
+    rk = {}
+    if train_config:
+        rk.update(read_train_config(train_config, len(g.ops)))
+        if overrides.get('train') is None:
+            train = 'none'
+    if isinstance(ranks, dict):
+        rk.update(ranks)
+    elif ranks:
+        rk.update(parse_ranks(ranks, len(g.ops)))
+    p = make_plan(g, train, rk)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
+    heap = plan_heap(g, p, s, backend)
+    limit = None
+    if board:
+        from .runner import boards
+        known = boards()
+        if board not in known:
+            raise PrepareError(f'unknown board {board!r}; known: {", ".join(known)}')
+        limit = parse_budget(known[board]['heap'])
+    if budget:
+        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    if limit is not None and heap['total'] > limit:
+        raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
+                           f'({backend}), the budget is {limit // 1024} KB.\n'
+                           + fit_advice(g, s, train, rk, backend, limit, heap))
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
     flat = write_flat(g, p, s, os.path.join(out_dir, files['model']))
@@ -74,7 +114,14 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **over
                'frozen_params': int(sum(t.data.size for t in g.tensors
                                         if t.data is not None and t.index not in p.params
                                         and t.dtype == 'float32')),
-               'backward_ops': len(p.backward), 'saved_activations': len(p.saved)}
+               'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
+               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()}}
+    if any(r for r in p.op_ranks.values()) or train_config:
+        try:
+            write_train_config(os.path.join(out_dir, 'train.tcfg'), p.op_ranks)
+            summary['train_config'] = 'train.tcfg'
+        except PrepareError:
+            summary['train_config'] = None    # a rank onert-micro has no code for
     if data:
         x, y = ds.load_npz(data)
         n_in = int(np.prod(g.tensors[g.inputs[0]].shape))

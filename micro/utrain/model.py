@@ -11,6 +11,7 @@ MAGIC = b'UTFM'
 VERSION = 1
 HDR = '<4sHHHHHBBIIH6x'
 RANK = '<HBBII'
+CHUNK = 1024        # floats: the buffer large streamed constants are read through
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
 ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
@@ -114,7 +115,7 @@ class Net:
         self.rank = rank = {}
         for i in range(nrk):
             k, ax, _, lo, hi = unpack(RANK, _read(f, 12, name, 'rank table'))
-            if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][1 - ax]:
+            if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][ax]:
                 raise ModelError('%s: bad rank entry %d (tensor %d)' % (name, i, k))
             rank[k] = (ax, lo, hi)
         self.shape = shape
@@ -147,13 +148,21 @@ class Net:
 
     def _plan_stream(self, offs):
         # per op: [(tensor, slot)]; slot j is one buffer as large as the largest j-th
-        # constant input of any op, reused by every op
+        # constant input of any op, reused by every op.  A constant larger than CHUNK
+        # floats at an input position the kernel reads by rows (its module's ROWS)
+        # is not fetched whole: the kernel walks it with chunks().
         sz = []
         self.stream = st = []
-        for code, ins, outs, opts in self.ops:
+        big = 0
+        for i in range(len(self.ops)):
+            ins = self.ops[i][1]
+            rows = getattr(self.mods[i], 'ROWS', ())
             mine = []
-            for k in ins:
-                if k in offs:
+            for p in range(len(ins)):
+                k = ins[p]
+                if k in offs and p in rows and self.shape[k][0] * self.shape[k][1] > CHUNK:
+                    big = max(big, self.shape[k][1])
+                elif k in offs:
                     j = len(mine)
                     n = self.shape[k][0] * self.shape[k][1]
                     if j == len(sz):
@@ -164,6 +173,21 @@ class Net:
             st.append(mine)
         self.slots = [buffer(n) for n in sz]
         self.soff = offs
+        self.chunk = buffer(max(big, CHUNK)) if big else None
+
+    def chunks(self, k):
+        """Streamed constant k a few rows at a time: yields (first row, rows array),
+        the array a view of one reused CHUNK-float buffer."""
+        r, c = self.shape[k]
+        n = max(1, CHUNK // c)
+        f = open(self.path, 'rb')
+        try:
+            f.seek(self.soff[k])
+            for r0 in range(0, r, n):
+                m = min(n, r - r0)
+                yield r0, readinto(f, view(self.chunk, (m, c)), self.path)
+        finally:
+            f.close()
 
     def fetch(self, i):
         # read op i's constant inputs from the model file into the slot buffers

@@ -5,10 +5,12 @@
 # is summed row by row (no [out, in] temporary: a board's heap fragments on them).
 # Sparse update: only W's rows lo:hi (rt.rows) get gradients.  Batch 1 (rt.upd set):
 # each gradient row updates its weight row at once, so no dW buffer exists at all.
-from utrain.xnp import np
+from utrain.xnp import np, zeros
 from utrain.op_act import act, act_grad
 
+
 DX, DW, DB = 1, 2, 4
+ROWS = (1,)     # a frozen W streamed from the model file may come a few rows at a time
 
 
 def forward(rt, op):
@@ -16,10 +18,15 @@ def forward(rt, op):
     t = rt.t
     x = t[ins[0]]
     w = t[ins[1]]
-    n = w.shape[1]
+    n = rt.shape[ins[1]][1]
     if x.shape[1] != n:
         x = x.reshape((x.size // n, n))
-    y = np.dot(x, w.T)
+    if w is None:                   # streamed by rows (rt.chunks)
+        y = zeros((x.shape[0], rt.shape[ins[1]][0]))
+        for r0, wc in rt.chunks(ins[1]):
+            y[:, r0:r0 + wc.shape[0]] = np.dot(x, wc.T)
+    else:
+        y = np.dot(x, w.T)
     if len(ins) > 2 and ins[2] >= 0:
         y += t[ins[2]]
     y = act(y, int(opts[0]))
@@ -31,12 +38,17 @@ def backward(rt, op, dy, flags):
     code, ins, outs, opts = op
     t = rt.t
     w = t[ins[1]]
-    n = w.shape[1]
-    if dy.shape[1] != w.shape[0]:
-        dy = dy.reshape((dy.size // w.shape[0], w.shape[0]))
+    o, n = rt.shape[ins[1]]
+    if dy.shape[1] != o:
+        dy = dy.reshape((dy.size // o, o))
     dz = act_grad(dy, t[outs[0]], int(opts[0])) if opts[0] else dy
     if flags & DX:              # first: a batch-1 update below changes w
-        dx = np.dot(dz, w)
+        if w is None:           # frozen, streamed by rows
+            dx = zeros((dz.shape[0], n))
+            for r0, wc in rt.chunks(ins[1]):
+                dx += np.dot(dz[:, r0:r0 + wc.shape[0]], wc)
+        else:
+            dx = np.dot(dz, w)
         s = rt.shape[ins[0]]
         rt.add_grad(ins[0], dx if dx.shape == s else dx.reshape(s))
     if flags & DW:
@@ -56,7 +68,7 @@ def backward(rt, op, dy, flags):
                     row = a[j - lo]
                     row += x * dz[0, j]
         else:
-            g = np.dot((dz[:, lo:hi] if hi - lo < w.shape[0] else dz).T, x)
+            g = np.dot((dz[:, lo:hi] if hi - lo < o else dz).T, x)
             if rt.upd is not None:
                 rt.upd(k, g)
             else:

@@ -47,6 +47,9 @@ class Trainer:
         if int(c['batch']) == 1:
             self.now = (self._upd, self._upd_row)
             net.acc.clear()
+        else:                       # the sums now, before the heap fragments
+            for k in net.trainable:
+                net.wgrad(k)
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0

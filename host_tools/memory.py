@@ -1,0 +1,238 @@
+"""Memory: the host's heap planner for a training run, and the simulated board's
+measurement of it.
+
+plan_heap() predicts the smallest MicroPython heap (`-X heapsize`) in which a prepared
+run trains, broken down: code (utrain as .mpy, resident), weights held in RAM, optimizer
+state, gradient sums, saved activations and the peak of the per-sample working set
+(activations in flight and the kernels' temporaries), each array with its object
+overhead, plus the interpreter's own share and an allowance for fragmentation.
+
+The measured figure it is compared with is smallest_heap(): the smallest -X heapsize at
+which the run still trains (bisection, 1 KB).  micropython.mem_peak() cannot be used:
+on this port it never subtracts blocks the garbage collector frees.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from . import runner
+
+# ---------------------------------------------------------------- measurement
+
+
+def trains_in(out_dir, heap: int, timeout=600) -> bool:
+    """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?"""
+    argv, env = runner.command(out_dir)
+    argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
+    r = subprocess.run(argv, cwd=out_dir, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    return r.returncode == 0 and 'saved ' in r.stdout
+
+
+def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024):
+    """The smallest heap (bytes, within `step`) in which the run trains, or None."""
+    runner.stage(out_dir)
+    if not trains_in(out_dir, hi):
+        return None
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if trains_in(out_dir, mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# ---------------------------------------------------------------- the planner
+# Calibrated on unix MicroPython 1.29 (64-bit) against smallest_heap() for the reference
+# models (bench/memory.py prints the comparison); see docs/memory.md.
+BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
+ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
+CODE_PER_MPY_BYTE = 2.1         # resident heap per byte of .mpy imported
+BASE = {'fallback': 30 * 1024, 'ulab': 24 * 1024}  # interpreter, train.py, files, json
+SLACK = 0.12                    # fragmentation allowance on data and working set
+CORE_MODULES = ('__init__', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'optim',
+                'data', 'wof')
+
+# working-set temporaries per op while it runs, in (output-sized, input-sized) arrays
+FWD_TEMPS = {'FULLY_CONNECTED': (2, 0), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0)}
+BWD_TEMPS = {'FULLY_CONNECTED': (2, 2), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0)}
+DEFAULT_FWD, DEFAULT_BWD = (2, 1), (2, 2)
+
+
+def array_bytes(n: int, backend='fallback') -> int:
+    """Heap one float32 array of n elements takes, object overhead included."""
+    return ARRAY_OVERHEAD[backend] + -(-4 * n // BLOCK) * BLOCK
+
+
+def mpy_sizes() -> dict:
+    """{module: .mpy size} of micro/utrain, compiled as `run` stages it (cached)."""
+    import tempfile
+    cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
+    os.makedirs(cache, exist_ok=True)
+    out = {}
+    for name in sorted(os.listdir(runner.PACKAGE)):
+        if not name.endswith('.py'):
+            continue
+        src = os.path.join(runner.PACKAGE, name)
+        st = os.stat(src)
+        dst = os.path.join(cache, '%s-%d-%d.mpy' % (name[:-3], st.st_mtime_ns, st.st_size))
+        if not os.path.exists(dst):
+            runner._mpy_cross(src, dst)
+        out[name[:-3]] = os.path.getsize(dst)
+    return out
+
+
+def plan_heap(g, plan, settings, backend='fallback') -> dict:
+    """Predicted smallest heap (bytes) for training the prepared model on the simulated
+    board, with its parts: {'total': ..., 'parts': {name: bytes}}."""
+    from .optable import SPECS
+    from .passes import device_shapes
+    from .flatmodel import tensor_kinds
+    sys_path_micro()
+    from utrain.model import KERNELS, CONST, ACT
+    shapes = device_shapes(g)
+    size = [r * c for r, c in shapes]
+    kinds = tensor_kinds(g, plan)
+    A = lambda n: array_bytes(n, backend)     # noqa: E731
+    state = {}
+    for k in plan.params:
+        ax_lo_hi = plan.ranks.get(k)
+        if ax_lo_hi:
+            ax, lo, hi = ax_lo_hi
+            state[k] = (hi - lo) * (shapes[k][1] if ax == 0 else shapes[k][0])
+        else:
+            state[k] = size[k]
+    parts = {}
+    mods = set(CORE_MODULES) | {KERNELS[SPECS[op.name].code] for op in g.ops
+                                if SPECS[op.name].code in KERNELS}
+    if backend == 'fallback':
+        mods.add('npfallback')
+    sizes = mpy_sizes()
+    parts['code'] = int(CODE_PER_MPY_BYTE * sum(sizes.get(m, 0) for m in mods))
+    parts['interpreter'] = BASE[backend]
+    parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
+    consts = [k for k, kind in enumerate(kinds) if kind == CONST]
+    if settings.get('stream'):
+        # as Net._plan_stream: slot j holds the largest j-th whole constant of an op;
+        # constants the kernel reads by rows (its ROWS) come through one CHUNK buffer
+        import importlib
+        from utrain.model import CHUNK
+        slots, big = [], 0
+        for op in g.ops:
+            code = SPECS[op.name].code
+            rows = getattr(importlib.import_module('utrain.' + KERNELS[code]), 'ROWS', ()) \
+                if code in KERNELS else ()
+            mine = []
+            for pos, k in enumerate(SPECS[op.name].inputs(op)):
+                if k >= 0 and kinds[k] == CONST:
+                    if pos in rows and size[k] > CHUNK:
+                        big = max(big, shapes[k][1], CHUNK)
+                    else:
+                        mine.append(size[k])
+            for j, n in enumerate(mine):
+                if j == len(slots):
+                    slots.append(n)
+                else:
+                    slots[j] = max(slots[j], n)
+        parts['frozen weights (streamed: slot buffers)'] = sum(A(n) for n in slots) + (A(big) if big else 0)
+    else:
+        parts['frozen weights'] = sum(A(size[k]) for k in consts)
+    opt = settings['optimizer']
+    n_state = 2 if opt == 'adam' else 1 if opt == 'rmsprop' or (opt == 'sgd' and settings.get('momentum')) else 0
+    parts['optimizer state'] = n_state * sum(A(state[k]) for k in plan.params)
+    batch = int(settings['batch'])
+    parts['gradient sums'] = 0 if batch == 1 else sum(A(state[k]) for k in plan.params)
+    parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
+    # the per-sample working set: activations in flight and the kernels' temporaries
+    x_in = size[g.inputs[0]]
+    out_n = size[g.outputs[0]]
+    live = {g.inputs[0]}
+    peak = 0
+    for op in g.ops:
+        fo, fi = FWD_TEMPS.get(op.name, DEFAULT_FWD)
+        ins = [k for k in SPECS[op.name].inputs(op) if k >= 0 and kinds[k] == ACT]
+        o = op.outputs[0]
+        cur = sum(A(size[k]) for k in live if k not in plan.saved)
+        peak = max(peak, cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0])))
+        live.add(o)
+        for k in ins:
+            if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0]:
+                live.discard(k)
+    grads = {g.outputs[0]: out_n}
+    for i, flags in plan.backward:
+        op = g.ops[i]
+        bo, bi = BWD_TEMPS.get(op.name, DEFAULT_BWD)
+        o = op.outputs[0]
+        ins = [k for k in SPECS[op.name].inputs(op)[:1] if k >= 0]
+        n_in = max([size[k] for k in ins] or [0])
+        cur = sum(A(n) for n in grads.values())
+        peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in))
+        grads.pop(o, None)
+        if flags & 1 and ins:
+            grads[ins[0]] = n_in
+    rowtemps = 6 if opt == 'adam' else 3
+    widest = max([shapes[k][1] for k in plan.params] or [0])
+    parts['working set (activations, temporaries, loss)'] = (
+        peak + 4 * A(out_n) + 2 * A(x_in) + rowtemps * A(widest))
+    data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
+    parts['fragmentation allowance'] = int(SLACK * data)
+    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend}
+
+
+def sys_path_micro():
+    import sys
+    micro = os.path.join(runner.ROOT, 'micro')
+    if micro not in sys.path:
+        sys.path.insert(0, micro)
+
+
+def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
+    """What would fit in `limit`: the planner's figure for cheaper settings."""
+    from .passes import plan as make_plan, parse_train, RANK_NAMES
+    parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
+    lines = [f'  planned: {parts}']
+    trainable = sorted(parse_train(train, len(g.ops)) | set(ranks))
+    base = dict(settings)
+    cands = []
+    if int(settings['batch']) > 1:
+        cands.append(('--batch 1 (each update applied at once, no gradient sums)', {'batch': 1}, train, ranks))
+    if settings['optimizer'] != 'sgd' or settings.get('momentum'):
+        cands.append(('--optimizer sgd (no optimizer state)', {'optimizer': 'sgd', 'momentum': 0.0}, train, ranks))
+    if not settings.get('stream'):
+        cands.append(('--stream (frozen weights read from flash per op)', {'stream': True}, train, ranks))
+    cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': True}
+    cands.append(('--batch 1 --optimizer sgd --stream', cheap, train, ranks))
+    from .optable import SPECS
+    with_params = [i for i in trainable if SPECS[g.ops[i].name].params]
+    for r in (4, 5, 1):
+        rk = dict(ranks)
+        rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
+        cands.append((f'--ranks with {RANK_NAMES[r]} for the trainable ops (+ batch 1, sgd, stream)',
+                      cheap, train, rk))
+    for n in range(len(g.ops) - 1, 0, -1):
+        cands.append((f'--train last:{n} (+ batch 1, sgd, stream)', cheap, 'last:%d' % n, {}))
+    fits = []
+    for desc, change, tr, rk in cands:
+        s = dict(base)
+        s.update(change)
+        try:
+            p = make_plan(g, tr, rk)
+        except ValueError:
+            continue
+        if not p.params:
+            continue
+        est = plan_heap(g, p, s, backend)['total']
+        if est <= limit:
+            fits.append(f'  fits: {desc}: about {est // 1024} KB')
+            if len(fits) >= 3:
+                break
+    if not fits:
+        code = heap['parts']['code'] + heap['parts']['interpreter']
+        fits.append(f'  nothing tried fits: the code and interpreter alone take about {code // 1024} KB'
+                    + ('; a ulab firmware (or utrain frozen into it, boards/README.md) needs less'
+                       if backend == 'fallback' else ''))
+    return '\n'.join(lines + fits)
