@@ -57,7 +57,9 @@ def cmd_prepare(a):
                 loss=a.loss, reduction=a.reduction, from_logits=a.from_logits,
                 optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, beta1=a.beta1,
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
-                metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train)
+                metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
+                ranks=a.ranks, train_config=a.train_config, stream=a.stream,
+                budget=a.budget, board=a.board, backend=a.backend)
     st = s['settings']
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
@@ -68,6 +70,17 @@ def cmd_prepare(a):
           f'metric {st["metric"]}')
     if 'train_samples' in s:
         print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples')
+    if s['ranks']:
+        print('  sparse update (output channels lo:hi): ' + ', '.join(
+            f'{k} {lo}:{hi}' for k, (ax, lo, hi) in s['ranks'].items()))
+    if s.get('train_config'):
+        print(f'  onert-micro training config: {s["train_config"]}')
+    h = s['heap']
+    print(f'  heap plan ({h["backend"]}, unix MicroPython 64-bit): {h["total"] // 1024} KB'
+          + (f'  [{"stream frozen weights" if st.get("stream") else "frozen weights in RAM"}]'))
+    for k, v in h['parts'].items():
+        if v:
+            print(f'    {k:48s} {v / 1024:7.1f} KB')
     return 0
 
 
@@ -151,6 +164,17 @@ def main(argv=None):
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
     q.add_argument('--seed', type=int)
     q.add_argument('--train', help='all | none | last:N (ONERT num_of_trainable_ops)')
+    q.add_argument('--ranks', help='sparse update, OP:RANK,... with RANK all | bias | 1/2 | '
+                   '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
+    q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
+                   'with its ranks, the others are frozen')
+    q.add_argument('--stream', action='store_true', default=None,
+                   help='leave frozen weights in the model file, read per op (saves heap)')
+    q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '
+                   'will not fit, and say what would')
+    q.add_argument('--board', help='budget = this board\'s heap (boards/boards.json)')
+    q.add_argument('--backend', choices=['fallback', 'ulab'], default='fallback',
+                   help='array backend the board runs (heap plan)')
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')

@@ -199,26 +199,29 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
     base = dict(settings)
     cands = []
     if int(settings['batch']) > 1:
-        cands.append(('--batch 1 (each update applied at once, no gradient sums)', {'batch': 1}, train, ranks))
+        cands.append(({'batch': 1}, train, ranks))
     if settings['optimizer'] != 'sgd' or settings.get('momentum'):
-        cands.append(('--optimizer sgd (no optimizer state)', {'optimizer': 'sgd', 'momentum': 0.0}, train, ranks))
+        cands.append(({'optimizer': 'sgd', 'momentum': 0.0}, train, ranks))
     if not settings.get('stream'):
-        cands.append(('--stream (frozen weights read from flash per op)', {'stream': True}, train, ranks))
+        cands.append(({'stream': True}, train, ranks))
     cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': True}
-    cands.append(('--batch 1 --optimizer sgd --stream', cheap, train, ranks))
+    cands.append((cheap, train, ranks))
     from .optable import SPECS
     with_params = [i for i in trainable if SPECS[g.ops[i].name].params]
     for r in (4, 5, 1):
         rk = dict(ranks)
         rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
-        cands.append((f'--ranks with {RANK_NAMES[r]} for the trainable ops (+ batch 1, sgd, stream)',
-                      cheap, train, rk))
+        cands.append((cheap, train, rk))
     for n in range(len(g.ops) - 1, 0, -1):
-        cands.append((f'--train last:{n} (+ batch 1, sgd, stream)', cheap, 'last:%d' % n, {}))
+        cands.append((cheap, 'last:%d' % n, {}))
     fits = []
-    for desc, change, tr, rk in cands:
+    for change, tr, rk in cands:
         s = dict(base)
         s.update(change)
+        desc = ' '.join(['--batch 1'] * ('batch' in change) + ['--optimizer sgd'] * ('optimizer' in change)
+                        + ['--stream'] * ('stream' in change) + [f'--train {tr}'] * (tr != train)
+                        + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
+                        * (rk != ranks))
         try:
             p = make_plan(g, tr, rk)
         except ValueError:
@@ -227,7 +230,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
             continue
         est = plan_heap(g, p, s, backend)['total']
         if est <= limit:
-            fits.append(f'  fits: {desc}: about {est // 1024} KB')
+            fits.append(f'  would fit: {desc}  (about {est // 1024} KB)')
             if len(fits) >= 3:
                 break
     if not fits:

@@ -9,7 +9,24 @@ from utrain.model import Net, LOSSES, OPTIMIZERS, METRICS
 from utrain.losses import loss as _loss, metric as _metric
 from utrain.optim import Optimizer
 from utrain.data import order
-from utrain import wof
+
+
+def _wof():
+    # utrain.wof is imported for a load or save and dropped after it (code is heap)
+    import utrain.wof
+    return utrain.wof
+
+
+def _drop(name):
+    import sys
+    if sys.implementation.name != 'micropython':
+        return          # a host has heap to spare, and keeps module identities
+    import utrain
+    sys.modules.pop('utrain.' + name, None)
+    try:
+        delattr(utrain, name)
+    except AttributeError:
+        pass
 
 
 class Trainer:
@@ -17,6 +34,7 @@ class Trainer:
         net = self.net = Net(model)
         if weights:
             net.load_weights(weights)
+            _drop('wof')
         self.cfg = dict(net.settings)
         self.epoch = 0
         self.configure(**settings)
@@ -169,17 +187,20 @@ class Trainer:
         return dict((k, t[k]) for k in self.net.trainable)
 
     def save_weights(self, path='trained.wof'):
-        wof.save_wof(path, len(self.net.t), self.weights())
+        _wof().save_wof(path, len(self.net.t), self.weights())
+        _drop('wof')
 
     def save_checkpoint(self, path='checkpoint.ckpt'):
         o = self.opt
-        wof.save_checkpoint(path, len(self.net.t), self.weights(), o.m, o.v, o.t, self.epoch)
+        _wof().save_checkpoint(path, len(self.net.t), self.weights(), o.m, o.v, o.t, self.epoch)
+        _drop('wof')
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
         net = self.net
         shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
         state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
-        w, m, v, step, epoch, extra = wof.load_checkpoint(path, len(net.t), shapes, state)
+        w, m, v, step, epoch, extra = _wof().load_checkpoint(path, len(net.t), shapes, state)
+        _drop('wof')
         for k in net.trainable:
             if k not in w:
                 raise ValueError('%s: no weights for trainable tensor %d' % (path, k))

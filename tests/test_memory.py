@@ -1,0 +1,263 @@
+"""Memory: the heap planner against the simulated board, budget refusal, sparse update
+(ranks, onert-micro's training-config file), frozen weights streamed from the model
+file, batch-1 immediate updates.
+
+"Measured" here is what a board sees: whether training finishes under `-X heapsize`.
+The planner's figure must train (estimate >= the smallest heap that trains) and its
+figure / 1.3 must not (estimate <= 1.3 x that smallest heap): two runs per case, no
+bisection (bench/memory.py bisects).  micropython.mem_peak() is no measure on this port:
+it never subtracts blocks the garbage collector frees.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from host_tools import runner  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.flatmodel import read_flat  # noqa: E402
+from host_tools.memory import trains_in  # noqa: E402
+from host_tools.passes import PrepareError, plan as make_plan  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from host_tools.refmodels import mlp, mobilenet_head  # noqa: E402
+from host_tools.trainconfig import read_train_config, write_train_config  # noqa: E402
+from host_tools.wof import read_wof  # noqa: E402
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+MP = runner.find_micropython()
+needs_mp = pytest.mark.skipif(not MP, reason='no MicroPython binary')
+
+
+def backend():
+    if not MP:
+        return 'fallback'
+    r = subprocess.run([MP, '-c', 'import ulab'], capture_output=True)
+    return 'ulab' if r.returncode == 0 else 'fallback'
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    path = str(tmp_path_factory.mktemp('d') / 'd.npz')
+    np.savez(path, x=z['x'][:12], y=z['y'][:12])
+    return path
+
+
+@pytest.fixture(scope='module')
+def head(tmp_path_factory):
+    return mobilenet_head(str(tmp_path_factory.mktemp('m') / 'head.circle'))
+
+
+DIGITS_MLP = os.path.join(DIGITS, 'digits_mlp.circle')
+# (model, settings): the reference models and rank settings the planner is held to
+CASES = {
+    'digits-sgd-b4': ('digits', dict(optimizer='sgd', batch=4)),
+    'digits-adam-b1': ('digits', dict(optimizer='adam', batch=1)),
+    'digits-adam-b4-half': ('digits', dict(optimizer='adam', batch=4, ranks='0:1/2,1:bias')),
+    'head-last2-stream': ('head', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
+    'head-bias-quarter-stream': ('head', dict(optimizer='adam', batch=1, train='none',
+                                              ranks='2:bias,3:1/4', stream=True)),
+}
+
+
+@needs_mp
+@pytest.mark.parametrize('case', list(CASES))
+def test_planner_bounds_the_smallest_heap(tmp_path, data, head, case):
+    which, kw = CASES[case]
+    model = DIGITS_MLP if which == 'digits' else head
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', lr=0.01, epochs=1, backend=backend(), **kw)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), \
+        f'{case}: trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+
+
+@needs_mp
+def test_streamed_head_trains_within_96k_on_ulab(tmp_path, data, head):
+    """The ~118k-parameter head, last layer trained, frozen weights streamed: within an
+    ESP32's 96 KB with ulab (the fallback's code takes ~20 KB more)."""
+    out = str(tmp_path / 'o')
+    s = prepare(head, out, data=data, loss='scce', optimizer='sgd', lr=0.01, batch=1,
+                train='last:2', stream=True, budget='96K', backend='ulab')
+    assert s['trainable_params'] + s['frozen_params'] > 100_000
+    if backend() == 'ulab':
+        runner.stage(out)
+        assert trains_in(out, 96 * 1024)
+
+
+def test_budget_refusal_says_what_would_fit(tmp_path):
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', DIGITS_MLP, '-o',
+                        str(tmp_path / 'o'), '--loss', 'scce', '--optimizer', 'adam',
+                        '--batch', '4', '--budget', '96K', '--backend', 'ulab'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert 'training needs about' in r.stderr and 'the budget is 96 KB' in r.stderr
+    assert 'would fit: --optimizer sgd' in r.stderr
+    assert not (tmp_path / 'o' / 'model.flat').exists()
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', DIGITS_MLP, '-o',
+                        str(tmp_path / 'o'), '--loss', 'scce', '--board', 'rp2040'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'heap plan (fallback' in r.stdout and 'code' in r.stdout
+
+
+def test_ranks_prune_the_backward_graph(tmp_path):
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 8, 4])
+    g = read_model(path)
+    # ops: 0 FC, 1 FC, 2 FC, 3 SOFTMAX.  Bias only on op 1: no weight gradient, no saved
+    # input there, and nothing below op 1 runs backward
+    p = make_plan(g, 'none', {1: 1, 2: 4})
+    bwd = dict(p.backward)
+    assert sorted(bwd) == [1, 2, 3]
+    assert bwd[1] == 4                          # DB only (no DX: op 0 is frozen)
+    assert bwd[2] == 1 | 2 | 4                  # DX (op 1's bias needs it), DW, DB
+    w2, b2 = g.ops[2].inputs[1], g.ops[2].inputs[2]
+    assert p.ranks == {w2: (0, 0, 1), b2: (1, 0, 1)}     # 1/4 of 4 channels
+    assert g.ops[1].inputs[0] not in p.saved and g.ops[2].inputs[0] in p.saved
+    assert set(p.params) == {g.ops[1].inputs[2], w2, b2}
+    lo = make_plan(g, 'none', {2: 3})            # LOWER_1_2_PART: channels 2..3
+    assert lo.ranks[w2] == (0, 2, 4)
+
+
+def test_training_config_file_round_trip_and_errors(tmp_path):
+    p = str(tmp_path / 'a.tcfg')
+    write_train_config(p, {3: 0, 1: 1, 2: 2})
+    raw = open(p, 'rb').read()
+    assert raw == struct.pack('<HBBI3H3B', 29, 1, 0, 3, 1, 2, 3, 1, 2, 0)
+    assert read_train_config(p, 4) == {1: 1, 2: 2, 3: 0}
+    with pytest.raises(PrepareError, match='op 3, the model has 3 ops'):
+        read_train_config(p, 3)
+    with pytest.raises(PrepareError, match='no onert-micro'):
+        write_train_config(p, {0: 4})
+    for bad, msg in [(raw[:5], 'truncated'), (b'\x1e' + raw[1:], 'magic'),
+                     (raw[:-1], 'expected 17'), (raw[:-1] + b'\x09', 'unknown rank')]:
+        open(p, 'wb').write(bad)
+        with pytest.raises(PrepareError, match=msg):
+            read_train_config(p, 4)
+
+
+def _ref_sparse_sgd(g, x, y, lr, lo, hi, bias_only=False):
+    """float64 numpy: SGD batch 1 on the last FC (rows lo:hi of W and b) of an FC stack
+    ending in SOFTMAX with scce loss; everything else frozen."""
+    fcs = [op for op in g.ops if op.name == 'FULLY_CONNECTED']
+    W = [g.tensors[op.inputs[1]].data.astype(np.float64) for op in fcs]
+    B = [g.tensors[op.inputs[2]].data.astype(np.float64) for op in fcs]
+    for xi, yi in zip(x, y):
+        h = xi.astype(np.float64)
+        for i in range(len(fcs) - 1):
+            h = np.maximum(W[i] @ h + B[i], 0)
+        z = W[-1] @ h + B[-1]
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        dz = p.copy()
+        dz[int(yi)] -= 1.0
+        if not bias_only:
+            W[-1][lo:hi] -= lr * np.outer(dz, h)[lo:hi]
+        B[-1][lo:hi] -= lr * dz[lo:hi]
+    return W[-1], B[-1]
+
+
+@pytest.mark.parametrize('where', ['python', 'micropython'])
+@pytest.mark.parametrize('rank', ['1/2', 'low', '1/4', 'bias'])
+def test_sparse_update_trains_exactly_its_channels(tmp_path, rank, where):
+    if where == 'micropython' and not MP:
+        pytest.skip('no MicroPython')
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 8], seed=3)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(10, 6)).astype(np.float32)
+    y = rng.integers(0, 8, 10)
+    np.savez(str(tmp_path / 'd.npz'), x=x, y=y)
+    out = str(tmp_path / 'o')
+    s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+                lr=0.1, batch=1, epochs=1, train='none', ranks='1:' + rank, stream=True)
+    code, text = runner.run(out, python=where == 'python', stream=False)
+    assert code == 0, text
+    g = read_model(path)
+    w_name, b_name = 'w1', 'b1'
+    trained = {g.tensors[k].name: v for k, v in read_wof(os.path.join(out, 'trained.wof'), g).items()}
+    lo, hi = {'1/2': (0, 4), 'low': (4, 8), '1/4': (0, 2), 'bias': (0, 8)}[rank]
+    w0 = g.tensors[g.ops[1].inputs[1]].data
+    b0 = g.tensors[g.ops[1].inputs[2]].data
+    w_ref, b_ref = _ref_sparse_sgd(g, x, y, 0.1, lo, hi, rank == 'bias')
+    b = trained[b_name]
+    np.testing.assert_allclose(b, b_ref, rtol=1e-4, atol=1e-5)
+    assert np.array_equal(b[:lo], b0[:lo]) and np.array_equal(b[hi:], b0[hi:])
+    if rank == 'bias':
+        assert w_name not in trained and s['trainable'] == {'b1': [8]}
+        assert s['train_config'] == 'train.tcfg'
+        assert read_train_config(os.path.join(out, 'train.tcfg'), 3) == {1: 1}
+        return
+    w = trained[w_name]
+    np.testing.assert_allclose(w, w_ref, rtol=1e-4, atol=1e-5)
+    frozen = np.ones(8, bool)
+    frozen[lo:hi] = False
+    assert np.array_equal(w[frozen], w0[frozen]), 'frozen rows changed'
+    assert not np.allclose(w[lo:hi], w0[lo:hi])
+
+
+def test_training_config_file_selects_ops_and_ranks(tmp_path):
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 8, 4])
+    cfg = str(tmp_path / 'c.tcfg')
+    write_train_config(cfg, {2: 3, 1: 1})
+    s = prepare(path, str(tmp_path / 'o'), train_config=cfg)
+    assert sorted(s['trainable']) == ['b1', 'b2', 'w2']
+    assert s['ranks'] == {'w2': [0, 2, 4], 'b2': [1, 2, 4]}
+    f = read_flat(str(tmp_path / 'o' / 'model.flat'))
+    g = read_model(path)
+    assert f['ranks'] == {g.ops[2].inputs[1]: (0, 2, 4), g.ops[2].inputs[2]: (1, 2, 4)}
+    # the folder carries the config it trained with, byte for byte
+    assert open(str(tmp_path / 'o' / 'train.tcfg'), 'rb').read() == open(cfg, 'rb').read()
+
+
+@needs_mp
+def test_streaming_and_batch1_updates_change_no_bit(tmp_path, data, head):
+    """Frozen weights streamed from the model file and updates applied as each gradient
+    completes give the same weights, bit for bit, as RAM-held weights and summed
+    gradients (batch 1 through the batch-N path: reduction sum over one sample)."""
+    outs = {}
+    for name, kw in [('ram', {}), ('stream', dict(stream=True))]:
+        out = str(tmp_path / name)
+        prepare(head, out, data=data, loss='scce', optimizer='adam', lr=0.01, batch=1,
+                epochs=1, train='last:3', ranks='2:1/2', **kw)
+        code, text = runner.run(out, stream=False)
+        assert code == 0, text
+        outs[name] = open(os.path.join(out, 'trained.wof'), 'rb').read()
+    assert outs['ram'] == outs['stream']
+
+
+def test_batch1_immediate_update_equals_summed_update(tmp_path):
+    """CPython: Trainer's batch-1 path (updates inside backward) against the same
+    samples through Net.backward's gradient sums and one optimizer step each."""
+    path = mlp(str(tmp_path / 'm.circle'), [5, 7, 3], seed=9)
+    out = str(tmp_path / 'o')
+    prepare(path, out, loss='scce', optimizer='adam', lr=0.05, batch=1, ranks='0:1/4')
+    code = r'''
+import sys, json
+sys.path.insert(0, %r)
+import numpy as np
+from utrain.trainer import Trainer
+a = Trainer('model.flat', 'weights.wof')
+b = Trainer('model.flat', 'weights.wof')
+b.now = None                 # sum gradients, update in apply()
+rng = np.random.default_rng(1)
+for i in range(6):
+    x = rng.normal(size=(1, 5)).astype(np.float32)
+    y = np.array([[float(i %% 3)]], np.float32)
+    for t in (a, b):
+        t.set_input(x); t.set_expected(y); t.train_step()
+print(json.dumps([bool(np.array_equal(a.net.t[k], b.net.t[k])) for k in a.net.trainable]
+                 + [len(a.net.acc), len(b.net.acc)]))
+''' % os.path.join(ROOT, 'micro')
+    r = subprocess.run([sys.executable, '-c', code], cwd=out, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert all(res[:-2]) and res[-2] == 0 and res[-1] > 0
