@@ -53,6 +53,7 @@ BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix p
 ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
 CODE_PER_MPY_BYTE = 2.1         # resident heap per byte of .mpy imported
 BASE = {'fallback': 30 * 1024, 'ulab': 24 * 1024}  # interpreter, train.py, files, json
+STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
 SLACK = 0.12                    # fragmentation allowance on data and working set
 CORE_MODULES = ('__init__', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'optim',
                 'data', 'wof')
@@ -138,7 +139,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
                     slots.append(n)
                 else:
                     slots[j] = max(slots[j], n)
-        parts['frozen weights (streamed: slot buffers)'] = sum(A(n) for n in slots) + (A(big) if big else 0)
+        parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
+                                                            + STREAM_OVERHEAD)
     else:
         parts['frozen weights'] = sum(A(size[k]) for k in consts)
     opt = settings['optimizer']

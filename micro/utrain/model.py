@@ -53,6 +53,10 @@ def _kernel(code, name, i):
     return __import__('utrain.' + m, None, None, ('forward',))
 
 
+def big_first(ks, shape):
+    return sorted(ks, key=lambda k: -shape[k][0] * shape[k][1])
+
+
 class Net:
     """A loaded model: tensors t[k], their 2-D shapes, ops, and the backward list."""
 
@@ -133,13 +137,18 @@ class Net:
         self.free_infer, self.free_train = fi, ft
         self.t = t = [None] * nt
         self.stream = None
+        self.trainable = [k for k in range(nt) if kinds[k] == TRAIN]
+        # the large arrays first, largest first, while the heap has long free runs
+        for k in big_first(self.trainable, shape):
+            t[k] = zeros(shape[k])
         if self.settings['stream']:
             self._plan_stream(offs)
         else:
+            for k in big_first(offs, shape):
+                t[k] = zeros(shape[k])
             for k in sorted(offs):
                 f.seek(offs[k])
-                t[k] = readinto(f, zeros(shape[k]), name)
-        self.trainable = [k for k in range(nt) if kinds[k] == TRAIN]
+                readinto(f, t[k], name)
         self.acc = {}
         self.g = {}
         # batch 1: the Trainer's upd(k, g) / upd_row(k, r, g) apply each gradient at

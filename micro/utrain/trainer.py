@@ -5,7 +5,7 @@
 #   tr.save_checkpoint('checkpoint.ckpt'); tr.save_weights('trained.wof')
 #   tr.predict(x)                                          # inference, current weights
 from utrain.xnp import zeros, as2d
-from utrain.model import Net, LOSSES, OPTIMIZERS, METRICS
+from utrain.model import Net, LOSSES, OPTIMIZERS, METRICS, big_first
 from utrain.losses import loss as _loss, metric as _metric
 from utrain.optim import Optimizer
 from utrain.data import order
@@ -57,7 +57,7 @@ class Trainer:
             o = self.opt = Optimizer(c['optimizer'])
         o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
             c['lr'], c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
-        for k in net.trainable:
+        for k in big_first(net.trainable, net.shape):
             o.init(k, net.state_shape(k))
         # batch 1: each weight gradient updates its weight as soon as it is complete
         # (no gradient sums are kept); larger batches sum them until apply()
@@ -66,7 +66,7 @@ class Trainer:
             self.now = (self._upd, self._upd_row)
             net.acc.clear()
         else:                       # the sums now, before the heap fragments
-            for k in net.trainable:
+            for k in big_first(net.trainable, net.shape):
                 net.wgrad(k)
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
