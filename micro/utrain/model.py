@@ -9,7 +9,7 @@ from utrain.xnp import zeros, readinto, buffer, view
 
 MAGIC = b'UTFM'
 VERSION = 1
-HDR = '<4sHHHHHBBIIH6x'
+HDR = '<4sHHHHHBBII4xH2x'   # ... data_start, size, (4 reserved), n_ranks
 RANK = '<HBBII'
 CHUNK = 1024        # floats: the buffer large streamed constants are read through
 SETTINGS = '<BBBBBBHHHIffffff'
