@@ -306,6 +306,7 @@ N_TRAIN = 16
 
 def _cnn(tmp_path, cid, seed=0):
     spec = CNNS[cid]
+    os.makedirs(tmp_path, exist_ok=True)
     path = str(tmp_path / 'cnn.circle')
     build(spec, np.random.default_rng(seed), path)
     rng = np.random.default_rng(seed + 1)
