@@ -29,21 +29,16 @@ import sys
 import numpy as np
 import pytest
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(_HERE)
-MICRO = os.path.join(ROOT, 'micro')
-for _p in (ROOT, _HERE, MICRO):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# test_parity puts the repository and micro/ on sys.path too
+from test_parity import (MICRO, MICROPYTHON, ROOT, export_trained, new_trainer,  # noqa: E402
+                         prepare_dir, read_log, rel_err, run_backend)
 from host_tools.circle_build import CircleBuilder  # noqa: E402
 from host_tools.circle_io import read_model, tensor_data  # noqa: E402
 from host_tools.passes import PrepareError  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from onert_ref import onert_infer, onert_train  # noqa: E402
 import test_gradients as tg  # noqa: E402
-from test_parity import (MICROPYTHON, export_trained, new_trainer, prepare_dir,  # noqa: E402
-                         read_log, rel_err, run_backend)
 
 F32 = np.float32
 FWD_TOL = 1e-5
