@@ -267,7 +267,16 @@ class Net:
                 mods[oi].backward(self, op, d, fl)
                 if st:
                     self.drop(oi)
+                if self.upd is not None and self.acc:
+                    self._flush()
         g.clear()
+
+    def _flush(self):
+        # batch 1: apply the weight gradients a kernel summed into acc, then free them
+        acc = self.acc
+        for k in acc:
+            self.upd(k, self.part(k, acc[k]))
+        acc.clear()
 
     def add_grad(self, k, d):
         """Gradient arriving at activation tensor k (summed over its consumers)."""
@@ -275,12 +284,28 @@ class Net:
         self.g[k] = d if old is None else old + d
 
     def wgrad(self, k):
-        """The gradient sum of weight tensor k's training rows (created on first use;
-        its shape is state_shape(k))."""
+        """The gradient sum of weight tensor k, whole (created on first use).  Under a
+        rank only its training channels are applied (part())."""
+        a = self.acc.get(k)
+        if a is None:
+            a = self.acc[k] = zeros(self.shape[k])
+        return a
+
+    def wgrad_rows(self, k):
+        """k's gradient sum in state_shape(k): only its training channels (for
+        kernels that compute just those, like op_fc)."""
         a = self.acc.get(k)
         if a is None:
             a = self.acc[k] = zeros(self.state_shape(k))
         return a
+
+    def part(self, k, a):
+        """a (k's whole shape or already state_shape(k)) cut to k's training channels."""
+        r = self.rank.get(k)
+        if r is None or a.shape != self.shape[k]:
+            return a
+        ax, lo, hi = r
+        return a[lo:hi] if ax == 0 else a[:, lo:hi]
 
     def state_shape(self, k):
         """Shape of k's gradient and optimizer state: the whole tensor, or its
@@ -301,14 +326,13 @@ class Net:
     def add_wgrad(self, k, d):
         """Weight gradient d (whole tensor shape) of k: applied at once (batch 1)
         or added into its sum, restricted to k's training channels."""
-        r = self.rank.get(k)
-        if r is not None:
-            ax, lo, hi = r
-            d = d[lo:hi] if ax == 0 else d[:, lo:hi]
+        if len(d.shape) == 1:                   # a bias sum over rows: (n,) -> (1, n)
+            d = d.reshape((1, d.shape[0]))
+        d = self.part(k, d)
         if self.upd is not None:
             self.upd(k, d)
             return
-        a = self.wgrad(k)
+        a = self.wgrad_rows(k)
         a += d
 
     def zero_grads(self):

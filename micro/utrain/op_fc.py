@@ -63,7 +63,7 @@ def backward(rt, op, dy, flags):
                 for j in range(lo, hi):
                     rt.upd_row(k, j - lo, x * dz[0, j])
             else:
-                a = rt.wgrad(k)
+                a = rt.wgrad_rows(k)
                 for j in range(lo, hi):
                     row = a[j - lo]
                     row += x * dz[0, j]
@@ -72,7 +72,7 @@ def backward(rt, op, dy, flags):
             if rt.upd is not None:
                 rt.upd(k, g)
             else:
-                a = rt.wgrad(k)
+                a = rt.wgrad_rows(k)
                 a += g
     if flags & DB:
         rt.add_wgrad(ins[2], dz if dz.shape[0] == 1 else np.sum(dz, axis=0))

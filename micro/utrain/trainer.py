@@ -67,7 +67,8 @@ class Trainer:
             net.acc.clear()
         else:                       # the sums now, before the heap fragments
             for k in big_first(net.trainable, net.shape):
-                net.wgrad(k)
+                if k not in net.rank:
+                    net.wgrad(k)
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0
@@ -138,7 +139,7 @@ class Trainer:
         for k in net.trainable:
             g = net.acc.get(k)
             if g is not None:
-                opt.step(k, self._w(k), g, scale)
+                opt.step(k, self._w(k), net.part(k, g), scale)
         net.zero_grads()
         self.pending = 0
 
