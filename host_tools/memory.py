@@ -59,9 +59,15 @@ CORE_MODULES = ('__init__', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'opti
                 'data', 'wof')
 
 # working-set temporaries per op while it runs, in (output-sized, input-sized) arrays
-FWD_TEMPS = {'FULLY_CONNECTED': (2, 0), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0)}
-BWD_TEMPS = {'FULLY_CONNECTED': (2, 2), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0)}
+FWD_TEMPS = {'FULLY_CONNECTED': (2, 0), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0),
+             'CONV_2D': (2, 0), 'DEPTHWISE_CONV_2D': (2, 1), 'MAX_POOL_2D': (2, 0),
+             'AVERAGE_POOL_2D': (2, 0), 'MEAN': (1, 1)}
+BWD_TEMPS = {'FULLY_CONNECTED': (2, 2), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0),
+             'CONV_2D': (3, 2), 'DEPTHWISE_CONV_2D': (3, 3), 'MAX_POOL_2D': (3, 2),
+             'AVERAGE_POOL_2D': (3, 2), 'MEAN': (1, 2)}
 DEFAULT_FWD, DEFAULT_BWD = (2, 1), (2, 2)
+# ops that walk kernel taps hold a few dozen array views at once (op_conv, op_pool)
+TAP_VIEWS = {'CONV_2D': 24, 'DEPTHWISE_CONV_2D': 24, 'MAX_POOL_2D': 16, 'AVERAGE_POOL_2D': 16}
 
 
 def array_bytes(n: int, backend='fallback') -> int:
@@ -112,6 +118,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
                                 if SPECS[op.name].code in KERNELS}
     if backend == 'fallback':
         mods.add('npfallback')
+    if settings.get('stream'):
+        mods.add('stream')
     sizes = mpy_sizes()
     parts['code'] = int(CODE_PER_MPY_BYTE * sum(sizes.get(m, 0) for m in mods))
     parts['interpreter'] = BASE[backend]
@@ -121,7 +129,7 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         # as Net._plan_stream: slot j holds the largest j-th whole constant of an op;
         # constants the kernel reads by rows (its ROWS) come through one CHUNK buffer
         import importlib
-        from utrain.model import CHUNK
+        from utrain.stream import CHUNK
         slots, big = [], 0
         for op in g.ops:
             code = SPECS[op.name].code
@@ -159,7 +167,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         ins = [k for k in SPECS[op.name].inputs(op) if k >= 0 and kinds[k] == ACT]
         o = op.outputs[0]
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
-        peak = max(peak, cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0])))
+        peak = max(peak, cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0]))
+                   + TAP_VIEWS.get(op.name, 0) * A(0))
         live.add(o)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0]:
@@ -172,7 +181,11 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         ins = [k for k in SPECS[op.name].inputs(op)[:1] if k >= 0]
         n_in = max([size[k] for k in ins] or [0])
         cur = sum(A(n) for n in grads.values())
-        peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in))
+        # a kernel that sums its own weight gradient (no ROWS) holds it during the op
+        wsum = sum(A(size[k]) for k in SPECS[op.name].inputs(op)
+                   if k in plan.params and plan.params[k][1] == 'weight') if op.name != 'FULLY_CONNECTED' else 0
+        peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in) + TAP_VIEWS.get(op.name, 0) * A(0)
+                   + (wsum if batch == 1 else 0))
         grads.pop(o, None)
         if flags & 1 and ins:
             grads[ins[0]] = n_in

@@ -5,13 +5,12 @@
 # model was prepared with --stream, stays in the file and is read into a few reused
 # buffers just before the op that needs it (frozen weights live on flash, not heap).
 from struct import unpack, calcsize
-from utrain.xnp import zeros, readinto, buffer, view
+from utrain.xnp import zeros, readinto
 
 MAGIC = b'UTFM'
 VERSION = 1
 HDR = '<4sHHHHHBBII4xH2x'   # ... data_start, size, (4 reserved), n_ranks
 RANK = '<HBBII'
-CHUNK = 1024        # floats: the buffer large streamed constants are read through
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
 ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
@@ -143,7 +142,8 @@ class Net:
         for k in big_first(self.trainable, shape):
             t[k] = zeros(shape[k])
         if self.settings['stream']:
-            self._plan_stream(offs)
+            from utrain.stream import Stream
+            self.stream = Stream(self, offs)
         else:
             for k in big_first(offs, shape):
                 t[k] = zeros(shape[k])
@@ -155,67 +155,6 @@ class Net:
         # batch 1: the Trainer's upd(k, g) / upd_row(k, r, g) apply each gradient at
         # once (g in state_shape(k) / row r of it) instead of summing it
         self.upd = self.upd_row = None
-
-    def _plan_stream(self, offs):
-        # per op: [(tensor, slot)]; slot j is one buffer as large as the largest j-th
-        # constant input of any op, reused by every op.  A constant larger than CHUNK
-        # floats at an input position the kernel reads by rows (its module's ROWS)
-        # is not fetched whole: the kernel walks it with chunks().
-        sz = []
-        self.stream = st = []
-        big = 0
-        for i in range(len(self.ops)):
-            ins = self.ops[i][1]
-            rows = getattr(self.mods[i], 'ROWS', ())
-            mine = []
-            for p in range(len(ins)):
-                k = ins[p]
-                if k in offs and p in rows and self.shape[k][0] * self.shape[k][1] > CHUNK:
-                    big = max(big, self.shape[k][1])
-                elif k in offs:
-                    j = len(mine)
-                    n = self.shape[k][0] * self.shape[k][1]
-                    if j == len(sz):
-                        sz.append(n)
-                    elif sz[j] < n:
-                        sz[j] = n
-                    mine.append((k, j))
-            st.append(mine)
-        self.slots = [buffer(n) for n in sz]
-        self.soff = offs
-        self.chunk = buffer(max(big, CHUNK)) if big else None
-
-    def chunks(self, k):
-        """Streamed constant k a few rows at a time: yields (first row, rows array),
-        the array a view of one reused CHUNK-float buffer."""
-        r, c = self.shape[k]
-        n = max(1, CHUNK // c)
-        f = open(self.path, 'rb')
-        try:
-            f.seek(self.soff[k])
-            for r0 in range(0, r, n):
-                m = min(n, r - r0)
-                yield r0, readinto(f, view(self.chunk, (m, c)), self.path)
-        finally:
-            f.close()
-
-    def fetch(self, i):
-        # read op i's constant inputs from the model file into the slot buffers
-        t = self.t
-        sh = self.shape
-        f = None
-        for k, j in self.stream[i]:
-            if f is None:
-                f = open(self.path, 'rb')
-            f.seek(self.soff[k])
-            t[k] = readinto(f, view(self.slots[j], sh[k]), self.path)
-        if f is not None:
-            f.close()
-
-    def drop(self, i):
-        t = self.t
-        for k, j in self.stream[i]:
-            t[k] = None
 
     def load_weights(self, path):
         """Load the trainable tensors from a .wof file (onert-micro layout)."""
@@ -246,10 +185,10 @@ class Net:
         ops, mods, st = self.ops, self.mods, self.stream
         for i in range(len(ops)):
             if st:
-                self.fetch(i)
+                st.fetch(i)
             mods[i].forward(self, ops[i])
             if st:
-                self.drop(i)
+                st.drop(i)
             for k in free[i]:
                 t[k] = None
 
@@ -263,10 +202,10 @@ class Net:
             d = g.pop(op[2][0], None)
             if d is not None:
                 if st:
-                    self.fetch(oi)
+                    st.fetch(oi)
                 mods[oi].backward(self, op, d, fl)
                 if st:
-                    self.drop(oi)
+                    st.drop(oi)
                 if self.upd is not None and self.acc:
                     self._flush()
         g.clear()

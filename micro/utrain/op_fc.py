@@ -10,7 +10,7 @@ from utrain.op_act import act, act_grad
 
 
 DX, DW, DB = 1, 2, 4
-ROWS = (1,)     # a frozen W streamed from the model file may come a few rows at a time
+ROWS = (1,)     # a frozen W streamed from the model file may come a few rows at a time (stream.py)
 
 
 def forward(rt, op):
@@ -21,9 +21,9 @@ def forward(rt, op):
     n = rt.shape[ins[1]][1]
     if x.shape[1] != n:
         x = x.reshape((x.size // n, n))
-    if w is None:                   # streamed by rows (rt.chunks)
+    if w is None:                   # streamed by rows (rt.stream.chunks)
         y = zeros((x.shape[0], rt.shape[ins[1]][0]))
-        for r0, wc in rt.chunks(ins[1]):
+        for r0, wc in rt.stream.chunks(ins[1]):
             y[:, r0:r0 + wc.shape[0]] = np.dot(x, wc.T)
     else:
         y = np.dot(x, w.T)
@@ -45,7 +45,7 @@ def backward(rt, op, dy, flags):
     if flags & DX:              # first: a batch-1 update below changes w
         if w is None:           # frozen, streamed by rows
             dx = zeros((dz.shape[0], n))
-            for r0, wc in rt.chunks(ins[1]):
+            for r0, wc in rt.stream.chunks(ins[1]):
                 dx += np.dot(dz[:, r0:r0 + wc.shape[0]], wc)
         else:
             dx = np.dot(dz, w)
