@@ -20,15 +20,16 @@ def read_train_config(path, n_ops: int) -> dict:
     """-> {op index: rank code}."""
     with open(path, 'rb') as f:
         data = f.read()
-    if len(data) < 8:
-        raise PrepareError(f'{path}: truncated training-config header ({len(data)} bytes)')
-    magic, ver, _, n = struct.unpack_from('<HBBI', data)
-    if magic != MAGIC:
-        raise PrepareError(f'{path}: not an onert-micro training-config file (magic {magic}, want {MAGIC})')
-    if ver != VERSION:
-        raise PrepareError(f'{path}: training-config version {ver}, utrain reads {VERSION}')
-    if len(data) != 8 + 3 * n:
-        raise PrepareError(f'{path}: {len(data)} bytes, expected {8 + 3 * n} for {n} ops')
+    head = struct.unpack_from('<HBBI', data) if len(data) >= 8 else None
+    n = head[3] if head else 0
+    problem = (f'truncated training-config header ({len(data)} bytes)' if head is None
+               else f'not an onert-micro training-config file (magic {head[0]}, want {MAGIC})'
+               if head[0] != MAGIC
+               else f'training-config version {head[1]}, utrain reads {VERSION}' if head[1] != VERSION
+               else f'{len(data)} bytes, expected {8 + 3 * n} for {n} ops' if len(data) != 8 + 3 * n
+               else None)
+    if problem:
+        raise PrepareError(f'{path}: {problem}')
     ops = struct.unpack_from(f'<{n}H', data, 8)
     ranks = data[8 + 2 * n:]
     out = {}
