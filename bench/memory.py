@@ -37,18 +37,18 @@ SETTINGS = [
     ('digits CNN', 'adam, batch 4', dict(optimizer='adam', batch=4)),
     ('digits CNN', 'sgd, batch 1', dict(optimizer='sgd', batch=1)),
     ('digits CNN', 'sgd b1, stream', dict(optimizer='sgd', batch=1, stream=True)),
-    ('head 118k', 'last:2 sgd b1, in RAM', dict(optimizer='sgd', batch=1, train='last:2')),
-    ('head 118k', 'last:2 sgd b1, stream', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
-    ('head 118k', 'ranks 2:bias,3:1/4 adam b1, stream',
+    ('head 132k', 'last:2 sgd b1, in RAM', dict(optimizer='sgd', batch=1, train='last:2')),
+    ('head 132k', 'last:2 sgd b1, stream', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
+    ('head 132k', 'ranks 2:bias,3:1/4 adam b1, stream',
      dict(optimizer='adam', batch=1, train='none', ranks='2:bias,3:1/4', stream=True)),
-    ('head 118k', 'last:3 ranks 2:1/4 sgd b1, stream',
+    ('head 132k', 'last:3 ranks 2:1/4 sgd b1, stream',
      dict(optimizer='sgd', batch=1, train='last:3', ranks='2:1/4', stream=True)),
 ]
 
 
 def models(tmp):
     out = {'digits MLP': os.path.join(DIGITS, 'digits_mlp.circle'),
-           'head 118k': mobilenet_head(os.path.join(tmp, 'head.circle'))}
+           'head 132k': mobilenet_head(os.path.join(tmp, 'head.circle'))}
     cnn = os.path.join(DIGITS, 'digits_cnn.circle')
     if os.path.exists(cnn):
         out['digits CNN'] = cnn

@@ -34,6 +34,6 @@ def mlp(path, sizes, acts=None, seed=0, softmax=True):
 
 def mobilenet_head(path, seed=0):
     """The classifier end of a MobileNet-style network on an 8x8 digits input seen as
-    features: 64 -> 512 -> 160 -> 96 -> 10 (pointwise-width layers, ~118k parameters,
+    features: 64 -> 512 -> 160 -> 96 -> 10 (pointwise-width layers, ~132k parameters,
     the first two far larger than a small board's heap when held in RAM)."""
     return mlp(path, [64, 512, 160, 96, 10], seed=seed)

@@ -83,7 +83,7 @@ def test_planner_bounds_the_smallest_heap(tmp_path, data, head, case):
 
 @needs_mp
 def test_streamed_head_trains_within_96k_on_ulab(tmp_path, data, head):
-    """The ~118k-parameter head, last layer trained, frozen weights streamed: within an
+    """The ~132k-parameter head, last layer trained, frozen weights streamed: within an
     ESP32's 96 KB with ulab (the fallback's code takes ~20 KB more)."""
     out = str(tmp_path / 'o')
     s = prepare(head, out, data=data, loss='scce', optimizer='sgd', lr=0.01, batch=1,
