@@ -74,11 +74,19 @@ def write_dataset(path, x, y) -> None:
 
 
 def read_dataset(path):
-    with open(path, 'rb') as f:
-        data = f.read()
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+    except OSError as e:
+        raise DataError(f'{path}: cannot read ({e.strerror})') from None
+    if len(data) < 32:
+        raise DataError(f'{path}: truncated dataset header ({len(data)} bytes)')
     magic, ver, xt, yt, n, xl, yl = struct.unpack_from('<4sHBBIII', data)
-    if magic != MAGIC or ver != VERSION or len(data) != 32 + 4 * n * (xl + yl):
-        raise DataError(f'{path}: not a valid utrain dataset')
+    if magic != MAGIC or ver != VERSION or xt or yt:
+        raise DataError(f'{path}: not a version-{VERSION} float32 utrain dataset')
+    if len(data) != 32 + 4 * n * (xl + yl):
+        raise DataError(f'{path}: {len(data)} bytes, expected {32 + 4 * n * (xl + yl)} '
+                        f'for {n} samples (truncated?)')
     a = np.frombuffer(data, '<f4', offset=32).reshape(n, xl + yl)
     return a[:, :xl].copy(), a[:, xl:].copy()
 

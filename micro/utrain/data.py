@@ -11,7 +11,10 @@ VERSION = 1
 class Dataset:
     def __init__(self, path):
         self.path = path
-        f = self.f = open(path, 'rb')
+        try:
+            f = self.f = open(path, 'rb')
+        except OSError:
+            raise ValueError('%s: cannot open (no such file?)' % path)
         h = f.read(32)
         if len(h) != 32:
             raise ValueError('%s: truncated dataset header' % path)

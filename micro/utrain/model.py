@@ -4,10 +4,11 @@
 # constant data goes straight from the file into preallocated arrays.
 from struct import unpack, calcsize
 from utrain.xnp import zeros, readinto
+from utrain import wof
 
 MAGIC = b'UTFM'
-VERSION = 1
-HDR = '<4sHHHHHBBII8x'
+VERSION = 2
+HDR = '<4sHHHHHBBIII4x'    # ... data_start, size, crc32 (of the file with these 4 bytes zero)
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
 ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
@@ -21,6 +22,8 @@ REDUCTIONS = ('mean', 'sum')
 
 def settings_dict(s):
     """The unpacked SETTINGS tuple as named training settings."""
+    if s[0] >= len(LOSSES) or s[1] >= len(REDUCTIONS) or s[3] >= len(OPTIMIZERS) or s[4] >= len(METRICS):
+        raise ValueError('unknown loss/reduction/optimizer/metric code %r' % (s[:5],))
     return {'loss': LOSSES[s[0]], 'reduction': REDUCTIONS[s[1]], 'from_logits': bool(s[2]),
             'optimizer': OPTIMIZERS[s[3]], 'metric': METRICS[s[4]], 'shuffle': bool(s[5]),
             'batch': s[6], 'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
@@ -54,22 +57,30 @@ class Net:
 
     def __init__(self, path):
         self.path = path
-        with open(path, 'rb') as f:
+        with wof.openr(path) as f:
             self._load(f, path)
 
     def _load(self, f, name):
         h = _read(f, 32, name, 'header')
-        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size = unpack(HDR, h)
+        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, crc = unpack(HDR, h)
         if magic != MAGIC:
             raise ModelError('%s: not a utrain flattened model (magic %r, want %r)' % (name, magic, MAGIC))
         if ver != VERSION:
-            raise ModelError('%s: format version %d, this utrain reads %d' % (name, ver, VERSION))
+            raise ModelError('%s: format version %d, this utrain reads %d (prepare the model again)'
+                             % (name, ver, VERSION))
         f.seek(0, 2)
         real = f.tell()
         if real != size:
             raise ModelError('%s: %d bytes, header says %d (truncated or padded)' % (name, real, size))
+        if wof.crc32 and wof.crc(f, 28, size, wof.crc32(h[:24] + b'\0\0\0\0')) != crc:
+            raise ModelError('%s: checksum mismatch (corrupt file)' % name)
+        if not nin or not nout or not 72 <= dstart <= size:
+            raise ModelError('%s: bad header (%d inputs, %d outputs, data at %d)' % (name, nin, nout, dstart))
         f.seek(32)
-        self.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
+        try:
+            self.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
+        except ValueError as e:
+            raise ModelError('%s: settings: %s' % (name, e))
         io = unpack('<%dH' % (nin + nout), _read(f, 2 * (nin + nout), name, 'inputs/outputs'))
         self.inputs, self.outputs = io[:nin], io[nin:]
         kinds = bytearray(nt)
@@ -97,7 +108,7 @@ class Net:
             outs = unpack('<%dh' % no, _read(f, 2 * no, name, 'op table'))
             opts = unpack('<%df' % nopt, _read(f, 4 * nopt, name, 'op table'))
             for k in ins + outs:
-                if k >= nt:
+                if not -1 <= k < nt or (k < 0 and (k in outs or not ins or k == ins[0])):
                     raise ModelError('%s: op %d uses tensor %d, model has %d' % (name, i, k, nt))
             ops.append((code, ins, outs, opts))
             mods.append(_kernel(code, name, i))
@@ -130,19 +141,15 @@ class Net:
 
     def load_weights(self, path):
         """Load the trainable tensors from a .wof file (onert-micro layout)."""
-        from utrain.wof import read_table
-        with open(path, 'rb') as f:
-            offs, size = read_table(f, path, len(self.t))
+        with wof.openr(path) as f:
+            offs, size = wof.read_table(f, path, self.shape)
             for k in self.trainable:
                 o = offs[k]
-                r, c = self.shape[k]
                 if o == 0:
                     raise ModelError('%s: no data for trainable tensor %d' % (path, k))
-                if o + 4 * r * c > size:
-                    raise ModelError('%s: data of tensor %d runs past the end of the file' % (path, k))
                 f.seek(o)
                 if self.t[k] is None:
-                    self.t[k] = zeros((r, c))
+                    self.t[k] = zeros(self.shape[k])
                 readinto(f, self.t[k], path)
 
     def set_input(self, x, i=0):
