@@ -93,7 +93,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **over
         summary.update(train_samples=len(tr), test_samples=len(te))
     else:
         files['train'] = files['test'] = None
-    cfg = {'files': files, 'run': {'resume': False, 'progress': 0}}
+    # run: how train.py behaves (README): validation-gated saving of the best weights
+    # when there is a test split; on a NaN/Inf, restore and lower lr (or 'stop')
+    cfg = {'files': files, 'run': {'resume': False, 'progress': 0, 'checkpoint_every': 0,
+                                   'keep_best': bool(files['test']), 'on_nan': 'lower',
+                                   'lr_factor': 0.5, 'max_retries': 3}}
     cfg.update(s)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())

@@ -4,8 +4,9 @@
 # epochs, learning rate, files.
 import gc
 import json
-from utrain.trainer import Trainer
+from utrain.trainer import Trainer, Diverged
 from utrain.data import Dataset
+from utrain.wof import exists
 
 try:
     from time import ticks_ms, ticks_diff
@@ -27,14 +28,6 @@ def heap():
         return -1
 
 
-def exists(path):
-    try:
-        open(path).close()
-        return True
-    except OSError:
-        return False
-
-
 def main(cfg_path='train.json'):
     with open(cfg_path) as f:
         cfg = json.load(f)
@@ -45,23 +38,27 @@ def main(cfg_path='train.json'):
     ckpt = files.get('checkpoint')
     if run.get('resume') and ckpt and exists(ckpt):
         tr.load_checkpoint(ckpt)
-        print('resumed from %s at epoch %d' % (ckpt, tr.epoch))
+        print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
     if not files.get('train'):
         print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
         return
     train = Dataset(files['train'])
     test = Dataset(files['test']) if files.get('test') else None
     metric = c['metric']
-    log = open(files.get('log', 'train.log'), 'a' if tr.epoch else 'w')
-    if not tr.epoch:
+    fresh = not (tr.epoch or tr.pos)
+    keep = run.get('keep_best') and test   # validation-gated saving
+    log = open(files.get('log', 'train.log'), 'w' if fresh else 'a')
+    if fresh:
         log.write('epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
     print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs, free heap %d'
           % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
              c['epochs'], heap()))
-    if test and not tr.epoch:
+    if test and fresh:
         tl, tm = tr.evaluate(test)
         print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
         log.write('0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
+        if keep and tr.better(tl, tm):
+            tr.save_weights(files['out'])
     every = run.get('progress', 0)
 
     def progress(i, n, ls, ms):
@@ -70,21 +67,38 @@ def main(cfg_path='train.json'):
 
     while tr.epoch < c['epochs']:
         t0 = ticks_ms()
-        l, m = tr.train_epoch(train, progress)
+        try:
+            l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
+        except Diverged as e:
+            if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
+                print('utrain: stopped: %s' % e)
+                break
+            tr.retries += 1
+            tr.lower_lr(run.get('lr_factor', 0.5))
+            print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
+            continue
         dt = ticks_diff(ticks_ms(), t0)
         tl = tm = float('nan')
         if test:
             tl, tm = tr.evaluate(test)
         free = heap()
-        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms (%.2f ms/sample) free %d'
-              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / max(train.n, 1), free))
+        kept = ''
+        if keep:
+            kept = '  kept' if tr.better(tl, tm) else '  (not better than epoch %d)' % tr.best[0]
+            if kept == '  kept':
+                tr.save_weights(files['out'])
+        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms (%.2f ms/sample) free %d%s'
+              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / max(train.n, 1), free, kept))
         log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
         log.flush()
         if ckpt:
             tr.save_checkpoint(ckpt)
     log.close()
-    tr.save_weights(files['out'])
-    print('saved %s' % files['out'])
+    if keep:
+        print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
+    else:
+        tr.save_weights(files['out'])
+        print('saved %s' % files['out'])
     try:
         gc.collect()
         print('heap in use after training %d B' % gc.mem_alloc())
@@ -92,4 +106,13 @@ def main(cfg_path='train.json'):
         pass
 
 
-main()
+try:
+    main()
+except MemoryError:
+    # whatever is on flash is the last good state: saves are atomic and none ran now
+    gc.collect()
+    print('utrain: out of memory: %d B free, %d B in use after collecting. The files on flash '
+          'keep the last saved weights. To fit: train fewer layers (prepare --train last:N), '
+          'use sgd without momentum (adam keeps two extra copies of each trained weight, '
+          'rmsprop one), precompiled .mpy code, or a board with more heap.'
+          % (heap(), getattr(gc, 'mem_alloc', heap)()))

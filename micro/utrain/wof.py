@@ -67,8 +67,8 @@ def _size(f):
 
 
 def _table(f, path, n, at, end, sizes):
-    """Offset table of n entries at `at`; every present block of sizes[k] bytes must lie
-    in [table end, end) and no two may overlap (the format packs them back to back)."""
+    """Offset table of n entries at `at`; the present blocks (sizes[k] bytes each) must
+    fill [table end, end) back to back, as the format packs them, in any order."""
     f.seek(at)
     b = f.read(4 * n)
     if len(b) != 4 * n:
@@ -88,10 +88,15 @@ def _table(f, path, n, at, end, sizes):
                               % (path, k, sizes[k], o, at + 4 * n, end))
         spans.append((o, o + sizes[k], k))
     spans.sort()
-    for i in range(1, len(spans)):
-        if spans[i][0] < spans[i - 1][1]:
-            raise FormatError('%s: data of tensors %d and %d overlap (offset table corrupt)'
-                              % (path, spans[i - 1][2], spans[i][2]))
+    pos = at + 4 * n
+    for o, e, k in spans:
+        if o != pos:
+            raise FormatError('%s: data of tensor %d at offset %d, expected %d: the blocks must '
+                              'follow each other without gaps or overlaps' % (path, k, o, pos))
+        pos = e
+    if pos != end:
+        raise FormatError('%s: %d bytes after the last data block (offset table corrupt?)'
+                          % (path, end - pos))
     return offs
 
 
