@@ -79,9 +79,9 @@ def cmd_run(a):
 
 def cmd_export(a):
     from .circle_io import read_model, write_with_weights
-    from .wof import read_wof
+    from .wof import read_wof, read_checkpoint
     g = read_model(a.model)
-    w = read_wof(a.weights, g)
+    w = (read_checkpoint if a.weights.endswith('.ckpt') else read_wof)(a.weights, g)
     write_with_weights(a.model, a.output, w)
     print(f'wrote {a.output}: {len(w)} tensors from {a.weights} into {a.model}')
     return 0
@@ -160,7 +160,7 @@ def main(argv=None):
     q.add_argument('--source', action='store_true', help='run micro/ as .py, not .mpy')
     q.set_defaults(fn=cmd_run)
 
-    q = sub.add_parser('export', help='merge trained .wof weights into a circle model')
+    q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into a circle model')
     q.add_argument('model')
     q.add_argument('weights')
     q.add_argument('-o', '--output', required=True)

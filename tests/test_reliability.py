@@ -507,3 +507,13 @@ def test_memory_error_is_reported_with_heap_figures(job, tmp_path):
             assert 'B free' in r.stdout and '--train last:N' in r.stdout
             assert (d / 'weights.wof').exists()
     assert hits, 'no heap size in the list ran out of memory'
+
+
+def test_export_takes_a_checkpoint(job, tmp_path):
+    from host_tools.circle_io import tensor_data
+    from host_tools.cli import main
+    out = str(tmp_path / 'e.circle')
+    assert main(['export', str(job / 'm.circle'), str(job / 'checkpoint.ckpt'), '-o', out]) == 0
+    want = read_checkpoint(str(job / 'checkpoint.ckpt'), read_model(str(job / 'm.circle')))
+    got = tensor_data(out)
+    assert want and all(np.array_equal(got[k], a) for k, a in want.items())
