@@ -118,7 +118,7 @@ def read_flat(path) -> dict:
             raise ValueError(f'{path}: not a version-{VERSION} utrain flattened model')
         if size != len(data):
             raise ValueError(f'{path}: {len(data)} bytes, header says {size} (truncated or padded)')
-        if zlib.crc32(data[28:], zlib.crc32(data[:24] + bytes(4))) != crc:
+        if zlib.crc32(data[32:], zlib.crc32(data[:28] + bytes(4))) != crc:
             raise ValueError(f'{path}: checksum mismatch (corrupt file)')
         pos = 32
         settings = unpack_settings(data[pos:pos + struct.calcsize(SETTINGS)])

@@ -8,7 +8,7 @@ from utrain import wof
 
 MAGIC = b'UTFM'
 VERSION = 2
-HDR = '<4sHHHHHBBIII4x'    # ... data_start, size, crc32 (of the file with these 4 bytes zero)
+HDR = '<4sHHHHHBBII4xI'    # ... data_start, size, 4 reserved, crc32 (of the file with it zero)
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
 ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
@@ -72,7 +72,7 @@ class Net:
         real = f.tell()
         if real != size:
             raise ModelError('%s: %d bytes, header says %d (truncated or padded)' % (name, real, size))
-        if wof.crc32 and wof.crc(f, 28, size, wof.crc32(h[:24] + b'\0\0\0\0')) != crc:
+        if wof.crc32 and wof.crc(f, 32, size, wof.crc32(h[:28] + b'\0\0\0\0')) != crc:
             raise ModelError('%s: checksum mismatch (corrupt file)' % name)
         if not nin or not nout or not 72 <= dstart <= size:
             raise ModelError('%s: bad header (%d inputs, %d outputs, data at %d)' % (name, nin, nout, dstart))
