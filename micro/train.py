@@ -108,6 +108,9 @@ def main(cfg_path='train.json'):
 
 try:
     main()
+except ValueError as e:   # a bad file or setting: the message names it
+    print('utrain: error: %s' % e)
+    raise SystemExit(1)
 except MemoryError:
     # whatever is on flash is the last good state: saves are atomic and none ran now
     gc.collect()

@@ -112,15 +112,13 @@ class Trainer:
                 opt.step(k, net.t[k], g, scale)
         net.zero_grads()
         self.pending = 0
-        k = self._bad()
-        if k is not None:
-            self._diverged('weights of tensor %d are NaN/Inf after update %d' % (k, opt.t))
 
-    def _bad(self):
-        # first trainable tensor holding a NaN or Inf (one sum per tensor), else None
+    def _check(self, what):
+        # NaN/Inf weights (one sum per tensor; checked per epoch and before saves: the
+        # loss, checked per sample, catches almost every case at once)
         for k in self.net.trainable:
             if not finite(np.sum(self.net.t[k])):
-                return k
+                self._diverged('weights of tensor %d are NaN/Inf%s' % (k, what))
 
     def _diverged(self, why):
         at = 'epoch %d sample %d' % (self.epoch + 1, self.pos + 1)
@@ -216,6 +214,7 @@ class Trainer:
 
         r = self._pass(ds, self.train_step, idx, hook, self.pos, self.sums)
         self.apply()
+        self._check('')
         self.epoch += 1
         self.pos, self.sums = 0, (0.0, 0.0)
         return r
@@ -230,19 +229,14 @@ class Trainer:
         t = self.net.t
         return dict((k, t[k]) for k in self.net.trainable)
 
-    def _check(self, path):
-        k = self._bad()
-        if k is not None:
-            raise Diverged('not saving %s: weights of tensor %d are NaN/Inf' % (path, k))
-
     def save_weights(self, path='trained.wof'):
-        self._check(path)
+        self._check('; not saving ' + path)
         wof.save_wof(path, len(self.net.t), self.weights())
 
     def save_checkpoint(self, path='checkpoint.ckpt'):
         """Weights, optimizer state, counters and the position in the epoch (call it
         between batches: gradient sums of an incomplete batch are not saved)."""
-        self._check(path)
+        self._check('; not saving ' + path)
         o = self.opt
         b = self.best or (0, 0.0, 0.0)
         extra = pack(RESUME, b'UTRS', 1, self.best is not None, self.pos, self.sums[0],
