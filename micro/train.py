@@ -28,12 +28,15 @@ def heap():
         return -1
 
 
+STATE = {}
+
+
 def main(cfg_path='train.json'):
     with open(cfg_path) as f:
         cfg = json.load(f)
     files = cfg.pop('files')
     run = cfg.pop('run', {})
-    tr = Trainer(files['model'], files['weights'], **cfg)
+    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
     c = tr.cfg
     ckpt = files.get('checkpoint')
     if run.get('resume') and ckpt and exists(ckpt):
@@ -113,9 +116,14 @@ except ValueError as e:   # a bad file or setting: the message names it
     raise SystemExit(1)
 except MemoryError:
     # whatever is on flash is the last good state: saves are atomic and none ran now
-    gc.collect()
-    print('utrain: out of memory: %d B free, %d B in use after collecting. The files on flash '
-          'keep the last saved weights. To fit: train fewer layers (prepare --train last:N), '
-          'use sgd without momentum (adam keeps two extra copies of each trained weight, '
-          'rmsprop one), precompiled .mpy code, or a board with more heap.'
-          % (heap(), getattr(gc, 'mem_alloc', heap)()))
+    tr = STATE.pop('tr', None)
+    at = 'at epoch %d sample %d' % (tr.epoch + 1, tr.pos + 1) if tr else 'loading the model'
+    tr = None
+    free = heap()
+    used = getattr(gc, 'mem_alloc', heap)()
+    print('utrain: out of memory %s (heap %d B: %d B free, %d B in use once the trainer is '
+          'dropped). The files on flash keep the last saved weights. To fit: train fewer layers '
+          '(prepare --train last:N), sgd without momentum (adam keeps two extra copies of each '
+          'trained weight, rmsprop one), precompiled .mpy code, or a board with more heap.'
+          % (at, free + used, free, used))
+    raise SystemExit(1)
