@@ -87,9 +87,11 @@ def main(cfg_path='train.json'):
         free = heap()
         kept = ''
         if keep:
-            kept = '  kept' if tr.better(tl, tm) else '  (not better than epoch %d)' % tr.best[0]
-            if kept == '  kept':
+            if tr.better(tl, tm):
                 tr.save_weights(files['out'])
+                kept = '  kept'
+            else:
+                kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
         print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms (%.2f ms/sample) free %d%s'
               % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / max(train.n, 1), free, kept))
         log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
@@ -97,7 +99,7 @@ def main(cfg_path='train.json'):
         if ckpt:
             tr.save_checkpoint(ckpt)
     log.close()
-    if keep:
+    if keep and tr.best:
         print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
     else:
         tr.save_weights(files['out'])

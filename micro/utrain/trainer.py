@@ -127,11 +127,12 @@ class Trainer:
 
     def restore(self):
         """Back to the last good state: the last checkpoint saved or loaded, else the
-        initial weights with fresh optimizer state.  lr_scale and retries are kept."""
+        initial weights with fresh optimizer state.  lr_scale, retries and the best test
+        result (that of the weights saved by validation-gated saving) are kept."""
         net = self.net
         net.zero_grads()
         self.pending = 0
-        keep = self.lr_scale, self.retries
+        keep = self.lr_scale, self.retries, self.best
         if self.good:
             self.load_checkpoint(self.good)
         else:
@@ -139,8 +140,7 @@ class Trainer:
             self.opt = None
             self.epoch = self.pos = 0
             self.sums = (0.0, 0.0)
-            self.best = None
-        self.lr_scale, self.retries = keep
+        self.lr_scale, self.retries, self.best = keep
         self.configure()
 
     def lower_lr(self, factor):
