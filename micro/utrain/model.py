@@ -4,7 +4,6 @@
 # constant data goes straight from the file into preallocated arrays.
 from struct import unpack, calcsize
 from utrain.xnp import zeros, readinto
-from utrain import wof
 
 MAGIC = b'UTFM'
 VERSION = 2
@@ -57,10 +56,11 @@ class Net:
 
     def __init__(self, path):
         self.path = path
+        from utrain import wof
         with wof.openr(path) as f:
-            self._load(f, path)
+            self._load(f, path, wof)
 
-    def _load(self, f, name):
+    def _load(self, f, name, wof):
         h = _read(f, 32, name, 'header')
         magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, crc = unpack(HDR, h)
         if magic != MAGIC:
@@ -141,6 +141,7 @@ class Net:
 
     def load_weights(self, path):
         """Load the trainable tensors from a .wof file (onert-micro layout)."""
+        from utrain import wof
         with wof.openr(path) as f:
             offs, size = wof.read_table(f, path, self.shape)
             for k in self.trainable:
