@@ -66,7 +66,6 @@ def load(path):
                 tr.epoch, tr.pos, tr.sums, tr.lr_scale, tr.best)
     d = Dataset(path)
     try:
-        x, y = net.shape[net.inputs[0]], net.shape[net.outputs[0]]
         from utrain.xnp import zeros
         xs, ys = zeros((1, d.x_len)), zeros((1, d.y_len))
         out = [d.n, d.x_len, d.y_len]
