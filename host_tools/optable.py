@@ -10,8 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-# backward flags, one bit per gradient the device computes (micro/utrain/op_fc.py)
+# backward flags, one bit per gradient the device computes (micro/utrain/op_fc.py):
+# DX the first data input's, DW the weight's, DB the bias's; data input n >= 1 (an ADD's
+# second operand, a CONCATENATION's inputs) has bit dx_bit(n) = 4 << n.
 DX, DW, DB = 1, 2, 4
+
+
+def dx_bit(n):
+    return DX if n == 0 else 4 << n
 
 ACTIVATIONS = {'NONE': 0, 'RELU': 1, 'RELU_N1_TO_1': 2, 'RELU6': 3, 'TANH': 4}
 
@@ -20,8 +26,8 @@ ACTIVATIONS = {'NONE': 0, 'RELU': 1, 'RELU_N1_TO_1': 2, 'RELU6': 3, 'TANH': 4}
 class OpSpec:
     name: str
     code: int                      # circle builtin code; the device dispatches on it
-    params: dict                   # input position -> 'weight' | 'bias'
-    options: Callable              # op -> list of floats for the device
+    params: dict                   # input position -> 'weight' | 'bias' (or (op, g) -> that)
+    options: Callable              # (op, graph) -> list of floats for the device
     saves: Callable                # (op, flags) -> tensors the gradient reads
     data_inputs: tuple = (0,)      # input positions that carry activations
     # input positions the device receives (None: all).  Constant index tensors (a
@@ -32,6 +38,11 @@ class OpSpec:
     # out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
     # bytes, so .wof files stay onert-micro's; e.g. a conv weight as [O, KH*KW*I]).
     shapes: Callable = None
+
+    def roles(self, op, g):
+        """input position -> 'weight' | 'bias' for this op (an ADD's or MUL's parameter is
+        whichever operand is constant)."""
+        return self.params(op, g) if callable(self.params) else self.params
 
     def inputs(self, op):
         """The op's input tensors as the device sees them."""
@@ -48,7 +59,7 @@ def _fused(op, where):
     return ACTIVATIONS[act]
 
 
-def _fc_options(op):
+def _fc_options(op, g=None):
     fmt = op.options.get('weights_format', 'DEFAULT')
     if fmt not in ('DEFAULT', 0):
         raise ValueError(f'op {op.index} FULLY_CONNECTED: weights_format {fmt} is not supported')
@@ -79,10 +90,11 @@ SPECS = {s.name: s for s in [
     OpSpec('RELU6', 21, {}, _none, _out),
     OpSpec('LOGISTIC', 14, {}, _none, _out),
     OpSpec('TANH', 28, {}, _none, _out),
-    OpSpec('SOFTMAX', 25, {}, lambda op: [float(op.options.get('beta', 1.0))], _out),
+    OpSpec('SOFTMAX', 25, {}, lambda op, g=None: [float(op.options.get('beta', 1.0))], _out),
     OpSpec('RESHAPE', 22, {}, _none, _none, device_inputs=(0,)),
 ]}
 
 # Each group of operators registers its specs here (one block per kernel module).
+
 
 SUPPORTED = sorted(SPECS)
