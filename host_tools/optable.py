@@ -238,25 +238,33 @@ def _transpose_options(op, g):
 
 def _slice_options(op, g):
     o = op.options
-    if any(o.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'shrink_axis_mask', 'offset')):
-        raise ValueError(f'{_where(op)}: only begin/end masks are supported (no ellipsis, '
-                         'new-axis or shrink-axis masks, no offset)')
+    if any(o.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'offset')):
+        raise ValueError(f'{_where(op)}: only begin, end and shrink-axis masks are supported '
+                         '(no ellipsis or new-axis masks, no offset)')
     X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
     n = len(g.tensors[op.inputs[0]].shape)
     begin, end, step = (_const_ints(g, op, i, w) for i, w in ((1, 'begin'), (2, 'end'), (3, 'strides')))
     start, count, ax = [0] * 4, [1] * 4, _rowcol(X)
+    shrink, kept = o.get('shrink_axis_mask', 0), list(range(4 - n))
     for i in range(n):
         d, dim, s = i + 4 - n, X[i + 4 - n], step[i]
-        if s <= 0:
-            raise ValueError(f'{_where(op)}: stride {s} (utrain slices with positive strides)')
         b = 0 if o.get('begin_mask', 0) >> i & 1 else begin[i]
         e = dim if o.get('end_mask', 0) >> i & 1 else end[i]
         b, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (b, e))
+        if shrink >> i & 1:               # one index, the axis dropped from the output
+            e, s = b + 1, 1
+        else:
+            kept.append(d)
+        if s <= 0:
+            raise ValueError(f'{_where(op)}: stride {s} (utrain slices with positive strides)')
         start[d], count[d] = b, max(0, -(-(e - b) // s))
         ax[d] = (ax[d][0] * s, ax[d][1] * s)
-    if count != Y:
-        raise ValueError(f'{_where(op)}: slicing {X} gives {count}, the output is {Y}')
-    return _copy_plan(list(zip(Y, ax, _rowcol(Y))), _at(X, start), (0, 0))
+    out = [1] * (4 - len(kept)) + [count[d] for d in kept]
+    if out != Y:
+        raise ValueError(f'{_where(op)}: slicing {X} gives {out}, the output is {Y}')
+    to = dict(zip(kept, _rowcol(Y)[4 - len(kept):]))     # input axis -> output steps
+    box = [(count[d], ax[d], to.get(d, (0, 0))) for d in range(4)]
+    return _copy_plan(box, _at(X, start), (0, 0))
 
 
 def _concat_options(op, g):

@@ -49,7 +49,10 @@ def validate(g: Graph):
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.index} is {op.name}, which utrain cannot train '
                                f'through yet; supported: {", ".join(SUPPORTED)}')
-        SPECS[op.name].options(op, g)   # raises on unsupported options
+        try:
+            SPECS[op.name].options(op, g)
+        except ValueError as e:         # unsupported options, shapes, non-constant indices
+            raise PrepareError(f'{where}: {e}') from None
     used = set()
     for op in g.ops:
         spec = SPECS[op.name]

@@ -166,14 +166,15 @@ def _transpose(shape, perm):
     return build
 
 
-def _slice(shape, begin, end, strides, begin_mask=0, end_mask=0):
+def _slice(shape, begin, end, strides, begin_mask=0, end_mask=0, shrink=0):
     def build(m):
         a = m.act_input(shape)
         ks = [m.tensor([len(v)], _ints(v)) for v in (begin, end, strides)]
-        idx = tuple(slice(None if begin_mask >> i & 1 else b, None if end_mask >> i & 1 else e, s)
+        idx = tuple(b if shrink >> i & 1 else
+                    slice(None if begin_mask >> i & 1 else b, None if end_mask >> i & 1 else e, s)
                     for i, (b, e, s) in enumerate(zip(begin, end, strides)))
         return m.op('STRIDED_SLICE', [a] + ks, m.val[a][idx], begin_mask=begin_mask,
-                    end_mask=end_mask)
+                    end_mask=end_mask, shrink_axis_mask=shrink)
     return build
 
 
@@ -254,6 +255,9 @@ CASES.update({
     'SLICE-negative': _slice([1, 3, 4, 3], [0, -2, 0, 1], [1, 3, -1, 3], [1, 1, 2, 1]),
     'SLICE-nchw-rows': _slice([1, 3, 4, 2], [0, 1, 1, 0], [1, 3, 4, 2], [1, 1, 2, 1]),
     'SLICE-2d': _slice([1, 8], [0, 1], [1, 7], [1, 3]),
+    'SLICE-shrink-row': _slice([1, 3, 4, 2], [0, 1, 0, 0], [1, 2, 4, 2], [1, 1, 1, 1], shrink=2),
+    'SLICE-shrink-last': _slice([1, 3, 4, 3], [0, 0, 1, -2], [1, 3, 4, 0], [1, 1, 2, 1],
+                                shrink=8),
     'HARD_SWISH': _act('HARD_SWISH', S4),
     'LEAKY_RELU': _act('LEAKY_RELU', S4, alpha=0.25),
 })
@@ -395,3 +399,36 @@ def test_model_micropython_matches_cpython(tmp_path):
     for k in trained:
         err = tp.rel_err(got['micropython'][k], got['cpython'][k])
         assert err <= 1e-4, f'{names[k]}: MicroPython vs CPython rel err {err:.2e}'
+
+
+# ---------------------------------------------------------------- refusals
+def _refusal_model(kind, path):
+    m = Model(np.random.default_rng(0))
+    a = m.act_input([1, 2, 3, 4])
+    if kind == 'ellipsis':
+        ks = [m.tensor([4], _ints(v)) for v in ([0, 0, 0, 0], [1, 1, 3, 4], [1, 1, 1, 1])]
+        out = m.tensor([1, 1, 3, 4])
+        m.b.op('STRIDED_SLICE', [a] + ks, [out], ellipsis_mask=2)
+    elif kind == 'perm':
+        perm = m.tensor([4])                    # computed, not a constant
+        out = m.tensor([1, 4, 2, 3])
+        m.b.op('TRANSPOSE', [a, perm], [out])
+        m.b.inputs(perm)
+    elif kind == 'bcast':
+        b = m.const([3])
+        out = m.tensor([1, 2, 3, 4])
+        m.b.op('ADD', [a, b], [out])
+    m.b.outputs(out)
+    m.b.save(path)
+
+
+@pytest.mark.parametrize('kind, says', [('ellipsis', 'no ellipsis'), ('perm', 'must be a constant'),
+                                        ('bcast', 'do not broadcast')])
+def test_refused_with_file_and_op(tmp_path, kind, says):
+    from host_tools.passes import PrepareError, plan
+    from host_tools.circle_io import read_model
+    path = str(tmp_path / 'bad.circle')
+    _refusal_model(kind, path)
+    with pytest.raises(PrepareError) as e:
+        plan(read_model(path))
+    assert path in str(e.value) and says in str(e.value) and 'op 2' in str(e.value)
