@@ -34,8 +34,8 @@ class OpSpec:
     # RESHAPE's shape, a TRANSPOSE's perm, PAD's paddings...) are read on the host and
     # go to the device as option floats instead.
     device_inputs: tuple = None
-    # op -> {tensor index: (rows, cols)}: device shapes for tensors this op wants laid
-    # out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
+    # (op, graph) -> {tensor index: (rows, cols)}: device shapes for tensors this op wants
+    # laid out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
     # bytes, so .wof files stay onert-micro's; e.g. a conv weight as [O, KH*KW*I]).
     shapes: Callable = None
 

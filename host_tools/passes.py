@@ -33,7 +33,7 @@ def device_shapes(g: Graph) -> list:
     for op in g.ops:
         spec = SPECS.get(op.name)
         if spec is not None and spec.shapes is not None:
-            for k, rc in spec.shapes(op).items():
+            for k, rc in spec.shapes(op, g).items():
                 assert rc[0] * rc[1] == shapes[k][0] * shapes[k][1], (op.index, k, rc)
                 shapes[k] = rc
     return shapes
