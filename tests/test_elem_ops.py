@@ -212,6 +212,7 @@ _BCAST = [                                 # (a shape, b shape, b kind)
     ('chan4d-const', S4, [1, 1, 1, 4], 'const'),
     ('scalar-const', S4, [], 'const'),
     ('nchw-const', [1, 3, 2, 4], [1, 3, 1, 1], 'const'),   # TICO's per-channel constant
+    ('nchw3d-const', [1, 3, 2, 4], [3, 1, 1], 'const'),
     ('same-const', [1, 3, 4], [1, 3, 4], 'const'),
     ('chan-act', S4, [1, 1, 1, 4], 'act'),  # broadcast activation: gradient summed
     ('tile-act', [1, 3, 2, 4], [1, 1, 2, 4], 'act'),
