@@ -96,7 +96,7 @@ SPECS = {s.name: s for s in [
 
 # Each group of operators registers its specs here (one block per kernel module).
 
-# ---- ops-elem: ADD/SUB/MUL with broadcasting (op_elem), PAD/CONCATENATION/TRANSPOSE/
+# ---- ops-elem: ADD/SUB/MUL/DIV with broadcasting (op_elem), PAD/CONCATENATION/TRANSPOSE/
 # STRIDED_SLICE as block copies and SQUEEZE/EXPAND_DIMS as reshapes (op_shape),
 # HARD_SWISH/LEAKY_RELU (op_act).  Shapes and constant index inputs are read here.
 
@@ -120,12 +120,16 @@ def _const_ints(g, op, pos, what):
 
 
 def _elem_roles(op, g):
-    # the operand that is a float constant is the op's parameter (BatchNorm's scale and
-    # shift become MUL and ADD constants): trainable like an FC's weight or bias
+    # the operand that is a float constant of more than one element is the op's
+    # parameter (BatchNorm's scale and shift become MUL and ADD constants): trainable like
+    # an FC's weight or bias.  Scalars (an exported hard-swish's 3 and 6) stay frozen.
     const = [p for p in (0, 1) if g.tensors[op.inputs[p]].data is not None]
-    if len(const) != 1 or g.tensors[op.inputs[const[0]]].dtype != 'float32':
+    if len(const) != 1:
         return {}
-    return {const[0]: 'weight' if op.name == 'MUL' else 'bias'}
+    t = g.tensors[op.inputs[const[0]]]
+    if t.dtype != 'float32' or t.data.size < 2:
+        return {}
+    return {const[0]: 'weight' if op.name in ('MUL', 'DIV') else 'bias'}
 
 
 def _elem_options(op, g):
@@ -161,8 +165,8 @@ def _elem_options(op, g):
 
 def _elem_saves(op, flags):
     keep = [op.outputs[0]] if op.options.get('fused_activation_function', 'NONE') != 'NONE' else []
-    if op.name == 'MUL':                  # each operand's gradient reads the other one
-        if flags & (DX | DW):
+    if op.name in ('MUL', 'DIV'):         # each operand's gradient reads the other one
+        if flags & (DX | DW) or op.name == 'DIV':     # (and DIV's b its own value)
             keep.append(op.inputs[1])
         if flags & (dx_bit(1) | DW):
             keep.append(op.inputs[0])
@@ -294,6 +298,7 @@ SPECS.update({s.name: s for s in [
     OpSpec('ADD', 0, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
     OpSpec('SUB', 41, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
     OpSpec('MUL', 18, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('DIV', 42, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
     OpSpec('PAD', 34, {}, _pad_options, _none, device_inputs=(0,)),
     OpSpec('TRANSPOSE', 39, {}, _transpose_options, _none, device_inputs=(0,)),
     OpSpec('STRIDED_SLICE', 45, {}, _slice_options, _none, device_inputs=(0,)),

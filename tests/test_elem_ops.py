@@ -129,13 +129,20 @@ def _ints(v):
 
 # ---------------------------------------------------------------- the cases
 def _binary(name, a_shape, b_shape, b_kind, act, const_first=False):
-    """b_kind: 'act' (both operands activations) or 'const' (b a trainable constant)."""
+    """b_kind: 'act' (both operands activations) or 'const' (b a constant, trainable
+    unless a scalar)."""
     def build(m):
         a = m.act_input(a_shape)
-        b = m.act_input(b_shape) if b_kind == 'act' else m.const(b_shape)
+        b = m.act_input(b_shape) if b_kind == 'act' else \
+            m.const(b_shape, train=int(np.prod(b_shape)) > 1)
         ins = [b, a] if const_first else [a, b]
+        if name == 'DIV' and (b_kind == 'act' or const_first):
+            # an activation divisor kept away from 0: + 4 (a frozen scalar), resampled
+            four = m.tensor([], np.float32(4.0))
+            ins[1] = m.op('ADD', [ins[1], four], m.val[ins[1]] + 4.0)
+            m.ok = m.ok and np.abs(m.val[ins[1]]).min() > 0.5
         va, vb = m.val[ins[0]], m.val[ins[1]]
-        z = {'ADD': va + vb, 'SUB': va - vb, 'MUL': va * vb}[name]
+        z = {'ADD': va + vb, 'SUB': va - vb, 'MUL': va * vb, 'DIV': va / vb}[name]
         return m.op(name, ins, ACT_FN[act](z), KINKS.get(act, ()), pre=z,
                     fused_activation_function=act)
     return build
@@ -215,17 +222,20 @@ _BCAST = [                                 # (a shape, b shape, b kind)
     ('nchw3d-const', [1, 3, 2, 4], [3, 1, 1], 'const'),
     ('same-const', [1, 3, 4], [1, 3, 4], 'const'),
     ('chan-act', S4, [1, 1, 1, 4], 'act'),  # broadcast activation: gradient summed
+    ('one-act', S4, [1, 1, 1, 1], 'act'),
     ('tile-act', [1, 3, 2, 4], [1, 1, 2, 4], 'act'),
     ('nchw-act', [1, 3, 2, 4], [1, 3, 1, 1], 'act'),
     ('col-const', [1, 3, 2, 4], [1, 3, 2, 1], 'const'),
 ]
 _ACTS = ['NONE', 'RELU', 'RELU6', 'NONE', 'RELU_N1_TO_1']
-for _i, _op in enumerate(('ADD', 'SUB', 'MUL')):
+for _i, _op in enumerate(('ADD', 'SUB', 'MUL', 'DIV')):
     for _j, (_n, _a, _b, _k) in enumerate(_BCAST):
         _act_name = _ACTS[(_i + _j) % len(_ACTS)]
         CASES[f'{_op}-{_n}-{_act_name}'] = _binary(_op, _a, _b, _k, _act_name)
 CASES['SUB-const-first-NONE'] = _binary('SUB', S4, [4], 'const', 'NONE', const_first=True)
 CASES['MUL-const-first-RELU'] = _binary('MUL', [1, 3, 2, 4], [1, 3, 1, 1], 'const', 'RELU',
+                                        const_first=True)
+CASES['DIV-const-first-NONE'] = _binary('DIV', [1, 3, 2, 4], [1, 3, 1, 1], 'const', 'NONE',
                                         const_first=True)
 CASES.update({
     'PAD-nhwc-spatial': _pad([1, 3, 2, 2], [[0, 0], [1, 0], [2, 1], [0, 0]]),
@@ -433,3 +443,65 @@ def test_refused_with_file_and_op(tmp_path, kind, says):
     with pytest.raises(PrepareError) as e:
         plan(read_model(path))
     assert path in str(e.value) and says in str(e.value) and 'op 2' in str(e.value)
+
+
+# ---------------------------------------------------------------- a real exporter
+def test_tico_export_forward_and_gradients(tmp_path):
+    """PyTorch -> TICO circle with BatchNorm (exported as MUL/ADD by [1,C,1,1] constants,
+    which train), hard-swish (exported as MUL/ADD/DIV by frozen scalars), a residual add,
+    PAD, CONCATENATION on the NCHW channel axis, STRIDED_SLICE: utrain's forward and its
+    gradients of the FC and of the BatchNorm constants against PyTorch autograd."""
+    torch = pytest.importorskip('torch')
+    tico = pytest.importorskip('tico')
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm2d(4)
+            self.fc = torch.nn.Linear(8 * 2 * 6, 3)
+
+        def forward(self, x):
+            y = torch.nn.functional.hardswish(self.bn(x)) + x
+            y = torch.nn.functional.pad(y, (1, 0, 0, 1))
+            z = torch.cat([y, torch.nn.functional.leaky_relu(y, 0.25)], 1)[:, :, 1:3, :]
+            return self.fc(z.reshape(1, -1))
+
+    torch.manual_seed(0)
+    net = Net()
+    with torch.no_grad():
+        net.bn.running_mean.normal_()
+        net.bn.running_var.uniform_(0.5, 2.0)
+        net.bn.weight.normal_()
+        net.bn.bias.normal_()
+    net.eval()
+    x = torch.randn(1, 4, 5, 5)
+    path = str(tmp_path / 'm.circle')
+    tico.convert(net, (x,)).save(path)
+    prepare(path, str(tmp_path), loss='mse', train='all')
+    tr = tp.new_trainer(tmp_path / 'model.flat', tmp_path / 'weights.wof')
+    from host_tools.circle_io import read_model
+    g = read_model(path)
+    assert {'MUL', 'ADD', 'DIV', 'PAD', 'CONCATENATION', 'STRIDED_SLICE'} <= {o.name for o in g.ops}
+    tr.set_input(x.numpy())
+    tr.net.zero_grads()
+    tr.net.forward(True)
+    y = np.array(tr.net.output(), dtype=np.float64)
+    ref = net(x)
+    np.testing.assert_allclose(y.ravel(), ref.detach().numpy().ravel(), rtol=1e-5, atol=1e-6)
+    dy = np.array([[0.5, -1.0, 2.0]], np.float32)
+    tr.net.backward(dy)
+    (ref * torch.tensor(dy)).sum().backward()
+    std = torch.sqrt(net.bn.running_var + net.bn.eps)
+    want = {'fc_weight': net.fc.weight.grad, 'fc_bias': net.fc.bias.grad,
+            # scale = w / std, shift = b - mean * scale: dL/dw = dL/dscale / std -
+            # dL/dshift * mean / std, dL/db = dL/dshift
+            'mul_const': net.bn.weight.grad * std + net.bn.bias.grad * net.bn.running_mean,
+            'add_const': net.bn.bias.grad}
+    got = {}
+    for k in tr.net.trainable:
+        name = next(s for s in want if s in g.tensors[k].name)
+        got[name] = np.asarray(tr.net.acc[k]).ravel()
+    assert sorted(got) == sorted(want)
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w.numpy().ravel(), rtol=1e-4, atol=1e-6,
+                                   err_msg=name)
