@@ -317,6 +317,7 @@ def device(tmp_path_factory):
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out['backend'] == 'numpy' and out['float'] == 'float64'
     out['host'] = host
+    out['job'] = job_path
     return out
 
 
@@ -353,6 +354,51 @@ def test_forward_and_gradients(device, cid):
 
 
 # ---------------------------------------------------------------- MicroPython
+MP_GRADS = """\
+import json
+from utrain.trainer import Trainer
+from utrain import losses
+with open('job.json') as f:
+    job = json.load(f)
+for cid, c in job['models'].items():
+    tr = Trainer(c['flat'], c['wof'])
+    tr.set_input(c['x'])
+    tr.set_expected(c['t'])
+    net = tr.net
+    net.forward(True)
+    y = net.output()
+    l, dy = losses.loss(tr.cfg['loss'], y, tr.target, tr.cfg['from_logits'])
+    net.backward(dy)
+    g = {}
+    for k in net.trainable:
+        g[str(k)] = [float(v) for row in net.acc[k].tolist() for v in row]
+    print('OUT ' + json.dumps([cid, [float(v) for v in y.tolist()[0]], g]))
+"""
+
+
+def test_ops_micropython_match_float64(device, tmp_path):
+    """Every case's forward and gradients under unix MicroPython (npfallback, or real ulab
+    when $MICROPYTHON has it), float32, against the float64 CPython run above."""
+    if tp.MICROPYTHON is None:
+        pytest.skip('unix micropython not found')
+    base = os.path.dirname(device['job'])
+    (tmp_path / 'grads.py').write_text(MP_GRADS)
+    p = subprocess.run([tp.MICROPYTHON, '-X', 'heapsize=16M', str(tmp_path / 'grads.py')],
+                       cwd=base, env=dict(os.environ, MICROPYPATH=tg.MICRO),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    got = [json.loads(ln[4:]) for ln in p.stdout.splitlines() if ln.startswith('OUT ')]
+    assert sorted(c for c, _, _ in got) == sorted(CASES)
+    for cid, y, grads in got:
+        res = device['models'][cid]
+        pairs = [('y', y, res['y'])] + [(k, g, res['grads'][k]['ana']) for k, g in grads.items()]
+        assert sorted(grads) == sorted(res['grads'])
+        for what, a, b in pairs:
+            b = np.asarray(b, np.float64).ravel()
+            err = np.abs(np.asarray(a) - b).max() / max(np.abs(b).max(), 1e-6)
+            assert err <= 1e-4, f'{cid}: {what}: MicroPython vs float64 rel err {err:.2e}'
+
+
 def build_cnn_like(path, seed=3):
     """NHWC activations through most of these ops: a residual ADD, a folded-BatchNorm
     MUL/ADD with trainable constants, PAD, TRANSPOSE to NCHW and back with a per-channel
