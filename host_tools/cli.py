@@ -25,8 +25,8 @@ def cmd_inspect(a):
         spec = SPECS.get(op.name)
         if spec is None:
             how = 'NOT SUPPORTED'
-        elif spec.params:
-            how = 'trains (' + ', '.join(spec.params.values()) + ')'
+        elif spec.roles(op, g):
+            how = 'trains (' + ', '.join(spec.roles(op, g).values()) + ')'
         else:
             how = 'passes gradients'
         opts = ', '.join(f'{k}={v}' for k, v in op.options.items()
