@@ -4,6 +4,7 @@
 # epochs, learning rate, files.
 import gc
 import json
+import sys
 from utrain.trainer import Trainer
 from utrain.data import Dataset
 
@@ -25,6 +26,14 @@ def heap():
         return gc.mem_free()
     except AttributeError:
         return -1
+
+
+def flush():
+    # a serial terminal (or mpremote) shows the line now, not when a buffer fills
+    try:
+        sys.stdout.flush()
+    except AttributeError:
+        pass
 
 
 def exists(path):
@@ -63,25 +72,48 @@ def main(cfg_path='train.json'):
         print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
         log.write('0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
     every = run.get('progress', 0)
+    t = [ticks_ms()]
 
     def progress(i, n, ls, ms):
         if every and i % every == 0:
-            print('  %d/%d loss %.4f %s %.4f' % (i, n, ls / i, metric, ms / i))
+            dt = ticks_diff(ticks_ms(), t[0])
+            print('  %d/%d loss %.4f %s %.4f  %.1f samples/s free %d'
+                  % (i, n, ls / i, metric, ms / i, 1000 * i / max(dt, 1), heap()))
+            flush()
 
-    while tr.epoch < c['epochs']:
-        t0 = ticks_ms()
-        l, m = tr.train_epoch(train, progress)
-        dt = ticks_diff(ticks_ms(), t0)
-        tl = tm = float('nan')
-        if test:
-            tl, tm = tr.evaluate(test)
-        free = heap()
-        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms (%.2f ms/sample) free %d'
-              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / max(train.n, 1), free))
-        log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
-        log.flush()
+    try:
+        while tr.epoch < c['epochs']:
+            t0 = t[0] = ticks_ms()
+            l, m = tr.train_epoch(train, progress)
+            dt = ticks_diff(ticks_ms(), t0)
+            tl = tm = float('nan')
+            if test:
+                tl, tm = tr.evaluate(test)
+            free = heap()
+            print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
+                  '(%.2f ms/sample, %.1f samples/s) free %d'
+                  % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
+                     dt / max(train.n, 1), 1000 * train.n / max(dt, 1), free))
+            flush()
+            log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
+            log.flush()
+            if ckpt:
+                tr.save_checkpoint(ckpt)
+    except KeyboardInterrupt:
+        # Ctrl-C: keep the updates this epoch made, drop a half-summed batch; train.py
+        # resumes from here when train.json says "resume": true (the interrupted epoch
+        # starts again from its first sample)
+        log.close()
         if ckpt:
+            tr.net.zero_grads()
+            tr.pending = 0
             tr.save_checkpoint(ckpt)
+            print('interrupted in epoch %d: saved %s; set "resume": true under "run" in '
+                  '%s and run train.py again to go on' % (tr.epoch + 1, ckpt, cfg_path))
+        else:
+            print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
+        flush()
+        return
     log.close()
     tr.save_weights(files['out'])
     print('saved %s' % files['out'])
