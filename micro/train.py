@@ -44,6 +44,17 @@ def exists(path):
         return False
 
 
+def mark_resume(cfg_path):
+    # set run.resume in train.json, replacing the file atomically
+    from utrain.wof import _replace
+    with open(cfg_path) as f:
+        d = json.load(f)
+    d.setdefault('run', {})['resume'] = True
+    with open(cfg_path + '.tmp', 'w') as f:
+        json.dump(d, f)
+    _replace(cfg_path + '.tmp', cfg_path)
+
+
 def main(cfg_path='train.json'):
     with open(cfg_path) as f:
         cfg = json.load(f)
@@ -108,8 +119,10 @@ def main(cfg_path='train.json'):
             tr.net.zero_grads()
             tr.pending = 0
             tr.save_checkpoint(ckpt)
-            print('interrupted in epoch %d: saved %s; set "resume": true under "run" in '
-                  '%s and run train.py again to go on' % (tr.epoch + 1, ckpt, cfg_path))
+            if not run.get('resume'):
+                mark_resume(cfg_path)
+            print('interrupted in epoch %d: saved %s; run train.py again to go on '
+                  '(%s now says "resume": true)' % (tr.epoch + 1, ckpt, cfg_path))
         else:
             print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
         flush()
