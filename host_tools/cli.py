@@ -120,7 +120,7 @@ def cmd_dataset(a):
     print('  wrote ' + ', '.join(wrote))
     print(f'  classes (train): {ds.balance(y[tr])}')
     if len(te):
-        print(f'  classes (test):  {ds.balance(y[te])}')
+        print(f'  classes (test): {ds.balance(y[te])}')
     return 0
 
 
