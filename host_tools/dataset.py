@@ -105,8 +105,8 @@ def load_images(path, size=None, gray=True):
 
 
 def load(path, label='last', size=None):
-    """(x, y) from an .npz, a .csv or a folder of class sub-folders of images
-    (pixels scaled to [0, 1])."""
+    """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
+    sub-folders of images (pixels scaled to [0, 1])."""
     if os.path.isdir(path):
         x, y, _ = load_images(path, size)
         return x.astype(np.float32) / 255.0, y
@@ -114,6 +114,9 @@ def load(path, label='last', size=None):
         raise DataError(f'{path}: no such file or folder')
     if path.lower().endswith('.csv'):
         return load_csv(path, label)
+    if path.lower().endswith('.ds'):
+        x, y = read_dataset(path)
+        return x, (y[:, 0] if y.shape[1] == 1 else y)
     return load_npz(path)
 
 

@@ -199,3 +199,20 @@ def test_plot_writes_a_png_and_names_a_bad_log(tmp_path):
     log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n1,0.5,oops,1,1,1,1\n')
     r = cli('plot', str(log), '-o', str(png))
     assert r.returncode == 2 and "train.log: line 2: accuracy 'oops' is not a number" in r.stderr
+
+
+def test_the_digits_example_ships_ready_for_a_board():
+    """datasets/digits/{train,test}.ds are digits.npz split as prepare splits it, stored
+    losslessly as uint8, and prepare takes them as --data."""
+    d = os.path.join(ROOT, 'datasets', 'digits')
+    with np.load(os.path.join(d, 'digits.npz')) as z:
+        x, y = z['x'], z['y']
+    tr, te = ds.split(len(x), 0.2, 0)
+    for name, idx in (('train.ds', tr), ('test.ds', te)):
+        path = os.path.join(d, name)
+        hx, hy = ds.read_dataset(path)
+        np.testing.assert_array_equal(hx, x[idx])
+        np.testing.assert_array_equal(hy[:, 0], y[idx])
+        assert os.path.getsize(path) == ds.HEAD + len(idx) * (64 + 4)
+    lx, ly = ds.load(os.path.join(d, 'train.ds'))
+    np.testing.assert_array_equal(ly, y[tr])

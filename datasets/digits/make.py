@@ -1,5 +1,7 @@
 """Regenerate the bundled digits example: digits.npz (the 1,797 8x8 digits that
-scikit-learn bundles, pixels scaled to [0, 1]) and digits_mlp.circle, a 64-32-10 MLP
+scikit-learn bundles, pixels scaled to [0, 1]); train.ds and test.ds, the same samples
+ready for a board (an 80/20 split, pixels stored losslessly as uint8 sixteenths, labels);
+and digits_mlp.circle, a 64-32-10 MLP
 (FULLY_CONNECTED+RELU, FULLY_CONNECTED, SOFTMAX) with seeded Glorot-uniform weights,
 the starting point a user would get from an untrained export.
 
@@ -42,12 +44,21 @@ def mlp(sizes, seed=0, name='mlp'):
     return b
 
 
+def write_ready(x, y):
+    """train.ds / test.ds as `prepare --test-split 0.2` splits them, stored as uint8."""
+    from host_tools import dataset as ds
+    tr, te = ds.split(len(x), 0.2, 0)
+    for name, idx in (('train.ds', tr), ('test.ds', te)):
+        ds.write_dataset(os.path.join(HERE, name), x[idx], y[idx], 'uint8', 1 / 16, 0.0)
+
+
 def main():
     from sklearn.datasets import load_digits
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
     y = d.target.astype(np.int64)
     np.savez_compressed(os.path.join(HERE, 'digits.npz'), x=x, y=y)
+    write_ready(x, y)
     mlp([64, 32, 10], seed=0, name='digits MLP 64-32-10 (utrain example)').save(
         os.path.join(HERE, 'digits_mlp.circle'))
     print('wrote digits.npz and digits_mlp.circle')
