@@ -102,8 +102,12 @@ def test_source_deploy_then_mpremote_run_and_mip_package(tmp_path):
         r = cli('deploy', out, '--port', b.port, '--source', '--resume')
         assert r.returncode == 0, r.stdout + r.stderr
         assert 'trainer.py' in os.listdir(flash / 'lib' / 'utrain')
-        r = mpremote(b.port, 'run', 'train.py', cwd=out)        # what the README says
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))   # what the README says
         assert r.returncode == 0 and 'saved trained.wof' in r.stdout, r.stdout + r.stderr
+        (flash / 'trained.wof').unlink()
+        r = mpremote(b.port, 'exec', 'import train')                # the copy on the board
+        assert r.returncode == 0 and 'saved trained.wof' in r.stdout, r.stdout + r.stderr
+        assert (flash / 'trained.wof').exists()
         # mip puts the same package under lib/ the MicroPython way
         r = mpremote(b.port, 'mip', 'install', '--target', 'mip',
                      os.path.join(ROOT, 'micro', 'package.json'))
