@@ -60,7 +60,7 @@ def cmd_prepare(a):
         if a.batch is None:
             a.batch = boards()[a.board]['batch']
     s = prepare(a.model, a.out, data=a.data, test_split=a.test_split, split_seed=a.split_seed,
-                dtype=a.dtype,
+                dtype=a.dtype, progress=a.progress,
                 loss=a.loss, reduction=a.reduction, from_logits=a.from_logits,
                 optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, beta1=a.beta1,
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
@@ -209,6 +209,8 @@ def main(argv=None):
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='float32',
                    help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash)')
     q.add_argument('--board', help='take defaults (batch) from this board profile')
+    q.add_argument('--progress', type=int, help='print a progress line every N samples '
+                   '(default: about 4 per epoch; 0: none)')
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')

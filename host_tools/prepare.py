@@ -56,8 +56,17 @@ def resolve_settings(g, overrides: dict) -> dict:
     return s
 
 
+def progress_step(n: int) -> int:
+    """A round number of samples between progress lines, about 4 per epoch (0 = none
+    for small epochs)."""
+    if n < 200:
+        return 0
+    step = 10 ** (len(str(n // 4)) - 1)
+    return n // 4 // step * step
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
-            **overrides):
+            progress=None, **overrides):
     """Run the host passes and write the folder.  Returns a summary dict.  data: an
     .npz, .csv or folder of class image folders (dataset.load); dtype: how the samples
     are stored (float32, or uint8/int8 with a scale, 1/4 of the flash)."""
@@ -99,7 +108,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                        balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
     else:
         files['train'] = files['test'] = None
-    cfg = {'files': files, 'run': {'resume': False, 'progress': 0}}
+    if progress is None:
+        progress = progress_step(summary.get('train_samples', 0))
+    cfg = {'files': files, 'run': {'resume': False, 'progress': progress}}
     cfg.update(s)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())
