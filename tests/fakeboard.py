@@ -2,10 +2,16 @@
 stdin/stdout on one pseudo-terminal, relayed to a second pseudo-terminal whose path
 mpremote opens as the board's port (what socat's PTY,link does).  The temp folder it
 runs in plays the board's flash; MICROPYPATH holds lib like a board's sys.path.  Use
-`mpremote connect PORT resume ...`: the unix port exits on a soft reset."""
+`mpremote connect PORT resume ...`: the unix port exits on a soft reset.
+
+A board turns a Ctrl-C byte arriving while a program runs into KeyboardInterrupt; the
+unix port only does that for SIGINT.  So the relay sends SIGINT for a Ctrl-C that
+arrives while MicroPython is not waiting for input (Linux's /proc/PID/syscall says
+whether it is blocked reading stdin), and passes it on as a byte otherwise."""
 import os
 import pty
 import select
+import signal
 import subprocess
 import threading
 import tty
@@ -42,7 +48,18 @@ class FakeBoard:
                     if fd == a:                 # MicroPython exited
                         return
                     continue
-                os.write(b if fd == a else a, data)
+                if fd == b and b'\x03' in data and not self._waiting_for_input():
+                    self.proc.send_signal(signal.SIGINT)
+                    data = data.replace(b'\x03', b'')
+                if data:
+                    os.write(b if fd == a else a, data)
+
+    def _waiting_for_input(self):
+        try:
+            with open('/proc/%d/syscall' % self.proc.pid) as f:
+                return f.read().startswith('0 0x0 ')      # read(0, ...)
+        except OSError:
+            return True
 
     def alive(self):
         return self.proc.poll() is None

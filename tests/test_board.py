@@ -1,9 +1,9 @@
 """The board workflow with the real mpremote against unix MicroPython behind a
 pseudo-terminal (tests/fakeboard.py): deploy (.mpy and source), run train.py, pull,
-export, plot; Ctrl-C and resume; mip's package.json; the .mpy version check."""
+export, plot; Ctrl-C over the serial line and resume; mip's package.json; the .mpy
+version check; the flash-space check."""
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -138,36 +138,34 @@ def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
 
 
 @needs_mp
-def test_ctrl_c_saves_a_checkpoint_and_train_py_resumes(tmp_path):
-    out = str(tmp_path / 'run')
+def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
+    """Ctrl-C typed at the board's REPL reaches train.py as KeyboardInterrupt: it saves
+    the checkpoint, marks train.json, and the next train.py goes on from there."""
+    out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
+    flash.mkdir()
     prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=400),
-            loss='scce', optimizer='adam', lr=0.01, epochs=50)
-    cfg_path = os.path.join(out, 'train.json')
-    cfg = json.load(open(cfg_path))
-    cfg['run']['progress'] = 100
-    json.dump(cfg, open(cfg_path, 'w'))
-    argv, env = runner.command(out, board='rp2040')
-    p = subprocess.Popen(argv, cwd=out, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    seen = []
-    for line in p.stdout:                 # progress lines arrive while the epoch runs
-        seen.append(line)
-        if line.startswith('  200/400') and any(x.startswith('epoch 1/') for x in seen):
-            p.send_signal(signal.SIGINT)  # Ctrl-C halfway through epoch 2
-            break
-    rest = p.communicate(timeout=120)[0]
-    text = ''.join(seen) + rest
-    assert p.returncode == 0, text
-    assert '  100/400 loss ' in text and 'samples/s free ' in text
-    assert 'interrupted in epoch' in rest and 'saved checkpoint.ckpt' in rest, text
-    assert 'Traceback' not in text and not os.path.exists(os.path.join(out, 'trained.wof'))
-    assert [int(r[0]) for r in read_log(os.path.join(out, 'train.log'))] == [1]
-    cfg = json.load(open(cfg_path))
-    assert cfg['run'] == {'resume': True, 'progress': 100}     # set by train.py
-    cfg['epochs'] = 3
-    json.dump(cfg, open(cfg_path, 'w'))
-    code, text2 = runner.run(out, board='rp2040', stream=False)
-    assert code == 0 and 'resumed from checkpoint.ckpt at epoch 1' in text2, text2
-    assert os.path.exists(os.path.join(out, 'trained.wof'))
-    log = read_log(os.path.join(out, 'train.log'))
-    assert [int(r[0]) for r in log] == [1, 2, 3]
+            loss='scce', optimizer='adam', lr=0.01, epochs=50, progress=100)
+    with FakeBoard(MP, str(flash), heap=runner.boards()['rp2040']['heap']) as b:
+        board.deploy(out, b.port, resume=True)
+        p = subprocess.Popen([sys.executable, '-m', 'mpremote', 'connect', b.port, 'resume',
+                              'exec', 'import train'], stdout=subprocess.PIPE, text=True)
+        seen = []
+        for line in p.stdout:
+            seen.append(line)
+            if line.startswith('  200/400') and any(x.startswith('epoch 1/') for x in seen):
+                fd = os.open(b.port, os.O_WRONLY | os.O_NOCTTY)   # the user's Ctrl-C
+                os.write(fd, b'\x03')
+                os.close(fd)
+                break
+        rest = p.communicate(timeout=120)[0]
+        assert p.returncode == 0, ''.join(seen) + rest
+        assert 'interrupted in epoch 2: saved checkpoint.ckpt' in rest, rest
+        assert json.loads((flash / 'train.json').read_text())['run']['resume'] is True
+        cfg = json.loads((flash / 'train.json').read_text())
+        cfg['epochs'] = 3
+        (flash / 'train.json').write_text(json.dumps(cfg))
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert 'resumed from checkpoint.ckpt at epoch 1' in r.stdout and 'saved trained.wof' in r.stdout
+        assert b.alive()
+    assert [int(r[0]) for r in read_log(str(flash / 'train.log'))] == [1, 2, 3]
