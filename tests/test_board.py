@@ -169,3 +169,20 @@ def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
         assert 'resumed from checkpoint.ckpt at epoch 1' in r.stdout and 'saved trained.wof' in r.stdout
         assert b.alive()
     assert [int(r[0]) for r in read_log(str(flash / 'train.log'))] == [1, 2, 3]
+
+
+def test_board_profiles_are_complete_and_consistent(tmp_path):
+    profiles = runner.boards()
+    assert {'esp32', 'esp32-psram', 'esp32s3', 'rp2040', 'rp2350', 'unix'} <= set(profiles)
+    for name, p in profiles.items():
+        for key in ('heap', 'heap_budget', 'flash_fs', 'float', 'batch', 'stream_frozen',
+                    'mpy_arch', 'ulab', 'note'):
+            assert key in p, (name, key)
+        assert 0 < p['heap_budget'] < board._size(p['heap']), name
+        assert p['float'] in (32, 64) and p['batch'] >= 1
+    assert board._size('190K') == 190 * 1024 and board._size('4M') == 4 << 20
+    r = cli('prepare', small_mlp(str(tmp_path / 'm.circle')), '-o', str(tmp_path), '--board', 'esp8266')
+    assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
+    (tmp_path / 'train.json').write_text('{}')
+    r = cli('run', str(tmp_path), '--board', 'esp8266')
+    assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
