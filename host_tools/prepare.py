@@ -56,8 +56,20 @@ def resolve_settings(g, overrides: dict) -> dict:
     return s
 
 
-def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **overrides):
-    """Run the host passes and write the folder.  Returns a summary dict."""
+def progress_step(n: int) -> int:
+    """A round number of samples between progress lines, about 4 per epoch (0 = none
+    for small epochs)."""
+    if n < 200:
+        return 0
+    step = 10 ** (len(str(n // 4)) - 1)
+    return n // 4 // step * step
+
+
+def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
+            progress=None, **overrides):
+    """Run the host passes and write the folder.  Returns a summary dict.  data: an
+    .npz, .csv or folder of class image folders (dataset.load); dtype: how the samples
+    are stored (float32, or uint8/int8 with a scale, 1/4 of the flash)."""
     g = read_model(model_path)
     s = resolve_settings(g, overrides)
     p = make_plan(g, s.pop('train'))
@@ -76,7 +88,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **over
                                         and t.dtype == 'float32')),
                'backward_ops': len(p.backward), 'saved_activations': len(p.saved)}
     if data:
-        x, y = ds.load_npz(data)
+        x, y = ds.load(data)
         n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
         n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
         x = x.reshape(len(x), -1)
@@ -85,17 +97,23 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **over
                                f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
         y = ds.targets(y, s['loss'], n_out, data)
         tr, te = ds.split(len(x), test_split, split_seed)
-        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr])
+        scale, offset = ds.quantization(x, dtype)     # one scale for train and test
+        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr], dtype, scale, offset)
         if len(te):
-            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te])
+            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te], dtype, scale,
+                             offset)
         else:
             files['test'] = None
-        summary.update(train_samples=len(tr), test_samples=len(te))
+        summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
+                       balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
     else:
         files['train'] = files['test'] = None
-    # run: how train.py behaves (README): validation-gated saving of the best weights
-    # when there is a test split; on a NaN/Inf, restore and lower lr (or 'stop')
-    cfg = {'files': files, 'run': {'resume': False, 'progress': 0, 'checkpoint_every': 0,
+    # run: how train.py behaves (README): progress lines every N samples; validation-gated
+    # saving of the best weights when there is a test split; on a NaN/Inf, restore and
+    # lower lr (or 'stop')
+    if progress is None:
+        progress = progress_step(summary.get('train_samples', 0))
+    cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
                                    'keep_best': bool(files['test']), 'on_nan': 'lower',
                                    'lr_factor': 0.5, 'max_retries': 3}}
     cfg.update(s)

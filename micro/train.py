@@ -4,6 +4,7 @@
 # epochs, learning rate, files.
 import gc
 import json
+import sys
 from utrain.trainer import Trainer, Diverged
 from utrain.data import Dataset
 from utrain.wof import exists
@@ -26,6 +27,25 @@ def heap():
         return gc.mem_free()
     except AttributeError:
         return -1
+
+
+def flush():
+    # a serial terminal (or mpremote) shows the line now, not when a buffer fills
+    try:
+        sys.stdout.flush()
+    except AttributeError:
+        pass
+
+
+def mark_resume(cfg_path):
+    # set run.resume in train.json, replacing the file atomically
+    from utrain.wof import _replace
+    with open(cfg_path) as f:
+        d = json.load(f)
+    d.setdefault('run', {})['resume'] = True
+    with open(cfg_path + '.tmp', 'w') as f:
+        json.dump(d, f)
+    _replace(cfg_path + '.tmp', cfg_path)
 
 
 STATE = {}
@@ -63,13 +83,51 @@ def main(cfg_path='train.json'):
         if keep and tr.better(tl, tm):
             tr.save_weights(files['out'])
     every = run.get('progress', 0)
+    t = [ticks_ms(), tr.pos]
 
     def progress(i, n, ls, ms):
         if every and i % every == 0:
-            print('  %d/%d loss %.4f %s %.4f' % (i, n, ls / i, metric, ms / i))
+            dt = ticks_diff(ticks_ms(), t[0])
+            print('  %d/%d loss %.4f %s %.4f  %.1f samples/s free %d'
+                  % (i, n, ls / i, metric, ms / i, 1000 * (i - t[1]) / max(dt, 1), heap()))
+            flush()
 
+    try:
+        train_loop(tr, c, run, train, test, log, keep, files, ckpt, metric, progress, t)
+    except KeyboardInterrupt:
+        # Ctrl-C: drop a half-summed batch and save where its first sample is, so
+        # train.py resumes there when train.json says "resume": true
+        log.close()
+        if ckpt:
+            tr.net.zero_grads()
+            tr.pos -= min(tr.pending, tr.pos)
+            tr.pending = 0
+            tr.save_checkpoint(ckpt)
+            if not run.get('resume'):
+                mark_resume(cfg_path)
+            print('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
+                  '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
+        else:
+            print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
+        flush()
+        return
+    log.close()
+    if keep and tr.best:
+        print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
+    else:
+        tr.save_weights(files['out'])
+        print('saved %s' % files['out'])
+    try:
+        gc.collect()
+        print('heap in use after training %d B' % gc.mem_alloc())
+    except AttributeError:
+        pass
+
+
+def train_loop(tr, c, run, train, test, log, keep, files, ckpt, metric, progress, t):
     while tr.epoch < c['epochs']:
-        t0 = ticks_ms()
+        t0 = t[0] = ticks_ms()
+        t[1] = tr.pos
         try:
             l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
         except Diverged as e:
@@ -92,24 +150,15 @@ def main(cfg_path='train.json'):
                 kept = '  kept'
             else:
                 kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
-        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms (%.2f ms/sample) free %d%s'
-              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / max(train.n, 1), free, kept))
+        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
+              '(%.2f ms/sample, %.1f samples/s) free %d%s'
+              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
+                 dt / max(train.n, 1), 1000 * train.n / max(dt, 1), free, kept))
+        flush()
         log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
         log.flush()
         if ckpt:
             tr.save_checkpoint(ckpt)
-    log.close()
-    if keep and tr.best:
-        print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
-    else:
-        tr.save_weights(files['out'])
-        print('saved %s' % files['out'])
-    try:
-        gc.collect()
-        print('heap in use after training %d B' % gc.mem_alloc())
-    except AttributeError:
-        pass
-
 
 try:
     main()

@@ -90,6 +90,18 @@ def readinto(f, a, name='file'):
     return a
 
 
+def decode(q, a, s, o):
+    """Fill the contiguous float array a with q * s + o, q an array('B') or
+    array('b') of a.size quantized values (no temporaries on the device)."""
+    if BACKEND == 'numpy':
+        a.reshape(-1)[:] = np.asarray(q) * s + o
+        return a
+    d = a._d if BACKEND == 'fallback' and a._o == 0 and len(a._d) == a.size else a.reshape((a.size,))
+    for j in range(len(q)):
+        d[j] = q[j] * s + o
+    return a
+
+
 def write(f, a):
     """Write the float array a to f as little-endian float32 bytes."""
     if FSIZE == 4 and BACKEND != 'numpy':
