@@ -48,6 +48,37 @@ else:
     FSIZE = 4
 
 
+# Fused in-place updates, the hot loops of a training step.  The fallback does each in
+# one pass without temporaries; numpy and ulab use their own arithmetic, ulab one row
+# at a time so a temporary is never weight-sized on a board's heap.
+if BACKEND == 'fallback':
+    add_scaled = np._add_scaled
+    add_outer = np._add_outer
+elif BACKEND == 'numpy':
+    def add_scaled(y, x, s):
+        """y += x * s in place (same shapes)."""
+        y += x * s
+
+    def add_outer(a, u, v):
+        """a += outer(u, v) in place: a [m, n], u and v 1-D or one-row, m and n long."""
+        a += np.outer(u, v)
+else:
+    def add_scaled(y, x, s):
+        if len(y.shape) == 2 and y.shape[0] > 1:
+            for i in range(y.shape[0]):
+                r = y[i]
+                r += x[i] * s
+        else:
+            y += x * s
+
+    def add_outer(a, u, v):
+        u = u[0] if len(u.shape) == 2 else u
+        v = v[0] if len(v.shape) == 2 else v
+        for j in range(a.shape[0]):
+            row = a[j]
+            row += v * u[j]
+
+
 def zeros(shape):
     return np.zeros(shape, dtype=FLOAT)
 
