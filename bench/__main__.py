@@ -12,8 +12,10 @@ Columns (us = microseconds per training sample):
   Py/dot      that over bare np.dot calls on the same GEMM sizes, same process
   torch us    PyTorch eager, same graph and weights, SGD step per sample, 1 thread
   Py/torch    Py us over torch us;  ONERT us, Py/ONERT: ONERT training, same file
-The in-process engines (Py, np.dot, torch, ONERT) run in alternating rounds; MicroPython
-alternates with its bare loop inside its own process.  Best round of each is kept.
+The in-process engines (Py, np.dot, torch, ONERT) run in many short alternating rounds;
+MicroPython alternates with its bare loop inside its own process.  Times are CPU time
+(process_time; /proc/self/schedstat under MicroPython) summed over the rounds, so other
+processes on a busy machine do not enter the figures.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def ulab_binary():
 
 
 def micropython_step(out, cfg, binary=None):
-    """(step us, bare-loop us) of step.py under unix MicroPython in folder out."""
+    """(step us, step / bare loop) of step.py under unix MicroPython in folder out."""
     with open(os.path.join(out, 'bench.json'), 'w') as f:
         json.dump(cfg, f)
     shutil.copy(os.path.join(ROOT, 'bench', 'step.py'), out)
@@ -62,28 +64,32 @@ def micropython_step(out, cfg, binary=None):
     if r.returncode or not line:
         err = (r.stdout + r.stderr).strip().splitlines()
         raise RuntimeError(err[-1] if err else f'exit {r.returncode}')
-    _, s, l, _ = line[0].split()
-    return float(s), float(l)
+    _, s, l, ratio, _ = line[0].split()
+    return float(s), float(ratio)
 
 
-def side_by_side(fns, budget_s, rounds):
-    """{name: best us per unit} for callables f(n, j), n units each, in alternating rounds."""
+def side_by_side(fns, budget_s, rounds, round_s=0.02):
+    """Callables f(n, j) (n units each) run in many short alternating rounds so that all
+    see the same machine: ({name: CPU us per unit}, ratio(a, b) of those)."""
     import time
-    counts = {}
+    clock = time.process_time           # CPU time: blind to other processes' load
+    counts, cost = {}, 0.0
     for name, f in fns.items():
         t = time.perf_counter()
         f(1, 0)
         one = max(time.perf_counter() - t, 1e-6)
-        counts[name] = max(1, min(2000, int(budget_s / rounds / len(fns) / one)))
-    best = {}
+        counts[name] = max(1, min(2000, int(round_s / one)))
+        cost += counts[name] * one
+    rounds = max(rounds, min(500, int(budget_s / max(cost, 1e-6))))
+    total = dict.fromkeys(fns, 0.0)
     for r in range(rounds):
         for name, f in fns.items():
             n = counts[name]
-            t = time.perf_counter()
+            t = clock()
             f(n, 1 + r * n)
-            us = (time.perf_counter() - t) * 1e6 / n
-            best[name] = min(us, best.get(name, us))
-    return best
+            total[name] += clock() - t
+    us = {name: total[name] * 1e6 / (counts[name] * rounds) for name in fns}
+    return us, lambda a, b: us[a] / us[b]
 
 
 def err(e):
@@ -100,7 +106,8 @@ def measure(name, path, setting, tmp, a):
     classifier = models.is_classifier(g)
     w = models.work(g, setting)
     row['MACs'] = w['macs']
-    cfg = {'rounds': a.rounds, 'budget_us': int(a.budget * 1e6), 'max_steps': a.max_steps,
+    cfg = {'rounds': a.rounds, 'budget_us': int(a.budget * 1e6), 'round_us': 20000,
+           'max_steps': a.max_steps,
            'gemms': w['gemms'], 'loops': w['loops']}
     fns = {}
     missing = models.unsupported(g)
@@ -115,8 +122,7 @@ def measure(name, path, setting, tmp, a):
         prepare(path, out, data=npz, loss='scce' if classifier else 'mse', optimizer='sgd',
                 lr=0.01, batch=1, epochs=1, train=setting)
         try:
-            s, l = micropython_step(out, cfg)
-            row['MP us'], row['MP/loop'] = s, s / l
+            row['MP us'], row['MP/loop'] = micropython_step(out, cfg)
         except Exception as e:          # noqa: BLE001  (a row says why, the table goes on)
             row['MP us'] = row['MP/loop'] = 'n/a (' + err(e) + ')'
         ub = ulab_binary() if not a.no_ulab else None
@@ -138,16 +144,16 @@ def measure(name, path, setting, tmp, a):
         fns['onert'] = peers.onert_trainer(path, g, n_ops, x, y, classifier)
     except Exception as e:              # noqa: BLE001
         row['ONERT us'] = 'n/a (' + err(e) + ')'
-    best = side_by_side(fns, a.budget, a.rounds)
+    best, ratio = side_by_side(fns, a.budget, a.rounds)
     if 'Py' in best:
-        row['Py us'], row['Py/dot'] = best['Py'], best['Py'] / best['dot']
+        row['Py us'], row['Py/dot'] = best['Py'], ratio('Py', 'dot')
         if isinstance(row.get('MP us'), float):
             row['MP/Py'] = row['MP us'] / best['Py']
     for k, c in (('torch', 'torch us'), ('onert', 'ONERT us')):
         if k in best:
             row[c] = best[k]
             if 'Py' in best:
-                row['Py/' + ('torch' if k == 'torch' else 'ONERT')] = best['Py'] / best[k]
+                row['Py/' + ('torch' if k == 'torch' else 'ONERT')] = ratio('Py', k)
     for c in COLUMNS:
         row.setdefault(c, 'n/a')
     return row
@@ -178,7 +184,7 @@ def main(argv=None):
     ap.add_argument('--quick', action='store_true', help='CI smoke run: tiny budgets')
     ap.add_argument('--budget', type=float, default=2.0,
                     help='seconds per engine and row (default 2)')
-    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--rounds', type=int, default=3, help='at least this many rounds')
     ap.add_argument('--samples', type=int, default=64, help='distinct samples cycled')
     ap.add_argument('--max-steps', type=int, default=2000)
     ap.add_argument('--no-ulab', action='store_true', help='skip the real-ulab column')

@@ -3,8 +3,8 @@
 # callables doing n units of work each: utrain's training step (forward, backward,
 # SGD update: batch 1) and the interpreter's own limit for the same multiply-adds, a
 # bare loop accumulating a*b over array('f') (MicroPython) or np.dot on the same GEMM
-# sizes (numpy).  Run as a script it alternates them in rounds (same machine load),
-# keeps the best round of each and prints: RESULT <step us> <limit us> <steps/round>
+# sizes (numpy).  Run as a script it alternates them in short rounds (same machine
+# load), sums their CPU time and prints: RESULT <step us> <limit us> <step/limit> <n>
 import json
 from array import array
 from utrain.trainer import Trainer
@@ -21,6 +21,18 @@ except ImportError:
 
     def ticks_diff(a, b):
         return a - b
+
+
+def cpu_us():
+    # CPU time of this process (Linux schedstat, ns; tick-granular but unbiased, and
+    # blind to the time other processes take the core), else wall-clock time
+    try:
+        f = open('/proc/self/schedstat')
+        v = int(f.read().split()[0]) // 1000
+        f.close()
+        return v
+    except (OSError, ValueError, IndexError):
+        return ticks_us()
 
 
 def bare_loop(loops, bufs):
@@ -72,26 +84,26 @@ def setup(folder, cfg):
     return steps, limit
 
 
-def timed(f, n, j=0):
-    t0 = ticks_us()
+def timed(f, n, j=0, clock=ticks_us):
+    t0 = clock()
     f(n, j)
-    return ticks_diff(ticks_us(), t0)
+    return ticks_diff(clock(), t0)
 
 
 def main():
     with open('bench.json') as f:
         cfg = json.load(f)
     steps, limit = setup('.', cfg)
-    rounds = cfg['rounds']
     one = max(timed(steps, 1), 1)            # also the warm-up
-    n = max(1, min(cfg['max_steps'], int(cfg['budget_us'] / rounds / 2 / one)))
-    best_s = best_l = None
+    # many short rounds, each n steps then the limit n times, so both see the same
+    # machine; CPU time summed over all rounds
+    n = max(1, min(cfg['max_steps'], int(cfg['round_us'] / 2 / one)))
+    rounds = max(cfg['rounds'], min(500, int(cfg['budget_us'] / 2 / (n * one))))
+    ts = tl = 0
     for r in range(rounds):
-        ts = timed(steps, n, 1 + r * n)
-        tl = timed(limit, n)
-        best_s = ts if best_s is None or ts < best_s else best_s
-        best_l = tl if best_l is None or tl < best_l else best_l
-    print('RESULT %.3f %.3f %d' % (best_s / n, best_l / n, n))
+        ts += timed(steps, n, 1 + r * n, cpu_us)
+        tl += timed(limit, n, 0, cpu_us)
+    print('RESULT %.3f %.3f %.4f %d' % (ts / n / rounds, tl / n / rounds, ts / max(tl, 1), n))
 
 
 if __name__ == '__main__':

@@ -202,163 +202,6 @@ class ndarray:
     __abs__ = lambda s: _map(_abs, s)
 
 
-# Kernels: o[p + j] = A[a + j*sa] OP B[b + j*sb], j < n.  Unit and zero (scalar)
-# strides get their own loops; commutative ops swap to put the unit stride first.
-def _add(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
-        if sb:
-            b -= a
-            for j in range(a, a + n):
-                A[j] += B[j + b]
-        else:
-            s = B[b]
-            for j in range(a, a + n):
-                A[j] += s
-    elif sa == 1 and sb == 1:
-        for j in range(n):
-            o[p + j] = A[a + j] + B[b + j]
-    elif sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] + s
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] + B[b + j * sb]
-
-
-def _mul(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if sa == 1 and sb == 1:
-        for j in range(n):
-            o[p + j] = A[a + j] * B[b + j]
-    elif sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] * s
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] * B[b + j * sb]
-
-
-def _sub(o, p, A, a, sa, B, b, sb, n):
-    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
-        if sb:
-            b -= a
-            for j in range(a, a + n):
-                A[j] -= B[j + b]
-        else:
-            s = B[b]
-            for j in range(a, a + n):
-                A[j] -= s
-    elif sa == 1 and sb == 1:
-        for j in range(n):
-            o[p + j] = A[a + j] - B[b + j]
-    elif sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] - s
-    elif sa == 0 and sb == 1:
-        s = A[a]
-        for j in range(n):
-            o[p + j] = s - B[b + j]
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] - B[b + j * sb]
-
-
-def _div(o, p, A, a, sa, B, b, sb, n):
-    try:
-        if sa == 1 and sb == 1:
-            for j in range(n):
-                o[p + j] = A[a + j] / B[b + j]
-        elif sa == 1 and sb == 0:
-            s = B[b]
-            for j in range(n):
-                o[p + j] = A[a + j] / s
-        elif sa == 0 and sb == 1:
-            s = A[a]
-            for j in range(n):
-                o[p + j] = s / B[b + j]
-        else:
-            for j in range(n):
-                o[p + j] = A[a + j * sa] / B[b + j * sb]
-    except ZeroDivisionError:  # finish from element j with IEEE inf/nan, as ulab
-        for j in range(j, n):
-            x, y = A[a + j * sa], B[b + j * sb]
-            if y:
-                o[p + j] = x / y
-            elif x == 0 or x != x:
-                o[p + j] = _NAN
-            else:
-                o[p + j] = math.copysign(_INF, x) * math.copysign(1.0, y)
-
-
-def _gt(o, p, A, a, sa, B, b, sb, n):
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] > s
-    elif sa == 0 and sb == 1:
-        s = A[a]
-        for j in range(n):
-            o[p + j] = s > B[b + j]
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] > B[b + j * sb]
-
-
-def _ge(o, p, A, a, sa, B, b, sb, n):
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] >= s
-    elif sa == 0 and sb == 1:
-        s = A[a]
-        for j in range(n):
-            o[p + j] = s >= B[b + j]
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] >= B[b + j * sb]
-
-
-def _eq(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    for j in range(n):
-        o[p + j] = A[a + j * sa] == B[b + j * sb]
-
-
-def _max(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            x = A[a + j]
-            o[p + j] = x if x > s else s
-    else:
-        for j in range(n):
-            x, y = A[a + j * sa], B[b + j * sb]
-            o[p + j] = x if x > y else y
-
-
-def _min(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            x = A[a + j]
-            o[p + j] = x if x < s else s
-    else:
-        for j in range(n):
-            x, y = A[a + j * sa], B[b + j * sb]
-            o[p + j] = x if x < y else y
-
-
 def _prep(x):
     # operand -> storage, offset, rows, cols, row stride, col stride, ndim, dtype
     if not isinstance(x, ndarray):
@@ -466,12 +309,7 @@ def _map(f, a, out=None):
     elif out.shape != a.shape or out.dtype != "f" or not _dense(out):
         raise ValueError("out must be a dense float array of the same shape")
     r, c, sr, sc = _rc(a)
-    d, o, D, q = a._d, a._o, out._d, out._o
-    for i in range(r):
-        p = o + i * sr
-        for j in range(c):
-            D[q] = f(d[p + j * sc])
-            q += 1
+    _mapk(f, a._d, a._o, sr, sc, r, c, out._d, out._o)
     return out
 
 
@@ -620,13 +458,220 @@ def _axpyk(D, p, sd, X, q, sx, n, s):
 def _fillk(D, p, n, v):
     for t in range(p, p + n):
         D[t] = v
+
+# Kernels: o[p + j] = A[a + j*sa] OP B[b + j*sb], j < n.  Unit and zero (scalar)
+# strides get their own loops; commutative ops swap to put the unit stride first.
+@N
+def _add(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
+        if sb:
+            b -= a
+            for j in range(a, a + n):
+                A[j] += B[j + b]
+        else:
+            s = B[b]
+            for j in range(a, a + n):
+                A[j] += s
+    elif sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] + B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] + s
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] + B[b + j * sb]
+
+
+@N
+def _mul(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] * B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] * s
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] * B[b + j * sb]
+
+
+@N
+def _sub(o, p, A, a, sa, B, b, sb, n):
+    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
+        if sb:
+            b -= a
+            for j in range(a, a + n):
+                A[j] -= B[j + b]
+        else:
+            s = B[b]
+            for j in range(a, a + n):
+                A[j] -= s
+    elif sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] - B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] - s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s - B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] - B[b + j * sb]
+
+
+@N
+def _div(o, p, A, a, sa, B, b, sb, n):
+    try:
+        if sa == 1 and sb == 1:
+            for j in range(n):
+                o[p + j] = A[a + j] / B[b + j]
+        elif sa == 1 and sb == 0:
+            s = B[b]
+            for j in range(n):
+                o[p + j] = A[a + j] / s
+        elif sa == 0 and sb == 1:
+            s = A[a]
+            for j in range(n):
+                o[p + j] = s / B[b + j]
+        else:
+            for j in range(n):
+                o[p + j] = A[a + j * sa] / B[b + j * sb]
+    except ZeroDivisionError:  # finish from element j with IEEE inf/nan, as ulab
+        for j in range(j, n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            if y:
+                o[p + j] = x / y
+            elif x == 0 or x != x:
+                o[p + j] = _NAN
+            else:
+                o[p + j] = math.copysign(_INF, x) * math.copysign(1.0, y)
+
+
+@N
+def _gt(o, p, A, a, sa, B, b, sb, n):
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] > s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s > B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] > B[b + j * sb]
+
+
+@N
+def _ge(o, p, A, a, sa, B, b, sb, n):
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] >= s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s >= B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] >= B[b + j * sb]
+
+
+@N
+def _eq(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    for j in range(n):
+        o[p + j] = A[a + j * sa] == B[b + j * sb]
+
+
+@N
+def _max(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            x = A[a + j]
+            o[p + j] = x if x > s else s
+    else:
+        for j in range(n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            o[p + j] = x if x > y else y
+
+
+@N
+def _min(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            x = A[a + j]
+            o[p + j] = x if x < s else s
+    else:
+        for j in range(n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            o[p + j] = x if x < y else y
+
+@N
+def _mapk(f, d, o, sr, sc, r, c, D, q):
+    for i in range(r):
+        p = o + i * sr
+        for j in range(c):
+            D[q] = f(d[p + j * sc])
+            q += 1
+
+
+@N
+def _wherek(O, R, C, W, ow, srw, scw, X, ox, srx, scx, Y, oy, sry, scy):
+    q = 0
+    for i in range(R):
+        pw, px, py = ow + i * srw, ox + i * srx, oy + i * sry
+        for j in range(C):
+            O[q] = X[px + j * scx] if W[pw + j * scw] else Y[py + j * scy]
+            q += 1
+
+
+# Reductions of one line of storage: start o, stride s, n items.
+@N
+def _sum1(d, o, s, n):
+    x = 0.0
+    for k in range(o, o + n * s, s):
+        x += d[k]
+    return x
+
+
+@N
+def _arg1(d, o, s, n, mx):
+    if n == 0:
+        raise ValueError("attempt to get (arg)min/(arg)max of empty sequence")
+    b, m = o, d[o]
+    for k in range(o + s, o + n * s, s):
+        x = d[k]
+        if (x > m) if mx else (x < m):
+            b, m = k, x
+    return b, m
 """
 try:
     import micropython
 
     exec(_KS.replace("@N", "@micropython.native"), globals())
+    NATIVE = True
 except Exception:  # CPython, or a port without the native emitter
     exec(_KS.replace("@N", ""), globals())
+    NATIVE = False
+del _KS  # the source string is heap too
 
 
 _FB = _A("f", bytes(256))  # 64 copies of the last fill value
@@ -702,33 +747,10 @@ def where(cond, x, y):
     srw, scw = (srw if rw == R else 0), (scw if cw == C else 0)
     srx, scx = (srx if rx == R else 0), (scx if cx == C else 0)
     sry, scy = (sry if ry == R else 0), (scy if cy == C else 0)
-    O, q = _new("f", R * C), 0
-    for i in range(R):
-        pw, px, py = ow + i * srw, ox + i * srx, oy + i * sry
-        for j in range(C):
-            O[q] = X[px + j * scx] if W[pw + j * scw] else Y[py + j * scy]
-            q += 1
+    O = _new("f", R * C)
+    _wherek(O, R, C, W, ow, srw, scw, X, ox, srx, scx, Y, oy, sry, scy)
     sh = (R, C) if _mx(nw, nx, ny) == 2 else (C,)
     return ndarray(O, sh, _cs(sh), 0, "f")
-
-
-# Reductions of one line of storage: start o, stride s, n items.
-def _sum1(d, o, s, n):
-    x = 0.0
-    for k in range(o, o + n * s, s):
-        x += d[k]
-    return x
-
-
-def _arg1(d, o, s, n, mx):
-    if n == 0:
-        raise ValueError("attempt to get (arg)min/(arg)max of empty sequence")
-    b, m = o, d[o]
-    for k in range(o + s, o + n * s, s):
-        x = d[k]
-        if (x > m) if mx else (x < m):
-            b, m = k, x
-    return b, m
 
 
 def _red(a, axis, f, t="f"):
