@@ -502,3 +502,98 @@ def test_inplace_keeps_identity_and_bool_target():
     assert m.dtype == "B" and m.tolist() == [0, 0, 1]
     m[0] = 1.0
     assert m.tolist() == [1, 0, 1]
+
+
+# The fused in-place kernels utrain.xnp takes from the fallback (not ulab API), the
+# full-slice fill and the fast paths of binary ops, against NumPy float32, under
+# CPython and (with the native emitter, when it has one) under MicroPython.
+
+
+def fused_cases(np, add_scaled, add_outer):
+    def A(r, c, s=0):
+        return np.array([[((i * c + j) * 7 + s) % 19 / 8 - 1 for j in range(c)] for i in range(r)])
+
+    out = []
+    w = A(3, 70)                        # > 64 items: block copies in fills
+    add_scaled(w, A(3, 70, 5), -0.25)
+    out.append(w.tolist())
+    t = A(4, 3)                         # strided target and source (transposed views)
+    v = t.T
+    add_scaled(v, A(4, 3, 2).T, 0.5)
+    out.append(t.tolist())
+    r = A(1, 5)
+    add_scaled(r[0], A(1, 5, 3)[0], 2.0)    # 1-D row views
+    out.append(r.tolist())
+    g = A(3, 4)
+    add_outer(g, A(1, 3, 1), A(1, 4, 2))
+    out.append(g.tolist())
+    g = A(4, 3)
+    add_outer(g.T, A(1, 3, 1)[0], A(2, 4, 2)[1])  # strided rows, 1-D vectors
+    out.append(g.tolist())
+    f = A(3, 70)
+    f[:] = 0.0
+    out.append(f.tolist())
+    f[:] = 1.5
+    out.append(f[2].tolist())
+    f = A(4, 6)
+    f[:, 1:4] = 2.0                     # not dense: the general path
+    out.append(f.tolist())
+    a, b = A(2, 5), A(2, 5, 4)
+    out.append((a + 0.5).tolist())
+    out.append((a * b).tolist())
+    out.append((a - b).tolist())
+    out.append((a > b).tolist())
+    out.append((a.T * b.T).tolist())    # non-dense operands: the general path
+    a += b
+    out.append(a.tolist())
+    a -= 0.25
+    out.append(a.tolist())
+    a -= a
+    out.append(a.tolist())
+    return out
+
+
+def _numpy_fused():
+    def add_scaled(y, x, s):
+        y += x * numpy.float32(s)
+
+    def add_outer(a, u, v):
+        a += numpy.outer(u, v).astype(numpy.float32)
+
+    class NP:
+        @staticmethod
+        def array(x):
+            return numpy.array(x, dtype=numpy.float32)
+    return fused_cases(NP, add_scaled, add_outer)
+
+
+def _close(got, want):
+    g, w = numpy.array(got, dtype=float), numpy.array(want, dtype=float)
+    assert g.shape == w.shape
+    numpy.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_fused_kernels_cpython():
+    want = _numpy_fused()
+    got = fused_cases(npf, npf._add_scaled, npf._add_outer)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        _close(g, w)
+
+
+def test_fused_kernels_micropython():
+    exe = find_micropython()
+    if not exe:
+        pytest.skip("micropython binary not found")
+    src = "import sys, json\nsys.path.insert(0, %r)\nimport npfallback\n" % UTRAIN
+    src += inspect.getsource(fused_cases)
+    src += ("print(json.dumps([npfallback.NATIVE, fused_cases(npfallback, "
+            "npfallback._add_scaled, npfallback._add_outer)]))\n")
+    p = subprocess.run([exe, "-X", "heapsize=1M", "-c", src], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    native, got = json.loads(p.stdout.splitlines()[-1])
+    want = _numpy_fused()
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        _close(g, w)

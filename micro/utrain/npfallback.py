@@ -455,6 +455,23 @@ def _axpyk(D, p, sd, X, q, sx, n, s):
 
 
 @N
+def _outerk(D, p, sr, sc, m, n, U, uo, us, V, vo, vs):
+    for i in range(m):
+        s = U[uo + i * us]
+        q = p + i * sr
+        if sc == 1 and vs == 1:
+            w = vo - q
+            for t in range(q, q + n):
+                D[t] += V[t + w] * s
+        else:
+            w = vo
+            for t in range(n):
+                D[q] += V[w] * s
+                q += sc
+                w += vs
+
+
+@N
 def _fillk(D, p, n, v):
     for t in range(p, p + n):
         D[t] = v
@@ -723,8 +740,7 @@ def _add_outer(a, u, v):
     r, c, sr, sc = _rc(a)
     if (r, c) != (m, n) or a.dtype != "f":
         raise ValueError(_EB)
-    for i in range(m):
-        _axpyk(a._d, a._o + i * sr, sc, V, vo, vs, n, U[uo + i * us])
+    _outerk(a._d, a._o, sr, sc, m, n, U, uo, us, V, vo, vs)
 
 
 def maximum(a, b):
