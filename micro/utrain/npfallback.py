@@ -173,6 +173,12 @@ class ndarray:
                 yield d[o + i * s]
 
     def __getitem__(self, k):
+        if type(k) is slice:  # x[a:b:c], the conv and pool row runs
+            b, c, e = _sl(k, self.shape[0])
+            t = self.strides
+            if len(t) == 2:
+                return ndarray(self._d, (c, self.shape[1]), (e * t[0], t[1]), self._o + b * t[0], self.dtype)
+            return ndarray(self._d, (c,), (e * t[0],), self._o + b * t[0], self.dtype)
         o, sh, st = _key(self, k)
         return ndarray(self._d, sh, st, o, self.dtype) if sh else self._d[o]
 
@@ -346,8 +352,7 @@ def zeros(shape, dtype=float):
     n = _num(sh)
     d = _new(dtype, n)
     if n > 64 and dtype == "f":
-        for i in range(n):
-            d[i] = 0.0
+        _fill(d, 0, n, 0.0)
     return ndarray(d, sh, _cs(sh), 0, dtype)
 
 
@@ -357,8 +362,11 @@ empty = zeros
 def full(shape, value, dtype=float):
     sh = _shp(shape)
     d, v = _new(dtype, _num(sh)), value if dtype == "f" else int(value)
-    for i in range(len(d)):
-        d[i] = v
+    if dtype == "f":
+        _fill(d, 0, len(d), _pf(v))
+    else:
+        for i in range(len(d)):
+            d[i] = v
     return ndarray(d, sh, _cs(sh), 0, dtype)
 
 
@@ -428,7 +436,9 @@ def _dotk(O, A, ao, ar, ac, B, bo, br, bc, m, n, k):
         for j in range(n):
             u = bo + j * bc
             s = 0.0
-            if ac == 1 and br == 1:
+            if k == 1:  # outer products (a conv tap with one input channel)
+                s = A[pa] * B[u]
+            elif ac == 1 and br == 1:
                 u -= pa
                 for t in range(pa, pe):
                     s += A[t] * B[t + u]
@@ -469,6 +479,18 @@ def _outerk(D, p, sr, sc, m, n, U, uo, us, V, vo, vs):
                 D[q] += V[w] * s
                 q += sc
                 w += vs
+
+
+@N
+def _colsk(v, d, o, sr, sc, r, c):
+    # v[j] = sum over rows of column j, each summed unrounded as _sum1 does
+    for j in range(c):
+        x = 0.0
+        p = o + j * sc
+        for i in range(r):
+            x += d[p]
+            p += sr
+        v[j] = x
 
 
 @N
@@ -782,6 +804,10 @@ def _red(a, axis, f, t="f"):
         raise ValueError("axis is out of bounds")
     if nd == 1:
         return f(d, o, sc, c)
+    if axis == 0 and f is _sum1:
+        v = _A(t, bytes(4 * c))
+        _colsk(v, d, o, sr, sc, r, c)
+        return ndarray(v, (c,), (1,), 0, t)
     if axis == 0:
         v = [f(d, o + j * sc, sr, r) for j in range(c)]
     else:
