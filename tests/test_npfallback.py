@@ -597,3 +597,99 @@ def test_fused_kernels_micropython():
     assert len(got) == len(want)
     for g, w in zip(got, want):
         _close(g, w)
+
+
+# The fallback's one-call convolution steps (npfallback._conv_steps, used by op_conv)
+# against op_conv's step-by-step array ops (checked against ONERT and finite
+# differences in test_conv_ops.py), on strides, padding, dilation and multipliers.
+CONV_SCRIPT = r'''
+import json
+from utrain import op_conv
+from utrain.xnp import np, zeros, BACKEND
+
+
+class RT:
+    def __init__(self, t, shape):
+        self.t, self.shape, self.acc, self.g = t, shape, {}, {}
+
+    def wgrad(self, k):
+        if k not in self.acc:
+            self.acc[k] = zeros(self.shape[k])
+        return self.acc[k]
+
+    def add_wgrad(self, k, d):
+        a = self.wgrad(k)
+        a += d
+
+    def add_grad(self, k, d):
+        self.g[k] = d
+
+
+def val(i, n):
+    return ((i * 7 + n) % 23) / 8.0 - 1.3
+
+
+def arr(shape, s):
+    a = zeros(shape)
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            a[i, j] = val(i * shape[1] + j, s)
+    return a
+
+
+def run(fast, code, H, W, C, OC, K, s, d, pad, M, act):
+    op_conv.conv_steps = fast
+    OH = (H + 2 * pad - d * (K - 1) - 1) // s + 1
+    OW = (W + 2 * pad - d * (K - 1) - 1) // s + 1
+    if code == 4:
+        OC = C * M
+    o = (act, H, W, C, OH, OW, OC, K, K, s, s, d, d, pad, pad, M)
+    wshape = (OC, K * K * C) if code == 3 else (K * K, OC)
+    shape = [(H * W, C), wshape, (1, OC), (OH * OW, OC)]
+    rt = RT([arr(shape[0], 1), arr(wshape, 2), arr((1, OC), 3), None], shape)
+    op = (code, (0, 1, 2), (3,), o)
+    op_conv.forward(rt, op)
+    y = rt.t[3]
+    op_conv.backward(rt, op, arr(shape[3], 4), 7)
+    return [y.tolist(), rt.acc[1].tolist(), rt.acc[2].tolist(), rt.g[0].tolist()]
+
+
+fast = op_conv.conv_steps
+cases = [(3, 6, 5, 2, 3, 3, 1, 1, 0, 1, 1), (3, 7, 6, 3, 4, 3, 2, 1, 1, 1, 0),
+         (3, 7, 7, 2, 3, 3, 1, 2, 2, 1, 3), (3, 5, 5, 4, 2, 1, 1, 1, 0, 1, 1),
+         (4, 6, 5, 3, 0, 3, 1, 1, 1, 1, 1), (4, 7, 6, 2, 0, 3, 2, 1, 1, 2, 0),
+         (4, 6, 6, 3, 0, 3, 1, 2, 2, 3, 1)]
+out = [BACKEND, fast is not None]
+for c in cases:
+    out.append([run(fast, *c), run(None, *c)])
+print(json.dumps(out))
+'''
+
+
+def _conv_results(argv, env):
+    p = subprocess.run(argv, input=None, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("where", ["cpython", "micropython"])
+def test_conv_steps_match_op_conv(where, tmp_path):
+    script = tmp_path / "conv.py"
+    script.write_text(CONV_SCRIPT)
+    micro = os.path.join(ROOT, "micro")
+    if where == "cpython":
+        env = dict(os.environ, UTRAIN_NP="fallback", PYTHONPATH=micro)
+        argv = [sys.executable, str(script)]
+    else:
+        exe = find_micropython()
+        if not exe:
+            pytest.skip("micropython binary not found")
+        env = dict(os.environ, MICROPYPATH=micro)
+        argv = [exe, "-X", "heapsize=4M", str(script)]
+    r = _conv_results(argv, env)
+    if r[0] != "fallback":
+        pytest.skip("this MicroPython has ulab: conv_steps is the fallback's")
+    assert r[1] is True
+    for fast, slow in r[2:]:
+        for a, b in zip(fast, slow):
+            _close(a, b)

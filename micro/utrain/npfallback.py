@@ -701,6 +701,104 @@ def _arg1(d, o, s, n, mx):
         if (x > m) if mx else (x < m):
             b, m = k, x
     return b, m
+
+# Convolution steps (op_conv's walk: tap k, first x row, first y row, count; x rows
+# step by sw) done in one call instead of a few small array ops per step.  C: CONV_2D
+# with I input channels and weights [O, KK*I]; D: DEPTHWISE_CONV_2D, multiplier M,
+# weights [KK, C*M], output channel j reading input channel j // M.  f: y += x . w_k^T; w: g_k += dz^T . x; x: dx += dz . w_k.
+@N
+def _cfk(Y, yo, X, xo, Wt, wo, steps, I, O, KI, sw):
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            xb = xo + (xr + r * sw) * I
+            yb = yo + (yr + r) * O
+            wb = wo + k * I - xb
+            for oc in range(O):
+                s = 0.0
+                for t in range(xb, xb + I):
+                    s += X[t] * Wt[t + wb]
+                Y[yb + oc] += s
+                wb += KI
+
+
+@N
+def _cwk(G, go, Z, zo, X, xo, steps, I, O, KI, sw):
+    for k, xr, yr, n in steps:
+        for oc in range(O):
+            gb = go + oc * KI + k * I
+            for ic in range(I):
+                s = 0.0
+                z = zo + yr * O + oc
+                x = xo + xr * I + ic
+                for r in range(n):
+                    s += Z[z] * X[x]
+                    z += O
+                    x += sw * I
+                G[gb + ic] += s
+
+
+@N
+def _cxk(D, do, Z, zo, Wt, wo, steps, I, O, KI, sw):
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            db = do + (xr + r * sw) * I
+            zb = zo + (yr + r) * O
+            for ic in range(I):
+                s = 0.0
+                w = wo + k * I + ic
+                for z in range(zb, zb + O):
+                    s += Z[z] * Wt[w]
+                    w += KI
+                D[db + ic] += s
+
+
+@N
+def _dfk(Y, yo, X, xo, Wt, wo, steps, CM, M, sw):
+    C = CM // M
+    for k, xr, yr, n in steps:
+        wb = wo + k * CM
+        for r in range(n):
+            xb = xo + (xr + r * sw) * C
+            yb = yo + (yr + r) * CM
+            if M == 1:
+                for j in range(CM):
+                    Y[yb + j] += X[xb + j] * Wt[wb + j]
+            else:
+                for j in range(CM):
+                    Y[yb + j] += X[xb + j // M] * Wt[wb + j]
+
+
+@N
+def _dwk(G, go, Z, zo, X, xo, steps, CM, M, sw):
+    C = CM // M
+    for k, xr, yr, n in steps:
+        for j in range(CM):
+            s = 0.0
+            z = zo + yr * CM + j
+            x = xo + xr * C + j // M
+            for r in range(n):
+                s += Z[z] * X[x]
+                z += CM
+                x += sw * C
+            G[go + k * CM + j] += s
+
+
+@N
+def _dxk(D, do, Z, zo, Wt, wo, steps, CM, M, sw):
+    C = CM // M
+    for k, xr, yr, n in steps:
+        wb = wo + k * CM
+        for r in range(n):
+            db = do + (xr + r * sw) * C
+            zb = zo + (yr + r) * CM
+            if M == 1:
+                for j in range(CM):
+                    D[db + j] += Z[zb + j] * Wt[wb + j]
+            else:
+                for j in range(CM):
+                    D[db + j // M] += Z[zb + j] * Wt[wb + j]
+
+
 """
 try:
     import micropython
@@ -729,6 +827,28 @@ def _fill(D, p, n, v):
         n -= 64
     if n:
         mv[p : p + n] = memoryview(_FB)[:n]
+
+
+_CONV = {"Cf": _cfk, "Cw": _cwk, "Cx": _cxk, "Df": _dfk, "Dw": _dwk, "Dx": _dxk}
+
+
+def _conv_steps(kind, out, p, q, steps, sw):
+    """Convolution steps in one pass (see the kernels above): kind "C" or "D" plus "f"
+    (out=y, p=x, q=w), "w" (out=g, p=dz, q=x) or "x" (out=dx, p=dz, q=w).  Dense float
+    arrays only; returns False (nothing done) otherwise.  Not ulab API: op_conv uses
+    it through utrain.xnp.conv_steps on the fallback."""
+    for a in (out, p, q):
+        if a.dtype != "f" or len(a.shape) != 2 or a.strides != _cs(a.shape):
+            return False
+    w = out if kind[1] == "w" else q  # the weight-shaped array
+    if kind[0] == "C":
+        I = p.shape[1] if kind == "Cf" else (q.shape[1] if kind == "Cw" else out.shape[1])
+        _CONV[kind](out._d, out._o, p._d, p._o, q._d, q._o, steps, I, w.shape[0], w.shape[1], sw)
+    else:
+        CM = w.shape[1]  # x's channels: C = CM / M
+        C = q.shape[1] if kind == "Dw" else (p.shape[1] if kind == "Df" else out.shape[1])
+        _CONV[kind](out._d, out._o, p._d, p._o, q._d, q._o, steps, CM, CM // C, sw)
+    return True
 
 
 def _line(a):
