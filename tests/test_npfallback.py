@@ -599,9 +599,10 @@ def test_fused_kernels_micropython():
         _close(g, w)
 
 
-# The fallback's one-call convolution steps (npfallback._conv_steps, used by op_conv)
-# against op_conv's step-by-step array ops (checked against ONERT and finite
-# differences in test_conv_ops.py), on strides, padding, dilation and multipliers.
+# The fallback's one-call convolution and max-pool steps (npfallback._conv_steps and
+# _maxpool_steps, used by op_conv and op_pool) against those ops' step-by-step array
+# ops (checked against ONERT and finite differences in test_conv_ops.py), on strides,
+# padding, dilation, multipliers and ties in the max.
 CONV_SCRIPT = r'''
 import json
 from utrain import op_conv
@@ -654,7 +655,27 @@ def run(fast, code, H, W, C, OC, K, s, d, pad, M, act):
     return [y.tolist(), rt.acc[1].tolist(), rt.acc[2].tolist(), rt.g[0].tolist()]
 
 
+def pool(fast, H, W, C, K, s, pad, act):
+    op_pool.maxpool_steps = fast
+    OH, OW = (H + 2 * pad - K) // s + 1, (W + 2 * pad - K) // s + 1
+    o = (act, H, W, C, OH, OW, C, K, K, s, s, 1, 1, pad, pad)
+    shape = [(H * W, C), (OH * OW, C)]
+    x = arr(shape[0], 5)
+    for i in range(0, H * W, 3):
+        x[i, 0] = x[(i + 1) % (H * W), 0]          # ties: the first in scan order wins
+    rt = RT([x, None], shape)
+    op = (17, (0,), (1,), o)
+    op_pool.forward(rt, op)
+    y = rt.t[1]
+    op_pool.backward(rt, op, arr(shape[1], 6), 1)
+    return [y.tolist(), rt.g[0].tolist()]
+
+
+from utrain import op_pool
+pfast = op_pool.maxpool_steps
 fast = op_conv.conv_steps
+out2 = [pool(pfast, *c) + pool(None, *c) for c in [(6, 6, 2, 2, 2, 0, 0), (7, 5, 3, 3, 2, 1, 1),
+                                                   (5, 5, 2, 3, 1, 1, 3)]]
 cases = [(3, 6, 5, 2, 3, 3, 1, 1, 0, 1, 1), (3, 7, 6, 3, 4, 3, 2, 1, 1, 1, 0),
          (3, 7, 7, 2, 3, 3, 1, 2, 2, 1, 3), (3, 5, 5, 4, 2, 1, 1, 1, 0, 1, 1),
          (4, 6, 5, 3, 0, 3, 1, 1, 1, 1, 1), (4, 7, 6, 2, 0, 3, 2, 1, 1, 2, 0),
@@ -662,6 +683,8 @@ cases = [(3, 6, 5, 2, 3, 3, 1, 1, 0, 1, 1), (3, 7, 6, 3, 4, 3, 2, 1, 1, 1, 0),
 out = [BACKEND, fast is not None]
 for c in cases:
     out.append([run(fast, *c), run(None, *c)])
+for p in out2:
+    out.append([p[:2], p[2:]])
 print(json.dumps(out))
 '''
 
@@ -673,7 +696,7 @@ def _conv_results(argv, env):
 
 
 @pytest.mark.parametrize("where", ["cpython", "micropython"])
-def test_conv_steps_match_op_conv(where, tmp_path):
+def test_conv_and_pool_steps_match_the_array_ops(where, tmp_path):
     script = tmp_path / "conv.py"
     script.write_text(CONV_SCRIPT)
     micro = os.path.join(ROOT, "micro")
@@ -690,6 +713,7 @@ def test_conv_steps_match_op_conv(where, tmp_path):
     if r[0] != "fallback":
         pytest.skip("this MicroPython has ulab: conv_steps is the fallback's")
     assert r[1] is True
+    assert len(r) == 2 + 7 + 3
     for fast, slow in r[2:]:
         for a, b in zip(fast, slow):
             _close(a, b)

@@ -799,6 +799,34 @@ def _dxk(D, do, Z, zo, Wt, wo, steps, CM, M, sw):
                     D[db + j // M] += Z[zb + j] * Wt[wb + j]
 
 
+@N
+def _pfk(Y, yo, X, xo, steps, C, sw):
+    # max pool forward: y = maximum(y, x) per step, as maximum() picks (y if y > x else x)
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            xb = xo + (xr + r * sw) * C
+            yb = yo + (yr + r) * C - xb
+            for t in range(xb, xb + C):
+                v = X[t]
+                if not Y[t + yb] > v:
+                    Y[t + yb] = v
+
+
+@N
+def _pxk(D, do, R, ro, X, xo, Mx, mo, steps, C, sw):
+    # max pool gradient: the remaining gradient r of an output goes to the first pixel
+    # (scan order) equal to the max m: hit = r where x == m; r -= hit; dx += hit
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            xb = (xr + r * sw) * C
+            yb = (yr + r) * C
+            for j in range(C):
+                if X[xo + xb + j] == Mx[mo + yb + j]:
+                    h = R[ro + yb + j]
+                    R[ro + yb + j] -= h
+                    D[do + xb + j] += h
+
+
 """
 try:
     import micropython
@@ -848,6 +876,22 @@ def _conv_steps(kind, out, p, q, steps, sw):
         CM = w.shape[1]  # x's channels: C = CM / M
         C = q.shape[1] if kind == "Dw" else (p.shape[1] if kind == "Df" else out.shape[1])
         _CONV[kind](out._d, out._o, p._d, p._o, q._d, q._o, steps, CM, CM // C, sw)
+    return True
+
+
+def _maxpool_steps(steps, sw, y, x, dx=None, rem=None):
+    """MAX_POOL_2D steps in one call: y = max over the steps of x (forward), or with dx
+    and rem (the gradient not yet given out) the gradient, y then being the max.  Dense
+    float arrays only; returns False (nothing done) otherwise.  Not ulab API: op_pool
+    uses it through utrain.xnp.maxpool_steps on the fallback."""
+    arrs = (y, x) if dx is None else (y, x, dx, rem)
+    for a in arrs:
+        if a.dtype != "f" or len(a.shape) != 2 or a.strides != _cs(a.shape):
+            return False
+    if dx is None:
+        _pfk(y._d, y._o, x._d, x._o, steps, y.shape[1], sw)
+    else:
+        _pxk(dx._d, dx._o, rem._d, rem._o, x._d, x._o, y._d, y._o, steps, y.shape[1], sw)
     return True
 
 

@@ -51,13 +51,14 @@ else:
 # Fused in-place updates, the hot loops of a training step.  The fallback does each in
 # one pass without temporaries; numpy and ulab use their own arithmetic, ulab one row
 # at a time so a temporary is never weight-sized on a board's heap.
-# conv_steps: the fallback's one-call convolution steps (npfallback._conv_steps), None
-# elsewhere (numpy and ulab do each step as array ops).
-conv_steps = None
+# conv_steps, maxpool_steps: the fallback's one-call convolution and max-pool steps
+# (npfallback), None elsewhere (numpy and ulab do each step as array ops).
+conv_steps = maxpool_steps = None
 if BACKEND == 'fallback':
     add_scaled = np._add_scaled
     add_outer = np._add_outer
     conv_steps = np._conv_steps
+    maxpool_steps = np._maxpool_steps
 elif BACKEND == 'numpy':
     def add_scaled(y, x, s):
         """y += x * s in place (same shapes)."""
