@@ -14,8 +14,8 @@ Columns (us = microseconds per training sample):
   Py/torch    Py us over torch us;  ONERT us, Py/ONERT: ONERT training, same file
 The in-process engines (Py, np.dot, torch, ONERT) run in many short alternating rounds;
 MicroPython alternates with its bare loop inside its own process.  Times are CPU time
-(process_time; /proc/self/schedstat under MicroPython) summed over the rounds, so other
-processes on a busy machine do not enter the figures.
+(process_time: medians of the rounds; /proc/self/schedstat under MicroPython, tick-
+granular, so summed over the rounds), so other processes on a busy machine stay out.
 """
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def micropython_step(out, cfg, binary=None):
 
 def side_by_side(fns, budget_s, rounds, round_s=0.02):
     """Callables f(n, j) (n units each) run in many short alternating rounds so that all
-    see the same machine: ({name: CPU us per unit}, ratio(a, b) of those)."""
+    see the same machine: ({name: CPU us per unit, the median round}, ratio(a, b): the
+    median over rounds of a's time over b's)."""
     import time
     clock = time.process_time           # CPU time: blind to other processes' load
     counts, cost = {}, 0.0
@@ -81,15 +82,16 @@ def side_by_side(fns, budget_s, rounds, round_s=0.02):
         counts[name] = max(1, min(2000, int(round_s / one)))
         cost += counts[name] * one
     rounds = max(rounds, min(500, int(budget_s / max(cost, 1e-6))))
-    total = dict.fromkeys(fns, 0.0)
+    times = {name: [] for name in fns}
     for r in range(rounds):
         for name, f in fns.items():
             n = counts[name]
             t = clock()
             f(n, 1 + r * n)
-            total[name] += clock() - t
-    us = {name: total[name] * 1e6 / (counts[name] * rounds) for name in fns}
-    return us, lambda a, b: us[a] / us[b]
+            times[name].append((clock() - t) * 1e6 / n)
+    med = lambda v: sorted(v)[len(v) // 2]
+    return ({name: med(v) for name, v in times.items()},
+            lambda a, b: med([x / max(y, 1e-9) for x, y in zip(times[a], times[b])]))
 
 
 def err(e):
@@ -182,8 +184,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog='python -m bench', description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--quick', action='store_true', help='CI smoke run: tiny budgets')
-    ap.add_argument('--budget', type=float, default=2.0,
-                    help='seconds per engine and row (default 2)')
+    ap.add_argument('--budget', type=float, default=1.5,
+                    help='CPU seconds per engine and row (default 1.5)')
     ap.add_argument('--rounds', type=int, default=3, help='at least this many rounds')
     ap.add_argument('--samples', type=int, default=64, help='distinct samples cycled')
     ap.add_argument('--max-steps', type=int, default=2000)
