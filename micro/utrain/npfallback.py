@@ -753,19 +753,25 @@ def _cxk(D, do, Z, zo, Wt, wo, steps, I, O, KI, sw):
 
 
 @N
-def _dfk(Y, yo, X, xo, Wt, wo, steps, CM, M, sw):
+def _dfxk(O, oo, P, po, Wt, wo, steps, CM, M, sw, back):
+    # forward (O=y, P=x): y[., j] += x[., j // M] * w_k[j]; input gradient (back, O=dx,
+    # P=dz): dx[., j // M] += dz[., j] * w_k[j]
     C = CM // M
     for k, xr, yr, n in steps:
         wb = wo + k * CM
         for r in range(n):
-            xb = xo + (xr + r * sw) * C
-            yb = yo + (yr + r) * CM
+            xb = (xr + r * sw) * C
+            yb = (yr + r) * CM
+            ob, pb = (oo + xb, po + yb) if back else (oo + yb, po + xb)
             if M == 1:
                 for j in range(CM):
-                    Y[yb + j] += X[xb + j] * Wt[wb + j]
+                    O[ob + j] += P[pb + j] * Wt[wb + j]
+            elif back:
+                for j in range(CM):
+                    O[ob + j // M] += P[pb + j] * Wt[wb + j]
             else:
                 for j in range(CM):
-                    Y[yb + j] += X[xb + j // M] * Wt[wb + j]
+                    O[ob + j] += P[pb + j // M] * Wt[wb + j]
 
 
 @N
@@ -781,22 +787,6 @@ def _dwk(G, go, Z, zo, X, xo, steps, CM, M, sw):
                 z += CM
                 x += sw * C
             G[go + k * CM + j] += s
-
-
-@N
-def _dxk(D, do, Z, zo, Wt, wo, steps, CM, M, sw):
-    C = CM // M
-    for k, xr, yr, n in steps:
-        wb = wo + k * CM
-        for r in range(n):
-            db = do + (xr + r * sw) * C
-            zb = zo + (yr + r) * CM
-            if M == 1:
-                for j in range(CM):
-                    D[db + j] += Z[zb + j] * Wt[wb + j]
-            else:
-                for j in range(CM):
-                    D[db + j // M] += Z[zb + j] * Wt[wb + j]
 
 
 @N
@@ -857,7 +847,7 @@ def _fill(D, p, n, v):
         mv[p : p + n] = memoryview(_FB)[:n]
 
 
-_CONV = {"Cf": _cfk, "Cw": _cwk, "Cx": _cxk, "Df": _dfk, "Dw": _dwk, "Dx": _dxk}
+_CONV = {"Cf": _cfk, "Cw": _cwk, "Cx": _cxk, "Dw": _dwk}
 
 
 def _conv_steps(kind, out, p, q, steps, sw):
@@ -875,7 +865,10 @@ def _conv_steps(kind, out, p, q, steps, sw):
     else:
         CM = w.shape[1]  # x's channels: C = CM / M
         C = q.shape[1] if kind == "Dw" else (p.shape[1] if kind == "Df" else out.shape[1])
-        _CONV[kind](out._d, out._o, p._d, p._o, q._d, q._o, steps, CM, CM // C, sw)
+        if kind == "Dw":
+            _dwk(out._d, out._o, p._d, p._o, q._d, q._o, steps, CM, CM // C, sw)
+        else:
+            _dfxk(out._d, out._o, p._d, p._o, q._d, q._o, steps, CM, CM // C, sw, kind == "Dx")
     return True
 
 
