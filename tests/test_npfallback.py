@@ -695,11 +695,20 @@ def _conv_results(argv, env):
     return json.loads(p.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("where", ["cpython", "micropython"])
+@pytest.mark.parametrize("where", ["cpython", "numpy", "micropython"])
 def test_conv_and_pool_steps_match_the_array_ops(where, tmp_path):
     script = tmp_path / "conv.py"
     script.write_text(CONV_SCRIPT)
     micro = os.path.join(ROOT, "micro")
+    if where == "numpy":                # xnp's numpy conv_steps (a tap at a time)
+        env = dict(os.environ, PYTHONPATH=micro)
+        env.pop("UTRAIN_NP", None)
+        r = _conv_results([sys.executable, str(script)], env)
+        assert r[0] == "numpy" and r[1] is True
+        for fast, slow in r[2:]:
+            for a, b in zip(fast, slow):
+                numpy.testing.assert_allclose(numpy.array(a), numpy.array(b), rtol=1e-5, atol=1e-5)
+        return
     if where == "cpython":
         env = dict(os.environ, UTRAIN_NP="fallback", PYTHONPATH=micro)
         argv = [sys.executable, str(script)]
