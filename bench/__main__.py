@@ -201,7 +201,9 @@ def main(argv=None):
             if a.only and a.only.lower() not in name.lower():
                 continue
             if path is None:
-                rows.append(dict({c: '-' for c in COLUMNS}, model=name, **{'MP us': f'n/a ({why})'}))
+                row = dict({c: '-' for c in COLUMNS}, model=name)
+                row['MP us'] = f'n/a ({why})'
+                rows.append(row)
                 continue
             g = read_model(path)
             for setting in ('all', models.sparse_setting(g)):

@@ -177,7 +177,8 @@ class ndarray:
             b, c, e = _sl(k, self.shape[0])
             t = self.strides
             if len(t) == 2:
-                return ndarray(self._d, (c, self.shape[1]), (e * t[0], t[1]), self._o + b * t[0], self.dtype)
+                return ndarray(self._d, (c, self.shape[1]), (e * t[0], t[1]),
+                               self._o + b * t[0], self.dtype)
             return ndarray(self._d, (c,), (e * t[0],), self._o + b * t[0], self.dtype)
         o, sh, st = _key(self, k)
         return ndarray(self._d, sh, st, o, self.dtype) if sh else self._d[o]
@@ -705,7 +706,8 @@ def _arg1(d, o, s, n, mx):
 # Convolution steps (op_conv's walk: tap k, first x row, first y row, count; x rows
 # step by sw) done in one call instead of a few small array ops per step.  C: CONV_2D
 # with I input channels and weights [O, KK*I]; D: DEPTHWISE_CONV_2D, multiplier M,
-# weights [KK, C*M], output channel j reading input channel j // M.  f: y += x . w_k^T; w: g_k += dz^T . x; x: dx += dz . w_k.
+# weights [KK, C*M], output channel j reading input channel j // M.
+# f: y += x . w_k^T;  w: g_k += dz^T . x;  x: dx += dz . w_k.
 @N
 def _cfk(Y, yo, X, xo, Wt, wo, steps, I, O, KI, sw):
     for k, xr, yr, n in steps:

@@ -64,7 +64,7 @@ def forward(rt, op):
     sw = int(o[10])
     y = zeros(rt.shape[outs[0]])
     # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
-    if conv_steps and conv_steps('Cf' if code == 3 else 'Df', y, x, w, walk(o), sw):
+    if conv_steps and conv_steps('Cf' if code == 3 else 'Df', y, x, w, o):
         pass
     elif code == 3:
         I = int(o[3])
@@ -97,9 +97,9 @@ def backward(rt, op, dy, flags):
     sw = int(o[10])
     if conv_steps:
         c = 'C' if code == 3 else 'D'
-        if g is not None and conv_steps(c + 'w', g, dz, x, walk(o), sw):
+        if g is not None and conv_steps(c + 'w', g, dz, x, o):
             g = None
-        if dx is not None and conv_steps(c + 'x', dx, dz, w, walk(o), sw):
+        if dx is not None and conv_steps(c + 'x', dx, dz, w, o):
             rt.add_grad(ins[0], dx)
             dx = None
         if g is None and dx is None:

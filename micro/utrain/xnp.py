@@ -51,16 +51,19 @@ else:
 # Fused in-place updates, the hot loops of a training step.  The fallback does each in
 # one pass without temporaries; numpy and ulab use their own arithmetic, ulab one row
 # at a time so a temporary is never weight-sized on a board's heap.
-# conv_steps(kind, out, p, q, steps, sw): op_conv's walk done in one call (see
-# npfallback._conv_steps), by the fallback's native loops or by numpy a tap at a time;
+# conv_steps(kind, out, p, q, o): op_conv's walk for option floats o done in one call
+# (see npfallback._conv_steps), by the fallback's native loops or by numpy a tap at a time;
 # maxpool_steps: the fallback's max-pool walk.  None where a backend has none (ulab does
 # each step as array ops).
 conv_steps = maxpool_steps = None
 if BACKEND == 'fallback':
     add_scaled = np._add_scaled
     add_outer = np._add_outer
-    conv_steps = np._conv_steps
     maxpool_steps = np._maxpool_steps
+
+    def conv_steps(kind, out, p, q, o):
+        from utrain.op_conv import walk
+        return np._conv_steps(kind, out, p, q, walk(o), int(o[10]))
 elif BACKEND == 'numpy':
     def add_scaled(y, x, s):
         """y += x * s in place (same shapes)."""
@@ -68,25 +71,25 @@ elif BACKEND == 'numpy':
 
     _taps = {}
 
-    def _tap_rows(steps, sw):
-        # op_conv's walk grouped by tap: {k: (x rows, y rows)} as index arrays (cached:
-        # the walk of an op never changes)
-        steps = tuple(steps)
-        key = (steps, sw)
-        g = _taps.get(key)
+    def _tap_rows(o):
+        # op_conv's walk of options o grouped by tap: [(k, x rows, y rows)] as index
+        # arrays (cached: the walk of an op never changes)
+        g = _taps.get(o)
         if g is None:
+            from utrain.op_conv import walk
+            sw = int(o[10])
             rows = {}
-            for k, xr, yr, n in steps:
+            for k, xr, yr, n in walk(o):
                 xi, yi = rows.setdefault(k, ([], []))
                 xi.extend(range(xr, xr + (n - 1) * sw + 1, sw))
                 yi.extend(range(yr, yr + n))
-            g = _taps[key] = [(k, np.array(xi), np.array(yi)) for k, (xi, yi) in rows.items()]
+            g = _taps[o] = [(k, np.array(xi), np.array(yi)) for k, (xi, yi) in rows.items()]
         return g
 
-    def conv_steps(kind, out, p, q, steps, sw):
-        """op_conv's steps with numpy: one gather and product per kernel tap, not per
+    def conv_steps(kind, out, p, q, o):
+        """op_conv's walk with numpy: one gather and product per kernel tap, not per
         output row and tap (within a tap each x and y row occurs once)."""
-        taps = _tap_rows(steps, sw)
+        taps = _tap_rows(o)
         if kind[0] == 'C':
             I = q.shape[1] if kind == 'Cw' else (p.shape[1] if kind == 'Cf' else out.shape[1])
             for k, xi, yi in taps:
