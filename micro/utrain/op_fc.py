@@ -1,9 +1,9 @@
 # FULLY_CONNECTED: y = act(x . W^T + b), W is circle's [out, in].
 # Backward: dz = act'(y) dy;  dW += dz^T . x;  db += dz;  dx = dz . W.
 # Saved for backward: x (when W trains), y (when the activation is not NONE).
-# Temporaries: dz [rows, out], dx [rows, in], and one [in] row at a time while dW
-# is summed row by row (no [out, in] temporary: a board's heap fragments on them).
-from utrain.xnp import np
+# Temporaries: dz [rows, out], dx [rows, in]; a one-row dW is summed in place by
+# xnp.add_outer (no [out, in] temporary: a board's heap fragments on them).
+from utrain.xnp import np, add_outer
 from utrain.op_act import act, act_grad
 
 DX, DW, DB = 1, 2, 4
@@ -39,10 +39,7 @@ def backward(rt, op, dy, flags):
             x = x.reshape((x.size // n, n))
         a = rt.wgrad(ins[1])
         if x.shape[0] == 1:
-            x = x[0]
-            for j in range(a.shape[0]):
-                row = a[j]
-                row += x * dz[0, j]
+            add_outer(a, dz, x)
         else:
             a += np.dot(dz.T, x)
     if flags & DB:

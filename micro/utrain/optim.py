@@ -6,7 +6,7 @@
 #   rmsprop: v = rho v + (1-rho) g^2; w -= lr * g / (sqrt(v) + eps)
 # State per weight: m (sgd momentum velocity or adam first moment), v (second moment).
 # In-place updates use only += and -= (see xnp.py): m = b m + (1-b) g is m += (g-m)(1-b).
-from utrain.xnp import np, zeros
+from utrain.xnp import np, zeros, add_scaled
 
 
 class Optimizer:
@@ -40,6 +40,9 @@ class Optimizer:
         a row at a time so temporaries stay one row long."""
         m = self.m.get(k)
         v = self.v.get(k)
+        if m is None and self.kind == 'sgd':
+            add_scaled(w, g, -self.lr * scale)       # one fused pass (rows on ulab)
+            return
         if w.shape[0] == 1:
             self._row(w, g, m, v, scale)
             return
