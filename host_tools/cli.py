@@ -1,4 +1,4 @@
-"""python -m host_tools {inspect,prepare,run,export,demo} ..."""
+"""python -m host_tools {inspect,prepare,run,export,demo,dataset,deploy,pull,plot} ..."""
 from __future__ import annotations
 
 import argparse
@@ -25,8 +25,8 @@ def cmd_inspect(a):
         spec = SPECS.get(op.name)
         if spec is None:
             how = 'NOT SUPPORTED'
-        elif spec.params:
-            how = 'trains (' + ', '.join(spec.params.values()) + ')'
+        elif spec.roles(op, g):
+            how = 'trains (' + ', '.join(spec.roles(op, g).values()) + ')'
         else:
             how = 'passes gradients'
         opts = ', '.join(f'{k}={v}' for k, v in op.options.items()
@@ -54,6 +54,7 @@ def cmd_inspect(a):
 def cmd_prepare(a):
     from .prepare import prepare
     s = prepare(a.model, a.out, data=a.data, test_split=a.test_split, split_seed=a.split_seed,
+                dtype=a.dtype, progress=a.progress,
                 loss=a.loss, reduction=a.reduction, from_logits=a.from_logits,
                 optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, beta1=a.beta1,
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
@@ -69,7 +70,10 @@ def cmd_prepare(a):
           f'{st["optimizer"]} lr {st["lr"]:g}, batch {st["batch"]}, {st["epochs"]} epochs, '
           f'metric {st["metric"]}')
     if 'train_samples' in s:
-        print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples')
+        print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
+              f'stored as {s["dtype"]}')
+        if s.get('balance'):
+            print(f'  train classes: {s["balance"]}')
     if s['ranks']:
         print('  sparse update (output channels lo:hi): ' + ', '.join(
             f'{k} {lo}:{hi}' for k, (ax, lo, hi) in s['ranks'].items()))
@@ -92,11 +96,69 @@ def cmd_run(a):
 
 def cmd_export(a):
     from .circle_io import read_model, write_with_weights
-    from .wof import read_wof
+    from .wof import read_wof, read_checkpoint
     g = read_model(a.model)
-    w = read_wof(a.weights, g)
+    if a.weights.endswith('.ckpt'):
+        # a sparse update's optimizer state covers its rank only: the prepared folder's
+        # model.flat beside the checkpoint says which channels
+        flat = os.path.join(os.path.dirname(os.path.abspath(a.weights)), 'model.flat')
+        ranks = None
+        if os.path.exists(flat):
+            from .flatmodel import read_flat
+            try:
+                ranks = read_flat(flat)['ranks']
+            except ValueError:
+                pass                # not this model's folder: whole-tensor state
+        w = read_checkpoint(a.weights, g, ranks)
+    else:
+        w = read_wof(a.weights, g)
     write_with_weights(a.model, a.output, w)
     print(f'wrote {a.output}: {len(w)} tensors from {a.weights} into {a.model}')
+    return 0
+
+
+def cmd_dataset(a):
+    """Convert .npz / .csv / image folders to train.ds and test.ds."""
+    from . import dataset as ds
+    size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
+    x, y = ds.load(a.source, label=a.label, size=size)
+    x = x.reshape(len(x), -1)
+    tr, te = ds.split(len(x), a.test_split, a.split_seed)
+    scale, offset = ds.quantization(x, a.dtype)
+    os.makedirs(a.out, exist_ok=True)
+    wrote = []
+    for name, idx in (('train.ds', tr), ('test.ds', te)):
+        if len(idx):
+            path = os.path.join(a.out, name)
+            ds.write_dataset(path, x[idx], y[idx], a.dtype, scale, offset)
+            wrote.append(f'{path} ({len(idx)} samples, {os.path.getsize(path)} B)')
+    print(f'{a.source}: {len(x)} samples of {x.shape[1]} values, stored as {a.dtype}'
+          + (f' (value = q * {scale:g} + {offset:g})' if a.dtype != 'float32' else ''))
+    if a.dtype != 'float32':
+        xq, _ = ds.read_dataset(os.path.join(a.out, 'train.ds'))
+        print(f'  largest quantization error {float(abs(xq - x[tr]).max()):.4g}')
+    print('  wrote ' + ', '.join(wrote))
+    print(f'  classes (train): {ds.balance(y[tr])}')
+    if len(te):
+        print(f'  classes (test): {ds.balance(y[te])}')
+    return 0
+
+
+def cmd_deploy(a):
+    from .board import deploy
+    deploy(a.dir, a.port, board=a.board, source=a.source, run=a.run, resume=a.resume)
+    return 0
+
+
+def cmd_pull(a):
+    from .board import pull
+    pull(a.dir, a.port, resume=a.resume)
+    return 0
+
+
+def cmd_plot(a):
+    from .plot import plot
+    print(f'wrote {plot(a.log, a.output)}')
     return 0
 
 
@@ -164,6 +226,12 @@ def main(argv=None):
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
     q.add_argument('--seed', type=int)
     q.add_argument('--train', help='all | none | last:N (ONERT num_of_trainable_ops)')
+    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='float32',
+                   help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash)')
+    q.add_argument('--board', help='a boards/boards.json profile: its batch and stream_frozen are '
+                   'the defaults, its heap and heap_budget the heap budget')
+    q.add_argument('--progress', type=int, help='print a progress line every N samples '
+                   '(default: about 4 per epoch; 0: none)')
     q.add_argument('--ranks', help='sparse update, OP:RANK,... with RANK all | bias | 1/2 | '
                    '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
@@ -172,23 +240,53 @@ def main(argv=None):
                    help='leave frozen weights in the model file, read per op (saves heap)')
     q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '
                    'will not fit, and say what would')
-    q.add_argument('--board', help='budget = this board\'s heap (boards/boards.json)')
     q.add_argument('--backend', choices=['fallback', 'ulab'], default='fallback',
                    help='array backend the board runs (heap plan)')
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')
     q.add_argument('dir')
-    q.add_argument('--board', default='unix', help='unix | esp32 | rp2040 (heap size)')
+    q.add_argument('--board', default='unix', help='a profile in boards/boards.json: '
+                   'unix, esp32, esp32-psram, esp32s3, rp2040, rp2350 (heap size)')
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.add_argument('--source', action='store_true', help='run micro/ as .py, not .mpy')
     q.set_defaults(fn=cmd_run)
 
-    q = sub.add_parser('export', help='merge trained .wof weights into a circle model')
+    q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into a circle model')
     q.add_argument('model')
     q.add_argument('weights')
     q.add_argument('-o', '--output', required=True)
     q.set_defaults(fn=cmd_export)
+
+    q = sub.add_parser('dataset', help='convert .npz, .csv or an image folder to .ds record files')
+    q.add_argument('source', help='x/y .npz, a .csv (label in the last column), or a folder '
+                                  'with one sub-folder of images per class')
+    q.add_argument('-o', '--out', required=True, help='output folder for train.ds, test.ds')
+    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8')
+    q.add_argument('--test-split', type=float, default=0.2)
+    q.add_argument('--split-seed', type=int, default=0)
+    q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
+    q.add_argument('--size', help='images: resize to WxH')
+    q.set_defaults(fn=cmd_dataset)
+
+    for name, hlp in (('deploy', 'copy micro/ and a prepared folder to a board with mpremote'),
+                      ('pull', 'copy trained.wof, the checkpoint and train.log back from a board')):
+        q = sub.add_parser(name, help=hlp)
+        q.add_argument('dir')
+        q.add_argument('--port', required=True, help='serial port (/dev/ttyACM0, COM3) or an '
+                                                     'mpremote shortcut (a0, u0)')
+        q.add_argument('--resume', action='store_true',
+                       help='no soft reset first (unix MicroPython behind a pty)')
+        if name == 'deploy':
+            q.add_argument('--board', help='profile in boards/boards.json: checks flash space')
+            q.add_argument('--source', action='store_true', help='copy .py, not .mpy')
+            q.add_argument('--run', action='store_true', help='then mpremote run train.py')
+        q.set_defaults(fn=cmd_deploy if name == 'deploy' else cmd_pull)
+
+    q = sub.add_parser('plot', help='loss and metric per epoch from train.log as a PNG')
+    q.add_argument('log')
+    q.add_argument('-o', '--output', default='curves.png')
+    q.set_defaults(fn=cmd_plot)
 
     q = sub.add_parser('demo', help='the bundled digits example: prepare, train, export')
     q.add_argument('--out', default=os.path.join('build', 'digits'))
@@ -200,6 +298,6 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         return a.fn(a)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         print(f'error: {e}', file=sys.stderr)
         return 2

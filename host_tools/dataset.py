@@ -1,4 +1,5 @@
-"""Dataset record files for the device (layout in docs/formats.md) from .npz arrays."""
+"""Dataset record files for the device (layout in docs/formats.md) and converters to
+them from .npz arrays, .csv tables and folders of images (one sub-folder per class)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,11 @@ import numpy as np
 from .circle_io import atomic_write
 
 MAGIC = b'UTDS'
-VERSION = 1
+VERSION = 2
+HEAD = 48
+DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}
+NP = {0: '<f4', 1: 'u1', 2: 'i1'}
+IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm')
 
 
 class DataError(ValueError):
@@ -29,11 +34,116 @@ def load_npz(path):
         if isinstance(e, DataError):
             raise
         raise DataError(f'{path}: not a readable .npz file ({e})') from None
+    return _checked(path, x, y)
+
+
+def _checked(path, x, y):
     if len(x) != len(y):
         raise DataError(f'{path}: x has {len(x)} samples but y has {len(y)}')
     if len(x) == 0:
         raise DataError(f'{path}: holds no samples')
     return x, y
+
+
+def load_csv(path, label='last'):
+    """(x, y) from a CSV table of numbers: one sample a row, the label in the first or
+    last column (label='first'|'last'); a header row of names is skipped."""
+    import csv
+    rows = []
+    with open(path, newline='') as f:
+        for k, row in enumerate(csv.reader(f)):
+            if not row or not ''.join(row).strip():
+                continue
+            try:
+                rows.append([float(v) for v in row])
+            except ValueError:
+                if k == 0:
+                    continue                       # header
+                raise DataError(f'{path}: line {k + 1}: not a number in {row!r}') from None
+    if not rows:
+        raise DataError(f'{path}: holds no samples')
+    width = {len(r) for r in rows}
+    if len(width) != 1 or len(rows[0]) < 2:
+        raise DataError(f'{path}: rows need the same number (>= 2) of columns, found {sorted(width)}')
+    a = np.array(rows, dtype=np.float64)
+    if label == 'first':
+        return _checked(path, a[:, 1:], a[:, 0])
+    return _checked(path, a[:, :-1], a[:, -1])
+
+
+def load_images(path, size=None, gray=True):
+    """(x, y, class names) from a folder with one sub-folder of images per class
+    (sorted names = class indices 0, 1, ...); pixels as uint8, resized to size (w, h)
+    when given, otherwise all images must share the first one's size."""
+    from PIL import Image
+    classes = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    if not classes:
+        raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>)')
+    xs, ys = [], []
+    for c, name in enumerate(classes):
+        folder = os.path.join(path, name)
+        for fn in sorted(os.listdir(folder)):
+            if not fn.lower().endswith(IMAGE_EXT):
+                continue
+            try:
+                with Image.open(os.path.join(folder, fn)) as im:
+                    im = im.convert('L' if gray else 'RGB')
+                    if size:
+                        im = im.resize(size)
+                    a = np.asarray(im, dtype=np.uint8)
+            except OSError as e:
+                raise DataError(f'{os.path.join(folder, fn)}: not a readable image ({e})') from None
+            if xs and a.shape != xs[0].shape:
+                raise DataError(f'{os.path.join(folder, fn)}: {a.shape[1]}x{a.shape[0]} pixels, '
+                                f'the first image is {xs[0].shape[1]}x{xs[0].shape[0]}; '
+                                'give --size WxH')
+            xs.append(a)
+            ys.append(c)
+    if not xs:
+        raise DataError(f'{path}: no images ({", ".join(IMAGE_EXT)}) in the class folders')
+    return np.stack(xs), np.array(ys), classes
+
+
+def load(path, label='last', size=None):
+    """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
+    sub-folders of images (pixels scaled to [0, 1])."""
+    if os.path.isdir(path):
+        x, y, _ = load_images(path, size)
+        return x.astype(np.float32) / 255.0, y
+    if not os.path.exists(path):
+        raise DataError(f'{path}: no such file or folder')
+    if path.lower().endswith('.csv'):
+        return load_csv(path, label)
+    if path.lower().endswith('.ds'):
+        x, y = read_dataset(path)
+        return x, (y[:, 0] if y.shape[1] == 1 else y)
+    return load_npz(path)
+
+
+def quantization(x, dtype: str):
+    """(scale, offset) mapping the stored dtype onto x's range: value = q * scale + offset."""
+    lo, hi = float(np.min(x)), float(np.max(x))
+    if dtype == 'uint8':
+        if lo >= 0 and hi <= 255 and np.all(x == np.round(x)):
+            return 1.0, 0.0                        # already bytes
+        lo = min(lo, 0.0)
+        return (hi - lo) / 255.0 or 1.0, lo
+    if dtype == 'int8':
+        return max(abs(lo), abs(hi)) / 127.0 or 1.0, 0.0
+    return 1.0, 0.0
+
+
+def balance(y) -> str:
+    """Class balance of labels y (class indices or one-hot rows) as one line."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] > 1:
+        y = y.argmax(axis=1)
+    y = y.reshape(-1)
+    if len(y) == 0 or np.any(y != np.round(y)):
+        return 'targets are not class labels'
+    vals, counts = np.unique(y.astype(int), return_counts=True)
+    n = len(y)
+    return ', '.join(f'{v}: {c} ({100 * c / n:.0f}%)' for v, c in zip(vals, counts))
 
 
 def targets(y, loss: str, n_out: int, where: str):
@@ -61,26 +171,65 @@ def targets(y, loss: str, n_out: int, where: str):
     return y
 
 
-def pack_dataset(x, y) -> bytes:
-    x = np.ascontiguousarray(x, dtype='<f4').reshape(len(x), -1)
+def pack_dataset(x, y, dtype='float32', scale=None, offset=None) -> bytes:
+    """Version 2 records: x stored as dtype (float32|uint8|int8) with value = q * scale +
+    offset (scale/offset chosen from x's range when not given), y as float32."""
+    if dtype not in DTYPES:
+        raise DataError(f'sample dtype {dtype!r}: expected one of {", ".join(DTYPES)}')
+    code = DTYPES[dtype]
+    x = np.asarray(x).reshape(len(x), -1)
     y = np.ascontiguousarray(y, dtype='<f4').reshape(len(y), -1)
-    head = struct.pack('<4sHBBIII', MAGIC, VERSION, 0, 0, len(x), x.shape[1], y.shape[1])
-    head += b'\0' * (32 - len(head))
-    return head + np.concatenate([x, y], axis=1).tobytes()
+    if scale is None:
+        scale, offset = quantization(x, dtype)
+    offset = offset or 0.0
+    if code:
+        info = np.iinfo(NP[code])
+        q = np.clip(np.round((x.astype(np.float64) - offset) / scale), info.min, info.max)
+        xb = q.astype(NP[code])
+    else:
+        scale, offset = 1.0, 0.0
+        xb = x.astype('<f4')
+    head = struct.pack('<4sHBBIIIffff', MAGIC, VERSION, code, 0, len(x), x.shape[1], y.shape[1],
+                       scale, offset, 1.0, 0.0)
+    head += b'\0' * (HEAD - len(head))
+    rec = np.empty((len(x), xb.itemsize * x.shape[1] + 4 * y.shape[1]), np.uint8)
+    rec[:, :xb.itemsize * x.shape[1]] = np.ascontiguousarray(xb).view(np.uint8).reshape(len(x), -1)
+    rec[:, xb.itemsize * x.shape[1]:] = y.view(np.uint8).reshape(len(y), -1)
+    return head + rec.tobytes()
 
 
-def write_dataset(path, x, y) -> None:
-    atomic_write(path, pack_dataset(x, y))
+def write_dataset(path, x, y, dtype='float32', scale=None, offset=None) -> None:
+    atomic_write(path, pack_dataset(x, y, dtype, scale, offset))
 
 
 def read_dataset(path):
-    with open(path, 'rb') as f:
-        data = f.read()
+    """(x, y) as float32 arrays from a dataset file (version 1 or 2)."""
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+    except OSError as e:
+        raise DataError(f'{path}: cannot read ({e.strerror})') from None
+    if len(data) < 32:
+        raise DataError(f'{path}: truncated dataset header ({len(data)} bytes)')
     magic, ver, xt, yt, n, xl, yl = struct.unpack_from('<4sHBBIII', data)
-    if magic != MAGIC or ver != VERSION or len(data) != 32 + 4 * n * (xl + yl):
-        raise DataError(f'{path}: not a valid utrain dataset')
-    a = np.frombuffer(data, '<f4', offset=32).reshape(n, xl + yl)
-    return a[:, :xl].copy(), a[:, xl:].copy()
+    if magic != MAGIC:
+        raise DataError(f'{path}: not a utrain dataset')
+    if ver == 1 and not xt and not yt:
+        head, xs, xo, ys, yo = 32, 1.0, 0.0, 1.0, 0.0
+    elif ver == VERSION and xt in NP and yt in NP and len(data) >= HEAD:
+        head = HEAD
+        xs, xo, ys, yo = struct.unpack_from('<ffff', data, 20)
+    else:
+        raise DataError(f'{path}: dataset version {ver} / dtypes {xt},{yt} not supported '
+                        f'(this utrain reads versions 1 and {VERSION})')
+    xd, yd = np.dtype(NP[xt]), np.dtype(NP[yt])
+    rec = xd.itemsize * xl + yd.itemsize * yl
+    if len(data) != head + n * rec:
+        raise DataError(f'{path}: {len(data)} bytes, expected {head + n * rec} for {n} samples')
+    a = np.frombuffer(data, np.uint8, offset=head).reshape(n, rec)
+    x = a[:, :xd.itemsize * xl].copy().view(xd).astype(np.float32) * np.float32(xs) + np.float32(xo)
+    y = a[:, xd.itemsize * xl:].copy().view(yd).astype(np.float32) * np.float32(ys) + np.float32(yo)
+    return x.astype(np.float32), y.astype(np.float32)
 
 
 def split(n: int, test_split: float, seed: int):

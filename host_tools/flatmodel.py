@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import zlib
 
 import numpy as np
 
@@ -95,10 +96,11 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
         tensors += struct.pack(TENSOR, kind, flags, last, r, c, off)
     body = bytes(head) + bytes(tensors) + bytes(ops) + bwd
     body += b'\0' * (data_start - 32 - len(body))
-    header = struct.pack(HDR, MAGIC, VERSION, 1 if plan.backward else 0, nt, len(g.ops),
-                         len(plan.backward), len(g.inputs), len(g.outputs), data_start, pos,
-                         len(plan.ranks))
-    data = header + body + b''.join(blobs)
+    fields = (MAGIC, VERSION, 1 if plan.backward else 0, nt, len(g.ops), len(plan.backward),
+              len(g.inputs), len(g.outputs), data_start, pos, len(plan.ranks))
+    rest = body + b''.join(blobs)
+    crc = zlib.crc32(rest, zlib.crc32(struct.pack(HDR, *fields, 0)))
+    data = struct.pack(HDR, *fields, crc) + rest
     assert len(data) == pos
     atomic_write(path, data)
     return {'bytes': pos, 'const_bytes': pos - data_start, 'table_bytes': data_start}
@@ -106,12 +108,19 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
 
 def read_flat(path) -> dict:
     """Parse a flattened model (host side, for tests and inspection)."""
-    with open(path, 'rb') as f:
-        data = f.read()
     try:
-        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk = struct.unpack_from(HDR, data)
+        with open(path, 'rb') as f:
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f'{path}: cannot read ({e.strerror})') from None
+    try:
+        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk, crc = struct.unpack_from(HDR, data)
         if magic != MAGIC or ver != VERSION:
             raise ValueError(f'{path}: not a version-{VERSION} utrain flattened model')
+        if size != len(data):
+            raise ValueError(f'{path}: {len(data)} bytes, header says {size} (truncated or padded)')
+        if zlib.crc32(data[32:], zlib.crc32(data[:28] + bytes(4))) != crc:
+            raise ValueError(f'{path}: checksum mismatch (corrupt file)')
         pos = 32
         settings = unpack_settings(data[pos:pos + struct.calcsize(SETTINGS)])
         pos += struct.calcsize(SETTINGS)
@@ -143,7 +152,9 @@ def read_flat(path) -> dict:
         for i in range(nrk):
             k, ax, _, lo, hi = struct.unpack_from(RANK, data, pos + 12 * i)
             ranks[k] = (ax, lo, hi)
-    except struct.error as e:
-        raise ValueError(f'{path}: truncated flattened model ({e})') from None
+    except (struct.error, ValueError) as e:
+        if str(e).startswith(f'{path}: '):
+            raise
+        raise ValueError(f'{path}: truncated or corrupt flattened model ({e})') from None
     return dict(settings=settings, inputs=io[:nin], outputs=io[nin:], tensors=tensors, ops=ops,
                 backward=bwd, ranks=ranks, size=size)

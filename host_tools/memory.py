@@ -222,7 +222,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
     cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': True}
     cands.append((cheap, train, ranks))
     from .optable import SPECS
-    with_params = [i for i in trainable if SPECS[g.ops[i].name].params]
+    with_params = [i for i in trainable if SPECS[g.ops[i].name].roles(g.ops[i], g)]
     for r in (4, 5, 1):
         rk = dict(ranks)
         rk.update({i: r for i in with_params if rk.get(i, 0) != 1})

@@ -56,6 +56,15 @@ def resolve_settings(g, overrides: dict) -> dict:
     return s
 
 
+def progress_step(n: int) -> int:
+    """A round number of samples between progress lines, about 4 per epoch (0 = none
+    for small epochs)."""
+    if n < 200:
+        return 0
+    step = 10 ** (len(str(n // 4)) - 1)
+    return n // 4 // step * step
+
+
 def parse_budget(text) -> int:
     """'96K', '1M', '98304' -> bytes."""
     t = str(text).strip().upper()
@@ -66,14 +75,35 @@ def parse_budget(text) -> int:
         raise PrepareError(f'--budget {text!r}: expected bytes, e.g. 98304, 96K or 1M') from None
 
 
-def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, ranks=None,
-            train_config=None, budget=None, board=None, backend='fallback', **overrides):
+def board_profile(board, overrides: dict) -> dict:
+    """boards/boards.json's profile for `board`; fills the settings it defaults (batch,
+    stream = its stream_frozen) into overrides where the caller gave none."""
+    from .runner import boards
+    known = boards()
+    if board not in known:
+        raise PrepareError(f'unknown board {board!r}; known: {", ".join(known)}')
+    prof = known[board]
+    if overrides.get('batch') is None:
+        overrides['batch'] = prof['batch']
+    if overrides.get('stream') is None:
+        overrides['stream'] = bool(prof.get('stream_frozen'))
+    return prof
+
+
+def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
+            progress=None, ranks=None, train_config=None, budget=None, board=None,
+            backend='fallback', **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
-    ranks: 'OP:RANK,...' or {op: rank code}; train_config: an onert-micro training-config
-    file (its ops train with its ranks, the others are frozen); budget: bytes or '96K';
-    board: a boards/boards.json name whose heap is the budget.  Returns a summary dict."""
+    Returns a summary dict.  data: an .npz, .csv or folder of class image folders
+    (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
+    scale, 1/4 of the flash).  ranks: 'OP:RANK,...' or {op: rank code}; train_config: an
+    onert-micro training-config file (its ops train with its ranks, the others are
+    frozen); budget: bytes or '96K'; board: a boards/boards.json profile: its batch and
+    stream_frozen are the defaults, its heap bounds the whole plan and its heap_budget
+    the plan's data (all but code and interpreter)."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
+    prof = board_profile(board, overrides) if board else None
     g = read_model(model_path)
     s = resolve_settings(g, overrides)
     train = s.pop('train')
@@ -91,17 +121,18 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, ranks=
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
     heap = plan_heap(g, p, s, backend)
     limit = None
-    if board:
-        from .runner import boards
-        known = boards()
-        if board not in known:
-            raise PrepareError(f'unknown board {board!r}; known: {", ".join(known)}')
-        limit = parse_budget(known[board]['heap'])
+    if prof:
+        # the profile's heap_budget is what model and training state may take once the
+        # code is loaded: the planner's data parts; its heap bounds the whole plan
+        fixed = heap['parts']['code'] + heap['parts']['interpreter']
+        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
     if budget:
         limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
     if limit is not None and heap['total'] > limit:
         raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
-                           f'({backend}), the budget is {limit // 1024} KB.\n'
+                           f'({backend}), the budget is {limit // 1024} KB'
+                           + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
+                              'for model and training state)' if prof else '') + '.\n'
                            + fit_advice(g, s, train, rk, backend, limit, heap))
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
@@ -123,7 +154,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, ranks=
         except PrepareError:
             summary['train_config'] = None    # a rank onert-micro has no code for
     if data:
-        x, y = ds.load_npz(data)
+        x, y = ds.load(data)
         n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
         n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
         x = x.reshape(len(x), -1)
@@ -132,15 +163,25 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, ranks=
                                f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
         y = ds.targets(y, s['loss'], n_out, data)
         tr, te = ds.split(len(x), test_split, split_seed)
-        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr])
+        scale, offset = ds.quantization(x, dtype)     # one scale for train and test
+        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr], dtype, scale, offset)
         if len(te):
-            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te])
+            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te], dtype, scale,
+                             offset)
         else:
             files['test'] = None
-        summary.update(train_samples=len(tr), test_samples=len(te))
+        summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
+                       balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
     else:
         files['train'] = files['test'] = None
-    cfg = {'files': files, 'run': {'resume': False, 'progress': 0}}
+    # run: how train.py behaves (README): progress lines every N samples; validation-gated
+    # saving of the best weights when there is a test split; on a NaN/Inf, restore and
+    # lower lr (or 'stop')
+    if progress is None:
+        progress = progress_step(summary.get('train_samples', 0))
+    cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
+                                   'keep_best': bool(files['test']), 'on_nan': 'lower',
+                                   'lr_factor': 0.5, 'max_retries': 3}}
     cfg.update(s)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())

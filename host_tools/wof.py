@@ -1,14 +1,19 @@
-"""The .wof weight-only format of onert-micro (docs/formats.md), host side."""
+"""The .wof weight-only format of onert-micro (docs/formats.md), host side, and reading
+the weights back out of a device checkpoint.  Validation is the device reader's
+(micro/utrain/wof.py), run on the bytes, so host and board accept the same files."""
 from __future__ import annotations
 
+import io
 import struct
 
 import numpy as np
 
 from .circle_io import Graph, atomic_write
+from . import flatmodel  # noqa: F401  (puts micro/ on sys.path)
+from utrain import wof as dev  # noqa: E402
 
-MAGIC = 429
-VERSION = 1
+MAGIC = dev.MAGIC
+VERSION = dev.VERSION
 
 
 def pack_wof(n_tensors: int, arrays: dict) -> bytes:
@@ -30,35 +35,57 @@ def write_wof(path, n_tensors: int, arrays: dict) -> None:
     atomic_write(path, pack_wof(n_tensors, arrays))
 
 
-def read_wof(path, g: Graph) -> dict:
-    """{tensor index: array shaped like the model's tensor} from a .wof for graph g."""
+def _shapes(g: Graph):
+    # the device reader's sizes: float32 tensors may carry data, others may not
+    return [(1, int(np.prod(t.shape)) if t.shape else 1) if t.dtype == 'float32' else None
+            for t in g.tensors]
+
+
+def _read(path) -> bytes:
     try:
         with open(path, 'rb') as f:
-            data = f.read()
+            return f.read()
     except OSError as e:
         raise ValueError(f'{path}: cannot read ({e.strerror})') from None
-    if len(data) < 8:
-        raise ValueError(f'{path}: truncated .wof header ({len(data)} bytes)')
-    magic, ver, _, n = struct.unpack_from('<HBBI', data)
-    if magic != MAGIC:
-        raise ValueError(f'{path}: not a .wof file (magic {magic}, want {MAGIC})')
-    if ver != VERSION:
-        raise ValueError(f'{path}: .wof version {ver}, expected {VERSION}')
-    if n != len(g.tensors):
-        raise ValueError(f'{path}: holds {n} buffers but {g.path} has {len(g.tensors)} tensors')
-    if len(data) < 8 + 4 * n:
-        raise ValueError(f'{path}: truncated offset table')
-    offs = struct.unpack_from(f'<{n}I', data, 8)
+
+
+def _shaped(g: Graph, arrays: dict) -> dict:
+    return {k: np.asarray(a, np.float32).reshape(g.tensors[k].shape) for k, a in arrays.items()}
+
+
+def read_wof(path, g: Graph) -> dict:
+    """{tensor index: array shaped like the model's tensor} from a .wof for graph g."""
+    f = io.BytesIO(_read(path))
+    shapes = _shapes(g)
+    try:
+        offs, _ = dev.read_table(f, path, shapes)
+    except dev.FormatError as e:
+        raise ValueError(f'{e} (model {g.path})') from None
     out = {}
     for k, off in enumerate(offs):
-        if off in (0, 0xFFFFFFFF):
-            continue
-        t = g.tensors[k]
-        if t.dtype != 'float32':
-            raise ValueError(f'{path}: has data for tensor {k} ({t.name}), which is {t.dtype}')
-        count = int(np.prod(t.shape)) if t.shape else 1
-        if off < 8 + 4 * n or off + 4 * count > len(data):
-            raise ValueError(f'{path}: data of tensor {k} ({t.name}, {count} floats at offset '
-                             f'{off}) runs outside the file ({len(data)} bytes)')
-        out[k] = np.frombuffer(data, '<f4', count, off).reshape(t.shape).astype(np.float32)
-    return out
+        if off:
+            f.seek(off)
+            out[k] = np.frombuffer(f.read(4 * shapes[k][1]), '<f4')
+    return _shaped(g, out)
+
+
+def read_checkpoint(path, g: Graph, ranks=None) -> dict:
+    """The weights of a device checkpoint (onert-micro layout) for graph g, like read_wof.
+    ranks: the model's rank table {tensor: (axis, lo, hi)} (read_flat), when its optimizer
+    state covers only some output channels."""
+    data = _read(path)
+    shapes = _shapes(g)
+    state = None
+    if ranks:
+        from .passes import device_shapes
+        dev_shapes = device_shapes(g)
+        state = list(shapes)
+        for k, (ax, lo, hi) in ranks.items():
+            r, c = dev_shapes[k]
+            state[k] = (1, (hi - lo) * (c if ax == 0 else r))
+    try:
+        w = dev.read_checkpoint(io.BytesIO(data), path, len(g.tensors), shapes, state)[0]
+    except dev.FormatError as e:
+        raise ValueError(f'{e} (model {g.path})') from None
+    return _shaped(g, w)
+

@@ -317,8 +317,8 @@ def _cnn(tmp_path, cid, seed=0):
     return path, x, y
 
 
-def _parity(tmp_path, cid, backend, batch=2, lr=0.05):
-    path, x, y = _cnn(tmp_path, cid)
+def _parity(tmp_path, cid, backend, batch=2, lr=0.05, made=None):
+    path, x, y = made or _cnn(tmp_path, cid)
     d = prepare_dir(path, tmp_path / 'run', x, y, loss='cce', optimizer='sgd', lr=lr,
                     batch=batch, train='all')
     run_backend(d, backend)
@@ -363,6 +363,14 @@ def test_cnn_training_micropython_matches_onert_and_cpython(tmp_path):
 # ---------------------------------------------------------------- the digits CNN
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+
+
+def test_digits_cnn_training_matches_onert(tmp_path):
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    x = z['x'][:24].reshape(24, 8, 8, 1).astype(F32)
+    y = np.eye(10, dtype=F32)[z['y'][:24]]
+    _parity(tmp_path, 'digits_cnn', 'cpython', batch=4, lr=0.05,
+            made=(os.path.join(DIGITS, 'digits_cnn.circle'), x, y))
 
 
 @pytest.mark.skipif(MICROPYTHON is None, reason='unix micropython not found')

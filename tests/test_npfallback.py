@@ -502,3 +502,227 @@ def test_inplace_keeps_identity_and_bool_target():
     assert m.dtype == "B" and m.tolist() == [0, 0, 1]
     m[0] = 1.0
     assert m.tolist() == [1, 0, 1]
+
+
+# The fused in-place kernels utrain.xnp takes from the fallback (not ulab API), the
+# full-slice fill and the fast paths of binary ops, against NumPy float32, under
+# CPython and (with the native emitter, when it has one) under MicroPython.
+
+
+def fused_cases(np, add_scaled, add_outer):
+    def A(r, c, s=0):
+        return np.array([[((i * c + j) * 7 + s) % 19 / 8 - 1 for j in range(c)] for i in range(r)])
+
+    out = []
+    w = A(3, 70)                        # > 64 items: block copies in fills
+    add_scaled(w, A(3, 70, 5), -0.25)
+    out.append(w.tolist())
+    t = A(4, 3)                         # strided target and source (transposed views)
+    v = t.T
+    add_scaled(v, A(4, 3, 2).T, 0.5)
+    out.append(t.tolist())
+    r = A(1, 5)
+    add_scaled(r[0], A(1, 5, 3)[0], 2.0)    # 1-D row views
+    out.append(r.tolist())
+    g = A(3, 4)
+    add_outer(g, A(1, 3, 1), A(1, 4, 2))
+    out.append(g.tolist())
+    g = A(4, 3)
+    add_outer(g.T, A(1, 3, 1)[0], A(2, 4, 2)[1])  # strided rows, 1-D vectors
+    out.append(g.tolist())
+    f = A(3, 70)
+    f[:] = 0.0
+    out.append(f.tolist())
+    f[:] = 1.5
+    out.append(f[2].tolist())
+    f = A(4, 6)
+    f[:, 1:4] = 2.0                     # not dense: the general path
+    out.append(f.tolist())
+    a, b = A(2, 5), A(2, 5, 4)
+    out.append((a + 0.5).tolist())
+    out.append((a * b).tolist())
+    out.append((a - b).tolist())
+    out.append((a > b).tolist())
+    out.append((a.T * b.T).tolist())    # non-dense operands: the general path
+    a += b
+    out.append(a.tolist())
+    a -= 0.25
+    out.append(a.tolist())
+    a -= a
+    out.append(a.tolist())
+    return out
+
+
+def _numpy_fused():
+    def add_scaled(y, x, s):
+        y += x * numpy.float32(s)
+
+    def add_outer(a, u, v):
+        a += numpy.outer(u, v).astype(numpy.float32)
+
+    class NP:
+        @staticmethod
+        def array(x):
+            return numpy.array(x, dtype=numpy.float32)
+    return fused_cases(NP, add_scaled, add_outer)
+
+
+def _close(got, want):
+    g, w = numpy.array(got, dtype=float), numpy.array(want, dtype=float)
+    assert g.shape == w.shape
+    numpy.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_fused_kernels_cpython():
+    want = _numpy_fused()
+    got = fused_cases(npf, npf._add_scaled, npf._add_outer)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        _close(g, w)
+
+
+def test_fused_kernels_micropython():
+    exe = find_micropython()
+    if not exe:
+        pytest.skip("micropython binary not found")
+    src = "import sys, json\nsys.path.insert(0, %r)\nimport npfallback\n" % UTRAIN
+    src += inspect.getsource(fused_cases)
+    src += ("print(json.dumps([npfallback.NATIVE, fused_cases(npfallback, "
+            "npfallback._add_scaled, npfallback._add_outer)]))\n")
+    p = subprocess.run([exe, "-X", "heapsize=1M", "-c", src], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    native, got = json.loads(p.stdout.splitlines()[-1])
+    want = _numpy_fused()
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        _close(g, w)
+
+
+# The fallback's one-call convolution and max-pool steps (npfallback._conv_steps and
+# _maxpool_steps, used by op_conv and op_pool) against those ops' step-by-step array
+# ops (checked against ONERT and finite differences in test_conv_ops.py), on strides,
+# padding, dilation, multipliers and ties in the max.
+CONV_SCRIPT = r'''
+import json
+from utrain import op_conv
+from utrain.xnp import np, zeros, BACKEND
+
+
+class RT:
+    def __init__(self, t, shape):
+        self.t, self.shape, self.acc, self.g = t, shape, {}, {}
+
+    def wgrad(self, k):
+        if k not in self.acc:
+            self.acc[k] = zeros(self.shape[k])
+        return self.acc[k]
+
+    def add_wgrad(self, k, d):
+        a = self.wgrad(k)
+        a += d
+
+    def add_grad(self, k, d):
+        self.g[k] = d
+
+
+def val(i, n):
+    return ((i * 7 + n) % 23) / 8.0 - 1.3
+
+
+def arr(shape, s):
+    a = zeros(shape)
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            a[i, j] = val(i * shape[1] + j, s)
+    return a
+
+
+def run(fast, code, H, W, C, OC, K, s, d, pad, M, act):
+    op_conv.conv_steps = fast
+    OH = (H + 2 * pad - d * (K - 1) - 1) // s + 1
+    OW = (W + 2 * pad - d * (K - 1) - 1) // s + 1
+    if code == 4:
+        OC = C * M
+    o = (act, H, W, C, OH, OW, OC, K, K, s, s, d, d, pad, pad, M)
+    wshape = (OC, K * K * C) if code == 3 else (K * K, OC)
+    shape = [(H * W, C), wshape, (1, OC), (OH * OW, OC)]
+    rt = RT([arr(shape[0], 1), arr(wshape, 2), arr((1, OC), 3), None], shape)
+    op = (code, (0, 1, 2), (3,), o)
+    op_conv.forward(rt, op)
+    y = rt.t[3]
+    op_conv.backward(rt, op, arr(shape[3], 4), 7)
+    return [y.tolist(), rt.acc[1].tolist(), rt.acc[2].tolist(), rt.g[0].tolist()]
+
+
+def pool(fast, H, W, C, K, s, pad, act):
+    op_pool.maxpool_steps = fast
+    OH, OW = (H + 2 * pad - K) // s + 1, (W + 2 * pad - K) // s + 1
+    o = (act, H, W, C, OH, OW, C, K, K, s, s, 1, 1, pad, pad)
+    shape = [(H * W, C), (OH * OW, C)]
+    x = arr(shape[0], 5)
+    for i in range(0, H * W, 3):
+        x[i, 0] = x[(i + 1) % (H * W), 0]          # ties: the first in scan order wins
+    rt = RT([x, None], shape)
+    op = (17, (0,), (1,), o)
+    op_pool.forward(rt, op)
+    y = rt.t[1]
+    op_pool.backward(rt, op, arr(shape[1], 6), 1)
+    return [y.tolist(), rt.g[0].tolist()]
+
+
+from utrain import op_pool
+pfast = op_pool.maxpool_steps
+fast = op_conv.conv_steps
+out2 = [pool(pfast, *c) + pool(None, *c) for c in [(6, 6, 2, 2, 2, 0, 0), (7, 5, 3, 3, 2, 1, 1),
+                                                   (5, 5, 2, 3, 1, 1, 3)]]
+cases = [(3, 6, 5, 2, 3, 3, 1, 1, 0, 1, 1), (3, 7, 6, 3, 4, 3, 2, 1, 1, 1, 0),
+         (3, 7, 7, 2, 3, 3, 1, 2, 2, 1, 3), (3, 5, 5, 4, 2, 1, 1, 1, 0, 1, 1),
+         (4, 6, 5, 3, 0, 3, 1, 1, 1, 1, 1), (4, 7, 6, 2, 0, 3, 2, 1, 1, 2, 0),
+         (4, 6, 6, 3, 0, 3, 1, 2, 2, 3, 1)]
+out = [BACKEND, fast is not None]
+for c in cases:
+    out.append([run(fast, *c), run(None, *c)])
+for p in out2:
+    out.append([p[:2], p[2:]])
+print(json.dumps(out))
+'''
+
+
+def _conv_results(argv, env):
+    p = subprocess.run(argv, input=None, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("where", ["cpython", "numpy", "micropython"])
+def test_conv_and_pool_steps_match_the_array_ops(where, tmp_path):
+    script = tmp_path / "conv.py"
+    script.write_text(CONV_SCRIPT)
+    micro = os.path.join(ROOT, "micro")
+    if where == "numpy":                # xnp's numpy conv_steps (a tap at a time)
+        env = dict(os.environ, PYTHONPATH=micro)
+        env.pop("UTRAIN_NP", None)
+        r = _conv_results([sys.executable, str(script)], env)
+        assert r[0] == "numpy" and r[1] is True
+        for fast, slow in r[2:]:
+            for a, b in zip(fast, slow):
+                numpy.testing.assert_allclose(numpy.array(a), numpy.array(b), rtol=1e-5, atol=1e-5)
+        return
+    if where == "cpython":
+        env = dict(os.environ, UTRAIN_NP="fallback", PYTHONPATH=micro)
+        argv = [sys.executable, str(script)]
+    else:
+        exe = find_micropython()
+        if not exe:
+            pytest.skip("micropython binary not found")
+        env = dict(os.environ, MICROPYPATH=micro)
+        argv = [exe, "-X", "heapsize=4M", str(script)]
+    r = _conv_results(argv, env)
+    if r[0] != "fallback":
+        pytest.skip("this MicroPython has ulab: conv_steps is the fallback's")
+    assert r[1] is True
+    assert len(r) == 2 + 7 + 3
+    for fast, slow in r[2:]:
+        for a, b in zip(fast, slow):
+            _close(a, b)

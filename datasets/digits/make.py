@@ -1,9 +1,10 @@
 """Regenerate the bundled digits example: digits.npz (the 1,797 8x8 digits that
-scikit-learn bundles, pixels scaled to [0, 1]), digits_mlp.circle, a 64-32-10 MLP
-(FULLY_CONNECTED+RELU, FULLY_CONNECTED, SOFTMAX), and digits_cnn.circle, a small CNN on
-the 8x8x1 image (CONV_2D 3x3x8 RELU, MAX_POOL_2D 2, DEPTHWISE_CONV_2D 3x3 x2 RELU,
-MAX_POOL_2D 2, RESHAPE, FULLY_CONNECTED, SOFTMAX), all with seeded Glorot-uniform
-weights: the starting point a user would get from an untrained export.
+scikit-learn bundles, pixels scaled to [0, 1]); train.ds and test.ds, the same samples
+ready for a board (an 80/20 split, pixels stored losslessly as uint8 sixteenths, labels);
+digits_mlp.circle, a 64-32-10 MLP (FULLY_CONNECTED+RELU, FULLY_CONNECTED, SOFTMAX); and
+digits_cnn.circle, a small CNN on the 8x8x1 image (CONV_2D 3x3x8 RELU, MAX_POOL_2D 2,
+DEPTHWISE_CONV_2D 3x3 x2 RELU, MAX_POOL_2D 2, RESHAPE, FULLY_CONNECTED, SOFTMAX), all with
+seeded Glorot-uniform weights: the starting point a user would get from an untrained export.
 
     python datasets/digits/make.py
 """
@@ -80,12 +81,21 @@ def cnn(seed=0, name='cnn'):
     return b
 
 
+def write_ready(x, y):
+    """train.ds / test.ds as `prepare --test-split 0.2` splits them, stored as uint8."""
+    from host_tools import dataset as ds
+    tr, te = ds.split(len(x), 0.2, 0)
+    for name, idx in (('train.ds', tr), ('test.ds', te)):
+        ds.write_dataset(os.path.join(HERE, name), x[idx], y[idx], 'uint8', 1 / 16, 0.0)
+
+
 def main():
     from sklearn.datasets import load_digits
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
     y = d.target.astype(np.int64)
     np.savez_compressed(os.path.join(HERE, 'digits.npz'), x=x, y=y)
+    write_ready(x, y)
     mlp([64, 32, 10], seed=0, name='digits MLP 64-32-10 (utrain example)').save(
         os.path.join(HERE, 'digits_mlp.circle'))
     cnn(seed=0, name='digits CNN conv-pool-dwconv-pool-fc (utrain example)').save(

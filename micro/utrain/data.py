@@ -1,30 +1,58 @@
 # Dataset record files (docs/formats.md): samples are read one at a time into
-# preallocated arrays, so a dataset larger than the heap still trains.
+# preallocated arrays, so a dataset larger than the heap still trains.  Values are
+# stored as float32, uint8 or int8 (value = stored * scale + offset, from the header).
 from struct import unpack
 from array import array
-from utrain.xnp import readinto
+from utrain.xnp import readinto, decode
 
 MAGIC = b'UTDS'
-VERSION = 1
+VERSION = 2
+HEAD = 48                  # version 2 header bytes (version 1: 32, float32 only)
+SIZE = (4, 1, 1)           # bytes per value for dtype 0 float32, 1 uint8, 2 int8
+CODE = ('f', 'B', 'b')
+
+
+def header(path, h):
+    """(version, header bytes, xt, yt, n, x_len, y_len, xs, xo, ys, yo) from the
+    first bytes h of a dataset file; ValueError naming path otherwise."""
+    if len(h) < 32:
+        raise ValueError('%s: truncated dataset header' % path)
+    magic, ver, xt, yt, n, xl, yl = unpack('<4sHBBIII', h[:20])
+    if magic != MAGIC:
+        raise ValueError('%s: not a utrain dataset (magic %r)' % (path, magic))
+    if ver == 1:
+        if xt or yt:
+            raise ValueError('%s: version 1 dataset with dtypes %d,%d' % (path, xt, yt))
+        return ver, 32, 0, 0, n, xl, yl, 1.0, 0.0, 1.0, 0.0
+    if ver != VERSION:
+        raise ValueError('%s: dataset version %d; this utrain reads versions 1 and %d: '
+                         'rebuild it with `python -m host_tools dataset`' % (path, ver, VERSION))
+    if len(h) < HEAD:
+        raise ValueError('%s: truncated dataset header' % path)
+    if xt > 2 or yt > 2:
+        raise ValueError('%s: unknown sample dtypes %d,%d' % (path, xt, yt))
+    return (ver, HEAD, xt, yt, n, xl, yl) + unpack('<ffff', h[20:36])
 
 
 class Dataset:
     def __init__(self, path):
         self.path = path
-        f = self.f = open(path, 'rb')
-        h = f.read(32)
-        if len(h) != 32:
-            raise ValueError('%s: truncated dataset header' % path)
-        magic, ver, xt, yt, n, xl, yl = unpack('<4sHBBIII', h[:20])
-        if magic != MAGIC:
-            raise ValueError('%s: not a utrain dataset (magic %r)' % (path, magic))
-        if ver != VERSION or xt or yt:
-            raise ValueError('%s: dataset version %d / dtypes %d,%d not supported' % (path, ver, xt, yt))
+        try:
+            f = self.f = open(path, 'rb')
+        except OSError:
+            raise ValueError('%s: cannot open (no such file?)' % path)
+        (ver, self.head, xt, yt, n, xl, yl,
+         self.xs, self.xo, self.ys, self.yo) = header(path, f.read(HEAD))
         self.n, self.x_len, self.y_len = n, xl, yl
-        self.rec = 4 * (xl + yl)
+        self.rec = SIZE[xt] * xl + SIZE[yt] * yl
         f.seek(0, 2)
-        if f.tell() != 32 + n * self.rec:
-            raise ValueError('%s: %d bytes, expected %d for %d samples' % (path, f.tell(), 32 + n * self.rec, n))
+        if f.tell() != self.head + n * self.rec:
+            raise ValueError('%s: %d bytes, expected %d for %d samples'
+                             % (path, f.tell(), self.head + n * self.rec, n))
+        # byte buffers for quantized values, allocated once (after the size check:
+        # a corrupt header must not ask for a huge buffer)
+        self.qx = array(CODE[xt], bytes(xl)) if xt else None
+        self.qy = array(CODE[yt], bytes(yl)) if yt else None
 
     def check(self, x_shape, y_shape):
         if self.x_len != x_shape[0] * x_shape[1] or self.y_len != y_shape[0] * y_shape[1]:
@@ -32,12 +60,20 @@ class Dataset:
                              % (self.path, self.x_len, self.y_len, x_shape[0] * x_shape[1],
                                 y_shape[0] * y_shape[1]))
 
-    def read(self, i, x, y):
-        """Read sample i into the arrays x and y."""
+    def _get(self, a, q, s, o):
         f = self.f
-        f.seek(32 + i * self.rec)
-        readinto(f, x, self.path)
-        readinto(f, y, self.path)
+        if q is None:
+            readinto(f, a, self.path)
+        else:
+            if f.readinto(q) != len(q):
+                raise ValueError('%s: truncated' % self.path)
+            decode(q, a, s, o)
+
+    def read(self, i, x, y):
+        """Read sample i into the float arrays x and y."""
+        self.f.seek(self.head + i * self.rec)
+        self._get(x, self.qx, self.xs, self.xo)
+        self._get(y, self.qy, self.ys, self.yo)
 
     def close(self):
         self.f.close()

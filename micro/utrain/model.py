@@ -8,8 +8,8 @@ from struct import unpack, calcsize
 from utrain.xnp import zeros, readinto
 
 MAGIC = b'UTFM'
-VERSION = 1
-HDR = '<4sHHHHHBBII4xH2x'   # ... data_start, size, (4 reserved), n_ranks
+VERSION = 2
+HDR = '<4sHHHHHBBIIH2xI'   # ... data_start, size, n_ranks, crc32 (of the file with it zero)
 RANK = '<HBBII'
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
@@ -24,6 +24,8 @@ REDUCTIONS = ('mean', 'sum')
 
 def settings_dict(s):
     """The unpacked SETTINGS tuple as named training settings."""
+    if s[0] >= len(LOSSES) or s[1] >= len(REDUCTIONS) or s[3] >= len(OPTIMIZERS) or s[4] >= len(METRICS):
+        raise ValueError('unknown loss/reduction/optimizer/metric code %r' % (s[:5],))
     return {'loss': LOSSES[s[0]], 'reduction': REDUCTIONS[s[1]], 'from_logits': bool(s[2]),
             'optimizer': OPTIMIZERS[s[3]], 'metric': METRICS[s[4]], 'shuffle': bool(s[5]),
             'batch': s[6], 'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
@@ -31,7 +33,9 @@ def settings_dict(s):
 
 # circle builtin code -> kernel module; imported only when a model uses it
 KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
-           25: 'op_act', 28: 'op_act', 22: 'op_shape',
+           25: 'op_act', 28: 'op_act', 22: 'op_shape', 117: 'op_act', 98: 'op_act',
+           0: 'op_elem', 41: 'op_elem', 18: 'op_elem', 42: 'op_elem', 34: 'op_shape',
+           2: 'op_shape', 39: 'op_shape', 43: 'op_shape', 70: 'op_shape', 45: 'op_shape',
            3: 'op_conv', 4: 'op_conv', 1: 'op_pool', 17: 'op_pool', 40: 'op_pool'}
 
 
@@ -62,22 +66,31 @@ class Net:
 
     def __init__(self, path):
         self.path = path
-        with open(path, 'rb') as f:
-            self._load(f, path)
+        from utrain import wof
+        with wof.openr(path) as f:
+            self._load(f, path, wof)
 
-    def _load(self, f, name):
+    def _load(self, f, name, wof):
         h = _read(f, 32, name, 'header')
-        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk = unpack(HDR, h)
+        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk, crc = unpack(HDR, h)
         if magic != MAGIC:
             raise ModelError('%s: not a utrain flattened model (magic %r, want %r)' % (name, magic, MAGIC))
         if ver != VERSION:
-            raise ModelError('%s: format version %d, this utrain reads %d' % (name, ver, VERSION))
+            raise ModelError('%s: format version %d, this utrain reads %d (prepare the model again)'
+                             % (name, ver, VERSION))
         f.seek(0, 2)
         real = f.tell()
         if real != size:
             raise ModelError('%s: %d bytes, header says %d (truncated or padded)' % (name, real, size))
+        if wof.crc32 and wof.crc(f, 32, size, wof.crc32(h[:28] + b'\0\0\0\0')) != crc:
+            raise ModelError('%s: checksum mismatch (corrupt file)' % name)
+        if not nin or not nout or not 72 <= dstart <= size:
+            raise ModelError('%s: bad header (%d inputs, %d outputs, data at %d)' % (name, nin, nout, dstart))
         f.seek(32)
-        self.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
+        try:
+            self.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
+        except ValueError as e:
+            raise ModelError('%s: settings: %s' % (name, e))
         io = unpack('<%dH' % (nin + nout), _read(f, 2 * (nin + nout), name, 'inputs/outputs'))
         self.inputs, self.outputs = io[:nin], io[nin:]
         kinds = bytearray(nt)
@@ -105,7 +118,7 @@ class Net:
             outs = unpack('<%dh' % no, _read(f, 2 * no, name, 'op table'))
             opts = unpack('<%df' % nopt, _read(f, 4 * nopt, name, 'op table'))
             for k in ins + outs:
-                if k >= nt:
+                if not -1 <= k < nt or (k < 0 and (k in outs or not ins or k == ins[0])):
                     raise ModelError('%s: op %d uses tensor %d, model has %d' % (name, i, k, nt))
             ops.append((code, ins, outs, opts))
             mods.append(_kernel(code, name, i))
@@ -153,24 +166,22 @@ class Net:
         self.acc = {}
         self.g = {}
         # batch 1: the Trainer's upd(k, g) / upd_row(k, r, g) apply each gradient at
-        # once (g in state_shape(k) / row r of it) instead of summing it
-        self.upd = self.upd_row = None
+        # once (g in state_shape(k) / row r of it) instead of summing it;
+        # upd_outer(k, u, v) applies outer(u, v) (True) when k's optimizer step allows
+        self.upd = self.upd_row = self.upd_outer = None
 
     def load_weights(self, path):
         """Load the trainable tensors from a .wof file (onert-micro layout)."""
-        from utrain.wof import read_table
-        with open(path, 'rb') as f:
-            offs, size = read_table(f, path, len(self.t))
+        from utrain import wof
+        with wof.openr(path) as f:
+            offs, size = wof.read_table(f, path, self.shape)
             for k in self.trainable:
                 o = offs[k]
-                r, c = self.shape[k]
                 if o == 0:
                     raise ModelError('%s: no data for trainable tensor %d' % (path, k))
-                if o + 4 * r * c > size:
-                    raise ModelError('%s: data of tensor %d runs past the end of the file' % (path, k))
                 f.seek(o)
                 if self.t[k] is None:
-                    self.t[k] = zeros((r, c))
+                    self.t[k] = zeros(self.shape[k])
                 readinto(f, self.t[k], path)
 
     def set_input(self, x, i=0):

@@ -173,6 +173,13 @@ class ndarray:
                 yield d[o + i * s]
 
     def __getitem__(self, k):
+        if type(k) is slice:  # x[a:b:c], the conv and pool row runs
+            b, c, e = _sl(k, self.shape[0])
+            t = self.strides
+            if len(t) == 2:
+                return ndarray(self._d, (c, self.shape[1]), (e * t[0], t[1]),
+                               self._o + b * t[0], self.dtype)
+            return ndarray(self._d, (c,), (e * t[0],), self._o + b * t[0], self.dtype)
         o, sh, st = _key(self, k)
         return ndarray(self._d, sh, st, o, self.dtype) if sh else self._d[o]
 
@@ -200,163 +207,6 @@ class ndarray:
     __eq__ = lambda s, o: _op(s, o, _eq, "B")
     __neg__ = lambda s: _op(s, -1.0, _mul, "f")
     __abs__ = lambda s: _map(_abs, s)
-
-
-# Kernels: o[p + j] = A[a + j*sa] OP B[b + j*sb], j < n.  Unit and zero (scalar)
-# strides get their own loops; commutative ops swap to put the unit stride first.
-def _add(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
-        if sb:
-            b -= a
-            for j in range(a, a + n):
-                A[j] += B[j + b]
-        else:
-            s = B[b]
-            for j in range(a, a + n):
-                A[j] += s
-    elif sa == 1 and sb == 1:
-        for j in range(n):
-            o[p + j] = A[a + j] + B[b + j]
-    elif sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] + s
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] + B[b + j * sb]
-
-
-def _mul(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if sa == 1 and sb == 1:
-        for j in range(n):
-            o[p + j] = A[a + j] * B[b + j]
-    elif sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] * s
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] * B[b + j * sb]
-
-
-def _sub(o, p, A, a, sa, B, b, sb, n):
-    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
-        if sb:
-            b -= a
-            for j in range(a, a + n):
-                A[j] -= B[j + b]
-        else:
-            s = B[b]
-            for j in range(a, a + n):
-                A[j] -= s
-    elif sa == 1 and sb == 1:
-        for j in range(n):
-            o[p + j] = A[a + j] - B[b + j]
-    elif sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] - s
-    elif sa == 0 and sb == 1:
-        s = A[a]
-        for j in range(n):
-            o[p + j] = s - B[b + j]
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] - B[b + j * sb]
-
-
-def _div(o, p, A, a, sa, B, b, sb, n):
-    try:
-        if sa == 1 and sb == 1:
-            for j in range(n):
-                o[p + j] = A[a + j] / B[b + j]
-        elif sa == 1 and sb == 0:
-            s = B[b]
-            for j in range(n):
-                o[p + j] = A[a + j] / s
-        elif sa == 0 and sb == 1:
-            s = A[a]
-            for j in range(n):
-                o[p + j] = s / B[b + j]
-        else:
-            for j in range(n):
-                o[p + j] = A[a + j * sa] / B[b + j * sb]
-    except ZeroDivisionError:  # finish from element j with IEEE inf/nan, as ulab
-        for j in range(j, n):
-            x, y = A[a + j * sa], B[b + j * sb]
-            if y:
-                o[p + j] = x / y
-            elif x == 0 or x != x:
-                o[p + j] = _NAN
-            else:
-                o[p + j] = math.copysign(_INF, x) * math.copysign(1.0, y)
-
-
-def _gt(o, p, A, a, sa, B, b, sb, n):
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] > s
-    elif sa == 0 and sb == 1:
-        s = A[a]
-        for j in range(n):
-            o[p + j] = s > B[b + j]
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] > B[b + j * sb]
-
-
-def _ge(o, p, A, a, sa, B, b, sb, n):
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            o[p + j] = A[a + j] >= s
-    elif sa == 0 and sb == 1:
-        s = A[a]
-        for j in range(n):
-            o[p + j] = s >= B[b + j]
-    else:
-        for j in range(n):
-            o[p + j] = A[a + j * sa] >= B[b + j * sb]
-
-
-def _eq(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    for j in range(n):
-        o[p + j] = A[a + j * sa] == B[b + j * sb]
-
-
-def _max(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            x = A[a + j]
-            o[p + j] = x if x > s else s
-    else:
-        for j in range(n):
-            x, y = A[a + j * sa], B[b + j * sb]
-            o[p + j] = x if x > y else y
-
-
-def _min(o, p, A, a, sa, B, b, sb, n):
-    if sa == 0 and sb == 1:
-        A, a, sa, B, b, sb = B, b, sb, A, a, sa
-    if sa == 1 and sb == 0:
-        s = B[b]
-        for j in range(n):
-            x = A[a + j]
-            o[p + j] = x if x < s else s
-    else:
-        for j in range(n):
-            x, y = A[a + j * sa], B[b + j * sb]
-            o[p + j] = x if x < y else y
 
 
 def _prep(x):
@@ -387,6 +237,21 @@ def _run(k, O, p, so, R, C, A, a, sra, sca, B, b, srb, scb):
 
 
 def _op(a, b, k, t=None):
+    if type(a) is ndarray and a.dtype == "f" and a.strides == _cs(a.shape):
+        # fast path, most calls of a training step: dense float array OP float scalar
+        # or OP a dense float array of its shape
+        sh = a.shape
+        if type(b) is _pf:
+            B, ob, sb = _A("f", (b,)), 0, 0
+        elif type(b) is ndarray and b.shape == sh and b.dtype == "f" and b.strides == a.strides:
+            B, ob, sb = b._d, b._o, 1
+        else:
+            B = None
+        if B is not None:
+            n = _num(sh)
+            O = _new(t or "f", n)
+            k(O, 0, a._d, a._o, 1, B, ob, sb, n)
+            return ndarray(O, sh, a.strides, 0, t or "f")
     A, oa, ra, ca, sra, sca, na, ta = _prep(a)
     B, ob, rb, cb, srb, scb, nb, tb = _prep(b)
     R, C = _dim(ra, rb), _dim(ca, cb)
@@ -400,6 +265,14 @@ def _op(a, b, k, t=None):
 
 
 def _iop(a, b, k):
+    if a.dtype == "f" and a.strides == _cs(a.shape):  # fast path as in _op
+        if type(b) is _pf:
+            k(a._d, a._o, a._d, a._o, 1, _A("f", (b,)), 0, 0, _num(a.shape))
+            return a
+        if (type(b) is ndarray and b.shape == a.shape and b.dtype == "f"
+                and b.strides == a.strides and (b._d is not a._d or b is a)):
+            k(a._d, a._o, a._d, a._o, 1, b._d, b._o, 1, _num(a.shape))
+            return a
     A, oa, ra, ca, sra, sca, na, ta = _prep(a)
     B, ob, rb, cb, srb, scb, nb, tb = _prep(b)
     if _dim(ra, rb) != ra or _dim(ca, cb) != ca:
@@ -414,9 +287,12 @@ def _iop(a, b, k):
 
 def _put(a, v):
     # copy scalar or array-like v into the view a, broadcasting v to a's shape
-    B, ob, rb, cb, srb, scb, nb, tb = _prep(v)
     D, o = a._d, a._o
     r, c, sr, sc = _rc(a)
+    if isinstance(v, _pf) and a.dtype == "f" and _flat(sr, sc, r, c) == 1:
+        _fill(D, o, r * c, v)  # a[:] = 0.0, the per-update gradient reset
+        return
+    B, ob, rb, cb, srb, scb, nb, tb = _prep(v)
     if _dim(r, rb) != r or _dim(c, cb) != c:
         raise ValueError(_EB)
     if B is D:
@@ -440,12 +316,7 @@ def _map(f, a, out=None):
     elif out.shape != a.shape or out.dtype != "f" or not _dense(out):
         raise ValueError("out must be a dense float array of the same shape")
     r, c, sr, sc = _rc(a)
-    d, o, D, q = a._d, a._o, out._d, out._o
-    for i in range(r):
-        p = o + i * sr
-        for j in range(c):
-            D[q] = f(d[p + j * sc])
-            q += 1
+    _mapk(f, a._d, a._o, sr, sc, r, c, out._d, out._o)
     return out
 
 
@@ -482,8 +353,7 @@ def zeros(shape, dtype=float):
     n = _num(sh)
     d = _new(dtype, n)
     if n > 64 and dtype == "f":
-        for i in range(n):
-            d[i] = 0.0
+        _fill(d, 0, n, 0.0)
     return ndarray(d, sh, _cs(sh), 0, dtype)
 
 
@@ -493,8 +363,11 @@ empty = zeros
 def full(shape, value, dtype=float):
     sh = _shp(shape)
     d, v = _new(dtype, _num(sh)), value if dtype == "f" else int(value)
-    for i in range(len(d)):
-        d[i] = v
+    if dtype == "f":
+        _fill(d, 0, len(d), _pf(v))
+    else:
+        for i in range(len(d)):
+            d[i] = v
     return ndarray(d, sh, _cs(sh), 0, dtype)
 
 
@@ -540,13 +413,33 @@ def dot(a, b):
         (kb, n), (br, bc) = b.shape, b.strides
     if k != kb:
         raise ValueError("dimensions do not match")
-    A, B, O, q = a._d, b._d, _new("f", m * n), 0
+    O = _new("f", m * n)
+    s = _dotk(O, a._d, a._o, ar, ac, b._d, b._o, br, bc, m, n, k)
+    na, nb = len(a.shape), len(b.shape)
+    if na == 1 and nb == 1:
+        return s  # unrounded, as the other reductions
+    sh = (m, n) if na == 2 and nb == 2 else (m * n,)
+    return ndarray(O, sh, _cs(sh), 0, "f")
+
+
+# The hot loops (dot, the fused in-place updates, fills) as one source, compiled with
+# MicroPython's native emitter when the firmware has it (about 1.5-2.5x faster than
+# bytecode on unix; .mpy files stay arch-independent since the code is compiled at
+# import), else as ordinary functions (CPython, or a port without the emitter).
+_KS = """
+@N
+def _dotk(O, A, ao, ar, ac, B, bo, br, bc, m, n, k):
+    q = 0
+    s = 0.0
     for i in range(m):
-        pa = a._o + i * ar
+        pa = ao + i * ar
         pe = pa + k * ac
         for j in range(n):
-            u, s = b._o + j * bc, 0.0
-            if ac == 1 and br == 1:  # e.g. x . W.T: both unit stride
+            u = bo + j * bc
+            s = 0.0
+            if k == 1:  # outer products (a conv tap with one input channel)
+                s = A[pa] * B[u]
+            elif ac == 1 and br == 1:
                 u -= pa
                 for t in range(pa, pe):
                     s += A[t] * B[t + u]
@@ -556,11 +449,479 @@ def dot(a, b):
                     u += br
             O[q] = s
             q += 1
-    na, nb = len(a.shape), len(b.shape)
-    if na == 1 and nb == 1:
-        return s
-    sh = (m, n) if na == 2 and nb == 2 else (m * n,)
-    return ndarray(O, sh, _cs(sh), 0, "f")
+    return s
+
+
+@N
+def _axpyk(D, p, sd, X, q, sx, n, s):
+    if sd == 1 and sx == 1:
+        q -= p
+        for t in range(p, p + n):
+            D[t] += X[t + q] * s
+    else:
+        for t in range(n):
+            D[p] += X[q] * s
+            p += sd
+            q += sx
+
+
+@N
+def _outerk(D, p, sr, sc, m, n, U, uo, us, V, vo, vs):
+    for i in range(m):
+        s = U[uo + i * us]
+        q = p + i * sr
+        if sc == 1 and vs == 1:
+            w = vo - q
+            for t in range(q, q + n):
+                D[t] += V[t + w] * s
+        else:
+            w = vo
+            for t in range(n):
+                D[q] += V[w] * s
+                q += sc
+                w += vs
+
+
+@N
+def _colsk(v, d, o, sr, sc, r, c):
+    # v[j] = sum over rows of column j, each summed unrounded as _sum1 does
+    for j in range(c):
+        x = 0.0
+        p = o + j * sc
+        for i in range(r):
+            x += d[p]
+            p += sr
+        v[j] = x
+
+
+@N
+def _fillk(D, p, n, v):
+    for t in range(p, p + n):
+        D[t] = v
+
+# Kernels: o[p + j] = A[a + j*sa] OP B[b + j*sb], j < n.  Unit and zero (scalar)
+# strides get their own loops; commutative ops swap to put the unit stride first.
+@N
+def _add(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
+        if sb:
+            b -= a
+            for j in range(a, a + n):
+                A[j] += B[j + b]
+        else:
+            s = B[b]
+            for j in range(a, a + n):
+                A[j] += s
+    elif sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] + B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] + s
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] + B[b + j * sb]
+
+
+@N
+def _mul(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] * B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] * s
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] * B[b + j * sb]
+
+
+@N
+def _sub(o, p, A, a, sa, B, b, sb, n):
+    if o is A and p == a and sa == 1 and 0 <= sb <= 1:  # in place, the hot update path
+        if sb:
+            b -= a
+            for j in range(a, a + n):
+                A[j] -= B[j + b]
+        else:
+            s = B[b]
+            for j in range(a, a + n):
+                A[j] -= s
+    elif sa == 1 and sb == 1:
+        for j in range(n):
+            o[p + j] = A[a + j] - B[b + j]
+    elif sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] - s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s - B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] - B[b + j * sb]
+
+
+@N
+def _div(o, p, A, a, sa, B, b, sb, n):
+    try:
+        if sa == 1 and sb == 1:
+            for j in range(n):
+                o[p + j] = A[a + j] / B[b + j]
+        elif sa == 1 and sb == 0:
+            s = B[b]
+            for j in range(n):
+                o[p + j] = A[a + j] / s
+        elif sa == 0 and sb == 1:
+            s = A[a]
+            for j in range(n):
+                o[p + j] = s / B[b + j]
+        else:
+            for j in range(n):
+                o[p + j] = A[a + j * sa] / B[b + j * sb]
+    except ZeroDivisionError:  # finish from element j with IEEE inf/nan, as ulab
+        for j in range(j, n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            if y:
+                o[p + j] = x / y
+            elif x == 0 or x != x:
+                o[p + j] = _NAN
+            else:
+                o[p + j] = math.copysign(_INF, x) * math.copysign(1.0, y)
+
+
+@N
+def _gt(o, p, A, a, sa, B, b, sb, n):
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] > s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s > B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] > B[b + j * sb]
+
+
+@N
+def _ge(o, p, A, a, sa, B, b, sb, n):
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            o[p + j] = A[a + j] >= s
+    elif sa == 0 and sb == 1:
+        s = A[a]
+        for j in range(n):
+            o[p + j] = s >= B[b + j]
+    else:
+        for j in range(n):
+            o[p + j] = A[a + j * sa] >= B[b + j * sb]
+
+
+@N
+def _eq(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    for j in range(n):
+        o[p + j] = A[a + j * sa] == B[b + j * sb]
+
+
+@N
+def _max(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            x = A[a + j]
+            o[p + j] = x if x > s else s
+    else:
+        for j in range(n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            o[p + j] = x if x > y else y
+
+
+@N
+def _min(o, p, A, a, sa, B, b, sb, n):
+    if sa == 0 and sb == 1:
+        A, a, sa, B, b, sb = B, b, sb, A, a, sa
+    if sa == 1 and sb == 0:
+        s = B[b]
+        for j in range(n):
+            x = A[a + j]
+            o[p + j] = x if x < s else s
+    else:
+        for j in range(n):
+            x, y = A[a + j * sa], B[b + j * sb]
+            o[p + j] = x if x < y else y
+
+@N
+def _mapk(f, d, o, sr, sc, r, c, D, q):
+    for i in range(r):
+        p = o + i * sr
+        for j in range(c):
+            D[q] = f(d[p + j * sc])
+            q += 1
+
+
+@N
+def _wherek(O, R, C, W, ow, srw, scw, X, ox, srx, scx, Y, oy, sry, scy):
+    q = 0
+    for i in range(R):
+        pw, px, py = ow + i * srw, ox + i * srx, oy + i * sry
+        for j in range(C):
+            O[q] = X[px + j * scx] if W[pw + j * scw] else Y[py + j * scy]
+            q += 1
+
+
+# Reductions of one line of storage: start o, stride s, n items.
+@N
+def _sum1(d, o, s, n):
+    x = 0.0
+    for k in range(o, o + n * s, s):
+        x += d[k]
+    return x
+
+
+@N
+def _arg1(d, o, s, n, mx):
+    if n == 0:
+        raise ValueError("attempt to get (arg)min/(arg)max of empty sequence")
+    b, m = o, d[o]
+    for k in range(o + s, o + n * s, s):
+        x = d[k]
+        if (x > m) if mx else (x < m):
+            b, m = k, x
+    return b, m
+
+# Convolution steps (op_conv's walk: tap k, first x row, first y row, count; x rows
+# step by sw) done in one call instead of a few small array ops per step.  C: CONV_2D
+# with I input channels and weights [O, KK*I]; D: DEPTHWISE_CONV_2D, multiplier M,
+# weights [KK, C*M], output channel j reading input channel j // M.
+# f: y += x . w_k^T;  w: g_k += dz^T . x;  x: dx += dz . w_k.
+@N
+def _cfk(Y, yo, X, xo, Wt, wo, steps, I, O, KI, sw):
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            xb = xo + (xr + r * sw) * I
+            yb = yo + (yr + r) * O
+            wb = wo + k * I - xb
+            for oc in range(O):
+                s = 0.0
+                for t in range(xb, xb + I):
+                    s += X[t] * Wt[t + wb]
+                Y[yb + oc] += s
+                wb += KI
+
+
+@N
+def _cwk(G, go, Z, zo, X, xo, steps, I, O, KI, sw):
+    for k, xr, yr, n in steps:
+        for oc in range(O):
+            gb = go + oc * KI + k * I
+            for ic in range(I):
+                s = 0.0
+                z = zo + yr * O + oc
+                x = xo + xr * I + ic
+                for r in range(n):
+                    s += Z[z] * X[x]
+                    z += O
+                    x += sw * I
+                G[gb + ic] += s
+
+
+@N
+def _cxk(D, do, Z, zo, Wt, wo, steps, I, O, KI, sw):
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            db = do + (xr + r * sw) * I
+            zb = zo + (yr + r) * O
+            for ic in range(I):
+                s = 0.0
+                w = wo + k * I + ic
+                for z in range(zb, zb + O):
+                    s += Z[z] * Wt[w]
+                    w += KI
+                D[db + ic] += s
+
+
+@N
+def _dfxk(O, oo, P, po, Wt, wo, steps, CM, M, sw, back):
+    # forward (O=y, P=x): y[., j] += x[., j // M] * w_k[j]; input gradient (back, O=dx,
+    # P=dz): dx[., j // M] += dz[., j] * w_k[j]
+    C = CM // M
+    for k, xr, yr, n in steps:
+        wb = wo + k * CM
+        for r in range(n):
+            xb = (xr + r * sw) * C
+            yb = (yr + r) * CM
+            ob, pb = (oo + xb, po + yb) if back else (oo + yb, po + xb)
+            if M == 1:
+                for j in range(CM):
+                    O[ob + j] += P[pb + j] * Wt[wb + j]
+            elif back:
+                for j in range(CM):
+                    O[ob + j // M] += P[pb + j] * Wt[wb + j]
+            else:
+                for j in range(CM):
+                    O[ob + j] += P[pb + j // M] * Wt[wb + j]
+
+
+@N
+def _dwk(G, go, Z, zo, X, xo, steps, CM, M, sw):
+    C = CM // M
+    for k, xr, yr, n in steps:
+        for j in range(CM):
+            s = 0.0
+            z = zo + yr * CM + j
+            x = xo + xr * C + j // M
+            for r in range(n):
+                s += Z[z] * X[x]
+                z += CM
+                x += sw * C
+            G[go + k * CM + j] += s
+
+
+@N
+def _pfk(Y, yo, X, xo, steps, C, sw):
+    # max pool forward: y = maximum(y, x) per step, as maximum() picks (y if y > x else x)
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            xb = xo + (xr + r * sw) * C
+            yb = yo + (yr + r) * C - xb
+            for t in range(xb, xb + C):
+                v = X[t]
+                if not Y[t + yb] > v:
+                    Y[t + yb] = v
+
+
+@N
+def _pxk(D, do, R, ro, X, xo, Mx, mo, steps, C, sw):
+    # max pool gradient: the remaining gradient r of an output goes to the first pixel
+    # (scan order) equal to the max m: hit = r where x == m; r -= hit; dx += hit
+    for k, xr, yr, n in steps:
+        for r in range(n):
+            xb = (xr + r * sw) * C
+            yb = (yr + r) * C
+            for j in range(C):
+                if X[xo + xb + j] == Mx[mo + yb + j]:
+                    h = R[ro + yb + j]
+                    R[ro + yb + j] -= h
+                    D[do + xb + j] += h
+
+
+"""
+try:
+    import micropython
+
+    exec(_KS.replace("@N", "@micropython.native"), globals())
+    NATIVE = True
+except Exception:  # CPython, or a port without the native emitter
+    exec(_KS.replace("@N", ""), globals())
+    NATIVE = False
+del _KS  # the source string is heap too
+
+
+_FB = _A("f", bytes(256))  # 64 copies of the last fill value
+
+
+def _fill(D, p, n, v):
+    # D[p:p+n] = v by block copies of 64 floats (memcpy, ~20x a per-item loop)
+    if n < 16:
+        return _fillk(D, p, n, v)
+    if _FB[0] != v or _FB[63] != v:
+        _fillk(_FB, 0, 64, v)
+    mv = memoryview(D)
+    while n >= 64:
+        mv[p : p + 64] = _FB
+        p += 64
+        n -= 64
+    if n:
+        mv[p : p + n] = memoryview(_FB)[:n]
+
+
+_CONV = {"Cf": _cfk, "Cw": _cwk, "Cx": _cxk, "Dw": _dwk}
+
+
+def _conv_steps(kind, out, p, q, steps, sw):
+    """Convolution steps in one pass (see the kernels above): kind "C" or "D" plus "f"
+    (out=y, p=x, q=w), "w" (out=g, p=dz, q=x) or "x" (out=dx, p=dz, q=w).  Dense float
+    arrays only; returns False (nothing done) otherwise.  Not ulab API: op_conv uses
+    it through utrain.xnp.conv_steps on the fallback."""
+    for a in (out, p, q):
+        if a.dtype != "f" or len(a.shape) != 2 or a.strides != _cs(a.shape):
+            return False
+    w = out if kind[1] == "w" else q  # the weight-shaped array
+    if kind[0] == "C":
+        I = p.shape[1] if kind == "Cf" else (q.shape[1] if kind == "Cw" else out.shape[1])
+        _CONV[kind](out._d, out._o, p._d, p._o, q._d, q._o, steps, I, w.shape[0], w.shape[1], sw)
+    else:
+        CM = w.shape[1]  # x's channels: C = CM / M
+        C = q.shape[1] if kind == "Dw" else (p.shape[1] if kind == "Df" else out.shape[1])
+        if kind == "Dw":
+            _dwk(out._d, out._o, p._d, p._o, q._d, q._o, steps, CM, CM // C, sw)
+        else:
+            _dfxk(out._d, out._o, p._d, p._o, q._d, q._o, steps, CM, CM // C, sw, kind == "Dx")
+    return True
+
+
+def _maxpool_steps(steps, sw, y, x, dx=None, rem=None):
+    """MAX_POOL_2D steps in one call: y = max over the steps of x (forward), or with dx
+    and rem (the gradient not yet given out) the gradient, y then being the max.  Dense
+    float arrays only; returns False (nothing done) otherwise.  Not ulab API: op_pool
+    uses it through utrain.xnp.maxpool_steps on the fallback."""
+    arrs = (y, x) if dx is None else (y, x, dx, rem)
+    for a in arrs:
+        if a.dtype != "f" or len(a.shape) != 2 or a.strides != _cs(a.shape):
+            return False
+    if dx is None:
+        _pfk(y._d, y._o, x._d, x._o, steps, y.shape[1], sw)
+    else:
+        _pxk(dx._d, dx._o, rem._d, rem._o, x._d, x._o, y._d, y._o, steps, y.shape[1], sw)
+    return True
+
+
+def _line(a):
+    # 1-D or one-row 2-D array -> storage, offset, length, stride
+    r, c, sr, sc = _rc(a)
+    if r != 1:
+        raise ValueError(_EB)
+    return a._d, a._o, c, sc
+
+
+def _add_scaled(y, x, s):
+    """y += x * s in place (same shapes, float y), one fused pass, no temporary.
+    Not ulab API: utrain.xnp uses it for gradient sums and SGD steps."""
+    if y.shape != x.shape or y.dtype != "f":
+        raise ValueError(_EB)
+    r, c, sr, sc = _rc(y)
+    X, q, _, _, xr, xc, _, _ = _prep(x)
+    fy, fx = _flat(sr, sc, r, c), _flat(xr, xc, r, c)
+    if fy == 1 and fx == 1:
+        _axpyk(y._d, y._o, 1, X, q, 1, r * c, s)
+    else:
+        for i in range(r):
+            _axpyk(y._d, y._o + i * sr, sc, X, q + i * xr, xc, c, s)
+
+
+def _add_outer(a, u, v):
+    """a += outer(u, v) in place: a [m, n], u and v 1-D or one-row arrays of m and n
+    values (the weight gradient of a one-row FC).  Not ulab API, see _add_scaled."""
+    U, uo, m, us = _line(u)
+    V, vo, n, vs = _line(v)
+    r, c, sr, sc = _rc(a)
+    if (r, c) != (m, n) or a.dtype != "f":
+        raise ValueError(_EB)
+    _outerk(a._d, a._o, sr, sc, m, n, U, uo, us, V, vo, vs)
 
 
 def maximum(a, b):
@@ -583,33 +944,10 @@ def where(cond, x, y):
     srw, scw = (srw if rw == R else 0), (scw if cw == C else 0)
     srx, scx = (srx if rx == R else 0), (scx if cx == C else 0)
     sry, scy = (sry if ry == R else 0), (scy if cy == C else 0)
-    O, q = _new("f", R * C), 0
-    for i in range(R):
-        pw, px, py = ow + i * srw, ox + i * srx, oy + i * sry
-        for j in range(C):
-            O[q] = X[px + j * scx] if W[pw + j * scw] else Y[py + j * scy]
-            q += 1
+    O = _new("f", R * C)
+    _wherek(O, R, C, W, ow, srw, scw, X, ox, srx, scx, Y, oy, sry, scy)
     sh = (R, C) if _mx(nw, nx, ny) == 2 else (C,)
     return ndarray(O, sh, _cs(sh), 0, "f")
-
-
-# Reductions of one line of storage: start o, stride s, n items.
-def _sum1(d, o, s, n):
-    x = 0.0
-    for k in range(o, o + n * s, s):
-        x += d[k]
-    return x
-
-
-def _arg1(d, o, s, n, mx):
-    if n == 0:
-        raise ValueError("attempt to get (arg)min/(arg)max of empty sequence")
-    b, m = o, d[o]
-    for k in range(o + s, o + n * s, s):
-        x = d[k]
-        if (x > m) if mx else (x < m):
-            b, m = k, x
-    return b, m
 
 
 def _red(a, axis, f, t="f"):
@@ -625,6 +963,10 @@ def _red(a, axis, f, t="f"):
         raise ValueError("axis is out of bounds")
     if nd == 1:
         return f(d, o, sc, c)
+    if axis == 0 and f is _sum1:
+        v = _A(t, bytes(4 * c))
+        _colsk(v, d, o, sr, sc, r, c)
+        return ndarray(v, (c,), (1,), 0, t)
     if axis == 0:
         v = [f(d, o + j * sc, sr, r) for j in range(c)]
     else:

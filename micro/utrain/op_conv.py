@@ -14,7 +14,7 @@
 #   Temporaries: one [OW, C*M] product per step (dW: plus its [C*M] column sum);
 #   M > 1: one [H*W, C*M] spread copy of x (and one of dx, summed back at the end).
 # Saved for backward: x (when W trains), y (when the fused activation is not NONE).
-from utrain.xnp import np, zeros
+from utrain.xnp import np, zeros, conv_steps
 from utrain.op_act import act, act_grad
 
 DX, DW, DB = 1, 2, 4
@@ -63,7 +63,10 @@ def forward(rt, op):
     x, w = t[ins[0]], t[ins[1]]
     sw = int(o[10])
     y = zeros(rt.shape[outs[0]])
-    if code == 3:
+    # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
+    if conv_steps and conv_steps('Cf' if code == 3 else 'Df', y, x, w, o):
+        pass
+    elif code == 3:
         I = int(o[3])
         wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[7]) * int(o[8]))]
         for k, xr, yr, n in walk(o):
@@ -92,6 +95,15 @@ def backward(rt, op, dy, flags):
     g = rt.wgrad(ins[1]) if flags & DW else None
     dx = zeros(rt.shape[ins[0]]) if flags & DX else None
     sw = int(o[10])
+    if conv_steps:
+        c = 'C' if code == 3 else 'D'
+        if g is not None and conv_steps(c + 'w', g, dz, x, o):
+            g = None
+        if dx is not None and conv_steps(c + 'x', dx, dz, w, o):
+            rt.add_grad(ins[0], dx)
+            dx = None
+        if g is None and dx is None:
+            return
     if code == 3:
         I = int(o[3])
         taps = range(int(o[7]) * int(o[8]))

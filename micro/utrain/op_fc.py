@@ -1,11 +1,12 @@
 # FULLY_CONNECTED: y = act(x . W^T + b), W is circle's [out, in].
 # Backward: dz = act'(y) dy;  dW += dz^T . x;  db += dz;  dx = dz . W.
 # Saved for backward: x (when W trains), y (when the activation is not NONE).
-# Temporaries: dz [rows, out], dx [rows, in], and one [in] row at a time while dW
-# is summed row by row (no [out, in] temporary: a board's heap fragments on them).
+# Temporaries: dz [rows, out], dx [rows, in]; a one-row dW is summed in place by
+# xnp.add_outer (no [out, in] temporary: a board's heap fragments on them).
 # Sparse update: only W's rows lo:hi (rt.rows) get gradients.  Batch 1 (rt.upd set):
-# each gradient row updates its weight row at once, so no dW buffer exists at all.
-from utrain.xnp import np, zeros
+# each gradient row updates its weight row at once, so no dW buffer exists at all
+# (plain SGD: one add_outer of dz * -lr straight into W's rows, rt.upd_outer).
+from utrain.xnp import np, zeros, add_outer
 from utrain.op_act import act, act_grad
 
 
@@ -58,15 +59,13 @@ def backward(rt, op, dy, flags):
             x = x.reshape((x.size // n, n))
         lo, hi = rt.rows(k)
         if x.shape[0] == 1:
-            x = x[0]
-            if rt.upd is not None:          # batch 1: update each row from its gradient
-                for j in range(lo, hi):
-                    rt.upd_row(k, j - lo, x * dz[0, j])
+            if rt.upd is not None:          # batch 1: update W's rows at once
+                if rt.upd_outer is None or not rt.upd_outer(k, dz[:, lo:hi], x):
+                    x = x[0]
+                    for j in range(lo, hi):
+                        rt.upd_row(k, j - lo, x * dz[0, j])
             else:
-                a = rt.wgrad_rows(k)
-                for j in range(lo, hi):
-                    row = a[j - lo]
-                    row += x * dz[0, j]
+                add_outer(rt.wgrad_rows(k), dz[:, lo:hi], x)
         else:
             g = np.dot((dz[:, lo:hi] if hi - lo < o else dz).T, x)
             if rt.upd is not None:

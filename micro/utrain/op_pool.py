@@ -12,7 +12,7 @@
 # MEAN: options outer, red, inner: the tensor seen as [outer, red, inner] (the reduced
 #   axes a contiguous run once size-1 axes are dropped); y[o, i] = mean_r x[o, r, i].
 #   No saves; temporaries: one [inner] row (outer > 1 and inner > 1: per outer index).
-from utrain.xnp import np, zeros
+from utrain.xnp import np, zeros, maxpool_steps
 from utrain.op_act import act, act_grad
 from utrain.op_conv import walk
 
@@ -35,6 +35,8 @@ def _inv(o):
 def _maxpool(x, o, shape):
     sw = int(o[10])
     y = np.full(shape, -3.4e38)
+    if maxpool_steps and maxpool_steps(walk(o), sw, y, x):   # the fallback, in one call
+        return y
     for k, xr, yr, n in walk(o):
         y[yr:yr + n] = np.maximum(y[yr:yr + n], x[xr:xr + (n - 1) * sw + 1:sw])
     return y
@@ -116,7 +118,10 @@ def backward(rt, op, dy, flags):
         x = t[ins[0]]
         m = _maxpool(x, o, y.shape) if a else y
         rem = dz.copy()
-        for k, xr, yr, n in walk(o):
+        steps = walk(o)
+        if maxpool_steps and maxpool_steps(steps, sw, m, x, dx, rem):
+            steps = ()
+        for k, xr, yr, n in steps:
             xv = x[xr:xr + (n - 1) * sw + 1:sw]
             rv = rem[yr:yr + n]
             hit = np.where(xv == m[yr:yr + n], rv, 0.0)

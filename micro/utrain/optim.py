@@ -6,7 +6,7 @@
 #   rmsprop: v = rho v + (1-rho) g^2; w -= lr * g / (sqrt(v) + eps)
 # State per weight: m (sgd momentum velocity or adam first moment), v (second moment).
 # In-place updates use only += and -= (see xnp.py): m = b m + (1-b) g is m += (g-m)(1-b).
-from utrain.xnp import np, zeros
+from utrain.xnp import np, zeros, add_scaled, add_outer
 
 
 class Optimizer:
@@ -40,6 +40,9 @@ class Optimizer:
         a row at a time so temporaries stay one row long."""
         m = self.m.get(k)
         v = self.v.get(k)
+        if m is None and self.kind == 'sgd':
+            add_scaled(w, g, -self.lr * scale)       # one fused pass (rows on ulab)
+            return
         if w.shape[0] == 1:
             self._row(w, g, m, v, scale)
             return
@@ -52,6 +55,15 @@ class Optimizer:
         m = self.m.get(k)
         v = self.v.get(k)
         self._row(w, g, m[r] if m is not None else None, v[r] if v is not None else None, 1.0)
+
+    def step_outer(self, k, w, u, v):
+        """Batch 1, gradient outer(u, v) (a one-row FC's dW): plain SGD adds it times -lr
+        into w in one pass (add_outer) and returns True; other rules need its rows
+        (step_row): False, nothing done."""
+        if self.kind != 'sgd' or self.m.get(k) is not None:
+            return False
+        add_outer(w, u * -self.lr, v)
+        return True
 
     def _row(self, w, g, m, v, scale):
         kind = self.kind

@@ -4,7 +4,11 @@
 #   tr.train_epoch(Dataset('train.ds')); tr.evaluate(Dataset('test.ds'))
 #   tr.save_checkpoint('checkpoint.ckpt'); tr.save_weights('trained.wof')
 #   tr.predict(x)                                          # inference, current weights
-from utrain.xnp import zeros, as2d
+# Reliability: a NaN/Inf loss or weight raises Diverged after restoring the last good
+# state (the last checkpoint saved or loaded, else the initial weights); checkpoints
+# hold the position inside the epoch, so a resumed run ends with the same weights.
+from struct import pack, unpack, calcsize
+from utrain.xnp import np, zeros, as2d
 from utrain.model import Net, LOSSES, OPTIMIZERS, METRICS, big_first
 from utrain.losses import loss as _loss, metric as _metric
 from utrain.optim import Optimizer
@@ -29,14 +33,30 @@ def _drop(name):
         pass
 
 
+RESUME = '<4sHHIddfIIdd'   # utrain's block after the checkpoint counters (docs/formats.md)
+
+
+class Diverged(Exception):
+    pass
+
+
+def finite(v):
+    return v - v == 0.0
+
+
 class Trainer:
     def __init__(self, model='model.flat', weights='weights.wof', **settings):
         net = self.net = Net(model)
+        self.weights_path = weights
         if weights:
             net.load_weights(weights)
-            _drop('wof')
+        _drop('wof')                 # Net and load_weights import it; needed again only for files
         self.cfg = dict(net.settings)
-        self.epoch = 0
+        self.epoch = self.pos = self.retries = 0
+        self.sums = (0.0, 0.0)       # loss and metric sums of the epoch so far
+        self.lr_scale = 1.0          # lowered after a divergence
+        self.best = None             # (epoch, test loss, test metric) of the best weights
+        self.good = None             # checkpoint holding the last good state
         self.configure(**settings)
 
     def configure(self, **settings):
@@ -56,14 +76,14 @@ class Trainer:
         if o is None or o.kind != c['optimizer']:
             o = self.opt = Optimizer(c['optimizer'])
         o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
-            c['lr'], c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
+            c['lr'] * self.lr_scale, c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
         for k in big_first(net.trainable, net.shape):
             o.init(k, net.state_shape(k))
         # batch 1: each weight gradient updates its weight as soon as it is complete
         # (no gradient sums are kept); larger batches sum them until apply()
         self.now = None
         if int(c['batch']) == 1:
-            self.now = (self._upd, self._upd_row)
+            self.now = (self._upd, self._upd_row, self._upd_outer)
             net.acc.clear()
         else:                       # the sums now, before the heap fragments
             for k in big_first(net.trainable, net.shape):
@@ -93,14 +113,16 @@ class Trainer:
         net = self.net
         net.forward(True)
         y, (l, dy) = self._out()
+        if not finite(l):
+            self._diverged('loss is %s' % l)
         m = _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
         if self.now is not None:
             self.opt.begin()
-            net.upd, net.upd_row = self.now
+            net.upd, net.upd_row, net.upd_outer = self.now
             try:
                 net.backward(dy)
             finally:
-                net.upd = net.upd_row = None
+                net.upd = net.upd_row = net.upd_outer = None
             return l, m
         net.backward(dy)
         self.pending += 1
@@ -123,6 +145,9 @@ class Trainer:
     def _upd_row(self, k, r, g):
         self.opt.step_row(k, r, self._w(k)[r], g)
 
+    def _upd_outer(self, k, u, v):
+        return self.opt.step_outer(k, self._w(k), u, v)
+
     def eval_step(self):
         c = self.cfg
         self.net.forward(False)
@@ -143,6 +168,54 @@ class Trainer:
         net.zero_grads()
         self.pending = 0
 
+    def _check(self, what):
+        # NaN/Inf weights (one sum per tensor; checked per epoch and before saves: the
+        # loss, checked per sample, catches almost every case at once)
+        for k in self.net.trainable:
+            if not finite(np.sum(self.net.t[k])):
+                self._diverged('weights of tensor %d are NaN/Inf%s' % (k, what))
+
+    def _diverged(self, why):
+        at = 'epoch %d sample %d' % (self.epoch + 1, self.pos + 1)
+        self.restore()
+        raise Diverged('%s at %s; restored %s' % (why, at, self.good or self.weights_path))
+
+    def restore(self):
+        """Back to the last good state: the last checkpoint saved or loaded, else the
+        initial weights with fresh optimizer state.  lr_scale, retries and the best test
+        result (that of the weights saved by validation-gated saving) are kept."""
+        net = self.net
+        net.zero_grads()
+        self.pending = 0
+        keep = self.lr_scale, self.retries, self.best
+        if self.good:
+            self.load_checkpoint(self.good)
+        else:
+            net.load_weights(self.weights_path)
+            _drop('wof')
+            self.opt = None
+            self.epoch = self.pos = 0
+            self.sums = (0.0, 0.0)
+        self.lr_scale, self.retries, self.best = keep
+        self.configure()
+
+    def lower_lr(self, factor):
+        self.lr_scale *= factor
+        self.opt.lr = self.cfg['lr'] * self.lr_scale
+
+    def better(self, tl, tm):
+        """True (and recorded as the best) when the test (loss, metric) beats the best so
+        far: the metric decides, the loss breaks ties; NaN never wins."""
+        b = self.best
+        if not (finite(tl) and finite(tm)):
+            return False
+        if b is not None:
+            d = tm - b[2] if self.cfg['metric'] == 'accuracy' else b[2] - tm
+            if d < 0 or (d == 0 and tl >= b[1]):
+                return False
+        self.best = (self.epoch, tl, tm)
+        return True
+
     def predict(self, x):
         """Model output for input x with the current weights."""
         self.set_input(x)
@@ -150,14 +223,22 @@ class Trainer:
         return self.net.output()
 
     # -- datasets ----------------------------------------------------------
-    def _pass(self, ds, step, idx=None, progress=None):
-        # every sample of ds through step(); mean (loss, metric)
+    def _pass(self, ds, step, idx=None, progress=None, i0=0, sums=(0.0, 0.0)):
+        # samples i0.. of ds through step(); mean (loss, metric) over all n
         ds.check(self.x_shape, self.y_shape)
         x, y = zeros(self.x_shape), zeros(self.y_shape)
-        ls = ms = 0.0
+        ls, ms = sums
         n = ds.n
-        for i in range(n):
-            ds.read(idx[i] if idx else i, x, y)
+        classes = self.net.shape[self.net.outputs[0]]
+        classes = classes[0] * classes[1] if self.cfg['loss'] == 'scce' else 0
+        for i in range(i0, n):
+            j = idx[i] if idx else i
+            ds.read(j, x, y)
+            if not (finite(np.sum(x)) and finite(np.sum(y))):
+                raise ValueError('%s: sample %d holds NaN or Inf' % (ds.path, j))
+            if classes and not (0 <= y[0, 0] < classes and y[0, 0] == int(y[0, 0])):
+                raise ValueError('%s: sample %d has label %r, the model has %d classes'
+                                 % (ds.path, j, y[0, 0], classes))
             self.net.set_input(x)
             self.target = y
             l, m = step()
@@ -167,14 +248,31 @@ class Trainer:
                 progress(i + 1, n, ls, ms)
         return ls / max(n, 1), ms / max(n, 1)
 
-    def train_epoch(self, ds, progress=None):
-        """One pass over a Dataset; returns mean (loss, metric) over its samples.
-        progress(i, n, loss_sum, metric_sum) is called after each sample."""
+    def train_epoch(self, ds, progress=None, ckpt=None, every=0):
+        """One pass over a Dataset (from sample `pos` on, after a resume); returns mean
+        (loss, metric) over its samples.  progress(i, n, loss_sum, metric_sum) is called
+        after each sample; with ckpt and every, a checkpoint is saved at the first batch
+        boundary after every `every` samples."""
         c = self.cfg
+        if self.pos > ds.n:
+            raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
+                             % (ds.path, ds.n, self.pos))
         idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
-        r = self._pass(ds, self.train_step, idx, progress)
+        last = [self.pos]
+
+        def hook(i, n, ls, ms):
+            self.pos, self.sums = i, (ls, ms)
+            if progress:
+                progress(i, n, ls, ms)
+            if every and ckpt and not self.pending and i - last[0] >= every and i < n:
+                self.save_checkpoint(ckpt)
+                last[0] = i
+
+        r = self._pass(ds, self.train_step, idx, hook, self.pos, self.sums)
         self.apply()
+        self._check('')
         self.epoch += 1
+        self.pos, self.sums = 0, (0.0, 0.0)
         return r
 
     def evaluate(self, ds):
@@ -188,13 +286,22 @@ class Trainer:
         return dict((k, t[k]) for k in self.net.trainable)
 
     def save_weights(self, path='trained.wof'):
+        self._check('; not saving ' + path)
         _wof().save_wof(path, len(self.net.t), self.weights())
         _drop('wof')
 
     def save_checkpoint(self, path='checkpoint.ckpt'):
+        """Weights, optimizer state, counters and the position in the epoch (call it
+        between batches: gradient sums of an incomplete batch are not saved)."""
+        self._check('; not saving ' + path)
         o = self.opt
-        _wof().save_checkpoint(path, len(self.net.t), self.weights(), o.m, o.v, o.t, self.epoch)
+        b = self.best or (0, 0.0, 0.0)
+        extra = pack(RESUME, b'UTRS', 1, self.best is not None, self.pos, self.sums[0],
+                     self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2])
+        _wof().save_checkpoint(path, len(self.net.t), self.weights(), o.m, o.v, o.t, self.epoch,
+                               extra)
         _drop('wof')
+        self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
         net = self.net
@@ -202,6 +309,13 @@ class Trainer:
         state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
         w, m, v, step, epoch, extra = _wof().load_checkpoint(path, len(net.t), shapes, state)
         _drop('wof')
+        pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
+        if extra:
+            if len(extra) != calcsize(RESUME) or extra[:6] != pack('<4sH', b'UTRS', 1):
+                raise ValueError('%s: unknown data after the counters' % path)
+            _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra)
+            sums = (ls, ms)
+            best = (be, bl, bm) if has else None
         for k in net.trainable:
             if k not in w:
                 raise ValueError('%s: no weights for trainable tensor %d' % (path, k))
@@ -214,3 +328,6 @@ class Trainer:
             if k in o.v:
                 o.v[k] = v[k]
         o.t, self.epoch = step, epoch
+        self.pos, self.sums, self.best, self.retries, self.good = pos, sums, best, retries, path
+        self.lr_scale = scale
+        o.lr = self.cfg['lr'] * scale

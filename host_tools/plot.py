@@ -1,0 +1,58 @@
+"""`plot`: loss and metric per epoch, train and test, from a train.log CSV."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+
+def read_log(path):
+    """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
+    ms,free_heap; empty or nan cells are None); ValueError naming path when malformed."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f'{path}: no such file')
+    with open(path, newline='') as f:
+        rows = list(csv.reader(f))
+    if not rows or len(rows[0]) != 7 or rows[0][0] != 'epoch':
+        raise ValueError(f'{path}: not a utrain train.log (header epoch,loss,metric,...)')
+    head = rows[0]
+    cols = {h: [] for h in head}
+    for k, r in enumerate(rows[1:], 2):
+        if not r:
+            continue
+        if len(r) != len(head):
+            raise ValueError(f'{path}: line {k} has {len(r)} columns, expected {len(head)}')
+        for h, v in zip(head, r):
+            try:
+                x = float(v) if v else None
+            except ValueError:
+                raise ValueError(f'{path}: line {k}: {h} {v!r} is not a number') from None
+            cols[h].append(None if x is None or math.isnan(x) else x)
+    if not cols['epoch']:
+        raise ValueError(f'{path}: no epochs logged yet')
+    return cols
+
+
+def plot(log, out):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    c = read_log(log)
+    names = list(c)
+    metric = names[2]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, what in zip(axes, ('loss', metric)):
+        for col, label, style in ((what, 'train', 'o-'), ('test_' + what, 'test', 's--')):
+            pts = [(e, v) for e, v in zip(c['epoch'], c[col]) if v is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
+        ax.set_xlabel('epoch')
+        ax.set_ylabel(what)
+        ax.set_title(what)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(os.path.basename(os.path.dirname(os.path.abspath(log))) + '/' + os.path.basename(log))
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

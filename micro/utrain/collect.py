@@ -1,0 +1,73 @@
+# Device data collection: append labelled samples (from a sensor, say) to a dataset
+# file on the board, so personal data never leaves it; train on it with Dataset.
+#   from utrain.collect import Recorder
+#   r = Recorder('mine.ds', 64, 1, dtype=1, scale=1 / 255)  # create, or append to it
+#   r.add(values, label)     # x_len numbers; a class index or y_len target numbers
+#   r.close()
+# dtype: 0 float32, 1 uint8, 2 int8 (stored = round((value - offset) / scale), clipped).
+# Targets are stored as float32.  The sample count in the header is updated after each
+# record, so a cut write loses at most the sample being written.
+from struct import pack
+from array import array
+from utrain.data import MAGIC, VERSION, HEAD, SIZE, CODE, header
+
+LIMITS = (None, (0, 255), (-128, 127))
+
+
+class Recorder:
+    def __init__(self, path, x_len, y_len=1, dtype=0, scale=1.0, offset=0.0):
+        self.path = path
+        try:
+            f = open(path, 'r+b')
+        except OSError:
+            f = None
+        if f is None:
+            if dtype not in (0, 1, 2) or scale == 0:
+                raise ValueError('%s: dtype must be 0, 1 or 2 and scale non-zero' % path)
+            f = open(path, 'w+b')
+            f.write(pack('<4sHBBIIIffff', MAGIC, VERSION, dtype, 0, 0, x_len, y_len,
+                         scale, offset, 1.0, 0.0))
+            f.write(bytes(HEAD - 36))
+            n = 0
+        else:
+            ver, head, dtype, yt, n, xl, yl, scale, offset, _, _ = header(path, f.read(HEAD))
+            if ver != VERSION or yt or (xl, yl) != (x_len, y_len):
+                f.close()
+                raise ValueError('%s: holds %d inputs + %d targets (version %d); cannot append '
+                                 '%d + %d' % (path, xl, yl, ver, x_len, y_len))
+        self.f, self.n, self.x_len, self.y_len = f, n, x_len, y_len
+        self.dtype, self.scale, self.offset = dtype, scale, offset
+        self.qx = array(CODE[dtype], bytes(SIZE[dtype] * x_len))
+        self.qy = array('f', bytes(4 * y_len))
+
+    def add(self, x, y):
+        """Append one sample: x (x_len numbers), y (a number or y_len numbers)."""
+        if hasattr(x, 'flatten'):
+            x = x.flatten()
+        if len(x) != self.x_len:
+            raise ValueError('%s: sample has %d values, expected %d' % (self.path, len(x), self.x_len))
+        q, lim, s, o = self.qx, LIMITS[self.dtype], self.scale, self.offset
+        for j in range(self.x_len):
+            v = x[j]
+            if lim:
+                v = int(round((v - o) / s))
+                v = lim[0] if v < lim[0] else lim[1] if v > lim[1] else v
+            q[j] = v
+        if isinstance(y, (int, float)):
+            y = (y,)
+        if len(y) != self.y_len:
+            raise ValueError('%s: target has %d values, expected %d' % (self.path, len(y), self.y_len))
+        for j in range(self.y_len):
+            self.qy[j] = y[j]
+        f = self.f
+        f.seek(HEAD + self.n * (SIZE[self.dtype] * self.x_len + 4 * self.y_len))
+        f.write(q)
+        f.write(self.qy)
+        self.n += 1
+        f.seek(8)
+        f.write(pack('<I', self.n))
+        f.flush()
+        return self.n
+
+    def close(self):
+        self.f.close()
