@@ -490,9 +490,11 @@ def test_killed_run_resumes_to_the_same_weights(job, tmp_path):
                 optimizer='adam', lr=0.01, batch=4, epochs=3, shuffle=True, seed=5)
         set_run(d, checkpoint_every=50)
         runs[name] = d
-    assert runner.run(str(runs['whole']), board='esp32', stream=False)[0] == 0
+    # rp2040: with the fallback, esp32's 100K heap leaves this run a fragmented ~16 KB
+    # once memory's code (ranks, streaming, batch-1 updates) is loaded too
+    assert runner.run(str(runs['whole']), board='rp2040', stream=False)[0] == 0
     d = runs['killed']
-    argv, env = runner.command(str(d), board='esp32')
+    argv, env = runner.command(str(d), board='rp2040')
     p = subprocess.Popen(argv, cwd=d, env=env, stdout=subprocess.DEVNULL)
     seen = []
     while p.poll() is None:             # kill once a checkpoint inside epoch 2 or 3 exists
@@ -506,7 +508,7 @@ def test_killed_run_resumes_to_the_same_weights(job, tmp_path):
     assert p.returncode == -9, ('the run ended before a mid-epoch checkpoint was seen', seen)
     assert not (d / 'trained.wof').exists()
     set_run(d, resume=True)
-    code, text = runner.run(str(d), board='esp32', stream=False)
+    code, text = runner.run(str(d), board='rp2040', stream=False)
     assert code == 0 and re.search(r'resumed from checkpoint.ckpt at epoch [12], sample', text), text
     for f in ('trained.wof',):
         assert (d / f).read_bytes() == (runs['whole'] / f).read_bytes()
