@@ -277,3 +277,39 @@ print(json.dumps([bool(np.allclose(a.net.t[k], b.net.t[k], rtol=1e-5, atol=1e-6)
     res = json.loads(r.stdout)
     assert all(res[:-2]), res            # equal, all changed, frozen rows kept
     assert res[-2] == 0 and res[-1] > 0  # batch 1 keeps no gradient sums
+
+
+def test_ranked_checkpoint_resumes_and_exports(tmp_path):
+    """A sparse update's checkpoint holds Adam state for the training channels only
+    (state=): the trainer loads it back, and `export` of the .ckpt reads it with the
+    folder's rank table, giving the weights trained.wof holds."""
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 4], seed=5)
+    rng = np.random.default_rng(2)
+    np.savez(str(tmp_path / 'd.npz'), x=rng.normal(size=(8, 6)).astype(np.float32),
+             y=rng.integers(0, 4, 8))
+    out = str(tmp_path / 'o')
+    prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='adam', lr=0.05,
+            batch=1, epochs=1, ranks='0:1/4')
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    ckpt = os.path.join(out, 'checkpoint.ckpt')
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'export', path, ckpt, '-o',
+                        str(tmp_path / 'x.circle')], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    g = read_model(path)
+    want = read_wof(os.path.join(out, 'trained.wof'), g)
+    got = read_model(str(tmp_path / 'x.circle'))
+    for k, a in want.items():
+        assert np.array_equal(got.tensors[k].data, a)
+    code = """
+import sys
+sys.path.insert(0, %r)
+from utrain.trainer import Trainer
+t = Trainer('model.flat', 'weights.wof')
+t.load_checkpoint('checkpoint.ckpt')
+k = t.net.trainable[0]
+print(t.opt.m[k].shape, t.net.shape[k], t.epoch)
+""" % os.path.join(ROOT, 'micro')
+    r = subprocess.run([sys.executable, '-c', code], cwd=out, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['(2,', '6)', '(8,', '6)', '1']
