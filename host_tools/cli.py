@@ -78,12 +78,11 @@ def cmd_run(a):
 
 
 def cmd_export(a):
-    from .circle_io import read_model, write_with_weights
-    from .wof import read_wof
-    g = read_model(a.model)
-    w = read_wof(a.weights, g)
-    write_with_weights(a.model, a.output, w)
-    print(f'wrote {a.output}: {len(w)} tensors from {a.weights} into {a.model}')
+    from .prepare import export
+    r = export(a.model, a.weights, a.output, quantized=a.quantized)
+    print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
+          + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
+             if a.quantized else ''))
     return 0
 
 
@@ -164,6 +163,8 @@ def main(argv=None):
     q.add_argument('model')
     q.add_argument('weights')
     q.add_argument('-o', '--output', required=True)
+    q.add_argument('--quantized', action='store_true',
+                   help='quantize the trained weights with the original model\'s scales')
     q.set_defaults(fn=cmd_export)
 
     q = sub.add_parser('demo', help='the bundled digits example: prepare, train, export')
