@@ -407,21 +407,56 @@ def dequantize(g: Graph) -> dict:
 
 
 def hoist_input_transpose(g: Graph):
-    """A TRANSPOSE that is the only reader of the model's input (tico's NCHW -> NHWC for an
-    input with more than one channel) becomes part of the input: the model then takes
-    NHWC data.  Returns the permutation the data must get (x.transpose(perm), batch axis
-    first), or None."""
+    """A TRANSPOSE reached from the model's input through elementwise ops only (tico's
+    NCHW -> NHWC for an input with more than one channel, maybe after a BatchNorm's
+    MUL/ADD) moves up into the input: the model then takes NHWC data.  Returns the
+    permutation the data must get (x.transpose(perm), batch axis first), or None."""
     if len(g.inputs) != 1:
         return None
     x = g.inputs[0]
-    cs = consumers(g, x)
-    if len(cs) != 1 or x in g.outputs:
+    chain, cur = [], x
+    while True:
+        cs = consumers(g, cur)
+        if len(cs) != 1 or cur in g.outputs:
+            return None
+        c = cs[0]
+        p = perm_of(g, c)
+        if p is not None:
+            break
+        if c.name in BINARY:
+            other = [k for k in c.inputs if k != cur]
+            if len(other) != 1 or not is_const(g, other[0]):
+                return None
+        elif c.name not in UNARY:
+            return None
+        chain.append(c)
+        cur = c.outputs[0]
+    t = c
+    if p[0] != 0 or t.inputs[0] != cur or t.outputs[0] in g.outputs:
         return None
-    p = perm_of(g, cs[0])
-    if p is None or p[0] != 0 or cs[0].inputs[0] != x or cs[0].outputs[0] in g.outputs:
-        return None
-    g.inputs = [cs[0].outputs[0]]
-    remove_op(g, cs[0])
+    r = len(p)
+    for op in chain:                  # each op now works on the transposed tensor
+        for i, k in enumerate(op.inputs):
+            if is_const(g, k):
+                kd = np.asarray(g.tensors[k].data)
+                if kd.ndim > r:
+                    return None
+                kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(p)
+                op.inputs[i] = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
+                                          np.ascontiguousarray(kd))
+        o = g.tensors[op.outputs[0]]
+        o.shape = [o.shape[v] for v in p]
+    out = t.outputs[0]
+    if chain:
+        last = chain[-1].outputs[0]
+        for o in g.ops:
+            o.inputs = [last if k == out else k for k in o.inputs]
+        g.tensors[last].name, g.tensors[out].name = g.tensors[out].name, g.tensors[last].name
+        xs = g.tensors[x]
+        xs.shape = [xs.shape[v] for v in p]
+    else:
+        g.inputs = [out]
+    remove_op(g, t)
     return p
 
 
