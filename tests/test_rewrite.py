@@ -396,3 +396,53 @@ def test_dequantize_int8_model(tmp_path):
         tf = next(t for t in g.tensors if t.name == name)
         back, clipped = rw.quantize(tf.data, tq.quant, tq.dtype)
         assert clipped == 0 and np.array_equal(back, tq.data)
+
+
+def test_int8_model_trains_and_exports_requantized(tmp_path):
+    """prepare dequantizes the int8 model; training matches ONERT training of the
+    dequantized float graph; `export --quantized` writes the original int8 model with the
+    trained weights quantized again, which TFLite Micro runs to the float export's
+    outputs within a few quantization steps."""
+    import subprocess
+    from host_tools.circle_io import tensor_data
+    from host_tools.prepare import prepare
+    from host_tools.runner import run
+    from onert_ref import onert_train
+    src, step = build_int8_mlp(tmp_path / 'q.tflite')
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1.2, 1.2, (32, 6)).astype(np.float32)
+    y = np.tanh(x[:, :3] - x[:, 3:]).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = tmp_path / 'run'
+    s = prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
+                lr=0.05, batch=4, epochs=1, train='last:2')  # ops of the int8 model: Q FC FC DQ
+    assert s['rewrites']['dequantized'] == 7 and (d / 'model.circle').exists()
+    code, text = run(os.fspath(d), python=True, stream=False)
+    assert code == 0, text
+    fl = os.fspath(d / 'model.circle')
+    ref = tensor_data(onert_train(fl, x, y, loss='mse', lr=0.05, batch=4, trainable_ops=1,
+                                  out_path=tmp_path / 'o.circle'))
+    w0 = tensor_data(fl)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    outs = {}
+    for flag in ('', '--quantized'):
+        out = os.fspath(tmp_path / f'e{flag}.tflite')
+        p = subprocess.run([sys.executable, '-m', 'host_tools', 'export', src,
+                            os.fspath(d / 'trained.wof'), '-o', out] + ([flag] if flag else []),
+                           cwd=ROOT, env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        outs[flag] = out
+    got = tensor_data(outs[''])
+    g = read_model(fl)
+    trained = [t.index for t in g.tensors if t.name in ('w2', 'b2')]
+    for k in trained:
+        err = np.abs(got[k] - ref[k]).max() / np.abs(ref[k]).max()
+        moved = np.abs(ref[k] - w0[k]).max() / np.abs(ref[k]).max()
+        assert err <= 1e-4 and moved >= 1e-2, (g.tensors[k].name, err, moved)
+    q = read_model(outs['--quantized'])
+    assert [t.dtype for t in q.tensors] == [t.dtype for t in read_model(src).tensors]
+    xt = rng.uniform(-1.2, 1.2, (16, 6)).astype(np.float32)
+    yq = tflm_infer(outs['--quantized'], xt)
+    yf = onert_infer(outs[''], xt)
+    assert np.abs(yq - yf).max() <= 3 * step
+    assert np.abs(yq - tflm_infer(src, xt)).max() > 3 * step     # it did change
