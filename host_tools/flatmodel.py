@@ -69,7 +69,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
     for op in g.ops:
         spec = SPECS[op.name]
         ins = spec.inputs(op)
-        opts = spec.options(op)
+        opts = spec.options(op, g)
         ops += struct.pack('<BBBB', spec.code, len(ins), len(op.outputs), len(opts))
         ops += struct.pack(f'<{len(ins)}h', *ins)
         ops += struct.pack(f'<{len(op.outputs)}h', *op.outputs)

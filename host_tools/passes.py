@@ -33,7 +33,7 @@ def device_shapes(g: Graph) -> list:
     for op in g.ops:
         spec = SPECS.get(op.name)
         if spec is not None and spec.shapes is not None:
-            for k, rc in spec.shapes(op).items():
+            for k, rc in spec.shapes(op, g).items():
                 assert rc[0] * rc[1] == shapes[k][0] * shapes[k][1], (op.index, k, rc)
                 shapes[k] = rc
     return shapes
@@ -49,7 +49,7 @@ def validate(g: Graph):
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.index} is {op.name}, which utrain cannot train '
                                f'through yet; supported: {", ".join(SUPPORTED)}')
-        SPECS[op.name].options(op)      # raises on unsupported options
+        SPECS[op.name].options(op, g)   # raises on unsupported options
     used = set()
     for op in g.ops:
         spec = SPECS[op.name]

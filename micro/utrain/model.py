@@ -28,7 +28,8 @@ def settings_dict(s):
 
 # circle builtin code -> kernel module; imported only when a model uses it
 KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
-           25: 'op_act', 28: 'op_act', 22: 'op_shape'}
+           25: 'op_act', 28: 'op_act', 22: 'op_shape',
+           3: 'op_conv', 4: 'op_conv', 1: 'op_pool', 17: 'op_pool', 40: 'op_pool'}
 
 
 class ModelError(ValueError):

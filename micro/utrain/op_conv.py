@@ -1,0 +1,115 @@
+# CONV_2D and DEPTHWISE_CONV_2D on [H*W, C] activations (batch 1, NHWC order).
+# Option floats (host_tools/optable.py _spatial): act, H, W, C, OH, OW, OC, KH, KW,
+# stride h, w, dilation h, w, pad top, pad left [, depth multiplier].
+# The work is walked tap by tap: for one output row and one kernel tap (kh, kw) the
+# input pixels are a strided run of x's rows, so each step is one np.dot / product
+# on views -- no im2col of the image.
+# CONV_2D: weight circle [O, KH, KW, I] seen as [O, KH*KW*I]; tap k is columns
+#   k*I:(k+1)*I.  y[oh, ow] = act(sum_taps x[ih, iw] . W_k^T + b).
+#   Backward: dz = act'(y) dy; dW_k += dz_run^T . x_run; db += sum dz; dx_run += dz_run . W_k.
+#   Temporaries: one [OW, O] product (forward, dx: [OW, I]) and one [O, I] (dW) per step.
+# DEPTHWISE_CONV_2D: weight circle [1, KH, KW, C*M] seen as [KH*KW, C*M]; output
+#   channel c*M+m reads input channel c.  y_run[:, m::M] += x_run * w[k, m::M].
+#   Temporaries: one [OW, C] product per step (dW: plus its [C] column sum).
+# Saved for backward: x (when W trains), y (when the fused activation is not NONE).
+from utrain.xnp import np, zeros
+from utrain.op_act import act, act_grad
+
+DX, DW, DB = 1, 2, 4
+
+
+def walk(o):
+    """(tap, first x row, first y row, count) for every output row and kernel tap;
+    x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
+    H, W, OH, OW = int(o[1]), int(o[2]), int(o[4]), int(o[5])
+    KH, KW, sh, sw, dh, dw = int(o[7]), int(o[8]), int(o[9]), int(o[10]), int(o[11]), int(o[12])
+    pt, pl = int(o[13]), int(o[14])
+    cols = []
+    for kw in range(KW):
+        iw = kw * dw - pl
+        lo = 0 if iw >= 0 else (sw - 1 - iw) // sw
+        hi = OW if W - 1 - iw < 0 else min(OW, (W - 1 - iw) // sw + 1)
+        if W - 1 - iw >= 0 and hi > lo:
+            cols.append((kw, lo, hi - lo, lo * sw + iw))
+    for oh in range(OH):
+        for kh in range(KH):
+            ih = oh * sh - pt + kh * dh
+            if 0 <= ih < H:
+                for kw, lo, n, iw in cols:
+                    yield kh * KW + kw, ih * W + iw, oh * OW + lo, n
+
+
+def _bias(rt, ins, y):
+    if len(ins) > 2 and ins[2] >= 0:
+        y += rt.t[ins[2]]
+
+
+def forward(rt, op):
+    code, ins, outs, o = op
+    t = rt.t
+    x, w = t[ins[0]], t[ins[1]]
+    sw = int(o[10])
+    y = zeros(rt.shape[outs[0]])
+    if code == 3:
+        I = int(o[3])
+        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[7]) * int(o[8]))]
+        for k, xr, yr, n in walk(o):
+            ys = y[yr:yr + n]
+            ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
+    else:
+        M = int(o[15])
+        for k, xr, yr, n in walk(o):
+            xs = x[xr:xr + (n - 1) * sw + 1:sw]
+            if M == 1:
+                ys = y[yr:yr + n]
+                ys += xs * w[k]
+            else:
+                for m in range(M):
+                    ys = y[yr:yr + n, m::M]
+                    ys += xs * w[k, m::M]
+    _bias(rt, ins, y)
+    t[outs[0]] = act(y, int(o[0]))
+
+
+def backward(rt, op, dy, flags):
+    code, ins, outs, o = op
+    t = rt.t
+    a = int(o[0])
+    dz = act_grad(dy, t[outs[0]], a) if a else dy
+    if flags & DB:
+        rt.add_wgrad(ins[2], np.sum(dz, axis=0))
+    if not flags & (DW | DX):
+        return
+    w = t[ins[1]]
+    x = t[ins[0]] if flags & DW else None
+    g = rt.wgrad(ins[1]) if flags & DW else None
+    dx = zeros(rt.shape[ins[0]]) if flags & DX else None
+    sw = int(o[10])
+    if code == 3:
+        I = int(o[3])
+        taps = range(int(o[7]) * int(o[8]))
+        wk = [w[:, k * I:(k + 1) * I] for k in taps]
+        gk = [g[:, k * I:(k + 1) * I] for k in taps] if g is not None else None
+        for k, xr, yr, n in walk(o):
+            e = xr + (n - 1) * sw + 1
+            dzs = dz[yr:yr + n]
+            if g is not None:
+                gv = gk[k]
+                gv += np.dot(dzs.T, x[xr:e:sw])
+            if dx is not None:
+                dxs = dx[xr:e:sw]
+                dxs += np.dot(dzs, wk[k])
+    else:
+        M = int(o[15])
+        for k, xr, yr, n in walk(o):
+            e = xr + (n - 1) * sw + 1
+            for m in range(M):
+                dzs = dz[yr:yr + n] if M == 1 else dz[yr:yr + n, m::M]
+                if g is not None:
+                    gv = g[k] if M == 1 else g[k, m::M]
+                    gv += np.sum(dzs * x[xr:e:sw], axis=0)
+                if dx is not None:
+                    dxs = dx[xr:e:sw]
+                    dxs += dzs * (w[k] if M == 1 else w[k, m::M])
+    if dx is not None:
+        rt.add_grad(ins[0], dx)

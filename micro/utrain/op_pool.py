@@ -1,0 +1,131 @@
+# MAX_POOL_2D, AVERAGE_POOL_2D and MEAN on [H*W, C] activations (batch 1, NHWC).
+# Pools take op_conv's option floats (act, H, W, C, OH, OW, C, KH, KW, strides,
+# dilations 1, pads) and its tap walk: one elementwise step per output row and tap.
+# MAX_POOL_2D: y = act(max over the window's valid pixels).  Backward: each output's
+#   gradient goes to the first pixel of its window (scan order) equal to the max,
+#   found again from x.  Saves x (and y when fused).  Temporaries: one output-sized
+#   copy of dz (the gradient not yet given out; plus the pre-activation max when fused)
+#   and one [OW, C] mask/product per step.
+# AVERAGE_POOL_2D: mean over the valid pixels (padding not counted, as TFLite).
+#   Backward spreads dz / count.  Saves y only when fused.  Temporaries: one
+#   output-sized dz / count and one [OW, 1] column of 1 / count.
+# MEAN: options outer, red, inner: the tensor seen as [outer, red, inner] (the reduced
+#   axes a contiguous run once size-1 axes are dropped); y[o, i] = mean_r x[o, r, i].
+#   No saves; temporaries: one [inner] row (outer > 1 and inner > 1: per outer index).
+from utrain.xnp import np, zeros
+from utrain.op_act import act, act_grad
+from utrain.op_conv import walk
+
+DX = 1
+
+
+def _counts(n, k, s, p, size):
+    # valid window length for each of n outputs along one axis
+    return [min(i * s - p + k, size) - max(i * s - p, 0) for i in range(n)]
+
+
+def _inv(o):
+    # per output row: (1 / row count, [OW, 1] column of 1 / column counts)
+    ch = _counts(int(o[4]), int(o[7]), int(o[9]), int(o[13]), int(o[1]))
+    cw = _counts(int(o[5]), int(o[8]), int(o[10]), int(o[14]), int(o[2]))
+    col = np.array([[1.0 / c] for c in cw])
+    return [1.0 / c for c in ch], col
+
+
+def _maxpool(x, o, shape):
+    sw = int(o[10])
+    y = np.full(shape, -3.4e38)
+    for k, xr, yr, n in walk(o):
+        y[yr:yr + n] = np.maximum(y[yr:yr + n], x[xr:xr + (n - 1) * sw + 1:sw])
+    return y
+
+
+def _scale(a, o, out):
+    # out (or a new array) = a / window count, row block by row block
+    rows, col = _inv(o)
+    OW = int(o[5])
+    if out is None:
+        out = zeros(a.shape)
+    for i in range(len(rows)):
+        r = i * OW
+        out[r:r + OW] = a[r:r + OW] * col * rows[i]
+    return out
+
+
+def _mean_shape(o):
+    return int(o[0]), int(o[1]), int(o[2])
+
+
+def forward(rt, op):
+    code, ins, outs, o = op
+    t = rt.t
+    x = t[ins[0]]
+    s = rt.shape[outs[0]]
+    if code == 40:
+        outer, red, inner = _mean_shape(o)
+        if inner == 1:
+            y = np.mean(x.reshape((outer, red)), axis=1)
+        elif outer == 1:
+            y = np.mean(x.reshape((red, inner)), axis=0)
+        else:
+            x = x.reshape((outer * red, inner))
+            y = zeros((outer, inner))
+            for i in range(outer):
+                y[i] = np.mean(x[i * red:(i + 1) * red], axis=0)
+        t[outs[0]] = y.reshape(s)
+        return
+    if code == 17:
+        y = _maxpool(x, o, s)
+    else:
+        sw = int(o[10])
+        y = zeros(s)
+        for k, xr, yr, n in walk(o):
+            ys = y[yr:yr + n]
+            ys += x[xr:xr + (n - 1) * sw + 1:sw]
+        _scale(y, o, y)
+    t[outs[0]] = act(y, int(o[0]))
+
+
+def backward(rt, op, dy, flags):
+    code, ins, outs, o = op
+    if not flags & DX:
+        return
+    t = rt.t
+    xs = rt.shape[ins[0]]
+    if code == 40:
+        outer, red, inner = _mean_shape(o)
+        d = dy * (1.0 / red)
+        if inner == 1:
+            dx = zeros((outer, red)) + d.reshape((outer, 1))
+        elif outer == 1:
+            dx = zeros((red, inner)) + d.reshape((1, inner))
+        else:
+            d = d.reshape((outer, inner))
+            dx = zeros((outer * red, inner))
+            for i in range(outer):
+                blk = dx[i * red:(i + 1) * red]
+                blk += d[i]
+        rt.add_grad(ins[0], dx.reshape(xs))
+        return
+    a = int(o[0])
+    y = t[outs[0]]
+    dz = act_grad(dy, y, a) if a else dy
+    sw = int(o[10])
+    dx = zeros(xs)
+    if code == 17:
+        x = t[ins[0]]
+        m = _maxpool(x, o, y.shape) if a else y
+        rem = dz.copy()
+        for k, xr, yr, n in walk(o):
+            xv = x[xr:xr + (n - 1) * sw + 1:sw]
+            rv = rem[yr:yr + n]
+            hit = np.where(xv == m[yr:yr + n], rv, 0.0)
+            rv -= hit
+            dxs = dx[xr:xr + (n - 1) * sw + 1:sw]
+            dxs += hit
+    else:
+        sdz = _scale(dz, o, None)
+        for k, xr, yr, n in walk(o):
+            dxs = dx[xr:xr + (n - 1) * sw + 1:sw]
+            dxs += sdz[yr:yr + n]
+    rt.add_grad(ins[0], dx)
