@@ -146,7 +146,8 @@ def cmd_demo(a):
     data = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
     out = a.out or os.path.join('build', 'digits' if a.model == 'mlp' else 'digits_cnn')
     first = cfg.pop('train_from', None)
-    epochs = a.epochs if a.epochs is not None else cfg.pop('epochs')
+    epochs = cfg.pop('epochs')
+    epochs = epochs if a.epochs is None else a.epochs
     if first:
         ops = [op.name for op in read_model(model).ops]
         cfg['train'] = f'last:{len(ops) - ops.index(first)}'

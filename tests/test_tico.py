@@ -240,3 +240,35 @@ def test_tico_frozen_stem_micropython(tmp_path, case):
 @pytest.mark.parametrize('case', ['cnn-all-bn-trains', 'mobilenet-all-bn-trains'])
 def test_tico_batchnorm_trains_matches_pytorch(tmp_path, case):
     run_case(tmp_path, case, 4, 'cpython')
+
+
+# --------------------------------------------------------------------------- the CNN demo
+
+def _cli(*args):
+    import subprocess
+    return subprocess.run([sys.executable, '-m', 'host_tools', *args], cwd=ROOT,
+                          capture_output=True, text=True)
+
+
+def test_inspect_says_what_prepare_rewrites_and_what_trains():
+    r = _cli('inspect', os.path.join(ROOT, 'datasets', 'digits', 'digits_tico_cnn.circle'))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert out.count('[removed by prepare]') == 3                  # tico's TRANSPOSEs
+    assert 'folded into the layer before it when that is frozen' in out   # MUL, ADD
+    assert 'ops after the rewrites' in out
+    assert 'ops that train here (weights): CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED' in out
+
+
+def test_cnn_demo_fine_tunes_the_tico_model(tmp_path):
+    """`demo --model cnn` (CPython, one epoch): the model pre-trained on digits 0-5 learns
+    all ten, and the exported model is the trained one."""
+    out = os.fspath(tmp_path / 'cnn')
+    r = _cli('demo', '--model', 'cnn', '--python', '--epochs', '1', '--out', out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from test_pipeline import read_log
+    log = read_log(os.path.join(out, 'train.log'))
+    assert log[0][4] < 0.7                      # before: the digits 6-9 are unknown
+    assert log[-1][4] >= 0.88, log
+    hits, n = r.stdout.split('test accuracy ')[-1].split('(')[1].split(')')[0].split('/')
+    assert abs(int(hits) / int(n) - log[-1][4]) < 1e-6
