@@ -351,14 +351,21 @@ def fold_batchnorm(g: Graph, keep=()) -> int:
 
 # --------------------------------------------------------------------------- quantized
 
-def _dequant(data, quant, dtype):
-    q = np.asarray(data, np.float64)
+def _qparams(quant, ndim):
+    """(scale, zero point) as float64 arrays broadcasting over a tensor of ``ndim`` dims
+    (per-axis along quantized_dimension)."""
     scale = np.asarray(quant['scale'], np.float64)
     zp = np.asarray(quant.get('zero_point') or [0] * len(scale), np.float64)
     if scale.size > 1:
-        shp = [1] * q.ndim
+        shp = [1] * ndim
         shp[quant.get('quantized_dimension', 0)] = scale.size
         scale, zp = scale.reshape(shp), zp.reshape(shp)
+    return scale, zp
+
+
+def _dequant(data, quant):
+    q = np.asarray(data, np.float64)
+    scale, zp = _qparams(quant, q.ndim)
     return ((q - zp) * scale).astype(np.float32)
 
 
@@ -366,12 +373,7 @@ def quantize(data, quant, dtype):
     """float array -> integers of ``dtype`` with the tensor's scale(s) and zero point(s),
     rounded to nearest and clipped to the type's range; returns (array, n clipped)."""
     x = np.asarray(data, np.float64)
-    scale = np.asarray(quant['scale'], np.float64)
-    zp = np.asarray(quant.get('zero_point') or [0] * len(scale), np.float64)
-    if scale.size > 1:
-        shp = [1] * x.ndim
-        shp[quant.get('quantized_dimension', 0)] = scale.size
-        scale, zp = scale.reshape(shp), zp.reshape(shp)
+    scale, zp = _qparams(quant, x.ndim)
     q = np.round(x / scale) + zp
     info = np.iinfo(np.dtype(dtype))
     clipped = int(((q < info.min) | (q > info.max)).sum())
@@ -390,7 +392,7 @@ def dequantize(g: Graph) -> dict:
             continue
         origin[t.name] = (t.dtype, dict(t.quant))
         if t.data is not None:
-            t.data = _dequant(t.data, t.quant, t.dtype)
+            t.data = _dequant(t.data, t.quant)
         t.dtype, t.quant = 'float32', None
     for op in list(g.ops):
         if op.name in ('QUANTIZE', 'DEQUANTIZE') and op in g.ops:

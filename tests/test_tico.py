@@ -18,23 +18,17 @@ import sys
 import numpy as np
 import pytest
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(_HERE)
-for _p in (ROOT, _HERE):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.optable import SPECS  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.runner import find_micropython, run  # noqa: E402
-from host_tools.wof import read_wof  # noqa: E402
+from test_parity import MICROPYTHON, ROOT  # sys.path set up there  # noqa: F401
+from host_tools.circle_io import read_model
+from host_tools.optable import SPECS
+from host_tools.prepare import prepare
+from host_tools.runner import run
+from host_tools.wof import read_wof
 
 torch = pytest.importorskip('torch')
 tico = pytest.importorskip('tico')
 nn = torch.nn
 
-MICROPYTHON = find_micropython()
 TOL = 1e-4                  # relative, per tensor
 N = 8                       # samples: one epoch
 LR = 0.1
