@@ -3,7 +3,7 @@
 in the same run, and the smallest heap (-X heapsize, found by bisection) in which the
 MicroPython run still trains.
 
-    python bench/digits.py [--samples 400] [--epochs 1]
+    python bench/digits.py [--samples 400] [--epochs 1] [--model mlp|cnn]
 """
 import argparse
 import os
@@ -53,12 +53,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--samples', type=int, default=400)
     ap.add_argument('--epochs', type=int, default=1)
+    ap.add_argument('--model', choices=('mlp', 'cnn'), default='mlp')
     a = ap.parse_args()
     z = np.load(os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'))
     tmp = tempfile.mkdtemp()
     data = os.path.join(tmp, 'd.npz')
     np.savez(data, x=z['x'][:a.samples], y=z['y'][:a.samples])
-    model = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
+    model = os.path.join(ROOT, 'datasets', 'digits', f'digits_{a.model}.circle')
     rows = []
     for opt in ('sgd', 'adam'):
         out = os.path.join(tmp, opt)
@@ -71,7 +72,8 @@ def main():
         rows.append((opt, mp_ms / a.samples, py_ms / a.samples, heap))
     mp = runner.micropython_binary()
     backend = 'ulab' if subprocess.run([mp, '-c', 'import ulab'], capture_output=True).returncode == 0 else 'fallback'
-    print(f'digits MLP 64-32-10, {a.samples} samples, batch 4, MicroPython backend: {backend}')
+    title = 'MLP 64-32-10' if a.model == 'mlp' else 'CNN conv-pool-dwconv-pool-fc'
+    print(f'digits {title}, {a.samples} samples, batch 4, MicroPython backend: {backend}')
     print(f'{"optimizer":10s} {"MicroPython ms/sample":>22s} {"CPython ms/sample":>18s} {"ratio":>7s} {"smallest heap":>14s}')
     for opt, m, p, h in rows:
         print(f'{opt:10s} {m:22.3f} {p:18.4f} {m / p:7.1f} {str(h // 1024) + " KB" if h else "-":>14s}')

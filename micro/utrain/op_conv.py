@@ -9,8 +9,10 @@
 #   Backward: dz = act'(y) dy; dW_k += dz_run^T . x_run; db += sum dz; dx_run += dz_run . W_k.
 #   Temporaries: one [OW, O] product (forward, dx: [OW, I]) and one [O, I] (dW) per step.
 # DEPTHWISE_CONV_2D: weight circle [1, KH, KW, C*M] seen as [KH*KW, C*M]; output
-#   channel c*M+m reads input channel c.  y_run[:, m::M] += x_run * w[k, m::M].
-#   Temporaries: one [OW, C] product per step (dW: plus its [C] column sum).
+#   channel c*M+m reads input channel c.  With M > 1 x is first spread to [H*W, C*M]
+#   (each channel repeated M times), then y_run += x_run * w[k] like M = 1.
+#   Temporaries: one [OW, C*M] product per step (dW: plus its [C*M] column sum);
+#   M > 1: one [H*W, C*M] spread copy of x (and one of dx, summed back at the end).
 # Saved for backward: x (when W trains), y (when the fused activation is not NONE).
 from utrain.xnp import np, zeros
 from utrain.op_act import act, act_grad
@@ -39,6 +41,17 @@ def walk(o):
                     yield kh * KW + kw, ih * W + iw, oh * OW + lo, n
 
 
+def _spread(x, M):
+    # depthwise input with each channel repeated M times: [H*W, C*M] (column c*M+m = c)
+    if M == 1:
+        return x
+    xm = zeros((x.shape[0], x.shape[1] * M))
+    for m in range(M):
+        v = xm[:, m::M]
+        v += x
+    return xm
+
+
 def _bias(rt, ins, y):
     if len(ins) > 2 and ins[2] >= 0:
         y += rt.t[ins[2]]
@@ -57,16 +70,10 @@ def forward(rt, op):
             ys = y[yr:yr + n]
             ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
     else:
-        M = int(o[15])
+        x = _spread(x, int(o[15]))
         for k, xr, yr, n in walk(o):
-            xs = x[xr:xr + (n - 1) * sw + 1:sw]
-            if M == 1:
-                ys = y[yr:yr + n]
-                ys += xs * w[k]
-            else:
-                for m in range(M):
-                    ys = y[yr:yr + n, m::M]
-                    ys += xs * w[k, m::M]
+            ys = y[yr:yr + n]
+            ys += x[xr:xr + (n - 1) * sw + 1:sw] * w[k]
     _bias(rt, ins, y)
     t[outs[0]] = act(y, int(o[0]))
 
@@ -101,15 +108,19 @@ def backward(rt, op, dy, flags):
                 dxs += np.dot(dzs, wk[k])
     else:
         M = int(o[15])
+        x = _spread(x, M) if x is not None else None
+        dxm = dx if M == 1 or dx is None else zeros((dx.shape[0], w.shape[1]))
         for k, xr, yr, n in walk(o):
             e = xr + (n - 1) * sw + 1
+            dzs = dz[yr:yr + n]
+            if g is not None:
+                gv = g[k]
+                gv += np.sum(dzs * x[xr:e:sw], axis=0)
+            if dx is not None:
+                dxs = dxm[xr:e:sw]
+                dxs += dzs * w[k]
+        if dxm is not dx:
             for m in range(M):
-                dzs = dz[yr:yr + n] if M == 1 else dz[yr:yr + n, m::M]
-                if g is not None:
-                    gv = g[k] if M == 1 else g[k, m::M]
-                    gv += np.sum(dzs * x[xr:e:sw], axis=0)
-                if dx is not None:
-                    dxs = dx[xr:e:sw]
-                    dxs += dzs * (w[k] if M == 1 else w[k, m::M])
+                dx += dxm[:, m::M]
     if dx is not None:
         rt.add_grad(ins[0], dx)
