@@ -10,13 +10,14 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _status(op):
+def _status(op, g):
     from .optable import SPECS
     spec = SPECS.get(op.name)
     if spec is None:
         return 'NOT SUPPORTED'
-    if spec.params:
-        return 'trains (' + ', '.join(spec.params.values()) + ')'
+    roles = spec.roles(op, g)
+    if roles:
+        return 'trains (' + ', '.join(roles.values()) + ')'
     return 'passes gradients'
 
 
@@ -52,7 +53,7 @@ def cmd_inspect(a):
     fkept = {id(op) for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')
     for op, o, fo in zip(g.ops, orig, forig):
-        how = _status(op) if id(o) in kept else 'removed by prepare'
+        how = _status(op, g) if id(o) in kept else 'removed by prepare'
         if id(o) in kept and id(fo) not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))
@@ -63,7 +64,7 @@ def cmd_inspect(a):
               + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else ''))
         print('ops after the rewrites (everything trainable):')
         for op in h.ops:
-            print(_op_line(h, op, _status(op)))
+            print(_op_line(h, op, _status(op, h)))
     print('\ntensors:')
     total = 0
     for t in g.tensors:
@@ -74,7 +75,7 @@ def cmd_inspect(a):
         print(f'  {t.index:3d} {t.name[:40]:40s} {str(list(t.shape)):18s} {t.dtype:8s} {const:5s}'
               f' {n if const else ""}')
     print(f'\nparameters (float32 constants): {total}')
-    trains = sorted(n for n in SUPPORTED if SPECS[n].params)
+    trains = sorted(n for n in SUPPORTED if SPECS[n].params)   # callable: ADD/SUB/MUL/DIV's constant
     print(f'ops that train here (weights): {", ".join(trains)}')
     print(f'ops gradients pass through: {", ".join(n for n in SUPPORTED if n not in trains)}')
     bad = [op for op in h.ops if op.name not in SPECS]

@@ -12,8 +12,15 @@ from typing import Callable
 
 import numpy as np
 
-# backward flags, one bit per gradient the device computes (micro/utrain/op_fc.py)
+# backward flags, one bit per gradient the device computes (micro/utrain/op_fc.py):
+# DX the first data input's, DW the weight's, DB the bias's; data input n >= 1 (an ADD's
+# second operand, a CONCATENATION's inputs) has bit dx_bit(n) = 4 << n.
 DX, DW, DB = 1, 2, 4
+
+
+def dx_bit(n):
+    return DX if n == 0 else 4 << n
+
 
 ACTIVATIONS = {'NONE': 0, 'RELU': 1, 'RELU_N1_TO_1': 2, 'RELU6': 3, 'TANH': 4}
 
@@ -22,7 +29,7 @@ ACTIVATIONS = {'NONE': 0, 'RELU': 1, 'RELU_N1_TO_1': 2, 'RELU6': 3, 'TANH': 4}
 class OpSpec:
     name: str
     code: int                      # circle builtin code; the device dispatches on it
-    params: dict                   # input position -> 'weight' | 'bias'
+    params: dict                   # input position -> 'weight' | 'bias' (or (op, g) -> that)
     options: Callable              # (op, graph) -> list of floats for the device
     saves: Callable                # (op, flags) -> tensors the gradient reads
     data_inputs: tuple = (0,)      # input positions that carry activations
@@ -30,10 +37,15 @@ class OpSpec:
     # RESHAPE's shape, a TRANSPOSE's perm, PAD's paddings...) are read on the host and
     # go to the device as option floats instead.
     device_inputs: tuple = None
-    # (op, graph) -> {tensor index: (rows, cols)}: device shapes for tensors this op wants laid
-    # out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
+    # (op, graph) -> {tensor index: (rows, cols)}: device shapes for tensors this op wants
+    # laid out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
     # bytes, so .wof files stay onert-micro's; e.g. a conv weight as [O, KH*KW*I]).
     shapes: Callable = None
+
+    def roles(self, op, g):
+        """input position -> 'weight' | 'bias' for this op (an ADD's or MUL's parameter is
+        whichever operand is constant)."""
+        return self.params(op, g) if callable(self.params) else self.params
 
     def inputs(self, op):
         """The op's input tensors as the device sees them."""
@@ -207,5 +219,219 @@ SPECS.update({s.name: s for s in [
     OpSpec('MEAN', 40, {}, _mean_options, _none, device_inputs=(0,)),
 ]})
 
+
+
+# ---- ops-elem: ADD/SUB/MUL/DIV with broadcasting (op_elem), PAD/CONCATENATION/TRANSPOSE/
+# STRIDED_SLICE as block copies and SQUEEZE/EXPAND_DIMS as reshapes (op_shape),
+# HARD_SWISH/LEAKY_RELU (op_act).  Shapes and constant index inputs are read here.
+
+def _where(op):
+    return f'op {op.index} {op.name}'
+
+
+def _shape4(g, k, op):
+    """Tensor k's shape left-padded to 4-D (the device keeps [d0*d1*d2, d3])."""
+    s = list(g.tensors[k].shape)
+    if len(s) > 4:
+        raise ValueError(f'{_where(op)}: tensor {k} has rank {len(s)}; utrain handles up to 4-D')
+    return [1] * (4 - len(s)) + s
+
+
+def _const_ints(g, op, pos, what):
+    k = op.inputs[pos] if pos < len(op.inputs) else -1
+    if k < 0 or g.tensors[k].data is None:
+        raise ValueError(f'{_where(op)}: its {what} (input {pos}) must be a constant tensor')
+    return [int(v) for v in g.tensors[k].data.ravel()]
+
+
+def _elem_roles(op, g):
+    # the operand that is a float constant of more than one element is the op's
+    # parameter (BatchNorm's scale and shift become MUL and ADD constants): trainable like
+    # an FC's weight or bias.  Scalars (an exported hard-swish's 3 and 6) stay frozen.
+    const = [p for p in (0, 1) if g.tensors[op.inputs[p]].data is not None]
+    if len(const) != 1:
+        return {}
+    t = g.tensors[op.inputs[const[0]]]
+    if t.dtype != 'float32' or t.data.size < 2:
+        return {}
+    return {const[0]: 'weight' if op.name in ('MUL', 'DIV') else 'bias'}
+
+
+def _elem_options(op, g):
+    """[act, parameter position or -1, n0, n1, n2, then per operand d0, d1, rows]: the
+    output's rows (dims 0-2) as n0 x n1 blocks of n2 rows; block (i, j) of an operand
+    starts at its row i*d0 + j*d1 and has n2 rows, or 1 that broadcasts.  Columns
+    broadcast natively (an operand's last dim is the output's or 1)."""
+    S = _shape4(g, op.outputs[0], op)
+    X = [_shape4(g, k, op) for k in op.inputs[:2]]
+    if [max(a, b) for a, b in zip(*X)] != S or any(x[d] not in (1, S[d]) for x in X for d in range(4)):
+        raise ValueError(f'{_where(op)}: shapes {[g.tensors[k].shape for k in op.inputs[:2]]} do not '
+                         f'broadcast to the output shape {g.tensors[op.outputs[0]].shape}')
+    levels = []                           # [size, operand 0 broadcasts, operand 1 broadcasts]
+    for d in range(3):
+        if S[d] > 1:
+            st = [X[0][d] == 1, X[1][d] == 1]
+            if levels and levels[-1][1:] == st:
+                levels[-1][0] *= S[d]
+            else:
+                levels.append([S[d]] + st)
+    levels = [[1, True, True]] * (3 - len(levels)) + levels
+    p = list(_elem_roles(op, g)) or [-1]
+    opts = [_fused(op, _where(op)), p[0]] + [L[0] for L in levels]
+    for side in (1, 2):
+        step, d = 1, [0, 0, 0]
+        for i in (2, 1, 0):
+            if not levels[i][side]:
+                d[i] = step
+                step *= levels[i][0]
+        opts += [d[0], d[1], 1 if levels[2][side] else levels[2][0]]
+    return opts
+
+
+def _elem_saves(op, flags):
+    keep = [op.outputs[0]] if op.options.get('fused_activation_function', 'NONE') != 'NONE' else []
+    if op.name in ('MUL', 'DIV'):         # each operand's gradient reads the other one
+        if flags & (DX | DW) or op.name == 'DIV':     # (and DIV's b its own value)
+            keep.append(op.inputs[1])
+        if flags & (dx_bit(1) | DW):
+            keep.append(op.inputs[0])
+    return keep
+
+
+def _rowcol(N):
+    """(row step, column step) of each axis of a 4-D shape N on the device."""
+    return [(N[1] * N[2], 0), (N[2], 0), (1, 0), (0, 1)]
+
+
+def _at(N, idx):
+    rc = _rowcol(N)
+    return sum(i * r for i, (r, c) in zip(idx, rc)), idx[3]
+
+
+def _copy_plan(box, a0, b0):
+    """The 21 floats of one block copy B[box] = A[box] between two device arrays (see
+    micro/utrain/op_shape.py).  box: per dim (size, (A row, col step), (B row, col step));
+    a0, b0: (row, col) where the box starts in A and in B."""
+    dims = []
+    for n, a, b in box:                   # drop size-1 dims, merge contiguous neighbours
+        if n == 1:
+            continue
+        if dims and all(o == i * n for o, i in zip(dims[-1][1] + dims[-1][2], a + b)):
+            dims[-1] = [dims[-1][0] * n, a, b]
+        else:
+            dims.append([n, a, b])
+    one = [1, (0, 0), (0, 0)]
+    pc = [d for d in dims if d[2][1]]     # the dim along B's columns, if any
+    qa = [d for d in dims if d[1][1]]     # the dim along A's columns, if any
+    if pc and qa and pc[0] is not qa[0]:
+        u, v, tr = qa[0], pc[0], 1        # A's block is transposed
+    elif pc:
+        v = pc[0]
+        rest = [d for d in dims if d is not v] or [one]
+        u, tr = (rest[-1], 0) if qa else (one, 1)
+    elif qa:
+        u, v, tr = qa[0], one, 1
+    else:
+        u, v, tr = (dims[-1] if dims else one), one, 0
+    outer = [d for d in dims if d is not u and d is not v]
+    assert len(outer) <= 2, box           # a missing column dim leaves <= 3 dims
+    outer = [one] * (2 - len(outer)) + outer
+    plan = [outer[0][0], outer[1][0], u[0], v[0], tr]
+    for side, start in ((1, a0), (2, b0)):
+        rs, cs = ((v, u) if tr and side == 1 else (u, v))
+        plan += [start[0], start[1], *outer[0][side], *outer[1][side],
+                 rs[side][0] or 1, cs[side][1] or 1]
+    return plan
+
+
+def _pad_options(op, g):
+    X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
+    pads = _const_ints(g, op, 1, 'paddings')
+    pads = [0] * (8 - len(pads)) + pads
+    before = pads[0::2]
+    if min(pads) < 0 or [x + p + q for x, p, q in zip(X, before, pads[1::2])] != Y:
+        raise ValueError(f'{_where(op)}: paddings {pads} do not take {X} to {Y}')
+    return _copy_plan(list(zip(X, _rowcol(X), _rowcol(Y))), (0, 0), _at(Y, before))
+
+
+def _transpose_options(op, g):
+    X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
+    perm = _const_ints(g, op, 1, 'permutation')
+    r = len(perm)
+    perm = list(range(4 - r)) + [p % r + 4 - r for p in perm]
+    if sorted(perm) != [0, 1, 2, 3] or [X[p] for p in perm] != Y:
+        raise ValueError(f'{_where(op)}: permutation {perm} does not take {X} to {Y}')
+    ax = _rowcol(X)
+    return _copy_plan([(Y[d], ax[perm[d]], _rowcol(Y)[d]) for d in range(4)], (0, 0), (0, 0))
+
+
+def _slice_options(op, g):
+    o = op.options
+    if any(o.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'offset')):
+        raise ValueError(f'{_where(op)}: only begin, end and shrink-axis masks are supported '
+                         '(no ellipsis or new-axis masks, no offset)')
+    X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
+    n = len(g.tensors[op.inputs[0]].shape)
+    begin, end, step = (_const_ints(g, op, i, w) for i, w in ((1, 'begin'), (2, 'end'), (3, 'strides')))
+    start, count, ax = [0] * 4, [1] * 4, _rowcol(X)
+    shrink, kept = o.get('shrink_axis_mask', 0), list(range(4 - n))
+    for i in range(n):
+        d, dim, s = i + 4 - n, X[i + 4 - n], step[i]
+        b = 0 if o.get('begin_mask', 0) >> i & 1 else begin[i]
+        e = dim if o.get('end_mask', 0) >> i & 1 else end[i]
+        b, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (b, e))
+        if shrink >> i & 1:               # one index, the axis dropped from the output
+            e, s = b + 1, 1
+        else:
+            kept.append(d)
+        if s <= 0:
+            raise ValueError(f'{_where(op)}: stride {s} (utrain slices with positive strides)')
+        start[d], count[d] = b, max(0, -(-(e - b) // s))
+        ax[d] = (ax[d][0] * s, ax[d][1] * s)
+    out = [1] * (4 - len(kept)) + [count[d] for d in kept]
+    if out != Y:
+        raise ValueError(f'{_where(op)}: slicing {X} gives {out}, the output is {Y}')
+    to = dict(zip(kept, _rowcol(Y)[4 - len(kept):]))     # input axis -> output steps
+    box = [(count[d], ax[d], to.get(d, (0, 0))) for d in range(4)]
+    return _copy_plan(box, _at(X, start), (0, 0))
+
+
+def _concat_options(op, g):
+    _fused(op, _where(op))
+    if op.options.get('fused_activation_function', 'NONE') != 'NONE' or len(op.inputs) > 14:
+        raise ValueError(f'{_where(op)}: utrain concatenates up to 14 inputs, no fused activation')
+    Y = _shape4(g, op.outputs[0], op)
+    n = len(g.tensors[op.outputs[0]].shape)
+    axis = op.options.get('axis', 0)
+    axis = (axis + n if axis < 0 else axis) + 4 - n
+    plan, at = [], [0] * 4
+    for k in op.inputs:
+        X = _shape4(g, k, op)
+        plan += _copy_plan(list(zip(X, _rowcol(X), _rowcol(Y))), (0, 0), _at(Y, at))
+        at[axis] += X[axis]
+    if at[axis] != Y[axis]:
+        raise ValueError(f'{_where(op)}: inputs along axis {axis} do not add up to {Y}')
+    return plan
+
+
+def _in(op, flags):
+    return [op.inputs[0]]
+
+
+_ELEM = (0, 1)
+SPECS.update({s.name: s for s in [
+    OpSpec('ADD', 0, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('SUB', 41, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('MUL', 18, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('DIV', 42, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('PAD', 34, {}, _pad_options, _none, device_inputs=(0,)),
+    OpSpec('TRANSPOSE', 39, {}, _transpose_options, _none, device_inputs=(0,)),
+    OpSpec('STRIDED_SLICE', 45, {}, _slice_options, _none, device_inputs=(0,)),
+    OpSpec('CONCATENATION', 2, {}, _concat_options, _none, data_inputs=tuple(range(14))),
+    OpSpec('SQUEEZE', 43, {}, _none, _none),
+    OpSpec('EXPAND_DIMS', 70, {}, _none, _none, device_inputs=(0,)),
+    OpSpec('HARD_SWISH', 117, {}, _none, _in),
+    OpSpec('LEAKY_RELU', 98, {}, lambda op, g=None: [float(op.options.get('alpha', 0.0))], _in),
+]})
 
 SUPPORTED = sorted(SPECS)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .circle_io import Graph
-from .optable import SPECS, SUPPORTED, DX, DW, DB
+from .optable import SPECS, SUPPORTED, DW, DB, dx_bit
 
 
 class PrepareError(ValueError):
@@ -49,17 +49,21 @@ def validate(g: Graph):
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.index} is {op.name}, which utrain cannot train '
                                f'through yet; supported: {", ".join(SUPPORTED)}')
-        SPECS[op.name].options(op, g)   # raises on unsupported options
+        try:
+            SPECS[op.name].options(op, g)
+        except ValueError as e:         # unsupported options, shapes, non-constant indices
+            raise PrepareError(f'{where}: {e}') from None
     used = set()
     for op in g.ops:
         spec = SPECS[op.name]
         dev = spec.inputs(op)
+        roles = spec.roles(op, g)
         for pos, k in enumerate(op.inputs):
             if k < 0 or k not in dev:
                 continue                # read on the host (e.g. a RESHAPE's shape)
             used.add(k)
-            if pos in spec.params and g.tensors[k].data is None:
-                raise PrepareError(f'{where}: op {op.index} {op.name} takes its {spec.params[pos]} '
+            if pos in roles and g.tensors[k].data is None:
+                raise PrepareError(f'{where}: op {op.index} {op.name} takes its {roles[pos]} '
                                    f'from non-constant tensor {k} ({g.tensors[k].name}); '
                                    'utrain needs constant weights')
         used.update(op.outputs)
@@ -106,7 +110,7 @@ def select_trainable(g: Graph, ops: set):
     params = {}
     for i in sorted(ops):
         op = g.ops[i]
-        for pos, role in SPECS[op.name].params.items():
+        for pos, role in SPECS[op.name].roles(op, g).items():
             if pos < len(op.inputs) and op.inputs[pos] >= 0:
                 params[op.inputs[pos]] = (i, role)
     return params
@@ -114,13 +118,19 @@ def select_trainable(g: Graph, ops: set):
 
 def derive_backward(g: Graph, params: dict):
     """The backward list: (op index, flags) in reverse execution order, pruned to the
-    ops whose output gradient some trainable parameter needs.  DX is set only where the
-    data input's own gradient is needed further down."""
+    ops whose output gradient some trainable parameter needs.  Data input n's gradient
+    bit (dx_bit(n): DX for the first) is set only where that input's own gradient is
+    needed further down."""
     needs = {}                       # tensor -> its gradient is needed
+
+    def data(op):                    # (n, tensor) of the op's data inputs
+        ins = op.inputs
+        return [(n, ins[p]) for n, p in enumerate(SPECS[op.name].data_inputs) if p < len(ins)]
+
     for op in g.ops:
-        spec = SPECS[op.name]
-        trains = any(op.inputs[p] in params for p in spec.params if p < len(op.inputs))
-        below = any(needs.get(op.inputs[p], False) for p in spec.data_inputs)
+        roles = SPECS[op.name].roles(op, g)
+        trains = any(op.inputs[p] in params for p in roles if p < len(op.inputs))
+        below = any(needs.get(k, False) for n, k in data(op))
         for k in op.outputs:
             needs[k] = trains or below
     out = []
@@ -129,9 +139,10 @@ def derive_backward(g: Graph, params: dict):
             continue
         spec = SPECS[op.name]
         flags = 0
-        if any(needs.get(op.inputs[p], False) for p in spec.data_inputs):
-            flags |= DX
-        for pos, role in spec.params.items():
+        for n, k in data(op):
+            if needs.get(k, False):
+                flags |= dx_bit(n)
+        for pos, role in spec.roles(op, g).items():
             if pos < len(op.inputs) and op.inputs[pos] in params:
                 flags |= DW if role == 'weight' else DB
         out.append((op.index, flags))

@@ -46,18 +46,33 @@ def act_grad(dy, y, code):
 _OPS = {19: RELU, 21: RELU6, 28: TANH, 14: LOGISTIC, 20: RELU_N1_TO_1}
 
 
+# HARD_SWISH (117) y = x relu6(x + 3) / 6 and LEAKY_RELU (98, alpha) take their
+# gradients from the saved input x.  Temporaries: two arrays of x's size.
 def forward(rt, op):
     code, ins, outs, opts = op
+    x = rt.t[ins[0]]
     if code == 25:
-        rt.t[outs[0]] = softmax(rt.t[ins[0]], opts[0])
+        rt.t[outs[0]] = softmax(x, opts[0])
+    elif code == 117:
+        rt.t[outs[0]] = np.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0) * x
+    elif code == 98:
+        rt.t[outs[0]] = np.where(x > 0.0, x, x * opts[0])
     else:
         c = _OPS[code]
-        x = rt.t[ins[0]]
         rt.t[outs[0]] = act(x * 1.0 if c == TANH else x, c)  # tanh works in place
 
 
 def backward(rt, op, dy, flags):
     code, ins, outs, opts = op
+    if code == 117:
+        x = rt.t[ins[0]]
+        g = np.where(x > 3.0, dy, np.where(x < -3.0, 0.0, dy * (x * (1.0 / 3.0) + 0.5)))
+        rt.add_grad(ins[0], g)
+        return
+    if code == 98:
+        x = rt.t[ins[0]]
+        rt.add_grad(ins[0], np.where(x > 0.0, dy, dy * opts[0]))
+        return
     y = rt.t[outs[0]]
     if code == 25:
         rt.add_grad(ins[0], softmax_grad(dy, y, opts[0]))

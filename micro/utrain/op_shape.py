@@ -1,11 +1,68 @@
-# RESHAPE: a view of the input with the output's 2-D shape; its gradient is the
-# reverse reshape.  No temporaries when the input is contiguous.
+# Shape ops.  RESHAPE (22), SQUEEZE (43), EXPAND_DIMS (70): a view of the input with the
+# output's 2-D shape (no options); the gradient is the reverse reshape.  No temporaries
+# when the input is contiguous.
+# PAD (34, zeros), TRANSPOSE (39), STRIDED_SLICE (45), CONCATENATION (2): block copies
+# between the input(s) and the zeroed output, planned on the host
+# (host_tools/optable.py _copy_plan): 21 option floats per input, na nb n1 n2 tr, then
+# for the input (side A) and the output (side B) each: start row, col; row, col step per
+# outer index i; the same per j; row step and column step inside a block.  Block (i, j)
+# is an [n1, n2] strided view of the output and of the input ([n2, n1] transposed when
+# tr: a TRANSPOSE moving the last axis).  Only 2-D slicing, no index arrays (ulab's 2-D).
+# Backward copies the other way, into a zeroed input-sized gradient.
+# Temporaries: none besides the output (forward) or each input's gradient (backward).
+from utrain.xnp import zeros
+
+
+def _v(x, p, k, i, j, m, n):
+    # the [m, n] block (i, j) of side x, plan side at p[k]
+    r = p[k] + i * p[k + 2] + j * p[k + 4]
+    c = p[k + 1] + i * p[k + 3] + j * p[k + 5]
+    rs, cs = p[k + 6], p[k + 7]
+    return x[r:r + (m - 1) * rs + 1:rs, c:c + (n - 1) * cs + 1:cs]
+
+
+def _copy(y, x, p, k, back):
+    # y[B blocks] = x[A blocks] of the part at p[k]; back: x[A blocks] = y[B blocks]
+    n1, n2, tr = p[k + 2], p[k + 3], p[k + 4]
+    for i in range(p[k]):
+        for j in range(p[k + 1]):
+            b = _v(y, p, k + 13, i, j, n1, n2)
+            if tr:
+                a = _v(x, p, k + 5, i, j, n2, n1)
+                if back:
+                    a[:] = b.T
+                else:
+                    b[:] = a.T
+            elif back:
+                _v(x, p, k + 5, i, j, n1, n2)[:] = b
+            else:
+                b[:] = _v(x, p, k + 5, i, j, n1, n2)
+
+
 def forward(rt, op):
-    x = rt.t[op[1][0]]
-    s = rt.shape[op[2][0]]
-    rt.t[op[2][0]] = x if x.shape == s else x.reshape(s)
+    code, ins, outs, p = op
+    t = rt.t
+    s = rt.shape[outs[0]]
+    if not p:
+        x = t[ins[0]]
+        t[outs[0]] = x if x.shape == s else x.reshape(s)
+        return
+    p = [int(v) for v in p]
+    y = zeros(s)
+    for j in range(len(ins)):
+        _copy(y, t[ins[j]], p, 21 * j, 0)
+    t[outs[0]] = y
 
 
 def backward(rt, op, dy, flags):
-    s = rt.shape[op[1][0]]
-    rt.add_grad(op[1][0], dy if dy.shape == s else dy.reshape(s))
+    code, ins, outs, p = op
+    if not p:
+        s = rt.shape[ins[0]]
+        rt.add_grad(ins[0], dy if dy.shape == s else dy.reshape(s))
+        return
+    p = [int(v) for v in p]
+    for j in range(len(ins)):
+        if flags & (1 if j == 0 else 4 << j):
+            dx = zeros(rt.shape[ins[j]])
+            _copy(dy, dx, p, 21 * j, 1)
+            rt.add_grad(ins[j], dx)
