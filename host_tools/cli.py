@@ -95,7 +95,8 @@ def cmd_prepare(a):
                 loss=a.loss, reduction=a.reduction, from_logits=a.from_logits,
                 optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, beta1=a.beta1,
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
-                metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train)
+                metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
+                rewrite=not a.no_rewrite)
     st = s['settings']
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
@@ -212,6 +213,9 @@ def main(argv=None):
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
     q.add_argument('--seed', type=int)
     q.add_argument('--train', help='all | none | last:N (ONERT num_of_trainable_ops)')
+    q.add_argument('--no-rewrite', action='store_true',
+                   help='train the graph as the file has it (no transpose cancelling, '
+                        'BatchNorm folding or dequantizing)')
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')

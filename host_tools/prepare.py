@@ -17,15 +17,19 @@ from .wof import write_wof
 
 FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
          'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
-         'log': 'train.log', 'rewritten': 'model.circle'}
+         'log': 'train.log', 'rewritten': 'rewritten.circle'}
 
 
-def rewrite_for_training(g, train):
+def rewrite_for_training(g, train, enabled=True):
     """Run the exporter-output passes (host_tools/rewrite.py) on g in place.  ``train``
     is read on the graph as given (the ops `inspect` lists; ONERT's counting); the ops
     it selects keep their BatchNorm as separate, trainable MUL/ADD.  Returns (train as
     op indices of the rewritten graph, report dict, input permutation or None)."""
     keep = [g.ops[i] for i in sorted(parse_train(train, len(g.ops)))]
+    if not enabled:
+        return sorted(op.index for op in keep), {
+            'dequantized': 0, 'quant': {}, 'transposes': 0, 'batchnorm': 0,
+            'changed': False, 'input_perm': None}, None
     info = rw.rewrite(g, keep)
     perm = rw.hoist_input_transpose(g)
     info['input_perm'] = perm
@@ -73,11 +77,14 @@ def resolve_settings(g, overrides: dict) -> dict:
     return s
 
 
-def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **overrides):
-    """Run the host passes and write the folder.  Returns a summary dict."""
+def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, rewrite=True,
+            **overrides):
+    """Run the host passes and write the folder.  Returns a summary dict.
+    ``rewrite=False`` trains the graph exactly as the file has it (no exporter-output
+    passes; kernel tests use it to run the ops they built)."""
     g = read_model(model_path)
     s = resolve_settings(g, overrides)
-    train, info, perm = rewrite_for_training(g, s.pop('train'))
+    train, info, perm = rewrite_for_training(g, s.pop('train'), rewrite)
     p = make_plan(g, train)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
@@ -85,7 +92,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **over
     files = dict(FILES)
     if info['changed']:
         # the .wof indexes the rewritten graph: keep it beside, for export
-        rw.save_graph(g, os.path.join(out_dir, files['rewritten']))
+        dst = os.path.join(out_dir, files['rewritten'])
+        if os.path.exists(dst) and os.path.samefile(dst, model_path):
+            raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
+                               'graph; prepare into another folder')
+        rw.save_graph(g, dst)
     else:
         files['rewritten'] = None
     flat = write_flat(g, p, s, os.path.join(out_dir, files['model']))
@@ -136,7 +147,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, **over
 def export(model_path, wof_path, out_path, quantized=False) -> dict:
     """Merge trained .wof weights into a model.  When prepare rewrote the model (the
     prepare.json beside the .wof says so), the weights index the rewritten graph
-    (model.circle beside it): float export writes that plain NHWC float32 graph; with
+    (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with
     ``quantized`` the weights are quantized again with the original tensors' scales and
     zero points (matched by tensor name) into a copy of the original quantized model."""
     from .circle_io import write_with_weights

@@ -416,10 +416,10 @@ def test_int8_model_trains_and_exports_requantized(tmp_path):
     d = tmp_path / 'run'
     s = prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
                 lr=0.05, batch=4, epochs=1, train='last:2')  # ops of the int8 model: Q FC FC DQ
-    assert s['rewrites']['dequantized'] == 7 and (d / 'model.circle').exists()
+    assert s['rewrites']['dequantized'] == 7 and (d / 'rewritten.circle').exists()
     code, text = run(os.fspath(d), python=True, stream=False)
     assert code == 0, text
-    fl = os.fspath(d / 'model.circle')
+    fl = os.fspath(d / 'rewritten.circle')
     ref = tensor_data(onert_train(fl, x, y, loss='mse', lr=0.05, batch=4, trainable_ops=1,
                                   out_path=tmp_path / 'o.circle'))
     w0 = tensor_data(fl)

@@ -187,7 +187,7 @@ def run_case(tmp_path, case, batch, backend):
     d = tmp_path / 'run'
     s = prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
                 optimizer='sgd', lr=LR, batch=batch, epochs=1, train=train, shuffle=False)
-    g = read_model(d / 'model.circle')
+    g = read_model(d / 'rewritten.circle')
     assert 'TRANSPOSE' not in [op.name for op in g.ops]
     assert s['input_perm'] == (None if shape[1] == 1 else [0, 2, 3, 1])
     code, text = run(os.fspath(d), python=(backend == 'cpython'), stream=False)
