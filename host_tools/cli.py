@@ -10,9 +10,28 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _status(op, g):
+    from .optable import SPECS
+    spec = SPECS.get(op.name)
+    if spec is None:
+        return 'NOT SUPPORTED'
+    roles = spec.roles(op, g)
+    if roles:
+        return 'trains (' + ', '.join(roles.values()) + ')'
+    return 'passes gradients'
+
+
+def _op_line(g, op, how):
+    opts = ', '.join(f'{k}={v}' for k, v in op.options.items()
+                     if k in ('fused_activation_function', 'beta', 'keep_num_dims'))
+    return (f'  {op.index:3d} {op.name:17s} {list(op.inputs)} -> {list(op.outputs)}'
+            f'  {opts}  [{how}]')
+
+
 def cmd_inspect(a):
     from .circle_io import read_model
     from .optable import SPECS, SUPPORTED
+    from . import rewrite as rw
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
@@ -20,19 +39,32 @@ def cmd_inspect(a):
         print(f'description: {g.description}')
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
-    print('\nops:')
-    for op in g.ops:
-        spec = SPECS.get(op.name)
-        if spec is None:
-            how = 'NOT SUPPORTED'
-        elif spec.roles(op, g):
-            how = 'trains (' + ', '.join(spec.roles(op, g).values()) + ')'
-        else:
-            how = 'passes gradients'
-        opts = ', '.join(f'{k}={v}' for k, v in op.options.items()
-                         if k in ('fused_activation_function', 'beta', 'keep_num_dims'))
-        print(f'  {op.index:3d} {op.name:16s} {list(op.inputs)} -> {list(op.outputs)}'
-              f'  {opts}  [{how}]')
+    # what prepare makes of it: training everything (BatchNorm kept) ...
+    h = read_model(a.model)
+    orig = list(h.ops)
+    info = rw.rewrite(h, keep=orig)
+    perm = rw.hoist_input_transpose(h)
+    kept = {id(op) for op in h.ops}
+    # ... and with frozen layers (BatchNorm folded)
+    f = read_model(a.model)
+    forig = list(f.ops)
+    folded = rw.rewrite(f)['batchnorm']
+    rw.hoist_input_transpose(f)
+    fkept = {id(op) for op in f.ops}
+    print('\nops (as in the file; --train last:N counts these):')
+    for op, o, fo in zip(g.ops, orig, forig):
+        how = _status(op, g) if id(o) in kept else 'removed by prepare'
+        if id(o) in kept and id(fo) not in fkept:
+            how += '; folded into the layer before it when that is frozen'
+        print(_op_line(g, op, how))
+    if info['changed'] or perm:
+        print(f'\nprepare rewrites it: {info["dequantized"]} tensors dequantized, '
+              f'{info["transposes"]} layout transpose rewrites'
+              + (f', input {perm} (the model takes NHWC data)' if perm else '')
+              + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else ''))
+        print('ops after the rewrites (everything trainable):')
+        for op in h.ops:
+            print(_op_line(h, op, _status(op, h)))
     print('\ntensors:')
     total = 0
     for t in g.tensors:
@@ -43,10 +75,16 @@ def cmd_inspect(a):
         print(f'  {t.index:3d} {t.name[:40]:40s} {str(list(t.shape)):18s} {t.dtype:8s} {const:5s}'
               f' {n if const else ""}')
     print(f'\nparameters (float32 constants): {total}')
-    print(f'ops utrain trains through: {", ".join(SUPPORTED)}')
-    bad = [op for op in g.ops if op.name not in SPECS]
+    trains = sorted(n for n in SUPPORTED if SPECS[n].params)   # callable: ADD/SUB/MUL/DIV's constant
+    print(f'ops that train here (weights): {", ".join(trains)}')
+    print(f'ops gradients pass through: {", ".join(n for n in SUPPORTED if n not in trains)}')
+    bad = [op for op in h.ops if op.name not in SPECS]
     if bad:
         print('not trainable here: ' + ', '.join(f'op {op.index} {op.name}' for op in bad))
+        if all(op.name in SPECS for op in f.ops):
+            print('(all of them fold away when their layers stay frozen: train the layers '
+                  'after them, e.g. --train last:N)')
+            return 0
         return 1
     return 0
 
@@ -60,7 +98,7 @@ def cmd_prepare(a):
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
                 metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
-                budget=a.budget, board=a.board, backend=a.backend)
+                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite)
     st = s['settings']
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
@@ -95,25 +133,11 @@ def cmd_run(a):
 
 
 def cmd_export(a):
-    from .circle_io import read_model, write_with_weights
-    from .wof import read_wof, read_checkpoint
-    g = read_model(a.model)
-    if a.weights.endswith('.ckpt'):
-        # a sparse update's optimizer state covers its rank only: the prepared folder's
-        # model.flat beside the checkpoint says which channels
-        flat = os.path.join(os.path.dirname(os.path.abspath(a.weights)), 'model.flat')
-        ranks = None
-        if os.path.exists(flat):
-            from .flatmodel import read_flat
-            try:
-                ranks = read_flat(flat)['ranks']
-            except ValueError:
-                pass                # not this model's folder: whole-tensor state
-        w = read_checkpoint(a.weights, g, ranks)
-    else:
-        w = read_wof(a.weights, g)
-    write_with_weights(a.model, a.output, w)
-    print(f'wrote {a.output}: {len(w)} tensors from {a.weights} into {a.model}')
+    from .prepare import export
+    r = export(a.model, a.weights, a.output, quantized=a.quantized)
+    print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
+          + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
+             if a.quantized else ''))
     return 0
 
 
@@ -162,34 +186,58 @@ def cmd_plot(a):
     return 0
 
 
+DEMOS = {
+    # the bundled digits MLP, trained from scratch
+    'mlp': dict(model='digits_mlp.circle', loss='scce', optimizer='adam', lr=0.005, batch=4,
+                epochs=5),
+    # a PyTorch CNN converted with tico (datasets/digits/make_tico.py), pre-trained on the
+    # digits 0-5: the frozen conv + BatchNorm features are kept, the depthwise conv and
+    # the classifier learn all ten digits (transfer learning)
+    'cnn': dict(model='digits_tico_cnn.circle', loss='scce', from_logits=True,
+                optimizer='adam', lr=0.005, batch=4, epochs=2, train_from='DEPTHWISE_CONV_2D'),
+}
+
+
 def cmd_demo(a):
-    """The bundled digits example end to end on the simulated board."""
+    """A bundled digits example end to end on the simulated board."""
     from .runner import run
-    from .prepare import prepare
-    from .circle_io import read_model, write_with_weights
-    from .wof import read_wof
+    from .prepare import prepare, export
+    from .circle_io import read_model
     from . import dataset as ds
-    model = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
+    cfg = dict(DEMOS[a.model])
+    model = os.path.join(ROOT, 'datasets', 'digits', cfg.pop('model'))
     data = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
-    out = a.out
+    out = a.out or os.path.join('build', 'digits' if a.model == 'mlp' else 'digits_cnn')
+    first = cfg.pop('train_from', None)
+    epochs = cfg.pop('epochs')
+    epochs = epochs if a.epochs is None else a.epochs
+    if first:
+        ops = [op.name for op in read_model(model).ops]
+        cfg['train'] = f'last:{len(ops) - ops.index(first)}'
     print(f'== prepare {os.path.relpath(model)} with {os.path.relpath(data)}')
-    prepare(model, out, data=data, test_split=0.2, loss='scce', optimizer='adam', lr=0.005,
-            batch=4, epochs=a.epochs)
+    s = prepare(model, out, data=data, test_split=0.2, epochs=epochs, **cfg)
+    r = s['rewrites']
+    if s['rewritten']:
+        print(f'   rewritten for training: {r["transposes"]} layout transpose rewrites, '
+              f'{r["batchnorm"]} BatchNorm ops folded; trains '
+              + ', '.join(s['trainable']))
     print(f'== train on the simulated {a.board} board ({"CPython" if a.python else "unix MicroPython"})')
     code, text = run(out, board=a.board, python=a.python)
     if code:
         return code
-    exported = os.path.join(out, 'digits_trained.circle')
-    g = read_model(model)
-    write_with_weights(model, exported, read_wof(os.path.join(out, 'trained.wof'), g))
+    exported = os.path.join(out, f'digits_{a.model}_trained.circle')
+    export(model, os.path.join(out, 'trained.wof'), exported)
     print(f'== exported {exported}')
     x, y = ds.read_dataset(os.path.join(out, 'test.ds'))
     try:
         import onert
     except ImportError:
         return 0
+    g = read_model(exported)
+    shape = [1] + list(g.tensors[g.inputs[0]].shape[1:])
     sess = onert.infer.session(exported)
-    hits = sum(int(np.argmax(sess.infer([x[i:i + 1]])[0])) == int(y[i, 0]) for i in range(len(x)))
+    hits = sum(int(np.argmax(sess.infer([x[i].reshape(shape)])[0])) == int(y[i, 0])
+               for i in range(len(x)))
     print(f'exported model under ONERT inference: test accuracy {hits / len(x):.4f} '
           f'({hits}/{len(x)})')
     return 0
@@ -242,6 +290,9 @@ def main(argv=None):
                    'will not fit, and say what would')
     q.add_argument('--backend', choices=['fallback', 'ulab'], default='fallback',
                    help='array backend the board runs (heap plan)')
+    q.add_argument('--no-rewrite', action='store_true',
+                   help='train the graph as the file has it (no transpose cancelling, '
+                        'BatchNorm folding or dequantizing)')
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')
@@ -256,6 +307,8 @@ def main(argv=None):
     q.add_argument('model')
     q.add_argument('weights')
     q.add_argument('-o', '--output', required=True)
+    q.add_argument('--quantized', action='store_true',
+                   help='quantize the trained weights with the original model\'s scales')
     q.set_defaults(fn=cmd_export)
 
     q = sub.add_parser('dataset', help='convert .npz, .csv or an image folder to .ds record files')
@@ -288,10 +341,12 @@ def main(argv=None):
     q.add_argument('-o', '--output', default='curves.png')
     q.set_defaults(fn=cmd_plot)
 
-    q = sub.add_parser('demo', help='the bundled digits example: prepare, train, export')
-    q.add_argument('--out', default=os.path.join('build', 'digits'))
+    q = sub.add_parser('demo', help='a bundled digits example: prepare, train, export')
+    q.add_argument('--model', choices=sorted(DEMOS), default='mlp',
+                   help='mlp: the MLP from scratch; cnn: a PyTorch CNN (via tico) fine-tuned')
+    q.add_argument('--out', help='folder (default build/digits or build/digits_cnn)')
     q.add_argument('--board', default='rp2040')
-    q.add_argument('--epochs', type=int, default=5)
+    q.add_argument('--epochs', type=int, help='default 5 (mlp), 2 (cnn)')
     q.add_argument('--python', action='store_true')
     q.set_defaults(fn=cmd_demo)
 

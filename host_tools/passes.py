@@ -71,7 +71,8 @@ def validate(g: Graph):
         t = g.tensors[k]
         if t.dtype != 'float32':
             raise PrepareError(f'{where}: tensor {k} ({t.name}) is {t.dtype}; utrain trains '
-                               'float32 models (quantized models are not supported yet)')
+                               'float32 models (prepare dequantizes int8/uint8 tensors that carry '
+                               'scales; this one has none)')
     for k in list(g.inputs) + list(g.outputs):
         shape = g.tensors[k].shape
         if len(shape) < 2 or shape[0] != 1:

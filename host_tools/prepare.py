@@ -10,13 +10,34 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
-from .passes import PrepareError, plan as make_plan, parse_ranks
+from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan
+from . import rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
 
 FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
          'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
-         'log': 'train.log'}
+         'log': 'train.log', 'rewritten': 'rewritten.circle'}
+
+
+def rewrite_for_training(g, train, enabled=True):
+    """Run the exporter-output passes (host_tools/rewrite.py) on g in place.  ``train``
+    is read on the graph as given (the ops `inspect` lists; ONERT's counting); the ops
+    it selects keep their BatchNorm as separate, trainable MUL/ADD.  Returns (train as
+    op indices of the rewritten graph, report dict, input permutation or None)."""
+    keep = [g.ops[i] for i in sorted(parse_train(train, len(g.ops)))]
+    if not enabled:
+        return sorted(op.index for op in keep), {
+            'dequantized': 0, 'quant': {}, 'transposes': 0, 'batchnorm': 0,
+            'changed': False, 'input_perm': None}, None
+    info = rw.rewrite(g, keep)
+    perm = rw.hoist_input_transpose(g)
+    info['input_perm'] = perm
+    info['changed'] = info['changed'] or perm is not None
+    if info['changed']:
+        rw.compact(g)
+    ids = {id(op) for op in keep}
+    return [op.index for op in g.ops if id(op) in ids], info, perm
 
 
 def metadata_settings(g) -> dict:
@@ -91,16 +112,19 @@ def board_profile(board, overrides: dict) -> dict:
 
 
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
-            progress=None, ranks=None, train_config=None, budget=None, board=None,
+            progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
-    scale, 1/4 of the flash).  ranks: 'OP:RANK,...' or {op: rank code}; train_config: an
-    onert-micro training-config file (its ops train with its ranks, the others are
-    frozen); budget: bytes or '96K'; board: a boards/boards.json profile: its batch and
-    stream_frozen are the defaults, its heap bounds the whole plan and its heap_budget
-    the plan's data (all but code and interpreter)."""
+    scale, 1/4 of the flash).  ``rewrite=False`` trains the graph exactly as the file has
+    it (no exporter-output passes; kernel tests use it to run the ops they built).
+    ranks: 'OP:RANK,...' or {op: rank code}; train_config: an onert-micro
+    training-config file (its ops train with its ranks, the others are frozen); op
+    indices are the graph's as given, like train's.  budget: bytes or '96K'; board: a
+    boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
+    bounds the whole plan and its heap_budget the plan's data (all but code and
+    interpreter)."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     prof = board_profile(board, overrides) if board else None
@@ -116,6 +140,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         rk.update(ranks)
     elif ranks:
         rk.update(parse_ranks(ranks, len(g.ops)))
+    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
+    ranked = {id(g.ops[i]): r for i, r in rk.items()}
+    train = sorted(parse_train(train, len(g.ops)) | set(rk))
+    train, info, perm = rewrite_for_training(g, train, rewrite)
+    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
     p = make_plan(g, train, rk)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
@@ -136,6 +165,15 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                            + fit_advice(g, s, train, rk, backend, limit, heap))
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
+    if info['changed']:
+        # the .wof indexes the rewritten graph: keep it beside, for export
+        dst = os.path.join(out_dir, files['rewritten'])
+        if os.path.exists(dst) and os.path.samefile(dst, model_path):
+            raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
+                               'graph; prepare into another folder')
+        rw.save_graph(g, dst)
+    else:
+        files['rewritten'] = None
     flat = write_flat(g, p, s, os.path.join(out_dir, files['model']))
     weights = {k: g.tensors[k].data for k in p.params}
     write_wof(os.path.join(out_dir, files['weights']), len(g.tensors), weights)
@@ -146,7 +184,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                         if t.data is not None and t.index not in p.params
                                         and t.dtype == 'float32')),
                'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
-               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()}}
+               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
+               'rewritten': files['rewritten'], 'input_perm': perm,
+               'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
+               'quant': info['quant']}
     if any(r for r in p.op_ranks.values()) or train_config:
         try:
             write_train_config(os.path.join(out_dir, 'train.tcfg'), p.op_ranks)
@@ -157,6 +198,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         x, y = ds.load(data)
         n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
         n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
+        if perm is not None:          # the model now takes its input transposed (NHWC)
+            orig = [len(x)] + [g.tensors[g.inputs[0]].shape[i] for i in np.argsort(perm)][1:]
+            if x.size == int(np.prod(orig)):
+                x = x.reshape(orig).transpose(perm)
         x = x.reshape(len(x), -1)
         if x.shape[1] != n_in:
             raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
@@ -189,3 +234,66 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                  (json.dumps(summary, indent=1) + '\n').encode())
     summary['settings'] = s
     return summary
+
+
+def export(model_path, wof_path, out_path, quantized=False) -> dict:
+    """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
+    prepare.json beside the .wof says so), the weights index the rewritten graph
+    (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with
+    ``quantized`` the weights are quantized again with the original tensors' scales and
+    zero points (matched by tensor name) into a copy of the original quantized model."""
+    from .circle_io import write_with_weights
+    from .wof import read_wof, read_checkpoint
+    run_dir = os.path.dirname(os.path.abspath(wof_path))
+    summary = {}
+    sp = os.path.join(run_dir, 'prepare.json')
+    if os.path.exists(sp):
+        with open(sp) as f:
+            summary = json.load(f)
+    base = model_path
+    if summary.get('rewritten'):
+        rewritten = os.path.join(run_dir, summary['rewritten'])
+        if not os.path.exists(rewritten):
+            raise PrepareError(f'{rewritten}: missing; {wof_path} indexes that rewritten model')
+        base = rewritten
+    g = read_model(base)
+    if wof_path.endswith('.ckpt'):
+        # a sparse update's optimizer state covers its rank only: the prepared folder's
+        # model.flat beside the checkpoint says which channels
+        flat = os.path.join(run_dir, 'model.flat')
+        ranks = None
+        if os.path.exists(flat):
+            from .flatmodel import read_flat
+            try:
+                ranks = read_flat(flat)['ranks']
+            except ValueError:
+                pass                # not this model's folder: whole-tensor state
+        w = read_checkpoint(wof_path, g, ranks)
+    else:
+        w = read_wof(wof_path, g)
+    if not quantized:
+        write_with_weights(base, out_path, w)
+        return {'model': base, 'tensors': len(w), 'clipped': 0}
+    orig = read_model(model_path)
+    by_name = {t.name: t for t in orig.tensors}
+    quant = summary.get('quant') or {}
+    new, clipped = {}, 0
+    for k, arr in w.items():
+        name = g.tensors[k].name
+        t = by_name.get(name)
+        if t is None or t.data is None:
+            raise PrepareError(f'{model_path}: has no constant tensor {name!r} to take the '
+                               'trained weights; export the float model instead')
+        if name in quant:
+            q, c = rw.quantize(arr, quant[name][1], quant[name][0])
+            clipped += c
+            new[t.index] = q.reshape(t.shape)
+        elif t.dtype == 'float32':
+            new[t.index] = arr.reshape(t.shape)
+        else:
+            raise PrepareError(f'{model_path}: tensor {name!r} is {t.dtype} without scales')
+    if not quant:
+        raise PrepareError(f'{model_path}: --quantized needs the quantized model prepare '
+                           'started from (this one has no dequantized tensors)')
+    write_with_weights(model_path, out_path, new)
+    return {'model': model_path, 'tensors': len(new), 'clipped': clipped}

@@ -293,7 +293,7 @@ def build(cid, where, seed):
     else:
         raise AssertionError(f'{cid}: no kink-free sample')
     t = m.val[y] + m.rng.normal(0.0, 0.5, m.val[y].shape)
-    prepare(path, where, loss='mse', train='all')
+    prepare(path, where, loss='mse', train='all', rewrite=False)   # the ops as built
     job = {'flat': os.path.join(where, 'model.flat'), 'wof': os.path.join(where, 'weights.wof'),
            'x': m.val[m.x].ravel().tolist(), 't': t.ravel().tolist()}
     return job, {'path': path, 'x': m.val[m.x], 'y_ref': m.val[y], 'params': m.params}
@@ -442,7 +442,7 @@ def test_model_micropython_matches_cpython(tmp_path):
     backends = ['cpython'] + (['micropython'] if tp.MICROPYTHON else [])
     for backend in backends:
         d = tp.prepare_dir(model, tmp_path / backend, x, y, loss='mse', optimizer='sgd',
-                           lr=0.05, batch=2, train='all')
+                           lr=0.05, batch=2, train='all', rewrite=False)  # ops as built
         tp.run_backend(d, backend)
         got[backend] = tensor_data(tp.export_trained(model, d, tmp_path / f'{backend}.circle'))
     w0 = tensor_data(model)
@@ -523,7 +523,7 @@ def test_tico_export_forward_and_gradients(tmp_path):
     x = torch.randn(1, 4, 5, 5)
     path = str(tmp_path / 'm.circle')
     tico.convert(net, (x,)).save(path)
-    prepare(path, str(tmp_path), loss='mse', train='all')
+    prepare(path, str(tmp_path), loss='mse', train='all', rewrite=False)  # tico's graph as is
     tr = tp.new_trainer(tmp_path / 'model.flat', tmp_path / 'weights.wof')
     from host_tools.circle_io import read_model
     g = read_model(path)

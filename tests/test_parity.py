@@ -31,8 +31,8 @@ for _p in (ROOT, _HERE, MICRO):
         sys.path.insert(0, _p)
 
 from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import read_model, tensor_data, write_with_weights  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.circle_io import read_model, tensor_data  # noqa: E402
+from host_tools.prepare import export, prepare  # noqa: E402
 from host_tools.runner import find_micropython, run  # noqa: E402
 from host_tools.wof import read_wof  # noqa: E402
 from onert_ref import build_mlp, onert_infer, onert_train  # noqa: E402
@@ -86,9 +86,9 @@ def run_backend(out_dir, backend):
 
 
 def export_trained(model, out_dir, out_path):
-    """trained.wof merged into the circle model (host_tools' reader + rewriter)."""
-    w = read_wof(os.path.join(out_dir, "trained.wof"), read_model(model))
-    write_with_weights(model, out_path, w)
+    """trained.wof merged into the circle model (host_tools' export: into the rewritten
+    graph when prepare rewrote the model)."""
+    export(model, os.path.join(out_dir, "trained.wof"), out_path)
     return out_path
 
 
