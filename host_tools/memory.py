@@ -52,10 +52,10 @@ def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024):
 BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
 ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
 CODE_PER_MPY_BYTE = 2.35        # resident heap per byte of .mpy imported
-BASE = {'fallback': 30 * 1024, 'ulab': 24 * 1024}  # interpreter, train.py, files, json
+BASE = {'fallback': 21 * 1024, 'ulab': 15 * 1024}  # interpreter, train.py stub, files, json
 STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
 SLACK = 0.12                    # fragmentation allowance on data and working set
-CORE_MODULES = ('__init__', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'optim',
+CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'optim',
                 'data', 'wof')
 
 # working-set temporaries per op while it runs, in (output-sized, input-sized) arrays

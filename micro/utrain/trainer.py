@@ -7,7 +7,6 @@
 # Reliability: a NaN/Inf loss or weight raises Diverged after restoring the last good
 # state (the last checkpoint saved or loaded, else the initial weights); checkpoints
 # hold the position inside the epoch, so a resumed run ends with the same weights.
-from struct import pack, unpack, calcsize
 from utrain.xnp import np, zeros, as2d
 from utrain.model import Net, LOSSES, OPTIMIZERS, METRICS, big_first
 from utrain.losses import loss as _loss, metric as _metric
@@ -31,9 +30,6 @@ def _drop(name):
         delattr(utrain, name)
     except AttributeError:
         pass
-
-
-RESUME = '<4sHHIddfIIdd'   # utrain's block after the checkpoint counters (docs/formats.md)
 
 
 class Diverged(Exception):
@@ -294,40 +290,10 @@ class Trainer:
         """Weights, optimizer state, counters and the position in the epoch (call it
         between batches: gradient sums of an incomplete batch are not saved)."""
         self._check('; not saving ' + path)
-        o = self.opt
-        b = self.best or (0, 0.0, 0.0)
-        extra = pack(RESUME, b'UTRS', 1, self.best is not None, self.pos, self.sums[0],
-                     self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2])
-        _wof().save_checkpoint(path, len(self.net.t), self.weights(), o.m, o.v, o.t, self.epoch,
-                               extra)
+        _wof().save_state(self, path)
         _drop('wof')
         self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
-        net = self.net
-        shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
-        state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
-        w, m, v, step, epoch, extra = _wof().load_checkpoint(path, len(net.t), shapes, state)
+        _wof().load_state(self, path)
         _drop('wof')
-        pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
-        if extra:
-            if len(extra) != calcsize(RESUME) or extra[:6] != pack('<4sH', b'UTRS', 1):
-                raise ValueError('%s: unknown data after the counters' % path)
-            _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra)
-            sums = (ls, ms)
-            best = (be, bl, bm) if has else None
-        for k in net.trainable:
-            if k not in w:
-                raise ValueError('%s: no weights for trainable tensor %d' % (path, k))
-            net.t[k] = w[k]
-        o = self.opt
-        for k in m:
-            if k in o.m:
-                o.m[k] = m[k]
-        for k in v:
-            if k in o.v:
-                o.v[k] = v[k]
-        o.t, self.epoch = step, epoch
-        self.pos, self.sums, self.best, self.retries, self.good = pos, sums, best, retries, path
-        self.lr_scale = scale
-        o.lr = self.cfg['lr'] * scale

@@ -5,7 +5,7 @@
 # finished by the next reader (openr).  A checkpoint ends with utrain's trailer
 # 'UTCK' + CRC32 of everything before it; onert-micro ignores bytes after the
 # counters, and a checkpoint without the trailer (onert-micro's own) still loads.
-from struct import pack, unpack
+from struct import pack, unpack, calcsize
 from utrain.xnp import write, readinto, zeros
 import os
 try:
@@ -239,3 +239,46 @@ def read_checkpoint(f, path, n, shapes, state=None):
     step, epoch = unpack('<II', f.read(8))
     extra = f.read(end - oo - 8) if end > oo + 8 else b''
     return out[0], out[1], out[2], step, epoch, extra
+
+
+# A Trainer's checkpoint: onert-micro's layout, then utrain's resume block (the position
+# in the epoch, loss/metric sums, lr scale, best result, retries; docs/formats.md).  Here,
+# not in trainer.py, because this module is loaded only for a save or load.
+RESUME = '<4sHHIddfIIdd'
+
+
+def save_state(tr, path):
+    o = tr.opt
+    b = tr.best or (0, 0.0, 0.0)
+    extra = pack(RESUME, b'UTRS', 1, tr.best is not None, tr.pos, tr.sums[0], tr.sums[1],
+                 tr.lr_scale, b[0], tr.retries, b[1], b[2])
+    save_checkpoint(path, len(tr.net.t), tr.weights(), o.m, o.v, o.t, tr.epoch, extra)
+
+
+def load_state(tr, path):
+    net = tr.net
+    shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
+    state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
+    w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
+    pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
+    if extra:
+        if len(extra) != calcsize(RESUME) or extra[:6] != pack('<4sH', b'UTRS', 1):
+            raise ValueError('%s: unknown data after the counters' % path)
+        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra)
+        sums = (ls, ms)
+        best = (be, bl, bm) if has else None
+    for k in net.trainable:
+        if k not in w:
+            raise ValueError('%s: no weights for trainable tensor %d' % (path, k))
+        net.t[k] = w[k]
+    o = tr.opt
+    for k in m:
+        if k in o.m:
+            o.m[k] = m[k]
+    for k in v:
+        if k in o.v:
+            o.v[k] = v[k]
+    o.t, tr.epoch = step, epoch
+    tr.pos, tr.sums, tr.best, tr.retries, tr.good = pos, sums, best, retries, path
+    tr.lr_scale = scale
+    o.lr = tr.cfg['lr'] * scale

@@ -1,0 +1,193 @@
+# What train.py runs (kept here so a board loads it precompiled as .mpy instead of
+# compiling it in its heap): load the prepared files named by train.json, evaluate,
+# train epoch by epoch with progress lines, a CSV log, checkpoints, validation-gated
+# saving, divergence recovery, Ctrl-C and out-of-memory handling (README).
+import gc
+import json
+import sys
+from utrain.trainer import Trainer, Diverged
+from utrain.data import Dataset
+
+try:
+    from time import ticks_ms, ticks_diff
+except ImportError:  # CPython
+    from time import time
+
+    def ticks_ms():
+        return int(time() * 1000)
+
+    def ticks_diff(a, b):
+        return a - b
+
+
+def exists(path):
+    # (not utrain.wof's: that module stays off the heap between saves)
+    try:
+        open(path).close()
+        return True
+    except OSError:
+        return False
+
+
+def heap():
+    try:
+        gc.collect()
+        return gc.mem_free()
+    except AttributeError:
+        return -1
+
+
+def flush():
+    # a serial terminal (or mpremote) shows the line now, not when a buffer fills
+    try:
+        sys.stdout.flush()
+    except AttributeError:
+        pass
+
+
+def mark_resume(cfg_path):
+    # set run.resume in train.json, replacing the file atomically
+    from utrain.wof import _replace
+    with open(cfg_path) as f:
+        d = json.load(f)
+    d.setdefault('run', {})['resume'] = True
+    with open(cfg_path + '.tmp', 'w') as f:
+        json.dump(d, f)
+    _replace(cfg_path + '.tmp', cfg_path)
+
+
+STATE = {}
+
+
+def main(cfg_path='train.json'):
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    files = cfg.pop('files')
+    run = cfg.pop('run', {})
+    gc.collect()            # the JSON parse's garbage gone before the big arrays come
+    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
+    c = tr.cfg
+    ckpt = files.get('checkpoint')
+    if run.get('resume') and ckpt and exists(ckpt):
+        tr.load_checkpoint(ckpt)
+        print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
+    if not files.get('train'):
+        print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
+        return
+    train = Dataset(files['train'])
+    test = Dataset(files['test']) if files.get('test') else None
+    metric = c['metric']
+    fresh = not (tr.epoch or tr.pos)
+    keep = run.get('keep_best') and test   # validation-gated saving
+    log = open(files.get('log', 'train.log'), 'w' if fresh else 'a')
+    if fresh:
+        log.write('epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
+    print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs, free heap %d'
+          % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
+             c['epochs'], heap()))
+    if test and fresh:
+        tl, tm = tr.evaluate(test)
+        print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
+        log.write('0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
+        if keep and tr.better(tl, tm):
+            tr.save_weights(files['out'])
+    every = run.get('progress', 0)
+    t = [ticks_ms(), tr.pos]
+
+    def progress(i, n, ls, ms):
+        if every and i % every == 0:
+            dt = ticks_diff(ticks_ms(), t[0])
+            print('  %d/%d loss %.4f %s %.4f  %.1f samples/s free %d'
+                  % (i, n, ls / i, metric, ms / i, 1000 * (i - t[1]) / max(dt, 1), heap()))
+            flush()
+
+    try:
+        train_loop(tr, c, run, train, test, log, keep, files, ckpt, metric, progress, t)
+    except KeyboardInterrupt:
+        # Ctrl-C: drop a half-summed batch and save where its first sample is, so
+        # train.py resumes there when train.json says "resume": true
+        log.close()
+        if ckpt:
+            tr.net.zero_grads()
+            tr.pos -= min(tr.pending, tr.pos)
+            tr.pending = 0
+            tr.save_checkpoint(ckpt)
+            if not run.get('resume'):
+                mark_resume(cfg_path)
+            print('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
+                  '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
+        else:
+            print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
+        flush()
+        return
+    log.close()
+    if keep and tr.best:
+        print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
+    else:
+        tr.save_weights(files['out'])
+        print('saved %s' % files['out'])
+    try:
+        gc.collect()
+        print('heap in use after training %d B' % gc.mem_alloc())
+    except AttributeError:
+        pass
+
+
+def train_loop(tr, c, run, train, test, log, keep, files, ckpt, metric, progress, t):
+    while tr.epoch < c['epochs']:
+        t0 = t[0] = ticks_ms()
+        t[1] = tr.pos
+        try:
+            l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
+        except Diverged as e:
+            if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
+                print('utrain: stopped: %s' % e)
+                break
+            tr.retries += 1
+            tr.lower_lr(run.get('lr_factor', 0.5))
+            print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
+            continue
+        dt = ticks_diff(ticks_ms(), t0)
+        tl = tm = float('nan')
+        if test:
+            tl, tm = tr.evaluate(test)
+        free = heap()
+        kept = ''
+        if keep:
+            if tr.better(tl, tm):
+                tr.save_weights(files['out'])
+                kept = '  kept'
+            else:
+                kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
+        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
+              '(%.2f ms/sample, %.1f samples/s) free %d%s'
+              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
+                 dt / max(train.n, 1), 1000 * train.n / max(dt, 1), free, kept))
+        flush()
+        log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
+        log.flush()
+        if ckpt:
+            tr.save_checkpoint(ckpt)
+
+
+def start(cfg_path='train.json'):
+    try:
+        main(cfg_path)
+    except ValueError as e:   # a bad file or setting: the message names it
+        print('utrain: error: %s' % e)
+        raise SystemExit(1)
+    except MemoryError as e:
+        if '-v' in sys.argv:
+            sys.print_exception(e)
+        # whatever is on flash is the last good state: saves are atomic and none ran now
+        tr = STATE.pop('tr', None)
+        at = 'at epoch %d sample %d' % (tr.epoch + 1, tr.pos + 1) if tr else 'loading the model'
+        tr = None
+        free = heap()
+        used = getattr(gc, 'mem_alloc', heap)()
+        print('utrain: out of memory %s (heap %d B: %d B free, %d B in use once the trainer is '
+              'dropped). The files on flash keep the last saved weights. To fit: prepare --budget '
+              '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
+              'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
+              'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
+        raise SystemExit(1)
