@@ -102,24 +102,42 @@ def main(cfg_path='train.json'):
             flush()
 
     try:
-        train_loop(tr, c, run, train, test, log, keep, files, ckpt, metric, progress, t)
+        while tr.epoch < c['epochs']:
+            t0 = t[0] = ticks_ms()
+            t[1] = tr.pos
+            try:
+                l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
+            except Diverged as e:
+                if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
+                    print('utrain: stopped: %s' % e)
+                    break
+                tr.retries += 1
+                tr.lower_lr(run.get('lr_factor', 0.5))
+                print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
+                continue
+            dt = ticks_diff(ticks_ms(), t0)
+            tl = tm = float('nan')
+            if test:
+                tl, tm = tr.evaluate(test)
+            free = heap()
+            kept = ''
+            if keep:
+                if tr.better(tl, tm):
+                    tr.save_weights(files['out'])
+                    kept = '  kept'
+                else:
+                    kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
+            print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
+                  '(%.2f ms/sample, %.1f samples/s) free %d%s'
+                  % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
+                     dt / max(train.n, 1), 1000 * train.n / max(dt, 1), free, kept))
+            flush()
+            log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
+            log.flush()
+            if ckpt:
+                tr.save_checkpoint(ckpt)
     except KeyboardInterrupt:
-        # Ctrl-C: drop a half-summed batch and save where its first sample is, so
-        # train.py resumes there when train.json says "resume": true
-        log.close()
-        if ckpt:
-            tr.net.zero_grads()
-            tr.pos -= min(tr.pending, tr.pos)
-            tr.pending = 0
-            tr.save_checkpoint(ckpt)
-            if not run.get('resume'):
-                mark_resume(cfg_path)
-            print('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
-                  '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
-        else:
-            print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
-        flush()
-        return
+        return interrupted(tr, log, ckpt, run, cfg_path)
     log.close()
     if keep and tr.best:
         print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
@@ -133,41 +151,22 @@ def main(cfg_path='train.json'):
         pass
 
 
-def train_loop(tr, c, run, train, test, log, keep, files, ckpt, metric, progress, t):
-    while tr.epoch < c['epochs']:
-        t0 = t[0] = ticks_ms()
-        t[1] = tr.pos
-        try:
-            l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
-        except Diverged as e:
-            if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
-                print('utrain: stopped: %s' % e)
-                break
-            tr.retries += 1
-            tr.lower_lr(run.get('lr_factor', 0.5))
-            print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
-            continue
-        dt = ticks_diff(ticks_ms(), t0)
-        tl = tm = float('nan')
-        if test:
-            tl, tm = tr.evaluate(test)
-        free = heap()
-        kept = ''
-        if keep:
-            if tr.better(tl, tm):
-                tr.save_weights(files['out'])
-                kept = '  kept'
-            else:
-                kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
-        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
-              '(%.2f ms/sample, %.1f samples/s) free %d%s'
-              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
-                 dt / max(train.n, 1), 1000 * train.n / max(dt, 1), free, kept))
-        flush()
-        log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
-        log.flush()
-        if ckpt:
-            tr.save_checkpoint(ckpt)
+def interrupted(tr, log, ckpt, run, cfg_path):
+    # Ctrl-C: drop a half-summed batch and save where its first sample is, so
+    # train.py resumes there when train.json says "resume": true
+    log.close()
+    if ckpt:
+        tr.net.zero_grads()
+        tr.pos -= min(tr.pending, tr.pos)
+        tr.pending = 0
+        tr.save_checkpoint(ckpt)
+        if not run.get('resume'):
+            mark_resume(cfg_path)
+        print('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
+              '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
+    else:
+        print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
+    flush()
 
 
 def start(cfg_path='train.json'):
@@ -176,9 +175,7 @@ def start(cfg_path='train.json'):
     except ValueError as e:   # a bad file or setting: the message names it
         print('utrain: error: %s' % e)
         raise SystemExit(1)
-    except MemoryError as e:
-        if '-v' in sys.argv:
-            sys.print_exception(e)
+    except MemoryError:
         # whatever is on flash is the last good state: saves are atomic and none ran now
         tr = STATE.pop('tr', None)
         at = 'at epoch %d sample %d' % (tr.epoch + 1, tr.pos + 1) if tr else 'loading the model'
