@@ -288,8 +288,11 @@ def main(argv=None):
                    help='leave frozen weights in the model file, read per op (saves heap)')
     q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '
                    'will not fit, and say what would')
-    q.add_argument('--backend', choices=['fallback', 'ulab'], default='fallback',
-                   help='array backend the board runs (heap plan)')
+    q.add_argument('--backend', choices=['fallback', 'ulab', 'fallback-frozen', 'ulab-frozen'],
+                   default='fallback',
+                   help='what the board runs, for the heap plan: utrain\'s pure-MicroPython '
+                        'arrays or ulab; -frozen: utrain frozen into the firmware '
+                        '(boards/freeze.md), its code off the heap')
     q.add_argument('--no-rewrite', action='store_true',
                    help='train the graph as the file has it (no transpose cancelling, '
                         'BatchNorm folding or dequantizing)')

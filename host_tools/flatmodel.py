@@ -17,7 +17,7 @@ from .passes import Plan, device_shapes
 
 # The layout constants have one home: the device's reader.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro'))
-from utrain.model import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK, ACT, CONST, TRAIN,  # noqa: E402
+from utrain.flat import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK, ACT, CONST, TRAIN,  # noqa: E402
                           UNUSED, SAVE, NO_USE, LOSSES, OPTIMIZERS, METRICS, REDUCTIONS,
                           settings_dict)
 

@@ -51,10 +51,21 @@ def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024):
 # models (bench/memory.py prints the comparison); see docs/memory.md.
 BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
 ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
-CODE_PER_MPY_BYTE = 2.35        # resident heap per byte of .mpy imported
-BASE = {'fallback': 21 * 1024, 'ulab': 15 * 1024}  # interpreter, train.py stub, files, json
+CODE_PER_MPY_BYTE = 1.875       # resident heap per byte of .mpy imported (mpy-cross -O3)
+BASE = 20 * 1024 + 512          # interpreter, train.py stub, files, json, import holes
+# npkern (the fallback's native loops): on the unix port its machine code lies outside
+# the GC heap; its module table and constants stay (measured).  A board that loads
+# native code into its heap (rp2) needs its .mpy size on top.
+NATIVE_KERNELS = 5 * 1024
+# utrain frozen into the firmware (boards/freeze.md, backend '...-frozen'): bytecode
+# stays in flash; module dicts, function and class objects are made in the heap
+FROZEN_CODE_PER_MPY_BYTE = 0.35
+BASE_FROZEN = 18 * 1024
 STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
-SLACK = 0.12                    # fragmentation allowance on data and working set
+SLACK = 0.06                    # fragmentation allowance on the data held all run
+# ... and on the per-sample working set: its temporaries are freed between survivors
+# (floats, small arrays, saved activations), leaving runs too short for the next array
+WS_SLACK = 0.3
 CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'optim',
                 'data', 'wof')
 
@@ -86,7 +97,8 @@ def mpy_sizes() -> dict:
             continue
         src = os.path.join(runner.PACKAGE, name)
         st = os.stat(src)
-        dst = os.path.join(cache, '%s-%d-%d.mpy' % (name[:-3], st.st_mtime_ns, st.st_size))
+        dst = os.path.join(cache, '%s-%d-%d%s.mpy' % (name[:-3], st.st_mtime_ns, st.st_size,
+                                                     ''.join(runner.MPY_FLAGS)))
         if not os.path.exists(dst):
             if name == runner.NATIVE:
                 # counted as bytecode (a firmware without the native emitter): on the unix
@@ -102,16 +114,18 @@ def mpy_sizes() -> dict:
 
 def plan_heap(g, plan, settings, backend='fallback') -> dict:
     """Predicted smallest heap (bytes) for training the prepared model on the simulated
-    board, with its parts: {'total': ..., 'parts': {name: bytes}}."""
+    board, with its parts: {'total': ..., 'parts': {name: bytes}}.  backend: 'fallback'
+    or 'ulab', '-frozen' appended for a firmware with utrain frozen in."""
     from .optable import SPECS
     from .passes import device_shapes
     from .flatmodel import tensor_kinds
     sys_path_micro()
-    from utrain.model import KERNELS, CONST, ACT
+    from utrain.flat import KERNELS, CONST, ACT
     shapes = device_shapes(g)
     size = [r * c for r, c in shapes]
     kinds = tensor_kinds(g, plan)
-    A = lambda n: array_bytes(n, backend)     # noqa: E731
+    arrays, _, frozen = backend.partition('-')
+    A = lambda n: array_bytes(n, arrays)      # noqa: E731
     state = {}
     for k in plan.params:
         ax_lo_hi = plan.ranks.get(k)
@@ -123,13 +137,18 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     parts = {}
     mods = set(CORE_MODULES) | {KERNELS[SPECS[op.name].code] for op in g.ops
                                 if SPECS[op.name].code in KERNELS}
-    if backend == 'fallback':
-        mods.update(('npfallback', 'npkern'))
+    if arrays == 'fallback':
+        mods.add('npfallback')
     if settings.get('stream'):
         mods.add('stream')
     sizes = mpy_sizes()
-    parts['code'] = int(CODE_PER_MPY_BYTE * sum(sizes.get(m, 0) for m in mods))
-    parts['interpreter'] = BASE[backend]
+    mpy = sum(sizes.get(m, 0) for m in mods)
+    if frozen:
+        parts['code'] = int(FROZEN_CODE_PER_MPY_BYTE * mpy)
+        parts['interpreter'] = BASE_FROZEN
+    else:
+        parts['code'] = int(CODE_PER_MPY_BYTE * mpy + (NATIVE_KERNELS if arrays == 'fallback' else 0))
+        parts['interpreter'] = BASE
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]
     if settings.get('stream'):
@@ -201,7 +220,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     parts['working set (activations, temporaries, loss)'] = (
         peak + 4 * A(out_n) + 2 * A(x_in) + rowtemps * A(widest))
     data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
-    parts['fragmentation allowance'] = int(SLACK * data)
+    ws = parts['working set (activations, temporaries, loss)']
+    parts['fragmentation allowance'] = int(SLACK * (data - ws) + WS_SLACK * ws)
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend}
 
 

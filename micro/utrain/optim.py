@@ -8,11 +8,13 @@
 # In-place updates use only += and -= (see xnp.py): m = b m + (1-b) g is m += (g-m)(1-b).
 from utrain.xnp import np, zeros, add_scaled, add_outer
 
+OPTIMIZERS = ('sgd', 'adam', 'rmsprop')   # the flat model's codes, in order
+
 
 class Optimizer:
     def __init__(self, kind='sgd', lr=0.01, momentum=0.0, beta1=0.9, beta2=0.999,
                  eps=1e-7, rho=0.9):
-        if kind not in ('sgd', 'adam', 'rmsprop'):
+        if kind not in OPTIMIZERS:
             raise ValueError('unknown optimizer ' + kind)
         self.kind, self.lr, self.momentum = kind, lr, momentum
         self.beta1, self.beta2, self.eps, self.rho = beta1, beta2, eps, rho

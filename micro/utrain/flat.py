@@ -1,0 +1,153 @@
+# The flattened model's reader (layout: docs/flat-model.md; the host writes it with
+# host_tools/flatmodel.py, which takes these constants from here).  Imported by Net
+# only while it loads a model and dropped after (code is heap on a board).
+# The file is parsed while streaming: only the small tables are read as bytes;
+# constant data goes straight from the file into preallocated arrays, or, when the
+# model was prepared with --stream, stays in the file (utrain.stream).
+from struct import unpack, calcsize
+from utrain.xnp import zeros, readinto
+from utrain.losses import LOSSES, METRICS
+from utrain.optim import OPTIMIZERS
+from utrain.model import big_first
+
+MAGIC = b'UTFM'
+VERSION = 2
+HDR = '<4sHHHHHBBIIH2xI'   # ... data_start, size, n_ranks, crc32 (of the file with it zero)
+RANK = '<HBBII'
+SETTINGS = '<BBBBBBHHHIffffff'
+TENSOR = '<BBHIII'
+ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
+SAVE = 1
+NO_USE = 0xFFFF
+REDUCTIONS = ('mean', 'sum')
+
+
+def settings_dict(s):
+    """The unpacked SETTINGS tuple as named training settings."""
+    if s[0] >= len(LOSSES) or s[1] >= len(REDUCTIONS) or s[3] >= len(OPTIMIZERS) or s[4] >= len(METRICS):
+        raise ValueError('unknown loss/reduction/optimizer/metric code %r' % (s[:5],))
+    return {'loss': LOSSES[s[0]], 'reduction': REDUCTIONS[s[1]], 'from_logits': bool(s[2]),
+            'optimizer': OPTIMIZERS[s[3]], 'metric': METRICS[s[4]], 'shuffle': bool(s[5]),
+            'batch': s[6], 'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
+            'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15], 'stream': bool(s[8] & 1)}
+
+# circle builtin code -> kernel module; imported only when a model uses it
+KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
+           25: 'op_act', 28: 'op_act', 22: 'op_shape', 117: 'op_act', 98: 'op_act',
+           0: 'op_elem', 41: 'op_elem', 18: 'op_elem', 42: 'op_elem', 34: 'op_shape',
+           2: 'op_shape', 39: 'op_shape', 43: 'op_shape', 70: 'op_shape', 45: 'op_shape',
+           3: 'op_conv', 4: 'op_conv', 1: 'op_pool', 17: 'op_pool', 40: 'op_pool'}
+
+
+class ModelError(ValueError):
+    pass
+
+
+def _read(f, n, name, what):
+    b = f.read(n)
+    if len(b) != n:
+        raise ModelError('%s: truncated in %s' % (name, what))
+    return b
+
+
+def _kernel(code, name, i):
+    m = KERNELS.get(code)
+    if m is None:
+        raise ModelError('%s: op %d has code %d, which this utrain cannot run' % (name, i, code))
+    return __import__('utrain.' + m, None, None, ('forward',))
+
+
+def load(net, f, name, wof):
+    """Read the flattened model from the open file f (named name) into net."""
+    h = _read(f, 32, name, 'header')
+    magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk, crc = unpack(HDR, h)
+    if magic != MAGIC:
+        raise ModelError('%s: not a utrain flattened model (magic %r, want %r)' % (name, magic, MAGIC))
+    if ver != VERSION:
+        raise ModelError('%s: format version %d, this utrain reads %d (prepare the model again)'
+                         % (name, ver, VERSION))
+    f.seek(0, 2)
+    real = f.tell()
+    if real != size:
+        raise ModelError('%s: %d bytes, header says %d (truncated or padded)' % (name, real, size))
+    if wof.crc32 and wof.crc(f, 32, size, wof.crc32(h[:28] + b'\0\0\0\0')) != crc:
+        raise ModelError('%s: checksum mismatch (corrupt file)' % name)
+    if not nin or not nout or not 72 <= dstart <= size:
+        raise ModelError('%s: bad header (%d inputs, %d outputs, data at %d)' % (name, nin, nout, dstart))
+    f.seek(32)
+    try:
+        net.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
+    except ValueError as e:
+        raise ModelError('%s: settings: %s' % (name, e))
+    io = unpack('<%dH' % (nin + nout), _read(f, 2 * (nin + nout), name, 'inputs/outputs'))
+    net.inputs, net.outputs = io[:nin], io[nin:]
+    kinds = bytearray(nt)
+    sflags = bytearray(nt)
+    last = [0] * nt
+    shape = [None] * nt
+    offs = {}
+    for k in range(nt):
+        kind, fl, lu, r, c, off = unpack(TENSOR, _read(f, 16, name, 'tensor table'))
+        if kind > UNUSED:
+            raise ModelError('%s: tensor %d has unknown kind %d' % (name, k, kind))
+        kinds[k], sflags[k], last[k], shape[k] = kind, fl, lu, (r, c)
+        if kind == CONST:
+            if off < dstart or off + 4 * r * c > size:
+                raise ModelError('%s: tensor %d data offset %d out of range' % (name, k, off))
+            offs[k] = off
+    for k in io:
+        if k >= nt:
+            raise ModelError('%s: input/output tensor %d out of range' % (name, k))
+    ops = []
+    mods = []
+    for i in range(nops):
+        code, ni, no, nopt = unpack('<BBBB', _read(f, 4, name, 'op table'))
+        ins = unpack('<%dh' % ni, _read(f, 2 * ni, name, 'op table'))
+        outs = unpack('<%dh' % no, _read(f, 2 * no, name, 'op table'))
+        opts = unpack('<%df' % nopt, _read(f, 4 * nopt, name, 'op table'))
+        for k in ins + outs:
+            if not -1 <= k < nt or (k < 0 and (k in outs or not ins or k == ins[0])):
+                raise ModelError('%s: op %d uses tensor %d, model has %d' % (name, i, k, nt))
+        ops.append((code, ins, outs, opts))
+        mods.append(_kernel(code, name, i))
+    bwd = []
+    for i in range(nbwd):
+        oi, fl = unpack('<HH', _read(f, 4, name, 'backward list'))
+        if oi >= nops:
+            raise ModelError('%s: backward entry %d names op %d, model has %d' % (name, i, oi, nops))
+        bwd.append((oi, fl))
+    # sparse update: tensor -> (axis, lo, hi), the output channels that train
+    net.rank = rank = {}
+    for i in range(nrk):
+        k, ax, _, lo, hi = unpack(RANK, _read(f, 12, name, 'rank table'))
+        if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][ax]:
+            raise ModelError('%s: bad rank entry %d (tensor %d)' % (name, i, k))
+        rank[k] = (ax, lo, hi)
+    net.shape = shape
+    net.ops, net.mods, net.bwd = ops, mods, bwd
+    # what to drop after each op: inference frees every dead tensor, training
+    # keeps those the backward pass reads (flag SAVE)
+    keep = set(net.outputs)
+    fi = [[] for _ in ops]
+    ft = [[] for _ in ops]
+    for k in range(nt):
+        if kinds[k] == ACT and last[k] != NO_USE and k not in keep and last[k] < nops:
+            fi[last[k]].append(k)
+            if not sflags[k] & SAVE:
+                ft[last[k]].append(k)
+    net.free_infer, net.free_train = fi, ft
+    net.t = t = [None] * nt
+    net.stream = None
+    net.trainable = [k for k in range(nt) if kinds[k] == TRAIN]
+    # the large arrays first, largest first, while the heap has long free runs
+    for k in big_first(net.trainable, shape):
+        t[k] = zeros(shape[k])
+    if net.settings['stream']:
+        from utrain.stream import Stream
+        net.stream = Stream(net, offs)
+    else:
+        for k in big_first(offs, shape):
+            t[k] = zeros(shape[k])
+        for k in sorted(offs):
+            f.seek(offs[k])
+            readinto(f, t[k], name)
