@@ -1,7 +1,7 @@
 """The memory table: per reference model and training setting, the planner's heap figure
 and the measured one, on unix MicroPython (64-bit), code included as .mpy.
 
-    python bench/memory.py [--ulab /work/scratch/ulab/micropython] [--quick]
+    python bench/memory.py [--ulab MICROPYTHON] [--frozen MICROPYTHON] [--quick]
 
 measured = the smallest `-X heapsize` (bisection, 1 KB) at which the run trains: one
 epoch of 16 digits samples, evaluation, checkpoint and weights saved.  This is the
@@ -9,7 +9,8 @@ honest peak for a board: micropython.mem_peak() never subtracts what the garbage
 collector frees on this port, and gc.mem_alloc() after gc.collect() misses the
 temporaries inside an op and the fragmentation that makes a large block fail.
 The fallback column runs $MICROPYTHON (or the MicroPython the runner finds); --ulab adds
-a column for a build with real ulab.
+a column for a build with real ulab, --frozen one for a ulab build with utrain frozen
+into it (boards/freeze.md: its code off the heap).
 """
 import argparse
 import os
@@ -58,6 +59,7 @@ def models(tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--ulab', help='a MicroPython with ulab, for a second column')
+    ap.add_argument('--frozen', help='a MicroPython with ulab and utrain frozen in, for a third column')
     ap.add_argument('--quick', action='store_true', help='only the first setting per model')
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
@@ -68,6 +70,8 @@ def main():
     builds = [('fallback', runner.micropython_binary())]
     if a.ulab:
         builds.append(('ulab', a.ulab))
+    if a.frozen:
+        builds.append(('ulab-frozen', a.frozen))
     rows = []
     seen = set()
     for name, desc, kw in SETTINGS:
@@ -80,7 +84,7 @@ def main():
             s = prepare(mdl[name], out, data=data, loss='scce', lr=0.01, epochs=1,
                         backend=backend, **kw)
             os.environ['MICROPYTHON'] = binary
-            h = smallest_heap(out)
+            h = smallest_heap(out, frozen=backend.endswith('-frozen'))
             plan = s['heap']['total']
             row += [plan, h]
         row.insert(2, s['trainable_params'])

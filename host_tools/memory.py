@@ -21,25 +21,28 @@ from . import runner
 # ---------------------------------------------------------------- measurement
 
 
-def trains_in(out_dir, heap: int, timeout=600) -> bool:
-    """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?"""
+def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
+    """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?
+    frozen: the MicroPython has utrain frozen in (boards/freeze.md); lib/ is not used."""
     argv, env = runner.command(out_dir)
+    if frozen:
+        env['MICROPYPATH'] = '.frozen'
     argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
     r = subprocess.run(argv, cwd=out_dir, env=env, capture_output=True, text=True,
                        timeout=timeout)
     return r.returncode == 0 and 'saved ' in r.stdout
 
 
-def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024):
+def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024, frozen=False):
     """The smallest heap (bytes, within `step`) in which the run trains, or None."""
     runner.stage(out_dir)
-    if not trains_in(out_dir, hi):
+    if not trains_in(out_dir, hi, frozen=frozen):
         return None
     while hi - lo > step:
         mid = (lo + hi) // 2 // step * step
         if mid <= lo:
             break
-        if trains_in(out_dir, mid):
+        if trains_in(out_dir, mid, frozen=frozen):
             hi = mid
         else:
             lo = mid
