@@ -110,6 +110,17 @@ class Net:
             a = self.acc[k] = zeros(self.shape[k])
         return a
 
+    def alloc_grads(self):
+        """Every gradient sum now (batch > 1), largest first, before the heap fragments:
+        a sum made lazily in the first backward pass may find no run long enough.  The
+        conv kernels sum a ranked weight whole, the others only its training channels."""
+        conv = set(op[1][1] for op in self.ops if op[0] in (3, 4))
+        for k in big_first(self.trainable, self.shape):
+            if k in conv:
+                self.wgrad(k)
+            else:
+                self.wgrad_rows(k)
+
     def wgrad_rows(self, k):
         """k's gradient sum in state_shape(k): only its training channels (for
         kernels that compute just those, like op_fc)."""

@@ -95,10 +95,8 @@ class Trainer:
         if int(c['batch']) == 1:
             self.now = (self._upd, self._upd_row, self._upd_outer)
             net.acc.clear()
-        else:                       # the sums now, before the heap fragments
-            for k in big_first(net.trainable, net.shape):
-                if k not in net.rank:
-                    net.wgrad(k)
+        else:
+            net.alloc_grads()
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0
