@@ -112,11 +112,13 @@ class Net:
 
     def alloc_grads(self):
         """Every gradient sum now (batch > 1), largest first, before the heap fragments:
-        a sum made lazily in the first backward pass may find no run long enough.  The
-        conv kernels sum a ranked weight whole, the others only its training channels."""
-        conv = set(op[1][1] for op in self.ops if op[0] in (3, 4))
+        a sum made lazily in the first backward pass may find no run long enough.  A
+        kernel with WGRAD_WHOLE (op_conv) sums its weight whole, the others only a
+        rank's training channels."""
+        whole = set(self.ops[i][1][1] for i in range(len(self.ops))
+                    if getattr(self.mods[i], 'WGRAD_WHOLE', False))
         for k in big_first(self.trainable, self.shape):
-            if k in conv:
+            if k in whole:
                 self.wgrad(k)
             else:
                 self.wgrad_rows(k)

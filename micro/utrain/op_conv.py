@@ -18,6 +18,8 @@ from utrain.xnp import np, zeros, conv_steps
 from utrain.op_act import act, act_grad
 
 DX, DW, DB = 1, 2, 4
+# the weight gradient is summed whole (rt.wgrad), not only a rank's training channels
+WGRAD_WHOLE = True
 
 
 def walk(o):

@@ -47,8 +47,8 @@ class Trainer:
         # Loading allocates many small objects that stay (the model's tables) between
         # temporaries that do not (file reads, unpacked records).  Collected only when
         # the heap is full, the temporaries leave a sieve of small holes between the
-        # survivors that no array fits in later; collected every 1 KB, the holes are
-        # refilled at once and the survivors pack together (docs/memory.md: the
+        # survivors that no array fits in later; collected every 1/64 of the heap, the
+        # holes are refilled at once and the survivors pack together (docs/memory.md: the
         # digits CNN trains in 91 KB of heap instead of 106 KB).
         old = _gc_every(0)
         try:
