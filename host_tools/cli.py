@@ -1,4 +1,4 @@
-"""python -m host_tools {inspect,prepare,run,export,demo,dataset,deploy,pull,plot} ..."""
+"""python -m host_tools {inspect,prepare,run,export,demo,dataset,deploy,pull,plot,fleet} ..."""
 from __future__ import annotations
 
 import argparse
@@ -180,6 +180,26 @@ def cmd_pull(a):
     return 0
 
 
+def cmd_fleet(a):
+    from .fleet import fleet, FleetError
+    ports = [p for p in a.ports.split(',') if p] if a.ports else None
+    if not ports and not a.boards:
+        raise ValueError('fleet: give --boards N (simulated boards) or --ports P1,P2,...')
+    try:
+        st = fleet(a.dir, boards=a.boards, rounds=a.rounds, split_how=a.split, seed=a.seed,
+                   ports=ports, python=a.python, board=a.board, out=a.out,
+                   strategy=a.strategy, epochs=a.epochs, timeout=a.timeout)
+    except FleetError as e:
+        raise RuntimeError(str(e)) from None
+    last = st['history'][-1]
+    if not any(h['answered'] for h in st['history'][1:]):
+        print('error: no board answered in any round', file=sys.stderr)
+        return 1
+    print(f'fleet done: round {last["round"]}, global weights in '
+          f'{os.path.join(a.out or os.path.join(a.dir, "fleet"), "global.wof")}')
+    return 0
+
+
 def cmd_plot(a):
     from .plot import plot
     print(f'wrote {plot(a.log, a.output)}')
@@ -338,6 +358,29 @@ def main(argv=None):
             q.add_argument('--source', action='store_true', help='copy .py, not .mpy')
             q.add_argument('--run', action='store_true', help='then mpremote run train.py')
         q.set_defaults(fn=cmd_deploy if name == 'deploy' else cmd_pull)
+
+    q = sub.add_parser('fleet', help='federated training of a fleet of boards on Flower')
+    q.add_argument('dir', help='a prepared folder (prepare --data --test-split): model, '
+                   'starting weights, local training settings, the host\'s test split')
+    q.add_argument('--boards', type=int, help='simulated boards (unix MicroPython on a pty), '
+                   'each with its own shard of the folder\'s training data')
+    q.add_argument('--ports', help='real boards P1,P2,... each training on the data it holds')
+    q.add_argument('--rounds', type=int, default=3, help='rounds in all (a rerun resumes '
+                   'after the last saved round)')
+    q.add_argument('--split', default='iid', help='simulated boards: iid | by-class | '
+                   'dirichlet:A')
+    q.add_argument('--seed', type=int, default=0, help='seed of the split')
+    q.add_argument('--epochs', type=int, help='local epochs per round (default: train.json)')
+    q.add_argument('--strategy', default='fedavg', help='Flower strategy: fedavg (weighted '
+                   'by samples), fedavgm, fedadam, fedyogi, fedadagrad, fedmedian, fedtrimmedavg')
+    q.add_argument('--timeout', type=float, default=600.0,
+                   help='seconds a board has per round before it is left out of it')
+    q.add_argument('--board', default='rp2040', help='simulated boards\' heap profile')
+    q.add_argument('--python', action='store_true',
+                   help='simulated boards run the micro/ code under CPython + numpy')
+    q.add_argument('-o', '--out', help='fleet folder (default DIR/fleet): global.wof, '
+                   'fleet.csv, fleet.json')
+    q.set_defaults(fn=cmd_fleet)
 
     q = sub.add_parser('plot', help='loss and metric per epoch from train.log as a PNG')
     q.add_argument('log')
