@@ -593,12 +593,25 @@ class Fleet:
         if done >= rounds:
             say(f'{self.out}: {done} rounds done already (--rounds {rounds})')
             return st
-        for i, b in enumerate(boards):
-            c = BoardClient(self.model, b, os.path.join(self.out, 'host', b.name), self.timeout,
-                            on_train)
+        errors = {}
+
+        def setup(i, b):
+            try:
+                self.clients[i + 1].setup(None if shards is None else shards[i])
+            except Exception as e:      # noqa: BLE001 (reported with the board's name)
+                errors[b.name] = f'{type(e).__name__}: {e}'
+        threads = []
+        for i, b in enumerate(boards):     # boards are set up side by side
+            self.clients[i + 1] = BoardClient(self.model, b, os.path.join(self.out, 'host', b.name),
+                                              self.timeout, on_train)
             say(f'setting up {b.name} ({b.kind})' + (f': {len(shards[i])} samples' if shards else ''))
-            c.setup(None if shards is None else shards[i])
-            self.clients[i + 1] = c
+            threads.append(threading.Thread(target=setup, args=(i, b)))
+            threads[-1].start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise FleetError('setting up the boards failed: ' + '; '.join(
+                f'{k}: {v}' for k, v in sorted(errors.items())))
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
         grid = DirectGrid(client_app(self.clients), self.clients)
         server = ServerApp()
