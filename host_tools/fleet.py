@@ -163,7 +163,9 @@ def split(y, boards, how='iid', seed=0):
             cuts = (np.cumsum(rng.dirichlet([alpha] * boards))[:-1] * len(idx)).astype(int)
             for b, part in enumerate(np.split(idx, cuts)):
                 parts[b].extend(part.tolist())
-        parts = [np.array(sorted(p, key=lambda i: np.where(perm == i)[0][0]), int) for p in parts]
+        pos = np.empty(n, int)
+        pos[perm] = np.arange(n)                 # each board's samples in shuffled order
+        parts = [np.asarray(p, int)[np.argsort(pos[np.asarray(p, int)])] for p in parts]
     else:
         raise ValueError(f'--split {how!r}: expected iid, by-class or dirichlet:A')
     parts = [np.asarray(p, int) for p in parts]
@@ -215,14 +217,15 @@ class PortBoard:
         rm = ''.join("try: os.remove(%r)\nexcept OSError: pass\n" % n for n in remove)
         self._mp('exec', 'import os\n' + rm, '+', 'cp', *names, ':./', cwd=staging)
 
-    def train(self, timeout):
-        return self._mp('run', os.path.join(runner.MICRO, 'train.py'), timeout=timeout)
-
-    def get(self, names, dest):
-        args = []
-        for n in names:
+    def exchange(self, staging, put, remove, get, timeout):
+        """One round on the board in one mpremote session: remove the old results, copy
+        put from staging, run train.py, copy get back into staging; returns its output."""
+        rm = ''.join("try: os.remove(%r)\nexcept OSError: pass\n" % n for n in remove)
+        args = ['exec', 'import os\n' + rm, '+', 'cp', *put, ':./', '+',
+                'run', os.path.join(runner.MICRO, 'train.py')]
+        for n in get:
             args += ['+', 'cp', ':' + n, n]
-        self._mp(*args[1:], cwd=dest)
+        return self._mp(*args, cwd=staging, timeout=timeout)
 
     def close(self):
         pass
@@ -282,7 +285,14 @@ class PyBoard:
         for n in names:
             shutil.copy(os.path.join(staging, n), self.flash)
 
-    def train(self, timeout):
+    def exchange(self, staging, put, remove, get, timeout):
+        self.put(staging, put, remove)
+        out = self._train(timeout)
+        for n in get:
+            shutil.copy(os.path.join(self.flash, n), staging)
+        return out
+
+    def _train(self, timeout):
         argv, env = runner.command(self.flash, python=True)
         try:
             p = subprocess.run(argv, cwd=self.flash, env=env, capture_output=True, text=True,
@@ -292,10 +302,6 @@ class PyBoard:
         if p.returncode:
             raise bd.BoardError(f'{self.name}: train.py failed: {(p.stdout + p.stderr)[-300:]}')
         return p.stdout
-
-    def get(self, names, dest):
-        for n in names:
-            shutil.copy(os.path.join(self.flash, n), dest)
 
     def close(self):
         pass
@@ -333,18 +339,21 @@ class BoardClient:
                 files['train'] = (json.loads(own)['files'].get('train') if own else None) or 'train.ds'
             except (ValueError, KeyError, TypeError):
                 raise FleetError(f'{self.board.name}: its train.json is not readable JSON') from None
-        # deploy copies the code, model and weights (no samples), then the data goes on
         data = files['train']
-        files['train'] = None
-        self._write_cfg(cfg)
-        self.board.deploy(self.staging)
-        files['train'] = data
-        self._write_cfg(cfg)
-        names = ['train.json'] + (['train.ds'] if shard is not None else [])
-        self.board.put(self.staging, names)
         if shard is not None:
+            # deploy copies the code, model, weights, settings and the board's shard
+            self._write_cfg(cfg)
+            self.board.deploy(self.staging)
             os.remove(os.path.join(self.staging, 'train.ds'))   # the host keeps no copy
-        elif not self.board.has(data):
+        else:
+            # a real board: the code, model and weights; its samples stay as they are
+            files['train'] = None
+            self._write_cfg(cfg)
+            self.board.deploy(self.staging)
+            files['train'] = data
+            self._write_cfg(cfg)
+            self.board.put(self.staging, ['train.json'])
+        if shard is None and not self.board.has(data):
             raise FleetError(f'{self.board.name}: no {data} on the board: collect data there '
                              '(utrain.collect) or copy your data file, then name it under '
                              'files.train in the board\'s train.json')
@@ -366,11 +375,12 @@ class BoardClient:
             for n in (files['out'], files['log']):
                 if os.path.exists(os.path.join(self.staging, n)):
                     os.remove(os.path.join(self.staging, n))
-            self.board.put(self.staging, ['train.json', files['weights']],
-                           remove=[files['out'], files['log'], files['checkpoint']])
             if self.on_train:
                 self.on_train(self.board, server_round)
-            out = self.board.train(self.timeout)
+            # only the trained weights and the log come back, never samples
+            out = self.board.exchange(self.staging, ['train.json', files['weights']],
+                                      [files['out'], files['log'], files['checkpoint']],
+                                      [files['out'], files['log']], self.timeout)
             n = None
             for line in out.splitlines():
                 if line.startswith('utrain: ') and ' train samples' in line:
@@ -381,8 +391,6 @@ class BoardClient:
             if not n:
                 raise FleetError(f'{self.board.name}: train.py printed no sample count '
                                  f'({out.strip()[-200:]!r})')
-            # only the trained weights and the log come back, never samples
-            self.board.get([files['out'], files['log']], self.staging)
             w = self.model.read(os.path.join(self.staging, files['out']))
             with open(os.path.join(self.staging, files['log'])) as f:
                 rows = [r for r in csv.reader(f) if r]
@@ -450,7 +458,9 @@ class DirectGrid:
                 try:
                     reply = self.app(msg, self.contexts[msg.metadata.dst_node_id])
                 except Exception as e:          # the board's failure, reported to the server
-                    reason = f'{type(e).__name__}: {e}'
+                    lines = str(e).strip().splitlines() or ['']
+                    reason = f'{type(e).__name__}: {lines[0]}' + (
+                        f' ... {lines[-1].strip()}' if len(lines) > 1 else '')
                     self.failures[msg.metadata.dst_node_id] = reason
                     reply = Message(Error(code=1, reason=reason), reply_to=msg)
                 with self.cv:

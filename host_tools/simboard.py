@@ -32,6 +32,7 @@ class FakeBoard:
                                      env=env, close_fds=True)
         os.close(dev_s)
         self._stop = False
+        self._fd_lock = threading.Lock()
         self._t = threading.Thread(target=self._relay, daemon=True)
         self._t.start()
 
@@ -45,7 +46,8 @@ class FakeBoard:
                 except OSError:
                     data = b''
                 if not data:
-                    if fd == a:                 # MicroPython exited
+                    if fd == a:                 # MicroPython exited: like a dead board's
+                        self._hang_up()         # USB serial port, the port goes away
                         return
                     continue
                 if fd == b and b'\x03' in data and not self._waiting_for_input():
@@ -53,6 +55,18 @@ class FakeBoard:
                     data = data.replace(b'\x03', b'')
                 if data:
                     os.write(b if fd == a else a, data)
+
+    def _hang_up(self):
+        # closing the master side makes mpremote's reads fail at once (EIO) rather than
+        # wait for output that never comes
+        with self._fd_lock:
+            fds, self._port_m, self._port_s = (self._port_m, self._port_s), None, None
+        for fd in fds:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def _waiting_for_input(self):
         try:
@@ -70,11 +84,11 @@ class FakeBoard:
             self.proc.kill()
         self.proc.wait()
         self._t.join(2)
-        for fd in (self._dev_m, self._port_m, self._port_s):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._hang_up()
+        try:
+            os.close(self._dev_m)
+        except OSError:
+            pass
 
     def __enter__(self):
         return self

@@ -168,7 +168,7 @@ def test_simulated_boards_over_mpremote_kill_and_resume(tmp_path):
             threading.Thread(target=watch, daemon=True).start()
 
     lines = []
-    st = fl.fleet(d, boards=4, rounds=2, split_how='by-class', out=out, timeout=120,
+    st = fl.fleet(d, boards=4, rounds=2, split_how='by-class', out=out, timeout=60,
                   on_train=kill_mid_round, say=lines.append)
     h = st['history']
     assert killed == [1]
@@ -192,7 +192,7 @@ def test_simulated_boards_over_mpremote_kill_and_resume(tmp_path):
     # the fleet resumes after round 2 with the saved global weights
     saved = open(os.path.join(out, 'global.wof'), 'rb').read()
     lines = []
-    st2 = fl.fleet(d, boards=4, rounds=3, split_how='by-class', out=out, timeout=120,
+    st2 = fl.fleet(d, boards=4, rounds=3, split_how='by-class', out=out, timeout=60,
                    say=lines.append)
     assert any('resuming the fleet' in s and 'after round 2' in s for s in lines), lines
     assert [x['round'] for x in st2['history']] == [0, 1, 2, 3]
