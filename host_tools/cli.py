@@ -188,7 +188,7 @@ def cmd_fleet(a):
     try:
         st = fleet(a.dir, boards=a.boards, rounds=a.rounds, split_how=a.split, seed=a.seed,
                    ports=ports, python=a.python, board=a.board, out=a.out,
-                   strategy=a.strategy, epochs=a.epochs, timeout=a.timeout)
+                   strategy=a.strategy, epochs=a.epochs, timeout=a.timeout, resume=a.resume)
     except FleetError as e:
         raise RuntimeError(str(e)) from None
     last = st['history'][-1]
@@ -365,6 +365,8 @@ def main(argv=None):
     q.add_argument('--boards', type=int, help='simulated boards (unix MicroPython on a pty), '
                    'each with its own shard of the folder\'s training data')
     q.add_argument('--ports', help='real boards P1,P2,... each training on the data it holds')
+    q.add_argument('--resume', action='store_true',
+                   help='--ports: no soft reset first (unix MicroPython behind a pty)')
     q.add_argument('--rounds', type=int, default=3, help='rounds in all (a rerun resumes '
                    'after the last saved round)')
     q.add_argument('--split', default='iid', help='simulated boards: iid | by-class | '

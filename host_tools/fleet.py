@@ -686,14 +686,14 @@ class Fleet:
 
 def fleet(d, boards=None, rounds=3, split_how='iid', seed=0, ports=None, python=False,
           board='rp2040', out=None, strategy='fedavg', epochs=None, timeout=600.0,
-          on_train=None, say=print):
+          on_train=None, say=print, resume=False):
     """The `fleet` command: returns the fleet state (settings and per-round history)."""
     f = Fleet(d, out, strategy, epochs, timeout)
     settings = dict(split=split_how, seed=seed, epochs=epochs)
     made = []
     try:
         if ports:
-            made = [PortBoard(f'board{i}', p) for i, p in enumerate(ports)]
+            made = [PortBoard(f'board{i}', p, resume) for i, p in enumerate(ports)]
             shards = None
             settings['ports'] = list(ports)
         else:

@@ -204,3 +204,40 @@ def test_simulated_boards_over_mpremote_kill_and_resume(tmp_path):
     # a fleet of other settings refuses the folder rather than mixing runs
     with pytest.raises(fl.FleetError, match='split'):
         fl.fleet(d, boards=4, rounds=4, split_how='iid', out=out, say=lines.append)
+
+
+@pytest.mark.skipif(not MP, reason='no MicroPython binary')
+def test_ports_boards_train_on_the_data_they_hold(tmp_path):
+    """`fleet --ports`: boards on serial ports keep the data they collected (named under
+    files.train in their own train.json); the fleet copies code, model and weights only,
+    and a board without data is refused with its name."""
+    import subprocess
+    from host_tools.simboard import FakeBoard
+    from host_tools.dataset import write_dataset
+    d = digits(tmp_path, n=300, epochs=1)
+    x, y = read_dataset(os.path.join(d, 'train.ds'))
+    heap = runner.boards()['rp2040']['heap']
+    flashes = [tmp_path / f'flash{i}' for i in range(3)]
+    for i, f in enumerate(flashes[:2]):
+        f.mkdir()
+        idx = np.flatnonzero((y[:, 0] < 5) == (i == 0))           # board 0: digits 0-4
+        write_dataset(str(f / 'mine.ds'), x[idx], y[idx], 'uint8')
+        (f / 'train.json').write_text(json.dumps({'files': {'train': 'mine.ds'}}))
+    flashes[2].mkdir()
+    with FakeBoard(MP, str(flashes[0]), heap) as a, FakeBoard(MP, str(flashes[1]), heap) as b:
+        out = str(tmp_path / 'fleet')
+        r = subprocess.run([sys.executable, '-m', 'host_tools', 'fleet', d, '--ports',
+                            f'{a.port},{b.port}', '--resume', '--rounds', '1', '-o', out],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert 'round 1: 2 boards answered (%d samples)' % len(y) in r.stdout, r.stdout
+        for f in flashes[:2]:
+            assert sorted(n for n in os.listdir(f) if n.endswith('.ds')) == ['mine.ds']
+            assert json.loads((f / 'train.json').read_text())['files']['train'] == 'mine.ds'
+        log = read_log(os.path.join(out, 'fleet.csv'))
+        assert log['test_accuracy'][1] > log['test_accuracy'][0] + 0.2, log
+    with FakeBoard(MP, str(flashes[2]), heap) as c:
+        r = subprocess.run([sys.executable, '-m', 'host_tools', 'fleet', d, '--ports', c.port,
+                            '--resume', '--rounds', '1', '-o', str(tmp_path / 'f2')],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and 'board0: no train.ds on the board' in r.stderr, r.stderr
