@@ -188,7 +188,7 @@ def cmd_fleet(a):
     try:
         st = fleet(a.dir, boards=a.boards, rounds=a.rounds, split_how=a.split, seed=a.seed,
                    ports=ports, python=a.python, board=a.board, out=a.out,
-                   strategy=a.strategy, epochs=a.epochs, timeout=a.timeout, resume=a.resume)
+                   strategy=a.strategy, epochs=a.epochs, timeout=a.timeout, resume=a.resume, test=a.test)
     except FleetError as e:
         raise RuntimeError(str(e)) from None
     last = st['history'][-1]
@@ -377,6 +377,8 @@ def main(argv=None):
                    'by samples), fedavgm, fedadam, fedyogi, fedadagrad, fedmedian, fedtrimmedavg')
     q.add_argument('--timeout', type=float, default=600.0,
                    help='seconds a board has per round before it is left out of it')
+    q.add_argument('--test', help='the host\'s test .ds for the global model (default: the '
+                   'folder\'s test split)')
     q.add_argument('--board', default='rp2040', help='simulated boards\' heap profile')
     q.add_argument('--python', action='store_true',
                    help='simulated boards run the micro/ code under CPython + numpy')

@@ -538,7 +538,7 @@ def evaluate(model, weights_path, test_path):
 class Fleet:
     """A fleet run in folder out for the prepared folder d."""
 
-    def __init__(self, d, out=None, strategy='fedavg', epochs=None, timeout=600.0):
+    def __init__(self, d, out=None, strategy='fedavg', epochs=None, timeout=600.0, test=None):
         self.model = Trainable(d)
         self.dir = d
         self.out = out or os.path.join(d, 'fleet')
@@ -548,8 +548,12 @@ class Fleet:
         self.wof = os.path.join(self.out, 'global.wof')
         self.csv = os.path.join(self.out, 'fleet.csv')
         self.clients = {}
-        test = self.model.cfg['files'].get('test')
-        self.test = os.path.join(d, test) if test else None
+        if test is None:
+            test = self.model.cfg['files'].get('test')
+            test = os.path.join(d, test) if test else None
+        if test and not os.path.exists(test):
+            raise FleetError(f'{test}: no such test file')
+        self.test = test
 
     def load_state(self, settings):
         if not os.path.exists(self.state_path):
@@ -686,9 +690,10 @@ class Fleet:
 
 def fleet(d, boards=None, rounds=3, split_how='iid', seed=0, ports=None, python=False,
           board='rp2040', out=None, strategy='fedavg', epochs=None, timeout=600.0,
-          on_train=None, say=print, resume=False):
-    """The `fleet` command: returns the fleet state (settings and per-round history)."""
-    f = Fleet(d, out, strategy, epochs, timeout)
+          on_train=None, say=print, resume=False, test=None):
+    """The `fleet` command: returns the fleet state (settings and per-round history).
+    test: the host's test .ds for the global model (default: the folder's test split)."""
+    f = Fleet(d, out, strategy, epochs, timeout, test)
     settings = dict(split=split_how, seed=seed, epochs=epochs)
     made = []
     try:

@@ -224,10 +224,14 @@ def test_ports_boards_train_on_the_data_they_hold(tmp_path):
         write_dataset(str(f / 'mine.ds'), x[idx], y[idx], 'uint8')
         (f / 'train.json').write_text(json.dumps({'files': {'train': 'mine.ds'}}))
     flashes[2].mkdir()
+    # the host's folder: model and settings without data, and a test set of its own
+    bare = str(tmp_path / 'bare')
+    prepare(MLP, bare, loss='scce', optimizer='sgd', lr=0.05, batch=1, epochs=1, shuffle=True)
     with FakeBoard(MP, str(flashes[0]), heap) as a, FakeBoard(MP, str(flashes[1]), heap) as b:
         out = str(tmp_path / 'fleet')
-        r = subprocess.run([sys.executable, '-m', 'host_tools', 'fleet', d, '--ports',
-                            f'{a.port},{b.port}', '--resume', '--rounds', '1', '-o', out],
+        r = subprocess.run([sys.executable, '-m', 'host_tools', 'fleet', bare, '--ports',
+                            f'{a.port},{b.port}', '--resume', '--rounds', '1', '-o', out,
+                            '--test', os.path.join(d, 'test.ds')],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
         assert 'round 1: 2 boards answered (%d samples)' % len(y) in r.stdout, r.stdout
