@@ -245,3 +245,38 @@ def test_ports_boards_train_on_the_data_they_hold(tmp_path):
                             '--resume', '--rounds', '1', '-o', str(tmp_path / 'f2')],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 2 and 'board0: no train.ds on the board' in r.stderr, r.stderr
+
+
+def test_grid_leaves_out_a_board_that_does_not_answer_in_time():
+    """DirectGrid: a ClientApp slower than the round's timeout is left out of the round
+    (its late reply is dropped), a failing one replies with an Error; the others answer."""
+    from flwr.app import ArrayRecord, Array, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    release = threading.Event()
+
+    def app(msg, ctx):
+        if ctx.node_id == 2:
+            release.wait(10)
+        if ctx.node_id == 3:
+            raise RuntimeError('board3: mpremote run failed\nTraceback ...\nOSError: [Errno 5] EIO')
+        w = msg.content['arrays']['0'].numpy() + ctx.node_id
+        return Message(RecordDict({'arrays': ArrayRecord({'0': Array(w)}),
+                                   'metrics': MetricRecord({'num-examples': ctx.node_id})}),
+                       reply_to=msg)
+    grid = fl.DirectGrid(app, [1, 2, 3, 4])
+    strategy = fl.make_strategy('fedavg')
+    arrays = ArrayRecord({'0': Array(np.zeros(3, np.float32))})
+    t = time.time()
+    replies = list(grid.send_and_receive(strategy.configure_train(1, arrays, ConfigRecord(), grid),
+                                         timeout=1.0))
+    assert time.time() - t < 5
+    ok = sorted(m.metadata.src_node_id for m in replies if not m.has_error())
+    bad = [m for m in replies if m.has_error()]
+    assert ok == [1, 4] and len(bad) == 1 and 'EIO' in bad[0].error.reason
+    assert grid.failures[2] == 'no answer in 1 s' and 'board3' in grid.failures[3]
+    new, metrics = strategy.aggregate_train(1, replies)
+    assert np.allclose(new['0'].numpy(), (1 * 1 + 4 * 4) / 5)     # weighted by samples
+    release.set()
+    time.sleep(0.2)
+    assert not grid.replies                                     # the late reply dropped
