@@ -181,6 +181,11 @@ def cmd_pull(a):
 
 
 def cmd_fleet(a):
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        raise RuntimeError('fleet runs on Flower: pip install flwr (the version in '
+                           'requirements.txt)') from None
     from .fleet import fleet, FleetError
     ports = [p for p in a.ports.split(',') if p] if a.ports else None
     if not ports and not a.boards:

@@ -317,7 +317,6 @@ class BoardClient:
         self.timeout, self.on_train = timeout, on_train
         self.lock = threading.Lock()
         os.makedirs(staging, exist_ok=True)
-        self.files = None
 
     def setup(self, shard=None):
         """Copy the code, model, weights and settings onto the board; a simulated board
