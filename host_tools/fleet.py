@@ -247,7 +247,8 @@ class SimBoard(PortBoard):
         if self.fake is None or not self.fake.alive():
             if self.fake is not None:
                 self.fake.close()
-            self.fake = FakeBoard(runner.micropython_binary(), self.flash, heap=self.heap)
+            self.fake = FakeBoard(runner.micropython_binary(), self.flash, heap=self.heap,
+                                  hang_up=True)
             self.port = self.fake.port
 
     def close(self):

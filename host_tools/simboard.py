@@ -18,8 +18,10 @@ import tty
 
 
 class FakeBoard:
-    def __init__(self, micropython, flash, heap='1M'):
-        self.flash = flash
+    def __init__(self, micropython, flash, heap='1M', hang_up=False):
+        """hang_up: when MicroPython exits, close the port (as a dead board's USB serial
+        port goes away), so mpremote fails at once instead of waiting for output."""
+        self.flash, self.hang_up = flash, hang_up
         self._dev_m, dev_s = pty.openpty()      # MicroPython's side
         self._port_m, port_s = pty.openpty()    # mpremote's side
         for fd in (dev_s, port_s):
@@ -46,8 +48,9 @@ class FakeBoard:
                 except OSError:
                     data = b''
                 if not data:
-                    if fd == a:                 # MicroPython exited: like a dead board's
-                        self._hang_up()         # USB serial port, the port goes away
+                    if fd == a:                 # MicroPython exited
+                        if self.hang_up:
+                            self._hang_up()
                         return
                     continue
                 if fd == b and b'\x03' in data and not self._waiting_for_input():
