@@ -69,8 +69,8 @@ SLACK = 0.06                    # fragmentation allowance on the data held all r
 # ... and on the per-sample working set: its temporaries are freed between survivors
 # (floats, small arrays, saved activations), leaving runs too short for the next array
 WS_SLACK = 0.3
-CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'optim',
-                'data', 'wof')
+CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
+                'optim', 'data', 'wof')
 
 # working-set temporaries per op while it runs, in (output-sized, input-sized) arrays
 FWD_TEMPS = {'FULLY_CONNECTED': (2, 0), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0),

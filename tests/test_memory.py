@@ -265,7 +265,8 @@ import numpy as np
 from utrain.trainer import Trainer
 a = Trainer('model.flat', 'weights.wof')
 b = Trainer('model.flat', 'weights.wof')
-b.now = None                 # sum gradients, update in apply()
+from utrain.sink import Sums
+b.net.sink = Sums(b.net)     # sum gradients, update in apply()
 w0 = {k: a.net.t[k].copy() for k in a.net.trainable}
 rng = np.random.default_rng(1)
 for i in range(6):
@@ -280,7 +281,7 @@ r = a.net.rank.get(k0)
 print(json.dumps([bool(np.allclose(a.net.t[k], b.net.t[k], rtol=1e-5, atol=1e-6)) for k in a.net.trainable]
                  + [all(not np.array_equal(a.net.t[k], w0[k]) for k in a.net.trainable)]
                  + [r is not None and bool(np.array_equal(a.net.t[k0][r[2]:], w0[k0][r[2]:]))]
-                 + [len(a.net.acc), len(b.net.acc)]))
+                 + [len(a.net.sink.acc), len(b.net.sink.acc)]))
 """ % (os.path.join(ROOT, 'micro'), n_in, n_cls)
     r = subprocess.run([sys.executable, '-c', code], cwd=out, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

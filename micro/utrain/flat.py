@@ -5,10 +5,14 @@
 # constant data goes straight from the file into preallocated arrays, or, when the
 # model was prepared with --stream, stays in the file (utrain.stream).
 from struct import unpack, calcsize
-from utrain.xnp import zeros, readinto
+from utrain.xnp import zeros, readinto, big_first
 from utrain.losses import LOSSES, METRICS
 from utrain.optim import OPTIMIZERS
-from utrain.model import big_first
+from utrain.opc import (ADD, AVERAGE_POOL_2D, CONCATENATION, CONV_2D, DEPTHWISE_CONV_2D,
+                        FULLY_CONNECTED, LOGISTIC, MAX_POOL_2D, MUL, RELU, RELU_N1_TO_1, RELU6,
+                        RESHAPE, SOFTMAX, TANH, PAD, TRANSPOSE, MEAN, SUB, DIV, SQUEEZE,
+                        STRIDED_SLICE, EXPAND_DIMS, LEAKY_RELU, HARD_SWISH)
+
 
 MAGIC = b'UTFM'
 VERSION = 2
@@ -32,11 +36,13 @@ def settings_dict(s):
             'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15], 'stream': bool(s[8] & 1)}
 
 # circle builtin code -> kernel module; imported only when a model uses it
-KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
-           25: 'op_act', 28: 'op_act', 22: 'op_shape', 117: 'op_act', 98: 'op_act',
-           0: 'op_elem', 41: 'op_elem', 18: 'op_elem', 42: 'op_elem', 34: 'op_shape',
-           2: 'op_shape', 39: 'op_shape', 43: 'op_shape', 70: 'op_shape', 45: 'op_shape',
-           3: 'op_conv', 4: 'op_conv', 1: 'op_pool', 17: 'op_pool', 40: 'op_pool'}
+KERNELS = {FULLY_CONNECTED: 'op_fc', SOFTMAX: 'op_act', LOGISTIC: 'op_act', RELU: 'op_act',
+           RELU_N1_TO_1: 'op_act', RELU6: 'op_act', TANH: 'op_act', HARD_SWISH: 'op_act',
+           LEAKY_RELU: 'op_act', ADD: 'op_elem', SUB: 'op_elem', MUL: 'op_elem', DIV: 'op_elem',
+           RESHAPE: 'op_shape', PAD: 'op_shape', CONCATENATION: 'op_shape',
+           TRANSPOSE: 'op_shape', SQUEEZE: 'op_shape', EXPAND_DIMS: 'op_shape',
+           STRIDED_SLICE: 'op_shape', CONV_2D: 'op_conv', DEPTHWISE_CONV_2D: 'op_conv',
+           AVERAGE_POOL_2D: 'op_pool', MAX_POOL_2D: 'op_pool', MEAN: 'op_pool'}
 
 
 class ModelError(ValueError):

@@ -1,9 +1,12 @@
 # Activations: forward and gradient side by side.  Gradients are taken from the
 # op's output y (saved by the forward pass), so nothing else needs keeping.
-# Codes are circle's ActivationFunctionType; LOGISTIC gets 6 here.
+# Activation codes (utrain.opc AF_*) are circle's ActivationFunctionType; LOGISTIC gets 6.
 from utrain.xnp import np
-
-NONE, RELU, RELU_N1_TO_1, RELU6, TANH, LOGISTIC = 0, 1, 2, 3, 4, 6
+from utrain.opc import (AF_NONE as NONE, AF_RELU as RELU, AF_RELU_N1_TO_1 as RELU_N1_TO_1,
+                        AF_RELU6 as RELU6, AF_TANH as TANH, AF_LOGISTIC as LOGISTIC,
+                        SOFTMAX, HARD_SWISH, LEAKY_RELU, BETA, ALPHA, RELU as OP_RELU,
+                        RELU6 as OP_RELU6, TANH as OP_TANH, LOGISTIC as OP_LOGISTIC,
+                        RELU_N1_TO_1 as OP_RELU_N1_TO_1)
 
 
 def act(y, code):
@@ -43,20 +46,21 @@ def act_grad(dy, y, code):
 
 
 # standalone activation ops: circle builtin code -> activation code
-_OPS = {19: RELU, 21: RELU6, 28: TANH, 14: LOGISTIC, 20: RELU_N1_TO_1}
+_OPS = {OP_RELU: RELU, OP_RELU6: RELU6, OP_TANH: TANH, OP_LOGISTIC: LOGISTIC,
+        OP_RELU_N1_TO_1: RELU_N1_TO_1}
 
 
-# HARD_SWISH (117) y = x relu6(x + 3) / 6 and LEAKY_RELU (98, alpha) take their
+# HARD_SWISH y = x relu6(x + 3) / 6 and LEAKY_RELU (alpha) take their
 # gradients from the saved input x.  Temporaries: two arrays of x's size.
 def forward(rt, op):
     code, ins, outs, opts = op
     x = rt.t[ins[0]]
-    if code == 25:
-        rt.t[outs[0]] = softmax(x, opts[0])
-    elif code == 117:
+    if code == SOFTMAX:
+        rt.t[outs[0]] = softmax(x, opts[BETA])
+    elif code == HARD_SWISH:
         rt.t[outs[0]] = np.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0) * x
-    elif code == 98:
-        rt.t[outs[0]] = np.where(x > 0.0, x, x * opts[0])
+    elif code == LEAKY_RELU:
+        rt.t[outs[0]] = np.where(x > 0.0, x, x * opts[ALPHA])
     else:
         c = _OPS[code]
         rt.t[outs[0]] = act(x * 1.0 if c == TANH else x, c)  # tanh works in place
@@ -64,18 +68,18 @@ def forward(rt, op):
 
 def backward(rt, op, dy, flags):
     code, ins, outs, opts = op
-    if code == 117:
+    if code == HARD_SWISH:
         x = rt.t[ins[0]]
         g = np.where(x > 3.0, dy, np.where(x < -3.0, 0.0, dy * (x * (1.0 / 3.0) + 0.5)))
         rt.add_grad(ins[0], g)
         return
-    if code == 98:
+    if code == LEAKY_RELU:
         x = rt.t[ins[0]]
-        rt.add_grad(ins[0], np.where(x > 0.0, dy, dy * opts[0]))
+        rt.add_grad(ins[0], np.where(x > 0.0, dy, dy * opts[ALPHA]))
         return
     y = rt.t[outs[0]]
-    if code == 25:
-        rt.add_grad(ins[0], softmax_grad(dy, y, opts[0]))
+    if code == SOFTMAX:
+        rt.add_grad(ins[0], softmax_grad(dy, y, opts[BETA]))
     else:
         rt.add_grad(ins[0], act_grad(dy, y, _OPS[code]))
 

@@ -16,18 +16,20 @@
 # Saved for backward: x (when W trains), y (when the fused activation is not NONE).
 from utrain.xnp import np, zeros, conv_steps
 from utrain.op_act import act, act_grad
+from utrain.opc import (CONV_2D, DX, DW, DB, ACT, G_H, G_W, G_C, G_OH, G_OW, G_KH, G_KW,
+                        G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_MULT)
 
-DX, DW, DB = 1, 2, 4
-# the weight gradient is summed whole (rt.wgrad), not only a rank's training channels
+# the weight gradient is summed whole (rt.sink.grad(W)), not only a rank's training
+# channels (host_tools/optable.py: wgrad 'whole')
 WGRAD_WHOLE = True
 
 
 def walk(o):
     """(tap, first x row, first y row, count) for every output row and kernel tap;
     x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
-    H, W, OH, OW = int(o[1]), int(o[2]), int(o[4]), int(o[5])
-    KH, KW, sh, sw, dh, dw = int(o[7]), int(o[8]), int(o[9]), int(o[10]), int(o[11]), int(o[12])
-    pt, pl = int(o[13]), int(o[14])
+    H, W, OH, OW = int(o[G_H]), int(o[G_W]), int(o[G_OH]), int(o[G_OW])
+    KH, KW, sh, sw = int(o[G_KH]), int(o[G_KW]), int(o[G_SH]), int(o[G_SW])
+    dh, dw, pt, pl = int(o[G_DH]), int(o[G_DW]), int(o[G_PT]), int(o[G_PL])
     cols = []
     for kw in range(KW):
         iw = kw * dw - pl
@@ -63,52 +65,52 @@ def forward(rt, op):
     code, ins, outs, o = op
     t = rt.t
     x, w = t[ins[0]], t[ins[1]]
-    sw = int(o[10])
+    sw = int(o[G_SW])
     y = zeros(rt.shape[outs[0]])
     # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
-    if conv_steps and conv_steps('Cf' if code == 3 else 'Df', y, x, w, o):
+    if conv_steps and conv_steps('Cf' if code == CONV_2D else 'Df', y, x, w, o, walk, sw):
         pass
-    elif code == 3:
-        I = int(o[3])
-        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[7]) * int(o[8]))]
+    elif code == CONV_2D:
+        I = int(o[G_C])
+        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[G_KH]) * int(o[G_KW]))]
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
     else:
-        x = _spread(x, int(o[15]))
+        x = _spread(x, int(o[G_MULT]))
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += x[xr:xr + (n - 1) * sw + 1:sw] * w[k]
     _bias(rt, ins, y)
-    t[outs[0]] = act(y, int(o[0]))
+    t[outs[0]] = act(y, int(o[ACT]))
 
 
 def backward(rt, op, dy, flags):
     code, ins, outs, o = op
     t = rt.t
-    a = int(o[0])
+    a = int(o[ACT])
     dz = act_grad(dy, t[outs[0]], a) if a else dy
     if flags & DB:
-        rt.add_wgrad(ins[2], np.sum(dz, axis=0))
+        rt.sink.grad(ins[2], np.sum(dz, axis=0))
     if not flags & (DW | DX):
         return
     w = t[ins[1]]
     x = t[ins[0]] if flags & DW else None
-    g = rt.wgrad(ins[1]) if flags & DW else None
+    g = rt.sink.grad(ins[1]) if flags & DW else None
     dx = zeros(rt.shape[ins[0]]) if flags & DX else None
-    sw = int(o[10])
+    sw = int(o[G_SW])
     if conv_steps:
-        c = 'C' if code == 3 else 'D'
-        if g is not None and conv_steps(c + 'w', g, dz, x, o):
+        c = 'C' if code == CONV_2D else 'D'
+        if g is not None and conv_steps(c + 'w', g, dz, x, o, walk, sw):
             g = None
-        if dx is not None and conv_steps(c + 'x', dx, dz, w, o):
+        if dx is not None and conv_steps(c + 'x', dx, dz, w, o, walk, sw):
             rt.add_grad(ins[0], dx)
             dx = None
         if g is None and dx is None:
             return
-    if code == 3:
-        I = int(o[3])
-        taps = range(int(o[7]) * int(o[8]))
+    if code == CONV_2D:
+        I = int(o[G_C])
+        taps = range(int(o[G_KH]) * int(o[G_KW]))
         wk = [w[:, k * I:(k + 1) * I] for k in taps]
         gk = [g[:, k * I:(k + 1) * I] for k in taps] if g is not None else None
         for k, xr, yr, n in walk(o):
@@ -121,7 +123,7 @@ def backward(rt, op, dy, flags):
                 dxs = dx[xr:e:sw]
                 dxs += np.dot(dzs, wk[k])
     else:
-        M = int(o[15])
+        M = int(o[G_MULT])
         x = _spread(x, M) if x is not None else None
         dxm = dx if M == 1 or dx is None else zeros((dx.shape[0], w.shape[1]))
         for k, xr, yr, n in walk(o):

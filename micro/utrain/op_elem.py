@@ -13,35 +13,36 @@
 # block-sized products (DIV's db) and their sums, and the operand-sized gradient.
 from utrain.xnp import np, zeros
 from utrain.op_act import act, act_grad
-
-DX, DW, DB = 1, 2, 4
+from utrain.opc import (ADD, SUB, MUL, DIV, DX, DXN, DW, DB, ACT, E_PARAM, E_N0, E_N1, E_N2,
+                        E_D0, E_D1, E_ROWS, E_OPD)
 
 
 def _f(code, a, b):
-    if code == 0:
+    if code == ADD:
         return a + b
-    if code == 41:
+    if code == SUB:
         return a - b
-    if code == 18:
+    if code == MUL:
         return a * b
     return a / b
 
 
 def _g(code, s, dz, a, b):
     # dz * d(a OP b) / d(operand s), broadcast to dz's shape
-    if code == 18:
+    if code == MUL:
         return dz * (b if s == 0 else a)
-    if code == 42:
+    if code == DIV:
         return dz / b if s == 0 else dz * a / -(b * b)
-    return -dz if code == 41 and s == 1 else dz
+    return -dz if code == SUB and s == 1 else dz
 
 
-def _blk(x, o, k, i, j):
-    # operand block (i, j): a view of its rows (None: an ADD/SUB operand not kept)
-    m = o[k + 2]
+def _blk(x, o, s, i, j):
+    # operand s's block (i, j): a view of its rows (None: an ADD/SUB operand not kept)
+    k = E_OPD * s
+    m = o[k + E_ROWS]
     if x is None or m == x.shape[0]:
         return x
-    r = i * o[k] + j * o[k + 1]
+    r = i * o[k + E_D0] + j * o[k + E_D1]
     return x[r:r + m]
 
 
@@ -50,7 +51,7 @@ def forward(rt, op):
     t = rt.t
     a, b = t[ins[0]], t[ins[1]]
     o = [int(v) for v in o]
-    n0, n1, n2 = o[2], o[3], o[4]
+    n0, n1, n2 = o[E_N0], o[E_N1], o[E_N2]
     if n0 * n1 == 1:
         y = _f(code, a, b)
     else:
@@ -58,8 +59,8 @@ def forward(rt, op):
         for i in range(n0):
             for j in range(n1):
                 r = (i * n1 + j) * n2
-                y[r:r + n2] = _f(code, _blk(a, o, 5, i, j), _blk(b, o, 8, i, j))
-    t[outs[0]] = act(y, o[0])
+                y[r:r + n2] = _f(code, _blk(a, o, 0, i, j), _blk(b, o, 1, i, j))
+    t[outs[0]] = act(y, o[ACT])
 
 
 def _red(g, rows, cols):
@@ -75,11 +76,12 @@ def backward(rt, op, dy, flags):
     code, ins, outs, o = op
     t = rt.t
     o = [int(v) for v in o]
-    dz = act_grad(dy, t[outs[0]], o[0]) if o[0] else dy
+    dz = act_grad(dy, t[outs[0]], o[ACT]) if o[ACT] else dy
     a, b = t[ins[0]], t[ins[1]]      # read by MUL and DIV only (kept for them)
-    n0, n1, n2 = o[2], o[3], o[4]
+    n0, n1, n2 = o[E_N0], o[E_N1], o[E_N2]
+    p = o[E_PARAM]
     for s in (0, 1):
-        if not (flags & (DX if s == 0 else 8) or (flags & (DW | DB) and o[1] == s)):
+        if not (flags & (DX if s == 0 else DXN << 1) or (flags & (DW | DB) and p == s)):
             continue
         k = ins[s]
         rows, cols = rt.shape[k]
@@ -87,15 +89,16 @@ def backward(rt, op, dy, flags):
             g = _red(_g(code, s, dz, a, b), rows, cols)
         else:
             g = zeros((rows, cols))
-            m = o[7 + 3 * s]
+            e = E_OPD * s
+            m = o[e + E_ROWS]
             for i in range(n0):
                 for j in range(n1):
                     r = (i * n1 + j) * n2
-                    gb = _g(code, s, dz[r:r + n2], _blk(a, o, 5, i, j), _blk(b, o, 8, i, j))
-                    r = i * o[5 + 3 * s] + j * o[6 + 3 * s]
+                    gb = _g(code, s, dz[r:r + n2], _blk(a, o, 0, i, j), _blk(b, o, 1, i, j))
+                    r = i * o[e + E_D0] + j * o[e + E_D1]
                     v = g[r:r + m]
                     v += _red(gb, m, cols)
-        if o[1] == s:
-            rt.add_wgrad(k, g)
+        if p == s:
+            rt.sink.grad(k, g)
         else:
             rt.add_grad(k, g)

@@ -15,8 +15,8 @@
 from utrain.xnp import np, zeros, maxpool_steps
 from utrain.op_act import act, act_grad
 from utrain.op_conv import walk
-
-DX = 1
+from utrain.opc import (MAX_POOL_2D, MEAN, DX, ACT, G_H, G_W, G_OH, G_OW, G_KH, G_KW, G_SH,
+                        G_SW, G_PT, G_PL, M_OUTER, M_RED, M_INNER)
 
 
 def _counts(n, k, s, p, size):
@@ -26,14 +26,14 @@ def _counts(n, k, s, p, size):
 
 def _inv(o):
     # per output row: (1 / row count, [OW, 1] column of 1 / column counts)
-    ch = _counts(int(o[4]), int(o[7]), int(o[9]), int(o[13]), int(o[1]))
-    cw = _counts(int(o[5]), int(o[8]), int(o[10]), int(o[14]), int(o[2]))
+    ch = _counts(int(o[G_OH]), int(o[G_KH]), int(o[G_SH]), int(o[G_PT]), int(o[G_H]))
+    cw = _counts(int(o[G_OW]), int(o[G_KW]), int(o[G_SW]), int(o[G_PL]), int(o[G_W]))
     col = np.array([[1.0 / c] for c in cw])
     return [1.0 / c for c in ch], col
 
 
 def _maxpool(x, o, shape):
-    sw = int(o[10])
+    sw = int(o[G_SW])
     y = np.full(shape, -3.4e38)
     if maxpool_steps and maxpool_steps(walk(o), sw, y, x):   # the fallback, in one call
         return y
@@ -45,7 +45,7 @@ def _maxpool(x, o, shape):
 def _scale(a, o, out):
     # out (or a new array) = a / window count, row block by row block
     rows, col = _inv(o)
-    OW = int(o[5])
+    OW = int(o[G_OW])
     if out is None:
         out = zeros(a.shape)
     for i in range(len(rows)):
@@ -55,7 +55,7 @@ def _scale(a, o, out):
 
 
 def _mean_shape(o):
-    return int(o[0]), int(o[1]), int(o[2])
+    return int(o[M_OUTER]), int(o[M_RED]), int(o[M_INNER])
 
 
 def forward(rt, op):
@@ -63,7 +63,7 @@ def forward(rt, op):
     t = rt.t
     x = t[ins[0]]
     s = rt.shape[outs[0]]
-    if code == 40:
+    if code == MEAN:
         outer, red, inner = _mean_shape(o)
         if inner == 1:
             y = np.mean(x.reshape((outer, red)), axis=1)
@@ -76,16 +76,16 @@ def forward(rt, op):
                 y[i] = np.mean(x[i * red:(i + 1) * red], axis=0)
         t[outs[0]] = y.reshape(s)
         return
-    if code == 17:
+    if code == MAX_POOL_2D:
         y = _maxpool(x, o, s)
     else:
-        sw = int(o[10])
+        sw = int(o[G_SW])
         y = zeros(s)
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += x[xr:xr + (n - 1) * sw + 1:sw]
         _scale(y, o, y)
-    t[outs[0]] = act(y, int(o[0]))
+    t[outs[0]] = act(y, int(o[ACT]))
 
 
 def backward(rt, op, dy, flags):
@@ -94,7 +94,7 @@ def backward(rt, op, dy, flags):
         return
     t = rt.t
     xs = rt.shape[ins[0]]
-    if code == 40:
+    if code == MEAN:
         outer, red, inner = _mean_shape(o)
         d = dy * (1.0 / red)
         if inner == 1:
@@ -109,12 +109,12 @@ def backward(rt, op, dy, flags):
                 blk += d[i]
         rt.add_grad(ins[0], dx.reshape(xs))
         return
-    a = int(o[0])
+    a = int(o[ACT])
     y = t[outs[0]]
     dz = act_grad(dy, y, a) if a else dy
-    sw = int(o[10])
+    sw = int(o[G_SW])
     dx = zeros(xs)
-    if code == 17:
+    if code == MAX_POOL_2D:
         x = t[ins[0]]
         m = _maxpool(x, o, y.shape) if a else y
         rem = dz.copy()

@@ -156,7 +156,7 @@ def interrupted(tr, log, ckpt, run, cfg_path):
     # train.py resumes there when train.json says "resume": true
     log.close()
     if ckpt:
-        tr.net.zero_grads()
+        tr.net.sink.zero()
         tr.pos -= min(tr.pending, tr.pos)
         tr.pending = 0
         tr.save_checkpoint(ckpt)

@@ -258,7 +258,8 @@ def save_state(tr, path):
 def load_state(tr, path):
     net = tr.net
     shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
-    state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
+    from utrain.sink import state_shape
+    state = [state_shape(net, k) if k in net.trainable else None for k in range(len(net.t))]
     w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
     pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
     if extra:
