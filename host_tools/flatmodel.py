@@ -4,9 +4,7 @@ back (tests, `inspect` of a prepared folder).
 """
 from __future__ import annotations
 
-import os
 import struct
-import sys
 import zlib
 
 import numpy as np
@@ -16,10 +14,15 @@ from .optable import SPECS
 from .passes import Plan, device_shapes
 
 # The layout constants have one home: the device's reader.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro'))
-from utrain.flat import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK, ACT, CONST, TRAIN,  # noqa: E402
-                          UNUSED, SAVE, NO_USE, LOSSES, OPTIMIZERS, METRICS, REDUCTIONS,
-                          settings_dict)
+from .device import module
+
+_dev = module('flat')
+MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK = (_dev.MAGIC, _dev.VERSION, _dev.HDR, _dev.SETTINGS,
+                                               _dev.TENSOR, _dev.RANK)
+ACT, CONST, TRAIN, UNUSED, SAVE, NO_USE = (_dev.ACT, _dev.CONST, _dev.TRAIN, _dev.UNUSED,
+                                           _dev.SAVE, _dev.NO_USE)
+LOSSES, OPTIMIZERS, METRICS, REDUCTIONS = _dev.LOSSES, _dev.OPTIMIZERS, _dev.METRICS, _dev.REDUCTIONS
+settings_dict = _dev.settings_dict
 
 DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',
                 metric='accuracy', shuffle=False, batch=1, epochs=1, seed=0, lr=0.01,

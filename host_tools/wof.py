@@ -9,8 +9,9 @@ import struct
 import numpy as np
 
 from .circle_io import Graph, atomic_write
-from . import flatmodel  # noqa: F401  (puts micro/ on sys.path)
-from utrain import wof as dev  # noqa: E402
+from .device import module
+
+dev = module('wof')
 
 MAGIC = dev.MAGIC
 VERSION = dev.VERSION

@@ -29,7 +29,6 @@ class Net:
         with wof.openr(path) as f:
             flat.load(self, f, path, wof)
         drop('flat')
-        drop('opc')
         self.g = {}
         # where the kernels hand weight gradients (utrain.sink): sums, unless the
         # Trainer installs another

@@ -14,10 +14,28 @@
 #   Temporaries: one [OW, C*M] product per step (dW: plus its [C*M] column sum);
 #   M > 1: one [H*W, C*M] spread copy of x (and one of dx, summed back at the end).
 # Saved for backward: x (when W trains), y (when the fused activation is not NONE).
-from utrain.xnp import np, zeros, conv_steps
+from utrain.xnp import np, zeros, conv_steps, const
 from utrain.op_act import act, act_grad
-from utrain.opc import (CONV_2D, DX, DW, DB, ACT, G_H, G_W, G_C, G_OH, G_OW, G_KH, G_KW,
-                        G_SH, G_SW, G_DH, G_DW, G_PT, G_PL, G_MULT)
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_CONV_2D = const(3)
+_DX = const(1)
+_DW = const(2)
+_DB = const(4)
+_ACT = const(0)
+_G_H = const(1)
+_G_W = const(2)
+_G_C = const(3)
+_G_OH = const(4)
+_G_OW = const(5)
+_G_KH = const(7)
+_G_KW = const(8)
+_G_SH = const(9)
+_G_SW = const(10)
+_G_DH = const(11)
+_G_DW = const(12)
+_G_PT = const(13)
+_G_PL = const(14)
+_G_MULT = const(15)
 
 # the weight gradient is summed whole (rt.sink.grad(W)), not only a rank's training
 # channels (host_tools/optable.py: wgrad 'whole')
@@ -27,9 +45,9 @@ WGRAD_WHOLE = True
 def walk(o):
     """(tap, first x row, first y row, count) for every output row and kernel tap;
     x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
-    H, W, OH, OW = int(o[G_H]), int(o[G_W]), int(o[G_OH]), int(o[G_OW])
-    KH, KW, sh, sw = int(o[G_KH]), int(o[G_KW]), int(o[G_SH]), int(o[G_SW])
-    dh, dw, pt, pl = int(o[G_DH]), int(o[G_DW]), int(o[G_PT]), int(o[G_PL])
+    H, W, OH, OW = int(o[_G_H]), int(o[_G_W]), int(o[_G_OH]), int(o[_G_OW])
+    KH, KW, sh, sw = int(o[_G_KH]), int(o[_G_KW]), int(o[_G_SH]), int(o[_G_SW])
+    dh, dw, pt, pl = int(o[_G_DH]), int(o[_G_DW]), int(o[_G_PT]), int(o[_G_PL])
     cols = []
     for kw in range(KW):
         iw = kw * dw - pl
@@ -65,42 +83,42 @@ def forward(rt, op):
     code, ins, outs, o = op
     t = rt.t
     x, w = t[ins[0]], t[ins[1]]
-    sw = int(o[G_SW])
+    sw = int(o[_G_SW])
     y = zeros(rt.shape[outs[0]])
     # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
-    if conv_steps and conv_steps('Cf' if code == CONV_2D else 'Df', y, x, w, o, walk, sw):
+    if conv_steps and conv_steps('Cf' if code == _CONV_2D else 'Df', y, x, w, o, walk, sw):
         pass
-    elif code == CONV_2D:
-        I = int(o[G_C])
-        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[G_KH]) * int(o[G_KW]))]
+    elif code == _CONV_2D:
+        I = int(o[_G_C])
+        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[_G_KH]) * int(o[_G_KW]))]
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
     else:
-        x = _spread(x, int(o[G_MULT]))
+        x = _spread(x, int(o[_G_MULT]))
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += x[xr:xr + (n - 1) * sw + 1:sw] * w[k]
     _bias(rt, ins, y)
-    t[outs[0]] = act(y, int(o[ACT]))
+    t[outs[0]] = act(y, int(o[_ACT]))
 
 
 def backward(rt, op, dy, flags):
     code, ins, outs, o = op
     t = rt.t
-    a = int(o[ACT])
+    a = int(o[_ACT])
     dz = act_grad(dy, t[outs[0]], a) if a else dy
-    if flags & DB:
+    if flags & _DB:
         rt.sink.grad(ins[2], np.sum(dz, axis=0))
-    if not flags & (DW | DX):
+    if not flags & (_DW | _DX):
         return
     w = t[ins[1]]
-    x = t[ins[0]] if flags & DW else None
-    g = rt.sink.grad(ins[1]) if flags & DW else None
-    dx = zeros(rt.shape[ins[0]]) if flags & DX else None
-    sw = int(o[G_SW])
+    x = t[ins[0]] if flags & _DW else None
+    g = rt.sink.grad(ins[1]) if flags & _DW else None
+    dx = zeros(rt.shape[ins[0]]) if flags & _DX else None
+    sw = int(o[_G_SW])
     if conv_steps:
-        c = 'C' if code == CONV_2D else 'D'
+        c = 'C' if code == _CONV_2D else 'D'
         if g is not None and conv_steps(c + 'w', g, dz, x, o, walk, sw):
             g = None
         if dx is not None and conv_steps(c + 'x', dx, dz, w, o, walk, sw):
@@ -108,9 +126,9 @@ def backward(rt, op, dy, flags):
             dx = None
         if g is None and dx is None:
             return
-    if code == CONV_2D:
-        I = int(o[G_C])
-        taps = range(int(o[G_KH]) * int(o[G_KW]))
+    if code == _CONV_2D:
+        I = int(o[_G_C])
+        taps = range(int(o[_G_KH]) * int(o[_G_KW]))
         wk = [w[:, k * I:(k + 1) * I] for k in taps]
         gk = [g[:, k * I:(k + 1) * I] for k in taps] if g is not None else None
         for k, xr, yr, n in walk(o):
@@ -123,7 +141,7 @@ def backward(rt, op, dy, flags):
                 dxs = dx[xr:e:sw]
                 dxs += np.dot(dzs, wk[k])
     else:
-        M = int(o[G_MULT])
+        M = int(o[_G_MULT])
         x = _spread(x, M) if x is not None else None
         dxm = dx if M == 1 or dx is None else zeros((dx.shape[0], w.shape[1]))
         for k, xr, yr, n in walk(o):

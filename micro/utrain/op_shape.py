@@ -10,8 +10,19 @@
 # tr: a TRANSPOSE moving the last axis).  Only 2-D slicing, no index arrays (ulab's 2-D).
 # Backward copies the other way, into a zeroed input-sized gradient.
 # Temporaries: none besides the output (forward) or each input's gradient (backward).
-from utrain.xnp import zeros
-from utrain.opc import DX, DXN, C_NA, C_NB, C_N1, C_N2, C_TR, C_A, C_B, C_SIDE, C_PART
+from utrain.xnp import zeros, const
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_DX = const(1)
+_DXN = const(4)
+_C_NA = const(0)
+_C_NB = const(1)
+_C_N1 = const(2)
+_C_N2 = const(3)
+_C_TR = const(4)
+_C_A = const(5)
+_C_B = const(13)
+_C_SIDE = const(8)
+_C_PART = const(21)
 
 
 def _v(x, s, i, j, m, n):
@@ -24,10 +35,10 @@ def _v(x, s, i, j, m, n):
 
 def _copy(y, x, p, k, back):
     # y[B blocks] = x[A blocks] of the part at p[k]; back: x[A blocks] = y[B blocks]
-    n1, n2, tr = p[k + C_N1], p[k + C_N2], p[k + C_TR]
-    sa, sb = p[k + C_A:k + C_A + C_SIDE], p[k + C_B:k + C_B + C_SIDE]
-    for i in range(p[k + C_NA]):
-        for j in range(p[k + C_NB]):
+    n1, n2, tr = p[k + _C_N1], p[k + _C_N2], p[k + _C_TR]
+    sa, sb = p[k + _C_A:k + _C_A + _C_SIDE], p[k + _C_B:k + _C_B + _C_SIDE]
+    for i in range(p[k + _C_NA]):
+        for j in range(p[k + _C_NB]):
             b = _v(y, sb, i, j, n1, n2)
             if tr:
                 a = _v(x, sa, i, j, n2, n1)
@@ -52,7 +63,7 @@ def forward(rt, op):
     p = [int(v) for v in p]
     y = zeros(s)
     for j in range(len(ins)):
-        _copy(y, t[ins[j]], p, C_PART * j, 0)
+        _copy(y, t[ins[j]], p, _C_PART * j, 0)
     t[outs[0]] = y
 
 
@@ -64,7 +75,7 @@ def backward(rt, op, dy, flags):
         return
     p = [int(v) for v in p]
     for j in range(len(ins)):
-        if flags & (DX if j == 0 else DXN << j):
+        if flags & (_DX if j == 0 else _DXN << j):
             dx = zeros(rt.shape[ins[j]])
-            _copy(dy, dx, p, C_PART * j, 1)
+            _copy(dy, dx, p, _C_PART * j, 1)
             rt.add_grad(ins[j], dx)

@@ -2,8 +2,11 @@
 # backward flags, shared by the device kernels (op_*.py), the model reader (flat.py) and
 # the host (host_tools/optable.py writes the options by these slots; docs/flat-model.md
 # lists them; tests/test_contract.py checks that all three agree).
-# Public names cost a dict entry each on a board: Net drops this module after loading
-# (the kernels keep the few names they import).  Adding an op: docs/flat-model.md.
+# A board never imports it: MicroPython folds const() only within a module, and this
+# module's public names would cost ~6 KB of heap while loaded.  The device modules
+# carry the values they use as private consts (_NAME = const(v), folded at compile
+# time, no heap), which tests/test_contract.py checks against this file.
+# Adding an op: docs/flat-model.md.
 try:
     from micropython import const
 except ImportError:             # the host (CPython)

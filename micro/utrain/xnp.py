@@ -11,6 +11,11 @@
 # `a *= s` would silently rebind `a` to a new array instead of updating it.
 # Besides it, this module adds the float32 file I/O kernels never do themselves.
 try:
+    from micropython import const      # kernels name the op contract with private consts
+except ImportError:
+    def const(x):
+        return x
+try:
     from ulab import numpy as np
     BACKEND = 'ulab'
     FLOAT = np.float
