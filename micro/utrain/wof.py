@@ -36,6 +36,7 @@ def openr(path):
 
 
 def exists(path):
+    """Is there a file at path (after finishing an interrupted save of it)?"""
     try:
         openr(path).close()
         return True
