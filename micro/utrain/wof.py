@@ -148,11 +148,17 @@ def _write_block(f, arrays, n, start):
     return pos
 
 
+def write_wof(f, n, arrays):
+    """A .wof of n tensors to the open file f, {tensor index: array}; the one writer
+    (host_tools/wof.py packs its files with it)."""
+    f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
+    _write_block(f, arrays, n, 8)
+
+
 def save_wof(path, n, arrays):
     tmp = path + '.tmp'
     with open(tmp, 'wb') as f:
-        f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
-        _write_block(f, arrays, n, 8)
+        write_wof(f, n, arrays)
         f.flush()
     _replace(tmp, path)
 
