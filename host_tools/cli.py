@@ -80,7 +80,7 @@ def cmd_inspect(a):
     print(f'ops gradients pass through: {", ".join(n for n in SUPPORTED if n not in trains)}')
     bad = [op for op in h.ops if op.name not in SPECS]
     if bad:
-        print('not trainable here: ' + ', '.join(f'op {op.index} {op.name}' for op in bad))
+        print('not trainable here: ' + ', '.join(f'op {op.number} {op.name}' for op in bad))
         if all(op.name in SPECS for op in f.ops):
             print('(all of them fold away when their layers stay frozen: train the layers '
                   'after them, e.g. --train last:N)')

@@ -217,12 +217,16 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend}
 
 
-def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
-    """What would fit in `limit`: the planner's figure for cheaper settings."""
-    from .passes import plan as make_plan, parse_train, RANK_NAMES
+def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
+    """What would fit in `limit`: the planner's figure for cheaper settings.  g is the
+    graph as read; train (op numbers) and ranks {op: rank} are in the file's numbering,
+    and so is every suggestion (as `inspect` and --train last:N count); planned(train,
+    ranks) runs the select, rewrite and plan passes for a candidate (the rewrites differ
+    with what trains, so each is planned on its own rewritten graph)."""
+    from .passes import RANK_NAMES
+    from .optable import SPECS
     parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
     lines = [f'  planned: {parts}']
-    trainable = sorted(parse_train(train, len(g.ops)) | set(ranks))
     base = dict(settings)
     cands = []
     if int(settings['batch']) > 1:
@@ -233,8 +237,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
         cands.append(({'stream': True}, train, ranks))
     cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': True}
     cands.append((cheap, train, ranks))
-    from .optable import SPECS
-    with_params = [i for i in trainable if SPECS[g.ops[i].name].roles(g.ops[i], g)]
+    with_params = [i for i in sorted(set(train) | set(ranks))
+                   if g.ops[i].name in SPECS and SPECS[g.ops[i].name].roles(g.ops[i], g)]
     for r in (4, 5, 1):
         rk = dict(ranks)
         rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
@@ -250,12 +254,12 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
                         + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
                         * (rk != ranks))
         try:
-            p = make_plan(g, tr, rk)
+            rg, _, _, _, _, p = planned(tr, rk)
         except ValueError:
             continue
         if not p.params:
             continue
-        est = plan_heap(g, p, s, backend)['total']
+        est = plan_heap(rg, p, s, backend)['total']
         if est <= limit:
             fits.append(f'  would fit: {desc}  (about {est // 1024} KB)')
             if len(fits) >= 3:

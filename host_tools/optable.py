@@ -105,8 +105,8 @@ def _slots(values: dict) -> list:
 def _fc_options(op, g=None):
     fmt = op.options.get('weights_format', 'DEFAULT')
     if fmt not in ('DEFAULT', 0):
-        raise ValueError(f'op {op.index} FULLY_CONNECTED: weights_format {fmt} is not supported')
-    return _slots({opc.ACT: _fused(op, f'op {op.index} FULLY_CONNECTED')})
+        raise ValueError(f'op {op.number} FULLY_CONNECTED: weights_format {fmt} is not supported')
+    return _slots({opc.ACT: _fused(op, f'op {op.number} FULLY_CONNECTED')})
 
 
 def _fc_saves(op, flags):
@@ -166,7 +166,7 @@ def _nhwc(g, k, where, what):
 
 
 def _spatial(op, g, kh, kw, sh, sw, dh, dw, extra=None):
-    where = f'op {op.index} {op.name}'
+    where = f'op {op.number} {op.name}'
     H, W, C = _nhwc(g, op.inputs[0], where, 'the input')
     OH, OW, OC = _nhwc(g, op.outputs[0], where, 'the output')
     pad = op.options.get('padding', 'SAME')
@@ -193,17 +193,17 @@ def _dilations(op):
 
 def _conv_options(op, g):
     O, KH, KW, I = g.tensors[op.inputs[1]].shape
-    if _nhwc(g, op.inputs[0], f'op {op.index} CONV_2D', 'the input')[2] != I:
-        raise ValueError(f'op {op.index} CONV_2D: weight has {I} input channels, input has '
+    if _nhwc(g, op.inputs[0], f'op {op.number} CONV_2D', 'the input')[2] != I:
+        raise ValueError(f'op {op.number} CONV_2D: weight has {I} input channels, input has '
                          f'{g.tensors[op.inputs[0]].shape[3]} (grouped convolution is not supported)')
     return _spatial(op, g, KH, KW, *_strides(op), *_dilations(op))
 
 
 def _dwconv_options(op, g):
     _, KH, KW, CM = g.tensors[op.inputs[1]].shape
-    C = _nhwc(g, op.inputs[0], f'op {op.index} DEPTHWISE_CONV_2D', 'the input')[2]
+    C = _nhwc(g, op.inputs[0], f'op {op.number} DEPTHWISE_CONV_2D', 'the input')[2]
     if CM % C:
-        raise ValueError(f'op {op.index} DEPTHWISE_CONV_2D: {CM} output channels for {C} inputs')
+        raise ValueError(f'op {op.number} DEPTHWISE_CONV_2D: {CM} output channels for {C} inputs')
     return _spatial(op, g, KH, KW, *_strides(op), *_dilations(op), extra={opc.G_MULT: CM // C})
 
 
@@ -221,7 +221,7 @@ def _conv_shapes(op, g):
 def _mean_options(op, g):
     """[outer, red, inner]: the input as [outer, reduced, inner] (the reduced axes must
     form one run once size-1 axes are dropped)."""
-    where = f'op {op.index} MEAN'
+    where = f'op {op.number} MEAN'
     shape = list(g.tensors[op.inputs[0]].shape)
     axes_t = g.tensors[op.inputs[1]] if len(op.inputs) > 1 else None
     if axes_t is None or axes_t.data is None:
@@ -273,7 +273,7 @@ SPECS.update({s.name: s for s in [
 # HARD_SWISH/LEAKY_RELU (op_act).  Shapes and constant index inputs are read here.
 
 def _where(op):
-    return f'op {op.index} {op.name}'
+    return f'op {op.number} {op.name}'
 
 
 def _shape4(g, k, op):
