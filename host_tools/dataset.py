@@ -221,6 +221,21 @@ def read_dataset(path):
     return x.astype(np.float32), y.astype(np.float32)
 
 
+def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
+                  names=('train.ds', 'test.ds')):
+    """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
+    train and test, quantize both with one scale (from the whole of x) and write them
+    into out_dir.  Returns (train rows, test rows, scale, offset, {name: path written})."""
+    tr, te = split(len(x), test_split, seed)
+    scale, offset = quantization(x, dtype)
+    wrote = {}
+    for name, idx in zip(names, (tr, te)):
+        if len(idx):
+            wrote[name] = os.path.join(out_dir, name)
+            write_dataset(wrote[name], x[idx], y[idx], dtype, scale, offset)
+    return tr, te, scale, offset, wrote
+
+
 def split(n: int, test_split: float, seed: int):
     """(train indices, test indices): a seeded shuffle, then the last fraction is test."""
     if not 0.0 <= test_split < 1.0:

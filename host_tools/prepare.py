@@ -219,13 +219,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
                                f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
         y = ds.targets(y, s['loss'], n_out, data)
-        tr, te = ds.split(len(x), test_split, split_seed)
-        scale, offset = ds.quantization(x, dtype)     # one scale for train and test
-        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr], dtype, scale, offset)
-        if len(te):
-            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te], dtype, scale,
-                             offset)
-        else:
+        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
+                                               (files['train'], files['test']))
+        if files['test'] not in wrote:
             files['test'] = None
         summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
                        balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
