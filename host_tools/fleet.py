@@ -37,13 +37,14 @@ import uuid
 
 import numpy as np
 
-from . import flatmodel  # noqa: F401  (puts micro/ on sys.path)
+from . import flatmodel
 from . import board as bd
 from . import runner
 from .circle_io import atomic_write
+from .device import module
 from .wof import write_wof
-from utrain import wof as devwof  # noqa: E402
-from utrain.flat import TRAIN  # noqa: E402
+
+devwof = module('wof')
 
 STRATEGIES = ('fedavg', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'fedmedian',
               'fedtrimmedavg')
@@ -67,10 +68,10 @@ class Trainable:
         files = self.cfg['files']
         self.model = os.path.join(d, files['model'])
         fl = flatmodel.read_flat(self.model)
-        self.n = len(fl['tensors'])
-        self.shapes = [t['shape'] if t['kind'] == TRAIN else None for t in fl['tensors']]
-        self.ids = [k for k, s in enumerate(self.shapes) if s]
-        self.ranks = fl['ranks']
+        self.n = len(fl['shapes'])
+        self.ids = list(fl['trainable'])
+        self.shapes = [tuple(s) if k in self.ids else None for k, s in enumerate(fl['shapes'])]
+        self.ranks = dict(fl['ranks'])
         self.base = self.read(os.path.join(d, files['weights']))
 
     def read(self, path):
@@ -525,8 +526,8 @@ def make_strategy(name):
 def evaluate(model, weights_path, test_path):
     """(loss, metric) of weights on the host's test split, with utrain's own code under
     CPython (the board's forward pass)."""
-    from utrain.trainer import Trainer
-    from utrain.data import Dataset
+    Trainer = module('trainer').Trainer
+    Dataset = module('data').Dataset
     tr = Trainer(model.model, weights_path)
     ds = Dataset(test_path)
     try:
