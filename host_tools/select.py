@@ -176,11 +176,13 @@ def add_fisher(heap, g, p, backend):
     """The board's Fisher pass keeps every candidate layer's output until the backward
     pass reaches it (those the backward list does not save anyway) plus one potential
     per channel: counted into the heap plan."""
-    from .memory import array_bytes
+    from .memory import array_bytes, mpy_sizes, CODE_PER_MPY_BYTE, FROZEN_CODE_PER_MPY_BYTE
     from .passes import device_shapes
-    arrays = backend.partition('-')[0]
+    arrays, _, frozen = backend.partition('-')
     shapes = device_shapes(g)
-    extra = 0
+    # utrain/fisher.py, loaded for the choice and dropped before training
+    extra = int((FROZEN_CODE_PER_MPY_BYTE if frozen else CODE_PER_MPY_BYTE)
+                * mpy_sizes().get('fisher', 0))
     for i in p.trainable_ops:
         o = g.ops[i].outputs[0]
         rows, cols = shapes[o]

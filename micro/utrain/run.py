@@ -6,6 +6,7 @@ import gc
 import json
 import sys
 from utrain.trainer import Trainer, Diverged
+from utrain.model import drop as _drop
 from utrain.data import Dataset
 
 try:
@@ -64,11 +65,24 @@ def main(cfg_path='train.json'):
         cfg = json.load(f)
     files = cfg.pop('files')
     run = cfg.pop('run', {})
+    sel = cfg.pop('select', None)
     gc.collect()            # the JSON parse's garbage gone before the big arrays come
     tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
     c = tr.cfg
     ckpt = files.get('checkpoint')
-    if run.get('resume') and ckpt and exists(ckpt):
+    resume = run.get('resume') and ckpt and exists(ckpt)
+    if sel:                 # prepare --select board: the board chooses what trains
+        from utrain import fisher
+        if resume:
+            fisher.resume(tr, ckpt)
+        elif files.get('train'):
+            ds = Dataset(files['train'])
+            fisher.select(tr, ds, sel)
+            ds.close()
+        fisher = None
+        _drop('fisher')
+        gc.collect()
+    if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
     if not files.get('train'):
