@@ -8,7 +8,7 @@
 # classifier and the `layers` best others train, each on the window of channels (its
 # prepared width) with the largest potential; the others are frozen.  The choice goes
 # into the checkpoint (save_state), so a resumed run trains the same set.
-# Imported lazily (code is heap), once, before training.
+# Imported lazily (code is heap) before training and dropped.
 from struct import pack, unpack, calcsize
 from utrain.xnp import np, zeros
 
@@ -30,10 +30,10 @@ def candidates(net):
     return out
 
 
-def potentials(tr, ds, n):
+def potentials(net, ds, n, cfg):
     """{op index: (1, C) Fisher potentials of its output channels} over n samples of
-    ds (spread over the file)."""
-    net = tr.net
+    ds (spread over the file); cfg: the training settings (loss)."""
+    from utrain.losses import loss
     cands = candidates(net)
     outs = {}
     P = {}
@@ -41,8 +41,9 @@ def potentials(tr, ds, n):
         o = net.ops[i][2][0]
         outs[o] = i
         P[i] = zeros((1, net.shape[o][1]))
-    ds.check(tr.x_shape, tr.y_shape)
-    x, y = zeros(tr.x_shape), zeros(tr.y_shape)
+    ys = (1, 1) if cfg['loss'] == 'scce' else net.shape[net.outputs[0]]
+    ds.check(net.shape[net.inputs[0]], ys)
+    x, y = zeros(net.shape[net.inputs[0]]), zeros(ys)
     free = net.free_train
     net.free_train = [[k for k in f if k not in outs] for f in free]
     n = max(1, min(n, ds.n))
@@ -51,9 +52,8 @@ def potentials(tr, ds, n):
         for j in range(n):
             ds.read(j * ds.n // n, x, y)
             net.set_input(x)
-            tr.target = y
             net.forward(True)
-            dy = tr._out()[1][1]
+            dy = loss(cfg['loss'], net.output(), y, cfg['from_logits'])[1]
             g = net.g
             g[net.outputs[0]] = dy
             for oi, fl in net.bwd:
@@ -78,8 +78,7 @@ def potentials(tr, ds, n):
     finally:
         net.free_train = free
         for k in outs:
-            if k not in net.outputs:
-                net.t[k] = None
+            net.t[k] = None
     for i in P:
         p = P[i]
         p *= 0.5 / n
@@ -138,11 +137,10 @@ def choose(net, P, layers):
     return keep, lines
 
 
-def apply(tr, keep):
+def restrict(net, keep):
     """Train only the tensors in keep ({tensor: (axis, lo, hi) or None}): the others
     are frozen, the backward list loses their gradients (and the ops before the first
-    that trains), optimizer state and gradient sums are made again for the new set."""
-    net = tr.net
+    that trains).  Call it before the Trainer makes optimizer state (Trainer(keep=))."""
     for k in keep:
         if k not in net.trainable:
             raise ValueError('selection names tensor %d, which is not a candidate' % k)
@@ -172,9 +170,6 @@ def apply(tr, keep):
             bwd.append((oi, fl))
     net.bwd = bwd
     net.select = blob(keep)
-    net.acc.clear()
-    tr.opt = None
-    tr.configure()
 
 
 def blob(keep):
@@ -197,21 +192,37 @@ def unblob(b, path):
     return keep
 
 
-def select(tr, ds, cfg, log=print):
-    """Score the candidates on cfg['samples'] samples of ds, train the classifier and
-    the cfg['layers'] best others.  Returns the log lines."""
-    n = int(cfg.get('samples', 16))
-    P = potentials(tr, ds, n)
-    keep, lines = choose(tr.net, P, int(cfg.get('layers', 1)))
-    apply(tr, keep)
-    lines.insert(0, 'board selection (Fisher potential on %d samples):' % min(n, ds.n))
+def select(model, weights, data, sel, cfg, log=print):
+    """The board's choice: the candidates (model's trainable tensors) scored on
+    sel['samples'] samples of the dataset file data; the classifier and the
+    sel['layers'] best others train.  Returns keep for Trainer(keep=)."""
+    import gc
+    from utrain.model import Net
+    from utrain.data import Dataset
+    from utrain.trainer import _gc_every
+    old = _gc_every(0)      # loaded as the Trainer loads it: no sieve of small holes
+    try:
+        net = Net(model)
+        net.load_weights(weights)
+    finally:
+        if old is not None:
+            _gc_every(old)
+            gc.collect()
+    ds = Dataset(data)
+    n = int(sel.get('samples', 16))
+    try:
+        P = potentials(net, ds, n, cfg)
+    finally:
+        ds.close()
+    keep, lines = choose(net, P, int(sel.get('layers', 1)))
+    log('board selection (Fisher potential on %d samples):' % min(n, ds.n))
     for line in lines:
         log(line)
-    return lines
+    return keep
 
 
-def resume(tr, path, log=print):
-    """Train the set the checkpoint at path was trained with (its selection block)."""
+def read(path, log=print):
+    """The set the checkpoint at path was trained with (its selection block)."""
     from utrain import wof
     with wof.openr(path) as f:
         f.seek(0, 2)
@@ -231,7 +242,6 @@ def resume(tr, path, log=print):
         f.seek(at)
         b = f.read(end - at)
     keep = unblob(b, path)
-    apply(tr, keep)
     log('board selection from %s: tensors %s' % (path, ', '.join(
         '%d' % k + (' %d:%d' % (keep[k][1], keep[k][2]) if keep[k] else '') for k in sorted(keep))))
     return keep

@@ -66,22 +66,20 @@ def main(cfg_path='train.json'):
     files = cfg.pop('files')
     run = cfg.pop('run', {})
     sel = cfg.pop('select', None)
-    gc.collect()            # the JSON parse's garbage gone before the big arrays come
-    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
-    c = tr.cfg
     ckpt = files.get('checkpoint')
     resume = run.get('resume') and ckpt and exists(ckpt)
+    keep = None
     if sel:                 # prepare --select board: the board chooses what trains
         from utrain import fisher
         if resume:
-            fisher.resume(tr, ckpt)
+            keep = fisher.read(ckpt)
         elif files.get('train'):
-            ds = Dataset(files['train'])
-            fisher.select(tr, ds, sel)
-            ds.close()
+            keep = fisher.select(files['model'], files['weights'], files['train'], sel, cfg)
         fisher = None
         _drop('fisher')
-        gc.collect()
+    gc.collect()            # the JSON parse's garbage gone before the big arrays come
+    tr = STATE['tr'] = Trainer(files['model'], files['weights'], keep=keep, **cfg)
+    c = tr.cfg
     if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
