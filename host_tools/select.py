@@ -36,11 +36,16 @@ from .passes import PrepareError, RANK_NAMES
 RATIOS = (5, 4, 2, 0)
 WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
 MAX_LAYERS = 8          # candidate layers before the classifier (the last ones)
-TRIAL_SAMPLES = 300     # proxy samples a trial trains on ...
-TRIAL_VAL = 200         # ... and is scored on
-TRIAL_EPOCHS = 2
-VERIFY = 4              # fitting combinations tried for real
+TRIAL_SAMPLES = 400     # proxy samples a trial trains on ...
+TRIAL_VAL = 300         # ... and is scored on
+TRIAL_EPOCHS = 3        # at most (fewer when the run itself trains fewer)
+VERIFY = 4              # fitting combinations tried for real, on a second split too
+TIE = 0.02              # scores this close to the best count as as good
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
+# a layer is worth training on the board when the Fisher potential of its outputs is at
+# least this share of the classifier's (utrain/fisher.py)
+SHARE = 1 / 3
+SLACK_F = 0.25          # of the optimizer state's room, kept for fragmentation
 
 
 def describe(ranks: dict) -> str:
@@ -175,7 +180,8 @@ def step_macs(g, p) -> int:
 def add_fisher(heap, g, p, backend):
     """The board's Fisher pass keeps every candidate layer's output until the backward
     pass reaches it (those the backward list does not save anyway) plus one potential
-    per channel: counted into the heap plan."""
+    per channel, and loads utrain/fisher.py: counted into the heap plan where it needs
+    more than the optimizer state and gradient sums it runs without."""
     from .memory import array_bytes, mpy_sizes, CODE_PER_MPY_BYTE, FROZEN_CODE_PER_MPY_BYTE
     from .passes import device_shapes
     arrays, _, frozen = backend.partition('-')
@@ -189,8 +195,12 @@ def add_fisher(heap, g, p, backend):
         extra += array_bytes(cols, arrays)
         if o not in p.saved:
             extra += array_bytes(rows * cols, arrays)
-    heap['parts']['Fisher pass (kept outputs, potentials)'] = extra
-    heap['total'] += extra
+    # it runs before the optimizer state and gradient sums exist: only what it needs
+    # beyond them raises the plan
+    room = heap['parts'].get('optimizer state', 0) + heap['parts'].get('gradient sums', 0)
+    more = max(0, extra - int(room * (1 - SLACK_F)))
+    heap['parts']['Fisher pass (beyond optimizer state)'] = more
+    heap['total'] += more
     return heap
 
 
@@ -200,7 +210,7 @@ class Trials:
     """Short fine-tuning runs of the host simulation on a proxy subset, cached on disk."""
 
     def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
-                 samples=TRIAL_SAMPLES, val=TRIAL_VAL, epochs=TRIAL_EPOCHS, log=print):
+                 samples=TRIAL_SAMPLES, val=TRIAL_VAL, epochs=None, log=print):
         from . import dataset as ds
         x, y = ds.load(data)
         tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
@@ -212,6 +222,8 @@ class Trials:
             raise PrepareError(f'{data}: {len(tr)} training samples are too few for '
                                '--select auto trials (need at least 24)')
         pick = np.concatenate([tr[n_val:n_val + n_tr], tr[:n_val]])
+        if epochs is None:
+            epochs = max(1, min(TRIAL_EPOCHS, int(settings.get('epochs') or 1)))
         self.x, self.y = x[pick], y[pick]
         self.frac = n_val / len(pick)
         self.model_path, self.rewrite, self.epochs, self.log = model_path, rewrite, epochs, log
@@ -240,12 +252,12 @@ class Trials:
         np.savez(self.npz, x=self.x, y=self.y)
         self.ran = 0
 
-    def score(self, ranks) -> float:
+    def score(self, ranks, fold=0) -> float:
         """Test metric after a short fine-tuning with ranks (higher is better: accuracy,
-        or minus the MAE)."""
-        key = describe(ranks)
+        or minus the MAE); fold picks another split of the proxy samples."""
+        key = describe(ranks) + ('#%d' % fold if fold else '')
         if key not in self.cache:
-            self.cache[key] = self._run(ranks)
+            self.cache[key] = self._run(ranks, fold)
             self.ran += 1
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
             with open(self.cache_path + '.tmp', 'w') as f:
@@ -253,11 +265,11 @@ class Trials:
             os.replace(self.cache_path + '.tmp', self.cache_path)
         return self.cache[key]
 
-    def _run(self, ranks):
+    def _run(self, ranks, fold=0):
         from .prepare import prepare
         from .memory import sys_path_micro
         out = os.path.join(self.tmp, 'run')
-        prepare(self.model_path, out, data=self.npz, test_split=self.frac, split_seed=3,
+        prepare(self.model_path, out, data=self.npz, test_split=self.frac, split_seed=3 + fold,
                 rewrite=self.rewrite, ranks=dict(ranks), train='none', **self.settings)
         sys_path_micro()
         from utrain.trainer import Trainer
@@ -304,16 +316,13 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
     fits = lambda r: pr.fits(r, limit)      # noqa: E731
     # the classifier: whole, else the largest part of it that fits
-    base = None
-    for r in (0, 2, 4, 5, 1):
-        if r in dict(cands)[cls] and fits({cls: r}):
-            base = {cls: r}
-            break
-    if base is None:
-        return {'ranks': {cls: 0}, 'fallback': 'nothing fits, not even the classifier'}
+    # the classifier trains whole (a part of its outputs would leave classes untrained)
+    base = {cls: 0}
+    if not fits(base):
+        return {'ranks': base, 'fallback': 'nothing fits, not even the classifier'}
     t = Trials(model_path, data, settings, test_split, split_seed, rewrite, log=log, **trial_opts)
     log(f'select auto: {len(before)} candidate layers before the classifier (op {cls}); '
-        f'trials of {TRIAL_EPOCHS} epochs on {len(t.x) - int(round(t.frac * len(t.x)))} proxy '
+        f'trials of {t.epochs} epochs on {len(t.x) - int(round(t.frac * len(t.x)))} proxy '
         f'samples, scored on {int(round(t.frac * len(t.x)))}')
     s0 = t.score(base)
     # biases of the last k layers (those that have a bias)
@@ -366,19 +375,35 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
                 break
         if priced > 400:
             break
-    # try the best few for real; the best measured trains (a tie: the smaller heap)
-    tried = []
-    for gain, r in fitting:
-        tried.append((t.score(r) - s0, -pr.price(r)['heap'], gain, r))
-    if not any(d > 0 for d, *_ in tried):
-        tried.append((0.0, -pr.price(base)['heap'], 0.0, base))
-    tried.sort(key=lambda c: (round(c[0], 3), c[1]), reverse=True)
+    # try the best few for real, with the classifier alone and the best single trials,
+    # each on two splits of the proxy samples; of those within TIE of the best mean the
+    # smallest heap trains (onert-micro's tool keeps the cheapest within 0.02)
+    final = [r for _, r in fitting] + [base]
+    singles = sorted(wgain.items(), key=lambda kv: -kv[1])[:2]
+    final += [{**base, i: rk} for (i, rk), _ in singles]
+    if len(bias_gain) > 1:
+        k = max(range(len(bias_gain)), key=lambda j: -1e9 if bias_gain[j] is None else bias_gain[j])
+        if k:
+            final.append({**base, **{i: 1 for i in with_bias[:k]}})
+    predicted = {describe(r): g for g, r in fitting}
+    tried, seen = [], set()
+    for r in final:
+        if describe(r) in seen or not fits(r):
+            continue
+        seen.add(describe(r))
+        m = (t.score(r) + t.score(r, 1)) / 2
+        tried.append((m - (t.score(base) + t.score(base, 1)) / 2, -pr.price(r)['heap'],
+                      predicted.get(describe(r), 0.0), r))
+    top = max(d for d, *_ in tried)
+    tried.sort(key=lambda c: (c[0] >= top - TIE, c[1]), reverse=True)
     best = tried[0]
+    s0 = (t.score(base) + t.score(base, 1)) / 2
     out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
            'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
            'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
            'weight_gain': {describe({i: rk}): gv for (i, rk), gv in wgain.items()},
-           'runners_up': [(describe(r), s0 + d, pr.price(r)) for d, _, _, r in tried[1:]],
+           'runners_up': [(describe(r), s0 + d, pr.price(r)['heap'], pr.price(r)['macs'])
+                          for d, _, _, r in tried[1:]],
            'price': pr.price(best[3])}
     if best[3] == base:
         out['fallback'] = ('nothing beyond the classifier gains within the budget'
@@ -399,13 +424,9 @@ def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=
     cands = layers(g)
     cls = classifier(g, cands)
     fits = lambda r: pr.fits(r, limit, True)      # noqa: E731
-    ranks = None
-    for r in (0, 2, 4, 5, 1):
-        if r in dict(cands)[cls] and fits({cls: r}):
-            ranks = {cls: r}
-            break
-    if ranks is None:
-        return {'ranks': {cls: 0}, 'fallback': 'nothing fits, not even the classifier'}
+    ranks = {cls: 0}
+    if not fits(ranks):
+        return {'ranks': ranks, 'fallback': 'nothing fits, not even the classifier'}
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
     for i, kinds in reversed(before):
         for rk in kinds:
@@ -414,9 +435,9 @@ def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=
                 ranks = r
                 break
     n = len(ranks) - 1
-    k = layers_max if layers_max is not None else max(1, (n + 1) // 2)
+    k = n if layers_max is None else min(layers_max, n)
     out = {'ranks': ranks, 'price': pr.price(ranks, True),
-           'select': {'samples': int(samples), 'layers': int(min(k, n))}}
+           'select': {'samples': int(samples), 'layers': int(k), 'share': SHARE}}
     if n == 0:
         out['fallback'] = 'only the classifier fits the budget'
     return out
@@ -428,8 +449,9 @@ def report(res):
     p = res.get('price')
     if 'select' in res:
         lines.append(f'select board: candidates {describe(res["ranks"])}; the board scores them '
-                     f'on {res["select"]["samples"]} samples and trains the classifier and its '
-                     f'{res["select"]["layers"]} best other layers'
+                     f'on {res["select"]["samples"]} samples and trains the classifier and up to '
+                     f'{res["select"]["layers"]} others whose Fisher potential is at least '
+                     f'{res["select"]["share"]:.2f} of the classifier\'s'
                      + (f'  (planned {p["heap"] // 1024} KB with the Fisher pass)' if p else ''))
     else:
         lines.append(f'select auto: chose {describe(res["ranks"])}'
@@ -438,8 +460,8 @@ def report(res):
                         if p else '')
                      + (f'; {res["trials"]} trials run, {res["cached_trials"]} cached'
                         if 'trials' in res else ''))
-        for d, sc, pp in res.get('runners_up', []):
-            lines.append(f'  runner-up {d}: score {sc:.3f}, {pp["heap"] // 1024} KB, {pp["macs"]} MACs')
+        for d, sc, heap, macs in res.get('runners_up', []):
+            lines.append(f'  runner-up {d}: score {sc:.3f}, {heap // 1024} KB, {macs} MACs')
     if res.get('fallback'):
         lines.append(f'  classifier only: {res["fallback"]}')
     return lines

@@ -5,8 +5,9 @@
 #   P_c = 1/(2N) sum_n (sum_d a_ndc * g_ndc)^2    a: the layer's output, g: dL/da
 # (one forward and one backward pass a sample; no weight gradient, no update).  A layer
 # scores s = P / ((params / max params) * (MACs / max MACs)), P = sum_c P_c; the
-# classifier and the `layers` best others train, each on the window of channels (its
-# prepared width) with the largest potential; the others are frozen.  The choice goes
+# classifier trains, and of the layers whose P is at least `share` of the classifier's
+# the `layers` best by score, each on the window of channels (its prepared width) with
+# the largest potential; the others are frozen.  The choice goes
 # into the checkpoint (save_state), so a resumed run trains the same set.
 # Imported lazily (code is heap) before training and dropped.
 from struct import pack, unpack, calcsize
@@ -85,7 +86,7 @@ def potentials(net, ds, n, cfg):
     return P
 
 
-def choose(net, P, layers):
+def choose(net, P, layers, share=0.0):
     """{tensor: (axis, lo, hi) or None (whole)} of the tensors that train, and the
     log lines saying why."""
     cands = candidates(net)
@@ -104,7 +105,11 @@ def choose(net, P, layers):
     mmax = max(c[3] for c in info)
     for c in info:
         c.append(c[4] / ((c[2] / pmax) * (c[3] / mmax)))
-    others = sorted([c for c in info if c[0] != cls], key=lambda c: -c[5])
+    # worth training: a potential at least `share` of the classifier's; the best
+    # `layers` of those by score
+    top = share * [c[4] for c in info if c[0] == cls][0]
+    others = sorted([c for c in info if c[0] != cls], key=lambda c: (c[4] < top, -c[5]))
+    layers = min(layers, len([c for c in others if c[4] >= top]))
     chosen = [c for c in info if c[0] == cls] + others[:layers]
     keep = {}
     lines = []
@@ -194,8 +199,9 @@ def unblob(b, path):
 
 def select(model, weights, data, sel, cfg, log=print):
     """The board's choice: the candidates (model's trainable tensors) scored on
-    sel['samples'] samples of the dataset file data; the classifier and the
-    sel['layers'] best others train.  Returns keep for Trainer(keep=)."""
+    sel['samples'] samples of the dataset file data; the classifier and up to
+    sel['layers'] others (potential at least sel['share'] of the classifier's) train.
+    Returns keep for Trainer(keep=)."""
     import gc
     from utrain.model import Net
     from utrain.data import Dataset
@@ -214,7 +220,7 @@ def select(model, weights, data, sel, cfg, log=print):
         P = potentials(net, ds, n, cfg)
     finally:
         ds.close()
-    keep, lines = choose(net, P, int(sel.get('layers', 1)))
+    keep, lines = choose(net, P, int(sel.get('layers', 1)), float(sel.get('share', 0.0)))
     log('board selection (Fisher potential on %d samples):' % min(n, ds.n))
     for line in lines:
         log(line)
