@@ -153,3 +153,48 @@ except ValueError as e:
 """ % os.path.join(ROOT, 'micro')
     r = subprocess.run([sys.executable, '-c', code], cwd=outs[1], capture_output=True, text=True)
     assert 'refused: other.ckpt: ' in r.stdout, r.stdout + r.stderr
+
+
+def test_fisher_potentials_match_pytorch(tmp_path):
+    """The board's Fisher potential of each layer's output channels, 1/(2N) sum_n
+    (sum_d a*g)^2, against PyTorch autograd on the same weights and samples."""
+    import torch
+    from host_tools.refmodels import mlp
+    from host_tools.dataset import write_dataset
+    from host_tools.memory import sys_path_micro
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 5, 4], seed=3, softmax=False)
+    out = str(tmp_path / 'o')
+    prepare(path, out, loss='scce', from_logits=True, optimizer='sgd', lr=0.1, batch=1)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(12, 6)).astype(np.float32)
+    y = rng.integers(0, 4, 12)
+    write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
+    sys_path_micro()
+    from utrain.model import Net
+    from utrain.data import Dataset
+    from utrain import fisher
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    ds = Dataset(os.path.join(out, 'train.ds'))
+    P = fisher.potentials(net, ds, 12, {'loss': 'scce', 'from_logits': True})
+    ds.close()
+    g = read_model(path)
+    W = [torch.tensor(g.tensors[op.inputs[1]].data, dtype=torch.float64, requires_grad=True)
+         for op in g.ops]
+    B = [torch.tensor(g.tensors[op.inputs[2]].data, dtype=torch.float64) for op in g.ops]
+    want = [torch.zeros(w.shape[0], dtype=torch.float64) for w in W]
+    for n in range(12):
+        h = torch.tensor(x[n:n + 1], dtype=torch.float64)
+        acts = []
+        for i in range(3):
+            h = h @ W[i].T + B[i]
+            if i < 2:
+                h = torch.relu(h)
+            h.retain_grad()
+            acts.append(h)
+        torch.nn.functional.cross_entropy(h, torch.tensor([int(y[n])])).backward()
+        for i, a in enumerate(acts):
+            want[i] += ((a * a.grad).detach()[0]) ** 2
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(P[i]).ravel(), (want[i] / 24).numpy(),
+                                   rtol=1e-4, atol=1e-9)
