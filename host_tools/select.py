@@ -39,7 +39,8 @@ MAX_LAYERS = 8          # candidate layers before the classifier (the last ones)
 TRIAL_SAMPLES = 400     # proxy samples a trial trains on ...
 TRIAL_VAL = 300         # ... and is scored on
 TRIAL_EPOCHS = 3        # at most (fewer when the run itself trains fewer)
-VERIFY = 4              # fitting combinations tried for real, on a second split too
+VERIFY = 4              # fitting combinations tried for real, on FOLDS splits
+FOLDS = 3
 TIE = 0.02              # scores this close to the best count as as good
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
 # a layer is worth training on the board when the Fisher potential of its outputs is at
@@ -262,6 +263,10 @@ class Trials:
             os.replace(self.cache_path + '.tmp', self.cache_path)
         return self.cache[key]
 
+    def mean(self, ranks) -> float:
+        """score() over FOLDS splits of the proxy samples."""
+        return sum(self.score(ranks, f) for f in range(FOLDS)) / FOLDS
+
     def _run(self, ranks, fold=0):
         from .prepare import prepare
         from .memory import sys_path_micro
@@ -373,7 +378,7 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         if priced > 400:
             break
     # try the best few for real, with the classifier alone and the best single trials,
-    # each on two splits of the proxy samples; of those within TIE of the best mean the
+    # each on FOLDS splits of the proxy samples; of those within TIE of the best mean the
     # smallest heap trains (onert-micro's tool keeps the cheapest within 0.02)
     final = [r for _, r in fitting] + [base]
     singles = sorted(wgain.items(), key=lambda kv: -kv[1])[:2]
@@ -388,13 +393,12 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         if describe(r) in seen or not fits(r):
             continue
         seen.add(describe(r))
-        m = (t.score(r) + t.score(r, 1)) / 2
-        tried.append((m - (t.score(base) + t.score(base, 1)) / 2, -pr.price(r)['heap'],
+        tried.append((t.mean(r) - t.mean(base), -pr.price(r)['heap'],
                       predicted.get(describe(r), 0.0), r))
     top = max(d for d, *_ in tried)
     tried.sort(key=lambda c: (c[0] >= top - TIE, c[1]), reverse=True)
     best = tried[0]
-    s0 = (t.score(base) + t.score(base, 1)) / 2
+    s0 = t.mean(base)
     out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
            'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
            'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
