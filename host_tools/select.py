@@ -180,7 +180,8 @@ def step_macs(g, p) -> int:
 def add_fisher(heap, g, p, backend):
     """The board's Fisher pass keeps every candidate layer's output until the backward
     pass reaches it (those the backward list does not save anyway) plus one potential
-    per channel, and loads utrain/fisher.py: counted into the heap plan."""
+    per channel, and loads utrain/fisher.py: counted into the heap plan where it needs
+    more than the optimizer state and gradient sums, made after it."""
     from .memory import array_bytes, mpy_sizes, CODE_PER_MPY_BYTE, FROZEN_CODE_PER_MPY_BYTE
     from .passes import device_shapes
     arrays, _, frozen = backend.partition('-')
@@ -194,11 +195,12 @@ def add_fisher(heap, g, p, backend):
         extra += array_bytes(cols, arrays)
         if o not in p.saved:
             extra += array_bytes(rows * cols, arrays)
-    # it runs before the optimizer state exists, but loads the model a second time
-    # (then the Trainer's) into a heap its own code and arrays left holes in: measured
-    # on the digits CNN, discounting the optimizer state it runs without under-plans
-    heap['parts']['Fisher pass (kept outputs, potentials, its code)'] = extra
-    heap['total'] += extra
+    # it runs on the Trainer's net before optimizer state and gradient sums exist: only
+    # what it needs beyond them raises the plan
+    room = heap['parts'].get('optimizer state', 0) + heap['parts'].get('gradient sums', 0)
+    more = max(0, extra - room)
+    heap['parts']['Fisher pass (beyond optimizer state)'] = more
+    heap['total'] += more
     return heap
 
 

@@ -197,23 +197,12 @@ def unblob(b, path):
     return keep
 
 
-def select(model, weights, data, sel, cfg, log=print):
-    """The board's choice: the candidates (model's trainable tensors) scored on
-    sel['samples'] samples of the dataset file data; the classifier and up to
-    sel['layers'] others (potential at least sel['share'] of the classifier's) train.
-    Returns keep for Trainer(keep=)."""
-    import gc
-    from utrain.model import Net
+def select(net, data, sel, cfg, log=print):
+    """The board's choice on a loaded net (Trainer(keep=) calls it before any optimizer
+    state exists): its candidates scored on sel['samples'] samples of the dataset
+    file data; the classifier and up to sel['layers'] others (potential at least
+    sel['share'] of the classifier's) train.  Returns keep for restrict()."""
     from utrain.data import Dataset
-    from utrain.trainer import _gc_every
-    old = _gc_every(0)      # loaded as the Trainer loads it: no sieve of small holes
-    try:
-        net = Net(model)
-        net.load_weights(weights)
-    finally:
-        if old is not None:
-            _gc_every(old)
-            gc.collect()
     ds = Dataset(data)
     n = int(sel.get('samples', 16))
     try:
@@ -225,6 +214,16 @@ def select(model, weights, data, sel, cfg, log=print):
     for line in lines:
         log(line)
     return keep
+
+
+class Chooser:
+    """Trainer(keep=Chooser(...)): the board's choice, made on the Trainer's own net."""
+
+    def __init__(self, data, sel, cfg):
+        self.data, self.sel, self.cfg = data, sel, cfg
+
+    def __call__(self, net):
+        return select(net, self.data, self.sel, self.cfg)
 
 
 def read(path, log=print):

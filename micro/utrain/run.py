@@ -6,7 +6,6 @@ import gc
 import json
 import sys
 from utrain.trainer import Trainer, Diverged
-from utrain.model import drop as _drop
 from utrain.data import Dataset
 
 try:
@@ -74,11 +73,11 @@ def main(cfg_path='train.json'):
         if resume:
             keep = fisher.read(ckpt)
         elif files.get('train'):
-            keep = fisher.select(files['model'], files['weights'], files['train'], sel, cfg)
+            keep = fisher.Chooser(files['train'], sel, cfg)     # on the Trainer's net
         fisher = None
-        _drop('fisher')
     gc.collect()            # the JSON parse's garbage gone before the big arrays come
     tr = STATE['tr'] = Trainer(files['model'], files['weights'], keep=keep, **cfg)
+    keep = None             # (a Chooser holds utrain.fisher's code)
     c = tr.cfg
     if resume:
         tr.load_checkpoint(ckpt)

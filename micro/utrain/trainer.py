@@ -57,9 +57,9 @@ class Trainer:
             if weights:
                 net.load_weights(weights)
             _drop('wof')             # Net and load_weights import it; needed again only for files
-            if keep is not None:     # a board's own choice of what trains (utrain/fisher.py)
-                from utrain.fisher import restrict
-                restrict(net, keep)
+            if keep is not None:     # a board's own choice of what trains (utrain/fisher.py):
+                from utrain.fisher import restrict      # {tensor: window}, or a function
+                restrict(net, keep(net) if callable(keep) else keep)   # of the net making it
                 _drop('fisher')
             self.cfg = dict(net.settings)
             self.epoch = self.pos = self.retries = 0
