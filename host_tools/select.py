@@ -108,12 +108,15 @@ class Pricer:
 
     def build(self, ranks):
         """(rewritten graph, plan) for ranks, as prepare makes them."""
+        from . import prepare as pp
+        if hasattr(pp, 'select_rewrite_plan'):
+            g, _, _, _, _, p = pp.select_rewrite_plan(self.g0, sorted(ranks), ranks, self.rewrite)
+            return g, p
         import copy
-        from .prepare import rewrite_for_training
         from .passes import plan as make_plan
         g = copy.deepcopy(self.g0)
         ranked = {id(g.ops[i]): r for i, r in ranks.items()}
-        train, _, _ = rewrite_for_training(g, sorted(ranks), self.rewrite)
+        train, _, _ = pp.rewrite_for_training(g, sorted(ranks), self.rewrite)
         rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
         return g, make_plan(g, train, rk)
 
@@ -275,13 +278,10 @@ class Trials:
 
     def _run(self, ranks, fold=0):
         from .prepare import prepare
-        from .memory import sys_path_micro
         out = os.path.join(self.tmp, 'run')
         prepare(self.model_path, out, data=self.npz, test_split=self.frac, split_seed=3 + fold,
                 rewrite=self.rewrite, ranks=dict(ranks), train='none', **self.settings)
-        sys_path_micro()
-        from utrain.trainer import Trainer
-        from utrain.data import Dataset
+        Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
         tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'))
         train, test = Dataset(os.path.join(out, 'train.ds')), Dataset(os.path.join(out, 'test.ds'))
         try:
@@ -298,6 +298,18 @@ class Trials:
         if not np.isfinite(m):
             return -1e9
         return m if self.settings['metric'] == 'accuracy' else -m
+
+
+def micro(name):
+    """Device module utrain.<name> under CPython: the trials run the board's code."""
+    try:
+        from .device import module
+    except ImportError:
+        import importlib
+        from .memory import sys_path_micro
+        sys_path_micro()
+        return importlib.import_module('utrain.' + name)
+    return module(name)
 
 
 def _code_stamp() -> str:

@@ -161,7 +161,7 @@ def test_fisher_potentials_match_pytorch(tmp_path):
     import torch
     from host_tools.refmodels import mlp
     from host_tools.dataset import write_dataset
-    from host_tools.memory import sys_path_micro
+    from host_tools.select import micro
     path = mlp(str(tmp_path / 'm.circle'), [6, 8, 5, 4], seed=3, softmax=False)
     out = str(tmp_path / 'o')
     prepare(path, out, loss='scce', from_logits=True, optimizer='sgd', lr=0.1, batch=1)
@@ -169,10 +169,7 @@ def test_fisher_potentials_match_pytorch(tmp_path):
     x = rng.normal(size=(12, 6)).astype(np.float32)
     y = rng.integers(0, 4, 12)
     write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
-    sys_path_micro()
-    from utrain.model import Net
-    from utrain.data import Dataset
-    from utrain import fisher
+    Net, Dataset, fisher = micro('model').Net, micro('data').Dataset, micro('fisher')
     net = Net(os.path.join(out, 'model.flat'))
     net.load_weights(os.path.join(out, 'weights.wof'))
     ds = Dataset(os.path.join(out, 'train.ds'))
