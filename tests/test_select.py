@@ -68,10 +68,18 @@ def test_selection_trains_in_the_planned_heap(tmp_path, data, mode):
 
 
 def test_fallback_to_the_classifier_with_a_message(tmp_path, data):
+    from host_tools.select import Pricer, layers as cands
+    from host_tools.prepare import resolve_settings
+    st = resolve_settings(read_model(CNN), dict(SETTINGS))
+    pr = Pricer(CNN, st, 'fallback')
+    alone = pr.price({11: 0})['heap']
+    more = min(pr.price({11: 0, i: r})['heap'] for i, kinds in cands(pr.g0) if i != 11
+               for r in kinds)
+    assert more > alone
     lines = []
-    # 127 KB: the classifier fits (127 KB planned), nothing more with it (129 KB)
+    # a budget where the classifier fits and nothing more with it
     s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
-                budget='127K', log=lines.append, **SETTINGS)
+                budget=(alone + more) // 2, log=lines.append, **SETTINGS)
     assert s['select']['ranks'] == {'11': 'all'}
     assert any('classifier only' in x for x in lines), lines
     with pytest.raises(PrepareError, match='budget'):
