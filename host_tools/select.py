@@ -108,17 +108,9 @@ class Pricer:
 
     def build(self, ranks):
         """(rewritten graph, plan) for ranks, as prepare makes them."""
-        from . import prepare as pp
-        if hasattr(pp, 'select_rewrite_plan'):
-            g, _, _, _, _, p = pp.select_rewrite_plan(self.g0, sorted(ranks), ranks, self.rewrite)
-            return g, p
-        import copy
-        from .passes import plan as make_plan
-        g = copy.deepcopy(self.g0)
-        ranked = {id(g.ops[i]): r for i, r in ranks.items()}
-        train, _, _ = pp.rewrite_for_training(g, sorted(ranks), self.rewrite)
-        rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
-        return g, make_plan(g, train, rk)
+        from .prepare import select_rewrite_plan
+        g, _, _, _, _, p = select_rewrite_plan(self.g0, sorted(ranks), ranks, self.rewrite)
+        return g, p
 
     def price(self, ranks, fisher=False):
         """{'heap': bytes, 'parts': ..., 'macs': step multiply-adds, 'params': trained}."""
@@ -301,13 +293,7 @@ class Trials:
 
 def micro(name):
     """Device module utrain.<name> under CPython: the trials run the board's code."""
-    try:
-        from .device import module
-    except ImportError:
-        import importlib
-        from .memory import sys_path_micro
-        sys_path_micro()
-        return importlib.import_module('utrain.' + name)
+    from .device import module
     return module(name)
 
 
