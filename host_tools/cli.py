@@ -96,7 +96,8 @@ def cmd_prepare(a):
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
                 metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
-                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite)
+                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
+                select=a.select, select_layers=a.select_layers)
     st = s['settings']
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
@@ -303,6 +304,12 @@ def main(argv=None):
                    '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
+    q.add_argument('--select', choices=['auto', 'board'],
+                   help='choose what trains within --budget/--board: auto (short trials on '
+                        '--data, the host picks) or board (the board picks by Fisher potential '
+                        'from its own samples); writes the ranks and train.tcfg')
+    q.add_argument('--select-layers', type=int,
+                   help='--select board: layers the board trains besides the classifier')
     q.add_argument('--stream', action='store_true', default=None,
                    help='leave frozen weights in the model file, read per op (saves heap)')
     q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '

@@ -11,7 +11,7 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
-from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan
+from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
@@ -126,9 +126,22 @@ def board_profile(board, overrides: dict) -> dict:
     return prof
 
 
+def heap_limit(prof, budget, heap):
+    """The heap a plan must fit (bytes) or None: the board profile's heap_budget is what
+    model and training state may take once the code is loaded (the planner's data parts),
+    its heap bounds the whole plan; budget bounds the whole plan too."""
+    limit = None
+    if prof:
+        fixed = heap['parts']['code'] + heap['parts']['interpreter']
+        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
+    if budget:
+        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    return limit
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', **overrides):
+            backend='fallback', select=None, select_layers=None, log=print, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -139,13 +152,20 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     indices are the graph's as given, like train's.  budget: bytes or '96K'; board: a
     boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
     bounds the whole plan and its heap_budget the plan's data (all but code and
-    interpreter)."""
+    interpreter).  select: 'auto' (contribution analysis on the host over data) or
+    'board' (the board picks among candidates by Fisher potential; select_layers: how
+    many besides the classifier) chooses the ranks within the budget (host_tools/select.py)."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     prof = board_profile(board, overrides) if board else None
     g = read_model(model_path)
     s = resolve_settings(g, overrides)
     train = s.pop('train')
+    sel = None
+    if select:
+        sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite,
+                         test_split, split_seed, select_layers, log)
+        ranks, train_config, train = sel['ranks'], None, 'none'
     rk = {}
     if train_config:
         rk.update(read_train_config(train_config, len(g.ops)))
@@ -160,14 +180,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
     heap = plan_heap(g, p, s, backend)
-    limit = None
-    if prof:
-        # the profile's heap_budget is what model and training state may take once the
-        # code is loaded: the planner's data parts; its heap bounds the whole plan
-        fixed = heap['parts']['code'] + heap['parts']['interpreter']
-        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
-    if budget:
-        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    if sel and 'select' in sel:
+        from .select import add_fisher
+        add_fisher(heap, g, p, backend)
+    limit = heap_limit(prof, budget, heap)
     if limit is not None and heap['total'] > limit:
         raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                            f'({backend}), the budget is {limit // 1024} KB'
@@ -200,7 +216,16 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                'rewritten': files['rewritten'], 'input_perm': perm,
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'quant': info['quant']}
-    if any(r for r in p.op_ranks.values()) or train_config:
+    if sel:
+        # the choice as onert-micro's training-config file, ops of the graph as given
+        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
+        write_train_config(os.path.join(out_dir, 'train.tcfg'), sel['ranks'], onert_only=False)
+        summary['train_config'] = 'train.tcfg'
+        summary['select'] = {k: v for k, v in sel.items() if k in (
+            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+            'weight_gain', 'trials')}
+        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+    elif any(r for r in p.op_ranks.values()) or train_config:
         try:
             write_train_config(os.path.join(out_dir, 'train.tcfg'), p.op_ranks)
             summary['train_config'] = 'train.tcfg'
@@ -236,12 +261,31 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                    'keep_best': bool(files['test']), 'on_nan': 'lower',
                                    'lr_factor': 0.5, 'max_retries': 3}}
     cfg.update(s)
+    if sel and 'select' in sel:
+        cfg['select'] = sel['select']       # the board's own choice (utrain/fisher.py)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())
     atomic_write(os.path.join(out_dir, 'prepare.json'),
                  (json.dumps(summary, indent=1) + '\n').encode())
     summary['settings'] = s
     return summary
+
+
+def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
+               split_seed, layers, log):
+    """--select auto|board: host_tools/select.py chooses the ranks within the budget."""
+    from . import select as sl
+    limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
+    if mode == 'auto':
+        res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
+                             rewrite, log=log)
+    elif mode == 'board':
+        res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log)
+    else:
+        raise PrepareError(f'--select {mode!r}: expected auto or board')
+    for line in sl.report(res):
+        log(line)
+    return res
 
 
 def export(model_path, wof_path, out_path, quantized=False) -> dict:

@@ -66,11 +66,22 @@ def main(cfg_path='train.json'):
         cfg = json.load(f)
     files = cfg.pop('files')
     run = cfg.pop('run', {})
-    gc.collect()            # the JSON parse's garbage gone before the big arrays come
-    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
-    c = tr.cfg
+    sel = cfg.pop('select', None)
     ckpt = files.get('checkpoint')
-    if run.get('resume') and ckpt and exists(ckpt):
+    resume = run.get('resume') and ckpt and exists(ckpt)
+    keep = None
+    if sel:                 # prepare --select board: the board chooses what trains
+        from utrain import fisher
+        if resume:
+            keep = fisher.read(ckpt)
+        elif files.get('train'):
+            keep = fisher.Chooser(files['train'], sel, cfg)     # on the Trainer's net
+        fisher = None
+    gc.collect()            # the JSON parse's garbage gone before the big arrays come
+    tr = STATE['tr'] = Trainer(files['model'], files['weights'], keep=keep, **cfg)
+    keep = None             # (a Chooser holds utrain.fisher's code)
+    c = tr.cfg
+    if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
     if not files.get('train'):

@@ -44,7 +44,7 @@ def _gc_every(n):
 
 
 class Trainer:
-    def __init__(self, model='model.flat', weights='weights.wof', **settings):
+    def __init__(self, model='model.flat', weights='weights.wof', keep=None, **settings):
         # Loading allocates many small objects that stay (the model's tables) between
         # temporaries that do not (file reads, unpacked records).  Collected only when
         # the heap is full, the temporaries leave a sieve of small holes between the
@@ -58,6 +58,10 @@ class Trainer:
             if weights:
                 net.load_weights(weights)
             _drop('wof')             # Net and load_weights import it; needed again only for files
+            if keep is not None:     # a board's own choice of what trains (utrain/fisher.py):
+                from utrain.fisher import restrict      # {tensor: window}, or a function
+                restrict(net, keep(net) if callable(keep) else keep)   # of the net making it
+                _drop('fisher')
             self.cfg = dict(net.settings)
             self.epoch = self.pos = self.retries = 0
             self.sums = (0.0, 0.0)   # loss and metric sums of the epoch so far

@@ -259,6 +259,7 @@ def save_state(tr, path):
     b = tr.best or (0, 0.0, 0.0)
     extra = pack(RESUME, b'UTRS', 1, tr.best is not None, tr.pos, tr.sums[0], tr.sums[1],
                  tr.lr_scale, b[0], tr.retries, b[1], b[2])
+    extra += getattr(tr.net, 'select', b'')     # the board's choice (utrain/fisher.py)
     save_checkpoint(path, len(tr.net.t), tr.weights(), o.m, o.v, o.t, tr.epoch, extra)
 
 
@@ -270,9 +271,13 @@ def load_state(tr, path):
     w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
     pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
     if extra:
-        if len(extra) != calcsize(RESUME) or extra[:6] != pack('<4sH', b'UTRS', 1):
+        n = calcsize(RESUME)
+        if len(extra) < n or extra[:6] != pack('<4sH', b'UTRS', 1):
             raise ValueError('%s: unknown data after the counters' % path)
-        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra)
+        if extra[n:] != getattr(net, 'select', b''):
+            raise ValueError('%s: trained another selection of tensors than this run '
+                             '(prepare --select board: resume with utrain.fisher.resume)' % path)
+        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra[:n])
         sums = (ls, ms)
         best = (be, bl, bm) if has else None
     for k in net.trainable:
