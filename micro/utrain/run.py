@@ -1,12 +1,14 @@
 # What train.py runs (kept here so a board loads it precompiled as .mpy instead of
-# compiling it in its heap): load the prepared files named by train.json, evaluate,
-# train epoch by epoch with progress lines, a CSV log, checkpoints, validation-gated
-# saving, divergence recovery, Ctrl-C and out-of-memory handling (README).
+# compiling it in its heap): check train.json (utrain/config.py), load the prepared
+# files it names, evaluate, train epoch by epoch with progress lines, a CSV log,
+# checkpoints, validation-gated saving of the best weights across runs (utrain/best.py),
+# divergence recovery, Ctrl-C, file-system and out-of-memory handling (README).
 import gc
 import json
 import sys
 from utrain.trainer import Trainer, Diverged
 from utrain.data import Dataset
+from utrain.model import drop
 
 try:
     from time import ticks_ms, ticks_diff
@@ -20,13 +22,8 @@ except ImportError:  # CPython
         return a - b
 
 
-def exists(path):
-    # (not utrain.wof's: that module stays off the heap between saves)
-    try:
-        open(path).close()
-        return True
-    except OSError:
-        return False
+class SaveError(Exception):
+    pass
 
 
 def heap():
@@ -45,52 +42,148 @@ def flush():
         pass
 
 
+ERRNO = {28: 'no space left on the file system', 21: 'it is a folder', 2: 'no such file or folder',
+         13: 'permission denied', 30: 'read-only file system', 5: 'input/output error'}
+
+
+def saving(name, fn, *a):
+    """fn(*a), a save of file `name`; an OSError becomes SaveError saying which file,
+    why, how much space is left and that the previous file is kept."""
+    try:
+        return fn(*a)
+    except OSError as e:
+        import os
+        code = e.args[0] if e.args and type(e.args[0]) is int else getattr(e, 'errno', 0)
+        try:
+            os.remove(name + '.tmp')       # what the cut save left: free its space
+        except OSError:
+            pass
+        free = ''
+        try:
+            s = os.statvfs('.')
+            free = ', %d bytes free' % (s[0] * s[4])
+        except (OSError, AttributeError):
+            pass
+        raise SaveError('cannot write %s: %s (OSError %s%s); the previous %s is kept'
+                        % (name, ERRNO.get(code, 'file system error'), code, free, name))
+
+
 def mark_resume(cfg_path):
     # set run.resume in train.json, replacing the file atomically
     from utrain.wof import _replace
     with open(cfg_path) as f:
         d = json.load(f)
-    d.setdefault('run', {})['resume'] = True
+    if d.setdefault('run', {}).get('resume') is True:
+        return
+    d['run']['resume'] = True
     with open(cfg_path + '.tmp', 'w') as f:
         json.dump(d, f)
     _replace(cfg_path + '.tmp', cfg_path)
 
 
+def size(path):
+    import os
+    try:
+        return os.stat(path)[6]
+    except OSError:
+        return 0
+
+
+def exists(path):
+    # finishes a save cut between removing the old file and the rename (utrain.wof.openr)
+    from utrain.wof import exists as ex
+    return ex(path)
+
+
 STATE = {}
 
 
+def read_config(cfg_path):
+    try:
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+    except OSError as e:
+        code = e.args[0] if e.args else 0
+        raise ValueError('%s: cannot read it (%s): run train.py in the folder prepare wrote'
+                         % (cfg_path, ERRNO.get(code, 'OSError %s' % code)))
+    except ValueError as e:
+        raise ValueError('%s: not valid JSON (%s)' % (cfg_path, e))
+    from utrain.config import check
+    r = check(cfg, cfg_path)
+    drop('config')
+    return r
+
+
 def main(cfg_path='train.json'):
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    files = cfg.pop('files')
-    run = cfg.pop('run', {})
+    files, run, cfg = read_config(cfg_path)
     gc.collect()            # the JSON parse's garbage gone before the big arrays come
-    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
-    c = tr.cfg
+    out = files['out']
     ckpt = files.get('checkpoint')
-    if run.get('resume') and ckpt and exists(ckpt):
+    resume = run.get('resume') and ckpt and exists(ckpt)
+    start = files['weights']
+    if run.get('start') == 'best' and not resume and exists(out):
+        start = out           # a nightly run goes on from its best weights
+    tr = STATE['tr'] = Trainer(files['model'], start, **cfg)
+    c = tr.cfg
+    test = Dataset(files['test']) if files.get('test') else None
+    metric = c['metric']
+    keep = run.get('keep_best', False) and test   # validation-gated saving
+    rec = None
+    if keep:
+        import utrain.best as best
+        rec = best.known(tr, out, test)   # trained.wof's test result, kept across runs
+        drop('best')
+    if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
+    elif run.get('resume') and ckpt:
+        print('utrain: "resume" is set but there is no %s: starting from %s' % (ckpt, start))
+    if rec and not (tr.best and tr.best[1:] == rec[1:]):
+        tr.best = rec
+    if start != files['weights']:
+        print('starting from the best weights so far, %s' % start)
     if not files.get('train'):
         print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
         return
     train = Dataset(files['train'])
-    test = Dataset(files['test']) if files.get('test') else None
-    metric = c['metric']
     fresh = not (tr.epoch or tr.pos)
-    keep = run.get('keep_best') and test   # validation-gated saving
-    log = open(files.get('log', 'train.log'), 'w' if fresh else 'a')
-    if fresh:
-        log.write('epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
+    S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch, 'logged': -1,
+                      't0': ticks_ms()}
+    log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
+    try:
+        run_epochs(tr, files, run, train, test, keep, rec, fresh)
+    except KeyboardInterrupt:
+        return interrupted(tr, files, test, keep, train.n, cfg_path)
+    log.close()
+    if keep and tr.best:
+        print('%s holds the best weights: epoch %d, test_%s %.4f' % (out, tr.best[0], metric, tr.best[2]))
+    else:
+        saving(out, tr.save_weights, out)
+        print('saved %s' % out)
+    try:
+        gc.collect()
+        print('heap in use after training %d B' % gc.mem_alloc())
+    except AttributeError:
+        pass
+
+
+def run_epochs(tr, files, run, train, test, keep, rec, fresh):
+    c, log, S = tr.cfg, STATE['log'], STATE['s']
+    metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
+    if fresh and size(files['log']) == 0:
+        saving(files['log'], log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
     print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs, free heap %d'
           % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
              c['epochs'], heap()))
+    if rec:
+        print('%s so far: test_loss %.4f test_%s %.4f; replaced only by better weights'
+              % (out, rec[1], metric, rec[2]))
     if test and fresh:
         tl, tm = tr.evaluate(test)
         print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
-        log.write('0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
+        saving(files['log'], log.write, '0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
         if keep and tr.better(tl, tm):
-            tr.save_weights(files['out'])
+            save_best(tr, files, test)
     every = run.get('progress', 0)
     t = [ticks_ms(), tr.pos]
 
@@ -101,78 +194,117 @@ def main(cfg_path='train.json'):
                   % (i, n, ls / i, metric, ms / i, 1000 * (i - t[1]) / max(dt, 1), heap()))
             flush()
 
-    try:
-        while tr.epoch < c['epochs']:
-            t0 = t[0] = ticks_ms()
-            t[1] = tr.pos
-            try:
-                l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
-            except Diverged as e:
-                if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
-                    print('utrain: stopped: %s' % e)
-                    break
-                tr.retries += 1
-                tr.lower_lr(run.get('lr_factor', 0.5))
-                print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
-                continue
-            dt = ticks_diff(ticks_ms(), t0)
-            tl = tm = float('nan')
-            if test:
-                tl, tm = tr.evaluate(test)
-            free = heap()
-            kept = ''
-            if keep:
-                if tr.better(tl, tm):
-                    tr.save_weights(files['out'])
-                    kept = '  kept'
+    while tr.epoch < c['epochs']:
+        S['t0'] = t[0] = ticks_ms()
+        t[1] = tr.pos
+        try:
+            saving(ckpt, tr.train_epoch, train, progress, ckpt, run.get('checkpoint_every', 0))
+        except Diverged as e:
+            if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
+                print('utrain: stopped: %s' % e)
+                break
+            tr.retries += 1
+            tr.lower_lr(run.get('lr_factor', 0.5))
+            print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
+            S['ended'] = tr.epoch
+            continue
+        epoch_end(tr, files, test, keep, train.n)   # (tr.last: the epoch's mean loss, metric)
+
+
+def save_best(tr, files, test):
+    # trained.wof, then its record (utrain/best.py); both saves can be redone after a Ctrl-C
+    out = files['out']
+    saving(out, tr.save_weights, out)
+    import utrain.best as best
+    saving(out + '.best', best.write, out, tr.best, tr.cfg['metric'], test)
+    drop('best')
+    STATE['s']['saved'] = tr.best[0]
+
+
+def epoch_end(tr, files, test, keep, n):
+    """Evaluate, keep the best, log and checkpoint the epoch just trained.  Redone whole
+    after a Ctrl-C inside it (every step is a save that can be redone, the log line is
+    written once)."""
+    S, log, c = STATE['s'], STATE['log'], tr.cfg
+    l, m = tr.last
+    dt = ticks_diff(ticks_ms(), S['t0'])
+    metric = c['metric']
+    tl = tm = float('nan')
+    if test:
+        tl, tm = tr.evaluate(test)
+    free = heap()
+    kept = ''
+    if keep:
+        if S['saved'] == tr.epoch or tr.best and tr.best[0] == tr.epoch or tr.better(tl, tm):
+            if S['saved'] != tr.epoch:      # (a Ctrl-C may have cut this save: redone)
+                save_best(tr, files, test)
+            kept = '  kept'
+        else:
+            kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
+    if S['logged'] != tr.epoch:
+        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
+              '(%.2f ms/sample, %.1f samples/s) free %d%s'
+              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
+                 dt / max(n, 1), 1000 * n / max(dt, 1), free, kept))
+        flush()
+        saving(files['log'], log.write, '%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
+        S['logged'] = tr.epoch
+    saving(files['log'], log.flush)
+    if files.get('checkpoint'):
+        saving(files['checkpoint'], tr.save_checkpoint, files['checkpoint'])
+    S['ended'] = tr.epoch
+
+
+def interrupted(tr, files, test, keep, n, cfg_path):
+    # Ctrl-C: the state at the last whole batch (Trainer.commit) is saved, and train.json
+    # marked "resume": true; resume then ends bit for bit as an uninterrupted run would.
+    # A Ctrl-C during an update (Trainer.dirty) leaves the checkpoint of the last save,
+    # which is whole.  Every step here can be redone, so more Ctrl-Cs only repeat it.
+    ckpt = files.get('checkpoint')
+    S = STATE['s']
+    msg = 'interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1)
+    for _ in range(20):
+        try:
+            if not ckpt:
+                break
+            if tr.dirty:
+                if tr.good:
+                    mark_resume(cfg_path)
+                    msg = ('interrupted in epoch %d during an update: %s keeps its last save; run '
+                           'train.py again to go on from there (%s now says "resume": true)'
+                           % (tr.epoch + 1, ckpt, cfg_path))
                 else:
-                    kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
-            print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
-                  '(%.2f ms/sample, %.1f samples/s) free %d%s'
-                  % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
-                     dt / max(train.n, 1), 1000 * train.n / max(dt, 1), free, kept))
-            flush()
-            log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
-            log.flush()
-            if ckpt:
-                tr.save_checkpoint(ckpt)
-    except KeyboardInterrupt:
-        return interrupted(tr, log, ckpt, run, cfg_path)
-    log.close()
-    if keep and tr.best:
-        print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
-    else:
-        tr.save_weights(files['out'])
-        print('saved %s' % files['out'])
+                    msg = ('interrupted in epoch %d during an update, before the first checkpoint: '
+                           'run train.py again to start over' % (tr.epoch + 1))
+                break
+            if tr.epoch > S['ended']:     # the epoch is trained, its saves not all done
+                epoch_end(tr, files, test, keep, n)    # finish the epoch's saves first
+            else:
+                tr.net.zero_grads()          # drop a half-summed batch
+                tr.pending = 0
+                tr.pos, tr.sums = tr.commit
+                saving(ckpt, tr.save_checkpoint, ckpt)
+            saving(cfg_path, mark_resume, cfg_path)
+            msg = ('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
+                   '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
+            break
+        except KeyboardInterrupt:
+            msg = 'interrupted again while saving: %s keeps its last whole save' % ckpt
     try:
-        gc.collect()
-        print('heap in use after training %d B' % gc.mem_alloc())
-    except AttributeError:
+        STATE['log'].close()
+    except (OSError, KeyboardInterrupt):
         pass
-
-
-def interrupted(tr, log, ckpt, run, cfg_path):
-    # Ctrl-C: drop a half-summed batch and save where its first sample is, so
-    # train.py resumes there when train.json says "resume": true
-    log.close()
-    if ckpt:
-        tr.net.zero_grads()
-        tr.pos -= min(tr.pending, tr.pos)
-        tr.pending = 0
-        tr.save_checkpoint(ckpt)
-        if not run.get('resume'):
-            mark_resume(cfg_path)
-        print('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
-              '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
-    else:
-        print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
+    print(msg)
     flush()
 
 
 def start(cfg_path='train.json'):
     try:
         main(cfg_path)
-    except ValueError as e:   # a bad file or setting: the message names it
+    except KeyboardInterrupt:     # while loading: nothing was written yet
+        print('utrain: interrupted before training started; nothing was written')
+        raise SystemExit(1)
+    except (ValueError, SaveError) as e:   # a bad file or setting, a full file system: named
         print('utrain: error: %s' % e)
         raise SystemExit(1)
     except MemoryError:
