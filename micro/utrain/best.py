@@ -6,6 +6,8 @@
 # that does not match them (an older utrain, another test set, a save cut between the
 # two files) is not trusted: trained.wof is evaluated again.  Loaded only when needed.
 import json
+from struct import pack, unpack
+from binascii import hexlify, unhexlify
 from utrain.wof import openr, crc, exists, _replace, FormatError
 
 
@@ -19,7 +21,8 @@ def stamp(path):
 
 def write(out, best, metric, test):
     d = {'epoch': best[0], 'test_loss': float(best[1]), 'test_metric': float(best[2]), 'metric': metric,
-         'weights': stamp(out), 'test': stamp(test.path)}
+         'weights': stamp(out), 'test': stamp(test.path),
+         'exact': hexlify(pack('<dd', best[1], best[2])).decode()}   # the doubles, bit for bit
     tmp = out + '.best.tmp'
     with open(tmp, 'w') as f:
         json.dump(d, f)
@@ -32,7 +35,7 @@ def read(out, metric, test):
         with open(out + '.best') as f:
             d = json.load(f)
         if d['metric'] == metric and d['weights'] == stamp(out) and d['test'] == stamp(test.path):
-            return (0, float(d['test_loss']), float(d['test_metric']))
+            return (0,) + unpack('<dd', unhexlify(d['exact']))
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         pass
     return None

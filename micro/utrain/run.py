@@ -96,6 +96,57 @@ def exists(path):
 
 
 STATE = {}
+# unix MicroPython raises KeyboardInterrupt from a system call that SIGINT cut short;
+# when that call was a file's close() in the garbage collector (heap locked), what
+# arrives is "MemoryError: memory allocation failed, heap is locked": a Ctrl-C as well
+# (utrain never locks the heap itself)
+INTR = (KeyboardInterrupt, MemoryError)
+
+
+def ctrl_c(e):
+    # (str(e) would allocate: with the heap locked that fails too)
+    return isinstance(e, KeyboardInterrupt) or bool(e.args) and 'locked' in e.args[0]
+
+
+class Keys:
+    """Ctrl-C at safe points.  While training, micropython.kbd_intr(-1) stops the
+    UART interrupt (or unix's SIGINT handler) from raising KeyboardInterrupt at any
+    moment, half way through an update; the Ctrl-C byte then waits on stdin, and
+    check(), called between samples, raises KeyboardInterrupt when one is there.
+    (On unix a SIGINT then ends the process like a power cut; `host_tools run` passes
+    a terminal's Ctrl-C on as the byte.)"""
+
+    def __init__(self):
+        self.p = self.mp = None
+        try:
+            import micropython
+            micropython.kbd_intr(-1)
+            self.mp = micropython
+        except (ImportError, AttributeError):
+            pass
+        try:
+            import select
+            self.p = select.poll()
+            self.p.register(sys.stdin, select.POLLIN)
+        except (ImportError, AttributeError, OSError, ValueError, TypeError):
+            self.p = None
+
+    def check(self):
+        p = self.p
+        if p is None or not p.poll(0):
+            return
+        try:
+            c = sys.stdin.read(1)
+        except (OSError, ValueError):
+            c = ''
+        if c == '\x03':
+            raise KeyboardInterrupt
+        if not c:                      # stdin at its end (a pipe closed, /dev/null)
+            self.p = None
+
+    def close(self):
+        if self.mp:
+            self.mp.kbd_intr(3)
 
 
 def read_config(cfg_path):
@@ -152,8 +203,10 @@ def main(cfg_path='train.json'):
     log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
     try:
         run_epochs(tr, files, run, train, test, keep, rec, fresh)
-    except KeyboardInterrupt:
-        return interrupted(tr, files, test, keep, train.n, cfg_path)
+    except INTR as e:
+        if ctrl_c(e):
+            return interrupted(tr, files, test, keep, train.n, cfg_path)
+        raise
     log.close()
     if keep and tr.best:
         print('%s holds the best weights: epoch %d, test_%s %.4f' % (out, tr.best[0], metric, tr.best[2]))
@@ -187,7 +240,10 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
     every = run.get('progress', 0)
     t = [ticks_ms(), tr.pos]
 
+    keys = STATE['keys']
+
     def progress(i, n, ls, ms):
+        keys.check()                 # a Ctrl-C waiting: stop here, between samples
         if every and i % every == 0:
             dt = ticks_diff(ticks_ms(), t[0])
             print('  %d/%d loss %.4f %s %.4f  %.1f samples/s free %d'
@@ -288,35 +344,47 @@ def interrupted(tr, files, test, keep, n, cfg_path):
             msg = ('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
                    '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
             break
-        except KeyboardInterrupt:
+        except INTR as e:
+            if not ctrl_c(e):
+                raise
             msg = 'interrupted again while saving: %s keeps its last whole save' % ckpt
     try:
         STATE['log'].close()
-    except (OSError, KeyboardInterrupt):
+    except (OSError,) + INTR:
         pass
     print(msg)
     flush()
 
 
 def start(cfg_path='train.json'):
+    keys = STATE['keys'] = Keys()
     try:
         main(cfg_path)
     except KeyboardInterrupt:     # while loading: nothing was written yet
         print('utrain: interrupted before training started; nothing was written')
         raise SystemExit(1)
+    except MemoryError as e:
+        if ctrl_c(e):
+            print('utrain: interrupted before training started; nothing was written')
+            raise SystemExit(1)
+        oom()
     except (ValueError, SaveError) as e:   # a bad file or setting, a full file system: named
         print('utrain: error: %s' % e)
         raise SystemExit(1)
-    except MemoryError:
-        # whatever is on flash is the last good state: saves are atomic and none ran now
-        tr = STATE.pop('tr', None)
-        at = 'at epoch %d sample %d' % (tr.epoch + 1, tr.pos + 1) if tr else 'loading the model'
-        tr = None
-        free = heap()
-        used = getattr(gc, 'mem_alloc', heap)()
-        print('utrain: out of memory %s (heap %d B: %d B free, %d B in use once the trainer is '
-              'dropped). The files on flash keep the last saved weights. To fit: prepare --budget '
-              '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
-              'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
-              'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
-        raise SystemExit(1)
+    finally:
+        keys.close()
+
+
+def oom():
+    # whatever is on flash is the last good state: saves are atomic and none ran now
+    tr = STATE.pop('tr', None)
+    at = 'at epoch %d sample %d' % (tr.epoch + 1, tr.pos + 1) if tr else 'loading the model'
+    tr = None
+    free = heap()
+    used = getattr(gc, 'mem_alloc', heap)()
+    print('utrain: out of memory %s (heap %d B: %d B free, %d B in use once the trainer is '
+          'dropped). The files on flash keep the last saved weights. To fit: prepare --budget '
+          '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
+          'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
+          'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
+    raise SystemExit(1)
