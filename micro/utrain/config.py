@@ -107,6 +107,8 @@ def check(cfg, path='train.json'):
             raise ValueError('%s: unknown file "files.%s" (known: %s)' % (path, k, ', '.join(FILES)))
         if files[k] is not None:
             plain(path, k, files[k])
+    if 'log' not in files:
+        files['log'] = 'train.log'
     for k in NEEDED:
         if files.get(k) is None:
             raise bad(path, 'files.' + k, 'a file name', files.get(k))

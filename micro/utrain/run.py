@@ -182,7 +182,7 @@ def main(cfg_path='train.json'):
     rec = None
     if keep:
         import utrain.best as best
-        rec = best.known(tr, out, test)   # trained.wof's test result, kept across runs
+        rec = saving(out + '.best', best.known, tr, out, test)   # trained.wof's result, kept across runs
         drop('best')
     if resume:
         tr.load_checkpoint(ckpt)
