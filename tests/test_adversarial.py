@@ -610,3 +610,33 @@ def test_a_bad_learning_rate_cannot_make_trained_wof_worse(base, tmp_path):
         assert (d / 'trained.wof').read_bytes() == good
     log = (d / 'train.log').read_text().splitlines()
     assert sum(l.startswith('epoch,') for l in log) == 1 and len(log) >= 1 + 5 + 4   # appended
+
+
+# ------------------------------------------------------------------ heap, two runs at once
+@pytest.mark.skipif(not MP, reason='no MicroPython binary')
+def test_too_small_a_heap_for_the_code_is_said(base):
+    env = dict(os.environ, MICROPYPATH=':lib')
+    for kb in (8, 16, 40):
+        r = subprocess.run([MP, '-X', 'heapsize=%dK' % kb, 'train.py'], cwd=base, env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and 'Traceback' not in r.stdout + r.stderr, (kb, r.stdout + r.stderr)
+        assert 'utrain: out of memory loading the utrain code' in r.stdout, r.stdout
+
+
+def test_a_second_run_of_one_folder_is_refused_and_a_killed_one_leaves_no_lock(base, tmp_path):
+    """runner.run locks the folder (flock: the kernel drops it with the process)."""
+    d = tmp_path / 'two'
+    shutil.copytree(base, d)
+    holder = subprocess.Popen([sys.executable, '-c', (
+        'import sys, fcntl, os, time; sys.path.insert(0, %r); fd = os.open(%r, os.O_RDONLY); '
+        'fcntl.flock(fd, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)') % (ROOT, str(d))],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == 'locked'
+    with pytest.raises(RuntimeError, match='another run is training in this folder'):
+        runner.run(str(d), python=True, stream=False)
+    before = {f: (d / f).read_bytes() for f in INPUTS}
+    holder.kill()                    # killed, like a run that crashed: no lock is left
+    holder.wait()
+    code, text = runner.run(str(d), python=True, stream=False)
+    assert code == 0 and 'holds the best weights' in text, text
+    assert all((d / f).read_bytes() == b for f, b in before.items() if f != 'train.py')
