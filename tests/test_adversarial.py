@@ -640,3 +640,49 @@ def test_a_second_run_of_one_folder_is_refused_and_a_killed_one_leaves_no_lock(b
     code, text = runner.run(str(d), python=True, stream=False)
     assert code == 0 and 'holds the best weights' in text, text
     assert all((d / f).read_bytes() == b for f, b in before.items() if f != 'train.py')
+
+
+def test_host_run_passes_a_terminal_ctrl_c_on_as_the_byte(base, tmp_path):
+    """SIGINT to `host_tools run` (a terminal's Ctrl-C): the run stops between samples,
+    saves its checkpoint and says so; no traceback from either process."""
+    import signal
+    d = tmp_path / 'term'
+    shutil.copytree(base, d)
+    cfg = json.loads(_cfg_text(d))
+    cfg['epochs'] = 5000
+    _text(d, 'train.json', json.dumps(cfg))
+    p = subprocess.Popen([sys.executable, '-m', 'host_tools', 'run', str(d), '--python'], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in p.stdout:
+        seen.append(line)
+        if line.startswith('epoch 2/'):
+            p.send_signal(signal.SIGINT)
+            break
+    rest = p.communicate(timeout=120)[0]
+    assert p.returncode == 0, ''.join(seen) + rest
+    assert 'interrupted in epoch' in rest and 'saved checkpoint.ckpt' in rest, rest
+    assert 'Traceback' not in ''.join(seen) + rest
+    assert json.loads(_cfg_text(d))['run']['resume'] is True
+
+
+def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    from host_tools import circle_io
+    out = tmp_path / 'p'
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    data = blobs(tmp_path, n=24)
+    assert cli(['prepare', model, '-o', str(out), '--data', data, '--loss', 'scce']) == 0
+    old = (out / 'weights.wof').read_bytes()
+
+    def full(fd):
+        raise OSError(28, 'No space left on device')
+    monkeypatch.setattr(circle_io.os, 'fsync', full)
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        code = cli(['prepare', model, '-o', str(out), '--data', data, '--loss', 'scce', '--lr', '0.5'])
+    monkeypatch.undo()
+    msg = err.getvalue()
+    assert code == 2 and 'model.flat: cannot write it (No space left on device' in msg, msg
+    assert 'bytes free there' in msg and 'the previous file is kept' in msg, msg
+    assert (out / 'weights.wof').read_bytes() == old
+    assert not [f for f in os.listdir(out) if f.endswith('.tmp')]

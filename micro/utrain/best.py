@@ -29,6 +29,14 @@ def write(out, best, metric, test):
     _replace(tmp, out + '.best')
 
 
+def save(tr, out, test):
+    """trained.wof, then its record; each atomic, each can be redone."""
+    from utrain.run import saving, STATE
+    saving(out, tr.save_weights, out)
+    saving(out + '.best', write, out, tr.best, tr.cfg['metric'], test)
+    STATE['s']['saved'] = tr.best[0]
+
+
 def read(out, metric, test):
     """(0, test loss, test metric) from out's record, None when it does not match."""
     try:
@@ -44,7 +52,26 @@ def read(out, metric, test):
 def known(tr, out, test):
     """The test (loss, metric) of the weights in `out` as (0, loss, metric): epoch 0, i.e.
     what this run has to beat; from the record, else by evaluating them (the trainer's
-    starting weights are loaded again after).  None when there is no readable `out`."""
+    weights are loaded again after).  None when there is no readable `out`.  It becomes
+    tr.best unless a resumed checkpoint holds the same result (with its own epoch)."""
+    r = result(tr, out, test)
+    if r and not (tr.best and tr.best[1:] == r[1:]):
+        tr.best = r
+    if r:
+        print('%s so far: test_loss %.4f test_%s %.4f; replaced only by better weights'
+              % (out, r[1], tr.cfg['metric'], r[2]))
+    return r
+
+
+def back(tr):
+    # the weights the trainer had: the resumed checkpoint's, else the starting ones
+    if tr.good:
+        tr.load_checkpoint(tr.good)
+    else:
+        tr.net.load_weights(tr.weights_path)
+
+
+def result(tr, out, test):
     metric = tr.cfg['metric']
     r = read(out, metric, test)
     if r or not exists(out):
@@ -54,10 +81,10 @@ def known(tr, out, test):
         net.load_weights(out)
     except FormatError as e:
         print('utrain: %s is not used as the best weights so far: %s' % (out, e))
-        net.load_weights(tr.weights_path)
+        back(tr)
         return None
     tl, tm = tr.evaluate(test)
-    net.load_weights(tr.weights_path)      # back to the weights this run starts from
+    back(tr)
     if not (tl - tl == 0 and tm - tm == 0):
         return None
     write(out, (0, tl, tm), metric, test)

@@ -5,6 +5,7 @@
 # name, a file name that is not a plain file of the run folder (no '/', '..'), an
 # input file that is missing or a folder, an output that is also an input.
 import os
+import json
 
 SETTINGS = ('loss', 'reduction', 'from_logits', 'optimizer', 'metric', 'shuffle', 'batch',
             'epochs', 'seed', 'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho', 'stream')
@@ -140,3 +141,43 @@ def check(cfg, path='train.json'):
             raise ValueError('%s: files.%s "%s" is a folder, not a file' % (path, k, o))
         taken[o] = 'files.' + k
     return files, run, dict((k, cfg[k]) for k in cfg if k in SETTINGS)
+
+
+def exists(p):
+    # as utrain.wof.openr: a save cut between removing the old file and the rename is
+    # finished (wof's code is not loaded here: code loaded now would split the heap)
+    if isfile(p):
+        return True
+    try:
+        os.rename(p + '.tmp', p)
+        return isfile(p)
+    except OSError:
+        return False
+
+
+def read_config(cfg_path):
+    """train.json read and checked: (files, run, settings, weights to start from,
+    whether to resume), or ValueError naming what is wrong."""
+    try:
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+    except OSError as e:
+        code = e.args[0] if e.args else 0
+        raise ValueError('%s: cannot read it (%s): run train.py in the folder prepare wrote'
+                         % (cfg_path, 'no such file' if code == 2 else 'it is a folder'
+                            if code == 21 else 'OSError %s' % code))
+    except ValueError as e:
+        raise ValueError('%s: not valid JSON (%s)' % (cfg_path, e))
+    files, run, cfg = check(cfg, cfg_path)
+    if not files.get('train'):
+        print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
+        raise SystemExit(0)
+    ckpt, out = files.get('checkpoint'), files['out']
+    resume = run.get('resume') and ckpt and exists(ckpt)
+    start = files['weights']
+    if run.get('start') == 'best' and not resume and exists(out):
+        start = out           # a nightly run goes on from its best weights
+        print('starting from the best weights so far, %s' % out)
+    if run.get('resume') and ckpt and not resume:
+        print('utrain: "resume" is set but there is no %s: starting from %s' % (ckpt, start))
+    return files, run, cfg, start, resume

@@ -4,11 +4,7 @@
 # checkpoints, validation-gated saving of the best weights across runs (utrain/best.py),
 # divergence recovery, Ctrl-C, file-system and out-of-memory handling (README).
 import gc
-import json
 import sys
-from utrain.trainer import Trainer, Diverged
-from utrain.data import Dataset
-from utrain.model import drop
 
 try:
     from time import ticks_ms, ticks_diff
@@ -42,57 +38,33 @@ def flush():
         pass
 
 
-ERRNO = {28: 'no space left on the file system', 21: 'it is a folder', 2: 'no such file or folder',
-         13: 'permission denied', 30: 'read-only file system', 5: 'input/output error'}
+def drop(mod):
+    # utrain.model.drop, here so that checking train.json loads no model code
+    if sys.implementation.name == 'micropython':
+        sys.modules.pop('utrain.' + mod, None)
+        try:
+            delattr(sys.modules['utrain'], mod)
+        except AttributeError:
+            pass
+
+
+def aux(mod, fn, *a):
+    # utrain.<mod>.<fn>(*a), the module loaded for the call and dropped after: held by
+    # no name, its code leaves the heap (code is heap on a board)
+    __import__('utrain.' + mod)
+    try:
+        return getattr(getattr(sys.modules['utrain'], mod), fn)(*a)
+    finally:
+        drop(mod)
 
 
 def saving(name, fn, *a):
     """fn(*a), a save of file `name`; an OSError becomes SaveError saying which file,
-    why, how much space is left and that the previous file is kept."""
+    why, how much space is left and that the previous file is kept (utrain/once.py)."""
     try:
         return fn(*a)
     except OSError as e:
-        import os
-        code = e.args[0] if e.args and type(e.args[0]) is int else getattr(e, 'errno', 0)
-        try:
-            os.remove(name + '.tmp')       # what the cut save left: free its space
-        except OSError:
-            pass
-        free = ''
-        try:
-            s = os.statvfs('.')
-            free = ', %d bytes free' % (s[0] * s[4])
-        except (OSError, AttributeError):
-            pass
-        raise SaveError('cannot write %s: %s (OSError %s%s); the previous %s is kept'
-                        % (name, ERRNO.get(code, 'file system error'), code, free, name))
-
-
-def mark_resume(cfg_path):
-    # set run.resume in train.json, replacing the file atomically
-    from utrain.wof import _replace
-    with open(cfg_path) as f:
-        d = json.load(f)
-    if d.setdefault('run', {}).get('resume') is True:
-        return
-    d['run']['resume'] = True
-    with open(cfg_path + '.tmp', 'w') as f:
-        json.dump(d, f)
-    _replace(cfg_path + '.tmp', cfg_path)
-
-
-def size(path):
-    import os
-    try:
-        return os.stat(path)[6]
-    except OSError:
-        return 0
-
-
-def exists(path):
-    # finishes a save cut between removing the old file and the rename (utrain.wof.openr)
-    from utrain.wof import exists as ex
-    return ex(path)
+        raise SaveError(aux('once', 'fs_error', name, e))
 
 
 STATE = {}
@@ -149,53 +121,30 @@ class Keys:
             self.mp.kbd_intr(3)
 
 
-def read_config(cfg_path):
-    try:
-        with open(cfg_path) as f:
-            cfg = json.load(f)
-    except OSError as e:
-        code = e.args[0] if e.args else 0
-        raise ValueError('%s: cannot read it (%s): run train.py in the folder prepare wrote'
-                         % (cfg_path, ERRNO.get(code, 'OSError %s' % code)))
-    except ValueError as e:
-        raise ValueError('%s: not valid JSON (%s)' % (cfg_path, e))
-    from utrain.config import check
-    r = check(cfg, cfg_path)
-    drop('config')
-    return r
-
-
 def main(cfg_path='train.json'):
-    files, run, cfg = read_config(cfg_path)
-    gc.collect()            # the JSON parse's garbage gone before the big arrays come
+    files, run, cfg, start, resume = aux('config', 'read_config', cfg_path)
+    # the trainer's code loads after train.json's check, into the space the check's code
+    # and the JSON parse left (collected first): loaded before it, that space would stay
+    # holes between the names the check interned, too small for the arrays to come
+    gc.collect()
+    STATE['code'] = 1       # (set before: under a MemoryError it could not be)
+    from utrain.trainer import Trainer
+    from utrain.data import Dataset
+    del STATE['code']
+    gc.collect()
     out = files['out']
-    ckpt = files.get('checkpoint')
-    resume = run.get('resume') and ckpt and exists(ckpt)
-    start = files['weights']
-    if run.get('start') == 'best' and not resume and exists(out):
-        start = out           # a nightly run goes on from its best weights
     tr = STATE['tr'] = Trainer(files['model'], start, **cfg)
     c = tr.cfg
-    test = Dataset(files['test']) if files.get('test') else None
     metric = c['metric']
-    keep = run.get('keep_best', False) and test   # validation-gated saving
-    rec = None
-    if keep:
-        import utrain.best as best
-        rec = saving(out + '.best', best.known, tr, out, test)   # trained.wof's result, kept across runs
-        drop('best')
+    ckpt = files.get('checkpoint')
     if resume:
         tr.load_checkpoint(ckpt)
-        print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
-    elif run.get('resume') and ckpt:
-        print('utrain: "resume" is set but there is no %s: starting from %s' % (ckpt, start))
-    if rec and not (tr.best and tr.best[1:] == rec[1:]):
-        tr.best = rec
-    if start != files['weights']:
-        print('starting from the best weights so far, %s' % start)
-    if not files.get('train'):
-        print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
-        return
+        print('resumed from %s at epoch %d, sample %d' % (ckpt, tr.epoch, tr.pos))
+    test = Dataset(files['test']) if files.get('test') else None
+    keep = run.get('keep_best', False) and test   # validation-gated saving
+    rec = None
+    if keep:                 # trained.wof's test result, kept across runs
+        rec = saving(out + '.best', aux, 'best', 'known', tr, out, test)
     train = Dataset(files['train'])
     fresh = not (tr.epoch or tr.pos)
     S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch, 'logged': -1,
@@ -205,7 +154,7 @@ def main(cfg_path='train.json'):
         run_epochs(tr, files, run, train, test, keep, rec, fresh)
     except INTR as e:
         if ctrl_c(e):
-            return interrupted(tr, files, test, keep, train.n, cfg_path)
+            return aux('once', 'interrupted', tr, files, test, keep, train.n, cfg_path)
         raise
     log.close()
     if keep and tr.best:
@@ -213,24 +162,17 @@ def main(cfg_path='train.json'):
     else:
         saving(out, tr.save_weights, out)
         print('saved %s' % out)
-    try:
-        gc.collect()
-        print('heap in use after training %d B' % gc.mem_alloc())
-    except AttributeError:
-        pass
 
 
 def run_epochs(tr, files, run, train, test, keep, rec, fresh):
+    from utrain.trainer import Diverged
     c, log, S = tr.cfg, STATE['log'], STATE['s']
     metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
-    if fresh and size(files['log']) == 0:
+    if fresh and not log.seek(0, 2):     # (an empty log: the header, once)
         saving(files['log'], log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
     print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs, free heap %d'
           % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
              c['epochs'], heap()))
-    if rec:
-        print('%s so far: test_loss %.4f test_%s %.4f; replaced only by better weights'
-              % (out, rec[1], metric, rec[2]))
     if test and fresh:
         tl, tm = tr.evaluate(test)
         print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
@@ -268,13 +210,8 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
 
 
 def save_best(tr, files, test):
-    # trained.wof, then its record (utrain/best.py); both saves can be redone after a Ctrl-C
-    out = files['out']
-    saving(out, tr.save_weights, out)
-    import utrain.best as best
-    saving(out + '.best', best.write, out, tr.best, tr.cfg['metric'], test)
-    drop('best')
-    STATE['s']['saved'] = tr.best[0]
+    # trained.wof, then its record; both saves can be redone after a Ctrl-C
+    aux('best', 'save', tr, files['out'], test)
 
 
 def epoch_end(tr, files, test, keep, n):
@@ -311,80 +248,20 @@ def epoch_end(tr, files, test, keep, n):
     S['ended'] = tr.epoch
 
 
-def interrupted(tr, files, test, keep, n, cfg_path):
-    # Ctrl-C: the state at the last whole batch (Trainer.commit) is saved, and train.json
-    # marked "resume": true; resume then ends bit for bit as an uninterrupted run would.
-    # A Ctrl-C during an update (Trainer.dirty) leaves the checkpoint of the last save,
-    # which is whole.  Every step here can be redone, so more Ctrl-Cs only repeat it.
-    ckpt = files.get('checkpoint')
-    S = STATE['s']
-    msg = 'interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1)
-    for _ in range(20):
-        try:
-            if not ckpt:
-                break
-            if tr.dirty:
-                if tr.good:
-                    mark_resume(cfg_path)
-                    msg = ('interrupted in epoch %d during an update: %s keeps its last save; run '
-                           'train.py again to go on from there (%s now says "resume": true)'
-                           % (tr.epoch + 1, ckpt, cfg_path))
-                else:
-                    msg = ('interrupted in epoch %d during an update, before the first checkpoint: '
-                           'run train.py again to start over' % (tr.epoch + 1))
-                break
-            if tr.epoch > S['ended']:     # the epoch is trained, its saves not all done
-                epoch_end(tr, files, test, keep, n)    # finish the epoch's saves first
-            else:
-                tr.net.zero_grads()          # drop a half-summed batch
-                tr.pending = 0
-                tr.pos, tr.sums = tr.commit
-                saving(ckpt, tr.save_checkpoint, ckpt)
-            saving(cfg_path, mark_resume, cfg_path)
-            msg = ('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
-                   '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
-            break
-        except INTR as e:
-            if not ctrl_c(e):
-                raise
-            msg = 'interrupted again while saving: %s keeps its last whole save' % ckpt
-    try:
-        STATE['log'].close()
-    except (OSError,) + INTR:
-        pass
-    print(msg)
-    flush()
-
-
 def start(cfg_path='train.json'):
     keys = STATE['keys'] = Keys()
     try:
         main(cfg_path)
-    except KeyboardInterrupt:     # while loading: nothing was written yet
-        print('utrain: interrupted before training started; nothing was written')
-        raise SystemExit(1)
-    except MemoryError as e:
-        if ctrl_c(e):
-            print('utrain: interrupted before training started; nothing was written')
-            raise SystemExit(1)
-        oom()
+    except INTR as e:             # a Ctrl-C while loading, or out of memory
+        if 'code' in STATE:
+            raise                 # loading the code: train.py says so
+        tr = STATE.pop('tr', None)   # dropped before loading what says so
+        at = tr and (tr.epoch, tr.pos)
+        tr = None
+        gc.collect()
+        aux('once', 'oom', e, at)
     except (ValueError, SaveError) as e:   # a bad file or setting, a full file system: named
         print('utrain: error: %s' % e)
         raise SystemExit(1)
     finally:
         keys.close()
-
-
-def oom():
-    # whatever is on flash is the last good state: saves are atomic and none ran now
-    tr = STATE.pop('tr', None)
-    at = 'at epoch %d sample %d' % (tr.epoch + 1, tr.pos + 1) if tr else 'loading the model'
-    tr = None
-    free = heap()
-    used = getattr(gc, 'mem_alloc', heap)()
-    print('utrain: out of memory %s (heap %d B: %d B free, %d B in use once the trainer is '
-          'dropped). The files on flash keep the last saved weights. To fit: prepare --budget '
-          '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
-          'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
-          'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
-    raise SystemExit(1)
