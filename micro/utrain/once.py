@@ -69,7 +69,7 @@ def interrupted(tr, files, test, keep, n, cfg_path):
             if tr.epoch > S['ended']:     # the epoch is trained, its saves not all done
                 epoch_end(tr, files, test, keep, n)    # finish the epoch's saves first
             else:
-                tr.net.zero_grads()          # drop a half-summed batch
+                tr.net.sink.zero()           # drop a half-summed batch
                 tr.pending = 0
                 tr.pos, tr.sums = tr.commit
                 saving(ckpt, tr.save_checkpoint, ckpt)
