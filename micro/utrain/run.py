@@ -89,36 +89,34 @@ class Keys:
     a terminal's Ctrl-C on as the byte.)"""
 
     def __init__(self):
-        self.p = self.mp = None
+        self.p = self.k = None
         try:
-            import micropython
-            micropython.kbd_intr(-1)
-            self.mp = micropython
-        except (ImportError, AttributeError):
+            from micropython import kbd_intr
+            kbd_intr(-1)
+            self.k = kbd_intr
+        except ImportError:
             pass
         try:
             import select
             self.p = select.poll()
-            self.p.register(sys.stdin, select.POLLIN)
-        except (ImportError, AttributeError, OSError, ValueError, TypeError):
+            self.p.register(sys.stdin, 1)      # POLLIN
+        except Exception:
             self.p = None
 
     def check(self):
-        p = self.p
-        if p is None or not p.poll(0):
-            return
-        try:
-            c = sys.stdin.read(1)
-        except (OSError, ValueError):
-            c = ''
-        if c == '\x03':
-            raise KeyboardInterrupt
-        if not c:                      # stdin at its end (a pipe closed, /dev/null)
-            self.p = None
+        if self.p and self.p.poll(0):
+            try:
+                c = sys.stdin.read(1)
+            except Exception:
+                c = ''
+            if c == '\x03':
+                raise KeyboardInterrupt
+            if not c:                  # stdin at its end (a pipe closed, /dev/null)
+                self.p = None
 
     def close(self):
-        if self.mp:
-            self.mp.kbd_intr(3)
+        if self.k:
+            self.k(3)
 
 
 def main(cfg_path='train.json'):
