@@ -1,9 +1,11 @@
-"""Ctrl-C is exact (issue 13): SIGINT delivered at random moments to a training run
-(unix MicroPython raises KeyboardInterrupt at its next safe point, CPython between
-bytecodes, as a board's UART interrupt does), one to three times per run, then
-train.py again with "resume": true until it finishes: trained.wof, its record, the
-checkpoint and the logged losses equal an uninterrupted run's bit for bit, and no
-output holds a traceback."""
+"""Ctrl-C is exact (issue 13): Ctrl-C at random moments of a training run, one or two
+per run in up to three runs, delivered as a board's UART with the interrupt character
+disabled and `host_tools run` deliver it (the byte 0x03 on stdin, which train.py takes
+between samples), then train.py again with "resume": true until it finishes:
+trained.wof, its record, the checkpoint and the logged losses equal an uninterrupted
+run's bit for bit, and no output holds a traceback.  (A raw SIGINT to unix MicroPython
+while it trains ends it like a power cut; tests/test_reliability.py's SIGKILL test
+covers that resume.)"""
 import json
 import os
 import random
@@ -67,7 +69,7 @@ def interrupted_runs(base, tmp, python, runs, seed):
     assert r.returncode == 0 and 'Traceback' not in r.stdout + r.stderr, r.stdout + r.stderr
     want = results(whole)
     rng = random.Random(seed)
-    tally = {'runs': 0, 'sigints': 0, 'restarts': 0, 'identical': 0, 'tracebacks': 0}
+    tally = {'runs': 0, 'ctrl_c': 0, 'restarts': 0, 'identical': 0, 'tracebacks': 0}
     for k in range(runs):
         d = tmp / ('r%d' % k)
         shutil.copytree(base, d)
@@ -83,7 +85,7 @@ def interrupted_runs(base, tmp, python, runs, seed):
                     try:
                         p.stdin.write(b'\x03')
                         p.stdin.flush()
-                        tally['sigints'] += 1
+                        tally['ctrl_c'] += 1
                     except OSError:
                         pass
                     time.sleep(rng.uniform(0, 0.02))
@@ -101,8 +103,6 @@ def interrupted_runs(base, tmp, python, runs, seed):
         tally['runs'] += 1
         same = got == want
         tally['identical'] += same
-        if not same or any('Traceback' in t for t in texts):
-            open('/tmp/ctrlc_fail.txt', 'w').write(repr((got['log'], want['log'])) + '\n=====\n' + '\n----\n'.join(texts))
         assert same, (k, [n for n in want if got[n] != want[n]], '\n----\n'.join(texts))
         assert not any('Traceback' in t for t in texts), texts
     return tally
