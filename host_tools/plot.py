@@ -7,8 +7,9 @@ import os
 
 
 def read_log(path):
-    """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
-    ms,free_heap; empty or nan cells are None); ValueError naming path when malformed."""
+    """{column: [values]} of the last run in train.log (epoch,loss,<metric>,test_loss,
+    test_<metric>,ms,free_heap; empty or nan cells are None; a run starts at epoch 0);
+    ValueError naming path when malformed."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
     with open(path, newline='') as f:
@@ -30,7 +31,9 @@ def read_log(path):
             cols[h].append(None if x is None or math.isnan(x) else x)
     if not cols['epoch']:
         raise ValueError(f'{path}: no epochs logged yet')
-    return cols
+    # train.log is appended to: each fresh run starts again at epoch 0; the last run counts
+    last = max(i for i, e in enumerate(cols['epoch']) if i == 0 or e == 0)
+    return {h: v[last:] for h, v in cols.items()}
 
 
 def plot(log, out):
