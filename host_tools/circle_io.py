@@ -519,11 +519,22 @@ def atomic_write(out_path, data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give an ordinary file's mode
         os.replace(tmp, out_path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            # name the file, the space left and that nothing was replaced
+            try:
+                st = os.statvfs(folder)
+                free = f', {st.f_bavail * st.f_frsize} bytes free there'
+            except OSError:
+                free = ''
+            raise OSError(e.errno, f'{out_path}: cannot write it ({e.strerror}{free}, '
+                          f'{len(data)} bytes needed); '
+                          + ('the previous file is kept' if os.path.exists(out_path)
+                             else 'nothing was written')) from None
         raise
 
 

@@ -21,6 +21,10 @@ class DataError(ValueError):
     pass
 
 
+MAX_FILE = 1 << 30          # CSV bytes read
+MAX_PIXELS = 1 << 24        # pixels of one image (PIL's bomb limit is 89 M)
+
+
 def load_npz(path):
     """(x, y) from an .npz holding arrays named x and y."""
     if not os.path.exists(path):
@@ -50,16 +54,26 @@ def load_csv(path, label='last'):
     last column (label='first'|'last'); a header row of names is skipped."""
     import csv
     rows = []
-    with open(path, newline='') as f:
-        for k, row in enumerate(csv.reader(f)):
-            if not row or not ''.join(row).strip():
-                continue
-            try:
-                rows.append([float(v) for v in row])
-            except ValueError:
-                if k == 0:
-                    continue                       # header
-                raise DataError(f'{path}: line {k + 1}: not a number in {row!r}') from None
+    if os.path.getsize(path) > MAX_FILE:
+        raise DataError(f'{path}: {os.path.getsize(path)} bytes; at most {MAX_FILE >> 20} MB of '
+                        'CSV is read (convert a larger set to .npz)')
+    k = 0
+    try:
+        with open(path, newline='', encoding='utf-8') as f:
+            for k, row in enumerate(csv.reader(f)):
+                if not row or not ''.join(row).strip():
+                    continue
+                try:
+                    rows.append([float(v) for v in row])
+                except ValueError:
+                    if k == 0:
+                        continue                       # header
+                    raise DataError(f'{path}: line {k + 1}: not a number in {row[:8]!r}'[:300]) from None
+    except UnicodeDecodeError as e:
+        raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
+                        'expected') from None
+    except csv.Error as e:
+        raise DataError(f'{path}: line {k + 2}: not a readable CSV row ({e})') from None
     if not rows:
         raise DataError(f'{path}: holds no samples')
     width = {len(r) for r in rows}
@@ -87,11 +101,16 @@ def load_images(path, size=None, gray=True):
                 continue
             try:
                 with Image.open(os.path.join(folder, fn)) as im:
+                    if im.width * im.height > MAX_PIXELS:
+                        raise DataError(f'{os.path.join(folder, fn)}: {im.width}x{im.height} '
+                                        f'pixels; at most {MAX_PIXELS} are read (an image bomb?)')
                     im = im.convert('L' if gray else 'RGB')
                     if size:
                         im = im.resize(size)
                     a = np.asarray(im, dtype=np.uint8)
-            except OSError as e:
+            except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as e:
+                if isinstance(e, DataError):
+                    raise
                 raise DataError(f'{os.path.join(folder, fn)}: not a readable image ({e})') from None
             if xs and a.shape != xs[0].shape:
                 raise DataError(f'{os.path.join(folder, fn)}: {a.shape[1]}x{a.shape[0]} pixels, '
@@ -117,6 +136,11 @@ def load(path, label='last', size=None):
     if path.lower().endswith('.ds'):
         x, y = read_dataset(path)
         return x, (y[:, 0] if y.shape[1] == 1 else y)
+    from .validate import check_npz, PrepareError
+    try:
+        check_npz(path)          # sizes and types from the headers, before loading
+    except PrepareError as e:
+        raise DataError(str(e)) from None
     return load_npz(path)
 
 

@@ -9,8 +9,9 @@ import os
 
 def read_log(path):
     """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
-    ms,free_heap; or a fleet.csv: round,loss,<metric>,test_loss,test_<metric>,boards,samples;
-    empty or nan cells are None); ValueError naming path when malformed."""
+    ms,free_heap: the last run, as each fresh run starts again at epoch 0) or a fleet.csv
+    (round,loss,<metric>,test_loss,test_<metric>,boards,samples); empty or nan cells are
+    None; ValueError naming path when malformed."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
     with open(path, newline='') as f:
@@ -32,7 +33,11 @@ def read_log(path):
             cols[h].append(None if x is None or math.isnan(x) else x)
     if not cols[head[0]]:
         raise ValueError(f'{path}: no {head[0]}s logged yet')
-    return cols
+    if head[0] != 'epoch':
+        return cols
+    # train.log is appended to: each fresh run starts again at epoch 0; the last run counts
+    last = max(i for i, e in enumerate(cols['epoch']) if i == 0 or e == 0)
+    return {h: v[last:] for h, v in cols.items()}
 
 
 def plot(log, out):

@@ -157,9 +157,13 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     many besides the classifier) chooses the ranks within the budget (host_tools/select.py)."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
+    from .validate import check_settings, check_graph, check_values
     prof = board_profile(board, overrides) if board else None
+    check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
+    check_graph(g)             # the file's op numbering, before any rewrite
     s = resolve_settings(g, overrides)
+    check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
     train = s.pop('train')
     sel = None
     if select:
@@ -191,6 +195,15 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                               'for model and training state)' if prof else '') + '.\n'
                            + fit_advice(source, s, chosen, chosen_rk, backend, limit, heap,
                                         lambda tr, r: select_rewrite_plan(source, tr, r, rewrite)))
+    outs = [n for n in FILES.values()] + ['train.json', 'prepare.json', 'train.tcfg']
+    for src in (model_path, data, train_config):
+        for n in outs:
+            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
+                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
+                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
+                                   'prepare into another folder')
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise PrepareError(f'{out_dir}: exists and is not a folder')
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
     if info['changed']:
@@ -233,6 +246,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             summary['train_config'] = None    # a rank onert-micro has no code for
     if data:
         x, y = ds.load(data)
+        check_values(data, x, y)
         n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
         n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
         if perm is not None:          # the model now takes its input transposed (NHWC)
@@ -300,11 +314,31 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     summary = {}
     sp = os.path.join(run_dir, 'prepare.json')
     if os.path.exists(sp):
-        with open(sp) as f:
-            summary = json.load(f)
+        try:
+            with open(sp) as f:
+                summary = json.load(f)
+        except (OSError, ValueError) as e:
+            raise PrepareError(f'{sp}: not readable JSON ({e})') from None
+        if not isinstance(summary, dict):
+            raise PrepareError(f'{sp}: not what prepare writes (a JSON object)')
     base = model_path
-    if summary.get('rewritten'):
-        rewritten = os.path.join(run_dir, summary['rewritten'])
+    rw_name = summary.get('rewritten')
+    if rw_name is not None and (not isinstance(rw_name, str) or os.path.basename(rw_name) != rw_name
+                                or rw_name in ('', '.', '..')):
+        raise PrepareError(f'{sp}: "rewritten" {rw_name!r} must be a file name in {run_dir} '
+                           '(no folders)')
+    inputs = [model_path, wof_path, sp, os.path.join(run_dir, 'model.flat')]
+    if rw_name:
+        inputs.append(os.path.join(run_dir, rw_name))
+    for p in inputs:
+        if os.path.abspath(p) == os.path.abspath(out_path) or (
+                os.path.exists(p) and os.path.exists(out_path) and os.path.samefile(p, out_path)):
+            raise PrepareError(f'{out_path}: export would overwrite its own input {p}; '
+                               'give -o another name')
+    if os.path.isdir(out_path):
+        raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    if rw_name:
+        rewritten = os.path.join(run_dir, rw_name)
         if not os.path.exists(rewritten):
             raise PrepareError(f'{rewritten}: missing; {wof_path} indexes that rewritten model')
         base = rewritten

@@ -132,15 +132,39 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
 
 
 def run(out_dir, board='unix', python=False, source=False, stream=True):
-    """Run training in out_dir; returns (exit code, output text)."""
+    """Run training in out_dir; returns (exit code, output text).  One run per folder at
+    a time: a second is refused (a lock on the folder that the kernel drops when this
+    process ends, killed or not).  A Ctrl-C here reaches train.py as a board's Ctrl-C
+    does: as the byte 0x03 on its stdin, taken between samples (utrain/run.py Keys),
+    so it stops after saving a checkpoint from which resume is exact."""
+    import fcntl
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
-    argv, env = command(out_dir, board, python, source)
-    p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, bufsize=1)
-    lines = []
-    for line in p.stdout:
-        lines.append(line)
-        if stream:
-            print(line, end='', flush=True)
-    return p.wait(), ''.join(lines)
+    lock = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RuntimeError(f'{out_dir}: another run is training in this folder; wait for it '
+                               'to end (or stop it) first') from None
+        argv, env = command(out_dir, board, python, source)
+        p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
+                             stdin=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             bufsize=1, start_new_session=True)
+        lines = []
+        while True:
+            try:
+                for line in p.stdout:
+                    lines.append(line)
+                    if stream:
+                        print(line, end='', flush=True)
+                break
+            except KeyboardInterrupt:
+                try:
+                    p.stdin.write('\x03')
+                    p.stdin.flush()
+                except OSError:
+                    pass
+        return p.wait(), ''.join(lines)
+    finally:
+        os.close(lock)

@@ -4,10 +4,15 @@ mpremote opens as the board's port (what socat's PTY,link does).  The temp folde
 runs in plays the board's flash; MICROPYPATH holds lib like a board's sys.path.  Use
 `mpremote connect PORT resume ...`: the unix port exits on a soft reset.
 
-A board turns a Ctrl-C byte arriving while a program runs into KeyboardInterrupt; the
-unix port only does that for SIGINT.  So the relay sends SIGINT for a Ctrl-C that
-arrives while MicroPython is not waiting for input (Linux's /proc/PID/syscall says
-whether it is blocked reading stdin), and passes it on as a byte otherwise."""
+A board's UART interrupt turns a Ctrl-C byte into KeyboardInterrupt while the interrupt
+character is enabled (micropython.kbd_intr(3), the default) and puts it into stdin like
+any byte once a program disabled it (kbd_intr(-1): train.py does while it trains, and
+takes the byte between samples).  The unix port raises KeyboardInterrupt only for
+SIGINT, and only while its handler is installed; kbd_intr(-1) uninstalls it.  So the
+relay sends SIGINT for a Ctrl-C only while MicroPython catches SIGINT (Linux's
+/proc/PID/status, SigCgt) and is not blocked reading stdin (/proc/PID/syscall); it
+passes the byte on otherwise.  It never sends SIGINT to a program that disabled the
+interrupt character, which would end it like a power cut."""
 import os
 import pty
 import select
@@ -53,7 +58,8 @@ class FakeBoard:
                             self._hang_up()
                         return
                     continue
-                if fd == b and b'\x03' in data and not self._waiting_for_input():
+                if fd == b and b'\x03' in data and self._interrupt_char_enabled() \
+                        and not self._waiting_for_input():
                     self.proc.send_signal(signal.SIGINT)
                     data = data.replace(b'\x03', b'')
                 if data:
@@ -77,6 +83,17 @@ class FakeBoard:
                 return f.read().startswith('0 0x0 ')      # read(0, ...)
         except OSError:
             return True
+
+    def _interrupt_char_enabled(self):
+        # SIGINT (signal 2: bit 1) among the caught signals
+        try:
+            with open('/proc/%d/status' % self.proc.pid) as f:
+                for line in f:
+                    if line.startswith('SigCgt:'):
+                        return bool(int(line.split()[1], 16) & 2)
+        except OSError:
+            pass
+        return False
 
     def alive(self):
         return self.proc.poll() is None

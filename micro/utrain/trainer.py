@@ -68,6 +68,11 @@ class Trainer:
             self.lr_scale = 1.0      # lowered after a divergence
             self.best = None         # (epoch, test loss, test metric) of the best weights
             self.good = None         # checkpoint holding the last good state
+            # Ctrl-C exactness (run.py): commit = (pos, sums) at the last whole batch;
+            # dirty while an update is under way (weights half updated); last = the
+            # (loss, metric) of the last whole epoch.  Each is set with its partners in
+            # one statement: no KeyboardInterrupt lands between stores without a jump.
+            self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
             self.configure(**settings)
         finally:
             if old is not None:
@@ -130,6 +135,7 @@ class Trainer:
             self._diverged('loss is %s' % l)
         m = _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
         if net.sink.now:
+            self.dirty = True           # weights change during the backward pass
             self.opt.begin()            # the sink steps the optimizer inside backward
             net.backward(dy)
             return l, m
@@ -151,6 +157,7 @@ class Trainer:
             return
         net, opt = self.net, self.opt
         scale = 1.0 / self.pending if self.cfg['reduction'] == 'mean' else 1.0
+        self.dirty = True
         opt.begin()
         acc = net.sink.acc
         for k in net.trainable:
@@ -177,6 +184,7 @@ class Trainer:
         initial weights with fresh optimizer state.  lr_scale, retries and the best test
         result (that of the weights saved by validation-gated saving) are kept."""
         net = self.net
+        self.dirty = True
         net.sink.zero()
         self.pending = 0
         keep = self.lr_scale, self.retries, self.best
@@ -190,6 +198,7 @@ class Trainer:
             self.sums = (0.0, 0.0)
         self.lr_scale, self.retries, self.best = keep
         self.configure()
+        self.commit, self.dirty = (self.pos, self.sums), False
 
     def lower_lr(self, factor):
         self.lr_scale *= factor
@@ -251,9 +260,13 @@ class Trainer:
                              % (ds.path, ds.n, self.pos))
         idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
         last = [self.pos]
+        self.commit, self.dirty = (self.pos, self.sums), False
 
         def hook(i, n, ls, ms):
-            self.pos, self.sums = i, (ls, ms)
+            if self.pending:
+                self.pos, self.sums = i, (ls, ms)
+            else:                    # a whole batch: its update and position together
+                self.pos, self.sums, self.commit, self.dirty = i, (ls, ms), (i, (ls, ms)), False
             if progress:
                 progress(i, n, ls, ms)
             if every and ckpt and not self.pending and i - last[0] >= every and i < n:
@@ -263,8 +276,9 @@ class Trainer:
         r = self._pass(ds, self.train_step, idx, hook, self.pos, self.sums)
         self.apply()
         self._check('')
-        self.epoch += 1
-        self.pos, self.sums = 0, (0.0, 0.0)
+        z = (0.0, 0.0)
+        self.epoch, self.pos, self.sums, self.commit, self.dirty, self.last = (
+            self.epoch + 1, 0, z, (0, z), False, r)
         return r
 
     def evaluate(self, ds):
@@ -291,5 +305,7 @@ class Trainer:
         self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
+        self.dirty = True            # until the whole state is in
         _wof().load_state(self, path)
         _drop('wof')
+        self.commit, self.dirty = (self.pos, self.sums), False
