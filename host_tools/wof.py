@@ -16,23 +16,26 @@ MAGIC = dev.MAGIC
 VERSION = dev.VERSION
 
 
-def pack_wof(n_tensors: int, arrays: dict) -> bytes:
-    """.wof bytes for {tensor index: float32 array}; absent tensors get offset 0."""
+def pack_wof(n_tensors: int, arrays: dict, keep_dtype: bool = False) -> bytes:
+    """.wof bytes for {tensor index: float32 array} (keep_dtype: each array's own dtype,
+    little-endian: int8 weights as int8 bytes); absent tensors get offset 0."""
     offs = [0] * n_tensors
     pos = 8 + 4 * n_tensors
     blobs = []
     for k in sorted(arrays):
         if not 0 <= k < n_tensors:
             raise ValueError(f'tensor {k} out of range for {n_tensors} tensors')
-        blob = np.ascontiguousarray(arrays[k], dtype='<f4').tobytes()
+        a = arrays[k]
+        dt = np.asarray(a).dtype.newbyteorder('<') if keep_dtype else '<f4'
+        blob = np.ascontiguousarray(a, dtype=dt).tobytes()
         offs[k] = pos
         pos += len(blob)
         blobs.append(blob)
     return struct.pack(f'<HBBI{n_tensors}I', MAGIC, VERSION, 0, n_tensors, *offs) + b''.join(blobs)
 
 
-def write_wof(path, n_tensors: int, arrays: dict) -> None:
-    atomic_write(path, pack_wof(n_tensors, arrays))
+def write_wof(path, n_tensors: int, arrays: dict, keep_dtype: bool = False) -> None:
+    atomic_write(path, pack_wof(n_tensors, arrays, keep_dtype))
 
 
 def _shapes(g: Graph):

@@ -104,9 +104,10 @@ def _nbytes(shapes):
     return [None if s is None else 4 * s[0] * s[1] for s in shapes]
 
 
-def read_table(f, path, shapes):
+def read_table(f, path, shapes, nbytes=None):
     """Check a .wof header against the model's device shapes (one per tensor, None =
-    must have no data) and return (offset per tensor, file size)."""
+    must have no data; or nbytes, the bytes per tensor: int8 models) and return
+    (offset per tensor, file size)."""
     size = _size(f)
     h = f.read(8)
     if len(h) != 8:
@@ -118,7 +119,7 @@ def read_table(f, path, shapes):
         raise FormatError('%s: .wof version %d, this utrain reads %d' % (path, ver, VERSION))
     if n != len(shapes):
         raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, n, len(shapes)))
-    return _table(f, path, n, 8, size, _nbytes(shapes)), size
+    return _table(f, path, n, 8, size, nbytes or _nbytes(shapes)), size
 
 
 def _replace(tmp, path):
