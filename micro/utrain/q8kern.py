@@ -11,12 +11,16 @@
 # two-halves sign extension (sums written back need none: they wrap alike).
 try:
     import micropython
+    VIPER = True
 except ImportError:  # CPython: plain Python over the same buffers
+    VIPER = False
+
     class micropython:
         @staticmethod
         def viper(f):
             return f
 
+if not VIPER:  # (also a firmware without the native emitter: host_tools strips the decorators)
     def ptr8(b):
         return b
 
