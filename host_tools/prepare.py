@@ -11,7 +11,7 @@ from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan
-from . import rewrite as rw
+from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
 
@@ -113,7 +113,7 @@ def board_profile(board, overrides: dict) -> dict:
 
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', **overrides):
+            backend='fallback', dequantize=False, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -124,13 +124,17 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     indices are the graph's as given, like train's.  budget: bytes or '96K'; board: a
     boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
     bounds the whole plan and its heap_budget the plan's data (all but code and
-    interpreter)."""
+    interpreter).  An int8 model trains as int8 (host_tools/quant.py) unless
+    ``dequantize``: then in float32, dequantized."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     prof = board_profile(board, overrides) if board else None
     g = read_model(model_path)
     s = resolve_settings(g, overrides)
     train = s.pop('train')
+    if not dequantize and not ranks and not train_config and rewrite and quant.is_int8(g):
+        return quant.prepare_q8(g, model_path, out_dir, s, train, data, test_split,
+                                split_seed, progress)
     rk = {}
     if train_config:
         rk.update(read_train_config(train_config, len(g.ops)))
@@ -250,6 +254,10 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     if os.path.exists(sp):
         with open(sp) as f:
             summary = json.load(f)
+    if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
+        from .quant import export as export_int8
+        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
+        return {'model': model_path, 'tensors': 0, 'clipped': 0, 'int8': True}
     base = model_path
     if summary.get('rewritten'):
         rewritten = os.path.join(run_dir, summary['rewritten'])

@@ -75,8 +75,9 @@ def is_int8(g: Graph) -> bool:
 
 def layers(g: Graph, train='last:1'):
     """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX.
-    train: 'all', 'none' or 'last:N' (the last N FULLY_CONNECTED / CONV_2D ops train;
-    every op after the first trained one must be FC, CONV or MEAN)."""
+    train: as prepare's --train ('all', 'none', 'last:N': the last N operators of any
+    kind, or op indices); the FULLY_CONNECTED / CONV_2D ops among them train, and every
+    op after the first trained one must pass a gradient (FC, MEAN) or be that CONV_2D."""
     ops = list(g.ops)
     if ops and ops[-1].name == 'SOFTMAX':
         ops = ops[:-1]
@@ -129,15 +130,9 @@ def layers(g: Graph, train='last:1'):
             OW, pw = _pad(W, KW, sw_, dw, op.options.get('padding', 'SAME'))
             d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph, pw, OH, OW, dh, dw]
         out.append(d)
-    tr = [i for i, d in enumerate(out) if d['k'] in TRAINABLE]
-    if train == 'all':
-        chosen = tr
-    elif train == 'none':
-        chosen = []
-    elif train.startswith('last:'):
-        chosen = tr[len(tr) - int(train[5:]):] if int(train[5:]) else []
-    else:
-        raise ValueError(f'train={train!r}: want all, none or last:N')
+    from .passes import parse_train
+    ops_on = parse_train(train, len(g.ops))
+    chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
     if chosen:
         for i in range(chosen[0], len(out)):
             d = out[i]
@@ -218,3 +213,58 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
     return save_graph(g, out_path)
+
+
+def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
+               split_seed=0, progress=None) -> dict:
+    """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
+    input's scale and zero point (a sample's bytes are the model's input), train.json
+    naming q8.json as the model.  s: the resolved settings."""
+    from . import dataset as ds
+    from .prepare import FILES, PrepareError, progress_step
+    if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
+        raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
+                           '--batch 1 (no momentum); --dequantize trains it in float with '
+                           f'{s["loss"]}/{s["optimizer"]} batch {s["batch"]}')
+    try:
+        m = write(g, out_dir, train)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    if not any(d.get('train') for d in m['layers']):
+        raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED or CONV_2D '
+                           f'among --train {train})')
+    files = dict(FILES, model='q8.json', checkpoint=None, rewritten=None)
+    trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
+    summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
+               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
+               'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
+               'rewritten': None, 'quant': {}}
+    if data:
+        x, y = ds.load(data)
+        x = x.reshape(len(x), -1)
+        if x.shape[1] != m['nin']:
+            raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, the model '
+                               f'input takes {m["nin"]}')
+        y = ds.targets(y, 'scce', m['nclass'], data)
+        tr, te = ds.split(len(x), test_split, split_seed)
+        sx, zx = m['sx'], m['zx']
+        for part, idx in (('train', tr), ('test', te)):
+            if len(idx):
+                ds.write_dataset(os.path.join(out_dir, files[part]), x[idx], y[idx], 'int8',
+                                 sx, -zx * sx)
+            else:
+                files[part] = None
+        summary.update(train_samples=len(tr), test_samples=len(te), dtype='int8',
+                       balance=ds.balance(y[tr]))
+    else:
+        files['train'] = files['test'] = None
+    if progress is None:
+        progress = progress_step(summary.get('train_samples', 0))
+    cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
+                                   'keep_best': bool(files['test']), 'on_nan': 'stop'}}
+    cfg.update(s)
+    atomic_write(os.path.join(out_dir, 'train.json'), (json.dumps(cfg, indent=1) + '\n').encode())
+    atomic_write(os.path.join(out_dir, 'prepare.json'),
+                 (json.dumps(summary, indent=1) + '\n').encode())
+    summary['settings'] = s
+    return summary

@@ -121,17 +121,25 @@ class Q8Net:
         s, z = self.sy, self.zy
         return [s * (((v ^ 128) - 128) - z) for v in y]
 
-    def step(self, x, label, lr):
-        """One SGD step (batch 1) on int8 sample x with class label; returns the loss
-        (softmax cross-entropy on the dequantized logits)."""
+    def loss(self, x, label, grad=False):
+        """(loss, hit) of int8 sample x with class label: softmax cross-entropy on the
+        dequantized logits, 1 when the largest logit is the label's; with grad, also
+        dL/dlogits."""
         lg = self.logits(x)
         m = max(lg)
         e = [exp(v - m) for v in lg]
         t = sum(e)
         loss = log(t) - (lg[label] - m)
-        n = len(lg)
-        dl = [e[j] / t for j in range(n)]
+        hit = 1 if lg[label] == m and lg.index(m) == label else 0
+        if not grad:
+            return loss, hit
+        dl = [v / t for v in e]
         dl[label] -= 1.0
+        return loss, hit, dl
+
+    def step(self, x, label, lr):
+        """One SGD step (batch 1) on int8 sample x with class label; returns loss, hit."""
+        loss, hit, dl = self.loss(x, label, True)
         # the float loss gradient as int32 with scale s (2^-20 of its largest value)
         a = max(abs(v) for v in dl) or 1.0
         s = a / 1048576.0
@@ -140,7 +148,7 @@ class Q8Net:
         while i >= self.first:
             g, s = self._back(self.layers[i], g, s, lr, i > self.first)
             i -= 1
-        return loss
+        return loss, hit
 
     def _back(self, L, g, s, lr, need_dx):
         # g: int32 dL/dy (before the fused activation and clamp) with float scale s

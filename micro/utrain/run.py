@@ -65,7 +65,10 @@ def main(cfg_path='train.json'):
     files = cfg.pop('files')
     run = cfg.pop('run', {})
     gc.collect()            # the JSON parse's garbage gone before the big arrays come
-    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
+    T = Trainer
+    if files['model'].endswith('.json'):    # an int8 model training as int8 (utrain.q8)
+        from utrain.q8train import Q8Trainer as T
+    tr = STATE['tr'] = T(files['model'], files['weights'], **cfg)
     c = tr.cfg
     ckpt = files.get('checkpoint')
     if run.get('resume') and ckpt and exists(ckpt):
