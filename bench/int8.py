@@ -78,6 +78,47 @@ def run(out, binary, quick):
     return [float(v) for v in line[0].split()[1:]]
 
 
+def task(name, path, n, seed=7):
+    """A fine-tuning task for model name: its synthetic data (bench/zoo/make_keras.py's
+    class templates) with more noise and the labels permuted, n samples in an .npz."""
+    r = np.random.default_rng(seed)
+    if name == 'mlp':
+        c = np.random.default_rng(0).standard_normal((4, 16)) * 1.5
+        y = r.integers(0, 4, n)
+        x = c[y] + 2.0 * r.standard_normal((n, 16))
+        perm = np.array([2, 0, 3, 1])
+    else:
+        t = np.random.default_rng(1).standard_normal((12, 49, 10))
+        y = r.integers(0, 12, n)
+        x = (t[y] + 1.0 * r.standard_normal((n, 49, 10)))[..., None]
+        perm = np.roll(np.arange(12), 5)
+    np.savez(path, x=x.astype(np.float32), y=perm[y])
+
+
+def accuracy(name, n, epochs, lr):
+    """Test accuracy per epoch of the int8 run (unix MicroPython, viper) and the float
+    run (prepare --dequantize, CPython + numpy: the same code) on the same split."""
+    from host_tools.prepare import prepare
+    stem, qtrain, ftrain = MODELS[name]
+    path = os.path.join(KERAS, stem + '_int8.tflite')
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, 'task.npz')
+        task(name, data, n)
+        for kind in ('int8', 'float'):
+            f = os.path.join(d, kind)
+            prepare(path, f, data=data, test_split=0.25, loss='scce', optimizer='sgd', lr=lr,
+                    epochs=epochs, train=qtrain if kind == 'int8' else ftrain,
+                    dequantize=kind == 'float')
+            code, text = runner.run(f, python=kind == 'float', stream=False)
+            if code:
+                raise RuntimeError(text.strip().splitlines()[-1])
+            acc = [float(v.split('test_accuracy ')[1].split()[0]) for v in text.splitlines()
+                   if v.startswith('epoch ') or v.startswith('before training')]
+            out[kind] = (acc, os.path.getsize(os.path.join(f, 'trained.wof')))
+    return out
+
+
 def interpreters():
     out = [('unix64', runner.micropython_binary())]
     p = os.environ.get('UTRAIN_MP32')
@@ -90,7 +131,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog='python -m bench.int8')
     ap.add_argument('--models', default='mlp,dscnn')
     ap.add_argument('--quick', action='store_true')
+    ap.add_argument('--accuracy', action='store_true',
+                    help='the accuracy table instead: int8 vs float fine-tuning, same data')
     a = ap.parse_args(argv)
+    if a.accuracy:
+        print('| model | samples | epochs | int8 test acc (per epoch) | float test acc (per '
+              'epoch) | int8 - float (last) | trained.wof int8/float |')
+        print('|---|---|---|---|---|---|---|')
+        for name in a.models.split(','):
+            n, ep, lr = {"mlp": (800, 4, 0.02), "dscnn": (600, 3, 0.3)}[name]
+            r = accuracy(name, n, ep, lr)
+            (qa, qs), (fa, fs) = r['int8'], r['float']
+            print('| %s | %d | %d | %s | %s | %+.1f | %d / %d B |'
+                  % (name, n, ep, ' '.join('%.3f' % v for v in qa),
+                     ' '.join('%.3f' % v for v in fa), 100 * (qa[-1] - fa[-1]), qs, fs))
+        return None
     rows = []
     for name in a.models.split(','):
         for iname, binary in interpreters():
