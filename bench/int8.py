@@ -2,7 +2,7 @@
 one process per interpreter: `python -m bench.int8 [--models mlp,dscnn] [--quick]`.
 
 Per model and interpreter (unix MicroPython without ulab; $UTRAIN_MP32, the 32-bit
-build, when set), one run of bench/int8_step.py alternating in short rounds: the float
+build, and $UTRAIN_M0, the emulated Cortex-M0 firmware under qemu, when set), one run of bench/int8_step.py alternating in short rounds: the float
 training step (the model dequantized by prepare, utrain's Trainer, SGD batch 1), the
 int8 training step (utrain.q8: integer forward, QAS SGD, batch 1, same trained layers),
 q8kern's FC multiply-add loop and a bare viper int8 multiply-add loop of as many MACs.
@@ -43,7 +43,7 @@ def folder(name, out, n=16):
     x, y = d['x'][:n], d['y'][:n]
     np.savez(os.path.join(out, 'data.npz'), x=x, y=y)
     prepare(path, out, data=os.path.join(out, 'data.npz'), loss='scce', optimizer='sgd',
-            lr=0.01, batch=1, epochs=1, train=ftrain)
+            lr=0.01, batch=1, epochs=1, train=ftrain, dequantize=True)
     g = read_model(path)
     m = quant.meta(g, qtrain)
     with open(os.path.join(out, 'q8.json'), 'w') as f:
@@ -119,11 +119,62 @@ def accuracy(name, n, epochs, lr):
     return out
 
 
+M0_FILES = ('bench.json', 'step.py', 'int8_step.py', 'q8.json', 'q8.wof', 'q8x.bin', 'train.ds',
+            'weights.wof', 'model.flat')
+
+
+def run_m0(out, elf, quick):
+    """int8_step.py on the emulated Cortex-M0 ($UTRAIN_M0: the qemu firmware of
+    ../shared/board-sim.md), over its UART pty with mpremote."""
+    import re
+    import time
+    cfg = {'lr': 0.01, 'mac_shape': [256, 64], 'loops': [], 'rounds': 1 if quick else 2,
+           'round_us': 1000 if quick else 200000}
+    with open(os.path.join(out, 'bench.json'), 'w') as f:
+        json.dump(cfg, f)
+    for s in ('step.py', 'int8_step.py'):
+        shutil.copy(os.path.join(ROOT, 'bench', s), out)
+    runner.stage(out, mpy=(4 << 10) | 0x306)      # armv6m
+    log = os.path.join(out, 'qemu.log')
+    with open(log, 'w') as lf:
+        q = subprocess.Popen(['qemu-system-arm', '-machine', 'microbit', '-global',
+                              'nrf51-soc.flash-size=1048576', '-global',
+                              'nrf51-soc.sram-size=4194304', '-nographic', '-monitor', 'null',
+                              '-semihosting', '-device', 'loader,addr=0x20100000,data=0,data-len=4',
+                              '-serial', 'pty', '-kernel', elf], stdout=lf, stderr=lf)
+    try:
+        pty = None
+        for _ in range(100):
+            time.sleep(0.1)
+            m = re.search(r'/dev/pts/\d+', open(log).read())
+            if m:
+                pty = m.group(0)
+                break
+        if not pty:
+            raise RuntimeError('qemu printed no pty')
+        mp = [sys.executable, '-m', 'mpremote', 'connect', pty]
+        subprocess.run(mp + ['mkdir', ':lib', '+', 'cp', '-r', 'lib/utrain/', ':lib/', '+', 'cp']
+                       + list(M0_FILES) + [':'], cwd=out, check=True, capture_output=True,
+                       timeout=600)
+        r = subprocess.run(mp + ['run', 'int8_step.py'], cwd=out, capture_output=True, text=True,
+                           timeout=3600)
+    finally:
+        q.kill()
+        q.wait()
+    line = [v for v in r.stdout.splitlines() if v.startswith('RESULT')]
+    if not line:
+        raise RuntimeError((r.stdout + r.stderr).strip()[-300:])
+    return [float(v) for v in line[0].split()[1:]]
+
+
 def interpreters():
     out = [('unix64', runner.micropython_binary())]
     p = os.environ.get('UTRAIN_MP32')
     if p and os.access(p, os.X_OK):
         out.append(('unix32', p))
+    p = os.environ.get('UTRAIN_M0')
+    if p and os.path.exists(p) and shutil.which('qemu-system-arm'):
+        out.append(('cortex-m0', p))
     return out
 
 
@@ -151,7 +202,10 @@ def main(argv=None):
         for iname, binary in interpreters():
             with tempfile.TemporaryDirectory() as out:
                 folder(name, out, 4 if a.quick else 16)
-                f, q, fc, bare = run(out, binary, a.quick)
+                if iname == 'cortex-m0':
+                    f, q, fc, bare = run_m0(out, binary, a.quick)
+                else:
+                    f, q, fc, bare = run(out, binary, a.quick)
             rows.append((name, iname, f, q, f / q, fc, fc / bare))
     head = ('model', 'build', 'float us', 'int8 us', 'float/int8', 'FC MAC us', 'FC/bare')
     print('| ' + ' | '.join(head) + ' |')

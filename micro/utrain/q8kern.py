@@ -32,6 +32,7 @@ def fck(acc, x, xo: int, xz: int, w, b, n: int, ni: int, no: int):
     # FULLY_CONNECTED: acc[r*no + o] = b[o] + sum_i (x[xo + r*ni + i] - xz) * w[o*ni + i]
     pa = ptr32(acc)
     px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
     pw = ptr8(w)
     pb = ptr32(b)
     q = 0
@@ -43,7 +44,7 @@ def fck(acc, x, xo: int, xz: int, w, b, n: int, ni: int, no: int):
             s = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
             wb = o * ni - xb
             for t in range(xb, xb + ni):
-                s += ((int(px[t]) ^ 128) - 128 - xz) * ((int(pw[t + wb]) ^ 128) - 128)
+                s += ((int(px[t]) ^ 128) - xc) * ((int(pw[t + wb]) ^ 128) - 128)
             pa[q] = s
             q += 1
 
@@ -59,6 +60,7 @@ def convk(acc, x, xz: int, g, w, b):
     dh = pg[12]; dw = pg[13]
     pa = ptr32(acc)
     px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
     pw = ptr8(w)
     pb = ptr32(b)
     q = 0
@@ -79,7 +81,7 @@ def convk(acc, x, xz: int, g, w, b):
                         xb = (iy * W + ix) * I
                         wb = ((o * KH + ky) * KW + kx) * I - xb
                         for t in range(xb, xb + I):
-                            s += ((int(px[t]) ^ 128) - 128 - xz) * ((int(pw[t + wb]) ^ 128) - 128)
+                            s += ((int(px[t]) ^ 128) - xc) * ((int(pw[t + wb]) ^ 128) - 128)
                 pa[q] = s
                 q += 1
 
@@ -95,6 +97,7 @@ def dwk(acc, x, xz: int, g, w, b):
     M = CM // C
     pa = ptr32(acc)
     px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
     pw = ptr8(w)
     pb = ptr32(b)
     q = 0
@@ -115,7 +118,7 @@ def dwk(acc, x, xz: int, g, w, b):
                     xb = (iy * W + ix) * C
                     wb = (ky * KW + kx) * CM
                     for j in range(CM):
-                        pa[q + j] += ((int(px[xb + j // M]) ^ 128) - 128 - xz) * (
+                        pa[q + j] += ((int(px[xb + j // M]) ^ 128) - xc) * (
                             (int(pw[wb + j]) ^ 128) - 128)
             q += CM
 
@@ -126,11 +129,12 @@ def sumk(acc, x, xz: int, n: int, c: int):
     # (MEAN over H, W; AVERAGE_POOL's window sums take the same loop per window)
     pa = ptr32(acc)
     px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
     for j in range(c):
         s = 0
         t = j
         for r in range(n):
-            s += (int(px[t]) ^ 128) - 128 - xz
+            s += (int(px[t]) ^ 128) - xc
             t += c
         pa[j] = s
 
@@ -272,6 +276,7 @@ def gwk(g, dz, zo: int, x, xo: int, xz: int, lo: int, hi: int, ni: int):
     pg = ptr32(g)
     pz = ptr8(dz)
     px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
     q = 0
     for o in range(lo, hi):
         z = (int(pz[zo + o]) ^ 128) - 128
@@ -279,7 +284,7 @@ def gwk(g, dz, zo: int, x, xo: int, xz: int, lo: int, hi: int, ni: int):
             q += ni
             continue
         for t in range(xo, xo + ni):
-            pg[q] += z * ((int(px[t]) ^ 128) - 128 - xz)
+            pg[q] += z * ((int(px[t]) ^ 128) - xc)
             q += 1
 
 
@@ -311,6 +316,7 @@ def cgk(g, dz, x, xz: int, gm, lo: int, hi: int):
     pd = ptr32(g)
     pz = ptr8(dz)
     px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
     KK = KH * KW * I
     for oy in range(OH):
         for ox in range(OW):
@@ -330,7 +336,7 @@ def cgk(g, dz, x, xz: int, gm, lo: int, hi: int):
                         xb = (iy * W + ix) * I
                         gb = (o - lo) * KK + (ky * KW + kx) * I - xb
                         for t in range(xb, xb + I):
-                            pd[t + gb] += z * ((int(px[t]) ^ 128) - 128 - xz)
+                            pd[t + gb] += z * ((int(px[t]) ^ 128) - xc)
 
 
 @micropython.viper
