@@ -211,7 +211,10 @@ def main(argv=None):
     print('| ' + ' | '.join(head) + ' |')
     print('|' + '---|' * len(head))
     for r in rows:
-        print('| %s | %s | %.0f | %.0f | %.1f | %.0f | %.2f |' % r)
+        if r[2] < 0:
+            print('| %s | %s | out of memory | %.0f | - | %.0f | %.2f |' % (r[:2] + r[3:4] + r[5:]))
+        else:
+            print('| %s | %s | %.0f | %.0f | %.1f | %.0f | %.2f |' % r)
     return rows
 
 

@@ -5,7 +5,7 @@
 # rounds, CPU time summed: the float training step (utrain's Trainer, SGD, batch 1), the
 # int8 training step (utrain.q8, SGD + QAS, batch 1), q8kern's FC multiply-add loop and
 # the bare viper int8 loop over as many multiply-adds.  Prints
-# RESULT <float us> <int8 us> <fc mac us> <bare mac us>
+# RESULT <float us> <int8 us> <fc mac us> <bare mac us> (float -1: out of memory)
 import json
 from array import array
 from step import setup, timed, cpu_us
@@ -16,7 +16,10 @@ from utrain.q8 import Q8Net
 def main():
     with open('bench.json') as f:
         cfg = json.load(f)
-    fsteps, _ = setup('.', cfg)
+    try:
+        fsteps, _ = setup('.', cfg)
+    except MemoryError:          # the float model does not fit this board's heap
+        fsteps = None
     with open('q8.json') as f:
         net = Q8Net(json.load(f), 'q8.wof')
     n_in = net.meta['nin']
@@ -47,7 +50,12 @@ def main():
         for i in range(n):
             K.mack(w, w2, ni * no, 1)
 
-    fns = (fsteps, qsteps, fc, bare)
+    if fsteps is not None:
+        try:
+            timed(fsteps, 1)
+        except MemoryError:
+            fsteps = None
+    fns = (fsteps or (lambda n, j: None), qsteps, fc, bare)
     one = [max(timed(f, 1), 1) for f in fns]        # also the warm-up
     tot = [0] * 4
     rounds = cfg['rounds']
@@ -55,7 +63,10 @@ def main():
     for r in range(rounds):
         for i in range(4):
             tot[i] += timed(fns[i], ns[i], r * ns[i], cpu_us)
-    print('RESULT %.2f %.2f %.2f %.2f' % tuple(tot[i] / ns[i] / rounds for i in range(4)))
+    r = [tot[i] / ns[i] / rounds for i in range(4)]
+    if fsteps is None:
+        r[0] = -1                # out of memory
+    print('RESULT %.2f %.2f %.2f %.2f' % tuple(r))
 
 
 if __name__ == '__main__':

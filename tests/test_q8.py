@@ -266,3 +266,11 @@ def test_int8_settings_and_ops_refused(tmp_path):
         prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
     s = prepare(DSCNN, str(tmp_path / 'c'), loss='scce', optimizer='sgd', train='last:4')
     assert len(s['trainable']) == 4       # the last pointwise conv and the dense layer
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_bench_int8_quick():
+    from bench import int8
+    rows = int8.main(['--quick', '--models', 'mlp'])
+    name, build, f, q, ratio, fc, fc_bare = rows[0]
+    assert name == 'mlp' and f > 0 and q > 0 and fc > 0 and fc_bare > 0
