@@ -4,8 +4,8 @@
 # scale and zero point, so a sample's bytes are the model's input as they are.
 # Loss: softmax cross-entropy on the dequantized logits (scce); SGD with QAS, batch 1.
 import json
-from struct import pack, unpack
-from utrain.q8 import Q8Net, MEAN
+from struct import unpack
+from utrain.q8 import Q8Net
 from utrain.data import order
 
 
@@ -95,22 +95,10 @@ class Q8Trainer:
     def save_weights(self, path='trained.wof'):
         """The trained layers' int8 weights and int32 biases, onert-micro's .wof layout
         (tensors indexed as in the model)."""
-        from utrain.wof import MAGIC, VERSION, _replace
+        from utrain.wof import save_wof
         blocks = {}
         for L in self.net.layers:
             if L.train:
                 blocks[L.d['wt']] = L.w
                 blocks[L.d['bt']] = L.b
-        n = self.net.meta['ntensors']
-        offs = [0] * n
-        pos = 8 + 4 * n
-        for k in sorted(blocks):
-            offs[k] = pos
-            pos += len(bytes(blocks[k]))
-        tmp = path + '.tmp'
-        with open(tmp, 'wb') as f:
-            f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
-            f.write(pack('<%dI' % n, *offs))
-            for k in sorted(blocks):
-                f.write(blocks[k])
-        _replace(tmp, path)
+        save_wof(path, self.net.meta['ntensors'], blocks)

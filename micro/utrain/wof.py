@@ -136,15 +136,21 @@ def _replace(tmp, path):
 
 
 def _write_block(f, arrays, n, start):
-    # offset table then data, arrays: {tensor index: array}
+    # offset table then data, arrays: {tensor index: float array, or the raw bytes of
+    # an int8 model's tensor (bytearray of int8, array('i') of int32)}
     offs = [0] * n
     pos = start + 4 * n
     for k in sorted(arrays):
+        a = arrays[k]
         offs[k] = pos
-        pos += 4 * arrays[k].size
+        pos += 4 * a.size if hasattr(a, 'size') else len(bytes(a))
     f.write(pack('<%dI' % n, *offs))
     for k in sorted(arrays):
-        write(f, arrays[k])
+        a = arrays[k]
+        if hasattr(a, 'size'):
+            write(f, a)
+        else:
+            f.write(a)
     return pos
 
 
