@@ -182,9 +182,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog='python -m bench.int8')
     ap.add_argument('--models', default='mlp,dscnn')
     ap.add_argument('--quick', action='store_true')
+    ap.add_argument('--keras', help='a folder of make_keras.py output to take the models '
+                    'from instead of bench/zoo/keras')
     ap.add_argument('--accuracy', action='store_true',
                     help='the accuracy table instead: int8 vs float fine-tuning, same data')
     a = ap.parse_args(argv)
+    global KERAS
+    if a.keras:
+        KERAS = a.keras
     if a.accuracy:
         print('| model | samples | epochs | int8 test acc (per epoch) | float test acc (per '
               'epoch) | int8 - float (last) | trained.wof int8/float |')
@@ -202,10 +207,14 @@ def main(argv=None):
         for iname, binary in interpreters():
             with tempfile.TemporaryDirectory() as out:
                 folder(name, out, 4 if a.quick else 16)
-                if iname == 'cortex-m0':
-                    f, q, fc, bare = run_m0(out, binary, a.quick)
-                else:
-                    f, q, fc, bare = run(out, binary, a.quick)
+                try:
+                    if iname == 'cortex-m0':
+                        f, q, fc, bare = run_m0(out, binary, a.quick)
+                    else:
+                        f, q, fc, bare = run(out, binary, a.quick)
+                except RuntimeError as e:
+                    print(f'{name} on {iname}: {e}', file=sys.stderr)
+                    continue
             rows.append((name, iname, f, q, f / q, fc, fc / bare))
     head = ('model', 'build', 'float us', 'int8 us', 'float/int8', 'FC MAC us', 'FC/bare')
     print('| ' + ' | '.join(head) + ' |')

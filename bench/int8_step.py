@@ -6,6 +6,7 @@
 # int8 training step (utrain.q8, SGD + QAS, batch 1), q8kern's FC multiply-add loop and
 # the bare viper int8 loop over as many multiply-adds.  Prints
 # RESULT <float us> <int8 us> <fc mac us> <bare mac us> (float -1: out of memory)
+import gc
 import json
 from array import array
 from step import setup, timed, cpu_us
@@ -55,6 +56,7 @@ def main():
             timed(fsteps, 1)
         except MemoryError:
             fsteps = None
+    gc.collect()                 # a float model that did not fit leaves its heap
     fns = (fsteps or (lambda n, j: None), qsteps, fc, bare)
     one = [max(timed(f, 1), 1) for f in fns]        # also the warm-up
     tot = [0] * 4

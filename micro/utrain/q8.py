@@ -58,7 +58,15 @@ class Layer:
         if self.train:
             sw, sx = d['sw'], d['sx']
             self.bf = [b[o] * sx * sw[o % len(sw)] for o in range(len(b))]   # float bias
+            # backward buffers, allocated once (a board's heap fragments on per-step ones):
+            # int8 gradient, weight-gradient sums, per-channel update multipliers
+            oc = len(b)
+            self.dz = bytearray(self.nout)
+            self.gw = _i32(len(w))
+            self.um, self.us = _i32(oc), _i32(oc)
+            self.bs = _i32(oc)
         self.x = None
+        self.dg = self.dx = None             # input-gradient buffers, made on first use
 
     def forward(self, x):
         self.x = x
@@ -156,14 +164,16 @@ class Q8Net:
         n = L.nout
         if L.k == MEAN:
             N = d['n']
-            dg = _i32(N * n)
+            dg = L.dg
+            if dg is None:
+                dg = L.dg = _i32(N * n)      # kept: one allocation, not one a step
             K.rpk(dg, g, N, n, 0)
             return dg, s / N
         big = K.nrk(g, n)
         k = 0
         while (big >> k) > 127:
             k += 1
-        dz = bytearray(n)
+        dz = L.dz
         K.shk(dz, g, n, k, L.y, L.lo, L.hi)
         sz = s * (1 << k)
         sx, sw = d['sx'], d['sw']
@@ -171,9 +181,12 @@ class Q8Net:
         if L.k == FC:
             ni = d['nin']
             if need_dx:
-                dx = _i32(ni)
+                dx = L.dx
+                if dx is None:
+                    dx = L.dx = _i32(ni)
                 K.dxk(dx, dz, 0, L.w, n, ni)
-            gw = _i32(n * ni)
+            gw = L.gw
+            K.zk(gw, n * ni)
             K.gwk(gw, dz, 0, L.x, 0, L.zx, 0, n, ni)
             bs = [((v ^ 128) - 128) for v in dz]
             oc, row = n, ni
@@ -181,13 +194,14 @@ class Q8Net:
             gm = L.g
             oc = gm[3]
             row = gm[4] * gm[5] * gm[2]
-            gw = _i32(oc * row)
+            gw = L.gw
+            K.zk(gw, oc * row)
             K.cgk(gw, dz, L.x, L.zx, gm, 0, oc)
-            bsum = _i32(oc)
+            bsum = L.bs
             K.sumk(bsum, dz, 0, n // oc, oc)
             bs = list(bsum)
         # QAS update per output channel: w_q -= lr sz sx / s_W[o] * gw (in 1/256 steps)
-        mul, shf = _i32(oc), _i32(oc)
+        mul, shf = L.um, L.us
         nw = len(sw)
         for o in range(oc):
             mul[o], shf[o] = qmul(lr * sz * sx / sw[o % nw] * 256.0)

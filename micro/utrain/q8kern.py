@@ -369,6 +369,14 @@ def upk(w, d, n: int, seed: int) -> int:
 
 
 @micropython.viper
+def zk(a, n: int):
+    # a[i] = 0 for the first n int32 values
+    p = ptr32(a)
+    for i in range(n):
+        p[i] = 0
+
+
+@micropython.viper
 def mack(a, b, n: int, reps: int) -> int:
     # the bare viper int8 multiply-add loop (bench/int8.py's reference)
     pa = ptr8(a)
