@@ -90,7 +90,7 @@ def task(name, path, n, seed=7):
     else:
         t = np.random.default_rng(1).standard_normal((12, 49, 10))
         y = r.integers(0, 12, n)
-        x = (t[y] + 1.0 * r.standard_normal((n, 49, 10)))[..., None]
+        x = (t[y] + 2.0 * r.standard_normal((n, 49, 10)))[..., None]
         perm = np.roll(np.arange(12), 5)
     np.savez(path, x=x.astype(np.float32), y=perm[y])
 
@@ -195,7 +195,7 @@ def main(argv=None):
               'epoch) | int8 - float (last) | trained.wof int8/float |')
         print('|---|---|---|---|---|---|---|')
         for name in a.models.split(','):
-            n, ep, lr = {"mlp": (800, 4, 0.02), "dscnn": (600, 3, 0.3)}[name]
+            n, ep, lr = {"mlp": (800, 4, 0.02), "dscnn": (600, 3, 0.1)}[name]
             r = accuracy(name, n, ep, lr)
             (qa, qs), (fa, fs) = r['int8'], r['float']
             print('| %s | %d | %d | %s | %s | %+.1f | %d / %d B |'

@@ -17,10 +17,6 @@ from utrain.q8 import Q8Net
 def main():
     with open('bench.json') as f:
         cfg = json.load(f)
-    try:
-        fsteps, _ = setup('.', cfg)
-    except MemoryError:          # the float model does not fit this board's heap
-        fsteps = None
     with open('q8.json') as f:
         net = Q8Net(json.load(f), 'q8.wof')
     n_in = net.meta['nin']
@@ -51,6 +47,13 @@ def main():
         for i in range(n):
             K.mack(w, w2, ni * no, 1)
 
+    # the float model last: the int8 net (its step's buffers made by one step) and the
+    # buffers above get the heap first
+    qsteps(1, 0)
+    try:
+        fsteps, _ = setup('.', cfg)
+    except MemoryError:          # the float model does not fit this board's heap
+        fsteps = None
     if fsteps is not None:
         try:
             timed(fsteps, 1)
