@@ -184,7 +184,8 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     """The int8 weights and int32 biases of a q8 .wof for graph g (checked by the
     device reader)."""
     import io
-    from utrain import wof as dev
+    from .device import module
+    dev = module('wof')
     with open(path, 'rb') as f:
         data = f.read()
     nb = [None] * len(g.tensors)
@@ -246,14 +247,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, the model '
                                f'input takes {m["nin"]}')
         y = ds.targets(y, 'scce', m['nclass'], data)
-        tr, te = ds.split(len(x), test_split, split_seed)
         sx, zx = m['sx'], m['zx']
-        for part, idx in (('train', tr), ('test', te)):
-            if len(idx):
-                ds.write_dataset(os.path.join(out_dir, files[part]), x[idx], y[idx], 'int8',
-                                 sx, -zx * sx)
-            else:
-                files[part] = None
+        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, 'int8',
+                                               (files['train'], files['test']), sx, -zx * sx)
+        if files['test'] not in wrote:
+            files['test'] = None
         summary.update(train_samples=len(tr), test_samples=len(te), dtype='int8',
                        balance=ds.balance(y[tr]))
     else:
