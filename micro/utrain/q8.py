@@ -39,7 +39,7 @@ def _i32(n, data=None):
 
 
 class Layer:
-    def __init__(self, d, w, b):
+    def __init__(self, d, w, b, acc):
         self.k = d['k']
         self.d = d
         self.w = w                      # int8 bytearray (None for MEAN)
@@ -50,7 +50,7 @@ class Layer:
         self.mul = array('i', d['mul'])
         self.shf = array('i', d['shf'])
         self.c = len(d['mul'])
-        self.acc = _i32(self.nout)
+        self.acc = acc                  # int32 sums, one buffer shared by all layers
         self.y = bytearray(self.nout)
         if 'g' in d:
             self.g = array('i', d['g'])
@@ -97,6 +97,7 @@ class Q8Net:
         with wof.openr(wof_path) as f:
             offs = wof.read_table(f, wof_path, nb, nb)[0]
             self.layers = []
+            acc = _i32(max([d['nout'] for d in ls]))
             for d in ls:
                 w = b = None
                 if d['k'] != MEAN:
@@ -104,7 +105,7 @@ class Q8Net:
                     w = bytearray(f.read(d['wn']))
                     f.seek(offs[d['bt']])
                     b = _i32(0, f.read(4 * d['nb']))
-                self.layers.append(Layer(d, w, b))
+                self.layers.append(Layer(d, w, b, acc))
         self.sy, self.zy = meta['sy'], meta['zy']
         self.sx, self.zx = meta['sx'], meta['zx']
         self.seed = 12345
