@@ -97,8 +97,18 @@ def cmd_prepare(a):
                 metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
                 budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
-                select=a.select, select_layers=a.select_layers)
+                select=a.select, select_layers=a.select_layers,
+                dequantize=a.dequantize)
     st = s['settings']
+    if s.get('int8'):
+        print(f'prepared {a.out}: int8 model training as int8 (q8.json, int8 weights.wof), '
+              f'{s["trainable_params"]} trainable parameters; --dequantize trains it in float')
+        print('  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
+        print(f'  {st["loss"]}, {st["optimizer"]} lr {st["lr"]:g}, {st["epochs"]} epochs')
+        if 'train_samples' in s:
+            print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
+                  'stored as int8 at the model input\'s scale')
+        return 0
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
           f'{s["backward_ops"]} backward ops, {s["saved_activations"]} saved activations')
@@ -136,7 +146,7 @@ def cmd_export(a):
     r = export(a.model, a.weights, a.output, quantized=a.quantized)
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
-             if a.quantized else ''))
+             if a.quantized else '') + (' (int8, as trained)' if r.get('int8') else ''))
     return 0
 
 
@@ -322,6 +332,9 @@ def main(argv=None):
     q.add_argument('--no-rewrite', action='store_true',
                    help='train the graph as the file has it (no transpose cancelling, '
                         'BatchNorm folding or dequantizing)')
+    q.add_argument('--dequantize', action='store_true',
+                   help='an int8 model: train it in float32, dequantized (by default it '
+                        'trains as int8: int8 weights, integer forward, QAS updates)')
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')

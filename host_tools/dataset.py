@@ -246,12 +246,14 @@ def read_dataset(path):
 
 
 def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
-                  names=('train.ds', 'test.ds')):
+                  names=('train.ds', 'test.ds'), scale=None, offset=None):
     """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
-    train and test, quantize both with one scale (from the whole of x) and write them
-    into out_dir.  Returns (train rows, test rows, scale, offset, {name: path written})."""
+    train and test, quantize both with one scale (from the whole of x, unless given: an
+    int8 model's input scale) and write them into out_dir.  Returns (train rows, test
+    rows, scale, offset, {name: path written})."""
     tr, te = split(len(x), test_split, seed)
-    scale, offset = quantization(x, dtype)
+    if scale is None:
+        scale, offset = quantization(x, dtype)
     wrote = {}
     for name, idx in zip(names, (tr, te)):
         if len(idx):

@@ -94,7 +94,7 @@ def mpy_sizes() -> dict:
         dst = os.path.join(cache, '%s-%d-%d%s.mpy' % (name[:-3], st.st_mtime_ns, st.st_size,
                                                      ''.join(runner.MPY_FLAGS)))
         if not os.path.exists(dst):
-            if name == runner.NATIVE:
+            if name in runner.NATIVE:
                 # counted as bytecode (a firmware without the native emitter): on the unix
                 # port its native code lies outside the GC heap
                 runner._bytecode_only(src, dst + '.py')

@@ -12,7 +12,7 @@ from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
-from . import rewrite as rw
+from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
 
@@ -141,7 +141,8 @@ def heap_limit(prof, budget, heap):
 
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', select=None, select_layers=None, log=print, **overrides):
+            backend='fallback', select=None, select_layers=None, dequantize=False, log=print,
+            **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -154,7 +155,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     bounds the whole plan and its heap_budget the plan's data (all but code and
     interpreter).  select: 'auto' (contribution analysis on the host over data) or
     'board' (the board picks among candidates by Fisher potential; select_layers: how
-    many besides the classifier) chooses the ranks within the budget (host_tools/select.py)."""
+    many besides the classifier) chooses the ranks within the budget (host_tools/select.py).  An int8 model
+    trains as int8 (host_tools/quant.py) unless ``dequantize``: then in float32, dequantized."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     from .validate import check_settings, check_graph, check_values
@@ -165,6 +167,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     s = resolve_settings(g, overrides)
     check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
     train = s.pop('train')
+    if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
+        return quant.prepare_q8(g, model_path, out_dir, s, train, data, test_split,
+                                split_seed, progress)
     sel = None
     if select:
         sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite,
@@ -337,6 +342,10 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
                                'give -o another name')
     if os.path.isdir(out_path):
         raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
+        from .quant import export as export_int8
+        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
+        return {'model': model_path, 'tensors': 0, 'clipped': 0, 'int8': True}
     if rw_name:
         rewritten = os.path.join(run_dir, rw_name)
         if not os.path.exists(rewritten):

@@ -16,18 +16,25 @@ MAGIC = dev.MAGIC
 VERSION = dev.VERSION
 
 
-def pack_wof(n_tensors: int, arrays: dict) -> bytes:
-    """.wof bytes for {tensor index: float32 array}; absent tensors get offset 0."""
+def pack_wof(n_tensors: int, arrays: dict, keep_dtype: bool = False) -> bytes:
+    """.wof bytes for {tensor index: float32 array} (keep_dtype: each array's own dtype,
+    little-endian: an int8 model's int8 weights as int8 bytes, int32 biases); absent
+    tensors get offset 0."""
     for k in arrays:
         if not 0 <= k < n_tensors:
             raise ValueError(f'tensor {k} out of range for {n_tensors} tensors')
     f = io.BytesIO()
-    dev.write_wof(f, n_tensors, {k: np.asarray(a, np.float32) for k, a in arrays.items()})
+    if keep_dtype:      # raw bytes: the device writer stores them as they are
+        blocks = {k: np.ascontiguousarray(a, np.asarray(a).dtype.newbyteorder('<')).tobytes()
+                  for k, a in arrays.items()}
+    else:
+        blocks = {k: np.asarray(a, np.float32) for k, a in arrays.items()}
+    dev.write_wof(f, n_tensors, blocks)
     return f.getvalue()
 
 
-def write_wof(path, n_tensors: int, arrays: dict) -> None:
-    atomic_write(path, pack_wof(n_tensors, arrays))
+def write_wof(path, n_tensors: int, arrays: dict, keep_dtype: bool = False) -> None:
+    atomic_write(path, pack_wof(n_tensors, arrays, keep_dtype))
 
 
 def _shapes(g: Graph):

@@ -139,7 +139,10 @@ def main(cfg_path='train.json'):
     del STATE['code']
     gc.collect()
     out = files['out']
-    tr = STATE['tr'] = Trainer(files['model'], start, keep=chosen, **cfg)
+    T = Trainer
+    if files['model'].endswith('.json'):    # an int8 model training as int8 (utrain.q8)
+        from utrain.q8train import Q8Trainer as T
+    tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
     chosen = None           # (a Chooser holds utrain.fisher's code)
     c = tr.cfg
     metric = c['metric']

@@ -105,9 +105,10 @@ def _nbytes(shapes):
     return [None if s is None else 4 * s[0] * s[1] for s in shapes]
 
 
-def read_table(f, path, shapes):
+def read_table(f, path, shapes, nbytes=None):
     """Check a .wof header against the model's device shapes (one per tensor, None =
-    must have no data) and return (offset per tensor, file size)."""
+    must have no data; or nbytes, the bytes per tensor: int8 models) and return
+    (offset per tensor, file size)."""
     size = _size(f)
     h = f.read(8)
     if len(h) != 8:
@@ -119,7 +120,7 @@ def read_table(f, path, shapes):
         raise FormatError('%s: .wof version %d, this utrain reads %d' % (path, ver, VERSION))
     if n != len(shapes):
         raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, n, len(shapes)))
-    return _table(f, path, n, 8, size, _nbytes(shapes)), size
+    return _table(f, path, n, 8, size, nbytes or _nbytes(shapes)), size
 
 
 def _replace(tmp, path):
@@ -136,15 +137,21 @@ def _replace(tmp, path):
 
 
 def _write_block(f, arrays, n, start):
-    # offset table then data, arrays: {tensor index: array}
+    # offset table then data, arrays: {tensor index: float array, or the raw bytes of
+    # an int8 model's tensor (bytearray of int8, array('i') of int32)}
     offs = [0] * n
     pos = start + 4 * n
     for k in sorted(arrays):
+        a = arrays[k]
         offs[k] = pos
-        pos += 4 * arrays[k].size
+        pos += 4 * a.size if hasattr(a, 'size') else len(bytes(a))
     f.write(pack('<%dI' % n, *offs))
     for k in sorted(arrays):
-        write(f, arrays[k])
+        a = arrays[k]
+        if hasattr(a, 'size'):
+            write(f, a)
+        else:
+            f.write(a)
     return pos
 
 
