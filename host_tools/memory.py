@@ -79,6 +79,8 @@ FWD_TEMPS = {'FULLY_CONNECTED': (2, 0), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0),
 BWD_TEMPS = {'FULLY_CONNECTED': (2, 2), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0),
              'CONV_2D': (3, 2), 'DEPTHWISE_CONV_2D': (3, 3), 'MAX_POOL_2D': (3, 2),
              'AVERAGE_POOL_2D': (3, 2), 'MEAN': (1, 2)}
+FWD_TEMPS.update({'SPLIT': (0, 0), 'SPLIT_V': (0, 0), 'GELU': (5, 0)})   # op_split, op_math
+BWD_TEMPS.update({'SPLIT': (0, 1), 'SPLIT_V': (0, 1), 'GELU': (6, 1)})
 DEFAULT_FWD, DEFAULT_BWD = (2, 1), (2, 2)
 # ops that walk kernel taps hold a few dozen array views at once (op_conv, op_pool)
 TAP_VIEWS = {'CONV_2D': 24, 'DEPTHWISE_CONV_2D': 24, 'MAX_POOL_2D': 16, 'AVERAGE_POOL_2D': 16}
@@ -197,8 +199,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         o = op.outputs[0]
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
         peak = max(peak, cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0]))
-                   + TAP_VIEWS.get(op.name, 0) * A(0))
-        live.add(o)
+                   + sum(A(size[k]) for k in op.outputs[1:]) + TAP_VIEWS.get(op.name, 0) * A(0))
+        live.update(op.outputs)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0]:
                 live.discard(k)
@@ -215,7 +217,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
                    if k in plan.params and plan.params[k][1] == 'weight') if op.name != 'FULLY_CONNECTED' else 0
         peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in) + TAP_VIEWS.get(op.name, 0) * A(0)
                    + (wsum if batch == 1 else 0))
-        grads.pop(o, None)
+        for k in op.outputs:
+            grads.pop(k, None)
         if flags & 1 and ins:
             grads[ins[0]] = n_in
     rowtemps = 6 if opt == 'adam' else 3

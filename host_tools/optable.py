@@ -434,4 +434,44 @@ SPECS.update({s.name: s for s in [
     OpSpec('LEAKY_RELU', 98, {}, lambda op, g=None: [float(op.options.get('alpha', 0.0))], _in),
 ]})
 
+
+
+# ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py, block copies planned
+# like STRIDED_SLICE), RSQRT/SQRT/GELU (op_math.py).
+
+def _split_options(op, g):
+    """21 floats per output: op_shape's copy plan of output j out of the input."""
+    data = 1 if op.name == 'SPLIT' else 0
+    axis = _const_ints(g, op, 0 if op.name == 'SPLIT' else 2, 'axis')
+    n = len(g.tensors[op.inputs[data]].shape)
+    if len(axis) != 1 or not -n <= axis[0] < n:
+        raise ValueError(f'{_where(op)}: axis {axis} for a rank-{n} input')
+    d = axis[0] % n + 4 - n
+    X = _shape4(g, op.inputs[data], op)
+    plan, at = [], [0] * 4
+    for k in op.outputs:
+        Y = _shape4(g, k, op)
+        if [Y[i] for i in range(4) if i != d] != [X[i] for i in range(4) if i != d]:
+            raise ValueError(f'{_where(op)}: output {list(g.tensors[k].shape)} is not a part of '
+                             f'{list(g.tensors[op.inputs[data]].shape)} along axis {axis[0]}')
+        plan += _copy_plan(list(zip(Y, _rowcol(X), _rowcol(Y))), _at(X, at), (0, 0))
+        at[d] += Y[d]
+    if at[d] != X[d]:
+        raise ValueError(f'{_where(op)}: outputs along axis {axis[0]} add up to {at[d]}, '
+                         f'the input has {X[d]}')
+    return plan
+
+
+def _gelu_options(op, g=None):
+    return [1.0 if op.options.get('approximate') else 0.0]
+
+
+SPECS.update({s.name: s for s in [
+    OpSpec('SPLIT', 49, {}, _split_options, _none, data_inputs=(1,), device_inputs=(1,)),
+    OpSpec('SPLIT_V', 102, {}, _split_options, _none, device_inputs=(0,)),
+    OpSpec('RSQRT', 76, {}, _none, _out),
+    OpSpec('SQRT', 75, {}, _none, _out),
+    OpSpec('GELU', 150, {}, _gelu_options, _in),
+]})
+
 SUPPORTED = sorted(SPECS)

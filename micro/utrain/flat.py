@@ -36,7 +36,8 @@ KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
            25: 'op_act', 28: 'op_act', 22: 'op_shape', 117: 'op_act', 98: 'op_act',
            0: 'op_elem', 41: 'op_elem', 18: 'op_elem', 42: 'op_elem', 34: 'op_shape',
            2: 'op_shape', 39: 'op_shape', 43: 'op_shape', 70: 'op_shape', 45: 'op_shape',
-           3: 'op_conv', 4: 'op_conv', 1: 'op_pool', 17: 'op_pool', 40: 'op_pool'}
+           3: 'op_conv', 4: 'op_conv', 1: 'op_pool', 17: 'op_pool', 40: 'op_pool',
+           49: 'op_split', 102: 'op_split', 76: 'op_math', 75: 'op_math', 150: 'op_math'}
 
 
 class ModelError(ValueError):

@@ -79,8 +79,10 @@ class Net:
         ops, mods, st = self.ops, self.mods, self.stream
         for oi, fl in self.bwd:
             op = ops[oi]
-            d = g.pop(op[2][0], None)
-            if d is not None:
+            outs = op[2]
+            d = g.pop(outs[0], None)
+            # a multi-output op (SPLIT) runs when any of its outputs has a gradient
+            if d is not None or len(outs) > 1 and any(k in g for k in outs):
                 if st:
                     st.fetch(oi)
                 mods[oi].backward(self, op, d, fl)
@@ -122,6 +124,18 @@ class Net:
                 self.wgrad(k)
             else:
                 self.wgrad_rows(k)
+
+    def shared(self):
+        """Whether a trainable tensor feeds more than one op (the weights of an
+        unrolled LSTM or GRU, read by every time step)."""
+        seen, tr = set(), set(self.trainable)
+        for op in self.ops:
+            for k in op[1]:
+                if k in tr:
+                    if k in seen:
+                        return True
+                    seen.add(k)
+        return False
 
     def wgrad_rows(self, k):
         """k's gradient sum in state_shape(k): only its training channels (for

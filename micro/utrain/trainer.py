@@ -90,9 +90,11 @@ class Trainer:
         for k in big_first(net.trainable, net.shape):
             o.init(k, net.state_shape(k))
         # batch 1: each weight gradient updates its weight as soon as it is complete
-        # (no gradient sums are kept); larger batches sum them until apply()
+        # (no gradient sums are kept); larger batches, and models with a weight used
+        # by several ops (an unrolled RNN: each use must see the weight before the
+        # update), sum them until apply()
         self.now = None
-        if int(c['batch']) == 1:
+        if int(c['batch']) == 1 and not net.shared():
             self.now = (self._upd, self._upd_row, self._upd_outer)
             net.acc.clear()
         else:
