@@ -217,7 +217,7 @@ def main(argv=None):
     ap.add_argument('--max-steps', type=int, default=500)
     ap.add_argument('--heap', default='16M', help='MicroPython heap for the timing runs')
     ap.add_argument('--no-mp', action='store_true', help='no MicroPython timing')
-    ap.add_argument('--only', help='models whose name or file contains this')
+    ap.add_argument('--only', help='models whose name or file contains this (comma-separated: any)')
     a = ap.parse_args(argv)
     if a.quick:
         a.budget, a.rounds, a.max_steps = 0.05, 1, 2
@@ -225,7 +225,8 @@ def main(argv=None):
     rows = []
     try:
         for name, source, which, layers in ZOO:
-            if a.only and a.only.lower() not in (name + which).lower():
+            if a.only and not any(o.strip().lower() in (name + which).lower()
+                                  for o in a.only.split(',')):
                 continue
             try:
                 rows.append(measure(name, source, which, layers, tmp, a))
