@@ -186,7 +186,16 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     n_state = 2 if opt == 'adam' else 1 if opt == 'rmsprop' or (opt == 'sgd' and settings.get('momentum')) else 0
     parts['optimizer state'] = n_state * sum(A(state[k]) for k in plan.params)
     batch = int(settings['batch'])
-    parts['gradient sums'] = 0 if batch == 1 else sum(A(state[k]) for k in plan.params)
+    # a weight several ops read (an unrolled RNN's W_hh) is summed over its uses even at
+    # batch 1, and then every weight's gradient is summed (Trainer.configure)
+    uses = [k for op in g.ops for k in op.inputs if k in plan.params]
+    shared = len(uses) > len(set(uses))
+    parts['gradient sums'] = 0 if batch == 1 and not shared else sum(A(state[k]) for k in plan.params)
+    # op_split keeps one input-sized gradient buffer per SPLIT all run
+    splits = sum(A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops
+                 if op.name in ('SPLIT', 'SPLIT_V'))
+    if splits:
+        parts['split gradient buffers'] = splits
     parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
     # the per-sample working set: activations in flight and the kernels' temporaries
     x_in = size[g.inputs[0]]

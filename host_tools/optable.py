@@ -436,11 +436,13 @@ SPECS.update({s.name: s for s in [
 
 
 
-# ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py, block copies planned
-# like STRIDED_SLICE), RSQRT/SQRT/GELU (op_math.py).
+# ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py: row or column ranges),
+# RSQRT/SQRT/GELU (op_math.py).
 
 def _split_options(op, g):
-    """21 floats per output: op_shape's copy plan of output j out of the input."""
+    """[cols, outer, inner, b0 .. bn] (micro/utrain/op_split.py): the split axis' part
+    boundaries; along the last axis the device splits columns, else its rows seen as
+    [outer, axis, inner]."""
     data = 1 if op.name == 'SPLIT' else 0
     axis = _const_ints(g, op, 0 if op.name == 'SPLIT' else 2, 'axis')
     n = len(g.tensors[op.inputs[data]].shape)
@@ -448,18 +450,21 @@ def _split_options(op, g):
         raise ValueError(f'{_where(op)}: axis {axis} for a rank-{n} input')
     d = axis[0] % n + 4 - n
     X = _shape4(g, op.inputs[data], op)
-    plan, at = [], [0] * 4
+    bounds = [0]
     for k in op.outputs:
         Y = _shape4(g, k, op)
         if [Y[i] for i in range(4) if i != d] != [X[i] for i in range(4) if i != d]:
             raise ValueError(f'{_where(op)}: output {list(g.tensors[k].shape)} is not a part of '
                              f'{list(g.tensors[op.inputs[data]].shape)} along axis {axis[0]}')
-        plan += _copy_plan(list(zip(Y, _rowcol(X), _rowcol(Y))), _at(X, at), (0, 0))
-        at[d] += Y[d]
-    if at[d] != X[d]:
-        raise ValueError(f'{_where(op)}: outputs along axis {axis[0]} add up to {at[d]}, '
+        bounds.append(bounds[-1] + Y[d])
+    if bounds[-1] != X[d]:
+        raise ValueError(f'{_where(op)}: outputs along axis {axis[0]} add up to {bounds[-1]}, '
                          f'the input has {X[d]}')
-    return plan
+    if len(bounds) > 250:
+        raise ValueError(f'{_where(op)}: {len(op.outputs)} outputs (utrain splits into up to 249)')
+    if d == 3:
+        return [1.0, 1.0, 1.0] + [float(b) for b in bounds]
+    return [0.0, float(np.prod(X[:d])), float(np.prod(X[d + 1:3]))] + [float(b) for b in bounds]
 
 
 def _gelu_options(op, g=None):

@@ -88,6 +88,8 @@ CASES = {
     'SPLIT-rows-2-second-only': _split([1, 4, 3, 2], 1, [2, 2], use=[1]),  # first unused
     'SPLIT-gates-4': _split([1, 1, 12], -1, [3, 3, 3, 3], use=[0, 1, 2, 3]),
     'SPLIT-2d-neg-axis': _split([1, 8], -1, [4, 4], use=[1, 0]),
+    'SPLIT-outer-blocks': _split([1, 2, 4, 3], 2, [2, 2], use=[1, 0]),      # rows, outer 2
+    'SPLIT_V-outer-blocks': _split([1, 3, 5, 2], -2, [1, 3, 1], use=[2, 1], v=True),
     'SPLIT_V-last': _split([1, 3, 7], 2, [2, 4, 1], use=[0, 1, 2], v=True),
     'SPLIT_V-axis1-ends': _split([1, 5, 2, 3], 1, [1, 3, 1], use=[2, 0], v=True),
     'RSQRT': _unary('RSQRT', [1, 2, 3]),
@@ -100,7 +102,7 @@ CASES = {
 FWD_RTOL = {'GELU': 2e-6}
 # onert 0.1.0 computes SPLIT_V wrong (its outputs differ from TFLite Micro's and numpy's
 # by O(1) on these cases; SPLIT is right): these run on TFLite Micro instead
-NO_ONERT = {'SPLIT_V-last', 'SPLIT_V-axis1-ends'}
+NO_ONERT = {'SPLIT_V-last', 'SPLIT_V-axis1-ends', 'SPLIT_V-outer-blocks'}
 
 
 def tflm_infer(circle_path, x):

@@ -5,6 +5,7 @@
 # constant data goes straight from the file into preallocated arrays, or, when the
 # model was prepared with --stream, stays in the file (utrain.stream).
 from struct import unpack, calcsize
+from array import array
 from utrain.xnp import zeros, readinto
 from utrain.losses import LOSSES, METRICS
 from utrain.optim import OPTIMIZERS
@@ -106,6 +107,8 @@ def load(net, f, name, wof):
         ins = unpack('<%dh' % ni, _read(f, 2 * ni, name, 'op table'))
         outs = unpack('<%dh' % no, _read(f, 2 * no, name, 'op table'))
         opts = unpack('<%df' % nopt, _read(f, 4 * nopt, name, 'op table'))
+        if nopt > 1:      # as float32 array: 4 bytes each, not a boxed float (16-32 B)
+            opts = array('f', opts)
         for k in ins + outs:
             if not -1 <= k < nt or (k < 0 and (k in outs or not ins or k == ins[0])):
                 raise ModelError('%s: op %d uses tensor %d, model has %d' % (name, i, k, nt))

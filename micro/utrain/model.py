@@ -32,6 +32,10 @@ class Net:
         with wof.openr(path) as f:
             flat.load(self, f, path, wof)
         drop('flat')
+        # the activations a training forward pass keeps for the backward pass (freed
+        # after it, so the next sample starts on a heap without them scattered over it)
+        tr = set(k for ks in self.free_train for k in ks)
+        self.saved = [k for ks in self.free_infer for k in ks if k not in tr]
         self.acc = {}
         self.g = {}
         # batch 1: the Trainer's upd(k, g) / upd_row(k, r, g) apply each gradient at
@@ -91,6 +95,9 @@ class Net:
                 if self.upd is not None and self.acc:
                     self._flush()
         g.clear()
+        t = self.t
+        for k in self.saved:
+            t[k] = None
 
     def _flush(self):
         # batch 1: apply the weight gradients a kernel summed into acc, then free them

@@ -1,33 +1,76 @@
 # SPLIT (49) and SPLIT_V (102): one input cut into n outputs along one axis (tico's
-# unrolled LSTM and GRU cut their gate pre-activations this way).  Each output is one
-# block copy out of the input, planned on the host like op_shape's STRIDED_SLICE
-# (host_tools/optable.py _split_options: 21 option floats per output, op_shape's layout,
-# side A the input at the output's offset, side B the output).
-# Backward: the gradients of the outputs that have one are copied into a zeroed
+# unrolled LSTM and GRU cut their gate pre-activations, and prepare turns the per-step
+# slices of the input projection into one SPLIT_V).  On the device's 2-D arrays a split
+# along the last axis takes column ranges; along another axis, with the input's rows as
+# [outer, axis, inner] (host_tools/optable.py _split_options), each output takes from
+# every outer block the rows axis range * inner.
+# Options: cols (1: split the columns), outer, inner, then the n + 1 boundaries along the
+# axis (0 = b0 < b1 < ... < bn = the axis' size).
+# Backward: the gradients of the outputs that have one are copied into one zeroed
 # input-sized gradient (an output nobody differentiates through contributes zeros).
 # Net.backward calls this op when any of its outputs has a gradient: dy is the first
 # output's (or None), the others are taken from rt.g.
-# Temporaries: the outputs (forward), the input-sized gradient (backward).
+# Memory: the outputs (forward); one input-sized gradient per op, kept all run.
 from utrain.xnp import zeros
-from utrain.op_shape import _copy
+
+
+def _parts(o):
+    # per output j: (a, b) rows or columns of the input, per outer block
+    inner = int(o[2])
+    return [(int(o[3 + j]) * inner, int(o[4 + j]) * inner) for j in range(len(o) - 4)]
+
+
+def _move(y, x, o, a, b, back):
+    # y (an output or its gradient) <-> the part [a, b) of x (the input or its gradient)
+    if o[0]:
+        if back:
+            x[:, a:b] = y
+        else:
+            y[:] = x[:, a:b]
+        return
+    outer, step, m = int(o[1]), int(o[-1]) * int(o[2]), b - a
+    for i in range(outer):
+        if back:
+            x[i * step + a:i * step + b] = y[i * m:(i + 1) * m]
+        else:
+            y[i * m:(i + 1) * m] = x[i * step + a:i * step + b]
+
+
+def _bufs(rt):
+    # id(op) -> the op's input-sized gradient buffer, made once, reused every step; kept
+    # on the Net (its ops live as long as it does)
+    b = getattr(rt, 'split_dx', None)
+    if b is None:
+        b = rt.split_dx = {}
+    return b
 
 
 def forward(rt, op):
-    code, ins, outs, p = op
+    code, ins, outs, o = op
     x = rt.t[ins[0]]
-    p = [int(v) for v in p]
-    for j in range(len(outs)):
+    _dx = _bufs(rt)
+    if id(op) not in _dx:
+        # made at the first forward pass, on the heap as the model left it: made in the
+        # backward pass instead, after a forward pass has left its saved activations
+        # scattered over the heap, no free run may be long enough (an unrolled RNN's
+        # [T, 4H] projection failed so in a heap 3x its live data)
+        _dx[id(op)] = zeros(rt.shape[ins[0]])
+    for j, (a, b) in enumerate(_parts(o)):
         y = zeros(rt.shape[outs[j]])
-        _copy(y, x, p, 21 * j, 0)
+        _move(y, x, o, a, b, 0)
         rt.t[outs[j]] = y
 
 
 def backward(rt, op, dy, flags):
-    code, ins, outs, p = op
-    p = [int(v) for v in p]
-    dx = zeros(rt.shape[ins[0]])
-    for j in range(len(outs)):
+    code, ins, outs, o = op
+    _dx = _bufs(rt)
+    dx = _dx.get(id(op))
+    if dx is None:
+        dx = _dx[id(op)] = zeros(rt.shape[ins[0]])
+    else:
+        dx[:] = 0.0
+    for j, (a, b) in enumerate(_parts(o)):
         g = dy if j == 0 else rt.g.pop(outs[j], None)
         if g is not None:
-            _copy(g, dx, p, 21 * j, 1)
+            _move(g, dx, o, a, b, 1)
     rt.add_grad(ins[0], dx)
