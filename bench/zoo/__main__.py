@@ -10,6 +10,9 @@
   MACs        multiply-adds of one training step (forward + backward), from the graph
   plan KB     the planner's heap for that training (SGD, batch 1), pure-MicroPython
               fallback / ulab
+  heap KB     (--measure) the smallest -X heapsize in which that run trains (one epoch of
+              8 samples, evaluation, checkpoint; bisection to 1 KB, code as .mpy), on the
+              fallback MicroPython / the ulab one ($UTRAIN_MP_ULAB); plans up to 2 MB
   Py us       CPython + numpy running utrain's micro/ code, per training sample;
   Py/dot      that over bare np.dot on the same GEMM sizes, same process (the ratio form)
   MP us       unix MicroPython ($MICROPYTHON or the runner's), utrain .mpy, fallback;
@@ -47,8 +50,8 @@ from bench.__main__ import side_by_side, micropython_step, err  # noqa: E402
 
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
 N = 8                       # parity samples
-COLUMNS = ['model', 'train', 'params', 'trained', 'MACs', 'plan KB', 'Py us', 'Py/dot',
-           'MP us', 'MP/loop', 'parity', 'ONERT']
+COLUMNS = ['model', 'train', 'params', 'trained', 'MACs', 'plan KB', 'heap KB', 'Py us',
+           'Py/dot', 'MP us', 'MP/loop', 'parity', 'ONERT']
 
 # (name, source, which, layers that train: None = all)
 ZOO = [
@@ -162,6 +165,7 @@ def measure(name, source, which, layers, tmp, a):
     row['plan KB'] = '%d / %d' % (s['heap']['total'] // 1024, plan_ulab // 1024)
     w = models.work(g, train)
     row['MACs'] = w['macs']
+    row['heap KB'] = measured_heaps(out, s['heap']['total']) if a.measure else 'skipped'
     y_ut = utrain_forward(out, s, x)
     if source == 'keras' and which.endswith('int8'):
         ref = tflm(path, x, g)
@@ -187,6 +191,30 @@ def measure(name, source, which, layers, tmp, a):
         except Exception as e:  # noqa: BLE001
             row['MP us'] = row['MP/loop'] = 'n/a (' + err(e)[:40] + ')'
     return row
+
+
+def measured_heaps(out, plan):
+    """'fallback KB / ulab KB': the smallest heaps that train the prepared run."""
+    from host_tools import runner
+    from host_tools.memory import smallest_heap
+    if plan > 2048 * 1024:
+        return 'n/a (plan > 2 MB)'
+    got = []
+    for binary in (runner.micropython_binary(), os.environ.get('UTRAIN_MP_ULAB')):
+        if not binary:
+            got.append('-')
+            continue
+        old = os.environ.get('MICROPYTHON')
+        os.environ['MICROPYTHON'] = binary
+        try:
+            h = smallest_heap(out, hi=4096 * 1024)
+        finally:
+            if old is None:
+                os.environ.pop('MICROPYTHON')
+            else:
+                os.environ['MICROPYTHON'] = old
+        got.append('%d' % (h // 1024) if h else 'fails')
+    return ' / '.join(got)
 
 
 def fmt(v, col):
@@ -217,6 +245,7 @@ def main(argv=None):
     ap.add_argument('--max-steps', type=int, default=500)
     ap.add_argument('--heap', default='16M', help='MicroPython heap for the timing runs')
     ap.add_argument('--no-mp', action='store_true', help='no MicroPython timing')
+    ap.add_argument('--measure', action='store_true', help='also measure the smallest heap')
     ap.add_argument('--only', help='models whose name or file contains this (comma-separated: any)')
     a = ap.parse_args(argv)
     if a.quick:
