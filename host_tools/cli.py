@@ -24,14 +24,14 @@ def _status(op, g):
 def _op_line(g, op, how):
     opts = ', '.join(f'{k}={v}' for k, v in op.options.items()
                      if k in ('fused_activation_function', 'beta', 'keep_num_dims'))
-    return (f'  {op.index:3d} {op.name:17s} {list(op.inputs)} -> {list(op.outputs)}'
+    return (f'  {op.number:3d} {op.name:17s} {list(op.inputs)} -> {list(op.outputs)}'
             f'  {opts}  [{how}]')
 
 
 def cmd_inspect(a):
     from .circle_io import read_model
     from .optable import SPECS, SUPPORTED
-    from . import rewrite as rw
+    from .prepare import rewrite_for_training
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
@@ -39,22 +39,19 @@ def cmd_inspect(a):
         print(f'description: {g.description}')
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
-    # what prepare makes of it: training everything (BatchNorm kept) ...
+    # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
     h = read_model(a.model)
-    orig = list(h.ops)
-    info = rw.rewrite(h, keep=orig)
-    perm = rw.hoist_input_transpose(h)
-    kept = {id(op) for op in h.ops}
+    _, info, perm = rewrite_for_training(h, 'all')
+    kept = {op.number for op in h.ops}
     # ... and with frozen layers (BatchNorm folded)
     f = read_model(a.model)
-    forig = list(f.ops)
-    folded = rw.rewrite(f)['batchnorm']
-    rw.hoist_input_transpose(f)
-    fkept = {id(op) for op in f.ops}
+    _, finfo, _ = rewrite_for_training(f, 'none')
+    folded = finfo['batchnorm']
+    fkept = {op.number for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')
-    for op, o, fo in zip(g.ops, orig, forig):
-        how = _status(op, g) if id(o) in kept else 'removed by prepare'
-        if id(o) in kept and id(fo) not in fkept:
+    for op in g.ops:
+        how = _status(op, g) if op.number in kept else 'removed by prepare'
+        if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))
     if info['changed'] or perm:
@@ -62,7 +59,8 @@ def cmd_inspect(a):
               f'{info["transposes"]} layout transpose rewrites'
               + (f', input {perm} (the model takes NHWC data)' if perm else '')
               + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else ''))
-        print('ops after the rewrites (everything trainable):')
+        print('ops after the rewrites (everything trainable; ops numbered as in the file, '
+              'tensors as in the rewritten.circle prepare writes):')
         for op in h.ops:
             print(_op_line(h, op, _status(op, h)))
     print('\ntensors:')
@@ -80,7 +78,7 @@ def cmd_inspect(a):
     print(f'ops gradients pass through: {", ".join(n for n in SUPPORTED if n not in trains)}')
     bad = [op for op in h.ops if op.name not in SPECS]
     if bad:
-        print('not trainable here: ' + ', '.join(f'op {op.index} {op.name}' for op in bad))
+        print('not trainable here: ' + ', '.join(f'op {op.number} {op.name}' for op in bad))
         if all(op.name in SPECS for op in f.ops):
             print('(all of them fold away when their layers stay frozen: train the layers '
                   'after them, e.g. --train last:N)')
@@ -147,15 +145,11 @@ def cmd_dataset(a):
     size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
     x, y = ds.load(a.source, label=a.label, size=size)
     x = x.reshape(len(x), -1)
-    tr, te = ds.split(len(x), a.test_split, a.split_seed)
-    scale, offset = ds.quantization(x, a.dtype)
     os.makedirs(a.out, exist_ok=True)
-    wrote = []
-    for name, idx in (('train.ds', tr), ('test.ds', te)):
-        if len(idx):
-            path = os.path.join(a.out, name)
-            ds.write_dataset(path, x[idx], y[idx], a.dtype, scale, offset)
-            wrote.append(f'{path} ({len(idx)} samples, {os.path.getsize(path)} B)')
+    tr, te, scale, offset, paths = ds.write_samples(a.out, x, y, a.test_split, a.split_seed,
+                                                    a.dtype)
+    wrote = [f'{paths[n]} ({len(idx)} samples, {os.path.getsize(paths[n])} B)'
+             for n, idx in (('train.ds', tr), ('test.ds', te)) if n in paths]
     print(f'{a.source}: {len(x)} samples of {x.shape[1]} values, stored as {a.dtype}'
           + (f' (value = q * {scale:g} + {offset:g})' if a.dtype != 'float32' else ''))
     if a.dtype != 'float32':

@@ -2,6 +2,7 @@
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -38,6 +39,20 @@ def rewrite_for_training(g, train, enabled=True):
         rw.compact(g)
     ids = {id(op) for op in keep}
     return [op.index for op in g.ops if id(op) in ids], info, perm
+
+
+def select_rewrite_plan(source, train, ranks, rewrite=True):
+    """The select, rewrite and plan passes on a copy of the graph as read (source is not
+    changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
+    file's numbering.  Returns (rewritten graph, its trainable op indices, its ranks
+    {op index: rank}, rewrite report, input permutation, plan)."""
+    g = copy.deepcopy(source)
+    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
+    ranked = {id(g.ops[i]): r for i, r in ranks.items()}
+    train = sorted(parse_train(train, len(g.ops)) | set(ranks))
+    train, info, perm = rewrite_for_training(g, train, rewrite)
+    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
+    return g, train, rk, info, perm, make_plan(g, train, rk)
 
 
 def metadata_settings(g) -> dict:
@@ -140,12 +155,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         rk.update(ranks)
     elif ranks:
         rk.update(parse_ranks(ranks, len(g.ops)))
-    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
-    ranked = {id(g.ops[i]): r for i, r in rk.items()}
-    train = sorted(parse_train(train, len(g.ops)) | set(rk))
-    train, info, perm = rewrite_for_training(g, train, rewrite)
-    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
-    p = make_plan(g, train, rk)
+    source, chosen, chosen_rk = g, sorted(parse_train(train, len(g.ops)) | set(rk)), dict(rk)
+    g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
     heap = plan_heap(g, p, s, backend)
@@ -162,7 +173,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                            f'({backend}), the budget is {limit // 1024} KB'
                            + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
                               'for model and training state)' if prof else '') + '.\n'
-                           + fit_advice(g, s, train, rk, backend, limit, heap))
+                           + fit_advice(source, s, chosen, chosen_rk, backend, limit, heap,
+                                        lambda tr, r: select_rewrite_plan(source, tr, r, rewrite)))
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
     if info['changed']:
@@ -207,13 +219,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
                                f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
         y = ds.targets(y, s['loss'], n_out, data)
-        tr, te = ds.split(len(x), test_split, split_seed)
-        scale, offset = ds.quantization(x, dtype)     # one scale for train and test
-        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr], dtype, scale, offset)
-        if len(te):
-            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te], dtype, scale,
-                             offset)
-        else:
+        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
+                                               (files['train'], files['test']))
+        if files['test'] not in wrote:
             files['test'] = None
         summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
                        balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)

@@ -59,13 +59,6 @@ def new_tensor(g: Graph, name: str, shape, data=None, dtype=None) -> int:
     return t.index
 
 
-def new_op(g: Graph, name: str, inputs, outputs, options=None, at=None) -> Operator:
-    op = Operator(-1, OP_CODES[name], name, list(inputs), list(outputs), dict(options or {}))
-    g.ops.insert(len(g.ops) if at is None else at, op)
-    _renumber(g)
-    return op
-
-
 def _renumber(g: Graph):
     for i, op in enumerate(g.ops):
         op.index = i
@@ -547,8 +540,10 @@ def slices_to_split(g: Graph) -> int:
         sizes = new_tensor(g, g.tensors[src].name + '/split_sizes', [len(parts)],
                            np.array([p[1] - p[0] for p in parts], np.int32))
         axis = new_tensor(g, g.tensors[src].name + '/split_axis', [], np.array(d, np.int32))
-        new_op(g, 'SPLIT_V', [src, sizes, axis], [p[2].outputs[0] for p in parts],
-               {'num_splits': len(parts)}, at=first)
+        g.ops.insert(first, Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [src, sizes, axis],
+                                     [p[2].outputs[0] for p in parts],
+                                     {'num_splits': len(parts)}))
+        _renumber(g)
         for p in parts:
             remove_op(g, p[2])
         made += 1

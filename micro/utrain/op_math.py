@@ -5,13 +5,19 @@
 # GELU (150) y = x Phi(x), Phi the normal CDF (option 0: approximate = 0), or
 #            y = 0.5 x (1 + tanh(c (x + k x^3))) (approximate = 1, c = sqrt(2/pi),
 #            k = 0.044715); dx = (Phi + x Phi') dy          saves x
+#            (option slot utrain.opc APPROX)
 # ulab has no erf in every build, so Phi(x) = 1 - q for x >= 0 and q for x < 0 with
 # q = 0.5 erfc(|x| / sqrt 2) = 0.5 P(t) exp(-z^2), z = |x| / sqrt 2, t = 1 / (1 + p z),
 # P a quintic (Abramowitz-Stegun 7.1.26: |error of erf| < 1.5e-7, below float32's
 # resolution of Phi near 1).  The gradient differentiates that same function (Phi' =
 # -q'(z) / sqrt 2 on both sides), so it matches finite differences of the forward.
 # Temporaries: a few arrays of x's size.
-from utrain.xnp import np
+from utrain.xnp import np, const
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_SQRT = const(75)
+_RSQRT = const(76)
+_GELU = const(150)
+_APPROX = const(0)
 
 _P = 0.3275911
 _A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -53,20 +59,20 @@ def gelu_grad(x, approx):
 def forward(rt, op):
     code, ins, outs, o = op
     x = rt.t[ins[0]]
-    if code == 76:
+    if code == _RSQRT:
         y = 1.0 / np.sqrt(x)
-    elif code == 75:
+    elif code == _SQRT:
         y = np.sqrt(x)
     else:
-        y = gelu(x, o[0])
+        y = gelu(x, o[_APPROX])
     rt.t[outs[0]] = y
 
 
 def backward(rt, op, dy, flags):
     code, ins, outs, o = op
-    if code == 150:
-        g = dy * gelu_grad(rt.t[ins[0]], o[0])
+    if code == _GELU:
+        g = dy * gelu_grad(rt.t[ins[0]], o[_APPROX])
     else:
         y = rt.t[outs[0]]
-        g = dy * (y * y * y * -0.5) if code == 76 else dy * (0.5 / y)
+        g = dy * (y * y * y * -0.5) if code == _RSQRT else dy * (0.5 / y)
     rt.add_grad(ins[0], g)

@@ -4,31 +4,37 @@
 # along the last axis takes column ranges; along another axis, with the input's rows as
 # [outer, axis, inner] (host_tools/optable.py _split_options), each output takes from
 # every outer block the rows axis range * inner.
-# Options: cols (1: split the columns), outer, inner, then the n + 1 boundaries along the
-# axis (0 = b0 < b1 < ... < bn = the axis' size).
+# Options (utrain.opc slots): S_COLS (1: split the columns), S_OUTER, S_INNER, then from
+# S_B0 the n + 1 boundaries along the axis (0 = b0 < b1 < ... < bn = the axis' size).
 # Backward: the gradients of the outputs that have one are copied into one zeroed
 # input-sized gradient (an output nobody differentiates through contributes zeros).
 # Net.backward calls this op when any of its outputs has a gradient: dy is the first
 # output's (or None), the others are taken from rt.g.
 # Memory: the outputs (forward); one input-sized gradient per op, kept all run.
-from utrain.xnp import zeros
+from utrain.xnp import zeros, const
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_S_COLS = const(0)
+_S_OUTER = const(1)
+_S_INNER = const(2)
+_S_B0 = const(3)
 
 
 def _parts(o):
     # per output j: (a, b) rows or columns of the input, per outer block
-    inner = int(o[2])
-    return [(int(o[3 + j]) * inner, int(o[4 + j]) * inner) for j in range(len(o) - 4)]
+    inner = int(o[_S_INNER])
+    return [(int(o[_S_B0 + j]) * inner, int(o[_S_B0 + 1 + j]) * inner)
+            for j in range(len(o) - _S_B0 - 1)]
 
 
 def _move(y, x, o, a, b, back):
     # y (an output or its gradient) <-> the part [a, b) of x (the input or its gradient)
-    if o[0]:
+    if o[_S_COLS]:
         if back:
             x[:, a:b] = y
         else:
             y[:] = x[:, a:b]
         return
-    outer, step, m = int(o[1]), int(o[-1]) * int(o[2]), b - a
+    outer, step, m = int(o[_S_OUTER]), int(o[len(o) - 1]) * int(o[_S_INNER]), b - a
     for i in range(outer):
         if back:
             x[i * step + a:i * step + b] = y[i * m:(i + 1) * m]

@@ -6,6 +6,7 @@ import gc
 import json
 import sys
 from utrain.trainer import Trainer, Diverged
+from utrain.model import drop
 from utrain.data import Dataset
 
 try:
@@ -21,12 +22,13 @@ except ImportError:  # CPython
 
 
 def exists(path):
-    # (not utrain.wof's: that module stays off the heap between saves)
+    # utrain.wof's: it first finishes a save a power cut left as path + '.tmp'; the
+    # module is dropped again after (it stays off the heap between saves)
+    from utrain import wof
     try:
-        open(path).close()
-        return True
-    except OSError:
-        return False
+        return wof.exists(path)
+    finally:
+        drop('wof')
 
 
 def heap():
@@ -156,7 +158,7 @@ def interrupted(tr, log, ckpt, run, cfg_path):
     # train.py resumes there when train.json says "resume": true
     log.close()
     if ckpt:
-        tr.net.zero_grads()
+        tr.net.sink.zero()
         tr.pos -= min(tr.pending, tr.pos)
         tr.pending = 0
         tr.save_checkpoint(ckpt)

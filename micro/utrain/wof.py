@@ -36,6 +36,7 @@ def openr(path):
 
 
 def exists(path):
+    """Is there a file at path (after finishing an interrupted save of it)?"""
     try:
         openr(path).close()
         return True
@@ -147,11 +148,17 @@ def _write_block(f, arrays, n, start):
     return pos
 
 
+def write_wof(f, n, arrays):
+    """A .wof of n tensors to the open file f, {tensor index: array}; the one writer
+    (host_tools/wof.py packs its files with it)."""
+    f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
+    _write_block(f, arrays, n, 8)
+
+
 def save_wof(path, n, arrays):
     tmp = path + '.tmp'
     with open(tmp, 'wb') as f:
-        f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
-        _write_block(f, arrays, n, 8)
+        write_wof(f, n, arrays)
         f.flush()
     _replace(tmp, path)
 
@@ -258,7 +265,8 @@ def save_state(tr, path):
 def load_state(tr, path):
     net = tr.net
     shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
-    state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
+    from utrain.sink import state_shape
+    state = [state_shape(net, k) if k in net.trainable else None for k in range(len(net.t))]
     w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
     pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
     if extra:
