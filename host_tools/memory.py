@@ -170,7 +170,16 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     n_state = 2 if opt == 'adam' else 1 if opt == 'rmsprop' or (opt == 'sgd' and settings.get('momentum')) else 0
     parts['optimizer state'] = n_state * sum(A(state[k]) for k in plan.params)
     batch = int(settings['batch'])
-    parts['gradient sums'] = 0 if batch == 1 else sum(A(state[k]) for k in plan.params)
+    # a weight several ops read (an unrolled RNN's W_hh) is summed over its uses even at
+    # batch 1, and then every weight's gradient is summed (Trainer.configure)
+    uses = [k for op in g.ops for k in op.inputs if k in plan.params]
+    shared = len(uses) > len(set(uses))
+    parts['gradient sums'] = 0 if batch == 1 and not shared else sum(A(state[k]) for k in plan.params)
+    # op_split keeps one input-sized gradient buffer per SPLIT all run
+    splits = sum(A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops
+                 if op.name in ('SPLIT', 'SPLIT_V'))
+    if splits:
+        parts['split gradient buffers'] = splits
     parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
     # the per-sample working set: activations in flight and the kernels' temporaries
     x_in = size[g.inputs[0]]
@@ -184,8 +193,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         o = op.outputs[0]
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
         peak = max(peak, cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0]))
-                   + spec.taps * A(0))
-        live.add(o)
+                   + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0))
+        live.update(op.outputs)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0]:
                 live.discard(k)
@@ -204,7 +213,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
                    if k in plan.params and plan.params[k][1] == 'weight') if spec.wgrad == 'whole' else 0
         peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in) + spec.taps * A(0)
                    + (wsum if batch == 1 else 0))
-        grads.pop(o, None)
+        for k in op.outputs:
+            grads.pop(k, None)
         if flags & 1 and ins:
             grads[ins[0]] = n_in
     rowtemps = 6 if opt == 'adam' else 3

@@ -490,4 +490,52 @@ SPECS.update({s.name: s for s in [
            _in),
 ]})
 
+
+
+# ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py: row or column ranges),
+# RSQRT/SQRT/GELU (op_math.py).
+
+def _split_options(op, g):
+    """[cols, outer, inner, b0 .. bn] (micro/utrain/op_split.py): the split axis' part
+    boundaries; along the last axis the device splits columns, else its rows seen as
+    [outer, axis, inner]."""
+    data = 1 if op.name == 'SPLIT' else 0
+    axis = _const_ints(g, op, 0 if op.name == 'SPLIT' else 2, 'axis')
+    n = len(g.tensors[op.inputs[data]].shape)
+    if len(axis) != 1 or not -n <= axis[0] < n:
+        raise ValueError(f'{_where(op)}: axis {axis} for a rank-{n} input')
+    d = axis[0] % n + 4 - n
+    X = _shape4(g, op.inputs[data], op)
+    bounds = [0]
+    for k in op.outputs:
+        Y = _shape4(g, k, op)
+        if [Y[i] for i in range(4) if i != d] != [X[i] for i in range(4) if i != d]:
+            raise ValueError(f'{_where(op)}: output {list(g.tensors[k].shape)} is not a part of '
+                             f'{list(g.tensors[op.inputs[data]].shape)} along axis {axis[0]}')
+        bounds.append(bounds[-1] + Y[d])
+    if bounds[-1] != X[d]:
+        raise ValueError(f'{_where(op)}: outputs along axis {axis[0]} add up to {bounds[-1]}, '
+                         f'the input has {X[d]}')
+    if len(bounds) > 250:
+        raise ValueError(f'{_where(op)}: {len(op.outputs)} outputs (utrain splits into up to 249)')
+    cols = d == 3
+    slots = {opc.S_COLS: cols, opc.S_OUTER: 1 if cols else np.prod(X[:d]),
+             opc.S_INNER: 1 if cols else np.prod(X[d + 1:3])}
+    slots.update({opc.S_B0 + i: b for i, b in enumerate(bounds)})
+    return _slots(slots)
+
+
+def _gelu_options(op, g=None):
+    return _slots({opc.APPROX: bool(op.options.get('approximate'))})
+
+
+SPECS.update({s.name: s for s in [
+    OpSpec('SPLIT', {}, _split_options, _none, data_inputs=(1,), device_inputs=(1,),
+           fwd=(0, 0), bwd=(0, 1)),
+    OpSpec('SPLIT_V', {}, _split_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 1)),
+    OpSpec('RSQRT', {}, _none, _out),
+    OpSpec('SQRT', {}, _none, _out),
+    OpSpec('GELU', {}, _gelu_options, _in, fwd=(5, 0), bwd=(6, 1)),
+]})
+
 SUPPORTED = sorted(SPECS)

@@ -195,7 +195,7 @@ def derive_backward(g: Graph, params: dict):
             needs[k] = trains or below
     out = []
     for op in reversed(g.ops):
-        if not needs.get(op.outputs[0]):
+        if not any(needs.get(k) for k in op.outputs):     # (a SPLIT's: any output)
             continue
         spec = SPECS[op.name]
         flags = 0

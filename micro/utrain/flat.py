@@ -5,6 +5,7 @@
 # constant data goes straight from the file into preallocated arrays, or, when the
 # model was prepared with --stream, stays in the file (utrain.stream).
 from struct import unpack, calcsize
+from array import array
 from utrain.xnp import zeros, readinto, big_first, const
 from utrain.losses import LOSSES, METRICS
 from utrain.optim import OPTIMIZERS
@@ -34,7 +35,11 @@ _STRIDED_SLICE = const(45)
 _EXPAND_DIMS = const(70)
 _LEAKY_RELU = const(98)
 _HARD_SWISH = const(117)
-
+_SPLIT = const(49)
+_SPLIT_V = const(102)
+_SQRT = const(75)
+_RSQRT = const(76)
+_GELU = const(150)
 
 MAGIC = b'UTFM'
 VERSION = 2
@@ -64,7 +69,9 @@ KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _
            _RESHAPE: 'op_shape', _PAD: 'op_shape', _CONCATENATION: 'op_shape',
            _TRANSPOSE: 'op_shape', _SQUEEZE: 'op_shape', _EXPAND_DIMS: 'op_shape',
            _STRIDED_SLICE: 'op_shape', _CONV_2D: 'op_conv', _DEPTHWISE_CONV_2D: 'op_conv',
-           _AVERAGE_POOL_2D: 'op_pool', _MAX_POOL_2D: 'op_pool', _MEAN: 'op_pool'}
+           _AVERAGE_POOL_2D: 'op_pool', _MAX_POOL_2D: 'op_pool', _MEAN: 'op_pool',
+           _SPLIT: 'op_split', _SPLIT_V: 'op_split', _SQRT: 'op_math', _RSQRT: 'op_math',
+           _GELU: 'op_math'}
 
 
 class ModelError(ValueError):
@@ -133,6 +140,8 @@ def load(net, f, name, wof):
         ins = unpack('<%dh' % ni, _read(f, 2 * ni, name, 'op table'))
         outs = unpack('<%dh' % no, _read(f, 2 * no, name, 'op table'))
         opts = unpack('<%df' % nopt, _read(f, 4 * nopt, name, 'op table'))
+        if nopt > 1:      # as float32 array: 4 bytes each, not a boxed float (16-32 B)
+            opts = array('f', opts)
         for k in ins + outs:
             if not -1 <= k < nt or (k < 0 and (k in outs or not ins or k == ins[0])):
                 raise ModelError('%s: op %d uses tensor %d, model has %d' % (name, i, k, nt))

@@ -29,6 +29,10 @@ class Net:
         with wof.openr(path) as f:
             flat.load(self, f, path, wof)
         drop('flat')
+        # the activations a training forward pass keeps for the backward pass (freed
+        # after it, so the next sample starts on a heap without them scattered over it)
+        tr = set(k for ks in self.free_train for k in ks)
+        self.saved = [k for ks in self.free_infer for k in ks if k not in tr]
         self.g = {}
         # where the kernels hand weight gradients (utrain.sink): sums, unless the
         # Trainer installs another
@@ -75,8 +79,10 @@ class Net:
         ops, mods, st = self.ops, self.mods, self.stream
         for oi, fl in self.bwd:
             op = ops[oi]
-            d = g.pop(op[2][0], None)
-            if d is not None:
+            outs = op[2]
+            d = g.pop(outs[0], None)
+            # a multi-output op (SPLIT) runs when any of its outputs has a gradient
+            if d is not None or len(outs) > 1 and any(k in g for k in outs):
                 if st:
                     st.fetch(oi)
                 mods[oi].backward(self, op, d, fl)
@@ -84,8 +90,23 @@ class Net:
                     st.drop(oi)
                 sink.end()
         g.clear()
+        t = self.t
+        for k in self.saved:
+            t[k] = None
 
     def add_grad(self, k, d):
         """Gradient arriving at activation tensor k (summed over its consumers)."""
         old = self.g.get(k)
         self.g[k] = d if old is None else old + d
+
+    def shared(self):
+        """Whether a trainable tensor feeds more than one op (the weights of an
+        unrolled LSTM or GRU, read by every time step)."""
+        seen, tr = set(), set(self.trainable)
+        for op in self.ops:
+            for k in op[1]:
+                if k in tr:
+                    if k in seen:
+                        return True
+                    seen.add(k)
+        return False

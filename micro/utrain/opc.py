@@ -39,6 +39,11 @@ STRIDED_SLICE = const(45)
 EXPAND_DIMS = const(70)
 LEAKY_RELU = const(98)
 HARD_SWISH = const(117)
+SPLIT = const(49)
+SPLIT_V = const(102)
+SQRT = const(75)
+RSQRT = const(76)
+GELU = const(150)
 
 # ---- backward flags (a backward entry's u16): DX the first data input's gradient, DW
 # the weight's, DB the bias's; data input n >= 1 has bit DXN << n
@@ -56,6 +61,14 @@ AF_TANH = const(4)
 AF_LOGISTIC = const(6)
 
 # ---- option slots
+# SPLIT, SPLIT_V: S_COLS 1 splits the device columns (the last axis), else the rows seen
+# as [S_OUTER, axis, S_INNER]; the n + 1 part boundaries along the axis from S_B0 on
+S_COLS = const(0)
+S_OUTER = const(1)
+S_INNER = const(2)
+S_B0 = const(3)
+# GELU: the tanh approximation (1) or the erf form (0)
+APPROX = const(0)
 # FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, the pools, ADD/SUB/MUL/DIV: the fused
 # activation (op_act's codes); SOFTMAX: beta; LEAKY_RELU: alpha
 ACT = const(0)

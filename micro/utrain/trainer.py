@@ -100,8 +100,10 @@ class Trainer:
         for k in big_first(net.trainable, net.shape):
             o.init(k, state_shape(net, k))
         # batch 1: each weight gradient updates its weight as soon as it is complete
-        # (no gradient sums are kept); larger batches sum them until apply()
-        if int(c['batch']) == 1:
+        # (no gradient sums are kept); larger batches, and models with a weight used
+        # by several ops (an unrolled RNN: each use must see the weight before the
+        # update), sum them until apply()
+        if int(c['batch']) == 1 and not net.shared():
             net.sink = Apply(net, o)
         else:
             if net.sink.now:

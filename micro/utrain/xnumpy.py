@@ -12,7 +12,9 @@ _taps = {}
 
 def _tap_rows(o, walk, sw):
     # op_conv's walk of options o grouped by tap: [(k, x rows, y rows)] as index
-    # arrays (cached: the walk of an op never changes)
+    # arrays (cached: the walk of an op never changes; keyed by the option values, which
+    # the flat reader gives as a float32 array)
+    o = tuple(o)
     g = _taps.get(o)
     if g is None:
         rows = {}
