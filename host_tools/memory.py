@@ -94,14 +94,18 @@ def mpy_sizes() -> dict:
         dst = os.path.join(cache, '%s-%d-%d%s.mpy' % (name[:-3], st.st_mtime_ns, st.st_size,
                                                      ''.join(runner.MPY_FLAGS)))
         if not os.path.exists(dst):
+            # built under a name of this process's own, then renamed: runs in parallel
+            # (pytest -n, two prepares) share the cache
+            tmp = '%s.%d' % (dst, os.getpid())
             if name in runner.NATIVE:
                 # counted as bytecode (a firmware without the native emitter): on the unix
                 # port its native code lies outside the GC heap
-                runner._bytecode_only(src, dst + '.py')
-                runner._mpy_cross(dst + '.py', dst)
-                os.remove(dst + '.py')
+                runner._bytecode_only(src, tmp + '.py')
+                runner._mpy_cross(tmp + '.py', tmp)
+                os.remove(tmp + '.py')
             else:
-                runner._mpy_cross(src, dst)
+                runner._mpy_cross(src, tmp)
+            os.replace(tmp, dst)
         out[name[:-3]] = os.path.getsize(dst)
     return out
 
