@@ -98,7 +98,8 @@ def cmd_prepare(a):
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
                 metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
-                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite)
+                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
+                cache=a.cache)
     st = s['settings']
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
@@ -284,6 +285,9 @@ def main(argv=None):
                    '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
+    q.add_argument('--no-cache', dest='cache', action='store_false', default=True,
+                   help='compute the frozen layers below the first trained one every epoch '
+                        'instead of once per sample into a cache file beside the dataset')
     q.add_argument('--stream', action='store_true', default=None,
                    help='leave frozen weights in the model file, read per op (saves heap)')
     q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '

@@ -113,7 +113,7 @@ def board_profile(board, overrides: dict) -> dict:
 
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', **overrides):
+            backend='fallback', cache=True, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -124,7 +124,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     indices are the graph's as given, like train's.  budget: bytes or '96K'; board: a
     boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
     bounds the whole plan and its heap_budget the plan's data (all but code and
-    interpreter)."""
+    interpreter).  cache: train.py caches the input of the first trained op per sample
+    (utrain.prefix) and runs later epochs from there."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     prof = board_profile(board, overrides) if board else None
@@ -226,7 +227,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         progress = progress_step(summary.get('train_samples', 0))
     cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
                                    'keep_best': bool(files['test']), 'on_nan': 'lower',
-                                   'lr_factor': 0.5, 'max_retries': 3}}
+                                   'lr_factor': 0.5, 'max_retries': 3, 'cache': bool(cache)}}
+    for f in os.listdir(out_dir):     # a frozen-prefix cache of an earlier prepare is stale
+        if f.endswith(('.pfx', '.pfx.tmp')):
+            os.remove(os.path.join(out_dir, f))
     cfg.update(s)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())

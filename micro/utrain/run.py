@@ -66,6 +66,7 @@ def main(cfg_path='train.json'):
     run = cfg.pop('run', {})
     gc.collect()            # the JSON parse's garbage gone before the big arrays come
     tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
+    tr.cache = run.get('cache', False)      # the frozen-prefix cache (docs/memory.md)
     c = tr.cfg
     ckpt = files.get('checkpoint')
     if run.get('resume') and ckpt and exists(ckpt):
