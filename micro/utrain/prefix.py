@@ -3,7 +3,7 @@
 # to ops k.. (the cut) are the same every epoch.  The first pass over a dataset computes
 # them as inference and writes them to <dataset>.pfx next to it; later passes read a
 # sample's cut from there and run ops k.. only.
-# File: header '<4sHHIII' (magic, version, k, cut tensors, samples, dataset bytes,
+# File: header '<4sHHIIII' (magic, version, k, cut tensors, samples, dataset bytes,
 # model bytes), per cut tensor '<III' (id, rows, cols), then per sample the cut's
 # float32 values in that order.  Written to <path>.tmp and renamed once every sample is
 # in (a pass cut short leaves no partial cache); a file that does not match the model
@@ -47,7 +47,7 @@ class Prefix:
         self.net, self.k, self.ts, self.bufs = net, k, ts, bufs
         self.path = ds.path + '.pfx'
         sh = net.shape
-        h = pack('<4sHHIII', MAGIC, VERSION, k, len(ts), ds.n, _size(ds.path), _size(net.path))
+        h = pack('<4sHHIIII', MAGIC, VERSION, k, len(ts), ds.n, _size(ds.path), _size(net.path))
         for t in ts:
             h += pack('<III', t, sh[t][0], sh[t][1])
         self.head = len(h)
