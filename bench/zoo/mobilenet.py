@@ -159,11 +159,68 @@ def images(shape, n, seed=0, classes=10):
     return np.clip(x, 0, 1).astype(np.float32), y.astype(np.int64)
 
 
+def prepared(name, out, n=16, epochs=3, train='last:2', backend='ulab', **kw):
+    """A run folder for zoo model `name`: n seeded images, SGD batch 1, frozen weights
+    streamed; returns prepare's summary."""
+    import numpy as np
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools.prepare import prepare
+    path, _, shape, _ = build(name)
+    x, y = images(shape, n)
+    os.makedirs(out, exist_ok=True)
+    data = os.path.join(out, 'data.npz')
+    np.savez(data, x=x, y=y)
+    kw.setdefault('stream', True)
+    return prepare(path, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=epochs,
+                   optimizer='sgd', batch=1, train=train, backend=backend, **kw)
+
+
+def epoch_times(out, micropython, heap='8M'):
+    """ms per sample of each epoch of train.py in out on `micropython` (utrain .mpy)."""
+    import re
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools import runner
+    runner.stage(out)
+    env = dict(os.environ, MICROPYPATH=':lib')
+    r = subprocess.run([micropython, '-X', 'heapsize=' + heap, 'train.py'], cwd=out, env=env,
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode:
+        raise RuntimeError(r.stdout + r.stderr)
+    return [float(v) for v in re.findall(r'\(([0-9.]+) ms/sample', r.stdout)]
+
+
+def bench_cache(micropythons, n=16):
+    """Print, per model and build: epoch 1 (computes and caches the frozen prefix) against
+    the later epochs (from the cache), ms per training sample."""
+    print('| model | train | build | epoch 1 ms/sample | later epochs ms/sample | ratio |')
+    print('|---|---|---|---|---|---|')
+    for name in ('mbv2_96', 'mbv2_128', 'mcunet'):
+        for label, mp in micropythons:
+            out = os.path.join(tempfile.mkdtemp(), name)
+            prepared(name, out, n=n, epochs=3, backend='ulab' if 'ulab' in label else 'fallback')
+            t = epoch_times(out, mp)
+            later = sum(t[1:]) / len(t[1:])
+            print(f'| {name} | last:2 | {label} | {t[0]:.1f} | {later:.2f} | {t[0] / later:.0f} |',
+                  flush=True)
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument('--out', help='directory for the .circle files (default: the cache)')
+    ap.add_argument('--bench', nargs='*', metavar='LABEL=MICROPYTHON',
+                    help='time epoch 1 against later epochs (frozen-prefix cache) on these builds')
     a = ap.parse_args()
+    if a.bench is not None:
+        bench_cache([b.split('=', 1) for b in a.bench] or [('fallback', 'micropython')])
+        return
     for name in NETS:
         path, m, _, _ = build(name, out=a.out)
         n = sum(p.numel() for p in m.parameters())
