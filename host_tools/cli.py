@@ -288,6 +288,9 @@ def main(argv=None):
     q.add_argument('--no-cache', dest='cache', action='store_false', default=True,
                    help='compute the frozen layers below the first trained one every epoch '
                         'instead of once per sample into a cache file beside the dataset')
+    q.add_argument('--cache-on-host', dest='cache', action='store_const', const='host',
+                   help='compute that cache here, for the datasets prepare writes: the board '
+                        'trains without running (or holding) the frozen layers')
     q.add_argument('--stream', action='store_true', default=None,
                    help='leave frozen weights in the model file, read per op (saves heap)')
     q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '

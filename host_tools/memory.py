@@ -25,6 +25,12 @@ def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
     """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?
     frozen: the MicroPython has utrain frozen in (boards/freeze.md); lib/ is not used."""
     argv, env = runner.command(out_dir)
+    import json
+    with open(os.path.join(out_dir, 'train.json')) as f:
+        host_cache = json.load(f).get('run', {}).get('cache') == 'host'
+    for f in os.listdir(out_dir):
+        if '.pfx' in f and not host_cache:  # each run from scratch: epoch 1 makes the cache
+            os.remove(os.path.join(out_dir, f))
     if frozen:
         env['MICROPYPATH'] = '.frozen'
     argv[argv.index('-X') + 1] = 'heapsize=%d' % heap

@@ -125,7 +125,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
     bounds the whole plan and its heap_budget the plan's data (all but code and
     interpreter).  cache: train.py caches the input of the first trained op per sample
-    (utrain.prefix) and runs later epochs from there."""
+    (utrain.prefix) and runs later epochs from there; 'host': prepare writes that cache
+    (host_tools.prefixcache), the board never runs the frozen prefix to train."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     prof = board_profile(board, overrides) if board else None
@@ -227,10 +228,14 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         progress = progress_step(summary.get('train_samples', 0))
     cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
                                    'keep_best': bool(files['test']), 'on_nan': 'lower',
-                                   'lr_factor': 0.5, 'max_retries': 3, 'cache': bool(cache)}}
+                                   'lr_factor': 0.5, 'max_retries': 3,
+                                   'cache': 'host' if cache == 'host' else bool(cache)}}
     for f in os.listdir(out_dir):     # a frozen-prefix cache of an earlier prepare is stale
         if f.endswith(('.pfx', '.pfx.tmp')):
             os.remove(os.path.join(out_dir, f))
+    if cache == 'host' and files['train']:
+        from .prefixcache import write_caches
+        summary['prefix_cache'] = write_caches(out_dir, files)
     cfg.update(s)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())
