@@ -285,9 +285,9 @@ def main(argv=None):
                    '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
-    q.add_argument('--no-cache', dest='cache', action='store_false', default=True,
-                   help='compute the frozen layers below the first trained one every epoch '
-                        'instead of once per sample into a cache file beside the dataset')
+    q.add_argument('--cache', dest='cache', action='store_const', const=True, default=False,
+                   help='compute the frozen layers below the first trained one once per sample '
+                        '(first epoch) into a cache file beside the dataset, not every epoch')
     q.add_argument('--cache-on-host', dest='cache', action='store_const', const='host',
                    help='compute that cache here, for the datasets prepare writes: the board '
                         'trains without running (or holding) the frozen layers')

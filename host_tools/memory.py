@@ -61,7 +61,7 @@ def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024, frozen=False)
 BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
 ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
 CODE_PER_MPY_BYTE = 1.875       # resident heap per byte of .mpy imported (mpy-cross -O3)
-BASE = 20 * 1024 + 512          # interpreter, train.py stub, files, json, import holes
+BASE = 14 * 1024 + 512          # interpreter, train.py stub, files, json, import holes
 # npkern (the fallback's native loops): on the unix port its machine code lies outside
 # the GC heap; its module table and constants stay (measured).  A board that loads
 # native code into its heap (rp2) needs its .mpy size on top.
@@ -69,7 +69,7 @@ NATIVE_KERNELS = 5 * 1024
 # utrain frozen into the firmware (boards/freeze.md, backend '...-frozen'): bytecode
 # stays in flash; module dicts, function and class objects are made in the heap
 FROZEN_CODE_PER_MPY_BYTE = 0.35
-BASE_FROZEN = 18 * 1024
+BASE_FROZEN = 15 * 1024
 STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
@@ -124,7 +124,9 @@ def mpy_sizes() -> dict:
 def plan_heap(g, plan, settings, backend='fallback') -> dict:
     """Predicted smallest heap (bytes) for training the prepared model on the simulated
     board, with its parts: {'total': ..., 'parts': {name: bytes}}.  backend: 'fallback'
-    or 'ulab', '-frozen' appended for a firmware with utrain frozen in."""
+    or 'ulab', '-frozen' appended for a firmware with utrain frozen in.
+    settings['prefix'] = k: a frozen-prefix cache made on the host, the board runs ops
+    k.. only (the cut's buffers held all run instead of the input sample's)."""
     from .optable import SPECS
     from .passes import device_shapes
     from .flatmodel import tensor_kinds
@@ -134,6 +136,7 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     size = [r * c for r, c in shapes]
     kinds = tensor_kinds(g, plan)
     arrays, _, frozen = backend.partition('-')
+    lo = settings.get('prefix', 0)
     A = lambda n: array_bytes(n, arrays)      # noqa: E731
     state = {}
     for k in plan.params:
@@ -158,6 +161,18 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     else:
         parts['code'] = int(CODE_PER_MPY_BYTE * mpy + (NATIVE_KERNELS if arrays == 'fallback' else 0))
         parts['interpreter'] = BASE
+    # the model's tables (utrain.flat): per op a tuple of (code, inputs, outputs,
+    # options), each option a boxed float, and two free lists; per tensor its shape
+    # tuple and list slots.  About 1 KB per conv op: 95 KB for a MobileNetV2, which
+    # trains from a prefix cache in 266 KB (the part the other terms left unplanned)
+    tup = lambda n: -(-(16 + 8 * n) // BLOCK) * BLOCK     # noqa: E731
+    tables = 0
+    for op in g.ops:
+        spec = SPECS[op.name]
+        no = len(spec.options(op, g))
+        tables += (tup(4) + tup(len(spec.inputs(op))) + tup(len(op.outputs)) + tup(no)
+                   + no * BLOCK + 2 * tup(1))
+    parts['model tables'] = tables + len(shapes) * (tup(2) + 24)
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]
     if settings.get('stream'):
@@ -166,7 +181,7 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         import importlib
         from utrain.stream import CHUNK
         slots, big = [], 0
-        for op in g.ops:
+        for op in g.ops[lo:]:
             code = SPECS[op.name].code
             rows = getattr(importlib.import_module('utrain.' + KERNELS[code]), 'ROWS', ()) \
                 if code in KERNELS else ()
@@ -193,11 +208,15 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     parts['gradient sums'] = 0 if batch == 1 else sum(A(state[k]) for k in plan.params)
     parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
     # the per-sample working set: activations in flight and the kernels' temporaries
-    x_in = size[g.inputs[0]]
     out_n = size[g.outputs[0]]
-    live = {g.inputs[0]}
+    cut = set()
+    if lo:
+        made = set(g.inputs) | {o for op in g.ops[:lo] for o in op.outputs}
+        cut = {k for op in g.ops[lo:] for k in SPECS[op.name].inputs(op) if k in made}
+    live = set(cut) if lo else {g.inputs[0]}
+    x_in = 0 if lo else size[g.inputs[0]]     # the sample buffer (cut: counted in live)
     peak = 0
-    for op in g.ops:
+    for op in g.ops[lo:]:
         fo, fi = FWD_TEMPS.get(op.name, DEFAULT_FWD)
         ins = [k for k in SPECS[op.name].inputs(op) if k >= 0 and kinds[k] == ACT]
         o = op.outputs[0]
@@ -206,7 +225,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
                    + TAP_VIEWS.get(op.name, 0) * A(0))
         live.add(o)
         for k in ins:
-            if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0]:
+            if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
+                    and k not in cut:
                 live.discard(k)
     grads = {g.outputs[0]: out_n}
     for i, flags in plan.backward:

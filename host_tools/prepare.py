@@ -113,7 +113,7 @@ def board_profile(board, overrides: dict) -> dict:
 
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', cache=True, **overrides):
+            backend='fallback', cache=False, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -125,7 +125,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
     bounds the whole plan and its heap_budget the plan's data (all but code and
     interpreter).  cache: train.py caches the input of the first trained op per sample
-    (utrain.prefix) and runs later epochs from there; 'host': prepare writes that cache
+    (utrain.prefix) in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
@@ -150,7 +150,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     p = make_plan(g, train, rk)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
-    heap = plan_heap(g, p, s, backend)
+    ps = dict(s)
+    if cache == 'host':         # the board runs from the first op that trains
+        from .optable import SPECS
+        ps['prefix'] = min(op.index for op in g.ops
+                           if any(k in p.params for k in SPECS[op.name].inputs(op)))
+    heap = plan_heap(g, p, ps, backend)
     limit = None
     if prof:
         # the profile's heap_budget is what model and training state may take once the
