@@ -187,6 +187,7 @@ def epoch_times(out, micropython, heap='8M'):
     if root not in sys.path:
         sys.path.insert(0, root)
     from host_tools import runner
+    os.environ['MICROPYTHON'] = micropython     # staged for its .mpy version and native arch
     runner.stage(out)
     env = dict(os.environ, MICROPYPATH=':lib')
     r = subprocess.run([micropython, '-X', 'heapsize=' + heap, 'train.py'], cwd=out, env=env,
@@ -204,7 +205,8 @@ def bench_cache(micropythons, n=16):
     for name in ('mbv2_96', 'mbv2_128', 'mcunet'):
         for label, mp in micropythons:
             out = os.path.join(tempfile.mkdtemp(), name)
-            prepared(name, out, n=n, epochs=3, backend='ulab' if 'ulab' in label else 'fallback')
+            prepared(name, out, n=n, epochs=3, backend='ulab' if 'ulab' in label else 'fallback',
+                     cache=True)
             t = epoch_times(out, mp)
             later = sum(t[1:]) / len(t[1:])
             print(f'| {name} | last:2 | {label} | {t[0]:.1f} | {later:.2f} | {t[0] / later:.0f} |',
