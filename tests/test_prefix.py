@@ -123,3 +123,31 @@ def test_no_prefix_no_cache(tmp_path, data):
     tr, ds = _trainer(out)
     tr.train_epoch(ds)
     assert not [f for f in os.listdir(out) if '.pfx' in f]
+
+
+@pytest.mark.parametrize('python', [True, False], ids=['cpython', 'micropython'])
+def test_cache_made_on_the_host(tmp_path, data, python):
+    """prepare --cache-on-host: the board trains from prepare's cache (the prefix's tables
+    dropped) to the weights training the whole model gives (float32 rounding apart:
+    the host computed the prefix with numpy)."""
+    if not python and not MICROPYTHON:
+        pytest.skip('no MicroPython binary')
+    from host_tools.wof import read_wof
+    from host_tools.circle_io import read_model
+    outs = {}
+    for cache in (False, 'host'):
+        out = tmp_path / str(cache)
+        s = _prep(out, data, cache)
+        if cache:
+            assert s['prefix_cache']['op'] > 0
+            before = {f: _read(out / f) for f in os.listdir(out) if f.endswith('.pfx')}
+            assert sorted(before) == ['test.ds.pfx', 'train.ds.pfx']
+        code, text = runner.run(str(out), python=python, stream=False)
+        assert code == 0, text
+        if cache:
+            assert 'computing it again' not in text
+            assert before == {f: _read(out / f) for f in before}      # used as it was
+        g = read_model(CNN if not os.path.exists(out / 'rewritten.circle') else str(out / 'rewritten.circle'))
+        outs[cache] = read_wof(str(out / 'trained.wof'), g)
+    for k, w in outs[False].items():
+        np.testing.assert_allclose(outs['host'][k], w, rtol=1e-4, atol=1e-6)

@@ -77,6 +77,8 @@ def main(cfg_path='train.json'):
         return
     train = Dataset(files['train'])
     test = Dataset(files['test']) if files.get('test') else None
+    if tr.cache == 'host':      # prepare made the prefix caches: the prefix's tables go
+        tr.drop_prefix((train, test))
     metric = c['metric']
     fresh = not (tr.epoch or tr.pos)
     keep = run.get('keep_best') and test   # validation-gated saving

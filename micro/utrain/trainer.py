@@ -292,6 +292,31 @@ class Trainer:
                 print('utrain: ' + pf.note)
         return pf
 
+    def drop_prefix(self, datasets):
+        """When every dataset's prefix cache is ready (made by prepare --cache-on-host),
+        the frozen prefix's op tables and the kernels only it uses leave the heap (about
+        1 KB per conv op).  Ops below k cannot run after this: predict() needs them.
+        Returns k, or 0 (nothing dropped)."""
+        pfs = [self._prefix(d) for d in datasets if d]
+        if not pfs or [p for p in pfs if p is None or p.done is not None]:
+            return 0
+        net = self.net
+        k = pfs[0].k
+        keep = [m.__name__ for m in net.mods[k:]]
+        gone = []
+        for i in range(k):
+            n = net.mods[i].__name__
+            if n not in keep and n not in gone:
+                gone.append(n)
+            net.ops[i] = net.mods[i] = None
+            net.free_infer[i] = net.free_train[i] = ()
+            if net.stream:
+                net.stream.ops[i] = ()
+        for n in gone:
+            _drop(n.split('.')[-1])
+        gc.collect()
+        return k
+
     def train_epoch(self, ds, progress=None, ckpt=None, every=0):
         """One pass over a Dataset (from sample `pos` on, after a resume); returns mean
         (loss, metric) over its samples.  progress(i, n, loss_sum, metric_sum) is called
