@@ -153,6 +153,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         mods.add('npfallback')
     if settings.get('stream'):
         mods.add('stream')
+        if any(op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D') for op in g.ops):
+            mods.add('convrows')        # (counted whether or not a weight is that large)
     sizes = mpy_sizes()
     mpy = sum(sizes.get(m, 0) for m in mods)
     if frozen:
@@ -171,7 +173,10 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         spec = SPECS[op.name]
         no = len(spec.options(op, g))
         tables += (tup(4) + tup(len(spec.inputs(op))) + tup(len(op.outputs)) + tup(no)
-                   + no * BLOCK + 2 * tup(1))
+                   + no * BLOCK + 2 * (BLOCK + tup(1)))     # free lists: object and items
+        if settings.get('stream'):     # utrain.stream's per-op list of (tensor, slot, size)
+            nc = sum(1 for k in spec.inputs(op) if k >= 0 and kinds[k] == CONST)
+            tables += tup(nc) + nc * tup(3) + 8
     parts['model tables'] = tables + len(shapes) * (tup(2) + 24)
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]

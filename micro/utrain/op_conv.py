@@ -18,6 +18,11 @@ from utrain.xnp import np, zeros, conv_steps
 from utrain.op_act import act, act_grad
 
 DX, DW, DB = 1, 2, 4
+# a large frozen weight streamed from the model file (prepare --stream) comes a few rows
+# at a time (rt.stream.chunks): CONV_2D output channels, DEPTHWISE_CONV_2D taps; it is
+# never whole in the heap (567 KB for MobileNetV2-0.35's last 1x1 conv).  Those steps
+# live in utrain.convrows, imported only by a model that has such a weight.
+ROWS = (1,)
 # the weight gradient is summed whole (rt.wgrad), not only a rank's training channels
 WGRAD_WHOLE = True
 
@@ -66,7 +71,10 @@ def forward(rt, op):
     sw = int(o[10])
     y = zeros(rt.shape[outs[0]])
     # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
-    if conv_steps and conv_steps('Cf' if code == 3 else 'Df', y, x, w, o):
+    if w is None:
+        from utrain.convrows import steps
+        steps(rt, op, y, x, False)
+    elif conv_steps and conv_steps('Cf' if code == 3 else 'Df', y, x, w, o):
         pass
     elif code == 3:
         I = int(o[3])
@@ -97,6 +105,11 @@ def backward(rt, op, dy, flags):
     g = rt.wgrad(ins[1]) if flags & DW else None
     dx = zeros(rt.shape[ins[0]]) if flags & DX else None
     sw = int(o[10])
+    if w is None:                   # frozen, streamed by rows: only dx
+        from utrain.convrows import steps
+        steps(rt, op, dx, dz, True)
+        rt.add_grad(ins[0], dx)
+        return
     if conv_steps:
         c = 'C' if code == 3 else 'D'
         if g is not None and conv_steps(c + 'w', g, dz, x, o):

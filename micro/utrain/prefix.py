@@ -111,3 +111,50 @@ class Prefix:
         if self.f is not None:
             self.f.close()
             self.f = None
+
+
+def get(tr, ds):
+    """Trainer tr's cache for Dataset ds (made at first use), or None when the model has
+    no frozen prefix (tr.cache then goes off); the cut's buffers are shared by every
+    dataset's cache."""
+    pf = tr.prefixes.get(ds.path)
+    if pf is None:
+        net = tr.net
+        k, ts = cut(net)
+        if not k:
+            tr.cache = False
+            return None
+        if tr.cut_bufs is None:
+            tr.cut_bufs = [zeros(net.shape[t]) for t in ts]
+        pf = tr.prefixes[ds.path] = Prefix(net, ds, k, ts, tr.cut_bufs)
+        if pf.note:
+            print('utrain: ' + pf.note)
+    return pf
+
+
+def drop(tr, datasets):
+    """When every dataset's cache is ready (made by prepare --cache-on-host), the frozen
+    prefix's op tables and the kernels only it uses leave the heap (about 1 KB per conv
+    op).  Ops below k cannot run after this: Trainer.predict() needs them.  Returns k,
+    or 0 (nothing dropped)."""
+    import gc
+    from utrain.model import drop as drop_module
+    pfs = [tr._prefix(d) for d in datasets if d]
+    if not pfs or [p for p in pfs if p is None or p.done is not None]:
+        return 0
+    net = tr.net
+    k = pfs[0].k
+    keep = [m.__name__ for m in net.mods[k:]]
+    gone = []
+    for i in range(k):
+        n = net.mods[i].__name__
+        if n not in keep and n not in gone:
+            gone.append(n)
+        net.ops[i] = net.mods[i] = None
+        net.free_infer[i] = net.free_train[i] = ()
+        if net.stream:
+            net.stream.ops[i] = ()
+    for n in gone:
+        drop_module(n.split('.')[-1])
+    gc.collect()
+    return k

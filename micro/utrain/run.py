@@ -78,7 +78,8 @@ def main(cfg_path='train.json'):
     train = Dataset(files['train'])
     test = Dataset(files['test']) if files.get('test') else None
     if tr.cache == 'host':      # prepare made the prefix caches: the prefix's tables go
-        tr.drop_prefix((train, test))
+        from utrain.prefix import drop
+        drop(tr, (train, test))
     metric = c['metric']
     fresh = not (tr.epoch or tr.pos)
     keep = run.get('keep_best') and test   # validation-gated saving

@@ -274,48 +274,11 @@ class Trainer:
         return ls / max(n, 1), ms / max(n, 1)
 
     def _prefix(self, ds):
-        # ds's frozen-prefix cache (utrain.prefix), when self.cache is set and the model
-        # has a frozen prefix; the cut's buffers are shared by every dataset's cache
+        # ds's frozen-prefix cache when self.cache is set (utrain.prefix.get)
         if not self.cache:
             return None
-        pf = self.prefixes.get(ds.path)
-        if pf is None:
-            from utrain.prefix import cut, Prefix
-            k, ts = cut(self.net)
-            if not k:
-                self.cache = False
-                return None
-            if self.cut_bufs is None:
-                self.cut_bufs = [zeros(self.net.shape[t]) for t in ts]
-            pf = self.prefixes[ds.path] = Prefix(self.net, ds, k, ts, self.cut_bufs)
-            if pf.note:
-                print('utrain: ' + pf.note)
-        return pf
-
-    def drop_prefix(self, datasets):
-        """When every dataset's prefix cache is ready (made by prepare --cache-on-host),
-        the frozen prefix's op tables and the kernels only it uses leave the heap (about
-        1 KB per conv op).  Ops below k cannot run after this: predict() needs them.
-        Returns k, or 0 (nothing dropped)."""
-        pfs = [self._prefix(d) for d in datasets if d]
-        if not pfs or [p for p in pfs if p is None or p.done is not None]:
-            return 0
-        net = self.net
-        k = pfs[0].k
-        keep = [m.__name__ for m in net.mods[k:]]
-        gone = []
-        for i in range(k):
-            n = net.mods[i].__name__
-            if n not in keep and n not in gone:
-                gone.append(n)
-            net.ops[i] = net.mods[i] = None
-            net.free_infer[i] = net.free_train[i] = ()
-            if net.stream:
-                net.stream.ops[i] = ()
-        for n in gone:
-            _drop(n.split('.')[-1])
-        gc.collect()
-        return k
+        from utrain.prefix import get
+        return get(self, ds)
 
     def train_epoch(self, ds, progress=None, ckpt=None, every=0):
         """One pass over a Dataset (from sample `pos` on, after a resume); returns mean
