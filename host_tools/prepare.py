@@ -150,7 +150,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     p = make_plan(g, train, rk)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
-    ps = dict(s)
+    ps = dict(s, cache=cache)
     if cache == 'host':         # the board runs from the first op that trains
         from .optable import SPECS
         ps['prefix'] = min(op.index for op in g.ops
