@@ -50,8 +50,9 @@ def ulab_binary():
     return p if p and os.access(p, os.X_OK) else None
 
 
-def micropython_step(out, cfg, binary=None):
-    """(step us, step / bare loop) of step.py under unix MicroPython in folder out."""
+def micropython_step(out, cfg, binary=None, heap=None):
+    """(step us, step / bare loop) of step.py under unix MicroPython in folder out
+    (heap: -X heapsize, instead of the unix profile's)."""
     with open(os.path.join(out, 'bench.json'), 'w') as f:
         json.dump(cfg, f)
     shutil.copy(os.path.join(ROOT, 'bench', 'step.py'), out)
@@ -59,6 +60,8 @@ def micropython_step(out, cfg, binary=None):
     argv[-1] = 'step.py'
     if binary:
         argv[0] = binary
+    if heap:
+        argv[argv.index('-X') + 1] = 'heapsize=' + heap
     r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=600)
     line = [x for x in r.stdout.splitlines() if x.startswith('RESULT')]
     if r.returncode or not line:

@@ -132,9 +132,16 @@ def backward_flags(g, train):
     them (gradients only where a trained weight needs them), for any op."""
     trained = trained_ops(g, train)
     needs = {}
+
+    def below(op):      # a data input needs its gradient (SPLIT's is input 1, ADD's 0 and 1)
+        spec = SPECS.get(op.name)
+        pos = spec.data_inputs if spec else (0,)
+        return any(needs.get(op.inputs[p], False) for p in pos if p < len(op.inputs))
+
     for op in g.ops:
         trains = op.index in trained and op.name in WEIGHTED
-        needs[op.outputs[0]] = trains or needs.get(op.inputs[0], False)
+        for k in op.outputs:
+            needs[k] = trains or below(op)
     flags = {}
     for op in g.ops:
         if needs[op.outputs[0]]:

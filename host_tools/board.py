@@ -19,15 +19,18 @@ class BoardError(RuntimeError):
     pass
 
 
-def mpremote(port, *args, resume=False, capture=True, cwd=None):
+def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
     """Run one mpremote command line against port; returns its stdout (capture) or
     streams it.  resume: do not soft-reset first (needed for unix MicroPython, which
-    exits on a soft reset)."""
+    exits on a soft reset).  timeout: seconds, then BoardError (mpremote is killed)."""
     argv = [sys.executable, '-m', 'mpremote', 'connect', port] + (['resume'] if resume else [])
     argv += list(args)
-    p = subprocess.run(argv, cwd=cwd, text=True,
-                       stdout=subprocess.PIPE if capture else None,
-                       stderr=subprocess.PIPE if capture else None)
+    try:
+        p = subprocess.run(argv, cwd=cwd, text=True, timeout=timeout,
+                           stdout=subprocess.PIPE if capture else None,
+                           stderr=subprocess.PIPE if capture else None)
+    except subprocess.TimeoutExpired:
+        raise BoardError(f'mpremote {args[0]} on {port}: no answer in {timeout:g} s') from None
     if p.returncode:
         err = ((p.stderr or '').strip() or (p.stdout or '').strip()[-300:]) if capture else ''
         raise BoardError(f'mpremote {args[0]} on {port} failed'

@@ -1,4 +1,5 @@
-"""`plot`: loss and metric per epoch, train and test, from a train.log CSV."""
+"""`plot`: loss and metric per epoch, train and test, from a train.log CSV (or per round
+from a fleet's fleet.csv)."""
 from __future__ import annotations
 
 import csv
@@ -8,12 +9,14 @@ import os
 
 def read_log(path):
     """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
-    ms,free_heap; empty or nan cells are None); ValueError naming path when malformed."""
+    ms,free_heap: the last run, as each fresh run starts again at epoch 0) or a fleet.csv
+    (round,loss,<metric>,test_loss,test_<metric>,boards,samples); empty or nan cells are
+    None; ValueError naming path when malformed."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
     with open(path, newline='') as f:
         rows = list(csv.reader(f))
-    if not rows or len(rows[0]) != 7 or rows[0][0] != 'epoch':
+    if not rows or len(rows[0]) != 7 or rows[0][0] not in ('epoch', 'round'):
         raise ValueError(f'{path}: not a utrain train.log (header epoch,loss,metric,...)')
     head = rows[0]
     cols = {h: [] for h in head}
@@ -28,9 +31,13 @@ def read_log(path):
             except ValueError:
                 raise ValueError(f'{path}: line {k}: {h} {v!r} is not a number') from None
             cols[h].append(None if x is None or math.isnan(x) else x)
-    if not cols['epoch']:
-        raise ValueError(f'{path}: no epochs logged yet')
-    return cols
+    if not cols[head[0]]:
+        raise ValueError(f'{path}: no {head[0]}s logged yet')
+    if head[0] != 'epoch':
+        return cols
+    # train.log is appended to: each fresh run starts again at epoch 0; the last run counts
+    last = max(i for i, e in enumerate(cols['epoch']) if i == 0 or e == 0)
+    return {h: v[last:] for h, v in cols.items()}
 
 
 def plot(log, out):
@@ -43,10 +50,10 @@ def plot(log, out):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, what in zip(axes, ('loss', metric)):
         for col, label, style in ((what, 'train', 'o-'), ('test_' + what, 'test', 's--')):
-            pts = [(e, v) for e, v in zip(c['epoch'], c[col]) if v is not None]
+            pts = [(e, v) for e, v in zip(c[names[0]], c[col]) if v is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
-        ax.set_xlabel('epoch')
+        ax.set_xlabel(names[0])
         ax.set_ylabel(what)
         ax.set_title(what)
         ax.grid(alpha=0.3)

@@ -12,12 +12,11 @@ import os
 def write_caches(out_dir, files) -> dict | None:
     """Write the prefix cache of each dataset in out_dir; returns {'op': k, 'tensors':
     [...], 'bytes': total} or None when the model has no frozen prefix."""
-    from .memory import sys_path_micro
-    sys_path_micro()
-    from utrain.trainer import Trainer
-    from utrain.data import Dataset
-    from utrain.xnp import zeros
-    from utrain.prefix import cut
+    from .device import module
+    Trainer = module('trainer').Trainer
+    Dataset = module('data').Dataset
+    zeros = module('xnp').zeros
+    cut = module('prefix').cut
     tr = Trainer(os.path.join(out_dir, files['model']), os.path.join(out_dir, files['weights']))
     k, ts = cut(tr.net)
     if not k:

@@ -2,6 +2,7 @@
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -10,8 +11,8 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
-from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan
-from . import rewrite as rw
+from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
+from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
 
@@ -38,6 +39,20 @@ def rewrite_for_training(g, train, enabled=True):
         rw.compact(g)
     ids = {id(op) for op in keep}
     return [op.index for op in g.ops if id(op) in ids], info, perm
+
+
+def select_rewrite_plan(source, train, ranks, rewrite=True):
+    """The select, rewrite and plan passes on a copy of the graph as read (source is not
+    changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
+    file's numbering.  Returns (rewritten graph, its trainable op indices, its ranks
+    {op index: rank}, rewrite report, input permutation, plan)."""
+    g = copy.deepcopy(source)
+    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
+    ranked = {id(g.ops[i]): r for i, r in ranks.items()}
+    train = sorted(parse_train(train, len(g.ops)) | set(ranks))
+    train, info, perm = rewrite_for_training(g, train, rewrite)
+    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
+    return g, train, rk, info, perm, make_plan(g, train, rk)
 
 
 def metadata_settings(g) -> dict:
@@ -111,9 +126,23 @@ def board_profile(board, overrides: dict) -> dict:
     return prof
 
 
+def heap_limit(prof, budget, heap):
+    """The heap a plan must fit (bytes) or None: the board profile's heap_budget is what
+    model and training state may take once the code is loaded (the planner's data parts),
+    its heap bounds the whole plan; budget bounds the whole plan too."""
+    limit = None
+    if prof:
+        fixed = heap['parts']['code'] + heap['parts']['interpreter']
+        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
+    if budget:
+        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    return limit
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', cache=False, **overrides):
+            backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
+            log=print, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -124,15 +153,31 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     indices are the graph's as given, like train's.  budget: bytes or '96K'; board: a
     boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
     bounds the whole plan and its heap_budget the plan's data (all but code and
-    interpreter).  cache: train.py caches the input of the first trained op per sample
-    (utrain.prefix) in its first epoch and runs later epochs from there; 'host': prepare writes that cache
+    interpreter).  select: 'auto' (contribution analysis on the host over data) or
+    'board' (the board picks among candidates by Fisher potential; select_layers: how
+    many besides the classifier) chooses the ranks within the budget (host_tools/select.py).  An int8 model
+    trains as int8 (host_tools/quant.py) unless ``dequantize``: then in float32, dequantized.
+    cache: train.py caches the input of the first trained op per sample (utrain.prefix)
+    in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
+    from .validate import check_settings, check_graph, check_values
     prof = board_profile(board, overrides) if board else None
+    check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
+    check_graph(g)             # the file's op numbering, before any rewrite
     s = resolve_settings(g, overrides)
+    check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
     train = s.pop('train')
+    if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
+        return quant.prepare_q8(g, model_path, out_dir, s, train, data, test_split,
+                                split_seed, progress)
+    sel = None
+    if select:
+        sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite,
+                         test_split, split_seed, select_layers, log)
+        ranks, train_config, train = sel['ranks'], None, 'none'
     rk = {}
     if train_config:
         rk.update(read_train_config(train_config, len(g.ops)))
@@ -142,12 +187,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         rk.update(ranks)
     elif ranks:
         rk.update(parse_ranks(ranks, len(g.ops)))
-    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
-    ranked = {id(g.ops[i]): r for i, r in rk.items()}
-    train = sorted(parse_train(train, len(g.ops)) | set(rk))
-    train, info, perm = rewrite_for_training(g, train, rewrite)
-    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
-    p = make_plan(g, train, rk)
+    source, chosen, chosen_rk = g, sorted(parse_train(train, len(g.ops)) | set(rk)), dict(rk)
+    g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
     ps = dict(s, cache=cache)
@@ -156,20 +197,26 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         ps['prefix'] = min(op.index for op in g.ops
                            if any(k in p.params for k in SPECS[op.name].inputs(op)))
     heap = plan_heap(g, p, ps, backend)
-    limit = None
-    if prof:
-        # the profile's heap_budget is what model and training state may take once the
-        # code is loaded: the planner's data parts; its heap bounds the whole plan
-        fixed = heap['parts']['code'] + heap['parts']['interpreter']
-        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
-    if budget:
-        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    if sel and 'select' in sel:
+        from .select import add_fisher
+        add_fisher(heap, g, p, backend)
+    limit = heap_limit(prof, budget, heap)
     if limit is not None and heap['total'] > limit:
         raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                            f'({backend}), the budget is {limit // 1024} KB'
                            + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
                               'for model and training state)' if prof else '') + '.\n'
-                           + fit_advice(g, s, train, rk, backend, limit, heap))
+                           + fit_advice(source, s, chosen, chosen_rk, backend, limit, heap,
+                                        lambda tr, r: select_rewrite_plan(source, tr, r, rewrite)))
+    outs = [n for n in FILES.values()] + ['train.json', 'prepare.json', 'train.tcfg']
+    for src in (model_path, data, train_config):
+        for n in outs:
+            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
+                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
+                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
+                                   'prepare into another folder')
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise PrepareError(f'{out_dir}: exists and is not a folder')
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
     if info['changed']:
@@ -195,7 +242,16 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                'rewritten': files['rewritten'], 'input_perm': perm,
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'quant': info['quant']}
-    if any(r for r in p.op_ranks.values()) or train_config:
+    if sel:
+        # the choice as onert-micro's training-config file, ops of the graph as given
+        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
+        write_train_config(os.path.join(out_dir, 'train.tcfg'), sel['ranks'], onert_only=False)
+        summary['train_config'] = 'train.tcfg'
+        summary['select'] = {k: v for k, v in sel.items() if k in (
+            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+            'weight_gain', 'trials')}
+        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+    elif any(r for r in p.op_ranks.values()) or train_config:
         try:
             write_train_config(os.path.join(out_dir, 'train.tcfg'), p.op_ranks)
             summary['train_config'] = 'train.tcfg'
@@ -203,6 +259,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             summary['train_config'] = None    # a rank onert-micro has no code for
     if data:
         x, y = ds.load(data)
+        check_values(data, x, y)
         n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
         n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
         if perm is not None:          # the model now takes its input transposed (NHWC)
@@ -214,13 +271,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
                                f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
         y = ds.targets(y, s['loss'], n_out, data)
-        tr, te = ds.split(len(x), test_split, split_seed)
-        scale, offset = ds.quantization(x, dtype)     # one scale for train and test
-        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr], dtype, scale, offset)
-        if len(te):
-            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te], dtype, scale,
-                             offset)
-        else:
+        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
+                                               (files['train'], files['test']))
+        if files['test'] not in wrote:
             files['test'] = None
         summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
                        balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
@@ -242,12 +295,31 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         from .prefixcache import write_caches
         summary['prefix_cache'] = write_caches(out_dir, files)
     cfg.update(s)
+    if sel and 'select' in sel:
+        cfg['select'] = sel['select']       # the board's own choice (utrain/fisher.py)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())
     atomic_write(os.path.join(out_dir, 'prepare.json'),
                  (json.dumps(summary, indent=1) + '\n').encode())
     summary['settings'] = s
     return summary
+
+
+def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
+               split_seed, layers, log):
+    """--select auto|board: host_tools/select.py chooses the ranks within the budget."""
+    from . import select as sl
+    limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
+    if mode == 'auto':
+        res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
+                             rewrite, log=log)
+    elif mode == 'board':
+        res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log)
+    else:
+        raise PrepareError(f'--select {mode!r}: expected auto or board')
+    for line in sl.report(res):
+        log(line)
+    return res
 
 
 def export(model_path, wof_path, out_path, quantized=False) -> dict:
@@ -262,11 +334,35 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     summary = {}
     sp = os.path.join(run_dir, 'prepare.json')
     if os.path.exists(sp):
-        with open(sp) as f:
-            summary = json.load(f)
+        try:
+            with open(sp) as f:
+                summary = json.load(f)
+        except (OSError, ValueError) as e:
+            raise PrepareError(f'{sp}: not readable JSON ({e})') from None
+        if not isinstance(summary, dict):
+            raise PrepareError(f'{sp}: not what prepare writes (a JSON object)')
     base = model_path
-    if summary.get('rewritten'):
-        rewritten = os.path.join(run_dir, summary['rewritten'])
+    rw_name = summary.get('rewritten')
+    if rw_name is not None and (not isinstance(rw_name, str) or os.path.basename(rw_name) != rw_name
+                                or rw_name in ('', '.', '..')):
+        raise PrepareError(f'{sp}: "rewritten" {rw_name!r} must be a file name in {run_dir} '
+                           '(no folders)')
+    inputs = [model_path, wof_path, sp, os.path.join(run_dir, 'model.flat')]
+    if rw_name:
+        inputs.append(os.path.join(run_dir, rw_name))
+    for p in inputs:
+        if os.path.abspath(p) == os.path.abspath(out_path) or (
+                os.path.exists(p) and os.path.exists(out_path) and os.path.samefile(p, out_path)):
+            raise PrepareError(f'{out_path}: export would overwrite its own input {p}; '
+                               'give -o another name')
+    if os.path.isdir(out_path):
+        raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
+        from .quant import export as export_int8
+        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
+        return {'model': model_path, 'tensors': 0, 'clipped': 0, 'int8': True}
+    if rw_name:
+        rewritten = os.path.join(run_dir, rw_name)
         if not os.path.exists(rewritten):
             raise PrepareError(f'{rewritten}: missing; {wof_path} indexes that rewritten model')
         base = rewritten

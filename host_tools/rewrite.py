@@ -16,6 +16,8 @@ and returns how many changes it made:
 * fold_batchnorm      a MUL/ADD/SUB/DIV by a per-channel constant after CONV_2D,
                       DEPTHWISE_CONV_2D or FULLY_CONNECTED (tico's eval-mode BatchNorm2d)
                       folded into the layer's weight and bias, for frozen layers only.
+* slices_to_split     STRIDED_SLICEs tiling one activation along one axis (an unrolled
+                      RNN's time steps) -> one SPLIT_V.
 
 Tensors are never renumbered by the passes (new ones are appended; dead ones stay unused
 until :func:`compact`), and surviving Operator objects keep their identity, so a set of
@@ -55,13 +57,6 @@ def new_tensor(g: Graph, name: str, shape, data=None, dtype=None) -> int:
     t = Tensor(len(g.tensors), name, [int(s) for s in shape], dtype or 'float32', data, -1)
     g.tensors.append(t)
     return t.index
-
-
-def new_op(g: Graph, name: str, inputs, outputs, options=None, at=None) -> Operator:
-    op = Operator(-1, OP_CODES[name], name, list(inputs), list(outputs), dict(options or {}))
-    g.ops.insert(len(g.ops) if at is None else at, op)
-    _renumber(g)
-    return op
 
 
 def _renumber(g: Graph):
@@ -507,6 +502,54 @@ def save_graph(g: Graph, path) -> str:
     return b.save(path)
 
 
+def slices_to_split(g: Graph) -> int:
+    """STRIDED_SLICEs that cut one activation into consecutive pieces along one axis
+    (stride 1, no masks; tico's unrolled LSTM/GRU takes each time step of the input
+    projection so) -> one SPLIT_V: its backward writes one input-sized gradient instead
+    of one per slice, summed (T of them for T steps: O(T^2) work and heap churn).
+    Returns the number of SPLIT_Vs made."""
+    groups = {}
+    for op in g.ops:
+        if op.name != 'STRIDED_SLICE' or len(op.inputs) < 4 or is_const(g, op.inputs[0]):
+            continue
+        o = op.options
+        if any(o.get(k) for k in ('begin_mask', 'end_mask', 'ellipsis_mask', 'new_axis_mask',
+                                  'shrink_axis_mask', 'offset')):
+            continue
+        if not all(is_const(g, k) for k in op.inputs[1:4]):
+            continue
+        X = list(g.tensors[op.inputs[0]].shape)
+        b, e, st = (const_ints(g, k) for k in op.inputs[1:4])
+        if len(b) != len(X) or any(v != 1 for v in st):
+            continue
+        b = [v + n if v < 0 else v for v, n in zip(b, X)]
+        e = [min(v + n if v < 0 else v, n) for v, n in zip(e, X)]
+        cut = [d for d in range(len(X)) if (b[d], e[d]) != (0, X[d])]
+        if len(cut) != 1 or list(g.tensors[op.outputs[0]].shape) != \
+                [e[d] - b[d] for d in range(len(X))]:
+            continue
+        groups.setdefault((op.inputs[0], cut[0]), []).append((b[cut[0]], e[cut[0]], op))
+    made = 0
+    for (src, d), parts in groups.items():
+        parts.sort(key=lambda p: p[0])
+        n = g.tensors[src].shape[d]
+        if len(parts) < 2 or parts[0][0] != 0 or parts[-1][1] != n or \
+                any(p[1] != q[0] for p, q in zip(parts, parts[1:])):
+            continue                     # not a tiling of the axis
+        first = min(g.ops.index(p[2]) for p in parts)
+        sizes = new_tensor(g, g.tensors[src].name + '/split_sizes', [len(parts)],
+                           np.array([p[1] - p[0] for p in parts], np.int32))
+        axis = new_tensor(g, g.tensors[src].name + '/split_axis', [], np.array(d, np.int32))
+        g.ops.insert(first, Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [src, sizes, axis],
+                                     [p[2].outputs[0] for p in parts],
+                                     {'num_splits': len(parts)}))
+        _renumber(g)
+        for p in parts:
+            remove_op(g, p[2])
+        made += 1
+    return made
+
+
 def rewrite(g: Graph, keep=()) -> dict:
     """All passes in order on g (in place).  ``keep``: Operator objects of the original
     graph that train (their BatchNorm stays separate).  Returns
@@ -514,5 +557,6 @@ def rewrite(g: Graph, keep=()) -> dict:
     quant = dequantize(g)
     tr = cancel_transposes(g)
     bn = fold_batchnorm(g, keep={id(op) for op in keep})
+    sp = slices_to_split(g)
     return {'dequantized': len(quant), 'quant': quant, 'transposes': tr, 'batchnorm': bn,
-            'changed': bool(quant or tr or bn)}
+            'splits': sp, 'changed': bool(quant or tr or bn or sp)}

@@ -58,7 +58,7 @@ def _mpy_cross(src, dst, arch=None):
 # sys.implementation._mpy >> 10 -> mpy-cross -march name (MicroPython's MP_NATIVE_ARCH_*)
 ARCHS = (None, 'x86', 'x64', 'armv6', 'armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp',
          'xtensa', 'xtensawin', 'rv32imc', 'rv64imc')
-NATIVE = 'npkern.py'                      # the module written for the native emitter
+NATIVE = ('npkern.py', 'q8kern.py')       # the modules written for the native/viper emitters
 _SIM_MPY = {}
 
 
@@ -80,10 +80,12 @@ def simulator_mpy() -> int:
 
 
 def _bytecode_only(src, dst):
-    """npkern.py for a firmware without the native emitter: decorators stripped."""
+    """npkern.py / q8kern.py for a firmware without the native emitter: decorators
+    stripped (q8kern then defines its pointer casts as plain indexing)."""
     with open(src) as f:
         text = f.read()
     text = text.replace('@micropython.native\n', '').replace('NATIVE = True', 'NATIVE = False')
+    text = text.replace('@micropython.viper\n', '').replace('VIPER = True', 'VIPER = False')
     with open(dst, 'w') as f:
         f.write(text)
 
@@ -102,7 +104,7 @@ def stage(out_dir, source=False, mpy=None):
         if not name.endswith('.py'):
             continue
         src = os.path.join(PACKAGE, name)
-        if name == NATIVE and not arch:
+        if name in NATIVE and not arch:
             src = os.path.join(lib, name)
             _bytecode_only(os.path.join(PACKAGE, name), src)
             if not source:
@@ -111,7 +113,7 @@ def stage(out_dir, source=False, mpy=None):
         elif source or name == '__init__.py':
             shutil.copy(src, lib)
         else:
-            _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'), arch if name == NATIVE else None)
+            _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'), arch if name in NATIVE else None)
     return lib
 
 
@@ -132,15 +134,39 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
 
 
 def run(out_dir, board='unix', python=False, source=False, stream=True):
-    """Run training in out_dir; returns (exit code, output text)."""
+    """Run training in out_dir; returns (exit code, output text).  One run per folder at
+    a time: a second is refused (a lock on the folder that the kernel drops when this
+    process ends, killed or not).  A Ctrl-C here reaches train.py as a board's Ctrl-C
+    does: as the byte 0x03 on its stdin, taken between samples (utrain/run.py Keys),
+    so it stops after saving a checkpoint from which resume is exact."""
+    import fcntl
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
-    argv, env = command(out_dir, board, python, source)
-    p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, bufsize=1)
-    lines = []
-    for line in p.stdout:
-        lines.append(line)
-        if stream:
-            print(line, end='', flush=True)
-    return p.wait(), ''.join(lines)
+    lock = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RuntimeError(f'{out_dir}: another run is training in this folder; wait for it '
+                               'to end (or stop it) first') from None
+        argv, env = command(out_dir, board, python, source)
+        p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
+                             stdin=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             bufsize=1, start_new_session=True)
+        lines = []
+        while True:
+            try:
+                for line in p.stdout:
+                    lines.append(line)
+                    if stream:
+                        print(line, end='', flush=True)
+                break
+            except KeyboardInterrupt:
+                try:
+                    p.stdin.write('\x03')
+                    p.stdin.flush()
+                except OSError:
+                    pass
+        return p.wait(), ''.join(lines)
+    finally:
+        os.close(lock)

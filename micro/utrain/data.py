@@ -20,6 +20,9 @@ def header(path, h):
     magic, ver, xt, yt, n, xl, yl = unpack('<4sHBBIII', h[:20])
     if magic != MAGIC:
         raise ValueError('%s: not a utrain dataset (magic %r)' % (path, magic))
+    if xl < 1 or yl < 1:      # (n records of 0 bytes would pass the size check)
+        raise ValueError('%s: samples of %d inputs and %d targets: both must be at least 1'
+                         % (path, xl, yl))
     if ver == 1:
         if xt or yt:
             raise ValueError('%s: version 1 dataset with dtypes %d,%d' % (path, xt, yt))

@@ -1,12 +1,10 @@
 # What train.py runs (kept here so a board loads it precompiled as .mpy instead of
-# compiling it in its heap): load the prepared files named by train.json, evaluate,
-# train epoch by epoch with progress lines, a CSV log, checkpoints, validation-gated
-# saving, divergence recovery, Ctrl-C and out-of-memory handling (README).
+# compiling it in its heap): check train.json (utrain/config.py), load the prepared
+# files it names, evaluate, train epoch by epoch with progress lines, a CSV log,
+# checkpoints, validation-gated saving of the best weights across runs (utrain/best.py),
+# divergence recovery, Ctrl-C, file-system and out-of-memory handling (README).
 import gc
-import json
 import sys
-from utrain.trainer import Trainer, Diverged
-from utrain.data import Dataset
 
 try:
     from time import ticks_ms, ticks_diff
@@ -20,13 +18,8 @@ except ImportError:  # CPython
         return a - b
 
 
-def exists(path):
-    # (not utrain.wof's: that module stays off the heap between saves)
-    try:
-        open(path).close()
-        return True
-    except OSError:
-        return False
+class SaveError(Exception):
+    pass
 
 
 def heap():
@@ -45,150 +38,244 @@ def flush():
         pass
 
 
-def mark_resume(cfg_path):
-    # set run.resume in train.json, replacing the file atomically
-    from utrain.wof import _replace
-    with open(cfg_path) as f:
-        d = json.load(f)
-    d.setdefault('run', {})['resume'] = True
-    with open(cfg_path + '.tmp', 'w') as f:
-        json.dump(d, f)
-    _replace(cfg_path + '.tmp', cfg_path)
+def drop(mod):
+    # utrain.model.drop, here so that checking train.json loads no model code
+    if sys.implementation.name == 'micropython':
+        sys.modules.pop('utrain.' + mod, None)
+        try:
+            delattr(sys.modules['utrain'], mod)
+        except AttributeError:
+            pass
+
+
+def aux(mod, fn, *a):
+    # utrain.<mod>.<fn>(*a), the module loaded for the call and dropped after: held by
+    # no name, its code leaves the heap (code is heap on a board)
+    __import__('utrain.' + mod)
+    try:
+        return getattr(getattr(sys.modules['utrain'], mod), fn)(*a)
+    finally:
+        drop(mod)
+
+
+def saving(name, fn, *a):
+    """fn(*a), a save of file `name`; an OSError becomes SaveError saying which file,
+    why, how much space is left and that the previous file is kept (utrain/once.py)."""
+    try:
+        return fn(*a)
+    except OSError as e:
+        raise SaveError(aux('once', 'fs_error', name, e))
 
 
 STATE = {}
+# unix MicroPython raises KeyboardInterrupt from a system call that SIGINT cut short;
+# when that call was a file's close() in the garbage collector (heap locked), what
+# arrives is "MemoryError: memory allocation failed, heap is locked": a Ctrl-C as well
+# (utrain never locks the heap itself)
+INTR = (KeyboardInterrupt, MemoryError)
+
+
+def ctrl_c(e):
+    # (str(e) would allocate: with the heap locked that fails too)
+    return isinstance(e, KeyboardInterrupt) or bool(e.args) and 'locked' in e.args[0]
+
+
+class Keys:
+    """Ctrl-C at safe points.  While training, micropython.kbd_intr(-1) stops the
+    UART interrupt (or unix's SIGINT handler) from raising KeyboardInterrupt at any
+    moment, half way through an update; the Ctrl-C byte then waits on stdin, and
+    check(), called between samples, raises KeyboardInterrupt when one is there.
+    (On unix a SIGINT then ends the process like a power cut; `host_tools run` passes
+    a terminal's Ctrl-C on as the byte.)"""
+
+    def __init__(self):
+        self.p = self.k = None
+        try:
+            from micropython import kbd_intr
+            kbd_intr(-1)
+            self.k = kbd_intr
+        except ImportError:
+            pass
+        try:
+            import select
+            self.p = select.poll()
+            self.p.register(sys.stdin, 1)      # POLLIN
+        except Exception:
+            self.p = None
+
+    def check(self):
+        if self.p and self.p.poll(0):
+            try:
+                c = sys.stdin.read(1)
+            except Exception:
+                c = ''
+            if c == '\x03':
+                raise KeyboardInterrupt
+            if not c:                  # stdin at its end (a pipe closed, /dev/null)
+                self.p = None
+
+    def close(self):
+        if self.k:
+            self.k(3)
 
 
 def main(cfg_path='train.json'):
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    files = cfg.pop('files')
-    run = cfg.pop('run', {})
-    gc.collect()            # the JSON parse's garbage gone before the big arrays come
-    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
+    files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
+    chosen = None
+    if sel:                 # prepare --select board: the board chooses what trains
+        from utrain import fisher
+        if resume:
+            chosen = fisher.read(files['checkpoint'])
+        else:
+            chosen = fisher.Chooser(files['train'], sel, cfg)   # on the Trainer's net
+        fisher = None
+    # the trainer's code loads after train.json's check, into the space the check's code
+    # and the JSON parse left (collected first): loaded before it, that space would stay
+    # holes between the names the check interned, too small for the arrays to come
+    gc.collect()
+    STATE['code'] = 1       # (set before: under a MemoryError it could not be)
+    from utrain.trainer import Trainer
+    from utrain.data import Dataset
+    del STATE['code']
+    gc.collect()
+    out = files['out']
+    T = Trainer
+    if files['model'].endswith('.json'):    # an int8 model training as int8 (utrain.q8)
+        from utrain.q8train import Q8Trainer as T
+    tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
+    chosen = None           # (a Chooser holds utrain.fisher's code)
     tr.cache = run.get('cache', False)      # the frozen-prefix cache (docs/memory.md)
     c = tr.cfg
+    metric = c['metric']
     ckpt = files.get('checkpoint')
-    if run.get('resume') and ckpt and exists(ckpt):
+    if resume:
         tr.load_checkpoint(ckpt)
-        print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
-    if not files.get('train'):
-        print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
-        return
-    train = Dataset(files['train'])
+        print('resumed from %s at epoch %d, sample %d' % (ckpt, tr.epoch, tr.pos))
     test = Dataset(files['test']) if files.get('test') else None
+    keep = run.get('keep_best', False) and test   # validation-gated saving
+    rec = None
+    if keep:                 # trained.wof's test result, kept across runs
+        rec = saving(out + '.best', aux, 'best', 'known', tr, out, test)
+    train = Dataset(files['train'])
     if tr.cache == 'host':      # prepare made the prefix caches: the prefix's tables go
         from utrain.prefix import drop
         drop(tr, (train, test))
-    metric = c['metric']
     fresh = not (tr.epoch or tr.pos)
-    keep = run.get('keep_best') and test   # validation-gated saving
-    log = open(files.get('log', 'train.log'), 'w' if fresh else 'a')
-    if fresh:
-        log.write('epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
+    S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch, 'logged': -1,
+                      't0': ticks_ms()}
+    log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
+    try:
+        run_epochs(tr, files, run, train, test, keep, rec, fresh)
+    except INTR as e:
+        if ctrl_c(e):
+            return aux('once', 'interrupted', tr, files, test, keep, train.n, cfg_path)
+        raise
+    log.close()
+    if keep and tr.best:
+        print('%s holds the best weights: epoch %d, test_%s %.4f' % (out, tr.best[0], metric, tr.best[2]))
+    else:
+        saving(out, tr.save_weights, out)
+        print('saved %s' % out)
+
+
+def run_epochs(tr, files, run, train, test, keep, rec, fresh):
+    from utrain.trainer import Diverged
+    c, log, S = tr.cfg, STATE['log'], STATE['s']
+    metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
+    if fresh and not log.seek(0, 2):     # (an empty log: the header, once)
+        saving(files['log'], log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
     print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs, free heap %d'
           % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
              c['epochs'], heap()))
     if test and fresh:
         tl, tm = tr.evaluate(test)
         print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
-        log.write('0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
+        saving(files['log'], log.write, '0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
         if keep and tr.better(tl, tm):
-            tr.save_weights(files['out'])
+            save_best(tr, files, test)
     every = run.get('progress', 0)
     t = [ticks_ms(), tr.pos]
 
+    keys = STATE['keys']
+
     def progress(i, n, ls, ms):
+        keys.check()                 # a Ctrl-C waiting: stop here, between samples
         if every and i % every == 0:
             dt = ticks_diff(ticks_ms(), t[0])
             print('  %d/%d loss %.4f %s %.4f  %.1f samples/s free %d'
                   % (i, n, ls / i, metric, ms / i, 1000 * (i - t[1]) / max(dt, 1), heap()))
             flush()
 
-    try:
-        while tr.epoch < c['epochs']:
-            t0 = t[0] = ticks_ms()
-            t[1] = tr.pos
-            try:
-                l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
-            except Diverged as e:
-                if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
-                    print('utrain: stopped: %s' % e)
-                    break
-                tr.retries += 1
-                tr.lower_lr(run.get('lr_factor', 0.5))
-                print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
-                continue
-            dt = ticks_diff(ticks_ms(), t0)
-            tl = tm = float('nan')
-            if test:
-                tl, tm = tr.evaluate(test)
-            free = heap()
-            kept = ''
-            if keep:
-                if tr.better(tl, tm):
-                    tr.save_weights(files['out'])
-                    kept = '  kept'
-                else:
-                    kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
-            print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
-                  '(%.2f ms/sample, %.1f samples/s) free %d%s'
-                  % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
-                     dt / max(train.n, 1), 1000 * train.n / max(dt, 1), free, kept))
-            flush()
-            log.write('%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
-            log.flush()
-            if ckpt:
-                tr.save_checkpoint(ckpt)
-    except KeyboardInterrupt:
-        return interrupted(tr, log, ckpt, run, cfg_path)
-    log.close()
-    if keep and tr.best:
-        print('%s holds the best weights: epoch %d, test_%s %.4f' % (files['out'], tr.best[0], metric, tr.best[2]))
-    else:
-        tr.save_weights(files['out'])
-        print('saved %s' % files['out'])
-    try:
-        gc.collect()
-        print('heap in use after training %d B' % gc.mem_alloc())
-    except AttributeError:
-        pass
+    while tr.epoch < c['epochs']:
+        S['t0'] = t[0] = ticks_ms()
+        t[1] = tr.pos
+        try:
+            saving(ckpt, tr.train_epoch, train, progress, ckpt, run.get('checkpoint_every', 0))
+        except Diverged as e:
+            if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
+                print('utrain: stopped: %s' % e)
+                break
+            tr.retries += 1
+            tr.lower_lr(run.get('lr_factor', 0.5))
+            print('utrain: %s; going on with lr %g' % (e, tr.opt.lr))
+            S['ended'] = tr.epoch
+            continue
+        epoch_end(tr, files, test, keep, train.n)   # (tr.last: the epoch's mean loss, metric)
 
 
-def interrupted(tr, log, ckpt, run, cfg_path):
-    # Ctrl-C: drop a half-summed batch and save where its first sample is, so
-    # train.py resumes there when train.json says "resume": true
-    log.close()
-    if ckpt:
-        tr.net.zero_grads()
-        tr.pos -= min(tr.pending, tr.pos)
-        tr.pending = 0
-        tr.save_checkpoint(ckpt)
-        if not run.get('resume'):
-            mark_resume(cfg_path)
-        print('interrupted in epoch %d at sample %d: saved %s; run train.py again to go on '
-              '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
-    else:
-        print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
-    flush()
+def save_best(tr, files, test):
+    # trained.wof, then its record; both saves can be redone after a Ctrl-C
+    aux('best', 'save', tr, files['out'], test)
+
+
+def epoch_end(tr, files, test, keep, n):
+    """Evaluate, keep the best, log and checkpoint the epoch just trained.  Redone whole
+    after a Ctrl-C inside it (every step is a save that can be redone, the log line is
+    written once)."""
+    S, log, c = STATE['s'], STATE['log'], tr.cfg
+    l, m = tr.last
+    dt = ticks_diff(ticks_ms(), S['t0'])
+    metric = c['metric']
+    tl = tm = float('nan')
+    if test:
+        tl, tm = tr.evaluate(test)
+    free = heap()
+    kept = ''
+    if keep:
+        if S['saved'] == tr.epoch or tr.best and tr.best[0] == tr.epoch or tr.better(tl, tm):
+            if S['saved'] != tr.epoch:      # (a Ctrl-C may have cut this save: redone)
+                save_best(tr, files, test)
+            kept = '  kept'
+        else:
+            kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
+    if S['logged'] != tr.epoch:
+        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
+              '(%.2f ms/sample, %.1f samples/s) free %d%s'
+              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
+                 dt / max(n, 1), 1000 * n / max(dt, 1), free, kept))
+        flush()
+        saving(files['log'], log.write, '%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
+        S['logged'] = tr.epoch
+    saving(files['log'], log.flush)
+    if files.get('checkpoint'):
+        saving(files['checkpoint'], tr.save_checkpoint, files['checkpoint'])
+    S['ended'] = tr.epoch
 
 
 def start(cfg_path='train.json'):
+    keys = STATE['keys'] = Keys()
     try:
         main(cfg_path)
-    except ValueError as e:   # a bad file or setting: the message names it
+    except INTR as e:             # a Ctrl-C while loading, or out of memory
+        if 'code' in STATE:
+            raise                 # loading the code: train.py says so
+        tr = STATE.pop('tr', None)   # dropped before loading what says so
+        at = tr and (tr.epoch, tr.pos)
+        tr = None
+        gc.collect()
+        aux('once', 'oom', e, at)
+    except (ValueError, SaveError) as e:   # a bad file or setting, a full file system: named
         print('utrain: error: %s' % e)
         raise SystemExit(1)
-    except MemoryError:
-        # whatever is on flash is the last good state: saves are atomic and none ran now
-        tr = STATE.pop('tr', None)
-        at = 'at epoch %d sample %d' % (tr.epoch + 1, tr.pos + 1) if tr else 'loading the model'
-        tr = None
-        free = heap()
-        used = getattr(gc, 'mem_alloc', heap)()
-        print('utrain: out of memory %s (heap %d B: %d B free, %d B in use once the trainer is '
-              'dropped). The files on flash keep the last saved weights. To fit: prepare --budget '
-              '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
-              'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
-              'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
-        raise SystemExit(1)
+    finally:
+        keys.close()

@@ -8,8 +8,9 @@
 # state (the last checkpoint saved or loaded, else the initial weights); checkpoints
 # hold the position inside the epoch, so a resumed run ends with the same weights.
 import gc
-from utrain.xnp import np, zeros, as2d
-from utrain.model import Net, big_first, drop as _drop
+from utrain.xnp import np, zeros, as2d, big_first
+from utrain.model import Net, drop as _drop
+from utrain.sink import Sums, Apply, state_shape, trained
 from utrain.losses import loss as _loss, metric as _metric, LOSSES, METRICS
 from utrain.optim import Optimizer, OPTIMIZERS
 from utrain.data import order
@@ -43,7 +44,7 @@ def _gc_every(n):
 
 
 class Trainer:
-    def __init__(self, model='model.flat', weights='weights.wof', **settings):
+    def __init__(self, model='model.flat', weights='weights.wof', keep=None, **settings):
         # Loading allocates many small objects that stay (the model's tables) between
         # temporaries that do not (file reads, unpacked records).  Collected only when
         # the heap is full, the temporaries leave a sieve of small holes between the
@@ -57,12 +58,21 @@ class Trainer:
             if weights:
                 net.load_weights(weights)
             _drop('wof')             # Net and load_weights import it; needed again only for files
+            if keep is not None:     # a board's own choice of what trains (utrain/fisher.py):
+                from utrain.fisher import restrict      # {tensor: window}, or a function
+                restrict(net, keep(net) if callable(keep) else keep)   # of the net making it
+                _drop('fisher')
             self.cfg = dict(net.settings)
             self.epoch = self.pos = self.retries = 0
             self.sums = (0.0, 0.0)   # loss and metric sums of the epoch so far
             self.lr_scale = 1.0      # lowered after a divergence
             self.best = None         # (epoch, test loss, test metric) of the best weights
             self.good = None         # checkpoint holding the last good state
+            # Ctrl-C exactness (run.py): commit = (pos, sums) at the last whole batch;
+            # dirty while an update is under way (weights half updated); last = the
+            # (loss, metric) of the last whole epoch.  Each is set with its partners in
+            # one statement: no KeyboardInterrupt lands between stores without a jump.
+            self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
             self.configure(**settings)
             # frozen-prefix cache (utrain.prefix): off unless asked (train.json's run.cache)
             self.cache, self.prefixes, self.cut_bufs = False, {}, None
@@ -90,15 +100,17 @@ class Trainer:
         o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
             c['lr'] * self.lr_scale, c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
         for k in big_first(net.trainable, net.shape):
-            o.init(k, net.state_shape(k))
+            o.init(k, state_shape(net, k))
         # batch 1: each weight gradient updates its weight as soon as it is complete
-        # (no gradient sums are kept); larger batches sum them until apply()
-        self.now = None
-        if int(c['batch']) == 1:
-            self.now = (self._upd, self._upd_row, self._upd_outer)
-            net.acc.clear()
+        # (no gradient sums are kept); larger batches, and models with a weight used
+        # by several ops (an unrolled RNN: each use must see the weight before the
+        # update), sum them until apply()
+        if int(c['batch']) == 1 and not net.shared():
+            net.sink = Apply(net, o)
         else:
-            net.alloc_grads()
+            if net.sink.now:
+                net.sink = Sums(net)
+            net.sink.alloc()
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0
@@ -127,37 +139,16 @@ class Trainer:
         if not finite(l):
             self._diverged('loss is %s' % l)
         m = _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
-        if self.now is not None:
-            self.opt.begin()
-            net.upd, net.upd_row, net.upd_outer = self.now
-            try:
-                net.backward(dy)
-            finally:
-                net.upd = net.upd_row = net.upd_outer = None
+        if net.sink.now:
+            self.dirty = True           # weights change during the backward pass
+            self.opt.begin()            # the sink steps the optimizer inside backward
+            net.backward(dy)
             return l, m
         net.backward(dy)
         self.pending += 1
         if self.pending >= c['batch']:
             self.apply()
         return l, m
-
-    def _w(self, k):
-        # the part of weight k that trains (a view)
-        net = self.net
-        w = net.t[k]
-        r = net.rank.get(k)
-        if r is None:
-            return w
-        return w[r[1]:r[2]] if r[0] == 0 else w[:, r[1]:r[2]]
-
-    def _upd(self, k, g):
-        self.opt.step(k, self._w(k), g)
-
-    def _upd_row(self, k, r, g):
-        self.opt.step_row(k, r, self._w(k)[r], g)
-
-    def _upd_outer(self, k, u, v):
-        return self.opt.step_outer(k, self._w(k), u, v)
 
     def eval_step(self):
         c = self.cfg
@@ -171,12 +162,14 @@ class Trainer:
             return
         net, opt = self.net, self.opt
         scale = 1.0 / self.pending if self.cfg['reduction'] == 'mean' else 1.0
+        self.dirty = True
         opt.begin()
+        acc = net.sink.acc
         for k in net.trainable:
-            g = net.acc.get(k)
+            g = acc.get(k)
             if g is not None:
-                opt.step(k, self._w(k), net.part(k, g), scale)
-        net.zero_grads()
+                opt.step(k, trained(net, k, net.t[k]), trained(net, k, g), scale)
+        net.sink.zero()
         self.pending = 0
 
     def _check(self, what):
@@ -196,7 +189,8 @@ class Trainer:
         initial weights with fresh optimizer state.  lr_scale, retries and the best test
         result (that of the weights saved by validation-gated saving) are kept."""
         net = self.net
-        net.zero_grads()
+        self.dirty = True
+        net.sink.zero()
         self.pending = 0
         keep = self.lr_scale, self.retries, self.best
         if self.good:
@@ -209,6 +203,7 @@ class Trainer:
             self.sums = (0.0, 0.0)
         self.lr_scale, self.retries, self.best = keep
         self.configure()
+        self.commit, self.dirty = (self.pos, self.sums), False
 
     def lower_lr(self, factor):
         self.lr_scale *= factor
@@ -291,9 +286,13 @@ class Trainer:
                              % (ds.path, ds.n, self.pos))
         idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
         last = [self.pos]
+        self.commit, self.dirty = (self.pos, self.sums), False
 
         def hook(i, n, ls, ms):
-            self.pos, self.sums = i, (ls, ms)
+            if self.pending:
+                self.pos, self.sums = i, (ls, ms)
+            else:                    # a whole batch: its update and position together
+                self.pos, self.sums, self.commit, self.dirty = i, (ls, ms), (i, (ls, ms)), False
             if progress:
                 progress(i, n, ls, ms)
             if every and ckpt and not self.pending and i - last[0] >= every and i < n:
@@ -303,8 +302,9 @@ class Trainer:
         r = self._pass(ds, self.train_step, idx, hook, self.pos, self.sums)
         self.apply()
         self._check('')
-        self.epoch += 1
-        self.pos, self.sums = 0, (0.0, 0.0)
+        z = (0.0, 0.0)
+        self.epoch, self.pos, self.sums, self.commit, self.dirty, self.last = (
+            self.epoch + 1, 0, z, (0, z), False, r)
         return r
 
     def evaluate(self, ds):
@@ -331,5 +331,7 @@ class Trainer:
         self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
+        self.dirty = True            # until the whole state is in
         _wof().load_state(self, path)
         _drop('wof')
+        self.commit, self.dirty = (self.pos, self.sums), False

@@ -36,6 +36,7 @@ def openr(path):
 
 
 def exists(path):
+    """Is there a file at path (after finishing an interrupted save of it)?"""
     try:
         openr(path).close()
         return True
@@ -104,9 +105,10 @@ def _nbytes(shapes):
     return [None if s is None else 4 * s[0] * s[1] for s in shapes]
 
 
-def read_table(f, path, shapes):
+def read_table(f, path, shapes, nbytes=None):
     """Check a .wof header against the model's device shapes (one per tensor, None =
-    must have no data) and return (offset per tensor, file size)."""
+    must have no data; or nbytes, the bytes per tensor: int8 models) and return
+    (offset per tensor, file size)."""
     size = _size(f)
     h = f.read(8)
     if len(h) != 8:
@@ -118,7 +120,7 @@ def read_table(f, path, shapes):
         raise FormatError('%s: .wof version %d, this utrain reads %d' % (path, ver, VERSION))
     if n != len(shapes):
         raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, n, len(shapes)))
-    return _table(f, path, n, 8, size, _nbytes(shapes)), size
+    return _table(f, path, n, 8, size, nbytes or _nbytes(shapes)), size
 
 
 def _replace(tmp, path):
@@ -135,23 +137,35 @@ def _replace(tmp, path):
 
 
 def _write_block(f, arrays, n, start):
-    # offset table then data, arrays: {tensor index: array}
+    # offset table then data, arrays: {tensor index: float array, or the raw bytes of
+    # an int8 model's tensor (bytearray of int8, array('i') of int32)}
     offs = [0] * n
     pos = start + 4 * n
     for k in sorted(arrays):
+        a = arrays[k]
         offs[k] = pos
-        pos += 4 * arrays[k].size
+        pos += 4 * a.size if hasattr(a, 'size') else len(bytes(a))
     f.write(pack('<%dI' % n, *offs))
     for k in sorted(arrays):
-        write(f, arrays[k])
+        a = arrays[k]
+        if hasattr(a, 'size'):
+            write(f, a)
+        else:
+            f.write(a)
     return pos
+
+
+def write_wof(f, n, arrays):
+    """A .wof of n tensors to the open file f, {tensor index: array}; the one writer
+    (host_tools/wof.py packs its files with it)."""
+    f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
+    _write_block(f, arrays, n, 8)
 
 
 def save_wof(path, n, arrays):
     tmp = path + '.tmp'
     with open(tmp, 'wb') as f:
-        f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
-        _write_block(f, arrays, n, 8)
+        write_wof(f, n, arrays)
         f.flush()
     _replace(tmp, path)
 
@@ -252,19 +266,25 @@ def save_state(tr, path):
     b = tr.best or (0, 0.0, 0.0)
     extra = pack(RESUME, b'UTRS', 1, tr.best is not None, tr.pos, tr.sums[0], tr.sums[1],
                  tr.lr_scale, b[0], tr.retries, b[1], b[2])
+    extra += getattr(tr.net, 'select', b'')     # the board's choice (utrain/fisher.py)
     save_checkpoint(path, len(tr.net.t), tr.weights(), o.m, o.v, o.t, tr.epoch, extra)
 
 
 def load_state(tr, path):
     net = tr.net
     shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
-    state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
+    from utrain.sink import state_shape
+    state = [state_shape(net, k) if k in net.trainable else None for k in range(len(net.t))]
     w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
     pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
     if extra:
-        if len(extra) != calcsize(RESUME) or extra[:6] != pack('<4sH', b'UTRS', 1):
+        n = calcsize(RESUME)
+        if len(extra) < n or extra[:6] != pack('<4sH', b'UTRS', 1):
             raise ValueError('%s: unknown data after the counters' % path)
-        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra)
+        if extra[n:] != getattr(net, 'select', b''):
+            raise ValueError('%s: trained another selection of tensors than this run '
+                             '(prepare --select board: resume with utrain.fisher.resume)' % path)
+        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra[:n])
         sums = (ls, ms)
         best = (be, bl, bm) if has else None
     for k in net.trainable:

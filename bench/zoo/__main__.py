@@ -1,0 +1,273 @@
+"""python -m bench.zoo [--quick] [--only NAME] [--no-mp] [--budget S]: the model zoo
+(issue 15) as one table, every figure measured in this run:
+
+  model       the zoo model and where it comes from: PyTorch (bench/zoo/nets.py, tico) or
+              Keras (bench/zoo/keras/*.tflite, made by bench/zoo/make_keras.py)
+  train       what trains: all, or last:N = the last two layers with weights and what
+              follows them (ONERT's count of ops in the file)
+  params      float parameters of the model (int8 ones counted once dequantized)
+  trained     the parameters that train
+  MACs        multiply-adds of one training step (forward + backward), from the graph
+  plan KB     the planner's heap for that training (SGD, batch 1), pure-MicroPython
+              fallback / ulab
+  heap KB     (--measure) the smallest -X heapsize in which that run trains (one epoch of
+              8 samples, evaluation, checkpoint; bisection to 1 KB, code as .mpy), on the
+              fallback MicroPython / the ulab one ($UTRAIN_MP_ULAB); plans up to 2 MB
+  Py us       CPython + numpy running utrain's micro/ code, per training sample;
+  Py/dot      that over bare np.dot on the same GEMM sizes, same process (the ratio form)
+  MP us       unix MicroPython ($MICROPYTHON or the runner's), utrain .mpy, fallback;
+  MP/loop     that over a bare MicroPython loop doing the same multiply-adds
+  parity      max |utrain - framework| / max |framework| of the untrained, exported
+              model's outputs on 8 samples: utrain's forward (host simulation, float32)
+              against PyTorch eval (tico models), Keras's own output (float .tflite) or
+              TFLite Micro running the int8 file (int8: the error is the int8 model's
+              quantization, utrain runs it dequantized)
+  ONERT       the same against ONERT running the exported file (n/a where it cannot)
+
+Timing alternates utrain and its bare limit in short rounds (bench/__main__.py's
+side_by_side and step.py), CPU time, so other processes on a busy machine stay out.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+for p in (ROOT, os.path.join(ROOT, 'micro'), os.path.join(ROOT, 'tests')):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+os.environ.pop('UTRAIN_NP', None)
+
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from bench import models  # noqa: E402
+from bench.__main__ import side_by_side, micropython_step, err  # noqa: E402
+
+KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+N = 8                       # parity samples
+COLUMNS = ['model', 'train', 'params', 'trained', 'MACs', 'plan KB', 'heap KB', 'Py us',
+           'Py/dot', 'MP us', 'MP/loop', 'parity', 'ONERT']
+
+# (name, source, which, layers that train: None = all)
+ZOO = [
+    ('DS-CNN KWS 49x10 (PyTorch)', 'tico', 'dscnn', 2),
+    ('IMU 1-D conv 6x128 (PyTorch)', 'tico', 'imu', None),
+    ('ResNet-8 32x32 (PyTorch)', 'tico', 'resnet8', 2),
+    ('LSTM KWS 20x10 (PyTorch)', 'tico', 'lstm', None),
+    ('GRU KWS 20x10 (PyTorch)', 'tico', 'gru', None),
+    ('LayerNorm+GELU block 8x16 (PyTorch)', 'tico', 'lnblock', None),
+    ('MLP 16-32-16-4 (Keras)', 'keras', 'mlp_float', None),
+    ('MLP 16-32-16-4 int8 (Keras)', 'keras', 'mlp_int8', None),
+    ('DS-CNN KWS 49x10 (Keras)', 'keras', 'dscnn_kws_float', 2),
+    ('DS-CNN KWS 49x10 int8 (Keras)', 'keras', 'dscnn_kws_int8', 2),
+    ('MobileNetV2-0.35 96x96 (Keras)', 'keras', 'mobilenetv2_035_96_float', 2),
+    ('MobileNetV2-0.35 96x96 int8 (Keras)', 'keras', 'mobilenetv2_035_96_int8', 2),
+]
+BIG = ('resnet8', 'mobilenetv2')          # --quick leaves these out of MicroPython timing
+
+
+def last_layers(g, n):
+    """--train last:N that trains the last n ops with weights and everything after."""
+    if n is None:
+        return 'all'
+    w = [op.index for op in g.ops if op.name in models.WEIGHTED]
+    return 'last:%d' % (len(g.ops) - w[-n])
+
+
+def keras_data(which):
+    """(x [N, ...] float, Keras's outputs or None) for a Keras zoo file."""
+    sys.path.insert(0, os.path.join(ROOT, 'bench', 'zoo'))
+    import make_keras
+    stem = which.rsplit('_', 1)[0]
+    z = np.load(os.path.join(KERAS, stem + '_data.npz'))
+    if 'x' in z:
+        x = z['x']
+    else:
+        gen = {'mobilenetv2_035_96': make_keras.data_image}[stem]
+        x = gen()[0]
+    return x[:N].astype(np.float32), z['keras_out'][:N]
+
+
+def tflm(path, x, g):
+    """TFLite Micro's float outputs for x (int8 files: quantized in, dequantized out)."""
+    from test_rewrite import tflm_infer
+    qi = g.tensors[g.inputs[0]].quant
+    qo = g.tensors[g.outputs[0]].quant
+    if g.tensors[g.inputs[0]].dtype == 'int8':
+        s, z = qi['scale'][0], (qi.get('zero_point') or [0])[0]
+        q = np.clip(np.round(x / s) + z, -128, 127).astype(np.int8)
+        from tflite_micro.python.tflite_micro import runtime
+        it = runtime.Interpreter.from_file(path)
+        out = []
+        for i in range(len(q)):
+            it.set_input(q[i:i + 1], 0)
+            it.invoke()
+            out.append(np.array(it.get_output(0), np.float64))
+        s, z = qo['scale'][0], (qo.get('zero_point') or [0])[0]
+        return (np.concatenate(out) - z) * s
+    return tflm_infer(path, x)
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64).reshape(len(b), -1), np.asarray(b, np.float64).reshape(len(b), -1)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-12))
+
+
+def utrain_forward(out, s, x):
+    from utrain.trainer import Trainer
+    tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'))
+    ys = []
+    for xi in x:
+        xi = xi[None]
+        if s['input_perm'] is not None:
+            xi = xi.transpose(s['input_perm'])
+        tr.set_input(np.ascontiguousarray(xi))
+        tr.net.forward(False)
+        ys.append(np.array(tr.net.output(), np.float64).ravel())
+    return np.stack(ys)
+
+
+def measure(name, source, which, layers, tmp, a):
+    row = {'model': name}
+    out = os.path.join(tmp, which)
+    if source == 'tico':
+        import torch
+        from bench.zoo import nets
+        path = os.path.join(tmp, which + '.circle')
+        m, shape, classes = nets.export(which, path)
+        x = np.random.default_rng(3).standard_normal((N,) + tuple(shape[1:])).astype(np.float32)
+        with torch.no_grad():
+            ref = m(torch.from_numpy(x)).numpy()
+    else:
+        path = os.path.join(KERAS, which + '.tflite')
+        x, ref = keras_data(which)
+    g = read_model(path)
+    train = last_layers(g, layers)
+    row['train'] = train
+    classifier = models.is_classifier(g)
+    n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
+    y = np.random.default_rng(4).integers(0, n_out, N) if classifier else \
+        np.random.default_rng(4).standard_normal((N, n_out)).astype(np.float32)
+    npz = os.path.join(tmp, which + '.npz')
+    np.savez(npz, x=x, y=y)
+    kw = dict(data=npz, loss='scce' if classifier else 'mse', optimizer='sgd', lr=0.01, batch=1,
+              epochs=1, train=train)
+    s = prepare(path, out, backend='ulab', **kw)
+    plan_ulab = s['heap']['total']
+    s = prepare(path, out, **kw)
+    row['params'] = s['trainable_params'] + s['frozen_params']
+    row['trained'] = s['trainable_params']
+    row['plan KB'] = '%d / %d' % (s['heap']['total'] // 1024, plan_ulab // 1024)
+    w = models.work(g, train)
+    row['MACs'] = w['macs']
+    row['heap KB'] = measured_heaps(out, s['heap']['total']) if a.measure else 'skipped'
+    y_ut = utrain_forward(out, s, x)
+    if source == 'keras' and which.endswith('int8'):
+        ref = tflm(path, x, g)
+    row['parity'] = '%.1e' % rel(y_ut, ref)
+    if which.endswith('int8'):
+        row['ONERT'] = 'n/a (int8 file)'
+    else:
+        try:
+            from onert_ref import onert_infer
+            row['ONERT'] = '%.1e' % rel(y_ut, onert_infer(path, x))
+        except Exception as e:  # noqa: BLE001  (a row says why, the table goes on)
+            row['ONERT'] = 'n/a (' + err(e)[:40] + ')'
+    cfg = {'rounds': a.rounds, 'budget_us': int(a.budget * 1e6), 'round_us': 20000,
+           'max_steps': a.max_steps, 'gemms': w['gemms'], 'loops': w['loops']}
+    from bench import step
+    best, ratio = side_by_side(dict(zip(('Py', 'dot'), step.setup(out, cfg))), a.budget, a.rounds)
+    row['Py us'], row['Py/dot'] = best['Py'], ratio('Py', 'dot')
+    if a.no_mp or (a.quick and any(b in which for b in BIG)):
+        row['MP us'] = row['MP/loop'] = 'skipped'
+    else:
+        try:
+            row['MP us'], row['MP/loop'] = micropython_step(out, cfg, heap=a.heap)
+        except Exception as e:  # noqa: BLE001
+            row['MP us'] = row['MP/loop'] = 'n/a (' + err(e)[:40] + ')'
+    return row
+
+
+def measured_heaps(out, plan):
+    """'fallback KB / ulab KB': the smallest heaps that train the prepared run."""
+    from host_tools import runner
+    from host_tools.memory import smallest_heap
+    if plan > 2048 * 1024:
+        return 'n/a (plan > 2 MB)'
+    got = []
+    for binary in (runner.micropython_binary(), os.environ.get('UTRAIN_MP_ULAB')):
+        if not binary:
+            got.append('-')
+            continue
+        old = os.environ.get('MICROPYTHON')
+        os.environ['MICROPYTHON'] = binary
+        try:
+            h = smallest_heap(out, hi=4096 * 1024)
+        finally:
+            if old is None:
+                os.environ.pop('MICROPYTHON')
+            else:
+                os.environ['MICROPYTHON'] = old
+        got.append('%d' % (h // 1024) if h else 'fails')
+    return ' / '.join(got)
+
+
+def fmt(v, col):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return str(v)
+    if '/' in col:
+        return f'{v:.2f}x'
+    return f'{v:.1f}' if v < 1000 else f'{v:.0f}'
+
+
+def table(rows):
+    cells = [[fmt(r.get(c, 'n/a'), c) for c in COLUMNS] for r in rows]
+    width = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(COLUMNS)]
+    line = lambda xs: '| ' + ' | '.join(x.ljust(width[i]) for i, x in enumerate(xs)) + ' |'  # noqa: E731
+    return '\n'.join([line(COLUMNS), '|' + '|'.join('-' * (w + 2) for w in width) + '|']
+                     + [line(x) for x in cells])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog='python -m bench.zoo', description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--quick', action='store_true', help='CI smoke run: tiny budgets, the big '
+                    'models not timed under MicroPython')
+    ap.add_argument('--budget', type=float, default=1.0, help='CPU seconds per engine and row')
+    ap.add_argument('--rounds', type=int, default=3)
+    ap.add_argument('--max-steps', type=int, default=500)
+    ap.add_argument('--heap', default='16M', help='MicroPython heap for the timing runs')
+    ap.add_argument('--no-mp', action='store_true', help='no MicroPython timing')
+    ap.add_argument('--measure', action='store_true', help='also measure the smallest heap')
+    ap.add_argument('--only', help='models whose name or file contains this (comma-separated: any)')
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.budget, a.rounds, a.max_steps = 0.05, 1, 2
+    tmp = tempfile.mkdtemp(prefix='utrain_zoo_')
+    rows = []
+    try:
+        for name, source, which, layers in ZOO:
+            if a.only and not any(o.strip().lower() in (name + which).lower()
+                                  for o in a.only.split(',')):
+                continue
+            try:
+                rows.append(measure(name, source, which, layers, tmp, a))
+            except Exception as e:  # noqa: BLE001
+                rows.append({'model': name, 'train': 'n/a (' + err(e) + ')'})
+            print('  measured ' + name, file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print('the zoo, untrained exports: training step SGD batch 1, time per sample')
+    print(table(rows))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

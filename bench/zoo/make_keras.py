@@ -1,0 +1,133 @@
+"""Regenerate the Keras-made .tflite files of the zoo (float32 and full-integer int8):
+a small MLP, a DS-CNN keyword spotter (49x10 MFCC input) and MobileNetV2-0.35 at 96x96
+(keras.applications, weights=None: no download).  Each model is fitted briefly on
+seeded synthetic data (so BatchNorm statistics and weights are not just their
+initialisation) and converted with the TFLite converter; the int8 files are
+full-integer (int8 input and output, int8 weights and activations, int32 biases),
+calibrated on the same data.  Beside them, `<name>_data.npz`: the first samples' labels
+y, Keras's outputs keras_out (the parity reference) and, for the small inputs, the samples
+x (the data functions here are numpy only: the bench regenerates the images).
+
+tensorflow-cpu is not a requirement of utrain; run this in a venv of its own:
+
+    python3 -m venv tfvenv && tfvenv/bin/pip install tensorflow-cpu==2.16.2 keras==3.3.3
+    tfvenv/bin/python bench/zoo/make_keras.py [mlp dscnn mobilenetv2]
+
+(keras 3.3.3 is the Keras that tensorflow 2.16 was released with; the converter of 2.16
+fails on models from newer Keras.  Models are exported as a SavedModel first, the path
+the converter handles for Keras 3.)
+"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'keras')
+
+
+def data_mlp(n=256, seed=0):
+    """16 features, 4 classes: Gaussian blobs around seeded centres."""
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((4, 16)) * 1.5
+    y = rng.integers(0, 4, n)
+    return (c[y] + rng.standard_normal((n, 16))).astype(np.float32), y
+
+
+def data_kws(n=256, seed=1, classes=12):
+    """49x10 'MFCC' frames: per class a seeded time-frequency template plus noise."""
+    rng = np.random.default_rng(seed)
+    t = rng.standard_normal((classes, 49, 10)).astype(np.float32)
+    y = rng.integers(0, classes, n)
+    x = t[y] + 0.7 * rng.standard_normal((n, 49, 10))
+    return x[..., None].astype(np.float32), y
+
+
+def data_image(n=32, seed=2, classes=10, size=96):
+    """96x96x3 images in [-1, 1] (MobileNetV2's input range): a class-dependent colour
+    gradient plus noise."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    g = np.linspace(-1, 1, size, dtype=np.float32)
+    base = np.stack(np.meshgrid(g, g, indexing='ij'), -1)          # [size, size, 2]
+    w = rng.standard_normal((classes, 2, 3)).astype(np.float32) * 0.5
+    x = np.einsum('hwk,nkc->nhwc', base, w[y]) + 0.3 * rng.standard_normal((n, size, size, 3))
+    return np.clip(x, -1, 1).astype(np.float32), y
+
+
+def mlp(keras):
+    L = keras.layers
+    return keras.Sequential([keras.Input((16,)), L.Dense(32, activation='relu'),
+                             L.Dense(16, activation='relu'), L.Dense(4, activation='softmax')],
+                            name='mlp')
+
+
+def dscnn(keras, classes=12, ch=64):
+    """ARM's DS-CNN-S keyword spotter (Hello Edge): conv 10x4 stride 2, four
+    depthwise-separable blocks, average pool, dense."""
+    L = keras.layers
+    x = inp = keras.Input((49, 10, 1))
+    x = L.Conv2D(ch, (10, 4), strides=(2, 2), padding='same', use_bias=False)(x)
+    x = L.ReLU()(L.BatchNormalization()(x))
+    for _ in range(4):
+        x = L.DepthwiseConv2D(3, padding='same', use_bias=False)(x)
+        x = L.ReLU()(L.BatchNormalization()(x))
+        x = L.Conv2D(ch, 1, use_bias=False)(x)
+        x = L.ReLU()(L.BatchNormalization()(x))
+    x = L.GlobalAveragePooling2D()(x)
+    x = L.Dense(classes, activation='softmax')(x)
+    return keras.Model(inp, x, name='dscnn')
+
+
+def mobilenetv2(keras, classes=10):
+    return keras.applications.MobileNetV2(input_shape=(96, 96, 3), alpha=0.35, weights=None,
+                                          classes=classes, classifier_activation='softmax')
+
+
+MODELS = {'mlp': (mlp, data_mlp, 20), 'dscnn': (dscnn, data_kws, 8),
+          'mobilenetv2': (mobilenetv2, data_image, 2)}
+FILES = {'mlp': 'mlp', 'dscnn': 'dscnn_kws', 'mobilenetv2': 'mobilenetv2_035_96'}
+
+
+def convert(tf, saved, x=None):
+    c = tf.lite.TFLiteConverter.from_saved_model(saved)
+    if x is not None:
+        c.optimizations = [tf.lite.Optimize.DEFAULT]
+        c.representative_dataset = lambda: ([x[i:i + 1]] for i in range(len(x)))
+        c.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        c.inference_input_type = tf.int8
+        c.inference_output_type = tf.int8
+    return c.convert()
+
+
+def make(name):
+    import tensorflow as tf
+    import keras
+    build, data, epochs = MODELS[name]
+    keras.utils.set_random_seed(0)
+    x, y = data()
+    m = build(keras)
+    m.compile(optimizer=keras.optimizers.Adam(0.01), loss='sparse_categorical_crossentropy',
+              metrics=['accuracy'])
+    h = m.fit(x, y, batch_size=32, epochs=epochs, verbose=0, shuffle=False)
+    print(f'{name}: {m.count_params()} parameters, fit accuracy {h.history["accuracy"][-1]:.3f}')
+    os.makedirs(HERE, exist_ok=True)
+    stem = os.path.join(HERE, FILES[name])
+    with tempfile.TemporaryDirectory() as d:
+        m.export(d)
+        for kind, rep in (('float', None), ('int8', x[:64])):
+            b = convert(tf, d, rep)
+            with open(f'{stem}_{kind}.tflite', 'wb') as f:
+                f.write(b)
+            print(f'  wrote {stem}_{kind}.tflite ({len(b)} bytes)')
+    # Keras's own output on the first samples (the parity reference); x too when small
+    # (the images are regenerated by data_image(), numpy only)
+    k = min(len(x), 64 if x[0].size < 1024 else 8)
+    extra = {'x': x[:k]} if x[:k].nbytes < 256 * 1024 else {}
+    np.savez_compressed(f'{stem}_data.npz', y=y[:k].astype(np.int64),
+                        keras_out=m.predict(x[:k], verbose=0).astype(np.float32), **extra)
+
+
+if __name__ == '__main__':
+    for n in sys.argv[1:] or list(MODELS):
+        make(n)

@@ -1,0 +1,78 @@
+# Elementwise math that exporters emit for LayerNorm and transformer-style blocks, forward
+# and gradient side by side:
+# RSQRT (76) y = 1 / sqrt(x)      dx = -0.5 y^3 dy          saves y
+# SQRT  (75) y = sqrt(x)          dx = 0.5 / y dy           saves y
+# GELU (150) y = x Phi(x), Phi the normal CDF (option 0: approximate = 0), or
+#            y = 0.5 x (1 + tanh(c (x + k x^3))) (approximate = 1, c = sqrt(2/pi),
+#            k = 0.044715); dx = (Phi + x Phi') dy          saves x
+#            (option slot utrain.opc APPROX)
+# ulab has no erf in every build, so Phi(x) = 1 - q for x >= 0 and q for x < 0 with
+# q = 0.5 erfc(|x| / sqrt 2) = 0.5 P(t) exp(-z^2), z = |x| / sqrt 2, t = 1 / (1 + p z),
+# P a quintic (Abramowitz-Stegun 7.1.26: |error of erf| < 1.5e-7, below float32's
+# resolution of Phi near 1).  The gradient differentiates that same function (Phi' =
+# -q'(z) / sqrt 2 on both sides), so it matches finite differences of the forward.
+# Temporaries: a few arrays of x's size.
+from utrain.xnp import np, const
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_SQRT = const(75)
+_RSQRT = const(76)
+_GELU = const(150)
+_APPROX = const(0)
+
+_P = 0.3275911
+_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_R2 = 0.7071067811865476          # 1 / sqrt 2
+_C, _K = 0.7978845608028654, 0.044715
+
+
+def _q(x, grad):
+    # q(z) = 0.5 erfc(z) at z = |x| / sqrt 2 and (grad) Phi'(x) = -q'(z) / sqrt 2
+    z = abs(x) * _R2
+    t = 1.0 / (z * _P + 1.0)
+    a1, a2, a3, a4, a5 = _A
+    p = (((t * a5 + a4) * t + a3) * t + a2) * t + a1           # P(t) / t
+    e = np.exp(-(z * z)) * 0.5
+    q = p * t * e
+    if not grad:
+        return q, None
+    dp = (((t * (5.0 * a5) + 4.0 * a4) * t + 3.0 * a3) * t + 2.0 * a2) * t + a1   # P'(t)
+    # q' = 0.5 e^-z^2 (P'(t) dt/dz - 2 z P), dt/dz = -p t^2
+    return q, (dp * (t * t * _P) + z * 2.0 * p * t) * e * _R2
+
+
+def gelu(x, approx):
+    if approx:
+        u = np.tanh((x * x * _K + 1.0) * x * _C)
+        return (u + 1.0) * x * 0.5
+    q, _ = _q(x, False)
+    return x * np.where(x >= 0.0, 1.0 - q, q)
+
+
+def gelu_grad(x, approx):
+    if approx:
+        u = np.tanh((x * x * _K + 1.0) * x * _C)
+        return (u + 1.0) * 0.5 + (1.0 - u * u) * (x * x * (3.0 * _K) + 1.0) * x * (0.5 * _C)
+    q, d = _q(x, True)
+    return np.where(x >= 0.0, 1.0 - q, q) + x * d
+
+
+def forward(rt, op):
+    code, ins, outs, o = op
+    x = rt.t[ins[0]]
+    if code == _RSQRT:
+        y = 1.0 / np.sqrt(x)
+    elif code == _SQRT:
+        y = np.sqrt(x)
+    else:
+        y = gelu(x, o[_APPROX])
+    rt.t[outs[0]] = y
+
+
+def backward(rt, op, dy, flags):
+    code, ins, outs, o = op
+    if code == _GELU:
+        g = dy * gelu_grad(rt.t[ins[0]], o[_APPROX])
+    else:
+        y = rt.t[outs[0]]
+        g = dy * (y * y * y * -0.5) if code == _RSQRT else dy * (0.5 / y)
+    rt.add_grad(ins[0], g)

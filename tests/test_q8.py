@@ -1,0 +1,276 @@
+"""Int8 training (issue 16): q8kern's integers against TFLite Micro's reference kernels
+and a big-integer requantization, the same integers under viper (64-bit unix
+MicroPython, $UTRAIN_MP32) and CPython, QAS updates against a float reference with fake
+quantization, prepare/run/export of an int8 model end to end."""
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools import quant, runner  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.prepare import prepare, export, PrepareError  # noqa: E402
+from host_tools.rewrite import save_graph  # noqa: E402
+from utrain import q8kern as K  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+
+KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+MLP = os.path.join(KERAS, 'mlp_int8.tflite')
+DSCNN = os.path.join(KERAS, 'dscnn_kws_int8.tflite')
+MP = runner.find_micropython()
+
+
+def tflm_mbqm(x, m, shift):
+    """TFLite's MultiplyByQuantizedMultiplier with Python integers (double rounding)."""
+    left, right = max(shift, 0), max(-shift, 0)
+    a = x * (1 << left)
+    ab = a * m
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    t = ab + nudge
+    hi = abs(t) >> 31
+    hi = hi if t >= 0 else -hi                     # C division truncates toward zero
+    mask = (1 << right) - 1
+    rem = hi & mask
+    thr = (mask >> 1) + (1 if hi < 0 else 0)
+    return (hi >> right) + (1 if rem > thr else 0)
+
+
+def requant_cases(n=3000, seed=0):
+    r = random.Random(seed)
+    acc = [r.randint(-(1 << 31) + 1, (1 << 31) - 1) >> r.randint(0, 30) for _ in range(n)]
+    acc[:6] = [0, 1, -1, (1 << 31) - 1, -(1 << 31) + 1, -(1 << 20)]
+    mul = [r.randint(1 << 30, (1 << 31) - 1) for _ in range(7)] + [1 << 30, (1 << 31) - 1, 12345]
+    shf = [r.randint(-31, 0) for _ in range(len(mul) - 1)] + [1]
+    return acc, mul, shf
+
+
+def test_requantize_matches_tflite_integers():
+    from array import array
+    acc, mul, shf = requant_cases()
+    c = len(mul)
+    out = array('i', [0] * len(acc))
+    K.rqk(array('i', acc), len(acc), c, 1, array('i', mul), array('i', shf), out, 0, 0, 0, 1)
+    want = []
+    for i, a in enumerate(acc):
+        m, s = mul[i % c], shf[i % c]
+        if s > 0 and abs(a) >= 1 << (31 - s):
+            a = a >> 8                         # TFLite needs x * 2^left to fit in int32
+            acc[i] = a
+        want.append(tflm_mbqm(a, m, s))
+    out = array('i', [0] * len(acc))
+    K.rqk(array('i', acc), len(acc), c, 1, array('i', mul), array('i', shf), out, 0, 0, 0, 1)
+    assert list(out) == want
+
+
+def _mp_script(tmp_path, body):
+    p = tmp_path / 'case.py'
+    p.write_text(body)
+    return str(p)
+
+
+MP_REQ = '''
+from array import array
+import json
+from utrain import q8kern as K
+d = json.load(open('cases.json'))
+acc, mul, shf = d
+out = array('i', [0] * len(acc))
+K.rqk(array('i', acc), len(acc), len(mul), 1, array('i', mul), array('i', shf), out, 0, 0, 0, 1)
+o8 = bytearray(len(acc))
+K.rqk(array('i', acc), len(acc), len(mul), 1, array('i', mul), array('i', shf), o8, -5, -100, 90, 0)
+print(json.dumps([list(out), list(o8)]))
+'''
+
+
+@pytest.mark.parametrize('env', ['MICROPYTHON', 'UTRAIN_MP32'])
+def test_viper_requantize_same_integers(tmp_path, env):
+    """The viper kernel on a 64-bit and a 32-bit port computes CPython's integers."""
+    from array import array
+    exe = MP if env == 'MICROPYTHON' else os.environ.get(env)
+    if not exe or not os.access(exe, os.X_OK):
+        pytest.skip(f'no {env} binary')
+    mpy = int(subprocess.run([exe, '-c', 'import sys;print(sys.implementation._mpy)'],
+                             capture_output=True, text=True).stdout.split()[-1])
+    runner.stage(str(tmp_path), mpy=mpy)
+    acc, mul, shf = requant_cases(seed=1)
+    shf[-1] = 0
+    (tmp_path / 'cases.json').write_text(json.dumps([acc, mul, shf]))
+    r = subprocess.run([exe, _mp_script(tmp_path, MP_REQ)], cwd=tmp_path, capture_output=True,
+                       text=True, env=dict(os.environ, MICROPYPATH=':lib'), timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    out = array('i', [0] * len(acc))
+    K.rqk(array('i', acc), len(acc), len(mul), 1, array('i', mul), array('i', shf), out, 0, 0, 0, 1)
+    o8 = bytearray(len(acc))
+    K.rqk(array('i', acc), len(acc), len(mul), 1, array('i', mul), array('i', shf), o8, -5, -100,
+          90, 0)
+    assert got[0] == list(out)
+    assert got[1] == list(o8)
+
+
+def _cut_softmax(path, tmp_path):
+    g = read_model(path)
+    assert g.ops[-1].name == 'SOFTMAX'
+    logits = g.ops[-2].outputs[0]
+    g.ops = g.ops[:-1]
+    g.outputs = [logits]
+    out = str(tmp_path / 'cut.tflite')
+    save_graph(g, out)
+    return g, out
+
+
+@pytest.mark.parametrize('path,n', [(MLP, 16), (DSCNN, 2)])
+def test_forward_bit_exact_with_tflite_micro(tmp_path, path, n):
+    from tflite_micro.python.tflite_micro import runtime
+    g, cut = _cut_softmax(path, tmp_path)
+    m = quant.write(g, str(tmp_path), 'none')
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(cut)
+    x = np.load(path.replace('_int8.tflite', '_data.npz'))['x']
+    shape = g.tensors[g.inputs[0]].shape
+    for i in range(n):
+        xq = net.quantize_input(x[i].ravel().tolist())
+        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(shape), 0)
+        it.invoke()
+        assert np.array_equal(ours, it.get_output(0).ravel()), i
+
+
+def test_qas_update_matches_float_reference(tmp_path, monkeypatch):
+    """One SGD step of the int8 MLP: the int8 update of each layer against the float
+    gradient of the dequantized model with fake-quantized activations (numpy), as
+    lr * dL/dW / s_W in weight steps (QAS)."""
+    g = read_model(MLP)
+    m = quant.write(g, str(tmp_path), 'all')
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    x = np.load(MLP.replace('_int8.tflite', '_data.npz'))['x'][3]
+    xq = net.quantize_input(x.tolist())
+    label, lr = 1, 0.05
+    # float reference on the dequantized tensors
+    deq = lambda b, L: (np.frombuffer(bytes(b), np.int8).astype(np.float64) - L.zy) * L.d['sy']  # noqa
+    net.forward(xq)
+    acts = [(np.frombuffer(bytes(xq), np.int8).astype(np.float64) - m['zx']) * m['sx']]
+    acts += [deq(L.y, L) for L in net.layers]
+    W = [np.frombuffer(bytes(L.w), np.int8).reshape(L.nout, -1) * L.d['sw'][0] for L in net.layers]
+    logits = acts[-1]
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    dz = p.copy()
+    dz[label] -= 1
+    want = [None] * 3
+    for i in (2, 1, 0):
+        L = net.layers[i]
+        yq = np.frombuffer(bytes(L.y), np.int8)
+        dz = dz * ((yq > L.lo) & (yq < L.hi))
+        want[i] = lr * np.outer(dz, acts[i]) / L.d['sw'][0] * 256
+        dz = W[i].T @ dz
+    got = {}
+    real_upk = K.upk
+
+    def spy(w, d, n, seed):
+        got[len(got)] = np.array(d[:n], dtype=np.float64)
+        return real_upk(w, d, n, seed)
+
+    monkeypatch.setattr(K, 'upk', spy)
+    net.step(xq, label, lr)
+    for i in range(3):
+        g_i = got[2 - i].reshape(want[i].shape)
+        err = np.linalg.norm(g_i - want[i]) / np.linalg.norm(want[i])
+        assert err < 0.05, (i, err)
+
+
+def _task(path, n=240, seed=3):
+    # a learnable relabelling of the model's own synthetic data (fine-tuning task)
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal((4, 16)) * 1.5
+    r = np.random.default_rng(seed)
+    y = r.integers(0, 4, n)
+    x = (c[y] + 2.0 * r.standard_normal((n, 16))).astype(np.float32)
+    np.savez(path, x=x, y=np.array([2, 0, 3, 1])[y])
+
+
+def test_prepare_run_export_int8(tmp_path):
+    data = str(tmp_path / 'task.npz')
+    _task(data)
+    q = str(tmp_path / 'q8')
+    s = prepare(MLP, q, data=data, test_split=0.25, loss='scce', optimizer='sgd', lr=0.02,
+                epochs=2)
+    assert s['int8'] and os.path.exists(os.path.join(q, 'q8.json'))
+    f = str(tmp_path / 'f32')
+    prepare(MLP, f, data=data, test_split=0.25, loss='scce', optimizer='sgd', lr=0.02, epochs=2,
+            dequantize=True)
+    sq, sf = (os.path.getsize(os.path.join(d, 'weights.wof')) for d in (q, f))
+    assert sq < 0.3 * sf                  # int8 weights (int32 biases) vs float32
+    code, out = runner.run(q, python=True, stream=False)
+    assert code == 0, out
+    assert 'test_accuracy' in out
+    acc = [float(v.split('test_accuracy ')[1].split()[0]) for v in out.splitlines()
+           if v.startswith('epoch ')]
+    assert acc[-1] > 0.6, out             # from 0.05 before: the relabelling is learnt
+    dst = str(tmp_path / 'trained.tflite')
+    export(MLP, os.path.join(q, 'trained.wof'), dst)
+    g0, g1 = read_model(MLP), read_model(dst)
+    m = quant.meta(g0, 'all')
+    w = quant.read_q8_wof(os.path.join(q, 'trained.wof'), g0, m)
+    assert len(w) == 6
+    for k, a in w.items():
+        t0, t1 = g0.tensors[k], g1.tensors[k]
+        assert t1.dtype == t0.dtype and t1.quant == t0.quant and t1.shape == t0.shape
+        assert np.array_equal(t1.data, a)
+        assert not np.array_equal(t1.data, t0.data)
+    # TFLite Micro runs the exported model; its logits are the trained net's
+    from tflite_micro.python.tflite_micro import runtime
+    g, cut = _cut_softmax(dst, tmp_path)
+    m1 = quant.write(g, str(tmp_path / 'again'), 'none')
+    net = Q8Net(m1, str(tmp_path / 'again' / 'weights.wof'))
+    it = runtime.Interpreter.from_file(cut)
+    x = np.load(data)['x']
+    for i in range(8):
+        xq = net.quantize_input(x[i].tolist())
+        it.set_input(np.frombuffer(bytes(xq), np.int8)[None], 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
+                              it.get_output(0).ravel())
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_viper_run_equals_cpython_run(tmp_path):
+    """The int8 training run under unix MicroPython (viper kernels) and CPython (the
+    same code as plain Python) ends with the same bytes."""
+    data = str(tmp_path / 'task.npz')
+    _task(data, 120)
+    outs = []
+    for py in (False, True):
+        d = str(tmp_path / ('py' if py else 'mp'))
+        prepare(MLP, d, data=data, loss='scce', optimizer='sgd', lr=0.02,
+                epochs=1)
+        code, out = runner.run(d, python=py, stream=False)
+        assert code == 0, out
+        with open(os.path.join(d, 'trained.wof'), 'rb') as fh:
+            outs.append(fh.read())
+    assert outs[0] == outs[1]
+
+
+def test_int8_settings_and_ops_refused(tmp_path):
+    with pytest.raises(PrepareError, match='int8 training takes'):
+        prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='adam')
+    with pytest.raises(PrepareError, match='DEPTHWISE_CONV_2D'):
+        prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
+    s = prepare(DSCNN, str(tmp_path / 'c'), loss='scce', optimizer='sgd', train='last:4')
+    assert len(s['trainable']) == 4       # the last pointwise conv and the dense layer
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_bench_int8_quick():
+    from bench import int8
+    rows = int8.main(['--quick', '--models', 'mlp'])
+    name, build, f, q, ratio, fc, fc_bare = rows[0]
+    assert name == 'mlp' and f > 0 and q > 0 and fc > 0 and fc_bare > 0
