@@ -97,7 +97,7 @@ def cmd_prepare(a):
                 metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
                 budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
-                select=a.select, select_layers=a.select_layers,
+                cache=a.cache, select=a.select, select_layers=a.select_layers,
                 dequantize=a.dequantize)
     st = s['settings']
     if s.get('int8'):
@@ -314,6 +314,12 @@ def main(argv=None):
                    '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
+    q.add_argument('--cache', dest='cache', action='store_const', const=True, default=False,
+                   help='compute the frozen layers below the first trained one once per sample '
+                        '(first epoch) into a cache file beside the dataset, not every epoch')
+    q.add_argument('--cache-on-host', dest='cache', action='store_const', const='host',
+                   help='compute that cache here, for the datasets prepare writes: the board '
+                        'trains without running (or holding) the frozen layers')
     q.add_argument('--select', choices=['auto', 'board'],
                    help='choose what trains within --budget/--board: auto (short trials on '
                         '--data, the host picks) or board (the board picks by Fisher potential '

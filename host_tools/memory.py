@@ -25,6 +25,12 @@ def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
     """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?
     frozen: the MicroPython has utrain frozen in (boards/freeze.md); lib/ is not used."""
     argv, env = runner.command(out_dir)
+    import json
+    with open(os.path.join(out_dir, 'train.json')) as f:
+        host_cache = json.load(f).get('run', {}).get('cache') == 'host'
+    for f in os.listdir(out_dir):
+        if '.pfx' in f and not host_cache:  # each run from scratch: epoch 1 makes the cache
+            os.remove(os.path.join(out_dir, f))
     if frozen:
         env['MICROPYPATH'] = '.frozen'
     argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
@@ -55,7 +61,7 @@ def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024, frozen=False)
 BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
 ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
 CODE_PER_MPY_BYTE = 1.875       # resident heap per byte of .mpy imported (mpy-cross -O3)
-BASE = 20 * 1024 + 512          # interpreter, train.py stub, files, json, import holes
+BASE = 13 * 1024 + 512          # interpreter, train.py stub, files, json, import holes
 # npkern (the fallback's native loops): on the unix port its machine code lies outside
 # the GC heap; its module table and constants stay (measured).  A board that loads
 # native code into its heap (rp2) needs its .mpy size on top.
@@ -63,7 +69,7 @@ NATIVE_KERNELS = 5 * 1024
 # utrain frozen into the firmware (boards/freeze.md, backend '...-frozen'): bytecode
 # stays in flash; module dicts, function and class objects are made in the heap
 FROZEN_CODE_PER_MPY_BYTE = 0.35
-BASE_FROZEN = 18 * 1024
+BASE_FROZEN = 15 * 1024
 STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
@@ -113,7 +119,9 @@ def mpy_sizes() -> dict:
 def plan_heap(g, plan, settings, backend='fallback') -> dict:
     """Predicted smallest heap (bytes) for training the prepared model on the simulated
     board, with its parts: {'total': ..., 'parts': {name: bytes}}.  backend: 'fallback'
-    or 'ulab', '-frozen' appended for a firmware with utrain frozen in."""
+    or 'ulab', '-frozen' appended for a firmware with utrain frozen in.
+    settings['prefix'] = k: a frozen-prefix cache made on the host, the board runs ops
+    k.. only (the cut's buffers held all run instead of the input sample's)."""
     from .optable import SPECS
     from .passes import device_shapes
     from .flatmodel import tensor_kinds, CONST, ACT
@@ -121,6 +129,7 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     size = [r * c for r, c in shapes]
     kinds = tensor_kinds(g, plan)
     arrays, _, frozen = backend.partition('-')
+    lo = settings.get('prefix', 0)
     A = lambda n: array_bytes(n, arrays)      # noqa: E731
     state = {}
     for k in plan.params:
@@ -136,6 +145,10 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         mods.add('npfallback')
     if settings.get('stream'):
         mods.add('stream')
+        if any(op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D') for op in g.ops):
+            mods.add('convrows')        # (counted whether or not a weight is that large)
+    if settings.get('cache'):
+        mods.add('prefix')
     sizes = mpy_sizes()
     mpy = sum(sizes.get(m, 0) for m in mods)
     if frozen:
@@ -144,6 +157,21 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     else:
         parts['code'] = int(CODE_PER_MPY_BYTE * mpy + (NATIVE_KERNELS if arrays == 'fallback' else 0))
         parts['interpreter'] = BASE
+    # the model's tables (utrain.flat): per op a tuple of (code, inputs, outputs,
+    # options), each option a boxed float, and two free lists; per tensor its shape
+    # tuple and list slots.  About 1 KB per conv op: 95 KB for a MobileNetV2, which
+    # trains from a prefix cache in 266 KB (the part the other terms left unplanned)
+    tup = lambda n: -(-(16 + 8 * n) // BLOCK) * BLOCK     # noqa: E731
+    tables = 0
+    for op in g.ops:
+        spec = SPECS[op.name]
+        no = len(spec.options(op, g))
+        tables += (tup(4) + tup(len(spec.inputs(op))) + tup(len(op.outputs)) + tup(no)
+                   + no * BLOCK + 2 * (BLOCK + tup(1)))     # free lists: object and items
+        if settings.get('stream'):     # utrain.stream's per-op list of (tensor, slot, size)
+            nc = sum(1 for k in spec.inputs(op) if k >= 0 and kinds[k] == CONST)
+            tables += tup(nc) + nc * tup(3) + 8
+    parts['model tables'] = tables + len(shapes) * (tup(2) + 24)
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]
     if settings.get('stream'):
@@ -152,7 +180,7 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         from .device import module
         CHUNK = module('stream').CHUNK
         slots, big = [], 0
-        for op in g.ops:
+        for op in g.ops[lo:]:
             rows = SPECS[op.name].stream_rows
             mine = []
             for pos, k in enumerate(SPECS[op.name].inputs(op)):
@@ -186,11 +214,15 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         parts['split gradient buffers'] = splits
     parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
     # the per-sample working set: activations in flight and the kernels' temporaries
-    x_in = size[g.inputs[0]]
     out_n = size[g.outputs[0]]
-    live = {g.inputs[0]}
+    cut = set()
+    if lo:
+        made = set(g.inputs) | {o for op in g.ops[:lo] for o in op.outputs}
+        cut = {k for op in g.ops[lo:] for k in SPECS[op.name].inputs(op) if k in made}
+    live = set(cut) if lo else {g.inputs[0]}
+    x_in = 0 if lo else size[g.inputs[0]]     # the sample buffer (cut: counted in live)
     peak = 0
-    for op in g.ops:
+    for op in g.ops[lo:]:
         spec = SPECS[op.name]
         fo, fi = spec.fwd
         ins = [k for k in SPECS[op.name].inputs(op) if k >= 0 and kinds[k] == ACT]
@@ -200,7 +232,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
                    + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0))
         live.update(op.outputs)
         for k in ins:
-            if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0]:
+            if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
+                    and k not in cut:
                 live.discard(k)
     grads = {g.outputs[0]: out_n}
     for i, flags in plan.backward:
@@ -212,11 +245,13 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
         n_in = max([size[k] for k in ins] or [0])
         cur = sum(A(n) for n in grads.values())
         # a kernel that hands its weight gradient whole holds a weight-sized array during
-        # the op (at batch 1; larger batches count it in the gradient sums)
+        # the op (at batch 1; larger batches count it in the gradient sums), and at batch 1
+        # the optimizer step on it makes weight-sized temporaries (SGD one, lr * g; Adam,
+        # RMSprop more): a 573 KB trained 1x1 conv needed 2485 KB where 1860 KB were planned
         wsum = sum(A(size[k]) for k in spec.inputs(op)
                    if k in plan.params and plan.params[k][1] == 'weight') if spec.wgrad == 'whole' else 0
         peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in) + spec.taps * A(0)
-                   + (wsum if batch == 1 else 0))
+                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0))
         for k in op.outputs:
             grads.pop(k, None)
         if flags & 1 and ins:

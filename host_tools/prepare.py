@@ -141,8 +141,8 @@ def heap_limit(prof, budget, heap):
 
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', select=None, select_layers=None, dequantize=False, log=print,
-            **overrides):
+            backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
+            log=print, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -156,7 +156,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     interpreter).  select: 'auto' (contribution analysis on the host over data) or
     'board' (the board picks among candidates by Fisher potential; select_layers: how
     many besides the classifier) chooses the ranks within the budget (host_tools/select.py).  An int8 model
-    trains as int8 (host_tools/quant.py) unless ``dequantize``: then in float32, dequantized."""
+    trains as int8 (host_tools/quant.py) unless ``dequantize``: then in float32, dequantized.
+    cache: train.py caches the input of the first trained op per sample (utrain.prefix)
+    in its first epoch and runs later epochs from there; 'host': prepare writes that cache
+    (host_tools.prefixcache), the board never runs the frozen prefix to train."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     from .validate import check_settings, check_graph, check_values
@@ -188,7 +191,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
-    heap = plan_heap(g, p, s, backend)
+    ps = dict(s, cache=cache)
+    if cache == 'host':         # the board runs from the first op that trains
+        from .optable import SPECS
+        ps['prefix'] = min(op.index for op in g.ops
+                           if any(k in p.params for k in SPECS[op.name].inputs(op)))
+    heap = plan_heap(g, p, ps, backend)
     if sel and 'select' in sel:
         from .select import add_fisher
         add_fisher(heap, g, p, backend)
@@ -278,7 +286,14 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         progress = progress_step(summary.get('train_samples', 0))
     cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
                                    'keep_best': bool(files['test']), 'on_nan': 'lower',
-                                   'lr_factor': 0.5, 'max_retries': 3}}
+                                   'lr_factor': 0.5, 'max_retries': 3,
+                                   'cache': 'host' if cache == 'host' else bool(cache)}}
+    for f in os.listdir(out_dir):     # a frozen-prefix cache of an earlier prepare is stale
+        if f.endswith(('.pfx', '.pfx.tmp')):
+            os.remove(os.path.join(out_dir, f))
+    if cache == 'host' and files['train']:
+        from .prefixcache import write_caches
+        summary['prefix_cache'] = write_caches(out_dir, files)
     cfg.update(s)
     if sel and 'select' in sel:
         cfg['select'] = sel['select']       # the board's own choice (utrain/fisher.py)

@@ -386,3 +386,38 @@ def test_digits_cnn_trains_under_micropython(tmp_path):
     log = read_log(os.path.join(out, 'train.log'))
     assert log[0][4] < 0.25, log                 # untrained: near chance
     assert log[-1][4] >= 0.85, log               # test accuracy after 2 epochs
+
+
+@pytest.mark.parametrize('python', [True, False], ids=['cpython', 'micropython'])
+def test_large_frozen_conv_weights_stream_by_rows(tmp_path, python):
+    """--stream: CONV_2D / DEPTHWISE_CONV_2D weights over 1024 floats are read a few rows
+    at a time (utrain.convrows), forward and the input gradient through them (the first
+    conv's bias trains below them): the weights training gives match the run with every
+    weight in RAM (the input gradient sums output channels chunk by chunk)."""
+    if not python and MICROPYTHON is None:
+        pytest.skip('unix micropython not found')
+    from host_tools.prepare import prepare
+    from host_tools.runner import run
+    from host_tools.wof import read_wof
+    spec = {'input': [1, 5, 5, 8], 'layers': [
+        CONV(8, k=1, act='RELU', scale=1.0), CONV(160, k=1, act='RELU6', scale=1.0),
+        DW(1, act='RELU', scale=1.0), CONV(8, k=1, scale=1.0), ('RESHAPE', [1, 200]),
+        ('FC', 3), ('SOFTMAX', None)]}
+    path = str(tmp_path / 'm.circle')
+    build(spec, np.random.default_rng(3), path)
+    rng = np.random.default_rng(4)
+    np.savez(tmp_path / 'd.npz', x=rng.normal(size=(6, 5, 5, 8)).astype(F32),
+             y=rng.integers(0, 3, 6))
+    got = {}
+    for st in (False, True):
+        out = str(tmp_path / ('s' if st else 'r'))
+        s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', lr=0.1, epochs=1,
+                    optimizer='sgd', batch=1, train='last:2', ranks='0:bias', stream=st)
+        assert s['trainable_params'] == 8 + 603
+        code, text = run(out, python=python, stream=False)
+        assert code == 0, text
+        got[st] = read_wof(os.path.join(out, 'trained.wof'), read_model(path))
+    w0 = read_wof(os.path.join(out, 'weights.wof'), read_model(path))
+    for k in got[False]:
+        np.testing.assert_allclose(got[True][k], got[False][k], rtol=1e-5, atol=1e-7)
+        assert np.abs(got[True][k] - w0[k]).max() > 1e-4          # it trained

@@ -20,7 +20,7 @@ INTS = {'batch': (1, 65535), 'epochs': (0, 65535), 'seed': (0, 0xFFFFFFFF),
 NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
         'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0)}
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor',
-       'max_retries', 'start')
+       'max_retries', 'start', 'cache')
 INPUTS = ('model', 'weights', 'train', 'test')
 OUTPUTS = ('out', 'checkpoint', 'log')
 FILES = INPUTS + OUTPUTS + ('rewritten',)    # rewritten: the host's export reads it
@@ -62,7 +62,10 @@ def number(v):
 
 
 def check_value(path, k, v):
-    if k in ENUMS:
+    if k == 'cache':            # the frozen-prefix cache: made by the board, by prepare, none
+        if type(v) is not bool and v != 'host':
+            raise bad(path, k, 'true, false or "host"', v)
+    elif k in ENUMS:
         if v not in ENUMS[k] or type(v) is not str:
             raise bad(path, k, 'one of ' + ', '.join(ENUMS[k]), v)
     elif k in BOOLS:

@@ -47,7 +47,8 @@ class Dataset:
         (ver, self.head, xt, yt, n, xl, yl,
          self.xs, self.xo, self.ys, self.yo) = header(path, f.read(HEAD))
         self.n, self.x_len, self.y_len = n, xl, yl
-        self.rec = SIZE[xt] * xl + SIZE[yt] * yl
+        self.xbytes = SIZE[xt] * xl
+        self.rec = self.xbytes + SIZE[yt] * yl
         f.seek(0, 2)
         if f.tell() != self.head + n * self.rec:
             raise ValueError('%s: %d bytes, expected %d for %d samples'
@@ -73,9 +74,10 @@ class Dataset:
             decode(q, a, s, o)
 
     def read(self, i, x, y):
-        """Read sample i into the float arrays x and y."""
-        self.f.seek(self.head + i * self.rec)
-        self._get(x, self.qx, self.xs, self.xo)
+        """Read sample i into the float arrays x and y (x None: only y)."""
+        self.f.seek(self.head + i * self.rec + (self.xbytes if x is None else 0))
+        if x is not None:
+            self._get(x, self.qx, self.xs, self.xo)
         self._get(y, self.qy, self.ys, self.yo)
 
     def close(self):

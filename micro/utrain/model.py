@@ -59,11 +59,12 @@ class Net:
     def output(self, i=0):
         return self.t[self.outputs[i]]
 
-    def forward(self, train=False):
+    def forward(self, train=False, lo=0, hi=None):
+        # ops lo..hi-1 (the frozen-prefix cache runs a sample's prefix and the rest apart)
         t = self.t
         free = self.free_train if train else self.free_infer
         ops, mods, st = self.ops, self.mods, self.stream
-        for i in range(len(ops)):
+        for i in range(lo, len(ops) if hi is None else hi):
             if st:
                 st.fetch(i)
             mods[i].forward(self, ops[i])

@@ -22,9 +22,20 @@ _OP_RELU_N1_TO_1 = const(20)   # opc.RELU_N1_TO_1
 
 
 def act(y, code):
-    """Apply activation `code` to the fresh array y (may reuse y)."""
+    """Apply activation `code` to the fresh array y (may reuse y).  The clipping ones
+    work in place on a large y, 1024 values at a time: a second array of y's size (442 KB
+    for MobileNetV2's first expansion) never exists."""
     if code == _NONE:
         return y
+    if _RELU <= code <= _RELU6 and y.size > 4096:
+        r = max(1, 1024 // y.shape[1])
+        for i in range(0, y.shape[0], r):
+            y[i:i + r] = _act(y[i:i + r], code)
+        return y
+    return _act(y, code)
+
+
+def _act(y, code):
     if code == _RELU:
         return np.maximum(y, 0.0)
     if code == _RELU6:

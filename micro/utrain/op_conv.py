@@ -37,6 +37,11 @@ _G_PT = const(13)
 _G_PL = const(14)
 _G_MULT = const(15)
 
+# a large frozen weight streamed from the model file (prepare --stream) comes a few rows
+# at a time (rt.stream.chunks): CONV_2D output channels, DEPTHWISE_CONV_2D taps; it is
+# never whole in the heap (567 KB for MobileNetV2-0.35's last 1x1 conv).  Those steps
+# live in utrain.convrows, imported only by a model that has such a weight.
+ROWS = (1,)
 # the weight gradient is summed whole (rt.sink.grad(W)), not only a rank's training
 # channels (host_tools/optable.py: wgrad 'whole')
 WGRAD_WHOLE = True
@@ -86,7 +91,10 @@ def forward(rt, op):
     sw = int(o[_G_SW])
     y = zeros(rt.shape[outs[0]])
     # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
-    if conv_steps and conv_steps('Cf' if code == _CONV_2D else 'Df', y, x, w, o, walk, sw):
+    if w is None:
+        from utrain.convrows import steps
+        steps(rt, op, y, x, False)
+    elif conv_steps and conv_steps('Cf' if code == _CONV_2D else 'Df', y, x, w, o, walk, sw):
         pass
     elif code == _CONV_2D:
         I = int(o[_G_C])
@@ -117,6 +125,11 @@ def backward(rt, op, dy, flags):
     g = rt.sink.grad(ins[1]) if flags & _DW else None
     dx = zeros(rt.shape[ins[0]]) if flags & _DX else None
     sw = int(o[_G_SW])
+    if w is None:                   # frozen, streamed by rows: only dx
+        from utrain.convrows import steps
+        steps(rt, op, dx, dz, True)
+        rt.add_grad(ins[0], dx)
+        return
     if conv_steps:
         c = 'C' if code == _CONV_2D else 'D'
         if g is not None and conv_steps(c + 'w', g, dz, x, o, walk, sw):

@@ -144,6 +144,7 @@ def main(cfg_path='train.json'):
         from utrain.q8train import Q8Trainer as T
     tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
     chosen = None           # (a Chooser holds utrain.fisher's code)
+    tr.cache = run.get('cache', False)      # the frozen-prefix cache (docs/memory.md)
     c = tr.cfg
     metric = c['metric']
     ckpt = files.get('checkpoint')
@@ -156,6 +157,9 @@ def main(cfg_path='train.json'):
     if keep:                 # trained.wof's test result, kept across runs
         rec = saving(out + '.best', aux, 'best', 'known', tr, out, test)
     train = Dataset(files['train'])
+    if tr.cache == 'host':      # prepare made the prefix caches: the prefix's tables go
+        from utrain.prefix import drop
+        drop(tr, (train, test))
     fresh = not (tr.epoch or tr.pos)
     S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch, 'logged': -1,
                       't0': ticks_ms()}

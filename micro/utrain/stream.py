@@ -14,13 +14,13 @@ class Stream:
     def __init__(self, net, offs):
         self.net, self.offs = net, offs
         sh = net.shape
-        sz = []
         self.ops = ops = []
-        big = 0
+        self.big = []
         for i in range(len(net.ops)):
             ins = net.ops[i][1]
             rows = getattr(net.mods[i], 'ROWS', ())
             mine = []
+            big = 0
             for p in range(len(ins)):
                 k = ins[p]
                 if k not in offs:
@@ -29,22 +29,35 @@ class Stream:
                 if p in rows and n > CHUNK:
                     big = max(big, sh[k][1])
                     continue
-                j = len(mine)
+                mine.append((k, len(mine), n))
+            ops.append(mine)
+            self.big.append(big)
+        # the buffers are made at the first fetch, for the ops from there on: a run
+        # from a frozen-prefix cache (utrain.prefix) never holds the prefix's weights
+        self.lo = None
+
+    def _alloc(self, lo):
+        self.slots = self.chunk = None
+        sz, big = [], 0
+        for i in range(lo, len(self.ops)):
+            for _, j, n in self.ops[i]:
                 if j == len(sz):
                     sz.append(n)
                 elif sz[j] < n:
                     sz[j] = n
-                mine.append((k, j))
-            ops.append(mine)
+            big = max(big, self.big[i])
         self.slots = [buffer(n) for n in sz]
         self.chunk = buffer(max(big, CHUNK)) if big else None
+        self.lo = lo
 
     def fetch(self, i):
         """Read op i's whole constant inputs into the slot buffers."""
+        if self.lo is None or i < self.lo:
+            self._alloc(0 if self.lo is not None else i)
         net = self.net
         t, sh = net.t, net.shape
         f = None
-        for k, j in self.ops[i]:
+        for k, j, _ in self.ops[i]:
             if f is None:
                 f = open(net.path, 'rb')
             f.seek(self.offs[k])
@@ -54,7 +67,7 @@ class Stream:
 
     def drop(self, i):
         t = self.net.t
-        for k, j in self.ops[i]:
+        for k, j, _ in self.ops[i]:
             t[k] = None
 
     def chunks(self, k):

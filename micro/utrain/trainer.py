@@ -74,6 +74,8 @@ class Trainer:
             # one statement: no KeyboardInterrupt lands between stores without a jump.
             self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
             self.configure(**settings)
+            # frozen-prefix cache (utrain.prefix): off unless asked (train.json's run.cache)
+            self.cache, self.prefixes, self.cut_bufs = False, {}, None
         finally:
             if old is not None:
                 _gc_every(old)
@@ -113,6 +115,7 @@ class Trainer:
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0
         self.target = None
+        self.lo = 0              # the first op a step runs (k when the prefix is cached)
 
     # -- one sample --------------------------------------------------------
     def set_input(self, x):
@@ -131,7 +134,7 @@ class Trainer:
         `batch` samples have been accumulated.  Returns (loss, metric)."""
         c = self.cfg
         net = self.net
-        net.forward(True)
+        net.forward(True, self.lo)
         y, (l, dy) = self._out()
         if not finite(l):
             self._diverged('loss is %s' % l)
@@ -149,7 +152,7 @@ class Trainer:
 
     def eval_step(self):
         c = self.cfg
-        self.net.forward(False)
+        self.net.forward(False, self.lo)
         y, (l, dy) = self._out()
         return l, _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
 
@@ -229,27 +232,48 @@ class Trainer:
     def _pass(self, ds, step, idx=None, progress=None, i0=0, sums=(0.0, 0.0)):
         # samples i0.. of ds through step(); mean (loss, metric) over all n
         ds.check(self.x_shape, self.y_shape)
-        x, y = zeros(self.x_shape), zeros(self.y_shape)
+        net = self.net
+        pf = self._prefix(ds)
+        # a ready cache holds every sample's cut: the inputs are not read
+        x = None if pf and pf.done is None else zeros(self.x_shape)
+        y = zeros(self.y_shape)
         ls, ms = sums
         n = ds.n
-        classes = self.net.shape[self.net.outputs[0]]
+        classes = net.shape[net.outputs[0]]
         classes = classes[0] * classes[1] if self.cfg['loss'] == 'scce' else 0
         for i in range(i0, n):
             j = idx[i] if idx else i
             ds.read(j, x, y)
-            if not (finite(np.sum(x)) and finite(np.sum(y))):
+            if not ((x is None or finite(np.sum(x))) and finite(np.sum(y))):
                 raise ValueError('%s: sample %d holds NaN or Inf' % (ds.path, j))
             if classes and not (0 <= y[0, 0] < classes and y[0, 0] == int(y[0, 0])):
                 raise ValueError('%s: sample %d has label %r, the model has %d classes'
                                  % (ds.path, j, y[0, 0], classes))
-            self.net.set_input(x)
             self.target = y
-            l, m = step()
+            if x is None:
+                pf.load(j)
+            else:
+                net.set_input(x)
+                if pf:
+                    net.forward(False, 0, pf.k)     # the prefix as inference, then cached
+                    pf.save(j)
+            self.lo = pf.k if pf else 0
+            try:
+                l, m = step()
+            finally:
+                self.lo = 0
             ls += l
             ms += m
             if progress:
                 progress(i + 1, n, ls, ms)
         return ls / max(n, 1), ms / max(n, 1)
+
+    def _prefix(self, ds):
+        # ds's frozen-prefix cache when self.cache is set (utrain.prefix.get)
+        if not self.cache:
+            return None
+        from utrain.prefix import get
+        return get(self, ds)
 
     def train_epoch(self, ds, progress=None, ckpt=None, every=0):
         """One pass over a Dataset (from sample `pos` on, after a resume); returns mean

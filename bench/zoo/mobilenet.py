@@ -1,0 +1,233 @@
+"""The zoo's MobileNet family in PyTorch (issue 15), defined here (torchvision's wheel
+cannot load its C ops beside CPU torch) and converted with tico:
+
+  mbv2_96    MobileNetV2, width 0.35, 96x96x3 in, 10 classes (Sandler et al. 2018; the
+             width-0.35 channel rounding of torchvision's _make_divisible: 16-8-8-16-24-32-
+             56-112, head 1x1 conv to 1280 kept at full width, as the reference keeps it)
+  mbv2_128   the same network at 128x128 (what TTE fine-tunes in about 150 KB of SRAM)
+  mcunet     an MCUNet/ProxylessNAS-like net: inverted residual blocks with searched
+             kernel sizes (3/5/7) and expansion ratios (3/4/6), no wide head (the last
+             block's 160 channels feed the classifier), 96x96x3 in
+
+ReLU6 activations, BatchNorm after every conv (folded into the conv by prepare when frozen),
+residual adds where the block keeps shape.  Weights are PyTorch's default initialisation,
+seeded; BatchNorm statistics and affine parameters are seeded non-trivial values (unit
+statistics would hide a wrong fold).  Exported in eval mode (tico refuses train-mode
+BatchNorm).  The circle files are about 1.6 MB each, so they are not committed: `build()`
+writes them into a cache directory ($UTRAIN_ZOO_CACHE, else the system temp directory),
+keyed by name and seed, and reuses them.
+
+    python bench/zoo/mobilenet.py [--out DIR]     # writes the three .circle files
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+from torch import nn
+
+
+def _div8(v, d=8):
+    # torchvision's _make_divisible: round to a multiple of 8, never below 90 % of v
+    n = max(d, int(v + d / 2) // d * d)
+    return n + d if n < 0.9 * v else n
+
+
+def _cbr(i, o, k, s=1, groups=1, act=True):
+    layers = [nn.Conv2d(i, o, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(o)]
+    return layers + [nn.ReLU6()] if act else layers
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, i, o, s, e, k=3):
+        super().__init__()
+        h = i * e
+        layers = [] if e == 1 else _cbr(i, h, 1)
+        layers += _cbr(h, h, k, s, groups=h) + _cbr(h, o, 1, act=False)
+        self.conv = nn.Sequential(*layers)
+        self.res = s == 1 and i == o
+
+    def forward(self, x):
+        y = self.conv(x)
+        return x + y if self.res else y
+
+
+class MobileNetV2(nn.Module):
+    # (expansion t, channels c, repeats n, stride s) of the paper's Table 2
+    CFG = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+           (6, 160, 3, 2), (6, 320, 1, 1)]
+
+    def __init__(self, width=0.35, classes=10, last=1280):
+        super().__init__()
+        c = _div8(32 * width)
+        layers = _cbr(3, c, 3, 2)
+        for t, ch, n, s in self.CFG:
+            o = _div8(ch * width)
+            for j in range(n):
+                layers.append(InvertedResidual(c, o, s if j == 0 else 1, t))
+                c = o
+        last = _div8(last * max(1.0, width))
+        layers += _cbr(c, last, 1)
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(last, classes)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
+class MCUNetLike(nn.Module):
+    # (kernel, expansion, channels, stride): a ProxylessNAS/MCUNet-style searched stack
+    CFG = [(3, 1, 8, 1), (7, 3, 16, 2), (3, 4, 16, 1), (5, 3, 24, 2), (7, 3, 24, 1),
+           (5, 4, 40, 2), (3, 3, 40, 1), (5, 6, 48, 1), (7, 6, 96, 2), (3, 4, 96, 1),
+           (5, 6, 160, 1)]
+
+    def __init__(self, classes=10):
+        super().__init__()
+        c = 16
+        layers = _cbr(3, c, 3, 2)
+        for k, e, o, s in self.CFG:
+            layers.append(InvertedResidual(c, o, s, e, k))
+            c = o
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(c, classes)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
+# name -> (builder, input shape NCHW, classes)
+NETS = {
+    'mbv2_96': (lambda: MobileNetV2(0.35), (1, 3, 96, 96), 10),
+    'mbv2_128': (lambda: MobileNetV2(0.35), (1, 3, 128, 128), 10),
+    'mcunet': (lambda: MCUNetLike(), (1, 3, 96, 96), 10),
+}
+
+
+def _randomise_norms(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                c = m.num_features
+                m.running_mean.copy_((torch.rand(c, generator=g) - 0.5) * 0.2)
+                m.running_var.copy_(torch.rand(c, generator=g) * 0.5 + 0.75)
+                m.weight.copy_(torch.rand(c, generator=g) * 0.5 + 0.75)
+                m.bias.copy_((torch.rand(c, generator=g) - 0.5) * 0.2)
+    return model.eval()
+
+
+def model(name, seed=0):
+    """(eval-mode PyTorch model, input shape, classes), seeded."""
+    make, shape, classes = NETS[name]
+    torch.manual_seed(seed)
+    return _randomise_norms(make(), seed + 1), shape, classes
+
+
+def cache_dir():
+    d = os.environ.get('UTRAIN_ZOO_CACHE') or os.path.join(tempfile.gettempdir(),
+                                                          'utrain-zoo-%d' % os.getuid())
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def build(name, seed=0, out=None):
+    """The circle file of zoo model `name` (converted once with tico, then reused from
+    the cache); returns (path, PyTorch model, input shape, classes)."""
+    m, shape, classes = model(name, seed)
+    path = os.path.join(out or cache_dir(), '%s-s%d.circle' % (name, seed))
+    if not os.path.exists(path):
+        import tico
+        tmp = path + '.%d.tmp' % os.getpid()
+        tico.convert(m, (torch.zeros(shape),)).save(tmp)
+        os.replace(tmp, path)           # atomic: a concurrent build never sees half a file
+    return path, m, shape, classes
+
+
+def images(shape, n, seed=0, classes=10):
+    """n seeded images [n, H, W, 3] (NHWC, as prepared models take them) in [0, 1] with
+    labels: smooth random colour fields (a class-dependent mean colour plus noise), so
+    the activations look like those of natural images rather than white noise."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    _, c, h, w = shape
+    y = rng.integers(0, classes, n)
+    base = rng.random((classes, 1, 1, c)).astype(np.float32)
+    lo = rng.random((n, h // 8, w // 8, c)).astype(np.float32)
+    x = np.repeat(np.repeat(lo, 8, 1), 8, 2)[:, :h, :w]
+    x = 0.5 * x + 0.5 * base[y] + 0.05 * rng.standard_normal((n, h, w, c)).astype(np.float32)
+    return np.clip(x, 0, 1).astype(np.float32), y.astype(np.int64)
+
+
+def prepared(name, out, n=16, epochs=3, train='last:2', backend='ulab', **kw):
+    """A run folder for zoo model `name`: n seeded images, SGD batch 1, frozen weights
+    streamed; returns prepare's summary."""
+    import numpy as np
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools.prepare import prepare
+    path, _, shape, _ = build(name)
+    x, y = images(shape, n)
+    os.makedirs(out, exist_ok=True)
+    data = os.path.join(out, 'data.npz')
+    np.savez(data, x=x, y=y)
+    kw.setdefault('stream', True)
+    return prepare(path, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=epochs,
+                   optimizer='sgd', batch=1, train=train, backend=backend, **kw)
+
+
+def epoch_times(out, micropython, heap='8M'):
+    """ms per sample of each epoch of train.py in out on `micropython` (utrain .mpy)."""
+    import re
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools import runner
+    os.environ['MICROPYTHON'] = micropython     # staged for its .mpy version and native arch
+    runner.stage(out)
+    env = dict(os.environ, MICROPYPATH=':lib')
+    r = subprocess.run([micropython, '-X', 'heapsize=' + heap, 'train.py'], cwd=out, env=env,
+                       capture_output=True, text=True, timeout=3600)
+    if r.returncode:
+        raise RuntimeError(r.stdout + r.stderr)
+    return [float(v) for v in re.findall(r'\(([0-9.]+) ms/sample', r.stdout)]
+
+
+def bench_cache(micropythons, n=16):
+    """Print, per model and build: epoch 1 (computes and caches the frozen prefix) against
+    the later epochs (from the cache), ms per training sample."""
+    print('| model | train | build | epoch 1 ms/sample | later epochs ms/sample | ratio |')
+    print('|---|---|---|---|---|---|')
+    for name in ('mbv2_96', 'mbv2_128', 'mcunet'):
+        for label, mp in micropythons:
+            out = os.path.join(tempfile.mkdtemp(), name)
+            prepared(name, out, n=n, epochs=3, backend='ulab' if 'ulab' in label else 'fallback',
+                     cache=True)
+            t = epoch_times(out, mp)
+            later = sum(t[1:]) / len(t[1:])
+            print(f'| {name} | last:2 | {label} | {t[0]:.1f} | {later:.2f} | {t[0] / later:.0f} |',
+                  flush=True)
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--out', help='directory for the .circle files (default: the cache)')
+    ap.add_argument('--bench', nargs='*', metavar='LABEL=MICROPYTHON',
+                    help='time epoch 1 against later epochs (frozen-prefix cache) on these builds')
+    a = ap.parse_args()
+    if a.bench is not None:
+        bench_cache([b.split('=', 1) for b in a.bench] or [('fallback', 'micropython')])
+        return
+    for name in NETS:
+        path, m, _, _ = build(name, out=a.out)
+        n = sum(p.numel() for p in m.parameters())
+        print(f'{name}: {n} parameters -> {path} ({os.path.getsize(path)} bytes)')
+
+
+if __name__ == '__main__':
+    main()
