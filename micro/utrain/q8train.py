@@ -28,6 +28,7 @@ class Q8Trainer:
         self.epoch = self.pos = self.retries = self.pending = 0
         self.lr_scale = 1.0
         self.best = None
+        self.last = None          # (mean loss, metric) of the last epoch trained (run.py)
         self.x = bytearray(meta['nin'])
         self.ncls = meta['nclass']
 
@@ -87,7 +88,7 @@ class Q8Trainer:
             if progress:
                 progress(i, n, ls, ms)
 
-        r = self._pass(ds, True, idx, hook)
+        r = self.last = self._pass(ds, True, idx, hook)
         self.epoch += 1
         self.pos = 0
         return r
