@@ -156,7 +156,7 @@ def measure(name, source, which, layers, tmp, a):
     npz = os.path.join(tmp, which + '.npz')
     np.savez(npz, x=x, y=y)
     kw = dict(data=npz, loss='scce' if classifier else 'mse', optimizer='sgd', lr=0.01, batch=1,
-              epochs=1, train=train)
+              epochs=1, train=train, dequantize=True)   # the float path (int8: bench.int8)
     s = prepare(path, out, backend='ulab', **kw)
     plan_ulab = s['heap']['total']
     s = prepare(path, out, **kw)
