@@ -57,6 +57,7 @@ def mark_resume(cfg_path):
 
 
 STATE = {}
+END = 'utrain: end: '     # + 'ok' or what stopped the run: host_tools/board.py reads it
 
 
 def main(cfg_path='train.json'):
@@ -72,8 +73,7 @@ def main(cfg_path='train.json'):
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
     if not files.get('train'):
-        print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
-        return
+        return 'no training data in %s: prepare the model with --data' % cfg_path
     train = Dataset(files['train'])
     test = Dataset(files['test']) if files.get('test') else None
     metric = c['metric']
@@ -93,6 +93,7 @@ def main(cfg_path='train.json'):
             tr.save_weights(files['out'])
     every = run.get('progress', 0)
     t = [ticks_ms(), tr.pos]
+    why = None
 
     def progress(i, n, ls, ms):
         if every and i % every == 0:
@@ -109,7 +110,8 @@ def main(cfg_path='train.json'):
                 l, m = tr.train_epoch(train, progress, ckpt, run.get('checkpoint_every', 0))
             except Diverged as e:
                 if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
-                    print('utrain: stopped: %s' % e)
+                    why = 'stopped: %s' % e
+                    print('utrain: ' + why)
                     break
                 tr.retries += 1
                 tr.lower_lr(run.get('lr_factor', 0.5))
@@ -149,6 +151,7 @@ def main(cfg_path='train.json'):
         print('heap in use after training %d B' % gc.mem_alloc())
     except AttributeError:
         pass
+    return why
 
 
 def interrupted(tr, log, ckpt, run, cfg_path):
@@ -166,15 +169,21 @@ def interrupted(tr, log, ckpt, run, cfg_path):
               '(%s now says "resume": true)' % (tr.epoch + 1, tr.pos, ckpt, cfg_path))
     else:
         print('interrupted in epoch %d (no checkpoint file configured)' % (tr.epoch + 1))
-    flush()
+    return 'interrupted'
 
 
 def start(cfg_path='train.json'):
+    # the imports are done (train.py collected every 2 KB while they loaded): from here
+    # the collector runs when the heap is full, the Trainer sets its own while it loads
     try:
-        main(cfg_path)
+        gc.threshold(-1)
+    except AttributeError:
+        pass
+    try:
+        why = main(cfg_path)
     except ValueError as e:   # a bad file or setting: the message names it
-        print('utrain: error: %s' % e)
-        raise SystemExit(1)
+        why = 'error: %s' % e
+        print('utrain: ' + why)
     except MemoryError:
         # whatever is on flash is the last good state: saves are atomic and none ran now
         tr = STATE.pop('tr', None)
@@ -187,4 +196,16 @@ def start(cfg_path='train.json'):
               '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
               'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
               'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
+        why = 'out of memory ' + at
+    end(why)
+
+
+def end(why):
+    # The run's last line says how it ended: a serial line carries no exit status
+    # (`mpremote run` exits 0 whatever the script did), so the host reads this line
+    # (host_tools/board.py).  A command line (unix MicroPython, CPython) also gets it as
+    # the exit status; on a board a SystemExit would soft-reset it (unix -i: exit).
+    print(END + (why or 'ok'))
+    flush()
+    if why and sys.argv and sys.argv[0]:
         raise SystemExit(1)
