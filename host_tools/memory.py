@@ -84,9 +84,71 @@ DEFAULT_FWD, DEFAULT_BWD = (2, 1), (2, 2)
 TAP_VIEWS = {'CONV_2D': 24, 'DEPTHWISE_CONV_2D': 24, 'MAX_POOL_2D': 16, 'AVERAGE_POOL_2D': 16}
 
 
-def array_bytes(n: int, backend='fallback') -> int:
-    """Heap one float32 array of n elements takes, object overhead included."""
-    return ARRAY_OVERHEAD[backend] + -(-4 * n // BLOCK) * BLOCK
+# ---------------------------------------------------------------- the board planned for
+# Board-level figures (issue 14).  The constants above are the 64-bit unix port's; a
+# 32-bit board has half-size words, so object and array headers, the GC block (4 words)
+# and the code's resident heap per .mpy byte shrink (measured on 32-bit unix
+# MicroPython 1.28 against smallest_heap(), docs/memory.md).
+WORD_FIGURES = {
+    8: dict(block=BLOCK, overhead=ARRAY_OVERHEAD, code=CODE_PER_MPY_BYTE, base=BASE,
+            native=NATIVE_KERNELS, frozen_code=FROZEN_CODE_PER_MPY_BYTE, base_frozen=BASE_FROZEN),
+    4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=15 * 1024,
+            native=4 * 1024, frozen_code=0.26, base_frozen=13 * 1024),
+}
+# A board with a littlefs file system (rp2, esp32: boards.json "fs") holds its caches
+# and each open file's buffers in the heap; the unix port's files are the OS's
+# (measured: emulated Cortex-M0 against 32-bit unix, both with ulab).
+LITTLEFS = 6 * 1024
+
+
+class Target(dict):
+    """What the plan is for: word (bytes), block (GC block bytes), native ('heap': native
+    .mpy code is loaded into the GC heap, as on rp2; 'outside': the unix port, ESP32's
+    IRAM), arch (mpy-cross -march of that native code), fs ('littlefs' or 'os') and name
+    (printed by prepare)."""
+
+
+def target(board=None) -> Target:
+    """The board the plan is for: a boards/boards.json profile (its word, gc_block,
+    native_code, fs), else the simulated board `run` uses (unix MicroPython: its word
+    size asked once; native code and files outside the heap)."""
+    profile = runner.boards().get(board) if board else None
+    if board and profile is None:
+        raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
+    if profile and profile.get('word'):
+        word = int(profile['word'])
+        t = Target(word=word, block=int(profile.get('gc_block', 4 * word)),
+                   native=profile.get('native_code', 'outside'), arch=profile.get('mpy_arch'),
+                   fs=profile.get('fs', 'littlefs'))
+        t['name'] = (f'{board}: {8 * word}-bit, {t["block"]} B GC blocks, native code '
+                     + ('in the heap' if t['native'] == 'heap' else 'outside the heap')
+                     + f', {t["fs"]} files')
+        return t
+    word = runner.simulator_word()
+    t = Target(word=word, block=4 * word, native='outside', arch=None, fs='os')
+    exe = runner.find_micropython() or 'micropython'
+    t['name'] = f'the simulated board: {os.path.basename(exe)}, unix {8 * word}-bit'
+    return t
+
+
+def native_mpy_size(arch) -> int:
+    """Size of npkern as native .mpy for arch (what rp2 loads into its heap; cached)."""
+    import tempfile
+    src = os.path.join(runner.PACKAGE, runner.NATIVE)
+    st = os.stat(src)
+    cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
+    os.makedirs(cache, exist_ok=True)
+    dst = os.path.join(cache, 'npkern-%s-%d-%d.mpy' % (arch, st.st_mtime_ns, st.st_size))
+    if not os.path.exists(dst):
+        runner._mpy_cross(src, dst, arch)
+    return os.path.getsize(dst)
+
+
+def array_bytes(n: int, backend='fallback', t=None) -> int:
+    """Heap one float32 array of n elements takes, object overhead included, on target
+    t (default: the 64-bit unix port)."""
+    f = WORD_FIGURES[t['word'] if t else 8]
+    return f['overhead'][backend] + -(-4 * n // f['block']) * f['block']
 
 
 def mpy_sizes() -> dict:
@@ -115,10 +177,13 @@ def mpy_sizes() -> dict:
     return out
 
 
-def plan_heap(g, plan, settings, backend='fallback') -> dict:
-    """Predicted smallest heap (bytes) for training the prepared model on the simulated
-    board, with its parts: {'total': ..., 'parts': {name: bytes}}.  backend: 'fallback'
+def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
+    """Predicted smallest heap (bytes) for training the prepared model on `board` (a
+    boards.json profile; None: the simulated board in use), with its parts: {'total':
+    ..., 'parts': {name: bytes}, 'target': what it planned for}.  backend: 'fallback'
     or 'ulab', '-frozen' appended for a firmware with utrain frozen in."""
+    t = board if isinstance(board, Target) else target(board)
+    f = WORD_FIGURES[t['word']]
     from .optable import SPECS
     from .passes import device_shapes
     from .flatmodel import tensor_kinds
@@ -128,7 +193,7 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     size = [r * c for r, c in shapes]
     kinds = tensor_kinds(g, plan)
     arrays, _, frozen = backend.partition('-')
-    A = lambda n: array_bytes(n, arrays)      # noqa: E731
+    A = lambda n: array_bytes(n, arrays, t)   # noqa: E731
     state = {}
     for k in plan.params:
         ax_lo_hi = plan.ranks.get(k)
@@ -147,11 +212,15 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     sizes = mpy_sizes()
     mpy = sum(sizes.get(m, 0) for m in mods)
     if frozen:
-        parts['code'] = int(FROZEN_CODE_PER_MPY_BYTE * mpy)
-        parts['interpreter'] = BASE_FROZEN
+        parts['code'] = int(f['frozen_code'] * mpy)
+        parts['interpreter'] = f['base_frozen']
     else:
-        parts['code'] = int(CODE_PER_MPY_BYTE * mpy + (NATIVE_KERNELS if arrays == 'fallback' else 0))
-        parts['interpreter'] = BASE
+        # npkern's native code: in the GC heap on rp2 (its whole .mpy), else outside
+        native = (native_mpy_size(t['arch']) if t['native'] == 'heap' and t['arch'] else f['native'])
+        parts['code'] = int(f['code'] * mpy + (native if arrays == 'fallback' else 0))
+        parts['interpreter'] = f['base']
+    if t['fs'] == 'littlefs':
+        parts['interpreter'] += LITTLEFS
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]
     if settings.get('stream'):
@@ -225,7 +294,8 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
     ws = parts['working set (activations, temporaries, loss)']
     parts['fragmentation allowance'] = int(SLACK * (data - ws) + WS_SLACK * ws)
-    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend}
+    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
+            'target': t['name']}
 
 
 def sys_path_micro():
@@ -235,12 +305,13 @@ def sys_path_micro():
         sys.path.insert(0, micro)
 
 
-def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
+def fit_advice(g, settings, train, ranks, backend, limit, heap, board=None) -> str:
     """What would fit in `limit`: the planner's figure for cheaper settings."""
     from .passes import plan as make_plan, parse_train, RANK_NAMES
     parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
     lines = [f'  planned: {parts}']
     trainable = sorted(parse_train(train, len(g.ops)) | set(ranks))
+    t = target(board)
     base = dict(settings)
     cands = []
     if int(settings['batch']) > 1:
@@ -273,7 +344,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap) -> str:
             continue
         if not p.params:
             continue
-        est = plan_heap(g, p, s, backend)['total']
+        est = plan_heap(g, p, s, backend, t)['total']
         if est <= limit:
             fits.append(f'  would fit: {desc}  (about {est // 1024} KB)')
             if len(fits) >= 3:

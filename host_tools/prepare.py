@@ -148,7 +148,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     p = make_plan(g, train, rk)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
-    heap = plan_heap(g, p, s, backend)
+    heap = plan_heap(g, p, s, backend, board)
     limit = None
     if prof:
         # the profile's heap_budget is what model and training state may take once the
@@ -162,7 +162,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                            f'({backend}), the budget is {limit // 1024} KB'
                            + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
                               'for model and training state)' if prof else '') + '.\n'
-                           + fit_advice(g, s, train, rk, backend, limit, heap))
+                           + fit_advice(g, s, train, rk, backend, limit, heap, board))
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
     if info['changed']:
@@ -226,7 +226,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         progress = progress_step(summary.get('train_samples', 0))
     cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
                                    'keep_best': bool(files['test']), 'on_nan': 'lower',
-                                   'lr_factor': 0.5, 'max_retries': 3}}
+                                   'lr_factor': 0.5, 'max_retries': 3, 'gc_every': 32}}
     cfg.update(s)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())

@@ -65,6 +65,8 @@ def main(cfg_path='train.json'):
         cfg = json.load(f)
     files = cfg.pop('files')
     run = cfg.pop('run', {})
+    if 'gc_every' in run:
+        gc_every(run['gc_every'])
     gc.collect()            # the JSON parse's garbage gone before the big arrays come
     tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
     c = tr.cfg
@@ -172,13 +174,23 @@ def interrupted(tr, log, ckpt, run, cfg_path):
     return 'interrupted'
 
 
-def start(cfg_path='train.json'):
-    # the imports are done (train.py collected every 2 KB while they loaded): from here
-    # the collector runs when the heap is full, the Trainer sets its own while it loads
+def gc_every(n):
+    # Collect whenever 1/n of the heap was allocated since the last collection (n = 0:
+    # only when the heap is full).  A training step frees and remakes its activations
+    # and temporaries; collected only when the heap is full, the large ones end up beyond
+    # small survivors and the heap fragments until one no longer fits (a 16x16 CNN on
+    # 32-bit ulab trained in 110 KB but not in 111-121 KB; collected every 1/32 of the
+    # heap, in any heap from 93 KB up; it costs time, docs/memory.md).  train.json's
+    # run.gc_every sets n (default 32).  The Trainer sets its own while loading.
     try:
-        gc.threshold(-1)
-    except AttributeError:
+        gc.threshold(((gc.mem_free() + gc.mem_alloc()) // n) if n else -1)
+    except AttributeError:      # CPython
         pass
+
+
+def start(cfg_path='train.json'):
+    # the imports are done (train.py collected every 2 KB while they loaded)
+    gc_every(32)
     try:
         why = main(cfg_path)
     except ValueError as e:   # a bad file or setting: the message names it
