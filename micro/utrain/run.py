@@ -181,7 +181,8 @@ def gc_every(n):
     # small survivors and the heap fragments until one no longer fits (a 16x16 CNN on
     # 32-bit ulab trained in 110 KB but not in 111-121 KB; collected every 1/32 of the
     # heap, in any heap from 93 KB up; it costs time, docs/memory.md).  train.json's
-    # run.gc_every sets n (default 32).  The Trainer sets its own while loading.
+    # run.gc_every sets n: prepare writes 32 where activations are large next to the
+    # heap, else 0 (it costs time).  The Trainer sets its own while loading.
     try:
         gc.threshold(((gc.mem_free() + gc.mem_alloc()) // n) if n else -1)
     except AttributeError:      # CPython
@@ -190,7 +191,7 @@ def gc_every(n):
 
 def start(cfg_path='train.json'):
     # the imports are done (train.py collected every 2 KB while they loaded)
-    gc_every(32)
+    gc_every(0)
     try:
         why = main(cfg_path)
     except ValueError as e:   # a bad file or setting: the message names it
