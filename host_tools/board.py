@@ -20,23 +20,33 @@ class BoardError(RuntimeError):
     pass
 
 
-def mpremote(port, *args, resume=False, capture=True, cwd=None):
+def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
     """Run one mpremote command line against port; returns its stdout.  capture=False:
     the output is also streamed here line by line as the board prints it.  resume: do not
-    soft-reset first (needed for unix MicroPython, which exits on a soft reset)."""
+    soft-reset first (needed for unix MicroPython, which exits on a soft reset).
+    timeout: seconds, then BoardError (mpremote is killed)."""
     argv = [sys.executable, '-m', 'mpremote', 'connect', port] + (['resume'] if resume else [])
     argv += list(args)
-    if capture:
-        p = subprocess.run(argv, cwd=cwd, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = p.stdout, p.stderr
-    else:
-        p = subprocess.Popen(argv, cwd=cwd, text=True, stdout=subprocess.PIPE, bufsize=1)
-        lines = []
-        for line in p.stdout:
-            lines.append(line)
-            print(line, end='', flush=True)
-        p.wait()
-        out, err = ''.join(lines), ''
+    try:
+        if capture:
+            p = subprocess.run(argv, cwd=cwd, text=True, timeout=timeout,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = p.stdout, p.stderr
+        else:
+            import time
+            end = time.time() + timeout if timeout else None
+            p = subprocess.Popen(argv, cwd=cwd, text=True, stdout=subprocess.PIPE, bufsize=1)
+            lines = []
+            for line in p.stdout:
+                lines.append(line)
+                print(line, end='', flush=True)
+                if end and time.time() > end:
+                    p.kill()
+                    raise subprocess.TimeoutExpired(argv, timeout)
+            p.wait(timeout=max(1, end - time.time()) if end else None)
+            out, err = ''.join(lines), ''
+    except subprocess.TimeoutExpired:
+        raise BoardError(f'mpremote {args[0]} on {port}: no answer in {timeout:g} s') from None
     if p.returncode:
         err = err.strip() or out.strip()[-300:]
         raise BoardError(f'mpremote {args[0]} on {port} failed'

@@ -232,6 +232,12 @@ class Operator:
     inputs: list[int]
     outputs: list[int]
     options: dict = field(default_factory=dict)
+    src: int = None             # its index in the user's file, kept through the rewrites
+
+    @property
+    def number(self) -> int:
+        """The op's number as the user's file (and `inspect`, `--train last:N`) has it."""
+        return self.index if self.src is None else self.src
 
 
 @dataclass
@@ -414,7 +420,7 @@ def _graph_from(path, raw: bytes, model) -> Graph:
             co = o.customOptions
             options["custom_options"] = bytes(np.asarray(co, dtype=np.uint8)) \
                 if co is not None else b""
-        ops.append(Operator(oi, code, name, ins, outs, options))
+        ops.append(Operator(oi, code, name, ins, outs, options, src=oi))
 
     gin = [int(i) for i in (sg.inputs if sg.inputs is not None else [])]
     gout = [int(i) for i in (sg.outputs if sg.outputs is not None else [])]

@@ -1,4 +1,4 @@
-"""python -m host_tools {inspect,prepare,run,export,demo,dataset,deploy,pull,plot} ..."""
+"""python -m host_tools {inspect,prepare,run,export,demo,dataset,deploy,pull,plot,fleet} ..."""
 from __future__ import annotations
 
 import argparse
@@ -24,14 +24,14 @@ def _status(op, g):
 def _op_line(g, op, how):
     opts = ', '.join(f'{k}={v}' for k, v in op.options.items()
                      if k in ('fused_activation_function', 'beta', 'keep_num_dims'))
-    return (f'  {op.index:3d} {op.name:17s} {list(op.inputs)} -> {list(op.outputs)}'
+    return (f'  {op.number:3d} {op.name:17s} {list(op.inputs)} -> {list(op.outputs)}'
             f'  {opts}  [{how}]')
 
 
 def cmd_inspect(a):
     from .circle_io import read_model
     from .optable import SPECS, SUPPORTED
-    from . import rewrite as rw
+    from .prepare import rewrite_for_training
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
@@ -39,22 +39,19 @@ def cmd_inspect(a):
         print(f'description: {g.description}')
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
-    # what prepare makes of it: training everything (BatchNorm kept) ...
+    # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
     h = read_model(a.model)
-    orig = list(h.ops)
-    info = rw.rewrite(h, keep=orig)
-    perm = rw.hoist_input_transpose(h)
-    kept = {id(op) for op in h.ops}
+    _, info, perm = rewrite_for_training(h, 'all')
+    kept = {op.number for op in h.ops}
     # ... and with frozen layers (BatchNorm folded)
     f = read_model(a.model)
-    forig = list(f.ops)
-    folded = rw.rewrite(f)['batchnorm']
-    rw.hoist_input_transpose(f)
-    fkept = {id(op) for op in f.ops}
+    _, finfo, _ = rewrite_for_training(f, 'none')
+    folded = finfo['batchnorm']
+    fkept = {op.number for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')
-    for op, o, fo in zip(g.ops, orig, forig):
-        how = _status(op, g) if id(o) in kept else 'removed by prepare'
-        if id(o) in kept and id(fo) not in fkept:
+    for op in g.ops:
+        how = _status(op, g) if op.number in kept else 'removed by prepare'
+        if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))
     if info['changed'] or perm:
@@ -62,7 +59,8 @@ def cmd_inspect(a):
               f'{info["transposes"]} layout transpose rewrites'
               + (f', input {perm} (the model takes NHWC data)' if perm else '')
               + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else ''))
-        print('ops after the rewrites (everything trainable):')
+        print('ops after the rewrites (everything trainable; ops numbered as in the file, '
+              'tensors as in the rewritten.circle prepare writes):')
         for op in h.ops:
             print(_op_line(h, op, _status(op, h)))
     print('\ntensors:')
@@ -80,7 +78,7 @@ def cmd_inspect(a):
     print(f'ops gradients pass through: {", ".join(n for n in SUPPORTED if n not in trains)}')
     bad = [op for op in h.ops if op.name not in SPECS]
     if bad:
-        print('not trainable here: ' + ', '.join(f'op {op.index} {op.name}' for op in bad))
+        print('not trainable here: ' + ', '.join(f'op {op.number} {op.name}' for op in bad))
         if all(op.name in SPECS for op in f.ops):
             print('(all of them fold away when their layers stay frozen: train the layers '
                   'after them, e.g. --train last:N)')
@@ -98,7 +96,8 @@ def cmd_prepare(a):
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
                 metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
-                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite)
+                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
+                select=a.select, select_layers=a.select_layers)
     st = s['settings']
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
@@ -147,15 +146,11 @@ def cmd_dataset(a):
     size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
     x, y = ds.load(a.source, label=a.label, size=size)
     x = x.reshape(len(x), -1)
-    tr, te = ds.split(len(x), a.test_split, a.split_seed)
-    scale, offset = ds.quantization(x, a.dtype)
     os.makedirs(a.out, exist_ok=True)
-    wrote = []
-    for name, idx in (('train.ds', tr), ('test.ds', te)):
-        if len(idx):
-            path = os.path.join(a.out, name)
-            ds.write_dataset(path, x[idx], y[idx], a.dtype, scale, offset)
-            wrote.append(f'{path} ({len(idx)} samples, {os.path.getsize(path)} B)')
+    tr, te, scale, offset, paths = ds.write_samples(a.out, x, y, a.test_split, a.split_seed,
+                                                    a.dtype)
+    wrote = [f'{paths[n]} ({len(idx)} samples, {os.path.getsize(paths[n])} B)'
+             for n, idx in (('train.ds', tr), ('test.ds', te)) if n in paths]
     print(f'{a.source}: {len(x)} samples of {x.shape[1]} values, stored as {a.dtype}'
           + (f' (value = q * {scale:g} + {offset:g})' if a.dtype != 'float32' else ''))
     if a.dtype != 'float32':
@@ -177,6 +172,31 @@ def cmd_deploy(a):
 def cmd_pull(a):
     from .board import pull
     pull(a.dir, a.port, resume=a.resume)
+    return 0
+
+
+def cmd_fleet(a):
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        raise RuntimeError('fleet runs on Flower: pip install flwr (the version in '
+                           'requirements.txt)') from None
+    from .fleet import fleet, FleetError
+    ports = [p for p in a.ports.split(',') if p] if a.ports else None
+    if not ports and not a.boards:
+        raise ValueError('fleet: give --boards N (simulated boards) or --ports P1,P2,...')
+    try:
+        st = fleet(a.dir, boards=a.boards, rounds=a.rounds, split_how=a.split, seed=a.seed,
+                   ports=ports, python=a.python, board=a.board, out=a.out,
+                   strategy=a.strategy, epochs=a.epochs, timeout=a.timeout, resume=a.resume, test=a.test)
+    except FleetError as e:
+        raise RuntimeError(str(e)) from None
+    last = st['history'][-1]
+    if not any(h['answered'] for h in st['history'][1:]):
+        print('error: no board answered in any round', file=sys.stderr)
+        return 1
+    print(f'fleet done: round {last["round"]}, global weights in '
+          f'{os.path.join(a.out or os.path.join(a.dir, "fleet"), "global.wof")}')
     return 0
 
 
@@ -284,6 +304,12 @@ def main(argv=None):
                    '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
+    q.add_argument('--select', choices=['auto', 'board'],
+                   help='choose what trains within --budget/--board: auto (short trials on '
+                        '--data, the host picks) or board (the board picks by Fisher potential '
+                        'from its own samples); writes the ranks and train.tcfg')
+    q.add_argument('--select-layers', type=int,
+                   help='--select board: layers the board trains besides the classifier')
     q.add_argument('--stream', action='store_true', default=None,
                    help='leave frozen weights in the model file, read per op (saves heap)')
     q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '
@@ -338,6 +364,33 @@ def main(argv=None):
             q.add_argument('--source', action='store_true', help='copy .py, not .mpy')
             q.add_argument('--run', action='store_true', help='then mpremote run train.py')
         q.set_defaults(fn=cmd_deploy if name == 'deploy' else cmd_pull)
+
+    q = sub.add_parser('fleet', help='federated training of a fleet of boards on Flower')
+    q.add_argument('dir', help='a prepared folder (prepare --data --test-split): model, '
+                   'starting weights, local training settings, the host\'s test split')
+    q.add_argument('--boards', type=int, help='simulated boards (unix MicroPython on a pty), '
+                   'each with its own shard of the folder\'s training data')
+    q.add_argument('--ports', help='real boards P1,P2,... each training on the data it holds')
+    q.add_argument('--resume', action='store_true',
+                   help='--ports: no soft reset first (unix MicroPython behind a pty)')
+    q.add_argument('--rounds', type=int, default=3, help='rounds in all (a rerun resumes '
+                   'after the last saved round)')
+    q.add_argument('--split', default='iid', help='simulated boards: iid | by-class | '
+                   'dirichlet:A')
+    q.add_argument('--seed', type=int, default=0, help='seed of the split')
+    q.add_argument('--epochs', type=int, help='local epochs per round (default: train.json)')
+    q.add_argument('--strategy', default='fedavg', help='Flower strategy: fedavg (weighted '
+                   'by samples), fedavgm, fedadam, fedyogi, fedadagrad, fedmedian, fedtrimmedavg')
+    q.add_argument('--timeout', type=float, default=600.0,
+                   help='seconds a board has per round before it is left out of it')
+    q.add_argument('--test', help='the host\'s test .ds for the global model (default: the '
+                   'folder\'s test split)')
+    q.add_argument('--board', default='rp2040', help='simulated boards\' heap profile')
+    q.add_argument('--python', action='store_true',
+                   help='simulated boards run the micro/ code under CPython + numpy')
+    q.add_argument('-o', '--out', help='fleet folder (default DIR/fleet): global.wof, '
+                   'fleet.csv, fleet.json')
+    q.set_defaults(fn=cmd_fleet)
 
     q = sub.add_parser('plot', help='loss and metric per epoch from train.log as a PNG')
     q.add_argument('log')

@@ -3,16 +3,16 @@ them from .npz arrays, .csv tables and folders of images (one sub-folder per cla
 from __future__ import annotations
 
 import os
-import struct
 
 import numpy as np
 
 from .circle_io import atomic_write
+from .device import module
 
-MAGIC = b'UTDS'
-VERSION = 2
-HEAD = 48
-DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}
+# the format's reader and header writer are the board's (utrain.data, utrain.collect)
+_data, _collect = module('data'), module('collect')
+MAGIC, VERSION, HEAD = _data.MAGIC, _data.VERSION, _data.HEAD
+DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}      # utrain.data.CODE's order
 NP = {0: '<f4', 1: 'u1', 2: 'i1'}
 IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm')
 
@@ -189,9 +189,7 @@ def pack_dataset(x, y, dtype='float32', scale=None, offset=None) -> bytes:
     else:
         scale, offset = 1.0, 0.0
         xb = x.astype('<f4')
-    head = struct.pack('<4sHBBIIIffff', MAGIC, VERSION, code, 0, len(x), x.shape[1], y.shape[1],
-                       scale, offset, 1.0, 0.0)
-    head += b'\0' * (HEAD - len(head))
+    head = _collect.header_bytes(code, len(x), x.shape[1], y.shape[1], scale, offset)
     rec = np.empty((len(x), xb.itemsize * x.shape[1] + 4 * y.shape[1]), np.uint8)
     rec[:, :xb.itemsize * x.shape[1]] = np.ascontiguousarray(xb).view(np.uint8).reshape(len(x), -1)
     rec[:, xb.itemsize * x.shape[1]:] = y.view(np.uint8).reshape(len(y), -1)
@@ -209,19 +207,10 @@ def read_dataset(path):
             data = f.read()
     except OSError as e:
         raise DataError(f'{path}: cannot read ({e.strerror})') from None
-    if len(data) < 32:
-        raise DataError(f'{path}: truncated dataset header ({len(data)} bytes)')
-    magic, ver, xt, yt, n, xl, yl = struct.unpack_from('<4sHBBIII', data)
-    if magic != MAGIC:
-        raise DataError(f'{path}: not a utrain dataset')
-    if ver == 1 and not xt and not yt:
-        head, xs, xo, ys, yo = 32, 1.0, 0.0, 1.0, 0.0
-    elif ver == VERSION and xt in NP and yt in NP and len(data) >= HEAD:
-        head = HEAD
-        xs, xo, ys, yo = struct.unpack_from('<ffff', data, 20)
-    else:
-        raise DataError(f'{path}: dataset version {ver} / dtypes {xt},{yt} not supported '
-                        f'(this utrain reads versions 1 and {VERSION})')
+    try:
+        _, head, xt, yt, n, xl, yl, xs, xo, ys, yo = _data.header(path, data[:HEAD])
+    except ValueError as e:
+        raise DataError(str(e)) from None
     xd, yd = np.dtype(NP[xt]), np.dtype(NP[yt])
     rec = xd.itemsize * xl + yd.itemsize * yl
     if len(data) != head + n * rec:
@@ -230,6 +219,21 @@ def read_dataset(path):
     x = a[:, :xd.itemsize * xl].copy().view(xd).astype(np.float32) * np.float32(xs) + np.float32(xo)
     y = a[:, xd.itemsize * xl:].copy().view(yd).astype(np.float32) * np.float32(ys) + np.float32(yo)
     return x.astype(np.float32), y.astype(np.float32)
+
+
+def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
+                  names=('train.ds', 'test.ds')):
+    """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
+    train and test, quantize both with one scale (from the whole of x) and write them
+    into out_dir.  Returns (train rows, test rows, scale, offset, {name: path written})."""
+    tr, te = split(len(x), test_split, seed)
+    scale, offset = quantization(x, dtype)
+    wrote = {}
+    for name, idx in zip(names, (tr, te)):
+        if len(idx):
+            wrote[name] = os.path.join(out_dir, name)
+            write_dataset(wrote[name], x[idx], y[idx], dtype, scale, offset)
+    return tr, te, scale, offset, wrote
 
 
 def split(n: int, test_split: float, seed: int):

@@ -1,12 +1,12 @@
 """The flattened model: the compact file the device interpreter streams with `struct`.
-Layout: docs/flat-model.md.  write_flat serialises a Graph + Plan; read_flat parses it
-back (tests, `inspect` of a prepared folder).
+Layout: docs/flat-model.md.  write_flat serialises a Graph + Plan (the one writer);
+read_flat parses it back with the board's reader (tests, export of a ranked checkpoint).
 """
 from __future__ import annotations
 
-import os
+import io
 import struct
-import sys
+import types
 import zlib
 
 import numpy as np
@@ -16,10 +16,14 @@ from .optable import SPECS
 from .passes import Plan, device_shapes
 
 # The layout constants have one home: the device's reader.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro'))
-from utrain.flat import (MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK, ACT, CONST, TRAIN,  # noqa: E402
-                          UNUSED, SAVE, NO_USE, LOSSES, OPTIMIZERS, METRICS, REDUCTIONS,
-                          settings_dict)
+from .device import module
+
+_dev = module('flat')
+MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK = (_dev.MAGIC, _dev.VERSION, _dev.HDR, _dev.SETTINGS,
+                                               _dev.TENSOR, _dev.RANK)
+ACT, CONST, TRAIN, UNUSED, SAVE, NO_USE = (_dev.ACT, _dev.CONST, _dev.TRAIN, _dev.UNUSED,
+                                           _dev.SAVE, _dev.NO_USE)
+LOSSES, OPTIMIZERS, METRICS, REDUCTIONS = _dev.LOSSES, _dev.OPTIMIZERS, _dev.METRICS, _dev.REDUCTIONS
 
 DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',
                 metric='accuracy', shuffle=False, batch=1, epochs=1, seed=0, lr=0.01,
@@ -32,10 +36,6 @@ def pack_settings(s: dict) -> bytes:
                        METRICS.index(s['metric']), int(s['shuffle']), s['batch'], s['epochs'],
                        int(bool(s.get('stream'))), s['seed'], s['lr'], s['momentum'], s['beta1'], s['beta2'], s['eps'],
                        s['rho'])
-
-
-def unpack_settings(b: bytes) -> dict:
-    return settings_dict(struct.unpack(SETTINGS, b))
 
 
 def tensor_kinds(g: Graph, plan: Plan) -> list[int]:
@@ -107,54 +107,22 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
 
 
 def read_flat(path) -> dict:
-    """Parse a flattened model (host side, for tests and inspection)."""
+    """Parse a flattened model with the board's reader (utrain.flat.load: the same checks,
+    size and CRC first), for tests and the host's tools.  Returns its tables: settings,
+    inputs, outputs, shapes, ops, backward, ranks, trainable, consts {tensor: array},
+    size."""
     try:
         with open(path, 'rb') as f:
             data = f.read()
     except OSError as e:
         raise ValueError(f'{path}: cannot read ({e.strerror})') from None
+    net = types.SimpleNamespace()
     try:
-        magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk, crc = struct.unpack_from(HDR, data)
-        if magic != MAGIC or ver != VERSION:
-            raise ValueError(f'{path}: not a version-{VERSION} utrain flattened model')
-        if size != len(data):
-            raise ValueError(f'{path}: {len(data)} bytes, header says {size} (truncated or padded)')
-        if zlib.crc32(data[32:], zlib.crc32(data[:28] + bytes(4))) != crc:
-            raise ValueError(f'{path}: checksum mismatch (corrupt file)')
-        pos = 32
-        settings = unpack_settings(data[pos:pos + struct.calcsize(SETTINGS)])
-        pos += struct.calcsize(SETTINGS)
-        io = struct.unpack_from(f'<{nin + nout}H', data, pos)
-        pos += 2 * (nin + nout)
-        tensors = []
-        for k in range(nt):
-            kind, fl, last, r, c, off = struct.unpack_from(TENSOR, data, pos)
-            pos += 16
-            arr = None
-            if kind == CONST:
-                arr = np.frombuffer(data, '<f4', r * c, off).reshape(r, c)
-            tensors.append(dict(kind=kind, saved=bool(fl & SAVE), last_use=last, shape=(r, c),
-                                data=arr))
-        ops = []
-        for i in range(nops):
-            code, ni, no, nopt = struct.unpack_from('<BBBB', data, pos)
-            pos += 4
-            ins = struct.unpack_from(f'<{ni}h', data, pos)
-            pos += 2 * ni
-            outs = struct.unpack_from(f'<{no}h', data, pos)
-            pos += 2 * no
-            opts = struct.unpack_from(f'<{nopt}f', data, pos)
-            pos += 4 * nopt
-            ops.append((code, ins, outs, opts))
-        bwd = [struct.unpack_from('<HH', data, pos + 4 * i) for i in range(nbwd)]
-        pos += 4 * nbwd
-        ranks = {}
-        for i in range(nrk):
-            k, ax, _, lo, hi = struct.unpack_from(RANK, data, pos + 12 * i)
-            ranks[k] = (ax, lo, hi)
-    except (struct.error, ValueError) as e:
-        if str(e).startswith(f'{path}: '):
-            raise
-        raise ValueError(f'{path}: truncated or corrupt flattened model ({e})') from None
-    return dict(settings=settings, inputs=io[:nin], outputs=io[nin:], tensors=tensors, ops=ops,
-                backward=bwd, ranks=ranks, size=size)
+        _dev.load(net, io.BytesIO(data), path, module('wof'))
+    except _dev.ModelError as e:
+        raise ValueError(str(e)) from None
+    consts = {k: net.t[k] for k in range(len(net.t))
+              if net.t[k] is not None and k not in net.trainable}
+    return dict(settings=net.settings, inputs=net.inputs, outputs=net.outputs, shapes=net.shape,
+                ops=net.ops, backward=net.bwd, ranks=net.rank, trainable=net.trainable,
+                consts=consts, size=len(data))

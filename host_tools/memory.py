@@ -71,19 +71,10 @@ SLACK = 0.06                    # fragmentation allowance on the data held all r
 # 0.3 before training collected garbage as it goes (run.gc_every, issue 14): with it the
 # CNNs' smallest heaps fell 10-25 KB and 0.3 planned 1.2-1.45x of them
 WS_SLACK = 0.1
-CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'trainer', 'losses', 'op_act', 'optim',
-                'data', 'wof')
-
-# working-set temporaries per op while it runs, in (output-sized, input-sized) arrays
-FWD_TEMPS = {'FULLY_CONNECTED': (2, 0), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0),
-             'CONV_2D': (2, 0), 'DEPTHWISE_CONV_2D': (2, 1), 'MAX_POOL_2D': (2, 0),
-             'AVERAGE_POOL_2D': (2, 0), 'MEAN': (1, 1)}
-BWD_TEMPS = {'FULLY_CONNECTED': (2, 2), 'SOFTMAX': (3, 0), 'RESHAPE': (0, 0),
-             'CONV_2D': (3, 2), 'DEPTHWISE_CONV_2D': (3, 3), 'MAX_POOL_2D': (3, 2),
-             'AVERAGE_POOL_2D': (3, 2), 'MEAN': (1, 2)}
-DEFAULT_FWD, DEFAULT_BWD = (2, 1), (2, 2)
-# ops that walk kernel taps hold a few dozen array views at once (op_conv, op_pool)
-TAP_VIEWS = {'CONV_2D': 24, 'DEPTHWISE_CONV_2D': 24, 'MAX_POOL_2D': 16, 'AVERAGE_POOL_2D': 16}
+CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
+                'optim', 'data', 'wof')
+# Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
+# views, how the weight gradient is handed over), never the op's name.
 
 
 # ---------------------------------------------------------------- the board planned for
@@ -188,9 +179,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     f = WORD_FIGURES[t['word']]
     from .optable import SPECS
     from .passes import device_shapes
-    from .flatmodel import tensor_kinds
-    sys_path_micro()
-    from utrain.flat import KERNELS, CONST, ACT
+    from .flatmodel import tensor_kinds, CONST, ACT
     shapes = device_shapes(g)
     size = [r * c for r, c in shapes]
     kinds = tensor_kinds(g, plan)
@@ -205,8 +194,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         else:
             state[k] = size[k]
     parts = {}
-    mods = set(CORE_MODULES) | {KERNELS[SPECS[op.name].code] for op in g.ops
-                                if SPECS[op.name].code in KERNELS}
+    mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
     if arrays == 'fallback':
         mods.add('npfallback')
     if settings.get('stream'):
@@ -226,15 +214,13 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]
     if settings.get('stream'):
-        # as Net._plan_stream: slot j holds the largest j-th whole constant of an op;
+        # as utrain.stream.Stream: slot j holds the largest j-th whole constant of an op;
         # constants the kernel reads by rows (its ROWS) come through one CHUNK buffer
-        import importlib
-        from utrain.stream import CHUNK
+        from .device import module
+        CHUNK = module('stream').CHUNK
         slots, big = [], 0
         for op in g.ops:
-            code = SPECS[op.name].code
-            rows = getattr(importlib.import_module('utrain.' + KERNELS[code]), 'ROWS', ()) \
-                if code in KERNELS else ()
+            rows = SPECS[op.name].stream_rows
             mine = []
             for pos, k in enumerate(SPECS[op.name].inputs(op)):
                 if k >= 0 and kinds[k] == CONST:
@@ -263,12 +249,13 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     live = {g.inputs[0]}
     peak = 0
     for op in g.ops:
-        fo, fi = FWD_TEMPS.get(op.name, DEFAULT_FWD)
+        spec = SPECS[op.name]
+        fo, fi = spec.fwd
         ins = [k for k in SPECS[op.name].inputs(op) if k >= 0 and kinds[k] == ACT]
         o = op.outputs[0]
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
         peak = max(peak, cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0]))
-                   + TAP_VIEWS.get(op.name, 0) * A(0))
+                   + spec.taps * A(0))
         live.add(o)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0]:
@@ -276,15 +263,17 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     grads = {g.outputs[0]: out_n}
     for i, flags in plan.backward:
         op = g.ops[i]
-        bo, bi = BWD_TEMPS.get(op.name, DEFAULT_BWD)
+        spec = SPECS[op.name]
+        bo, bi = spec.bwd
         o = op.outputs[0]
-        ins = [k for k in SPECS[op.name].inputs(op)[:1] if k >= 0]
+        ins = [k for k in spec.inputs(op)[:1] if k >= 0]
         n_in = max([size[k] for k in ins] or [0])
         cur = sum(A(n) for n in grads.values())
-        # a kernel that sums its own weight gradient (no ROWS) holds it during the op
-        wsum = sum(A(size[k]) for k in SPECS[op.name].inputs(op)
-                   if k in plan.params and plan.params[k][1] == 'weight') if op.name != 'FULLY_CONNECTED' else 0
-        peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in) + TAP_VIEWS.get(op.name, 0) * A(0)
+        # a kernel that hands its weight gradient whole holds a weight-sized array during
+        # the op (at batch 1; larger batches count it in the gradient sums)
+        wsum = sum(A(size[k]) for k in spec.inputs(op)
+                   if k in plan.params and plan.params[k][1] == 'weight') if spec.wgrad == 'whole' else 0
+        peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in) + spec.taps * A(0)
                    + (wsum if batch == 1 else 0))
         grads.pop(o, None)
         if flags & 1 and ins:
@@ -300,19 +289,16 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             'target': t['name']}
 
 
-def sys_path_micro():
-    import sys
-    micro = os.path.join(runner.ROOT, 'micro')
-    if micro not in sys.path:
-        sys.path.insert(0, micro)
-
-
-def fit_advice(g, settings, train, ranks, backend, limit, heap, board=None) -> str:
-    """What would fit in `limit`: the planner's figure for cheaper settings."""
-    from .passes import plan as make_plan, parse_train, RANK_NAMES
+def fit_advice(g, settings, train, ranks, backend, limit, heap, planned, board=None) -> str:
+    """What would fit in `limit`: the planner's figure for cheaper settings.  g is the
+    graph as read; train (op numbers) and ranks {op: rank} are in the file's numbering,
+    and so is every suggestion (as `inspect` and --train last:N count); planned(train,
+    ranks) runs the select, rewrite and plan passes for a candidate (the rewrites differ
+    with what trains, so each is planned on its own rewritten graph)."""
+    from .passes import RANK_NAMES
+    from .optable import SPECS
     parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
     lines = [f'  planned: {parts}']
-    trainable = sorted(parse_train(train, len(g.ops)) | set(ranks))
     t = target(board)
     base = dict(settings)
     cands = []
@@ -324,8 +310,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, board=None) -> s
         cands.append(({'stream': True}, train, ranks))
     cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': True}
     cands.append((cheap, train, ranks))
-    from .optable import SPECS
-    with_params = [i for i in trainable if SPECS[g.ops[i].name].roles(g.ops[i], g)]
+    with_params = [i for i in sorted(set(train) | set(ranks))
+                   if g.ops[i].name in SPECS and SPECS[g.ops[i].name].roles(g.ops[i], g)]
     for r in (4, 5, 1):
         rk = dict(ranks)
         rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
@@ -341,12 +327,12 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, board=None) -> s
                         + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
                         * (rk != ranks))
         try:
-            p = make_plan(g, tr, rk)
+            rg, _, _, _, _, p = planned(tr, rk)
         except ValueError:
             continue
         if not p.params:
             continue
-        est = plan_heap(g, p, s, backend, t)['total']
+        est = plan_heap(rg, p, s, backend, t)['total']
         if est <= limit:
             fits.append(f'  would fit: {desc}  (about {est // 1024} KB)')
             if len(fits) >= 3:

@@ -1,9 +1,12 @@
-"""What the host knows about each operator the device can train through.
+"""What the host knows about each operator the device can train through: one row per op.
 
 The forward kernel and its gradient live together on the device (micro/utrain/op_*.py);
-this table only describes, per circle operator, what the host passes need: the device
-opcode and option floats, which inputs are trainable parameters, and which tensors the
-gradient rule reads (so the memory plan can keep exactly those).
+the opcode, option slots and backward flags are the device's (utrain/opc.py), and the
+kernel module is the device's table (utrain/flat.py KERNELS).  A row adds what only
+the host passes need: which inputs are trainable parameters, how to compute the option
+floats, which tensors the gradient rule reads (so the memory plan keeps exactly those),
+and what the heap planner (memory.py) counts while the op runs.  Adding an op: one
+device file, one row here, one test case (docs/flat-model.md).
 """
 from __future__ import annotations
 
@@ -12,23 +15,26 @@ from typing import Callable
 
 import numpy as np
 
-# backward flags, one bit per gradient the device computes (micro/utrain/op_fc.py):
-# DX the first data input's, DW the weight's, DB the bias's; data input n >= 1 (an ADD's
-# second operand, a CONCATENATION's inputs) has bit dx_bit(n) = 4 << n.
-DX, DW, DB = 1, 2, 4
+from .device import module
+
+opc = module('opc')
+# backward flags, one bit per gradient the device computes: DX the first data input's,
+# DW the weight's, DB the bias's; data input n >= 1 (an ADD's second operand, a
+# CONCATENATION's inputs) has bit dx_bit(n) = DXN << n.
+DX, DW, DB = opc.DX, opc.DW, opc.DB
 
 
 def dx_bit(n):
-    return DX if n == 0 else 4 << n
+    return DX if n == 0 else opc.DXN << n
 
 
-ACTIVATIONS = {'NONE': 0, 'RELU': 1, 'RELU_N1_TO_1': 2, 'RELU6': 3, 'TANH': 4}
+ACTIVATIONS = {'NONE': opc.AF_NONE, 'RELU': opc.AF_RELU, 'RELU_N1_TO_1': opc.AF_RELU_N1_TO_1,
+               'RELU6': opc.AF_RELU6, 'TANH': opc.AF_TANH}
 
 
 @dataclass(frozen=True)
 class OpSpec:
-    name: str
-    code: int                      # circle builtin code; the device dispatches on it
+    name: str                      # circle's name, also the opcode's in utrain.opc
     params: dict                   # input position -> 'weight' | 'bias' (or (op, g) -> that)
     options: Callable              # (op, graph) -> list of floats for the device
     saves: Callable                # (op, flags) -> tensors the gradient reads
@@ -41,6 +47,31 @@ class OpSpec:
     # laid out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
     # bytes, so .wof files stay onert-micro's; e.g. a conv weight as [O, KH*KW*I]).
     shapes: Callable = None
+    # for the heap planner: the kernel's temporaries while it runs forward and backward,
+    # as (output-sized, input-sized) arrays, and the array views a tap walk holds at once
+    fwd: tuple = (2, 1)
+    bwd: tuple = (2, 2)
+    taps: int = 0
+    # how the kernel hands its weight gradient to the sink (micro/utrain/sink.py):
+    # 'rows', a product the sink sums or applies row by row (nothing weight-sized at
+    # batch 1), or 'whole', a weight-sized array (op_conv's WGRAD_WHOLE: summed whole)
+    wgrad: str = 'whole'
+
+    @property
+    def code(self) -> int:
+        """The circle builtin code the device dispatches on (utrain.opc)."""
+        return getattr(opc, self.name)
+
+    @property
+    def kernel(self) -> str:
+        """The device module that runs it (utrain.flat.KERNELS)."""
+        return module('flat').KERNELS[self.code]
+
+    @property
+    def stream_rows(self) -> tuple:
+        """Input positions whose frozen constant the kernel can read a few rows at a
+        time when streamed (the kernel module's ROWS; utrain/stream.py)."""
+        return getattr(module(self.kernel), 'ROWS', ())
 
     def roles(self, op, g):
         """input position -> 'weight' | 'bias' for this op (an ADD's or MUL's parameter is
@@ -62,11 +93,20 @@ def _fused(op, where):
     return ACTIVATIONS[act]
 
 
+def _slots(values: dict) -> list:
+    """Option floats from {slot (utrain.opc): value}, slots 0..max all given."""
+    out = [None] * (max(values) + 1)
+    for k, v in values.items():
+        out[k] = float(v)
+    assert None not in out, values
+    return out
+
+
 def _fc_options(op, g=None):
     fmt = op.options.get('weights_format', 'DEFAULT')
     if fmt not in ('DEFAULT', 0):
-        raise ValueError(f'op {op.index} FULLY_CONNECTED: weights_format {fmt} is not supported')
-    return [_fused(op, f'op {op.index} FULLY_CONNECTED')]
+        raise ValueError(f'op {op.number} FULLY_CONNECTED: weights_format {fmt} is not supported')
+    return _slots({opc.ACT: _fused(op, f'op {op.number} FULLY_CONNECTED')})
 
 
 def _fc_saves(op, flags):
@@ -87,14 +127,16 @@ def _none(op, flags=0):
 
 
 SPECS = {s.name: s for s in [
-    OpSpec('FULLY_CONNECTED', 9, {1: 'weight', 2: 'bias'}, _fc_options, _fc_saves),
-    OpSpec('RELU', 19, {}, _none, _out),
-    OpSpec('RELU_N1_TO_1', 20, {}, _none, _out),
-    OpSpec('RELU6', 21, {}, _none, _out),
-    OpSpec('LOGISTIC', 14, {}, _none, _out),
-    OpSpec('TANH', 28, {}, _none, _out),
-    OpSpec('SOFTMAX', 25, {}, lambda op, g=None: [float(op.options.get('beta', 1.0))], _out),
-    OpSpec('RESHAPE', 22, {}, _none, _none, device_inputs=(0,)),
+    OpSpec('FULLY_CONNECTED', {1: 'weight', 2: 'bias'}, _fc_options, _fc_saves,
+           fwd=(2, 0), bwd=(2, 2), wgrad='rows'),
+    OpSpec('RELU', {}, _none, _out),
+    OpSpec('RELU_N1_TO_1', {}, _none, _out),
+    OpSpec('RELU6', {}, _none, _out),
+    OpSpec('LOGISTIC', {}, _none, _out),
+    OpSpec('TANH', {}, _none, _out),
+    OpSpec('SOFTMAX', {}, lambda op, g=None: _slots({opc.BETA: op.options.get('beta', 1.0)}), _out,
+           fwd=(3, 0), bwd=(3, 0)),
+    OpSpec('RESHAPE', {}, _none, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 0)),
 ]}
 
 # Each group of operators registers its specs here (one block per kernel module).
@@ -123,8 +165,8 @@ def _nhwc(g, k, where, what):
     return shape[1:]
 
 
-def _spatial(op, g, kh, kw, sh, sw, dh, dw, extra=()):
-    where = f'op {op.index} {op.name}'
+def _spatial(op, g, kh, kw, sh, sw, dh, dw, extra=None):
+    where = f'op {op.number} {op.name}'
     H, W, C = _nhwc(g, op.inputs[0], where, 'the input')
     OH, OW, OC = _nhwc(g, op.outputs[0], where, 'the output')
     pad = op.options.get('padding', 'SAME')
@@ -132,8 +174,11 @@ def _spatial(op, g, kh, kw, sh, sw, dh, dw, extra=()):
     ow, pl = _out_pad(W, kw, sw, dw, pad, where)
     if (oh, ow) != (OH, OW):
         raise ValueError(f'{where}: output is {OH}x{OW}, {pad} padding gives {oh}x{ow}')
-    return [float(v) for v in (_fused(op, where), H, W, C, OH, OW, OC, kh, kw, sh, sw, dh, dw,
-                               pt, pl) + tuple(extra)]
+    v = {opc.ACT: _fused(op, where), opc.G_H: H, opc.G_W: W, opc.G_C: C, opc.G_OH: OH,
+         opc.G_OW: OW, opc.G_OC: OC, opc.G_KH: kh, opc.G_KW: kw, opc.G_SH: sh, opc.G_SW: sw,
+         opc.G_DH: dh, opc.G_DW: dw, opc.G_PT: pt, opc.G_PL: pl}
+    v.update(extra or {})
+    return _slots(v)
 
 
 def _strides(op):
@@ -148,18 +193,18 @@ def _dilations(op):
 
 def _conv_options(op, g):
     O, KH, KW, I = g.tensors[op.inputs[1]].shape
-    if _nhwc(g, op.inputs[0], f'op {op.index} CONV_2D', 'the input')[2] != I:
-        raise ValueError(f'op {op.index} CONV_2D: weight has {I} input channels, input has '
+    if _nhwc(g, op.inputs[0], f'op {op.number} CONV_2D', 'the input')[2] != I:
+        raise ValueError(f'op {op.number} CONV_2D: weight has {I} input channels, input has '
                          f'{g.tensors[op.inputs[0]].shape[3]} (grouped convolution is not supported)')
     return _spatial(op, g, KH, KW, *_strides(op), *_dilations(op))
 
 
 def _dwconv_options(op, g):
     _, KH, KW, CM = g.tensors[op.inputs[1]].shape
-    C = _nhwc(g, op.inputs[0], f'op {op.index} DEPTHWISE_CONV_2D', 'the input')[2]
+    C = _nhwc(g, op.inputs[0], f'op {op.number} DEPTHWISE_CONV_2D', 'the input')[2]
     if CM % C:
-        raise ValueError(f'op {op.index} DEPTHWISE_CONV_2D: {CM} output channels for {C} inputs')
-    return _spatial(op, g, KH, KW, *_strides(op), *_dilations(op), extra=(CM // C,))
+        raise ValueError(f'op {op.number} DEPTHWISE_CONV_2D: {CM} output channels for {C} inputs')
+    return _spatial(op, g, KH, KW, *_strides(op), *_dilations(op), extra={opc.G_MULT: CM // C})
 
 
 def _pool_options(op, g):
@@ -176,7 +221,7 @@ def _conv_shapes(op, g):
 def _mean_options(op, g):
     """[outer, red, inner]: the input as [outer, reduced, inner] (the reduced axes must
     form one run once size-1 axes are dropped)."""
-    where = f'op {op.index} MEAN'
+    where = f'op {op.number} MEAN'
     shape = list(g.tensors[op.inputs[0]].shape)
     axes_t = g.tensors[op.inputs[1]] if len(op.inputs) > 1 else None
     if axes_t is None or axes_t.data is None:
@@ -193,8 +238,8 @@ def _mean_options(op, g):
     else:
         first, last = len(dims), len(dims) - 1
     prod = lambda ds: int(np.prod([n for n, _ in ds])) if ds else 1  # noqa: E731
-    return [float(prod(dims[:first])), float(prod(dims[first:last + 1])),
-            float(prod(dims[last + 1:]))]
+    return _slots({opc.M_OUTER: prod(dims[:first]), opc.M_RED: prod(dims[first:last + 1]),
+                   opc.M_INNER: prod(dims[last + 1:])})
 
 
 def _conv_saves(op, flags):
@@ -211,12 +256,14 @@ def _avgpool_saves(op, flags):
 
 
 SPECS.update({s.name: s for s in [
-    OpSpec('CONV_2D', 3, {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
-           shapes=_conv_shapes),
-    OpSpec('DEPTHWISE_CONV_2D', 4, {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves),
-    OpSpec('MAX_POOL_2D', 17, {}, _pool_options, _maxpool_saves),
-    OpSpec('AVERAGE_POOL_2D', 1, {}, _pool_options, _avgpool_saves),
-    OpSpec('MEAN', 40, {}, _mean_options, _none, device_inputs=(0,)),
+    OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
+           shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24),
+    OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
+           fwd=(2, 1), bwd=(3, 3), taps=24),
+    OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
+    OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
+           taps=16),
+    OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(1, 1), bwd=(1, 2)),
 ]})
 
 
@@ -226,7 +273,7 @@ SPECS.update({s.name: s for s in [
 # HARD_SWISH/LEAKY_RELU (op_act).  Shapes and constant index inputs are read here.
 
 def _where(op):
-    return f'op {op.index} {op.name}'
+    return f'op {op.number} {op.name}'
 
 
 def _shape4(g, k, op):
@@ -258,9 +305,9 @@ def _elem_roles(op, g):
 
 
 def _elem_options(op, g):
-    """[act, parameter position or -1, n0, n1, n2, then per operand d0, d1, rows]: the
-    output's rows (dims 0-2) as n0 x n1 blocks of n2 rows; block (i, j) of an operand
-    starts at its row i*d0 + j*d1 and has n2 rows, or 1 that broadcasts.  Columns
+    """act, parameter position or -1, n0, n1, n2, then per operand d0, d1, rows (utrain.opc
+    E_*): the output's rows (dims 0-2) as n0 x n1 blocks of n2 rows; block (i, j) of an
+    operand starts at its row i*d0 + j*d1 and has n2 rows, or 1 that broadcasts.  Columns
     broadcast natively (an operand's last dim is the output's or 1)."""
     S = _shape4(g, op.outputs[0], op)
     X = [_shape4(g, k, op) for k in op.inputs[:2]]
@@ -277,15 +324,18 @@ def _elem_options(op, g):
                 levels.append([S[d]] + st)
     levels = [[1, True, True]] * (3 - len(levels)) + levels
     p = list(_elem_roles(op, g)) or [-1]
-    opts = [_fused(op, _where(op)), p[0]] + [L[0] for L in levels]
+    opts = {opc.ACT: _fused(op, _where(op)), opc.E_PARAM: p[0], opc.E_N0: levels[0][0],
+            opc.E_N1: levels[1][0], opc.E_N2: levels[2][0]}
     for side in (1, 2):
         step, d = 1, [0, 0, 0]
         for i in (2, 1, 0):
             if not levels[i][side]:
                 d[i] = step
                 step *= levels[i][0]
-        opts += [d[0], d[1], 1 if levels[2][side] else levels[2][0]]
-    return opts
+        e = opc.E_OPD * (side - 1)
+        opts.update({e + opc.E_D0: d[0], e + opc.E_D1: d[1],
+                     e + opc.E_ROWS: 1 if levels[2][side] else levels[2][0]})
+    return _slots(opts)
 
 
 def _elem_saves(op, flags):
@@ -309,8 +359,8 @@ def _at(N, idx):
 
 
 def _copy_plan(box, a0, b0):
-    """The 21 floats of one block copy B[box] = A[box] between two device arrays (see
-    micro/utrain/op_shape.py).  box: per dim (size, (A row, col step), (B row, col step));
+    """The C_PART floats (utrain.opc C_*) of one block copy B[box] = A[box] between two
+    device arrays (see micro/utrain/op_shape.py).  box: per dim (size, (A row, col step), (B row, col step));
     a0, b0: (row, col) where the box starts in A and in B."""
     dims = []
     for n, a, b in box:                   # drop size-1 dims, merge contiguous neighbours
@@ -336,11 +386,16 @@ def _copy_plan(box, a0, b0):
     outer = [d for d in dims if d is not u and d is not v]
     assert len(outer) <= 2, box           # a missing column dim leaves <= 3 dims
     outer = [one] * (2 - len(outer)) + outer
-    plan = [outer[0][0], outer[1][0], u[0], v[0], tr]
-    for side, start in ((1, a0), (2, b0)):
+    plan = {opc.C_NA: outer[0][0], opc.C_NB: outer[1][0], opc.C_N1: u[0], opc.C_N2: v[0],
+            opc.C_TR: tr}
+    for side, start, at in ((1, a0, opc.C_A), (2, b0, opc.C_B)):
         rs, cs = ((v, u) if tr and side == 1 else (u, v))
-        plan += [start[0], start[1], *outer[0][side], *outer[1][side],
-                 rs[side][0] or 1, cs[side][1] or 1]
+        fields = [start[0], start[1], *outer[0][side], *outer[1][side],
+                  rs[side][0] or 1, cs[side][1] or 1]
+        assert len(fields) == opc.C_SIDE
+        plan.update((at + i, f) for i, f in enumerate(fields))
+    plan = _slots(plan)
+    assert len(plan) == opc.C_PART
     return plan
 
 
@@ -420,18 +475,19 @@ def _in(op, flags):
 
 _ELEM = (0, 1)
 SPECS.update({s.name: s for s in [
-    OpSpec('ADD', 0, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('SUB', 41, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('MUL', 18, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('DIV', 42, _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('PAD', 34, {}, _pad_options, _none, device_inputs=(0,)),
-    OpSpec('TRANSPOSE', 39, {}, _transpose_options, _none, device_inputs=(0,)),
-    OpSpec('STRIDED_SLICE', 45, {}, _slice_options, _none, device_inputs=(0,)),
-    OpSpec('CONCATENATION', 2, {}, _concat_options, _none, data_inputs=tuple(range(14))),
-    OpSpec('SQUEEZE', 43, {}, _none, _none),
-    OpSpec('EXPAND_DIMS', 70, {}, _none, _none, device_inputs=(0,)),
-    OpSpec('HARD_SWISH', 117, {}, _none, _in),
-    OpSpec('LEAKY_RELU', 98, {}, lambda op, g=None: [float(op.options.get('alpha', 0.0))], _in),
+    OpSpec('ADD', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('SUB', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('MUL', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('DIV', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,)),
+    OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,)),
+    OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,)),
+    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=tuple(range(14))),
+    OpSpec('SQUEEZE', {}, _none, _none),
+    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,)),
+    OpSpec('HARD_SWISH', {}, _none, _in),
+    OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
+           _in),
 ]})
 
 SUPPORTED = sorted(SPECS)

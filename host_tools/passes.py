@@ -47,7 +47,7 @@ def validate(g: Graph):
                            'of single-subgraph models only')
     for op in g.ops:
         if op.name not in SPECS:
-            raise PrepareError(f'{where}: op {op.index} is {op.name}, which utrain cannot train '
+            raise PrepareError(f'{where}: op {op.number} is {op.name}, which utrain cannot train '
                                f'through yet; supported: {", ".join(SUPPORTED)}')
         try:
             SPECS[op.name].options(op, g)
@@ -63,7 +63,7 @@ def validate(g: Graph):
                 continue                # read on the host (e.g. a RESHAPE's shape)
             used.add(k)
             if pos in roles and g.tensors[k].data is None:
-                raise PrepareError(f'{where}: op {op.index} {op.name} takes its {roles[pos]} '
+                raise PrepareError(f'{where}: op {op.number} {op.name} takes its {roles[pos]} '
                                    f'from non-constant tensor {k} ({g.tensors[k].name}); '
                                    'utrain needs constant weights')
         used.update(op.outputs)
@@ -169,7 +169,7 @@ def rank_ranges(g: Graph, params: dict, ranks: dict) -> dict:
         n = shapes[k][axis]
         lo, hi = channel_range(r, n)
         if hi - lo < 1:
-            raise PrepareError(f'op {i} {g.ops[i].name}: rank {RANK_NAMES[r]} of {n} output '
+            raise PrepareError(f'op {g.ops[i].number} {g.ops[i].name}: rank {RANK_NAMES[r]} of {n} output '
                                'channels leaves none to train')
         if (lo, hi) != (0, n):
             out[k] = (axis, lo, hi)

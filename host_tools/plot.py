@@ -1,4 +1,5 @@
-"""`plot`: loss and metric per epoch, train and test, from a train.log CSV."""
+"""`plot`: loss and metric per epoch, train and test, from a train.log CSV (or per round
+from a fleet's fleet.csv)."""
 from __future__ import annotations
 
 import csv
@@ -8,12 +9,13 @@ import os
 
 def read_log(path):
     """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
-    ms,free_heap; empty or nan cells are None); ValueError naming path when malformed."""
+    ms,free_heap; or a fleet.csv: round,loss,<metric>,test_loss,test_<metric>,boards,samples;
+    empty or nan cells are None); ValueError naming path when malformed."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
     with open(path, newline='') as f:
         rows = list(csv.reader(f))
-    if not rows or len(rows[0]) != 7 or rows[0][0] != 'epoch':
+    if not rows or len(rows[0]) != 7 or rows[0][0] not in ('epoch', 'round'):
         raise ValueError(f'{path}: not a utrain train.log (header epoch,loss,metric,...)')
     head = rows[0]
     cols = {h: [] for h in head}
@@ -28,8 +30,8 @@ def read_log(path):
             except ValueError:
                 raise ValueError(f'{path}: line {k}: {h} {v!r} is not a number') from None
             cols[h].append(None if x is None or math.isnan(x) else x)
-    if not cols['epoch']:
-        raise ValueError(f'{path}: no epochs logged yet')
+    if not cols[head[0]]:
+        raise ValueError(f'{path}: no {head[0]}s logged yet')
     return cols
 
 
@@ -43,10 +45,10 @@ def plot(log, out):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, what in zip(axes, ('loss', metric)):
         for col, label, style in ((what, 'train', 'o-'), ('test_' + what, 'test', 's--')):
-            pts = [(e, v) for e, v in zip(c['epoch'], c[col]) if v is not None]
+            pts = [(e, v) for e, v in zip(c[names[0]], c[col]) if v is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
-        ax.set_xlabel('epoch')
+        ax.set_xlabel(names[0])
         ax.set_ylabel(what)
         ax.set_title(what)
         ax.grid(alpha=0.3)

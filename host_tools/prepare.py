@@ -2,6 +2,7 @@
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -10,7 +11,7 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
-from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan
+from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
 from .wof import write_wof
@@ -38,6 +39,20 @@ def rewrite_for_training(g, train, enabled=True):
         rw.compact(g)
     ids = {id(op) for op in keep}
     return [op.index for op in g.ops if id(op) in ids], info, perm
+
+
+def select_rewrite_plan(source, train, ranks, rewrite=True):
+    """The select, rewrite and plan passes on a copy of the graph as read (source is not
+    changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
+    file's numbering.  Returns (rewritten graph, its trainable op indices, its ranks
+    {op index: rank}, rewrite report, input permutation, plan)."""
+    g = copy.deepcopy(source)
+    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
+    ranked = {id(g.ops[i]): r for i, r in ranks.items()}
+    train = sorted(parse_train(train, len(g.ops)) | set(ranks))
+    train, info, perm = rewrite_for_training(g, train, rewrite)
+    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
+    return g, train, rk, info, perm, make_plan(g, train, rk)
 
 
 def metadata_settings(g) -> dict:
@@ -111,9 +126,22 @@ def board_profile(board, overrides: dict) -> dict:
     return prof
 
 
+def heap_limit(prof, budget, heap):
+    """The heap a plan must fit (bytes) or None: the board profile's heap_budget is what
+    model and training state may take once the code is loaded (the planner's data parts),
+    its heap bounds the whole plan; budget bounds the whole plan too."""
+    limit = None
+    if prof:
+        fixed = heap['parts']['code'] + heap['parts']['interpreter']
+        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
+    if budget:
+        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    return limit
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', **overrides):
+            backend='fallback', select=None, select_layers=None, log=print, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -124,13 +152,20 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     indices are the graph's as given, like train's.  budget: bytes or '96K'; board: a
     boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
     bounds the whole plan and its heap_budget the plan's data (all but code and
-    interpreter)."""
+    interpreter).  select: 'auto' (contribution analysis on the host over data) or
+    'board' (the board picks among candidates by Fisher potential; select_layers: how
+    many besides the classifier) chooses the ranks within the budget (host_tools/select.py)."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     prof = board_profile(board, overrides) if board else None
     g = read_model(model_path)
     s = resolve_settings(g, overrides)
     train = s.pop('train')
+    sel = None
+    if select:
+        sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite,
+                         test_split, split_seed, select_layers, log)
+        ranks, train_config, train = sel['ranks'], None, 'none'
     rk = {}
     if train_config:
         rk.update(read_train_config(train_config, len(g.ops)))
@@ -140,29 +175,23 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         rk.update(ranks)
     elif ranks:
         rk.update(parse_ranks(ranks, len(g.ops)))
-    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
-    ranked = {id(g.ops[i]): r for i, r in rk.items()}
-    train = sorted(parse_train(train, len(g.ops)) | set(rk))
-    train, info, perm = rewrite_for_training(g, train, rewrite)
-    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
-    p = make_plan(g, train, rk)
+    source, chosen, chosen_rk = g, sorted(parse_train(train, len(g.ops)) | set(rk)), dict(rk)
+    g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
     heap = plan_heap(g, p, s, backend, board)
-    limit = None
-    if prof:
-        # the profile's heap_budget is what model and training state may take once the
-        # code is loaded: the planner's data parts; its heap bounds the whole plan
-        fixed = heap['parts']['code'] + heap['parts']['interpreter']
-        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
-    if budget:
-        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    if sel and 'select' in sel:
+        from .select import add_fisher
+        add_fisher(heap, g, p, backend)
+    limit = heap_limit(prof, budget, heap)
     if limit is not None and heap['total'] > limit:
         raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                            f'({backend}), the budget is {limit // 1024} KB'
                            + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
                               'for model and training state)' if prof else '') + '.\n'
-                           + fit_advice(g, s, train, rk, backend, limit, heap, board))
+                           + fit_advice(source, s, chosen, chosen_rk, backend, limit, heap,
+                                        lambda tr, r: select_rewrite_plan(source, tr, r, rewrite),
+                                        board))
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
     if info['changed']:
@@ -188,7 +217,16 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                'rewritten': files['rewritten'], 'input_perm': perm,
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'quant': info['quant']}
-    if any(r for r in p.op_ranks.values()) or train_config:
+    if sel:
+        # the choice as onert-micro's training-config file, ops of the graph as given
+        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
+        write_train_config(os.path.join(out_dir, 'train.tcfg'), sel['ranks'], onert_only=False)
+        summary['train_config'] = 'train.tcfg'
+        summary['select'] = {k: v for k, v in sel.items() if k in (
+            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+            'weight_gain', 'trials')}
+        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+    elif any(r for r in p.op_ranks.values()) or train_config:
         try:
             write_train_config(os.path.join(out_dir, 'train.tcfg'), p.op_ranks)
             summary['train_config'] = 'train.tcfg'
@@ -207,13 +245,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
                                f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
         y = ds.targets(y, s['loss'], n_out, data)
-        tr, te = ds.split(len(x), test_split, split_seed)
-        scale, offset = ds.quantization(x, dtype)     # one scale for train and test
-        ds.write_dataset(os.path.join(out_dir, files['train']), x[tr], y[tr], dtype, scale, offset)
-        if len(te):
-            ds.write_dataset(os.path.join(out_dir, files['test']), x[te], y[te], dtype, scale,
-                             offset)
-        else:
+        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
+                                               (files['train'], files['test']))
+        if files['test'] not in wrote:
             files['test'] = None
         summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
                        balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
@@ -229,6 +263,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                    'lr_factor': 0.5, 'max_retries': 3,
                                    'gc_every': gc_every(g, heap['total'])}}
     cfg.update(s)
+    if sel and 'select' in sel:
+        cfg['select'] = sel['select']       # the board's own choice (utrain/fisher.py)
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())
     atomic_write(os.path.join(out_dir, 'prepare.json'),
@@ -245,6 +281,23 @@ def gc_every(g, planned) -> int:
     digits MLP on 32-bit unix: 2.3x per sample) and its small arrays gain little."""
     big = max([int(np.prod(t.shape)) for t in g.tensors if t.data is None] or [0])
     return 32 if 4 * big * 128 >= planned else 0
+
+
+def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
+               split_seed, layers, log):
+    """--select auto|board: host_tools/select.py chooses the ranks within the budget."""
+    from . import select as sl
+    limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
+    if mode == 'auto':
+        res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
+                             rewrite, log=log)
+    elif mode == 'board':
+        res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log)
+    else:
+        raise PrepareError(f'--select {mode!r}: expected auto or board')
+    for line in sl.report(res):
+        log(line)
+    return res
 
 
 def export(model_path, wof_path, out_path, quantized=False) -> dict:

@@ -57,13 +57,6 @@ def new_tensor(g: Graph, name: str, shape, data=None, dtype=None) -> int:
     return t.index
 
 
-def new_op(g: Graph, name: str, inputs, outputs, options=None, at=None) -> Operator:
-    op = Operator(-1, OP_CODES[name], name, list(inputs), list(outputs), dict(options or {}))
-    g.ops.insert(len(g.ops) if at is None else at, op)
-    _renumber(g)
-    return op
-
-
 def _renumber(g: Graph):
     for i, op in enumerate(g.ops):
         op.index = i

@@ -4,13 +4,13 @@ the weights back out of a device checkpoint.  Validation is the device reader's
 from __future__ import annotations
 
 import io
-import struct
 
 import numpy as np
 
 from .circle_io import Graph, atomic_write
-from . import flatmodel  # noqa: F401  (puts micro/ on sys.path)
-from utrain import wof as dev  # noqa: E402
+from .device import module
+
+dev = module('wof')
 
 MAGIC = dev.MAGIC
 VERSION = dev.VERSION
@@ -18,17 +18,12 @@ VERSION = dev.VERSION
 
 def pack_wof(n_tensors: int, arrays: dict) -> bytes:
     """.wof bytes for {tensor index: float32 array}; absent tensors get offset 0."""
-    offs = [0] * n_tensors
-    pos = 8 + 4 * n_tensors
-    blobs = []
-    for k in sorted(arrays):
+    for k in arrays:
         if not 0 <= k < n_tensors:
             raise ValueError(f'tensor {k} out of range for {n_tensors} tensors')
-        blob = np.ascontiguousarray(arrays[k], dtype='<f4').tobytes()
-        offs[k] = pos
-        pos += len(blob)
-        blobs.append(blob)
-    return struct.pack(f'<HBBI{n_tensors}I', MAGIC, VERSION, 0, n_tensors, *offs) + b''.join(blobs)
+    f = io.BytesIO()
+    dev.write_wof(f, n_tensors, {k: np.asarray(a, np.float32) for k, a in arrays.items()})
+    return f.getvalue()
 
 
 def write_wof(path, n_tensors: int, arrays: dict) -> None:

@@ -357,6 +357,7 @@ def test_forward_and_gradients(device, cid):
 MP_GRADS = """\
 import json
 from utrain.trainer import Trainer
+from utrain.sink import Sums
 from utrain import losses
 with open('job.json') as f:
     job = json.load(f)
@@ -365,13 +366,14 @@ for cid, c in job['models'].items():
     tr.set_input(c['x'])
     tr.set_expected(c['t'])
     net = tr.net
+    net.sink = Sums(net)                # gradients summed, not applied
     net.forward(True)
     y = net.output()
     l, dy = losses.loss(tr.cfg['loss'], y, tr.target, tr.cfg['from_logits'])
     net.backward(dy)
     g = {}
     for k in net.trainable:
-        g[str(k)] = [float(v) for row in net.acc[k].tolist() for v in row]
+        g[str(k)] = [float(v) for row in net.sink.acc[k].tolist() for v in row]
     print('OUT ' + json.dumps([cid, [float(v) for v in y.tolist()[0]], g]))
 """
 
@@ -529,7 +531,8 @@ def test_tico_export_forward_and_gradients(tmp_path):
     g = read_model(path)
     assert {'MUL', 'ADD', 'DIV', 'PAD', 'CONCATENATION', 'STRIDED_SLICE'} <= {o.name for o in g.ops}
     tr.set_input(x.numpy())
-    tr.net.zero_grads()
+    from utrain.sink import Sums
+    tr.net.sink = Sums(tr.net)           # gradients summed, not applied
     tr.net.forward(True)
     y = np.array(tr.net.output(), dtype=np.float64)
     ref = net(x)
@@ -546,7 +549,7 @@ def test_tico_export_forward_and_gradients(tmp_path):
     got = {}
     for k in tr.net.trainable:
         name = next(s for s in want if s in g.tensors[k].name)
-        got[name] = np.asarray(tr.net.acc[k]).ravel()
+        got[name] = np.asarray(tr.net.sink.acc[k]).ravel()
     assert sorted(got) == sorted(want)
     for name, w in want.items():
         np.testing.assert_allclose(got[name], w.numpy().ravel(), rtol=1e-4, atol=1e-6,

@@ -5,7 +5,7 @@ Each op case is a small circle model with trainable FULLY_CONNECTED layers befor
 after the op under test (x -> FC -> OP -> FC -> y), built with CircleBuilder, prepared
 by host_tools.prepare and loaded by utrain.trainer.Trainer exactly as a board would.
 The gradient of the loss w.r.t. every element of every trainable tensor from
-Net.backward (Net.acc) is compared with (L(w + eps) - L(w - eps)) / 2 eps.
+Net.backward (summed by utrain.sink.Sums) is compared with (L(w + eps) - L(w - eps)) / 2 eps.
 
 The device code picks its float type from UTRAIN_NP when utrain.xnp is first imported,
 so the device side runs in one subprocess (this file run as a script, UTRAIN_NP=float64,
@@ -67,15 +67,17 @@ def _fd_weights(tr, x, t):
 
 def _analytic_weights(tr, x, t):
     net = tr.net
-    net.zero_grads()
+    from utrain.sink import Sums
+    old, net.sink = net.sink, Sums(net)      # gradients summed, not applied
+    sums = net.sink
     l, y, dy = _device_loss(tr, x, t)
     y = y.copy()
     net.backward(dy)
     ana = {}
     for k in net.trainable:
-        a = net.acc.get(k)
+        a = sums.acc.get(k)
         ana[k] = np.zeros(net.shape[k]) if a is None else a.copy()
-    net.zero_grads()
+    net.sink = old
     return l, y, ana
 
 
@@ -135,7 +137,8 @@ def _w_sgd(c):
         tr.set_expected(t)
         tr.train_step()
         after.append({str(k): net.t[k].tolist() for k in net.trainable})
-    left = {str(k): (0.0 if net.acc.get(k) is None else float(np.max(np.abs(net.acc[k]))))
+    acc = net.sink.acc
+    left = {str(k): (0.0 if acc.get(k) is None else float(np.max(np.abs(acc[k]))))
             for k in net.trainable}
     return {'cfg': {k: tr.cfg[k] for k in ('batch', 'lr', 'reduction', 'optimizer')},
             'pending': tr.pending, 'w0': {str(k): v.tolist() for k, v in w0.items()},

@@ -610,17 +610,18 @@ from utrain.xnp import np, zeros, BACKEND
 
 
 class RT:
+    # a Net with a summing gradient sink (utrain.sink.Sums's grad(k, g) and grad(k))
     def __init__(self, t, shape):
         self.t, self.shape, self.acc, self.g = t, shape, {}, {}
+        self.sink = self
 
-    def wgrad(self, k):
+    def grad(self, k, g=None, x=None):
         if k not in self.acc:
             self.acc[k] = zeros(self.shape[k])
-        return self.acc[k]
-
-    def add_wgrad(self, k, d):
-        a = self.wgrad(k)
-        a += d
+        a = self.acc[k]
+        if g is None:
+            return a
+        a += g
 
     def add_grad(self, k, d):
         self.g[k] = d

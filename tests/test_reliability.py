@@ -556,3 +556,16 @@ def test_export_takes_a_checkpoint(job, tmp_path):
     want = read_checkpoint(str(job / 'checkpoint.ckpt'), read_model(str(job / 'm.circle')))
     got = tensor_data(out)
     assert want and all(np.array_equal(got[k], a) for k, a in want.items())
+
+
+def test_resume_finishes_a_save_cut_before_its_rename(job, tmp_path):
+    """A power cut between removing the old checkpoint and renaming the new one into
+    place leaves only checkpoint.ckpt.tmp: a resumed run finishes that save and resumes
+    from it (run.exists and wof's readers are one function)."""
+    d = tmp_path / 'j'
+    shutil.copytree(job, d)
+    os.rename(d / 'checkpoint.ckpt', d / 'checkpoint.ckpt.tmp')
+    set_run(d, resume=True)
+    code, text = runner.run(str(d), python=True, stream=False)
+    assert code == 0 and 'resumed from checkpoint.ckpt at epoch 1, sample 6' in text, text
+    assert (d / 'checkpoint.ckpt').exists() and not (d / 'checkpoint.ckpt.tmp').exists()

@@ -446,3 +446,26 @@ def test_int8_model_trains_and_exports_requantized(tmp_path):
     yf = onert_infer(outs[''], xt)
     assert np.abs(yq - yf).max() <= 3 * step
     assert np.abs(yq - tflm_infer(src, xt)).max() > 3 * step     # it did change
+
+
+def test_prepare_names_ops_as_the_file_numbers_them(tmp_path):
+    """The rewrites drop a transpose pair ahead of an op utrain cannot train: prepare's
+    error names that op by its number in the file (as `inspect` lists it), not by its
+    place in the rewritten graph."""
+    from host_tools.passes import PrepareError
+    from host_tools.prepare import prepare
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 2, 3, 4])
+    b.inputs(x)
+    p1 = b.tensor('p1', [4], data=np.array([0, 3, 1, 2], np.int32))
+    p2 = b.tensor('p2', [4], data=np.array([0, 2, 3, 1], np.int32))
+    t1 = b.tensor('t1', [1, 4, 2, 3])
+    t2 = b.tensor('t2', [1, 2, 3, 4])
+    r = b.tensor('r', [1, 2, 3, 4])
+    b.op('TRANSPOSE', [x, p1], [t1])
+    b.op('TRANSPOSE', [t1, p2], [t2])
+    b.op('RSQRT', [t2], [r])
+    b.outputs(r)
+    path = b.save(str(tmp_path / 'm.circle'))
+    with pytest.raises(PrepareError, match=r'op 2 is RSQRT'):
+        prepare(path, str(tmp_path / 'o'), loss='mse')

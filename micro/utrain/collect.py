@@ -12,6 +12,14 @@ from array import array
 from utrain.data import MAGIC, VERSION, HEAD, SIZE, CODE, header
 
 LIMITS = (None, (0, 255), (-128, 127))
+N_AT = 8                    # offset of the header's u32 sample count
+
+
+def header_bytes(x_dtype, n, x_len, y_len, xs=1.0, xo=0.0, ys=1.0, yo=0.0):
+    """The HEAD bytes of a version-2 dataset file: the one header writer, used by the
+    host's converters too (utrain.data.header reads it)."""
+    h = pack('<4sHBBIIIffff', MAGIC, VERSION, x_dtype, 0, n, x_len, y_len, xs, xo, ys, yo)
+    return h + bytes(HEAD - len(h))
 
 
 class Recorder:
@@ -25,9 +33,7 @@ class Recorder:
             if dtype not in (0, 1, 2) or scale == 0:
                 raise ValueError('%s: dtype must be 0, 1 or 2 and scale non-zero' % path)
             f = open(path, 'w+b')
-            f.write(pack('<4sHBBIIIffff', MAGIC, VERSION, dtype, 0, 0, x_len, y_len,
-                         scale, offset, 1.0, 0.0))
-            f.write(bytes(HEAD - 36))
+            f.write(header_bytes(dtype, 0, x_len, y_len, scale, offset))
             n = 0
         else:
             ver, head, dtype, yt, n, xl, yl, scale, offset, _, _ = header(path, f.read(HEAD))
@@ -64,7 +70,7 @@ class Recorder:
         f.write(q)
         f.write(self.qy)
         self.n += 1
-        f.seek(8)
+        f.seek(N_AT)
         f.write(pack('<I', self.n))
         f.flush()
         return self.n

@@ -5,10 +5,36 @@
 # constant data goes straight from the file into preallocated arrays, or, when the
 # model was prepared with --stream, stays in the file (utrain.stream).
 from struct import unpack, calcsize
-from utrain.xnp import zeros, readinto
+from utrain.xnp import zeros, readinto, big_first, const
 from utrain.losses import LOSSES, METRICS
 from utrain.optim import OPTIMIZERS
-from utrain.model import big_first
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_ADD = const(0)
+_AVERAGE_POOL_2D = const(1)
+_CONCATENATION = const(2)
+_CONV_2D = const(3)
+_DEPTHWISE_CONV_2D = const(4)
+_FULLY_CONNECTED = const(9)
+_LOGISTIC = const(14)
+_MAX_POOL_2D = const(17)
+_MUL = const(18)
+_RELU = const(19)
+_RELU_N1_TO_1 = const(20)
+_RELU6 = const(21)
+_RESHAPE = const(22)
+_SOFTMAX = const(25)
+_TANH = const(28)
+_PAD = const(34)
+_TRANSPOSE = const(39)
+_MEAN = const(40)
+_SUB = const(41)
+_DIV = const(42)
+_SQUEEZE = const(43)
+_STRIDED_SLICE = const(45)
+_EXPAND_DIMS = const(70)
+_LEAKY_RELU = const(98)
+_HARD_SWISH = const(117)
+
 
 MAGIC = b'UTFM'
 VERSION = 2
@@ -32,11 +58,13 @@ def settings_dict(s):
             'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15], 'stream': bool(s[8] & 1)}
 
 # circle builtin code -> kernel module; imported only when a model uses it
-KERNELS = {9: 'op_fc', 14: 'op_act', 19: 'op_act', 20: 'op_act', 21: 'op_act',
-           25: 'op_act', 28: 'op_act', 22: 'op_shape', 117: 'op_act', 98: 'op_act',
-           0: 'op_elem', 41: 'op_elem', 18: 'op_elem', 42: 'op_elem', 34: 'op_shape',
-           2: 'op_shape', 39: 'op_shape', 43: 'op_shape', 70: 'op_shape', 45: 'op_shape',
-           3: 'op_conv', 4: 'op_conv', 1: 'op_pool', 17: 'op_pool', 40: 'op_pool'}
+KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _RELU: 'op_act',
+           _RELU_N1_TO_1: 'op_act', _RELU6: 'op_act', _TANH: 'op_act', _HARD_SWISH: 'op_act',
+           _LEAKY_RELU: 'op_act', _ADD: 'op_elem', _SUB: 'op_elem', _MUL: 'op_elem', _DIV: 'op_elem',
+           _RESHAPE: 'op_shape', _PAD: 'op_shape', _CONCATENATION: 'op_shape',
+           _TRANSPOSE: 'op_shape', _SQUEEZE: 'op_shape', _EXPAND_DIMS: 'op_shape',
+           _STRIDED_SLICE: 'op_shape', _CONV_2D: 'op_conv', _DEPTHWISE_CONV_2D: 'op_conv',
+           _AVERAGE_POOL_2D: 'op_pool', _MAX_POOL_2D: 'op_pool', _MEAN: 'op_pool'}
 
 
 class ModelError(ValueError):

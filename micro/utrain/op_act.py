@@ -1,24 +1,39 @@
 # Activations: forward and gradient side by side.  Gradients are taken from the
 # op's output y (saved by the forward pass), so nothing else needs keeping.
-# Codes are circle's ActivationFunctionType; LOGISTIC gets 6 here.
-from utrain.xnp import np
-
-NONE, RELU, RELU_N1_TO_1, RELU6, TANH, LOGISTIC = 0, 1, 2, 3, 4, 6
+# Activation codes (opc AF_*) are circle's ActivationFunctionType; LOGISTIC gets 6.
+from utrain.xnp import np, const
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_NONE = const(0)   # opc.AF_NONE
+_RELU = const(1)   # opc.AF_RELU
+_RELU_N1_TO_1 = const(2)   # opc.AF_RELU_N1_TO_1
+_RELU6 = const(3)   # opc.AF_RELU6
+_TANH = const(4)   # opc.AF_TANH
+_LOGISTIC = const(6)   # opc.AF_LOGISTIC
+_SOFTMAX = const(25)
+_HARD_SWISH = const(117)
+_LEAKY_RELU = const(98)
+_BETA = const(0)
+_ALPHA = const(0)
+_OP_RELU = const(19)   # opc.RELU
+_OP_RELU6 = const(21)   # opc.RELU6
+_OP_TANH = const(28)   # opc.TANH
+_OP_LOGISTIC = const(14)   # opc.LOGISTIC
+_OP_RELU_N1_TO_1 = const(20)   # opc.RELU_N1_TO_1
 
 
 def act(y, code):
     """Apply activation `code` to the fresh array y (may reuse y)."""
-    if code == NONE:
+    if code == _NONE:
         return y
-    if code == RELU:
+    if code == _RELU:
         return np.maximum(y, 0.0)
-    if code == RELU6:
+    if code == _RELU6:
         return np.clip(y, 0.0, 6.0)
-    if code == RELU_N1_TO_1:
+    if code == _RELU_N1_TO_1:
         return np.clip(y, -1.0, 1.0)
-    if code == TANH:
+    if code == _TANH:
         return np.tanh(y, out=y)
-    if code == LOGISTIC:
+    if code == _LOGISTIC:
         e = np.exp(-y)
         e += 1.0
         return 1.0 / e
@@ -27,55 +42,56 @@ def act(y, code):
 
 def act_grad(dy, y, code):
     """Gradient through the activation, given the upstream dy and the output y."""
-    if code == NONE:
+    if code == _NONE:
         return dy
-    if code == RELU:
+    if code == _RELU:
         return np.where(y > 0.0, dy, 0.0)
-    if code == RELU6:
+    if code == _RELU6:
         return np.where(y > 0.0, np.where(y < 6.0, dy, 0.0), 0.0)
-    if code == RELU_N1_TO_1:
+    if code == _RELU_N1_TO_1:
         return np.where(y > -1.0, np.where(y < 1.0, dy, 0.0), 0.0)
-    if code == TANH:
+    if code == _TANH:
         return dy * (1.0 - y * y)
-    if code == LOGISTIC:
+    if code == _LOGISTIC:
         return dy * (y * (1.0 - y))
     raise ValueError('activation %d not supported' % code)
 
 
 # standalone activation ops: circle builtin code -> activation code
-_OPS = {19: RELU, 21: RELU6, 28: TANH, 14: LOGISTIC, 20: RELU_N1_TO_1}
+_OPS = {_OP_RELU: _RELU, _OP_RELU6: _RELU6, _OP_TANH: _TANH, _OP_LOGISTIC: _LOGISTIC,
+        _OP_RELU_N1_TO_1: _RELU_N1_TO_1}
 
 
-# HARD_SWISH (117) y = x relu6(x + 3) / 6 and LEAKY_RELU (98, alpha) take their
+# HARD_SWISH y = x relu6(x + 3) / 6 and LEAKY_RELU (alpha) take their
 # gradients from the saved input x.  Temporaries: two arrays of x's size.
 def forward(rt, op):
     code, ins, outs, opts = op
     x = rt.t[ins[0]]
-    if code == 25:
-        rt.t[outs[0]] = softmax(x, opts[0])
-    elif code == 117:
+    if code == _SOFTMAX:
+        rt.t[outs[0]] = softmax(x, opts[_BETA])
+    elif code == _HARD_SWISH:
         rt.t[outs[0]] = np.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0) * x
-    elif code == 98:
-        rt.t[outs[0]] = np.where(x > 0.0, x, x * opts[0])
+    elif code == _LEAKY_RELU:
+        rt.t[outs[0]] = np.where(x > 0.0, x, x * opts[_ALPHA])
     else:
         c = _OPS[code]
-        rt.t[outs[0]] = act(x * 1.0 if c == TANH else x, c)  # tanh works in place
+        rt.t[outs[0]] = act(x * 1.0 if c == _TANH else x, c)  # tanh works in place
 
 
 def backward(rt, op, dy, flags):
     code, ins, outs, opts = op
-    if code == 117:
+    if code == _HARD_SWISH:
         x = rt.t[ins[0]]
         g = np.where(x > 3.0, dy, np.where(x < -3.0, 0.0, dy * (x * (1.0 / 3.0) + 0.5)))
         rt.add_grad(ins[0], g)
         return
-    if code == 98:
+    if code == _LEAKY_RELU:
         x = rt.t[ins[0]]
-        rt.add_grad(ins[0], np.where(x > 0.0, dy, dy * opts[0]))
+        rt.add_grad(ins[0], np.where(x > 0.0, dy, dy * opts[_ALPHA]))
         return
     y = rt.t[outs[0]]
-    if code == 25:
-        rt.add_grad(ins[0], softmax_grad(dy, y, opts[0]))
+    if code == _SOFTMAX:
+        rt.add_grad(ins[0], softmax_grad(dy, y, opts[_BETA]))
     else:
         rt.add_grad(ins[0], act_grad(dy, y, _OPS[code]))
 

@@ -14,20 +14,40 @@
 #   Temporaries: one [OW, C*M] product per step (dW: plus its [C*M] column sum);
 #   M > 1: one [H*W, C*M] spread copy of x (and one of dx, summed back at the end).
 # Saved for backward: x (when W trains), y (when the fused activation is not NONE).
-from utrain.xnp import np, zeros, conv_steps
+from utrain.xnp import np, zeros, conv_steps, const
 from utrain.op_act import act, act_grad
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_CONV_2D = const(3)
+_DX = const(1)
+_DW = const(2)
+_DB = const(4)
+_ACT = const(0)
+_G_H = const(1)
+_G_W = const(2)
+_G_C = const(3)
+_G_OH = const(4)
+_G_OW = const(5)
+_G_KH = const(7)
+_G_KW = const(8)
+_G_SH = const(9)
+_G_SW = const(10)
+_G_DH = const(11)
+_G_DW = const(12)
+_G_PT = const(13)
+_G_PL = const(14)
+_G_MULT = const(15)
 
-DX, DW, DB = 1, 2, 4
-# the weight gradient is summed whole (rt.wgrad), not only a rank's training channels
+# the weight gradient is summed whole (rt.sink.grad(W)), not only a rank's training
+# channels (host_tools/optable.py: wgrad 'whole')
 WGRAD_WHOLE = True
 
 
 def walk(o):
     """(tap, first x row, first y row, count) for every output row and kernel tap;
     x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
-    H, W, OH, OW = int(o[1]), int(o[2]), int(o[4]), int(o[5])
-    KH, KW, sh, sw, dh, dw = int(o[7]), int(o[8]), int(o[9]), int(o[10]), int(o[11]), int(o[12])
-    pt, pl = int(o[13]), int(o[14])
+    H, W, OH, OW = int(o[_G_H]), int(o[_G_W]), int(o[_G_OH]), int(o[_G_OW])
+    KH, KW, sh, sw = int(o[_G_KH]), int(o[_G_KW]), int(o[_G_SH]), int(o[_G_SW])
+    dh, dw, pt, pl = int(o[_G_DH]), int(o[_G_DW]), int(o[_G_PT]), int(o[_G_PL])
     cols = []
     for kw in range(KW):
         iw = kw * dw - pl
@@ -63,52 +83,52 @@ def forward(rt, op):
     code, ins, outs, o = op
     t = rt.t
     x, w = t[ins[0]], t[ins[1]]
-    sw = int(o[10])
+    sw = int(o[_G_SW])
     y = zeros(rt.shape[outs[0]])
     # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
-    if conv_steps and conv_steps('Cf' if code == 3 else 'Df', y, x, w, o):
+    if conv_steps and conv_steps('Cf' if code == _CONV_2D else 'Df', y, x, w, o, walk, sw):
         pass
-    elif code == 3:
-        I = int(o[3])
-        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[7]) * int(o[8]))]
+    elif code == _CONV_2D:
+        I = int(o[_G_C])
+        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[_G_KH]) * int(o[_G_KW]))]
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
     else:
-        x = _spread(x, int(o[15]))
+        x = _spread(x, int(o[_G_MULT]))
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += x[xr:xr + (n - 1) * sw + 1:sw] * w[k]
     _bias(rt, ins, y)
-    t[outs[0]] = act(y, int(o[0]))
+    t[outs[0]] = act(y, int(o[_ACT]))
 
 
 def backward(rt, op, dy, flags):
     code, ins, outs, o = op
     t = rt.t
-    a = int(o[0])
+    a = int(o[_ACT])
     dz = act_grad(dy, t[outs[0]], a) if a else dy
-    if flags & DB:
-        rt.add_wgrad(ins[2], np.sum(dz, axis=0))
-    if not flags & (DW | DX):
+    if flags & _DB:
+        rt.sink.grad(ins[2], np.sum(dz, axis=0))
+    if not flags & (_DW | _DX):
         return
     w = t[ins[1]]
-    x = t[ins[0]] if flags & DW else None
-    g = rt.wgrad(ins[1]) if flags & DW else None
-    dx = zeros(rt.shape[ins[0]]) if flags & DX else None
-    sw = int(o[10])
+    x = t[ins[0]] if flags & _DW else None
+    g = rt.sink.grad(ins[1]) if flags & _DW else None
+    dx = zeros(rt.shape[ins[0]]) if flags & _DX else None
+    sw = int(o[_G_SW])
     if conv_steps:
-        c = 'C' if code == 3 else 'D'
-        if g is not None and conv_steps(c + 'w', g, dz, x, o):
+        c = 'C' if code == _CONV_2D else 'D'
+        if g is not None and conv_steps(c + 'w', g, dz, x, o, walk, sw):
             g = None
-        if dx is not None and conv_steps(c + 'x', dx, dz, w, o):
+        if dx is not None and conv_steps(c + 'x', dx, dz, w, o, walk, sw):
             rt.add_grad(ins[0], dx)
             dx = None
         if g is None and dx is None:
             return
-    if code == 3:
-        I = int(o[3])
-        taps = range(int(o[7]) * int(o[8]))
+    if code == _CONV_2D:
+        I = int(o[_G_C])
+        taps = range(int(o[_G_KH]) * int(o[_G_KW]))
         wk = [w[:, k * I:(k + 1) * I] for k in taps]
         gk = [g[:, k * I:(k + 1) * I] for k in taps] if g is not None else None
         for k, xr, yr, n in walk(o):
@@ -121,7 +141,7 @@ def backward(rt, op, dy, flags):
                 dxs = dx[xr:e:sw]
                 dxs += np.dot(dzs, wk[k])
     else:
-        M = int(o[15])
+        M = int(o[_G_MULT])
         x = _spread(x, M) if x is not None else None
         dxm = dx if M == 1 or dx is None else zeros((dx.shape[0], w.shape[1]))
         for k, xr, yr, n in walk(o):

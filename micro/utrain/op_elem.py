@@ -11,37 +11,54 @@
 # (SUB), dz*a (MUL), -dz*a/b^2 (DIV); each summed over what its operand broadcasts.
 # Temporaries: forward, the output plus one block result; backward, dz, two or three
 # block-sized products (DIV's db) and their sums, and the operand-sized gradient.
-from utrain.xnp import np, zeros
+from utrain.xnp import np, zeros, const
 from utrain.op_act import act, act_grad
-
-DX, DW, DB = 1, 2, 4
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_ADD = const(0)
+_SUB = const(41)
+_MUL = const(18)
+_DIV = const(42)
+_DX = const(1)
+_DXN = const(4)
+_DW = const(2)
+_DB = const(4)
+_ACT = const(0)
+_E_PARAM = const(1)
+_E_N0 = const(2)
+_E_N1 = const(3)
+_E_N2 = const(4)
+_E_D0 = const(5)
+_E_D1 = const(6)
+_E_ROWS = const(7)
+_E_OPD = const(3)
 
 
 def _f(code, a, b):
-    if code == 0:
+    if code == _ADD:
         return a + b
-    if code == 41:
+    if code == _SUB:
         return a - b
-    if code == 18:
+    if code == _MUL:
         return a * b
     return a / b
 
 
 def _g(code, s, dz, a, b):
     # dz * d(a OP b) / d(operand s), broadcast to dz's shape
-    if code == 18:
+    if code == _MUL:
         return dz * (b if s == 0 else a)
-    if code == 42:
+    if code == _DIV:
         return dz / b if s == 0 else dz * a / -(b * b)
-    return -dz if code == 41 and s == 1 else dz
+    return -dz if code == _SUB and s == 1 else dz
 
 
-def _blk(x, o, k, i, j):
-    # operand block (i, j): a view of its rows (None: an ADD/SUB operand not kept)
-    m = o[k + 2]
+def _blk(x, o, s, i, j):
+    # operand s's block (i, j): a view of its rows (None: an ADD/SUB operand not kept)
+    k = _E_OPD * s
+    m = o[k + _E_ROWS]
     if x is None or m == x.shape[0]:
         return x
-    r = i * o[k] + j * o[k + 1]
+    r = i * o[k + _E_D0] + j * o[k + _E_D1]
     return x[r:r + m]
 
 
@@ -50,7 +67,7 @@ def forward(rt, op):
     t = rt.t
     a, b = t[ins[0]], t[ins[1]]
     o = [int(v) for v in o]
-    n0, n1, n2 = o[2], o[3], o[4]
+    n0, n1, n2 = o[_E_N0], o[_E_N1], o[_E_N2]
     if n0 * n1 == 1:
         y = _f(code, a, b)
     else:
@@ -58,8 +75,8 @@ def forward(rt, op):
         for i in range(n0):
             for j in range(n1):
                 r = (i * n1 + j) * n2
-                y[r:r + n2] = _f(code, _blk(a, o, 5, i, j), _blk(b, o, 8, i, j))
-    t[outs[0]] = act(y, o[0])
+                y[r:r + n2] = _f(code, _blk(a, o, 0, i, j), _blk(b, o, 1, i, j))
+    t[outs[0]] = act(y, o[_ACT])
 
 
 def _red(g, rows, cols):
@@ -75,11 +92,12 @@ def backward(rt, op, dy, flags):
     code, ins, outs, o = op
     t = rt.t
     o = [int(v) for v in o]
-    dz = act_grad(dy, t[outs[0]], o[0]) if o[0] else dy
+    dz = act_grad(dy, t[outs[0]], o[_ACT]) if o[_ACT] else dy
     a, b = t[ins[0]], t[ins[1]]      # read by MUL and DIV only (kept for them)
-    n0, n1, n2 = o[2], o[3], o[4]
+    n0, n1, n2 = o[_E_N0], o[_E_N1], o[_E_N2]
+    p = o[_E_PARAM]
     for s in (0, 1):
-        if not (flags & (DX if s == 0 else 8) or (flags & (DW | DB) and o[1] == s)):
+        if not (flags & (_DX if s == 0 else _DXN << 1) or (flags & (_DW | _DB) and p == s)):
             continue
         k = ins[s]
         rows, cols = rt.shape[k]
@@ -87,15 +105,16 @@ def backward(rt, op, dy, flags):
             g = _red(_g(code, s, dz, a, b), rows, cols)
         else:
             g = zeros((rows, cols))
-            m = o[7 + 3 * s]
+            e = _E_OPD * s
+            m = o[e + _E_ROWS]
             for i in range(n0):
                 for j in range(n1):
                     r = (i * n1 + j) * n2
-                    gb = _g(code, s, dz[r:r + n2], _blk(a, o, 5, i, j), _blk(b, o, 8, i, j))
-                    r = i * o[5 + 3 * s] + j * o[6 + 3 * s]
+                    gb = _g(code, s, dz[r:r + n2], _blk(a, o, 0, i, j), _blk(b, o, 1, i, j))
+                    r = i * o[e + _E_D0] + j * o[e + _E_D1]
                     v = g[r:r + m]
                     v += _red(gb, m, cols)
-        if o[1] == s:
-            rt.add_wgrad(k, g)
+        if p == s:
+            rt.sink.grad(k, g)
         else:
             rt.add_grad(k, g)

@@ -1,16 +1,17 @@
 # FULLY_CONNECTED: y = act(x . W^T + b), W is circle's [out, in].
 # Backward: dz = act'(y) dy;  dW += dz^T . x;  db += dz;  dx = dz . W.
 # Saved for backward: x (when W trains), y (when the activation is not NONE).
-# Temporaries: dz [rows, out], dx [rows, in]; a one-row dW is summed in place by
-# xnp.add_outer (no [out, in] temporary: a board's heap fragments on them).
-# Sparse update: only W's rows lo:hi (rt.rows) get gradients.  Batch 1 (rt.upd set):
-# each gradient row updates its weight row at once, so no dW buffer exists at all
-# (plain SGD: one add_outer of dz * -lr straight into W's rows, rt.upd_outer).
-from utrain.xnp import np, zeros, add_outer
+# Temporaries: dz [rows, out], dx [rows, in].  dW goes to the gradient sink as the
+# product dz^T . x (rt.sink.grad(W, dz, x)): for one row an outer product that the sink
+# sums or applies row by row without an [out, in] temporary (utrain/sink.py).
+from utrain.xnp import np, zeros, const
 from utrain.op_act import act, act_grad
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_DX = const(1)
+_DW = const(2)
+_DB = const(4)
+_ACT = const(0)
 
-
-DX, DW, DB = 1, 2, 4
 ROWS = (1,)     # a frozen W streamed from the model file may come a few rows at a time (stream.py)
 
 
@@ -30,7 +31,7 @@ def forward(rt, op):
         y = np.dot(x, w.T)
     if len(ins) > 2 and ins[2] >= 0:
         y += t[ins[2]]
-    y = act(y, int(opts[0]))
+    y = act(y, int(opts[_ACT]))
     shape = rt.shape[outs[0]]
     t[outs[0]] = y if y.shape == shape else y.reshape(shape)
 
@@ -42,8 +43,8 @@ def backward(rt, op, dy, flags):
     o, n = rt.shape[ins[1]]
     if dy.shape[1] != o:
         dy = dy.reshape((dy.size // o, o))
-    dz = act_grad(dy, t[outs[0]], int(opts[0])) if opts[0] else dy
-    if flags & DX:              # first: a batch-1 update below changes w
+    dz = act_grad(dy, t[outs[0]], int(opts[_ACT])) if opts[_ACT] else dy
+    if flags & _DX:              # first: a batch-1 sink updates w at DW
         if w is None:           # frozen, streamed by rows
             dx = zeros((dz.shape[0], n))
             for r0, wc in rt.stream.chunks(ins[1]):
@@ -52,26 +53,8 @@ def backward(rt, op, dy, flags):
             dx = np.dot(dz, w)
         s = rt.shape[ins[0]]
         rt.add_grad(ins[0], dx if dx.shape == s else dx.reshape(s))
-    if flags & DW:
-        k = ins[1]
+    if flags & _DW:
         x = t[ins[0]]
-        if x.shape[1] != n:
-            x = x.reshape((x.size // n, n))
-        lo, hi = rt.rows(k)
-        if x.shape[0] == 1:
-            if rt.upd is not None:          # batch 1: update W's rows at once
-                if rt.upd_outer is None or not rt.upd_outer(k, dz[:, lo:hi], x):
-                    x = x[0]
-                    for j in range(lo, hi):
-                        rt.upd_row(k, j - lo, x * dz[0, j])
-            else:
-                add_outer(rt.wgrad_rows(k), dz[:, lo:hi], x)
-        else:
-            g = np.dot((dz[:, lo:hi] if hi - lo < o else dz).T, x)
-            if rt.upd is not None:
-                rt.upd(k, g)
-            else:
-                a = rt.wgrad_rows(k)
-                a += g
-    if flags & DB:
-        rt.add_wgrad(ins[2], dz if dz.shape[0] == 1 else np.sum(dz, axis=0))
+        rt.sink.grad(ins[1], dz, x if x.shape[1] == n else x.reshape((x.size // n, n)))
+    if flags & _DB:
+        rt.sink.grad(ins[2], dz if dz.shape[0] == 1 else np.sum(dz, axis=0))

@@ -12,11 +12,27 @@
 # MEAN: options outer, red, inner: the tensor seen as [outer, red, inner] (the reduced
 #   axes a contiguous run once size-1 axes are dropped); y[o, i] = mean_r x[o, r, i].
 #   No saves; temporaries: one [inner] row (outer > 1 and inner > 1: per outer index).
-from utrain.xnp import np, zeros, maxpool_steps
+from utrain.xnp import np, zeros, maxpool_steps, const
 from utrain.op_act import act, act_grad
 from utrain.op_conv import walk
-
-DX = 1
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_MAX_POOL_2D = const(17)
+_MEAN = const(40)
+_DX = const(1)
+_ACT = const(0)
+_G_H = const(1)
+_G_W = const(2)
+_G_OH = const(4)
+_G_OW = const(5)
+_G_KH = const(7)
+_G_KW = const(8)
+_G_SH = const(9)
+_G_SW = const(10)
+_G_PT = const(13)
+_G_PL = const(14)
+_M_OUTER = const(0)
+_M_RED = const(1)
+_M_INNER = const(2)
 
 
 def _counts(n, k, s, p, size):
@@ -26,14 +42,14 @@ def _counts(n, k, s, p, size):
 
 def _inv(o):
     # per output row: (1 / row count, [OW, 1] column of 1 / column counts)
-    ch = _counts(int(o[4]), int(o[7]), int(o[9]), int(o[13]), int(o[1]))
-    cw = _counts(int(o[5]), int(o[8]), int(o[10]), int(o[14]), int(o[2]))
+    ch = _counts(int(o[_G_OH]), int(o[_G_KH]), int(o[_G_SH]), int(o[_G_PT]), int(o[_G_H]))
+    cw = _counts(int(o[_G_OW]), int(o[_G_KW]), int(o[_G_SW]), int(o[_G_PL]), int(o[_G_W]))
     col = np.array([[1.0 / c] for c in cw])
     return [1.0 / c for c in ch], col
 
 
 def _maxpool(x, o, shape):
-    sw = int(o[10])
+    sw = int(o[_G_SW])
     y = np.full(shape, -3.4e38)
     if maxpool_steps and maxpool_steps(walk(o), sw, y, x):   # the fallback, in one call
         return y
@@ -45,7 +61,7 @@ def _maxpool(x, o, shape):
 def _scale(a, o, out):
     # out (or a new array) = a / window count, row block by row block
     rows, col = _inv(o)
-    OW = int(o[5])
+    OW = int(o[_G_OW])
     if out is None:
         out = zeros(a.shape)
     for i in range(len(rows)):
@@ -55,7 +71,7 @@ def _scale(a, o, out):
 
 
 def _mean_shape(o):
-    return int(o[0]), int(o[1]), int(o[2])
+    return int(o[_M_OUTER]), int(o[_M_RED]), int(o[_M_INNER])
 
 
 def forward(rt, op):
@@ -63,7 +79,7 @@ def forward(rt, op):
     t = rt.t
     x = t[ins[0]]
     s = rt.shape[outs[0]]
-    if code == 40:
+    if code == _MEAN:
         outer, red, inner = _mean_shape(o)
         if inner == 1:
             y = np.mean(x.reshape((outer, red)), axis=1)
@@ -76,25 +92,25 @@ def forward(rt, op):
                 y[i] = np.mean(x[i * red:(i + 1) * red], axis=0)
         t[outs[0]] = y.reshape(s)
         return
-    if code == 17:
+    if code == _MAX_POOL_2D:
         y = _maxpool(x, o, s)
     else:
-        sw = int(o[10])
+        sw = int(o[_G_SW])
         y = zeros(s)
         for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += x[xr:xr + (n - 1) * sw + 1:sw]
         _scale(y, o, y)
-    t[outs[0]] = act(y, int(o[0]))
+    t[outs[0]] = act(y, int(o[_ACT]))
 
 
 def backward(rt, op, dy, flags):
     code, ins, outs, o = op
-    if not flags & DX:
+    if not flags & _DX:
         return
     t = rt.t
     xs = rt.shape[ins[0]]
-    if code == 40:
+    if code == _MEAN:
         outer, red, inner = _mean_shape(o)
         d = dy * (1.0 / red)
         if inner == 1:
@@ -109,12 +125,12 @@ def backward(rt, op, dy, flags):
                 blk += d[i]
         rt.add_grad(ins[0], dx.reshape(xs))
         return
-    a = int(o[0])
+    a = int(o[_ACT])
     y = t[outs[0]]
     dz = act_grad(dy, y, a) if a else dy
-    sw = int(o[10])
+    sw = int(o[_G_SW])
     dx = zeros(xs)
-    if code == 17:
+    if code == _MAX_POOL_2D:
         x = t[ins[0]]
         m = _maxpool(x, o, y.shape) if a else y
         rem = dz.copy()

@@ -6,6 +6,7 @@ import gc
 import json
 import sys
 from utrain.trainer import Trainer, Diverged
+from utrain.model import drop
 from utrain.data import Dataset
 
 try:
@@ -21,12 +22,13 @@ except ImportError:  # CPython
 
 
 def exists(path):
-    # (not utrain.wof's: that module stays off the heap between saves)
+    # utrain.wof's: it first finishes a save a power cut left as path + '.tmp'; the
+    # module is dropped again after (it stays off the heap between saves)
+    from utrain import wof
     try:
-        open(path).close()
-        return True
-    except OSError:
-        return False
+        return wof.exists(path)
+    finally:
+        drop('wof')
 
 
 def heap():
@@ -67,11 +69,22 @@ def main(cfg_path='train.json'):
     run = cfg.pop('run', {})
     if 'gc_every' in run:
         gc_every(run['gc_every'])
-    gc.collect()            # the JSON parse's garbage gone before the big arrays come
-    tr = STATE['tr'] = Trainer(files['model'], files['weights'], **cfg)
-    c = tr.cfg
+    sel = cfg.pop('select', None)
     ckpt = files.get('checkpoint')
-    if run.get('resume') and ckpt and exists(ckpt):
+    resume = run.get('resume') and ckpt and exists(ckpt)
+    keep = None
+    if sel:                 # prepare --select board: the board chooses what trains
+        from utrain import fisher
+        if resume:
+            keep = fisher.read(ckpt)
+        elif files.get('train'):
+            keep = fisher.Chooser(files['train'], sel, cfg)     # on the Trainer's net
+        fisher = None
+    gc.collect()            # the JSON parse's garbage gone before the big arrays come
+    tr = STATE['tr'] = Trainer(files['model'], files['weights'], keep=keep, **cfg)
+    keep = None             # (a Chooser holds utrain.fisher's code)
+    c = tr.cfg
+    if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d' % (ckpt, tr.epoch) + (', sample %d' % tr.pos if tr.pos else ''))
     if not files.get('train'):
@@ -161,7 +174,7 @@ def interrupted(tr, log, ckpt, run, cfg_path):
     # train.py resumes there when train.json says "resume": true
     log.close()
     if ckpt:
-        tr.net.zero_grads()
+        tr.net.sink.zero()
         tr.pos -= min(tr.pending, tr.pos)
         tr.pending = 0
         tr.save_checkpoint(ckpt)

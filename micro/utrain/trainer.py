@@ -8,8 +8,9 @@
 # state (the last checkpoint saved or loaded, else the initial weights); checkpoints
 # hold the position inside the epoch, so a resumed run ends with the same weights.
 import gc
-from utrain.xnp import np, zeros, as2d
-from utrain.model import Net, big_first, drop as _drop
+from utrain.xnp import np, zeros, as2d, big_first
+from utrain.model import Net, drop as _drop
+from utrain.sink import Sums, Apply, state_shape, trained
 from utrain.losses import loss as _loss, metric as _metric, LOSSES, METRICS
 from utrain.optim import Optimizer, OPTIMIZERS
 from utrain.data import order
@@ -43,7 +44,7 @@ def _gc_every(n):
 
 
 class Trainer:
-    def __init__(self, model='model.flat', weights='weights.wof', **settings):
+    def __init__(self, model='model.flat', weights='weights.wof', keep=None, **settings):
         # Loading allocates many small objects that stay (the model's tables) between
         # temporaries that do not (file reads, unpacked records).  Collected only when
         # the heap is full, the temporaries leave a sieve of small holes between the
@@ -57,6 +58,10 @@ class Trainer:
             if weights:
                 net.load_weights(weights)
             _drop('wof')             # Net and load_weights import it; needed again only for files
+            if keep is not None:     # a board's own choice of what trains (utrain/fisher.py):
+                from utrain.fisher import restrict      # {tensor: window}, or a function
+                restrict(net, keep(net) if callable(keep) else keep)   # of the net making it
+                _drop('fisher')
             self.cfg = dict(net.settings)
             self.epoch = self.pos = self.retries = 0
             self.sums = (0.0, 0.0)   # loss and metric sums of the epoch so far
@@ -88,15 +93,15 @@ class Trainer:
         o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
             c['lr'] * self.lr_scale, c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
         for k in big_first(net.trainable, net.shape):
-            o.init(k, net.state_shape(k))
+            o.init(k, state_shape(net, k))
         # batch 1: each weight gradient updates its weight as soon as it is complete
         # (no gradient sums are kept); larger batches sum them until apply()
-        self.now = None
         if int(c['batch']) == 1:
-            self.now = (self._upd, self._upd_row, self._upd_outer)
-            net.acc.clear()
+            net.sink = Apply(net, o)
         else:
-            net.alloc_grads()
+            if net.sink.now:
+                net.sink = Sums(net)
+            net.sink.alloc()
         self.x_shape = net.shape[net.inputs[0]]
         self.y_shape = (1, 1) if c['loss'] == 'scce' else net.shape[net.outputs[0]]
         self.pending = 0
@@ -124,37 +129,15 @@ class Trainer:
         if not finite(l):
             self._diverged('loss is %s' % l)
         m = _metric(c['metric'], y, self.target, c['loss'], c['from_logits'])
-        if self.now is not None:
-            self.opt.begin()
-            net.upd, net.upd_row, net.upd_outer = self.now
-            try:
-                net.backward(dy)
-            finally:
-                net.upd = net.upd_row = net.upd_outer = None
+        if net.sink.now:
+            self.opt.begin()            # the sink steps the optimizer inside backward
+            net.backward(dy)
             return l, m
         net.backward(dy)
         self.pending += 1
         if self.pending >= c['batch']:
             self.apply()
         return l, m
-
-    def _w(self, k):
-        # the part of weight k that trains (a view)
-        net = self.net
-        w = net.t[k]
-        r = net.rank.get(k)
-        if r is None:
-            return w
-        return w[r[1]:r[2]] if r[0] == 0 else w[:, r[1]:r[2]]
-
-    def _upd(self, k, g):
-        self.opt.step(k, self._w(k), g)
-
-    def _upd_row(self, k, r, g):
-        self.opt.step_row(k, r, self._w(k)[r], g)
-
-    def _upd_outer(self, k, u, v):
-        return self.opt.step_outer(k, self._w(k), u, v)
 
     def eval_step(self):
         c = self.cfg
@@ -169,11 +152,12 @@ class Trainer:
         net, opt = self.net, self.opt
         scale = 1.0 / self.pending if self.cfg['reduction'] == 'mean' else 1.0
         opt.begin()
+        acc = net.sink.acc
         for k in net.trainable:
-            g = net.acc.get(k)
+            g = acc.get(k)
             if g is not None:
-                opt.step(k, self._w(k), net.part(k, g), scale)
-        net.zero_grads()
+                opt.step(k, trained(net, k, net.t[k]), trained(net, k, g), scale)
+        net.sink.zero()
         self.pending = 0
 
     def _check(self, what):
@@ -193,7 +177,7 @@ class Trainer:
         initial weights with fresh optimizer state.  lr_scale, retries and the best test
         result (that of the weights saved by validation-gated saving) are kept."""
         net = self.net
-        net.zero_grads()
+        net.sink.zero()
         self.pending = 0
         keep = self.lr_scale, self.retries, self.best
         if self.good:

@@ -36,6 +36,7 @@ def openr(path):
 
 
 def exists(path):
+    """Is there a file at path (after finishing an interrupted save of it)?"""
     try:
         openr(path).close()
         return True
@@ -147,11 +148,17 @@ def _write_block(f, arrays, n, start):
     return pos
 
 
+def write_wof(f, n, arrays):
+    """A .wof of n tensors to the open file f, {tensor index: array}; the one writer
+    (host_tools/wof.py packs its files with it)."""
+    f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
+    _write_block(f, arrays, n, 8)
+
+
 def save_wof(path, n, arrays):
     tmp = path + '.tmp'
     with open(tmp, 'wb') as f:
-        f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
-        _write_block(f, arrays, n, 8)
+        write_wof(f, n, arrays)
         f.flush()
     _replace(tmp, path)
 
@@ -252,19 +259,25 @@ def save_state(tr, path):
     b = tr.best or (0, 0.0, 0.0)
     extra = pack(RESUME, b'UTRS', 1, tr.best is not None, tr.pos, tr.sums[0], tr.sums[1],
                  tr.lr_scale, b[0], tr.retries, b[1], b[2])
+    extra += getattr(tr.net, 'select', b'')     # the board's choice (utrain/fisher.py)
     save_checkpoint(path, len(tr.net.t), tr.weights(), o.m, o.v, o.t, tr.epoch, extra)
 
 
 def load_state(tr, path):
     net = tr.net
     shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
-    state = [net.state_shape(k) if k in net.trainable else None for k in range(len(net.t))]
+    from utrain.sink import state_shape
+    state = [state_shape(net, k) if k in net.trainable else None for k in range(len(net.t))]
     w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
     pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
     if extra:
-        if len(extra) != calcsize(RESUME) or extra[:6] != pack('<4sH', b'UTRS', 1):
+        n = calcsize(RESUME)
+        if len(extra) < n or extra[:6] != pack('<4sH', b'UTRS', 1):
             raise ValueError('%s: unknown data after the counters' % path)
-        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra)
+        if extra[n:] != getattr(net, 'select', b''):
+            raise ValueError('%s: trained another selection of tensors than this run '
+                             '(prepare --select board: resume with utrain.fisher.resume)' % path)
+        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra[:n])
         sums = (ls, ms)
         best = (be, bl, bm) if has else None
     for k in net.trainable:

@@ -11,6 +11,11 @@
 # `a *= s` would silently rebind `a` to a new array instead of updating it.
 # Besides it, this module adds the float32 file I/O kernels never do themselves.
 try:
+    from micropython import const      # kernels name the op contract with private consts
+except ImportError:
+    def const(x):
+        return x
+try:
     from ulab import numpy as np
     BACKEND = 'ulab'
     FLOAT = np.float
@@ -51,7 +56,7 @@ else:
 # Fused in-place updates, the hot loops of a training step.  The fallback does each in
 # one pass without temporaries; numpy and ulab use their own arithmetic, ulab one row
 # at a time so a temporary is never weight-sized on a board's heap.
-# conv_steps(kind, out, p, q, o): op_conv's walk for option floats o done in one call
+# conv_steps(kind, out, p, q, o, walk, sw): op_conv's walk(o) (stride sw) done in one call
 # (see npfallback._conv_steps), by the fallback's native loops or by numpy a tap at a time;
 # maxpool_steps: the fallback's max-pool walk.  None where a backend has none (ulab does
 # each step as array ops).
@@ -61,9 +66,8 @@ if BACKEND == 'fallback':
     add_outer = np._add_outer
     maxpool_steps = np._maxpool_steps
 
-    def conv_steps(kind, out, p, q, o):
-        from utrain.op_conv import walk
-        return np._conv_steps(kind, out, p, q, walk(o), int(o[10]))
+    def conv_steps(kind, out, p, q, o, walk, sw):
+        return np._conv_steps(kind, out, p, q, walk(o), sw)
 elif BACKEND == 'numpy':
     from utrain.xnumpy import add_scaled, add_outer, conv_steps
 else:
@@ -186,3 +190,9 @@ def as2d(x, shape):
     if len(a.shape) != 2 or a.shape != shape:
         a = a.reshape(shape)
     return a
+
+
+def big_first(ks, shape):
+    """Tensor indices ks, the largest array first (allocate those while the heap has
+    long free runs)."""
+    return sorted(ks, key=lambda k: -shape[k][0] * shape[k][1])

@@ -10,13 +10,11 @@ def add_scaled(y, x, s):
 
 _taps = {}
 
-def _tap_rows(o):
+def _tap_rows(o, walk, sw):
     # op_conv's walk of options o grouped by tap: [(k, x rows, y rows)] as index
     # arrays (cached: the walk of an op never changes)
     g = _taps.get(o)
     if g is None:
-        from utrain.op_conv import walk
-        sw = int(o[10])
         rows = {}
         for k, xr, yr, n in walk(o):
             xi, yi = rows.setdefault(k, ([], []))
@@ -25,10 +23,10 @@ def _tap_rows(o):
         g = _taps[o] = [(k, np.array(xi), np.array(yi)) for k, (xi, yi) in rows.items()]
     return g
 
-def conv_steps(kind, out, p, q, o):
-    """op_conv's walk with numpy: one gather and product per kernel tap, not per
-    output row and tap (within a tap each x and y row occurs once)."""
-    taps = _tap_rows(o)
+def conv_steps(kind, out, p, q, o, walk, sw):
+    """op_conv's walk(o) (stride sw) with numpy: one gather and product per kernel tap,
+    not per output row and tap (within a tap each x and y row occurs once)."""
+    taps = _tap_rows(o, walk, sw)
     if kind[0] == 'C':
         I = q.shape[1] if kind == 'Cw' else (p.shape[1] if kind == 'Cf' else out.shape[1])
         for k, xi, yi in taps:

@@ -1,0 +1,274 @@
+"""Transfer benchmark for choosing what trains (issue 17): pre-trained CNNs fine-tuned
+on shifted tasks, per heap budget, with every way of choosing what trains.
+
+    python bench/transfer.py [--quick] [--measure]
+
+Models (pre-trained in PyTorch on the digits 0-5 only, converted with tico):
+  tico-cnn  datasets/digits/digits_tico_cnn.circle (conv-BN-ReLU-pool, depthwise, FC)
+  mbnet     a MobileNet-like CNN: conv-BN, two depthwise-separable blocks (dw-BN, pw-BN),
+            FC; pre-trained here (seeded, cached in the temp folder)
+Tasks (all ten digits: the classes 6-9 are new to every model):
+  new-classes  the digits as they are;  rotated  each image turned 90 degrees;
+  noisy        Gaussian noise (sigma 0.15; pixels are 0..1), clipped;
+  placement    another sensor placement: the image shifted 2 pixels right and down.
+Each task takes 600 random samples (400 with --quick): 360 train (36 a class: a board's
+own few samples), 240 test.
+Budgets per model: the planner's heap for the classifier only plus 5 KB, halfway to
+full fine-tuning, and full fine-tuning.  Every run: prepare (fallback backend plan),
+then `run --python` (the micro/ code under CPython + numpy, as the board runs it),
+Adam lr 0.005, batch 1, EPOCHS epochs over the task's training split, seeded shuffle;
+test accuracy of the last epoch on the task's held-out split (never seen by the
+selection: --select auto's trials draw from the training split only).  Columns:
+  auto, board   prepare --select auto / --select board at that budget
+  cls           the classifier only;  last:N  ONERT's last N ops;  full  every layer
+  a hand-picked setting over the budget shows its accuracy in brackets [..]
+  best          the best hand-picked setting that fits
+--measure adds, for the selections of the first task, the smallest heap (-X heapsize,
+bisection, 1 KB; 40 samples, one epoch, unix MicroPython, fallback) next to the plan.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from host_tools import runner  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.passes import PrepareError  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from host_tools.select import layers, classifier  # noqa: E402
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+EPOCHS = 3
+SETTINGS = dict(loss='scce', from_logits=True, optimizer='adam', lr=0.005, batch=1,
+                shuffle=True, seed=1)
+TMP = os.path.join(tempfile.gettempdir(), 'utrain-transfer-%d' % os.getuid())
+
+
+def mbnet_circle():
+    """The MobileNet-like CNN, pre-trained on the digits 0-5 (cached)."""
+    path = os.path.join(TMP, 'mbnet.circle')
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+
+    def cbr(i, o, k, g=1):
+        return [nn.Conv2d(i, o, k, padding=k // 2, groups=g), nn.BatchNorm2d(o), nn.ReLU()]
+    m = nn.Sequential(*cbr(1, 16, 3), *cbr(16, 16, 3, 16), *cbr(16, 32, 1), nn.MaxPool2d(2),
+                      *cbr(32, 32, 3, 32), *cbr(32, 32, 1), nn.MaxPool2d(2),
+                      nn.Flatten(), nn.Linear(128, 10))
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
+    import tico
+    os.makedirs(TMP, exist_ok=True)
+    tico.convert(m, (torch.zeros(1, 1, 8, 8),)).save(path + '.tmp')
+    os.replace(path + '.tmp', path)
+    return path
+
+
+def task_data(name, n):
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    x, y = z['x'].astype(np.float32).reshape(-1, 8, 8), z['y']
+    rng = np.random.default_rng(5)
+    if name == 'rotated':
+        x = np.rot90(x, 1, axes=(1, 2))
+    elif name == 'noisy':
+        x = np.clip(x + rng.normal(0, 0.15, x.shape), 0, 1)
+    elif name == 'placement':
+        s = np.zeros_like(x)
+        s[:, 2:, 2:] = x[:, :-2, :-2]
+        x = s
+    pick = rng.permutation(len(x))[:n]
+    path = os.path.join(TMP, '%s-%d.npz' % (name, n))
+    np.savez(path, x=np.ascontiguousarray(x[pick]).reshape(len(pick), 1, 8, 8).astype(np.float32),
+             y=y[pick])
+    return path
+
+
+def hand_picked(g):
+    """[(label, prepare kwargs)]: classifier only, last:N covering the last 2..4 layers
+    with parameters, everything."""
+    cands = layers(g)
+    cls = classifier(g, cands)
+    out = [('cls', dict(ranks={cls: 0}, train='none'))]
+    n = len(g.ops)
+    seen = set()
+    for i, _ in reversed([c for c in cands if c[0] < cls][-4:]):
+        k = n - i
+        if k not in seen:
+            seen.add(k)
+            out.append(('last:%d' % k, dict(train='last:%d' % k)))
+    out.append(('full', dict(train='all')))
+    return out
+
+
+def run(out):
+    """Train a prepared folder with the host simulation; (test accuracy, output)."""
+    p = os.path.join(out, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['run'].update(keep_best=False, progress=0)
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+    code, text = runner.run(out, python=True, stream=False)
+    if code:
+        raise RuntimeError(f'{out}: training failed:\n{text}')
+    acc = re.findall(r'test_accuracy ([0-9.]+)', text)
+    return float(acc[-1]), text
+
+
+def measured(out, planned):
+    """Smallest heap in which the prepared run trains (40 samples, one epoch)."""
+    from host_tools.dataset import read_dataset, write_dataset
+    from host_tools.memory import smallest_heap
+    m = out + '-heap'
+    shutil.rmtree(m, ignore_errors=True)
+    shutil.copytree(out, m)
+    for f in ('train.ds', 'test.ds'):
+        x, y = read_dataset(os.path.join(m, f))
+        write_dataset(os.path.join(m, f), x[:40], y[:40])
+    p = os.path.join(m, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['epochs'] = 1
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+    return smallest_heap(m, lo=planned // 2, hi=planned + 64 * 1024)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--quick', action='store_true', help='one model, two tasks, 400 samples')
+    ap.add_argument('--measure', action='store_true', help='measure the selections\' heaps')
+    ap.add_argument('--models', default='tico-cnn,mbnet')
+    ap.add_argument('--tasks', default='new-classes,rotated,noisy,placement')
+    a = ap.parse_args(argv)
+    os.makedirs(TMP, exist_ok=True)
+    n = 400 if a.quick else 600
+    models = {'tico-cnn': lambda: os.path.join(DIGITS, 'digits_tico_cnn.circle'),
+              'mbnet': mbnet_circle}
+    names = a.models.split(',')[:1] if a.quick else a.models.split(',')
+    tasks = a.tasks.split(',')[:2] if a.quick else a.tasks.split(',')
+    work = tempfile.mkdtemp(prefix='utrain-transfer-')
+    quiet = lambda *x: None      # noqa: E731
+    rows, checks = [], []
+    t0 = time.time()
+    for mname in names:
+        path = models[mname]()
+        g = read_model(path)
+        picks = hand_picked(g)
+        for ti, task in enumerate(tasks):
+            data = task_data(task, n)
+            kw = dict(data=data, test_split=0.4, split_seed=0, epochs=EPOCHS, **SETTINGS)
+            base = {}
+            for label, extra in picks:
+                out = os.path.join(work, f'{mname}-{task}-{label.replace(":", "")}')
+                s = prepare(path, out, **kw, **extra)
+                acc, _ = run(out)
+                base[label] = (acc, s['heap']['total'])
+            cls_heap, full_heap = base['cls'][1], base['full'][1]
+            budgets = sorted({cls_heap + 5 * 1024, (cls_heap + full_heap) // 2, full_heap})
+            for b in budgets:
+                row = {'model': mname, 'task': task, 'budget': b, 'hand': base}
+                for mode in ('auto', 'board'):
+                    out = os.path.join(work, f'{mname}-{task}-{mode}-{b}')
+                    ts = time.time()
+                    try:
+                        s = prepare(path, out, select=mode, budget=b, log=quiet, **kw)
+                    except PrepareError as e:
+                        row[mode] = (None, None, str(e).splitlines()[0], 0, None)
+                        continue
+                    dt = time.time() - ts
+                    acc, text = run(out)
+                    heap = s['heap']['total']
+                    meas = measured(out, heap) if a.measure and ti == 0 else None
+                    row[mode] = (acc, heap, ','.join(f'{i}:{r}' for i, r in sorted(
+                        s['select']['ranks'].items(), key=lambda kv: int(kv[0]))), dt, meas)
+                    if mode == 'board':
+                        row['board_log'] = [x for x in text.splitlines() if x.startswith('op ')]
+                fits = [(acc, lab) for lab, (acc, h) in base.items() if h <= b]
+                row['best'] = max(fits) if fits else (None, '-')
+                rows.append(row)
+                print_row(row, picks)
+                for mode in ('auto', 'board'):
+                    acc = row[mode][0]
+                    if acc is None:
+                        continue
+                    gap = row['best'][0] - base['cls'][0] if row['best'][0] is not None else 0
+                    checks.append((mname, task, b, mode, acc, base['cls'][0], row['best'][0], gap))
+    print()
+    print_table(rows, picks_by_model={m: [p[0] for p in hand_picked(read_model(models[m]()))]
+                                      for m in names})
+    print()
+    print('criteria: a selection at least 10 points above classifier-only where the best '
+          'fitting hand-picked setting is 10+ points above it; within 2 points of that setting')
+    ok10 = ok2 = n10 = n2 = 0
+    for mname, task, b, mode, acc, cls, best, gap in checks:
+        n2 += 1
+        ok2 += acc >= best - 0.02
+        if gap >= 0.10:
+            n10 += 1
+            ok10 += acc >= cls + 0.10
+    print(f'  within 2 points of the best hand-picked: {ok2}/{n2};  10+ points over '
+          f'classifier-only where that gap exists: {ok10}/{n10}')
+    print(f'({time.time() - t0:.0f} s; folders in {work})')
+
+
+def print_row(row, picks):
+    h = row['hand']
+    b = row['budget']
+    cells = []
+    for lab, (acc, heap) in h.items():
+        cells.append(f'{lab} {acc:.3f}' if heap <= b else f'{lab} [{acc:.3f}]')
+    sel = []
+    for mode in ('auto', 'board'):
+        acc, heap, what, dt, meas = row[mode]
+        if acc is None:
+            sel.append(f'{mode}: {what}')
+        else:
+            sel.append(f'{mode} {acc:.3f} ({what}; plan {heap // 1024} KB'
+                       + (f', measured {meas // 1024} KB' if meas else '') + f'; {dt:.1f} s)')
+    print(f'{row["model"]:9s} {row["task"]:12s} budget {b // 1024:4d} KB: ' + ', '.join(sel)
+          + ' | ' + ', '.join(cells), flush=True)
+
+
+def print_table(rows, picks_by_model):
+    for m, labels in picks_by_model.items():
+        first = [r for r in rows if r['model'] == m][:1]
+        print(f'{m}: test accuracy (hand-picked heap plans: ' + ', '.join(
+            f'{lab} {r["hand"][lab][1] // 1024} KB' for r in first for lab in labels) + ')')
+        head = '| task | budget | auto | board | ' + ' | '.join(labels) + ' | best fitting |'
+        print(head)
+        print('|' + '---|' * (head.count('|') - 1))
+        for r in rows:
+            if r['model'] != m:
+                continue
+            cells = []
+            for lab in labels:
+                acc, heap = r['hand'][lab]
+                cells.append(f'{acc:.3f}' if heap <= r['budget'] else f'[{acc:.3f}]')
+            sel = []
+            for mode in ('auto', 'board'):
+                acc, heap, what, dt, meas = r[mode]
+                sel.append('n/a' if acc is None else f'{acc:.3f} ({what})')
+            best = r['best']
+            last = f'{best[1]} {best[0]:.3f}' if best[0] is not None else '-'
+            print(f'| {r["task"]} | {r["budget"] // 1024} KB | ' + ' | '.join(sel) + ' | '
+                  + ' | '.join(cells) + f' | {last} |')
+
+
+if __name__ == '__main__':
+    main()

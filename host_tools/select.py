@@ -1,0 +1,471 @@
+"""Choosing what trains under the board's heap budget (issue 17).
+
+`prepare --select auto`: contribution analysis on the host, as the Tiny Training
+Engine does it.  Short fine-tuning trials run by the host simulation (the micro/ code
+under CPython + numpy) on a few hundred samples of the data given to prepare (a proxy
+dataset) measure, over training the classifier only, the accuracy gain of the biases of
+the last k layers and of each layer's weights at output-channel ratios 1/8, 1/4, 1/2
+and 1.  Gains are taken as additive; every combination is priced by the heap planner
+(memory.plan_heap) and its step's multiply-adds, and the combinations with the largest
+predicted gain that fit the budget are tried for real; the best of those trains.
+
+`prepare --select board`: the board chooses, from its own data, as TinyTrain does.  The
+host prepares a candidate set (the last layers, each at the largest channel ratio that
+keeps the whole set within the budget, so any choice the board makes among them fits)
+and asks the board (micro/utrain/fisher.py) to score each candidate layer by the
+Fisher potential of its output channels on a few samples against its parameters and
+multiply-adds, and to train its best layers, each on its best window of channels.
+
+Ranks are op indices of the graph as given (as --ranks and --train-config read them).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from .optable import SPECS
+from .passes import PrepareError, RANK_NAMES
+
+# output-channel ratios of a layer's weights (rank codes, passes.RANKS): 1/8 1/4 1/2 all
+RATIOS = (5, 4, 2, 0)
+WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
+MAX_LAYERS = 8          # candidate layers before the classifier (the last ones)
+TRIAL_SAMPLES = 400     # proxy samples a trial trains on ...
+TRIAL_VAL = 300         # ... and is scored on
+TRIAL_EPOCHS = 3        # at most (fewer when the run itself trains fewer)
+VERIFY = 4              # fitting combinations tried for real, on FOLDS splits
+FOLDS = 3
+TIE = 0.02              # scores this close to the best count as as good
+FISHER_SAMPLES = 16     # samples the board scores its candidates on
+# a layer is worth training on the board when the Fisher potential of its outputs is at
+# least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
+# bench/transfer.py: the share did not separate the tasks where the layers before the
+# classifier help (noisy digits: +19 points) from those where they do not (new classes:
+# -2.5), 0.26/0.17 of the classifier's potential against 0.26/0.20; a third froze them in
+# both.  It stays a setting (train.json's select.share).
+SHARE = 0.0
+
+
+def describe(ranks: dict) -> str:
+    return ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(ranks.items())) or 'none'
+
+
+# ---------------------------------------------------------------- the candidates
+
+def layers(g):
+    """[(op index, kinds)] of the graph as given: ops with a trainable constant, kinds the
+    rank codes that make sense for it (weights at a channel ratio; ONLY_BIAS where it has a
+    bias; a BatchNorm's per-channel scale or shift trains whole)."""
+    out = []
+    for op in g.ops:
+        spec = SPECS.get(op.name)
+        if spec is None:
+            continue
+        try:
+            roles = spec.roles(op, g)
+        except (ValueError, KeyError, IndexError):
+            continue
+        roles = {p: r for p, r in roles.items() if p < len(op.inputs) and op.inputs[p] >= 0
+                 and g.tensors[op.inputs[p]].data is not None}
+        if not roles:
+            continue
+        if op.name in ('FULLY_CONNECTED', 'CONV_2D'):
+            kinds = list(RATIOS)
+        elif op.name == 'DEPTHWISE_CONV_2D':
+            kinds = [0]         # its device weight is [taps, C]: a rank would cut taps
+        else:
+            kinds = [0]
+        if 'bias' in roles.values() and 'weight' in roles.values():
+            kinds.append(1)
+        out.append((op.index, kinds))
+    return out
+
+
+def classifier(g, cands):
+    """The last weighted layer (FC or conv): it always trains."""
+    for i, kinds in reversed(cands):
+        if g.ops[i].name in WEIGHTED:
+            return i
+    raise PrepareError(f'{g.path}: no FULLY_CONNECTED or convolution layer to train')
+
+
+# ---------------------------------------------------------------- pricing
+
+class Pricer:
+    """Heap plan and step MACs of a rank assignment {op (graph as given): rank}."""
+
+    def __init__(self, model_path, settings, backend, rewrite=True):
+        from .circle_io import read_model
+        self.path, self.settings, self.backend, self.rewrite = model_path, settings, backend, rewrite
+        self.g0 = read_model(model_path)
+        self.memo = {}
+
+    def build(self, ranks):
+        """(rewritten graph, plan) for ranks, as prepare makes them."""
+        from .prepare import select_rewrite_plan
+        g, _, _, _, _, p = select_rewrite_plan(self.g0, sorted(ranks), ranks, self.rewrite)
+        return g, p
+
+    def price(self, ranks, fisher=False):
+        """{'heap': bytes, 'parts': ..., 'macs': step multiply-adds, 'params': trained}."""
+        key = (tuple(sorted(ranks.items())), fisher)
+        if key not in self.memo:
+            from .memory import plan_heap
+            g, p = self.build(ranks)
+            h = plan_heap(g, p, self.settings, self.backend)
+            if fisher:
+                add_fisher(h, g, p, self.backend)
+            self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
+                              'params': trained_params(g, p), 'plan': h}
+        return self.memo[key]
+
+    def fits(self, ranks, limit, fisher=False):
+        """limit(heap plan) -> bytes or None (prepare's budget and board profile)."""
+        p = self.price(ranks, fisher)
+        lim = limit(p['plan']) if limit else None
+        return lim is None or p['heap'] <= lim
+
+
+def trained_params(g, p) -> int:
+    n = 0
+    for k in p.params:
+        r = p.ranks.get(k)
+        size = int(g.tensors[k].data.size)
+        if r:
+            from .passes import device_shapes
+            rows, cols = device_shapes(g)[k]
+            size = (r[2] - r[1]) * (cols if r[0] == 0 else rows)
+        n += size
+    return n
+
+
+def layer_macs(g, op) -> int:
+    """Forward multiply-adds of a FC or convolution (0 for the others)."""
+    shp = lambda k: list(g.tensors[k].shape)     # noqa: E731
+    if op.name == 'FULLY_CONNECTED':
+        o, i = shp(op.inputs[1])
+        return int(np.prod(shp(op.inputs[0]))) // i * i * o
+    if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D'):
+        w = shp(op.inputs[1])
+        oh, ow = shp(op.outputs[0])[1:3]
+        return oh * ow * int(np.prod(w[1:3])) * (w[0] * w[3] if op.name == 'CONV_2D' else w[3])
+    return int(np.prod(shp(op.outputs[0])))      # elementwise: one per output value
+
+
+def step_macs(g, p) -> int:
+    """Multiply-adds of one training step: the forward pass, each backward op's input
+    gradient and its weight gradient (for the training channels)."""
+    from .optable import DW
+    n = sum(layer_macs(g, op) for op in g.ops)
+    for i, flags in p.backward:
+        op = g.ops[i]
+        m = layer_macs(g, op)
+        if flags & ~6:                                  # a data input's gradient
+            n += m
+        if flags & DW:
+            w = op.inputs[1] if op.name in WEIGHTED else None
+            r = p.ranks.get(w)
+            frac = (r[2] - r[1]) / g.tensors[w].shape[0] if r and r[0] == 0 else 1.0
+            n += int(m * frac)
+    return n
+
+
+def add_fisher(heap, g, p, backend):
+    """The board's Fisher pass keeps every candidate layer's output until the backward
+    pass reaches it (those the backward list does not save anyway) plus one potential
+    per channel, and loads utrain/fisher.py: counted into the heap plan."""
+    from .memory import array_bytes, mpy_sizes, CODE_PER_MPY_BYTE, FROZEN_CODE_PER_MPY_BYTE
+    from .passes import device_shapes
+    arrays, _, frozen = backend.partition('-')
+    shapes = device_shapes(g)
+    # utrain/fisher.py, loaded for the choice and dropped before training
+    extra = int((FROZEN_CODE_PER_MPY_BYTE if frozen else CODE_PER_MPY_BYTE)
+                * mpy_sizes().get('fisher', 0))
+    for i in p.trainable_ops:
+        o = g.ops[i].outputs[0]
+        rows, cols = shapes[o]
+        extra += array_bytes(cols, arrays)
+        if o not in p.saved:
+            extra += array_bytes(rows * cols, arrays)
+    # it runs on the Trainer's net before optimizer state and gradient sums exist, but
+    # the holes its code and arrays leave are where those then go: planned on top
+    # (measured on the digits CNN: discounting the optimizer state, training then ran
+    # out of memory at the planned heap when every candidate trained)
+    heap['parts']['Fisher pass (kept outputs, potentials, its code)'] = extra
+    heap['total'] += extra
+    return heap
+
+
+# ---------------------------------------------------------------- trials
+
+class Trials:
+    """Short fine-tuning runs of the host simulation on a proxy subset, cached on disk."""
+
+    def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
+                 samples=TRIAL_SAMPLES, val=TRIAL_VAL, epochs=None, log=print):
+        from . import dataset as ds
+        x, y = ds.load(data)
+        tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
+        rng = np.random.default_rng(1234)
+        tr = rng.permutation(np.asarray(tr))
+        n_val = min(val, len(tr) // 3)
+        n_tr = min(samples, len(tr) - n_val)
+        if n_tr < 8 or n_val < 8:
+            raise PrepareError(f'{data}: {len(tr)} training samples are too few for '
+                               '--select auto trials (need at least 24)')
+        pick = np.concatenate([tr[n_val:n_val + n_tr], tr[:n_val]])
+        if epochs is None:
+            epochs = max(1, min(TRIAL_EPOCHS, int(settings.get('epochs') or 1)))
+        self.x, self.y = x[pick], y[pick]
+        self.frac = n_val / len(pick)
+        self.model_path, self.rewrite, self.epochs, self.log = model_path, rewrite, epochs, log
+        self.settings = {k: settings[k] for k in ('loss', 'reduction', 'from_logits', 'optimizer',
+                                                   'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho',
+                                                   'metric')}
+        self.settings.update(batch=int(settings['batch']), shuffle=True, seed=7,
+                             epochs=epochs, stream=False)
+        h = hashlib.sha1()
+        with open(model_path, 'rb') as f:
+            h.update(f.read())
+        h.update(self.x.tobytes() + self.y.tobytes())
+        h.update(json.dumps(self.settings, sort_keys=True).encode())
+        h.update(str(rewrite).encode())
+        h.update(_code_stamp().encode())
+        self.key = h.hexdigest()[:16]
+        self.cache_path = os.path.join(tempfile.gettempdir(), 'utrain-select-%d' % os.getuid(),
+                                       self.key + '.json')
+        try:
+            with open(self.cache_path) as f:
+                self.cache = json.load(f)
+        except (OSError, ValueError):
+            self.cache = {}
+        self.tmp = tempfile.mkdtemp(prefix='utrain-trial-')
+        self.npz = os.path.join(self.tmp, 'proxy.npz')
+        np.savez(self.npz, x=self.x, y=self.y)
+        self.ran = 0
+
+    def score(self, ranks, fold=0) -> float:
+        """Test metric after a short fine-tuning with ranks (higher is better: accuracy,
+        or minus the MAE); fold picks another split of the proxy samples."""
+        key = describe(ranks) + ('#%d' % fold if fold else '')
+        if key not in self.cache:
+            self.cache[key] = self._run(ranks, fold)
+            self.ran += 1
+            os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
+            with open(self.cache_path + '.tmp', 'w') as f:
+                json.dump(self.cache, f)
+            os.replace(self.cache_path + '.tmp', self.cache_path)
+        return self.cache[key]
+
+    def mean(self, ranks) -> float:
+        """score() over FOLDS splits of the proxy samples."""
+        return sum(self.score(ranks, f) for f in range(FOLDS)) / FOLDS
+
+    def _run(self, ranks, fold=0):
+        from .prepare import prepare
+        out = os.path.join(self.tmp, 'run')
+        prepare(self.model_path, out, data=self.npz, test_split=self.frac, split_seed=3 + fold,
+                rewrite=self.rewrite, ranks=dict(ranks), train='none', **self.settings)
+        Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
+        tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'))
+        train, test = Dataset(os.path.join(out, 'train.ds')), Dataset(os.path.join(out, 'test.ds'))
+        try:
+            for _ in range(self.epochs):
+                tr.train_epoch(train)
+            loss, m = tr.evaluate(test)
+        except Exception as e:      # a diverging trial scores as the worst
+            self.log(f'  trial {describe(ranks)}: {e}')
+            return -1e9
+        finally:
+            train.close()
+            test.close()
+        m = float(m)
+        if not np.isfinite(m):
+            return -1e9
+        return m if self.settings['metric'] == 'accuracy' else -m
+
+
+def micro(name):
+    """Device module utrain.<name> under CPython: the trials run the board's code."""
+    from .device import module
+    return module(name)
+
+
+def _code_stamp() -> str:
+    """Trials depend on the micro/ code: its files' sizes and times key the cache."""
+    from .runner import PACKAGE
+    return ';'.join('%s%d%d' % (n, os.stat(os.path.join(PACKAGE, n)).st_size,
+                                os.stat(os.path.join(PACKAGE, n)).st_mtime_ns)
+                    for n in sorted(os.listdir(PACKAGE)) if n.endswith('.py'))
+
+
+# ---------------------------------------------------------------- --select auto
+
+def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, split_seed=0,
+                rewrite=True, log=print, **trial_opts) -> dict:
+    """Contribution analysis + search.  Returns {'ranks', 'gain', 'heap', 'macs', 'runners_up',
+    'report'}; ranks {op: rank} of the graph as given."""
+    if not data:
+        raise PrepareError('--select auto measures what each layer gains on data: give --data '
+                           '(a proxy dataset: a few hundred samples like the board\'s)')
+    pr = Pricer(model_path, settings, backend, rewrite)
+    g = pr.g0
+    cands = layers(g)
+    cls = classifier(g, cands)
+    before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
+    fits = lambda r: pr.fits(r, limit)      # noqa: E731
+    # the classifier: whole, else the largest part of it that fits
+    # the classifier trains whole (a part of its outputs would leave classes untrained)
+    base = {cls: 0}
+    if not fits(base):
+        return {'ranks': base, 'fallback': 'nothing fits, not even the classifier'}
+    t = Trials(model_path, data, settings, test_split, split_seed, rewrite, log=log, **trial_opts)
+    log(f'select auto: {len(before)} candidate layers before the classifier (op {cls}); '
+        f'trials of {t.epochs} epochs on {len(t.x) - int(round(t.frac * len(t.x)))} proxy '
+        f'samples, scored on {int(round(t.frac * len(t.x)))}')
+    s0 = t.score(base)
+    # biases of the last k layers (those that have a bias)
+    with_bias = [i for i, kinds in reversed(before) if 1 in kinds]
+    bias_gain = [0.0]
+    for k in range(1, len(with_bias) + 1):
+        r = dict(base)
+        r.update({i: 1 for i in with_bias[:k]})
+        bias_gain.append(t.score(r) - s0 if fits(r) else None)
+    # each layer's weights at each channel ratio
+    wgain = {}
+    for i, kinds in before:
+        for rk in kinds:
+            if rk == 1:
+                continue
+            r = {**base, i: rk}
+            if not fits(r):
+                continue
+            gain = t.score(r) - s0
+            if gain > 0:
+                wgain[(i, rk)] = gain
+    # search: every combination, largest predicted gain first, priced by the planner
+    per_layer = {}
+    for (i, rk), gain in wgain.items():
+        per_layer.setdefault(i, []).append(rk)
+    ids = sorted(per_layer)
+    combos = []
+    for k, bg in enumerate(bias_gain):
+        if bg is None or (k and bg <= 0):
+            continue
+        for choice in itertools.product(*[[None] + per_layer[i] for i in ids]):
+            gain = bg + sum(wgain[(i, rk)] for i, rk in zip(ids, choice) if rk is not None)
+            combos.append((gain, k, choice))
+            if len(combos) > 200000:
+                break
+    combos.sort(key=lambda c: -c[0])
+    fitting, seen, priced = [], set(), 0
+    for gain, k, choice in combos:
+        r = dict(base)
+        r.update({i: 1 for i in with_bias[:k]})
+        r.update({i: rk for i, rk in zip(ids, choice) if rk is not None})
+        key = describe(r)
+        if key in seen:
+            continue
+        seen.add(key)
+        priced += 1
+        if fits(r):
+            fitting.append((gain, r))
+            if len(fitting) >= VERIFY:
+                break
+        if priced > 400:
+            break
+    # try the best few for real, with the classifier alone and the best single trials,
+    # each on FOLDS splits of the proxy samples; of those within TIE of the best mean the
+    # smallest heap trains (onert-micro's tool keeps the cheapest within 0.02)
+    final = [r for _, r in fitting] + [base]
+    singles = sorted(wgain.items(), key=lambda kv: -kv[1])[:2]
+    final += [{**base, i: rk} for (i, rk), _ in singles]
+    if len(bias_gain) > 1:
+        k = max(range(len(bias_gain)), key=lambda j: -1e9 if bias_gain[j] is None else bias_gain[j])
+        if k:
+            final.append({**base, **{i: 1 for i in with_bias[:k]}})
+    predicted = {describe(r): g for g, r in fitting}
+    tried, seen = [], set()
+    for r in final:
+        if describe(r) in seen or not fits(r):
+            continue
+        seen.add(describe(r))
+        tried.append((t.mean(r) - t.mean(base), -pr.price(r)['heap'],
+                      predicted.get(describe(r), 0.0), r))
+    top = max(d for d, *_ in tried)
+    tried.sort(key=lambda c: (c[0] >= top - TIE, c[1]), reverse=True)
+    best = tried[0]
+    s0 = t.mean(base)
+    out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
+           'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
+           'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
+           'weight_gain': {describe({i: rk}): gv for (i, rk), gv in wgain.items()},
+           'runners_up': [(describe(r), s0 + d, pr.price(r)['heap'], pr.price(r)['macs'])
+                          for d, _, _, r in tried[1:]],
+           'price': pr.price(best[3])}
+    if best[3] == base:
+        out['fallback'] = ('nothing beyond the classifier gains within the budget'
+                           if wgain or any(b for b in bias_gain[1:] if b) else
+                           'nothing beyond the classifier fits the budget')
+    return out
+
+
+# ---------------------------------------------------------------- --select board
+
+def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=None,
+                 samples=FISHER_SAMPLES, log=print) -> dict:
+    """The candidate set the board chooses from: from the classifier backwards, each
+    layer at the largest rank (all, 1/2, 1/4, 1/8, bias) that keeps the whole set (and
+    the board's Fisher pass) within the budget.  Returns {'ranks', 'select', 'price'}."""
+    pr = Pricer(model_path, settings, backend, rewrite)
+    g = pr.g0
+    cands = layers(g)
+    cls = classifier(g, cands)
+    fits = lambda r: pr.fits(r, limit, True)      # noqa: E731
+    ranks = {cls: 0}
+    if not fits(ranks):
+        return {'ranks': ranks, 'fallback': 'nothing fits, not even the classifier'}
+    before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
+    for i, kinds in reversed(before):
+        for rk in kinds:
+            r = {**ranks, i: rk}
+            if fits(r):
+                ranks = r
+                break
+    n = len(ranks) - 1
+    k = n if layers_max is None else min(layers_max, n)
+    out = {'ranks': ranks, 'price': pr.price(ranks, True),
+           'select': {'samples': int(samples), 'layers': int(k), 'share': SHARE}}
+    if n == 0:
+        out['fallback'] = 'only the classifier fits the budget'
+    return out
+
+
+def report(res):
+    """Lines describing a selection (prepare prints them)."""
+    lines = []
+    p = res.get('price')
+    if 'select' in res:
+        lines.append(f'select board: candidates {describe(res["ranks"])}; the board scores them '
+                     f'on {res["select"]["samples"]} samples and trains the classifier and up to '
+                     f'{res["select"]["layers"]} others whose Fisher potential is at least '
+                     f'{res["select"]["share"]:.2f} of the classifier\'s'
+                     + (f'  (planned {p["heap"] // 1024} KB with the Fisher pass)' if p else ''))
+    else:
+        lines.append(f'select auto: chose {describe(res["ranks"])}'
+                     + (f': proxy score {res["score"]:.3f} (classifier only {res["classifier_only"]:.3f}), '
+                        f'{p["heap"] // 1024} KB, {p["macs"]} MACs a step, {p["params"]} parameters'
+                        if p else '')
+                     + (f'; {res["trials"]} trials run, {res["cached_trials"]} cached'
+                        if 'trials' in res else ''))
+        for d, sc, heap, macs in res.get('runners_up', []):
+            lines.append(f'  runner-up {d}: score {sc:.3f}, {heap // 1024} KB, {macs} MACs')
+    if res.get('fallback'):
+        lines.append(f'  classifier only: {res["fallback"]}')
+    return lines

@@ -1,0 +1,205 @@
+"""Choosing what trains (prepare --select auto|board, issue 17): the choice stays within
+the budget and trains on the simulated board in the heap the planner gave it; the
+board's own choice survives a resume; the training-config file it writes loads back."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from host_tools import runner  # noqa: E402
+from host_tools.flatmodel import read_flat  # noqa: E402
+from host_tools.passes import PrepareError  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from host_tools.select import layers  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.trainconfig import read_train_config  # noqa: E402
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+CNN = os.path.join(DIGITS, 'digits_tico_cnn.circle')
+MP = runner.find_micropython()
+needs_mp = pytest.mark.skipif(not MP, reason='no MicroPython binary')
+SETTINGS = dict(loss='scce', from_logits=True, optimizer='adam', lr=0.005, batch=1, epochs=1)
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    p = str(tmp_path_factory.mktemp('d') / 'd.npz')
+    np.savez(p, x=z['x'][:360], y=z['y'][:360])
+    return p
+
+
+def trains_at(out, heap):
+    argv, env = runner.command(out)
+    argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
+    r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=600)
+    return r.returncode == 0 and 'saved ' in r.stdout or 'holds the best' in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+@pytest.mark.parametrize('budget', [140, 150, 175])
+def test_selection_never_exceeds_the_budget(tmp_path, data, mode, budget):
+    out = str(tmp_path / 'o')
+    s = prepare(CNN, out, data=data, test_split=0.2, select=mode, budget='%dK' % budget,
+                log=lambda *a: None, **SETTINGS)
+    assert s['heap']['total'] <= budget * 1024
+    assert s['select']['ranks']
+    cands = dict(layers(read_model(CNN)))
+    for i, r in s['select']['ranks'].items():
+        assert int(i) in cands
+
+
+@needs_mp
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_selection_trains_in_the_planned_heap(tmp_path, data, mode):
+    out = str(tmp_path / 'o')
+    s = prepare(CNN, out, data=data, test_split=0.2, select=mode, budget='150K',
+                log=lambda *a: None, **SETTINGS)
+    ok, text = trains_at(out, s['heap']['total'])
+    assert ok, text
+    if mode == 'board':
+        assert 'board selection (Fisher potential on 16 samples)' in text
+
+
+def test_fallback_to_the_classifier_with_a_message(tmp_path, data):
+    from host_tools.select import Pricer, layers as cands
+    from host_tools.prepare import resolve_settings
+    st = resolve_settings(read_model(CNN), dict(SETTINGS))
+    pr = Pricer(CNN, st, 'fallback')
+    alone = pr.price({11: 0})['heap']
+    more = min(pr.price({11: 0, i: r})['heap'] for i, kinds in cands(pr.g0) if i != 11
+               for r in kinds)
+    assert more > alone
+    lines = []
+    # a budget where the classifier fits and nothing more with it
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                budget=(alone + more) // 2, log=lines.append, **SETTINGS)
+    assert s['select']['ranks'] == {'11': 'all'}
+    assert any('classifier only' in x for x in lines), lines
+    with pytest.raises(PrepareError, match='budget'):
+        prepare(CNN, str(tmp_path / 'p'), data=data, select='board', budget='60K',
+                log=lines.append, **SETTINGS)
+
+
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_training_config_file_loads_back(tmp_path, data, mode):
+    """train.tcfg names the chosen ops of the graph as given with their ranks; prepared
+    from it, the model trains exactly the same tensors and channels."""
+    a = str(tmp_path / 'a')
+    s = prepare(CNN, a, data=data, test_split=0.2, select=mode, budget='175K',
+                log=lambda *x: None, **SETTINGS)
+    g = read_model(CNN)
+    got = read_train_config(os.path.join(a, 'train.tcfg'), len(g.ops))
+    from host_tools.passes import RANKS
+    assert got == {int(i): RANKS[r] for i, r in s['select']['ranks'].items()}
+    b = str(tmp_path / 'b')
+    prepare(CNN, b, data=data, test_split=0.2, train_config=os.path.join(a, 'train.tcfg'),
+            **SETTINGS)
+    fa, fb = read_flat(os.path.join(a, 'model.flat')), read_flat(os.path.join(b, 'model.flat'))
+    assert fa['ranks'] == fb['ranks'] and fa['backward'] == fb['backward']
+    with open(os.path.join(a, 'weights.wof'), 'rb') as f1, open(os.path.join(b, 'weights.wof'), 'rb') as f2:
+        assert f1.read() == f2.read()
+
+
+def _run_json(out, **run):
+    p = os.path.join(out, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['run'].update(run)
+    for k in list(run):
+        if k in cfg:
+            cfg[k] = run.pop(k)
+            cfg['run'].pop(k)
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+
+
+def test_resumed_board_selection_trains_the_same_set(tmp_path, data):
+    """Two epochs straight and one epoch + a resumed one end with the same weights and
+    checkpoint, bit for bit: the resumed run trains the set the checkpoint holds (no new
+    Fisher pass); a checkpoint of another set is refused."""
+    outs = []
+    for name in ('straight', 'resumed'):
+        out = str(tmp_path / name)
+        prepare(CNN, out, data=data, test_split=0.2, select='board', budget='175K',
+                select_layers=1, log=lambda *a: None, shuffle=True, seed=3,
+                **dict(SETTINGS, epochs=2))
+        _run_json(out, keep_best=False)
+        outs.append(out)
+    code, straight = runner.run(outs[0], python=True, stream=False)
+    assert code == 0, straight
+    _run_json(outs[1], epochs=1)
+    code, first = runner.run(outs[1], python=True, stream=False)
+    assert code == 0, first
+    chosen = [x for x in first.splitlines() if x.startswith('op ')]
+    assert chosen and chosen == [x for x in straight.splitlines() if x.startswith('op ')]
+    _run_json(outs[1], epochs=2, resume=True)
+    code, second = runner.run(outs[1], python=True, stream=False)
+    assert code == 0, second
+    assert 'board selection from checkpoint.ckpt' in second and 'Fisher' not in second
+    for f in ('trained.wof', 'checkpoint.ckpt'):
+        with open(os.path.join(outs[0], f), 'rb') as f1, open(os.path.join(outs[1], f), 'rb') as f2:
+            assert f1.read() == f2.read(), f
+    # a checkpoint of the whole candidate set (no selection block) is refused
+    code = """
+import sys
+sys.path.insert(0, %r)
+from utrain.trainer import Trainer
+from utrain import fisher
+Trainer('model.flat', 'weights.wof').save_checkpoint('other.ckpt')
+t = Trainer('model.flat', 'weights.wof', keep=fisher.read('checkpoint.ckpt'))
+try:
+    t.load_checkpoint('other.ckpt')
+except ValueError as e:
+    print('refused:', e)
+""" % os.path.join(ROOT, 'micro')
+    r = subprocess.run([sys.executable, '-c', code], cwd=outs[1], capture_output=True, text=True)
+    assert 'refused: other.ckpt: ' in r.stdout, r.stdout + r.stderr
+
+
+def test_fisher_potentials_match_pytorch(tmp_path):
+    """The board's Fisher potential of each layer's output channels, 1/(2N) sum_n
+    (sum_d a*g)^2, against PyTorch autograd on the same weights and samples."""
+    import torch
+    from host_tools.refmodels import mlp
+    from host_tools.dataset import write_dataset
+    from host_tools.select import micro
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 5, 4], seed=3, softmax=False)
+    out = str(tmp_path / 'o')
+    prepare(path, out, loss='scce', from_logits=True, optimizer='sgd', lr=0.1, batch=1)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(12, 6)).astype(np.float32)
+    y = rng.integers(0, 4, 12)
+    write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
+    Net, Dataset, fisher = micro('model').Net, micro('data').Dataset, micro('fisher')
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    ds = Dataset(os.path.join(out, 'train.ds'))
+    P = fisher.potentials(net, ds, 12, {'loss': 'scce', 'from_logits': True})
+    ds.close()
+    g = read_model(path)
+    W = [torch.tensor(g.tensors[op.inputs[1]].data, dtype=torch.float64, requires_grad=True)
+         for op in g.ops]
+    B = [torch.tensor(g.tensors[op.inputs[2]].data, dtype=torch.float64) for op in g.ops]
+    want = [torch.zeros(w.shape[0], dtype=torch.float64) for w in W]
+    for n in range(12):
+        h = torch.tensor(x[n:n + 1], dtype=torch.float64)
+        acts = []
+        for i in range(3):
+            h = h @ W[i].T + B[i]
+            if i < 2:
+                h = torch.relu(h)
+            h.retain_grad()
+            acts.append(h)
+        torch.nn.functional.cross_entropy(h, torch.tensor([int(y[n])])).backward()
+        for i, a in enumerate(acts):
+            want[i] += ((a * a.grad).detach()[0]) ** 2
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(P[i]).ravel(), (want[i] / 24).numpy(),
+                                   rtol=1e-4, atol=1e-9)
