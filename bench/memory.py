@@ -1,7 +1,8 @@
 """The memory table: per reference model and training setting, the planner's heap figure
-and the measured one, on unix MicroPython (64-bit), code included as .mpy.
+and the measured one, on each build given, code included as .mpy.
 
-    python bench/memory.py [--ulab MICROPYTHON] [--frozen MICROPYTHON] [--quick]
+    python bench/memory.py [--ulab MP] [--mp32 MP] [--mp32-ulab MP] [--m0 ELF]
+                           [--m0-ulab ELF] [--frozen MP] [--quick] [--cache FILE]
 
 measured = the smallest `-X heapsize` (bisection, 1 KB) at which the run trains: one
 epoch of 16 digits samples, evaluation, checkpoint and weights saved.  This is the
@@ -9,11 +10,21 @@ honest peak for a board: micropython.mem_peak() never subtracts what the garbage
 collector frees on this port, and gc.mem_alloc() after gc.collect() misses the
 temporaries inside an op and the fragmentation that makes a large block fail.
 The fallback column runs $MICROPYTHON (or the MicroPython the runner finds); --ulab adds
-a column for a build with real ulab, --frozen one for a ulab build with utrain frozen
-into it (boards/freeze.md: its code off the heap).
+a column for a 64-bit build with real ulab, --mp32 / --mp32-ulab for 32-bit unix builds
+without / with ulab, --m0 / --m0-ulab for the emulated Cortex-M0 board (qemu, firmware
+without / with ulab: deployed with host_tools deploy over its serial port, trained with
+mpremote run, tests/m0board.py), --frozen one for a ulab build with utrain frozen in
+(boards/freeze.md: its code off the heap).  The builds default to $UTRAIN_MP_ULAB,
+$UTRAIN_MP32, $UTRAIN_MP32_ULAB, $UTRAIN_M0, $UTRAIN_M0_ULAB (../shared/board-sim.md
+says how to build them).  The planner column of a unix build plans for that build (its
+word size); of the Cortex-M0, for `--board rp2040` (armv6m native code in the heap,
+littlefs); '-' where the planner refuses the run for that board.  --cache FILE keeps
+measured figures (keyed by build and utrain's code) so a rerun only re-plans.
 """
 import argparse
+import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -22,10 +33,13 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+sys.path.insert(0, os.path.join(ROOT, 'tests'))
+
 from host_tools import runner  # noqa: E402
 from host_tools.memory import smallest_heap  # noqa: E402
+from host_tools.passes import PrepareError  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
-from host_tools.refmodels import mobilenet_head  # noqa: E402
+from host_tools.refmodels import mobilenet_head, small_cnn  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 
@@ -38,6 +52,8 @@ SETTINGS = [
     ('digits CNN', 'adam, batch 4', dict(optimizer='adam', batch=4)),
     ('digits CNN', 'sgd, batch 1', dict(optimizer='sgd', batch=1)),
     ('digits CNN', 'sgd b1, stream', dict(optimizer='sgd', batch=1, stream=True)),
+    ('small CNN 16x16', 'sgd, batch 1', dict(optimizer='sgd', batch=1)),
+    ('small CNN 16x16', 'adam, batch 4', dict(optimizer='adam', batch=4)),
     ('head 132k', 'last:2 sgd b1, in RAM', dict(optimizer='sgd', batch=1, train='last:2')),
     ('head 132k', 'last:2 sgd b1, stream', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
     ('head 132k', 'ranks 2:bias,3:1/4 adam b1, stream',
@@ -49,6 +65,7 @@ SETTINGS = [
 
 def models(tmp):
     out = {'digits MLP': os.path.join(DIGITS, 'digits_mlp.circle'),
+           'small CNN 16x16': small_cnn(os.path.join(tmp, 'small_cnn.circle')),
            'head 132k': mobilenet_head(os.path.join(tmp, 'head.circle'))}
     cnn = os.path.join(DIGITS, 'digits_cnn.circle')
     if os.path.exists(cnn):
@@ -56,45 +73,108 @@ def models(tmp):
     return out
 
 
+def code_key():
+    """A digest of the device code and the planner: a cached measurement is reused only
+    for the same code."""
+    import hashlib
+    h = hashlib.sha1()
+    for d in (runner.PACKAGE, runner.MICRO):
+        for name in sorted(os.listdir(d)):
+            if name.endswith('.py'):
+                with open(os.path.join(d, name), 'rb') as f:
+                    h.update(name.encode() + f.read())
+    return h.hexdigest()[:12]
+
+
+def measure(kind, binary, out, frozen=False):
+    if kind == 'm0':
+        import m0board
+        return m0board.smallest_heap(binary, out, lo=16 * 1024, hi=m0board.MAX_HEAP)
+    return smallest_heap(out, frozen=frozen)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--ulab', help='a MicroPython with ulab, for a second column')
-    ap.add_argument('--frozen', help='a MicroPython with ulab and utrain frozen in, for a third column')
+    env = os.environ.get
+    ap.add_argument('--ulab', default=env('UTRAIN_MP_ULAB'), help='a 64-bit MicroPython with ulab')
+    ap.add_argument('--mp32', default=env('UTRAIN_MP32'), help='a 32-bit unix MicroPython')
+    ap.add_argument('--mp32-ulab', default=env('UTRAIN_MP32_ULAB'), help='a 32-bit unix MicroPython with ulab')
+    ap.add_argument('--m0', default=env('UTRAIN_M0'), help='the emulated Cortex-M0 firmware (.elf)')
+    ap.add_argument('--m0-ulab', default=env('UTRAIN_M0_ULAB'), help='the same with ulab')
+    ap.add_argument('--frozen', help='a MicroPython with ulab and utrain frozen in, for another column')
+    ap.add_argument('--no-64', action='store_true', help='leave out the 64-bit columns')
+    ap.add_argument('--only', help='only models whose name contains this')
     ap.add_argument('--quick', action='store_true', help='only the first setting per model')
+    ap.add_argument('--cache', help='JSON file of measured figures, read and updated')
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     data = os.path.join(tmp, 'd.npz')
     np.savez(data, x=z['x'][:16], y=z['y'][:16])
+    rng = np.random.default_rng(0)
+    img = os.path.join(tmp, 'img.npz')      # 16 images for the small CNN, 5 classes
+    np.savez(img, x=rng.normal(size=(16, 16, 16, 1)).astype(np.float32), y=np.arange(16) % 5)
     mdl = models(tmp)
-    builds = [('fallback', runner.micropython_binary())]
-    if a.ulab:
-        builds.append(('ulab', a.ulab))
+    # (column, backend, binary, kind): kind 'unix' plans for that build, 'm0' for rp2040
+    builds = []
+    if not a.no_64:
+        builds.append(('64-bit fallback', 'fallback', runner.micropython_binary(), 'unix'))
+        if a.ulab:
+            builds.append(('64-bit ulab', 'ulab', a.ulab, 'unix'))
+    if a.mp32:
+        builds.append(('32-bit fallback', 'fallback', a.mp32, 'unix'))
+    if a.mp32_ulab:
+        builds.append(('32-bit ulab', 'ulab', a.mp32_ulab, 'unix'))
+    if a.m0:
+        builds.append(('M0 fallback', 'fallback', a.m0, 'm0'))
+    if a.m0_ulab:
+        builds.append(('M0 ulab', 'ulab', a.m0_ulab, 'm0'))
     if a.frozen:
-        builds.append(('ulab-frozen', a.frozen))
+        builds.append(('64-bit ulab-frozen', 'ulab-frozen', a.frozen, 'unix'))
+    cache = {}
+    if a.cache and os.path.exists(a.cache):
+        with open(a.cache) as f:
+            cache = json.load(f)
+    key = code_key()
     rows = []
     seen = set()
     for name, desc, kw in SETTINGS:
-        if name not in mdl or (a.quick and name in seen):
+        if name not in mdl or (a.quick and name in seen) or (a.only and a.only not in name):
             continue
         seen.add(name)
-        row = [name, desc]
-        for backend, binary in builds:
+        row = [name, desc, None, None]
+        for col, backend, binary, kind in builds:
             out = os.path.join(tmp, 'run')
-            s = prepare(mdl[name], out, data=data, loss='scce', lr=0.01, epochs=1,
-                        backend=backend, **kw)
-            os.environ['MICROPYTHON'] = binary
-            h = smallest_heap(out, frozen=backend.endswith('-frozen'))
-            plan = s['heap']['total']
-            row += [plan, h]
-        row.insert(2, s['trainable_params'])
-        row.insert(3, s['trainable_params'] + s['frozen_params'])
+            if os.path.isdir(out):
+                shutil.rmtree(out)
+            if kind == 'unix':
+                os.environ['MICROPYTHON'] = binary
+                opts = dict(backend=backend)
+            else:
+                opts = dict(backend=backend, board='rp2040', stream=kw.get('stream', False))
+            try:
+                s = prepare(mdl[name], out, data=img if 'small' in name else data, loss='scce', lr=0.01, epochs=1,
+                            **dict(kw, **opts))
+                plan = s['heap']['total']
+                row[2:4] = s['trainable_params'], s['trainable_params'] + s['frozen_params']
+            except PrepareError:
+                row += [None, None]
+                continue
+            k = '|'.join((name, desc, col, os.path.basename(binary), key))
+            if k not in cache:
+                if kind == 'unix':
+                    os.environ['MICROPYTHON'] = binary
+                cache[k] = measure(kind, binary, out, frozen=backend.endswith('-frozen'))
+                if a.cache:
+                    with open(a.cache, 'w') as f:
+                        json.dump(cache, f, indent=0)
+            row += [plan, cache[k]]
         rows.append(row)
         print('  ' + ' | '.join(str(v) for v in row), file=sys.stderr, flush=True)
     head = '| model | setting | trained params | all params |'
     line = '|---|---|---|---|'
-    for backend, _ in builds:
-        head += f' {backend}: planner KB | {backend}: measured KB | ratio |'
+    for col, *_ in builds:
+        head += f' {col}: planner KB | measured KB | ratio |'
         line += '---|---|---|'
     print(head)
     print(line)
@@ -102,8 +182,8 @@ def main():
         cells = [r[0], r[1], str(r[2]), str(r[3])]
         for i in range(len(builds)):
             plan, h = r[4 + 2 * i], r[5 + 2 * i]
-            cells += [f'{plan / 1024:.0f}', f'{h / 1024:.0f}' if h else '-',
-                      f'{plan / h:.2f}' if h else '-']
+            cells += [f'{plan / 1024:.0f}' if plan else '-', f'{h / 1024:.0f}' if h else '-',
+                      f'{plan / h:.2f}' if h and plan else '-']
         print('| ' + ' | '.join(cells) + ' |')
 
 

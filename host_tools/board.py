@@ -13,6 +13,7 @@ from . import runner
 
 RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
 INPUTS = ('model', 'weights', 'train', 'test')
+END = 'utrain: end: '     # train.py's last line: 'ok' or what stopped it (utrain/run.py)
 
 
 class BoardError(RuntimeError):
@@ -20,22 +21,50 @@ class BoardError(RuntimeError):
 
 
 def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
-    """Run one mpremote command line against port; returns its stdout (capture) or
-    streams it.  resume: do not soft-reset first (needed for unix MicroPython, which
-    exits on a soft reset).  timeout: seconds, then BoardError (mpremote is killed)."""
+    """Run one mpremote command line against port; returns its stdout.  capture=False:
+    the output is also streamed here line by line as the board prints it.  resume: do not
+    soft-reset first (needed for unix MicroPython, which exits on a soft reset).
+    timeout: seconds, then BoardError (mpremote is killed)."""
     argv = [sys.executable, '-m', 'mpremote', 'connect', port] + (['resume'] if resume else [])
     argv += list(args)
     try:
-        p = subprocess.run(argv, cwd=cwd, text=True, timeout=timeout,
-                           stdout=subprocess.PIPE if capture else None,
-                           stderr=subprocess.PIPE if capture else None)
+        if capture:
+            p = subprocess.run(argv, cwd=cwd, text=True, timeout=timeout,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = p.stdout, p.stderr
+        else:
+            import time
+            end = time.time() + timeout if timeout else None
+            p = subprocess.Popen(argv, cwd=cwd, text=True, stdout=subprocess.PIPE, bufsize=1)
+            lines = []
+            for line in p.stdout:
+                lines.append(line)
+                print(line, end='', flush=True)
+                if end and time.time() > end:
+                    p.kill()
+                    raise subprocess.TimeoutExpired(argv, timeout)
+            p.wait(timeout=max(1, end - time.time()) if end else None)
+            out, err = ''.join(lines), ''
     except subprocess.TimeoutExpired:
         raise BoardError(f'mpremote {args[0]} on {port}: no answer in {timeout:g} s') from None
     if p.returncode:
-        err = ((p.stderr or '').strip() or (p.stdout or '').strip()[-300:]) if capture else ''
+        err = err.strip() or out.strip()[-300:]
         raise BoardError(f'mpremote {args[0]} on {port} failed'
                          + (f': {err}' if err else f' (exit {p.returncode})'))
-    return p.stdout if capture else ''
+    return out
+
+
+def check_end(text, port):
+    """Raise BoardError with utrain's message unless train.py's output (text) ends
+    well: a serial line carries no exit status, `mpremote run` exits 0 whatever the
+    script did, so train.py's last line says how the run ended."""
+    ends = [line[len(END):].strip() for line in text.splitlines() if line.startswith(END)]
+    if not ends:
+        raise BoardError(f'{port}: training did not end: no "{END}..." line from the board '
+                         '(reset, crashed or disconnected); its last output: '
+                         + repr(text.strip()[-200:]))
+    if ends[-1] != 'ok':
+        raise BoardError(f'{port}: training failed: {ends[-1]}')
 
 
 def board_mpy(port, resume=False) -> int:
@@ -120,8 +149,12 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
 
 
 def train(d, port, resume=False):
-    """`mpremote run train.py` with the board's output streamed here."""
-    mpremote(port, 'run', 'train.py', resume=resume, capture=False, cwd=d)
+    """`mpremote run train.py` with the board's output streamed here; BoardError with
+    utrain's message when training failed (out of memory, a bad file, a divergence stop,
+    interrupted) or the board stopped answering."""
+    out = mpremote(port, 'run', 'train.py', resume=resume, capture=False, cwd=d)
+    check_end(out, port)
+    return out
 
 
 def pull(d, port, resume=False):

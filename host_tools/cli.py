@@ -127,7 +127,7 @@ def cmd_prepare(a):
     if s.get('train_config'):
         print(f'  onert-micro training config: {s["train_config"]}')
     h = s['heap']
-    print(f'  heap plan ({h["backend"]}, unix MicroPython 64-bit): {h["total"] // 1024} KB'
+    print(f'  heap plan ({h["backend"]}, for {h["target"]}): {h["total"] // 1024} KB'
           + (f'  [{"stream frozen weights" if st.get("stream") else "frozen weights in RAM"}]'))
     for k, v in h['parts'].items():
         if v:

@@ -73,17 +73,83 @@ BASE_FROZEN = 15 * 1024
 STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
-# (floats, small arrays, saved activations), leaving runs too short for the next array
-WS_SLACK = 0.3
+# (floats, small arrays, saved activations), leaving runs too short for the next array.
+# 0.3 before training collected garbage as it goes (run.gc_every, issue 14): with it the
+# CNNs' smallest heaps fell 10-25 KB and 0.3 planned 1.2-1.45x of them
+WS_SLACK = 0.1
 CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
                 'optim', 'data', 'wof')
 # Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
 # views, how the weight gradient is handed over), never the op's name.
 
 
-def array_bytes(n: int, backend='fallback') -> int:
-    """Heap one float32 array of n elements takes, object overhead included."""
-    return ARRAY_OVERHEAD[backend] + -(-4 * n // BLOCK) * BLOCK
+# ---------------------------------------------------------------- the board planned for
+# Board-level figures (issue 14).  The constants above are the 64-bit unix port's; a
+# 32-bit board has half-size words, so object and array headers, the GC block (4 words)
+# and the code's resident heap per .mpy byte shrink (measured on 32-bit unix
+# MicroPython 1.28 against smallest_heap(), docs/memory.md).
+WORD_FIGURES = {
+    8: dict(block=BLOCK, overhead=ARRAY_OVERHEAD, code=CODE_PER_MPY_BYTE, base=BASE,
+            native=NATIVE_KERNELS, frozen_code=FROZEN_CODE_PER_MPY_BYTE, base_frozen=BASE_FROZEN),
+    # (base: 15 KB as measured before the model's tables were planned apart, less their
+    # share in it, as the 64-bit base went from 20.5 to 13.5 KB)
+    4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=12 * 1024,
+            native=4 * 1024, frozen_code=0.26, base_frozen=13 * 1024),
+}
+# A board with a littlefs file system (rp2, esp32: boards.json "fs") holds its caches
+# and each open file's buffers in the heap; the unix port's files are the OS's
+# (measured: emulated Cortex-M0 against 32-bit unix, both with ulab).
+LITTLEFS = 6 * 1024
+
+
+class Target(dict):
+    """What the plan is for: word (bytes), block (GC block bytes), native ('heap': native
+    .mpy code is loaded into the GC heap, as on rp2; 'outside': the unix port, ESP32's
+    IRAM), arch (mpy-cross -march of that native code), fs ('littlefs' or 'os') and name
+    (printed by prepare)."""
+
+
+def target(board=None) -> Target:
+    """The board the plan is for: a boards/boards.json profile (its word, gc_block,
+    native_code, fs), else the simulated board `run` uses (unix MicroPython: its word
+    size asked once; native code and files outside the heap)."""
+    profile = runner.boards().get(board) if board else None
+    if board and profile is None:
+        raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
+    if profile and profile.get('word'):
+        word = int(profile['word'])
+        t = Target(word=word, block=int(profile.get('gc_block', 4 * word)),
+                   native=profile.get('native_code', 'outside'), arch=profile.get('mpy_arch'),
+                   fs=profile.get('fs', 'littlefs'))
+        t['name'] = (f'{board}: {8 * word}-bit, {t["block"]} B GC blocks, native code '
+                     + ('in the heap' if t['native'] == 'heap' else 'outside the heap')
+                     + f', {t["fs"]} files')
+        return t
+    word = runner.simulator_word()
+    t = Target(word=word, block=4 * word, native='outside', arch=None, fs='os')
+    exe = runner.find_micropython() or 'micropython'
+    t['name'] = f'the simulated board: {os.path.basename(exe)}, unix {8 * word}-bit'
+    return t
+
+
+def native_mpy_size(arch) -> int:
+    """Size of npkern as native .mpy for arch (what rp2 loads into its heap; cached)."""
+    import tempfile
+    src = os.path.join(runner.PACKAGE, runner.NATIVE)
+    st = os.stat(src)
+    cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
+    os.makedirs(cache, exist_ok=True)
+    dst = os.path.join(cache, 'npkern-%s-%d-%d.mpy' % (arch, st.st_mtime_ns, st.st_size))
+    if not os.path.exists(dst):
+        runner._mpy_cross(src, dst, arch)
+    return os.path.getsize(dst)
+
+
+def array_bytes(n: int, backend='fallback', t=None) -> int:
+    """Heap one float32 array of n elements takes, object overhead included, on target
+    t (default: the 64-bit unix port)."""
+    f = WORD_FIGURES[t['word'] if t else 8]
+    return f['overhead'][backend] + -(-4 * n // f['block']) * f['block']
 
 
 def mpy_sizes() -> dict:
@@ -116,12 +182,15 @@ def mpy_sizes() -> dict:
     return out
 
 
-def plan_heap(g, plan, settings, backend='fallback') -> dict:
-    """Predicted smallest heap (bytes) for training the prepared model on the simulated
-    board, with its parts: {'total': ..., 'parts': {name: bytes}}.  backend: 'fallback'
+def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
+    """Predicted smallest heap (bytes) for training the prepared model on `board` (a
+    boards.json profile; None: the simulated board in use), with its parts: {'total':
+    ..., 'parts': {name: bytes}, 'target': what it planned for}.  backend: 'fallback'
     or 'ulab', '-frozen' appended for a firmware with utrain frozen in.
     settings['prefix'] = k: a frozen-prefix cache made on the host, the board runs ops
     k.. only (the cut's buffers held all run instead of the input sample's)."""
+    t = board if isinstance(board, Target) else target(board)
+    f = WORD_FIGURES[t['word']]
     from .optable import SPECS
     from .passes import device_shapes
     from .flatmodel import tensor_kinds, CONST, ACT
@@ -130,7 +199,7 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     kinds = tensor_kinds(g, plan)
     arrays, _, frozen = backend.partition('-')
     lo = settings.get('prefix', 0)
-    A = lambda n: array_bytes(n, arrays)      # noqa: E731
+    A = lambda n: array_bytes(n, arrays, t)   # noqa: E731
     state = {}
     for k in plan.params:
         ax_lo_hi = plan.ranks.get(k)
@@ -152,26 +221,31 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     sizes = mpy_sizes()
     mpy = sum(sizes.get(m, 0) for m in mods)
     if frozen:
-        parts['code'] = int(FROZEN_CODE_PER_MPY_BYTE * mpy)
-        parts['interpreter'] = BASE_FROZEN
+        parts['code'] = int(f['frozen_code'] * mpy)
+        parts['interpreter'] = f['base_frozen']
     else:
-        parts['code'] = int(CODE_PER_MPY_BYTE * mpy + (NATIVE_KERNELS if arrays == 'fallback' else 0))
-        parts['interpreter'] = BASE
+        # npkern's native code: in the GC heap on rp2 (its whole .mpy), else outside
+        native = (native_mpy_size(t['arch']) if t['native'] == 'heap' and t['arch'] else f['native'])
+        parts['code'] = int(f['code'] * mpy + (native if arrays == 'fallback' else 0))
+        parts['interpreter'] = f['base']
+    if t['fs'] == 'littlefs':
+        parts['interpreter'] += LITTLEFS
     # the model's tables (utrain.flat): per op a tuple of (code, inputs, outputs,
     # options), each option a boxed float, and two free lists; per tensor its shape
-    # tuple and list slots.  About 1 KB per conv op: 95 KB for a MobileNetV2, which
-    # trains from a prefix cache in 266 KB (the part the other terms left unplanned)
-    tup = lambda n: -(-(16 + 8 * n) // BLOCK) * BLOCK     # noqa: E731
+    # tuple and list slots.  About 1 KB per conv op on 64-bit: 95 KB for a MobileNetV2,
+    # which trains from a prefix cache in 266 KB (the part the other terms left unplanned)
+    w, B = t['word'], t['block']
+    tup = lambda n: -(-(2 * w + w * n) // B) * B     # noqa: E731
     tables = 0
     for op in g.ops:
         spec = SPECS[op.name]
         no = len(spec.options(op, g))
         tables += (tup(4) + tup(len(spec.inputs(op))) + tup(len(op.outputs)) + tup(no)
-                   + no * BLOCK + 2 * (BLOCK + tup(1)))     # free lists: object and items
+                   + no * B + 2 * (B + tup(1)))     # free lists: object and items
         if settings.get('stream'):     # utrain.stream's per-op list of (tensor, slot, size)
             nc = sum(1 for k in spec.inputs(op) if k >= 0 and kinds[k] == CONST)
-            tables += tup(nc) + nc * tup(3) + 8
-    parts['model tables'] = tables + len(shapes) * (tup(2) + 24)
+            tables += tup(nc) + nc * tup(3) + w
+    parts['model tables'] = tables + len(shapes) * (tup(2) + 3 * w)
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]
     if settings.get('stream'):
@@ -263,10 +337,11 @@ def plan_heap(g, plan, settings, backend='fallback') -> dict:
     data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
     ws = parts['working set (activations, temporaries, loss)']
     parts['fragmentation allowance'] = int(SLACK * (data - ws) + WS_SLACK * ws)
-    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend}
+    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
+            'target': t['name']}
 
 
-def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
+def fit_advice(g, settings, train, ranks, backend, limit, heap, planned, board=None) -> str:
     """What would fit in `limit`: the planner's figure for cheaper settings.  g is the
     graph as read; train (op numbers) and ranks {op: rank} are in the file's numbering,
     and so is every suggestion (as `inspect` and --train last:N count); planned(train,
@@ -276,6 +351,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     from .optable import SPECS
     parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
     lines = [f'  planned: {parts}']
+    t = target(board)
     base = dict(settings)
     cands = []
     if int(settings['batch']) > 1:
@@ -308,7 +384,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             continue
         if not p.params:
             continue
-        est = plan_heap(rg, p, s, backend)['total']
+        est = plan_heap(rg, p, s, backend, t)['total']
         if est <= limit:
             fits.append(f'  would fit: {desc}  (about {est // 1024} KB)')
             if len(fits) >= 3:

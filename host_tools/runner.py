@@ -79,6 +79,20 @@ def simulator_mpy() -> int:
     return _SIM_MPY[exe]
 
 
+def simulator_word() -> int:
+    """Bytes per machine word of the simulated board's MicroPython (4 on a 32-bit build,
+    8 on the 64-bit unix port; 8 when there is none, as PyPI's)."""
+    exe = find_micropython()
+    if not exe:
+        return 8
+    key = ('word', exe)
+    if key not in _SIM_MPY:
+        out = subprocess.run([exe, '-c', 'import sys;print(sys.maxsize > 2147483647)'],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        _SIM_MPY[key] = 4 if out and out[-1] == 'False' else 8
+    return _SIM_MPY[key]
+
+
 def _bytecode_only(src, dst):
     """npkern.py / q8kern.py for a firmware without the native emitter: decorators
     stripped (q8kern then defines its pointer casts as plain indexing)."""

@@ -216,3 +216,31 @@ def test_board_profiles_are_complete_and_consistent(tmp_path):
     (tmp_path / 'train.json').write_text('{}')
     r = cli('run', str(tmp_path), '--board', 'esp8266')
     assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
+
+
+@needs_mp
+def test_a_failed_run_is_visible_to_the_host(tmp_path):
+    """`mpremote run` exits 0 whatever the script did (no exit status over a serial line):
+    deploy --run and board.train read train.py's last line and fail with utrain's
+    message, out of memory or a bad file, and the board stays up."""
+    out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
+    flash.mkdir()
+    prepare(small_mlp(str(tmp_path / 'm.circle'), hidden=2000), out, data=blobs(tmp_path),
+            loss='scce', optimizer='adam', batch=4, epochs=1)
+    with FakeBoard(MP, str(flash), heap='140K') as b:
+        r = cli('deploy', out, '--port', b.port, '--resume', '--run')
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert 'utrain: out of memory' in r.stdout, r.stdout
+        assert 'training failed: out of memory' in r.stderr, r.stderr
+        assert b.alive()
+    with FakeBoard(MP, str(flash), heap='1M') as b:
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))
+        assert r.returncode == 0 and r.stdout.rstrip().endswith('utrain: end: ok'), r.stdout
+        (flash / 'model.flat').write_bytes(b'XXXX' + (flash / 'model.flat').read_bytes()[4:])
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))
+        assert r.returncode == 0, r.stdout + r.stderr        # what mpremote alone says
+        with pytest.raises(board.BoardError, match=r'training failed: error: model\.flat'):
+            board.train(out, b.port, resume=True)
+        with pytest.raises(board.BoardError, match='training did not end'):
+            board.check_end('utrain: 12 train samples\n  4/12 loss 0.3\n', b.port)
+        assert b.alive()

@@ -326,6 +326,39 @@ print(t.opt.m[k].shape, t.net.shape[k], t.epoch)
     assert r.stdout.split() == ['(2,', '6)', '(8,', '6)', '1']
 
 
+def test_the_plan_is_for_the_board_given(tmp_path):
+    """Issue 14: --board plans for that board (32-bit words and 16 B GC blocks on rp2040
+    and esp32; rp2040 loads npkern's armv6m native code into its heap, esp32 keeps it in
+    IRAM), without one for the simulated board in use; prepare says which."""
+    from host_tools import memory
+    rp, esp = memory.target('rp2040'), memory.target('esp32')
+    assert (rp['word'], rp['block'], rp['native'], rp['arch']) == (4, 16, 'heap', 'armv6m')
+    assert (esp['word'], esp['native']) == (4, 'outside')
+    assert memory.target()['word'] == runner.simulator_word()
+    assert memory.array_bytes(1, 'ulab', rp) < memory.array_bytes(1, 'ulab')
+    g = read_model(DIGITS_MLP)
+    p = make_plan(g, [0, 1], {})
+    s = dict(optimizer='adam', batch=4)
+    plans = {b: memory.plan_heap(g, p, s, 'fallback', b) for b in ('rp2040', 'esp32')}
+    native = memory.native_mpy_size('armv6m')
+    assert native > 10_000
+    assert plans['rp2040']['parts']['code'] - plans['esp32']['parts']['code'] == \
+        native - memory.WORD_FIGURES[4]['native']
+    ulab = memory.plan_heap(g, p, s, 'ulab', 'rp2040')
+    assert ulab['parts']['code'] < plans['rp2040']['parts']['code'] - native
+    # a 32-bit board holds the same arrays in less heap than the 64-bit unix port
+    big = memory.plan_heap(g, p, s, 'ulab', memory.Target(word=8, block=32, native='outside',
+                                                           arch=None, fs='os', name='64'))
+    assert ulab['parts']['optimizer state'] < big['parts']['optimizer state']
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', DIGITS_MLP, '-o',
+                        str(tmp_path / 'o'), '--loss', 'scce', '--board', 'rp2040'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'heap plan (fallback, for rp2040: 32-bit, 16 B GC blocks, native code in the heap' in r.stdout
+    with pytest.raises(ValueError, match="unknown board 'esp8266'"):
+        memory.target('esp8266')
+
+
 def test_budget_advice_counts_ops_as_the_file_does(tmp_path):
     """Each 'would fit' of the budget advice, given back to prepare as the user would
     type it (--train last:N and --ranks OP:R in the file's numbering, which `inspect`

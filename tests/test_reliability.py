@@ -436,7 +436,10 @@ def test_train_py_on_divergence(job, tmp_path, policy):
     os.remove(d / 'checkpoint.ckpt')
     set_run(d, lr=1e30, on_nan=policy, lr_factor=1e-31, keep_best=False)
     code, text = runner.run(str(d), python=True, stream=False)
-    assert code == 0 and 'Traceback' not in text, text
+    # issue 14: a divergence stop is a failed run, its exit status and last line say so
+    assert code == (1 if policy == 'stop' else 0) and 'Traceback' not in text, text
+    last = text.rstrip().splitlines()[-1]
+    assert last.startswith('utrain: end: stopped: ') if policy == 'stop' else last == 'utrain: end: ok', text
     w = read_wof(str(d / 'trained.wof'), read_model(str(d / 'm.circle')))
     assert all(np.all(np.isfinite(a)) for a in w.values())
     if policy == 'stop':

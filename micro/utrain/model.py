@@ -67,6 +67,8 @@ class Net:
         for i in range(lo, len(ops) if hi is None else hi):
             if st:
                 st.fetch(i)
+            # the last sample's output goes before this one's is made (not beside it)
+            t[ops[i][2][0]] = None
             mods[i].forward(self, ops[i])
             if st:
                 st.drop(i)

@@ -92,7 +92,7 @@ def interrupted(tr, files, test, keep, n, cfg_path):
 def oom(e, at):
     if ctrl_c(e):              # while loading: nothing was written yet
         print('utrain: interrupted before training started; nothing was written')
-        raise SystemExit(1)
+        return 'interrupted'
     # whatever is on flash is the last good state: saves are atomic and none ran now
     at = 'at epoch %d sample %d' % (at[0] + 1, at[1] + 1) if at else 'loading the model'
     free = heap()
@@ -102,4 +102,4 @@ def oom(e, at):
           '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
           'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
           'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
-    raise SystemExit(1)
+    return 'out of memory ' + at

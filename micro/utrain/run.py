@@ -119,8 +119,15 @@ class Keys:
             self.k(3)
 
 
+END = 'utrain: end: '     # + 'ok' or what stopped the run: host_tools/board.py reads it
+
+
 def main(cfg_path='train.json'):
+    """Train as train.json says; returns None when the run ended well, else what
+    stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
+    if run.get('gc_every'):
+        gc_every(run['gc_every'])
     chosen = None
     if sel:                 # prepare --select board: the board chooses what trains
         from utrain import fisher
@@ -165,10 +172,11 @@ def main(cfg_path='train.json'):
                       't0': ticks_ms()}
     log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
     try:
-        run_epochs(tr, files, run, train, test, keep, rec, fresh)
+        why = run_epochs(tr, files, run, train, test, keep, rec, fresh)
     except INTR as e:
         if ctrl_c(e):
-            return aux('once', 'interrupted', tr, files, test, keep, train.n, cfg_path)
+            aux('once', 'interrupted', tr, files, test, keep, train.n, cfg_path)
+            return 'interrupted'
         raise
     log.close()
     if keep and tr.best:
@@ -176,6 +184,7 @@ def main(cfg_path='train.json'):
     else:
         saving(out, tr.save_weights, out)
         print('saved %s' % out)
+    return why
 
 
 def run_epochs(tr, files, run, train, test, keep, rec, fresh):
@@ -195,6 +204,7 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
             save_best(tr, files, test)
     every = run.get('progress', 0)
     t = [ticks_ms(), tr.pos]
+    why = None
 
     keys = STATE['keys']
 
@@ -213,7 +223,8 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
             saving(ckpt, tr.train_epoch, train, progress, ckpt, run.get('checkpoint_every', 0))
         except Diverged as e:
             if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
-                print('utrain: stopped: %s' % e)
+                why = 'stopped: %s' % e
+                print('utrain: ' + why)
                 break
             tr.retries += 1
             tr.lower_lr(run.get('lr_factor', 0.5))
@@ -221,6 +232,7 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
             S['ended'] = tr.epoch
             continue
         epoch_end(tr, files, test, keep, train.n)   # (tr.last: the epoch's mean loss, metric)
+    return why
 
 
 def save_best(tr, files, test):
@@ -262,10 +274,26 @@ def epoch_end(tr, files, test, keep, n):
     S['ended'] = tr.epoch
 
 
+def gc_every(n):
+    # Collect whenever 1/n of the heap was allocated since the last collection (n = 0:
+    # only when the heap is full).  A training step frees and remakes its activations
+    # and temporaries; collected only when the heap is full, the large ones end up beyond
+    # small survivors and the heap fragments until one no longer fits (a 16x16 CNN on
+    # 32-bit ulab trained in 110 KB but not in 111-121 KB; collected every 1/32 of the
+    # heap, in any heap from 93 KB up; it costs time, docs/memory.md).  train.json's
+    # run.gc_every sets n: prepare writes 32 where activations are large next to the
+    # heap, else 0.  The Trainer sets its own while loading.
+    try:
+        gc.threshold(((gc.mem_free() + gc.mem_alloc()) // n) if n else -1)
+    except AttributeError:      # CPython
+        pass
+
+
 def start(cfg_path='train.json'):
+    gc_every(0)             # the imports are done (train.py collected every 2 KB while they loaded)
     keys = STATE['keys'] = Keys()
     try:
-        main(cfg_path)
+        why = main(cfg_path)
     except INTR as e:             # a Ctrl-C while loading, or out of memory
         if 'code' in STATE:
             raise                 # loading the code: train.py says so
@@ -273,9 +301,21 @@ def start(cfg_path='train.json'):
         at = tr and (tr.epoch, tr.pos)
         tr = None
         gc.collect()
-        aux('once', 'oom', e, at)
+        why = aux('once', 'oom', e, at)
     except (ValueError, SaveError) as e:   # a bad file or setting, a full file system: named
-        print('utrain: error: %s' % e)
-        raise SystemExit(1)
+        why = 'error: %s' % e
+        print('utrain: ' + why)
     finally:
         keys.close()
+    end(why)
+
+
+def end(why):
+    # The run's last line says how it ended: a serial line carries no exit status
+    # (`mpremote run` exits 0 whatever the script did), so the host reads this line
+    # (host_tools/board.py).  A command line (unix MicroPython, CPython) also gets it as
+    # the exit status; on a board a SystemExit would soft-reset it (unix -i: exit).
+    print(END + (why or 'ok'))
+    flush()
+    if why and sys.argv and sys.argv[0]:
+        raise SystemExit(1)
