@@ -13,6 +13,7 @@ on this port it never subtracts blocks the garbage collector frees.
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 
@@ -77,6 +78,9 @@ SLACK = 0.06                    # fragmentation allowance on the data held all r
 # 0.3 before training collected garbage as it goes (run.gc_every, issue 14): with it the
 # CNNs' smallest heaps fell 10-25 KB and 0.3 planned 1.2-1.45x of them
 WS_SLACK = 0.1
+# ... and both without those collections (run.gc_every 0: the digits MLP, whose arrays
+# are small): with the figures above their smallest heaps came within 1 % of the plan
+SLACK_NOGC, WS_SLACK_NOGC = 0.15, 0.4
 CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
                 'optim', 'data', 'wof')
 # Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
@@ -135,7 +139,7 @@ def target(board=None) -> Target:
 def native_mpy_size(arch) -> int:
     """Size of npkern as native .mpy for arch (what rp2 loads into its heap; cached)."""
     import tempfile
-    src = os.path.join(runner.PACKAGE, runner.NATIVE)
+    src = os.path.join(runner.PACKAGE, 'npkern.py')    # (q8kern: int8 runs, not planned here)
     st = os.stat(src)
     cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
     os.makedirs(cache, exist_ok=True)
@@ -336,9 +340,23 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         peak + 4 * A(out_n) + 2 * A(x_in) + rowtemps * A(widest))
     data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
     ws = parts['working set (activations, temporaries, loss)']
-    parts['fragmentation allowance'] = int(SLACK * (data - ws) + WS_SLACK * ws)
+    collect = gc_every(g, sum(parts.values()))
+    if collect:
+        parts['fragmentation allowance'] = int(SLACK * (data - ws) + WS_SLACK * ws)
+    else:       # collected only when the heap is full: the heap fragments more
+        parts['fragmentation allowance'] = int(SLACK_NOGC * (data - ws) + WS_SLACK_NOGC * ws)
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-            'target': t['name']}
+            'target': t['name'], 'gc_every': collect}
+
+
+def gc_every(g, planned) -> int:
+    """train.json's run.gc_every: collect every 1/32 of the heap while training when an
+    activation is large next to the heap (at least 1/128 of the plan: the digits CNN's
+    2 KB, a 16x16 CNN's 8 KB conv output), whose remaking fragments a small heap
+    (docs/memory.md); else 0, only when the heap is full: collections cost time (the
+    digits MLP on 32-bit unix: 2.3x per sample) and its small arrays gain little."""
+    big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
+    return 32 if 4 * big * 128 >= planned else 0
 
 
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned, board=None) -> str:

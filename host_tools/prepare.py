@@ -289,7 +289,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                    'keep_best': bool(files['test']), 'on_nan': 'lower',
                                    'lr_factor': 0.5, 'max_retries': 3,
                                    'cache': 'host' if cache == 'host' else bool(cache),
-                                   'gc_every': gc_every(g, heap['total'])}}
+                                   'gc_every': heap['gc_every']}}
     for f in os.listdir(out_dir):     # a frozen-prefix cache of an earlier prepare is stale
         if f.endswith(('.pfx', '.pfx.tmp')):
             os.remove(os.path.join(out_dir, f))
@@ -305,16 +305,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                  (json.dumps(summary, indent=1) + '\n').encode())
     summary['settings'] = s
     return summary
-
-
-def gc_every(g, planned) -> int:
-    """train.json's run.gc_every: collect every 1/32 of the heap while training when an
-    activation is large next to the heap (at least 1/128 of the plan: the digits CNN's
-    2 KB, a 16x16 CNN's 8 KB conv output), whose remaking fragments a small heap
-    (docs/memory.md); else 0, only when the heap is full: collections cost time (the
-    digits MLP on 32-bit unix: 2.3x per sample) and its small arrays gain little."""
-    big = max([int(np.prod(t.shape)) for t in g.tensors if t.data is None] or [0])
-    return 32 if 4 * big * 128 >= planned else 0
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,

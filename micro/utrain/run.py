@@ -314,8 +314,9 @@ def end(why):
     # The run's last line says how it ended: a serial line carries no exit status
     # (`mpremote run` exits 0 whatever the script did), so the host reads this line
     # (host_tools/board.py).  A command line (unix MicroPython, CPython) also gets it as
-    # the exit status; on a board a SystemExit would soft-reset it (unix -i: exit).
+    # the exit status (a Ctrl-C is the user's stop, not a failure); on a board a
+    # SystemExit would soft-reset it (unix -i: exit).
     print(END + (why or 'ok'))
     flush()
-    if why and sys.argv and sys.argv[0]:
+    if why and why != 'interrupted' and sys.argv and sys.argv[0]:
         raise SystemExit(1)
