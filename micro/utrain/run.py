@@ -126,8 +126,6 @@ def main(cfg_path='train.json'):
     """Train as train.json says; returns None when the run ended well, else what
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
-    if run.get('gc_every'):
-        gc_every(run['gc_every'])
     chosen = None
     if sel:                 # prepare --select board: the board chooses what trains
         from utrain import fisher
@@ -145,6 +143,10 @@ def main(cfg_path='train.json'):
     from utrain.data import Dataset
     del STATE['code']
     gc.collect()
+    # the code is in (train.py collected every 2 KB while it loaded, so that its
+    # temporaries left no sieve); training collects as prepare chose (the Trainer sets
+    # its own threshold while it loads the model)
+    gc_every(run.get('gc_every', 0))
     out = files['out']
     T = Trainer
     if files['model'].endswith('.json'):    # an int8 model training as int8 (utrain.q8)
@@ -290,7 +292,6 @@ def gc_every(n):
 
 
 def start(cfg_path='train.json'):
-    gc_every(0)             # the imports are done (train.py collected every 2 KB while they loaded)
     keys = STATE['keys'] = Keys()
     try:
         why = main(cfg_path)
