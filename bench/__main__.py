@@ -174,11 +174,12 @@ def fmt(v, col):
     return f'{v:.1f}' if v < 1000 else f'{v:.0f}'
 
 
-def table(rows):
-    cells = [[fmt(r[c], c) for c in COLUMNS] for r in rows]
-    width = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(COLUMNS)]
-    line = lambda xs: '| ' + ' | '.join(x.ljust(width[i]) for i, x in enumerate(xs)) + ' |'
-    out = [line(COLUMNS), '|' + '|'.join('-' * (w + 2) for w in width) + '|']
+def table(rows, columns=COLUMNS):
+    """A markdown table of rows ({column: value}; a missing cell is 'n/a')."""
+    cells = [[fmt(r.get(c, 'n/a'), c) for c in columns] for r in rows]
+    width = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(columns)]
+    line = lambda xs: '| ' + ' | '.join(x.ljust(width[i]) for i, x in enumerate(xs)) + ' |'  # noqa: E731
+    out = [line(columns), '|' + '|'.join('-' * (w + 2) for w in width) + '|']
     out += [line(x) for x in cells]
     return '\n'.join(out)
 

@@ -46,7 +46,7 @@ os.environ.pop('UTRAIN_NP', None)
 from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from bench import models  # noqa: E402
-from bench.__main__ import side_by_side, micropython_step, err  # noqa: E402
+from bench.__main__ import side_by_side, micropython_step, err, table  # noqa: E402
 
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
 N = 8                       # parity samples
@@ -219,24 +219,6 @@ def measured_heaps(out, plan):
     return ' / '.join(got)
 
 
-def fmt(v, col):
-    if isinstance(v, str):
-        return v
-    if isinstance(v, int):
-        return str(v)
-    if '/' in col:
-        return f'{v:.2f}x'
-    return f'{v:.1f}' if v < 1000 else f'{v:.0f}'
-
-
-def table(rows):
-    cells = [[fmt(r.get(c, 'n/a'), c) for c in COLUMNS] for r in rows]
-    width = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(COLUMNS)]
-    line = lambda xs: '| ' + ' | '.join(x.ljust(width[i]) for i, x in enumerate(xs)) + ' |'  # noqa: E731
-    return '\n'.join([line(COLUMNS), '|' + '|'.join('-' * (w + 2) for w in width) + '|']
-                     + [line(x) for x in cells])
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(prog='python -m bench.zoo', description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -267,7 +249,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print('the zoo, untrained exports: training step SGD batch 1, time per sample')
-    print(table(rows))
+    print(table(rows, COLUMNS))
     return 0
 
 
