@@ -309,8 +309,9 @@ def _code_stamp() -> str:
 
 def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, split_seed=0,
                 rewrite=True, log=print, **trial_opts) -> dict:
-    """Contribution analysis + search.  Returns {'ranks', 'gain', 'heap', 'macs', 'runners_up',
-    'report'}; ranks {op: rank} of the graph as given."""
+    """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
+    given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
+    the trial gains, and 'fallback' (why) when only the classifier trains}."""
     if not data:
         raise PrepareError('--select auto measures what each layer gains on data: give --data '
                            '(a proxy dataset: a few hundred samples like the board\'s)')
