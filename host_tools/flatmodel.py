@@ -77,6 +77,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
         ops += struct.pack(f'<{len(opts)}f', *opts)
     bwd = b''.join(struct.pack('<HH', i, fl) for i, fl in plan.backward)
     bwd += b''.join(struct.pack(RANK, k, ax, 0, lo, hi) for k, (ax, lo, hi) in sorted(plan.ranks.items()))
+    bwd += b''.join(struct.pack(_dev.BAND, *b) for b in plan.bands)
     data_start = table_at + 16 * nt + len(ops) + len(bwd)
     data_start += -data_start % 4
     tensors = bytearray()
@@ -97,7 +98,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
     body = bytes(head) + bytes(tensors) + bytes(ops) + bwd
     body += b'\0' * (data_start - 32 - len(body))
     fields = (MAGIC, VERSION, 1 if plan.backward else 0, nt, len(g.ops), len(plan.backward),
-              len(g.inputs), len(g.outputs), data_start, pos, len(plan.ranks))
+              len(g.inputs), len(g.outputs), data_start, pos, len(plan.ranks), len(plan.bands))
     rest = body + b''.join(blobs)
     crc = zlib.crc32(rest, zlib.crc32(struct.pack(HDR, *fields, 0)))
     data = struct.pack(HDR, *fields, crc) + rest

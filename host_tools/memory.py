@@ -222,6 +222,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             mods.add('convrows')        # (counted whether or not a weight is that large)
     if settings.get('cache'):
         mods.add('prefix')
+    if plan.bands:
+        mods.add('bands')
     sizes = mpy_sizes()
     mpy = sum(sizes.get(m, 0) for m in mods)
     if frozen:
@@ -299,16 +301,35 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         cut = {k for op in g.ops[lo:] for k in SPECS[op.name].inputs(op) if k in made}
     live = set(cut) if lo else {g.inputs[0]}
     x_in = 0 if lo else size[g.inputs[0]]     # the sample buffer (cut: counted in live)
-    peak = 0
+    if not lo and plan.bands and plan.bands[0][0] == 0 and \
+            plan.last_use.get(g.inputs[0], 0) < plan.bands[0][1]:
+        live, x_in = set(), 0           # the first band group reads it a strip at a time
+    peak = need = peak_at = 0
+    # band groups (host_tools/bands.py): their windows, the tensors they hand on and
+    # one op's strip temporaries at once; only the handed-on tensors stay live
+    groups, inner = {}, set()
+    if plan.bands:
+        from .bands import group_cost, stand_in
+        net = stand_in(g, plan)
+        for b_lo, b_hi, rows in plan.bands:
+            if b_lo >= lo:
+                groups[b_lo] = group_cost(net, b_lo, b_hi, rows, A)[0]
+                made = {t for op in g.ops[b_lo:b_hi] for t in op.outputs}
+                inner |= {t for t in made if b_lo <= plan.last_use.get(t, len(g.ops)) < b_hi}
     for op in g.ops[lo:]:
         spec = SPECS[op.name]
         fo, fi = spec.fwd
         ins = [k for k in SPECS[op.name].inputs(op) if k >= 0 and kinds[k] == ACT]
         o = op.outputs[0]
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
-        peak = max(peak, cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0]))
-                   + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0))
-        live.update(op.outputs)
+        if op.index in groups:
+            need = cur + groups[op.index]
+        elif o not in inner:
+            need = cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0])) \
+                + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0)
+        if need > peak:
+            peak, peak_at = need, op.index
+        live.update(k for k in op.outputs if k not in inner)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
                     and k not in cut:
@@ -346,7 +367,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     else:       # collected only when the heap is full: the heap fragments more
         parts['fragmentation allowance'] = int(SLACK_NOGC * (data - ws) + WS_SLACK_NOGC * ws)
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-            'target': t['name'], 'gc_every': collect}
+            'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
 
 
 def gc_every(g, planned) -> int:

@@ -218,6 +218,7 @@ class Plan:
     last_use: dict = field(default_factory=dict)
     ranks: dict = field(default_factory=dict)       # tensor -> (axis, lo, hi)
     op_ranks: dict = field(default_factory=dict)    # op -> rank code (as asked)
+    bands: list = field(default_factory=list)       # [(lo, hi, rows)]: host_tools/bands.py
 
 
 def plan_memory(g: Graph, trainable_ops, params, backward) -> Plan:

@@ -142,7 +142,7 @@ def heap_limit(prof, budget, heap):
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
-            log=print, **overrides):
+            bands=None, log=print, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -159,7 +159,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     trains as int8 (host_tools/quant.py) unless ``dequantize``: then in float32, dequantized.
     cache: train.py caches the input of the first trained op per sample (utrain.prefix)
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
-    (host_tools.prefixcache), the board never runs the frozen prefix to train."""
+    (host_tools.prefixcache), the board never runs the frozen prefix to train.
+    bands: rows per band of the frozen chains the board computes a few rows at a time
+    (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
     from .validate import check_settings, check_graph, check_values
@@ -197,6 +199,17 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         ps['prefix'] = min(op.index for op in g.ops
                            if any(k in p.params for k in SPECS[op.name].inputs(op)))
     heap = plan_heap(g, p, ps, backend, board)
+    if bands != 0 and cache != 'host':
+        from .bands import choose
+        from .memory import array_bytes, target
+        tg = target(board)
+        p.bands = choose(g, p, lambda n: array_bytes(n, backend.partition('-')[0], tg), bands or 1)
+        if p.bands:
+            banded = plan_heap(g, p, ps, backend, board)
+            if bands or banded['total'] < heap['total']:
+                heap = banded
+            else:
+                p.bands = []
     if sel and 'select' in sel:
         from .select import add_fisher
         add_fisher(heap, g, p, backend)

@@ -43,7 +43,8 @@ _GELU = const(150)
 
 MAGIC = b'UTFM'
 VERSION = 2
-HDR = '<4sHHHHHBBIIH2xI'   # ... data_start, size, n_ranks, crc32 (of the file with it zero)
+HDR = '<4sHHHHHBBIIHHI'   # ... data_start, size, n_ranks, n_bands, crc32 (of the file with it zero)
+BAND = '<HHH'            # band group: first op, op after it, rows per band (utrain.bands)
 RANK = '<HBBII'
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
@@ -95,7 +96,7 @@ def _kernel(code, name, i):
 def load(net, f, name, wof):
     """Read the flattened model from the open file f (named name) into net."""
     h = _read(f, 32, name, 'header')
-    magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk, crc = unpack(HDR, h)
+    magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk, nbd, crc = unpack(HDR, h)
     if magic != MAGIC:
         raise ModelError('%s: not a utrain flattened model (magic %r, want %r)' % (name, magic, MAGIC))
     if ver != VERSION:
@@ -160,6 +161,13 @@ def load(net, f, name, wof):
         if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][ax]:
             raise ModelError('%s: bad rank entry %d (tensor %d)' % (name, i, k))
         rank[k] = (ax, lo, hi)
+    # band groups (utrain.bands): first op -> (op after the group, rows per band)
+    net.bands = bands = {} if nbd else None
+    for i in range(nbd):
+        lo, hi, rows = unpack(BAND, _read(f, 6, name, 'band table'))
+        if not lo < hi <= nops or not rows:
+            raise ModelError('%s: bad band group %d (ops %d..%d, %d rows)' % (name, i, lo, hi - 1, rows))
+        bands[lo] = (hi, rows)
     net.shape = shape
     net.ops, net.mods, net.bwd = ops, mods, bwd
     # what to drop after each op: inference frees every dead tensor, training

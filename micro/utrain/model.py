@@ -63,8 +63,13 @@ class Net:
         # ops lo..hi-1 (the frozen-prefix cache runs a sample's prefix and the rest apart)
         t = self.t
         free = self.free_train if train else self.free_infer
-        ops, mods, st = self.ops, self.mods, self.stream
-        for i in range(lo, len(ops) if hi is None else hi):
+        ops, mods, st, bands = self.ops, self.mods, self.stream, self.bands
+        i, hi = lo, len(ops) if hi is None else hi
+        while i < hi:
+            if bands and i in bands:    # a frozen chain a few rows at a time
+                from utrain.bands import run
+                i = run(self, i, free)
+                continue
             if st:
                 st.fetch(i)
             # the last sample's output goes before this one's is made (not beside it)
@@ -74,6 +79,7 @@ class Net:
                 st.drop(i)
             for k in free[i]:
                 t[k] = None
+            i += 1
 
     def backward(self, dy):
         """Run the backward list from dL/d(output); weight gradients go to self.sink."""

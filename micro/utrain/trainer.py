@@ -234,8 +234,13 @@ class Trainer:
         ds.check(self.x_shape, self.y_shape)
         net = self.net
         pf = self._prefix(ds)
-        # a ready cache holds every sample's cut: the inputs are not read
-        x = None if pf and pf.done is None else zeros(self.x_shape)
+        # a ready cache holds every sample's cut: the inputs are not read; a band group
+        # that takes the input reads it a strip at a time (utrain.bands.Rows)
+        rows = None
+        if net.bands and not (pf and pf.done is None):
+            from utrain.bands import takes_input, Rows
+            rows = Rows if takes_input(net) else None
+        x = None if pf and pf.done is None or rows else zeros(self.x_shape)
         y = zeros(self.y_shape)
         ls, ms = sums
         n = ds.n
@@ -250,10 +255,10 @@ class Trainer:
                 raise ValueError('%s: sample %d has label %r, the model has %d classes'
                                  % (ds.path, j, y[0, 0], classes))
             self.target = y
-            if x is None:
+            if x is None and not rows:
                 pf.load(j)
             else:
-                net.set_input(x)
+                net.set_input(rows(ds, j) if rows else x)
                 if pf:
                     net.forward(False, 0, pf.k)     # the prefix as inference, then cached
                     pf.save(j)
