@@ -102,7 +102,7 @@ class Group:
         for i in acts:
             for k in acts[i]:
                 cons.setdefault(k, []).append(i)
-        self.cap = None
+        self.cap = self.buf = None
 
     def _start(self):
         self.done, self.base = {}, {}
@@ -230,20 +230,19 @@ class Group:
         net = self.net
         self.plan_only = False
         self.buf = buf = {}
-        for k in self.outs:
-            buf[k] = zeros(net.shape[k])
-        for k in self.win:
-            buf[k] = zeros((cap[k] * self.dims[k][1], net.shape[k][1]))
         self.strip = {}
         for k in self.span:
             if isinstance(net.t[k], Rows):
                 self.strip[k] = zeros((self.span[k] * self.dims[k][1], net.shape[k][1]))
+        for k in self.outs:
+            buf[k] = zeros(net.shape[k])
+        for k in self.win:
+            buf[k] = zeros((cap[k] * self.dims[k][1], net.shape[k][1]))
         self._run()
-        self.strip = None
         t = net.t
         for k in self.outs:
             t[k] = buf[k]
-        self.buf = None
+        self.buf = self.strip = None
         for i in range(self.lo, self.hi):
             for k in free[i]:
                 t[k] = None
@@ -257,26 +256,37 @@ class Rows:
         self.ds, self.j = ds, j
 
     def read(self, r, a):
-        from utrain.xnp import np
-        self.ds.rows(self.j, r, a)
+        # device rows r.. of the sample's x into a (float32 or quantized samples)
+        from utrain.xnp import np, readinto, decode
+        ds = self.ds
+        n = a.shape[0] * a.shape[1]
+        f, q = ds.f, ds.qx
+        f.seek(ds.head + self.j * ds.rec + (ds.xbytes // ds.x_len) * r * a.shape[1])
+        if q is None:
+            readinto(f, a, ds.path)
+        else:
+            q = memoryview(q)[:n]
+            if f.readinto(q) != n:
+                raise ValueError('%s: truncated' % ds.path)
+            decode(q, a, ds.xs, ds.xo)
         s = np.sum(a)
         if not -3e38 < s < 3e38:
             raise ValueError('%s: sample %d holds NaN or Inf' % (self.ds.path, self.j))
         return a
 
 
-def takes_input(net):
-    """Whether the band group at op 0 is the only reader of the model's input (then
-    the trainer hands it Rows instead of the sample)."""
+def rows(net):
+    """Rows when the band group at op 0 is the only reader of the model's input (the
+    trainer then hands it Rows instead of the sample), else None."""
     b = net.bands
-    if not b or 0 not in b:
-        return False
+    if 0 not in b:
+        return None
     k = net.inputs[0]
     hi = b[0].hi if isinstance(b[0], Group) else b[0][0]
     for i in range(hi, len(net.ops)):
         if k in net.ops[i][1]:
-            return False
-    return True
+            return None
+    return Rows
 
 
 def run(net, i, free):

@@ -80,20 +80,6 @@ class Dataset:
             self._get(x, self.qx, self.xs, self.xo)
         self._get(y, self.qy, self.ys, self.yo)
 
-    def rows(self, i, r, a):
-        """Device rows r.. of sample i's x into the float array a (a.shape[0] rows of
-        the model input's width): a strip for a band group (utrain.bands.Rows)."""
-        n = a.shape[0] * a.shape[1]
-        f, q = self.f, self.qx
-        f.seek(self.head + i * self.rec + (self.xbytes // self.x_len) * r * a.shape[1])
-        if q is None:
-            readinto(f, a, self.path)
-        else:
-            q = memoryview(q)[:n]
-            if f.readinto(q) != n:
-                raise ValueError('%s: truncated' % self.path)
-            decode(q, a, self.xs, self.xo)
-
     def close(self):
         self.f.close()
 

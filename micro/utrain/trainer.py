@@ -236,11 +236,9 @@ class Trainer:
         pf = self._prefix(ds)
         # a ready cache holds every sample's cut: the inputs are not read; a band group
         # that takes the input reads it a strip at a time (utrain.bands.Rows)
-        rows = None
-        if net.bands and not (pf and pf.done is None):
-            from utrain.bands import takes_input, Rows
-            rows = Rows if takes_input(net) else None
-        x = None if pf and pf.done is None or rows else zeros(self.x_shape)
+        x = None if pf and pf.done is None else 0
+        rows = x is not None and net.bands and __import__('utrain.bands').bands.rows(net)
+        x = None if x is None or rows else zeros(self.x_shape)
         y = zeros(self.y_shape)
         ls, ms = sums
         n = ds.n
