@@ -307,7 +307,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     peak = need = peak_at = 0
     # band groups (host_tools/bands.py): their windows, the tensors they hand on and
     # one op's strip temporaries at once; only the handed-on tensors stay live
-    groups, inner = {}, set()
+    groups, inner, banded = {}, set(), set()
     if plan.bands:
         from .bands import group_cost, stand_in
         net = stand_in(g, plan)
@@ -316,6 +316,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
                 groups[b_lo] = group_cost(net, b_lo, b_hi, rows, A)[0]
                 made = {t for op in g.ops[b_lo:b_hi] for t in op.outputs}
                 inner |= {t for t in made if b_lo <= plan.last_use.get(t, len(g.ops)) < b_hi}
+                banded.update(range(b_lo, b_hi))
     for op in g.ops[lo:]:
         spec = SPECS[op.name]
         fo, fi = spec.fwd
@@ -324,7 +325,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
         if op.index in groups:
             need = cur + groups[op.index]
-        elif o not in inner:
+        elif op.index not in banded:
             need = cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0])) \
                 + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0)
         if need > peak:

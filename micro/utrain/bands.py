@@ -135,15 +135,20 @@ class Group:
             n = e - self.base[k]
             if self.plan_only:
                 self.cap_of[k] = max(self.cap_of[k], n)
-        if self.plan_only:
-            st = self.step
-            st[i] = max(st.get(i, 0), e - d)
-            for j in self.acts[i]:          # input rows one step reads at most
-                if j not in self.prod:
-                    n = min(self.dims[j][0], (e - 1) * s - pt + reach) - max(0, d * s - pt)
-                    self.span[j] = max(self.span.get(j, 0), n)
-        else:
-            self._compute(i, k, d, e)
+        # at most `rows` output rows per kernel call: the first band of a strided chain
+        # needs more rows than the later ones, its strips stay as small as theirs
+        R = self.rows
+        for r in range(d, e, R):
+            f = min(e, r + R)
+            if self.plan_only:
+                st = self.step
+                st[i] = max(st.get(i, 0), f - r)
+                for j in self.acts[i]:          # input rows one call reads at most
+                    if j not in self.prod:
+                        n = min(self.dims[j][0], (f - 1) * s - pt + reach) - max(0, r * s - pt)
+                        self.span[j] = max(self.span.get(j, 0), n)
+            else:
+                self._compute(i, k, r, f)
         self.done[k] = e
 
     def _shift(self, k, b):
