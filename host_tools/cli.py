@@ -98,7 +98,7 @@ def cmd_prepare(a):
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
                 budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
                 cache=a.cache, select=a.select, select_layers=a.select_layers,
-                dequantize=a.dequantize)
+                dequantize=a.dequantize, bands=a.bands)
     st = s['settings']
     if s.get('int8'):
         print(f'prepared {a.out}: int8 model training as int8 (q8.json, int8 weights.wof), '
@@ -126,6 +126,9 @@ def cmd_prepare(a):
             f'{k} {lo}:{hi}' for k, (ax, lo, hi) in s['ranks'].items()))
     if s.get('train_config'):
         print(f'  onert-micro training config: {s["train_config"]}')
+    if s.get('bands'):
+        print('  row bands (ops computed a few rows at a time): ' + ', '.join(
+            f'ops {lo}..{last} ({r} row{"s" if r > 1 else ""})' for lo, last, r in s['bands']))
     h = s['heap']
     print(f'  heap plan ({h["backend"]}, for {h["target"]}): {h["total"] // 1024} KB'
           + (f'  [{"stream frozen weights" if st.get("stream") else "frozen weights in RAM"}]'))
@@ -320,6 +323,10 @@ def main(argv=None):
     q.add_argument('--cache-on-host', dest='cache', action='store_const', const='host',
                    help='compute that cache here, for the datasets prepare writes: the board '
                         'trains without running (or holding) the frozen layers')
+    q.add_argument('--bands', type=int, metavar='ROWS',
+                   help='compute the frozen high-resolution layers ROWS output rows at a time '
+                        '(row bands, docs/memory.md; default: 1 where that lowers the heap '
+                        'plan; 0: never)')
     q.add_argument('--select', choices=['auto', 'board'],
                    help='choose what trains within --budget/--board: auto (short trials on '
                         '--data, the host picks) or board (the board picks by Fisher potential '

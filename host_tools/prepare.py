@@ -254,6 +254,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
                'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
                'rewritten': files['rewritten'], 'input_perm': perm,
+               # band groups as [first op, last op, rows], ops numbered as in the file
+               'bands': [[g.ops[lo].number, g.ops[hi - 1].number, r] for lo, hi, r in p.bands],
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'quant': info['quant']}
     if sel:
