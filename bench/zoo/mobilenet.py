@@ -213,13 +213,79 @@ def bench_cache(micropythons, n=16):
                   flush=True)
 
 
+KERAS_MBV2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'keras',
+                          'mobilenetv2_035_96_float.tflite')
+
+
+def keras_prepared(out, n, epochs, backend, bands=None):
+    """A run folder for the Keras MobileNetV2-0.35 96x96 (float) with its classifier
+    training and the rest run on the board (--cache: the board computes the frozen
+    prefix from its own samples in epoch 1); n seeded images, a quarter held out for
+    the test set; trained.wof always written (keep_best off) so a run that finishes
+    is seen.  bands: prepare's --bands (None: its choice, 0: none)."""
+    import json
+    import numpy as np
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools.prepare import prepare
+    x, y = images((1, 3, 96, 96), n)
+    os.makedirs(out, exist_ok=True)
+    data = os.path.join(out, 'data.npz')
+    np.savez(data, x=x, y=y)
+    s = prepare(KERAS_MBV2, out, data=data, loss='scce', lr=0.01, epochs=epochs, optimizer='sgd',
+                batch=1, train='last:2', backend=backend, stream=True, cache=True, bands=bands,
+                test_split=0.25, log=lambda *a: None)
+    with open(os.path.join(out, 'train.json')) as f:
+        c = json.load(f)
+    c['run']['keep_best'] = False
+    with open(os.path.join(out, 'train.json'), 'w') as f:
+        json.dump(c, f, indent=1)
+    return s
+
+
+def bench_whole(micropythons, n=4):
+    """Print, per build, the Keras MobileNetV2 run whole on the board without and with
+    row bands: plan, smallest heap (bisection, 1 KB; one epoch of n samples, evaluation,
+    checkpoint), and ms per training sample in epoch 1 and from the board's prefix cache."""
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools.memory import smallest_heap
+    print('| build | row bands | plan KB | smallest heap KB | epoch 1 ms/sample | later ms/sample |')
+    print('|---|---|---|---|---|---|')
+    for label, mp in micropythons:
+        os.environ['MICROPYTHON'] = mp
+        backend = 'ulab' if 'ulab' in label else 'fallback'
+        for bands in (0, None):
+            out = os.path.join(tempfile.mkdtemp(), 'mbv2')
+            s = keras_prepared(out, n, 1, backend, bands)
+            plan = s['heap']['total']
+            h = smallest_heap(out, lo=64 * 1024, hi=max(4096 * 1024, 2 * plan))
+            t_out = os.path.join(tempfile.mkdtemp(), 'mbv2')
+            keras_prepared(t_out, 16, 3, backend, bands)
+            t = epoch_times(t_out, mp)
+            later = sum(t[1:]) / len(t[1:])
+            print(f'| {label} | {"none" if bands == 0 else s["bands"]} | {plan // 1024} | '
+                  f'{h // 1024 if h else "-"} | {t[0]:.0f} | {later:.1f} |', flush=True)
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument('--out', help='directory for the .circle files (default: the cache)')
     ap.add_argument('--bench', nargs='*', metavar='LABEL=MICROPYTHON',
                     help='time epoch 1 against later epochs (frozen-prefix cache) on these builds')
+    ap.add_argument('--whole', nargs='*', metavar='LABEL=MICROPYTHON',
+                    help='the Keras MobileNetV2 run whole on the board, without and with row '
+                         'bands: plan, smallest heap, epoch times (a label with "ulab" plans '
+                         'for ulab)')
     a = ap.parse_args()
+    if a.whole is not None:
+        bench_whole([b.split('=', 1) for b in a.whole] or [('fallback', 'micropython')])
+        return
     if a.bench is not None:
         bench_cache([b.split('=', 1) for b in a.bench] or [('fallback', 'micropython')])
         return
