@@ -147,9 +147,10 @@ def test_bands_take_the_pad_and_lower_the_plan(tmp_path):
     assert s['heap']['total'] < s0['heap']['total'], (s['heap']['total'], s0['heap']['total'])
 
 
-def _mp_trains(tmp_path, model, data, backend, heap_check):
-    out, s = _prep(tmp_path, 'b', model, data, bands=1, cache=True, backend=backend)
-    ref, s0 = _prep(tmp_path, 'u', model, data, bands=0, cache=True, backend=backend)
+def _mp_trains(tmp_path, model, data, backend, heap_check, dtype='float32'):
+    out, s = _prep(tmp_path, 'b', model, data, bands=1, cache=True, backend=backend, dtype=dtype)
+    ref, s0 = _prep(tmp_path, 'u', model, data, bands=0, cache=True, backend=backend, dtype=dtype)
+    assert s['bands'][0][0] == 0 and not s0['bands']     # the first group reads the samples
     for d in (out, ref):
         with open(os.path.join(d, 'train.json')) as fh:
             c = json.load(fh)
@@ -183,6 +184,25 @@ def test_banded_run_trains_at_its_plan_on_32bit_ulab(tmp_path, monkeypatch):
     model = mbnet(str(tmp_path / 'm.circle'), H=48, W=48, c=8, e=6)
     data = _data(str(tmp_path / 'd.npz'), 48, 48, n=3)
     _mp_trains(tmp_path, model, data, 'ulab', heap_check=True)
+
+
+@pytest.mark.skipif(runner.find_micropython() is None, reason='no unix MicroPython')
+def test_banded_run_reads_quantized_samples_by_strips(tmp_path):
+    """Samples stored as uint8 (prepare --dtype uint8): the first band group decodes
+    the input strip by strip, and training gives the unbanded run's weights."""
+    model = mbnet(str(tmp_path / 'm.circle'), H=20, W=18)
+    data = _data(str(tmp_path / 'd.npz'), 20, 18, n=3)
+    _mp_trains(tmp_path, model, data, 'fallback', heap_check=False, dtype='uint8')
+    if os.environ.get('UTRAIN_MP32_ULAB'):
+        os.environ['MICROPYTHON'], old = os.environ['UTRAIN_MP32_ULAB'], os.environ.get('MICROPYTHON')
+        try:
+            shutil.rmtree(str(tmp_path / 'b')), shutil.rmtree(str(tmp_path / 'u'))
+            _mp_trains(tmp_path, model, data, 'ulab', heap_check=False, dtype='uint8')
+        finally:
+            if old is None:
+                del os.environ['MICROPYTHON']
+            else:
+                os.environ['MICROPYTHON'] = old
 
 
 def test_keras_mobilenetv2_banded_forward_equals_whole_ops(tmp_path):
