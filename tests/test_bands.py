@@ -94,11 +94,21 @@ def _prep(tmp, name, model, data, **kw):
 def _forward(out, x, bands=True):
     from utrain.model import Net
     net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))     # else the classifier is zeros
     if bands is not True:
         net.bands = bands or None
     net.set_input(x.astype(F32).reshape(net.shape[net.inputs[0]]))
     net.forward()
-    return np.array(net.output())
+    y = np.array(net.output())
+    assert np.abs(y).max() > 1e-3 and np.ptp(y) > 1e-4, y    # informative logits
+    return y
+
+
+def _close(a, b):
+    # float rounding only: numpy's BLAS may sum a strip's dot products in another order
+    # than the whole image's (the boards' kernels do not: their weights match byte for
+    # byte, see the training tests)
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), np.abs(a - b).max()
 
 
 CASES = {
@@ -126,11 +136,11 @@ def test_banded_forward_equals_whole_ops(tmp_path, case, rows):
     assert f['ops'] == net.ops
     x = np.random.default_rng(2).random((kw['H'], kw['W'], 3))
     a, b = _forward(out, x), _forward(out, x, bands=False)
-    assert np.array_equal(a, b), np.abs(a - b).max()
+    _close(a, b)
     # the whole chain as one group, up to and with the residual ADD
     add = [i for i, op in enumerate(net.ops) if op[0] == 0][0]
     c = _forward(out, x, bands={0: (add + 1, rows)})
-    assert np.array_equal(c, b), np.abs(c - b).max()
+    _close(c, b)
 
 
 def test_bands_take_the_pad_and_lower_the_plan(tmp_path):
@@ -219,4 +229,4 @@ def test_keras_mobilenetv2_banded_forward_equals_whole_ops(tmp_path):
     assert s['heap']['total'] < 400 * 1024, s['heap']['total']
     x = np.random.default_rng(3).random((96, 96, 3))
     a, b = _forward(out, x), _forward(out, x, bands=False)
-    assert np.array_equal(a, b), np.abs(a - b).max()
+    _close(a, b)

@@ -10,7 +10,8 @@
 # input rows its outputs up to e need -- conv: input rows up to (e-1)*stride - pad top
 # + (KH-1)*dilation + 1 -- then computes its new rows with its own kernel on a view of
 # the input window (options rewritten: H, OH, pad top for that strip; walk() skips
-# padding rows as for the whole image), so the result equals the whole op's bit for bit.
+# padding rows as for the whole image), so the result equals the whole op's (bit for bit
+# with ulab and the fallback; numpy's BLAS may sum a strip in another order).
 # plan() runs the same schedule without arithmetic: the window sizes, which the host's
 # planner (host_tools/memory.py) reads from the same code.
 # Group record in the .flat: (lo, hi, rows per band): host_tools/bands.py chooses them.
@@ -29,7 +30,9 @@ _G_SH = const(9)
 _G_DH = const(11)
 _G_PT = const(13)
 _G_PL = const(14)
-_C_B = const(13)          # PAD's copy plan: the block's first row in the output
+_C_NB = const(1)          # PAD's copy plan (op_shape): input rows (H) when it pads W,
+_C_N1 = const(2)          # rows per block (W), and the block's first row in the output
+_C_B = const(13)
 SPATIAL = (_CONV_2D, _DEPTHWISE_CONV_2D)
 
 
@@ -67,9 +70,15 @@ class Group:
                     if d:
                         dims[ins[0]] = dims[ins[1]] = dims[outs[0]] = d
                 elif code == _PAD and outs[0] in dims:
-                    pt, pl = divmod(int(o[_C_B]), dims[outs[0]][1])
+                    OW = dims[outs[0]][1]
+                    pt, pl = divmod(int(o[_C_B]), OW)
                     rule[i] = (1, pt, 1)
                     self.rule[-1 - i] = pl
+                    if ins[0] not in dims:      # the model's input: its copy plan's blocks
+                        n = net.shape[ins[0]][0]
+                        W = int(o[_C_N1]) if int(o[_C_NB]) > 1 else OW
+                        if n % W == 0:
+                            dims[ins[0]] = (n // W, W)
         self.dims = dims
         # a PAD read by one conv of the group alone is folded into that conv's padding
         # (walk() skips padding rows and columns): the padded tensor is never made
