@@ -139,6 +139,20 @@ def heap_limit(prof, budget, heap):
     return limit
 
 
+def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
+    """The settings pass: the board profile's defaults, the command line checked, the
+    model read and checked in the file's op numbering, its CIRCLE_TRAINING metadata under
+    the command line.  Returns (graph as read, board profile or None, settings, train)."""
+    from .validate import check_settings, check_graph
+    prof = board_profile(board, overrides) if board else None
+    check_settings(dict(overrides, progress=progress, split_seed=split_seed))
+    g = read_model(model_path)
+    check_graph(g)             # the file's op numbering, before any rewrite
+    s = resolve_settings(g, overrides)
+    check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
+    return g, prof, s, s.pop('train')
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
@@ -162,14 +176,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
     from .memory import plan_heap, fit_advice
     from .trainconfig import read_train_config, write_train_config
-    from .validate import check_settings, check_graph, check_values
-    prof = board_profile(board, overrides) if board else None
-    check_settings(dict(overrides, progress=progress, split_seed=split_seed))
-    g = read_model(model_path)
-    check_graph(g)             # the file's op numbering, before any rewrite
-    s = resolve_settings(g, overrides)
-    check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
-    train = s.pop('train')
+    from .validate import check_values
+    g, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
         return quant.prepare_q8(g, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress)
