@@ -41,6 +41,24 @@ def rewrite_for_training(g, train, enabled=True):
     return [op.index for op in g.ops if id(op) in ids], info, perm
 
 
+def what_trains(g, train, ranks=None, train_config=None, train_given=False):
+    """The ranks pass: --train, --ranks ('OP:RANK,...' or {op: rank}) and --train-config
+    on graph g as read -> (sorted op numbers that train, {op: rank}), in the file's
+    numbering.  A training-config file's ops train with its ranks and, unless --train is
+    given too (train_given), only they do."""
+    from .trainconfig import read_train_config
+    rk = {}
+    if train_config:
+        rk.update(read_train_config(train_config, len(g.ops)))
+        if not train_given:
+            train = 'none'
+    if isinstance(ranks, dict):
+        rk.update(ranks)
+    elif ranks:
+        rk.update(parse_ranks(ranks, len(g.ops)))
+    return sorted(parse_train(train, len(g.ops)) | set(rk)), rk
+
+
 def select_rewrite_plan(source, train, ranks, rewrite=True):
     """The select, rewrite and plan passes on a copy of the graph as read (source is not
     changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
@@ -175,7 +193,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
     from .memory import plan_heap, fit_advice
-    from .trainconfig import read_train_config, write_train_config
+    from .trainconfig import write_train_config
     from .validate import check_values
     g, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
@@ -186,16 +204,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log)
         ranks, train_config, train = sel['ranks'], None, 'none'
-    rk = {}
-    if train_config:
-        rk.update(read_train_config(train_config, len(g.ops)))
-        if overrides.get('train') is None:
-            train = 'none'
-    if isinstance(ranks, dict):
-        rk.update(ranks)
-    elif ranks:
-        rk.update(parse_ranks(ranks, len(g.ops)))
-    source, chosen, chosen_rk = g, sorted(parse_train(train, len(g.ops)) | set(rk)), dict(rk)
+    source = g
+    chosen, chosen_rk = what_trains(source, train, ranks, train_config,
+                                    overrides.get('train') is not None)
     g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
