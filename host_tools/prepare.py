@@ -73,6 +73,23 @@ def select_rewrite_plan(source, train, ranks, rewrite=True):
     return g, train, rk, info, perm, make_plan(g, train, rk)
 
 
+def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=False) -> dict:
+    """The heap-plan pass (memory.plan_heap) for the rewritten graph g and its plan p with
+    settings s: cache 'host' plans the board from the first op that trains; fisher adds
+    the board's selection pass (--select board)."""
+    from .memory import plan_heap
+    s = dict(s, cache=cache)
+    if cache == 'host':         # the board runs from the first op that trains
+        from .optable import SPECS
+        s['prefix'] = min(op.index for op in g.ops
+                          if any(k in p.params for k in SPECS[op.name].inputs(op)))
+    heap = plan_heap(g, p, s, backend, board)
+    if fisher:
+        from .select import add_fisher
+        add_fisher(heap, g, p, backend)
+    return heap
+
+
 def metadata_settings(g) -> dict:
     """Training settings from the model's CIRCLE_TRAINING metadata, in our names."""
     buf = g.metadata.get(METADATA_NAME)
@@ -192,7 +209,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     cache: train.py caches the input of the first trained op per sample (utrain.prefix)
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
-    from .memory import plan_heap, fit_advice
+    from .memory import fit_advice
     from .trainconfig import write_train_config
     from .validate import check_values
     g, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
@@ -210,15 +227,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
-    ps = dict(s, cache=cache)
-    if cache == 'host':         # the board runs from the first op that trains
-        from .optable import SPECS
-        ps['prefix'] = min(op.index for op in g.ops
-                           if any(k in p.params for k in SPECS[op.name].inputs(op)))
-    heap = plan_heap(g, p, ps, backend, board)
-    if sel and 'select' in sel:
-        from .select import add_fisher
-        add_fisher(heap, g, p, backend)
+    heap = plan_memory(g, p, s, backend, board, cache, bool(sel and 'select' in sel))
     limit = heap_limit(prof, budget, heap)
     if limit is not None and heap['total'] > limit:
         raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
