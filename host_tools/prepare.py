@@ -188,6 +188,24 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
     return g, prof, s, s.pop('train')
 
 
+def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
+                 backend='fallback', rewrite=True):
+    """The budget pass: PrepareError when the heap plan exceeds the budget or the board
+    profile's heap, with the planner's advice (memory.fit_advice) on what would fit, in
+    the numbering of source (the graph as read) as train and ranks are."""
+    from .memory import fit_advice
+    limit = heap_limit(prof, budget, heap)
+    if limit is None or heap['total'] <= limit:
+        return
+    raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
+                       f'({backend}), the budget is {limit // 1024} KB'
+                       + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
+                          'for model and training state)' if prof else '') + '.\n'
+                       + fit_advice(source, s, train, ranks, backend, limit, heap,
+                                    lambda tr, r: select_rewrite_plan(source, tr, r, rewrite),
+                                    board))
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
@@ -209,7 +227,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     cache: train.py caches the input of the first trained op per sample (utrain.prefix)
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
-    from .memory import fit_advice
     from .trainconfig import write_train_config
     from .validate import check_values
     g, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
@@ -228,15 +245,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
     heap = plan_memory(g, p, s, backend, board, cache, bool(sel and 'select' in sel))
-    limit = heap_limit(prof, budget, heap)
-    if limit is not None and heap['total'] > limit:
-        raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
-                           f'({backend}), the budget is {limit // 1024} KB'
-                           + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
-                              'for model and training state)' if prof else '') + '.\n'
-                           + fit_advice(source, s, chosen, chosen_rk, backend, limit, heap,
-                                        lambda tr, r: select_rewrite_plan(source, tr, r, rewrite),
-                                        board))
+    check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
+                 rewrite)
     outs = [n for n in FILES.values()] + ['train.json', 'prepare.json', 'train.tcfg']
     for src in (model_path, data, train_config):
         for n in outs:
