@@ -206,6 +206,24 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
                                     board))
 
 
+OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
+
+
+def check_outputs(out_dir, inputs, names=OUTPUTS):
+    """The output-folder pass: PrepareError when out_dir is not a folder or a file prepare
+    writes there (names) is one of its inputs (model, data, training config; None: not
+    given).  The rewritten graph is checked where it is written: a graph that needs no
+    rewrite may be prepared again from its own folder's rewritten.circle."""
+    for src in inputs:
+        for n in names:
+            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
+                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
+                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
+                                   'prepare into another folder')
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise PrepareError(f'{out_dir}: exists and is not a folder')
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
@@ -247,15 +265,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     heap = plan_memory(g, p, s, backend, board, cache, bool(sel and 'select' in sel))
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite)
-    outs = [n for n in FILES.values()] + ['train.json', 'prepare.json', 'train.tcfg']
-    for src in (model_path, data, train_config):
-        for n in outs:
-            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
-                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
-                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
-                                   'prepare into another folder')
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise PrepareError(f'{out_dir}: exists and is not a folder')
+    check_outputs(out_dir, (model_path, data, train_config))
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
     if info['changed']:
