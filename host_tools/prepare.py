@@ -224,6 +224,65 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
         raise PrepareError(f'{out_dir}: exists and is not a folder')
 
 
+def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None):
+    """The folder pass: the rewritten graph (when the rewrites changed it), model.flat,
+    weights.wof and train.tcfg (a selection, ranks or a training config given) in out_dir.
+    Returns (files {role: name, None when not written}, {'flat_bytes': n[,
+    'train_config': name or None]})."""
+    from .trainconfig import write_train_config
+    os.makedirs(out_dir, exist_ok=True)
+    files = dict(FILES)
+    if changed:
+        # the .wof indexes the rewritten graph: keep it beside, for export
+        dst = os.path.join(out_dir, files['rewritten'])
+        if os.path.exists(dst) and os.path.samefile(dst, model_path):
+            raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
+                               'graph; prepare into another folder')
+        rw.save_graph(g, dst)
+    else:
+        files['rewritten'] = None
+    wrote = {'flat_bytes': write_flat(g, p, s, os.path.join(out_dir, files['model']))['bytes']}
+    weights = {k: g.tensors[k].data for k in p.params}
+    write_wof(os.path.join(out_dir, files['weights']), len(g.tensors), weights)
+    tcfg = os.path.join(out_dir, 'train.tcfg')
+    if sel:
+        # the choice as onert-micro's training-config file, ops of the graph as given
+        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
+        write_train_config(tcfg, sel['ranks'], onert_only=False)
+        wrote['train_config'] = 'train.tcfg'
+    elif any(r for r in p.op_ranks.values()) or train_config:
+        try:
+            write_train_config(tcfg, p.op_ranks)
+            wrote['train_config'] = 'train.tcfg'
+        except PrepareError:
+            wrote['train_config'] = None    # a rank onert-micro has no code for
+    return files, wrote
+
+
+def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict:
+    """prepare.json's summary of what the folder pass wrote for the rewritten graph g and
+    its plan p (export reads 'rewritten' and 'quant' back)."""
+    summary = {'model': os.path.abspath(model_path), 'flat_bytes': wrote['flat_bytes'],
+               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
+               'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
+               'frozen_params': int(sum(t.data.size for t in g.tensors
+                                        if t.data is not None and t.index not in p.params
+                                        and t.dtype == 'float32')),
+               'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
+               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
+               'rewritten': files['rewritten'], 'input_perm': perm,
+               'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
+               'quant': info['quant']}
+    if 'train_config' in wrote:
+        summary['train_config'] = wrote['train_config']
+    if sel:
+        summary['select'] = {k: v for k, v in sel.items() if k in (
+            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+            'weight_gain', 'trials')}
+        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+    return summary
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
@@ -245,7 +304,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     cache: train.py caches the input of the first trained op per sample (utrain.prefix)
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
-    from .trainconfig import write_train_config
     from .validate import check_values
     g, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
@@ -266,46 +324,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite)
     check_outputs(out_dir, (model_path, data, train_config))
-    os.makedirs(out_dir, exist_ok=True)
-    files = dict(FILES)
-    if info['changed']:
-        # the .wof indexes the rewritten graph: keep it beside, for export
-        dst = os.path.join(out_dir, files['rewritten'])
-        if os.path.exists(dst) and os.path.samefile(dst, model_path):
-            raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
-                               'graph; prepare into another folder')
-        rw.save_graph(g, dst)
-    else:
-        files['rewritten'] = None
-    flat = write_flat(g, p, s, os.path.join(out_dir, files['model']))
-    weights = {k: g.tensors[k].data for k in p.params}
-    write_wof(os.path.join(out_dir, files['weights']), len(g.tensors), weights)
-    summary = {'model': os.path.abspath(model_path), 'flat_bytes': flat['bytes'],
-               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
-               'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
-               'frozen_params': int(sum(t.data.size for t in g.tensors
-                                        if t.data is not None and t.index not in p.params
-                                        and t.dtype == 'float32')),
-               'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
-               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
-               'rewritten': files['rewritten'], 'input_perm': perm,
-               'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
-               'quant': info['quant']}
-    if sel:
-        # the choice as onert-micro's training-config file, ops of the graph as given
-        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
-        write_train_config(os.path.join(out_dir, 'train.tcfg'), sel['ranks'], onert_only=False)
-        summary['train_config'] = 'train.tcfg'
-        summary['select'] = {k: v for k, v in sel.items() if k in (
-            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
-            'weight_gain', 'trials')}
-        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
-    elif any(r for r in p.op_ranks.values()) or train_config:
-        try:
-            write_train_config(os.path.join(out_dir, 'train.tcfg'), p.op_ranks)
-            summary['train_config'] = 'train.tcfg'
-        except PrepareError:
-            summary['train_config'] = None    # a rank onert-micro has no code for
+    files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
+    summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
     if data:
         x, y = ds.load(data)
         check_values(data, x, y)
