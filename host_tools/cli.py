@@ -154,11 +154,9 @@ def cmd_dataset(a):
     """Convert .npz / .csv / image folders to train.ds and test.ds."""
     from . import dataset as ds
     size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
-    x, y = ds.load(a.source, label=a.label, size=size)
-    x = x.reshape(len(x), -1)
-    os.makedirs(a.out, exist_ok=True)
-    tr, te, scale, offset, paths = ds.write_samples(a.out, x, y, a.test_split, a.split_seed,
-                                                    a.dtype)
+    d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
+    x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
+    scale, offset = d['scale'], d['offset']
     wrote = [f'{paths[n]} ({len(idx)} samples, {os.path.getsize(paths[n])} B)'
              for n, idx in (('train.ds', tr), ('test.ds', te)) if n in paths]
     print(f'{a.source}: {len(x)} samples of {x.shape[1]} values, stored as {a.dtype}'

@@ -283,6 +283,24 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     return summary
 
 
+def write_data(out_dir, data, files, loss, test_split=0.0, split_seed=0, dtype='float32',
+               shape=None, n_out=None, perm=None, where='the model input', scale=None,
+               offset=None) -> dict:
+    """prepare's samples pass (dataset.samples) for the model input of shape (perm: as
+    the rewrites transposed it) and n_out outputs: train.ds and test.ds from data, or
+    none.  Sets files' train and test to what it wrote (None: not written); returns the
+    summary's sample fields."""
+    if not data:
+        files['train'] = files['test'] = None
+        return {}
+    d = ds.samples(data, out_dir, test_split, split_seed, dtype, (files['train'], files['test']),
+                   shape, perm, loss, n_out, where, scale, offset)
+    if files['test'] not in d['wrote']:
+        files['test'] = None
+    return dict(train_samples=len(d['train']), test_samples=len(d['test']), dtype=dtype,
+                balance=ds.balance(d['y'][d['train']]) if loss in ('scce', 'cce') else None)
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
@@ -304,7 +322,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     cache: train.py caches the input of the first trained op per sample (utrain.prefix)
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
-    from .validate import check_values
     g, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
         return quant.prepare_q8(g, model_path, out_dir, s, train, data, test_split,
@@ -326,28 +343,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
-    if data:
-        x, y = ds.load(data)
-        check_values(data, x, y)
-        n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
-        n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
-        if perm is not None:          # the model now takes its input transposed (NHWC)
-            orig = [len(x)] + [g.tensors[g.inputs[0]].shape[i] for i in np.argsort(perm)][1:]
-            if x.size == int(np.prod(orig)):
-                x = x.reshape(orig).transpose(perm)
-        x = x.reshape(len(x), -1)
-        if x.shape[1] != n_in:
-            raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
-                               f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
-        y = ds.targets(y, s['loss'], n_out, data)
-        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
-                                               (files['train'], files['test']))
-        if files['test'] not in wrote:
-            files['test'] = None
-        summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
-                       balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
-    else:
-        files['train'] = files['test'] = None
+    inp = g.tensors[g.inputs[0]].shape
+    summary.update(write_data(out_dir, data, files, s['loss'], test_split, split_seed, dtype,
+                              inp, int(np.prod(g.tensors[g.outputs[0]].shape)), perm,
+                              f'the model input {inp}'))
     # run: how train.py behaves (README): progress lines every N samples; validation-gated
     # saving of the best weights when there is a test split; on a NaN/Inf, restore and
     # lower lr (or 'stop')

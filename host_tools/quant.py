@@ -221,8 +221,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings."""
-    from . import dataset as ds
-    from .prepare import FILES, PrepareError, progress_step
+    from .prepare import FILES, PrepareError, progress_step, write_data
     if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
                            '--batch 1 (no momentum); --dequantize trains it in float with '
@@ -240,22 +239,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
                'rewritten': None, 'quant': {}}
-    if data:
-        x, y = ds.load(data)
-        x = x.reshape(len(x), -1)
-        if x.shape[1] != m['nin']:
-            raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, the model '
-                               f'input takes {m["nin"]}')
-        y = ds.targets(y, 'scce', m['nclass'], data)
-        sx, zx = m['sx'], m['zx']
-        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, 'int8',
-                                               (files['train'], files['test']), sx, -zx * sx)
-        if files['test'] not in wrote:
-            files['test'] = None
-        summary.update(train_samples=len(tr), test_samples=len(te), dtype='int8',
-                       balance=ds.balance(y[tr]))
-    else:
-        files['train'] = files['test'] = None
+    # the samples as int8 at the model input's scale and zero point
+    summary.update(write_data(out_dir, data, files, 'scce', test_split, split_seed, 'int8',
+                              [m['nin']], m['nclass'], scale=m['sx'], offset=-m['zx'] * m['sx']))
     if progress is None:
         progress = progress_step(summary.get('train_samples', 0))
     cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,

@@ -494,6 +494,9 @@ def host_cases(tmp):
         if make:
             make(p)
         cases.append(('data %s' % name, ['prepare', model, '--data', p, '--loss', 'scce'], 'refuse', name))
+    # `dataset` runs prepare's samples pass: the same refusals
+    cases.append(('dataset nan-x.npz', ['dataset', str(tmp / 'nan-x.npz'), '-o', str(tmp / 'nan-ds')],
+                  'refuse', 'NaN'))
     imgs = tmp / 'imgs'
     from PIL import Image
     for c in ('a', 'b'):
