@@ -301,6 +301,40 @@ def write_data(out_dir, data, files, loss, test_split=0.0, split_seed=0, dtype='
                 balance=ds.balance(d['y'][d['train']]) if loss in ('scce', 'cce') else None)
 
 
+def write_prefix_caches(out_dir, files, cache) -> dict:
+    """The prefix-cache pass: drops an earlier prepare's frozen-prefix caches (stale now)
+    and with cache 'host' writes the datasets' (host_tools.prefixcache).  Returns the
+    summary's 'prefix_cache' field, if any."""
+    for f in os.listdir(out_dir):
+        if f.endswith(('.pfx', '.pfx.tmp')):
+            os.remove(os.path.join(out_dir, f))
+    if cache == 'host' and files['train']:
+        from .prefixcache import write_caches
+        return {'prefix_cache': write_caches(out_dir, files)}
+    return {}
+
+
+def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run) -> dict:
+    """The run-config pass: train.json (files, run: how train.py behaves (README), the
+    settings s, then extra) and prepare.json (summary).  Progress lines every N samples
+    (None: about 4 per epoch); the best weights are kept by validation when there is a
+    test split; run: the rest of the run block (on_nan: on a NaN/Inf, restore and lower lr
+    or 'stop').  Returns summary with the settings."""
+    if progress is None:
+        progress = progress_step(summary.get('train_samples', 0))
+    cfg = {'files': files, 'run': dict({'resume': False, 'progress': progress,
+                                        'checkpoint_every': 0, 'keep_best': bool(files['test'])},
+                                       **run)}
+    cfg.update(s)
+    cfg.update(extra)
+    atomic_write(os.path.join(out_dir, 'train.json'),
+                 (json.dumps(cfg, indent=1) + '\n').encode())
+    atomic_write(os.path.join(out_dir, 'prepare.json'),
+                 (json.dumps(summary, indent=1) + '\n').encode())
+    summary['settings'] = s
+    return summary
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
@@ -347,31 +381,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     summary.update(write_data(out_dir, data, files, s['loss'], test_split, split_seed, dtype,
                               inp, int(np.prod(g.tensors[g.outputs[0]].shape)), perm,
                               f'the model input {inp}'))
-    # run: how train.py behaves (README): progress lines every N samples; validation-gated
-    # saving of the best weights when there is a test split; on a NaN/Inf, restore and
-    # lower lr (or 'stop')
-    if progress is None:
-        progress = progress_step(summary.get('train_samples', 0))
-    cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
-                                   'keep_best': bool(files['test']), 'on_nan': 'lower',
-                                   'lr_factor': 0.5, 'max_retries': 3,
-                                   'cache': 'host' if cache == 'host' else bool(cache),
-                                   'gc_every': heap['gc_every']}}
-    for f in os.listdir(out_dir):     # a frozen-prefix cache of an earlier prepare is stale
-        if f.endswith(('.pfx', '.pfx.tmp')):
-            os.remove(os.path.join(out_dir, f))
-    if cache == 'host' and files['train']:
-        from .prefixcache import write_caches
-        summary['prefix_cache'] = write_caches(out_dir, files)
-    cfg.update(s)
-    if sel and 'select' in sel:
-        cfg['select'] = sel['select']       # the board's own choice (utrain/fisher.py)
-    atomic_write(os.path.join(out_dir, 'train.json'),
-                 (json.dumps(cfg, indent=1) + '\n').encode())
-    atomic_write(os.path.join(out_dir, 'prepare.json'),
-                 (json.dumps(summary, indent=1) + '\n').encode())
-    summary['settings'] = s
-    return summary
+    summary.update(write_prefix_caches(out_dir, files, cache))
+    return write_run_config(out_dir, files, s, summary, progress,
+                            {'select': sel['select']} if sel and 'select' in sel else {},
+                            on_nan='lower', lr_factor=0.5, max_retries=3,
+                            cache='host' if cache == 'host' else bool(cache),
+                            gc_every=heap['gc_every'])
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,

@@ -221,7 +221,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings."""
-    from .prepare import FILES, PrepareError, progress_step, write_data
+    from .prepare import FILES, PrepareError, write_data, write_run_config
     if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
                            '--batch 1 (no momentum); --dequantize trains it in float with '
@@ -242,13 +242,4 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     # the samples as int8 at the model input's scale and zero point
     summary.update(write_data(out_dir, data, files, 'scce', test_split, split_seed, 'int8',
                               [m['nin']], m['nclass'], scale=m['sx'], offset=-m['zx'] * m['sx']))
-    if progress is None:
-        progress = progress_step(summary.get('train_samples', 0))
-    cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
-                                   'keep_best': bool(files['test']), 'on_nan': 'stop'}}
-    cfg.update(s)
-    atomic_write(os.path.join(out_dir, 'train.json'), (json.dumps(cfg, indent=1) + '\n').encode())
-    atomic_write(os.path.join(out_dir, 'prepare.json'),
-                 (json.dumps(summary, indent=1) + '\n').encode())
-    summary['settings'] = s
-    return summary
+    return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')
