@@ -170,9 +170,10 @@ def wof_arrays(g: Graph, m: dict) -> dict:
     return out
 
 
-def write(g: Graph, folder, train='last:1') -> dict:
-    """q8.json and weights.wof (int8 weights as int8 bytes, int32 biases) in folder."""
-    m = meta(g, train)
+def write(g: Graph, folder, train='last:1', m=None) -> dict:
+    """q8.json and weights.wof (int8 weights as int8 bytes, int32 biases) in folder;
+    m: the layer table (meta), made when not given."""
+    m = m or meta(g, train)
     os.makedirs(folder, exist_ok=True)
     atomic_write(os.path.join(folder, 'q8.json'), json.dumps(m).encode())
     hwof.write_wof(os.path.join(folder, 'weights.wof'), len(g.tensors), wof_arrays(g, m),
@@ -221,18 +222,21 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings."""
-    from .prepare import FILES, PrepareError, write_data, write_run_config
+    from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, write_data,
+                          write_run_config)
     if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
                            '--batch 1 (no momentum); --dequantize trains it in float with '
                            f'{s["loss"]}/{s["optimizer"]} batch {s["batch"]}')
     try:
-        m = write(g, out_dir, train)
+        m = meta(g, train)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED or CONV_2D '
                            f'among --train {train})')
+    check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json',))
+    write(g, out_dir, train, m)
     files = dict(FILES, model='q8.json', checkpoint=None, rewritten=None)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,

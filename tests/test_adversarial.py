@@ -529,6 +529,15 @@ def host_cases(tmp):
                   'ok', None))
     cases.append(('prepare onto its data', ['prepare', model, '-o', str(run), '--data',
                                             str(run / 'train.ds'), '--loss', 'scce'], 'refuse', 'train.ds'))
+    # the int8 path checks its outputs against its inputs as the float path does
+    q8 = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_int8.tflite')
+    q8run = tmp / 'q8run'
+    prepare(q8, str(q8run), data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_data.npz'),
+            loss='scce', optimizer='sgd')
+    cases.append(('prepare int8 onto its data', ['prepare', q8, '-o', str(q8run), '--data',
+                                                 str(q8run / 'train.ds'), '--test-split', '0.5',
+                                                 '--loss', 'scce', '--optimizer', 'sgd'],
+                  'refuse', 'train.ds'))
     return cases
 
 
