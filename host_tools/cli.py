@@ -31,7 +31,7 @@ def _op_line(g, op, how):
 def cmd_inspect(a):
     from .circle_io import read_model
     from .optable import SPECS, SUPPORTED
-    from .prepare import rewrite_for_training
+    from .prepare import select_rewrite
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
@@ -40,12 +40,10 @@ def cmd_inspect(a):
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
     # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
-    h = read_model(a.model)
-    _, info, perm = rewrite_for_training(h, 'all')
+    h, _, _, info, perm = select_rewrite(g, 'all')
     kept = {op.number for op in h.ops}
     # ... and with frozen layers (BatchNorm folded)
-    f = read_model(a.model)
-    _, finfo, _ = rewrite_for_training(f, 'none')
+    f, _, _, finfo, _ = select_rewrite(g, 'none')
     folded = finfo['batchnorm']
     fkept = {op.number for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')

@@ -59,17 +59,25 @@ def what_trains(g, train, ranks=None, train_config=None, train_given=False):
     return sorted(parse_train(train, len(g.ops)) | set(rk)), rk
 
 
-def select_rewrite_plan(source, train, ranks, rewrite=True):
-    """The select, rewrite and plan passes on a copy of the graph as read (source is not
+def select_rewrite(source, train, ranks=None, rewrite=True):
+    """The select and rewrite passes on a copy of the graph as read (source is not
     changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
     file's numbering.  Returns (rewritten graph, its trainable op indices, its ranks
-    {op index: rank}, rewrite report, input permutation, plan)."""
+    {op index: rank}, rewrite report, input permutation)."""
     g = copy.deepcopy(source)
+    ranks = ranks or {}
     # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
     ranked = {id(g.ops[i]): r for i, r in ranks.items()}
     train = sorted(parse_train(train, len(g.ops)) | set(ranks))
     train, info, perm = rewrite_for_training(g, train, rewrite)
     rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
+    return g, train, rk, info, perm
+
+
+def select_rewrite_plan(source, train, ranks, rewrite=True):
+    """select_rewrite, then the plan pass (passes.plan): returns (rewritten graph, its
+    trainable op indices, its ranks, rewrite report, input permutation, plan)."""
+    g, train, rk, info, perm = select_rewrite(source, train, ranks, rewrite)
     return g, train, rk, info, perm, make_plan(g, train, rk)
 
 
