@@ -1,5 +1,13 @@
 """`prepare`: circle/tflite model (+ data) -> a folder with everything the board needs
-besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds."""
+besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
+
+prepare() is a list of passes, each a function here: settle (settings, model read and
+checked) -> [an int8 model: quant.prepare_q8] -> run_select (--select) -> what_trains
+(--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite, plan) ->
+plan_memory -> check_budget -> check_outputs -> write_folder (+ describe: prepare.json's
+summary) -> write_data (dataset.samples, which `dataset` runs too) -> write_prefix_caches
+-> write_run_config.  `inspect` runs select_rewrite; the int8 path check_outputs,
+write_data and write_run_config."""
 from __future__ import annotations
 
 import copy
@@ -364,34 +372,32 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     cache: train.py caches the input of the first trained op per sample (utrain.prefix)
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
-    g, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
-    if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
-        return quant.prepare_q8(g, model_path, out_dir, s, train, data, test_split,
+    source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
+        return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress)
-    sel = None
-    if select:
-        sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite,
-                         test_split, split_seed, select_layers, log)
+    sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
+                     split_seed, select_layers, log) if select else None
+    if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'
-    source = g
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
                                     overrides.get('train') is not None)
-    g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
+    g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
-    heap = plan_memory(g, p, s, backend, board, cache, bool(sel and 'select' in sel))
+    fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
+    heap = plan_memory(g, p, s, backend, board, cache, fisher)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite)
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
-    inp = g.tensors[g.inputs[0]].shape
+    shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     summary.update(write_data(out_dir, data, files, s['loss'], test_split, split_seed, dtype,
-                              inp, int(np.prod(g.tensors[g.outputs[0]].shape)), perm,
-                              f'the model input {inp}'))
+                              shape, n_out, perm, f'the model input {shape}'))
     summary.update(write_prefix_caches(out_dir, files, cache))
     return write_run_config(out_dir, files, s, summary, progress,
-                            {'select': sel['select']} if sel and 'select' in sel else {},
+                            {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
                             gc_every=heap['gc_every'])
