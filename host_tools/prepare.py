@@ -4,8 +4,8 @@ besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
 prepare() is a list of passes, each a function here: settle (settings, model read and
 checked) -> [an int8 model: quant.prepare_q8] -> run_select (--select) -> what_trains
 (--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite, plan) ->
-plan_memory -> check_budget -> check_outputs -> write_folder (+ describe: prepare.json's
-summary) -> write_data (dataset.samples, which `dataset` runs too) -> write_prefix_caches
+plan_memory -> check_budget -> validate.check_loss_output -> check_outputs ->
+write_folder (+ describe: prepare.json's summary) -> write_data (dataset.samples, which `dataset` runs too) -> write_prefix_caches
 -> write_run_config.  `inspect` runs select_rewrite; the int8 path check_outputs,
 write_data and write_run_config."""
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
+from .validate import check_loss_output
 from .wof import write_wof
 
 FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
@@ -389,6 +390,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     heap = plan_memory(g, p, s, backend, board, cache, fisher)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite)
+    check_loss_output(source, s)
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)

@@ -53,6 +53,33 @@ def check_settings(s: dict) -> None:
                                    f'{lo:g} and {"<" if xhi else "<="} {hi:g}')
 
 
+# a loss on probabilities (no --from-logits) wants the model to end in the op that makes
+# them; ops that only move values may come after it
+PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
+SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def check_loss_output(g, s: dict) -> None:
+    """PrepareError when loss s['loss'] takes probabilities (from_logits false) but graph
+    g's output is not made by SOFTMAX (cce, scce) or LOGISTIC (bce): the loss would read
+    logits as probabilities, and a logit <= 0 makes its gradient -1/y about 1e20 (NaN
+    within a few samples with any optimizer and learning rate)."""
+    want = PROBABILITIES.get(s['loss'])
+    if want is None or s.get('from_logits'):
+        return
+    k, op = g.outputs[0], None
+    while True:
+        op = next((o for o in g.ops if k in o.outputs), None)
+        if op is None or op.name not in SHAPE_ONLY:
+            break
+        k = op.inputs[0]
+    if op is None or op.name != want:
+        made = f'op {op.number} ({op.name})' if op is not None else 'no op'
+        raise PrepareError(f'{g.path}: {s["loss"]} without --from-logits takes probabilities, '
+                           f'but the model output is made by {made}, not {want}: give '
+                           '--from-logits if it outputs logits')
+
+
 # ------------------------------------------------------------------ data
 def npz_headers(path: str) -> dict:
     """{name: (shape, dtype)} of the arrays in an .npz, from their .npy headers only."""
