@@ -5,9 +5,9 @@ prepare() is a list of passes, each a function here: settle (settings, model rea
 checked) -> [an int8 model: quant.prepare_q8] -> run_select (--select) -> what_trains
 (--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite, plan) ->
 plan_memory -> check_budget -> validate.check_loss_output -> check_outputs ->
-write_folder (+ describe: prepare.json's summary) -> write_data (dataset.samples, which `dataset` runs too) -> write_prefix_caches
--> write_run_config.  `inspect` runs select_rewrite; the int8 path check_outputs,
-write_data and write_run_config."""
+write_folder (+ describe: prepare.json's summary) -> write_data (dataset.samples, which
+`dataset` runs too) -> write_prefix_caches -> write_run_config.  `inspect` runs
+select_rewrite; the int8 path check_outputs, write_data and write_run_config."""
 from __future__ import annotations
 
 import copy
