@@ -262,14 +262,12 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
     return tr, te, scale, offset, wrote
 
 
-def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', names=('train.ds', 'test.ds'),
-            shape=None, perm=None, loss=None, n_out=None, where='the model input', scale=None,
-            offset=None, label='last', size=None) -> dict:
-    """The samples pass of prepare (float and int8) and `dataset`: load source (load:
-    label, size), refuse NaN/Inf, lay each sample out as the model takes it (shape: its
-    input's, when a model takes them; perm: that input transposed by the rewrites), the
-    targets for loss with n_out outputs, then split and write (write_samples).  Returns
-    {'x', 'y' (as written), 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
+def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='the model input',
+                 label='last', size=None):
+    """The read half of the samples pass (prepare, its int8 path, `dataset`): load source
+    (load: label, size), refuse NaN/Inf, lay each sample out as the model takes it (shape:
+    its input's, when a model takes them; perm: that input transposed by the rewrites),
+    the targets for loss with n_out outputs.  Returns (x one sample a row, y)."""
     from .validate import check_values
     x, y = load(source, label=label, size=size)
     check_values(source, x, y)
@@ -283,9 +281,15 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', names=('tr
                         f'{where} takes {int(np.prod(shape))}')
     if loss is not None:
         y = targets(y, loss, n_out, source)
+    return x, y
+
+
+def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
+    """`dataset`'s samples pass: read_samples, then split and write (write_samples).
+    Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
+    x, y = read_samples(source, label=label, size=size)
     os.makedirs(out_dir, exist_ok=True)
-    tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype, names,
-                                                 scale, offset)
+    tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
     return {'x': x, 'y': y, 'train': tr, 'test': te, 'scale': scale, 'offset': offset,
             'wrote': wrote}
 

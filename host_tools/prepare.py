@@ -4,10 +4,11 @@ besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
 prepare() is a list of passes, each a function here: settle (settings, model read and
 checked) -> [an int8 model: quant.prepare_q8] -> run_select (--select) -> what_trains
 (--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite, plan) ->
-plan_memory -> check_budget -> validate.check_loss_output -> check_outputs ->
-write_folder (+ describe: prepare.json's summary) -> write_data (dataset.samples, which
-`dataset` runs too) -> write_prefix_caches -> write_run_config.  `inspect` runs
-select_rewrite; the int8 path check_outputs, write_data and write_run_config."""
+plan_memory -> check_budget -> validate.check_loss_output -> read_data -> check_outputs
+-> write_folder (+ describe: prepare.json's summary) -> write_data -> write_prefix_caches
+-> write_run_config: nothing is written before every check has passed.  `inspect` runs
+select_rewrite; the int8 path read_data, check_outputs, write_data and write_run_config;
+`dataset` the samples pass (dataset.read_samples, write_samples) as well."""
 from __future__ import annotations
 
 import copy
@@ -300,22 +301,29 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     return summary
 
 
-def write_data(out_dir, data, files, loss, test_split=0.0, split_seed=0, dtype='float32',
-               shape=None, n_out=None, perm=None, where='the model input', scale=None,
-               offset=None) -> dict:
-    """prepare's samples pass (dataset.samples) for the model input of shape (perm: as
-    the rewrites transposed it) and n_out outputs: train.ds and test.ds from data, or
-    none.  Sets files' train and test to what it wrote (None: not written); returns the
-    summary's sample fields."""
-    if not data:
+def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input'):
+    """The read half of prepare's samples pass (dataset.read_samples), before anything is
+    written: data laid out for the model input of shape (perm: as the rewrites transposed
+    it) with n_out outputs and targets for loss.  Returns (x, y), or None without data."""
+    return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
+
+
+def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
+               scale=None, offset=None) -> dict:
+    """The write half: train.ds and test.ds from xy (read_data's; None: no data), split
+    and stored as dtype (scale, offset: given, or from the data's range).  Sets files'
+    train and test to what it wrote (None: not written); returns the summary's sample
+    fields."""
+    if xy is None:
         files['train'] = files['test'] = None
         return {}
-    d = ds.samples(data, out_dir, test_split, split_seed, dtype, (files['train'], files['test']),
-                   shape, perm, loss, n_out, where, scale, offset)
-    if files['test'] not in d['wrote']:
+    x, y = xy
+    tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
+                                           (files['train'], files['test']), scale, offset)
+    if files['test'] not in wrote:
         files['test'] = None
-    return dict(train_samples=len(d['train']), test_samples=len(d['test']), dtype=dtype,
-                balance=ds.balance(d['y'][d['train']]) if loss in ('scce', 'cce') else None)
+    return dict(train_samples=len(tr), test_samples=len(te), dtype=dtype,
+                balance=ds.balance(y[tr]) if loss in ('scce', 'cce') else None)
 
 
 def write_prefix_caches(out_dir, files, cache) -> dict:
@@ -391,12 +399,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite)
     check_loss_output(source, s)
+    shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
+    xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
-    shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
-    summary.update(write_data(out_dir, data, files, s['loss'], test_split, split_seed, dtype,
-                              shape, n_out, perm, f'the model input {shape}'))
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
     summary.update(write_prefix_caches(out_dir, files, cache))
     return write_run_config(out_dir, files, s, summary, progress,
                             {'select': sel['select']} if fisher else {},

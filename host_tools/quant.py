@@ -221,7 +221,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings."""
-    from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, write_data,
+    from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
                           write_run_config)
     if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
@@ -234,6 +234,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED or CONV_2D '
                            f'among --train {train})')
+    # the samples as int8 at the model input's scale and zero point
+    xy = read_data(data, [m['nin']], m['nclass'], loss='scce')
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json',))
     write(g, out_dir, train, m)
     files = dict(FILES, model='q8.json', checkpoint=None, rewritten=None)
@@ -242,7 +244,6 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
                'rewritten': None, 'quant': {}}
-    # the samples as int8 at the model input's scale and zero point
-    summary.update(write_data(out_dir, data, files, 'scce', test_split, split_seed, 'int8',
-                              [m['nin']], m['nclass'], scale=m['sx'], offset=-m['zx'] * m['sx']))
+    summary.update(write_data(out_dir, xy, files, 'scce', test_split, split_seed, 'int8',
+                              m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')

@@ -685,6 +685,27 @@ def test_host_run_passes_a_terminal_ctrl_c_on_as_the_byte(base, tmp_path):
     assert json.loads(_cfg_text(d))['run']['resume'] is True
 
 
+@pytest.mark.parametrize('int8', [False, True])
+def test_refused_data_leaves_the_prepared_folder_as_it_was(tmp_path, int8):
+    """prepare again into a prepared folder with data it refuses: every check (the data's
+    too) runs before anything is written, so the folder keeps the earlier run's files."""
+    keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    if int8:
+        model, good = os.path.join(keras, 'mlp_int8.tflite'), os.path.join(keras, 'mlp_data.npz')
+        kw = dict(loss='scce', optimizer='sgd')
+    else:
+        model = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
+        good, kw = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'), dict(loss='scce')
+    out = str(tmp_path / 'run')
+    prepare(model, out, data=good, train='last:2', **kw)
+    before = snapshot(out)
+    bad = str(tmp_path / 'bad.npz')
+    np.savez(bad, x=np.zeros((8, 5), np.float32), y=np.zeros(8))
+    with pytest.raises(ValueError, match='values per sample'):
+        prepare(model, out, data=bad, train='all', epochs=3, **kw)
+    assert snapshot(out) == before
+
+
 def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
     from host_tools import circle_io
     out = tmp_path / 'p'
