@@ -2,11 +2,11 @@
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
 
 prepare() is a list of passes, each a function here: settle (settings, model read and
-checked) -> [an int8 model: quant.prepare_q8] -> run_select (--select) -> what_trains
-(--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite, plan) ->
-plan_memory -> check_budget -> validate.check_loss_output -> read_data -> check_outputs
--> write_folder (+ describe: prepare.json's summary) -> write_data -> write_prefix_caches
--> write_run_config: nothing is written before every check has passed.  `inspect` runs
+checked) -> [an int8 model: quant.prepare_q8] -> validate.check_loss_output -> run_select
+(--select) -> what_trains (--train, --ranks, --train-config) -> select_rewrite_plan
+(select, rewrite, plan) -> plan_memory -> check_budget -> read_data -> check_outputs ->
+write_folder (+ describe: prepare.json's summary) -> write_data -> write_prefix_caches ->
+write_run_config: nothing is written before every check has passed.  `inspect` runs
 select_rewrite; the int8 path read_data, check_outputs, write_data and write_run_config;
 `dataset` the samples pass (dataset.read_samples, write_samples) as well."""
 from __future__ import annotations
@@ -385,6 +385,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress)
+    check_loss_output(source, s)        # before --select's trials train on it
     sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
                      split_seed, select_layers, log) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config
@@ -398,7 +399,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     heap = plan_memory(g, p, s, backend, board, cache, fisher)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite)
-    check_loss_output(source, s)
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
     check_outputs(out_dir, (model_path, data, train_config))
