@@ -2,7 +2,7 @@
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
 
 prepare() is a list of passes, each a function here: settle (settings, model read and
-checked) -> [an int8 model: quant.prepare_q8] -> validate.check_loss_output -> run_select
+checked) -> [an int8 model: quant.prepare_q8] -> validate.loss_on_logits -> run_select
 (--select) -> what_trains (--train, --ranks, --train-config) -> select_rewrite_plan
 (select, rewrite, plan) -> plan_memory -> check_budget -> read_data -> check_outputs ->
 write_folder (+ describe: prepare.json's summary) -> write_data -> write_prefix_caches ->
@@ -23,7 +23,7 @@ from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
-from .validate import check_loss_output
+from .validate import loss_on_logits
 from .wof import write_wof
 
 FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
@@ -385,7 +385,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress)
-    check_loss_output(source, s)        # before --select's trials train on it
+    note = loss_on_logits(source, s)    # before --select's trials train on it
+    if note:
+        log(note)
     sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
                      split_seed, select_layers, log) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config

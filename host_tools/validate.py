@@ -59,25 +59,29 @@ PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
 SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
 
 
-def check_loss_output(g, s: dict) -> None:
-    """PrepareError when loss s['loss'] takes probabilities (from_logits false) but graph
-    g's output is not made by SOFTMAX (cce, scce) or LOGISTIC (bce): the loss would read
-    logits as probabilities, and a logit <= 0 makes its gradient -1/y about 1e20 (NaN
-    within a few samples with any optimizer and learning rate)."""
+def loss_on_logits(g, s: dict):
+    """cce/scce (bce) without from_logits take probabilities, so the model should end in
+    SOFTMAX (LOGISTIC).  When graph g's output is made by another op it is logits (a
+    PyTorch model through tico, a Keras model without its activation): the loss then
+    normalises them itself (s['from_logits'] set True), as ONERT's training does for a
+    model without a final SOFTMAX; read as probabilities, a logit <= 0 would make the
+    gradient -1/y about 1e20 (NaN within a few samples at any learning rate).  Returns
+    the line that says so, or None when nothing changed."""
     want = PROBABILITIES.get(s['loss'])
     if want is None or s.get('from_logits'):
-        return
+        return None
     k, op = g.outputs[0], None
     while True:
         op = next((o for o in g.ops if k in o.outputs), None)
         if op is None or op.name not in SHAPE_ONLY:
             break
         k = op.inputs[0]
-    if op is None or op.name != want:
-        made = f'op {op.number} ({op.name})' if op is not None else 'no op'
-        raise PrepareError(f'{g.path}: {s["loss"]} without --from-logits takes probabilities, '
-                           f'but the model output is made by {made}, not {want}: give '
-                           '--from-logits if it outputs logits')
+    if op is not None and op.name == want:
+        return None
+    s['from_logits'] = True
+    made = f'op {op.number} ({op.name})' if op is not None else 'no op'
+    return (f'{g.path}: the output is made by {made}, not {want}: {s["loss"]} takes it as '
+            'logits (--from-logits)')
 
 
 # ------------------------------------------------------------------ data
