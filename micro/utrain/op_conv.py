@@ -42,8 +42,9 @@ _G_MULT = const(15)
 # never whole in the heap (567 KB for MobileNetV2-0.35's last 1x1 conv).  Those steps
 # live in utrain.convrows, imported only by a model that has such a weight.
 ROWS = (1,)
-# the weight gradient is summed whole (rt.sink.grad(W)), not only a rank's training
-# channels (host_tools/optable.py: wgrad 'whole')
+# the weight gradient is added tap by tap into an array of the whole weight's shape
+# (rt.sink.grad(W)), so the sink holds it whole, not only a rank's training channels;
+# the host row's wgrad 'whole' is the planner's own fact (docs/flat-model.md)
 WGRAD_WHOLE = True
 
 
