@@ -130,35 +130,35 @@ class Group:
         return self.done[k] if lo is None else lo
 
     def _need(self, k, e):
+        # rows of k up to e, `rows` output rows per step: each step pulls only the input
+        # rows it reads, then drops what nobody reads again (windows hold the kernel's
+        # reach, not a band's worth of every tensor)
         d = self.done[k]
         if d >= e:
             return
         i = self.prod[k]
         s, pt, reach = self.rule[i]
-        for j in self.acts[i]:
-            self._need(j, min(self.dims[j][0], (e - 1) * s - pt + reach))
-        if k in self.cap_of:            # a window: drop rows nobody reads again
-            b = self._keep(k)
-            if b > self.base[k]:
-                self._shift(k, b)
-            n = e - self.base[k]
-            if self.plan_only:
-                self.cap_of[k] = max(self.cap_of[k], n)
-        # at most `rows` output rows per kernel call: the first band of a strided chain
-        # needs more rows than the later ones, its strips stay as small as theirs
-        R = self.rows
+        R, plan = self.rows, self.plan_only
         for r in range(d, e, R):
             f = min(e, r + R)
-            if self.plan_only:
+            for j in self.acts[i]:
+                self._need(j, min(self.dims[j][0], (f - 1) * s - pt + reach))
+            if k in self.cap_of:            # a window: drop rows nobody reads again
+                b = self._keep(k)
+                if b > self.base[k]:
+                    self._shift(k, b)
+                if plan:
+                    self.cap_of[k] = max(self.cap_of[k], f - self.base[k])
+            if plan:
                 st = self.step
                 st[i] = max(st.get(i, 0), f - r)
-                for j in self.acts[i]:          # input rows one call reads at most
+                for j in self.acts[i]:          # input rows one step reads at most
                     if j not in self.prod:
                         n = min(self.dims[j][0], (f - 1) * s - pt + reach) - max(0, r * s - pt)
                         self.span[j] = max(self.span.get(j, 0), n)
             else:
                 self._compute(i, k, r, f)
-        self.done[k] = e
+            self.done[k] = f
 
     def _shift(self, k, b):
         base = self.base[k]
