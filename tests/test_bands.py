@@ -188,12 +188,14 @@ def test_banded_run_trains_at_its_plan_on_micropython(tmp_path):
     _mp_trains(tmp_path, model, data, 'fallback', heap_check=True)
 
 
-@pytest.mark.skipif(not os.environ.get('UTRAIN_MP32_ULAB'), reason='UTRAIN_MP32_ULAB not set')
-def test_banded_run_trains_at_its_plan_on_32bit_ulab(tmp_path, monkeypatch):
-    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
+@pytest.mark.parametrize('var,backend', [('UTRAIN_MP32_ULAB', 'ulab'), ('UTRAIN_MP32', 'fallback')])
+def test_banded_run_trains_at_its_plan_on_32bit(tmp_path, monkeypatch, var, backend):
+    if not os.environ.get(var):
+        pytest.skip(f'{var} not set')
+    monkeypatch.setenv('MICROPYTHON', os.environ[var])
     model = mbnet(str(tmp_path / 'm.circle'), H=48, W=48, c=8, e=6)
     data = _data(str(tmp_path / 'd.npz'), 48, 48, n=3)
-    _mp_trains(tmp_path, model, data, 'ulab', heap_check=True)
+    _mp_trains(tmp_path, model, data, backend, heap_check=True)
 
 
 @pytest.mark.skipif(runner.find_micropython() is None, reason='no unix MicroPython')
