@@ -68,6 +68,32 @@ def walk(o):
                     yield kh * KW + kw, ih * W + iw, oh * OW + lo, n
 
 
+def runs(rt, op):
+    """walk(op's options) for the array libraries (ulab, numpy): tap by tap, each tap's
+    consecutive steps merged where x and y rows run on (a 1x1 conv, stride 1: one step
+    for the whole image), so a kernel makes one larger dot or product call instead of
+    one per output row.  Every y row still gets its taps in walk's order, so y is the
+    same to the bit.  Cached per op on the net (a few tuples)."""
+    c = getattr(rt, 'conv_runs', None)
+    if c is None:
+        c = rt.conv_runs = {}
+    r = c.get(id(op))
+    if r is None:
+        o = op[3]
+        sw = int(o[_G_SW])
+        by = {}
+        for k, xr, yr, n in walk(o):
+            a = by.get(k)
+            if a and a[-1][0] + a[-1][2] * sw == xr and a[-1][1] + a[-1][2] == yr:
+                a[-1] = (a[-1][0], a[-1][1], a[-1][2] + n)
+            elif a:
+                a.append((xr, yr, n))
+            else:
+                by[k] = [(xr, yr, n)]
+        r = c[id(op)] = tuple((k, xr, yr, n) for k in sorted(by) for xr, yr, n in by[k])
+    return r
+
+
 def _spread(x, M):
     # depthwise input with each channel repeated M times: [H*W, C*M] (column c*M+m = c)
     if M == 1:
@@ -99,12 +125,12 @@ def forward(rt, op):
     elif code == _CONV_2D:
         I = int(o[_G_C])
         wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[_G_KH]) * int(o[_G_KW]))]
-        for k, xr, yr, n in walk(o):
+        for k, xr, yr, n in runs(rt, op):
             ys = y[yr:yr + n]
             ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
     else:
         x = _spread(x, int(o[_G_MULT]))
-        for k, xr, yr, n in walk(o):
+        for k, xr, yr, n in runs(rt, op):
             ys = y[yr:yr + n]
             ys += x[xr:xr + (n - 1) * sw + 1:sw] * w[k]
     _bias(rt, ins, y)
@@ -144,6 +170,15 @@ def backward(rt, op, dy, flags):
         taps = range(int(o[_G_KH]) * int(o[_G_KW]))
         wk = [w[:, k * I:(k + 1) * I] for k in taps]
         gk = [g[:, k * I:(k + 1) * I] for k in taps] if g is not None else None
+        if g is None and len(taps) == 1:
+            # dx alone of a 1x1 conv: each dx row gets one step's product, in any order
+            # the same to the bit, so the merged runs (one dot for the image)
+            for k, xr, yr, n in runs(rt, op):
+                e = xr + (n - 1) * sw + 1
+                dxs = dx[xr:e:sw]
+                dxs += np.dot(dz[yr:yr + n], wk[k])
+            rt.add_grad(ins[0], dx)
+            return
         for k, xr, yr, n in walk(o):
             e = xr + (n - 1) * sw + 1
             dzs = dz[yr:yr + n]
