@@ -36,6 +36,7 @@ _G_DW = const(12)
 _G_PT = const(13)
 _G_PL = const(14)
 _G_MULT = const(15)
+_RUN = const(1024)      # values in a merged step's temporary (runs())
 
 # a large frozen weight streamed from the model file (prepare --stream) comes a few rows
 # at a time (rt.stream.chunks): CONV_2D output channels, DEPTHWISE_CONV_2D taps; it is
@@ -47,9 +48,9 @@ ROWS = (1,)
 WGRAD_WHOLE = True
 
 
-def walk(o):
-    """(tap, first x row, first y row, count) for every output row and kernel tap;
-    x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
+def _geom(o):
+    # (H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols): cols = per kernel column kw that
+    # meets the image, (kw, first output column, count, first input column)
     H, W, OH, OW = int(o[_G_H]), int(o[_G_W]), int(o[_G_OH]), int(o[_G_OW])
     KH, KW, sh, sw = int(o[_G_KH]), int(o[_G_KW]), int(o[_G_SH]), int(o[_G_SW])
     dh, dw, pt, pl = int(o[_G_DH]), int(o[_G_DW]), int(o[_G_PT]), int(o[_G_PL])
@@ -60,6 +61,13 @@ def walk(o):
         hi = OW if W - 1 - iw < 0 else min(OW, (W - 1 - iw) // sw + 1)
         if W - 1 - iw >= 0 and hi > lo:
             cols.append((kw, lo, hi - lo, lo * sw + iw))
+    return H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols
+
+
+def walk(o):
+    """(tap, first x row, first y row, count) for every output row and kernel tap;
+    x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
+    H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols = _geom(o)
     for oh in range(OH):
         for kh in range(KH):
             ih = oh * sh - pt + kh * dh
@@ -69,29 +77,31 @@ def walk(o):
 
 
 def runs(rt, op):
-    """walk(op's options) for the array libraries (ulab, numpy): tap by tap, each tap's
-    consecutive steps merged where x and y rows run on (a 1x1 conv, stride 1: one step
-    for the whole image), so a kernel makes one larger dot or product call instead of
-    one per output row.  Every y row still gets its taps in walk's order, so y is the
-    same to the bit.  Cached per op on the net (a few tuples)."""
-    c = getattr(rt, 'conv_runs', None)
-    if c is None:
-        c = rt.conv_runs = {}
-    r = c.get(id(op))
-    if r is None:
-        o = op[3]
-        sw = int(o[_G_SW])
-        by = {}
-        for k, xr, yr, n in walk(o):
-            a = by.get(k)
-            if a and a[-1][0] + a[-1][2] * sw == xr and a[-1][1] + a[-1][2] == yr:
-                a[-1] = (a[-1][0], a[-1][1], a[-1][2] + n)
-            elif a:
-                a.append((xr, yr, n))
-            else:
-                by[k] = [(xr, yr, n)]
-        r = c[id(op)] = tuple((k, xr, yr, n) for k in sorted(by) for xr, yr, n in by[k])
-    return r
+    """walk's steps for the array libraries (ulab, numpy), tap by tap, each tap's
+    consecutive steps merged where x and y rows run on (a 1x1 conv, stride 1: a few
+    steps for the whole image), so a kernel makes fewer, larger dot or product calls.
+    Every y row still gets its taps in walk's order, so y is the same to the bit.  A
+    merged step stays under _RUN values (its product is a temporary); made as it goes
+    (a list of the steps cost 7 KB per 3x3 conv on a 24x5 image, 32-bit)."""
+    o = op[3]
+    H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols = _geom(o)
+    cap = _RUN // max(rt.shape[op[1][0]][1], rt.shape[op[2][0]][1])
+    for kh in range(KH):
+        for kw, lo, n, iw in cols:
+            k = kh * KW + kw
+            c = None
+            for oh in range(OH):
+                ih = oh * sh - pt + kh * dh
+                if 0 <= ih < H:
+                    xr, yr = ih * W + iw, oh * OW + lo
+                    if c and c[0] + c[2] * sw == xr and c[1] + c[2] == yr and c[2] + n <= cap:
+                        c[2] += n
+                    else:
+                        if c:
+                            yield k, c[0], c[1], c[2]
+                        c = [xr, yr, n]
+            if c:
+                yield k, c[0], c[1], c[2]
 
 
 def _spread(x, M):
