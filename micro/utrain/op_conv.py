@@ -36,21 +36,21 @@ _G_DW = const(12)
 _G_PT = const(13)
 _G_PL = const(14)
 _G_MULT = const(15)
-_RUN = const(1024)      # values in a merged step's temporary (runs())
 
 # a large frozen weight streamed from the model file (prepare --stream) comes a few rows
 # at a time (rt.stream.chunks): CONV_2D output channels, DEPTHWISE_CONV_2D taps; it is
 # never whole in the heap (567 KB for MobileNetV2-0.35's last 1x1 conv).  Those steps
 # live in utrain.convrows, imported only by a model that has such a weight.
 ROWS = (1,)
-# the weight gradient is summed whole (rt.sink.grad(W)), not only a rank's training
-# channels (host_tools/optable.py: wgrad 'whole')
+# the weight gradient is added tap by tap into an array of the whole weight's shape
+# (rt.sink.grad(W)), so the sink holds it whole, not only a rank's training channels;
+# the host row's wgrad 'whole' is the planner's own fact (docs/flat-model.md)
 WGRAD_WHOLE = True
 
 
-def _geom(o):
-    # (H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols): cols = per kernel column kw that
-    # meets the image, (kw, first output column, count, first input column)
+def walk(o):
+    """(tap, first x row, first y row, count) for every output row and kernel tap;
+    x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
     H, W, OH, OW = int(o[_G_H]), int(o[_G_W]), int(o[_G_OH]), int(o[_G_OW])
     KH, KW, sh, sw = int(o[_G_KH]), int(o[_G_KW]), int(o[_G_SH]), int(o[_G_SW])
     dh, dw, pt, pl = int(o[_G_DH]), int(o[_G_DW]), int(o[_G_PT]), int(o[_G_PL])
@@ -61,47 +61,12 @@ def _geom(o):
         hi = OW if W - 1 - iw < 0 else min(OW, (W - 1 - iw) // sw + 1)
         if W - 1 - iw >= 0 and hi > lo:
             cols.append((kw, lo, hi - lo, lo * sw + iw))
-    return H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols
-
-
-def walk(o):
-    """(tap, first x row, first y row, count) for every output row and kernel tap;
-    x rows step by the stride, y rows by 1.  Padding is skipped, never stored."""
-    H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols = _geom(o)
     for oh in range(OH):
         for kh in range(KH):
             ih = oh * sh - pt + kh * dh
             if 0 <= ih < H:
                 for kw, lo, n, iw in cols:
                     yield kh * KW + kw, ih * W + iw, oh * OW + lo, n
-
-
-def runs(rt, op):
-    """walk's steps for the array libraries (ulab, numpy), tap by tap, each tap's
-    consecutive steps merged where x and y rows run on (a 1x1 conv, stride 1: a few
-    steps for the whole image), so a kernel makes fewer, larger dot or product calls.
-    Every y row still gets its taps in walk's order, so y is the same to the bit.  A
-    merged step stays under _RUN values (its product is a temporary); made as it goes
-    (a list of the steps cost 7 KB per 3x3 conv on a 24x5 image, 32-bit)."""
-    o = op[3]
-    H, W, OH, OW, KH, KW, sh, sw, dh, pt, cols = _geom(o)
-    cap = _RUN // max(rt.shape[op[1][0]][1], rt.shape[op[2][0]][1])
-    for kh in range(KH):
-        for kw, lo, n, iw in cols:
-            k = kh * KW + kw
-            c = None
-            for oh in range(OH):
-                ih = oh * sh - pt + kh * dh
-                if 0 <= ih < H:
-                    xr, yr = ih * W + iw, oh * OW + lo
-                    if c and c[0] + c[2] * sw == xr and c[1] + c[2] == yr and c[2] + n <= cap:
-                        c[2] += n
-                    else:
-                        if c:
-                            yield k, c[0], c[1], c[2]
-                        c = [xr, yr, n]
-            if c:
-                yield k, c[0], c[1], c[2]
 
 
 def _spread(x, M):
@@ -135,12 +100,12 @@ def forward(rt, op):
     elif code == _CONV_2D:
         I = int(o[_G_C])
         wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[_G_KH]) * int(o[_G_KW]))]
-        for k, xr, yr, n in runs(rt, op):
+        for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
     else:
         x = _spread(x, int(o[_G_MULT]))
-        for k, xr, yr, n in runs(rt, op):
+        for k, xr, yr, n in walk(o):
             ys = y[yr:yr + n]
             ys += x[xr:xr + (n - 1) * sw + 1:sw] * w[k]
     _bias(rt, ins, y)
@@ -180,15 +145,6 @@ def backward(rt, op, dy, flags):
         taps = range(int(o[_G_KH]) * int(o[_G_KW]))
         wk = [w[:, k * I:(k + 1) * I] for k in taps]
         gk = [g[:, k * I:(k + 1) * I] for k in taps] if g is not None else None
-        if g is None and len(taps) == 1:
-            # dx alone of a 1x1 conv: each dx row gets one step's product, in any order
-            # the same to the bit, so the merged runs (one dot for the image)
-            for k, xr, yr, n in runs(rt, op):
-                e = xr + (n - 1) * sw + 1
-                dxs = dx[xr:e:sw]
-                dxs += np.dot(dz[yr:yr + n], wk[k])
-            rt.add_grad(ins[0], dx)
-            return
         for k, xr, yr, n in walk(o):
             e = xr + (n - 1) * sw + 1
             dzs = dz[yr:yr + n]
