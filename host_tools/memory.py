@@ -62,7 +62,13 @@ def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024, frozen=False)
 BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
 ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
 CODE_PER_MPY_BYTE = 1.875       # resident heap per byte of .mpy imported (mpy-cross -O3)
-BASE = 13 * 1024 + 512          # interpreter, train.py stub, files, json, import holes
+# interpreter, train.py stub, files, json, import holes.  +2 KB (issue 15): the zoo's
+# small models (Keras MLP, LayerNorm+GELU block) needed 4-6 KB more than planned once the
+# model tables were counted as utrain.flat now holds them (the old per-option boxed
+# floats had covered it); more would put the digits CNN's plan over the 96 KB target
+# (tests/test_memory.py), so the 64-bit plans of those two stay 1-3 % under
+# (docs/memory.md); 32-bit +3 KB for the same reason (there they are covered)
+BASE = 15 * 1024 + 512
 # npkern (the fallback's native loops): on the unix port its machine code lies outside
 # the GC heap; its module table and constants stay (measured).  A board that loads
 # native code into its heap (rp2) needs its .mpy size on top.
@@ -97,7 +103,7 @@ WORD_FIGURES = {
             native=NATIVE_KERNELS, frozen_code=FROZEN_CODE_PER_MPY_BYTE, base_frozen=BASE_FROZEN),
     # (base: 15 KB as measured before the model's tables were planned apart, less their
     # share in it; 12 KB left the digits MLP on 32-bit ulab no margin)
-    4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=14 * 1024,
+    4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=17 * 1024,
             native=4 * 1024, frozen_code=0.26, base_frozen=13 * 1024),
 }
 # A board with a littlefs file system (rp2, esp32: boards.json "fs") holds its caches
@@ -371,10 +377,13 @@ def gc_every(g, planned) -> int:
     """train.json's run.gc_every: collect every 1/32 of the heap while training when an
     activation is large next to the heap (at least 1/128 of the plan: the digits CNN's
     2 KB, a 16x16 CNN's 8 KB conv output), whose remaking fragments a small heap
-    (docs/memory.md); else 0, only when the heap is full: collections cost time (the
-    digits MLP on 32-bit unix: 2.3x per sample) and its small arrays gain little."""
+    (docs/memory.md), or when the model has 16 ops or more; else 0, only when the heap
+    is full: collections cost time (the digits MLP on 32-bit unix: 2.3x per sample) and
+    its small arrays gain little."""
     big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
-    return 32 if 4 * big * 128 >= planned else 0
+    # ... or when a step makes many arrays (16 ops or more): the zoo's LayerNorm+GELU
+    # block (24 ops, 1 KB activations) needed 150 KB without collections, 130 with
+    return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
 
 
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned, board=None) -> str:
