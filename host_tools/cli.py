@@ -31,7 +31,7 @@ def _op_line(g, op, how):
 def cmd_inspect(a):
     from .circle_io import read_model
     from .optable import SPECS, SUPPORTED
-    from .prepare import rewrite_for_training
+    from .prepare import select_rewrite
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
@@ -40,12 +40,10 @@ def cmd_inspect(a):
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
     # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
-    h = read_model(a.model)
-    _, info, perm = rewrite_for_training(h, 'all')
+    h, _, _, info, perm = select_rewrite(g, 'all')
     kept = {op.number for op in h.ops}
     # ... and with frozen layers (BatchNorm folded)
-    f = read_model(a.model)
-    _, finfo, _ = rewrite_for_training(f, 'none')
+    f, _, _, finfo, _ = select_rewrite(g, 'none')
     folded = finfo['batchnorm']
     fkept = {op.number for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')
@@ -154,11 +152,9 @@ def cmd_dataset(a):
     """Convert .npz / .csv / image folders to train.ds and test.ds."""
     from . import dataset as ds
     size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
-    x, y = ds.load(a.source, label=a.label, size=size)
-    x = x.reshape(len(x), -1)
-    os.makedirs(a.out, exist_ok=True)
-    tr, te, scale, offset, paths = ds.write_samples(a.out, x, y, a.test_split, a.split_seed,
-                                                    a.dtype)
+    d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
+    x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
+    scale, offset = d['scale'], d['offset']
     wrote = [f'{paths[n]} ({len(idx)} samples, {os.path.getsize(paths[n])} B)'
              for n, idx in (('train.ds', tr), ('test.ds', te)) if n in paths]
     print(f'{a.source}: {len(x)} samples of {x.shape[1]} values, stored as {a.dtype}'

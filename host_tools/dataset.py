@@ -262,6 +262,38 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
     return tr, te, scale, offset, wrote
 
 
+def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='the model input',
+                 label='last', size=None):
+    """The read half of the samples pass (prepare, its int8 path, `dataset`): load source
+    (load: label, size), refuse NaN/Inf, lay each sample out as the model takes it (shape:
+    its input's, when a model takes them; perm: that input transposed by the rewrites),
+    the targets for loss with n_out outputs.  Returns (x one sample a row, y)."""
+    from .validate import check_values
+    x, y = load(source, label=label, size=size)
+    check_values(source, x, y)
+    if perm is not None:          # the model now takes its input transposed (NHWC)
+        orig = [len(x)] + [shape[i] for i in np.argsort(perm)][1:]
+        if x.size == int(np.prod(orig)):
+            x = x.reshape(orig).transpose(perm)
+    x = x.reshape(len(x), -1)
+    if shape is not None and x.shape[1] != int(np.prod(shape)):
+        raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
+                        f'{where} takes {int(np.prod(shape))}')
+    if loss is not None:
+        y = targets(y, loss, n_out, source)
+    return x, y
+
+
+def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
+    """`dataset`'s samples pass: read_samples, then split and write (write_samples).
+    Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
+    x, y = read_samples(source, label=label, size=size)
+    os.makedirs(out_dir, exist_ok=True)
+    tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
+    return {'x': x, 'y': y, 'train': tr, 'test': te, 'scale': scale, 'offset': offset,
+            'wrote': wrote}
+
+
 def split(n: int, test_split: float, seed: int):
     """(train indices, test indices): a seeded shuffle, then the last fraction is test."""
     if not 0.0 <= test_split < 1.0:

@@ -52,9 +52,12 @@ class OpSpec:
     fwd: tuple = (2, 1)
     bwd: tuple = (2, 2)
     taps: int = 0
-    # how the kernel hands its weight gradient to the sink (micro/utrain/sink.py):
-    # 'rows', a product the sink sums or applies row by row (nothing weight-sized at
-    # batch 1), or 'whole', a weight-sized array (op_conv's WGRAD_WHOLE: summed whole)
+    # for the planner: how the kernel hands its weight gradient to the sink
+    # (micro/utrain/sink.py): 'rows', a product the sink sums or applies row by row
+    # (nothing weight-sized at batch 1), or 'whole', a weight-sized array at batch 1 (a
+    # grad(k) array or a g handed to grad(k, g)).  Not the device's WGRAD_WHOLE, which
+    # says the sink must give the kernel a whole-shaped array under a rank (grad(k)):
+    # that implies 'whole', not the converse (docs/flat-model.md, adding an op)
     wgrad: str = 'whole'
 
     @property

@@ -1,5 +1,14 @@
 """`prepare`: circle/tflite model (+ data) -> a folder with everything the board needs
-besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds."""
+besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
+
+prepare() is a list of passes, each a function here: settle (settings, model read and
+checked) -> [an int8 model: quant.prepare_q8] -> validate.loss_on_logits -> run_select
+(--select) -> what_trains (--train, --ranks, --train-config) -> select_rewrite_plan
+(select, rewrite, plan) -> plan_memory -> check_budget -> read_data -> check_outputs ->
+write_folder (+ describe: prepare.json's summary) -> write_data -> write_prefix_caches ->
+write_run_config: nothing is written before every check has passed.  `inspect` runs
+select_rewrite; the int8 path read_data, check_outputs, write_data and write_run_config;
+`dataset` the samples pass (dataset.read_samples, write_samples) as well."""
 from __future__ import annotations
 
 import copy
@@ -14,6 +23,7 @@ from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
+from .validate import loss_on_logits
 from .wof import write_wof
 
 FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
@@ -41,18 +51,61 @@ def rewrite_for_training(g, train, enabled=True):
     return [op.index for op in g.ops if id(op) in ids], info, perm
 
 
-def select_rewrite_plan(source, train, ranks, rewrite=True):
-    """The select, rewrite and plan passes on a copy of the graph as read (source is not
+def what_trains(g, train, ranks=None, train_config=None, train_given=False):
+    """The ranks pass: --train, --ranks ('OP:RANK,...' or {op: rank}) and --train-config
+    on graph g as read -> (sorted op numbers that train, {op: rank}), in the file's
+    numbering.  A training-config file's ops train with its ranks and, unless --train is
+    given too (train_given), only they do."""
+    from .trainconfig import read_train_config
+    rk = {}
+    if train_config:
+        rk.update(read_train_config(train_config, len(g.ops)))
+        if not train_given:
+            train = 'none'
+    if isinstance(ranks, dict):
+        rk.update(ranks)
+    elif ranks:
+        rk.update(parse_ranks(ranks, len(g.ops)))
+    return sorted(parse_train(train, len(g.ops)) | set(rk)), rk
+
+
+def select_rewrite(source, train, ranks=None, rewrite=True):
+    """The select and rewrite passes on a copy of the graph as read (source is not
     changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
     file's numbering.  Returns (rewritten graph, its trainable op indices, its ranks
-    {op index: rank}, rewrite report, input permutation, plan)."""
+    {op index: rank}, rewrite report, input permutation)."""
     g = copy.deepcopy(source)
+    ranks = ranks or {}
     # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
     ranked = {id(g.ops[i]): r for i, r in ranks.items()}
     train = sorted(parse_train(train, len(g.ops)) | set(ranks))
     train, info, perm = rewrite_for_training(g, train, rewrite)
     rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
+    return g, train, rk, info, perm
+
+
+def select_rewrite_plan(source, train, ranks, rewrite=True):
+    """select_rewrite, then the plan pass (passes.plan): returns (rewritten graph, its
+    trainable op indices, its ranks, rewrite report, input permutation, plan)."""
+    g, train, rk, info, perm = select_rewrite(source, train, ranks, rewrite)
     return g, train, rk, info, perm, make_plan(g, train, rk)
+
+
+def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=False) -> dict:
+    """The heap-plan pass (memory.plan_heap) for the rewritten graph g and its plan p with
+    settings s: cache 'host' plans the board from the first op that trains; fisher adds
+    the board's selection pass (--select board)."""
+    from .memory import plan_heap
+    s = dict(s, cache=cache)
+    if cache == 'host':         # the board runs from the first op that trains
+        from .optable import SPECS
+        s['prefix'] = min(op.index for op in g.ops
+                          if any(k in p.params for k in SPECS[op.name].inputs(op)))
+    heap = plan_heap(g, p, s, backend, board)
+    if fisher:
+        from .select import add_fisher
+        add_fisher(heap, g, p, backend)
+    return heap
 
 
 def metadata_settings(g) -> dict:
@@ -139,6 +192,174 @@ def heap_limit(prof, budget, heap):
     return limit
 
 
+def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
+    """The settings pass: the board profile's defaults, the command line checked, the
+    model read and checked in the file's op numbering, its CIRCLE_TRAINING metadata under
+    the command line.  Returns (graph as read, board profile or None, settings, train)."""
+    from .validate import check_settings, check_graph
+    prof = board_profile(board, overrides) if board else None
+    check_settings(dict(overrides, progress=progress, split_seed=split_seed))
+    g = read_model(model_path)
+    check_graph(g)             # the file's op numbering, before any rewrite
+    s = resolve_settings(g, overrides)
+    check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
+    return g, prof, s, s.pop('train')
+
+
+def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
+                 backend='fallback', rewrite=True):
+    """The budget pass: PrepareError when the heap plan exceeds the budget or the board
+    profile's heap, with the planner's advice (memory.fit_advice) on what would fit, in
+    the numbering of source (the graph as read) as train and ranks are."""
+    from .memory import fit_advice
+    limit = heap_limit(prof, budget, heap)
+    if limit is None or heap['total'] <= limit:
+        return
+    raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
+                       f'({backend}), the budget is {limit // 1024} KB'
+                       + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
+                          'for model and training state)' if prof else '') + '.\n'
+                       + fit_advice(source, s, train, ranks, backend, limit, heap,
+                                    lambda tr, r: select_rewrite_plan(source, tr, r, rewrite),
+                                    board))
+
+
+OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
+
+
+def check_outputs(out_dir, inputs, names=OUTPUTS):
+    """The output-folder pass: PrepareError when out_dir is not a folder or a file prepare
+    writes there (names) is one of its inputs (model, data, training config; None: not
+    given).  The rewritten graph is checked where it is written: a graph that needs no
+    rewrite may be prepared again from its own folder's rewritten.circle."""
+    for src in inputs:
+        for n in names:
+            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
+                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
+                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
+                                   'prepare into another folder')
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise PrepareError(f'{out_dir}: exists and is not a folder')
+
+
+def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None):
+    """The folder pass: the rewritten graph (when the rewrites changed it), model.flat,
+    weights.wof and train.tcfg (a selection, ranks or a training config given) in out_dir.
+    Returns (files {role: name, None when not written}, {'flat_bytes': n[,
+    'train_config': name or None]})."""
+    from .trainconfig import write_train_config
+    os.makedirs(out_dir, exist_ok=True)
+    files = dict(FILES)
+    if changed:
+        # the .wof indexes the rewritten graph: keep it beside, for export
+        dst = os.path.join(out_dir, files['rewritten'])
+        if os.path.exists(dst) and os.path.samefile(dst, model_path):
+            raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
+                               'graph; prepare into another folder')
+        rw.save_graph(g, dst)
+    else:
+        files['rewritten'] = None
+    wrote = {'flat_bytes': write_flat(g, p, s, os.path.join(out_dir, files['model']))['bytes']}
+    weights = {k: g.tensors[k].data for k in p.params}
+    write_wof(os.path.join(out_dir, files['weights']), len(g.tensors), weights)
+    tcfg = os.path.join(out_dir, 'train.tcfg')
+    if sel:
+        # the choice as onert-micro's training-config file, ops of the graph as given
+        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
+        write_train_config(tcfg, sel['ranks'], onert_only=False)
+        wrote['train_config'] = 'train.tcfg'
+    elif any(r for r in p.op_ranks.values()) or train_config:
+        try:
+            write_train_config(tcfg, p.op_ranks)
+            wrote['train_config'] = 'train.tcfg'
+        except PrepareError:
+            wrote['train_config'] = None    # a rank onert-micro has no code for
+    return files, wrote
+
+
+def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict:
+    """prepare.json's summary of what the folder pass wrote for the rewritten graph g and
+    its plan p (export reads 'rewritten' and 'quant' back)."""
+    summary = {'model': os.path.abspath(model_path), 'flat_bytes': wrote['flat_bytes'],
+               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
+               'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
+               'frozen_params': int(sum(t.data.size for t in g.tensors
+                                        if t.data is not None and t.index not in p.params
+                                        and t.dtype == 'float32')),
+               'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
+               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
+               'rewritten': files['rewritten'], 'input_perm': perm,
+               'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
+               'quant': info['quant']}
+    if 'train_config' in wrote:
+        summary['train_config'] = wrote['train_config']
+    if sel:
+        summary['select'] = {k: v for k, v in sel.items() if k in (
+            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+            'weight_gain', 'trials')}
+        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+    return summary
+
+
+def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input'):
+    """The read half of prepare's samples pass (dataset.read_samples), before anything is
+    written: data laid out for the model input of shape (perm: as the rewrites transposed
+    it) with n_out outputs and targets for loss.  Returns (x, y), or None without data."""
+    return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
+
+
+def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
+               scale=None, offset=None) -> dict:
+    """The write half: train.ds and test.ds from xy (read_data's; None: no data), split
+    and stored as dtype (scale, offset: given, or from the data's range).  Sets files'
+    train and test to what it wrote (None: not written); returns the summary's sample
+    fields."""
+    if xy is None:
+        files['train'] = files['test'] = None
+        return {}
+    x, y = xy
+    tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
+                                           (files['train'], files['test']), scale, offset)
+    if files['test'] not in wrote:
+        files['test'] = None
+    return dict(train_samples=len(tr), test_samples=len(te), dtype=dtype,
+                balance=ds.balance(y[tr]) if loss in ('scce', 'cce') else None)
+
+
+def write_prefix_caches(out_dir, files, cache) -> dict:
+    """The prefix-cache pass: drops an earlier prepare's frozen-prefix caches (stale now)
+    and with cache 'host' writes the datasets' (host_tools.prefixcache).  Returns the
+    summary's 'prefix_cache' field, if any."""
+    for f in os.listdir(out_dir):
+        if f.endswith(('.pfx', '.pfx.tmp')):
+            os.remove(os.path.join(out_dir, f))
+    if cache == 'host' and files['train']:
+        from .prefixcache import write_caches
+        return {'prefix_cache': write_caches(out_dir, files)}
+    return {}
+
+
+def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run) -> dict:
+    """The run-config pass: train.json (files, run: how train.py behaves (README), the
+    settings s, then extra) and prepare.json (summary).  Progress lines every N samples
+    (None: about 4 per epoch); the best weights are kept by validation when there is a
+    test split; run: the rest of the run block (on_nan: on a NaN/Inf, restore and lower lr
+    or 'stop').  Returns summary with the settings."""
+    if progress is None:
+        progress = progress_step(summary.get('train_samples', 0))
+    cfg = {'files': files, 'run': dict({'resume': False, 'progress': progress,
+                                        'checkpoint_every': 0, 'keep_best': bool(files['test'])},
+                                       **run)}
+    cfg.update(s)
+    cfg.update(extra)
+    atomic_write(os.path.join(out_dir, 'train.json'),
+                 (json.dumps(cfg, indent=1) + '\n').encode())
+    atomic_write(os.path.join(out_dir, 'prepare.json'),
+                 (json.dumps(summary, indent=1) + '\n').encode())
+    summary['settings'] = s
+    return summary
+
+
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
@@ -160,151 +381,38 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     cache: train.py caches the input of the first trained op per sample (utrain.prefix)
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train."""
-    from .memory import plan_heap, fit_advice
-    from .trainconfig import read_train_config, write_train_config
-    from .validate import check_settings, check_graph, check_values
-    prof = board_profile(board, overrides) if board else None
-    check_settings(dict(overrides, progress=progress, split_seed=split_seed))
-    g = read_model(model_path)
-    check_graph(g)             # the file's op numbering, before any rewrite
-    s = resolve_settings(g, overrides)
-    check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
-    train = s.pop('train')
-    if not dequantize and not ranks and not train_config and not select and rewrite and quant.is_int8(g):
-        return quant.prepare_q8(g, model_path, out_dir, s, train, data, test_split,
+    source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
+        return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress)
-    sel = None
-    if select:
-        sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite,
-                         test_split, split_seed, select_layers, log)
+    note = loss_on_logits(source, s)    # before --select's trials train on it
+    if note:
+        log(note)
+    sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
+                     split_seed, select_layers, log) if select else None
+    if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'
-    rk = {}
-    if train_config:
-        rk.update(read_train_config(train_config, len(g.ops)))
-        if overrides.get('train') is None:
-            train = 'none'
-    if isinstance(ranks, dict):
-        rk.update(ranks)
-    elif ranks:
-        rk.update(parse_ranks(ranks, len(g.ops)))
-    source, chosen, chosen_rk = g, sorted(parse_train(train, len(g.ops)) | set(rk)), dict(rk)
-    g, train, rk, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
+    chosen, chosen_rk = what_trains(source, train, ranks, train_config,
+                                    overrides.get('train') is not None)
+    g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
-    ps = dict(s, cache=cache)
-    if cache == 'host':         # the board runs from the first op that trains
-        from .optable import SPECS
-        ps['prefix'] = min(op.index for op in g.ops
-                           if any(k in p.params for k in SPECS[op.name].inputs(op)))
-    heap = plan_heap(g, p, ps, backend, board)
-    if sel and 'select' in sel:
-        from .select import add_fisher
-        add_fisher(heap, g, p, backend)
-    limit = heap_limit(prof, budget, heap)
-    if limit is not None and heap['total'] > limit:
-        raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
-                           f'({backend}), the budget is {limit // 1024} KB'
-                           + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
-                              'for model and training state)' if prof else '') + '.\n'
-                           + fit_advice(source, s, chosen, chosen_rk, backend, limit, heap,
-                                        lambda tr, r: select_rewrite_plan(source, tr, r, rewrite),
-                                        board))
-    outs = [n for n in FILES.values()] + ['train.json', 'prepare.json', 'train.tcfg']
-    for src in (model_path, data, train_config):
-        for n in outs:
-            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
-                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
-                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
-                                   'prepare into another folder')
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise PrepareError(f'{out_dir}: exists and is not a folder')
-    os.makedirs(out_dir, exist_ok=True)
-    files = dict(FILES)
-    if info['changed']:
-        # the .wof indexes the rewritten graph: keep it beside, for export
-        dst = os.path.join(out_dir, files['rewritten'])
-        if os.path.exists(dst) and os.path.samefile(dst, model_path):
-            raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
-                               'graph; prepare into another folder')
-        rw.save_graph(g, dst)
-    else:
-        files['rewritten'] = None
-    flat = write_flat(g, p, s, os.path.join(out_dir, files['model']))
-    weights = {k: g.tensors[k].data for k in p.params}
-    write_wof(os.path.join(out_dir, files['weights']), len(g.tensors), weights)
-    summary = {'model': os.path.abspath(model_path), 'flat_bytes': flat['bytes'],
-               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
-               'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
-               'frozen_params': int(sum(t.data.size for t in g.tensors
-                                        if t.data is not None and t.index not in p.params
-                                        and t.dtype == 'float32')),
-               'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
-               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
-               'rewritten': files['rewritten'], 'input_perm': perm,
-               'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
-               'quant': info['quant']}
-    if sel:
-        # the choice as onert-micro's training-config file, ops of the graph as given
-        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
-        write_train_config(os.path.join(out_dir, 'train.tcfg'), sel['ranks'], onert_only=False)
-        summary['train_config'] = 'train.tcfg'
-        summary['select'] = {k: v for k, v in sel.items() if k in (
-            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
-            'weight_gain', 'trials')}
-        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
-    elif any(r for r in p.op_ranks.values()) or train_config:
-        try:
-            write_train_config(os.path.join(out_dir, 'train.tcfg'), p.op_ranks)
-            summary['train_config'] = 'train.tcfg'
-        except PrepareError:
-            summary['train_config'] = None    # a rank onert-micro has no code for
-    if data:
-        x, y = ds.load(data)
-        check_values(data, x, y)
-        n_in = int(np.prod(g.tensors[g.inputs[0]].shape))
-        n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
-        if perm is not None:          # the model now takes its input transposed (NHWC)
-            orig = [len(x)] + [g.tensors[g.inputs[0]].shape[i] for i in np.argsort(perm)][1:]
-            if x.size == int(np.prod(orig)):
-                x = x.reshape(orig).transpose(perm)
-        x = x.reshape(len(x), -1)
-        if x.shape[1] != n_in:
-            raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, '
-                               f'the model input {g.tensors[g.inputs[0]].shape} takes {n_in}')
-        y = ds.targets(y, s['loss'], n_out, data)
-        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
-                                               (files['train'], files['test']))
-        if files['test'] not in wrote:
-            files['test'] = None
-        summary.update(train_samples=len(tr), test_samples=len(te), dtype=dtype,
-                       balance=ds.balance(y[tr]) if s['loss'] in ('scce', 'cce') else None)
-    else:
-        files['train'] = files['test'] = None
-    # run: how train.py behaves (README): progress lines every N samples; validation-gated
-    # saving of the best weights when there is a test split; on a NaN/Inf, restore and
-    # lower lr (or 'stop')
-    if progress is None:
-        progress = progress_step(summary.get('train_samples', 0))
-    cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
-                                   'keep_best': bool(files['test']), 'on_nan': 'lower',
-                                   'lr_factor': 0.5, 'max_retries': 3,
-                                   'cache': 'host' if cache == 'host' else bool(cache),
-                                   'gc_every': heap['gc_every']}}
-    for f in os.listdir(out_dir):     # a frozen-prefix cache of an earlier prepare is stale
-        if f.endswith(('.pfx', '.pfx.tmp')):
-            os.remove(os.path.join(out_dir, f))
-    if cache == 'host' and files['train']:
-        from .prefixcache import write_caches
-        summary['prefix_cache'] = write_caches(out_dir, files)
-    cfg.update(s)
-    if sel and 'select' in sel:
-        cfg['select'] = sel['select']       # the board's own choice (utrain/fisher.py)
-    atomic_write(os.path.join(out_dir, 'train.json'),
-                 (json.dumps(cfg, indent=1) + '\n').encode())
-    atomic_write(os.path.join(out_dir, 'prepare.json'),
-                 (json.dumps(summary, indent=1) + '\n').encode())
-    summary['settings'] = s
-    return summary
+    fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
+    heap = plan_memory(g, p, s, backend, board, cache, fisher)
+    check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
+                 rewrite)
+    shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
+    xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    check_outputs(out_dir, (model_path, data, train_config))
+    files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
+    summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
+    summary.update(write_prefix_caches(out_dir, files, cache))
+    return write_run_config(out_dir, files, s, summary, progress,
+                            {'select': sel['select']} if fisher else {},
+                            on_nan='lower', lr_factor=0.5, max_retries=3,
+                            cache='host' if cache == 'host' else bool(cache),
+                            gc_every=heap['gc_every'])
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 
 import numpy as np
 
@@ -170,9 +169,10 @@ def wof_arrays(g: Graph, m: dict) -> dict:
     return out
 
 
-def write(g: Graph, folder, train='last:1') -> dict:
-    """q8.json and weights.wof (int8 weights as int8 bytes, int32 biases) in folder."""
-    m = meta(g, train)
+def write(g: Graph, folder, train='last:1', m=None) -> dict:
+    """q8.json and weights.wof (int8 weights as int8 bytes, int32 biases) in folder;
+    m: the layer table (meta), made when not given."""
+    m = m or meta(g, train)
     os.makedirs(folder, exist_ok=True)
     atomic_write(os.path.join(folder, 'q8.json'), json.dumps(m).encode())
     hwof.write_wof(os.path.join(folder, 'weights.wof'), len(g.tensors), wof_arrays(g, m),
@@ -221,48 +221,29 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings."""
-    from . import dataset as ds
-    from .prepare import FILES, PrepareError, progress_step
+    from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
+                          write_run_config)
     if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
                            '--batch 1 (no momentum); --dequantize trains it in float with '
                            f'{s["loss"]}/{s["optimizer"]} batch {s["batch"]}')
     try:
-        m = write(g, out_dir, train)
+        m = meta(g, train)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED or CONV_2D '
                            f'among --train {train})')
+    # the samples as int8 at the model input's scale and zero point
+    xy = read_data(data, [m['nin']], m['nclass'], loss='scce')
+    check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json',))
+    write(g, out_dir, train, m)
     files = dict(FILES, model='q8.json', checkpoint=None, rewritten=None)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
                'rewritten': None, 'quant': {}}
-    if data:
-        x, y = ds.load(data)
-        x = x.reshape(len(x), -1)
-        if x.shape[1] != m['nin']:
-            raise ds.DataError(f'{data}: x has {x.shape[1]} values per sample, the model '
-                               f'input takes {m["nin"]}')
-        y = ds.targets(y, 'scce', m['nclass'], data)
-        sx, zx = m['sx'], m['zx']
-        tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, 'int8',
-                                               (files['train'], files['test']), sx, -zx * sx)
-        if files['test'] not in wrote:
-            files['test'] = None
-        summary.update(train_samples=len(tr), test_samples=len(te), dtype='int8',
-                       balance=ds.balance(y[tr]))
-    else:
-        files['train'] = files['test'] = None
-    if progress is None:
-        progress = progress_step(summary.get('train_samples', 0))
-    cfg = {'files': files, 'run': {'resume': False, 'progress': progress, 'checkpoint_every': 0,
-                                   'keep_best': bool(files['test']), 'on_nan': 'stop'}}
-    cfg.update(s)
-    atomic_write(os.path.join(out_dir, 'train.json'), (json.dumps(cfg, indent=1) + '\n').encode())
-    atomic_write(os.path.join(out_dir, 'prepare.json'),
-                 (json.dumps(summary, indent=1) + '\n').encode())
-    summary['settings'] = s
-    return summary
+    summary.update(write_data(out_dir, xy, files, 'scce', test_split, split_seed, 'int8',
+                              m['sx'], -m['zx'] * m['sx']))
+    return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')

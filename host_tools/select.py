@@ -116,11 +116,9 @@ class Pricer:
         """{'heap': bytes, 'parts': ..., 'macs': step multiply-adds, 'params': trained}."""
         key = (tuple(sorted(ranks.items())), fisher)
         if key not in self.memo:
-            from .memory import plan_heap
+            from .prepare import plan_memory
             g, p = self.build(ranks)
-            h = plan_heap(g, p, self.settings, self.backend)
-            if fisher:
-                add_fisher(h, g, p, self.backend)
+            h = plan_memory(g, p, self.settings, self.backend, fisher=fisher)
             self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
                               'params': trained_params(g, p), 'plan': h}
         return self.memo[key]

@@ -53,6 +53,37 @@ def check_settings(s: dict) -> None:
                                    f'{lo:g} and {"<" if xhi else "<="} {hi:g}')
 
 
+# a loss on probabilities (no --from-logits) wants the model to end in the op that makes
+# them; ops that only move values may come after it
+PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
+SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def loss_on_logits(g, s: dict):
+    """cce/scce (bce) without from_logits take probabilities, so the model should end in
+    SOFTMAX (LOGISTIC).  When graph g's output is made by another op it is logits (a
+    PyTorch model through tico, a Keras model without its activation): the loss then
+    normalises them itself (s['from_logits'] set True), as ONERT's training does for a
+    model without a final SOFTMAX; read as probabilities, a logit <= 0 would make the
+    gradient -1/y about 1e20 (NaN within a few samples at any learning rate).  Returns
+    the line that says so, or None when nothing changed."""
+    want = PROBABILITIES.get(s['loss'])
+    if want is None or s.get('from_logits'):
+        return None
+    k, op = g.outputs[0], None
+    while True:
+        op = next((o for o in g.ops if k in o.outputs), None)
+        if op is None or op.name not in SHAPE_ONLY:
+            break
+        k = op.inputs[0]
+    if op is not None and op.name == want:
+        return None
+    s['from_logits'] = True
+    made = f'op {op.number} ({op.name})' if op is not None else 'no op'
+    return (f'{g.path}: the output is made by {made}, not {want}: {s["loss"]} takes it as '
+            'logits (--from-logits)')
+
+
 # ------------------------------------------------------------------ data
 def npz_headers(path: str) -> dict:
     """{name: (shape, dtype)} of the arrays in an .npz, from their .npy headers only."""

@@ -494,6 +494,9 @@ def host_cases(tmp):
         if make:
             make(p)
         cases.append(('data %s' % name, ['prepare', model, '--data', p, '--loss', 'scce'], 'refuse', name))
+    # `dataset` runs prepare's samples pass: the same refusals
+    cases.append(('dataset nan-x.npz', ['dataset', str(tmp / 'nan-x.npz'), '-o', str(tmp / 'nan-ds')],
+                  'refuse', 'NaN'))
     imgs = tmp / 'imgs'
     from PIL import Image
     for c in ('a', 'b'):
@@ -526,6 +529,23 @@ def host_cases(tmp):
                   'ok', None))
     cases.append(('prepare onto its data', ['prepare', model, '-o', str(run), '--data',
                                             str(run / 'train.ds'), '--loss', 'scce'], 'refuse', 'train.ds'))
+    # a loss on probabilities over a model that outputs logits (no SOFTMAX): prepare
+    # trains from logits (read as probabilities, the gradient -1/y is 1e20 at the first
+    # logit <= 0 and training goes to NaN at any lr)
+    tico = os.path.join(ROOT, 'datasets', 'digits', 'digits_tico_cnn.circle')
+    cases.append(('prepare scce on logits', ['prepare', tico, '--loss', 'scce', '--optimizer',
+                                             'adam', '--lr', '1e-4'], 'ok', None))
+    cases.append(('prepare scce from logits', ['prepare', tico, '--loss', 'scce', '--from-logits',
+                                               '--optimizer', 'adam', '--lr', '1e-4'], 'ok', None))
+    # the int8 path checks its outputs against its inputs as the float path does
+    q8 = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_int8.tflite')
+    q8run = tmp / 'q8run'
+    prepare(q8, str(q8run), data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_data.npz'),
+            loss='scce', optimizer='sgd')
+    cases.append(('prepare int8 onto its data', ['prepare', q8, '-o', str(q8run), '--data',
+                                                 str(q8run / 'train.ds'), '--test-split', '0.5',
+                                                 '--loss', 'scce', '--optimizer', 'sgd'],
+                  'refuse', 'train.ds'))
     return cases
 
 
@@ -664,6 +684,27 @@ def test_host_run_passes_a_terminal_ctrl_c_on_as_the_byte(base, tmp_path):
     assert 'interrupted in epoch' in rest and 'saved checkpoint.ckpt' in rest, rest
     assert 'Traceback' not in ''.join(seen) + rest
     assert json.loads(_cfg_text(d))['run']['resume'] is True
+
+
+@pytest.mark.parametrize('int8', [False, True])
+def test_refused_data_leaves_the_prepared_folder_as_it_was(tmp_path, int8):
+    """prepare again into a prepared folder with data it refuses: every check (the data's
+    too) runs before anything is written, so the folder keeps the earlier run's files."""
+    keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    if int8:
+        model, good = os.path.join(keras, 'mlp_int8.tflite'), os.path.join(keras, 'mlp_data.npz')
+        kw = dict(loss='scce', optimizer='sgd')
+    else:
+        model = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
+        good, kw = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'), dict(loss='scce')
+    out = str(tmp_path / 'run')
+    prepare(model, out, data=good, train='last:2', **kw)
+    before = snapshot(out)
+    bad = str(tmp_path / 'bad.npz')
+    np.savez(bad, x=np.zeros((8, 5), np.float32), y=np.zeros(8))
+    with pytest.raises(ValueError, match='values per sample'):
+        prepare(model, out, data=bad, train='all', epochs=3, **kw)
+    assert snapshot(out) == before
 
 
 def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):

@@ -368,8 +368,8 @@ def test_budget_advice_counts_ops_as_the_file_does(tmp_path):
     model = os.path.join(DIGITS, 'digits_tico_cnn.circle')
     assert len(read_model(model).ops) == 12
     with pytest.raises(PrepareError) as e:
-        prepare(model, str(tmp_path / 'o'), loss='scce', optimizer='adam', batch=4,
-                budget='100K', backend='ulab')
+        prepare(model, str(tmp_path / 'o'), loss='scce', from_logits=True, optimizer='adam',
+                batch=4, budget='100K', backend='ulab')
     fits = re.findall(r'would fit: (.*)  \(about (\d+) KB\)', str(e.value))
     assert fits and any('--train last:' in f for f, _ in fits), str(e.value)
     for flags, kb in fits:
@@ -386,5 +386,6 @@ def test_budget_advice_counts_ops_as_the_file_does(tmp_path):
                 kw['train'] = args[i + 1]
             elif a == '--ranks':
                 kw['ranks'] = args[i + 1]
-        s = prepare(model, str(tmp_path / 'p'), loss='scce', backend='ulab', budget='100K', **kw)
+        s = prepare(model, str(tmp_path / 'p'), loss='scce', from_logits=True, backend='ulab',
+                    budget='100K', **kw)
         assert s['heap']['total'] // 1024 == int(kb), (flags, s['heap']['total'])

@@ -254,3 +254,31 @@ def test_real_ulab_runs_the_same_code(tmp_path):
                        capture_output=True, text=True, env=dict(os.environ, MICROPYPATH=os.path.join(ROOT, 'micro')))
     assert r.stdout.split() == ['ulab', '4'], r.stdout + r.stderr
     np.testing.assert_allclose(logs['ulab'][1:], logs['py'][1:], rtol=1e-4)
+
+
+def test_a_loss_on_probabilities_over_logits_trains_from_logits(tmp_path):
+    # digits_tico_cnn (PyTorch through tico) ends in FULLY_CONNECTED: its outputs are
+    # logits.  Read as probabilities, scce's gradient -1/y is 1e20 at the first logit <= 0
+    # and Adam went to NaN within 9 samples even at lr 1e-4; prepare says so and trains
+    # from logits, as ONERT does for a model without a final SOFTMAX.
+    said = []
+    out = str(tmp_path / 'p')
+    s = prepare(os.path.join(DIGITS, 'digits_tico_cnn.circle'), out,
+                data=os.path.join(DIGITS, 'digits.npz'), test_split=0.2, loss='scce',
+                optimizer='adam', lr=1e-3, epochs=1, log=said.append)
+    assert s['settings']['from_logits'] is True
+    assert any('FULLY_CONNECTED' in m and 'logits' in m for m in said), said
+    with open(os.path.join(out, 'train.json')) as f:
+        assert json.load(f)['from_logits'] is True
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    log = np.array(read_log(os.path.join(out, 'train.log')))
+    assert np.isfinite(log[1:, 1:5]).all()          # row 0: before training
+    assert log[-1][4] > log[0][4]                   # test accuracy rose
+
+
+def test_a_model_ending_in_softmax_keeps_probabilities(tmp_path):
+    said = []
+    s = prepare(small_mlp(str(tmp_path / 'm.circle')), str(tmp_path / 'p'), loss='scce',
+                log=said.append)
+    assert s['settings']['from_logits'] is False and not said

@@ -1,18 +1,16 @@
 """The ops real exporters emit for LSTM, GRU, LayerNorm and GELU (issue 15): SPLIT, SPLIT_V
 (op_split), RSQRT, SQRT, GELU (op_math).  Forward against a float64 numpy reference and
 ONERT (where it runs the op), gradients against float64 central finite differences on the
-device code, and the same under unix MicroPython (float32), with test_elem_ops' model
-harness: x[1, 3] -> FC -> RESHAPE -> OP -> ... -> FC -> y, every FC training, so the first
-FC's weight gradient checks the op's input gradient element by element.
+device code, and the same under unix MicroPython (float32), with tests/op_harness.py's
+models: x[1, 3] -> FC -> RESHAPE -> OP -> ... -> FC -> y, every FC training, so the
+first FC's weight gradient checks the op's input gradient element by element.
 
 SPLIT's cases leave some outputs unused or use only a later one: the op then runs
 backward for a gradient its first output does not have (Net.backward's multi-output
 rule), and the unused part's gradient is zero.
 """
-import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -23,10 +21,8 @@ for _p in (os.path.dirname(_HERE), _HERE):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import test_elem_ops as te  # noqa: E402
+import op_harness as oh  # noqa: E402
 import test_gradients as tg  # noqa: E402
-import test_parity as tp  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
 
 F32 = np.float32
@@ -48,9 +44,9 @@ def _split(shape, axis, sizes, use, v=False):
         cuts = np.cumsum(sizes)[:-1]
         parts = np.split(val, cuts, axis)
         outs = [m.tensor(p.shape) for p in parts]
-        ax = m.tensor([], te._ints(axis))
+        ax = m.tensor([], oh.ints(axis))
         if v:
-            sz = m.tensor([len(sizes)], te._ints(sizes))
+            sz = m.tensor([len(sizes)], oh.ints(sizes))
             m.b.op('SPLIT_V', [a, sz, ax], outs, num_splits=len(sizes))
         else:
             m.b.op('SPLIT', [ax, a], outs, num_splits=len(sizes))
@@ -122,34 +118,14 @@ def tflm_infer(circle_path, x):
 def build(cid, where, seed):
     os.makedirs(where, exist_ok=True)
     path = os.path.join(where, 'model.circle')
-    m = te.Model(np.random.default_rng(seed), 2.0 if 'GELU' in cid else 1.5)
+    m = oh.Model(np.random.default_rng(seed), 2.0 if 'GELU' in cid else 1.5)
     y = m.finish(CASES[cid](m), path)
-    t = m.val[y] + m.rng.normal(0.0, 0.5, m.val[y].shape)
-    prepare(path, where, loss='mse', train='all', rewrite=False)
-    job = {'flat': os.path.join(where, 'model.flat'), 'wof': os.path.join(where, 'weights.wof'),
-           'x': m.val[m.x].ravel().tolist(), 't': t.ravel().tolist()}
-    return job, {'path': path, 'x': m.val[m.x], 'y_ref': m.val[y], 'params': m.params}
+    return oh.prepared(m, y, where)
 
 
 @pytest.fixture(scope='module')
 def device(tmp_path_factory):
-    base = tmp_path_factory.mktemp('zoo_ops')
-    job = {'models': {}, 'losses': {}, 'sgd': {}}
-    host = {}
-    for n, cid in enumerate(CASES):
-        job['models'][cid], host[cid] = build(cid, str(base / f'm{n}'), 9100 + n)
-    job_path = str(base / 'job.json')
-    with open(job_path, 'w') as f:
-        json.dump(job, f)
-    env = dict(os.environ, UTRAIN_NP='float64', PYTHONPATH=tg.MICRO)
-    r = subprocess.run([sys.executable, tg.__file__, job_path], env=env, capture_output=True,
-                       text=True, timeout=600, cwd=str(base))
-    assert r.returncode == 0, f'device worker failed:\n{r.stderr}'
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    assert out['backend'] == 'numpy' and out['float'] == 'float64'
-    out['host'] = host
-    out['job'] = job_path
-    return out
+    return oh.run_device(tmp_path_factory.mktemp('zoo_ops'), CASES, build, 9100)
 
 
 def test_gelu_reference_is_pytorchs():
@@ -179,44 +155,15 @@ def test_gelu_kernel_accuracy():
 
 @pytest.mark.parametrize('cid', list(CASES))
 def test_forward_and_gradients(device, cid):
-    res = device['models'][cid]
-    assert 'error' not in res, f'{cid}: device code raised\n{res["error"]}'
-    made = device['host'][cid]
-    y = np.asarray(res['y'])
     rtol = FWD_RTOL.get(cid.split('-')[0], 1e-10) if cid != 'GELU-tanh' else 1e-10
-    np.testing.assert_allclose(y, made['y_ref'].reshape(y.shape), rtol=rtol, atol=rtol * 1e-2)
-    np.testing.assert_array_equal(res['y_infer'], res['y'])
     run, who = (tflm_infer, 'TFLite Micro') if cid in NO_ONERT else (onert_infer, 'ONERT')
-    ref = run(made['path'], made['x'].astype(F32)).reshape(y.shape)
-    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(ref).max()),
-                               err_msg=f'{cid}: utrain forward vs {who}')
-    assert sorted(int(k) for k in res['grads']) == sorted(made['params'])
-    for k, g in res['grads'].items():
-        tg._close(f'{cid}: d loss / d tensor {k}', g['ana'], g['num'])
-        assert np.any(np.asarray(g['ana']) != 0.0), f'{cid}: tensor {k}: zero gradient'
+    oh.check_case(device, cid, rtol, run, who)
 
 
 def test_ops_micropython_match_float64(device, tmp_path):
     """Each case under unix MicroPython (npfallback, or ulab when $MICROPYTHON has it),
     float32, against the float64 CPython run."""
-    if tp.MICROPYTHON is None:
-        pytest.skip('unix micropython not found')
-    base = os.path.dirname(device['job'])
-    (tmp_path / 'grads.py').write_text(te.MP_GRADS)
-    p = subprocess.run([tp.MICROPYTHON, '-X', 'heapsize=16M', str(tmp_path / 'grads.py')],
-                       cwd=base, env=dict(os.environ, MICROPYPATH=tg.MICRO),
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
-    got = [json.loads(ln[4:]) for ln in p.stdout.splitlines() if ln.startswith('OUT ')]
-    assert sorted(c for c, _, _ in got) == sorted(CASES)
-    for cid, y, grads in got:
-        res = device['models'][cid]
-        pairs = [('y', y, res['y'])] + [(k, g, res['grads'][k]['ana']) for k, g in grads.items()]
-        assert sorted(grads) == sorted(res['grads'])
-        for what, a, b in pairs:
-            b = np.asarray(b, np.float64).ravel()
-            err = np.abs(np.asarray(a) - b).max() / max(np.abs(b).max(), 1e-6)
-            assert err <= 1e-4, f'{cid}: {what}: MicroPython vs float64 rel err {err:.2e}'
+    oh.check_micropython(device, CASES, tmp_path)
 
 
 def test_split_refusals(tmp_path):
@@ -225,7 +172,7 @@ def test_split_refusals(tmp_path):
     from host_tools.passes import PrepareError, plan
     from host_tools.circle_io import read_model
     for kind in ('axis', 'sizes'):
-        m = te.Model(np.random.default_rng(0))
+        m = oh.Model(np.random.default_rng(0))
         a = m.act_input([1, 2, 6])
         outs = [m.tensor([1, 2, 3]), m.tensor([1, 2, 2 if kind == 'sizes' else 3])]
         if kind == 'axis':
@@ -233,8 +180,8 @@ def test_split_refusals(tmp_path):
             m.b.inputs(ax)
             m.b.op('SPLIT', [ax, a], outs, num_splits=2)
         else:
-            ax = m.tensor([1], te._ints([2]))
-            sz = m.tensor([2], te._ints([3, 2]))
+            ax = m.tensor([1], oh.ints([2]))
+            sz = m.tensor([2], oh.ints([3, 2]))
             m.b.op('SPLIT_V', [a, sz, ax], outs, num_splits=2)
         m.b.outputs(outs[0])
         path = str(tmp_path / f'{kind}.circle')

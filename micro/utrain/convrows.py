@@ -3,17 +3,22 @@
 # output channels ([O, KH*KW*I]), DEPTHWISE_CONV_2D's are taps ([KH*KW, C*M]).  The same
 # walk as op_conv, once per chunk; forward and the input gradient (a frozen weight has
 # no gradient of its own).  Imported only by a model that streams such a weight.
-from utrain.xnp import np, zeros
+from utrain.xnp import np, zeros, const
 from utrain.op_conv import walk, _spread
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_CONV_2D = const(3)
+_G_C = const(3)
+_G_SW = const(10)
+_G_MULT = const(15)
 
 
 def steps(rt, op, a, b, back):
     # the steps with the weight streamed by rows: forward a = y, b = x; back: a = dx
     # (a frozen weight has no gradient), b = dz
     code, ins, outs, o = op
-    sw = int(o[10])
-    if code == 3:
-        I = int(o[3])
+    sw = int(o[_G_SW])
+    if code == _CONV_2D:
+        I = int(o[_G_C])
         for r0, wc in rt.stream.chunks(ins[1]):
             m = wc.shape[0]
             for k, xr, yr, n in walk(o):
@@ -25,7 +30,7 @@ def steps(rt, op, a, b, back):
                     v = a[yr:yr + n, r0:r0 + m]
                     v += np.dot(b[xr:xr + (n - 1) * sw + 1:sw], wk.T)
         return
-    M = int(o[15])
+    M = int(o[_G_MULT])
     xm = zeros((a.shape[0], a.shape[1] * M)) if back and M > 1 else a
     if not back:
         b = _spread(b, M)

@@ -11,11 +11,16 @@
 # into the checkpoint (save_state), so a resumed run trains the same set.
 # Imported lazily (code is heap) before training and dropped.
 from struct import pack, unpack, calcsize
-from utrain.xnp import np, zeros
+from utrain.xnp import np, zeros, const
 
-DX_ANY = ~6             # data-input gradient bits (DW 2, DB 4 are the parameters')
-DW, DB = 2, 4
-WEIGHTED = (9, 3, 4)    # FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D
+# the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
+_DW = const(2)
+_DB = const(4)
+_FULLY_CONNECTED = const(9)
+_CONV_2D = const(3)
+_DEPTHWISE_CONV_2D = const(4)
+_DX_ANY = const(~(_DW | _DB))   # data-input gradient bits (DW, DB are the parameters')
+WEIGHTED = (_FULLY_CONNECTED, _CONV_2D, _DEPTHWISE_CONV_2D)
 TAG = b'UTSL'
 ENTRY = '<HBBHH'        # tensor, axis (2: whole), 0, lo, hi
 
@@ -68,7 +73,7 @@ def potentials(net, ds, n, cfg):
                     s = s.reshape((1, s.shape[0])) if len(s.shape) == 1 else s
                     p = P[oi]
                     p += s * s
-                fl &= DX_ANY
+                fl &= _DX_ANY
                 if fl:
                     if st:
                         st.fetch(oi)
@@ -164,13 +169,13 @@ def restrict(net, keep):
         code, ins = net.ops[oi][0], net.ops[oi][1]
         if code in WEIGHTED:
             if len(ins) < 2 or ins[1] not in keep:
-                fl &= ~DW
+                fl &= ~_DW
             if len(ins) < 3 or ins[2] not in keep:
-                fl &= ~DB
+                fl &= ~_DB
         elif not any(k in keep for k in ins):
-            fl &= ~(DW | DB)
+            fl &= ~(_DW | _DB)
         if oi == first:
-            fl &= DW | DB           # nothing before it trains
+            fl &= _DW | _DB           # nothing before it trains
         if fl:
             bwd.append((oi, fl))
     net.bwd = bwd
