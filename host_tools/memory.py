@@ -224,7 +224,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         mods.add('npfallback')
     if settings.get('stream'):
         mods.add('stream')
-        if any(op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D') for op in g.ops):
+        if any(SPECS[op.name].kernel == 'op_conv' for op in g.ops):
             mods.add('convrows')        # (counted whether or not a weight is that large)
     if settings.get('cache'):
         mods.add('prefix')
@@ -306,9 +306,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     uses = [k for op in g.ops for k in op.inputs if k in plan.params]
     shared = len(uses) > len(set(uses))
     parts['gradient sums'] = 0 if batch == 1 and not shared else sum(A(state[k]) for k in plan.params)
-    # op_split keeps one input-sized gradient buffer per SPLIT all run
-    splits = sum(A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops
-                 if op.name in ('SPLIT', 'SPLIT_V'))
+    # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's held)
+    splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
     if splits:
         parts['split gradient buffers'] = splits
     parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
