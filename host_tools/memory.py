@@ -305,7 +305,12 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     # batch 1, and then every weight's gradient is summed (Trainer.configure)
     uses = [k for op in g.ops for k in op.inputs if k in plan.params]
     shared = len(uses) > len(set(uses))
-    parts['gradient sums'] = 0 if batch == 1 and not shared else sum(A(state[k]) for k in plan.params)
+    # a kernel with WGRAD_WHOLE (op_conv) sums its weight whole, ranked or not (Sums.alloc)
+    from .device import module
+    whole = {op.inputs[1] for op in g.ops
+             if getattr(module(SPECS[op.name].kernel), 'WGRAD_WHOLE', False)}
+    parts['gradient sums'] = 0 if batch == 1 and not shared else sum(
+        A(size[k] if k in whole else state[k]) for k in plan.params)
     # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's held)
     splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
     if splits:
