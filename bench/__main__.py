@@ -7,7 +7,11 @@ Columns (us = microseconds per training sample):
   MP us       unix MicroPython, utrain with the pure-MicroPython fallback (.mpy)
   MP/loop     that over a bare MicroPython loop doing the same multiply-adds (a*b summed
               over array('f'), dot products as long as the layer's), same process
-  ulab us     the same with real ulab, when a ulab build is found ($UTRAIN_BENCH_ULAB)
+  ulab us     the same with real ulab, when a ulab build is found ($UTRAIN_BENCH_ULAB,
+              else $UTRAIN_MP_ULAB: a unix MicroPython built with ulab)
+  ulab/dot    that over bare ulab.numpy.dot calls on the same GEMM sizes (as Py/dot),
+              alternated in the same process: the ulab path against its own limit
+  ulab32 us, ulab32/dot  the same under a 32-bit ulab build ($UTRAIN_MP32_ULAB)
   Py us       CPython + numpy running the same micro/ code
   Py/dot      that over bare np.dot calls on the same GEMM sizes, same process
   torch us    PyTorch eager, same graph and weights, SGD step per sample, 1 thread
@@ -41,13 +45,36 @@ from host_tools.prepare import prepare  # noqa: E402
 from bench import models, peers  # noqa: E402
 
 ULAB_DEFAULT = '/work/scratch/ulab/micropython'
-COLUMNS = ['model', 'update', 'MACs', 'MP us', 'MP/loop', 'ulab us', 'Py us', 'Py/dot',
+COLUMNS = ['model', 'update', 'MACs', 'MP us', 'MP/loop', 'ulab us', 'ulab/dot', 'ulab32 us',
+           'ulab32/dot', 'Py us', 'Py/dot',
            'torch us', 'Py/torch', 'ONERT us', 'Py/ONERT', 'MP/Py']
 
 
-def ulab_binary():
-    p = os.environ.get('UTRAIN_BENCH_ULAB', ULAB_DEFAULT)
-    return p if p and os.access(p, os.X_OK) else None
+def ulab_binary(bits=64):
+    """A unix MicroPython with ulab (64-bit: $UTRAIN_BENCH_ULAB, $UTRAIN_MP_ULAB or the
+    default build; 32-bit: $UTRAIN_MP32_ULAB), or None."""
+    if bits == 32:
+        names = [os.environ.get('UTRAIN_MP32_ULAB')]
+    else:
+        names = [os.environ.get('UTRAIN_BENCH_ULAB'), os.environ.get('UTRAIN_MP_ULAB'), ULAB_DEFAULT]
+    for p in names:
+        if p and os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def ulab_columns(row, out, cfg, a, bits, heap=None):
+    """row['ulab us'], row['ulab/dot'] (or 'ulab32 ...'): step.py under a ulab build,
+    the step against bare ulab dot on the same GEMM sizes in the same process."""
+    c = 'ulab' if bits == 64 else 'ulab32'
+    ub = ulab_binary(bits) if not a.no_ulab else None
+    if not ub:
+        row[c + ' us'] = row[c + '/dot'] = 'n/a (no ulab build)'
+        return
+    try:
+        row[c + ' us'], row[c + '/dot'] = micropython_step(out, cfg, ub, heap=heap)
+    except Exception as e:      # noqa: BLE001  (a row says why, the table goes on)
+        row[c + ' us'] = row[c + '/dot'] = 'n/a (' + err(e) + ')'
 
 
 def micropython_step(out, cfg, binary=None, heap=None):
@@ -119,7 +146,7 @@ def measure(name, path, setting, tmp, a):
     out = os.path.join(tmp, f'{len(os.listdir(tmp))}')
     if missing:
         why = f'n/a (op {missing} not supported)'
-        for c in ('MP us', 'MP/loop', 'ulab us', 'Py us', 'Py/dot'):
+        for c in ('MP us', 'MP/loop', 'ulab us', 'ulab/dot', 'ulab32 us', 'ulab32/dot', 'Py us', 'Py/dot'):
             row[c] = why
     else:
         npz = os.path.join(tmp, 'data.npz')
@@ -130,14 +157,8 @@ def measure(name, path, setting, tmp, a):
             row['MP us'], row['MP/loop'] = micropython_step(out, cfg)
         except Exception as e:          # noqa: BLE001  (a row says why, the table goes on)
             row['MP us'] = row['MP/loop'] = 'n/a (' + err(e) + ')'
-        ub = ulab_binary() if not a.no_ulab else None
-        if ub:
-            try:
-                row['ulab us'] = micropython_step(out, cfg, ub)[0]
-            except Exception as e:      # noqa: BLE001
-                row['ulab us'] = 'n/a (' + err(e) + ')'
-        else:
-            row['ulab us'] = 'n/a (no ulab build)'
+        ulab_columns(row, out, cfg, a, 64)
+        ulab_columns(row, out, cfg, a, 32)
         from bench import step
         fns['Py'], fns['dot'] = step.setup(out, cfg)
     try:

@@ -2,8 +2,9 @@
 # bench imports it), on a folder made by `prepare` plus bench.json.  setup() gives two
 # callables doing n units of work each: utrain's training step (forward, backward,
 # SGD update: batch 1) and the interpreter's own limit for the same multiply-adds, a
-# bare loop accumulating a*b over array('f') (MicroPython) or np.dot on the same GEMM
-# sizes (numpy).  Run as a script it alternates them in short rounds (same machine
+# bare loop accumulating a*b over array('f') (MicroPython without ulab) or the array
+# library's dot on the same GEMM sizes (np.dot under CPython + numpy, ulab.numpy.dot
+# under a MicroPython built with ulab).  Run as a script it alternates them in short rounds (same machine
 # load), sums their CPU time and prints: RESULT <step us> <limit us> <step/limit> <n>
 import json
 from array import array
@@ -64,7 +65,7 @@ def setup(folder, cfg):
             tr.target = ys[k]
             tr.train_step()
 
-    if BACKEND == 'numpy':
+    if BACKEND in ('numpy', 'ulab'):
         arrs = [(zeros((m, k)) + 0.5, zeros((k, n)) + 0.25) for m, k, n in cfg['gemms']]
         dot = np.dot
 

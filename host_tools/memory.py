@@ -62,7 +62,13 @@ def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024, frozen=False)
 BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
 ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
 CODE_PER_MPY_BYTE = 1.875       # resident heap per byte of .mpy imported (mpy-cross -O3)
-BASE = 13 * 1024 + 512          # interpreter, train.py stub, files, json, import holes
+# interpreter, train.py stub, files, json, import holes.  +2 KB (issue 15): the zoo's
+# small models (Keras MLP, LayerNorm+GELU block) needed 4-6 KB more than planned once the
+# model tables were counted as utrain.flat now holds them (the old per-option boxed
+# floats had covered it); more would put the digits CNN's plan over the 96 KB target
+# (tests/test_memory.py), so the 64-bit plans of those two stay 1-3 % under
+# (docs/memory.md); 32-bit +3 KB for the same reason (there they are covered)
+BASE = 15 * 1024 + 512
 # npkern (the fallback's native loops): on the unix port its machine code lies outside
 # the GC heap; its module table and constants stay (measured).  A board that loads
 # native code into its heap (rp2) needs its .mpy size on top.
@@ -101,7 +107,7 @@ WORD_FIGURES = {
             native=NATIVE_KERNELS, frozen_code=FROZEN_CODE_PER_MPY_BYTE, base_frozen=BASE_FROZEN),
     # (base: 15 KB as measured before the model's tables were planned apart, less their
     # share in it; 12 KB left the digits MLP on 32-bit ulab no margin)
-    4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=14 * 1024,
+    4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=17 * 1024,
             native=4 * 1024, frozen_code=0.26, base_frozen=13 * 1024),
 }
 # A board with a littlefs file system (rp2, esp32: boards.json "fs") holds its caches
@@ -222,7 +228,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         mods.add('npfallback')
     if settings.get('stream'):
         mods.add('stream')
-        if any(op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D') for op in g.ops):
+        if any(SPECS[op.name].kernel == 'op_conv' for op in g.ops):
             mods.add('convrows')        # (counted whether or not a weight is that large)
     if settings.get('cache'):
         mods.add('prefix')
@@ -241,21 +247,36 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     if t['fs'] == 'littlefs':
         parts['interpreter'] += LITTLEFS
     # the model's tables (utrain.flat): per op a tuple of (code, inputs, outputs,
-    # options), each option a boxed float, and two free lists; per tensor its shape
-    # tuple and list slots.  About 1 KB per conv op on 64-bit: 95 KB for a MobileNetV2,
-    # which trains from a prefix cache in 266 KB (the part the other terms left unplanned)
+    # options), its list slots (ops, kernel modules, both free lists) and backward-list
+    # entry; ops with equal options share one options object (a float32 array, one boxed
+    # float, or the empty tuple), and each op's free lists are tuples of what dies there
+    # (none: the shared empty tuple); tensors of one shape share its tuple.  About 1 KB
+    # per conv op on 64-bit: 95 KB for a MobileNetV2, which trains from a prefix cache in
+    # 266 KB (the part the other terms left unplanned); the unrolled LSTM's 265 ops:
+    # 38 KB on a 32-bit board (measured: Net less its weights)
     w, B = t['word'], t['block']
     tup = lambda n: -(-(2 * w + w * n) // B) * B     # noqa: E731
-    tables = 0
+    blk = lambda n: -(-n // B) * B                    # noqa: E731
+    tables, seen_opts = 0, set()
+    dies = {}
+    for k, i in plan.last_use.items():
+        if kinds[k] == ACT:
+            dies[i] = dies.get(i, 0) + 1
     for op in g.ops:
         spec = SPECS[op.name]
-        no = len(spec.options(op, g))
-        tables += (tup(4) + tup(len(spec.inputs(op))) + tup(len(op.outputs)) + tup(no)
-                   + no * B + 2 * (B + tup(1)))     # free lists: object and items
+        opts = tuple(spec.options(op, g))
+        no = len(opts)
+        tables += tup(4) + tup(len(spec.inputs(op))) + tup(len(op.outputs)) + 4 * w
+        if no and opts not in seen_opts:
+            seen_opts.add(opts)
+            tables += (blk(4 * w) + blk(4 * no)) if no > 1 else tup(1) + B
+        if op.index in dies:
+            tables += 2 * tup(dies[op.index])
         if settings.get('stream'):     # utrain.stream's per-op list of (tensor, slot, size)
             nc = sum(1 for k in spec.inputs(op) if k >= 0 and kinds[k] == CONST)
             tables += tup(nc) + nc * tup(3) + w
-    parts['model tables'] = tables + len(shapes) * (tup(2) + 3 * w)
+    tables += len(plan.backward) * (tup(2) + w)
+    parts['model tables'] = tables + len(shapes) * 3 * w + len(set(shapes)) * tup(2)
     parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
     consts = [k for k, kind in enumerate(kinds) if kind == CONST]
     if settings.get('stream'):
@@ -290,10 +311,14 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     # batch 1, and then every weight's gradient is summed (Trainer.configure)
     uses = [k for op in g.ops for k in op.inputs if k in plan.params]
     shared = len(uses) > len(set(uses))
-    parts['gradient sums'] = 0 if batch == 1 and not shared else sum(A(state[k]) for k in plan.params)
-    # op_split keeps one input-sized gradient buffer per SPLIT all run
-    splits = sum(A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops
-                 if op.name in ('SPLIT', 'SPLIT_V'))
+    # a kernel with WGRAD_WHOLE (op_conv) sums its weight whole, ranked or not (Sums.alloc)
+    from .device import module
+    whole = {op.inputs[1] for op in g.ops
+             if getattr(module(SPECS[op.name].kernel), 'WGRAD_WHOLE', False)}
+    parts['gradient sums'] = 0 if batch == 1 and not shared else sum(
+        A(size[k] if k in whole else state[k]) for k in plan.params)
+    # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's held)
+    splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
     if splits:
         parts['split gradient buffers'] = splits
     parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
@@ -354,7 +379,10 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
         # RMSprop more): a 573 KB trained 1x1 conv needed 2485 KB where 1860 KB were planned
         wsum = sum(A(size[k]) for k in spec.inputs(op)
                    if k in plan.params and plan.params[k][1] == 'weight') if spec.wgrad == 'whole' else 0
-        peak = max(peak, cur + bo * A(size[o]) + bi * A(n_in) + spec.taps * A(0)
+        # input-sized temporaries (dx and what makes it) only where the op passes a
+        # gradient on (flag 1): the lowest trainable op makes none (the DS-CNN's trained
+        # 1x1 conv was planned 60 KB of dx it never makes: 1.5x its smallest heap)
+        peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0)
                    + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0))
         for k in op.outputs:
             grads.pop(k, None)
@@ -379,10 +407,13 @@ def gc_every(g, planned) -> int:
     """train.json's run.gc_every: collect every 1/32 of the heap while training when an
     activation is large next to the heap (at least 1/128 of the plan: the digits CNN's
     2 KB, a 16x16 CNN's 8 KB conv output), whose remaking fragments a small heap
-    (docs/memory.md); else 0, only when the heap is full: collections cost time (the
-    digits MLP on 32-bit unix: 2.3x per sample) and its small arrays gain little."""
+    (docs/memory.md), or when the model has 16 ops or more; else 0, only when the heap
+    is full: collections cost time (the digits MLP on 32-bit unix: 2.3x per sample) and
+    its small arrays gain little."""
     big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
-    return 32 if 4 * big * 128 >= planned else 0
+    # ... or when a step makes many arrays (16 ops or more): the zoo's LayerNorm+GELU
+    # block (24 ops, 1 KB activations) needed 150 KB without collections, 130 with
+    return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
 
 
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned, board=None) -> str:

@@ -59,6 +59,10 @@ class OpSpec:
     # says the sink must give the kernel a whole-shaped array under a rank (grad(k)):
     # that implies 'whole', not the converse (docs/flat-model.md, adding an op)
     wgrad: str = 'whole'
+    # for the planner: input-sized buffers the kernel keeps from its forward pass until
+    # the backward pass is over (op_split's gradient buffer, summed over the outputs'
+    # gradients as they arrive)
+    held: int = 0
 
     @property
     def code(self) -> int:
@@ -534,8 +538,9 @@ def _gelu_options(op, g=None):
 
 SPECS.update({s.name: s for s in [
     OpSpec('SPLIT', {}, _split_options, _none, data_inputs=(1,), device_inputs=(1,),
-           fwd=(0, 0), bwd=(0, 1)),
-    OpSpec('SPLIT_V', {}, _split_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 1)),
+           fwd=(0, 0), bwd=(0, 1), held=1),
+    OpSpec('SPLIT_V', {}, _split_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 1),
+           held=1),
     OpSpec('RSQRT', {}, _none, _out),
     OpSpec('SQRT', {}, _none, _out),
     OpSpec('GELU', {}, _gelu_options, _in, fwd=(5, 0), bwd=(6, 1)),

@@ -389,3 +389,15 @@ def test_budget_advice_counts_ops_as_the_file_does(tmp_path):
         s = prepare(model, str(tmp_path / 'p'), loss='scce', from_logits=True, backend='ulab',
                     budget='100K', **kw)
         assert s['heap']['total'] // 1024 == int(kb), (flags, s['heap']['total'])
+
+
+def test_a_ranked_conv_weight_is_summed_whole_at_batch_above_1(tmp_path):
+    # op_conv adds its weight gradient tap by tap into a whole-shaped sum (WGRAD_WHOLE,
+    # Sums.alloc), ranked or not: the planner counted it at the rank's size
+    cnn = os.path.join(DIGITS, 'digits_cnn.circle')
+    sums = {}
+    for rank in ('1/2', 'all'):
+        s = prepare(cnn, str(tmp_path / rank.replace('/', '_')), loss='scce', batch=4,
+                    train='none', ranks='0:%s,5:bias' % rank)
+        sums[rank] = s['heap']['parts']['gradient sums']
+    assert sums['1/2'] == sums['all'] > 0
