@@ -77,7 +77,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
         ops += struct.pack(f'<{len(opts)}f', *opts)
     bwd = b''.join(struct.pack('<HH', i, fl) for i, fl in plan.backward)
     bwd += b''.join(struct.pack(RANK, k, ax, 0, lo, hi) for k, (ax, lo, hi) in sorted(plan.ranks.items()))
-    bwd += b''.join(struct.pack(_dev.BAND, *b) for b in plan.bands)
+    bwd += b''.join(struct.pack(module('bands').BAND, *b) for b in plan.bands)
     data_start = table_at + 16 * nt + len(ops) + len(bwd)
     data_start += -data_start % 4
     tensors = bytearray()

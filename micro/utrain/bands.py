@@ -289,6 +289,21 @@ class Rows:
         return a
 
 
+BAND = '<HHH'       # the .flat's band table: per group first op, op after it, rows per band
+
+
+def table(b, nops, name, err):
+    """{first op: (op after the group, rows per band)} from the .flat's band table b."""
+    from struct import unpack_from
+    bands = {}
+    for i in range(len(b) // 6):
+        lo, hi, rows = unpack_from(BAND, b, 6 * i)
+        if not lo < hi <= nops or not rows:
+            raise err('%s: bad band group %d (ops %d..%d, %d rows)' % (name, i, lo, hi - 1, rows))
+        bands[lo] = (hi, rows)
+    return bands
+
+
 def rows(net):
     """Rows when the band group at op 0 is the only reader of the model's input (the
     trainer then hands it Rows instead of the sample), else None."""

@@ -44,7 +44,6 @@ _GELU = const(150)
 MAGIC = b'UTFM'
 VERSION = 2
 HDR = '<4sHHHHHBBIIHHI'   # ... data_start, size, n_ranks, n_bands, crc32 (of the file with it zero)
-BAND = '<HHH'            # band group: first op, op after it, rows per band (utrain.bands)
 RANK = '<HBBII'
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
@@ -171,13 +170,9 @@ def load(net, f, name, wof):
         if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][ax]:
             raise ModelError('%s: bad rank entry %d (tensor %d)' % (name, i, k))
         rank[k] = (ax, lo, hi)
-    # band groups (utrain.bands): first op -> (op after the group, rows per band)
-    net.bands = bands = {} if nbd else None
-    for i in range(nbd):
-        lo, hi, rows = unpack(BAND, _read(f, 6, name, 'band table'))
-        if not lo < hi <= nops or not rows:
-            raise ModelError('%s: bad band group %d (ops %d..%d, %d rows)' % (name, i, lo, hi - 1, rows))
-        bands[lo] = (hi, rows)
+    # band groups: read by utrain.bands, imported only by a model that has them
+    net.bands = nbd and __import__('utrain.bands').bands.table(_read(f, 6 * nbd, name, 'band table'),
+                                                               nops, name, ModelError)
     net.shape = shape
     net.ops, net.mods, net.bwd = ops, mods, bwd
     # what to drop after each op: inference frees every dead tensor, training
