@@ -407,7 +407,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if note:
         log(note)
     sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
-                     split_seed, select_layers, log) if select else None
+                     split_seed, select_layers, log,
+                     dict(board=board, cache=cache, bands=bands)) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
@@ -434,15 +435,18 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
-               split_seed, layers, log):
-    """--select auto|board: host_tools/select.py chooses the ranks within the budget."""
+               split_seed, layers, log, target=None):
+    """--select auto|board: host_tools/select.py chooses the ranks within the budget,
+    pricing each candidate as plan_memory will plan the choice (target: its board, cache
+    and bands arguments)."""
     from . import select as sl
     limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
     if mode == 'auto':
         res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
-                             rewrite, log=log)
+                             rewrite, log=log, target=target)
     elif mode == 'board':
-        res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log)
+        res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log,
+                              target=target)
     else:
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     for line in sl.report(res):

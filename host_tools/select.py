@@ -100,9 +100,13 @@ def classifier(g, cands):
 class Pricer:
     """Heap plan and step MACs of a rank assignment {op (graph as given): rank}."""
 
-    def __init__(self, model_path, settings, backend, rewrite=True):
+    def __init__(self, model_path, settings, backend, rewrite=True, target=None):
+        """target: prepare's plan_memory arguments besides the graph ({'board', 'cache',
+        'bands'}): every candidate is priced for the board, cache and row bands the
+        user's prepare plans with, so the choice's price is its final plan."""
         from .circle_io import read_model
         self.path, self.settings, self.backend, self.rewrite = model_path, settings, backend, rewrite
+        self.target = target or {}
         self.g0 = read_model(model_path)
         self.memo = {}
 
@@ -118,7 +122,7 @@ class Pricer:
         if key not in self.memo:
             from .prepare import plan_memory
             g, p = self.build(ranks)
-            h = plan_memory(g, p, self.settings, self.backend, fisher=fisher)
+            h = plan_memory(g, p, self.settings, self.backend, fisher=fisher, **self.target)
             self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
                               'params': trained_params(g, p), 'plan': h}
         return self.memo[key]
@@ -306,14 +310,14 @@ def _code_stamp() -> str:
 # ---------------------------------------------------------------- --select auto
 
 def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, split_seed=0,
-                rewrite=True, log=print, **trial_opts) -> dict:
+                rewrite=True, log=print, target=None, **trial_opts) -> dict:
     """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
     given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
     the trial gains, and 'fallback' (why) when only the classifier trains}."""
     if not data:
         raise PrepareError('--select auto measures what each layer gains on data: give --data '
                            '(a proxy dataset: a few hundred samples like the board\'s)')
-    pr = Pricer(model_path, settings, backend, rewrite)
+    pr = Pricer(model_path, settings, backend, rewrite, target)
     g = pr.g0
     cands = layers(g)
     cls = classifier(g, cands)
@@ -418,11 +422,11 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
 # ---------------------------------------------------------------- --select board
 
 def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=None,
-                 samples=FISHER_SAMPLES, log=print) -> dict:
+                 samples=FISHER_SAMPLES, log=print, target=None) -> dict:
     """The candidate set the board chooses from: from the classifier backwards, each
     layer at the largest rank (all, 1/2, 1/4, 1/8, bias) that keeps the whole set (and
     the board's Fisher pass) within the budget.  Returns {'ranks', 'select', 'price'}."""
-    pr = Pricer(model_path, settings, backend, rewrite)
+    pr = Pricer(model_path, settings, backend, rewrite, target)
     g = pr.g0
     cands = layers(g)
     cls = classifier(g, cands)

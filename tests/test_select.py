@@ -203,3 +203,15 @@ def test_fisher_potentials_match_pytorch(tmp_path):
     for i in range(3):
         np.testing.assert_allclose(np.asarray(P[i]).ravel(), (want[i] / 24).numpy(),
                                    rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize('board', [None, 'rp2040', 'esp32-psram'])
+def test_candidates_are_priced_for_the_board_given(tmp_path, data, board):
+    # selection priced every candidate with the default simulated board's figures: with
+    # --board rp2040 the board's set was priced 162 KB and planned 148 KB by prepare, so a
+    # budget between the two refused candidates that fit
+    said = []
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='board',
+                board=board, log=said.append, **SETTINGS)
+    line = next(m for m in said if m.startswith('select board:'))
+    assert 'planned %d KB' % (s['heap']['total'] // 1024) in line, (line, s['heap']['total'])
