@@ -63,6 +63,9 @@ class OpSpec:
     # the backward pass is over (op_split's gradient buffer, summed over the outputs'
     # gradients as they arrive)
     held: int = 0
+    # the device weight's axis that holds the output channels a rank (sparse update)
+    # trains: rows ([O, ...]: FC, CONV_2D), or columns (DEPTHWISE_CONV_2D's [taps, C*M])
+    out_axis: int = 0
 
     @property
     def code(self) -> int:
@@ -266,7 +269,7 @@ SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
            shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24),
     OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
-           fwd=(2, 1), bwd=(3, 3), taps=24),
+           fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1),
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),

@@ -158,14 +158,15 @@ def select_trainable(g: Graph, ops: set, ranks: dict = None):
 
 def rank_ranges(g: Graph, params: dict, ranks: dict) -> dict:
     """{tensor: (axis, lo, hi)} for parameters that train only some output channels:
-    a weight's rows on the device ([O, ...]), a bias's columns ([1, O])."""
+    a weight's rows on the device ([O, ...]; a depthwise weight's columns, [taps, C*M]:
+    its row's out_axis), a bias's columns ([1, O])."""
     shapes = device_shapes(g)
     out = {}
     for k, (i, role) in params.items():
         r = (ranks or {}).get(i, 0)
         if r < 2:
             continue
-        axis = 0 if role == 'weight' else 1
+        axis = SPECS[g.ops[i].name].out_axis if role == 'weight' else 1
         n = shapes[k][axis]
         lo, hi = channel_range(r, n)
         if hi - lo < 1:

@@ -75,10 +75,8 @@ def layers(g):
                  and g.tensors[op.inputs[p]].data is not None}
         if not roles:
             continue
-        if op.name in ('FULLY_CONNECTED', 'CONV_2D'):
-            kinds = list(RATIOS)
-        elif op.name == 'DEPTHWISE_CONV_2D':
-            kinds = [0]         # its device weight is [taps, C]: a rank would cut taps
+        if op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D'):
+            kinds = list(RATIOS)    # a depthwise rank cuts its channels (row's out_axis)
         else:
             kinds = [0]
         if 'bias' in roles.values() and 'weight' in roles.values():

@@ -401,3 +401,33 @@ def test_a_ranked_conv_weight_is_summed_whole_at_batch_above_1(tmp_path):
                     train='none', ranks='0:%s,5:bias' % rank)
         sums[rank] = s['heap']['parts']['gradient sums']
     assert sums['1/2'] == sums['all'] > 0
+
+
+@pytest.mark.parametrize('where', ['python', 'micropython'])
+def test_a_depthwise_rank_trains_exactly_its_channels(tmp_path, data, where):
+    # a depthwise weight is [taps, C*M] on the device: a rank cuts its columns.  With only
+    # that op training, SGD and one sample, the ranked run's channels equal the whole
+    # run's (the gradient is taken before any update) and the others keep their values
+    if where == 'micropython' and not MP:
+        pytest.skip('no MicroPython')
+    cnn = os.path.join(DIGITS, 'digits_cnn.circle')     # op 2: DEPTHWISE_CONV_2D, 8 -> 16
+    z = np.load(data)
+    np.savez(str(tmp_path / 'one.npz'), x=z['x'][:1], y=z['y'][:1])
+    g = read_model(cnn)
+    w_k, b_k = g.ops[2].inputs[1], g.ops[2].inputs[2]
+    got = {}
+    for rank in ('all', '1/2', '1/4'):
+        out = str(tmp_path / rank.replace('/', '_'))
+        prepare(cnn, out, data=str(tmp_path / 'one.npz'), loss='scce', optimizer='sgd', lr=0.5,
+                batch=1, epochs=1, train='none', ranks='2:' + rank)
+        code, text = runner.run(out, python=where == 'python', stream=False)
+        assert code == 0, text
+        got[rank] = read_wof(os.path.join(out, 'trained.wof'), g)
+    w0, b0 = g.tensors[w_k].data.reshape(-1, 16), g.tensors[b_k].data
+    full_w, full_b = got['all'][w_k].reshape(-1, 16), got['all'][b_k]
+    assert not np.allclose(full_w, w0)
+    for rank, hi in (('1/2', 8), ('1/4', 4)):
+        w, b = got[rank][w_k].reshape(-1, 16), got[rank][b_k]
+        np.testing.assert_allclose(w[:, :hi], full_w[:, :hi], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(b[:hi], full_b[:hi], rtol=1e-5, atol=1e-7)
+        assert np.array_equal(w[:, hi:], w0[:, hi:]) and np.array_equal(b[hi:], b0[hi:])
