@@ -16,6 +16,8 @@ Columns (us = microseconds per training sample):
   Py/dot      that over bare np.dot calls on the same GEMM sizes, same process
   torch us    PyTorch eager, same graph and weights, SGD step per sample, 1 thread
   Py/torch    Py us over torch us;  ONERT us, Py/ONERT: ONERT training, same file
+Frozen convs run whole (prepare --bands 0): row bands trade time for memory, 1.5x on
+the fallback and up to 6x under ulab (python bench/zoo/mobilenet.py --whole prints it).
 The in-process engines (Py, np.dot, torch, ONERT) run in many short alternating rounds;
 MicroPython alternates with its bare loop inside its own process.  Times are CPU time
 (process_time: medians of the rounds; /proc/self/schedstat under MicroPython, tick-
@@ -152,7 +154,7 @@ def measure(name, path, setting, tmp, a):
         npz = os.path.join(tmp, 'data.npz')
         np.savez(npz, x=x, y=y)
         prepare(path, out, data=npz, loss='scce' if classifier else 'mse', optimizer='sgd',
-                lr=0.01, batch=1, epochs=1, train=setting)
+                lr=0.01, batch=1, epochs=1, train=setting, bands=0)
         try:
             row['MP us'], row['MP/loop'] = micropython_step(out, cfg)
         except Exception as e:          # noqa: BLE001  (a row says why, the table goes on)

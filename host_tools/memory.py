@@ -226,6 +226,10 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
     if arrays == 'fallback':
         mods.add('npfallback')
+    banded = {i for lo, hi, _ in plan.bands for i in range(lo, hi)}
+    for op in g.ops:                    # the modules a kernel's steps import
+        if SPECS[op.name].steps:
+            mods.update(SPECS[op.name].steps(op, g, arrays, op.index in banded))
     if settings.get('stream'):
         mods.add('stream')
         if any(SPECS[op.name].kernel == 'op_conv' for op in g.ops):

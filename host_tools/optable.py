@@ -66,6 +66,9 @@ class OpSpec:
     # the device weight's axis that holds the output channels a rank (sparse update)
     # trains: rows ([O, ...]: FC, CONV_2D), or columns (DEPTHWISE_CONV_2D's [taps, C*M])
     out_axis: int = 0
+    # (op, graph, arrays, banded) -> device modules the kernel's steps import on that
+    # array backend ('fallback' | 'ulab'), banded: the op runs in a row band
+    steps: Callable = None
 
     @property
     def code(self) -> int:
@@ -252,6 +255,16 @@ def _mean_options(op, g):
                    opc.M_INNER: prod(dims[last + 1:])})
 
 
+def _conv_steps(op, g, arrays, banded):
+    # ulab's steps (utrain.ulconv) take stride-1 convs whose output is the input's size;
+    # the others, and a band's strips, walk rows (utrain.convwalk)
+    if arrays != 'ulab':
+        return ()
+    same = (_strides(op) == (1, 1) and not banded
+            and g.tensors[op.inputs[0]].shape[1:3] == g.tensors[op.outputs[0]].shape[1:3])
+    return ('ulconv',) if same else ('ulconv', 'convwalk')
+
+
 def _conv_saves(op, flags):
     return _fc_saves(op, flags)          # x when W trains, y when fused
 
@@ -267,9 +280,9 @@ def _avgpool_saves(op, flags):
 
 SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
-           shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24),
+           shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps),
     OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
-           fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1),
+           fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps),
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),

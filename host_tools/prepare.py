@@ -92,12 +92,15 @@ def select_rewrite_plan(source, train, ranks, rewrite=True):
 
 
 def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=False,
-                bands=None) -> dict:
+                bands=None, limit=None) -> dict:
     """The heap-plan pass (memory.plan_heap) for the rewritten graph g and its plan p with
     settings s: cache 'host' plans the board from the first op that trains; fisher adds
     the board's selection pass (--select board).  bands: the row-band pass
     (host_tools/bands.py) sets p.bands: rows per band (None: 1 where that lowers the
-    plan; 0: none; not with cache 'host', where the board does not run the prefix)."""
+    plan, and where a limit is known (limit(heap): the board's heap or the budget, or
+    None) only when the plan without them exceeds it: a band costs time, 1.5x on the
+    fallback and 6x under ulab for the DS-CNN's frozen convs; 0: none; not with cache
+    'host', where the board does not run the prefix)."""
     from .memory import plan_heap
     s = dict(s, cache=cache)
     if cache == 'host':         # the board runs from the first op that trains
@@ -105,7 +108,8 @@ def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=Fal
         s['prefix'] = min(op.index for op in g.ops
                           if any(k in p.params for k in SPECS[op.name].inputs(op)))
     heap = plan_heap(g, p, s, backend, board)
-    if bands != 0 and cache != 'host':
+    lim = limit(heap) if limit and not bands else None
+    if bands != 0 and cache != 'host' and (lim is None or heap['total'] > lim):
         from .bands import choose
         from .memory import array_bytes, target
         tg = target(board)
@@ -403,12 +407,13 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress)
+    limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
     sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
                      split_seed, select_layers, log,
-                     dict(board=board, cache=cache, bands=bands)) if select else None
+                     dict(board=board, cache=cache, bands=bands, limit=limit)) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
@@ -417,7 +422,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
-    heap = plan_memory(g, p, s, backend, board, cache, fisher, bands)
+    heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite)
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))

@@ -1,9 +1,9 @@
 # CONV_2D and DEPTHWISE_CONV_2D on [H*W, C] activations (batch 1, NHWC order).
 # Option floats (host_tools/optable.py _spatial): act, H, W, C, OH, OW, OC, KH, KW,
 # stride h, w, dilation h, w, pad top, pad left [, depth multiplier].
-# The work is walked tap by tap: for one output row and one kernel tap (kh, kw) the
-# input pixels are a strided run of x's rows, so each step is one np.dot / product
-# on views -- no im2col of the image.
+# The steps are the backend's (utrain.xnp.conv_steps) or, where it declines,
+# utrain.convwalk's: one output row and kernel tap (kh, kw) at a time, whose input
+# pixels are a strided run of x's rows (walk() below), no im2col of the image.
 # CONV_2D: weight circle [O, KH, KW, I] seen as [O, KH*KW*I]; tap k is columns
 #   k*I:(k+1)*I.  y[oh, ow] = act(sum_taps x[ih, iw] . W_k^T + b).
 #   Backward: dz = act'(y) dy; dW_k += dz_run^T . x_run; db += sum dz; dx_run += dz_run . W_k.
@@ -85,29 +85,24 @@ def _bias(rt, ins, y):
         y += rt.t[ins[2]]
 
 
+def _steps(kind, out, p, q, o, sw):
+    # the backend's steps (utrain.xnp.conv_steps: the fallback's native loops, numpy's
+    # a tap at a time, ulab's utrain.ulconv), else a row and tap at a time
+    if not conv_steps(kind, out, p, q, o, walk, sw):
+        from utrain.convwalk import steps
+        steps(kind, out, p, q, o, walk, sw)
+
+
 def forward(rt, op):
     code, ins, outs, o = op
     t = rt.t
     x, w = t[ins[0]], t[ins[1]]
-    sw = int(o[_G_SW])
     y = zeros(rt.shape[outs[0]])
-    # conv_steps: the pure-MicroPython fallback does all steps in one call (xnp.py)
     if w is None:
         from utrain.convrows import steps
         steps(rt, op, y, x, False)
-    elif conv_steps and conv_steps('Cf' if code == _CONV_2D else 'Df', y, x, w, o, walk, sw):
-        pass
-    elif code == _CONV_2D:
-        I = int(o[_G_C])
-        wt = [w[:, k * I:(k + 1) * I].T for k in range(int(o[_G_KH]) * int(o[_G_KW]))]
-        for k, xr, yr, n in walk(o):
-            ys = y[yr:yr + n]
-            ys += np.dot(x[xr:xr + (n - 1) * sw + 1:sw], wt[k])
     else:
-        x = _spread(x, int(o[_G_MULT]))
-        for k, xr, yr, n in walk(o):
-            ys = y[yr:yr + n]
-            ys += x[xr:xr + (n - 1) * sw + 1:sw] * w[k]
+        _steps('Cf' if code == _CONV_2D else 'Df', y, x, w, o, int(o[_G_SW]))
     _bias(rt, ins, y)
     t[outs[0]] = act(y, int(o[_ACT]))
 
@@ -119,56 +114,16 @@ def backward(rt, op, dy, flags):
     dz = act_grad(dy, t[outs[0]], a) if a else dy
     if flags & _DB:
         rt.sink.grad(ins[2], np.sum(dz, axis=0))
-    if not flags & (_DW | _DX):
-        return
     w = t[ins[1]]
-    x = t[ins[0]] if flags & _DW else None
-    g = rt.sink.grad(ins[1]) if flags & _DW else None
-    dx = zeros(rt.shape[ins[0]]) if flags & _DX else None
     sw = int(o[_G_SW])
-    if w is None:                   # frozen, streamed by rows: only dx
-        from utrain.convrows import steps
-        steps(rt, op, dx, dz, True)
-        rt.add_grad(ins[0], dx)
-        return
-    if conv_steps:
-        c = 'C' if code == _CONV_2D else 'D'
-        if g is not None and conv_steps(c + 'w', g, dz, x, o, walk, sw):
-            g = None
-        if dx is not None and conv_steps(c + 'x', dx, dz, w, o, walk, sw):
-            rt.add_grad(ins[0], dx)
-            dx = None
-        if g is None and dx is None:
-            return
-    if code == _CONV_2D:
-        I = int(o[_G_C])
-        taps = range(int(o[_G_KH]) * int(o[_G_KW]))
-        wk = [w[:, k * I:(k + 1) * I] for k in taps]
-        gk = [g[:, k * I:(k + 1) * I] for k in taps] if g is not None else None
-        for k, xr, yr, n in walk(o):
-            e = xr + (n - 1) * sw + 1
-            dzs = dz[yr:yr + n]
-            if g is not None:
-                gv = gk[k]
-                gv += np.dot(dzs.T, x[xr:e:sw])
-            if dx is not None:
-                dxs = dx[xr:e:sw]
-                dxs += np.dot(dzs, wk[k])
-    else:
-        M = int(o[_G_MULT])
-        x = _spread(x, M) if x is not None else None
-        dxm = dx if M == 1 or dx is None else zeros((dx.shape[0], w.shape[1]))
-        for k, xr, yr, n in walk(o):
-            e = xr + (n - 1) * sw + 1
-            dzs = dz[yr:yr + n]
-            if g is not None:
-                gv = g[k]
-                gv += np.sum(dzs * x[xr:e:sw], axis=0)
-            if dx is not None:
-                dxs = dxm[xr:e:sw]
-                dxs += dzs * w[k]
-        if dxm is not dx:
-            for m in range(M):
-                dx += dxm[:, m::M]
-    if dx is not None:
+    c = 'C' if code == _CONV_2D else 'D'
+    if flags & _DW:
+        _steps(c + 'w', rt.sink.grad(ins[1]), dz, t[ins[0]], o, sw)
+    if flags & _DX:
+        dx = zeros(rt.shape[ins[0]])
+        if w is None:               # frozen, streamed by rows
+            from utrain.convrows import steps
+            steps(rt, op, dx, dz, True)
+        else:
+            _steps(c + 'x', dx, dz, w, o, sw)
         rt.add_grad(ins[0], dx)

@@ -1,0 +1,77 @@
+# op_conv's steps under ulab (utrain.xnp.conv_steps): a few array calls per kernel tap
+# instead of a few per output row and tap (ulab's time goes in calls, not arithmetic).
+# Stride-1 convs whose output is the input's size (SAME padding: MobileNet's and DS-CNN's
+# 3x3 depthwise convs, every 1x1 conv) take _same; the others return False and op_conv
+# walks rows as before.
+# Kinds: 'Cf'/'Df' out=y, p=x, q=w;  'Cw'/'Dw' out=dW, p=dz, q=x;  'Cx'/'Dx' out=dx,
+# p=dz, q=w.
+from utrain.xnp import np, zeros, const
+_G_H = const(1)
+_G_W = const(2)
+_G_OH = const(4)
+_G_OW = const(5)
+_G_KH = const(7)
+_G_KW = const(8)
+_G_SH = const(9)
+_G_DH = const(11)
+_G_DW = const(12)
+_G_PT = const(13)
+_G_PL = const(14)
+
+
+def steps(kind, out, p, q, o, walk, sw):
+    # stride 1, output the input's size: y and x share the pitch W, so tap (kh, kw) is
+    # y[j] += x[j + d] . W_k over one run of j (the rows where the tap lands), with the
+    # columns where it falls off the image zeroed in the product before it is added
+    # (a tap's product, input- or output-sized, is the op's planned temporary).  Each
+    # output gets its taps in the walk's order: forward and dx are the walk's floats.
+    H, W = int(o[_G_H]), int(o[_G_W])
+    if sw != 1 or int(o[_G_SH]) != 1 or int(o[_G_OH]) != H or int(o[_G_OW]) != W:
+        return False
+    KW, dh, dw, pt, pl = int(o[_G_KW]), int(o[_G_DH]), int(o[_G_DW]), int(o[_G_PT]), int(o[_G_PL])
+    f = kind[1]
+    conv = kind[0] == 'C'
+    x = q if f == 'w' else p
+    I = (out if f == 'x' else x).shape[1]
+    M = 1 if conv else (out if f == 'f' else p).shape[1] // I
+    n = H * W
+    t = out
+    if M > 1:                       # depthwise multiplier: x spread to C*M channels
+        if f == 'x':
+            t = zeros((n, I * M))
+        else:
+            from utrain.op_conv import _spread
+            x = _spread(x, M)
+    for k in range(int(o[_G_KH]) * KW):
+        dr = k // KW * dh - pt
+        dc = k % KW * dw - pl
+        d = dr * W + dc
+        j0 = max(max(0, -dr) * W, -d)
+        j1 = min(min(H, H - dr) * W, n - d)
+        if j1 <= j0:
+            continue
+        if f == 'x':
+            v = np.dot(p[j0:j1], q[:, k * I:(k + 1) * I]) if conv else p[j0:j1] * q[k]
+        elif f == 'f':
+            v = np.dot(x[j0 + d:j1 + d], q[:, k * I:(k + 1) * I].T) if conv else x[j0 + d:j1 + d] * q[k]
+        else:
+            v = p[j0:j1].copy() if conv else p[j0:j1] * x[j0 + d:j1 + d]
+        for c in range(W):          # output columns c whose input column c + dc is off
+            if c + dc < 0 or c + dc >= W:
+                v[(c - j0) % W::W] = 0.0
+        if f == 'x':
+            y = t[j0 + d:j1 + d]
+            y += v
+        elif f == 'f':
+            y = t[j0:j1]
+            y += v
+        elif conv:
+            y = t[:, k * I:(k + 1) * I]
+            y += np.dot(v.T, x[j0 + d:j1 + d])
+        else:
+            y = t[k]
+            y += np.sum(v, axis=0)
+    if t is not out:
+        for m in range(M):
+            out += t[:, m::M]
+    return True
