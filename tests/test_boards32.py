@@ -90,12 +90,6 @@ def test_planner_bounds_the_smallest_heap_on_32bit_unix(tmp_path, digits16, use,
 
 
 @needs('UTRAIN_MP32_ULAB')
-@pytest.mark.xfail(strict=False, reason=(
-    'smallest heap 97 KB since the row-band merge (96 before): the model loader '
-    '(utrain/flat.py) grew ~80 B of .mpy and the first backward pass no longer finds an '
-    '8 KB run for the conv activation gradient (20 KB free, largest run 7.3 KB); the layout '
-    'moves by a KB either way with the loader size.  The fix is an activation gradient '
-    'made in place, not a larger heap'))
 def test_small_cnn_trains_fully_within_96k_on_32bit_ulab(tmp_path, use):
     """The held-out target: a 16x16x1 CNN (3x3x8 SAME conv, 2x2 pool, FC; 2,645
     parameters) trains whole in a 96 KB heap on 32-bit ulab (before training collected

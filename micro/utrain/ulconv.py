@@ -1,8 +1,8 @@
 # op_conv's steps under ulab (utrain.xnp.conv_steps): a few array calls per kernel tap
 # instead of a few per output row and tap (ulab's time goes in calls, not arithmetic).
 # Stride-1 convs whose output is the input's size (SAME padding: MobileNet's and DS-CNN's
-# 3x3 depthwise convs, every 1x1 conv) take _same; the others return False and op_conv
-# walks rows as before.
+# 3x3 depthwise convs, every 1x1 conv) are done here; the others return False and
+# op_conv walks rows (utrain.convwalk).
 # Kinds: 'Cf'/'Df' out=y, p=x, q=w;  'Cw'/'Dw' out=dW, p=dz, q=x;  'Cx'/'Dx' out=dx,
 # p=dz, q=w.
 from utrain.xnp import np, zeros, const
@@ -17,14 +17,14 @@ _G_DH = const(11)
 _G_DW = const(12)
 _G_PT = const(13)
 _G_PL = const(14)
+_CH = const(512)
 
 
 def steps(kind, out, p, q, o, walk, sw):
     # stride 1, output the input's size: y and x share the pitch W, so tap (kh, kw) is
     # y[j] += x[j + d] . W_k over one run of j (the rows where the tap lands), with the
     # columns where it falls off the image zeroed in the product before it is added
-    # (a tap's product, input- or output-sized, is the op's planned temporary).  Each
-    # output gets its taps in the walk's order: forward and dx are the walk's floats.
+    # Each output gets its taps in the walk's order: forward and dx are the walk's floats.
     H, W = int(o[_G_H]), int(o[_G_W])
     if sw != 1 or int(o[_G_SH]) != 1 or int(o[_G_OH]) != H or int(o[_G_OW]) != W:
         return False
@@ -42,6 +42,11 @@ def steps(kind, out, p, q, o, walk, sw):
         else:
             from utrain.op_conv import _spread
             x = _spread(x, M)
+    # a tap's product is cut into pieces of at most _CH floats (or an image row): a 16x16x8
+    # conv's 8 KB product in one piece cost 6 KB of smallest heap on 32-bit ulab (102 KB;
+    # 96 at 512 floats), and the DS-CNN step 1.5x the instructions of the whole run at 128
+    O = (out if f == 'f' else p).shape[1]
+    step = max(W, _CH // (I if conv and f == 'x' else O))
     for k in range(int(o[_G_KH]) * KW):
         dr = k // KW * dh - pt
         dc = k % KW * dw - pl
@@ -50,27 +55,35 @@ def steps(kind, out, p, q, o, walk, sw):
         j1 = min(min(H, H - dr) * W, n - d)
         if j1 <= j0:
             continue
-        if f == 'x':
-            v = np.dot(p[j0:j1], q[:, k * I:(k + 1) * I]) if conv else p[j0:j1] * q[k]
-        elif f == 'f':
-            v = np.dot(x[j0 + d:j1 + d], q[:, k * I:(k + 1) * I].T) if conv else x[j0 + d:j1 + d] * q[k]
-        else:
-            v = p[j0:j1].copy() if conv else p[j0:j1] * x[j0 + d:j1 + d]
-        for c in range(W):          # output columns c whose input column c + dc is off
-            if c + dc < 0 or c + dc >= W:
-                v[(c - j0) % W::W] = 0.0
-        if f == 'x':
-            y = t[j0 + d:j1 + d]
-            y += v
-        elif f == 'f':
-            y = t[j0:j1]
-            y += v
-        elif conv:
-            y = t[:, k * I:(k + 1) * I]
-            y += np.dot(v.T, x[j0 + d:j1 + d])
-        else:
-            y = t[k]
-            y += np.sum(v, axis=0)
+        if f == 'w' and conv:       # dW_k += dz^T . x over the run, less the pixels
+            y = t[:, k * I:(k + 1) * I]     # it wrapped to: no dz-sized product
+            y += np.dot(p[j0:j1].T, x[j0 + d:j1 + d])
+            for c in range(W):
+                a = j0 + (c - j0) % W
+                if (c + dc < 0 or c + dc >= W) and a < j1:
+                    y -= np.dot(p[a:j1:W].T, x[a + d:j1 + d:W])
+            continue
+        for a in range(j0, j1, step):
+            b = min(a + step, j1)
+            if f == 'x':
+                v = np.dot(p[a:b], q[:, k * I:(k + 1) * I]) if conv else p[a:b] * q[k]
+            elif f == 'f':
+                v = np.dot(x[a + d:b + d], q[:, k * I:(k + 1) * I].T) if conv else x[a + d:b + d] * q[k]
+            else:
+                v = p[a:b] * x[a + d:b + d]
+            for c in range(W):      # output columns c whose input column c + dc is off
+                e = (c - a) % W     # (ulab 6.12 writes row len(v) for v[len(v)::W] = 0)
+                if (c + dc < 0 or c + dc >= W) and e < b - a:
+                    v[e::W] = 0.0
+            if f == 'x':
+                y = t[a + d:b + d]
+                y += v
+            elif f == 'f':
+                y = t[a:b]
+                y += v
+            else:
+                y = t[k]
+                y += np.sum(v, axis=0)
     if t is not out:
         for m in range(M):
             out += t[:, m::M]
