@@ -322,7 +322,8 @@ def main(argv=None):
     q.add_argument('--bands', type=int, metavar='ROWS',
                    help='compute the frozen high-resolution layers ROWS output rows at a time '
                         '(row bands, docs/memory.md; default: 1 where that lowers the heap '
-                        'plan; 0: never)')
+                        'plan and, with --board or --budget, only when the plan does not fit '
+                        'without them: they cost time; 0: never)')
     q.add_argument('--select', choices=['auto', 'board'],
                    help='choose what trains within --budget/--board: auto (short trials on '
                         '--data, the host picks) or board (the board picks by Fisher potential '
