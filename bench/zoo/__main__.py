@@ -1,4 +1,5 @@
-"""python -m bench.zoo [--quick] [--only NAME] [--no-mp] [--budget S]: the model zoo
+"""python -m bench.zoo [--quick] [--only NAME] [--no-mp] [--budget S] [--measure] [--boards]:
+the model zoo
 (issue 15) as one table, every figure measured in this run:
 
   model       the zoo model and where it comes from: PyTorch (bench/zoo/nets.py, tico) or
@@ -23,6 +24,13 @@
               TFLite Micro running the int8 file (int8: the error is the int8 model's
               quantization, utrain runs it dequantized)
   ONERT       the same against ONERT running the exported file (n/a where it cannot)
+  plan32 KB   (--boards) prepared short of memory (--stream --cache, row bands where they
+              lower the plan: 'b'), planned for a 32-bit board, fallback / ulab
+  heap32 KB   the smallest heap that trains it (3 samples, 2 epochs, evaluation,
+              checkpoint) on 32-bit unix MicroPython ($UTRAIN_MP32) / with ulab
+              ($UTRAIN_MP32_ULAB), code as .mpy
+  ep1 ms, ep2 ms, ep1/ep2   time per sample of epoch 1 (the board runs the frozen
+              prefix and caches its output) and epoch 2 (from the cache), 32-bit ulab
 
 Timing alternates utrain and its bare limit in short rounds (bench/__main__.py's
 side_by_side and step.py), CPU time, so other processes on a busy machine stay out.
@@ -53,6 +61,7 @@ N = 8                       # parity samples
 COLUMNS = ['model', 'train', 'params', 'trained', 'MACs', 'plan KB', 'heap KB', 'Py us',
            'Py/dot', 'MP us', 'MP/loop', 'parity', 'ONERT']
 
+BOARD_COLUMNS = ['plan32 KB', 'heap32 KB', 'ep1 ms', 'ep2 ms', 'ep1/ep2']
 # (name, source, which, layers that train: None = all)
 ZOO = [
     ('DS-CNN KWS 49x10 (PyTorch)', 'tico', 'dscnn', 2),
@@ -168,6 +177,8 @@ def measure(name, source, which, layers, tmp, a):
     w = models.work(g, train)
     row['MACs'] = w['macs']
     row['heap KB'] = measured_heaps(out, s['heap']['total']) if a.measure else 'skipped'
+    if a.boards:
+        board_rows(row, path, train, classifier, x, y, tmp, which)
     y_ut = utrain_forward(out, s, x)
     if source == 'keras' and which.endswith('int8'):
         ref = tflm(path, x, g)
@@ -193,6 +204,76 @@ def measure(name, source, which, layers, tmp, a):
         except Exception as e:  # noqa: BLE001
             row['MP us'] = row['MP/loop'] = 'n/a (' + err(e)[:40] + ')'
     return row
+
+
+BUILDS32 = (('stock', 'UTRAIN_MP32', 'fallback'), ('ulab', 'UTRAIN_MP32_ULAB', 'ulab'))
+
+
+def with_micropython(binary, f, *args, **kw):
+    old = os.environ.get('MICROPYTHON')
+    os.environ['MICROPYTHON'] = binary
+    try:
+        return f(*args, **kw)
+    finally:
+        if old is None:
+            os.environ.pop('MICROPYTHON')
+        else:
+            os.environ['MICROPYTHON'] = old
+
+
+def board_rows(row, path, train, classifier, x, y, tmp, which):
+    """The 32-bit columns (--boards): prepared as a user short of memory would (frozen
+    weights streamed, the frozen prefix cached by the board in epoch 1, row bands where
+    they lower the plan), planned for a 32-bit board, the smallest heap that trains (3
+    samples, 2 epochs, evaluation, checkpoint) on the 32-bit builds of
+    ../shared/board-sim.md, and the time per sample of epoch 1 (the board computes the
+    prefix) against epoch 2 (from the cache) on the 32-bit ulab build (else stock)."""
+    import re
+    from host_tools import runner
+    from host_tools.memory import smallest_heap
+    npz = os.path.join(tmp, which + '_b.npz')
+    np.savez(npz, x=x[:4], y=y[:4])
+    plans, heaps, times = [], [], None
+    for label, var, backend in BUILDS32:
+        binary = os.environ.get(var)
+        best = None
+        for bands in (0, 1):            # the lower plan, as prepare's default with no limit
+            out = os.path.join(tmp, '%s_%s_%d' % (which, label, bands))
+            s = prepare(path, out, data=npz, test_split=0.25, loss='scce' if classifier else 'mse',
+                        optimizer='sgd', lr=0.01, batch=1, epochs=2, train=train,
+                        dequantize=True, stream=True, cache=True, bands=bands,
+                        board='esp32-psram', backend=backend, log=lambda *a: None)
+            if best is None or s['heap']['total'] < best[1]['heap']['total']:
+                best = (out, s)
+        out, s = best
+        import json
+        with open(os.path.join(out, 'train.json')) as f:
+            c = json.load(f)
+        c['run']['keep_best'] = False       # every run saves (trains_in looks for it)
+        with open(os.path.join(out, 'train.json'), 'w') as f:
+            json.dump(c, f)
+        plans.append('%d%s' % (s['heap']['total'] // 1024, 'b' if s.get('bands') else ''))
+        if not binary or not os.path.exists(binary):
+            heaps.append('-')
+            continue
+        h = with_micropython(binary, smallest_heap, out, hi=4096 * 1024)
+        heaps.append('%d' % (h // 1024) if h else 'fails')
+        if h:
+            argv, env = with_micropython(binary, runner.command, out)
+            argv[argv.index('-X') + 1] = 'heapsize=%d' % (4096 * 1024)
+            for f in os.listdir(out):
+                if '.pfx' in f:
+                    os.remove(os.path.join(out, f))
+            import subprocess
+            r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=3600)
+            ms = [float(v) for v in re.findall(r'^epoch \d+/\d+ .*?\(([\d.]+) ms/sample', r.stdout, re.M)]
+            if len(ms) >= 2 and s['frozen_params']:     # (nothing frozen: nothing cached)
+                times = (label, ms[0], ms[1])
+    row['plan32 KB'] = ' / '.join(plans)
+    row['heap32 KB'] = ' / '.join(heaps)
+    if times:
+        row['ep1 ms'], row['ep2 ms'] = '%.1f (%s)' % (times[1], times[0]), '%.1f' % times[2]
+        row['ep1/ep2'] = '%.1fx' % (times[1] / max(times[2], 1e-3))
 
 
 def measured_heaps(out, plan):
@@ -230,6 +311,9 @@ def main(argv=None):
     ap.add_argument('--heap', default='16M', help='MicroPython heap for the timing runs')
     ap.add_argument('--no-mp', action='store_true', help='no MicroPython timing')
     ap.add_argument('--measure', action='store_true', help='also measure the smallest heap')
+    ap.add_argument('--boards', action='store_true', help='the 32-bit columns: plan, smallest '
+                    'heap on $UTRAIN_MP32 / $UTRAIN_MP32_ULAB, epoch 1 vs 2 time with the '
+                    'prefix cached')
     ap.add_argument('--only', help='models whose name or file contains this (comma-separated: any)')
     a = ap.parse_args(argv)
     if a.quick:
@@ -249,7 +333,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print('the zoo, untrained exports: training step SGD batch 1, time per sample')
-    print(table(rows, COLUMNS))
+    print(table(rows, COLUMNS + (BOARD_COLUMNS if a.boards else [])))
     return 0
 
 
