@@ -262,8 +262,8 @@ def test_viper_run_equals_cpython_run(tmp_path):
 def test_int8_settings_and_ops_refused(tmp_path):
     with pytest.raises(PrepareError, match='int8 training takes'):
         prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='adam')
-    with pytest.raises(PrepareError, match='DEPTHWISE_CONV_2D'):
-        prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
+    s = prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
+    assert len(s['trainable']) == 20      # every conv, depthwise conv and the dense layer
     s = prepare(DSCNN, str(tmp_path / 'c'), loss='scce', optimizer='sgd', train='last:4')
     assert len(s['trainable']) == 4       # the last pointwise conv and the dense layer
 
@@ -274,3 +274,128 @@ def test_bench_int8_quick():
     rows = int8.main(['--quick', '--models', 'mlp'])
     name, build, f, q, ratio, fc, fc_bare = rows[0]
     assert name == 'mlp' and f > 0 and q > 0 and fc > 0 and fc_bare > 0
+
+
+def _np_conv_taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW):
+    # (oy, ox, ky, kx, iy, ix) of every tap that reads the input
+    for oy in range(OH):
+        for ox in range(OW):
+            for ky in range(KH):
+                for kx in range(KW):
+                    iy, ix = oy * sh - ph + ky, ox * sw - pw + kx
+                    if 0 <= iy < H and 0 <= ix < W:
+                        yield oy, ox, ky, kx, iy, ix
+
+
+@pytest.mark.parametrize('kind,geo', [('conv', (5, 4, 3, 4, 3, 2, 2, 1, 'SAME')),
+                                      ('conv', (6, 5, 2, 3, 1, 1, 1, 1, 'VALID')),
+                                      ('dw', (5, 4, 3, 6, 3, 3, 1, 1, 'SAME')),
+                                      ('dw', (6, 6, 2, 2, 3, 3, 2, 2, 'SAME'))])
+def test_conv_dw_gradients_match_numpy(kind, geo):
+    """cdk/ddk (input gradient) and cgk/dgk (weight gradient) against numpy sums over
+    the taps that read each input, padding and stride included; DW with multiplier 2."""
+    from array import array
+    H, W, I, O, KH, KW, sh, sw, pad = geo
+    OH, ph = quant._pad(H, KH, sh, 1, pad)
+    OW, pw = quant._pad(W, KW, sw, 1, pad)
+    gm = array('i', [H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, 1, 1])
+    r = np.random.default_rng(hash(geo) % 1000)
+    x = r.integers(-128, 128, (H, W, I)).astype(np.int8)
+    dz = r.integers(-127, 128, (OH, OW, O)).astype(np.int8)
+    xz = 5
+    M = O // I
+    if kind == 'conv':
+        w = r.integers(-127, 128, (O, KH, KW, I)).astype(np.int8)
+    else:
+        w = r.integers(-127, 128, (KH, KW, O)).astype(np.int8)
+    dx_want = np.zeros((H, W, I), np.int64)
+    gw_want = np.zeros(w.shape, np.int64)
+    xs = x.astype(np.int64) - xz
+    for oy, ox, ky, kx, iy, ix in _np_conv_taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW):
+        z = dz[oy, ox].astype(np.int64)
+        if kind == 'conv':
+            dx_want[iy, ix] += z @ w[:, ky, kx, :].astype(np.int64)
+            gw_want[:, ky, kx, :] += np.outer(z, xs[iy, ix])
+        else:
+            dx_want[iy, ix] += (z * w[ky, kx].astype(np.int64)).reshape(I, M).sum(1)
+            gw_want[ky, kx] += z * np.repeat(xs[iy, ix], M)
+    dx = array('i', [7] * (H * W * I))
+    gw = array('i', [0] * w.size)
+    b8 = lambda a: bytearray(a.tobytes())  # noqa
+    if kind == 'conv':
+        K.cdk(dx, b8(dz), b8(w), gm)
+        K.cgk(gw, b8(dz), b8(x), xz, gm, 0, O)
+    else:
+        K.ddk(dx, b8(dz), b8(w), gm)
+        K.dgk(gw, b8(dz), b8(x), xz, gm)
+    assert list(dx) == dx_want.ravel().tolist()
+    assert list(gw) == gw_want.ravel().tolist()
+
+
+def test_dscnn_gradients_through_conv_dw_match_float_reference(tmp_path, monkeypatch):
+    """One SGD step of the int8 DS-CNN with its last two blocks' DW and pointwise convs,
+    MEAN and dense training: each layer's int8 update against the float gradient of the
+    dequantized model with fake-quantized activations (numpy), lr * dL/dW / s_W in weight
+    steps (QAS): the input gradients of FC, MEAN, CONV_2D and DEPTHWISE_CONV_2D carry it."""
+    g = read_model(DSCNN)
+    m = quant.write(g, str(tmp_path), 'last:7')
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    x = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))['x'][5]
+    xq = net.quantize_input(x.ravel().tolist())
+    label, lr = 3, 0.01
+    net.forward(xq)
+    L = net.layers
+    q = lambda b: np.frombuffer(bytes(b), np.int8).astype(np.float64)  # noqa
+    acts = [(q(xq) - m['zx']) * m['sx']] + [(q(l.y) - l.zy) * l.d['sy'] for l in L]
+    logits = acts[-1]
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    dy = p
+    dy[label] -= 1
+    want = {}
+    for i in range(len(L) - 1, 4, -1):
+        l, d = L[i], L[i].d
+        xin = acts[i]
+        if l.k == quant.MEAN:
+            dy = np.tile(dy / d['n'], d['n'])
+            continue
+        yq = q(l.y)
+        dz = dy * ((yq > l.lo) & (yq < l.hi))
+        sw = np.array(d['sw'])
+        wq = q(l.w)
+        if l.k == quant.FC:
+            W = wq.reshape(l.nout, -1) * sw[:, None]
+            gW, dy = np.outer(dz, xin), W.T @ dz
+            want[i] = lr * gW / sw[:, None] * 256
+            continue
+        H, Wd, I, O, KH, KW, sh, sw_, ph, pw, OH, OW = d['g'][:12]
+        X = xin.reshape(H, Wd, I)
+        Z = dz.reshape(OH, OW, O)
+        if l.k == quant.CONV:
+            Wf = wq.reshape(O, KH, KW, I) * sw[:, None, None, None]
+        else:
+            Wf = wq.reshape(KH, KW, O) * sw
+        gW, dX = np.zeros_like(Wf), np.zeros_like(X)
+        for oy, ox, ky, kx, iy, ix in _np_conv_taps(H, Wd, KH, KW, sh, sw_, ph, pw, OH, OW):
+            if l.k == quant.CONV:
+                gW[:, ky, kx, :] += np.outer(Z[oy, ox], X[iy, ix])
+                dX[iy, ix] += Z[oy, ox] @ Wf[:, ky, kx, :]
+            else:
+                gW[ky, kx] += Z[oy, ox] * X[iy, ix]
+                dX[iy, ix] += Z[oy, ox] * Wf[ky, kx]
+        want[i] = lr * (gW / (sw[:, None, None, None] if l.k == quant.CONV else sw)) * 256
+        dy = dX.ravel()
+    got = []
+    real_upk = K.upk
+
+    def spy(w, d, n, seed):
+        got.append(np.array(d[:n], dtype=np.float64))
+        return real_upk(w, d, n, seed)
+
+    monkeypatch.setattr(K, 'upk', spy)
+    net.step(xq, label, lr)
+    trained = sorted(want, reverse=True)
+    assert [L[i].k for i in trained] == [quant.FC, quant.CONV, quant.DW, quant.CONV, quant.DW]
+    for j, i in enumerate(trained):
+        err = np.linalg.norm(got[j] - want[i].ravel()) / np.linalg.norm(want[i])
+        assert err < 0.05, (i, err)

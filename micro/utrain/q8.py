@@ -55,18 +55,30 @@ class Layer:
         if 'g' in d:
             self.g = array('i', d['g'])
         self.train = d.get('train', 0)
+        self.back = self.train or d.get('back', 0)     # passes a gradient (CONV, DW, FC)
+        if self.back and self.k != MEAN:
+            oc = len(b)
+            self.dz = bytearray(self.nout)             # int8 gradient, allocated once
+            sw = d['sw']
+            m = max(sw)
+            # per-channel weight scales: the input gradient's dz is rescaled by
+            # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
+            self.dxm = None
+            if min(sw) != m:
+                mm = [qmul(v / m) for v in sw]
+                self.dxm = array('i', [v[0] for v in mm])
+                self.dxs = array('i', [v[1] for v in mm])
         if self.train:
             sw, sx = d['sw'], d['sx']
             self.bf = [b[o] * sx * sw[o % len(sw)] for o in range(len(b))]   # float bias
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
-            # int8 gradient, weight-gradient sums, per-channel update multipliers
+            # weight-gradient sums, per-channel update multipliers
             oc = len(b)
-            self.dz = bytearray(self.nout)
             self.gw = _i32(len(w))
             self.um, self.us = _i32(oc), _i32(oc)
             self.bs = _i32(oc)
         self.x = None
-        self.dg = self.dx = None             # input-gradient buffers, made on first use
+        self.dg = None                       # MEAN's input gradient, made on first use
 
     def forward(self, x):
         self.x = x
@@ -110,6 +122,7 @@ class Q8Net:
         self.sx, self.zx = meta['sx'], meta['zx']
         self.seed = 12345
         self.first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        self.gb = None
 
     def quantize_input(self, xf):
         # float sample -> int8 bytes with the input tensor's scale and zero point
@@ -159,60 +172,116 @@ class Q8Net:
             i -= 1
         return loss, hit
 
+    def _gbuf(self, g, n):
+        # an int32 input-gradient buffer of n values that is not g: two shared by all
+        # layers (each layer's is read by the layer before it, then free), made on first use
+        gb = self.gb
+        if gb is None or len(gb[0]) < n:
+            m = 0
+            for L in self.layers:
+                d = L.d
+                m = max(m, d['nin'] if L.k == FC else d['n'] * L.nout if L.k == MEAN
+                        else d['g'][0] * d['g'][1] * d['g'][2])
+            gb = self.gb = (_i32(m), _i32(m))
+        return gb[1] if g is gb[0] else gb[0]
+
     def _back(self, L, g, s, lr, need_dx):
-        # g: int32 dL/dy (before the fused activation and clamp) with float scale s
+        # g: int32 dL/dy (before the fused activation and clamp) with float scale s;
+        # returns the input's (g, s) when need_dx
         d = L.d
         n = L.nout
         if L.k == MEAN:
             N = d['n']
-            dg = L.dg
-            if dg is None:
-                dg = L.dg = _i32(N * n)      # kept: one allocation, not one a step
+            dg = self._gbuf(g, N * n)
             K.rpk(dg, g, N, n, 0)
             return dg, s / N
-        big = K.nrk(g, n)
-        k = 0
-        while (big >> k) > 127:
-            k += 1
         dz = L.dz
+        k = _shift(g, n)
         K.shk(dz, g, n, k, L.y, L.lo, L.hi)
         sz = s * (1 << k)
-        sx, sw = d['sx'], d['sw']
+        bs = self._grads(L, dz) if L.train else None
         dx = None
+        if need_dx:
+            dx, sx = self._dx(L, g, dz, s, sz)
+        if L.train:                            # after dx: its gradient is the old weights'
+            self._apply(L, bs, sz, lr)
+        return dx, (sx if need_dx else 0.0)
+
+    def _dx(self, L, g, dz, s, sz):
+        # the int32 input gradient of layer L from its int8 output gradient dz (scale sz;
+        # g: the int32 one it came from, scale s) and its scale
+        d = L.d
+        n = L.nout
+        if L.dxm is not None:
+            # per-channel weight scales: dz * sw[o] / max(sw), requantized to int8
+            c = len(L.dxm)
+            K.rqk(g, n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
+            k = _shift(g, n)
+            K.shk(dz, g, n, k, L.y, L.lo, L.hi)
+            sz = s * (1 << k)
+        if L.k == FC:
+            dx = self._gbuf(g, d['nin'])
+            K.dxk(dx, dz, 0, L.w, n, d['nin'])
+        else:
+            gm = L.g
+            dx = self._gbuf(g, gm[0] * gm[1] * gm[2])
+            (K.cdk if L.k == CONV else K.ddk)(dx, dz, L.w, gm)
+        return dx, sz * max(d['sw'])
+
+    def _grads(self, L, dz):
+        # layer L's weight-gradient sums (L.gw) and bias sums (returned) from its int8
+        # output gradient dz
+        d = L.d
+        n = L.nout
+        gw = L.gw
+        K.zk(gw, len(L.w))
         if L.k == FC:
             ni = d['nin']
-            if need_dx:
-                dx = L.dx
-                if dx is None:
-                    dx = L.dx = _i32(ni)
-                K.dxk(dx, dz, 0, L.w, n, ni)
-            gw = L.gw
-            K.zk(gw, n * ni)
             K.gwk(gw, dz, 0, L.x, 0, L.zx, 0, n, ni)
-            bs = [((v ^ 128) - 128) for v in dz]
-            oc, row = n, ni
-        else:  # CONV (weights and bias; no input gradient)
+            return [((v ^ 128) - 128) for v in dz]
+        gm = L.g
+        oc = gm[3]
+        bsum = L.bs
+        K.sumk(bsum, dz, 0, n // oc, oc)
+        if L.k == CONV:
+            K.cgk(gw, dz, L.x, L.zx, gm, 0, oc)
+        else:                                  # DW: weights [KH, KW, C*M], channel last
+            K.dgk(gw, dz, L.x, L.zx, gm)
+        return list(bsum)
+
+    def _apply(self, L, bs, sz, lr):
+        # QAS SGD of layer L from its gradient sums at scale sz
+        d = L.d
+        sx, sw = d['sx'], d['sw']
+        gw = L.gw
+        if L.k == FC:
+            oc, row = L.nout, d['nin']
+            blk = row
+        else:
             gm = L.g
             oc = gm[3]
-            row = gm[4] * gm[5] * gm[2]
-            gw = L.gw
-            K.zk(gw, oc * row)
-            K.cgk(gw, dz, L.x, L.zx, gm, 0, oc)
-            bsum = L.bs
-            K.sumk(bsum, dz, 0, n // oc, oc)
-            bs = list(bsum)
+            if L.k == CONV:
+                row = blk = gm[4] * gm[5] * gm[2]
+            else:
+                row, blk = gm[4] * gm[5], 1
         # QAS update per output channel: w_q -= lr sz sx / s_W[o] * gw (in 1/256 steps)
         mul, shf = L.um, L.us
         nw = len(sw)
         for o in range(oc):
             mul[o], shf[o] = qmul(lr * sz * sx / sw[o % nw] * 256.0)
-        K.rqk(gw, oc * row, oc, row, mul, shf, gw, 0, 0, 0, 1)
+        K.rqk(gw, oc * row, oc, blk, mul, shf, gw, 0, 0, 0, 1)
         self.seed = K.upk(L.w, gw, oc * row, self.seed)
         bf, b = L.bf, L.b
         for o in range(oc):
             bf[o] -= lr * sz * bs[o]
             q = int(round(bf[o] / (sx * sw[o % nw])))
             b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
-        if dx is not None:
-            return dx, sz * sw[0]
-        return None, 0.0
+
+
+def _shift(g, n):
+    # the k that brings the int32 values g[:n] into int8 by g >> k
+    big = K.nrk(g, n)
+    k = 0
+    while (big >> k) > 127:
+        k += 1
+    return k
