@@ -221,10 +221,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     naming q8.json as the model.  s: the resolved settings."""
     from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
                           write_run_config)
-    if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
-        raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
-                           '--batch 1 (no momentum); --dequantize trains it in float with '
-                           f'{s["loss"]}/{s["optimizer"]} batch {s["batch"]}')
+    if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
+        raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
+                           'sgd (no momentum) or adam; --dequantize trains it in float with '
+                           f'{s["loss"]}/{s["optimizer"]}'
+                           + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
     try:
         m = meta(g, train)
     except ValueError as e:
@@ -233,15 +234,15 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D '
                            f'among --train {train})')
     # the samples as int8 at the model input's scale and zero point
-    xy = read_data(data, [m['nin']], m['nclass'], loss='scce')
+    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json',))
     write(g, out_dir, train, m)
-    files = dict(FILES, model='q8.json', checkpoint=None, rewritten=None)
+    files = dict(FILES, model='q8.json', rewritten=None)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
                'rewritten': None, 'quant': {}}
-    summary.update(write_data(out_dir, xy, files, 'scce', test_split, split_seed, 'int8',
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')

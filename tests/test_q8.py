@@ -261,7 +261,9 @@ def test_viper_run_equals_cpython_run(tmp_path):
 
 def test_int8_settings_and_ops_refused(tmp_path):
     with pytest.raises(PrepareError, match='int8 training takes'):
-        prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='adam')
+        prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='sgd', momentum=0.9)
+    with pytest.raises(PrepareError, match='int8 training takes'):
+        prepare(MLP, str(tmp_path / 'a'), loss='mse', optimizer='sgd')
     s = prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
     assert len(s['trainable']) == 20      # every conv, depthwise conv and the dense layer
     s = prepare(DSCNN, str(tmp_path / 'c'), loss='scce', optimizer='sgd', train='last:4')
@@ -399,3 +401,100 @@ def test_dscnn_gradients_through_conv_dw_match_float_reference(tmp_path, monkeyp
     for j, i in enumerate(trained):
         err = np.linalg.norm(got[j] - want[i].ravel()) / np.linalg.norm(want[i])
         assert err < 0.05, (i, err)
+
+
+def _mlp_net(tmp_path, train='all'):
+    g = read_model(MLP)
+    m = quant.write(g, str(tmp_path), train)
+    xs = np.load(MLP.replace('_int8.tflite', '_data.npz'))['x'][:3]
+    return m, (lambda: Q8Net(m, str(tmp_path / 'weights.wof'))), xs
+
+
+def test_batch_sums_equal_mean_of_single_steps(tmp_path, monkeypatch):
+    """SGD at batch 3: the update applied at the batch's end (int32 sums in 2^-12 weight
+    steps) against the mean of the three batch-1 updates from the same weights."""
+    m, make, xs = _mlp_net(tmp_path)
+    labels, lr = [1, 3, 0], 0.05
+    got = []
+    real_upk = K.upk
+    monkeypatch.setattr(K, 'upk', lambda w, d, n, seed: got.append(
+        np.array(d[:n], np.float64)) or real_upk(w, d, n, seed))
+    single = []
+    for x, y in zip(xs, labels):
+        net = make()
+        net.step(net.quantize_input(x.tolist()), y, lr)
+        single.append(got[:])
+        got.clear()
+    net = make()
+    net.setup('sgd', 3)
+    b0 = [list(L.b) for L in net.layers]
+    for x, y in zip(xs, labels):
+        net.accum(net.quantize_input(x.tolist()), y)
+    assert not got                        # no update before the batch's end
+    net.apply(lr, 1 / 3)
+    assert len(got) == 3
+    for j in range(3):                    # layer order: first to last
+        want = sum(s[2 - j] for s in single) / 3
+        err = np.linalg.norm(got[j] - want) / np.linalg.norm(want)
+        assert err < 0.02, (j, err)
+    assert all(list(L.b) != b for L, b in zip(net.layers, b0))
+    assert all(not any(L.ga) for L in net.layers)       # sums zeroed
+
+
+def test_adam_first_step_on_float_masters(tmp_path):
+    """Adam's first update (TensorFlow's form, as utrain.optim) moves each float32 master
+    weight by lr * g / (|g| + eps / sqrt(1 - beta2)), g the batch's mean gradient dL/dW
+    from the int32 sums; the int8 weights are the masters requantized."""
+    m, make, xs = _mlp_net(tmp_path)
+    net = make()
+    net.setup('adam', 2)
+    L = net.layers[1]
+    sw = L.d['sw'][0]
+    w0 = np.array(L.wm, np.float64)
+    assert np.allclose(w0, np.frombuffer(bytes(L.w), np.int8) * sw, rtol=1e-6)
+    for x, y in zip(xs[:2], [2, 1]):
+        net.accum(net.quantize_input(x.tolist()), y)
+    g = np.array(L.ga, np.float64)
+    lr = 0.003
+    net.apply(lr, 0.5)
+    step = np.array(L.wm, np.float64) - w0
+    nz = g != 0
+    assert nz.sum() > 100
+    gf = g * sw * 0.5 / 4096
+    want = -lr * gf[nz] / (np.abs(gf[nz]) + 1e-7 / np.sqrt(1 - 0.999))
+    assert np.allclose(step[nz], want, rtol=1e-3, atol=1e-8)
+    assert np.all(step[~nz] == 0)
+    q = np.clip(np.round(np.array(L.wm, np.float64) / sw), -127, 127)
+    assert np.array_equal(np.frombuffer(bytes(L.w), np.int8), q)
+
+
+def test_cce_one_hot_equals_scce(tmp_path):
+    m, make, xs = _mlp_net(tmp_path)
+    net = make()
+    xq = net.quantize_input(xs[0].tolist())
+    a = net.loss(xq, 2, True)
+    b = net.loss(xq, [0.0, 0.0, 1.0, 0.0], True)
+    assert a[1] == b[1] and abs(a[0] - b[0]) < 1e-12
+    assert np.allclose(a[2], b[2], atol=1e-12)
+
+
+@pytest.mark.parametrize('opt,batch', [('sgd', 1), ('adam', 3)])
+def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
+    """Ctrl-C at random moments of an int8 run (unix MicroPython when there, else
+    CPython) and train.py again with resume: trained.wof, its record, the checkpoint
+    (int8 weights, float biases and masters, position) and the log equal an
+    uninterrupted run's bit for bit."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_interrupts import interrupted_runs
+    data = str(tmp_path / 'task.npz')
+    _task(data, 160)
+    base = tmp_path / 'base'
+    prepare(MLP, str(base), data=data, test_split=0.25, loss='scce', optimizer=opt,
+            lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7)
+    cfg = json.loads((base / 'train.json').read_text())
+    cfg['run']['checkpoint_every'] = 20
+    (base / 'train.json').write_text(json.dumps(cfg))
+    runner.stage(str(base))
+    tally = interrupted_runs(base, tmp_path, not MP, 4, 3)
+    print(opt, batch, tally)
+    assert tally['identical'] == 4 and tally['tracebacks'] == 0 and tally['restarts'] > 0

@@ -486,3 +486,12 @@ def dgk(g, dz, x, xz: int, gm):
                         pd[wb + j] += ((int(pz[q + j]) ^ 128) - 128) * (
                             (int(px[xb + j // M]) ^ 128) - xc)
             q += CM
+
+
+@micropython.viper
+def adk(a, d, n: int):
+    # a[i] += d[i] for n int32 values (a batch's gradient sums)
+    pa = ptr32(a)
+    pd = ptr32(d)
+    for i in range(n):
+        pa[i] += pd[i]
