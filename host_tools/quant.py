@@ -19,7 +19,8 @@ from . import wof as hwof
 
 FC, CONV, DW, MEAN = 0, 1, 2, 3
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN}
-TRAINABLE = (FC, CONV)
+TRAINABLE = (FC, CONV, DW)
+BACK = (FC, CONV, DW, MEAN)          # kinds utrain.q8 passes a gradient through
 
 
 def quantize_multiplier(x: float):
@@ -75,8 +76,9 @@ def is_int8(g: Graph) -> bool:
 def layers(g: Graph, train='last:1'):
     """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX.
     train: as prepare's --train ('all', 'none', 'last:N': the last N operators of any
-    kind, or op indices); the FULLY_CONNECTED / CONV_2D ops among them train, and every
-    op after the first trained one must pass a gradient (FC, MEAN) or be that CONV_2D."""
+    kind, or op indices); the FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D ops among
+    them train, and every op after the first trained one passes its gradient back
+    ('back')."""
     ops = list(g.ops)
     if ops and ops[-1].name == 'SOFTMAX':
         ops = ops[:-1]
@@ -133,17 +135,13 @@ def layers(g: Graph, train='last:1'):
     ops_on = parse_train(train, len(g.ops))
     chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
     if chosen:
-        for i in range(chosen[0], len(out)):
+        for i in range(chosen[0] + 1, len(out)):
             d = out[i]
-            if d['k'] == DW:
-                raise ValueError(f'{g.path}: op {d["op"]} (DEPTHWISE_CONV_2D) lies between '
-                                 'trained layers; int8 training passes no gradient through it')
-            if d['k'] == CONV and i > chosen[0]:
-                raise ValueError(f'{g.path}: CONV_2D op {d["op"]} trains after another trained '
-                                 'layer; int8 training passes no gradient through a CONV_2D')
-            if d['k'] == FC and i > chosen[0] and len(out[i]['sw']) > 1:
-                raise ValueError(f'{g.path}: FC op {d["op"]} has per-channel weight scales and '
-                                 'passes a gradient back; int8 training needs a per-tensor one')
+            if d['k'] not in BACK:
+                raise ValueError(f'{g.path}: op {d["op"]} lies between trained layers; int8 '
+                                 'training passes no gradient through it (train later layers '
+                                 'only, or prepare --dequantize)')
+            d['back'] = 1                     # passes the gradient back to a trained layer
         for i in chosen:
             out[i]['train'] = 1
     return out
@@ -223,27 +221,28 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     naming q8.json as the model.  s: the resolved settings."""
     from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
                           write_run_config)
-    if s['loss'] != 'scce' or s['optimizer'] != 'sgd' or int(s['batch']) != 1 or s['momentum']:
-        raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
-                           '--batch 1 (no momentum); --dequantize trains it in float with '
-                           f'{s["loss"]}/{s["optimizer"]} batch {s["batch"]}')
+    if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
+        raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
+                           'sgd (no momentum) or adam; --dequantize trains it in float with '
+                           f'{s["loss"]}/{s["optimizer"]}'
+                           + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
     try:
         m = meta(g, train)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     if not any(d.get('train') for d in m['layers']):
-        raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED or CONV_2D '
+        raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D '
                            f'among --train {train})')
     # the samples as int8 at the model input's scale and zero point
-    xy = read_data(data, [m['nin']], m['nclass'], loss='scce')
+    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json',))
     write(g, out_dir, train, m)
-    files = dict(FILES, model='q8.json', checkpoint=None, rewritten=None)
+    files = dict(FILES, model='q8.json', rewritten=None)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
                'rewritten': None, 'quant': {}}
-    summary.update(write_data(out_dir, xy, files, 'scce', test_split, split_seed, 'int8',
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')

@@ -261,9 +261,11 @@ def test_viper_run_equals_cpython_run(tmp_path):
 
 def test_int8_settings_and_ops_refused(tmp_path):
     with pytest.raises(PrepareError, match='int8 training takes'):
-        prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='adam')
-    with pytest.raises(PrepareError, match='DEPTHWISE_CONV_2D'):
-        prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
+        prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='sgd', momentum=0.9)
+    with pytest.raises(PrepareError, match='int8 training takes'):
+        prepare(MLP, str(tmp_path / 'a'), loss='mse', optimizer='sgd')
+    s = prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
+    assert len(s['trainable']) == 20      # every conv, depthwise conv and the dense layer
     s = prepare(DSCNN, str(tmp_path / 'c'), loss='scce', optimizer='sgd', train='last:4')
     assert len(s['trainable']) == 4       # the last pointwise conv and the dense layer
 
@@ -274,3 +276,225 @@ def test_bench_int8_quick():
     rows = int8.main(['--quick', '--models', 'mlp'])
     name, build, f, q, ratio, fc, fc_bare = rows[0]
     assert name == 'mlp' and f > 0 and q > 0 and fc > 0 and fc_bare > 0
+
+
+def _np_conv_taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW):
+    # (oy, ox, ky, kx, iy, ix) of every tap that reads the input
+    for oy in range(OH):
+        for ox in range(OW):
+            for ky in range(KH):
+                for kx in range(KW):
+                    iy, ix = oy * sh - ph + ky, ox * sw - pw + kx
+                    if 0 <= iy < H and 0 <= ix < W:
+                        yield oy, ox, ky, kx, iy, ix
+
+
+@pytest.mark.parametrize('kind,geo', [('conv', (5, 4, 3, 4, 3, 2, 2, 1, 'SAME')),
+                                      ('conv', (6, 5, 2, 3, 1, 1, 1, 1, 'VALID')),
+                                      ('dw', (5, 4, 3, 6, 3, 3, 1, 1, 'SAME')),
+                                      ('dw', (6, 6, 2, 2, 3, 3, 2, 2, 'SAME'))])
+def test_conv_dw_gradients_match_numpy(kind, geo):
+    """cdk/ddk (input gradient) and cgk/dgk (weight gradient) against numpy sums over
+    the taps that read each input, padding and stride included; DW with multiplier 2."""
+    from array import array
+    H, W, I, O, KH, KW, sh, sw, pad = geo
+    OH, ph = quant._pad(H, KH, sh, 1, pad)
+    OW, pw = quant._pad(W, KW, sw, 1, pad)
+    gm = array('i', [H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, 1, 1])
+    r = np.random.default_rng(hash(geo) % 1000)
+    x = r.integers(-128, 128, (H, W, I)).astype(np.int8)
+    dz = r.integers(-127, 128, (OH, OW, O)).astype(np.int8)
+    xz = 5
+    M = O // I
+    if kind == 'conv':
+        w = r.integers(-127, 128, (O, KH, KW, I)).astype(np.int8)
+    else:
+        w = r.integers(-127, 128, (KH, KW, O)).astype(np.int8)
+    dx_want = np.zeros((H, W, I), np.int64)
+    gw_want = np.zeros(w.shape, np.int64)
+    xs = x.astype(np.int64) - xz
+    for oy, ox, ky, kx, iy, ix in _np_conv_taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW):
+        z = dz[oy, ox].astype(np.int64)
+        if kind == 'conv':
+            dx_want[iy, ix] += z @ w[:, ky, kx, :].astype(np.int64)
+            gw_want[:, ky, kx, :] += np.outer(z, xs[iy, ix])
+        else:
+            dx_want[iy, ix] += (z * w[ky, kx].astype(np.int64)).reshape(I, M).sum(1)
+            gw_want[ky, kx] += z * np.repeat(xs[iy, ix], M)
+    dx = array('i', [7] * (H * W * I))
+    gw = array('i', [0] * w.size)
+    b8 = lambda a: bytearray(a.tobytes())  # noqa
+    if kind == 'conv':
+        K.cdk(dx, b8(dz), b8(w), gm)
+        K.cgk(gw, b8(dz), b8(x), xz, gm, 0, O)
+    else:
+        K.ddk(dx, b8(dz), b8(w), gm)
+        K.dgk(gw, b8(dz), b8(x), xz, gm)
+    assert list(dx) == dx_want.ravel().tolist()
+    assert list(gw) == gw_want.ravel().tolist()
+
+
+def test_dscnn_gradients_through_conv_dw_match_float_reference(tmp_path, monkeypatch):
+    """One SGD step of the int8 DS-CNN with its last two blocks' DW and pointwise convs,
+    MEAN and dense training: each layer's int8 update against the float gradient of the
+    dequantized model with fake-quantized activations (numpy), lr * dL/dW / s_W in weight
+    steps (QAS): the input gradients of FC, MEAN, CONV_2D and DEPTHWISE_CONV_2D carry it."""
+    g = read_model(DSCNN)
+    m = quant.write(g, str(tmp_path), 'last:7')
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    x = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))['x'][5]
+    xq = net.quantize_input(x.ravel().tolist())
+    label, lr = 3, 0.01
+    net.forward(xq)
+    L = net.layers
+    q = lambda b: np.frombuffer(bytes(b), np.int8).astype(np.float64)  # noqa
+    acts = [(q(xq) - m['zx']) * m['sx']] + [(q(l.y) - l.zy) * l.d['sy'] for l in L]
+    logits = acts[-1]
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    dy = p
+    dy[label] -= 1
+    want = {}
+    for i in range(len(L) - 1, 4, -1):
+        l, d = L[i], L[i].d
+        xin = acts[i]
+        if l.k == quant.MEAN:
+            dy = np.tile(dy / d['n'], d['n'])
+            continue
+        yq = q(l.y)
+        dz = dy * ((yq > l.lo) & (yq < l.hi))
+        sw = np.array(d['sw'])
+        wq = q(l.w)
+        if l.k == quant.FC:
+            W = wq.reshape(l.nout, -1) * sw[:, None]
+            gW, dy = np.outer(dz, xin), W.T @ dz
+            want[i] = lr * gW / sw[:, None] * 256
+            continue
+        H, Wd, I, O, KH, KW, sh, sw_, ph, pw, OH, OW = d['g'][:12]
+        X = xin.reshape(H, Wd, I)
+        Z = dz.reshape(OH, OW, O)
+        if l.k == quant.CONV:
+            Wf = wq.reshape(O, KH, KW, I) * sw[:, None, None, None]
+        else:
+            Wf = wq.reshape(KH, KW, O) * sw
+        gW, dX = np.zeros_like(Wf), np.zeros_like(X)
+        for oy, ox, ky, kx, iy, ix in _np_conv_taps(H, Wd, KH, KW, sh, sw_, ph, pw, OH, OW):
+            if l.k == quant.CONV:
+                gW[:, ky, kx, :] += np.outer(Z[oy, ox], X[iy, ix])
+                dX[iy, ix] += Z[oy, ox] @ Wf[:, ky, kx, :]
+            else:
+                gW[ky, kx] += Z[oy, ox] * X[iy, ix]
+                dX[iy, ix] += Z[oy, ox] * Wf[ky, kx]
+        want[i] = lr * (gW / (sw[:, None, None, None] if l.k == quant.CONV else sw)) * 256
+        dy = dX.ravel()
+    got = []
+    real_upk = K.upk
+
+    def spy(w, d, n, seed):
+        got.append(np.array(d[:n], dtype=np.float64))
+        return real_upk(w, d, n, seed)
+
+    monkeypatch.setattr(K, 'upk', spy)
+    net.step(xq, label, lr)
+    trained = sorted(want, reverse=True)
+    assert [L[i].k for i in trained] == [quant.FC, quant.CONV, quant.DW, quant.CONV, quant.DW]
+    for j, i in enumerate(trained):
+        err = np.linalg.norm(got[j] - want[i].ravel()) / np.linalg.norm(want[i])
+        assert err < 0.05, (i, err)
+
+
+def _mlp_net(tmp_path, train='all'):
+    g = read_model(MLP)
+    m = quant.write(g, str(tmp_path), train)
+    xs = np.load(MLP.replace('_int8.tflite', '_data.npz'))['x'][:3]
+    return m, (lambda: Q8Net(m, str(tmp_path / 'weights.wof'))), xs
+
+
+def test_batch_sums_equal_mean_of_single_steps(tmp_path, monkeypatch):
+    """SGD at batch 3: the update applied at the batch's end (int32 sums in 2^-12 weight
+    steps) against the mean of the three batch-1 updates from the same weights."""
+    m, make, xs = _mlp_net(tmp_path)
+    labels, lr = [1, 3, 0], 0.05
+    got = []
+    real_upk = K.upk
+    monkeypatch.setattr(K, 'upk', lambda w, d, n, seed: got.append(
+        np.array(d[:n], np.float64)) or real_upk(w, d, n, seed))
+    single = []
+    for x, y in zip(xs, labels):
+        net = make()
+        net.step(net.quantize_input(x.tolist()), y, lr)
+        single.append(got[:])
+        got.clear()
+    net = make()
+    net.setup('sgd', 3)
+    b0 = [list(L.b) for L in net.layers]
+    for x, y in zip(xs, labels):
+        net.accum(net.quantize_input(x.tolist()), y)
+    assert not got                        # no update before the batch's end
+    net.apply(lr, 1 / 3)
+    assert len(got) == 3
+    for j in range(3):                    # layer order: first to last
+        want = sum(s[2 - j] for s in single) / 3
+        err = np.linalg.norm(got[j] - want) / np.linalg.norm(want)
+        assert err < 0.02, (j, err)
+    assert all(list(L.b) != b for L, b in zip(net.layers, b0))
+    assert all(not any(L.ga) for L in net.layers)       # sums zeroed
+
+
+def test_adam_first_step_on_float_masters(tmp_path):
+    """Adam's first update (TensorFlow's form, as utrain.optim) moves each float32 master
+    weight by lr * g / (|g| + eps / sqrt(1 - beta2)), g the batch's mean gradient dL/dW
+    from the int32 sums; the int8 weights are the masters requantized."""
+    m, make, xs = _mlp_net(tmp_path)
+    net = make()
+    net.setup('adam', 2)
+    L = net.layers[1]
+    sw = L.d['sw'][0]
+    w0 = np.array(L.wm, np.float64)
+    assert np.allclose(w0, np.frombuffer(bytes(L.w), np.int8) * sw, rtol=1e-6)
+    for x, y in zip(xs[:2], [2, 1]):
+        net.accum(net.quantize_input(x.tolist()), y)
+    g = np.array(L.ga, np.float64)
+    lr = 0.003
+    net.apply(lr, 0.5)
+    step = np.array(L.wm, np.float64) - w0
+    nz = g != 0
+    assert nz.sum() > 100
+    gf = g * sw * 0.5 / 4096
+    want = -lr * gf[nz] / (np.abs(gf[nz]) + 1e-7 / np.sqrt(1 - 0.999))
+    assert np.allclose(step[nz], want, rtol=1e-3, atol=1e-8)
+    assert np.all(step[~nz] == 0)
+    q = np.clip(np.round(np.array(L.wm, np.float64) / sw), -127, 127)
+    assert np.array_equal(np.frombuffer(bytes(L.w), np.int8), q)
+
+
+def test_cce_one_hot_equals_scce(tmp_path):
+    m, make, xs = _mlp_net(tmp_path)
+    net = make()
+    xq = net.quantize_input(xs[0].tolist())
+    a = net.loss(xq, 2, True)
+    b = net.loss(xq, [0.0, 0.0, 1.0, 0.0], True)
+    assert a[1] == b[1] and abs(a[0] - b[0]) < 1e-12
+    assert np.allclose(a[2], b[2], atol=1e-12)
+
+
+@pytest.mark.parametrize('opt,batch', [('sgd', 1), ('adam', 3)])
+def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
+    """Ctrl-C at random moments of an int8 run (unix MicroPython when there, else
+    CPython) and train.py again with resume: trained.wof, its record, the checkpoint
+    (int8 weights, float biases and masters, position) and the log equal an
+    uninterrupted run's bit for bit."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_interrupts import interrupted_runs
+    data = str(tmp_path / 'task.npz')
+    _task(data, 160)
+    base = tmp_path / 'base'
+    prepare(MLP, str(base), data=data, test_split=0.25, loss='scce', optimizer=opt,
+            lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7)
+    cfg = json.loads((base / 'train.json').read_text())
+    cfg['run']['checkpoint_every'] = 20
+    (base / 'train.json').write_text(json.dumps(cfg))
+    runner.stage(str(base))
+    tally = interrupted_runs(base, tmp_path, not MP, 4, 3)
+    print(opt, batch, tally)
+    assert tally['identical'] == 4 and tally['tracebacks'] == 0 and tally['restarts'] > 0

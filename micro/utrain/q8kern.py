@@ -386,3 +386,112 @@ def mack(a, b, n: int, reps: int) -> int:
         for t in range(n):
             s += ((int(pa[t]) ^ 128) - 128) * ((int(pb[t]) ^ 128) - 128)
     return s
+
+
+@micropython.viper
+def cdk(dx, dz, w, gm):
+    # input gradient of CONV_2D (geometry gm as convk's): dx[iy, ix, i] = sum over the
+    # outputs and taps that read it of dz[oy, ox, o] * w[o, ky, kx, i] (int8 dz and w,
+    # int32 dx; padded taps read nothing)
+    pg = ptr32(gm)
+    H = pg[0]; W = pg[1]; I = pg[2]; O = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    pd = ptr32(dx)
+    pz = ptr8(dz)
+    pw = ptr8(w)
+    for t in range(H * W * I):
+        pd[t] = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            zb = (oy * OW + ox) * O
+            for o in range(O):
+                z = (int(pz[zb + o]) ^ 128) - 128
+                if z == 0:
+                    continue
+                for ky in range(KH):
+                    iy = oy * sh - ph + ky * dh
+                    if iy < 0 or iy >= H:
+                        continue
+                    for kx in range(KW):
+                        ix = ox * sw - pw_ + kx * dw
+                        if ix < 0 or ix >= W:
+                            continue
+                        xb = (iy * W + ix) * I
+                        wb = ((o * KH + ky) * KW + kx) * I - xb
+                        for t in range(xb, xb + I):
+                            pd[t] += z * ((int(pw[t + wb]) ^ 128) - 128)
+
+
+@micropython.viper
+def ddk(dx, dz, w, gm):
+    # input gradient of DEPTHWISE_CONV_2D (gm as dwk's): dx[iy, ix, c] = sum over the
+    # outputs, taps and multiplier m that read it of dz[oy, ox, c*M+m] * w[ky, kx, c*M+m]
+    pg = ptr32(gm)
+    H = pg[0]; W = pg[1]; C = pg[2]; CM = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    M = CM // C
+    pd = ptr32(dx)
+    pz = ptr8(dz)
+    pw = ptr8(w)
+    for t in range(H * W * C):
+        pd[t] = 0
+    q = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            for ky in range(KH):
+                iy = oy * sh - ph + ky * dh
+                if iy < 0 or iy >= H:
+                    continue
+                for kx in range(KW):
+                    ix = ox * sw - pw_ + kx * dw
+                    if ix < 0 or ix >= W:
+                        continue
+                    xb = (iy * W + ix) * C
+                    wb = (ky * KW + kx) * CM
+                    for j in range(CM):
+                        pd[xb + j // M] += ((int(pz[q + j]) ^ 128) - 128) * (
+                            (int(pw[wb + j]) ^ 128) - 128)
+            q += CM
+
+
+@micropython.viper
+def dgk(g, dz, x, xz: int, gm):
+    # weight gradient of DEPTHWISE_CONV_2D (gm as dwk's), weights [KH, KW, C*M]:
+    # g[ky, kx, j] += sum over outputs dz[oy, ox, j] * (x[iy, ix, j // M] - xz)
+    pg = ptr32(gm)
+    H = pg[0]; W = pg[1]; C = pg[2]; CM = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    M = CM // C
+    pd = ptr32(g)
+    pz = ptr8(dz)
+    px = ptr8(x)
+    xc = 128 + xz        # (x ^ 128) - xc = x - xz for the int8 byte x
+    q = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            for ky in range(KH):
+                iy = oy * sh - ph + ky * dh
+                if iy < 0 or iy >= H:
+                    continue
+                for kx in range(KW):
+                    ix = ox * sw - pw_ + kx * dw
+                    if ix < 0 or ix >= W:
+                        continue
+                    xb = (iy * W + ix) * C
+                    wb = (ky * KW + kx) * CM
+                    for j in range(CM):
+                        pd[wb + j] += ((int(pz[q + j]) ^ 128) - 128) * (
+                            (int(px[xb + j // M]) ^ 128) - xc)
+            q += CM
+
+
+@micropython.viper
+def adk(a, d, n: int):
+    # a[i] += d[i] for n int32 values (a batch's gradient sums)
+    pa = ptr32(a)
+    pd = ptr32(d)
+    for i in range(n):
+        pa[i] += pd[i]

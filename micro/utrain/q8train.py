@@ -2,11 +2,21 @@
 # q8.json as its model): the same interface as utrain.trainer.Trainer for what run.py
 # calls, over utrain.q8.  Samples come from a .ds stored as int8 with the model input's
 # scale and zero point, so a sample's bytes are the model's input as they are.
-# Loss: softmax cross-entropy on the dequantized logits (scce); SGD with QAS, batch 1.
+# Losses: softmax cross-entropy on the dequantized logits, with a class label (scce) or
+# class probabilities (cce).  Optimizers: SGD with QAS (batch 1: each layer updated as
+# its gradient is done; larger batches: int32 sums, updated at the batch's end), Adam on
+# float32 masters of the trained layers.
+# Checkpoints: onert-micro's layout (utrain.wof) with the trained layers' int8 weights and
+# int32 biases as the weights, Adam's moments as m and v, then the resume block the float
+# Trainer writes (position, sums, best, ...) and the int8 state: b'UTQ8', the rounding
+# generator's state, each trained layer's float32 bias (and Adam master weights).
 import json
-from struct import unpack
-from utrain.q8 import Q8Net
+from struct import pack, unpack, calcsize
+from utrain.q8 import Q8Net, _i32, _f32
 from utrain.data import order
+
+LOSSES = ('scce', 'cce')
+OPTIMIZERS = ('sgd', 'adam')
 
 
 class Q8Trainer:
@@ -19,18 +29,28 @@ class Q8Trainer:
         if meta.get('format') != 'utrain-q8':
             raise ValueError('%s: not a utrain int8 layer table' % model)
         self.net = Q8Net(meta, weights)
+        self.weights_path = weights
         c = self.cfg = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
-                        'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0}
+                        'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
+                        'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
         c.update(settings)
-        if c['loss'] != 'scce' or c['optimizer'] != 'sgd' or int(c['batch']) != 1:
-            raise ValueError('train.json: int8 training takes loss scce, optimizer sgd, batch 1 '
-                             '(prepare --dequantize trains the model in float with any)')
+        if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
+                or c['momentum']):
+            raise ValueError('train.json: int8 training takes loss scce or cce, optimizer sgd '
+                             '(no momentum) or adam, batch 1 or more (prepare --dequantize '
+                             'trains the model in float with any)')
+        self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'])
         self.epoch = self.pos = self.retries = self.pending = 0
+        self.sums = (0.0, 0.0)
         self.lr_scale = 1.0
         self.best = None
-        self.last = None          # (mean loss, metric) of the last epoch trained (run.py)
+        self.good = None          # the checkpoint last saved or loaded
+        # Ctrl-C exactness (run.py, utrain.once): commit = (pos, sums) at the last whole
+        # batch; dirty while weights change
+        self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
         self.x = bytearray(meta['nin'])
         self.ncls = meta['nclass']
+        self.y = [0.0] * self.ncls if c['loss'] == 'cce' else None
 
     def lower_lr(self, factor):
         self.lr_scale *= factor
@@ -46,15 +66,23 @@ class Q8Trainer:
 
     def _read(self, ds, i):
         m = self.net
-        if (ds.x_len != len(self.x) or ds.y_len != 1 or ds.rec != len(self.x) + 4
+        ny = 1 if self.y is None else self.ncls
+        if (ds.x_len != len(self.x) or ds.y_len != ny or ds.rec != len(self.x) + 4 * ny
                 or abs(ds.xs - m.sx) > 1e-6 * m.sx or abs(ds.xo + m.zx * m.sx) > 1e-6 * m.sx):
             raise ValueError('%s: an int8 model trains on int8 samples of %d values at its '
-                             "input's scale and zero point, with one label (prepare writes "
-                             'them)' % (ds.path, len(self.x)))
+                             "input's scale and zero point, with %s (prepare writes them)"
+                             % (ds.path, len(self.x), 'one label' if ny == 1 else
+                                '%d class probabilities' % ny))
         f = ds.f
         f.seek(ds.head + i * ds.rec)
         if f.readinto(self.x) != len(self.x):
             raise ValueError('%s: truncated' % ds.path)
+        if self.y is not None:
+            v = unpack('<%df' % ny, f.read(4 * ny))
+            y = self.y
+            for j in range(ny):
+                y[j] = v[j] * ds.ys + ds.yo
+            return y
         y = unpack('<f', f.read(4))[0] * ds.ys + ds.yo
         k = int(y)
         if not (0 <= k < self.ncls and k == y):
@@ -62,16 +90,37 @@ class Q8Trainer:
                              % (ds.path, i, y, self.ncls))
         return k
 
-    def _pass(self, ds, train, idx=None, progress=None, i0=0):
+    def train_step(self, t):
+        net, c = self.net, self.cfg
+        lr = c['lr'] * self.lr_scale
+        if int(c['batch']) == 1 and c['optimizer'] == 'sgd':
+            self.dirty = True               # weights change during the backward pass
+            return net.step(self.x, t, lr)
+        r = net.accum(self.x, t)
+        self.pending += 1
+        if self.pending >= int(c['batch']):
+            self.apply()
+        return r
+
+    def apply(self):
+        """Update the weights from the gradients summed since the last update."""
+        if not self.pending:
+            return
+        c = self.cfg
+        self.dirty = True
+        self.net.apply(c['lr'] * self.lr_scale,
+                       1.0 / self.pending if c['reduction'] == 'mean' else 1.0)
+        self.pending = 0
+
+    def _pass(self, ds, train, idx=None, progress=None, i0=0, sums=(0.0, 0.0)):
         net = self.net
-        ls = ms = 0.0
-        lr = self.cfg['lr'] * self.lr_scale
+        ls, ms = sums
         for i in range(i0, ds.n):
-            k = self._read(ds, idx[i] if idx else i)
+            t = self._read(ds, idx[i] if idx else i)
             if train:
-                l, m = net.step(self.x, k, lr)
+                l, m = self.train_step(t)
             else:
-                l, m = net.loss(self.x, k)
+                l, m = net.loss(self.x, t)
             ls += l
             ms += m
             if progress:
@@ -80,29 +129,114 @@ class Q8Trainer:
         return ls / n, ms / n
 
     def train_epoch(self, ds, progress=None, ckpt=None, every=0):
+        """One pass over a Dataset (from sample `pos` on, after a resume), as
+        Trainer.train_epoch: a checkpoint at the first batch boundary after every `every`
+        samples when ckpt is given."""
         c = self.cfg
+        if self.pos > ds.n:
+            raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
+                             % (ds.path, ds.n, self.pos))
         idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
+        last = [self.pos]
+        self.commit, self.dirty = (self.pos, self.sums), False
 
         def hook(i, n, ls, ms):
-            self.pos = i
+            if self.pending:
+                self.pos, self.sums = i, (ls, ms)
+            else:                    # a whole batch: its update and position together
+                self.pos, self.sums, self.commit, self.dirty = i, (ls, ms), (i, (ls, ms)), False
             if progress:
                 progress(i, n, ls, ms)
+            if every and ckpt and not self.pending and i - last[0] >= every and i < n:
+                self.save_checkpoint(ckpt)
+                last[0] = i
 
-        r = self.last = self._pass(ds, True, idx, hook)
-        self.epoch += 1
-        self.pos = 0
+        r = self._pass(ds, True, idx, hook, self.pos, self.sums)
+        self.apply()
+        z = (0.0, 0.0)
+        self.epoch, self.pos, self.sums, self.commit, self.dirty, self.last = (
+            self.epoch + 1, 0, z, (0, z), False, r)
         return r
 
     def evaluate(self, ds):
         return self._pass(ds, False)
+
+    def _trained(self):
+        return [L for L in self.net.layers if L.train]
 
     def save_weights(self, path='trained.wof'):
         """The trained layers' int8 weights and int32 biases, onert-micro's .wof layout
         (tensors indexed as in the model)."""
         from utrain.wof import save_wof
         blocks = {}
-        for L in self.net.layers:
-            if L.train:
-                blocks[L.d['wt']] = L.w
-                blocks[L.d['bt']] = L.b
+        for L in self._trained():
+            blocks[L.d['wt']] = L.w
+            blocks[L.d['bt']] = L.b
         save_wof(path, self.net.meta['ntensors'], blocks)
+
+    def save_checkpoint(self, path='checkpoint.ckpt'):
+        """Weights, optimizer state, counters and the position in the epoch (between
+        batches: the sums of an unfinished batch are not saved)."""
+        from utrain.wof import save_checkpoint, RESUME
+        net = self.net
+        w, m, v = {}, {}, {}
+        tail = [b'UTQ8', pack('<I', net.seed)]
+        for L in self._trained():
+            w[L.d['wt']], w[L.d['bt']] = L.w, L.b
+            tail.append(bytes(L.bf))
+            if net.adam:
+                m[L.d['wt']], m[L.d['bt']] = L.am, L.bm
+                v[L.d['wt']], v[L.d['bt']] = L.av, L.bv
+                tail.append(bytes(L.wm))
+        b = self.best or (0, 0.0, 0.0)
+        extra = pack(RESUME, b'UTRS', 1, self.best is not None, self.pos, self.sums[0],
+                     self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2])
+        save_checkpoint(path, net.meta['ntensors'], w, m, v, net.t, self.epoch,
+                        extra + b''.join(tail))
+        self.good = path
+
+    def load_checkpoint(self, path='checkpoint.ckpt'):
+        from utrain.wof import openr, read_checkpoint, RESUME, FormatError
+        self.dirty = True            # until the whole state is in
+        net = self.net
+        ls = self._trained()
+        n = net.meta['ntensors']
+        sizes = [None] * n
+        state = [None] * n
+        for L in ls:
+            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'], 4 * L.d['nb']
+            state[L.d['wt']], state[L.d['bt']] = 4 * L.d['wn'], 4 * L.d['nb']
+        with openr(path) as f:
+            w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True)
+        r = calcsize(RESUME)
+        want = r + 8 + sum([4 * L.d['nb'] + (4 * L.d['wn'] if net.adam else 0) for L in ls])
+        if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
+                or extra[r:r + 4] != b'UTQ8'):
+            raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
+                              'optimizer %s)' % (path, self.cfg['optimizer']))
+        for L in ls:
+            for k in (L.d['wt'], L.d['bt']):
+                if k not in w or (net.adam and (k not in m or k not in v)):
+                    raise FormatError('%s: no state for tensor %d' % (path, k))
+        _, _, has, pos, s0, s1, scale, be, retries, bl, bm = unpack(RESUME, extra[:r])
+        net.seed = unpack('<I', extra[r + 4:r + 8])[0]
+        o = r + 8
+        for L in ls:
+            wt, bt = L.d['wt'], L.d['bt']
+            L.w = bytearray(w[wt])
+            L.b = _i32(0, w[bt])
+            nb = 4 * L.d['nb']
+            L.bf = _f32(0, extra[o:o + nb])
+            o += nb
+            if net.adam:
+                L.am, L.bm, L.av, L.bv = (_f32(0, m[wt]), _f32(0, m[bt]), _f32(0, v[wt]),
+                                          _f32(0, v[bt]))
+                L.wm = _f32(0, extra[o:o + 4 * L.d['wn']])
+                o += 4 * L.d['wn']
+        net.zero()
+        net.t, self.epoch = step, epoch
+        self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale
+        self.best = (be, bl, bm) if has else None
+        self.pending = 0
+        self.good = path
+        self.commit, self.dirty = (self.pos, self.sums), False

@@ -206,7 +206,8 @@ def load_checkpoint(path, n, shapes, state=None):
         return read_checkpoint(f, path, n, shapes, state)
 
 
-def read_checkpoint(f, path, n, shapes, state=None):
+def read_checkpoint(f, path, n, shapes, state=None, raw=False):
+    # raw: shapes and state are byte sizes and the tables hold bytes (utrain.q8train)
     size = _size(f)
     h = f.read(20)
     if len(h) != 20:
@@ -232,8 +233,8 @@ def read_checkpoint(f, path, n, shapes, state=None):
     if end == size and end > oo + 8:
         raise FormatError('%s: %d bytes after the counters and no utrain trailer (cut short?)'
                           % (path, end - oo - 8))
-    sizes = _nbytes(shapes)
-    ssizes = _nbytes(state) if state else sizes
+    sizes = shapes if raw else _nbytes(shapes)
+    ssizes = (state if raw else _nbytes(state)) if state else sizes
     out = []
     bounds = [20] + [a for a in (mo, vo) if a] + [oo]
     for i in range(1, len(bounds)):
@@ -247,7 +248,7 @@ def read_checkpoint(f, path, n, shapes, state=None):
             for k in range(n):
                 if offs[k]:
                     f.seek(offs[k])
-                    tab[k] = readinto(f, zeros(sh[k]), path)
+                    tab[k] = f.read(sz[k]) if raw else readinto(f, zeros(sh[k]), path)
         out.append(tab)
     f.seek(oo)
     step, epoch = unpack('<II', f.read(8))
