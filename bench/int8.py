@@ -225,7 +225,8 @@ def main(argv=None):
                 except RuntimeError as e:
                     print(f'{name} on {iname}: {e}', file=sys.stderr)
                     continue
-            rows.append((name, iname, f, q, f / q, fc, fc / bare))
+            # (CPU time is tick-granular: a --quick round on a busy machine can read 0)
+            rows.append((name, iname, f, q, f / max(q, 1e-9), fc, fc / max(bare, 1e-9)))
     head = ('model', 'build', 'float us', 'int8 us', 'float/int8', 'FC MAC us', 'FC/bare')
     print('| ' + ' | '.join(head) + ' |')
     print('|' + '---|' * len(head))

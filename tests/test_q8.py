@@ -487,7 +487,7 @@ def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from test_interrupts import interrupted_runs
     data = str(tmp_path / 'task.npz')
-    _task(data, 160)
+    _task(data, 320)            # a run long enough that a Ctrl-C lands in it on a busy machine
     base = tmp_path / 'base'
     prepare(MLP, str(base), data=data, test_split=0.25, loss='scce', optimizer=opt,
             lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7)
