@@ -11,7 +11,7 @@ from array import array
 from math import exp, log, frexp
 from utrain import q8kern as K
 
-FC, CONV, DW, MEAN = 0, 1, 2, 3
+FC, CONV, DW, MEAN, ADD = 0, 1, 2, 3, 4
 
 
 def qmul(x):
@@ -39,21 +39,29 @@ def _i32(n, data=None):
 
 
 class Layer:
-    def __init__(self, d, w, b, acc):
+    def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = d['k']
         self.d = d
-        self.w = w                      # int8 bytearray (None for MEAN)
-        self.b = b                      # int32 array
+        self.w = w                      # int8 bytearray (None: MEAN, ADD, or streamed)
+        self.b = b                      # int32 array (None: streamed)
         self.nout = d['nout']
         self.zx, self.zy = d['zx'], d['zy']
         self.lo, self.hi = d['lo'], d['hi']
-        self.mul = array('i', d['mul'])
-        self.shf = array('i', d['shf'])
-        self.c = len(d['mul'])
+        self.mul = array('i', d['mul']) if 'mul' in d else None   # (None: in q8.req)
+        self.shf = array('i', d['shf']) if 'shf' in d else None
+        self.c = len(d['mul']) if 'mul' in d else d.get('nq', 1)   # 1: per-tensor scales
         self.acc = acc                  # int32 sums, one buffer shared by all layers
-        self.y = bytearray(self.nout)
+        self.net = net
+        self.y = bytearray(self.nout) if y is None else y
+        self.ins = d.get('in')
         if 'g' in d:
             self.g = array('i', d['g'])
+            self.gs = array('i', d['g'])     # the geometry of one call (rows, channels)
+        if self.k == 4:                      # ADD: the multipliers of input 2 and the sum
+            self.m2 = memoryview(self.mul)[1:]
+            self.s2 = memoryview(self.shf)[1:]
+            self.m3 = memoryview(self.mul)[2:]
+            self.s3 = memoryview(self.shf)[2:]
         self.train = d.get('train', 0)
         if self.train:
             sw, sx = d['sw'], d['sx']
@@ -68,20 +76,124 @@ class Layer:
         self.x = None
         self.dg = self.dx = None             # input-gradient buffers, made on first use
 
-    def forward(self, x):
+    def forward(self, x, x2=None):
         self.x = x
         d = self.d
-        if self.k == FC:
-            K.fck(self.acc, x, 0, self.zx, self.w, self.b, 1, d['nin'], self.nout)
-        elif self.k == CONV:
-            K.convk(self.acc, x, self.zx, self.g, self.w, self.b)
-        elif self.k == DW:
-            K.dwk(self.acc, x, self.zx, self.g, self.w, self.b)
-        else:
-            K.sumk(self.acc, x, self.zx, d['n'], self.nout)
+        k = self.k
+        if k == CONV or k == DW:
+            self.conv(x, self.g, self.y)
+            return self.y
+        if k == ADD:
+            self.add(x, x2, self.y, self.nout)
+            return self.y
+        if k == FC:
+            self.fc(x)
+            return self.y
+        K.sumk(self.acc, x, self.zx, d['n'], self.nout)
         K.rqk(self.acc, self.nout, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo,
               self.hi, 0)
         return self.y
+
+    def _q(self):
+        # (bias, multipliers, shifts) of this layer: its own, or read from the files
+        if self.b is not None and self.mul is not None:
+            return self.b, self.mul, self.shf
+        return self.net.quant(self)
+
+    def fc(self, x):
+        d, acc = self.d, self.acc
+        ni, no = d['nin'], self.nout
+        b, mul, shf = self._q()
+        nc = d.get('nc', no)
+        for o0 in range(0, no, nc):
+            n = min(nc, no - o0)
+            w = self.w
+            if w is None:
+                w = self.net.weights(self, o0, n * ni)
+            elif o0:
+                w = memoryview(w)[o0 * ni:]
+            bv, mv, sv, c = b, mul, shf, n
+            if o0:
+                bv = memoryview(b)[o0:]
+                if self.c > 1:
+                    mv, sv = memoryview(mul)[o0:], memoryview(shf)[o0:]
+            if self.c == 1:
+                c = 1
+            K.fck(acc, x, 0, self.zx, w, bv, 1, ni, n)
+            K.rqk(acc, n, c, 1, mv, sv, memoryview(self.y)[o0:], self.zy, self.lo, self.hi, 0)
+
+    def conv(self, x, gm, y):
+        """CONV_2D / DEPTHWISE_CONV_2D of input x with geometry gm (the layer's, or a band
+        of rows of it) into int8 y: a few output rows at a time (the sums fit the shared
+        buffer), and for a streamed CONV_2D a chunk of output channels at a time."""
+        acc, gs, d = self.acc, self.gs, self.d
+        for i in range(14):
+            gs[i] = gm[i]
+        OH, OW, O, sh, ph, H = gm[10], gm[11], gm[3], gm[6], gm[8], gm[0]
+        xrow = gm[1] * gm[2]
+        b, mul, shf = self._q()
+        nc = d.get('nc', O) if self.k == CONV else O
+        row = gm[4] * gm[5] * gm[2]
+        dw = self.k == DW
+        for o0 in range(0, O, nc):
+            n = min(nc, O - o0)
+            w = self.w
+            if w is None:
+                w = self.net.weights(self, o0, len_w(self, n, row))
+            elif o0:
+                w = memoryview(w)[o0 * row:]
+            gs[3] = n
+            bv, mv, sv, c = b, mul, shf, n
+            if o0:
+                bv = memoryview(b)[o0:]
+                if self.c > 1:
+                    mv, sv = memoryview(mul)[o0:], memoryview(shf)[o0:]
+            if self.c == 1:
+                c = 1
+            R = max(1, len(acc) // (OW * n))
+            for r0 in range(0, OH, R):
+                r = min(R, OH - r0)
+                # rows r0.. read input rows from a on: the input from row a, the pad top
+                # what is left of it (never negative: viper reads the table unsigned)
+                a = r0 * sh - ph
+                a = a if a > 0 else 0
+                gs[10] = r
+                gs[8] = ph + a - r0 * sh
+                gs[0] = H - a
+                xa = memoryview(x)[a * xrow:] if a else x
+                if dw:
+                    K.dwk(acc, xa, self.zx, gs, w, bv)
+                else:
+                    K.convk(acc, xa, self.zx, gs, w, bv)
+                if n == O:
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
+                          self.lo, self.hi, 0)
+                else:
+                    a8 = self.net.acc8
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
+                    K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
+
+    def add(self, x, x2, y, n):
+        """ADD as TFLite Micro's int8 kernel: each input minus its zero point, shifted
+        left 20 bits and requantized by its multiplier, the sum requantized to y; in
+        chunks of half the shared sum buffer."""
+        acc, d = self.acc, self.d
+        h = len(acc) // 2
+        a2 = memoryview(acc)[h:]
+        mv = memoryview
+        for i0 in range(0, n, h):
+            m = min(h, n - i0)
+            K.exk(acc, mv(x)[i0:], m, self.zx, 20)
+            K.rqk(acc, m, 1, 1, self.mul, self.shf, acc, 0, 0, 0, 1)
+            K.exk(a2, mv(x2)[i0:], m, d['z2'], 20)
+            K.rqk(a2, m, 1, 1, self.m2, self.s2, a2, 0, 0, 0, 1)
+            K.adk(acc, a2, m)
+            K.rqk(acc, m, 1, 1, self.m3, self.s3, mv(y)[i0:], self.zy, self.lo, self.hi, 0)
+
+
+def len_w(L, n, row):
+    # bytes of n output channels' weights (a depthwise layer's are all read at once)
+    return n * row if L.k != DW else L.d['wn']
 
 
 class Q8Net:
@@ -91,25 +203,93 @@ class Q8Net:
         ls = meta['layers']
         nb = [None] * meta['ntensors']
         for d in ls:
-            if d['k'] != MEAN:
+            if 'wt' in d:
                 nb[d['wt']] = d['wn']
                 nb[d['bt']] = 4 * d['nb']
-        with wof.openr(wof_path) as f:
-            offs = wof.read_table(f, wof_path, nb, nb)[0]
-            self.layers = []
-            acc = _i32(max([d['nout'] for d in ls]))
-            for d in ls:
-                w = b = None
-                if d['k'] != MEAN:
-                    f.seek(offs[d['wt']])
-                    w = bytearray(f.read(d['wn']))
-                    f.seek(offs[d['bt']])
-                    b = _i32(0, f.read(4 * d['nb']))
-                self.layers.append(Layer(d, w, b, acc))
+        # activations: one int8 arena at the offsets the host planned (q8.json 'at':
+        # tensor, offset, bytes), or (a table without a plan) one buffer per layer
+        self.arena = bytearray(meta.get('arena', 0))
+        self.t = t = {}
+        am = memoryview(self.arena)
+        for k, o, n in meta.get('at', ()):
+            t[k] = am[o:o + n]
+        acc = self.acc = _i32(meta.get('acc') or max([d['nout'] for d in ls]))
+        try:
+            self.acc8 = memoryview(acc).cast('B')     # CPython: the sums' bytes
+        except AttributeError:                        # MicroPython: viper's ptr8 reads them
+            self.acc8 = acc if K.VIPER else bytearray(4 * len(acc))
+        self.f = f = wof.openr(wof_path)
+        self.woff = wof.read_table(f, wof_path, nb, nb)[0]
+        req = meta.get('req')
+        if req:
+            i = wof_path.rfind('/')
+            self.rf = wof.openr((wof_path[:i + 1] if i >= 0 else '') + req)
+        # streamed layers' scratch: a chunk of weights, one layer's biases and multipliers
+        ws = meta.get('wbuf', 0)
+        self.wbuf = bytearray(ws) if ws else None
+        cmax = max([d.get('nb', 1) for d in ls])
+        self.qb, self.qm, self.qs = _i32(cmax), _i32(cmax), _i32(cmax)
+        self.layers = []
+        for d in ls:
+            w = b = None
+            if 'wt' in d and (d.get('train') or d.get('res') or not ws):
+                w = self._read(self.woff[d['wt']], bytearray(d['wn']))
+                b = self._read(self.woff[d['bt']], _i32(d['nb']))
+                if 'mul' not in d:
+                    d['mul'], d['shf'] = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
+            self.layers.append(Layer(d, w, b, acc, t.get(d['out']), self))
+            t[d['out']] = self.layers[-1].y
         self.sy, self.zy = meta['sy'], meta['zy']
         self.sx, self.zx = meta['sx'], meta['zx']
+        self.xin = meta.get('xin', 0)
         self.seed = 12345
         self.first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        self.groups = {}
+        if meta.get('groups'):
+            from utrain.q8bands import Q8Group
+            for lo, hi, rows in meta['groups']:
+                self.groups[lo] = Q8Group(self, lo, hi, rows)
+
+    def _read(self, off, buf, n=None):
+        f = self.f
+        f.seek(off)
+        m = memoryview(buf)
+        if n is not None:
+            m = m[:n]
+        f.readinto(m)
+        return buf
+
+    def _req(self, d, buf, half=0):
+        # a layer's multipliers (half 0) or shifts (1) from q8.req
+        c = d['nq']
+        f = self.rf
+        f.seek(d['ro'] + half * 4 * c)
+        f.readinto(memoryview(buf)[:c])
+        return buf
+
+    def quant(self, L):
+        """Streamed layer L's biases, multipliers and shifts (read into the shared scratch
+        when not its own)."""
+        d = L.d
+        b = L.b
+        if b is None:
+            b = self._read(self.woff[d['bt']], self.qb, d['nb'])
+        if L.mul is not None:
+            return b, L.mul, L.shf
+        c = d['nq']
+        f = self.rf
+        f.seek(d['ro'])
+        f.readinto(memoryview(self.qm)[:c])
+        f.readinto(memoryview(self.qs)[:c])
+        return b, self.qm, self.qs
+
+    def weights(self, L, o0, n):
+        """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
+        the shared scratch."""
+        d = L.d
+        row = d['wn'] // d['nb'] if L.k != DW else 0
+        self._read(self.woff[d['wt']] + o0 * row, self.wbuf, n)
+        return self.wbuf
 
     def quantize_input(self, xf):
         # float sample -> int8 bytes with the input tensor's scale and zero point
@@ -121,8 +301,24 @@ class Q8Net:
         return out
 
     def forward(self, x):
-        for L in self.layers:
-            x = L.forward(x)
+        t, ls, n = self.t, self.layers, len(self.layers)
+        t[self.xin] = x
+        i = 0
+        while i < n:
+            g = self.groups.get(i)
+            if g is not None:           # a band group: its layers a few rows at a time
+                g.run()
+                i = g.hi
+                continue
+            L = ls[i]
+            ins = L.ins
+            if ins is None:             # a table without tensor indices: a chain
+                x = L.forward(x)
+            elif L.k == ADD:
+                x = L.forward(t[ins[0]], t[ins[1]])
+            else:
+                x = L.forward(t[ins[0]])
+            i += 1
         return x
 
     def logits(self, x):
