@@ -267,10 +267,13 @@ def _place(iv):
     return at, max([o + n for o, n, _, _ in placed] or [0])
 
 
-def plan(ls, rows=None, wbuf=4096, acc=1024):
+def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
     """The memory plan of layer table ls: arena offsets (with the row-band group that
     makes the arena smallest, none when rows == 0), the sum buffer's and the weight
-    scratch's sizes, the channel chunks of streamed layers.  Returns the meta entries."""
+    scratch's sizes, the channel chunks of streamed layers.  resident: a band group's
+    layers keep their few weights in RAM (else read at each band step, as the other
+    frozen layers are once a forward: the prefix cache's pass runs once a sample).
+    Returns the meta entries."""
     from .device import module
     qb = module('q8bands')
     first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
@@ -300,6 +303,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024):
             + [d['g'][11] for d in ls if d['k'] == CONV])
     W = max([wbuf] + [d['wn'] for d in ls if d['k'] == DW]
             + [d['wn'] // d['nb'] for d in ls if d['k'] in (FC, CONV)])
+    Q = 1
     for i, d in enumerate(ls):
         if d['k'] in (FC, CONV):
             row = d['wn'] // d['nb']
@@ -308,10 +312,13 @@ def plan(ls, rows=None, wbuf=4096, acc=1024):
                 nc = min(nc, A // d['g'][11])
             if nc < d['nb']:
                 d['nc'] = nc
-        if grp and i < grp[0] and d['k'] in WEIGHTED:
+        if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
             d['res'] = 1             # in a band group: its few weights stay in RAM
+        elif d['k'] in WEIGHTED and not d.get('train'):
+            Q = max(Q, d.get('nc', d['nb']))
+    # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
-            'wbuf': W, 'groups': [[0, grp[0], grp[1]]] if grp else []}
+            'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
 
 
 def meta(g: Graph, train='last:1', rows=None) -> dict:
@@ -338,27 +345,68 @@ def wof_arrays(g: Graph, m: dict) -> dict:
     return out
 
 
-def write(g: Graph, folder, train='last:1', m=None) -> dict:
+def split(g: Graph, m: dict, rows=None):
+    """(prefix table, trained table) of table m cut at the first trained layer's input:
+    the prefix (the frozen layers below it, their output that tensor) runs once per
+    sample into a cache (utrain.q8prefix), the trained part takes the cache's samples."""
+    import copy
+    ls = m['layers']
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [0])
+    cut = ls[first]['in'][0] if first else None
+    made = {d['out'] for d in ls[first:]}
+    if not first or ls[first - 1]['out'] != cut or any(
+            k != cut and k not in made for d in ls[first:] for k in d['in']):
+        raise ValueError('the trained layers do not start from one tensor the frozen layers '
+                         'end with: no prefix cache')
+    (sc,), (zc,) = _q(g.tensors[cut])
+    pre = [copy.deepcopy(d) for d in ls[:first]]
+    for d in pre:
+        d.pop('nc', None), d.pop('res', None)
+    post = [copy.deepcopy(d) for d in ls[first:]]
+    for d in post:
+        d.pop('nc', None), d.pop('res', None)
+    base = {k: m[k] for k in ('format', 'version', 'ntensors')}
+    # the .wof holds both parts' tensors: [tensor, bytes] of each, for its header check
+    base['wsizes'] = [[k, n] for d in ls if 'wt' in d
+                      for k, n in ((d['wt'], d['wn']), (d['bt'], 4 * d['nb']))]
+    p = dict(base, layers=pre, sx=m['sx'], zx=m['zx'], sy=sc, zy=zc, nin=m['nin'],
+             nclass=ls[first - 1]['nout'], xin=m['xin'])
+    p.update(plan(pre, rows, resident=False))
+    t = dict(base, layers=post, sx=sc, zx=zc, sy=m['sy'], zy=m['zy'],
+             nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut)
+    t.update(plan(post, 0))
+    return p, t
+
+
+def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
     """q8.json, q8.req and weights.wof (int8 weights as int8 bytes, int32 biases) in
-    folder; m: the layer table (meta), made when not given.  The layers that do not
+    folder; m: the layer table (meta), made when not given; tables: {file name: table}
+    to write instead of q8.json (a prefix and a trained part).  The layers that do not
     train keep their per-channel multipliers and shifts in q8.req (int32
     little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json."""
     m = m or meta(g, train)
     os.makedirs(folder, exist_ok=True)
     req = bytearray()
-    out = dict(m, layers=[])
-    for d in m['layers']:
-        d = dict(d)
-        if 'wt' in d and not d.get('train'):
-            d['ro'], d['nq'] = len(req), len(d['mul'])
-            req += np.asarray(d.pop('mul'), '<i4').tobytes()
-            req += np.asarray(d.pop('shf'), '<i4').tobytes()
-            del d['sw']
-        out['layers'].append(d)
+    outs = {}
+    for name, t in (tables or {'q8.json': m}).items():
+        out = outs[name] = dict(t, layers=[])
+        for d in t['layers']:
+            d = dict(d)
+            if 'wt' in d and not d.get('train'):
+                d['ro'], d['nq'] = len(req), len(d['mul'])
+                req += np.asarray(d.pop('mul'), '<i4').tobytes()
+                req += np.asarray(d.pop('shf'), '<i4').tobytes()
+                del d['sw']
+            for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
+                if not d.get('train'):
+                    d.pop(k, None)
+            out['layers'].append(d)
+    for name, out in outs.items():
+        if req:
+            out['req'] = 'q8.req'
+        atomic_write(os.path.join(folder, name), json.dumps(out).encode())
     if req:
-        out['req'] = 'q8.req'
         atomic_write(os.path.join(folder, 'q8.req'), bytes(req))
-    atomic_write(os.path.join(folder, 'q8.json'), json.dumps(out).encode())
     hwof.write_wof(os.path.join(folder, 'weights.wof'), len(g.tensors), wof_arrays(g, m),
                    keep_dtype=True)
     return m
@@ -401,7 +449,7 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
 
 
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
-               split_seed=0, progress=None) -> dict:
+               split_seed=0, progress=None, cache=False, bands=None) -> dict:
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings."""
@@ -412,17 +460,26 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                            '--batch 1 (no momentum); --dequantize trains it in float with '
                            f'{s["loss"]}/{s["optimizer"]} batch {s["batch"]}')
     try:
-        m = meta(g, train)
+        m = meta(g, train, bands)
+        tables = None
+        if cache:                # the board computes the frozen prefix once per sample
+            p, t = split(g, m, bands)
+            tables = {'q8.json': p, 'q8t.json': t}
     except ValueError as e:
-        raise PrepareError(str(e)) from None
+        raise PrepareError(f'{model_path}: {e}') from None
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED or CONV_2D '
                            f'among --train {train})')
     # the samples as int8 at the model input's scale and zero point
     xy = read_data(data, [m['nin']], m['nclass'], loss='scce')
-    check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req'))
-    write(g, out_dir, train, m)
+    check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
+        if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
+            os.remove(os.path.join(out_dir, f))
+    write(g, out_dir, train, m, tables)
     files = dict(FILES, model='q8.json', checkpoint=None, rewritten=None)
+    if cache:
+        files.update(model='q8t.json', prefix='q8.json')
     if any('wt' in d and not d.get('train') for d in m['layers']):
         files['quant'] = 'q8.req'        # (deploy copies it with the model)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]

@@ -29,6 +29,13 @@ def qmul(x):
 def _i32(n, data=None):
     # an int32 array of n zeros, or of the raw little-endian bytes data
     if data is None:
+        if n > 256:         # grown 1 KB at a time: no 4n-byte temporary beside it (the
+            z = _i32(256)   # heap would need twice the array's size free in one run)
+            a = array('i', z)
+            while len(a) < n:
+                k = n - len(a)
+                a.extend(z if k >= 256 else z[:k])
+            return a
         data = bytes(4 * n)
     try:
         return array('i', data)          # MicroPython copies a bytes initializer raw
@@ -39,31 +46,43 @@ def _i32(n, data=None):
 
 
 class Layer:
+    # defaults as class attributes: a frozen layer's instance holds only what differs
+    # (a board pays for every instance attribute of every layer)
+    train = 0
+    x = dg = dx = None               # the input seen; input-gradient buffers (made on use)
+    w = b = mul = shf = None
+    c = 1
+
     def __init__(self, d, w, b, acc, y=None, net=None):
-        self.k = d['k']
+        self.k = k = d['k']
         self.d = d
-        self.w = w                      # int8 bytearray (None: MEAN, ADD, or streamed)
-        self.b = b                      # int32 array (None: streamed)
+        if w is not None:
+            self.w = w                  # int8 bytearray (None: MEAN, ADD, or streamed)
+            self.b = b                  # int32 array
         self.nout = d['nout']
         self.zx, self.zy = d['zx'], d['zy']
         self.lo, self.hi = d['lo'], d['hi']
-        self.mul = array('i', d['mul']) if 'mul' in d else None   # (None: in q8.req)
-        self.shf = array('i', d['shf']) if 'shf' in d else None
-        self.c = len(d['mul']) if 'mul' in d else d.get('nq', 1)   # 1: per-tensor scales
+        if 'mul' in d:                  # (else in q8.req)
+            self.mul = array('i', d['mul'])
+            self.shf = array('i', d['shf'])
+            self.c = len(d['mul'])      # 1: per-tensor scales
+        elif d.get('nq', 1) > 1:
+            self.c = d['nq']
         self.acc = acc                  # int32 sums, one buffer shared by all layers
         self.net = net
         self.y = bytearray(self.nout) if y is None else y
         self.ins = d.get('in')
         if 'g' in d:
             self.g = array('i', d['g'])
-            self.gs = array('i', d['g'])     # the geometry of one call (rows, channels)
-        if self.k == 4:                      # ADD: the multipliers of input 2 and the sum
+            # the geometry of one call (rows, channels): one array all layers share
+            self.gs = net.gs if net is not None else array('i', d['g'])
+        if k == 4:                           # ADD: the multipliers of input 2 and the sum
             self.m2 = memoryview(self.mul)[1:]
             self.s2 = memoryview(self.shf)[1:]
             self.m3 = memoryview(self.mul)[2:]
             self.s3 = memoryview(self.shf)[2:]
-        self.train = d.get('train', 0)
-        if self.train:
+        if d.get('train', 0):
+            self.train = 1
             sw, sx = d['sw'], d['sx']
             self.bf = [b[o] * sx * sw[o % len(sw)] for o in range(len(b))]   # float bias
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
@@ -73,11 +92,10 @@ class Layer:
             self.gw = _i32(len(w))
             self.um, self.us = _i32(oc), _i32(oc)
             self.bs = _i32(oc)
-        self.x = None
-        self.dg = self.dx = None             # input-gradient buffers, made on first use
 
     def forward(self, x, x2=None):
-        self.x = x
+        if self.train:
+            self.x = x              # (the backward pass reads it)
         d = self.d
         k = self.k
         if k == CONV or k == DW:
@@ -94,33 +112,36 @@ class Layer:
               self.hi, 0)
         return self.y
 
-    def _q(self):
-        # (bias, multipliers, shifts) of this layer: its own, or read from the files
-        if self.b is not None and self.mul is not None:
-            return self.b, self.mul, self.shf
-        return self.net.quant(self)
+    def _chunk(self, o0, n, row):
+        # weights, biases, multipliers, shifts and multiplier count of output channels
+        # o0..o0+n-1 (row: weight bytes per channel; 0: a depthwise layer's, all read):
+        # views of this layer's own, or read into the net's scratch (frozen layers)
+        net = self.net
+        w = self.w
+        if w is None:
+            w = net.weights(self, o0, n * row if row else self.d['wn'])
+        elif o0:
+            w = memoryview(w)[o0 * row:]
+        b, m, s = self.b, self.mul, self.shf
+        if b is None:
+            b = net.biases(self, o0, n)
+        elif o0:
+            b = memoryview(b)[o0:]
+        if m is None:
+            m, s = net.quant(self, o0, n)
+        elif o0 and self.c > 1:
+            m, s = memoryview(m)[o0:], memoryview(s)[o0:]
+        return w, b, m, s, n if self.c > 1 else 1
 
     def fc(self, x):
         d, acc = self.d, self.acc
         ni, no = d['nin'], self.nout
-        b, mul, shf = self._q()
         nc = d.get('nc', no)
         for o0 in range(0, no, nc):
             n = min(nc, no - o0)
-            w = self.w
-            if w is None:
-                w = self.net.weights(self, o0, n * ni)
-            elif o0:
-                w = memoryview(w)[o0 * ni:]
-            bv, mv, sv, c = b, mul, shf, n
-            if o0:
-                bv = memoryview(b)[o0:]
-                if self.c > 1:
-                    mv, sv = memoryview(mul)[o0:], memoryview(shf)[o0:]
-            if self.c == 1:
-                c = 1
-            K.fck(acc, x, 0, self.zx, w, bv, 1, ni, n)
-            K.rqk(acc, n, c, 1, mv, sv, memoryview(self.y)[o0:], self.zy, self.lo, self.hi, 0)
+            w, b, m, s, c = self._chunk(o0, n, ni)
+            K.fck(acc, x, 0, self.zx, w, b, 1, ni, n)
+            K.rqk(acc, n, c, 1, m, s, memoryview(self.y)[o0:], self.zy, self.lo, self.hi, 0)
 
     def conv(self, x, gm, y):
         """CONV_2D / DEPTHWISE_CONV_2D of input x with geometry gm (the layer's, or a band
@@ -131,25 +152,13 @@ class Layer:
             gs[i] = gm[i]
         OH, OW, O, sh, ph, H = gm[10], gm[11], gm[3], gm[6], gm[8], gm[0]
         xrow = gm[1] * gm[2]
-        b, mul, shf = self._q()
         nc = d.get('nc', O) if self.k == CONV else O
-        row = gm[4] * gm[5] * gm[2]
+        row = gm[4] * gm[5] * gm[2] if self.k == CONV else 0
         dw = self.k == DW
         for o0 in range(0, O, nc):
             n = min(nc, O - o0)
-            w = self.w
-            if w is None:
-                w = self.net.weights(self, o0, len_w(self, n, row))
-            elif o0:
-                w = memoryview(w)[o0 * row:]
+            w, bv, mv, sv, c = self._chunk(o0, n, row)
             gs[3] = n
-            bv, mv, sv, c = b, mul, shf, n
-            if o0:
-                bv = memoryview(b)[o0:]
-                if self.c > 1:
-                    mv, sv = memoryview(mul)[o0:], memoryview(shf)[o0:]
-            if self.c == 1:
-                c = 1
             R = max(1, len(acc) // (OW * n))
             for r0 in range(0, OH, R):
                 r = min(R, OH - r0)
@@ -191,11 +200,6 @@ class Layer:
             K.rqk(acc, m, 1, 1, self.m3, self.s3, mv(y)[i0:], self.zy, self.lo, self.hi, 0)
 
 
-def len_w(L, n, row):
-    # bytes of n output channels' weights (a depthwise layer's are all read at once)
-    return n * row if L.k != DW else L.d['wn']
-
-
 class Q8Net:
     def __init__(self, meta, wof_path):
         from utrain import wof
@@ -206,8 +210,12 @@ class Q8Net:
             if 'wt' in d:
                 nb[d['wt']] = d['wn']
                 nb[d['bt']] = 4 * d['nb']
+        for k, n in meta.get('wsizes', ()):    # (a part of the model: the file holds all)
+            nb[k] = n
         # activations: one int8 arena at the offsets the host planned (q8.json 'at':
         # tensor, offset, bytes), or (a table without a plan) one buffer per layer
+        import gc
+        gc.collect()
         self.arena = bytearray(meta.get('arena', 0))
         self.t = t = {}
         am = memoryview(self.arena)
@@ -227,21 +235,28 @@ class Q8Net:
         # streamed layers' scratch: a chunk of weights, one layer's biases and multipliers
         ws = meta.get('wbuf', 0)
         self.wbuf = bytearray(ws) if ws else None
-        cmax = max([d.get('nb', 1) for d in ls])
+        cmax = meta.get('qbuf') or max([d.get('nb', 1) for d in ls])
         self.qb, self.qm, self.qs = _i32(cmax), _i32(cmax), _i32(cmax)
-        self.layers = []
-        for d in ls:
+        self.gs = _i32(14)
+        # the trained layers first: their big buffers (weights, gradient sums) find
+        # room before the frozen layers' many small objects fragment the heap
+        self.layers = lay = [None] * len(ls)
+        order = [i for i in range(len(ls)) if ls[i].get('train')]
+        order += [i for i in range(len(ls)) if not ls[i].get('train')]
+        for i in order:
+            d = ls[i]
             w = b = None
             if 'wt' in d and (d.get('train') or d.get('res') or not ws):
                 w = self._read(self.woff[d['wt']], bytearray(d['wn']))
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
-                if 'mul' not in d:
-                    d['mul'], d['shf'] = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
-            self.layers.append(Layer(d, w, b, acc, t.get(d['out']), self))
-            t[d['out']] = self.layers[-1].y
+            L = lay[i] = Layer(d, w, b, acc, t.get(d['out']), self)
+            if w is not None and L.mul is None:
+                L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
+            t[d['out']] = L.y
         self.sy, self.zy = meta['sy'], meta['zy']
         self.sx, self.zx = meta['sx'], meta['zx']
         self.xin = meta.get('xin', 0)
+        self.src = None             # (file, offset) of the sample, read by strips
         self.seed = 12345
         self.first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
         self.groups = {}
@@ -249,6 +264,17 @@ class Q8Net:
             from utrain.q8bands import Q8Group
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
+
+    def strips(self):
+        """True when a band group takes the model's input: forward(None) then reads the
+        sample a strip of rows at a time from self.src (file, offset)."""
+        g = self.groups.get(0)
+        return g is not None and g.takes(self.xin)
+
+    def close(self):
+        self.f.close()
+        if self.meta.get('req'):
+            self.rf.close()
 
     def _read(self, off, buf, n=None):
         f = self.f
@@ -267,21 +293,23 @@ class Q8Net:
         f.readinto(memoryview(buf)[:c])
         return buf
 
-    def quant(self, L):
-        """Streamed layer L's biases, multipliers and shifts (read into the shared scratch
-        when not its own)."""
+    def biases(self, L, o0, n):
+        """n biases of frozen layer L from output channel o0 on, into the shared scratch."""
+        return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, n)
+
+    def quant(self, L, o0, n):
+        """Frozen layer L's multipliers and shifts from output channel o0 on (n of them;
+        the one of a per-tensor layer), into the shared scratch."""
         d = L.d
-        b = L.b
-        if b is None:
-            b = self._read(self.woff[d['bt']], self.qb, d['nb'])
-        if L.mul is not None:
-            return b, L.mul, L.shf
         c = d['nq']
         f = self.rf
-        f.seek(d['ro'])
-        f.readinto(memoryview(self.qm)[:c])
-        f.readinto(memoryview(self.qs)[:c])
-        return b, self.qm, self.qs
+        if c == 1:
+            o0, n = 0, 1
+        f.seek(d['ro'] + 4 * o0)
+        f.readinto(memoryview(self.qm)[:n])
+        f.seek(d['ro'] + 4 * (c + o0))
+        f.readinto(memoryview(self.qs)[:n])
+        return self.qm, self.qs
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into

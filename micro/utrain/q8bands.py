@@ -70,11 +70,12 @@ class Q8Group(Group):
     def __init__(self, q, lo, hi, rows, net=None):
         if net is None:
             ls = q.meta['layers']
-            net = standin(ls, frees(ls, q.first))
+            net = standin(ls[:hi], frees(ls, q.first)[:hi])
         Group.__init__(self, net, lo, hi, rows)
         self.q = q
         self.ch = net.ch
         self.gm = array('i', [0] * 14)
+        self.strip = None
 
     def nbytes(self, k):
         # bytes of tensor k's window (after plan())
@@ -90,9 +91,20 @@ class Q8Group(Group):
                 a[r * R:(r + c) * R] = a[(r + m) * R:(r + m + c) * R]
         self.base[k] = b
 
+    def takes(self, k):
+        # is tensor k an input of this group read whole (the sample, for strips)?
+        self.plan()
+        return k in self.span
+
     def _rows(self, k, a, b):
         R, base = self.dims[k][1] * self.ch[k], self.base[k]
         x = self.buf[k] if k in self.buf else self.q.t[k]
+        if x is None:               # the sample in its file: rows a..b-1 into the strip
+            f, at = self.q.src
+            f.seek(at + a * R)
+            s = memoryview(self.strip)[:(b - a) * R]
+            f.readinto(s)
+            return s
         return x[(a - base) * R:(b - base) * R]
 
     def _compute(self, i, k, d, e):
@@ -117,6 +129,9 @@ class Q8Group(Group):
         self.plan()
         self.plan_only = False
         t = self.q.t
+        for k in self.span:
+            if t[k] is None and self.strip is None:
+                self.strip = bytearray(self.span[k] * self.dims[k][1] * self.ch[k])
         self.buf = buf = {}
         for k in self.outs:
             buf[k] = t[k]

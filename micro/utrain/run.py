@@ -48,6 +48,14 @@ def drop(mod):
             pass
 
 
+def q8prefix(files):
+    # an int8 run's frozen prefix into its caches, its code dropped after
+    aux('q8prefix', 'make', files)
+    for m in ('q8bands', 'bands'):
+        if 'utrain.' + m in sys.modules:
+            drop(m)
+
+
 def aux(mod, fn, *a):
     # utrain.<mod>.<fn>(*a), the module loaded for the call and dropped after: held by
     # no name, its code leaves the heap (code is heap on a board)
@@ -151,6 +159,9 @@ def main(cfg_path='train.json'):
     T = Trainer
     if files['model'].endswith('.json'):    # an int8 model training as int8 (utrain.q8)
         from utrain.q8train import Q8Trainer as T
+    if files.get('prefix'):     # an int8 run's frozen prefix, once per sample (utrain.q8prefix),
+        q8prefix(files)         # after the code loaded: the trainer's arrays take its space
+        gc.collect()
     tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
     chosen = None           # (a Chooser holds utrain.fisher's code)
     tr.cache = run.get('cache', False)      # the frozen-prefix cache (docs/memory.md)
@@ -160,12 +171,13 @@ def main(cfg_path='train.json'):
     if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d, sample %d' % (ckpt, tr.epoch, tr.pos))
-    test = Dataset(files['test']) if files.get('test') else None
+    raw = T is not Trainer      # the int8 trainer reads a sample's bytes itself
+    test = Dataset(files['test'], not raw) if files.get('test') else None
     keep = run.get('keep_best', False) and test   # validation-gated saving
     rec = None
     if keep:                 # trained.wof's test result, kept across runs
         rec = saving(out + '.best', aux, 'best', 'known', tr, out, test)
-    train = Dataset(files['train'])
+    train = Dataset(files['train'], not raw)
     if tr.cache == 'host':      # prepare made the prefix caches: the prefix's tables go
         from utrain.prefix import drop
         drop(tr, (train, test))
