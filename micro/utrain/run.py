@@ -147,7 +147,11 @@ def main(cfg_path='train.json'):
     # holes between the names the check interned, too small for the arrays to come
     gc.collect()
     STATE['code'] = 1       # (set before: under a MemoryError it could not be)
-    from utrain.trainer import Trainer
+    raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8):
+    if raw:                                 # no float trainer code; it reads a sample's
+        from utrain.q8train import Q8Trainer as T   # bytes itself
+    else:
+        from utrain.trainer import Trainer as T
     from utrain.data import Dataset
     del STATE['code']
     gc.collect()
@@ -156,9 +160,6 @@ def main(cfg_path='train.json'):
     # its own threshold while it loads the model)
     gc_every(run.get('gc_every', 0))
     out = files['out']
-    T = Trainer
-    if files['model'].endswith('.json'):    # an int8 model training as int8 (utrain.q8)
-        from utrain.q8train import Q8Trainer as T
     if files.get('prefix'):     # an int8 run's frozen prefix, once per sample (utrain.q8prefix),
         q8prefix(files)         # after the code loaded: the trainer's arrays take its space
         gc.collect()
@@ -171,7 +172,6 @@ def main(cfg_path='train.json'):
     if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d, sample %d' % (ckpt, tr.epoch, tr.pos))
-    raw = T is not Trainer      # the int8 trainer reads a sample's bytes itself
     test = Dataset(files['test'], not raw) if files.get('test') else None
     keep = run.get('keep_best', False) and test   # validation-gated saving
     rec = None
@@ -201,8 +201,13 @@ def main(cfg_path='train.json'):
     return why
 
 
+class _Never(Exception):
+    pass
+
+
 def run_epochs(tr, files, run, train, test, keep, rec, fresh):
-    from utrain.trainer import Diverged
+    # (the int8 trainer loads no float trainer code and never diverges)
+    Diverged = getattr(sys.modules.get('utrain.trainer'), 'Diverged', _Never)
     c, log, S = tr.cfg, STATE['log'], STATE['s']
     metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
     if fresh and not log.seek(0, 2):     # (an empty log: the header, once)

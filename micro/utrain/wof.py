@@ -144,7 +144,10 @@ def _write_block(f, arrays, n, start):
     for k in sorted(arrays):
         a = arrays[k]
         offs[k] = pos
-        pos += 4 * a.size if hasattr(a, 'size') else len(bytes(a))
+        if hasattr(a, 'size'):
+            pos += 4 * a.size
+        else:           # (no bytes(a) copy to measure it: a board may lack the room)
+            pos += len(a) if isinstance(a, (bytes, bytearray)) else 4 * len(a)
     f.write(pack('<%dI' % n, *offs))
     for k in sorted(arrays):
         a = arrays[k]
