@@ -459,6 +459,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         raise PrepareError(f'{model_path}: int8 training takes --loss scce --optimizer sgd '
                            '--batch 1 (no momentum); --dequantize trains it in float with '
                            f'{s["loss"]}/{s["optimizer"]} batch {s["batch"]}')
+    if cache == 'host':
+        raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
+                           '(--cache); --cache-on-host is for the float path (--dequantize)')
     try:
         m = meta(g, train, bands)
         tables = None
