@@ -163,8 +163,8 @@ def layers(g: Graph, train='last:1'):
             tm = 2 * max(sx[0], s2)
             ms = [quantize_multiplier(v) for v in (sx[0] / tm, s2 / tm,
                                                     tm / ((1 << ADD_SHIFT) * sy[0]))]
-            d.update(**{'in': [xin, src(op.inputs[1])]}, z2=z2, mul=[m for m, _ in ms],
-                     shf=[e for _, e in ms], s2=s2)
+            d['in'] = [xin, src(op.inputs[1])]
+            d.update(z2=z2, mul=[m for m, _ in ms], shf=[e for _, e in ms], s2=s2)
             shp = list(x.shape)
             if len(shp) == 4:
                 d['hw'] = shp[1:]

@@ -3,7 +3,6 @@
 # stored as float32, uint8 or int8 (value = stored * scale + offset, from the header).
 from struct import unpack
 from array import array
-from utrain.xnp import readinto, decode
 
 MAGIC = b'UTDS'
 VERSION = 2
@@ -66,6 +65,9 @@ class Dataset:
                                 y_shape[0] * y_shape[1]))
 
     def _get(self, a, q, s, o):
+        # (utrain.xnp imported here, not with the module: an int8 run reads raw bytes and
+        # never loads it, which without ulab is the numpy fallback's code)
+        from utrain.xnp import readinto, decode
         f = self.f
         if q is None:
             readinto(f, a, self.path)

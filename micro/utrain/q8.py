@@ -249,10 +249,10 @@ class Q8Net:
             if 'wt' in d and (d.get('train') or d.get('res') or not ws):
                 w = self._read(self.woff[d['wt']], bytearray(d['wn']))
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
-            L = lay[i] = Layer(d, w, b, acc, t.get(d['out']), self)
+            L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
             if w is not None and L.mul is None:
                 L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
-            t[d['out']] = L.y
+            t[d.get('out')] = L.y
         self.sy, self.zy = meta['sy'], meta['zy']
         self.sx, self.zx = meta['sx'], meta['zx']
         self.xin = meta.get('xin', 0)

@@ -6,7 +6,6 @@
 # 'UTCK' + CRC32 of everything before it; onert-micro ignores bytes after the
 # counters, and a checkpoint without the trailer (onert-micro's own) still loads.
 from struct import pack, unpack, calcsize
-from utrain.xnp import write, readinto, zeros
 import os
 try:
     from binascii import crc32
@@ -152,6 +151,7 @@ def _write_block(f, arrays, n, start):
     for k in sorted(arrays):
         a = arrays[k]
         if hasattr(a, 'size'):
+            from utrain.xnp import write     # (float arrays: an int8 run loads no xnp)
             write(f, a)
         else:
             f.write(a)
@@ -242,6 +242,7 @@ def read_checkpoint(f, path, n, shapes, state=None):
     for i in range(1, len(bounds)):
         if bounds[i] < bounds[i - 1] + 4 * n:
             raise FormatError('%s: table offsets %d, %d, %d out of order or range' % (path, mo, vo, oo))
+    from utrain.xnp import readinto, zeros
     for at, sh, sz in ((20, shapes, sizes), (mo, state or shapes, ssizes),
                        (vo, state or shapes, ssizes)):
         tab = {}
