@@ -21,7 +21,6 @@ sys.path.insert(0, os.path.join(ROOT, 'micro'))
 from host_tools import quant, runner  # noqa: E402
 from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.rewrite import save_graph  # noqa: E402
-from utrain import q8kern as K  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 
 MNV2 = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_96_int8.tflite')

@@ -7,7 +7,7 @@
 # and points files.train / files.test at them; then the prefix's tables, arena and code
 # are dropped, and training holds only the trained layers.  The board's samples never
 # leave it.  A band group that takes the sample reads it a strip of rows at a time.
-from struct import pack, unpack
+from struct import pack
 from utrain.q8 import Q8Net
 
 SUFFIX = '.q8.pfx'

@@ -50,10 +50,11 @@ def drop(mod):
 
 def q8prefix(files):
     # an int8 run's frozen prefix into its caches, its code dropped after
+    had = list(sys.modules)
     aux('q8prefix', 'make', files)
-    for m in ('q8bands', 'bands'):
-        if 'utrain.' + m in sys.modules:
-            drop(m)
+    for m in list(sys.modules):     # what only the prefix used (bands, q8bands): dropped
+        if m.startswith('utrain.') and m not in had and m[7:] not in ('wof',):
+            drop(m[7:])
 
 
 def aux(mod, fn, *a):
