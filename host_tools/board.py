@@ -12,7 +12,7 @@ import sys
 from . import runner
 
 RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
-INPUTS = ('model', 'weights', 'train', 'test')
+INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # an int8 run's q8.req, q8.json
 END = 'utrain: end: '     # train.py's last line: 'ok' or what stopped it (utrain/run.py)
 
 

@@ -4,8 +4,23 @@ model with its original scales and layout.
 
 The requantization parameters follow TFLite Micro: QuantizeMultiplier of
 s_x * s_W[c] / s_y per output channel for FULLY_CONNECTED / CONV_2D /
-DEPTHWISE_CONV_2D, and MEAN's s_x / s_y with 1/N folded in as reduce_common.cc does.
-The final SOFTMAX is left out: utrain's loss takes the dequantized logits in float."""
+DEPTHWISE_CONV_2D, MEAN's s_x / s_y with 1/N folded in as reduce_common.cc does, and
+ADD's as add.cc does (inputs shifted left 20 bits, each scaled by s_i / (2 max(s_1, s_2)),
+the sum by 2 max(s_1, s_2) / (2^20 s_y)).  A PAD on H/W whose only reader is a
+convolution is folded into that convolution's padding (PAD fills with the zero point,
+which the kernels' skipped taps equal); RESHAPE is a no-op (its output is its input).
+The final SOFTMAX is left out: utrain's loss takes the dequantized logits in float.
+
+Memory (plan()): the layers read their inputs by tensor index (the graph need not be a
+chain: a residual ADD reads an earlier tensor); every activation lives in one int8 arena
+at an offset planned here from its lifetime (producer to last reader; the tensors of
+the trained part to the end, the backward pass reads them), so a tensor's bytes are
+reused after its last reader.  The early high-resolution frozen layers can run in row
+bands (utrain.bands' schedule, utrain.q8bands), their inner tensors as windows of a few
+rows in the arena.  Frozen layers' weights stay in the .wof and are read when the layer
+runs (big ones a chunk of output channels at a time, into one scratch buffer); their
+per-channel requantization multipliers go to q8.req (int32 multipliers, then shifts),
+so q8.json stays small enough to parse on a board."""
 from __future__ import annotations
 
 import json
@@ -17,10 +32,13 @@ import numpy as np
 from .circle_io import Graph, atomic_write, read_model
 from . import wof as hwof
 
-FC, CONV, DW, MEAN = 0, 1, 2, 3
-KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN}
+FC, CONV, DW, MEAN, ADD = 0, 1, 2, 3, 4
+KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
+         'ADD': ADD}
 TRAINABLE = (FC, CONV, DW)
 BACK = (FC, CONV, DW, MEAN)          # kinds utrain.q8 passes a gradient through
+WEIGHTED = (FC, CONV, DW)
+ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 
 
 def quantize_multiplier(x: float):
@@ -73,29 +91,86 @@ def is_int8(g: Graph) -> bool:
     return t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))
 
 
+def _folds(g: Graph, ops):
+    """{PAD output tensor: (PAD input tensor, pad top, bottom, left, right)} of the PADs
+    folded into their one reader's padding, and {RESHAPE output: input}."""
+    readers = {}
+    for op in ops:
+        for k in op.inputs:
+            readers.setdefault(k, []).append(op)
+    pads, alias = {}, {}
+    for op in ops:
+        if op.name == 'RESHAPE':
+            alias[op.outputs[0]] = op.inputs[0]
+        elif op.name == 'PAD':
+            x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+            p = g.tensors[op.inputs[1]].data
+            r = readers.get(op.outputs[0], [])
+            ok = (p is not None and len(x.shape) == 4 and len(op.inputs) == 2
+                  and len(r) == 1 and r[0].name in ('CONV_2D', 'DEPTHWISE_CONV_2D')
+                  and op.outputs[0] not in g.outputs and _q(x) == _q(y))
+            if ok:
+                p = [int(v) for v in np.asarray(p).reshape(-1)]
+                ok = p[0] == p[1] == p[6] == p[7] == 0 and min(p) >= 0
+            if not ok:
+                raise ValueError(f'{g.path}: PAD op {op.index} must pad H and W of an NHWC '
+                                 'tensor read by one CONV_2D / DEPTHWISE_CONV_2D alone, with '
+                                 'its input\'s scale and zero point (int8 training folds it '
+                                 'into that convolution)')
+            pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
+    return pads, alias
+
+
 def layers(g: Graph, train='last:1'):
-    """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX.
-    train: as prepare's --train ('all', 'none', 'last:N': the last N operators of any
-    kind, or op indices); the FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D ops among
-    them train, and every op after the first trained one passes its gradient back
-    ('back')."""
+    """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX
+    (PAD and RESHAPE make none: folded / aliased).  Each reads tensors 'in' and writes
+    tensor 'out'.  train: as prepare's --train ('all', 'none', 'last:N': the last N
+    operators of any kind, or op indices); the FULLY_CONNECTED / CONV_2D /
+    DEPTHWISE_CONV_2D ops among them train, and every op after the first trained one
+    passes its gradient back ('back'; FC, CONV_2D, DEPTHWISE_CONV_2D, MEAN: not ADD)."""
     ops = list(g.ops)
     if ops and ops[-1].name == 'SOFTMAX':
         ops = ops[:-1]
+    pads, alias = _folds(g, ops)
+
+    def src(k):
+        while k in alias:
+            k = alias[k]
+        return k
     out = []
     for op in ops:
+        if op.name in ('PAD', 'RESHAPE'):
+            continue
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.index} ({op.name}) is not supported by int8 '
-                             'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN); '
-                             'prepare --dequantize trains it in float')
+                             'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
+                             'PAD, RESHAPE); prepare --dequantize trains it in float')
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+        pad = pads.get(op.inputs[0])
+        xin = src(pad[0] if pad else op.inputs[0])
         sx, zx = _q(x)
         sy, zy = _q(y)
         d = {'k': k, 'op': op.index, 'zx': zx[0], 'zy': zy[0], 'sx': sx[0], 'sy': sy[0],
-             'nout': int(np.prod(y.shape))}
+             'nout': int(np.prod(y.shape)), 'in': [xin], 'out': op.outputs[0]}
         lo, hi = _act_range(op.options.get('fused_activation_function', 'NONE'), sy[0], zy[0])
         d['lo'], d['hi'] = lo, hi
+        if k == ADD:
+            x2 = g.tensors[op.inputs[1]]
+            if list(x2.shape) != list(x.shape) or list(y.shape) != list(x.shape):
+                raise ValueError(f'{g.path}: ADD op {op.index} broadcasts; int8 training adds '
+                                 'tensors of one shape')
+            (s2,), (z2,) = _q(x2)
+            tm = 2 * max(sx[0], s2)
+            ms = [quantize_multiplier(v) for v in (sx[0] / tm, s2 / tm,
+                                                    tm / ((1 << ADD_SHIFT) * sy[0]))]
+            d['in'] = [xin, src(op.inputs[1])]
+            d.update(z2=z2, mul=[m for m, _ in ms], shf=[e for _, e in ms], s2=s2)
+            shp = list(x.shape)
+            if len(shp) == 4:
+                d['hw'] = shp[1:]
+            out.append(d)
+            continue
         if k == MEAN:
             axis = sorted(int(a) % 4 for a in g.tensors[op.inputs[1]].data.ravel())
             if len(x.shape) != 4 or axis != [1, 2]:
@@ -121,15 +196,19 @@ def layers(g: Graph, train='last:1'):
             d['nin'] = int(w.shape[1])
         else:
             H, W, I = x.shape[1:]
+            pt = pb = pl = pr = 0
+            if pad:
+                H, W, I = g.tensors[pad[0]].shape[1:]
+                pt, pb, pl, pr = pad[1:]
             if k == CONV:
                 O, KH, KW, _ = w.shape
             else:
                 _, KH, KW, O = w.shape
             dh, dw = op.options.get('dilation_h_factor', 1), op.options.get('dilation_w_factor', 1)
             sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
-            OH, ph = _pad(H, KH, sh, dh, op.options.get('padding', 'SAME'))
-            OW, pw = _pad(W, KW, sw_, dw, op.options.get('padding', 'SAME'))
-            d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph, pw, OH, OW, dh, dw]
+            OH, ph = _pad(H + pt + pb, KH, sh, dh, op.options.get('padding', 'SAME'))
+            OW, pw = _pad(W + pl + pr, KW, sw_, dw, op.options.get('padding', 'SAME'))
+            d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph + pt, pw + pl, OH, OW, dh, dw]
         out.append(d)
     from .passes import parse_train
     ops_on = parse_train(train, len(g.ops))
@@ -147,32 +226,183 @@ def layers(g: Graph, train='last:1'):
     return out
 
 
-def meta(g: Graph, train='last:1') -> dict:
+def _intervals(ls, first, free, group=None):
+    """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; group:
+    (lo, hi, Q8Group) whose windows live over lo..hi-1 and whose outputs from lo on."""
+    n = len(ls)
+    last = {}
+    for i, fr in enumerate(free):
+        for k in fr:
+            last[k] = i
+    iv = {}
+    for i, d in enumerate(ls):
+        iv[d['out']] = [i, last.get(d['out'], n), d['nout']]
+    if group:
+        lo, hi, grp = group
+        for k in grp.win:
+            iv[k] = [lo, hi - 1, grp.nbytes(k)]
+        for k in grp.outs:
+            iv[k][0] = lo
+    return iv
+
+
+def _place(iv):
+    """First-fit offsets, biggest first: {tensor: offset}, arena bytes."""
+    at, placed = {}, []
+    for k in sorted(iv, key=lambda k: (-iv[k][2], k)):
+        a, b, n = iv[k]
+        n = (n + 3) & ~3
+        busy = sorted((o, o + m) for o, m, a2, b2 in placed if a2 <= b and a <= b2)
+        off = 0
+        for o0, o1 in busy:
+            if off + n <= o0:
+                break
+            off = max(off, o1)
+        at[k] = off
+        placed.append((off, n, a, b))
+    return at, max([o + n for o, n, _, _ in placed] or [0])
+
+
+def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
+    """The memory plan of layer table ls: arena offsets (with the row-band group that
+    makes the arena smallest, none when rows == 0), the sum buffer's and the weight
+    scratch's sizes, the channel chunks of streamed layers.  resident: a band group's
+    layers keep their few weights in RAM (else read at each band step, as the other
+    frozen layers are once a forward: the prefix cache's pass runs once a sample).
+    Returns the meta entries."""
+    from .device import module
+    qb = module('q8bands')
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    free = qb.frees(ls, first)
+    best = (_place(_intervals(ls, first, free))[1], None)
+    if rows != 0:
+        net = qb.standin(ls, free)
+        q = type('Q', (), {'first': first, 'meta': {'layers': ls}})
+        for hi in range(2, first + 1):
+            if any(d['k'] not in (CONV, DW, ADD) for d in ls[:hi]):
+                break
+            for r in ([rows] if rows else (1, 2, 4, 8)):
+                try:
+                    grp = qb.Q8Group(q, 0, hi, r, net)
+                    grp.plan()
+                except (ValueError, KeyError):
+                    continue
+                size = _place(_intervals(ls, first, free, (0, hi, grp)))[1]
+                if size < best[0]:
+                    best = (size, (hi, r, grp))
+    grp = best[1]
+    iv = _intervals(ls, first, free, (0, grp[0], grp[2]) if grp else None)
+    at, size = _place(iv)
+    # the shared int32 sum buffer: a depthwise row, a MEAN, an FC output, a conv row
+    A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
+            + [d['nout'] for d in ls if d['k'] in (MEAN, FC)]
+            + [d['g'][11] for d in ls if d['k'] == CONV])
+    W = max([wbuf] + [d['wn'] for d in ls if d['k'] == DW]
+            + [d['wn'] // d['nb'] for d in ls if d['k'] in (FC, CONV)])
+    Q = 1
+    for i, d in enumerate(ls):
+        if d['k'] in (FC, CONV):
+            row = d['wn'] // d['nb']
+            nc = W // row
+            if d['k'] == CONV:
+                nc = min(nc, A // d['g'][11])
+            if nc < d['nb']:
+                d['nc'] = nc
+        if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
+            d['res'] = 1             # in a band group: its few weights stay in RAM
+        elif d['k'] in WEIGHTED and not d.get('train'):
+            Q = max(Q, d.get('nc', d['nb']))
+    # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
+    return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
+            'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
+
+
+def meta(g: Graph, train='last:1', rows=None) -> dict:
+    """The q8 table: layers, input and output scales, and the memory plan (rows: the
+    row-band step, None: chosen, 0: no bands)."""
     ls = layers(g, train)
     x, y = g.tensors[g.inputs[0]], g.tensors[g.ops[ls[-1]['op']].outputs[0]]
     (sx,), (zx,) = _q(x)
     (sy,), (zy,) = _q(y)
-    return {'format': 'utrain-q8', 'version': 1, 'ntensors': len(g.tensors), 'layers': ls,
-            'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
-            'nclass': int(np.prod(y.shape))}
+    m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
+         'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
+         'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0]}
+    m.update(plan(ls, rows))
+    return m
 
 
 def wof_arrays(g: Graph, m: dict) -> dict:
     """{tensor: int8/int32 array} of every weight and bias in the layer table."""
     out = {}
     for d in m['layers']:
-        if d['k'] != MEAN:
+        if 'wt' in d:
             out[d['wt']] = g.tensors[d['wt']].data
             out[d['bt']] = g.tensors[d['bt']].data
     return out
 
 
-def write(g: Graph, folder, train='last:1', m=None) -> dict:
-    """q8.json and weights.wof (int8 weights as int8 bytes, int32 biases) in folder;
-    m: the layer table (meta), made when not given."""
+def split(g: Graph, m: dict, rows=None):
+    """(prefix table, trained table) of table m cut at the first trained layer's input:
+    the prefix (the frozen layers below it, their output that tensor) runs once per
+    sample into a cache (utrain.q8prefix), the trained part takes the cache's samples."""
+    import copy
+    ls = m['layers']
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [0])
+    cut = ls[first]['in'][0] if first else None
+    made = {d['out'] for d in ls[first:]}
+    if not first or ls[first - 1]['out'] != cut or any(
+            k != cut and k not in made for d in ls[first:] for k in d['in']):
+        raise ValueError('the trained layers do not start from one tensor the frozen layers '
+                         'end with: no prefix cache')
+    (sc,), (zc,) = _q(g.tensors[cut])
+    pre = [copy.deepcopy(d) for d in ls[:first]]
+    for d in pre:
+        d.pop('nc', None), d.pop('res', None)
+    post = [copy.deepcopy(d) for d in ls[first:]]
+    for d in post:
+        d.pop('nc', None), d.pop('res', None)
+    base = {k: m[k] for k in ('format', 'version', 'ntensors')}
+    # the .wof holds both parts' tensors: [tensor, bytes] of each, for its header check
+    base['wsizes'] = [[k, n] for d in ls if 'wt' in d
+                      for k, n in ((d['wt'], d['wn']), (d['bt'], 4 * d['nb']))]
+    p = dict(base, layers=pre, sx=m['sx'], zx=m['zx'], sy=sc, zy=zc, nin=m['nin'],
+             nclass=ls[first - 1]['nout'], xin=m['xin'])
+    p.update(plan(pre, rows, resident=False))
+    t = dict(base, layers=post, sx=sc, zx=zc, sy=m['sy'], zy=m['zy'],
+             nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut)
+    t.update(plan(post, 0))
+    return p, t
+
+
+def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
+    """q8.json, q8.req and weights.wof (int8 weights as int8 bytes, int32 biases) in
+    folder; m: the layer table (meta), made when not given; tables: {file name: table}
+    to write instead of q8.json (a prefix and a trained part).  The layers that do not
+    train keep their per-channel multipliers and shifts in q8.req (int32
+    little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json."""
     m = m or meta(g, train)
     os.makedirs(folder, exist_ok=True)
-    atomic_write(os.path.join(folder, 'q8.json'), json.dumps(m).encode())
+    req = bytearray()
+    outs = {}
+    for name, t in (tables or {'q8.json': m}).items():
+        out = outs[name] = dict(t, layers=[])
+        for d in t['layers']:
+            d = dict(d)
+            if 'wt' in d and not d.get('train'):
+                d['ro'], d['nq'] = len(req), len(d['mul'])
+                req += np.asarray(d.pop('mul'), '<i4').tobytes()
+                req += np.asarray(d.pop('shf'), '<i4').tobytes()
+                del d['sw']
+            for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
+                if not d.get('train'):
+                    d.pop(k, None)
+            out['layers'].append(d)
+    for name, out in outs.items():
+        if req:
+            out['req'] = 'q8.req'
+        atomic_write(os.path.join(folder, name), json.dumps(out).encode())
+    if req:
+        atomic_write(os.path.join(folder, 'q8.req'), bytes(req))
     hwof.write_wof(os.path.join(folder, 'weights.wof'), len(g.tensors), wof_arrays(g, m),
                    keep_dtype=True)
     return m
@@ -188,7 +418,7 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
         data = f.read()
     nb = [None] * len(g.tensors)
     for d in m['layers']:
-        if d['k'] != MEAN:
+        if 'wt' in d:
             nb[d['wt']], nb[d['bt']] = d['wn'], 4 * d['nb']
     try:
         offs = dev.read_table(io.BytesIO(data), path, nb, nb)[0]
@@ -215,7 +445,7 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
 
 
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
-               split_seed=0, progress=None) -> dict:
+               split_seed=0, progress=None, cache=False, bands=None) -> dict:
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings."""
@@ -226,18 +456,32 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                            'sgd (no momentum) or adam; --dequantize trains it in float with '
                            f'{s["loss"]}/{s["optimizer"]}'
                            + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
+    if cache == 'host':
+        raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
+                           '(--cache); --cache-on-host is for the float path (--dequantize)')
     try:
-        m = meta(g, train)
+        m = meta(g, train, bands)
+        tables = None
+        if cache:                # the board computes the frozen prefix once per sample
+            p, t = split(g, m, bands)
+            tables = {'q8.json': p, 'q8t.json': t}
     except ValueError as e:
-        raise PrepareError(str(e)) from None
+        raise PrepareError(f'{model_path}: {e}') from None
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D '
                            f'among --train {train})')
     # the samples as int8 at the model input's scale and zero point
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
-    check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json',))
-    write(g, out_dir, train, m)
+    check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
+        if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
+            os.remove(os.path.join(out_dir, f))
+    write(g, out_dir, train, m, tables)
     files = dict(FILES, model='q8.json', rewritten=None)
+    if cache:
+        files.update(model='q8t.json', prefix='q8.json')
+    if any('wt' in d and not d.get('train') for d in m['layers']):
+        files['quant'] = 'q8.req'        # (deploy copies it with the model)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},

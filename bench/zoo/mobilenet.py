@@ -272,6 +272,68 @@ def bench_whole(micropythons, n=4):
                   f'{h // 1024 if h else "-"} | {t[0]:.0f} | {later:.1f} |', flush=True)
 
 
+KERAS_MBV2_INT8 = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'keras',
+                               'mobilenetv2_035_96_int8.tflite')
+
+
+def keras_int8_prepared(out, n, epochs, cache):
+    """A run folder for the Keras MobileNetV2-0.35 96x96 int8 model training as int8 with
+    its classifier (last:2), the rest run on the board (cache: once per sample into the
+    board's own prefix cache, before training; else the whole model every step); n seeded
+    images, a quarter held out; keep_best off."""
+    import json
+    import numpy as np
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools.prepare import prepare
+    x, y = images((1, 3, 96, 96), n)
+    os.makedirs(out, exist_ok=True)
+    data = os.path.join(out, 'data.npz')
+    np.savez(data, x=x, y=y)
+    s = prepare(KERAS_MBV2_INT8, out, data=data, loss='scce', lr=0.01, epochs=epochs,
+                optimizer='sgd', batch=1, train='last:2', cache=cache, test_split=0.25,
+                log=lambda *a: None)
+    with open(os.path.join(out, 'train.json')) as f:
+        c = json.load(f)
+    c['run']['keep_best'] = False
+    with open(os.path.join(out, 'train.json'), 'w') as f:
+        json.dump(c, f, indent=1)
+    return s
+
+
+def bench_int8(micropythons, n=8, float_too=True):
+    """Print, per build, the smallest heap (bisection, 1 KB; one epoch of n samples and
+    the evaluation) of the Keras MobileNetV2 int8 model training its classifier as int8
+    (the board's prefix cache, and the whole model every step) beside the float path's
+    (the float Keras model, row bands, as bench_whole), and their ratio."""
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from host_tools.memory import smallest_heap
+    print('| build | int8, board prefix cache KB | int8, whole model every step KB | '
+          'float, row bands KB | float / int8 (cache) |')
+    print('|---|---|---|---|---|')
+    for label, mp in micropythons:
+        os.environ['MICROPYTHON'] = mp
+        h = {}
+        for kind in ('cache', 'whole', 'float'):
+            if kind == 'float' and not float_too:
+                continue
+            out = os.path.join(tempfile.mkdtemp(), 'mbv2')
+            if kind == 'float':
+                keras_prepared(out, n, 1, 'ulab' if 'ulab' in label else 'fallback')
+            else:
+                keras_int8_prepared(out, n, 1, kind == 'cache')
+            h[kind] = smallest_heap(out, lo=64 * 1024, hi=2048 * 1024)
+        kb = {k: (v // 1024 if v else '-') for k, v in h.items()}
+        r = '%.2f' % (h['float'] / h['cache']) if h.get('float') and h['cache'] else '-'
+        print(f'| {label} | {kb["cache"]} | {kb["whole"]} | {kb.get("float", "-")} | {r} |',
+              flush=True)
+
+
 def main():
     import argparse
     ap = argparse.ArgumentParser()
@@ -282,7 +344,13 @@ def main():
                     help='the Keras MobileNetV2 run whole on the board, without and with row '
                          'bands: plan, smallest heap, epoch times (a label with "ulab" plans '
                          'for ulab)')
+    ap.add_argument('--int8', nargs='*', metavar='LABEL=MICROPYTHON',
+                    help='the Keras MobileNetV2 int8 model training as int8: smallest heap '
+                         'with the board prefix cache and whole, beside the float path')
     a = ap.parse_args()
+    if a.int8 is not None:
+        bench_int8([b.split('=', 1) for b in a.int8] or [('fallback', 'micropython')])
+        return
     if a.whole is not None:
         bench_whole([b.split('=', 1) for b in a.whole] or [('fallback', 'micropython')])
         return

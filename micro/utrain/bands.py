@@ -15,7 +15,11 @@
 # plan() runs the same schedule without arithmetic: the window sizes, which the host's
 # planner (host_tools/memory.py) reads from the same code.
 # Group record in the .flat: (lo, hi, rows per band): host_tools/bands.py chooses them.
-from utrain.xnp import zeros, const
+try:
+    from micropython import const
+except ImportError:
+    def const(x):
+        return x
 _ADD = const(0)
 _CONV_2D = const(3)
 _DEPTHWISE_CONV_2D = const(4)
@@ -240,6 +244,7 @@ class Group:
 
     def run(self, free):
         """Compute the group's outputs into net.t; frees what the group's ops free."""
+        from utrain.xnp import zeros     # (utrain.q8bands' int8 groups load no float code)
         cap = self.plan()
         net = self.net
         self.plan_only = False

@@ -22,7 +22,7 @@ NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
         'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0)}
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor',
        'max_retries', 'start', 'cache', 'gc_every')
-INPUTS = ('model', 'weights', 'train', 'test')
+INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # int8: q8.req, q8.json
 OUTPUTS = ('out', 'checkpoint', 'log')
 FILES = INPUTS + OUTPUTS + ('rewritten',)    # rewritten: the host's export reads it
 NEEDED = ('model', 'weights', 'out')

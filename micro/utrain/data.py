@@ -3,7 +3,6 @@
 # stored as float32, uint8 or int8 (value = stored * scale + offset, from the header).
 from struct import unpack
 from array import array
-from utrain.xnp import readinto, decode
 
 MAGIC = b'UTDS'
 VERSION = 2
@@ -38,7 +37,8 @@ def header(path, h):
 
 
 class Dataset:
-    def __init__(self, path):
+    def __init__(self, path, buffers=True):
+        # buffers: False for a reader that takes the raw bytes itself (utrain.q8train)
         self.path = path
         try:
             f = self.f = open(path, 'rb')
@@ -55,8 +55,8 @@ class Dataset:
                              % (path, f.tell(), self.head + n * self.rec, n))
         # byte buffers for quantized values, allocated once (after the size check:
         # a corrupt header must not ask for a huge buffer)
-        self.qx = array(CODE[xt], bytes(xl)) if xt else None
-        self.qy = array(CODE[yt], bytes(yl)) if yt else None
+        self.qx = array(CODE[xt], bytes(xl)) if xt and buffers else None
+        self.qy = array(CODE[yt], bytes(yl)) if yt and buffers else None
 
     def check(self, x_shape, y_shape):
         if self.x_len != x_shape[0] * x_shape[1] or self.y_len != y_shape[0] * y_shape[1]:
@@ -65,6 +65,9 @@ class Dataset:
                                 y_shape[0] * y_shape[1]))
 
     def _get(self, a, q, s, o):
+        # (utrain.xnp imported here, not with the module: an int8 run reads raw bytes and
+        # never loads it, which without ulab is the numpy fallback's code)
+        from utrain.xnp import readinto, decode
         f = self.f
         if q is None:
             readinto(f, a, self.path)

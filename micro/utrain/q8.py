@@ -16,7 +16,7 @@ from array import array
 from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
-FC, CONV, DW, MEAN = 0, 1, 2, 3
+FC, CONV, DW, MEAN, ADD = 0, 1, 2, 3, 4
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
 
@@ -35,6 +35,13 @@ def qmul(x):
 def _i32(n, data=None, tc='i'):
     # an int32 (tc 'f': float32) array of n zeros, or of the raw little-endian bytes data
     if data is None:
+        if n > 256:         # grown 1 KB at a time: no 4n-byte temporary beside it (the
+            z = _i32(256, None, tc)     # heap would need twice the array's size free)
+            a = array(tc, z)
+            while len(a) < n:
+                k = n - len(a)
+                a.extend(z if k >= 256 else z[:k])
+            return a
         data = bytes(4 * n)
     try:
         return array(tc, data)           # MicroPython copies a bytes initializer raw
@@ -49,31 +56,52 @@ def _f32(n, data=None):
 
 
 class Layer:
-    def __init__(self, d, w, b, acc):
-        self.k = d['k']
+    # defaults as class attributes: a frozen layer's instance holds only what differs
+    # (a board pays for every instance attribute of every layer)
+    train = back = 0
+    x = dg = dx = dxm = ga = None    # the input seen; input-gradient buffers (made on use),
+    #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
+    w = b = mul = shf = None
+    c = 1
+
+    def __init__(self, d, w, b, acc, y=None, net=None):
+        self.k = k = d['k']
         self.d = d
-        self.w = w                      # int8 bytearray (None for MEAN)
-        self.b = b                      # int32 array
+        if w is not None:
+            self.w = w                  # int8 bytearray (None: MEAN, ADD, or streamed)
+            self.b = b                  # int32 array
         self.nout = d['nout']
         self.zx, self.zy = d['zx'], d['zy']
         self.lo, self.hi = d['lo'], d['hi']
-        self.mul = array('i', d['mul'])
-        self.shf = array('i', d['shf'])
-        self.c = len(d['mul'])
+        if 'mul' in d:                  # (else in q8.req)
+            self.mul = array('i', d['mul'])
+            self.shf = array('i', d['shf'])
+            self.c = len(d['mul'])      # 1: per-tensor scales
+        elif d.get('nq', 1) > 1:
+            self.c = d['nq']
         self.acc = acc                  # int32 sums, one buffer shared by all layers
-        self.y = bytearray(self.nout)
+        self.net = net
+        self.y = bytearray(self.nout) if y is None else y
+        self.ins = d.get('in')
         if 'g' in d:
             self.g = array('i', d['g'])
-        self.train = d.get('train', 0)
-        self.back = self.train or d.get('back', 0)     # passes a gradient (CONV, DW, FC)
+            # the geometry of one call (rows, channels): one array all layers share
+            self.gs = net.gs if net is not None else array('i', d['g'])
+        if k == 4:                           # ADD: the multipliers of input 2 and the sum
+            self.m2 = memoryview(self.mul)[1:]
+            self.s2 = memoryview(self.shf)[1:]
+            self.m3 = memoryview(self.mul)[2:]
+            self.s3 = memoryview(self.shf)[2:]
+        if d.get('train', 0):
+            self.train = 1
+        if self.train or d.get('back', 0):
+            self.back = 1                              # passes a gradient (CONV, DW, FC, MEAN)
         if self.back and self.k != MEAN:
-            oc = len(b)
             self.dz = bytearray(self.nout)             # int8 gradient, allocated once
             sw = d['sw']
             m = max(sw)
             # per-channel weight scales: the input gradient's dz is rescaled by
             # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
-            self.dxm = None
             if min(sw) != m:
                 mm = [qmul(v / m) for v in sw]
                 self.dxm = array('i', [v[0] for v in mm])
@@ -88,9 +116,6 @@ class Layer:
             self.gw = _i32(len(w))
             self.um, self.us = _i32(oc), _i32(oc)
             self.bs = _i32(oc)
-        self.ga = None                       # batch sums, made by Q8Net.setup
-        self.x = None
-        self.dg = None                       # MEAN's input gradient, made on first use
 
     def set_bias(self):
         # the float bias (and Adam's float master) from the int32 bias and int8 weights
@@ -115,20 +140,111 @@ class Layer:
             return gm[3], r, r
         return gm[3], gm[4] * gm[5], 1
 
-    def forward(self, x):
-        self.x = x
+    def forward(self, x, x2=None):
+        if self.train:
+            self.x = x              # (the backward pass reads it)
         d = self.d
-        if self.k == FC:
-            K.fck(self.acc, x, 0, self.zx, self.w, self.b, 1, d['nin'], self.nout)
-        elif self.k == CONV:
-            K.convk(self.acc, x, self.zx, self.g, self.w, self.b)
-        elif self.k == DW:
-            K.dwk(self.acc, x, self.zx, self.g, self.w, self.b)
-        else:
-            K.sumk(self.acc, x, self.zx, d['n'], self.nout)
+        k = self.k
+        if k == CONV or k == DW:
+            self.conv(x, self.g, self.y)
+            return self.y
+        if k == ADD:
+            self.add(x, x2, self.y, self.nout)
+            return self.y
+        if k == FC:
+            self.fc(x)
+            return self.y
+        K.sumk(self.acc, x, self.zx, d['n'], self.nout)
         K.rqk(self.acc, self.nout, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo,
               self.hi, 0)
         return self.y
+
+    def _chunk(self, o0, n, row):
+        # weights, biases, multipliers, shifts and multiplier count of output channels
+        # o0..o0+n-1 (row: weight bytes per channel; 0: a depthwise layer's, all read):
+        # views of this layer's own, or read into the net's scratch (frozen layers)
+        net = self.net
+        w = self.w
+        if w is None:
+            w = net.weights(self, o0, n * row if row else self.d['wn'])
+        elif o0:
+            w = memoryview(w)[o0 * row:]
+        b, m, s = self.b, self.mul, self.shf
+        if b is None:
+            b = net.biases(self, o0, n)
+        elif o0:
+            b = memoryview(b)[o0:]
+        if m is None:
+            m, s = net.quant(self, o0, n)
+        elif o0 and self.c > 1:
+            m, s = memoryview(m)[o0:], memoryview(s)[o0:]
+        return w, b, m, s, n if self.c > 1 else 1
+
+    def fc(self, x):
+        d, acc = self.d, self.acc
+        ni, no = d['nin'], self.nout
+        nc = d.get('nc', no)
+        for o0 in range(0, no, nc):
+            n = min(nc, no - o0)
+            w, b, m, s, c = self._chunk(o0, n, ni)
+            K.fck(acc, x, 0, self.zx, w, b, 1, ni, n)
+            K.rqk(acc, n, c, 1, m, s, memoryview(self.y)[o0:], self.zy, self.lo, self.hi, 0)
+
+    def conv(self, x, gm, y):
+        """CONV_2D / DEPTHWISE_CONV_2D of input x with geometry gm (the layer's, or a band
+        of rows of it) into int8 y: a few output rows at a time (the sums fit the shared
+        buffer), and for a streamed CONV_2D a chunk of output channels at a time."""
+        acc, gs, d = self.acc, self.gs, self.d
+        for i in range(14):
+            gs[i] = gm[i]
+        OH, OW, O, sh, ph, H = gm[10], gm[11], gm[3], gm[6], gm[8], gm[0]
+        xrow = gm[1] * gm[2]
+        nc = d.get('nc', O) if self.k == CONV else O
+        row = gm[4] * gm[5] * gm[2] if self.k == CONV else 0
+        dw = self.k == DW
+        for o0 in range(0, O, nc):
+            n = min(nc, O - o0)
+            w, bv, mv, sv, c = self._chunk(o0, n, row)
+            gs[3] = n
+            R = max(1, len(acc) // (OW * n))
+            for r0 in range(0, OH, R):
+                r = min(R, OH - r0)
+                # rows r0.. read input rows from a on: the input from row a, the pad top
+                # what is left of it (never negative: viper reads the table unsigned)
+                a = r0 * sh - ph
+                a = a if a > 0 else 0
+                gs[10] = r
+                gs[8] = ph + a - r0 * sh
+                gs[0] = H - a
+                xa = memoryview(x)[a * xrow:] if a else x
+                if dw:
+                    K.dwk(acc, xa, self.zx, gs, w, bv)
+                else:
+                    K.convk(acc, xa, self.zx, gs, w, bv)
+                if n == O:
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
+                          self.lo, self.hi, 0)
+                else:
+                    a8 = self.net.acc8
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
+                    K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
+
+    def add(self, x, x2, y, n):
+        """ADD as TFLite Micro's int8 kernel: each input minus its zero point, shifted
+        left 20 bits and requantized by its multiplier, the sum requantized to y; in
+        chunks of half the shared sum buffer."""
+        acc, d = self.acc, self.d
+        h = len(acc) // 2
+        a2 = memoryview(acc)[h:]
+        mv = memoryview
+        for i0 in range(0, n, h):
+            m = min(h, n - i0)
+            K.exk(acc, mv(x)[i0:], m, self.zx, 20)
+            K.rqk(acc, m, 1, 1, self.mul, self.shf, acc, 0, 0, 0, 1)
+            K.exk(a2, mv(x2)[i0:], m, d['z2'], 20)
+            K.rqk(a2, m, 1, 1, self.m2, self.s2, a2, 0, 0, 0, 1)
+            K.adk(acc, a2, m)
+            K.rqk(acc, m, 1, 1, self.m3, self.s3, mv(y)[i0:], self.zy, self.lo, self.hi, 0)
 
 
 class Q8Net:
@@ -138,28 +254,120 @@ class Q8Net:
         ls = meta['layers']
         nb = [None] * meta['ntensors']
         for d in ls:
-            if d['k'] != MEAN:
+            if 'wt' in d:
                 nb[d['wt']] = d['wn']
                 nb[d['bt']] = 4 * d['nb']
-        with wof.openr(wof_path) as f:
-            offs = wof.read_table(f, wof_path, nb, nb)[0]
-            self.layers = []
-            acc = _i32(max([d['nout'] for d in ls]))
-            for d in ls:
-                w = b = None
-                if d['k'] != MEAN:
-                    f.seek(offs[d['wt']])
-                    w = bytearray(f.read(d['wn']))
-                    f.seek(offs[d['bt']])
-                    b = _i32(0, f.read(4 * d['nb']))
-                self.layers.append(Layer(d, w, b, acc))
+        for k, n in meta.get('wsizes', ()):    # (a part of the model: the file holds all)
+            nb[k] = n
+        # activations: one int8 arena at the offsets the host planned (q8.json 'at':
+        # tensor, offset, bytes), or (a table without a plan) one buffer per layer
+        import gc
+        gc.collect()
+        self.arena = bytearray(meta.get('arena', 0))
+        self.t = t = {}
+        am = memoryview(self.arena)
+        for k, o, n in meta.get('at', ()):
+            t[k] = am[o:o + n]
+        acc = self.acc = _i32(meta.get('acc') or max([d['nout'] for d in ls]))
+        try:
+            self.acc8 = memoryview(acc).cast('B')     # CPython: the sums' bytes
+        except AttributeError:                        # MicroPython: viper's ptr8 reads them
+            self.acc8 = acc if K.VIPER else bytearray(4 * len(acc))
+        self.f = f = wof.openr(wof_path)
+        self.woff = wof.read_table(f, wof_path, nb, nb)[0]
+        req = meta.get('req')
+        if req:
+            i = wof_path.rfind('/')
+            self.rf = wof.openr((wof_path[:i + 1] if i >= 0 else '') + req)
+        # streamed layers' scratch: a chunk of weights, one layer's biases and multipliers
+        ws = meta.get('wbuf', 0)
+        self.wbuf = bytearray(ws) if ws else None
+        cmax = meta.get('qbuf') or max([d.get('nb', 1) for d in ls])
+        self.qb, self.qm, self.qs = _i32(cmax), _i32(cmax), _i32(cmax)
+        self.gs = _i32(14)
+        # the trained layers first: their big buffers (weights, gradient sums) find
+        # room before the frozen layers' many small objects fragment the heap
+        self.layers = lay = [None] * len(ls)
+        order = [i for i in range(len(ls)) if ls[i].get('train')]
+        order += [i for i in range(len(ls)) if not ls[i].get('train')]
+        for i in order:
+            d = ls[i]
+            w = b = None
+            if 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not ws):
+                w = self._read(self.woff[d['wt']], bytearray(d['wn']))
+                b = self._read(self.woff[d['bt']], _i32(d['nb']))
+            L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
+            if w is not None and L.mul is None:
+                L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
+            t[d.get('out')] = L.y
         self.sy, self.zy = meta['sy'], meta['zy']
         self.sx, self.zx = meta['sx'], meta['zx']
+        self.xin = meta.get('xin', 0)
+        self.src = None             # (file, offset) of the sample, read by strips
         self.seed = 12345
         self.first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        self.groups = {}
+        if meta.get('groups'):
+            from utrain.q8bands import Q8Group
+            for lo, hi, rows in meta['groups']:
+                self.groups[lo] = Q8Group(self, lo, hi, rows)
         self.gb = None
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.setup()
+
+    def strips(self):
+        """True when a band group takes the model's input: forward(None) then reads the
+        sample a strip of rows at a time from self.src (file, offset)."""
+        g = self.groups.get(0)
+        return g is not None and g.takes(self.xin)
+
+    def close(self):
+        self.f.close()
+        if self.meta.get('req'):
+            self.rf.close()
+
+    def _read(self, off, buf, n=None):
+        f = self.f
+        f.seek(off)
+        m = memoryview(buf)
+        if n is not None:
+            m = m[:n]
+        f.readinto(m)
+        return buf
+
+    def _req(self, d, buf, half=0):
+        # a layer's multipliers (half 0) or shifts (1) from q8.req
+        c = d['nq']
+        f = self.rf
+        f.seek(d['ro'] + half * 4 * c)
+        f.readinto(memoryview(buf)[:c])
+        return buf
+
+    def biases(self, L, o0, n):
+        """n biases of frozen layer L from output channel o0 on, into the shared scratch."""
+        return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, n)
+
+    def quant(self, L, o0, n):
+        """Frozen layer L's multipliers and shifts from output channel o0 on (n of them;
+        the one of a per-tensor layer), into the shared scratch."""
+        d = L.d
+        c = d['nq']
+        f = self.rf
+        if c == 1:
+            o0, n = 0, 1
+        f.seek(d['ro'] + 4 * o0)
+        f.readinto(memoryview(self.qm)[:n])
+        f.seek(d['ro'] + 4 * (c + o0))
+        f.readinto(memoryview(self.qs)[:n])
+        return self.qm, self.qs
+
+    def weights(self, L, o0, n):
+        """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
+        the shared scratch."""
+        d = L.d
+        row = d['wn'] // d['nb'] if L.k != DW else 0
+        self._read(self.woff[d['wt']] + o0 * row, self.wbuf, n)
+        return self.wbuf
 
     def quantize_input(self, xf):
         # float sample -> int8 bytes with the input tensor's scale and zero point
@@ -171,8 +379,24 @@ class Q8Net:
         return out
 
     def forward(self, x):
-        for L in self.layers:
-            x = L.forward(x)
+        t, ls, n = self.t, self.layers, len(self.layers)
+        t[self.xin] = x
+        i = 0
+        while i < n:
+            g = self.groups.get(i)
+            if g is not None:           # a band group: its layers a few rows at a time
+                g.run()
+                i = g.hi
+                continue
+            L = ls[i]
+            ins = L.ins
+            if ins is None:             # a table without tensor indices: a chain
+                x = L.forward(x)
+            elif L.k == ADD:
+                x = L.forward(t[ins[0]], t[ins[1]])
+            else:
+                x = L.forward(t[ins[0]])
+            i += 1
         return x
 
     def logits(self, x):
@@ -217,7 +441,7 @@ class Q8Net:
         weights and moments (3 floats per trained weight and bias) are made here."""
         self.adam = optimizer == 'adam'
         self.b1, self.b2, self.eps = beta1, beta2, eps
-        self.t = 0
+        self.nstep = 0
         if optimizer == 'sgd' and batch == 1:
             return
         for L in self.layers:
@@ -262,8 +486,8 @@ class Q8Net:
         """Update every trained layer from the batch's sums times scale (1/batch for a mean),
         then zero them."""
         if self.adam:
-            self.t += 1
-            b1, b2, t = self.b1, self.b2, self.t
+            self.nstep += 1
+            b1, b2, t = self.b1, self.b2, self.nstep
             lr = lr * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
         for L in self.layers:
             if L.ga is None:

@@ -490,8 +490,34 @@ def dgk(g, dz, x, xz: int, gm):
 
 @micropython.viper
 def adk(a, d, n: int):
-    # a[i] += d[i] for n int32 values (a batch's gradient sums)
+    # a[i] += d[i] for n int32 values (a batch's gradient sums; ADD's raw sum)
     pa = ptr32(a)
     pd = ptr32(d)
     for i in range(n):
         pa[i] += pd[i]
+
+
+# ---- forward of big int8 models (MobileNetV2-like): residual ADD, channel chunks ----
+
+@micropython.viper
+def stk(y, yo: int, ys: int, src, n: int, c: int):
+    # y[yo + p*ys + j] = src[p*c + j] for n rows p of c bytes: a chunk of output channels
+    # (requantized contiguously) put in place in an [n, ys] int8 tensor
+    py = ptr8(y)
+    ps = ptr8(src)
+    q = 0
+    for p in range(n):
+        b = yo + p * ys
+        for j in range(c):
+            py[b + j] = ps[q]
+            q += 1
+
+
+@micropython.viper
+def exk(a, x, n: int, z: int, sh: int):
+    # a[i] = (x[i] - z) << sh: int8 x minus its zero point, as int32 (ADD's shifted input)
+    pa = ptr32(a)
+    px = ptr8(x)
+    xc = 128 + z
+    for i in range(n):
+        pa[i] = ((int(px[i]) ^ 128) - xc) << sh

@@ -191,7 +191,7 @@ class Q8Trainer:
         b = self.best or (0, 0.0, 0.0)
         extra = pack(RESUME, b'UTRS', 1, self.best is not None, self.pos, self.sums[0],
                      self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2])
-        save_checkpoint(path, net.meta['ntensors'], w, m, v, net.t, self.epoch,
+        save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch,
                         extra + b''.join(tail))
         self.good = path
 
@@ -234,7 +234,7 @@ class Q8Trainer:
                 L.wm = _f32(0, extra[o:o + 4 * L.d['wn']])
                 o += 4 * L.d['wn']
         net.zero()
-        net.t, self.epoch = step, epoch
+        net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale
         self.best = (be, bl, bm) if has else None
         self.pending = 0

@@ -48,6 +48,15 @@ def drop(mod):
             pass
 
 
+def q8prefix(files):
+    # an int8 run's frozen prefix into its caches, its code dropped after
+    had = list(sys.modules)
+    aux('q8prefix', 'make', files)
+    for m in list(sys.modules):     # what only the prefix used (bands, q8bands): dropped
+        if m.startswith('utrain.') and m not in had and m[7:] not in ('wof',):
+            drop(m[7:])
+
+
 def aux(mod, fn, *a):
     # utrain.<mod>.<fn>(*a), the module loaded for the call and dropped after: held by
     # no name, its code leaves the heap (code is heap on a board)
@@ -139,7 +148,11 @@ def main(cfg_path='train.json'):
     # holes between the names the check interned, too small for the arrays to come
     gc.collect()
     STATE['code'] = 1       # (set before: under a MemoryError it could not be)
-    from utrain.trainer import Trainer
+    raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8):
+    if raw:                                 # no float trainer code; it reads a sample's
+        from utrain.q8train import Q8Trainer as T   # bytes itself
+    else:
+        from utrain.trainer import Trainer as T
     from utrain.data import Dataset
     del STATE['code']
     gc.collect()
@@ -148,9 +161,9 @@ def main(cfg_path='train.json'):
     # its own threshold while it loads the model)
     gc_every(run.get('gc_every', 0))
     out = files['out']
-    T = Trainer
-    if files['model'].endswith('.json'):    # an int8 model training as int8 (utrain.q8)
-        from utrain.q8train import Q8Trainer as T
+    if files.get('prefix'):     # an int8 run's frozen prefix, once per sample (utrain.q8prefix),
+        q8prefix(files)         # after the code loaded: the trainer's arrays take its space
+        gc.collect()
     tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
     chosen = None           # (a Chooser holds utrain.fisher's code)
     tr.cache = run.get('cache', False)      # the frozen-prefix cache (docs/memory.md)
@@ -160,12 +173,12 @@ def main(cfg_path='train.json'):
     if resume:
         tr.load_checkpoint(ckpt)
         print('resumed from %s at epoch %d, sample %d' % (ckpt, tr.epoch, tr.pos))
-    test = Dataset(files['test']) if files.get('test') else None
+    test = Dataset(files['test'], not raw) if files.get('test') else None
     keep = run.get('keep_best', False) and test   # validation-gated saving
     rec = None
     if keep:                 # trained.wof's test result, kept across runs
         rec = saving(out + '.best', aux, 'best', 'known', tr, out, test)
-    train = Dataset(files['train'])
+    train = Dataset(files['train'], not raw)
     if tr.cache == 'host':      # prepare made the prefix caches: the prefix's tables go
         from utrain.prefix import drop
         drop(tr, (train, test))
@@ -189,8 +202,13 @@ def main(cfg_path='train.json'):
     return why
 
 
+class _Never(Exception):
+    pass
+
+
 def run_epochs(tr, files, run, train, test, keep, rec, fresh):
-    from utrain.trainer import Diverged
+    # (the int8 trainer loads no float trainer code and never diverges)
+    Diverged = getattr(sys.modules.get('utrain.trainer'), 'Diverged', _Never)
     c, log, S = tr.cfg, STATE['log'], STATE['s']
     metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
     if fresh and not log.seek(0, 2):     # (an empty log: the header, once)

@@ -6,7 +6,6 @@
 # 'UTCK' + CRC32 of everything before it; onert-micro ignores bytes after the
 # counters, and a checkpoint without the trailer (onert-micro's own) still loads.
 from struct import pack, unpack, calcsize
-from utrain.xnp import write, readinto, zeros
 import os
 try:
     from binascii import crc32
@@ -144,11 +143,15 @@ def _write_block(f, arrays, n, start):
     for k in sorted(arrays):
         a = arrays[k]
         offs[k] = pos
-        pos += 4 * a.size if hasattr(a, 'size') else len(bytes(a))
+        if hasattr(a, 'size'):
+            pos += 4 * a.size
+        else:           # (no bytes(a) copy to measure it: a board may lack the room)
+            pos += len(a) if isinstance(a, (bytes, bytearray)) else 4 * len(a)
     f.write(pack('<%dI' % n, *offs))
     for k in sorted(arrays):
         a = arrays[k]
         if hasattr(a, 'size'):
+            from utrain.xnp import write     # (float arrays: an int8 run loads no xnp)
             write(f, a)
         else:
             f.write(a)
@@ -240,6 +243,7 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False):
     for i in range(1, len(bounds)):
         if bounds[i] < bounds[i - 1] + 4 * n:
             raise FormatError('%s: table offsets %d, %d, %d out of order or range' % (path, mo, vo, oo))
+    from utrain.xnp import readinto, zeros
     for at, sh, sz in ((20, shapes, sizes), (mo, state or shapes, ssizes),
                        (vo, state or shapes, ssizes)):
         tab = {}

@@ -1,0 +1,141 @@
+# Row bands for int8 layers (utrain.q8): the early high-resolution frozen layers of a
+# model such as MobileNetV2 computed a few output rows at a time, on utrain.bands'
+# schedule (Group: which rows each op pulls, windows that drop the rows nobody reads
+# again), with q8's int8 kernels and the windows at the arena offsets the host planned
+# (host_tools/quant.py plan(): it runs the same schedule to size them).  Imported only
+# by a model with band groups.
+from array import array
+from utrain.bands import Group
+
+_CONV = 1
+_DW = 2
+_ADD = 4
+
+
+class _Net:
+    pass
+
+
+def frees(layers, first):
+    """Per layer, the tensors its run is the last to read (none of the trained part's,
+    which the backward pass reads, nor the last output)."""
+    last, keep = {}, set()
+    for i in range(len(layers)):
+        d = layers[i]
+        for k in d['in']:
+            last[k] = i
+        if i >= first:
+            keep.update(d['in'])
+            keep.add(d['out'])
+    keep.add(layers[-1]['out'])
+    out = [[] for _ in layers]
+    for k in last:
+        if k not in keep:
+            out[last[k]].append(k)
+    return out
+
+
+def standin(layers, free):
+    """What bands.Group reads of a net (ops as (code, ins, outs, options) with the float
+    path's op codes and geometry slots, free_infer), and each tensor's channels."""
+    ops, ch = [], {}
+    for d in layers:
+        k = d['k']
+        o = [0] * 15
+        code = -1
+        if k == _CONV or k == _DW:
+            H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = d['g']
+            o[1], o[2], o[4], o[5], o[7], o[9], o[11], o[13], o[14] = (H, W, OH, OW, KH, sh, dh,
+                                                                       ph, pw)
+            code = 3 if k == _CONV else 4
+            ch[d['in'][0]] = I
+            ch[d['out']] = O
+        elif k == _ADD:
+            code = 0
+        ops.append((code, tuple(d['in']), (d['out'],), o))
+    for _ in range(2):
+        for d in layers:
+            if d['k'] == _ADD:
+                c = ch.get(d['out']) or ch.get(d['in'][0]) or ch.get(d['in'][1])
+                if c:
+                    ch[d['out']] = ch[d['in'][0]] = ch[d['in'][1]] = c
+    n = _Net()
+    n.ops, n.free_infer, n.ch = ops, free, ch
+    return n
+
+
+class Q8Group(Group):
+    """Band group lo..hi-1 of Q8Net q, `rows` output rows a step."""
+
+    def __init__(self, q, lo, hi, rows, net=None):
+        if net is None:
+            ls = q.meta['layers']
+            net = standin(ls[:hi], frees(ls, q.first)[:hi])
+        Group.__init__(self, net, lo, hi, rows)
+        self.q = q
+        self.ch = net.ch
+        self.gm = array('i', [0] * 14)
+        self.strip = None
+
+    def nbytes(self, k):
+        # bytes of tensor k's window (after plan())
+        return self.cap[k] * self.dims[k][1] * self.ch[k]
+
+    def _shift(self, k, b):
+        base = self.base[k]
+        if not self.plan_only:
+            R = self.dims[k][1] * self.ch[k]
+            a, n, m = self.buf[k], self.done[k] - b, b - base
+            for r in range(0, n, m):
+                c = min(m, n - r)
+                a[r * R:(r + c) * R] = a[(r + m) * R:(r + m + c) * R]
+        self.base[k] = b
+
+    def takes(self, k):
+        # is tensor k an input of this group read whole (the sample, for strips)?
+        self.plan()
+        return k in self.span
+
+    def _rows(self, k, a, b):
+        R, base = self.dims[k][1] * self.ch[k], self.base[k]
+        x = self.buf[k] if k in self.buf else self.q.t[k]
+        if x is None:               # the sample in its file: rows a..b-1 into the strip
+            f, at = self.q.src
+            f.seek(at + a * R)
+            s = memoryview(self.strip)[:(b - a) * R]
+            f.readinto(s)
+            return s
+        return x[(a - base) * R:(b - base) * R]
+
+    def _compute(self, i, k, d, e):
+        L = self.q.layers[i]
+        dst = self._rows(k, d, e)
+        if L.k == _ADD:
+            ins = L.ins
+            L.add(self._rows(ins[0], d, e), self._rows(ins[1], d, e), dst, len(dst))
+            return
+        x = self.acts[i][0]
+        H = self.dims[x][0]
+        s, pt, reach = self.rule[i]
+        a, b = max(0, d * s - pt), min(H, (e - 1) * s - pt + reach)
+        gm, g = self.gm, L.g
+        for j in range(14):
+            gm[j] = g[j]
+        gm[0], gm[10], gm[8] = b - a, e - d, pt + a - d * s
+        L.conv(self._rows(x, a, b), gm, dst)
+
+    def run(self):
+        """Compute the group's outputs into the arena (its windows there too)."""
+        self.plan()
+        self.plan_only = False
+        t = self.q.t
+        for k in self.span:
+            if t[k] is None and self.strip is None:
+                self.strip = bytearray(self.span[k] * self.dims[k][1] * self.ch[k])
+        self.buf = buf = {}
+        for k in self.outs:
+            buf[k] = t[k]
+        for k in self.win:
+            buf[k] = t[k]
+        self._run()
+        self.buf = None

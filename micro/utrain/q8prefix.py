@@ -1,0 +1,81 @@
+# The frozen prefix of an int8 run, computed on the board once per sample (prepare
+# --cache on an int8 model): train.json names the prefix's layer table (files.prefix,
+# the layers below the first trained one, q8.json) and the trained part's (files.model,
+# q8t.json, whose input is the prefix's output).  Before the trainer loads, make() runs
+# the prefix over every sample of train.ds and test.ds into a dataset file beside each
+# (NAME.q8.pfx: the prefix's int8 output at its scale and zero point, the same labels)
+# and points files.train / files.test at them; then the prefix's tables, arena and code
+# are dropped, and training holds only the trained layers.  The board's samples never
+# leave it.  A band group that takes the sample reads it a strip of rows at a time.
+from struct import pack
+from utrain.q8 import Q8Net
+
+SUFFIX = '.q8.pfx'
+
+
+def make(files, log=None):
+    import json
+    from utrain.data import Dataset
+    from utrain.wof import openr
+    # the names first: nothing the run keeps is allocated among the prefix's buffers
+    # (a string left between them would split the freed space the trainer needs)
+    todo = []
+    for key in ('train', 'test'):
+        p = files.get(key)
+        if p:
+            files[key] = p + SUFFIX
+            todo.append((p, files[key]))
+    with open(files['prefix']) as f:
+        meta = json.load(f)
+    net = None
+    for p, out in todo:
+        ds = Dataset(p, False)
+        n, nin, ny = ds.n, meta['nin'], meta['nclass']
+        want = ds.head + ds.n * (ny + ds.rec - ds.xbytes)
+        try:
+            with openr(out) as f:
+                if f.seek(0, 2) == want:
+                    ds.f.close()
+                    continue            # made by an earlier run on these samples
+        except ValueError:
+            pass
+        if ds.x_len != nin or ds.xbytes != nin:
+            raise ValueError('%s: the int8 prefix takes int8 samples of %d values' % (p, nin))
+        if net is None:
+            net = Q8Net(meta, files['weights'])
+        src = ds.f
+        src.seek(0)
+        h = bytearray(src.read(ds.head))
+        # the cached samples: int8 (dtype 2) of the prefix's output at its scale and zero point
+        h[6] = 2
+        h[12:16] = pack('<I', ny)
+        h[20:28] = pack('<ff', meta['sy'], -meta['zy'] * meta['sy'])
+        lab = bytearray(ds.rec - ds.xbytes)
+        strips = net.strips()
+        x = None if strips else bytearray(nin)
+        with open(out + '.tmp', 'wb') as f:
+            f.write(h)
+            for i in range(n):
+                at = ds.head + i * ds.rec
+                if strips:
+                    net.src = (src, at)
+                else:
+                    src.seek(at)
+                    src.readinto(x)
+                y = net.forward(x)
+                src.seek(at + ds.xbytes)
+                src.readinto(lab)
+                f.write(y)
+                f.write(lab)
+                if log:
+                    log(i + 1, n)
+        src.close()
+        import os
+        try:
+            os.remove(out)
+        except OSError:
+            pass
+        os.rename(out + '.tmp', out)
+    if net is not None:
+        net.close()
+    return files
