@@ -256,13 +256,15 @@ def _mean_options(op, g):
 
 
 def _conv_steps(op, g, arrays, banded):
-    # ulab's steps (utrain.ulconv) take stride-1 convs whose output is the input's size;
-    # the others, and a band's strips, walk rows (utrain.convwalk)
+    # ulab's steps (utrain.ulconv) take stride-1 convs whose output is the input's size,
+    # utrain.ulmono those of one input channel; the others, and a band's strips, walk
+    # rows (utrain.convwalk)
     if arrays != 'ulab':
         return ()
-    same = (_strides(op) == (1, 1) and not banded
-            and g.tensors[op.inputs[0]].shape[1:3] == g.tensors[op.outputs[0]].shape[1:3])
-    return ('ulconv',) if same else ('ulconv', 'convwalk')
+    x = g.tensors[op.inputs[0]].shape
+    if _strides(op) == (1, 1) and not banded and x[1:3] == g.tensors[op.outputs[0]].shape[1:3]:
+        return ('ulconv',)
+    return ('ulconv', 'ulmono' if x[-1] == 1 else 'convwalk')
 
 
 def _conv_saves(op, flags):

@@ -1,7 +1,8 @@
 """utrain.ulconv, ulab's conv steps (a few array calls per kernel tap), against a direct
 float64 convolution: forward, weight gradient and input gradient of CONV_2D and
 DEPTHWISE_CONV_2D over dilations, paddings, depth multipliers and kernel shapes (odd,
-even, 1xN); strided and VALID convs are declined (op_conv walks rows) and left unwritten.  Run by CPython + numpy (the same array calls) and,
+even, 1xN), and one-channel convs at any stride; the other strided and VALID convs are
+declined (op_conv walks rows) and left unwritten.  Run by CPython + numpy (the same array calls) and,
 when $UTRAIN_MP_ULAB / $UTRAIN_MP32_ULAB name a MicroPython built with ulab, by it."""
 import json
 import os
@@ -27,7 +28,8 @@ def cases():
         (6, 9, 3, 3, 1, 5, 1, 1, 'same'), (8, 6, 2, 3, 4, 2, 1, 1, 'same'),
         (9, 7, 3, 2, 5, 5, 1, 2, 'same'), (3, 12, 2, 2, 3, 3, 1, 1, 'same'),
         (2, 7, 3, 2, 3, 3, 1, 1, 'same'), (1, 9, 2, 3, 3, 3, 1, 1, 'same'),
-        (24, 6, 2, 2, 3, 3, 1, 1, 'same'),
+        (24, 6, 2, 2, 3, 3, 1, 1, 'same'), (49, 10, 1, 8, 3, 3, 2, 1, 'same'),
+        (9, 8, 1, 3, 4, 3, 2, 2, 'same'), (11, 7, 1, 4, 3, 2, 3, 1, 'valid'),
     ]
     for i, (H, W, C, OM, KH, KW, s, d, pad) in enumerate(shapes):
         for kind in ('C', 'D'):
@@ -110,8 +112,9 @@ def run(tmp_path, binary):
     got = json.loads(p.stdout.split('OUT', 1)[1])
     for c, (r, y, g, dx) in zip(cs, got):
         o = c['o']
-        # stride 1 with the output the input's size is ulconv's; the rest walk rows
-        assert r == [o[9] == 1 and o[1:3] == o[4:6]] * 3, (c['kind'], o)
+        # stride 1 with the output the input's size, or one input channel, is ulconv's;
+        # the rest walk rows
+        assert r == [o[9] == 1 and o[1:3] == o[4:6] or o[3] == 1] * 3, (c['kind'], o)
         ref = reference(c)
         for done, v, want in zip(r, (y, g, dx), ref):
             if done:
@@ -123,7 +126,7 @@ def run(tmp_path, binary):
 
 
 def test_ulconv_on_numpy_matches_direct_convolution(tmp_path):
-    assert run(tmp_path, None) == 22
+    assert run(tmp_path, None) == 30
 
 
 @pytest.mark.parametrize('var', ['UTRAIN_MP_ULAB', 'UTRAIN_MP32_ULAB'])
@@ -131,4 +134,4 @@ def test_ulconv_on_ulab_matches_direct_convolution(tmp_path, var):
     b = os.environ.get(var)
     if not b or not os.access(b, os.X_OK):
         pytest.skip(f'${var} (a unix MicroPython built with ulab) not set')
-    assert run(tmp_path, b) == 22
+    assert run(tmp_path, b) == 30

@@ -87,8 +87,11 @@ def _bias(rt, ins, y):
 
 def _steps(kind, out, p, q, o, sw):
     # the backend's steps (utrain.xnp.conv_steps: the fallback's native loops, numpy's
-    # a tap at a time, ulab's utrain.ulconv), else a row and tap at a time
-    if not conv_steps(kind, out, p, q, o, walk, sw):
+    # a tap at a time; under ulab utrain.ulconv), else a row and tap at a time
+    s = conv_steps
+    if s is None:
+        from utrain.ulconv import steps as s
+    if not s(kind, out, p, q, o, walk, sw):
         from utrain.convwalk import steps
         steps(kind, out, p, q, o, walk, sw)
 

@@ -1,8 +1,9 @@
 # op_conv's steps under ulab (utrain.xnp.conv_steps): a few array calls per kernel tap
 # instead of a few per output row and tap (ulab's time goes in calls, not arithmetic).
 # Stride-1 convs whose output is the input's size (SAME padding: MobileNet's and DS-CNN's
-# 3x3 depthwise convs, every 1x1 conv) are done here; the others return False and
-# op_conv walks rows (utrain.convwalk).
+# 3x3 depthwise convs, every 1x1 conv) are done here, convs of one input channel (a
+# first layer over MFCC frames or a mono image, any stride) in utrain.ulmono; the others return
+# False and op_conv walks rows (utrain.convwalk).
 # Kinds: 'Cf'/'Df' out=y, p=x, q=w;  'Cw'/'Dw' out=dW, p=dz, q=x;  'Cx'/'Dx' out=dx,
 # p=dz, q=w.
 from utrain.xnp import np, zeros, const
@@ -26,43 +27,36 @@ def steps(kind, out, p, q, o, walk, sw):
     # columns where it falls off the image zeroed in the product before it is added
     # Each output gets its taps in the walk's order: forward and dx are the walk's floats.
     H, W = int(o[_G_H]), int(o[_G_W])
-    if sw != 1 or int(o[_G_SH]) != 1 or int(o[_G_OH]) != H or int(o[_G_OW]) != W:
-        return False
     KW, dh, dw, pt, pl = int(o[_G_KW]), int(o[_G_DH]), int(o[_G_DW]), int(o[_G_PT]), int(o[_G_PL])
     f = kind[1]
-    conv = kind[0] == 'C'
+    conv = kind < 'D'
     x = q if f == 'w' else p
     I = (out if f == 'x' else x).shape[1]
-    M = 1 if conv else (out if f == 'f' else p).shape[1] // I
-    n = H * W
+    if sw != 1 or int(o[_G_SH]) != 1 or int(o[_G_OH]) != H or int(o[_G_OW]) != W:
+        if I != 1:
+            return False
+        from utrain.ulmono import mono     # (a model's first conv, loaded by it alone)
+        mono(f, conv, out, p, q, x, o, sw)
+        return True
+    O = (out if f == 'f' else p).shape[1]
+    M = 1 if conv else O // I
     t = out
     if M > 1:                       # depthwise multiplier: x spread to C*M channels
         if f == 'x':
-            t = zeros((n, I * M))
+            t = zeros((H * W, I * M))
         else:
             from utrain.op_conv import _spread
             x = _spread(x, M)
     # a tap's product is cut into pieces of at most _CH floats (or an image row): a 16x16x8
     # conv's 8 KB product in one piece cost 6 KB of smallest heap on 32-bit ulab (102 KB;
     # 96 at 512 floats), and the DS-CNN step 1.5x the instructions of the whole run at 128
-    O = (out if f == 'f' else p).shape[1]
     step = max(W, _CH // (I if conv and f == 'x' else O))
     for k in range(int(o[_G_KH]) * KW):
         dr = k // KW * dh - pt
         dc = k % KW * dw - pl
         d = dr * W + dc
         j0 = max(max(0, -dr) * W, -d)
-        j1 = min(min(H, H - dr) * W, n - d)
-        if j1 <= j0:
-            continue
-        if f == 'w' and conv:       # dW_k += dz^T . x over the run, less the pixels
-            y = t[:, k * I:(k + 1) * I]     # it wrapped to: no dz-sized product
-            y += np.dot(p[j0:j1].T, x[j0 + d:j1 + d])
-            for c in range(W):
-                a = j0 + (c - j0) % W
-                if (c + dc < 0 or c + dc >= W) and a < j1:
-                    y -= np.dot(p[a:j1:W].T, x[a + d:j1 + d:W])
-            continue
+        j1 = min(min(H, H - dr) * W, H * W - d)
         for a in range(j0, j1, step):
             b = min(a + step, j1)
             if f == 'x':
@@ -70,7 +64,7 @@ def steps(kind, out, p, q, o, walk, sw):
             elif f == 'f':
                 v = np.dot(x[a + d:b + d], q[:, k * I:(k + 1) * I].T) if conv else x[a + d:b + d] * q[k]
             else:
-                v = p[a:b] * x[a + d:b + d]
+                v = p[a:b].copy() if conv else p[a:b] * x[a + d:b + d]
             for c in range(W):      # output columns c whose input column c + dc is off
                 e = (c - a) % W     # (ulab 6.12 writes row len(v) for v[len(v)::W] = 0)
                 if (c + dc < 0 or c + dc >= W) and e < b - a:
@@ -81,6 +75,9 @@ def steps(kind, out, p, q, o, walk, sw):
             elif f == 'f':
                 y = t[a:b]
                 y += v
+            elif conv:
+                y = t[:, k * I:(k + 1) * I]
+                y += np.dot(v.T, x[a + d:b + d])
             else:
                 y = t[k]
                 y += np.sum(v, axis=0)
@@ -88,3 +85,4 @@ def steps(kind, out, p, q, o, walk, sw):
         for m in range(M):
             out += t[:, m::M]
     return True
+

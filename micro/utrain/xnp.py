@@ -58,7 +58,7 @@ else:
 # at a time so a temporary is never weight-sized on a board's heap.
 # conv_steps(kind, out, p, q, o, walk, sw): op_conv's walk(o) (stride sw) done in one call
 # (see npfallback._conv_steps), by the fallback's native loops or by numpy a tap at a time;
-# under ulab utrain.ulconv (a tap at a time over a padded band of rows);
+# None under ulab: op_conv then loads utrain.ulconv (a few array calls per kernel tap);
 # maxpool_steps: the fallback's max-pool walk.  None where a backend has none.
 conv_steps = maxpool_steps = None
 if BACKEND == 'fallback':
@@ -71,10 +71,6 @@ if BACKEND == 'fallback':
 elif BACKEND == 'numpy':
     from utrain.xnumpy import add_scaled, add_outer, conv_steps
 else:
-    def conv_steps(kind, out, p, q, o, walk, sw):
-        from utrain.ulconv import steps        # loaded by the first conv only
-        return steps(kind, out, p, q, o, walk, sw)
-
     def add_scaled(y, x, s):
         if len(y.shape) == 2 and y.shape[0] > 1:
             for i in range(y.shape[0]):
