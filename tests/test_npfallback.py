@@ -675,6 +675,8 @@ def pool(fast, H, W, C, K, s, pad, act):
 from utrain import op_pool
 pfast = op_pool.maxpool_steps
 fast = op_conv.conv_steps
+if fast is None:                # ulab: op_conv loads utrain.ulconv's steps
+    from utrain.ulconv import steps as fast
 out2 = [pool(pfast, *c) + pool(None, *c) for c in [(6, 6, 2, 2, 2, 0, 0), (7, 5, 3, 3, 2, 1, 1),
                                                    (5, 5, 2, 3, 1, 1, 3)]]
 cases = [(3, 6, 5, 2, 3, 3, 1, 1, 0, 1, 1), (3, 7, 6, 3, 4, 3, 2, 1, 1, 1, 0),
