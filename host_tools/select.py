@@ -258,9 +258,10 @@ class Trials:
             self.cache[key] = self._run(ranks, fold)
             self.ran += 1
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
-            with open(self.cache_path + '.tmp', 'w') as f:
+            tmp = '%s.%d.tmp' % (self.cache_path, os.getpid())     # (parallel prepares)
+            with open(tmp, 'w') as f:
                 json.dump(self.cache, f)
-            os.replace(self.cache_path + '.tmp', self.cache_path)
+            os.replace(tmp, self.cache_path)
         return self.cache[key]
 
     def mean(self, ranks) -> float:

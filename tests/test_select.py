@@ -151,7 +151,7 @@ def test_resumed_board_selection_trains_the_same_set(tmp_path, data):
 import sys
 sys.path.insert(0, %r)
 from utrain.trainer import Trainer
-from utrain import fisher
+from utrain import chosen as fisher
 Trainer('model.flat', 'weights.wof').save_checkpoint('other.ckpt')
 t = Trainer('model.flat', 'weights.wof', keep=fisher.read('checkpoint.ckpt'))
 try:
