@@ -118,7 +118,7 @@ def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=Fal
                 p.bands = []
     if fisher:
         from .select import add_fisher
-        add_fisher(heap, g, p, backend)
+        add_fisher(heap, g, p, backend, board)
     return heap
 
 

@@ -34,6 +34,7 @@ from .passes import PrepareError, RANK_NAMES
 
 # output-channel ratios of a layer's weights (rank codes, passes.RANKS): 1/8 1/4 1/2 all
 RATIOS = (5, 4, 2, 0)
+WIDTH = (0, 2, 3, 4, 5, 1)      # rank codes from the most channels to the fewest
 WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
 MAX_LAYERS = 8          # candidate layers before the classifier (the last ones)
 TRIAL_SAMPLES = 400     # proxy samples a trial trains on ...
@@ -176,28 +177,43 @@ def step_macs(g, p) -> int:
     return n
 
 
-def add_fisher(heap, g, p, backend):
-    """The board's Fisher pass keeps every candidate layer's output until the backward
-    pass reaches it (those the backward list does not save anyway) plus one potential
-    per channel, and loads utrain/fisher.py: counted into the heap plan."""
-    from .memory import array_bytes, mpy_sizes, CODE_PER_MPY_BYTE, FROZEN_CODE_PER_MPY_BYTE
+# What survives the board's Fisher phase into training: the interned names of
+# utrain/fisher.py and utrain/chosen.py (MicroPython never frees them) and the chosen set;
+# and the holes the phase's net leaves among them.  Measured on unix MicroPython (64-bit)
+# with bench/transfer.py --measure: the smallest heap of --select board against --ranks
+# of the same candidates trained without the pass.
+FISHER_RESIDUE = 1024
+
+
+def add_fisher(heap, g, p, backend, board=None):
+    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
+    net of its own that is garbage when training allocates: its peak is the training
+    plan's less what only training holds (optimizer state, gradient sums, the trainer's
+    and optimizer's code) plus its own code, every candidate's output kept until the
+    backward pass reaches it (those the backward list does not save anyway) and one
+    potential per channel.  Planned: the larger of the two peaks, and a residue."""
+    from .memory import (array_bytes, mpy_sizes, target, WORD_FIGURES)
     from .passes import device_shapes
     arrays, _, frozen = backend.partition('-')
+    t = target(board)
+    f = WORD_FIGURES[t['word']]
+    per = f['frozen_code'] if frozen else f['code']
+    sizes = mpy_sizes()
     shapes = device_shapes(g)
-    # utrain/fisher.py, loaded for the choice and dropped before training
-    extra = int((FROZEN_CODE_PER_MPY_BYTE if frozen else CODE_PER_MPY_BYTE)
-                * mpy_sizes().get('fisher', 0))
+    kept = 0
     for i in p.trainable_ops:
         o = g.ops[i].outputs[0]
         rows, cols = shapes[o]
-        extra += array_bytes(cols, arrays)
+        kept += array_bytes(cols, arrays, t)
         if o not in p.saved:
-            extra += array_bytes(rows * cols, arrays)
-    # it runs on the Trainer's net before optimizer state and gradient sums exist, but
-    # the holes its code and arrays leave are where those then go: planned on top
-    # (measured on the digits CNN: discounting the optimizer state, training then ran
-    # out of memory at the planned heap when every candidate trained)
-    heap['parts']['Fisher pass (kept outputs, potentials, its code)'] = extra
+            kept += array_bytes(rows * cols, arrays, t)
+    parts = heap['parts']
+    phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
+             - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
+             + int(per * sizes.get('fisher', 0)) + kept)
+    extra = max(0, phase - heap['total']) + FISHER_RESIDUE
+    heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
+    heap['fisher_phase'] = phase
     heap['total'] += extra
     return heap
 
@@ -435,7 +451,7 @@ def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=
         return {'ranks': ranks, 'fallback': 'nothing fits, not even the classifier'}
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
     for i, kinds in reversed(before):
-        for rk in kinds:
+        for rk in sorted(kinds, key=WIDTH.index):      # the largest first
             r = {**ranks, i: rk}
             if fits(r):
                 ranks = r
