@@ -149,6 +149,26 @@ def measured(out, planned):
     return smallest_heap(m, lo=planned // 2, hi=planned + 64 * 1024)
 
 
+def board_choice(graph_ops, ranks, text, short_list=None):
+    """'op:what,...' (ops of the graph as given) the board's log says it trains: with
+    the host's priors, the configuration it picked ('->config N'); else its layers."""
+    m = re.search(r'^-> config (\d+)', text, re.M)
+    if m and short_list:
+        return short_list[int(m.group(1))][0]
+    out = []
+    for m in re.finditer(r'^op (\d+)(?: tensor \d+)?: (?:.*-> trains (whole|channels (\d+):(\d+))'
+                         r'|channels (\d+):(\d+) of (\d+))', text, re.M):
+        i = graph_ops[int(m.group(1))]
+        if m.group(2) == 'whole':
+            w = ranks.get(str(i), 'all')
+        elif m.group(2):
+            w = 'ch%s-%s' % (m.group(3), m.group(4))
+        else:
+            w = 'ch%s-%s/%s' % (m.group(5), m.group(6), m.group(7))
+        out.append(f'{i}:{w}')
+    return ','.join(dict.fromkeys(out)) or '?'
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--quick', action='store_true', help='one model, two tasks, 400 samples')
@@ -197,8 +217,11 @@ def main(argv=None):
                     meas = measured(out, heap) if a.measure and ti == 0 else None
                     row[mode] = (acc, heap, ','.join(f'{i}:{r}' for i, r in sorted(
                         s['select']['ranks'].items(), key=lambda kv: int(kv[0]))), dt, meas)
-                    if mode == 'board':
-                        row['board_log'] = [x for x in text.splitlines() if x.startswith('op ')]
+                    if mode == 'board' and 'select' in s['select']:
+                        # what the board chose among the candidates (its log), not the set
+                        what = board_choice(s['select']['graph_ops'], s['select']['ranks'], text,
+                                            s['select'].get('short_list'))
+                        row[mode] = row[mode][:2] + (what,) + row[mode][3:]
                 fits = [(acc, lab) for lab, (acc, h) in base.items() if h <= b]
                 row['best'] = max(fits) if fits else (None, '-')
                 rows.append(row)
