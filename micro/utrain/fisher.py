@@ -28,6 +28,10 @@ _DEPTHWISE_CONV_2D = const(4)
 _DX_ANY = const(~(_DW | _DB))   # data-input gradient bits (DW, DB are the parameters')
 WEIGHTED = (_FULLY_CONNECTED, _CONV_2D, _DEPTHWISE_CONV_2D)
 TIE = 0.02              # configurations this close to the best count as as good
+# A candidate's share of the classifier's potential, from 16 samples, differs from the
+# proxy's by up to about this factor on data like the proxy's (bench/transfer.py: 1.7):
+# only what goes beyond it weighs a prior gain
+NOISE = 2.0
 
 
 def candidates(net):
@@ -192,8 +196,9 @@ def pick(net, P, configs, proxy):
     (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor),
     proxy [[op, share of the classifier's potential on the proxy], ...].  A
     configuration's gain is weighed by rho = (its layers' share of the classifier's
-    potential here) / (their share on the proxy); the best weighed gain trains (the
-    smallest heap within TIE of it).  Configurations with a refused layer are out.
+    potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
+    rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the smallest
+    heap within TIE of it).  Configurations with a refused layer are out.
     Returns (keep, log lines)."""
     cls = classifier(net)
     no = refused(net, P)
@@ -222,7 +227,7 @@ def pick(net, P, configs, proxy):
         b = sum(here[i] for i in ops)
         q = sum(there.get(i, 0.0) for i in ops)
         rho = b / q if q > 0.0 else 1.0
-        w = gain * rho
+        w = gain * (rho / NOISE if rho > NOISE else rho * NOISE if rho * NOISE < 1.0 else 1.0)
         lines.append('config %d (ops %s): proxy gain %.3f, potential here/proxy %.2f -> %.3f, %d KB%s'
                      % (j, ','.join('%d' % i for i in ops) or 'classifier only', gain, rho, w,
                         heap // 1024, ', refused (op %d)' % out[0] if out else ''))
