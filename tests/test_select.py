@@ -283,6 +283,15 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     keep, lines = F.pick(_Net(), _pots([0.0] * 8, [0.0625] * 8), configs, proxy)
     assert any('config 1' in x and 'refused (op 0)' in x for x in lines), lines
     assert keep == {7: None, 8: None}, lines
+    # a board with less heap than prepare planned for refuses what does not fit it
+    same = _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8)
+    keep, lines = F.pick(_Net(), same, configs, proxy, have=112000)
+    assert any('config 1' in x and "refused: planned above this board's 109 KB heap" in x
+               for x in lines), lines
+    assert keep == {7: None, 8: None, 4: None, 5: None}, lines
+    keep, lines = F.pick(_Net(), same, configs, proxy, have=90000)
+    assert 'every configuration refused: the smallest trains' in lines
+    assert keep == {7: None, 8: None}, lines
 
 
 def test_a_window_narrower_than_prepared_trains_as_that_rank(tmp_path, data):

@@ -191,15 +191,25 @@ def choose(net, P, layers, share=0.0):
     return keep, lines
 
 
-def pick(net, P, configs, proxy):
+def board_heap():
+    """The heap this board gives (None under CPython)."""
+    try:
+        import gc
+        return gc.mem_free() + gc.mem_alloc()
+    except AttributeError:
+        return None
+
+
+def pick(net, P, configs, proxy, have=None):
     """With the host's priors: configs [[gain, heap, [[tensor, axis, width], ...]], ...]
     (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor),
     proxy [[op, share of the classifier's potential on the proxy], ...].  A
     configuration's gain is weighed by rho = (its layers' share of the classifier's
     potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
     rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the smallest
-    heap within TIE of it).  Configurations with a refused layer are out.
-    Returns (keep, log lines)."""
+    heap within TIE of it).  Configurations with a refused layer are out, and so are
+    those planned above the heap this board has (have, bytes: its GC's tables aside, a
+    1/32 margin).  Returns (keep, log lines)."""
     cls = classifier(net)
     no = refused(net, P)
     op_of = {}
@@ -224,17 +234,24 @@ def pick(net, P, configs, proxy):
             if i != cls and i not in ops:
                 ops.append(i)
         out = [i for i in ops if i in no]
+        why = ', refused (op %d)' % out[0] if out else ''
+        if have and heap > have + (have >> 5):
+            why = ', refused: planned above this board\'s %d KB heap' % (have // 1024)
         b = sum(here[i] for i in ops)
         q = sum(there.get(i, 0.0) for i in ops)
         rho = b / q if q > 0.0 else 1.0
         w = gain * (rho / NOISE if rho > NOISE else rho * NOISE if rho * NOISE < 1.0 else 1.0)
         lines.append('config %d (ops %s): proxy gain %.3f, potential here/proxy %.2f -> %.3f, %d KB%s'
                      % (j, ','.join('%d' % i for i in ops) or 'classifier only', gain, rho, w,
-                        heap // 1024, ', refused (op %d)' % out[0] if out else ''))
-        if not out:
+                        heap // 1024, why))
+        if not why:
             rated.append((w, heap, j))
-    top = max(r[0] for r in rated)
-    best = min([r for r in rated if r[0] >= top - TIE], key=lambda r: (r[1], -r[0]))[2]
+    if rated:
+        top = max(r[0] for r in rated)
+        best = min([r for r in rated if r[0] >= top - TIE], key=lambda r: (r[1], -r[0]))[2]
+    else:       # (the classifier alone is planned above this board's heap)
+        best = min(range(len(configs)), key=lambda j: configs[j][1])
+        lines.append('every configuration refused: the smallest trains')
     lines.append('-> config %d' % best)
     keep, wins = {}, {}
     for k, ax, w in configs[best][2]:
@@ -265,7 +282,7 @@ def select(net, data, sel, cfg, log=print):
     finally:
         ds.close()
     if sel.get('configs'):
-        keep, lines = pick(net, P, sel['configs'], sel.get('proxy', ()))
+        keep, lines = pick(net, P, sel['configs'], sel.get('proxy', ()), board_heap())
     else:
         keep, lines = choose(net, P, int(sel.get('layers', 1)), float(sel.get('share', 0.0)))
     log('board selection (Fisher potential on %d samples):' % min(n, ds.n))
