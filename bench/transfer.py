@@ -19,7 +19,9 @@ then `run --python` (the micro/ code under CPython + numpy, as the board runs it
 Adam lr 0.005, batch 1, EPOCHS epochs over the task's training split, seeded shuffle;
 test accuracy of the last epoch on the task's held-out split (never seen by the
 selection: --select auto's trials draw from the training split only).  Columns:
-  auto, board   prepare --select auto / --select board at that budget
+  auto, board   prepare --select auto / --select board at that budget (board: what
+                the board chose; the host's priors from the same training split)
+  board-tt      --select board --select-layers 8: no priors, TinyTrain's score alone
   cls           the classifier only;  last:N  ONERT's last N ops;  full  every layer
   a hand-picked setting over the budget shows its accuracy in brackets [..]
   best          the best hand-picked setting that fits
@@ -44,10 +46,13 @@ from host_tools import runner  # noqa: E402
 from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.passes import PrepareError  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
-from host_tools.select import layers, classifier  # noqa: E402
+from host_tools.select import layers, classifier, MAX_LAYERS  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 EPOCHS = 3
+# board: with the host's priors from the task's training split (prepare's --data);
+# board-tt: the board's TinyTrain score alone (--select-layers: no priors)
+MODES = ('auto', 'board', 'board-tt')
 SETTINGS = dict(loss='scce', from_logits=True, optimizer='adam', lr=0.005, batch=1,
                 shuffle=True, seed=1)
 TMP = os.path.join(tempfile.gettempdir(), 'utrain-transfer-%d' % os.getuid())
@@ -149,6 +154,26 @@ def measured(out, planned):
     return smallest_heap(m, lo=planned // 2, hi=planned + 64 * 1024)
 
 
+def board_choice(graph_ops, ranks, text, short_list=None):
+    """'op:what,...' (ops of the graph as given) the board's log says it trains: with
+    the host's priors, the configuration it picked ('->config N'); else its layers."""
+    m = re.search(r'^-> config (\d+)', text, re.M)
+    if m and short_list:
+        return short_list[int(m.group(1))][0]
+    out = []
+    for m in re.finditer(r'^op (\d+)(?: tensor \d+)?: (?:.*-> trains (whole|channels (\d+):(\d+))'
+                         r'|channels (\d+):(\d+) of (\d+))', text, re.M):
+        i = graph_ops[int(m.group(1))]
+        if m.group(2) == 'whole':
+            w = ranks.get(str(i), 'all')
+        elif m.group(2):
+            w = 'ch%s-%s' % (m.group(3), m.group(4))
+        else:
+            w = 'ch%s-%s/%s' % (m.group(5), m.group(6), m.group(7))
+        out.append(f'{i}:{w}')
+    return ','.join(dict.fromkeys(out)) or '?'
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--quick', action='store_true', help='one model, two tasks, 400 samples')
@@ -183,11 +208,13 @@ def main(argv=None):
             budgets = sorted({cls_heap + 5 * 1024, (cls_heap + full_heap) // 2, full_heap})
             for b in budgets:
                 row = {'model': mname, 'task': task, 'budget': b, 'hand': base}
-                for mode in ('auto', 'board'):
+                for mode in MODES:
                     out = os.path.join(work, f'{mname}-{task}-{mode}-{b}')
                     ts = time.time()
                     try:
-                        s = prepare(path, out, select=mode, budget=b, log=quiet, **kw)
+                        extra = dict(select_layers=MAX_LAYERS) if mode == 'board-tt' else {}
+                        s = prepare(path, out, select=mode[:5].rstrip('-'), budget=b, log=quiet,
+                                    **kw, **extra)
                     except PrepareError as e:
                         row[mode] = (None, None, str(e).splitlines()[0], 0, None)
                         continue
@@ -197,13 +224,16 @@ def main(argv=None):
                     meas = measured(out, heap) if a.measure and ti == 0 else None
                     row[mode] = (acc, heap, ','.join(f'{i}:{r}' for i, r in sorted(
                         s['select']['ranks'].items(), key=lambda kv: int(kv[0]))), dt, meas)
-                    if mode == 'board':
-                        row['board_log'] = [x for x in text.splitlines() if x.startswith('op ')]
+                    if mode != 'auto' and 'select' in s['select']:
+                        # what the board chose among the candidates (its log), not the set
+                        what = board_choice(s['select']['graph_ops'], s['select']['ranks'], text,
+                                            s['select'].get('short_list'))
+                        row[mode] = row[mode][:2] + (what,) + row[mode][3:]
                 fits = [(acc, lab) for lab, (acc, h) in base.items() if h <= b]
                 row['best'] = max(fits) if fits else (None, '-')
                 rows.append(row)
                 print_row(row, picks)
-                for mode in ('auto', 'board'):
+                for mode in MODES:
                     acc = row[mode][0]
                     if acc is None:
                         continue
@@ -215,15 +245,18 @@ def main(argv=None):
     print()
     print('criteria: a selection at least 10 points above classifier-only where the best '
           'fitting hand-picked setting is 10+ points above it; within 2 points of that setting')
-    ok10 = ok2 = n10 = n2 = 0
-    for mname, task, b, mode, acc, cls, best, gap in checks:
-        n2 += 1
-        ok2 += acc >= best - 0.02
-        if gap >= 0.10:
-            n10 += 1
-            ok10 += acc >= cls + 0.10
-    print(f'  within 2 points of the best hand-picked: {ok2}/{n2};  10+ points over '
-          f'classifier-only where that gap exists: {ok10}/{n10}')
+    for mode in MODES:
+        ok10 = ok2 = n10 = n2 = 0
+        for mname, task, b, m, acc, cls, best, gap in checks:
+            if m != mode:
+                continue
+            n2 += 1
+            ok2 += acc >= best - 0.02
+            if gap >= 0.10:
+                n10 += 1
+                ok10 += acc >= cls + 0.10
+        print(f'  {mode}: within 2 points of the best hand-picked: {ok2}/{n2};  10+ points over '
+              f'classifier-only where that gap exists: {ok10}/{n10}')
     print(f'({time.time() - t0:.0f} s; folders in {work})')
 
 
@@ -234,7 +267,7 @@ def print_row(row, picks):
     for lab, (acc, heap) in h.items():
         cells.append(f'{lab} {acc:.3f}' if heap <= b else f'{lab} [{acc:.3f}]')
     sel = []
-    for mode in ('auto', 'board'):
+    for mode in MODES:
         acc, heap, what, dt, meas = row[mode]
         if acc is None:
             sel.append(f'{mode}: {what}')
@@ -250,7 +283,8 @@ def print_table(rows, picks_by_model):
         first = [r for r in rows if r['model'] == m][:1]
         print(f'{m}: test accuracy (hand-picked heap plans: ' + ', '.join(
             f'{lab} {r["hand"][lab][1] // 1024} KB' for r in first for lab in labels) + ')')
-        head = '| task | budget | auto | board | ' + ' | '.join(labels) + ' | best fitting |'
+        head = ('| task | budget | ' + ' | '.join(MODES) + ' | ' + ' | '.join(labels)
+                + ' | best fitting |')
         print(head)
         print('|' + '---|' * (head.count('|') - 1))
         for r in rows:
@@ -261,7 +295,7 @@ def print_table(rows, picks_by_model):
                 acc, heap = r['hand'][lab]
                 cells.append(f'{acc:.3f}' if heap <= r['budget'] else f'[{acc:.3f}]')
             sel = []
-            for mode in ('auto', 'board'):
+            for mode in MODES:
                 acc, heap, what, dt, meas = r[mode]
                 sel.append('n/a' if acc is None else f'{acc:.3f} ({what})')
             best = r['best']

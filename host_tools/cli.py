@@ -327,9 +327,11 @@ def main(argv=None):
     q.add_argument('--select', choices=['auto', 'board'],
                    help='choose what trains within --budget/--board: auto (short trials on '
                         '--data, the host picks) or board (the board picks by Fisher potential '
-                        'from its own samples); writes the ranks and train.tcfg')
+                        'from its own samples, among configurations the host short-listed on '
+                        '--data when given); writes the ranks and train.tcfg')
     q.add_argument('--select-layers', type=int,
-                   help='--select board: layers the board trains besides the classifier')
+                   help='--select board without host priors: layers the board trains besides '
+                        'the classifier, its best by TinyTrain\'s score')
     q.add_argument('--stream', action='store_true', default=None,
                    help='leave frozen weights in the model file, read per op (saves heap)')
     q.add_argument('--budget', help='heap budget, e.g. 96K: refuse a run the planner says '

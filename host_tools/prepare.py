@@ -122,7 +122,7 @@ def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=Fal
                 p.bands = []
     if fisher:
         from .select import add_fisher
-        add_fisher(heap, g, p, backend)
+        add_fisher(heap, g, p, backend, board)
     return heap
 
 
@@ -316,8 +316,10 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     if sel:
         summary['select'] = {k: v for k, v in sel.items() if k in (
             'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
-            'weight_gain', 'trials')}
+            'weight_gain', 'trials', 'short_list')}
         summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+        if 'select' in sel:     # the board's log names ops by their place in model.flat
+            summary['select']['graph_ops'] = [op.number for op in g.ops]
     return summary
 
 
@@ -451,7 +453,8 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
                              rewrite, log=log, target=target)
     elif mode == 'board':
         res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log,
-                              target=target)
+                              target=target, data=data, test_split=test_split,
+                              split_seed=split_seed)
     else:
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     for line in sl.report(res):

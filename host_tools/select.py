@@ -34,6 +34,7 @@ from .passes import PrepareError, RANK_NAMES
 
 # output-channel ratios of a layer's weights (rank codes, passes.RANKS): 1/8 1/4 1/2 all
 RATIOS = (5, 4, 2, 0)
+WIDTH = (0, 2, 3, 4, 5, 1)      # rank codes from the most channels to the fewest
 WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
 MAX_LAYERS = 8          # candidate layers before the classifier (the last ones)
 TRIAL_SAMPLES = 400     # proxy samples a trial trains on ...
@@ -176,28 +177,43 @@ def step_macs(g, p) -> int:
     return n
 
 
-def add_fisher(heap, g, p, backend):
-    """The board's Fisher pass keeps every candidate layer's output until the backward
-    pass reaches it (those the backward list does not save anyway) plus one potential
-    per channel, and loads utrain/fisher.py: counted into the heap plan."""
-    from .memory import array_bytes, mpy_sizes, CODE_PER_MPY_BYTE, FROZEN_CODE_PER_MPY_BYTE
+# What survives the board's Fisher phase into training: the interned names of
+# utrain/fisher.py and utrain/chosen.py (MicroPython never frees them) and the chosen set;
+# and the holes the phase's net leaves among them.  Measured on unix MicroPython (64-bit)
+# with bench/transfer.py --measure: the smallest heap of --select board against --ranks
+# of the same candidates trained without the pass.
+FISHER_RESIDUE = 1024
+
+
+def add_fisher(heap, g, p, backend, board=None):
+    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
+    net of its own that is garbage when training allocates: its peak is the training
+    plan's less what only training holds (optimizer state, gradient sums, the trainer's
+    and optimizer's code) plus its own code, every candidate's output kept until the
+    backward pass reaches it (those the backward list does not save anyway) and one
+    potential per channel.  Planned: the larger of the two peaks, and a residue."""
+    from .memory import (array_bytes, mpy_sizes, target, WORD_FIGURES)
     from .passes import device_shapes
     arrays, _, frozen = backend.partition('-')
+    t = target(board)
+    f = WORD_FIGURES[t['word']]
+    per = f['frozen_code'] if frozen else f['code']
+    sizes = mpy_sizes()
     shapes = device_shapes(g)
-    # utrain/fisher.py, loaded for the choice and dropped before training
-    extra = int((FROZEN_CODE_PER_MPY_BYTE if frozen else CODE_PER_MPY_BYTE)
-                * mpy_sizes().get('fisher', 0))
+    kept = 0
     for i in p.trainable_ops:
         o = g.ops[i].outputs[0]
         rows, cols = shapes[o]
-        extra += array_bytes(cols, arrays)
+        kept += array_bytes(cols, arrays, t)
         if o not in p.saved:
-            extra += array_bytes(rows * cols, arrays)
-    # it runs on the Trainer's net before optimizer state and gradient sums exist, but
-    # the holes its code and arrays leave are where those then go: planned on top
-    # (measured on the digits CNN: discounting the optimizer state, training then ran
-    # out of memory at the planned heap when every candidate trained)
-    heap['parts']['Fisher pass (kept outputs, potentials, its code)'] = extra
+            kept += array_bytes(rows * cols, arrays, t)
+    parts = heap['parts']
+    phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
+             - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
+             + int(per * sizes.get('fisher', 0)) + kept)
+    extra = max(0, phase - heap['total']) + FISHER_RESIDUE
+    heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
+    heap['fisher_phase'] = phase
     heap['total'] += extra
     return heap
 
@@ -258,9 +274,10 @@ class Trials:
             self.cache[key] = self._run(ranks, fold)
             self.ran += 1
             os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
-            with open(self.cache_path + '.tmp', 'w') as f:
+            tmp = '%s.%d.tmp' % (self.cache_path, os.getpid())     # (parallel prepares)
+            with open(tmp, 'w') as f:
                 json.dump(self.cache, f)
-            os.replace(self.cache_path + '.tmp', self.cache_path)
+            os.replace(tmp, self.cache_path)
         return self.cache[key]
 
     def mean(self, ranks) -> float:
@@ -308,7 +325,7 @@ def _code_stamp() -> str:
 # ---------------------------------------------------------------- --select auto
 
 def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, split_seed=0,
-                rewrite=True, log=print, target=None, **trial_opts) -> dict:
+                rewrite=True, log=print, target=None, fisher=False, **trial_opts) -> dict:
     """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
     given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
     the trial gains, and 'fallback' (why) when only the classifier trains}."""
@@ -320,7 +337,7 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     cands = layers(g)
     cls = classifier(g, cands)
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
-    fits = lambda r: pr.fits(r, limit)      # noqa: E731
+    fits = lambda r: pr.fits(r, limit, fisher)      # noqa: E731
     # the classifier: whole, else the largest part of it that fits
     # the classifier trains whole (a part of its outputs would leave classes untrained)
     base = {cls: 0}
@@ -409,7 +426,8 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
            'weight_gain': {describe({i: rk}): gv for (i, rk), gv in wgain.items()},
            'runners_up': [(describe(r), s0 + d, pr.price(r)['heap'], pr.price(r)['macs'])
                           for d, _, _, r in tried[1:]],
-           'price': pr.price(best[3])}
+           'price': pr.price(best[3], fisher), 'tried': [(d, r) for d, _, _, r in tried],
+           'trial_runs': t}
     if best[3] == base:
         out['fallback'] = ('nothing beyond the classifier gains within the budget'
                            if wgain or any(b for b in bias_gain[1:] if b) else
@@ -420,10 +438,22 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
 # ---------------------------------------------------------------- --select board
 
 def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=None,
-                 samples=FISHER_SAMPLES, log=print, target=None) -> dict:
-    """The candidate set the board chooses from: from the classifier backwards, each
-    layer at the largest rank (all, 1/2, 1/4, 1/8, bias) that keeps the whole set (and
-    the board's Fisher pass) within the budget.  Returns {'ranks', 'select', 'price'}."""
+                 samples=FISHER_SAMPLES, log=print, target=None, data=None, test_split=0.0,
+                 split_seed=0, **trial_opts) -> dict:
+    """The candidate set the board chooses from.  Given data (a proxy dataset) and no
+    layers_max: the host's priors (board_priors).  Otherwise, from the classifier
+    backwards, each layer at the largest rank (all, 1/2, 1/4, 1/8, bias) that keeps the
+    whole set (and the board's Fisher pass) within the budget; the board scores them as
+    TinyTrain does.  Returns {'ranks', 'select', 'price'}."""
+    if data and layers_max is None:
+        try:
+            res = board_priors(model_path, data, settings, limit, backend, test_split,
+                               split_seed, rewrite, samples, log, target, **trial_opts)
+        except PrepareError as e:       # too few proxy samples for trials
+            log(f'select board: no priors from the proxy data ({e}); the board scores alone')
+            res = None
+        if res:
+            return res
     pr = Pricer(model_path, settings, backend, rewrite, target)
     g = pr.g0
     cands = layers(g)
@@ -434,7 +464,7 @@ def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=
         return {'ranks': ranks, 'fallback': 'nothing fits, not even the classifier'}
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
     for i, kinds in reversed(before):
-        for rk in kinds:
+        for rk in sorted(kinds, key=WIDTH.index):      # the largest first
             r = {**ranks, i: rk}
             if fits(r):
                 ranks = r
@@ -448,11 +478,99 @@ def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=
     return out
 
 
+PRIOR_SAMPLES = 64      # proxy samples the host measures the candidates' potentials on
+
+
+def widest(a, b):
+    """The rank of the two (codes) that trains the most channels."""
+    return a if WIDTH.index(a) <= WIDTH.index(b) else b
+
+
+def board_priors(model_path, data, settings, limit, backend, test_split, split_seed, rewrite,
+                 samples, log, target, **trial_opts):
+    """The board's choice with the host's priors: the contribution analysis of --select
+    auto on the proxy data, every configuration priced with the board's Fisher pass; the
+    configurations it tried, best measured gain first, join a short list while the union
+    of the short list (the candidate set prepare writes) fits the budget, so whichever
+    the board trains fits.  Each carries its measured gain over the classifier alone and
+    its heap; the host also measures each candidate's share of the classifier's Fisher
+    potential on the proxy, which the board compares with its own (utrain/fisher.py
+    pick).  None when only the classifier fits."""
+    from .passes import channel_range, device_shapes
+    pr = Pricer(model_path, settings, backend, rewrite, target)
+    auto = choose_auto(model_path, data, settings, limit, backend, test_split, split_seed,
+                       rewrite, log=log, target=target, fisher=True, **trial_opts)
+    tried = auto.get('tried')
+    if not tried:
+        return None
+    fits = lambda r: pr.fits(r, limit, True)      # noqa: E731
+    union, short = {}, []
+    for gain, r in sorted(tried, key=lambda c: (-c[0], pr.price(c[1], True)['heap'])):
+        u = dict(union)
+        for i, rk in r.items():
+            u[i] = widest(rk, u[i]) if i in u else rk
+        if fits(u):
+            union = u
+            short.append((gain, r))
+    if len(union) < 2:
+        return None
+    g, p = pr.build(union)
+    pos = {op.number: j for j, op in enumerate(g.ops)}
+    assert all(op.index == j for j, op in enumerate(g.ops))
+    shapes = device_shapes(g)
+    configs = []
+    for gain, r in short:
+        ents = []
+        for i, rk in sorted(r.items()):
+            j = pos[i]
+            for k, (oi, role) in sorted(p.params.items()):
+                if oi != j or (rk == 1 and role == 'weight'):
+                    continue
+                axis = SPECS[g.ops[j].name].out_axis if role == 'weight' else 1
+                n = shapes[k][axis]
+                lo, hi = channel_range(rk, n) if rk > 1 else (0, n)
+                ents.append([int(k), 2, 0] if hi - lo == n else [int(k), int(axis), int(hi - lo)])
+        configs.append([round(float(gain), 4), int(pr.price(r, True)['heap']), ents])
+    proxy = proxy_shares(model_path, union, auto['trial_runs'], settings, rewrite)
+    n = len(union) - 1
+    return {'ranks': union, 'price': pr.price(union, True),
+            'select': {'samples': int(samples), 'layers': n, 'share': SHARE,
+                       'configs': configs, 'proxy': proxy},
+            'short_list': [(describe(r), gain) for gain, r in short]}
+
+
+def proxy_shares(model_path, ranks, t, settings, rewrite):
+    """[[op (its place in model.flat), share of the classifier's Fisher potential]] of the
+    candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples."""
+    from .prepare import prepare
+    out = os.path.join(t.tmp, 'fisher')
+    prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
+            ranks=dict(ranks), train='none', **t.settings)
+    Net, Dataset, F = micro('model').Net, micro('data').Dataset, micro('fisher')
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    ds = Dataset(os.path.join(out, 'train.ds'))
+    try:
+        P = F.potentials(net, ds, PRIOR_SAMPLES, settings)
+    finally:
+        ds.close()
+    cls = F.classifier(net)
+    pc = float(np.sum(P[cls]))
+    return [[int(i), float(np.sum(P[i])) / pc if pc > 0 else 0.0] for i in sorted(P) if i != cls]
+
+
 def report(res):
     """Lines describing a selection (prepare prints them)."""
     lines = []
     p = res.get('price')
-    if 'select' in res:
+    if 'select' in res and res['select'].get('configs'):
+        lines.append(f'select board: candidates {describe(res["ranks"])}; the board weighs '
+                     f'these configurations\' proxy gains by its own Fisher potential on '
+                     f'{res["select"]["samples"]} samples and trains the best'
+                     + (f'  (planned {p["heap"] // 1024} KB with the Fisher pass)' if p else ''))
+        for (d, gain), c in zip(res['short_list'], res['select']['configs']):
+            lines.append(f'  {d}: proxy gain {gain:+.3f}, {c[1] // 1024} KB')
+    elif 'select' in res:
         lines.append(f'select board: candidates {describe(res["ranks"])}; the board scores them '
                      f'on {res["select"]["samples"]} samples and trains the classifier and up to '
                      f'{res["select"]["layers"]} others whose Fisher potential is at least '

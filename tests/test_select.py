@@ -151,7 +151,7 @@ def test_resumed_board_selection_trains_the_same_set(tmp_path, data):
 import sys
 sys.path.insert(0, %r)
 from utrain.trainer import Trainer
-from utrain import fisher
+from utrain import chosen as fisher
 Trainer('model.flat', 'weights.wof').save_checkpoint('other.ckpt')
 t = Trainer('model.flat', 'weights.wof', keep=fisher.read('checkpoint.ckpt'))
 try:
@@ -215,3 +215,109 @@ def test_candidates_are_priced_for_the_board_given(tmp_path, data, board):
                 board=board, log=said.append, **SETTINGS)
     line = next(m for m in said if m.startswith('select board:'))
     assert 'planned %d KB' % (s['heap']['total'] // 1024) in line, (line, s['heap']['total'])
+
+
+class _Net:
+    """A stand-in for utrain.model.Net with what the board's choice reads: ops 0 and 1
+    are 3x3 convolutions of equal size (8 output channels), op 2 the FC classifier."""
+
+    def __init__(self):
+        self.ops = [(3, [0, 1, 2], [3], ()), (3, [3, 4, 5], [6], ()), (9, [6, 7, 8], [9], ())]
+        self.shape = {0: (64, 8), 1: (8, 72), 2: (1, 8), 3: (64, 8), 4: (8, 72), 5: (1, 8),
+                      6: (64, 8), 7: (10, 512), 8: (1, 10), 9: (1, 10)}
+        self.trainable = [1, 2, 4, 5, 7, 8]
+        self.rank = {}
+
+
+def _pots(a, b, c=1.0):
+    """Fisher potentials: op 0's channels a, op 1's b (lists of 8), the classifier's c."""
+    from host_tools.select import micro
+    zeros = micro('xnp').zeros
+    P = {}
+    for i, v in ((0, a), (1, b), (2, [c] * 10)):
+        P[i] = zeros((1, len(v)))
+        for j, x in enumerate(v):
+            P[i][0, j] = x
+    return P
+
+
+def test_board_scoring_picks_the_layer_with_more_fisher_potential():
+    """Without priors (TinyTrain's score, layers of equal size): the layer whose outputs
+    have the larger potential trains, at its prepared width on the window of channels
+    with the most; a layer with no finite potential is refused and says so."""
+    from host_tools.select import micro
+    F = micro('fisher')
+    net = _Net()
+    net.rank = {1: (0, 0, 2), 2: (1, 0, 2), 4: (0, 0, 2), 5: (1, 0, 2)}   # 1/4: 2 of 8
+    keep, lines = F.choose(net, _pots([0.1] * 8, [0.1] * 5 + [3, 4, 0.1]), 1)
+    assert keep == {7: None, 8: None, 4: (0, 5, 7), 5: (1, 5, 7)}, lines
+    keep, lines = F.choose(net, _pots([0.1] * 5 + [3, 4, 0.1], [0.1] * 8), 1)
+    assert keep == {7: None, 8: None, 1: (0, 5, 7), 2: (1, 5, 7)}, lines
+    keep, lines = F.choose(net, _pots([float('nan')] * 8, [0.1] * 8), 2)
+    assert keep == {7: None, 8: None, 4: (0, 0, 2), 5: (1, 0, 2)}, lines
+    assert 'op 0: refused: Fisher potential nan on this data' in lines, lines
+
+
+def test_board_weighs_the_host_priors_by_its_own_potential():
+    """With priors: the proxy measured op 0's configuration +0.15 and op 1's +0.08, each
+    layer with half the classifier's potential there.  On data like the proxy's the
+    board trains op 0's (at 2 of 8 channels: the window with the most potential), also
+    when the shares here are within NOISE (2x) of the proxy's; where op 1's outputs carry
+    four times their proxy share and op 0's a tenth, op 1's (weighed 0.16 against
+    0.015); a refused layer's configuration is out, and one weighed within TIE of the
+    best loses to a cheaper one (here the classifier alone)."""
+    from host_tools.select import micro
+    F = micro('fisher')
+    configs = [[0.0, 100000, [[7, 2, 0], [8, 2, 0]]],
+               [0.15, 120000, [[7, 2, 0], [8, 2, 0], [1, 0, 2], [2, 1, 2]]],
+               [0.08, 110000, [[7, 2, 0], [8, 2, 0], [4, 2, 0], [5, 2, 0]]]]
+    proxy = [[0, 0.5], [1, 0.5]]
+    keep, lines = F.pick(_Net(), _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8),
+                         configs, proxy)
+    assert keep == {7: None, 8: None, 1: (0, 6, 8), 2: (1, 6, 8)}, lines
+    keep, lines = F.pick(_Net(), _pots([0.25] * 8, [1.0] * 8), configs, proxy)
+    assert keep == {7: None, 8: None, 1: (0, 0, 2), 2: (1, 0, 2)}, lines   # within NOISE
+    keep, lines = F.pick(_Net(), _pots([0.03125] * 8, [2.5] * 8), configs, proxy)
+    assert keep == {7: None, 8: None, 4: None, 5: None}, lines
+    assert '-> config 2' in lines
+    keep, lines = F.pick(_Net(), _pots([0.0] * 8, [0.0625] * 8), configs, proxy)
+    assert any('config 1' in x and 'refused (op 0)' in x for x in lines), lines
+    assert keep == {7: None, 8: None}, lines
+    # a board with less heap than prepare planned for refuses what does not fit it
+    same = _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8)
+    keep, lines = F.pick(_Net(), same, configs, proxy, have=112000)
+    assert any('config 1' in x and "refused: planned above this board's 109 KB heap" in x
+               for x in lines), lines
+    assert keep == {7: None, 8: None, 4: None, 5: None}, lines
+    keep, lines = F.pick(_Net(), same, configs, proxy, have=90000)
+    assert 'every configuration refused: the smallest trains' in lines
+    assert keep == {7: None, 8: None}, lines
+
+
+def test_a_window_narrower_than_prepared_trains_as_that_rank(tmp_path, data):
+    """The board may train a configuration at fewer channels than the candidate set was
+    prepared with (a tensor prepared whole, trained at 1/4): the same weights as a run
+    prepared with that rank (the host simulation, CPython + numpy)."""
+    from host_tools.select import micro
+    Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
+    got = []
+    for name, ranks in (('whole', {7: 0, 11: 0}), ('quarter', {7: 4, 11: 0})):
+        out = str(tmp_path / name)
+        prepare(CNN, out, data=data, test_split=0.2, ranks=ranks, train='none', **SETTINGS)
+        if name == 'whole':
+            net = micro('model').Net(os.path.join(out, 'model.flat'))
+            dw = [k for k in net.trainable if net.shape[k][0] == 9][0]    # taps x channels
+            keep = {k: None for k in net.trainable}
+            keep[dw] = (1, 0, net.shape[dw][1] // 4)
+            b = [k for k in net.trainable if net.shape[k] == (1, net.shape[dw][1])][0]
+            keep[b] = (1, 0, net.shape[dw][1] // 4)
+        else:
+            keep = None
+        tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'), keep=keep)
+        ds = Dataset(os.path.join(out, 'train.ds'))
+        tr.train_epoch(ds)
+        ds.close()
+        got.append({k: np.array(tr.net.t[k]) for k in tr.net.trainable})
+    assert sorted(got[0]) == sorted(got[1])
+    for k in got[0]:
+        np.testing.assert_array_equal(got[0][k], got[1][k])

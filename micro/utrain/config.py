@@ -27,7 +27,9 @@ OUTPUTS = ('out', 'checkpoint', 'log')
 FILES = INPUTS + OUTPUTS + ('rewritten',)    # rewritten: the host's export reads it
 NEEDED = ('model', 'weights', 'out')
 # select: prepare --select board's block (utrain/fisher.py): samples scored, layers trained
-# besides the classifier, the share of the classifier's potential a layer must reach
+# besides the classifier, the share of the classifier's potential a layer must reach;
+# with the host's priors, configs [[gain, heap, [[tensor, axis, width], ...]], ...] and
+# proxy [[op, share], ...] (lists, read by utrain/fisher.py)
 SELECT = {'samples': (1, 0xFFFF), 'layers': (0, 0xFFFF)}
 
 
@@ -122,9 +124,12 @@ def check(cfg, path='train.json'):
             elif k == 'share':
                 if not (number(sel[k]) and 0 <= sel[k] <= 1):
                     raise bad(path, 'select.share', 'a number >= 0 and <= 1', sel[k])
+            elif k in ('configs', 'proxy'):
+                if type(sel[k]) is not list:
+                    raise bad(path, 'select.' + k, 'a list (written by prepare --select board)', sel[k])
             else:
-                raise ValueError('%s: unknown setting "select.%s" (known: samples, layers, share)'
-                                 % (path, k))
+                raise ValueError('%s: unknown setting "select.%s" (known: samples, layers, share, '
+                                 'configs, proxy)' % (path, k))
     for k in files:
         if k not in FILES:
             raise ValueError('%s: unknown file "files.%s" (known: %s)' % (path, k, ', '.join(FILES)))

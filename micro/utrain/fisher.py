@@ -7,10 +7,16 @@
 # scores s = P / ((params / max params) * (MACs / max MACs)), P = sum_c P_c; the
 # classifier trains, and of the layers whose P is at least `share` of the classifier's
 # the `layers` best by score, each on the window of channels (its prepared width) with
-# the largest potential; the others are frozen.  The choice goes
-# into the checkpoint (save_state), so a resumed run trains the same set.
-# Imported lazily (code is heap) before training and dropped.
-from struct import pack, unpack, calcsize
+# the largest potential; the others are frozen.
+# With priors (prepare --select board given --data: a proxy dataset), prepare tried a
+# short list of configurations on the proxy (their accuracy gain over the classifier
+# alone) and measured each candidate's share of the classifier's potential there; the
+# board weighs each configuration's gain by how much more (or less) potential its layers
+# have on the board's own data than on the proxy, and trains the best (the cheapest
+# within TIE of it).  A candidate with no finite, positive potential is refused (said).
+# The choice goes into the checkpoint (utrain/chosen.py), so a resumed run trains the
+# same set.  run.py loads this module once, before the Trainer, on a net of its own
+# (choose_on), and drops it: its code and arrays are gone before training allocates.
 from utrain.xnp import np, zeros, const
 
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
@@ -21,8 +27,11 @@ _CONV_2D = const(3)
 _DEPTHWISE_CONV_2D = const(4)
 _DX_ANY = const(~(_DW | _DB))   # data-input gradient bits (DW, DB are the parameters')
 WEIGHTED = (_FULLY_CONNECTED, _CONV_2D, _DEPTHWISE_CONV_2D)
-TAG = b'UTSL'
-ENTRY = '<HBBHH'        # tensor, axis (2: whole), 0, lo, hi
+TIE = 0.02              # configurations this close to the best count as as good
+# A candidate's share of the classifier's potential, from 16 samples, differs from the
+# proxy's by up to about this factor on data like the proxy's (bench/transfer.py: 1.7):
+# only what goes beyond it weighs a prior gain
+NOISE = 2.0
 
 
 def candidates(net):
@@ -91,18 +100,59 @@ def potentials(net, ds, n, cfg):
     return P
 
 
+def _total(p):
+    return sum(p[0, c] for c in range(p.shape[1]))
+
+
+def _usable(v):
+    return v == v and v > 0.0 and v - v == 0.0       # finite and positive
+
+
+def window(p, w):
+    """(lo, hi): the window of w channels of potentials p (1, C) with the most."""
+    best, lo = -1.0, 0
+    cur = sum(p[0, c] for c in range(w))
+    for c0 in range(p.shape[1] - w + 1):
+        if c0:
+            cur += p[0, c0 + w - 1] - p[0, c0 - 1]
+        if cur > best:
+            best, lo = cur, c0
+    return lo, lo + w
+
+
+def classifier(net):
+    cls = None
+    for i, ks in candidates(net):
+        if net.ops[i][0] in WEIGHTED:
+            cls = i
+    return cls
+
+
+def refused(net, P):
+    """{op: why} of the candidates the board will not train: no finite, positive
+    Fisher potential on its data (a NaN from a diverging sample, or outputs that do not
+    change the loss: nothing to gain from training them)."""
+    out = {}
+    cls = classifier(net)
+    for i in P:
+        v = _total(P[i])
+        if i != cls and not _usable(v):
+            out[i] = 'refused: Fisher potential %s on this data' % v
+    return out
+
+
 def choose(net, P, layers, share=0.0):
     """{tensor: (axis, lo, hi) or None (whole)} of the tensors that train, and the
     log lines saying why."""
-    cands = candidates(net)
+    no = refused(net, P)
+    cands = [c for c in candidates(net) if c[0] not in no]
     size = lambda k: net.shape[k][0] * net.shape[k][1]     # noqa: E731
     info = []
     cls = None
     for i, ks in cands:
         params = sum(size(k) for k in ks)
         macs = max(size(k) for k in ks) * net.shape[net.ops[i][2][0]][0]
-        p = P[i]
-        pot = sum(p[0, c] for c in range(p.shape[1]))
+        pot = _total(P[i])
         info.append([i, ks, params, macs, pot])
         if net.ops[i][0] in WEIGHTED:
             cls = i
@@ -126,16 +176,8 @@ def choose(net, P, layers, share=0.0):
             r = net.rank.get(k)
             if r:
                 w = r[2] - r[1]
-                if win is None:
-                    # the window of w channels with the largest potential
-                    best, lo = -1.0, 0
-                    cur = sum(p[0, c] for c in range(w))
-                    for c0 in range(C - w + 1):
-                        if c0:
-                            cur += p[0, c0 + w - 1] - p[0, c0 - 1]
-                        if cur > best:
-                            best, lo = cur, c0
-                    win = (lo, lo + w)
+                if win is None:     # the window of w channels with the most potential
+                    win = window(p, w)
                 keep[k] = (r[0], win[0], win[1])
             else:
                 keep[k] = None
@@ -144,62 +186,87 @@ def choose(net, P, layers, share=0.0):
     for i, ks, params, macs, pot, s in others[layers:]:
         lines.append('op %d: potential %.3g, %d params, %d MACs, score %.3g -> frozen'
                      % (i, pot, params, macs, s))
+    for i in no:
+        lines.append('op %d: %s' % (i, no[i]))
     return keep, lines
 
 
-def restrict(net, keep):
-    """Train only the tensors in keep ({tensor: (axis, lo, hi) or None}): the others
-    are frozen, the backward list loses their gradients (and the ops before the first
-    that trains).  Call it before the Trainer makes optimizer state (Trainer(keep=))."""
-    for k in keep:
-        if k not in net.trainable:
-            raise ValueError('selection names tensor %d, which is not a candidate' % k)
-    net.trainable = [k for k in net.trainable if k in keep]
-    for k in list(net.rank):
-        if keep.get(k) is None:
-            del net.rank[k]
-    for k in keep:
-        if keep[k]:
-            net.rank[k] = keep[k]
-    first = min(i for i in range(len(net.ops)) if any(k in keep for k in net.ops[i][1]))
-    bwd = []
-    for oi, fl in net.bwd:
-        if oi < first:
+def board_heap():
+    """The heap this board gives (None under CPython)."""
+    try:
+        import gc
+        return gc.mem_free() + gc.mem_alloc()
+    except AttributeError:
+        return None
+
+
+def pick(net, P, configs, proxy, have=None):
+    """With the host's priors: configs [[gain, heap, [[tensor, axis, width], ...]], ...]
+    (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor),
+    proxy [[op, share of the classifier's potential on the proxy], ...].  A
+    configuration's gain is weighed by rho = (its layers' share of the classifier's
+    potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
+    rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the smallest
+    heap within TIE of it).  Configurations with a refused layer are out, and so are
+    those planned above the heap this board has (have, bytes: its GC's tables aside, a
+    1/32 margin).  Returns (keep, log lines)."""
+    cls = classifier(net)
+    no = refused(net, P)
+    op_of = {}
+    for i, ks in candidates(net):
+        for k in ks:
+            op_of[k] = i
+    pc = _total(P[cls])
+    here = {}
+    for i in P:
+        here[i] = _total(P[i]) / pc if _usable(pc) else 0.0
+    there = {}
+    for i, v in proxy:
+        there[i] = v
+    lines, rated = [], []
+    for j in range(len(configs)):
+        gain, heap, ents = configs[j]
+        ops = []
+        for e in ents:
+            if e[0] not in op_of:
+                raise ValueError('selection names tensor %d, which is not a candidate' % e[0])
+            i = op_of[e[0]]
+            if i != cls and i not in ops:
+                ops.append(i)
+        out = [i for i in ops if i in no]
+        why = ', refused (op %d)' % out[0] if out else ''
+        if have and heap > have + (have >> 5):
+            why = ', refused: planned above this board\'s %d KB heap' % (have // 1024)
+        b = sum(here[i] for i in ops)
+        q = sum(there.get(i, 0.0) for i in ops)
+        rho = b / q if q > 0.0 else 1.0
+        w = gain * (rho / NOISE if rho > NOISE else rho * NOISE if rho * NOISE < 1.0 else 1.0)
+        lines.append('config %d (ops %s): proxy gain %.3f, potential here/proxy %.2f -> %.3f, %d KB%s'
+                     % (j, ','.join('%d' % i for i in ops) or 'classifier only', gain, rho, w,
+                        heap // 1024, why))
+        if not why:
+            rated.append((w, heap, j))
+    if rated:
+        top = max(r[0] for r in rated)
+        best = min([r for r in rated if r[0] >= top - TIE], key=lambda r: (r[1], -r[0]))[2]
+    else:       # (the classifier alone is planned above this board's heap)
+        best = min(range(len(configs)), key=lambda j: configs[j][1])
+        lines.append('every configuration refused: the smallest trains')
+    lines.append('-> config %d' % best)
+    keep, wins = {}, {}
+    for k, ax, w in configs[best][2]:
+        if ax == 2:
+            keep[k] = None
             continue
-        code, ins = net.ops[oi][0], net.ops[oi][1]
-        if code in WEIGHTED:
-            if len(ins) < 2 or ins[1] not in keep:
-                fl &= ~_DW
-            if len(ins) < 3 or ins[2] not in keep:
-                fl &= ~_DB
-        elif not any(k in keep for k in ins):
-            fl &= ~(_DW | _DB)
-        if oi == first:
-            fl &= _DW | _DB           # nothing before it trains
-        if fl:
-            bwd.append((oi, fl))
-    net.bwd = bwd
-    net.select = blob(keep)
-
-
-def blob(keep):
-    out = [TAG, pack('<H', len(keep))]
-    for k in sorted(keep):
-        r = keep[k] or (2, 0, 0)
-        out.append(pack(ENTRY, k, r[0], 0, r[1], r[2]))
-    return b''.join(out)
-
-
-def unblob(b, path):
-    n = unpack('<H', b[4:6])[0] if len(b) >= 6 and b[:4] == TAG else -1
-    e = calcsize(ENTRY)
-    if n < 0 or len(b) != 6 + n * e:
-        raise ValueError('%s: bad board-selection block' % path)
-    keep = {}
-    for j in range(n):
-        k, ax, _, lo, hi = unpack(ENTRY, b[6 + j * e:6 + (j + 1) * e])
-        keep[k] = None if ax == 2 else (ax, lo, hi)
-    return keep
+        i = op_of[k]
+        if (i, w) not in wins:
+            wins[(i, w)] = window(P[i], w)
+        lo, hi = wins[(i, w)]
+        keep[k] = (ax, lo, hi)
+        lines.append('op %d tensor %d: channels %d:%d of %d' % (i, k, lo, hi, net.shape[k][ax]))
+    for i in no:
+        lines.append('op %d: %s' % (i, no[i]))
+    return keep, lines
 
 
 def select(net, data, sel, cfg, log=print):
@@ -214,10 +281,25 @@ def select(net, data, sel, cfg, log=print):
         P = potentials(net, ds, n, cfg)
     finally:
         ds.close()
-    keep, lines = choose(net, P, int(sel.get('layers', 1)), float(sel.get('share', 0.0)))
+    if sel.get('configs'):
+        keep, lines = pick(net, P, sel['configs'], sel.get('proxy', ()), board_heap())
+    else:
+        keep, lines = choose(net, P, int(sel.get('layers', 1)), float(sel.get('share', 0.0)))
     log('board selection (Fisher potential on %d samples):' % min(n, ds.n))
     for line in lines:
         log(line)
+    return keep
+
+
+def choose_on(model, weights, data, sel, cfg, log=print):
+    """The board's choice on a net of its own (model.flat with weights), made before the
+    Trainer exists (run.py): the net, this module's code and the scoring arrays are all
+    garbage when training allocates.  Returns keep for Trainer(keep=)."""
+    from utrain.model import Net
+    net = Net(model)
+    net.load_weights(weights)
+    keep = select(net, data, sel, cfg, log)
+    net = None
     return keep
 
 
@@ -231,27 +313,3 @@ class Chooser:
         return select(net, self.data, self.sel, self.cfg)
 
 
-def read(path, log=print):
-    """The set the checkpoint at path was trained with (its selection block)."""
-    from utrain import wof
-    with wof.openr(path) as f:
-        f.seek(0, 2)
-        size = f.tell()
-        f.seek(0)
-        h = f.read(20)
-        oo = unpack('<HBBIIII', h)[5] if len(h) == 20 else 0
-        end = size
-        if size >= 28:
-            f.seek(size - 8)
-            if f.read(4) == wof.TAG:
-                end = size - 8
-        at = oo + 8 + calcsize(wof.RESUME)
-        if not 20 < oo < at <= end:
-            raise ValueError('%s: no board-selection block (prepared without --select board?)'
-                             % path)
-        f.seek(at)
-        b = f.read(end - at)
-    keep = unblob(b, path)
-    log('board selection from %s: tensors %s' % (path, ', '.join(
-        '%d' % k + (' %d:%d' % (keep[k][1], keep[k][2]) if keep[k] else '') for k in sorted(keep))))
-    return keep

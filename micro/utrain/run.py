@@ -137,12 +137,10 @@ def main(cfg_path='train.json'):
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
     chosen = None
     if sel:                 # prepare --select board: the board chooses what trains
-        from utrain import fisher
         if resume:
-            chosen = fisher.read(files['checkpoint'])
-        else:
-            chosen = fisher.Chooser(files['train'], sel, cfg)   # on the Trainer's net
-        fisher = None
+            chosen = aux('chosen', 'read', files['checkpoint'])
+        else:               # on a net of its own, all garbage before the Trainer loads
+            chosen = aux('fisher', 'choose_on', files['model'], start, files['train'], sel, cfg)
     # the trainer's code loads after train.json's check, into the space the check's code
     # and the JSON parse left (collected first): loaded before it, that space would stay
     # holes between the names the check interned, too small for the arrays to come
@@ -165,7 +163,7 @@ def main(cfg_path='train.json'):
         q8prefix(files)         # after the code loaded: the trainer's arrays take its space
         gc.collect()
     tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
-    chosen = None           # (a Chooser holds utrain.fisher's code)
+    chosen = None
     tr.cache = run.get('cache', False)      # the frozen-prefix cache (docs/memory.md)
     c = tr.cfg
     metric = c['metric']

@@ -59,9 +59,12 @@ class Trainer:
                 net.load_weights(weights)
             _drop('wof')             # Net and load_weights import it; needed again only for files
             if keep is not None:     # a board's own choice of what trains (utrain/fisher.py):
-                from utrain.fisher import restrict      # {tensor: window}, or a function
-                restrict(net, keep(net) if callable(keep) else keep)   # of the net making it
-                _drop('fisher')
+                if callable(keep):   # {tensor: window}, or a function of the net making it
+                    keep = keep(net)
+                    _drop('fisher')
+                from utrain.chosen import restrict
+                restrict(net, keep)
+                _drop('chosen')
             self.cfg = dict(net.settings)
             self.epoch = self.pos = self.retries = 0
             self.sums = (0.0, 0.0)   # loss and metric sums of the epoch so far

@@ -288,7 +288,7 @@ def load_state(tr, path):
             raise ValueError('%s: unknown data after the counters' % path)
         if extra[n:] != getattr(net, 'select', b''):
             raise ValueError('%s: trained another selection of tensors than this run '
-                             '(prepare --select board: resume with utrain.fisher.resume)' % path)
+                             '(prepare --select board: Trainer(keep=utrain.chosen.read(path)))' % path)
         _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra[:n])
         sums = (ls, ms)
         best = (be, bl, bm) if has else None
