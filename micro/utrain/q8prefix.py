@@ -7,8 +7,10 @@
 # and points files.train / files.test at them; then the prefix's tables, arena and code
 # are dropped, and training holds only the trained layers.  The board's samples never
 # leave it.  A band group that takes the sample reads it a strip of rows at a time.
+import sys
 from struct import pack
-from utrain.q8 import Q8Net
+_had = list(sys.modules)            # (what the run had loaded: kept)
+from utrain.q8 import Q8Net  # noqa: E402
 
 SUFFIX = '.q8.pfx'
 
@@ -78,4 +80,8 @@ def make(files, log=None):
         os.rename(out + '.tmp', out)
     if net is not None:
         net.close()
+    from utrain.run import drop
+    for m in list(sys.modules):     # what only the prefix used (bands, q8bands): dropped
+        if m.startswith('utrain.') and m not in _had and m[7:] != 'wof':
+            drop(m[7:])
     return files

@@ -48,15 +48,6 @@ def drop(mod):
             pass
 
 
-def q8prefix(files):
-    # an int8 run's frozen prefix into its caches, its code dropped after
-    had = list(sys.modules)
-    aux('q8prefix', 'make', files)
-    for m in list(sys.modules):     # what only the prefix used (bands, q8bands): dropped
-        if m.startswith('utrain.') and m not in had and m[7:] not in ('wof',):
-            drop(m[7:])
-
-
 def aux(mod, fn, *a):
     # utrain.<mod>.<fn>(*a), the module loaded for the call and dropped after: held by
     # no name, its code leaves the heap (code is heap on a board)
@@ -160,7 +151,7 @@ def main(cfg_path='train.json'):
     gc_every(run.get('gc_every', 0))
     out = files['out']
     if files.get('prefix'):     # an int8 run's frozen prefix, once per sample (utrain.q8prefix),
-        q8prefix(files)         # after the code loaded: the trainer's arrays take its space
+        aux('q8prefix', 'make', files)  # after the code loaded: the trainer's arrays take its space
         gc.collect()
     tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
     chosen = None
