@@ -53,6 +53,7 @@ os.environ.pop('UTRAIN_NP', None)
 
 from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
+from host_tools.passes import PrepareError  # noqa: E402
 from bench import models  # noqa: E402
 from bench.__main__ import side_by_side, micropython_step, err, table  # noqa: E402
 
@@ -239,10 +240,14 @@ def board_rows(row, path, train, classifier, x, y, tmp, which):
         best = None
         for bands in (0, 1):            # the lower plan, as prepare's default with no limit
             out = os.path.join(tmp, '%s_%s_%d' % (which, label, bands))
-            s = prepare(path, out, data=npz, test_split=0.25, loss='scce' if classifier else 'mse',
-                        optimizer='sgd', lr=0.01, batch=1, epochs=2, train=train,
-                        dequantize=True, stream=True, cache=True, bands=bands,
-                        board='esp32-psram', backend=backend, log=lambda *a: None)
+            try:
+                s = prepare(path, out, data=npz, test_split=0.25,
+                            loss='scce' if classifier else 'mse', optimizer='sgd', lr=0.01,
+                            batch=1, epochs=2, train=train, dequantize=True, stream=True,
+                            cache=True, bands=bands, board='esp32-psram', backend=backend,
+                            log=lambda *a: None)
+            except PrepareError:        # (over the board's 4 MB without bands)
+                continue
             if best is None or s['heap']['total'] < best[1]['heap']['total']:
                 best = (out, s)
         out, s = best
