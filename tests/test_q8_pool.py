@@ -265,13 +265,17 @@ print(json.dumps(out))
 '''
 
 
-@pytest.mark.skipif(not MP, reason='no unix MicroPython')
-@pytest.mark.parametrize('case', [CASES[1], CASES[3]])
-def test_viper_pool_forward_and_step_equal_cpython(tmp_path, case):
-    """The viper kernels (unix MicroPython) give CPython's pool outputs, logits and the
-    trained conv's weights and biases after two steps through the pool."""
+@pytest.mark.parametrize('case,env', [(CASES[1], 'MICROPYTHON'), (CASES[3], 'MICROPYTHON'),
+                                      (CASES[3], 'UTRAIN_MP32')])
+def test_viper_pool_forward_and_step_equal_cpython(tmp_path, case, env):
+    """The viper kernels (unix MicroPython, 64-bit and $UTRAIN_MP32's 32-bit) give
+    CPython's pool outputs, logits and the trained conv's weights and biases after two
+    steps through the pool."""
+    exe = MP if env == 'MICROPYTHON' else os.environ.get(env)
+    if not exe or not os.access(exe, os.X_OK):
+        pytest.skip(f'no {env} binary')
     path, m, net = _net(tmp_path, case, train=[0])
-    mpy = int(subprocess.run([MP, '-c', 'import sys;print(sys.implementation._mpy)'],
+    mpy = int(subprocess.run([exe, '-c', 'import sys;print(sys.implementation._mpy)'],
                              capture_output=True, text=True).stdout.split()[-1])
     runner.stage(str(tmp_path), mpy=mpy)
     want = []
@@ -282,7 +286,34 @@ def test_viper_pool_forward_and_step_equal_cpython(tmp_path, case):
         net.step(x, 1, 0.01)
     want.append(list(net.layers[0].w) + list(net.layers[0].b))
     (tmp_path / 'case.py').write_text(MP_RUN)
-    r = subprocess.run([MP, 'case.py'], cwd=tmp_path, capture_output=True, text=True,
+    r = subprocess.run([exe, 'case.py'], cwd=tmp_path, capture_output=True, text=True,
                        env=dict(os.environ, MICROPYPATH=':lib'), timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == want
+
+
+@pytest.mark.parametrize('train,cache', [('all', False), ('last:3', True)])
+def test_prepare_and_run_a_pool_model(tmp_path, train, cache):
+    """prepare's int8 path and the run (CPython) on a conv -> max pool -> conv -> FC model:
+    every conv and the FC trained through the pool, or the layers after it from the
+    board's prefix cache (the pool frozen in the prefix); the training loss falls."""
+    from host_tools.prepare import prepare
+    path = build(str(tmp_path / 'm.tflite'), *CASES[1])
+    r = np.random.default_rng(4)
+    n = 48
+    y = r.integers(0, NCLS, n)
+    c = r.standard_normal((NCLS, H0, H0, C0))
+    x = (c[y] + 0.5 * r.standard_normal((n, H0, H0, C0))).astype(np.float32)
+    np.savez(str(tmp_path / 'd.npz'), x=x, y=y)
+    out = str(tmp_path / 'run')
+    s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+                lr=0.01, epochs=3, train=train, cache=cache)
+    assert s['int8'] and len(s['trainable']) == (6 if train == 'all' else 4)
+    if cache:
+        with open(os.path.join(out, 'q8.json')) as f:
+            assert [d['k'] for d in json.load(f)['layers']] == [quant.CONV, quant.POOL_MAX]
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    loss = [float(v.split('loss ')[1].split()[0]) for v in text.splitlines()
+            if v.startswith('epoch ')]
+    assert len(loss) == 3 and loss[-1] < loss[0], text
