@@ -32,11 +32,12 @@ import numpy as np
 from .circle_io import Graph, atomic_write, read_model
 from . import wof as hwof
 
-FC, CONV, DW, MEAN, ADD = 0, 1, 2, 3, 4
+FC, CONV, DW, MEAN, ADD, POOL_MAX, POOL_AVG = 0, 1, 2, 3, 4, 5, 6
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
-         'ADD': ADD}
+         'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
+POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN)          # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 
@@ -127,7 +128,9 @@ def layers(g: Graph, train='last:1'):
     tensor 'out'.  train: as prepare's --train ('all', 'none', 'last:N': the last N
     operators of any kind, or op indices); the FULLY_CONNECTED / CONV_2D /
     DEPTHWISE_CONV_2D ops among them train, and every op after the first trained one
-    passes its gradient back ('back'; FC, CONV_2D, DEPTHWISE_CONV_2D, MEAN: not ADD)."""
+    passes its gradient back ('back'; FC, CONV_2D, DEPTHWISE_CONV_2D, MEAN, MAX_POOL_2D,
+    AVERAGE_POOL_2D: not ADD).  A pool's 'g' is a convolution's geometry with I = O = C
+    (H, W, C, C, KH, KW, stride h, w, pad top, left, OH, OW, 1, 1)."""
     ops = list(g.ops)
     if ops and ops[-1].name == 'SOFTMAX':
         ops = ops[:-1]
@@ -145,7 +148,7 @@ def layers(g: Graph, train='last:1'):
         if k is None:
             raise ValueError(f'{g.path}: op {op.index} ({op.name}) is not supported by int8 '
                              'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'PAD, RESHAPE); prepare --dequantize trains it in float')
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, PAD, RESHAPE); prepare --dequantize trains it in float')
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
         xin = src(pad[0] if pad else op.inputs[0])
@@ -169,6 +172,26 @@ def layers(g: Graph, train='last:1'):
             shp = list(x.shape)
             if len(shp) == 4:
                 d['hw'] = shp[1:]
+            out.append(d)
+            continue
+        if k in POOLS:
+            if len(x.shape) != 4 or len(y.shape) != 4:
+                raise ValueError(f'{g.path}: {op.name} op {op.index} must pool an NHWC tensor')
+            if not (math.isclose(sx[0], sy[0], rel_tol=1e-6) and zx[0] == zy[0]):
+                raise ValueError(f'{g.path}: {op.name} op {op.index} has input scale {sx[0]} '
+                                 f'zero point {zx[0]} but output scale {sy[0]} zero point '
+                                 f'{zy[0]}; TFLite\'s int8 pools need them equal')
+            H, W, C = x.shape[1:]
+            o = op.options
+            KH, KW = o.get('filter_height', 1), o.get('filter_width', 1)
+            sh, sw_ = o.get('stride_h', 1), o.get('stride_w', 1)
+            OH, ph = _pad(H, KH, sh, 1, o.get('padding', 'SAME'))
+            OW, pw = _pad(W, KW, sw_, 1, o.get('padding', 'SAME'))
+            if [1, OH, OW, C] != list(y.shape) or min(KH, KW, sh, sw_, OH, OW) < 1:
+                raise ValueError(f'{g.path}: {op.name} op {op.index}: output shape '
+                                 f'{list(y.shape)} is not its {KH}x{KW} window\'s [1, {OH}, '
+                                 f'{OW}, {C}]')
+            d['g'] = [H, W, C, C, KH, KW, sh, sw_, ph, pw, OH, OW, 1, 1]
             out.append(d)
             continue
         if k == MEAN:
@@ -294,6 +317,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
     iv = _intervals(ls, first, free, (0, grp[0], grp[2]) if grp else None)
     at, size = _place(iv)
     # the shared int32 sum buffer: a depthwise row, a MEAN, an FC output, a conv row
+    # (pools write int8 straight from their window: none)
     A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
             + [d['nout'] for d in ls if d['k'] in (MEAN, FC)]
             + [d['g'][11] for d in ls if d['k'] == CONV])
@@ -392,7 +416,8 @@ def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
                 d['ro'], d['nq'] = len(req), len(d['mul'])
                 req += np.asarray(d.pop('mul'), '<i4').tobytes()
                 req += np.asarray(d.pop('shf'), '<i4').tobytes()
-                del d['sw']
+                if not d.get('back'):  # (a frozen layer the gradient passes keeps its scales)
+                    del d['sw']
             for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
                 if not d.get('train'):
                     d.pop(k, None)

@@ -16,7 +16,7 @@ from array import array
 from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
-FC, CONV, DW, MEAN, ADD = 0, 1, 2, 3, 4
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6   # (host_tools/quant.py's)
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
 
@@ -95,8 +95,8 @@ class Layer:
         if d.get('train', 0):
             self.train = 1
         if self.train or d.get('back', 0):
-            self.back = 1                              # passes a gradient (CONV, DW, FC, MEAN)
-        if self.back and self.k != MEAN:
+            self.back = 1             # passes a gradient (CONV, DW, FC, MEAN, pools)
+        if self.back and k < MEAN:
             self.dz = bytearray(self.nout)             # int8 gradient, allocated once
             sw = d['sw']
             m = max(sw)
@@ -141,10 +141,13 @@ class Layer:
         return gm[3], gm[4] * gm[5], 1
 
     def forward(self, x, x2=None):
-        if self.train:
-            self.x = x              # (the backward pass reads it)
+        if self.back:
+            self.x = x              # (the backward pass of a trained layer / pool reads it)
         d = self.d
         k = self.k
+        if k >= PMAX:               # MAX_POOL_2D, AVERAGE_POOL_2D: int8 to int8
+            K.pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
+            return self.y
         if k == CONV or k == DW:
             self.conv(x, self.g, self.y)
             return self.y
@@ -539,16 +542,16 @@ class Q8Net:
         trained.wof's trained ones); float copies follow."""
         from utrain import wof
         nb = [None] * self.meta['ntensors']
-        for L in self.layers:
-            if L.k != MEAN:
-                nb[L.d['wt']], nb[L.d['bt']] = L.d['wn'], 4 * L.d['nb']
+        ws = [L for L in self.layers if 'wt' in L.d]
+        for L in ws:
+            nb[L.d['wt']], nb[L.d['bt']] = L.d['wn'], 4 * L.d['nb']
         with wof.openr(path) as f:
             offs = wof.read_table(f, path, nb, nb)[0]
-            for L in self.layers:
-                if L.k != MEAN and offs[L.d['wt']]:
+            for L in ws:
+                if offs[L.d['wt']]:
                     f.seek(offs[L.d['wt']])
                     f.readinto(L.w)
-                if L.k != MEAN and offs[L.d['bt']]:
+                if offs[L.d['bt']]:
                     f.seek(offs[L.d['bt']])
                     L.b = _i32(0, f.read(4 * L.d['nb']))
                 if L.train:
@@ -562,8 +565,9 @@ class Q8Net:
             m = 0
             for L in self.layers:
                 d = L.d
-                m = max(m, d['nin'] if L.k == FC else d['n'] * L.nout if L.k == MEAN
-                        else d['g'][0] * d['g'][1] * d['g'][2])
+                if L.back:
+                    m = max(m, d['nin'] if L.k == FC else d['n'] * L.nout if L.k == MEAN
+                            else d['g'][0] * d['g'][1] * d['g'][2])
             gb = self.gb = (_i32(m), _i32(m))
         return gb[1] if g is gb[0] else gb[0]
 
@@ -577,6 +581,15 @@ class Q8Net:
             dg = self._gbuf(g, N * n)
             K.rpk(dg, g, N, n, 0)
             return dg, s / N
+        if L.k >= PMAX:
+            # a pool: the int32 gradient to the window's max (its first in scan order), or
+            # spread over the window (scale s / (KH KW), edge windows' counts rounded)
+            gm = L.g
+            dx = self._gbuf(g, gm[0] * gm[1] * gm[2])
+            lo, hi = L.lo, L.hi
+            K.pbk(dx, g, L.x, gm, L.y, lo if lo > -128 else -129, hi if hi < 127 else 128,
+                  L.k - PMAX)
+            return dx, (s / (gm[4] * gm[5]) if L.k == PAVG else s)
         dz = L.dz
         k = _shift(g, n)
         K.shk(dz, g, n, k, L.y, L.lo, L.hi)
