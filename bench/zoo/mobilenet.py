@@ -217,12 +217,10 @@ KERAS_MBV2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'keras',
                           'mobilenetv2_035_96_float.tflite')
 
 
-def keras_prepared(out, n, epochs, backend, bands=None):
-    """A run folder for the Keras MobileNetV2-0.35 96x96 (float) with its classifier
-    training and the rest run on the board (--cache: the board computes the frozen
-    prefix from its own samples in epoch 1); n seeded images, a quarter held out for
-    the test set; trained.wof always written (keep_best off) so a run that finishes
-    is seen.  bands: prepare's --bands (None: its choice, 0: none)."""
+def _keras_folder(model, out, n, epochs, **kw):
+    """prepare the Keras MobileNetV2 file model into out with its classifier training
+    (last:2), n seeded images, a quarter held out; trained.wof always written (keep_best
+    off) so a run that finishes is seen."""
     import json
     import numpy as np
     import sys
@@ -234,15 +232,22 @@ def keras_prepared(out, n, epochs, backend, bands=None):
     os.makedirs(out, exist_ok=True)
     data = os.path.join(out, 'data.npz')
     np.savez(data, x=x, y=y)
-    s = prepare(KERAS_MBV2, out, data=data, loss='scce', lr=0.01, epochs=epochs, optimizer='sgd',
-                batch=1, train='last:2', backend=backend, stream=True, cache=True, bands=bands,
-                test_split=0.25, log=lambda *a: None)
+    s = prepare(model, out, data=data, loss='scce', lr=0.01, epochs=epochs, optimizer='sgd',
+                batch=1, train='last:2', test_split=0.25, log=lambda *a: None, **kw)
     with open(os.path.join(out, 'train.json')) as f:
         c = json.load(f)
     c['run']['keep_best'] = False
     with open(os.path.join(out, 'train.json'), 'w') as f:
         json.dump(c, f, indent=1)
     return s
+
+
+def keras_prepared(out, n, epochs, backend, bands=None):
+    """A run folder for the Keras MobileNetV2-0.35 96x96 (float), the rest run on the
+    board (--cache: the board computes the frozen prefix from its own samples in epoch
+    1).  bands: prepare's --bands (None: its choice, 0: none)."""
+    return _keras_folder(KERAS_MBV2, out, n, epochs, backend=backend, stream=True, cache=True,
+                         bands=bands)
 
 
 def bench_whole(micropythons, n=4):
@@ -277,30 +282,10 @@ KERAS_MBV2_INT8 = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'kera
 
 
 def keras_int8_prepared(out, n, epochs, cache):
-    """A run folder for the Keras MobileNetV2-0.35 96x96 int8 model training as int8 with
-    its classifier (last:2), the rest run on the board (cache: once per sample into the
-    board's own prefix cache, before training; else the whole model every step); n seeded
-    images, a quarter held out; keep_best off."""
-    import json
-    import numpy as np
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    from host_tools.prepare import prepare
-    x, y = images((1, 3, 96, 96), n)
-    os.makedirs(out, exist_ok=True)
-    data = os.path.join(out, 'data.npz')
-    np.savez(data, x=x, y=y)
-    s = prepare(KERAS_MBV2_INT8, out, data=data, loss='scce', lr=0.01, epochs=epochs,
-                optimizer='sgd', batch=1, train='last:2', cache=cache, test_split=0.25,
-                log=lambda *a: None)
-    with open(os.path.join(out, 'train.json')) as f:
-        c = json.load(f)
-    c['run']['keep_best'] = False
-    with open(os.path.join(out, 'train.json'), 'w') as f:
-        json.dump(c, f, indent=1)
-    return s
+    """A run folder for the Keras MobileNetV2-0.35 96x96 int8 model training as int8, the
+    rest run on the board (cache: once per sample into the board's own prefix cache,
+    before training; else the whole model every step)."""
+    return _keras_folder(KERAS_MBV2_INT8, out, n, epochs, cache=cache)
 
 
 def bench_int8(micropythons, n=8, float_too=True):
