@@ -127,6 +127,20 @@ def _cut_softmax(path, tmp_path):
     return g, out
 
 
+def spy_updates(monkeypatch):
+    """The list of q8kern.upk's requantized weight updates (float64), one per call, in the
+    order the step applies them; upk still runs."""
+    got = []
+    real_upk = K.upk
+
+    def spy(w, d, n, seed):
+        got.append(np.array(d[:n], dtype=np.float64))
+        return real_upk(w, d, n, seed)
+
+    monkeypatch.setattr(K, 'upk', spy)
+    return got
+
+
 @pytest.mark.parametrize('path,n', [(MLP, 16), (DSCNN, 2)])
 def test_forward_bit_exact_with_tflite_micro(tmp_path, path, n):
     from tflite_micro.python.tflite_micro import runtime
@@ -172,14 +186,7 @@ def test_qas_update_matches_float_reference(tmp_path, monkeypatch):
         dz = dz * ((yq > L.lo) & (yq < L.hi))
         want[i] = lr * np.outer(dz, acts[i]) / L.d['sw'][0] * 256
         dz = W[i].T @ dz
-    got = {}
-    real_upk = K.upk
-
-    def spy(w, d, n, seed):
-        got[len(got)] = np.array(d[:n], dtype=np.float64)
-        return real_upk(w, d, n, seed)
-
-    monkeypatch.setattr(K, 'upk', spy)
+    got = spy_updates(monkeypatch)
     net.step(xq, label, lr)
     for i in range(3):
         g_i = got[2 - i].reshape(want[i].shape)
@@ -388,14 +395,7 @@ def test_dscnn_gradients_through_conv_dw_match_float_reference(tmp_path, monkeyp
                 dX[iy, ix] += Z[oy, ox] * Wf[ky, kx]
         want[i] = lr * (gW / (sw[:, None, None, None] if l.k == quant.CONV else sw)) * 256
         dy = dX.ravel()
-    got = []
-    real_upk = K.upk
-
-    def spy(w, d, n, seed):
-        got.append(np.array(d[:n], dtype=np.float64))
-        return real_upk(w, d, n, seed)
-
-    monkeypatch.setattr(K, 'upk', spy)
+    got = spy_updates(monkeypatch)
     net.step(xq, label, lr)
     trained = sorted(want, reverse=True)
     assert [L[i].k for i in trained] == [quant.FC, quant.CONV, quant.DW, quant.CONV, quant.DW]
@@ -416,10 +416,7 @@ def test_batch_sums_equal_mean_of_single_steps(tmp_path, monkeypatch):
     steps) against the mean of the three batch-1 updates from the same weights."""
     m, make, xs = _mlp_net(tmp_path)
     labels, lr = [1, 3, 0], 0.05
-    got = []
-    real_upk = K.upk
-    monkeypatch.setattr(K, 'upk', lambda w, d, n, seed: got.append(
-        np.array(d[:n], np.float64)) or real_upk(w, d, n, seed))
+    got = spy_updates(monkeypatch)
     single = []
     for x, y in zip(xs, labels):
         net = make()

@@ -21,7 +21,7 @@ from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.rewrite import save_graph  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
-from tests.test_q8 import _np_conv_taps  # noqa: E402
+from tests.test_q8 import _np_conv_taps, spy_updates  # noqa: E402
 
 MP = runner.find_micropython()
 H0, C0, C1, C2, NCLS = 9, 2, 4, 3, 4
@@ -195,14 +195,7 @@ def test_conv_before_pool_trains_as_float_reference(tmp_path, monkeypatch, case)
     path, m, net = _net(tmp_path, case, train=[0])
     assert [d.get('back') for d in m['layers'][1:]] == [1, 1, 1]
     label, lr = 1, 0.01
-    got = []
-    real_upk = K.upk
-
-    def spy(w, d, n, seed):
-        got.append(np.array(d[:n], dtype=np.float64))
-        return real_upk(w, d, n, seed)
-
-    monkeypatch.setattr(K, 'upk', spy)
+    got = spy_updates(monkeypatch)
     errs = []
     for i in range(2):
         xq = _sample(i)
