@@ -24,7 +24,6 @@ _DB = const(4)
 _ACT = const(0)
 _G_H = const(1)
 _G_W = const(2)
-_G_C = const(3)
 _G_OH = const(4)
 _G_OW = const(5)
 _G_KH = const(7)
@@ -35,7 +34,6 @@ _G_DH = const(11)
 _G_DW = const(12)
 _G_PT = const(13)
 _G_PL = const(14)
-_G_MULT = const(15)
 
 # a large frozen weight streamed from the model file (prepare --stream) comes a few rows
 # at a time (rt.stream.chunks): CONV_2D output channels, DEPTHWISE_CONV_2D taps; it is
