@@ -153,7 +153,7 @@ def native_mpy_size(arch) -> int:
     st = os.stat(src)
     cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
     os.makedirs(cache, exist_ok=True)
-    dst = os.path.join(cache, 'npkern-%s-%d-%d.mpy' % (arch, st.st_mtime_ns, st.st_size))
+    dst = os.path.join(cache, 'npkern-%s-%d-%d-s.mpy' % (arch, st.st_mtime_ns, st.st_size))
     if not os.path.exists(dst):
         runner._mpy_cross(src, dst, arch)
     return os.path.getsize(dst)
@@ -177,8 +177,8 @@ def mpy_sizes() -> dict:
             continue
         src = os.path.join(runner.PACKAGE, name)
         st = os.stat(src)
-        dst = os.path.join(cache, '%s-%d-%d%s.mpy' % (name[:-3], st.st_mtime_ns, st.st_size,
-                                                     ''.join(runner.MPY_FLAGS)))
+        dst = os.path.join(cache, '%s-%d-%d%s-s.mpy' % (name[:-3], st.st_mtime_ns, st.st_size,
+                                                       ''.join(runner.MPY_FLAGS)))
         if not os.path.exists(dst):
             # built under a name of this process's own, then renamed: runs in parallel
             # (pytest -n, two prepares) share the cache
@@ -187,7 +187,7 @@ def mpy_sizes() -> dict:
                 # counted as bytecode (a firmware without the native emitter): on the unix
                 # port its native code lies outside the GC heap
                 runner._bytecode_only(src, tmp + '.py')
-                runner._mpy_cross(tmp + '.py', tmp)
+                runner._mpy_cross(tmp + '.py', tmp, name='utrain/' + name)
                 os.remove(tmp + '.py')
             else:
                 runner._mpy_cross(src, tmp)

