@@ -265,7 +265,8 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     when the shares here are within NOISE (2x) of the proxy's; where op 1's outputs carry
     four times their proxy share and op 0's a tenth, op 1's (weighed 0.16 against
     0.015); a refused layer's configuration is out, and one weighed within TIE of the
-    best loses to a cheaper one (here the classifier alone)."""
+    best loses to a cheaper one (here op 1's, at a fiftieth of its proxy share: 0.003
+    against the classifier alone's 0)."""
     from host_tools.select import micro
     F = micro('fisher')
     configs = [[0.0, 100000, [[7, 2, 0], [8, 2, 0]]],
@@ -280,7 +281,7 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     keep, lines = F.pick(_Net(), _pots([0.03125] * 8, [2.5] * 8), configs, proxy)
     assert keep == {7: None, 8: None, 4: None, 5: None}, lines
     assert '-> config 2' in lines
-    keep, lines = F.pick(_Net(), _pots([0.0] * 8, [0.0625] * 8), configs, proxy)
+    keep, lines = F.pick(_Net(), _pots([0.0] * 8, [0.0125] * 8), configs, proxy)   # 0.003
     assert any('config 1' in x and 'refused (op 0)' in x for x in lines), lines
     assert keep == {7: None, 8: None}, lines
     # a board with less heap than prepare planned for refuses what does not fit it

@@ -27,7 +27,7 @@ _CONV_2D = const(3)
 _DEPTHWISE_CONV_2D = const(4)
 _DX_ANY = const(~(_DW | _DB))   # data-input gradient bits (DW, DB are the parameters')
 WEIGHTED = (_FULLY_CONNECTED, _CONV_2D, _DEPTHWISE_CONV_2D)
-TIE = 0.02              # configurations this close to the best count as as good
+TIE = 0.005             # configurations this close to the best count as as good (select.TIE)
 # A candidate's share of the classifier's potential, from 16 samples, differs from the
 # proxy's by up to about this factor on data like the proxy's (bench/transfer.py: 1.7):
 # only what goes beyond it weighs a prior gain
