@@ -49,11 +49,13 @@ from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.passes import PrepareError  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from host_tools.select import layers, classifier, MAX_LAYERS  # noqa: E402
+from bench import imu_data  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 EPOCHS = 3
 SEEDS = (1, 2, 3)    # shuffle seeds of every final run (--seeds N: the first N)
 TRAIN = 360         # training samples of a task (240 with --quick)
+IMU_N = 1800        # IMU windows of a task (and of the pre-training)
 # board: with the host's priors from the task's training split (prepare's --data);
 # board-tt: the board's TinyTrain score alone (--select-layers: no priors)
 MODES = ('auto', 'board', 'board-tt')
@@ -89,8 +91,8 @@ def mbnet_circle():
 
 
 def task_data(name, n):
-    """(npz path, test split): the task's samples, n of them to train on and the others
-    held out, in the order prepare's split (split_seed 0) takes them."""
+    """(npz path, test split) of a digits task: the task's samples, n of them to train on
+    and the others held out, in the order prepare's split (split_seed 0) takes them."""
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     x, y = z['x'].astype(np.float32).reshape(-1, 8, 8), z['y']
     rng = np.random.default_rng(5)
@@ -107,6 +109,78 @@ def task_data(name, n):
     np.savez(path, x=np.ascontiguousarray(x[pick]).reshape(len(pick), 1, 8, 8).astype(np.float32),
              y=y[pick])
     return path, (len(x) - n) / len(x)
+
+
+def imu_circle():
+    """The 1-D conv activity net over [6, 1, L] IMU windows, pre-trained on the activities
+    0..PRETRAIN-1 at the source placement (cached): conv 1x5 6->16 -BN-ReLU, max pool 1x2,
+    depthwise 1x5 -BN-ReLU, pointwise 16->32 -BN-ReLU, max pool 1x2, depthwise 1x3 -BN-ReLU,
+    pointwise 32->32 -BN-ReLU, global average, Linear(32, 8).  Written with Conv2d over a
+    [6, 1, L] input (tico fails on Conv1d + BatchNorm1d, as bench/zoo/nets.py's IMUNet
+    notes).  Pre-trained on windows of their own (seed 100), not the tasks' (seed 5)."""
+    path = os.path.join(TMP, 'imu-%d.circle' % imu_data.L)
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+
+    def cbr(i, o, k, g=1):
+        return [nn.Conv2d(i, o, (1, k), padding=(0, k // 2), groups=g), nn.BatchNorm2d(o),
+                nn.ReLU()]
+    m = nn.Sequential(*cbr(6, 16, 5), nn.MaxPool2d((1, 2)), *cbr(16, 16, 5, 16),
+                      *cbr(16, 32, 1), nn.MaxPool2d((1, 2)), *cbr(32, 32, 3, 32),
+                      *cbr(32, 32, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(32, len(imu_data.CLASSES)))
+    x, y = imu_data.generate(IMU_N, 100)
+    keep = y < imu_data.PRETRAIN
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    # datasets/digits/make_tico.py's pretrain, on [6, 1, L] windows: train-mode BatchNorm,
+    # Adam lr 0.01, batch 32
+    xt = torch.from_numpy(x[keep][:, :, None, :])
+    yt = torch.from_numpy(y[keep])
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)
+    lossf = nn.CrossEntropyLoss()
+    m.train()
+    for _ in range(12):
+        perm = torch.randperm(len(xt))
+        for s in range(0, len(xt), 32):
+            i = perm[s:s + 32]
+            opt.zero_grad()
+            lossf(m(xt[i]), yt[i]).backward()
+            opt.step()
+    m.eval()
+    import tico
+    os.makedirs(TMP, exist_ok=True)
+    tico.convert(m, (torch.zeros(1, 6, 1, imu_data.L),)).save(path + '.tmp')
+    os.replace(path + '.tmp', path)
+    return path
+
+
+def imu_task_data(name, n):
+    """(npz path, test split) of an IMU task, as task_data: IMU_N windows of all eight
+    activities (seed 5), n of them to train on."""
+    pad = 3
+    x, y = imu_data.generate(IMU_N, 5, pad=pad)
+    if name == 'noisy':
+        x = imu_data.noisy(x, pad)
+    else:
+        x = x[:, :, pad:pad + imu_data.L]
+        if name == 'placement':
+            x = imu_data.placement(x)
+    path = os.path.join(TMP, 'imu-%s-%d.npz' % (name, n))
+    np.savez(path, x=np.ascontiguousarray(x[:, :, None, :]).astype(np.float32), y=y)
+    return path, (len(x) - n) / len(x)
+
+
+DIGIT_TASKS = ('new-classes', 'rotated', 'noisy', 'placement')
+# name: (circle maker, task data maker, its tasks)
+MODELS = {
+    'tico-cnn': (lambda: os.path.join(DIGITS, 'digits_tico_cnn.circle'), task_data,
+                 DIGIT_TASKS),
+    'mbnet': (mbnet_circle, task_data, DIGIT_TASKS),
+    'imu': (imu_circle, imu_task_data, ('new-classes', 'placement', 'noisy')),
+}
 
 
 def hand_picked(g):
@@ -195,7 +269,7 @@ def one_task(job):
     picks = hand_picked(g)
     work = tempfile.mkdtemp(prefix='utrain-transfer-')
     quiet = lambda *x: None      # noqa: E731
-    data, test_split = task_data(task, n)
+    data, test_split = MODELS[mname][1](task, n)
     kw = dict(data=data, test_split=test_split, split_seed=0, epochs=EPOCHS, **SETTINGS)
     base, rows = {}, []
     for label, extra in picks:
@@ -237,22 +311,27 @@ def one_task(job):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    ap.add_argument('--quick', action='store_true', help='one model, two tasks, 240 samples')
+    ap.add_argument('--quick', action='store_true',
+                    help='the first model, its first two tasks, 240 samples')
     ap.add_argument('--measure', action='store_true', help='measure the selections\' heaps')
-    ap.add_argument('--models', default='tico-cnn,mbnet')
-    ap.add_argument('--tasks', default='new-classes,rotated,noisy,placement')
+    ap.add_argument('--models', default=','.join(MODELS))
+    ap.add_argument('--tasks', help='a model\'s tasks among these (default: all its own)')
     ap.add_argument('--seeds', type=int, default=len(SEEDS), help='shuffle seeds a run averages')
     ap.add_argument('--jobs', type=int, default=1, help='tasks run in parallel processes')
     a = ap.parse_args(argv)
     os.makedirs(TMP, exist_ok=True)
     n = 240 if a.quick else TRAIN
     seeds = tuple(range(1, a.seeds + 1))
-    models = {'tico-cnn': lambda: os.path.join(DIGITS, 'digits_tico_cnn.circle'),
-              'mbnet': mbnet_circle}
     names = a.models.split(',')[:1] if a.quick else a.models.split(',')
-    tasks = a.tasks.split(',')[:2] if a.quick else a.tasks.split(',')
-    jobs = [(m, models[m](), t, n, seeds, a.measure and ti == 0)
-            for m in names for ti, t in enumerate(tasks)]
+    unknown = set((a.tasks or '').split(',')) - {''} - {t for m in MODELS for t in MODELS[m][2]}
+    if unknown or set(names) - set(MODELS):
+        ap.error('unknown: ' + ', '.join(sorted(unknown | (set(names) - set(MODELS)))))
+    jobs = []
+    for m in names:
+        tasks = [t for t in MODELS[m][2] if not a.tasks or t in a.tasks.split(',')]
+        tasks = tasks[:2] if a.quick else tasks
+        path = MODELS[m][0]()
+        jobs += [(m, path, t, n, seeds, a.measure and ti == 0) for ti, t in enumerate(tasks)]
     t0 = time.time()
     rows, checks, picks_by_model = [], [], {}
     if a.jobs > 1:
