@@ -1,19 +1,32 @@
 """Transfer benchmark for choosing what trains (issue 17): pre-trained CNNs fine-tuned
 on shifted tasks, per heap budget, with every way of choosing what trains.
 
-    python bench/transfer.py [--quick] [--measure]
+    python bench/transfer.py [--quick] [--measure] [--models imu] [--tasks placement]
 
-Models (pre-trained in PyTorch on the digits 0-5 only, converted with tico):
-  tico-cnn  datasets/digits/digits_tico_cnn.circle (conv-BN-ReLU-pool, depthwise, FC)
+Models (--models, default all three; --quick: the first, its first two tasks):
+  tico-cnn  datasets/digits/digits_tico_cnn.circle (conv-BN-ReLU-pool, depthwise, FC),
+            pre-trained in PyTorch on the digits 0-5 only, converted with tico
   mbnet     a MobileNet-like CNN: conv-BN, two depthwise-separable blocks (dw-BN, pw-BN),
-            FC; pre-trained here (seeded, cached in the temp folder)
-Tasks (all ten digits: the classes 6-9 are new to every model):
+            FC; pre-trained here on the digits 0-5 (seeded, cached in the temp folder)
+  imu       a 1-D conv activity-recognition net over 6-axis IMU windows (accelerometer and
+            gyroscope xyz, 48 steps at 25 Hz, as Conv2d 1xk over [6, 1, 48]): conv-BN,
+            two depthwise-separable blocks, global average, FC; pre-trained here on the
+            activities 0-4 of bench/imu_data.py's synthetic windows (seeded, cached)
+Digit tasks (tico-cnn, mbnet; all ten digits: the classes 6-9 are new to every model):
   new-classes  the digits as they are;  rotated  each image turned 90 degrees;
   noisy        Gaussian noise (sigma 0.15; pixels are 0..1), clipped;
   placement    another sensor placement: the image shifted 2 pixels right and down.
+IMU tasks (imu; all eight activities: cycle, jump and wave are new), windows of their own:
+  new-classes  the source placement;
+  placement    the watch on the other wrist, turned and tilted: a fixed rotation of both
+               sensors' axes (gravity's direction with them), gains 1.15 (acc) and 0.85
+               (gyro), a per-axis offset;
+  noisy        5x the sensor noise and the window start off by up to 3 steps, the
+               gyroscope by one step more or less than the accelerometer.
+--tasks keeps, of each model's tasks, those it names.
 Each task trains on 360 random samples (about 36 a class: a board's own few samples;
-240 with --quick) and is tested on every other sample of the 1797 (1437), so that two
-points of accuracy are 29 test samples, not 5.
+240 with --quick) and is tested on every other sample of the 1797 digits (1437) or 1800
+IMU windows (1440), so that two points of accuracy are 29 test samples, not 5.
 Budgets per model: the planner's heap for the classifier only plus 5 KB, halfway to
 full fine-tuning, and full fine-tuning.  Every run: prepare (fallback backend plan),
 then `run --python` (the micro/ code under CPython + numpy, as the board runs it),
