@@ -322,3 +322,53 @@ def test_a_window_narrower_than_prepared_trains_as_that_rank(tmp_path, data):
     assert sorted(got[0]) == sorted(got[1])
     for k in got[0]:
         np.testing.assert_array_equal(got[0][k], got[1][k])
+
+
+def test_auto_trials_validate_on_disjoint_folds(data):
+    """--select auto's trials are k-fold cross-validation over the proxy samples: prepare's
+    own split of each fold's file validates on that fold's part; the first FOLDS parts
+    are disjoint and cover every proxy sample, the next FOLDS another partition."""
+    from host_tools import select as sl, dataset as ds
+    s = dict(SETTINGS, reduction='mean', momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7,
+             rho=0.9, metric='accuracy')
+    t = sl.Trials(CNN, data, s, 0.2, 0)
+    assert t.n_val * sl.FOLDS == len(t.x)          # 288 training samples: 3 x 96
+    ident = {t.x[i].tobytes(): i for i in range(len(t.x))}
+    assert len(ident) == len(t.x)
+    vals = []
+    for f in range(2 * sl.FOLDS):
+        z = np.load(t.fold_data(f))
+        tr, te = ds.split(len(z['x']), t.frac, 3)
+        v = {ident[z['x'][i].tobytes()] for i in te}
+        assert len(v) == t.n_val and not v & {ident[z['x'][i].tobytes()] for i in tr}
+        assert all(z['y'][i] == t.y[ident[z['x'][i].tobytes()]] for i in range(len(z['x'])))
+        vals.append(v)
+    assert set().union(*vals[:3]) == set(range(len(t.x)))
+    assert set().union(*vals[3:]) == set(range(len(t.x)))
+    assert vals[3] != vals[0]
+
+
+def test_auto_tries_the_last_layers_whole(tmp_path, data, monkeypatch):
+    """Besides the additive combinations, auto tries the last k layers whole (ONERT's
+    last:N) and trains the best mean: here trials that reward only every layer before
+    the classifier training whole (none of the single layers or channel ratios gains)
+    choose exactly that, where it fits; contenders within REFINE (all but the first
+    layer, 0.01 less) are re-tried on more folds."""
+    from host_tools import select as sl
+    g = read_model(CNN)
+    cands = layers(g)
+    every = {i: 0 for i, _ in cands}
+    but_first = {i: 0 for i, _ in cands[1:]}
+    folds = []
+
+    def score(self, ranks, fold=0):
+        folds.append(fold)
+        if ranks == every:
+            return 0.9
+        return 0.89 if ranks == but_first else 0.5 + 0.01 * (len(ranks) == 2)
+    monkeypatch.setattr(sl.Trials, 'score', score)
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                budget='300K', log=lambda *a: None, **SETTINGS)
+    assert {int(i): r for i, r in s['select']['ranks'].items()} == {
+        i: 'all' for i in every}
+    assert max(folds) == sl.FOLDS * sl.REFINE_TIMES - 1
