@@ -550,11 +550,21 @@ def board_priors(model_path, data, settings, limit, backend, test_split, split_s
     from .passes import channel_range, device_shapes
     pr = Pricer(model_path, settings, backend, rewrite, target)
     auto = choose_auto(model_path, data, settings, limit, backend, test_split, split_seed,
-                       rewrite, log=log, target=target, fisher=True, **trial_opts)
+                       rewrite, log=log, target=target, **trial_opts)
     tried = auto.get('tried')
     if not tried:
         return None
     fits = lambda r: pr.fits(r, limit, True)      # noqa: E731
+    top = auto['ranks']
+    if len(top) > 1 and not fits(top):
+        # the best configuration fits the budget but not beside the board's scoring pass
+        # (its code and kept outputs): a pass that pushes out the best leaves the board
+        # only worse choices, so the host's best trains as it is
+        return {'ranks': top, 'price': pr.price(top),
+                'note': f'select board: {describe(top)} (the proxy\'s best, score '
+                        f'{auto["score"]:.3f}) fits the budget only without the board\'s '
+                        'scoring pass: it trains as chosen on the host, the board does not '
+                        'score'}
     union, short = {}, []
     for gain, r in sorted(tried, key=lambda c: (-c[0], pr.price(c[1], True)['heap'])):
         u = dict(union)
@@ -614,7 +624,9 @@ def report(res):
     """Lines describing a selection (prepare prints them)."""
     lines = []
     p = res.get('price')
-    if 'select' in res and res['select'].get('configs'):
+    if res.get('note'):
+        lines.append(res['note'] + (f'  (planned {p["heap"] // 1024} KB)' if p else ''))
+    elif 'select' in res and res['select'].get('configs'):
         lines.append(f'select board: candidates {describe(res["ranks"])}; the board weighs '
                      f'these configurations\' proxy gains by its own Fisher potential on '
                      f'{res["select"]["samples"]} samples and trains the best'

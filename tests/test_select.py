@@ -372,3 +372,26 @@ def test_auto_tries_the_last_layers_whole(tmp_path, data, monkeypatch):
     assert {int(i): r for i, r in s['select']['ranks'].items()} == {
         i: 'all' for i in every}
     assert max(folds) == sl.FOLDS * sl.REFINE_TIMES - 1
+
+
+def test_board_trains_the_best_when_its_scoring_pass_does_not_fit(tmp_path, data,
+                                                                  monkeypatch):
+    """At a budget that fits the proxy's best configuration (every layer whole) but not
+    beside the board's scoring pass, --select board trains that configuration, says so
+    and plans no pass, where it used to push the best out for the pass's 1 KB."""
+    from host_tools import select as sl
+    every = {i: 0 for i, _ in layers(read_model(CNN))}
+    monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0:
+                        0.9 if ranks == every else 0.5)
+    full = prepare(CNN, str(tmp_path / 'f'), data=data, test_split=0.2, ranks=every,
+                   train='none', log=lambda *a: None, **SETTINGS)['heap']['total']
+    said = []
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='board',
+                budget=full, log=said.append, **SETTINGS)
+    assert {int(i): r for i, r in s['select']['ranks'].items()} == {i: 'all' for i in every}
+    assert 'select' not in s['select'] and s['heap']['total'] == full
+    assert any('fits the budget only without the board\'s scoring pass' in x for x in said), said
+    # with room for the pass, the board scores as before
+    s = prepare(CNN, str(tmp_path / 'p'), data=data, test_split=0.2, select='board',
+                budget=full + 16 * 1024, log=lambda *a: None, **SETTINGS)
+    assert 'select' in s['select']
