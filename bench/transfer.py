@@ -89,12 +89,12 @@ def mbnet_circle():
 
     def cbr(i, o, k, g=1):
         return [nn.Conv2d(i, o, k, padding=k // 2, groups=g), nn.BatchNorm2d(o), nn.ReLU()]
+    torch.manual_seed(0)        # before the initial weights: torch seeds each process anew
+    torch.set_num_threads(1)
     m = nn.Sequential(*cbr(1, 16, 3), *cbr(16, 16, 3, 16), *cbr(16, 32, 1), nn.MaxPool2d(2),
                       *cbr(32, 32, 3, 32), *cbr(32, 32, 1), nn.MaxPool2d(2),
                       nn.Flatten(), nn.Linear(128, 10))
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
     import tico
     os.makedirs(TMP, exist_ok=True)
@@ -137,32 +137,21 @@ def imu_circle():
     import torch
     import torch.nn as nn
 
+    sys.path.insert(0, DIGITS)
+    import make_tico
+
     def cbr(i, o, k, g=1):
         return [nn.Conv2d(i, o, (1, k), padding=(0, k // 2), groups=g), nn.BatchNorm2d(o),
                 nn.ReLU()]
+    torch.manual_seed(0)        # before the initial weights: torch seeds each process anew
+    torch.set_num_threads(1)
     m = nn.Sequential(*cbr(6, 16, 5), nn.MaxPool2d((1, 2)), *cbr(16, 16, 5, 16),
                       *cbr(16, 32, 1), nn.MaxPool2d((1, 2)), *cbr(32, 32, 3, 32),
                       *cbr(32, 32, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                       nn.Linear(32, len(imu_data.CLASSES)))
     x, y = imu_data.generate(IMU_N, 100)
-    keep = y < imu_data.PRETRAIN
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    # datasets/digits/make_tico.py's pretrain, on [6, 1, L] windows: train-mode BatchNorm,
-    # Adam lr 0.01, batch 32
-    xt = torch.from_numpy(x[keep][:, :, None, :])
-    yt = torch.from_numpy(y[keep])
-    opt = torch.optim.Adam(m.parameters(), lr=0.01)
-    lossf = nn.CrossEntropyLoss()
-    m.train()
-    for _ in range(12):
-        perm = torch.randperm(len(xt))
-        for s in range(0, len(xt), 32):
-            i = perm[s:s + 32]
-            opt.zero_grad()
-            lossf(m(xt[i]), yt[i]).backward()
-            opt.step()
-    m.eval()
+    m = make_tico.pretrain(m, x, y, epochs=12, classes=imu_data.PRETRAIN,
+                           shape=(6, 1, imu_data.L))
     import tico
     os.makedirs(TMP, exist_ok=True)
     tico.convert(m, (torch.zeros(1, 6, 1, imu_data.L),)).save(path + '.tmp')

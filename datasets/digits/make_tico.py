@@ -28,12 +28,12 @@ def model():
         nn.Flatten(), nn.Linear(64, 10))
 
 
-def pretrain(m, x, y, epochs=30, seed=0):
-    """Adam on the digits 0..PRETRAIN_CLASSES-1 (train mode: BatchNorm learns its
-    statistics)."""
+def pretrain(m, x, y, epochs=30, seed=0, classes=PRETRAIN_CLASSES, shape=(1, 8, 8)):
+    """Adam on the classes 0..classes-1 (the digits 0..PRETRAIN_CLASSES-1; train mode:
+    BatchNorm learns its statistics), samples x reshaped to shape."""
     torch.manual_seed(seed)
-    keep = y < PRETRAIN_CLASSES
-    xt = torch.from_numpy(x[keep].reshape(-1, 1, 8, 8))
+    keep = y < classes
+    xt = torch.from_numpy(x[keep].reshape(-1, *shape))
     yt = torch.from_numpy(y[keep].astype(np.int64))
     opt = torch.optim.Adam(m.parameters(), lr=0.01)
     lossf = nn.CrossEntropyLoss()
