@@ -359,19 +359,20 @@ def _code_stamp() -> str:
 # ---------------------------------------------------------------- --select auto
 
 def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, split_seed=0,
-                rewrite=True, log=print, target=None, fisher=False, **trial_opts) -> dict:
+                rewrite=True, log=print, target=None, pricer=None, **trial_opts) -> dict:
     """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
     given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
-    the trial gains, and 'fallback' (why) when only the classifier trains}."""
+    the trial gains, and 'fallback' (why) when only the classifier trains}.  pricer: a
+    Pricer of the same model and target to share (its plans are memoised)."""
     if not data:
         raise PrepareError('--select auto measures what each layer gains on data: give --data '
                            '(a proxy dataset: a few hundred samples like the board\'s)')
-    pr = Pricer(model_path, settings, backend, rewrite, target)
+    pr = pricer or Pricer(model_path, settings, backend, rewrite, target)
     g = pr.g0
     cands = layers(g)
     cls = classifier(g, cands)
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
-    fits = lambda r: pr.fits(r, limit, fisher)      # noqa: E731
+    fits = lambda r: pr.fits(r, limit)      # noqa: E731
     # the classifier: whole, else the largest part of it that fits
     # the classifier trains whole (a part of its outputs would leave classes untrained)
     base = {cls: 0}
@@ -477,7 +478,7 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
            'weight_gain': {describe({i: rk}): gv for (i, rk), gv in wgain.items()},
            'runners_up': [(describe(r), s0 + d, pr.price(r)['heap'], pr.price(r)['macs'])
                           for d, _, _, r in tried[1:]],
-           'price': pr.price(best[3], fisher), 'tried': [(d, r) for d, _, _, r in tried],
+           'price': pr.price(best[3]), 'tried': [(d, r) for d, _, _, r in tried],
            'trial_runs': t}
     if best[3] == base:
         out['fallback'] = ('nothing beyond the classifier gains within the budget'
@@ -540,17 +541,18 @@ def widest(a, b):
 def board_priors(model_path, data, settings, limit, backend, test_split, split_seed, rewrite,
                  samples, log, target, **trial_opts):
     """The board's choice with the host's priors: the contribution analysis of --select
-    auto on the proxy data, every configuration priced with the board's Fisher pass; the
-    configurations it tried, best measured gain first, join a short list while the union
-    of the short list (the candidate set prepare writes) fits the budget, so whichever
-    the board trains fits.  Each carries its measured gain over the classifier alone and
+    auto on the proxy data (its configurations priced as they train, without the board's
+    Fisher pass); the configurations it tried, best measured gain first, join a short
+    list while the union of the short list (the candidate set prepare writes) fits the
+    budget with the pass, so whichever the board trains fits; when the best fits only
+    without the pass, it trains as chosen and the board does not score.  Each carries its measured gain over the classifier alone and
     its heap; the host also measures each candidate's share of the classifier's Fisher
     potential on the proxy, which the board compares with its own (utrain/fisher.py
     pick).  None when only the classifier fits."""
     from .passes import channel_range, device_shapes
     pr = Pricer(model_path, settings, backend, rewrite, target)
     auto = choose_auto(model_path, data, settings, limit, backend, test_split, split_seed,
-                       rewrite, log=log, target=target, **trial_opts)
+                       rewrite, log=log, target=target, pricer=pr, **trial_opts)
     tried = auto.get('tried')
     if not tried:
         return None
