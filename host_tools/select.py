@@ -248,10 +248,9 @@ class Trials:
         rng = np.random.default_rng(1234)
         tr = rng.permutation(np.asarray(tr))
         self.folds = folds or FOLDS
-        # k-fold cross-validation over n_tr + n_val samples: each trial trains on all
-        # but one fold of them
-        n_tr = min(samples, len(tr) - len(tr) // self.folds)
-        n_val = n_tr // (self.folds - 1)
+        # k-fold cross-validation over k folds of n_val samples: each trial trains on
+        # all but one fold (at most `samples`)
+        n_val = min(len(tr), samples * self.folds // (self.folds - 1)) // self.folds
         n_tr = n_val * (self.folds - 1)
         if n_val < 8:
             raise PrepareError(f'{data}: {len(tr)} training samples are too few for '

@@ -349,6 +349,26 @@ def test_auto_trials_validate_on_disjoint_folds(data, k):
     assert vals[k] != vals[0]
 
 
+def test_auto_needs_a_sample_a_fold_or_says_how_many(tmp_path):
+    """A proxy too small for FOLDS folds of 8 samples is refused naming the file and the
+    count needed, before any trial runs; the smallest that is enough makes k equal folds."""
+    from host_tools import select as sl
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    need = 8 * sl.FOLDS
+    small = str(tmp_path / 'small.npz')
+    np.savez(small, x=z['x'][:need - 1], y=z['y'][:need - 1])
+    with pytest.raises(PrepareError, match=r'small\.npz: %d training samples are too few.*'
+                       r'at least %d' % (need - 1, need)):
+        prepare(CNN, str(tmp_path / 'o'), data=small, select='auto', budget='300K',
+                log=lambda *a: None, **SETTINGS)
+    assert not os.path.exists(tmp_path / 'o' / 'model.flat')
+    s = dict(SETTINGS, reduction='mean', momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7,
+             rho=0.9, metric='accuracy')
+    np.savez(small, x=z['x'][:need + 3], y=z['y'][:need + 3])
+    t = sl.Trials(CNN, small, s, 0.0, 0)
+    assert (t.n_val, len(t.x)) == (8, need)
+
+
 def test_auto_tries_the_last_layers_whole(tmp_path, data, monkeypatch):
     """Besides the additive combinations, auto tries the last k layers whole (ONERT's
     last:N) and trains the best mean: here trials that reward only every layer before
