@@ -479,7 +479,7 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         tried = [(t.mean(r, folds) - s0 if d >= top - REFINE else d, h, p, r)
                  for d, h, p, r in tried]
         top = max(d for d, *_ in tried)
-    tried.sort(key=lambda c: (c[0] >= top - TIE, c[1] if c[0] >= top - TIE else c[0]),
+    tried.sort(key=lambda c: (c[0] >= top - TIE, c[1] if c[0] >= top - TIE else c[0], c[0]),
                reverse=True)
     best = tried[0]
     out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
@@ -636,6 +636,8 @@ def report(res):
     """Lines describing a selection (prepare prints them)."""
     lines = []
     p = res.get('price')
+    if not p and res.get('fallback'):       # nothing fits: prepare says by how much
+        return [f'select: {res["fallback"]} ({describe(res["ranks"])} alone)']
     if res.get('note'):
         lines.append(res['note'] + (f'  (planned {p["heap"] // 1024} KB)' if p else ''))
     elif 'select' in res and res['select'].get('configs'):

@@ -349,6 +349,19 @@ def test_auto_trials_validate_on_disjoint_folds(data, k):
     assert vals[k] != vals[0]
 
 
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_nothing_fits_says_so_and_writes_nothing(tmp_path, data, mode):
+    """Under the classifier's own plan neither selection claims a choice: prepare says
+    nothing fits, refuses with the heap needed, and writes no folder."""
+    said = []
+    with pytest.raises(PrepareError, match=r'training needs about \d+ KB of heap'):
+        prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select=mode,
+                budget='60K', log=said.append, **SETTINGS)
+    assert said and said[0].startswith('select: nothing fits, not even the classifier'), said
+    assert not any('chose' in x for x in said), said
+    assert not os.path.exists(tmp_path / 'o')
+
+
 def test_auto_needs_a_sample_a_fold_or_says_how_many(tmp_path):
     """A proxy too small for FOLDS folds of 8 samples is refused naming the file and the
     count needed, before any trial runs; the smallest that is enough makes k equal folds."""
