@@ -391,7 +391,9 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     t = Trials(model_path, data, settings, test_split, split_seed, rewrite, log=log, **trial_opts)
     log(f'select auto: {len(before)} candidate layers before the classifier (op {cls}); '
         f'trials of {t.epochs} epochs on {len(t.x) - int(round(t.frac * len(t.x)))} proxy '
-        f'samples, scored on {int(round(t.frac * len(t.x)))}')
+        f'samples, scored on {int(round(t.frac * len(t.x)))} ({t.folds} folds)')
+    log('  screening (one fold each): the last layers\' biases, each layer\'s weights at '
+        '1/8, 1/4, 1/2 and all of its channels, the last k layers whole')
     s0 = t.score(base)
     # biases of the last k layers (those that have a bias)
     with_bias = [i for i, kinds in reversed(before) if 1 in kinds]
@@ -462,6 +464,8 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         if k:
             final.append({**base, **{i: 1 for i in with_bias[:k]}})
     predicted = {describe(r): g for g, r in fitting}
+    log(f'  {t.ran} trials run, {len(t.cache) - t.ran} cached; the best '
+        f'{len({describe(r) for r in final if fits(r)})} configurations on {t.folds} folds each')
     tried, seen = [], set()
     for r in final:
         if describe(r) in seen or not fits(r):
@@ -475,6 +479,8 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     s0 = t.mean(base)
     if sum(d >= top - REFINE for d, *_ in tried) > 1:
         folds = t.folds * REFINE_TIMES
+        log(f'  {sum(d >= top - REFINE for d, *_ in tried)} within {REFINE:g} of the best: '
+            f'again on {folds - t.folds} more folds (another partition)')
         s0 = t.mean(base, folds)
         tried = [(t.mean(r, folds) - s0 if d >= top - REFINE else d, h, p, r)
                  for d, h, p, r in tried]
