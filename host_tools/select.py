@@ -319,7 +319,7 @@ class Trials:
             n, k = len(self.x), self.n_val
             rnd, j = divmod(fold, self.folds)
             order = np.random.default_rng(100 + rnd).permutation(n) if rnd else np.arange(n)
-            val = order[(j * k + np.arange(k)) % n]
+            val = order[j * k:(j + 1) * k]          # (n is self.folds * k)
             rest = order[~np.isin(order, val)]
             tr_pos, te_pos = ds.split(n, self.frac, 3)
             arr = np.empty(n, dtype=np.int64)
@@ -464,22 +464,19 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         if k:
             final.append({**base, **{i: 1 for i in with_bias[:k]}})
     predicted = {describe(r): g for g, r in fitting}
+    final = list({describe(r): r for r in final if fits(r)}.values())     # once each, in order
     log(f'  {t.ran} trials run, {len(t.cache) - t.ran} cached; the best '
-        f'{len({describe(r) for r in final if fits(r)})} configurations on {t.folds} folds each')
-    tried, seen = [], set()
-    for r in final:
-        if describe(r) in seen or not fits(r):
-            continue
-        seen.add(describe(r))
-        tried.append((t.mean(r) - t.mean(base), -pr.price(r)['heap'],
-                      predicted.get(describe(r), 0.0), r))
+        f'{len(final)} configurations on {t.folds} folds each')
+    s0 = t.mean(base)
+    tried = [(t.mean(r) - s0, -pr.price(r)['heap'], predicted.get(describe(r), 0.0), r)
+             for r in final]
     top = max(d for d, *_ in tried)
     # the contenders (within REFINE of the best) again on more splits, each with its own
     # shuffle: the best of a dozen k-fold means is as often luck as merit
-    s0 = t.mean(base)
-    if sum(d >= top - REFINE for d, *_ in tried) > 1:
+    close = sum(d >= top - REFINE for d, *_ in tried)
+    if close > 1:
         folds = t.folds * REFINE_TIMES
-        log(f'  {sum(d >= top - REFINE for d, *_ in tried)} within {REFINE:g} of the best: '
+        log(f'  {close} within {REFINE:g} of the best: '
             f'again on {folds - t.folds} more folds (another partition)')
         s0 = t.mean(base, folds)
         tried = [(t.mean(r, folds) - s0 if d >= top - REFINE else d, h, p, r)
@@ -561,10 +558,11 @@ def board_priors(model_path, data, settings, limit, backend, test_split, split_s
     Fisher pass); the configurations it tried, best measured gain first, join a short
     list while the union of the short list (the candidate set prepare writes) fits the
     budget with the pass, so whichever the board trains fits; when the best fits only
-    without the pass, it trains as chosen and the board does not score.  Each carries its measured gain over the classifier alone and
-    its heap; the host also measures each candidate's share of the classifier's Fisher
-    potential on the proxy, which the board compares with its own (utrain/fisher.py
-    pick).  None when only the classifier fits."""
+    without the pass, it trains as chosen and the board does not score.  Each carries
+    its measured gain over the classifier alone and its heap; the host also measures
+    each candidate's share of the classifier's Fisher potential on the proxy, which the
+    board compares with its own (utrain/fisher.py pick).  None when only the classifier
+    fits."""
     from .passes import channel_range, device_shapes
     pr = Pricer(model_path, settings, backend, rewrite, target)
     auto = choose_auto(model_path, data, settings, limit, backend, test_split, split_seed,

@@ -25,6 +25,9 @@ CNN = os.path.join(DIGITS, 'digits_tico_cnn.circle')
 MP = runner.find_micropython()
 needs_mp = pytest.mark.skipif(not MP, reason='no MicroPython binary')
 SETTINGS = dict(loss='scce', from_logits=True, optimizer='adam', lr=0.005, batch=1, epochs=1)
+# the settings prepare hands select.Trials (SETTINGS with prepare's defaults)
+TRIAL_SETTINGS = dict(SETTINGS, reduction='mean', momentum=0.0, beta1=0.9, beta2=0.999,
+                      eps=1e-7, rho=0.9, metric='accuracy')
 
 
 @pytest.fixture(scope='module')
@@ -330,9 +333,7 @@ def test_auto_trials_validate_on_disjoint_folds(data, k):
     own split of each fold's file validates on that fold's part; the first k parts
     are disjoint and cover every proxy sample, the next k another partition."""
     from host_tools import select as sl, dataset as ds
-    s = dict(SETTINGS, reduction='mean', momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7,
-             rho=0.9, metric='accuracy')
-    t = sl.Trials(CNN, data, s, 0.2, 0, folds=k)
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, folds=k)
     assert t.n_val * k == len(t.x) >= 280          # 288 training samples: k parts
     ident = {t.x[i].tobytes(): i for i in range(len(t.x))}
     assert len(ident) == len(t.x)
@@ -375,10 +376,8 @@ def test_auto_needs_a_sample_a_fold_or_says_how_many(tmp_path):
         prepare(CNN, str(tmp_path / 'o'), data=small, select='auto', budget='300K',
                 log=lambda *a: None, **SETTINGS)
     assert not os.path.exists(tmp_path / 'o' / 'model.flat')
-    s = dict(SETTINGS, reduction='mean', momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7,
-             rho=0.9, metric='accuracy')
     np.savez(small, x=z['x'][:need + 3], y=z['y'][:need + 3])
-    t = sl.Trials(CNN, small, s, 0.0, 0)
+    t = sl.Trials(CNN, small, TRIAL_SETTINGS, 0.0, 0)
     assert (t.n_val, len(t.x)) == (8, need)
 
 
