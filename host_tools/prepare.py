@@ -457,6 +457,9 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
                               split_seed=split_seed)
     else:
         raise PrepareError(f'--select {mode!r}: expected auto or board')
+    trials = res.pop('trial_runs', None)
+    if trials:
+        trials.close()              # its working folder (the proxy's folds, each trial)
     for line in sl.report(res):
         log(line)
     return res

@@ -26,8 +26,9 @@ import hashlib
 import itertools
 import json
 import os
-import sys
+import shutil
 import tempfile
+import weakref
 
 import numpy as np
 
@@ -238,7 +239,9 @@ def add_fisher(heap, g, p, backend, board=None):
 # ---------------------------------------------------------------- trials
 
 class Trials:
-    """Short fine-tuning runs of the host simulation on a proxy subset, cached on disk."""
+    """Short fine-tuning runs of the host simulation on a proxy subset, cached on disk.
+    Its working folder (the proxy's folds, each trial's prepared model) goes with
+    close(), or when the object does, or at exit."""
 
     def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
                  samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None):
@@ -284,6 +287,7 @@ class Trials:
         except (OSError, ValueError):
             self.cache = {}
         self.tmp = tempfile.mkdtemp(prefix='utrain-trial-')
+        self.close = weakref.finalize(self, shutil.rmtree, self.tmp, True)
         self.npz = os.path.join(self.tmp, 'proxy.npz')
         np.savez(self.npz, x=self.x, y=self.y)
         self.ran = 0
@@ -563,10 +567,20 @@ def board_priors(model_path, data, settings, limit, backend, test_split, split_s
     each candidate's share of the classifier's Fisher potential on the proxy, which the
     board compares with its own (utrain/fisher.py pick).  None when only the classifier
     fits."""
-    from .passes import channel_range, device_shapes
     pr = Pricer(model_path, settings, backend, rewrite, target)
     auto = choose_auto(model_path, data, settings, limit, backend, test_split, split_seed,
                        rewrite, log=log, target=target, pricer=pr, **trial_opts)
+    try:
+        return _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite)
+    finally:
+        if auto.get('trial_runs'):
+            auto['trial_runs'].close()
+
+
+def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
+    """board_priors' candidate set from auto's trials (their working folder still open
+    for the proxy's Fisher shares)."""
+    from .passes import channel_range, device_shapes
     tried = auto.get('tried')
     if not tried:
         return None

@@ -428,3 +428,21 @@ def test_board_trains_the_best_when_its_scoring_pass_does_not_fit(tmp_path, data
     s = prepare(CNN, str(tmp_path / 'p'), data=data, test_split=0.2, select='board',
                 budget=full + 16 * 1024, log=lambda *a: None, **SETTINGS)
     assert 'select' in s['select']
+
+
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_trials_leave_no_working_folder_behind(tmp_path, data, mode, monkeypatch):
+    """The trials' working folder (the proxy's folds, each trial's prepared model: 5 MB
+    for a MobileNet) is removed when prepare returns; every --select used to leave one
+    in the temporary folder."""
+    import tempfile
+    made, mkdtemp = [], tempfile.mkdtemp
+
+    def record(*a, **k):
+        made.append(mkdtemp(*a, **k))
+        return made[-1]
+    monkeypatch.setattr(tempfile, 'mkdtemp', record)
+    prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select=mode, budget='150K',
+            log=lambda *a: None, **SETTINGS)
+    trials = [d for d in made if os.path.basename(d).startswith('utrain-trial-')]
+    assert trials and not [d for d in trials if os.path.exists(d)]
