@@ -420,17 +420,17 @@ def gc_every(g, planned) -> int:
     return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
 
 
-def fit_advice(g, settings, train, ranks, backend, limit, heap, planned, board=None) -> str:
+def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     """What would fit in `limit`: the planner's figure for cheaper settings.  g is the
     graph as read; train (op numbers) and ranks {op: rank} are in the file's numbering,
     and so is every suggestion (as `inspect` and --train last:N count); planned(train,
-    ranks) runs the select, rewrite and plan passes for a candidate (the rewrites differ
-    with what trains, so each is planned on its own rewritten graph)."""
+    ranks, settings) is the heap plan's total for a candidate as prepare would plan it
+    (the rewrites differ with what trains, so each is planned on its own rewritten
+    graph), None when it trains nothing."""
     from .passes import RANK_NAMES
     from .optable import SPECS
     parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
     lines = [f'  planned: {parts}']
-    t = target(board)
     base = dict(settings)
     cands = []
     if int(settings['batch']) > 1:
@@ -449,22 +449,23 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned, board=N
         cands.append((cheap, train, rk))
     for n in range(len(g.ops) - 1, 0, -1):
         cands.append((cheap, 'last:%d' % n, {}))
-    fits = []
+    fits, seen = [], set()
     for change, tr, rk in cands:
         s = dict(base)
         s.update(change)
-        desc = ' '.join(['--batch 1'] * ('batch' in change) + ['--optimizer sgd'] * ('optimizer' in change)
-                        + ['--stream'] * ('stream' in change) + [f'--train {tr}'] * (tr != train)
+        new = {k for k, v in change.items() if base.get(k) != v}      # what the user changes
+        desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
+                        + ['--stream'] * ('stream' in new) + [f'--train {tr}'] * (tr != train)
                         + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
                         * (rk != ranks))
+        if desc in seen:
+            continue
+        seen.add(desc)
         try:
-            rg, _, _, _, _, p = planned(tr, rk)
+            est = planned(tr, rk, s)
         except ValueError:
             continue
-        if not p.params:
-            continue
-        est = plan_heap(rg, p, s, backend, t)['total']
-        if est <= limit:
+        if est is not None and est <= limit:
             fits.append(f'  would fit: {desc}  (about {est // 1024} KB)')
             if len(fits) >= 3:
                 break

@@ -225,21 +225,27 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
 
 
 def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
-                 backend='fallback', rewrite=True):
+                 backend='fallback', rewrite=True, plan_opts=None):
     """The budget pass: PrepareError when the heap plan exceeds the budget or the board
     profile's heap, with the planner's advice (memory.fit_advice) on what would fit, in
-    the numbering of source (the graph as read) as train and ranks are."""
+    the numbering of source (the graph as read) as train and ranks are; each suggestion
+    planned as plan_memory plans the run (plan_opts: its cache, fisher, bands and limit
+    arguments: row bands where a plan exceeds the limit)."""
     from .memory import fit_advice
     limit = heap_limit(prof, budget, heap)
     if limit is None or heap['total'] <= limit:
         return
+
+    def planned(tr, r, settings):
+        rg, _, _, _, _, p = select_rewrite_plan(source, tr, r, rewrite)
+        if not p.params:
+            return None
+        return plan_memory(rg, p, settings, backend, board, **(plan_opts or {}))['total']
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
                        + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
                           'for model and training state)' if prof else '') + '.\n'
-                       + fit_advice(source, s, train, ranks, backend, limit, heap,
-                                    lambda tr, r: select_rewrite_plan(source, tr, r, rewrite),
-                                    board))
+                       + fit_advice(source, s, train, ranks, backend, limit, heap, planned))
 
 
 OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
@@ -426,7 +432,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
     heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
-                 rewrite)
+                 rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
     check_outputs(out_dir, (model_path, data, train_config))

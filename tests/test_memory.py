@@ -364,31 +364,52 @@ def test_budget_advice_counts_ops_as_the_file_does(tmp_path):
     type it (--train last:N and --ranks OP:R in the file's numbering, which `inspect`
     prints), plans the heap the advice promised.  digits_tico_cnn.circle loses and
     merges ops in the rewrites, so counting the rewritten graph would name other ops."""
-    import re
     model = os.path.join(DIGITS, 'digits_tico_cnn.circle')
     assert len(read_model(model).ops) == 12
     with pytest.raises(PrepareError) as e:
         prepare(model, str(tmp_path / 'o'), loss='scce', from_logits=True, optimizer='adam',
                 batch=4, budget='100K', backend='ulab')
+    fits = advice_keeps_its_word(tmp_path, e, model, dict(optimizer='adam', batch=4),
+                                 loss='scce', from_logits=True, backend='ulab', budget='100K')
+    assert any('--train last:' in f for f in fits), str(e.value)
+
+
+def advice_keeps_its_word(tmp_path, e, model, given, **kw):
+    """Each 'would fit' of the refusal e, given back to prepare as the user would type it
+    over the settings given, plans the heap it promised; the suggestions."""
+    import re
     fits = re.findall(r'would fit: (.*)  \(about (\d+) KB\)', str(e.value))
-    assert fits and any('--train last:' in f for f, _ in fits), str(e.value)
+    assert fits, str(e.value)
     for flags, kb in fits:
-        kw = dict(optimizer='adam', batch=4)
+        got = dict(given)
         args = flags.split()
         for i, a in enumerate(args):
             if a == '--batch':
-                kw['batch'] = int(args[i + 1])
+                got['batch'] = int(args[i + 1])
             elif a == '--optimizer':
-                kw['optimizer'] = args[i + 1]
+                got['optimizer'] = args[i + 1]
             elif a == '--stream':
-                kw['stream'] = True
+                got['stream'] = True
             elif a == '--train':
-                kw['train'] = args[i + 1]
+                got['train'] = args[i + 1]
             elif a == '--ranks':
-                kw['ranks'] = args[i + 1]
-        s = prepare(model, str(tmp_path / 'p'), loss='scce', from_logits=True, backend='ulab',
-                    budget='100K', **kw)
+                got['ranks'] = args[i + 1]
+        s = prepare(model, str(tmp_path / 'p'), **kw, **got)
         assert s['heap']['total'] // 1024 == int(kb), (flags, s['heap']['total'])
+    return [f for f, _ in fits]
+
+
+def test_budget_advice_plans_row_bands_as_prepare_does(tmp_path):
+    """The DS-CNN's classifier at 230 KB: its plan (276 KB) fits with --stream only
+    because prepare then runs the frozen convolutions in row bands (196 KB; 299 without
+    them); the advice planned --stream without bands and said nothing fits."""
+    model = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_float.tflite')
+    kw = dict(data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_data.npz'),
+              loss='scce', budget='230K')
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'o'), train='last:2', **kw)
+    fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2'), **kw)
+    assert fits[0] == '--stream', fits
 
 
 def test_a_ranked_conv_weight_is_summed_whole_at_batch_above_1(tmp_path):
