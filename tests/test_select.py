@@ -267,9 +267,10 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     board trains op 0's (at 2 of 8 channels: the window with the most potential), also
     when the shares here are within NOISE (2x) of the proxy's; where op 1's outputs carry
     four times their proxy share and op 0's a tenth, op 1's (weighed 0.16 against
-    0.015); a refused layer's configuration is out, and one weighed within TIE of the
-    best loses to a cheaper one (here op 1's, at a fiftieth of its proxy share: 0.003
-    against the classifier alone's 0)."""
+    0.015); a refused layer's configuration is out, and of configurations weighed within
+    TIE of each other the larger trains (here op 1's, at a fiftieth of its proxy share:
+    0.003 against the classifier alone's 0, 10 KB more: the board cannot tell them apart,
+    and the larger trains more)."""
     from host_tools.select import micro
     F = micro('fisher')
     configs = [[0.0, 100000, [[7, 2, 0], [8, 2, 0]]],
@@ -286,7 +287,7 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     assert '-> config 2' in lines
     keep, lines = F.pick(_Net(), _pots([0.0] * 8, [0.0125] * 8), configs, proxy)   # 0.003
     assert any('config 1' in x and 'refused (op 0)' in x for x in lines), lines
-    assert keep == {7: None, 8: None}, lines
+    assert keep == {7: None, 8: None, 4: None, 5: None}, lines
     # a board with less heap than prepare planned for refuses what does not fit it
     same = _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8)
     keep, lines = F.pick(_Net(), same, configs, proxy, have=112000)
@@ -446,3 +447,21 @@ def test_trials_leave_no_working_folder_behind(tmp_path, data, mode, monkeypatch
             log=lambda *a: None, **SETTINGS)
     trials = [d for d in made if os.path.basename(d).startswith('utrain-trial-')]
     assert trials and not [d for d in trials if os.path.exists(d)]
+
+
+def test_auto_trains_the_larger_of_two_it_cannot_tell_apart(tmp_path, data, monkeypatch):
+    """Trials within TIE of the best count as as good: of those the largest plan trains
+    (the run trains on k/(k-1) times a trial's samples, and the larger gains more from
+    them); beyond TIE the better mean trains, whatever its heap."""
+    from host_tools import select as sl
+    cands = layers(read_model(CNN))
+    every = {i: 0 for i, _ in cands}
+    but_first = {i: 0 for i, _ in cands[1:]}
+    chosen = {}
+    for best_of_two in (-0.002, -0.01):
+        monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0: (
+            0.9 + best_of_two if ranks == every else 0.9 if ranks == but_first else 0.5))
+        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                    budget='300K', log=lambda *a: None, **SETTINGS)
+        chosen[best_of_two] = {int(i) for i in s['select']['ranks']}
+    assert chosen[-0.002] == set(every) and chosen[-0.01] == set(but_first), chosen

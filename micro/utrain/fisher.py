@@ -12,8 +12,8 @@
 # short list of configurations on the proxy (their accuracy gain over the classifier
 # alone) and measured each candidate's share of the classifier's potential there; the
 # board weighs each configuration's gain by how much more (or less) potential its layers
-# have on the board's own data than on the proxy, and trains the best (the cheapest
-# within TIE of it).  A candidate with no finite, positive potential is refused (said).
+# have on the board's own data than on the proxy, and trains the best (the largest plan
+# within TIE of it, as prepare's --select auto).  A candidate with no finite, positive potential is refused (said).
 # The choice goes into the checkpoint (utrain/chosen.py), so a resumed run trains the
 # same set.  run.py loads this module once, before the Trainer, on a net of its own
 # (choose_on), and drops it: its code and arrays are gone before training allocates.
@@ -206,8 +206,8 @@ def pick(net, P, configs, proxy, have=None):
     proxy [[op, share of the classifier's potential on the proxy], ...].  A
     configuration's gain is weighed by rho = (its layers' share of the classifier's
     potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
-    rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the smallest
-    heap within TIE of it).  Configurations with a refused layer are out, and so are
+    rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the largest
+    heap within TIE of it: it trains the most).  Configurations with a refused layer are out, and so are
     those planned above the heap this board has (have, bytes: its GC's tables aside, a
     1/32 margin).  Returns (keep, log lines)."""
     cls = classifier(net)
@@ -248,7 +248,7 @@ def pick(net, P, configs, proxy, have=None):
             rated.append((w, heap, j))
     if rated:
         top = max(r[0] for r in rated)
-        best = min([r for r in rated if r[0] >= top - TIE], key=lambda r: (r[1], -r[0]))[2]
+        best = max([r for r in rated if r[0] >= top - TIE], key=lambda r: (r[1], r[0]))[2]
     else:       # (the classifier alone is planned above this board's heap)
         best = min(range(len(configs)), key=lambda j: configs[j][1])
         lines.append('every configuration refused: the smallest trains')
