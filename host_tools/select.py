@@ -366,12 +366,19 @@ def micro(name):
     return module(name)
 
 
+# micro/ modules a trial never imports (a Trainer without a board's choice, no run.py):
+# the board's selection and its runner (test_select checks the list)
+NOT_IN_TRIALS = ('fisher.py', 'chosen.py', 'run.py')
+
+
 def _code_stamp() -> str:
-    """Trials depend on the micro/ code: its files' sizes and times key the cache."""
+    """Trials depend on the micro/ code they run: its files' sizes and times key the
+    cache."""
     from .runner import PACKAGE
     return ';'.join('%s%d%d' % (n, os.stat(os.path.join(PACKAGE, n)).st_size,
                                 os.stat(os.path.join(PACKAGE, n)).st_mtime_ns)
-                    for n in sorted(os.listdir(PACKAGE)) if n.endswith('.py'))
+                    for n in sorted(os.listdir(PACKAGE))
+                    if n.endswith('.py') and n not in NOT_IN_TRIALS)
 
 
 # ---------------------------------------------------------------- --select auto

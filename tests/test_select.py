@@ -465,3 +465,21 @@ def test_auto_trains_the_larger_of_two_it_cannot_tell_apart(tmp_path, data, monk
                     budget='300K', log=lambda *a: None, **SETTINGS)
         chosen[best_of_two] = {int(i) for i in s['select']['ranks']}
     assert chosen[-0.002] == set(every) and chosen[-0.01] == set(but_first), chosen
+
+
+def test_trials_import_none_of_the_modules_their_cache_key_leaves_out(tmp_path, data):
+    """The trials' cache is keyed on the micro/ modules they run: those it leaves out
+    (select.NOT_IN_TRIALS) are never imported by a trial (a fresh process, one trial)."""
+    code = ('import sys; sys.path.insert(0, %r)\n'
+            'from host_tools import select as sl\n'
+            't = sl.Trials(%r, %r, %r, 0.2, 0, epochs=1)\n'
+            't._run({11: 0})\n'
+            'print(sorted(m for m in sys.modules if m.startswith("utrain.")))\n'
+            % (ROOT, CNN, data, TRIAL_SETTINGS))
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    loaded = eval(r.stdout.strip().splitlines()[-1])
+    from host_tools.select import NOT_IN_TRIALS
+    assert 'utrain.trainer' in loaded and 'utrain.op_conv' in loaded, loaded
+    assert not {'utrain.' + n[:-3] for n in NOT_IN_TRIALS} & set(loaded), loaded
