@@ -483,3 +483,36 @@ def test_trials_import_none_of_the_modules_their_cache_key_leaves_out(tmp_path, 
     from host_tools.select import NOT_IN_TRIALS
     assert 'utrain.trainer' in loaded and 'utrain.op_conv' in loaded, loaded
     assert not {'utrain.' + n[:-3] for n in NOT_IN_TRIALS} & set(loaded), loaded
+
+
+def test_trials_share_the_frozen_prefix_and_score_as_without(data, monkeypatch):
+    """Trials cutting the model at the same op start from the frozen prefix's outputs the
+    first of them computed (checked on the first sample: a kept cut that does not match
+    is computed anew) and score exactly as trials that compute their own."""
+    from host_tools import select as sl
+    g = read_model(CNN)
+    cands = layers(g)
+    cls = sl.classifier(g, cands)
+    i = [c for c, kinds in cands if c < cls and 2 in kinds][-1]
+    configs = [{cls: 0, i: 5}, {cls: 0, i: 2}, {cls: 0, i: 0}]
+    fresh = []
+    for r in configs:                      # each in a Trials of its own: nothing kept
+        fresh.append(sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1)._run(r, 1))
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1)
+    agreed = []
+    check = sl.Trials._prefix_agrees
+    monkeypatch.setattr(sl.Trials, '_prefix_agrees',
+                        lambda *a: agreed.append(check(*a)) or agreed[-1])
+    assert t._run(configs[0], 1) == fresh[0] and not agreed
+    kept = [f for f in os.listdir(t.tmp) if f.startswith('pfx-1-')]
+    assert len(kept) == 2, kept                        # the train and test sets' cuts
+    assert t._run(configs[1], 1) == fresh[1] and agreed == [True, True]
+    import struct
+    for f in kept:          # a kept cut unlike this trial's (its first sample's first value)
+        p = os.path.join(t.tmp, f)
+        b = bytearray(open(p, 'rb').read())
+        head = struct.calcsize('<4sHHIIII') + 12 * struct.unpack_from('<I', b, 8)[0]
+        struct.pack_into('<f', b, head, struct.unpack_from('<f', b, head)[0] + 1.0)
+        open(p, 'wb').write(b)
+    del agreed[:]
+    assert t._run(configs[2], 1) == fresh[2] and agreed == [False, False]
