@@ -124,6 +124,11 @@ def cmd_prepare(a):
             f'{k} {lo}:{hi}' for k, (ax, lo, hi) in s['ranks'].items()))
     if s.get('train_config'):
         print(f'  onert-micro training config: {s["train_config"]}')
+    if s.get('rewrites', {}).get('dequantized'):
+        print(f'  int8 model dequantized: {s["rewrites"]["dequantized"]} tensors, trains in '
+              'float32 (export --quantized writes it as int8 again)'
+              + ('' if a.dequantize else '; as int8 it trains with --train, without --ranks, '
+                 '--train-config or --select'))
     if s.get('bands'):
         print('  row bands (ops computed a few rows at a time): ' + ', '.join(
             f'ops {lo}..{last} ({r} row{"s" if r > 1 else ""})' for lo, last, r in s['bands']))
