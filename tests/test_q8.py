@@ -496,3 +496,16 @@ def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
     tally = interrupted_runs(base, tmp_path, not MP, 4, 3)
     print(opt, batch, tally)
     assert tally['identical'] == 4 and tally['tracebacks'] == 0 and tally['restarts'] > 0
+
+
+def test_prepare_says_when_an_int8_model_trains_in_float(tmp_path):
+    """--ranks (a part of a layer: the int8 path trains layers whole) trains an int8 model
+    dequantized; prepare says so, where it said nothing."""
+    data = str(tmp_path / 'task.npz')
+    _task(data)
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', MLP, '-o',
+                        str(tmp_path / 'o'), '--data', data, '--loss', 'scce',
+                        '--ranks', '2:1/2'], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'int8 model dequantized: 11 tensors, trains in float32' in r.stdout, r.stdout
+    assert 'as int8 it trains with --train' in r.stdout
