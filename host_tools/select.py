@@ -366,7 +366,6 @@ class Trials:
             return -1e9
         return m if self.settings['metric'] == 'accuracy' else -m
 
-
     # The frozen prefix's outputs (utrain.prefix) of one fold's samples are the same for
     # every trial that cuts the model at the same op into the same tensors: the first
     # trial to compute them keeps them, later ones start from there, after checking
@@ -396,15 +395,17 @@ class Trials:
             with open(ds.path + '.pfx', 'wb') as f:
                 f.write(data)
             if not self._prefix_agrees(tr, ds, k, ts):
-                tr.prefixes.pop(ds.path).close()
+                pf = tr.prefixes.pop(ds.path, None)
+                if pf is not None:
+                    pf.close()
                 os.remove(ds.path + '.pfx')
         return key
 
     def _prefix_agrees(self, tr, ds, k, ts) -> bool:
         """Does the kept cut of ds's first sample equal the net's own?"""
-        xnp = micro('xnp')
         if tr.net.bands:        # (the trials prepare without row bands)
             return False
+        xnp = micro('xnp')
         x, y = xnp.zeros(tr.x_shape), xnp.zeros(tr.y_shape)
         ds.read(0, x, y)
         net = tr.net
@@ -419,6 +420,7 @@ class Trials:
                    for a, t in zip(mine, ts))
 
     def _keep_prefix(self, tr, key, datasets):
+        """Keep the cuts this trial computed for the trials after it."""
         if key is None:
             return
         for ds in datasets:

@@ -13,9 +13,9 @@
 # alone) and measured each candidate's share of the classifier's potential there; the
 # board weighs each configuration's gain by how much more (or less) potential its layers
 # have on the board's own data than on the proxy, and trains the best (the largest plan
-# within TIE of it, as prepare's --select auto).  A candidate with no finite, positive potential is refused (said).
-# The choice goes into the checkpoint (utrain/chosen.py), so a resumed run trains the
-# same set.  run.py loads this module once, before the Trainer, on a net of its own
+# within TIE of it, as prepare's --select auto).  A candidate with no finite, positive
+# potential is refused (said).  The choice goes into the checkpoint (utrain/chosen.py),
+# so a resumed run trains the same set.  run.py loads this module once, before the Trainer, on a net of its own
 # (choose_on), and drops it: its code and arrays are gone before training allocates.
 from utrain.xnp import np, zeros, const
 
@@ -207,9 +207,9 @@ def pick(net, P, configs, proxy, have=None):
     configuration's gain is weighed by rho = (its layers' share of the classifier's
     potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
     rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the largest
-    heap within TIE of it: it trains the most).  Configurations with a refused layer are out, and so are
-    those planned above the heap this board has (have, bytes: its GC's tables aside, a
-    1/32 margin).  Returns (keep, log lines)."""
+    heap within TIE of it: it trains the most).  Configurations with a refused layer are
+    out, and so are those planned above the heap this board has (have, bytes: its GC's
+    tables aside, a 1/32 margin).  Returns (keep, log lines)."""
     cls = classifier(net)
     no = refused(net, P)
     op_of = {}
