@@ -170,7 +170,6 @@ def choose(net, P, layers, share=0.0):
     lines = []
     for i, ks, params, macs, pot, s in chosen:
         p = P[i]
-        C = p.shape[1]
         win = None
         for k in ks:
             r = net.rank.get(k)
