@@ -27,7 +27,6 @@ import itertools
 import json
 import os
 import shutil
-import struct
 import tempfile
 import weakref
 
@@ -381,17 +380,15 @@ class Trials:
         key = 'pfx-%d-%d-%s' % (fold, k, hashlib.sha1(repr(
             [tuple(tr.net.shape[t]) for t in ts]).encode()).hexdigest()[:12])
         for ds in datasets:
-            kept = os.path.join(self.tmp, key + '-' + os.path.basename(ds.path))
+            kept = self._kept(key, ds)
             if not os.path.exists(kept):
                 continue
             with open(kept, 'rb') as f:
                 data = bytearray(f.read())
-            # the header (utrain.prefix) names this trial's model size and cut tensors
-            # (the rewrites number tensors by what trains)
-            at = struct.calcsize('<4sHHIII')
-            data[at:at + 4] = struct.pack('<I', os.path.getsize(tr.net.path))
-            for j, t in enumerate(ts):
-                struct.pack_into('<I', data, at + 4 + 12 * j, t)
+            # this trial's header: its model's size and cut tensors (the rewrites number
+            # tensors by what trains), the same length (the key: as many tensors)
+            h = P.header(tr.net, ds, k, ts)
+            data[:len(h)] = h
             with open(ds.path + '.pfx', 'wb') as f:
                 f.write(data)
             if not self._prefix_agrees(tr, ds, k, ts):
@@ -424,9 +421,12 @@ class Trials:
         if key is None:
             return
         for ds in datasets:
-            kept = os.path.join(self.tmp, key + '-' + os.path.basename(ds.path))
+            kept = self._kept(key, ds)
             if not os.path.exists(kept) and os.path.exists(ds.path + '.pfx'):
                 shutil.copyfile(ds.path + '.pfx', kept)
+
+    def _kept(self, key, ds):
+        return os.path.join(self.tmp, key + '-' + os.path.basename(ds.path))
 
 
 def micro(name):

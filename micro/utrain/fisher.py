@@ -15,8 +15,9 @@
 # have on the board's own data than on the proxy, and trains the best (the largest plan
 # within TIE of it, as prepare's --select auto).  A candidate with no finite, positive
 # potential is refused (said).  The choice goes into the checkpoint (utrain/chosen.py),
-# so a resumed run trains the same set.  run.py loads this module once, before the Trainer, on a net of its own
-# (choose_on), and drops it: its code and arrays are gone before training allocates.
+# so a resumed run trains the same set.  run.py loads this module once, before the
+# Trainer, on a net of its own (choose_on), and drops it: its code and arrays are gone
+# before training allocates.
 from utrain.xnp import np, zeros, const
 
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap

@@ -40,6 +40,15 @@ def _size(path):
     return os.stat(path)[6]
 
 
+def header(net, ds, k, ts):
+    """The cache file's header for Dataset ds through net cut at op k into tensors ts."""
+    sh = net.shape
+    h = pack('<4sHHIIII', MAGIC, VERSION, k, len(ts), ds.n, _size(ds.path), _size(net.path))
+    for t in ts:
+        h += pack('<III', t, sh[t][0], sh[t][1])
+    return h
+
+
 class Prefix:
     """The cut of every sample of one dataset: ready (read) or being filled."""
 
@@ -47,9 +56,7 @@ class Prefix:
         self.net, self.k, self.ts, self.bufs = net, k, ts, bufs
         self.path = ds.path + '.pfx'
         sh = net.shape
-        h = pack('<4sHHIIII', MAGIC, VERSION, k, len(ts), ds.n, _size(ds.path), _size(net.path))
-        for t in ts:
-            h += pack('<III', t, sh[t][0], sh[t][1])
+        h = header(net, ds, k, ts)
         self.head = len(h)
         self.rec = 4 * sum(sh[t][0] * sh[t][1] for t in ts)
         self.n = ds.n
