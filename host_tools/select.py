@@ -700,7 +700,8 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
                 axis = SPECS[g.ops[j].name].out_axis if role == 'weight' else 1
                 n = shapes[k][axis]
                 lo, hi = channel_range(rk, n) if rk > 1 else (0, n)
-                ents.append([int(k), 2, 0] if hi - lo == n else [int(k), int(axis), int(hi - lo)])
+                ents.append([int(k), 2, 0, 0] if hi - lo == n
+                            else [int(k), int(axis), int(hi - lo), int(lo)])
         configs.append([round(float(gain), 4), int(pr.price(r, True)['heap']), ents])
     proxy = proxy_shares(model_path, union, auto['trial_runs'], settings, rewrite)
     n = len(union) - 1

@@ -299,6 +299,36 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     assert keep == {7: None, 8: None}, lines
 
 
+def test_board_trains_the_channels_the_host_measured_unless_its_data_says_otherwise():
+    """With priors the host measured op 0's configuration on its channels 0:2 (or 6:8):
+    the board trains those, also where another window has up to NOISE (2x) their
+    potential on its 16 samples (they chose worse windows as often as better ones on the
+    transfer bench); beyond NOISE, or where the measured channels have none, the window
+    with the most.  Without lo (an older prepare) the window with the most, as before."""
+    from host_tools.select import micro
+    F = micro('fisher')
+    proxy = [[0, 0.5], [1, 0.5]]
+
+    def pick(a, lo=0):
+        ents = [[1, 0, 2, lo], [2, 1, 2, lo]] if lo is not None else [[1, 0, 2], [2, 1, 2]]
+        configs = [[0.0, 100000, [[7, 2, 0, 0], [8, 2, 0, 0]]],
+                   [0.15, 120000, [[7, 2, 0, 0], [8, 2, 0, 0]] + ents]]
+        keep, lines = F.pick(_Net(), _pots(a, [0.625] * 8), configs, proxy)
+        return keep[1], keep[2], lines
+
+    close = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.9, 0.9]        # 6:8 has 1.8x of 0:2
+    far = [0.25, 0.25, 0.5, 0.5, 0.5, 0.5, 1.0, 1.5]        # 6:8 has 5x of 0:2
+    w, b, lines = pick(close)
+    assert (w, b) == ((0, 0, 2), (1, 0, 2)), lines
+    assert any('channels 0:2 of 8 (measured on the proxy)' in x for x in lines), lines
+    w, b, lines = pick(far)
+    assert (w, b) == ((0, 6, 8), (1, 6, 8)), lines
+    assert any('5 x the measured 0:2' in x for x in lines), lines
+    assert pick([0.0, 0.0] + [0.5] * 6)[:2] == ((0, 2, 4), (1, 2, 4))    # none measured
+    assert pick(close[::-1], lo=6)[:2] == ((0, 6, 8), (1, 6, 8))       # the second half
+    assert pick(close, lo=None)[:2] == ((0, 6, 8), (1, 6, 8))          # no lo: the most
+
+
 def test_a_window_narrower_than_prepared_trains_as_that_rank(tmp_path, data):
     """The board may train a configuration at fewer channels than the candidate set was
     prepared with (a tensor prepared whole, trained at 1/4): the same weights as a run

@@ -28,7 +28,7 @@ FILES = INPUTS + OUTPUTS + ('rewritten',)    # rewritten: the host's export read
 NEEDED = ('model', 'weights', 'out')
 # select: prepare --select board's block (utrain/fisher.py): samples scored, layers trained
 # besides the classifier, the share of the classifier's potential a layer must reach;
-# with the host's priors, configs [[gain, heap, [[tensor, axis, width], ...]], ...] and
+# with the host's priors, configs [[gain, heap, [[tensor, axis, width, lo], ...]], ...] and
 # proxy [[op, share], ...] (lists, read by utrain/fisher.py)
 SELECT = {'samples': (1, 0xFFFF), 'layers': (0, 0xFFFF)}
 

@@ -13,7 +13,9 @@
 # alone) and measured each candidate's share of the classifier's potential there; the
 # board weighs each configuration's gain by how much more (or less) potential its layers
 # have on the board's own data than on the proxy, and trains the best (the largest plan
-# within TIE of it, as prepare's --select auto).  A candidate with no finite, positive
+# within TIE of it, as prepare's --select auto), each part of a layer on the channels
+# the host measured unless the board's data puts more than NOISE times their potential
+# in another window.  A candidate with no finite, positive
 # potential is refused (said).  The choice goes into the checkpoint (utrain/chosen.py),
 # so a resumed run trains the same set.  run.py loads this module once, before the
 # Trainer, on a net of its own (choose_on), and drops it: its code and arrays are gone
@@ -121,6 +123,23 @@ def window(p, w):
     return lo, lo + w
 
 
+def measured(p, w, lo):
+    """(lo, hi) of w channels of potentials p (1, C) to train with the host's priors: the
+    window the host measured (from lo; None: not said) unless the best window here has
+    more than NOISE times its potential (the proxy's gain was measured on that window;
+    16 samples' potentials alone chose worse windows as often as better), and a word
+    on which."""
+    b = window(p, w)
+    if lo is None or lo < 0 or lo + w > p.shape[1]:
+        return b, 'most potential'
+    m = sum(p[0, c] for c in range(lo, lo + w))
+    t = sum(p[0, c] for c in range(b[0], b[1]))
+    if t > NOISE * m if _usable(m) else _usable(t):
+        return b, 'most potential, %.3g x the measured %d:%d' % (t / m if _usable(m) else 0.0,
+                                                                 lo, lo + w)
+    return (lo, lo + w), 'measured on the proxy'
+
+
 def classifier(net):
     cls = None
     for i, ks in candidates(net):
@@ -201,8 +220,9 @@ def board_heap():
 
 
 def pick(net, P, configs, proxy, have=None):
-    """With the host's priors: configs [[gain, heap, [[tensor, axis, width], ...]], ...]
-    (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor),
+    """With the host's priors: configs [[gain, heap, [[tensor, axis, width, lo], ...]], ...]
+    (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor; lo:
+    the first of the channels the host measured, see measured()),
     proxy [[op, share of the classifier's potential on the proxy], ...].  A
     configuration's gain is weighed by rho = (its layers' share of the classifier's
     potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
@@ -254,16 +274,18 @@ def pick(net, P, configs, proxy, have=None):
         lines.append('every configuration refused: the smallest trains')
     lines.append('-> config %d' % best)
     keep, wins = {}, {}
-    for k, ax, w in configs[best][2]:
+    for e in configs[best][2]:
+        k, ax, w = e[0], e[1], e[2]
         if ax == 2:
             keep[k] = None
             continue
         i = op_of[k]
         if (i, w) not in wins:
-            wins[(i, w)] = window(P[i], w)
-        lo, hi = wins[(i, w)]
+            wins[(i, w)] = measured(P[i], w, e[3] if len(e) > 3 else None)
+        (lo, hi), why = wins[(i, w)]
         keep[k] = (ax, lo, hi)
-        lines.append('op %d tensor %d: channels %d:%d of %d' % (i, k, lo, hi, net.shape[k][ax]))
+        lines.append('op %d tensor %d: channels %d:%d of %d (%s)'
+                     % (i, k, lo, hi, net.shape[k][ax], why))
     for i in no:
         lines.append('op %d: %s' % (i, no[i]))
     return keep, lines
