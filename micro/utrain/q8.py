@@ -35,14 +35,12 @@ def qmul(x):
 def _i32(n, data=None, tc='i'):
     # an int32 (tc 'f': float32) array of n zeros, or of the raw little-endian bytes data
     if data is None:
-        if n > 256:         # grown 1 KB at a time: no 4n-byte temporary beside it (the
-            z = _i32(256, None, tc)     # heap would need twice the array's size free)
-            a = array(tc, z)
-            while len(a) < n:
-                k = n - len(a)
-                a.extend(z if k >= 256 else z[:k])
-            return a
-        data = bytes(4 * n)
+        # made at its size from range's length, then zeroed: no 4n-byte temporary beside
+        # it (bytes(4n) would need twice the array's size free; grown a chunk at a time,
+        # each regrowth that cannot stay in place copies it and leaves a hole)
+        a = array(tc, range(n))
+        K.zk(a, n)
+        return a
     try:
         return array(tc, data)           # MicroPython copies a bytes initializer raw
     except TypeError:                    # CPython
@@ -562,12 +560,7 @@ class Q8Net:
         # layers (each layer's is read by the layer before it, then free), made on first use
         gb = self.gb
         if gb is None or len(gb[0]) < n:
-            m = 0
-            for L in self.layers:
-                d = L.d
-                if L.back:
-                    m = max(m, d['nin'] if L.k == FC else d['n'] * L.nout if L.k == MEAN
-                            else d['g'][0] * d['g'][1] * d['g'][2])
+            m = gin(self.meta['layers'])
             gb = self.gb = (_i32(m), _i32(m))
         return gb[1] if g is gb[0] else gb[0]
 
@@ -679,6 +672,18 @@ class Q8Net:
             bf[o] -= lr * sz * bs[o]
             q = int(round(bf[o] / (sx * sw[o % nw])))
             b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+
+
+def gin(ls):
+    """The most values an input gradient of layer table ls has: the size of _gbuf's
+    two buffers (host_tools/memory.py plans them with this)."""
+    m = 0
+    for d in ls:
+        if d.get('train') or d.get('back'):
+            k = d['k']
+            m = max(m, d['nin'] if k == FC else d['n'] * d['nout'] if k == MEAN
+                    else d['g'][0] * d['g'][1] * d['g'][2])
+    return m
 
 
 def _shift(g, n):

@@ -180,19 +180,20 @@ class Q8Trainer:
         from utrain.wof import save_checkpoint, RESUME
         net = self.net
         w, m, v = {}, {}, {}
-        tail = [b'UTQ8', pack('<I', net.seed)]
+        b = self.best or (0, 0.0, 0.0)
+        # the resume block, then the int8 state: the float arrays as they are (raw
+        # little-endian float32), written one by one, never copied into one bytes
+        tail = [pack(RESUME, b'UTRS', 1, self.best is not None, self.pos, self.sums[0],
+                     self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2]),
+                b'UTQ8', pack('<I', net.seed)]
         for L in self._trained():
             w[L.d['wt']], w[L.d['bt']] = L.w, L.b
-            tail.append(bytes(L.bf))
+            tail.append(L.bf)
             if net.adam:
                 m[L.d['wt']], m[L.d['bt']] = L.am, L.bm
                 v[L.d['wt']], v[L.d['bt']] = L.av, L.bv
-                tail.append(bytes(L.wm))
-        b = self.best or (0, 0.0, 0.0)
-        extra = pack(RESUME, b'UTRS', 1, self.best is not None, self.pos, self.sums[0],
-                     self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2])
-        save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch,
-                        extra + b''.join(tail))
+                tail.append(L.wm)
+        save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):

@@ -175,7 +175,8 @@ def save_wof(path, n, arrays):
 
 def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
     """onert-micro checkpoint: weights, optional m and v tables, then the counters.
-    `extra` (utrain's resume data) follows the two counters, then the CRC trailer."""
+    `extra` (utrain's resume data: bytes, or a list of buffers written one after the
+    other, never joined into a copy) follows the two counters, then the CRC trailer."""
     tmp = path + '.tmp'
     with open(tmp, 'w+b') as f:
         f.write(b'\0' * 20)
@@ -188,11 +189,12 @@ def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
             vo = pos
             pos = _write_block(f, v, n, pos)
         f.write(pack('<II', step, epoch))
-        f.write(extra)
+        for b in (extra if type(extra) is list else (extra,)):
+            f.write(b)
+        end = f.tell()
         f.seek(0)
         f.write(pack('<HBBIIII', MAGIC, VERSION, 0, mo, vo, pos, n))
         f.flush()
-        end = pos + 8 + len(extra)
         c = crc(f, 0, end)  # read back what the file system holds
         c = crc32(TAG, c) & 0xFFFFFFFF if crc32 else 0
         f.seek(end)
