@@ -106,6 +106,7 @@ def cmd_prepare(a):
         if 'train_samples' in s:
             print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
                   'stored as int8 at the model input\'s scale')
+        print_heap(s['heap'])
         return 0
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
           f'{s["trainable_params"]} trainable + {s["frozen_params"]} frozen parameters, '
@@ -132,13 +133,15 @@ def cmd_prepare(a):
     if s.get('bands'):
         print('  row bands (ops computed a few rows at a time): ' + ', '.join(
             f'ops {lo}..{last} ({r} row{"s" if r > 1 else ""})' for lo, last, r in s['bands']))
-    h = s['heap']
-    print(f'  heap plan ({h["backend"]}, for {h["target"]}): {h["total"] // 1024} KB'
-          + (f'  [{"stream frozen weights" if st.get("stream") else "frozen weights in RAM"}]'))
+    print_heap(s['heap'], f'  [{"stream frozen weights" if st.get("stream") else "frozen weights in RAM"}]')
+    return 0
+
+
+def print_heap(h, note=''):
+    print(f'  heap plan ({h["backend"]}, for {h["target"]}): {h["total"] // 1024} KB' + note)
     for k, v in h['parts'].items():
         if v:
             print(f'    {k:48s} {v / 1024:7.1f} KB')
-    return 0
 
 
 def cmd_run(a):

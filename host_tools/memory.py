@@ -146,14 +146,15 @@ def target(board=None) -> Target:
     return t
 
 
-def native_mpy_size(arch) -> int:
-    """Size of npkern as native .mpy for arch (what rp2 loads into its heap; cached)."""
+def native_mpy_size(arch, name='npkern') -> int:
+    """Size of a native module (npkern; q8kern: int8 runs) as .mpy for arch (what rp2
+    loads into its heap; cached)."""
     import tempfile
-    src = os.path.join(runner.PACKAGE, 'npkern.py')    # (q8kern: int8 runs, not planned here)
+    src = os.path.join(runner.PACKAGE, name + '.py')
     st = os.stat(src)
     cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
     os.makedirs(cache, exist_ok=True)
-    dst = os.path.join(cache, 'npkern-%s-%d-%d-s.mpy' % (arch, st.st_mtime_ns, st.st_size))
+    dst = os.path.join(cache, '%s-%s-%d-%d-s.mpy' % (name, arch, st.st_mtime_ns, st.st_size))
     if not os.path.exists(dst):
         runner._mpy_cross(src, dst, arch)
     return os.path.getsize(dst)
@@ -475,3 +476,143 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
                     + ('; a ulab firmware (or utrain frozen into it, boards/README.md) needs less'
                        if backend == 'fallback' else ''))
     return '\n'.join(lines + fits)
+
+
+# ---------------------------------------------------------------- int8 runs
+# An int8 model training as int8 (host_tools/quant.py, micro/utrain/q8.py): its q8.json
+# parsed and kept, one Layer object per op, the int8 arena the host placed, the shared
+# int32 sums / weight scratch / multiplier buffers, the weights held in RAM, each trained
+# layer's gradient sums, float bias and update multipliers, the optimizer's float32
+# arrays, the two shared input-gradient buffers.  With --cache the frozen prefix runs
+# first on a net of its own (utrain.q8prefix), then the trained part: the larger of the
+# two phases is the plan.
+Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'data', 'wof')
+Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
+# Fragmentation allowance, per word size: on the training buffers (the two input-gradient
+# buffers are made at the first backward pass, into a heap the layers' small objects
+# have cut up: the DS-CNN trained whole had 211 KB free but no 32 KB run) and on the
+# rest of the data.  Fitted on smallest_heap() of the Keras MLP (all layers, SGD; Adam
+# batch 4), the DS-CNN (last:2, with and without --cache; all layers) and MobileNetV2
+# 0.35 (last:2 --cache): the plans come within 1.0-1.21x of them on 64-bit, 1.02-1.27x
+# on 32-bit (docs/memory.md)
+Q8_SLACK = {8: (0.65, 0.15), 4: (0.4, 0.1)}
+
+
+def json_bytes(v, w, B) -> int:
+    """Heap MicroPython's json.load makes for v (a parsed table) on a w-byte-word port
+    with B-byte GC blocks: lists grown by doubling from 4 slots, dicts' tables to a power
+    of two (keys are the code's interned names), boxed floats, big ints (30 bits and more
+    on a 32-bit port) as objects (measured: 64- and 32-bit unix MicroPython)."""
+    blk = lambda n: -(-n // B) * B     # noqa: E731
+    if isinstance(v, dict):
+        cap = 1 << max(2, len(v)).bit_length()
+        return blk(4 * w) + blk(2 * w * cap) + sum(json_bytes(x, w, B) for x in v.values())
+    if isinstance(v, list):
+        cap = 1 << max(2, (len(v) - 1).bit_length()) if v else 4
+        return blk(4 * w) + blk(w * cap) + sum(json_bytes(x, w, B) for x in v)
+    if isinstance(v, float):
+        return blk(2 * w if w == 8 else 3 * w)
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= (1 << (8 * w - 2)):
+        return blk(3 * w) + blk(8)
+    if isinstance(v, str):
+        return blk(4 * w + len(v))
+    return 0
+
+
+def _q8_net(t, settings, w, B, trains=True) -> dict:
+    """{part: bytes} one utrain.q8.Q8Net of layer table t (as written: q8.json or
+    q8t.json) holds while it trains (trains=False: a prefix net, forward only)."""
+    from .quant import MEAN, ADD
+    blk = lambda n: -(-n // B) * B     # noqa: E731
+    arr = lambda n: blk(4 * w) + blk(n)     # noqa: E731  (a bytearray / array of n bytes)
+    ls = t['layers']
+    parts = {'layer table (q8.json parsed)': json_bytes(t, w, B)}
+    objs = 0
+    for d in ls:
+        objs += blk(Q8_LAYER_WORDS * w)
+        if 'mul' in d:
+            objs += 2 * arr(4 * len(d['mul']))
+        if 'g' in d:
+            objs += arr(4 * 14)
+        if d['k'] == ADD:
+            objs += 4 * blk(4 * w)          # its multipliers' memoryviews
+    objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
+    parts['layer objects'] = objs
+    at = {k for k, _, _ in t.get('at', ())}
+    parts['activations (int8 arena)'] = arr(t.get('arena', 0)) + sum(
+        arr(d['nout']) for d in ls if d['out'] not in at) + arr(t['nin'])
+    A = t.get('acc') or max(d['nout'] for d in ls)
+    Q = t.get('qbuf') or max([d.get('nb', 1) for d in ls])
+    parts['sums and scratch buffers'] = (arr(4 * A) + (arr(t['wbuf']) if t.get('wbuf') else 0)
+                                         + 3 * arr(4 * Q) + arr(4 * 14))
+    held = 0
+    for d in ls:
+        if 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
+            held += arr(d['wn']) + arr(4 * d['nb'])
+            if 'mul' not in d:
+                held += 2 * arr(4 * d['nq'])
+    parts['weights held in RAM'] = held
+    if not trains:
+        return parts
+    from .device import module
+    st, gin = 0, module('q8').gin(ls)       # its two input-gradient buffers (_gbuf)
+    for d in ls:
+        back = d.get('train') or d.get('back')
+        if back and d['k'] < MEAN:
+            st += arr(d['nout'])                              # its int8 output gradient
+            if 'sw' in d and min(d['sw']) != max(d['sw']):
+                st += 2 * arr(4 * len(d['sw']))              # dz's per-channel rescaling
+        if d.get('train'):          # weight-gradient sums, float bias, update multipliers
+            st += arr(4 * d['wn']) + 4 * arr(4 * d['nb'])
+    # made at the first layer above the lowest trained one that passes a gradient back
+    first = min(i for i, d in enumerate(ls) if d.get('train'))
+    if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
+        gin = 0
+    parts['gradient buffers (int8 dz, int32 sums)'] = st + (2 * arr(4 * gin) if gin else 0)
+    opt, batch = settings['optimizer'], int(settings['batch'])
+    if opt != 'sgd' or batch > 1:
+        n_w = 1 + (3 if opt == 'adam' else 0)          # batch sums (+ Adam master, m, v)
+        n_b = 1 + (2 if opt == 'adam' else 0)
+        parts['optimizer state'] = sum(n_w * arr(4 * d['wn']) + n_b * arr(4 * d['nb'])
+                                       for d in ls if d.get('train'))
+    return parts
+
+
+def plan_heap_q8(tables, settings, board=None) -> dict:
+    """Predicted smallest heap (bytes) for an int8 run trained as int8, as plan_heap:
+    {'total', 'parts', 'target', 'backend'}.  tables: {'q8.json': table} or, with the
+    prefix cache, {'q8.json': the prefix's, 'q8t.json': the trained part's}, each as
+    quant.tables() writes it."""
+    t = board if isinstance(board, Target) else target(board)
+    f = WORD_FIGURES[t['word']]
+    w, B = t['word'], t['block']
+    sizes = mpy_sizes()
+    trained = tables.get('q8t.json') or tables['q8.json']
+    mods = set(Q8_MODULES)
+    if trained.get('groups'):
+        mods.update(('q8bands', 'bands'))
+    # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
+    # in it where a board loads native code into RAM (rp2)
+    native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \
+        else f['native']
+    code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
+    interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
+    parts = {'code': code, 'interpreter': interp}
+    net = _q8_net(trained, settings, w, B)
+    data = sum(net.values())
+    if 'q8t.json' in tables:        # the prefix first, on its own net (then dropped)
+        pre = _q8_net(tables['q8.json'], settings, w, B, trains=False)
+        pm = set(mods) | {'q8prefix'}
+        if tables['q8.json'].get('groups'):
+            pm.update(('q8bands', 'bands'))
+        extra = int(f['code'] * sum(sizes.get(m, 0) for m in pm - mods))
+        if sum(pre.values()) + extra > data:
+            net = {k + ' (prefix pass)': v for k, v in pre.items()}
+            net['prefix pass code'] = extra
+            data = sum(net.values())
+    parts.update(net)
+    g, r = Q8_SLACK[w]
+    grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
+    parts['fragmentation allowance'] = int(g * grad + r * (data - grad))
+    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': 'fallback',
+            'target': t['name'], 'gc_every': 0}

@@ -413,8 +413,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never."""
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
+        why = (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB for model '
+               'and training state)') if prof else ''
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
-                                split_seed, progress, cache, bands)
+                                split_seed, progress, cache, bands, board,
+                                lambda heap: heap_limit(prof, budget, heap), why)
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:

@@ -405,7 +405,21 @@ def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
     train keep their per-channel multipliers and shifts in q8.req (int32
     little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json."""
     m = m or meta(g, train)
+    outs, req = as_written(m, tables)
     os.makedirs(folder, exist_ok=True)
+    for name, out in outs.items():
+        atomic_write(os.path.join(folder, name), json.dumps(out).encode())
+    if req:
+        atomic_write(os.path.join(folder, 'q8.req'), bytes(req))
+    hwof.write_wof(os.path.join(folder, 'weights.wof'), len(g.tensors), wof_arrays(g, m),
+                   keep_dtype=True)
+    return m
+
+
+def as_written(m: dict, tables=None):
+    """({file name: table as the board reads it}, q8.req's bytes) of layer table m (or
+    of tables, a prefix and a trained part): what write() writes, and what the heap
+    plan (memory.plan_heap_q8) prices."""
     req = bytearray()
     outs = {}
     for name, t in (tables or {'q8.json': m}).items():
@@ -422,15 +436,10 @@ def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
                 if not d.get('train'):
                     d.pop(k, None)
             out['layers'].append(d)
-    for name, out in outs.items():
+    for out in outs.values():
         if req:
             out['req'] = 'q8.req'
-        atomic_write(os.path.join(folder, name), json.dumps(out).encode())
-    if req:
-        atomic_write(os.path.join(folder, 'q8.req'), bytes(req))
-    hwof.write_wof(os.path.join(folder, 'weights.wof'), len(g.tensors), wof_arrays(g, m),
-                   keep_dtype=True)
-    return m
+    return outs, req
 
 
 def read_q8_wof(path, g: Graph, m: dict) -> dict:
@@ -469,11 +478,63 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     return save_graph(g, out_path)
 
 
+def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None):
+    """(layer table, {file: table} or None, heap plan) of an int8 run: the tables as
+    write() writes them, priced by memory.plan_heap_q8.  ValueError: the model does not
+    train as int8 that way (prepare says why)."""
+    from .memory import plan_heap_q8
+    m = meta(g, train, bands)
+    tables = None
+    if cache:                # the board computes the frozen prefix once per sample
+        p, t = split(g, m, bands)
+        tables = {'q8.json': p, 'q8t.json': t}
+    outs = json.loads(json.dumps(as_written(m, tables)[0]))     # as the board parses them
+    return m, tables, plan_heap_q8(outs, s, board)
+
+
+def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> list:
+    """Lines naming settings whose int8 run the planner fits in limit (bytes): batch 1,
+    SGD, the prefix cache, fewer layers trained (--train last:N over the model's ops)."""
+    cands = []
+    if int(s['batch']) > 1:
+        cands.append(({'batch': 1}, train, cache))
+    if s['optimizer'] != 'sgd':
+        cands.append(({'optimizer': 'sgd'}, train, cache))
+    cheap = {'batch': 1, 'optimizer': 'sgd'}
+    if not cache:
+        cands.append((cheap, train, True))
+    for n in range(len(g.ops) - 1, 0, -1):
+        for c in sorted({bool(cache), True}):
+            cands.append((cheap, 'last:%d' % n, c))
+    out, seen = [], set()
+    for change, tr, c in cands:
+        s2 = dict(s, **change)
+        new = [k for k in change if s.get(k) != change[k]]
+        desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
+                        + ['--cache'] * (c and not cache) + [f'--train {tr}'] * (tr != train))
+        if not desc or desc in seen:
+            continue
+        seen.add(desc)
+        try:
+            m, _, h = planned(g, s2, tr, c, bands, board)
+        except ValueError:
+            continue
+        if any(d.get('train') for d in m['layers']) and h['total'] <= limit:
+            out.append(f'  would fit: {desc}  (about {h["total"] // 1024} KB)')
+            if len(out) >= 3:
+                break
+    return out or ['  nothing tried fits: the code and interpreter alone take about '
+                   f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
+
+
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
-               split_seed=0, progress=None, cache=False, bands=None) -> dict:
+               split_seed=0, progress=None, cache=False, bands=None, board=None,
+               limit=None, why_limit='') -> dict:
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
-    naming q8.json as the model.  s: the resolved settings."""
+    naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
+    for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
+    budget or board), refused with advice beyond it."""
     from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
                           write_run_config)
     if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
@@ -485,16 +546,19 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
                            '(--cache); --cache-on-host is for the float path (--dequantize)')
     try:
-        m = meta(g, train, bands)
-        tables = None
-        if cache:                # the board computes the frozen prefix once per sample
-            p, t = split(g, m, bands)
-            tables = {'q8.json': p, 'q8t.json': t}
+        m, tables, heap = planned(g, s, train, cache, bands, board)
     except ValueError as e:
         raise PrepareError(f'{model_path}: {e}') from None
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D '
                            f'among --train {train})')
+    lim = limit(heap) if limit else None
+    if lim is not None and heap['total'] > lim:
+        parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
+        raise PrepareError('\n'.join(
+            [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
+             f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
+            + fit_advice(g, s, train, cache, bands, board, lim, heap)))
     # the samples as int8 at the model input's scale and zero point
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
@@ -511,7 +575,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
-               'rewritten': None, 'quant': {}}
+               'rewritten': None, 'quant': {}, 'heap': heap}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')

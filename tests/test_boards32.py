@@ -21,6 +21,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import m0board  # noqa: E402
+import q8cases  # noqa: E402
 from host_tools import runner  # noqa: E402
 from host_tools.memory import trains_in  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
@@ -82,6 +83,20 @@ def test_planner_bounds_the_smallest_heap_on_32bit_unix(tmp_path, digits16, use,
     model, kw = CASES[case]
     out = str(tmp_path / 'o')
     s = prepare(model, out, data=digits16, loss='scce', lr=0.01, epochs=1, backend=backend, **kw)
+    assert 'unix 32-bit' in s['heap']['target'], s['heap']['target']
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), f'{case}: trains in plan / 1.3 = {int(plan / 1.3)} B'
+
+
+@needs('UTRAIN_MP32')
+@pytest.mark.parametrize('case', list(q8cases.CASES))
+def test_int8_planner_bounds_the_smallest_heap_on_32bit_unix(tmp_path, use, case):
+    """An int8 model trained as int8 on a 32-bit build: trains in the plan, not in
+    plan / 1.3."""
+    use('UTRAIN_MP32')
+    out, s = q8cases.prepared(prepare, case, tmp_path)
     assert 'unix 32-bit' in s['heap']['target'], s['heap']['target']
     plan = s['heap']['total']
     runner.stage(out)

@@ -27,6 +27,8 @@ from host_tools.memory import trains_in  # noqa: E402
 from host_tools.passes import PrepareError, plan as make_plan  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from host_tools.refmodels import mlp, mobilenet_head  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import q8cases  # noqa: E402
 from host_tools.trainconfig import read_train_config, write_train_config  # noqa: E402
 from host_tools.wof import read_wof  # noqa: E402
 
@@ -79,6 +81,45 @@ def test_planner_bounds_the_smallest_heap(tmp_path, data, head, case):
     assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.3)), \
         f'{case}: trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+
+
+@needs_mp
+@pytest.mark.parametrize('case', list(q8cases.CASES))
+def test_int8_planner_bounds_the_smallest_heap(tmp_path, case):
+    """An int8 model trained as int8: prepare plans its heap (memory.plan_heap_q8), the
+    run trains there and not in plan / 1.3."""
+    out, s = q8cases.prepared(prepare, case, tmp_path)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), \
+        f'{case}: trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+
+
+def test_int8_budget_refusal_says_what_would_fit(tmp_path):
+    """--budget on an int8 run: refused over it, naming the file, the plan and settings
+    whose plan fits; nothing written.  Within it, prepare prints the plan."""
+    model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['mlp-all-adam-b4'][:2])
+    out = tmp_path / 'o'
+    args = ['prepare', model, '-o', str(out), '--data', data, '--loss', 'scce', '--train', 'all']
+    fits = prepare(model, str(tmp_path / 'sgd'), data=data, loss='scce', train='all')['heap']
+    assert fits['parts']['layer table (q8.json parsed)'] > 0
+    budget = fits['total'] + 1024
+    r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--optimizer', 'adam',
+                        '--batch', '4', '--budget', str(budget)], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f'{model}: training as int8 needs about' in r.stderr, r.stderr
+    assert f'the budget is {budget // 1024} KB' in r.stderr and 'optimizer state' in r.stderr
+    assert 'would fit: --batch 1 --optimizer sgd' in r.stderr, r.stderr
+    assert not out.exists()
+    r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--budget', str(budget)],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'heap plan (fallback, for ' in r.stdout and 'layer table (q8.json parsed)' in r.stdout
+    r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--board', 'rp2040'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and 'for rp2040: 32-bit' in r.stdout, r.stdout + r.stderr
 
 
 TARGETS = {

@@ -289,33 +289,37 @@ def keras_int8_prepared(out, n, epochs, cache):
 
 
 def bench_int8(micropythons, n=8, float_too=True):
-    """Print, per build, the smallest heap (bisection, 1 KB; one epoch of n samples and
-    the evaluation) of the Keras MobileNetV2 int8 model training its classifier as int8
-    (the board's prefix cache, and the whole model every step) beside the float path's
-    (the float Keras model, row bands, as bench_whole), and their ratio."""
+    """Print, per build, the heap plan and the smallest heap (bisection, 1 KB; one epoch
+    of n samples and the evaluation) of the Keras MobileNetV2 int8 model training its
+    classifier as int8 (the board's prefix cache, and the whole model every step) beside
+    the float path's (the float Keras model, row bands, as bench_whole), and their
+    ratios."""
     import sys
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
     from host_tools.memory import smallest_heap
-    print('| build | int8, board prefix cache KB | int8, whole model every step KB | '
-          'float, row bands KB | float / int8 (cache) |')
-    print('|---|---|---|---|---|')
+    print('| build | int8, board prefix cache: plan / smallest KB | int8, whole model every '
+          'step: plan / smallest KB | float, row bands: plan / smallest KB | '
+          'float / int8 (cache) | plan / smallest (int8 cache, whole) |')
+    print('|---|---|---|---|---|---|')
     for label, mp in micropythons:
         os.environ['MICROPYTHON'] = mp
-        h = {}
+        h, plan = {}, {}
         for kind in ('cache', 'whole', 'float'):
             if kind == 'float' and not float_too:
                 continue
             out = os.path.join(tempfile.mkdtemp(), 'mbv2')
             if kind == 'float':
-                keras_prepared(out, n, 1, 'ulab' if 'ulab' in label else 'fallback')
+                s = keras_prepared(out, n, 1, 'ulab' if 'ulab' in label else 'fallback')
             else:
-                keras_int8_prepared(out, n, 1, kind == 'cache')
+                s = keras_int8_prepared(out, n, 1, kind == 'cache')
+            plan[kind] = s['heap']['total']
             h[kind] = smallest_heap(out, lo=64 * 1024, hi=2048 * 1024)
-        kb = {k: (v // 1024 if v else '-') for k, v in h.items()}
+        kb = {k: '%d / %s' % (plan[k] // 1024, v // 1024 if v else '-') for k, v in h.items()}
         r = '%.2f' % (h['float'] / h['cache']) if h.get('float') and h['cache'] else '-'
-        print(f'| {label} | {kb["cache"]} | {kb["whole"]} | {kb.get("float", "-")} | {r} |',
+        q = ', '.join('%.2f' % (plan[k] / h[k]) if h[k] else '-' for k in ('cache', 'whole'))
+        print(f'| {label} | {kb["cache"]} | {kb["whole"]} | {kb.get("float", "-")} | {r} | {q} |',
               flush=True)
 
 

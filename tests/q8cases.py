@@ -1,0 +1,37 @@
+"""int8 runs (trained as int8) the heap planner is held to, shared by test_memory (the
+64-bit unix MicroPython) and test_boards32 (a 32-bit build)."""
+import os
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+# name: (model, its data, prepare settings)
+CASES = {
+    'mlp-all-sgd': ('mlp_int8.tflite', 'mlp_data.npz', dict(train='all')),
+    'mlp-all-adam-b4': ('mlp_int8.tflite', 'mlp_data.npz', dict(train='all', optimizer='adam',
+                                                                batch=4)),
+    'dscnn-last2': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz', dict(train='last:2')),
+    'dscnn-last2-cache': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
+                          dict(train='last:2', cache=True)),
+}
+
+
+def prepared(prepare, case, tmp_path, **extra):
+    """prepare's summary of case in tmp_path/o: 8 samples (6 train), one epoch, no
+    validation-gated saving (the run ends saving its weights)."""
+    import json
+    model, data, kw = CASES[case]
+    with np.load(os.path.join(KERAS, data)) as z:
+        small = str(tmp_path / 'd.npz')
+        np.savez(small, x=z['x'][:8], y=z['y'][:8])
+    out = str(tmp_path / 'o')
+    s = prepare(os.path.join(KERAS, model), out, data=small, loss='scce', epochs=1,
+                test_split=0.25, log=lambda *a: None, **kw, **extra)
+    p = os.path.join(out, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['run']['keep_best'] = False
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+    return out, s
