@@ -493,7 +493,7 @@ Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- a
 # have cut up: the DS-CNN trained whole had 211 KB free but no 32 KB run) and on the
 # rest of the data.  Fitted on smallest_heap() of the Keras MLP (all layers, SGD; Adam
 # batch 4), the DS-CNN (last:2, with and without --cache; all layers) and MobileNetV2
-# 0.35 (last:2 --cache): the plans come within 1.0-1.21x of them on 64-bit, 1.02-1.27x
+# 0.35 (last:2 --cache): the plans come within 1.02-1.10x of them on 64-bit, 1.03-1.19x
 # on 32-bit (docs/memory.md)
 Q8_SLACK = {8: (0.65, 0.15), 4: (0.4, 0.1)}
 
@@ -539,8 +539,11 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}
+    # the sample's buffer: none for a prefix whose first band group reads the sample a
+    # strip of rows at a time (Q8Net.strips)
+    strips = not trains and any(lo == 0 for lo, _, _ in t.get('groups', ()))
     parts['activations (int8 arena)'] = arr(t.get('arena', 0)) + sum(
-        arr(d['nout']) for d in ls if d['out'] not in at) + arr(t['nin'])
+        arr(d['nout']) for d in ls if d['out'] not in at) + (0 if strips else arr(t['nin']))
     A = t.get('acc') or max(d['nout'] for d in ls)
     Q = t.get('qbuf') or max([d.get('nb', 1) for d in ls])
     parts['sums and scratch buffers'] = (arr(4 * A) + (arr(t['wbuf']) if t.get('wbuf') else 0)

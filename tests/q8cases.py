@@ -6,7 +6,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
-# name: (model, its data, prepare settings)
+# name: (model, its data (an .npz, or (sample shape, classes): random samples), prepare settings)
 CASES = {
     'mlp-all-sgd': ('mlp_int8.tflite', 'mlp_data.npz', dict(train='all')),
     'mlp-all-adam-b4': ('mlp_int8.tflite', 'mlp_data.npz', dict(train='all', optimizer='adam',
@@ -14,6 +14,8 @@ CASES = {
     'dscnn-last2': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz', dict(train='last:2')),
     'dscnn-last2-cache': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
                           dict(train='last:2', cache=True)),
+    'mbv2-last2-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
+                         dict(train='last:2', cache=True)),
 }
 
 
@@ -22,9 +24,14 @@ def prepared(prepare, case, tmp_path, **extra):
     validation-gated saving (the run ends saving its weights)."""
     import json
     model, data, kw = CASES[case]
-    with np.load(os.path.join(KERAS, data)) as z:
-        small = str(tmp_path / 'd.npz')
-        np.savez(small, x=z['x'][:8], y=z['y'][:8])
+    small = str(tmp_path / 'd.npz')
+    if isinstance(data, tuple):
+        rng = np.random.default_rng(0)
+        np.savez(small, x=rng.random((8,) + data[0], dtype=np.float32),
+                 y=rng.integers(0, data[1], 8))
+    else:
+        with np.load(os.path.join(KERAS, data)) as z:
+            np.savez(small, x=z['x'][:8], y=z['y'][:8])
     out = str(tmp_path / 'o')
     s = prepare(os.path.join(KERAS, model), out, data=small, loss='scce', epochs=1,
                 test_split=0.25, log=lambda *a: None, **kw, **extra)
