@@ -568,7 +568,7 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
         if d.get('train'):          # weight-gradient sums, float bias, update multipliers
             st += arr(4 * d['wn']) + 4 * arr(4 * d['nb'])
     # made at the first layer above the lowest trained one that passes a gradient back
-    first = min(i for i, d in enumerate(ls) if d.get('train'))
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
     if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
         gin = 0
     parts['gradient buffers (int8 dz, int32 sums)'] = st + (2 * arr(4 * gin) if gin else 0)
@@ -585,7 +585,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     """Predicted smallest heap (bytes) for an int8 run trained as int8, as plan_heap:
     {'total', 'parts', 'target', 'backend'}.  tables: {'q8.json': table} or, with the
     prefix cache, {'q8.json': the prefix's, 'q8t.json': the trained part's}, each as
-    quant.tables() writes it."""
+    quant.as_written() makes it."""
     t = board if isinstance(board, Target) else target(board)
     f = WORD_FIGURES[t['word']]
     w, B = t['word'], t['block']
