@@ -2,7 +2,7 @@
 and the measured one, on each build given, code included as .mpy.
 
     python bench/memory.py [--ulab MP] [--mp32 MP] [--mp32-ulab MP] [--m0 ELF]
-                           [--m0-ulab ELF] [--frozen MP] [--quick] [--cache FILE]
+                           [--m0-ulab ELF] [--frozen MP] [--quick] [--cache FILE] [--int8]
 
 measured = the smallest `-X heapsize` (bisection, 1 KB) at which the run trains: one
 epoch of 16 digits samples, evaluation, checkpoint and weights saved.  This is the
@@ -20,6 +20,10 @@ says how to build them).  The planner column of a unix build plans for that buil
 word size); of the Cortex-M0, for `--board rp2040` (armv6m native code in the heap,
 littlefs); '-' where the planner refuses the run for that board.  --cache FILE keeps
 measured figures (keyed by build and utrain's code) so a rerun only re-plans.
+--int8: the int8 models trained as int8 instead (tests/q8cases.py's runs and the DS-CNN
+trained whole: Keras MLP, DS-CNN, MobileNetV2-0.35; 6 samples, one epoch, no
+validation-gated saving), planned by memory.plan_heap_q8 (the ulab columns: the same
+int8 code, which needs no ulab).
 """
 import argparse
 import json
@@ -106,6 +110,7 @@ def main():
     ap.add_argument('--only', help='only models whose name contains this')
     ap.add_argument('--quick', action='store_true', help='only the first setting per model')
     ap.add_argument('--cache', help='JSON file of measured figures, read and updated')
+    ap.add_argument('--int8', action='store_true', help='the int8 models trained as int8 instead')
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
@@ -138,7 +143,14 @@ def main():
     key = code_key()
     rows = []
     seen = set()
-    for name, desc, kw in SETTINGS:
+    settings = SETTINGS
+    if a.int8:
+        import pathlib
+        import q8cases
+        settings = [(c, 'int8: ' + ', '.join(f'{k} {v}' for k, v in kw.items()), kw)
+                    for c, (_, _, kw) in q8cases.BENCH.items()]
+        mdl = {c: c for c in q8cases.BENCH}
+    for name, desc, kw in settings:
         if name not in mdl or (a.quick and name in seen) or (a.only and a.only not in name):
             continue
         seen.add(name)
@@ -153,10 +165,17 @@ def main():
             else:
                 opts = dict(backend=backend, board='rp2040', stream=kw.get('stream', False))
             try:
-                s = prepare(mdl[name], out, data=img if 'small' in name else data, loss='scce', lr=0.01, epochs=1,
-                            **dict(kw, **opts))
+                if a.int8:
+                    opts.pop('backend')
+                    opts.pop('stream', None)
+                    d = pathlib.Path(tempfile.mkdtemp())
+                    out, s = q8cases.prepared(prepare, name, d, **opts)
+                else:
+                    s = prepare(mdl[name], out, data=img if 'small' in name else data, loss='scce',
+                                lr=0.01, epochs=1, **dict(kw, **opts))
                 plan = s['heap']['total']
-                row[2:4] = s['trainable_params'], s['trainable_params'] + s['frozen_params']
+                row[2:4] = s['trainable_params'], (s['trainable_params'] + s['frozen_params']
+                                                   if 'frozen_params' in s else '-')
             except PrepareError:
                 row += [None, None]
                 continue

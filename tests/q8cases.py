@@ -17,13 +17,16 @@ CASES = {
     'mbv2-last2-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
                          dict(train='last:2', cache=True)),
 }
+# ... and one the tests leave to bench/memory.py --int8 (a 600 KB heap)
+BENCH = dict(CASES, **{'dscnn-all': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
+                                     dict(train='all'))})
 
 
 def prepared(prepare, case, tmp_path, **extra):
     """prepare's summary of case in tmp_path/o: 8 samples (6 train), one epoch, no
     validation-gated saving (the run ends saving its weights)."""
     import json
-    model, data, kw = CASES[case]
+    model, data, kw = BENCH[case]
     small = str(tmp_path / 'd.npz')
     if isinstance(data, tuple):
         rng = np.random.default_rng(0)
