@@ -134,9 +134,11 @@ def measured(p, w, lo):
         return b, 'most potential'
     m = sum(p[0, c] for c in range(lo, lo + w))
     t = sum(p[0, c] for c in range(b[0], b[1]))
-    if t > NOISE * m if _usable(m) else _usable(t):
-        return b, 'most potential, %.3g x the measured %d:%d' % (t / m if _usable(m) else 0.0,
-                                                                 lo, lo + w)
+    if _usable(m):
+        if t > NOISE * m:
+            return b, 'most potential, %.3g x the measured %d:%d' % (t / m, lo, lo + w)
+    elif _usable(t):            # the measured channels have no potential here
+        return b, 'most potential, none in the measured %d:%d' % (lo, lo + w)
     return (lo, lo + w), 'measured on the proxy'
 
 
