@@ -210,6 +210,13 @@ def heap_limit(prof, budget, heap):
     return limit
 
 
+def limit_source(board, prof) -> str:
+    """' (board: heap ..., ... KB for model and training state)' for a refusal's message
+    when a board profile bounds the plan, else ''."""
+    return (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB for model '
+            'and training state)') if prof else ''
+
+
 def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
     """The settings pass: the board profile's defaults, the command line checked, the
     model read and checked in the file's op numbering, its CIRCLE_TRAINING metadata under
@@ -243,8 +250,7 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
         return plan_memory(rg, p, settings, backend, board, **(plan_opts or {}))['total']
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
-                       + (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB '
-                          'for model and training state)' if prof else '') + '.\n'
+                       + limit_source(board, prof) + '.\n'
                        + fit_advice(source, s, train, ranks, backend, limit, heap, planned))
 
 
@@ -413,11 +419,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never."""
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
-        why = (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB for model '
-               'and training state)') if prof else ''
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress, cache, bands, board,
-                                lambda heap: heap_limit(prof, budget, heap), why)
+                                lambda heap: heap_limit(prof, budget, heap),
+                                limit_source(board, prof))
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
