@@ -145,6 +145,13 @@ def print_heap(h, note=''):
 
 
 def cmd_run(a):
+    if a.emulate:
+        from .pico import run_folder
+        if a.board not in ('unix', 'rp2040') or a.python or a.source:
+            raise SystemExit('run --emulate: the emulated board is an RP2040 (a Raspberry Pi '
+                             'Pico) running .mpy code; drop --board/--python/--source')
+        code, _ = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
+        return code
     from .runner import run
     code, _ = run(a.dir, board=a.board, python=a.python, source=a.source)
     return code
@@ -363,6 +370,13 @@ def main(argv=None):
                    'unix, esp32, esp32-psram, esp32s3, rp2040, rp2350 (heap size)')
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.add_argument('--source', action='store_true', help='run micro/ as .py, not .mpy')
+    q.add_argument('--emulate', action='store_true',
+                   help='train on an emulated Raspberry Pi Pico: the real MicroPython rp2 '
+                        'firmware ($UTRAIN_PICO_FIRMWARE) in rp2040js, times in RP2040 cycles')
+    q.add_argument('--ulab', action='store_true',
+                   help='with --emulate: the firmware with ulab ($UTRAIN_PICO_ULAB_FIRMWARE)')
+    q.add_argument('--heap', help='with --emulate: leave only this much heap free (e.g. 120K) '
+                                  'with a ballast, to find the smallest heap that trains')
     q.set_defaults(fn=cmd_run)
 
     q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into a circle model')
