@@ -12,6 +12,11 @@ Columns (us = microseconds per training sample):
   ulab/dot    that over bare ulab.numpy.dot calls on the same GEMM sizes (as Py/dot),
               alternated in the same process: the ulab path against its own limit
   ulab32 us, ulab32/dot  the same under a 32-bit ulab build ($UTRAIN_MP32_ULAB)
+  Pico Mcyc   RP2040 cycles (millions) per training step on the emulated Raspberry Pi
+              Pico (the real MicroPython rp2 firmware in rp2040js, host_tools/pico.py;
+              with --pico), ms at 125 MHz = Mcyc x 8; Pico/loop: that over the bare loop
+              on the chip; Pico-ulab Mcyc, Pico-ulab/dot: the firmware with ulab, against
+              bare ulab dot.  A step estimated above --pico-max G cycles is not run.
   Py us       CPython + numpy running the same micro/ code
   Py/dot      that over bare np.dot calls on the same GEMM sizes, same process
   torch us    PyTorch eager, same graph and weights, SGD step per sample, 1 thread
@@ -48,7 +53,8 @@ from bench import models, peers  # noqa: E402
 
 ULAB_DEFAULT = '/work/scratch/ulab/micropython'
 COLUMNS = ['model', 'update', 'MACs', 'MP us', 'MP/loop', 'ulab us', 'ulab/dot', 'ulab32 us',
-           'ulab32/dot', 'Py us', 'Py/dot',
+           'ulab32/dot', 'Pico Mcyc', 'Pico/loop', 'Pico-ulab Mcyc', 'Pico-ulab/dot',
+           'Py us', 'Py/dot',
            'torch us', 'Py/torch', 'ONERT us', 'Py/ONERT', 'MP/Py']
 
 
@@ -98,6 +104,39 @@ def micropython_step(out, cfg, binary=None, heap=None):
         raise RuntimeError(err[-1] if err else f'exit {r.returncode}')
     _, s, l, ratio, _ = line[0].split()
     return float(s), float(ratio)
+
+
+# RP2040 cycles per multiply-add of a training step, measured on the emulated Pico (the
+# digits MLP: 27 M cycles for 7.2 K on stock firmware, 4.8 M with ulab), only to skip
+# steps that would take the emulator too long
+PICO_CYC_PER_MAC = {False: 4000, True: 700}
+
+
+def pico_columns(row, out, cfg, a):
+    """row['Pico Mcyc'], row['Pico/loop'] and the ulab firmware's: step.py on the
+    emulated Pico (one warm-up step, one timed step, the bare loop once), device time
+    (the emulated clock) x 125 MHz."""
+    from host_tools import pico
+    for ulab, c, lim in ((False, 'Pico', 'Pico/loop'), (True, 'Pico-ulab', 'Pico-ulab/dot')):
+        if not a.pico or not pico.available(ulab):
+            row[c + ' Mcyc'] = row[lim] = 'n/a (no firmware)' if a.pico else 'n/a'
+            continue
+        est = row['MACs'] * PICO_CYC_PER_MAC[ulab] / 1e9
+        if est > a.pico_max:
+            row[c + ' Mcyc'] = row[lim] = f'n/a (~{est:.0f} G cycles)'
+            continue
+        with open(os.path.join(out, 'bench.json'), 'w') as f:
+            json.dump(dict(cfg, rounds=1, budget_us=0, round_us=0, max_samples=2), f)
+        shutil.copy(os.path.join(ROOT, 'bench', 'step.py'), out)
+        try:
+            code, text = pico.run_folder(out, ulab=ulab, stream=False, script='step.py')
+            line = [x for x in text.splitlines() if x.startswith('RESULT')]
+            if code or not line:
+                raise RuntimeError(text.strip().splitlines()[-1] if text.strip() else 'no output')
+            _, s, l, ratio, _ = line[0].split()
+            row[c + ' Mcyc'], row[lim] = float(s) * pico.MHZ / 1e6, float(ratio)
+        except Exception as e:      # noqa: BLE001  (a row says why, the table goes on)
+            row[c + ' Mcyc'] = row[lim] = 'n/a (' + err(e) + ')'
 
 
 def side_by_side(fns, budget_s, rounds, round_s=0.02):
@@ -161,6 +200,7 @@ def measure(name, path, setting, tmp, a):
             row['MP us'] = row['MP/loop'] = 'n/a (' + err(e) + ')'
         ulab_columns(row, out, cfg, a, 64)
         ulab_columns(row, out, cfg, a, 32)
+        pico_columns(row, out, cfg, a)
         from bench import step
         fns['Py'], fns['dot'] = step.setup(out, cfg)
     try:
@@ -218,6 +258,10 @@ def main(argv=None):
     ap.add_argument('--max-steps', type=int, default=2000)
     ap.add_argument('--no-ulab', action='store_true', help='skip the real-ulab column')
     ap.add_argument('--only', help='models whose name contains this')
+    ap.add_argument('--pico', action='store_true', help='the emulated Pico columns (needs '
+                    '$UTRAIN_PICO_FIRMWARE, and $UTRAIN_PICO_ULAB_FIRMWARE for ulab)')
+    ap.add_argument('--pico-max', type=float, default=1.5,
+                    help='G cycles: emulate no step estimated above this (default 1.5)')
     a = ap.parse_args(argv)
     if a.quick:
         a.budget, a.rounds, a.samples, a.max_steps = 0.05, 1, 8, 2

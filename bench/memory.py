@@ -13,7 +13,9 @@ The fallback column runs $MICROPYTHON (or the MicroPython the runner finds); --u
 a column for a 64-bit build with real ulab, --mp32 / --mp32-ulab for 32-bit unix builds
 without / with ulab, --m0 / --m0-ulab for the emulated Cortex-M0 board (qemu, firmware
 without / with ulab: deployed with host_tools deploy over its serial port, trained with
-mpremote run, tests/m0board.py), --frozen one for a ulab build with utrain frozen in
+mpremote run, tests/m0board.py), --pico for the emulated Raspberry Pi Pico (the real
+rp2 firmware, stock and with ulab, in rp2040js: host_tools/pico.py; the heap a ballast
+leaves plus what the firmware holds after boot, planned for --board rp2040), --frozen one for a ulab build with utrain frozen in
 (boards/freeze.md: its code off the heap).  The builds default to $UTRAIN_MP_ULAB,
 $UTRAIN_MP32, $UTRAIN_MP32_ULAB, $UTRAIN_M0, $UTRAIN_M0_ULAB (../shared/board-sim.md
 says how to build them).  The planner column of a unix build plans for that build (its
@@ -91,6 +93,9 @@ def code_key():
 
 
 def measure(kind, binary, out, frozen=False):
+    if kind == 'pico':
+        from host_tools import pico
+        return pico.smallest_heap(out, ulab=binary == 'ulab')
     if kind == 'm0':
         import m0board
         return m0board.smallest_heap(binary, out, lo=16 * 1024, hi=m0board.MAX_HEAP)
@@ -105,6 +110,9 @@ def main():
     ap.add_argument('--mp32-ulab', default=env('UTRAIN_MP32_ULAB'), help='a 32-bit unix MicroPython with ulab')
     ap.add_argument('--m0', default=env('UTRAIN_M0'), help='the emulated Cortex-M0 firmware (.elf)')
     ap.add_argument('--m0-ulab', default=env('UTRAIN_M0_ULAB'), help='the same with ulab')
+    ap.add_argument('--pico', action='store_true', help='columns for the emulated Raspberry Pi '
+                    'Pico: the real rp2 firmware ($UTRAIN_PICO_FIRMWARE, and with ulab '
+                    '$UTRAIN_PICO_ULAB_FIRMWARE when set) in rp2040js, heap shrunk by a ballast')
     ap.add_argument('--frozen', help='a MicroPython with ulab and utrain frozen in, for another column')
     ap.add_argument('--no-64', action='store_true', help='leave out the 64-bit columns')
     ap.add_argument('--only', help='only models whose name contains this')
@@ -120,7 +128,7 @@ def main():
     img = os.path.join(tmp, 'img.npz')      # 16 images for the small CNN, 5 classes
     np.savez(img, x=rng.normal(size=(16, 16, 16, 1)).astype(np.float32), y=np.arange(16) % 5)
     mdl = models(tmp)
-    # (column, backend, binary, kind): kind 'unix' plans for that build, 'm0' for rp2040
+    # (column, backend, binary, kind): kind 'unix' plans for that build, 'm0'/'pico' for rp2040
     builds = []
     if not a.no_64:
         builds.append(('64-bit fallback', 'fallback', runner.micropython_binary(), 'unix'))
@@ -134,6 +142,11 @@ def main():
         builds.append(('M0 fallback', 'fallback', a.m0, 'm0'))
     if a.m0_ulab:
         builds.append(('M0 ulab', 'ulab', a.m0_ulab, 'm0'))
+    if a.pico:
+        from host_tools import pico
+        builds.append(('Pico fallback', 'fallback', 'stock', 'pico'))
+        if pico.available(ulab=True):
+            builds.append(('Pico ulab', 'ulab', 'ulab', 'pico'))
     if a.frozen:
         builds.append(('64-bit ulab-frozen', 'ulab-frozen', a.frozen, 'unix'))
     cache = {}

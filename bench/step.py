@@ -50,7 +50,7 @@ def setup(folder, cfg):
     tr = Trainer(folder + '/model.flat', folder + '/weights.wof', batch=1, optimizer='sgd')
     ds = Dataset(folder + '/train.ds')
     xs, ys = [], []
-    for i in range(ds.n):
+    for i in range(min(ds.n, cfg.get('max_samples', ds.n))):   # a board holds a few
         x, y = zeros(tr.x_shape), zeros(tr.y_shape)
         ds.read(i, x, y)
         xs.append(x)

@@ -20,6 +20,7 @@ import select
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -327,11 +328,12 @@ def _folder_files(d):
     return files
 
 
-def run_folder(d, ulab=False, heap=None, stream=True, timeout=None):
+def run_folder(d, ulab=False, heap=None, stream=True, timeout=None, script='train.py'):
     """`run DIR --emulate`: boot the emulated Pico with folder d already on its flash, run
-    train.py there (after a heap ballast leaving `heap` bytes free, when given) and copy
-    back what the board wrote.  Returns (exit code, output): 0 when the board's last line
-    says `utrain: end: ok`.  A Ctrl-C here reaches the board as the Ctrl-C byte."""
+    train.py (or script) there, after a heap ballast leaving `heap` bytes free when given,
+    and copy back what the board wrote.  Returns (exit code, output): 0 when the board's
+    last line says `utrain: end: ok` (for another script: when it raised nothing).  A
+    Ctrl-C here reaches the board as the Ctrl-C byte."""
     if not os.path.exists(os.path.join(d, 'train.json')):
         raise FileNotFoundError(f'{d}: no train.json here; run `prepare` first')
     work = os.path.join(d, '.pico')
@@ -341,7 +343,7 @@ def run_folder(d, ulab=False, heap=None, stream=True, timeout=None):
     flash_files(flash, files, fresh=True)
     echo = (lambda b: print(b.decode(errors='replace').replace('\r\n', '\n'), end='',
                             flush=True)) if stream else None
-    with open(os.path.join(d, 'train.py')) as f:
+    with open(os.path.join(d, script)) as f:
         code = ballast(heap) + f.read()
     with Pico(flash, ulab=ulab) as board:
         board.raw_repl()
@@ -358,8 +360,52 @@ def run_folder(d, ulab=False, heap=None, stream=True, timeout=None):
             with open(path, 'wb') as f:
                 f.write(data)
     text = (out + err).replace('\r\n', '\n')
+    if script != 'train.py':
+        return (1 if err.strip() else 0), text
     ends = [x[len(END):].strip() for x in text.splitlines() if x.startswith(END)]
     return (0 if ends and ends[-1] == 'ok' else 1), text
+
+
+def gc_total(ulab=False):
+    """(GC heap in all, free after boot) of the firmware, asked once per firmware."""
+    fw = firmware(ulab)
+    if fw not in _TOTAL:
+        with tempfile.TemporaryDirectory() as t:
+            flash = os.path.join(t, 'flash.bin')
+            flash_files(flash, {})
+            with Pico(flash, ulab=ulab) as b:
+                b.raw_repl()
+                out, _ = b.exec('import gc\ngc.collect()\nprint(gc.mem_alloc()+gc.mem_free(), '
+                                'gc.mem_free())')
+        _TOTAL[fw] = tuple(int(v) for v in out.split()[-2:])
+    return _TOTAL[fw]
+
+
+_TOTAL = {}
+
+
+def smallest_heap(d, ulab=False, lo=16 * 1024, hi=None, step=1024):
+    """The smallest GC heap (bytes, within step) in which folder d trains on the emulated
+    Pico, or None: a ballast leaves free = heap - (what the firmware holds after boot),
+    so the figure compares with a unix build's -X heapsize and with the planner's."""
+    total, free = gc_total(ulab)
+    held = total - free
+    hi = hi or total
+
+    def trains(heap):
+        return run_folder(d, ulab, heap=heap - held, stream=False)[0] == 0
+
+    if not trains(hi):
+        return None
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if trains(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 class PicoBoard(Pico):
