@@ -1,4 +1,5 @@
-"""python -m host_tools {inspect,prepare,run,export,demo,dataset,deploy,pull,plot,fleet} ..."""
+"""utrain (or python -m host_tools) {inspect,prepare,run,export,demo,dataset,deploy,pull,plot,fleet,
+evaluate,board} ..."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,7 @@ import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .paths import DIGITS
 
 
 def _status(op, g):
@@ -242,8 +243,8 @@ def cmd_demo(a):
     from .circle_io import read_model
     from . import dataset as ds
     cfg = dict(DEMOS[a.model])
-    model = os.path.join(ROOT, 'datasets', 'digits', cfg.pop('model'))
-    data = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
+    model = os.path.join(DIGITS, cfg.pop('model'))
+    data = os.path.join(DIGITS, 'digits.npz')
     out = a.out or os.path.join('build', 'digits' if a.model == 'mlp' else 'digits_cnn')
     first = cfg.pop('train_from', None)
     epochs = cfg.pop('epochs')
@@ -280,8 +281,13 @@ def cmd_demo(a):
     return 0
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog='python -m host_tools',
+def parser(prog=None):
+    """The command line: every subcommand and option (docgen writes docs/options.md
+    from it).  prog: the name in usage lines (default: as invoked, `utrain` for the
+    installed command, else `python -m host_tools`)."""
+    if prog is None:
+        prog = 'utrain' if os.path.basename(sys.argv[0] or '') == 'utrain' else 'python -m host_tools'
+    p = argparse.ArgumentParser(prog=prog,
                                 description='utrain host tools: prepare circle/tflite models '
                                             'for training on MicroPython boards.')
     sub = p.add_subparsers(dest='cmd', required=True)
@@ -439,7 +445,11 @@ def main(argv=None):
     q.add_argument('--python', action='store_true')
     q.set_defaults(fn=cmd_demo)
 
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
     try:
         return a.fn(a)
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
