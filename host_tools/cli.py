@@ -266,18 +266,24 @@ def cmd_demo(a):
     exported = os.path.join(out, f'digits_{a.model}_trained.circle')
     export(model, os.path.join(out, 'trained.wof'), exported)
     print(f'== exported {exported}')
-    x, y = ds.read_dataset(os.path.join(out, 'test.ds'))
     try:
-        import onert
+        import onert  # noqa: F401
     except ImportError:
         return 0
-    g = read_model(exported)
-    shape = [1] + list(g.tensors[g.inputs[0]].shape[1:])
-    sess = onert.infer.session(exported)
-    hits = sum(int(np.argmax(sess.infer([x[i].reshape(shape)])[0])) == int(y[i, 0])
-               for i in range(len(x)))
-    print(f'exported model under ONERT inference: test accuracy {hits / len(x):.4f} '
-          f'({hits}/{len(x)})')
+    from .infer import evaluate
+    r = evaluate(exported, os.path.join(out, 'test.ds'))
+    print(f'exported model under ONERT inference: test accuracy {r["accuracy"]:.4f} '
+          f'({r["hits"]}/{r["n"]})')
+    return 0
+
+
+def cmd_evaluate(a):
+    """Score a model file on labelled data, on the host (before/after training)."""
+    from .infer import evaluate, describe
+    r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
+                 size=tuple(int(v) for v in a.size.lower().split('x')) if a.size else None,
+                 limit=a.limit)
+    print(f'{a.model} on {a.data}: {describe(r)}')
     return 0
 
 
@@ -444,6 +450,24 @@ def parser(prog=None):
     q.add_argument('--epochs', type=int, help='default 5 (mlp), 2 (cnn)')
     q.add_argument('--python', action='store_true')
     q.set_defaults(fn=cmd_demo)
+
+    q = sub.add_parser('evaluate', help='accuracy (classifier) or MAE/MSE (regression) of a '
+                       'model file on labelled data, on the host: compare before and after')
+    q.add_argument('model', help='.circle or .tflite (float: ONERT; int8 .tflite: TFLite Micro), '
+                   'the original or what export wrote')
+    q.add_argument('data', help='.npz (x, y), .csv (label in the last column), .ds or a folder '
+                   'of class sub-folders of images, as prepare reads them')
+    q.add_argument('--metric', choices=['accuracy', 'mae'],
+                   help='default: accuracy when y holds class labels and the model has several '
+                        'outputs, else MAE (and MSE)')
+    q.add_argument('--nchw', action='store_true',
+                   help='flat samples (.csv, .ds) are NCHW (as PyTorch takes them) and the model '
+                        'takes NHWC (tico models once prepared/exported); 4-D .npz arrays in '
+                        'NCHW order are recognised without it')
+    q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
+    q.add_argument('--size', help='images: resize to WxH')
+    q.add_argument('--limit', type=int, help='score only the first N samples')
+    q.set_defaults(fn=cmd_evaluate)
 
     return p
 
