@@ -277,6 +277,42 @@ def cmd_demo(a):
     return 0
 
 
+def cmd_board(a):
+    """A simulated serial board until Ctrl-C, or (--check PORT) a real board's facts."""
+    if a.check:
+        from .board import check, check_report
+        print(f'{a.check}:')
+        for line in check_report(check(a.check, resume=a.resume)):
+            print('  ' + line)
+        return 0
+    import time
+    from .simboard import start
+    b = start(a.board, emulate=a.emulate, flash=a.flash)
+    flash = a.flash or getattr(b, 'flash', None)
+
+    def say():
+        print(f'simulated {a.board} board on {b.port}' + (f' (its flash: {flash})' if flash else ''))
+        print(f'  {_prog()} deploy DIR --port {b.port} --resume --run     '
+              f'(then: {_prog()} pull DIR --port {b.port} --resume)')
+        print('  --resume: no soft reset, which would end unix MicroPython; Ctrl-C stops the board',
+              flush=True)
+    say()
+    try:
+        while True:
+            time.sleep(0.5)
+            if not getattr(b, 'alive', lambda: True)():
+                b.close()
+                print('the board stopped (a soft reset ends unix MicroPython: give mpremote '
+                      '`resume`, deploy and pull --resume); powered on again, same flash',
+                      flush=True)
+                b = start(a.board, emulate=a.emulate, flash=flash)
+                say()
+    except KeyboardInterrupt:
+        b.close()
+        print('board stopped')
+    return 0
+
+
 def cmd_evaluate(a):
     """Score a model file on labelled data, on the host (before/after training)."""
     from .infer import evaluate, describe
@@ -287,12 +323,16 @@ def cmd_evaluate(a):
     return 0
 
 
+def _prog():
+    """How the user called the tool: `utrain` (the installed command) or `python -m host_tools`."""
+    return 'utrain' if os.path.basename(sys.argv[0] or '') == 'utrain' else 'python -m host_tools'
+
+
 def parser(prog=None):
     """The command line: every subcommand and option (docgen writes docs/options.md
     from it).  prog: the name in usage lines (default: as invoked, `utrain` for the
     installed command, else `python -m host_tools`)."""
-    if prog is None:
-        prog = 'utrain' if os.path.basename(sys.argv[0] or '') == 'utrain' else 'python -m host_tools'
+    prog = prog or _prog()
     p = argparse.ArgumentParser(prog=prog,
                                 description='utrain host tools: prepare circle/tflite models '
                                             'for training on MicroPython boards.')
@@ -468,6 +508,21 @@ def parser(prog=None):
     q.add_argument('--size', help='images: resize to WxH')
     q.add_argument('--limit', type=int, help='score only the first N samples')
     q.set_defaults(fn=cmd_evaluate)
+
+    q = sub.add_parser('board', help='a simulated board on a serial port (deploy, pull, fleet '
+                       '--ports try against it) until Ctrl-C; --check PORT: what a real board has')
+    q.add_argument('--board', default='unix', help='simulated: the boards.json profile whose '
+                   'heap it gets (default unix: 1 MB)')
+    q.add_argument('--flash', help='simulated: the folder that plays its file system (kept; '
+                   'default a new temporary folder)')
+    q.add_argument('--emulate', action='store_true',
+                   help='simulated: the emulated Pico (RP2040\'s Cortex-M0 under qemu) instead '
+                        'of unix MicroPython')
+    q.add_argument('--check', metavar='PORT', help='a real board: firmware, .mpy version and '
+                   'arch, ulab, free heap and file system, and the --board profile to use')
+    q.add_argument('--resume', action='store_true',
+                   help='--check: no soft reset first (a simulated board)')
+    q.set_defaults(fn=cmd_board)
 
     return p
 
