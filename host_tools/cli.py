@@ -338,31 +338,45 @@ def parser(prog=None):
                                             'for training on MicroPython boards.')
     sub = p.add_subparsers(dest='cmd', required=True)
     q = sub.add_parser('inspect', help='list ops, tensors, parameters and what can train')
-    q.add_argument('model')
+    q.add_argument('model', help='.circle or .tflite file')
     q.set_defaults(fn=cmd_inspect)
 
-    q = sub.add_parser('prepare', help='write the flattened model, .wof, settings and data')
-    q.add_argument('model')
+    q = sub.add_parser('prepare', help='write the flattened model, .wof, settings and data',
+                       description='Settings the command line leaves out come from the model\'s '
+                                   'CIRCLE_TRAINING metadata when it has some.')
+    q.add_argument('model', help='float32 (or int8) .circle or .tflite file')
     q.add_argument('-o', '--out', required=True, help='output folder')
-    q.add_argument('--data', help='.npz with arrays x and y')
+    q.add_argument('--data', help='.npz (arrays x and y: class labels or target vectors), .csv '
+                   '(one sample a row, the label in the last column), a folder with one '
+                   'sub-folder of images per class, or a .ds record file')
     q.add_argument('--test-split', type=float, default=0.0, help='fraction held out for test')
-    q.add_argument('--split-seed', type=int, default=0)
-    q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'])
-    q.add_argument('--reduction', choices=['mean', 'sum'])
-    q.add_argument('--from-logits', action='store_true', default=None)
-    q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop'])
-    q.add_argument('--lr', type=float)
+    q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
+    q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
+                   help='cce and scce without --from-logits expect probabilities (a model ending '
+                        'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
+                        '(e.g. PyTorch through tico) prepare says so and trains from logits')
+    q.add_argument('--reduction', choices=['mean', 'sum'], help='of the loss over a sample\'s '
+                   'outputs (ONERT\'s loss reduction)')
+    q.add_argument('--from-logits', action='store_true', default=None,
+                   help='the model outputs logits, not probabilities (cce, scce, bce)')
+    q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop'],
+                   help='sgd (--momentum), adam (TensorFlow/ONERT form: --beta1, --beta2, --eps) '
+                        'or rmsprop (--rho, --eps)')
+    q.add_argument('--lr', type=float, help='learning rate')
     q.add_argument('--momentum', type=float, help='SGD momentum')
-    q.add_argument('--beta1', type=float)
-    q.add_argument('--beta2', type=float)
-    q.add_argument('--eps', type=float)
+    q.add_argument('--beta1', type=float, help='Adam')
+    q.add_argument('--beta2', type=float, help='Adam')
+    q.add_argument('--eps', type=float, help='Adam, RMSProp')
     q.add_argument('--rho', type=float, help='RMSProp decay')
-    q.add_argument('--batch', type=int, help='samples whose gradients sum into one update')
-    q.add_argument('--epochs', type=int)
-    q.add_argument('--metric', choices=['accuracy', 'mae'])
+    q.add_argument('--batch', type=int, help='samples whose gradients sum into one update (a last '
+                   'incomplete batch updates with the mean over the samples it has, where ONERT '
+                   'pads it by repeating them)')
+    q.add_argument('--epochs', type=int, help='epochs to train')
+    q.add_argument('--metric', choices=['accuracy', 'mae'], help='printed and logged per epoch')
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
-    q.add_argument('--seed', type=int)
-    q.add_argument('--train', help='all | none | last:N (ONERT num_of_trainable_ops)')
+    q.add_argument('--seed', type=int, help='seed of --shuffle (reproducible; file order without it)')
+    q.add_argument('--train', help='all | none | last:N (ONERT\'s num_of_trainable_ops: the last N '
+                   'operators of any kind, counted in the file as given)')
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='float32',
                    help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash)')
     q.add_argument('--board', help='a boards/boards.json profile: its batch and stream_frozen are '
@@ -410,7 +424,7 @@ def parser(prog=None):
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')
-    q.add_argument('dir')
+    q.add_argument('dir', help='a folder prepare wrote')
     q.add_argument('--board', default='unix', help='a profile in boards/boards.json: '
                    'unix, esp32, esp32-psram, esp32s3, rp2040, rp2350 (heap size)')
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
@@ -418,9 +432,9 @@ def parser(prog=None):
     q.set_defaults(fn=cmd_run)
 
     q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into a circle model')
-    q.add_argument('model')
-    q.add_argument('weights')
-    q.add_argument('-o', '--output', required=True)
+    q.add_argument('model', help='the model given to prepare')
+    q.add_argument('weights', help='trained.wof, checkpoint.ckpt or a fleet\'s global.wof')
+    q.add_argument('-o', '--output', required=True, help='the model file to write')
     q.add_argument('--quantized', action='store_true',
                    help='quantize the trained weights with the original model\'s scales')
     q.set_defaults(fn=cmd_export)
@@ -429,9 +443,10 @@ def parser(prog=None):
     q.add_argument('source', help='x/y .npz, a .csv (label in the last column), or a folder '
                                   'with one sub-folder of images per class')
     q.add_argument('-o', '--out', required=True, help='output folder for train.ds, test.ds')
-    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8')
-    q.add_argument('--test-split', type=float, default=0.2)
-    q.add_argument('--split-seed', type=int, default=0)
+    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8',
+                   help='how samples are stored (value = q * scale + offset, from the header)')
+    q.add_argument('--test-split', type=float, default=0.2, help='fraction held out for test')
+    q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
     q.set_defaults(fn=cmd_dataset)
@@ -439,7 +454,7 @@ def parser(prog=None):
     for name, hlp in (('deploy', 'copy micro/ and a prepared folder to a board with mpremote'),
                       ('pull', 'copy trained.wof, the checkpoint and train.log back from a board')):
         q = sub.add_parser(name, help=hlp)
-        q.add_argument('dir')
+        q.add_argument('dir', help='the prepared folder')
         q.add_argument('--port', required=True, help='serial port (/dev/ttyACM0, COM3) or an '
                                                      'mpremote shortcut (a0, u0)')
         q.add_argument('--resume', action='store_true',
@@ -478,17 +493,17 @@ def parser(prog=None):
     q.set_defaults(fn=cmd_fleet)
 
     q = sub.add_parser('plot', help='loss and metric per epoch from train.log as a PNG')
-    q.add_argument('log')
-    q.add_argument('-o', '--output', default='curves.png')
+    q.add_argument('log', help='train.log, or a fleet\'s fleet.csv')
+    q.add_argument('-o', '--output', default='curves.png', help='the PNG to write')
     q.set_defaults(fn=cmd_plot)
 
     q = sub.add_parser('demo', help='a bundled digits example: prepare, train, export')
     q.add_argument('--model', choices=sorted(DEMOS), default='mlp',
                    help='mlp: the MLP from scratch; cnn: a PyTorch CNN (via tico) fine-tuned')
     q.add_argument('--out', help='folder (default build/digits or build/digits_cnn)')
-    q.add_argument('--board', default='rp2040')
+    q.add_argument('--board', default='rp2040', help='the simulated board\'s profile')
     q.add_argument('--epochs', type=int, help='default 5 (mlp), 2 (cnn)')
-    q.add_argument('--python', action='store_true')
+    q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.set_defaults(fn=cmd_demo)
 
     q = sub.add_parser('evaluate', help='accuracy (classifier) or MAE/MSE (regression) of a '
