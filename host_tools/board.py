@@ -180,6 +180,7 @@ def pull(d, port, resume=False):
 # what `utrain board --check` asks a board: one line, a dict MicroPython prints
 CHECK = """import sys, gc, os
 d = {'platform': sys.platform, 'version': sys.version,
+     'release': '.'.join(str(v) for v in sys.implementation.version[:3]),
      'machine': getattr(sys.implementation, '_machine', ''),
      'mpy': getattr(sys.implementation, '_mpy', 0), 'float': 32 if 1.0 + 1e-9 == 1.0 else 64}
 try:
@@ -244,7 +245,8 @@ def check_report(d) -> list:
     name, why = profile_for(d)
     prof = runner.boards()[name]
     kb = lambda n: 'unknown' if n is None else f'{n // 1024} KB'   # noqa: E731
-    lines = [f'firmware: {d.get("version")}' + (f' on {d["machine"]}' if d.get('machine') else ''),
+    lines = [f'firmware: MicroPython {d.get("release", "?")} ({d.get("version")})'
+             + (f' on {d["machine"]}' if d.get('machine') else ''),
              f'.mpy: version {d["mpy_version"]}.{d["mpy_sub"]}, native code '
              + (f'-march={d["arch"]}' if d['arch'] else 'none (bytecode only)'),
              f'ulab: {d["ulab"] or "no (utrain runs its pure-MicroPython arrays)"}',

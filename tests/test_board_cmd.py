@@ -46,6 +46,7 @@ def test_check_reads_the_simulated_board(tmp_path):
     lines = board.check_report(d)
     assert any(line.startswith('profile: --board unix') for line in lines)
     assert any(line.startswith('ulab: no') for line in lines)
+    assert lines[0].startswith('firmware: MicroPython 1.')
 
 
 @needs_mp
