@@ -285,8 +285,13 @@ def cmd_board(a):
         for line in check_report(check(a.check, resume=a.resume)):
             print('  ' + line)
         return 0
+    import signal
     import time
     from .simboard import start
+
+    def stop(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)     # `kill`, or a script's SIGINT-less background job
     b = start(a.board, emulate=a.emulate, flash=a.flash)
     flash = a.flash or getattr(b, 'flash', None)
 

@@ -76,3 +76,20 @@ def test_board_command_serves_until_ctrl_c(tmp_path):
         rest, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert 'board stopped' in rest
+
+
+@needs_mp
+def test_board_command_stops_on_sigterm_and_takes_its_board_along(tmp_path):
+    p = subprocess.Popen([sys.executable, '-m', 'host_tools', 'board', '--flash', str(tmp_path)],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = p.stdout.readline()
+    assert first.startswith('simulated unix board on '), first
+    kids = subprocess.run(['pgrep', '-P', str(p.pid)], capture_output=True, text=True).stdout.split()
+    assert kids                                  # its MicroPython
+    p.send_signal(signal.SIGTERM)
+    rest, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert 'board stopped' in rest
+    for pid in kids:
+        assert not os.path.exists(f'/proc/{pid}') or \
+            open(f'/proc/{pid}/stat').read().split()[2] == 'Z'
