@@ -179,3 +179,93 @@ def pull(d, port, resume=False):
     mpremote(port, *args[1:], resume=resume, cwd=d)
     print(f'pulled {", ".join(names)} from {port} into {d}')
     return names
+
+
+# what `utrain board --check` asks a board: one line, a dict MicroPython prints
+CHECK = """import sys, gc, os
+d = {'platform': sys.platform, 'version': sys.version,
+     'release': '.'.join(str(v) for v in sys.implementation.version[:3]),
+     'machine': getattr(sys.implementation, '_machine', ''),
+     'mpy': getattr(sys.implementation, '_mpy', 0), 'float': 32 if 1.0 + 1e-9 == 1.0 else 64}
+try:
+    import ulab
+    d['ulab'] = str(getattr(ulab, '__version__', 'yes'))
+except ImportError:
+    d['ulab'] = None
+gc.collect()
+d['free'], d['alloc'] = gc.mem_free(), gc.mem_alloc()
+try:
+    s = os.statvfs('/')
+    d['fs_free'], d['fs_size'] = s[0] * s[3], s[0] * s[2]
+except Exception:
+    d['fs_free'] = d['fs_size'] = None
+print('CHECK', repr(d))
+"""
+
+
+def check(port, resume=False) -> dict:
+    """What the board at port runs and has: {'platform', 'version', 'machine', 'mpy',
+    'float' (bits), 'ulab' (its version or None), 'free', 'alloc' (heap bytes after a
+    collection), 'fs_free', 'fs_size' (bytes of '/', None when it has none)}, plus the
+    .mpy version, sub-version and native arch read from 'mpy'."""
+    out = mpremote(port, 'exec', CHECK, resume=resume, timeout=60)
+    line = next((x for x in out.splitlines() if x.startswith('CHECK ')), None)
+    if line is None:
+        raise BoardError(f'{port}: no answer to the board check ({out.strip()[:120]!r})')
+    d = ast.literal_eval(line[6:])
+    mpy = d.get('mpy') or 0
+    d['mpy_version'], d['mpy_sub'], d['arch'] = mpy & 0xFF, (mpy >> 8) & 3, runner.native_arch(mpy)
+    return d
+
+
+def profile_for(d) -> tuple:
+    """(boards/boards.json profile name, why) for a board check()'s answer: by platform
+    and chip, then by heap where the chip alone cannot tell (an ESP32 with or without
+    PSRAM)."""
+    profiles = runner.boards()
+    heap = (d.get('free') or 0) + (d.get('alloc') or 0)
+    plat, machine = d.get('platform', ''), (d.get('machine') or '').upper()
+    if plat == 'rp2':
+        name = 'rp2350' if 'RP2350' in machine else 'rp2040'
+        why = f'sys.platform rp2, {d.get("machine") or "machine unnamed"}'
+    elif plat == 'esp32':
+        if 'ESP32S3' in machine.replace('-', ''):
+            name = 'esp32s3'
+        else:
+            name = 'esp32-psram' if heap > 1024 * 1024 else 'esp32'
+        why = f'sys.platform esp32, {d.get("machine") or "machine unnamed"}, heap {heap // 1024} KB'
+    elif plat in ('linux', 'darwin', 'win32'):
+        name, why = 'unix', f'sys.platform {plat}: the unix port'
+    else:
+        fits = [(_size(p['heap']), n) for n, p in profiles.items() if n != 'unix'
+                and _size(p['heap']) <= max(d.get('free') or 0, 1)]
+        name = max(fits)[1] if fits else min((_size(p['heap']), n) for n, p in profiles.items())[1]
+        why = f'no profile for sys.platform {plat!r}: the one whose heap is closest below its free heap'
+    return name, why
+
+
+def check_report(d) -> list:
+    """The lines `utrain board --check` prints for check()'s answer."""
+    name, why = profile_for(d)
+    prof = runner.boards()[name]
+    kb = lambda n: 'unknown' if n is None else f'{n // 1024} KB'   # noqa: E731
+    lines = [f'firmware: MicroPython {d.get("release", "?")} ({d.get("version")})'
+             + (f' on {d["machine"]}' if d.get('machine') else ''),
+             f'.mpy: version {d["mpy_version"]}.{d["mpy_sub"]}, native code '
+             + (f'-march={d["arch"]}' if d['arch'] else 'none (bytecode only)'),
+             f'ulab: {d["ulab"] or "no (utrain runs its pure-MicroPython arrays)"}',
+             f'float: {d.get("float")}-bit',
+             f'heap: {kb(d.get("free"))} free of {kb((d.get("free") or 0) + (d.get("alloc") or 0))}',
+             f'file system: {kb(d.get("fs_free"))} free of {kb(d.get("fs_size"))}',
+             f'profile: --board {name} ({why})']
+    free = d.get('free') or 0
+    if name != 'unix' and free and free < _size(prof['heap']):
+        lines.append(f'  this board has less free heap than the profile\'s {prof["heap"]}: prepare '
+                     f'with --board {name} --budget {free // 1024}K')
+    fs = prof.get('flash_fs')
+    if fs and d.get('fs_free') is not None and d['fs_free'] < _size(fs) // 2:
+        lines.append(f'  its file system has {kb(d["fs_free"])} free: store samples as '
+                     '--dtype uint8 and keep datasets small')
+    if d.get('ulab'):
+        lines.append('  with ulab: prepare --backend ulab plans for it')
+    return lines

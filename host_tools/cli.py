@@ -1,4 +1,5 @@
-"""python -m host_tools {inspect,prepare,run,export,demo,dataset,deploy,pull,plot,fleet} ..."""
+"""utrain (or python -m host_tools) {inspect,prepare,run,export,demo,dataset,deploy,pull,plot,fleet,
+evaluate,board} ..."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +8,7 @@ import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from .paths import DIGITS
 
 
 def _status(op, g):
@@ -249,8 +250,8 @@ def cmd_demo(a):
     from .circle_io import read_model
     from . import dataset as ds
     cfg = dict(DEMOS[a.model])
-    model = os.path.join(ROOT, 'datasets', 'digits', cfg.pop('model'))
-    data = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
+    model = os.path.join(DIGITS, cfg.pop('model'))
+    data = os.path.join(DIGITS, 'digits.npz')
     out = a.out or os.path.join('build', 'digits' if a.model == 'mlp' else 'digits_cnn')
     first = cfg.pop('train_from', None)
     epochs = cfg.pop('epochs')
@@ -272,52 +273,122 @@ def cmd_demo(a):
     exported = os.path.join(out, f'digits_{a.model}_trained.circle')
     export(model, os.path.join(out, 'trained.wof'), exported)
     print(f'== exported {exported}')
-    x, y = ds.read_dataset(os.path.join(out, 'test.ds'))
     try:
-        import onert
+        import onert  # noqa: F401
     except ImportError:
         return 0
-    g = read_model(exported)
-    shape = [1] + list(g.tensors[g.inputs[0]].shape[1:])
-    sess = onert.infer.session(exported)
-    hits = sum(int(np.argmax(sess.infer([x[i].reshape(shape)])[0])) == int(y[i, 0])
-               for i in range(len(x)))
-    print(f'exported model under ONERT inference: test accuracy {hits / len(x):.4f} '
-          f'({hits}/{len(x)})')
+    from .infer import evaluate
+    r = evaluate(exported, os.path.join(out, 'test.ds'))
+    print(f'exported model under ONERT inference: test accuracy {r["accuracy"]:.4f} '
+          f'({r["hits"]}/{r["n"]})')
     return 0
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(prog='python -m host_tools',
+def cmd_board(a):
+    """A simulated serial board until Ctrl-C, or (--check PORT) a real board's facts."""
+    if a.check:
+        from .board import check, check_report
+        print(f'{a.check}:')
+        for line in check_report(check(a.check, resume=a.resume)):
+            print('  ' + line)
+        return 0
+    import signal
+    import time
+    from .simboard import start
+
+    def stop(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)     # `kill`, or a script's SIGINT-less background job
+    b = start(a.board, emulate=a.emulate, flash=a.flash)
+    flash = a.flash or getattr(b, 'flash', None)
+
+    def say():
+        print(f'simulated {a.board} board on {b.port}' + (f' (its flash: {flash})' if flash else ''))
+        print(f'  {_prog()} deploy DIR --port {b.port} --resume --run     '
+              f'(then: {_prog()} pull DIR --port {b.port} --resume)')
+        print('  --resume: no soft reset, which would end unix MicroPython; Ctrl-C stops the board',
+              flush=True)
+    say()
+    try:
+        while True:
+            time.sleep(0.5)
+            if not getattr(b, 'alive', lambda: True)():
+                b.close()
+                print('the board stopped (a soft reset ends unix MicroPython: give mpremote '
+                      '`resume`, deploy and pull --resume); powered on again, same flash',
+                      flush=True)
+                b = start(a.board, emulate=a.emulate, flash=flash)
+                say()
+    except KeyboardInterrupt:
+        b.close()
+        print('board stopped')
+    return 0
+
+
+def cmd_evaluate(a):
+    """Score a model file on labelled data, on the host (before/after training)."""
+    from .infer import evaluate, describe
+    r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
+                 size=tuple(int(v) for v in a.size.lower().split('x')) if a.size else None,
+                 limit=a.limit)
+    print(f'{a.model} on {a.data}: {describe(r)}')
+    return 0
+
+
+def _prog():
+    """How the user called the tool: `utrain` (the installed command) or `python -m host_tools`."""
+    return 'utrain' if os.path.basename(sys.argv[0] or '') == 'utrain' else 'python -m host_tools'
+
+
+def parser(prog=None):
+    """The command line: every subcommand and option (docgen writes docs/options.md
+    from it).  prog: the name in usage lines (default: as invoked, `utrain` for the
+    installed command, else `python -m host_tools`)."""
+    prog = prog or _prog()
+    p = argparse.ArgumentParser(prog=prog,
                                 description='utrain host tools: prepare circle/tflite models '
                                             'for training on MicroPython boards.')
     sub = p.add_subparsers(dest='cmd', required=True)
     q = sub.add_parser('inspect', help='list ops, tensors, parameters and what can train')
-    q.add_argument('model')
+    q.add_argument('model', help='.circle or .tflite file')
     q.set_defaults(fn=cmd_inspect)
 
-    q = sub.add_parser('prepare', help='write the flattened model, .wof, settings and data')
-    q.add_argument('model')
+    q = sub.add_parser('prepare', help='write the flattened model, .wof, settings and data',
+                       description='Settings the command line leaves out come from the model\'s '
+                                   'CIRCLE_TRAINING metadata when it has some.')
+    q.add_argument('model', help='float32 (or int8) .circle or .tflite file')
     q.add_argument('-o', '--out', required=True, help='output folder')
-    q.add_argument('--data', help='.npz with arrays x and y')
+    q.add_argument('--data', help='.npz (arrays x and y: class labels or target vectors), .csv '
+                   '(one sample a row, the label in the last column), a folder with one '
+                   'sub-folder of images per class, or a .ds record file')
     q.add_argument('--test-split', type=float, default=0.0, help='fraction held out for test')
-    q.add_argument('--split-seed', type=int, default=0)
-    q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'])
-    q.add_argument('--reduction', choices=['mean', 'sum'])
-    q.add_argument('--from-logits', action='store_true', default=None)
-    q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop'])
-    q.add_argument('--lr', type=float)
+    q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
+    q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
+                   help='cce and scce without --from-logits expect probabilities (a model ending '
+                        'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
+                        '(e.g. PyTorch through tico) prepare says so and trains from logits')
+    q.add_argument('--reduction', choices=['mean', 'sum'], help='of the loss over a sample\'s '
+                   'outputs (ONERT\'s loss reduction)')
+    q.add_argument('--from-logits', action='store_true', default=None,
+                   help='the model outputs logits, not probabilities (cce, scce, bce)')
+    q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop'],
+                   help='sgd (--momentum), adam (TensorFlow/ONERT form: --beta1, --beta2, --eps) '
+                        'or rmsprop (--rho, --eps)')
+    q.add_argument('--lr', type=float, help='learning rate')
     q.add_argument('--momentum', type=float, help='SGD momentum')
-    q.add_argument('--beta1', type=float)
-    q.add_argument('--beta2', type=float)
-    q.add_argument('--eps', type=float)
+    q.add_argument('--beta1', type=float, help='Adam')
+    q.add_argument('--beta2', type=float, help='Adam')
+    q.add_argument('--eps', type=float, help='Adam, RMSProp')
     q.add_argument('--rho', type=float, help='RMSProp decay')
-    q.add_argument('--batch', type=int, help='samples whose gradients sum into one update')
-    q.add_argument('--epochs', type=int)
-    q.add_argument('--metric', choices=['accuracy', 'mae'])
+    q.add_argument('--batch', type=int, help='samples whose gradients sum into one update (a last '
+                   'incomplete batch updates with the mean over the samples it has, where ONERT '
+                   'pads it by repeating them)')
+    q.add_argument('--epochs', type=int, help='epochs to train')
+    q.add_argument('--metric', choices=['accuracy', 'mae'], help='printed and logged per epoch')
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
-    q.add_argument('--seed', type=int)
-    q.add_argument('--train', help='all | none | last:N (ONERT num_of_trainable_ops)')
+    q.add_argument('--seed', type=int, help='seed of --shuffle (reproducible; file order without it)')
+    q.add_argument('--train', help='all | none | last:N (ONERT\'s num_of_trainable_ops: the last N '
+                   'operators of any kind, counted in the file as given)')
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='float32',
                    help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash)')
     q.add_argument('--board', help='a boards/boards.json profile: its batch and stream_frozen are '
@@ -365,7 +436,7 @@ def main(argv=None):
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')
-    q.add_argument('dir')
+    q.add_argument('dir', help='a folder prepare wrote')
     q.add_argument('--board', default='unix', help='a profile in boards/boards.json: '
                    'unix, esp32, esp32-psram, esp32s3, rp2040, rp2350 (heap size)')
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
@@ -380,9 +451,9 @@ def main(argv=None):
     q.set_defaults(fn=cmd_run)
 
     q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into a circle model')
-    q.add_argument('model')
-    q.add_argument('weights')
-    q.add_argument('-o', '--output', required=True)
+    q.add_argument('model', help='the model given to prepare')
+    q.add_argument('weights', help='trained.wof, checkpoint.ckpt or a fleet\'s global.wof')
+    q.add_argument('-o', '--output', required=True, help='the model file to write')
     q.add_argument('--quantized', action='store_true',
                    help='quantize the trained weights with the original model\'s scales')
     q.set_defaults(fn=cmd_export)
@@ -391,9 +462,10 @@ def main(argv=None):
     q.add_argument('source', help='x/y .npz, a .csv (label in the last column), or a folder '
                                   'with one sub-folder of images per class')
     q.add_argument('-o', '--out', required=True, help='output folder for train.ds, test.ds')
-    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8')
-    q.add_argument('--test-split', type=float, default=0.2)
-    q.add_argument('--split-seed', type=int, default=0)
+    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8',
+                   help='how samples are stored (value = q * scale + offset, from the header)')
+    q.add_argument('--test-split', type=float, default=0.2, help='fraction held out for test')
+    q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
     q.set_defaults(fn=cmd_dataset)
@@ -401,7 +473,7 @@ def main(argv=None):
     for name, hlp in (('deploy', 'copy micro/ and a prepared folder to a board with mpremote'),
                       ('pull', 'copy trained.wof, the checkpoint and train.log back from a board')):
         q = sub.add_parser(name, help=hlp)
-        q.add_argument('dir')
+        q.add_argument('dir', help='the prepared folder')
         q.add_argument('--port', required=True, help='serial port (/dev/ttyACM0, COM3) or an '
                                                      'mpremote shortcut (a0, u0)')
         q.add_argument('--resume', action='store_true',
@@ -440,20 +512,57 @@ def main(argv=None):
     q.set_defaults(fn=cmd_fleet)
 
     q = sub.add_parser('plot', help='loss and metric per epoch from train.log as a PNG')
-    q.add_argument('log')
-    q.add_argument('-o', '--output', default='curves.png')
+    q.add_argument('log', help='train.log, or a fleet\'s fleet.csv')
+    q.add_argument('-o', '--output', default='curves.png', help='the PNG to write')
     q.set_defaults(fn=cmd_plot)
 
     q = sub.add_parser('demo', help='a bundled digits example: prepare, train, export')
     q.add_argument('--model', choices=sorted(DEMOS), default='mlp',
                    help='mlp: the MLP from scratch; cnn: a PyTorch CNN (via tico) fine-tuned')
     q.add_argument('--out', help='folder (default build/digits or build/digits_cnn)')
-    q.add_argument('--board', default='rp2040')
+    q.add_argument('--board', default='rp2040', help='the simulated board\'s profile')
     q.add_argument('--epochs', type=int, help='default 5 (mlp), 2 (cnn)')
-    q.add_argument('--python', action='store_true')
+    q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.set_defaults(fn=cmd_demo)
 
-    a = p.parse_args(argv)
+    q = sub.add_parser('evaluate', help='accuracy (classifier) or MAE/MSE (regression) of a '
+                       'model file on labelled data, on the host: compare before and after')
+    q.add_argument('model', help='.circle or .tflite (float: ONERT; int8 .tflite: TFLite Micro), '
+                   'the original or what export wrote')
+    q.add_argument('data', help='.npz (x, y), .csv (label in the last column), .ds or a folder '
+                   'of class sub-folders of images, as prepare reads them')
+    q.add_argument('--metric', choices=['accuracy', 'mae'],
+                   help='default: accuracy when y holds class labels and the model has several '
+                        'outputs, else MAE (and MSE)')
+    q.add_argument('--nchw', action='store_true',
+                   help='flat samples (.csv, .ds) are NCHW (as PyTorch takes them) and the model '
+                        'takes NHWC (tico models once prepared/exported); 4-D .npz arrays in '
+                        'NCHW order are recognised without it')
+    q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
+    q.add_argument('--size', help='images: resize to WxH')
+    q.add_argument('--limit', type=int, help='score only the first N samples')
+    q.set_defaults(fn=cmd_evaluate)
+
+    q = sub.add_parser('board', help='a simulated board on a serial port (deploy, pull, fleet '
+                       '--ports try against it) until Ctrl-C; --check PORT: what a real board has')
+    q.add_argument('--board', default='unix', help='simulated: the boards.json profile whose '
+                   'heap it gets (default unix: 1 MB)')
+    q.add_argument('--flash', help='simulated: the folder that plays its file system (kept; '
+                   'default a new temporary folder)')
+    q.add_argument('--emulate', action='store_true',
+                   help='simulated: the emulated Pico (RP2040\'s Cortex-M0 under qemu) instead '
+                        'of unix MicroPython')
+    q.add_argument('--check', metavar='PORT', help='a real board: firmware, .mpy version and '
+                   'arch, ulab, free heap and file system, and the --board profile to use')
+    q.add_argument('--resume', action='store_true',
+                   help='--check: no soft reset first (a simulated board)')
+    q.set_defaults(fn=cmd_board)
+
+    return p
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
     try:
         return a.fn(a)
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:

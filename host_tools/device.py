@@ -13,7 +13,7 @@ import importlib.util
 import os
 import sys
 
-MICRO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'micro')
+from .paths import MICRO
 
 
 def package():

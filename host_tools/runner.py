@@ -10,13 +10,13 @@ import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MICRO = os.path.join(ROOT, 'micro')
+from .paths import ROOT, MICRO, BOARDS  # noqa: F401  (ROOT: the checkout, or the wheel's copy)
+
 PACKAGE = os.path.join(MICRO, 'utrain')
 
 
 def boards() -> dict:
-    with open(os.path.join(ROOT, 'boards', 'boards.json')) as f:
+    with open(BOARDS) as f:
         return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
 
 

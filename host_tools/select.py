@@ -572,7 +572,7 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
             final.append({**base, **{i: 1 for i in with_bias[:k]}})
     predicted = {describe(r): g for g, r in fitting}
     final = list({describe(r): r for r in final if fits(r)}.values())     # once each, in order
-    log(f'  {t.ran} trials run, {len(t.cache) - t.ran} cached; the best '
+    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
         f'{len(final)} configurations on {t.folds} folds each')
     s0 = t.mean(base)
     tried = [(t.mean(r) - s0, pr.price(r)['heap'], predicted.get(describe(r), 0.0), r)
@@ -780,7 +780,8 @@ def report(res):
                      + (f': proxy score {res["score"]:.3f} (classifier only {res["classifier_only"]:.3f}), '
                         f'{p["heap"] // 1024} KB, {p["macs"]} MACs a step, {p["params"]} parameters'
                         if p else '')
-                     + (f'; {res["trials"]} trials run, {res["cached_trials"]} cached'
+                     + (f'; {res["trials"]} trials run in all (screening and folds), '
+                        f'{res["cached_trials"]} cached'
                         if 'trials' in res else ''))
         for d, sc, heap, macs in res.get('runners_up', []):
             lines.append(f'  runner-up {d}: score {sc:.3f}, {heap // 1024} KB, {macs} MACs')

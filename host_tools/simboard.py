@@ -115,3 +115,35 @@ class FakeBoard:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def start(board='unix', emulate=False, flash=None):
+    """`utrain board`: a simulated board on a serial port, an object with .port (the path
+    mpremote, deploy, pull and fleet --ports open) and .close().  board: the
+    boards/boards.json profile whose heap it gets; flash: the folder that plays its file
+    system (default: a new temporary folder).  emulate: the emulated Pico instead of unix
+    MicroPython (emulated())."""
+    import tempfile
+    from . import runner
+    profiles = runner.boards()
+    if board not in profiles:
+        raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
+    flash = flash or tempfile.mkdtemp(prefix='utrain-board-')
+    os.makedirs(flash, exist_ok=True)
+    if emulate:
+        return emulated(board, flash)
+    return FakeBoard(runner.micropython_binary(), flash, heap=profiles[board]['heap'], hang_up=True)
+
+
+def emulated(board, flash):
+    """The hook for `utrain board --emulate`: the emulated Pico (RP2040's Cortex-M0 under
+    qemu, host_tools/pico.py) as an object with .port and .close() (and .alive() if it
+    can tell), its file system seeded from flash.  Until pico.py lands: a clear refusal."""
+    try:
+        from . import pico  # noqa: F401
+    except ImportError:
+        raise RuntimeError('--emulate: the emulated Pico (host_tools/pico.py) is not part of '
+                           'this version; `utrain board` without it starts unix MicroPython '
+                           'with the board\'s heap') from None
+    raise RuntimeError('--emulate: host_tools/simboard.emulated() does not start pico.py\'s '
+                       'board yet')
