@@ -2,7 +2,9 @@
 one process per interpreter: `python -m bench.int8 [--models mlp,dscnn] [--quick]`.
 
 Per model and interpreter (unix MicroPython without ulab; $UTRAIN_MP32, the 32-bit
-build, and $UTRAIN_M0, the emulated Cortex-M0 firmware under qemu, when set), one run of bench/int8_step.py alternating in short rounds: the float
+build, $UTRAIN_M0, the emulated Cortex-M0 firmware under qemu, and $UTRAIN_PICO_FIRMWARE,
+the real rp2 firmware on the emulated Pico, whose times are RP2040 microseconds at 125 MHz,
+when set), one run of bench/int8_step.py alternating in short rounds: the float
 training step (the model dequantized by prepare, utrain's Trainer, SGD batch 1), the
 int8 training step (utrain.q8: integer forward, QAS SGD, batch 1, same trained layers),
 q8kern's FC multiply-add loop and a bare viper int8 multiply-add loop of as many MACs.
@@ -177,8 +179,28 @@ def run_m0(out, elf, quick):
     return [float(v) for v in line[0].split()[1:]]
 
 
+def run_pico(out, ulab, quick):
+    """int8_step.py on the emulated Raspberry Pi Pico (the real rp2 firmware in rp2040js,
+    host_tools/pico.py): times are the chip's (the emulated clock at 125 MHz)."""
+    from host_tools import pico
+    cfg = {'lr': 0.01, 'mac_shape': [256, 64], 'loops': [], 'rounds': 1,
+           'round_us': 1000 if quick else 50000}
+    with open(os.path.join(out, 'bench.json'), 'w') as f:
+        json.dump(cfg, f)
+    for s in ('step.py', 'int8_step.py'):
+        shutil.copy(os.path.join(ROOT, 'bench', s), out)
+    code, text = pico.run_folder(out, ulab=ulab, stream=False, script='int8_step.py')
+    line = [v for v in text.splitlines() if v.startswith('RESULT')]
+    if code or not line:
+        raise RuntimeError(text.strip()[-300:])
+    return [float(v) for v in line[0].split()[1:]]
+
+
 def interpreters():
     out = [('unix64', runner.micropython_binary())]
+    from host_tools import pico
+    if pico.available():
+        out.append(('pico', 'stock'))
     p = os.environ.get('UTRAIN_MP32')
     if p and os.access(p, os.X_OK):
         out.append(('unix32', p))
@@ -218,7 +240,9 @@ def main(argv=None):
             with tempfile.TemporaryDirectory() as out:
                 folder(name, out, 4 if a.quick else 16)
                 try:
-                    if iname == 'cortex-m0':
+                    if iname == 'pico':
+                        f, q, fc, bare = run_pico(out, False, a.quick)
+                    elif iname == 'cortex-m0':
                         f, q, fc, bare = run_m0(out, binary, a.quick)
                     else:
                         f, q, fc, bare = run(out, binary, a.quick)

@@ -299,7 +299,7 @@ def cmd_board(a):
     def stop(*_):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)     # `kill`, or a script's SIGINT-less background job
-    b = start(a.board, emulate=a.emulate, flash=a.flash)
+    b = start(a.board, emulate=a.emulate, flash=a.flash, ulab=a.ulab)
     flash = a.flash or getattr(b, 'flash', None)
 
     def say():
@@ -317,7 +317,7 @@ def cmd_board(a):
                 print('the board stopped (a soft reset ends unix MicroPython: give mpremote '
                       '`resume`, deploy and pull --resume); powered on again, same flash',
                       flush=True)
-                b = start(a.board, emulate=a.emulate, flash=flash)
+                b = start(a.board, emulate=a.emulate, flash=flash, ulab=a.ulab)
                 say()
     except KeyboardInterrupt:
         b.close()
@@ -550,8 +550,11 @@ def parser(prog=None):
     q.add_argument('--flash', help='simulated: the folder that plays its file system (kept; '
                    'default a new temporary folder)')
     q.add_argument('--emulate', action='store_true',
-                   help='simulated: the emulated Pico (RP2040\'s Cortex-M0 under qemu) instead '
-                        'of unix MicroPython')
+                   help='simulated: an emulated Raspberry Pi Pico (the real MicroPython rp2 '
+                        'firmware, $UTRAIN_PICO_FIRMWARE, in rp2040js) instead of unix '
+                        'MicroPython; its flash is kept in the --flash folder')
+    q.add_argument('--ulab', action='store_true',
+                   help='with --emulate: the firmware with ulab ($UTRAIN_PICO_ULAB_FIRMWARE)')
     q.add_argument('--check', metavar='PORT', help='a real board: firmware, .mpy version and '
                    'arch, ulab, free heap and file system, and the --board profile to use')
     q.add_argument('--resume', action='store_true',

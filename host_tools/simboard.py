@@ -117,12 +117,12 @@ class FakeBoard:
         self.close()
 
 
-def start(board='unix', emulate=False, flash=None):
+def start(board='unix', emulate=False, flash=None, ulab=False):
     """`utrain board`: a simulated board on a serial port, an object with .port (the path
     mpremote, deploy, pull and fleet --ports open) and .close().  board: the
     boards/boards.json profile whose heap it gets; flash: the folder that plays its file
-    system (default: a new temporary folder).  emulate: the emulated Pico instead of unix
-    MicroPython (emulated())."""
+    system (default: a new temporary folder).  emulate: an emulated Raspberry Pi Pico
+    instead of unix MicroPython (emulated(); ulab: its firmware with ulab)."""
     import tempfile
     from . import runner
     profiles = runner.boards()
@@ -131,19 +131,29 @@ def start(board='unix', emulate=False, flash=None):
     flash = flash or tempfile.mkdtemp(prefix='utrain-board-')
     os.makedirs(flash, exist_ok=True)
     if emulate:
-        return emulated(board, flash)
+        return emulated(board, flash, ulab)
     return FakeBoard(runner.micropython_binary(), flash, heap=profiles[board]['heap'], hang_up=True)
 
 
-def emulated(board, flash):
-    """The hook for `utrain board --emulate`: the emulated Pico (RP2040's Cortex-M0 under
-    qemu, host_tools/pico.py) as an object with .port and .close() (and .alive() if it
-    can tell), its file system seeded from flash.  Until pico.py lands: a clear refusal."""
-    try:
-        from . import pico  # noqa: F401
-    except ImportError:
-        raise RuntimeError('--emulate: the emulated Pico (host_tools/pico.py) is not part of '
-                           'this version; `utrain board` without it starts unix MicroPython '
-                           'with the board\'s heap') from None
-    raise RuntimeError('--emulate: host_tools/simboard.emulated() does not start pico.py\'s '
-                       'board yet')
+def emulated(board, flash, ulab=False):
+    """`utrain board --emulate`: the emulated Pico (host_tools/pico.py: the real rp2
+    firmware in rp2040js) behind a pseudo-terminal.  Its 2 MiB flash image is kept in the
+    flash folder (.pico-flash.bin: a deployed board stays deployed); a new image gets the
+    folder's files as its file system."""
+    from . import pico
+    if board not in ('unix', 'rp2040'):
+        raise ValueError(f'--emulate: the emulated board is a Raspberry Pi Pico (rp2040), '
+                         f'not {board}')
+    image = os.path.join(flash, '.pico-flash.bin')
+    files = None
+    if not os.path.exists(image):
+        files = {}
+        for root, dirs, names in os.walk(flash):
+            dirs[:] = [d for d in dirs if not d.startswith('.')]
+            for n in names:
+                if not n.startswith('.'):
+                    p = os.path.join(root, n)
+                    files[os.path.relpath(p, flash).replace(os.sep, '/')] = p
+    b = pico.PicoBoard(image, ulab=ulab, files=files)
+    b.alive = lambda: b.proc.poll() is None
+    return b
