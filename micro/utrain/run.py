@@ -313,6 +313,13 @@ def start(cfg_path='train.json'):
     except (ValueError, SaveError) as e:   # a bad file or setting, a full file system: named
         why = 'error: %s' % e
         print('utrain: ' + why)
+    except Exception as e:        # what utrain does not expect: its traceback, then the end line
+        try:
+            sys.print_exception(e)
+        except AttributeError:    # CPython
+            import traceback
+            traceback.print_exc()
+        why = 'error: %s: %s' % (type(e).__name__, e)
     finally:
         keys.close()
     end(why)

@@ -1,0 +1,165 @@
+"""A newcomer's first hour (issue 31): each problem as a class, on models and data made
+here: an int8 CNN whose frozen prefix runs in row bands, an int8 Conv1D (Keras's
+RESHAPE -> CONV_2D -> RESHAPE -> MEAN over time), float MLPs for a classifier and a
+regression."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools import runner  # noqa: E402
+from host_tools.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare import prepare, PrepareError  # noqa: E402
+
+MP = runner.find_micropython()
+NCLS = 3
+
+
+def _q(s, z):
+    return {'scale': [s], 'zero_point': [z]}
+
+
+class _Int8:
+    """An int8 TFLite file under construction: weights with per-channel scales that keep
+    each layer's outputs a few tens of steps wide."""
+
+    def __init__(self, seed=0):
+        self.b = CircleBuilder(identifier=b'TFL3')
+        self.rng = np.random.default_rng(seed)
+
+    def weighted(self, kind, x, sx, y, sy, shape, fan, **opt):
+        rng, b = self.rng, self.b
+        O = shape[-1] if kind == 'DEPTHWISE_CONV_2D' else shape[0]
+        sw = rng.uniform(0.7, 1.3, O) * 30 * sy / (fan ** 0.5 * 40 * sx * 73)
+        wq = rng.integers(-127, 128, shape).astype(np.int8)
+        w = b.tensor(f'w{y}', shape, data=wq, quant={
+            'scale': list(sw), 'zero_point': [0] * O,
+            'quantized_dimension': 3 if kind == 'DEPTHWISE_CONV_2D' else 0})
+        bq = rng.integers(-300, 300, O).astype(np.int32)
+        bt = b.tensor(f'b{y}', [O], data=bq, quant={'scale': list(sx * sw), 'zero_point': [0] * O})
+        b.op(kind, [x, w, bt], [y], **opt)
+
+    def mean_fc(self, x, sx, axes, C, classes):
+        b = self.b
+        m = b.tensor('mean', [1, C], dtype='int8', quant=_q(sx, -5))
+        b.op('MEAN', [x, b.tensor('axes', [len(axes)], data=np.array(axes, np.int32))], [m],
+             keep_dims=False)
+        y = b.tensor('y', [1, classes], dtype='int8', quant=_q(0.08, -2))
+        self.weighted('FULLY_CONNECTED', m, sx, y, 0.08, (classes, C), C)
+        return y
+
+
+def int8_cnn(path, H=12, W=12, C=2, F=6, classes=NCLS):
+    """conv 3x3 (RELU) -> depthwise 3x3 (RELU) -> conv 1x1 (RELU) -> MEAN over H, W ->
+    FC: with --train last:3 the first two are the frozen prefix, row bands take them."""
+    m = _Int8()
+    b = m.b
+    x = b.tensor('x', [1, H, W, C], dtype='int8', quant=_q(0.02, 3))
+    c1 = b.tensor('c1', [1, H, W, F], dtype='int8', quant=_q(0.03, -128))
+    m.weighted('CONV_2D', x, 0.02, c1, 0.03, (F, 3, 3, C), 9 * C, padding='SAME',
+               stride_w=1, stride_h=1, fused_activation_function='RELU')
+    c2 = b.tensor('c2', [1, H, W, F], dtype='int8', quant=_q(0.04, -128))
+    m.weighted('DEPTHWISE_CONV_2D', c1, 0.03, c2, 0.04, (1, 3, 3, F), 9, padding='SAME',
+               stride_w=1, stride_h=1, depth_multiplier=1, fused_activation_function='RELU')
+    c3 = b.tensor('c3', [1, H, W, F], dtype='int8', quant=_q(0.05, -128))
+    m.weighted('CONV_2D', c2, 0.04, c3, 0.05, (F, 1, 1, F), F, padding='VALID',
+               stride_w=1, stride_h=1, fused_activation_function='RELU')
+    b.inputs(x)
+    b.outputs(m.mean_fc(c3, 0.05, [1, 2], F, classes))
+    b.save(path)
+    return path
+
+
+def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS):
+    """A Keras Conv1D as the converter writes it: [1, T, C] -> RESHAPE [1, 1, T, C] ->
+    CONV_2D 1x3 (RELU) -> RESHAPE [1, T, F] -> MEAN over time -> FC."""
+    m = _Int8()
+    b = m.b
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=_q(0.02, 3))
+    x4 = b.tensor('x4', [1, 1, T, C], dtype='int8', quant=_q(0.02, 3))
+    b.op('RESHAPE', [x, b.tensor('s1', [4], data=np.array([1, 1, T, C], np.int32))], [x4],
+         new_shape=[1, 1, T, C])
+    c = b.tensor('c', [1, 1, T, F], dtype='int8', quant=_q(0.03, -128))
+    m.weighted('CONV_2D', x4, 0.02, c, 0.03, (F, 1, 3, C), 3 * C, padding='SAME',
+               stride_w=1, stride_h=1, fused_activation_function='RELU')
+    c3 = b.tensor('c3', [1, T, F], dtype='int8', quant=_q(0.03, -128))
+    b.op('RESHAPE', [c, b.tensor('s2', [3], data=np.array([1, T, F], np.int32))], [c3],
+         new_shape=[1, T, F])
+    b.inputs(x)
+    b.outputs(m.mean_fc(c3, 0.03, [1], F, classes))
+    b.save(path)
+    return path
+
+
+def _data(path, shape, n=12, classes=NCLS, seed=0):
+    r = np.random.default_rng(seed)
+    y = r.integers(0, classes, n)
+    c = r.standard_normal((classes,) + shape)
+    x = (c[y] + 0.5 * r.standard_normal((n,) + shape)).astype(np.float32)
+    np.savez(path, x=x, y=y)
+    return path
+
+
+def _no_best(out):
+    # the run ends saving its weights (no validation-gated keeping)
+    p = os.path.join(out, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['run']['keep_best'] = False
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+
+
+def _trained(out):
+    with open(os.path.join(out, 'trained.wof'), 'rb') as f:
+        return f.read()
+
+
+# ------------------------------------------------------------------ 2: int8 --cache, bands
+@pytest.mark.parametrize('python', [True, False])
+def test_int8_cache_with_banded_prefix_trains_as_whole_model(tmp_path, python):
+    """--cache on an int8 model whose whole frozen prefix runs in row bands: the board
+    computes the prefix's output (the band group's last tensor) into the cache, and the
+    trained weights are the bytes of a run without the cache."""
+    if not python and not MP:
+        pytest.skip('no unix MicroPython')
+    model = int8_cnn(str(tmp_path / 'm.tflite'))
+    data = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=6)
+    outs = []
+    for cache in (True, False):
+        out = str(tmp_path / ('c' if cache else 'w'))
+        prepare(model, out, data=data, loss='scce', optimizer='sgd', lr=0.01, epochs=1,
+                train='last:3', cache=cache, bands=1, log=lambda *a: None)
+        if cache:
+            with open(os.path.join(out, 'q8.json')) as f:
+                pre = json.load(f)      # the prefix: conv, dw, both in one band group
+            assert pre['groups'] == [[0, 2, 1]] and len(pre['layers']) == 2
+        _no_best(out)
+        code, text = runner.run(out, python=python, stream=False)
+        assert code == 0 and text.rstrip().endswith('utrain: end: ok'), text
+        outs.append(_trained(out))
+    assert outs[0] == outs[1]
+
+
+def test_an_unexpected_error_ends_with_the_end_line(tmp_path):
+    """Whatever stops the run (here an exception utrain does not expect: a layer table
+    whose output scale is a string, a TypeError deep in the loss), its last line is
+    `utrain: end:` and what stopped it, and the exit status is 1."""
+    model = int8_cnn(str(tmp_path / 'm.tflite'))
+    data = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=4)
+    out = str(tmp_path / 'o')
+    prepare(model, out, data=data, loss='scce', epochs=1, train='last:2', log=lambda *a: None)
+    with open(os.path.join(out, 'q8.json')) as f:
+        m = json.load(f)
+    m['sy'] = 'x'
+    with open(os.path.join(out, 'q8.json'), 'w') as f:
+        json.dump(m, f)
+    code, text = runner.run(out, python=True, stream=False)
+    last = text.rstrip().splitlines()[-1]
+    assert code == 1 and last.startswith('utrain: end: error: TypeError'), text
