@@ -127,6 +127,8 @@ def target(board=None) -> Target:
     """The board the plan is for: a boards/boards.json profile (its word, gc_block,
     native_code, fs), else the simulated board `run` uses (unix MicroPython: its word
     size asked once; native code and files outside the heap)."""
+    if isinstance(board, Target):
+        return board
     profile = runner.boards().get(board) if board else None
     if board and profile is None:
         raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
@@ -144,6 +146,31 @@ def target(board=None) -> Target:
     exe = runner.find_micropython() or 'micropython'
     t['name'] = f'the simulated board: {os.path.basename(exe)}, unix {8 * word}-bit'
     return t
+
+
+def sim_target(word: int) -> Target:
+    """The simulated board (unix MicroPython) with `word`-byte words: native code and
+    files outside the heap."""
+    return Target(word=word, block=4 * word, native='outside', arch=None, fs='os',
+                  name=f'unix MicroPython, {8 * word}-bit')
+
+
+def plans_by_target(price) -> dict:
+    """The same run priced for every target `run --board` may need (issue 31): {'sim32',
+    'sim64': the simulated board with 4- and 8-byte words, and each board profile with a
+    word size: planned total bytes}; price(Target) -> a heap plan.  runner.sim_heap()
+    scales a board's heap by sim / board for a simulated board whose word size differs."""
+    out, seen = {}, {}
+    for w in (4, 8):
+        out[f'sim{8 * w}'] = price(sim_target(w))['total']
+    for name, prof in runner.boards().items():
+        if prof.get('word'):
+            t = target(name)
+            key = (t['word'], t['block'], t['native'], t['arch'], t['fs'])
+            if key not in seen:
+                seen[key] = price(t)['total']
+            out[name] = seen[key]
+    return out
 
 
 def native_mpy_size(arch, name='npkern') -> int:

@@ -20,6 +20,7 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
+from .memory import plans_by_target
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
@@ -215,6 +216,12 @@ def limit_source(board, prof) -> str:
     when a board profile bounds the plan, else ''."""
     return (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB for model '
             'and training state)') if prof else ''
+
+
+def planned(heap, limit) -> dict:
+    """train.json's run.planned: the plan's total (bytes) when prepare checked it against
+    a budget or board, so that a run out of memory does not advise what was done."""
+    return {'planned': heap['total']} if limit(heap) is not None else {}
 
 
 def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
@@ -441,6 +448,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
+    heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
+        lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
     check_outputs(out_dir, (model_path, data, train_config))
@@ -452,7 +461,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
-                            gc_every=heap['gc_every'])
+                            gc_every=heap['gc_every'], **planned(heap, limit))
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,

@@ -537,6 +537,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     budget or board), refused with advice beyond it."""
     from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
                           write_run_config)
+    from .memory import plans_by_target, plan_heap_q8
     if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
                            'sgd (no momentum) or adam; --dequantize trains it in float with '
@@ -565,6 +566,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
             os.remove(os.path.join(out_dir, f))
+    outs = json.loads(json.dumps(as_written(m, tables)[0]))
+    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t))
     write(g, out_dir, train, m, tables)
     files = dict(FILES, model='q8.json', rewritten=None)
     if cache:
@@ -578,4 +581,5 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'rewritten': None, 'quant': {}, 'heap': heap}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
-    return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')
+    return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',
+                            **({'planned': heap['total']} if lim is not None else {}))

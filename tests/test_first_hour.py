@@ -163,3 +163,61 @@ def test_an_unexpected_error_ends_with_the_end_line(tmp_path):
     code, text = runner.run(out, python=True, stream=False)
     last = text.rstrip().splitlines()[-1]
     assert code == 1 and last.startswith('utrain: end: error: TypeError'), text
+
+
+# ------------------------------------------------------------------ 1: run --board's heap
+def _mlp_run(tmp_path, name, h=16, **kw):
+    from host_tools.refmodels import mlp
+    model = mlp(str(tmp_path / 'mlp.circle'), [64, h, h, 4])
+    r = np.random.default_rng(0)
+    np.savez(str(tmp_path / 'mlp.npz'), x=r.random((8, 64), dtype=np.float32),
+             y=r.integers(0, 4, 8))
+    out = str(tmp_path / name)
+    prepare(model, out, data=str(tmp_path / 'mlp.npz'), loss='scce', epochs=1,
+            log=lambda *a: None, **kw)
+    _no_best(out)
+    return out
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_run_board_scales_the_heap_to_the_simulated_word(tmp_path):
+    """run --board esp32 (32-bit) on a simulated board of another word size gets the
+    board's heap scaled by the planner's figures for this run on both, says so, and a run
+    prepared to fit the board trains."""
+    out = _mlp_run(tmp_path, 'o', board='esp32')
+    with open(os.path.join(out, 'prepare.json')) as f:
+        by = json.load(f)['heap']['by_target']
+    assert by['sim32'] < by['sim64'] and by['esp32'] <= by['rp2040']   # native code in rp2's heap
+    sim = runner.simulator_word()
+    heap, note = runner.sim_heap(out, 'esp32')
+    if sim == 4:
+        assert (heap, note) == (100 * 1024, None)
+    else:
+        assert heap == 100 * 1024 * by['sim64'] // by['esp32'] > 100 * 1024
+        assert f'simulated as {heap // 1024} KB' in note
+    code, text = runner.run(out, board='esp32', stream=False)
+    assert code == 0 and (note is None or text.startswith(note)), text
+    assert runner.sim_heap(out, 'unix') == (1024 * 1024, None)      # the simulated board itself
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+@pytest.mark.parametrize('board', [False, True])
+def test_out_of_memory_advice_is_not_what_was_done(tmp_path, board):
+    """Out of memory: a run prepared against a board or budget is told its plan fell short
+    and to prepare with a budget below the heap it had (not the --board it was prepared
+    with); one prepared without is told to plan with --budget."""
+    import re
+    import subprocess
+    out = _mlp_run(tmp_path, 'o', h=64, board=board and 'esp32-psram')
+    runner.stage(out)
+    argv, env = runner.command(out)
+    argv[argv.index('-X') + 1] = 'heapsize=%d' % (100 * 1024)
+    r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and 'utrain: end: out of memory' in r.stdout, r.stdout
+    m = re.search(r"--budget (\d+)K", r.stdout)
+    assert m, r.stdout
+    budget, had = int(m.group(1)), int(re.search(r'\(heap (\d+) B', r.stdout).group(1)) // 1024
+    if board:
+        assert 'planned this run at' in r.stdout and budget < had, r.stdout
+    else:
+        assert 'planned this run' not in r.stdout and budget == had, r.stdout

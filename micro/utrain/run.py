@@ -126,6 +126,7 @@ def main(cfg_path='train.json'):
     """Train as train.json says; returns None when the run ended well, else what
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
+    STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
     chosen = None
     if sel:                 # prepare --select board: the board chooses what trains
         if resume:
