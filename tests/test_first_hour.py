@@ -221,3 +221,31 @@ def test_out_of_memory_advice_is_not_what_was_done(tmp_path, board):
         assert 'planned this run at' in r.stdout and budget < had, r.stdout
     else:
         assert 'planned this run' not in r.stdout and budget == had, r.stdout
+
+
+# ------------------------------------------------------------------ 9: a regression fleet
+def test_regression_fleet_names_its_metric_mae(tmp_path):
+    """A fleet of a regression model (mse, metric mae) calls its metric mae in the
+    console, the history, fleet.csv and the plot's axis, never accuracy."""
+    pytest.importorskip('flwr')
+    from host_tools import fleet as fl
+    from host_tools.plot import read_log
+    from host_tools.refmodels import mlp
+    model = mlp(str(tmp_path / 'reg.circle'), [6, 8, 2], softmax=False)
+    r = np.random.default_rng(0)
+    x = r.standard_normal((24, 6)).astype(np.float32)
+    y = (x[:, :2] * 0.5).astype(np.float32)
+    np.savez(str(tmp_path / 'reg.npz'), x=x, y=y)
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=str(tmp_path / 'reg.npz'), test_split=0.25, loss='mse',
+                epochs=1, log=lambda *a: None)
+    assert s['settings']['metric'] == 'mae'
+    said = []
+    st = fl.fleet(out, boards=2, rounds=1, python=True, say=said.append)
+    assert all('test_mae' in h and 'mae' in h and 'test_accuracy' not in h and 'accuracy' not in h
+               for h in st['history']), st['history']
+    text = '\n'.join(said)
+    assert 'test_mae' in text and 'accuracy' not in text, text
+    log = read_log(os.path.join(out, 'fleet', 'fleet.csv'))
+    assert list(log)[:5] == ['round', 'loss', 'mae', 'test_loss', 'test_mae']
+    assert log['test_mae'] == pytest.approx([h['test_mae'] for h in st['history']], abs=1e-6)
