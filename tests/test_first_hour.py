@@ -249,3 +249,52 @@ def test_regression_fleet_names_its_metric_mae(tmp_path):
     log = read_log(os.path.join(out, 'fleet', 'fleet.csv'))
     assert list(log)[:5] == ['round', 'loss', 'mae', 'test_loss', 'test_mae']
     assert log['test_mae'] == pytest.approx([h['test_mae'] for h in st['history']], abs=1e-6)
+
+
+# ------------------------------------------------------------------ 8: int8 under CPython
+GEOS = [  # H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw (O: DW's multiplier x I)
+    (7, 6, 3, 5, 3, 3, 1, 1, 1, 1, 1, 1), (9, 8, 2, 4, 3, 2, 2, 2, 1, 0, 1, 1),
+    (8, 9, 4, 8, 3, 3, 2, 1, 1, 1, 2, 1), (5, 5, 3, 3, 1, 1, 1, 1, 0, 0, 1, 1),
+    (1, 12, 3, 6, 1, 3, 1, 1, 0, 1, 1, 1)]
+
+
+@pytest.mark.parametrize('geo', GEOS)
+def test_numpy_int8_kernels_equal_the_board_loops(geo):
+    """Under CPython utrain.q8np replaces q8kern's heavy loops (plain Python byte loops
+    there): the same integers, forward, both gradients and the requantization, for
+    convolutions and depthwise convolutions with strides, padding and dilation."""
+    from array import array
+    from utrain import q8kern as K
+    H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw = geo
+    OH = (H + 2 * ph - (KH - 1) * dh - 1) // sh + 1
+    OW = (W + 2 * pw - (KW - 1) * dw - 1) // sw + 1
+    r = np.random.default_rng(sum(geo))
+    i8 = lambda n: bytearray(r.integers(-128, 128, n).astype(np.int8).tobytes())  # noqa
+    x = i8(H * W * I)
+    for fwd, dx_, gw_, O in (('convk', 'cdk', 'cgk', O), ('dwk', 'ddk', 'dgk', 2 * I)):
+        g = array('i', [H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw])
+        wn = O * KH * KW * (I if fwd == 'convk' else 1)
+        w, dz = i8(wn), i8(OH * OW * O)
+        b = array('i', r.integers(-5000, 5000, O).tolist())
+        for name, args in ((fwd, lambda a: (a, x, -7, g, w, b)),
+                           (dx_, lambda a: (a, dz, w, g)),
+                           (gw_, lambda a: (a, dz, x, 5, g) + ((1, O) if gw_ == 'cgk' else ()))):
+            n = OH * OW * O if name == fwd else H * W * I if name == dx_ else wn
+            got = array('i', r.integers(-99, 99, n).tolist())
+            want = array('i', got)          # (the weight gradients add to what is there)
+            getattr(K, name)(*args(got))
+            getattr(K, 'py_' + name)(*args(want))
+            assert got == want, name
+    acc = array('i', r.integers(-2 ** 28, 2 ** 28, 60).tolist())     # (<< 2 stays in 31 bits)
+    mul = array('i', r.integers(2 ** 30, 2 ** 31, 3).tolist())
+    shf = array('i', [-9, 2, 0])
+    for wide in (0, 1):
+        outs = [bytearray(60) if not wide else array('i', [0] * 60) for _ in range(2)]
+        K.rqk(acc, 60, 3, 4, mul, shf, outs[0], -3, -128, 100, wide)
+        K.py_rqk(acc, 60, 3, 4, mul, shf, outs[1], -3, -128, 100, wide)
+        assert outs[0] == outs[1]
+    y = i8(60)
+    d = [bytearray(60), bytearray(60)]
+    K.shk(d[0], acc, 60, 9, y, -100, 120)
+    K.py_shk(d[1], acc, 60, 9, y, -100, 120)
+    assert d[0] == d[1] and K.nrk(acc, 60) == K.py_nrk(acc, 60)
