@@ -173,8 +173,8 @@ def _mlp_run(tmp_path, name, h=16, **kw):
     np.savez(str(tmp_path / 'mlp.npz'), x=r.random((8, 64), dtype=np.float32),
              y=r.integers(0, 4, 8))
     out = str(tmp_path / name)
-    prepare(model, out, data=str(tmp_path / 'mlp.npz'), loss='scce', epochs=1,
-            log=lambda *a: None, **kw)
+    prepare(model, out, data=str(tmp_path / 'mlp.npz'), loss='scce',
+            log=lambda *a: None, **dict(dict(epochs=1), **kw))
     _no_best(out)
     return out
 
@@ -298,3 +298,54 @@ def test_numpy_int8_kernels_equal_the_board_loops(geo):
     K.shk(d[0], acc, 60, 9, y, -100, 120)
     K.py_shk(d[1], acc, 60, 9, y, -100, 120)
     assert d[0] == d[1] and K.nrk(acc, 60) == K.py_nrk(acc, 60)
+
+
+# ------------------------------------------------------------------ 8: progress lines
+def _progress_lines(tmp_path, python):
+    out = _mlp_run(tmp_path, 'p', h=8, epochs=2, progress=2)
+    code, text = runner.run(out, python=python, stream=False)
+    assert code == 0, text
+    return out, text
+
+
+def test_progress_says_eta_and_no_heap_under_cpython(tmp_path):
+    """Progress lines carry the epoch's and the run's ETA; under CPython, which has no
+    MicroPython heap, no line tells a free heap (it said "free -1")."""
+    out, text = _progress_lines(tmp_path, True)
+    prog = [ln for ln in text.splitlines() if ln.startswith('  ') and '/8 loss' in ln]
+    assert len(prog) == 8 and all(' eta ' in ln and 's epoch, ' in ln and 's run' in ln
+                                  for ln in prog), text
+    assert 'free' not in text and '-1' not in text, text
+    epochs = [ln for ln in text.splitlines() if ln.startswith('epoch ')]
+    assert ' eta ' in epochs[0] and ' eta ' not in epochs[1], text     # (the last: none left)
+    with open(os.path.join(out, 'train.log')) as f:
+        rows = f.read().split()
+    assert all(r.endswith(',') for r in rows[1:]), rows             # the free_heap column: empty
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_progress_on_the_board_tells_free_heap_and_eta(tmp_path):
+    _, text = _progress_lines(tmp_path, False)
+    prog = [ln for ln in text.splitlines() if ln.startswith('  ') and '/8 loss' in ln]
+    assert prog and all(' eta ' in ln and ' free ' in ln for ln in prog), text
+
+
+def test_ms_per_sample_after_resume_counts_the_samples_run(tmp_path):
+    """A run resumed at sample 6 of 8 trains 2 samples of that epoch: its time per
+    sample is the epoch's time over those 2, and the line says so."""
+    import re
+    from utrain.trainer import Trainer
+    out = _mlp_run(tmp_path, 'r', h=8, epochs=1)
+    tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'))
+    tr.pos, tr.sums = 6, (1.5, 3.0)
+    tr.save_checkpoint(os.path.join(out, 'checkpoint.ckpt'))
+    p = os.path.join(out, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['run']['resume'] = True
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0 and 'at epoch 0, sample 6' in text, text
+    m = re.search(r'  (\d+) ms \(([\d.]+) ms/sample, [\d.]+ samples/s over 2 samples\)', text)
+    assert m and float(m.group(2)) == pytest.approx(int(m.group(1)) / 2, abs=0.006), text
