@@ -349,6 +349,23 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
     return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
 
 
+def check_flash(model_path, xy, dtype, board):
+    """The flash pass: with --board, samples stored as dtype that would overflow the
+    board's file system with the model and the code are refused, saying what fits
+    (board.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
+    more flash for 8-bit ones).  The model's files are reckoned at its file's size."""
+    if not board or xy is None:
+        return
+    from .board import flash_advice
+    from .memory import mpy_sizes
+    x, y = xy
+    samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
+    total = samples + os.path.getsize(model_path) + sum(mpy_sizes().values()) + 4096
+    why = flash_advice(model_path, total, board, samples, dtype, len(x))
+    if why:
+        raise PrepareError(why)
+
+
 def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
                scale=None, offset=None) -> dict:
     """The write half: train.ds and test.ds from xy (read_data's; None: no data), split
@@ -452,6 +469,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)

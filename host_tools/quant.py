@@ -535,8 +535,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
     budget or board), refused with advice beyond it."""
-    from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
-                          write_run_config)
+    from .prepare import (FILES, OUTPUTS, PrepareError, check_flash, check_outputs, read_data,
+                          write_data, write_run_config)
     from .memory import plans_by_target, plan_heap_q8
     if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
@@ -562,6 +562,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             + fit_advice(g, s, train, cache, bands, board, lim, heap)))
     # the samples as int8 at the model input's scale and zero point
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
+    check_flash(model_path, xy, 'int8', board)
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces

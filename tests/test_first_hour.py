@@ -349,3 +349,45 @@ def test_ms_per_sample_after_resume_counts_the_samples_run(tmp_path):
     assert code == 0 and 'at epoch 0, sample 6' in text, text
     m = re.search(r'  (\d+) ms \(([\d.]+) ms/sample, [\d.]+ samples/s over 2 samples\)', text)
     assert m and float(m.group(2)) == pytest.approx(int(m.group(1)) / 2, abs=0.006), text
+
+
+# ------------------------------------------------------------------ 6: the board's flash
+def _wide_mlp(tmp_path, n, seed=0):
+    from host_tools.refmodels import mlp
+    model = mlp(str(tmp_path / 'wide.circle'), [256, 8, 4])
+    r = np.random.default_rng(seed)
+    data = str(tmp_path / f'wide{n}.npz')
+    np.savez(data, x=r.random((n, 256), dtype=np.float32), y=r.integers(0, 4, n))
+    return model, data
+
+
+def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path):
+    """prepare --board checks the board's file system: float samples that overflow it are
+    refused naming --dtype uint8, which then fits; 8-bit samples that overflow it are
+    refused naming how many fit (and that many do) and boards with more flash, never
+    --dtype uint8; deploy's check says the same of a prepared folder."""
+    from host_tools import board as bd
+    kw = dict(loss='scce', epochs=1, board='rp2040', log=lambda *a: None)
+    model, data = _wide_mlp(tmp_path, 2000)          # 2 MB as float32, 0.5 MB as uint8
+    with pytest.raises(PrepareError, match=r'1408K file system of rp2040; --dtype uint8 stores'):
+        prepare(model, str(tmp_path / 'f'), data=data, **kw)
+    assert not os.path.exists(tmp_path / 'f')        # refused before anything was written
+    prepare(model, str(tmp_path / 'u'), data=data, dtype='uint8', **kw)
+    model, data = _wide_mlp(tmp_path, 7000)          # 1.8 MB as uint8
+    for dtype in ('uint8', 'int8'):
+        with pytest.raises(PrepareError) as e:
+            prepare(model, str(tmp_path / 'b'), data=data, dtype=dtype, **kw)
+        msg = str(e.value)
+        assert '--dtype' not in msg and 'esp32s3 (6M)' in msg and 'rp2040 (' not in msg, msg
+        fit = int(msg.split('at most ')[1].split()[0])
+        assert 4000 < fit < 7000, msg
+    _, few = _wide_mlp(tmp_path, fit)
+    prepare(model, str(tmp_path / 'b'), data=few, dtype='int8', **kw)
+    # deploy's check, on a folder whose samples are 8-bit: no --dtype uint8 either
+    d = str(tmp_path / 'b')
+    with open(os.path.join(d, 'train.json')) as f:
+        files = json.load(f)['files']
+    size, n, dtype = bd.sample_files(d, files)
+    assert (n, dtype) == (fit, 'int8') and bd.flash_advice(d, size, 'rp2040', size, dtype, n) is None
+    msg = bd.flash_advice(d, 2 * size, 'rp2040', 2 * size, dtype, 2 * n)
+    assert msg and '--dtype' not in msg and 'at most' in msg, msg
