@@ -114,7 +114,7 @@ def _size(n):
     return int(float(n.rstrip('KM')) * mult)
 
 
-def flash_advice(what, total, board, samples, dtype, n):
+def flash_advice(what, total, board, samples, n, dtype):
     """None when `total` bytes fit board's file system (boards.json flash_fs; none
     given: anything fits), else what to say: `samples` of those bytes are n samples
     stored as dtype; float samples go to --dtype uint8 (a quarter), 8-bit ones to fewer

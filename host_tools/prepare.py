@@ -361,7 +361,7 @@ def check_flash(model_path, xy, dtype, board):
     x, y = xy
     samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
     total = samples + os.path.getsize(model_path) + sum(mpy_sizes().values()) + 4096
-    why = flash_advice(model_path, total, board, samples, dtype, len(x))
+    why = flash_advice(model_path, total, board, samples, len(x), dtype)
     if why:
         raise PrepareError(why)
 

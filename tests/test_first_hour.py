@@ -361,7 +361,7 @@ def _wide_mlp(tmp_path, n, seed=0):
     return model, data
 
 
-def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path):
+def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypatch):
     """prepare --board checks the board's file system: float samples that overflow it are
     refused naming --dtype uint8, which then fits; 8-bit samples that overflow it are
     refused naming how many fit (and that many do) and boards with more flash, never
@@ -388,6 +388,10 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path):
     with open(os.path.join(d, 'train.json')) as f:
         files = json.load(f)['files']
     size, n, dtype = bd.sample_files(d, files)
-    assert (n, dtype) == (fit, 'int8') and bd.flash_advice(d, size, 'rp2040', size, dtype, n) is None
-    msg = bd.flash_advice(d, 2 * size, 'rp2040', 2 * size, dtype, 2 * n)
-    assert msg and '--dtype' not in msg and 'at most' in msg, msg
+    assert (n, dtype) == (fit, 'int8') and bd.flash_advice(d, size, 'rp2040', size, n, dtype) is None
+    monkeypatch.setattr(bd, 'board_mpy', lambda port, resume: 0)
+    monkeypatch.setattr(runner, 'boards', lambda: {'tiny': {'flash_fs': '%dK' % (size // 1024)}})
+    with pytest.raises(bd.BoardError) as e:
+        bd.deploy(d, 'nowhere', board='tiny', source=True)
+    msg = str(e.value)
+    assert 'file system of tiny' in msg and '--dtype' not in msg and '8-bit already' in msg, msg
