@@ -53,7 +53,8 @@ def cmd_inspect(a):
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))
     if info['changed'] or perm:
-        print(f'\nprepare rewrites it: {info["dequantized"]} tensors dequantized, '
+        print(f'\n{"with --dequantize " if info["dequantized"] else ""}prepare rewrites it: '
+              f'{info["dequantized"]} tensors dequantized, '
               f'{info["transposes"]} layout transpose rewrites'
               + (f', input {perm} (the model takes NHWC data)' if perm else '')
               + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else ''))
@@ -70,7 +71,11 @@ def cmd_inspect(a):
             total += n
         print(f'  {t.index:3d} {t.name[:40]:40s} {str(list(t.shape)):18s} {t.dtype:8s} {const:5s}'
               f' {n if const else ""}')
-    print(f'\nparameters (float32 constants): {total}')
+    from .quant import is_int8, inspect_lines
+    if is_int8(g):
+        print('\n' + '\n'.join(inspect_lines(g)))
+    else:
+        print(f'\nparameters (float32 constants): {total}')
     trains = sorted(n for n in SUPPORTED if SPECS[n].params)   # callable: ADD/SUB/MUL/DIV's constant
     print(f'ops that train here (weights): {", ".join(trains)}')
     print(f'ops gradients pass through: {", ".join(n for n in SUPPORTED if n not in trains)}')

@@ -527,6 +527,41 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
                    f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
 
 
+def float_takes(g: Graph, train) -> bool:
+    """Does prepare's float path (--dequantize) train int8 model g with --train train?"""
+    from .prepare import select_rewrite_plan
+    try:
+        return bool(select_rewrite_plan(g, train, {})[-1].params)
+    except Exception:           # noqa: BLE001 (any refusal of the float path: it does not)
+        return False
+
+
+def refusal(g: Graph, model_path, why: str, train) -> str:
+    """An int8 path refusal: the model's file named once, and --dequantize when the float
+    path trains the model."""
+    msg = why if why.startswith(f'{g.path}: ') else f'{model_path}: {why}'
+    if float_takes(g, train):
+        msg += '; --dequantize trains it in float32 (export --quantized writes it back as int8)'
+    return msg
+
+
+def inspect_lines(g: Graph) -> list:
+    """What `inspect` says of an int8 model: how prepare trains it (as int8, or why not
+    and whether --dequantize does) and its int8 parameters."""
+    n = sum(int(np.prod(t.shape)) for t in g.tensors if t.data is not None and t.quant
+            and t.dtype in ('int8', 'int32'))
+    out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
+    try:
+        ls = layers(g, 'all')
+        out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
+                   f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
+                   'DEPTHWISE_CONV_2D layers can train (--train last:N); --dequantize trains '
+                   'it in float32 instead (the rewrites above)')
+    except ValueError as e:
+        out.append('prepare does not train it as int8: ' + refusal(g, g.path, str(e), 'all'))
+    return out
+
+
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
                split_seed=0, progress=None, cache=False, bands=None, board=None,
                limit=None, why_limit='') -> dict:
@@ -549,10 +584,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     try:
         m, tables, heap = planned(g, s, train, cache, bands, board)
     except ValueError as e:
-        raise PrepareError(f'{model_path}: {e}') from None
+        raise PrepareError(refusal(g, model_path, str(e), train)) from None
     if not any(d.get('train') for d in m['layers']):
-        raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D '
-                           f'among --train {train})')
+        raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
+                                   f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)

@@ -395,3 +395,30 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
         bd.deploy(d, 'nowhere', board='tiny', source=True)
     msg = str(e.value)
     assert 'file system of tiny' in msg and '--dtype' not in msg and '8-bit already' in msg, msg
+
+
+# ------------------------------------------------------------------ 5: int8 refusals, inspect
+def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
+    """An int8 Conv1D (MEAN over time, which int8 training does not take) is refused
+    naming its file once and --dequantize, which trains it; inspect says the same, and of
+    an int8 model that trains as int8 that it does, with its int8 parameters counted."""
+    import contextlib
+    import io
+    from host_tools.cli import main
+    model = int8_conv1d(str(tmp_path / 'c1.tflite'))
+    data = _data(str(tmp_path / 'd.npz'), (24, 3))
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'q'), data=data, loss='scce', log=lambda *a: None)
+    msg = str(e.value)
+    assert msg.count(model) == 1 and 'MEAN' in msg and '--dequantize' in msg, msg
+    s = prepare(model, str(tmp_path / 'f'), data=data, loss='scce', dequantize=True,
+                log=lambda *a: None)
+    assert s['trainable_params'] == 6 * 3 * 3 + 6 + 3 * 6 + 3
+    for path, says in ((model, 'does not train it as int8'),
+                       (int8_cnn(str(tmp_path / 'cnn.tflite')), 'trains it as int8')):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(['inspect', path])
+        text = out.getvalue()
+        assert says in text and '--dequantize' in text and 'float32 constants' not in text, text
+    assert 'int8 model: %d parameters' % (6 * 9 * 2 + 6 + 6 * 9 + 6 + 36 + 6 + 18 + 3) in text, text
