@@ -218,7 +218,7 @@ def limit_source(board, prof) -> str:
             'and training state)') if prof else ''
 
 
-def planned(heap, limit) -> dict:
+def run_planned(heap, limit) -> dict:
     """train.json's run.planned: the plan's total (bytes) when prepare checked it against
     a budget or board, so that a run out of memory does not advise what was done."""
     return {'planned': heap['total']} if limit(heap) is not None else {}
@@ -250,11 +250,17 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
     if limit is None or heap['total'] <= limit:
         return
 
-    def planned(tr, r, settings):
+    def planned(tr, r, settings, cache=None, back=None):
+        # (total, the limit it must fit: a frozen backend's code is off the heap); cache,
+        # back: another --cache / --backend than the run's
         rg, _, _, _, _, p = select_rewrite_plan(source, tr, r, rewrite)
         if not p.params:
             return None
-        return plan_memory(rg, p, settings, backend, board, **(plan_opts or {}))['total']
+        opts = dict(plan_opts or {})
+        if cache is not None:
+            opts['cache'] = cache
+        h = plan_memory(rg, p, settings, back or backend, board, **opts)
+        return h['total'], heap_limit(prof, budget, h)
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
                        + limit_source(board, prof) + '.\n'
@@ -479,7 +485,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
-                            gc_every=heap['gc_every'], **planned(heap, limit))
+                            gc_every=heap['gc_every'], **run_planned(heap, limit))
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,

@@ -422,3 +422,23 @@ def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
         text = out.getvalue()
         assert says in text and '--dequantize' in text and 'float32 constants' not in text, text
     assert 'int8 model: %d parameters' % (6 * 9 * 2 + 6 + 6 * 9 + 6 + 36 + 6 + 18 + 3) in text, text
+
+
+# ------------------------------------------------------------------ 3: every memory option
+@pytest.mark.parametrize('size,firmware', [(24, False), (32, True)])
+def test_budget_advice_considers_every_memory_option(tmp_path, size, firmware):
+    """A CNN whose frozen convolution's activations do not fit an ESP32 without PSRAM
+    beside the code: the refusal names what fits, the prefix cached by prepare
+    (--cache-on-host) among it, and when nothing fits on this firmware, what fits on
+    one with ulab or utrain frozen in; each suggestion, typed back, plans what it said."""
+    from host_tools.refmodels import small_cnn
+    from tests.test_memory import advice_keeps_its_word
+    model = small_cnn(str(tmp_path / 'cnn.circle'), size=size, classes=4)
+    kw = dict(loss='scce', board='esp32', train='last:2', log=lambda *a: None)
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'o'), **kw)
+    msg = str(e.value)
+    assert 'nothing tried fits' not in msg, msg
+    fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2'), **kw)
+    assert all('--cache-on-host' in f for f in fits), msg
+    assert all('--backend' in f for f in fits) == firmware, msg
