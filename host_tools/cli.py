@@ -157,10 +157,11 @@ def cmd_run(a):
 
 def cmd_export(a):
     from .prepare import export
-    r = export(a.model, a.weights, a.output, quantized=a.quantized)
+    r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
              if a.quantized else '') + (' (int8, as trained)' if r.get('int8') else ''))
+    print('\n'.join(r['notes']) if r['notes'] else '', end='\n' if r['notes'] else '')
     return 0
 
 
@@ -376,6 +377,8 @@ def main(argv=None):
     q.add_argument('-o', '--output', required=True)
     q.add_argument('--quantized', action='store_true',
                    help='quantize the trained weights with the original model\'s scales')
+    q.add_argument('--data', help='with --quantized: samples (as prepare --data takes) on '
+                   'which to measure the int8 export against the float weights it came from')
     q.set_defaults(fn=cmd_export)
 
     q = sub.add_parser('dataset', help='convert .npz, .csv or an image folder to .ds record files')

@@ -512,7 +512,42 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
     return res
 
 
-def export(model_path, wof_path, out_path, quantized=False) -> dict:
+def out_identifier(out_path, ident: bytes) -> bytes:
+    """The file identifier an exported model gets: what its name's extension says
+    (.circle: CIR0, .tflite: TFL3; the schemas share their tables and op codes), else
+    the model's own."""
+    ext = os.path.splitext(out_path)[1].lower()
+    return {'.circle': b'CIR0', '.tflite': b'TFL3'}.get(ext, ident)
+
+
+def export_notes(r, g, summary, out_path) -> list:
+    """What `export` says beyond what it wrote: the input layout the exported model takes
+    when prepare transposed it (a PyTorch model through tico: NCHW -> NHWC), and an int8
+    export's measured cost (exportcheck.measure) or that it was not measured."""
+    notes = []
+    perm = summary.get('input_perm')
+    if perm and not r.get('int8') and not r.get('requantized'):   # (those: the original's layout)
+        shape = list(g.tensors[g.inputs[0]].shape)
+        orig = [shape[i] for i in np.argsort(perm)]
+        notes.append(f'note: {out_path} takes its input as NHWC {shape}, not {orig} as the '
+                     f'original model: transpose your data, x.transpose({", ".join(map(str, perm))})')
+    m = r.get('measured')
+    if m and 'error' in m:
+        notes.append(f'note: the int8 export\'s cost was not measured: {m["error"]}')
+    elif m:
+        drop = m['float'] - m['int8'] if m['metric'] == 'accuracy' else m['int8'] - m['float']
+        line = (f'measured on {m["samples"]} samples: {m["metric"]} {m["float"]:.4f} as trained '
+                f'(float), {m["int8"]:.4f} as int8 with the original activation scales')
+        notes.append(('warning: ' + line + f': {m["metric"]} {"drops" if m["metric"] == "accuracy" else "rises"} '
+                      f'by {drop:.4f}; train it as int8 instead (prepare without --dequantize) or '
+                      'use the float export') if drop > 0.01 else line)
+    elif r.get('requantized'):
+        notes.append('note: the int8 export keeps the original model\'s activation scales, which '
+                     'training may have outgrown: export --data D measures what that costs')
+    return notes
+
+
+def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
     prepare.json beside the .wof says so), the weights index the rewritten graph
     (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with
@@ -550,7 +585,8 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
         export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
-        return {'model': model_path, 'tensors': 0, 'clipped': 0, 'int8': True}
+        return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
+                'clipped': 0, 'int8': True, 'notes': []}
     if rw_name:
         rewritten = os.path.join(run_dir, rw_name)
         if not os.path.exists(rewritten):
@@ -572,8 +608,10 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     else:
         w = read_wof(wof_path, g)
     if not quantized:
-        write_with_weights(base, out_path, w)
-        return {'model': base, 'tensors': len(w), 'clipped': 0}
+        write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
+        r = {'model': base, 'tensors': len(w), 'clipped': 0}
+        r['notes'] = export_notes(r, g, summary, out_path)
+        return r
     orig = read_model(model_path)
     by_name = {t.name: t for t in orig.tensors}
     quant = summary.get('quant') or {}
@@ -595,5 +633,11 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     if not quant:
         raise PrepareError(f'{model_path}: --quantized needs the quantized model prepare '
                            'started from (this one has no dequantized tensors)')
-    write_with_weights(model_path, out_path, new)
-    return {'model': model_path, 'tensors': len(new), 'clipped': clipped}
+    write_with_weights(model_path, out_path, new, out_identifier(out_path, orig.identifier))
+    r = {'model': model_path, 'tensors': len(new), 'clipped': clipped, 'requantized': True}
+    if data:
+        from .exportcheck import measure
+        r['measured'] = measure(run_dir, wof_path, out_path, data,
+                                g.tensors[g.inputs[0]].shape, summary.get('input_perm'))
+    r['notes'] = export_notes(r, g, summary, out_path)
+    return r

@@ -471,10 +471,12 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path."""
     from .rewrite import save_graph
+    from .prepare import out_identifier
     g = read_model(model_path)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
+    g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
 

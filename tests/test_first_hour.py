@@ -442,3 +442,101 @@ def test_budget_advice_considers_every_memory_option(tmp_path, size, firmware):
     fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2'), **kw)
     assert all('--cache-on-host' in f for f in fits), msg
     assert all('--backend' in f for f in fits) == firmware, msg
+
+
+# ------------------------------------------------------------------ 7: export
+def _onert_outputs(path, x):
+    onert = pytest.importorskip('onert')
+    sess = onert.infer.session(path)
+    return np.array([np.ravel(sess.infer([np.ascontiguousarray(v[None], np.float32)])[0]) for v in x])
+
+
+def test_quantized_export_measures_what_requantizing_costs(tmp_path):
+    """export --quantized --data: the int8 export keeps the original activation scales;
+    weights that outgrew them (the first convolution's, scaled 6x here) saturate its
+    activations.  The export measures both: the float weights score what ONERT scores the
+    float export (labels: its own predictions, so 1.0), the int8 export less, and says so
+    as a warning; without --data it says that it did not measure."""
+    from host_tools.circle_io import read_model
+    from host_tools.prepare import export
+    from host_tools.wof import read_wof, write_wof
+    model = int8_cnn(str(tmp_path / 'm.tflite'))
+    x = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=40)
+    out = str(tmp_path / 'f')
+    prepare(model, out, data=x, loss='scce', dequantize=True, log=lambda *a: None)
+    g = read_model(os.path.join(out, 'rewritten.circle'))
+    w = read_wof(os.path.join(out, 'weights.wof'), g)
+    first = g.ops[0].inputs[1]
+    w[first] = w[first] * 6
+    trained = os.path.join(out, 'trained.wof')
+    write_wof(trained, len(g.tensors), w)
+    export(model, trained, str(tmp_path / 'float.tflite'))
+    xs = np.load(x)['x']
+    labels = np.argmax(_onert_outputs(str(tmp_path / 'float.tflite'), xs), 1)
+    np.savez(str(tmp_path / 'own.npz'), x=xs, y=labels)
+    r = export(model, trained, str(tmp_path / 'q.tflite'), quantized=True,
+               data=str(tmp_path / 'own.npz'))
+    m = r['measured']
+    assert m['samples'] == 40 and m['float'] == 1.0 and m['int8'] < 0.95, m
+    assert r['notes'][0].startswith('warning: measured on 40 samples: accuracy 1.0000'), r['notes']
+    r = export(model, trained, str(tmp_path / 'q2.tflite'), quantized=True)
+    assert 'export --data D measures' in r['notes'][0], r['notes']
+
+
+def test_export_writes_what_its_name_says_and_counts_int8_tensors(tmp_path):
+    """-o x.circle from a .tflite writes a circle file (and -o x.tflite a TFLite one),
+    float or int8; an int8 run's export counts the tensors it trained."""
+    from host_tools.circle_io import read_model
+    from host_tools.prepare import export
+    import shutil
+    model = int8_cnn(str(tmp_path / 'm.tflite'))
+    data = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=4)
+    q, f = str(tmp_path / 'q'), str(tmp_path / 'f')
+    s = prepare(model, q, data=data, loss='scce', train='last:2', log=lambda *a: None)
+    prepare(model, f, data=data, loss='scce', dequantize=True, log=lambda *a: None)
+    for d in (q, f):
+        shutil.copy(os.path.join(d, 'weights.wof'), os.path.join(d, 'trained.wof'))
+    for d, kw in ((q, {}), (f, {}), (f, dict(quantized=True))):
+        for ext, ident in (('circle', b'CIR0'), ('tflite', b'TFL3')):
+            dst = str(tmp_path / f'out.{ext}')
+            r = export(model, os.path.join(d, 'trained.wof'), dst, **kw)
+            with open(dst, 'rb') as fh:
+                assert fh.read(8)[4:] == ident, (d, kw, ext)
+            assert read_model(dst).ops
+            if d == q:
+                assert r['int8'] and r['tensors'] == len(s['trainable']) == 2, r
+
+
+def test_export_of_a_transposed_input_says_it_takes_nhwc(tmp_path):
+    """A PyTorch-style model (NCHW input, TRANSPOSE to NHWC first, as tico writes it):
+    prepare moves the transpose into the data; the float export takes NHWC and says so,
+    naming the transpose to apply."""
+    from host_tools.prepare import export
+    r = np.random.default_rng(0)
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 2, 6, 6])
+    t = b.tensor('t', [1, 6, 6, 2])
+    b.op('TRANSPOSE', [x, b.tensor('perm', [4], data=np.array([0, 2, 3, 1], np.int32))], [t])
+    c = b.tensor('c', [1, 6, 6, 4])
+    b.op('CONV_2D', [t, b.tensor('w', [4, 3, 3, 2], data=r.normal(0, 0.3, (4, 3, 3, 2)).astype(np.float32)),
+                     b.tensor('b', [4], data=np.zeros(4, np.float32))], [c], padding='SAME',
+         stride_w=1, stride_h=1, fused_activation_function='RELU')
+    m = b.tensor('m', [1, 4])
+    b.op('MEAN', [c, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
+    y = b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [m, b.tensor('fw', [3, 4], data=r.normal(0, 0.5, (3, 4)).astype(np.float32)),
+                             b.tensor('fb', [3], data=np.zeros(3, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    model = b.save(str(tmp_path / 'nchw.circle'))
+    data = _data(str(tmp_path / 'd.npz'), (2, 6, 6), n=6)
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', from_logits=True, log=lambda *a: None)
+    assert s['input_perm'] == [0, 2, 3, 1]
+    res = export(model, os.path.join(out, 'weights.wof'), str(tmp_path / 'e.circle'))
+    assert any('takes its input as NHWC [1, 6, 6, 2], not [1, 2, 6, 6]' in n
+               and 'x.transpose(0, 2, 3, 1)' in n for n in res['notes']), res['notes']
+    xs = np.load(data)['x']
+    want = _onert_outputs(model, xs)
+    got = _onert_outputs(str(tmp_path / 'e.circle'), xs.transpose(0, 2, 3, 1))
+    assert np.allclose(want, got, atol=1e-5)     # the note's transpose is the right one
