@@ -716,7 +716,10 @@ def fleet(d, boards=None, rounds=3, split_how='iid', seed=0, ports=None, python=
             _, _, _, _, y = _ds_header(os.path.join(d, train))
             shards = split(y, boards, split_how, seed)
             settings['sim'] = 'python' if python else board
-            heap = runner.boards()[board]['heap'] if not python else None
+            heap, note = (None, None) if python else runner.sim_heap(d, board)
+            if note:
+                say(note)
+            heap = heap and str(heap)
             for i in range(boards):
                 flash = os.path.join(f.out, 'flash', f'board{i}')
                 made.append(PyBoard(f'board{i}', flash) if python else
