@@ -523,7 +523,7 @@ def out_identifier(out_path, ident: bytes) -> bytes:
 def export_notes(r, g, summary, out_path) -> list:
     """What `export` says beyond what it wrote: the input layout the exported model takes
     when prepare transposed it (a PyTorch model through tico: NCHW -> NHWC), and an int8
-    export's measured cost (exportcheck.measure) or that it was not measured."""
+    export's recalibration and measured cost (exportcheck.calibrated), or that there was none."""
     notes = []
     perm = summary.get('input_perm')
     if perm and not r.get('int8') and not r.get('requantized'):   # (those: the original's layout)
@@ -532,18 +532,25 @@ def export_notes(r, g, summary, out_path) -> list:
         notes.append(f'note: {out_path} takes its input as NHWC {shape}, not {orig} as the '
                      f'original model: transpose your data, x.transpose({", ".join(map(str, perm))})')
     m = r.get('measured')
-    if m and 'error' in m:
-        notes.append(f'note: the int8 export\'s cost was not measured: {m["error"]}')
-    elif m:
-        drop = m['float'] - m['int8'] if m['metric'] == 'accuracy' else m['int8'] - m['float']
-        line = (f'measured on {m["samples"]} samples: {m["metric"]} {m["float"]:.4f} as trained '
-                f'(float), {m["int8"]:.4f} as int8 with the original activation scales')
-        notes.append(('warning: ' + line + f': {m["metric"]} {"drops" if m["metric"] == "accuracy" else "rises"} '
-                      f'by {drop:.4f}; train it as int8 instead (prepare without --dequantize) or '
-                      'use the float export') if drop > 0.01 else line)
+    if m:
+        kept = (f'activation scales recalibrated on {m["samples"]} samples ({m["tensors"]} tensors)'
+                if m['kept'] == 'calibrated' else 'the original activation scales')
+        if 'error' in m:
+            notes.append(f'note: written with {kept}; not measured: {m["error"]}')
+        else:
+            name = m['metric']
+            got = m['calibrated'] if m['kept'] == 'calibrated' else m['int8']
+            drop = m['float'] - got if name == 'accuracy' else got - m['float']
+            line = (f'measured on {m["samples"]} samples: {name} {m["float"]:.4f} as trained '
+                    f'(float), {m["int8"]:.4f} as int8 with the original activation scales, '
+                    f'{m["calibrated"]:.4f} recalibrated; written with {kept}')
+            notes.append(('warning: ' + line + f'; {name} {"drops" if name == "accuracy" else "rises"} '
+                          f'by {drop:.4f}: train it as int8 instead (prepare without --dequantize) '
+                          'or use the float export') if drop > 0.01 else line)
     elif r.get('requantized'):
         notes.append('note: the int8 export keeps the original model\'s activation scales, which '
-                     'training may have outgrown: export --data D measures what that costs')
+                     'training may have outgrown: export --data D recalibrates them on D\'s samples '
+                     'and measures both')
     return notes
 
 
@@ -635,9 +642,11 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
                            'started from (this one has no dequantized tensors)')
     write_with_weights(model_path, out_path, new, out_identifier(out_path, orig.identifier))
     r = {'model': model_path, 'tensors': len(new), 'clipped': clipped, 'requantized': True}
-    if data:
-        from .exportcheck import measure
-        r['measured'] = measure(run_dir, wof_path, out_path, data,
-                                g.tensors[g.inputs[0]].shape, summary.get('input_perm'))
+    if data:                # activation scales recalibrated on data, and measured
+        from .exportcheck import calibrated
+        r['measured'] = calibrated(run_dir, wof_path, out_path, data, g, w,
+                                   summary.get('input_perm'))
+        if r['measured'].get('kept') == 'calibrated':
+            r['clipped'] = 0        # (weight scales that fit the trained weights)
     r['notes'] = export_notes(r, g, summary, out_path)
     return r

@@ -451,17 +451,20 @@ def _onert_outputs(path, x):
     return np.array([np.ravel(sess.infer([np.ascontiguousarray(v[None], np.float32)])[0]) for v in x])
 
 
-def test_quantized_export_measures_what_requantizing_costs(tmp_path):
-    """export --quantized --data: the int8 export keeps the original activation scales;
-    weights that outgrew them (the first convolution's, scaled 6x here) saturate its
-    activations.  The export measures both: the float weights score what ONERT scores the
-    float export (labels: its own predictions, so 1.0), the int8 export less, and says so
-    as a warning; without --data it says that it did not measure."""
+def test_quantized_export_recalibrates_on_data_and_measures(tmp_path):
+    """export --quantized --data: weights that outgrew the original int8 scales (the
+    first convolution's, 6x here) saturate its activations.  With --data the export
+    recalibrates the activation scales on the samples and measures the float weights
+    (what ONERT scores the float export: labels are its own predictions, so 1.0), the
+    int8 model with the original scales (less) and the recalibrated one (better), and
+    keeps the better: the written file is the recalibrated model, whose saturated
+    activation's scale grew.  Without --data it says it did not recalibrate."""
     from host_tools.circle_io import read_model
     from host_tools.prepare import export
     from host_tools.wof import read_wof, write_wof
+    from host_tools import exportcheck
     model = int8_cnn(str(tmp_path / 'm.tflite'))
-    x = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=40)
+    x = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=60)
     out = str(tmp_path / 'f')
     prepare(model, out, data=x, loss='scce', dequantize=True, log=lambda *a: None)
     g = read_model(os.path.join(out, 'rewritten.circle'))
@@ -474,13 +477,21 @@ def test_quantized_export_measures_what_requantizing_costs(tmp_path):
     xs = np.load(x)['x']
     labels = np.argmax(_onert_outputs(str(tmp_path / 'float.tflite'), xs), 1)
     np.savez(str(tmp_path / 'own.npz'), x=xs, y=labels)
-    r = export(model, trained, str(tmp_path / 'q.tflite'), quantized=True,
-               data=str(tmp_path / 'own.npz'))
+    q = str(tmp_path / 'q.tflite')
+    r = export(model, trained, q, quantized=True, data=str(tmp_path / 'own.npz'))
     m = r['measured']
-    assert m['samples'] == 40 and m['float'] == 1.0 and m['int8'] < 0.95, m
-    assert r['notes'][0].startswith('warning: measured on 40 samples: accuracy 1.0000'), r['notes']
+    assert m['samples'] == 60 and m['float'] == 1.0 and m['int8'] < 0.9, m
+    assert m['calibrated'] >= m['int8'] + 0.1 and m['kept'] == 'calibrated' and m['tensors'] >= 3, m
+    assert 'measured on 60 samples: accuracy 1.0000 as trained (float), %.4f as int8 with the ' \
+        'original activation scales, %.4f recalibrated' % (m['int8'], m['calibrated']) in r['notes'][0]
+    assert r['notes'][0].startswith('warning: ') == (m['calibrated'] < 0.99), r['notes']
+    out8 = exportcheck._int8_outputs(q, xs.reshape(60, -1))
+    assert np.mean(np.argmax(out8, 1) == labels) == m['calibrated']
+    scales = {t.name: t.quant['scale'][0] for t in read_model(q).tensors if t.quant}
+    orig = {t.name: t.quant['scale'][0] for t in read_model(model).tensors if t.quant}
+    assert scales['c1'] > 3 * orig['c1']                    # the saturated activation's
     r = export(model, trained, str(tmp_path / 'q2.tflite'), quantized=True)
-    assert 'export --data D measures' in r['notes'][0], r['notes']
+    assert 'export --data D recalibrates' in r['notes'][0], r['notes']
 
 
 def test_export_writes_what_its_name_says_and_counts_int8_tensors(tmp_path):
