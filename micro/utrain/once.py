@@ -103,7 +103,8 @@ def oom(e, at):
           '--budget %dK plans the heap and names settings that fit (docs/memory.md): '
           'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
           'code, or a board with more heap.'
-          % (at, free + used, free, used, 'planned this run at %d KB, short of what it took here: '
-             'prepare again with a budget below this heap, e.g.' % (p // 1024) if p else 'with',
+          % (at, free + used, free, used, 'planned this run at %d KB, %s: prepare again with a '
+             'budget below this heap, e.g.' % (p // 1024, 'more than this heap' if p > free + used
+                                                else 'short of what it took here') if p else 'with',
              (free + used) * (9 if p else 10) // 10240))
     return 'out of memory ' + at
