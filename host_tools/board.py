@@ -114,6 +114,48 @@ def _size(n):
     return int(float(n.rstrip('KM')) * mult)
 
 
+def flash_advice(what, total, board, samples, n, dtype):
+    """None when `total` bytes fit board's file system (boards.json flash_fs; none
+    given: anything fits), else what to say: `samples` of those bytes are n samples
+    stored as dtype; float samples go to --dtype uint8 (a quarter), 8-bit ones to fewer
+    samples or a board with more flash (prepare and deploy say the same)."""
+    profs = runner.boards()
+    fs = profs[board].get('flash_fs')
+    if not fs or total <= _size(fs):
+        return None
+    cap, rest, per = _size(fs), total - samples, samples / max(n, 1)
+    msg = (f'{what}: about {total // 1024} KB to store ({samples // 1024} KB of it {n} samples '
+           f'as {dtype}), more than the {fs} file system of {board}; ')
+    if dtype == 'float32':
+        total, per = rest + samples // 4, per / 4
+        msg += f'--dtype uint8 stores the samples in a quarter (about {total // 1024} KB in all)'
+        if total <= cap:
+            return msg
+        msg += ', still too much: with it '
+    else:
+        msg += 'the samples are 8-bit already: '
+    fit = int((cap - rest) // per) if cap > rest else 0
+    more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
+            if p.get('flash_fs') and _size(p['flash_fs']) >= total]
+    return msg + (f'at most {fit} samples fit (give --data fewer)' if fit else
+                  f'the model and code alone take about {rest // 1024} KB') + (
+        f', or a board with more flash: {", ".join(more)}' if more else '')
+
+
+def sample_files(d, files):
+    """(bytes, samples, dtype) of the prepared folder d's train and test files."""
+    import struct
+    size, n, dtype = 0, 0, 'float32'
+    for k in ('train', 'test'):
+        if files.get(k):
+            path = os.path.join(d, files[k])
+            with open(path, 'rb') as f:
+                _, _, xt, _, m = struct.unpack_from('<4sHBBI', f.read(12))
+            size, n = size + os.path.getsize(path), n + m
+            dtype = {1: 'uint8', 2: 'int8'}.get(xt, 'float32')
+    return size, n, dtype
+
+
 def deploy(d, port, board=None, source=False, run=False, resume=False):
     """Copy micro/ and the prepared files of folder d onto the board at port."""
     files = _files(d)
@@ -133,9 +175,9 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
         prof = runner.boards().get(board)
         if prof is None:
             raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
-        if prof.get('flash_fs') and total > _size(prof['flash_fs']):
-            raise BoardError(f'{d}: {total} bytes to copy, more than the {prof["flash_fs"]} '
-                             f'file system of {board}; store samples as --dtype uint8')
+        why = flash_advice(d, total, board, *sample_files(d, files))
+        if why:
+            raise BoardError(why)
     # stale code goes first (a utrain/x.py left from a --source deploy would shadow a new
     # x.mpy); the modules the board already holds stay, and mpremote's cp skips every file
     # whose hash matches: a second deploy copies only what changed (on an emulated Pico,

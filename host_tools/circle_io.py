@@ -538,11 +538,13 @@ def atomic_write(out_path, data: bytes) -> None:
         raise
 
 
-def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray]) -> None:
+def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],
+                       identifier: bytes | None = None) -> None:
     """Copy ``src_path`` to ``out_path`` with the constant data of tensors replaced.
 
     ``new_data`` maps tensor index (subgraph 0) -> array of the tensor's dtype and shape.
-    Everything else (identifier, metadata, other buffers, options) is kept. Buffers
+    Everything else (identifier unless given: b'CIR0' or b'TFL3', metadata, other
+    buffers, options) is kept. Buffers
     given by offset/size are stored inline in the copy. A buffer shared with another
     tensor (or with metadata) is not touched: the tensor gets a new buffer.
     """
@@ -600,5 +602,5 @@ def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray]) -> N
         else:
             model.buffers[bi] = _aligned_buffer(payload)
 
-    data = pack_model(model, bytes(raw[4:8]))
+    data = pack_model(model, identifier or bytes(raw[4:8]))
     atomic_write(out_path, data)

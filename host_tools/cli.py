@@ -54,7 +54,8 @@ def cmd_inspect(a):
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))
     if info['changed'] or perm:
-        print(f'\nprepare rewrites it: {info["dequantized"]} tensors dequantized, '
+        print(f'\n{"with --dequantize " if info["dequantized"] else ""}prepare rewrites it: '
+              f'{info["dequantized"]} tensors dequantized, '
               f'{info["transposes"]} layout transpose rewrites'
               + (f', input {perm} (the model takes NHWC data)' if perm else '')
               + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else ''))
@@ -71,7 +72,11 @@ def cmd_inspect(a):
             total += n
         print(f'  {t.index:3d} {t.name[:40]:40s} {str(list(t.shape)):18s} {t.dtype:8s} {const:5s}'
               f' {n if const else ""}')
-    print(f'\nparameters (float32 constants): {total}')
+    from .quant import is_int8, inspect_lines
+    if is_int8(g):
+        print('\n' + '\n'.join(inspect_lines(g)))
+    else:
+        print(f'\nparameters (float32 constants): {total}')
     trains = sorted(n for n in SUPPORTED if SPECS[n].params)   # callable: ADD/SUB/MUL/DIV's constant
     print(f'ops that train here (weights): {", ".join(trains)}')
     print(f'ops gradients pass through: {", ".join(n for n in SUPPORTED if n not in trains)}')
@@ -160,10 +165,11 @@ def cmd_run(a):
 
 def cmd_export(a):
     from .prepare import export
-    r = export(a.model, a.weights, a.output, quantized=a.quantized)
+    r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
              if a.quantized else '') + (' (int8, as trained)' if r.get('int8') else ''))
+    print('\n'.join(r['notes']) if r['notes'] else '', end='\n' if r['notes'] else '')
     return 0
 
 
@@ -456,6 +462,8 @@ def parser(prog=None):
     q.add_argument('-o', '--output', required=True, help='the model file to write')
     q.add_argument('--quantized', action='store_true',
                    help='quantize the trained weights with the original model\'s scales')
+    q.add_argument('--data', help='with --quantized: samples (as prepare --data takes) on '
+                   'which to measure the int8 export against the float weights it came from')
     q.set_defaults(fn=cmd_export)
 
     q = sub.add_parser('dataset', help='convert .npz, .csv or an image folder to .ds record files')

@@ -48,7 +48,12 @@ devwof = module('wof')
 
 STRATEGIES = ('fedavg', 'fedavgm', 'fedadam', 'fedyogi', 'fedadagrad', 'fedmedian',
               'fedtrimmedavg')
-LOG_HEAD = ['round', 'loss', 'accuracy', 'test_loss', 'test_accuracy', 'boards', 'samples']
+
+
+def log_head(metric):
+    """fleet.csv's header; the metric named as train.json names it (accuracy, or mae for
+    a regression), as train.log names it (plot reads either)."""
+    return ['round', 'loss', metric, 'test_loss', 'test_' + metric, 'boards', 'samples']
 
 
 class FleetError(RuntimeError):
@@ -555,6 +560,7 @@ class Fleet:
         if test and not os.path.exists(test):
             raise FleetError(f'{test}: no such test file')
         self.test = test
+        self.metric = self.model.cfg.get('metric', 'accuracy')   # history keys, CSV, console
 
     def load_state(self, settings):
         if not os.path.exists(self.state_path):
@@ -580,10 +586,10 @@ class Fleet:
         atomic_write(self.state_path, json.dumps(st, indent=1).encode())
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator='\n')
-        w.writerow(LOG_HEAD)
+        head = log_head(self.metric)
+        w.writerow(head)
         for h in st['history']:
-            w.writerow([h['round']] + ['' if h.get(k) is None else '%.6f' % h[k] for k in
-                                       ('loss', 'accuracy', 'test_loss', 'test_accuracy')]
+            w.writerow([h['round']] + ['' if h.get(k) is None else '%.6f' % h[k] for k in head[1:5]]
                        + [len(h['answered']), h['samples']])
         atomic_write(self.csv, buf.getvalue().encode())
 
@@ -673,17 +679,18 @@ class Fleet:
             self.model.write(tmp, self.model.merge(parts))
             tl, ta = (float(v) for v in evaluate(self.model, tmp, self.test))
             os.remove(tmp)
-        h = dict(round=rnd, answered=answered, samples=samples, loss=loss, accuracy=acc,
-                 test_loss=tl, test_accuracy=ta, seconds=round(secs, 2), failed=fails or {})
+        m = self.metric
+        h = dict(round=rnd, answered=answered, samples=samples, loss=loss, test_loss=tl,
+                 seconds=round(secs, 2), failed=fails or {}, **{m: acc, 'test_' + m: ta})
         st['history'].append(h)
         self.save(st, parts)
         if rnd == 0:
-            say(f'round 0 (starting weights): test_loss {tl:.4f} test_accuracy {ta:.4f}'
+            say(f'round 0 (starting weights): test_loss {tl:.4f} test_{m} {ta:.4f}'
                 if self.test else 'round 0: starting weights')
         else:
             say(f'round {rnd}: {len(answered)} boards answered ({samples} samples), local loss '
                 + (f'{loss:.4f}' if loss is not None else '-')
-                + (f', global test_loss {tl:.4f} test_accuracy {ta:.4f}' if self.test else '')
+                + (f', global test_loss {tl:.4f} test_{m} {ta:.4f}' if self.test else '')
                 + f'  {secs:.1f} s; saved {self.wof}')
             for name, why in sorted((fails or {}).items()):
                 say(f'  {name} left out of round {rnd}: {why}')
@@ -709,7 +716,10 @@ def fleet(d, boards=None, rounds=3, split_how='iid', seed=0, ports=None, python=
             _, _, _, _, y = _ds_header(os.path.join(d, train))
             shards = split(y, boards, split_how, seed)
             settings['sim'] = 'python' if python else board
-            heap = runner.boards()[board]['heap'] if not python else None
+            heap, note = (None, None) if python else runner.sim_heap(d, board)
+            if note:
+                say(note)
+            heap = heap and str(heap)
             for i in range(boards):
                 flash = os.path.join(f.out, 'flash', f'board{i}')
                 made.append(PyBoard(f'board{i}', flash) if python else

@@ -127,6 +127,8 @@ def target(board=None) -> Target:
     """The board the plan is for: a boards/boards.json profile (its word, gc_block,
     native_code, fs), else the simulated board `run` uses (unix MicroPython: its word
     size asked once; native code and files outside the heap)."""
+    if isinstance(board, Target):
+        return board
     profile = runner.boards().get(board) if board else None
     if board and profile is None:
         raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
@@ -144,6 +146,31 @@ def target(board=None) -> Target:
     exe = runner.find_micropython() or 'micropython'
     t['name'] = f'the simulated board: {os.path.basename(exe)}, unix {8 * word}-bit'
     return t
+
+
+def sim_target(word: int) -> Target:
+    """The simulated board (unix MicroPython) with `word`-byte words: native code and
+    files outside the heap."""
+    return Target(word=word, block=4 * word, native='outside', arch=None, fs='os',
+                  name=f'unix MicroPython, {8 * word}-bit')
+
+
+def plans_by_target(price) -> dict:
+    """The same run priced for every target `run --board` may need (issue 31): {'sim32',
+    'sim64': the simulated board with 4- and 8-byte words, and each board profile with a
+    word size: planned total bytes}; price(Target) -> a heap plan.  runner.sim_heap()
+    scales a board's heap by sim / board for a simulated board whose word size differs."""
+    out, seen = {}, {}
+    for w in (4, 8):
+        out[f'sim{8 * w}'] = price(sim_target(w))['total']
+    for name, prof in runner.boards().items():
+        if prof.get('word'):
+            t = target(name)
+            key = (t['word'], t['block'], t['native'], t['arch'], t['fs'])
+            if key not in seen:
+                seen[key] = price(t)['total']
+            out[name] = seen[key]
+    return out
 
 
 def native_mpy_size(arch, name='npkern') -> int:
@@ -422,59 +449,86 @@ def gc_every(g, planned) -> int:
 
 
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
-    """What would fit in `limit`: the planner's figure for cheaper settings.  g is the
-    graph as read; train (op numbers) and ranks {op: rank} are in the file's numbering,
-    and so is every suggestion (as `inspect` and --train last:N count); planned(train,
-    ranks, settings) is the heap plan's total for a candidate as prepare would plan it
-    (the rewrites differ with what trains, so each is planned on its own rewritten
-    graph), None when it trains nothing."""
+    """What would fit in `limit`: the planner's figure for cheaper settings, every memory
+    option considered: batch 1, SGD, --stream, the frozen-prefix cache made by the board
+    (--cache) or by prepare (--cache-on-host), sparse updates, fewer layers trained, and
+    a firmware whose code takes less heap (ulab, utrain frozen in).  g is the graph as
+    read; train (op numbers) and ranks {op: rank} are in the file's numbering, and so is
+    every suggestion (as `inspect` and --train last:N count); planned(train, ranks,
+    settings, cache, backend) is the heap plan as prepare would plan that candidate (the
+    rewrites differ with what trains, so each is planned on its own rewritten graph):
+    its total, or (total, the limit it must fit), or None when it trains nothing."""
     from .passes import RANK_NAMES
     from .optable import SPECS
     parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
     lines = [f'  planned: {parts}']
     base = dict(settings)
-    cands = []
+    cache = settings.get('cache', False)
+    cands = []      # (settings changed, train, ranks, cache, backend)
     if int(settings['batch']) > 1:
-        cands.append(({'batch': 1}, train, ranks))
+        cands.append(({'batch': 1}, train, ranks, cache, backend))
     if settings['optimizer'] != 'sgd' or settings.get('momentum'):
-        cands.append(({'optimizer': 'sgd', 'momentum': 0.0}, train, ranks))
+        cands.append(({'optimizer': 'sgd', 'momentum': 0.0}, train, ranks, cache, backend))
     if not settings.get('stream'):
-        cands.append(({'stream': True}, train, ranks))
+        cands.append(({'stream': True}, train, ranks, cache, backend))
+    caches = [c for c in (True, 'host') if c != cache]     # what trains stays as chosen
+    for c in caches:
+        cands.append(({}, train, ranks, c, backend))
     cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': True}
-    cands.append((cheap, train, ranks))
+    for c in [cache] + caches:
+        cands.append((cheap, train, ranks, c, backend))
     with_params = [i for i in sorted(set(train) | set(ranks))
                    if g.ops[i].name in SPECS and SPECS[g.ops[i].name].roles(g.ops[i], g)]
-    for r in (4, 5, 1):
-        rk = dict(ranks)
-        rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
-        cands.append((cheap, train, rk))
-    for n in range(len(g.ops) - 1, 0, -1):
-        cands.append((cheap, 'last:%d' % n, {}))
+    for c in (cache, 'host'):
+        for r in (4, 5, 1):
+            rk = dict(ranks)
+            rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
+            cands.append((cheap, train, rk, c, backend))
+    for c in (cache, 'host'):
+        for n in range(len(g.ops) - 1, 0, -1):
+            cands.append((cheap, 'last:%d' % n, {}, c, backend))
+    # then, when nothing fits on this firmware, one whose code takes less heap: what
+    # trains as chosen, and the cheapest ways (the prefix cached by prepare, biases only,
+    # the last op only)
+    firmware = []
+    for b in ('ulab', 'fallback-frozen', 'ulab-frozen'):
+        if b != backend and (backend.startswith('ulab') <= b.startswith('ulab')):
+            bias = dict(ranks)
+            bias.update({i: 1 for i in with_params})
+            firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
+                         (cheap, train, bias, 'host', b), (cheap, 'last:1', {}, 'host', b)]
     fits, seen = [], set()
-    for change, tr, rk in cands:
+    for k, (change, tr, rk, c, b) in enumerate(cands + firmware):
+        if k == len(cands) and fits:
+            break
         s = dict(base)
         s.update(change)
         new = {k for k, v in change.items() if base.get(k) != v}      # what the user changes
         desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
                         + ['--stream'] * ('stream' in new) + [f'--train {tr}'] * (tr != train)
                         + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
-                        * (rk != ranks))
-        if desc in seen:
+                        * (rk != ranks) + ['--cache-on-host' if c == 'host' else '--cache'] * (c != cache)
+                        + [f'--backend {b}'] * (b != backend))
+        if not desc or desc in seen:
             continue
         seen.add(desc)
         try:
-            est = planned(tr, rk, s)
+            est = planned(tr, rk, s, c, b)
         except ValueError:
             continue
-        if est is not None and est <= limit:
-            fits.append(f'  would fit: {desc}  (about {est // 1024} KB)')
+        est, lim = est if isinstance(est, tuple) else (est, limit)
+        if est is not None and est <= (limit if lim is None else lim):
+            fits.append(f'  would fit: {desc}  (about {est // 1024} KB)' + (
+                '' if b == backend else ' on a firmware with ' + ' and '.join(
+                    ['ulab'] * b.startswith('ulab') + ['utrain frozen in (boards/freeze.md)']
+                    * b.endswith('frozen'))))
             if len(fits) >= 3:
                 break
     if not fits:
         code = heap['parts']['code'] + heap['parts']['interpreter']
-        fits.append(f'  nothing tried fits: the code and interpreter alone take about {code // 1024} KB'
-                    + ('; a ulab firmware (or utrain frozen into it, boards/README.md) needs less'
-                       if backend == 'fallback' else ''))
+        fits.append('  nothing tried fits (batch 1, sgd, --stream, --cache, --cache-on-host, --ranks, '
+                    '--train last:N' + (', a firmware with ulab or utrain frozen in' if firmware else '')
+                    + f'): the code and interpreter alone take about {code // 1024} KB')
     return '\n'.join(lines + fits)
 
 

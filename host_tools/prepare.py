@@ -20,6 +20,7 @@ import numpy as np
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
+from .memory import plans_by_target
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
@@ -217,6 +218,12 @@ def limit_source(board, prof) -> str:
             'and training state)') if prof else ''
 
 
+def run_planned(heap, limit) -> dict:
+    """train.json's run.planned: the plan's total (bytes) when prepare checked it against
+    a budget or board, so that a run out of memory does not advise what was done."""
+    return {'planned': heap['total']} if limit(heap) is not None else {}
+
+
 def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
     """The settings pass: the board profile's defaults, the command line checked, the
     model read and checked in the file's op numbering, its CIRCLE_TRAINING metadata under
@@ -243,11 +250,17 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
     if limit is None or heap['total'] <= limit:
         return
 
-    def planned(tr, r, settings):
+    def planned(tr, r, settings, cache=None, back=None):
+        # (total, the limit it must fit: a frozen backend's code is off the heap); cache,
+        # back: another --cache / --backend than the run's
         rg, _, _, _, _, p = select_rewrite_plan(source, tr, r, rewrite)
         if not p.params:
             return None
-        return plan_memory(rg, p, settings, backend, board, **(plan_opts or {}))['total']
+        opts = dict(plan_opts or {})
+        if cache is not None:
+            opts['cache'] = cache
+        h = plan_memory(rg, p, settings, back or backend, board, **opts)
+        return h['total'], heap_limit(prof, budget, h)
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
                        + limit_source(board, prof) + '.\n'
@@ -340,6 +353,23 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
     written: data laid out for the model input of shape (perm: as the rewrites transposed
     it) with n_out outputs and targets for loss.  Returns (x, y), or None without data."""
     return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
+
+
+def check_flash(model_path, xy, dtype, board):
+    """The flash pass: with --board, samples stored as dtype that would overflow the
+    board's file system with the model and the code are refused, saying what fits
+    (board.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
+    more flash for 8-bit ones).  The model's files are reckoned at its file's size."""
+    if not board or xy is None:
+        return
+    from .board import flash_advice
+    from .memory import mpy_sizes
+    x, y = xy
+    samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
+    total = samples + os.path.getsize(model_path) + sum(mpy_sizes().values()) + 4096
+    why = flash_advice(model_path, total, board, samples, len(x), dtype)
+    if why:
+        raise PrepareError(why)
 
 
 def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
@@ -441,8 +471,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
+    heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
+        lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
@@ -452,7 +485,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
-                            gc_every=heap['gc_every'])
+                            gc_every=heap['gc_every'], **run_planned(heap, limit))
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
@@ -479,7 +512,49 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
     return res
 
 
-def export(model_path, wof_path, out_path, quantized=False) -> dict:
+def out_identifier(out_path, ident: bytes) -> bytes:
+    """The file identifier an exported model gets: what its name's extension says
+    (.circle: CIR0, .tflite: TFL3; the schemas share their tables and op codes), else
+    the model's own."""
+    ext = os.path.splitext(out_path)[1].lower()
+    return {'.circle': b'CIR0', '.tflite': b'TFL3'}.get(ext, ident)
+
+
+def export_notes(r, g, summary, out_path) -> list:
+    """What `export` says beyond what it wrote: the input layout the exported model takes
+    when prepare transposed it (a PyTorch model through tico: NCHW -> NHWC), and an int8
+    export's recalibration and measured cost (exportcheck.calibrated), or that there was none."""
+    notes = []
+    perm = summary.get('input_perm')
+    if perm and not r.get('int8') and not r.get('requantized'):   # (those: the original's layout)
+        shape = list(g.tensors[g.inputs[0]].shape)
+        orig = [shape[i] for i in np.argsort(perm)]
+        notes.append(f'note: {out_path} takes its input as NHWC {shape}, not {orig} as the '
+                     f'original model: transpose your data, x.transpose({", ".join(map(str, perm))})')
+    m = r.get('measured')
+    if m:
+        kept = (f'activation scales recalibrated on {m["samples"]} samples ({m["tensors"]} tensors)'
+                if m['kept'] == 'calibrated' else 'the original activation scales')
+        if 'error' in m:
+            notes.append(f'note: written with {kept}; not measured: {m["error"]}')
+        else:
+            name = m['metric']
+            got = m['calibrated'] if m['kept'] == 'calibrated' else m['int8']
+            drop = m['float'] - got if name == 'accuracy' else got - m['float']
+            line = (f'measured on {m["samples"]} samples: {name} {m["float"]:.4f} as trained '
+                    f'(float), {m["int8"]:.4f} as int8 with the original activation scales, '
+                    f'{m["calibrated"]:.4f} recalibrated; written with {kept}')
+            notes.append(('warning: ' + line + f'; {name} {"drops" if name == "accuracy" else "rises"} '
+                          f'by {drop:.4f}: train it as int8 instead (prepare without --dequantize) '
+                          'or use the float export') if drop > 0.01 else line)
+    elif r.get('requantized'):
+        notes.append('note: the int8 export keeps the original model\'s activation scales, which '
+                     'training may have outgrown: export --data D recalibrates them on D\'s samples '
+                     'and measures both')
+    return notes
+
+
+def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
     prepare.json beside the .wof says so), the weights index the rewritten graph
     (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with
@@ -517,7 +592,8 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
         export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
-        return {'model': model_path, 'tensors': 0, 'clipped': 0, 'int8': True}
+        return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
+                'clipped': 0, 'int8': True, 'notes': []}
     if rw_name:
         rewritten = os.path.join(run_dir, rw_name)
         if not os.path.exists(rewritten):
@@ -539,8 +615,10 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     else:
         w = read_wof(wof_path, g)
     if not quantized:
-        write_with_weights(base, out_path, w)
-        return {'model': base, 'tensors': len(w), 'clipped': 0}
+        write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
+        r = {'model': base, 'tensors': len(w), 'clipped': 0}
+        r['notes'] = export_notes(r, g, summary, out_path)
+        return r
     orig = read_model(model_path)
     by_name = {t.name: t for t in orig.tensors}
     quant = summary.get('quant') or {}
@@ -562,5 +640,13 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
     if not quant:
         raise PrepareError(f'{model_path}: --quantized needs the quantized model prepare '
                            'started from (this one has no dequantized tensors)')
-    write_with_weights(model_path, out_path, new)
-    return {'model': model_path, 'tensors': len(new), 'clipped': clipped}
+    write_with_weights(model_path, out_path, new, out_identifier(out_path, orig.identifier))
+    r = {'model': model_path, 'tensors': len(new), 'clipped': clipped, 'requantized': True}
+    if data:                # activation scales recalibrated on data, and measured
+        from .exportcheck import calibrated
+        r['measured'] = calibrated(run_dir, wof_path, out_path, data, g, w,
+                                   summary.get('input_perm'))
+        if r['measured'].get('kept') == 'calibrated':
+            r['clipped'] = 0        # (weight scales that fit the trained weights)
+    r['notes'] = export_notes(r, g, summary, out_path)
+    return r

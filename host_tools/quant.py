@@ -471,10 +471,12 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path."""
     from .rewrite import save_graph
+    from .prepare import out_identifier
     g = read_model(model_path)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
+    g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
 
@@ -527,6 +529,41 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
                    f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
 
 
+def float_takes(g: Graph, train) -> bool:
+    """Does prepare's float path (--dequantize) train int8 model g with --train train?"""
+    from .prepare import select_rewrite_plan
+    try:
+        return bool(select_rewrite_plan(g, train, {})[-1].params)
+    except Exception:           # noqa: BLE001 (any refusal of the float path: it does not)
+        return False
+
+
+def refusal(g: Graph, model_path, why: str, train) -> str:
+    """An int8 path refusal: the model's file named once, and --dequantize when the float
+    path trains the model."""
+    msg = why if why.startswith(f'{g.path}: ') else f'{model_path}: {why}'
+    if float_takes(g, train):
+        msg += '; --dequantize trains it in float32 (export --quantized writes it back as int8)'
+    return msg
+
+
+def inspect_lines(g: Graph) -> list:
+    """What `inspect` says of an int8 model: how prepare trains it (as int8, or why not
+    and whether --dequantize does) and its int8 parameters."""
+    n = sum(int(np.prod(t.shape)) for t in g.tensors if t.data is not None and t.quant
+            and t.dtype in ('int8', 'int32'))
+    out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
+    try:
+        ls = layers(g, 'all')
+        out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
+                   f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
+                   'DEPTHWISE_CONV_2D layers can train (--train last:N); --dequantize trains '
+                   'it in float32 instead (the rewrites above)')
+    except ValueError as e:
+        out.append('prepare does not train it as int8: ' + refusal(g, g.path, str(e), 'all'))
+    return out
+
+
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
                split_seed=0, progress=None, cache=False, bands=None, board=None,
                limit=None, why_limit='') -> dict:
@@ -535,8 +572,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
     budget or board), refused with advice beyond it."""
-    from .prepare import (FILES, OUTPUTS, PrepareError, check_outputs, read_data, write_data,
-                          write_run_config)
+    from .prepare import (FILES, OUTPUTS, PrepareError, check_flash, check_outputs, read_data,
+                          write_data, write_run_config)
+    from .memory import plans_by_target, plan_heap_q8
     if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
                            'sgd (no momentum) or adam; --dequantize trains it in float with '
@@ -548,10 +586,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     try:
         m, tables, heap = planned(g, s, train, cache, bands, board)
     except ValueError as e:
-        raise PrepareError(f'{model_path}: {e}') from None
+        raise PrepareError(refusal(g, model_path, str(e), train)) from None
     if not any(d.get('train') for d in m['layers']):
-        raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D '
-                           f'among --train {train})')
+        raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
+                                   f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
@@ -561,10 +599,13 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             + fit_advice(g, s, train, cache, bands, board, lim, heap)))
     # the samples as int8 at the model input's scale and zero point
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
+    check_flash(model_path, xy, 'int8', board)
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
             os.remove(os.path.join(out_dir, f))
+    outs = json.loads(json.dumps(as_written(m, tables)[0]))
+    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t))
     write(g, out_dir, train, m, tables)
     files = dict(FILES, model='q8.json', rewritten=None)
     if cache:
@@ -578,4 +619,5 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'rewritten': None, 'quant': {}, 'heap': heap}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
-    return write_run_config(out_dir, files, s, summary, progress, on_nan='stop')
+    return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',
+                            **({'planned': heap['total']} if lim is not None else {}))

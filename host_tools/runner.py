@@ -135,6 +135,35 @@ def stage(out_dir, source=False, mpy=None):
     return lib
 
 
+def sim_heap(out_dir, board='unix'):
+    """(-X heapsize bytes, note or None) for `run --board board`.  A board whose word size
+    differs from the simulated board's (a 32-bit RP2040 on the 64-bit unix port) gets
+    its heap scaled by the planner's figures for this run on both (prepare.json's
+    heap.by_target): a run that fits the board fits its simulation, and one that does
+    not, does not.  The note says so; without the figures (a folder from an older
+    prepare) the heap is the board's, and the note says that."""
+    from .prepare import parse_budget
+    prof = boards()[board]
+    heap = parse_budget(prof['heap'])
+    word, sim = prof.get('word'), simulator_word()
+    if not word or word == sim:
+        return heap, None
+    try:
+        with open(os.path.join(out_dir, 'prepare.json')) as f:
+            by = json.load(f)['heap']['by_target']
+        ours, theirs = by['sim%d' % (8 * sim)], by[board]
+    except (OSError, ValueError, KeyError, TypeError):
+        return heap, (f'run --board {board}: the simulated board is {8 * sim}-bit MicroPython, '
+                      f'{board} is {8 * word}-bit, and {out_dir}/prepare.json has no plan for '
+                      f'both: it gets {board}\'s heap as is ({heap // 1024} KB; prepare again '
+                      'to have it scaled)')
+    scaled = heap * ours // theirs
+    return scaled, (f'run --board {board}: {board} is {8 * word}-bit and the simulated board '
+                    f'{8 * sim}-bit MicroPython, whose objects take more heap; the planner puts '
+                    f'this run at {theirs // 1024} KB on {board} and {ours // 1024} KB here, so '
+                    f'{board}\'s {heap // 1024} KB heap is simulated as {scaled // 1024} KB')
+
+
 def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     """(argv, env) that run train.py in out_dir on the simulated board."""
     env = dict(os.environ)
@@ -148,7 +177,8 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
         raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
     stage(out_dir, source)
     env['MICROPYPATH'] = ':lib'
-    return [micropython_binary(), '-X', 'heapsize=' + profiles[board]['heap'], 'train.py'], env
+    return [micropython_binary(), '-X', 'heapsize=%d' % sim_heap(out_dir, board)[0],
+            'train.py'], env
 
 
 def run(out_dir, board='unix', python=False, source=False, stream=True):
@@ -168,6 +198,9 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
             raise RuntimeError(f'{out_dir}: another run is training in this folder; wait for it '
                                'to end (or stop it) first') from None
         argv, env = command(out_dir, board, python, source)
+        note = None if python else sim_heap(out_dir, board)[1]
+        if note and stream:
+            print(note, flush=True)
         p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
                              stdin=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              bufsize=1, start_new_session=True)
@@ -185,6 +218,6 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
                     p.stdin.flush()
                 except OSError:
                     pass
-        return p.wait(), ''.join(lines)
+        return p.wait(), ''.join(([note + '\n'] if note else []) + lines)
     finally:
         os.close(lock)

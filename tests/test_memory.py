@@ -435,7 +435,11 @@ def advice_keeps_its_word(tmp_path, e, model, given, **kw):
                 got['train'] = args[i + 1]
             elif a == '--ranks':
                 got['ranks'] = args[i + 1]
-        s = prepare(model, str(tmp_path / 'p'), **kw, **got)
+            elif a in ('--cache', '--cache-on-host'):
+                got['cache'] = True if a == '--cache' else 'host'
+            elif a == '--backend':
+                got['backend'] = args[i + 1]
+        s = prepare(model, str(tmp_path / 'p'), **dict(kw, **got))
         assert s['heap']['total'] // 1024 == int(kb), (flags, s['heap']['total'])
     return [f for f, _ in fits]
 

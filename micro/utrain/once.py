@@ -97,9 +97,14 @@ def oom(e, at):
     at = 'at epoch %d sample %d' % (at[0] + 1, at[1] + 1) if at else 'loading the model'
     free = heap()
     used = getattr(gc, 'mem_alloc', heap)()
+    p = STATE.get('planned')
     print('utrain: out of memory %s (heap %d B: %d B free, %d B in use once the trainer is '
-          'dropped). The files on flash keep the last saved weights. To fit: prepare --budget '
-          '%dK (or --board B) plans the heap and names settings that fit (docs/memory.md): '
+          'dropped). The files on flash keep the last saved weights. To fit: prepare %s '
+          '--budget %dK plans the heap and names settings that fit (docs/memory.md): '
           'batch 1, sgd without momentum, --stream, --ranks, --train last:N; precompiled .mpy '
-          'code, or a board with more heap.' % (at, free + used, free, used, (free + used) // 1024))
+          'code, or a board with more heap.'
+          % (at, free + used, free, used, 'planned this run at %d KB, %s: prepare again with a '
+             'budget below this heap, e.g.' % (p // 1024, 'more than this heap' if p > free + used
+                                                else 'short of what it took here') if p else 'with',
+             (free + used) * (9 if p else 10) // 10240))
     return 'out of memory ' + at

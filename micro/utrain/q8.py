@@ -388,6 +388,7 @@ class Q8Net:
             if g is not None:           # a band group: its layers a few rows at a time
                 g.run()
                 i = g.hi
+                x = t[ls[i - 1].d['out']]   # (the last layer's output, whole)
                 continue
             L = ls[i]
             ins = L.ins

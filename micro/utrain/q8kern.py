@@ -646,3 +646,13 @@ def pbk(dx, gz, x, g, y, lo: int, hi: int, avg: int):
                             at = t
                         t += C
                 pd[at] += v
+
+
+if not VIPER:
+    import sys
+    if sys.implementation.name != 'micropython':    # CPython: the heavy loops in numpy
+        try:
+            from utrain.q8np import install
+            install(globals())
+        except ImportError:     # (no numpy: the plain Python loops)
+            pass

@@ -30,6 +30,18 @@ def heap():
         return -1
 
 
+def free(what=' free '):
+    # ' free N' for a line, '' where there is no heap to tell (CPython)
+    h = heap()
+    return '' if h < 0 else '%s%d' % (what, h)
+
+
+def eta(ms, left, n, epochs_left):
+    # ' eta 12s epoch, 80s run': at ms per sample, `left` samples of this epoch and
+    # epochs_left more epochs of n samples to go (evaluation not counted)
+    return ' eta %ds epoch, %ds run' % (ms * left // 1000, ms * (left + n * epochs_left) // 1000)
+
+
 def flush():
     # a serial terminal (or mpremote) shows the line now, not when a buffer fills
     try:
@@ -126,6 +138,7 @@ def main(cfg_path='train.json'):
     """Train as train.json says; returns None when the run ended well, else what
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
+    STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
     chosen = None
     if sel:                 # prepare --select board: the board chooses what trains
         if resume:
@@ -202,13 +215,13 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
     metric, out, ckpt = c['metric'], files['out'], files.get('checkpoint')
     if fresh and not log.seek(0, 2):     # (an empty log: the header, once)
         saving(files['log'], log.write, 'epoch,loss,%s,test_loss,test_%s,ms,free_heap\n' % (metric, metric))
-    print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs, free heap %d'
+    print('utrain: %d train samples, %d test, %s/%s lr %g batch %d, %d epochs%s'
           % (train.n, test.n if test else 0, c['loss'], c['optimizer'], c['lr'], c['batch'],
-             c['epochs'], heap()))
+             c['epochs'], free(', free heap ')))
     if test and fresh:
         tl, tm = tr.evaluate(test)
         print('before training: test_loss %.4f test_%s %.4f' % (tl, metric, tm))
-        saving(files['log'], log.write, '0,,,%.6f,%.6f,0,%d\n' % (tl, tm, heap()))
+        saving(files['log'], log.write, '0,,,%.6f,%.6f,0,%s\n' % (tl, tm, free('')))
         if keep and tr.better(tl, tm):
             save_best(tr, files, test)
     every = run.get('progress', 0)
@@ -221,13 +234,15 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
         keys.check()                 # a Ctrl-C waiting: stop here, between samples
         if every and i % every == 0:
             dt = ticks_diff(ticks_ms(), t[0])
-            print('  %d/%d loss %.4f %s %.4f  %.1f samples/s free %d'
-                  % (i, n, ls / i, metric, ms / i, 1000 * (i - t[1]) / max(dt, 1), heap()))
+            k = max(i - t[1], 1)           # samples run since the epoch (or resume) began
+            print('  %d/%d loss %.4f %s %.4f  %.1f samples/s%s%s'
+                  % (i, n, ls / i, metric, ms / i, 1000 * k / max(dt, 1),
+                     eta(dt / k, n - i, n, c['epochs'] - tr.epoch - 1), free()))
             flush()
 
     while tr.epoch < c['epochs']:
         S['t0'] = t[0] = ticks_ms()
-        t[1] = tr.pos
+        S['p0'] = t[1] = tr.pos
         try:
             saving(ckpt, tr.train_epoch, train, progress, ckpt, run.get('checkpoint_every', 0))
         except Diverged as e:
@@ -256,11 +271,12 @@ def epoch_end(tr, files, test, keep, n):
     S, log, c = STATE['s'], STATE['log'], tr.cfg
     l, m = tr.last
     dt = ticks_diff(ticks_ms(), S['t0'])
+    k = max(n - S.get('p0', 0), 1)     # the samples this run trained of the epoch (a resume: fewer)
     metric = c['metric']
     tl = tm = float('nan')
     if test:
         tl, tm = tr.evaluate(test)
-    free = heap()
+    fr = free('')
     kept = ''
     if keep:
         if S['saved'] == tr.epoch or tr.best and tr.best[0] == tr.epoch or tr.better(tl, tm):
@@ -270,12 +286,15 @@ def epoch_end(tr, files, test, keep, n):
         else:
             kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
     if S['logged'] != tr.epoch:
+        left = c['epochs'] - tr.epoch
         print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
-              '(%.2f ms/sample, %.1f samples/s) free %d%s'
-              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt,
-                 dt / max(n, 1), 1000 * n / max(dt, 1), free, kept))
+              '(%.2f ms/sample, %.1f samples/s%s)%s%s%s'
+              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / k,
+                 1000 * k / max(dt, 1), '' if k == n else ' over %d samples' % k,
+                 ' free ' + fr if fr else '', ' eta %ds run' % (dt * n // k * left // 1000)
+                 if left else '', kept))
         flush()
-        saving(files['log'], log.write, '%d,%.6f,%.6f,%.6f,%.6f,%d,%d\n' % (tr.epoch, l, m, tl, tm, dt, free))
+        saving(files['log'], log.write, '%d,%.6f,%.6f,%.6f,%.6f,%d,%s\n' % (tr.epoch, l, m, tl, tm, dt, fr))
         S['logged'] = tr.epoch
     saving(files['log'], log.flush)
     if files.get('checkpoint'):
@@ -313,6 +332,13 @@ def start(cfg_path='train.json'):
     except (ValueError, SaveError) as e:   # a bad file or setting, a full file system: named
         why = 'error: %s' % e
         print('utrain: ' + why)
+    except Exception as e:        # what utrain does not expect: its traceback, then the end line
+        try:
+            sys.print_exception(e)
+        except AttributeError:    # CPython
+            import traceback
+            traceback.print_exc()
+        why = 'error: %s: %s' % (type(e).__name__, e)
     finally:
         keys.close()
     end(why)

@@ -1,0 +1,150 @@
+# The host simulation's (CPython + numpy) versions of q8kern's heavy loops: the same
+# integers, computed with numpy.  Under CPython q8kern's viper kernels run as plain Python
+# byte loops (an int8 DS-CNN step took 150x the simulated board's time, 70% of it in
+# convk); install() puts these in their place.  A module of its own so that a board never
+# loads this code (q8kern imports it only under CPython).
+import numpy as np
+
+I32 = np.int32
+I64 = np.int64
+
+
+def _i8(b, n):
+    return np.frombuffer(b, np.int8, n)
+
+
+def _i32(a, n):
+    return np.frombuffer(a, I32, n)
+
+
+def _geo(g):
+    return [int(v) for v in np.frombuffer(g, I32, 14)]
+
+
+def _taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw):
+    # per tap (ky, kx): the slices of the input padded by (ph, pw) at the top/left (and
+    # enough at the bottom/right) that the tap reads for every output, and that padding
+    Hp = max(H + ph, (OH - 1) * sh + (KH - 1) * dh + 1)
+    Wp = max(W + pw, (OW - 1) * sw + (KW - 1) * dw + 1)
+    taps = [(slice(ky * dh, ky * dh + (OH - 1) * sh + 1, sh),
+             slice(kx * dw, kx * dw + (OW - 1) * sw + 1, sw)) for ky in range(KH) for kx in range(KW)]
+    return taps, Hp, Wp
+
+
+def _padded(x, xz, H, W, C, ph, pw, Hp, Wp):
+    # x - xz as int64 [Hp, Wp, C], zero where a tap is padding (TFLite's input offset)
+    p = np.zeros((Hp, Wp, C), I64)
+    p[ph:ph + H, pw:pw + W] = _i8(x, H * W * C).reshape(H, W, C).astype(I64) - xz
+    return p
+
+
+def _patches(x, xz, gm):
+    H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = gm
+    taps, Hp, Wp = _taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw)
+    p = _padded(x, xz, H, W, I, ph, pw, Hp, Wp)
+    return np.stack([p[a, b] for a, b in taps], 2).reshape(OH * OW, KH * KW * I)
+
+
+def _add(dst, n, v):
+    # dst[:n] += v (int32, wrapping as the board's sums do)
+    d = _i32(dst, n)
+    d[:] = (d.astype(I64) + v.reshape(-1)).astype(I32)
+
+
+def convk(acc, x, xz, g, w, b):
+    gm = _geo(g)
+    O, KH, KW, I, OH, OW = gm[3], gm[4], gm[5], gm[2], gm[10], gm[11]
+    wm = _i8(w, O * KH * KW * I).reshape(O, -1).astype(I64)
+    y = _patches(x, xz, gm) @ wm.T + _i32(b, O)
+    _i32(acc, OH * OW * O)[:] = y.reshape(-1).astype(I32)
+
+
+def dwk(acc, x, xz, g, w, b):
+    H, W, C, CM, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = _geo(g)
+    taps, Hp, Wp = _taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw)
+    p = np.repeat(_padded(x, xz, H, W, C, ph, pw, Hp, Wp), CM // C, 2)
+    wm = _i8(w, KH * KW * CM).reshape(KH * KW, CM).astype(I64)
+    y = np.broadcast_to(_i32(b, CM).astype(I64), (OH, OW, CM)).copy()
+    for t, (a, c) in enumerate(taps):
+        y += p[a, c] * wm[t]
+    _i32(acc, OH * OW * CM)[:] = y.reshape(-1).astype(I32)
+
+
+def cgk(g, dz, x, xz, gm, lo, hi):
+    gm = _geo(gm)
+    O, OH, OW = gm[3], gm[10], gm[11]
+    z = _i8(dz, OH * OW * O).reshape(OH * OW, O)[:, lo:hi].astype(I64)
+    gw = z.T @ _patches(x, xz, gm)
+    _add(g, gw.size, gw)
+
+
+def cdk(dx, dz, w, gm):
+    H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = _geo(gm)
+    taps, Hp, Wp = _taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw)
+    z = _i8(dz, OH * OW * O).reshape(OH * OW, O).astype(I64)
+    c = (z @ _i8(w, O * KH * KW * I).reshape(O, -1).astype(I64)).reshape(OH, OW, KH * KW, I)
+    p = np.zeros((Hp, Wp, I), I64)
+    for t, (a, b) in enumerate(taps):
+        p[a, b] += c[:, :, t]
+    _i32(dx, H * W * I)[:] = p[ph:ph + H, pw:pw + W].reshape(-1).astype(I32)
+
+
+def ddk(dx, dz, w, gm):
+    H, W, C, CM, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = _geo(gm)
+    taps, Hp, Wp = _taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw)
+    z = _i8(dz, OH * OW * CM).reshape(OH, OW, CM).astype(I64)
+    wm = _i8(w, KH * KW * CM).reshape(KH * KW, CM).astype(I64)
+    p = np.zeros((Hp, Wp, CM), I64)
+    for t, (a, b) in enumerate(taps):
+        p[a, b] += z * wm[t]
+    p = p.reshape(Hp, Wp, C, CM // C).sum(3)
+    _i32(dx, H * W * C)[:] = p[ph:ph + H, pw:pw + W].reshape(-1).astype(I32)
+
+
+def dgk(g, dz, x, xz, gm):
+    H, W, C, CM, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = _geo(gm)
+    taps, Hp, Wp = _taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw)
+    p = np.repeat(_padded(x, xz, H, W, C, ph, pw, Hp, Wp), CM // C, 2)
+    z = _i8(dz, OH * OW * CM).reshape(OH, OW, CM).astype(I64)
+    gw = np.stack([(z * p[a, b]).sum((0, 1)) for a, b in taps])
+    _add(g, KH * KW * CM, gw)
+
+
+def rqk(acc, n, c, blk, mul, shf, out, zp, lo, hi, wide):
+    # TFLite Micro's MultiplyByQuantizedMultiplier, as q8kern.rqk computes it
+    ch = (np.arange(n) // blk) % c
+    a = _i32(acc, n).astype(I64)
+    m = _i32(mul, c).astype(I64)[ch]
+    s = _i32(shf, c).astype(I64)[ch]
+    a = np.where(s > 0, a << np.maximum(s, 0), a)
+    rs = np.where(s > 0, 0, -s)
+    neg = a < 0
+    r = (np.abs(a) * m + np.where(neg, (1 << 30) - 1, 1 << 30)) >> 31
+    r = np.where(neg, -r, r)
+    k = (np.ones(n, I64) << rs) - 1
+    r = (r >> rs) + ((r & k) > (k >> 1) + (r < 0))
+    if wide:
+        _i32(out, n)[:] = r.astype(I32)
+    else:
+        np.frombuffer(out, np.int8, n)[:] = np.clip(r + zp, lo, hi).astype(np.int8)
+
+
+def shk(d, x, n, k, y, lo, hi):
+    v = _i32(x, n).astype(I64)
+    h2 = (1 << k) >> 1
+    r = np.where(v < 0, -((h2 - v) >> k), (v + h2) >> k)
+    t = _i8(y, n)
+    r = np.where((t <= lo) | (t >= hi), 0, np.clip(r, -127, 127))
+    np.frombuffer(d, np.int8, n)[:] = r.astype(np.int8)
+
+
+def nrk(x, n):
+    return int(np.abs(_i32(x, n).astype(I64)).max()) if n else 0
+
+
+def install(g):
+    """Put these kernels in place of module globals g's (q8kern's), keeping the plain
+    Python ones as py_<name>."""
+    for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk'):
+        g['py_' + name] = g[name]
+        g[name] = globals()[name]
