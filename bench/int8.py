@@ -238,7 +238,7 @@ def main(argv=None):
     for name in a.models.split(','):
         for iname, binary in interpreters():
             with tempfile.TemporaryDirectory() as out:
-                folder(name, out, 4 if a.quick else 16)
+                folder(name, out, 4 if a.quick or iname == 'pico' else 16)   # a Pico holds few
                 try:
                     if iname == 'pico':
                         f, q, fc, bare = run_pico(out, False, a.quick)

@@ -95,7 +95,7 @@ def code_key():
 def measure(kind, binary, out, frozen=False):
     if kind == 'pico':
         from host_tools import pico
-        return pico.smallest_heap(out, ulab=binary == 'ulab')
+        return pico.smallest_heap(out, ulab=binary == 'ulab', lo=32 * 1024)
     if kind == 'm0':
         import m0board
         return m0board.smallest_heap(binary, out, lo=16 * 1024, hi=m0board.MAX_HEAP)
@@ -119,14 +119,17 @@ def main():
     ap.add_argument('--quick', action='store_true', help='only the first setting per model')
     ap.add_argument('--cache', help='JSON file of measured figures, read and updated')
     ap.add_argument('--int8', action='store_true', help='the int8 models trained as int8 instead')
+    ap.add_argument('--samples', type=int, default=16, help='samples in the run (default 16; '
+                    'fewer for the emulated Pico, whose every trial trains them all)')
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     data = os.path.join(tmp, 'd.npz')
-    np.savez(data, x=z['x'][:16], y=z['y'][:16])
+    np.savez(data, x=z['x'][:a.samples], y=z['y'][:a.samples])
     rng = np.random.default_rng(0)
     img = os.path.join(tmp, 'img.npz')      # 16 images for the small CNN, 5 classes
-    np.savez(img, x=rng.normal(size=(16, 16, 16, 1)).astype(np.float32), y=np.arange(16) % 5)
+    np.savez(img, x=rng.normal(size=(a.samples, 16, 16, 1)).astype(np.float32),
+             y=np.arange(a.samples) % 5)
     mdl = models(tmp)
     # (column, backend, binary, kind): kind 'unix' plans for that build, 'm0'/'pico' for rp2040
     builds = []
