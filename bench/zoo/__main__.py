@@ -31,6 +31,9 @@ the model zoo
               ($UTRAIN_MP32_ULAB), code as .mpy
   ep1 ms, ep2 ms, ep1/ep2   time per sample of epoch 1 (the board runs the frozen
               prefix and caches its output) and epoch 2 (from the cache), 32-bit ulab
+  Pico Mcyc, Pico/loop, Pico-ulab Mcyc, Pico-ulab/dot   (--pico) RP2040 cycles per
+              training step on the emulated Pico, stock firmware and ulab, against the
+              bare loop / ulab dot on the chip (python -m bench --help)
 
 Timing alternates utrain and its bare limit in short rounds (bench/__main__.py's
 side_by_side and step.py), CPU time, so other processes on a busy machine stay out.
@@ -55,7 +58,7 @@ from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from host_tools.passes import PrepareError  # noqa: E402
 from bench import models  # noqa: E402
-from bench.__main__ import side_by_side, micropython_step, err, table  # noqa: E402
+from bench.__main__ import side_by_side, micropython_step, err, table, pico_columns  # noqa: E402
 
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
 N = 8                       # parity samples
@@ -63,6 +66,7 @@ COLUMNS = ['model', 'train', 'params', 'trained', 'MACs', 'plan KB', 'heap KB', 
            'Py/dot', 'MP us', 'MP/loop', 'parity', 'ONERT']
 
 BOARD_COLUMNS = ['plan32 KB', 'heap32 KB', 'ep1 ms', 'ep2 ms', 'ep1/ep2']
+PICO_COLUMNS = ['Pico Mcyc', 'Pico/loop', 'Pico-ulab Mcyc', 'Pico-ulab/dot']
 # (name, source, which, layers that train: None = all)
 ZOO = [
     ('DS-CNN KWS 49x10 (PyTorch)', 'tico', 'dscnn', 2),
@@ -204,6 +208,8 @@ def measure(name, source, which, layers, tmp, a):
             row['MP us'], row['MP/loop'] = micropython_step(out, cfg, heap=a.heap)
         except Exception as e:  # noqa: BLE001
             row['MP us'] = row['MP/loop'] = 'n/a (' + err(e)[:40] + ')'
+    if a.pico:
+        pico_columns(row, out, cfg, a)
     return row
 
 
@@ -320,6 +326,10 @@ def main(argv=None):
                     'heap on $UTRAIN_MP32 / $UTRAIN_MP32_ULAB, epoch 1 vs 2 time with the '
                     'prefix cached')
     ap.add_argument('--only', help='models whose name or file contains this (comma-separated: any)')
+    ap.add_argument('--pico', action='store_true', help='RP2040 cycles per training step on '
+                    'the emulated Pico, stock and ulab firmware (python -m bench --help)')
+    ap.add_argument('--pico-max', type=float, default=1.5,
+                    help='G cycles: emulate no step estimated above this (default 1.5)')
     a = ap.parse_args(argv)
     if a.quick:
         a.budget, a.rounds, a.max_steps = 0.05, 1, 2
@@ -338,7 +348,8 @@ def main(argv=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print('the zoo, untrained exports: training step SGD batch 1, time per sample')
-    print(table(rows, COLUMNS + (BOARD_COLUMNS if a.boards else [])))
+    print(table(rows, COLUMNS + (BOARD_COLUMNS if a.boards else [])
+                + (PICO_COLUMNS if a.pico else [])))
     return 0
 
 
