@@ -4,6 +4,7 @@
 # run that ends badly: a Ctrl-C, a file-system error, out of memory.
 import gc
 import json
+import sys
 from utrain.run import STATE, SaveError, INTR, ctrl_c, saving, epoch_end, flush, heap, drop
 
 
@@ -108,3 +109,13 @@ def oom(e, at):
                                                 else 'short of what it took here') if p else 'with',
              (free + used) * (9 if p else 10) // 10240))
     return 'out of memory ' + at
+
+
+def unexpected(e):
+    # an exception utrain does not expect: its traceback, and the end line's words
+    try:
+        sys.print_exception(e)
+    except AttributeError:    # CPython
+        import traceback
+        traceback.print_exception(e)
+    return 'error: %s: %s' % (type(e).__name__, e)

@@ -36,12 +36,6 @@ def free(what=' free '):
     return '' if h < 0 else '%s%d' % (what, h)
 
 
-def eta(ms, left, n, epochs_left):
-    # ' eta 12s epoch, 80s run': at ms per sample, `left` samples of this epoch and
-    # epochs_left more epochs of n samples to go (evaluation not counted)
-    return ' eta %ds epoch, %ds run' % (ms * left // 1000, ms * (left + n * epochs_left) // 1000)
-
-
 def flush():
     # a serial terminal (or mpremote) shows the line now, not when a buffer fills
     try:
@@ -235,9 +229,10 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
         if every and i % every == 0:
             dt = ticks_diff(ticks_ms(), t[0])
             k = max(i - t[1], 1)           # samples run since the epoch (or resume) began
-            print('  %d/%d loss %.4f %s %.4f  %.1f samples/s%s%s'
+            # eta: the samples left in the run at this epoch's pace (evaluation not counted)
+            print('  %d/%d loss %.4f %s %.4f  %.1f samples/s eta %ds%s'
                   % (i, n, ls / i, metric, ms / i, 1000 * k / max(dt, 1),
-                     eta(dt / k, n - i, n, c['epochs'] - tr.epoch - 1), free()))
+                     dt * (n - i + n * (c['epochs'] - tr.epoch - 1)) // k // 1000, free()))
             flush()
 
     while tr.epoch < c['epochs']:
@@ -333,12 +328,7 @@ def start(cfg_path='train.json'):
         why = 'error: %s' % e
         print('utrain: ' + why)
     except Exception as e:        # what utrain does not expect: its traceback, then the end line
-        try:
-            sys.print_exception(e)
-        except AttributeError:    # CPython
-            import traceback
-            traceback.print_exc()
-        why = 'error: %s: %s' % (type(e).__name__, e)
+        why = aux('once', 'unexpected', e)
     finally:
         keys.close()
     end(why)
