@@ -646,3 +646,18 @@ def pbk(dx, gz, x, g, y, lo: int, hi: int, avg: int):
                             at = t
                         t += C
                 pd[at] += v
+
+
+# ARM boards: the multiply-add kernels in inline Thumb assembler (utrain.q8asm, staged
+# by host_tools for armv6m/armv7m firmware only); the viper kernels above stay their
+# reference (VK: the tests compare both on the board) and the fallback q8asm calls
+VK = None
+try:
+    from utrain import q8asm as _A
+except (ImportError, SyntaxError):
+    _A = None
+if _A is not None:
+    VK = (fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk)
+    _A._V = VK
+    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk = (_A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk,
+                                                      _A.cgk, _A.cdk, _A.ddk, _A.dgk)

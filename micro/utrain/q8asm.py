@@ -1,0 +1,462 @@
+# q8kern's multiply-add kernels in inline Thumb assembler, for ARM boards (host_tools
+# stages this module only for armv6m/armv7m firmware; q8kern imports it when present and
+# keeps its viper kernels as the reference: the same integers, in the same int32 sums).
+# Thumb-1 only (the RP2040's Cortex-M0+): the byte loads with a register offset (ldrsb,
+# ldr/str reg) that MicroPython's assembler does not spell are written with data().
+# Three loops do the multiply-adds; viper code around them walks the geometry, one call
+# per row of rows (an asm function takes 4 arguments: the rest go in the table _P, offsets
+# included, so no memoryview is made per call):
+#   dot:  a[ao + r*O + o] += sum_i<n (x[xo + r*xs + i] - c) * w[wo + o*n + i]
+#   axpy: a[ao + r*as + j] += s[so + r*ss] * (x[xo + r*xs + j] - c)   (rows with s = 0 skipped)
+#   vmac: a[ao + r*as + j] += (x[xo + r*xs + j] - c) * w[wo + r*ws + j]
+# (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, scratch)
+import micropython
+from array import array
+
+_P = array('i', range(16))
+_PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
+_PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
+_V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
+
+
+@micropython.asm_thumb
+def mac(r0, r1, r2):
+    # the bare int8 multiply-add loop: sum_i<n a[i] * b[i]
+    mov(r3, 0)
+    sub(r2, 1)
+    bmi(END)
+    label(L)
+    data(2, 0x5684)          # ldrsb r4, [r0, r2]
+    data(2, 0x568D)          # ldrsb r5, [r1, r2]
+    mul(r4, r5)
+    add(r3, r3, r4)
+    sub(r2, 1)
+    bpl(L)
+    label(END)
+    mov(r0, r3)
+
+
+@micropython.asm_thumb
+def dot(r0, r1, r2, r3):
+    mov(r7, r3)
+    ldr(r4, [r7, 28])        # ao
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    str(r0, [r7, 36])        # [9] a pointer
+    ldr(r4, [r7, 20])
+    add(r1, r1, r4)          # x + xo
+    ldr(r4, [r7, 24])
+    add(r2, r2, r4)          # w + wo
+    str(r2, [r7, 44])        # [11] w base
+    ldr(r3, [r7, 12])        # c
+    ldr(r4, [r7, 8])
+    cmp(r4, 0)
+    ble(END)
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 40])        # [10] rows left
+    cmp(r4, 0)
+    ble(END)
+    label(ROW)
+    ldr(r4, [r7, 8])
+    str(r4, [r7, 48])        # [12] outputs left
+    ldr(r2, [r7, 44])
+    label(OUT)
+    ldr(r6, [r7, 36])
+    ldr(r0, [r6, 0])
+    ldr(r4, [r7, 4])
+    sub(r4, 1)
+    bmi(ODONE)
+    label(MAC)
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    data(2, 0x5716)          # ldrsb r6, [r2, r4]
+    sub(r5, r5, r3)
+    mul(r5, r6)
+    add(r0, r0, r5)
+    sub(r4, 1)
+    bpl(MAC)
+    label(ODONE)
+    ldr(r6, [r7, 36])
+    str(r0, [r6, 0])
+    add(r6, 4)
+    str(r6, [r7, 36])
+    ldr(r4, [r7, 4])
+    add(r2, r2, r4)
+    ldr(r4, [r7, 48])
+    sub(r4, 1)
+    str(r4, [r7, 48])
+    bgt(OUT)
+    ldr(r4, [r7, 16])
+    add(r1, r1, r4)
+    ldr(r4, [r7, 40])
+    sub(r4, 1)
+    str(r4, [r7, 40])
+    bgt(ROW)
+    label(END)
+
+
+@micropython.asm_thumb
+def axpy(r0, r1, r2, r3):
+    mov(r7, r3)
+    ldr(r4, [r7, 28])        # ao
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    ldr(r4, [r7, 20])
+    add(r1, r1, r4)          # x + xo
+    ldr(r4, [r7, 24])
+    add(r2, r2, r4)          # s + so
+    str(r2, [r7, 44])        # [11] s pointer
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 40])        # [10] rows left
+    cmp(r4, 0)
+    ble(END)
+    label(ROW)
+    ldr(r2, [r7, 44])
+    ldrb(r2, [r2, 0])
+    data(2, 0xB252)          # sxtb r2, r2
+    cmp(r2, 0)
+    beq(NEXT)
+    ldr(r3, [r7, 12])        # c
+    ldr(r4, [r7, 4])
+    mov(r12, r7)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(J)
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    sub(r5, r5, r3)
+    mul(r5, r2)
+    lsl(r6, r4, 2)
+    data(2, 0x5987)          # ldr r7, [r0, r6]
+    add(r7, r7, r5)
+    data(2, 0x5187)          # str r7, [r0, r6]
+    sub(r4, 1)
+    bpl(J)
+    label(JDONE)
+    mov(r7, r12)
+    label(NEXT)
+    ldr(r4, [r7, 8])         # as
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    ldr(r4, [r7, 16])        # xs
+    add(r1, r1, r4)
+    ldr(r2, [r7, 44])
+    ldr(r4, [r7, 32])        # ss
+    add(r2, r2, r4)
+    str(r2, [r7, 44])
+    ldr(r4, [r7, 40])
+    sub(r4, 1)
+    str(r4, [r7, 40])
+    bgt(ROW)
+    label(END)
+
+
+@micropython.asm_thumb
+def vmac(r0, r1, r2, r3):
+    mov(r7, r3)
+    ldr(r4, [r7, 28])        # ao
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    ldr(r4, [r7, 20])
+    add(r1, r1, r4)          # x + xo
+    ldr(r4, [r7, 24])
+    add(r2, r2, r4)          # w + wo
+    ldr(r3, [r7, 12])        # c
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 40])        # [10] rows left
+    cmp(r4, 0)
+    ble(END)
+    label(ROW)
+    ldr(r4, [r7, 4])
+    mov(r12, r7)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(J)
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    data(2, 0x5716)          # ldrsb r6, [r2, r4]
+    sub(r5, r5, r3)
+    mul(r5, r6)
+    lsl(r6, r4, 2)
+    data(2, 0x5987)          # ldr r7, [r0, r6]
+    add(r7, r7, r5)
+    data(2, 0x5187)          # str r7, [r0, r6]
+    sub(r4, 1)
+    bpl(J)
+    label(JDONE)
+    mov(r7, r12)
+    ldr(r4, [r7, 8])         # as
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    ldr(r4, [r7, 16])        # xs
+    add(r1, r1, r4)
+    ldr(r4, [r7, 32])        # ws
+    add(r2, r2, r4)
+    ldr(r4, [r7, 40])
+    sub(r4, 1)
+    str(r4, [r7, 40])
+    bgt(ROW)
+    label(END)
+
+
+def _buf(n):
+    # the im2col rows, at least n bytes (kept: one per board, as big as the widest row)
+    global _PB
+    if len(_PB) < n:
+        _PB = None
+        _PB = bytearray(n)
+    return _PB
+
+
+def _wbuf(n):
+    # one pixel's int32 input-gradient taps, at least n
+    global _PW
+    if len(_PW) < n:
+        _PW = None
+        _PW = array('i', range(n))
+    return _PW
+
+
+@micropython.viper
+def _bias(acc, b, n: int, c: int):
+    # acc[r*c + j] = b[j] for n rows
+    pa = ptr32(acc)
+    pb = ptr32(b)
+    q = 0
+    for r in range(n):
+        for j in range(c):
+            pa[q] = pb[j]
+            q += 1
+
+
+@micropython.viper
+def _zero(a, n: int):
+    p = ptr32(a)
+    for i in range(n):
+        p[i] = 0
+
+
+@micropython.viper
+def _pointwise(g) -> int:
+    # 1: a 1x1 conv, stride 1, no padding (its input rows are its im2col rows)
+    pg = ptr32(g)
+    if (pg[4] == 1 and pg[5] == 1 and pg[6] == 1 and pg[7] == 1 and pg[8] == 0
+            and pg[9] == 0 and pg[11] == pg[1]):
+        return 1
+    return 0
+
+
+@micropython.viper
+def _gather(pb, x, xz: int, g, oy: int):
+    # im2col of output row oy of a conv (g as q8kern.convk's): pb[ox*KK + (ky*KW+kx)*I + i]
+    # = x[iy, ix, i], the zero point where the tap is padding (its term is then 0)
+    pg = ptr32(g)
+    H = pg[0]; W = pg[1]; I = pg[2]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    d = ptr8(pb)
+    px = ptr8(x)
+    z = xz & 255
+    q = 0
+    for ox in range(OW):
+        for ky in range(KH):
+            iy = oy * sh - ph + ky * dh
+            if iy < 0 or iy >= H:
+                for t in range(KW * I):
+                    d[q] = z
+                    q += 1
+                continue
+            for kx in range(KW):
+                ix = ox * sw - pw_ + kx * dw
+                if ix < 0 or ix >= W:
+                    for t in range(I):
+                        d[q] = z
+                        q += 1
+                    continue
+                xb = (iy * W + ix) * I
+                for t in range(xb, xb + I):
+                    d[q] = px[t]
+                    q += 1
+
+
+@micropython.viper
+def _scatter(dx, pw, g, oy: int, ox: int):
+    # dx[iy, ix, i] += pw[(ky*KW+kx)*I + i] over the taps of output (oy, ox) in the input
+    pg = ptr32(g)
+    H = pg[0]; W = pg[1]; I = pg[2]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]
+    dh = pg[12]; dw = pg[13]
+    pd = ptr32(dx)
+    ps = ptr32(pw)
+    for ky in range(KH):
+        iy = oy * sh - ph + ky * dh
+        if iy < 0 or iy >= H:
+            continue
+        for kx in range(KW):
+            ix = ox * sw - pw_ + kx * dw
+            if ix < 0 or ix >= W:
+                continue
+            xb = (iy * W + ix) * I
+            q = (ky * KW + kx) * I - xb
+            for t in range(xb, xb + I):
+                pd[t] += ps[t + q]
+
+
+@micropython.viper
+def fck(acc, x, xo: int, xz: int, w, b, n: int, ni: int, no: int):
+    _bias(acc, b, n, no)
+    p = ptr32(_P)
+    p[0] = n; p[1] = ni; p[2] = no; p[3] = xz; p[4] = ni; p[5] = xo; p[6] = 0; p[7] = 0
+    dot(acc, x, w, _P)
+
+
+@micropython.viper
+def convk(acc, x, xz: int, g, w, b):
+    pg = ptr32(g)
+    I = pg[2]; O = pg[3]; OH = pg[10]; OW = pg[11]
+    KK = pg[4] * pg[5] * I
+    _bias(acc, b, OH * OW, O)
+    p = ptr32(_P)
+    p[1] = KK; p[2] = O; p[3] = xz; p[4] = KK; p[5] = 0; p[6] = 0
+    if int(_pointwise(g)):
+        p[0] = OH * OW; p[7] = 0
+        dot(acc, x, w, _P)
+        return
+    pb = _buf(OW * KK)
+    for oy in range(OH):
+        _gather(pb, x, xz, g, oy)
+        p[0] = OW; p[7] = oy * OW * O
+        dot(acc, pb, w, _P)
+
+
+@micropython.viper
+def cgk(g, dz, x, xz: int, gm, lo: int, hi: int):
+    pg = ptr32(gm)
+    I = pg[2]; O = pg[3]; OH = pg[10]; OW = pg[11]
+    KK = pg[4] * pg[5] * I
+    p = ptr32(_P)
+    p[0] = hi - lo; p[1] = KK; p[2] = KK; p[3] = xz; p[4] = 0; p[7] = 0; p[8] = 1
+    if int(_pointwise(gm)):
+        for t in range(OH * OW):
+            p[5] = t * I; p[6] = t * O + lo
+            axpy(g, x, dz, _P)
+        return
+    pb = _buf(OW * KK)
+    for oy in range(OH):
+        _gather(pb, x, xz, gm, oy)
+        for ox in range(OW):
+            p[5] = ox * KK; p[6] = (oy * OW + ox) * O + lo
+            axpy(g, pb, dz, _P)
+
+
+@micropython.viper
+def cdk(dx, dz, w, gm):
+    pg = ptr32(gm)
+    I = pg[2]; O = pg[3]; OH = pg[10]; OW = pg[11]
+    KK = pg[4] * pg[5] * I
+    _zero(dx, pg[0] * pg[1] * I)
+    p = ptr32(_P)
+    p[0] = O; p[1] = KK; p[2] = 0; p[3] = 0; p[4] = KK; p[5] = 0; p[8] = 1
+    if int(_pointwise(gm)):
+        for t in range(OH * OW):
+            p[6] = t * O; p[7] = t * I
+            axpy(dx, w, dz, _P)
+        return
+    pw = _wbuf(KK)
+    p[7] = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            _zero(pw, KK)
+            p[6] = (oy * OW + ox) * O
+            axpy(pw, w, dz, _P)
+            _scatter(dx, pw, gm, oy, ox)
+
+
+@micropython.viper
+def gwk(g, dz, zo: int, x, xo: int, xz: int, lo: int, hi: int, ni: int):
+    p = ptr32(_P)
+    p[0] = hi - lo; p[1] = ni; p[2] = ni; p[3] = xz; p[4] = 0; p[5] = xo; p[6] = zo + lo
+    p[7] = 0; p[8] = 1
+    axpy(g, x, dz, _P)
+
+
+@micropython.viper
+def dxk(dx, dz, zo: int, w, no: int, ni: int):
+    _zero(dx, ni)
+    p = ptr32(_P)
+    p[0] = no; p[1] = ni; p[2] = 0; p[3] = 0; p[4] = ni; p[5] = 0; p[6] = zo; p[7] = 0
+    p[8] = 1
+    axpy(dx, w, dz, _P)
+
+
+@micropython.viper
+def _taps(a, x, w, g, xz: int, mode: int):
+    # the depthwise kernels (multiplier 1) one tap row at a time: for output row oy and
+    # tap (ky, kx), the outputs ox whose input column is inside the image, as one vmac.
+    # mode 0: forward (a: sums [OH, OW, C], x: input, w: weights);
+    # 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
+    # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz)
+    pg = ptr32(g)
+    H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    dh = pg[12]; dw = pg[13]
+    p = ptr32(_P)
+    p[1] = C; p[3] = xz
+    if mode == 0:
+        p[2] = C; p[4] = sw * C; p[8] = 0
+    elif mode == 1:
+        p[2] = sw * C; p[4] = C; p[8] = 0
+    else:
+        p[2] = 0; p[4] = sw * C; p[8] = C
+    for oy in range(OH):
+        for ky in range(KH):
+            iy = oy * sh - ph + ky * dh
+            if iy < 0 or iy >= H:
+                continue
+            for kx in range(KW):
+                off = kx * dw - pw_
+                lo = 0
+                while lo * sw + off < 0:
+                    lo += 1
+                hi = lo
+                while hi < OW and hi * sw + off < W:
+                    hi += 1
+                if hi <= lo:
+                    continue
+                p[0] = hi - lo
+                xi = (iy * W + lo * sw + off) * C     # the input's
+                oi = (oy * OW + lo) * C                # the output's
+                ti = (ky * KW + kx) * C                # the weight's
+                if mode == 0:
+                    p[7] = oi; p[5] = xi; p[6] = ti
+                elif mode == 1:
+                    p[7] = xi; p[5] = oi; p[6] = ti
+                else:
+                    p[7] = ti; p[5] = xi; p[6] = oi
+                vmac(a, x, w, _P)
+
+
+@micropython.viper
+def dwk(acc, x, xz: int, g, w, b):
+    pg = ptr32(g)
+    if pg[3] != pg[2]:
+        _V[2](acc, x, xz, g, w, b)
+        return
+    _bias(acc, b, pg[10] * pg[11], pg[2])
+    _taps(acc, x, w, g, xz, 0)
+
+
+@micropython.viper
+def ddk(dx, dz, w, gm):
+    pg = ptr32(gm)
+    if pg[3] != pg[2]:
+        _V[7](dx, dz, w, gm)
+        return
+    _zero(dx, pg[0] * pg[1] * pg[2])
+    _taps(dx, dz, w, gm, 0, 1)
+
+
+@micropython.viper
+def dgk(g, dz, x, xz: int, gm):
+    pg = ptr32(gm)
+    if pg[3] != pg[2]:
+        _V[8](g, dz, x, xz, gm)
+        return
+    _taps(g, x, dz, gm, xz, 2)
