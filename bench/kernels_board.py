@@ -3,6 +3,7 @@
 # multiply-add loops, and prints one line per kernel:
 #   KERN <name> <multiply-adds per call> <us per call: viper> <us per call: asm or -1>
 # (asm: utrain.q8asm's kernel where the board has it; the viper one is then q8kern.VK's)
+import gc
 import json
 from array import array
 from time import ticks_us, ticks_diff
@@ -27,9 +28,12 @@ def rnd(n, seed):
 
 
 def timed(f, min_us):
+    # us per call of f, over calls lasting at least min_us (a garbage collection first:
+    # none falls inside the timed calls, which allocate nothing)
     f()
     n = 1
     while True:
+        gc.collect()
         t0 = ticks_us()
         for i in range(n):
             f()

@@ -6,16 +6,19 @@
 # Three loops do the multiply-adds; viper code around them walks the geometry, one call
 # per row of rows (an asm function takes 4 arguments: the rest go in the table _P, offsets
 # included, so no memoryview is made per call):
-#   dot:  a[ao + r*O + o] += sum_i<n (x[xo + r*xs + i] - c) * w[wo + o*n + i]
+#   dot:  a[ao + r*O + o] = b[o] + sum_i<n (x[xo + r*xs + i] - c) * w[wo + o*n + i]
 #   axpy: a[ao + r*as + j] += s[so + r*ss] * (x[xo + r*xs + j] - c)   (rows with s = 0 skipped)
 #   vmac: a[ao + r*as + j] += (x[xo + r*xs + j] - c) * w[wo + r*ws + j]
-# (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, scratch)
+#   vmacs: vmac's rows for a table of (R, ao, xo, wo) entries (a depthwise conv's taps)
+# (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, scratch;
+# dot's [13]: b's address, viper's int(ptr32(b)))
 import micropython
 from array import array
 
 _P = array('i', range(16))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
 _PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
+_T = array('i', range(16))   # vmacs's table
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
 
 
@@ -59,10 +62,14 @@ def dot(r0, r1, r2, r3):
     label(ROW)
     ldr(r4, [r7, 8])
     str(r4, [r7, 48])        # [12] outputs left
+    ldr(r4, [r7, 52])
+    str(r4, [r7, 56])        # [14] bias pointer = [13] bias
     ldr(r2, [r7, 44])
     label(OUT)
-    ldr(r6, [r7, 36])
-    ldr(r0, [r6, 0])
+    ldr(r6, [r7, 56])
+    ldr(r0, [r6, 0])         # the sum starts at the bias
+    add(r6, 4)
+    str(r6, [r7, 56])
     ldr(r4, [r7, 4])
     sub(r4, 1)
     bmi(ODONE)
@@ -196,6 +203,78 @@ def vmac(r0, r1, r2, r3):
     label(END)
 
 
+@micropython.asm_thumb
+def vmacs(r0, r1, r2, r3):
+    # r3: the table t: [0] entries, [1] n, [2] as, [3] c, [4] xs, [5] ws, [6..11] scratch,
+    # entries (R, ao, xo, wo) from t[16]
+    mov(r7, r3)
+    str(r0, [r7, 32])        # [8] a
+    str(r1, [r7, 36])        # [9] x
+    str(r2, [r7, 40])        # [10] w
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 28])        # [7] entries left
+    cmp(r4, 0)
+    ble(END)
+    mov(r4, r7)
+    add(r4, 64)
+    str(r4, [r7, 24])        # [6] entry pointer
+    label(ENT)
+    ldr(r6, [r7, 24])
+    ldr(r4, [r6, 0])
+    str(r4, [r7, 44])        # [11] rows left
+    ldr(r0, [r6, 4])
+    lsl(r0, r0, 2)
+    ldr(r4, [r7, 32])
+    add(r0, r0, r4)
+    ldr(r1, [r6, 8])
+    ldr(r4, [r7, 36])
+    add(r1, r1, r4)
+    ldr(r2, [r6, 12])
+    ldr(r4, [r7, 40])
+    add(r2, r2, r4)
+    add(r6, 16)
+    str(r6, [r7, 24])
+    ldr(r3, [r7, 12])        # c
+    ldr(r4, [r7, 44])
+    cmp(r4, 0)
+    ble(EDONE)
+    label(ROW)
+    ldr(r4, [r7, 4])
+    mov(r12, r7)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(J)
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    data(2, 0x5716)          # ldrsb r6, [r2, r4]
+    sub(r5, r5, r3)
+    mul(r5, r6)
+    lsl(r6, r4, 2)
+    data(2, 0x5987)          # ldr r7, [r0, r6]
+    add(r7, r7, r5)
+    data(2, 0x5187)          # str r7, [r0, r6]
+    sub(r4, 1)
+    bpl(J)
+    label(JDONE)
+    mov(r7, r12)
+    ldr(r4, [r7, 8])         # as
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    ldr(r4, [r7, 16])        # xs
+    add(r1, r1, r4)
+    ldr(r4, [r7, 20])        # ws
+    add(r2, r2, r4)
+    ldr(r4, [r7, 44])
+    sub(r4, 1)
+    str(r4, [r7, 44])
+    bgt(ROW)
+    label(EDONE)
+    ldr(r4, [r7, 28])
+    sub(r4, 1)
+    str(r4, [r7, 28])
+    bgt(ENT)
+    label(END)
+
+
 def _buf(n):
     # the im2col rows, at least n bytes (kept: one per board, as big as the widest row)
     global _PB
@@ -214,23 +293,37 @@ def _wbuf(n):
     return _PW
 
 
-@micropython.viper
-def _bias(acc, b, n: int, c: int):
-    # acc[r*c + j] = b[j] for n rows
-    pa = ptr32(acc)
-    pb = ptr32(b)
-    q = 0
-    for r in range(n):
-        for j in range(c):
-            pa[q] = pb[j]
-            q += 1
+@micropython.asm_thumb
+def _bias(r0, r1, r2, r3):
+    # a[r*c + j] = b[j] for n rows: (a, b, n, c)
+    cmp(r3, 0)
+    ble(END)
+    lsl(r3, r3, 2)
+    label(ROW)
+    sub(r2, 1)
+    bmi(END)
+    mov(r4, r3)
+    label(J)
+    sub(r4, 4)
+    data(2, 0x590D)          # ldr r5, [r1, r4]
+    data(2, 0x5105)          # str r5, [r0, r4]
+    bne(J)
+    add(r0, r0, r3)
+    b(ROW)
+    label(END)
 
 
-@micropython.viper
-def _zero(a, n: int):
-    p = ptr32(a)
-    for i in range(n):
-        p[i] = 0
+@micropython.asm_thumb
+def _zero(r0, r1):
+    # a[i] = 0 for n int32 values: (a, n)
+    mov(r2, 0)
+    lsl(r1, r1, 2)
+    label(J)
+    sub(r1, 4)
+    bmi(END)
+    data(2, 0x5042)          # str r2, [r0, r1]
+    b(J)
+    label(END)
 
 
 @micropython.viper
@@ -301,8 +394,8 @@ def _scatter(dx, pw, g, oy: int, ox: int):
 
 @micropython.viper
 def fck(acc, x, xo: int, xz: int, w, b, n: int, ni: int, no: int):
-    _bias(acc, b, n, no)
     p = ptr32(_P)
+    p[13] = int(ptr32(b))
     p[0] = n; p[1] = ni; p[2] = no; p[3] = xz; p[4] = ni; p[5] = xo; p[6] = 0; p[7] = 0
     dot(acc, x, w, _P)
 
@@ -312,8 +405,8 @@ def convk(acc, x, xz: int, g, w, b):
     pg = ptr32(g)
     I = pg[2]; O = pg[3]; OH = pg[10]; OW = pg[11]
     KK = pg[4] * pg[5] * I
-    _bias(acc, b, OH * OW, O)
     p = ptr32(_P)
+    p[13] = int(ptr32(b))
     p[1] = KK; p[2] = O; p[3] = xz; p[4] = KK; p[5] = 0; p[6] = 0
     if int(_pointwise(g)):
         p[0] = OH * OW; p[7] = 0
@@ -386,26 +479,37 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
     axpy(dx, w, dz, _P)
 
 
+def _table(n):
+    # vmacs's table for n entries
+    global _T
+    if len(_T) < 16 + 4 * n:
+        _T = None
+        _T = array('i', range(16 + 4 * n))
+    return _T
+
+
 @micropython.viper
 def _taps(a, x, w, g, xz: int, mode: int):
-    # the depthwise kernels (multiplier 1) one tap row at a time: for output row oy and
-    # tap (ky, kx), the outputs ox whose input column is inside the image, as one vmac.
-    # mode 0: forward (a: sums [OH, OW, C], x: input, w: weights);
+    # the depthwise kernels (multiplier 1), one vmacs call per output row oy: an entry per
+    # tap (ky, kx) whose input row is inside the image, over the outputs ox whose input
+    # column is inside it.  mode 0: forward (a: sums [OH, OW, C], x: input, w: weights);
     # 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
     # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz)
     pg = ptr32(g)
     H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
     dh = pg[12]; dw = pg[13]
-    p = ptr32(_P)
-    p[1] = C; p[3] = xz
+    tb = _table(KH * KW)
+    t = ptr32(tb)
+    t[1] = C; t[3] = xz
     if mode == 0:
-        p[2] = C; p[4] = sw * C; p[8] = 0
+        t[2] = C; t[4] = sw * C; t[5] = 0
     elif mode == 1:
-        p[2] = sw * C; p[4] = C; p[8] = 0
+        t[2] = sw * C; t[4] = C; t[5] = 0
     else:
-        p[2] = 0; p[4] = sw * C; p[8] = C
+        t[2] = 0; t[4] = sw * C; t[5] = C
     for oy in range(OH):
+        e = 16
         for ky in range(KH):
             iy = oy * sh - ph + ky * dh
             if iy < 0 or iy >= H:
@@ -420,17 +524,19 @@ def _taps(a, x, w, g, xz: int, mode: int):
                     hi += 1
                 if hi <= lo:
                     continue
-                p[0] = hi - lo
                 xi = (iy * W + lo * sw + off) * C     # the input's
                 oi = (oy * OW + lo) * C                # the output's
                 ti = (ky * KW + kx) * C                # the weight's
+                t[e] = hi - lo
                 if mode == 0:
-                    p[7] = oi; p[5] = xi; p[6] = ti
+                    t[e + 1] = oi; t[e + 2] = xi; t[e + 3] = ti
                 elif mode == 1:
-                    p[7] = xi; p[5] = oi; p[6] = ti
+                    t[e + 1] = xi; t[e + 2] = oi; t[e + 3] = ti
                 else:
-                    p[7] = ti; p[5] = xi; p[6] = oi
-                vmac(a, x, w, _P)
+                    t[e + 1] = ti; t[e + 2] = xi; t[e + 3] = oi
+                e += 4
+        t[0] = (e - 16) >> 2
+        vmacs(a, x, w, tb)
 
 
 @micropython.viper
