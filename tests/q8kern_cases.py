@@ -7,7 +7,7 @@
 from array import array
 from utrain import q8kern as K
 
-NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk')
+NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 if getattr(K, 'VK', None) is not None:
     IMPLS = [('asm', IMPLS[0][1]), ('viper', dict(zip(NAMES, K.VK)))]
@@ -64,6 +64,9 @@ DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
     (6, 6, 3, 2, 3, 1, 1, 3, None), (4, 5, 5, 1, 3, 1, 0, -128, 0x80),
     (9, 3, 2, 1, 5, 1, 2, 0, None)]
+RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
+    (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
+    (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3)]
 
 
 def run(r, name, k):
@@ -112,6 +115,20 @@ def run(r, name, k):
         g = r.ints(KS * KS * C * M)
         k['dgk'](g, dz, x, xz, gm)
         out.append(('dw%d' % i, acc, dx, g))
+    for i, (n, c, blk, wide, big, s0, s1) in enumerate(RQ):
+        a = r.ints(n, big)
+        a[0] = big - 1
+        a[n - 1] = 1 - big
+        mul = r.ints(c, 1 << 29)
+        shf = r.ints(c, 1 << 20)
+        for j in range(c):
+            mul[j] += 3 << 29          # [2^30, 2^31)
+            shf[j] = s0 + shf[j] % (s1 - s0 + 1)
+        mul[0] = 0x7fffffff
+        y = array('i', [0] * n) if wide else bytearray(n)
+        k['rqk'](a, n, c, blk, mul, shf, y, i - 3, -128 + 5 * i, 127 - 3 * i, wide)
+        k['rqk'](a, n, c, blk, mul, shf, a, 0, 0, 0, 1)         # in place
+        out.append(('rq%d' % i, y, a))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 

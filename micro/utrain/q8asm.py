@@ -19,6 +19,7 @@ _P = array('i', range(16))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
 _PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
 _T = array('i', range(16))   # vmacs's table
+_Q = array('i', range(16))   # _rq's
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
 
 
@@ -272,6 +273,152 @@ def vmacs(r0, r1, r2, r3):
     sub(r4, 1)
     str(r4, [r7, 28])
     bgt(ENT)
+    label(END)
+
+
+@micropython.asm_thumb
+def _rq(r0, r1, r2):
+    # q8kern.rqk over the table r2 (_Q): [0] n, [1] c, [2] blk, [3] mul and [4] shf
+    # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [9..15] scratch; r0 the int32 sums,
+    # r1 the output.  The 62-bit product |a| * m in 16-bit halves (adds with carry), the
+    # nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding
+    # division by 2^-shift: the integers rqk's 15-bit limbs give.
+    mov(r7, r2)
+    str(r0, [r7, 36])        # [9] sums pointer
+    str(r1, [r7, 40])        # [10] output pointer
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 44])        # [11] values left
+    mov(r4, 0)
+    str(r4, [r7, 48])        # [12] channel
+    label(RUN)
+    ldr(r4, [r7, 44])
+    cmp(r4, 0)
+    bgt(RUNGO)
+    b(END)
+    label(RUNGO)
+    ldr(r5, [r7, 8])         # blk
+    cmp(r4, r5)
+    ble(RUNN)
+    mov(r4, r5)
+    label(RUNN)
+    str(r4, [r7, 52])        # [13] left in this run (one channel)
+    ldr(r5, [r7, 44])
+    sub(r5, r5, r4)
+    str(r5, [r7, 44])
+    ldr(r5, [r7, 48])
+    lsl(r5, r5, 2)
+    ldr(r6, [r7, 12])
+    data(2, 0x5976)          # ldr r6, [r6, r5]
+    str(r6, [r7, 56])        # [14] m
+    ldr(r6, [r7, 16])
+    data(2, 0x5976)          # ldr r6, [r6, r5]
+    str(r6, [r7, 60])        # [15] shift
+    ldr(r5, [r7, 48])
+    add(r5, 1)
+    ldr(r6, [r7, 4])
+    cmp(r5, r6)
+    blt(CHN)
+    mov(r5, 0)
+    label(CHN)
+    str(r5, [r7, 48])
+    label(VAL)
+    ldr(r0, [r7, 36])
+    ldr(r1, [r0, 0])
+    add(r0, 4)
+    str(r0, [r7, 36])
+    ldr(r6, [r7, 60])
+    cmp(r6, 0)
+    ble(NOLEFT)
+    lsl(r1, r6)
+    label(NOLEFT)
+    mov(r0, 0)
+    cmp(r1, 0)
+    bge(POS)
+    neg(r1, r1)
+    mov(r0, 1)
+    label(POS)
+    mov(r12, r0)             # the sign
+    ldr(r2, [r7, 56])        # m
+    lsr(r3, r1, 16)          # ah
+    lsl(r1, r1, 16)
+    lsr(r1, r1, 16)          # al
+    lsr(r4, r2, 16)          # mh
+    lsl(r2, r2, 16)
+    lsr(r2, r2, 16)          # ml
+    mov(r5, r1)
+    mul(r5, r2)              # lo = al ml
+    mov(r6, r3)
+    mul(r6, r2)              # ah ml
+    mul(r1, r4)              # al mh
+    add(r6, r6, r1)          # mid (< 2^32)
+    mul(r3, r4)              # hi = ah mh
+    lsl(r1, r6, 16)
+    lsr(r6, r6, 16)
+    add(r5, r5, r1)
+    adc(r3, r6)
+    mov(r1, 1)
+    lsl(r1, r1, 30)
+    sub(r1, r1, r0)          # the nudge
+    mov(r2, 0)
+    add(r5, r5, r1)
+    adc(r3, r2)
+    lsl(r3, r3, 1)
+    lsr(r5, r5, 31)
+    orr(r3, r5)              # bits 31..62
+    cmp(r0, 0)
+    beq(NN)
+    neg(r3, r3)
+    label(NN)
+    ldr(r6, [r7, 60])
+    cmp(r6, 0)
+    bge(NODIV)
+    neg(r6, r6)              # rounding division by 2^rs
+    mov(r1, 1)
+    lsl(r1, r6)
+    sub(r1, 1)               # mask
+    mov(r2, r3)
+    and_(r2, r1)             # remainder
+    lsr(r1, r1, 1)           # threshold, +1 below zero
+    cmp(r3, 0)
+    bge(TP)
+    add(r1, 1)
+    label(TP)
+    asr(r3, r6)
+    cmp(r2, r1)
+    ble(NODIV)
+    add(r3, 1)
+    label(NODIV)
+    ldr(r6, [r7, 32])
+    ldr(r0, [r7, 40])
+    cmp(r6, 0)
+    beq(NARROW)
+    str(r3, [r0, 0])
+    add(r0, 4)
+    b(STORED)
+    label(NARROW)
+    ldr(r6, [r7, 20])
+    add(r3, r3, r6)          # + zp, clamped to [lo, hi]
+    ldr(r6, [r7, 24])
+    cmp(r3, r6)
+    bge(G1)
+    mov(r3, r6)
+    label(G1)
+    ldr(r6, [r7, 28])
+    cmp(r3, r6)
+    ble(G2)
+    mov(r3, r6)
+    label(G2)
+    strb(r3, [r0, 0])
+    add(r0, 1)
+    label(STORED)
+    str(r0, [r7, 40])
+    ldr(r4, [r7, 52])
+    sub(r4, 1)
+    str(r4, [r7, 52])
+    ble(VALD)
+    b(VAL)
+    label(VALD)
+    b(RUN)
     label(END)
 
 
@@ -566,3 +713,12 @@ def dgk(g, dz, x, xz: int, gm):
         _V[8](g, dz, x, xz, gm)
         return
     _taps(g, x, dz, gm, xz, 2)
+
+
+@micropython.viper
+def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
+        wide: int):
+    p = ptr32(_Q)
+    p[0] = n; p[1] = c; p[2] = blk; p[3] = int(ptr32(mul)); p[4] = int(ptr32(shf))
+    p[5] = zp; p[6] = lo; p[7] = hi; p[8] = wide
+    _rq(acc, out, _Q)

@@ -657,7 +657,7 @@ try:
 except (ImportError, SyntaxError):
     _A = None
 if _A is not None:
-    VK = (fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk)
+    VK = (fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk)
     _A._V = VK
-    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk = (_A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk,
-                                                      _A.cgk, _A.cdk, _A.ddk, _A.dgk)
+    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk = (
+        _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk)
