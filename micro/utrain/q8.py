@@ -626,29 +626,26 @@ class Q8Net:
         n = L.nout
         gw = L.gw
         K.zk(gw, len(L.w))
+        bsum = L.bs                            # (int32, no list made per step)
         if L.k == FC:
             ni = d['nin']
             K.gwk(gw, dz, 0, L.x, 0, L.zx, 0, n, ni)
-            return [((v ^ 128) - 128) for v in dz]
+            K.sumk(bsum, dz, 0, 1, n)
+            return bsum
         gm = L.g
         oc = gm[3]
-        bsum = L.bs
         K.sumk(bsum, dz, 0, n // oc, oc)
         if L.k == CONV:
             K.cgk(gw, dz, L.x, L.zx, gm, 0, oc)
         else:                                  # DW: weights [KH, KW, C*M], channel last
             K.dgk(gw, dz, L.x, L.zx, gm)
-        return list(bsum)
+        return bsum
 
     def _acc(self, L, bs, sz):
         # add layer L's gradient sums (scale sz) to the batch's: in 1/FS weight steps
         sx, sw = L.d['sx'], L.d['sw']
         oc, row, blk = L.geo()
-        mul, shf = L.um, L.us
-        nw = len(sw)
-        for o in range(oc):
-            mul[o], shf[o] = qmul(sz * sx / sw[o % nw] * FS)
-        K.rqk(L.gw, oc * row, oc, blk, mul, shf, L.gw, 0, 0, 0, 1)
+        _mults(L, oc, row, blk, sz * sx, FS)
         K.adk(L.ga, L.gw, oc * row)
         ba = L.ba
         for o in range(oc):
@@ -661,17 +658,32 @@ class Q8Net:
         gw = L.gw
         oc, row, blk = L.geo()
         # QAS update per output channel: w_q -= lr sz sx / s_W[o] * gw (in 1/256 steps)
-        mul, shf = L.um, L.us
-        nw = len(sw)
-        for o in range(oc):
-            mul[o], shf[o] = qmul(lr * sz * sx / sw[o % nw] * 256.0)
-        K.rqk(gw, oc * row, oc, blk, mul, shf, gw, 0, 0, 0, 1)
+        _mults(L, oc, row, blk, lr * sz * sx, 256.0)
         self.seed = K.upk(L.w, gw, oc * row, self.seed)
         bf, b = L.bf, L.b
+        nw = len(sw)
+        c = lr * sz                            # (the products as before: same floats)
+        den = sx * sw[0]
         for o in range(oc):
-            bf[o] -= lr * sz * bs[o]
-            q = int(round(bf[o] / (sx * sw[o % nw])))
+            bf[o] -= c * bs[o]
+            q = int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw])))
             b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+
+
+def _mults(L, oc, row, blk, f, u):
+    # layer L's weight-gradient sums L.gw rescaled in place by f / s_W[o] * u per output
+    # channel o (rqk, wide): per-tensor scales take one multiplier for all (the same
+    # qmul every channel would get), per-channel ones one each
+    sw, mul, shf = L.d['sw'], L.um, L.us
+    nw = len(sw)
+    n = oc * row
+    if nw == 1:
+        mul[0], shf[0] = qmul(f / sw[0] * u)
+        K.rqk(L.gw, n, 1, n, mul, shf, L.gw, 0, 0, 0, 1)
+        return
+    for o in range(oc):
+        mul[o], shf[o] = qmul(f / sw[o % nw] * u)
+    K.rqk(L.gw, n, oc, blk, mul, shf, L.gw, 0, 0, 0, 1)
 
 
 def gin(ls):

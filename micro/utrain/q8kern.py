@@ -661,3 +661,4 @@ if _A is not None:
     _A._V = VK
     fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk = (
         _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk)
+    zk = _A._zero
