@@ -7,7 +7,7 @@
 from array import array
 from utrain import q8kern as K
 
-NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk')
+NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 if getattr(K, 'VK', None) is not None:
     IMPLS = [('asm', IMPLS[0][1]), ('viper', dict(zip(NAMES, K.VK)))]
@@ -67,6 +67,7 @@ DW = [  # H, W, C, M, K, s, p, xz, fill
 RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
     (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
     (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3)]
+UP = [(37, 1 << 10, 12345), (64, 1 << 16, 0x3fffffff), (5, 300, 0)]   # n, |d| <, seed
 
 
 def run(r, name, k):
@@ -129,6 +130,15 @@ def run(r, name, k):
         k['rqk'](a, n, c, blk, mul, shf, y, i - 3, -128 + 5 * i, 127 - 3 * i, wide)
         k['rqk'](a, n, c, blk, mul, shf, a, 0, 0, 0, 1)         # in place
         out.append(('rq%d' % i, y, a))
+    for i, (n, big, seed) in enumerate(UP):
+        w = r.bytes(n)
+        w[0], w[1], w[2] = 0x81, 0x7f, 0x80             # -127, 127, -128
+        d = r.ints(n, big)
+        for j in range(0, n, 3):
+            d[j] = 0
+        d[1], d[2] = -(1 << 16), 1 << 16               # saturating updates
+        s = k['upk'](w, d, n, seed)
+        out.append(('up%d' % i, w, array('i', [s])))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 

@@ -61,6 +61,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     c = 1
+    sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -118,6 +119,7 @@ class Layer:
     def set_bias(self):
         # the float bias (and Adam's float master) from the int32 bias and int8 weights
         sw, sx, b = self.d['sw'], self.d['sx'], self.b
+        self.sync = 0
         for o in range(len(b)):
             self.bf[o] = b[o] * sx * sw[o % len(sw)]
         wm = getattr(self, 'wm', None)
@@ -664,10 +666,17 @@ class Q8Net:
         nw = len(sw)
         c = lr * sz                            # (the products as before: same floats)
         den = sx * sw[0]
+        # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]
+        # is bf[o] requantized (sync): skipped (float steps cost thousands of cycles)
+        sk = L.sync
         for o in range(oc):
-            bf[o] -= c * bs[o]
+            v = bs[o]
+            if sk and not v:
+                continue
+            bf[o] -= c * v
             q = int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw])))
             b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+        L.sync = 1
 
 
 def _mults(L, oc, row, blk, f, u):

@@ -422,6 +422,60 @@ def _rq(r0, r1, r2):
     label(END)
 
 
+@micropython.asm_thumb
+def upk(r0, r1, r2, r3):
+    # q8kern.upk (w, d, n, seed): the stochastically rounded int8 update, the same LCG
+    # draws in the same order; returns the generator's state
+    mov(r7, 0x0D)
+    lsl(r7, r7, 8)
+    add(r7, 0xCD)
+    mov(r5, 1)
+    lsl(r5, r5, 16)
+    add(r7, r7, r5)          # 69069
+    cmp(r2, 0)
+    ble(END)
+    label(L)
+    ldr(r4, [r1, 0])         # v
+    cmp(r4, 0)
+    beq(NEXT)
+    mul(r3, r7)
+    add(r3, 1)
+    lsl(r3, r3, 2)
+    lsr(r3, r3, 2)           # s = (s * 69069 + 1) & 0x3fffffff
+    asr(r5, r4, 8)           # q = v >> 8
+    lsl(r6, r4, 24)
+    lsr(r6, r6, 24)          # v & 255
+    lsl(r4, r3, 12)
+    lsr(r4, r4, 24)          # (s >> 12) & 255
+    cmp(r6, r4)
+    ble(NOUP)
+    add(r5, 1)
+    label(NOUP)
+    cmp(r5, 0)
+    beq(NEXT)
+    ldrb(r4, [r0, 0])
+    data(2, 0xB264)          # sxtb r4, r4
+    sub(r4, r4, r5)
+    mov(r6, 127)
+    cmp(r4, r6)
+    ble(C1)
+    mov(r4, r6)
+    label(C1)
+    neg(r6, r6)
+    cmp(r4, r6)
+    bge(C2)
+    mov(r4, r6)
+    label(C2)
+    strb(r4, [r0, 0])
+    label(NEXT)
+    add(r0, 1)
+    add(r1, 4)
+    sub(r2, 1)
+    bgt(L)
+    label(END)
+    mov(r0, r3)
+
+
 def _buf(n):
     # the im2col rows, at least n bytes (kept: one per board, as big as the widest row)
     global _PB

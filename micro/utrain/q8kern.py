@@ -657,8 +657,9 @@ try:
 except (ImportError, SyntaxError):
     _A = None
 if _A is not None:
-    VK = (fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk)
+    VK = (fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk)
     _A._V = VK
-    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk = (
-        _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk)
+    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk = (
+        _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk,
+        _A.upk)
     zk = _A._zero
