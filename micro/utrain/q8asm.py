@@ -557,6 +557,31 @@ def _gather(pb, x, xz: int, g, oy: int):
                     d[q] = z
                     q += 1
                 continue
+            if dw == 1:                 # the row's taps inside the image: one span of x
+                ix = ox * sw - pw_
+                k0 = 0
+                if ix < 0:
+                    k0 = 0 - ix
+                if k0 > KW:
+                    k0 = KW
+                k1 = W - ix
+                if k1 > KW:
+                    k1 = KW
+                if k1 < k0:
+                    k1 = k0
+                e = q + k0 * I
+                while q < e:
+                    d[q] = z
+                    q += 1
+                xb = (iy * W + ix + k0) * I
+                for t in range(xb, xb + (k1 - k0) * I):
+                    d[q] = px[t]
+                    q += 1
+                e = q + (KW - k1) * I
+                while q < e:
+                    d[q] = z
+                    q += 1
+                continue
             for kx in range(KW):
                 ix = ox * sw - pw_ + kx * dw
                 if ix < 0 or ix >= W:
