@@ -7,7 +7,8 @@
 # per row of rows (an asm function takes 4 arguments: the rest go in the table _P, offsets
 # included, so no memoryview is made per call):
 #   dot:  a[ao + r*O + o] = b[o] + sum_i<n (x[xo + r*xs + i] - c) * w[wo + o*n + i]
-#   axpy: a[ao + r*as + j] += s[so + r*ss] * (x[xo + r*xs + j] - c)   (rows with s = 0 skipped)
+#   axpy: a[ao + r*as + j] += s[so + r*ss] * (x[xo + r*xs + j] - c)   (rows with s = 0 skipped),
+#         for G groups whose a, x, s start ga, gx, gs further on ([9..12])
 #   vmac: a[ao + r*as + j] += (x[xo + r*xs + j] - c) * w[wo + r*ws + j]
 #   vmacs: vmac's rows for a table of (R, ao, xo, wo) entries (a depthwise conv's taps)
 # (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, scratch;
@@ -15,7 +16,7 @@
 import micropython
 from array import array
 
-_P = array('i', range(16))
+_P = array('i', range(24))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
 _PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
 _T = array('i', range(16))   # vmacs's table
@@ -104,21 +105,34 @@ def dot(r0, r1, r2, r3):
 
 @micropython.asm_thumb
 def axpy(r0, r1, r2, r3):
+    # G groups of R rows: group g's a, x, s start ga (words), gx, gs further on
     mov(r7, r3)
     ldr(r4, [r7, 28])        # ao
     lsl(r4, r4, 2)
     add(r0, r0, r4)
+    str(r0, [r7, 64])        # [16] the group's a
     ldr(r4, [r7, 20])
-    add(r1, r1, r4)          # x + xo
+    add(r1, r1, r4)
+    str(r1, [r7, 68])        # [17] the group's x
     ldr(r4, [r7, 24])
-    add(r2, r2, r4)          # s + so
-    str(r2, [r7, 44])        # [11] s pointer
-    ldr(r4, [r7, 0])
-    str(r4, [r7, 40])        # [10] rows left
+    add(r2, r2, r4)
+    str(r2, [r7, 72])        # [18] the group's s
+    ldr(r4, [r7, 36])
+    str(r4, [r7, 60])        # [15] groups left
     cmp(r4, 0)
-    ble(END)
+    bgt(GRP)
+    b(END)
+    label(GRP)
+    ldr(r0, [r7, 64])
+    ldr(r1, [r7, 68])
+    ldr(r2, [r7, 72])
+    str(r2, [r7, 56])        # [14] s pointer
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 52])        # [13] rows left
+    cmp(r4, 0)
+    ble(GNEXT)
     label(ROW)
-    ldr(r2, [r7, 44])
+    ldr(r2, [r7, 56])
     ldrb(r2, [r2, 0])
     data(2, 0xB252)          # sxtb r2, r2
     cmp(r2, 0)
@@ -146,14 +160,32 @@ def axpy(r0, r1, r2, r3):
     add(r0, r0, r4)
     ldr(r4, [r7, 16])        # xs
     add(r1, r1, r4)
-    ldr(r2, [r7, 44])
+    ldr(r2, [r7, 56])
     ldr(r4, [r7, 32])        # ss
     add(r2, r2, r4)
-    str(r2, [r7, 44])
-    ldr(r4, [r7, 40])
+    str(r2, [r7, 56])
+    ldr(r4, [r7, 52])
     sub(r4, 1)
-    str(r4, [r7, 40])
+    str(r4, [r7, 52])
     bgt(ROW)
+    label(GNEXT)
+    ldr(r4, [r7, 40])        # ga
+    lsl(r4, r4, 2)
+    ldr(r0, [r7, 64])
+    add(r0, r0, r4)
+    str(r0, [r7, 64])
+    ldr(r4, [r7, 44])        # gx
+    ldr(r1, [r7, 68])
+    add(r1, r1, r4)
+    str(r1, [r7, 68])
+    ldr(r4, [r7, 48])        # gs
+    ldr(r2, [r7, 72])
+    add(r2, r2, r4)
+    str(r2, [r7, 72])
+    ldr(r4, [r7, 60])
+    sub(r4, 1)
+    str(r4, [r7, 60])
+    bgt(GRP)
     label(END)
 
 
@@ -651,18 +683,18 @@ def cgk(g, dz, x, xz: int, gm, lo: int, hi: int):
     I = pg[2]; O = pg[3]; OH = pg[10]; OW = pg[11]
     KK = pg[4] * pg[5] * I
     p = ptr32(_P)
-    p[0] = hi - lo; p[1] = KK; p[2] = KK; p[3] = xz; p[4] = 0; p[7] = 0; p[8] = 1
+    p[0] = hi - lo; p[1] = KK; p[2] = KK; p[3] = xz; p[4] = 0; p[5] = 0; p[7] = 0; p[8] = 1
+    p[10] = 0; p[11] = KK; p[12] = O          # a group per output pixel
     if int(_pointwise(gm)):
-        for t in range(OH * OW):
-            p[5] = t * I; p[6] = t * O + lo
-            axpy(g, x, dz, _P)
+        p[9] = OH * OW; p[6] = lo
+        axpy(g, x, dz, _P)
         return
     pb = _buf(OW * KK)
+    p[9] = OW
     for oy in range(OH):
         _gather(pb, x, xz, gm, oy)
-        for ox in range(OW):
-            p[5] = ox * KK; p[6] = (oy * OW + ox) * O + lo
-            axpy(g, pb, dz, _P)
+        p[6] = oy * OW * O + lo
+        axpy(g, pb, dz, _P)
 
 
 @micropython.viper
@@ -674,12 +706,11 @@ def cdk(dx, dz, w, gm):
     p = ptr32(_P)
     p[0] = O; p[1] = KK; p[2] = 0; p[3] = 0; p[4] = KK; p[5] = 0; p[8] = 1
     if int(_pointwise(gm)):
-        for t in range(OH * OW):
-            p[6] = t * O; p[7] = t * I
-            axpy(dx, w, dz, _P)
+        p[9] = OH * OW; p[10] = I; p[11] = 0; p[12] = O; p[6] = 0; p[7] = 0
+        axpy(dx, w, dz, _P)
         return
     pw = _wbuf(KK)
-    p[7] = 0
+    p[7] = 0; p[9] = 1
     for oy in range(OH):
         for ox in range(OW):
             _zero(pw, KK)
@@ -692,7 +723,7 @@ def cdk(dx, dz, w, gm):
 def gwk(g, dz, zo: int, x, xo: int, xz: int, lo: int, hi: int, ni: int):
     p = ptr32(_P)
     p[0] = hi - lo; p[1] = ni; p[2] = ni; p[3] = xz; p[4] = 0; p[5] = xo; p[6] = zo + lo
-    p[7] = 0; p[8] = 1
+    p[7] = 0; p[8] = 1; p[9] = 1
     axpy(g, x, dz, _P)
 
 
@@ -701,7 +732,7 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
     _zero(dx, ni)
     p = ptr32(_P)
     p[0] = no; p[1] = ni; p[2] = 0; p[3] = 0; p[4] = ni; p[5] = 0; p[6] = zo; p[7] = 0
-    p[8] = 1
+    p[8] = 1; p[9] = 1
     axpy(dx, w, dz, _P)
 
 
@@ -716,8 +747,8 @@ def _table(n):
 
 @micropython.viper
 def _taps(a, x, w, g, xz: int, mode: int):
-    # the depthwise kernels (multiplier 1), one vmacs call per output row oy: an entry per
-    # tap (ky, kx) whose input row is inside the image, over the outputs ox whose input
+    # the depthwise kernels (multiplier 1), one vmacs call per few output rows oy: an entry
+    # per tap (ky, kx) whose input row is inside the image, over the outputs ox whose input
     # column is inside it.  mode 0: forward (a: sums [OH, OW, C], x: input, w: weights);
     # 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
     # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz)
@@ -725,7 +756,10 @@ def _taps(a, x, w, g, xz: int, mode: int):
     H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
     dh = pg[12]; dw = pg[13]
-    tb = _table(KH * KW)
+    cap = KH * KW                 # entries per call: whole rows, up to 64 (1 KB)
+    if cap < 64:
+        cap = 64 // cap * cap
+    tb = _table(cap)
     t = ptr32(tb)
     t[1] = C; t[3] = xz
     if mode == 0:
@@ -734,8 +768,12 @@ def _taps(a, x, w, g, xz: int, mode: int):
         t[2] = sw * C; t[4] = C; t[5] = 0
     else:
         t[2] = 0; t[4] = sw * C; t[5] = C
+    e = 16
     for oy in range(OH):
-        e = 16
+        if e + 4 * KH * KW > 16 + 4 * cap:
+            t[0] = (e - 16) >> 2
+            vmacs(a, x, w, tb)
+            e = 16
         for ky in range(KH):
             iy = oy * sh - ph + ky * dh
             if iy < 0 or iy >= H:
@@ -761,8 +799,8 @@ def _taps(a, x, w, g, xz: int, mode: int):
                 else:
                     t[e + 1] = ti; t[e + 2] = xi; t[e + 3] = oi
                 e += 4
-        t[0] = (e - 16) >> 2
-        vmacs(a, x, w, tb)
+    t[0] = (e - 16) >> 2
+    vmacs(a, x, w, tb)
 
 
 @micropython.viper
