@@ -198,8 +198,7 @@ class Layer:
         of rows of it) into int8 y: a few output rows at a time (the sums fit the shared
         buffer), and for a streamed CONV_2D a chunk of output channels at a time."""
         acc, gs, d = self.acc, self.gs, self.d
-        for i in range(14):
-            gs[i] = gm[i]
+        K.cpk(gs, gm, 14)
         OH, OW, O, sh, ph, H = gm[10], gm[11], gm[3], gm[6], gm[8], gm[0]
         xrow = gm[1] * gm[2]
         nc = d.get('nc', O) if self.k == CONV else O
