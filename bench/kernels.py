@@ -44,6 +44,8 @@ def _folder(out, quick):
 
 
 def _parse(text):
+    if 'Traceback' in text:
+        raise RuntimeError(text.strip()[-600:])
     rows = {}
     for line in text.splitlines():
         if line.startswith('KERN '):
