@@ -65,3 +65,14 @@ def test_asm_matches_viper_and_python_on_pico(tmp_path):
     want = plain_python()
     assert d['viper'] == want
     assert d['asm'] == want
+
+
+def test_kernel_bench_quick_on_unix():
+    """bench.kernels' table on unix MicroPython: every kernel timed (viper only)."""
+    from bench import kernels
+    rows = kernels.run_unix(quick=True)
+    names = {n.split()[0] for n in rows}
+    assert names == {'bare', 'fck', 'gwk', 'dxk', 'convk', 'cgk', 'cdk', 'dwk', 'ddk', 'dgk',
+                     'rqk', 'upk'}
+    assert all(m > 0 and ta == -1 for m, tv, ta in rows.values())
+    assert '| convk 1x1 |' in kernels.table(rows, 'ns', 1000.0)
