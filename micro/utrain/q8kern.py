@@ -213,7 +213,8 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
 
 @micropython.viper
 def nrk(x, n: int) -> int:
-    # max |x[i]| of n int32 values
+    # the k that brings n int32 values x into int8 by x >> k: the least k with
+    # max |x[i]| >> k <= 127
     px = ptr32(x)
     m = 0
     for i in range(n):
@@ -224,7 +225,10 @@ def nrk(x, n: int) -> int:
             v = 0 - v
         if v > m:
             m = v
-    return m
+    k = 0
+    while (m >> k) > 127:
+        k += 1
+    return k
 
 
 @micropython.viper
