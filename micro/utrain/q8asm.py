@@ -4,15 +4,16 @@
 # Thumb-1 only (the RP2040's Cortex-M0+): the byte loads with a register offset (ldrsb,
 # ldr/str reg) that MicroPython's assembler does not spell are written with data().
 # Three loops do the multiply-adds; viper code around them walks the geometry, one call
-# per row of rows (an asm function takes 4 arguments: the rest go in the table _P, offsets
-# included, so no memoryview is made per call):
+# per row of rows or more (an asm function takes 4 arguments: the rest go in a table,
+# _P, offsets and addresses included, so no memoryview is made per call):
 #   dot:  a[ao + r*O + o] = b[o] + sum_i<n (x[xo + r*xs + i] - c) * w[wo + o*n + i]
 #   axpy: a[ao + r*as + j] += s[so + r*ss] * (x[xo + r*xs + j] - c)   (rows with s = 0 skipped),
 #         for G groups whose a, x, s start ga, gx, gs further on ([9..12])
-#   vmac: a[ao + r*as + j] += (x[xo + r*xs + j] - c) * w[wo + r*ws + j]
-#   vmacs: vmac's rows for a table of (R, ao, xo, wo) entries (a depthwise conv's taps)
-# (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, scratch;
-# dot's [13]: b's address, viper's int(ptr32(b)))
+#   vmacs: a[ao + r*as + j] += (x[xo + r*xs + j] - c) * w[wo + r*ws + j] for each entry
+#         (R, ao, xo, wo) of a table (a depthwise conv's taps, _T)
+# (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, then axpy's
+# groups, scratch; dot's [13]: b's address, viper's int(ptr32(b))).  Also in assembler:
+# rqk (_rq: TFLite's requantization), upk (the int8 update), the bias fill and zeroing.
 import micropython
 from array import array
 
@@ -186,53 +187,6 @@ def axpy(r0, r1, r2, r3):
     sub(r4, 1)
     str(r4, [r7, 60])
     bgt(GRP)
-    label(END)
-
-
-@micropython.asm_thumb
-def vmac(r0, r1, r2, r3):
-    mov(r7, r3)
-    ldr(r4, [r7, 28])        # ao
-    lsl(r4, r4, 2)
-    add(r0, r0, r4)
-    ldr(r4, [r7, 20])
-    add(r1, r1, r4)          # x + xo
-    ldr(r4, [r7, 24])
-    add(r2, r2, r4)          # w + wo
-    ldr(r3, [r7, 12])        # c
-    ldr(r4, [r7, 0])
-    str(r4, [r7, 40])        # [10] rows left
-    cmp(r4, 0)
-    ble(END)
-    label(ROW)
-    ldr(r4, [r7, 4])
-    mov(r12, r7)
-    sub(r4, 1)
-    bmi(JDONE)
-    label(J)
-    data(2, 0x570D)          # ldrsb r5, [r1, r4]
-    data(2, 0x5716)          # ldrsb r6, [r2, r4]
-    sub(r5, r5, r3)
-    mul(r5, r6)
-    lsl(r6, r4, 2)
-    data(2, 0x5987)          # ldr r7, [r0, r6]
-    add(r7, r7, r5)
-    data(2, 0x5187)          # str r7, [r0, r6]
-    sub(r4, 1)
-    bpl(J)
-    label(JDONE)
-    mov(r7, r12)
-    ldr(r4, [r7, 8])         # as
-    lsl(r4, r4, 2)
-    add(r0, r0, r4)
-    ldr(r4, [r7, 16])        # xs
-    add(r1, r1, r4)
-    ldr(r4, [r7, 32])        # ws
-    add(r2, r2, r4)
-    ldr(r4, [r7, 40])
-    sub(r4, 1)
-    str(r4, [r7, 40])
-    bgt(ROW)
     label(END)
 
 
