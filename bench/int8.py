@@ -7,7 +7,8 @@ the real rp2 firmware on the emulated Pico, whose times are RP2040 microseconds 
 when set), one run of bench/int8_step.py alternating in short rounds: the float
 training step (the model dequantized by prepare, utrain's Trainer, SGD batch 1), the
 int8 training step (utrain.q8: integer forward, QAS SGD, batch 1, same trained layers),
-q8kern's FC multiply-add loop and a bare viper int8 multiply-add loop of as many MACs.
+q8kern's FC multiply-add loop and a bare int8 multiply-add loop of as many MACs (viper; on
+the Pico both are utrain.q8asm's inline assembler).
 Columns: float us, int8 us, float/int8 (the speed-up), FC us, FC/bare.
 
 The models are the Keras int8 ones of bench/zoo/keras (MLP: every layer trains; DS-CNN:

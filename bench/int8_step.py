@@ -4,7 +4,8 @@
 # q8x.bin: the same samples quantized, one label byte after each).  Alternates in short
 # rounds, CPU time summed: the float training step (utrain's Trainer, SGD, batch 1), the
 # int8 training step (utrain.q8, SGD + QAS, batch 1), q8kern's FC multiply-add loop and
-# the bare viper int8 loop over as many multiply-adds.  Prints
+# the bare int8 loop over as many multiply-adds (viper; inline assembler on an ARM board,
+# whose kernels are utrain.q8asm's).  Prints
 # RESULT <float us> <int8 us> <fc mac us> <bare mac us> (float -1: out of memory)
 import gc
 import json
@@ -46,6 +47,13 @@ def main():
     def bare(n, j):
         for i in range(n):
             K.mack(w, w2, ni * no, 1)
+
+    if K.VK is not None:         # an ARM board: the kernels' own code is q8asm's
+        from utrain.q8asm import mac
+
+        def bare(n, j):
+            for i in range(n):
+                mac(w, w2, ni * no)
 
     # the float model last: the int8 net (its step's buffers made by one step) and the
     # buffers above get the heap first

@@ -201,7 +201,7 @@ def mpy_sizes() -> dict:
     os.makedirs(cache, exist_ok=True)
     out = {}
     for name in sorted(os.listdir(runner.PACKAGE)):
-        if not name.endswith('.py'):
+        if not name.endswith('.py') or name in runner.ASM:    # (staged for some archs only)
             continue
         src = os.path.join(runner.PACKAGE, name)
         st = os.stat(src)
@@ -652,6 +652,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     # in it where a board loads native code into RAM (rp2)
     native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \
         else f['native']
+    if t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']:
+        native += native_mpy_size(t['arch'], 'q8asm')     # its Thumb kernels, staged beside it
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}

@@ -62,7 +62,9 @@ def _mpy_cross(src, dst, arch=None, name=None):
 # sys.implementation._mpy >> 10 -> mpy-cross -march name (MicroPython's MP_NATIVE_ARCH_*)
 ARCHS = (None, 'x86', 'x64', 'armv6', 'armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp',
          'xtensa', 'xtensawin', 'rv32imc', 'rv64imc')
-NATIVE = ('npkern.py', 'q8kern.py')       # the modules written for the native/viper emitters
+NATIVE = ('npkern.py', 'q8kern.py', 'q8asm.py')  # the modules written for the native emitters
+# modules in one machine's inline assembler: staged (compiled for it) only for those archs
+ASM = {'q8asm.py': ('armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp')}
 _SIM_MPY = {}
 
 
@@ -110,8 +112,9 @@ def _bytecode_only(src, dst):
 
 def stage(out_dir, source=False, mpy=None):
     """Copy train.py and lib/utrain (as .mpy unless source) into out_dir, for a board
-    whose sys.implementation._mpy is mpy (None: the simulated board's).  npkern is
-    compiled to the board's native code when its firmware has the native emitter."""
+    whose sys.implementation._mpy is mpy (None: the simulated board's).  npkern and q8kern
+    are compiled to the board's native code when its firmware has the native emitter;
+    q8asm (q8kern's kernels in Thumb assembler) is staged for ARM boards only."""
     lib = os.path.join(out_dir, 'lib', 'utrain')
     if os.path.isdir(lib):
         shutil.rmtree(lib)
@@ -122,6 +125,8 @@ def stage(out_dir, source=False, mpy=None):
         if not name.endswith('.py'):
             continue
         src = os.path.join(PACKAGE, name)
+        if name in ASM and arch not in ASM[name]:
+            continue
         if name in NATIVE and not arch:
             src = os.path.join(lib, name)
             _bytecode_only(os.path.join(PACKAGE, name), src)

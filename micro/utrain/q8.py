@@ -61,6 +61,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     c = 1
+    sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -118,6 +119,7 @@ class Layer:
     def set_bias(self):
         # the float bias (and Adam's float master) from the int32 bias and int8 weights
         sw, sx, b = self.d['sw'], self.d['sx'], self.b
+        self.sync = 0
         for o in range(len(b)):
             self.bf[o] = b[o] * sx * sw[o % len(sw)]
         wm = getattr(self, 'wm', None)
@@ -185,6 +187,13 @@ class Layer:
         d, acc = self.d, self.acc
         ni, no = d['nin'], self.nout
         nc = d.get('nc', no)
+        if nc >= no and self.w is not None and self.mul is not None:
+            # the layer's own weights in one chunk: _chunk's views are the arrays themselves
+            # (fewer Python steps: each costs thousands of cycles on a Cortex-M0+)
+            K.fck(acc, x, 0, self.zx, self.w, self.b, 1, ni, no)
+            K.rqk(acc, no, no if self.c > 1 else 1, 1, self.mul, self.shf, self.y, self.zy,
+                  self.lo, self.hi, 0)
+            return
         for o0 in range(0, no, nc):
             n = min(nc, no - o0)
             w, b, m, s, c = self._chunk(o0, n, ni)
@@ -196,8 +205,7 @@ class Layer:
         of rows of it) into int8 y: a few output rows at a time (the sums fit the shared
         buffer), and for a streamed CONV_2D a chunk of output channels at a time."""
         acc, gs, d = self.acc, self.gs, self.d
-        for i in range(14):
-            gs[i] = gm[i]
+        K.cpk(gs, gm, 14)
         OH, OW, O, sh, ph, H = gm[10], gm[11], gm[3], gm[6], gm[8], gm[0]
         xrow = gm[1] * gm[2]
         nc = d.get('nc', O) if self.k == CONV else O
@@ -627,29 +635,26 @@ class Q8Net:
         n = L.nout
         gw = L.gw
         K.zk(gw, len(L.w))
+        bsum = L.bs                            # (int32, no list made per step)
         if L.k == FC:
             ni = d['nin']
             K.gwk(gw, dz, 0, L.x, 0, L.zx, 0, n, ni)
-            return [((v ^ 128) - 128) for v in dz]
+            K.sumk(bsum, dz, 0, 1, n)
+            return bsum
         gm = L.g
         oc = gm[3]
-        bsum = L.bs
         K.sumk(bsum, dz, 0, n // oc, oc)
         if L.k == CONV:
             K.cgk(gw, dz, L.x, L.zx, gm, 0, oc)
         else:                                  # DW: weights [KH, KW, C*M], channel last
             K.dgk(gw, dz, L.x, L.zx, gm)
-        return list(bsum)
+        return bsum
 
     def _acc(self, L, bs, sz):
         # add layer L's gradient sums (scale sz) to the batch's: in 1/FS weight steps
         sx, sw = L.d['sx'], L.d['sw']
         oc, row, blk = L.geo()
-        mul, shf = L.um, L.us
-        nw = len(sw)
-        for o in range(oc):
-            mul[o], shf[o] = qmul(sz * sx / sw[o % nw] * FS)
-        K.rqk(L.gw, oc * row, oc, blk, mul, shf, L.gw, 0, 0, 0, 1)
+        _mults(L, oc, row, blk, sz * sx, FS)
         K.adk(L.ga, L.gw, oc * row)
         ba = L.ba
         for o in range(oc):
@@ -662,17 +667,39 @@ class Q8Net:
         gw = L.gw
         oc, row, blk = L.geo()
         # QAS update per output channel: w_q -= lr sz sx / s_W[o] * gw (in 1/256 steps)
-        mul, shf = L.um, L.us
-        nw = len(sw)
-        for o in range(oc):
-            mul[o], shf[o] = qmul(lr * sz * sx / sw[o % nw] * 256.0)
-        K.rqk(gw, oc * row, oc, blk, mul, shf, gw, 0, 0, 0, 1)
+        _mults(L, oc, row, blk, lr * sz * sx, 256.0)
         self.seed = K.upk(L.w, gw, oc * row, self.seed)
         bf, b = L.bf, L.b
+        nw = len(sw)
+        c = lr * sz                            # (the products as before: same floats)
+        den = sx * sw[0]
+        # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]
+        # is bf[o] requantized (sync): skipped (float steps cost thousands of cycles)
+        sk = L.sync
         for o in range(oc):
-            bf[o] -= lr * sz * bs[o]
-            q = int(round(bf[o] / (sx * sw[o % nw])))
+            v = bs[o]
+            if sk and not v:
+                continue
+            bf[o] -= c * v
+            q = int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw])))
             b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+        L.sync = 1
+
+
+def _mults(L, oc, row, blk, f, u):
+    # layer L's weight-gradient sums L.gw rescaled in place by f / s_W[o] * u per output
+    # channel o (rqk, wide): per-tensor scales take one multiplier for all (the same
+    # qmul every channel would get), per-channel ones one each
+    sw, mul, shf = L.d['sw'], L.um, L.us
+    nw = len(sw)
+    n = oc * row
+    if nw == 1:
+        mul[0], shf[0] = qmul(f / sw[0] * u)
+        K.rqk(L.gw, n, 1, n, mul, shf, L.gw, 0, 0, 0, 1)
+        return
+    for o in range(oc):
+        mul[o], shf[o] = qmul(f / sw[o % nw] * u)
+    K.rqk(L.gw, n, oc, blk, mul, shf, L.gw, 0, 0, 0, 1)
 
 
 def gin(ls):
@@ -688,9 +715,6 @@ def gin(ls):
 
 
 def _shift(g, n):
-    # the k that brings the int32 values g[:n] into int8 by g >> k
-    big = K.nrk(g, n)
-    k = 0
-    while (big >> k) > 127:
-        k += 1
-    return k
+    # the k that brings the int32 values g[:n] into int8 by g >> k (found in the kernel:
+    # a Python loop step costs thousands of cycles on a Cortex-M0+)
+    return K.nrk(g, n)

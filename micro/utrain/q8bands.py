@@ -6,6 +6,7 @@
 # by a model with band groups.
 from array import array
 from utrain.bands import Group
+from utrain import q8kern as K
 
 _CONV = 1
 _DW = 2
@@ -119,8 +120,7 @@ class Q8Group(Group):
         s, pt, reach = self.rule[i]
         a, b = max(0, d * s - pt), min(H, (e - 1) * s - pt + reach)
         gm, g = self.gm, L.g
-        for j in range(14):
-            gm[j] = g[j]
+        K.cpk(gm, g, 14)
         gm[0], gm[10], gm[8] = b - a, e - d, pt + a - d * s
         L.conv(self._rows(x, a, b), gm, dst)
 

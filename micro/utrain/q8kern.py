@@ -213,7 +213,8 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
 
 @micropython.viper
 def nrk(x, n: int) -> int:
-    # max |x[i]| of n int32 values
+    # the k that brings n int32 values x into int8 by x >> k: the least k with
+    # max |x[i]| >> k <= 127
     px = ptr32(x)
     m = 0
     for i in range(n):
@@ -224,7 +225,10 @@ def nrk(x, n: int) -> int:
             v = 0 - v
         if v > m:
             m = v
-    return m
+    k = 0
+    while (m >> k) > 127:
+        k += 1
+    return k
 
 
 @micropython.viper
@@ -489,6 +493,16 @@ def dgk(g, dz, x, xz: int, gm):
 
 
 @micropython.viper
+def cpk(a, d, n: int):
+    # a[i] = d[i] for n int32 values (a conv's geometry table into the one a call reads:
+    # one call instead of n Python steps of thousands of cycles each on a Cortex-M0+)
+    pa = ptr32(a)
+    pd = ptr32(d)
+    for i in range(n):
+        pa[i] = pd[i]
+
+
+@micropython.viper
 def adk(a, d, n: int):
     # a[i] += d[i] for n int32 values (a batch's gradient sums; ADD's raw sum)
     pa = ptr32(a)
@@ -656,3 +670,19 @@ if not VIPER:
             install(globals())
         except ImportError:     # (no numpy: the plain Python loops)
             pass
+
+# ARM boards: the multiply-add kernels in inline Thumb assembler (utrain.q8asm, staged
+# by host_tools for armv6m/armv7m firmware only); the viper kernels above stay their
+# reference (VK: the tests compare both on the board) and the fallback q8asm calls
+VK = None
+try:
+    from utrain import q8asm as _A
+except (ImportError, SyntaxError):
+    _A = None
+if _A is not None:
+    VK = (fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk)
+    _A._V = VK
+    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk = (
+        _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk,
+        _A.upk)
+    zk = _A._zero

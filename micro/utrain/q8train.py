@@ -228,6 +228,7 @@ class Q8Trainer:
             L.b = _i32(0, w[bt])
             nb = 4 * L.d['nb']
             L.bf = _f32(0, extra[o:o + nb])
+            L.sync = 0
             o += nb
             if net.adam:
                 L.am, L.bm, L.av, L.bv = (_f32(0, m[wt]), _f32(0, m[bt]), _f32(0, v[wt]),

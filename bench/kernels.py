@@ -1,0 +1,114 @@
+"""The int8 kernel table (issue 33): `python -m bench.kernels [--pico] [--quick]`.
+
+Cycles (or microseconds) per multiply-add of each q8kern kernel (FC forward, its weight
+and input gradients; conv and depthwise conv forward, weight and input gradients, at a
+few shapes) and of the bare int8 multiply-add loops, timed by bench/kernels_board.py on
+the board itself: unix MicroPython (viper; x86 ratios) and, with --pico, the emulated
+Raspberry Pi Pico (the real rp2 firmware in rp2040js, host_tools/pico.py; its clock is
+the chip's: cycles = us x 125), where q8kern's kernels are q8asm's inline Thumb
+assembler and q8kern.VK keeps the viper ones beside them.  Columns: per multiply-add,
+the viper kernel and (Pico) the assembler one, each over its bare loop (viper over the
+bare viper loop, asm over the bare asm loop): the issue's bound is asm/bare <= 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from host_tools import runner  # noqa: E402
+
+# shapes: FC (inputs, outputs); conv (H, W, I, O, K, stride, pad); depthwise (H, W, C, K,
+# stride, pad).  1x1: DS-CNN's pointwise convs (its input rows are the im2col rows);
+# 3x3: a small CNN's; 10x4-like first conv of one input channel (I = 1)
+CFG = {'fc': [64, 32], 'bare': 16384, 'min_us': 20000,
+       'conv': {'1x1': [5, 5, 32, 32, 1, 1, 1, 0], '3x3': [6, 6, 8, 16, 3, 3, 1, 1],
+                'i1': [13, 10, 1, 64, 10, 4, 2, 1]},
+       'dw': {'3x3': [6, 6, 32, 3, 1, 1], '3x3s2': [8, 8, 16, 3, 2, 1]}}
+QUICK = dict(CFG, min_us=2000)
+
+
+def _folder(out, quick):
+    with open(os.path.join(out, 'kbench.json'), 'w') as f:
+        json.dump(QUICK if quick else CFG, f)
+    shutil.copy(os.path.join(ROOT, 'bench', 'kernels_board.py'), out)
+    with open(os.path.join(out, 'train.json'), 'w') as f:     # (run_folder's marker)
+        f.write('{}')
+
+
+def _parse(text):
+    if 'Traceback' in text:
+        raise RuntimeError(text.strip()[-600:])
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith('KERN '):
+            _, name, macs, tv, ta = line.split()
+            rows[name.replace(':', ' ')] = (int(macs), float(tv), float(ta))
+    if 'bare' not in rows:
+        raise RuntimeError(text.strip()[-400:])
+    return rows
+
+
+def run_unix(quick, binary=None):
+    binary = binary or runner.micropython_binary()
+    with tempfile.TemporaryDirectory() as out:
+        _folder(out, quick)
+        mpy = subprocess.run([binary, '-c', 'import sys;print(sys.implementation._mpy)'],
+                             capture_output=True, text=True, timeout=60).stdout.split()[-1]
+        runner.stage(out, mpy=int(mpy))
+        r = subprocess.run([binary, '-X', 'heapsize=2M', 'kernels_board.py'], cwd=out,
+                           env=dict(os.environ, MICROPYPATH=':lib'), capture_output=True,
+                           text=True, timeout=1800)
+        return _parse(r.stdout + r.stderr)
+
+
+def run_pico(quick):
+    from host_tools import pico
+    with tempfile.TemporaryDirectory() as out:
+        _folder(out, quick)
+        code, text = pico.run_folder(out, stream=False, script='kernels_board.py')
+        return _parse(text)
+
+
+def table(rows, unit, scale):
+    """Markdown rows: per multiply-add in unit (us x scale), viper, asm, and each over
+    its bare loop."""
+    bm, bv, ba = rows['bare']
+    bv, ba = bv * scale / bm, (ba * scale / bm if ba > 0 else None)
+    head = ('kernel', 'MACs/call', f'viper {unit}/MAC', 'viper/bare', f'asm {unit}/MAC',
+            'asm/bare', 'viper/asm')
+    out = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for name, (m, tv, ta) in rows.items():
+        v = tv * scale / m
+        a = ta * scale / m if ta > 0 else None
+        out.append('| %s | %d | %.1f | %.2f | %s | %s | %s |' % (
+            name, m, v, v / bv, '%.1f' % a if a else '-', '%.2f' % (a / ba) if a else '-',
+            '%.1f' % (v / a) if a else '-'))
+    return '\n'.join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog='python -m bench.kernels')
+    ap.add_argument('--pico', action='store_true', help='also on the emulated Pico '
+                    '($UTRAIN_PICO_FIRMWARE)')
+    ap.add_argument('--no-unix', action='store_true')
+    ap.add_argument('--quick', action='store_true')
+    a = ap.parse_args(argv)
+    if not a.no_unix:
+        print('unix MicroPython (%s), ns per multiply-add:' % os.path.basename(
+            runner.micropython_binary()))
+        print(table(run_unix(a.quick), 'ns', 1000.0))
+    if a.pico:
+        print('\nemulated Pico (RP2040 at 125 MHz, real rp2 firmware), cycles per multiply-add:')
+        print(table(run_pico(a.quick), 'cyc', 125.0))
+
+
+if __name__ == '__main__':
+    main()
