@@ -139,7 +139,9 @@ def shk(d, x, n, k, y, lo, hi):
 
 
 def nrk(x, n):
-    return int(np.abs(_i32(x, n).astype(I64)).max()) if n else 0
+    # the least k with max |x[i]| >> k <= 127 (as q8kern.nrk)
+    m = int(np.abs(_i32(x, n).astype(I64)).max()) if n else 0
+    return max(0, m.bit_length() - 7)
 
 
 def install(g):
