@@ -445,7 +445,11 @@ def _graph_from(path, raw: bytes, model) -> Graph:
 
 
 def read_model(path) -> Graph:
-    """Read subgraph 0 of a circle or TFLite model file. Raises :class:`ModelError`."""
+    """Read subgraph 0 of a circle or TFLite model file, or an .onnx model translated into
+    the same IR (host_tools/onnx_io.py). Raises :class:`ModelError`."""
+    if os.fspath(path).lower().endswith(".onnx"):
+        from .onnx_io import read_onnx
+        return read_onnx(path)
     raw = _read_bytes(path)
     model = _unpack(path, raw)
     return _graph_from(path, raw, model)

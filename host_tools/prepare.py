@@ -538,6 +538,14 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
         w = read_checkpoint(wof_path, g, ranks)
     else:
         w = read_wof(wof_path, g)
+    if os.fspath(model_path).lower().endswith('.onnx') and not quantized:
+        if os.fspath(out_path).lower().endswith('.onnx'):      # the ONNX model, initializers trained
+            from .onnx_io import export_onnx
+            return export_onnx(model_path, g, w, out_path)
+        for k, arr in w.items():                    # the graph utrain trained, as circle
+            g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
+        rw.save_graph(g, out_path)
+        return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized:
         write_with_weights(base, out_path, w)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
