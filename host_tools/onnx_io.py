@@ -679,9 +679,10 @@ class _Reader:
         grp = int(a.get('group', 1))
         sh, sw = (list(a.get('strides', [1, 1])) + [1, 1])[:2]
         dh, dw = (list(a.get('dilations', [1, 1])) + [1, 1])[:2]
-        _, _, OH, OW = self.oshape(node.output[0])
-        x, pad = self._padding(x, H, W, kh, kw, sh, sw, dh, dw,
-                               self._pads(a, H, W, kh, kw, sh, sw, dh, dw), OH, OW)
+        pads = self._pads(a, H, W, kh, kw, sh, sw, dh, dw)
+        OH, OW = _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, False)
+        self.shape[node.output[0]] = [1, O, OH, OW]
+        x, pad = self._padding(x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW)
         opts = dict(padding=pad, stride_h=sh, stride_w=sw, dilation_h_factor=dh,
                     dilation_w_factor=dw, fused_activation_function='NONE')
         if grp == 1:
@@ -707,8 +708,9 @@ class _Reader:
         sh, sw = (list(a.get('strides', [1, 1])) + [1, 1])[:2]
         if any(d != 1 for d in a.get('dilations', [1, 1])):
             self.err('dilated pooling is not supported')
-        _, _, OH, OW = self.oshape(node.output[0])
         pads = self._pads(a, H, W, kh, kw, sh, sw, 1, 1)
+        OH, OW = _out_size(H, W, kh, kw, sh, sw, 1, 1, pads, a.get('ceil_mode', 0))
+        self.shape[node.output[0]] = [1, C, OH, OW]
         # a max pool ignores padding, TFLite's SAME average pool counts valid inputs only
         zero_ok = False
         if name == 'AVERAGE_POOL_2D' and a.get('count_include_pad', 0):
@@ -960,7 +962,9 @@ class _Reader:
         if lay == 'nhwc':
             axis = POS_IN_NHWC[axis]
         xs = [self.get(v, lay) for v in vs]
-        self.emit('CONCATENATION', xs, [self.out(node.output[0], lay)], axis=axis,
+        oshape = list(self.oshape(vs[0]))
+        oshape[int(a['axis']) % r] = sum(self.oshape(v)[int(a['axis']) % r] for v in vs)
+        self.emit('CONCATENATION', xs, [self.out(node.output[0], lay, oshape)], axis=axis,
                   fused_activation_function='NONE')
 
     def op_Split(self, node, ins, a, i):
@@ -1048,6 +1052,18 @@ class _Reader:
         x = self.get(v, lay)
         pk = self.tensor(node.output[0] + '/paddings', [r, 2], np.array(pp, np.int32))
         self.emit('PAD', [x, pk], [self.out(node.output[0], lay, out_shape)])
+
+
+def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
+    t, l, b, r = pads
+    out = []
+    for n, k, s, d, p0, p1 in ((H, kh, sh, dh, t, b), (W, kw, sw, dw, l, r)):
+        span = n + p0 + p1 - ((k - 1) * d + 1)
+        o = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (o - 1) * s >= n + p0:
+            o -= 1                  # the last window must start inside the input
+        out.append(o)
+    return out
 
 
 def _static_shape(vi, batch1=False):
