@@ -638,7 +638,8 @@ class _Reader:
         p = list(a.get('pads', [0, 0, 0, 0]))
         return p[0], p[1], p[2], p[3]
 
-    def _padding(self, x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW, zero_ok=True):
+    def _padding(self, x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW, zero_ok=True,
+                 same_ok=True):
         """TFLite padding for ONNX pads: 'VALID', 'SAME', or a PAD op in front (zeros;
         zero_ok False: None when that would change the result)."""
         t, l, b, r = pads
@@ -653,7 +654,7 @@ class _Reader:
                                              tfl(W, kw, sw, dw, 'VALID')[0]) == (OH, OW):
             return x, 'VALID'
         sy, sx = tfl(H, kh, sh, dh, 'SAME'), tfl(W, kw, sw, dw, 'SAME')
-        if (sy[0], sx[0]) == (OH, OW) and (sy[1], sx[1]) == (t, l):
+        if same_ok and (sy[0], sx[0]) == (OH, OW) and (sy[1], sx[1]) == (t, l):
             return x, 'SAME'
         if not zero_ok:
             return None, None
@@ -711,13 +712,11 @@ class _Reader:
         pads = self._pads(a, H, W, kh, kw, sh, sw, 1, 1)
         OH, OW = _out_size(H, W, kh, kw, sh, sw, 1, 1, pads, a.get('ceil_mode', 0))
         self.shape[node.output[0]] = [1, C, OH, OW]
-        # a max pool ignores padding, TFLite's SAME average pool counts valid inputs only
-        zero_ok = False
-        if name == 'AVERAGE_POOL_2D' and a.get('count_include_pad', 0):
-            zero_ok = True
-        y, pad = self._padding(x, H, W, kh, kw, sh, sw, 1, 1, pads, OH, OW, zero_ok)
-        if y is None or (pad == 'SAME' and name == 'AVERAGE_POOL_2D' and zero_ok
-                         and pads != (0, 0, 0, 0)):
+        # a max pool ignores padding, TFLite's SAME average pool counts valid inputs
+        # only; ONNX's count_include_pad counts the zeros: a PAD in front
+        zeros = name == 'AVERAGE_POOL_2D' and bool(a.get('count_include_pad', 0)) and any(pads)
+        y, pad = self._padding(x, H, W, kh, kw, sh, sw, 1, 1, pads, OH, OW, zeros, not zeros)
+        if y is None:
             self.err(f'pads {list(pads)} (ceil_mode {a.get("ceil_mode", 0)}) differ from '
                      'TFLite SAME and VALID padding, which utrain pools with')
         self.emit(name, [y], [self.out(node.output[0], 'nhwc')], padding=pad, stride_h=sh,

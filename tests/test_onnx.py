@@ -63,6 +63,14 @@ class Mixed(nn.Module):
         return torch.softmax(self.ln(self.fc(torch.flatten(self.pool(c), 1))), -1)
 
 
+def pools():
+    """Pools as PyTorch pads them: average counting the padding (PAD + VALID), max with
+    padding (SAME), average in ceil mode (SAME), into a flatten of a 3x3 map."""
+    return nn.Sequential(nn.Conv2d(2, 3, 1), nn.AvgPool2d(3, 1, 1), nn.MaxPool2d(3, 1, 1),
+                         nn.AvgPool2d(3, 1, 1, count_include_pad=False),
+                         nn.AvgPool2d(2, 2, ceil_mode=True), nn.Flatten(), nn.Linear(27, 3))
+
+
 def mlp():
     return nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 8), nn.GELU(),
                          nn.LayerNorm(8), nn.Linear(8, 3))
@@ -89,6 +97,7 @@ MODELS = {
     'rescnn-17': (ResCNN, (3, 8, 8), dict(opset_version=17, dynamo=False)),
     'rescnn-dynamo': (ResCNN, (3, 8, 8), dict(dynamo=True)),
     'mixed-17': (Mixed, (2, 8, 8), dict(opset_version=17, dynamo=False)),
+    'pools-17': (pools, (2, 5, 5), dict(opset_version=17, dynamo=False)),
     'mlp-13': (mlp, (10,), dict(opset_version=13, dynamo=False)),
     'mlp-17': (mlp, (10,), dict(opset_version=17, dynamo=False)),
 }
