@@ -19,7 +19,7 @@ import numpy as np
 
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
-from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
+from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import quant, rewrite as rw
 from .traininfo import parse_traininfo, METADATA_NAME
@@ -153,7 +153,8 @@ def resolve_settings(g, overrides: dict) -> dict:
     s.update({k: v for k, v in overrides.items() if v is not None})
     if 'metric' not in overrides or overrides['metric'] is None:
         s['metric'] = 'accuracy' if s['loss'] in ('cce', 'scce', 'bce') else 'mae'
-    for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS)):
+    for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS),
+                         ('schedule', SCHEDULES)):
         if s[key] not in allowed:
             raise PrepareError(f'{key} {s[key]!r}: expected one of {", ".join(allowed)}')
     if s['batch'] < 1 or s['epochs'] < 0:
@@ -223,6 +224,9 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
     the command line.  Returns (graph as read, board profile or None, settings, train)."""
     from .validate import check_settings, check_graph
     prof = board_profile(board, overrides) if board else None
+    if overrides.get('schedule') is not None:      # 'cosine,warmup=100' -> its settings
+        from .validate import parse_schedule
+        overrides.update(parse_schedule(overrides['schedule']))
     check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
     check_graph(g)             # the file's op numbering, before any rewrite
