@@ -1083,12 +1083,9 @@ def _static_shape(vi, batch1=False):
 def load(path):
     """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
     for a file that is not an ONNX model."""
+    from .circle_io import check_path
     onnx = _onnx()
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ModelError(path, 'no such file')
-    if os.path.isdir(path):
-        raise ModelError(path, 'is a directory, not a model file')
+    path = check_path(path)
     try:
         model = onnx.load(path)
     except Exception as e:

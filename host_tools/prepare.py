@@ -542,9 +542,9 @@ def export(model_path, wof_path, out_path, quantized=False) -> dict:
         w = read_checkpoint(wof_path, g, ranks)
     else:
         w = read_wof(wof_path, g)
-    if os.fspath(model_path).lower().endswith('.onnx') and not quantized:
-        if os.fspath(out_path).lower().endswith('.onnx'):      # the ONNX model, initializers trained
-            from .onnx_io import export_onnx
+    from .onnx_io import is_onnx, export_onnx
+    if is_onnx(model_path) and not quantized:
+        if is_onnx(out_path):                       # the ONNX model, initializers trained
             return export_onnx(model_path, g, w, out_path)
         for k, arr in w.items():                    # the graph utrain trained, as circle
             g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)

@@ -206,6 +206,14 @@ def test_train_and_export(name, train, backend, folder, tmp_path):
     before = ort_run(path, x)
     assert np.abs(got - ref).max() < FWD_TOL, np.abs(got - ref).max()
     assert np.abs(ref - before).max() > 100 * FWD_TOL         # it trained
+    # -o .circle: the graph utrain trained, as circle, with the trained weights
+    circ = os.fspath(tmp_path / 'trained.circle')
+    export(path, os.path.join(d, 'trained.wof'), circ)
+    from host_tools.wof import read_wof
+    gc_ = read_model(circ)
+    w = read_wof(os.path.join(d, 'trained.wof'), gc_)
+    assert w and all(np.array_equal(gc_.tensors[k].data.reshape(-1), a.reshape(-1))
+                     for k, a in w.items())
     # same graph, initializers replaced
     a, b = onnx.load(path), onnx.load(out)
     assert [n.op_type for n in a.graph.node] == [n.op_type for n in b.graph.node]
