@@ -63,6 +63,26 @@ class Mixed(nn.Module):
         return torch.softmax(self.ln(self.fc(torch.flatten(self.pool(c), 1))), -1)
 
 
+class SE(nn.Module):
+    """Squeeze-and-excitation: a mean over H, W through two Linears scales the map's
+    channels (a [N, C] vector reshaped to [N, C, 1, 1] times an NCHW map), a flatten
+    whose shape is computed from Shape/Gather/Concat, and a BatchNorm1d on a vector."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1, self.fc2 = nn.Linear(8, 4), nn.Linear(4, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.p = nn.AvgPool2d(2)
+        self.out = nn.Linear(8 * 4 * 4, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.c(x))
+        w = torch.sigmoid(self.fc2(torch.relu(self.fc1(y.mean((2, 3))))))
+        y = self.p(y * w.view(-1, 8, 1, 1))
+        return self.out(y.reshape(y.shape[0], -1)) + self.bn(y.mean((2, 3)))[:, :3]
+
+
 def pools():
     """Pools as PyTorch pads them: average counting the padding (PAD + VALID), max with
     padding (SAME), average in ceil mode (SAME), into a flatten of a 3x3 map."""
@@ -80,12 +100,12 @@ def _seeded(model, seed):
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     for m in model.modules():
-        if isinstance(m, (nn.BatchNorm2d, nn.LayerNorm)):
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)):
             with torch.no_grad():
                 c = m.weight.shape[0]
                 m.weight.copy_(torch.rand(c, generator=g) + 0.5)
                 m.bias.copy_(torch.rand(c, generator=g) - 0.5)
-                if isinstance(m, nn.BatchNorm2d):
+                if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
                     m.running_mean.copy_(torch.rand(c, generator=g) - 0.5)
                     m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
     return model.eval()
@@ -97,6 +117,7 @@ MODELS = {
     'rescnn-17': (ResCNN, (3, 8, 8), dict(opset_version=17, dynamo=False)),
     'rescnn-dynamo': (ResCNN, (3, 8, 8), dict(dynamo=True)),
     'mixed-17': (Mixed, (2, 8, 8), dict(opset_version=17, dynamo=False)),
+    'se-17': (SE, (3, 8, 8), dict(opset_version=17, dynamo=False)),
     'pools-17': (pools, (2, 5, 5), dict(opset_version=17, dynamo=False)),
     'mlp-13': (mlp, (10,), dict(opset_version=13, dynamo=False)),
     'mlp-17': (mlp, (10,), dict(opset_version=17, dynamo=False)),
