@@ -19,6 +19,7 @@ try:
 except ImportError:
     def const(x):
         return x
+from math import cos, pi
 from utrain.xnp import np, zeros, add_scaled, add_outer
 
 OPTIMIZERS = ('sgd', 'adam', 'rmsprop', 'adamw')   # the flat model's codes, in order
@@ -26,8 +27,10 @@ SCHEDULES = ('constant', 'linear', 'step', 'cosine')
 _COSINE = const(3)
 
 
-def factor(t, kind, warmup, total, step_size, gamma, floor):
-    """The schedule's multiplier of lr at update t (1-based); kind a SCHEDULES index."""
+def factor(t, sched):
+    """The schedule's multiplier of lr at update t (1-based); sched (kind: a SCHEDULES
+    index, warmup, total, step_size, gamma, floor) as Optimizer.sched."""
+    kind, warmup, total, step_size, gamma, floor = sched
     s = t - 1
     if s < warmup:
         return (s + 1) / (warmup + 1)
@@ -40,7 +43,6 @@ def factor(t, kind, warmup, total, step_size, gamma, floor):
     if u >= d:
         return floor
     if kind == _COSINE:
-        from math import cos, pi
         return floor + (1.0 - floor) * (1.0 + cos(pi * u / d)) / 2
     return 1.0 + (floor - 1.0) * u / d
 class Optimizer:
@@ -71,7 +73,7 @@ class Optimizer:
         self.t += 1
         t, lr, sc = self.t, self.lr, self.sched
         if sc[0] or sc[1]:
-            lr *= factor(t, *sc)
+            lr *= factor(t, sc)
         self._lr = lr
         if self.kind[:4] == 'adam':
             b1, b2 = self.beta1, self.beta2
