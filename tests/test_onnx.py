@@ -309,3 +309,41 @@ def test_shape_subgraph_folds(tmp_path):
     prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
             epochs=1, log=lambda *a: None)
     assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
+
+
+def test_nhwc_model_as_tf2onnx_writes_it(tmp_path):
+    """A Keras-style graph (tf2onnx): NHWC input, Transpose to NCHW before the Conv and
+    back before the flatten, MatMul + Add, Softmax: the transposes cancel, the input stays
+    NHWC (no permutation of the data), the output equals ORT's."""
+    from onnx import TensorProto, helper, numpy_helper
+    r = np.random.default_rng(0)
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 8, 8, 3])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 4])
+    f32 = lambda a: a.astype(np.float32)   # noqa: E731
+    inits = [numpy_helper.from_array(f32(r.standard_normal((6, 3, 3, 3)) * 0.3), 'k'),
+             numpy_helper.from_array(f32(r.standard_normal(6)), 'kb'),
+             numpy_helper.from_array(f32(r.standard_normal((96, 4)) * 0.1), 'w'),
+             numpy_helper.from_array(f32(r.standard_normal(4)), 'b'),
+             numpy_helper.from_array(np.array([-1, 96], np.int64), 'shape')]
+    nodes = [helper.make_node('Transpose', ['x'], ['xt'], perm=[0, 3, 1, 2]),
+             helper.make_node('Conv', ['xt', 'k', 'kb'], ['c'], pads=[1, 1, 1, 1]),
+             helper.make_node('Relu', ['c'], ['r']),
+             helper.make_node('MaxPool', ['r'], ['p'], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node('Transpose', ['p'], ['pt'], perm=[0, 2, 3, 1]),
+             helper.make_node('Reshape', ['pt', 'shape'], ['f']),
+             helper.make_node('MatMul', ['f', 'w'], ['m']),
+             helper.make_node('Add', ['m', 'b'], ['a']),
+             helper.make_node('Softmax', ['a'], ['y'], axis=-1)]
+    m = helper.make_model(helper.make_graph(nodes, 'keras', [x], [y], inits),
+                          opset_imports=[helper.make_opsetid('', 13)])
+    p = os.fspath(tmp_path / 'keras.onnx')
+    onnx.save(m, p)
+    xs = r.standard_normal((4, 8, 8, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(4) % 4)
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+                lr=0.1, epochs=1, log=lambda *a: None)
+    assert s['input_perm'] is None
+    assert [op.name for op in read_model(os.path.join(d, 'rewritten.circle')).ops] == [
+        'CONV_2D', 'RELU', 'MAX_POOL_2D', 'RESHAPE', 'FULLY_CONNECTED', 'SOFTMAX']
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
