@@ -196,3 +196,19 @@ def test_resume_continues_the_schedule_exactly(tmp_path):
     for k in a.net.trainable:
         assert np.array_equal(np.asarray(a.net.t[k]), np.asarray(c.net.t[k])), k
 
+
+
+@pytest.mark.parametrize('recipe', [dict(weight_decay=0.01), dict(schedule='cosine'),
+                                    dict(schedule='constant,warmup=5')])
+def test_int8_training_refuses_recipes(recipe, tmp_path):
+    """The int8 path (q8train) has neither: prepare says so and what to do."""
+    from q8cases import KERAS
+    path = os.path.join(KERAS, 'mlp_int8.tflite')
+    with np.load(os.path.join(KERAS, 'mlp_data.npz')) as z:
+        np.savez(tmp_path / 'd.npz', x=z['x'][:8], y=z['y'][:8])
+    with pytest.raises(PrepareError, match='--dequantize'):
+        prepare(path, os.fspath(tmp_path / 'o'), data=os.fspath(tmp_path / 'd.npz'),
+                loss='scce', log=lambda *a: None, **recipe)
+    s = prepare(path, os.fspath(tmp_path / 'f'), data=os.fspath(tmp_path / 'd.npz'),
+                loss='scce', dequantize=True, log=lambda *a: None, **recipe)
+    assert not s.get('int8')
