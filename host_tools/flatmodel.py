@@ -31,7 +31,7 @@ DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd'
                 # training recipes: train.json only (micro/utrain/optim.py, trainer.RECIPE)
                 weight_decay=0.0, schedule='constant', warmup=0, schedule_steps=0,
                 step_size=1, gamma=0.1, min_lr=0.0)
-SCHEDULES = module('optim').SCHEDULES
+SCHEDULES = module('sched').SCHEDULES
 
 
 def pack_settings(s: dict) -> bytes:

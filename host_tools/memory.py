@@ -237,6 +237,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             mods.add('convrows')        # (counted whether or not a weight is that large)
     if settings.get('cache'):
         mods.add('prefix')
+    if settings.get('schedule', 'constant') != 'constant' or settings.get('warmup'):
+        mods.add('sched')               # the learning-rate schedule (docs/training.md)
     if plan.bands:
         mods.add('bands')
     sizes = mpy_sizes()

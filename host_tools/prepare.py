@@ -422,6 +422,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     bands: rows per band of the frozen chains the board computes a few rows at a time
     (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never."""
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
+    if decays and not data:
+        raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
+                           'run\'s updates; give steps=N (the update the decay ends at)')
     if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress, cache, bands, board,
@@ -452,6 +456,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
     summary.update(write_prefix_caches(out_dir, files, cache))
+    if decays:                  # the decay ends with the run: epochs x updates an epoch
+        s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
     return write_run_config(out_dir, files, s, summary, progress,
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,

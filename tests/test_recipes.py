@@ -50,9 +50,10 @@ def test_update_rule_matches_pytorch(kind, warmup, case):
     rng = np.random.default_rng(case)
     w0 = rng.standard_normal((3, 5))
     grads = rng.standard_normal((STEPS, 3, 5))
-    o = Optimizer(name, lr=LR, momentum=kw.get('momentum', 0.0), eps=kw.get('eps', 1e-7),
-                  wd=kw['weight_decay'])
-    o.sched = (SCHEDULES.index(kind), warmup, STEPS, STEP, GAMMA, FLOOR)
+    o = Optimizer(name, lr=LR, momentum=kw.get('momentum', 0.0), eps=kw.get('eps', 1e-7))
+    o.wd = kw['weight_decay']
+    o.sched = (SCHEDULES.index(kind), warmup, STEPS, STEP, GAMMA, FLOOR, b'') \
+        if kind != 'constant' or warmup else None
     w = w0.copy()
     o.init(0, w.shape)
     p = torch.nn.Parameter(torch.tensor(w0))
@@ -191,6 +192,7 @@ def test_resume_continues_the_schedule_exactly(tmp_path):
     c.load_checkpoint(ck)
     assert c.pos == 8 and c.epoch == 1
     assert c.opt.sched == a.opt.sched and a.opt.sched[0] == SCHEDULES.index('cosine')
+    assert a.opt.sched[2] == 3 * 5                   # 3 epochs of 5 updates
     c.train_epoch(ds)
     c.train_epoch(ds)
     for k in a.net.trainable:

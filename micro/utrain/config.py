@@ -113,6 +113,9 @@ def check(cfg, path='train.json'):
                              % (path, k, ', '.join(SETTINGS)))
         if k in SETTINGS:
             check_value(path, k, cfg[k])
+    if cfg.get('schedule') in ('linear', 'cosine') and cfg.get('schedule_steps', 0) <= cfg.get('warmup', 0):
+        raise bad(path, 'schedule_steps', 'the update a %s decay ends at, above "warmup"'
+                  % cfg['schedule'], cfg.get('schedule_steps', 0))
     for k in run:
         if k not in RUN:
             raise ValueError('%s: unknown setting "run.%s" (known: %s)' % (path, k, ', '.join(RUN)))

@@ -7,63 +7,43 @@
 #   adamw:   PyTorch's AdamW: w -= lr*wd*w (decoupled decay), then
 #            w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 # weight_decay wd with sgd, adam and rmsprop is PyTorch's coupled L2: g += wd*w.
-# lr is the base rate: the update t (1, 2, ...) uses lr * factor(t) of the schedule
-# (constant; linear warm-up over `warmup` updates, then linear, step or cosine decay
-# over the rest of `total` updates): PyTorch's LinearLR warm-up (start factor
-# 1/(warmup+1)) followed by LinearLR to min_lr, StepLR or CosineAnnealingLR to min_lr
-# (min_lr a fraction of lr), each scheduler stepped once per update.
+# lr is the base rate: a schedule (utrain/sched.py, imported only when one is set)
+# scales it by update t's factor.
 # State per weight: m (sgd momentum velocity or adam first moment), v (second moment).
 # In-place updates use only += and -= (see xnp.py): m = b m + (1-b) g is m += (g-m)(1-b).
-try:
-    from micropython import const
-except ImportError:
-    def const(x):
-        return x
-from math import cos, pi
 from utrain.xnp import np, zeros, add_scaled, add_outer
 
 OPTIMIZERS = ('sgd', 'adam', 'rmsprop', 'adamw')   # the flat model's codes, in order
-SCHEDULES = ('constant', 'linear', 'step', 'cosine')
-_COSINE = const(3)
 
 
-def factor(t, sched):
-    """The schedule's multiplier of lr at update t (1-based); sched (kind: a SCHEDULES
-    index, warmup, total, step_size, gamma, floor) as Optimizer.sched."""
-    kind, warmup, total, step_size, gamma, floor = sched
-    s = t - 1
-    if s < warmup:
-        return (s + 1) / (warmup + 1)
-    if not kind:
-        return 1.0
-    u = s - warmup
-    if kind == 2:
-        return gamma ** (u // step_size)
-    d = total - warmup
-    if u >= d:
-        return floor
-    if kind == _COSINE:
-        return floor + (1.0 - floor) * (1.0 + cos(pi * u / d)) / 2
-    return 1.0 + (floor - 1.0) * u / d
 class Optimizer:
+    wd = 0.0        # weight decay
+    sched = None    # or a schedule (utrain/sched.py)
+
     def __init__(self, kind='sgd', lr=0.01, momentum=0.0, beta1=0.9, beta2=0.999,
-                 eps=1e-7, rho=0.9, wd=0.0):
+                 eps=1e-7, rho=0.9):
         if kind not in OPTIMIZERS:
             raise ValueError('unknown optimizer ' + kind)
         self.kind, self.lr, self.momentum = kind, lr, momentum
-        self.beta1, self.beta2, self.eps, self.rho, self.wd = beta1, beta2, eps, rho, wd
+        self.beta1, self.beta2, self.eps, self.rho = beta1, beta2, eps, rho
         self.t = 0       # update count (adam bias correction, checkpoints)
-        self._lr = lr    # this update's rate (begin)
-        # the schedule: (kind index, warmup, total, step_size, gamma, min_lr); total 0:
-        # not known yet (the trainer sets it from the epochs and the dataset)
-        self.sched = (0, 0, 0, 1, 0.1, 0.0)
         self.m = {}
         self.v = {}
+
+    def set(self, c, scale=1.0):
+        """Take the settings c (the trainer's: model.flat's and train.json's), lr times
+        scale (lowered after a divergence)."""
+        self.lr, self.momentum, self.beta1, self.beta2, self.eps, self.rho, self.wd, self.sched = (
+            c['lr'] * scale, c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'],
+            c['weight_decay'], None)
+        if c['warmup'] or c['schedule'] != 'constant':
+            from utrain.sched import of
+            self.sched = of(c)
 
     def init(self, k, shape):
         """Create whatever state weight tensor k lacks under the current settings
         (so turning SGD momentum on later adds its velocity, keeping the rest)."""
-        if k not in self.m and (self.kind[:4] == 'adam' or (self.kind == 'sgd' and self.momentum)):
+        if k not in self.m and ('adam' in self.kind or (self.kind == 'sgd' and self.momentum)):
             self.m[k] = zeros(shape)
         if k not in self.v and self.kind != 'sgd':
             self.v[k] = zeros(shape)
@@ -72,25 +52,22 @@ class Optimizer:
         """Call once per update, before step() on each weight."""
         self.t += 1
         t, lr, sc = self.t, self.lr, self.sched
-        if sc[0] or sc[1]:
+        if sc:
+            from utrain.sched import factor
             lr *= factor(t, sc)
-        self._lr = lr
-        if self.kind[:4] == 'adam':
-            b1, b2 = self.beta1, self.beta2
-            if self.kind == 'adam':
-                self._lr_t = lr * (1.0 - b2 ** t) ** 0.5 / (1.0 - b1 ** t)
-            else:
-                self._lr_t = lr / (1.0 - b1 ** t)
-                self._c2 = 1.0 / (1.0 - b2 ** t) ** 0.5
+        self._lr, self._eps = lr, self.eps
+        if 'adam' in self.kind:
+            c2 = (1.0 - self.beta2 ** t) ** 0.5
+            self._lr_t = lr * c2 / (1.0 - self.beta1 ** t)
+            if self.kind == 'adamw':    # PyTorch's eps, outside the bias-corrected root
+                self._eps *= c2
 
     def step(self, k, w, g, scale=1.0):
         """Update w in place from the gradient sum g times scale (1/batch for 'mean'),
         a row at a time so temporaries stay one row long."""
         m = self.m.get(k)
         v = self.v.get(k)
-        if m is None and self.kind == 'sgd':
-            if self.wd:
-                add_scaled(w, w, -self._lr * self.wd)
+        if m is None and self.kind == 'sgd' and not self.wd:
             add_scaled(w, g, -self._lr * scale)      # one fused pass (rows on ulab)
             return
         if w.shape[0] == 1:
@@ -110,38 +87,29 @@ class Optimizer:
         """Batch 1, gradient outer(u, v) (a one-row FC's dW): plain SGD adds it times -lr
         into w in one pass (add_outer) and returns True; other rules need its rows
         (step_row): False, nothing done."""
-        if self.kind != 'sgd' or self.m.get(k) is not None:
+        if self.kind != 'sgd' or self.wd or self.m.get(k) is not None:
             return False
-        if self.wd:
-            add_scaled(w, w, -self._lr * self.wd)
         add_outer(w, u * -self._lr, v)
         return True
 
     def _row(self, w, g, m, v, scale):
         kind, lr, wd = self.kind, self._lr, self.wd
-        if kind == 'sgd':
-            if m is not None:
-                m += m * (self.momentum - 1.0) + g * scale
-                if wd:
-                    m += w * wd
-                w -= m * lr
-            else:
-                if wd:
-                    w -= w * (lr * wd)
-                w -= g * (lr * scale)
-            return
         if scale != 1.0:
             g = g * scale
         if wd:
             if kind == 'adamw':
                 w -= w * (lr * wd)          # decoupled: before the step, off the gradient
             else:
-                g = g + w * wd
+                g = g + w * wd              # L2, as PyTorch's weight_decay
+        if kind == 'sgd':
+            if m is not None:
+                m += m * (self.momentum - 1.0) + g
+                g = m
+            w -= g * lr
+            return
         v += (g * g - v) * (1.0 - (self.rho if kind == 'rmsprop' else self.beta2))
         d = np.sqrt(v)
-        if kind == 'adamw':
-            d *= self._c2
-        d += self.eps
+        d += self._eps
         if kind != 'rmsprop':
             m += (g - m) * (1.0 - self.beta1)
             w -= m * self._lr_t / d

@@ -12,10 +12,7 @@ from utrain.xnp import np, zeros, as2d, big_first
 from utrain.model import Net, drop as _drop
 from utrain.sink import Sums, Apply, state_shape, trained
 from utrain.losses import loss as _loss, metric as _metric, LOSSES, METRICS
-from utrain.optim import Optimizer, OPTIMIZERS, SCHEDULES
-# training recipes: weight decay and the learning-rate schedule (utrain/optim.py)
-RECIPE = (('weight_decay', 0.0), ('schedule', 'constant'), ('warmup', 0),
-          ('schedule_steps', 0), ('step_size', 1), ('gamma', 0.1), ('min_lr', 0.0))
+from utrain.optim import Optimizer, OPTIMIZERS
 from utrain.data import order
 
 
@@ -69,8 +66,6 @@ class Trainer:
                 restrict(net, keep)
                 _drop('chosen')
             self.cfg = dict(net.settings)
-            for k, v in RECIPE:     # train.json's (model.flat has no room for them)
-                self.cfg[k] = v
             self.epoch = self.pos = self.retries = 0
             self.sums = (0.0, 0.0)   # loss and metric sums of the epoch so far
             self.lr_scale = 1.0      # lowered after a divergence
@@ -105,11 +100,7 @@ class Trainer:
         o = getattr(self, 'opt', None)
         if o is None or o.kind != c['optimizer']:
             o = self.opt = Optimizer(c['optimizer'])
-        o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho, o.wd = (
-            c['lr'] * self.lr_scale, c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'],
-            c['weight_decay'])
-        o.sched = (SCHEDULES.index(c['schedule']), c['warmup'], c['schedule_steps'],
-                   c['step_size'], c['gamma'], c['min_lr'])
+        o.set(c, self.lr_scale)
         for k in big_first(net.trainable, net.shape):
             o.init(k, state_shape(net, k))
         # batch 1: each weight gradient updates its weight as soon as it is complete
@@ -299,9 +290,6 @@ class Trainer:
             raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
                              % (ds.path, ds.n, self.pos))
         idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
-        sc = self.opt.sched
-        if sc[0] and not sc[2]:     # a decay over the whole run: epochs x updates an epoch
-            self.opt.sched = sc[:2] + (c['epochs'] * -(-ds.n // int(c['batch'])),) + sc[3:]
         last = [self.pos]
         self.commit, self.dirty = (self.pos, self.sums), False
 

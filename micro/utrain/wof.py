@@ -266,7 +266,6 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False):
 # in the epoch, loss/metric sums, lr scale, best result, retries; docs/formats.md).  Here,
 # not in trainer.py, because this module is loaded only for a save or load.
 RESUME = '<4sHHIddfIIdd'
-SCHED = '<4sHBBIIIdd'       # UTLR, version, kind, 0, warmup, total, step size, gamma, min_lr
 
 
 def save_state(tr, path):
@@ -274,9 +273,8 @@ def save_state(tr, path):
     b = tr.best or (0, 0.0, 0.0)
     extra = pack(RESUME, b'UTRS', 1, tr.best is not None, tr.pos, tr.sums[0], tr.sums[1],
                  tr.lr_scale, b[0], tr.retries, b[1], b[2])
-    sc = o.sched
-    if sc[0] or sc[1]:          # the schedule, as this run set it (a resume continues it)
-        extra += pack(SCHED, b'UTLR', 1, sc[0], 0, sc[1], sc[2], sc[3], sc[4], sc[5])
+    if o.sched:                 # the schedule, as this run set it (a resume continues it)
+        extra += o.sched[6]
     extra += getattr(tr.net, 'select', b'')     # the board's choice (utrain/fisher.py)
     save_checkpoint(path, len(tr.net.t), tr.weights(), o.m, o.v, o.t, tr.epoch, extra)
 
@@ -292,13 +290,9 @@ def load_state(tr, path):
         n = calcsize(RESUME)
         if len(extra) < n or extra[:6] != pack('<4sH', b'UTRS', 1):
             raise ValueError('%s: unknown data after the counters' % path)
-        sched = None
-        if extra[n:n + 4] == b'UTLR':
-            k = calcsize(SCHED)
-            if len(extra) < n + k or extra[n + 4:n + 6] != pack('<H', 1):
-                raise ValueError('%s: unknown schedule block' % path)
-            sched = unpack(SCHED, extra[n:n + k])
-            extra = extra[:n] + extra[n + k:]
+        if extra[n:n + 4] == b'UTLR':     # the run's schedule: the checkpoint's
+            from utrain.sched import unblock
+            tr.opt.sched, extra = unblock(extra, n, path)
         if extra[n:] != getattr(net, 'select', b''):
             raise ValueError('%s: trained another selection of tensors than this run '
                              '(prepare --select board: Trainer(keep=utrain.chosen.read(path)))' % path)
@@ -317,8 +311,6 @@ def load_state(tr, path):
         if k in o.v:
             o.v[k] = v[k]
     o.t, tr.epoch = step, epoch
-    if extra and sched:
-        o.sched = (sched[2], sched[4], sched[5], sched[6], sched[7], sched[8])
     tr.pos, tr.sums, tr.best, tr.retries, tr.good = pos, sums, best, retries, path
     tr.lr_scale = scale
     o.lr = tr.cfg['lr'] * scale
