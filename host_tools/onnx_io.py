@@ -293,9 +293,6 @@ class _Reader:
         if src in self.shape:
             self.shape[dst] = self.shape[src]
 
-    def is_const(self, v):
-        return v in self.const
-
     def cval(self, v, what):
         if v not in self.const:
             self.err(f'{what} ({v!r}) must be a constant')
@@ -943,6 +940,10 @@ class _Reader:
                 return
             self.emit('TRANSPOSE', [x, self.perm_const(v, q)],
                       [self.out(node.output[0], 'plain', out_shape)])
+            return
+        if p == list(NHWC_TO_NCHW):     # NHWC data made NCHW (tf2onnx): the output's NHWC
+            self.nhwc[node.output[0]] = self.get(v, 'plain')    # twin is the input
+            self.shape[node.output[0]] = out_shape
             return
         self.emit('TRANSPOSE', [self.get(v, 'plain'), self.perm_const(v, p)],
                   [self.out(node.output[0], 'plain', out_shape)])
