@@ -347,3 +347,35 @@ def test_nhwc_model_as_tf2onnx_writes_it(tmp_path):
                 lr=0.1, epochs=1, log=lambda *a: None)
     assert s['input_perm'] is None and s['rewritten'] is None
     assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
+
+
+@pytest.mark.parametrize('name', ['dscnn', 'imu', 'resnet8', 'lnblock'])
+def test_zoo_models_read_as_ort_runs_them(name, tmp_path):
+    """The zoo's PyTorch models (bench/zoo/nets.py: DS-CNN, the IMU conv net, ResNet-8,
+    the LayerNorm/GELU block; BatchNorm kept) exported to ONNX: utrain's forward of the
+    prepared model equals ORT's; the LSTM keyword model's LSTM node is refused by name."""
+    from bench.zoo import nets
+    model, shape, classes = nets.build(name)
+    path = os.fspath(tmp_path / (name + '.onnx'))
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model.eval(), (torch.zeros(shape),), path, opset_version=17,
+                          dynamo=False, do_constant_folding=False)
+    x, y = samples(tuple(shape[1:]), n=3, classes=classes)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.1, epochs=1, log=lambda *a: None)
+    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+
+
+def test_onnx_lstm_is_refused_by_name(tmp_path):
+    from bench.zoo import nets
+    model, shape, _ = nets.build('lstm')
+    path = os.fspath(tmp_path / 'lstm.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model.eval(), (torch.zeros(shape),), path, opset_version=17,
+                          dynamo=False)
+    with pytest.raises(ModelError, match=r'lstm.onnx: node \S+ \(LSTM\): utrain cannot read'):
+        read_model(path)
