@@ -2,8 +2,10 @@
 (PyTorch, exported), the same initial weights, the same train/test split and sample
 order, plain SGD with mean cross-entropy on logits, batch 1 and 4.
 
-    python bench/ort.py [--samples 400] [--epochs 5] [--lr 0.1] [--models mlp,cnn]
+    python bench/ort.py [--samples 400] [--epochs 5] [--lr 0.1] [--models mlp,cnn,imu]
                         [--ort-python /work/scratch/ort-venv/bin/python]
+
+(the digits data for mlp and cnn, synthetic IMU windows for imu).
 
 ONNX Runtime's training wheel (onnxruntime-training 1.19.2, the last one; its Python API
 imports torch; its artifact generation needs onnx < 1.18) is not a project requirement:
@@ -42,8 +44,10 @@ DEFAULT_ORT = '/work/scratch/ort-venv/bin/python'
 
 
 def models(folder):
-    """{name: (onnx path, input shape)}: a digits MLP 64-32-10 and a CNN (conv-ReLU-pool-
-    conv-ReLU, global average pool, Linear), seeded, exported with a dynamic batch."""
+    """{name: (onnx path, input shape)}: a digits MLP 64-32-10, a digits CNN (conv-ReLU-
+    pool-conv-ReLU, global average pool, Linear) and the zoo's IMU conv net (three 1xk
+    conv-BN-ReLU blocks, 6x128 windows, 6 activities; BatchNorm folded by the eval-mode
+    export), seeded, exported with a dynamic batch."""
     import torch
     nn = torch.nn
     torch.manual_seed(0)
@@ -51,8 +55,11 @@ def models(folder):
     cnn = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
                         nn.Flatten(), nn.Linear(16, 10))
+    from bench.zoo import nets
+    imu, imu_shape, _ = nets.build('imu')     # BatchNorm folded into the convs by the export
     out = {}
-    for name, m, shape in (('mlp', mlp, (64,)), ('cnn', cnn, (1, 8, 8))):
+    for name, m, shape in (('mlp', mlp, (64,)), ('cnn', cnn, (1, 8, 8)),
+                           ('imu', imu, tuple(imu_shape[1:]))):
         path = os.path.join(folder, name + '.onnx')
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
@@ -119,13 +126,15 @@ def main(argv=None):
     ap.add_argument('--epochs', type=int, default=5)
     ap.add_argument('--lr', type=float, default=0.1)
     ap.add_argument('--batches', default='1,4')
-    ap.add_argument('--models', default='mlp,cnn')
+    ap.add_argument('--models', default='mlp,cnn,imu')
     ap.add_argument('--ort-python', default=os.environ.get('UTRAIN_ORT_PYTHON', DEFAULT_ORT))
     ap.add_argument('--no-mp', action='store_true', help='leave unix MicroPython out')
+    ap.add_argument('--mp-models', default='mlp,cnn',
+                    help='models unix MicroPython trains too (imu: ~3 s a sample there)')
     a = ap.parse_args(argv)
     have_ort = os.path.exists(a.ort_python)
     d = np.load(os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'))
-    x, y = d['x'][:a.samples], d['y'][:a.samples]
+    digits = d['x'][:a.samples], d['y'][:a.samples]
     tmp = tempfile.mkdtemp(prefix='utrain-ort-')
     nets = models(tmp)
     cols = ['model', 'batch', 'engine'] + [f'loss e{e + 1}' for e in range(a.epochs)] + [
@@ -135,6 +144,11 @@ def main(argv=None):
     for name in a.models.split(','):
         path, shape = nets[name]
         npz = os.path.join(tmp, name + '.npz')
+        if name == 'imu':       # synthetic watch IMU windows (bench/imu_data.py), 6 classes
+            from bench.imu_data import generate
+            x, y = generate(a.samples, 0, 6, pad=(shape[-1] - 48) // 2)
+        else:
+            x, y = digits
         np.savez(npz, x=x.reshape((-1,) + shape), y=y)
         for batch in (int(b) for b in a.batches.split(',')):
             run_dir = os.path.join(tmp, f'{name}-b{batch}')
@@ -142,7 +156,7 @@ def main(argv=None):
                     optimizer='sgd', lr=a.lr, batch=batch, epochs=a.epochs, log=lambda *s: None)
             res = {}
             for eng, py in (('utrain Py', True), ('utrain MP', False)):
-                if eng == 'utrain MP' and a.no_mp:
+                if eng == 'utrain MP' and (a.no_mp or name not in a.mp_models.split(',')):
                     continue
                 own = run_dir + ('-py' if py else '-mp')     # a fresh folder (log, weights)
                 shutil.copytree(run_dir, own)
