@@ -32,6 +32,7 @@ DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd'
                 weight_decay=0.0, schedule='constant', warmup=0, schedule_steps=0,
                 step_size=1, gamma=0.1, min_lr=0.0)
 SCHEDULES = module('sched').SCHEDULES
+RECIPE = ('weight_decay', 'schedule', 'warmup', 'schedule_steps', 'step_size', 'gamma', 'min_lr')
 
 
 def pack_settings(s: dict) -> bytes:
