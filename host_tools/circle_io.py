@@ -268,12 +268,18 @@ class _CheckedBytes(bytes):
         return bytes.__getitem__(self, key)
 
 
-def _read_bytes(path) -> bytes:
+def check_path(path) -> str:
+    """path as a str; ModelError when it is missing or a directory."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ModelError(path, "no such file")
     if os.path.isdir(path):
         raise ModelError(path, "is a directory, not a model file")
+    return path
+
+
+def _read_bytes(path) -> bytes:
+    path = check_path(path)
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -445,7 +451,11 @@ def _graph_from(path, raw: bytes, model) -> Graph:
 
 
 def read_model(path) -> Graph:
-    """Read subgraph 0 of a circle or TFLite model file. Raises :class:`ModelError`."""
+    """Read subgraph 0 of a circle or TFLite model file, or an .onnx model translated into
+    the same IR (host_tools/onnx_io.py). Raises :class:`ModelError`."""
+    from .onnx_io import is_onnx, read_onnx
+    if is_onnx(path):
+        return read_onnx(path)
     raw = _read_bytes(path)
     model = _unpack(path, raw)
     return _graph_from(path, raw, model)

@@ -98,6 +98,7 @@ def cmd_prepare(a):
                 loss=a.loss, reduction=a.reduction, from_logits=a.from_logits,
                 optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, beta1=a.beta1,
                 beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
+                weight_decay=a.weight_decay, schedule=a.schedule,
                 metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
                 budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
@@ -377,9 +378,13 @@ def parser(prog=None):
                    'outputs (ONERT\'s loss reduction)')
     q.add_argument('--from-logits', action='store_true', default=None,
                    help='the model outputs logits, not probabilities (cce, scce, bce)')
-    q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop'],
-                   help='sgd (--momentum), adam (TensorFlow/ONERT form: --beta1, --beta2, --eps) '
-                        'or rmsprop (--rho, --eps)')
+    q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop', 'adamw'],
+                   help='sgd (--momentum), adam (TensorFlow/ONERT form: --beta1, --beta2, --eps), '
+                        'rmsprop (--rho, --eps) or adamw (PyTorch\'s AdamW)')
+    q.add_argument('--weight-decay', type=float, help="adamw: decoupled; sgd, adam, rmsprop: "
+                   "L2 added to the gradient (PyTorch's weight_decay)")
+    q.add_argument('--schedule', help='learning rate: constant | linear | step | cosine, then '
+                   ',warmup=N ,steps=N ,step_size=N ,gamma=F ,min_lr=F (docs/training.md)')
     q.add_argument('--lr', type=float, help='learning rate')
     q.add_argument('--momentum', type=float, help='SGD momentum')
     q.add_argument('--beta1', type=float, help='Adam')

@@ -27,7 +27,12 @@ LOSSES, OPTIMIZERS, METRICS, REDUCTIONS = _dev.LOSSES, _dev.OPTIMIZERS, _dev.MET
 
 DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',
                 metric='accuracy', shuffle=False, batch=1, epochs=1, seed=0, lr=0.01,
-                momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7, rho=0.9, stream=False)
+                momentum=0.0, beta1=0.9, beta2=0.999, eps=1e-7, rho=0.9, stream=False,
+                # training recipes: train.json only (micro/utrain/optim.py, trainer.RECIPE)
+                weight_decay=0.0, schedule='constant', warmup=0, schedule_steps=0,
+                step_size=1, gamma=0.1, min_lr=0.0)
+SCHEDULES = module('sched').SCHEDULES
+RECIPE = ('weight_decay', 'schedule', 'warmup', 'schedule_steps', 'step_size', 'gamma', 'min_lr')
 
 
 def pack_settings(s: dict) -> bytes:

@@ -264,6 +264,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             mods.add('convrows')        # (counted whether or not a weight is that large)
     if settings.get('cache'):
         mods.add('prefix')
+    if settings.get('schedule', 'constant') != 'constant' or settings.get('warmup'):
+        mods.add('sched')               # the learning-rate schedule (docs/training.md)
     if plan.bands:
         mods.add('bands')
     sizes = mpy_sizes()
@@ -336,7 +338,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     else:
         parts['frozen weights'] = sum(A(size[k]) for k in consts)
     opt = settings['optimizer']
-    n_state = 2 if opt == 'adam' else 1 if opt == 'rmsprop' or (opt == 'sgd' and settings.get('momentum')) else 0
+    n_state = 2 if opt in ('adam', 'adamw') else 1 if opt == 'rmsprop' or (opt == 'sgd' and settings.get('momentum')) else 0
     parts['optimizer state'] = n_state * sum(A(state[k]) for k in plan.params)
     batch = int(settings['batch'])
     # a weight several ops read (an unrolled RNN's W_hh) is summed over its uses even at
@@ -420,7 +422,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             grads.pop(k, None)
         if flags & 1 and ins:
             grads[ins[0]] = n_in
-    rowtemps = 6 if opt == 'adam' else 3
+    rowtemps = 6 if opt in ('adam', 'adamw') else 3
     widest = max([shapes[k][1] for k in plan.params] or [0])
     parts['working set (activations, temporaries, loss)'] = (
         peak + 4 * A(out_n) + 2 * A(x_in) + rowtemps * A(widest))

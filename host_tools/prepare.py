@@ -19,7 +19,7 @@ import numpy as np
 
 from . import dataset as ds
 from .circle_io import read_model, atomic_write
-from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS
+from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
 from .memory import plans_by_target
 from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
 from . import quant, rewrite as rw
@@ -154,7 +154,8 @@ def resolve_settings(g, overrides: dict) -> dict:
     s.update({k: v for k, v in overrides.items() if v is not None})
     if 'metric' not in overrides or overrides['metric'] is None:
         s['metric'] = 'accuracy' if s['loss'] in ('cce', 'scce', 'bce') else 'mae'
-    for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS)):
+    for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS),
+                         ('schedule', SCHEDULES)):
         if s[key] not in allowed:
             raise PrepareError(f'{key} {s[key]!r}: expected one of {", ".join(allowed)}')
     if s['batch'] < 1 or s['epochs'] < 0:
@@ -230,6 +231,9 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
     the command line.  Returns (graph as read, board profile or None, settings, train)."""
     from .validate import check_settings, check_graph
     prof = board_profile(board, overrides) if board else None
+    if overrides.get('schedule') is not None:      # 'cosine,warmup=100' -> its settings
+        from .validate import parse_schedule
+        overrides.update(parse_schedule(overrides['schedule']))
     check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
     check_graph(g)             # the file's op numbering, before any rewrite
@@ -448,6 +452,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     bands: rows per band of the frozen chains the board computes a few rows at a time
     (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never."""
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
+    if decays and not data:
+        raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
+                           'run\'s updates; give steps=N (the update the decay ends at)')
     if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress, cache, bands, board,
@@ -481,6 +489,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
     summary.update(write_prefix_caches(out_dir, files, cache))
+    if decays:                  # the decay ends with the run: epochs x updates an epoch
+        s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
     return write_run_config(out_dir, files, s, summary, progress,
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
@@ -614,6 +624,14 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         w = read_checkpoint(wof_path, g, ranks)
     else:
         w = read_wof(wof_path, g)
+    from .onnx_io import is_onnx, export_onnx
+    if is_onnx(model_path) and not quantized:
+        if is_onnx(out_path):                       # the ONNX model, initializers trained
+            return export_onnx(model_path, g, w, out_path)
+        for k, arr in w.items():                    # the graph utrain trained, as circle
+            g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
+        rw.save_graph(g, out_path)
+        return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized:
         write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
         r = {'model': base, 'tensors': len(w), 'clipped': 0}

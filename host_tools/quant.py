@@ -575,6 +575,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     from .prepare import (FILES, OUTPUTS, PrepareError, check_flash, check_outputs, read_data,
                           write_data, write_run_config)
     from .memory import plans_by_target, plan_heap_q8
+    if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
+        raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
+                           'schedule; --dequantize trains the model in float32 with them')
     if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
         raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
                            'sgd (no momentum) or adam; --dequantize trains it in float with '

@@ -32,6 +32,7 @@ import weakref
 
 import numpy as np
 
+from .flatmodel import RECIPE
 from .optable import SPECS
 from .passes import PrepareError, RANK_NAMES
 
@@ -271,7 +272,7 @@ class Trials:
         self.model_path, self.rewrite, self.epochs, self.log = model_path, rewrite, epochs, log
         self.settings = {k: settings[k] for k in ('loss', 'reduction', 'from_logits', 'optimizer',
                                                    'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho',
-                                                   'metric')}
+                                                   'metric') + RECIPE if k in settings}
         self.settings.update(batch=int(settings['batch']), shuffle=True, seed=7,
                              epochs=epochs, stream=False)
         h = hashlib.sha1()
@@ -343,7 +344,10 @@ class Trials:
                 **dict(self.settings, seed=self.settings['seed'] + fold))    # (bands: the
         # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
         Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
-        tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'))
+        with open(os.path.join(out, 'train.json')) as f:     # weight decay, the schedule
+            cfg = json.load(f)
+        tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'),
+                     **{k: cfg[k] for k in RECIPE if k in cfg})
         tr.cache = True     # the frozen prefix once per sample, not once per epoch
         train, test = Dataset(os.path.join(out, 'train.ds')), Dataset(os.path.join(out, 'test.ds'))
         try:

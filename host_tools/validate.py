@@ -25,10 +25,44 @@ SETTINGS = {
     'lr': (float, 0.0, 3e38, True, False), 'momentum': (float, 0.0, 1.0, False, True),
     'beta1': (float, 0.0, 1.0, False, True), 'beta2': (float, 0.0, 1.0, False, True),
     'eps': (float, 0.0, 1.0, True, False), 'rho': (float, 0.0, 1.0, False, True),
+    'weight_decay': (float, 0.0, 3e38, False, False), 'warmup': (int, 0, 0xFFFFFFFF),
+    'schedule_steps': (int, 0, 0xFFFFFFFF), 'step_size': (int, 1, 0xFFFFFFFF),
+    'gamma': (float, 0.0, 1.0, True, False), 'min_lr': (float, 0.0, 1.0, False, False),
 }
 FLAGS = {'batch': '--batch', 'epochs': '--epochs', 'seed': '--seed', 'progress': '--progress',
          'split_seed': '--split-seed', 'lr': '--lr', 'momentum': '--momentum', 'beta1': '--beta1',
-         'beta2': '--beta2', 'eps': '--eps', 'rho': '--rho'}
+         'beta2': '--beta2', 'eps': '--eps', 'rho': '--rho', 'weight_decay': '--weight-decay',
+         'warmup': '--schedule warmup=', 'schedule_steps': '--schedule steps=',
+         'step_size': '--schedule step_size=', 'gamma': '--schedule gamma=',
+         'min_lr': '--schedule min_lr='}
+SCHEDULE_KEYS = {'warmup': ('warmup', int), 'steps': ('schedule_steps', int),
+                 'step_size': ('step_size', int), 'gamma': ('gamma', float),
+                 'min_lr': ('min_lr', float)}
+
+
+def parse_schedule(spec) -> dict:
+    """--schedule 'KIND[,warmup=N][,steps=N][,step_size=N][,gamma=F][,min_lr=F]' (KIND
+    constant, linear, step or cosine; steps: the updates the decay ends at, 0 = the whole
+    run; min_lr a fraction of lr) -> train.json's settings."""
+    from .flatmodel import SCHEDULES
+    parts = [p.strip() for p in str(spec).split(',') if p.strip()]
+    if not parts or parts[0] not in SCHEDULES:
+        raise PrepareError(f'--schedule {spec!r}: expected one of {", ".join(SCHEDULES)}, then '
+                           'optional ,warmup=N ,steps=N ,step_size=N ,gamma=F ,min_lr=F '
+                           '(e.g. cosine,warmup=100)')
+    out = {'schedule': parts[0]}
+    for p in parts[1:]:
+        k, _, v = p.partition('=')
+        if k not in SCHEDULE_KEYS or not v:
+            raise PrepareError(f'--schedule {spec!r}: {p!r} is not one of '
+                               f'{", ".join(k + "=..." for k in SCHEDULE_KEYS)}')
+        name, kind = SCHEDULE_KEYS[k]
+        try:
+            out[name] = kind(v)
+        except ValueError:
+            raise PrepareError(f'--schedule {spec!r}: {k} must be '
+                               f'{"a whole number" if kind is int else "a number"}') from None
+    return out
 
 
 def check_settings(s: dict) -> None:

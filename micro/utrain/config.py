@@ -8,18 +8,23 @@ import os
 import json
 
 SETTINGS = ('loss', 'reduction', 'from_logits', 'optimizer', 'metric', 'shuffle', 'batch',
-            'epochs', 'seed', 'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho', 'stream')
+            'epochs', 'seed', 'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho', 'stream',
+            'weight_decay', 'schedule', 'warmup', 'schedule_steps', 'step_size', 'gamma',
+            'min_lr')
 ENUMS = {'loss': ('mse', 'mae', 'cce', 'scce', 'bce'), 'reduction': ('mean', 'sum'),
-         'optimizer': ('sgd', 'adam', 'rmsprop'), 'metric': ('accuracy', 'mae'),
-         'on_nan': ('lower', 'stop'), 'start': ('weights', 'best')}
+         'optimizer': ('sgd', 'adam', 'rmsprop', 'adamw'), 'metric': ('accuracy', 'mae'),
+         'on_nan': ('lower', 'stop'), 'start': ('weights', 'best'),
+         'schedule': ('constant', 'linear', 'step', 'cosine')}
 BOOLS = ('from_logits', 'shuffle', 'stream', 'resume', 'keep_best')
 # integers: (lowest, highest) as model.flat and the checkpoint store them
 INTS = {'batch': (1, 65535), 'epochs': (0, 65535), 'seed': (0, 0xFFFFFFFF),
         'progress': (0, 0xFFFFFFFF), 'checkpoint_every': (0, 0xFFFFFFFF), 'max_retries': (0, 1000),
-        'gc_every': (0, 65535), 'planned': (0, 0xFFFFFFFF)}
+        'gc_every': (0, 65535), 'planned': (0, 0xFFFFFFFF), 'warmup': (0, 0xFFFFFFFF),
+        'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF)}
 # numbers: (lowest, highest, lowest excluded, highest excluded)
 NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
-        'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0)}
+        'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0),
+        'weight_decay': (0, None, 0, 0), 'gamma': (0, 1, 1, 0), 'min_lr': (0, 1, 0, 0)}
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor',
        'max_retries', 'start', 'cache', 'gc_every', 'planned')
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # int8: q8.req, q8.json
@@ -108,6 +113,9 @@ def check(cfg, path='train.json'):
                              % (path, k, ', '.join(SETTINGS)))
         if k in SETTINGS:
             check_value(path, k, cfg[k])
+    if cfg.get('schedule') in ('linear', 'cosine') and cfg.get('schedule_steps', 0) <= cfg.get('warmup', 0):
+        raise bad(path, 'schedule_steps', 'the update a %s decay ends at, above "warmup"'
+                  % cfg['schedule'], cfg.get('schedule_steps', 0))
     for k in run:
         if k not in RUN:
             raise ValueError('%s: unknown setting "run.%s" (known: %s)' % (path, k, ', '.join(RUN)))

@@ -60,7 +60,10 @@ def settings_dict(s):
     return {'loss': LOSSES[s[0]], 'reduction': REDUCTIONS[s[1]], 'from_logits': bool(s[2]),
             'optimizer': OPTIMIZERS[s[3]], 'metric': METRICS[s[4]], 'shuffle': bool(s[5]),
             'batch': s[6], 'epochs': s[7], 'seed': s[9], 'lr': s[10], 'momentum': s[11],
-            'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15], 'stream': bool(s[8] & 1)}
+            'beta1': s[12], 'beta2': s[13], 'eps': s[14], 'rho': s[15], 'stream': bool(s[8] & 1),
+            # train.json's training recipes (docs/training.md), not stored here
+            'weight_decay': 0.0, 'schedule': 'constant', 'warmup': 0, 'schedule_steps': 0,
+            'step_size': 1, 'gamma': 0.1, 'min_lr': 0.0}
 
 # circle builtin code -> kernel module; imported only when a model uses it
 KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _RELU: 'op_act',

@@ -100,8 +100,7 @@ class Trainer:
         o = getattr(self, 'opt', None)
         if o is None or o.kind != c['optimizer']:
             o = self.opt = Optimizer(c['optimizer'])
-        o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.rho = (
-            c['lr'] * self.lr_scale, c['momentum'], c['beta1'], c['beta2'], c['eps'], c['rho'])
+        o.set(c, self.lr_scale)
         for k in big_first(net.trainable, net.shape):
             o.init(k, state_shape(net, k))
         # batch 1: each weight gradient updates its weight as soon as it is complete

@@ -273,6 +273,8 @@ def save_state(tr, path):
     b = tr.best or (0, 0.0, 0.0)
     extra = pack(RESUME, b'UTRS', 1, tr.best is not None, tr.pos, tr.sums[0], tr.sums[1],
                  tr.lr_scale, b[0], tr.retries, b[1], b[2])
+    if o.sched:                 # the schedule, as this run set it (a resume continues it)
+        extra += o.sched[6]
     extra += getattr(tr.net, 'select', b'')     # the board's choice (utrain/fisher.py)
     save_checkpoint(path, len(tr.net.t), tr.weights(), o.m, o.v, o.t, tr.epoch, extra)
 
@@ -288,6 +290,9 @@ def load_state(tr, path):
         n = calcsize(RESUME)
         if len(extra) < n or extra[:6] != pack('<4sH', b'UTRS', 1):
             raise ValueError('%s: unknown data after the counters' % path)
+        if extra[n:n + 4] == b'UTLR':     # the run's schedule: the checkpoint's
+            from utrain.sched import unblock
+            tr.opt.sched, extra = unblock(extra, n, path)
         if extra[n:] != getattr(net, 'select', b''):
             raise ValueError('%s: trained another selection of tensors than this run '
                              '(prepare --select board: Trainer(keep=utrain.chosen.read(path)))' % path)

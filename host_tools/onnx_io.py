@@ -1,0 +1,1180 @@
+"""Reading ONNX models into the host's graph IR (circle_io.Graph), and writing trained
+weights back into the .onnx file.  Uses the `onnx` package only (no TensorFlow).
+
+ONNX is NCHW; utrain's kernels are NHWC.  Every value has up to two IR tensors: its
+ONNX layout ("plain") and, for a rank-4 activation, its NHWC layout.  Ops that need NHWC
+(Conv, the pools, BatchNormalization on a feature map) ask for it, the others for the
+plain one or whichever exists; where a value has only the other layout a TRANSPOSE is
+emitted.  So the model's rank-4 input enters as ONNX has it and is transposed once,
+right away; prepare's rewrite (rewrite.hoist_input_transpose) moves that transpose into
+the input, and prepare transposes the samples: data in the ONNX model's own layout just
+works.  A Flatten/Reshape of an NHWC map that only a Gemm/MatMul reads permutes the
+weight's columns instead of the map; the graph's output is always in ONNX's layout.
+
+Each IR constant made from an ONNX initializer records how (``Graph.onnx_origin``:
+IR tensor name -> ('plain', initializer, steps) | ('bn_scale', ...) | ('bn_shift', ...)),
+so :func:`export_onnx` maps trained IR tensors back onto the initializers.  A
+BatchNormalization becomes MUL by scale/sqrt(var+eps) and ADD of B - mean*scale (folded
+into a frozen conv before it by prepare; trained as per-channel scale and shift
+otherwise); export writes trained values back as scale' = s' sqrt(var+eps),
+B' = b' + mean s' (mean and var unchanged), so ONNX computes what utrain trained.
+LayerNormalization becomes tico's ops (MEAN, SUB, MUL, MEAN, ADD eps, RSQRT, MUL, MUL
+scale, ADD bias).  Shape subgraphs (Shape, Gather, Concat, Unsqueeze, ...) are folded to
+constants; Identity and Dropout are dropped.  Anything else is a ModelError naming the
+node and the file.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .circle_io import Graph, ModelError, Operator, Tensor, OP_CODES
+
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+POS_IN_NHWC = (0, 3, 1, 2)       # NCHW axis a sits at NHWC axis POS_IN_NHWC[a]
+
+SUPPORTED = sorted({
+    'Gemm', 'MatMul', 'Conv', 'BatchNormalization', 'Relu', 'Clip', 'Sigmoid', 'Tanh',
+    'HardSwish', 'LeakyRelu', 'Gelu', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
+    'ReduceMean', 'Flatten', 'Reshape', 'Transpose', 'Squeeze', 'Unsqueeze', 'Add', 'Sub',
+    'Mul', 'Div', 'Pow', 'Sqrt', 'Erf (in GELU)', 'Concat', 'Split', 'Slice', 'Pad',
+    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant'})
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:           # pragma: no cover
+        raise ModelError('onnx', 'reading .onnx models needs the onnx package '
+                         '(pip install -r requirements.txt)') from None
+    return onnx
+
+
+def is_onnx(path) -> bool:
+    return os.fspath(path).lower().endswith('.onnx')
+
+
+# --------------------------------------------------------------------------- weight steps
+# An IR constant is an initializer put through steps, each invertible:
+# ('R', from_shape, to_shape), ('T', perm), ('cols', src) (IR[:, j] = W[:, src[j]]),
+# ('scale', a).
+
+def apply_steps(a, steps):
+    a = np.asarray(a, np.float64)
+    for s in steps:
+        if s[0] == 'R':
+            a = a.reshape(s[2])
+        elif s[0] == 'T':
+            a = a.transpose(s[1])
+        elif s[0] == 'cols':
+            a = a[:, s[1]]
+        elif s[0] == 'scale':
+            a = a * s[1]
+    return a
+
+
+def invert_steps(a, steps):
+    a = np.asarray(a, np.float64)
+    for s in reversed(steps):
+        if s[0] == 'R':
+            a = a.reshape(s[1])
+        elif s[0] == 'T':
+            a = a.transpose(np.argsort(s[1]))
+        elif s[0] == 'cols':
+            b = np.empty_like(a)
+            b[:, s[1]] = a
+            a = b
+        elif s[0] == 'scale':
+            a = a / s[1]
+    return a
+
+
+# --------------------------------------------------------------------------- folding
+
+def _attrs(node):
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _np_dtype(onnx_type):
+    from onnx import helper
+    return helper.tensor_dtype_to_np_dtype(onnx_type)
+
+
+def _slice(x, starts, ends, axes, steps):
+    sl = [slice(None)] * x.ndim
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        sl[int(ax)] = slice(int(st), int(en), int(sp))
+    return x[tuple(sl)]
+
+
+def _fold(node, vals, a):
+    """numpy value(s) of a node whose inputs are all constants, or None when the op is
+    not one the shape subgraphs use."""
+    t = node.op_type
+    x = vals[0] if vals else None
+    if t == 'Shape':
+        s = np.array(x.shape, np.int64)
+        return s[a.get('start', 0):a.get('end', None)]
+    if t == 'Gather':
+        return np.take(x, vals[1].astype(np.int64), axis=a.get('axis', 0))
+    if t == 'Concat':
+        return np.concatenate([np.asarray(v) for v in vals], axis=a['axis'])
+    if t in ('Unsqueeze', 'Squeeze'):
+        axes = a.get('axes') if len(vals) < 2 else [int(v) for v in vals[1]]
+        if t == 'Squeeze':
+            return np.squeeze(x, axis=tuple(axes) if axes is not None else None)
+        out = x
+        n = x.ndim + len(axes)
+        for ax in sorted(v % n for v in axes):
+            out = np.expand_dims(out, ax)
+        return out
+    if t == 'Cast':
+        return x.astype(_np_dtype(a['to']))
+    if t == 'Slice':
+        if len(vals) >= 3:
+            st, en = vals[1], vals[2]
+            ax = vals[3] if len(vals) > 3 and vals[3] is not None else range(len(st))
+            sp = vals[4] if len(vals) > 4 and vals[4] is not None else [1] * len(st)
+        else:
+            st, en = a['starts'], a['ends']
+            ax, sp = a.get('axes', range(len(st))), [1] * len(st)
+        return _slice(x, st, en, ax, sp)
+    if t == 'Reshape':
+        shape = [int(v) for v in vals[1]]
+        shape = [x.shape[i] if v == 0 and not a.get('allowzero') else v
+                 for i, v in enumerate(shape)]
+        return x.reshape(shape)
+    ops = {'Add': np.add, 'Sub': np.subtract, 'Mul': np.multiply, 'Equal': np.equal,
+           'Max': np.maximum, 'Min': np.minimum, 'Pow': np.power, 'Less': np.less,
+           'Greater': np.greater}
+    if t in ops:
+        return ops[t](vals[0], vals[1]).astype(np.result_type(vals[0], vals[1])) \
+            if t not in ('Equal', 'Less', 'Greater') else ops[t](vals[0], vals[1])
+    if t == 'Div':
+        if np.issubdtype(x.dtype, np.integer):
+            return (x // vals[1]).astype(x.dtype)
+        return (x / vals[1]).astype(x.dtype)
+    if t in ('Sqrt', 'Neg', 'Floor', 'Ceil', 'Abs', 'Reciprocal', 'Exp', 'Log'):
+        f = {'Sqrt': np.sqrt, 'Neg': np.negative, 'Floor': np.floor, 'Ceil': np.ceil,
+             'Abs': np.abs, 'Reciprocal': np.reciprocal, 'Exp': np.exp, 'Log': np.log}[t]
+        return f(x).astype(x.dtype)
+    if t in ('Identity', 'Dropout'):
+        return x
+    if t == 'ConstantOfShape':
+        v = a.get('value')
+        from onnx import numpy_helper
+        fill = numpy_helper.to_array(v).reshape(-1)[0] if v is not None else np.float32(0)
+        return np.full([int(d) for d in x], fill, dtype=np.asarray(fill).dtype)
+    if t == 'Range':
+        return np.arange(vals[0], vals[1], vals[2]).astype(vals[0].dtype)
+    if t == 'Where':
+        return np.where(vals[0], vals[1], vals[2])
+    if t == 'Expand':
+        return x * np.ones([int(d) for d in vals[1]], x.dtype)
+    if t == 'Transpose':
+        return x.transpose(a.get('perm'))
+    if t in ('ReduceProd', 'ReduceSum', 'ReduceMax', 'ReduceMin'):
+        f = {'ReduceProd': np.prod, 'ReduceSum': np.sum, 'ReduceMax': np.max,
+             'ReduceMin': np.min}[t]
+        axes = a.get('axes') if len(vals) < 2 else [int(v) for v in vals[1]]
+        return f(x, axis=tuple(axes) if axes else None,
+                 keepdims=bool(a.get('keepdims', 1))).astype(x.dtype)
+    return None
+
+
+# --------------------------------------------------------------------------- reader
+
+class _Reader:
+    def __init__(self, path, model):
+        self.path = os.fspath(path)
+        self.model = model
+        self.tensors: list[Tensor] = []
+        self.ops: list[Operator] = []
+        self.const: dict[str, np.ndarray] = {}      # ONNX value -> constant (ONNX layout)
+        self.inits: set = set()                      # names of initializers
+        self.shape: dict[str, list] = {}             # activation -> ONNX shape
+        self.plain: dict[str, int] = {}              # activation -> IR tensor, ONNX layout
+        self.nhwc: dict[str, int] = {}               # rank-4 activation -> IR tensor, NHWC
+        self.colperm: dict[str, int] = {}            # flattened NHWC map -> (IR tensor, src)
+        self.origin: dict[str, tuple] = {}
+        self.consumers: dict[str, list] = {}
+        self.names: set = set()
+        self.node = None
+
+    # ---- errors and tensors
+    def err(self, msg):
+        n = self.node
+        where = f'node {n.name or "(unnamed)"} ({n.op_type}): ' if n is not None else ''
+        raise ModelError(self.path, where + msg)
+
+    def _uname(self, name):
+        base, i = name or 't', 1
+        while name in self.names or not name:
+            name = f'{base}_{i}'
+            i += 1
+        self.names.add(name)
+        return name
+
+    def tensor(self, name, shape, data=None, dtype='float32'):
+        if data is not None:
+            data = np.ascontiguousarray(data)
+            dtype = data.dtype.name
+        t = Tensor(len(self.tensors), self._uname(name), [int(s) for s in shape], dtype,
+                   data, -1)
+        self.tensors.append(t)
+        return t.index
+
+    def const_tensor(self, name, value, init=None, steps=(), dtype=np.float32):
+        """An IR constant of value (made from initializer init by steps, for export)."""
+        v = np.asarray(value, dtype=dtype)
+        k = self.tensor(name, v.shape, v)
+        if init is not None:
+            self.origin[self.tensors[k].name] = ('plain', init, list(steps))
+        return k
+
+    def emit(self, name, inputs, outputs, **options):
+        op = Operator(len(self.ops), OP_CODES[name], name, list(inputs), list(outputs),
+                      options, src=len(self.ops))
+        op.onnx = self.node.name if self.node is not None else None
+        self.ops.append(op)
+        return op
+
+    # ---- layouts
+    def oshape(self, v):
+        if v not in self.shape:
+            self.err(f'the shape of {v!r} is not known (give the model static shapes, '
+                     'e.g. export it with a fixed input size)')
+        return self.shape[v]
+
+    def get(self, v, layout='plain'):
+        """IR tensor of activation v in layout 'plain' (ONNX's), 'nhwc', or 'any'."""
+        if v in self.colperm:
+            self.err(f'{v!r} is a flattened NHWC map that only a Gemm/MatMul can read here')
+        if layout == 'any':
+            layout = 'nhwc' if v in self.nhwc else 'plain'
+        if layout == 'plain':
+            if v not in self.plain:
+                src = self.nhwc[v]
+                out = self.tensor(v, self.oshape(v))
+                self.emit('TRANSPOSE', [src, self.perm_const(v, NHWC_TO_NCHW)], [out])
+                self.plain[v] = out
+            return self.plain[v]
+        if v not in self.nhwc:
+            s = self.oshape(v)
+            if len(s) != 4:
+                self.err(f'{v!r} has shape {s}; this op needs a 4-D NCHW tensor')
+            out = self.tensor(v + '/nhwc', [s[i] for i in NCHW_TO_NHWC])
+            self.emit('TRANSPOSE', [self.plain[v], self.perm_const(v, NCHW_TO_NHWC)], [out])
+            self.nhwc[v] = out
+        return self.nhwc[v]
+
+    def perm_const(self, v, perm):
+        return self.tensor(v + '/perm', [len(perm)], np.array(perm, np.int32))
+
+    def out(self, v, layout='plain', shape=None):
+        """A new IR tensor for ONNX output v in layout."""
+        s = list(shape if shape is not None else self.oshape(v))
+        self.shape.setdefault(v, s)
+        if layout == 'nhwc':
+            k = self.tensor(v + '/nhwc', [s[i] for i in NCHW_TO_NHWC])
+            self.nhwc[v] = k
+        else:
+            k = self.tensor(v, s)
+            self.plain[v] = k
+        return k
+
+    def alias(self, dst, src):
+        for m in (self.plain, self.nhwc, self.colperm, self.const):
+            if src in m:
+                m[dst] = m[src]
+        if src in self.shape:
+            self.shape[dst] = self.shape[src]
+
+    def cval(self, v, what):
+        if v not in self.const:
+            self.err(f'{what} ({v!r}) must be a constant')
+        return self.const[v]
+
+    # ---- the graph
+    def run(self):
+        g = self.model.graph
+        from onnx import numpy_helper
+        for init in g.initializer:
+            self.const[init.name] = numpy_helper.to_array(init)
+            self.inits.add(init.name)
+        for vi in list(g.value_info) + list(g.output) + list(g.input):
+            s = _static_shape(vi)
+            if s is not None:
+                self.shape[vi.name] = s
+        self.nodes = list(g.node)
+        for node in self.nodes:
+            for i in node.input:
+                self.consumers.setdefault(i, []).append(node)
+        inputs = [vi for vi in g.input if vi.name not in self.const]
+        for vi in inputs:
+            s = _static_shape(vi, batch1=True)
+            if s is None:
+                raise ModelError(self.path, f'input {vi.name!r} has no static shape')
+            et = vi.type.tensor_type.elem_type
+            if et != 1:
+                raise ModelError(self.path, f'input {vi.name!r} is not float32 (ONNX type {et})')
+            self.shape[vi.name] = s
+            self.plain[vi.name] = self.tensor(vi.name, s)
+        self.skip = set()
+        for i, node in enumerate(self.nodes):
+            if i in self.skip:
+                continue
+            self.node = node
+            self.step(i, node)
+        self.node = None
+        outs = []
+        for vi in g.output:
+            if vi.name in self.const:
+                raise ModelError(self.path, f'output {vi.name!r} is a constant')
+            k = self.get(vi.name, 'plain')
+            if k in [self.plain.get(v.name) for v in inputs]:
+                raise ModelError(self.path, f'output {vi.name!r} is the input')
+            outs.append(k)
+        opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
+                    default=0)
+        gr = Graph(path=self.path, identifier=b'CIR0', version=3,
+                   description=f'ONNX opset {opset} ({self.model.producer_name} '
+                               f'{self.model.producer_version}) read by utrain',
+                   tensors=self.tensors, ops=self.ops,
+                   inputs=[self.plain[vi.name] for vi in inputs], outputs=outs, metadata={},
+                   n_subgraphs=1)
+        gr.onnx_origin = self.origin
+        return gr
+
+    def step(self, i, node):
+        t = node.op_type
+        a = _attrs(node)
+        ins = list(node.input)
+        if node.domain not in ('', 'ai.onnx'):
+            self.err(f'operator domain {node.domain!r} is not supported')
+        if t == 'Constant':
+            from onnx import numpy_helper
+            if 'value' in a:
+                self.const[node.output[0]] = numpy_helper.to_array(a['value'])
+            elif 'value_float' in a:
+                self.const[node.output[0]] = np.array(a['value_float'], np.float32)
+            elif 'value_int' in a:
+                self.const[node.output[0]] = np.array(a['value_int'], np.int64)
+            elif 'value_floats' in a:
+                self.const[node.output[0]] = np.array(a['value_floats'], np.float32)
+            elif 'value_ints' in a:
+                self.const[node.output[0]] = np.array(a['value_ints'], np.int64)
+            else:
+                self.err('unsupported Constant attribute')
+            return
+        present = [v for v in ins if v]
+        if t == 'Shape' and ins[0] not in self.const:
+            s = np.array(self.oshape(ins[0]), np.int64)
+            self.const[node.output[0]] = s[a.get('start', 0):a.get('end', None)]
+            return
+        if present and all(v in self.const for v in present):
+            vals = [self.const[v] if v else None for v in ins]
+            r = _fold(node, vals, a)
+            if r is None:
+                self.err('cannot fold this op on constants')
+            self.const[node.output[0]] = np.asarray(r)
+            return
+        h = getattr(self, 'op_' + t, None)
+        if h is None:
+            self.err(f'utrain cannot read ONNX op {t}; supported: {", ".join(SUPPORTED)}')
+        h(node, ins, a, i)
+
+    # ---- ops
+    def op_Identity(self, node, ins, a, i):
+        self.alias(node.output[0], ins[0])
+
+    def op_Dropout(self, node, ins, a, i):
+        self.alias(node.output[0], ins[0])
+
+    def _unary(self, name, node, ins, **opts):
+        v = ins[0]
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        self.emit(name, [x], [self.out(node.output[0], lay, self.oshape(v))], **opts)
+
+    def op_Relu(self, node, ins, a, i):
+        self._unary('RELU', node, ins)
+
+    def op_Sigmoid(self, node, ins, a, i):
+        self._unary('LOGISTIC', node, ins)
+
+    def op_Tanh(self, node, ins, a, i):
+        self._unary('TANH', node, ins)
+
+    def op_HardSwish(self, node, ins, a, i):
+        self._unary('HARD_SWISH', node, ins)
+
+    def op_Sqrt(self, node, ins, a, i):
+        self._unary('SQRT', node, ins)
+
+    def op_LeakyRelu(self, node, ins, a, i):
+        self._unary('LEAKY_RELU', node, ins, alpha=float(a.get('alpha', 0.01)))
+
+    def op_Gelu(self, node, ins, a, i):
+        self._unary('GELU', node, ins, approximate=a.get('approximate', b'none') in (b'tanh', 'tanh'))
+
+    def op_Clip(self, node, ins, a, i):
+        lo, hi = a.get('min'), a.get('max')
+        if len(ins) > 1 and ins[1]:
+            lo = float(self.cval(ins[1], 'min'))
+        if len(ins) > 2 and ins[2]:
+            hi = float(self.cval(ins[2], 'max'))
+        lo = -np.inf if lo is None else float(lo)
+        hi = np.inf if hi is None else float(hi)
+        name = {(0.0, 6.0): 'RELU6', (-1.0, 1.0): 'RELU_N1_TO_1', (0.0, np.inf): 'RELU'}.get((lo, hi))
+        if name is None:
+            self.err(f'Clip to [{lo}, {hi}]: utrain has [0, 6], [-1, 1] and [0, inf) only')
+        self._unary(name, node, ins)
+
+    def op_Pow(self, node, ins, a, i):
+        e = np.asarray(self.cval(ins[1], 'the exponent')).reshape(-1)
+        if e.size != 1 or float(e[0]) not in (2.0, 0.5):
+            self.err(f'exponent {e.tolist()}: utrain has x**2 and x**0.5 only')
+        if float(e[0]) == 0.5:
+            return self._unary('SQRT', node, ins)
+        lay = 'nhwc' if ins[0] in self.nhwc else 'plain'
+        x = self.get(ins[0], lay)
+        self.emit('MUL', [x, x], [self.out(node.output[0], lay, self.oshape(ins[0]))],
+                  fused_activation_function='NONE')
+
+    def _gelu_pattern(self, i):
+        """Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (any order of the Muls),
+        as exporters before opset 20 write GELU: returns (x, last node index, nodes)."""
+        nodes = self.nodes
+        div = nodes[i]
+
+        def only(v):
+            c = self.consumers.get(v, [])
+            return c[0] if len(c) == 1 else None
+
+        def other(node, v):
+            rest = [u for u in node.input if u != v]
+            return rest[0] if len(rest) == 1 else None
+
+        x = div.input[0]
+        k = self.const.get(div.input[1])
+        if k is None or abs(float(np.asarray(k).reshape(-1)[0]) - np.sqrt(2)) > 1e-3:
+            return None
+        erf = only(div.output[0])
+        if erf is None or erf.op_type != 'Erf':
+            return None
+        add = only(erf.output[0])
+        if add is None or add.op_type != 'Add' or \
+                abs(float(np.asarray(self.const.get(other(add, erf.output[0]), np.nan)).reshape(-1)[0]) - 1) > 1e-6:
+            return None
+        m1 = only(add.output[0])
+        if m1 is None or m1.op_type != 'Mul':
+            return None
+        o = other(m1, add.output[0])
+        if o == x:                      # x * (1 + erf) then * 0.5
+            m2 = only(m1.output[0])
+            if m2 is None or m2.op_type != 'Mul' or abs(float(np.asarray(self.const.get(
+                    other(m2, m1.output[0]), np.nan)).reshape(-1)[0]) - 0.5) > 1e-6:
+                return None
+            last = m2
+        else:                           # (x * 0.5) * (1 + erf)
+            half = [n for n in self.consumers.get(x, []) if n.op_type == 'Mul' and
+                    n.output[0] == o]
+            if not half or abs(float(np.asarray(self.const.get(other(half[0], x), np.nan))
+                                     .reshape(-1)[0]) - 0.5) > 1e-6:
+                return None
+            last = m1
+        used = [div, erf, add, m1, last]
+        return x, last, used
+
+    def _index(self, node):
+        return next(j for j, n in enumerate(self.nodes) if n is node)
+
+    def op_Erf(self, node, ins, a, i):
+        self.err('Erf outside the GELU pattern x * 0.5 * (1 + erf(x / sqrt(2)))')
+
+    def _binary_name(self, t):
+        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV'}[t]
+
+    def op_Div(self, node, ins, a, i):
+        pat = self._gelu_pattern(i)
+        if pat is not None:
+            x, last, used = pat
+            self.skip.update(self._index(n) for n in used)
+            lay = 'nhwc' if x in self.nhwc else 'plain'
+            self.emit('GELU', [self.get(x, lay)],
+                      [self.out(last.output[0], lay, self.oshape(x))], approximate=False)
+            return
+        self._binary(node, ins)
+
+    def op_Add(self, node, ins, a, i):
+        self._binary(node, ins)
+
+    def op_Sub(self, node, ins, a, i):
+        self._binary(node, ins)
+
+    def op_Mul(self, node, ins, a, i):
+        self._binary(node, ins)
+
+    def _binary(self, node, ins):
+        acts = [v for v in ins if v not in self.const]
+        out_shape = self.oshape(node.output[0]) if node.output[0] in self.shape else \
+            list(np.broadcast_shapes(*[tuple(self.oshape(v)) if v not in self.const
+                                       else self.const[v].shape for v in ins]))
+        r = len(out_shape)
+        lay = 'plain'
+        if r == 4 and any(v in self.nhwc for v in acts) and \
+                all(len(self.oshape(v)) == 4 for v in acts):
+            lay = 'nhwc'
+        xs = []
+        for v in ins:
+            if v in self.const:
+                c = np.asarray(self.const[v])
+                if c.dtype.kind != 'f':
+                    c = c.astype(np.float32)
+                steps = []
+                if lay == 'nhwc':
+                    s4 = [1] * (4 - c.ndim) + list(c.shape)
+                    steps = [('R', list(c.shape), s4), ('T', NCHW_TO_NHWC)]
+                    c4 = c.reshape(s4).transpose(NCHW_TO_NHWC)
+                    keep = list(c4.shape)
+                    while len(keep) > 1 and keep[0] == 1:
+                        keep.pop(0)
+                    if c.ndim == 0:
+                        keep = []
+                    steps.append(('R', list(c4.shape), keep))
+                    c = c4.reshape(keep)
+                xs.append(self.const_tensor(v, c, v if v in self.inits else None, steps))
+            else:
+                xs.append(self.get(v, lay))
+        if len(acts) == 0:
+            self.err('no activation operand')
+        self.emit(self._binary_name(node.op_type), xs,
+                  [self.out(node.output[0], lay, out_shape)], fused_activation_function='NONE')
+
+    # ---- dense
+    def op_Gemm(self, node, ins, a, i):
+        if a.get('transA', 0):
+            self.err('transA=1 is not supported')
+        if ins[1] not in self.const:
+            self.err('B must be a constant (an initializer): utrain trains weights')
+        B = self.const[ins[1]]
+        alpha, beta = float(a.get('alpha', 1.0)), float(a.get('beta', 1.0))
+        steps = [] if a.get('transB', 0) else [('T', (1, 0))]
+        if alpha != 1.0:
+            steps.append(('scale', alpha))
+        C = ins[2] if len(ins) > 2 and ins[2] else None
+        self._fc(node, ins[0], ins[1], B, steps, C, beta, node.output[0])
+
+    def _fc(self, node, x, wname, W, steps, bname, beta, out):
+        src = None
+        if x in self.colperm:
+            xk, src = self.colperm[x]
+        else:
+            xk = self.get(x, 'plain')
+        xs = self.tensors[xk].shape
+        w = apply_steps(W, steps)
+        if src is not None:
+            steps = steps + [('cols', src)]
+            w = w[:, src]
+        if w.shape[1] != xs[-1]:
+            self.err(f'weight {list(w.shape)} does not fit input {xs}')
+        wk = self.const_tensor(wname, w, wname if wname in self.inits else None, steps)
+        bk = -1
+        if bname is not None:
+            bc = np.asarray(self.cval(bname, 'the bias'))
+            if bc.size != w.shape[0]:
+                self.err(f'bias of shape {list(bc.shape)} for {w.shape[0]} outputs')
+            bsteps = [('R', list(bc.shape), [w.shape[0]])]
+            if beta != 1.0:
+                bsteps.append(('scale', beta))
+            bk = self.const_tensor(bname, apply_steps(bc, bsteps),
+                                   bname if bname in self.inits else None, bsteps)
+        oshape = list(xs[:-1]) + [w.shape[0]]
+        self.emit('FULLY_CONNECTED', [xk, wk, bk], [self.out(out, 'plain', oshape)],
+                  fused_activation_function='NONE', keep_num_dims=len(xs) > 2)
+
+    def op_MatMul(self, node, ins, a, i):
+        if ins[1] not in self.const:
+            self.err('the second operand must be a constant (a weight); utrain has no '
+                     'product of two activations')
+        B = self.const[ins[1]]
+        if B.ndim != 2:
+            self.err(f'weight of shape {list(B.shape)}: utrain multiplies by 2-D weights')
+        out, bias = node.output[0], None
+        cs = self.consumers.get(out, [])
+        if len(cs) == 1 and cs[0].op_type == 'Add' and out not in \
+                [o.name for o in self.model.graph.output]:
+            other = [v for v in cs[0].input if v != out]
+            if len(other) == 1 and other[0] in self.const and \
+                    np.asarray(self.const[other[0]]).size == B.shape[1] and \
+                    np.asarray(self.const[other[0]]).ndim == 1:
+                bias = other[0]
+                self.skip.add(self._index(cs[0]))
+                out = cs[0].output[0]
+        self._fc(node, ins[0], ins[1], B, [('T', (1, 0))], bias, 1.0, out)
+
+    # ---- spatial
+    def _pads(self, a, H, W, kh, kw, sh, sw, dh, dw):
+        """(top, left, bottom, right) from pads / auto_pad."""
+        ap = a.get('auto_pad', b'NOTSET')
+        ap = ap.decode() if isinstance(ap, bytes) else ap
+        if ap in ('SAME_UPPER', 'SAME_LOWER'):
+            res = []
+            for n, k, s, d in ((H, kh, sh, dh), (W, kw, sw, dw)):
+                o = -(-n // s)
+                tot = max((o - 1) * s + (k - 1) * d + 1 - n, 0)
+                lo = tot // 2 if ap == 'SAME_UPPER' else tot - tot // 2
+                res.append((lo, tot - lo))
+            return res[0][0], res[1][0], res[0][1], res[1][1]
+        if ap == 'VALID':
+            return 0, 0, 0, 0
+        p = list(a.get('pads', [0, 0, 0, 0]))
+        return p[0], p[1], p[2], p[3]
+
+    def _padding(self, x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW, zero_ok=True,
+                 same_ok=True):
+        """TFLite padding for ONNX pads: 'VALID', 'SAME', or a PAD op in front (zeros;
+        zero_ok False: None when that would change the result)."""
+        t, l, b, r = pads
+
+        def tfl(n, k, s, d, mode):
+            eff = (k - 1) * d + 1
+            if mode == 'SAME':
+                o = -(-n // s)
+                return o, max((o - 1) * s + eff - n, 0) // 2
+            return -(-(n - eff + 1) // s), 0
+        if (t, l, b, r) == (0, 0, 0, 0) and (tfl(H, kh, sh, dh, 'VALID')[0],
+                                             tfl(W, kw, sw, dw, 'VALID')[0]) == (OH, OW):
+            return x, 'VALID'
+        sy, sx = tfl(H, kh, sh, dh, 'SAME'), tfl(W, kw, sw, dw, 'SAME')
+        if same_ok and (sy[0], sx[0]) == (OH, OW) and (sy[1], sx[1]) == (t, l):
+            return x, 'SAME'
+        if not zero_ok:
+            return None, None
+        s = self.tensors[x].shape
+        ps = [s[0], s[1] + t + b, s[2] + l + r, s[3]]
+        pk = self.tensor(self.tensors[x].name + '/pad', [4, 2],
+                         np.array([[0, 0], [t, b], [l, r], [0, 0]], np.int32))
+        y = self.tensor(self.tensors[x].name + '/padded', ps)
+        self.emit('PAD', [x, pk], [y])
+        if (tfl(ps[1], kh, sh, dh, 'VALID')[0], tfl(ps[2], kw, sw, dw, 'VALID')[0]) != (OH, OW):
+            self.err(f'pads {list(pads)} give an output TFLite cannot compute')
+        return y, 'VALID'
+
+    def op_Conv(self, node, ins, a, i):
+        if ins[1] not in self.const:
+            self.err('the weight must be a constant (an initializer)')
+        Wt = self.const[ins[1]]
+        if Wt.ndim != 4:
+            self.err(f'weight of shape {list(Wt.shape)}: utrain runs 2-D convolutions only')
+        x = self.get(ins[0], 'nhwc')
+        _, H, W, C = self.tensors[x].shape
+        O, IG, kh, kw = Wt.shape
+        grp = int(a.get('group', 1))
+        sh, sw = (list(a.get('strides', [1, 1])) + [1, 1])[:2]
+        dh, dw = (list(a.get('dilations', [1, 1])) + [1, 1])[:2]
+        pads = self._pads(a, H, W, kh, kw, sh, sw, dh, dw)
+        OH, OW = _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, False)
+        self.shape[node.output[0]] = [1, O, OH, OW]
+        x, pad = self._padding(x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW)
+        opts = dict(padding=pad, stride_h=sh, stride_w=sw, dilation_h_factor=dh,
+                    dilation_w_factor=dw, fused_activation_function='NONE')
+        if grp == 1:
+            name, steps = 'CONV_2D', [('T', (0, 2, 3, 1))]
+        elif grp == C and IG == 1 and O % C == 0:
+            name, steps = 'DEPTHWISE_CONV_2D', [('T', (1, 2, 3, 0))]
+            opts['depth_multiplier'] = O // C
+        else:
+            self.err(f'group {grp} with {C} input channels: utrain runs group 1 and '
+                     'depthwise (group = channels) convolutions')
+        wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
+                               ins[1] if ins[1] in self.inits else None, steps)
+        bk = -1
+        if len(ins) > 2 and ins[2]:
+            bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
+                                   ins[2] if ins[2] in self.inits else None)
+        self.emit(name, [x, wk, bk], [self.out(node.output[0], 'nhwc')], **opts)
+
+    def _pool(self, node, ins, a, name):
+        x = self.get(ins[0], 'nhwc')
+        _, H, W, C = self.tensors[x].shape
+        kh, kw = a['kernel_shape']
+        sh, sw = (list(a.get('strides', [1, 1])) + [1, 1])[:2]
+        if any(d != 1 for d in a.get('dilations', [1, 1])):
+            self.err('dilated pooling is not supported')
+        pads = self._pads(a, H, W, kh, kw, sh, sw, 1, 1)
+        OH, OW = _out_size(H, W, kh, kw, sh, sw, 1, 1, pads, a.get('ceil_mode', 0))
+        self.shape[node.output[0]] = [1, C, OH, OW]
+        # a max pool ignores padding, TFLite's SAME average pool counts valid inputs
+        # only; ONNX's count_include_pad counts the zeros: a PAD in front
+        zeros = name == 'AVERAGE_POOL_2D' and bool(a.get('count_include_pad', 0)) and any(pads)
+        y, pad = self._padding(x, H, W, kh, kw, sh, sw, 1, 1, pads, OH, OW, zeros, not zeros)
+        if y is None:
+            self.err(f'pads {list(pads)} (ceil_mode {a.get("ceil_mode", 0)}) differ from '
+                     'TFLite SAME and VALID padding, which utrain pools with')
+        self.emit(name, [y], [self.out(node.output[0], 'nhwc')], padding=pad, stride_h=sh,
+                  stride_w=sw, filter_height=kh, filter_width=kw,
+                  fused_activation_function='NONE')
+
+    def op_MaxPool(self, node, ins, a, i):
+        if len(node.output) > 1 and node.output[1]:
+            self.err('the Indices output is not supported')
+        self._pool(node, ins, a, 'MAX_POOL_2D')
+
+    def op_AveragePool(self, node, ins, a, i):
+        self._pool(node, ins, a, 'AVERAGE_POOL_2D')
+
+    def _mean(self, v, axes, keep, out):
+        s = self.oshape(v)
+        r = len(s)
+        axes = sorted({int(x) % r for x in axes})
+        lay = 'nhwc' if (v in self.nhwc and r == 4) else 'plain'
+        if lay == 'nhwc':
+            iaxes = sorted(POS_IN_NHWC[x] for x in axes)
+            if not keep:
+                rest = [POS_IN_NHWC[d] for d in range(4) if d not in axes]
+                if rest != sorted(rest):
+                    lay = 'plain'
+        if lay == 'plain':
+            iaxes = axes
+        x = self.get(v, lay)
+        ish = self.tensors[x].shape
+        oshape = [1 if d in iaxes else n for d, n in enumerate(ish)] if keep else \
+            [n for d, n in enumerate(ish) if d not in iaxes]
+        ax = self.tensor(self.tensors[x].name + '/axes', [len(iaxes)], np.array(iaxes, np.int32))
+        y = self.tensor(out + ('/nhwc' if lay == 'nhwc' and keep else ''), oshape)
+        self.emit('MEAN', [x, ax], [y], keep_dims=bool(keep))
+        onnx_shape = [1 if d in axes else n for d, n in enumerate(s)] if keep else \
+            [n for d, n in enumerate(s) if d not in axes]
+        self.shape[out] = onnx_shape
+        if lay == 'nhwc' and keep:
+            self.nhwc[out] = y
+        else:
+            self.plain[out] = y
+
+    def op_GlobalAveragePool(self, node, ins, a, i):
+        if len(self.oshape(ins[0])) != 4:
+            self.err('GlobalAveragePool of a non-4-D tensor')
+        if ins[0] not in self.nhwc:
+            self.get(ins[0], 'nhwc')
+        self._mean(ins[0], [2, 3], True, node.output[0])
+
+    def op_ReduceMean(self, node, ins, a, i):
+        axes = a.get('axes')
+        if len(ins) > 1 and ins[1]:
+            axes = [int(v) for v in self.cval(ins[1], 'axes')]
+        if axes is None:
+            axes = list(range(len(self.oshape(ins[0]))))
+        self._mean(ins[0], axes, a.get('keepdims', 1), node.output[0])
+
+    def op_BatchNormalization(self, node, ins, a, i):
+        if a.get('training_mode', 0) or (len(node.output) > 1 and any(node.output[1:])):
+            self.err('training-mode BatchNormalization: export the model in eval mode')
+        for v in ins[1:5]:
+            self.cval(v, 'BatchNorm parameters')
+        sc, B, mean, var = (np.asarray(self.const[v], np.float64) for v in ins[1:5])
+        eps = float(a.get('epsilon', 1e-5))
+        s = sc / np.sqrt(var + eps)
+        b = B - mean * s
+        v = ins[0]
+        r = len(self.oshape(v))
+        if r == 4:
+            lay, cshape = 'nhwc', [len(s)]
+        elif r == 2:
+            lay, cshape = 'plain', [len(s)]
+        else:
+            lay, cshape = 'plain', [len(s)] + [1] * (r - 2)
+        x = self.get(v, lay)
+        base = node.name or node.output[0]
+        sk = self.tensor(base + '/bn_scale', cshape, s.reshape(cshape).astype(np.float32))
+        bk = self.tensor(base + '/bn_shift', cshape, b.reshape(cshape).astype(np.float32))
+        sn, bn = self.tensors[sk].name, self.tensors[bk].name
+        info = dict(scale=ins[1], B=ins[2], mean=ins[3], var=ins[4], eps=eps,
+                    scale_tensor=sn, shape=cshape)
+        if all(u in self.inits for u in ins[1:5]):
+            self.origin[sn] = ('bn_scale', info)
+            self.origin[bn] = ('bn_shift', info)
+        mid = self.tensor(node.output[0] + '/bn_scaled', self.tensors[x].shape)
+        self.emit('MUL', [x, sk], [mid], fused_activation_function='NONE')
+        self.emit('ADD', [mid, bk], [self.out(node.output[0], lay, self.oshape(v))],
+                  fused_activation_function='NONE')
+
+    def op_LayerNormalization(self, node, ins, a, i):
+        v = ins[0]
+        s = self.oshape(v)
+        axis = int(a.get('axis', -1)) % len(s)
+        if axis != len(s) - 1:
+            self.err(f'axis {a.get("axis")}: utrain normalizes over the last axis only')
+        if len(node.output) > 1 and any(node.output[1:]):
+            self.err('the Mean / InvStdDev outputs are not supported')
+        eps = float(a.get('epsilon', 1e-5))
+        x = self.get(v, 'plain')
+        n = node.output[0]
+        red = s[:-1] + [1]
+        ax = lambda: self.tensor(n + '/axes', [1], np.array([len(s) - 1], np.int32))  # noqa: E731
+        m = self.tensor(n + '/mean', red)
+        self.emit('MEAN', [x, ax()], [m], keep_dims=True)
+        d = self.tensor(n + '/centered', s)
+        self.emit('SUB', [x, m], [d], fused_activation_function='NONE')
+        sq = self.tensor(n + '/squared', s)
+        self.emit('MUL', [d, d], [sq], fused_activation_function='NONE')
+        var = self.tensor(n + '/var', red)
+        self.emit('MEAN', [sq, ax()], [var], keep_dims=True)
+        ve = self.tensor(n + '/var_eps', red)
+        self.emit('ADD', [var, self.tensor(n + '/eps', [], np.array(eps, np.float32))], [ve],
+                  fused_activation_function='NONE')
+        rs = self.tensor(n + '/rstd', red)
+        self.emit('RSQRT', [ve], [rs])
+        nz = self.tensor(n + '/normalized', s)
+        self.emit('MUL', [d, rs], [nz], fused_activation_function='NONE')
+        cur = nz
+        sc = np.asarray(self.cval(ins[1], 'the scale'))
+        last = [len(ins) > 2 and bool(ins[2])]
+        sk = self.const_tensor(ins[1], sc.reshape(-1),
+                               ins[1] if ins[1] in self.inits else None,
+                               [('R', list(sc.shape), [sc.size])])
+        y = self.tensor(n + '/scaled', s) if last[0] else self.out(n, 'plain', s)
+        self.emit('MUL', [cur, sk], [y], fused_activation_function='NONE')
+        if last[0]:
+            bc = np.asarray(self.cval(ins[2], 'the bias'))
+            bk = self.const_tensor(ins[2], bc.reshape(-1),
+                                   ins[2] if ins[2] in self.inits else None,
+                                   [('R', list(bc.shape), [bc.size])])
+            self.emit('ADD', [y, bk], [self.out(n, 'plain', s)], fused_activation_function='NONE')
+
+    def op_Softmax(self, node, ins, a, i):
+        v = ins[0]
+        s = self.oshape(v)
+        opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
+                    default=13)
+        axis = int(a.get('axis', -1 if opset >= 13 else 1)) % len(s)
+        if len(s) == 4 and axis == 1:
+            x = self.get(v, 'nhwc')
+            self.emit('SOFTMAX', [x], [self.out(node.output[0], 'nhwc', s)], beta=1.0)
+            return
+        if axis != len(s) - 1:
+            self.err(f'softmax over axis {axis} of shape {s}: utrain takes the last axis '
+                     '(or the channels of a feature map)')
+        self.emit('SOFTMAX', [self.get(v, 'plain')], [self.out(node.output[0], 'plain', s)],
+                  beta=1.0)
+
+    # ---- shapes
+    def _reshape(self, v, out_shape, out, node_out_consumers_fc=False):
+        s = self.oshape(v)
+        self.shape[out] = list(out_shape)
+        if v in self.nhwc and v not in self.plain and len(s) == 4:
+            n, c, h, w = s
+            if c == 1 or h * w == 1:                     # same order in both layouts
+                x = self.nhwc[v]
+            elif node_out_consumers_fc and len(out_shape) == 2 and out_shape[0] == 1:
+                # flatten for a Gemm: the weight's columns take the NHWC order
+                src = np.arange(c * h * w).reshape(c, h, w).transpose(1, 2, 0).reshape(-1)
+                y = self.tensor(out, out_shape)
+                shp = self.tensor(out + '/shape', [2], np.array(out_shape, np.int32))
+                self.emit('RESHAPE', [self.nhwc[v], shp], [y], new_shape=list(out_shape))
+                self.colperm[out] = (y, src)
+                return
+            else:
+                x = self.get(v, 'plain')
+        else:
+            x = self.get(v, 'plain')
+        shp = self.tensor(out + '/shape', [len(out_shape)], np.array(out_shape, np.int32))
+        self.emit('RESHAPE', [x, shp], [self.out(out, 'plain', out_shape)],
+                  new_shape=list(out_shape))
+
+    def _fc_only(self, out):
+        cs = self.consumers.get(out, [])
+        return bool(cs) and all(c.op_type in ('Gemm', 'MatMul') and c.input[0] == out
+                                and c.input[1] in self.const for c in cs) and \
+            out not in [o.name for o in self.model.graph.output]
+
+    def op_Flatten(self, node, ins, a, i):
+        s = self.oshape(ins[0])
+        ax = int(a.get('axis', 1)) % (len(s) + 1) if len(s) else 0
+        shape = [int(np.prod(s[:ax])), int(np.prod(s[ax:]))]
+        self._reshape(ins[0], shape, node.output[0], self._fc_only(node.output[0]))
+
+    def op_Reshape(self, node, ins, a, i):
+        s = self.oshape(ins[0])
+        want = [int(x) for x in self.cval(ins[1], 'the shape')]
+        want = [s[j] if x == 0 and not a.get('allowzero') else x for j, x in enumerate(want)]
+        shape = list(np.empty(s, np.int8).reshape(want).shape)
+        self._reshape(ins[0], shape, node.output[0], self._fc_only(node.output[0]))
+
+    def _axes(self, ins, a):
+        if len(ins) > 1 and ins[1]:
+            return [int(v) for v in self.cval(ins[1], 'axes')]
+        return a.get('axes')
+
+    def op_Squeeze(self, node, ins, a, i):
+        s = self.oshape(ins[0])
+        axes = self._axes(ins, a)
+        axes = {x % len(s) for x in axes} if axes is not None else {d for d, n in enumerate(s) if n == 1}
+        self._reshape(ins[0], [n for d, n in enumerate(s) if d not in axes], node.output[0],
+                      self._fc_only(node.output[0]))
+
+    def op_Unsqueeze(self, node, ins, a, i):
+        s = self.oshape(ins[0])
+        axes = self._axes(ins, a)
+        n = len(s) + len(axes)
+        out = list(s)
+        for ax in sorted(x % n for x in axes):
+            out.insert(ax, 1)
+        self._reshape(ins[0], out, node.output[0])
+
+    def op_Transpose(self, node, ins, a, i):
+        v = ins[0]
+        s = self.oshape(v)
+        p = list(a.get('perm', list(range(len(s)))[::-1]))
+        out_shape = [s[d] for d in p]
+        if v in self.nhwc and v not in self.plain:
+            q = [POS_IN_NHWC[d] for d in p]
+            x = self.nhwc[v]
+            if q == [0, 1, 2, 3]:
+                self.plain[node.output[0]] = x
+                self.shape[node.output[0]] = out_shape
+                return
+            self.emit('TRANSPOSE', [x, self.perm_const(v, q)],
+                      [self.out(node.output[0], 'plain', out_shape)])
+            return
+        if p == list(NHWC_TO_NCHW):     # NHWC data made NCHW (tf2onnx): the output's NHWC
+            self.nhwc[node.output[0]] = self.get(v, 'plain')    # twin is the input
+            self.shape[node.output[0]] = out_shape
+            return
+        self.emit('TRANSPOSE', [self.get(v, 'plain'), self.perm_const(v, p)],
+                  [self.out(node.output[0], 'plain', out_shape)])
+
+    def _layout_for(self, vs):
+        return 'nhwc' if all(len(self.oshape(v)) == 4 for v in vs) and \
+            any(v in self.nhwc for v in vs) else 'plain'
+
+    def op_Concat(self, node, ins, a, i):
+        vs = [v for v in ins if v]
+        if any(v in self.const for v in vs):
+            self.err('concatenating constants with activations is not supported')
+        lay = self._layout_for(vs)
+        r = len(self.oshape(vs[0]))
+        axis = int(a['axis']) % r
+        if lay == 'nhwc':
+            axis = POS_IN_NHWC[axis]
+        xs = [self.get(v, lay) for v in vs]
+        oshape = list(self.oshape(vs[0]))
+        oshape[int(a['axis']) % r] = sum(self.oshape(v)[int(a['axis']) % r] for v in vs)
+        self.emit('CONCATENATION', xs, [self.out(node.output[0], lay, oshape)], axis=axis,
+                  fused_activation_function='NONE')
+
+    def op_Split(self, node, ins, a, i):
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        axis = int(a.get('axis', 0)) % r
+        if len(ins) > 1 and ins[1]:
+            sizes = [int(x) for x in self.cval(ins[1], 'split')]
+        elif 'split' in a:
+            sizes = list(a['split'])
+        else:
+            n = len(node.output)
+            sizes = [-(-s[axis] // n)] * n
+            sizes[-1] = s[axis] - sum(sizes[:-1])
+        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        iax = POS_IN_NHWC[axis] if lay == 'nhwc' else axis
+        outs = []
+        for o, n in zip(node.output, sizes):
+            os_ = list(s)
+            os_[axis] = n
+            outs.append(self.out(o, lay, os_))
+        sz = self.tensor(node.output[0] + '/split_sizes', [len(sizes)], np.array(sizes, np.int32))
+        axk = self.tensor(node.output[0] + '/split_axis', [], np.array(iax, np.int32))
+        self.emit('SPLIT_V', [x, sz, axk], outs, num_splits=len(sizes))
+
+    def op_Slice(self, node, ins, a, i):
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        if len(ins) >= 3:
+            st = [int(x) for x in self.cval(ins[1], 'starts')]
+            en = [int(x) for x in self.cval(ins[2], 'ends')]
+            ax = [int(x) for x in self.cval(ins[3], 'axes')] if len(ins) > 3 and ins[3] \
+                else list(range(len(st)))
+            sp = [int(x) for x in self.cval(ins[4], 'steps')] if len(ins) > 4 and ins[4] \
+                else [1] * len(st)
+        else:
+            st, en = list(a['starts']), list(a['ends'])
+            ax, sp = list(a.get('axes', range(len(st)))), [1] * len(st)
+        begin, end, stride = [0] * r, list(s), [1] * r
+        for b, e, d, k in zip(st, en, ax, sp):
+            d %= r
+            if k <= 0:
+                self.err(f'step {k}: utrain slices with positive steps')
+            n = s[d]
+            b = min(max(b + n if b < 0 else b, 0), n)
+            e = min(max(e + n if e < 0 else e, 0), n)
+            begin[d], end[d], stride[d] = b, e, k
+        out_shape = [max(0, -(-(e - b) // k)) for b, e, k in zip(begin, end, stride)]
+        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        if lay == 'nhwc':
+            begin, end, stride = ([z[d] for d in NCHW_TO_NHWC] for z in (begin, end, stride))
+        x = self.get(v, lay)
+        ks = [self.tensor(node.output[0] + '/' + w, [r], np.array(z, np.int32))
+              for w, z in (('begin', begin), ('end', end), ('strides', stride))]
+        self.emit('STRIDED_SLICE', [x] + ks, [self.out(node.output[0], lay, out_shape)])
+
+    def op_Pad(self, node, ins, a, i):
+        mode = a.get('mode', b'constant')
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode != 'constant':
+            self.err(f'mode {mode}: utrain pads with zeros')
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        pads = [int(x) for x in self.cval(ins[1], 'pads')] if len(ins) > 1 and ins[1] \
+            else list(a.get('pads'))
+        value = float(np.asarray(self.const[ins[2]]).reshape(-1)[0]) \
+            if len(ins) > 2 and ins[2] else float(a.get('value', 0.0))
+        if value != 0:
+            self.err(f'pad value {value}: utrain pads with zeros')
+        axes = [int(x) % r for x in self.cval(ins[3], 'axes')] if len(ins) > 3 and ins[3] \
+            else list(range(r))
+        pp = [[0, 0] for _ in range(r)]
+        for j, d in enumerate(axes):
+            pp[d] = [pads[j], pads[j + len(axes)]]
+        if min(min(p) for p in pp) < 0:
+            self.err('negative pads (crops) are not supported')
+        out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
+        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        if lay == 'nhwc':
+            pp = [pp[d] for d in NCHW_TO_NHWC]
+        x = self.get(v, lay)
+        pk = self.tensor(node.output[0] + '/paddings', [r, 2], np.array(pp, np.int32))
+        self.emit('PAD', [x, pk], [self.out(node.output[0], lay, out_shape)])
+
+
+def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
+    t, l, b, r = pads
+    out = []
+    for n, k, s, d, p0, p1 in ((H, kh, sh, dh, t, b), (W, kw, sw, dw, l, r)):
+        span = n + p0 + p1 - ((k - 1) * d + 1)
+        o = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (o - 1) * s >= n + p0:
+            o -= 1                  # the last window must start inside the input
+        out.append(o)
+    return out
+
+
+def _static_shape(vi, batch1=False):
+    tt = vi.type.tensor_type
+    if not tt.HasField('shape'):
+        return None
+    out = []
+    for j, d in enumerate(tt.shape.dim):
+        if d.HasField('dim_value') and d.dim_value > 0:
+            out.append(int(d.dim_value))
+        elif batch1 and j == 0:
+            out.append(1)
+        else:
+            return None
+    return out
+
+
+def load(path):
+    """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
+    for a file that is not an ONNX model."""
+    from .circle_io import check_path
+    onnx = _onnx()
+    path = check_path(path)
+    try:
+        model = onnx.load(path)
+    except Exception as e:
+        raise ModelError(path, f'not a valid ONNX model ({type(e).__name__}: {e})') from None
+    if not model.graph.node:
+        raise ModelError(path, 'not a valid ONNX model (no graph nodes)')
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:          # a symbolic batch dimension is 1
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) and not (dims[0].HasField('dim_value') and dims[0].dim_value > 0):
+            dims[0].Clear()
+            dims[0].dim_value = 1
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as e:
+        raise ModelError(path, f'ONNX shape inference failed: {e}') from None
+    return model, inferred
+
+
+def read_onnx(path) -> Graph:
+    """Read an .onnx model into the IR (see the module's docstring).  Raises ModelError."""
+    model, inferred = load(path)
+    r = _Reader(path, inferred)
+    return r.run()
+
+
+# --------------------------------------------------------------------------- export
+
+def export_onnx(model_path, base, weights: dict, out_path) -> dict:
+    """Write out_path: model_path with the initializers that the trained IR tensors
+    (weights {tensor index of base: array}, base: the graph the .wof indexes) came from
+    replaced.  Checks that base's untrained values are what the reader makes of the
+    initializers (a rewrite that changed a trained tensor cannot be mapped back)."""
+    onnx = _onnx()
+    from onnx import numpy_helper
+    from .circle_io import atomic_write
+    g0 = read_onnx(model_path)
+    origin = g0.onnx_origin
+    orig = onnx.load(os.fspath(model_path))
+    inits = {t.name: t for t in orig.graph.initializer}
+    vals = {n: numpy_helper.to_array(t).astype(np.float64) for n, t in inits.items()}
+    new = {}
+    trained = {base.tensors[k].name: np.asarray(w, np.float64) for k, w in weights.items()}
+    start = {t.name: t.data for t in base.tensors if t.data is not None}
+
+    def check(name, want):
+        have = start.get(name)
+        if have is not None and (have.shape != want.shape or
+                                 not np.allclose(have, want, rtol=1e-5, atol=1e-6)):
+            raise ModelError(model_path, f'tensor {name!r} of the prepared model is not '
+                             'what the ONNX reader makes of its initializer (prepare '
+                             'rewrote it); export cannot write it back')
+
+    bn_done = set()
+    for name, w in trained.items():
+        o = origin.get(name)
+        if o is None:
+            raise ModelError(model_path, f'trained tensor {name!r} comes from no initializer '
+                             'of this ONNX model (was it prepared from this file?)')
+        if o[0] == 'plain':
+            _, init, steps = o
+            check(name, apply_steps(vals[init], steps).astype(np.float32))
+            new[init] = invert_steps(w.reshape(start[name].shape) if name in start else w,
+                                     steps)
+        else:
+            info = o[1]
+            key = info['scale_tensor']
+            if key in bn_done:
+                continue
+            bn_done.add(key)
+            shift_name = [n for n, v in origin.items() if v[0] == 'bn_shift'
+                          and v[1]['scale_tensor'] == key][0]
+            var, mean = vals[info['var']], vals[info['mean']]
+            sd = np.sqrt(var + info['eps'])
+            s0 = vals[info['scale']] / sd
+            b0 = vals[info['B']] - mean * s0
+            check(key, s0.reshape(info['shape']).astype(np.float32))
+            check(shift_name, b0.reshape(info['shape']).astype(np.float32))
+            s = trained[key].reshape(-1) if key in trained else s0
+            b = trained[shift_name].reshape(-1) if shift_name in trained else b0
+            new[info['scale']] = s * sd
+            new[info['B']] = b + mean * s
+    for init, arr in new.items():
+        t = inits[init]
+        dt = numpy_helper.to_array(t).dtype
+        arr = np.asarray(arr).reshape(tuple(t.dims)).astype(dt)
+        t.CopyFrom(numpy_helper.from_array(arr, init))
+    atomic_write(out_path, orig.SerializeToString())
+    return {'model': os.fspath(model_path), 'tensors': len(new), 'clipped': 0, 'onnx': True}

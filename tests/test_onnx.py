@@ -1,0 +1,381 @@
+""".onnx models in (host_tools/onnx_io.py): PyTorch models exported by torch.onnx.export
+(TorchScript exporter at opsets 13 and 17, BatchNorm kept; the dynamo exporter), read into
+the graph IR, prepared, their untrained forward compared with ONNX Runtime's and
+PyTorch's; trained under CPython and unix MicroPython; exported back to .onnx, whose
+ONNX Runtime inference must equal utrain's forward with the trained weights."""
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from test_parity import BACKENDS, new_trainer  # sys.path set up there
+from host_tools.circle_io import ModelError, read_model
+from host_tools.prepare import export, prepare
+from host_tools.runner import run
+
+torch = pytest.importorskip('torch')
+onnx = pytest.importorskip('onnx')
+ort = pytest.importorskip('onnxruntime')
+nn = torch.nn
+
+FWD_TOL = 2e-6          # absolute, outputs of order 1
+
+
+class ResCNN(nn.Module):
+    """Conv-BN-ReLU, depthwise conv-BN-ReLU, 1x1 conv added back (residual), MaxPool,
+    global average pool, Linear: 3x8x8 -> 4."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 1)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.c1(x)))
+        y = y + self.c2(torch.relu(self.bn2(self.dw(y))))
+        y = nn.functional.adaptive_avg_pool2d(self.pool(y), 1)
+        return self.fc(torch.flatten(y, 1))
+
+
+class Mixed(nn.Module):
+    """A stride-2 padded conv (PAD + VALID), HardSwish, slices and a concat of channels,
+    AvgPool, a flatten of a 2x2 map into a Linear (NHWC columns), LayerNorm, Softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(2, 6, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(6, 4, 3, padding=1)
+        self.pool = nn.AvgPool2d(2)
+        self.fc = nn.Linear(16, 5)
+        self.ln = nn.LayerNorm(5)
+
+    def forward(self, x):
+        a = nn.functional.hardswish(self.c1(x))
+        b = torch.sigmoid(self.c2(a))[:, :2]
+        c = torch.cat([b, torch.tanh(a[:, 2:4])], 1)
+        return torch.softmax(self.ln(self.fc(torch.flatten(self.pool(c), 1))), -1)
+
+
+class SE(nn.Module):
+    """Squeeze-and-excitation: a mean over H, W through two Linears scales the map's
+    channels (a [N, C] vector reshaped to [N, C, 1, 1] times an NCHW map), a flatten
+    whose shape is computed from Shape/Gather/Concat, and a BatchNorm1d on a vector."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1, self.fc2 = nn.Linear(8, 4), nn.Linear(4, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.p = nn.AvgPool2d(2)
+        self.out = nn.Linear(8 * 4 * 4, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.c(x))
+        w = torch.sigmoid(self.fc2(torch.relu(self.fc1(y.mean((2, 3))))))
+        y = self.p(y * w.view(-1, 8, 1, 1))
+        return self.out(y.reshape(y.shape[0], -1)) + self.bn(y.mean((2, 3)))[:, :3]
+
+
+def pools():
+    """Pools as PyTorch pads them: average counting the padding (PAD + VALID), max with
+    padding (SAME), average in ceil mode (SAME), into a flatten of a 3x3 map."""
+    return nn.Sequential(nn.Conv2d(2, 3, 1), nn.AvgPool2d(3, 1, 1), nn.MaxPool2d(3, 1, 1),
+                         nn.AvgPool2d(3, 1, 1, count_include_pad=False),
+                         nn.AvgPool2d(2, 2, ceil_mode=True), nn.Flatten(), nn.Linear(27, 3))
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 8), nn.GELU(),
+                         nn.LayerNorm(8), nn.Linear(8, 3))
+
+
+def _seeded(model, seed):
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)):
+            with torch.no_grad():
+                c = m.weight.shape[0]
+                m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(c, generator=g) - 0.5)
+                if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+                    m.running_mean.copy_(torch.rand(c, generator=g) - 0.5)
+                    m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+    return model.eval()
+
+
+# name -> (builder, input shape, exporter options)
+MODELS = {
+    'rescnn-13': (ResCNN, (3, 8, 8), dict(opset_version=13, dynamo=False)),
+    'rescnn-17': (ResCNN, (3, 8, 8), dict(opset_version=17, dynamo=False)),
+    'rescnn-dynamo': (ResCNN, (3, 8, 8), dict(dynamo=True)),
+    'mixed-17': (Mixed, (2, 8, 8), dict(opset_version=17, dynamo=False)),
+    'se-17': (SE, (3, 8, 8), dict(opset_version=17, dynamo=False)),
+    'pools-17': (pools, (2, 5, 5), dict(opset_version=17, dynamo=False)),
+    'mlp-13': (mlp, (10,), dict(opset_version=13, dynamo=False)),
+    'mlp-17': (mlp, (10,), dict(opset_version=17, dynamo=False)),
+}
+
+
+def export_model(name, folder):
+    make, shape, opts = MODELS[name]
+    torch.manual_seed(0)
+    model = _seeded(make(), 1)
+    path = os.path.join(folder, name + '.onnx')
+    if not os.path.exists(path):
+        kw = dict(opts)
+        if not kw.get('dynamo'):
+            # do_constant_folding=False keeps BatchNormalization (eval-mode export
+            # otherwise folds it into the conv); a symbolic batch as users export it
+            kw.update(do_constant_folding=False, input_names=['x'], output_names=['y'],
+                      dynamic_axes={'x': {0: 'batch'}, 'y': {0: 'batch'}})
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            try:
+                torch.onnx.export(model, (torch.zeros((1,) + shape),), path, **kw)
+            except Exception as e:              # the dynamo exporter's optional parts
+                if kw.get('dynamo'):
+                    pytest.skip(f'dynamo exporter unavailable: {e}')
+                raise
+    return model, path, shape
+
+
+@pytest.fixture(scope='module')
+def folder(tmp_path_factory):
+    return os.fspath(tmp_path_factory.mktemp('onnx'))
+
+
+def ort_run(path, x):
+    s = ort.InferenceSession(path, providers=['CPUExecutionProvider'])
+    name = s.get_inputs()[0].name
+    return np.stack([s.run(None, {name: x[i:i + 1]})[0].reshape(-1) for i in range(len(x))])
+
+
+def utrain_run(run_dir, x, weights='weights.wof'):
+    """utrain's forward (micro/ code under CPython) on samples given in the ONNX model's
+    layout: prepare.json's input_perm says how the rewritten model takes them."""
+    perm = json.load(open(os.path.join(run_dir, 'prepare.json')))['input_perm']
+    tr = new_trainer(os.path.join(run_dir, 'model.flat'), os.path.join(run_dir, weights))
+    out = []
+    for i in range(len(x)):
+        xi = x[i:i + 1]
+        xi = xi.transpose(perm) if perm else xi
+        out.append(np.array(tr.predict(np.ascontiguousarray(
+            xi.reshape(-1, xi.shape[-1]), np.float32)), np.float64, copy=True).reshape(-1))
+    return np.stack(out)
+
+
+def samples(shape, n=8, classes=3, seed=5):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n,) + shape).astype(np.float32), rng.integers(0, classes, n)
+
+
+@pytest.mark.parametrize('name', list(MODELS))
+def test_forward_matches_ort_and_torch(name, folder, tmp_path):
+    model, path, shape = export_model(name, folder)
+    g = read_model(path)
+    assert g.ops and all(op.name.isupper() for op in g.ops)
+    x, y = samples(shape)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+                optimizer='sgd', lr=0.1, epochs=1, log=lambda *a: None)
+    if len(shape) == 3:         # the NCHW input became NHWC, data transposed by prepare
+        assert s['input_perm'] == [0, 2, 3, 1]
+        assert 'TRANSPOSE' not in [op.name for op in read_model(os.path.join(d, 'rewritten.circle')).ops]
+    got = utrain_run(d, x)
+    ref = ort_run(path, x)
+    with torch.no_grad():
+        tref = model(torch.from_numpy(x)).numpy().reshape(len(x), -1)
+    assert np.abs(got - ref).max() < FWD_TOL, np.abs(got - ref).max()
+    assert np.abs(got - tref).max() < 1e-5
+    if 'rescnn-1' in name:      # BatchNorm kept by the exporter: trains as scale and shift
+        ops = [op.name for op in read_model(os.path.join(d, 'rewritten.circle')).ops]
+        assert ops.count('MUL') == 2 and ops.count('DEPTHWISE_CONV_2D') == 1
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('name,train', [('rescnn-17', 'all'), ('rescnn-13', 'last:6'),
+                                        ('mlp-17', 'all')])
+def test_train_and_export(name, train, backend, folder, tmp_path):
+    """prepare, a short training run, export .onnx: ORT on the export equals utrain's
+    forward with the trained weights; the frozen stem (last:6) has its BatchNorm folded
+    into the conv for training while the .onnx keeps conv and BatchNorm as they were."""
+    if backend == 'micropython' and name != 'rescnn-17':
+        pytest.skip('one model on unix MicroPython keeps the suite fast')
+    model, path, shape = export_model(name, folder)
+    x, y = samples(shape, n=8)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='adam', lr=0.01, batch=2, epochs=2, train=train, shuffle=True, seed=3,
+            log=lambda *a: None)
+    code, text = run(d, python=(backend == 'cpython'), stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    r = export(path, os.path.join(d, 'trained.wof'), out)
+    assert r['tensors'] > 0
+    got = utrain_run(d, x, 'trained.wof')
+    ref = ort_run(out, x)
+    before = ort_run(path, x)
+    assert np.abs(got - ref).max() < FWD_TOL, np.abs(got - ref).max()
+    assert np.abs(ref - before).max() > 100 * FWD_TOL         # it trained
+    # -o .circle: the graph utrain trained, as circle, with the trained weights
+    circ = os.fspath(tmp_path / 'trained.circle')
+    export(path, os.path.join(d, 'trained.wof'), circ)
+    from host_tools.wof import read_wof
+    gc_ = read_model(circ)
+    w = read_wof(os.path.join(d, 'trained.wof'), gc_)
+    assert w and all(np.array_equal(gc_.tensors[k].data.reshape(-1), a.reshape(-1))
+                     for k, a in w.items())
+    # same graph, initializers replaced
+    a, b = onnx.load(path), onnx.load(out)
+    assert [n.op_type for n in a.graph.node] == [n.op_type for n in b.graph.node]
+    assert [t.name for t in a.graph.initializer] == [t.name for t in b.graph.initializer]
+    if train != 'all':
+        from onnx import numpy_helper
+        ia = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
+        ib = {t.name: numpy_helper.to_array(t) for t in b.graph.initializer}
+        assert np.array_equal(ia['c1.weight'], ib['c1.weight'])     # frozen stays
+        assert not np.array_equal(ia['fc.weight'], ib['fc.weight'])
+
+
+def _tiny(path, op, attrs=None, extra_inputs=()):
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 4])
+    w = helper.make_tensor('w', TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel())
+    nodes = [helper.make_node('MatMul', ['x', 'w'], ['h'], name='dense'),
+             helper.make_node(op, ['h', *extra_inputs], ['y'], name='the_odd_one', **(attrs or {}))]
+    m = helper.make_model(helper.make_graph(nodes, 'g', [x], [y], [w]),
+                          opset_imports=[helper.make_opsetid('', 17)])
+    onnx.save(m, path)
+    return path
+
+
+def test_unsupported_node_is_named(tmp_path):
+    p = _tiny(os.fspath(tmp_path / 'cos.onnx'), 'Cos')
+    with pytest.raises(ModelError) as e:
+        read_model(p)
+    msg = str(e.value)
+    assert p in msg and 'the_odd_one' in msg and 'Cos' in msg and 'supported' in msg
+    p = _tiny(os.fspath(tmp_path / 'clip.onnx'), 'Clip', {'min': -2.0, 'max': 3.0})
+    with pytest.raises(ModelError, match=r'the_odd_one.*Clip to \[-2.0, 3.0\]'):
+        read_model(p)
+    bad = tmp_path / 'junk.onnx'
+    bad.write_bytes(b'\x00not an onnx model')
+    with pytest.raises(ModelError, match='junk.onnx'):
+        read_model(bad)
+
+
+def test_shape_subgraph_folds(tmp_path):
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exporters write a flatten
+    with a dynamic batch: folded to a constant shape; the model is FC -> RESHAPE -> FC."""
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 2, 3])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 2])
+    rng = np.random.default_rng(0)
+    inits = [helper.make_tensor('w', TensorProto.FLOAT, [3, 4], rng.standard_normal(12)),
+             helper.make_tensor('w2', TensorProto.FLOAT, [8, 2], rng.standard_normal(16)),
+             helper.make_tensor('zero', TensorProto.INT64, [], [0]),
+             helper.make_tensor('minus1', TensorProto.INT64, [1], [-1])]
+    nodes = [helper.make_node('MatMul', ['x', 'w'], ['h']),
+             helper.make_node('Shape', ['h'], ['s']),
+             helper.make_node('Gather', ['s', 'zero'], ['b']),
+             helper.make_node('Unsqueeze', ['b', 'ax'], ['b1']),
+             helper.make_node('Constant', [], ['ax'], value_ints=[0]),
+             helper.make_node('Concat', ['b1', 'minus1'], ['shape'], axis=0),
+             helper.make_node('Reshape', ['h', 'shape'], ['f']),
+             helper.make_node('Dropout', ['f'], ['fd']),
+             helper.make_node('Identity', ['fd'], ['fi']),
+             helper.make_node('MatMul', ['fi', 'w2'], ['y'])]
+    nodes.insert(3, nodes.pop(4))           # the Constant before its reader
+    m = helper.make_model(helper.make_graph(nodes, 'g', [x], [y], inits),
+                          opset_imports=[helper.make_opsetid('', 17)])
+    p = os.fspath(tmp_path / 'shape.onnx')
+    onnx.save(m, p)
+    g = read_model(p)
+    assert [op.name for op in g.ops] == ['FULLY_CONNECTED', 'RESHAPE', 'FULLY_CONNECTED']
+    xs = rng.standard_normal((3, 2, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.standard_normal((3, 2)).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.1,
+            epochs=1, log=lambda *a: None)
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
+
+
+def test_nhwc_model_as_tf2onnx_writes_it(tmp_path):
+    """A Keras-style graph (tf2onnx): NHWC input, Transpose to NCHW before the Conv and
+    back before the flatten, MatMul + Add, Softmax: read without a transpose, the input
+    stays NHWC (no permutation of the data), the output equals ORT's."""
+    from onnx import TensorProto, helper, numpy_helper
+    r = np.random.default_rng(0)
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, ['n', 8, 8, 3])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['n', 4])
+    f32 = lambda a: a.astype(np.float32)   # noqa: E731
+    inits = [numpy_helper.from_array(f32(r.standard_normal((6, 3, 3, 3)) * 0.3), 'k'),
+             numpy_helper.from_array(f32(r.standard_normal(6)), 'kb'),
+             numpy_helper.from_array(f32(r.standard_normal((96, 4)) * 0.1), 'w'),
+             numpy_helper.from_array(f32(r.standard_normal(4)), 'b'),
+             numpy_helper.from_array(np.array([-1, 96], np.int64), 'shape')]
+    nodes = [helper.make_node('Transpose', ['x'], ['xt'], perm=[0, 3, 1, 2]),
+             helper.make_node('Conv', ['xt', 'k', 'kb'], ['c'], pads=[1, 1, 1, 1]),
+             helper.make_node('Relu', ['c'], ['r']),
+             helper.make_node('MaxPool', ['r'], ['p'], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node('Transpose', ['p'], ['pt'], perm=[0, 2, 3, 1]),
+             helper.make_node('Reshape', ['pt', 'shape'], ['f']),
+             helper.make_node('MatMul', ['f', 'w'], ['m']),
+             helper.make_node('Add', ['m', 'b'], ['a']),
+             helper.make_node('Softmax', ['a'], ['y'], axis=-1)]
+    m = helper.make_model(helper.make_graph(nodes, 'keras', [x], [y], inits),
+                          opset_imports=[helper.make_opsetid('', 13)])
+    p = os.fspath(tmp_path / 'keras.onnx')
+    onnx.save(m, p)
+    assert [op.name for op in read_model(p).ops] == [    # read as NHWC: nothing to rewrite
+        'CONV_2D', 'RELU', 'MAX_POOL_2D', 'RESHAPE', 'FULLY_CONNECTED', 'SOFTMAX']
+    xs = r.standard_normal((4, 8, 8, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(4) % 4)
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+                lr=0.1, epochs=1, log=lambda *a: None)
+    assert s['input_perm'] is None and s['rewritten'] is None
+    assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
+
+
+@pytest.mark.parametrize('name', ['dscnn', 'imu', 'resnet8', 'lnblock'])
+def test_zoo_models_read_as_ort_runs_them(name, tmp_path):
+    """The zoo's PyTorch models (bench/zoo/nets.py: DS-CNN, the IMU conv net, ResNet-8,
+    the LayerNorm/GELU block; BatchNorm kept) exported to ONNX: utrain's forward of the
+    prepared model equals ORT's; the LSTM keyword model's LSTM node is refused by name."""
+    from bench.zoo import nets
+    model, shape, classes = nets.build(name)
+    path = os.fspath(tmp_path / (name + '.onnx'))
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model.eval(), (torch.zeros(shape),), path, opset_version=17,
+                          dynamo=False, do_constant_folding=False)
+    x, y = samples(tuple(shape[1:]), n=3, classes=classes)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.1, epochs=1, log=lambda *a: None)
+    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+
+
+def test_onnx_lstm_is_refused_by_name(tmp_path):
+    from bench.zoo import nets
+    model, shape, _ = nets.build('lstm')
+    path = os.fspath(tmp_path / 'lstm.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model.eval(), (torch.zeros(shape),), path, opset_version=17,
+                          dynamo=False)
+    with pytest.raises(ModelError, match=r'lstm.onnx: node \S+ \(LSTM\): utrain cannot read'):
+        read_model(path)
