@@ -6,7 +6,7 @@ code, so the score of an exported model says what the board's training did to it
   int8 tflite             TFLite Micro's interpreter (the int8 kernels a board runs;
                           ONERT 0.1.0 has no int8 FULLY_CONNECTED or MEAN): samples
                           quantized with the input's scale, outputs dequantized
-  onnx                    not yet: onnx_predictor() is the place for it
+  onnx                    ONNX Runtime (inference), samples in the model's own layout
 
 predictor(path) returns a function from samples (one per row of the first axis, laid out
 as the model's input) to outputs (float64, one row per sample)."""
@@ -75,10 +75,24 @@ def tflm_predictor(path, g):
 
 
 def onnx_predictor(path):
-    """The hook for ONNX models (issue: ONNX input): return run(x) -> outputs as the
-    others do.  Until then a clear refusal."""
-    raise InferError(f'{path}: ONNX models are not read yet; convert it to .tflite or, from '
-                     'PyTorch, to .circle with tico (README: your own model)')
+    """ONNX Runtime (inference) on an .onnx model; the samples in the model's own input
+    layout (NCHW for a PyTorch export), one at a time as the others run them."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise InferError(f'{path}: an ONNX model runs on the host under ONNX Runtime: pip '
+                         'install onnxruntime (the version in requirements.txt)') from None
+    try:
+        sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
+    except Exception as e:      # onnxruntime raises its own types
+        raise InferError(f'{path}: ONNX Runtime cannot load it ({e})') from None
+    inp = sess.get_inputs()[0]
+    shape = [1] + [d if isinstance(d, int) else -1 for d in inp.shape[1:]]
+
+    def run(x):
+        return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
+            xi, np.float32).reshape(shape)})[0], np.float64).ravel() for xi in x])
+    return run
 
 
 def predictor(path):
@@ -87,7 +101,7 @@ def predictor(path):
     if not os.path.exists(path):
         raise InferError(f'{path}: no such model file')
     if path.lower().endswith('.onnx'):
-        return onnx_predictor(path), 'onnx', None
+        return onnx_predictor(path), 'ONNX Runtime', None
     g = read_model(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
     if integer:

@@ -84,8 +84,29 @@ def test_int8_tflite_runs_quantized(tmp_path):
     assert r['runtime'] == 'TFLite Micro' and r['accuracy'] > 0.9
 
 
+def test_onnx_model_scored_as_torch_scores_it(tmp_path):
+    """An .onnx from torch.onnx.export (NCHW input) runs under ONNX Runtime on data in
+    the model's own layout: the accuracy PyTorch's own forward gives."""
+    torch = pytest.importorskip('torch')
+    pytest.importorskip('onnxruntime')
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Linear(4 * 5 * 5, 3)).eval()
+    path = str(tmp_path / 'm.onnx')
+    torch.onnx.export(m, (torch.zeros(1, 2, 5, 5),), path, dynamo=False)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(40, 2, 5, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 40)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    with torch.no_grad():
+        want = float((m(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
+    assert 0 < want < 1
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['runtime'] == 'ONNX Runtime' and r['accuracy'] == pytest.approx(want)
+
+
 def test_refusals(tmp_path):
-    with pytest.raises(infer.InferError, match='ONNX'):
+    with pytest.raises(infer.InferError, match='ONNX Runtime cannot load'):
         (tmp_path / 'm.onnx').write_bytes(b'onnx')
         infer.predictor(str(tmp_path / 'm.onnx'))
     with pytest.raises(infer.InferError, match='no such model'):
