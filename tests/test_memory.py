@@ -493,3 +493,35 @@ def test_a_depthwise_rank_trains_exactly_its_channels(tmp_path, data, where):
         np.testing.assert_allclose(w[:, :hi], full_w[:, :hi], rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(b[:hi], full_b[:hi], rtol=1e-5, atol=1e-7)
         assert np.array_equal(w[:, hi:], w0[:, hi:]) and np.array_equal(b[hi:], b0[hi:])
+
+
+@needs_mp
+def test_a_channel_window_is_not_a_prefix_start(tmp_path):
+    """Issue 28: plan_heap named the prefix cache's first op and a ranked tensor's channel
+    window start both `lo`, so a `low` rank (channels [O/2, O)) was planned as if the
+    board ran from op O/2 on (the digits CNN's classifier: 104.8 KB planned, 112.6 KB
+    needed), and an `up` rank (window start 0) dropped a host-made prefix cache from the
+    plan.  Which half of the channels trains moves no byte: `up` and `low` of an even
+    number of channels plan the same heap, with and without a host cache, and the run
+    trains in the plan of `low`."""
+    model = str(tmp_path / 'cnn.circle')
+    from host_tools.refmodels import small_cnn
+    small_cnn(model, size=12, channels=6, classes=6)
+    rng = np.random.default_rng(1)
+    npz = str(tmp_path / 'd.npz')
+    np.savez(npz, x=rng.normal(size=(6, 12, 12, 1)).astype(np.float32), y=np.arange(6))
+    plans = {}
+    for cache in (False, 'host'):
+        for rank in ('up', 'low'):
+            for op in (0, 3):           # the conv's and the classifier's output channels
+                out = str(tmp_path / f'{rank}{op}{cache}')
+                s = prepare(model, out, data=npz, loss='scce', optimizer='adam', batch=1,
+                            epochs=1, train='none', ranks=f'{op}:{rank}', cache=cache)
+                plans[cache, rank, op] = s['heap']['total']
+        assert plans[cache, 'up', 3] == plans[cache, 'low', 3], plans
+        assert plans[cache, 'up', 0] == plans[cache, 'low', 0], plans
+    runner.stage(out)                   # the host cache's run, classifier's low half
+    assert trains_in(out, plans['host', 'low', 3])
+    out = str(tmp_path / 'low3False')
+    runner.stage(out)
+    assert trains_in(out, plans[False, 'low', 3])
