@@ -285,7 +285,7 @@ def table_bytes(r) -> int:
     266 KB (the part the other terms left unplanned); the unrolled LSTM's 265 ops:
     38 KB on a 32-bit board (measured: Net less its weights)."""
     from .optable import SPECS
-    from .flatmodel import CONST, ACT
+    from .flatmodel import CONST, ACT, grad_inputs
     g, plan, kinds = r.g, r.plan, r.kinds
     w, B = r.t['word'], r.t['block']
     tup = lambda n: -(-(2 * w + w * n) // B) * B     # noqa: E731
@@ -309,6 +309,9 @@ def table_bytes(r) -> int:
             nc = sum(1 for k in spec.inputs(op) if k >= 0 and kinds[k] == CONST)
             tables += tup(nc) + nc * tup(3) + w
     tables += len(plan.backward) * (tup(2) + w)
+    gin = len(grad_inputs(g, plan))     # utrain.flat's net.gin: a set, when it has any
+    if gin:
+        tables += blk(4 * w) + blk(w * 2 * gin)
     return tables + len(r.shapes) * 3 * w + len(set(r.shapes)) * tup(2)
 
 

@@ -185,8 +185,7 @@ def derive_backward(g: Graph, params: dict):
     needs = {}                       # tensor -> its gradient is needed
 
     def data(op):                    # (n, tensor) of the op's data inputs
-        ins = op.inputs
-        return [(n, ins[p]) for n, p in enumerate(SPECS[op.name].data_inputs) if p < len(ins)]
+        return SPECS[op.name].data(op)
 
     for op in g.ops:
         roles = SPECS[op.name].roles(op, g)
