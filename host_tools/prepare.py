@@ -126,6 +126,21 @@ def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=Fal
     return heap
 
 
+def missing_biases(model_path, g, p) -> list:
+    """A line per trained op whose file gives it no bias tensor (Keras's use_bias=False):
+    the float path trains it without one, its weights only (the int8 path adds a zero
+    bias: quant.zero_bias)."""
+    from .optable import SPECS
+    out = []
+    for i in sorted(p.trainable_ops):
+        op = g.ops[i]
+        for pos, role in SPECS[op.name].roles(op, g).items():
+            if role == 'bias' and (pos >= len(op.inputs) or op.inputs[pos] < 0):
+                out.append(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains '
+                           'without one (its weights only; the exported model has none either)')
+    return out
+
+
 def metadata_settings(g) -> dict:
     """Training settings from the model's CIRCLE_TRAINING metadata, in our names."""
     buf = g.metadata.get(METADATA_NAME)
@@ -422,7 +437,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress, cache, bands, board,
                                 lambda heap: heap_limit(prof, budget, heap),
-                                limit_source(board, prof))
+                                limit_source(board, prof), log)
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
@@ -437,6 +452,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
+    for line in missing_biases(model_path, g, p):
+        log(line)
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
     heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
