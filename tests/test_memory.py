@@ -525,3 +525,56 @@ def test_a_channel_window_is_not_a_prefix_start(tmp_path):
     out = str(tmp_path / 'low3False')
     runner.stage(out)
     assert trains_in(out, plans[False, 'low', 3])
+
+
+def test_a_budget_chooses_the_memory_options_that_fit(tmp_path, data, head):
+    """Issue 28: with --budget (or --board) prepare chooses the memory options the user
+    left to it until the plan fits: --stream for frozen weights in RAM, --cache-on-host
+    for a frozen prefix, --batch 1 for gradient sums; it says which and why, the run
+    trains in the plan, and a flag the user gave wins (then it refuses, with advice)."""
+    def prep(name, model, **kw):
+        said = []
+        s = prepare(model, str(tmp_path / name), data=data, loss='scce', epochs=1,
+                    log=said.append, **kw)
+        return s, [m for m in said if 'prepare chose' in m]
+
+    # frozen weights in RAM (the head's first two layers): --stream
+    whole, _ = prep('a', head, train='last:2', optimizer='sgd', batch=1)
+    streamed, _ = prep('b', head, train='last:2', optimizer='sgd', batch=1, stream=True)
+    budget = streamed['heap']['total'] + 2048
+    assert whole['heap']['total'] > budget
+    s, said = prep('c', head, train='last:2', optimizer='sgd', batch=1, budget=budget)
+    assert s['chose'] == ['--stream'] and s['settings']['stream'], said
+    assert len(said) == 1 and '--stream' in said[0] and 'frozen weights' in said[0], said
+    assert s['heap']['total'] == streamed['heap']['total'] <= budget
+    runner.stage(str(tmp_path / 'c'))
+    assert trains_in(str(tmp_path / 'c'), s['heap']['total'])
+    with pytest.raises(PrepareError, match='would fit: --stream'):
+        prep('d', head, train='last:2', optimizer='sgd', batch=1, budget=budget, stream=False)
+    # gradient sums of a batch: --batch 1 (streaming lowers nothing when all trains)
+    b4, _ = prep('e', DIGITS_MLP, optimizer='adam', batch=4)
+    b1, _ = prep('f', DIGITS_MLP, optimizer='adam', batch=1)
+    budget = b1['heap']['total'] + 1024
+    assert b4['heap']['total'] > budget
+    s, said = prep('g', DIGITS_MLP, optimizer='adam', budget=budget, board='unix')
+    assert s['chose'] == ['--batch 1'] and s['settings']['batch'] == 1, said
+    with pytest.raises(PrepareError):
+        prep('h', DIGITS_MLP, optimizer='adam', batch=4, budget=budget)
+    # a frozen prefix's activations (a 32x32 conv's output): --cache-on-host
+    cnn = str(tmp_path / 'cnn.circle')
+    from host_tools.refmodels import small_cnn
+    small_cnn(cnn, size=32, channels=16, classes=4)
+    rng = np.random.default_rng(0)
+    img = str(tmp_path / 'img.npz')
+    np.savez(img, x=rng.normal(size=(8, 32, 32, 1)).astype(np.float32), y=np.arange(8) % 4)
+    kw = dict(data=img, loss='scce', epochs=1, train='last:2', optimizer='sgd', batch=1,
+              stream=True, bands=0)
+    full = prepare(cnn, str(tmp_path / 'i'), **kw)
+    host = prepare(cnn, str(tmp_path / 'j'), cache='host', **kw)
+    budget = host['heap']['total'] + 1024
+    assert full['heap']['total'] > budget
+    said = []
+    s = prepare(cnn, str(tmp_path / 'k'), budget=budget, log=said.append, **kw)
+    assert s['chose'] == ['--cache-on-host'] and s.get('prefix_cache'), said
+    runner.stage(str(tmp_path / 'k'))
+    assert trains_in(str(tmp_path / 'k'), s['heap']['total'])
