@@ -80,7 +80,8 @@ def validate(g: Graph):
                                'the batch dimension must be 1 (batch size is a training setting)')
     if len(g.outputs) != 1 or len(g.inputs) != 1:
         raise PrepareError(f'{where}: utrain trains models with one input and one output '
-                           f'(this one has {len(g.inputs)} and {len(g.outputs)})')
+                           f'(this one has {len(g.inputs)} and {len(g.outputs)}); export the '
+                           'model with its one input and the one output the loss reads')
 
 
 def parse_train(spec, n_ops: int) -> set:
