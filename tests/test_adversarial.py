@@ -103,6 +103,12 @@ def device_cases():
               ('bad-json', '{"lr": 0.1,', None, 'refuse'), ('empty-json', '', None, 'refuse'),
               ('nan-json', None, lambda d: _text(d, 'train.json', _cfg_text(d).replace('0.05', 'NaN')),
                'refuse')]
+    # issue 28: nesting deep enough for the parser's recursion (CPython) or the printing
+    # of the value refused (MicroPython): RuntimeError / RecursionError tracebacks before
+    for depth in (50, 3000, 200000):
+        cases.append(('deep-json-%d' % depth, None, lambda d, n=depth: _text(
+            d, 'train.json', _cfg_text(d).rstrip()[:-1] + ', "lr": ' + '[' * n + ']' * n + '}'),
+            'refuse'))
     names = ['../escape.wof', '/ABS', 'sub/x.wof', '', '.', '..', 'a\\b', 7, [], 'lib', 'nothing.here']
     for key in ('model', 'weights', 'train', 'test', 'out', 'checkpoint', 'log'):
         cases.append(('files-%s-absent' % key, {'files': {key: '__del__'}}, None,

@@ -25,8 +25,11 @@ class Q8Trainer:
             raise ValueError('%s: an int8 model trains the layers prepare chose '
                              '(prepare --dequantize for --select board)' % model)
         with open(model) as f:
-            meta = json.load(f)
-        if meta.get('format') != 'utrain-q8':
+            try:
+                meta = json.load(f)
+            except (ValueError, RuntimeError):      # (too deep: RuntimeError)
+                meta = None
+        if type(meta) is not dict or meta.get('format') != 'utrain-q8':
             raise ValueError('%s: not a utrain int8 layer table' % model)
         self.net = Q8Net(meta, weights)
         self.weights_path = weights
