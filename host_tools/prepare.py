@@ -438,7 +438,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress, cache, bands, board,
                                 lambda heap: heap_limit(prof, budget, heap),
-                                limit_source(board, prof), log)
+                                limit_source(board, prof), log,
+                                given | ({'cache'} if cache else set()))
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:

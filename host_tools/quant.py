@@ -545,9 +545,37 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
                    f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
 
 
+def fit_options(g: Graph, model_path, s, train, cache, bands, board, lim, heap, given, log):
+    """prepare.fit_options for an int8 run: the options the user left to prepare (given:
+    the ones set on the command line) that bring the plan within lim: --cache (the frozen
+    prefix runs first on a net of its own), --batch 1, each alone, else both.  Returns
+    (table, tables, heap, settings, cache) or None."""
+    free = [n for n in ('cache', 'batch') if n not in given and not (
+        (n == 'cache' and cache) or (n == 'batch' and int(s['batch']) == 1))]
+    tries = [[n] for n in free] + ([free] if len(free) > 1 else [])
+    for names in tries:
+        s2 = dict(s, batch=1) if 'batch' in names else s
+        c2 = True if 'cache' in names else cache
+        try:
+            m, tables, h = planned(g, s2, train, c2, bands, board)
+        except ValueError:
+            continue
+        if h['total'] <= lim:
+            flags = ['--cache'] * ('cache' in names) + ['--batch 1'] * ('batch' in names)
+            log(f'{model_path}: the int8 plan ({heap["total"] // 1024} KB) is over the '
+                f'{lim // 1024} KB limit; prepare chose {" ".join(flags)} (about '
+                f'{h["total"] // 1024} KB): '
+                + '; '.join(['--cache: the frozen layers run once per sample in the first '
+                             'epoch, on a net of their own'] * ('cache' in names)
+                            + ['--batch 1: each sample updates at once'] * ('batch' in names))
+                + ' (give the flag yourself to decide otherwise)')
+            return m, tables, h, s2, c2
+    return None
+
+
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
                split_seed=0, progress=None, cache=False, bands=None, board=None,
-               limit=None, why_limit='', log=print) -> dict:
+               limit=None, why_limit='', log=print, given=None) -> dict:
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
@@ -577,6 +605,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         raise PrepareError(f'{model_path}: nothing to train (no FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D '
                            f'among --train {train})')
     lim = limit(heap) if limit else None
+    if lim is not None and heap['total'] > lim and given is not None:
+        m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
+                                                lim, heap, given, log) or (m, tables, heap, s, cache)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
         raise PrepareError('\n'.join(

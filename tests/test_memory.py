@@ -122,6 +122,23 @@ def test_int8_budget_refusal_says_what_would_fit(tmp_path):
     assert r.returncode == 0 and 'for rp2040: 32-bit' in r.stdout, r.stdout + r.stderr
 
 
+def test_an_int8_budget_chooses_the_prefix_cache(tmp_path):
+    """Issue 28, the int8 path: over --budget, prepare chooses --cache (the frozen layers
+    on a net of their own, once per sample) where that fits and the user did not set it,
+    says so, and the run trains in the plan."""
+    model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['dscnn-last2'][:2])
+    kw = dict(data=data, loss='scce', train='last:2', log=lambda *a: None)
+    whole = prepare(model, str(tmp_path / 'a'), **kw)['heap']['total']
+    cached = prepare(model, str(tmp_path / 'b'), cache=True, **kw)['heap']['total']
+    budget = cached + 1024
+    assert whole > budget
+    said = []
+    s = prepare(model, str(tmp_path / 'c'), budget=budget, **dict(kw, log=said.append))
+    assert s['heap']['total'] == cached and any('prepare chose --cache' in m for m in said), said
+    files = json.load(open(tmp_path / 'c' / 'train.json'))['files']
+    assert files['model'] == 'q8t.json' and files['prefix'] == 'q8.json', files
+
+
 TARGETS = {
     # the issue's two 96 KB targets (an ESP32 without PSRAM), code included
     'head-last2-stream': lambda head: (head, dict(optimizer='sgd', batch=1, train='last:2',
