@@ -74,6 +74,11 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
     """Write the flattened model; returns a small summary (sizes) for the caller."""
     kinds = tensor_kinds(g, plan)
     nt = len(g.tensors)
+    # the format's own bounds (tensor indices are i16, op indices u16 with 0xFFFF for
+    # 'never freed'): refused by name, not a struct.error
+    if nt > 0x7FFF or len(g.ops) >= NO_USE:
+        raise ValueError(f'{g.path}: {nt} tensors and {len(g.ops)} ops; the flat model holds up '
+                         f'to {0x7FFF} tensors and {NO_USE - 1} ops')
     head = bytearray()
     head += pack_settings(settings)
     head += struct.pack(f'<{len(g.inputs) + len(g.outputs)}H', *g.inputs, *g.outputs)
