@@ -502,8 +502,18 @@ def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
     lim = limit(heap) if limit else None
     if lim is None or heap['total'] <= lim:
         return heap, p, s, cache, []
+    memo = {}
+
+    def fits(r):            # (a board's limit depends on the plan's code: limit(h))
+        return r is not None and r[0]['total'] <= limit(r[0])
 
     def plan_with(names):
+        key = tuple(sorted(names))
+        if key not in memo:
+            memo[key] = _plan_with(names)
+        return memo[key]
+
+    def _plan_with(names):
         s2 = dict(s)
         if 'stream' in names:
             s2['stream'] = True
@@ -524,16 +534,16 @@ def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
     best = None
     for name in free:
         r = plan_with([name])
-        if r and r[0]['total'] <= lim:
+        if fits(r):
             best = ([name], r)
             break
     if best is None and len(free) > 1:
         names = [n for n in free if (plan_with([n]) or [heap])[0]['total'] < heap['total']]
         r = plan_with(names)
-        if r and r[0]['total'] <= lim:
+        if fits(r):
             for n in list(names):                      # drop what the fit does not need
                 r2 = plan_with([m for m in names if m != n])
-                if len(names) > 1 and r2 and r2[0]['total'] <= lim:
+                if len(names) > 1 and fits(r2):
                     names.remove(n)
                     r = r2
             best = (names, r)
@@ -542,7 +552,7 @@ def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
     names, (h, p2, s2, cache) = best
     flags = [flag for name, flag, _ in OPTIONS if name in names]
     log(f'{model_path}: the plan ({heap["total"] // 1024} KB) is over the '
-        f'{lim // 1024} KB limit; prepare chose ' + ' '.join(flags)
+        f'{limit(h) // 1024} KB limit; prepare chose ' + ' '.join(flags)
         + f' (about {h["total"] // 1024} KB): '
         + '; '.join(f'{flag}: {why}' for name, flag, why in OPTIONS if name in names)
         + ' (give the flag yourself to decide otherwise)')

@@ -545,9 +545,9 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
                    f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
 
 
-def fit_options(g: Graph, model_path, s, train, cache, bands, board, lim, heap, given, log):
+def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log):
     """prepare.fit_options for an int8 run: the options the user left to prepare (given:
-    the ones set on the command line) that bring the plan within lim: --cache (the frozen
+    the ones set on the command line) that bring the plan within limit(plan): --cache (the frozen
     prefix runs first on a net of its own), --batch 1, each alone, else both.  Returns
     (table, tables, heap, settings, cache) or None."""
     free = [n for n in ('cache', 'batch') if n not in given and not (
@@ -560,10 +560,10 @@ def fit_options(g: Graph, model_path, s, train, cache, bands, board, lim, heap, 
             m, tables, h = planned(g, s2, train, c2, bands, board)
         except ValueError:
             continue
-        if h['total'] <= lim:
+        if h['total'] <= limit(h):
             flags = ['--cache'] * ('cache' in names) + ['--batch 1'] * ('batch' in names)
             log(f'{model_path}: the int8 plan ({heap["total"] // 1024} KB) is over the '
-                f'{lim // 1024} KB limit; prepare chose {" ".join(flags)} (about '
+                f'{limit(h) // 1024} KB limit; prepare chose {" ".join(flags)} (about '
                 f'{h["total"] // 1024} KB): '
                 + '; '.join(['--cache: the frozen layers run once per sample in the first '
                              'epoch, on a net of their own'] * ('cache' in names)
@@ -607,7 +607,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim and given is not None:
         m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
-                                                lim, heap, given, log) or (m, tables, heap, s, cache)
+                                                limit, heap, given, log) or (m, tables, heap, s, cache)
+        lim = limit(heap)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
         raise PrepareError('\n'.join(
