@@ -66,6 +66,11 @@ CASES = {
     'head-last2-stream': ('head', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
     'head-bias-quarter-stream': ('head', dict(optimizer='adam', batch=1, train='none',
                                               ranks='2:bias,3:1/4', stream=True)),
+    # issue 28's sweep: the prefix cache's module, imported mid-run (0.96-1.0x before)
+    'digits-last2-host-cache': ('digits', dict(optimizer='sgd', batch=1, train='last:2',
+                                               cache='host')),
+    'digits-last2-board-cache': ('digits', dict(optimizer='sgd', batch=1, train='last:2',
+                                                cache=True)),
 }
 
 
