@@ -469,10 +469,14 @@ def test_budget_advice_plans_row_bands_as_prepare_does(tmp_path):
     model = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_float.tflite')
     kw = dict(data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_data.npz'),
               loss='scce', budget='230K')
-    with pytest.raises(PrepareError) as e:
-        prepare(model, str(tmp_path / 'o'), train='last:2', **kw)
-    fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2'), **kw)
+    with pytest.raises(PrepareError) as e:      # (--stream off given and no --data for a
+        prepare(model, str(tmp_path / 'o'), train='last:2', stream=False,   # host cache:
+                **dict(kw, data=None))                                        # refused)
+    fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2', stream=False), **kw)
     assert fits[0] == '--stream', fits
+    # not given, prepare chooses it (issue 28), planned as the advice said
+    s = prepare(model, str(tmp_path / 'c'), train='last:2', log=lambda *a: None, **kw)
+    assert s['chose'] == ['--stream'] and s['bands'], s['chose']
 
 
 def test_a_ranked_conv_weight_is_summed_whole_at_batch_above_1(tmp_path):
