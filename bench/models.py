@@ -135,8 +135,8 @@ def backward_flags(g, train):
 
     def below(op):      # a data input needs its gradient (SPLIT's is input 1, ADD's 0 and 1)
         spec = SPECS.get(op.name)
-        pos = spec.data_inputs if spec else (0,)
-        return any(needs.get(op.inputs[p], False) for p in pos if p < len(op.inputs))
+        ins = spec.data(op) if spec else [(0, op.inputs[0])]
+        return any(needs.get(k, False) for _, k in ins)
 
     for op in g.ops:
         trains = op.index in trained and op.name in WEIGHTED

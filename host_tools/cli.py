@@ -582,5 +582,6 @@ def main(argv=None):
     try:
         return a.fn(a)
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
-        print(f'error: {e}', file=sys.stderr)
+        from .validate import os_error_text
+        print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 
 from .circle_io import Graph, atomic_write
-from .optable import SPECS
+from .optable import SPECS, DX, DW, DB, dx_bit
 from .passes import Plan, device_shapes
 
 # The layout constants have one home: the device's reader.
@@ -23,6 +23,7 @@ MAGIC, VERSION, HDR, SETTINGS, TENSOR, RANK = (_dev.MAGIC, _dev.VERSION, _dev.HD
                                                _dev.TENSOR, _dev.RANK)
 ACT, CONST, TRAIN, UNUSED, SAVE, NO_USE = (_dev.ACT, _dev.CONST, _dev.TRAIN, _dev.UNUSED,
                                            _dev.SAVE, _dev.NO_USE)
+GRAD, OP = _dev.GRAD, _dev.OP
 LOSSES, OPTIMIZERS, METRICS, REDUCTIONS = _dev.LOSSES, _dev.OPTIMIZERS, _dev.METRICS, _dev.REDUCTIONS
 
 DEFAULTS = dict(loss='mse', reduction='mean', from_logits=False, optimizer='sgd',
@@ -63,10 +64,26 @@ def tensor_kinds(g: Graph, plan: Plan) -> list[int]:
     return kinds
 
 
+def grad_inputs(g: Graph, plan: Plan) -> set:
+    """The tensors flagged GRAD: data inputs n >= 1 of a backward entry whose gradient
+    it computes (its flags' dx_bit(n))."""
+    out = set()
+    for i, fl in plan.backward:
+        for n, k in SPECS[g.ops[i].name].data(g.ops[i]):
+            if n and fl & dx_bit(n):
+                out.add(k)
+    return out
+
+
 def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
     """Write the flattened model; returns a small summary (sizes) for the caller."""
     kinds = tensor_kinds(g, plan)
     nt = len(g.tensors)
+    # the format's own bounds (tensor indices are i16, op indices u16 with 0xFFFF for
+    # 'never freed'): refused by name, not a struct.error
+    if nt > 0x7FFF or len(g.ops) >= NO_USE:
+        raise ValueError(f'{g.path}: {nt} tensors and {len(g.ops)} ops; the flat model holds up '
+                         f'to {0x7FFF} tensors and {NO_USE - 1} ops')
     head = bytearray()
     head += pack_settings(settings)
     head += struct.pack(f'<{len(g.inputs) + len(g.outputs)}H', *g.inputs, *g.outputs)
@@ -76,11 +93,18 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
         spec = SPECS[op.name]
         ins = spec.inputs(op)
         opts = spec.options(op, g)
-        ops += struct.pack('<BBBB', spec.code, len(ins), len(op.outputs), len(opts))
+        for what, n in (('inputs', len(ins)), ('outputs', len(op.outputs)), ('option floats', len(opts))):
+            if n > 0xFFFF:
+                raise ValueError(f'op {op.number} {op.name}: {n} {what}; the flat model holds up to 65535')
+        ops += struct.pack(OP, spec.code, len(ins), len(op.outputs), len(opts))
         ops += struct.pack(f'<{len(ins)}h', *ins)
         ops += struct.pack(f'<{len(op.outputs)}h', *op.outputs)
         ops += struct.pack(f'<{len(opts)}f', *opts)
-    bwd = b''.join(struct.pack('<HH', i, fl) for i, fl in plan.backward)
+    # the backward entry's u16 holds DX, DW and DB; a data input n >= 1 whose gradient is
+    # needed (the plan's dx_bit(n)) is flagged GRAD on its tensor, so an op may have any
+    # number of inputs (a CONCATENATION of every time step's state)
+    bwd = b''.join(struct.pack('<HH', i, fl & (DX | DW | DB)) for i, fl in plan.backward)
+    grad_in = grad_inputs(g, plan)
     bwd += b''.join(struct.pack(RANK, k, ax, 0, lo, hi) for k, (ax, lo, hi) in sorted(plan.ranks.items()))
     bwd += b''.join(struct.pack(module('bands').BAND, *b) for b in plan.bands)
     data_start = table_at + 16 * nt + len(ops) + len(bwd)
@@ -95,7 +119,7 @@ def write_flat(g: Graph, plan: Plan, settings: dict, path) -> dict:
             off = pos
             blobs.append(blob)
             pos += len(blob)
-        flags = SAVE if t.index in plan.saved else 0
+        flags = (SAVE if t.index in plan.saved else 0) | (GRAD if t.index in grad_in else 0)
         last = plan.last_use.get(t.index, NO_USE)
         if t.index in g.outputs:
             last = NO_USE

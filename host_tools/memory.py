@@ -91,6 +91,12 @@ SLACK_NOGC, WS_SLACK_NOGC = 0.15, 0.4
 # made and freed every sample between the step's other arrays; the Keras MobileNetV2 on
 # the 32-bit stock build failed at 318 and 331 KB but trained at 312 and 324-328 KB
 BAND_SLACK = 0.1
+# utrain.prefix (--cache, --cache-on-host) is imported at the first pass over a dataset,
+# into a heap that holds the training state already: its loader's transient (the .mpy
+# read, its code before it is resident) comes on top of its resident code, planned as
+# this many times that (issue 28's sweep: the Keras MLP, last:2 on 64-bit, needed 6 KB
+# (host cache) and 10 KB (board cache) more than planned, 0.96-0.99x)
+PREFIX_LOAD = 1.6
 CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
                 'optim', 'data', 'wof')
 # Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
@@ -224,71 +230,101 @@ def mpy_sizes() -> dict:
     return out
 
 
+class _Run:
+    """What every phase of plan_heap reads: the graph g, its plan, the settings, the
+    target t and its word figures f, the device shapes and sizes, the tensor kinds,
+    the array kind ('fallback'/'ulab'), frozen (utrain frozen into the firmware), start
+    (the first op the board runs: settings['prefix'], a host-made prefix cache) and A(n),
+    the heap one n-element array takes."""
+
+    def __init__(self, g, plan, settings, backend, t):
+        from .passes import device_shapes
+        from .flatmodel import tensor_kinds
+        self.g, self.plan, self.s, self.t = g, plan, settings, t
+        self.f = WORD_FIGURES[t['word']]
+        self.shapes = device_shapes(g)
+        self.size = [r * c for r, c in self.shapes]
+        self.kinds = tensor_kinds(g, plan)
+        self.arrays, _, self.frozen = backend.partition('-')
+        self.start = settings.get('prefix', 0)
+        self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
+
+
 def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     """Predicted smallest heap (bytes) for training the prepared model on `board` (a
     boards.json profile; None: the simulated board in use), with its parts: {'total':
     ..., 'parts': {name: bytes}, 'target': what it planned for}.  backend: 'fallback'
     or 'ulab', '-frozen' appended for a firmware with utrain frozen in.
     settings['prefix'] = k: a frozen-prefix cache made on the host, the board runs ops
-    k.. only (the cut's buffers held all run instead of the input sample's)."""
+    k.. only (the cut's buffers held all run instead of the input sample's).
+    The phases, each a function below: code_parts, table_bytes, weight_parts,
+    state_parts, forward_peak, backward_peak, working_set, fragmentation."""
     t = board if isinstance(board, Target) else target(board)
-    f = WORD_FIGURES[t['word']]
+    r = _Run(g, plan, settings, backend, t)
+    parts = code_parts(r)
+    parts['model tables'] = table_bytes(r)
+    parts.update(weight_parts(r))
+    parts.update(state_parts(r))
+    fwd, peak_at, x_in = forward_peak(r)
+    parts['working set (activations, temporaries, loss)'] = working_set(r, max(fwd, backward_peak(r)), x_in)
+    collect = gc_every(g, sum(parts.values()))
+    parts['fragmentation allowance'] = fragmentation(parts, collect)
+    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
+            'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+
+
+def code_parts(r) -> dict:
+    """{'code': the resident heap of the utrain modules the run imports (and npkern's
+    native code where it lies in the heap), 'interpreter': the interpreter's own share
+    (littlefs's buffers on a board with one)}."""
     from .optable import SPECS
-    from .passes import device_shapes
-    from .flatmodel import tensor_kinds, CONST, ACT
-    shapes = device_shapes(g)
-    size = [r * c for r, c in shapes]
-    kinds = tensor_kinds(g, plan)
-    arrays, _, frozen = backend.partition('-')
-    lo = settings.get('prefix', 0)
-    A = lambda n: array_bytes(n, arrays, t)   # noqa: E731
-    state = {}
-    for k in plan.params:
-        ax_lo_hi = plan.ranks.get(k)
-        if ax_lo_hi:
-            ax, lo, hi = ax_lo_hi
-            state[k] = (hi - lo) * (shapes[k][1] if ax == 0 else shapes[k][0])
-        else:
-            state[k] = size[k]
-    parts = {}
+    g, plan, s, f, t = r.g, r.plan, r.s, r.f, r.t
     mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
-    if arrays == 'fallback':
+    if r.arrays == 'fallback':
         mods.add('npfallback')
-    banded = {i for lo, hi, _ in plan.bands for i in range(lo, hi)}
+    banded = {i for b_lo, b_hi, _ in plan.bands for i in range(b_lo, b_hi)}
     for op in g.ops:                    # the modules a kernel's steps import
         if SPECS[op.name].steps:
-            mods.update(SPECS[op.name].steps(op, g, arrays, op.index in banded))
-    if settings.get('stream'):
+            mods.update(SPECS[op.name].steps(op, g, r.arrays, op.index in banded))
+    if s.get('stream'):
         mods.add('stream')
         if any(SPECS[op.name].kernel == 'op_conv' for op in g.ops):
             mods.add('convrows')        # (counted whether or not a weight is that large)
-    if settings.get('cache'):
+    late = 0
+    if s.get('cache'):
         mods.add('prefix')
-    if settings.get('schedule', 'constant') != 'constant' or settings.get('warmup'):
+        late = PREFIX_LOAD * f['code'] * mpy_sizes().get('prefix', 0)
+    if s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         mods.add('sched')               # the learning-rate schedule (docs/training.md)
     if plan.bands:
         mods.add('bands')
     sizes = mpy_sizes()
     mpy = sum(sizes.get(m, 0) for m in mods)
-    if frozen:
-        parts['code'] = int(f['frozen_code'] * mpy)
-        parts['interpreter'] = f['base_frozen']
+    if r.frozen:
+        parts = {'code': int(f['frozen_code'] * mpy), 'interpreter': f['base_frozen']}
     else:
         # npkern's native code: in the GC heap on rp2 (its whole .mpy), else outside
         native = (native_mpy_size(t['arch']) if t['native'] == 'heap' and t['arch'] else f['native'])
-        parts['code'] = int(f['code'] * mpy + (native if arrays == 'fallback' else 0))
-        parts['interpreter'] = f['base']
+        parts = {'code': int(f['code'] * mpy + (native if r.arrays == 'fallback' else 0) + late),
+                 'interpreter': f['base']}
     if t['fs'] == 'littlefs':
         parts['interpreter'] += LITTLEFS
-    # the model's tables (utrain.flat): per op a tuple of (code, inputs, outputs,
-    # options), its list slots (ops, kernel modules, both free lists) and backward-list
-    # entry; ops with equal options share one options object (a float32 array, one boxed
-    # float, or the empty tuple), and each op's free lists are tuples of what dies there
-    # (none: the shared empty tuple); tensors of one shape share its tuple.  About 1 KB
-    # per conv op on 64-bit: 95 KB for a MobileNetV2, which trains from a prefix cache in
-    # 266 KB (the part the other terms left unplanned); the unrolled LSTM's 265 ops:
-    # 38 KB on a 32-bit board (measured: Net less its weights)
-    w, B = t['word'], t['block']
+    return parts
+
+
+def table_bytes(r) -> int:
+    """The model's tables (utrain.flat): per op a tuple of (code, inputs, outputs,
+    options), its list slots (ops, kernel modules, both free lists) and backward-list
+    entry; ops with equal options share one options object (a float32 array, one boxed
+    float, or the empty tuple), and each op's free lists are tuples of what dies there
+    (none: the shared empty tuple); tensors of one shape share its tuple.  About 1 KB
+    per conv op on 64-bit: 95 KB for a MobileNetV2, which trains from a prefix cache in
+    266 KB (the part the other terms left unplanned); the unrolled LSTM's 265 ops:
+    38 KB on a 32-bit board (measured: Net less its weights)."""
+    from .optable import SPECS
+    from .flatmodel import CONST, ACT, grad_inputs
+    g, plan, kinds = r.g, r.plan, r.kinds
+    w, B = r.t['word'], r.t['block']
     tup = lambda n: -(-(2 * w + w * n) // B) * B     # noqa: E731
     blk = lambda n: -(-n // B) * B                    # noqa: E731
     tables, seen_opts = 0, set()
@@ -306,58 +342,118 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             tables += (blk(4 * w) + blk(4 * no)) if no > 1 else tup(1) + B
         if op.index in dies:
             tables += 2 * tup(dies[op.index])
-        if settings.get('stream'):     # utrain.stream's per-op list of (tensor, slot, size)
+        if r.s.get('stream'):     # utrain.stream's per-op list of (tensor, slot, size)
             nc = sum(1 for k in spec.inputs(op) if k >= 0 and kinds[k] == CONST)
             tables += tup(nc) + nc * tup(3) + w
     tables += len(plan.backward) * (tup(2) + w)
-    parts['model tables'] = tables + len(shapes) * 3 * w + len(set(shapes)) * tup(2)
-    parts['trainable weights'] = sum(A(size[k]) for k in plan.params)
-    consts = [k for k, kind in enumerate(kinds) if kind == CONST]
-    if settings.get('stream'):
-        # as utrain.stream.Stream: slot j holds the largest j-th whole constant of an op;
-        # constants the kernel reads by rows (its ROWS) come through one CHUNK buffer
-        from .device import module
-        CHUNK = module('stream').CHUNK
-        slots, big = [], 0
-        for op in g.ops[lo:]:
-            rows = SPECS[op.name].stream_rows
-            mine = []
-            for pos, k in enumerate(SPECS[op.name].inputs(op)):
-                if k >= 0 and kinds[k] == CONST:
-                    if pos in rows and size[k] > CHUNK:
-                        big = max(big, shapes[k][1], CHUNK)
-                    else:
-                        mine.append(size[k])
-            for j, n in enumerate(mine):
-                if j == len(slots):
-                    slots.append(n)
+    gin = len(grad_inputs(g, plan))     # utrain.flat's net.gin: a set, when it has any
+    if gin:
+        tables += blk(4 * w) + blk(w * 2 * gin)
+    return tables + len(r.shapes) * 3 * w + len(set(r.shapes)) * tup(2)
+
+
+def weight_parts(r) -> dict:
+    """The trainable weights and the frozen ones: held in RAM, or with --stream the
+    slot buffers utrain.stream.Stream reads them into (slot j holds the largest j-th whole
+    constant of an op the board runs; constants the kernel reads by rows, its ROWS,
+    come through one CHUNK buffer)."""
+    from .optable import SPECS
+    from .flatmodel import CONST
+    g, kinds, size, A = r.g, r.kinds, r.size, r.A
+    parts = {'trainable weights': sum(A(size[k]) for k in r.plan.params)}
+    if not r.s.get('stream'):
+        parts['frozen weights'] = sum(A(size[k]) for k, kind in enumerate(kinds) if kind == CONST)
+        return parts
+    from .device import module
+    CHUNK = module('stream').CHUNK
+    slots, big = [], 0
+    for op in g.ops[r.start:]:
+        rows = SPECS[op.name].stream_rows
+        mine = []
+        for pos, k in enumerate(SPECS[op.name].inputs(op)):
+            if k >= 0 and kinds[k] == CONST:
+                if pos in rows and size[k] > CHUNK:
+                    big = max(big, r.shapes[k][1], CHUNK)
                 else:
-                    slots[j] = max(slots[j], n)
-        parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
-                                                            + STREAM_OVERHEAD)
-    else:
-        parts['frozen weights'] = sum(A(size[k]) for k in consts)
-    opt = settings['optimizer']
-    n_state = 2 if opt in ('adam', 'adamw') else 1 if opt == 'rmsprop' or (opt == 'sgd' and settings.get('momentum')) else 0
-    parts['optimizer state'] = n_state * sum(A(state[k]) for k in plan.params)
-    batch = int(settings['batch'])
+                    mine.append(size[k])
+        for j, n in enumerate(mine):
+            if j == len(slots):
+                slots.append(n)
+            else:
+                slots[j] = max(slots[j], n)
+    parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
+                                                        + STREAM_OVERHEAD)
+    return parts
+
+
+def trained_elements(r) -> dict:
+    """{parameter: elements that train}: a ranked one's channel window (its rows, or a
+    depthwise weight's columns), else all of it."""
+    out = {}
+    for k in r.plan.params:
+        window = r.plan.ranks.get(k)
+        if window:
+            ax, c_lo, c_hi = window
+            out[k] = (c_hi - c_lo) * (r.shapes[k][1] if ax == 0 else r.shapes[k][0])
+        else:
+            out[k] = r.size[k]
+    return out
+
+
+def state_parts(r) -> dict:
+    """The training state held all run: optimizer state (of the trained channels),
+    gradient sums, the buffers a kernel keeps (op_split's) and the saved activations."""
+    from .optable import SPECS
+    from .device import module
+    g, plan, size, A = r.g, r.plan, r.size, r.A
+    state = trained_elements(r)
+    opt = r.s['optimizer']
+    n_state = 2 if opt in ('adam', 'adamw') else 1 if opt == 'rmsprop' or (opt == 'sgd' and r.s.get('momentum')) else 0
+    parts = {'optimizer state': n_state * sum(A(state[k]) for k in plan.params)}
     # a weight several ops read (an unrolled RNN's W_hh) is summed over its uses even at
     # batch 1, and then every weight's gradient is summed (Trainer.configure)
     uses = [k for op in g.ops for k in op.inputs if k in plan.params]
     shared = len(uses) > len(set(uses))
     # a kernel with WGRAD_WHOLE (op_conv) sums its weight whole, ranked or not (Sums.alloc)
-    from .device import module
     whole = {op.inputs[1] for op in g.ops
              if getattr(module(SPECS[op.name].kernel), 'WGRAD_WHOLE', False)}
-    parts['gradient sums'] = 0 if batch == 1 and not shared else sum(
+    parts['gradient sums'] = 0 if int(r.s['batch']) == 1 and not shared else sum(
         A(size[k] if k in whole else state[k]) for k in plan.params)
     # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's held)
     splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
     if splits:
         parts['split gradient buffers'] = splits
     parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
-    # the per-sample working set: activations in flight and the kernels' temporaries
-    out_n = size[g.outputs[0]]
+    return parts
+
+
+def band_groups(r):
+    """Row-band groups the board runs (host_tools/bands.py) -> ({first op: group cost},
+    tensors made and dropped inside a group, ops inside a group): their windows, the
+    tensors they hand on and one op's strip temporaries at once; only the handed-on
+    tensors stay live."""
+    g, plan = r.g, r.plan
+    groups, inner, banded = {}, set(), set()
+    if plan.bands:
+        from .bands import group_cost, stand_in
+        net = stand_in(g, plan)
+        for b_lo, b_hi, rows in plan.bands:
+            if b_lo >= r.start:
+                groups[b_lo] = group_cost(net, b_lo, b_hi, rows, r.A)[0]
+                made = {t for op in g.ops[b_lo:b_hi] for t in op.outputs}
+                inner |= {t for t in made if b_lo <= plan.last_use.get(t, len(g.ops)) < b_hi}
+                banded.update(range(b_lo, b_hi))
+    return groups, inner, banded
+
+
+def forward_peak(r):
+    """The forward pass's peak per-sample working set from op `start` on: activations in
+    flight (the cut's buffers from a prefix cache, else the sample) and the op's output
+    and temporaries (a band group: its windows).  Returns (peak, the op at it, the
+    sample buffer's elements: 0 when the cut or a band group's strips replace it)."""
+    from .optable import SPECS
+    from .flatmodel import ACT
+    g, plan, size, A, lo = r.g, r.plan, r.size, r.A, r.start
     cut = set()
     if lo:
         made = set(g.inputs) | {o for op in g.ops[:lo] for o in op.outputs}
@@ -368,22 +464,11 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             plan.last_use.get(g.inputs[0], 0) < plan.bands[0][1]:
         live, x_in = set(), 0           # the first band group reads it a strip at a time
     peak = need = peak_at = 0
-    # band groups (host_tools/bands.py): their windows, the tensors they hand on and
-    # one op's strip temporaries at once; only the handed-on tensors stay live
-    groups, inner, banded = {}, set(), set()
-    if plan.bands:
-        from .bands import group_cost, stand_in
-        net = stand_in(g, plan)
-        for b_lo, b_hi, rows in plan.bands:
-            if b_lo >= lo:
-                groups[b_lo] = group_cost(net, b_lo, b_hi, rows, A)[0]
-                made = {t for op in g.ops[b_lo:b_hi] for t in op.outputs}
-                inner |= {t for t in made if b_lo <= plan.last_use.get(t, len(g.ops)) < b_hi}
-                banded.update(range(b_lo, b_hi))
+    groups, inner, banded = band_groups(r)
     for op in g.ops[lo:]:
         spec = SPECS[op.name]
         fo, fi = spec.fwd
-        ins = [k for k in SPECS[op.name].inputs(op) if k >= 0 and kinds[k] == ACT]
+        ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
         o = op.outputs[0]
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
         if op.index in groups:      # its windows are made and freed every sample
@@ -398,7 +483,16 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
                     and k not in cut:
                 live.discard(k)
-    grads = {g.outputs[0]: out_n}
+    return peak, peak_at, x_in
+
+
+def backward_peak(r) -> int:
+    """The backward pass's peak: the gradients in flight and each op's temporaries."""
+    from .optable import SPECS
+    g, plan, size, A = r.g, r.plan, r.size, r.A
+    opt, batch = r.s['optimizer'], int(r.s['batch'])
+    peak = 0
+    grads = {g.outputs[0]: size[g.outputs[0]]}
     for i, flags in plan.backward:
         op = g.ops[i]
         spec = SPECS[op.name]
@@ -422,19 +516,28 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             grads.pop(k, None)
         if flags & 1 and ins:
             grads[ins[0]] = n_in
-    rowtemps = 6 if opt in ('adam', 'adamw') else 3
-    widest = max([shapes[k][1] for k in plan.params] or [0])
-    parts['working set (activations, temporaries, loss)'] = (
-        peak + 4 * A(out_n) + 2 * A(x_in) + rowtemps * A(widest))
-    data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
+    return peak
+
+
+def working_set(r, peak, x_in) -> int:
+    """The per-sample working set: the larger pass's peak, the loss's output-sized
+    arrays, the sample buffer and the optimizer's per-row temporaries; at least the
+    checkpoint reader's code (utrain/ckread.py), which loads between samples (a resume,
+    a restore after a divergence), when the working set is free."""
+    A = r.A
+    rowtemps = 6 if r.s['optimizer'] in ('adam', 'adamw') else 3
+    widest = max([r.shapes[k][1] for k in r.plan.params] or [0])
+    ws = peak + 4 * A(r.size[r.g.outputs[0]]) + 2 * A(x_in) + rowtemps * A(widest)
+    return max(ws, int(r.f['code'] * mpy_sizes().get('ckread', 0)))
+
+
+def fragmentation(parts, collect) -> int:
+    """The fragmentation allowance on the data held all run and on the working set;
+    larger when the run collects garbage only when the heap is full (collect 0)."""
     ws = parts['working set (activations, temporaries, loss)']
-    collect = gc_every(g, sum(parts.values()))
-    if collect:
-        parts['fragmentation allowance'] = int(SLACK * (data - ws) + WS_SLACK * ws)
-    else:       # collected only when the heap is full: the heap fragments more
-        parts['fragmentation allowance'] = int(SLACK_NOGC * (data - ws) + WS_SLACK_NOGC * ws)
-    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-            'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+    data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
+    slack, ws_slack = (SLACK, WS_SLACK) if collect else (SLACK_NOGC, WS_SLACK_NOGC)
+    return int(slack * (data - ws) + ws_slack * ws)
 
 
 def gc_every(g, planned) -> int:

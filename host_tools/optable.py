@@ -20,7 +20,9 @@ from .device import module
 opc = module('opc')
 # backward flags, one bit per gradient the device computes: DX the first data input's,
 # DW the weight's, DB the bias's; data input n >= 1 (an ADD's second operand, a
-# CONCATENATION's inputs) has bit dx_bit(n) = DXN << n.
+# CONCATENATION's inputs) has bit dx_bit(n) = DXN << n in the plan (any n: a Python int);
+# the flat model stores DX, DW, DB in the backward entry and n >= 1 as its tensor's GRAD
+# flag (host_tools/flatmodel.py).
 DX, DW, DB = opc.DX, opc.DW, opc.DB
 
 
@@ -38,7 +40,7 @@ class OpSpec:
     params: dict                   # input position -> 'weight' | 'bias' (or (op, g) -> that)
     options: Callable              # (op, graph) -> list of floats for the device
     saves: Callable                # (op, flags) -> tensors the gradient reads
-    data_inputs: tuple = (0,)      # input positions that carry activations
+    data_inputs: tuple = (0,)      # input positions that carry activations (None: all)
     # input positions the device receives (None: all).  Constant index tensors (a
     # RESHAPE's shape, a TRANSPOSE's perm, PAD's paddings...) are read on the host and
     # go to the device as option floats instead.
@@ -90,6 +92,12 @@ class OpSpec:
         """input position -> 'weight' | 'bias' for this op (an ADD's or MUL's parameter is
         whichever operand is constant)."""
         return self.params(op, g) if callable(self.params) else self.params
+
+    def data(self, op):
+        """[(n, tensor)] of the op's data inputs: n numbers them (0: DX's, n >= 1:
+        dx_bit(n)'s; a CONCATENATION has as many as the file gives it)."""
+        pos = range(len(op.inputs)) if self.data_inputs is None else self.data_inputs
+        return [(n, op.inputs[p]) for n, p in enumerate(pos) if p < len(op.inputs)]
 
     def inputs(self, op):
         """The op's input tensors as the device sees them."""
@@ -478,8 +486,9 @@ def _slice_options(op, g):
 
 def _concat_options(op, g):
     _fused(op, _where(op))
-    if op.options.get('fused_activation_function', 'NONE') != 'NONE' or len(op.inputs) > 14:
-        raise ValueError(f'{_where(op)}: utrain concatenates up to 14 inputs, no fused activation')
+    if op.options.get('fused_activation_function', 'NONE') != 'NONE':
+        raise ValueError(f'{_where(op)}: a fused activation on CONCATENATION is not supported; '
+                         'apply it as an op of its own after the concatenation')
     Y = _shape4(g, op.outputs[0], op)
     n = len(g.tensors[op.outputs[0]].shape)
     axis = op.options.get('axis', 0)
@@ -507,7 +516,7 @@ SPECS.update({s.name: s for s in [
     OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,)),
     OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,)),
     OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,)),
-    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=tuple(range(14))),
+    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None),
     OpSpec('SQUEEZE', {}, _none, _none),
     OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,)),
     OpSpec('HARD_SWISH', {}, _none, _in),
@@ -541,8 +550,6 @@ def _split_options(op, g):
     if bounds[-1] != X[d]:
         raise ValueError(f'{_where(op)}: outputs along axis {axis[0]} add up to {bounds[-1]}, '
                          f'the input has {X[d]}')
-    if len(bounds) > 250:
-        raise ValueError(f'{_where(op)}: {len(op.outputs)} outputs (utrain splits into up to 249)')
     cols = d == 3
     slots = {opc.S_COLS: cols, opc.S_OUTER: 1 if cols else np.prod(X[:d]),
              opc.S_INNER: 1 if cols else np.prod(X[d + 1:3])}

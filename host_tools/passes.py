@@ -80,7 +80,8 @@ def validate(g: Graph):
                                'the batch dimension must be 1 (batch size is a training setting)')
     if len(g.outputs) != 1 or len(g.inputs) != 1:
         raise PrepareError(f'{where}: utrain trains models with one input and one output '
-                           f'(this one has {len(g.inputs)} and {len(g.outputs)})')
+                           f'(this one has {len(g.inputs)} and {len(g.outputs)}); export the '
+                           'model with its one input and the one output the loss reads')
 
 
 def parse_train(spec, n_ops: int) -> set:
@@ -185,8 +186,7 @@ def derive_backward(g: Graph, params: dict):
     needs = {}                       # tensor -> its gradient is needed
 
     def data(op):                    # (n, tensor) of the op's data inputs
-        ins = op.inputs
-        return [(n, ins[p]) for n, p in enumerate(SPECS[op.name].data_inputs) if p < len(ins)]
+        return SPECS[op.name].data(op)
 
     for op in g.ops:
         roles = SPECS[op.name].roles(op, g)

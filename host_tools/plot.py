@@ -45,6 +45,12 @@ def plot(log, out):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     c = read_log(log)
+    fmt = os.path.splitext(out)[1][1:].lower()
+    kinds = plt.figure().canvas.get_supported_filetypes()
+    plt.close('all')
+    if fmt and fmt not in kinds:
+        raise ValueError(f'{out}: a plot cannot be written as .{fmt}; name the output .png '
+                         f'(or one of .{", .".join(sorted(kinds))})')
     names = list(c)
     metric = names[2]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

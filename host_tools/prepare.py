@@ -127,6 +127,21 @@ def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=Fal
     return heap
 
 
+def missing_biases(model_path, g, p) -> list:
+    """A line per trained op whose file gives it no bias tensor (Keras's use_bias=False):
+    the float path trains it without one, its weights only (the int8 path adds a zero
+    bias: quant.zero_bias)."""
+    from .optable import SPECS
+    out = []
+    for i in sorted(p.trainable_ops):
+        op = g.ops[i]
+        for pos, role in SPECS[op.name].roles(op, g).items():
+            if role == 'bias' and (pos >= len(op.inputs) or op.inputs[pos] < 0):
+                out.append(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains '
+                           'without one (its weights only; the exported model has none either)')
+    return out
+
+
 def metadata_settings(g) -> dict:
     """Training settings from the model's CIRCLE_TRAINING metadata, in our names."""
     buf = g.metadata.get(METADATA_NAME)
@@ -451,6 +466,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     (host_tools.prefixcache), the board never runs the frozen prefix to train.
     bands: rows per band of the frozen chains the board computes a few rows at a time
     (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never."""
+    given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
     if decays and not data:
@@ -460,7 +476,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                 split_seed, progress, cache, bands, board,
                                 lambda heap: heap_limit(prof, budget, heap),
-                                limit_source(board, prof))
+                                limit_source(board, prof), log,
+                                given | ({'cache'} if cache else set()))
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
@@ -475,8 +492,15 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
+    for line in missing_biases(model_path, g, p):
+        log(line)
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
     heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
+    if cache or not data or fisher:     # (a cache given wins; the host's needs the samples)
+        given.add('cache')
+    heap, p, s, cache, chose = fit_options(model_path, g, p, s, heap, cache, given, limit,
+                                           dict(backend=backend, board=board, fisher=fisher,
+                                                bands=bands), log)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
     heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
@@ -487,6 +511,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
+    if chose:
+        summary['chose'] = chose
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
     summary.update(write_prefix_caches(out_dir, files, cache))
     if decays:                  # the decay ends with the run: epochs x updates an epoch
@@ -496,6 +522,84 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
                             gc_every=heap['gc_every'], **run_planned(heap, limit))
+
+
+# The memory options prepare may choose itself when --board or --budget bounds the plan
+# (flags the user gave win), in the order it tries them: each costs something else.
+OPTIONS = (
+    ('stream', '--stream', 'the frozen weights stay in the model file and are read per op '
+     '(flash reads each sample)'),
+    ('cache', '--cache-on-host', 'prepare computes the frozen layers\' outputs for the '
+     'samples it writes: the board never runs them (it trains on these samples only)'),
+    ('batch', '--batch 1', 'each sample updates at once: no gradient sums held'),
+)
+
+
+def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
+    """The fit pass: where the plan exceeds limit(heap) (--board, --budget), the memory
+    options the user left to prepare (OPTIONS not in given) that bring it within: each
+    alone first, in OPTIONS' order, else all of them that lower the plan, then those the
+    fit does not need dropped.  Row bands come with every plan (plan_memory).  Returns
+    (heap, plan, settings, cache, [chosen flags]); nothing chosen when nothing fits
+    (check_budget then refuses, with its advice)."""
+    lim = limit(heap) if limit else None
+    if lim is None or heap['total'] <= lim:
+        return heap, p, s, cache, []
+    memo = {}
+
+    def fits(r):            # (a board's limit depends on the plan's code: limit(h))
+        return r is not None and r[0]['total'] <= limit(r[0])
+
+    def plan_with(names):
+        key = tuple(sorted(names))
+        if key not in memo:
+            memo[key] = _plan_with(names)
+        return memo[key]
+
+    def _plan_with(names):
+        s2 = dict(s)
+        if 'stream' in names:
+            s2['stream'] = True
+        if 'batch' in names:
+            s2['batch'] = 1
+        c = 'host' if 'cache' in names else cache
+        p2 = copy.deepcopy(p)
+        try:
+            h = plan_memory(g, p2, s2, cache=c, limit=limit, **how)
+        except (ValueError, PrepareError):
+            return None
+        return h, p2, s2, c
+
+    free = [name for name, _, _ in OPTIONS if name not in given and not (
+        (name == 'stream' and s.get('stream')) or (name == 'batch' and int(s['batch']) == 1))]
+    if 'cache' in free and not any(i > 0 for i in p.trainable_ops):
+        free.remove('cache')            # nothing frozen below the first trained op
+    best = None
+    for name in free:
+        r = plan_with([name])
+        if fits(r):
+            best = ([name], r)
+            break
+    if best is None and len(free) > 1:
+        names = [n for n in free if (plan_with([n]) or [heap])[0]['total'] < heap['total']]
+        r = plan_with(names)
+        if fits(r):
+            for n in list(names):                      # drop what the fit does not need
+                r2 = plan_with([m for m in names if m != n])
+                if len(names) > 1 and fits(r2):
+                    names.remove(n)
+                    r = r2
+            best = (names, r)
+    if best is None:
+        return heap, p, s, cache, []
+    names, (h, p2, s2, cache) = best
+    flags = [flag for name, flag, _ in OPTIONS if name in names]
+    log(f'{model_path}: the plan ({heap["total"] // 1024} KB) is over the '
+        f'{limit(h) // 1024} KB limit; prepare chose ' + ' '.join(flags)
+        + f' (about {h["total"] // 1024} KB): '
+        + '; '.join(f'{flag}: {why}' for name, flag, why in OPTIONS if name in names)
+        + ' (give the flag yourself to decide otherwise)')
+    return h, p2, s2, cache, flags
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,

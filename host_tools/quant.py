@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from .circle_io import Graph, atomic_write, read_model
+from .circle_io import Graph, Tensor, atomic_write, read_model
 from . import wof as hwof
 
 FC, CONV, DW, MEAN, ADD, POOL_MAX, POOL_AVG = 0, 1, 2, 3, 4, 5, 6
@@ -122,6 +122,25 @@ def _folds(g: Graph, ops):
     return pads, alias
 
 
+def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
+    """Give a weighted op without a bias tensor (Keras's use_bias=False, a converter
+    that drops an all-zero bias) a zero int32 bias at TFLite's bias scale sx * sw, zero
+    point 0: it computes what the op did, trains like any bias and goes into the exported
+    model (the same tensor index every time the file is read).  Returns its index."""
+    w = g.tensors[op.inputs[1]]
+    n = int(w.shape[0] if op.name != 'DEPTHWISE_CONV_2D' else w.shape[-1])
+    scale = [sx * s for s in (sw if len(sw) == n else sw * n)]
+    k = len(g.tensors)
+    g.tensors.append(Tensor(k, f'{w.name}/zero_bias', [n], 'int32', np.zeros(n, np.int32), -1,
+                            {'scale': scale, 'zero_point': [0] * n,
+                             'quantized_dimension': 0}))
+    if len(op.inputs) < 3:
+        op.inputs.append(k)
+    else:
+        op.inputs[2] = k
+    return k
+
+
 def layers(g: Graph, train='last:1'):
     """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX
     (PAD and RESHAPE make none: folded / aliased).  Each reads tensors 'in' and writes
@@ -207,8 +226,7 @@ def layers(g: Graph, train='last:1'):
         w = g.tensors[op.inputs[1]]
         sw, _ = _q(w)
         if len(op.inputs) < 3 or op.inputs[2] < 0:
-            raise ValueError(f'{g.path}: op {op.index} ({op.name}) has no bias tensor; int8 '
-                             'training needs one')
+            zero_bias(g, op, sx[0], sw)
         b = g.tensors[op.inputs[2]]
         if b.dtype != 'int32':
             raise ValueError(f'{g.path}: bias {b.name!r} of op {op.index} is {b.dtype}, not int32')
@@ -564,9 +582,37 @@ def inspect_lines(g: Graph) -> list:
     return out
 
 
+def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log):
+    """prepare.fit_options for an int8 run: the options the user left to prepare (given:
+    the ones set on the command line) that bring the plan within limit(plan): --cache (the frozen
+    prefix runs first on a net of its own), --batch 1, each alone, else both.  Returns
+    (table, tables, heap, settings, cache) or None."""
+    free = [n for n in ('cache', 'batch') if n not in given and not (
+        (n == 'cache' and cache) or (n == 'batch' and int(s['batch']) == 1))]
+    tries = [[n] for n in free] + ([free] if len(free) > 1 else [])
+    for names in tries:
+        s2 = dict(s, batch=1) if 'batch' in names else s
+        c2 = True if 'cache' in names else cache
+        try:
+            m, tables, h = planned(g, s2, train, c2, bands, board)
+        except ValueError:
+            continue
+        if h['total'] <= limit(h):
+            flags = ['--cache'] * ('cache' in names) + ['--batch 1'] * ('batch' in names)
+            log(f'{model_path}: the int8 plan ({heap["total"] // 1024} KB) is over the '
+                f'{limit(h) // 1024} KB limit; prepare chose {" ".join(flags)} (about '
+                f'{h["total"] // 1024} KB): '
+                + '; '.join(['--cache: the frozen layers run once per sample in the first '
+                             'epoch, on a net of their own'] * ('cache' in names)
+                            + ['--batch 1: each sample updates at once'] * ('batch' in names))
+                + ' (give the flag yourself to decide otherwise)')
+            return m, tables, h, s2, c2
+    return None
+
+
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
                split_seed=0, progress=None, cache=False, bands=None, board=None,
-               limit=None, why_limit='') -> dict:
+               limit=None, why_limit='', log=print, given=None) -> dict:
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
@@ -586,14 +632,23 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if cache == 'host':
         raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
                            '(--cache); --cache-on-host is for the float path (--dequantize)')
+    n0 = len(g.tensors)
     try:
         m, tables, heap = planned(g, s, train, cache, bands, board)
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
+    for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
+        op = next(op for op in g.ops if len(op.inputs) > 2 and op.inputs[2] == t.index)
+        log(f'{model_path}: op {op.index} {op.name} has no bias tensor: it trains with a zero '
+            f'int32 bias ({t.name}), which export writes into the trained model')
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
     lim = limit(heap) if limit else None
+    if lim is not None and heap['total'] > lim and given is not None:
+        m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
+                                                limit, heap, given, log) or (m, tables, heap, s, cache)
+        lim = limit(heap)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
         raise PrepareError('\n'.join(

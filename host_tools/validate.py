@@ -180,6 +180,11 @@ def check_graph(g) -> None:
     their shape or holds NaN/Inf, activations over MAX_ACTIVATION elements."""
     where = g.path
     nt = len(g.tensors)
+    if len(g.outputs) != 1 or len(g.inputs) != 1:
+        # (first: every later pass reads g.inputs[0] and g.outputs[0])
+        raise PrepareError(f'{where}: utrain trains models with one input and one output '
+                           f'(this one has {len(g.inputs)} and {len(g.outputs)}); export the '
+                           'model with its one input and the one output the loss reads')
 
     def tname(k):
         return f'tensor {k} ({g.tensors[k].name!r})' if 0 <= k < nt else f'tensor {k}'
@@ -271,3 +276,29 @@ def check_weights(g, op, tname):
     if len(ins) > 2 and ins[2] >= 0 and int(np.prod(_shape(g, ins[2]))) != n_out:
         raise PrepareError(f'{what}: bias {tname(ins[2])} of shape {_shape(g, ins[2])} does not '
                            f'match the {n_out} outputs of weight {tname(ins[1])}')
+
+
+# What to do about a file the system refused, by errno (os_error_text)
+_OS_ADVICE = {
+    'ENOENT': 'no such file or folder; check the path',
+    'EISDIR': 'is a folder; give the path of a file',
+    'ENOTDIR': 'a part of the path is a file, not a folder; check the path',
+    'EEXIST': 'exists already; give a path that does not, or remove it',
+    'EACCES': 'permission denied; use a path you may read and write',
+    'EPERM': 'not permitted; use a path you may read and write',
+    'ENOSPC': 'no space left on the device; free some space or write elsewhere',
+    'EROFS': 'on a read-only file system; write elsewhere',
+    'ENAMETOOLONG': 'the name is too long; use a shorter path',
+}
+
+
+def os_error_text(e: OSError) -> str:
+    """An OSError as a refusal: the file it names, what the system said and what to do
+    ("[Errno 21] Is a directory: '/tmp'" becomes "/tmp: is a folder; give the path of a
+    file").  An error our code worded (no errno) stays as it is."""
+    import errno
+    if not e.errno or e.filename is None:
+        return str(e)
+    name = errno.errorcode.get(e.errno, '')
+    what = _OS_ADVICE.get(name, f'{e.strerror}; check the path')
+    return f'{e.filename}: {what}'

@@ -11,6 +11,7 @@ from .circle_io import Graph, atomic_write
 from .device import module
 
 dev = module('wof')
+ckread = module('ckread')
 
 MAGIC = dev.MAGIC
 VERSION = dev.VERSION
@@ -86,7 +87,7 @@ def read_checkpoint(path, g: Graph, ranks=None) -> dict:
             r, c = dev_shapes[k]
             state[k] = (1, (hi - lo) * (c if ax == 0 else r))
     try:
-        w = dev.read_checkpoint(io.BytesIO(data), path, len(g.tensors), shapes, state)[0]
+        w = ckread.read_checkpoint(io.BytesIO(data), path, len(g.tensors), shapes, state)[0]
     except dev.FormatError as e:
         raise ValueError(f'{e} (model {g.path})') from None
     return _shaped(g, w)

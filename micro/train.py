@@ -16,7 +16,13 @@ except AttributeError:      # CPython
 try:
     from utrain.run import start
     start()
-except MemoryError:
+except KeyboardInterrupt:   # a Ctrl-C (SIGINT) before utrain.run takes them over
+    print('utrain: interrupted while starting (the saved files are as they were); run '
+          'train.py again to train\nutrain: end: interrupted')
+except MemoryError as e:
+    if e.args and 'locked' in e.args[0]:    # a Ctrl-C inside the collector (utrain/run.py)
+        print('utrain: end: interrupted')
+        raise SystemExit(0)
     import sys
     sys.modules.clear()         # the code loaded so far is garbage now
     gc.collect()

@@ -103,6 +103,12 @@ def device_cases():
               ('bad-json', '{"lr": 0.1,', None, 'refuse'), ('empty-json', '', None, 'refuse'),
               ('nan-json', None, lambda d: _text(d, 'train.json', _cfg_text(d).replace('0.05', 'NaN')),
                'refuse')]
+    # issue 28: nesting deep enough for the parser's recursion (CPython) or the printing
+    # of the value refused (MicroPython): RuntimeError / RecursionError tracebacks before
+    for depth in (50, 3000, 200000):
+        cases.append(('deep-json-%d' % depth, None, lambda d, n=depth: _text(
+            d, 'train.json', _cfg_text(d).rstrip()[:-1] + ', "lr": ' + '[' * n + ']' * n + '}'),
+            'refuse'))
     names = ['../escape.wof', '/ABS', 'sub/x.wof', '', '.', '..', 'a\\b', 7, [], 'lib', 'nothing.here']
     for key in ('model', 'weights', 'train', 'test', 'out', 'checkpoint', 'log'):
         cases.append(('files-%s-absent' % key, {'files': {key: '__del__'}}, None,
@@ -375,7 +381,8 @@ def graph(path, mutate):
     data = {'w1': rng.normal(0, .5, (8, 6)), 'b1': np.zeros(8), 'w2': rng.normal(0, .5, (3, 8)), 'b2': np.zeros(3)}
     ops = [('FULLY_CONNECTED', ['x', 'w1', 'b1'], ['h']), ('FULLY_CONNECTED', ['h', 'w2', 'b2'], ['z']),
            ('SOFTMAX', ['z'], ['p'])]
-    mutate(spec, data, ops)
+    outs = ['p']
+    mutate(spec, data, ops, outs) if mutate.__code__.co_argcount == 4 else mutate(spec, data, ops)
     t = {}
     for n, shape in spec.items():
         a = data.get(n)
@@ -385,7 +392,7 @@ def graph(path, mutate):
         kw = {'beta': 1.0} if name == 'SOFTMAX' else {}
         b.op(name, [t[k] for k in i], [t[k] for k in o], **kw)
     b.inputs(t['x'])
-    b.outputs(t['p'])
+    b.outputs(*[t[k] for k in outs])
     b.save(path)
     return path
 
@@ -407,6 +414,9 @@ GRAPHS = {
     'inf-weights': lambda s, d, o: d['b1'].__setitem__(0, np.inf),
     'huge-activation': lambda s, d, o: (_set(s, 'x', [1, 2 * 10**9]), _set(s, 'w1', [8, 2 * 10**9]),
                                         d.pop('w1')),
+    # issue 28: every pass read g.outputs[0] (an IndexError under --loss scce)
+    'no-outputs': lambda s, d, o, outs: outs.clear(),
+    'two-outputs': lambda s, d, o, outs: outs.append('z'),
 }
 
 
@@ -509,7 +519,22 @@ def host_cases(tmp):
         p = graph(str(tmp / ('g-%s.circle' % name)), mut)
         cases.append(('graph %s' % name, ['prepare', p, '--loss', 'scce'], 'refuse', 'op '
                       if name not in ('zero-dim', 'negative-dim', 'nan-weights', 'inf-weights',
-                                      'huge-activation', 'w1-shape', 'b1-shape') else 'tensor'))
+                                      'huge-activation', 'w1-shape', 'b1-shape', 'no-outputs',
+                                      'two-outputs') else 'tensor' if 'outputs' not in name
+                      else 'one output the loss reads'))
+    # issue 28: an OSError names its file and says what to do (not "[Errno 21] ...")
+    cases.append(('prepare --train-config a folder', P + ['--train-config', str(tmp)], 'refuse',
+                  'is a folder; give the path of a file'))
+    cases.append(('prepare --train-config missing', P + ['--train-config', str(tmp / 'no.tcfg')],
+                  'refuse', 'no.tcfg: no such file or folder; check the path'))
+    log = tmp / 'train.log'
+    log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+                   '1,1.0,0.5,nan,nan,10,-1\n2,0.8,0.6,nan,nan,10,-1\n')
+    cases.append(('plot to .log', ['plot', str(log), '-o', str(tmp / 'curves.log')], 'refuse',
+                  'name the output .png'))
+    cases.append(('plot a folder', ['plot', str(tmp), '-o', str(tmp / 'c.png')], 'refuse',
+                  'is a folder'))
+    cases.append(('plot ok', ['plot', str(log), '-o', str(tmp / 'c.png')], 'ok', None))
     # export: a prepared folder, then -o onto each input and a rewritten path outside
     run = tmp / 'run'
     prepare(model, str(run), data=good, loss='scce', epochs=1)

@@ -40,3 +40,26 @@ def test_bench_quick_prints_the_table():
     for (m, u), r in rows.items():
         if r['Py us'].startswith('n/a'):
             assert 'not supported' in r['Py us'] or 'not there' in r['MP us']
+
+
+def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
+    """bench/sweep.py: a cell's plan, need and ratio from a cached need; a need above the
+    plan is flagged UNDER and named among the worst, one below plan / 1.2 OVER."""
+    import json
+    import pytest
+    from bench.memory import code_key
+    from host_tools import runner
+    if not runner.find_micropython():
+        pytest.skip('no MicroPython binary')
+    cache = tmp_path / 'c.json'
+    key = code_key()
+    build = os.path.basename(runner.micropython_binary())
+    cache.write_text(json.dumps({f'digits MLP|sgd b1|{build}|{key}|8': [10 ** 6, ''],
+                                 f'digits MLP|adam b4|{build}|{key}|8': [1024, '']}))
+    p = subprocess.run([sys.executable, 'bench/sweep.py', '--only', 'digits MLP', '--settings',
+                        'sgd b1,adam b4', '--cache', str(cache)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = {ln.split('|')[2].strip(): ln for ln in p.stdout.splitlines() if ln.startswith('| digits')}
+    assert rows['sgd b1'].rstrip(' |').endswith('UNDER') and rows['adam b4'].rstrip(' |').endswith('OVER')
+    assert 'under: 1, over 1.2x: 1' in p.stdout and 'lowest' in p.stdout and '(digits MLP, sgd b1)' in p.stdout

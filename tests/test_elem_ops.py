@@ -157,6 +157,9 @@ CASES.update({
     'CONCAT-inner-spatial': _concat([[1, 2, 3, 2], [1, 2, 1, 2]], 2),
     'CONCAT-three-const': _concat([[1, 2, 2, 2], [1, 2, 2, 1], [1, 2, 2, 2]], 3, const=(1,)),
     'CONCAT-2d': _concat([[1, 3], [1, 4]], 1),
+    # issue 28: any number of inputs (the flat model held 12: u8 option counts, and its
+    # backward flags 14: a u16 bit per input), frozen ones among them
+    'CONCAT-many': _concat([[1, 1, 2]] * 9 + [[1, 2, 2]] + [[1, 1, 2]] * 10, 1, const=(0, 7, 19)),
     'TRANSPOSE-nhwc-nchw': _transpose(S4, [0, 3, 1, 2]),
     'TRANSPOSE-nchw-nhwc': _transpose(S4, [0, 2, 3, 1]),
     'TRANSPOSE-hw': _transpose(S4, [0, 2, 1, 3]),

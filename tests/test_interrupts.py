@@ -119,3 +119,64 @@ def test_sigint_then_resume_is_bit_identical_under_cpython(base, tmp_path):
     tally = interrupted_runs(base, tmp_path, True, 8, 2)
     print('CPython:', tally)
     assert tally['identical'] == 8 and tally['tracebacks'] == 0
+
+
+WHERE = [pytest.param(False, id='micropython', marks=pytest.mark.skipif(not MP, reason='no MicroPython')),
+         pytest.param(True, id='cpython')]
+
+
+@pytest.mark.parametrize('python', WHERE)
+def test_a_ctrl_c_while_train_py_starts_is_no_traceback(base, tmp_path, python):
+    """Issue 28: a SIGINT while train.py imports utrain.run (before it takes Ctrl-C over)
+    raised KeyboardInterrupt through train.py.  Here utrain.run's import is that
+    KeyboardInterrupt (a utrain/run.py first on the path): train.py says so and ends
+    'interrupted', exit status 0 (the user's stop), no traceback, nothing written."""
+    d = tmp_path / 'r'
+    shutil.copytree(base, d)
+    fake = tmp_path / 'fake' / 'utrain'
+    fake.mkdir(parents=True)
+    (fake / '__init__.py').write_text('')
+    (fake / 'run.py').write_text('raise KeyboardInterrupt\n')
+    argv, env = command(d, python)
+    key = 'PYTHONPATH' if python else 'MICROPYPATH'
+    env[key] = str(tmp_path / 'fake')
+    before = sorted(os.listdir(d))
+    r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and 'Traceback' not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == 'utrain: end: interrupted', r.stdout
+    assert 'run train.py again' in r.stdout
+    assert sorted(os.listdir(d)) == before
+
+
+@pytest.mark.parametrize('python', WHERE)
+def test_a_run_cut_after_logging_an_epoch_logs_it_once(base, tmp_path, python):
+    """Issue 28: a run cut off (power, a raw SIGINT) after it logged an epoch's row but
+    before that epoch's checkpoint resumes from the checkpoint and trains the epoch again:
+    train.log held its row twice.  Made exactly: epoch 1's checkpoint put back after
+    epoch 2 ended; resumed, the log is an uninterrupted run's, row for row."""
+    whole = tmp_path / 'whole'
+    shutil.copytree(base, whole)
+    argv, env = command(whole, python)
+    r = subprocess.run(argv, cwd=whole, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = tmp_path / 'cut'
+    shutil.copytree(base, d)
+    cfg = json.loads((d / 'train.json').read_text())
+    epochs = cfg['epochs']
+    cfg['epochs'] = 1
+    (d / 'train.json').write_text(json.dumps(cfg))
+    r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ck1 = (d / 'checkpoint.ckpt').read_bytes()
+    cfg['epochs'], cfg['run']['resume'] = 2, True
+    (d / 'train.json').write_text(json.dumps(cfg))
+    r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (d / 'checkpoint.ckpt').write_bytes(ck1)        # epoch 2 logged, its checkpoint lost
+    cfg['epochs'] = epochs
+    (d / 'train.json').write_text(json.dumps(cfg))
+    r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and 'Traceback' not in r.stdout + r.stderr, r.stdout + r.stderr
+    rows = [ln.split(',')[:5] for ln in (d / 'train.log').read_text().splitlines()]
+    want = [ln.split(',')[:5] for ln in (whole / 'train.log').read_text().splitlines()]
+    assert rows == want

@@ -66,6 +66,11 @@ CASES = {
     'head-last2-stream': ('head', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
     'head-bias-quarter-stream': ('head', dict(optimizer='adam', batch=1, train='none',
                                               ranks='2:bias,3:1/4', stream=True)),
+    # issue 28's sweep: the prefix cache's module, imported mid-run (0.96-1.0x before)
+    'digits-last2-host-cache': ('digits', dict(optimizer='sgd', batch=1, train='last:2',
+                                               cache='host')),
+    'digits-last2-board-cache': ('digits', dict(optimizer='sgd', batch=1, train='last:2',
+                                                cache=True)),
 }
 
 
@@ -120,6 +125,23 @@ def test_int8_budget_refusal_says_what_would_fit(tmp_path):
     r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--board', 'rp2040'],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0 and 'for rp2040: 32-bit' in r.stdout, r.stdout + r.stderr
+
+
+def test_an_int8_budget_chooses_the_prefix_cache(tmp_path):
+    """Issue 28, the int8 path: over --budget, prepare chooses --cache (the frozen layers
+    on a net of their own, once per sample) where that fits and the user did not set it,
+    says so, and the run trains in the plan."""
+    model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['dscnn-last2'][:2])
+    kw = dict(data=data, loss='scce', train='last:2', log=lambda *a: None)
+    whole = prepare(model, str(tmp_path / 'a'), **kw)['heap']['total']
+    cached = prepare(model, str(tmp_path / 'b'), cache=True, **kw)['heap']['total']
+    budget = cached + 1024
+    assert whole > budget
+    said = []
+    s = prepare(model, str(tmp_path / 'c'), budget=budget, **dict(kw, log=said.append))
+    assert s['heap']['total'] == cached and any('prepare chose --cache' in m for m in said), said
+    files = json.load(open(tmp_path / 'c' / 'train.json'))['files']
+    assert files['model'] == 'q8t.json' and files['prefix'] == 'q8.json', files
 
 
 TARGETS = {
@@ -451,10 +473,14 @@ def test_budget_advice_plans_row_bands_as_prepare_does(tmp_path):
     model = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_float.tflite')
     kw = dict(data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_data.npz'),
               loss='scce', budget='230K')
-    with pytest.raises(PrepareError) as e:
-        prepare(model, str(tmp_path / 'o'), train='last:2', **kw)
-    fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2'), **kw)
+    with pytest.raises(PrepareError) as e:      # (--stream off given and no --data for a
+        prepare(model, str(tmp_path / 'o'), train='last:2', stream=False,   # host cache:
+                **dict(kw, data=None))                                        # refused)
+    fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2', stream=False), **kw)
     assert fits[0] == '--stream', fits
+    # not given, prepare chooses it (issue 28), planned as the advice said
+    s = prepare(model, str(tmp_path / 'c'), train='last:2', log=lambda *a: None, **kw)
+    assert s['chose'] == ['--stream'] and s['bands'], s['chose']
 
 
 def test_a_ranked_conv_weight_is_summed_whole_at_batch_above_1(tmp_path):
@@ -497,3 +523,88 @@ def test_a_depthwise_rank_trains_exactly_its_channels(tmp_path, data, where):
         np.testing.assert_allclose(w[:, :hi], full_w[:, :hi], rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(b[:hi], full_b[:hi], rtol=1e-5, atol=1e-7)
         assert np.array_equal(w[:, hi:], w0[:, hi:]) and np.array_equal(b[hi:], b0[hi:])
+
+
+@needs_mp
+def test_a_channel_window_is_not_a_prefix_start(tmp_path):
+    """Issue 28: plan_heap named the prefix cache's first op and a ranked tensor's channel
+    window start both `lo`, so a `low` rank (channels [O/2, O)) was planned as if the
+    board ran from op O/2 on (the digits CNN's classifier: 104.8 KB planned, 112.6 KB
+    needed), and an `up` rank (window start 0) dropped a host-made prefix cache from the
+    plan.  Which half of the channels trains moves no byte: `up` and `low` of an even
+    number of channels plan the same heap, with and without a host cache, and the run
+    trains in the plan of `low`."""
+    model = str(tmp_path / 'cnn.circle')
+    from host_tools.refmodels import small_cnn
+    small_cnn(model, size=12, channels=6, classes=6)
+    rng = np.random.default_rng(1)
+    npz = str(tmp_path / 'd.npz')
+    np.savez(npz, x=rng.normal(size=(6, 12, 12, 1)).astype(np.float32), y=np.arange(6))
+    plans = {}
+    for cache in (False, 'host'):
+        for rank in ('up', 'low'):
+            for op in (0, 3):           # the conv's and the classifier's output channels
+                out = str(tmp_path / f'{rank}{op}{cache}')
+                s = prepare(model, out, data=npz, loss='scce', optimizer='adam', batch=1,
+                            epochs=1, train='none', ranks=f'{op}:{rank}', cache=cache)
+                plans[cache, rank, op] = s['heap']['total']
+        assert plans[cache, 'up', 3] == plans[cache, 'low', 3], plans
+        assert plans[cache, 'up', 0] == plans[cache, 'low', 0], plans
+    runner.stage(out)                   # the host cache's run, classifier's low half
+    assert trains_in(out, plans['host', 'low', 3])
+    out = str(tmp_path / 'low3False')
+    runner.stage(out)
+    assert trains_in(out, plans[False, 'low', 3])
+
+
+def test_a_budget_chooses_the_memory_options_that_fit(tmp_path, data, head):
+    """Issue 28: with --budget (or --board) prepare chooses the memory options the user
+    left to it until the plan fits: --stream for frozen weights in RAM, --cache-on-host
+    for a frozen prefix, --batch 1 for gradient sums; it says which and why, the run
+    trains in the plan, and a flag the user gave wins (then it refuses, with advice)."""
+    def prep(name, model, **kw):
+        said = []
+        s = prepare(model, str(tmp_path / name), data=data, loss='scce', epochs=1,
+                    log=said.append, **kw)
+        return s, [m for m in said if 'prepare chose' in m]
+
+    # frozen weights in RAM (the head's first two layers): --stream
+    whole, _ = prep('a', head, train='last:2', optimizer='sgd', batch=1)
+    streamed, _ = prep('b', head, train='last:2', optimizer='sgd', batch=1, stream=True)
+    budget = streamed['heap']['total'] + 2048
+    assert whole['heap']['total'] > budget
+    s, said = prep('c', head, train='last:2', optimizer='sgd', batch=1, budget=budget)
+    assert s['chose'] == ['--stream'] and s['settings']['stream'], said
+    assert len(said) == 1 and '--stream' in said[0] and 'frozen weights' in said[0], said
+    assert s['heap']['total'] == streamed['heap']['total'] <= budget
+    runner.stage(str(tmp_path / 'c'))
+    assert trains_in(str(tmp_path / 'c'), s['heap']['total'])
+    with pytest.raises(PrepareError, match='would fit: --stream'):
+        prep('d', head, train='last:2', optimizer='sgd', batch=1, budget=budget, stream=False)
+    # gradient sums of a batch: --batch 1 (streaming lowers nothing when all trains)
+    b4, _ = prep('e', DIGITS_MLP, optimizer='adam', batch=4)
+    b1, _ = prep('f', DIGITS_MLP, optimizer='adam', batch=1)
+    budget = b1['heap']['total'] + 1024
+    assert b4['heap']['total'] > budget
+    s, said = prep('g', DIGITS_MLP, optimizer='adam', budget=budget, board='unix')
+    assert s['chose'] == ['--batch 1'] and s['settings']['batch'] == 1, said
+    with pytest.raises(PrepareError):
+        prep('h', DIGITS_MLP, optimizer='adam', batch=4, budget=budget)
+    # a frozen prefix's activations (a 32x32 conv's output): --cache-on-host
+    cnn = str(tmp_path / 'cnn.circle')
+    from host_tools.refmodels import small_cnn
+    small_cnn(cnn, size=32, channels=16, classes=4)
+    rng = np.random.default_rng(0)
+    img = str(tmp_path / 'img.npz')
+    np.savez(img, x=rng.normal(size=(8, 32, 32, 1)).astype(np.float32), y=np.arange(8) % 4)
+    kw = dict(data=img, loss='scce', epochs=1, train='last:2', optimizer='sgd', batch=1,
+              stream=True, bands=0)
+    full = prepare(cnn, str(tmp_path / 'i'), **kw)
+    host = prepare(cnn, str(tmp_path / 'j'), cache='host', **kw)
+    budget = host['heap']['total'] + 1024
+    assert full['heap']['total'] > budget
+    said = []
+    s = prepare(cnn, str(tmp_path / 'k'), budget=budget, log=said.append, **kw)
+    assert s['chose'] == ['--cache-on-host'] and s.get('prefix_cache'), said
+    runner.stage(str(tmp_path / 'k'))
+    assert trains_in(str(tmp_path / 'k'), s['heap']['total'])

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from utrain.optim import Optimizer  # noqa: E402
-from utrain import wof  # noqa: E402
+from utrain import wof, ckread  # noqa: E402
 
 
 def reference(kind, w, grads, lr, momentum=0.0, b1=0.9, b2=0.999, eps=1e-7, rho=0.9):
@@ -76,7 +76,7 @@ def test_checkpoint_layout_and_round_trip(tmp_path):
             else:
                 assert offs[k] == 0
     shapes = [None, (2, 3), None, (1, 2), None]
-    w2, m2, v2, step, epoch, extra = wof.load_checkpoint(path, n, shapes)
+    w2, m2, v2, step, epoch, extra = ckread.load_checkpoint(path, n, shapes)
     assert (step, epoch, extra) == (17, 3, b'')
     for a, b in ((w, w2), (m, m2), (v, v2)):
         assert set(a) == set(b)

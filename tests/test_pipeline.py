@@ -282,3 +282,35 @@ def test_a_model_ending_in_softmax_keeps_probabilities(tmp_path):
     s = prepare(small_mlp(str(tmp_path / 'm.circle')), str(tmp_path / 'p'), loss='scce',
                 log=said.append)
     assert s['settings']['from_logits'] is False and not said
+
+
+def test_float_ops_without_bias_train_without_one(tmp_path):
+    """Issue 28: FC, CONV_2D and DEPTHWISE_CONV_2D without a bias tensor (a Keras layer
+    with use_bias=False) train on the float path, weights only; prepare says so per op,
+    the run learns and the trained file holds the weights alone."""
+    from host_tools.circle_io import read_model
+    from host_tools.rewrite import save_graph
+    from host_tools.wof import read_wof
+    g = read_model(os.path.join(DIGITS, 'digits_cnn.circle'))
+    weighted = [op for op in g.ops if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')]
+    assert len(weighted) == 3
+    for op in weighted:
+        op.inputs[2] = -1
+    model = str(tmp_path / 'nobias.circle')
+    save_graph(g, model)
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=z['x'][:300], y=z['y'][:300])
+    said = []
+    out = str(tmp_path / 'o')
+    prepare(model, out, data=data, loss='scce', optimizer='adam', lr=0.01, epochs=2,
+            test_split=0.2, log=said.append)
+    notes = [s for s in said if 'has no bias tensor' in s]
+    assert [n.split()[2] for n in notes] == [str(op.index) for op in weighted], said
+    code, log = runner.run(out, python=True, stream=False)
+    assert code == 0, log
+    acc = [float(v.split('test_accuracy ')[1].split()[0]) for v in log.splitlines()
+           if v.startswith('epoch ')]
+    assert acc[-1] > 0.5, log
+    w = read_wof(os.path.join(out, 'trained.wof'), read_model(model))
+    assert sorted(w) == sorted(op.inputs[1] for op in weighted)

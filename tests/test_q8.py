@@ -142,13 +142,13 @@ def spy_updates(monkeypatch):
 
 
 @pytest.mark.parametrize('path,n', [(MLP, 16), (DSCNN, 2)])
-def test_forward_bit_exact_with_tflite_micro(tmp_path, path, n):
+def test_forward_bit_exact_with_tflite_micro(tmp_path, path, n, data=None):
     from tflite_micro.python.tflite_micro import runtime
     g, cut = _cut_softmax(path, tmp_path)
     m = quant.write(g, str(tmp_path), 'none')
     net = Q8Net(m, str(tmp_path / 'weights.wof'))
     it = runtime.Interpreter.from_file(cut)
-    x = np.load(path.replace('_int8.tflite', '_data.npz'))['x']
+    x = np.load(data or path.replace('_int8.tflite', '_data.npz'))['x']
     shape = g.tensors[g.inputs[0]].shape
     for i in range(n):
         xq = net.quantize_input(x[i].ravel().tolist())
@@ -509,3 +509,66 @@ def test_prepare_says_when_an_int8_model_trains_in_float(tmp_path):
     assert r.returncode == 0, r.stderr
     assert 'int8 model dequantized: 11 tensors, trains in float32' in r.stdout, r.stdout
     assert 'as int8 it trains with --train' in r.stdout
+
+
+def _drop_biases(path, tmp_path, ops):
+    """path with the bias of each op in ops removed (input 2 = -1, as a Keras layer with
+    use_bias=False exports it)."""
+    g = read_model(path)
+    for i in ops:
+        assert g.ops[i].name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
+        g.ops[i].inputs[2] = -1
+    out = str(tmp_path / ('nobias_' + os.path.basename(path)))
+    save_graph(g, out)
+    return out
+
+
+@pytest.mark.parametrize('path,ops,n', [(MLP, 'fc', 16), (DSCNN, 'first-last', 2)])
+def test_an_op_without_bias_runs_as_tflite_micro_runs_it(tmp_path, path, ops, n):
+    """Issue 28: an int8 weighted op without a bias tensor (refused before) gets a zero
+    int32 bias at TFLite's bias scale: the forward pass is TFLite Micro's on the bias-less
+    model, bit for bit."""
+    g0 = read_model(path)
+    w = [op.index for op in g0.ops if op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]
+    nobias = _drop_biases(path, tmp_path, w if ops == 'fc' else [w[0], w[-1]])
+    test_forward_bit_exact_with_tflite_micro(tmp_path, nobias, n,
+                                             path.replace('_int8.tflite', '_data.npz'))
+
+
+def test_prepare_run_export_int8_without_biases(tmp_path):
+    """The MLP without any bias: prepare says each op trains with a zero bias, the run
+    learns, export writes the trained biases into the model and TFLite Micro runs it as
+    the trained net does."""
+    nobias = _drop_biases(MLP, tmp_path, [op.index for op in read_model(MLP).ops
+                                          if op.name == 'FULLY_CONNECTED'])
+    data = str(tmp_path / 'task.npz')
+    _task(data)
+    q = str(tmp_path / 'q8')
+    said = []
+    prepare(nobias, q, data=data, test_split=0.25, loss='scce', optimizer='sgd', lr=0.02,
+            epochs=2, log=said.append)
+    notes = [s for s in said if 'has no bias tensor' in s]
+    assert len(notes) == 3 and all('zero int32 bias' in s and s.startswith(nobias) for s in notes), said
+    code, out = runner.run(q, python=True, stream=False)
+    assert code == 0, out
+    acc = [float(v.split('test_accuracy ')[1].split()[0]) for v in out.splitlines()
+           if v.startswith('epoch ')]
+    assert acc[-1] > 0.6, out
+    dst = str(tmp_path / 'trained.tflite')
+    export(nobias, os.path.join(q, 'trained.wof'), dst)
+    g1 = read_model(dst)
+    fcs = [op for op in g1.ops if op.name == 'FULLY_CONNECTED']
+    assert all(op.inputs[2] >= 0 and g1.tensors[op.inputs[2]].dtype == 'int32' for op in fcs)
+    assert any(np.any(g1.tensors[op.inputs[2]].data) for op in fcs)    # trained
+    from tflite_micro.python.tflite_micro import runtime
+    g, cut = _cut_softmax(dst, tmp_path)
+    m1 = quant.write(g, str(tmp_path / 'again'), 'none')
+    net = Q8Net(m1, str(tmp_path / 'again' / 'weights.wof'))
+    it = runtime.Interpreter.from_file(cut)
+    x = np.load(data)['x']
+    for i in range(8):
+        xq = net.quantize_input(x[i].tolist())
+        it.set_input(np.frombuffer(bytes(xq), np.int8)[None], 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
+                              it.get_output(0).ravel())

@@ -28,7 +28,7 @@ from host_tools.flatmodel import read_flat  # noqa: E402
 from host_tools.traininfo import parse_traininfo, build_traininfo  # noqa: E402
 from host_tools.wof import read_wof, read_checkpoint  # noqa: E402
 from test_pipeline import small_mlp, blobs  # noqa: E402
-from utrain import wof  # noqa: E402
+from utrain import wof, ckread  # noqa: E402
 from utrain.trainer import Trainer, Diverged  # noqa: E402
 from utrain.data import Dataset  # noqa: E402
 
@@ -304,7 +304,7 @@ def load(kind, path):
             offs, _ = wof.read_table(f, path, SHAPES)
             return {k: np.frombuffer((f.seek(offs[k]), f.read(4 * np.prod(SHAPES[k])))[1], '<f4')
                     .reshape(SHAPES[k]) for k in (1, 2)}
-    return wof.load_checkpoint(path, 4, SHAPES)[0]
+    return ckread.load_checkpoint(path, 4, SHAPES)[0]
 
 
 @pytest.mark.parametrize('kind', ['wof', 'ckpt'])
@@ -393,7 +393,7 @@ def test_killing_micropython_mid_save(tmp_path):
         p.send_signal(signal.SIGKILL)
         p.wait()
         kills += p.returncode == -9
-        w, m, v, step, epoch, _ = wof.load_checkpoint(str(tmp_path / 'c.ckpt'), 2, [None, (64, 64)])
+        w, m, v, step, epoch, _ = ckread.load_checkpoint(str(tmp_path / 'c.ckpt'), 2, [None, (64, 64)])
         assert step == epoch == int(w[1][0, 0]) == int(m[1][0, 0]) >= 2
     assert kills == 12
 

@@ -44,7 +44,7 @@ def read(out, metric, test):
             d = json.load(f)
         if d['metric'] == metric and d['weights'] == stamp(out) and d['test'] == stamp(test.path):
             return (0,) + unpack('<dd', unhexlify(d['exact']))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, RuntimeError):
         pass
     return None
 

@@ -43,7 +43,10 @@ def shown(v):
         import json
         s = json.dumps(v)
     except Exception:
-        s = repr(v)
+        try:
+            s = repr(v)
+        except Exception:           # nested too deeply for either (RuntimeError)
+            s = '[' * 36
     return s if len(s) < 40 else s[:36] + '...'
 
 
@@ -203,6 +206,11 @@ def read_config(cfg_path):
                             if code == 21 else 'OSError %s' % code))
     except ValueError as e:
         raise ValueError('%s: not valid JSON (%s)' % (cfg_path, e))
+    except (RuntimeError, MemoryError) as e:  # (CPython's RecursionError is a RuntimeError)
+        if isinstance(e, MemoryError) and e.args and 'locked' in e.args[0]:
+            raise                   # a Ctrl-C (utrain.run.ctrl_c)
+        raise ValueError('%s: nested too deeply or too large to read here: use the '
+                         'train.json prepare wrote (prepare again to make one)' % cfg_path)
     files, run, cfg, sel = check(cfg, cfg_path)
     if not files.get('train'):
         print('utrain: no training data in %s: prepare the model with --data' % cfg_path)

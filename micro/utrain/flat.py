@@ -42,13 +42,15 @@ _RSQRT = const(76)
 _GELU = const(150)
 
 MAGIC = b'UTFM'
-VERSION = 2
+VERSION = 3
 HDR = '<4sHHHHHBBIIHHI'   # ... data_start, size, n_ranks, n_bands, crc32 (of the file with it zero)
 RANK = '<HBBII'
 SETTINGS = '<BBBBBBHHHIffffff'
 TENSOR = '<BBHIII'
 ACT, CONST, TRAIN, UNUSED = 0, 1, 2, 3
 SAVE = 1
+GRAD = 2     # an op's data input n >= 1 whose gradient is needed (ADD's b, CONCATENATION's)
+OP = '<BHHH'   # op record: code, n_in, n_out, n_opt
 NO_USE = 0xFFFF
 REDUCTIONS = ('mean', 'sum')
 
@@ -143,7 +145,7 @@ def load(net, f, name, wof):
     ops = []
     mods = []
     for i in range(nops):
-        code, ni, no, nopt = unpack('<BBBB', _read(f, 4, name, 'op table'))
+        code, ni, no, nopt = unpack(OP, _read(f, 7, name, 'op table'))
         ins = unpack('<%dh' % ni, _read(f, 2 * ni, name, 'op table'))
         outs = unpack('<%dh' % no, _read(f, 2 * no, name, 'op table'))
         raw = _read(f, 4 * nopt, name, 'op table')
@@ -178,6 +180,8 @@ def load(net, f, name, wof):
                                                                nops, name, ModelError)
     net.shape = shape
     net.ops, net.mods, net.bwd = ops, mods, bwd
+    # the data inputs n >= 1 whose gradient a kernel computes (op_elem, op_shape)
+    net.gin = set(k for k in range(nt) if sflags[k] & GRAD) or ()
     # what to drop after each op: inference frees every dead tensor, training
     # keeps those the backward pass reads (flag SAVE)
     # Per op a tuple (most ops free nothing: the shared empty tuple; training shares

@@ -19,7 +19,6 @@ _SUB = const(41)
 _MUL = const(18)
 _DIV = const(42)
 _DX = const(1)
-_DXN = const(4)
 _DW = const(2)
 _DB = const(4)
 _ACT = const(0)
@@ -97,7 +96,7 @@ def backward(rt, op, dy, flags):
     n0, n1, n2 = o[_E_N0], o[_E_N1], o[_E_N2]
     p = o[_E_PARAM]
     for s in (0, 1):
-        if not (flags & (_DX if s == 0 else _DXN << 1) or (flags & (_DW | _DB) and p == s)):
+        if not ((flags & _DX if s == 0 else ins[1] in rt.gin) or (flags & (_DW | _DB) and p == s)):
             continue
         k = ins[s]
         rows, cols = rt.shape[k]

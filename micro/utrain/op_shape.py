@@ -13,7 +13,6 @@
 from utrain.xnp import zeros, const
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _DX = const(1)
-_DXN = const(4)
 _C_NA = const(0)
 _C_NB = const(1)
 _C_N1 = const(2)
@@ -75,7 +74,7 @@ def backward(rt, op, dy, flags):
         return
     p = [int(v) for v in p]
     for j in range(len(ins)):
-        if flags & (_DX if j == 0 else _DXN << j):
+        if (flags & _DX) if j == 0 else ins[j] in rt.gin:   # (GRAD: flat.py)
             dx = zeros(rt.shape[ins[j]])
             _copy(dy, dx, p, _C_PART * j, 1)
             rt.add_grad(ins[j], dx)

@@ -46,7 +46,8 @@ RSQRT = const(76)
 GELU = const(150)
 
 # ---- backward flags (a backward entry's u16): DX the first data input's gradient, DW
-# the weight's, DB the bias's; data input n >= 1 has bit DXN << n
+# the weight's, DB the bias's.  Data input n >= 1 has bit DXN << n in the host's plan;
+# the file flags its tensor GRAD instead (utrain.flat: net.gin), for any n
 DX = const(1)
 DW = const(2)
 DB = const(4)

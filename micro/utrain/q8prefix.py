@@ -28,7 +28,12 @@ def make(files, log=None):
             files[key] = p + SUFFIX
             todo.append((p, files[key]))
     with open(files['prefix']) as f:
-        meta = json.load(f)
+        try:
+            meta = json.load(f)
+        except (ValueError, RuntimeError):          # (too deep: RuntimeError)
+            meta = None
+    if type(meta) is not dict:
+        raise ValueError('%s: not a utrain int8 layer table (prepare again)' % files['prefix'])
     net = None
     for p, out in todo:
         ds = Dataset(p, False)

@@ -25,8 +25,11 @@ class Q8Trainer:
             raise ValueError('%s: an int8 model trains the layers prepare chose '
                              '(prepare --dequantize for --select board)' % model)
         with open(model) as f:
-            meta = json.load(f)
-        if meta.get('format') != 'utrain-q8':
+            try:
+                meta = json.load(f)
+            except (ValueError, RuntimeError):      # (too deep: RuntimeError)
+                meta = None
+        if type(meta) is not dict or meta.get('format') != 'utrain-q8':
             raise ValueError('%s: not a utrain int8 layer table' % model)
         self.net = Q8Net(meta, weights)
         self.weights_path = weights
@@ -197,7 +200,8 @@ class Q8Trainer:
         self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
-        from utrain.wof import openr, read_checkpoint, RESUME, FormatError
+        from utrain.wof import openr, RESUME, FormatError
+        from utrain.ckread import read_checkpoint
         self.dirty = True            # until the whole state is in
         net = self.net
         ls = self._trained()

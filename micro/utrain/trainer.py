@@ -337,6 +337,8 @@ class Trainer:
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
         self.dirty = True            # until the whole state is in
-        _wof().load_state(self, path)
+        import utrain.ckread         # (loaded for this and dropped: utrain/ckread.py)
+        utrain.ckread.load_state(self, path)
+        _drop('ckread')
         _drop('wof')
         self.commit, self.dirty = (self.pos, self.sums), False

@@ -5,7 +5,7 @@
 # finished by the next reader (openr).  A checkpoint ends with utrain's trailer
 # 'UTCK' + CRC32 of everything before it; onert-micro ignores bytes after the
 # counters, and a checkpoint without the trailer (onert-micro's own) still loads.
-from struct import pack, unpack, calcsize
+from struct import pack, unpack
 import os
 try:
     from binascii import crc32
@@ -203,68 +203,10 @@ def save_checkpoint(path, n, weights, m, v, step, epoch, extra=b''):
     _replace(tmp, path)
 
 
-def load_checkpoint(path, n, shapes, state=None):
-    """Return (weights, m, v, step, epoch, extra); each table {k: array}.
-    shapes[k]: weight k's shape (None: k does not train); state[k]: its m and v
-    shape when that differs (a sparse update keeps state for some channels only)."""
-    with openr(path) as f:
-        return read_checkpoint(f, path, n, shapes, state)
-
-
-def read_checkpoint(f, path, n, shapes, state=None, raw=False):
-    # raw: shapes and state are byte sizes and the tables hold bytes (utrain.q8train)
-    size = _size(f)
-    h = f.read(20)
-    if len(h) != 20:
-        raise FormatError('%s: truncated checkpoint header' % path)
-    magic, ver, _, mo, vo, oo, nb = unpack('<HBBIIII', h)
-    if magic != MAGIC or ver != VERSION:
-        raise FormatError('%s: not a version-1 checkpoint (magic %d, version %d)' % (path, magic, ver))
-    if nb != n:
-        raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, nb, n))
-    end = size
-    t = b''
-    if size >= 28:
-        f.seek(size - 8)
-        t = f.read(8)
-    if t[:4] == TAG:
-        end = size - 8
-        if crc32:
-            c = crc32(TAG, crc(f, 0, end))
-            if c & 0xFFFFFFFF != unpack('<I', t[4:])[0]:
-                raise FormatError('%s: checksum mismatch (corrupt or cut short)' % path)
-    if not 20 + 4 * n <= oo <= end - 8:
-        raise FormatError('%s: counters offset %d out of range (truncated?)' % (path, oo))
-    if end == size and end > oo + 8:
-        raise FormatError('%s: %d bytes after the counters and no utrain trailer (cut short?)'
-                          % (path, end - oo - 8))
-    sizes = shapes if raw else _nbytes(shapes)
-    ssizes = (state if raw else _nbytes(state)) if state else sizes
-    out = []
-    bounds = [20] + [a for a in (mo, vo) if a] + [oo]
-    for i in range(1, len(bounds)):
-        if bounds[i] < bounds[i - 1] + 4 * n:
-            raise FormatError('%s: table offsets %d, %d, %d out of order or range' % (path, mo, vo, oo))
-    from utrain.xnp import readinto, zeros
-    for at, sh, sz in ((20, shapes, sizes), (mo, state or shapes, ssizes),
-                       (vo, state or shapes, ssizes)):
-        tab = {}
-        if at:
-            offs = _table(f, path, n, at, bounds[bounds.index(at) + 1], sz)
-            for k in range(n):
-                if offs[k]:
-                    f.seek(offs[k])
-                    tab[k] = f.read(sz[k]) if raw else readinto(f, zeros(sh[k]), path)
-        out.append(tab)
-    f.seek(oo)
-    step, epoch = unpack('<II', f.read(8))
-    extra = f.read(end - oo - 8) if end > oo + 8 else b''
-    return out[0], out[1], out[2], step, epoch, extra
-
-
 # A Trainer's checkpoint: onert-micro's layout, then utrain's resume block (the position
 # in the epoch, loss/metric sums, lr scale, best result, retries; docs/formats.md).  Here,
-# not in trainer.py, because this module is loaded only for a save or load.
+# not in trainer.py, because this module is loaded only for a save or load; reading a
+# checkpoint back is utrain/ckread.py's (loaded only to resume or restore).
 RESUME = '<4sHHIddfIIdd'
 
 
@@ -277,40 +219,3 @@ def save_state(tr, path):
         extra += o.sched[6]
     extra += getattr(tr.net, 'select', b'')     # the board's choice (utrain/fisher.py)
     save_checkpoint(path, len(tr.net.t), tr.weights(), o.m, o.v, o.t, tr.epoch, extra)
-
-
-def load_state(tr, path):
-    net = tr.net
-    shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
-    from utrain.sink import state_shape
-    state = [state_shape(net, k) if k in net.trainable else None for k in range(len(net.t))]
-    w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
-    pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
-    if extra:
-        n = calcsize(RESUME)
-        if len(extra) < n or extra[:6] != pack('<4sH', b'UTRS', 1):
-            raise ValueError('%s: unknown data after the counters' % path)
-        if extra[n:n + 4] == b'UTLR':     # the run's schedule: the checkpoint's
-            from utrain.sched import unblock
-            tr.opt.sched, extra = unblock(extra, n, path)
-        if extra[n:] != getattr(net, 'select', b''):
-            raise ValueError('%s: trained another selection of tensors than this run '
-                             '(prepare --select board: Trainer(keep=utrain.chosen.read(path)))' % path)
-        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra[:n])
-        sums = (ls, ms)
-        best = (be, bl, bm) if has else None
-    for k in net.trainable:
-        if k not in w:
-            raise ValueError('%s: no weights for trainable tensor %d' % (path, k))
-        net.t[k] = w[k]
-    o = tr.opt
-    for k in m:
-        if k in o.m:
-            o.m[k] = m[k]
-    for k in v:
-        if k in o.v:
-            o.v[k] = v[k]
-    o.t, tr.epoch = step, epoch
-    tr.pos, tr.sums, tr.best, tr.retries, tr.good = pos, sums, best, retries, path
-    tr.lr_scale = scale
-    o.lr = tr.cfg['lr'] * scale

@@ -1,0 +1,191 @@
+"""The planner sweep (issue 28): for every model x setting cell, the heap planner's figure
+(plan), the smallest heap that trains (need: bisected to 1 KB on a unix MicroPython) and
+plan / need; a cell is flagged UNDER when plan < need (a board the plan admits fails) and
+OVER when plan > 1.2 x need (a board that fits is turned away).
+
+    python bench/sweep.py [--mp32 MP] [--only NAME] [--settings A,B] [--cache FILE]
+                          [--samples N] [--list]
+
+Models: the digits MLP and CNN, the held-out small CNN and MobileNet head
+(host_tools/refmodels.py), the zoo's PyTorch nets through tico (bench/zoo/nets.py: IMU
+1-D conv, LayerNorm block, LSTM, GRU, DS-CNN, ResNet-8; skipped without torch/tico) and
+the Keras float MLP and DS-CNN.  Settings (prepare's): SGD batch 1 all layers, Adam
+batch 4, the last two ops with --stream, --cache-on-host, the upper / lower half of the
+last weighted op's channels (--ranks up / low), with row bands where prepare chooses them
+(its default).  Each cell trains one epoch of N random samples (default 8) of the
+model's input shape, no evaluation, from a fresh prepare.
+
+The build: the 64-bit unix MicroPython the runner finds ($MICROPYTHON), or --mp32 (default
+$UTRAIN_MP32), a 32-bit build: the plan is then for that build's word size.  Bisection
+starts at the plan (one run says on which side the need lies), then halves [plan/2, plan]
+or [plan, 1.5 plan]; a need outside that range prints as '<' / '>' the bound.  --cache
+FILE keeps measured needs keyed by cell, build and utrain's code (bench/memory.py's
+code_key), so a rerun re-plans only.  Prints one markdown table and the worst cells.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from host_tools import runner  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.memory import trains_in  # noqa: E402
+from host_tools.optable import SPECS  # noqa: E402
+from host_tools.passes import PrepareError  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+
+SLACK = 1.2          # plan / need above this: OVER
+STEP = 1024
+
+
+def models(tmp):
+    """{name: () -> model path}: each made when asked for."""
+    from host_tools.refmodels import mobilenet_head, small_cnn
+    digits = os.path.join(ROOT, 'datasets', 'digits')
+    keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+
+    def zoo(n):
+        from bench.zoo import nets       # (torch and tico)
+        p = os.path.join(tmp, n + '.circle')
+        nets.export(n, p)
+        return p
+    out = {'digits MLP': lambda: os.path.join(digits, 'digits_mlp.circle'),
+           'digits CNN': lambda: os.path.join(digits, 'digits_cnn.circle'),
+           'small CNN 16x16': lambda: small_cnn(os.path.join(tmp, 'small_cnn.circle')),
+           'head 132k': lambda: mobilenet_head(os.path.join(tmp, 'head.circle')),
+           'Keras MLP': lambda: os.path.join(keras, 'mlp_float.tflite'),
+           'Keras DS-CNN': lambda: os.path.join(keras, 'dscnn_kws_float.tflite')}
+    for n in ('imu', 'lnblock', 'lstm', 'gru', 'dscnn', 'resnet8'):
+        out['zoo ' + n] = lambda n=n: zoo(n)
+    return out
+
+
+def settings(g):
+    """[(name, prepare keywords)] for graph g (ranks on its last weighted op)."""
+    weighted = [op.index for op in g.ops if SPECS.get(op.name) and SPECS[op.name].roles(op, g)
+                and op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]
+    b1 = dict(optimizer='sgd', batch=1)
+    out = [('sgd b1', dict(b1, train='all')),
+           ('adam b4', dict(optimizer='adam', batch=4, train='all')),
+           ('last:2 stream', dict(b1, train='last:2', stream=True)),
+           ('last:2 cache-on-host', dict(b1, train='last:2', cache='host'))]
+    if weighted:
+        i = weighted[-1]
+        out += [(f'ranks {i}:up', dict(b1, train='none', ranks=f'{i}:up')),
+                (f'ranks {i}:low', dict(b1, train='none', ranks=f'{i}:low'))]
+    return out
+
+
+def samples(g, path, n):
+    shape = g.tensors[g.inputs[0]].shape
+    classes = int(np.prod(g.tensors[g.outputs[0]].shape))
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.standard_normal((n,) + tuple(shape[1:])).astype(np.float32),
+             y=rng.integers(0, classes, n))
+    return path
+
+
+def need(out, plan):
+    """The smallest heap (bytes, within STEP) that trains the run in out, searched around
+    the plan: (need, '' or '<' / '>' when it lies beyond [plan / 2, 1.5 plan])."""
+    runner.stage(out)
+    if trains_in(out, plan):
+        lo, hi = plan // 2, plan
+        if trains_in(out, lo):
+            return lo, '<'
+    else:
+        lo, hi = plan, int(plan * 1.5)
+        if not trains_in(out, hi):
+            return hi, '>'
+    while hi - lo > STEP:
+        mid = (lo + hi) // 2
+        if trains_in(out, mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi, ''
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--mp32', default=os.environ.get('UTRAIN_MP32'),
+                    help='a 32-bit unix MicroPython (default $UTRAIN_MP32; else the 64-bit one)')
+    ap.add_argument('--only', help='models whose name contains this (comma-separated)')
+    ap.add_argument('--settings', help='only settings whose name contains one of these')
+    ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
+    ap.add_argument('--samples', type=int, default=8)
+    ap.add_argument('--list', action='store_true', help='plan only, measure nothing')
+    a = ap.parse_args()
+    if a.mp32 and os.path.exists(a.mp32):
+        os.environ['MICROPYTHON'] = a.mp32
+    build = os.path.basename(runner.micropython_binary() or 'none')
+    from bench.memory import code_key
+    key = code_key()
+    cache = {}
+    if a.cache and os.path.exists(a.cache):
+        with open(a.cache) as f:
+            cache = json.load(f)
+    tmp = tempfile.mkdtemp()
+    rows = []
+    only = a.only.split(',') if a.only else None
+    for name, make in models(tmp).items():
+        if only and not any(o in name for o in only):
+            continue
+        try:
+            path = make()
+        except Exception as e:  # noqa: B902 - no torch / tico: the zoo's nets are left out
+            print(f'({name} left out: {type(e).__name__}: {e})', file=sys.stderr)
+            continue
+        g = read_model(path)
+        data = samples(g, os.path.join(tmp, 'd.npz'), a.samples)
+        for sname, kw in settings(g):
+            if a.settings and not any(s in sname for s in a.settings.split(',')):
+                continue
+            out = os.path.join(tmp, 'run')
+            shutil.rmtree(out, ignore_errors=True)
+            try:
+                s = prepare(path, out, data=data, loss='scce', from_logits=True, lr=0.01,
+                            epochs=1, log=lambda *m: None, **kw)
+            except PrepareError as e:
+                print(f'  {name} | {sname}: refused ({str(e).splitlines()[0][:100]})', file=sys.stderr)
+                continue
+            plan = s['heap']['total']
+            k = '|'.join((name, sname, build, key, str(a.samples)))
+            if not a.list and k not in cache:
+                cache[k] = need(out, plan)
+                if a.cache:
+                    with open(a.cache, 'w') as f:
+                        json.dump(cache, f, indent=0)
+            got = cache.get(k)
+            rows.append((name, sname, plan, got))
+            print('  ' + ' | '.join(map(str, rows[-1])), file=sys.stderr, flush=True)
+    print(f'build: {build} ({runner.simulator_word() * 8}-bit); {a.samples} samples, one epoch')
+    print('| model | setting | plan KB | need KB | plan/need | |')
+    print('|---|---|---|---|---|---|')
+    worst = []
+    for name, sname, plan, got in rows:
+        if got is None:
+            print(f'| {name} | {sname} | {plan / 1024:.0f} | - | - | |')
+            continue
+        n, bound = got
+        r = plan / n
+        flag = 'UNDER' if r < 1 and bound != '<' or bound == '>' else 'OVER' if r > SLACK else ''
+        worst.append((r, name, sname))
+        print(f'| {name} | {sname} | {plan / 1024:.0f} | {bound}{n / 1024:.0f} | {r:.2f} | {flag} |')
+    if worst:
+        worst.sort()
+        print(f'\ncells {len(worst)}; lowest plan/need {worst[0][0]:.2f} ({worst[0][1]}, '
+              f'{worst[0][2]}); highest {worst[-1][0]:.2f} ({worst[-1][1]}, {worst[-1][2]}); '
+              f'under: {sum(r < 1 for r, *_ in worst)}, over {SLACK}x: '
+              f'{sum(r > SLACK for r, *_ in worst)}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,104 @@
+# Reading an onert-micro checkpoint back (layout in docs/formats.md; utrain/wof.py writes
+# it).  A module of its own, loaded only to resume or to restore the last good state and
+# dropped after: the checkpoint save that runs every epoch carries no reader code (code is
+# heap on a board; the planner counts this module inside the per-sample working set, which
+# is free between samples, when it loads).
+from struct import pack, unpack, calcsize
+from utrain.wof import (openr, crc, crc32, _size, _table, _nbytes, FormatError, MAGIC,
+                        VERSION, TAG, RESUME)
+
+
+def load_checkpoint(path, n, shapes, state=None):
+    """Return (weights, m, v, step, epoch, extra); each table {k: array}.
+    shapes[k]: weight k's shape (None: k does not train); state[k]: its m and v
+    shape when that differs (a sparse update keeps state for some channels only)."""
+    with openr(path) as f:
+        return read_checkpoint(f, path, n, shapes, state)
+
+
+def read_checkpoint(f, path, n, shapes, state=None, raw=False):
+    # raw: shapes and state are byte sizes and the tables hold bytes (utrain.q8train)
+    size = _size(f)
+    h = f.read(20)
+    if len(h) != 20:
+        raise FormatError('%s: truncated checkpoint header' % path)
+    magic, ver, _, mo, vo, oo, nb = unpack('<HBBIIII', h)
+    if magic != MAGIC or ver != VERSION:
+        raise FormatError('%s: not a version-1 checkpoint (magic %d, version %d)' % (path, magic, ver))
+    if nb != n:
+        raise FormatError('%s: holds %d buffers, the model has %d tensors' % (path, nb, n))
+    end = size
+    t = b''
+    if size >= 28:
+        f.seek(size - 8)
+        t = f.read(8)
+    if t[:4] == TAG:
+        end = size - 8
+        if crc32:
+            c = crc32(TAG, crc(f, 0, end))
+            if c & 0xFFFFFFFF != unpack('<I', t[4:])[0]:
+                raise FormatError('%s: checksum mismatch (corrupt or cut short)' % path)
+    if not 20 + 4 * n <= oo <= end - 8:
+        raise FormatError('%s: counters offset %d out of range (truncated?)' % (path, oo))
+    if end == size and end > oo + 8:
+        raise FormatError('%s: %d bytes after the counters and no utrain trailer (cut short?)'
+                          % (path, end - oo - 8))
+    sizes = shapes if raw else _nbytes(shapes)
+    ssizes = (state if raw else _nbytes(state)) if state else sizes
+    out = []
+    bounds = [20] + [a for a in (mo, vo) if a] + [oo]
+    for i in range(1, len(bounds)):
+        if bounds[i] < bounds[i - 1] + 4 * n:
+            raise FormatError('%s: table offsets %d, %d, %d out of order or range' % (path, mo, vo, oo))
+    from utrain.xnp import readinto, zeros
+    for at, sh, sz in ((20, shapes, sizes), (mo, state or shapes, ssizes),
+                       (vo, state or shapes, ssizes)):
+        tab = {}
+        if at:
+            offs = _table(f, path, n, at, bounds[bounds.index(at) + 1], sz)
+            for k in range(n):
+                if offs[k]:
+                    f.seek(offs[k])
+                    tab[k] = f.read(sz[k]) if raw else readinto(f, zeros(sh[k]), path)
+        out.append(tab)
+    f.seek(oo)
+    step, epoch = unpack('<II', f.read(8))
+    extra = f.read(end - oo - 8) if end > oo + 8 else b''
+    return out[0], out[1], out[2], step, epoch, extra
+
+
+def load_state(tr, path):
+    net = tr.net
+    shapes = [net.shape[k] if k in net.trainable else None for k in range(len(net.t))]
+    from utrain.sink import state_shape
+    state = [state_shape(net, k) if k in net.trainable else None for k in range(len(net.t))]
+    w, m, v, step, epoch, extra = load_checkpoint(path, len(net.t), shapes, state)
+    pos, sums, scale, best, retries = 0, (0.0, 0.0), 1.0, None, 0
+    if extra:
+        n = calcsize(RESUME)
+        if len(extra) < n or extra[:6] != pack('<4sH', b'UTRS', 1):
+            raise ValueError('%s: unknown data after the counters' % path)
+        if extra[n:n + 4] == b'UTLR':     # the run's schedule: the checkpoint's
+            from utrain.sched import unblock
+            tr.opt.sched, extra = unblock(extra, n, path)
+        if extra[n:] != getattr(net, 'select', b''):
+            raise ValueError('%s: trained another selection of tensors than this run '
+                             '(prepare --select board: Trainer(keep=utrain.chosen.read(path)))' % path)
+        _, _, has, pos, ls, ms, scale, be, retries, bl, bm = unpack(RESUME, extra[:n])
+        sums = (ls, ms)
+        best = (be, bl, bm) if has else None
+    for k in net.trainable:
+        if k not in w:
+            raise ValueError('%s: no weights for trainable tensor %d' % (path, k))
+        net.t[k] = w[k]
+    o = tr.opt
+    for k in m:
+        if k in o.m:
+            o.m[k] = m[k]
+    for k in v:
+        if k in o.v:
+            o.v[k] = v[k]
+    o.t, tr.epoch = step, epoch
+    tr.pos, tr.sums, tr.best, tr.retries, tr.good = pos, sums, best, retries, path
+    tr.lr_scale = scale
+    o.lr = tr.cfg['lr'] * scale
