@@ -357,13 +357,14 @@ def parser(prog=None):
                                             'for training on MicroPython boards.')
     sub = p.add_subparsers(dest='cmd', required=True)
     q = sub.add_parser('inspect', help='list ops, tensors, parameters and what can train')
-    q.add_argument('model', help='.circle or .tflite file')
+    q.add_argument('model', help='.circle, .tflite or .onnx file')
     q.set_defaults(fn=cmd_inspect)
 
     q = sub.add_parser('prepare', help='write the flattened model, .wof, settings and data',
                        description='Settings the command line leaves out come from the model\'s '
                                    'CIRCLE_TRAINING metadata when it has some.')
-    q.add_argument('model', help='float32 (or int8) .circle or .tflite file')
+    q.add_argument('model', help='float32 (or int8) .circle or .tflite file, or an .onnx '
+                   'file (docs/onnx.md)')
     q.add_argument('-o', '--out', required=True, help='output folder')
     q.add_argument('--data', help='.npz (arrays x and y: class labels or target vectors), .csv '
                    '(one sample a row, the label in the last column), a folder with one '
@@ -461,14 +462,18 @@ def parser(prog=None):
                                   'with a ballast, to find the smallest heap that trains')
     q.set_defaults(fn=cmd_run)
 
-    q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into a circle model')
+    q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into the model (circle, tflite or onnx)')
     q.add_argument('model', help='the model given to prepare')
     q.add_argument('weights', help='trained.wof, checkpoint.ckpt or a fleet\'s global.wof')
-    q.add_argument('-o', '--output', required=True, help='the model file to write')
+    q.add_argument('-o', '--output', required=True,
+                   help='the model file to write: .circle writes a circle file, .tflite a TFLite '
+                   'one (the file identifier), .onnx (from an .onnx model) the ONNX graph')
     q.add_argument('--quantized', action='store_true',
-                   help='quantize the trained weights with the original model\'s scales')
-    q.add_argument('--data', help='with --quantized: samples (as prepare --data takes) on '
-                   'which to measure the int8 export against the float weights it came from')
+                   help='an int8 model trained with --dequantize: the trained weights quantized '
+                   'again into a copy of the original int8 model')
+    q.add_argument('--data', help='with --quantized: samples (as prepare --data takes) on which '
+                   'to recalibrate the activation scales and measure the int8 export against the '
+                   'float weights it came from (the better of original and recalibrated is kept)')
     q.set_defaults(fn=cmd_export)
 
     q = sub.add_parser('dataset', help='convert .npz, .csv or an image folder to .ds record files')
@@ -540,8 +545,8 @@ def parser(prog=None):
 
     q = sub.add_parser('evaluate', help='accuracy (classifier) or MAE/MSE (regression) of a '
                        'model file on labelled data, on the host: compare before and after')
-    q.add_argument('model', help='.circle or .tflite (float: ONERT; int8 .tflite: TFLite Micro), '
-                   'the original or what export wrote')
+    q.add_argument('model', help='.circle or .tflite (float: ONERT; int8 .tflite: TFLite Micro) '
+                   'or .onnx (ONNX Runtime), the original or what export wrote')
     q.add_argument('data', help='.npz (x, y), .csv (label in the last column), .ds or a folder '
                    'of class sub-folders of images, as prepare reads them')
     q.add_argument('--metric', choices=['accuracy', 'mae'],

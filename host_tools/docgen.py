@@ -59,7 +59,10 @@ def render() -> str:
            'tests/test_docgen.py fails when it is stale -->',
            '',
            'Every subcommand of `utrain` (the same as `python -m host_tools`), its arguments and '
-           'options as `--help` gives them. The guides ([index](README.md)) say when to use them.',
+           'options as `--help` gives them. The guides ([index](README.md)) say when to use them; '
+           'a model may be an `.onnx` file wherever a circle or tflite one is taken '
+           '([onnx.md](onnx.md)); `--optimizer adamw`, `--weight-decay` and `--schedule`: '
+           '[training.md](training.md).',
            '']
     cmds = commands()
     out.append(' | '.join(f'[{n}](#{n})' for n, _, _ in cmds))
