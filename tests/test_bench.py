@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools.runner import find_micropython  # noqa: E402
 

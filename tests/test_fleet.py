@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 pytest.importorskip('flwr')
 from host_tools import fleet as fl, runner  # noqa: E402

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools import board, pico, runner  # noqa: E402
 from host_tools.circle_io import read_model  # noqa: E402

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools.circle_build import CircleBuilder  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools import runner  # noqa: E402
 from host_tools.flatmodel import read_flat  # noqa: E402
