@@ -352,6 +352,7 @@ def device_run(base, tmp_path, interp):
 DEV = {}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MP, reason='no MicroPython binary')
 def test_board_cases_under_micropython(base, tmp_path):
     tally, bad, shown = device_run(base, tmp_path, 'micropython')
@@ -362,6 +363,7 @@ def test_board_cases_under_micropython(base, tmp_path):
     assert not bad, bad
 
 
+@pytest.mark.slow
 def test_board_cases_under_cpython(base, tmp_path):
     tally, bad, _ = device_run(base, tmp_path, 'cpython')
     DEV['CPython (train.py)'] = tally

@@ -26,6 +26,8 @@ from host_tools.memory import trains_in  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from host_tools.refmodels import small_cnn  # noqa: E402
 
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
+
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 MLP = os.path.join(DIGITS, 'digits_mlp.circle')
 

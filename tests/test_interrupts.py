@@ -24,6 +24,8 @@ from host_tools import runner  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from test_pipeline import small_mlp, blobs  # noqa: E402
 
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
+
 MP = runner.find_micropython()
 
 

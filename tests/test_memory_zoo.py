@@ -19,6 +19,8 @@ from host_tools import runner
 from host_tools.memory import trains_in
 from host_tools.prepare import prepare
 
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
+
 pytest.importorskip('tico')
 torch = pytest.importorskip('torch')
 
