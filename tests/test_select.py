@@ -44,8 +44,7 @@ def trains_at(out, heap):
     return r.returncode == 0 and 'saved ' in r.stdout or 'holds the best' in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('mode', ['auto', 'board'])
+@pytest.mark.parametrize('mode', [pytest.param('auto', marks=pytest.mark.slow), 'board'])
 @pytest.mark.parametrize('budget', [140, 150, 175])
 def test_selection_never_exceeds_the_budget(tmp_path, data, mode, budget):
     out = str(tmp_path / 'o')
