@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from host_tools import runner  # noqa: E402
@@ -353,6 +352,7 @@ def device_run(base, tmp_path, interp):
 DEV = {}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MP, reason='no MicroPython binary')
 def test_board_cases_under_micropython(base, tmp_path):
     tally, bad, shown = device_run(base, tmp_path, 'micropython')
@@ -363,6 +363,7 @@ def test_board_cases_under_micropython(base, tmp_path):
     assert not bad, bad
 
 
+@pytest.mark.slow
 def test_board_cases_under_cpython(base, tmp_path):
     tally, bad, _ = device_run(base, tmp_path, 'cpython')
     DEV['CPython (train.py)'] = tally

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.circle_build import CircleBuilder  # noqa: E402
@@ -194,6 +193,7 @@ def _mp_trains(tmp_path, model, data, backend, heap_check, dtype='float32'):
     return s, s0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(runner.find_micropython() is None, reason='no unix MicroPython')
 def test_banded_run_trains_at_its_plan_on_micropython(tmp_path):
     """The small MobileNet-like net (48x48 input), classifier training with the frozen
@@ -204,6 +204,7 @@ def test_banded_run_trains_at_its_plan_on_micropython(tmp_path):
     _mp_trains(tmp_path, model, data, 'fallback', heap_check=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('var,backend', [('UTRAIN_MP32_ULAB', 'ulab'), ('UTRAIN_MP32', 'fallback')])
 def test_banded_run_trains_at_its_plan_on_32bit(tmp_path, monkeypatch, var, backend):
     if not os.environ.get(var):
@@ -214,6 +215,7 @@ def test_banded_run_trains_at_its_plan_on_32bit(tmp_path, monkeypatch, var, back
     _mp_trains(tmp_path, model, data, backend, heap_check=True)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(runner.find_micropython() is None, reason='no unix MicroPython')
 def test_banded_run_reads_quantized_samples_by_strips(tmp_path):
     """Samples stored as uint8 (prepare --dtype uint8): the first band group decodes

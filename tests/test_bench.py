@@ -4,10 +4,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools.runner import find_micropython  # noqa: E402
+
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
 
 
 def test_bench_quick_prints_the_table():
@@ -46,7 +49,6 @@ def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
     """bench/sweep.py: a cell's plan, need and ratio from a cached need; a need above the
     plan is flagged UNDER and named among the worst, one below plan / 1.2 OVER."""
     import json
-    import pytest
     from bench.memory import code_key
     from host_tools import runner
     if not runner.find_micropython():

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fakeboard import FakeBoard  # noqa: E402
@@ -56,6 +55,7 @@ def onert_accuracy(model, x, y):
                     for i in range(len(x))])
 
 
+@pytest.mark.slow
 @needs_mp
 def test_deploy_mpy_run_pull_export_plot_with_mpremote(tmp_path):
     """The README's board commands, against a board on a serial port."""
@@ -97,6 +97,7 @@ def test_deploy_mpy_run_pull_export_plot_with_mpremote(tmp_path):
     assert open(png, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
 
 
+@pytest.mark.slow
 @needs_mp
 def test_source_deploy_then_mpremote_run_and_mip_package(tmp_path):
     out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
@@ -167,6 +168,7 @@ def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
         board.deploy(out, 'nowhere', board='tiny', source=True)
 
 
+@pytest.mark.slow
 @needs_mp
 def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
     """Ctrl-C typed at the board's REPL reaches train.py as KeyboardInterrupt: it saves
@@ -218,6 +220,7 @@ def test_board_profiles_are_complete_and_consistent(tmp_path):
     assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
 
 
+@pytest.mark.slow
 @needs_mp
 def test_a_failed_run_is_visible_to_the_host(tmp_path):
     """`mpremote run` exits 0 whatever the script did (no exit status over a serial line):

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import m0board  # noqa: E402
@@ -26,6 +25,8 @@ from host_tools import runner  # noqa: E402
 from host_tools.memory import trains_in  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from host_tools.refmodels import small_cnn  # noqa: E402
+
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 MLP = os.path.join(DIGITS, 'digits_mlp.circle')

@@ -373,6 +373,7 @@ def test_digits_cnn_training_matches_onert(tmp_path):
             made=(os.path.join(DIGITS, 'digits_cnn.circle'), x, y))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MICROPYTHON is None, reason='unix micropython not found')
 def test_digits_cnn_trains_under_micropython(tmp_path):
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
@@ -388,6 +389,7 @@ def test_digits_cnn_trains_under_micropython(tmp_path):
     assert log[-1][4] >= 0.85, log               # test accuracy after 2 epochs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('python', [True, False], ids=['cpython', 'micropython'])
 def test_large_frozen_conv_weights_stream_by_rows(tmp_path, python):
     """--stream: CONV_2D / DEPTHWISE_CONV_2D weights over 1024 floats are read a few rows

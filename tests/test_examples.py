@@ -23,6 +23,7 @@ def test_every_example_has_a_page():
             assert f'examples/{name}' in f.read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', EXAMPLES)
 def test_example_prints_before_and_after(name, tmp_path):
     if name == 'keywords.py':

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 pytest.importorskip('flwr')
 from host_tools import fleet as fl, runner  # noqa: E402
@@ -60,6 +59,7 @@ class Spy:
         monkeypatch.setattr(fl, 'client_app', wrapped)
 
 
+@pytest.mark.slow
 def test_by_class_fleet_learns_close_to_centralized(tmp_path, monkeypatch):
     """4 boards (host simulation: the maths), by-class split, 3 rounds of 3 local epochs:
     the global test accuracy rises by >= 0.3; centralized training on the same data for
@@ -145,6 +145,7 @@ def test_split_shares_every_sample_once():
         fl.split(y, 4, 'byclass')
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MP, reason='no MicroPython binary')
 def test_simulated_boards_over_mpremote_kill_and_resume(tmp_path):
     """Unix MicroPython boards behind pseudo-terminals, driven with mpremote: a board
@@ -206,6 +207,7 @@ def test_simulated_boards_over_mpremote_kill_and_resume(tmp_path):
         fl.fleet(d, boards=4, rounds=4, split_how='iid', out=out, say=lines.append)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MP, reason='no MicroPython binary')
 def test_ports_boards_train_on_the_data_they_hold(tmp_path):
     """`fleet --ports`: boards on serial ports keep the data they collected (named under

@@ -169,7 +169,6 @@ if __name__ == '__main__':
 
 
 # ====================================================================== host side
-sys.path.insert(0, ROOT)
 
 from host_tools.circle_build import CircleBuilder  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402

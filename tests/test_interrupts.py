@@ -18,12 +18,13 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from host_tools import runner  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from test_pipeline import small_mlp, blobs  # noqa: E402
+
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
 
 MP = runner.find_micropython()
 

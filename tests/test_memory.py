@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools import runner  # noqa: E402
 from host_tools.circle_io import read_model  # noqa: E402
@@ -74,6 +73,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @needs_mp
 @pytest.mark.parametrize('case', list(CASES))
 def test_planner_bounds_the_smallest_heap(tmp_path, data, head, case):
@@ -88,6 +88,7 @@ def test_planner_bounds_the_smallest_heap(tmp_path, data, head, case):
         f'{case}: trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
 
 
+@pytest.mark.slow
 @needs_mp
 @pytest.mark.parametrize('case', list(q8cases.CASES))
 def test_int8_planner_bounds_the_smallest_heap(tmp_path, case):
@@ -153,6 +154,7 @@ TARGETS = {
 }
 
 
+@pytest.mark.slow
 @needs_mp
 @pytest.mark.parametrize('target', list(TARGETS))
 def test_targets_train_within_96k_on_ulab(tmp_path, data, head, target):
@@ -294,6 +296,7 @@ def test_training_config_file_selects_ops_and_ranks(tmp_path):
     assert open(str(tmp_path / 'o' / 'train.tcfg'), 'rb').read() == open(cfg, 'rb').read()
 
 
+@pytest.mark.slow
 @needs_mp
 def test_streaming_and_batch1_updates_change_no_bit(tmp_path, data, head):
     """Frozen weights streamed from the model file and updates applied as each gradient
@@ -525,6 +528,7 @@ def test_a_depthwise_rank_trains_exactly_its_channels(tmp_path, data, where):
         assert np.array_equal(w[:, hi:], w0[:, hi:]) and np.array_equal(b[hi:], b0[hi:])
 
 
+@pytest.mark.slow
 @needs_mp
 def test_a_channel_window_is_not_a_prefix_start(tmp_path):
     """Issue 28: plan_heap named the prefix cache's first op and a ranked tensor's channel
@@ -557,6 +561,7 @@ def test_a_channel_window_is_not_a_prefix_start(tmp_path):
     assert trains_in(out, plans[False, 'low', 3])
 
 
+@pytest.mark.slow
 def test_a_budget_chooses_the_memory_options_that_fit(tmp_path, data, head):
     """Issue 28: with --budget (or --board) prepare chooses the memory options the user
     left to it until the plan fits: --stream for frozen weights in RAM, --cache-on-host

@@ -11,17 +11,15 @@ below the need) and fails at figure / 1.3 (at most 1.3x above it).
 On the 64-bit unix MicroPython the tests always have, and on the 32-bit builds
 (../shared/board-sim.md) named by $UTRAIN_MP32 / $UTRAIN_MP32_ULAB (skipped without)."""
 import os
-import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from host_tools import runner
+from host_tools.memory import trains_in
+from host_tools.prepare import prepare
 
-from host_tools import runner  # noqa: E402
-from host_tools.memory import trains_in  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
 
 pytest.importorskip('tico')
 torch = pytest.importorskip('torch')

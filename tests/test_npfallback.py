@@ -21,7 +21,6 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UTRAIN = os.path.join(ROOT, "micro", "utrain")
 sys.path.insert(0, UTRAIN)
-sys.path.insert(0, ROOT)
 import npfallback as npf  # noqa: E402
 from host_tools.runner import find_micropython  # noqa: E402
 

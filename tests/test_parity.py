@@ -26,7 +26,7 @@ import pytest
 _HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(_HERE)
 MICRO = os.path.join(ROOT, "micro")
-for _p in (ROOT, _HERE, MICRO):
+for _p in (_HERE, MICRO):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 

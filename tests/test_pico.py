@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools import board, pico, runner  # noqa: E402
 from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from host_tools.wof import read_checkpoint, read_wof  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not pico.available(), reason='no emulated Pico firmware '
-                                '($UTRAIN_PICO_FIRMWARE)')
+pytestmark = [pytest.mark.slow, pytest.mark.pico,
+              pytest.mark.skipif(not pico.available(), reason='no emulated Pico firmware '
+                                 '($UTRAIN_PICO_FIRMWARE)')]
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 MLP = os.path.join(DIGITS, 'digits_mlp.circle')
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools.circle_build import CircleBuilder  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
@@ -216,6 +215,7 @@ def test_resume_from_checkpoint_continues(tmp_path):
     assert a == b
 
 
+@pytest.mark.slow
 @needs_mp
 def test_digits_example_reaches_90_percent_on_the_simulated_board(tmp_path):
     out = str(tmp_path / 'digits')
@@ -237,6 +237,7 @@ def _has_ulab():
     return r.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _has_ulab(), reason='$MICROPYTHON has no ulab (build one with '
                     'ULAB_MAX_DIMS=2 and float32 to run this)')
 def test_real_ulab_runs_the_same_code(tmp_path):

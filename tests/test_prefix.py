@@ -39,7 +39,8 @@ def _read(path):
         return f.read()
 
 
-@pytest.mark.parametrize('python', [True, False], ids=['cpython', 'micropython'])
+@pytest.mark.parametrize('python', [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=['cpython', 'micropython'])
 def test_cached_prefix_trains_like_the_whole_model(tmp_path, data, python):
     if not python and not MICROPYTHON:
         pytest.skip('no MicroPython binary')
@@ -125,7 +126,8 @@ def test_no_prefix_no_cache(tmp_path, data):
     assert not [f for f in os.listdir(out) if '.pfx' in f]
 
 
-@pytest.mark.parametrize('python', [True, False], ids=['cpython', 'micropython'])
+@pytest.mark.parametrize('python', [True, pytest.param(False, marks=pytest.mark.slow)],
+                         ids=['cpython', 'micropython'])
 def test_cache_made_on_the_host(tmp_path, data, python):
     """prepare --cache-on-host: the board trains from prepare's cache (the prefix's tables
     dropped) to the weights training the whole model gives (float32 rounding apart:

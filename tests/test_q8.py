@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools import quant, runner  # noqa: E402
@@ -277,6 +276,7 @@ def test_int8_settings_and_ops_refused(tmp_path):
     assert len(s['trainable']) == 4       # the last pointwise conv and the dense layer
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_bench_int8_quick():
     from bench import int8
@@ -476,6 +476,7 @@ def test_cce_one_hot_equals_scce(tmp_path):
     assert np.allclose(a[2], b[2], atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('opt,batch', [('sgd', 1), ('adam', 3)])
 def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
     """Ctrl-C at random moments of an int8 run (unix MicroPython when there, else

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools import quant, runner  # noqa: E402
@@ -174,6 +173,7 @@ def _prepared(folder, cache, n=6):
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_board_prefix_cache_trains_as_the_whole_model(tmp_path):
     """prepare --cache: the board runs the frozen prefix once per sample into .q8.pfx
@@ -203,6 +203,7 @@ def test_board_prefix_cache_trains_as_the_whole_model(tmp_path):
     src.f.close(), got.f.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('env,heap', [('UTRAIN_MP32_ULAB', 168), ('UTRAIN_MP32', 168)])
 def test_int8_mobilenet_trains_within_an_rp2040_heap(tmp_path, monkeypatch, env, heap):
     """Issue 16's memory target: the Keras MobileNetV2-0.35 96x96 int8 model with its

@@ -10,7 +10,6 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools import pico, runner  # noqa: E402
 
@@ -54,6 +53,8 @@ def test_viper_matches_plain_python(tmp_path):
     assert len(want) == 25 and got == want
 
 
+@pytest.mark.slow
+@pytest.mark.pico
 @pytest.mark.skipif(not pico.available(), reason='no emulated Pico firmware '
                     '($UTRAIN_PICO_FIRMWARE)')
 def test_asm_matches_viper_and_python_on_pico(tmp_path):

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,6 +99,7 @@ def run_fuzz(job, scratch, argv0, count, env):
     return res
 
 
+@pytest.mark.slow
 @needs_mp
 def test_fuzz_device_readers_under_micropython(job, scratch):
     env = dict(os.environ, MICROPYPATH=os.path.join(ROOT, 'micro'))
@@ -370,6 +370,7 @@ def test_cut_temp_file_at_every_offset(tmp_path, kind):
         os.remove(path)
 
 
+@pytest.mark.slow
 @needs_mp
 def test_killing_micropython_mid_save(tmp_path):
     """SIGKILL a MicroPython process that saves checkpoints in a loop: every time, the
@@ -481,6 +482,7 @@ def ckpt_position(path):
     return struct.unpack_from('<I', data, oo + 4)[0], struct.unpack_from('<I', data, oo + 16)[0]
 
 
+@pytest.mark.slow
 @needs_mp
 def test_killed_run_resumes_to_the_same_weights(job, tmp_path):
     """SIGKILL unix MicroPython mid-epoch, resume from the checkpoint: the final weights

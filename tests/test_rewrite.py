@@ -26,7 +26,7 @@ import pytest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(_HERE)
-for _p in (ROOT, _HERE):
+for _p in (_HERE,):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 

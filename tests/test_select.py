@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from host_tools import runner  # noqa: E402
 from host_tools.flatmodel import read_flat  # noqa: E402
@@ -45,7 +44,7 @@ def trains_at(out, heap):
     return r.returncode == 0 and 'saved ' in r.stdout or 'holds the best' in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize('mode', ['auto', 'board'])
+@pytest.mark.parametrize('mode', [pytest.param('auto', marks=pytest.mark.slow), 'board'])
 @pytest.mark.parametrize('budget', [140, 150, 175])
 def test_selection_never_exceeds_the_budget(tmp_path, data, mode, budget):
     out = str(tmp_path / 'o')
@@ -58,6 +57,7 @@ def test_selection_never_exceeds_the_budget(tmp_path, data, mode, budget):
         assert int(i) in cands
 
 
+@pytest.mark.slow
 @needs_mp
 @pytest.mark.parametrize('mode', ['auto', 'board'])
 def test_selection_trains_in_the_planned_heap(tmp_path, data, mode):
@@ -90,7 +90,7 @@ def test_fallback_to_the_classifier_with_a_message(tmp_path, data):
                 log=lines.append, **SETTINGS)
 
 
-@pytest.mark.parametrize('mode', ['auto', 'board'])
+@pytest.mark.parametrize('mode', [pytest.param('auto', marks=pytest.mark.slow), 'board'])
 def test_training_config_file_loads_back(tmp_path, data, mode):
     """train.tcfg names the chosen ops of the graph as given with their ranks; prepared
     from it, the model trains exactly the same tensors and channels."""
@@ -123,6 +123,7 @@ def _run_json(out, **run):
         json.dump(cfg, f)
 
 
+@pytest.mark.slow
 def test_resumed_board_selection_trains_the_same_set(tmp_path, data):
     """Two epochs straight and one epoch + a resumed one end with the same weights and
     checkpoint, bit for bit: the resumed run trains the set the checkpoint holds (no new
@@ -537,6 +538,7 @@ def test_a_trial_scores_the_same_whoever_computed_its_cut(data, monkeypatch):
     assert t._run({cls: 0, i: 0}, 1) == first
 
 
+@pytest.mark.slow
 def test_trials_share_the_frozen_prefix_and_score_as_without(data, monkeypatch):
     """Trials cutting the model at the same op start from the frozen prefix's outputs the
     first of them computed (checked on the first sample: a kept cut that does not match

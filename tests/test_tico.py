@@ -226,6 +226,7 @@ def test_tico_frozen_stem_matches_pytorch(tmp_path, case, batch):
     run_case(tmp_path, case, batch, 'cpython')
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MICROPYTHON is None, reason='unix micropython not found')
 @pytest.mark.parametrize('case', ['cnn-frozen-stem', 'mobilenet-frozen-stem'])
 def test_tico_frozen_stem_micropython(tmp_path, case):
@@ -238,6 +239,7 @@ def test_tico_batchnorm_trains_matches_pytorch(tmp_path, case, batch):
     run_case(tmp_path, case, batch, 'cpython')
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MICROPYTHON is None, reason='unix micropython not found')
 def test_tico_batchnorm_trains_micropython(tmp_path):
     run_case(tmp_path, 'mobilenet-all-bn-trains', 4, 'micropython')
@@ -263,6 +265,7 @@ def test_inspect_says_what_prepare_rewrites_and_what_trains():
     assert {'CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED'} <= set(trains)
 
 
+@pytest.mark.slow
 def test_cnn_demo_fine_tunes_the_tico_model(tmp_path):
     """`demo --model cnn` (CPython, one epoch): the model pre-trained on digits 0-5 learns
     all ten, and the exported model is the trained one."""

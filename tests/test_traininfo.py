@@ -5,7 +5,6 @@ is opened by ONERT (onert.experimental.train.session) and its train_info must
 reflect what we wrote.
 """
 
-import os
 import random
 import subprocess
 import sys
@@ -15,9 +14,7 @@ import flatbuffers
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from host_tools.traininfo import build_traininfo, parse_traininfo  # noqa: E402
+from host_tools.traininfo import build_traininfo, parse_traininfo
 
 SETTINGS = [
     {'version': 0, 'optimizer': 'sgd', 'lr': 0.01, 'loss': 'mse',

@@ -33,6 +33,8 @@ nn = torch.nn
 
 from bench.zoo import nets  # noqa: E402
 
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
+
 N, LR = 8, 0.2
 TOL = 1e-4                  # relative, per tensor (float32 utrain vs float64 PyTorch)
 T, F, H, C = 5, 4, 6, 3     # time steps, features, hidden units, classes

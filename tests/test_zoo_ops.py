@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-for _p in (os.path.dirname(_HERE), _HERE):
+for _p in (_HERE,):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
