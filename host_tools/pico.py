@@ -469,7 +469,7 @@ class PicoBoard(Pico):
                     return
 
     def close(self):
-        self._stop = getattr(self, '_stop', True) or True
+        self._stop = True
         if getattr(self, '_t', None):
             self._t.join(2)
         super().close()
