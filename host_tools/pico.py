@@ -296,21 +296,16 @@ class Pico:
         self.close()
 
 
-def _size(n):
-    n = str(n).strip().upper()
-    mult = {'K': 1024, 'M': 1024 * 1024}.get(n[-1:], 1)
-    return int(float(n.rstrip('KM')) * mult)
-
-
 def ballast(free):
     """Code that leaves about `free` bytes of the board's heap free (a bytearray holding
     the rest, allocated before anything else): the smallest heap that trains, measured
     on the chip without rebuilding the firmware."""
     if not free:
         return ''
+    from .board import _size
     return ('import gc\ngc.collect()\n_b=gc.mem_free()-%d\n_b=bytearray(_b) if _b>0 else None\n'
             'gc.collect()\nprint("utrain: pico: free heap %%d B" %% gc.mem_free())\n'
-            % _size(free))
+            % _size(str(free)))
 
 
 END = 'utrain: end: '
