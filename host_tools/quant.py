@@ -509,7 +509,35 @@ def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None):
         p, t = split(g, m, bands)
         tables = {'q8.json': p, 'q8t.json': t}
     outs = json.loads(json.dumps(as_written(m, tables)[0]))     # as the board parses them
-    return m, tables, plan_heap_q8(outs, s, board)
+    heap = plan_heap_q8(outs, s, board)
+    if bands is None and banded(m, tables):     # bands only where they lower the plan
+        m0, t0, h0 = planned(g, s, train, cache, 0, board)
+        if h0['total'] <= heap['total']:
+            return m0, t0, h0
+    return m, tables, heap
+
+
+def banded(m, tables) -> bool:
+    """Does the run compute some frozen layers in row bands (its table, or its prefix's)?"""
+    return bool(m.get('groups') or (tables and any(t.get('groups') for t in tables.values())))
+
+
+def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model_path, log):
+    """Row bands chosen by prepare (--bands not given), as the float path chooses them:
+    planned() keeps them only where they lower the plan; under a budget or board, only
+    when the plan does not fit without them (a banded step costs time: the DS-CNN's int8
+    last:2 step 1.8x on a Pico).  Returns the run to write: (table, tables, heap)."""
+    try:
+        m0, t0, h0 = planned(g, s, train, cache, 0, board)
+    except ValueError:
+        return m, tables, heap
+    lim = limit(h0) if limit else None
+    if h0['total'] <= heap['total'] or (lim is not None and h0['total'] <= lim):
+        return m0, t0, h0
+    log(f'{model_path}: row bands: the frozen early layers are computed a few rows at a time '
+        f'(about {heap["total"] // 1024} KB planned; {h0["total"] // 1024} KB without them'
+        + (f', over the {lim // 1024} KB limit' if lim is not None else '') + '; --bands 0: never)')
+    return m, tables, heap
 
 
 def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> list:
@@ -644,6 +672,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
+    if bands is None and banded(m, tables):
+        m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
+                                              model_path, log)
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim and given is not None:
         m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
