@@ -43,13 +43,21 @@ def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
 def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024, frozen=False):
     """The smallest heap (bytes, within `step`) in which the run trains, or None."""
     runner.stage(out_dir)
-    if not trains_in(out_dir, hi, frozen=frozen):
+    return bisect_heap(lambda heap: trains_in(out_dir, heap, frozen=frozen), lo, hi, step)
+
+
+def bisect_heap(trains, lo, hi, step=1024):
+    """The smallest heap in (lo, hi], on a grid of step bytes, for which trains(heap) is
+    true (training needs no more when given more), or None when trains(hi) is not: the
+    bisection every board's smallest-heap measurement shares (unix builds here, the
+    emulated Pico in pico.py, the emulated Cortex-M0 in tests/m0board.py)."""
+    if not trains(hi):
         return None
     while hi - lo > step:
         mid = (lo + hi) // 2 // step * step
         if mid <= lo:
             break
-        if trains_in(out_dir, mid, frozen=frozen):
+        if trains(mid):
             hi = mid
         else:
             lo = mid

@@ -385,22 +385,9 @@ def smallest_heap(d, ulab=False, lo=16 * 1024, hi=None, step=1024):
     so the figure compares with a unix build's -X heapsize and with the planner's."""
     total, free = gc_total(ulab)
     held = total - free
-    hi = hi or total
-
-    def trains(heap):
-        return run_folder(d, ulab, heap=heap - held, stream=False)[0] == 0
-
-    if not trains(hi):
-        return None
-    while hi - lo > step:
-        mid = (lo + hi) // 2 // step * step
-        if mid <= lo:
-            break
-        if trains(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    from .memory import bisect_heap
+    return bisect_heap(lambda heap: run_folder(d, ulab, heap=heap - held, stream=False)[0] == 0,
+                       lo, hi or total, step)
 
 
 class PicoBoard(Pico):

@@ -134,14 +134,5 @@ def smallest_heap(elf, out_dir, lo=16 * 1024, hi=MAX_HEAP, step=1024, image=None
     """The smallest GC heap (bytes, within step) in which the deployed run trains on the
     emulated board, or None."""
     image = image or deployed_image(elf, out_dir, os.path.join(out_dir, '.m0fs.img'))
-    if not trains_in(elf, out_dir, hi, image)[0]:
-        return None
-    while hi - lo > step:
-        mid = (lo + hi) // 2 // step * step
-        if mid <= lo:
-            break
-        if trains_in(elf, out_dir, mid, image)[0]:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    from host_tools.memory import bisect_heap
+    return bisect_heap(lambda heap: trains_in(elf, out_dir, heap, image)[0], lo, hi, step)
