@@ -150,3 +150,25 @@ def install(g):
     for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]
+
+
+def mkk(m, y, n, lo, hi):
+    t = _i8(y, n)
+    bits = np.packbits(((t > lo) & (t < hi)).astype(np.uint8), bitorder='little')
+    np.frombuffer(m, np.uint8, len(bits))[:] = bits
+
+
+def smk(d, x, n, k, m):
+    v = _i32(x, n).astype(I64)
+    h2 = (1 << k) >> 1
+    r = np.where(v < 0, -((h2 - v) >> k), (v + h2) >> k)
+    on = np.unpackbits(np.frombuffer(m, np.uint8, (n + 7) // 8), count=n, bitorder='little')
+    r = np.where(on.astype(bool), np.clip(r, -127, 127), 0)
+    np.frombuffer(d, np.int8, n)[:] = r.astype(np.int8)
+
+
+def install_sparse(g):
+    """As install, for utrain.q8sparse's kernels."""
+    for name in ('mkk', 'smk'):
+        g['py_' + name] = g[name]
+        g[name] = globals()[name]
