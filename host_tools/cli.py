@@ -109,6 +109,9 @@ def cmd_prepare(a):
         print(f'prepared {a.out}: int8 model training as int8 (q8.json, int8 weights.wof), '
               f'{s["trainable_params"]} trainable parameters; --dequantize trains it in float')
         print('  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
+        if s.get('ranks'):
+            print('  sparse update (output channels lo:hi whose weights train; 0:0 the bias '
+                  'alone): ' + ', '.join(f'{k} {lo}:{hi}' for k, (lo, hi) in s['ranks'].items()))
         print(f'  {st["loss"]}, {st["optimizer"]} lr {st["lr"]:g}, {st["epochs"]} epochs')
         if 'train_samples' in s:
             print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
@@ -135,8 +138,8 @@ def cmd_prepare(a):
     if s.get('rewrites', {}).get('dequantized'):
         print(f'  int8 model dequantized: {s["rewrites"]["dequantized"]} tensors, trains in '
               'float32 (export --quantized writes it as int8 again)'
-              + ('' if a.dequantize else '; as int8 it trains with --train, without --ranks, '
-                 '--train-config or --select'))
+              + ('' if a.dequantize else '; as int8 it trains with --train, --ranks and '
+                 '--select, without --train-config'))
     if s.get('bands'):
         print('  row bands (ops computed a few rows at a time): ' + ', '.join(
             f'ops {lo}..{last} ({r} row{"s" if r > 1 else ""})' for lo, last, r in s['bands']))

@@ -725,27 +725,44 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     if not trains:
         return parts
     from .device import module
-    st, gin = 0, module('q8').gin(ls)       # its two input-gradient buffers (_gbuf)
+    q8 = module('q8')
+    gin = q8.gin(ls)                        # its two input-gradient buffers (_gbuf)
+    nz, nz2, ng = q8.bufs(ls)       # shared: int8 dz (and its rescaled copy), a gradient chunk
+    st = arr(nz) + arr(nz2) + arr(4 * ng)
+    mask = 0
     for d in ls:
         back = d.get('train') or d.get('back')
         if back and d['k'] < MEAN:
-            st += arr(d['nout'])                              # its int8 output gradient
             if 'sw' in d and min(d['sw']) != max(d['sw']):
                 st += 2 * arr(4 * len(d['sw']))              # dz's per-channel rescaling
-        if d.get('train'):          # weight-gradient sums, float bias, update multipliers
-            st += arr(4 * d['wn']) + 4 * arr(4 * d['nb'])
+            if d.get('mask'):
+                mask += arr((d['nout'] + 7) // 8)             # its output's 1-bit mask
+        if d.get('train'):          # float bias, update multipliers, bias sums
+            st += 4 * arr(4 * d['nb'])
+    if mask:
+        parts['output masks (1 bit an output)'] = mask
     # made at the first layer above the lowest trained one that passes a gradient back
     first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
     if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
         gin = 0
     parts['gradient buffers (int8 dz, int32 sums)'] = st + (2 * arr(4 * gin) if gin else 0)
     opt, batch = settings['optimizer'], int(settings['batch'])
-    if opt != 'sgd' or batch > 1:
-        n_w = 1 + (3 if opt == 'adam' else 0)          # batch sums (+ Adam master, m, v)
-        n_b = 1 + (2 if opt == 'adam' else 0)
-        parts['optimizer state'] = sum(n_w * arr(4 * d['wn']) + n_b * arr(4 * d['nb'])
+    mom = opt == 'sgd' and settings.get('momentum')
+    n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0) + (1 if mom else 0)
+    n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0) + (1 if mom else 0)
+    if n_w or n_b:      # batch sums, Adam's master, m, v, momentum's velocities: of the window
+        parts['optimizer state'] = sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
                                        for d in ls if d.get('train'))
     return parts
+
+
+def q8_trained_weights(d) -> int:
+    """Weights of int8 layer d that train (utrain.q8 Layer.wr: a rank's rows, a depthwise
+    layer's all, none when the bias alone trains)."""
+    lo, hi = d.get('tw', (0, d['nb']))
+    if hi <= lo:
+        return 0
+    return d['wn'] if d['k'] == 2 else (hi - lo) * (d['wn'] // d['nb'])
 
 
 def plan_heap_q8(tables, settings, board=None) -> dict:
@@ -761,12 +778,16 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     mods = set(Q8_MODULES)
     if trained.get('groups'):
         mods.update(('q8bands', 'bands'))
+    sparse = any(d.get('mask') for d in trained['layers'])    # q8sparse: native, loaded on use
     # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
     # in it where a board loads native code into RAM (rp2)
     native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \
         else f['native']
     if t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']:
         native += native_mpy_size(t['arch'], 'q8asm')     # its Thumb kernels, staged beside it
+    if sparse:
+        native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
+                   else f['native'] // 8)
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}

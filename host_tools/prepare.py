@@ -472,12 +472,18 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
-    if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
+    if not (dequantize or train_config) and rewrite and quant.is_int8(source):
+        limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
+        if select:              # chosen as int8 (host_tools/select.py choose_q8)
+            from .select import choose_q8
+            sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
+                            split_seed, board, cache, bands, select_layers, log)
+            ranks, train = sel['ranks'], 'none'
+        rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
         return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
-                                split_seed, progress, cache, bands, board,
-                                lambda heap: heap_limit(prof, budget, heap),
+                                split_seed, progress, cache, bands, board, limit8,
                                 limit_source(board, prof), log,
-                                given | ({'cache'} if cache else set()))
+                                given | ({'cache'} if cache else set()), rk)
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:

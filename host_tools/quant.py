@@ -40,6 +40,7 @@ TRAINABLE = (FC, CONV, DW)
 BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
+GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
 
 
 def quantize_multiplier(x: float):
@@ -141,7 +142,7 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
     return k
 
 
-def layers(g: Graph, train='last:1'):
+def layers(g: Graph, train='last:1', ranks=None):
     """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX
     (PAD and RESHAPE make none: folded / aliased).  Each reads tensors 'in' and writes
     tensor 'out'.  train: as prepare's --train ('all', 'none', 'last:N': the last N
@@ -149,7 +150,11 @@ def layers(g: Graph, train='last:1'):
     DEPTHWISE_CONV_2D ops among them train, and every op after the first trained one
     passes its gradient back ('back'; FC, CONV_2D, DEPTHWISE_CONV_2D, MEAN, MAX_POOL_2D,
     AVERAGE_POOL_2D: not ADD).  A pool's 'g' is a convolution's geometry with I = O = C
-    (H, W, C, C, KH, KW, stride h, w, pad top, left, OH, OW, 1, 1)."""
+    (H, W, C, C, KH, KW, stride h, w, pad top, left, OH, OW, 1, 1).
+    ranks {op index: rank code} (passes.RANKS, as --ranks): those ops train too, a
+    rank's output channels only ('tw': [lo, hi], passes.channel_range, as the float
+    path; its biases the same window) or the bias alone ('tw': [0, 0]).  A layer of the
+    backward pass whose output no backward step reads keeps a 1-bit mask of it ('mask')."""
     ops = list(g.ops)
     if ops and ops[-1].name == 'SOFTMAX':
         ops = ops[:-1]
@@ -251,9 +256,15 @@ def layers(g: Graph, train='last:1'):
             OW, pw = _pad(W + pl + pr, KW, sw_, dw, op.options.get('padding', 'SAME'))
             d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph + pt, pw + pl, OH, OW, dh, dw]
         out.append(d)
-    from .passes import parse_train
-    ops_on = parse_train(train, len(g.ops))
+    from .passes import parse_train, channel_range, RANK_NAMES
+    ranks = ranks or {}
+    ops_on = parse_train(train, len(g.ops)) | set(ranks)
     chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
+    bad = sorted(set(ranks) - {out[i]['op'] for i in chosen})
+    if bad:
+        raise ValueError(f'{g.path}: --ranks names op {bad[0]} ({g.ops[bad[0]].name}), which '
+                         'int8 training cannot train (ranks are for FULLY_CONNECTED, CONV_2D, '
+                         'DEPTHWISE_CONV_2D)')
     if chosen:
         for i in range(chosen[0] + 1, len(out)):
             d = out[i]
@@ -263,8 +274,37 @@ def layers(g: Graph, train='last:1'):
                                  'only, or prepare --dequantize)')
             d['back'] = 1                     # passes the gradient back to a trained layer
         for i in chosen:
-            out[i]['train'] = 1
+            d = out[i]
+            d['train'] = 1
+            r = ranks.get(d['op'], 0)
+            if r == 1:
+                d['tw'] = [0, 0]
+            elif r:
+                lo, hi = channel_range(r, d['nb'])
+                if hi - lo < 1:
+                    raise ValueError(f'{g.path}: op {d["op"]}: rank {RANK_NAMES[r]} of '
+                                     f'{d["nb"]} output channels leaves none to train')
+                if (lo, hi) != (0, d['nb']):
+                    d['tw'] = [lo, hi]
+        masks(out, chosen[0])
     return out
+
+
+def masks(ls, first):
+    """Mark ('mask') the FC / CONV_2D / DEPTHWISE_CONV_2D layers of the backward pass
+    (from layer first on) whose output no backward step reads as its input (no later
+    layer whose weights train, no pool, reads it), but the last: they keep a 1-bit mask
+    of where the output passed its clamp (utrain.q8sparse) instead of the int8 output,
+    which the arena frees after its last forward reader (the Tiny Training Engine's
+    ReLU mask of a layer whose bias alone trains)."""
+    needs = set()
+    for d in ls[first:]:
+        tw = d.get('tw')
+        if d['k'] in POOLS or (d.get('train') and not (tw and tw[1] <= tw[0])):
+            needs.update(d['in'])
+    for d in ls[first:-1]:
+        if d['k'] in WEIGHTED and d['out'] not in needs:
+            d['mask'] = 1
 
 
 def _intervals(ls, first, free, group=None):
@@ -350,6 +390,13 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
                 nc = min(nc, A // d['g'][11])
             if nc < d['nb']:
                 d['nc'] = nc
+        if d.get('train') and d['k'] in (FC, CONV):
+            # output channels a chunk of the weight gradient holds (utrain.q8 _wgrad)
+            row = d['wn'] // d['nb']
+            lo, hi = d.get('tw', (0, d['nb']))
+            gc = max(1, min(hi - lo, GCHUNK // row))
+            if gc < hi - lo:
+                d['gc'] = gc
         if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
             d['res'] = 1             # in a band group: its few weights stay in RAM
         elif d['k'] in WEIGHTED and not d.get('train'):
@@ -359,10 +406,10 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
             'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
 
 
-def meta(g: Graph, train='last:1', rows=None) -> dict:
+def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     """The q8 table: layers, input and output scales, and the memory plan (rows: the
-    row-band step, None: chosen, 0: no bands)."""
-    ls = layers(g, train)
+    row-band step, None: chosen, 0: no bands; ranks: as layers())."""
+    ls = layers(g, train, ranks)
     x, y = g.tensors[g.inputs[0]], g.tensors[g.ops[ls[-1]['op']].outputs[0]]
     (sx,), (zx,) = _q(x)
     (sy,), (zy,) = _q(y)
@@ -498,12 +545,23 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     return save_graph(g, out_path)
 
 
-def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None):
+def trained_params(ls) -> int:
+    """Weights and biases that train in layer table ls (a rank's window of them)."""
+    n = 0
+    for d in ls:
+        if d.get('train'):
+            oc = d['nb']
+            lo, hi = d.get('tw', (0, oc))
+            n += (hi - lo if hi > lo else oc) + (hi - lo) * (d['wn'] // oc)
+    return n
+
+
+def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None, ranks=None):
     """(layer table, {file: table} or None, heap plan) of an int8 run: the tables as
     write() writes them, priced by memory.plan_heap_q8.  ValueError: the model does not
     train as int8 that way (prepare says why)."""
     from .memory import plan_heap_q8
-    m = meta(g, train, bands)
+    m = meta(g, train, bands, ranks)
     tables = None
     if cache:                # the board computes the frozen prefix once per sample
         p, t = split(g, m, bands)
@@ -511,7 +569,7 @@ def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None):
     outs = json.loads(json.dumps(as_written(m, tables)[0]))     # as the board parses them
     heap = plan_heap_q8(outs, s, board)
     if bands is None and banded(m, tables):     # bands only where they lower the plan
-        m0, t0, h0 = planned(g, s, train, cache, 0, board)
+        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks)
         if h0['total'] <= heap['total']:
             return m0, t0, h0
     return m, tables, heap
@@ -522,13 +580,14 @@ def banded(m, tables) -> bool:
     return bool(m.get('groups') or (tables and any(t.get('groups') for t in tables.values())))
 
 
-def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model_path, log):
+def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model_path, log,
+                        ranks=None):
     """Row bands chosen by prepare (--bands not given), as the float path chooses them:
     planned() keeps them only where they lower the plan; under a budget or board, only
     when the plan does not fit without them (a banded step costs time: the DS-CNN's int8
     last:2 step 1.8x on a Pico).  Returns the run to write: (table, tables, heap)."""
     try:
-        m0, t0, h0 = planned(g, s, train, cache, 0, board)
+        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks)
     except ValueError:
         return m, tables, heap
     lim = limit(h0) if limit else None
@@ -540,7 +599,7 @@ def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model
     return m, tables, heap
 
 
-def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> list:
+def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks=None) -> list:
     """Lines naming settings whose int8 run the planner fits in limit (bytes): batch 1,
     SGD, the prefix cache, fewer layers trained (--train last:N over the model's ops)."""
     cands = []
@@ -564,7 +623,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
             continue
         seen.add(desc)
         try:
-            m, _, h = planned(g, s2, tr, c, bands, board)
+            m, _, h = planned(g, s2, tr, c, bands, board, ranks if tr == train else None)
         except ValueError:
             continue
         if any(d.get('train') for d in m['layers']) and h['total'] <= limit:
@@ -610,7 +669,8 @@ def inspect_lines(g: Graph) -> list:
     return out
 
 
-def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log):
+def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log,
+                ranks=None):
     """prepare.fit_options for an int8 run: the options the user left to prepare (given:
     the ones set on the command line) that bring the plan within limit(plan): --cache (the frozen
     prefix runs first on a net of its own), --batch 1, each alone, else both.  Returns
@@ -622,7 +682,7 @@ def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap
         s2 = dict(s, batch=1) if 'batch' in names else s
         c2 = True if 'cache' in names else cache
         try:
-            m, tables, h = planned(g, s2, train, c2, bands, board)
+            m, tables, h = planned(g, s2, train, c2, bands, board, ranks)
         except ValueError:
             continue
         if h['total'] <= limit(h):
@@ -640,29 +700,31 @@ def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap
 
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
                split_seed=0, progress=None, cache=False, bands=None, board=None,
-               limit=None, why_limit='', log=print, given=None) -> dict:
+               limit=None, why_limit='', log=print, given=None, ranks=None) -> dict:
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
-    budget or board), refused with advice beyond it."""
+    budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
+    update (layers())."""
     from .prepare import (FILES, OUTPUTS, PrepareError, check_flash, check_outputs, read_data,
                           write_data, write_run_config)
     from .memory import plans_by_target, plan_heap_q8
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
                            'schedule; --dequantize trains the model in float32 with them')
-    if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
+    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
+            or (s['momentum'] and s['optimizer'] != 'sgd')):
         raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
-                           'sgd (no momentum) or adam; --dequantize trains it in float with '
-                           f'{s["loss"]}/{s["optimizer"]}'
+                           'sgd (with or without momentum) or adam; --dequantize trains it in '
+                           f'float with {s["loss"]}/{s["optimizer"]}'
                            + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
     if cache == 'host':
         raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
                            '(--cache); --cache-on-host is for the float path (--dequantize)')
     n0 = len(g.tensors)
     try:
-        m, tables, heap = planned(g, s, train, cache, bands, board)
+        m, tables, heap = planned(g, s, train, cache, bands, board, ranks)
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
@@ -674,18 +736,19 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
     if bands is None and banded(m, tables):
         m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
-                                              model_path, log)
+                                              model_path, log, ranks)
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim and given is not None:
         m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
-                                                limit, heap, given, log) or (m, tables, heap, s, cache)
+                                                limit, heap, given, log, ranks) or (
+                                                    m, tables, heap, s, cache)
         lim = limit(heap)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
         raise PrepareError('\n'.join(
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
-            + fit_advice(g, s, train, cache, bands, board, lim, heap)))
+            + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
     # the samples as int8 at the model input's scale and zero point
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_flash(model_path, xy, 'int8', board)
@@ -704,8 +767,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
-               'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
-               'rewritten': None, 'quant': {}, 'heap': heap}
+               'trainable_params': trained_params(m['layers']),
+               'rewritten': None, 'quant': {}, 'heap': heap,
+               # output channels lo:hi of the layers whose weights train in part (or not)
+               'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',
