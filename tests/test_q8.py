@@ -485,8 +485,11 @@ def test_cce_one_hot_equals_scce(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('opt,batch', [('sgd', 1), ('adam', 3)])
-def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
+@pytest.mark.parametrize('opt,batch,kw', [
+    ('sgd', 1, {}), ('adam', 3, {}),
+    # the sparse update (issue 29): momentum's velocities, Adam's state of a window only
+    ('sgd', 1, dict(momentum=0.9, ranks='0:1/2,1:bias')), ('adam', 3, dict(ranks='1:bias'))])
+def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch, kw):
     """Ctrl-C at random moments of an int8 run (unix MicroPython when there, else
     CPython) and train.py again with resume: trained.wof, its record, the checkpoint
     (int8 weights, float biases and masters, position) and the log equal an
@@ -497,7 +500,8 @@ def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
     _task(data, 320)            # a run long enough that a Ctrl-C lands in it on a busy machine
     base = tmp_path / 'base'
     prepare(MLP, str(base), data=data, test_split=0.25, loss='scce', optimizer=opt,
-            lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7)
+            lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7,
+            **kw)
     cfg = json.loads((base / 'train.json').read_text())
     cfg['run']['checkpoint_every'] = 20
     (base / 'train.json').write_text(json.dumps(cfg))
