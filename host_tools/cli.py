@@ -411,7 +411,8 @@ def parser(prog=None):
     q.add_argument('--progress', type=int, help='print a progress line every N samples '
                    '(default: about 4 per epoch; 0: none)')
     q.add_argument('--ranks', help='sparse update, OP:RANK,... with RANK all | bias | 1/2 | '
-                   '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
+                   '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N '
+                   '(an int8 model trains them as int8: docs/int8.md)')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
     q.add_argument('--cache', dest='cache', action='store_const', const=True, default=False,
@@ -429,7 +430,8 @@ def parser(prog=None):
                    help='choose what trains within --budget/--board: auto (short trials on '
                         '--data, the host picks) or board (the board picks by Fisher potential '
                         'from its own samples, among configurations the host short-listed on '
-                        '--data when given); writes the ranks and train.tcfg')
+                        '--data when given); writes the ranks and train.tcfg.  An int8 model: '
+                        'auto chooses as int8 (int8 trials and plans)')
     q.add_argument('--select-layers', type=int,
                    help='--select board without host priors: layers the board trains besides '
                         'the classifier, its best by TinyTrain\'s score')

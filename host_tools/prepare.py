@@ -480,10 +480,16 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             split_seed, board, cache, bands, select_layers, log)
             ranks, train = sel['ranks'], 'none'
         rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
-        return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
-                                split_seed, progress, cache, bands, board, limit8,
-                                limit_source(board, prof), log,
-                                given | ({'cache'} if cache else set()), rk)
+        summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
+                                   split_seed, progress, cache, bands, board, limit8,
+                                   limit_source(board, prof), log,
+                                   given | ({'cache'} if cache else set()), rk)
+        if select:
+            summary['select'] = {k: v for k, v in sel.items() if k in (
+                'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+                'weight_gain', 'trials')}
+            summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+        return summary
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:

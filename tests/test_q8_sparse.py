@@ -297,3 +297,36 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
     mom = quant.planned(g, dict(s, momentum=0.9), 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]
     # momentum: an int32 per trained weight (the pointwise conv's window, the FC) + a float a bias
     assert mom['parts']['optimizer state'] > 0 and 'optimizer state' not in heap['parts']
+
+
+def test_select_auto_on_int8_chooses_as_int8(tmp_path):
+    """--select auto on an int8 model: contribution analysis with int8 trials, each
+    candidate priced by the int8 planner; the choice fits the budget and trains as int8
+    (its ranks in q8.json); --select board says what it cannot do."""
+    from host_tools.prepare import PrepareError
+    from host_tools.select import Q8Pricer
+    model = build(str(tmp_path / 'm.tflite'))
+    r = np.random.default_rng(1)
+    n = 60
+    y = r.integers(0, NCLS, n)
+    x = r.uniform(-0.3, 0.3, (n, H0, H0, C0)) + (y[:, None, None, None] % 3 == np.arange(3)) * 0.6
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=x.astype(np.float32), y=y)
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    pr = Q8Pricer(model, s)
+    lo, hi = pr.price({4: 0})['heap'], pr.price({4: 0, 2: 0, 1: 0, 0: 0})['heap']
+    budget = (lo + hi) // 2
+    out = str(tmp_path / 'o')
+    sm = prepare(model, out, data=data, loss='scce', lr=0.05, epochs=1, select='auto',
+                 budget=budget, log=lambda *a: None)
+    assert sm['int8'] and sm['select']['ranks']['4'] == 'all'
+    assert sm['heap']['total'] <= budget
+    chosen = {int(k): v for k, v in sm['select']['ranks'].items()}
+    with open(os.path.join(out, 'q8.json')) as f:
+        ls = {d['op']: d for d in json.load(f)['layers'] if 'op' in d}
+    for op, rank in chosen.items():
+        assert ls[op]['train'] == 1
+        assert ls[op].get('tw') == ([0, 0] if rank == 'bias' else ls[op].get('tw'))
+    with pytest.raises(PrepareError, match='--select board on an int8 model'):
+        prepare(model, str(tmp_path / 'b'), data=data, loss='scce', select='board',
+                log=lambda *a: None)
