@@ -720,7 +720,7 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
         if 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
             held += arr(d['wn']) + arr(4 * d['nb'])
             if 'mul' not in d:
-                held += 2 * arr(4 * d['nq'])
+                held += 2 * arr(4 * d['nq']) + (arr(4 * d['nq']) if d.get('fs') else 0)
     parts['weights held in RAM'] = held
     if not trains:
         return parts
@@ -733,8 +733,8 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     for d in ls:
         back = d.get('train') or d.get('back')
         if back and d['k'] < MEAN:
-            if 'sw' in d and min(d['sw']) != max(d['sw']):
-                st += 2 * arr(4 * len(d['sw']))              # dz's per-channel rescaling
+            if d.get('pc'):                  # dz's per-channel rescaling
+                st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
             if d.get('mask'):
                 mask += arr((d['nout'] + 7) // 8)             # its output's 1-bit mask
         if d.get('train'):          # float bias, update multipliers, bias sums

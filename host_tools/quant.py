@@ -19,7 +19,8 @@ reused after its last reader.  The early high-resolution frozen layers can run i
 bands (utrain.bands' schedule, utrain.q8bands), their inner tensors as windows of a few
 rows in the arena.  Frozen layers' weights stay in the .wof and are read when the layer
 runs (big ones a chunk of output channels at a time, into one scratch buffer); their
-per-channel requantization multipliers go to q8.req (int32 multipliers, then shifts),
+per-channel requantization multipliers go to q8.req (int32 multipliers, then shifts, then
+the weight scales of the layers that train or pass a gradient),
 so q8.json stays small enough to parse on a board."""
 from __future__ import annotations
 
@@ -238,6 +239,8 @@ def layers(g: Graph, train='last:1', ranks=None):
         mm = [quantize_multiplier(sx[0] * s / sy[0]) for s in sw]
         d.update(wt=op.inputs[1], bt=op.inputs[2], wn=int(w.data.size), nb=int(b.data.size),
                  sw=sw, mul=[m for m, _ in mm], shf=[e for _, e in mm])
+        if min(sw) != max(sw):
+            d['pc'] = 1                 # per-channel weight scales that differ
         if k == FC:
             d['nin'] = int(w.shape[1])
         else:
@@ -468,7 +471,9 @@ def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
     folder; m: the layer table (meta), made when not given; tables: {file name: table}
     to write instead of q8.json (a prefix and a trained part).  The layers that do not
     train keep their per-channel multipliers and shifts in q8.req (int32
-    little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json."""
+    little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json,
+    and a layer that trains or passes a gradient its weight scales after them (float32,
+    'fs'): JSON's numbers are boxed objects on a board."""
     m = m or meta(g, train)
     outs, req = as_written(m, tables)
     os.makedirs(folder, exist_ok=True)
@@ -491,11 +496,14 @@ def as_written(m: dict, tables=None):
         out = outs[name] = dict(t, layers=[])
         for d in t['layers']:
             d = dict(d)
-            if 'wt' in d and not d.get('train'):
+            if 'wt' in d:
                 d['ro'], d['nq'] = len(req), len(d['mul'])
                 req += np.asarray(d.pop('mul'), '<i4').tobytes()
                 req += np.asarray(d.pop('shf'), '<i4').tobytes()
-                if not d.get('back'):  # (a frozen layer the gradient passes keeps its scales)
+                if d.get('back') or d.get('train'):   # its weight scales, float32, after them
+                    req += np.asarray(d.pop('sw'), '<f4').tobytes()
+                    d['fs'] = 1
+                else:
                     del d['sw']
             for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
                 if not d.get('train'):
@@ -762,7 +770,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     files = dict(FILES, model='q8.json', rewritten=None)
     if cache:
         files.update(model='q8t.json', prefix='q8.json')
-    if any('wt' in d and not d.get('train') for d in m['layers']):
+    if any('wt' in d for d in m['layers']):
         files['quant'] = 'q8.req'        # (deploy copies it with the model)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,

@@ -333,6 +333,8 @@ class Q8Net:
             if 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not ws):
                 w = self._read(self.woff[d['wt']], bytearray(d['wn']))
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
+            if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
+                d['sw'] = self._req(d, _f32(d['nq']), 2)
             L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
             if w is not None and L.mul is None:
                 L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
@@ -373,7 +375,7 @@ class Q8Net:
         return buf
 
     def _req(self, d, buf, half=0):
-        # a layer's multipliers (half 0) or shifts (1) from q8.req
+        # a layer's multipliers (half 0), shifts (1) or weight scales (2) from q8.req
         c = d['nq']
         f = self.rf
         f.seek(d['ro'] + half * 4 * c)
@@ -795,7 +797,7 @@ def bufs(ls):
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
         nz = max(nz, d['nout'])
-        if i > first and min(d['sw']) != max(d['sw']):
+        if i > first and d.get('pc'):
             nz2 = max(nz2, d['nout'])
         if d.get('train'):
             oc = d['nb']
