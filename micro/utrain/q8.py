@@ -61,6 +61,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
+    bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
     c = 1
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
@@ -104,9 +105,12 @@ class Layer:
             # per-channel weight scales: the input gradient's dz is rescaled by
             # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
             if min(sw) != m:
-                mm = [qmul(v / m) for v in sw]
-                self.dxm = array('i', [v[0] for v in mm])
-                self.dxs = array('i', [v[1] for v in mm])
+                # (filled in place: lists of a wide layer's multipliers, boxed on a board,
+                # were a transient peak of tens of KB while the model loads)
+                c = len(sw)
+                self.dxm, self.dxs = _i32(c), _i32(c)
+                for o in range(c):
+                    self.dxm[o], self.dxs[o] = qmul(sw[o] / m)
             if d.get('mask', 0):
                 # the output's 1-bit mask (q8sparse.mkk): y is not kept for the backward
                 self.mk = bytearray((self.nout + 7) >> 3)
@@ -315,9 +319,24 @@ class Q8Net:
         # gradient (and its per-channel rescaled copy for the input gradient), a chunk of
         # a trained layer's weight gradient (no weight-sized one: each chunk is applied,
         # or added to the batch's sums, as soon as it exists)
+        # the weights held in RAM first, the largest first: one wide layer's (a MobileNet's
+        # last 1x1 conv: 143 KB) found no run long enough once the smaller buffers and the
+        # layers' objects were among the prefix pass's holes
+        held = {}
+        for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and (
+                ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
+                key=lambda i: -ls[i]['wn']):
+            held[i] = bytearray(ls[i]['wn'])
         nz, nz2, ng = bufs(ls)
-        self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
         self.gw = _i32(ng)
+        # the two int32 input-gradient buffers with them, the largest first (made late,
+        # in the first backward pass, they found no run long enough in a heap the layers
+        # had fragmented)
+        m = gin(ls)
+        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        self.gb = (_i32(m), _i32(m)) if m and any(
+            d.get('train') or d.get('back') for d in ls[first + 1:]) else None
+        self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
         self.S = None
         if any(d.get('mask') for d in ls):
             from utrain import q8sparse
@@ -330,8 +349,8 @@ class Q8Net:
         for i in order:
             d = ls[i]
             w = b = None
-            if 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not ws):
-                w = self._read(self.woff[d['wt']], bytearray(d['wn']))
+            if i in held:
+                w = self._read(self.woff[d['wt']], held.pop(i))
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
             if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
                 d['sw'] = self._req(d, _f32(d['nq']), 2)
@@ -350,7 +369,10 @@ class Q8Net:
             from utrain.q8bands import Q8Group
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
-        self.gb = None
+        self.bc = 0               # the period of the gradient _back passes down (0: none)
+        for i in range(1, len(ls)):
+            if bcast(ls, i):
+                lay[i].bc = 1
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.setup()
 
@@ -626,7 +648,7 @@ class Q8Net:
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all
-        # layers (each layer's is read by the layer before it, then free), made on first use
+        # layers (each layer's is read by the layer before it, then free), made with the net
         gb = self.gb
         if gb is None or len(gb[0]) < n:
             m = gin(self.meta['layers'])
@@ -640,6 +662,9 @@ class Q8Net:
         n = L.nout
         if L.k == MEAN:
             N = d['n']
+            if L.bc:            # broadcast over the N positions by the layer below (smk)
+                self.bc = n
+                return g, s / N
             dg = self._gbuf(g, N * n)
             K.rpk(dg, g, N, n, 0)
             return dg, s / N
@@ -653,41 +678,43 @@ class Q8Net:
                   L.k - PMAX)
             return dx, (s / (gm[4] * gm[5]) if L.k == PAVG else s)
         dz = self.dz
-        k = _shift(g, n)
-        self._mask(L, dz, g, n, k)
+        p = self.bc             # g: one row of p values for every position (a MEAN's)
+        self.bc = 0
+        k = _shift(g, p or n)
+        self._mask(L, dz, g, n, k, p)
         sz = s * (1 << k)
         if L.train:                            # bias sums
             oc = L.nout if L.k == FC else L.g[3]
             K.sumk(L.bs, dz, 0, n // oc, oc)
         dx = None
         if need_dx:
-            dx, sx = self._dx(L, g, dz, s, sz)
+            dx, sx = self._dx(L, g, dz, s, sz, p)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
             self._wgrad(L, dz, sz, lr)
             self._bias(L, sz, lr)
         return dx, (sx if need_dx else 0.0)
 
-    def _mask(self, L, dz, g, n, k):
+    def _mask(self, L, dz, g, n, k, p=0):
         # dz = int8 of g >> k where the forward output passed its clamp (its mask bits, or
-        # the output itself)
+        # the output itself); p: g is one row of p values broadcast (masked layers only)
         if L.mk is not None:
-            self.S.smk(dz, g, n, k, L.mk)
+            self.S.smk(dz, g, n, k, L.mk, p)
         else:
             K.shk(dz, g, n, k, L.y, L.lo, L.hi)
 
-    def _dx(self, L, g, dz, s, sz):
+    def _dx(self, L, g, dz, s, sz, p=0):
         # the int32 input gradient of layer L from its int8 output gradient dz (scale sz;
-        # g: the int32 one it came from, scale s) and its scale
+        # g: the int32 one it came from, scale s; p: its broadcast period) and its scale
         d = L.d
         n = L.nout
         if L.dxm is not None:
             # per-channel weight scales: dz * sw[o] / max(sw), requantized to int8 (in
             # dz2: dz stays for the weight gradient)
             c = len(L.dxm)
-            K.rqk(g, n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
-            k = _shift(g, n)
+            K.rqk(g, p or n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
+            k = _shift(g, p or n)
             dz = self.dz2
-            self._mask(L, dz, g, n, k)
+            self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
         if L.k == FC:
             dx = self._gbuf(g, d['nin'])
@@ -812,12 +839,22 @@ def gin(ls):
     """The most values an input gradient of layer table ls has: the size of _gbuf's
     two buffers (host_tools/memory.py plans them with this)."""
     m = 0
-    for d in ls:
+    for i in range(len(ls)):
+        d = ls[i]
         if d.get('train') or d.get('back'):
             k = d['k']
-            m = max(m, d['nin'] if k == FC else d['n'] * d['nout'] if k == MEAN
-                    else d['g'][0] * d['g'][1] * d['g'][2])
+            m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
+                    if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
     return m
+
+
+def bcast(ls, i):
+    """Does layer i, a MEAN, pass its gradient down as one row the layer below reads
+    broadcast (that layer keeps a mask: q8sparse.smk), not as a tensor of its input's size?"""
+    d = ls[i]
+    e = ls[i - 1]
+    return (i > 0 and d['k'] == MEAN and bool(d.get('back')) and bool(e.get('mask'))
+            and e['out'] == d['in'][0])
 
 
 def _shift(g, n):

@@ -158,8 +158,8 @@ def mkk(m, y, n, lo, hi):
     np.frombuffer(m, np.uint8, len(bits))[:] = bits
 
 
-def smk(d, x, n, k, m):
-    v = _i32(x, n).astype(I64)
+def smk(d, x, n, k, m, p):
+    v = np.tile(_i32(x, p).astype(I64), n // p) if p else _i32(x, n).astype(I64)
     h2 = (1 << k) >> 1
     r = np.where(v < 0, -((h2 - v) >> k), (v + h2) >> k)
     on = np.unpackbits(np.frombuffer(m, np.uint8, (n + 7) // 8), count=n, bitorder='little')

@@ -43,18 +43,25 @@ def mkk(m, y, n: int, lo: int, hi: int):
 
 
 @micropython.viper
-def smk(d, x, n: int, k: int, m):
+def smk(d, x, n: int, k: int, m, p: int):
     # q8kern.shk with the mask bits m (mkk's) in place of the output: d[i] = int8 of
-    # x[i] / 2^k (rounded half away from zero, clamped to +-127) where bit i is set, else 0
+    # x[j] / 2^k (rounded half away from zero, clamped to +-127) where bit i is set, else
+    # 0; j = i, or i mod p for p > 0 (x: one row of p values broadcast over the rows, a
+    # MEAN's gradient)
     pd = ptr8(d)
     px = ptr32(x)
     pm = ptr8(m)
     h2 = (1 << k) >> 1
+    j = 0
     for i in range(n):
+        q = j
+        j += 1
+        if j == p:
+            j = 0
         if not ((int(pm[i >> 3]) >> (i & 7)) & 1):
             pd[i] = 0
             continue
-        v = int(px[i])
+        v = int(px[q])
         h = v >> 16
         v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
         if v < 0:
