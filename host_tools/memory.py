@@ -717,7 +717,9 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
                                          + 3 * arr(4 * Q) + arr(4 * 14))
     held = 0
     for d in ls:
-        if 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
+        if d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
+            held += (arr(4 * d['nb']) if d.get('train') else 0) + arr(4 * d['nq'])
+        elif 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
             held += arr(d['wn']) + arr(4 * d['nb'])
             if 'mul' not in d:
                 held += 2 * arr(4 * d['nq']) + (arr(4 * d['nq']) if d.get('fs') else 0)
@@ -737,8 +739,8 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
                 st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
             if d.get('mask'):
                 mask += arr((d['nout'] + 7) // 8)             # its output's 1-bit mask
-        if d.get('train'):          # float bias, update multipliers, bias sums
-            st += 4 * arr(4 * d['nb'])
+        if d.get('train'):          # float bias, bias sums, update multipliers (weights)
+            st += (4 if q8_trained_weights(d) else 2) * arr(4 * d['nb'])
     if mask:
         parts['output masks (1 bit an output)'] = mask
     # made at the first layer above the lowest trained one that passes a gradient back
@@ -778,7 +780,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     mods = set(Q8_MODULES)
     if trained.get('groups'):
         mods.update(('q8bands', 'bands'))
-    sparse = any(d.get('mask') for d in trained['layers'])    # q8sparse: native, loaded on use
+    sparse = any(d.get('mask') or d.get('sd') for d in trained['layers'])   # q8sparse: on use
     # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
     # in it where a board loads native code into RAM (rp2)
     native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \

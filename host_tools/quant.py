@@ -393,6 +393,14 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
                 nc = min(nc, A // d['g'][11])
             if nc < d['nb']:
                 d['nc'] = nc
+            tw = d.get('tw')
+            wtrains = d.get('train') and not (tw and tw[1] <= tw[0])
+            if (d['wn'] > W and (d.get('back') or d.get('train')) and not wtrains and
+                    (d['k'] == FC or pointwise(d['g']))):
+                # its weights do not train and the gradient passes it: read a chunk of
+                # output channels at a time for the input gradient too (q8sparse.dak),
+                # not held in RAM
+                d['sd'] = 1
         if d.get('train') and d['k'] in (FC, CONV):
             # output channels a chunk of the weight gradient holds (utrain.q8 _wgrad)
             row = d['wn'] // d['nb']
@@ -402,11 +410,17 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
                 d['gc'] = gc
         if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
             d['res'] = 1             # in a band group: its few weights stay in RAM
-        elif d['k'] in WEIGHTED and not d.get('train'):
+        elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
             Q = max(Q, d.get('nc', d['nb']))
     # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
             'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
+
+
+def pointwise(gm) -> bool:
+    """Is conv geometry gm a 1x1 convolution at stride 1 without padding (an FC over
+    the positions)?"""
+    return gm[4] == gm[5] == gm[6] == gm[7] == 1 and gm[8] == gm[9] == 0
 
 
 def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
@@ -449,10 +463,10 @@ def split(g: Graph, m: dict, rows=None):
     (sc,), (zc,) = _q(g.tensors[cut])
     pre = [copy.deepcopy(d) for d in ls[:first]]
     for d in pre:
-        d.pop('nc', None), d.pop('res', None)
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None)
     post = [copy.deepcopy(d) for d in ls[first:]]
     for d in post:
-        d.pop('nc', None), d.pop('res', None)
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None)
     base = {k: m[k] for k in ('format', 'version', 'ntensors')}
     # the .wof holds both parts' tensors: [tensor, bytes] of each, for its header check
     base['wsizes'] = [[k, n] for d in ls if 'wt' in d

@@ -330,3 +330,40 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     with pytest.raises(PrepareError, match='--select board on an int8 model'):
         prepare(model, str(tmp_path / 'b'), data=data, loss='scce', select='board',
                 log=lambda *a: None)
+
+
+def _small_scratch(monkeypatch):
+    """Plans with a 64-byte weight scratch: the pointwise conv's 128 weights stream."""
+    d = list(quant.plan.__defaults__)
+    d[1] = 64
+    monkeypatch.setattr(quant.plan, '__defaults__', tuple(d))
+
+
+def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
+    """A layer whose weights do not train and exceed the weight scratch is read a chunk of
+    output channels at a time for its input gradient too (not held in RAM): the same
+    integers as with its weights held."""
+    outs = []
+    for small in (False, True):
+        if small:
+            _small_scratch(monkeypatch)
+        d = tmp_path / str(small)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
+        L = net.layers[2]
+        assert bool(m['layers'][2].get('sd')) == small and (L.w is None) == small
+        for s in range(2):
+            net.step(_sample(s), 3, 0.05)
+        outs.append([bytes(L.b) + bytes(L.bf) for L in net.layers if L.train]
+                    + [bytes(L.w) for L in net.layers if L.train and L.whi > L.wlo])
+    assert outs[0] == outs[1]
+    # a layer whose weights train (the pointwise conv at 1/2) keeps them in RAM
+    m, net = _net(tmp_path / 'True', SCHEMES['bias-dw-pw-half'])
+    assert not m['layers'][2].get('sd') and net.layers[2].w is not None
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_board_bytes_equal_host_streamed(tmp_path, monkeypatch):
+    """The same, streamed, on the board and the host."""
+    _small_scratch(monkeypatch)
+    test_board_bytes_equal_host(tmp_path, 'dw-quarter-pw-bias', {})

@@ -71,6 +71,7 @@ class Layer:
         self.d = d
         if w is not None:
             self.w = w                  # int8 bytearray (None: MEAN, ADD, or streamed)
+        if b is not None:
             self.b = b                  # int32 array
         self.nout = d['nout']
         self.zx, self.zy = d['zx'], d['zy']
@@ -123,9 +124,10 @@ class Layer:
             self.bf = _f32(oc)                            # float bias
             self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
-            # per-channel update multipliers, bias sums (the weight gradient: the net's
-            # chunk buffer, Q8Net.gw)
-            self.um, self.us = _i32(oc), _i32(oc)
+            # per-channel update multipliers (weights that train), bias sums (the weight
+            # gradient: the net's chunk buffer, Q8Net.gw)
+            if self.whi > self.wlo:
+                self.um, self.us = _i32(oc), _i32(oc)
             self.bs = _i32(oc)
 
     def wr(self):
@@ -323,7 +325,7 @@ class Q8Net:
         # last 1x1 conv: 143 KB) found no run long enough once the smaller buffers and the
         # layers' objects were among the prefix pass's holes
         held = {}
-        for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and (
+        for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and not ls[i].get('sd') and (
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(ls[i]['wn'])
@@ -338,7 +340,7 @@ class Q8Net:
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
         self.S = None
-        if any(d.get('mask') for d in ls):
+        if any(d.get('mask') or d.get('sd') for d in ls):
             from utrain import q8sparse
             self.S = q8sparse
         # the trained layers first: their big buffers (weights, gradient sums) find
@@ -351,6 +353,7 @@ class Q8Net:
             w = b = None
             if i in held:
                 w = self._read(self.woff[d['wt']], held.pop(i))
+            if w is not None or (d.get('sd') and d.get('train')):   # (sd: the bias trains)
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
             if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
                 d['sw'] = self._req(d, _f32(d['nq']), 2)
@@ -573,10 +576,10 @@ class Q8Net:
             if self.adam:
                 self._adam(L, lr, scale)
             else:
-                # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
-                L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
-                K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
-                self._upd(L, w0, ga, n)
+                if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
+                    L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
+                    K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
+                    self._upd(L, w0, ga, n)
                 vb, mu = L.vb, self.mom
                 for o in range(L.blo, L.bhi):
                     if vb is None:
@@ -716,7 +719,17 @@ class Q8Net:
             dz = self.dz2
             self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
-        if L.k == FC:
+        if L.w is None:     # streamed (q8sparse.dak): a chunk of output channels at a time
+            fc = L.k == FC
+            gm = d.get('g')
+            O, P, I = (n, 1, d['nin']) if fc else (gm[3], gm[10] * gm[11], gm[2])
+            dx = self._gbuf(g, P * I)
+            K.zk(dx, P * I)
+            nc = d.get('nc', O)
+            for o0 in range(0, O, nc):
+                m = min(nc, O - o0)
+                self.S.dak(dx, dz, self.weights(L, o0, m * I), o0, m, O, P, I)
+        elif L.k == FC:
             dx = self._gbuf(g, d['nin'])
             K.dxk(dx, dz, 0, L.w, n, d['nin'])
         else:

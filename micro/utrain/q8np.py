@@ -167,8 +167,13 @@ def smk(d, x, n, k, m, p):
     np.frombuffer(d, np.int8, n)[:] = r.astype(np.int8)
 
 
+def dak(dx, dz, w, o0, m, O, P, I):
+    z = np.frombuffer(dz, np.int8, P * O).reshape(P, O)[:, o0:o0 + m].astype(I64)
+    _add(dx, P * I, z @ _i8(w, m * I).reshape(m, I).astype(I64))
+
+
 def install_sparse(g):
     """As install, for utrain.q8sparse's kernels."""
-    for name in ('mkk', 'smk'):
+    for name in ('mkk', 'smk', 'dak'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]

@@ -75,6 +75,26 @@ def smk(d, x, n: int, k: int, m, p: int):
         pd[i] = r & 255
 
 
+@micropython.viper
+def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
+    # the input gradient of an FC (P = 1) or a 1x1 stride-1 conv (P positions) from
+    # output channels o0..o0+m-1 whose weights w hold (a chunk read from flash), added:
+    # dx[p*I + i] += sum_j dz[p*O + o0 + j] * w[j*I + i] (int8 dz and w, int32 dx)
+    pd = ptr32(dx)
+    pz = ptr8(dz)
+    pw = ptr8(w)
+    for p in range(P):
+        zb = p * O + o0
+        xb = p * I
+        for j in range(m):
+            z = (int(pz[zb + j]) ^ 128) - 128
+            if z == 0:
+                continue
+            wb = j * I
+            for i in range(I):
+                pd[xb + i] += z * ((int(pw[wb + i]) ^ 128) - 128)
+
+
 if not VIPER:
     import sys
     if sys.implementation.name != 'micropython':    # CPython: the loops in numpy

@@ -175,7 +175,8 @@ class Q8Trainer:
         from utrain.wof import save_wof
         blocks = {}
         for L in self._trained():
-            blocks[L.d['wt']] = L.w
+            if L.whi > L.wlo:           # (a bias-only layer's weights never change)
+                blocks[L.d['wt']] = L.w
             blocks[L.d['bt']] = L.b
         save_wof(path, self.net.meta['ntensors'], blocks)
 
@@ -193,7 +194,9 @@ class Q8Trainer:
                 b'UTQ8', pack('<I', net.seed)]
         for L in self._trained():
             wt, bt = L.d['wt'], L.d['bt']
-            w[wt], w[bt] = L.w, L.b
+            w[bt] = L.b
+            if L.whi > L.wlo:
+                w[wt] = L.w
             tail.append(L.bf)
             n = L.wr()[1] - L.wr()[0]      # (a rank's window; none: the bias alone)
             if net.adam:
@@ -220,7 +223,7 @@ class Q8Trainer:
         nw = {}
         for L in ls:
             nw[L] = L.wr()[1] - L.wr()[0]
-            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'], 4 * L.d['nb']
+            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'] if nw[L] else None, 4 * L.d['nb']
             state[L.d['wt']], state[L.d['bt']] = 4 * nw[L], 4 * L.d['nb']
         with openr(path) as f:
             w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True)
@@ -233,7 +236,7 @@ class Q8Trainer:
         for L in ls:
             for k in (L.d['wt'], L.d['bt']):
                 st = k == L.d['bt'] or nw[L]
-                if k not in w or (st and ((net.adam and (k not in m or k not in v))
+                if (st and k not in w) or (st and ((net.adam and (k not in m or k not in v))
                                           or (net.mom and k not in m))):
                     raise FormatError('%s: no state for tensor %d' % (path, k))
         _, _, has, pos, s0, s1, scale, be, retries, bl, bm = unpack(RESUME, extra[:r])
@@ -241,7 +244,8 @@ class Q8Trainer:
         o = r + 8
         for L in ls:
             wt, bt = L.d['wt'], L.d['bt']
-            L.w = bytearray(w[wt])
+            if nw[L]:
+                L.w = bytearray(w[wt])
             L.b = _i32(0, w[bt])
             nb = 4 * L.d['nb']
             L.bf = _f32(0, extra[o:o + nb])
