@@ -729,16 +729,15 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     from .device import module
     q8 = module('q8')
     gin = q8.gin(ls)                        # its two input-gradient buffers (_gbuf)
-    nz, nz2, ng = q8.bufs(ls)       # shared: int8 dz (and its rescaled copy), a gradient chunk
-    st = arr(nz) + arr(nz2) + arr(4 * ng)
+    nz, nz2, ng, nk = q8.bufs(ls)   # shared: int8 dz (its rescaled copy), a gradient chunk,
+    st = arr(nz) + arr(nz2) + arr(4 * ng) + (arr(4 * nk) if nk else 0)     # a residual's
     mask = 0
     for d in ls:
         back = d.get('train') or d.get('back')
-        if back and d['k'] < MEAN:
-            if d.get('pc'):                  # dz's per-channel rescaling
-                st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
-            if d.get('mask'):
-                mask += arr((d['nout'] + 7) // 8)             # its output's 1-bit mask
+        if back and d['k'] < MEAN and d.get('pc'):          # dz's per-channel rescaling
+            st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
+        if back and d.get('mask'):
+            mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
         if d.get('train'):          # float bias, bias sums, update multipliers (weights)
             st += (4 if q8_trained_weights(d) else 2) * arr(4 * d['nb'])
     if mask:

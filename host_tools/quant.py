@@ -38,7 +38,7 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -306,8 +306,8 @@ def masks(ls, first):
         if d['k'] in POOLS or (d.get('train') and not (tw and tw[1] <= tw[0])):
             needs.update(d['in'])
     for d in ls[first:-1]:
-        if d['k'] in WEIGHTED and d['out'] not in needs:
-            d['mask'] = 1
+        if (d['k'] in WEIGHTED and d['out'] not in needs) or d['k'] == ADD:
+            d['mask'] = 1           # (an ADD: its gradient passes both inputs on its mask)
 
 
 def _intervals(ls, first, free, group=None):

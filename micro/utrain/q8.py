@@ -112,9 +112,9 @@ class Layer:
                 self.dxm, self.dxs = _i32(c), _i32(c)
                 for o in range(c):
                     self.dxm[o], self.dxs[o] = qmul(sw[o] / m)
-            if d.get('mask', 0):
-                # the output's 1-bit mask (q8sparse.mkk): y is not kept for the backward
-                self.mk = bytearray((self.nout + 7) >> 3)
+        if d.get('mask', 0):
+            # the output's 1-bit mask (q8sparse.mkk): y is not kept for the backward
+            self.mk = bytearray((self.nout + 7) >> 3)
         if self.train:
             oc = len(b)
             # the output channels whose weights train (tw: a rank's window; [0, 0]: the
@@ -329,8 +329,9 @@ class Q8Net:
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(ls[i]['wn'])
-        nz, nz2, ng = bufs(ls)
+        nz, nz2, ng, nk = bufs(ls)
         self.gw = _i32(ng)
+        self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
         # the two int32 input-gradient buffers with them, the largest first (made late,
         # in the first backward pass, they found no run long enough in a heap the layers
         # had fragmented)
@@ -376,6 +377,9 @@ class Q8Net:
         for i in range(1, len(ls)):
             if bcast(ls, i):
                 lay[i].bc = 1
+            if ls[i]['k'] == ADD and ls[i].get('back'):     # its residual input: not the
+                ins = ls[i]['in']                           # one layer i-1 made
+                lay[i].skt = ins[1] if ins[0] == ls[i - 1]['out'] else ins[0]
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.setup()
 
@@ -545,10 +549,29 @@ class Q8Net:
         s = 1.0 / 1048576.0
         g = array('i', [int(round(v / s)) for v in dl])
         i = len(self.layers) - 1
+        self.skt = None
         while i >= self.first:
-            g, s = self._back(self.layers[i], g, s, lr, i > self.first)
+            L = self.layers[i]
+            g, s = self._back(L, g, s, lr, i > self.first)
+            if self.skt is not None and L.k != ADD and i > self.first and L.ins[0] == self.skt:
+                g, s = self._merge(g, s)    # the residual's gradient joins the branch's
             i -= 1
         return loss, hit
+
+    def _merge(self, g, s):
+        # g (scale s) + the held skip gradient (its scale), at the larger of the two scales
+        sk, t, n = self.sk, self.sks, self.skn
+        m, e = self.qm, self.qs
+        if t > s:
+            m[0], e[0] = qmul(s / t)
+            K.rqk(g, n, 1, n, m, e, g, 0, 0, 0, 1)
+            s = t
+        elif t < s:
+            m[0], e[0] = qmul(t / s)
+            K.rqk(sk, n, 1, n, m, e, sk, 0, 0, 0, 1)
+        K.adk(g, sk, n)
+        self.skt = None
+        return g, s
 
     def zero(self):
         """Drop the gradient sums of an unfinished batch."""
@@ -663,6 +686,16 @@ class Q8Net:
         # returns the input's (g, s) when need_dx
         d = L.d
         n = L.nout
+        if L.k == ADD:
+            # dL/dx1 = dL/dx2 = dL/dy (real units: the same g and scale) where y passed
+            # its clamp: on the chain (the input layer i-1 made) and held for the other
+            # input (the residual), which _run adds to the branch's gradient there
+            self.S.mzk(g, n, L.mk)
+            if self.skt is not None:
+                raise ValueError('int8 training: nested residual ADDs pass no gradient')
+            self.skt, self.sks, self.skn = L.skt, s, n
+            K.cpk(self.sk, g, n)
+            return g, s
         if L.k == MEAN:
             N = d['n']
             if L.bc:            # broadcast over the N positions by the layer below (smk)
@@ -828,12 +861,14 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
 
 def bufs(ls):
     """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
-    values) of layer table ls: Q8Net's shared backward buffers (host_tools/memory.py
+    values, a residual ADD's held int32 gradient values) of layer table ls: Q8Net's shared backward buffers (host_tools/memory.py
     plans them with this)."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
-    nz = nz2 = ng = 0
+    nz = nz2 = ng = nk = 0
     for i in range(len(ls)):
         d = ls[i]
+        if d['k'] == ADD and d.get('back'):
+            nk = max(nk, d['nout'])
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
         nz = max(nz, d['nout'])
@@ -845,7 +880,7 @@ def bufs(ls):
             if hi > lo:
                 row = d['wn'] // oc if d['k'] != DW else 0
                 ng = max(ng, d['wn'] if d['k'] == DW else min(d.get('gc', oc), hi - lo) * row)
-    return nz, nz2, ng
+    return nz, nz2, ng, nk
 
 
 def gin(ls):
@@ -854,7 +889,7 @@ def gin(ls):
     m = 0
     for i in range(len(ls)):
         d = ls[i]
-        if d.get('train') or d.get('back'):
+        if (d.get('train') or d.get('back')) and d['k'] != ADD:     # (an ADD: in place)
             k = d['k']
             m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
                     if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
@@ -866,7 +901,7 @@ def bcast(ls, i):
     broadcast (that layer keeps a mask: q8sparse.smk), not as a tensor of its input's size?"""
     d = ls[i]
     e = ls[i - 1]
-    return (i > 0 and d['k'] == MEAN and bool(d.get('back')) and bool(e.get('mask'))
+    return (i > 0 and d['k'] == MEAN and bool(d.get('back')) and e['k'] < MEAN and bool(e.get('mask'))
             and e['out'] == d['in'][0])
 
 

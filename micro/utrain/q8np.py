@@ -172,8 +172,14 @@ def dak(dx, dz, w, o0, m, O, P, I):
     _add(dx, P * I, z @ _i8(w, m * I).reshape(m, I).astype(I64))
 
 
+def mzk(g, n, m):
+    on = np.unpackbits(np.frombuffer(m, np.uint8, (n + 7) // 8), count=n, bitorder='little')
+    a = _i32(g, n)
+    a[on == 0] = 0
+
+
 def install_sparse(g):
     """As install, for utrain.q8sparse's kernels."""
-    for name in ('mkk', 'smk', 'dak'):
+    for name in ('mkk', 'smk', 'dak', 'mzk'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]

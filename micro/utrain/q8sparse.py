@@ -95,6 +95,16 @@ def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
                 pd[xb + i] += z * ((int(pw[wb + i]) ^ 128) - 128)
 
 
+@micropython.viper
+def mzk(g, n: int, m):
+    # g[i] = 0 (int32) where bit i of mask m is clear (a residual ADD's clamp)
+    pg = ptr32(g)
+    pm = ptr8(m)
+    for i in range(n):
+        if not ((int(pm[i >> 3]) >> (i & 7)) & 1):
+            pg[i] = 0
+
+
 if not VIPER:
     import sys
     if sys.implementation.name != 'micropython':    # CPython: the loops in numpy
