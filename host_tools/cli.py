@@ -32,7 +32,7 @@ def _op_line(g, op, how):
 def cmd_inspect(a):
     from .circle_io import read_model
     from .optable import SPECS, SUPPORTED
-    from .prepare import select_rewrite
+    from .runplan import select_rewrite
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')

@@ -30,9 +30,13 @@ import os
 import numpy as np
 
 from .circle_io import Graph, Tensor, atomic_write, read_model
+from .device import module
 from . import wof as hwof
 
-FC, CONV, DW, MEAN, ADD, POOL_MAX, POOL_AVG = 0, 1, 2, 3, 4, 5, 6
+# the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
+_Q8 = module('q8')
+FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
+POOL_MAX, POOL_AVG = _Q8.PMAX, _Q8.PAVG
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
 POOLS = (POOL_MAX, POOL_AVG)
@@ -311,7 +315,6 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
     layers keep their few weights in RAM (else read at each band step, as the other
     frozen layers are once a forward: the prefix cache's pass runs once a sample).
     Returns the meta entries."""
-    from .device import module
     qb = module('q8bands')
     first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
     free = qb.frees(ls, first)
@@ -464,7 +467,6 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     """The int8 weights and int32 biases of a q8 .wof for graph g (checked by the
     device reader)."""
     import io
-    from .device import module
     dev = module('wof')
     with open(path, 'rb') as f:
         data = f.read()
@@ -489,7 +491,7 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path."""
     from .rewrite import save_graph
-    from .prepare import out_identifier
+    from .runfolder import out_identifier
     g = read_model(model_path)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
@@ -577,7 +579,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
 
 def float_takes(g: Graph, train) -> bool:
     """Does prepare's float path (--dequantize) train int8 model g with --train train?"""
-    from .prepare import select_rewrite_plan
+    from .runplan import select_rewrite_plan
     try:
         return bool(select_rewrite_plan(g, train, {})[-1].params)
     except Exception:           # noqa: BLE001 (any refusal of the float path: it does not)
@@ -646,8 +648,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
     budget or board), refused with advice beyond it."""
-    from .prepare import (FILES, OUTPUTS, PrepareError, check_flash, check_outputs, read_data,
-                          write_data, write_run_config)
+    from .passes import PrepareError
+    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data,
+                            write_data, write_run_config)
     from .memory import plans_by_target, plan_heap_q8
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '

@@ -20,6 +20,14 @@ def boards() -> dict:
         return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
 
 
+def size_bytes(text) -> int:
+    """'96K', '1M', '98304' -> bytes (a board profile's heap and flash sizes, --budget);
+    ValueError when text is none of these."""
+    t = str(text).strip().upper()
+    mul = 1024 if t.endswith('K') else 1024 * 1024 if t.endswith('M') else 1
+    return int(float(t.rstrip('KMB') or 'x') * mul)
+
+
 def find_micropython():
     """$MICROPYTHON, else `micropython` on PATH, else the one installed beside this
     Python (a venv used without activating it); None when there is none."""
@@ -147,9 +155,8 @@ def sim_heap(out_dir, board='unix'):
     heap.by_target): a run that fits the board fits its simulation, and one that does
     not, does not.  The note says so; without the figures (a folder from an older
     prepare) the heap is the board's, and the note says that."""
-    from .prepare import parse_budget
     prof = boards()[board]
-    heap = parse_budget(prof['heap'])
+    heap = size_bytes(prof['heap'])
     word, sim = prof.get('word'), simulator_word()
     if not word or word == sim:
         return heap, None

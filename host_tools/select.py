@@ -134,7 +134,7 @@ class Pricer:
 
     def build(self, ranks):
         """(rewritten graph, plan) for ranks, as prepare makes them."""
-        from .prepare import select_rewrite_plan
+        from .runplan import select_rewrite_plan
         g, _, _, _, _, p = select_rewrite_plan(self.g0, sorted(ranks), ranks, self.rewrite)
         return g, p
 
@@ -142,7 +142,7 @@ class Pricer:
         """{'heap': bytes, 'parts': ..., 'macs': step multiply-adds, 'params': trained}."""
         key = (tuple(sorted(ranks.items())), fisher)
         if key not in self.memo:
-            from .prepare import plan_memory
+            from .runplan import plan_memory
             g, p = self.build(ranks)
             h = plan_memory(g, p, self.settings, self.backend, fisher=fisher, **self.target)
             self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
@@ -200,56 +200,18 @@ def step_macs(g, p) -> int:
     return n
 
 
-# What survives the board's Fisher phase into training: the interned names of
-# utrain/fisher.py and utrain/chosen.py (MicroPython never frees them) and the chosen set;
-# and the holes the phase's net leaves among them.  Measured on unix MicroPython (64-bit)
-# with bench/transfer.py --measure: the smallest heap of --select board against --ranks
-# of the same candidates trained without the pass.
-FISHER_RESIDUE = 1024
-
-
-def add_fisher(heap, g, p, backend, board=None):
-    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
-    net of its own that is garbage when training allocates: its peak is the training
-    plan's less what only training holds (optimizer state, gradient sums, the trainer's
-    and optimizer's code) plus its own code, every candidate's output kept until the
-    backward pass reaches it (those the backward list does not save anyway) and one
-    potential per channel.  Planned: the larger of the two peaks, and a residue."""
-    from .memory import (array_bytes, mpy_sizes, target, WORD_FIGURES)
-    from .passes import device_shapes
-    arrays, _, frozen = backend.partition('-')
-    t = target(board)
-    f = WORD_FIGURES[t['word']]
-    per = f['frozen_code'] if frozen else f['code']
-    sizes = mpy_sizes()
-    shapes = device_shapes(g)
-    kept = 0
-    for i in p.trainable_ops:
-        o = g.ops[i].outputs[0]
-        rows, cols = shapes[o]
-        kept += array_bytes(cols, arrays, t)
-        if o not in p.saved:
-            kept += array_bytes(rows * cols, arrays, t)
-    parts = heap['parts']
-    phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
-             - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
-             + int(per * sizes.get('fisher', 0)) + kept)
-    extra = max(0, phase - heap['total']) + FISHER_RESIDUE
-    heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
-    heap['fisher_phase'] = phase
-    heap['total'] += extra
-    return heap
-
-
 # ---------------------------------------------------------------- trials
 
 class Trials:
     """Short fine-tuning runs of the host simulation on a proxy subset, cached on disk.
     Its working folder (the proxy's folds, each trial's prepared model) goes with
-    close(), or when the object does, or at exit."""
+    close(), or when the object does, or at exit.  prepare: host_tools.prepare.prepare,
+    which writes each trial's folder (handed in: prepare runs --select, so this module
+    does not import it back)."""
 
     def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
-                 samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None):
+                 samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare):
+        self.prepare = prepare
         from . import dataset as ds
         x, y = ds.load(data)
         tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
@@ -337,9 +299,8 @@ class Trials:
         return path
 
     def _run(self, ranks, fold=0):
-        from .prepare import prepare
         out = os.path.join(self.tmp, 'run')
-        prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
+        self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
                 split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none', bands=0,
                 **dict(self.settings, seed=self.settings['seed'] + fold))    # (bands: the
         # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
@@ -741,9 +702,8 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
 def proxy_shares(model_path, ranks, t, settings, rewrite):
     """[[op (its place in model.flat), share of the classifier's Fisher potential]] of the
     candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples."""
-    from .prepare import prepare
     out = os.path.join(t.tmp, 'fisher')
-    prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
+    t.prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
             ranks=dict(ranks), train='none', **t.settings)
     Net, Dataset, F = micro('model').Net, micro('data').Dataset, micro('fisher')
     net = Net(os.path.join(out, 'model.flat'))
