@@ -445,7 +445,9 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
     given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
     the trial gains, and 'fallback' (why) when only the classifier trains}.  pricer: a
-    Pricer of the same model and target to share (its plans are memoised)."""
+    Pricer of the same model and target to share (its plans are memoised).  The steps:
+    screen (one trial per candidate), search (combinations priced), finalists, verify
+    (the finalists on FOLDS splits, the close ones on more), result."""
     if not data:
         raise PrepareError('--select auto measures what each layer gains on data: give --data '
                            '(a proxy dataset: a few hundred samples like the board\'s)')
@@ -455,7 +457,6 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     cls = classifier(g, cands)
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
     fits = lambda r: pr.fits(r, limit)      # noqa: E731
-    # the classifier: whole, else the largest part of it that fits
     # the classifier trains whole (a part of its outputs would leave classes untrained)
     base = {cls: 0}
     if not fits(base):
@@ -466,15 +467,28 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         f'samples, scored on {int(round(t.frac * len(t.x)))} ({t.folds} folds)')
     log('  screening (one fold each): the last layers\' biases, each layer\'s weights at '
         '1/8, 1/4, 1/2 and all of its channels, the last k layers whole')
+    sc = _screen(t, base, before, [c for c in cands if c[0] < cls], fits)
+    fitting = _search(base, sc, fits)
+    final, predicted = _finalists(base, fitting, sc, fits)
+    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
+        f'{len(final)} configurations on {t.folds} folds each')
+    s0, tried = _verify(t, pr, base, final, predicted, log)
+    return _result(t, pr, base, s0, tried, sc)
+
+
+def _screen(t, base, before, every, fits) -> dict:
+    """choose_auto's screening, one trial each (score over the classifier alone, s0):
+    'bias_gain' [k]: the biases of the last k layers that have one (None: over the
+    budget), 'wgain' {(op, rank): gain > 0}: each layer's weights at each channel ratio,
+    'suffix' [(gain, ranks)]: the last k layers whole (ONERT's last:N), k = 1 .. every
+    layer before the classifier."""
     s0 = t.score(base)
-    # biases of the last k layers (those that have a bias)
     with_bias = [i for i, kinds in reversed(before) if 1 in kinds]
     bias_gain = [0.0]
     for k in range(1, len(with_bias) + 1):
         r = dict(base)
         r.update({i: 1 for i in with_bias[:k]})
         bias_gain.append(t.score(r) - s0 if fits(r) else None)
-    # each layer's weights at each channel ratio
     wgain = {}
     for i, kinds in before:
         for rk in kinds:
@@ -486,14 +500,19 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
             gain = t.score(r) - s0
             if gain > 0:
                 wgain[(i, rk)] = gain
-    # the last k layers whole (ONERT's last:N), k = 1 .. every layer before the classifier
     suffix = []
-    every = [c for c in cands if c[0] < cls]
     for k in range(1, len(every) + 1):
         r = {**base, **{i: 0 for i, _ in every[-k:]}}
         if fits(r):
             suffix.append((t.score(r) - s0, r))
-    # search: every combination, largest predicted gain first, priced by the planner
+    return {'with_bias': with_bias, 'bias_gain': bias_gain, 'wgain': wgain, 'suffix': suffix}
+
+
+def _search(base, sc, fits) -> list:
+    """[(predicted gain, ranks)]: every combination of the screened gains (the biases of
+    the last k layers, a ratio or none of each layer's weights), largest predicted gain
+    first, priced by the planner: the first VERIFY that fit (at most 400 priced)."""
+    with_bias, bias_gain, wgain = sc['with_bias'], sc['bias_gain'], sc['wgain']
     per_layer = {}
     for (i, rk), gain in wgain.items():
         per_layer.setdefault(i, []).append(rk)
@@ -524,11 +543,16 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
                 break
         if priced > 400:
             break
-    # try the best few for real, with the classifier alone, the best last-k and single
-    # trials, each on FOLDS splits of the proxy samples; of those within TIE of the best
-    # mean the largest plan trains
+    return fitting
+
+
+def _finalists(base, fitting, sc, fits):
+    """(the configurations tried for real, once each and in order: the best few of the
+    search, the classifier alone, the best last-k and single trials, the best bias
+    count; {describe(ranks): predicted gain})."""
+    bias_gain, wgain, with_bias = sc['bias_gain'], sc['wgain'], sc['with_bias']
     final = [r for _, r in fitting] + [base]
-    final += [r for _, r in sorted(suffix, key=lambda c: -c[0])[:SUFFIXES]]
+    final += [r for _, r in sorted(sc['suffix'], key=lambda c: -c[0])[:SUFFIXES]]
     singles = sorted(wgain.items(), key=lambda kv: -kv[1])[:2]
     final += [{**base, i: rk} for (i, rk), _ in singles]
     if len(bias_gain) > 1:
@@ -536,15 +560,19 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         if k:
             final.append({**base, **{i: 1 for i in with_bias[:k]}})
     predicted = {describe(r): g for g, r in fitting}
-    final = list({describe(r): r for r in final if fits(r)}.values())     # once each, in order
-    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
-        f'{len(final)} configurations on {t.folds} folds each')
+    return list({describe(r): r for r in final if fits(r)}.values()), predicted
+
+
+def _verify(t, pr, base, final, predicted, log):
+    """The finalists each on FOLDS splits of the proxy samples, the contenders (within
+    REFINE of the best) again on more splits, each with its own shuffle (the best of a
+    dozen k-fold means is as often luck as merit).  Returns (the classifier alone's
+    score, [(measured gain, heap, predicted gain, ranks)] best first: of those within TIE
+    of the best mean the largest plan trains)."""
     s0 = t.mean(base)
     tried = [(t.mean(r) - s0, pr.price(r)['heap'], predicted.get(describe(r), 0.0), r)
              for r in final]
     top = max(d for d, *_ in tried)
-    # the contenders (within REFINE of the best) again on more splits, each with its own
-    # shuffle: the best of a dozen k-fold means is as often luck as merit
     close = sum(d >= top - REFINE for d, *_ in tried)
     if close > 1:
         folds = t.folds * REFINE_TIMES
@@ -556,7 +584,13 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         top = max(d for d, *_ in tried)
     tried.sort(key=lambda c: (c[0] >= top - TIE, c[1] if c[0] >= top - TIE else c[0], c[0]),
                reverse=True)
+    return s0, tried
+
+
+def _result(t, pr, base, s0, tried, sc) -> dict:
+    """choose_auto's answer from the verified trials (see there)."""
     best = tried[0]
+    bias_gain, wgain = sc['bias_gain'], sc['wgain']
     out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
            'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
            'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
