@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from . import runner
-from .runner import size_bytes
+from .runner import flash_advice, size_bytes
 
 RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # an int8 run's q8.req, q8.json
@@ -107,34 +107,6 @@ def _files(d):
         raise FileNotFoundError(f'{d}: no train.json here; run `prepare` first')
     with open(path) as f:
         return json.load(f)['files']
-
-
-def flash_advice(what, total, board, samples, n, dtype):
-    """None when `total` bytes fit board's file system (boards.json flash_fs; none
-    given: anything fits), else what to say: `samples` of those bytes are n samples
-    stored as dtype; float samples go to --dtype uint8 (a quarter), 8-bit ones to fewer
-    samples or a board with more flash (prepare and deploy say the same)."""
-    profs = runner.boards()
-    fs = profs[board].get('flash_fs')
-    if not fs or total <= size_bytes(fs):
-        return None
-    cap, rest, per = size_bytes(fs), total - samples, samples / max(n, 1)
-    msg = (f'{what}: about {total // 1024} KB to store ({samples // 1024} KB of it {n} samples '
-           f'as {dtype}), more than the {fs} file system of {board}; ')
-    if dtype == 'float32':
-        total, per = rest + samples // 4, per / 4
-        msg += f'--dtype uint8 stores the samples in a quarter (about {total // 1024} KB in all)'
-        if total <= cap:
-            return msg
-        msg += ', still too much: with it '
-    else:
-        msg += 'the samples are 8-bit already: '
-    fit = int((cap - rest) // per) if cap > rest else 0
-    more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
-            if p.get('flash_fs') and size_bytes(p['flash_fs']) >= total]
-    return msg + (f'at most {fit} samples fit (give --data fewer)' if fit else
-                  f'the model and code alone take about {rest // 1024} KB') + (
-        f', or a board with more flash: {", ".join(more)}' if more else '')
 
 
 def sample_files(d, files):

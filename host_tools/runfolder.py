@@ -55,11 +55,11 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
 def check_flash(model_path, xy, dtype, board):
     """The flash pass: with --board, samples stored as dtype that would overflow the
     board's file system with the model and the code are refused, saying what fits
-    (board.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
+    (runner.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
     more flash for 8-bit ones).  The model's files are reckoned at its file's size."""
     if not board or xy is None:
         return
-    from .board import flash_advice
+    from .runner import flash_advice
     from .memory import mpy_sizes
     x, y = xy
     samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
