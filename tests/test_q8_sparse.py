@@ -507,3 +507,44 @@ def test_residual_board_bytes_equal_host(tmp_path):
         with open(os.path.join(d, 'trained.wof'), 'rb') as fh:
             outs.append(fh.read())
     assert outs[0] == outs[1]
+
+
+def test_dscnn_sparse_run_export_end_to_end(tmp_path):
+    """The Keras DS-CNN, int8: its classifier, the last pointwise conv at 1/2 and the
+    biases of the two layers below it trained as int8 (prepare, run, export); the
+    exported model keeps every scale and layout, changes only what trained (the pointwise
+    conv's other half and the bias-only layers' weights as they were), and TFLite Micro's
+    logits on it are the trained net's."""
+    from host_tools.prepare import export
+    from tests.test_q8 import DSCNN, _cut_softmax
+    from tflite_micro.python.tflite_micro import runtime
+    z = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=z['x'][:24], y=z['y'][:24])
+    out = str(tmp_path / 'o')
+    s = prepare(DSCNN, out, data=data, loss='scce', lr=0.05, epochs=1, train='last:2',
+                ranks='8:1/2,7:bias,6:bias', log=lambda *a: None)
+    assert s['int8'] and s['ranks']
+    code, log = runner.run(out, python=True, stream=False)
+    assert code == 0, log
+    dst = str(tmp_path / 'trained.tflite')
+    export(DSCNN, os.path.join(out, 'trained.wof'), dst)
+    g0, g1 = read_model(DSCNN), read_model(dst)
+    ops = {op.index: op for op in g0.ops}
+    w8, b7, w7 = ops[8].inputs[1], ops[7].inputs[2], ops[7].inputs[1]
+    a0, a1 = g0.tensors[w8].data, g1.tensors[w8].data
+    assert np.array_equal(a0[32:], a1[32:]) and not np.array_equal(a0[:32], a1[:32])
+    assert np.array_equal(g0.tensors[w7].data, g1.tensors[w7].data)
+    assert not np.array_equal(g0.tensors[b7].data, g1.tensors[b7].data)
+    for t0, t1 in zip(g0.tensors, g1.tensors):
+        assert t0.quant == t1.quant and t0.shape == t1.shape
+    g, cut = _cut_softmax(dst, tmp_path)
+    m = quant.write(g, str(tmp_path / 'again'), 'none')
+    net = Q8Net(m, str(tmp_path / 'again' / 'weights.wof'))
+    it = runtime.Interpreter.from_file(cut)
+    for i in range(4):
+        xq = net.quantize_input(z['x'][i].ravel().tolist())
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(g.tensors[g.inputs[0]].shape), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
+                              it.get_output(0).ravel())
