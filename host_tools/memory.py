@@ -761,7 +761,7 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
         if d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
             held += (arr(4 * d['nb']) if d.get('train') else 0) + arr(4 * d['nq'])
         elif 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
-            held += arr(d['wn']) + arr(4 * d['nb'])
+            held += arr(q8.held_bytes(d)) + arr(4 * d['nb'])     # (pw: the window's rows)
             if 'mul' not in d:
                 held += 2 * arr(4 * d['nq']) + (arr(4 * d['nq']) if d.get('fs') else 0)
     parts['weights held in RAM'] = held

@@ -65,6 +65,7 @@ class Layer:
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
+    pw = wo = 0     # pw: w holds the window's rows alone, from weight wo on (the rest in flash)
     c = 1
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
 
@@ -123,6 +124,8 @@ class Layer:
             # bias alone) and whose biases do (the window, or all of a bias-only layer's)
             self.wlo, self.whi = d.get('tw', (0, oc))
             self.blo, self.bhi = (self.wlo, self.whi) if self.whi > self.wlo else (0, oc)
+            if d.get('pw'):
+                self.pw, self.wo = 1, self.wlo * (d['wn'] // oc)
             self.bf = _f32(oc)                            # float bias
             self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
@@ -151,8 +154,9 @@ class Layer:
             oc, row, blk = self.geo()
             w = self.w
             w0, w1 = self.wr()
+            wo = self.wo
             for i in range(w0, w1):
-                wm[i - w0] = ((w[i] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
+                wm[i - w0] = ((w[i - wo] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
 
     def geo(self):
         # (output channels, weights per channel, blk): weight i's channel is (i // blk) % oc
@@ -187,16 +191,21 @@ class Layer:
               self.hi, 0)
         return self.y
 
+    def rows(self, o0, n, row):
+        # the weights of output channels o0..o0+n-1 (row bytes each; 0: a depthwise
+        # layer's, all): a view of the held ones, or read into the net's scratch
+        w = self.w
+        if w is None or (self.pw and not self.wlo <= o0 < self.whi):
+            return self.net.weights(self, o0, n * row if row else self.d['wn'])
+        o = o0 * row - self.wo
+        return memoryview(w)[o:] if o else w
+
     def _chunk(self, o0, n, row):
         # weights, biases, multipliers, shifts and multiplier count of output channels
         # o0..o0+n-1 (row: weight bytes per channel; 0: a depthwise layer's, all read):
         # views of this layer's own, or read into the net's scratch (frozen layers)
         net = self.net
-        w = self.w
-        if w is None:
-            w = net.weights(self, o0, n * row if row else self.d['wn'])
-        elif o0:
-            w = memoryview(w)[o0 * row:]
+        w = self.rows(o0, n, row)
         b, m, s = self.b, self.mul, self.shf
         if b is None:
             b = net.biases(self, o0, n)
@@ -208,19 +217,28 @@ class Layer:
             m, s = memoryview(m)[o0:], memoryview(s)[o0:]
         return w, b, m, s, n if self.c > 1 else 1
 
+    def segs(self, O, nc):
+        # (first output channel, count) of each chunk of at most nc: one never straddles
+        # the edges of a partial layer's held window (pw)
+        lo, hi = (self.wlo, self.whi) if self.pw else (O, O)
+        o0 = 0
+        while o0 < O:
+            n = min(nc, (lo if o0 < lo else hi if o0 < hi else O) - o0)
+            yield o0, n
+            o0 += n
+
     def fc(self, x):
         d, acc = self.d, self.acc
         ni, no = d['nin'], self.nout
         nc = d.get('nc', no)
-        if nc >= no and self.w is not None and self.mul is not None:
+        if nc >= no and self.w is not None and self.mul is not None and not self.pw:
             # the layer's own weights in one chunk: _chunk's views are the arrays themselves
             # (fewer Python steps: each costs thousands of cycles on a Cortex-M0+)
             K.fck(acc, x, 0, self.zx, self.w, self.b, 1, ni, no)
             K.rqk(acc, no, no if self.c > 1 else 1, 1, self.mul, self.shf, self.y, self.zy,
                   self.lo, self.hi, 0)
             return
-        for o0 in range(0, no, nc):
-            n = min(nc, no - o0)
+        for o0, n in self.segs(no, nc):
             w, b, m, s, c = self._chunk(o0, n, ni)
             K.fck(acc, x, 0, self.zx, w, b, 1, ni, n)
             K.rqk(acc, n, c, 1, m, s, memoryview(self.y)[o0:], self.zy, self.lo, self.hi, 0)
@@ -236,8 +254,7 @@ class Layer:
         nc = d.get('nc', O) if self.k == CONV else O
         row = gm[4] * gm[5] * gm[2] if self.k == CONV else 0
         dw = self.k == DW
-        for o0 in range(0, O, nc):
-            n = min(nc, O - o0)
+        for o0, n in self.segs(O, nc):
             w, bv, mv, sv, c = self._chunk(o0, n, row)
             gs[3] = n
             R = max(1, len(acc) // (OW * n))
@@ -330,7 +347,7 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and not ls[i].get('sd') and (
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
-            held[i] = bytearray(ls[i]['wn'])
+            held[i] = bytearray(held_bytes(ls[i]))
         nz, nz2, ng, nk = bufs(ls)
         self.gw = _i32(ng)
         self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
@@ -355,7 +372,7 @@ class Q8Net:
             d = ls[i]
             w = b = None
             if i in held:
-                w = self._read(self.woff[d['wt']], held.pop(i))
+                w = self._read(self.woff[d['wt']] + held_at(d), held.pop(i))
             if w is not None or (d.get('sd') and d.get('train')):   # (sd: the bias trains)
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
             if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
@@ -627,6 +644,7 @@ class Q8Net:
             K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
             K.adk(v, d, n)
             d = v
+        i0 -= L.wo
         self.seed = K.upk(memoryview(L.w)[i0:] if i0 else L.w, d, n, self.seed)
 
     def _adam(self, L, lr, scale):
@@ -638,6 +656,7 @@ class Q8Net:
         oc, row, blk = L.geo()
         ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
         w0, w1 = L.wr()
+        wo = L.wo
         for j in range(w1 - w0):
             i = w0 + j
             s = sw[(i // blk) % oc % nw]
@@ -646,7 +665,7 @@ class Q8Net:
             v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
             x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
             q = int(round(x / s))
-            w[i] = (-127 if q < -127 else 127 if q > 127 else q) & 255
+            w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
         ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
         for o in range(L.blo, L.bhi):
             g = ba[o] * scale
@@ -665,8 +684,8 @@ class Q8Net:
         with wof.openr(path) as f:
             offs = wof.read_table(f, path, nb, nb)[0]
             for L in ws:
-                if offs[L.d['wt']]:
-                    f.seek(offs[L.d['wt']])
+                if offs[L.d['wt']] and L.w is not None:
+                    f.seek(offs[L.d['wt']] + L.wo)
                     f.readinto(L.w)
                 if offs[L.d['bt']]:
                     f.seek(offs[L.d['bt']])
@@ -754,16 +773,14 @@ class Q8Net:
             dz = self.dz2
             self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
-        if L.w is None:     # streamed (q8sparse.dak): a chunk of output channels at a time
-            fc = L.k == FC
+        if L.w is None or L.pw:     # streamed (q8sparse.dak): a chunk of output channels
+            fc = L.k == FC          # at a time (a partial layer's window from its rows)
             gm = d.get('g')
             O, P, I = (n, 1, d['nin']) if fc else (gm[3], gm[10] * gm[11], gm[2])
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
-            nc = d.get('nc', O)
-            for o0 in range(0, O, nc):
-                m = min(nc, O - o0)
-                self.S.dak(dx, dz, self.weights(L, o0, m * I), o0, m, O, P, I)
+            for o0, m in L.segs(O, d.get('nc', O)):
+                self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
         elif L.k == FC:
             dx = self._gbuf(g, d['nin'])
             K.dxk(dx, dz, 0, L.w, n, d['nin'])
@@ -859,6 +876,20 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         o = c0 + j
         mul[j], shf[j] = qmul(f / sw[o % nw] * u) if lo <= o < hi else (0, 0)
     K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
+
+
+def held_bytes(d):
+    """Bytes of layer d's weights held in RAM: a partial layer's (pw) window rows, else
+    all (host_tools/memory.py plans them with this)."""
+    if d.get('pw'):
+        lo, hi = d['tw']
+        return (hi - lo) * (d['wn'] // d['nb'])
+    return d['wn']
+
+
+def held_at(d):
+    # the offset of layer d's held weights in its tensor (a partial layer's window)
+    return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
 
 
 def bufs(ls):
