@@ -638,3 +638,23 @@ def test_partial_window_checkpoint_round_trip(tmp_path, monkeypatch):
         assert got[0] == got[1]
     assert saved[False] == saved[True]
 
+
+def test_one_input_gradient_buffer(tmp_path, monkeypatch):
+    """A backward pass without pools or an expanding MEAN keeps one int32 input-gradient
+    buffer (a layer's int32 output gradient is dead once its int8 dz is made: the float
+    reference of test_sparse_step_matches_float_reference holds with it); the plan counts
+    one, a buffer of the largest input gradient less than two."""
+    from utrain import q8
+    from host_tools.memory import target
+    m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    assert not q8.gtwo(m['layers']) and net.gb[0] is net.gb[1]
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    one = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
+    monkeypatch.setattr(q8, 'gtwo', lambda ls: True)
+    two = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
+    t = target(None)
+    n = 4 * q8.gin(m['layers'])
+    arr = -(-4 * t['word'] // t['block']) * t['block'] + -(-n // t['block']) * t['block']
+    k = 'gradient buffers (int8 dz, int32 sums)'
+    assert two[k] - one[k] == arr

@@ -129,10 +129,11 @@ class Layer:
             self.bf = _f32(oc)                            # float bias
             self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
-            # per-channel update multipliers (weights that train), bias sums (the weight
-            # gradient: the net's chunk buffer, Q8Net.gw)
+            # per-channel update multipliers (weights that train: a gradient chunk's
+            # channels, _mults), bias sums (the weight gradient: the net's chunk buffer,
+            # Q8Net.gw)
             if self.whi > self.wlo:
-                self.um, self.us = _i32(oc), _i32(oc)
+                self.um, self.us = _i32(umn(d)), _i32(umn(d))
             self.bs = _i32(oc)
 
     def wr(self):
@@ -351,12 +352,12 @@ class Q8Net:
         nz, nz2, ng, nk = bufs(ls)
         self.gw = _i32(ng)
         self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
-        # the two int32 input-gradient buffers with them, the largest first (made late,
-        # in the first backward pass, they found no run long enough in a heap the layers
-        # had fragmented)
+        # the int32 input-gradient buffers with them, the largest first (made late, in
+        # the first backward pass, they found no run long enough in a heap the layers had
+        # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
         m = gin(ls)
         first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
-        self.gb = (_i32(m), _i32(m)) if m and any(
+        self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
         self.S = None
@@ -698,9 +699,14 @@ class Q8Net:
         # layers (each layer's is read by the layer before it, then free), made with the net
         gb = self.gb
         if gb is None or len(gb[0]) < n:
-            m = gin(self.meta['layers'])
-            gb = self.gb = (_i32(m), _i32(m))
+            gb = self.gb = self._gbs(gin(self.meta['layers']))
         return gb[1] if g is gb[0] else gb[0]
+
+    def _gbs(self, m):
+        # the input-gradient buffers: two, or one twice (a weighted layer's int32 output
+        # gradient is dead once its int8 dz is made: its input's may overwrite it)
+        a = _i32(m)
+        return (a, _i32(m) if gtwo(self.meta['layers']) else a)
 
     def _back(self, L, g, s, lr, need_dx):
         # g: int32 dL/dy (before the fused activation and clamp) with float scale s;
@@ -878,6 +884,14 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
     K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
 
 
+def umn(d):
+    """The update multipliers trained layer d keeps (_mults: one a channel of a gradient
+    chunk; a depthwise layer's all) (host_tools/memory.py plans them with this)."""
+    oc = d['nb']
+    lo, hi = d.get('tw', (0, oc))
+    return oc if d['k'] == DW else min(d.get('gc', oc), hi - lo)
+
+
 def held_bytes(d):
     """Bytes of layer d's weights held in RAM: a partial layer's (pw) window rows, else
     all (host_tools/memory.py plans them with this)."""
@@ -927,6 +941,19 @@ def gin(ls):
             m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
                     if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
     return m
+
+
+def gtwo(ls):
+    """Does the backward pass of layer table ls need two input-gradient buffers: a pool,
+    or a MEAN whose gradient is not read broadcast, above the lowest trained layer (its
+    input's gradient is made from its output's, both int32)?  Else one
+    (host_tools/memory.py plans them with this)."""
+    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    for i in range(first + 1, len(ls)):
+        d = ls[i]
+        if d.get('back') and (d['k'] >= PMAX or (d['k'] == MEAN and not bcast(ls, i))):
+            return True
+    return False
 
 
 def bcast(ls, i):
