@@ -367,7 +367,7 @@ class Q8Net:
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
-        order = [i for i in range(len(ls)) if ls[i].get('train')]
+        order = sorted([i for i in range(len(ls)) if ls[i].get('train')], key=lambda i: -ls[i].get('nb', 0))
         order += [i for i in range(len(ls)) if not ls[i].get('train')]
         for i in order:
             d = ls[i]
@@ -772,11 +772,13 @@ class Q8Net:
         n = L.nout
         if L.dxm is not None:
             # per-channel weight scales: dz * sw[o] / max(sw), requantized to int8 (in
-            # dz2: dz stays for the weight gradient)
+            # dz2 when dz stays for the weight gradient; a layer whose weights do not
+            # train is done with dz: in place)
             c = len(L.dxm)
             K.rqk(g, p or n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
             k = _shift(g, p or n)
-            dz = self.dz2
+            if L.whi > L.wlo:
+                dz = self.dz2
             self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
         if L.w is None or L.pw:     # streamed (q8sparse.dak): a chunk of output channels
@@ -919,7 +921,8 @@ def bufs(ls):
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
         nz = max(nz, d['nout'])
-        if i > first and d.get('pc'):
+        if i > first and d.get('pc') and d.get('train') and d.get('tw', (0, 1))[1] > d.get(
+                'tw', (0, 1))[0]:       # (its weights train: dz stays for their gradient)
             nz2 = max(nz2, d['nout'])
         if d.get('train'):
             oc = d['nb']
