@@ -771,9 +771,10 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     nz, nz2, ng, nk = q8.bufs(ls)   # shared: int8 dz (its rescaled copy), a gradient chunk,
     st = arr(nz) + arr(nz2) + arr(4 * ng) + (arr(4 * nk) if nk else 0)     # a residual's
     mask = 0
-    for d in ls:
+    for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
-        if back and d['k'] < q8.MEAN and d.get('pc'):          # dz's per-channel rescaling
+        if back and d['k'] < q8.MEAN and d.get('pc') and not (i + 1 < len(ls) and q8.bcast(ls, i + 1)):
+            # dz's per-channel rescaling (none held where the gradient is a broadcast row)
             st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
         if back and d.get('mask'):
             mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask

@@ -658,3 +658,28 @@ def test_one_input_gradient_buffer(tmp_path, monkeypatch):
     arr = -(-4 * t['word'] // t['block']) * t['block'] + -(-n // t['block']) * t['block']
     k = 'gradient buffers (int8 dz, int32 sums)'
     assert two[k] - one[k] == arr
+
+
+def test_broadcast_rescaling_made_when_used(tmp_path):
+    """A per-channel layer whose gradient arrives as a MEAN's broadcast row makes its
+    dz rescaling multipliers a scratch at a time when used (Layer.dxr), none held: the
+    same integers as held multipliers give."""
+    from utrain.q8 import _i32, qmul
+    outs = []
+    for held in (False, True):
+        d = tmp_path / str(held)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
+        L = net.layers[2]
+        assert L.dxr == 1 and L.dxm is None and len(L.d['sw']) > len(net.qm)
+        if held:
+            sw = L.d['sw']
+            c = len(sw)
+            L.dxm, L.dxs = _i32(c), _i32(c)
+            for o in range(c):
+                L.dxm[o], L.dxs[o] = qmul(sw[o] / max(sw))
+            L.dxr = 0
+        for s in range(3):
+            net.step(_sample(s), 3, 0.05)
+        outs.append(_window_state(net))
+    assert outs[0] == outs[1]

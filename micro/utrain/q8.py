@@ -65,6 +65,7 @@ class Layer:
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
+    dxr = 0         # 1: dz's per-channel rescaling made from sw when used (a broadcast row)
     pw = wo = 0     # pw: w holds the window's rows alone, from weight wo on (the rest in flash)
     c = 1
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
@@ -108,7 +109,11 @@ class Layer:
             m = max(sw)
             # per-channel weight scales: the input gradient's dz is rescaled by
             # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
-            if min(sw) != m:
+            if min(sw) != m and d.get('bx'):
+                # its gradient arrives as one broadcast row (a MEAN's): the multipliers
+                # made a scratch at a time from sw when used, not held (_dx)
+                self.dxr, self.swm = 1, m
+            elif min(sw) != m:
                 # (filled in place: lists of a wide layer's multipliers, boxed on a board,
                 # were a transient peak of tens of KB while the model loads)
                 c = len(sw)
@@ -367,6 +372,9 @@ class Q8Net:
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
+        for i in range(1, len(ls)):
+            if bcast(ls, i):
+                ls[i - 1]['bx'] = 1     # (its gradient: one broadcast row; Layer.dxr)
         order = sorted([i for i in range(len(ls)) if ls[i].get('train')], key=lambda i: -ls[i].get('nb', 0))
         order += [i for i in range(len(ls)) if not ls[i].get('train')]
         for i in order:
@@ -770,12 +778,14 @@ class Q8Net:
         # g: the int32 one it came from, scale s; p: its broadcast period) and its scale
         d = L.d
         n = L.nout
-        if L.dxm is not None:
+        if L.dxm is not None or L.dxr:
             # per-channel weight scales: dz * sw[o] / max(sw), requantized to int8 (in
             # dz2 when dz stays for the weight gradient; a layer whose weights do not
             # train is done with dz: in place)
-            c = len(L.dxm)
-            K.rqk(g, p or n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
+            if L.dxr:
+                self._rescale(L, g, p)
+            else:
+                K.rqk(g, p or n, len(L.dxm), 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
             k = _shift(g, p or n)
             if L.whi > L.wlo:
                 dz = self.dz2
@@ -797,6 +807,18 @@ class Q8Net:
             dx = self._gbuf(g, gm[0] * gm[1] * gm[2])
             (K.cdk if L.k == CONV else K.ddk)(dx, dz, L.w, gm)
         return dx, sz * max(d['sw'])
+
+    def _rescale(self, L, g, p):
+        # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers made a
+        # scratch at a time (the same qmul as held ones: the same integers)
+        sw, m, qm, qs = L.d['sw'], L.swm, self.qm, self.qs
+        c = len(qm)
+        for o0 in range(0, p, c):
+            k = min(c, p - o0)
+            for j in range(k):
+                qm[j], qs[j] = qmul(sw[o0 + j] / m)
+            v = memoryview(g)[o0:] if o0 else g
+            K.rqk(v, k, k, 1, qm, qs, v, 0, 0, 0, 1)
 
     def _wgrad(self, L, dz, sz, lr):
         # layer L's weight gradient from its int8 output gradient dz (scale sz), a chunk of
