@@ -20,7 +20,7 @@ from array import array
 _P = array('i', range(24))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
 _PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
-_T = array('i', range(24))   # vmacs's table
+_T = array('i', range(24 + 5 * 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
@@ -161,6 +161,8 @@ def axpy(r0, r1, r2, r3):
     bmi(JDONE)
     lsl(r6, r4, 2)
     add(r6, r6, r0)          # r6: &a[j]
+    cmp(r3, 0)
+    beq(Z)                   # c = 0 (gradients: x is w): the loop without the subtraction
     lsr(r5, r4, 1)
     bcs(JP)                  # n even: pairs from the top; odd: the last one first
     data(2, 0x570D)          # ldrsb r5, [r1, r4]
@@ -191,6 +193,35 @@ def axpy(r0, r1, r2, r3):
     sub(r6, 8)
     sub(r4, 1)
     bpl(J)
+    b(JDONE)
+    label(Z)
+    lsr(r5, r4, 1)
+    bcs(ZP)
+    data(2, 0x570D)
+    mul(r5, r2)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 4)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(ZP)
+    sub(r6, 4)
+    label(ZJ)
+    data(2, 0x570D)
+    mul(r5, r2)
+    ldr(r7, [r6, 4])
+    add(r7, r7, r5)
+    str(r7, [r6, 4])
+    sub(r4, 1)
+    data(2, 0x570D)
+    mul(r5, r2)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 8)
+    sub(r4, 1)
+    bpl(ZJ)
     label(JDONE)
     mov(r7, r12)
     label(NEXT)
@@ -886,7 +917,9 @@ def _taps(a, x, w, g, xz: int, mode: int):
     H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
     dh = pg[12]; dw = pg[13]
-    tb = _table(KH * KW)
+    tb = _T
+    if KH * KW > 9:
+        tb = _table(KH * KW)
     t = ptr32(tb)
     t[1] = C; t[3] = xz
     r = sw * C                   # steps of a row (ox) and a band (oy) in the image
