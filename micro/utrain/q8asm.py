@@ -3,24 +3,28 @@
 # keeps its viper kernels as the reference: the same integers, in the same int32 sums).
 # Thumb-1 only (the RP2040's Cortex-M0+): the byte loads with a register offset (ldrsb,
 # ldr/str reg) that MicroPython's assembler does not spell are written with data().
-# Three loops do the multiply-adds; viper code around them walks the geometry, one call
-# per row of rows or more (an asm function takes 4 arguments: the rest go in a table,
-# _P, offsets and addresses included, so no memoryview is made per call):
+# Three loops do the multiply-adds, two a turn; assembler and a little viper around them
+# walk the geometry, one call per row of rows or more (an asm function takes 4 arguments:
+# the rest go in a table, _P, offsets and addresses included, so no memoryview is made
+# per call):
 #   dot:  a[ao + r*O + o] = b[o] + sum_i<n (x[xo + r*xs + i] - c) * w[wo + o*n + i]
 #   axpy: a[ao + r*as + j] += s[so + r*ss] * (x[xo + r*xs + j] - c)   (rows with s = 0 skipped),
 #         for G groups whose a, x, s start ga, gx, gs further on ([9..12])
 #   vmacs: a[ao + r*as + j] += (x[xo + r*xs + j] - c) * w[wo + r*ws + j] for each entry
-#         (R, ao, xo, wo) of a table (a depthwise conv's taps, _T)
+#         (Y, R, ao, xo, wo) of a table: Y bands of R rows (a depthwise conv's taps, _T)
 # (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, then axpy's
-# groups, scratch; dot's [13]: b's address, viper's int(ptr32(b))).  Also in assembler:
-# rqk (_rq: TFLite's requantization), upk (the int8 update), the bias fill and zeroing.
+# groups, scratch; dot's [13]: b's address, viper's int(ptr32(b))).  A conv's other
+# shapes go through im2col rows of one output row (_gs gathers them, and adds their
+# gradient back, col2im).  Sums wrap as int32 like the viper kernels': the same integers
+# in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
+# update), the bias fill and zeroing.
 import micropython
 from array import array
 
 _P = array('i', range(24))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
 _PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
-_T = array('i', range(24 + 5 * 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
+_T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
@@ -261,8 +265,8 @@ def axpy(r0, r1, r2, r3):
 
 @micropython.asm_thumb
 def vmacs(r0, r1, r2, r3):
-    # r3: the table t: [0] entries, [1] n, [2] as, [3] c, [4] xs, [5] ws (a row's steps),
-    # [6] ab, [7] xb, [8] wb (a band's), [9..19] scratch, entries (Y, R, ao, xo, wo) from
+    # r3: the table t: [0] entries, [1] n, [2] as, [3] c, [4] xs, [5] ws (a row's steps;
+    # a's in bytes), [6] ab, [7] xb, [8] wb (a band's), [9..19] scratch, entries (Y, R, ao, xo, wo) from
     # t[24]: Y bands of R rows each
     mov(r7, r3)
     str(r0, [r7, 36])        # [9] a
@@ -349,8 +353,7 @@ def vmacs(r0, r1, r2, r3):
     bpl(J)
     label(JDONE)
     mov(r7, r12)
-    ldr(r4, [r7, 8])         # as
-    lsl(r4, r4, 2)
+    ldr(r4, [r7, 8])         # as (bytes)
     add(r0, r0, r4)
     ldr(r4, [r7, 16])        # xs
     add(r1, r1, r4)
@@ -361,8 +364,7 @@ def vmacs(r0, r1, r2, r3):
     str(r4, [r7, 60])
     bgt(ROW)
     label(BDONE)
-    ldr(r4, [r7, 24])        # ab
-    lsl(r4, r4, 2)
+    ldr(r4, [r7, 24])        # ab (bytes)
     ldr(r0, [r7, 64])
     add(r0, r0, r4)
     str(r0, [r7, 64])
@@ -897,12 +899,12 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
     axpy(dx, w, dz, _P)
 
 
-def _table(n):
-    # vmacs's table for n entries
+def _table(n, kw):
+    # vmacs's table for n entries, and _taps's kx ranges (3 words per kx) after them
     global _T
-    if len(_T) < 24 + 5 * n:
+    if len(_T) < 24 + 5 * n + 3 * kw:
         _T = None
-        _T = array('i', range(24 + 5 * n))
+        _T = array('i', range(24 + 5 * n + 3 * kw))
     return _T
 
 
@@ -918,18 +920,32 @@ def _taps(a, x, w, g, xz: int, mode: int):
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
     dh = pg[12]; dw = pg[13]
     tb = _T
-    if KH * KW > 9:
-        tb = _table(KH * KW)
+    if KH * KW > 9 or KW > 3:
+        tb = _table(KH * KW, KW)
     t = ptr32(tb)
     t[1] = C; t[3] = xz
     r = sw * C                   # steps of a row (ox) and a band (oy) in the image
     b = sh * W * C
-    if mode == 0:
-        t[2] = C; t[4] = r; t[5] = 0; t[6] = OW * C; t[7] = b; t[8] = 0
+    if mode == 0:                # (a's steps in bytes)
+        t[2] = C * 4; t[4] = r; t[5] = 0; t[6] = OW * C * 4; t[7] = b; t[8] = 0
+        io = 2; ix = 3; iw = 4   # where the output's, input's, weight's offsets go
     elif mode == 1:
-        t[2] = r; t[4] = C; t[5] = 0; t[6] = b; t[7] = OW * C; t[8] = 0
+        t[2] = r * 4; t[4] = C; t[5] = 0; t[6] = b * 4; t[7] = OW * C; t[8] = 0
+        io = 3; ix = 2; iw = 4
     else:
         t[2] = 0; t[4] = r; t[5] = C; t[6] = 0; t[7] = b; t[8] = OW * C
+        io = 4; ix = 3; iw = 2
+    k = 24 + 5 * KH * KW         # the outputs ox whose input column is inside, per kx
+    for kx in range(KW):
+        off = kx * dw - pw_
+        x0 = 0
+        while x0 < OW and x0 * sw + off < 0:
+            x0 += 1
+        x1 = OW
+        while x1 > x0 and (x1 - 1) * sw + off >= W:
+            x1 -= 1
+        t[k] = x0; t[k + 1] = x1 - x0; t[k + 2] = x0 * sw + off
+        k += 3
     e = 24
     n = 0
     for ky in range(KH):
@@ -942,28 +958,19 @@ def _taps(a, x, w, g, xz: int, mode: int):
             y1 -= 1
         if y1 <= y0:
             continue
+        k = 24 + 5 * KH * KW
+        xb = (y0 * sh + off) * W
+        ob = y0 * OW
+        tw = ky * KW * C
         for kx in range(KW):
-            off2 = kx * dw - pw_
-            x0 = 0
-            while x0 < OW and x0 * sw + off2 < 0:
-                x0 += 1
-            x1 = OW
-            while x1 > x0 and (x1 - 1) * sw + off2 >= W:
-                x1 -= 1
-            if x1 <= x0:
-                continue
-            xi = ((y0 * sh + off) * W + x0 * sw + off2) * C     # the input's
-            oi = (y0 * OW + x0) * C                              # the output's
-            ti = (ky * KW + kx) * C                              # the weight's
-            t[e] = y1 - y0; t[e + 1] = x1 - x0
-            if mode == 0:
-                t[e + 2] = oi; t[e + 3] = xi; t[e + 4] = ti
-            elif mode == 1:
-                t[e + 2] = xi; t[e + 3] = oi; t[e + 4] = ti
-            else:
-                t[e + 2] = ti; t[e + 3] = xi; t[e + 4] = oi
-            e += 5
-            n += 1
+            if t[k + 1] > 0:
+                t[e] = y1 - y0; t[e + 1] = t[k + 1]
+                t[e + ix] = (xb + t[k + 2]) * C           # the input's
+                t[e + io] = (ob + t[k]) * C               # the output's
+                t[e + iw] = tw + kx * C                   # the weight's
+                e += 5
+                n += 1
+            k += 3
     t[0] = n
     vmacs(a, x, w, tb)
 
