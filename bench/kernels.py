@@ -77,6 +77,69 @@ def run_pico(quick):
         return _parse(text)
 
 
+# --steps: (label, Keras int8 model stem, --train, row bands: None as prepare's plan, 0 none)
+STEPS = [('DS-CNN KWS last:2, unbanded', 'dscnn_kws', 'last:2', 0),
+         ('DS-CNN KWS last:2, banded (quant.meta)', 'dscnn_kws', 'last:2', None)]
+
+
+def step_macs(g, m):
+    """Multiply-adds of one int8 training step: every conv/FC's forward, a trained
+    layer's weight gradient and the input gradients from the last layer down to the
+    first trained one's output."""
+    from host_tools.select import layer_macs
+    mac = [layer_macs(g, g.ops[lay['op']]) if g.ops[lay['op']].name in (
+        'CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED') else 0 for lay in m['layers']]
+    tr = [i for i, lay in enumerate(m['layers']) if lay.get('train')]
+    n = sum(mac)
+    if tr:
+        n += sum(mac[i] for i in tr) + sum(mac[tr[0] + 1:])
+    return n
+
+
+def run_steps(samples=3):
+    """[(label, MACs, cycles per step, bare cycles per MAC)] on the emulated Pico."""
+    import numpy as np
+    from host_tools import pico, quant
+    from host_tools.circle_io import read_model
+    from host_tools.wof import write_wof
+    keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    out_rows = []
+    for label, stem, train, rows in STEPS:
+        g = read_model(os.path.join(keras, stem + '_int8.tflite'))
+        m = quant.meta(g, train, rows=rows)
+        d = np.load(os.path.join(keras, stem + '_data.npz'))
+        (sx,), (zx,) = quant._q(g.tensors[g.inputs[0]])
+        x = d['x'][:samples + 1]
+        q = np.clip(np.round(x.reshape(len(x), -1) / sx) + zx, -128, 127).astype(np.int8)
+        with tempfile.TemporaryDirectory() as out:
+            with open(os.path.join(out, 'q8.json'), 'w') as f:
+                json.dump(m, f)
+            write_wof(os.path.join(out, 'q8.wof'), len(g.tensors), quant.wof_arrays(g, m),
+                      keep_dtype=True)
+            with open(os.path.join(out, 'q8x.bin'), 'wb') as f:
+                for i in range(len(q)):
+                    f.write(q[i].tobytes() + bytes([int(d['y'][i])]))
+            with open(os.path.join(out, 'train.json'), 'w') as f:
+                f.write('{}')
+            shutil.copy(os.path.join(ROOT, 'bench', 'kernels_step.py'), out)
+            code, text = pico.run_folder(out, stream=False, script='kernels_step.py')
+        line = [v for v in text.splitlines() if v.startswith('STEP ')]
+        if code or not line:
+            raise RuntimeError(text.strip()[-400:])
+        _, cyc, bare = line[0].split()
+        out_rows.append((label, step_macs(g, m), int(cyc), float(bare)))
+    return out_rows
+
+
+def steps_table(rows):
+    out = ['| model | MACs/step | Mcyc/step | ms at 125 MHz | MACs x bare, Mcyc | /(MACs x bare) |',
+           '|---|---|---|---|---|---|']
+    for label, macs, cyc, bare in rows:
+        out.append('| %s | %d | %.1f | %.0f | %.1f | %.2fx |' % (
+            label, macs, cyc / 1e6, cyc / 125e3, macs * bare / 1e6, cyc / (macs * bare)))
+    return '\n'.join(out)
+
+
 def table(rows, unit, scale):
     """Markdown rows: per multiply-add in unit (us x scale), viper, asm, and each over
     its bare loop."""
@@ -100,6 +163,8 @@ def main(argv=None):
                     '($UTRAIN_PICO_FIRMWARE)')
     ap.add_argument('--no-unix', action='store_true')
     ap.add_argument('--quick', action='store_true')
+    ap.add_argument('--steps', action='store_true', help='whole int8 training steps on the '
+                    'emulated Pico against their multiply-adds times the bare loop')
     a = ap.parse_args(argv)
     if not a.no_unix:
         print('unix MicroPython (%s), ns per multiply-add:' % os.path.basename(
@@ -108,6 +173,9 @@ def main(argv=None):
     if a.pico:
         print('\nemulated Pico (RP2040 at 125 MHz, real rp2 firmware), cycles per multiply-add:')
         print(table(run_pico(a.quick), 'cyc', 125.0))
+    if a.steps:
+        print('\nemulated Pico, int8 training steps (SGD batch 1), cycles per sample:')
+        print(steps_table(run_steps()))
 
 
 if __name__ == '__main__':
