@@ -77,9 +77,57 @@ def run_pico(quick):
         return _parse(text)
 
 
-# --steps: (label, Keras int8 model stem, --train, row bands: None as prepare's plan, 0 none)
-STEPS = [('DS-CNN KWS last:2, unbanded', 'dscnn_kws', 'last:2', 0),
-         ('DS-CNN KWS last:2, banded (quant.meta)', 'dscnn_kws', 'last:2', None)]
+# --steps: (label, model: a Keras int8 stem of bench/zoo/keras or 'cnn4k' (cnn4k() below),
+# --train, row bands: None as quant.meta plans them, 0 none)
+STEPS = [('DS-CNN KWS last:2, unbanded (rp2040 plan)', 'dscnn_kws', 'last:2', 0),
+         ('DS-CNN KWS last:2, banded', 'dscnn_kws', 'last:2', None),
+         ('32x32x3 CNN, 4 K parameters, all', 'cnn4k', 'all', 0)]
+
+
+def cnn4k(path, seed=0):
+    """An int8 32x32x3 CNN of 3,882 parameters: conv 3x3/2 3->8, 8->16, 16->16 (SAME,
+    RELU), average pool 4x4, FC 16->10; per-channel weight scales, random weights."""
+    from host_tools.circle_build import CircleBuilder
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
+
+    def layer(x, sx, O, I, y, sy, k, act):
+        fan = I * max(k, 1) ** 2
+        sw = rng.uniform(0.7, 1.3, O) * 30 * sy / (fan ** 0.5 * 40 * sx * 73)
+        shape = (O, I) if k == 0 else (O, k, k, I)
+        wq = rng.integers(-127, 128, shape).astype(np.int8)
+        w = b.tensor('w%d' % y, wq.shape, data=wq, quant={
+            'scale': list(sw), 'zero_point': [0] * O, 'quantized_dimension': 0})
+        bq = rng.integers(-300, 300, O).astype(np.int32)
+        bt = b.tensor('b%d' % y, [O], data=bq, quant={'scale': list(sx * sw),
+                                                     'zero_point': [0] * O})
+        if k == 0:
+            b.op('FULLY_CONNECTED', [x, w, bt], [y], fused_activation_function=act)
+        else:
+            b.op('CONV_2D', [x, w, bt], [y], padding='SAME', stride_w=2, stride_h=2,
+                 fused_activation_function=act)
+
+    x = b.tensor('x', [1, 32, 32, 3], dtype='int8', quant=q(0.02, 3))
+    c1 = b.tensor('c1', [1, 16, 16, 8], dtype='int8', quant=q(0.03, -20))
+    layer(x, 0.02, 8, 3, c1, 0.03, 3, 'RELU')
+    c2 = b.tensor('c2', [1, 8, 8, 16], dtype='int8', quant=q(0.04, -30))
+    layer(c1, 0.03, 16, 8, c2, 0.04, 3, 'RELU')
+    c3 = b.tensor('c3', [1, 4, 4, 16], dtype='int8', quant=q(0.05, -40))
+    layer(c2, 0.04, 16, 16, c3, 0.05, 3, 'RELU')
+    p = b.tensor('p', [1, 1, 1, 16], dtype='int8', quant=q(0.05, -40))
+    b.op('AVERAGE_POOL_2D', [c3], [p], padding='VALID', stride_w=4, stride_h=4,
+         filter_width=4, filter_height=4, fused_activation_function='NONE')
+    f = b.tensor('flat', [1, 16], dtype='int8', quant=q(0.05, -40))
+    b.op('RESHAPE', [p, b.tensor('shape', [2], data=np.array([1, 16], np.int32))], [f],
+         new_shape=[1, 16])
+    y = b.tensor('y', [1, 10], dtype='int8', quant=q(0.08, -2))
+    layer(f, 0.05, 10, 16, y, 0.08, 0, 'NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return path
 
 
 def step_macs(g, m):
@@ -105,20 +153,27 @@ def run_steps(samples=3):
     keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
     out_rows = []
     for label, stem, train, rows in STEPS:
-        g = read_model(os.path.join(keras, stem + '_int8.tflite'))
-        m = quant.meta(g, train, rows=rows)
-        d = np.load(os.path.join(keras, stem + '_data.npz'))
-        (sx,), (zx,) = quant._q(g.tensors[g.inputs[0]])
-        x = d['x'][:samples + 1]
-        q = np.clip(np.round(x.reshape(len(x), -1) / sx) + zx, -128, 127).astype(np.int8)
         with tempfile.TemporaryDirectory() as out:
+            if stem == 'cnn4k':
+                g = read_model(cnn4k(os.path.join(out, 'cnn4k.tflite')))
+                rng = np.random.default_rng(1)
+                q = rng.integers(-128, 128, (samples + 1, 32 * 32 * 3)).astype(np.int8)
+                ys = rng.integers(0, 10, samples + 1)
+            else:
+                g = read_model(os.path.join(keras, stem + '_int8.tflite'))
+                d = np.load(os.path.join(keras, stem + '_data.npz'))
+                (sx,), (zx,) = quant._q(g.tensors[g.inputs[0]])
+                x = d['x'][:samples + 1]
+                q = np.clip(np.round(x.reshape(len(x), -1) / sx) + zx, -128, 127).astype(np.int8)
+                ys = d['y'][:samples + 1]
+            m = quant.meta(g, train, rows=rows)
             with open(os.path.join(out, 'q8.json'), 'w') as f:
                 json.dump(m, f)
             write_wof(os.path.join(out, 'q8.wof'), len(g.tensors), quant.wof_arrays(g, m),
                       keep_dtype=True)
             with open(os.path.join(out, 'q8x.bin'), 'wb') as f:
                 for i in range(len(q)):
-                    f.write(q[i].tobytes() + bytes([int(d['y'][i])]))
+                    f.write(q[i].tobytes() + bytes([int(ys[i])]))
             with open(os.path.join(out, 'train.json'), 'w') as f:
                 f.write('{}')
             shutil.copy(os.path.join(ROOT, 'bench', 'kernels_step.py'), out)
