@@ -27,11 +27,13 @@ from host_tools import runner  # noqa: E402
 
 # shapes: FC (inputs, outputs); conv (H, W, I, O, K, stride, pad); depthwise (H, W, C, K,
 # stride, pad).  1x1: DS-CNN's pointwise convs (its input rows are the im2col rows);
-# 3x3: a small CNN's; 10x4-like first conv of one input channel (I = 1)
+# 3x3: a small CNN's; 10x4-like first conv of one input channel (I = 1); depthwise 'c64':
+# 64 channels, 5 columns as the DS-CNN keyword model's (25x5x64), 4 of its rows
 CFG = {'fc': [64, 32], 'bare': 16384, 'min_us': 20000,
        'conv': {'1x1': [5, 5, 32, 32, 1, 1, 1, 0], '3x3': [6, 6, 8, 16, 3, 3, 1, 1],
                 'i1': [13, 10, 1, 64, 10, 4, 2, 1]},
-       'dw': {'3x3': [6, 6, 32, 3, 1, 1], '3x3s2': [8, 8, 16, 3, 2, 1]}}
+       'dw': {'3x3': [6, 6, 32, 3, 1, 1], '3x3s2': [8, 8, 16, 3, 2, 1],
+              'c64': [4, 5, 64, 3, 1, 1]}}
 QUICK = dict(CFG, min_us=2000)
 
 
