@@ -130,12 +130,6 @@ def _fc_options(op, g=None):
     return _slots({opc.ACT: _fused(op, f'op {op.number} FULLY_CONNECTED')})
 
 
-def _fc_steps(op, g, arrays, banded):
-    # ulab adds a one-row weight gradient into rows under 256 values in blocks of rows
-    # (utrain.ulouter; counted whether or not the weight trains)
-    return ('ulouter',) if arrays == 'ulab' and g.tensors[op.inputs[1]].shape[-1] < 256 else ()
-
-
 def _fc_saves(op, flags):
     keep = []
     if flags & DW:
@@ -155,7 +149,7 @@ def _none(op, flags=0):
 
 SPECS = {s.name: s for s in [
     OpSpec('FULLY_CONNECTED', {1: 'weight', 2: 'bias'}, _fc_options, _fc_saves,
-           fwd=(2, 0), bwd=(2, 2), wgrad='rows', steps=_fc_steps),
+           fwd=(2, 0), bwd=(2, 2), wgrad='rows'),
     OpSpec('RELU', {}, _none, _out),
     OpSpec('RELU_N1_TO_1', {}, _none, _out),
     OpSpec('RELU6', {}, _none, _out),

@@ -82,9 +82,6 @@ else:
     def add_outer(a, u, v):
         u = u[0] if len(u.shape) == 2 else u
         v = v[0] if len(v.shape) == 2 else v
-        if a.shape[1] < 256:            # short rows: blocks of them (utrain/ulouter.py)
-            from utrain.ulouter import outer
-            return outer(a, u, v)
         for j in range(a.shape[0]):
             row = a[j]
             row += v * u[j]
