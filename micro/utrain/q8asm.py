@@ -663,14 +663,24 @@ def _bias(r0, r1, r2, r3):
 
 @micropython.asm_thumb
 def _zero(r0, r1):
-    # a[i] = 0 for n int32 values: (a, n)
+    # a[i] = 0 for n int32 values: (a, n), four words a store
     mov(r2, 0)
-    lsl(r1, r1, 2)
-    label(J)
+    mov(r3, 0)
+    mov(r4, 0)
+    mov(r5, 0)
     sub(r1, 4)
-    bmi(END)
-    data(2, 0x5042)          # str r2, [r0, r1]
-    b(J)
+    bmi(TAIL)
+    label(Q)
+    data(2, 0xC03C)          # stmia r0!, {r2, r3, r4, r5}
+    sub(r1, 4)
+    bpl(Q)
+    label(TAIL)
+    add(r1, 4)               # 0..3 left
+    ble(END)
+    label(T)
+    data(2, 0xC004)          # stmia r0!, {r2}
+    sub(r1, 1)
+    bgt(T)
     label(END)
 
 
