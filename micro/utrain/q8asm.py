@@ -23,7 +23,7 @@ from array import array
 
 _P = array('i', range(24))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
-_PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
+_PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk; <= 2 KB)
 _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
@@ -633,7 +633,7 @@ def _buf(n):
 
 
 def _wbuf(n):
-    # one pixel's int32 input-gradient taps, at least n
+    # cdk's int32 im2col-row gradients, at least n
     global _PW
     if len(_PW) < n:
         _PW = None
