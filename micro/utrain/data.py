@@ -123,19 +123,21 @@ def epoch(tr, ds, progress=None, ckpt=None, every=0):
         raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
                          % (ds.path, ds.n, tr.pos))
     idx = order(ds.n, c['seed'] if c['shuffle'] else None, tr.epoch)
-    last = [tr.pos]
-    tr.commit, tr.dirty = (tr.pos, tr.sums), False
+    last = tr.pos
+    tr.commit, tr.dirty = (last, tr.sums), False
 
     def hook(i, n, ls, ms):
+        nonlocal last
+        s = ls, ms
         if tr.pending:
-            tr.pos, tr.sums = i, (ls, ms)
+            tr.pos, tr.sums = i, s
         else:                    # a whole batch: its update and position together
-            tr.pos, tr.sums, tr.commit, tr.dirty = i, (ls, ms), (i, (ls, ms)), False
+            tr.pos, tr.sums, tr.commit, tr.dirty = i, s, (i, s), False
         if progress:
             progress(i, n, ls, ms)
-        if every and ckpt and not tr.pending and i - last[0] >= every and i < n:
+        if every and ckpt and not tr.pending and i - last >= every and i < n:
             tr.save_checkpoint(ckpt)
-            last[0] = i
+            last = i
 
     r = tr._pass(ds, True, idx, hook, tr.pos, tr.sums)
     tr.apply()
