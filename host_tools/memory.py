@@ -700,7 +700,7 @@ Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- a
 # shared gradient buffers, before the layers' small objects cut the heap up).  Fitted on
 # smallest_heap() of the Keras MLP (all layers, SGD; Adam batch 4), the DS-CNN (last:2,
 # with and without --cache), MobileNetV2 0.35 (last:2 --cache) and two sparse schemes
-# (tests/q8cases.py): the plans come within 1.05-1.16x of them on 64-bit, 1.05-1.18x on
+# (tests/support/q8cases.py): the plans come within 1.05-1.16x of them on 64-bit, 1.05-1.18x on
 # 32-bit
 Q8_SLACK = {8: (0.3, 0.15), 4: (0.15, 0.1)}
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools import quant, runner  # noqa: E402
@@ -22,7 +22,7 @@ from host_tools.circle_io import read_model  # noqa: E402
 from host_tools.prepare import prepare  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
-from tests.test_q8 import _np_conv_taps  # noqa: E402
+from test_q8 import _np_conv_taps  # noqa: E402
 
 MP = runner.find_micropython()
 H0, C0, C1, C2, NCLS = 8, 3, 8, 16, 4
@@ -516,7 +516,7 @@ def test_dscnn_sparse_run_export_end_to_end(tmp_path):
     conv's other half and the bias-only layers' weights as they were), and TFLite Micro's
     logits on it are the trained net's."""
     from host_tools.prepare import export
-    from tests.test_q8 import DSCNN, _cut_softmax
+    from test_q8 import DSCNN, _cut_softmax
     from tflite_micro.python.tflite_micro import runtime
     z = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))
     data = str(tmp_path / 'd.npz')
