@@ -103,11 +103,16 @@ def cmd_prepare(a):
                 ranks=a.ranks, train_config=a.train_config, stream=a.stream,
                 budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
                 cache=a.cache, select=a.select, select_layers=a.select_layers,
-                dequantize=a.dequantize, bands=a.bands)
+                dequantize=a.dequantize, bands=a.bands, int8=a.int8)
     st = s['settings']
-    if s.get('int8'):
+    if s.get('from_float'):
+        print(f'prepared {a.out}: float model training as int8 (calibrated on '
+              f'{s["from_float"]["samples"]} samples: int8.circle, q8.json, int8 weights.wof), '
+              f'{s["trainable_params"]} trainable parameters; --float32 trains it in float32')
+    elif s.get('int8'):
         print(f'prepared {a.out}: int8 model training as int8 (q8.json, int8 weights.wof), '
               f'{s["trainable_params"]} trainable parameters; --dequantize trains it in float')
+    if s.get('int8'):
         print('  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
         print(f'  {st["loss"]}, {st["optimizer"]} lr {st["lr"]:g}, {st["epochs"]} epochs')
         if 'train_samples' in s:
@@ -169,7 +174,10 @@ def cmd_export(a):
     r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
-             if a.quantized else '') + (' (int8, as trained)' if r.get('int8') else ''))
+             if a.quantized and not r.get('int8') else '')
+          + (' (int8, as trained)' if r.get('int8') else '')
+          + (' (float32, dequantized from its int8 training)' if r.get('dequantized_from_int8')
+             else ''))
     print('\n'.join(r['notes']) if r['notes'] else '', end='\n' if r['notes'] else '')
     return 0
 
@@ -445,6 +453,13 @@ def parser(prog=None):
     q.add_argument('--dequantize', action='store_true',
                    help='an int8 model: train it in float32, dequantized (by default it '
                         'trains as int8: int8 weights, integer forward, QAS updates)')
+    q.add_argument('--int8', dest='int8', action='store_const', const=True, default=None,
+                   help='a float model: train an int8 version calibrated on --data in integers '
+                        '(integer forward, QAS updates; export writes float32 again, or int8 '
+                        'with --quantized); prepare chooses it itself for a --board without '
+                        'ulab (--backend fallback) where the settings allow (docs/int8.md)')
+    q.add_argument('--float32', dest='int8', action='store_const', const=False,
+                   help='a float model: keep float32 training where prepare would choose --int8')
     q.set_defaults(fn=cmd_prepare)
 
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')
@@ -470,7 +485,8 @@ def parser(prog=None):
                    'one (the file identifier), .onnx (from an .onnx model) the ONNX graph')
     q.add_argument('--quantized', action='store_true',
                    help='an int8 model trained with --dequantize: the trained weights quantized '
-                   'again into a copy of the original int8 model')
+                   'again into a copy of the original int8 model; a float model trained as int8 '
+                   '(prepare --int8): the int8 model prepare calibrated, with the trained weights')
     q.add_argument('--data', help='with --quantized: samples (as prepare --data takes) on which '
                    'to recalibrate the activation scales and measure the int8 export against the '
                    'float weights it came from (the better of original and recalibrated is kept)')
