@@ -43,8 +43,9 @@ def why_not(s: dict, cache=False) -> str | None:
 
 def int8_graph(g: Graph) -> tuple[Graph, dict]:
     """A copy of float graph g typed as an int8 model, its scales still to be set
-    (exportcheck.recalibrate): activations int8 with one scale, weights of FC / CONV_2D /
-    DEPTHWISE_CONV_2D int8 with a scale per output channel, their biases int32, SOFTMAX's
+    (exportcheck.recalibrate): activations int8 with one scale, weights of CONV_2D /
+    DEPTHWISE_CONV_2D int8 with a scale per output channel (FULLY_CONNECTED: one), their
+    biases int32, SOFTMAX's
     output at TFLite's fixed 1/256, -128.  Returns (graph, {name: float weight or bias}).
     ValueError when g is not a plain float model."""
     og = copy.deepcopy(g)
@@ -70,7 +71,10 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
         op, ax = weights[t.index]
         trained[t.name] = np.asarray(t.data, np.float32)
         w = og.tensors[op.inputs[1]]
-        n = int(w.shape[WEIGHTED[op.name]])
+        # one weight scale per output channel (a conv's, as TFLite's converter gives
+        # them); a FULLY_CONNECTED's per tensor, as TFLite's: on the board each channel's
+        # scale costs float steps per update (QAS multipliers, the dz rescaling)
+        n = int(w.shape[WEIGHTED[op.name]]) if op.name != 'FULLY_CONNECTED' else 1
         if ax is None:
             t.dtype, t.data = 'int32', np.zeros(t.shape, np.int32)
             t.quant = {'scale': [1.0] * n, 'zero_point': [0] * n, 'quantized_dimension': 0}

@@ -62,6 +62,8 @@ class Layer:
     w = b = mul = shf = None
     c = 1
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
+    stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
+    whole = 0    # 1: an FC layer with its weights and multipliers in RAM, one chunk
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -119,7 +121,7 @@ class Layer:
     def set_bias(self):
         # the float bias (and Adam's float master) from the int32 bias and int8 weights
         sw, sx, b = self.d['sw'], self.d['sx'], self.b
-        self.sync = 0
+        self.sync = self.stale = 0
         for o in range(len(b)):
             self.bf[o] = b[o] * sx * sw[o % len(sw)]
         wm = getattr(self, 'wm', None)
@@ -143,8 +145,11 @@ class Layer:
     def forward(self, x, x2=None):
         if self.back:
             self.x = x              # (the backward pass of a trained layer / pool reads it)
-        d = self.d
         k = self.k
+        if k == FC:                 # (first: each Python step costs thousands of cycles)
+            self.fc(x)
+            return self.y
+        d = self.d
         if k >= PMAX:               # MAX_POOL_2D, AVERAGE_POOL_2D: int8 to int8
             K.pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
             return self.y
@@ -153,9 +158,6 @@ class Layer:
             return self.y
         if k == ADD:
             self.add(x, x2, self.y, self.nout)
-            return self.y
-        if k == FC:
-            self.fc(x)
             return self.y
         K.sumk(self.acc, x, self.zx, d['n'], self.nout)
         K.rqk(self.acc, self.nout, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo,
@@ -186,14 +188,16 @@ class Layer:
     def fc(self, x):
         d, acc = self.d, self.acc
         ni, no = d['nin'], self.nout
-        nc = d.get('nc', no)
-        if nc >= no and self.w is not None and self.mul is not None:
+        if self.whole:
             # the layer's own weights in one chunk: _chunk's views are the arrays themselves
             # (fewer Python steps: each costs thousands of cycles on a Cortex-M0+)
             K.fck(acc, x, 0, self.zx, self.w, self.b, 1, ni, no)
-            K.rqk(acc, no, no if self.c > 1 else 1, 1, self.mul, self.shf, self.y, self.zy,
-                  self.lo, self.hi, 0)
+            K.rqk(acc, no, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo, self.hi, 0)
             return
+        nc = d.get('nc', no)
+        if nc >= no and self.w is not None and self.mul is not None:
+            self.whole = 1          # (mul: read from q8.req after __init__)
+            return self.fc(x)
         for o0 in range(0, no, nc):
             n = min(nc, no - o0)
             w, b, m, s, c = self._chunk(o0, n, ni)
@@ -321,6 +325,9 @@ class Q8Net:
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
         self.gb = None
+        self.etab = None            # scce's softmax table (_sce), made on first use
+        self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
+        self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.setup()
 
@@ -390,6 +397,16 @@ class Q8Net:
     def forward(self, x):
         t, ls, n = self.t, self.layers, len(self.layers)
         t[self.xin] = x
+        if not self.groups:         # (no band group: fewer steps a layer)
+            for L in ls:
+                ins = L.ins
+                if ins is None:
+                    x = L.forward(x)
+                elif L.k == ADD:
+                    x = L.forward(t[ins[0]], t[ins[1]])
+                else:
+                    x = L.forward(t[ins[0]])
+            return x
         i = 0
         while i < n:
             g = self.groups.get(i)
@@ -418,7 +435,9 @@ class Q8Net:
         """(loss, hit) of int8 sample x with target label, a class index (scce) or a list
         of class probabilities (cce): softmax cross-entropy on the dequantized logits, hit
         1 when the largest logit is the (most probable) class's; with grad, also
-        dL/dlogits."""
+        dL/dlogits (scce: int32 at scale 2^-14, the softmax in integers; cce: floats)."""
+        if isinstance(label, int):
+            return self._sce(x, label, grad)
         lg = self.logits(x)
         m = max(lg)
         e = [exp(v - m) for v in lg]
@@ -444,6 +463,37 @@ class Q8Net:
             for i in range(len(dl)):
                 dl[i] -= tv[i]
         return loss, hit, dl
+
+    def _sce(self, x, label, grad):
+        # scce in integers: the int8 logits' differences to their max d index a table of
+        # round(2^14 exp(-s_y d)) (made once), the gradient p - onehot is int32 at scale
+        # 2^-14 (small ints all: no float object per class on a board)
+        y = self.forward(x)
+        n = len(y)
+        T = self.etab
+        if T is None:
+            s = self.sy
+            T = self.etab = array('i', [int(round(16384.0 * exp(-s * d))) for d in range(256)])
+        m, am = -129, 0
+        for i in range(n):
+            v = (y[i] ^ 128) - 128
+            if v > m:
+                m, am = v, i
+        g = self.g0
+        t = 0
+        for i in range(n):
+            e = T[m + 128 - (y[i] ^ 128)]
+            g[i] = e
+            t += e
+        loss = self.sy * (m + 128 - (y[label] ^ 128)) + log(t / 16384.0)
+        hit = 1 if am == label else 0
+        if not grad:
+            return loss, hit
+        h = t >> 1
+        for i in range(n):
+            g[i] = (g[i] * 16384 + h) // t
+        g[label] -= 16384
+        return loss, hit, g
 
     def setup(self, optimizer='sgd', batch=1, beta1=0.9, beta2=0.999, eps=1e-7):
         """Optimizer and batch: sgd at batch 1 updates each layer as its gradient is done
@@ -474,10 +524,14 @@ class Q8Net:
 
     def _run(self, x, label, lr):
         loss, hit, dl = self.loss(x, label, True)
-        # the float loss gradient as int32 with scale s = 2^-20 (|dL/dlogit| <= 1: a scale
-        # every sample shares, so batch sums differ only by the layers' powers of two)
-        s = 1.0 / 1048576.0
-        g = array('i', [int(round(v / s)) for v in dl])
+        # the loss gradient as int32 with scale s = 2^-14 (scce's own) or 2^-20 (cce's
+        # floats; |dL/dlogit| <= 1: a scale every sample shares, so batch sums differ only
+        # by the layers' powers of two)
+        if isinstance(label, int):
+            g, s = dl, 1.0 / 16384.0
+        else:
+            s = 1.0 / 1048576.0
+            g = array('i', [int(round(v / s)) for v in dl])
         i = len(self.layers) - 1
         while i >= self.first:
             g, s = self._back(self.layers[i], g, s, lr, i > self.first)
@@ -667,10 +721,30 @@ class Q8Net:
         gw = L.gw
         oc, row, blk = L.geo()
         # QAS update per output channel: w_q -= lr sz sx / s_W[o] * gw (in 1/256 steps)
-        _mults(L, oc, row, blk, lr * sz * sx, 256.0)
-        self.seed = K.upk(L.w, gw, oc * row, self.seed)
+        m, e = qmul(lr * sz * sx / sw[0] * 256.0) if len(sw) == 1 and L.k == FC else (0, 99)
+        if -15 <= e <= 16:
+            # an FC layer at batch 1, per-tensor: |gw| < 2^15, so upmk scales it by a 16-bit
+            # multiplier in its one pass (fewer cycles than rqk's 62-bit products)
+            p = self.upm
+            p[0], p[1], p[2] = self.seed, m >> 15, 16 - e
+            p[3] = (1 << (15 - e)) if e < 16 else 0
+            self.seed = K.upmk(L.w, gw, oc * row, p)
+        else:
+            _mults(L, oc, row, blk, lr * sz * sx, 256.0)
+            self.seed = K.upk(L.w, gw, oc * row, self.seed)
         bf, b = L.bf, L.b
         nw = len(sw)
+        if nw == 1:
+            # per-tensor scales: b -= lr sz bs / (sx s_W) bias steps, stochastically rounded
+            # like the weights: one multiplier, no float step per channel
+            L.um[0], L.us[0] = qmul(lr * sz / (sx * sw[0]) * 256.0)
+            if L.us[0] < 16:                   # (bs << shift stays within 31 bits)
+                K.rqk(bs, oc, 1, oc, L.um, L.us, bs, 0, 0, 0, 1)
+                self.seed = K.ubk(b, bs, oc, self.seed)
+                L.stale = 1                    # (bf: not kept by this update)
+                return
+        if L.stale:
+            L.set_bias()
         c = lr * sz                            # (the products as before: same floats)
         den = sx * sw[0]
         # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]
