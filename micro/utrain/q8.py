@@ -327,6 +327,7 @@ class Q8Net:
         self.gb = None
         self.etab = None            # scce's softmax table (_sce), made on first use
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
+        self.smr = array('i', [0, 0, 0])                 # smk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.setup()
@@ -467,31 +468,21 @@ class Q8Net:
     def _sce(self, x, label, grad):
         # scce in integers: the int8 logits' differences to their max d index a table of
         # round(2^14 exp(-s_y d)) (made once), the gradient p - onehot is int32 at scale
-        # 2^-14 (small ints all: no float object per class on a board)
+        # 2^-14 (kernels smk, sgk: no float object per class on a board)
         y = self.forward(x)
         n = len(y)
         T = self.etab
         if T is None:
             s = self.sy
             T = self.etab = array('i', [int(round(16384.0 * exp(-s * d))) for d in range(256)])
-        m, am = -129, 0
-        for i in range(n):
-            v = (y[i] ^ 128) - 128
-            if v > m:
-                m, am = v, i
-        g = self.g0
-        t = 0
-        for i in range(n):
-            e = T[m + 128 - (y[i] ^ 128)]
-            g[i] = e
-            t += e
-        loss = self.sy * (m + 128 - (y[label] ^ 128)) + log(t / 16384.0)
-        hit = 1 if am == label else 0
+        g, r = self.g0, self.smr
+        K.smk(y, n, T, g, r)
+        t = r[0]
+        loss = self.sy * (r[2] + 128 - (y[label] ^ 128)) + log(t / 16384.0)
+        hit = 1 if r[1] == label else 0
         if not grad:
             return loss, hit
-        h = t >> 1
-        for i in range(n):
-            g[i] = (g[i] * 16384 + h) // t
+        K.sgk(g, n, 268435456 // t)
         g[label] -= 16384
         return loss, hit, g
 

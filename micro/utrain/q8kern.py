@@ -408,6 +408,39 @@ def upmk(w, d, n: int, p) -> int:
 
 
 @micropython.viper
+def smk(y, n: int, T, g, r):
+    # scce's softmax over n int8 logits y: g[i] = T[max - y[i]] (T: 2^14 exp(-s_y d)),
+    # r = their sum, the first largest logit's index, that logit
+    py = ptr8(y)
+    pt = ptr32(T)
+    pg = ptr32(g)
+    pr = ptr32(r)
+    m = -129
+    am = 0
+    for i in range(n):
+        v = (int(py[i]) ^ 128) - 128
+        if v > m:
+            m = v
+            am = i
+    t = 0
+    for i in range(n):
+        e = int(pt[m + 128 - (int(py[i]) ^ 128)])
+        pg[i] = e
+        t += e
+    pr[0] = t
+    pr[1] = am
+    pr[2] = m
+
+
+@micropython.viper
+def sgk(g, n: int, f: int):
+    # g[i] = (g[i] * f + 2^13) >> 14 (f = 2^28 // sum: smk's terms as 2^14 probabilities)
+    pg = ptr32(g)
+    for i in range(n):
+        pg[i] = (int(pg[i]) * f + 8192) >> 14
+
+
+@micropython.viper
 def ubk(b, d, n: int, seed: int) -> int:
     # int32 bias update: b[i] -= d[i] / 256 rounded stochastically (upk's draws, no int8
     # clamp; held within +-(2^31 - 1)); returns the generator's state
