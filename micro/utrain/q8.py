@@ -325,7 +325,13 @@ class Q8Net:
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
         self.gb = None
-        self.etab = None            # scce's softmax table (_sce), made on first use
+        # scce's softmax table (_sce; host_tools/quant.py etab), 256 entries
+        e = meta.get('etab')
+        self.etab = None
+        if e is not None:
+            self.etab = _i32(256)
+            for i in range(len(e)):
+                self.etab[i] = e[i]
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
         self.smr = array('i', [0, 0, 0])                 # smk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
@@ -472,7 +478,7 @@ class Q8Net:
         y = self.forward(x)
         n = len(y)
         T = self.etab
-        if T is None:
+        if T is None:               # (a table from before prepare wrote q8.json's etab)
             s = self.sy
             T = self.etab = array('i', [int(round(16384.0 * exp(-s * d))) for d in range(256)])
         g, r = self.g0, self.smr
@@ -713,12 +719,12 @@ class Q8Net:
         oc, row, blk = L.geo()
         # QAS update per output channel: w_q -= lr sz sx / s_W[o] * gw (in 1/256 steps)
         m, e = qmul(lr * sz * sx / sw[0] * 256.0) if len(sw) == 1 and L.k == FC else (0, 99)
-        if -15 <= e <= 16:
-            # an FC layer at batch 1, per-tensor: |gw| < 2^15, so upmk scales it by a 16-bit
+        if -16 <= e <= 15:
+            # an FC layer at batch 1, per-tensor: |gw| < 2^15, so upmk scales it by a 15-bit
             # multiplier in its one pass (fewer cycles than rqk's 62-bit products)
             p = self.upm
-            p[0], p[1], p[2] = self.seed, m >> 15, 16 - e
-            p[3] = (1 << (15 - e)) if e < 16 else 0
+            p[0], p[1], p[2] = self.seed, m >> 16, 15 - e
+            p[3] = (1 << (14 - e)) if e < 15 else 0
             self.seed = K.upmk(L.w, gw, oc * row, p)
         else:
             _mults(L, oc, row, blk, lr * sz * sx, 256.0)

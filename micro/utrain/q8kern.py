@@ -375,8 +375,8 @@ def upk(w, d, n: int, seed: int) -> int:
 @micropython.viper
 def upmk(w, d, n: int, p) -> int:
     # upk from unscaled sums: w[i] -= (d[i] * m + h) >> sh (1/256 steps) rounded
-    # stochastically as upk, p = array('i') of seed, m, sh, h (m < 2^16 and |d[i]| < 2^15:
-    # an FC layer's weight-gradient products at batch 1, the product within 31 bits);
+    # stochastically as upk, p = array('i') of seed, m, sh, h (m < 2^15, |d[i]| < 2^15: an
+    # FC layer's weight-gradient products at batch 1; h <= 2^30: the sum within 31 bits);
     # returns the generator's state.  One pass, no rescaled copy (rqk + upk's two).
     pw = ptr8(w)
     pd = ptr32(d)
