@@ -2,7 +2,9 @@
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
 
 prepare() is a list of passes, each a function here: settle (settings, model read and
-checked) -> [an int8 model: quant.prepare_q8] -> validate.loss_on_logits -> run_select
+checked) -> [an int8 model: quant.prepare_q8] -> [a float model for a board without ulab,
+or --int8: from_float, an int8 version calibrated on the data, quant.prepare_q8] ->
+validate.loss_on_logits -> run_select
 (--select) -> what_trains (--train, --ranks, --train-config) -> select_rewrite_plan
 (select, rewrite, plan) -> plan_memory -> check_budget -> read_data -> check_outputs ->
 write_folder (+ describe: prepare.json's summary) -> write_data -> write_prefix_caches ->

@@ -1,10 +1,13 @@
 # Int8 training of an int8 model (issue 16): the forward pass in integers as TFLite
 # Micro runs it (int8 activations and weights, int32 sums and biases, per-tensor or
-# per-channel requantization), the loss and its softmax in float, and the backward pass
+# per-channel requantization), the loss and its softmax on the dequantized logits (scce
+# in integers: _sce; cce in float), and the backward pass
 # in integers (int8 gradients with a power-of-two scale per tensor, int32 sums) with
 # QAS updates: for an int8 weight w_q = W / s_W the gradient g_q = s_W dL/dW scaled by
 # s_W^-2 gives w_q -= lr dL/dW / s_W, applied per output channel with stochastic
-# rounding; biases keep a float copy (b -= lr dL/db, stored int32 b / (s_x s_W)).
+# rounding; biases keep a float copy (b -= lr dL/db, stored int32 b / (s_x s_W)), but
+# at SGD batch 1 a layer with one weight scale moves its int32 bias by stochastically
+# rounded steps (ubk: no float step per channel, each thousands of cycles on a board).
 # Batch > 1 (Q8Net.accum, then apply at the batch's end): each sample's weight-gradient
 # sums are requantized into one int32 sum per weight in 2^-12 weight steps (scales differ
 # between samples by powers of two) and the update is applied from those.  Adam keeps a
