@@ -9,11 +9,11 @@ time per sample is the board's own epoch line (ms/sample: reading, step, bookkee
 on the emulated Pico's stock firmware (host_tools/pico.py, RP2040 cycles = us x 125;
 when $UTRAIN_PICO_FIRMWARE is set) and on unix MicroPython (x86, ms).
 
-Accuracy: test accuracy per epoch of the int8 run and the float run on the host's numpy
-trainer (`run --python`: utrain's device code under CPython, the int8 integers as a board
-computes them) on a quarter of the samples held out: the digits MLP and CNN (trained from
-their untrained weights) and the Keras MLP 16-32-16-4 of bench/zoo (bench/int8.py's
-fine-tuning task)."""
+Accuracy: the last epoch's test accuracy of the int8 run and the float run on a quarter
+of the samples held out, three splits (split seeds 0-2): the digits MLP and CNN (trained
+from their untrained weights) and the Keras MLP 16-32-16-4 of bench/zoo (bench/int8.py's
+fine-tuning task).  The int8 runs on unix MicroPython (bit for bit the host numpy
+trainer's: tests/test_fromfloat.py), the float runs on the host's numpy trainer."""
 from __future__ import annotations
 
 import argparse
@@ -87,18 +87,22 @@ def speed(samples, unix_samples=400):
     return out
 
 
-def accuracy(name, n, epochs, lr):
-    """{kind: [test accuracy per epoch]} of task name, int8 and float32, host numpy."""
+def accuracy(name, n, epochs, lr, seed=0):
+    """{kind: [test accuracy per epoch]} of task name, int8 and float32, on the split
+    drawn with seed.  The int8 run on unix MicroPython when there (bit for bit the host's
+    numpy trainer's, tests/test_fromfloat.py; faster), else on the host; float32 on the
+    host (numpy)."""
     out = {}
+    mp = runner.find_micropython()
     with tempfile.TemporaryDirectory() as d:
         npz = os.path.join(d, 'task.npz')
         data(name, n, npz)
         for kind in ('int8', 'float32'):
             f = os.path.join(d, kind)
-            prepare(model_path(name), f, data=npz, test_split=0.25, loss='scce',
-                    optimizer='sgd', lr=lr, batch=1, epochs=epochs, progress=0,
+            prepare(model_path(name), f, data=npz, test_split=0.25, split_seed=seed,
+                    loss='scce', optimizer='sgd', lr=lr, batch=1, epochs=epochs, progress=0,
                     int8=kind == 'int8', log=lambda *a: None)
-            code, text = runner.run(f, python=True, stream=False)
+            code, text = runner.run(f, python=kind == 'float32' or not mp, stream=False)
             if code:
                 raise RuntimeError(text.strip().splitlines()[-1])
             out[kind] = [float(v.split('test_accuracy ')[1].split()[0])
@@ -113,17 +117,18 @@ def main(argv=None):
     ap.add_argument('--samples', type=int, default=8, help='samples of the timed epoch')
     a = ap.parse_args(argv)
     if a.accuracy:
-        print('| model | samples | epochs | int8 from float: test acc per epoch | float32 '
-              '| int8 - float (last, points) |')
+        seeds = range(1 if a.quick else 3)
+        print('| model | samples | epochs | int8 from float: last test acc per split '
+              '| float32 | int8 - float (mean, points) |')
         print('|---|---|---|---|---|---|')
         for name, (_, n, ep, lr) in TASKS.items():
             if a.quick:
                 n, ep = n // 4, max(2, ep // 2)
-            r = accuracy(name, n, ep, lr)
-            q, f = r['int8'], r['float32']
+            rs = [accuracy(name, n, ep, lr, seed) for seed in seeds]
+            q, f = [r['int8'][-1] for r in rs], [r['float32'][-1] for r in rs]
             print('| %s | %d | %d | %s | %s | %+.1f |' % (
                 name, n, ep, ' '.join('%.3f' % v for v in q), ' '.join('%.3f' % v for v in f),
-                100 * (q[-1] - f[-1])))
+                100 * (sum(q) - sum(f)) / len(q)))
         return
     r = speed(a.samples)
     print('digits MLP 64-32-10, SGD batch 1, %d samples: time per sample (the board\'s epoch '
