@@ -115,13 +115,18 @@ def main(argv=None):
     ap.add_argument('--accuracy', action='store_true', help='the accuracy table instead')
     ap.add_argument('--quick', action='store_true', help='--accuracy on fewer samples')
     ap.add_argument('--samples', type=int, default=8, help='samples of the timed epoch')
+    ap.add_argument('--models', help='--accuracy: some of the tasks, comma-separated (mlp, '
+                    'cnn, zoo)')
     a = ap.parse_args(argv)
     if a.accuracy:
         seeds = range(1 if a.quick else 3)
         print('| model | samples | epochs | int8 from float: last test acc per split '
               '| float32 | int8 - float (mean, points) |')
         print('|---|---|---|---|---|---|')
+        pick = a.models.split(',') if a.models else ('mlp', 'cnn', 'zoo')
         for name, (_, n, ep, lr) in TASKS.items():
+            if not any(k in name.lower().replace('keras', 'zoo') for k in pick):
+                continue
             if a.quick:
                 n, ep = n // 4, max(2, ep // 2)
             rs = [accuracy(name, n, ep, lr, seed) for seed in seeds]
