@@ -35,7 +35,7 @@ DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
 # name: (model, samples, epochs, lr) of the accuracy table
 TASKS = {'digits MLP': ('digits_mlp.circle', 1000, 10, 0.01),
-         'digits CNN': ('digits_cnn.circle', 600, 10, 0.01),
+         'digits CNN': ('digits_cnn.circle', 600, 20, 0.01),
          'Keras MLP (zoo)': ('mlp_float.tflite', 4000, 4, 0.02)}
 
 

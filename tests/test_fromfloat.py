@@ -140,3 +140,21 @@ def test_int8_from_float_learns_near_float_and_exports(tmp_path):
     export(MLP, str(tmp_path / 'int8' / 'trained.wof'), q, quantized=True)
     ev8 = evaluate(q, str(tmp_path / 'all.npz'))
     assert ev8['runtime'] == 'TFLite Micro' and abs(ev8['accuracy'] - ev['accuracy']) < 0.03
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_int8_from_float_trains_in_its_planned_heap(tmp_path):
+    """The digits MLP trained as int8 from float trains in the heap prepare planned for
+    it (unix MicroPython, -X heapsize) and not in the plan / 1.3."""
+    from host_tools.memory import trains_in
+    out = str(tmp_path / 'q')
+    s = prepare(MLP, out, data=_digits(tmp_path, 12), test_split=0.25, epochs=1, int8=True,
+                log=lambda *a: None, **KW)
+    cfg = json.loads((tmp_path / 'q' / 'train.json').read_text())
+    cfg['run']['keep_best'] = False
+    (tmp_path / 'q' / 'train.json').write_text(json.dumps(cfg))
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), plan
+    assert not trains_in(out, int(plan / 1.3)), plan
