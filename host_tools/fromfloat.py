@@ -154,6 +154,9 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), log=pri
     float graph, samples calibrated on, whether prepare rewrote the graph).  ValueError:
     not convertible."""
     from .prepare import prepare
+    from .onnx_io import is_onnx
+    if is_onnx(model_path):
+        raise ValueError('an .onnx model: export writes .onnx from float32 training only')
     tmp = tempfile.mkdtemp(prefix='utrain-q8f-')
     try:
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch')}
@@ -186,8 +189,9 @@ def choose(int8, model_path, board, backend, data, s, cache):
         return True, 'asked (--int8)'
     if not board or board == 'unix' or not backend.startswith('fallback') or why:
         return False, ''
-    return True, (f'--board {board} without ulab: float32 steps there are boxed soft-float, '
-                  'the int8 path runs its loops in viper / Thumb assembler')
+    return True, (f'--board {board} without ulab: every float32 value there is a heap object '
+                  '(and an RP2040 has no FPU); the int8 path runs its loops in viper or '
+                  'assembler kernels')
 
 
 def dequantized(int8_path, wof_path, train, n) -> dict:
