@@ -158,3 +158,16 @@ def test_int8_from_float_trains_in_its_planned_heap(tmp_path):
     runner.stage(out)
     assert trains_in(out, plan), plan
     assert not trains_in(out, int(plan / 1.3)), plan
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_bench_fromfloat_accuracy_table_quick(capsys):
+    """python -m bench.fromfloat --accuracy --quick --models mlp prints its table: a row
+    with the int8 and float32 accuracies and their difference."""
+    from bench import fromfloat as bf
+    bf.main(['--accuracy', '--quick', '--models', 'mlp'])
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith('| digits MLP')]
+    assert len(rows) == 1, rows
+    cells = [c.strip() for c in rows[0].strip('|').split('|')]
+    q, f, d = float(cells[3]), float(cells[4]), float(cells[5])
+    assert q > 0.5 and f > 0.5 and abs(100 * (q - f) - d) < 0.051
