@@ -3,6 +3,7 @@ board without ulab) against --float32, same model, data and settings.
 
     python -m bench.fromfloat [--samples 8]          the speed table
     python -m bench.fromfloat --accuracy [--quick]   the accuracy table
+    python -m bench.fromfloat --profile              where a sample's cycles go (Pico)
 
 Speed: the digits MLP 64-32-10 (SGD, batch 1), one epoch of a few samples per build; the
 time per sample is the board's own epoch line (ms/sample: reading, step, bookkeeping),
@@ -87,6 +88,31 @@ def speed(samples, unix_samples=400):
     return out
 
 
+def profile(samples):
+    """[(phase, RP2040 cycles per sample)] of the int8-from-float digits MLP's training
+    pass on the emulated Pico (bench/fromfloat_step.py), the rest of the pass (the loop's
+    bookkeeping) last."""
+    import shutil
+    from host_tools import pico
+    with tempfile.TemporaryDirectory() as d:
+        npz = os.path.join(d, 'd.npz')
+        data('digits MLP', samples, npz)
+        f = os.path.join(d, 'int8')
+        prepare(model_path('digits MLP'), f, data=npz, loss='scce', optimizer='sgd', lr=0.01,
+                batch=1, epochs=1, progress=0, int8=True, log=lambda *a: None)
+        shutil.copy(os.path.join(ROOT, 'bench', 'fromfloat_step.py'), f)
+        code, text = pico.run_folder(f, stream=False, script='fromfloat_step.py')
+        if code:
+            raise RuntimeError(text.strip()[-400:])
+    got = dict(line[5:].split('|') for line in text.splitlines() if line.startswith('PROF '))
+    got = {k: float(v) * pico.MHZ for k, v in got.items()}
+    whole = got.pop("the trainer's pass")
+    rows = sorted(got.items())
+    rows.append(('the pass\'s bookkeeping (the rest)', whole - sum(v for _, v in rows)))
+    rows.append(("the trainer's pass (all)", whole))
+    return rows
+
+
 def accuracy(name, n, epochs, lr, seed=0):
     """{kind: [test accuracy per epoch]} of task name, int8 and float32, on the split
     drawn with seed.  The int8 run on unix MicroPython when there (bit for bit the host's
@@ -115,9 +141,21 @@ def main(argv=None):
     ap.add_argument('--accuracy', action='store_true', help='the accuracy table instead')
     ap.add_argument('--quick', action='store_true', help='--accuracy on fewer samples')
     ap.add_argument('--samples', type=int, default=8, help='samples of the timed epoch')
+    ap.add_argument('--profile', action='store_true',
+                    help='where an int8-from-float sample\'s cycles go on the emulated Pico')
     ap.add_argument('--models', help='--accuracy: some of the tasks, comma-separated (mlp, '
                     'cnn, zoo)')
     a = ap.parse_args(argv)
+    if a.profile:
+        rows = profile(a.samples)
+        whole = rows[-1][1]
+        print('digits MLP 64-32-10 trained as int8 from float, SGD batch 1, on the emulated '
+              'Pico (stock firmware): RP2040 cycles per sample')
+        print('| phase | cycles | share |')
+        print('|---|---|---|')
+        for k, v in rows:
+            print('| %s | %.0f | %.0f%% |' % (k, v, 100 * v / whole))
+        return
     if a.accuracy:
         seeds = range(1 if a.quick else 3)
         print('| model | samples | epochs | int8 from float: last test acc per split '
