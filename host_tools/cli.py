@@ -106,6 +106,9 @@ def cmd_prepare(a):
               f'{s["trainable_params"]} trainable parameters; --dequantize trains it in float')
     if s.get('int8'):
         print('  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
+        if s.get('ranks'):
+            print('  sparse update (output channels lo:hi whose weights train; 0:0 the bias '
+                  'alone): ' + ', '.join(f'{k} {lo}:{hi}' for k, (lo, hi) in s['ranks'].items()))
         print(f'  {st["loss"]}, {st["optimizer"]} lr {st["lr"]:g}, {st["epochs"]} epochs')
         if 'train_samples' in s:
             print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
@@ -132,8 +135,8 @@ def cmd_prepare(a):
     if s.get('rewrites', {}).get('dequantized'):
         print(f'  int8 model dequantized: {s["rewrites"]["dequantized"]} tensors, trains in '
               'float32 (export --quantized writes it as int8 again)'
-              + ('' if a.dequantize else '; as int8 it trains with --train, without --ranks, '
-                 '--train-config or --select'))
+              + ('' if a.dequantize else '; as int8 it trains with --train, --ranks and '
+                 '--select, without --train-config'))
     if s.get('bands'):
         print('  row bands (ops computed a few rows at a time): ' + ', '.join(
             f'ops {lo}..{last} ({r} row{"s" if r > 1 else ""})' for lo, last, r in s['bands']))
@@ -417,7 +420,8 @@ def _args_what_and_where(q):
     q.add_argument('--progress', type=int, help='print a progress line every N samples '
                    '(default: about 4 per epoch; 0: none)')
     q.add_argument('--ranks', help='sparse update, OP:RANK,... with RANK all | bias | 1/2 | '
-                   '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
+                   '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N '
+                   '(an int8 model trains them as int8: docs/int8.md)')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
     q.add_argument('--cache', dest='cache', action='store_const', const=True, default=False,
@@ -435,7 +439,8 @@ def _args_what_and_where(q):
                    help='choose what trains within --budget/--board: auto (short trials on '
                         '--data, the host picks) or board (the board picks by Fisher potential '
                         'from its own samples, among configurations the host short-listed on '
-                        '--data when given); writes the ranks and train.tcfg')
+                        '--data when given); writes the ranks and train.tcfg.  An int8 model: '
+                        'auto chooses as int8 (int8 trials and plans)')
     q.add_argument('--select-layers', type=int,
                    help='--select board without host priors: layers the board trains besides '
                         'the classifier, its best by TinyTrain\'s score')

@@ -31,7 +31,7 @@ def why_not(s: dict, cache=False) -> str | None:
     quant.prepare_q8 refuses, said for a float model."""
     if s['loss'] not in ('scce', 'cce'):
         return f'--loss {s["loss"]} (the int8 path takes scce or cce)'
-    if s['optimizer'] not in ('sgd', 'adam') or s.get('momentum'):
+    if s['optimizer'] not in ('sgd', 'adam') or (s.get('momentum') and s['optimizer'] != 'sgd'):
         return f'--optimizer {s["optimizer"]}' + (f' momentum {s["momentum"]}' if s.get('momentum')
                                                    else '') + ' (the int8 path: sgd, adam)'
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):

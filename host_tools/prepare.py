@@ -24,7 +24,7 @@ import numpy as np
 from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
 from .memory import plans_by_target
-from .passes import PrepareError, RANK_NAMES
+from .passes import PrepareError, RANK_NAMES, parse_ranks
 from . import quant, rewrite as rw
 from .runfolder import (FILES, check_flash, check_outputs, out_identifier, read_data,
                         write_data, write_prefix_caches, write_run_config)
@@ -278,12 +278,25 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
-    if not (dequantize or ranks or train_config or select) and rewrite and quant.is_int8(source):
-        return quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
-                                split_seed, progress, cache, bands, board,
-                                lambda heap: heap_limit(prof, budget, heap),
-                                limit_source(board, prof), log,
-                                given | ({'cache'} if cache else set()))
+    if not (dequantize or train_config) and rewrite and quant.is_int8(source):
+        limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
+        if select:              # chosen as int8 (host_tools/select.py choose_q8)
+            from .select import choose_q8
+            sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
+                            split_seed, board, cache, bands, select_layers, log,
+                            prepare=prepare)
+            ranks, train = sel['ranks'], 'none'
+        rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
+        summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
+                                   split_seed, progress, cache, bands, board, limit8,
+                                   limit_source(board, prof), log,
+                                   given | ({'cache'} if cache else set()), rk)
+        if select:
+            summary['select'] = {k: v for k, v in sel.items() if k in (
+                'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+                'weight_gain', 'trials')}
+            summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+        return summary
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                         bands, board, backend, budget, prof, s, train, int8, given, overrides, log)

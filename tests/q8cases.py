@@ -16,6 +16,18 @@ CASES = {
                           dict(train='last:2', cache=True)),
     'mbv2-last2-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
                          dict(train='last:2', cache=True)),
+    # the sparse update (issue 29): the classifier, a pointwise conv at 1/2 and the biases
+    # of the three layers below it (on 1-bit masks), batch 1 sgd
+    'dscnn-sparse': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
+                     dict(train='last:2', ranks={8: 2, 7: 1, 6: 1, 5: 1})),
+    # the classifier, the last 1x1 conv (1280 x 112) at 1/8, the biases of the block
+    # below it, with the prefix cache
+    'mbv2-sparse-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
+                          dict(train='last:2', ranks={65: 5, 64: 1, 63: 1, 62: 1}, cache=True)),
+    # the classifier and the biases of the four layers below it (the last 1x1 conv's
+    # weights read from flash a chunk at a time for the input gradient)
+    'mbv2-biases-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
+                          dict(train='last:2', ranks={65: 1, 64: 1, 63: 1, 62: 1}, cache=True)),
 }
 # ... and one the tests leave to bench/memory.py --int8 (a 600 KB heap)
 BENCH = dict(CASES, **{'dscnn-all': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',

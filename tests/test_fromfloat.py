@@ -47,7 +47,7 @@ def test_prepare_chooses_int8_for_a_board_without_ulab_and_says_how_to_keep_floa
     assert cfg['files']['model'] == 'q8.json'
     # float32 kept: asked, with ulab, without a board, or with settings the int8 path lacks
     for kw in (dict(board='rp2040', int8=False), dict(board='rp2040', backend='ulab'), {},
-               dict(board='rp2040', momentum=0.9)):
+               dict(board='rp2040', optimizer='rmsprop')):
         said = []
         s = prepare(MLP, str(tmp_path / 'b'), data=data, epochs=1, log=said.append,
                     **dict(KW, **kw))

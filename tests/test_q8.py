@@ -127,18 +127,28 @@ def _cut_softmax(path, tmp_path):
 
 
 def spy_updates(monkeypatch):
-    """The list of the requantized weight updates (float64, in 1/256 weight steps) of
+    """The list of the requantized weight updates (float64, 1/256 weight steps) of
     q8kern.upk and upmk (an FC layer's at batch 1: its unscaled sums times p's multiplier),
-    one per call, in the order the step applies them; the kernels still run."""
+    one per layer (the calls of one layer's chunks, on views of one weight buffer,
+    joined), in the order the step applies them; the kernels still run."""
     got = []
     real_upk, real_upmk = K.upk, K.upmk
+    last = [None]
+
+    def keep(w, a):
+        base = w.obj if isinstance(w, memoryview) else w
+        if got and last[0] is base and base is not w:    # (a later chunk: a view)
+            got[-1] = np.concatenate([got[-1], a])
+        else:
+            got.append(a)
+        last[0] = base
 
     def spy(w, d, n, seed):
-        got.append(np.array(d[:n], dtype=np.float64))
+        keep(w, np.array(d[:n], dtype=np.float64))
         return real_upk(w, d, n, seed)
 
     def spy_m(w, d, n, p):
-        got.append(np.array([(int(v) * p[1] + p[3]) >> p[2] for v in d[:n]], np.float64))
+        keep(w, np.array([(int(v) * p[1] + p[3]) >> p[2] for v in d[:n]], np.float64))
         return real_upmk(w, d, n, p)
 
     monkeypatch.setattr(K, 'upk', spy)
@@ -273,7 +283,7 @@ def test_viper_run_equals_cpython_run(tmp_path):
 
 def test_int8_settings_and_ops_refused(tmp_path):
     with pytest.raises(PrepareError, match='int8 training takes'):
-        prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='sgd', momentum=0.9)
+        prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='adam', momentum=0.9)
     with pytest.raises(PrepareError, match='int8 training takes'):
         prepare(MLP, str(tmp_path / 'a'), loss='mse', optimizer='sgd')
     s = prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
@@ -486,8 +496,11 @@ def test_cce_one_hot_equals_scce(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('opt,batch', [('sgd', 1), ('adam', 3)])
-def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
+@pytest.mark.parametrize('opt,batch,kw', [
+    ('sgd', 1, {}), ('adam', 3, {}),
+    # the sparse update (issue 29): momentum's velocities, Adam's state of a window only
+    ('sgd', 1, dict(momentum=0.9, ranks='0:1/2,1:bias')), ('adam', 3, dict(ranks='1:bias'))])
+def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch, kw):
     """Ctrl-C at random moments of an int8 run (unix MicroPython when there, else
     CPython) and train.py again with resume: trained.wof, its record, the checkpoint
     (int8 weights, float biases and masters, position) and the log equal an
@@ -498,7 +511,8 @@ def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
     _task(data, 320)            # a run long enough that a Ctrl-C lands in it on a busy machine
     base = tmp_path / 'base'
     prepare(MLP, str(base), data=data, test_split=0.25, loss='scce', optimizer=opt,
-            lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7)
+            lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7,
+            **kw)
     cfg = json.loads((base / 'train.json').read_text())
     cfg['run']['checkpoint_every'] = 20
     (base / 'train.json').write_text(json.dumps(cfg))
@@ -509,16 +523,22 @@ def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch):
 
 
 def test_prepare_says_when_an_int8_model_trains_in_float(tmp_path):
-    """--ranks (a part of a layer: the int8 path trains layers whole) trains an int8 model
-    dequantized; prepare says so, where it said nothing."""
+    """--ranks trains an int8 model as int8 (issue 29: the sparse update) and prepare
+    names the window; --dequantize trains it in float and says what int8 would take."""
     data = str(tmp_path / 'task.npz')
     _task(data)
     r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', MLP, '-o',
                         str(tmp_path / 'o'), '--data', data, '--loss', 'scce',
                         '--ranks', '2:1/2'], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    assert 'int8 model training as int8' in r.stdout, r.stdout
+    assert 'sparse update (output channels lo:hi' in r.stdout and ' 0:' in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', MLP, '-o',
+                        str(tmp_path / 'f'), '--data', data, '--loss', 'scce',
+                        '--ranks', '2:1/2', '--dequantize'], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
     assert 'int8 model dequantized: 11 tensors, trains in float32' in r.stdout, r.stdout
-    assert 'as int8 it trains with --train' in r.stdout
 
 
 def _drop_biases(path, tmp_path, ops):

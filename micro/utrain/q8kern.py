@@ -408,7 +408,7 @@ def upmk(w, d, n: int, p) -> int:
 
 
 @micropython.viper
-def smk(y, n: int, T, g, r):
+def sfk(y, n: int, T, g, r):
     # scce's softmax over n int8 logits y: g[i] = T[max - y[i]] (T: 2^14 exp(-s_y d)),
     # r = their sum, the first largest logit's index, that logit
     py = ptr8(y)
@@ -434,7 +434,7 @@ def smk(y, n: int, T, g, r):
 
 @micropython.viper
 def sgk(g, n: int, f: int):
-    # g[i] = (g[i] * f + 2^13) >> 14 (f = 2^28 // sum: smk's terms as 2^14 probabilities)
+    # g[i] = (g[i] * f + 2^13) >> 14 (f = 2^28 // sum: sfk's terms as 2^14 probabilities)
     pg = ptr32(g)
     for i in range(n):
         pg[i] = (int(pg[i]) * f + 8192) >> 14

@@ -197,3 +197,36 @@ def install(g):
                  'dxk', 'upmk'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]
+
+
+def mkk(m, y, n, lo, hi):
+    t = _i8(y, n)
+    bits = np.packbits(((t > lo) & (t < hi)).astype(np.uint8), bitorder='little')
+    np.frombuffer(m, np.uint8, len(bits))[:] = bits
+
+
+def smk(d, x, n, k, m, p):
+    v = np.tile(_i32(x, p).astype(I64), n // p) if p else _i32(x, n).astype(I64)
+    h2 = (1 << k) >> 1
+    r = np.where(v < 0, -((h2 - v) >> k), (v + h2) >> k)
+    on = np.unpackbits(np.frombuffer(m, np.uint8, (n + 7) // 8), count=n, bitorder='little')
+    r = np.where(on.astype(bool), np.clip(r, -127, 127), 0)
+    np.frombuffer(d, np.int8, n)[:] = r.astype(np.int8)
+
+
+def dak(dx, dz, w, o0, m, O, P, I):
+    z = np.frombuffer(dz, np.int8, P * O).reshape(P, O)[:, o0:o0 + m].astype(I64)
+    _add(dx, P * I, z @ _i8(w, m * I).reshape(m, I).astype(I64))
+
+
+def mzk(g, n, m):
+    on = np.unpackbits(np.frombuffer(m, np.uint8, (n + 7) // 8), count=n, bitorder='little')
+    a = _i32(g, n)
+    a[on == 0] = 0
+
+
+def install_sparse(g):
+    """As install, for utrain.q8sparse's kernels."""
+    for name in ('mkk', 'smk', 'dak', 'mzk'):
+        g['py_' + name] = g[name]
+        g[name] = globals()[name]

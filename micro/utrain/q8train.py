@@ -3,9 +3,10 @@
 # calls, over utrain.q8.  Samples come from a .ds stored as int8 with the model input's
 # scale and zero point, so a sample's bytes are the model's input as they are.
 # Losses: softmax cross-entropy on the dequantized logits, with a class label (scce) or
-# class probabilities (cce).  Optimizers: SGD with QAS (batch 1: each layer updated as
-# its gradient is done; larger batches: int32 sums, updated at the batch's end), Adam on
-# float32 masters of the trained layers.
+# class probabilities (cce).  Optimizers: SGD with QAS (batch 1: each chunk of a layer's
+# weight gradient applied as it is made; larger batches: int32 sums, updated at the
+# batch's end), with momentum (int32 velocities), and Adam on float32 masters of the
+# trained layers (a rank's window of them; none for a layer whose bias alone trains).
 # Checkpoints: onert-micro's layout (utrain.wof) with the trained layers' int8 weights and
 # int32 biases as the weights, Adam's moments as m and v, then the resume block the float
 # Trainer writes (position, sums, best, ...) and the int8 state: b'UTQ8', the rounding
@@ -38,11 +39,12 @@ class Q8Trainer:
                         'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
         c.update(settings)
         if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
-                or c['momentum']):
+                or (c['momentum'] and c['optimizer'] != 'sgd')):
             raise ValueError('train.json: int8 training takes loss scce or cce, optimizer sgd '
-                             '(no momentum) or adam, batch 1 or more (prepare --dequantize '
-                             'trains the model in float with any)')
-        self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'])
+                             '(with or without momentum) or adam, batch 1 or more (prepare '
+                             '--dequantize trains the model in float with any)')
+        self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
+                       c['momentum'])
         self.epoch = self.pos = self.retries = self.pending = 0
         self.sums = (0.0, 0.0)
         self.lr_scale = 1.0
@@ -179,7 +181,8 @@ class Q8Trainer:
         from utrain.wof import save_wof
         blocks = {}
         for L in self._trained():
-            blocks[L.d['wt']] = L.w
+            if L.whi > L.wlo:           # (a bias-only layer's weights never change)
+                blocks[L.d['wt']] = L.w
             blocks[L.d['bt']] = L.b
         save_wof(path, self.net.meta['ntensors'], blocks)
 
@@ -196,14 +199,23 @@ class Q8Trainer:
                      self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2]),
                 b'UTQ8', pack('<I', net.seed)]
         for L in self._trained():
-            w[L.d['wt']], w[L.d['bt']] = L.w, L.b
+            wt, bt = L.d['wt'], L.d['bt']
             if L.stale:
                 L.set_bias()                # (SGD's integer bias update: bf from b)
+            w[bt] = L.b
+            if L.whi > L.wlo:
+                w[wt] = L.w
             tail.append(L.bf)
+            n = L.wr()[1] - L.wr()[0]      # (a rank's window; none: the bias alone)
             if net.adam:
-                m[L.d['wt']], m[L.d['bt']] = L.am, L.bm
-                v[L.d['wt']], v[L.d['bt']] = L.av, L.bv
+                if n:
+                    m[wt], v[wt] = L.am, L.av
+                m[bt], v[bt] = L.bm, L.bv
                 tail.append(L.wm)
+            elif net.mom:                   # SGD momentum's velocities
+                if n:
+                    m[wt] = L.vw
+                m[bt] = L.vb
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
@@ -216,37 +228,46 @@ class Q8Trainer:
         n = net.meta['ntensors']
         sizes = [None] * n
         state = [None] * n
+        nw = {}
         for L in ls:
-            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'], 4 * L.d['nb']
-            state[L.d['wt']], state[L.d['bt']] = 4 * L.d['wn'], 4 * L.d['nb']
+            nw[L] = L.wr()[1] - L.wr()[0]
+            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'] if nw[L] else None, 4 * L.d['nb']
+            state[L.d['wt']], state[L.d['bt']] = 4 * nw[L], 4 * L.d['nb']
         with openr(path) as f:
             w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True)
         r = calcsize(RESUME)
-        want = r + 8 + sum([4 * L.d['nb'] + (4 * L.d['wn'] if net.adam else 0) for L in ls])
+        want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0) for L in ls])
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
                 or extra[r:r + 4] != b'UTQ8'):
             raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
                               'optimizer %s)' % (path, self.cfg['optimizer']))
         for L in ls:
             for k in (L.d['wt'], L.d['bt']):
-                if k not in w or (net.adam and (k not in m or k not in v)):
+                st = k == L.d['bt'] or nw[L]
+                if (st and k not in w) or (st and ((net.adam and (k not in m or k not in v))
+                                          or (net.mom and k not in m))):
                     raise FormatError('%s: no state for tensor %d' % (path, k))
         _, _, has, pos, s0, s1, scale, be, retries, bl, bm = unpack(RESUME, extra[:r])
         net.seed = unpack('<I', extra[r + 4:r + 8])[0]
         o = r + 8
         for L in ls:
             wt, bt = L.d['wt'], L.d['bt']
-            L.w = bytearray(w[wt])
+            if nw[L]:
+                L.w = bytearray(w[wt])
             L.b = _i32(0, w[bt])
             nb = 4 * L.d['nb']
             L.bf = _f32(0, extra[o:o + nb])
             L.sync = 0
             o += nb
+            k = 4 * nw[L]
             if net.adam:
-                L.am, L.bm, L.av, L.bv = (_f32(0, m[wt]), _f32(0, m[bt]), _f32(0, v[wt]),
-                                          _f32(0, v[bt]))
-                L.wm = _f32(0, extra[o:o + 4 * L.d['wn']])
-                o += 4 * L.d['wn']
+                L.am, L.av = (_f32(0, m[wt]), _f32(0, v[wt])) if k else (_f32(0), _f32(0))
+                L.bm, L.bv = _f32(0, m[bt]), _f32(0, v[bt])
+                L.wm = _f32(0, extra[o:o + k])
+                o += k
+            elif net.mom:
+                L.vw = _i32(0, m[wt]) if k else _i32(0)
+                L.vb = _f32(0, m[bt])
         net.zero()
         net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale
