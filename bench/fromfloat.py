@@ -14,7 +14,7 @@ Accuracy: the last epoch's test accuracy of the int8 run and the float run on a 
 of the samples held out, three splits (split seeds 0-2): the digits MLP and CNN (trained
 from their untrained weights) and the Keras MLP 16-32-16-4 of bench/zoo (bench/int8.py's
 fine-tuning task).  The int8 runs on unix MicroPython (bit for bit the host numpy
-trainer's: tests/test_fromfloat.py), the float runs on the host's numpy trainer."""
+trainer's: tests/int8/test_fromfloat.py), the float runs on the host's numpy trainer."""
 from __future__ import annotations
 
 import argparse
@@ -116,7 +116,7 @@ def profile(samples):
 def accuracy(name, n, epochs, lr, seed=0):
     """{kind: [test accuracy per epoch]} of task name, int8 and float32, on the split
     drawn with seed.  The int8 run on unix MicroPython when there (bit for bit the host's
-    numpy trainer's, tests/test_fromfloat.py; faster), else on the host; float32 on the
+    numpy trainer's, tests/int8/test_fromfloat.py; faster), else on the host; float32 on the
     host (numpy)."""
     out = {}
     mp = runner.find_micropython()

@@ -50,7 +50,7 @@ def bisect_heap(trains, lo, hi, step=1024):
     """The smallest heap in (lo, hi], on a grid of step bytes, for which trains(heap) is
     true (training needs no more when given more), or None when trains(hi) is not: the
     bisection every board's smallest-heap measurement shares (unix builds here, the
-    emulated Pico in pico.py, the emulated Cortex-M0 in tests/m0board.py)."""
+    emulated Pico in pico.py, the emulated Cortex-M0 in tests/support/m0board.py)."""
     if not trains(hi):
         return None
     while hi - lo > step:
@@ -74,7 +74,7 @@ CODE_PER_MPY_BYTE = 1.875       # resident heap per byte of .mpy imported (mpy-c
 # small models (Keras MLP, LayerNorm+GELU block) needed 4-6 KB more than planned once the
 # model tables were counted as utrain.flat now holds them (the old per-option boxed
 # floats had covered it); more would put the digits CNN's plan over the 96 KB target
-# (tests/test_memory.py), so the 64-bit plans of those two stay 1-3 % under
+# (tests/planner/test_memory.py), so the 64-bit plans of those two stay 1-3 % under
 # (docs/memory.md); 32-bit +3 KB for the same reason (there they are covered)
 BASE = 15 * 1024 + 512
 # npkern (the fallback's native loops): on the unix port its machine code lies outside
@@ -700,7 +700,7 @@ Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- a
 # shared gradient buffers, before the layers' small objects cut the heap up).  Fitted on
 # smallest_heap() of the Keras MLP (all layers, SGD; Adam batch 4), the DS-CNN (last:2,
 # with and without --cache), MobileNetV2 0.35 (last:2 --cache) and two sparse schemes
-# (tests/q8cases.py): the plans come within 1.05-1.16x of them on 64-bit, 1.05-1.18x on
+# (tests/support/q8cases.py): the plans come within 1.05-1.16x of them on 64-bit, 1.05-1.18x on
 # 32-bit
 Q8_SLACK = {8: (0.3, 0.15), 4: (0.15, 0.1)}
 

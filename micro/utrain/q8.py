@@ -20,7 +20,7 @@ from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/quant.py reads it from here;
-# q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/test_contract.py)
+# q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
