@@ -148,12 +148,12 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     return og
 
 
-def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), log=print):
+def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare=None):
     """The float model at model_path prepared as float into a scratch folder (its rewrites,
     model.flat), calibrated as int8 on the training samples of data.  Returns (int8 graph,
     float graph, samples calibrated on, whether prepare rewrote the graph).  ValueError:
-    not convertible."""
-    from .prepare import prepare
+    not convertible.  prepare: host_tools.prepare.prepare (passed in: prepare calls this
+    module, which imports nothing of it)."""
     from .onnx_io import is_onnx
     if is_onnx(model_path):
         raise ValueError('an .onnx model: export writes .onnx from float32 training only')

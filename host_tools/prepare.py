@@ -365,7 +365,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             return None
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
-                                                    (test_split, split_seed))
+                                                    (test_split, split_seed), prepare)
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
     except (ValueError, PrepareError) as e:
         if int8:
