@@ -179,7 +179,8 @@ def main():
                 os.environ['MICROPYTHON'] = binary
                 opts = dict(backend=backend)
             else:
-                opts = dict(backend=backend, board='rp2040', stream=kw.get('stream', False))
+                opts = dict(backend=backend, board='rp2040', stream=kw.get('stream', False),
+                            int8=False)       # (the float plan, not prepare's int8 choice)
             try:
                 if a.int8:
                     opts.pop('backend')

@@ -755,7 +755,11 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     A = t.get('acc') or max(d['nout'] for d in ls)
     Q = t.get('qbuf') or max([d.get('nb', 1) for d in ls])
     parts['sums and scratch buffers'] = (arr(4 * A) + (arr(t['wbuf']) if t.get('wbuf') else 0)
-                                         + 3 * arr(4 * Q) + arr(4 * 14))
+                                         + 3 * arr(4 * Q) + arr(4 * 14)
+                                         # scce's softmax table and gradient, smk's and
+                                         # upmk's parameters (utrain.q8 Q8Net._sce, _apply)
+                                         + arr(4 * 256) + arr(4 * ls[-1]['nout'])
+                                         + arr(4 * 3) + arr(4 * 5))
     held = 0
     for d in ls:
         if d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales

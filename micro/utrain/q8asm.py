@@ -623,6 +623,62 @@ def upk(r0, r1, r2, r3):
     mov(r0, r3)
 
 
+@micropython.asm_thumb
+def upmk(r0, r1, r2, r3):
+    # q8kern.upmk (w, d, n, p): upk from unscaled sums, v = (d[i] * m + h) >> sh, p =
+    # seed, m, sh, h, 69069; the same draws; returns the generator's state
+    ldr(r7, [r3, 0])         # s
+    cmp(r2, 0)
+    ble(END)
+    label(L)
+    ldr(r4, [r1, 0])
+    ldr(r5, [r3, 4])
+    mul(r4, r5)              # d * m
+    ldr(r5, [r3, 12])
+    add(r4, r4, r5)
+    ldr(r5, [r3, 8])
+    asr(r4, r5)              # v = (d * m + h) >> sh
+    cmp(r4, 0)
+    beq(NEXT)
+    ldr(r5, [r3, 16])
+    mul(r7, r5)
+    add(r7, 1)
+    lsl(r7, r7, 2)
+    lsr(r7, r7, 2)           # s = (s * 69069 + 1) & 0x3fffffff
+    asr(r5, r4, 8)           # q = v >> 8
+    lsl(r6, r4, 24)
+    lsr(r6, r6, 24)          # v & 255
+    lsl(r4, r7, 12)
+    lsr(r4, r4, 24)          # (s >> 12) & 255
+    cmp(r6, r4)
+    ble(NOUP)
+    add(r5, 1)
+    label(NOUP)
+    cmp(r5, 0)
+    beq(NEXT)
+    ldrb(r4, [r0, 0])
+    data(2, 0xB264)          # sxtb r4, r4
+    sub(r4, r4, r5)
+    mov(r6, 127)
+    cmp(r4, r6)
+    ble(C1)
+    mov(r4, r6)
+    label(C1)
+    neg(r6, r6)
+    cmp(r4, r6)
+    bge(C2)
+    mov(r4, r6)
+    label(C2)
+    strb(r4, [r0, 0])
+    label(NEXT)
+    add(r0, 1)
+    add(r1, 4)
+    sub(r2, 1)
+    bgt(L)
+    label(END)
+    mov(r0, r7)
+
+
 def _buf(n):
     # the im2col rows, at least n bytes (kept: one per board, as big as the widest row)
     global _PB

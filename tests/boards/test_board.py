@@ -63,7 +63,7 @@ def test_deploy_mpy_run_pull_export_plot_with_mpremote(tmp_path):
     model = os.path.join(DIGITS, 'digits_mlp.circle')
     r = cli('prepare', model, '-o', out, '--data', digits_subset(tmp_path), '--test-split',
             '0.25', '--loss', 'scce', '--optimizer', 'adam', '--lr', '0.01', '--epochs', '3',
-            '--dtype', 'uint8', '--board', 'rp2040')
+            '--dtype', 'uint8', '--board', 'rp2040', '--float32')   # (float: not int8)
     assert r.returncode == 0, r.stderr
     assert 'stored as uint8' in r.stdout and 'train classes: 0: ' in r.stdout
     assert json.load(open(os.path.join(out, 'train.json')))['batch'] == 4   # rp2040 default

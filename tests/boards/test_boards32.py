@@ -137,7 +137,8 @@ def test_m0_trains_at_the_heap_prepare_planned_for_rp2040(tmp_path, digits16, va
     elf = build(var)
     out = str(tmp_path / 'run')
     r = cli('prepare', MLP, '-o', out, '--data', digits16, '--board', 'rp2040', '--backend', backend,
-            '--loss', 'scce', '--optimizer', 'adam', '--lr', '0.01', '--epochs', '1')
+            '--loss', 'scce', '--optimizer', 'adam', '--lr', '0.01', '--epochs', '1',
+            '--float32')                    # (the float run: fallback would train int8)
     assert r.returncode == 0, r.stderr
     assert 'for rp2040: 32-bit' in r.stdout, r.stdout
     with open(os.path.join(out, 'prepare.json')) as f:

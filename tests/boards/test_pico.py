@@ -36,8 +36,10 @@ def digits(tmp_path, n):
 
 def prepared(tmp_path, name='run', n=20, **kw):
     out = str(tmp_path / name)
+    # (float32: for --board rp2040 prepare would train the float model as int8)
     args = dict(data=digits(tmp_path, n), test_split=0.2, dtype='uint8', board='rp2040',
-                loss='scce', optimizer='adam', lr=0.01, epochs=2, log=lambda *a, **k: None)
+                loss='scce', optimizer='adam', lr=0.01, epochs=2, int8=False,
+                log=lambda *a, **k: None)
     args.update(kw)
     prepare(MLP, out, **args)
     return out

@@ -367,7 +367,8 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
     refused naming how many fit (and that many do) and boards with more flash, never
     --dtype uint8; deploy's check says the same of a prepared folder."""
     from host_tools import board as bd
-    kw = dict(loss='scce', epochs=1, board='rp2040', log=lambda *a: None)
+    # (float32 training: --board rp2040 would train it as int8, its samples stored as int8)
+    kw = dict(loss='scce', epochs=1, board='rp2040', int8=False, log=lambda *a: None)
     model, data = _wide_mlp(tmp_path, 2000)          # 2 MB as float32, 0.5 MB as uint8
     with pytest.raises(PrepareError, match=r'1408K file system of rp2040; --dtype uint8 stores'):
         prepare(model, str(tmp_path / 'f'), data=data, **kw)

@@ -9,8 +9,10 @@ from utrain import q8kern as K
 
 NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
+IMPLS[0][1]['upmk'] = K.upmk
 if getattr(K, 'VK', None) is not None:
     IMPLS = [('asm', IMPLS[0][1]), ('viper', dict(zip(NAMES, K.VK)))]
+    IMPLS[1][1]['upmk'] = K.VUPM
 
 
 class R:
@@ -139,6 +141,17 @@ def run(r, name, k):
         d[1], d[2] = -(1 << 16), 1 << 16               # saturating updates
         s = k['upk'](w, d, n, seed)
         out.append(('up%d' % i, w, array('i', [s])))
+    # upmk: |d| < 2^15, 15-bit multipliers, every shift it takes
+    for i, (n, sh, seed) in enumerate(((1, 0, 5), (37, 7, 11), (300, 16, 3), (257, 24, 77),
+                                       (64, 31, 9))):
+        w = r.bytes(n)
+        d = r.ints(n, (1 << 15) - 1)
+        for j in range(0, n, 4):
+            d[j] = 0
+        d[n - 1] = (1 << 15) - 1
+        p = array('i', [seed, (1 << 15) - 1 - 977 * i, sh, (1 << (sh - 1)) if sh else 0, 69069])
+        s = k['upmk'](w, d, n, p)
+        out.append(('upm%d' % i, w, array('i', [s])))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 
