@@ -62,3 +62,45 @@ def conv_steps(kind, out, p, q, o, walk, sw):
 def add_outer(a, u, v):
     """a += outer(u, v) in place: a [m, n], u and v 1-D or one-row, m and n long."""
     a += np.outer(u, v)
+
+
+
+def _window(o, walk, sw, n):
+    # [outputs, taps] x rows of each output's window, taps in order; n (a row past x's
+    # last) where a tap falls in the padding (cached per options)
+    key = ('pool',) + tuple(o)
+    g = _taps.get(key)
+    if g is None:
+        rows = int(o[4]) * int(o[5])            # OH * OW
+        taps = sorted(_tap_rows(o, walk, sw), key=lambda t: t[0])
+        g = np.full((rows, len(taps)), n)
+        for j, (k, xi, yi) in enumerate(taps):
+            g[yi, j] = xi
+        g = _taps[key] = g
+    return g
+
+
+def maxpool_steps(o, walk, sw, y, x, dx=None, rem=None):
+    """op_pool's MAX_POOL_2D over walk(o) in one gather: y = max over each output's
+    window of x, or with dx and rem (the gradient not yet given out) the gradient, y
+    then being the max: each output's goes to the first pixel of its window (the walk's
+    tap order) equal to the max.  The padding is a row of -3.4e38 (op_pool's start)."""
+    n, c = x.shape
+    g = _window(o, walk, sw, n)
+    xp = np.empty((n + 1, c), dtype=x.dtype)
+    xp[:n] = x
+    xp[n] = -3.4e38
+    xw = xp[g]                                  # [outputs, taps, C]
+    if dx is None:
+        np.maximum(y, xw.max(axis=1), out=y)
+        return True
+    eq = xw == y[:, None, :]
+    first = eq.argmax(axis=1)                   # the first tap at the max
+    src = np.take_along_axis(g, first, axis=1) if g.shape[1] else first
+    got = np.take_along_axis(eq, first[:, None, :], axis=1)[:, 0, :]
+    give = np.where(got, rem, 0.0)
+    d = np.zeros((n + 1, c), dtype=dx.dtype)
+    np.add.at(d, (src, np.broadcast_to(np.arange(c), src.shape)), give)
+    dx += d[:n]
+    rem -= give
+    return True
