@@ -37,13 +37,14 @@ from host_tools.device import module  # noqa: E402
 def per_sample():
     """The board's per-row optimizer steps and row-by-row max-pool walk under numpy
     (what the host simulation ran before the fast path), restored on exit."""
-    optim, op_pool = module('optim'), module('op_pool')
-    saved = optim.ROWWISE, op_pool.maxpool_steps
+    optim, op_pool, op_conv = module('optim'), module('op_pool'), module('op_conv')
+    saved = optim.ROWWISE, op_pool.maxpool_steps, op_conv.conv_steps
     optim.ROWWISE, op_pool.maxpool_steps = True, None
+    op_conv.conv_steps = module('xnumpy').conv_taps
     try:
         yield
     finally:
-        optim.ROWWISE, op_pool.maxpool_steps = saved
+        optim.ROWWISE, op_pool.maxpool_steps, op_conv.conv_steps = saved
 
 
 def select_once(path, kw, budget):

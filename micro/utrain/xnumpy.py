@@ -25,7 +25,7 @@ def _tap_rows(o, walk, sw):
         g = _taps[o] = [(k, np.array(xi), np.array(yi)) for k, (xi, yi) in rows.items()]
     return g
 
-def conv_steps(kind, out, p, q, o, walk, sw):
+def conv_taps(kind, out, p, q, o, walk, sw):
     """op_conv's walk(o) (stride sw) with numpy: one gather and product per kernel tap,
     not per output row and tap (within a tap each x and y row occurs once)."""
     taps = _tap_rows(o, walk, sw)
@@ -65,20 +65,71 @@ def add_outer(a, u, v):
 
 
 
+
 def _window(o, walk, sw, n):
-    # [outputs, taps] x rows of each output's window, taps in order; n (a row past x's
-    # last) where a tap falls in the padding (cached per options)
-    key = ('pool',) + tuple(o)
+    # [outputs, taps]: the x row each output reads at each kernel tap (column k = tap k,
+    # as the weights' layout), n (a row past x's last) where the tap falls in the
+    # padding; cached per options
+    key = ('win',) + tuple(o)
     g = _taps.get(key)
     if g is None:
-        rows = int(o[4]) * int(o[5])            # OH * OW
-        taps = sorted(_tap_rows(o, walk, sw), key=lambda t: t[0])
-        g = np.full((rows, len(taps)), n)
-        for j, (k, xi, yi) in enumerate(taps):
-            g[yi, j] = xi
+        g = np.full((int(o[4]) * int(o[5]), int(o[7]) * int(o[8])), n)   # OH*OW, KH*KW
+        for k, xi, yi in _tap_rows(o, walk, sw):
+            g[yi, k] = xi
         g = _taps[key] = g
     return g
 
+
+def _padded(x, fill):
+    # x with one more row of fill (what a padding tap reads)
+    xp = np.empty((x.shape[0] + 1, x.shape[1]), dtype=x.dtype)
+    xp[:-1] = x
+    xp[-1] = fill
+    return xp
+
+
+def conv_steps(kind, out, p, q, o, walk, sw):
+    """op_conv's walk(o) as one gather of every output's window (im2col, the padding a
+    zero row) and one product: CONV_2D's y += X . W^T, dW += dz^T . X, dX = dz . W
+    scattered back; DEPTHWISE_CONV_2D's the same per channel.  The sums over the taps
+    are in another order than the board's row-and-tap walk (float rounding).  A walk
+    over a strip of rows (utrain.bands' options) goes tap by tap (conv_taps)."""
+    H, W, OH, OW = int(o[1]), int(o[2]), int(o[4]), int(o[5])
+    xs = (p if kind[1] == 'f' else (q if kind[1] == 'w' else out)).shape[0]
+    ys = (out if kind[1] == 'f' else p).shape[0]
+    if xs != H * W or ys != OH * OW:
+        return conv_taps(kind, out, p, q, o, walk, sw)
+    n = H * W
+    g = _window(o, walk, sw, n)
+    R, K = g.shape
+    if kind[0] == 'C':
+        if kind == 'Cf':
+            out += np.dot(_padded(p, 0.0)[g].reshape((R, -1)), q.T)
+        elif kind == 'Cw':
+            out += np.dot(p.T, _padded(q, 0.0)[g].reshape((R, -1)))
+        else:
+            d = np.zeros((n + 1, out.shape[1]), dtype=out.dtype)
+            np.add.at(d, g, np.dot(p, q).reshape((R, K, -1)))
+            out += d[:n]
+        return True
+    CM = out.shape[1] if kind != 'Dx' else q.shape[1]
+    C = q.shape[1] if kind == 'Dw' else (p.shape[1] if kind == 'Df' else out.shape[1])
+    M = CM // C
+    if kind == 'Dx':
+        d = np.zeros((n + 1, CM), dtype=out.dtype)
+        np.add.at(d, g, p[:, None, :] * q[None, :, :])
+        d = d[:n]
+        out += d if M == 1 else d.reshape((n, C, M)).sum(axis=2)
+        return True
+    x = (p if kind == 'Df' else q)
+    if M > 1:
+        x = np.repeat(x, M, axis=1)
+    xw = _padded(x, 0.0)[g]                     # [outputs, taps, C*M]
+    if kind == 'Df':
+        out += (xw * q[None, :, :]).sum(axis=1)
+    else:
+        out += (p[:, None, :] * xw).sum(axis=0)
+    return True
 
 def maxpool_steps(o, walk, sw, y, x, dx=None, rem=None):
     """op_pool's MAX_POOL_2D over walk(o) in one gather: y = max over each output's
@@ -87,16 +138,13 @@ def maxpool_steps(o, walk, sw, y, x, dx=None, rem=None):
     tap order) equal to the max.  The padding is a row of -3.4e38 (op_pool's start)."""
     n, c = x.shape
     g = _window(o, walk, sw, n)
-    xp = np.empty((n + 1, c), dtype=x.dtype)
-    xp[:n] = x
-    xp[n] = -3.4e38
-    xw = xp[g]                                  # [outputs, taps, C]
+    xw = _padded(x, -3.4e38)[g]                 # [outputs, taps, C]
     if dx is None:
         np.maximum(y, xw.max(axis=1), out=y)
         return True
     eq = xw == y[:, None, :]
     first = eq.argmax(axis=1)                   # the first tap at the max
-    src = np.take_along_axis(g, first, axis=1) if g.shape[1] else first
+    src = np.take_along_axis(g, first, axis=1)
     got = np.take_along_axis(eq, first[:, None, :], axis=1)[:, 0, :]
     give = np.where(got, rem, 0.0)
     d = np.zeros((n + 1, c), dtype=dx.dtype)
