@@ -77,6 +77,8 @@ def _window(o, walk, sw, n):
         for k, xi, yi in _tap_rows(o, walk, sw):
             g[yi, k] = xi
         g = _taps[key] = g
+        real = g[g < n]
+        _taps[('once',) + tuple(o)] = len(np.unique(real)) == len(real)
     return g
 
 
@@ -144,11 +146,15 @@ def maxpool_steps(o, walk, sw, y, x, dx=None, rem=None):
         return True
     eq = xw == y[:, None, :]
     first = eq.argmax(axis=1)                   # the first tap at the max
-    src = np.take_along_axis(g, first, axis=1)
-    got = np.take_along_axis(eq, first[:, None, :], axis=1)[:, 0, :]
-    give = np.where(got, rem, 0.0)
-    d = np.zeros((n + 1, c), dtype=dx.dtype)
-    np.add.at(d, (src, np.broadcast_to(np.arange(c), src.shape)), give)
-    dx += d[:n]
+    R, K = g.shape
+    src = g.ravel()[(np.arange(R) * K)[:, None] + first]     # its x row, [outputs, C]
+    give = np.where(eq.any(axis=1), rem, 0.0)
+    idx = src * c + np.arange(c)
+    d = np.zeros((n + 1) * c, dtype=dx.dtype)
+    if _taps.get(('once',) + tuple(o)):         # windows apart: each x row in one only
+        d[idx] = give
+    else:
+        np.add.at(d, idx, give)
+    dx += d[:n * c].reshape((n, c))
     rem -= give
     return True
