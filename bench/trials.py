@@ -4,10 +4,11 @@ fast path, side by side in one run (issue 30).
     python bench/trials.py [--models tico-cnn,mbnet,imu] [--task new-classes] [--n 240]
 
 The trials (host_tools/select.py) train utrain's device code under CPython + numpy.  On a
-board the optimizer steps a weight a row at a time and the max pools walk a row and a
-tap at a time (temporaries one row long); the host's numpy backend steps whole arrays
-and walks a tap at a time (utrain/xnumpy.py, xnp.ROWWISE), the same arithmetic per
-element.  per_sample() puts the board's path back.  For each of bench/transfer.py's
+board the optimizer steps a weight a row at a time and pools and convolutions walk a row
+and a tap at a time (temporaries one row long); the host's numpy backend now steps whole
+arrays (xnp.ROWWISE) and takes every window of a max pool or convolution in one gather
+(im2col, utrain/xnumpy.py); host_tools.device.board_steps() puts the old path back (a
+tap at a time).  For each of bench/transfer.py's
 models (Adam lr 0.005, batch 1, its first task, n training samples, the budget of full
 fine-tuning) one `prepare --select auto` runs with each path, trial cache empty, CPU
 time measured (process_time: other processes on a busy machine stay out).  Columns:
@@ -20,7 +21,6 @@ time measured (process_time: other processes on a busy machine stay out).  Colum
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import sys
@@ -30,21 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from host_tools.device import module  # noqa: E402
-
-
-@contextlib.contextmanager
-def per_sample():
-    """The board's per-row optimizer steps and row-by-row max-pool walk under numpy
-    (what the host simulation ran before the fast path), restored on exit."""
-    optim, op_pool, op_conv = module('optim'), module('op_pool'), module('op_conv')
-    saved = optim.ROWWISE, op_pool.maxpool_steps, op_conv.conv_steps
-    optim.ROWWISE, op_pool.maxpool_steps = True, None
-    op_conv.conv_steps = module('xnumpy').conv_taps
-    try:
-        yield
-    finally:
-        optim.ROWWISE, op_pool.maxpool_steps, op_conv.conv_steps = saved
+from host_tools.device import board_steps  # noqa: E402
 
 
 def select_once(path, kw, budget):
@@ -91,7 +77,7 @@ def main(argv=None):
                            **kw)['heap']['total']
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        with per_sample():
+        with board_steps():
             r0, s0, t0 = select_once(path, kw, full)
         r1, s1, t1 = select_once(path, kw, full)
         d = max((abs(s0[k] - s1[k]) for k in s0 if k in s1), default=float('nan'))
