@@ -25,7 +25,7 @@ def _tap_rows(o, walk, sw):
         g = _taps[o] = [(k, np.array(xi), np.array(yi)) for k, (xi, yi) in rows.items()]
     return g
 
-def conv_taps(kind, out, p, q, o, walk, sw):
+def conv_taps(kind, out, p, q, o, walk, sw, spread=None):
     """op_conv's walk(o) (stride sw) with numpy: one gather and product per kernel tap,
     not per output row and tap (within a tap each x and y row occurs once)."""
     taps = _tap_rows(o, walk, sw)
@@ -100,7 +100,7 @@ def _scatter(g, n, disjoint, v):
     return d[:n]
 
 
-def conv_steps(kind, out, p, q, o, walk, sw):
+def conv_steps(kind, out, p, q, o, walk, sw, spread=None):
     """op_conv's walk(o) as one gather of every output's window (im2col, the padding a
     zero row) and one product: CONV_2D's y += X . W^T, dW += dz^T . X, dX = dz . W
     scattered back; DEPTHWISE_CONV_2D's the same per channel.  The sums over the taps
