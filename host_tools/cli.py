@@ -97,10 +97,18 @@ def cmd_prepare(a):
     kw = {k: v for k, v in vars(a).items() if k not in ('cmd', 'fn', 'model', 'out', 'no_rewrite')}
     s = prepare(a.model, a.out, rewrite=not a.no_rewrite, **kw)
     st = s['settings']
-    if s.get('int8'):
+    if s.get('from_float'):
+        print(f'prepared {a.out}: float model training as int8 (calibrated on '
+              f'{s["from_float"]["samples"]} samples: int8.circle, q8.json, int8 weights.wof), '
+              f'{s["trainable_params"]} trainable parameters; --float32 trains it in float32')
+    elif s.get('int8'):
         print(f'prepared {a.out}: int8 model training as int8 (q8.json, int8 weights.wof), '
               f'{s["trainable_params"]} trainable parameters; --dequantize trains it in float')
+    if s.get('int8'):
         print('  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
+        if s.get('ranks'):
+            print('  sparse update (output channels lo:hi whose weights train; 0:0 the bias '
+                  'alone): ' + ', '.join(f'{k} {lo}:{hi}' for k, (lo, hi) in s['ranks'].items()))
         print(f'  {st["loss"]}, {st["optimizer"]} lr {st["lr"]:g}, {st["epochs"]} epochs')
         if 'train_samples' in s:
             print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
@@ -127,8 +135,8 @@ def cmd_prepare(a):
     if s.get('rewrites', {}).get('dequantized'):
         print(f'  int8 model dequantized: {s["rewrites"]["dequantized"]} tensors, trains in '
               'float32 (export --quantized writes it as int8 again)'
-              + ('' if a.dequantize else '; as int8 it trains with --train, without --ranks, '
-                 '--train-config or --select'))
+              + ('' if a.dequantize else '; as int8 it trains with --train, --ranks and '
+                 '--select, without --train-config'))
     if s.get('bands'):
         print('  row bands (ops computed a few rows at a time): ' + ', '.join(
             f'ops {lo}..{last} ({r} row{"s" if r > 1 else ""})' for lo, last, r in s['bands']))
@@ -161,7 +169,10 @@ def cmd_export(a):
     r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
-             if a.quantized else '') + (' (int8, as trained)' if r.get('int8') else ''))
+             if a.quantized and not r.get('int8') else '')
+          + (' (int8, as trained)' if r.get('int8') else '')
+          + (' (float32, dequantized from its int8 training)' if r.get('dequantized_from_int8')
+             else ''))
     print('\n'.join(r['notes']) if r['notes'] else '', end='\n' if r['notes'] else '')
     return 0
 
@@ -364,7 +375,6 @@ def _args_prepare(sub):
     q.set_defaults(fn=cmd_prepare)
 
 
-
 def _args_settings(q):
     """prepare's training settings: loss, optimizer and its recipe, batch, epochs, metric,
     shuffle."""
@@ -410,7 +420,8 @@ def _args_what_and_where(q):
     q.add_argument('--progress', type=int, help='print a progress line every N samples '
                    '(default: about 4 per epoch; 0: none)')
     q.add_argument('--ranks', help='sparse update, OP:RANK,... with RANK all | bias | 1/2 | '
-                   '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N')
+                   '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N '
+                   '(an int8 model trains them as int8: docs/int8.md)')
     q.add_argument('--train-config', help="onert-micro training-config file: its ops train "
                    'with its ranks, the others are frozen')
     q.add_argument('--cache', dest='cache', action='store_const', const=True, default=False,
@@ -428,7 +439,8 @@ def _args_what_and_where(q):
                    help='choose what trains within --budget/--board: auto (short trials on '
                         '--data, the host picks) or board (the board picks by Fisher potential '
                         'from its own samples, among configurations the host short-listed on '
-                        '--data when given); writes the ranks and train.tcfg')
+                        '--data when given); writes the ranks and train.tcfg.  An int8 model: '
+                        'auto chooses as int8 (int8 trials and plans)')
     q.add_argument('--select-layers', type=int,
                    help='--select board without host priors: layers the board trains besides '
                         'the classifier, its best by TinyTrain\'s score')
@@ -447,6 +459,14 @@ def _args_what_and_where(q):
     q.add_argument('--dequantize', action='store_true',
                    help='an int8 model: train it in float32, dequantized (by default it '
                         'trains as int8: int8 weights, integer forward, QAS updates)')
+    q.add_argument('--int8', dest='int8', action='store_const', const=True, default=None,
+                   help='a float model: train an int8 version calibrated on --data in integers '
+                        '(integer forward, QAS updates; export writes float32 again, or int8 '
+                        'with --quantized); prepare chooses it itself for a --board without '
+                        'ulab (--backend fallback) where the settings allow (docs/int8.md)')
+    q.add_argument('--float32', dest='int8', action='store_const', const=False,
+                   help='a float model: keep float32 training where prepare would choose --int8')
+
 
 def _args_run(sub):
     """`run`'s arguments."""
@@ -476,7 +496,8 @@ def _args_export(sub):
                    'one (the file identifier), .onnx (from an .onnx model) the ONNX graph')
     q.add_argument('--quantized', action='store_true',
                    help='an int8 model trained with --dequantize: the trained weights quantized '
-                   'again into a copy of the original int8 model')
+                   'again into a copy of the original int8 model; a float model trained as int8 '
+                   '(prepare --int8): the int8 model prepare calibrated, with the trained weights')
     q.add_argument('--data', help='with --quantized: samples (as prepare --data takes) on which '
                    'to recalibrate the activation scales and measure the int8 export against the '
                    'float weights it came from (the better of original and recalibrated is kept)')

@@ -19,7 +19,8 @@ reused after its last reader.  The early high-resolution frozen layers can run i
 bands (utrain.bands' schedule, utrain.q8bands), their inner tensors as windows of a few
 rows in the arena.  Frozen layers' weights stay in the .wof and are read when the layer
 runs (big ones a chunk of output channels at a time, into one scratch buffer); their
-per-channel requantization multipliers go to q8.req (int32 multipliers, then shifts),
+per-channel requantization multipliers go to q8.req (int32 multipliers, then shifts, then
+the weight scales of the layers that train or pass a gradient),
 so q8.json stays small enough to parse on a board."""
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
+GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
 
 
 def quantize_multiplier(x: float):
@@ -145,7 +147,7 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
     return k
 
 
-def layers(g: Graph, train='last:1'):
+def layers(g: Graph, train='last:1', ranks=None):
     """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX
     (PAD and RESHAPE make none: folded / aliased).  Each reads tensors 'in' and writes
     tensor 'out'.  train: as prepare's --train ('all', 'none', 'last:N': the last N
@@ -153,7 +155,11 @@ def layers(g: Graph, train='last:1'):
     DEPTHWISE_CONV_2D ops among them train, and every op after the first trained one
     passes its gradient back ('back'; FC, CONV_2D, DEPTHWISE_CONV_2D, MEAN, MAX_POOL_2D,
     AVERAGE_POOL_2D: not ADD).  A pool's 'g' is a convolution's geometry with I = O = C
-    (H, W, C, C, KH, KW, stride h, w, pad top, left, OH, OW, 1, 1)."""
+    (H, W, C, C, KH, KW, stride h, w, pad top, left, OH, OW, 1, 1).
+    ranks {op index: rank code} (passes.RANKS, as --ranks): those ops train too, a
+    rank's output channels only ('tw': [lo, hi], passes.channel_range, as the float
+    path; its biases the same window) or the bias alone ('tw': [0, 0]).  A layer of the
+    backward pass whose output no backward step reads keeps a 1-bit mask of it ('mask')."""
     ops = list(g.ops)
     if ops and ops[-1].name == 'SOFTMAX':
         ops = ops[:-1]
@@ -190,7 +196,7 @@ def layers(g: Graph, train='last:1'):
         else:
             _weighted_layer(g, op, d, x, pad)
         out.append(d)
-    _mark_trained(g, out, train)
+    _mark_trained(g, out, train, ranks or {})
     return out
 
 
@@ -264,6 +270,8 @@ def _weighted_layer(g, op, d, x, pad):
     mm = [quantize_multiplier(sx[0] * s / d['sy']) for s in sw]
     d.update(wt=op.inputs[1], bt=op.inputs[2], wn=int(w.data.size), nb=int(b.data.size),
              sw=sw, mul=[m for m, _ in mm], shf=[e for _, e in mm])
+    if min(sw) != max(sw):
+        d['pc'] = 1                     # per-channel weight scales that differ
     if k == FC:
         d['nin'] = int(w.shape[1])
         return
@@ -283,13 +291,19 @@ def _weighted_layer(g, op, d, x, pad):
     d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph + pt, pw + pl, OH, OW, dh, dw]
 
 
-def _mark_trained(g, out, train):
+def _mark_trained(g, out, train, ranks):
     """layers(): 'train' on the FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layers
-    --train selects, 'back' on every layer after the first of them (refused where one
-    cannot pass a gradient back)."""
-    from .passes import parse_train
-    ops_on = parse_train(train, len(g.ops))
+    --train and the ranks {op: rank code} select ('tw': a rank's window of output
+    channels, [0, 0] the bias alone), 'back' on every layer after the first of them
+    (refused where one cannot pass a gradient back), the masks (masks())."""
+    from .passes import parse_train, channel_range, RANK_NAMES
+    ops_on = parse_train(train, len(g.ops)) | set(ranks)
     chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
+    bad = sorted(set(ranks) - {out[i]['op'] for i in chosen})
+    if bad:
+        raise ValueError(f'{g.path}: --ranks names op {bad[0]} ({g.ops[bad[0]].name}), which '
+                         'int8 training cannot train (ranks are for FULLY_CONNECTED, CONV_2D, '
+                         'DEPTHWISE_CONV_2D)')
     if chosen:
         for i in range(chosen[0] + 1, len(out)):
             d = out[i]
@@ -299,7 +313,38 @@ def _mark_trained(g, out, train):
                                  'only, or prepare --dequantize)')
             d['back'] = 1                     # passes the gradient back to a trained layer
         for i in chosen:
-            out[i]['train'] = 1
+            d = out[i]
+            d['train'] = 1
+            r = ranks.get(d['op'], 0)
+            if r == 1:
+                d['tw'] = [0, 0]
+            elif r:
+                lo, hi = channel_range(r, d['nb'])
+                if hi - lo < 1:
+                    raise ValueError(f'{g.path}: op {d["op"]}: rank {RANK_NAMES[r]} of '
+                                     f'{d["nb"]} output channels leaves none to train')
+                if (lo, hi) != (0, d['nb']):
+                    d['tw'] = [lo, hi]
+        masks(out, chosen[0])
+    return out
+
+
+def masks(ls, first):
+    """Mark ('mask') the FC / CONV_2D / DEPTHWISE_CONV_2D layers of the backward pass
+    (from layer first on) whose output no backward step reads as its input (no later
+    layer whose weights train, no pool, reads it), but the last: they keep a 1-bit mask
+    of where the output passed its clamp (utrain.q8sparse) instead of the int8 output,
+    which the arena frees after its last forward reader (the Tiny Training Engine's
+    ReLU mask of a layer whose bias alone trains)."""
+    needs = set()
+    for d in ls[first:]:
+        tw = d.get('tw')
+        if d['k'] in POOLS or (d.get('train') and not (tw and tw[1] <= tw[0])):
+            needs.update(d['in'])
+    for d in ls[first:-1]:
+        if (d['k'] in WEIGHTED and d['out'] not in needs) or d['k'] == ADD:
+            d['mask'] = 1           # (an ADD: its gradient passes both inputs on its mask)
+
 
 def _intervals(ls, first, free, group=None):
     """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; group:
@@ -383,27 +428,59 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
                 nc = min(nc, A // d['g'][11])
             if nc < d['nb']:
                 d['nc'] = nc
+            tw = d.get('tw')
+            wtrains = d.get('train') and not (tw and tw[1] <= tw[0])
+            if (d['wn'] > W and (d.get('back') or d.get('train')) and not wtrains and
+                    (d['k'] == FC or pointwise(d['g']))):
+                # its weights do not train and the gradient passes it: read a chunk of
+                # output channels at a time for the input gradient too (q8sparse.dak),
+                # not held in RAM
+                d['sd'] = 1
+        if d.get('train') and d['k'] in (FC, CONV):
+            # output channels a chunk of the weight gradient holds (utrain.q8 _wgrad)
+            row = d['wn'] // d['nb']
+            lo, hi = d.get('tw', (0, d['nb']))
+            gc = max(1, min(hi - lo, GCHUNK // row))
+            if gc < hi - lo:
+                d['gc'] = gc
         if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
             d['res'] = 1             # in a band group: its few weights stay in RAM
-        elif d['k'] in WEIGHTED and not d.get('train'):
+        elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
             Q = max(Q, d.get('nc', d['nb']))
     # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
             'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
 
 
-def meta(g: Graph, train='last:1', rows=None) -> dict:
+def pointwise(gm) -> bool:
+    """Is conv geometry gm a 1x1 convolution at stride 1 without padding (an FC over
+    the positions)?"""
+    return gm[4] == gm[5] == gm[6] == gm[7] == 1 and gm[8] == gm[9] == 0
+
+
+def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     """The q8 table: layers, input and output scales, and the memory plan (rows: the
-    row-band step, None: chosen, 0: no bands)."""
-    ls = layers(g, train)
+    row-band step, None: chosen, 0: no bands; ranks: as layers())."""
+    ls = layers(g, train, ranks)
     x, y = g.tensors[g.inputs[0]], g.tensors[g.ops[ls[-1]['op']].outputs[0]]
     (sx,), (zx,) = _q(x)
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
-         'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0]}
+         'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     m.update(plan(ls, rows))
     return m
+
+
+def etab(sy: float) -> list:
+    """scce's softmax table for logits at scale sy (utrain.q8 Q8Net._sce): round(2^14
+    exp(-sy d)) for the logit differences d = 0..255, its zeros at the end left out.
+    Made here, not on the board: 256 soft-float exps cost a Cortex-M0+ millions of
+    cycles."""
+    t = [int(round(16384.0 * math.exp(-sy * d))) for d in range(256)]
+    while t and not t[-1]:
+        t.pop()
+    return t
 
 
 def wof_arrays(g: Graph, m: dict) -> dict:
@@ -432,10 +509,10 @@ def split(g: Graph, m: dict, rows=None):
     (sc,), (zc,) = _q(g.tensors[cut])
     pre = [copy.deepcopy(d) for d in ls[:first]]
     for d in pre:
-        d.pop('nc', None), d.pop('res', None)
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None)
     post = [copy.deepcopy(d) for d in ls[first:]]
     for d in post:
-        d.pop('nc', None), d.pop('res', None)
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None)
     base = {k: m[k] for k in ('format', 'version', 'ntensors')}
     # the .wof holds both parts' tensors: [tensor, bytes] of each, for its header check
     base['wsizes'] = [[k, n] for d in ls if 'wt' in d
@@ -444,7 +521,7 @@ def split(g: Graph, m: dict, rows=None):
              nclass=ls[first - 1]['nout'], xin=m['xin'])
     p.update(plan(pre, rows, resident=False))
     t = dict(base, layers=post, sx=sc, zx=zc, sy=m['sy'], zy=m['zy'],
-             nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut)
+             nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut, etab=m['etab'])
     t.update(plan(post, 0))
     return p, t
 
@@ -454,7 +531,9 @@ def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
     folder; m: the layer table (meta), made when not given; tables: {file name: table}
     to write instead of q8.json (a prefix and a trained part).  The layers that do not
     train keep their per-channel multipliers and shifts in q8.req (int32
-    little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json."""
+    little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json,
+    and a layer that trains or passes a gradient its weight scales after them (float32,
+    'fs'): JSON's numbers are boxed objects on a board."""
     m = m or meta(g, train)
     outs, req = as_written(m, tables)
     os.makedirs(folder, exist_ok=True)
@@ -477,11 +556,14 @@ def as_written(m: dict, tables=None):
         out = outs[name] = dict(t, layers=[])
         for d in t['layers']:
             d = dict(d)
-            if 'wt' in d and not d.get('train'):
+            if 'wt' in d:
                 d['ro'], d['nq'] = len(req), len(d['mul'])
                 req += np.asarray(d.pop('mul'), '<i4').tobytes()
                 req += np.asarray(d.pop('shf'), '<i4').tobytes()
-                if not d.get('back'):  # (a frozen layer the gradient passes keeps its scales)
+                if d.get('back') or d.get('train'):   # its weight scales, float32, after them
+                    req += np.asarray(d.pop('sw'), '<f4').tobytes()
+                    d['fs'] = 1
+                else:
                     del d['sw']
             for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
                 if not d.get('train'):
@@ -530,12 +612,23 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     return save_graph(g, out_path)
 
 
-def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None):
+def trained_params(ls) -> int:
+    """Weights and biases that train in layer table ls (a rank's window of them)."""
+    n = 0
+    for d in ls:
+        if d.get('train'):
+            oc = d['nb']
+            lo, hi = d.get('tw', (0, oc))
+            n += (hi - lo if hi > lo else oc) + (hi - lo) * (d['wn'] // oc)
+    return n
+
+
+def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None, ranks=None):
     """(layer table, {file: table} or None, heap plan) of an int8 run: the tables as
     write() writes them, priced by memory.plan_heap_q8.  ValueError: the model does not
     train as int8 that way (prepare says why)."""
     from .memory import plan_heap_q8
-    m = meta(g, train, bands)
+    m = meta(g, train, bands, ranks)
     tables = None
     if cache:                # the board computes the frozen prefix once per sample
         p, t = split(g, m, bands)
@@ -543,7 +636,7 @@ def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None):
     outs = json.loads(json.dumps(as_written(m, tables)[0]))     # as the board parses them
     heap = plan_heap_q8(outs, s, board)
     if bands is None and banded(m, tables):     # bands only where they lower the plan
-        m0, t0, h0 = planned(g, s, train, cache, 0, board)
+        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks)
         if h0['total'] <= heap['total']:
             return m0, t0, h0
     return m, tables, heap
@@ -554,13 +647,14 @@ def banded(m, tables) -> bool:
     return bool(m.get('groups') or (tables and any(t.get('groups') for t in tables.values())))
 
 
-def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model_path, log):
+def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model_path, log,
+                        ranks=None):
     """Row bands chosen by prepare (--bands not given), as the float path chooses them:
     planned() keeps them only where they lower the plan; under a budget or board, only
     when the plan does not fit without them (a banded step costs time: the DS-CNN's int8
     last:2 step 1.8x on a Pico).  Returns the run to write: (table, tables, heap)."""
     try:
-        m0, t0, h0 = planned(g, s, train, cache, 0, board)
+        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks)
     except ValueError:
         return m, tables, heap
     lim = limit(h0) if limit else None
@@ -572,7 +666,7 @@ def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model
     return m, tables, heap
 
 
-def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> list:
+def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks=None) -> list:
     """Lines naming settings whose int8 run the planner fits in limit (bytes): batch 1,
     SGD, the prefix cache, fewer layers trained (--train last:N over the model's ops)."""
     cands = []
@@ -596,7 +690,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
             continue
         seen.add(desc)
         try:
-            m, _, h = planned(g, s2, tr, c, bands, board)
+            m, _, h = planned(g, s2, tr, c, bands, board, ranks if tr == train else None)
         except ValueError:
             continue
         if any(d.get('train') for d in m['layers']) and h['total'] <= limit:
@@ -642,7 +736,8 @@ def inspect_lines(g: Graph) -> list:
     return out
 
 
-def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log):
+def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log,
+                ranks=None):
     """prepare.fit_options for an int8 run: the options the user left to prepare (given:
     the ones set on the command line) that bring the plan within limit(plan): --cache (the frozen
     prefix runs first on a net of its own), --batch 1, each alone, else both.  Returns
@@ -654,7 +749,7 @@ def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap
         s2 = dict(s, batch=1) if 'batch' in names else s
         c2 = True if 'cache' in names else cache
         try:
-            m, tables, h = planned(g, s2, train, c2, bands, board)
+            m, tables, h = planned(g, s2, train, c2, bands, board, ranks)
         except ValueError:
             continue
         if h['total'] <= limit(h):
@@ -672,12 +767,13 @@ def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap
 
 def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
                split_seed=0, progress=None, cache=False, bands=None, board=None,
-               limit=None, why_limit='', log=print, given=None) -> dict:
+               limit=None, why_limit='', log=print, given=None, ranks=None) -> dict:
     """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
     input's scale and zero point (a sample's bytes are the model's input), train.json
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
-    budget or board), refused with advice beyond it."""
+    budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
+    update (layers())."""
     from .passes import PrepareError
     from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data,
                             write_data, write_run_config)
@@ -685,17 +781,18 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
                            'schedule; --dequantize trains the model in float32 with them')
-    if s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam') or s['momentum']:
+    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
+            or (s['momentum'] and s['optimizer'] != 'sgd')):
         raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
-                           'sgd (no momentum) or adam; --dequantize trains it in float with '
-                           f'{s["loss"]}/{s["optimizer"]}'
+                           'sgd (with or without momentum) or adam; --dequantize trains it in '
+                           f'float with {s["loss"]}/{s["optimizer"]}'
                            + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
     if cache == 'host':
         raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
                            '(--cache); --cache-on-host is for the float path (--dequantize)')
     n0 = len(g.tensors)
     try:
-        m, tables, heap = planned(g, s, train, cache, bands, board)
+        m, tables, heap = planned(g, s, train, cache, bands, board, ranks)
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
@@ -707,18 +804,19 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
     if bands is None and banded(m, tables):
         m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
-                                              model_path, log)
+                                              model_path, log, ranks)
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim and given is not None:
         m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
-                                                limit, heap, given, log) or (m, tables, heap, s, cache)
+                                                limit, heap, given, log, ranks) or (
+                                                    m, tables, heap, s, cache)
         lim = limit(heap)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
         raise PrepareError('\n'.join(
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
-            + fit_advice(g, s, train, cache, bands, board, lim, heap)))
+            + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
     # the samples as int8 at the model input's scale and zero point
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_flash(model_path, xy, 'int8', board)
@@ -732,13 +830,15 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     files = dict(FILES, model='q8.json', rewritten=None)
     if cache:
         files.update(model='q8t.json', prefix='q8.json')
-    if any('wt' in d and not d.get('train') for d in m['layers']):
+    if any('wt' in d for d in m['layers']):
         files['quant'] = 'q8.req'        # (deploy copies it with the model)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
-               'trainable_params': int(sum(g.tensors[k].data.size for k in trained)),
-               'rewritten': None, 'quant': {}, 'heap': heap}
+               'trainable_params': trained_params(m['layers']),
+               'rewritten': None, 'quant': {}, 'heap': heap,
+               # output channels lo:hi of the layers whose weights train in part (or not)
+               'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',

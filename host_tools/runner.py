@@ -51,7 +51,12 @@ def flash_advice(what, total, board, samples, n, dtype):
         msg += ', still too much: with it '
     else:
         msg += 'the samples are 8-bit already: '
-    fit = int((cap - rest) // per) if cap > rest else 0
+    # (the samples' bytes hold two .ds headers that do not shrink with fewer samples: taken
+    # off per sample's share, they would let 'at most N' overshoot by a sample)
+    from .dataset import HEAD
+    head = 2 * HEAD if samples > 2 * HEAD else 0
+    per = (samples - head) / max(n, 1) / (4 if dtype == 'float32' else 1)
+    fit = int((cap - rest - head) // per) if cap > rest + head else 0
     more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
             if p.get('flash_fs') and size_bytes(p['flash_fs']) >= total]
     return msg + (f'at most {fit} samples fit (give --data fewer)' if fit else
@@ -101,7 +106,7 @@ def _mpy_cross(src, dst, arch=None, name=None):
 # sys.implementation._mpy >> 10 -> mpy-cross -march name (MicroPython's MP_NATIVE_ARCH_*)
 ARCHS = (None, 'x86', 'x64', 'armv6', 'armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp',
          'xtensa', 'xtensawin', 'rv32imc', 'rv64imc')
-NATIVE = ('npkern.py', 'q8kern.py', 'q8asm.py')  # the modules written for the native emitters
+NATIVE = ('npkern.py', 'q8kern.py', 'q8asm.py', 'q8sparse.py')  # the modules written for the native emitters
 # modules in one machine's inline assembler: staged (compiled for it) only for those archs
 ASM = {'q8asm.py': ('armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp')}
 _SIM_MPY = {}

@@ -441,11 +441,13 @@ def _code_stamp() -> str:
 # ---------------------------------------------------------------- --select auto
 
 def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, split_seed=0,
-                rewrite=True, log=print, target=None, pricer=None, **trial_opts) -> dict:
+                rewrite=True, log=print, target=None, pricer=None, trials=None,
+                **trial_opts) -> dict:
     """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
     given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
     the trial gains, and 'fallback' (why) when only the classifier trains}.  pricer: a
-    Pricer of the same model and target to share (its plans are memoised).  The steps:
+    Pricer of the same model and target to share (its plans are memoised); trials: the
+    Trials class whose runs score (Q8Trials: an int8 model trained as int8).  The steps:
     screen (one trial per candidate), search (combinations priced), finalists, verify
     (the finalists on FOLDS splits, the close ones on more), result."""
     if not data:
@@ -461,7 +463,8 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     base = {cls: 0}
     if not fits(base):
         return {'ranks': base, 'fallback': 'nothing fits, not even the classifier'}
-    t = Trials(model_path, data, settings, test_split, split_seed, rewrite, log=log, **trial_opts)
+    t = (trials or Trials)(model_path, data, settings, test_split, split_seed, rewrite, log=log,
+                           **trial_opts)
     log(f'select auto: {len(before)} candidate layers before the classifier (op {cls}); '
         f'trials of {t.epochs} epochs on {len(t.x) - int(round(t.frac * len(t.x)))} proxy '
         f'samples, scored on {int(round(t.frac * len(t.x)))} ({t.folds} folds)')
@@ -786,3 +789,154 @@ def report(res):
     if res.get('fallback'):
         lines.append(f'  classifier only: {res["fallback"]}')
     return lines
+
+
+# ---------------------------------------------------------------- int8 models as int8
+
+class Q8Pricer:
+    """Pricer for an int8 model trained as int8 (issue 29): each rank assignment planned
+    by the int8 planner (quant.planned: masks, windows, gradient chunks) for the board,
+    cache and bands the user's prepare plans with; an assignment the int8 path cannot
+    train (a layer below an op that passes no gradient, such as ADD) does not fit."""
+
+    def __init__(self, model_path, settings, target=None):
+        from .circle_io import read_model
+        self.path, self.settings = model_path, settings
+        self.target = target or {}
+        self.g0 = read_model(model_path)
+        self.memo = {}
+
+    def price(self, ranks, fisher=False):
+        from . import quant
+        key = tuple(sorted(ranks.items()))
+        if key not in self.memo:
+            t = self.target
+            try:
+                m, _, h = quant.planned(self.g0, self.settings, 'none', t.get('cache', False),
+                                        t.get('bands'), t.get('board'), dict(ranks))
+            except ValueError as e:
+                self.memo[key] = {'heap': None, 'why': str(e)}
+            else:
+                self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'plan': h,
+                                  'macs': q8_macs(m['layers']),
+                                  'params': quant.trained_params(m['layers'])}
+        return self.memo[key]
+
+    def fits(self, ranks, limit, fisher=False):
+        p = self.price(ranks)
+        if p['heap'] is None:
+            return False
+        lim = limit(p['plan']) if limit else None
+        return lim is None or p['heap'] <= lim
+
+
+def q8_macs(ls) -> int:
+    """Multiply-adds of one int8 training step of layer table ls: every weighted layer's
+    forward, the input gradient of those above the lowest trained one, the weight
+    gradient of the windows that train."""
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    n = 0
+    for i, d in enumerate(ls):
+        if 'wt' not in d:
+            continue
+        f = d['wn'] * (1 if 'g' not in d else d['g'][10] * d['g'][11])
+        n += f
+        if i > first:
+            n += f
+        if d.get('train'):
+            lo, hi = d.get('tw', (0, d['nb']))
+            if hi > lo:
+                n += f if d['k'] == 2 else f * (hi - lo) // d['nb']
+    return n
+
+
+class Q8Trials(Trials):
+    """Trials that train an int8 model as int8: prepare's int8 path with the ranks, then
+    utrain.q8train's trainer under CPython (q8np's numpy kernels: the board's integers),
+    the frozen prefix computed once a trial where the trained part starts from one
+    tensor (utrain.q8prefix, as --cache)."""
+
+    def _run(self, ranks, fold=0):
+        PE, prepare = PrepareError, self.prepare
+        out = os.path.join(self.tmp, 'run')
+        kw = dict(data=self.fold_data(fold), test_split=self.frac, split_seed=3,
+                  ranks=dict(ranks), train='none', bands=0, log=lambda *a: None,
+                  **dict(self.settings, seed=self.settings['seed'] + fold))
+        try:
+            try:
+                prepare(self.model_path, out, cache=True, **kw)
+            except PE:                  # no prefix cache for this cut: the whole net
+                prepare(self.model_path, out, **kw)
+        except PE as e:
+            self.log(f'  trial {describe(ranks)}: {e}')
+            return -1e9
+        with open(os.path.join(out, 'train.json')) as f:
+            cfg = json.load(f)
+        files = {k: os.path.join(out, v) if isinstance(v, str) else v
+                 for k, v in cfg.pop('files').items()}
+        cfg.pop('run', None)
+        Dataset = micro('data').Dataset
+        tr = train = test = None
+        try:
+            if files.get('prefix'):
+                self._q8_prefix(files, fold)
+            tr = micro('q8train').Q8Trainer(files['model'], files['weights'], **cfg)
+            train, test = Dataset(files['train'], False), Dataset(files['test'], False)
+            for _ in range(self.epochs):
+                tr.train_epoch(train)
+            loss, m = tr.evaluate(test)
+        except Exception as e:      # a diverging trial scores as the worst
+            self.log(f'  trial {describe(ranks)}: {e}')
+            return -1e9
+        finally:
+            for d in (train, test):
+                if d is not None:
+                    d.close()
+            if tr is not None:
+                tr.net.close()
+        m = float(m)
+        return m if np.isfinite(m) else -1e9
+
+    def _q8_prefix(self, files, fold):
+        """The prefix caches of fold's datasets (utrain.q8prefix.make): the same for every
+        trial with the same frozen prefix table, so computed once and kept (MobileNetV2 at
+        96x96: most of a trial's time)."""
+        with open(files['prefix'], 'rb') as f:
+            key = 'q8pfx-%d-%s' % (fold, hashlib.sha1(f.read()).hexdigest()[:12])
+        sfx = micro('q8prefix').SUFFIX
+        for k in ('train', 'test'):
+            kept = os.path.join(self.tmp, '%s-%s' % (key, k))
+            if os.path.exists(kept):
+                shutil.copyfile(kept, files[k] + sfx)
+        made = micro('q8prefix').make(dict(files))
+        for k in ('train', 'test'):
+            kept = os.path.join(self.tmp, '%s-%s' % (key, k))
+            if not os.path.exists(kept):
+                shutil.copyfile(made[k], kept)
+        files['train'], files['test'] = made['train'], made['test']
+
+
+def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_seed=0,
+              board=None, cache=False, bands=None, layers_max=None, log=print, *,
+              prepare) -> dict:
+    """--select on an int8 model trained as int8: contribution analysis (choose_auto)
+    with int8 trials (Q8Trials: bit for bit the board's integers) priced by the int8
+    planner (Q8Pricer), over the Tiny Training Engine's space: the biases of the last k
+    layers, each layer's weights at 1/8, 1/4, 1/2 and all of its output channels.
+    Returns choose_auto's result; prepare trains its ranks."""
+    if mode == 'board':
+        raise PrepareError(f'{model_path}: --select board on an int8 model: the board\'s '
+                           'Fisher scoring (utrain/fisher.py) runs the float trainer; '
+                           '--select auto chooses as int8 on the host from --data, '
+                           '--dequantize lets the board choose in float')
+    if mode != 'auto':
+        raise PrepareError(f'--select {mode!r}: expected auto or board')
+    pr = Q8Pricer(model_path, settings, dict(board=board, cache=cache, bands=bands))
+    res = choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
+                      True, log=log, pricer=pr, trials=Q8Trials, prepare=prepare)
+    t = res.pop('trial_runs', None)
+    if t:
+        t.close()
+    for line in report(res):
+        log(line)
+    return res

@@ -1,10 +1,13 @@
 # Int8 training of an int8 model (issue 16): the forward pass in integers as TFLite
 # Micro runs it (int8 activations and weights, int32 sums and biases, per-tensor or
-# per-channel requantization), the loss and its softmax in float, and the backward pass
+# per-channel requantization), the loss and its softmax on the dequantized logits (scce
+# in integers: _sce; cce in float), and the backward pass
 # in integers (int8 gradients with a power-of-two scale per tensor, int32 sums) with
 # QAS updates: for an int8 weight w_q = W / s_W the gradient g_q = s_W dL/dW scaled by
 # s_W^-2 gives w_q -= lr dL/dW / s_W, applied per output channel with stochastic
-# rounding; biases keep a float copy (b -= lr dL/db, stored int32 b / (s_x s_W)).
+# rounding; biases keep a float copy (b -= lr dL/db, stored int32 b / (s_x s_W)), but
+# at SGD batch 1 a layer with one weight scale moves its int32 bias by stochastically
+# rounded steps (ubk: no float step per channel, each thousands of cycles on a board).
 # Batch > 1 (Q8Net.accum, then apply at the batch's end): each sample's weight-gradient
 # sums are requantized into one int32 sum per weight in 2^-12 weight steps (scales differ
 # between samples by powers of two) and the update is applied from those.  Adam keeps a
@@ -17,7 +20,7 @@ from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/quant.py reads it from here;
-# q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/test_contract.py)
+# q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
@@ -62,14 +65,20 @@ class Layer:
     x = dg = dx = dxm = ga = None    # the input seen; input-gradient buffers (made on use),
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
+    mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
+    bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
+    wlo = whi = 0
     c = 1
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
+    stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
+    whole = 0    # 1: an FC layer with its weights and multipliers in RAM, one chunk
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
         self.d = d
         if w is not None:
             self.w = w                  # int8 bytearray (None: MEAN, ADD, or streamed)
+        if b is not None:
             self.b = b                  # int32 array
         self.nout = d['nout']
         self.zx, self.zy = d['zx'], d['zy']
@@ -98,38 +107,57 @@ class Layer:
         if self.train or d.get('back', 0):
             self.back = 1             # passes a gradient (CONV, DW, FC, MEAN, pools)
         if self.back and k < MEAN:
-            self.dz = bytearray(self.nout)             # int8 gradient, allocated once
+            # (its int8 output gradient: the net's shared dz)
             sw = d['sw']
             m = max(sw)
             # per-channel weight scales: the input gradient's dz is rescaled by
             # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
             if min(sw) != m:
-                mm = [qmul(v / m) for v in sw]
-                self.dxm = array('i', [v[0] for v in mm])
-                self.dxs = array('i', [v[1] for v in mm])
+                # (filled in place: lists of a wide layer's multipliers, boxed on a board,
+                # were a transient peak of tens of KB while the model loads)
+                c = len(sw)
+                self.dxm, self.dxs = _i32(c), _i32(c)
+                for o in range(c):
+                    self.dxm[o], self.dxs[o] = qmul(sw[o] / m)
+        if d.get('mask', 0):
+            # the output's 1-bit mask (q8sparse.mkk): y is not kept for the backward
+            self.mk = bytearray((self.nout + 7) >> 3)
         if self.train:
-            sw, sx = d['sw'], d['sx']
-            self.bf = _f32(len(b))                        # float bias
+            oc = len(b)
+            # the output channels whose weights train (tw: a rank's window; [0, 0]: the
+            # bias alone) and whose biases do (the window, or all of a bias-only layer's)
+            self.wlo, self.whi = d.get('tw', (0, oc))
+            self.blo, self.bhi = (self.wlo, self.whi) if self.whi > self.wlo else (0, oc)
+            self.bf = _f32(oc)                            # float bias
             self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
-            # weight-gradient sums, per-channel update multipliers
-            oc = len(b)
-            self.gw = _i32(len(w))
-            self.um, self.us = _i32(oc), _i32(oc)
+            # per-channel update multipliers (weights that train), bias sums (the weight
+            # gradient: the net's chunk buffer, Q8Net.gw)
+            if self.whi > self.wlo:
+                self.um, self.us = _i32(oc), _i32(oc)
             self.bs = _i32(oc)
+
+    def wr(self):
+        # (first, end) of the weights that train: a rank's rows (FC, CONV_2D), all of a
+        # depthwise layer's (its channels are strided: the window by zero multipliers)
+        oc, row, blk = self.geo()
+        if self.whi <= self.wlo:
+            return 0, 0
+        return (0, oc * row) if self.k == DW else (self.wlo * row, self.whi * row)
 
     def set_bias(self):
         # the float bias (and Adam's float master) from the int32 bias and int8 weights
         sw, sx, b = self.d['sw'], self.d['sx'], self.b
-        self.sync = 0
+        self.sync = self.stale = 0
         for o in range(len(b)):
             self.bf[o] = b[o] * sx * sw[o % len(sw)]
         wm = getattr(self, 'wm', None)
         if wm is not None:
             oc, row, blk = self.geo()
             w = self.w
-            for i in range(len(w)):
-                wm[i] = ((w[i] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
+            w0, w1 = self.wr()
+            for i in range(w0, w1):
+                wm[i - w0] = ((w[i] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
 
     def geo(self):
         # (output channels, weights per channel, blk): weight i's channel is (i // blk) % oc
@@ -145,8 +173,11 @@ class Layer:
     def forward(self, x, x2=None):
         if self.back:
             self.x = x              # (the backward pass of a trained layer / pool reads it)
-        d = self.d
         k = self.k
+        if k == FC:                 # (first: each Python step costs thousands of cycles)
+            self.fc(x)
+            return self.y
+        d = self.d
         if k >= PMAX:               # MAX_POOL_2D, AVERAGE_POOL_2D: int8 to int8
             K.pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
             return self.y
@@ -155,9 +186,6 @@ class Layer:
             return self.y
         if k == ADD:
             self.add(x, x2, self.y, self.nout)
-            return self.y
-        if k == FC:
-            self.fc(x)
             return self.y
         K.sumk(self.acc, x, self.zx, d['n'], self.nout)
         K.rqk(self.acc, self.nout, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo,
@@ -188,14 +216,16 @@ class Layer:
     def fc(self, x):
         d, acc = self.d, self.acc
         ni, no = d['nin'], self.nout
-        nc = d.get('nc', no)
-        if nc >= no and self.w is not None and self.mul is not None:
+        if self.whole:
             # the layer's own weights in one chunk: _chunk's views are the arrays themselves
             # (fewer Python steps: each costs thousands of cycles on a Cortex-M0+)
             K.fck(acc, x, 0, self.zx, self.w, self.b, 1, ni, no)
-            K.rqk(acc, no, no if self.c > 1 else 1, 1, self.mul, self.shf, self.y, self.zy,
-                  self.lo, self.hi, 0)
+            K.rqk(acc, no, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo, self.hi, 0)
             return
+        nc = d.get('nc', no)
+        if nc >= no and self.w is not None and self.mul is not None:
+            self.whole = 1          # (mul: read from q8.req after __init__)
+            return self.fc(x)
         for o0 in range(0, no, nc):
             n = min(nc, no - o0)
             w, b, m, s, c = self._chunk(o0, n, ni)
@@ -296,6 +326,33 @@ class Q8Net:
         cmax = meta.get('qbuf') or max([d.get('nb', 1) for d in ls])
         self.qb, self.qm, self.qs = _i32(cmax), _i32(cmax), _i32(cmax)
         self.gs = _i32(14)
+        # the backward pass's shared buffers, before the layers: a layer's int8 output
+        # gradient (and its per-channel rescaled copy for the input gradient), a chunk of
+        # a trained layer's weight gradient (no weight-sized one: each chunk is applied,
+        # or added to the batch's sums, as soon as it exists)
+        # the weights held in RAM first, the largest first: one wide layer's (a MobileNet's
+        # last 1x1 conv: 143 KB) found no run long enough once the smaller buffers and the
+        # layers' objects were among the prefix pass's holes
+        held = {}
+        for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and not ls[i].get('sd') and (
+                ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
+                key=lambda i: -ls[i]['wn']):
+            held[i] = bytearray(ls[i]['wn'])
+        nz, nz2, ng, nk = bufs(ls)
+        self.gw = _i32(ng)
+        self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
+        # the two int32 input-gradient buffers with them, the largest first (made late,
+        # in the first backward pass, they found no run long enough in a heap the layers
+        # had fragmented)
+        m = gin(ls)
+        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        self.gb = (_i32(m), _i32(m)) if m and any(
+            d.get('train') or d.get('back') for d in ls[first + 1:]) else None
+        self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
+        self.S = None
+        if any(d.get('mask') or d.get('sd') for d in ls):
+            from utrain import q8sparse
+            self.S = q8sparse
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -304,9 +361,12 @@ class Q8Net:
         for i in order:
             d = ls[i]
             w = b = None
-            if 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not ws):
-                w = self._read(self.woff[d['wt']], bytearray(d['wn']))
+            if i in held:
+                w = self._read(self.woff[d['wt']], held.pop(i))
+            if w is not None or (d.get('sd') and d.get('train')):   # (sd: the bias trains)
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
+            if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
+                d['sw'] = self._req(d, _f32(d['nq']), 2)
             L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
             if w is not None and L.mul is None:
                 L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
@@ -322,7 +382,23 @@ class Q8Net:
             from utrain.q8bands import Q8Group
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
-        self.gb = None
+        # scce's softmax table (_sce; host_tools/quant.py etab), 256 entries
+        e = meta.get('etab')
+        self.etab = None
+        if e is not None:
+            self.etab = _i32(256)
+            for i in range(len(e)):
+                self.etab[i] = e[i]
+        self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
+        self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
+        self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
+        self.bc = 0               # the period of the gradient _back passes down (0: none)
+        for i in range(1, len(ls)):
+            if bcast(ls, i):
+                lay[i].bc = 1
+            if ls[i]['k'] == ADD and ls[i].get('back'):     # its residual input: not the
+                ins = ls[i]['in']                           # one layer i-1 made
+                lay[i].skt = ins[1] if ins[0] == ls[i - 1]['out'] else ins[0]
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.setup()
 
@@ -347,7 +423,7 @@ class Q8Net:
         return buf
 
     def _req(self, d, buf, half=0):
-        # a layer's multipliers (half 0) or shifts (1) from q8.req
+        # a layer's multipliers (half 0), shifts (1) or weight scales (2) from q8.req
         c = d['nq']
         f = self.rf
         f.seek(d['ro'] + half * 4 * c)
@@ -392,6 +468,18 @@ class Q8Net:
     def forward(self, x):
         t, ls, n = self.t, self.layers, len(self.layers)
         t[self.xin] = x
+        if not self.groups:         # (no band group: fewer steps a layer)
+            for L in ls:
+                ins = L.ins
+                if ins is None:
+                    x = L.forward(x)
+                elif L.k == ADD:
+                    x = L.forward(t[ins[0]], t[ins[1]])
+                else:
+                    x = L.forward(t[ins[0]])
+                if L.mk is not None:
+                    self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+            return x
         i = 0
         while i < n:
             g = self.groups.get(i)
@@ -408,6 +496,8 @@ class Q8Net:
                 x = L.forward(t[ins[0]], t[ins[1]])
             else:
                 x = L.forward(t[ins[0]])
+            if L.mk is not None:
+                self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
             i += 1
         return x
 
@@ -420,7 +510,9 @@ class Q8Net:
         """(loss, hit) of int8 sample x with target label, a class index (scce) or a list
         of class probabilities (cce): softmax cross-entropy on the dequantized logits, hit
         1 when the largest logit is the (most probable) class's; with grad, also
-        dL/dlogits."""
+        dL/dlogits (scce: int32 at scale 2^-14, the softmax in integers; cce: floats)."""
+        if isinstance(label, int):
+            return self._sce(x, label, grad)
         lg = self.logits(x)
         m = max(lg)
         e = [exp(v - m) for v in lg]
@@ -447,18 +539,48 @@ class Q8Net:
                 dl[i] -= tv[i]
         return loss, hit, dl
 
-    def setup(self, optimizer='sgd', batch=1, beta1=0.9, beta2=0.999, eps=1e-7):
+    def _sce(self, x, label, grad):
+        # scce in integers: the int8 logits' differences to their max d index a table of
+        # round(2^14 exp(-s_y d)) (made once), the gradient p - onehot is int32 at scale
+        # 2^-14 (kernels sfk, sgk: no float object per class on a board)
+        y = self.forward(x)
+        n = len(y)
+        T = self.etab
+        if T is None:               # (a table from before prepare wrote q8.json's etab)
+            s = self.sy
+            T = self.etab = array('i', [int(round(16384.0 * exp(-s * d))) for d in range(256)])
+        g, r = self.g0, self.smr
+        K.sfk(y, n, T, g, r)
+        t = r[0]
+        loss = self.sy * (r[2] + 128 - (y[label] ^ 128)) + log(t / 16384.0)
+        hit = 1 if r[1] == label else 0
+        if not grad:
+            return loss, hit
+        K.sgk(g, n, 268435456 // t)
+        g[label] -= 16384
+        return loss, hit, g
+
+    def setup(self, optimizer='sgd', batch=1, beta1=0.9, beta2=0.999, eps=1e-7, momentum=0.0):
         """Optimizer and batch: sgd at batch 1 updates each layer as its gradient is done
         (step); otherwise accum sums gradients and apply updates.  Adam's float32 master
-        weights and moments (3 floats per trained weight and bias) are made here."""
+        weights and moments (3 floats per trained weight and bias) and SGD momentum's
+        velocities (an int32 per trained weight in 1/256 weight steps, a float per bias)
+        are made here; only a rank's window of weights has them."""
         self.adam = optimizer == 'adam'
         self.b1, self.b2, self.eps = beta1, beta2, eps
         self.nstep = 0
-        if optimizer == 'sgd' and batch == 1:
-            return
+        self.mom = 0.0 if self.adam else momentum
+        if self.mom:
+            self.mum, self.mus = _i32(1), _i32(1)
+            self.mum[0], self.mus[0] = qmul(self.mom)
         for L in self.layers:
             if L.train:
-                n, oc = len(L.w), len(L.b)
+                w0, w1 = L.wr()
+                n, oc = w1 - w0, len(L.b)
+                if self.mom:
+                    L.vw, L.vb = _i32(n), _f32(oc)
+                if optimizer == 'sgd' and batch == 1:
+                    continue
                 L.ga, L.ba = _i32(n), _f32(oc)
                 if self.adam:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
@@ -476,15 +598,38 @@ class Q8Net:
 
     def _run(self, x, label, lr):
         loss, hit, dl = self.loss(x, label, True)
-        # the float loss gradient as int32 with scale s = 2^-20 (|dL/dlogit| <= 1: a scale
-        # every sample shares, so batch sums differ only by the layers' powers of two)
-        s = 1.0 / 1048576.0
-        g = array('i', [int(round(v / s)) for v in dl])
+        # the loss gradient as int32 with scale s = 2^-14 (scce's own) or 2^-20 (cce's
+        # floats; |dL/dlogit| <= 1: a scale every sample shares, so batch sums differ only
+        # by the layers' powers of two)
+        if isinstance(label, int):
+            g, s = dl, 1.0 / 16384.0
+        else:
+            s = 1.0 / 1048576.0
+            g = array('i', [int(round(v / s)) for v in dl])
         i = len(self.layers) - 1
+        self.skt = None
         while i >= self.first:
-            g, s = self._back(self.layers[i], g, s, lr, i > self.first)
+            L = self.layers[i]
+            g, s = self._back(L, g, s, lr, i > self.first)
+            if self.skt is not None and L.k != ADD and i > self.first and L.ins[0] == self.skt:
+                g, s = self._merge(g, s)    # the residual's gradient joins the branch's
             i -= 1
         return loss, hit
+
+    def _merge(self, g, s):
+        # g (scale s) + the held skip gradient (its scale), at the larger of the two scales
+        sk, t, n = self.sk, self.sks, self.skn
+        m, e = self.qm, self.qs
+        if t > s:
+            m[0], e[0] = qmul(s / t)
+            K.rqk(g, n, 1, n, m, e, g, 0, 0, 0, 1)
+            s = t
+        elif t < s:
+            m[0], e[0] = qmul(t / s)
+            K.rqk(sk, n, 1, n, m, e, sk, 0, 0, 0, 1)
+        K.adk(g, sk, n)
+        self.skt = None
+        return g, s
 
     def zero(self):
         """Drop the gradient sums of an unfinished batch."""
@@ -506,22 +651,39 @@ class Q8Net:
                 continue
             sw, sx = L.d['sw'], L.d['sx']
             nw = len(sw)
-            oc, row, blk = L.geo()
-            n = len(L.w)
+            w0, w1 = L.wr()
+            n = w1 - w0
             ga, ba, bf, b = L.ga, L.ba, L.bf, L.b
             if self.adam:
                 self._adam(L, lr, scale)
             else:
-                # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
-                L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
-                K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
-                self.seed = K.upk(L.w, ga, n, self.seed)
-                for o in range(oc):
-                    bf[o] -= lr * scale * ba[o]
-            for o in range(oc):
+                if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
+                    L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
+                    K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
+                    self._upd(L, w0, ga, n)
+                vb, mu = L.vb, self.mom
+                for o in range(L.blo, L.bhi):
+                    if vb is None:
+                        bf[o] -= lr * scale * ba[o]
+                    else:
+                        vb[o] = mu * vb[o] + lr * scale * ba[o]
+                        bf[o] -= vb[o]
+            for o in range(L.blo, L.bhi):
                 q = int(round(bf[o] / (sx * sw[o % nw])))
                 b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
         self.zero()
+
+    def _upd(self, L, i0, d, n):
+        # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
+        # through the momentum velocity where there is one (v = mu v + d; w -= v)
+        v = L.vw
+        if v is not None:
+            w0 = L.wr()[0]
+            v = memoryview(v)[i0 - w0:] if i0 > w0 else v
+            K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
+            K.adk(v, d, n)
+            d = v
+        self.seed = K.upk(memoryview(L.w)[i0:] if i0 else L.w, d, n, self.seed)
 
     def _adam(self, L, lr, scale):
         # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
@@ -531,16 +693,18 @@ class Q8Net:
         nw = len(sw)
         oc, row, blk = L.geo()
         ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
-        for i in range(len(w)):
+        w0, w1 = L.wr()
+        for j in range(w1 - w0):
+            i = w0 + j
             s = sw[(i // blk) % oc % nw]
-            g = ga[i] * s * scale / FS              # dL/dW
-            m = am[i] = b1 * am[i] + (1.0 - b1) * g
-            v = av[i] = b2 * av[i] + (1.0 - b2) * g * g
-            x = wm[i] = wm[i] - lr * m / (sqrt(v) + eps)
+            g = ga[j] * s * scale / FS              # dL/dW
+            m = am[j] = b1 * am[j] + (1.0 - b1) * g
+            v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
+            x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
             q = int(round(x / s))
             w[i] = (-127 if q < -127 else 127 if q > 127 else q) & 255
         ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
-        for o in range(oc):
+        for o in range(L.blo, L.bhi):
             g = ba[o] * scale
             m = bm[o] = b1 * bm[o] + (1.0 - b1) * g
             v = bv[o] = b2 * bv[o] + (1.0 - b2) * g * g
@@ -568,7 +732,7 @@ class Q8Net:
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all
-        # layers (each layer's is read by the layer before it, then free), made on first use
+        # layers (each layer's is read by the layer before it, then free), made with the net
         gb = self.gb
         if gb is None or len(gb[0]) < n:
             m = gin(self.meta['layers'])
@@ -580,8 +744,21 @@ class Q8Net:
         # returns the input's (g, s) when need_dx
         d = L.d
         n = L.nout
+        if L.k == ADD:
+            # dL/dx1 = dL/dx2 = dL/dy (real units: the same g and scale) where y passed
+            # its clamp: on the chain (the input layer i-1 made) and held for the other
+            # input (the residual), which _run adds to the branch's gradient there
+            self.S.mzk(g, n, L.mk)
+            if self.skt is not None:
+                raise ValueError('int8 training: nested residual ADDs pass no gradient')
+            self.skt, self.sks, self.skn = L.skt, s, n
+            K.cpk(self.sk, g, n)
+            return g, s
         if L.k == MEAN:
             N = d['n']
+            if L.bc:            # broadcast over the N positions by the layer below (smk)
+                self.bc = n
+                return g, s / N
             dg = self._gbuf(g, N * n)
             K.rpk(dg, g, N, n, 0)
             return dg, s / N
@@ -594,34 +771,56 @@ class Q8Net:
             K.pbk(dx, g, L.x, gm, L.y, lo if lo > -128 else -129, hi if hi < 127 else 128,
                   L.k - PMAX)
             return dx, (s / (gm[4] * gm[5]) if L.k == PAVG else s)
-        dz = L.dz
-        k = _shift(g, n)
-        K.shk(dz, g, n, k, L.y, L.lo, L.hi)
+        dz = self.dz
+        p = self.bc             # g: one row of p values for every position (a MEAN's)
+        self.bc = 0
+        k = _shift(g, p or n)
+        self._mask(L, dz, g, n, k, p)
         sz = s * (1 << k)
-        bs = self._grads(L, dz) if L.train else None
+        if L.train:                            # bias sums
+            oc = L.nout if L.k == FC else L.g[3]
+            K.sumk(L.bs, dz, 0, n // oc, oc)
         dx = None
         if need_dx:
-            dx, sx = self._dx(L, g, dz, s, sz)
-        if L.train:                            # after dx: its gradient is the old weights'
-            if lr is None:
-                self._acc(L, bs, sz)
-            else:
-                self._apply(L, bs, sz, lr)
+            dx, sx = self._dx(L, g, dz, s, sz, p)
+        if L.train:        # after dx (the old weights'): each chunk applied as it is made
+            self._wgrad(L, dz, sz, lr)
+            self._bias(L, sz, lr)
         return dx, (sx if need_dx else 0.0)
 
-    def _dx(self, L, g, dz, s, sz):
+    def _mask(self, L, dz, g, n, k, p=0):
+        # dz = int8 of g >> k where the forward output passed its clamp (its mask bits, or
+        # the output itself); p: g is one row of p values broadcast (masked layers only)
+        if L.mk is not None:
+            self.S.smk(dz, g, n, k, L.mk, p)
+        else:
+            K.shk(dz, g, n, k, L.y, L.lo, L.hi)
+
+    def _dx(self, L, g, dz, s, sz, p=0):
         # the int32 input gradient of layer L from its int8 output gradient dz (scale sz;
-        # g: the int32 one it came from, scale s) and its scale
+        # g: the int32 one it came from, scale s; p: its broadcast period) and its scale
         d = L.d
         n = L.nout
         if L.dxm is not None:
-            # per-channel weight scales: dz * sw[o] / max(sw), requantized to int8
+            # per-channel weight scales: dz * sw[o] / max(sw), requantized to int8 (in
+            # dz2: dz stays for the weight gradient)
             c = len(L.dxm)
-            K.rqk(g, n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
-            k = _shift(g, n)
-            K.shk(dz, g, n, k, L.y, L.lo, L.hi)
+            K.rqk(g, p or n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
+            k = _shift(g, p or n)
+            dz = self.dz2
+            self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
-        if L.k == FC:
+        if L.w is None:     # streamed (q8sparse.dak): a chunk of output channels at a time
+            fc = L.k == FC
+            gm = d.get('g')
+            O, P, I = (n, 1, d['nin']) if fc else (gm[3], gm[10] * gm[11], gm[2])
+            dx = self._gbuf(g, P * I)
+            K.zk(dx, P * I)
+            nc = d.get('nc', O)
+            for o0 in range(0, O, nc):
+                m = min(nc, O - o0)
+                self.S.dak(dx, dz, self.weights(L, o0, m * I), o0, m, O, P, I)
+        elif L.k == FC:
             dx = self._gbuf(g, d['nin'])
             K.dxk(dx, dz, 0, L.w, n, d['nin'])
         else:
@@ -630,90 +829,166 @@ class Q8Net:
             (K.cdk if L.k == CONV else K.ddk)(dx, dz, L.w, gm)
         return dx, sz * max(d['sw'])
 
-    def _grads(self, L, dz):
-        # layer L's weight-gradient sums (L.gw) and bias sums (returned) from its int8
-        # output gradient dz
+    def _wgrad(self, L, dz, sz, lr):
+        # layer L's weight gradient from its int8 output gradient dz (scale sz), a chunk of
+        # output channels at a time in the shared buffer gw: QAS SGD applied at once (lr;
+        # w_q -= lr sz sx / s_W[o] * gw, in 1/256 steps), or added to the batch's sums
+        # (lr None; in 1/FS weight steps).  A depthwise layer's in one piece.
         d = L.d
-        n = L.nout
-        gw = L.gw
-        K.zk(gw, len(L.w))
-        bsum = L.bs                            # (int32, no list made per step)
-        if L.k == FC:
-            ni = d['nin']
-            K.gwk(gw, dz, 0, L.x, 0, L.zx, 0, n, ni)
-            K.sumk(bsum, dz, 0, 1, n)
-            return bsum
-        gm = L.g
-        oc = gm[3]
-        K.sumk(bsum, dz, 0, n // oc, oc)
-        if L.k == CONV:
-            K.cgk(gw, dz, L.x, L.zx, gm, 0, oc)
-        else:                                  # DW: weights [KH, KW, C*M], channel last
-            K.dgk(gw, dz, L.x, L.zx, gm)
-        return bsum
+        if L.whi <= L.wlo:
+            return                              # bias alone
+        sx = d['sx']
+        f, u = (sz * sx, FS) if lr is None else (lr * sz * sx, 256.0)
+        gw = self.gw
+        oc, row, blk = L.geo()
+        if L.k == DW:
+            n = oc * row
+            K.zk(gw, n)
+            K.dgk(gw, dz, L.x, L.zx, L.g)
+            _mults(L, gw, n, 0, oc, 1, f, u)
+            self._put(L, 0, gw, n, lr)
+            return
+        nc = d.get('gc', oc)
+        p = None
+        sw = d['sw']
+        if L.k == FC and lr is not None and L.vw is None and len(sw) == 1:
+            # an FC layer at batch 1 without momentum, per-tensor: |gw| < 2^15, so upmk
+            # scales it by a 15-bit multiplier in its one pass (fewer cycles than rqk's
+            # 62-bit products then upk)
+            mm, e = qmul(f / sw[0] * u)
+            if -16 <= e <= 15:
+                p = self.upm
+                p[1], p[2] = mm >> 16, 15 - e
+                p[3] = (1 << (14 - e)) if e < 15 else 0
+        for o0 in range(L.wlo, L.whi, nc):
+            m = min(nc, L.whi - o0)
+            n = m * row
+            K.zk(gw, n)
+            if L.k == FC:
+                K.gwk(gw, dz, 0, L.x, 0, L.zx, o0, o0 + m, row)
+            else:
+                K.cgk(gw, dz, L.x, L.zx, L.g, o0, o0 + m)
+            if p is not None:
+                p[0] = self.seed
+                self.seed = K.upmk(memoryview(L.w)[o0 * row:] if o0 else L.w, gw, n, p)
+                continue
+            _mults(L, gw, n, o0, m, row, f, u)
+            self._put(L, o0 * row, gw, n, lr)
 
-    def _acc(self, L, bs, sz):
-        # add layer L's gradient sums (scale sz) to the batch's: in 1/FS weight steps
+    def _put(self, L, i0, gw, n, lr):
+        # weights i0..i0+n-1's rescaled gradient: applied, or added to the batch's sums
+        if lr is None:
+            w0 = L.wr()[0]
+            K.adk(memoryview(L.ga)[i0 - w0:] if i0 > w0 else L.ga, gw, n)
+        else:
+            self._upd(L, i0, gw, n)
+
+    def _bias(self, L, sz, lr):
+        # the bias sums L.bs at scale sz: the float biases stepped at once (lr) and
+        # requantized, or added to the batch's sums
+        bs = L.bs
+        if lr is None:
+            ba = L.ba
+            for o in range(L.blo, L.bhi):
+                ba[o] += sz * bs[o]
+            return
         sx, sw = L.d['sx'], L.d['sw']
-        oc, row, blk = L.geo()
-        _mults(L, oc, row, blk, sz * sx, FS)
-        K.adk(L.ga, L.gw, oc * row)
-        ba = L.ba
-        for o in range(oc):
-            ba[o] += sz * bs[o]
-
-    def _apply(self, L, bs, sz, lr):
-        # QAS SGD of layer L from its gradient sums at scale sz
-        d = L.d
-        sx, sw = d['sx'], d['sw']
-        gw = L.gw
-        oc, row, blk = L.geo()
-        # QAS update per output channel: w_q -= lr sz sx / s_W[o] * gw (in 1/256 steps)
-        _mults(L, oc, row, blk, lr * sz * sx, 256.0)
-        self.seed = K.upk(L.w, gw, oc * row, self.seed)
-        bf, b = L.bf, L.b
+        bf, b, vb, mu = L.bf, L.b, L.vb, self.mom
         nw = len(sw)
+        if nw == 1 and vb is None:
+            # per-tensor scales: b -= lr sz bs / (sx s_W) bias steps, stochastically rounded
+            # like the weights: one multiplier, no float step per channel
+            L.um[0], L.us[0] = qmul(lr * sz / (sx * sw[0]) * 256.0)
+            if L.us[0] < 16:                   # (bs << shift stays within 31 bits)
+                lo, n = L.blo, L.bhi - L.blo
+                v = memoryview(bs)[lo:] if lo else bs
+                K.rqk(v, n, 1, n, L.um, L.us, v, 0, 0, 0, 1)
+                self.seed = K.ubk(memoryview(b)[lo:] if lo else b, v, n, self.seed)
+                L.stale = 1                    # (bf: not kept by this update)
+                return
+        if L.stale:
+            L.set_bias()
         c = lr * sz                            # (the products as before: same floats)
         den = sx * sw[0]
         # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]
         # is bf[o] requantized (sync): skipped (float steps cost thousands of cycles)
-        sk = L.sync
-        for o in range(oc):
+        sk = L.sync and vb is None
+        for o in range(L.blo, L.bhi):
             v = bs[o]
             if sk and not v:
                 continue
-            bf[o] -= c * v
+            if vb is None:
+                bf[o] -= c * v
+            else:
+                vb[o] = mu * vb[o] + c * v
+                bf[o] -= vb[o]
             q = int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw])))
             b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
         L.sync = 1
 
 
-def _mults(L, oc, row, blk, f, u):
-    # layer L's weight-gradient sums L.gw rescaled in place by f / s_W[o] * u per output
-    # channel o (rqk, wide): per-tensor scales take one multiplier for all (the same
-    # qmul every channel would get), per-channel ones one each
+def _mults(L, gw, n, c0, nc, blk, f, u):
+    # gw[:n] (output channels c0..c0+nc-1, blk values each in turn, cycling) rescaled in
+    # place by f / s_W[o] * u per output channel o (rqk, wide), 0 outside the layer's
+    # weight window: per-tensor scales over a window take one multiplier for all (the
+    # same qmul every channel would get), the others one each
     sw, mul, shf = L.d['sw'], L.um, L.us
     nw = len(sw)
-    n = oc * row
-    if nw == 1:
+    lo, hi = L.wlo, L.whi
+    if nw == 1 and lo <= c0 and c0 + nc <= hi:
         mul[0], shf[0] = qmul(f / sw[0] * u)
-        K.rqk(L.gw, n, 1, n, mul, shf, L.gw, 0, 0, 0, 1)
+        K.rqk(gw, n, 1, n, mul, shf, gw, 0, 0, 0, 1)
         return
-    for o in range(oc):
-        mul[o], shf[o] = qmul(f / sw[o % nw] * u)
-    K.rqk(L.gw, n, oc, blk, mul, shf, L.gw, 0, 0, 0, 1)
+    for j in range(nc):
+        o = c0 + j
+        mul[j], shf[j] = qmul(f / sw[o % nw] * u) if lo <= o < hi else (0, 0)
+    K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
+
+
+def bufs(ls):
+    """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
+    values, a residual ADD's held int32 gradient values) of layer table ls: Q8Net's shared backward buffers (host_tools/memory.py
+    plans them with this)."""
+    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    nz = nz2 = ng = nk = 0
+    for i in range(len(ls)):
+        d = ls[i]
+        if d['k'] == ADD and d.get('back'):
+            nk = max(nk, d['nout'])
+        if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
+            continue
+        nz = max(nz, d['nout'])
+        if i > first and d.get('pc'):
+            nz2 = max(nz2, d['nout'])
+        if d.get('train'):
+            oc = d['nb']
+            lo, hi = d.get('tw', (0, oc))
+            if hi > lo:
+                row = d['wn'] // oc if d['k'] != DW else 0
+                ng = max(ng, d['wn'] if d['k'] == DW else min(d.get('gc', oc), hi - lo) * row)
+    return nz, nz2, ng, nk
 
 
 def gin(ls):
     """The most values an input gradient of layer table ls has: the size of _gbuf's
     two buffers (host_tools/memory.py plans them with this)."""
     m = 0
-    for d in ls:
-        if d.get('train') or d.get('back'):
+    for i in range(len(ls)):
+        d = ls[i]
+        if (d.get('train') or d.get('back')) and d['k'] != ADD:     # (an ADD: in place)
             k = d['k']
-            m = max(m, d['nin'] if k == FC else d['n'] * d['nout'] if k == MEAN
-                    else d['g'][0] * d['g'][1] * d['g'][2])
+            m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
+                    if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
     return m
+
+
+def bcast(ls, i):
+    """Does layer i, a MEAN, pass its gradient down as one row the layer below reads
+    broadcast (that layer keeps a mask: q8sparse.smk), not as a tensor of its input's size?"""
+    d = ls[i]
+    e = ls[i - 1]
+    return (i > 0 and d['k'] == MEAN and bool(d.get('back')) and e['k'] < MEAN and bool(e.get('mask'))
+            and e['out'] == d['in'][0])
 
 
 def _shift(g, n):

@@ -10,7 +10,9 @@ from utrain import q8kern as K
 
 _CONV = 1   # q8.CONV
 _DW = 2     # q8.DW
+_MEAN = 3   # q8.MEAN
 _ADD = 4    # q8.ADD
+_PMAX = 5   # q8.PMAX
 
 
 class _Net:
@@ -18,16 +20,20 @@ class _Net:
 
 
 def frees(layers, first):
-    """Per layer, the tensors its run is the last to read (none of the trained part's,
-    which the backward pass reads, nor the last output)."""
+    """Per layer, the tensors its run is the last to read (none that the backward pass
+    reads: the inputs of pools and of layers whose weights train, the outputs of pools
+    and of layers that keep no mask of them; nor the last output)."""
     last, keep = {}, set()
     for i in range(len(layers)):
         d = layers[i]
         for k in d['in']:
             last[k] = i
         if i >= first:
-            keep.update(d['in'])
-            keep.add(d['out'])
+            tw = d.get('tw')
+            if d['k'] >= _PMAX or (d.get('train') and not (tw and tw[1] <= tw[0])):
+                keep.update(d['in'])
+            if d['k'] >= _PMAX or (d['k'] < _MEAN and not d.get('mask')):
+                keep.add(d['out'])
     keep.add(layers[-1]['out'])
     out = [[] for _ in layers]
     for k in last:

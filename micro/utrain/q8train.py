@@ -3,9 +3,10 @@
 # calls, over utrain.q8.  Samples come from a .ds stored as int8 with the model input's
 # scale and zero point, so a sample's bytes are the model's input as they are.
 # Losses: softmax cross-entropy on the dequantized logits, with a class label (scce) or
-# class probabilities (cce).  Optimizers: SGD with QAS (batch 1: each layer updated as
-# its gradient is done; larger batches: int32 sums, updated at the batch's end), Adam on
-# float32 masters of the trained layers.
+# class probabilities (cce).  Optimizers: SGD with QAS (batch 1: each chunk of a layer's
+# weight gradient applied as it is made; larger batches: int32 sums, updated at the
+# batch's end), with momentum (int32 velocities), and Adam on float32 masters of the
+# trained layers (a rank's window of them; none for a layer whose bias alone trains).
 # Checkpoints: onert-micro's layout (utrain.wof) with the trained layers' int8 weights and
 # int32 biases as the weights, Adam's moments as m and v, then the resume block the float
 # Trainer writes (position, sums, best, ...) and the int8 state: b'UTQ8', the rounding
@@ -13,7 +14,7 @@
 import json
 from struct import pack, unpack, calcsize
 from utrain.q8 import Q8Net, _i32, _f32
-from utrain.data import order
+from utrain.data import epoch
 
 LOSSES = ('scce', 'cce')
 OPTIMIZERS = ('sgd', 'adam')
@@ -38,11 +39,12 @@ class Q8Trainer:
                         'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
         c.update(settings)
         if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
-                or c['momentum']):
+                or (c['momentum'] and c['optimizer'] != 'sgd')):
             raise ValueError('train.json: int8 training takes loss scce or cce, optimizer sgd '
-                             '(no momentum) or adam, batch 1 or more (prepare --dequantize '
-                             'trains the model in float with any)')
-        self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'])
+                             '(with or without momentum) or adam, batch 1 or more (prepare '
+                             '--dequantize trains the model in float with any)')
+        self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
+                       c['momentum'])
         self.epoch = self.pos = self.retries = self.pending = 0
         self.sums = (0.0, 0.0)
         self.lr_scale = 1.0
@@ -52,6 +54,7 @@ class Q8Trainer:
         # batch; dirty while weights change
         self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
         self.x = bytearray(meta['nin'])
+        self.ds = self.plain = None     # the dataset _read last checked
         self.ncls = meta['nclass']
         self.y = [0.0] * self.ncls if c['loss'] == 'cce' else None
 
@@ -68,14 +71,17 @@ class Q8Trainer:
         return True
 
     def _read(self, ds, i):
-        m = self.net
         ny = 1 if self.y is None else self.ncls
-        if (ds.x_len != len(self.x) or ds.y_len != ny or ds.rec != len(self.x) + 4 * ny
-                or abs(ds.xs - m.sx) > 1e-6 * m.sx or abs(ds.xo + m.zx * m.sx) > 1e-6 * m.sx):
-            raise ValueError('%s: an int8 model trains on int8 samples of %d values at its '
-                             "input's scale and zero point, with %s (prepare writes them)"
-                             % (ds.path, len(self.x), 'one label' if ny == 1 else
-                                '%d class probabilities' % ny))
+        if ds is not self.ds:           # (checked once per dataset: float steps are slow)
+            m = self.net
+            if (ds.x_len != len(self.x) or ds.y_len != ny or ds.rec != len(self.x) + 4 * ny
+                    or abs(ds.xs - m.sx) > 1e-6 * m.sx
+                    or abs(ds.xo + m.zx * m.sx) > 1e-6 * m.sx):
+                raise ValueError('%s: an int8 model trains on int8 samples of %d values at '
+                                 "its input's scale and zero point, with %s (prepare writes "
+                                 'them)' % (ds.path, len(self.x), 'one label' if ny == 1 else
+                                            '%d class probabilities' % ny))
+            self.ds, self.plain = ds, ds.ys == 1.0 and ds.yo == 0.0
         f = ds.f
         f.seek(ds.head + i * ds.rec)
         if f.readinto(self.x) != len(self.x):
@@ -86,7 +92,9 @@ class Q8Trainer:
             for j in range(ny):
                 y[j] = v[j] * ds.ys + ds.yo
             return y
-        y = unpack('<f', f.read(4))[0] * ds.ys + ds.yo
+        y = unpack('<f', f.read(4))[0]
+        if not self.plain:
+            y = y * ds.ys + ds.yo
         k = int(y)
         if not (0 <= k < self.ncls and k == y):
             raise ValueError('%s: sample %d has label %r, the model has %d classes'
@@ -131,35 +139,10 @@ class Q8Trainer:
         n = max(ds.n, 1)
         return ls / n, ms / n
 
-    def train_epoch(self, ds, progress=None, ckpt=None, every=0):
-        """One pass over a Dataset (from sample `pos` on, after a resume), as
-        Trainer.train_epoch: a checkpoint at the first batch boundary after every `every`
-        samples when ckpt is given."""
-        c = self.cfg
-        if self.pos > ds.n:
-            raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
-                             % (ds.path, ds.n, self.pos))
-        idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
-        last = [self.pos]
-        self.commit, self.dirty = (self.pos, self.sums), False
+    def _check(self, what):
+        pass            # (int8 weights and int32 biases are never NaN: utrain.data.epoch)
 
-        def hook(i, n, ls, ms):
-            if self.pending:
-                self.pos, self.sums = i, (ls, ms)
-            else:                    # a whole batch: its update and position together
-                self.pos, self.sums, self.commit, self.dirty = i, (ls, ms), (i, (ls, ms)), False
-            if progress:
-                progress(i, n, ls, ms)
-            if every and ckpt and not self.pending and i - last[0] >= every and i < n:
-                self.save_checkpoint(ckpt)
-                last[0] = i
-
-        r = self._pass(ds, True, idx, hook, self.pos, self.sums)
-        self.apply()
-        z = (0.0, 0.0)
-        self.epoch, self.pos, self.sums, self.commit, self.dirty, self.last = (
-            self.epoch + 1, 0, z, (0, z), False, r)
-        return r
+    train_epoch = epoch     # as Trainer.train_epoch (the bookkeeping: utrain.data.epoch)
 
     def evaluate(self, ds):
         return self._pass(ds, False)
@@ -173,7 +156,8 @@ class Q8Trainer:
         from utrain.wof import save_wof
         blocks = {}
         for L in self._trained():
-            blocks[L.d['wt']] = L.w
+            if L.whi > L.wlo:           # (a bias-only layer's weights never change)
+                blocks[L.d['wt']] = L.w
             blocks[L.d['bt']] = L.b
         save_wof(path, self.net.meta['ntensors'], blocks)
 
@@ -190,12 +174,23 @@ class Q8Trainer:
                      self.sums[1], self.lr_scale, b[0], self.retries, b[1], b[2]),
                 b'UTQ8', pack('<I', net.seed)]
         for L in self._trained():
-            w[L.d['wt']], w[L.d['bt']] = L.w, L.b
+            wt, bt = L.d['wt'], L.d['bt']
+            if L.stale:
+                L.set_bias()                # (SGD's integer bias update: bf from b)
+            w[bt] = L.b
+            if L.whi > L.wlo:
+                w[wt] = L.w
             tail.append(L.bf)
+            n = L.wr()[1] - L.wr()[0]      # (a rank's window; none: the bias alone)
             if net.adam:
-                m[L.d['wt']], m[L.d['bt']] = L.am, L.bm
-                v[L.d['wt']], v[L.d['bt']] = L.av, L.bv
+                if n:
+                    m[wt], v[wt] = L.am, L.av
+                m[bt], v[bt] = L.bm, L.bv
                 tail.append(L.wm)
+            elif net.mom:                   # SGD momentum's velocities
+                if n:
+                    m[wt] = L.vw
+                m[bt] = L.vb
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
@@ -208,37 +203,46 @@ class Q8Trainer:
         n = net.meta['ntensors']
         sizes = [None] * n
         state = [None] * n
+        nw = {}
         for L in ls:
-            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'], 4 * L.d['nb']
-            state[L.d['wt']], state[L.d['bt']] = 4 * L.d['wn'], 4 * L.d['nb']
+            nw[L] = L.wr()[1] - L.wr()[0]
+            sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'] if nw[L] else None, 4 * L.d['nb']
+            state[L.d['wt']], state[L.d['bt']] = 4 * nw[L], 4 * L.d['nb']
         with openr(path) as f:
             w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True)
         r = calcsize(RESUME)
-        want = r + 8 + sum([4 * L.d['nb'] + (4 * L.d['wn'] if net.adam else 0) for L in ls])
+        want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0) for L in ls])
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
                 or extra[r:r + 4] != b'UTQ8'):
             raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
                               'optimizer %s)' % (path, self.cfg['optimizer']))
         for L in ls:
             for k in (L.d['wt'], L.d['bt']):
-                if k not in w or (net.adam and (k not in m or k not in v)):
+                st = k == L.d['bt'] or nw[L]
+                if (st and k not in w) or (st and ((net.adam and (k not in m or k not in v))
+                                          or (net.mom and k not in m))):
                     raise FormatError('%s: no state for tensor %d' % (path, k))
         _, _, has, pos, s0, s1, scale, be, retries, bl, bm = unpack(RESUME, extra[:r])
         net.seed = unpack('<I', extra[r + 4:r + 8])[0]
         o = r + 8
         for L in ls:
             wt, bt = L.d['wt'], L.d['bt']
-            L.w = bytearray(w[wt])
+            if nw[L]:
+                L.w = bytearray(w[wt])
             L.b = _i32(0, w[bt])
             nb = 4 * L.d['nb']
             L.bf = _f32(0, extra[o:o + nb])
             L.sync = 0
             o += nb
+            k = 4 * nw[L]
             if net.adam:
-                L.am, L.bm, L.av, L.bv = (_f32(0, m[wt]), _f32(0, m[bt]), _f32(0, v[wt]),
-                                          _f32(0, v[bt]))
-                L.wm = _f32(0, extra[o:o + 4 * L.d['wn']])
-                o += 4 * L.d['wn']
+                L.am, L.av = (_f32(0, m[wt]), _f32(0, v[wt])) if k else (_f32(0), _f32(0))
+                L.bm, L.bv = _f32(0, m[bt]), _f32(0, v[bt])
+                L.wm = _f32(0, extra[o:o + k])
+                o += k
+            elif net.mom:
+                L.vw = _i32(0, m[wt]) if k else _i32(0)
+                L.vb = _f32(0, m[bt])
         net.zero()
         net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale

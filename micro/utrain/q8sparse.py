@@ -1,0 +1,115 @@
+# Sparse update of int8 layers (issue 29), loaded only by a layer table that uses it
+# (utrain.q8): a layer whose output no backward step reads keeps a 1-bit mask of where
+# its output was inside its fused activation's (and int8's) range instead of the int8
+# output itself, as the Tiny Training Engine keeps a bias-trained layer's ReLU mask.
+# Viper code like q8kern (host_tools compiles it for the board's architecture).
+try:
+    import micropython
+    VIPER = True
+except ImportError:  # CPython: plain Python over the same buffers
+    VIPER = False
+
+    class micropython:
+        @staticmethod
+        def viper(f):
+            return f
+
+if not VIPER:
+    def ptr8(b):
+        return b
+
+    ptr32 = ptr8
+
+
+@micropython.viper
+def mkk(m, y, n: int, lo: int, hi: int):
+    # bit i of m (byte i >> 3, bit i & 7) = 1 where lo < y[i] < hi (int8 y): the
+    # positions the gradient passes (shk's mask)
+    pm = ptr8(m)
+    py = ptr8(y)
+    b = 0
+    v = 0
+    for i in range(n):
+        t = (int(py[i]) ^ 128) - 128
+        if lo < t and t < hi:
+            v |= 1 << b
+        b += 1
+        if b == 8:
+            pm[i >> 3] = v
+            b = 0
+            v = 0
+    if b:
+        pm[n >> 3] = v
+
+
+@micropython.viper
+def smk(d, x, n: int, k: int, m, p: int):
+    # q8kern.shk with the mask bits m (mkk's) in place of the output: d[i] = int8 of
+    # x[j] / 2^k (rounded half away from zero, clamped to +-127) where bit i is set, else
+    # 0; j = i, or i mod p for p > 0 (x: one row of p values broadcast over the rows, a
+    # MEAN's gradient)
+    pd = ptr8(d)
+    px = ptr32(x)
+    pm = ptr8(m)
+    h2 = (1 << k) >> 1
+    j = 0
+    for i in range(n):
+        q = j
+        j += 1
+        if j == p:
+            j = 0
+        if not ((int(pm[i >> 3]) >> (i & 7)) & 1):
+            pd[i] = 0
+            continue
+        v = int(px[q])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v < 0:
+            r = 0 - ((h2 - v) >> k)
+        else:
+            r = (v + h2) >> k
+        if r > 127:
+            r = 127
+        if r < -127:
+            r = -127
+        pd[i] = r & 255
+
+
+@micropython.viper
+def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
+    # the input gradient of an FC (P = 1) or a 1x1 stride-1 conv (P positions) from
+    # output channels o0..o0+m-1 whose weights w hold (a chunk read from flash), added:
+    # dx[p*I + i] += sum_j dz[p*O + o0 + j] * w[j*I + i] (int8 dz and w, int32 dx)
+    pd = ptr32(dx)
+    pz = ptr8(dz)
+    pw = ptr8(w)
+    for p in range(P):
+        zb = p * O + o0
+        xb = p * I
+        for j in range(m):
+            z = (int(pz[zb + j]) ^ 128) - 128
+            if z == 0:
+                continue
+            wb = j * I
+            for i in range(I):
+                pd[xb + i] += z * ((int(pw[wb + i]) ^ 128) - 128)
+
+
+@micropython.viper
+def mzk(g, n: int, m):
+    # g[i] = 0 (int32) where bit i of mask m is clear (a residual ADD's clamp)
+    pg = ptr32(g)
+    pm = ptr8(m)
+    for i in range(n):
+        if not ((int(pm[i >> 3]) >> (i & 7)) & 1):
+            pg[i] = 0
+
+
+if not VIPER:
+    import sys
+    if sys.implementation.name != 'micropython':    # CPython: the loops in numpy
+        try:
+            from utrain.q8np import install_sparse
+            install_sparse(globals())
+        except ImportError:
+            pass
