@@ -23,10 +23,12 @@ Per scheme, columns:
   float, int8 test accuracy after EPOCHS epochs (the last), the float column the same
               scheme on the model dequantized (prepare --dequantize), the int8 column the
               int8 engine (CPython + numpy: the board's integers, q8np)
-  Pico ms     with --pico, where the int8 plan fits the rp2040: ms per image on the
-              emulated Pico (real rp2 firmware in rp2040js; cycles = us x 125), epoch 1
-              (frozen prefix + step) and epoch 2 (step from the prefix cache), 2 samples;
-              TTE's sparse update: 373 ms on a 216 MHz Cortex-M7 with an FPU
+  Pico ms     with --pico, where prepare --board rp2040 accepts the int8 run: ms per image
+              on the emulated Pico (real rp2 firmware in rp2040js; cycles = us x 125): the
+              frozen prefix's int8 forward (the board's q8.json net, what --cache runs
+              once per sample in epoch 1) and the training step from the cache (epoch 2
+              of train.py on 2 samples), or why the run stopped; TTE's sparse update:
+              373 ms per image on a 216 MHz Cortex-M7 with an FPU
 
 The accuracy runs train a tail of the model: the ops from CUT on, whose input is the
 int8 output of the frozen prefix (ops 0..CUT-1) as TFLite Micro computes it (the same
@@ -200,8 +202,25 @@ def heap_cell(d, data, train, ranks, exe):
     return h // 1024 if h else 'over %d KB' % (hi // 1024)
 
 
-def pico_cell(d, data, train, ranks):
-    """ms per image on the emulated Pico: (epoch 1, epoch 2), 2 samples, no test."""
+FWD = """
+import json, time, gc
+from utrain.q8 import Q8Net
+m = json.load(open('q8.json'))
+net = Q8Net(m, 'weights.wof')
+x = bytearray(open('x.bin', 'rb').read())
+del m
+gc.collect()
+for i in range(2):
+    t = time.ticks_us()
+    net.forward(x)
+    print('FWD_US', time.ticks_diff(time.ticks_us(), t))
+"""
+
+
+def pico_cell(d, train, ranks):
+    """On the emulated Pico: (ms per image of the frozen prefix's int8 forward, the
+    board's q8.json net alone, the second of two; the training step from the prefix
+    cache, ms per sample of epoch 2 of train.py on 2 samples, or why it did not run)."""
     from host_tools import pico
     out = os.path.join(d, 'pico')
     x, y = digits_split(TASK)
@@ -210,11 +229,21 @@ def pico_cell(d, data, train, ranks):
     s = board_folder(out, two, train, ranks, board='rp2040', split=0.0, epochs=2)
     if isinstance(s, str) or not os.path.exists(os.path.join(out, 'q8.json')):
         return None
+    g = read_model(MODEL)
+    q = g.tensors[g.inputs[0]].quant
+    xq = np.clip(np.round(x[0] / q['scale'][0]) + q['zero_point'][0], -128, 127)
+    with open(os.path.join(out, 'x.bin'), 'wb') as f:
+        f.write(xq.astype(np.int8).tobytes())
+    with open(os.path.join(out, 'fwd.py'), 'w') as f:
+        f.write(FWD)
+    code, text = pico.run_folder(out, stream=False, script='fwd.py')
+    fwd = [int(v) / 1000 for v in re.findall(r'^FWD_US (\d+)', text, re.M)]
+    fwd = '%.0f' % fwd[-1] if fwd else 'failed: ' + text.strip().splitlines()[-1][:50]
     code, text = pico.run_folder(out, stream=False)
     t = [float(v) for v in re.findall(r'\(([0-9.]+) ms/sample', text)]
-    if code or len(t) < 2:
-        return 'failed: ' + text.strip().splitlines()[-1][:60]
-    return t[0], t[1]
+    end = [v for v in text.splitlines() if v.startswith('utrain: end:')]
+    step = '%.1f' % t[-1] if not code and len(t) >= 2 else (end or ['failed'])[-1][13:]
+    return fwd, step
 
 
 def main(argv=None):
@@ -232,7 +261,7 @@ def main(argv=None):
           f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs; heap on '
           f'{exe or "no $UTRAIN_MP32: not measured"}')
     print('| scheme | what trains | int8 path today | plan rp2040 KB (path) | --board rp2040 | '
-          'smallest heap KB, 32-bit | float acc | int8 acc | Pico ms/image epoch 1 / cached |')
+          'smallest heap KB, 32-bit | float acc | int8 acc | Pico ms/image: prefix / cached step |')
     print('|---|---|---|---|---|---|---|---|---|')
     os.makedirs(TMP, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=TMP) as d:
@@ -252,13 +281,12 @@ def main(argv=None):
             for kind in ('float', 'int8'):
                 acc[kind] = '-' if a.no_accuracy else accuracy(
                     model, data, split, train, ranks, kind, os.path.join(sd, kind), a.epochs)
-            p = pico_cell(sd, small, train, ranks) if a.pico and int8 and board == 'accepts' \
-                else None
+            p = pico_cell(sd, train, ranks) if a.pico and int8 and board == 'accepts' else None
             na = 'n/a until the engine lands'
             cells = [name, what, 'yes' if int8 else 'no (float path)', plan, board,
                      heap if heap is not None else (na if not int8 else '-'),
                      *('%.3f' % v if isinstance(v, float) else v for v in acc.values()),
-                     '%.0f / %.0f' % p if isinstance(p, tuple) else (p or '-')]
+                     '%s / %s' % p if p else '-']
             print('| ' + ' | '.join(str(c) for c in cells) + ' |', flush=True)
 
 
