@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from . import runner
+from .runner import flash_advice, size_bytes
 
 RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # an int8 run's q8.req, q8.json
@@ -106,40 +107,6 @@ def _files(d):
         raise FileNotFoundError(f'{d}: no train.json here; run `prepare` first')
     with open(path) as f:
         return json.load(f)['files']
-
-
-def _size(n):
-    n = n.strip().upper()
-    mult = {'K': 1024, 'M': 1024 * 1024}.get(n[-1:], 1)
-    return int(float(n.rstrip('KM')) * mult)
-
-
-def flash_advice(what, total, board, samples, n, dtype):
-    """None when `total` bytes fit board's file system (boards.json flash_fs; none
-    given: anything fits), else what to say: `samples` of those bytes are n samples
-    stored as dtype; float samples go to --dtype uint8 (a quarter), 8-bit ones to fewer
-    samples or a board with more flash (prepare and deploy say the same)."""
-    profs = runner.boards()
-    fs = profs[board].get('flash_fs')
-    if not fs or total <= _size(fs):
-        return None
-    cap, rest, per = _size(fs), total - samples, samples / max(n, 1)
-    msg = (f'{what}: about {total // 1024} KB to store ({samples // 1024} KB of it {n} samples '
-           f'as {dtype}), more than the {fs} file system of {board}; ')
-    if dtype == 'float32':
-        total, per = rest + samples // 4, per / 4
-        msg += f'--dtype uint8 stores the samples in a quarter (about {total // 1024} KB in all)'
-        if total <= cap:
-            return msg
-        msg += ', still too much: with it '
-    else:
-        msg += 'the samples are 8-bit already: '
-    fit = int((cap - rest) // per) if cap > rest else 0
-    more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
-            if p.get('flash_fs') and _size(p['flash_fs']) >= total]
-    return msg + (f'at most {fit} samples fit (give --data fewer)' if fit else
-                  f'the model and code alone take about {rest // 1024} KB') + (
-        f', or a board with more flash: {", ".join(more)}' if more else '')
 
 
 def sample_files(d, files):
@@ -279,9 +246,9 @@ def profile_for(d) -> tuple:
     elif plat in ('linux', 'darwin', 'win32'):
         name, why = 'unix', f'sys.platform {plat}: the unix port'
     else:
-        fits = [(_size(p['heap']), n) for n, p in profiles.items() if n != 'unix'
-                and _size(p['heap']) <= max(d.get('free') or 0, 1)]
-        name = max(fits)[1] if fits else min((_size(p['heap']), n) for n, p in profiles.items())[1]
+        fits = [(size_bytes(p['heap']), n) for n, p in profiles.items() if n != 'unix'
+                and size_bytes(p['heap']) <= max(d.get('free') or 0, 1)]
+        name = max(fits)[1] if fits else min((size_bytes(p['heap']), n) for n, p in profiles.items())[1]
         why = f'no profile for sys.platform {plat!r}: the one whose heap is closest below its free heap'
     return name, why
 
@@ -301,11 +268,11 @@ def check_report(d) -> list:
              f'file system: {kb(d.get("fs_free"))} free of {kb(d.get("fs_size"))}',
              f'profile: --board {name} ({why})']
     free = d.get('free') or 0
-    if name != 'unix' and free and free < _size(prof['heap']):
+    if name != 'unix' and free and free < size_bytes(prof['heap']):
         lines.append(f'  this board has less free heap than the profile\'s {prof["heap"]}: prepare '
                      f'with --board {name} --budget {free // 1024}K')
     fs = prof.get('flash_fs')
-    if fs and d.get('fs_free') is not None and d['fs_free'] < _size(fs) // 2:
+    if fs and d.get('fs_free') is not None and d['fs_free'] < size_bytes(fs) // 2:
         lines.append(f'  its file system has {kb(d["fs_free"])} free: store samples as '
                      '--dtype uint8 and keep datasets small')
     if d.get('ulab'):

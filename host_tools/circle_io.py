@@ -3,7 +3,7 @@
 Both formats share the flatbuffers table layout for everything utrain needs, so both
 are parsed with ONE's own bindings, ``circle_schema.v0_10`` (object API).
 
-IR (subgraph 0 only; ``n_subgraphs`` tells how many there are):
+IR (host_tools/ir.py; subgraph 0 only, ``n_subgraphs`` tells how many there are):
 
 * :class:`Tensor`   index, name, shape, dtype (numpy dtype name, or a clear name for
   types numpy lacks: 'bfloat16', 'int4', 'uint4', 'string', 'resource', 'variant',
@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
-from dataclasses import dataclass, field
 from typing import Any
 
 import flatbuffers
 import numpy as np
 
 from circle_schema.v0_10 import circle as C
+
+from .ir import (OP_CODES, OP_NAMES, Graph, ModelError, Operator, Tensor,  # noqa: F401
+                 _enum_names, atomic_write, check_path)
 
 __all__ = [
     "ModelError", "Tensor", "Operator", "Graph", "read_model", "write_with_weights",
@@ -51,27 +52,7 @@ _MIN_SIZE = 8                      # root offset (4) + file identifier (4)
 _PLACEHOLDER_FOR_GREATER_OP_CODES = 127
 
 
-class ModelError(ValueError):
-    """A model file that cannot be read or rewritten. ``str(e) == "<path>: <message>"``."""
-
-    def __init__(self, path, message: str):
-        self.path = str(path)
-        self.message = message
-        super().__init__(f"{self.path}: {message}")
-
-
 # --------------------------------------------------------------------------- tables
-
-def _enum_names(cls) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for k, v in vars(cls).items():
-        if not k.startswith("_") and isinstance(v, int):
-            out.setdefault(v, k)
-    return out
-
-
-OP_NAMES: dict[int, str] = _enum_names(C.BuiltinOperator.BuiltinOperator)
-OP_CODES: dict[str, int] = {v: k for k, v in OP_NAMES.items()}
 
 TENSOR_TYPE_NAMES: dict[int, str] = {
     code: name.lower() for code, name in _enum_names(C.TensorType.TensorType).items()
@@ -211,49 +192,6 @@ def options_class_for(op_name: str) -> tuple[str, int, int] | None:
     return None
 
 
-# --------------------------------------------------------------------------- IR
-
-@dataclass
-class Tensor:
-    index: int
-    name: str
-    shape: list[int]
-    dtype: str
-    data: np.ndarray | None
-    buffer: int
-    quant: dict | None = None
-
-
-@dataclass
-class Operator:
-    index: int
-    code: int
-    name: str
-    inputs: list[int]
-    outputs: list[int]
-    options: dict = field(default_factory=dict)
-    src: int = None             # its index in the user's file, kept through the rewrites
-
-    @property
-    def number(self) -> int:
-        """The op's number as the user's file (and `inspect`, `--train last:N`) has it."""
-        return self.index if self.src is None else self.src
-
-
-@dataclass
-class Graph:
-    path: str
-    identifier: bytes
-    version: int
-    description: str
-    tensors: list[Tensor]
-    ops: list[Operator]
-    inputs: list[int]
-    outputs: list[int]
-    metadata: dict[str, bytes]
-    n_subgraphs: int
-
-
 # --------------------------------------------------------------------------- parsing
 
 class _CheckedBytes(bytes):
@@ -266,16 +204,6 @@ class _CheckedBytes(bytes):
             if (start is not None and start < 0) or (stop is not None and stop > len(self)):
                 raise IndexError("read past the end of the buffer")
         return bytes.__getitem__(self, key)
-
-
-def check_path(path) -> str:
-    """path as a str; ModelError when it is missing or a directory."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ModelError(path, "no such file")
-    if os.path.isdir(path):
-        raise ModelError(path, "is a directory, not a model file")
-    return path
 
 
 def _read_bytes(path) -> bytes:
@@ -512,40 +440,6 @@ def _rebox(b) -> _AlignedBufferT:
     if b is not None:
         nb.data, nb.offset, nb.size = b.data, b.offset, b.size
     return nb
-
-
-def atomic_write(out_path, data: bytes) -> None:
-    """Write ``data`` to a temp file next to ``out_path`` and os.replace it over."""
-    out_path = os.fspath(out_path)
-    folder = os.path.dirname(os.path.abspath(out_path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(out_path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give an ordinary file's mode
-        os.replace(tmp, out_path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
-            # name the file, the space left and that nothing was replaced
-            try:
-                st = os.statvfs(folder)
-                free = f', {st.f_bavail * st.f_frsize} bytes free there'
-            except OSError:
-                free = ''
-            raise OSError(e.errno, f'{out_path}: cannot write it ({e.strerror}{free}, '
-                          f'{len(data)} bytes needed); '
-                          + ('the previous file is kept' if os.path.exists(out_path)
-                             else 'nothing was written')) from None
-        raise
 
 
 def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],

@@ -32,7 +32,7 @@ def _op_line(g, op, how):
 def cmd_inspect(a):
     from .circle_io import read_model
     from .optable import SPECS, SUPPORTED
-    from .prepare import select_rewrite
+    from .runplan import select_rewrite
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
@@ -93,17 +93,9 @@ def cmd_inspect(a):
 
 def cmd_prepare(a):
     from .prepare import prepare
-    s = prepare(a.model, a.out, data=a.data, test_split=a.test_split, split_seed=a.split_seed,
-                dtype=a.dtype, progress=a.progress,
-                loss=a.loss, reduction=a.reduction, from_logits=a.from_logits,
-                optimizer=a.optimizer, lr=a.lr, momentum=a.momentum, beta1=a.beta1,
-                beta2=a.beta2, eps=a.eps, rho=a.rho, batch=a.batch, epochs=a.epochs,
-                weight_decay=a.weight_decay, schedule=a.schedule,
-                metric=a.metric, shuffle=a.shuffle, seed=a.seed, train=a.train,
-                ranks=a.ranks, train_config=a.train_config, stream=a.stream,
-                budget=a.budget, board=a.board, backend=a.backend, rewrite=not a.no_rewrite,
-                cache=a.cache, select=a.select, select_layers=a.select_layers,
-                dequantize=a.dequantize, bands=a.bands)
+    # the options' names are prepare()'s keywords: every one passes through as given
+    kw = {k: v for k, v in vars(a).items() if k not in ('cmd', 'fn', 'model', 'out', 'no_rewrite')}
+    s = prepare(a.model, a.out, rewrite=not a.no_rewrite, **kw)
     st = s['settings']
     if s.get('int8'):
         print(f'prepared {a.out}: int8 model training as int8 (q8.json, int8 weights.wof), '
@@ -347,19 +339,15 @@ def _prog():
     return 'utrain' if os.path.basename(sys.argv[0] or '') == 'utrain' else 'python -m host_tools'
 
 
-def parser(prog=None):
-    """The command line: every subcommand and option (docgen writes docs/options.md
-    from it).  prog: the name in usage lines (default: as invoked, `utrain` for the
-    installed command, else `python -m host_tools`)."""
-    prog = prog or _prog()
-    p = argparse.ArgumentParser(prog=prog,
-                                description='utrain host tools: prepare circle/tflite models '
-                                            'for training on MicroPython boards.')
-    sub = p.add_subparsers(dest='cmd', required=True)
+def _args_inspect(sub):
+    """`inspect`'s arguments."""
     q = sub.add_parser('inspect', help='list ops, tensors, parameters and what can train')
     q.add_argument('model', help='.circle, .tflite or .onnx file')
     q.set_defaults(fn=cmd_inspect)
 
+
+def _args_prepare(sub):
+    """`prepare`'s arguments."""
     q = sub.add_parser('prepare', help='write the flattened model, .wof, settings and data',
                        description='Settings the command line leaves out come from the model\'s '
                                    'CIRCLE_TRAINING metadata when it has some.')
@@ -371,6 +359,15 @@ def parser(prog=None):
                    'sub-folder of images per class, or a .ds record file')
     q.add_argument('--test-split', type=float, default=0.0, help='fraction held out for test')
     q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
+    _args_settings(q)
+    _args_what_and_where(q)
+    q.set_defaults(fn=cmd_prepare)
+
+
+
+def _args_settings(q):
+    """prepare's training settings: loss, optimizer and its recipe, batch, epochs, metric,
+    shuffle."""
     q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
                    help='cce and scce without --from-logits expect probabilities (a model ending '
                         'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
@@ -399,6 +396,11 @@ def parser(prog=None):
     q.add_argument('--metric', choices=['accuracy', 'mae'], help='printed and logged per epoch')
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
     q.add_argument('--seed', type=int, help='seed of --shuffle (reproducible; file order without it)')
+
+
+def _args_what_and_where(q):
+    """prepare's choice of what trains, how samples are stored, and the board and its
+    memory (budget, streaming, caches, bands, --select, the backend, rewrites)."""
     q.add_argument('--train', help='all | none | last:N (ONERT\'s num_of_trainable_ops: the last N '
                    'operators of any kind, counted in the file as given)')
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='float32',
@@ -445,8 +447,9 @@ def parser(prog=None):
     q.add_argument('--dequantize', action='store_true',
                    help='an int8 model: train it in float32, dequantized (by default it '
                         'trains as int8: int8 weights, integer forward, QAS updates)')
-    q.set_defaults(fn=cmd_prepare)
 
+def _args_run(sub):
+    """`run`'s arguments."""
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')
     q.add_argument('dir', help='a folder prepare wrote')
     q.add_argument('--board', default='unix', help='a profile in boards/boards.json: '
@@ -462,6 +465,9 @@ def parser(prog=None):
                                   'with a ballast, to find the smallest heap that trains')
     q.set_defaults(fn=cmd_run)
 
+
+def _args_export(sub):
+    """`export`'s arguments."""
     q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into the model (circle, tflite or onnx)')
     q.add_argument('model', help='the model given to prepare')
     q.add_argument('weights', help='trained.wof, checkpoint.ckpt or a fleet\'s global.wof')
@@ -476,6 +482,9 @@ def parser(prog=None):
                    'float weights it came from (the better of original and recalibrated is kept)')
     q.set_defaults(fn=cmd_export)
 
+
+def _args_dataset(sub):
+    """`dataset`'s arguments."""
     q = sub.add_parser('dataset', help='convert .npz, .csv or an image folder to .ds record files')
     q.add_argument('source', help='x/y .npz, a .csv (label in the last column), or a folder '
                                   'with one sub-folder of images per class')
@@ -488,6 +497,9 @@ def parser(prog=None):
     q.add_argument('--size', help='images: resize to WxH')
     q.set_defaults(fn=cmd_dataset)
 
+
+def _args_deploy_pull(sub):
+    """deploy and pull: copy to and from a board."""
     for name, hlp in (('deploy', 'copy micro/ and a prepared folder to a board with mpremote'),
                       ('pull', 'copy trained.wof, the checkpoint and train.log back from a board')):
         q = sub.add_parser(name, help=hlp)
@@ -502,6 +514,9 @@ def parser(prog=None):
             q.add_argument('--run', action='store_true', help='then mpremote run train.py')
         q.set_defaults(fn=cmd_deploy if name == 'deploy' else cmd_pull)
 
+
+def _args_fleet(sub):
+    """`fleet`'s arguments."""
     q = sub.add_parser('fleet', help='federated training of a fleet of boards on Flower')
     q.add_argument('dir', help='a prepared folder (prepare --data --test-split): model, '
                    'starting weights, local training settings, the host\'s test split')
@@ -529,11 +544,17 @@ def parser(prog=None):
                    'fleet.csv, fleet.json')
     q.set_defaults(fn=cmd_fleet)
 
+
+def _args_plot(sub):
+    """`plot`'s arguments."""
     q = sub.add_parser('plot', help='loss and metric per epoch from train.log as a PNG')
     q.add_argument('log', help='train.log, or a fleet\'s fleet.csv')
     q.add_argument('-o', '--output', default='curves.png', help='the PNG to write')
     q.set_defaults(fn=cmd_plot)
 
+
+def _args_demo(sub):
+    """`demo`'s arguments."""
     q = sub.add_parser('demo', help='a bundled digits example: prepare, train, export')
     q.add_argument('--model', choices=sorted(DEMOS), default='mlp',
                    help='mlp: the MLP from scratch; cnn: a PyTorch CNN (via tico) fine-tuned')
@@ -543,6 +564,9 @@ def parser(prog=None):
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.set_defaults(fn=cmd_demo)
 
+
+def _args_evaluate(sub):
+    """`evaluate`'s arguments."""
     q = sub.add_parser('evaluate', help='accuracy (classifier) or MAE/MSE (regression) of a '
                        'model file on labelled data, on the host: compare before and after')
     q.add_argument('model', help='.circle or .tflite (float: ONERT; int8 .tflite: TFLite Micro) '
@@ -561,6 +585,9 @@ def parser(prog=None):
     q.add_argument('--limit', type=int, help='score only the first N samples')
     q.set_defaults(fn=cmd_evaluate)
 
+
+def _args_board(sub):
+    """`board`'s arguments."""
     q = sub.add_parser('board', help='a simulated board on a serial port (deploy, pull, fleet '
                        '--ports try against it) until Ctrl-C; --check PORT: what a real board has')
     q.add_argument('--board', default='unix', help='simulated: the boards.json profile whose '
@@ -579,6 +606,20 @@ def parser(prog=None):
                    help='--check: no soft reset first (a simulated board)')
     q.set_defaults(fn=cmd_board)
 
+
+def parser(prog=None):
+    """The command line: every subcommand and option (docgen writes docs/options.md
+    from it).  prog: the name in usage lines (default: as invoked, `utrain` for the
+    installed command, else `python -m host_tools`)."""
+    prog = prog or _prog()
+    p = argparse.ArgumentParser(prog=prog,
+                                description='utrain host tools: prepare circle/tflite models '
+                                            'for training on MicroPython boards.')
+    sub = p.add_subparsers(dest='cmd', required=True)
+    for add in (_args_inspect, _args_prepare, _args_run, _args_export, _args_dataset,
+                _args_deploy_pull, _args_fleet, _args_plot, _args_demo, _args_evaluate,
+                _args_board):
+        add(sub)       # one function a subcommand
     return p
 
 

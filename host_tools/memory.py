@@ -281,6 +281,46 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
             'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
 
 
+
+# What survives the board's Fisher phase into training: the interned names of
+# utrain/fisher.py and utrain/chosen.py (MicroPython never frees them) and the chosen set;
+# and the holes the phase's net leaves among them.  Measured on unix MicroPython (64-bit)
+# with bench/transfer.py --measure: the smallest heap of --select board against --ranks
+# of the same candidates trained without the pass.
+FISHER_RESIDUE = 1024
+
+
+def add_fisher(heap, g, p, backend, board=None):
+    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
+    net of its own that is garbage when training allocates: its peak is the training
+    plan's less what only training holds (optimizer state, gradient sums, the trainer's
+    and optimizer's code) plus its own code, every candidate's output kept until the
+    backward pass reaches it (those the backward list does not save anyway) and one
+    potential per channel.  Planned: the larger of the two peaks, and a residue."""
+    from .passes import device_shapes
+    arrays, _, frozen = backend.partition('-')
+    t = target(board)
+    f = WORD_FIGURES[t['word']]
+    per = f['frozen_code'] if frozen else f['code']
+    sizes = mpy_sizes()
+    shapes = device_shapes(g)
+    kept = 0
+    for i in p.trainable_ops:
+        o = g.ops[i].outputs[0]
+        rows, cols = shapes[o]
+        kept += array_bytes(cols, arrays, t)
+        if o not in p.saved:
+            kept += array_bytes(rows * cols, arrays, t)
+    parts = heap['parts']
+    phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
+             - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
+             + int(per * sizes.get('fisher', 0)) + kept)
+    extra = max(0, phase - heap['total']) + FISHER_RESIDUE
+    heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
+    heap['fisher_phase'] = phase
+    heap['total'] += extra
+    return heap
+
 def code_parts(r) -> dict:
     """{'code': the resident heap of the utrain modules the run imports (and npkern's
     native code where it lies in the heap), 'interpreter': the interpreter's own share
@@ -689,7 +729,8 @@ def json_bytes(v, w, B) -> int:
 def _q8_net(t, settings, w, B, trains=True) -> dict:
     """{part: bytes} one utrain.q8.Q8Net of layer table t (as written: q8.json or
     q8t.json) holds while it trains (trains=False: a prefix net, forward only)."""
-    from .quant import MEAN, ADD
+    from .device import module
+    q8 = module('q8')
     blk = lambda n: -(-n // B) * B     # noqa: E731
     arr = lambda n: blk(4 * w) + blk(n)     # noqa: E731  (a bytearray / array of n bytes)
     ls = t['layers']
@@ -701,7 +742,7 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
             objs += 2 * arr(4 * len(d['mul']))
         if 'g' in d:
             objs += arr(4 * 14)
-        if d['k'] == ADD:
+        if d['k'] == q8.ADD:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
@@ -724,11 +765,10 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     parts['weights held in RAM'] = held
     if not trains:
         return parts
-    from .device import module
-    st, gin = 0, module('q8').gin(ls)       # its two input-gradient buffers (_gbuf)
+    st, gin = 0, q8.gin(ls)       # its two input-gradient buffers (_gbuf)
     for d in ls:
         back = d.get('train') or d.get('back')
-        if back and d['k'] < MEAN:
+        if back and d['k'] < q8.MEAN:
             st += arr(d['nout'])                              # its int8 output gradient
             if 'sw' in d and min(d['sw']) != max(d['sw']):
                 st += 2 * arr(4 * len(d['sw']))              # dz's per-channel rescaling

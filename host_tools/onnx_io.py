@@ -1,4 +1,4 @@
-"""Reading ONNX models into the host's graph IR (circle_io.Graph), and writing trained
+"""Reading ONNX models into the host's graph IR (ir.Graph), and writing trained
 weights back into the .onnx file.  Uses the `onnx` package only (no TensorFlow).
 
 ONNX is NCHW; utrain's kernels are NHWC.  Every value has up to two IR tensors: its
@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from .circle_io import Graph, ModelError, Operator, Tensor, OP_CODES
+from .ir import Graph, ModelError, Operator, Tensor, OP_CODES
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
@@ -1084,7 +1084,7 @@ def _static_shape(vi, batch1=False):
 def load(path):
     """The onnx ModelProto of path, shape-inferred with the batch dimension 1; ModelError
     for a file that is not an ONNX model."""
-    from .circle_io import check_path
+    from .ir import check_path
     onnx = _onnx()
     path = check_path(path)
     try:
@@ -1124,7 +1124,7 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
     initializers (a rewrite that changed a trained tensor cannot be mapped back)."""
     onnx = _onnx()
     from onnx import numpy_helper
-    from .circle_io import atomic_write
+    from .ir import atomic_write
     g0 = read_onnx(model_path)
     origin = g0.onnx_origin
     orig = onnx.load(os.fspath(model_path))

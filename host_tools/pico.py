@@ -302,10 +302,10 @@ def ballast(free):
     on the chip without rebuilding the firmware."""
     if not free:
         return ''
-    from .board import _size
+    from .runner import size_bytes
     return ('import gc\ngc.collect()\n_b=gc.mem_free()-%d\n_b=bytearray(_b) if _b>0 else None\n'
             'gc.collect()\nprint("utrain: pico: free heap %%d B" %% gc.mem_free())\n'
-            % _size(str(free)))
+            % size_bytes(str(free)))
 
 
 END = 'utrain: end: '

@@ -1,14 +1,16 @@
 """`prepare`: circle/tflite model (+ data) -> a folder with everything the board needs
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
 
-prepare() is a list of passes, each a function here: settle (settings, model read and
-checked) -> [an int8 model: quant.prepare_q8] -> validate.loss_on_logits -> run_select
-(--select) -> what_trains (--train, --ranks, --train-config) -> select_rewrite_plan
-(select, rewrite, plan) -> plan_memory -> check_budget -> read_data -> check_outputs ->
-write_folder (+ describe: prepare.json's summary) -> write_data -> write_prefix_caches ->
-write_run_config: nothing is written before every check has passed.  `inspect` runs
-select_rewrite; the int8 path read_data, check_outputs, write_data and write_run_config;
-`dataset` the samples pass (dataset.read_samples, write_samples) as well."""
+prepare() is a list of passes: settle (settings, model read and checked) -> [an int8
+model: quant.prepare_q8] -> validate.loss_on_logits -> run_select (--select) ->
+what_trains (--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite,
+plan) -> plan_memory -> check_budget -> read_data -> check_outputs -> write_folder (+
+describe: prepare.json's summary) -> write_data -> write_prefix_caches ->
+write_run_config: nothing is written before every check has passed.  The run's plan
+(what_trains .. plan_memory) is host_tools/runplan.py's, the folder's files and their
+passes (FILES, read_data, check_outputs, write_data ..) host_tools/runfolder.py's, which
+the int8 path shares; the rest is here.  `inspect` runs select_rewrite; `dataset` the
+samples pass (dataset.read_samples, write_samples) as well."""
 from __future__ import annotations
 
 import copy
@@ -17,114 +19,17 @@ import os
 
 import numpy as np
 
-from . import dataset as ds
-from .circle_io import read_model, atomic_write
+from .circle_io import read_model
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
 from .memory import plans_by_target
-from .passes import PrepareError, parse_train, parse_ranks, plan as make_plan, RANK_NAMES
+from .passes import PrepareError, RANK_NAMES
 from . import quant, rewrite as rw
+from .runfolder import (FILES, check_flash, check_outputs, out_identifier, read_data,
+                        write_data, write_prefix_caches, write_run_config)
+from .runplan import plan_memory, select_rewrite_plan, what_trains
 from .traininfo import parse_traininfo, METADATA_NAME
 from .validate import loss_on_logits
 from .wof import write_wof
-
-FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
-         'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
-         'log': 'train.log', 'rewritten': 'rewritten.circle'}
-
-
-def rewrite_for_training(g, train, enabled=True):
-    """Run the exporter-output passes (host_tools/rewrite.py) on g in place.  ``train``
-    is read on the graph as given (the ops `inspect` lists; ONERT's counting); the ops
-    it selects keep their BatchNorm as separate, trainable MUL/ADD.  Returns (train as
-    op indices of the rewritten graph, report dict, input permutation or None)."""
-    keep = [g.ops[i] for i in sorted(parse_train(train, len(g.ops)))]
-    if not enabled:
-        return sorted(op.index for op in keep), {
-            'dequantized': 0, 'quant': {}, 'transposes': 0, 'batchnorm': 0,
-            'changed': False, 'input_perm': None}, None
-    info = rw.rewrite(g, keep)
-    perm = rw.hoist_input_transpose(g)
-    info['input_perm'] = perm
-    info['changed'] = info['changed'] or perm is not None
-    if info['changed']:
-        rw.compact(g)
-    ids = {id(op) for op in keep}
-    return [op.index for op in g.ops if id(op) in ids], info, perm
-
-
-def what_trains(g, train, ranks=None, train_config=None, train_given=False):
-    """The ranks pass: --train, --ranks ('OP:RANK,...' or {op: rank}) and --train-config
-    on graph g as read -> (sorted op numbers that train, {op: rank}), in the file's
-    numbering.  A training-config file's ops train with its ranks and, unless --train is
-    given too (train_given), only they do."""
-    from .trainconfig import read_train_config
-    rk = {}
-    if train_config:
-        rk.update(read_train_config(train_config, len(g.ops)))
-        if not train_given:
-            train = 'none'
-    if isinstance(ranks, dict):
-        rk.update(ranks)
-    elif ranks:
-        rk.update(parse_ranks(ranks, len(g.ops)))
-    return sorted(parse_train(train, len(g.ops)) | set(rk)), rk
-
-
-def select_rewrite(source, train, ranks=None, rewrite=True):
-    """The select and rewrite passes on a copy of the graph as read (source is not
-    changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
-    file's numbering.  Returns (rewritten graph, its trainable op indices, its ranks
-    {op index: rank}, rewrite report, input permutation)."""
-    g = copy.deepcopy(source)
-    ranks = ranks or {}
-    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
-    ranked = {id(g.ops[i]): r for i, r in ranks.items()}
-    train = sorted(parse_train(train, len(g.ops)) | set(ranks))
-    train, info, perm = rewrite_for_training(g, train, rewrite)
-    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
-    return g, train, rk, info, perm
-
-
-def select_rewrite_plan(source, train, ranks, rewrite=True):
-    """select_rewrite, then the plan pass (passes.plan): returns (rewritten graph, its
-    trainable op indices, its ranks, rewrite report, input permutation, plan)."""
-    g, train, rk, info, perm = select_rewrite(source, train, ranks, rewrite)
-    return g, train, rk, info, perm, make_plan(g, train, rk)
-
-
-def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=False,
-                bands=None, limit=None) -> dict:
-    """The heap-plan pass (memory.plan_heap) for the rewritten graph g and its plan p with
-    settings s: cache 'host' plans the board from the first op that trains; fisher adds
-    the board's selection pass (--select board).  bands: the row-band pass
-    (host_tools/bands.py) sets p.bands: rows per band (None: 1 where that lowers the
-    plan, and where a limit is known (limit(heap): the board's heap or the budget, or
-    None) only when the plan without them exceeds it: a band costs time, 1.5x on the
-    fallback and 6x under ulab for the DS-CNN's frozen convs; 0: none; not with cache
-    'host', where the board does not run the prefix)."""
-    from .memory import plan_heap
-    s = dict(s, cache=cache)
-    if cache == 'host':         # the board runs from the first op that trains
-        from .optable import SPECS
-        s['prefix'] = min(op.index for op in g.ops
-                          if any(k in p.params for k in SPECS[op.name].inputs(op)))
-    heap = plan_heap(g, p, s, backend, board)
-    lim = limit(heap) if limit and not bands else None
-    if bands != 0 and cache != 'host' and (lim is None or heap['total'] > lim):
-        from .bands import choose
-        from .memory import array_bytes, target
-        tg = target(board)
-        p.bands = choose(g, p, lambda n: array_bytes(n, backend.partition('-')[0], tg), bands or 1)
-        if p.bands:
-            banded = plan_heap(g, p, s, backend, board)
-            if bands or banded['total'] < heap['total']:
-                heap = banded
-            else:
-                p.bands = []
-    if fisher:
-        from .select import add_fisher
-        add_fisher(heap, g, p, backend, board)
-    return heap
 
 
 def missing_biases(model_path, g, p) -> list:
@@ -180,21 +85,11 @@ def resolve_settings(g, overrides: dict) -> dict:
     return s
 
 
-def progress_step(n: int) -> int:
-    """A round number of samples between progress lines, about 4 per epoch (0 = none
-    for small epochs)."""
-    if n < 200:
-        return 0
-    step = 10 ** (len(str(n // 4)) - 1)
-    return n // 4 // step * step
-
-
 def parse_budget(text) -> int:
-    """'96K', '1M', '98304' -> bytes."""
-    t = str(text).strip().upper()
-    mul = 1024 if t.endswith('K') else 1024 * 1024 if t.endswith('M') else 1
+    """'96K', '1M', '98304' -> bytes (runner.size_bytes); PrepareError naming --budget."""
+    from .runner import size_bytes
     try:
-        return int(float(t.rstrip('KMB') or 'x') * mul)
+        return size_bytes(text)
     except ValueError:
         raise PrepareError(f'--budget {text!r}: expected bytes, e.g. 98304, 96K or 1M') from None
 
@@ -286,24 +181,6 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
                        + fit_advice(source, s, train, ranks, backend, limit, heap, planned))
 
 
-OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
-
-
-def check_outputs(out_dir, inputs, names=OUTPUTS):
-    """The output-folder pass: PrepareError when out_dir is not a folder or a file prepare
-    writes there (names) is one of its inputs (model, data, training config; None: not
-    given).  The rewritten graph is checked where it is written: a graph that needs no
-    rewrite may be prepared again from its own folder's rewritten.circle."""
-    for src in inputs:
-        for n in names:
-            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
-                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
-                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
-                                   'prepare into another folder')
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise PrepareError(f'{out_dir}: exists and is not a folder')
-
-
 def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None):
     """The folder pass: the rewritten graph (when the rewrites changed it), model.flat,
     weights.wof and train.tcfg (a selection, ranks or a training config given) in out_dir.
@@ -364,82 +241,6 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
         summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
         if 'select' in sel:     # the board's log names ops by their place in model.flat
             summary['select']['graph_ops'] = [op.number for op in g.ops]
-    return summary
-
-
-def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input'):
-    """The read half of prepare's samples pass (dataset.read_samples), before anything is
-    written: data laid out for the model input of shape (perm: as the rewrites transposed
-    it) with n_out outputs and targets for loss.  Returns (x, y), or None without data."""
-    return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
-
-
-def check_flash(model_path, xy, dtype, board):
-    """The flash pass: with --board, samples stored as dtype that would overflow the
-    board's file system with the model and the code are refused, saying what fits
-    (board.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
-    more flash for 8-bit ones).  The model's files are reckoned at its file's size."""
-    if not board or xy is None:
-        return
-    from .board import flash_advice
-    from .memory import mpy_sizes
-    x, y = xy
-    samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
-    total = samples + os.path.getsize(model_path) + sum(mpy_sizes().values()) + 4096
-    why = flash_advice(model_path, total, board, samples, len(x), dtype)
-    if why:
-        raise PrepareError(why)
-
-
-def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
-               scale=None, offset=None) -> dict:
-    """The write half: train.ds and test.ds from xy (read_data's; None: no data), split
-    and stored as dtype (scale, offset: given, or from the data's range).  Sets files'
-    train and test to what it wrote (None: not written); returns the summary's sample
-    fields."""
-    if xy is None:
-        files['train'] = files['test'] = None
-        return {}
-    x, y = xy
-    tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
-                                           (files['train'], files['test']), scale, offset)
-    if files['test'] not in wrote:
-        files['test'] = None
-    return dict(train_samples=len(tr), test_samples=len(te), dtype=dtype,
-                balance=ds.balance(y[tr]) if loss in ('scce', 'cce') else None)
-
-
-def write_prefix_caches(out_dir, files, cache) -> dict:
-    """The prefix-cache pass: drops an earlier prepare's frozen-prefix caches (stale now)
-    and with cache 'host' writes the datasets' (host_tools.prefixcache).  Returns the
-    summary's 'prefix_cache' field, if any."""
-    for f in os.listdir(out_dir):
-        if f.endswith(('.pfx', '.pfx.tmp')):
-            os.remove(os.path.join(out_dir, f))
-    if cache == 'host' and files['train']:
-        from .prefixcache import write_caches
-        return {'prefix_cache': write_caches(out_dir, files)}
-    return {}
-
-
-def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run) -> dict:
-    """The run-config pass: train.json (files, run: how train.py behaves (README), the
-    settings s, then extra) and prepare.json (summary).  Progress lines every N samples
-    (None: about 4 per epoch); the best weights are kept by validation when there is a
-    test split; run: the rest of the run block (on_nan: on a NaN/Inf, restore and lower lr
-    or 'stop').  Returns summary with the settings."""
-    if progress is None:
-        progress = progress_step(summary.get('train_samples', 0))
-    cfg = {'files': files, 'run': dict({'resume': False, 'progress': progress,
-                                        'checkpoint_every': 0, 'keep_best': bool(files['test'])},
-                                       **run)}
-    cfg.update(s)
-    cfg.update(extra)
-    atomic_write(os.path.join(out_dir, 'train.json'),
-                 (json.dumps(cfg, indent=1) + '\n').encode())
-    atomic_write(os.path.join(out_dir, 'prepare.json'),
-                 (json.dumps(summary, indent=1) + '\n').encode())
-    summary['settings'] = s
     return summary
 
 
@@ -606,16 +407,17 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
                split_seed, layers, log, target=None):
     """--select auto|board: host_tools/select.py chooses the ranks within the budget,
     pricing each candidate as plan_memory will plan the choice (target: its board, cache
-    and bands arguments)."""
+    and bands arguments); its trials prepare their folders with prepare() (handed in:
+    select imports nothing of this module)."""
     from . import select as sl
     limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
     if mode == 'auto':
         res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
-                             rewrite, log=log, target=target)
+                             rewrite, log=log, target=target, prepare=prepare)
     elif mode == 'board':
         res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log,
                               target=target, data=data, test_split=test_split,
-                              split_seed=split_seed)
+                              split_seed=split_seed, prepare=prepare)
     else:
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     trials = res.pop('trial_runs', None)
@@ -624,14 +426,6 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
     for line in sl.report(res):
         log(line)
     return res
-
-
-def out_identifier(out_path, ident: bytes) -> bytes:
-    """The file identifier an exported model gets: what its name's extension says
-    (.circle: CIR0, .tflite: TFL3; the schemas share their tables and op codes), else
-    the model's own."""
-    ext = os.path.splitext(out_path)[1].lower()
-    return {'.circle': b'CIR0', '.tflite': b'TFL3'}.get(ext, ident)
 
 
 def export_notes(r, g, summary, out_path) -> list:

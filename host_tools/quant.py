@@ -30,9 +30,13 @@ import os
 import numpy as np
 
 from .circle_io import Graph, Tensor, atomic_write, read_model
+from .device import module
 from . import wof as hwof
 
-FC, CONV, DW, MEAN, ADD, POOL_MAX, POOL_AVG = 0, 1, 2, 3, 4, 5, 6
+# the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
+_Q8 = module('q8')
+FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
+POOL_MAX, POOL_AVG = _Q8.PMAX, _Q8.PAVG
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
 POOLS = (POOL_MAX, POOL_AVG)
@@ -178,79 +182,111 @@ def layers(g: Graph, train='last:1'):
         lo, hi = _act_range(op.options.get('fused_activation_function', 'NONE'), sy[0], zy[0])
         d['lo'], d['hi'] = lo, hi
         if k == ADD:
-            x2 = g.tensors[op.inputs[1]]
-            if list(x2.shape) != list(x.shape) or list(y.shape) != list(x.shape):
-                raise ValueError(f'{g.path}: ADD op {op.index} broadcasts; int8 training adds '
-                                 'tensors of one shape')
-            (s2,), (z2,) = _q(x2)
-            tm = 2 * max(sx[0], s2)
-            ms = [quantize_multiplier(v) for v in (sx[0] / tm, s2 / tm,
-                                                    tm / ((1 << ADD_SHIFT) * sy[0]))]
-            d['in'] = [xin, src(op.inputs[1])]
-            d.update(z2=z2, mul=[m for m, _ in ms], shf=[e for _, e in ms], s2=s2)
-            shp = list(x.shape)
-            if len(shp) == 4:
-                d['hw'] = shp[1:]
-            out.append(d)
-            continue
-        if k in POOLS:
-            if len(x.shape) != 4 or len(y.shape) != 4:
-                raise ValueError(f'{g.path}: {op.name} op {op.index} must pool an NHWC tensor')
-            if not (math.isclose(sx[0], sy[0], rel_tol=1e-6) and zx[0] == zy[0]):
-                raise ValueError(f'{g.path}: {op.name} op {op.index} has input scale {sx[0]} '
-                                 f'zero point {zx[0]} but output scale {sy[0]} zero point '
-                                 f'{zy[0]}; TFLite\'s int8 pools need them equal')
-            H, W, C = x.shape[1:]
-            o = op.options
-            KH, KW = o.get('filter_height', 1), o.get('filter_width', 1)
-            sh, sw_ = o.get('stride_h', 1), o.get('stride_w', 1)
-            OH, ph = _pad(H, KH, sh, 1, o.get('padding', 'SAME'))
-            OW, pw = _pad(W, KW, sw_, 1, o.get('padding', 'SAME'))
-            if [1, OH, OW, C] != list(y.shape) or min(KH, KW, sh, sw_, OH, OW) < 1:
-                raise ValueError(f'{g.path}: {op.name} op {op.index}: output shape '
-                                 f'{list(y.shape)} is not its {KH}x{KW} window\'s [1, {OH}, '
-                                 f'{OW}, {C}]')
-            d['g'] = [H, W, C, C, KH, KW, sh, sw_, ph, pw, OH, OW, 1, 1]
-            out.append(d)
-            continue
-        if k == MEAN:
-            axis = sorted(int(a) % 4 for a in g.tensors[op.inputs[1]].data.ravel())
-            if len(x.shape) != 4 or axis != [1, 2]:
-                raise ValueError(f'{g.path}: MEAN op {op.index} must reduce H and W of NHWC')
-            n = x.shape[1] * x.shape[2]
-            m, e = quantize_multiplier(sx[0] / sy[0])
-            sh = min(int(math.floor(math.log2(n))), 32, 31 + e)
-            d.update(n=n, mul=[int((m << sh) // n)], shf=[e - sh])
-            out.append(d)
-            continue
-        w = g.tensors[op.inputs[1]]
-        sw, _ = _q(w)
-        if len(op.inputs) < 3 or op.inputs[2] < 0:
-            zero_bias(g, op, sx[0], sw)
-        b = g.tensors[op.inputs[2]]
-        if b.dtype != 'int32':
-            raise ValueError(f'{g.path}: bias {b.name!r} of op {op.index} is {b.dtype}, not int32')
-        mm = [quantize_multiplier(sx[0] * s / sy[0]) for s in sw]
-        d.update(wt=op.inputs[1], bt=op.inputs[2], wn=int(w.data.size), nb=int(b.data.size),
-                 sw=sw, mul=[m for m, _ in mm], shf=[e for _, e in mm])
-        if k == FC:
-            d['nin'] = int(w.shape[1])
+            _add_layer(g, op, d, x, y, xin, src(op.inputs[1]))
+        elif k in POOLS:
+            _pool_layer(g, op, d, x, y)
+        elif k == MEAN:
+            _mean_layer(g, op, d, x)
         else:
-            H, W, I = x.shape[1:]
-            pt = pb = pl = pr = 0
-            if pad:
-                H, W, I = g.tensors[pad[0]].shape[1:]
-                pt, pb, pl, pr = pad[1:]
-            if k == CONV:
-                O, KH, KW, _ = w.shape
-            else:
-                _, KH, KW, O = w.shape
-            dh, dw = op.options.get('dilation_h_factor', 1), op.options.get('dilation_w_factor', 1)
-            sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
-            OH, ph = _pad(H + pt + pb, KH, sh, dh, op.options.get('padding', 'SAME'))
-            OW, pw = _pad(W + pl + pr, KW, sw_, dw, op.options.get('padding', 'SAME'))
-            d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph + pt, pw + pl, OH, OW, dh, dw]
+            _weighted_layer(g, op, d, x, pad)
         out.append(d)
+    _mark_trained(g, out, train)
+    return out
+
+
+def _add_layer(g, op, d, x, y, xin, x2in):
+    """layers(): an ADD's inputs (x2in: its second, aliases resolved) and its
+    requantization as TFLite's add.cc (inputs shifted left ADD_SHIFT bits)."""
+    sx, sy = d['sx'], d['sy']
+    x2 = g.tensors[op.inputs[1]]
+    if list(x2.shape) != list(x.shape) or list(y.shape) != list(x.shape):
+        raise ValueError(f'{g.path}: ADD op {op.index} broadcasts; int8 training adds '
+                         'tensors of one shape')
+    (s2,), (z2,) = _q(x2)
+    tm = 2 * max(sx, s2)
+    ms = [quantize_multiplier(v) for v in (sx / tm, s2 / tm,
+                                            tm / ((1 << ADD_SHIFT) * sy))]
+    d['in'] = [xin, x2in]
+    d.update(z2=z2, mul=[m for m, _ in ms], shf=[e for _, e in ms], s2=s2)
+    shp = list(x.shape)
+    if len(shp) == 4:
+        d['hw'] = shp[1:]
+
+
+def _pool_layer(g, op, d, x, y):
+    """layers(): a MAX_POOL_2D / AVERAGE_POOL_2D's geometry (input and output quantized
+    alike, as TFLite's int8 pools need)."""
+    if len(x.shape) != 4 or len(y.shape) != 4:
+        raise ValueError(f'{g.path}: {op.name} op {op.index} must pool an NHWC tensor')
+    sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
+    if not (math.isclose(sx, sy, rel_tol=1e-6) and zx == zy):
+        raise ValueError(f'{g.path}: {op.name} op {op.index} has input scale {sx} '
+                         f'zero point {zx} but output scale {sy} zero point '
+                         f'{zy}; TFLite\'s int8 pools need them equal')
+    H, W, C = x.shape[1:]
+    o = op.options
+    KH, KW = o.get('filter_height', 1), o.get('filter_width', 1)
+    sh, sw_ = o.get('stride_h', 1), o.get('stride_w', 1)
+    OH, ph = _pad(H, KH, sh, 1, o.get('padding', 'SAME'))
+    OW, pw = _pad(W, KW, sw_, 1, o.get('padding', 'SAME'))
+    if [1, OH, OW, C] != list(y.shape) or min(KH, KW, sh, sw_, OH, OW) < 1:
+        raise ValueError(f'{g.path}: {op.name} op {op.index}: output shape '
+                         f'{list(y.shape)} is not its {KH}x{KW} window\'s [1, {OH}, '
+                         f'{OW}, {C}]')
+    d['g'] = [H, W, C, C, KH, KW, sh, sw_, ph, pw, OH, OW, 1, 1]
+
+
+def _mean_layer(g, op, d, x):
+    """layers(): a MEAN over H and W with 1/N folded into its multiplier, as TFLite's
+    reduce_common.cc does."""
+    axis = sorted(int(a) % 4 for a in g.tensors[op.inputs[1]].data.ravel())
+    if len(x.shape) != 4 or axis != [1, 2]:
+        raise ValueError(f'{g.path}: MEAN op {op.index} must reduce H and W of NHWC')
+    n = x.shape[1] * x.shape[2]
+    m, e = quantize_multiplier(d['sx'] / d['sy'])
+    sh = min(int(math.floor(math.log2(n))), 32, 31 + e)
+    d.update(n=n, mul=[int((m << sh) // n)], shf=[e - sh])
+
+
+def _weighted_layer(g, op, d, x, pad):
+    """layers(): a FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D's weights, bias (a zero
+    one where the file has none), per-channel multipliers and a conv's geometry (a
+    folded PAD in its padding)."""
+    k = d['k']
+    sx = [d['sx']]
+    w = g.tensors[op.inputs[1]]
+    sw, _ = _q(w)
+    if len(op.inputs) < 3 or op.inputs[2] < 0:
+        zero_bias(g, op, sx[0], sw)
+    b = g.tensors[op.inputs[2]]
+    if b.dtype != 'int32':
+        raise ValueError(f'{g.path}: bias {b.name!r} of op {op.index} is {b.dtype}, not int32')
+    mm = [quantize_multiplier(sx[0] * s / d['sy']) for s in sw]
+    d.update(wt=op.inputs[1], bt=op.inputs[2], wn=int(w.data.size), nb=int(b.data.size),
+             sw=sw, mul=[m for m, _ in mm], shf=[e for _, e in mm])
+    if k == FC:
+        d['nin'] = int(w.shape[1])
+        return
+    H, W, I = x.shape[1:]
+    pt = pb = pl = pr = 0
+    if pad:
+        H, W, I = g.tensors[pad[0]].shape[1:]
+        pt, pb, pl, pr = pad[1:]
+    if k == CONV:
+        O, KH, KW, _ = w.shape
+    else:
+        _, KH, KW, O = w.shape
+    dh, dw = op.options.get('dilation_h_factor', 1), op.options.get('dilation_w_factor', 1)
+    sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
+    OH, ph = _pad(H + pt + pb, KH, sh, dh, op.options.get('padding', 'SAME'))
+    OW, pw = _pad(W + pl + pr, KW, sw_, dw, op.options.get('padding', 'SAME'))
+    d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph + pt, pw + pl, OH, OW, dh, dw]
+
+
+def _mark_trained(g, out, train):
+    """layers(): 'train' on the FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layers
+    --train selects, 'back' on every layer after the first of them (refused where one
+    cannot pass a gradient back)."""
     from .passes import parse_train
     ops_on = parse_train(train, len(g.ops))
     chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
@@ -264,8 +300,6 @@ def layers(g: Graph, train='last:1'):
             d['back'] = 1                     # passes the gradient back to a trained layer
         for i in chosen:
             out[i]['train'] = 1
-    return out
-
 
 def _intervals(ls, first, free, group=None):
     """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; group:
@@ -311,7 +345,6 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
     layers keep their few weights in RAM (else read at each band step, as the other
     frozen layers are once a forward: the prefix cache's pass runs once a sample).
     Returns the meta entries."""
-    from .device import module
     qb = module('q8bands')
     first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
     free = qb.frees(ls, first)
@@ -464,7 +497,6 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     """The int8 weights and int32 biases of a q8 .wof for graph g (checked by the
     device reader)."""
     import io
-    from .device import module
     dev = module('wof')
     with open(path, 'rb') as f:
         data = f.read()
@@ -489,7 +521,7 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path."""
     from .rewrite import save_graph
-    from .prepare import out_identifier
+    from .runfolder import out_identifier
     g = read_model(model_path)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
@@ -577,7 +609,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap) -> li
 
 def float_takes(g: Graph, train) -> bool:
     """Does prepare's float path (--dequantize) train int8 model g with --train train?"""
-    from .prepare import select_rewrite_plan
+    from .runplan import select_rewrite_plan
     try:
         return bool(select_rewrite_plan(g, train, {})[-1].params)
     except Exception:           # noqa: BLE001 (any refusal of the float path: it does not)
@@ -646,8 +678,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
     budget or board), refused with advice beyond it."""
-    from .prepare import (FILES, OUTPUTS, PrepareError, check_flash, check_outputs, read_data,
-                          write_data, write_run_config)
+    from .passes import PrepareError
+    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data,
+                            write_data, write_run_config)
     from .memory import plans_by_target, plan_heap_q8
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '

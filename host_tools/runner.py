@@ -1,7 +1,10 @@
 """`run`: the simulated board.  Stages micro/ into the prepared folder the way a board's
 file system holds it (train.py at the top, the utrain package under lib/, precompiled to
 .mpy by default so the heap figures include the code as a board runs it) and runs
-train.py under unix MicroPython with the board's heap size, or under CPython + numpy."""
+train.py under unix MicroPython with the board's heap size, or under CPython + numpy.
+Also the board profiles (boards/boards.json: boards(), their sizes: size_bytes, and
+whether a run's files fit a board's flash: flash_advice), which the planner, prepare and
+deploy share."""
 from __future__ import annotations
 
 import json
@@ -18,6 +21,42 @@ PACKAGE = os.path.join(MICRO, 'utrain')
 def boards() -> dict:
     with open(BOARDS) as f:
         return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
+
+
+def size_bytes(text) -> int:
+    """'96K', '1M', '98304' -> bytes (a board profile's heap and flash sizes, --budget);
+    ValueError when text is none of these."""
+    t = str(text).strip().upper()
+    mul = 1024 if t.endswith('K') else 1024 * 1024 if t.endswith('M') else 1
+    return int(float(t.rstrip('KMB') or 'x') * mul)
+
+
+def flash_advice(what, total, board, samples, n, dtype):
+    """None when `total` bytes fit board's file system (boards.json flash_fs; none
+    given: anything fits), else what to say: `samples` of those bytes are n samples
+    stored as dtype; float samples go to --dtype uint8 (a quarter), 8-bit ones to fewer
+    samples or a board with more flash (prepare and deploy say the same)."""
+    profs = boards()
+    fs = profs[board].get('flash_fs')
+    if not fs or total <= size_bytes(fs):
+        return None
+    cap, rest, per = size_bytes(fs), total - samples, samples / max(n, 1)
+    msg = (f'{what}: about {total // 1024} KB to store ({samples // 1024} KB of it {n} samples '
+           f'as {dtype}), more than the {fs} file system of {board}; ')
+    if dtype == 'float32':
+        total, per = rest + samples // 4, per / 4
+        msg += f'--dtype uint8 stores the samples in a quarter (about {total // 1024} KB in all)'
+        if total <= cap:
+            return msg
+        msg += ', still too much: with it '
+    else:
+        msg += 'the samples are 8-bit already: '
+    fit = int((cap - rest) // per) if cap > rest else 0
+    more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
+            if p.get('flash_fs') and size_bytes(p['flash_fs']) >= total]
+    return msg + (f'at most {fit} samples fit (give --data fewer)' if fit else
+                  f'the model and code alone take about {rest // 1024} KB') + (
+        f', or a board with more flash: {", ".join(more)}' if more else '')
 
 
 def find_micropython():
@@ -147,9 +186,8 @@ def sim_heap(out_dir, board='unix'):
     heap.by_target): a run that fits the board fits its simulation, and one that does
     not, does not.  The note says so; without the figures (a folder from an older
     prepare) the heap is the board's, and the note says that."""
-    from .prepare import parse_budget
     prof = boards()[board]
-    heap = parse_budget(prof['heap'])
+    heap = size_bytes(prof['heap'])
     word, sim = prof.get('word'), simulator_word()
     if not word or word == sim:
         return heap, None

@@ -134,7 +134,7 @@ class Pricer:
 
     def build(self, ranks):
         """(rewritten graph, plan) for ranks, as prepare makes them."""
-        from .prepare import select_rewrite_plan
+        from .runplan import select_rewrite_plan
         g, _, _, _, _, p = select_rewrite_plan(self.g0, sorted(ranks), ranks, self.rewrite)
         return g, p
 
@@ -142,7 +142,7 @@ class Pricer:
         """{'heap': bytes, 'parts': ..., 'macs': step multiply-adds, 'params': trained}."""
         key = (tuple(sorted(ranks.items())), fisher)
         if key not in self.memo:
-            from .prepare import plan_memory
+            from .runplan import plan_memory
             g, p = self.build(ranks)
             h = plan_memory(g, p, self.settings, self.backend, fisher=fisher, **self.target)
             self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
@@ -200,56 +200,18 @@ def step_macs(g, p) -> int:
     return n
 
 
-# What survives the board's Fisher phase into training: the interned names of
-# utrain/fisher.py and utrain/chosen.py (MicroPython never frees them) and the chosen set;
-# and the holes the phase's net leaves among them.  Measured on unix MicroPython (64-bit)
-# with bench/transfer.py --measure: the smallest heap of --select board against --ranks
-# of the same candidates trained without the pass.
-FISHER_RESIDUE = 1024
-
-
-def add_fisher(heap, g, p, backend, board=None):
-    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
-    net of its own that is garbage when training allocates: its peak is the training
-    plan's less what only training holds (optimizer state, gradient sums, the trainer's
-    and optimizer's code) plus its own code, every candidate's output kept until the
-    backward pass reaches it (those the backward list does not save anyway) and one
-    potential per channel.  Planned: the larger of the two peaks, and a residue."""
-    from .memory import (array_bytes, mpy_sizes, target, WORD_FIGURES)
-    from .passes import device_shapes
-    arrays, _, frozen = backend.partition('-')
-    t = target(board)
-    f = WORD_FIGURES[t['word']]
-    per = f['frozen_code'] if frozen else f['code']
-    sizes = mpy_sizes()
-    shapes = device_shapes(g)
-    kept = 0
-    for i in p.trainable_ops:
-        o = g.ops[i].outputs[0]
-        rows, cols = shapes[o]
-        kept += array_bytes(cols, arrays, t)
-        if o not in p.saved:
-            kept += array_bytes(rows * cols, arrays, t)
-    parts = heap['parts']
-    phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
-             - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
-             + int(per * sizes.get('fisher', 0)) + kept)
-    extra = max(0, phase - heap['total']) + FISHER_RESIDUE
-    heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
-    heap['fisher_phase'] = phase
-    heap['total'] += extra
-    return heap
-
-
 # ---------------------------------------------------------------- trials
 
 class Trials:
     """Short fine-tuning runs of the host simulation on a proxy subset, cached on disk.
     Its working folder (the proxy's folds, each trial's prepared model) goes with
-    close(), or when the object does, or at exit."""
+    close(), or when the object does, or at exit.  prepare: host_tools.prepare.prepare,
+    which writes each trial's folder (handed in: prepare runs --select, so this module
+    does not import it back)."""
 
     def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
-                 samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None):
+                 samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare):
+        self.prepare = prepare
         from . import dataset as ds
         x, y = ds.load(data)
         tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
@@ -337,9 +299,8 @@ class Trials:
         return path
 
     def _run(self, ranks, fold=0):
-        from .prepare import prepare
         out = os.path.join(self.tmp, 'run')
-        prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
+        self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
                 split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none', bands=0,
                 **dict(self.settings, seed=self.settings['seed'] + fold))    # (bands: the
         # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
@@ -484,7 +445,9 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
     given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
     the trial gains, and 'fallback' (why) when only the classifier trains}.  pricer: a
-    Pricer of the same model and target to share (its plans are memoised)."""
+    Pricer of the same model and target to share (its plans are memoised).  The steps:
+    screen (one trial per candidate), search (combinations priced), finalists, verify
+    (the finalists on FOLDS splits, the close ones on more), result."""
     if not data:
         raise PrepareError('--select auto measures what each layer gains on data: give --data '
                            '(a proxy dataset: a few hundred samples like the board\'s)')
@@ -494,7 +457,6 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
     cls = classifier(g, cands)
     before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
     fits = lambda r: pr.fits(r, limit)      # noqa: E731
-    # the classifier: whole, else the largest part of it that fits
     # the classifier trains whole (a part of its outputs would leave classes untrained)
     base = {cls: 0}
     if not fits(base):
@@ -505,15 +467,28 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         f'samples, scored on {int(round(t.frac * len(t.x)))} ({t.folds} folds)')
     log('  screening (one fold each): the last layers\' biases, each layer\'s weights at '
         '1/8, 1/4, 1/2 and all of its channels, the last k layers whole')
+    sc = _screen(t, base, before, [c for c in cands if c[0] < cls], fits)
+    fitting = _search(base, sc, fits)
+    final, predicted = _finalists(base, fitting, sc, fits)
+    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
+        f'{len(final)} configurations on {t.folds} folds each')
+    s0, tried = _verify(t, pr, base, final, predicted, log)
+    return _result(t, pr, base, s0, tried, sc)
+
+
+def _screen(t, base, before, every, fits) -> dict:
+    """choose_auto's screening, one trial each (score over the classifier alone, s0):
+    'bias_gain' [k]: the biases of the last k layers that have one (None: over the
+    budget), 'wgain' {(op, rank): gain > 0}: each layer's weights at each channel ratio,
+    'suffix' [(gain, ranks)]: the last k layers whole (ONERT's last:N), k = 1 .. every
+    layer before the classifier."""
     s0 = t.score(base)
-    # biases of the last k layers (those that have a bias)
     with_bias = [i for i, kinds in reversed(before) if 1 in kinds]
     bias_gain = [0.0]
     for k in range(1, len(with_bias) + 1):
         r = dict(base)
         r.update({i: 1 for i in with_bias[:k]})
         bias_gain.append(t.score(r) - s0 if fits(r) else None)
-    # each layer's weights at each channel ratio
     wgain = {}
     for i, kinds in before:
         for rk in kinds:
@@ -525,14 +500,19 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
             gain = t.score(r) - s0
             if gain > 0:
                 wgain[(i, rk)] = gain
-    # the last k layers whole (ONERT's last:N), k = 1 .. every layer before the classifier
     suffix = []
-    every = [c for c in cands if c[0] < cls]
     for k in range(1, len(every) + 1):
         r = {**base, **{i: 0 for i, _ in every[-k:]}}
         if fits(r):
             suffix.append((t.score(r) - s0, r))
-    # search: every combination, largest predicted gain first, priced by the planner
+    return {'with_bias': with_bias, 'bias_gain': bias_gain, 'wgain': wgain, 'suffix': suffix}
+
+
+def _search(base, sc, fits) -> list:
+    """[(predicted gain, ranks)]: every combination of the screened gains (the biases of
+    the last k layers, a ratio or none of each layer's weights), largest predicted gain
+    first, priced by the planner: the first VERIFY that fit (at most 400 priced)."""
+    with_bias, bias_gain, wgain = sc['with_bias'], sc['bias_gain'], sc['wgain']
     per_layer = {}
     for (i, rk), gain in wgain.items():
         per_layer.setdefault(i, []).append(rk)
@@ -563,11 +543,16 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
                 break
         if priced > 400:
             break
-    # try the best few for real, with the classifier alone, the best last-k and single
-    # trials, each on FOLDS splits of the proxy samples; of those within TIE of the best
-    # mean the largest plan trains
+    return fitting
+
+
+def _finalists(base, fitting, sc, fits):
+    """(the configurations tried for real, once each and in order: the best few of the
+    search, the classifier alone, the best last-k and single trials, the best bias
+    count; {describe(ranks): predicted gain})."""
+    bias_gain, wgain, with_bias = sc['bias_gain'], sc['wgain'], sc['with_bias']
     final = [r for _, r in fitting] + [base]
-    final += [r for _, r in sorted(suffix, key=lambda c: -c[0])[:SUFFIXES]]
+    final += [r for _, r in sorted(sc['suffix'], key=lambda c: -c[0])[:SUFFIXES]]
     singles = sorted(wgain.items(), key=lambda kv: -kv[1])[:2]
     final += [{**base, i: rk} for (i, rk), _ in singles]
     if len(bias_gain) > 1:
@@ -575,15 +560,19 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         if k:
             final.append({**base, **{i: 1 for i in with_bias[:k]}})
     predicted = {describe(r): g for g, r in fitting}
-    final = list({describe(r): r for r in final if fits(r)}.values())     # once each, in order
-    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
-        f'{len(final)} configurations on {t.folds} folds each')
+    return list({describe(r): r for r in final if fits(r)}.values()), predicted
+
+
+def _verify(t, pr, base, final, predicted, log):
+    """The finalists each on FOLDS splits of the proxy samples, the contenders (within
+    REFINE of the best) again on more splits, each with its own shuffle (the best of a
+    dozen k-fold means is as often luck as merit).  Returns (the classifier alone's
+    score, [(measured gain, heap, predicted gain, ranks)] best first: of those within TIE
+    of the best mean the largest plan trains)."""
     s0 = t.mean(base)
     tried = [(t.mean(r) - s0, pr.price(r)['heap'], predicted.get(describe(r), 0.0), r)
              for r in final]
     top = max(d for d, *_ in tried)
-    # the contenders (within REFINE of the best) again on more splits, each with its own
-    # shuffle: the best of a dozen k-fold means is as often luck as merit
     close = sum(d >= top - REFINE for d, *_ in tried)
     if close > 1:
         folds = t.folds * REFINE_TIMES
@@ -595,7 +584,13 @@ def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, spli
         top = max(d for d, *_ in tried)
     tried.sort(key=lambda c: (c[0] >= top - TIE, c[1] if c[0] >= top - TIE else c[0], c[0]),
                reverse=True)
+    return s0, tried
+
+
+def _result(t, pr, base, s0, tried, sc) -> dict:
+    """choose_auto's answer from the verified trials (see there)."""
     best = tried[0]
+    bias_gain, wgain = sc['bias_gain'], sc['wgain']
     out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
            'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
            'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
@@ -741,9 +736,8 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
 def proxy_shares(model_path, ranks, t, settings, rewrite):
     """[[op (its place in model.flat), share of the classifier's Fisher potential]] of the
     candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples."""
-    from .prepare import prepare
     out = os.path.join(t.tmp, 'fisher')
-    prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
+    t.prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
             ranks=dict(ranks), train='none', **t.settings)
     Net, Dataset, F = micro('model').Net, micro('data').Dataset, micro('fisher')
     net = Net(os.path.join(out, 'model.flat'))

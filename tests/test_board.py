@@ -210,9 +210,9 @@ def test_board_profiles_are_complete_and_consistent(tmp_path):
         for key in ('heap', 'heap_budget', 'flash_fs', 'float', 'batch', 'stream_frozen',
                     'mpy_arch', 'ulab', 'note'):
             assert key in p, (name, key)
-        assert 0 < p['heap_budget'] < board._size(p['heap']), name
+        assert 0 < p['heap_budget'] < runner.size_bytes(p['heap']), name
         assert p['float'] in (32, 64) and p['batch'] >= 1
-    assert board._size('190K') == 190 * 1024 and board._size('4M') == 4 << 20
+    assert runner.size_bytes('190K') == 190 * 1024 and runner.size_bytes('4M') == 4 << 20
     r = cli('prepare', small_mlp(str(tmp_path / 'm.circle')), '-o', str(tmp_path), '--board', 'esp8266')
     assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
     (tmp_path / 'train.json').write_text('{}')

@@ -41,7 +41,7 @@ def test_check_reads_the_simulated_board(tmp_path):
     assert d['platform'] == 'linux' and d['ulab'] is None
     assert d['arch'] == 'x64' and d['mpy_version'] == 6
     total = d['free'] + d['alloc']
-    heap = board._size(runner.boards()['rp2040']['heap'])
+    heap = runner.size_bytes(runner.boards()['rp2040']['heap'])
     assert heap - 10 * 1024 <= total <= heap            # -X heapsize= the profile's
     assert d['fs_free'] > 0
     lines = board.check_report(d)

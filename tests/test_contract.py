@@ -130,3 +130,30 @@ def test_the_planner_reads_rows_never_op_names():
     named = sorted(n for n in SPECS if re.search(r"['\"]%s['\"]" % n, src))
     assert not named, named
     assert not re.search(r"\.name\s*(==|!=|in\s*[(\[{])", src)   # "in SPECS" is fine
+
+
+Q8_COPY = re.compile(r'^_(\w+) = (-?\d+)\s+# q8\.(\w+)$', re.M)
+
+
+def test_one_int8_kind_table():
+    """utrain.q8's layer kinds (q8.json's 'k') are the one table: the host's (quant) are
+    read from it, the int8 modules q8 imports (and so cannot import it back) carry private
+    copies marked '# q8.NAME' that must be q8's, and no int8 module compares a kind with
+    a bare number."""
+    from host_tools import quant
+    from host_tools.device import module
+    q8 = module('q8')
+    assert {quant.FC, quant.CONV, quant.DW, quant.MEAN, quant.ADD, quant.POOL_MAX,
+            quant.POOL_AVG} == {q8.FC, q8.CONV, q8.DW, q8.MEAN, q8.ADD, q8.PMAX, q8.PAVG}
+    assert quant.KINDS['ADD'] == q8.ADD and quant.KINDS['MAX_POOL_2D'] == q8.PMAX
+    copies = 0
+    for path in sorted(f for f in os.listdir(MICRO) if f.startswith('q8') and f.endswith('.py')):
+        with open(os.path.join(MICRO, path)) as f:
+            src = f.read()
+        for name, value, src_name in Q8_COPY.findall(src):
+            assert getattr(q8, src_name) == int(value), f'{path}: _{name} = {value}, q8.{src_name} = {getattr(q8, src_name)}'
+            copies += 1
+        code = '\n'.join(line.split('#')[0] for line in src.splitlines())
+        assert not re.findall(r"(?:\bk|\.k|\['k'\]) *(?:[=!<>]=|[<>]) *\d", code), \
+            f'{path}: compares a layer kind with a number; use q8\'s names'
+    assert copies >= 3

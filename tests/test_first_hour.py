@@ -388,7 +388,7 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
     with open(os.path.join(d, 'train.json')) as f:
         files = json.load(f)['files']
     size, n, dtype = bd.sample_files(d, files)
-    assert (n, dtype) == (fit, 'int8') and bd.flash_advice(d, size, 'rp2040', size, n, dtype) is None
+    assert (n, dtype) == (fit, 'int8') and runner.flash_advice(d, size, 'rp2040', size, n, dtype) is None
     monkeypatch.setattr(bd, 'board_mpy', lambda port, resume: 0)
     monkeypatch.setattr(runner, 'boards', lambda: {'tiny': {'flash_fs': '%dK' % (size // 1024)}})
     with pytest.raises(bd.BoardError) as e:

@@ -365,7 +365,7 @@ def test_auto_trials_validate_on_disjoint_folds(data, k):
     own split of each fold's file validates on that fold's part; the first k parts
     are disjoint and cover every proxy sample, the next k another partition."""
     from host_tools import select as sl, dataset as ds
-    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, folds=k)
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, folds=k, prepare=prepare)
     assert t.n_val * k == len(t.x) >= 280          # 288 training samples: k parts
     ident = {t.x[i].tobytes(): i for i in range(len(t.x))}
     assert len(ident) == len(t.x)
@@ -409,7 +409,7 @@ def test_auto_needs_a_sample_a_fold_or_says_how_many(tmp_path):
                 log=lambda *a: None, **SETTINGS)
     assert not os.path.exists(tmp_path / 'o' / 'model.flat')
     np.savez(small, x=z['x'][:need + 3], y=z['y'][:need + 3])
-    t = sl.Trials(CNN, small, TRIAL_SETTINGS, 0.0, 0)
+    t = sl.Trials(CNN, small, TRIAL_SETTINGS, 0.0, 0, prepare=prepare)
     assert (t.n_val, len(t.x)) == (8, need)
 
 
@@ -503,7 +503,8 @@ def test_trials_import_none_of_the_modules_their_cache_key_leaves_out(tmp_path, 
     (select.NOT_IN_TRIALS) are never imported by a trial (a fresh process, one trial)."""
     code = ('import sys; sys.path.insert(0, %r)\n'
             'from host_tools import select as sl\n'
-            't = sl.Trials(%r, %r, %r, 0.2, 0, epochs=1)\n'
+            'from host_tools.prepare import prepare\n'
+            't = sl.Trials(%r, %r, %r, 0.2, 0, epochs=1, prepare=prepare)\n'
             't._run({11: 0})\n'
             'print(sorted(m for m in sys.modules if m.startswith("utrain.")))\n'
             % (ROOT, CNN, data, TRIAL_SETTINGS))
@@ -532,7 +533,7 @@ def test_a_trial_scores_the_same_whoever_computed_its_cut(data, monkeypatch):
     cands = layers(g)
     cls = sl.classifier(g, cands)
     i = [c for c, kinds in cands if c < cls][-1]
-    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=2)
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=2, prepare=prepare)
     first = t._run({cls: 0, i: 0}, 1)
     assert [f for f in os.listdir(t.tmp) if f.startswith('pfx-1-')]
     assert t._run({cls: 0, i: 0}, 1) == first
@@ -551,8 +552,8 @@ def test_trials_share_the_frozen_prefix_and_score_as_without(data, monkeypatch):
     configs = [{cls: 0, i: 5}, {cls: 0, i: 2}, {cls: 0, i: 0}]
     fresh = []
     for r in configs:                      # each in a Trials of its own: nothing kept
-        fresh.append(sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1)._run(r, 1))
-    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1)
+        fresh.append(sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1, prepare=prepare)._run(r, 1))
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1, prepare=prepare)
     agreed = []
     check = sl.Trials._prefix_agrees
     monkeypatch.setattr(sl.Trials, '_prefix_agrees',

@@ -84,6 +84,7 @@ import json, sys
 sys.path.insert(0, %r)
 from utrain.xnp import np, zeros
 from utrain import ulconv
+from utrain.op_conv import spread
 def A(v):
     return np.array(v)
 out = []
@@ -91,9 +92,9 @@ for c in json.load(open(%r)):
     o, x, w, dz = c['o'], A(c['x']), A(c['w']), A(c['dz'])
     k = c['kind']
     y, g, dx = zeros(dz.shape), zeros(w.shape), zeros(x.shape)
-    r = [ulconv.steps(k + 'f', y, x, w, o, None, o[9]),
-         ulconv.steps(k + 'w', g, dz, x, o, None, o[9]),
-         ulconv.steps(k + 'x', dx, dz, w, o, None, o[9])]
+    r = [ulconv.steps(k + 'f', y, x, w, o, None, o[9], spread),
+         ulconv.steps(k + 'w', g, dz, x, o, None, o[9], spread),
+         ulconv.steps(k + 'x', dx, dz, w, o, None, o[9], spread)]
     out.append([r, y.tolist(), g.tolist(), dx.tolist()])
 print('OUT' + json.dumps(out))
 '''

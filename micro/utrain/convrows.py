@@ -4,7 +4,6 @@
 # walk as op_conv, once per chunk; forward and the input gradient (a frozen weight has
 # no gradient of its own).  Imported only by a model that streams such a weight.
 from utrain.xnp import np, zeros, const
-from utrain.op_conv import walk, _spread
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _CONV_2D = const(3)
 _G_C = const(3)
@@ -12,9 +11,9 @@ _G_SW = const(10)
 _G_MULT = const(15)
 
 
-def steps(rt, op, a, b, back):
+def steps(rt, op, a, b, back, walk, spread):
     # the steps with the weight streamed by rows: forward a = y, b = x; back: a = dx
-    # (a frozen weight has no gradient), b = dz
+    # (a frozen weight has no gradient), b = dz; walk and spread: op_conv's
     code, ins, outs, o = op
     sw = int(o[_G_SW])
     if code == _CONV_2D:
@@ -33,7 +32,7 @@ def steps(rt, op, a, b, back):
     M = int(o[_G_MULT])
     xm = zeros((a.shape[0], a.shape[1] * M)) if back and M > 1 else a
     if not back:
-        b = _spread(b, M)
+        b = spread(b, M)
     for r0, wc in rt.stream.chunks(ins[1]):
         m = wc.shape[0]
         for k, xr, yr, n in walk(o):

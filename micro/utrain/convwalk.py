@@ -4,12 +4,12 @@
 # (utrain.xnp.conv_steps) decline: ulab's strided and VALID convs (utrain.ulconv takes
 # the stride-1 SAME ones), the fallback's non-dense arrays.  Imported only then.
 # Kinds as conv_steps: 'Cf'/'Df' out=y, p=x, q=w;  'Cw'/'Dw' out=dW, p=dz, q=x;
-# 'Cx'/'Dx' out=dx, p=dz, q=w.  Depthwise with multiplier M: x spread to C*M channels.
+# 'Cx'/'Dx' out=dx, p=dz, q=w.  Depthwise with multiplier M: x spread to C*M channels
+# (op_conv.spread, handed in with op_conv.walk).
 from utrain.xnp import np, zeros
-from utrain.op_conv import _spread
 
 
-def steps(kind, out, p, q, o, walk, sw):
+def steps(kind, out, p, q, o, walk, sw, spread):
     f = kind[1]
     x = q if f == 'w' else p
     I = (out if f == 'x' else x).shape[1]
@@ -29,7 +29,7 @@ def steps(kind, out, p, q, o, walk, sw):
     M = (out if f == 'f' else p).shape[1] // I
     t = out
     if f != 'x':
-        x = _spread(x, M)
+        x = spread(x, M)
     elif M > 1:
         t = zeros((out.shape[0], I * M))
     for k, xr, yr, n in walk(o):

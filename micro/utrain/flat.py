@@ -98,7 +98,47 @@ def _kernel(code, name, i):
 
 
 def load(net, f, name, wof):
-    """Read the flattened model from the open file f (named name) into net."""
+    """Read the flattened model from the open file f (named name) into net: the header,
+    the settings, the tensor and op tables, the backward, rank and band tables, what
+    each op frees, then the arrays (the constants' data read, or streamed:
+    utrain.stream); each table is gone before the arrays are made."""
+    nt, nops, nbwd, nin, nout, dstart, size, nrk, nbd = _header(f, name, wof)
+    f.seek(32)
+    try:
+        net.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
+    except ValueError as e:
+        raise ModelError('%s: settings: %s' % (name, e))
+    io = unpack('<%dH' % (nin + nout), _read(f, 2 * (nin + nout), name, 'inputs/outputs'))
+    net.inputs, net.outputs = io[:nin], io[nin:]
+    kinds, sflags, last, shape, offs = _tables(net, f, name, nt, nops, dstart, size, io)
+    bwd = []
+    for i in range(nbwd):
+        oi, fl = unpack('<HH', _read(f, 4, name, 'backward list'))
+        if oi >= nops:
+            raise ModelError('%s: backward entry %d names op %d, model has %d' % (name, i, oi, nops))
+        bwd.append((oi, fl))
+    net.bwd = bwd
+    # sparse update: tensor -> (axis, lo, hi), the output channels that train
+    net.rank = rank = {}
+    for i in range(nrk):
+        k, ax, _, lo, hi = unpack(RANK, _read(f, 12, name, 'rank table'))
+        if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][ax]:
+            raise ModelError('%s: bad rank entry %d (tensor %d)' % (name, i, k))
+        rank[k] = (ax, lo, hi)
+    # band groups: read by utrain.bands, imported only by a model that has them
+    net.bands = nbd and __import__('utrain.bands').bands.table(_read(f, 6 * nbd, name, 'band table'),
+                                                               nops, name, ModelError)
+    net.shape = shape
+    # the data inputs n >= 1 whose gradient a kernel computes (op_elem, op_shape)
+    net.gin = set(k for k in range(nt) if sflags[k] & GRAD) or ()
+    _frees(net, kinds, sflags, last, nt, nops)
+    net.trainable = [k for k in range(nt) if kinds[k] == TRAIN]
+    del kinds, sflags, last, io
+    _arrays(net, f, name, shape, offs)
+
+
+def _header(f, name, wof):
+    # the header checked (magic, version, size, checksum, counts): its counts
     h = _read(f, 32, name, 'header')
     magic, ver, flags, nt, nops, nbwd, nin, nout, dstart, size, nrk, nbd, crc = unpack(HDR, h)
     if magic != MAGIC:
@@ -114,13 +154,12 @@ def load(net, f, name, wof):
         raise ModelError('%s: checksum mismatch (corrupt file)' % name)
     if not nin or not nout or not 72 <= dstart <= size:
         raise ModelError('%s: bad header (%d inputs, %d outputs, data at %d)' % (name, nin, nout, dstart))
-    f.seek(32)
-    try:
-        net.settings = settings_dict(unpack(SETTINGS, _read(f, calcsize(SETTINGS), name, 'settings')))
-    except ValueError as e:
-        raise ModelError('%s: settings: %s' % (name, e))
-    io = unpack('<%dH' % (nin + nout), _read(f, 2 * (nin + nout), name, 'inputs/outputs'))
-    net.inputs, net.outputs = io[:nin], io[nin:]
+    return nt, nops, nbwd, nin, nout, dstart, size, nrk, nbd
+
+
+def _tables(net, f, name, nt, nops, dstart, size, io):
+    # the tensor table (kinds, flags, last use, shapes, {constant: data offset}, returned)
+    # and the op table (net.ops: (code, ins, outs, options); net.mods: kernel modules)
     kinds = bytearray(nt)
     sflags = bytearray(nt)
     last = [0] * nt
@@ -142,8 +181,8 @@ def load(net, f, name, wof):
     for k in io:
         if k >= nt:
             raise ModelError('%s: input/output tensor %d out of range' % (name, k))
-    ops = []
-    mods = []
+    net.ops = ops = []
+    net.mods = mods = []
     for i in range(nops):
         code, ni, no, nopt = unpack(OP, _read(f, 7, name, 'op table'))
         ins = unpack('<%dh' % ni, _read(f, 2 * ni, name, 'op table'))
@@ -162,26 +201,10 @@ def load(net, f, name, wof):
                 raise ModelError('%s: op %d uses tensor %d, model has %d' % (name, i, k, nt))
         ops.append((code, ins, outs, opts))
         mods.append(_kernel(code, name, i))
-    bwd = []
-    for i in range(nbwd):
-        oi, fl = unpack('<HH', _read(f, 4, name, 'backward list'))
-        if oi >= nops:
-            raise ModelError('%s: backward entry %d names op %d, model has %d' % (name, i, oi, nops))
-        bwd.append((oi, fl))
-    # sparse update: tensor -> (axis, lo, hi), the output channels that train
-    net.rank = rank = {}
-    for i in range(nrk):
-        k, ax, _, lo, hi = unpack(RANK, _read(f, 12, name, 'rank table'))
-        if k >= nt or kinds[k] != TRAIN or ax > 1 or not lo < hi <= shape[k][ax]:
-            raise ModelError('%s: bad rank entry %d (tensor %d)' % (name, i, k))
-        rank[k] = (ax, lo, hi)
-    # band groups: read by utrain.bands, imported only by a model that has them
-    net.bands = nbd and __import__('utrain.bands').bands.table(_read(f, 6 * nbd, name, 'band table'),
-                                                               nops, name, ModelError)
-    net.shape = shape
-    net.ops, net.mods, net.bwd = ops, mods, bwd
-    # the data inputs n >= 1 whose gradient a kernel computes (op_elem, op_shape)
-    net.gin = set(k for k in range(nt) if sflags[k] & GRAD) or ()
+    return kinds, sflags, last, shape, offs
+
+
+def _frees(net, kinds, sflags, last, nt, nops):
     # what to drop after each op: inference frees every dead tensor, training
     # keeps those the backward pass reads (flag SAVE)
     # Per op a tuple (most ops free nothing: the shared empty tuple; training shares
@@ -199,10 +222,13 @@ def load(net, f, name, wof):
         a, b = tuple(fi[i]), ft.get(i, ())
         net.free_infer[i] = a
         net.free_train[i] = a if len(b) == len(a) else tuple(b)
-    del fi, ft, seen
-    net.t = t = [None] * nt
+
+
+def _arrays(net, f, name, shape, offs):
+    # the tensors' arrays: the trained ones (net.trainable), then the constants read (or
+    # streamed)
+    net.t = t = [None] * len(shape)
     net.stream = None
-    net.trainable = [k for k in range(nt) if kinds[k] == TRAIN]
     # the large arrays first, largest first, while the heap has long free runs
     for k in big_first(net.trainable, shape):
         t[k] = zeros(shape[k])

@@ -3,7 +3,8 @@
 # stride h, w, dilation h, w, pad top, pad left [, depth multiplier].
 # The steps are the backend's (utrain.xnp.conv_steps) or, where it declines,
 # utrain.convwalk's: one output row and kernel tap (kh, kw) at a time, whose input
-# pixels are a strided run of x's rows (walk() below), no im2col of the image.
+# pixels are a strided run of x's rows (walk() below), no im2col of the image.  The step
+# modules get walk and spread handed in (they import nothing back from here).
 # CONV_2D: weight circle [O, KH, KW, I] seen as [O, KH*KW*I]; tap k is columns
 #   k*I:(k+1)*I.  y[oh, ow] = act(sum_taps x[ih, iw] . W_k^T + b).
 #   Backward: dz = act'(y) dy; dW_k += dz_run^T . x_run; db += sum dz; dx_run += dz_run . W_k.
@@ -67,7 +68,7 @@ def walk(o):
                     yield kh * KW + kw, ih * W + iw, oh * OW + lo, n
 
 
-def _spread(x, M):
+def spread(x, M):
     # depthwise input with each channel repeated M times: [H*W, C*M] (column c*M+m = c)
     if M == 1:
         return x
@@ -89,9 +90,9 @@ def _steps(kind, out, p, q, o, sw):
     s = conv_steps
     if s is None:
         from utrain.ulconv import steps as s
-    if not s(kind, out, p, q, o, walk, sw):
+    if not s(kind, out, p, q, o, walk, sw, spread):
         from utrain.convwalk import steps
-        steps(kind, out, p, q, o, walk, sw)
+        steps(kind, out, p, q, o, walk, sw, spread)
 
 
 def forward(rt, op):
@@ -101,7 +102,7 @@ def forward(rt, op):
     y = zeros(rt.shape[outs[0]])
     if w is None:
         from utrain.convrows import steps
-        steps(rt, op, y, x, False)
+        steps(rt, op, y, x, False, walk, spread)
     else:
         _steps('Cf' if code == _CONV_2D else 'Df', y, x, w, o, int(o[_G_SW]))
     _bias(rt, ins, y)
@@ -124,7 +125,7 @@ def backward(rt, op, dy, flags):
         dx = zeros(rt.shape[ins[0]])
         if w is None:               # frozen, streamed by rows
             from utrain.convrows import steps
-            steps(rt, op, dx, dz, True)
+            steps(rt, op, dx, dz, True, walk, spread)
         else:
             _steps(c + 'x', dx, dz, w, o, sw)
         rt.add_grad(ins[0], dx)

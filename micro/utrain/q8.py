@@ -16,7 +16,9 @@ from array import array
 from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6   # (host_tools/quant.py's)
+# the layer kinds of q8.json's 'k': the one table (host_tools/quant.py reads it from here;
+# q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/test_contract.py)
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
 
@@ -86,7 +88,7 @@ class Layer:
             self.g = array('i', d['g'])
             # the geometry of one call (rows, channels): one array all layers share
             self.gs = net.gs if net is not None else array('i', d['g'])
-        if k == 4:                           # ADD: the multipliers of input 2 and the sum
+        if k == ADD:                         # the multipliers of input 2 and the sum
             self.m2 = memoryview(self.mul)[1:]
             self.s2 = memoryview(self.shf)[1:]
             self.m3 = memoryview(self.mul)[2:]

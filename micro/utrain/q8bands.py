@@ -8,9 +8,9 @@ from array import array
 from utrain.bands import Group
 from utrain import q8kern as K
 
-_CONV = 1
-_DW = 2
-_ADD = 4
+_CONV = 1   # q8.CONV
+_DW = 2     # q8.DW
+_ADD = 4    # q8.ADD
 
 
 class _Net:

@@ -21,7 +21,7 @@ _G_PL = const(14)
 _CH = const(512)
 
 
-def steps(kind, out, p, q, o, walk, sw):
+def steps(kind, out, p, q, o, walk, sw, spread):
     # stride 1, output the input's size: y and x share the pitch W, so tap (kh, kw) is
     # y[j] += x[j + d] . W_k over one run of j (the rows where the tap lands), with the
     # columns where it falls off the image zeroed in the product before it is added
@@ -45,8 +45,7 @@ def steps(kind, out, p, q, o, walk, sw):
         if f == 'x':
             t = zeros((H * W, I * M))
         else:
-            from utrain.op_conv import _spread
-            x = _spread(x, M)
+            x = spread(x, M)
     # a tap's product is cut into pieces of at most _CH floats (or an image row): a 16x16x8
     # conv's 8 KB product in one piece cost 6 KB of smallest heap on 32-bit ulab (102 KB;
     # 96 at 512 floats), and the DS-CNN step 1.5x the instructions of the whole run at 128

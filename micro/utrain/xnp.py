@@ -56,7 +56,7 @@ else:
 # Fused in-place updates, the hot loops of a training step.  The fallback does each in
 # one pass without temporaries; numpy and ulab use their own arithmetic, ulab one row
 # at a time so a temporary is never weight-sized on a board's heap.
-# conv_steps(kind, out, p, q, o, walk, sw): op_conv's walk(o) (stride sw) done in one call
+# conv_steps(kind, out, p, q, o, walk, sw, spread): op_conv's walk(o) (stride sw) done in one call
 # (see npfallback._conv_steps), by the fallback's native loops or by numpy a tap at a time;
 # None under ulab: op_conv then loads utrain.ulconv (a few array calls per kernel tap);
 # maxpool_steps: the fallback's max-pool walk.  None where a backend has none.
@@ -66,7 +66,7 @@ if BACKEND == 'fallback':
     add_outer = np._add_outer
     maxpool_steps = np._maxpool_steps
 
-    def conv_steps(kind, out, p, q, o, walk, sw):
+    def conv_steps(kind, out, p, q, o, walk, sw, spread):
         return np._conv_steps(kind, out, p, q, walk(o), sw)
 elif BACKEND == 'numpy':
     from utrain.xnumpy import add_scaled, add_outer, conv_steps

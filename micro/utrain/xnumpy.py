@@ -25,7 +25,7 @@ def _tap_rows(o, walk, sw):
         g = _taps[o] = [(k, np.array(xi), np.array(yi)) for k, (xi, yi) in rows.items()]
     return g
 
-def conv_steps(kind, out, p, q, o, walk, sw):
+def conv_steps(kind, out, p, q, o, walk, sw, spread):
     """op_conv's walk(o) (stride sw) with numpy: one gather and product per kernel tap,
     not per output row and tap (within a tap each x and y row occurs once)."""
     taps = _tap_rows(o, walk, sw)

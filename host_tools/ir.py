@@ -1,0 +1,121 @@
+"""The host's graph IR, shared by every model format (circle_io reads and writes circle and
+TFLite files, onnx_io ONNX files, circle_build builds them) and by the passes above them:
+Tensor, Operator and Graph (their fields: circle_io's docstring), the op vocabulary
+(circle's builtin operator codes and names), ModelError and the file helpers the formats
+share (check_path, atomic_write)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from circle_schema.v0_10 import circle as C
+
+
+class ModelError(ValueError):
+    """A model file that cannot be read or rewritten. ``str(e) == "<path>: <message>"``."""
+
+    def __init__(self, path, message: str):
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}")
+
+
+def _enum_names(cls) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for k, v in vars(cls).items():
+        if not k.startswith("_") and isinstance(v, int):
+            out.setdefault(v, k)
+    return out
+
+
+OP_NAMES: dict[int, str] = _enum_names(C.BuiltinOperator.BuiltinOperator)
+OP_CODES: dict[str, int] = {v: k for k, v in OP_NAMES.items()}
+
+
+@dataclass
+class Tensor:
+    index: int
+    name: str
+    shape: list[int]
+    dtype: str
+    data: np.ndarray | None
+    buffer: int
+    quant: dict | None = None
+
+
+@dataclass
+class Operator:
+    index: int
+    code: int
+    name: str
+    inputs: list[int]
+    outputs: list[int]
+    options: dict = field(default_factory=dict)
+    src: int = None             # its index in the user's file, kept through the rewrites
+
+    @property
+    def number(self) -> int:
+        """The op's number as the user's file (and `inspect`, `--train last:N`) has it."""
+        return self.index if self.src is None else self.src
+
+
+@dataclass
+class Graph:
+    path: str
+    identifier: bytes
+    version: int
+    description: str
+    tensors: list[Tensor]
+    ops: list[Operator]
+    inputs: list[int]
+    outputs: list[int]
+    metadata: dict[str, bytes]
+    n_subgraphs: int
+
+
+def check_path(path) -> str:
+    """path as a str; ModelError when it is missing or a directory."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ModelError(path, "no such file")
+    if os.path.isdir(path):
+        raise ModelError(path, "is a directory, not a model file")
+    return path
+
+
+def atomic_write(out_path, data: bytes) -> None:
+    """Write ``data`` to a temp file next to ``out_path`` and os.replace it over."""
+    out_path = os.fspath(out_path)
+    folder = os.path.dirname(os.path.abspath(out_path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(out_path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; give an ordinary file's mode
+        os.replace(tmp, out_path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            # name the file, the space left and that nothing was replaced
+            try:
+                st = os.statvfs(folder)
+                free = f', {st.f_bavail * st.f_frsize} bytes free there'
+            except OSError:
+                free = ''
+            raise OSError(e.errno, f'{out_path}: cannot write it ({e.strerror}{free}, '
+                          f'{len(data)} bytes needed); '
+                          + ('the previous file is kept' if os.path.exists(out_path)
+                             else 'nothing was written')) from None
+        raise
