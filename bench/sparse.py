@@ -240,10 +240,17 @@ def pico_cell(d, train, ranks):
     fwd = [int(v) / 1000 for v in re.findall(r'^FWD_US (\d+)', text, re.M)]
     fwd = '%.0f' % fwd[-1] if fwd else 'failed: ' + text.strip().splitlines()[-1][:50]
     code, text = pico.run_folder(out, stream=False)
+    note = ''
+    if code and [f for f in os.listdir(out) if f.endswith('.pfx')]:
+        # the board made its prefix cache and stopped after it: again, from that cache
+        end = [v for v in text.splitlines() if v.startswith('utrain: end:')]
+        note = ' (2nd run, from the cache the 1st made; the 1st ended: %s)' % (
+            (end or ['?'])[-1][13:])
+        code, text = pico.run_folder(out, stream=False)
     t = [float(v) for v in re.findall(r'\(([0-9.]+) ms/sample', text)]
     end = [v for v in text.splitlines() if v.startswith('utrain: end:')]
     step = '%.1f' % t[-1] if not code and len(t) >= 2 else (end or ['failed'])[-1][13:]
-    return fwd, step
+    return fwd, step + note
 
 
 def main(argv=None):
