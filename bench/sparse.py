@@ -32,7 +32,7 @@ Per scheme, columns:
 
 The accuracy runs train a tail of the model: the ops from CUT on, whose input is the
 int8 output of the frozen prefix (ops 0..CUT-1) as TFLite Micro computes it (the same
-integers as the board's forward: tests/test_zoo_int8.py), computed once and cached in
+integers as the board's forward: tests/int8/test_zoo_int8.py), computed once and cached in
 the temp folder.  Every scheme trains ops after CUT only, so the tail trains exactly as
 the whole model would, at a fraction of the CPU.  The heap and Pico columns run the
 whole model."""
