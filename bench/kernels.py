@@ -27,11 +27,13 @@ from host_tools import runner  # noqa: E402
 
 # shapes: FC (inputs, outputs); conv (H, W, I, O, K, stride, pad); depthwise (H, W, C, K,
 # stride, pad).  1x1: DS-CNN's pointwise convs (its input rows are the im2col rows);
-# 3x3: a small CNN's; 10x4-like first conv of one input channel (I = 1)
+# 3x3: a small CNN's; 10x4-like first conv of one input channel (I = 1); depthwise 'c64':
+# 64 channels, 5 columns as the DS-CNN keyword model's (25x5x64), 4 of its rows
 CFG = {'fc': [64, 32], 'bare': 16384, 'min_us': 20000,
        'conv': {'1x1': [5, 5, 32, 32, 1, 1, 1, 0], '3x3': [6, 6, 8, 16, 3, 3, 1, 1],
                 'i1': [13, 10, 1, 64, 10, 4, 2, 1]},
-       'dw': {'3x3': [6, 6, 32, 3, 1, 1], '3x3s2': [8, 8, 16, 3, 2, 1]}}
+       'dw': {'3x3': [6, 6, 32, 3, 1, 1], '3x3s2': [8, 8, 16, 3, 2, 1],
+              'c64': [4, 5, 64, 3, 1, 1]}}
 QUICK = dict(CFG, min_us=2000)
 
 
@@ -77,6 +79,124 @@ def run_pico(quick):
         return _parse(text)
 
 
+# --steps: (label, model: a Keras int8 stem of bench/zoo/keras or 'cnn4k' (cnn4k() below),
+# --train, row bands: None as quant.meta plans them, 0 none)
+STEPS = [('DS-CNN KWS last:2, unbanded (rp2040 plan)', 'dscnn_kws', 'last:2', 0),
+         ('DS-CNN KWS last:2, banded', 'dscnn_kws', 'last:2', None),
+         ('32x32x3 CNN, 4 K parameters, all', 'cnn4k', 'all', 0)]
+
+
+def cnn4k(path, seed=0):
+    """An int8 32x32x3 CNN of 3,882 parameters: conv 3x3/2 3->8, 8->16, 16->16 (SAME,
+    RELU), average pool 4x4, FC 16->10; per-channel weight scales, random weights."""
+    from host_tools.circle_build import CircleBuilder
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
+
+    def layer(x, sx, O, I, y, sy, k, act):
+        fan = I * max(k, 1) ** 2
+        sw = rng.uniform(0.7, 1.3, O) * 30 * sy / (fan ** 0.5 * 40 * sx * 73)
+        shape = (O, I) if k == 0 else (O, k, k, I)
+        wq = rng.integers(-127, 128, shape).astype(np.int8)
+        w = b.tensor('w%d' % y, wq.shape, data=wq, quant={
+            'scale': list(sw), 'zero_point': [0] * O, 'quantized_dimension': 0})
+        bq = rng.integers(-300, 300, O).astype(np.int32)
+        bt = b.tensor('b%d' % y, [O], data=bq, quant={'scale': list(sx * sw),
+                                                     'zero_point': [0] * O})
+        if k == 0:
+            b.op('FULLY_CONNECTED', [x, w, bt], [y], fused_activation_function=act)
+        else:
+            b.op('CONV_2D', [x, w, bt], [y], padding='SAME', stride_w=2, stride_h=2,
+                 fused_activation_function=act)
+
+    x = b.tensor('x', [1, 32, 32, 3], dtype='int8', quant=q(0.02, 3))
+    c1 = b.tensor('c1', [1, 16, 16, 8], dtype='int8', quant=q(0.03, -20))
+    layer(x, 0.02, 8, 3, c1, 0.03, 3, 'RELU')
+    c2 = b.tensor('c2', [1, 8, 8, 16], dtype='int8', quant=q(0.04, -30))
+    layer(c1, 0.03, 16, 8, c2, 0.04, 3, 'RELU')
+    c3 = b.tensor('c3', [1, 4, 4, 16], dtype='int8', quant=q(0.05, -40))
+    layer(c2, 0.04, 16, 16, c3, 0.05, 3, 'RELU')
+    p = b.tensor('p', [1, 1, 1, 16], dtype='int8', quant=q(0.05, -40))
+    b.op('AVERAGE_POOL_2D', [c3], [p], padding='VALID', stride_w=4, stride_h=4,
+         filter_width=4, filter_height=4, fused_activation_function='NONE')
+    f = b.tensor('flat', [1, 16], dtype='int8', quant=q(0.05, -40))
+    b.op('RESHAPE', [p, b.tensor('shape', [2], data=np.array([1, 16], np.int32))], [f],
+         new_shape=[1, 16])
+    y = b.tensor('y', [1, 10], dtype='int8', quant=q(0.08, -2))
+    layer(f, 0.05, 10, 16, y, 0.08, 0, 'NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return path
+
+
+def step_macs(g, m):
+    """Multiply-adds of one int8 training step: every conv/FC's forward, a trained
+    layer's weight gradient and the input gradients from the last layer down to the
+    first trained one's output."""
+    from host_tools.select import layer_macs
+    mac = [layer_macs(g, g.ops[lay['op']]) if g.ops[lay['op']].name in (
+        'CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED') else 0 for lay in m['layers']]
+    tr = [i for i, lay in enumerate(m['layers']) if lay.get('train')]
+    n = sum(mac)
+    if tr:
+        n += sum(mac[i] for i in tr) + sum(mac[tr[0] + 1:])
+    return n
+
+
+def run_steps(samples=3):
+    """[(label, MACs, cycles per step, bare cycles per MAC)] on the emulated Pico."""
+    import numpy as np
+    from host_tools import pico, quant
+    from host_tools.circle_io import read_model
+    from host_tools.wof import write_wof
+    keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    out_rows = []
+    for label, stem, train, rows in STEPS:
+        with tempfile.TemporaryDirectory() as out:
+            if stem == 'cnn4k':
+                g = read_model(cnn4k(os.path.join(out, 'cnn4k.tflite')))
+                rng = np.random.default_rng(1)
+                q = rng.integers(-128, 128, (samples + 1, 32 * 32 * 3)).astype(np.int8)
+                ys = rng.integers(0, 10, samples + 1)
+            else:
+                g = read_model(os.path.join(keras, stem + '_int8.tflite'))
+                d = np.load(os.path.join(keras, stem + '_data.npz'))
+                (sx,), (zx,) = quant._q(g.tensors[g.inputs[0]])
+                x = d['x'][:samples + 1]
+                q = np.clip(np.round(x.reshape(len(x), -1) / sx) + zx, -128, 127).astype(np.int8)
+                ys = d['y'][:samples + 1]
+            m = quant.meta(g, train, rows=rows)
+            with open(os.path.join(out, 'q8.json'), 'w') as f:
+                json.dump(m, f)
+            write_wof(os.path.join(out, 'q8.wof'), len(g.tensors), quant.wof_arrays(g, m),
+                      keep_dtype=True)
+            with open(os.path.join(out, 'q8x.bin'), 'wb') as f:
+                for i in range(len(q)):
+                    f.write(q[i].tobytes() + bytes([int(ys[i])]))
+            with open(os.path.join(out, 'train.json'), 'w') as f:
+                f.write('{}')
+            shutil.copy(os.path.join(ROOT, 'bench', 'kernels_step.py'), out)
+            code, text = pico.run_folder(out, stream=False, script='kernels_step.py')
+        line = [v for v in text.splitlines() if v.startswith('STEP ')]
+        if code or not line:
+            raise RuntimeError(text.strip()[-400:])
+        _, cyc, bare = line[0].split()
+        out_rows.append((label, step_macs(g, m), int(cyc), float(bare)))
+    return out_rows
+
+
+def steps_table(rows):
+    out = ['| model | MACs/step | Mcyc/step | ms at 125 MHz | MACs x bare, Mcyc | /(MACs x bare) |',
+           '|---|---|---|---|---|---|']
+    for label, macs, cyc, bare in rows:
+        out.append('| %s | %d | %.1f | %.0f | %.1f | %.2fx |' % (
+            label, macs, cyc / 1e6, cyc / 125e3, macs * bare / 1e6, cyc / (macs * bare)))
+    return '\n'.join(out)
+
+
 def table(rows, unit, scale):
     """Markdown rows: per multiply-add in unit (us x scale), viper, asm, and each over
     its bare loop."""
@@ -100,6 +220,8 @@ def main(argv=None):
                     '($UTRAIN_PICO_FIRMWARE)')
     ap.add_argument('--no-unix', action='store_true')
     ap.add_argument('--quick', action='store_true')
+    ap.add_argument('--steps', action='store_true', help='whole int8 training steps on the '
+                    'emulated Pico against their multiply-adds times the bare loop')
     a = ap.parse_args(argv)
     if not a.no_unix:
         print('unix MicroPython (%s), ns per multiply-add:' % os.path.basename(
@@ -108,6 +230,9 @@ def main(argv=None):
     if a.pico:
         print('\nemulated Pico (RP2040 at 125 MHz, real rp2 firmware), cycles per multiply-add:')
         print(table(run_pico(a.quick), 'cyc', 125.0))
+    if a.steps:
+        print('\nemulated Pico, int8 training steps (SGD batch 1), cycles per sample:')
+        print(steps_table(run_steps()))
 
 
 if __name__ == '__main__':

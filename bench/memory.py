@@ -13,7 +13,7 @@ The fallback column runs $MICROPYTHON (or the MicroPython the runner finds); --u
 a column for a 64-bit build with real ulab, --mp32 / --mp32-ulab for 32-bit unix builds
 without / with ulab, --m0 / --m0-ulab for the emulated Cortex-M0 board (qemu, firmware
 without / with ulab: deployed with host_tools deploy over its serial port, trained with
-mpremote run, tests/m0board.py), --pico for the emulated Raspberry Pi Pico (the real
+mpremote run, tests/support/m0board.py), --pico for the emulated Raspberry Pi Pico (the real
 rp2 firmware, stock and with ulab, in rp2040js: host_tools/pico.py; the heap a ballast
 leaves plus what the firmware holds after boot, planned for --board rp2040), --frozen one for a ulab build with utrain frozen in
 (boards/freeze.md: its code off the heap).  The builds default to $UTRAIN_MP_ULAB,
@@ -22,7 +22,7 @@ says how to build them).  The planner column of a unix build plans for that buil
 word size); of the Cortex-M0, for `--board rp2040` (armv6m native code in the heap,
 littlefs); '-' where the planner refuses the run for that board.  --cache FILE keeps
 measured figures (keyed by build and utrain's code) so a rerun only re-plans.
---int8: the int8 models trained as int8 instead (tests/q8cases.py's runs and the DS-CNN
+--int8: the int8 models trained as int8 instead (tests/support/q8cases.py's runs and the DS-CNN
 trained whole: Keras MLP, DS-CNN, MobileNetV2-0.35; 6 samples, one epoch, no
 validation-gated saving), planned by memory.plan_heap_q8 (the ulab columns: the same
 int8 code, which needs no ulab).
@@ -39,7 +39,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-sys.path.insert(0, os.path.join(ROOT, 'tests'))
+sys.path.insert(0, os.path.join(ROOT, 'tests', 'support'))
 
 from host_tools import runner  # noqa: E402
 from host_tools.memory import smallest_heap  # noqa: E402
@@ -179,7 +179,8 @@ def main():
                 os.environ['MICROPYTHON'] = binary
                 opts = dict(backend=backend)
             else:
-                opts = dict(backend=backend, board='rp2040', stream=kw.get('stream', False))
+                opts = dict(backend=backend, board='rp2040', stream=kw.get('stream', False),
+                            int8=False)       # (the float plan, not prepare's int8 choice)
             try:
                 if a.int8:
                     opts.pop('backend')

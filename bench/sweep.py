@@ -3,8 +3,8 @@
 plan / need; a cell is flagged UNDER when plan < need (a board the plan admits fails) and
 OVER when plan > 1.2 x need (a board that fits is turned away).
 
-    python bench/sweep.py [--mp32 MP] [--only NAME] [--settings A,B] [--cache FILE]
-                          [--samples N] [--list]
+    python bench/sweep.py [--mp32 MP] [--ulab] [--only NAME] [--settings A,B]
+                          [--cache FILE] [--samples N] [--list]
 
 Models: the digits MLP and CNN, the held-out small CNN and MobileNet head
 (host_tools/refmodels.py), the zoo's PyTorch nets through tico (bench/zoo/nets.py: IMU
@@ -16,7 +16,9 @@ last weighted op's channels (--ranks up / low), with row bands where prepare cho
 model's input shape, no evaluation, from a fresh prepare.
 
 The build: the 64-bit unix MicroPython the runner finds ($MICROPYTHON), or --mp32 (default
-$UTRAIN_MP32), a 32-bit build: the plan is then for that build's word size.  Bisection
+$UTRAIN_MP32), a 32-bit build: the plan is then for that build's word size; --ulab plans
+and trains with ulab's arrays (prepare --backend ulab) on a build with ulab ($UTRAIN_MP_ULAB,
+or with --mp32 $UTRAIN_MP32_ULAB).  Bisection
 starts at the plan (one run says on which side the need lies), then halves [plan/2, plan]
 or [plan, 1.5 plan]; a need outside that range prints as '<' / '>' the bound.  --cache
 FILE keeps measured needs keyed by cell, build and utrain's code (bench/memory.py's
@@ -117,6 +119,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--mp32', default=os.environ.get('UTRAIN_MP32'),
                     help='a 32-bit unix MicroPython (default $UTRAIN_MP32; else the 64-bit one)')
+    ap.add_argument('--ulab', action='store_true',
+                    help='--backend ulab, on a build with ulab (--mp32 MP, else $UTRAIN_MP_ULAB)')
     ap.add_argument('--only', help='models whose name contains this (comma-separated)')
     ap.add_argument('--settings', help='only settings whose name contains one of these')
     ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
@@ -125,6 +129,9 @@ def main():
     a = ap.parse_args()
     if a.mp32 and os.path.exists(a.mp32):
         os.environ['MICROPYTHON'] = a.mp32
+    elif a.ulab and os.environ.get('UTRAIN_MP_ULAB'):
+        os.environ['MICROPYTHON'] = os.environ['UTRAIN_MP_ULAB']
+    backend = 'ulab' if a.ulab else 'fallback'
     build = os.path.basename(runner.micropython_binary() or 'none')
     from bench.memory import code_key
     key = code_key()
@@ -152,12 +159,12 @@ def main():
             shutil.rmtree(out, ignore_errors=True)
             try:
                 s = prepare(path, out, data=data, loss='scce', from_logits=True, lr=0.01,
-                            epochs=1, log=lambda *m: None, **kw)
+                            epochs=1, log=lambda *m: None, backend=backend, **kw)
             except PrepareError as e:
                 print(f'  {name} | {sname}: refused ({str(e).splitlines()[0][:100]})', file=sys.stderr)
                 continue
             plan = s['heap']['total']
-            k = '|'.join((name, sname, build, key, str(a.samples)))
+            k = '|'.join((name, sname, build, key, str(a.samples)) + ('ulab',) * a.ulab)
             if not a.list and k not in cache:
                 cache[k] = need(out, plan)
                 if a.cache:
@@ -166,7 +173,7 @@ def main():
             got = cache.get(k)
             rows.append((name, sname, plan, got))
             print('  ' + ' | '.join(map(str, rows[-1])), file=sys.stderr, flush=True)
-    print(f'build: {build} ({runner.simulator_word() * 8}-bit); {a.samples} samples, one epoch')
+    print(f'build: {build} ({runner.simulator_word() * 8}-bit), {backend}; {a.samples} samples, one epoch')
     print('| model | setting | plan KB | need KB | plan/need | |')
     print('|---|---|---|---|---|---|')
     worst = []

@@ -97,9 +97,14 @@ def cmd_prepare(a):
     kw = {k: v for k, v in vars(a).items() if k not in ('cmd', 'fn', 'model', 'out', 'no_rewrite')}
     s = prepare(a.model, a.out, rewrite=not a.no_rewrite, **kw)
     st = s['settings']
-    if s.get('int8'):
+    if s.get('from_float'):
+        print(f'prepared {a.out}: float model training as int8 (calibrated on '
+              f'{s["from_float"]["samples"]} samples: int8.circle, q8.json, int8 weights.wof), '
+              f'{s["trainable_params"]} trainable parameters; --float32 trains it in float32')
+    elif s.get('int8'):
         print(f'prepared {a.out}: int8 model training as int8 (q8.json, int8 weights.wof), '
               f'{s["trainable_params"]} trainable parameters; --dequantize trains it in float')
+    if s.get('int8'):
         print('  trains: ' + ', '.join(f'{k} {v}' for k, v in s['trainable'].items()))
         if s.get('ranks'):
             print('  sparse update (output channels lo:hi whose weights train; 0:0 the bias '
@@ -164,7 +169,10 @@ def cmd_export(a):
     r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
-             if a.quantized else '') + (' (int8, as trained)' if r.get('int8') else ''))
+             if a.quantized and not r.get('int8') else '')
+          + (' (int8, as trained)' if r.get('int8') else '')
+          + (' (float32, dequantized from its int8 training)' if r.get('dequantized_from_int8')
+             else ''))
     print('\n'.join(r['notes']) if r['notes'] else '', end='\n' if r['notes'] else '')
     return 0
 
@@ -367,7 +375,6 @@ def _args_prepare(sub):
     q.set_defaults(fn=cmd_prepare)
 
 
-
 def _args_settings(q):
     """prepare's training settings: loss, optimizer and its recipe, batch, epochs, metric,
     shuffle."""
@@ -452,6 +459,14 @@ def _args_what_and_where(q):
     q.add_argument('--dequantize', action='store_true',
                    help='an int8 model: train it in float32, dequantized (by default it '
                         'trains as int8: int8 weights, integer forward, QAS updates)')
+    q.add_argument('--int8', dest='int8', action='store_const', const=True, default=None,
+                   help='a float model: train an int8 version calibrated on --data in integers '
+                        '(integer forward, QAS updates; export writes float32 again, or int8 '
+                        'with --quantized); prepare chooses it itself for a --board without '
+                        'ulab (--backend fallback) where the settings allow (docs/int8.md)')
+    q.add_argument('--float32', dest='int8', action='store_const', const=False,
+                   help='a float model: keep float32 training where prepare would choose --int8')
+
 
 def _args_run(sub):
     """`run`'s arguments."""
@@ -481,7 +496,8 @@ def _args_export(sub):
                    'one (the file identifier), .onnx (from an .onnx model) the ONNX graph')
     q.add_argument('--quantized', action='store_true',
                    help='an int8 model trained with --dequantize: the trained weights quantized '
-                   'again into a copy of the original int8 model')
+                   'again into a copy of the original int8 model; a float model trained as int8 '
+                   '(prepare --int8): the int8 model prepare calibrated, with the trained weights')
     q.add_argument('--data', help='with --quantized: samples (as prepare --data takes) on which '
                    'to recalibrate the activation scales and measure the int8 export against the '
                    'float weights it came from (the better of original and recalibrated is kept)')

@@ -12,7 +12,7 @@ from .device import module
 # the format's reader and header writer are the board's (utrain.data, utrain.collect)
 _data, _collect = module('data'), module('collect')
 MAGIC, VERSION, HEAD = _data.MAGIC, _data.VERSION, _data.HEAD
-DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}      # utrain.data.CODE's order
+DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}      # utrain.data.TYPES' order
 NP = {0: '<f4', 1: 'u1', 2: 'i1'}
 IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm')
 

@@ -8,6 +8,7 @@ imported (tests and the simulated board put micro/ on the path) is used as it is
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -33,3 +34,20 @@ def module(name: str):
     """Device module utrain.<name> (e.g. 'opc', 'flat', 'op_fc')."""
     package()
     return importlib.import_module('utrain.' + name)
+
+
+@contextlib.contextmanager
+def board_steps():
+    """The host simulation (numpy) stepping as a board does, restored on exit: optimizer
+    updates a weight row at a time and max pools and convolutions walked a tap at a time
+    (utrain/xnumpy.py's conv_taps), where the host's fast path steps whole arrays and
+    takes every window in one gather.  What the host ran before that path, for
+    bench/trials.py's side-by-side times and the tests that the two agree."""
+    optim, op_pool, op_conv = module('optim'), module('op_pool'), module('op_conv')
+    saved = optim.ROWWISE, op_pool.maxpool_steps, op_conv.conv_steps
+    optim.ROWWISE, op_pool.maxpool_steps = True, None
+    op_conv.conv_steps = module('xnumpy').conv_taps
+    try:
+        yield
+    finally:
+        optim.ROWWISE, op_pool.maxpool_steps, op_conv.conv_steps = saved

@@ -54,6 +54,14 @@ class OpSpec:
     fwd: tuple = (2, 1)
     bwd: tuple = (2, 2)
     taps: int = 0
+    # ... the forward's (output-sized, input-sized) temporaries on the fallback, where
+    # its native loops (npfallback._conv_steps through utrain.xnp.conv_steps) write into
+    # the kernel's output: no per-tap product (None: as fwd).  taps stays: the row walk's
+    # tuples are made all the same (the digits CNN's 64-bit plan without them: 0.98x)
+    fwd_native: tuple = None
+    # ... and the backward's: the activation's gradient (op_act.act_grad: np.where on a
+    # comparison, whose mask is a byte array) and dx, but no per-tap products
+    bwd_native: tuple = None
     # for the planner: how the kernel hands its weight gradient to the sink
     # (micro/utrain/sink.py): 'rows', a product the sink sums or applies row by row
     # (nothing weight-sized at batch 1), or 'whole', a weight-sized array at batch 1 (a
@@ -290,9 +298,11 @@ def _avgpool_saves(op, flags):
 
 SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
-           shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps),
+           shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps,
+           fwd_native=(1, 0), bwd_native=(2, 2)),   # (fwd: the fused activation's array)
     OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
-           fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps),
+           fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps,
+           fwd_native=(1, 1), bwd_native=(2, 2)),   # (fwd: and op_conv._spread's copy)
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),
@@ -568,7 +578,13 @@ SPECS.update({s.name: s for s in [
            held=1),
     OpSpec('RSQRT', {}, _none, _out),
     OpSpec('SQRT', {}, _none, _out),
-    OpSpec('GELU', {}, _gelu_options, _in, fwd=(5, 0), bwd=(6, 1)),
+    # GELU's exact form (erf's quintic, utrain/op_math.py) chains ~20 elementwise steps,
+    # none freed before a collection: a LayerNorm block with it needed 4 output-sized
+    # arrays more than with the tanh form (64-bit unix, fallback: 122 against 117 KB at
+    # hidden 32, 163 against 147 KB at hidden 128), which fits the tanh form's 6; the
+    # backward's live arrays under numpy are 8.  One figure per op: the tanh form is
+    # planned as the exact one (issue 28's sweep: the LayerNorm block 0.95-0.99x)
+    OpSpec('GELU', {}, _gelu_options, _in, fwd=(10, 0), bwd=(8, 1)),
 ]})
 
 SUPPORTED = sorted(SPECS)

@@ -2,7 +2,9 @@
 besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
 
 prepare() is a list of passes: settle (settings, model read and checked) -> [an int8
-model: quant.prepare_q8] -> validate.loss_on_logits -> run_select (--select) ->
+model: quant.prepare_q8] -> [a float model for a board without ulab, or --int8:
+from_float, an int8 version calibrated on the data (fromfloat.py), quant.prepare_q8] ->
+validate.loss_on_logits -> run_select (--select) ->
 what_trains (--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite,
 plan) -> plan_memory -> check_budget -> read_data -> check_outputs -> write_folder (+
 describe: prepare.json's summary) -> write_data -> write_prefix_caches ->
@@ -19,7 +21,7 @@ import os
 
 import numpy as np
 
-from .circle_io import read_model
+from .circle_io import read_model, atomic_write
 from .flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
 from .memory import plans_by_target
 from .passes import PrepareError, RANK_NAMES, parse_ranks
@@ -247,7 +249,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
-            bands=None, log=print, **overrides):
+            bands=None, int8=None, log=print, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -266,7 +268,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     in its first epoch and runs later epochs from there; 'host': prepare writes that cache
     (host_tools.prefixcache), the board never runs the frozen prefix to train.
     bands: rows per band of the frozen chains the board computes a few rows at a time
-    (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never."""
+    (host_tools/bands.py); None: 1 where that lowers the heap plan, 0: never.
+    int8: a float model trained in integers, calibrated on data (host_tools/fromfloat.py):
+    True asks for it, False keeps float32, None lets prepare choose (with a board
+    profile and no ulab, where the int8 path takes the settings)."""
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
@@ -292,6 +297,14 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                 'weight_gain', 'trials')}
             summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
         return summary
+    if not (dequantize or ranks or train_config or select) and rewrite:
+        q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
+                        bands, board, backend, budget, prof, s, train, int8, given, overrides, log)
+        if q8:
+            return q8
+    elif int8:
+        raise PrepareError(f'{model_path}: --int8 does not go with --dequantize, --ranks, '
+                           '--train-config, --select or --no-rewrite')
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
@@ -336,6 +349,47 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
                             gc_every=heap['gc_every'], **run_planned(heap, limit))
+
+
+def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,
+               board, backend, budget, prof, s, train, int8, given, overrides, log):
+    """The int8-from-float pass (host_tools/fromfloat.py): where prepare trains the float
+    model in integers (asked with int8=True, or chosen for a board without ulab), the
+    int8 model calibrated on data's training samples, prepared on quant's int8 path, with
+    the calibrated int8 model and its float graph beside the run for export.  Returns the
+    summary, or None: the run stays float32."""
+    from . import fromfloat
+    try:
+        yes, why = fromfloat.choose(int8, model_path, board, backend, data, s, cache)
+        if not yes:
+            return None
+        kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
+        og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
+                                                    (test_split, split_seed), prepare)
+        quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
+    except (ValueError, PrepareError) as e:
+        if int8:
+            raise PrepareError(f'{model_path}: --int8 cannot train it as int8: '
+                               f'{str(e).replace(model_path + ": ", "")}') from None
+        log(f'{model_path}: trains in float32 (int8 from float does not take it: '
+            f'{str(e).replace(model_path + ": ", "")})')
+        return None
+    log(f'{model_path}: prepare chose int8 training ({why}): an int8 version calibrated on '
+        f'{n} training samples trains on the int8 path (integer forward, QAS updates); '
+        'export writes the trained model as float32 again (--quantized: int8); --float32 '
+        'keeps float32 training')
+    r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
+                         progress, cache, bands, board, lambda heap: heap_limit(prof, budget, heap),
+                         limit_source(board, prof), log, given | ({'cache'} if cache else set()))
+    rw.save_graph(og, os.path.join(out_dir, fromfloat.INT8_MODEL))
+    if rewritten:               # (export writes the trained weights into that graph)
+        rw.save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))
+    r['from_float'] = {'why': why, 'samples': n, 'int8_model': fromfloat.INT8_MODEL,
+                       'float_model': fromfloat.FLOAT_MODEL if rewritten else None}
+    settings = r.pop('settings')
+    atomic_write(os.path.join(out_dir, 'prepare.json'), (json.dumps(r, indent=1) + '\n').encode())
+    r['settings'] = settings
+    return r
 
 
 # The memory options prepare may choose itself when --board or --budget bounds the plan
@@ -475,6 +529,34 @@ def export_notes(r, g, summary, out_path) -> list:
     return notes
 
 
+def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized):
+    """export of a float model prepare trained as int8: the trained integers dequantized
+    into the float model (its rewritten graph when prepare rewrote it), or with
+    quantized the calibrated int8 model with the trained int8 weights."""
+    from . import fromfloat
+    from .circle_io import write_with_weights
+    from .quant import export as export_int8
+    for name in (ff.get('int8_model'), ff.get('float_model') or ff.get('int8_model')):
+        if name != os.path.basename(str(name)) or not os.path.exists(os.path.join(run_dir, name)):
+            raise PrepareError(f'{os.path.join(run_dir, str(name))}: missing; prepare writes it '
+                               f'beside {wof_path} for a float model trained as int8')
+    if not wof_path.endswith('.wof'):
+        raise PrepareError(f'{wof_path}: a float model trained as int8 exports from a .wof '
+                           '(trained.wof), not a checkpoint')
+    train = summary.get('train', 'all')
+    if quantized:
+        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train)
+        return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
+                'clipped': 0, 'int8': True, 'notes': []}
+    base = os.path.join(run_dir, ff['float_model']) if ff.get('float_model') else model_path
+    g = read_model(base)
+    w = fromfloat.dequantized(os.path.join(run_dir, ff['int8_model']), wof_path, train,
+                              len(g.tensors))
+    write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
+    return {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True,
+            'notes': []}
+
+
 def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
     prepare.json beside the .wof says so), the weights index the rewritten graph
@@ -510,6 +592,9 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
                                'give -o another name')
     if os.path.isdir(out_path):
         raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    ff = summary.get('from_float')
+    if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/fromfloat.py)
+        return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
         export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))

@@ -472,9 +472,20 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
-         'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0]}
+         'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     m.update(plan(ls, rows))
     return m
+
+
+def etab(sy: float) -> list:
+    """scce's softmax table for logits at scale sy (utrain.q8 Q8Net._sce): round(2^14
+    exp(-sy d)) for the logit differences d = 0..255, its zeros at the end left out.
+    Made here, not on the board: 256 soft-float exps cost a Cortex-M0+ millions of
+    cycles."""
+    t = [int(round(16384.0 * math.exp(-sy * d))) for d in range(256)]
+    while t and not t[-1]:
+        t.pop()
+    return t
 
 
 def wof_arrays(g: Graph, m: dict) -> dict:
@@ -515,7 +526,7 @@ def split(g: Graph, m: dict, rows=None):
              nclass=ls[first - 1]['nout'], xin=m['xin'])
     p.update(plan(pre, rows, resident=False))
     t = dict(base, layers=post, sx=sc, zx=zc, sy=m['sy'], zy=m['zy'],
-             nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut)
+             nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut, etab=m['etab'])
     t.update(plan(post, 0))
     return p, t
 

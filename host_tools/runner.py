@@ -51,7 +51,12 @@ def flash_advice(what, total, board, samples, n, dtype):
         msg += ', still too much: with it '
     else:
         msg += 'the samples are 8-bit already: '
-    fit = int((cap - rest) // per) if cap > rest else 0
+    # (the samples' bytes hold two .ds headers that do not shrink with fewer samples: taken
+    # off per sample's share, they would let 'at most N' overshoot by a sample)
+    from .dataset import HEAD
+    head = 2 * HEAD if samples > 2 * HEAD else 0
+    per = (samples - head) / max(n, 1) / (4 if dtype == 'float32' else 1)
+    fit = int((cap - rest - head) // per) if cap > rest + head else 0
     more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
             if p.get('flash_fs') and size_bytes(p['flash_fs']) >= total]
     return msg + (f'at most {fit} samples fit (give --data fewer)' if fit else

@@ -325,6 +325,20 @@ def build_traininfo(settings, file_identifier=FILE_IDENTIFIER):
     'version'/'epochs'/'batch' to 0, 'from_logits' to False, Adam's
     beta1/beta2/eps to Keras's 0.9/0.999/1e-7, 'trainable_ops' to none.
     """
+    _check_keys(settings, file_identifier)
+    v = _values(settings, file_identifier)
+    b = flatbuffers.Builder(128)
+    # children first (flatbuffers are built back to front)
+    ops_off = _ops_vector(b, v['ops'])
+    opt_off = _optimizer_table(b, v)
+    loss_off = _loss_table(b, v)
+    root = _root_table(b, v, file_identifier, ops_off, opt_off, loss_off)
+    b.Finish(root, file_identifier=file_identifier)
+    return bytes(b.Output())
+
+
+def _check_keys(settings, file_identifier):
+    # what a settings dict and the schema must be before any value is read
     if not isinstance(settings, dict):
         _bad('settings must be a dict')
     unknown = sorted(set(settings) - set(_KEYS))
@@ -335,74 +349,87 @@ def build_traininfo(settings, file_identifier=FILE_IDENTIFIER):
     if 'optimizer' not in settings:
         _bad('optimizer is required')
 
-    version = _int(settings, 'version', 0, _U32)
-    opt, opt_code = _name(settings, 'optimizer', _OPTIMIZERS, None)
-    lr = _float(settings, 'lr')
-    if opt == 'adam':
-        adam = [_float(settings, k, _ADAM_DEFAULTS[k]) for k in ('beta1', 'beta2', 'eps')]
+
+def _values(settings, file_identifier):
+    """Each setting checked and defaulted: {name: value}, the enums with their codes."""
+    v = {'version': _int(settings, 'version', 0, _U32)}
+    v['opt'], v['opt_code'] = _name(settings, 'optimizer', _OPTIMIZERS, None)
+    v['lr'] = _float(settings, 'lr')
+    v['adam'] = None
+    if v['opt'] == 'adam':
+        v['adam'] = [_float(settings, k, _ADAM_DEFAULTS[k]) for k in ('beta1', 'beta2', 'eps')]
     else:
         extra = [k for k in ('beta1', 'beta2', 'eps') if k in settings]
         if extra:
             _bad('%s only apply to adam' % ', '.join(extra))
-    loss, loss_code = _name(settings, 'loss', _LOSSES, 'scce')
-    from_logits = settings.get('from_logits', False)
+    v['loss'], v['loss_code'] = _name(settings, 'loss', _LOSSES, 'scce')
+    v['from_logits'] = from_logits = settings.get('from_logits', False)
     if not isinstance(from_logits, bool):
         _bad('from_logits must be a bool, got %r' % (from_logits,))
-    if loss == 'mse' and from_logits:
+    if v['loss'] == 'mse' and from_logits:
         _bad('from_logits does not apply to mse')
-    _, red_code = _name(settings, 'reduction', _REDUCTIONS, 'mean')
-    epochs = _int(settings, 'epochs', 0, _I32)
-    batch = _int(settings, 'batch', 0, _I32)
-    ops = settings.get('trainable_ops')
-    if ops is not None:
-        if file_identifier != b'CTR0':
-            _bad('trainable_ops is not part of the %r schema' % (file_identifier,))
-        if not isinstance(ops, (list, tuple)):
-            _bad('trainable_ops must be a list of ints')
-        ops = [_int({'trainable_ops[%d]' % i: x}, 'trainable_ops[%d]' % i, 0, _I32)
-               for i, x in enumerate(ops)]
+    _, v['red_code'] = _name(settings, 'reduction', _REDUCTIONS, 'mean')
+    v['epochs'] = _int(settings, 'epochs', 0, _I32)
+    v['batch'] = _int(settings, 'batch', 0, _I32)
+    v['ops'] = _trainable_ops(settings.get('trainable_ops'), file_identifier)
+    return v
 
-    b = flatbuffers.Builder(128)
 
-    # children first (flatbuffers are built back to front)
-    ops_off = None
-    if ops is not None:
-        b.StartVector(4, len(ops), 4)
-        for x in reversed(ops):
-            b.PrependInt32(x)
-        ops_off = b.EndVector()
+def _trainable_ops(ops, file_identifier):
+    if ops is None:
+        return None
+    if file_identifier != b'CTR0':
+        _bad('trainable_ops is not part of the %r schema' % (file_identifier,))
+    if not isinstance(ops, (list, tuple)):
+        _bad('trainable_ops must be a list of ints')
+    return [_int({'trainable_ops[%d]' % i: x}, 'trainable_ops[%d]' % i, 0, _I32)
+            for i, x in enumerate(ops)]
 
-    if opt == 'adam':
+
+def _ops_vector(b, ops):
+    if ops is None:
+        return None
+    b.StartVector(4, len(ops), 4)
+    for x in reversed(ops):
+        b.PrependInt32(x)
+    return b.EndVector()
+
+
+def _optimizer_table(b, v):
+    # SGD's options: lr; Adam's: lr, beta1, beta2, eps
+    if v['opt'] == 'adam':
         b.StartObject(4)
-        b.PrependFloat32Slot(0, lr, 0.0)
-        b.PrependFloat32Slot(1, adam[0], 0.0)
-        b.PrependFloat32Slot(2, adam[1], 0.0)
-        b.PrependFloat32Slot(3, adam[2], 0.0)
+        b.PrependFloat32Slot(0, v['lr'], 0.0)
+        for slot, x in enumerate(v['adam'], 1):
+            b.PrependFloat32Slot(slot, x, 0.0)
     else:
         b.StartObject(1)
-        b.PrependFloat32Slot(0, lr, 0.0)
-    opt_off = b.EndObject()
+        b.PrependFloat32Slot(0, v['lr'], 0.0)
+    return b.EndObject()
 
-    if loss == 'mse':
+
+def _loss_table(b, v):
+    # MSE has no options; the cross-entropies have from_logits
+    if v['loss'] == 'mse':
         b.StartObject(0)
     else:
         b.StartObject(1)
-        b.PrependBoolSlot(0, from_logits, False)
-    loss_off = b.EndObject()
+        b.PrependBoolSlot(0, v['from_logits'], False)
+    return b.EndObject()
 
+
+def _root_table(b, v, file_identifier, ops_off, opt_off, loss_off):
     b.StartObject(_N_FIELDS[file_identifier])
     if ops_off is not None:
         b.PrependUOffsetTRelativeSlot(_F_TRAINABLE_OPS, ops_off, 0)
-    b.PrependInt32Slot(_F_BATCH, batch, 0)
-    b.PrependInt32Slot(_F_EPOCHS, epochs, 0)
+    b.PrependInt32Slot(_F_BATCH, v['batch'], 0)
+    b.PrependInt32Slot(_F_EPOCHS, v['epochs'], 0)
     b.PrependUOffsetTRelativeSlot(_F_LOSS, loss_off, 0)
     b.PrependUOffsetTRelativeSlot(_F_OPT, opt_off, 0)
-    b.PrependUint32Slot(_F_VERSION, version, 0)
-    b.PrependInt8Slot(_F_REDUCTION, red_code, 0)
-    b.PrependUint8Slot(_F_LOSS_TYPE, _LOSS_UNION[loss], 0)
-    b.PrependInt8Slot(_F_LOSSFN, loss_code, 0)
-    b.PrependUint8Slot(_F_OPT_TYPE, _OPT_UNION[opt], 0)
-    b.PrependInt8Slot(_F_OPTIMIZER, opt_code, 0)
-    root = b.EndObject()
-    b.Finish(root, file_identifier=file_identifier)
-    return bytes(b.Output())
+    b.PrependUint32Slot(_F_VERSION, v['version'], 0)
+    b.PrependInt8Slot(_F_REDUCTION, v['red_code'], 0)
+    b.PrependUint8Slot(_F_LOSS_TYPE, _LOSS_UNION[v['loss']], 0)
+    b.PrependInt8Slot(_F_LOSSFN, v['loss_code'], 0)
+    b.PrependUint8Slot(_F_OPT_TYPE, _OPT_UNION[v['opt']], 0)
+    b.PrependInt8Slot(_F_OPTIMIZER, v['opt_code'], 0)
+    return b.EndObject()

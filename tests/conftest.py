@@ -1,7 +1,16 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+# The checkout (host_tools), the helpers (tests/support) and every topic folder, so that a
+# test imports a helper or another folder's test module (test_parity...) by its bare name,
+# whichever file pytest is given.  No test file needs a sys.path line for these.
+for _p in sorted(os.path.join(TESTS, d) for d in os.listdir(TESTS)
+                 if os.path.isdir(os.path.join(TESTS, d)) and not d.startswith(('.', '_'))):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+if os.path.dirname(TESTS) not in sys.path:
+    sys.path.insert(0, os.path.dirname(TESTS))
 
 from host_tools.runner import find_micropython  # noqa: E402
 

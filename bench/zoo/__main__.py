@@ -49,7 +49,7 @@ import tempfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-for p in (ROOT, os.path.join(ROOT, 'micro'), os.path.join(ROOT, 'tests')):
+for p in (ROOT, os.path.join(ROOT, 'micro'), os.path.join(ROOT, 'tests', 'formats'), os.path.join(ROOT, 'tests', 'support')):
     if p not in sys.path:
         sys.path.insert(0, p)
 os.environ.pop('UTRAIN_NP', None)

@@ -27,6 +27,11 @@ import tempfile
 import torch
 from torch import nn
 
+try:
+    from .make_keras import MCUNET_CFG
+except ImportError:                     # run as a script: bench/zoo is sys.path[0]
+    from make_keras import MCUNET_CFG
+
 
 def _div8(v, d=8):
     # torchvision's _make_divisible: round to a multiple of 8, never below 90 % of v
@@ -77,10 +82,9 @@ class MobileNetV2(nn.Module):
 
 
 class MCUNetLike(nn.Module):
-    # (kernel, expansion, channels, stride): a ProxylessNAS/MCUNet-style searched stack
-    CFG = [(3, 1, 8, 1), (7, 3, 16, 2), (3, 4, 16, 1), (5, 3, 24, 2), (7, 3, 24, 1),
-           (5, 4, 40, 2), (3, 3, 40, 1), (5, 6, 48, 1), (7, 6, 96, 2), (3, 4, 96, 1),
-           (5, 6, 160, 1)]
+    # (kernel, expansion, channels, stride): a ProxylessNAS/MCUNet-style searched stack,
+    # the one make_keras.py's Keras MCUNet-like net is built from
+    CFG = MCUNET_CFG
 
     def __init__(self, classes=10):
         super().__init__()

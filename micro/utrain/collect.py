@@ -9,7 +9,7 @@
 # record, so a cut write loses at most the sample being written.
 from struct import pack
 from array import array
-from utrain.data import MAGIC, VERSION, HEAD, SIZE, CODE, header
+from utrain.data import MAGIC, VERSION, HEAD, TYPES, header
 
 LIMITS = (None, (0, 255), (-128, 127))
 N_AT = 8                    # offset of the header's u32 sample count
@@ -43,7 +43,7 @@ class Recorder:
                                  '%d + %d' % (path, xl, yl, ver, x_len, y_len))
         self.f, self.n, self.x_len, self.y_len = f, n, x_len, y_len
         self.dtype, self.scale, self.offset = dtype, scale, offset
-        self.qx = array(CODE[dtype], bytes(SIZE[dtype] * x_len))
+        self.qx = array(TYPES[dtype][1], bytes(TYPES[dtype][0] * x_len))
         self.qy = array('f', bytes(4 * y_len))
 
     def add(self, x, y):
@@ -66,7 +66,7 @@ class Recorder:
         for j in range(self.y_len):
             self.qy[j] = y[j]
         f = self.f
-        f.seek(HEAD + self.n * (SIZE[self.dtype] * self.x_len + 4 * self.y_len))
+        f.seek(HEAD + self.n * (TYPES[self.dtype][0] * self.x_len + 4 * self.y_len))
         f.write(q)
         f.write(self.qy)
         self.n += 1

@@ -1,14 +1,17 @@
 # Dataset record files (docs/formats.md): samples are read one at a time into
 # preallocated arrays, so a dataset larger than the heap still trains.  Values are
 # stored as float32, uint8 or int8 (value = stored * scale + offset, from the header).
+# Also an epoch over one: the sample order, the sums and position both trainers keep.
 from struct import unpack
 from array import array
 
 MAGIC = b'UTDS'
 VERSION = 2
 HEAD = 48                  # version 2 header bytes (version 1: 32, float32 only)
-SIZE = (4, 1, 1)           # bytes per value for dtype 0 float32, 1 uint8, 2 int8
-CODE = ('f', 'B', 'b')
+# (bytes per value, array typecode) of dtype 0 float32, 1 uint8, 2 int8: one global, not
+# two, so that epoch() below fits the module's globals table as it was (a 13th global
+# grew it: 128 B of heap on 64-bit unix, measured)
+TYPES = ((4, 'f'), (1, 'B'), (1, 'b'))
 
 
 def header(path, h):
@@ -47,16 +50,16 @@ class Dataset:
         (ver, self.head, xt, yt, n, xl, yl,
          self.xs, self.xo, self.ys, self.yo) = header(path, f.read(HEAD))
         self.n, self.x_len, self.y_len = n, xl, yl
-        self.xbytes = SIZE[xt] * xl
-        self.rec = self.xbytes + SIZE[yt] * yl
+        self.xbytes = TYPES[xt][0] * xl
+        self.rec = self.xbytes + TYPES[yt][0] * yl
         f.seek(0, 2)
         if f.tell() != self.head + n * self.rec:
             raise ValueError('%s: %d bytes, expected %d for %d samples'
                              % (path, f.tell(), self.head + n * self.rec, n))
         # byte buffers for quantized values, allocated once (after the size check:
         # a corrupt header must not ask for a huge buffer)
-        self.qx = array(CODE[xt], bytes(xl)) if xt and buffers else None
-        self.qy = array(CODE[yt], bytes(yl)) if yt and buffers else None
+        self.qx = array(TYPES[xt][1], bytes(xl)) if xt and buffers else None
+        self.qy = array(TYPES[yt][1], bytes(yl)) if yt and buffers else None
 
     def check(self, x_shape, y_shape):
         if self.x_len != x_shape[0] * x_shape[1] or self.y_len != y_shape[0] * y_shape[1]:
@@ -102,3 +105,44 @@ def order(n, seed, epoch):
         j = s % (i + 1)
         idx[i], idx[j] = idx[j], idx[i]
     return idx
+
+
+# An epoch over a dataset, the bookkeeping both trainers share (utrain.trainer's float
+# Trainer and utrain.q8train's Q8Trainer; here, in a module both load, because a module
+# of its own would cost heap): the loss and metric sums, the position in the epoch, the
+# commit point a Ctrl-C goes back to (utrain.once), the checkpoint every `every` samples.
+
+def epoch(tr, ds, progress=None, ckpt=None, every=0):
+    """Both trainers' train_epoch (tr: self): one pass over the Dataset ds through
+    tr._pass(ds, True, ...) from sample tr.pos on (after a resume), then tr.apply() and
+    tr._check(''); returns the mean (loss, metric) over its samples.  progress(i, n,
+    loss_sum, metric_sum) is called after each sample; with ckpt and every, a checkpoint
+    is saved at the first batch boundary after every `every` samples."""
+    c = tr.cfg
+    if tr.pos > ds.n:
+        raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
+                         % (ds.path, ds.n, tr.pos))
+    idx = order(ds.n, c['seed'] if c['shuffle'] else None, tr.epoch)
+    last = tr.pos
+    tr.commit, tr.dirty = (last, tr.sums), False
+
+    def hook(i, n, ls, ms):
+        nonlocal last
+        s = ls, ms
+        if tr.pending:
+            tr.pos, tr.sums = i, s
+        else:                    # a whole batch: its update and position together
+            tr.pos, tr.sums, tr.commit, tr.dirty = i, s, (i, s), False
+        if progress:
+            progress(i, n, ls, ms)
+        if every and ckpt and not tr.pending and i - last >= every and i < n:
+            tr.save_checkpoint(ckpt)
+            last = i
+
+    r = tr._pass(ds, True, idx, hook, tr.pos, tr.sums)
+    tr.apply()
+    tr._check('')
+    z = (0.0, 0.0)
+    tr.epoch, tr.pos, tr.sums, tr.commit, tr.dirty, tr.last = (
+        tr.epoch + 1, 0, z, (0, z), False, r)
+    return r

@@ -51,7 +51,7 @@ def _inv(o):
 def _maxpool(x, o, shape):
     sw = int(o[_G_SW])
     y = np.full(shape, -3.4e38)
-    if maxpool_steps and maxpool_steps(walk(o), sw, y, x):   # the fallback, in one call
+    if maxpool_steps and maxpool_steps(o, walk, sw, y, x):   # the backend's, in one call
         return y
     for k, xr, yr, n in walk(o):
         y[yr:yr + n] = np.maximum(y[yr:yr + n], x[xr:xr + (n - 1) * sw + 1:sw])
@@ -135,7 +135,7 @@ def backward(rt, op, dy, flags):
         m = _maxpool(x, o, y.shape) if a else y
         rem = dz.copy()
         steps = walk(o)
-        if maxpool_steps and maxpool_steps(steps, sw, m, x, dx, rem):
+        if maxpool_steps and maxpool_steps(o, walk, sw, m, x, dx, rem):
             steps = ()
         for k, xr, yr, n in steps:
             xv = x[xr:xr + (n - 1) * sw + 1:sw]

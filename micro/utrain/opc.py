@@ -1,11 +1,11 @@
 # The op contract: circle builtin opcodes, the option-float slots of each op and the
 # backward flags, shared by the device kernels (op_*.py), the model reader (flat.py) and
 # the host (host_tools/optable.py writes the options by these slots; docs/flat-model.md
-# lists them; tests/test_contract.py checks that all three agree).
+# lists them; tests/ops/test_contract.py checks that all three agree).
 # A board never imports it: MicroPython folds const() only within a module, and this
 # module's public names would cost ~6 KB of heap while loaded.  The device modules
 # carry the values they use as private consts (_NAME = const(v), folded at compile
-# time, no heap), which tests/test_contract.py checks against this file.
+# time, no heap), which tests/ops/test_contract.py checks against this file.
 # Adding an op: docs/flat-model.md.
 try:
     from micropython import const

@@ -11,7 +11,7 @@
 # scales it by update t's factor.
 # State per weight: m (sgd momentum velocity or adam first moment), v (second moment).
 # In-place updates use only += and -= (see xnp.py): m = b m + (1-b) g is m += (g-m)(1-b).
-from utrain.xnp import np, zeros, add_scaled, add_outer
+from utrain.xnp import np, zeros, add_scaled, add_outer, ROWWISE
 
 OPTIMIZERS = ('sgd', 'adam', 'rmsprop', 'adamw')   # the flat model's codes, in order
 
@@ -70,7 +70,7 @@ class Optimizer:
         if m is None and self.kind == 'sgd' and not self.wd:
             add_scaled(w, g, -self._lr * scale)      # one fused pass (rows on ulab)
             return
-        if w.shape[0] == 1:
+        if w.shape[0] == 1 or not ROWWISE:
             self._row(w, g, m, v, scale)
             return
         for r in range(w.shape[0]):
@@ -86,9 +86,12 @@ class Optimizer:
     def step_outer(self, k, w, u, v):
         """Batch 1, gradient outer(u, v) (a one-row FC's dW): plain SGD adds it times -lr
         into w in one pass (add_outer) and returns True; other rules need its rows
-        (step_row): False, nothing done."""
+        (step_row): False, nothing done; the host (numpy) steps the whole product."""
         if self.kind != 'sgd' or self.wd or self.m.get(k) is not None:
-            return False
+            if ROWWISE:
+                return False
+            self.step(k, w, np.outer(u[0], v[0]))
+            return True
         add_outer(w, u * -self._lr, v)
         return True
 

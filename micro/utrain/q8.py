@@ -1,10 +1,13 @@
 # Int8 training of an int8 model (issue 16): the forward pass in integers as TFLite
 # Micro runs it (int8 activations and weights, int32 sums and biases, per-tensor or
-# per-channel requantization), the loss and its softmax in float, and the backward pass
+# per-channel requantization), the loss and its softmax on the dequantized logits (scce
+# in integers: _sce; cce in float), and the backward pass
 # in integers (int8 gradients with a power-of-two scale per tensor, int32 sums) with
 # QAS updates: for an int8 weight w_q = W / s_W the gradient g_q = s_W dL/dW scaled by
 # s_W^-2 gives w_q -= lr dL/dW / s_W, applied per output channel with stochastic
-# rounding; biases keep a float copy (b -= lr dL/db, stored int32 b / (s_x s_W)).
+# rounding; biases keep a float copy (b -= lr dL/db, stored int32 b / (s_x s_W)), but
+# at SGD batch 1 a layer with one weight scale moves its int32 bias by stochastically
+# rounded steps (ubk: no float step per channel, each thousands of cycles on a board).
 # Batch > 1 (Q8Net.accum, then apply at the batch's end): each sample's weight-gradient
 # sums are requantized into one int32 sum per weight in 2^-12 weight steps (scales differ
 # between samples by powers of two) and the update is applied from those.  Adam keeps a
@@ -17,7 +20,7 @@ from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/quant.py reads it from here;
-# q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/test_contract.py)
+# q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
@@ -69,6 +72,8 @@ class Layer:
     pw = wo = 0     # pw: w holds the window's rows alone, from weight wo on (the rest in flash)
     c = 1
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
+    stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
+    whole = 0    # 1: an FC layer with its weights and multipliers in RAM, one chunk
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -152,7 +157,7 @@ class Layer:
     def set_bias(self):
         # the float bias (and Adam's float master) from the int32 bias and int8 weights
         sw, sx, b = self.d['sw'], self.d['sx'], self.b
-        self.sync = 0
+        self.sync = self.stale = 0
         for o in range(len(b)):
             self.bf[o] = b[o] * sx * sw[o % len(sw)]
         wm = getattr(self, 'wm', None)
@@ -178,8 +183,11 @@ class Layer:
     def forward(self, x, x2=None):
         if self.back:
             self.x = x              # (the backward pass of a trained layer / pool reads it)
-        d = self.d
         k = self.k
+        if k == FC:                 # (first: each Python step costs thousands of cycles)
+            self.fc(x)
+            return self.y
+        d = self.d
         if k >= PMAX:               # MAX_POOL_2D, AVERAGE_POOL_2D: int8 to int8
             K.pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
             return self.y
@@ -188,9 +196,6 @@ class Layer:
             return self.y
         if k == ADD:
             self.add(x, x2, self.y, self.nout)
-            return self.y
-        if k == FC:
-            self.fc(x)
             return self.y
         K.sumk(self.acc, x, self.zx, d['n'], self.nout)
         K.rqk(self.acc, self.nout, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo,
@@ -236,14 +241,16 @@ class Layer:
     def fc(self, x):
         d, acc = self.d, self.acc
         ni, no = d['nin'], self.nout
-        nc = d.get('nc', no)
-        if nc >= no and self.w is not None and self.mul is not None and not self.pw:
+        if self.whole:
             # the layer's own weights in one chunk: _chunk's views are the arrays themselves
             # (fewer Python steps: each costs thousands of cycles on a Cortex-M0+)
             K.fck(acc, x, 0, self.zx, self.w, self.b, 1, ni, no)
-            K.rqk(acc, no, no if self.c > 1 else 1, 1, self.mul, self.shf, self.y, self.zy,
-                  self.lo, self.hi, 0)
+            K.rqk(acc, no, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo, self.hi, 0)
             return
+        nc = d.get('nc', no)
+        if nc >= no and self.w is not None and self.mul is not None and not self.pw:
+            self.whole = 1          # (mul: read from q8.req after __init__)
+            return self.fc(x)
         for o0, n in self.segs(no, nc):
             w, b, m, s, c = self._chunk(o0, n, ni)
             K.fck(acc, x, 0, self.zx, w, b, 1, ni, n)
@@ -401,6 +408,16 @@ class Q8Net:
             from utrain.q8bands import Q8Group
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
+        # scce's softmax table (_sce; host_tools/quant.py etab), 256 entries
+        e = meta.get('etab')
+        self.etab = None
+        if e is not None:
+            self.etab = _i32(256)
+            for i in range(len(e)):
+                self.etab[i] = e[i]
+        self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
+        self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
+        self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
         for i in range(1, len(ls)):
             if bcast(ls, i):
@@ -477,6 +494,18 @@ class Q8Net:
     def forward(self, x):
         t, ls, n = self.t, self.layers, len(self.layers)
         t[self.xin] = x
+        if not self.groups:         # (no band group: fewer steps a layer)
+            for L in ls:
+                ins = L.ins
+                if ins is None:
+                    x = L.forward(x)
+                elif L.k == ADD:
+                    x = L.forward(t[ins[0]], t[ins[1]])
+                else:
+                    x = L.forward(t[ins[0]])
+                if L.mk is not None:
+                    self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+            return x
         i = 0
         while i < n:
             g = self.groups.get(i)
@@ -507,7 +536,9 @@ class Q8Net:
         """(loss, hit) of int8 sample x with target label, a class index (scce) or a list
         of class probabilities (cce): softmax cross-entropy on the dequantized logits, hit
         1 when the largest logit is the (most probable) class's; with grad, also
-        dL/dlogits."""
+        dL/dlogits (scce: int32 at scale 2^-14, the softmax in integers; cce: floats)."""
+        if isinstance(label, int):
+            return self._sce(x, label, grad)
         lg = self.logits(x)
         m = max(lg)
         e = [exp(v - m) for v in lg]
@@ -533,6 +564,27 @@ class Q8Net:
             for i in range(len(dl)):
                 dl[i] -= tv[i]
         return loss, hit, dl
+
+    def _sce(self, x, label, grad):
+        # scce in integers: the int8 logits' differences to their max d index a table of
+        # round(2^14 exp(-s_y d)) (made once), the gradient p - onehot is int32 at scale
+        # 2^-14 (kernels sfk, sgk: no float object per class on a board)
+        y = self.forward(x)
+        n = len(y)
+        T = self.etab
+        if T is None:               # (a table from before prepare wrote q8.json's etab)
+            s = self.sy
+            T = self.etab = array('i', [int(round(16384.0 * exp(-s * d))) for d in range(256)])
+        g, r = self.g0, self.smr
+        K.sfk(y, n, T, g, r)
+        t = r[0]
+        loss = self.sy * (r[2] + 128 - (y[label] ^ 128)) + log(t / 16384.0)
+        hit = 1 if r[1] == label else 0
+        if not grad:
+            return loss, hit
+        K.sgk(g, n, 268435456 // t)
+        g[label] -= 16384
+        return loss, hit, g
 
     def setup(self, optimizer='sgd', batch=1, beta1=0.9, beta2=0.999, eps=1e-7, momentum=0.0):
         """Optimizer and batch: sgd at batch 1 updates each layer as its gradient is done
@@ -572,10 +624,14 @@ class Q8Net:
 
     def _run(self, x, label, lr):
         loss, hit, dl = self.loss(x, label, True)
-        # the float loss gradient as int32 with scale s = 2^-20 (|dL/dlogit| <= 1: a scale
-        # every sample shares, so batch sums differ only by the layers' powers of two)
-        s = 1.0 / 1048576.0
-        g = array('i', [int(round(v / s)) for v in dl])
+        # the loss gradient as int32 with scale s = 2^-14 (scce's own) or 2^-20 (cce's
+        # floats; |dL/dlogit| <= 1: a scale every sample shares, so batch sums differ only
+        # by the layers' powers of two)
+        if isinstance(label, int):
+            g, s = dl, 1.0 / 16384.0
+        else:
+            s = 1.0 / 1048576.0
+            g = array('i', [int(round(v / s)) for v in dl])
         i = len(self.layers) - 1
         self.skt = None
         while i >= self.first:
@@ -840,6 +896,17 @@ class Q8Net:
             self._put(L, 0, gw, n, lr)
             return
         nc = d.get('gc', oc)
+        p = None
+        sw = d['sw']
+        if L.k == FC and lr is not None and L.vw is None and len(sw) == 1:
+            # an FC layer at batch 1 without momentum, per-tensor: |gw| < 2^15, so upmk
+            # scales it by a 15-bit multiplier in its one pass (fewer cycles than rqk's
+            # 62-bit products then upk)
+            mm, e = qmul(f / sw[0] * u)
+            if -16 <= e <= 15:
+                p = self.upm
+                p[1], p[2] = mm >> 16, 15 - e
+                p[3] = (1 << (14 - e)) if e < 15 else 0
         for o0 in range(L.wlo, L.whi, nc):
             m = min(nc, L.whi - o0)
             n = m * row
@@ -848,6 +915,10 @@ class Q8Net:
                 K.gwk(gw, dz, 0, L.x, 0, L.zx, o0, o0 + m, row)
             else:
                 K.cgk(gw, dz, L.x, L.zx, L.g, o0, o0 + m)
+            if p is not None:
+                p[0] = self.seed
+                self.seed = K.upmk(memoryview(L.w)[o0 * row:] if o0 else L.w, gw, n, p)
+                continue
             _mults(L, gw, n, o0, m, row, f, u)
             self._put(L, o0 * row, gw, n, lr)
 
@@ -871,6 +942,19 @@ class Q8Net:
         sx, sw = L.d['sx'], L.d['sw']
         bf, b, vb, mu = L.bf, L.b, L.vb, self.mom
         nw = len(sw)
+        if nw == 1 and vb is None:
+            # per-tensor scales: b -= lr sz bs / (sx s_W) bias steps, stochastically rounded
+            # like the weights: one multiplier, no float step per channel
+            L.um[0], L.us[0] = qmul(lr * sz / (sx * sw[0]) * 256.0)
+            if L.us[0] < 16:                   # (bs << shift stays within 31 bits)
+                lo, n = L.blo, L.bhi - L.blo
+                v = memoryview(bs)[lo:] if lo else bs
+                K.rqk(v, n, 1, n, L.um, L.us, v, 0, 0, 0, 1)
+                self.seed = K.ubk(memoryview(b)[lo:] if lo else b, v, n, self.seed)
+                L.stale = 1                    # (bf: not kept by this update)
+                return
+        if L.stale:
+            L.set_bias()
         c = lr * sz                            # (the products as before: same floats)
         den = sx * sw[0]
         # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]

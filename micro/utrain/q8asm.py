@@ -3,24 +3,29 @@
 # keeps its viper kernels as the reference: the same integers, in the same int32 sums).
 # Thumb-1 only (the RP2040's Cortex-M0+): the byte loads with a register offset (ldrsb,
 # ldr/str reg) that MicroPython's assembler does not spell are written with data().
-# Three loops do the multiply-adds; viper code around them walks the geometry, one call
-# per row of rows or more (an asm function takes 4 arguments: the rest go in a table,
-# _P, offsets and addresses included, so no memoryview is made per call):
+# Three loops do the multiply-adds, two a turn; assembler and a little viper around them
+# walk the geometry, one call per row of rows or more (an asm function takes 4 arguments:
+# the rest go in a table, _P, offsets and addresses included, so no memoryview is made
+# per call):
 #   dot:  a[ao + r*O + o] = b[o] + sum_i<n (x[xo + r*xs + i] - c) * w[wo + o*n + i]
 #   axpy: a[ao + r*as + j] += s[so + r*ss] * (x[xo + r*xs + j] - c)   (rows with s = 0 skipped),
 #         for G groups whose a, x, s start ga, gx, gs further on ([9..12])
 #   vmacs: a[ao + r*as + j] += (x[xo + r*xs + j] - c) * w[wo + r*ws + j] for each entry
-#         (R, ao, xo, wo) of a table (a depthwise conv's taps, _T)
+#         (Y, R, ao, xo, wo) of a table: Y bands of R rows (a depthwise conv's taps, _T)
 # (a int32, x w s int8; _P's words: R, n, O/as, c, xs, xo, wo/so, ao, ws/ss, then axpy's
-# groups, scratch; dot's [13]: b's address, viper's int(ptr32(b))).  Also in assembler:
-# rqk (_rq: TFLite's requantization), upk (the int8 update), the bias fill and zeroing.
+# groups, scratch; dot's [13]: b's address, viper's int(ptr32(b))).  A conv's other
+# shapes go through im2col rows of one output row (_gs gathers them, and adds their
+# gradient back, col2im).  Sums wrap as int32 like the viper kernels': the same integers
+# in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
+# update), the bias fill and zeroing.
 import micropython
 from array import array
 
 _P = array('i', range(24))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
-_PW = array('i', range(0))   # one pixel's int32 input gradient (a conv's cdk)
-_T = array('i', range(16))   # vmacs's table
+_PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk; <= 2 KB)
+_T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
+_G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
 
@@ -76,9 +81,24 @@ def dot(r0, r1, r2, r3):
     ldr(r4, [r7, 4])
     sub(r4, 1)
     bmi(ODONE)
-    label(MAC)
+    lsr(r5, r4, 1)
+    bcs(MAC)                 # n even: pairs from the top; odd: the last one first
     data(2, 0x570D)          # ldrsb r5, [r1, r4]
     data(2, 0x5716)          # ldrsb r6, [r2, r4]
+    sub(r5, r5, r3)
+    mul(r5, r6)
+    add(r0, r0, r5)
+    sub(r4, 1)
+    bmi(ODONE)
+    label(MAC)               # two multiply-adds a turn
+    data(2, 0x570D)
+    data(2, 0x5716)
+    sub(r5, r5, r3)
+    mul(r5, r6)
+    add(r0, r0, r5)
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5716)
     sub(r5, r5, r3)
     mul(r5, r6)
     add(r0, r0, r5)
@@ -143,16 +163,69 @@ def axpy(r0, r1, r2, r3):
     mov(r12, r7)
     sub(r4, 1)
     bmi(JDONE)
-    label(J)
+    lsl(r6, r4, 2)
+    add(r6, r6, r0)          # r6: &a[j]
+    cmp(r3, 0)
+    beq(Z)                   # c = 0 (gradients: x is w): the loop without the subtraction
+    lsr(r5, r4, 1)
+    bcs(JP)                  # n even: pairs from the top; odd: the last one first
     data(2, 0x570D)          # ldrsb r5, [r1, r4]
     sub(r5, r5, r3)
     mul(r5, r2)
-    lsl(r6, r4, 2)
-    data(2, 0x5987)          # ldr r7, [r0, r6]
+    ldr(r7, [r6, 0])
     add(r7, r7, r5)
-    data(2, 0x5187)          # str r7, [r0, r6]
+    str(r7, [r6, 0])
+    sub(r6, 4)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(JP)
+    sub(r6, 4)               # &a[j - 1]
+    label(J)                 # two a turn: j and j - 1
+    data(2, 0x570D)
+    sub(r5, r5, r3)
+    mul(r5, r2)
+    ldr(r7, [r6, 4])
+    add(r7, r7, r5)
+    str(r7, [r6, 4])
+    sub(r4, 1)
+    data(2, 0x570D)
+    sub(r5, r5, r3)
+    mul(r5, r2)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 8)
     sub(r4, 1)
     bpl(J)
+    b(JDONE)
+    label(Z)
+    lsr(r5, r4, 1)
+    bcs(ZP)
+    data(2, 0x570D)
+    mul(r5, r2)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 4)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(ZP)
+    sub(r6, 4)
+    label(ZJ)
+    data(2, 0x570D)
+    mul(r5, r2)
+    ldr(r7, [r6, 4])
+    add(r7, r7, r5)
+    str(r7, [r6, 4])
+    sub(r4, 1)
+    data(2, 0x570D)
+    mul(r5, r2)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 8)
+    sub(r4, 1)
+    bpl(ZJ)
     label(JDONE)
     mov(r7, r12)
     label(NEXT)
@@ -192,73 +265,161 @@ def axpy(r0, r1, r2, r3):
 
 @micropython.asm_thumb
 def vmacs(r0, r1, r2, r3):
-    # r3: the table t: [0] entries, [1] n, [2] as, [3] c, [4] xs, [5] ws, [6..11] scratch,
-    # entries (R, ao, xo, wo) from t[16]
+    # r3: the table t: [0] entries, [1] n, [2] as, [3] c, [4] xs, [5] ws (a row's steps;
+    # a's in bytes), [6] ab, [7] xb, [8] wb (a band's), [9..19] scratch, entries (Y, R, ao, xo, wo) from
+    # t[24]: Y bands of R rows each
     mov(r7, r3)
-    str(r0, [r7, 32])        # [8] a
-    str(r1, [r7, 36])        # [9] x
-    str(r2, [r7, 40])        # [10] w
+    str(r0, [r7, 36])        # [9] a
+    str(r1, [r7, 40])        # [10] x
+    str(r2, [r7, 44])        # [11] w
     ldr(r4, [r7, 0])
-    str(r4, [r7, 28])        # [7] entries left
+    str(r4, [r7, 52])        # [13] entries left
     cmp(r4, 0)
-    ble(END)
+    bgt(GO)
+    b(END)
+    label(GO)
     mov(r4, r7)
-    add(r4, 64)
-    str(r4, [r7, 24])        # [6] entry pointer
+    add(r4, 96)
+    str(r4, [r7, 48])        # [12] entry pointer
     label(ENT)
-    ldr(r6, [r7, 24])
+    ldr(r6, [r7, 48])
     ldr(r4, [r6, 0])
-    str(r4, [r7, 44])        # [11] rows left
-    ldr(r0, [r6, 4])
+    str(r4, [r7, 56])        # [14] bands left
+    ldr(r4, [r6, 4])
+    str(r4, [r7, 76])        # [19] rows a band
+    ldr(r0, [r6, 8])
     lsl(r0, r0, 2)
-    ldr(r4, [r7, 32])
-    add(r0, r0, r4)
-    ldr(r1, [r6, 8])
     ldr(r4, [r7, 36])
-    add(r1, r1, r4)
-    ldr(r2, [r6, 12])
+    add(r0, r0, r4)
+    str(r0, [r7, 64])        # [16] the band's a
+    ldr(r1, [r6, 12])
     ldr(r4, [r7, 40])
-    add(r2, r2, r4)
-    add(r6, 16)
-    str(r6, [r7, 24])
-    ldr(r3, [r7, 12])        # c
+    add(r1, r1, r4)
+    str(r1, [r7, 68])        # [17] its x
+    ldr(r2, [r6, 16])
     ldr(r4, [r7, 44])
+    add(r2, r2, r4)
+    str(r2, [r7, 72])        # [18] its w
+    add(r6, 20)
+    str(r6, [r7, 48])
+    ldr(r3, [r7, 12])        # c
+    ldr(r4, [r7, 56])
     cmp(r4, 0)
     ble(EDONE)
+    label(BAND)
+    ldr(r4, [r7, 76])
+    str(r4, [r7, 60])        # [15] rows left
+    cmp(r4, 0)
+    ble(BDONE)
     label(ROW)
     ldr(r4, [r7, 4])
     mov(r12, r7)
     sub(r4, 1)
     bmi(JDONE)
-    label(J)
-    data(2, 0x570D)          # ldrsb r5, [r1, r4]
-    data(2, 0x5716)          # ldrsb r6, [r2, r4]
-    sub(r5, r5, r3)
-    mul(r5, r6)
     lsl(r6, r4, 2)
-    data(2, 0x5987)          # ldr r7, [r0, r6]
+    add(r6, r6, r0)          # r6: &a[j]
+    cmp(r3, 0)
+    beq(Z)                   # c = 0 (input gradients: x is dz): without the subtraction
+    lsr(r5, r4, 1)
+    bcs(JP)                  # n even: pairs from the top; odd: the last one first
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    data(2, 0x5717)          # ldrsb r7, [r2, r4]
+    sub(r5, r5, r3)
+    mul(r5, r7)
+    ldr(r7, [r6, 0])
     add(r7, r7, r5)
-    data(2, 0x5187)          # str r7, [r0, r6]
+    str(r7, [r6, 0])
+    sub(r6, 4)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(JP)
+    sub(r6, 4)               # &a[j - 1]
+    label(J)                 # two a turn: j and j - 1
+    data(2, 0x570D)
+    data(2, 0x5717)
+    sub(r5, r5, r3)
+    mul(r5, r7)
+    ldr(r7, [r6, 4])
+    add(r7, r7, r5)
+    str(r7, [r6, 4])
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    sub(r5, r5, r3)
+    mul(r5, r7)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 8)
     sub(r4, 1)
     bpl(J)
+    b(JDONE)
+    label(Z)
+    lsr(r5, r4, 1)
+    bcs(ZP)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    mul(r5, r7)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 4)
+    sub(r4, 1)
+    bmi(JDONE)
+    label(ZP)
+    sub(r6, 4)
+    label(ZJ)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    mul(r5, r7)
+    ldr(r7, [r6, 4])
+    add(r7, r7, r5)
+    str(r7, [r6, 4])
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    mul(r5, r7)
+    ldr(r7, [r6, 0])
+    add(r7, r7, r5)
+    str(r7, [r6, 0])
+    sub(r6, 8)
+    sub(r4, 1)
+    bpl(ZJ)
     label(JDONE)
     mov(r7, r12)
-    ldr(r4, [r7, 8])         # as
-    lsl(r4, r4, 2)
+    ldr(r4, [r7, 8])         # as (bytes)
     add(r0, r0, r4)
     ldr(r4, [r7, 16])        # xs
     add(r1, r1, r4)
     ldr(r4, [r7, 20])        # ws
     add(r2, r2, r4)
-    ldr(r4, [r7, 44])
+    ldr(r4, [r7, 60])
     sub(r4, 1)
-    str(r4, [r7, 44])
+    str(r4, [r7, 60])
     bgt(ROW)
-    label(EDONE)
-    ldr(r4, [r7, 28])
+    label(BDONE)
+    ldr(r4, [r7, 24])        # ab (bytes)
+    ldr(r0, [r7, 64])
+    add(r0, r0, r4)
+    str(r0, [r7, 64])
+    ldr(r4, [r7, 28])        # xb
+    ldr(r1, [r7, 68])
+    add(r1, r1, r4)
+    str(r1, [r7, 68])
+    ldr(r4, [r7, 32])        # wb
+    ldr(r2, [r7, 72])
+    add(r2, r2, r4)
+    str(r2, [r7, 72])
+    ldr(r4, [r7, 56])
     sub(r4, 1)
-    str(r4, [r7, 28])
-    bgt(ENT)
+    str(r4, [r7, 56])
+    bgt(BAND)
+    label(EDONE)
+    ldr(r4, [r7, 52])
+    sub(r4, 1)
+    str(r4, [r7, 52])
+    ble(END)
+    b(ENT)
     label(END)
 
 
@@ -462,6 +623,62 @@ def upk(r0, r1, r2, r3):
     mov(r0, r3)
 
 
+@micropython.asm_thumb
+def upmk(r0, r1, r2, r3):
+    # q8kern.upmk (w, d, n, p): upk from unscaled sums, v = (d[i] * m + h) >> sh, p =
+    # seed, m, sh, h, 69069; the same draws; returns the generator's state
+    ldr(r7, [r3, 0])         # s
+    cmp(r2, 0)
+    ble(END)
+    label(L)
+    ldr(r4, [r1, 0])
+    ldr(r5, [r3, 4])
+    mul(r4, r5)              # d * m
+    ldr(r5, [r3, 12])
+    add(r4, r4, r5)
+    ldr(r5, [r3, 8])
+    asr(r4, r5)              # v = (d * m + h) >> sh
+    cmp(r4, 0)
+    beq(NEXT)
+    ldr(r5, [r3, 16])
+    mul(r7, r5)
+    add(r7, 1)
+    lsl(r7, r7, 2)
+    lsr(r7, r7, 2)           # s = (s * 69069 + 1) & 0x3fffffff
+    asr(r5, r4, 8)           # q = v >> 8
+    lsl(r6, r4, 24)
+    lsr(r6, r6, 24)          # v & 255
+    lsl(r4, r7, 12)
+    lsr(r4, r4, 24)          # (s >> 12) & 255
+    cmp(r6, r4)
+    ble(NOUP)
+    add(r5, 1)
+    label(NOUP)
+    cmp(r5, 0)
+    beq(NEXT)
+    ldrb(r4, [r0, 0])
+    data(2, 0xB264)          # sxtb r4, r4
+    sub(r4, r4, r5)
+    mov(r6, 127)
+    cmp(r4, r6)
+    ble(C1)
+    mov(r4, r6)
+    label(C1)
+    neg(r6, r6)
+    cmp(r4, r6)
+    bge(C2)
+    mov(r4, r6)
+    label(C2)
+    strb(r4, [r0, 0])
+    label(NEXT)
+    add(r0, 1)
+    add(r1, 4)
+    sub(r2, 1)
+    bgt(L)
+    label(END)
+    mov(r0, r7)
+
+
 def _buf(n):
     # the im2col rows, at least n bytes (kept: one per board, as big as the widest row)
     global _PB
@@ -472,7 +689,7 @@ def _buf(n):
 
 
 def _wbuf(n):
-    # one pixel's int32 input-gradient taps, at least n
+    # cdk's int32 im2col-row gradients, at least n
     global _PW
     if len(_PW) < n:
         _PW = None
@@ -502,14 +719,24 @@ def _bias(r0, r1, r2, r3):
 
 @micropython.asm_thumb
 def _zero(r0, r1):
-    # a[i] = 0 for n int32 values: (a, n)
+    # a[i] = 0 for n int32 values: (a, n), four words a store
     mov(r2, 0)
-    lsl(r1, r1, 2)
-    label(J)
+    mov(r3, 0)
+    mov(r4, 0)
+    mov(r5, 0)
     sub(r1, 4)
-    bmi(END)
-    data(2, 0x5042)          # str r2, [r0, r1]
-    b(J)
+    bmi(TAIL)
+    label(Q)
+    data(2, 0xC03C)          # stmia r0!, {r2, r3, r4, r5}
+    sub(r1, 4)
+    bpl(Q)
+    label(TAIL)
+    add(r1, 4)               # 0..3 left
+    ble(END)
+    label(T)
+    data(2, 0xC004)          # stmia r0!, {r2}
+    sub(r1, 1)
+    bgt(T)
     label(END)
 
 
@@ -523,85 +750,155 @@ def _pointwise(g) -> int:
     return 0
 
 
-@micropython.viper
-def _gather(pb, x, xz: int, g, oy: int):
-    # im2col of output row oy of a conv (g as q8kern.convk's): pb[ox*KK + (ky*KW+kx)*I + i]
-    # = x[iy, ix, i], the zero point where the tap is padding (its term is then 0)
-    pg = ptr32(g)
-    H = pg[0]; W = pg[1]; I = pg[2]; KH = pg[4]; KW = pg[5]
-    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OW = pg[11]
-    dh = pg[12]; dw = pg[13]
-    d = ptr8(pb)
-    px = ptr8(x)
-    z = xz & 255
-    q = 0
-    for ox in range(OW):
-        for ky in range(KH):
-            iy = oy * sh - ph + ky * dh
-            if iy < 0 or iy >= H:
-                for t in range(KW * I):
-                    d[q] = z
-                    q += 1
-                continue
-            if dw == 1:                 # the row's taps inside the image: one span of x
-                ix = ox * sw - pw_
-                k0 = 0
-                if ix < 0:
-                    k0 = 0 - ix
-                if k0 > KW:
-                    k0 = KW
-                k1 = W - ix
-                if k1 > KW:
-                    k1 = KW
-                if k1 < k0:
-                    k1 = k0
-                e = q + k0 * I
-                while q < e:
-                    d[q] = z
-                    q += 1
-                xb = (iy * W + ix + k0) * I
-                for t in range(xb, xb + (k1 - k0) * I):
-                    d[q] = px[t]
-                    q += 1
-                e = q + (KW - k1) * I
-                while q < e:
-                    d[q] = z
-                    q += 1
-                continue
-            for kx in range(KW):
-                ix = ox * sw - pw_ + kx * dw
-                if ix < 0 or ix >= W:
-                    for t in range(I):
-                        d[q] = z
-                        q += 1
-                    continue
-                xb = (iy * W + ix) * I
-                for t in range(xb, xb + I):
-                    d[q] = px[t]
-                    q += 1
+@micropython.asm_thumb
+def _gs(r0, r1, r2):
+    # a conv's walk over the taps of some output pixels of one output row, pixel by
+    # pixel, tap row by tap row, kx by kx: r0 the im2col rows (KK per pixel), r1 the
+    # image, r2 the table (_G): [0] pixels, [1] KW, [2] I, [3] z, [4] W, [5] sw, [6] ix
+    # of the first pixel's kx = 0, [7] byte offset of its first tap row inside the image
+    # (column 0), [8] tap rows inside, [9] elements before them, [10] after, [11] bytes
+    # between tap rows, [12] e, [13] dw; scratch [14..18].  e = 0: gather (im2col: the
+    # bytes, z for padding); e = 2: scatter (col2im: the int32 rows added into the image,
+    # padding skipped)
+    b(MAIN)
+    label(FILL)              # r4 elements of padding
+    ldr(r5, [r7, 48])
+    cmp(r5, 0)
+    bne(FSKIP)
+    ldr(r5, [r7, 12])
+    cmp(r4, 0)
+    ble(FRET)
+    label(FL)
+    strb(r5, [r0, 0])
+    add(r0, 1)
+    sub(r4, 1)
+    bgt(FL)
+    label(FRET)
+    bx(lr)
+    label(FSKIP)
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    bx(lr)
+    label(COPY)              # r4 elements between r0 (the rows) and r6 (the image)
+    ldr(r5, [r7, 48])
+    cmp(r5, 0)
+    bne(CADD)
+    mov(r3, r4)
+    b(CT)
+    label(CL)
+    data(2, 0x5D35)          # ldrb r5, [r6, r4]
+    data(2, 0x5505)          # strb r5, [r0, r4]
+    label(CT)
+    sub(r4, 1)
+    bpl(CL)
+    add(r0, r0, r3)
+    bx(lr)
+    label(CADD)
+    lsl(r4, r4, 2)
+    mov(r3, r4)
+    mov(r12, r2)
+    b(AT)
+    label(AL)
+    data(2, 0x5905)          # ldr r5, [r0, r4]
+    data(2, 0x5932)          # ldr r2, [r6, r4]
+    add(r2, r2, r5)
+    data(2, 0x5132)          # str r2, [r6, r4]
+    label(AT)
+    sub(r4, 4)
+    bpl(AL)
+    mov(r2, r12)
+    add(r0, r0, r3)
+    bx(lr)
+    label(MAIN)
+    mov(r7, r2)
+    ldr(r4, [r7, 28])
+    add(r1, r1, r4)          # the first tap row, column 0
+    ldr(r4, [r7, 24])
+    str(r4, [r7, 60])        # [15] ix
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 56])        # [14] pixels left
+    cmp(r4, 0)
+    bgt(PIX)
+    b(END)
+    label(PIX)
+    ldr(r4, [r7, 36])
+    bl(FILL)                 # the tap rows above the image
+    mov(r2, r1)
+    ldr(r4, [r7, 32])
+    str(r4, [r7, 64])        # [16] tap rows left
+    cmp(r4, 0)
+    ble(RDONE)
+    label(ROW)
+    ldr(r4, [r7, 60])
+    str(r4, [r7, 72])        # [18] the tap's column
+    ldr(r4, [r7, 4])
+    str(r4, [r7, 68])        # [17] kx left
+    label(KX)
+    ldr(r3, [r7, 72])
+    ldr(r4, [r7, 16])
+    ldr(r5, [r7, 8])         # I
+    cmp(r3, r4)
+    bcs(PAD)                 # column < 0 or >= W (unsigned)
+    mul(r3, r5)
+    ldr(r6, [r7, 48])
+    lsl(r3, r6)
+    add(r6, r2, r3)
+    mov(r4, r5)
+    bl(COPY)
+    b(KN)
+    label(PAD)
+    mov(r4, r5)
+    bl(FILL)
+    label(KN)
+    ldr(r3, [r7, 72])
+    ldr(r4, [r7, 52])        # dw
+    add(r3, r3, r4)
+    str(r3, [r7, 72])
+    ldr(r4, [r7, 68])
+    sub(r4, 1)
+    str(r4, [r7, 68])
+    bgt(KX)
+    ldr(r4, [r7, 44])
+    add(r2, r2, r4)          # the next tap row
+    ldr(r4, [r7, 64])
+    sub(r4, 1)
+    str(r4, [r7, 64])
+    bgt(ROW)
+    label(RDONE)
+    ldr(r4, [r7, 40])
+    bl(FILL)                 # the tap rows below it
+    ldr(r4, [r7, 60])
+    ldr(r5, [r7, 20])
+    add(r4, r4, r5)
+    str(r4, [r7, 60])
+    ldr(r4, [r7, 56])
+    sub(r4, 1)
+    str(r4, [r7, 56])
+    bgt(PIX)
+    label(END)
 
 
 @micropython.viper
-def _scatter(dx, pw, g, oy: int, ox: int):
-    # dx[iy, ix, i] += pw[(ky*KW+kx)*I + i] over the taps of output (oy, ox) in the input
+def _walk(a, x, g, oy: int, ox: int, m: int, z: int, e: int):
+    # _gs over the m output pixels ox.. of output row oy of a conv (g as q8kern.convk's):
+    # e = 0, a[p*KK + (ky*KW+kx)*I + i] = x[iy, ix, i] (z where the tap is padding);
+    # e = 2, x[iy, ix, i] += a[p*KK + (ky*KW+kx)*I + i] (int32)
     pg = ptr32(g)
     H = pg[0]; W = pg[1]; I = pg[2]; KH = pg[4]; KW = pg[5]
-    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]
-    dh = pg[12]; dw = pg[13]
-    pd = ptr32(dx)
-    ps = ptr32(pw)
-    for ky in range(KH):
-        iy = oy * sh - ph + ky * dh
-        if iy < 0 or iy >= H:
-            continue
-        for kx in range(KW):
-            ix = ox * sw - pw_ + kx * dw
-            if ix < 0 or ix >= W:
-                continue
-            xb = (iy * W + ix) * I
-            q = (ky * KW + kx) * I - xb
-            for t in range(xb, xb + I):
-                pd[t] += ps[t + q]
+    iy = oy * pg[6] - pg[8]
+    dh = pg[12]
+    k0 = 0
+    while k0 < KH and iy + k0 * dh < 0:
+        k0 += 1
+    k1 = k0
+    while k1 < KH and iy + k1 * dh < H:
+        k1 += 1
+    t = ptr32(_G)
+    t[0] = m; t[1] = KW; t[2] = I; t[3] = z; t[4] = W; t[5] = pg[7]
+    t[6] = ox * pg[7] - pg[9]; t[7] = ((iy + k0 * dh) * W * I) << e; t[8] = k1 - k0
+    t[9] = k0 * KW * I; t[10] = (KH - k1) * KW * I; t[11] = (W * I * dh) << e
+    t[12] = e; t[13] = pg[13]
+    _gs(a, x, _G)
 
 
 @micropython.viper
@@ -626,7 +923,7 @@ def convk(acc, x, xz: int, g, w, b):
         return
     pb = _buf(OW * KK)
     for oy in range(OH):
-        _gather(pb, x, xz, g, oy)
+        _walk(pb, x, g, oy, 0, OW, xz, 0)
         p[0] = OW; p[7] = oy * OW * O
         dot(acc, pb, w, _P)
 
@@ -646,13 +943,15 @@ def cgk(g, dz, x, xz: int, gm, lo: int, hi: int):
     pb = _buf(OW * KK)
     p[9] = OW
     for oy in range(OH):
-        _gather(pb, x, xz, gm, oy)
+        _walk(pb, x, gm, oy, 0, OW, xz, 0)
         p[6] = oy * OW * O + lo
         axpy(g, pb, dz, _P)
 
 
 @micropython.viper
 def cdk(dx, dz, w, gm):
+    # per run of up to m output pixels of a row: their int32 im2col rows' gradients
+    # (the rows of w times dz, one group per pixel), then added into dx (col2im)
     pg = ptr32(gm)
     I = pg[2]; O = pg[3]; OH = pg[10]; OW = pg[11]
     KK = pg[4] * pg[5] * I
@@ -663,14 +962,24 @@ def cdk(dx, dz, w, gm):
         p[9] = OH * OW; p[10] = I; p[11] = 0; p[12] = O; p[6] = 0; p[7] = 0
         axpy(dx, w, dz, _P)
         return
-    pw = _wbuf(KK)
-    p[7] = 0; p[9] = 1
+    m = 512 // KK             # pixels a run (2 KB of int32 rows), at least 1
+    if m < 1:
+        m = 1
+    if m > OW:
+        m = OW
+    pw = _wbuf(m * KK)
+    p[7] = 0; p[10] = KK; p[11] = 0; p[12] = O
     for oy in range(OH):
-        for ox in range(OW):
-            _zero(pw, KK)
-            p[6] = (oy * OW + ox) * O
+        ox = 0
+        while ox < OW:
+            k = OW - ox
+            if k > m:
+                k = m
+            _zero(pw, k * KK)
+            p[6] = (oy * OW + ox) * O; p[9] = k
             axpy(pw, w, dz, _P)
-            _scatter(dx, pw, gm, oy, ox)
+            _walk(pw, dx, gm, oy, ox, k, 0, 2)
+            ox += k
 
 
 @micropython.viper
@@ -690,70 +999,79 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
     axpy(dx, w, dz, _P)
 
 
-def _table(n):
-    # vmacs's table for n entries
+def _table(n, kw):
+    # vmacs's table for n entries, and _taps's kx ranges (3 words per kx) after them
     global _T
-    if len(_T) < 16 + 4 * n:
+    if len(_T) < 24 + 5 * n + 3 * kw:
         _T = None
-        _T = array('i', range(16 + 4 * n))
+        _T = array('i', range(24 + 5 * n + 3 * kw))
     return _T
 
 
 @micropython.viper
 def _taps(a, x, w, g, xz: int, mode: int):
-    # the depthwise kernels (multiplier 1), one vmacs call per few output rows oy: an entry
-    # per tap (ky, kx) whose input row is inside the image, over the outputs ox whose input
-    # column is inside it.  mode 0: forward (a: sums [OH, OW, C], x: input, w: weights);
-    # 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
+    # the depthwise kernels (multiplier 1) in one vmacs call: an entry per tap (ky, kx)
+    # over the block of outputs (oy, ox) whose input is inside the image (bands oy, rows
+    # ox, the channels contiguous).  mode 0: forward (a: sums [OH, OW, C], x: input,
+    # w: weights); 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
     # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz)
     pg = ptr32(g)
     H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
     dh = pg[12]; dw = pg[13]
-    cap = KH * KW                 # entries per call: whole rows, up to 64 (1 KB)
-    if cap < 64:
-        cap = 64 // cap * cap
-    tb = _table(cap)
+    tb = _T
+    if KH * KW > 9 or KW > 3:
+        tb = _table(KH * KW, KW)
     t = ptr32(tb)
     t[1] = C; t[3] = xz
-    if mode == 0:
-        t[2] = C; t[4] = sw * C; t[5] = 0
+    r = sw * C                   # steps of a row (ox) and a band (oy) in the image
+    b = sh * W * C
+    if mode == 0:                # (a's steps in bytes)
+        t[2] = C * 4; t[4] = r; t[5] = 0; t[6] = OW * C * 4; t[7] = b; t[8] = 0
+        io = 2; ix = 3; iw = 4   # where the output's, input's, weight's offsets go
     elif mode == 1:
-        t[2] = sw * C; t[4] = C; t[5] = 0
+        t[2] = r * 4; t[4] = C; t[5] = 0; t[6] = b * 4; t[7] = OW * C; t[8] = 0
+        io = 3; ix = 2; iw = 4
     else:
-        t[2] = 0; t[4] = sw * C; t[5] = C
-    e = 16
-    for oy in range(OH):
-        if e + 4 * KH * KW > 16 + 4 * cap:
-            t[0] = (e - 16) >> 2
-            vmacs(a, x, w, tb)
-            e = 16
-        for ky in range(KH):
-            iy = oy * sh - ph + ky * dh
-            if iy < 0 or iy >= H:
-                continue
-            for kx in range(KW):
-                off = kx * dw - pw_
-                lo = 0
-                while lo * sw + off < 0:
-                    lo += 1
-                hi = lo
-                while hi < OW and hi * sw + off < W:
-                    hi += 1
-                if hi <= lo:
-                    continue
-                xi = (iy * W + lo * sw + off) * C     # the input's
-                oi = (oy * OW + lo) * C                # the output's
-                ti = (ky * KW + kx) * C                # the weight's
-                t[e] = hi - lo
-                if mode == 0:
-                    t[e + 1] = oi; t[e + 2] = xi; t[e + 3] = ti
-                elif mode == 1:
-                    t[e + 1] = xi; t[e + 2] = oi; t[e + 3] = ti
-                else:
-                    t[e + 1] = ti; t[e + 2] = xi; t[e + 3] = oi
-                e += 4
-    t[0] = (e - 16) >> 2
+        t[2] = 0; t[4] = r; t[5] = C; t[6] = 0; t[7] = b; t[8] = OW * C
+        io = 4; ix = 3; iw = 2
+    k = 24 + 5 * KH * KW         # the outputs ox whose input column is inside, per kx
+    for kx in range(KW):
+        off = kx * dw - pw_
+        x0 = 0
+        while x0 < OW and x0 * sw + off < 0:
+            x0 += 1
+        x1 = OW
+        while x1 > x0 and (x1 - 1) * sw + off >= W:
+            x1 -= 1
+        t[k] = x0; t[k + 1] = x1 - x0; t[k + 2] = x0 * sw + off
+        k += 3
+    e = 24
+    n = 0
+    for ky in range(KH):
+        off = ky * dh - ph
+        y0 = 0
+        while y0 < OH and y0 * sh + off < 0:
+            y0 += 1
+        y1 = OH
+        while y1 > y0 and (y1 - 1) * sh + off >= H:
+            y1 -= 1
+        if y1 <= y0:
+            continue
+        k = 24 + 5 * KH * KW
+        xb = (y0 * sh + off) * W
+        ob = y0 * OW
+        tw = ky * KW * C
+        for kx in range(KW):
+            if t[k + 1] > 0:
+                t[e] = y1 - y0; t[e + 1] = t[k + 1]
+                t[e + ix] = (xb + t[k + 2]) * C           # the input's
+                t[e + io] = (ob + t[k]) * C               # the output's
+                t[e + iw] = tw + kx * C                   # the weight's
+                e += 5
+                n += 1
+            k += 3
+    t[0] = n
     vmacs(a, x, w, tb)
 
 

@@ -10,7 +10,9 @@ from utrain import q8kern as K
 
 _CONV = 1   # q8.CONV
 _DW = 2     # q8.DW
+_MEAN = 3   # q8.MEAN
 _ADD = 4    # q8.ADD
+_PMAX = 5   # q8.PMAX
 
 
 class _Net:
@@ -28,9 +30,9 @@ def frees(layers, first):
             last[k] = i
         if i >= first:
             tw = d.get('tw')
-            if d['k'] > 4 or (d.get('train') and not (tw and tw[1] <= tw[0])):
+            if d['k'] >= _PMAX or (d.get('train') and not (tw and tw[1] <= tw[0])):
                 keep.update(d['in'])
-            if d['k'] > 4 or (d['k'] < 3 and not d.get('mask')):
+            if d['k'] >= _PMAX or (d['k'] < _MEAN and not d.get('mask')):
                 keep.add(d['out'])
     keep.add(layers[-1]['out'])
     out = [[] for _ in layers]

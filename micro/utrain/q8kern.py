@@ -373,6 +373,107 @@ def upk(w, d, n: int, seed: int) -> int:
 
 
 @micropython.viper
+def upmk(w, d, n: int, p) -> int:
+    # upk from unscaled sums: w[i] -= (d[i] * m + h) >> sh (1/256 steps) rounded
+    # stochastically as upk, p = array('i') of seed, m, sh, h (m < 2^15, |d[i]| < 2^15: an
+    # FC layer's weight-gradient products at batch 1; h <= 2^30: the sum within 31 bits);
+    # returns the generator's state.  One pass, no rescaled copy (rqk + upk's two).
+    pw = ptr8(w)
+    pd = ptr32(d)
+    pp = ptr32(p)
+    s = pp[0]
+    m = pp[1]
+    sh = pp[2]
+    hf = pp[3]
+    for i in range(n):
+        v = int(pd[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        v = (v * m + hf) >> sh
+        if v == 0:
+            continue
+        s = (s * 69069 + 1) & 0x3fffffff
+        q = v >> 8
+        if (v & 255) > ((s >> 12) & 255):
+            q += 1
+        if q == 0:
+            continue
+        r = ((int(pw[i]) ^ 128) - 128) - q
+        if r > 127:
+            r = 127
+        if r < -127:
+            r = -127
+        pw[i] = r & 255
+    return s
+
+
+@micropython.viper
+def sfk(y, n: int, T, g, r):
+    # scce's softmax over n int8 logits y: g[i] = T[max - y[i]] (T: 2^14 exp(-s_y d)),
+    # r = their sum, the first largest logit's index, that logit
+    py = ptr8(y)
+    pt = ptr32(T)
+    pg = ptr32(g)
+    pr = ptr32(r)
+    m = -129
+    am = 0
+    for i in range(n):
+        v = (int(py[i]) ^ 128) - 128
+        if v > m:
+            m = v
+            am = i
+    t = 0
+    for i in range(n):
+        e = int(pt[m + 128 - (int(py[i]) ^ 128)])
+        pg[i] = e
+        t += e
+    pr[0] = t
+    pr[1] = am
+    pr[2] = m
+
+
+@micropython.viper
+def sgk(g, n: int, f: int):
+    # g[i] = (g[i] * f + 2^13) >> 14 (f = 2^28 // sum: sfk's terms as 2^14 probabilities)
+    pg = ptr32(g)
+    for i in range(n):
+        pg[i] = (int(pg[i]) * f + 8192) >> 14
+
+
+@micropython.viper
+def ubk(b, d, n: int, seed: int) -> int:
+    # int32 bias update: b[i] -= d[i] / 256 rounded stochastically (upk's draws, no int8
+    # clamp; held within +-(2^31 - 1)); returns the generator's state
+    pb = ptr32(b)
+    pd = ptr32(d)
+    s = seed
+    mx = 0x7fff
+    mx = (mx << 16) | 0xffff              # 2^31 - 1 (a constant that big is an object)
+    for i in range(n):
+        v = int(pd[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v == 0:
+            continue
+        s = (s * 69069 + 1) & 0x3fffffff
+        q = v >> 8
+        if (v & 255) > ((s >> 12) & 255):
+            q += 1
+        if q == 0:
+            continue
+        u = int(pb[i])
+        h = u >> 16
+        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
+        if q > 0:
+            if u < q - mx:
+                u = q - mx
+        elif u > mx + q:
+            u = mx + q
+        pb[i] = u - q
+    return s
+
+
+@micropython.viper
 def zk(a, n: int):
     # a[i] = 0 for the first n int32 values
     p = ptr32(a)
@@ -686,3 +787,4 @@ if _A is not None:
         _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk,
         _A.upk)
     zk = _A._zero
+    VUPM, upmk = upmk, getattr(_A, 'upmk', upmk)

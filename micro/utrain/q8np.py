@@ -144,10 +144,57 @@ def nrk(x, n):
     return max(0, m.bit_length() - 7)
 
 
+def fck(acc, x, xo, xz, w, b, n, ni, no):
+    # FULLY_CONNECTED over n rows, as q8kern.fck (int32 sums: within 31 bits)
+    xs = _i8(memoryview(x)[xo:], n * ni).reshape(n, ni).astype(I64) - xz
+    s = xs @ _i8(w, no * ni).reshape(no, ni).astype(I64).T + _i32(b, no).astype(I64)
+    _i32(acc, n * no)[:] = s.reshape(-1).astype(I32)
+
+
+def gwk(g, dz, zo, x, xo, xz, lo, hi, ni):
+    # an FC layer's weight-gradient sums, as q8kern.gwk
+    z = _i8(memoryview(dz)[zo + lo:], hi - lo).astype(I64)
+    xs = _i8(memoryview(x)[xo:], ni).astype(I64) - xz
+    a = _i32(g, (hi - lo) * ni)
+    a[:] = (a.astype(I64) + np.outer(z, xs).reshape(-1)).astype(I32)
+
+
+def dxk(dx, dz, zo, w, no, ni):
+    # an FC layer's input gradient, as q8kern.dxk
+    z = _i8(memoryview(dz)[zo:], no).astype(I64)
+    _i32(dx, ni)[:] = (z @ _i8(w, no * ni).reshape(no, ni).astype(I64)).astype(I32)
+
+
+def _lcg(seed, k):
+    # the k states after seed of q8kern's generator s = (s * 69069 + 1) mod 2^30: a^j s0 +
+    # (1 + a + ... + a^(j-1)) in uint64 (wrapping mod 2^64, a multiple of 2^30)
+    a = np.cumprod(np.full(k, 69069, np.uint64))
+    c = np.cumsum(np.concatenate((np.ones(1, np.uint64), a[:-1])))
+    return ((a * np.uint64(seed) + c) & np.uint64(0x3fffffff)).astype(I64)
+
+
+def upmk(w, d, n, p):
+    # the int8 update from unscaled sums, as q8kern.upmk: the same draws, in order, one
+    # per nonzero scaled value
+    s0, m, sh, h = (int(v) for v in np.frombuffer(p, I32, 4))
+    v = (_i32(d, n).astype(I64) * m + h) >> sh
+    nz = np.nonzero(v)[0]
+    if not len(nz):
+        return s0
+    s = _lcg(s0, len(nz))
+    vv = v[nz]
+    q = (vv >> 8) + ((vv & 255) > ((s >> 12) & 255))
+    wq = np.frombuffer(w, np.int8, n)
+    up = nz[q != 0]
+    wq[up] = np.clip(wq[up].astype(I64) - q[q != 0], -127, 127).astype(np.int8)
+    return int(s[-1])
+
+
 def install(g):
     """Put these kernels in place of module globals g's (q8kern's), keeping the plain
     Python ones as py_<name>."""
-    for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk'):
+    for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck', 'gwk',
+                 'dxk', 'upmk'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]
 

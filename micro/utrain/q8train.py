@@ -14,7 +14,7 @@
 import json
 from struct import pack, unpack, calcsize
 from utrain.q8 import Q8Net, _i32, _f32
-from utrain.data import order
+from utrain.data import epoch
 
 LOSSES = ('scce', 'cce')
 OPTIMIZERS = ('sgd', 'adam')
@@ -54,6 +54,7 @@ class Q8Trainer:
         # batch; dirty while weights change
         self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
         self.x = bytearray(meta['nin'])
+        self.ds = self.plain = None     # the dataset _read last checked
         self.ncls = meta['nclass']
         self.y = [0.0] * self.ncls if c['loss'] == 'cce' else None
 
@@ -70,14 +71,17 @@ class Q8Trainer:
         return True
 
     def _read(self, ds, i):
-        m = self.net
         ny = 1 if self.y is None else self.ncls
-        if (ds.x_len != len(self.x) or ds.y_len != ny or ds.rec != len(self.x) + 4 * ny
-                or abs(ds.xs - m.sx) > 1e-6 * m.sx or abs(ds.xo + m.zx * m.sx) > 1e-6 * m.sx):
-            raise ValueError('%s: an int8 model trains on int8 samples of %d values at its '
-                             "input's scale and zero point, with %s (prepare writes them)"
-                             % (ds.path, len(self.x), 'one label' if ny == 1 else
-                                '%d class probabilities' % ny))
+        if ds is not self.ds:           # (checked once per dataset: float steps are slow)
+            m = self.net
+            if (ds.x_len != len(self.x) or ds.y_len != ny or ds.rec != len(self.x) + 4 * ny
+                    or abs(ds.xs - m.sx) > 1e-6 * m.sx
+                    or abs(ds.xo + m.zx * m.sx) > 1e-6 * m.sx):
+                raise ValueError('%s: an int8 model trains on int8 samples of %d values at '
+                                 "its input's scale and zero point, with %s (prepare writes "
+                                 'them)' % (ds.path, len(self.x), 'one label' if ny == 1 else
+                                            '%d class probabilities' % ny))
+            self.ds, self.plain = ds, ds.ys == 1.0 and ds.yo == 0.0
         f = ds.f
         f.seek(ds.head + i * ds.rec)
         if f.readinto(self.x) != len(self.x):
@@ -88,7 +92,9 @@ class Q8Trainer:
             for j in range(ny):
                 y[j] = v[j] * ds.ys + ds.yo
             return y
-        y = unpack('<f', f.read(4))[0] * ds.ys + ds.yo
+        y = unpack('<f', f.read(4))[0]
+        if not self.plain:
+            y = y * ds.ys + ds.yo
         k = int(y)
         if not (0 <= k < self.ncls and k == y):
             raise ValueError('%s: sample %d has label %r, the model has %d classes'
@@ -133,35 +139,10 @@ class Q8Trainer:
         n = max(ds.n, 1)
         return ls / n, ms / n
 
-    def train_epoch(self, ds, progress=None, ckpt=None, every=0):
-        """One pass over a Dataset (from sample `pos` on, after a resume), as
-        Trainer.train_epoch: a checkpoint at the first batch boundary after every `every`
-        samples when ckpt is given."""
-        c = self.cfg
-        if self.pos > ds.n:
-            raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
-                             % (ds.path, ds.n, self.pos))
-        idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
-        last = [self.pos]
-        self.commit, self.dirty = (self.pos, self.sums), False
+    def _check(self, what):
+        pass            # (int8 weights and int32 biases are never NaN: utrain.data.epoch)
 
-        def hook(i, n, ls, ms):
-            if self.pending:
-                self.pos, self.sums = i, (ls, ms)
-            else:                    # a whole batch: its update and position together
-                self.pos, self.sums, self.commit, self.dirty = i, (ls, ms), (i, (ls, ms)), False
-            if progress:
-                progress(i, n, ls, ms)
-            if every and ckpt and not self.pending and i - last[0] >= every and i < n:
-                self.save_checkpoint(ckpt)
-                last[0] = i
-
-        r = self._pass(ds, True, idx, hook, self.pos, self.sums)
-        self.apply()
-        z = (0.0, 0.0)
-        self.epoch, self.pos, self.sums, self.commit, self.dirty, self.last = (
-            self.epoch + 1, 0, z, (0, z), False, r)
-        return r
+    train_epoch = epoch     # as Trainer.train_epoch (the bookkeeping: utrain.data.epoch)
 
     def evaluate(self, ds):
         return self._pass(ds, False)
@@ -215,6 +196,8 @@ class Q8Trainer:
                 b'UTQ8', pack('<I', net.seed)]
         for L in self._trained():
             wt, bt = L.d['wt'], L.d['bt']
+            if L.stale:
+                L.set_bias()                # (SGD's integer bias update: bf from b)
             w[bt] = L.b
             if L.whi > L.wlo:
                 w[wt] = self._wblock(L)

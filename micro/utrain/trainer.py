@@ -13,7 +13,7 @@ from utrain.model import Net, drop as _drop
 from utrain.sink import Sums, Apply, state_shape, trained
 from utrain.losses import loss as _loss, metric as _metric, LOSSES, METRICS
 from utrain.optim import Optimizer, OPTIMIZERS
-from utrain.data import order
+from utrain.data import epoch
 
 
 def _wof():
@@ -231,8 +231,10 @@ class Trainer:
         return self.net.output()
 
     # -- datasets ----------------------------------------------------------
-    def _pass(self, ds, step, idx=None, progress=None, i0=0, sums=(0.0, 0.0)):
-        # samples i0.. of ds through step(); mean (loss, metric) over all n
+    def _pass(self, ds, train, idx=None, progress=None, i0=0, sums=(0.0, 0.0)):
+        # samples i0.. of ds through train_step() (train) or eval_step(); mean (loss,
+        # metric) over all n
+        step = self.train_step if train else self.eval_step
         ds.check(self.x_shape, self.y_shape)
         net = self.net
         pf = self._prefix(ds)
@@ -280,41 +282,16 @@ class Trainer:
         from utrain.prefix import get
         return get(self, ds)
 
-    def train_epoch(self, ds, progress=None, ckpt=None, every=0):
-        """One pass over a Dataset (from sample `pos` on, after a resume); returns mean
-        (loss, metric) over its samples.  progress(i, n, loss_sum, metric_sum) is called
-        after each sample; with ckpt and every, a checkpoint is saved at the first batch
-        boundary after every `every` samples."""
-        c = self.cfg
-        if self.pos > ds.n:
-            raise ValueError('%s: %d samples, but the checkpoint stopped at sample %d'
-                             % (ds.path, ds.n, self.pos))
-        idx = order(ds.n, c['seed'] if c['shuffle'] else None, self.epoch)
-        last = [self.pos]
-        self.commit, self.dirty = (self.pos, self.sums), False
-
-        def hook(i, n, ls, ms):
-            if self.pending:
-                self.pos, self.sums = i, (ls, ms)
-            else:                    # a whole batch: its update and position together
-                self.pos, self.sums, self.commit, self.dirty = i, (ls, ms), (i, (ls, ms)), False
-            if progress:
-                progress(i, n, ls, ms)
-            if every and ckpt and not self.pending and i - last[0] >= every and i < n:
-                self.save_checkpoint(ckpt)
-                last[0] = i
-
-        r = self._pass(ds, self.train_step, idx, hook, self.pos, self.sums)
-        self.apply()
-        self._check('')
-        z = (0.0, 0.0)
-        self.epoch, self.pos, self.sums, self.commit, self.dirty, self.last = (
-            self.epoch + 1, 0, z, (0, z), False, r)
-        return r
+    # train_epoch(ds, progress=None, ckpt=None, every=0): one pass over a Dataset from
+    # sample `pos` on (after a resume); mean (loss, metric) over its samples;
+    # progress(i, n, loss_sum, metric_sum) after each sample; with ckpt and every, a
+    # checkpoint at the first batch boundary after every `every` samples.  The epoch's
+    # bookkeeping is utrain.data.epoch, which the int8 trainer shares.
+    train_epoch = epoch
 
     def evaluate(self, ds):
         """Mean (loss, metric) over a Dataset, weights unchanged."""
-        return self._pass(ds, self.eval_step)
+        return self._pass(ds, False)
 
     # -- files -------------------------------------------------------------
     def weights(self):

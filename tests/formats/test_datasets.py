@@ -1,0 +1,217 @@
+"""Dataset records (version 2: float32/uint8/int8 samples with scale and offset),
+converters from real .npz, .csv and image files, the device reader (MicroPython and
+CPython read the same values as the host), on-device collection, and the plot command."""
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+
+from host_tools import dataset as ds, runner  # noqa: E402
+
+MP = runner.find_micropython()
+MICRO = os.path.join(ROOT, 'micro')
+PY_BACKENDS = [('python', sys.executable)] + ([('micropython', MP)] if MP else [])
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, '-m', 'host_tools', *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def device(exe, code, cwd):
+    """Run code with micro/ importable under MicroPython or CPython; stdout."""
+    env = dict(os.environ, MICROPYPATH=MICRO, PYTHONPATH=MICRO)
+    r = subprocess.run([exe, '-c', code], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+READ_ALL = '''
+from utrain.data import Dataset
+from utrain.xnp import zeros
+d = Dataset(%r)
+x, y = zeros((1, d.x_len)), zeros((1, d.y_len))
+for i in range(d.n):
+    d.read(i, x, y)
+    print(' '.join(repr(float(v)) for v in list(x[0]) + list(y[0])))
+'''
+
+
+def device_read(exe, path):
+    out = device(exe, READ_ALL % os.path.basename(path), os.path.dirname(path))
+    return np.array([[float(v) for v in line.split()] for line in out.strip().splitlines()])
+
+
+@pytest.mark.parametrize('dtype,tol', [('float32', 0.0), ('uint8', 0.5 / 255), ('int8', 0.5 / 127)])
+def test_quantized_records_round_trip_on_host_and_device(tmp_path, dtype, tol):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (7, 5)).astype(np.float32)
+    y = rng.integers(0, 3, 7)
+    path = str(tmp_path / f'{dtype}.ds')
+    ds.write_dataset(path, x, y, dtype)
+    size = {'float32': 4, 'uint8': 1, 'int8': 1}[dtype]
+    assert os.path.getsize(path) == ds.HEAD + 7 * (5 * size + 4)
+    hx, hy = ds.read_dataset(path)
+    span = 2.0                                    # range of x
+    assert np.abs(hx - x).max() <= tol * span + 1e-6 and np.array_equal(hy[:, 0], y)
+    for name, exe in PY_BACKENDS:
+        got = device_read(exe, path)
+        np.testing.assert_allclose(got[:, :5], hx, atol=1e-6, err_msg=name)
+        np.testing.assert_array_equal(got[:, 5], y)
+
+
+def test_version_1_files_still_read_and_unknown_versions_are_named(tmp_path):
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    v1 = struct.pack('<4sHBBIII', b'UTDS', 1, 0, 0, 3, 2, 1).ljust(32, b'\0')
+    v1 += np.concatenate([x, np.ones((3, 1), np.float32)], 1).tobytes()
+    (tmp_path / 'v1.ds').write_bytes(v1)
+    hx, _ = ds.read_dataset(str(tmp_path / 'v1.ds'))
+    np.testing.assert_array_equal(hx, x)
+    for name, exe in PY_BACKENDS:
+        np.testing.assert_array_equal(device_read(exe, str(tmp_path / 'v1.ds'))[:, :2], x)
+    v3 = bytearray(ds.pack_dataset(x, np.ones(3)))
+    v3[4] = 3
+    (tmp_path / 'v3.ds').write_bytes(bytes(v3))
+    with pytest.raises(ds.DataError, match='v3.ds: dataset version 3'):
+        ds.read_dataset(str(tmp_path / 'v3.ds'))
+    env = dict(os.environ, MICROPYPATH=MICRO, PYTHONPATH=MICRO)
+    for name, exe in PY_BACKENDS:
+        r = subprocess.run([exe, '-c', "from utrain.data import Dataset; Dataset('v3.ds')"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert 'v3.ds: dataset version 3' in r.stdout + r.stderr and 'host_tools dataset' in r.stdout + r.stderr
+
+
+def test_csv_converter_with_header_label_column_and_balance(tmp_path):
+    src = tmp_path / 'sensor.csv'
+    rows = ['label,a,b,c'] + [f'{i % 3},{i * 0.5},{-i},{i % 2}' for i in range(30)]
+    src.write_text('\n'.join(rows) + '\n')
+    out = tmp_path / 'out'
+    r = cli('dataset', str(src), '-o', str(out), '--label', 'first', '--test-split', '0.2',
+            '--dtype', 'int8')
+    assert r.returncode == 0, r.stderr
+    assert '30 samples of 3 values, stored as int8' in r.stdout
+    xtr, ytr = ds.read_dataset(str(out / 'train.ds'))
+    xte, yte = ds.read_dataset(str(out / 'test.ds'))
+    assert len(xtr) == 24 and len(xte) == 6
+    for part, yy in (('train', ytr), ('test', yte)):
+        counts = [int((yy[:, 0] == c).sum()) for c in range(3)]
+        want = ', '.join(f'{c}: {k} ({100 * k / len(yy):.0f}%)' for c, k in enumerate(counts) if k)
+        assert f'classes ({part}): {want}' in r.stdout, r.stdout
+    assert sorted(np.concatenate([ytr, yte])[:, 0].tolist()) == sorted(i % 3 for i in range(30))
+    full = np.array([[i * 0.5, -i, i % 2] for i in range(30)])
+    got = np.concatenate([xtr, xte])
+    scale = 29 / 127
+    for row in got:                         # every converted row is one of the source rows
+        assert np.abs(full - row).max(axis=1).min() <= scale / 2 + 1e-5
+    bad = tmp_path / 'bad.csv'
+    bad.write_text('1,2,3\n4,x,6\n')
+    r = cli('dataset', str(bad), '-o', str(out))
+    assert r.returncode == 2 and 'bad.csv: line 2: not a number' in r.stderr
+
+
+def test_image_folder_converter(tmp_path):
+    from PIL import Image
+    src = tmp_path / 'imgs'
+    rng = np.random.default_rng(1)
+    pix = {}
+    for c, name in enumerate(['cat', 'dog']):
+        (src / name).mkdir(parents=True)
+        for k in range(3 + c):
+            a = rng.integers(0, 256, (6, 4), dtype=np.uint8)
+            pix[(name, k)] = a
+            Image.fromarray(a, 'L').save(src / name / f'{k}.png')
+    (src / 'dog' / 'notes.txt').write_text('not an image')
+    out = tmp_path / 'out'
+    r = cli('dataset', str(src), '-o', str(out), '--test-split', '0')
+    assert r.returncode == 0, r.stderr
+    assert '7 samples of 24 values, stored as uint8' in r.stdout
+    assert 'classes (train): 0: 3 (43%), 1: 4 (57%)' in r.stdout
+    x, y = ds.read_dataset(str(out / 'train.ds'))
+    want = np.stack([pix[('cat', k)] for k in range(3)] + [pix[('dog', k)] for k in range(4)])
+    np.testing.assert_allclose(x, want.reshape(7, -1) / 255.0, atol=1e-6)   # exact bytes
+    assert y[:, 0].tolist() == [0, 0, 0, 1, 1, 1, 1]
+    Image.fromarray(np.zeros((5, 5), np.uint8)).save(src / 'cat' / 'odd.png')
+    r = cli('dataset', str(src), '-o', str(out))
+    assert r.returncode == 2 and 'odd.png: 5x5 pixels' in r.stderr and '--size' in r.stderr
+    r = cli('dataset', str(src), '-o', str(out), '--size', '4x6')
+    assert r.returncode == 0, r.stderr
+
+
+def test_npz_converter_and_prepare_store_uint8(tmp_path):
+    src = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
+    out = tmp_path / 'out'
+    r = cli('dataset', src, '-o', str(out))
+    assert r.returncode == 0, r.stderr
+    assert '1797 samples of 64 values, stored as uint8' in r.stdout
+    assert 'largest quantization error' in r.stdout
+    x, _ = ds.read_dataset(str(out / 'train.ds'))
+    assert os.path.getsize(out / 'train.ds') == ds.HEAD + len(x) * (64 + 4)
+    with np.load(src) as z:                    # pixels/16 with scale 1/255: off by < 1/510
+        assert np.abs(np.sort(x.ravel()) - np.sort(z['x'][:len(x)].ravel())).max() < 0.5
+
+
+COLLECT = '''
+from utrain.collect import Recorder
+r = Recorder('mine.ds', 3, 1, dtype=1, scale=0.1)
+r.add([0.0, 1.0, 25.5], 2)
+r.add((0.3, 0.44, 99.0), 0)
+r.close()
+r = Recorder('mine.ds', 3, 1)            # appends: the layout comes from the file
+print(r.add([0.5, 0.5, 0.5], 1))
+r.close()
+try:
+    Recorder('mine.ds', 4, 1)
+except ValueError as e:
+    print('ERR', e)
+'''
+
+
+@pytest.mark.parametrize('name,exe', PY_BACKENDS)
+def test_collect_appends_samples_on_the_device(tmp_path, name, exe):
+    out = device(exe, COLLECT, str(tmp_path))
+    assert out.splitlines()[0] == '3'
+    assert 'ERR mine.ds: holds 3 inputs + 1 targets' in out
+    x, y = ds.read_dataset(str(tmp_path / 'mine.ds'))
+    np.testing.assert_allclose(x, [[0, 1, 25.5], [0.3, 0.4, 25.5], [0.5, 0.5, 0.5]], atol=1e-6)
+    assert y[:, 0].tolist() == [2, 0, 1]
+    np.testing.assert_allclose(device_read(exe, str(tmp_path / 'mine.ds'))[:, :3], x, atol=1e-6)
+
+
+def test_plot_writes_a_png_and_names_a_bad_log(tmp_path):
+    log = tmp_path / 'train.log'
+    log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+                   '0,,,2.3,0.1,0,90000\n1,1.0,0.6,0.9,0.7,500,85000\n'
+                   '2,0.5,0.8,0.6,0.8,480,85000\n')
+    png = tmp_path / 'c.png'
+    r = cli('plot', str(log), '-o', str(png))
+    assert r.returncode == 0, r.stderr
+    data = png.read_bytes()
+    assert data[:8] == b'\x89PNG\r\n\x1a\n'
+    w, h = struct.unpack('>II', data[16:24])
+    assert (w, h) == (1000, 400)
+    log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n1,0.5,oops,1,1,1,1\n')
+    r = cli('plot', str(log), '-o', str(png))
+    assert r.returncode == 2 and "train.log: line 2: accuracy 'oops' is not a number" in r.stderr
+
+
+def test_the_digits_example_ships_ready_for_a_board():
+    """datasets/digits/{train,test}.ds are digits.npz split as prepare splits it, stored
+    losslessly as uint8, and prepare takes them as --data."""
+    d = os.path.join(ROOT, 'datasets', 'digits')
+    with np.load(os.path.join(d, 'digits.npz')) as z:
+        x, y = z['x'], z['y']
+    tr, te = ds.split(len(x), 0.2, 0)
+    for name, idx in (('train.ds', tr), ('test.ds', te)):
+        path = os.path.join(d, name)
+        hx, hy = ds.read_dataset(path)
+        np.testing.assert_array_equal(hx, x[idx])
+        np.testing.assert_array_equal(hy[:, 0], y[idx])
+        assert os.path.getsize(path) == ds.HEAD + len(idx) * (64 + 4)
+    lx, ly = ds.load(os.path.join(d, 'train.ds'))
+    np.testing.assert_array_equal(ly, y[tr])

@@ -1,0 +1,467 @@
+"""The exporter-output passes (host_tools/rewrite.py), each checked by equivalence: the
+rewritten graph, written back to circle, gives ONERT the same outputs as the original on
+random inputs.  Models come from tico (PyTorch -> circle) as it really emits them, and
+from circle_build for the shapes tico does not produce (MEAN without keep_dims, a
+constant first operand, SUB/DIV, transposes that cannot cancel, int8 models).
+
+What tico 0.3.0 (torch 2.13) emits, module by module (eval mode; input NCHW):
+  Conv2d, C_in>1   TRANSPOSE(0,2,3,1) CONV_2D TRANSPOSE(0,3,1,2)    (bias=False: zero bias)
+  Conv2d, C_in=1   RESHAPE([1,H,W,1]) CONV_2D TRANSPOSE(0,3,1,2)
+  BatchNorm2d      MUL [1,C,1,1], ADD [1,C,1,1] (the ADD is left out when the shift is 0;
+                   a following ReLU/ReLU6 is fused into the last of them)
+  ReLU / ReLU6     RELU / RELU6 (NCHW, after the conv's TRANSPOSE), or fused as above
+  MaxPool2d / AvgPool2d   MAX_POOL_2D / AVERAGE_POOL_2D, NHWC, no transposes around them
+  AdaptiveAvgPool2d(1)    MEAN axes [-1,-2] keep_dims (NCHW)
+  Flatten          RESHAPE [1, C*H*W] of the NCHW map
+  Linear           FULLY_CONNECTED (keep_num_dims true)
+  depthwise Conv2d (groups=C)  TRANSPOSE DEPTHWISE_CONV_2D [1,3,3,C] TRANSPOSE
+  train mode       BatchNorm2d is refused (_native_batch_norm_legit_functional is not
+                   supported); models without BatchNorm export as in eval mode.
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+
+from host_tools import rewrite as rw  # noqa: E402
+from host_tools.circle_build import CircleBuilder  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from onert_ref import onert_infer  # noqa: E402
+
+torch = pytest.importorskip('torch')
+nn = torch.nn
+
+
+def tico_convert(model, shape, path, seed=0):
+    import tico
+    torch.manual_seed(seed)
+    for m in model.modules():          # non-trivial BatchNorm statistics and affine
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+                m.weight.uniform_(0.5, 2)
+                m.bias.uniform_(-1, 1)
+    model.eval()
+    tico.convert(model, (torch.randn(*shape),)).save(os.fspath(path))
+    return os.fspath(path)
+
+
+def ops(path_or_graph):
+    g = read_model(path_or_graph) if isinstance(path_or_graph, (str, os.PathLike)) else path_or_graph
+    return [op.name for op in g.ops]
+
+
+def rewritten(src, dst, keep=(), hoist=False):
+    """Run the passes on src and write the result to dst; returns (dst, info, perm)."""
+    g = read_model(src)
+    keep_ops = [g.ops[i] for i in keep]
+    info = rw.rewrite(g, keep_ops)
+    perm = rw.hoist_input_transpose(g) if hoist else None
+    rw.compact(g)
+    rw.save_graph(g, dst)
+    return os.fspath(dst), info, perm
+
+
+def assert_same_outputs(src, dst, perm=None, n=6, seed=1, tol=1e-5):
+    g = read_model(src)
+    shape = g.tensors[g.inputs[0]].shape
+    x = np.random.default_rng(seed).standard_normal([n] + shape[1:]).astype(np.float32)
+    ref = onert_infer(src, x)
+    xd = x if perm is None else np.ascontiguousarray(x.transpose(perm))
+    got = onert_infer(dst, xd)
+    assert got.shape == ref.shape
+    err = float(np.abs(got - ref).max())
+    assert err <= tol * max(1.0, float(np.abs(ref).max())), f'max err {err:.3e}'
+    assert float(np.abs(ref).max()) > 1e-3          # the comparison is not of zeros
+    return err
+
+
+# --------------------------------------------------------------------------- tico's output
+
+def test_tico_cnn_from_the_issue(tmp_path):
+    """Conv2d(1,4,3,p=1)-BatchNorm2d-ReLU-MaxPool2d-depthwise-ReLU6-AdaptiveAvgPool2d(1)-
+    Flatten-Linear, default BatchNorm init, eval: exactly the ops listed in the issue, and
+    after the passes a plain NHWC graph without any TRANSPOSE."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                      nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, padding=1, groups=4), nn.ReLU6(),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3)).eval()
+    import tico
+    src = os.fspath(tmp_path / 'cnn.circle')
+    tico.convert(m, (torch.randn(1, 1, 8, 8),)).save(src)
+    assert ops(src) == ['RESHAPE', 'CONV_2D', 'TRANSPOSE', 'MUL', 'TRANSPOSE', 'MAX_POOL_2D',
+                        'DEPTHWISE_CONV_2D', 'TRANSPOSE', 'RELU6', 'MEAN', 'RESHAPE',
+                        'FULLY_CONNECTED']
+    dst, info, _ = rewritten(src, tmp_path / 'nhwc.circle')
+    g = read_model(dst)
+    assert ops(g) == ['RESHAPE', 'CONV_2D', 'MAX_POOL_2D', 'DEPTHWISE_CONV_2D', 'RELU6',
+                      'MEAN', 'RESHAPE', 'FULLY_CONNECTED']
+    assert g.ops[1].options['fused_activation_function'] == 'RELU'     # the MUL's
+    mean = g.ops[5]
+    assert sorted(g.tensors[mean.inputs[1]].data.tolist()) == [1, 2]
+    assert info['batchnorm'] == 1
+    assert_same_outputs(src, dst)
+    # the PyTorch model agrees too (the oracle sees the same function)
+    x = np.random.default_rng(3).standard_normal((4, 1, 8, 8)).astype(np.float32)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    assert np.abs(onert_infer(dst, x) - ref).max() <= 1e-5
+
+
+TICO_MODELS = {
+    'conv3': (lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1)), (1, 3, 8, 8)),
+    'conv-nobias-bn-relu': (lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, bias=False),
+                                                  nn.BatchNorm2d(4), nn.ReLU()), (1, 3, 8, 8)),
+    'conv-relu6-avgpool': (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU6(),
+                                                 nn.AvgPool2d(2)), (1, 3, 8, 8)),
+    'conv-flatten-linear': (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(),
+                                                  nn.Linear(144, 5)), (1, 3, 8, 8)),
+    'bn-alone': (lambda: nn.Sequential(nn.BatchNorm2d(3), nn.Conv2d(3, 2, 1)), (1, 3, 8, 8)),
+    'mobilenet-block': (lambda: nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU6(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False), nn.BatchNorm2d(8), nn.ReLU6(),
+        nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4)), (1, 3, 16, 16)),
+}
+
+
+@pytest.mark.parametrize('name', list(TICO_MODELS))
+def test_tico_models_rewrite_equivalent(tmp_path, name):
+    make, shape = TICO_MODELS[name]
+    src = tico_convert(make(), shape, tmp_path / 'src.circle')
+    assert 'TRANSPOSE' in ops(src)
+    dst, info, perm = rewritten(src, tmp_path / 'dst.circle', hoist=True)
+    g = read_model(dst)
+    # no TRANSPOSE left, except one making an NCHW model output (conv3 ends in the conv)
+    assert [op.name for op in g.ops if op.name == 'TRANSPOSE' and
+            op.outputs[0] not in g.outputs] == [], ops(g)
+    assert perm == [0, 2, 3, 1]             # NCHW input with C > 1 -> the model takes NHWC
+    assert read_model(dst).tensors[read_model(dst).inputs[0]].shape == \
+        [shape[0], shape[2], shape[3], shape[1]]
+    assert_same_outputs(src, dst, perm=perm)
+    # every BatchNorm folded (nothing trains), except one with no layer before it
+    assert not {'MUL', 'ADD'} & set(ops(dst)) or name == 'bn-alone'
+
+
+def test_batchnorm_kept_where_the_layer_trains(tmp_path):
+    make, shape = TICO_MODELS['mobilenet-block']
+    src = tico_convert(make(), shape, tmp_path / 'src.circle')
+    names = ops(src)
+    # train the pointwise conv (last CONV_2D) and what follows
+    last_conv = max(i for i, n in enumerate(names) if n == 'CONV_2D')
+    keep = range(last_conv, len(names))
+    dst, info, perm = rewritten(src, tmp_path / 'dst.circle', keep=keep, hoist=True)
+    after = ops(dst)
+    assert 'TRANSPOSE' not in after
+    assert info['batchnorm'] == 4           # dw and first conv: MUL+ADD each folded
+    assert after.count('MUL') == 1 and after.count('ADD') == 1
+    i = after.index('MUL')
+    assert after[i - 1] == 'CONV_2D' and after[i + 1] == 'ADD'
+    assert_same_outputs(src, dst, perm=perm)
+
+
+# --------------------------------------------------------------------------- built graphs
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _perm_const(b, name, p):
+    return b.tensor(name, [len(p)], data=np.array(p, np.int32))
+
+
+def build_nchw_chain(path, keep_dims=True, const_first=False, seed=0):
+    """x NHWC -> CONV -> TRANSPOSE(NCHW) -> SUB const -> MUL const(first operand?) ->
+    LOGISTIC -> MEAN([2,3]) -> (RESHAPE) -> FC."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 6, 6, 2])
+    w = b.tensor('w', [3, 3, 3, 2], data=_rand(rng, 3, 3, 3, 2))
+    bias = b.tensor('b', [3], data=_rand(rng, 3))
+    c = b.tensor('c', [1, 6, 6, 3])
+    b.op('CONV_2D', [x, w, bias], [c], padding='SAME')
+    t = b.tensor('t', [1, 3, 6, 6])
+    b.op('TRANSPOSE', [c, _perm_const(b, 'p', [0, 3, 1, 2])], [t])
+    s = b.tensor('s', [1, 3, 6, 6])
+    b.op('SUB', [t, b.tensor('k1', [3, 1, 1], data=_rand(rng, 3, 1, 1))], [s])
+    m = b.tensor('m', [1, 3, 6, 6])
+    k2 = b.tensor('k2', [1, 3, 1, 1], data=_rand(rng, 1, 3, 1, 1))
+    b.op('MUL', [k2, s] if const_first else [s, k2], [m])
+    lg = b.tensor('lg', [1, 3, 6, 6])
+    b.op('LOGISTIC', [m], [lg])
+    # negative axes as tico writes them (ONERT refuses them without keep_dims)
+    axes = b.tensor('axes', [2], data=np.array([-1, 2] if keep_dims else [2, 3], np.int32))
+    if keep_dims:
+        mean = b.tensor('mean', [1, 3, 1, 1])
+        b.op('MEAN', [lg, axes], [mean], keep_dims=True)
+        flat = b.tensor('flat', [1, 3])
+        b.op('RESHAPE', [mean], [flat], new_shape=[1, 3])
+    else:
+        flat = b.tensor('mean', [1, 3])
+        b.op('MEAN', [lg, axes], [flat], keep_dims=False)
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [flat, b.tensor('fw', [2, 3], data=_rand(rng, 2, 3)),
+                             b.tensor('fb', [2], data=_rand(rng, 2))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(path)
+
+
+@pytest.mark.parametrize('keep_dims', [True, False])
+@pytest.mark.parametrize('const_first', [False, True])
+def test_sink_through_elementwise_and_mean(tmp_path, keep_dims, const_first):
+    src = build_nchw_chain(tmp_path / 's.circle', keep_dims, const_first)
+    dst, info, _ = rewritten(src, tmp_path / 'd.circle')
+    assert 'TRANSPOSE' not in ops(dst) and info['transposes'] >= 4
+    # SUB and MUL end up right after the conv: folded into it
+    assert ops(dst) == ['CONV_2D', 'LOGISTIC', 'MEAN'] + ['RESHAPE'] * keep_dims + \
+        ['FULLY_CONNECTED']
+    # ONERT refuses MEAN without keep_dims on the NCHW map ("ShapeValidator failed"):
+    # the reference is then the same function with keep_dims and a RESHAPE
+    ref = src if keep_dims else build_nchw_chain(tmp_path / 'r.circle', True, const_first)
+    assert_same_outputs(ref, dst)
+
+
+def test_flatten_folded_into_fc_and_stuck_transpose_stays(tmp_path):
+    """TRANSPOSE -> RESHAPE -> FC becomes RESHAPE -> FC with permuted columns; a
+    TRANSPOSE feeding a conv (not layout-agnostic) stays, and the graph stays correct."""
+    rng = np.random.default_rng(4)
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 4, 5, 2])
+    t0 = b.tensor('t0', [1, 5, 4, 2])
+    b.op('TRANSPOSE', [x, _perm_const(b, 'p0', [0, 2, 1, 3])], [t0])
+    c = b.tensor('c', [1, 5, 4, 3])
+    b.op('CONV_2D', [t0, b.tensor('w', [3, 1, 1, 2], data=_rand(rng, 3, 1, 1, 2)),
+                     b.tensor('cb', [3], data=_rand(rng, 3))], [c])
+    t = b.tensor('t', [1, 3, 5, 4])
+    b.op('TRANSPOSE', [c, _perm_const(b, 'p', [0, 3, 1, 2])], [t])
+    f = b.tensor('f', [1, 60])
+    b.op('RESHAPE', [t], [f], new_shape=[1, 60])
+    y = b.tensor('y', [1, 4])
+    b.op('FULLY_CONNECTED', [f, b.tensor('fw', [4, 60], data=_rand(rng, 4, 60)),
+                             b.tensor('fb', [4], data=_rand(rng, 4))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(tmp_path / 's.circle')
+    dst, info, _ = rewritten(src, tmp_path / 'd.circle')
+    assert ops(dst) == ['TRANSPOSE', 'CONV_2D', 'RESHAPE', 'FULLY_CONNECTED']
+    assert_same_outputs(src, dst)
+
+
+def test_transpose_pair_and_output_transpose(tmp_path):
+    """Two transposes composing to the identity vanish; a graph ending in RELU after a
+    transpose keeps its output (the transpose sinks to the end and stays)."""
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 2, 3, 4])
+    a = b.tensor('a', [1, 4, 2, 3])
+    b.op('TRANSPOSE', [x, _perm_const(b, 'p1', [0, 3, 1, 2])], [a])
+    r = b.tensor('r', [1, 4, 2, 3])
+    b.op('RELU', [a], [r])
+    c = b.tensor('c', [1, 2, 3, 4])
+    b.op('TRANSPOSE', [r, _perm_const(b, 'p2', [0, 2, 3, 1])], [c])
+    d = b.tensor('d', [1, 2, 3, 4])
+    b.op('TANH', [c], [d])
+    e = b.tensor('e', [1, 3, 2, 4])
+    b.op('TRANSPOSE', [d, _perm_const(b, 'p3', [0, 2, 1, 3])], [e])
+    y = b.tensor('y', [1, 3, 2, 4])
+    b.op('RELU6', [e], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(tmp_path / 's.circle')
+    dst, _, _ = rewritten(src, tmp_path / 'd.circle')
+    assert ops(dst) == ['RELU', 'TANH', 'RELU6', 'TRANSPOSE']
+    assert_same_outputs(src, dst)
+
+
+@pytest.mark.parametrize('layer', ['CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED'])
+def test_fold_batchnorm_mul_div_add_sub(tmp_path, layer):
+    rng = np.random.default_rng(7)
+    b = CircleBuilder()
+    if layer == 'FULLY_CONNECTED':
+        x = b.tensor('x', [1, 5])
+        w = b.tensor('w', [4, 5], data=_rand(rng, 4, 5))
+        shape = [1, 4]
+    elif layer == 'CONV_2D':
+        x = b.tensor('x', [1, 5, 5, 2])
+        w = b.tensor('w', [4, 3, 3, 2], data=_rand(rng, 4, 3, 3, 2))
+        shape = [1, 5, 5, 4]
+    else:
+        x = b.tensor('x', [1, 5, 5, 2])
+        w = b.tensor('w', [1, 3, 3, 4], data=_rand(rng, 1, 3, 3, 4))
+        shape = [1, 5, 5, 4]
+    h = b.tensor('h', shape)
+    opts = {'padding': 'SAME'} if layer != 'FULLY_CONNECTED' else {}
+    if layer == 'DEPTHWISE_CONV_2D':
+        opts['depth_multiplier'] = 2
+    # FC without bias: the ADD makes one (ONERT's conv kernels need a bias input)
+    bias = -1 if layer == 'FULLY_CONNECTED' else b.tensor('b', [4], data=_rand(rng, 4))
+    b.op(layer, [x, w, bias], [h], **opts)
+    cur = h
+    for i, opn in enumerate(['MUL', 'ADD', 'DIV', 'SUB']):
+        k = rng.uniform(0.5, 2, 4).astype(np.float32).reshape([1] * (len(shape) - 1) + [4])
+        nxt = b.tensor(f'o{i}', shape)
+        b.op(opn, [cur, b.tensor(f'k{i}', k.shape, data=k)], [nxt],
+             fused_activation_function='RELU' if opn == 'SUB' else 'NONE')
+        cur = nxt
+    b.inputs(x)
+    b.outputs(cur)
+    src = b.save(tmp_path / 's.circle')
+    dst, info, _ = rewritten(src, tmp_path / 'd.circle')
+    assert ops(dst) == [layer] and info['batchnorm'] == 4
+    assert read_model(dst).ops[0].options['fused_activation_function'] == 'RELU'
+    assert_same_outputs(src, dst)
+    # kept when the layer trains: nothing folds, the graph is unchanged
+    dst2, info2, _ = rewritten(src, tmp_path / 'k.circle', keep=[0])
+    assert info2['batchnorm'] == 0 and ops(dst2) == ops(src)
+
+
+# --------------------------------------------------------------------------- quantized
+
+def build_int8_mlp(path, seed=0, identifier=b'TFL3'):
+    """float input -> QUANTIZE -> int8 FC(RELU) -> int8 FC -> DEQUANTIZE -> float output:
+    a TFLite-Micro-style full-integer model (per-channel weight scales, int32 biases),
+    activation ranges calibrated on inputs in [-1.5, 1.5] as a converter does."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.integers(-127, 128, (8, 6)).astype(np.int8)
+    s1 = rng.uniform(0.002, 0.006, 8)
+    sx, zx = 3.0 / 255, 0
+    b1 = rng.integers(-2000, 2000, 8).astype(np.int32)
+    w2 = rng.integers(-127, 128, (3, 8)).astype(np.int8)
+    s2 = 0.004
+    calib = rng.uniform(-1.5, 1.5, (512, 6))
+    hf = np.maximum(calib @ (w1 * s1[:, None]).T + b1 * s1 * sx, 0)
+    sh, zh = 1.5 * hf.max() / 255, -128            # headroom: no clipping in the test
+    b2 = rng.integers(-500, 500, 3).astype(np.int32)
+    of = hf @ (w2 * s2).T + b2 * s2 * sh
+    so = 1.5 * (of.max() - of.min()) / 255
+    zo = int(round(-128 - 1.25 * of.min() / so))
+    b = CircleBuilder(identifier=identifier)
+    x = b.tensor('x', [1, 6])
+    xq = b.tensor('xq', [1, 6], dtype=np.int8, quant={'scale': [sx], 'zero_point': [zx]})
+    b.op('QUANTIZE', [x], [xq])
+    tw1 = b.tensor('w1', [8, 6], data=w1, quant={'scale': list(s1), 'zero_point': [0] * 8,
+                                                  'quantized_dimension': 0})
+    tb1 = b.tensor('b1', [8], data=b1, quant={'scale': list(s1 * sx), 'zero_point': [0] * 8})
+    h = b.tensor('h', [1, 8], dtype=np.int8, quant={'scale': [sh], 'zero_point': [zh]})
+    b.op('FULLY_CONNECTED', [xq, tw1, tb1], [h], fused_activation_function='RELU')
+    tw2 = b.tensor('w2', [3, 8], data=w2, quant={'scale': [s2], 'zero_point': [0]})
+    tb2 = b.tensor('b2', [3], data=b2, quant={'scale': [s2 * sh], 'zero_point': [0]})
+    oq = b.tensor('oq', [1, 3], dtype=np.int8, quant={'scale': [so], 'zero_point': [zo]})
+    b.op('FULLY_CONNECTED', [h, tw2, tb2], [oq])
+    y = b.tensor('y', [1, 3])
+    b.op('DEQUANTIZE', [oq], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return os.fspath(path), so
+
+
+def tflm_infer(path, x):
+    from tflite_micro.python.tflite_micro import runtime
+    interp = runtime.Interpreter.from_file(os.fspath(path))
+    out = []
+    for i in range(len(x)):
+        interp.set_input(np.ascontiguousarray(x[i:i + 1], np.float32), 0)
+        interp.invoke()
+        out.append(np.array(interp.get_output(0), np.float64))
+    return np.concatenate(out)
+
+
+def test_dequantize_int8_model(tmp_path):
+    src, step = build_int8_mlp(tmp_path / 'q.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'f.circle')
+    g = read_model(dst)
+    assert ops(g) == ['FULLY_CONNECTED', 'FULLY_CONNECTED']
+    assert all(t.dtype in ('float32', 'int32') for t in g.tensors)
+    assert all(t.dtype == 'float32' for t in g.tensors if t.data is None)
+    assert info['dequantized'] == 7           # 4 constants, 3 activations
+    x = np.random.default_rng(5).uniform(-1.5, 1.5, (16, 6)).astype(np.float32)
+    ref = tflm_infer(src, x)                   # the int8 model as TFLite Micro runs it
+    got = onert_infer(dst, x)
+    # the float graph differs only by the activations' rounding: a few output steps
+    assert np.abs(got - ref).max() <= 2 * step, (np.abs(got - ref).max(), step)
+    assert np.abs(ref).max() > 0.2
+    # the weights are exactly the dequantized integers, and quantize back to them
+    q = read_model(src)
+    for name in ('w1', 'b1', 'w2', 'b2'):
+        tq = next(t for t in q.tensors if t.name == name)
+        tf = next(t for t in g.tensors if t.name == name)
+        back, clipped = rw.quantize(tf.data, tq.quant, tq.dtype)
+        assert clipped == 0 and np.array_equal(back, tq.data)
+
+
+def test_int8_model_trains_and_exports_requantized(tmp_path):
+    """prepare dequantizes the int8 model; training matches ONERT training of the
+    dequantized float graph; `export --quantized` writes the original int8 model with the
+    trained weights quantized again, which TFLite Micro runs to the float export's
+    outputs within a few quantization steps."""
+    import subprocess
+    from host_tools.circle_io import tensor_data
+    from host_tools.prepare import prepare
+    from host_tools.runner import run
+    from onert_ref import onert_train
+    src, step = build_int8_mlp(tmp_path / 'q.tflite')
+    rng = np.random.default_rng(9)
+    x = rng.uniform(-1.2, 1.2, (32, 6)).astype(np.float32)
+    y = np.tanh(x[:, :3] - x[:, 3:]).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = tmp_path / 'run'
+    s = prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
+                lr=0.05, batch=4, epochs=1, train='last:2')  # ops of the int8 model: Q FC FC DQ
+    assert s['rewrites']['dequantized'] == 7 and (d / 'rewritten.circle').exists()
+    code, text = run(os.fspath(d), python=True, stream=False)
+    assert code == 0, text
+    fl = os.fspath(d / 'rewritten.circle')
+    ref = tensor_data(onert_train(fl, x, y, loss='mse', lr=0.05, batch=4, trainable_ops=1,
+                                  out_path=tmp_path / 'o.circle'))
+    w0 = tensor_data(fl)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    outs = {}
+    for flag in ('', '--quantized'):
+        out = os.fspath(tmp_path / f'e{flag}.tflite')
+        p = subprocess.run([sys.executable, '-m', 'host_tools', 'export', src,
+                            os.fspath(d / 'trained.wof'), '-o', out] + ([flag] if flag else []),
+                           cwd=ROOT, env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+        outs[flag] = out
+    got = tensor_data(outs[''])
+    g = read_model(fl)
+    trained = [t.index for t in g.tensors if t.name in ('w2', 'b2')]
+    for k in trained:
+        err = np.abs(got[k] - ref[k]).max() / np.abs(ref[k]).max()
+        moved = np.abs(ref[k] - w0[k]).max() / np.abs(ref[k]).max()
+        assert err <= 1e-4 and moved >= 1e-2, (g.tensors[k].name, err, moved)
+    q = read_model(outs['--quantized'])
+    assert [t.dtype for t in q.tensors] == [t.dtype for t in read_model(src).tensors]
+    xt = rng.uniform(-1.2, 1.2, (16, 6)).astype(np.float32)
+    yq = tflm_infer(outs['--quantized'], xt)
+    yf = onert_infer(outs[''], xt)
+    assert np.abs(yq - yf).max() <= 3 * step
+    assert np.abs(yq - tflm_infer(src, xt)).max() > 3 * step     # it did change
+
+
+def test_prepare_names_ops_as_the_file_numbers_them(tmp_path):
+    """The rewrites drop a transpose pair ahead of an op utrain cannot train: prepare's
+    error names that op by its number in the file (as `inspect` lists it), not by its
+    place in the rewritten graph."""
+    from host_tools.passes import PrepareError
+    from host_tools.prepare import prepare
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 2, 3, 4])
+    b.inputs(x)
+    p1 = b.tensor('p1', [4], data=np.array([0, 3, 1, 2], np.int32))
+    p2 = b.tensor('p2', [4], data=np.array([0, 2, 3, 1], np.int32))
+    t1 = b.tensor('t1', [1, 4, 2, 3])
+    t2 = b.tensor('t2', [1, 2, 3, 4])
+    r = b.tensor('r', [1, 2, 3, 4])
+    b.op('TRANSPOSE', [x, p1], [t1])
+    b.op('TRANSPOSE', [t1, p2], [t2])
+    b.op('EXP', [t2], [r])
+    b.outputs(r)
+    path = b.save(str(tmp_path / 'm.circle'))
+    with pytest.raises(PrepareError, match=r'op 2 is EXP'):
+        prepare(path, str(tmp_path / 'o'), loss='mse')

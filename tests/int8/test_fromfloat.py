@@ -1,0 +1,173 @@
+"""Float models trained in integers (issue 33, host_tools/fromfloat.py): prepare's choice
+and what it says, the calibrated int8 version training on unix MicroPython bit for bit as
+the host's numpy trainer and near the float run's accuracy, and the export read by ONERT
+(float32 again) and TFLite Micro (--quantized)."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from repo import ROOT
+from host_tools import fromfloat, runner
+from host_tools.circle_io import read_model
+from host_tools.prepare import prepare, export, PrepareError
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+MLP = os.path.join(DIGITS, 'digits_mlp.circle')
+MP = runner.find_micropython()
+KW = dict(loss='scce', optimizer='sgd', lr=0.05, batch=1)
+
+
+def _digits(tmp_path, n, cnn=False):
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    p = str(tmp_path / f'd{n}.npz')
+    x = z['x'][:n]
+    np.savez(p, x=x.reshape(-1, 8, 8, 1) if cnn else x, y=z['y'][:n])
+    return p
+
+
+def _accs(text):
+    return [float(v.split('test_accuracy ')[1].split()[0]) for v in text.splitlines()
+            if v.startswith('epoch ')]
+
+
+def test_prepare_chooses_int8_for_a_board_without_ulab_and_says_how_to_keep_float(tmp_path):
+    data = _digits(tmp_path, 40)
+    said = []
+    s = prepare(MLP, str(tmp_path / 'a'), data=data, epochs=1, board='rp2040', log=said.append,
+                **KW)
+    assert s['int8'] and s['from_float']['samples'] == 40
+    line = [v for v in said if 'prepare chose int8 training' in v]
+    assert len(line) == 1 and line[0].startswith(MLP) and '--float32' in line[0], said
+    assert '--board rp2040 without ulab' in line[0] and 'float32 again' in line[0]
+    assert os.path.exists(tmp_path / 'a' / fromfloat.INT8_MODEL)
+    cfg = json.loads((tmp_path / 'a' / 'train.json').read_text())
+    assert cfg['files']['model'] == 'q8.json'
+    # float32 kept: asked, with ulab, without a board, or with settings the int8 path lacks
+    for kw in (dict(board='rp2040', int8=False), dict(board='rp2040', backend='ulab'), {},
+               dict(board='rp2040', optimizer='rmsprop')):
+        said = []
+        s = prepare(MLP, str(tmp_path / 'b'), data=data, epochs=1, log=said.append,
+                    **dict(KW, **kw))
+        assert not s.get('int8') and not any('int8' in v for v in said), (kw, said)
+    with pytest.raises(PrepareError, match=r'--int8 cannot train it as int8: --loss mse'):
+        prepare(MLP, str(tmp_path / 'c'), data=data, int8=True, log=lambda *a: None,
+                **dict(KW, loss='mse'))
+    with pytest.raises(PrepareError, match=r'no --data to calibrate'):
+        prepare(MLP, str(tmp_path / 'c'), int8=True, log=lambda *a: None, **KW)
+
+
+def test_calibrated_int8_model_computes_the_float_model(tmp_path):
+    """The int8 version's dequantized weights are the float weights within half a weight
+    step, and its logits (TFLite Micro's integers, utrain.q8) rank the classes as the
+    float model's on most samples."""
+    data = _digits(tmp_path, 200)
+    prepare(MLP, str(tmp_path / 'q'), data=data, epochs=1, int8=True, log=lambda *a: None, **KW)
+    g8 = read_model(str(tmp_path / 'q' / fromfloat.INT8_MODEL))
+    gf = read_model(MLP)
+    for op in gf.ops:
+        if op.name != 'FULLY_CONNECTED':
+            continue
+        w, b = (gf.tensors[k].data for k in op.inputs[1:3])
+        w8, b8 = (g8.tensors[k] for k in op.inputs[1:3])
+        sw = w8.quant['scale'][0]
+        assert np.abs(w8.data * sw - w).max() <= sw / 2 + 1e-7
+        assert np.abs(b8.data * np.asarray(b8.quant['scale']) - b).max() < 1e-5
+    from host_tools.exportcheck import _int8_outputs, _float_outputs
+    x = np.load(data)['x'][:50]
+    with open(tmp_path / 'q' / 'prepare.json') as f:
+        assert json.load(f)['from_float']['int8_model'] == fromfloat.INT8_MODEL
+    shutil.copy(str(tmp_path / 'q' / fromfloat.INT8_MODEL), str(tmp_path / 'm8.tflite'))
+    q = _int8_outputs(str(tmp_path / 'm8.tflite'), x)
+    f = prepare(MLP, str(tmp_path / 'f'), data=data, epochs=1, int8=False, log=lambda *a: None,
+                **KW)
+    assert not f.get('int8')
+    fl = _float_outputs(str(tmp_path / 'f'), str(tmp_path / 'f' / 'weights.wof'), x)
+    assert np.mean(q.argmax(1) == fl.argmax(1)) >= 0.9
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_int8_from_float_trains_on_micropython_as_on_the_host(tmp_path):
+    """The auto-quantized digits MLP on unix MicroPython (viper kernels) and on the host's
+    numpy trainer (the same code under CPython): the same trained bytes and log."""
+    data = _digits(tmp_path, 60)
+    outs = []
+    for py in (False, True):
+        d = str(tmp_path / ('py' if py else 'mp'))
+        prepare(MLP, d, data=data, test_split=0.25, epochs=2, board='rp2040',
+                log=lambda *a: None, **dict(KW, lr=0.02))
+        code, out = runner.run(d, python=py, stream=False)
+        assert code == 0, out
+        with open(os.path.join(d, 'trained.wof'), 'rb') as f:
+            outs.append((f.read(), [v.split(',')[1:5] for v in
+                                    open(os.path.join(d, 'train.log')).read().splitlines()]))
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_int8_from_float_learns_near_float_and_exports(tmp_path):
+    """The digits MLP from its untrained weights: the int8 run (unix MicroPython) ends
+    within a few points of the float run (host) on 100 held-out samples, its loss falls;
+    export writes a float model ONERT reads with the int8 run's accuracy, and with
+    --quantized the int8 model TFLite Micro reads."""
+    data = _digits(tmp_path, 400)
+    acc = {}
+    for kind in ('int8', 'float32'):
+        d = str(tmp_path / kind)
+        prepare(MLP, d, data=data, test_split=0.25, epochs=4, int8=kind == 'int8',
+                log=lambda *a: None, **dict(KW, lr=0.02))
+        code, out = runner.run(d, python=kind == 'float32', stream=False)
+        assert code == 0, out
+        acc[kind] = _accs(out)
+        if kind == 'int8':
+            loss = [float(v.split(' loss ')[1].split()[0]) for v in out.splitlines()
+                    if v.startswith('epoch ')]
+            assert loss[-1] < 0.6 * loss[0], out
+    assert acc['int8'][-1] >= acc['float32'][-1] - 0.04, acc
+    assert acc['int8'][-1] > 0.85, acc
+    from host_tools.infer import evaluate
+    out = str(tmp_path / 'trained.circle')
+    r = export(MLP, str(tmp_path / 'int8' / 'trained.wof'), out)
+    assert r.get('dequantized_from_int8') and read_model(out).tensors[1].dtype == 'float32'
+    x, y = np.load(data)['x'], np.load(data)['y']
+    np.savez(str(tmp_path / 'all.npz'), x=x, y=y)
+    ev = evaluate(out, str(tmp_path / 'all.npz'))
+    assert ev['runtime'] == 'ONERT' and ev['accuracy'] > 0.85, ev
+    pytest.importorskip('tflite_micro')
+    q = str(tmp_path / 'trained.tflite')
+    export(MLP, str(tmp_path / 'int8' / 'trained.wof'), q, quantized=True)
+    ev8 = evaluate(q, str(tmp_path / 'all.npz'))
+    assert ev8['runtime'] == 'TFLite Micro' and abs(ev8['accuracy'] - ev['accuracy']) < 0.03
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_int8_from_float_trains_in_its_planned_heap(tmp_path):
+    """The digits MLP trained as int8 from float trains in the heap prepare planned for
+    it (unix MicroPython, -X heapsize) and not in the plan / 1.3."""
+    from host_tools.memory import trains_in
+    out = str(tmp_path / 'q')
+    s = prepare(MLP, out, data=_digits(tmp_path, 12), test_split=0.25, epochs=1, int8=True,
+                log=lambda *a: None, **KW)
+    cfg = json.loads((tmp_path / 'q' / 'train.json').read_text())
+    cfg['run']['keep_best'] = False
+    (tmp_path / 'q' / 'train.json').write_text(json.dumps(cfg))
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), plan
+    assert not trains_in(out, int(plan / 1.3)), plan
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_bench_fromfloat_accuracy_table_quick(capsys):
+    """python -m bench.fromfloat --accuracy --quick --models mlp prints its table: a row
+    with the int8 and float32 accuracies and their difference."""
+    from bench import fromfloat as bf
+    bf.main(['--accuracy', '--quick', '--models', 'mlp'])
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith('| digits MLP')]
+    assert len(rows) == 1, rows
+    cells = [c.strip() for c in rows[0].strip('|').split('|')]
+    q, f, d = float(cells[3]), float(cells[4]), float(cells[5])
+    assert q > 0.5 and f > 0.5 and abs(100 * (q - f) - d) < 0.051

@@ -1,0 +1,685 @@
+"""The sparse update in the int8 engine (issue 29): layers whose bias alone trains (the
+gradient passes through them on a 1-bit mask of their output), weights at a channel ratio
+(--ranks OP:RANK on an int8 model), each weight-gradient chunk applied as it is made
+(batch 1), SGD momentum.  A small int8 model built here (conv RELU -> depthwise RELU6 ->
+pointwise conv RELU -> MEAN -> FC, per-channel weight scales): the int8 updates of a
+sparse scheme against the float gradient of the dequantized model with fake-quantized
+activations (numpy); the same bytes under viper (unix MicroPython) and CPython + numpy;
+the plan's parts."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools import quant, runner  # noqa: E402
+from host_tools.circle_build import CircleBuilder  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from utrain import q8kern as K  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+from test_q8 import _np_conv_taps  # noqa: E402
+
+MP = runner.find_micropython()
+H0, C0, C1, C2, NCLS = 8, 3, 8, 16, 4
+# --ranks of the schemes (op: rank code; ops 0 conv, 1 depthwise, 2 pointwise, 3 MEAN, 4 FC)
+BIAS, HALF, QUARTER = 1, 2, 4
+SCHEMES = {'bias-dw-pw-half': {0: BIAS, 1: BIAS, 2: HALF},
+           'dw-quarter-pw-bias': {0: BIAS, 1: QUARTER, 2: BIAS}}
+
+
+def build(path, seed=0):
+    """The model, int8 with per-channel weight scales, as a TFLite file."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa
+
+    def layer(kind, x, sx, O, I, y, sy, k=3, act='NONE'):
+        fan = I if kind == 'fc' else k * k * (1 if kind == 'dw' else I)
+        sw = rng.uniform(0.7, 1.3, O) * 30 * sy / (fan ** 0.5 * 40 * sx * 73)
+        shape = {'fc': (O, I), 'conv': (O, k, k, I), 'dw': (1, k, k, O)}[kind]
+        wq = rng.integers(-127, 128, shape).astype(np.int8)
+        w = b.tensor(f'w{y}', shape, data=wq, quant={
+            'scale': list(sw), 'zero_point': [0] * O,
+            'quantized_dimension': 3 if kind == 'dw' else 0})
+        bt = b.tensor(f'b{y}', [O], data=rng.integers(-300, 300, O).astype(np.int32),
+                      quant={'scale': list(sx * sw), 'zero_point': [0] * O})
+        if kind == 'fc':
+            b.op('FULLY_CONNECTED', [x, w, bt], [y], fused_activation_function=act)
+        elif kind == 'conv':
+            b.op('CONV_2D', [x, w, bt], [y], padding='SAME', stride_w=1, stride_h=1,
+                 fused_activation_function=act)
+        else:
+            b.op('DEPTHWISE_CONV_2D', [x, w, bt], [y], padding='SAME', stride_w=1,
+                 stride_h=1, depth_multiplier=1, fused_activation_function=act)
+
+    sx, s1, s2, s3, s4, s5 = 0.02, 0.03, 0.04, 0.05, 0.05, 0.08
+    x = b.tensor('x', [1, H0, H0, C0], dtype='int8', quant=q(sx, 3))
+    c1 = b.tensor('c1', [1, H0, H0, C1], dtype='int8', quant=q(s1, -128))
+    layer('conv', x, sx, C1, C0, c1, s1, 3, 'RELU')
+    d1 = b.tensor('d1', [1, H0, H0, C1], dtype='int8', quant=q(s2, -128))
+    layer('dw', c1, s1, C1, C1, d1, s2, 3, 'RELU6')
+    c2 = b.tensor('c2', [1, H0, H0, C2], dtype='int8', quant=q(s3, -128))
+    layer('conv', d1, s2, C2, C1, c2, s3, 1, 'RELU')
+    m = b.tensor('m', [1, C2], dtype='int8', quant=q(s4, -128))
+    b.op('MEAN', [c2, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m],
+         keep_dims=False)
+    y = b.tensor('y', [1, NCLS], dtype='int8', quant=q(s5, -2))
+    layer('fc', m, s4, NCLS, C2, y, s5)
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return path
+
+
+def _sample(seed):
+    r = np.random.default_rng(100 + seed)
+    return bytearray(r.integers(-128, 128, H0 * H0 * C0).astype(np.int8).tobytes())
+
+
+def _net(tmp_path, ranks, train='last:1'):
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    m = quant.write(g, str(tmp_path), train, quant.meta(g, train, None, ranks))
+    with open(tmp_path / 'q8.json') as f:
+        mm = json.load(f)                   # as the board reads it
+    return m, Q8Net(mm, str(tmp_path / 'weights.wof'))
+
+
+def _acts(net, xq):
+    """Each layer's int8 output of a forward pass, one layer at a time (a masked layer's
+    output is not kept in the arena)."""
+    out, x = [], xq
+    for L in net.layers:
+        x = L.forward(x)
+        out.append(np.frombuffer(bytes(x), np.int8).astype(np.float64))
+    return out
+
+
+def _ref(net, m, xq, label):
+    """dL/dW and dL/db of every weighted layer of the float model with the int8 model's
+    dequantized weights and fake-quantized activations, the ReLU/clamp masks from the
+    int8 outputs."""
+    L, D = net.layers, m['layers']
+    ys = _acts(net, xq)
+    q = np.frombuffer(bytes(xq), np.int8).astype(np.float64)
+    acts = [(q - m['zx']) * m['sx']] + [(y - l.zy) * d['sy'] for y, l, d in zip(ys, L, D)]
+    p = np.exp(acts[-1] - acts[-1].max())
+    dy = p / p.sum()
+    dy[label] -= 1
+    grads = {}
+    for i in range(len(L) - 1, -1, -1):
+        l, d = L[i], D[i]
+        xin = acts[i]
+        if l.k == quant.MEAN:
+            dy = np.tile(dy / d['n'], d['n'])
+            continue
+        dz = dy * ((ys[i] > l.lo) & (ys[i] < l.hi))
+        sw = np.array(d['sw'])
+        wq = np.frombuffer(bytes(l.w), np.int8).astype(np.float64)
+        if l.k == quant.FC:
+            W = wq.reshape(l.nout, -1) * sw[:, None]
+            grads[i] = (np.outer(dz, xin), dz)
+            dy = W.T @ dz
+            continue
+        H, Wd, I, O, KH, KW, sh, sw_, ph, pw, OH, OW = d['g'][:12]
+        X, Z = xin.reshape(H, Wd, I), dz.reshape(OH, OW, O)
+        conv = l.k == quant.CONV
+        Wf = wq.reshape(O, KH, KW, I) * sw[:, None, None, None] if conv else \
+            wq.reshape(KH, KW, O) * sw
+        gW, dX = np.zeros_like(Wf), np.zeros_like(X)
+        for oy, ox, ky, kx, iy, ix in _np_conv_taps(H, Wd, KH, KW, sh, sw_, ph, pw, OH, OW):
+            if conv:
+                gW[:, ky, kx, :] += np.outer(Z[oy, ox], X[iy, ix])
+                dX[iy, ix] += Z[oy, ox] @ Wf[:, ky, kx, :]
+            else:
+                gW[ky, kx] += Z[oy, ox] * X[iy, ix]
+                dX[iy, ix] += Z[oy, ox] * Wf[ky, kx]
+        grads[i] = (gW, Z.sum((0, 1)))
+        dy = dX.ravel()
+    return grads
+
+
+def _spy(monkeypatch):
+    """[(weight buffer, first weight, update)] of every q8kern.upk call (1/256 steps)."""
+    got = []
+    real = K.upk
+
+    def spy(w, d, n, seed):
+        base = w.obj if isinstance(w, memoryview) else w
+        i0 = len(base) - len(w) if isinstance(w, memoryview) else 0
+        got.append((base, i0, np.array(d[:n], np.float64)))
+        return real(w, d, n, seed)
+    monkeypatch.setattr(K, 'upk', spy)
+    return got
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize('scheme', sorted(SCHEMES))
+def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
+    """One batch-1 SGD step of a sparse scheme: the FC whole, the other layers' biases
+    (a bias-only layer passes the gradient on its output's 1-bit mask) and a rank's window
+    of weights (the rest unchanged) against the float fake-quantized gradient: weights by
+    lr dL/dW / s_W in 1/256 weight steps (QAS), float biases by -lr dL/db."""
+    ranks = SCHEMES[scheme]
+    m, net = _net(tmp_path, ranks)
+    L = net.layers
+    # masks where no backward step reads the output: a bias-only layer's, the
+    # pointwise conv's before MEAN; never the input of a layer whose weights train
+    want_mask = {0: ranks[1] == BIAS, 1: ranks[2] == BIAS, 2: True, 4: False}
+    assert {i: L[i].mk is not None for i in want_mask} == want_mask
+    lr, label = 0.02, 1
+    got = _spy(monkeypatch)
+    errs = []
+    for step in range(2):
+        xq = _sample(step)
+        want = _ref(net, m, xq, label)
+        bf0 = {i: np.array(L[i].bf, np.float64) for i in want}
+        w0 = {i: bytes(L[i].w) for i in want}
+        del got[:]
+        net.step(xq, label, lr)
+        for i, (gW, gb) in want.items():
+            lo, hi = L[i].d.get('tw', (0, L[i].nout if L[i].k == quant.FC else L[i].g[3]))
+            oc = len(gb)
+            blo, bhi = (lo, hi) if hi > lo else (0, oc)
+            db = np.array(L[i].bf, np.float64) - bf0[i]
+            assert np.all(db[:blo] == 0) and np.all(db[bhi:] == 0)
+            errs.append((i, 'b', _rel(db[blo:bhi], -lr * gb[blo:bhi])))
+            ups = [(i0, u) for base, i0, u in got if base is L[i].w]
+            if hi <= lo:                  # the bias alone: the weights never move
+                assert not ups and bytes(L[i].w) == w0[i], i
+                continue
+            sw = np.array(L[i].d['sw'])
+            if L[i].k == quant.DW:        # [KH, KW, C]: the window by channel
+                (i0, u), = ups
+                u = u.reshape(gW.shape)
+                assert not u[..., :lo].any() and not u[..., hi:].any()
+                errs.append((i, 'w', _rel(u[..., lo:hi], lr * gW[..., lo:hi] / sw[lo:hi] * 256)))
+                continue
+            row = gW[0].size
+            u = np.concatenate([u for _, u in sorted(ups, key=lambda t: t[0])])
+            assert sorted(ups, key=lambda t: t[0])[0][0] == lo * row and len(u) == (hi - lo) * row
+            ws = lr * gW.reshape(oc, row)[lo:hi] / sw[lo:hi, None] * 256
+            errs.append((i, 'w', _rel(u.reshape(hi - lo, row), ws)))
+            w1 = np.frombuffer(bytes(L[i].w), np.int8).reshape(oc, row)
+            w0a = np.frombuffer(w0[i], np.int8).reshape(oc, row)
+            assert np.array_equal(np.delete(w1, np.s_[lo:hi], 0), np.delete(w0a, np.s_[lo:hi], 0))
+    assert max(e for _, _, e in errs) < 0.06, errs
+
+
+def test_chunked_update_equals_whole(tmp_path, monkeypatch):
+    """A layer's weight gradient in chunks of output channels (no weight-sized buffer)
+    applies the integers one whole buffer would: the same weights after two steps."""
+    outs = []
+    for chunk in (10 ** 6, 3):
+        monkeypatch.setattr(quant, 'GCHUNK', chunk)
+        d = tmp_path / str(chunk)
+        d.mkdir()
+        m, net = _net(d, {2: 0, 1: 0}, 'last:1')
+        if chunk == 3:
+            assert m['layers'][2].get('gc') == 1 and m['layers'][4].get('gc') == 1
+        for s in range(2):
+            net.step(_sample(s), 2, 0.05)
+        outs.append([bytes(L.w) + bytes(L.b) for L in net.layers if L.train])
+    assert outs[0] == outs[1]
+
+
+def test_momentum_velocity(tmp_path, monkeypatch):
+    """SGD momentum at batch 1: each update is mu times the previous one (its int32
+    velocity) plus this step's, in 1/256 weight steps."""
+    m, net = _net(tmp_path, {}, 'last:1')
+    net.setup('sgd', 1, momentum=0.5)
+    got = _spy(monkeypatch)
+    L = net.layers[4]
+    x = _sample(0)
+    net.step(x, 1, 0.05)
+    v1 = np.array(L.vw, np.float64)
+    assert np.array_equal(got[-1][2], v1) and v1.any()
+    net.step(x, 1, 0.0)                   # no new gradient: the velocity halves
+    assert np.abs(np.array(L.vw, np.float64) - 0.5 * v1).max() <= 1
+
+
+def _data(path, n=12, seed=0):
+    r = np.random.default_rng(seed)
+    np.savez(path, x=r.uniform(-1, 1, (n, H0, H0, C0)).astype(np.float32),
+             y=r.integers(0, NCLS, n))
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+@pytest.mark.parametrize('scheme,kw', [
+    ('bias-dw-pw-half', dict()),
+    ('dw-quarter-pw-bias', dict(momentum=0.9)),
+    ('bias-dw-pw-half', dict(optimizer='adam', batch=3)),
+    ('dw-quarter-pw-bias', dict(batch=2))])
+def test_board_bytes_equal_host(tmp_path, scheme, kw):
+    """A sparse int8 run on the board (unix MicroPython, viper) and on the host (CPython
+    + numpy kernels) ends with the same trained.wof bytes."""
+    model = build(str(tmp_path / 'm.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    outs = []
+    for py in (False, True):
+        d = str(tmp_path / ('py' if py else 'mp'))
+        s = prepare(model, d, data=data, loss='scce', lr=0.05, epochs=1, train='last:1',
+                    ranks=SCHEMES[scheme], log=lambda *a: None, **kw)
+        assert s['int8'] and s['ranks']
+        code, out = runner.run(d, python=py, stream=False)
+        assert code == 0, out
+        with open(os.path.join(d, 'trained.wof'), 'rb') as fh:
+            outs.append(fh.read())
+    assert outs[0] == outs[1]
+
+
+def test_plan_prices_masks_chunks_and_windows(tmp_path):
+    """The plan of a sparse scheme: masks of 1 bit an output, a gradient chunk instead of
+    weight-sized sums at batch 1, optimizer state for a rank's window only; a bias-only
+    layer's output freed from the arena."""
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    full = quant.planned(g, s, 'last:5')[2]
+    sparse = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])
+    m, heap = sparse[0], sparse[2]
+    masked = [d['nout'] for d in m['layers'] if d.get('mask')]
+    assert len(masked) == 2            # the bias-only conv's output (1024 values), the pointwise's
+    from host_tools.memory import target
+    t = target(None)
+    w, blk = t['word'], t['block']
+    assert heap['parts']['output masks (1 bit an output)'] == sum(
+        -(-4 * w // blk) * blk + -(-(n // 8) // blk) * blk for n in masked)
+    assert heap['total'] < full['total']
+    assert m['arena'] < quant.planned(g, s, 'last:5')[0]['arena']
+    mom = quant.planned(g, dict(s, momentum=0.9), 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]
+    # momentum: an int32 per trained weight (the pointwise conv's window, the FC) + a float a bias
+    assert mom['parts']['optimizer state'] > 0 and 'optimizer state' not in heap['parts']
+
+
+def test_select_auto_on_int8_chooses_as_int8(tmp_path):
+    """--select auto on an int8 model: contribution analysis with int8 trials, each
+    candidate priced by the int8 planner; the choice fits the budget and trains as int8
+    (its ranks in q8.json); --select board says what it cannot do."""
+    from host_tools.prepare import PrepareError
+    from host_tools.select import Q8Pricer
+    model = build(str(tmp_path / 'm.tflite'))
+    r = np.random.default_rng(1)
+    n = 60
+    y = r.integers(0, NCLS, n)
+    x = r.uniform(-0.3, 0.3, (n, H0, H0, C0)) + (y[:, None, None, None] % 3 == np.arange(3)) * 0.6
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=x.astype(np.float32), y=y)
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    pr = Q8Pricer(model, s)
+    lo, hi = pr.price({4: 0})['heap'], pr.price({4: 0, 2: 0, 1: 0, 0: 0})['heap']
+    budget = (lo + hi) // 2
+    out = str(tmp_path / 'o')
+    sm = prepare(model, out, data=data, loss='scce', lr=0.05, epochs=1, select='auto',
+                 budget=budget, log=lambda *a: None)
+    assert sm['int8'] and sm['select']['ranks']['4'] == 'all'
+    assert sm['heap']['total'] <= budget
+    chosen = {int(k): v for k, v in sm['select']['ranks'].items()}
+    with open(os.path.join(out, 'q8.json')) as f:
+        ls = {d['op']: d for d in json.load(f)['layers'] if 'op' in d}
+    for op, rank in chosen.items():
+        assert ls[op]['train'] == 1
+        assert ls[op].get('tw') == ([0, 0] if rank == 'bias' else ls[op].get('tw'))
+    with pytest.raises(PrepareError, match='--select board on an int8 model'):
+        prepare(model, str(tmp_path / 'b'), data=data, loss='scce', select='board',
+                log=lambda *a: None)
+
+
+def _small_scratch(monkeypatch):
+    """Plans with a 64-byte weight scratch: the pointwise conv's 128 weights stream."""
+    d = list(quant.plan.__defaults__)
+    d[1] = 64
+    monkeypatch.setattr(quant.plan, '__defaults__', tuple(d))
+
+
+def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
+    """A layer whose weights do not train and exceed the weight scratch is read a chunk of
+    output channels at a time for its input gradient too (not held in RAM): the same
+    integers as with its weights held."""
+    outs = []
+    for small in (False, True):
+        if small:
+            _small_scratch(monkeypatch)
+        d = tmp_path / str(small)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
+        L = net.layers[2]
+        assert bool(m['layers'][2].get('sd')) == small and (L.w is None) == small
+        for s in range(2):
+            net.step(_sample(s), 3, 0.05)
+        outs.append([bytes(L.b) + bytes(L.bf) for L in net.layers if L.train]
+                    + [bytes(L.w) for L in net.layers if L.train and L.whi > L.wlo])
+    assert outs[0] == outs[1]
+    # a layer whose weights train (the pointwise conv at 1/2) keeps them in RAM
+    m, net = _net(tmp_path / 'True', SCHEMES['bias-dw-pw-half'])
+    assert not m['layers'][2].get('sd') and net.layers[2].w is not None
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_board_bytes_equal_host_streamed(tmp_path, monkeypatch):
+    """The same, streamed, on the board and the host."""
+    _small_scratch(monkeypatch)
+    test_board_bytes_equal_host(tmp_path, 'dw-quarter-pw-bias', {})
+
+
+def build_res(path, seed=0):
+    """conv 3x3 RELU6 (8) -> [expand 1x1 RELU6 (16) -> depthwise 3x3 RELU6 -> project 1x1
+    (8)] + the conv's output (ADD) -> MEAN -> FC: a MobileNetV2 block, int8."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa
+
+    def layer(kind, x, sx, O, I, y, sy, k, act):
+        fan = I if kind == 'fc' else k * k * (1 if kind == 'dw' else I)
+        sw = rng.uniform(0.7, 1.3, O) * 30 * sy / (fan ** 0.5 * 40 * sx * 73)
+        shape = {'fc': (O, I), 'conv': (O, k, k, I), 'dw': (1, k, k, O)}[kind]
+        w = b.tensor(f'w{y}', shape, data=rng.integers(-127, 128, shape).astype(np.int8),
+                     quant={'scale': list(sw), 'zero_point': [0] * O,
+                            'quantized_dimension': 3 if kind == 'dw' else 0})
+        bt = b.tensor(f'b{y}', [O], data=rng.integers(-300, 300, O).astype(np.int32),
+                      quant={'scale': list(sx * sw), 'zero_point': [0] * O})
+        name = {'fc': 'FULLY_CONNECTED', 'conv': 'CONV_2D', 'dw': 'DEPTHWISE_CONV_2D'}[kind]
+        opts = {} if kind == 'fc' else dict(padding='SAME', stride_w=1, stride_h=1)
+        if kind == 'dw':
+            opts['depth_multiplier'] = 1
+        b.op(name, [x, w, bt], [y], fused_activation_function=act, **opts)
+
+    sx, s0, se, sd, sp, sa, sm, sy = 0.02, 0.03, 0.03, 0.04, 0.03, 0.04, 0.04, 0.08
+    x = b.tensor('x', [1, H0, H0, C0], dtype='int8', quant=q(sx, 3))
+    c0 = b.tensor('c0', [1, H0, H0, C1], dtype='int8', quant=q(s0, -128))
+    layer('conv', x, sx, C1, C0, c0, s0, 3, 'RELU6')
+    e = b.tensor('e', [1, H0, H0, C2], dtype='int8', quant=q(se, -128))
+    layer('conv', c0, s0, C2, C1, e, se, 1, 'RELU6')
+    d = b.tensor('d', [1, H0, H0, C2], dtype='int8', quant=q(sd, -128))
+    layer('dw', e, se, C2, C2, d, sd, 3, 'RELU6')
+    p = b.tensor('p', [1, H0, H0, C1], dtype='int8', quant=q(sp, 2))
+    layer('conv', d, sd, C1, C2, p, sp, 1, 'NONE')
+    a = b.tensor('a', [1, H0, H0, C1], dtype='int8', quant=q(sa, -20))
+    b.op('ADD', [c0, p], [a], fused_activation_function='NONE')
+    m = b.tensor('m', [1, C1], dtype='int8', quant=q(sm, -20))
+    b.op('MEAN', [a, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m],
+         keep_dims=False)
+    y = b.tensor('y', [1, NCLS], dtype='int8', quant=q(sy, -2))
+    layer('fc', m, sm, NCLS, C1, y, sy, 1, 'NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return path
+
+
+def _ref_graph(net, m, xq, label):
+    """As _ref over a graph (a residual ADD: its gradient to both inputs, summed where a
+    tensor has two readers), from the int8 outputs of one forward pass."""
+    L, D = net.layers, m['layers']
+    q8 = lambda b: np.frombuffer(bytes(b), np.int8).astype(np.float64)  # noqa
+    t = {m['xin']: bytes(xq)}
+    for l, d in zip(L, D):
+        ins = [t[k] for k in d['in']]
+        t[d['out']] = bytes(l.forward(bytearray(ins[0]), *[bytearray(v) for v in ins[1:]]))
+    scale = {m['xin']: (m['sx'], m['zx'])}
+    scale.update({d['out']: (d['sy'], d['zy']) for d in D})
+    act = {k: (q8(v) - scale[k][1]) * scale[k][0] for k, v in t.items()}
+    lg = act[D[-1]['out']]
+    p = np.exp(lg - lg.max())
+    gy = {D[-1]['out']: p / p.sum() - np.eye(len(p))[label]}
+    grads = {}
+    for i in range(len(L) - 1, -1, -1):
+        l, d = L[i], D[i]
+        dy = gy.pop(d['out'])
+        add = lambda k, v: gy.__setitem__(k, gy.get(k, 0) + v)  # noqa
+        if l.k == quant.MEAN:
+            add(d['in'][0], np.tile(dy / d['n'], d['n']))
+            continue
+        yq = q8(t[d['out']])
+        dz = dy * ((yq > l.lo) & (yq < l.hi))
+        if l.k == quant.ADD:
+            add(d['in'][0], dz)
+            add(d['in'][1], dz)
+            continue
+        xin = act[d['in'][0]]
+        sw = np.array(d['sw'])
+        wq = q8(l.w)
+        if l.k == quant.FC:
+            grads[i] = (np.outer(dz, xin), dz)
+            add(d['in'][0], (wq.reshape(l.nout, -1) * sw[:, None]).T @ dz)
+            continue
+        H, Wd, I, O, KH, KW, sh, sw_, ph, pw, OH, OW = d['g'][:12]
+        X, Z = xin.reshape(H, Wd, I), dz.reshape(OH, OW, O)
+        conv = l.k == quant.CONV
+        Wf = wq.reshape(O, KH, KW, I) * sw[:, None, None, None] if conv else \
+            wq.reshape(KH, KW, O) * sw
+        dX = np.zeros_like(X)
+        for oy, ox, ky, kx, iy, ix in _np_conv_taps(H, Wd, KH, KW, sh, sw_, ph, pw, OH, OW):
+            dX[iy, ix] += Z[oy, ox] @ Wf[:, ky, kx, :] if conv else Z[oy, ox] * Wf[ky, kx]
+        grads[i] = (None, Z.sum((0, 1)))
+        add(d['in'][0], dX.ravel())
+    return grads
+
+
+def test_residual_add_passes_the_gradient_to_both_inputs(tmp_path):
+    """Biases of every layer of a MobileNetV2 block and of the conv before it (the ADD's
+    two readers of that conv's output: its gradient is the branch's plus the residual's)
+    and the classifier: the float bias steps against the fake-quantized float model's
+    gradient over the graph."""
+    g = read_model(build_res(str(tmp_path / 'r.tflite')))
+    ranks = {0: BIAS, 1: BIAS, 2: BIAS, 3: BIAS}
+    m = quant.write(g, str(tmp_path), 'last:1', quant.meta(g, 'last:1', None, ranks))
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.CONV, quant.DW, quant.CONV,
+                                             quant.ADD, quant.MEAN, quant.FC]
+    assert m['layers'][4].get('mask') and m['layers'][4].get('back')
+    with open(tmp_path / 'q8.json') as f:
+        net = Q8Net(json.load(f), str(tmp_path / 'weights.wof'))
+    L = net.layers
+    errs = []
+    for step in range(3):
+        xq = _sample(step)
+        want = _ref_graph(net, m, xq, step % NCLS)
+        bf0 = {i: np.array(L[i].bf, np.float64) for i in want}
+        net.step(xq, step % NCLS, 0.02)
+        for i, (_, gb) in want.items():
+            errs.append((step, i, _rel(np.array(L[i].bf, np.float64) - bf0[i], -0.02 * gb)))
+    assert max(e for *_, e in errs) < 0.06, errs
+    # without the residual's share the conv below the block is far off
+    assert all(e < 0.06 for s, i, e in errs if i == 0)
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_residual_board_bytes_equal_host(tmp_path):
+    """The residual block's biases and the expand conv at 1/2 with momentum, on the board
+    (viper) and the host: the same trained.wof."""
+    model = build_res(str(tmp_path / 'r.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    outs = []
+    for py in (False, True):
+        d = str(tmp_path / ('py' if py else 'mp'))
+        prepare(model, d, data=data, loss='scce', lr=0.05, epochs=1, train='last:1',
+                ranks={0: BIAS, 1: HALF, 2: BIAS, 3: BIAS}, momentum=0.9, log=lambda *a: None)
+        code, out = runner.run(d, python=py, stream=False)
+        assert code == 0, out
+        with open(os.path.join(d, 'trained.wof'), 'rb') as fh:
+            outs.append(fh.read())
+    assert outs[0] == outs[1]
+
+
+def test_dscnn_sparse_run_export_end_to_end(tmp_path):
+    """The Keras DS-CNN, int8: its classifier, the last pointwise conv at 1/2 and the
+    biases of the two layers below it trained as int8 (prepare, run, export); the
+    exported model keeps every scale and layout, changes only what trained (the pointwise
+    conv's other half and the bias-only layers' weights as they were), and TFLite Micro's
+    logits on it are the trained net's."""
+    from host_tools.prepare import export
+    from test_q8 import DSCNN, _cut_softmax
+    from tflite_micro.python.tflite_micro import runtime
+    z = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=z['x'][:24], y=z['y'][:24])
+    out = str(tmp_path / 'o')
+    s = prepare(DSCNN, out, data=data, loss='scce', lr=0.05, epochs=1, train='last:2',
+                ranks='8:1/2,7:bias,6:bias', log=lambda *a: None)
+    assert s['int8'] and s['ranks']
+    code, log = runner.run(out, python=True, stream=False)
+    assert code == 0, log
+    dst = str(tmp_path / 'trained.tflite')
+    export(DSCNN, os.path.join(out, 'trained.wof'), dst)
+    g0, g1 = read_model(DSCNN), read_model(dst)
+    ops = {op.index: op for op in g0.ops}
+    w8, b7, w7 = ops[8].inputs[1], ops[7].inputs[2], ops[7].inputs[1]
+    a0, a1 = g0.tensors[w8].data, g1.tensors[w8].data
+    assert np.array_equal(a0[32:], a1[32:]) and not np.array_equal(a0[:32], a1[:32])
+    assert np.array_equal(g0.tensors[w7].data, g1.tensors[w7].data)
+    assert not np.array_equal(g0.tensors[b7].data, g1.tensors[b7].data)
+    for t0, t1 in zip(g0.tensors, g1.tensors):
+        assert t0.quant == t1.quant and t0.shape == t1.shape
+    g, cut = _cut_softmax(dst, tmp_path)
+    m = quant.write(g, str(tmp_path / 'again'), 'none')
+    net = Q8Net(m, str(tmp_path / 'again' / 'weights.wof'))
+    it = runtime.Interpreter.from_file(cut)
+    for i in range(4):
+        xq = net.quantize_input(z['x'][i].ravel().tolist())
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(g.tensors[g.inputs[0]].shape), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
+                              it.get_output(0).ravel())
+
+
+def _window_state(net):
+    # each trained layer's held weights, biases, float biases, momentum velocities
+    return [bytes(L.w or b'') + bytes(L.b) + bytes(L.bf) + bytes(L.vw or b'')
+            for L in net.layers if L.train]
+
+
+def test_partial_window_equals_held(tmp_path, monkeypatch):
+    """A rank's window of a layer wider than the weight scratch: its rows alone in RAM
+    (pw), the frozen rows read from flash a chunk at a time for the forward pass and the
+    input gradient: the same integers as with all its weights held."""
+    outs = []
+    for small in (False, True):
+        if small:
+            _small_scratch(monkeypatch)
+        d = tmp_path / str(small)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['bias-dw-pw-half'])
+        net.setup('sgd', 1, momentum=0.5)
+        L = net.layers[2]
+        assert bool(m['layers'][2].get('pw')) == small
+        lo, hi = m['layers'][2]['tw']
+        row = m['layers'][2]['wn'] // m['layers'][2]['nb']
+        assert len(L.w) == ((hi - lo) * row if small else m['layers'][2]['wn'])
+        if not small:
+            full0 = bytes(L.w)
+        for s in range(3):
+            net.step(_sample(s), 3, 0.05)
+        if not small:
+            assert bytes(L.w) != full0          # (the window moved)
+            L.w = memoryview(L.w)[lo * row:hi * row]
+        outs.append(_window_state(net))
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_board_bytes_equal_host_partial(tmp_path, monkeypatch):
+    """A partial layer's run on the board and the host writes the trained.wof (the frozen
+    rows copied from weights.wof around the window's) that holding all its weights does."""
+    model = build(str(tmp_path / 'm.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    outs = []
+    for py, small in ((True, False), (True, True), (False, True)):
+        if small:
+            _small_scratch(monkeypatch)
+        d = str(tmp_path / ('%s%s' % (py, small)))
+        prepare(model, d, data=data, loss='scce', lr=0.05, epochs=1, train='last:1',
+                ranks=SCHEMES['bias-dw-pw-half'], log=lambda *a: None)
+        with open(os.path.join(d, 'q8.json')) as fh:
+            assert bool(json.load(fh)['layers'][2].get('pw')) == small
+        code, out = runner.run(d, python=py, stream=False)
+        assert code == 0, out
+        with open(os.path.join(d, 'trained.wof'), 'rb') as fh:
+            outs.append(fh.read())
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_partial_window_checkpoint_round_trip(tmp_path, monkeypatch):
+    """A partial layer's checkpoint holds its whole tensor (the frozen rows from
+    weights.wof, the window's trained rows, as with all held); resuming reads back the
+    window alone: the same state, with Adam's masters and moments."""
+    from utrain.ckread import load_checkpoint
+    from utrain.q8train import Q8Trainer
+    saved = {}
+    for small in (False, True):
+        if small:
+            _small_scratch(monkeypatch)
+        d = tmp_path / str(small)
+        d.mkdir()
+        m, _ = _net(d, SCHEMES['bias-dw-pw-half'])
+        monkeypatch.chdir(d)
+        tr = Q8Trainer(optimizer='adam', batch=2)
+        net = tr.net
+        assert bool(net.layers[2].pw) == small
+        for s in range(4):
+            net.accum(_sample(s), 3)
+            if s % 2:
+                net.apply(0.01, 0.5)
+        tr.save_checkpoint('c.ckpt')
+        with open('c.ckpt', 'rb') as fh:
+            saved[small] = fh.read()
+        tr2 = Q8Trainer(optimizer='adam', batch=2)
+        tr2.load_checkpoint('c.ckpt')
+        got = [_window_state(t.net) + [bytes(L.wm) + bytes(L.am) + bytes(L.av)
+                                       for L in t.net.layers if L.train] for t in (tr, tr2)]
+        assert got[0] == got[1]
+    assert saved[False] == saved[True]
+
+
+def test_one_input_gradient_buffer(tmp_path, monkeypatch):
+    """A backward pass without pools or an expanding MEAN keeps one int32 input-gradient
+    buffer (a layer's int32 output gradient is dead once its int8 dz is made: the float
+    reference of test_sparse_step_matches_float_reference holds with it); the plan counts
+    one, a buffer of the largest input gradient less than two."""
+    from utrain import q8
+    from host_tools.memory import target
+    m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    assert not q8.gtwo(m['layers']) and net.gb[0] is net.gb[1]
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    one = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
+    monkeypatch.setattr(q8, 'gtwo', lambda ls: True)
+    two = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
+    t = target(None)
+    n = 4 * q8.gin(m['layers'])
+    arr = -(-4 * t['word'] // t['block']) * t['block'] + -(-n // t['block']) * t['block']
+    k = 'gradient buffers (int8 dz, int32 sums)'
+    assert two[k] - one[k] == arr
+
+
+def test_broadcast_rescaling_made_when_used(tmp_path):
+    """A per-channel layer whose gradient arrives as a MEAN's broadcast row makes its
+    dz rescaling multipliers a scratch at a time when used (Layer.dxr), none held: the
+    same integers as held multipliers give."""
+    from utrain.q8 import _i32, qmul
+    outs = []
+    for held in (False, True):
+        d = tmp_path / str(held)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
+        L = net.layers[2]
+        assert L.dxr == 1 and L.dxm is None and len(L.d['sw']) > len(net.qm)
+        if held:
+            sw = L.d['sw']
+            c = len(sw)
+            L.dxm, L.dxs = _i32(c), _i32(c)
+            for o in range(c):
+                L.dxm[o], L.dxs[o] = qmul(sw[o] / max(sw))
+            L.dxr = 0
+        for s in range(3):
+            net.step(_sample(s), 3, 0.05)
+        outs.append(_window_state(net))
+    assert outs[0] == outs[1]

@@ -1,0 +1,252 @@
+"""Row bands (micro/utrain/bands.py, host_tools/bands.py): a frozen chain computed a few
+rows at a time gives the forward pass the whole ops give, on MobileNet-like chains with
+stride 2, odd sizes, explicit PADs, residual ADDs, ReLU6, dilation and depth
+multipliers; the planner bounds the banded run's heap; training through the bands gives
+the weights the unbanded run gives."""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from host_tools import runner  # noqa: E402
+from host_tools.memory import trains_in  # noqa: E402
+
+F32 = np.float32
+
+
+def mbnet(path, H=23, W=21, c=6, seed=0, e=3, k=3, dil=1, mult=1, classes=4, pad=(0, 1, 0, 1)):
+    """A MobileNetV2-like net: conv 3x3/2 SAME ReLU6; a block expand 1x1 - PAD - depthwise
+    kxk/2 VALID - project 1x1; a residual block (expand, depthwise SAME with dilation and
+    depth multiplier, project 1x1, ADD); MEAN; FULLY_CONNECTED."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder()
+    w = lambda *s: b.tensor('w%d' % len(b._tensors), list(s),   # noqa: E731
+                            data=(rng.normal(size=s) / np.sqrt(np.prod(s[1:]))).astype(F32))
+    bias = lambda n: b.tensor('b%d' % len(b._tensors), [n],   # noqa: E731
+                              data=(rng.normal(size=n) * 0.1).astype(F32))
+    x = b.tensor('x', [1, H, W, 3])
+    b.inputs(x)
+
+    def conv(x, shape, o, kk=1, s=1, padding='SAME', act='RELU6', d=1):
+        h = (shape[1] + s - 1) // s if padding == 'SAME' else (shape[1] - d * (kk - 1) - 1) // s + 1
+        ww = (shape[2] + s - 1) // s if padding == 'SAME' else (shape[2] - d * (kk - 1) - 1) // s + 1
+        y = b.tensor('y%d' % len(b._tensors), [1, h, ww, o])
+        b.op('CONV_2D', [x, w(o, kk, kk, shape[3]), bias(o)], [y], padding=padding, stride_h=s,
+             stride_w=s, dilation_h_factor=d, dilation_w_factor=d, fused_activation_function=act)
+        return y, [1, h, ww, o]
+
+    def dw(x, shape, kk, s, padding, m=1, d=1):
+        C = shape[3] * m
+        h = (shape[1] + s - 1) // s if padding == 'SAME' else (shape[1] - d * (kk - 1) - 1) // s + 1
+        ww = (shape[2] + s - 1) // s if padding == 'SAME' else (shape[2] - d * (kk - 1) - 1) // s + 1
+        y = b.tensor('y%d' % len(b._tensors), [1, h, ww, C])
+        b.op('DEPTHWISE_CONV_2D', [x, w(1, kk, kk, C), bias(C)], [y], padding=padding, stride_h=s,
+             stride_w=s, dilation_h_factor=d, dilation_w_factor=d, depth_multiplier=m,
+             fused_activation_function='RELU6')
+        return y, [1, h, ww, C]
+
+    y, s = conv(x, [1, H, W, 3], c, 3, 2)
+    # block 1: expand, explicit PAD, depthwise stride 2 VALID, project
+    y, s = conv(y, s, c * e)
+    t, l, bo, r = pad
+    p = b.tensor('p%d' % len(b._tensors), [1, s[1] + t + bo, s[2] + l + r, s[3]])
+    b.op('PAD', [y, b.tensor('pads', [4, 2], data=np.array([[0, 0], [t, bo], [l, r], [0, 0]], np.int32))],
+         [p])
+    y, s = dw(p, [1, s[1] + t + bo, s[2] + l + r, s[3]], k, 2, 'VALID')
+    y, s = conv(y, s, c, act='NONE')
+    # block 2: residual
+    z, s2 = conv(y, s, c * e // mult)
+    z, s2 = dw(z, s2, 3, 1, 'SAME', m=mult, d=dil)
+    z, s2 = conv(z, s2, c, act='NONE')
+    a = b.tensor('add', s)
+    b.op('ADD', [y, z], [a], fused_activation_function='NONE')
+    m = b.tensor('mean', [1, s[3]])
+    b.op('MEAN', [a, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
+    o = b.tensor('logits', [1, classes])
+    b.op('FULLY_CONNECTED', [m, w(classes, s[3]), bias(classes)], [o])
+    b.outputs(o)
+    b.save(path)
+    return path
+
+
+def _data(path, H, W, n=6, classes=4):
+    rng = np.random.default_rng(1)
+    np.savez(path, x=rng.random((n, H, W, 3)).astype(F32), y=np.arange(n) % classes)
+    return path
+
+
+def _prep(tmp, name, model, data, **kw):
+    out = str(tmp / name)
+    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.05, epochs=1,
+                optimizer='sgd', batch=1, train='last:1', stream=True, log=lambda *a: None, **kw)
+    return out, s
+
+
+def _forward(out, x, bands=True):
+    from utrain.model import Net
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))     # else the classifier is zeros
+    if bands is not True:
+        net.bands = bands or None
+    net.set_input(x.astype(F32).reshape(net.shape[net.inputs[0]]))
+    net.forward()
+    y = np.array(net.output())
+    assert np.abs(y).max() > 1e-3 and np.ptp(y) > 1e-4, y    # informative logits
+    return y
+
+
+def _close(a, b):
+    # float rounding only: numpy's BLAS may sum a strip's dot products in another order
+    # than the whole image's (the boards' kernels do not: their weights match byte for
+    # byte, see the training tests)
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), np.abs(a - b).max()
+
+
+CASES = {
+    'odd sizes, stride 2': dict(H=23, W=21),
+    'even, pad before': dict(H=16, W=18, pad=(1, 1, 1, 0)),
+    'kernel 5, dilation 2': dict(H=19, W=17, k=5, dil=2),
+    'depth multiplier 3': dict(H=15, W=13, mult=3, e=3),
+}
+
+
+@pytest.mark.parametrize('case', list(CASES))
+@pytest.mark.parametrize('rows', [1, 2, 3])
+def test_banded_forward_equals_whole_ops(tmp_path, case, rows):
+    kw = CASES[case]
+    model = mbnet(str(tmp_path / 'm.circle'), **kw)
+    data = _data(str(tmp_path / 'd.npz'), kw['H'], kw['W'])
+    out, s = _prep(tmp_path, 'o', model, data, bands=rows)
+    from host_tools.flatmodel import read_flat
+    f = read_flat(os.path.join(out, 'model.flat'))
+    from utrain.model import Net
+    net = Net(os.path.join(out, 'model.flat'))
+    assert net.bands, 'no band group chosen'
+    codes = {net.ops[i][0] for lo, (hi, r) in net.bands.items() for i in range(lo, hi)}
+    assert {r for hi, r in net.bands.values()} == {rows} and {3, 4} <= codes, (net.bands, codes)
+    assert f['ops'] == net.ops
+    x = np.random.default_rng(2).random((kw['H'], kw['W'], 3))
+    a, b = _forward(out, x), _forward(out, x, bands=False)
+    _close(a, b)
+    # the whole chain as one group, up to and with the residual ADD
+    add = [i for i, op in enumerate(net.ops) if op[0] == 0][0]
+    c = _forward(out, x, bands={0: (add + 1, rows)})
+    _close(c, b)
+
+
+def test_bands_take_the_pad_and_lower_the_plan(tmp_path):
+    model = mbnet(str(tmp_path / 'm.circle'), H=31, W=29, c=8)
+    data = _data(str(tmp_path / 'd.npz'), 31, 29)
+    out, s = _prep(tmp_path, 'o', model, data, bands=1)
+    from utrain.model import Net
+    net = Net(os.path.join(out, 'model.flat'))
+    inside = [i for lo, (hi, r) in net.bands.items() for i in range(lo, hi)]
+    names = [net.ops[i][0] for i in inside]
+    assert 34 in names and 4 in names, 'the PAD and the strided depthwise are not banded'
+    # the plan with bands is below the plan without
+    _, s0 = _prep(tmp_path, 'o0', model, data, bands=0)
+    assert s['heap']['total'] < s0['heap']['total'], (s['heap']['total'], s0['heap']['total'])
+
+
+def test_bands_by_default_only_when_the_budget_needs_them(tmp_path):
+    """Bands cost time (6x under ulab for the DS-CNN's frozen convs), so with a known
+    limit prepare bands only a plan that does not fit without them; with none, wherever
+    they lower the plan."""
+    model = mbnet(str(tmp_path / 'm.circle'), H=31, W=29, c=8)
+    data = _data(str(tmp_path / 'd.npz'), 31, 29)
+    _, free = _prep(tmp_path, 'free', model, data)
+    _, whole = _prep(tmp_path, 'whole', model, data, bands=0)
+    assert free['bands'] and free['heap']['total'] < whole['heap']['total']
+    roomy = whole['heap']['total'] + 1024
+    _, s = _prep(tmp_path, 'roomy', model, data, budget=str(roomy))
+    assert not s['bands'] and s['heap']['total'] == whole['heap']['total']
+    _, s = _prep(tmp_path, 'tight', model, data, budget=str(whole['heap']['total'] - 1024))
+    assert s['bands'] == free['bands'] and s['heap']['total'] == free['heap']['total']
+
+
+def _mp_trains(tmp_path, model, data, backend, heap_check, dtype='float32'):
+    out, s = _prep(tmp_path, 'b', model, data, bands=1, cache=True, backend=backend, dtype=dtype)
+    ref, s0 = _prep(tmp_path, 'u', model, data, bands=0, cache=True, backend=backend, dtype=dtype)
+    assert s['bands'][0][0] == 0 and not s0['bands']     # the first group reads the samples
+    for d in (out, ref):
+        with open(os.path.join(d, 'train.json')) as fh:
+            c = json.load(fh)
+        c['run']['keep_best'] = False
+        with open(os.path.join(d, 'train.json'), 'w') as fh:
+            json.dump(c, fh)
+        runner.stage(d)
+    plan = s['heap']['total']
+    assert trains_in(ref, 4 * 1024 * 1024) and trains_in(out, plan), f'does not train in the planned {plan} B'
+    with open(os.path.join(out, 'trained.wof'), 'rb') as a, open(os.path.join(ref, 'trained.wof'), 'rb') as b:
+        assert a.read() == b.read(), 'banded training gave other weights than the whole ops'
+    if heap_check:
+        # the bands are what makes it fit: the unbanded run does not train in that heap
+        assert not trains_in(ref, plan), (plan, s0['heap']['total'])
+    return s, s0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(runner.find_micropython() is None, reason='no unix MicroPython')
+def test_banded_run_trains_at_its_plan_on_micropython(tmp_path):
+    """The small MobileNet-like net (48x48 input), classifier training with the frozen
+    prefix cached by the board: the banded run trains in its planned heap, the run
+    without bands does not, and both give the same weights byte for byte."""
+    model = mbnet(str(tmp_path / 'm.circle'), H=48, W=48, c=8, e=6)
+    data = _data(str(tmp_path / 'd.npz'), 48, 48, n=3)
+    _mp_trains(tmp_path, model, data, 'fallback', heap_check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('var,backend', [('UTRAIN_MP32_ULAB', 'ulab'), ('UTRAIN_MP32', 'fallback')])
+def test_banded_run_trains_at_its_plan_on_32bit(tmp_path, monkeypatch, var, backend):
+    if not os.environ.get(var):
+        pytest.skip(f'{var} not set')
+    monkeypatch.setenv('MICROPYTHON', os.environ[var])
+    model = mbnet(str(tmp_path / 'm.circle'), H=48, W=48, c=8, e=6)
+    data = _data(str(tmp_path / 'd.npz'), 48, 48, n=3)
+    _mp_trains(tmp_path, model, data, backend, heap_check=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(runner.find_micropython() is None, reason='no unix MicroPython')
+def test_banded_run_reads_quantized_samples_by_strips(tmp_path):
+    """Samples stored as uint8 (prepare --dtype uint8): the first band group decodes
+    the input strip by strip, and training gives the unbanded run's weights."""
+    model = mbnet(str(tmp_path / 'm.circle'), H=20, W=18)
+    data = _data(str(tmp_path / 'd.npz'), 20, 18, n=3)
+    _mp_trains(tmp_path, model, data, 'fallback', heap_check=False, dtype='uint8')
+    if os.environ.get('UTRAIN_MP32_ULAB'):
+        os.environ['MICROPYTHON'], old = os.environ['UTRAIN_MP32_ULAB'], os.environ.get('MICROPYTHON')
+        try:
+            shutil.rmtree(str(tmp_path / 'b')), shutil.rmtree(str(tmp_path / 'u'))
+            _mp_trains(tmp_path, model, data, 'ulab', heap_check=False, dtype='uint8')
+        finally:
+            if old is None:
+                del os.environ['MICROPYTHON']
+            else:
+                os.environ['MICROPYTHON'] = old
+
+
+def test_keras_mobilenetv2_banded_forward_equals_whole_ops(tmp_path):
+    """The zoo's Keras MobileNetV2-0.35 96x96 (float), classifier training: prepare
+    bands its frozen high-resolution blocks, the board's forward pass gives the logits
+    the whole ops give, and the plan falls from about 3 MB to under an RP2350's 400 KB."""
+    model = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_96_float.tflite')
+    data = _data(str(tmp_path / 'd.npz'), 96, 96, n=2, classes=10)
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', lr=0.01, epochs=1, optimizer='sgd', batch=1,
+                train='last:2', stream=True, cache=True, backend='ulab', board='rp2350',
+                log=lambda *a: None)
+    assert s['bands'] and s['bands'][0][0] == 0, s['bands']
+    assert s['heap']['total'] < 400 * 1024, s['heap']['total']
+    x = np.random.default_rng(3).random((96, 96, 3))
+    a, b = _forward(out, x), _forward(out, x, bands=False)
+    _close(a, b)

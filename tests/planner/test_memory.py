@@ -1,0 +1,661 @@
+"""Memory: the heap planner against the simulated board, budget refusal, sparse update
+(ranks, onert-micro's training-config file), frozen weights streamed from the model
+file, batch-1 immediate updates.
+
+"Measured" here is what a board sees: whether training finishes under `-X heapsize`.
+The planner's figure must train (estimate >= the smallest heap that trains) and its
+figure / 1.3 must not (estimate <= 1.3 x that smallest heap): two runs per case, no
+bisection (bench/memory.py bisects).  micropython.mem_peak() is no measure on this port:
+it never subtracts blocks the garbage collector frees.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+
+from host_tools import runner  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.flatmodel import read_flat  # noqa: E402
+from host_tools.memory import trains_in  # noqa: E402
+from host_tools.passes import PrepareError, plan as make_plan  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from host_tools.refmodels import mlp, mobilenet_head  # noqa: E402
+import q8cases  # noqa: E402
+from host_tools.trainconfig import read_train_config, write_train_config  # noqa: E402
+from host_tools.wof import read_wof  # noqa: E402
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+MP = runner.find_micropython()
+needs_mp = pytest.mark.skipif(not MP, reason='no MicroPython binary')
+
+
+def backend():
+    if not MP:
+        return 'fallback'
+    r = subprocess.run([MP, '-c', 'import ulab'], capture_output=True)
+    return 'ulab' if r.returncode == 0 else 'fallback'
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    path = str(tmp_path_factory.mktemp('d') / 'd.npz')
+    np.savez(path, x=z['x'][:12], y=z['y'][:12])
+    return path
+
+
+@pytest.fixture(scope='module')
+def head(tmp_path_factory):
+    return mobilenet_head(str(tmp_path_factory.mktemp('m') / 'head.circle'))
+
+
+DIGITS_MLP = os.path.join(DIGITS, 'digits_mlp.circle')
+# (model, settings): the reference models and rank settings the planner is held to
+CASES = {
+    'digits-sgd-b4': ('digits', dict(optimizer='sgd', batch=4)),
+    'digits-adam-b1': ('digits', dict(optimizer='adam', batch=1)),
+    'digits-adam-b4-half': ('digits', dict(optimizer='adam', batch=4, ranks='0:1/2,1:bias')),
+    'head-last2-stream': ('head', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
+    'head-bias-quarter-stream': ('head', dict(optimizer='adam', batch=1, train='none',
+                                              ranks='2:bias,3:1/4', stream=True)),
+    # issue 28's sweep: the prefix cache's module, imported mid-run (0.96-1.0x before)
+    'digits-last2-host-cache': ('digits', dict(optimizer='sgd', batch=1, train='last:2',
+                                               cache='host')),
+    'digits-last2-board-cache': ('digits', dict(optimizer='sgd', batch=1, train='last:2',
+                                                cache=True)),
+}
+
+
+@pytest.mark.slow
+@needs_mp
+@pytest.mark.parametrize('case', list(CASES))
+def test_planner_bounds_the_smallest_heap(tmp_path, data, head, case):
+    which, kw = CASES[case]
+    model = DIGITS_MLP if which == 'digits' else head
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', lr=0.01, epochs=1, backend=backend(), **kw)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), \
+        f'{case}: trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+
+
+# issue 28's sweep: a convolution's peak on the fallback (its native loops write into the
+# output: one activation array, no per-tap product), and the loss's arrays and the
+# optimizer's row temporaries, which come after the forward pass, not on top of its
+# peak: a 16x16 CNN was planned 1.21x (64-bit) and 1.32x (32-bit) its smallest heap
+CONV_CASES = {
+    'last2-stream': dict(optimizer='sgd', batch=1, train='last:2', stream=True),
+    'all-sgd-b1': dict(optimizer='sgd', batch=1, train='all'),
+}
+
+
+@pytest.mark.slow
+@needs_mp
+@pytest.mark.parametrize('case', list(CONV_CASES))
+def test_a_conv_peak_is_planned_within_1_2x(tmp_path, case):
+    """A CNN this test makes (20x20 input, 6 channels: not the sweep's 16x16 x 8) trains
+    in its plan and not in plan / 1.2, on the fallback."""
+    from host_tools.refmodels import small_cnn
+    model = small_cnn(str(tmp_path / 'cnn.circle'), seed=3, size=20, channels=6, classes=4)
+    rng = np.random.default_rng(3)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((8, 20, 20, 1)).astype(np.float32), y=rng.integers(0, 4, 8))
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', lr=0.01, epochs=1, log=lambda *a: None,
+                backend=backend(), **CONV_CASES[case])
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.2)), \
+        f'{case}: trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
+
+
+@pytest.mark.slow
+@needs_mp
+@pytest.mark.parametrize('case', list(q8cases.CASES))
+def test_int8_planner_bounds_the_smallest_heap(tmp_path, case):
+    """An int8 model trained as int8: prepare plans its heap (memory.plan_heap_q8), the
+    run trains there and not in plan / 1.3."""
+    out, s = q8cases.prepared(prepare, case, tmp_path)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), \
+        f'{case}: trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+
+
+def test_int8_budget_refusal_says_what_would_fit(tmp_path):
+    """--budget on an int8 run: refused over it, naming the file, the plan and settings
+    whose plan fits; nothing written.  Within it, prepare prints the plan."""
+    model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['mlp-all-adam-b4'][:2])
+    out = tmp_path / 'o'
+    args = ['prepare', model, '-o', str(out), '--data', data, '--loss', 'scce', '--train', 'all']
+    fits = prepare(model, str(tmp_path / 'sgd'), data=data, loss='scce', train='all')['heap']
+    assert fits['parts']['layer table (q8.json parsed)'] > 0
+    budget = fits['total'] + 1024
+    r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--optimizer', 'adam',
+                        '--batch', '4', '--budget', str(budget)], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f'{model}: training as int8 needs about' in r.stderr, r.stderr
+    assert f'the budget is {budget // 1024} KB' in r.stderr and 'optimizer state' in r.stderr
+    assert 'would fit: --batch 1 --optimizer sgd' in r.stderr, r.stderr
+    assert not out.exists()
+    r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--budget', str(budget)],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'heap plan (fallback, for ' in r.stdout and 'layer table (q8.json parsed)' in r.stdout
+    r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--board', 'rp2040'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and 'for rp2040: 32-bit' in r.stdout, r.stdout + r.stderr
+
+
+def test_an_int8_budget_chooses_the_prefix_cache(tmp_path):
+    """Issue 28, the int8 path: over --budget, prepare chooses --cache (the frozen layers
+    on a net of their own, once per sample) where that fits and the user did not set it,
+    says so, and the run trains in the plan."""
+    model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['dscnn-last2'][:2])
+    kw = dict(data=data, loss='scce', train='last:2', log=lambda *a: None)
+    whole = prepare(model, str(tmp_path / 'a'), **kw)['heap']['total']
+    cached = prepare(model, str(tmp_path / 'b'), cache=True, **kw)['heap']['total']
+    budget = cached + 1024
+    assert whole > budget
+    said = []
+    s = prepare(model, str(tmp_path / 'c'), budget=budget, **dict(kw, log=said.append))
+    assert s['heap']['total'] == cached and any('prepare chose --cache' in m for m in said), said
+    files = json.load(open(tmp_path / 'c' / 'train.json'))['files']
+    assert files['model'] == 'q8t.json' and files['prefix'] == 'q8.json', files
+
+
+def test_int8_row_bands_only_where_they_lower_the_plan(tmp_path):
+    """prepare's int8 path chose the band group that made the arena smallest, though the
+    band group keeps its weights in RAM: the DS-CNN last:2 for rp2040 planned 161 KB banded
+    where 125 KB unbanded (and a banded step costs 1.8x on a Pico).  Left to prepare, bands
+    never plan above no bands; --bands 1 still bands."""
+    model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['dscnn-last2'][:2])
+    kw = dict(data=data, loss='scce', train='last:2', board='rp2040', log=lambda *a: None)
+    plans = {}
+    for b in (None, 0, 1):
+        out = tmp_path / str(b)
+        plans[b] = prepare(model, str(out), bands=b, **kw)['heap']['total']
+        groups = json.load(open(out / 'q8.json'))['groups']
+        assert bool(groups) == (b == 1) or b is None
+    assert plans[None] <= plans[0] < plans[1]
+
+
+TARGETS = {
+    # the issue's two 96 KB targets (an ESP32 without PSRAM), code included
+    'head-last2-stream': lambda head: (head, dict(optimizer='sgd', batch=1, train='last:2',
+                                                  stream=True)),
+    'digits-cnn-full': lambda head: (os.path.join(DIGITS, 'digits_cnn.circle'),
+                                     dict(optimizer='sgd', batch=1)),
+}
+
+
+@pytest.mark.slow
+@needs_mp
+@pytest.mark.parametrize('target', list(TARGETS))
+def test_targets_train_within_96k_on_ulab(tmp_path, data, head, target):
+    """The ~132k-parameter head with its last layer trained and frozen weights streamed,
+    and the digits CNN trained whole: the planner admits both under --budget 96K with
+    ulab, and a ulab MicroPython trains them in 96 KB of heap (the fallback's code
+    takes ~25 KB more)."""
+    model, kw = TARGETS[target](head)
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', lr=0.01, budget='96K', backend='ulab', **kw)
+    if target.startswith('head'):
+        assert s['trainable_params'] + s['frozen_params'] > 100_000
+    if backend() == 'ulab':
+        runner.stage(out)
+        assert trains_in(out, 96 * 1024)
+
+
+def test_budget_refusal_says_what_would_fit(tmp_path):
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', DIGITS_MLP, '-o',
+                        str(tmp_path / 'o'), '--loss', 'scce', '--optimizer', 'adam',
+                        '--batch', '4', '--budget', '96K', '--backend', 'ulab'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert 'training needs about' in r.stderr and 'the budget is 96 KB' in r.stderr
+    assert 'would fit: --batch 1 --optimizer sgd' in r.stderr
+    assert not (tmp_path / 'o' / 'model.flat').exists()
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', DIGITS_MLP, '-o',
+                        str(tmp_path / 'o'), '--loss', 'scce', '--board', 'rp2040'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'heap plan (fallback' in r.stdout and 'code' in r.stdout
+
+
+def test_ranks_prune_the_backward_graph(tmp_path):
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 8, 4])
+    g = read_model(path)
+    # ops: 0 FC, 1 FC, 2 FC, 3 SOFTMAX.  Bias only on op 1: no weight gradient, no saved
+    # input there, and nothing below op 1 runs backward
+    p = make_plan(g, 'none', {1: 1, 2: 4})
+    bwd = dict(p.backward)
+    assert sorted(bwd) == [1, 2, 3]
+    assert bwd[1] == 4                          # DB only (no DX: op 0 is frozen)
+    assert bwd[2] == 1 | 2 | 4                  # DX (op 1's bias needs it), DW, DB
+    w2, b2 = g.ops[2].inputs[1], g.ops[2].inputs[2]
+    assert p.ranks == {w2: (0, 0, 1), b2: (1, 0, 1)}     # 1/4 of 4 channels
+    assert g.ops[1].inputs[0] not in p.saved and g.ops[2].inputs[0] in p.saved
+    assert set(p.params) == {g.ops[1].inputs[2], w2, b2}
+    lo = make_plan(g, 'none', {2: 3})            # LOWER_1_2_PART: channels 2..3
+    assert lo.ranks[w2] == (0, 2, 4)
+
+
+def test_training_config_file_round_trip_and_errors(tmp_path):
+    p = str(tmp_path / 'a.tcfg')
+    write_train_config(p, {3: 0, 1: 1, 2: 2})
+    raw = open(p, 'rb').read()
+    assert raw == struct.pack('<HBBI3H3B', 29, 1, 0, 3, 1, 2, 3, 1, 2, 0)
+    assert read_train_config(p, 4) == {1: 1, 2: 2, 3: 0}
+    with pytest.raises(PrepareError, match='op 3, the model has 3 ops'):
+        read_train_config(p, 3)
+    with pytest.raises(PrepareError, match='no onert-micro'):
+        write_train_config(p, {0: 4})
+    for bad, msg in [(raw[:5], 'truncated'), (b'\x1e' + raw[1:], 'magic'),
+                     (raw[:-1], 'expected 17'), (raw[:-1] + b'\x09', 'unknown rank')]:
+        open(p, 'wb').write(bad)
+        with pytest.raises(PrepareError, match=msg):
+            read_train_config(p, 4)
+
+
+def _ref_sparse_sgd(g, x, y, lr, lo, hi, bias_only=False):
+    """float64 numpy: SGD batch 1 on the last FC (rows lo:hi of W and b) of an FC stack
+    ending in SOFTMAX with scce loss; everything else frozen."""
+    fcs = [op for op in g.ops if op.name == 'FULLY_CONNECTED']
+    W = [g.tensors[op.inputs[1]].data.astype(np.float64) for op in fcs]
+    B = [g.tensors[op.inputs[2]].data.astype(np.float64) for op in fcs]
+    for xi, yi in zip(x, y):
+        h = xi.astype(np.float64)
+        for i in range(len(fcs) - 1):
+            h = np.maximum(W[i] @ h + B[i], 0)
+        z = W[-1] @ h + B[-1]
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        dz = p.copy()
+        dz[int(yi)] -= 1.0
+        if not bias_only:
+            W[-1][lo:hi] -= lr * np.outer(dz, h)[lo:hi]
+        B[-1][lo:hi] -= lr * dz[lo:hi]
+    return W[-1], B[-1]
+
+
+@pytest.mark.parametrize('where', ['python', 'micropython'])
+@pytest.mark.parametrize('rank', ['1/2', 'low', '1/4', 'bias'])
+def test_sparse_update_trains_exactly_its_channels(tmp_path, rank, where):
+    if where == 'micropython' and not MP:
+        pytest.skip('no MicroPython')
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 8], seed=3)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(10, 6)).astype(np.float32)
+    y = rng.integers(0, 8, 10)
+    np.savez(str(tmp_path / 'd.npz'), x=x, y=y)
+    out = str(tmp_path / 'o')
+    s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+                lr=0.1, batch=1, epochs=1, train='none', ranks='1:' + rank, stream=True)
+    code, text = runner.run(out, python=where == 'python', stream=False)
+    assert code == 0, text
+    g = read_model(path)
+    w_name, b_name = 'w1', 'b1'
+    trained = {g.tensors[k].name: v for k, v in read_wof(os.path.join(out, 'trained.wof'), g).items()}
+    lo, hi = {'1/2': (0, 4), 'low': (4, 8), '1/4': (0, 2), 'bias': (0, 8)}[rank]
+    w0 = g.tensors[g.ops[1].inputs[1]].data
+    b0 = g.tensors[g.ops[1].inputs[2]].data
+    w_ref, b_ref = _ref_sparse_sgd(g, x, y, 0.1, lo, hi, rank == 'bias')
+    b = trained[b_name]
+    np.testing.assert_allclose(b, b_ref, rtol=1e-4, atol=1e-5)
+    assert np.array_equal(b[:lo], b0[:lo]) and np.array_equal(b[hi:], b0[hi:])
+    if rank == 'bias':
+        assert w_name not in trained and s['trainable'] == {'b1': [8]}
+        assert s['train_config'] == 'train.tcfg'
+        assert read_train_config(os.path.join(out, 'train.tcfg'), 3) == {1: 1}
+        return
+    w = trained[w_name]
+    np.testing.assert_allclose(w, w_ref, rtol=1e-4, atol=1e-5)
+    frozen = np.ones(8, bool)
+    frozen[lo:hi] = False
+    assert np.array_equal(w[frozen], w0[frozen]), 'frozen rows changed'
+    assert not np.allclose(w[lo:hi], w0[lo:hi])
+
+
+def test_training_config_file_selects_ops_and_ranks(tmp_path):
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 8, 4])
+    cfg = str(tmp_path / 'c.tcfg')
+    write_train_config(cfg, {2: 3, 1: 1})
+    s = prepare(path, str(tmp_path / 'o'), train_config=cfg)
+    assert sorted(s['trainable']) == ['b1', 'b2', 'w2']
+    assert s['ranks'] == {'w2': [0, 2, 4], 'b2': [1, 2, 4]}
+    f = read_flat(str(tmp_path / 'o' / 'model.flat'))
+    g = read_model(path)
+    assert f['ranks'] == {g.ops[2].inputs[1]: (0, 2, 4), g.ops[2].inputs[2]: (1, 2, 4)}
+    # the folder carries the config it trained with, byte for byte
+    assert open(str(tmp_path / 'o' / 'train.tcfg'), 'rb').read() == open(cfg, 'rb').read()
+
+
+@pytest.mark.slow
+@needs_mp
+def test_streaming_and_batch1_updates_change_no_bit(tmp_path, data, head):
+    """Frozen weights streamed from the model file and updates applied as each gradient
+    completes give the same weights, bit for bit, as RAM-held weights and summed
+    gradients (batch 1 through the batch-N path: reduction sum over one sample)."""
+    outs = {}
+    for name, kw in [('ram', {}), ('stream', dict(stream=True))]:
+        out = str(tmp_path / name)
+        prepare(head, out, data=data, loss='scce', optimizer='adam', lr=0.01, batch=1,
+                epochs=1, train='last:3', ranks='2:1/2', **kw)
+        code, text = runner.run(out, stream=False)
+        assert code == 0, text
+        outs[name] = open(os.path.join(out, 'trained.wof'), 'rb').read()
+    assert outs['ram'] == outs['stream']
+
+
+@pytest.mark.parametrize('model', ['mlp', 'cnn'])
+def test_batch1_immediate_update_equals_summed_update(tmp_path, model):
+    """CPython: Trainer's batch-1 path (updates inside backward) against the same
+    samples through Net.backward's gradient sums and one optimizer step each, with a
+    sparse rank on the first layer (FC, or conv laid out [O, KH*KW*I])."""
+    if model == 'mlp':
+        path, n_in, n_cls = mlp(str(tmp_path / 'm.circle'), [5, 7, 3], seed=9), 5, 3
+    else:
+        path, n_in, n_cls = os.path.join(DIGITS, 'digits_cnn.circle'), 64, 10
+    out = str(tmp_path / 'o')
+    prepare(path, out, loss='scce', optimizer='adam', lr=0.05, batch=1, ranks='0:1/4')
+    code = """
+import sys, json
+sys.path.insert(0, %r)
+import numpy as np
+from utrain.trainer import Trainer
+a = Trainer('model.flat', 'weights.wof')
+b = Trainer('model.flat', 'weights.wof')
+from utrain.sink import Sums
+b.net.sink = Sums(b.net)     # sum gradients, update in apply()
+w0 = {k: a.net.t[k].copy() for k in a.net.trainable}
+rng = np.random.default_rng(1)
+for i in range(6):
+    x = rng.normal(size=(1, %d)).astype(np.float32)
+    y = np.array([[float(i %% %d)]], np.float32)
+    for t in (a, b):
+        t.set_input(x); t.set_expected(y); t.train_step()
+k0 = a.net.trainable[0]
+r = a.net.rank.get(k0)
+# numpy: a float64 loss gradient times a float32 row stays float64 until the update,
+# where the summed path rounds it into its float32 sum first (ulps, Adam amplifies)
+print(json.dumps([bool(np.allclose(a.net.t[k], b.net.t[k], rtol=1e-5, atol=1e-6)) for k in a.net.trainable]
+                 + [all(not np.array_equal(a.net.t[k], w0[k]) for k in a.net.trainable)]
+                 + [r is not None and bool(np.array_equal(a.net.t[k0][r[2]:], w0[k0][r[2]:]))]
+                 + [len(a.net.sink.acc), len(b.net.sink.acc)]))
+""" % (os.path.join(ROOT, 'micro'), n_in, n_cls)
+    r = subprocess.run([sys.executable, '-c', code], cwd=out, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert all(res[:-2]), res            # equal, all changed, frozen rows kept
+    assert res[-2] == 0 and res[-1] > 0  # batch 1 keeps no gradient sums
+
+
+def test_ranked_checkpoint_resumes_and_exports(tmp_path):
+    """A sparse update's checkpoint holds Adam state for the training channels only
+    (state=): the trainer loads it back, and `export` of the .ckpt reads it with the
+    folder's rank table, giving the weights trained.wof holds."""
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 4], seed=5)
+    rng = np.random.default_rng(2)
+    np.savez(str(tmp_path / 'd.npz'), x=rng.normal(size=(8, 6)).astype(np.float32),
+             y=rng.integers(0, 4, 8))
+    out = str(tmp_path / 'o')
+    prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='adam', lr=0.05,
+            batch=1, epochs=1, ranks='0:1/4')
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    ckpt = os.path.join(out, 'checkpoint.ckpt')
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'export', path, ckpt, '-o',
+                        str(tmp_path / 'x.circle')], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    g = read_model(path)
+    want = read_wof(os.path.join(out, 'trained.wof'), g)
+    got = read_model(str(tmp_path / 'x.circle'))
+    for k, a in want.items():
+        assert np.array_equal(got.tensors[k].data, a)
+    code = """
+import sys
+sys.path.insert(0, %r)
+from utrain.trainer import Trainer
+t = Trainer('model.flat', 'weights.wof')
+t.load_checkpoint('checkpoint.ckpt')
+k = t.net.trainable[0]
+print(t.opt.m[k].shape, t.net.shape[k], t.epoch)
+""" % os.path.join(ROOT, 'micro')
+    r = subprocess.run([sys.executable, '-c', code], cwd=out, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ['(2,', '6)', '(8,', '6)', '1']
+
+
+def test_the_plan_is_for_the_board_given(tmp_path):
+    """Issue 14: --board plans for that board (32-bit words and 16 B GC blocks on rp2040
+    and esp32; rp2040 loads npkern's armv6m native code into its heap, esp32 keeps it in
+    IRAM), without one for the simulated board in use; prepare says which."""
+    from host_tools import memory
+    rp, esp = memory.target('rp2040'), memory.target('esp32')
+    assert (rp['word'], rp['block'], rp['native'], rp['arch']) == (4, 16, 'heap', 'armv6m')
+    assert (esp['word'], esp['native']) == (4, 'outside')
+    assert memory.target()['word'] == runner.simulator_word()
+    assert memory.array_bytes(1, 'ulab', rp) < memory.array_bytes(1, 'ulab')
+    g = read_model(DIGITS_MLP)
+    p = make_plan(g, [0, 1], {})
+    s = dict(optimizer='adam', batch=4)
+    plans = {b: memory.plan_heap(g, p, s, 'fallback', b) for b in ('rp2040', 'esp32')}
+    native = memory.native_mpy_size('armv6m')
+    assert native > 10_000
+    assert plans['rp2040']['parts']['code'] - plans['esp32']['parts']['code'] == \
+        native - memory.WORD_FIGURES[4]['native']
+    ulab = memory.plan_heap(g, p, s, 'ulab', 'rp2040')
+    assert ulab['parts']['code'] < plans['rp2040']['parts']['code'] - native
+    # a 32-bit board holds the same arrays in less heap than the 64-bit unix port
+    big = memory.plan_heap(g, p, s, 'ulab', memory.Target(word=8, block=32, native='outside',
+                                                           arch=None, fs='os', name='64'))
+    assert ulab['parts']['optimizer state'] < big['parts']['optimizer state']
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', DIGITS_MLP, '-o',
+                        str(tmp_path / 'o'), '--loss', 'scce', '--board', 'rp2040'],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'heap plan (fallback, for rp2040: 32-bit, 16 B GC blocks, native code in the heap' in r.stdout
+    with pytest.raises(ValueError, match="unknown board 'esp8266'"):
+        memory.target('esp8266')
+
+
+def test_budget_advice_counts_ops_as_the_file_does(tmp_path):
+    """Each 'would fit' of the budget advice, given back to prepare as the user would
+    type it (--train last:N and --ranks OP:R in the file's numbering, which `inspect`
+    prints), plans the heap the advice promised.  digits_tico_cnn.circle loses and
+    merges ops in the rewrites, so counting the rewritten graph would name other ops."""
+    model = os.path.join(DIGITS, 'digits_tico_cnn.circle')
+    assert len(read_model(model).ops) == 12
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'o'), loss='scce', from_logits=True, optimizer='adam',
+                batch=4, budget='100K', backend='ulab')
+    fits = advice_keeps_its_word(tmp_path, e, model, dict(optimizer='adam', batch=4),
+                                 loss='scce', from_logits=True, backend='ulab', budget='100K')
+    assert any('--train last:' in f for f in fits), str(e.value)
+
+
+def advice_keeps_its_word(tmp_path, e, model, given, **kw):
+    """Each 'would fit' of the refusal e, given back to prepare as the user would type it
+    over the settings given, plans the heap it promised; the suggestions."""
+    import re
+    fits = re.findall(r'would fit: (.*)  \(about (\d+) KB\)', str(e.value))
+    assert fits, str(e.value)
+    for flags, kb in fits:
+        got = dict(given)
+        args = flags.split()
+        for i, a in enumerate(args):
+            if a == '--batch':
+                got['batch'] = int(args[i + 1])
+            elif a == '--optimizer':
+                got['optimizer'] = args[i + 1]
+            elif a == '--stream':
+                got['stream'] = True
+            elif a == '--train':
+                got['train'] = args[i + 1]
+            elif a == '--ranks':
+                got['ranks'] = args[i + 1]
+            elif a in ('--cache', '--cache-on-host'):
+                got['cache'] = True if a == '--cache' else 'host'
+            elif a == '--backend':
+                got['backend'] = args[i + 1]
+        s = prepare(model, str(tmp_path / 'p'), **dict(kw, **got))
+        assert s['heap']['total'] // 1024 == int(kb), (flags, s['heap']['total'])
+    return [f for f, _ in fits]
+
+
+def test_budget_advice_plans_row_bands_as_prepare_does(tmp_path):
+    """The DS-CNN's classifier at 230 KB: its plan (276 KB) fits with --stream only
+    because prepare then runs the frozen convolutions in row bands (196 KB; 299 without
+    them); the advice planned --stream without bands and said nothing fits."""
+    model = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_float.tflite')
+    kw = dict(data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_data.npz'),
+              loss='scce', budget='230K')
+    with pytest.raises(PrepareError) as e:      # (--stream off given and no --data for a
+        prepare(model, str(tmp_path / 'o'), train='last:2', stream=False,   # host cache:
+                **dict(kw, data=None))                                        # refused)
+    fits = advice_keeps_its_word(tmp_path, e, model, dict(train='last:2', stream=False), **kw)
+    assert fits[0] == '--stream', fits
+    # not given, prepare chooses it (issue 28), planned as the advice said
+    s = prepare(model, str(tmp_path / 'c'), train='last:2', log=lambda *a: None, **kw)
+    assert s['chose'] == ['--stream'] and s['bands'], s['chose']
+
+
+def test_a_ranked_conv_weight_is_summed_whole_at_batch_above_1(tmp_path):
+    # op_conv adds its weight gradient tap by tap into a whole-shaped sum (WGRAD_WHOLE,
+    # Sums.alloc), ranked or not: the planner counted it at the rank's size
+    cnn = os.path.join(DIGITS, 'digits_cnn.circle')
+    sums = {}
+    for rank in ('1/2', 'all'):
+        s = prepare(cnn, str(tmp_path / rank.replace('/', '_')), loss='scce', batch=4,
+                    train='none', ranks='0:%s,5:bias' % rank)
+        sums[rank] = s['heap']['parts']['gradient sums']
+    assert sums['1/2'] == sums['all'] > 0
+
+
+@pytest.mark.parametrize('where', ['python', 'micropython'])
+def test_a_depthwise_rank_trains_exactly_its_channels(tmp_path, data, where):
+    # a depthwise weight is [taps, C*M] on the device: a rank cuts its columns.  With only
+    # that op training, SGD and one sample, the ranked run's channels equal the whole
+    # run's (the gradient is taken before any update) and the others keep their values
+    if where == 'micropython' and not MP:
+        pytest.skip('no MicroPython')
+    cnn = os.path.join(DIGITS, 'digits_cnn.circle')     # op 2: DEPTHWISE_CONV_2D, 8 -> 16
+    z = np.load(data)
+    np.savez(str(tmp_path / 'one.npz'), x=z['x'][:1], y=z['y'][:1])
+    g = read_model(cnn)
+    w_k, b_k = g.ops[2].inputs[1], g.ops[2].inputs[2]
+    got = {}
+    for rank in ('all', '1/2', '1/4'):
+        out = str(tmp_path / rank.replace('/', '_'))
+        prepare(cnn, out, data=str(tmp_path / 'one.npz'), loss='scce', optimizer='sgd', lr=0.5,
+                batch=1, epochs=1, train='none', ranks='2:' + rank)
+        code, text = runner.run(out, python=where == 'python', stream=False)
+        assert code == 0, text
+        got[rank] = read_wof(os.path.join(out, 'trained.wof'), g)
+    w0, b0 = g.tensors[w_k].data.reshape(-1, 16), g.tensors[b_k].data
+    full_w, full_b = got['all'][w_k].reshape(-1, 16), got['all'][b_k]
+    assert not np.allclose(full_w, w0)
+    for rank, hi in (('1/2', 8), ('1/4', 4)):
+        w, b = got[rank][w_k].reshape(-1, 16), got[rank][b_k]
+        np.testing.assert_allclose(w[:, :hi], full_w[:, :hi], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(b[:hi], full_b[:hi], rtol=1e-5, atol=1e-7)
+        assert np.array_equal(w[:, hi:], w0[:, hi:]) and np.array_equal(b[hi:], b0[hi:])
+
+
+@pytest.mark.slow
+@needs_mp
+def test_a_channel_window_is_not_a_prefix_start(tmp_path):
+    """Issue 28: plan_heap named the prefix cache's first op and a ranked tensor's channel
+    window start both `lo`, so a `low` rank (channels [O/2, O)) was planned as if the
+    board ran from op O/2 on (the digits CNN's classifier: 104.8 KB planned, 112.6 KB
+    needed), and an `up` rank (window start 0) dropped a host-made prefix cache from the
+    plan.  Which half of the channels trains moves no byte: `up` and `low` of an even
+    number of channels plan the same heap, with and without a host cache, and the run
+    trains in the plan of `low`."""
+    model = str(tmp_path / 'cnn.circle')
+    from host_tools.refmodels import small_cnn
+    small_cnn(model, size=12, channels=6, classes=6)
+    rng = np.random.default_rng(1)
+    npz = str(tmp_path / 'd.npz')
+    np.savez(npz, x=rng.normal(size=(6, 12, 12, 1)).astype(np.float32), y=np.arange(6))
+    plans = {}
+    for cache in (False, 'host'):
+        for rank in ('up', 'low'):
+            for op in (0, 3):           # the conv's and the classifier's output channels
+                out = str(tmp_path / f'{rank}{op}{cache}')
+                s = prepare(model, out, data=npz, loss='scce', optimizer='adam', batch=1,
+                            epochs=1, train='none', ranks=f'{op}:{rank}', cache=cache)
+                plans[cache, rank, op] = s['heap']['total']
+        assert plans[cache, 'up', 3] == plans[cache, 'low', 3], plans
+        assert plans[cache, 'up', 0] == plans[cache, 'low', 0], plans
+    runner.stage(out)                   # the host cache's run, classifier's low half
+    assert trains_in(out, plans['host', 'low', 3])
+    out = str(tmp_path / 'low3False')
+    runner.stage(out)
+    assert trains_in(out, plans[False, 'low', 3])
+
+
+@pytest.mark.slow
+def test_a_budget_chooses_the_memory_options_that_fit(tmp_path, data, head):
+    """Issue 28: with --budget (or --board) prepare chooses the memory options the user
+    left to it until the plan fits: --stream for frozen weights in RAM, --cache-on-host
+    for a frozen prefix, --batch 1 for gradient sums; it says which and why, the run
+    trains in the plan, and a flag the user gave wins (then it refuses, with advice)."""
+    def prep(name, model, **kw):
+        said = []
+        s = prepare(model, str(tmp_path / name), data=data, loss='scce', epochs=1,
+                    log=said.append, **kw)
+        return s, [m for m in said if 'prepare chose' in m]
+
+    # frozen weights in RAM (the head's first two layers): --stream
+    whole, _ = prep('a', head, train='last:2', optimizer='sgd', batch=1)
+    streamed, _ = prep('b', head, train='last:2', optimizer='sgd', batch=1, stream=True)
+    budget = streamed['heap']['total'] + 2048
+    assert whole['heap']['total'] > budget
+    s, said = prep('c', head, train='last:2', optimizer='sgd', batch=1, budget=budget)
+    assert s['chose'] == ['--stream'] and s['settings']['stream'], said
+    assert len(said) == 1 and '--stream' in said[0] and 'frozen weights' in said[0], said
+    assert s['heap']['total'] == streamed['heap']['total'] <= budget
+    runner.stage(str(tmp_path / 'c'))
+    assert trains_in(str(tmp_path / 'c'), s['heap']['total'])
+    with pytest.raises(PrepareError, match='would fit: --stream'):
+        prep('d', head, train='last:2', optimizer='sgd', batch=1, budget=budget, stream=False)
+    # gradient sums of a batch: --batch 1 (streaming lowers nothing when all trains)
+    b4, _ = prep('e', DIGITS_MLP, optimizer='adam', batch=4)
+    b1, _ = prep('f', DIGITS_MLP, optimizer='adam', batch=1)
+    budget = b1['heap']['total'] + 1024
+    assert b4['heap']['total'] > budget
+    s, said = prep('g', DIGITS_MLP, optimizer='adam', budget=budget, board='unix')
+    assert s['chose'] == ['--batch 1'] and s['settings']['batch'] == 1, said
+    with pytest.raises(PrepareError):
+        prep('h', DIGITS_MLP, optimizer='adam', batch=4, budget=budget)
+    # a frozen prefix's activations (a 32x32 conv's output): --cache-on-host
+    cnn = str(tmp_path / 'cnn.circle')
+    from host_tools.refmodels import small_cnn
+    small_cnn(cnn, size=32, channels=16, classes=4)
+    rng = np.random.default_rng(0)
+    img = str(tmp_path / 'img.npz')
+    np.savez(img, x=rng.normal(size=(8, 32, 32, 1)).astype(np.float32), y=np.arange(8) % 4)
+    kw = dict(data=img, loss='scce', epochs=1, train='last:2', optimizer='sgd', batch=1,
+              stream=True, bands=0)
+    full = prepare(cnn, str(tmp_path / 'i'), **kw)
+    host = prepare(cnn, str(tmp_path / 'j'), cache='host', **kw)
+    budget = host['heap']['total'] + 1024
+    assert full['heap']['total'] > budget
+    said = []
+    s = prepare(cnn, str(tmp_path / 'k'), budget=budget, log=said.append, **kw)
+    assert s['chose'] == ['--cache-on-host'] and s.get('prefix_cache'), said
+    runner.stage(str(tmp_path / 'k'))
+    assert trains_in(str(tmp_path / 'k'), s['heap']['total'])

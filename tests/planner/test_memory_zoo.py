@@ -1,0 +1,114 @@
+"""The heap planner on the zoo's models people bring (issue 15), as tests/planner/test_memory.py
+holds it on the reference models: training finishes at the planner's figure (never
+below the need) and fails at figure / 1.3 (at most 1.3x above it).
+
+  lstm     the zoo's LSTM KWS (PyTorch nn.LSTM through tico: unrolled over 20 steps,
+           265 ops, a weight read by every step), trained whole
+  ln-gelu  a token MLP with LayerNorm and an exact GELU (made here), its last FC trained
+  bn-cnn   a MobileNet-like CNN with BatchNorm (bench/transfer.py's mbnet, untrained):
+           conv-BN, depthwise-separable blocks with BatchNorm, max pooling, FC; its last
+           pointwise conv + BatchNorm + classifier train
+
+On the 64-bit unix MicroPython the tests always have, and on the 32-bit builds
+(../shared/board-sim.md) named by $UTRAIN_MP32 / $UTRAIN_MP32_ULAB (skipped without)."""
+import os
+
+import numpy as np
+import pytest
+
+from host_tools import runner
+from host_tools.memory import trains_in
+from host_tools.prepare import prepare
+
+pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
+
+pytest.importorskip('tico')
+torch = pytest.importorskip('torch')
+
+
+def bn_cnn(path):
+    """bench/transfer.py's MobileNet-like CNN (8x8x1 in, 10 classes), untrained."""
+    import tico
+    import torch.nn as nn
+
+    def cbr(i, o, k, g=1):
+        return [nn.Conv2d(i, o, k, padding=k // 2, groups=g), nn.BatchNorm2d(o), nn.ReLU()]
+    torch.manual_seed(0)
+    m = nn.Sequential(*cbr(1, 16, 3), *cbr(16, 16, 3, 16), *cbr(16, 32, 1), nn.MaxPool2d(2),
+                      *cbr(32, 32, 3, 32), *cbr(32, 32, 1), nn.MaxPool2d(2),
+                      nn.Flatten(), nn.Linear(128, 10))
+    for mod in m.modules():             # BatchNorm statistics that are not the identity
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    m.eval()
+    tico.convert(m, (torch.zeros(1, 1, 8, 8),)).save(path)
+    return path, (1, 1, 8, 8), 10
+
+
+def lstm(path):
+    from bench.zoo import nets
+    m, shape, classes = nets.export('lstm', path)
+    return path, tuple(shape), classes
+
+
+def ln_gelu(path):
+    """A token MLP with LayerNorm and an exact GELU (issue 28's sweep: the zoo's LayerNorm
+    block was planned 3-7 % under its smallest 64-bit heap; the exact GELU's erf chain
+    needs about 4 output-sized arrays more than its tanh form, measured at hidden 32 and
+    128): Linear(12, 96) - LayerNorm - GELU - Linear(96, 4), mean over 8 tokens."""
+    import tico
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.ln, self.head = nn.Linear(12, 96), nn.LayerNorm(96), nn.Linear(96, 4)
+
+        def forward(self, x):
+            return self.head(nn.functional.gelu(self.ln(self.fc(x)))).mean(1)
+    torch.manual_seed(0)
+    tico.convert(Block().eval(), (torch.zeros(1, 8, 12),)).save(path)
+    return path, (1, 8, 12), 4
+
+
+# (model maker, prepare settings)
+CASES = {
+    'ln-gelu-last2': (ln_gelu, dict(train='last:2')),    # the exact GELU's forward runs frozen
+    'lstm': (lstm, dict(train='all')),
+    'bn-cnn-last': (bn_cnn, dict(train='last:6')),       # last 1x1 conv + BN + classifier
+}
+
+
+def build(var):
+    path = os.environ.get(var)
+    return path if path and os.path.exists(path) else None
+
+
+def needs(var):
+    return pytest.mark.skipif(not build(var), reason=f'${var} names no build')
+
+
+BUILDS = [pytest.param(None, 'fallback', id='64-fallback'),
+          pytest.param('UTRAIN_MP32', 'fallback', marks=needs('UTRAIN_MP32'), id='32-fallback'),
+          pytest.param('UTRAIN_MP32_ULAB', 'ulab', marks=needs('UTRAIN_MP32_ULAB'), id='32-ulab')]
+
+
+@pytest.mark.parametrize('var,backend', BUILDS)
+@pytest.mark.parametrize('case', list(CASES))
+def test_planner_bounds_the_zoo_models(tmp_path, monkeypatch, case, var, backend):
+    if var:
+        monkeypatch.setenv('MICROPYTHON', build(var))
+    make, kw = CASES[case]
+    path, shape, classes = make(str(tmp_path / 'm.circle'))
+    rng = np.random.default_rng(3)
+    npz = str(tmp_path / 'd.npz')
+    np.savez(npz, x=rng.standard_normal((8,) + shape[1:]).astype(np.float32),
+             y=rng.integers(0, classes, 8))
+    out = str(tmp_path / 'o')
+    s = prepare(path, out, data=npz, loss='scce', from_logits=True, optimizer='sgd', lr=0.01,
+                batch=1, epochs=1, backend=backend, **kw)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), f'{case}: trains in plan / 1.3 = {int(plan / 1.3)} B'

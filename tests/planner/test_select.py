@@ -1,0 +1,573 @@
+"""Choosing what trains (prepare --select auto|board, issue 17): the choice stays within
+the budget and trains on the simulated board in the heap the planner gave it; the
+board's own choice survives a resume; the training-config file it writes loads back."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+
+from host_tools import runner  # noqa: E402
+from host_tools.flatmodel import read_flat  # noqa: E402
+from host_tools.passes import PrepareError  # noqa: E402
+from host_tools.prepare import prepare  # noqa: E402
+from host_tools.select import layers  # noqa: E402
+from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.trainconfig import read_train_config  # noqa: E402
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+CNN = os.path.join(DIGITS, 'digits_tico_cnn.circle')
+MP = runner.find_micropython()
+needs_mp = pytest.mark.skipif(not MP, reason='no MicroPython binary')
+SETTINGS = dict(loss='scce', from_logits=True, optimizer='adam', lr=0.005, batch=1, epochs=1)
+# the settings prepare hands select.Trials (SETTINGS with prepare's defaults)
+TRIAL_SETTINGS = dict(SETTINGS, reduction='mean', momentum=0.0, beta1=0.9, beta2=0.999,
+                      eps=1e-7, rho=0.9, metric='accuracy')
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    p = str(tmp_path_factory.mktemp('d') / 'd.npz')
+    np.savez(p, x=z['x'][:360], y=z['y'][:360])
+    return p
+
+
+def trains_at(out, heap):
+    argv, env = runner.command(out)
+    argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
+    r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=600)
+    return r.returncode == 0 and 'saved ' in r.stdout or 'holds the best' in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize('mode', [pytest.param('auto', marks=pytest.mark.slow), 'board'])
+@pytest.mark.parametrize('budget', [140, 150, 175])
+def test_selection_never_exceeds_the_budget(tmp_path, data, mode, budget):
+    out = str(tmp_path / 'o')
+    s = prepare(CNN, out, data=data, test_split=0.2, select=mode, budget='%dK' % budget,
+                log=lambda *a: None, **SETTINGS)
+    assert s['heap']['total'] <= budget * 1024
+    assert s['select']['ranks']
+    cands = dict(layers(read_model(CNN)))
+    for i, r in s['select']['ranks'].items():
+        assert int(i) in cands
+
+
+@pytest.mark.slow
+@needs_mp
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_selection_trains_in_the_planned_heap(tmp_path, data, mode):
+    out = str(tmp_path / 'o')
+    s = prepare(CNN, out, data=data, test_split=0.2, select=mode, budget='150K',
+                log=lambda *a: None, **SETTINGS)
+    ok, text = trains_at(out, s['heap']['total'])
+    assert ok, text
+    if mode == 'board':
+        assert 'board selection (Fisher potential on 16 samples)' in text
+
+
+def test_fallback_to_the_classifier_with_a_message(tmp_path, data):
+    from host_tools.select import Pricer, layers as cands
+    from host_tools.prepare import resolve_settings
+    st = resolve_settings(read_model(CNN), dict(SETTINGS))
+    pr = Pricer(CNN, st, 'fallback')
+    alone = pr.price({11: 0})['heap']
+    more = min(pr.price({11: 0, i: r})['heap'] for i, kinds in cands(pr.g0) if i != 11
+               for r in kinds)
+    assert more > alone
+    lines = []
+    # a budget where the classifier fits and nothing more with it
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                budget=(alone + more) // 2, log=lines.append, **SETTINGS)
+    assert s['select']['ranks'] == {'11': 'all'}
+    assert any('classifier only' in x for x in lines), lines
+    with pytest.raises(PrepareError, match='budget'):
+        prepare(CNN, str(tmp_path / 'p'), data=data, select='board', budget='60K',
+                log=lines.append, **SETTINGS)
+
+
+@pytest.mark.parametrize('mode', [pytest.param('auto', marks=pytest.mark.slow), 'board'])
+def test_training_config_file_loads_back(tmp_path, data, mode):
+    """train.tcfg names the chosen ops of the graph as given with their ranks; prepared
+    from it, the model trains exactly the same tensors and channels."""
+    a = str(tmp_path / 'a')
+    s = prepare(CNN, a, data=data, test_split=0.2, select=mode, budget='175K',
+                log=lambda *x: None, **SETTINGS)
+    g = read_model(CNN)
+    got = read_train_config(os.path.join(a, 'train.tcfg'), len(g.ops))
+    from host_tools.passes import RANKS
+    assert got == {int(i): RANKS[r] for i, r in s['select']['ranks'].items()}
+    b = str(tmp_path / 'b')
+    prepare(CNN, b, data=data, test_split=0.2, train_config=os.path.join(a, 'train.tcfg'),
+            **SETTINGS)
+    fa, fb = read_flat(os.path.join(a, 'model.flat')), read_flat(os.path.join(b, 'model.flat'))
+    assert fa['ranks'] == fb['ranks'] and fa['backward'] == fb['backward']
+    with open(os.path.join(a, 'weights.wof'), 'rb') as f1, open(os.path.join(b, 'weights.wof'), 'rb') as f2:
+        assert f1.read() == f2.read()
+
+
+def _run_json(out, **run):
+    p = os.path.join(out, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['run'].update(run)
+    for k in list(run):
+        if k in cfg:
+            cfg[k] = run.pop(k)
+            cfg['run'].pop(k)
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+
+
+@pytest.mark.slow
+def test_resumed_board_selection_trains_the_same_set(tmp_path, data):
+    """Two epochs straight and one epoch + a resumed one end with the same weights and
+    checkpoint, bit for bit: the resumed run trains the set the checkpoint holds (no new
+    Fisher pass); a checkpoint of another set is refused."""
+    outs = []
+    for name in ('straight', 'resumed'):
+        out = str(tmp_path / name)
+        prepare(CNN, out, data=data, test_split=0.2, select='board', budget='175K',
+                select_layers=1, log=lambda *a: None, shuffle=True, seed=3,
+                **dict(SETTINGS, epochs=2))
+        _run_json(out, keep_best=False)
+        outs.append(out)
+    code, straight = runner.run(outs[0], python=True, stream=False)
+    assert code == 0, straight
+    _run_json(outs[1], epochs=1)
+    code, first = runner.run(outs[1], python=True, stream=False)
+    assert code == 0, first
+    chosen = [x for x in first.splitlines() if x.startswith('op ')]
+    assert chosen and chosen == [x for x in straight.splitlines() if x.startswith('op ')]
+    _run_json(outs[1], epochs=2, resume=True)
+    code, second = runner.run(outs[1], python=True, stream=False)
+    assert code == 0, second
+    assert 'board selection from checkpoint.ckpt' in second and 'Fisher' not in second
+    for f in ('trained.wof', 'checkpoint.ckpt'):
+        with open(os.path.join(outs[0], f), 'rb') as f1, open(os.path.join(outs[1], f), 'rb') as f2:
+            assert f1.read() == f2.read(), f
+    # a checkpoint of the whole candidate set (no selection block) is refused
+    code = """
+import sys
+sys.path.insert(0, %r)
+from utrain.trainer import Trainer
+from utrain import chosen as fisher
+Trainer('model.flat', 'weights.wof').save_checkpoint('other.ckpt')
+t = Trainer('model.flat', 'weights.wof', keep=fisher.read('checkpoint.ckpt'))
+try:
+    t.load_checkpoint('other.ckpt')
+except ValueError as e:
+    print('refused:', e)
+""" % os.path.join(ROOT, 'micro')
+    r = subprocess.run([sys.executable, '-c', code], cwd=outs[1], capture_output=True, text=True)
+    assert 'refused: other.ckpt: ' in r.stdout, r.stdout + r.stderr
+
+
+def test_fisher_potentials_match_pytorch(tmp_path):
+    """The board's Fisher potential of each layer's output channels, 1/(2N) sum_n
+    (sum_d a*g)^2, against PyTorch autograd on the same weights and samples."""
+    import torch
+    from host_tools.refmodels import mlp
+    from host_tools.dataset import write_dataset
+    from host_tools.select import micro
+    path = mlp(str(tmp_path / 'm.circle'), [6, 8, 5, 4], seed=3, softmax=False)
+    out = str(tmp_path / 'o')
+    prepare(path, out, loss='scce', from_logits=True, optimizer='sgd', lr=0.1, batch=1)
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(12, 6)).astype(np.float32)
+    y = rng.integers(0, 4, 12)
+    write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
+    Net, Dataset, fisher = micro('model').Net, micro('data').Dataset, micro('fisher')
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    ds = Dataset(os.path.join(out, 'train.ds'))
+    P = fisher.potentials(net, ds, 12, {'loss': 'scce', 'from_logits': True})
+    ds.close()
+    g = read_model(path)
+    W = [torch.tensor(g.tensors[op.inputs[1]].data, dtype=torch.float64, requires_grad=True)
+         for op in g.ops]
+    B = [torch.tensor(g.tensors[op.inputs[2]].data, dtype=torch.float64) for op in g.ops]
+    want = [torch.zeros(w.shape[0], dtype=torch.float64) for w in W]
+    for n in range(12):
+        h = torch.tensor(x[n:n + 1], dtype=torch.float64)
+        acts = []
+        for i in range(3):
+            h = h @ W[i].T + B[i]
+            if i < 2:
+                h = torch.relu(h)
+            h.retain_grad()
+            acts.append(h)
+        torch.nn.functional.cross_entropy(h, torch.tensor([int(y[n])])).backward()
+        for i, a in enumerate(acts):
+            want[i] += ((a * a.grad).detach()[0]) ** 2
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(P[i]).ravel(), (want[i] / 24).numpy(),
+                                   rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize('board', [None, 'rp2040', 'esp32-psram'])
+def test_candidates_are_priced_for_the_board_given(tmp_path, data, board):
+    # selection priced every candidate with the default simulated board's figures: with
+    # --board rp2040 the board's set was priced 162 KB and planned 148 KB by prepare, so a
+    # budget between the two refused candidates that fit
+    said = []
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='board',
+                board=board, log=said.append, **SETTINGS)
+    line = next(m for m in said if m.startswith('select board:'))
+    assert 'planned %d KB' % (s['heap']['total'] // 1024) in line, (line, s['heap']['total'])
+
+
+class _Net:
+    """A stand-in for utrain.model.Net with what the board's choice reads: ops 0 and 1
+    are 3x3 convolutions of equal size (8 output channels), op 2 the FC classifier."""
+
+    def __init__(self):
+        self.ops = [(3, [0, 1, 2], [3], ()), (3, [3, 4, 5], [6], ()), (9, [6, 7, 8], [9], ())]
+        self.shape = {0: (64, 8), 1: (8, 72), 2: (1, 8), 3: (64, 8), 4: (8, 72), 5: (1, 8),
+                      6: (64, 8), 7: (10, 512), 8: (1, 10), 9: (1, 10)}
+        self.trainable = [1, 2, 4, 5, 7, 8]
+        self.rank = {}
+
+
+def _pots(a, b, c=1.0):
+    """Fisher potentials: op 0's channels a, op 1's b (lists of 8), the classifier's c."""
+    from host_tools.select import micro
+    zeros = micro('xnp').zeros
+    P = {}
+    for i, v in ((0, a), (1, b), (2, [c] * 10)):
+        P[i] = zeros((1, len(v)))
+        for j, x in enumerate(v):
+            P[i][0, j] = x
+    return P
+
+
+def test_board_scoring_picks_the_layer_with_more_fisher_potential():
+    """Without priors (TinyTrain's score, layers of equal size): the layer whose outputs
+    have the larger potential trains, at its prepared width on the window of channels
+    with the most; a layer with no finite potential is refused and says so."""
+    from host_tools.select import micro
+    F = micro('fisher')
+    net = _Net()
+    net.rank = {1: (0, 0, 2), 2: (1, 0, 2), 4: (0, 0, 2), 5: (1, 0, 2)}   # 1/4: 2 of 8
+    keep, lines = F.choose(net, _pots([0.1] * 8, [0.1] * 5 + [3, 4, 0.1]), 1)
+    assert keep == {7: None, 8: None, 4: (0, 5, 7), 5: (1, 5, 7)}, lines
+    keep, lines = F.choose(net, _pots([0.1] * 5 + [3, 4, 0.1], [0.1] * 8), 1)
+    assert keep == {7: None, 8: None, 1: (0, 5, 7), 2: (1, 5, 7)}, lines
+    keep, lines = F.choose(net, _pots([float('nan')] * 8, [0.1] * 8), 2)
+    assert keep == {7: None, 8: None, 4: (0, 0, 2), 5: (1, 0, 2)}, lines
+    assert 'op 0: refused: Fisher potential nan on this data' in lines, lines
+
+
+def test_board_weighs_the_host_priors_by_its_own_potential():
+    """With priors: the proxy measured op 0's configuration +0.15 and op 1's +0.08, each
+    layer with half the classifier's potential there.  On data like the proxy's the
+    board trains op 0's (at 2 of 8 channels: the window with the most potential), also
+    when the shares here are within NOISE (2x) of the proxy's; where op 1's outputs carry
+    four times their proxy share and op 0's a tenth, op 1's (weighed 0.16 against
+    0.015); a refused layer's configuration is out, and of configurations weighed within
+    TIE of each other the larger trains (here op 1's, at a fiftieth of its proxy share:
+    0.003 against the classifier alone's 0, 10 KB more: the board cannot tell them apart,
+    and the larger trains more)."""
+    from host_tools.select import micro
+    F = micro('fisher')
+    configs = [[0.0, 100000, [[7, 2, 0], [8, 2, 0]]],
+               [0.15, 120000, [[7, 2, 0], [8, 2, 0], [1, 0, 2], [2, 1, 2]]],
+               [0.08, 110000, [[7, 2, 0], [8, 2, 0], [4, 2, 0], [5, 2, 0]]]]
+    proxy = [[0, 0.5], [1, 0.5]]
+    keep, lines = F.pick(_Net(), _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8),
+                         configs, proxy)
+    assert keep == {7: None, 8: None, 1: (0, 6, 8), 2: (1, 6, 8)}, lines
+    keep, lines = F.pick(_Net(), _pots([0.25] * 8, [1.0] * 8), configs, proxy)
+    assert keep == {7: None, 8: None, 1: (0, 0, 2), 2: (1, 0, 2)}, lines   # within NOISE
+    keep, lines = F.pick(_Net(), _pots([0.03125] * 8, [2.5] * 8), configs, proxy)
+    assert keep == {7: None, 8: None, 4: None, 5: None}, lines
+    assert '-> config 2' in lines
+    keep, lines = F.pick(_Net(), _pots([0.0] * 8, [0.0125] * 8), configs, proxy)   # 0.003
+    assert any('config 1' in x and 'refused (op 0)' in x for x in lines), lines
+    assert keep == {7: None, 8: None, 4: None, 5: None}, lines
+    # a board with less heap than prepare planned for refuses what does not fit it
+    same = _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8)
+    keep, lines = F.pick(_Net(), same, configs, proxy, have=112000)
+    assert any('config 1' in x and "refused: planned above this board's 109 KB heap" in x
+               for x in lines), lines
+    assert keep == {7: None, 8: None, 4: None, 5: None}, lines
+    keep, lines = F.pick(_Net(), same, configs, proxy, have=90000)
+    assert 'every configuration refused: the smallest trains' in lines
+    assert keep == {7: None, 8: None}, lines
+
+
+def test_board_trains_the_channels_the_host_measured_unless_its_data_says_otherwise():
+    """With priors the host measured op 0's configuration on its channels 0:2 (or 6:8):
+    the board trains those, also where another window has up to NOISE (2x) their
+    potential on its 16 samples (they chose worse windows as often as better ones on the
+    transfer bench); beyond NOISE, or where the measured channels have none, the window
+    with the most.  Without lo (an older prepare) the window with the most, as before."""
+    from host_tools.select import micro
+    F = micro('fisher')
+    proxy = [[0, 0.5], [1, 0.5]]
+
+    def pick(a, lo=0):
+        ents = [[1, 0, 2, lo], [2, 1, 2, lo]] if lo is not None else [[1, 0, 2], [2, 1, 2]]
+        configs = [[0.0, 100000, [[7, 2, 0, 0], [8, 2, 0, 0]]],
+                   [0.15, 120000, [[7, 2, 0, 0], [8, 2, 0, 0]] + ents]]
+        keep, lines = F.pick(_Net(), _pots(a, [0.625] * 8), configs, proxy)
+        return keep[1], keep[2], lines
+
+    close = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.9, 0.9]        # 6:8 has 1.8x of 0:2
+    far = [0.25, 0.25, 0.5, 0.5, 0.5, 0.5, 1.0, 1.5]        # 6:8 has 5x of 0:2
+    w, b, lines = pick(close)
+    assert (w, b) == ((0, 0, 2), (1, 0, 2)), lines
+    assert any('channels 0:2 of 8 (measured on the proxy)' in x for x in lines), lines
+    w, b, lines = pick(far)
+    assert (w, b) == ((0, 6, 8), (1, 6, 8)), lines
+    assert any('5 x the measured 0:2' in x for x in lines), lines
+    assert pick([0.0, 0.0] + [0.5] * 6)[:2] == ((0, 2, 4), (1, 2, 4))    # none measured
+    assert pick(close[::-1], lo=6)[:2] == ((0, 6, 8), (1, 6, 8))       # the second half
+    assert pick(close, lo=None)[:2] == ((0, 6, 8), (1, 6, 8))          # no lo: the most
+
+
+def test_a_window_narrower_than_prepared_trains_as_that_rank(tmp_path, data):
+    """The board may train a configuration at fewer channels than the candidate set was
+    prepared with (a tensor prepared whole, trained at 1/4): the same weights as a run
+    prepared with that rank (the host simulation, CPython + numpy)."""
+    from host_tools.select import micro
+    Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
+    got = []
+    for name, ranks in (('whole', {7: 0, 11: 0}), ('quarter', {7: 4, 11: 0})):
+        out = str(tmp_path / name)
+        prepare(CNN, out, data=data, test_split=0.2, ranks=ranks, train='none', **SETTINGS)
+        if name == 'whole':
+            net = micro('model').Net(os.path.join(out, 'model.flat'))
+            dw = [k for k in net.trainable if net.shape[k][0] == 9][0]    # taps x channels
+            keep = {k: None for k in net.trainable}
+            keep[dw] = (1, 0, net.shape[dw][1] // 4)
+            b = [k for k in net.trainable if net.shape[k] == (1, net.shape[dw][1])][0]
+            keep[b] = (1, 0, net.shape[dw][1] // 4)
+        else:
+            keep = None
+        tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'), keep=keep)
+        ds = Dataset(os.path.join(out, 'train.ds'))
+        tr.train_epoch(ds)
+        ds.close()
+        got.append({k: np.array(tr.net.t[k]) for k in tr.net.trainable})
+    assert sorted(got[0]) == sorted(got[1])
+    for k in got[0]:
+        np.testing.assert_array_equal(got[0][k], got[1][k])
+
+
+@pytest.mark.parametrize('k', [3, 5])
+def test_auto_trials_validate_on_disjoint_folds(data, k):
+    """--select auto's trials are k-fold cross-validation over the proxy samples: prepare's
+    own split of each fold's file validates on that fold's part; the first k parts
+    are disjoint and cover every proxy sample, the next k another partition."""
+    from host_tools import select as sl, dataset as ds
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, folds=k, prepare=prepare)
+    assert t.n_val * k == len(t.x) >= 280          # 288 training samples: k parts
+    ident = {t.x[i].tobytes(): i for i in range(len(t.x))}
+    assert len(ident) == len(t.x)
+    vals = []
+    for f in range(2 * k):
+        z = np.load(t.fold_data(f))
+        tr, te = ds.split(len(z['x']), t.frac, 3)
+        v = {ident[z['x'][i].tobytes()] for i in te}
+        assert len(v) == t.n_val and not v & {ident[z['x'][i].tobytes()] for i in tr}
+        assert all(z['y'][i] == t.y[ident[z['x'][i].tobytes()]] for i in range(len(z['x'])))
+        vals.append(v)
+    assert set().union(*vals[:k]) == set(range(len(t.x)))
+    assert set().union(*vals[k:]) == set(range(len(t.x)))
+    assert vals[k] != vals[0]
+
+
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_nothing_fits_says_so_and_writes_nothing(tmp_path, data, mode):
+    """Under the classifier's own plan neither selection claims a choice: prepare says
+    nothing fits, refuses with the heap needed, and writes no folder."""
+    said = []
+    with pytest.raises(PrepareError, match=r'training needs about \d+ KB of heap'):
+        prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select=mode,
+                budget='60K', log=said.append, **SETTINGS)
+    assert said and said[0].startswith('select: nothing fits, not even the classifier'), said
+    assert not any('chose' in x for x in said), said
+    assert not os.path.exists(tmp_path / 'o')
+
+
+def test_auto_needs_a_sample_a_fold_or_says_how_many(tmp_path):
+    """A proxy too small for FOLDS folds of 8 samples is refused naming the file and the
+    count needed, before any trial runs; the smallest that is enough makes k equal folds."""
+    from host_tools import select as sl
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    need = 8 * sl.FOLDS
+    small = str(tmp_path / 'small.npz')
+    np.savez(small, x=z['x'][:need - 1], y=z['y'][:need - 1])
+    with pytest.raises(PrepareError, match=r'small\.npz: %d training samples are too few.*'
+                       r'at least %d' % (need - 1, need)):
+        prepare(CNN, str(tmp_path / 'o'), data=small, select='auto', budget='300K',
+                log=lambda *a: None, **SETTINGS)
+    assert not os.path.exists(tmp_path / 'o' / 'model.flat')
+    np.savez(small, x=z['x'][:need + 3], y=z['y'][:need + 3])
+    t = sl.Trials(CNN, small, TRIAL_SETTINGS, 0.0, 0, prepare=prepare)
+    assert (t.n_val, len(t.x)) == (8, need)
+
+
+def test_auto_tries_the_last_layers_whole(tmp_path, data, monkeypatch):
+    """Besides the additive combinations, auto tries the last k layers whole (ONERT's
+    last:N) and trains the best mean: here trials that reward only every layer before
+    the classifier training whole (none of the single layers or channel ratios gains)
+    choose exactly that, where it fits; contenders within REFINE (all but the first
+    layer, 0.01 less) are re-tried on more folds."""
+    from host_tools import select as sl
+    g = read_model(CNN)
+    cands = layers(g)
+    every = {i: 0 for i, _ in cands}
+    but_first = {i: 0 for i, _ in cands[1:]}
+    folds = []
+
+    def score(self, ranks, fold=0):
+        folds.append(fold)
+        if ranks == every:
+            return 0.9
+        return 0.89 if ranks == but_first else 0.5 + 0.01 * (len(ranks) == 2)
+    monkeypatch.setattr(sl.Trials, 'score', score)
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                budget='300K', log=lambda *a: None, **SETTINGS)
+    assert {int(i): r for i, r in s['select']['ranks'].items()} == {
+        i: 'all' for i in every}
+    assert max(folds) == sl.FOLDS * sl.REFINE_TIMES - 1 and min(folds) == 0
+
+
+def test_board_trains_the_best_when_its_scoring_pass_does_not_fit(tmp_path, data,
+                                                                  monkeypatch):
+    """At a budget that fits the proxy's best configuration (every layer whole) but not
+    beside the board's scoring pass, --select board trains that configuration, says so
+    and plans no pass, where it used to push the best out for the pass's 1 KB."""
+    from host_tools import select as sl
+    every = {i: 0 for i, _ in layers(read_model(CNN))}
+    monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0:
+                        0.9 if ranks == every else 0.5)
+    full = prepare(CNN, str(tmp_path / 'f'), data=data, test_split=0.2, ranks=every,
+                   train='none', log=lambda *a: None, **SETTINGS)['heap']['total']
+    said = []
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='board',
+                budget=full, log=said.append, **SETTINGS)
+    assert {int(i): r for i, r in s['select']['ranks'].items()} == {i: 'all' for i in every}
+    assert 'select' not in s['select'] and s['heap']['total'] == full
+    assert any('fits the budget only without the board\'s scoring pass' in x for x in said), said
+    # with room for the pass, the board scores as before
+    s = prepare(CNN, str(tmp_path / 'p'), data=data, test_split=0.2, select='board',
+                budget=full + 16 * 1024, log=lambda *a: None, **SETTINGS)
+    assert 'select' in s['select']
+
+
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_trials_leave_no_working_folder_behind(tmp_path, data, mode, monkeypatch):
+    """The trials' working folder (the proxy's folds, each trial's prepared model: 5 MB
+    for a MobileNet) is removed when prepare returns; every --select used to leave one
+    in the temporary folder."""
+    import tempfile
+    made, mkdtemp = [], tempfile.mkdtemp
+
+    def record(*a, **k):
+        made.append(mkdtemp(*a, **k))
+        return made[-1]
+    monkeypatch.setattr(tempfile, 'mkdtemp', record)
+    prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select=mode, budget='150K',
+            log=lambda *a: None, **SETTINGS)
+    trials = [d for d in made if os.path.basename(d).startswith('utrain-trial-')]
+    assert trials and not [d for d in trials if os.path.exists(d)]
+
+
+def test_auto_trains_the_larger_of_two_it_cannot_tell_apart(tmp_path, data, monkeypatch):
+    """Trials within TIE of the best count as as good: of those the largest plan trains
+    (the run trains on k/(k-1) times a trial's samples, and the larger gains more from
+    them); beyond TIE the better mean trains, whatever its heap."""
+    from host_tools import select as sl
+    cands = layers(read_model(CNN))
+    every = {i: 0 for i, _ in cands}
+    but_first = {i: 0 for i, _ in cands[1:]}
+    chosen = {}
+    for best_of_two in (-0.002, -0.01):
+        monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0: (
+            0.9 + best_of_two if ranks == every else 0.9 if ranks == but_first else 0.5))
+        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                    budget='300K', log=lambda *a: None, **SETTINGS)
+        chosen[best_of_two] = {int(i) for i in s['select']['ranks']}
+    assert chosen[-0.002] == set(every) and chosen[-0.01] == set(but_first), chosen
+
+
+def test_trials_import_none_of_the_modules_their_cache_key_leaves_out(tmp_path, data):
+    """The trials' cache is keyed on the micro/ modules they run: those it leaves out
+    (select.NOT_IN_TRIALS) are never imported by a trial (a fresh process, one trial)."""
+    code = ('import sys; sys.path.insert(0, %r)\n'
+            'from host_tools import select as sl\n'
+            'from host_tools.prepare import prepare\n'
+            't = sl.Trials(%r, %r, %r, 0.2, 0, epochs=1, prepare=prepare)\n'
+            't._run({11: 0})\n'
+            'print(sorted(m for m in sys.modules if m.startswith("utrain.")))\n'
+            % (ROOT, CNN, data, TRIAL_SETTINGS))
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    loaded = eval(r.stdout.strip().splitlines()[-1])
+    from host_tools.select import NOT_IN_TRIALS
+    assert 'utrain.trainer' in loaded and 'utrain.op_conv' in loaded, loaded
+    assert not {'utrain.' + n[:-3] for n in NOT_IN_TRIALS} & set(loaded), loaded
+
+
+def test_a_trial_scores_the_same_whoever_computed_its_cut(data, monkeypatch):
+    """Every epoch of a trial reads the frozen prefix's outputs from the cache, whether
+    this trial or an earlier one computed them: under numpy a live first epoch differed
+    from a read one in the last bits, and mbnet's trial scored 0.875 or 0.722 by that.
+    Here the cache stores every value negated and 2 higher (a stand-in, made large, for
+    float32 storage): the same trial run again from the kept cut scores exactly as the
+    first (fails when the first epoch of the first run trains on the live values)."""
+    from host_tools import select as sl
+    P = sl.micro('prefix')
+    write = P.write
+    monkeypatch.setattr(P, 'write', lambda f, a: write(f, np.float32(2) - np.asarray(a)))
+    monkeypatch.setattr(sl.Trials, '_prefix_agrees', lambda *a: True)
+    g = read_model(CNN)
+    cands = layers(g)
+    cls = sl.classifier(g, cands)
+    i = [c for c, kinds in cands if c < cls][-1]
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=2, prepare=prepare)
+    first = t._run({cls: 0, i: 0}, 1)
+    assert [f for f in os.listdir(t.tmp) if f.startswith('pfx-1-')]
+    assert t._run({cls: 0, i: 0}, 1) == first
+
+
+@pytest.mark.slow
+def test_trials_share_the_frozen_prefix_and_score_as_without(data, monkeypatch):
+    """Trials cutting the model at the same op start from the frozen prefix's outputs the
+    first of them computed (checked on the first sample: a kept cut that does not match
+    is computed anew) and score exactly as trials that compute their own."""
+    from host_tools import select as sl
+    g = read_model(CNN)
+    cands = layers(g)
+    cls = sl.classifier(g, cands)
+    i = [c for c, kinds in cands if c < cls and 2 in kinds][-1]
+    configs = [{cls: 0, i: 5}, {cls: 0, i: 2}, {cls: 0, i: 0}]
+    fresh = []
+    for r in configs:                      # each in a Trials of its own: nothing kept
+        fresh.append(sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1, prepare=prepare)._run(r, 1))
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, epochs=1, prepare=prepare)
+    agreed = []
+    check = sl.Trials._prefix_agrees
+    monkeypatch.setattr(sl.Trials, '_prefix_agrees',
+                        lambda *a: agreed.append(check(*a)) or agreed[-1])
+    assert t._run(configs[0], 1) == fresh[0] and not agreed
+    kept = [f for f in os.listdir(t.tmp) if f.startswith('pfx-1-')]
+    assert len(kept) == 2, kept                        # the train and test sets' cuts
+    assert t._run(configs[1], 1) == fresh[1] and agreed == [True, True]
+    import struct
+    for f in kept:          # a kept cut unlike this trial's (its first sample's first value)
+        p = os.path.join(t.tmp, f)
+        b = bytearray(open(p, 'rb').read())
+        head = struct.calcsize('<4sHHIIII') + 12 * struct.unpack_from('<I', b, 8)[0]
+        struct.pack_into('<f', b, head, struct.unpack_from('<f', b, head)[0] + 1.0)
+        open(p, 'wb').write(b)
+    del agreed[:]
+    assert t._run(configs[2], 1) == fresh[2] and agreed == [False, False]

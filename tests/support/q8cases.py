@@ -1,0 +1,59 @@
+"""int8 runs (trained as int8) the heap planner is held to, shared by test_memory (the
+64-bit unix MicroPython) and test_boards32 (a 32-bit build)."""
+import os
+
+import numpy as np
+
+from repo import ROOT  # noqa: E402
+KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+# name: (model, its data (an .npz, or (sample shape, classes): random samples), prepare settings)
+CASES = {
+    'mlp-all-sgd': ('mlp_int8.tflite', 'mlp_data.npz', dict(train='all')),
+    'mlp-all-adam-b4': ('mlp_int8.tflite', 'mlp_data.npz', dict(train='all', optimizer='adam',
+                                                                batch=4)),
+    'dscnn-last2': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz', dict(train='last:2')),
+    'dscnn-last2-cache': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
+                          dict(train='last:2', cache=True)),
+    'mbv2-last2-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
+                         dict(train='last:2', cache=True)),
+    # the sparse update (issue 29): the classifier, a pointwise conv at 1/2 and the biases
+    # of the three layers below it (on 1-bit masks), batch 1 sgd
+    'dscnn-sparse': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
+                     dict(train='last:2', ranks={8: 2, 7: 1, 6: 1, 5: 1})),
+    # the classifier, the last 1x1 conv (1280 x 112) at 1/8, the biases of the block
+    # below it, with the prefix cache
+    'mbv2-sparse-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
+                          dict(train='last:2', ranks={65: 5, 64: 1, 63: 1, 62: 1}, cache=True)),
+    # the classifier and the biases of the four layers below it (the last 1x1 conv's
+    # weights read from flash a chunk at a time for the input gradient)
+    'mbv2-biases-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
+                          dict(train='last:2', ranks={65: 1, 64: 1, 63: 1, 62: 1}, cache=True)),
+}
+# ... and one the tests leave to bench/memory.py --int8 (a 600 KB heap)
+BENCH = dict(CASES, **{'dscnn-all': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
+                                     dict(train='all'))})
+
+
+def prepared(prepare, case, tmp_path, **extra):
+    """prepare's summary of case in tmp_path/o: 8 samples (6 train), one epoch, no
+    validation-gated saving (the run ends saving its weights)."""
+    import json
+    model, data, kw = BENCH[case]
+    small = str(tmp_path / 'd.npz')
+    if isinstance(data, tuple):
+        rng = np.random.default_rng(0)
+        np.savez(small, x=rng.random((8,) + data[0], dtype=np.float32),
+                 y=rng.integers(0, data[1], 8))
+    else:
+        with np.load(os.path.join(KERAS, data)) as z:
+            np.savez(small, x=z['x'][:8], y=z['y'][:8])
+    out = str(tmp_path / 'o')
+    s = prepare(os.path.join(KERAS, model), out, data=small, loss='scce', epochs=1,
+                test_split=0.25, log=lambda *a: None, **kw, **extra)
+    p = os.path.join(out, 'train.json')
+    with open(p) as f:
+        cfg = json.load(f)
+    cfg['run']['keep_best'] = False
+    with open(p, 'w') as f:
+        json.dump(cfg, f)
+    return out, s

@@ -1,0 +1,160 @@
+# q8kern's multiply-add kernels on seeded random int8 data and edge cases (odd lengths,
+# rows of -128 or 127, extreme zero points, padding, strides, dilation, sub-ranges of
+# output channels, offsets, a depthwise multiplier of 2), one digest line per case and
+# implementation: `CASE <name> <impl> <digest of every output>`.  Runs unchanged under
+# CPython (q8kern as plain Python), unix MicroPython (viper) and on a board with
+# utrain.q8asm (then both the assembler kernels and q8kern.VK's viper ones).
+from array import array
+from utrain import q8kern as K
+
+NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk')
+IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
+IMPLS[0][1]['upmk'] = K.upmk
+if getattr(K, 'VK', None) is not None:
+    IMPLS = [('asm', IMPLS[0][1]), ('viper', dict(zip(NAMES, K.VK)))]
+    IMPLS[1][1]['upmk'] = K.VUPM
+
+
+class R:
+    def __init__(self, seed):
+        self.s = seed
+
+    def bytes(self, n, fill=None):
+        b = bytearray(n)
+        for i in range(n):
+            self.s = (self.s * 1103515245 + 12345) & 0x7fffffff
+            b[i] = fill if fill is not None else (self.s >> 13) & 255
+        return b
+
+    def ints(self, n, big=1 << 20):
+        a = array('i', [0] * n)
+        for i in range(n):
+            self.s = (self.s * 1103515245 + 12345) & 0x7fffffff
+            a[i] = (self.s >> 4) % (2 * big) - big
+        return a
+
+
+def digest(buf):
+    h = 0
+    if isinstance(buf, (bytes, bytearray)):
+        for v in buf:
+            h = (h * 31 + v) & 0x3fffffff
+    else:
+        for v in buf:
+            h = (h * 31 + (v & 0xffffffff)) & 0x3fffffff
+    return h
+
+
+def geo(H, W, I, O, KH, KW, sh, sw, ph, pw, dh=1, dw=1):
+    OH = (H + 2 * ph - dh * (KH - 1) - 1) // sh + 1
+    OW = (W + 2 * pw - dw * (KW - 1) - 1) // sw + 1
+    return array('i', [H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw])
+
+
+FC = [  # ni, no, n rows, xz, fill (None: random), lo, hi
+    (1, 1, 1, 0, None, 0, 1), (3, 5, 2, -128, None, 1, 4), (17, 7, 1, 127, None, 0, 7),
+    (16, 32, 1, -3, None, 0, 32), (33, 9, 3, 5, 0x80, 2, 9), (8, 4, 1, -128, 0x7f, 0, 4)]
+CONV = [  # H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill
+    (5, 5, 7, 3, 1, 1, 1, 1, 0, 0, 1, 1, -7, None),        # pointwise
+    (5, 4, 3, 5, 1, 1, 2, 2, 0, 0, 1, 1, 4, None),         # 1x1 stride 2
+    (6, 5, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1, -128, None),      # padded 3x3
+    (7, 6, 1, 6, 4, 3, 2, 1, 1, 2, 1, 1, 127, None),       # one input channel, strides
+    (7, 7, 2, 3, 3, 3, 1, 1, 2, 2, 2, 2, 0, None),         # dilation 2
+    (4, 4, 5, 2, 3, 3, 1, 1, 1, 1, 1, 1, -128, 0x7f),      # saturated input
+]
+DW = [  # H, W, C, M, K, s, p, xz, fill
+    (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
+    (6, 6, 3, 2, 3, 1, 1, 3, None), (4, 5, 5, 1, 3, 1, 0, -128, 0x80),
+    (9, 3, 2, 1, 5, 1, 2, 0, None)]
+RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
+    (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
+    (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3)]
+UP = [(37, 1 << 10, 12345), (64, 1 << 16, 0x3fffffff), (5, 300, 0)]   # n, |d| <, seed
+
+
+def run(r, name, k):
+    out = []
+    for i, (ni, no, n, xz, fill, lo, hi) in enumerate(FC):
+        x = r.bytes(n * ni + 3, fill)
+        w = r.bytes(ni * no)
+        b = r.ints(no)
+        acc = array('i', [0] * (n * no))
+        k['fck'](acc, x, 3, xz, w, b, n, ni, no)
+        dz = r.bytes(no + 2)
+        dz[2] = 0
+        g = r.ints((hi - lo) * ni)
+        k['gwk'](g, dz, 2, x, 1, xz, lo, hi, ni)
+        dx = r.ints(ni)
+        k['dxk'](dx, dz, 1, w, no, ni)
+        out.append(('fc%d' % i, acc, g, dx))
+    for i, c in enumerate(CONV):
+        H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill = c
+        gm = geo(H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw)
+        N = gm[10] * gm[11]
+        x = r.bytes(H * W * I, fill)
+        w = r.bytes(O * KH * KW * I)
+        b = r.ints(O)
+        acc = r.ints(N * O)
+        k['convk'](acc, x, xz, gm, w, b)
+        dz = r.bytes(N * O)
+        g = r.ints(O * KH * KW * I)
+        k['cgk'](g, dz, x, xz, gm, 0, O)
+        g2 = r.ints((O - 1) * KH * KW * I)
+        k['cgk'](g2, dz, x, xz, gm, 1, O)
+        dx = r.ints(H * W * I)
+        k['cdk'](dx, dz, w, gm)
+        out.append(('conv%d' % i, acc, g, g2, dx))
+    for i, (H, W, C, M, KS, s, p, xz, fill) in enumerate(DW):
+        gm = geo(H, W, C, C * M, KS, KS, s, s, p, p)
+        N = gm[10] * gm[11]
+        x = r.bytes(H * W * C, fill)
+        w = r.bytes(KS * KS * C * M)
+        b = r.ints(C * M)
+        acc = r.ints(N * C * M)
+        k['dwk'](acc, x, xz, gm, w, b)
+        dz = r.bytes(N * C * M)
+        dx = r.ints(H * W * C)
+        k['ddk'](dx, dz, w, gm)
+        g = r.ints(KS * KS * C * M)
+        k['dgk'](g, dz, x, xz, gm)
+        out.append(('dw%d' % i, acc, dx, g))
+    for i, (n, c, blk, wide, big, s0, s1) in enumerate(RQ):
+        a = r.ints(n, big)
+        a[0] = big - 1
+        a[n - 1] = 1 - big
+        mul = r.ints(c, 1 << 29)
+        shf = r.ints(c, 1 << 20)
+        for j in range(c):
+            mul[j] += 3 << 29          # [2^30, 2^31)
+            shf[j] = s0 + shf[j] % (s1 - s0 + 1)
+        mul[0] = 0x7fffffff
+        y = array('i', [0] * n) if wide else bytearray(n)
+        k['rqk'](a, n, c, blk, mul, shf, y, i - 3, -128 + 5 * i, 127 - 3 * i, wide)
+        k['rqk'](a, n, c, blk, mul, shf, a, 0, 0, 0, 1)         # in place
+        out.append(('rq%d' % i, y, a))
+    for i, (n, big, seed) in enumerate(UP):
+        w = r.bytes(n)
+        w[0], w[1], w[2] = 0x81, 0x7f, 0x80             # -127, 127, -128
+        d = r.ints(n, big)
+        for j in range(0, n, 3):
+            d[j] = 0
+        d[1], d[2] = -(1 << 16), 1 << 16               # saturating updates
+        s = k['upk'](w, d, n, seed)
+        out.append(('up%d' % i, w, array('i', [s])))
+    # upmk: |d| < 2^15, 15-bit multipliers, every shift it takes
+    for i, (n, sh, seed) in enumerate(((1, 0, 5), (37, 7, 11), (300, 16, 3), (257, 24, 77),
+                                       (64, 31, 9))):
+        w = r.bytes(n)
+        d = r.ints(n, (1 << 15) - 1)
+        for j in range(0, n, 4):
+            d[j] = 0
+        d[n - 1] = (1 << 15) - 1
+        p = array('i', [seed, (1 << 15) - 1 - 977 * i, sh, (1 << (sh - 1)) if sh else 0, 69069])
+        s = k['upmk'](w, d, n, p)
+        out.append(('upm%d' % i, w, array('i', [s])))
+    for o in out:
+        print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
+
+
+for name, k in IMPLS:
+    run(R(1), name, k)
