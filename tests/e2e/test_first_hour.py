@@ -426,7 +426,7 @@ def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
 
 
 # ------------------------------------------------------------------ 3: every memory option
-@pytest.mark.parametrize('size,firmware', [(22, False), (32, True)])
+@pytest.mark.parametrize('size,firmware', [(18, False), (32, True)])
 def test_budget_advice_considers_every_memory_option(tmp_path, size, firmware):
     """A CNN whose frozen convolution's activations do not fit an ESP32 without PSRAM
     beside the code: the refusal names what fits, the prefix cached by prepare
