@@ -13,13 +13,13 @@
 # between samples by powers of two) and the update is applied from those.  Adam keeps a
 # float32 master copy of the trained weights (and its moments): the update goes to the
 # master, the int8 weights the forward pass reads are the master requantized.
-# The model is q8.json (layers, written by host_tools/quant.py) + a .wof with int8
+# The model is q8.json (layers, written by host_tools/prepare/quant.py) + a .wof with int8
 # weights and int32 biases as raw bytes (onert-micro's layout).
 from array import array
 from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
-# the layer kinds of q8.json's 'k': the one table (host_tools/quant.py reads it from here;
+# the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
@@ -408,7 +408,7 @@ class Q8Net:
             from utrain.q8bands import Q8Group
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
-        # scce's softmax table (_sce; host_tools/quant.py etab), 256 entries
+        # scce's softmax table (_sce; host_tools/prepare/quant.py etab), 256 entries
         e = meta.get('etab')
         self.etab = None
         if e is not None:
@@ -1016,7 +1016,7 @@ def held_at(d):
 
 def bufs(ls):
     """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
-    values, a residual ADD's held int32 gradient values) of layer table ls: Q8Net's shared backward buffers (host_tools/memory.py
+    values, a residual ADD's held int32 gradient values) of layer table ls: Q8Net's shared backward buffers (host_tools/plan/memory.py
     plans them with this)."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     nz = nz2 = ng = nk = 0
@@ -1041,7 +1041,7 @@ def bufs(ls):
 
 def gin(ls):
     """The most values an input gradient of layer table ls has: the size of _gbuf's
-    two buffers (host_tools/memory.py plans them with this)."""
+    two buffers (host_tools/plan/memory.py plans them with this)."""
     m = 0
     for i in range(len(ls)):
         d = ls[i]

@@ -169,7 +169,7 @@ def _write_block(f, arrays, n, start):
 
 def write_wof(f, n, arrays):
     """A .wof of n tensors to the open file f, {tensor index: array}; the one writer
-    (host_tools/wof.py packs its files with it)."""
+    (host_tools/files/wof.py packs its files with it)."""
     f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
     _write_block(f, arrays, n, 8)
 

@@ -16,10 +16,11 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
-from host_tools import quant, runner  # noqa: E402
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import _np_conv_taps  # noqa: E402
@@ -287,7 +288,7 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
     m, heap = sparse[0], sparse[2]
     masked = [d['nout'] for d in m['layers'] if d.get('mask')]
     assert len(masked) == 2            # the bias-only conv's output (1024 values), the pointwise's
-    from host_tools.memory import target
+    from host_tools.plan.memory import target
     t = target(None)
     w, blk = t['word'], t['block']
     assert heap['parts']['output masks (1 bit an output)'] == sum(
@@ -303,8 +304,8 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     """--select auto on an int8 model: contribution analysis with int8 trials, each
     candidate priced by the int8 planner; the choice fits the budget and trains as int8
     (its ranks in q8.json); --select board says what it cannot do."""
-    from host_tools.prepare import PrepareError
-    from host_tools.select import Q8Pricer
+    from host_tools.prepare.pipeline import PrepareError
+    from host_tools.prepare.select import Q8Pricer
     model = build(str(tmp_path / 'm.tflite'))
     r = np.random.default_rng(1)
     n = 60
@@ -515,7 +516,7 @@ def test_dscnn_sparse_run_export_end_to_end(tmp_path):
     exported model keeps every scale and layout, changes only what trained (the pointwise
     conv's other half and the bias-only layers' weights as they were), and TFLite Micro's
     logits on it are the trained net's."""
-    from host_tools.prepare import export
+    from host_tools.prepare.pipeline import export
     from test_q8 import DSCNN, _cut_softmax
     from tflite_micro.python.tflite_micro import runtime
     z = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))
