@@ -646,7 +646,7 @@ def test_one_input_gradient_buffer(tmp_path, monkeypatch):
     reference of test_sparse_step_matches_float_reference holds with it); the plan counts
     one, a buffer of the largest input gradient less than two."""
     from utrain import q8
-    from host_tools.memory import target
+    from host_tools.plan.memory import target
     m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
     assert not q8.gtwo(m['layers']) and net.gb[0] is net.gb[1]
     g = read_model(build(str(tmp_path / 'm.tflite')))
