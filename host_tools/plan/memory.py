@@ -776,31 +776,33 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
         if d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
             held += (arr(4 * d['nb']) if d.get('train') else 0) + arr(4 * d['nq'])
         elif 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
-            held += arr(d['wn']) + arr(4 * d['nb'])
+            held += arr(q8.held_bytes(d)) + arr(4 * d['nb'])     # (pw: the window's rows)
             if 'mul' not in d:
                 held += 2 * arr(4 * d['nq']) + (arr(4 * d['nq']) if d.get('fs') else 0)
     parts['weights held in RAM'] = held
     if not trains:
         return parts
-    gin = q8.gin(ls)                        # its two input-gradient buffers (_gbuf)
+    gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
     nz, nz2, ng, nk = q8.bufs(ls)   # shared: int8 dz (its rescaled copy), a gradient chunk,
     st = arr(nz) + arr(nz2) + arr(4 * ng) + (arr(4 * nk) if nk else 0)     # a residual's
     mask = 0
-    for d in ls:
+    for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
-        if back and d['k'] < q8.MEAN and d.get('pc'):          # dz's per-channel rescaling
+        if back and d['k'] < q8.MEAN and d.get('pc') and not (i + 1 < len(ls) and q8.bcast(ls, i + 1)):
+            # dz's per-channel rescaling (none held where the gradient is a broadcast row)
             st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
         if back and d.get('mask'):
             mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
         if d.get('train'):          # float bias, bias sums, update multipliers (weights)
-            st += (4 if q8_trained_weights(d) else 2) * arr(4 * d['nb'])
+            st += 2 * arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8_trained_weights(d) else 0)
     if mask:
         parts['output masks (1 bit an output)'] = mask
     # made at the first layer above the lowest trained one that passes a gradient back
     first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
     if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
         gin = 0
-    parts['gradient buffers (int8 dz, int32 sums)'] = st + (2 * arr(4 * gin) if gin else 0)
+    parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if q8.gtwo(ls) else 1) * arr(4 * gin)
+                                                            if gin else 0)
     opt, batch = settings['optimizer'], int(settings['batch'])
     mom = opt == 'sgd' and settings.get('momentum')
     n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0) + (1 if mom else 0)

@@ -436,6 +436,11 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
                 # output channels at a time for the input gradient too (q8sparse.dak),
                 # not held in RAM
                 d['sd'] = 1
+            if (wtrains and tw and tw[1] - tw[0] < d['nb'] and d['wn'] > W and
+                    (d['k'] == FC or pointwise(d['g']))):
+                # a rank's window of a wide layer: its rows alone held in RAM, the frozen
+                # ones read from flash a chunk at a time (forward and input gradient)
+                d['pw'] = 1
         if d.get('train') and d['k'] in (FC, CONV):
             # output channels a chunk of the weight gradient holds (utrain.q8 _wgrad)
             row = d['wn'] // d['nb']
@@ -509,10 +514,10 @@ def split(g: Graph, m: dict, rows=None):
     (sc,), (zc,) = _q(g.tensors[cut])
     pre = [copy.deepcopy(d) for d in ls[:first]]
     for d in pre:
-        d.pop('nc', None), d.pop('res', None), d.pop('sd', None)
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None), d.pop('pw', None)
     post = [copy.deepcopy(d) for d in ls[first:]]
     for d in post:
-        d.pop('nc', None), d.pop('res', None), d.pop('sd', None)
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None), d.pop('pw', None)
     base = {k: m[k] for k in ('format', 'version', 'ntensors')}
     # the .wof holds both parts' tensors: [tensor, bytes] of each, for its header check
     base['wsizes'] = [[k, n] for d in ls if 'wt' in d
