@@ -994,7 +994,7 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
 
 def umn(d):
     """The update multipliers trained layer d keeps (_mults: one a channel of a gradient
-    chunk; a depthwise layer's all) (host_tools/memory.py plans them with this)."""
+    chunk; a depthwise layer's all) (host_tools/plan/memory.py plans them with this)."""
     oc = d['nb']
     lo, hi = d.get('tw', (0, oc))
     return oc if d['k'] == DW else min(d.get('gc', oc), hi - lo)
@@ -1002,7 +1002,7 @@ def umn(d):
 
 def held_bytes(d):
     """Bytes of layer d's weights held in RAM: a partial layer's (pw) window rows, else
-    all (host_tools/memory.py plans them with this)."""
+    all (host_tools/plan/memory.py plans them with this)."""
     if d.get('pw'):
         lo, hi = d['tw']
         return (hi - lo) * (d['wn'] // d['nb'])
@@ -1056,7 +1056,7 @@ def gtwo(ls):
     """Does the backward pass of layer table ls need two input-gradient buffers: a pool,
     or a MEAN whose gradient is not read broadcast, above the lowest trained layer (its
     input's gradient is made from its output's, both int32)?  Else one
-    (host_tools/memory.py plans them with this)."""
+    (host_tools/plan/memory.py plans them with this)."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     for i in range(first + 1, len(ls)):
         d = ls[i]
