@@ -19,6 +19,7 @@
 # in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
 # update), the bias fill and zeroing.
 import micropython
+from micropython import const
 from array import array
 
 _P = array('i', range(24))
@@ -27,6 +28,8 @@ _PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk;
 _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
+_C = {}                  # _taps's tables per (geometry, mode) (_keep)
+_NC = const(12)
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
 
 
@@ -1008,13 +1011,65 @@ def _table(n, kw):
     return _T
 
 
+def _keep(h, g, mode):
+    # a copy of the table _build left in _T, kept in _C under the key h: [20] where the
+    # geometry g and the mode (what _taps checks a hit against) follow the entries.  At
+    # most _NC tables (heap: ~340 bytes each for a 3x3 kernel); past them _T is used as is
+    t = _T
+    m = 24 + 5 * t[0]
+    if len(_C) >= _NC or h in _C:
+        return t
+    c = array('i', range(m + 15))
+    for i in range(m):
+        c[i] = t[i]
+    for i in range(14):
+        c[m + i] = g[i]
+    c[m + 14] = mode
+    c[20] = m
+    _C[h] = c
+    return c
+
+
 @micropython.viper
 def _taps(a, x, w, g, xz: int, mode: int):
     # the depthwise kernels (multiplier 1) in one vmacs call: an entry per tap (ky, kx)
     # over the block of outputs (oy, ox) whose input is inside the image (bands oy, rows
     # ox, the channels contiguous).  mode 0: forward (a: sums [OH, OW, C], x: input,
     # w: weights); 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
-    # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz)
+    # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz).  A layer's shape does not
+    # change between steps: the table of each (geometry, mode) is built once (_build)
+    # and kept (_keep), looked up by a hash of the geometry's 14 words and checked
+    pg = ptr32(g)
+    h = mode
+    i = 0
+    while i < 14:
+        h = h * 31 + int(pg[i])
+        i += 1
+    h = (h ^ (h >> 15)) & 0x3fffffff
+    tb = _C.get(h)
+    ok = 0
+    if tb:
+        t = ptr32(tb)
+        o = t[20]
+        if int(t[o + 14]) == mode:
+            ok = 1
+            i = 0
+            while i < 14:
+                if t[o + i] != pg[i]:
+                    ok = 0
+                    break
+                i += 1
+    if ok == 0:
+        _build(g, mode)
+        tb = _keep(h, g, mode)
+    t = ptr32(tb)
+    t[3] = xz
+    vmacs(a, x, w, tb)
+
+
+@micropython.viper
+def _build(g, mode: int):
+    # _taps's table for geometry g and mode, in _T (t[3], the zero point, left to _taps)
     pg = ptr32(g)
     H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
@@ -1023,7 +1078,7 @@ def _taps(a, x, w, g, xz: int, mode: int):
     if KH * KW > 9 or KW > 3:
         tb = _table(KH * KW, KW)
     t = ptr32(tb)
-    t[1] = C; t[3] = xz
+    t[1] = C
     r = sw * C                   # steps of a row (ox) and a band (oy) in the image
     b = sh * W * C
     if mode == 0:                # (a's steps in bytes)
@@ -1072,7 +1127,6 @@ def _taps(a, x, w, g, xz: int, mode: int):
                 n += 1
             k += 3
     t[0] = n
-    vmacs(a, x, w, tb)
 
 
 @micropython.viper
