@@ -3,7 +3,7 @@
 # keeps its viper kernels as the reference: the same integers, in the same int32 sums).
 # Thumb-1 only (the RP2040's Cortex-M0+): the byte loads with a register offset (ldrsb,
 # ldr/str reg) that MicroPython's assembler does not spell are written with data().
-# Three loops do the multiply-adds, two a turn; assembler and a little viper around them
+# Three loops do the multiply-adds, two a turn (vmacs four); assembler and a little viper around them
 # walk the geometry, one call per row of rows or more (an asm function takes 4 arguments:
 # the rest go in a table, _P, offsets and addresses included, so no memoryview is made
 # per call):
@@ -308,23 +308,28 @@ def vmacs(r0, r1, r2, r3):
     ldr(r3, [r7, 12])        # c
     ldr(r4, [r7, 56])
     cmp(r4, 0)
-    ble(EDONE)
+    bgt(BAND)
+    b(EDONE)
     label(BAND)
     ldr(r4, [r7, 76])
     str(r4, [r7, 60])        # [15] rows left
     cmp(r4, 0)
-    ble(BDONE)
+    bgt(ROW)
+    b(BDONE)
     label(ROW)
     ldr(r4, [r7, 4])
     mov(r12, r7)
     sub(r4, 1)
-    bmi(JDONE)
+    bmi(JX)
     lsl(r6, r4, 2)
     add(r6, r6, r0)          # r6: &a[j]
     cmp(r3, 0)
-    beq(Z)                   # c = 0 (input gradients: x is dz): without the subtraction
-    lsr(r5, r4, 1)
-    bcs(JP)                  # n even: pairs from the top; odd: the last one first
+    beq(ZL)                  # c = 0 (input gradients: x is dz): without the subtraction
+    # j from the top: single ones until a multiple of 4 is left, then four a turn
+    label(JL)
+    add(r5, r4, 1)
+    lsl(r5, r5, 30)          # values left a multiple of 4?
+    beq(JQ)
     data(2, 0x570D)          # ldrsb r5, [r1, r4]
     data(2, 0x5717)          # ldrsb r7, [r2, r4]
     sub(r5, r5, r3)
@@ -334,10 +339,27 @@ def vmacs(r0, r1, r2, r3):
     str(r7, [r6, 0])
     sub(r6, 4)
     sub(r4, 1)
-    bmi(JDONE)
-    label(JP)
-    sub(r6, 4)               # &a[j - 1]
-    label(J)                 # two a turn: j and j - 1
+    bmi(JX)
+    b(JL)
+    label(JQ)
+    sub(r6, 12)              # &a[j - 3]
+    label(J4)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    sub(r5, r5, r3)
+    mul(r5, r7)
+    ldr(r7, [r6, 12])
+    add(r7, r7, r5)
+    str(r7, [r6, 12])
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    sub(r5, r5, r3)
+    mul(r5, r7)
+    ldr(r7, [r6, 8])
+    add(r7, r7, r5)
+    str(r7, [r6, 8])
+    sub(r4, 1)
     data(2, 0x570D)
     data(2, 0x5717)
     sub(r5, r5, r3)
@@ -353,15 +375,17 @@ def vmacs(r0, r1, r2, r3):
     ldr(r7, [r6, 0])
     add(r7, r7, r5)
     str(r7, [r6, 0])
-    sub(r6, 8)
+    sub(r6, 16)
     sub(r4, 1)
-    bpl(J)
+    bpl(J4)
+    label(JX)
     b(JDONE)
-    label(Z)
-    lsr(r5, r4, 1)
-    bcs(ZP)
-    data(2, 0x570D)
-    data(2, 0x5717)
+    label(ZL)
+    add(r5, r4, 1)
+    lsl(r5, r5, 30)          # values left a multiple of 4?
+    beq(ZQ)
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    data(2, 0x5717)          # ldrsb r7, [r2, r4]
     mul(r5, r7)
     ldr(r7, [r6, 0])
     add(r7, r7, r5)
@@ -369,9 +393,24 @@ def vmacs(r0, r1, r2, r3):
     sub(r6, 4)
     sub(r4, 1)
     bmi(JDONE)
-    label(ZP)
-    sub(r6, 4)
-    label(ZJ)
+    b(ZL)
+    label(ZQ)
+    sub(r6, 12)              # &a[j - 3]
+    label(Z4)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    mul(r5, r7)
+    ldr(r7, [r6, 12])
+    add(r7, r7, r5)
+    str(r7, [r6, 12])
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    mul(r5, r7)
+    ldr(r7, [r6, 8])
+    add(r7, r7, r5)
+    str(r7, [r6, 8])
+    sub(r4, 1)
     data(2, 0x570D)
     data(2, 0x5717)
     mul(r5, r7)
@@ -385,9 +424,9 @@ def vmacs(r0, r1, r2, r3):
     ldr(r7, [r6, 0])
     add(r7, r7, r5)
     str(r7, [r6, 0])
-    sub(r6, 8)
+    sub(r6, 16)
     sub(r4, 1)
-    bpl(ZJ)
+    bpl(Z4)
     label(JDONE)
     mov(r7, r12)
     ldr(r4, [r7, 8])         # as (bytes)
@@ -399,7 +438,8 @@ def vmacs(r0, r1, r2, r3):
     ldr(r4, [r7, 60])
     sub(r4, 1)
     str(r4, [r7, 60])
-    bgt(ROW)
+    ble(BDONE)
+    b(ROW)                   # (beyond a conditional branch's reach)
     label(BDONE)
     ldr(r4, [r7, 24])        # ab (bytes)
     ldr(r0, [r7, 64])
@@ -416,7 +456,8 @@ def vmacs(r0, r1, r2, r3):
     ldr(r4, [r7, 56])
     sub(r4, 1)
     str(r4, [r7, 56])
-    bgt(BAND)
+    ble(EDONE)
+    b(BAND)
     label(EDONE)
     ldr(r4, [r7, 52])
     sub(r4, 1)
@@ -702,10 +743,26 @@ def _wbuf(n):
 
 @micropython.asm_thumb
 def _bias(r0, r1, r2, r3):
-    # a[r*c + j] = b[j] for n rows: (a, b, n, c)
+    # a[r*c + j] = b[j] for n rows: (a, b, n, c); c a multiple of 4: four words a turn
     cmp(r3, 0)
     ble(END)
-    lsl(r3, r3, 2)
+    lsl(r3, r3, 2)           # c in bytes
+    lsl(r4, r3, 28)
+    bne(ROW)                 # c not a multiple of 4: word by word
+    mul(r2, r3)
+    add(r2, r2, r0)          # a's end
+    mov(r12, r1)             # b
+    add(r3, r3, r1)          # b's end
+    label(RQ)
+    cmp(r0, r2)
+    bcs(END)
+    mov(r1, r12)
+    label(Q)
+    data(2, 0xC9F0)          # ldmia r1!, {r4-r7}
+    data(2, 0xC0F0)          # stmia r0!, {r4-r7}
+    cmp(r1, r3)
+    bcc(Q)
+    b(RQ)
     label(ROW)
     sub(r2, 1)
     bmi(END)
