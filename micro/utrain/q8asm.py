@@ -17,7 +17,7 @@
 # shapes go through im2col rows of one output row (_gs gathers them, and adds their
 # gradient back, col2im).  Sums wrap as int32 like the viper kernels': the same integers
 # in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
-# update), the bias fill and zeroing.
+# update), zeroing, and vmacs's fill of its sums first (the bias; zeros).
 import micropython
 from micropython import const
 from array import array
@@ -270,11 +270,73 @@ def axpy(r0, r1, r2, r3):
 def vmacs(r0, r1, r2, r3):
     # r3: the table t: [0] entries, [1] n, [2] as, [3] c, [4] xs, [5] ws (a row's steps;
     # a's in bytes), [6] ab, [7] xb, [8] wb (a band's), [9..19] scratch, entries (Y, R, ao, xo, wo) from
-    # t[24]: Y bands of R rows each
+    # t[24]: Y bands of R rows each.  First, [22] > 0: a[r*n + j] = f[j] for [22] rows
+    # r, f at the address [21] (a depthwise conv's bias), four words a turn when n is a
+    # multiple of 4; [21] = 0: zeros; [23]: scratch
     mov(r7, r3)
     str(r0, [r7, 36])        # [9] a
     str(r1, [r7, 40])        # [10] x
     str(r2, [r7, 44])        # [11] w
+    ldr(r2, [r7, 88])
+    cmp(r2, 0)
+    ble(FDONE)
+    ldr(r3, [r7, 4])
+    lsl(r3, r3, 2)           # a row's bytes
+    mul(r2, r3)
+    add(r2, r2, r0)          # a's end
+    ldr(r1, [r7, 84])        # f
+    cmp(r1, 0)
+    beq(FZ0)                 # zeros
+    add(r4, r1, r3)
+    str(r4, [r7, 92])        # [23] f's end
+    lsl(r4, r3, 28)
+    bne(FW)                  # n not a multiple of 4: word by word
+    mov(r12, r7)
+    label(FQR)
+    mov(r7, r12)
+    ldr(r1, [r7, 84])
+    ldr(r3, [r7, 92])
+    label(FQ)
+    data(2, 0xC9F0)          # ldmia r1!, {r4-r7}
+    data(2, 0xC0F0)          # stmia r0!, {r4-r7}
+    cmp(r1, r3)
+    bcc(FQ)
+    cmp(r0, r2)
+    bcc(FQR)
+    mov(r7, r12)
+    b(FEND)
+    label(FW)
+    mov(r4, r3)
+    label(FJ)
+    sub(r4, 4)
+    data(2, 0x590D)          # ldr r5, [r1, r4]
+    data(2, 0x5105)          # str r5, [r0, r4]
+    bne(FJ)
+    add(r0, r0, r3)
+    cmp(r0, r2)
+    bcc(FW)
+    b(FEND)
+    label(FZ0)               # zeros, four words a store while 4 are left
+    mov(r3, 0)
+    mov(r4, 0)
+    mov(r5, 0)
+    mov(r6, 0)
+    sub(r2, 16)
+    label(FZ)
+    cmp(r0, r2)
+    bhi(FZT)
+    data(2, 0xC078)          # stmia r0!, {r3, r4, r5, r6}
+    b(FZ)
+    label(FZT)
+    add(r2, 16)
+    label(FZ1)
+    cmp(r0, r2)
+    bcs(FEND)
+    data(2, 0xC008)          # stmia r0!, {r3}
+    b(FZ1)
+    label(FEND)
+    ldr(r0, [r7, 36])
+    label(FDONE)
     ldr(r4, [r7, 0])
     str(r4, [r7, 52])        # [13] entries left
     cmp(r4, 0)
@@ -742,42 +804,6 @@ def _wbuf(n):
 
 
 @micropython.asm_thumb
-def _bias(r0, r1, r2, r3):
-    # a[r*c + j] = b[j] for n rows: (a, b, n, c); c a multiple of 4: four words a turn
-    cmp(r3, 0)
-    ble(END)
-    lsl(r3, r3, 2)           # c in bytes
-    lsl(r4, r3, 28)
-    bne(ROW)                 # c not a multiple of 4: word by word
-    mul(r2, r3)
-    add(r2, r2, r0)          # a's end
-    mov(r12, r1)             # b
-    add(r3, r3, r1)          # b's end
-    label(RQ)
-    cmp(r0, r2)
-    bcs(END)
-    mov(r1, r12)
-    label(Q)
-    data(2, 0xC9F0)          # ldmia r1!, {r4-r7}
-    data(2, 0xC0F0)          # stmia r0!, {r4-r7}
-    cmp(r1, r3)
-    bcc(Q)
-    b(RQ)
-    label(ROW)
-    sub(r2, 1)
-    bmi(END)
-    mov(r4, r3)
-    label(J)
-    sub(r4, 4)
-    data(2, 0x590D)          # ldr r5, [r1, r4]
-    data(2, 0x5105)          # str r5, [r0, r4]
-    bne(J)
-    add(r0, r0, r3)
-    b(ROW)
-    label(END)
-
-
-@micropython.asm_thumb
 def _zero(r0, r1):
     # a[i] = 0 for n int32 values: (a, n), four words a store
     mov(r2, 0)
@@ -1088,14 +1114,15 @@ def _keep(h, g, mode):
 
 
 @micropython.viper
-def _taps(a, x, w, g, xz: int, mode: int):
+def _taps(a, x, w, g, xz: int, mode: int, f, fr: int):
     # the depthwise kernels (multiplier 1) in one vmacs call: an entry per tap (ky, kx)
     # over the block of outputs (oy, ox) whose input is inside the image (bands oy, rows
     # ox, the channels contiguous).  mode 0: forward (a: sums [OH, OW, C], x: input,
     # w: weights); 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
     # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz).  A layer's shape does not
     # change between steps: the table of each (geometry, mode) is built once (_build)
-    # and kept (_keep), looked up by a hash of the geometry's 14 words and checked
+    # and kept (_keep), looked up by a hash of the geometry's 14 words and checked.  a's
+    # first fr rows (of C) are set to f (the bias) first, by vmacs; fr < 0: -fr rows to zeros
     pg = ptr32(g)
     h = mode
     i = 0
@@ -1121,6 +1148,12 @@ def _taps(a, x, w, g, xz: int, mode: int):
         tb = _keep(h, g, mode)
     t = ptr32(tb)
     t[3] = xz
+    if fr < 0:                   # zeros
+        t[21] = 0
+        t[22] = 0 - fr
+    else:
+        t[21] = int(ptr32(f))
+        t[22] = fr
     vmacs(a, x, w, tb)
 
 
@@ -1192,8 +1225,7 @@ def dwk(acc, x, xz: int, g, w, b):
     if pg[3] != pg[2]:
         _V[2](acc, x, xz, g, w, b)
         return
-    _bias(acc, b, pg[10] * pg[11], pg[2])
-    _taps(acc, x, w, g, xz, 0)
+    _taps(acc, x, w, g, xz, 0, b, pg[10] * pg[11])
 
 
 @micropython.viper
@@ -1202,8 +1234,7 @@ def ddk(dx, dz, w, gm):
     if pg[3] != pg[2]:
         _V[7](dx, dz, w, gm)
         return
-    _zero(dx, pg[0] * pg[1] * pg[2])
-    _taps(dx, dz, w, gm, 0, 1)
+    _taps(dx, dz, w, gm, 0, 1, None, -(pg[0] * pg[1]))
 
 
 @micropython.viper
@@ -1212,7 +1243,7 @@ def dgk(g, dz, x, xz: int, gm):
     if pg[3] != pg[2]:
         _V[8](g, dz, x, xz, gm)
         return
-    _taps(g, x, dz, gm, xz, 2)
+    _taps(g, x, dz, gm, xz, 2, dz, 0)
 
 
 @micropython.viper
