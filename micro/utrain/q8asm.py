@@ -19,7 +19,6 @@
 # in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
 # update), zeroing, and vmacs's fill of its sums first (the bias; zeros).
 import micropython
-from micropython import const
 from array import array
 
 _P = array('i', range(24))
@@ -28,8 +27,7 @@ _PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk;
 _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
-_C = {}                  # _taps's tables per (geometry, mode) (_keep)
-_NC = const(12)
+_S = [None] * 16         # the depthwise kernels' tables per (geometry, mode) (_keep)
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
 
 
@@ -1086,7 +1084,7 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
 
 
 def _table(n, kw):
-    # vmacs's table for n entries, and _taps's kx ranges (3 words per kx) after them
+    # vmacs's table for n entries, and _build's kx ranges (3 words per kx) after them
     global _T
     if len(_T) < 24 + 5 * n + 3 * kw:
         _T = None
@@ -1095,13 +1093,13 @@ def _table(n, kw):
 
 
 def _keep(h, g, mode):
-    # a copy of the table _build left in _T, kept in _C under the key h: [20] where the
-    # geometry g and the mode (what _taps checks a hit against) follow the entries.  At
-    # most _NC tables (heap: ~340 bytes each for a 3x3 kernel); past them _T is used as is
+    # a copy of the table _build left in _T, kept in _S's slot h (16 slots, heap: ~340
+    # bytes a table for a 3x3 kernel): [20] where the geometry g and the mode (what _tab
+    # checks a hit against) follow the entries.  A slot taken: _T is used as is
     t = _T
-    m = 24 + 5 * t[0]
-    if len(_C) >= _NC or h in _C:
+    if _S[h] is not None:
         return t
+    m = 24 + 5 * t[0]
     c = array('i', range(m + 15))
     for i in range(m):
         c[i] = t[i]
@@ -1109,57 +1107,46 @@ def _keep(h, g, mode):
         c[m + i] = g[i]
     c[m + 14] = mode
     c[20] = m
-    _C[h] = c
+    _S[h] = c
     return c
 
 
 @micropython.viper
-def _taps(a, x, w, g, xz: int, mode: int, f, fr: int):
-    # the depthwise kernels (multiplier 1) in one vmacs call: an entry per tap (ky, kx)
+def _tab(g, mode: int):
+    # the depthwise kernels (multiplier 1) make one vmacs call: an entry per tap (ky, kx)
     # over the block of outputs (oy, ox) whose input is inside the image (bands oy, rows
     # ox, the channels contiguous).  mode 0: forward (a: sums [OH, OW, C], x: input,
     # w: weights); 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
     # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz).  A layer's shape does not
     # change between steps: the table of each (geometry, mode) is built once (_build)
-    # and kept (_keep), looked up by a hash of the geometry's 14 words and checked.  a's
-    # first fr rows (of C) are set to f (the bias) first, by vmacs; fr < 0: -fr rows to zeros
+    # and kept (_keep), looked up by a hash of the geometry's 14 words and checked.  The
+    # kernel sets its [3] (the zero point) and vmacs's fill ([21], [22]).
     pg = ptr32(g)
     h = mode
     i = 0
     while i < 14:
         h = h * 31 + int(pg[i])
         i += 1
-    h = (h ^ (h >> 15)) & 0x3fffffff
-    tb = _C.get(h)
-    ok = 0
+    h = (h ^ (h >> 15) ^ (h >> 7)) & 15
+    tb = _S[h]
     if tb:
         t = ptr32(tb)
         o = t[20]
         if int(t[o + 14]) == mode:
-            ok = 1
             i = 0
             while i < 14:
                 if t[o + i] != pg[i]:
-                    ok = 0
                     break
                 i += 1
-    if ok == 0:
-        _build(g, mode)
-        tb = _keep(h, g, mode)
-    t = ptr32(tb)
-    t[3] = xz
-    if fr < 0:                   # zeros
-        t[21] = 0
-        t[22] = 0 - fr
-    else:
-        t[21] = int(ptr32(f))
-        t[22] = fr
-    vmacs(a, x, w, tb)
+            if i == 14:
+                return tb
+    _build(g, mode)
+    return _keep(h, g, mode)
 
 
 @micropython.viper
 def _build(g, mode: int):
-    # _taps's table for geometry g and mode, in _T (t[3], the zero point, left to _taps)
+    # _tab's table for geometry g and mode, in _T
     pg = ptr32(g)
     H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
@@ -1225,7 +1212,12 @@ def dwk(acc, x, xz: int, g, w, b):
     if pg[3] != pg[2]:
         _V[2](acc, x, xz, g, w, b)
         return
-    _taps(acc, x, w, g, xz, 0, b, pg[10] * pg[11])
+    tb = _tab(g, 0)
+    t = ptr32(tb)
+    t[3] = xz
+    t[21] = int(ptr32(b))        # the sums start at the bias
+    t[22] = pg[10] * pg[11]
+    vmacs(acc, x, w, tb)
 
 
 @micropython.viper
@@ -1234,7 +1226,12 @@ def ddk(dx, dz, w, gm):
     if pg[3] != pg[2]:
         _V[7](dx, dz, w, gm)
         return
-    _taps(dx, dz, w, gm, 0, 1, None, -(pg[0] * pg[1]))
+    tb = _tab(gm, 1)
+    t = ptr32(tb)
+    t[3] = 0
+    t[21] = 0                    # dx starts at zeros
+    t[22] = pg[0] * pg[1]
+    vmacs(dx, dz, w, tb)
 
 
 @micropython.viper
@@ -1243,7 +1240,11 @@ def dgk(g, dz, x, xz: int, gm):
     if pg[3] != pg[2]:
         _V[8](g, dz, x, xz, gm)
         return
-    _taps(g, x, dz, gm, xz, 2, dz, 0)
+    tb = _tab(gm, 2)
+    t = ptr32(tb)
+    t[3] = xz
+    t[22] = 0
+    vmacs(g, x, dz, tb)
 
 
 @micropython.viper
