@@ -1122,24 +1122,18 @@ def _tab(g, mode: int):
     # and kept (_keep), looked up by a hash of the geometry's 14 words and checked.  The
     # kernel sets its [3] (the zero point) and vmacs's fill ([21], [22]).
     pg = ptr32(g)
-    h = mode
-    i = 0
-    while i < 14:
-        h = h * 31 + int(pg[i])
-        i += 1
-    h = (h ^ (h >> 15) ^ (h >> 7)) & 15
+    h = int(pg[0] * 5 + pg[1] * 3 + pg[2] + pg[8] * 7 + pg[10] * 11) + mode
+    h = (h ^ (h >> 4)) & 15      # (the slot; a hit is checked on all 14 words)
     tb = _S[h]
     if tb:
         t = ptr32(tb)
         o = t[20]
         if int(t[o + 14]) == mode:
-            i = 0
-            while i < 14:
-                if t[o + i] != pg[i]:
-                    break
-                i += 1
-            if i == 14:
-                return tb
+            i = 13
+            while t[o + i] == pg[i]:
+                i -= 1
+                if i < 0:
+                    return tb
     _build(g, mode)
     return _keep(h, g, mode)
 
