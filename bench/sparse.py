@@ -70,13 +70,16 @@ BIAS7 = {k: 'bias' for k in CONVS7}
 # name: (what trains, --train, --ranks)
 SCHEMES = [
     ('classifier', 'op 67 (FC)', 'last:2', None),
+    ('bias1', 'bias of op 65 (1x1 head) + op 67', None, {65: 'bias', 67: 'all'}),
     ('bias7', 'biases of ops 58-65 (7 convs) + op 67', None, {**BIAS7, 67: 'all'}),
     ('sparse', 'bias7 + op 64 weights 1/2 + op 65 weights 1/8', None,
      {**BIAS7, 64: '1/2', 65: '1/8', 67: 'all'}),
     ('last:4', 'ops 65 (1x1 head, 1280) and 67 whole', 'last:4', None),
     ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
     ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
+    ('auto', '--select auto on the int8 tail within the rp2040 budget', None, 'auto'),
 ]
+AUTO_BOARD = 'rp2040'           # the auto scheme's budget: this profile's heap
 
 
 def quiet(*a, **k):
@@ -133,8 +136,8 @@ def tail_task(d):
 
 def settings(train, ranks, shift=0):
     kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=1)
-    if ranks:
-        kw['ranks'] = ranks_text(ranks, shift)
+    if ranks:       # (--train's default, all, would train every other op whole too)
+        kw.update(ranks=ranks_text(ranks, shift), train='none')
     else:
         kw['train'] = train
     return kw
@@ -154,6 +157,22 @@ def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS):
         return 'failed: ' + text.strip().splitlines()[-1][:60]
     acc = re.findall(r'^epoch \d+/\d+ .* test_accuracy ([0-9.]+)', text, re.M)
     return float(acc[-1])
+
+
+def select_tail(model, data, split, out):
+    """--select auto on the int8 tail within AUTO_BOARD's heap (the int8 trials, the int8
+    planner): the chosen ranks in the whole model's op numbers, or a reason it did not run.
+    The tail's plan leaves out the frozen prefix: plan_cell prices the choice on the whole
+    model."""
+    try:
+        s = prepare(model, out, data=data, test_split=split, epochs=EPOCHS, log=quiet,
+                    cache=True, select='auto', board=AUTO_BOARD,
+                    **settings(None, None))
+    except PrepareError as e:
+        return 'refused: ' + str(e).split('\n')[0][:60]
+    if 'select' not in s:
+        return 'refused: no selection in the summary'
+    return {int(k) + CUT: v for k, v in s['select']['ranks'].items()}
 
 
 def small_task(d, n=6):
@@ -279,6 +298,13 @@ def main(argv=None):
                 continue
             sd = os.path.join(d, name.replace(':', ''))
             os.makedirs(sd)
+            if ranks == 'auto':     # chosen on the tail; prepare drops --train given --ranks
+                ranks = None if a.no_accuracy else select_tail(model, data, split,
+                                                               os.path.join(sd, 'select'))
+                if not isinstance(ranks, dict):
+                    print('| %s | %s: %s |' % (name, what, ranks or 'needs the accuracy runs'))
+                    continue
+                what = '%s: %s' % (what, ranks_text(ranks))
             kb, int8, board = plan_cell(sd, small, train, ranks)
             plan = '-' if kb is None else '%d (%s)' % (kb, 'int8' if int8 else 'float')
             heap = None
