@@ -8,13 +8,15 @@ batch 1 (no momentum), scce, TRAIN samples train, the rest test.
 
 Schemes (SCHEMES; op numbers as `inspect` lists the file: 58-65 are the convolutions of
 the last two blocks and the 1x1 head to 1280 channels, 67 the classifier): the
-classifier alone; the biases of the last 7 convolutions + the classifier (TTE's
-bias-only layers); the same + the weights of two layers at channel ratios (the last
-project conv at 1/2, the head at 1/8); full fine-tuning of the last N ops (last:N).
+classifier alone; the bias of the 1x1 head + the classifier; the biases of the last 7
+convolutions + the classifier (TTE's bias-only layers); the same + the weights of two
+layers at channel ratios (the last project conv at 1/2, the head at 1/8); full
+fine-tuning of the last N ops (last:N); --select auto on the int8 tail within the rp2040
+profile's heap (the tail's plan; the plan column prices the choice on the whole model).
 
 Per scheme, columns:
-  int8 path   whether `prepare` trains it as int8 today (an int8 model given --ranks
-              goes to the float path: 'n/a until the engine lands' in its int8 cells)
+  int8 path   whether `prepare` trains it as int8 (q8.json written; --ranks go with
+              --train none: --train's default, all, would train every other op whole)
   plan        prepare's heap plan for the rp2040 profile (KB; the int8 plan when int8,
               else the float path's), and whether prepare --board rp2040 accepts it
   heap        the smallest heap (KB, bisection, 1 KB) in which the int8 run trains one
