@@ -11,8 +11,8 @@ the last two blocks and the 1x1 head to 1280 channels, 67 the classifier): the
 classifier alone; the bias of the 1x1 head + the classifier; the biases of the last 7
 convolutions + the classifier (TTE's bias-only layers); the same + the weights of two
 layers at channel ratios (the last project conv at 1/2, the head at 1/8); full
-fine-tuning of the last N ops (last:N); --select auto on the int8 tail within the rp2040
-profile's heap (the tail's plan; the plan column prices the choice on the whole model).
+fine-tuning of the last N ops (last:N); --select auto on the int8 tail within AUTO_BUDGET
+(the tail's plan; the plan column prices the choice on the whole model).
 
 Per scheme, columns:
   int8 path   whether `prepare` trains it as int8 (q8.json written; --ranks go with
@@ -69,6 +69,7 @@ CUT = 50                        # the accuracy runs train the ops from here on
 TMP = os.path.join(tempfile.gettempdir(), 'utrain-sparse-%d' % os.getuid())
 CONVS7 = (58, 59, 60, 62, 63, 64, 65)       # the last 7 convolutions (2 blocks + head)
 BIAS7 = {k: 'bias' for k in CONVS7}
+AUTO_BUDGET = '256K'            # the auto scheme's budget (TTE's SRAM), on the tail's plan
 # name: (what trains, --train, --ranks)
 SCHEMES = [
     ('classifier', 'op 67 (FC)', 'last:2', None),
@@ -79,9 +80,8 @@ SCHEMES = [
     ('last:4', 'ops 65 (1x1 head, 1280) and 67 whole', 'last:4', None),
     ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
     ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
-    ('auto', '--select auto on the int8 tail within the rp2040 budget', None, 'auto'),
+    ('auto', '--select auto on the int8 tail, budget %s' % AUTO_BUDGET, None, 'auto'),
 ]
-AUTO_BOARD = 'rp2040'           # the auto scheme's budget: this profile's heap
 
 
 def quiet(*a, **k):
@@ -162,13 +162,13 @@ def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS):
 
 
 def select_tail(model, data, split, out):
-    """--select auto on the int8 tail within AUTO_BOARD's heap (the int8 trials, the int8
+    """--select auto on the int8 tail within AUTO_BUDGET (the int8 trials, the int8
     planner): the chosen ranks in the whole model's op numbers, or a reason it did not run.
     The tail's plan leaves out the frozen prefix: plan_cell prices the choice on the whole
     model."""
     try:
         s = prepare(model, out, data=data, test_split=split, epochs=EPOCHS, log=quiet,
-                    cache=True, select='auto', board=AUTO_BOARD,
+                    cache=True, select='auto', budget=AUTO_BUDGET,
                     **settings(None, None))
     except PrepareError as e:
         return 'refused: ' + str(e).split('\n')[0][:60]
@@ -275,6 +275,7 @@ def pico_cell(d, train, ranks):
 
 
 def main(argv=None):
+    global LR       # (--lr: settings() reads it)
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--no-accuracy', action='store_true')
     ap.add_argument('--no-heap', action='store_true')
@@ -282,7 +283,9 @@ def main(argv=None):
                     '(. /work/scratch/env.sh or $UTRAIN_PICO_FIRMWARE; slow: minutes a scheme)')
     ap.add_argument('--schemes', help='comma-separated names of SCHEMES (default all)')
     ap.add_argument('--epochs', type=int, default=EPOCHS)
+    ap.add_argument('--lr', type=float, default=LR, help='SGD learning rate of every scheme')
     a = ap.parse_args(argv)
+    LR = a.lr
     names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
     exe = os.environ.get('UTRAIN_MP32')
     print(f'MobileNetV2-0.35 96x96 int8, pre-trained on digits 0-4, fine-tuned on 5-9: '
