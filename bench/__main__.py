@@ -13,7 +13,7 @@ Columns (us = microseconds per training sample):
               alternated in the same process: the ulab path against its own limit
   ulab32 us, ulab32/dot  the same under a 32-bit ulab build ($UTRAIN_MP32_ULAB)
   Pico Mcyc   RP2040 cycles (millions) per training step on the emulated Raspberry Pi
-              Pico (the real MicroPython rp2 firmware in rp2040js, host_tools/pico.py;
+              Pico (the real MicroPython rp2 firmware in rp2040js, host_tools/boards/pico.py;
               with --pico), ms at 125 MHz = Mcyc x 8; Pico/loop: that over the bare loop
               on the chip; Pico-ulab Mcyc, Pico-ulab/dot: the firmware with ulab, against
               bare ulab dot.  A step estimated above --pico-max G cycles is not run.
@@ -46,9 +46,9 @@ for p in (ROOT, os.path.join(ROOT, 'micro')):
         sys.path.insert(0, p)
 os.environ.pop('UTRAIN_NP', None)           # the in-process utrain runs on numpy float32
 
-from host_tools import runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from bench import models, peers  # noqa: E402
 
 ULAB_DEFAULT = '/work/scratch/ulab/micropython'
@@ -116,7 +116,7 @@ def pico_columns(row, out, cfg, a):
     """row['Pico Mcyc'], row['Pico/loop'] and the ulab firmware's: step.py on the
     emulated Pico (one warm-up step, one timed step, the bare loop once), device time
     (the emulated clock) x 125 MHz."""
-    from host_tools import pico
+    from host_tools.boards import pico
     for ulab, c, lim in ((False, 'Pico', 'Pico/loop'), (True, 'Pico-ulab', 'Pico-ulab/dot')):
         if not a.pico or not pico.available(ulab):
             row[c + ' Mcyc'] = row[lim] = 'n/a (no firmware)' if a.pico else 'n/a'

@@ -16,8 +16,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools import fleet as fl, runner  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.boards import fleet as fl  # noqa: E402
+from host_tools.target import runner  # noqa: E402
 from host_tools.plot import read_log  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')

@@ -7,7 +7,7 @@ board without ulab) against --float32, same model, data and settings.
 
 Speed: the digits MLP 64-32-10 (SGD, batch 1), one epoch of a few samples per build; the
 time per sample is the board's own epoch line (ms/sample: reading, step, bookkeeping),
-on the emulated Pico's stock firmware (host_tools/pico.py, RP2040 cycles = us x 125;
+on the emulated Pico's stock firmware (host_tools/boards/pico.py, RP2040 cycles = us x 125;
 when $UTRAIN_PICO_FIRMWARE is set) and on unix MicroPython (x86, ms).
 
 Accuracy: the last epoch's test accuracy of the int8 run and the float run on a quarter
@@ -29,8 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from host_tools import runner  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
@@ -65,7 +65,7 @@ def ms_per_sample(text):
 def speed(samples, unix_samples=400):
     """{build: {kind: ms per sample}} of the digits MLP, SGD batch 1 (the emulated Pico:
     samples; unix MicroPython: unix_samples, for the resolution of its ms/sample)."""
-    from host_tools import pico
+    from host_tools.boards import pico
     out = {}
     with tempfile.TemporaryDirectory() as d:
         for kind in ('float32', 'int8'):
@@ -93,7 +93,7 @@ def profile(samples):
     pass on the emulated Pico (bench/fromfloat_step.py), the rest of the pass (the loop's
     bookkeeping) last."""
     import shutil
-    from host_tools import pico
+    from host_tools.boards import pico
     with tempfile.TemporaryDirectory() as d:
         npz = os.path.join(d, 'd.npz')
         data('digits MLP', samples, npz)

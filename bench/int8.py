@@ -29,9 +29,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from host_tools import quant, runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
 # model: (file stem, int8 --train, float --train): the same ops
@@ -51,7 +52,7 @@ def folder(name, out, n=16):
     m = quant.meta(g, qtrain)
     with open(os.path.join(out, 'q8.json'), 'w') as f:
         json.dump(m, f)
-    from host_tools.wof import write_wof
+    from host_tools.files.wof import write_wof
     write_wof(os.path.join(out, 'q8.wof'), len(g.tensors), quant.wof_arrays(g, m), keep_dtype=True)
     (sx,), (zx,) = quant._q(g.tensors[g.inputs[0]])
     q = np.clip(np.round(x.reshape(len(x), -1) / sx) + zx, -128, 127).astype(np.int8)
@@ -111,7 +112,7 @@ TASKS = {'mlp': (2.0, 4000, 4, 0.02), 'dscnn': (1.5, 1200, 4, 0.01)}
 def accuracy(name, n, epochs, lr, kinds=('int8', 'float')):
     """Test accuracy per epoch of the int8 run (unix MicroPython, viper) and the float
     run (prepare --dequantize, CPython + numpy: the same code) on the same split."""
-    from host_tools.prepare import prepare
+    from host_tools.prepare.pipeline import prepare
     stem, qtrain, ftrain = MODELS[name]
     path = os.path.join(KERAS, stem + '_int8.tflite')
     out = {}
@@ -182,8 +183,8 @@ def run_m0(out, elf, quick):
 
 def run_pico(out, ulab, quick):
     """int8_step.py on the emulated Raspberry Pi Pico (the real rp2 firmware in rp2040js,
-    host_tools/pico.py): times are the chip's (the emulated clock at 125 MHz)."""
-    from host_tools import pico
+    host_tools/boards/pico.py): times are the chip's (the emulated clock at 125 MHz)."""
+    from host_tools.boards import pico
     cfg = {'lr': 0.01, 'mac_shape': [256, 64], 'loops': [], 'rounds': 1,
            'round_us': 1000 if quick else 50000}
     with open(os.path.join(out, 'bench.json'), 'w') as f:
@@ -199,7 +200,7 @@ def run_pico(out, ulab, quick):
 
 def interpreters():
     out = [('unix64', runner.micropython_binary())]
-    from host_tools import pico
+    from host_tools.boards import pico
     if pico.available():
         out.append(('pico', 'stock'))
     p = os.environ.get('UTRAIN_MP32')

@@ -4,7 +4,7 @@ Cycles (or microseconds) per multiply-add of each q8kern kernel (FC forward, its
 and input gradients; conv and depthwise conv forward, weight and input gradients, at a
 few shapes) and of the bare int8 multiply-add loops, timed by bench/kernels_board.py on
 the board itself: unix MicroPython (viper; x86 ratios) and, with --pico, the emulated
-Raspberry Pi Pico (the real rp2 firmware in rp2040js, host_tools/pico.py; its clock is
+Raspberry Pi Pico (the real rp2 firmware in rp2040js, host_tools/boards/pico.py; its clock is
 the chip's: cycles = us x 125), where q8kern's kernels are q8asm's inline Thumb
 assembler and q8kern.VK keeps the viper ones beside them.  Columns: per multiply-add,
 the viper kernel and (Pico) the assembler one, each over its bare loop (viper over the
@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from host_tools import runner  # noqa: E402
+from host_tools.target import runner  # noqa: E402
 
 # shapes: FC (inputs, outputs); conv (H, W, I, O, K, stride, pad); depthwise (H, W, C, K,
 # stride, pad).  1x1: DS-CNN's pointwise convs (its input rows are the im2col rows);
@@ -72,7 +72,7 @@ def run_unix(quick, binary=None):
 
 
 def run_pico(quick):
-    from host_tools import pico
+    from host_tools.boards import pico
     with tempfile.TemporaryDirectory() as out:
         _folder(out, quick)
         code, text = pico.run_folder(out, stream=False, script='kernels_board.py')
@@ -89,7 +89,7 @@ STEPS = [('DS-CNN KWS last:2, unbanded (rp2040 plan)', 'dscnn_kws', 'last:2', 0)
 def cnn4k(path, seed=0):
     """An int8 32x32x3 CNN of 3,882 parameters: conv 3x3/2 3->8, 8->16, 16->16 (SAME,
     RELU), average pool 4x4, FC 16->10; per-channel weight scales, random weights."""
-    from host_tools.circle_build import CircleBuilder
+    from host_tools.formats.circle_build import CircleBuilder
     import numpy as np
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=b'TFL3')
@@ -136,7 +136,7 @@ def step_macs(g, m):
     """Multiply-adds of one int8 training step: every conv/FC's forward, a trained
     layer's weight gradient and the input gradients from the last layer down to the
     first trained one's output."""
-    from host_tools.select import layer_macs
+    from host_tools.prepare.select import layer_macs
     mac = [layer_macs(g, g.ops[lay['op']]) if g.ops[lay['op']].name in (
         'CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED') else 0 for lay in m['layers']]
     tr = [i for i, lay in enumerate(m['layers']) if lay.get('train')]
@@ -149,9 +149,10 @@ def step_macs(g, m):
 def run_steps(samples=3):
     """[(label, MACs, cycles per step, bare cycles per MAC)] on the emulated Pico."""
     import numpy as np
-    from host_tools import pico, quant
-    from host_tools.circle_io import read_model
-    from host_tools.wof import write_wof
+    from host_tools.boards import pico
+    from host_tools.prepare import quant
+    from host_tools.formats.circle_io import read_model
+    from host_tools.files.wof import write_wof
     keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
     out_rows = []
     for label, stem, train, rows in STEPS:

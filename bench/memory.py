@@ -14,7 +14,7 @@ a column for a 64-bit build with real ulab, --mp32 / --mp32-ulab for 32-bit unix
 without / with ulab, --m0 / --m0-ulab for the emulated Cortex-M0 board (qemu, firmware
 without / with ulab: deployed with host_tools deploy over its serial port, trained with
 mpremote run, tests/support/m0board.py), --pico for the emulated Raspberry Pi Pico (the real
-rp2 firmware, stock and with ulab, in rp2040js: host_tools/pico.py; the heap a ballast
+rp2 firmware, stock and with ulab, in rp2040js: host_tools/boards/pico.py; the heap a ballast
 leaves plus what the firmware holds after boot, planned for --board rp2040), --frozen one for a ulab build with utrain frozen in
 (boards/freeze.md: its code off the heap).  The builds default to $UTRAIN_MP_ULAB,
 $UTRAIN_MP32, $UTRAIN_MP32_ULAB, $UTRAIN_M0, $UTRAIN_M0_ULAB (../shared/board-sim.md
@@ -41,11 +41,11 @@ sys.path.insert(0, ROOT)
 
 sys.path.insert(0, os.path.join(ROOT, 'tests', 'support'))
 
-from host_tools import runner  # noqa: E402
-from host_tools.memory import smallest_heap  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.refmodels import mobilenet_head, small_cnn  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.plan.memory import smallest_heap  # noqa: E402
+from host_tools.graph.passes import PrepareError  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.formats.refmodels import mobilenet_head, small_cnn  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 
@@ -94,7 +94,7 @@ def code_key():
 
 def measure(kind, binary, out, frozen=False):
     if kind == 'pico':
-        from host_tools import pico
+        from host_tools.boards import pico
         return pico.smallest_heap(out, ulab=binary == 'ulab', lo=32 * 1024)
     if kind == 'm0':
         import m0board
@@ -146,7 +146,7 @@ def main():
     if a.m0_ulab:
         builds.append(('M0 ulab', 'ulab', a.m0_ulab, 'm0'))
     if a.pico:
-        from host_tools import pico
+        from host_tools.boards import pico
         builds.append(('Pico fallback', 'fallback', 'stock', 'pico'))
         if pico.available(ulab=True):
             builds.append(('Pico ulab', 'ulab', 'ulab', 'pico'))

@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 
-from host_tools.circle_build import CircleBuilder
-from host_tools.optable import SPECS, DX, DW
+from host_tools.formats.circle_build import CircleBuilder
+from host_tools.graph.optable import SPECS, DX, DW
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
@@ -128,7 +128,7 @@ def trained_ops(g, train):
 
 
 def backward_flags(g, train):
-    """{op index: DX|DW flags} the backward pass computes, as host_tools.passes derives
+    """{op index: DX|DW flags} the backward pass computes, as host_tools.graph.passes derives
     them (gradients only where a trained weight needs them), for any op."""
     trained = trained_ops(g, train)
     needs = {}

@@ -36,9 +36,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from host_tools import runner  # noqa: E402
-from host_tools.dataset import read_dataset  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.files.dataset import read_dataset  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 
 DEFAULT_ORT = '/work/scratch/ort-venv/bin/python'
 

@@ -51,11 +51,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from host_tools import runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.rewrite import save_graph  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.graph.passes import PrepareError  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.graph.rewrite import save_graph  # noqa: E402
 from bench.zoo.make_keras import digits_split  # noqa: E402
 
 MODEL = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_96_digits_int8.tflite')
@@ -191,7 +191,7 @@ def plan_cell(d, data, train, ranks):
 
 
 def heap_cell(d, data, train, ranks, exe):
-    from host_tools.memory import smallest_heap
+    from host_tools.plan.memory import smallest_heap
     out = os.path.join(d, 'heap')
     s = board_folder(out, data, train, ranks)
     if isinstance(s, str) or not os.path.exists(os.path.join(out, 'q8.json')):
@@ -221,7 +221,7 @@ def pico_cell(d, train, ranks):
     """On the emulated Pico: (ms per image of the frozen prefix's int8 forward, the
     board's q8.json net alone, the second of two; the training step from the prefix
     cache, ms per sample of epoch 2 of train.py on 2 samples, or why it did not run)."""
-    from host_tools import pico
+    from host_tools.boards import pico
     out = os.path.join(d, 'pico')
     x, y = digits_split(TASK)
     two = os.path.join(d, 'two.npz')

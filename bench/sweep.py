@@ -7,7 +7,7 @@ OVER when plan > 1.2 x need (a board that fits is turned away).
                           [--cache FILE] [--samples N] [--list]
 
 Models: the digits MLP and CNN, the held-out small CNN and MobileNet head
-(host_tools/refmodels.py), the zoo's PyTorch nets through tico (bench/zoo/nets.py: IMU
+(host_tools/formats/refmodels.py), the zoo's PyTorch nets through tico (bench/zoo/nets.py: IMU
 1-D conv, LayerNorm block, LSTM, GRU, DS-CNN, ResNet-8; skipped without torch/tico) and
 the Keras float MLP and DS-CNN.  Settings (prepare's): SGD batch 1 all layers, Adam
 batch 4, the last two ops with --stream, --cache-on-host, the upper / lower half of the
@@ -36,12 +36,12 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from host_tools import runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.memory import trains_in  # noqa: E402
-from host_tools.optable import SPECS  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.plan.memory import trains_in  # noqa: E402
+from host_tools.graph.optable import SPECS  # noqa: E402
+from host_tools.graph.passes import PrepareError  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 
 SLACK = 1.2          # plan / need above this: OVER
 STEP = 1024
@@ -49,7 +49,7 @@ STEP = 1024
 
 def models(tmp):
     """{name: () -> model path}: each made when asked for."""
-    from host_tools.refmodels import mobilenet_head, small_cnn
+    from host_tools.formats.refmodels import mobilenet_head, small_cnn
     digits = os.path.join(ROOT, 'datasets', 'digits')
     keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
 

@@ -65,11 +65,11 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from host_tools import runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.select import layers, classifier, MAX_LAYERS  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.graph.passes import PrepareError  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.prepare.select import layers, classifier, MAX_LAYERS  # noqa: E402
 from bench import imu_data  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
@@ -322,8 +322,8 @@ def run(out, seeds=SEEDS):
 
 def measured(out, planned):
     """Smallest heap in which the prepared run trains (40 samples, one epoch)."""
-    from host_tools.dataset import read_dataset, write_dataset
-    from host_tools.memory import smallest_heap
+    from host_tools.files.dataset import read_dataset, write_dataset
+    from host_tools.plan.memory import smallest_heap
     m = out + '-heap'
     shutil.rmtree(m, ignore_errors=True)
     shutil.copytree(out, m)

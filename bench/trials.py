@@ -3,11 +3,11 @@ fast path, side by side in one run (issue 30).
 
     python bench/trials.py [--models tico-cnn,mbnet,imu] [--task new-classes] [--n 240]
 
-The trials (host_tools/select.py) train utrain's device code under CPython + numpy.  On a
+The trials (host_tools/prepare/select.py) train utrain's device code under CPython + numpy.  On a
 board the optimizer steps a weight a row at a time and pools and convolutions walk a row
 and a tap at a time (temporaries one row long); the host's numpy backend now steps whole
 arrays (xnp.ROWWISE) and takes every window of a max pool or convolution in one gather
-(im2col, utrain/xnumpy.py); host_tools.device.board_steps() puts the old path back (a
+(im2col, utrain/xnumpy.py); host_tools.target.device.board_steps() puts the old path back (a
 tap at a time).  For each of bench/transfer.py's
 models (Adam lr 0.005, batch 1, its first task, n training samples, the budget of full
 fine-tuning) one `prepare --select auto` runs with each path, trial cache empty, CPU
@@ -30,12 +30,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from host_tools.device import board_steps  # noqa: E402
+from host_tools.target.device import board_steps  # noqa: E402
 
 
 def select_once(path, kw, budget):
     """(chosen ranks, {trial: score}, CPU seconds) of one --select auto, cache empty."""
-    from host_tools.prepare import prepare
+    from host_tools.prepare.pipeline import prepare
     old = tempfile.tempdir
     tmp = tempfile.mkdtemp(prefix='utrain-bench-trials-')
     tempfile.tempdir = tmp          # a trial cache of its own (select.Trials)
@@ -58,7 +58,7 @@ def select_once(path, kw, budget):
 
 def main(argv=None):
     from bench import transfer as T
-    from host_tools.prepare import prepare
+    from host_tools.prepare.pipeline import prepare
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--models', default=','.join(T.MODELS))
     ap.add_argument('--task', default='new-classes')

@@ -17,8 +17,9 @@ import numpy as np
 
 from common import args, train, export, evaluate, before_after, ROOT  # noqa: F401
 from bench import imu_data
-from host_tools import refmodels, device
-from host_tools import dataset as ds
+from host_tools.formats import refmodels
+from host_tools.target import device
+from host_tools.files import dataset as ds
 
 CLASSES = imu_data.CLASSES[:5]
 X_LEN = 3 * imu_data.L                       # accelerometer xyz, 48 steps

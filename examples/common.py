@@ -10,9 +10,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from host_tools import runner                      # noqa: E402
-from host_tools.infer import evaluate, describe    # noqa: E402,F401
-from host_tools.prepare import prepare, export     # noqa: E402
+from host_tools.target import runner                      # noqa: E402
+from host_tools.prepare.infer import evaluate, describe    # noqa: E402,F401
+from host_tools.prepare.pipeline import prepare, export     # noqa: E402
 
 
 def args(doc, out, board=None):

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from common import args, train, export, evaluate, before_after, ROOT
-from host_tools.circle_io import read_model
+from host_tools.formats.circle_io import read_model
 
 MODEL = os.path.join(ROOT, 'datasets', 'digits', 'digits_tico_cnn.circle')
 DIGITS = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')

@@ -12,7 +12,7 @@ from .paths import DIGITS
 
 
 def _status(op, g):
-    from .optable import SPECS
+    from .graph.optable import SPECS
     spec = SPECS.get(op.name)
     if spec is None:
         return 'NOT SUPPORTED'
@@ -30,9 +30,9 @@ def _op_line(g, op, how):
 
 
 def cmd_inspect(a):
-    from .circle_io import read_model
-    from .optable import SPECS, SUPPORTED
-    from .runplan import select_rewrite
+    from .formats.circle_io import read_model
+    from .graph.optable import SPECS, SUPPORTED
+    from .plan.runplan import select_rewrite
     g = read_model(a.model)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
@@ -72,7 +72,7 @@ def cmd_inspect(a):
             total += n
         print(f'  {t.index:3d} {t.name[:40]:40s} {str(list(t.shape)):18s} {t.dtype:8s} {const:5s}'
               f' {n if const else ""}')
-    from .quant import is_int8, inspect_lines
+    from .prepare.quant import is_int8, inspect_lines
     if is_int8(g):
         print('\n' + '\n'.join(inspect_lines(g)))
     else:
@@ -92,7 +92,7 @@ def cmd_inspect(a):
 
 
 def cmd_prepare(a):
-    from .prepare import prepare
+    from .prepare.pipeline import prepare
     # the options' names are prepare()'s keywords: every one passes through as given
     kw = {k: v for k, v in vars(a).items() if k not in ('cmd', 'fn', 'model', 'out', 'no_rewrite')}
     s = prepare(a.model, a.out, rewrite=not a.no_rewrite, **kw)
@@ -153,19 +153,19 @@ def print_heap(h, note=''):
 
 def cmd_run(a):
     if a.emulate:
-        from .pico import run_folder
+        from .boards.pico import run_folder
         if a.board not in ('unix', 'rp2040') or a.python or a.source:
             raise SystemExit('run --emulate: the emulated board is an RP2040 (a Raspberry Pi '
                              'Pico) running .mpy code; drop --board/--python/--source')
         code, _ = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
         return code
-    from .runner import run
+    from .target.runner import run
     code, _ = run(a.dir, board=a.board, python=a.python, source=a.source)
     return code
 
 
 def cmd_export(a):
-    from .prepare import export
+    from .prepare.pipeline import export
     r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
@@ -179,7 +179,7 @@ def cmd_export(a):
 
 def cmd_dataset(a):
     """Convert .npz / .csv / image folders to train.ds and test.ds."""
-    from . import dataset as ds
+    from .files import dataset as ds
     size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
     d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
@@ -199,13 +199,13 @@ def cmd_dataset(a):
 
 
 def cmd_deploy(a):
-    from .board import deploy
+    from .boards.board import deploy
     deploy(a.dir, a.port, board=a.board, source=a.source, run=a.run, resume=a.resume)
     return 0
 
 
 def cmd_pull(a):
-    from .board import pull
+    from .boards.board import pull
     pull(a.dir, a.port, resume=a.resume)
     return 0
 
@@ -216,7 +216,7 @@ def cmd_fleet(a):
     except ImportError:
         raise RuntimeError('fleet runs on Flower: pip install flwr (the version in '
                            'requirements.txt)') from None
-    from .fleet import fleet, FleetError
+    from .boards.fleet import fleet, FleetError
     ports = [p for p in a.ports.split(',') if p] if a.ports else None
     if not ports and not a.boards:
         raise ValueError('fleet: give --boards N (simulated boards) or --ports P1,P2,...')
@@ -255,10 +255,10 @@ DEMOS = {
 
 def cmd_demo(a):
     """A bundled digits example end to end on the simulated board."""
-    from .runner import run
-    from .prepare import prepare, export
-    from .circle_io import read_model
-    from . import dataset as ds
+    from .target.runner import run
+    from .prepare.pipeline import prepare, export
+    from .formats.circle_io import read_model
+    from .files import dataset as ds
     cfg = dict(DEMOS[a.model])
     model = os.path.join(DIGITS, cfg.pop('model'))
     data = os.path.join(DIGITS, 'digits.npz')
@@ -287,7 +287,7 @@ def cmd_demo(a):
         import onert  # noqa: F401
     except ImportError:
         return 0
-    from .infer import evaluate
+    from .prepare.infer import evaluate
     r = evaluate(exported, os.path.join(out, 'test.ds'))
     print(f'exported model under ONERT inference: test accuracy {r["accuracy"]:.4f} '
           f'({r["hits"]}/{r["n"]})')
@@ -297,14 +297,14 @@ def cmd_demo(a):
 def cmd_board(a):
     """A simulated serial board until Ctrl-C, or (--check PORT) a real board's facts."""
     if a.check:
-        from .board import check, check_report
+        from .boards.board import check, check_report
         print(f'{a.check}:')
         for line in check_report(check(a.check, resume=a.resume)):
             print('  ' + line)
         return 0
     import signal
     import time
-    from .simboard import start
+    from .boards.simboard import start
 
     def stop(*_):
         raise KeyboardInterrupt
@@ -337,7 +337,7 @@ def cmd_board(a):
 
 def cmd_evaluate(a):
     """Score a model file on labelled data, on the host (before/after training)."""
-    from .infer import evaluate, describe
+    from .prepare.infer import evaluate, describe
     r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
                  size=tuple(int(v) for v in a.size.lower().split('x')) if a.size else None,
                  limit=a.limit)
@@ -649,6 +649,6 @@ def main(argv=None):
     try:
         return a.fn(a)
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
-        from .validate import os_error_text
+        from .files.validate import os_error_text
         print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
         return 2

@@ -3,7 +3,7 @@
 # train.json beside this file (a board has no command line); edit it to change
 # epochs, learning rate, files.  The work is in utrain/run.py (precompiled .mpy).
 # (Kept small: a board compiles this file in its heap.)  The last line printed is
-# "utrain: end: ok" or "utrain: end: <what stopped it>" (host_tools/board.py reads it).
+# "utrain: end: ok" or "utrain: end: <what stopped it>" (host_tools/boards/board.py reads it).
 import gc
 try:
     # collect every 2 KB while the code loads: loading each module leaves temporaries

@@ -12,7 +12,7 @@ for _p in sorted(os.path.join(TESTS, d) for d in os.listdir(TESTS)
 if os.path.dirname(TESTS) not in sys.path:
     sys.path.insert(0, os.path.dirname(TESTS))
 
-from host_tools.runner import find_micropython  # noqa: E402
+from host_tools.target.runner import find_micropython  # noqa: E402
 
 
 def pytest_sessionstart(session):

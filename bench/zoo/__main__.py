@@ -54,9 +54,9 @@ for p in (ROOT, os.path.join(ROOT, 'micro'), os.path.join(ROOT, 'tests', 'format
         sys.path.insert(0, p)
 os.environ.pop('UTRAIN_NP', None)
 
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.graph.passes import PrepareError  # noqa: E402
 from bench import models  # noqa: E402
 from bench.__main__ import side_by_side, micropython_step, err, table, pico_columns  # noqa: E402
 
@@ -236,8 +236,8 @@ def board_rows(row, path, train, classifier, x, y, tmp, which):
     ../shared/board-sim.md, and the time per sample of epoch 1 (the board computes the
     prefix) against epoch 2 (from the cache) on the 32-bit ulab build (else stock)."""
     import re
-    from host_tools import runner
-    from host_tools.memory import smallest_heap
+    from host_tools.target import runner
+    from host_tools.plan.memory import smallest_heap
     npz = os.path.join(tmp, which + '_b.npz')
     np.savez(npz, x=x[:4], y=y[:4])
     plans, heaps, times = [], [], None
@@ -289,8 +289,8 @@ def board_rows(row, path, train, classifier, x, y, tmp, which):
 
 def measured_heaps(out, plan):
     """'fallback KB / ulab KB': the smallest heaps that train the prepared run."""
-    from host_tools import runner
-    from host_tools.memory import smallest_heap
+    from host_tools.target import runner
+    from host_tools.plan.memory import smallest_heap
     if plan > 2048 * 1024:
         return 'n/a (plan > 2 MB)'
     got = []

@@ -171,7 +171,7 @@ def prepared(name, out, n=16, epochs=3, train='last:2', backend='ulab', **kw):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from host_tools.prepare import prepare
+    from host_tools.prepare.pipeline import prepare
     path, _, shape, _ = build(name)
     x, y = images(shape, n)
     os.makedirs(out, exist_ok=True)
@@ -190,7 +190,7 @@ def epoch_times(out, micropython, heap='8M'):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from host_tools import runner
+    from host_tools.target import runner
     os.environ['MICROPYTHON'] = micropython     # staged for its .mpy version and native arch
     runner.stage(out)
     env = dict(os.environ, MICROPYPATH=':lib')
@@ -231,7 +231,7 @@ def _keras_folder(model, out, n, epochs, **kw):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from host_tools.prepare import prepare
+    from host_tools.prepare.pipeline import prepare
     x, y = images((1, 3, 96, 96), n)
     os.makedirs(out, exist_ok=True)
     data = os.path.join(out, 'data.npz')
@@ -262,7 +262,7 @@ def bench_whole(micropythons, n=4):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from host_tools.memory import smallest_heap
+    from host_tools.plan.memory import smallest_heap
     print('| build | row bands | plan KB | smallest heap KB | epoch 1 ms/sample | later ms/sample |')
     print('|---|---|---|---|---|---|')
     for label, mp in micropythons:
@@ -302,7 +302,7 @@ def bench_int8(micropythons, n=8, float_too=True):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
         sys.path.insert(0, root)
-    from host_tools.memory import smallest_heap
+    from host_tools.plan.memory import smallest_heap
     print('| build | int8, board prefix cache: plan / smallest KB | int8, whole model every '
           'step: plan / smallest KB | float, row bands: plan / smallest KB | '
           'float / int8 (cache) | plan / smallest (int8 cache, whole) |')

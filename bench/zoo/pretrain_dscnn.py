@@ -48,8 +48,8 @@ def quantize_into(fpath, qpath, out, x):
     """The float graph fpath's weights quantized into qpath's int8 graph (same ops),
     activation ranges measured on samples x; written to out."""
     from tflite_micro.python.tflite_micro import runtime
-    from host_tools.circle_io import read_model
-    from host_tools.rewrite import save_graph
+    from host_tools.formats.circle_io import read_model
+    from host_tools.graph.rewrite import save_graph
     gf, gq = read_model(fpath), read_model(qpath)
     assert [o.name for o in gf.ops] == [o.name for o in gq.ops]
     ranges = {}
@@ -116,8 +116,8 @@ def accuracy(path, x, y):
 
 
 def main(epochs=8, out=None):
-    from host_tools import runner
-    from host_tools.prepare import prepare, export
+    from host_tools.target import runner
+    from host_tools.prepare.pipeline import prepare, export
     fpath = os.path.join(KERAS, 'dscnn_kws_float.tflite')
     qpath = os.path.join(KERAS, 'dscnn_kws_int8.tflite')
     out = out or qpath

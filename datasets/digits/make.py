@@ -16,7 +16,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from host_tools.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 
 
 def glorot(rng, n_out, n_in, shape=None):
@@ -83,7 +83,7 @@ def cnn(seed=0, name='cnn'):
 
 def write_ready(x, y):
     """train.ds / test.ds as `prepare --test-split 0.2` splits them, stored as uint8."""
-    from host_tools import dataset as ds
+    from host_tools.files import dataset as ds
     tr, te = ds.split(len(x), 0.2, 0)
     for name, idx in (('train.ds', tr), ('test.ds', te)):
         ds.write_dataset(os.path.join(HERE, name), x[idx], y[idx], 'uint8', 1 / 16, 0.0)

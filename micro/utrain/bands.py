@@ -13,8 +13,8 @@
 # padding rows as for the whole image), so the result equals the whole op's (bit for bit
 # with ulab and the fallback; numpy's BLAS may sum a strip in another order).
 # plan() runs the same schedule without arithmetic: the window sizes, which the host's
-# planner (host_tools/memory.py) reads from the same code.
-# Group record in the .flat: (lo, hi, rows per band): host_tools/bands.py chooses them.
+# planner (host_tools/plan/memory.py) reads from the same code.
+# Group record in the .flat: (lo, hi, rows per band): host_tools/graph/bands.py chooses them.
 try:
     from micropython import const
 except ImportError:

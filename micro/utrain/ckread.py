@@ -16,8 +16,9 @@ def load_checkpoint(path, n, shapes, state=None):
         return read_checkpoint(f, path, n, shapes, state)
 
 
-def read_checkpoint(f, path, n, shapes, state=None, raw=False):
-    # raw: shapes and state are byte sizes and the tables hold bytes (utrain.q8train)
+def read_checkpoint(f, path, n, shapes, state=None, raw=False, part=None):
+    # raw: shapes and state are byte sizes and the tables hold bytes (utrain.q8train);
+    # part: {tensor: (first byte, bytes)}, the part of a weight to read (a window's rows)
     size = _size(f)
     h = f.read(20)
     if len(h) != 20:
@@ -58,8 +59,10 @@ def read_checkpoint(f, path, n, shapes, state=None, raw=False):
             offs = _table(f, path, n, at, bounds[bounds.index(at) + 1], sz)
             for k in range(n):
                 if offs[k]:
-                    f.seek(offs[k])
-                    tab[k] = f.read(sz[k]) if raw else readinto(f, zeros(sh[k]), path)
+                    p = part.get(k) if part and at == 20 else None
+                    f.seek(offs[k] + (p[0] if p else 0))
+                    tab[k] = f.read(p[1] if p else sz[k]) if raw else readinto(
+                        f, zeros(sh[k]), path)
         out.append(tab)
     f.seek(oo)
     step, epoch = unpack('<II', f.read(8))

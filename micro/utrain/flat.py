@@ -1,5 +1,5 @@
 # The flattened model's reader (layout: docs/flat-model.md; the host writes it with
-# host_tools/flatmodel.py, which takes these constants from here).  Imported by Net
+# host_tools/files/flatmodel.py, which takes these constants from here).  Imported by Net
 # only while it loads a model and dropped after (code is heap on a board).
 # The file is parsed while streaming: only the small tables are read as bytes;
 # constant data goes straight from the file into preallocated arrays, or, when the

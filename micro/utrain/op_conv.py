@@ -1,5 +1,5 @@
 # CONV_2D and DEPTHWISE_CONV_2D on [H*W, C] activations (batch 1, NHWC order).
-# Option floats (host_tools/optable.py _spatial): act, H, W, C, OH, OW, OC, KH, KW,
+# Option floats (host_tools/graph/optable.py _spatial): act, H, W, C, OH, OW, OC, KH, KW,
 # stride h, w, dilation h, w, pad top, pad left [, depth multiplier].
 # The steps are the backend's (utrain.xnp.conv_steps) or, where it declines,
 # utrain.convwalk's: one output row and kernel tap (kh, kw) at a time, whose input

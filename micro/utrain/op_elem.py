@@ -1,7 +1,7 @@
 # ADD (0), SUB (41), MUL (18), DIV (42): y = act(a OP b) with broadcasting, both operands
 # activations (a residual add) or one a constant, which may be the op's trainable
 # parameter (a folded BatchNorm's scale and shift).
-# Options (host_tools/optable.py _elem_options): act, parameter position (-1 none),
+# Options (host_tools/graph/optable.py _elem_options): act, parameter position (-1 none),
 # n0 n1 n2, then per operand d0 d1 rows: the output's rows are n0 x n1 blocks of n2
 # rows and block (i, j) of an operand is its rows i*d0 + j*d1 .. + rows (rows = n2, or 1
 # broadcasting down the block).  Columns broadcast natively ([R, C] with [., 1]).

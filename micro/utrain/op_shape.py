@@ -3,7 +3,7 @@
 # when the input is contiguous.
 # PAD (34, zeros), TRANSPOSE (39), STRIDED_SLICE (45), CONCATENATION (2): block copies
 # between the input(s) and the zeroed output, planned on the host
-# (host_tools/optable.py _copy_plan): utrain.opc's C_PART option floats per input, na nb n1 n2 tr, then
+# (host_tools/graph/optable.py _copy_plan): utrain.opc's C_PART option floats per input, na nb n1 n2 tr, then
 # for the input (side A) and the output (side B) each: start row, col; row, col step per
 # outer index i; the same per j; row step and column step inside a block.  Block (i, j)
 # is an [n1, n2] strided view of the output and of the input ([n2, n1] transposed when

@@ -2,7 +2,7 @@
 # unrolled LSTM and GRU cut their gate pre-activations, and prepare turns the per-step
 # slices of the input projection into one SPLIT_V).  On the device's 2-D arrays a split
 # along the last axis takes column ranges; along another axis, with the input's rows as
-# [outer, axis, inner] (host_tools/optable.py _split_options), each output takes from
+# [outer, axis, inner] (host_tools/graph/optable.py _split_options), each output takes from
 # every outer block the rows axis range * inner.
 # Options (utrain.opc slots): S_COLS (1: split the columns), S_OUTER, S_INNER, then from
 # S_B0 the n + 1 boundaries along the axis (0 = b0 < b1 < ... < bn = the axis' size).

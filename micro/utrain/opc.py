@@ -1,6 +1,6 @@
 # The op contract: circle builtin opcodes, the option-float slots of each op and the
 # backward flags, shared by the device kernels (op_*.py), the model reader (flat.py) and
-# the host (host_tools/optable.py writes the options by these slots; docs/flat-model.md
+# the host (host_tools/graph/optable.py writes the options by these slots; docs/flat-model.md
 # lists them; tests/ops/test_contract.py checks that all three agree).
 # A board never imports it: MicroPython folds const() only within a module, and this
 # module's public names would cost ~6 KB of heap while loaded.  The device modules

@@ -13,13 +13,13 @@
 # between samples by powers of two) and the update is applied from those.  Adam keeps a
 # float32 master copy of the trained weights (and its moments): the update goes to the
 # master, the int8 weights the forward pass reads are the master requantized.
-# The model is q8.json (layers, written by host_tools/quant.py) + a .wof with int8
+# The model is q8.json (layers, written by host_tools/prepare/quant.py) + a .wof with int8
 # weights and int32 biases as raw bytes (onert-micro's layout).
 from array import array
 from math import exp, log, frexp, sqrt
 from utrain import q8kern as K
 
-# the layer kinds of q8.json's 'k': the one table (host_tools/quant.py reads it from here;
+# the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
@@ -68,6 +68,8 @@ class Layer:
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
+    dxr = 0         # 1: dz's per-channel rescaling made from sw when used (a broadcast row)
+    pw = wo = 0     # pw: w holds the window's rows alone, from weight wo on (the rest in flash)
     c = 1
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
     stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
@@ -112,7 +114,11 @@ class Layer:
             m = max(sw)
             # per-channel weight scales: the input gradient's dz is rescaled by
             # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
-            if min(sw) != m:
+            if min(sw) != m and d.get('bx'):
+                # its gradient arrives as one broadcast row (a MEAN's): the multipliers
+                # made a scratch at a time from sw when used, not held (_dx)
+                self.dxr, self.swm = 1, m
+            elif min(sw) != m:
                 # (filled in place: lists of a wide layer's multipliers, boxed on a board,
                 # were a transient peak of tens of KB while the model loads)
                 c = len(sw)
@@ -128,13 +134,16 @@ class Layer:
             # bias alone) and whose biases do (the window, or all of a bias-only layer's)
             self.wlo, self.whi = d.get('tw', (0, oc))
             self.blo, self.bhi = (self.wlo, self.whi) if self.whi > self.wlo else (0, oc)
+            if d.get('pw'):
+                self.pw, self.wo = 1, self.wlo * (d['wn'] // oc)
             self.bf = _f32(oc)                            # float bias
             self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
-            # per-channel update multipliers (weights that train), bias sums (the weight
-            # gradient: the net's chunk buffer, Q8Net.gw)
+            # per-channel update multipliers (weights that train: a gradient chunk's
+            # channels, _mults), bias sums (the weight gradient: the net's chunk buffer,
+            # Q8Net.gw)
             if self.whi > self.wlo:
-                self.um, self.us = _i32(oc), _i32(oc)
+                self.um, self.us = _i32(umn(d)), _i32(umn(d))
             self.bs = _i32(oc)
 
     def wr(self):
@@ -156,8 +165,9 @@ class Layer:
             oc, row, blk = self.geo()
             w = self.w
             w0, w1 = self.wr()
+            wo = self.wo
             for i in range(w0, w1):
-                wm[i - w0] = ((w[i] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
+                wm[i - w0] = ((w[i - wo] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
 
     def geo(self):
         # (output channels, weights per channel, blk): weight i's channel is (i // blk) % oc
@@ -192,16 +202,21 @@ class Layer:
               self.hi, 0)
         return self.y
 
+    def rows(self, o0, n, row):
+        # the weights of output channels o0..o0+n-1 (row bytes each; 0: a depthwise
+        # layer's, all): a view of the held ones, or read into the net's scratch
+        w = self.w
+        if w is None or (self.pw and not self.wlo <= o0 < self.whi):
+            return self.net.weights(self, o0, n * row if row else self.d['wn'])
+        o = o0 * row - self.wo
+        return memoryview(w)[o:] if o else w
+
     def _chunk(self, o0, n, row):
         # weights, biases, multipliers, shifts and multiplier count of output channels
         # o0..o0+n-1 (row: weight bytes per channel; 0: a depthwise layer's, all read):
         # views of this layer's own, or read into the net's scratch (frozen layers)
         net = self.net
-        w = self.w
-        if w is None:
-            w = net.weights(self, o0, n * row if row else self.d['wn'])
-        elif o0:
-            w = memoryview(w)[o0 * row:]
+        w = self.rows(o0, n, row)
         b, m, s = self.b, self.mul, self.shf
         if b is None:
             b = net.biases(self, o0, n)
@@ -213,6 +228,16 @@ class Layer:
             m, s = memoryview(m)[o0:], memoryview(s)[o0:]
         return w, b, m, s, n if self.c > 1 else 1
 
+    def segs(self, O, nc):
+        # (first output channel, count) of each chunk of at most nc: one never straddles
+        # the edges of a partial layer's held window (pw)
+        lo, hi = (self.wlo, self.whi) if self.pw else (O, O)
+        o0 = 0
+        while o0 < O:
+            n = min(nc, (lo if o0 < lo else hi if o0 < hi else O) - o0)
+            yield o0, n
+            o0 += n
+
     def fc(self, x):
         d, acc = self.d, self.acc
         ni, no = d['nin'], self.nout
@@ -223,11 +248,10 @@ class Layer:
             K.rqk(acc, no, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo, self.hi, 0)
             return
         nc = d.get('nc', no)
-        if nc >= no and self.w is not None and self.mul is not None:
+        if nc >= no and self.w is not None and self.mul is not None and not self.pw:
             self.whole = 1          # (mul: read from q8.req after __init__)
             return self.fc(x)
-        for o0 in range(0, no, nc):
-            n = min(nc, no - o0)
+        for o0, n in self.segs(no, nc):
             w, b, m, s, c = self._chunk(o0, n, ni)
             K.fck(acc, x, 0, self.zx, w, b, 1, ni, n)
             K.rqk(acc, n, c, 1, m, s, memoryview(self.y)[o0:], self.zy, self.lo, self.hi, 0)
@@ -243,8 +267,7 @@ class Layer:
         nc = d.get('nc', O) if self.k == CONV else O
         row = gm[4] * gm[5] * gm[2] if self.k == CONV else 0
         dw = self.k == DW
-        for o0 in range(0, O, nc):
-            n = min(nc, O - o0)
+        for o0, n in self.segs(O, nc):
             w, bv, mv, sv, c = self._chunk(o0, n, row)
             gs[3] = n
             R = max(1, len(acc) // (OW * n))
@@ -337,16 +360,16 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and not ls[i].get('sd') and (
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
-            held[i] = bytearray(ls[i]['wn'])
+            held[i] = bytearray(held_bytes(ls[i]))
         nz, nz2, ng, nk = bufs(ls)
         self.gw = _i32(ng)
         self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
-        # the two int32 input-gradient buffers with them, the largest first (made late,
-        # in the first backward pass, they found no run long enough in a heap the layers
-        # had fragmented)
+        # the int32 input-gradient buffers with them, the largest first (made late, in
+        # the first backward pass, they found no run long enough in a heap the layers had
+        # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
         m = gin(ls)
         first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
-        self.gb = (_i32(m), _i32(m)) if m and any(
+        self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
         self.S = None
@@ -356,13 +379,16 @@ class Q8Net:
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
-        order = [i for i in range(len(ls)) if ls[i].get('train')]
+        for i in range(1, len(ls)):
+            if bcast(ls, i):
+                ls[i - 1]['bx'] = 1     # (its gradient: one broadcast row; Layer.dxr)
+        order = sorted([i for i in range(len(ls)) if ls[i].get('train')], key=lambda i: -ls[i].get('nb', 0))
         order += [i for i in range(len(ls)) if not ls[i].get('train')]
         for i in order:
             d = ls[i]
             w = b = None
             if i in held:
-                w = self._read(self.woff[d['wt']], held.pop(i))
+                w = self._read(self.woff[d['wt']] + held_at(d), held.pop(i))
             if w is not None or (d.get('sd') and d.get('train')):   # (sd: the bias trains)
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
             if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
@@ -382,7 +408,7 @@ class Q8Net:
             from utrain.q8bands import Q8Group
             for lo, hi, rows in meta['groups']:
                 self.groups[lo] = Q8Group(self, lo, hi, rows)
-        # scce's softmax table (_sce; host_tools/quant.py etab), 256 entries
+        # scce's softmax table (_sce; host_tools/prepare/quant.py etab), 256 entries
         e = meta.get('etab')
         self.etab = None
         if e is not None:
@@ -685,6 +711,7 @@ class Q8Net:
             K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
             K.adk(v, d, n)
             d = v
+        i0 -= L.wo
         self.seed = K.upk(memoryview(L.w)[i0:] if i0 else L.w, d, n, self.seed)
 
     def _adam(self, L, lr, scale):
@@ -696,6 +723,7 @@ class Q8Net:
         oc, row, blk = L.geo()
         ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
         w0, w1 = L.wr()
+        wo = L.wo
         for j in range(w1 - w0):
             i = w0 + j
             s = sw[(i // blk) % oc % nw]
@@ -704,7 +732,7 @@ class Q8Net:
             v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
             x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
             q = int(round(x / s))
-            w[i] = (-127 if q < -127 else 127 if q > 127 else q) & 255
+            w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
         ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
         for o in range(L.blo, L.bhi):
             g = ba[o] * scale
@@ -723,8 +751,8 @@ class Q8Net:
         with wof.openr(path) as f:
             offs = wof.read_table(f, path, nb, nb)[0]
             for L in ws:
-                if offs[L.d['wt']]:
-                    f.seek(offs[L.d['wt']])
+                if offs[L.d['wt']] and L.w is not None:
+                    f.seek(offs[L.d['wt']] + L.wo)
                     f.readinto(L.w)
                 if offs[L.d['bt']]:
                     f.seek(offs[L.d['bt']])
@@ -737,9 +765,14 @@ class Q8Net:
         # layers (each layer's is read by the layer before it, then free), made with the net
         gb = self.gb
         if gb is None or len(gb[0]) < n:
-            m = gin(self.meta['layers'])
-            gb = self.gb = (_i32(m), _i32(m))
+            gb = self.gb = self._gbs(gin(self.meta['layers']))
         return gb[1] if g is gb[0] else gb[0]
+
+    def _gbs(self, m):
+        # the input-gradient buffers: two, or one twice (a weighted layer's int32 output
+        # gradient is dead once its int8 dz is made: its input's may overwrite it)
+        a = _i32(m)
+        return (a, _i32(m) if gtwo(self.meta['layers']) else a)
 
     def _back(self, L, g, s, lr, need_dx):
         # g: int32 dL/dy (before the fused activation and clamp) with float scale s;
@@ -803,25 +836,27 @@ class Q8Net:
         # g: the int32 one it came from, scale s; p: its broadcast period) and its scale
         d = L.d
         n = L.nout
-        if L.dxm is not None:
+        if L.dxm is not None or L.dxr:
             # per-channel weight scales: dz * sw[o] / max(sw), requantized to int8 (in
-            # dz2: dz stays for the weight gradient)
-            c = len(L.dxm)
-            K.rqk(g, p or n, c, 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
+            # dz2 when dz stays for the weight gradient; a layer whose weights do not
+            # train is done with dz: in place)
+            if L.dxr:
+                self._rescale(L, g, p)
+            else:
+                K.rqk(g, p or n, len(L.dxm), 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
             k = _shift(g, p or n)
-            dz = self.dz2
+            if L.whi > L.wlo:
+                dz = self.dz2
             self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
-        if L.w is None:     # streamed (q8sparse.dak): a chunk of output channels at a time
-            fc = L.k == FC
+        if L.w is None or L.pw:     # streamed (q8sparse.dak): a chunk of output channels
+            fc = L.k == FC          # at a time (a partial layer's window from its rows)
             gm = d.get('g')
             O, P, I = (n, 1, d['nin']) if fc else (gm[3], gm[10] * gm[11], gm[2])
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
-            nc = d.get('nc', O)
-            for o0 in range(0, O, nc):
-                m = min(nc, O - o0)
-                self.S.dak(dx, dz, self.weights(L, o0, m * I), o0, m, O, P, I)
+            for o0, m in L.segs(O, d.get('nc', O)):
+                self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
         elif L.k == FC:
             dx = self._gbuf(g, d['nin'])
             K.dxk(dx, dz, 0, L.w, n, d['nin'])
@@ -830,6 +865,18 @@ class Q8Net:
             dx = self._gbuf(g, gm[0] * gm[1] * gm[2])
             (K.cdk if L.k == CONV else K.ddk)(dx, dz, L.w, gm)
         return dx, sz * max(d['sw'])
+
+    def _rescale(self, L, g, p):
+        # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers made a
+        # scratch at a time (the same qmul as held ones: the same integers)
+        sw, m, qm, qs = L.d['sw'], L.swm, self.qm, self.qs
+        c = len(qm)
+        for o0 in range(0, p, c):
+            k = min(c, p - o0)
+            for j in range(k):
+                qm[j], qs[j] = qmul(sw[o0 + j] / m)
+            v = memoryview(g)[o0:] if o0 else g
+            K.rqk(v, k, k, 1, qm, qs, v, 0, 0, 0, 1)
 
     def _wgrad(self, L, dz, sz, lr):
         # layer L's weight gradient from its int8 output gradient dz (scale sz), a chunk of
@@ -947,9 +994,31 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
     K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
 
 
+def umn(d):
+    """The update multipliers trained layer d keeps (_mults: one a channel of a gradient
+    chunk; a depthwise layer's all) (host_tools/plan/memory.py plans them with this)."""
+    oc = d['nb']
+    lo, hi = d.get('tw', (0, oc))
+    return oc if d['k'] == DW else min(d.get('gc', oc), hi - lo)
+
+
+def held_bytes(d):
+    """Bytes of layer d's weights held in RAM: a partial layer's (pw) window rows, else
+    all (host_tools/plan/memory.py plans them with this)."""
+    if d.get('pw'):
+        lo, hi = d['tw']
+        return (hi - lo) * (d['wn'] // d['nb'])
+    return d['wn']
+
+
+def held_at(d):
+    # the offset of layer d's held weights in its tensor (a partial layer's window)
+    return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
+
+
 def bufs(ls):
     """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
-    values, a residual ADD's held int32 gradient values) of layer table ls: Q8Net's shared backward buffers (host_tools/memory.py
+    values, a residual ADD's held int32 gradient values) of layer table ls: Q8Net's shared backward buffers (host_tools/plan/memory.py
     plans them with this)."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     nz = nz2 = ng = nk = 0
@@ -960,7 +1029,8 @@ def bufs(ls):
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
         nz = max(nz, d['nout'])
-        if i > first and d.get('pc'):
+        if i > first and d.get('pc') and d.get('train') and d.get('tw', (0, 1))[1] > d.get(
+                'tw', (0, 1))[0]:       # (its weights train: dz stays for their gradient)
             nz2 = max(nz2, d['nout'])
         if d.get('train'):
             oc = d['nb']
@@ -973,7 +1043,7 @@ def bufs(ls):
 
 def gin(ls):
     """The most values an input gradient of layer table ls has: the size of _gbuf's
-    two buffers (host_tools/memory.py plans them with this)."""
+    two buffers (host_tools/plan/memory.py plans them with this)."""
     m = 0
     for i in range(len(ls)):
         d = ls[i]
@@ -982,6 +1052,19 @@ def gin(ls):
             m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
                     if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
     return m
+
+
+def gtwo(ls):
+    """Does the backward pass of layer table ls need two input-gradient buffers: a pool,
+    or a MEAN whose gradient is not read broadcast, above the lowest trained layer (its
+    input's gradient is made from its output's, both int32)?  Else one
+    (host_tools/plan/memory.py plans them with this)."""
+    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    for i in range(first + 1, len(ls)):
+        d = ls[i]
+        if d.get('back') and (d['k'] >= PMAX or (d['k'] == MEAN and not bcast(ls, i))):
+            return True
+    return False
 
 
 def bcast(ls, i):

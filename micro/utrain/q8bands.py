@@ -2,7 +2,7 @@
 # model such as MobileNetV2 computed a few output rows at a time, on utrain.bands'
 # schedule (Group: which rows each op pulls, windows that drop the rows nobody reads
 # again), with q8's int8 kernels and the windows at the arena offsets the host planned
-# (host_tools/quant.py plan(): it runs the same schedule to size them).  Imported only
+# (host_tools/prepare/quant.py plan(): it runs the same schedule to size them).  Imported only
 # by a model with band groups.
 from array import array
 from utrain.bands import Group

@@ -48,6 +48,11 @@ def _make(files, log=None):
             meta = None
     if type(meta) is not dict:
         raise ValueError('%s: not a utrain int8 layer table (prepare again)' % files['prefix'])
+    if meta.get('groups'):
+        # the band code (dropped at the end) and the names it interns (never freed) before
+        # the prefix's arrays, not among them: freed, those leave one run the trainer's
+        # arrays fit in, not holes between survivors
+        from utrain import q8bands  # noqa: F401
     net = None
     for p, out in todo:
         ds = Dataset(p, False)

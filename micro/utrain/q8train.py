@@ -157,9 +157,30 @@ class Q8Trainer:
         blocks = {}
         for L in self._trained():
             if L.whi > L.wlo:           # (a bias-only layer's weights never change)
-                blocks[L.d['wt']] = L.w
+                blocks[L.d['wt']] = self._wblock(L)
             blocks[L.d['bt']] = L.b
         save_wof(path, self.net.meta['ntensors'], blocks)
+
+    def _wblock(self, L):
+        # L's weights as a .wof block: a partial layer's (pw) frozen rows copied from the
+        # model's weights a scratch at a time around its window's
+        if not L.pw:
+            return L.w
+        net = self.net
+        a, b, e = L.wo, L.wo + len(L.w), L.d['wn']
+        off = net.woff[L.d['wt']]
+
+        def cp(i, j):
+            def put(f):
+                buf = net.wbuf
+                k = i
+                while k < j:
+                    n = min(len(buf), j - k)
+                    net._read(off + k, buf, n)
+                    f.write(memoryview(buf)[:n])
+                    k += n
+            return (j - i, put)
+        return [cp(0, a), L.w, cp(b, e)]
 
     def save_checkpoint(self, path='checkpoint.ckpt'):
         """Weights, optimizer state, counters and the position in the epoch (between
@@ -179,7 +200,7 @@ class Q8Trainer:
                 L.set_bias()                # (SGD's integer bias update: bf from b)
             w[bt] = L.b
             if L.whi > L.wlo:
-                w[wt] = L.w
+                w[wt] = self._wblock(L)
             tail.append(L.bf)
             n = L.wr()[1] - L.wr()[0]      # (a rank's window; none: the bias alone)
             if net.adam:
@@ -208,8 +229,13 @@ class Q8Trainer:
             nw[L] = L.wr()[1] - L.wr()[0]
             sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'] if nw[L] else None, 4 * L.d['nb']
             state[L.d['wt']], state[L.d['bt']] = 4 * nw[L], 4 * L.d['nb']
+        part = {}
+        for L in ls:
+            if L.pw:
+                part[L.d['wt']] = (L.wo, len(L.w))
         with openr(path) as f:
-            w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True)
+            w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True,
+                                                          part=part)
         r = calcsize(RESUME)
         want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0) for L in ls])
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)

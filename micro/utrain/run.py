@@ -125,7 +125,7 @@ class Keys:
             self.k(3)
 
 
-END = 'utrain: end: '     # + 'ok' or what stopped the run: host_tools/board.py reads it
+END = 'utrain: end: '     # + 'ok' or what stopped the run: host_tools/boards/board.py reads it
 
 
 def main(cfg_path='train.json'):
@@ -338,7 +338,7 @@ def start(cfg_path='train.json'):
 def end(why):
     # The run's last line says how it ended: a serial line carries no exit status
     # (`mpremote run` exits 0 whatever the script did), so the host reads this line
-    # (host_tools/board.py).  A command line (unix MicroPython, CPython) also gets it as
+    # (host_tools/boards/board.py).  A command line (unix MicroPython, CPython) also gets it as
     # the exit status (a Ctrl-C is the user's stop, not a failure); on a board a
     # SystemExit would soft-reset it (unix -i: exit).
     print(END + (why or 'ok'))

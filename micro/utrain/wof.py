@@ -135,24 +135,33 @@ def _replace(tmp, path):
         os.rename(tmp, path)
 
 
+def _nb(a):
+    if type(a) is list:     # pieces written in turn: buffers, or (bytes, writer(f))
+        return sum([x[0] if type(x) is tuple else _nb(x) for x in a])
+    if hasattr(a, 'size'):
+        return 4 * a.size
+    # (no bytes(a) copy to measure it: a board may lack the room)
+    return len(a) if isinstance(a, (bytes, bytearray, memoryview)) else 4 * len(a)
+
+
 def _write_block(f, arrays, n, start):
     # offset table then data, arrays: {tensor index: float array, or the raw bytes of
-    # an int8 model's tensor (bytearray of int8, array('i') of int32)}
+    # an int8 model's tensor (bytearray of int8, array('i') of int32), or a list of
+    # pieces (a tensor partly held in RAM: utrain.q8train)}
     offs = [0] * n
     pos = start + 4 * n
     for k in sorted(arrays):
-        a = arrays[k]
         offs[k] = pos
-        if hasattr(a, 'size'):
-            pos += 4 * a.size
-        else:           # (no bytes(a) copy to measure it: a board may lack the room)
-            pos += len(a) if isinstance(a, (bytes, bytearray)) else 4 * len(a)
+        pos += _nb(arrays[k])
     f.write(pack('<%dI' % n, *offs))
     for k in sorted(arrays):
         a = arrays[k]
         if hasattr(a, 'size'):
             from utrain.xnp import write     # (float arrays: an int8 run loads no xnp)
             write(f, a)
+        elif type(a) is list:
+            for x in a:
+                x[1](f) if type(x) is tuple else f.write(x)
         else:
             f.write(a)
     return pos
@@ -160,7 +169,7 @@ def _write_block(f, arrays, n, start):
 
 def write_wof(f, n, arrays):
     """A .wof of n tensors to the open file f, {tensor index: array}; the one writer
-    (host_tools/wof.py packs its files with it)."""
+    (host_tools/files/wof.py packs its files with it)."""
     f.write(pack('<HBBI', MAGIC, VERSION, 0, n))
     _write_block(f, arrays, n, 8)
 

@@ -14,8 +14,9 @@ import pytest
 from repo import ROOT  # noqa: E402
 
 from fakeboard import FakeBoard  # noqa: E402
-from host_tools import runner, board  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.boards import board  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from test_pipeline import read_log, small_mlp, blobs  # noqa: E402
 
 MP = runner.find_micropython()
@@ -86,7 +87,7 @@ def test_deploy_mpy_run_pull_export_plot_with_mpremote(tmp_path):
     exported = str(tmp_path / 'trained.circle')
     r = cli('export', model, os.path.join(out, 'trained.wof'), '-o', exported)
     assert r.returncode == 0, r.stderr
-    from host_tools.dataset import read_dataset
+    from host_tools.files.dataset import read_dataset
     x, y = read_dataset(os.path.join(out, 'test.ds'))
     before, after = onert_accuracy(model, x, y), onert_accuracy(exported, x, y)
     assert after > before + 0.5 and abs(after - max(e[4] for e in log)) < 1e-6, (before, after, log)

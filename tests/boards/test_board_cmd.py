@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from host_tools import board, runner, simboard
-from host_tools.runner import find_micropython
+from host_tools.boards import board, simboard
+from host_tools.target import runner
+from host_tools.target.runner import find_micropython
 
 from repo import ROOT  # noqa: E402
 needs_mp = pytest.mark.skipif(not find_micropython(), reason='no MicroPython binary')

@@ -21,10 +21,10 @@ from repo import ROOT  # noqa: E402
 
 import m0board  # noqa: E402
 import q8cases  # noqa: E402
-from host_tools import runner  # noqa: E402
-from host_tools.memory import trains_in  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.refmodels import small_cnn  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.plan.memory import trains_in  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.formats.refmodels import small_cnn  # noqa: E402
 
 pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
 

@@ -1,4 +1,4 @@
-"""Federated fleets on Flower (host_tools/fleet.py): the digits MLP over 4 boards with a
+"""Federated fleets on Flower (host_tools/boards/fleet.py): the digits MLP over 4 boards with a
 by-class split learns (against centralized training on the same data), a board killed
 mid-round is left out of that round only, the fleet resumes after its last saved round,
 no board's flash holds another board's samples, and a board sends back exactly its
@@ -15,9 +15,10 @@ import pytest
 from repo import ROOT  # noqa: E402
 
 pytest.importorskip('flwr')
-from host_tools import fleet as fl, runner  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.dataset import read_dataset  # noqa: E402
+from host_tools.boards import fleet as fl  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.files.dataset import read_dataset  # noqa: E402
 from host_tools.plot import read_log, plot  # noqa: E402
 
 MP = runner.find_micropython()
@@ -214,8 +215,8 @@ def test_ports_boards_train_on_the_data_they_hold(tmp_path):
     files.train in their own train.json); the fleet copies code, model and weights only,
     and a board without data is refused with its name."""
     import subprocess
-    from host_tools.simboard import FakeBoard
-    from host_tools.dataset import write_dataset
+    from host_tools.boards.simboard import FakeBoard
+    from host_tools.files.dataset import write_dataset
     d = digits(tmp_path, n=300, epochs=1)
     x, y = read_dataset(os.path.join(d, 'train.ds'))
     heap = runner.boards()['rp2040']['heap']

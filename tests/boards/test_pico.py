@@ -1,5 +1,5 @@
 """The user's workflow on the emulated Raspberry Pi Pico: the real MicroPython rp2 firmware
-in rp2040js (host_tools/pico.py).  Skipped without the firmware ($UTRAIN_PICO_FIRMWARE,
+in rp2040js (host_tools/boards/pico.py).  Skipped without the firmware ($UTRAIN_PICO_FIRMWARE,
 ../shared/board-sim.md says how to build it); a few samples each, as the emulator runs
 10-40 M RP2040 cycles per wall second."""
 import json
@@ -14,10 +14,11 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import board, pico, runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.wof import read_checkpoint, read_wof  # noqa: E402
+from host_tools.boards import board, pico  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.files.wof import read_checkpoint, read_wof  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.pico,
               pytest.mark.skipif(not pico.available(), reason='no emulated Pico firmware '
@@ -142,7 +143,7 @@ def test_deploy_run_ctrl_c_resume_pull_export(tmp_path):
         with open(os.path.join(d, name), 'rb') as f1, open(os.path.join(ref, name), 'rb') as f2:
             assert f1.read() == f2.read(), name
     exported = str(tmp_path / 'trained.circle')
-    from host_tools.prepare import export
+    from host_tools.prepare.pipeline import export
     export(MLP, os.path.join(d, 'trained.wof'), exported)
     g = read_model(exported)
     w = weights(d, 'trained.wof')

@@ -8,7 +8,7 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools.runner import find_micropython  # noqa: E402
+from host_tools.target.runner import find_micropython  # noqa: E402
 
 pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
 
@@ -50,7 +50,7 @@ def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
     plan is flagged UNDER and named among the worst, one below plan / 1.2 OVER."""
     import json
     from bench.memory import code_key
-    from host_tools import runner
+    from host_tools.target import runner
     if not runner.find_micropython():
         pytest.skip('no MicroPython binary')
     cache = tmp_path / 'c.json'

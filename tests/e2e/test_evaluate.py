@@ -5,8 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from host_tools import infer, refmodels
-from host_tools.circle_io import read_model
+from host_tools.prepare import infer
+from host_tools.formats import refmodels
+from host_tools.formats.circle_io import read_model
 from host_tools.cli import main
 
 from repo import ROOT  # noqa: E402

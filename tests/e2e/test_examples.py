@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from host_tools.runner import find_micropython
+from host_tools.target.runner import find_micropython
 
 from repo import ROOT  # noqa: E402
 EXAMPLES = sorted(n for n in os.listdir(os.path.join(ROOT, 'examples'))

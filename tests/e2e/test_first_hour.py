@@ -12,9 +12,9 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
-from host_tools import runner  # noqa: E402
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.prepare import prepare, PrepareError  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare, PrepareError  # noqa: E402
 
 MP = runner.find_micropython()
 NCLS = 3
@@ -166,7 +166,7 @@ def test_an_unexpected_error_ends_with_the_end_line(tmp_path):
 
 # ------------------------------------------------------------------ 1: run --board's heap
 def _mlp_run(tmp_path, name, h=16, **kw):
-    from host_tools.refmodels import mlp
+    from host_tools.formats.refmodels import mlp
     model = mlp(str(tmp_path / 'mlp.circle'), [64, h, h, 4])
     r = np.random.default_rng(0)
     np.savez(str(tmp_path / 'mlp.npz'), x=r.random((8, 64), dtype=np.float32),
@@ -227,9 +227,9 @@ def test_regression_fleet_names_its_metric_mae(tmp_path):
     """A fleet of a regression model (mse, metric mae) calls its metric mae in the
     console, the history, fleet.csv and the plot's axis, never accuracy."""
     pytest.importorskip('flwr')
-    from host_tools import fleet as fl
+    from host_tools.boards import fleet as fl
     from host_tools.plot import read_log
-    from host_tools.refmodels import mlp
+    from host_tools.formats.refmodels import mlp
     model = mlp(str(tmp_path / 'reg.circle'), [6, 8, 2], softmax=False)
     r = np.random.default_rng(0)
     x = r.standard_normal((24, 6)).astype(np.float32)
@@ -353,7 +353,7 @@ def test_ms_per_sample_after_resume_counts_the_samples_run(tmp_path):
 
 # ------------------------------------------------------------------ 6: the board's flash
 def _wide_mlp(tmp_path, n, seed=0):
-    from host_tools.refmodels import mlp
+    from host_tools.formats.refmodels import mlp
     model = mlp(str(tmp_path / 'wide.circle'), [256, 8, 4])
     r = np.random.default_rng(seed)
     data = str(tmp_path / f'wide{n}.npz')
@@ -366,7 +366,7 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
     refused naming --dtype uint8, which then fits; 8-bit samples that overflow it are
     refused naming how many fit (and that many do) and boards with more flash, never
     --dtype uint8; deploy's check says the same of a prepared folder."""
-    from host_tools import board as bd
+    from host_tools.boards import board as bd
     # (float32 training: --board rp2040 would train it as int8, its samples stored as int8)
     kw = dict(loss='scce', epochs=1, board='rp2040', int8=False, log=lambda *a: None)
     model, data = _wide_mlp(tmp_path, 2000)          # 2 MB as float32, 0.5 MB as uint8
@@ -426,13 +426,13 @@ def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
 
 
 # ------------------------------------------------------------------ 3: every memory option
-@pytest.mark.parametrize('size,firmware', [(22, False), (32, True)])
+@pytest.mark.parametrize('size,firmware', [(18, False), (32, True)])
 def test_budget_advice_considers_every_memory_option(tmp_path, size, firmware):
     """A CNN whose frozen convolution's activations do not fit an ESP32 without PSRAM
     beside the code: the refusal names what fits, the prefix cached by prepare
     (--cache-on-host) among it, and when nothing fits on this firmware, what fits on
     one with ulab or utrain frozen in; each suggestion, typed back, plans what it said."""
-    from host_tools.refmodels import small_cnn
+    from host_tools.formats.refmodels import small_cnn
     from test_memory import advice_keeps_its_word
     model = small_cnn(str(tmp_path / 'cnn.circle'), size=size, classes=4)
     kw = dict(loss='scce', board='esp32', train='last:2', log=lambda *a: None)
@@ -460,10 +460,10 @@ def test_quantized_export_recalibrates_on_data_and_measures(tmp_path):
     int8 model with the original scales (less) and the recalibrated one (better), and
     keeps the better: the written file is the recalibrated model, whose saturated
     activation's scale grew.  Without --data it says it did not recalibrate."""
-    from host_tools.circle_io import read_model
-    from host_tools.prepare import export
-    from host_tools.wof import read_wof, write_wof
-    from host_tools import exportcheck
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import export
+    from host_tools.files.wof import read_wof, write_wof
+    from host_tools.prepare import exportcheck
     model = int8_cnn(str(tmp_path / 'm.tflite'))
     x = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=60)
     out = str(tmp_path / 'f')
@@ -498,8 +498,8 @@ def test_quantized_export_recalibrates_on_data_and_measures(tmp_path):
 def test_export_writes_what_its_name_says_and_counts_int8_tensors(tmp_path):
     """-o x.circle from a .tflite writes a circle file (and -o x.tflite a TFLite one),
     float or int8; an int8 run's export counts the tensors it trained."""
-    from host_tools.circle_io import read_model
-    from host_tools.prepare import export
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import export
     import shutil
     model = int8_cnn(str(tmp_path / 'm.tflite'))
     data = _data(str(tmp_path / 'd.npz'), (12, 12, 2), n=4)
@@ -523,7 +523,7 @@ def test_export_of_a_transposed_input_says_it_takes_nhwc(tmp_path):
     """A PyTorch-style model (NCHW input, TRANSPOSE to NHWC first, as tico writes it):
     prepare moves the transpose into the data; the float export takes NHWC and says so,
     naming the transpose to apply."""
-    from host_tools.prepare import export
+    from host_tools.prepare.pipeline import export
     r = np.random.default_rng(0)
     b = CircleBuilder()
     x = b.tensor('x', [1, 2, 6, 6])

@@ -10,9 +10,9 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools import runner  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 MP = runner.find_micropython()
@@ -83,9 +83,9 @@ def test_prepare_writes_the_board_folder(tmp_path):
 
 
 def test_prepare_takes_defaults_from_circle_training_metadata(tmp_path):
-    from host_tools.traininfo import build_traininfo
+    from host_tools.formats.traininfo import build_traininfo
     path = small_mlp(str(tmp_path / 'm.circle'))
-    from host_tools.circle_io import read_model
+    from host_tools.formats.circle_io import read_model
     b = CircleBuilder()
     # rebuild the same model with metadata
     g = read_model(path)
@@ -176,7 +176,7 @@ def test_cpython_run_trains_and_exports(tmp_path):
         assert os.path.exists(os.path.join(out, name))
     r = cli('export', model, os.path.join(out, 'trained.wof'), '-o', str(tmp_path / 'e.circle'))
     assert r.returncode == 0, r.stderr
-    from host_tools.circle_io import tensor_data
+    from host_tools.formats.circle_io import tensor_data
     before, after = tensor_data(model), tensor_data(str(tmp_path / 'e.circle'))
     assert set(before) == set(after)
     assert all(not np.array_equal(before[k], after[k]) for k in before)
@@ -289,9 +289,9 @@ def test_float_ops_without_bias_train_without_one(tmp_path):
     """Issue 28: FC, CONV_2D and DEPTHWISE_CONV_2D without a bias tensor (a Keras layer
     with use_bias=False) train on the float path, weights only; prepare says so per op,
     the run learns and the trained file holds the weights alone."""
-    from host_tools.circle_io import read_model
-    from host_tools.rewrite import save_graph
-    from host_tools.wof import read_wof
+    from host_tools.formats.circle_io import read_model
+    from host_tools.graph.rewrite import save_graph
+    from host_tools.files.wof import read_wof
     g = read_model(os.path.join(DIGITS, 'digits_cnn.circle'))
     weighted = [op for op in g.ops if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')]
     assert len(weighted) == 3

@@ -1,4 +1,4 @@
-"""Tests of host_tools.circle_io / circle_build and of the ONERT facts in onert_ref."""
+"""Tests of host_tools.formats.circle_io / circle_build and of the ONERT facts in onert_ref."""
 
 import os
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import (OP_NAMES, ModelError, Graph, pack_model,  # noqa: E402
-                                  read_model, tensor_data, write_with_weights)
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import (OP_NAMES, ModelError, Graph, pack_model, read_model,
+                                          tensor_data, write_with_weights)
 from circle_schema.v0_10 import circle as C  # noqa: E402
 import onert_ref as R  # noqa: E402
 

@@ -11,7 +11,8 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import dataset as ds, runner  # noqa: E402
+from host_tools.files import dataset as ds  # noqa: E402
+from host_tools.target import runner  # noqa: E402
 
 MP = runner.find_micropython()
 MICRO = os.path.join(ROOT, 'micro')

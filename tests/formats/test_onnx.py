@@ -1,4 +1,4 @@
-""".onnx models in (host_tools/onnx_io.py): PyTorch models exported by torch.onnx.export
+""".onnx models in (host_tools/formats/onnx_io.py): PyTorch models exported by torch.onnx.export
 (TorchScript exporter at opsets 13 and 17, BatchNorm kept; the dynamo exporter), read into
 the graph IR, prepared, their untrained forward compared with ONNX Runtime's and
 PyTorch's; trained under CPython and unix MicroPython; exported back to .onnx, whose
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from test_parity import BACKENDS, new_trainer  # sys.path set up there
-from host_tools.circle_io import ModelError, read_model
-from host_tools.prepare import export, prepare
-from host_tools.runner import run
+from host_tools.formats.circle_io import ModelError, read_model
+from host_tools.prepare.pipeline import export, prepare
+from host_tools.target.runner import run
 
 torch = pytest.importorskip('torch')
 onnx = pytest.importorskip('onnx')
@@ -230,7 +230,7 @@ def test_train_and_export(name, train, backend, folder, tmp_path):
     # -o .circle: the graph utrain trained, as circle, with the trained weights
     circ = os.fspath(tmp_path / 'trained.circle')
     export(path, os.path.join(d, 'trained.wof'), circ)
-    from host_tools.wof import read_wof
+    from host_tools.files.wof import read_wof
     gc_ = read_model(circ)
     w = read_wof(os.path.join(d, 'trained.wof'), gc_)
     assert w and all(np.array_equal(gc_.tensors[k].data.reshape(-1), a.reshape(-1))

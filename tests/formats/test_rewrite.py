@@ -1,4 +1,4 @@
-"""The exporter-output passes (host_tools/rewrite.py), each checked by equivalence: the
+"""The exporter-output passes (host_tools/graph/rewrite.py), each checked by equivalence: the
 rewritten graph, written back to circle, gives ONERT the same outputs as the original on
 random inputs.  Models come from tico (PyTorch -> circle) as it really emits them, and
 from circle_build for the shapes tico does not produce (MEAN without keep_dims, a
@@ -26,9 +26,9 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import rewrite as rw  # noqa: E402
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
+from host_tools.graph import rewrite as rw  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
 
 torch = pytest.importorskip('torch')
@@ -400,9 +400,9 @@ def test_int8_model_trains_and_exports_requantized(tmp_path):
     trained weights quantized again, which TFLite Micro runs to the float export's
     outputs within a few quantization steps."""
     import subprocess
-    from host_tools.circle_io import tensor_data
-    from host_tools.prepare import prepare
-    from host_tools.runner import run
+    from host_tools.formats.circle_io import tensor_data
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target.runner import run
     from onert_ref import onert_train
     src, step = build_int8_mlp(tmp_path / 'q.tflite')
     rng = np.random.default_rng(9)
@@ -448,8 +448,8 @@ def test_prepare_names_ops_as_the_file_numbers_them(tmp_path):
     """The rewrites drop a transpose pair ahead of an op utrain cannot train: prepare's
     error names that op by its number in the file (as `inspect` lists it), not by its
     place in the rewritten graph."""
-    from host_tools.passes import PrepareError
-    from host_tools.prepare import prepare
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
     b = CircleBuilder()
     x = b.tensor('x', [1, 2, 3, 4])
     b.inputs(x)

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from test_parity import MICROPYTHON, ROOT  # sys.path set up there  # noqa: F401
-from host_tools.circle_io import read_model
-from host_tools.optable import SPECS
-from host_tools.prepare import prepare
-from host_tools.runner import run
-from host_tools.wof import read_wof
+from host_tools.formats.circle_io import read_model
+from host_tools.graph.optable import SPECS
+from host_tools.prepare.pipeline import prepare
+from host_tools.target.runner import run
+from host_tools.files.wof import read_wof
 
 torch = pytest.importorskip('torch')
 tico = pytest.importorskip('tico')

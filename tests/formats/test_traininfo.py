@@ -1,4 +1,4 @@
-"""Tests for host_tools.traininfo (CIRCLE_TRAINING metadata reader/writer).
+"""Tests for host_tools.formats.traininfo (CIRCLE_TRAINING metadata reader/writer).
 
 The independent check: a circle model carrying our CIRCLE_TRAINING metadata
 is opened by ONERT (onert.experimental.train.session) and its train_info must
@@ -14,7 +14,7 @@ import flatbuffers
 import numpy as np
 import pytest
 
-from host_tools.traininfo import build_traininfo, parse_traininfo
+from host_tools.formats.traininfo import build_traininfo, parse_traininfo
 
 SETTINGS = [
     {'version': 0, 'optimizer': 'sgd', 'lr': 0.01, 'loss': 'mse',

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from test_parity import MICROPYTHON  # sys.path set up there  # noqa: F401
-from host_tools.circle_io import read_model
-from host_tools.prepare import prepare
-from host_tools.runner import run
-from host_tools.wof import read_wof
+from host_tools.formats.circle_io import read_model
+from host_tools.prepare.pipeline import prepare
+from host_tools.target.runner import run
+from host_tools.files.wof import read_wof
 
 torch = pytest.importorskip('torch')
 tico = pytest.importorskip('tico')
@@ -194,7 +194,7 @@ def run_case(tmp_path, kind, batch, backend):
     print(f'{kind} {backend} batch {batch}: {len(names)} tensors, max rel err {worst:.2e}')
     # and the trained weights export back into the circle model
     from test_parity import export_trained
-    from host_tools.circle_io import tensor_data
+    from host_tools.formats.circle_io import tensor_data
     out = tensor_data(export_trained(src, d, tmp_path / 'trained.circle'))
     for k, name in names.items():
         k0 = _param(g, name)

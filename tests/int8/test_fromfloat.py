@@ -1,4 +1,4 @@
-"""Float models trained in integers (issue 33, host_tools/fromfloat.py): prepare's choice
+"""Float models trained in integers (issue 33, host_tools/prepare/fromfloat.py): prepare's choice
 and what it says, the calibrated int8 version training on unix MicroPython bit for bit as
 the host's numpy trainer and near the float run's accuracy, and the export read by ONERT
 (float32 again) and TFLite Micro (--quantized)."""
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from repo import ROOT
-from host_tools import fromfloat, runner
-from host_tools.circle_io import read_model
-from host_tools.prepare import prepare, export, PrepareError
+from host_tools.prepare import fromfloat
+from host_tools.target import runner
+from host_tools.formats.circle_io import read_model
+from host_tools.prepare.pipeline import prepare, export, PrepareError
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 MLP = os.path.join(DIGITS, 'digits_mlp.circle')
@@ -75,7 +76,7 @@ def test_calibrated_int8_model_computes_the_float_model(tmp_path):
         sw = w8.quant['scale'][0]
         assert np.abs(w8.data * sw - w).max() <= sw / 2 + 1e-7
         assert np.abs(b8.data * np.asarray(b8.quant['scale']) - b).max() < 1e-5
-    from host_tools.exportcheck import _int8_outputs, _float_outputs
+    from host_tools.prepare.exportcheck import _int8_outputs, _float_outputs
     x = np.load(data)['x'][:50]
     with open(tmp_path / 'q' / 'prepare.json') as f:
         assert json.load(f)['from_float']['int8_model'] == fromfloat.INT8_MODEL
@@ -127,7 +128,7 @@ def test_int8_from_float_learns_near_float_and_exports(tmp_path):
             assert loss[-1] < 0.6 * loss[0], out
     assert acc['int8'][-1] >= acc['float32'][-1] - 0.04, acc
     assert acc['int8'][-1] > 0.85, acc
-    from host_tools.infer import evaluate
+    from host_tools.prepare.infer import evaluate
     out = str(tmp_path / 'trained.circle')
     r = export(MLP, str(tmp_path / 'int8' / 'trained.wof'), out)
     assert r.get('dequantized_from_int8') and read_model(out).tensors[1].dtype == 'float32'
@@ -147,7 +148,7 @@ def test_int8_from_float_learns_near_float_and_exports(tmp_path):
 def test_int8_from_float_trains_in_its_planned_heap(tmp_path):
     """The digits MLP trained as int8 from float trains in the heap prepare planned for
     it (unix MicroPython, -X heapsize) and not in the plan / 1.3."""
-    from host_tools.memory import trains_in
+    from host_tools.plan.memory import trains_in
     out = str(tmp_path / 'q')
     s = prepare(MLP, out, data=_digits(tmp_path, 12), test_split=0.25, epochs=1, int8=True,
                 log=lambda *a: None, **KW)

@@ -17,9 +17,10 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
-from host_tools import quant, runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.rewrite import save_graph  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.graph.rewrite import save_graph  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 
 MNV2 = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_96_int8.tflite')
@@ -158,7 +159,7 @@ def test_viper_forward_bit_exact_with_tflite_micro(tmp_path, env):
 
 def _prepared(folder, cache, n=6):
     from bench.zoo.mobilenet import images
-    from host_tools.prepare import prepare
+    from host_tools.prepare.pipeline import prepare
     x, y = images((1, 3, 96, 96), n)
     os.makedirs(folder, exist_ok=True)
     data = os.path.join(folder, 'data.npz')
@@ -213,7 +214,7 @@ def test_int8_mobilenet_trains_within_an_rp2040_heap(tmp_path, monkeypatch, env,
     exe = os.environ.get(env)
     if not exe or not os.access(exe, os.X_OK):
         pytest.skip(f'no {env} binary')
-    from host_tools.memory import trains_in
+    from host_tools.plan.memory import trains_in
     monkeypatch.setenv('MICROPYTHON', exe)
     d = _prepared(str(tmp_path / 'run'), True)
     runner.stage(d)
@@ -221,7 +222,7 @@ def test_int8_mobilenet_trains_within_an_rp2040_heap(tmp_path, monkeypatch, env,
 
 
 def test_int8_cache_on_host_refused(tmp_path):
-    from host_tools.prepare import prepare, PrepareError
+    from host_tools.prepare.pipeline import prepare, PrepareError
     with pytest.raises(PrepareError, match='made by the board'):
         prepare(MNV2, str(tmp_path / 'h'), loss='scce', optimizer='sgd', train='last:2',
                 cache='host')

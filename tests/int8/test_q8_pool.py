@@ -14,10 +14,11 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
-from host_tools import quant, runner  # noqa: E402
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.rewrite import save_graph  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.graph.rewrite import save_graph  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import _np_conv_taps, spy_updates  # noqa: E402
@@ -289,7 +290,7 @@ def test_prepare_and_run_a_pool_model(tmp_path, train, cache):
     """prepare's int8 path and the run (CPython) on a conv -> max pool -> conv -> FC model:
     every conv and the FC trained through the pool, or the layers after it from the
     board's prefix cache (the pool frozen in the prefix); the training loss falls."""
-    from host_tools.prepare import prepare
+    from host_tools.prepare.pipeline import prepare
     path = build(str(tmp_path / 'm.tflite'), *CASES[1])
     r = np.random.default_rng(4)
     n = 48

@@ -16,10 +16,11 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
-from host_tools import quant, runner  # noqa: E402
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import _np_conv_taps  # noqa: E402
@@ -287,7 +288,7 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
     m, heap = sparse[0], sparse[2]
     masked = [d['nout'] for d in m['layers'] if d.get('mask')]
     assert len(masked) == 2            # the bias-only conv's output (1024 values), the pointwise's
-    from host_tools.memory import target
+    from host_tools.plan.memory import target
     t = target(None)
     w, blk = t['word'], t['block']
     assert heap['parts']['output masks (1 bit an output)'] == sum(
@@ -303,8 +304,8 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     """--select auto on an int8 model: contribution analysis with int8 trials, each
     candidate priced by the int8 planner; the choice fits the budget and trains as int8
     (its ranks in q8.json); --select board says what it cannot do."""
-    from host_tools.prepare import PrepareError
-    from host_tools.select import Q8Pricer
+    from host_tools.prepare.pipeline import PrepareError
+    from host_tools.prepare.select import Q8Pricer
     model = build(str(tmp_path / 'm.tflite'))
     r = np.random.default_rng(1)
     n = 60
@@ -515,7 +516,7 @@ def test_dscnn_sparse_run_export_end_to_end(tmp_path):
     exported model keeps every scale and layout, changes only what trained (the pointwise
     conv's other half and the bias-only layers' weights as they were), and TFLite Micro's
     logits on it are the trained net's."""
-    from host_tools.prepare import export
+    from host_tools.prepare.pipeline import export
     from test_q8 import DSCNN, _cut_softmax
     from tflite_micro.python.tflite_micro import runtime
     z = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))
@@ -548,3 +549,138 @@ def test_dscnn_sparse_run_export_end_to_end(tmp_path):
         it.invoke()
         assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
                               it.get_output(0).ravel())
+
+
+def _window_state(net):
+    # each trained layer's held weights, biases, float biases, momentum velocities
+    return [bytes(L.w or b'') + bytes(L.b) + bytes(L.bf) + bytes(L.vw or b'')
+            for L in net.layers if L.train]
+
+
+def test_partial_window_equals_held(tmp_path, monkeypatch):
+    """A rank's window of a layer wider than the weight scratch: its rows alone in RAM
+    (pw), the frozen rows read from flash a chunk at a time for the forward pass and the
+    input gradient: the same integers as with all its weights held."""
+    outs = []
+    for small in (False, True):
+        if small:
+            _small_scratch(monkeypatch)
+        d = tmp_path / str(small)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['bias-dw-pw-half'])
+        net.setup('sgd', 1, momentum=0.5)
+        L = net.layers[2]
+        assert bool(m['layers'][2].get('pw')) == small
+        lo, hi = m['layers'][2]['tw']
+        row = m['layers'][2]['wn'] // m['layers'][2]['nb']
+        assert len(L.w) == ((hi - lo) * row if small else m['layers'][2]['wn'])
+        if not small:
+            full0 = bytes(L.w)
+        for s in range(3):
+            net.step(_sample(s), 3, 0.05)
+        if not small:
+            assert bytes(L.w) != full0          # (the window moved)
+            L.w = memoryview(L.w)[lo * row:hi * row]
+        outs.append(_window_state(net))
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_board_bytes_equal_host_partial(tmp_path, monkeypatch):
+    """A partial layer's run on the board and the host writes the trained.wof (the frozen
+    rows copied from weights.wof around the window's) that holding all its weights does."""
+    model = build(str(tmp_path / 'm.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    outs = []
+    for py, small in ((True, False), (True, True), (False, True)):
+        if small:
+            _small_scratch(monkeypatch)
+        d = str(tmp_path / ('%s%s' % (py, small)))
+        prepare(model, d, data=data, loss='scce', lr=0.05, epochs=1, train='last:1',
+                ranks=SCHEMES['bias-dw-pw-half'], log=lambda *a: None)
+        with open(os.path.join(d, 'q8.json')) as fh:
+            assert bool(json.load(fh)['layers'][2].get('pw')) == small
+        code, out = runner.run(d, python=py, stream=False)
+        assert code == 0, out
+        with open(os.path.join(d, 'trained.wof'), 'rb') as fh:
+            outs.append(fh.read())
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_partial_window_checkpoint_round_trip(tmp_path, monkeypatch):
+    """A partial layer's checkpoint holds its whole tensor (the frozen rows from
+    weights.wof, the window's trained rows, as with all held); resuming reads back the
+    window alone: the same state, with Adam's masters and moments."""
+    from utrain.ckread import load_checkpoint
+    from utrain.q8train import Q8Trainer
+    saved = {}
+    for small in (False, True):
+        if small:
+            _small_scratch(monkeypatch)
+        d = tmp_path / str(small)
+        d.mkdir()
+        m, _ = _net(d, SCHEMES['bias-dw-pw-half'])
+        monkeypatch.chdir(d)
+        tr = Q8Trainer(optimizer='adam', batch=2)
+        net = tr.net
+        assert bool(net.layers[2].pw) == small
+        for s in range(4):
+            net.accum(_sample(s), 3)
+            if s % 2:
+                net.apply(0.01, 0.5)
+        tr.save_checkpoint('c.ckpt')
+        with open('c.ckpt', 'rb') as fh:
+            saved[small] = fh.read()
+        tr2 = Q8Trainer(optimizer='adam', batch=2)
+        tr2.load_checkpoint('c.ckpt')
+        got = [_window_state(t.net) + [bytes(L.wm) + bytes(L.am) + bytes(L.av)
+                                       for L in t.net.layers if L.train] for t in (tr, tr2)]
+        assert got[0] == got[1]
+    assert saved[False] == saved[True]
+
+
+def test_one_input_gradient_buffer(tmp_path, monkeypatch):
+    """A backward pass without pools or an expanding MEAN keeps one int32 input-gradient
+    buffer (a layer's int32 output gradient is dead once its int8 dz is made: the float
+    reference of test_sparse_step_matches_float_reference holds with it); the plan counts
+    one, a buffer of the largest input gradient less than two."""
+    from utrain import q8
+    from host_tools.plan.memory import target
+    m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    assert not q8.gtwo(m['layers']) and net.gb[0] is net.gb[1]
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    one = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
+    monkeypatch.setattr(q8, 'gtwo', lambda ls: True)
+    two = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
+    t = target(None)
+    n = 4 * q8.gin(m['layers'])
+    arr = -(-4 * t['word'] // t['block']) * t['block'] + -(-n // t['block']) * t['block']
+    k = 'gradient buffers (int8 dz, int32 sums)'
+    assert two[k] - one[k] == arr
+
+
+def test_broadcast_rescaling_made_when_used(tmp_path):
+    """A per-channel layer whose gradient arrives as a MEAN's broadcast row makes its
+    dz rescaling multipliers a scratch at a time when used (Layer.dxr), none held: the
+    same integers as held multipliers give."""
+    from utrain.q8 import _i32, qmul
+    outs = []
+    for held in (False, True):
+        d = tmp_path / str(held)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
+        L = net.layers[2]
+        assert L.dxr == 1 and L.dxm is None and len(L.d['sw']) > len(net.qm)
+        if held:
+            sw = L.d['sw']
+            c = len(sw)
+            L.dxm, L.dxs = _i32(c), _i32(c)
+            for o in range(c):
+                L.dxm[o], L.dxs[o] = qmul(sw[o] / max(sw))
+            L.dxr = 0
+        for s in range(3):
+            net.step(_sample(s), 3, 0.05)
+        outs.append(_window_state(net))
+    assert outs[0] == outs[1]

@@ -11,7 +11,8 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import pico, runner  # noqa: E402
+from host_tools.boards import pico  # noqa: E402
+from host_tools.target import runner  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, 'tests', 'support', 'q8kern_cases.py')
 
@@ -104,9 +105,9 @@ def test_cnn_trains_to_the_same_int8_weights_on_pico_as_viper(tmp_path):
     import json
     import numpy as np
     from bench.kernels import cnn4k
-    from host_tools import quant
-    from host_tools.circle_io import read_model
-    from host_tools.wof import write_wof
+    from host_tools.prepare import quant
+    from host_tools.formats.circle_io import read_model
+    from host_tools.files.wof import write_wof
     g = read_model(cnn4k(str(tmp_path / 'cnn.tflite'), seed=3))
     m = quant.meta(g, 'all', rows=0)
     d = tmp_path / 'pico'

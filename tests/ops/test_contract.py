@@ -1,5 +1,5 @@
 """The op contract agrees with itself: its names (micro/utrain/opc.py), the device's
-copies of them and kernel table (flat.KERNELS), the host's rows (host_tools/optable.py)
+copies of them and kernel table (flat.KERNELS), the host's rows (host_tools/graph/optable.py)
 and the layout page (docs/flat-model.md); the kernels read options and dispatch only by
 those names."""
 import os
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from host_tools.device import module
-from host_tools.optable import SPECS
+from host_tools.target.device import module
+from host_tools.graph.optable import SPECS
 
 from repo import ROOT  # noqa: E402
 DOC = os.path.join(ROOT, 'docs', 'flat-model.md')
@@ -123,9 +123,9 @@ def test_device_opcode_table_uses_the_names():
 
 
 def test_the_planner_reads_rows_never_op_names():
-    # host_tools/memory.py prices an op by its OpSpec row (temporaries, wgrad, held
+    # host_tools/plan/memory.py prices an op by its OpSpec row (temporaries, wgrad, held
     # buffers, kernel module, stream rows): a new op needs no planner edit
-    with open(os.path.join(ROOT, 'host_tools', 'memory.py')) as f:
+    with open(os.path.join(ROOT, 'host_tools', 'plan', 'memory.py')) as f:
         src = f.read()
     named = sorted(n for n in SPECS if re.search(r"['\"]%s['\"]" % n, src))
     assert not named, named
@@ -140,8 +140,8 @@ def test_one_int8_kind_table():
     read from it, the int8 modules q8 imports (and so cannot import it back) carry private
     copies marked '# q8.NAME' that must be q8's, and no int8 module compares a kind with
     a bare number."""
-    from host_tools import quant
-    from host_tools.device import module
+    from host_tools.prepare import quant
+    from host_tools.target.device import module
     q8 = module('q8')
     assert {quant.FC, quant.CONV, quant.DW, quant.MEAN, quant.ADD, quant.POOL_MAX,
             quant.POOL_AVG} == {q8.FC, q8.CONV, q8.DW, q8.MEAN, q8.ADD, q8.PMAX, q8.PAVG}

@@ -32,10 +32,10 @@ import pytest
 # test_parity puts the repository and micro/ on sys.path too
 from test_parity import (MICRO, MICROPYTHON, ROOT, export_trained, new_trainer,  # noqa: E402
                          prepare_dir, read_log, rel_err, run_backend)
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import read_model, tensor_data  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import read_model, tensor_data  # noqa: E402
+from host_tools.graph.passes import PrepareError  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from onert_ref import onert_infer, onert_train  # noqa: E402
 import test_gradients as tg  # noqa: E402
 
@@ -397,9 +397,9 @@ def test_large_frozen_conv_weights_stream_by_rows(tmp_path, python):
     weight in RAM (the input gradient sums output channels chunk by chunk)."""
     if not python and MICROPYTHON is None:
         pytest.skip('unix micropython not found')
-    from host_tools.prepare import prepare
-    from host_tools.runner import run
-    from host_tools.wof import read_wof
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target.runner import run
+    from host_tools.files.wof import read_wof
     spec = {'input': [1, 5, 5, 8], 'layers': [
         CONV(8, k=1, act='RELU', scale=1.0), CONV(160, k=1, act='RELU6', scale=1.0),
         DW(1, act='RELU', scale=1.0), CONV(8, k=1, scale=1.0), ('RESHAPE', [1, 200]),

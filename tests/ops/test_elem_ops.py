@@ -19,8 +19,8 @@ import test_gradients as tg  # noqa: E402
 import test_parity as tp  # noqa: E402
 from op_harness import (F32, N_IN, Model, ints as _ints, prepared, run_device,  # noqa: E402
                         check_case, check_micropython)
-from host_tools.circle_io import tensor_data  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.formats.circle_io import tensor_data  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
 
 KINKS = dict(tg.KINKS, HARD_SWISH=(-3.0, 3.0), LEAKY_RELU=(0.0,))
@@ -315,8 +315,8 @@ def _refusal_model(kind, path):
 @pytest.mark.parametrize('kind, says', [('ellipsis', 'no ellipsis'), ('perm', 'must be a constant'),
                                         ('bcast', 'do not broadcast')])
 def test_refused_with_file_and_op(tmp_path, kind, says):
-    from host_tools.passes import PrepareError, plan
-    from host_tools.circle_io import read_model
+    from host_tools.graph.passes import PrepareError, plan
+    from host_tools.formats.circle_io import read_model
     path = str(tmp_path / 'bad.circle')
     _refusal_model(kind, path)
     with pytest.raises(PrepareError) as e:
@@ -358,7 +358,7 @@ def test_tico_export_forward_and_gradients(tmp_path):
     tico.convert(net, (x,)).save(path)
     prepare(path, str(tmp_path), loss='mse', train='all', rewrite=False)  # tico's graph as is
     tr = tp.new_trainer(tmp_path / 'model.flat', tmp_path / 'weights.wof')
-    from host_tools.circle_io import read_model
+    from host_tools.formats.circle_io import read_model
     g = read_model(path)
     assert {'MUL', 'ADD', 'DIV', 'PAD', 'CONCATENATION', 'STRIDED_SLICE'} <= {o.name for o in g.ops}
     tr.set_input(x.numpy())

@@ -170,8 +170,8 @@ if __name__ == '__main__':
 
 # ====================================================================== host side
 
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 
 F32 = np.float32
 # kinks and the linear pieces each piecewise activation has

@@ -165,8 +165,8 @@ def test_ops_micropython_match_float64(device, tmp_path):
 def test_split_refusals(tmp_path):
     """A SPLIT whose axis is computed, or whose outputs do not tile the input, is refused
     naming the file and the op."""
-    from host_tools.passes import PrepareError, plan
-    from host_tools.circle_io import read_model
+    from host_tools.graph.passes import PrepareError, plan
+    from host_tools.formats.circle_io import read_model
     for kind in ('axis', 'sizes'):
         m = oh.Model(np.random.default_rng(0))
         a = m.act_input([1, 2, 6])

@@ -1,4 +1,4 @@
-"""Row bands (micro/utrain/bands.py, host_tools/bands.py): a frozen chain computed a few
+"""Row bands (micro/utrain/bands.py, host_tools/graph/bands.py): a frozen chain computed a few
 rows at a time gives the forward pass the whole ops give, on MobileNet-like chains with
 stride 2, odd sizes, explicit PADs, residual ADDs, ReLU6, dilation and depth
 multipliers; the planner bounds the banded run's heap; training through the bands gives
@@ -14,10 +14,10 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools import runner  # noqa: E402
-from host_tools.memory import trains_in  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.plan.memory import trains_in  # noqa: E402
 
 F32 = np.float32
 
@@ -125,7 +125,7 @@ def test_banded_forward_equals_whole_ops(tmp_path, case, rows):
     model = mbnet(str(tmp_path / 'm.circle'), **kw)
     data = _data(str(tmp_path / 'd.npz'), kw['H'], kw['W'])
     out, s = _prep(tmp_path, 'o', model, data, bands=rows)
-    from host_tools.flatmodel import read_flat
+    from host_tools.files.flatmodel import read_flat
     f = read_flat(os.path.join(out, 'model.flat'))
     from utrain.model import Net
     net = Net(os.path.join(out, 'model.flat'))

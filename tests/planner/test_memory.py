@@ -19,16 +19,16 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import runner  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.flatmodel import read_flat  # noqa: E402
-from host_tools.memory import trains_in  # noqa: E402
-from host_tools.passes import PrepareError, plan as make_plan  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.refmodels import mlp, mobilenet_head  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.files.flatmodel import read_flat  # noqa: E402
+from host_tools.plan.memory import trains_in  # noqa: E402
+from host_tools.graph.passes import PrepareError, plan as make_plan  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.formats.refmodels import mlp, mobilenet_head  # noqa: E402
 import q8cases  # noqa: E402
-from host_tools.trainconfig import read_train_config, write_train_config  # noqa: E402
-from host_tools.wof import read_wof  # noqa: E402
+from host_tools.files.trainconfig import read_train_config, write_train_config  # noqa: E402
+from host_tools.files.wof import read_wof  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 MP = runner.find_micropython()
@@ -103,7 +103,7 @@ CONV_CASES = {
 def test_a_conv_peak_is_planned_within_1_2x(tmp_path, case):
     """A CNN this test makes (20x20 input, 6 channels: not the sweep's 16x16 x 8) trains
     in its plan and not in plan / 1.2, on the fallback."""
-    from host_tools.refmodels import small_cnn
+    from host_tools.formats.refmodels import small_cnn
     model = small_cnn(str(tmp_path / 'cnn.circle'), seed=3, size=20, channels=6, classes=4)
     rng = np.random.default_rng(3)
     data = str(tmp_path / 'd.npz')
@@ -442,7 +442,7 @@ def test_the_plan_is_for_the_board_given(tmp_path):
     """Issue 14: --board plans for that board (32-bit words and 16 B GC blocks on rp2040
     and esp32; rp2040 loads npkern's armv6m native code into its heap, esp32 keeps it in
     IRAM), without one for the simulated board in use; prepare says which."""
-    from host_tools import memory
+    from host_tools.plan import memory
     rp, esp = memory.target('rp2040'), memory.target('esp32')
     assert (rp['word'], rp['block'], rp['native'], rp['arch']) == (4, 16, 'heap', 'armv6m')
     assert (esp['word'], esp['native']) == (4, 'outside')
@@ -585,7 +585,7 @@ def test_a_channel_window_is_not_a_prefix_start(tmp_path):
     number of channels plan the same heap, with and without a host cache, and the run
     trains in the plan of `low`."""
     model = str(tmp_path / 'cnn.circle')
-    from host_tools.refmodels import small_cnn
+    from host_tools.formats.refmodels import small_cnn
     small_cnn(model, size=12, channels=6, classes=6)
     rng = np.random.default_rng(1)
     npz = str(tmp_path / 'd.npz')
@@ -643,7 +643,7 @@ def test_a_budget_chooses_the_memory_options_that_fit(tmp_path, data, head):
         prep('h', DIGITS_MLP, optimizer='adam', batch=4, budget=budget)
     # a frozen prefix's activations (a 32x32 conv's output): --cache-on-host
     cnn = str(tmp_path / 'cnn.circle')
-    from host_tools.refmodels import small_cnn
+    from host_tools.formats.refmodels import small_cnn
     small_cnn(cnn, size=32, channels=16, classes=4)
     rng = np.random.default_rng(0)
     img = str(tmp_path / 'img.npz')

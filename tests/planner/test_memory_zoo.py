@@ -16,9 +16,9 @@ import os
 import numpy as np
 import pytest
 
-from host_tools import runner
-from host_tools.memory import trains_in
-from host_tools.prepare import prepare
+from host_tools.target import runner
+from host_tools.plan.memory import trains_in
+from host_tools.prepare.pipeline import prepare
 
 pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)
 

@@ -11,13 +11,13 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import runner  # noqa: E402
-from host_tools.flatmodel import read_flat  # noqa: E402
-from host_tools.passes import PrepareError  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.select import layers  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.trainconfig import read_train_config  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.files.flatmodel import read_flat  # noqa: E402
+from host_tools.graph.passes import PrepareError  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.prepare.select import layers  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.files.trainconfig import read_train_config  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 CNN = os.path.join(DIGITS, 'digits_tico_cnn.circle')
@@ -71,8 +71,8 @@ def test_selection_trains_in_the_planned_heap(tmp_path, data, mode):
 
 
 def test_fallback_to_the_classifier_with_a_message(tmp_path, data):
-    from host_tools.select import Pricer, layers as cands
-    from host_tools.prepare import resolve_settings
+    from host_tools.prepare.select import Pricer, layers as cands
+    from host_tools.prepare.pipeline import resolve_settings
     st = resolve_settings(read_model(CNN), dict(SETTINGS))
     pr = Pricer(CNN, st, 'fallback')
     alone = pr.price({11: 0})['heap']
@@ -99,7 +99,7 @@ def test_training_config_file_loads_back(tmp_path, data, mode):
                 log=lambda *x: None, **SETTINGS)
     g = read_model(CNN)
     got = read_train_config(os.path.join(a, 'train.tcfg'), len(g.ops))
-    from host_tools.passes import RANKS
+    from host_tools.graph.passes import RANKS
     assert got == {int(i): RANKS[r] for i, r in s['select']['ranks'].items()}
     b = str(tmp_path / 'b')
     prepare(CNN, b, data=data, test_split=0.2, train_config=os.path.join(a, 'train.tcfg'),
@@ -171,9 +171,9 @@ def test_fisher_potentials_match_pytorch(tmp_path):
     """The board's Fisher potential of each layer's output channels, 1/(2N) sum_n
     (sum_d a*g)^2, against PyTorch autograd on the same weights and samples."""
     import torch
-    from host_tools.refmodels import mlp
-    from host_tools.dataset import write_dataset
-    from host_tools.select import micro
+    from host_tools.formats.refmodels import mlp
+    from host_tools.files.dataset import write_dataset
+    from host_tools.prepare.select import micro
     path = mlp(str(tmp_path / 'm.circle'), [6, 8, 5, 4], seed=3, softmax=False)
     out = str(tmp_path / 'o')
     prepare(path, out, loss='scce', from_logits=True, optimizer='sgd', lr=0.1, batch=1)
@@ -235,7 +235,7 @@ class _Net:
 
 def _pots(a, b, c=1.0):
     """Fisher potentials: op 0's channels a, op 1's b (lists of 8), the classifier's c."""
-    from host_tools.select import micro
+    from host_tools.prepare.select import micro
     zeros = micro('xnp').zeros
     P = {}
     for i, v in ((0, a), (1, b), (2, [c] * 10)):
@@ -249,7 +249,7 @@ def test_board_scoring_picks_the_layer_with_more_fisher_potential():
     """Without priors (TinyTrain's score, layers of equal size): the layer whose outputs
     have the larger potential trains, at its prepared width on the window of channels
     with the most; a layer with no finite potential is refused and says so."""
-    from host_tools.select import micro
+    from host_tools.prepare.select import micro
     F = micro('fisher')
     net = _Net()
     net.rank = {1: (0, 0, 2), 2: (1, 0, 2), 4: (0, 0, 2), 5: (1, 0, 2)}   # 1/4: 2 of 8
@@ -272,7 +272,7 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     TIE of each other the larger trains (here op 1's, at a fiftieth of its proxy share:
     0.003 against the classifier alone's 0, 10 KB more: the board cannot tell them apart,
     and the larger trains more)."""
-    from host_tools.select import micro
+    from host_tools.prepare.select import micro
     F = micro('fisher')
     configs = [[0.0, 100000, [[7, 2, 0], [8, 2, 0]]],
                [0.15, 120000, [[7, 2, 0], [8, 2, 0], [1, 0, 2], [2, 1, 2]]],
@@ -306,7 +306,7 @@ def test_board_trains_the_channels_the_host_measured_unless_its_data_says_otherw
     potential on its 16 samples (they chose worse windows as often as better ones on the
     transfer bench); beyond NOISE, or where the measured channels have none, the window
     with the most.  Without lo (an older prepare) the window with the most, as before."""
-    from host_tools.select import micro
+    from host_tools.prepare.select import micro
     F = micro('fisher')
     proxy = [[0, 0.5], [1, 0.5]]
 
@@ -334,7 +334,7 @@ def test_a_window_narrower_than_prepared_trains_as_that_rank(tmp_path, data):
     """The board may train a configuration at fewer channels than the candidate set was
     prepared with (a tensor prepared whole, trained at 1/4): the same weights as a run
     prepared with that rank (the host simulation, CPython + numpy)."""
-    from host_tools.select import micro
+    from host_tools.prepare.select import micro
     Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
     got = []
     for name, ranks in (('whole', {7: 0, 11: 0}), ('quarter', {7: 4, 11: 0})):
@@ -364,7 +364,8 @@ def test_auto_trials_validate_on_disjoint_folds(data, k):
     """--select auto's trials are k-fold cross-validation over the proxy samples: prepare's
     own split of each fold's file validates on that fold's part; the first k parts
     are disjoint and cover every proxy sample, the next k another partition."""
-    from host_tools import select as sl, dataset as ds
+    from host_tools.prepare import select as sl
+    from host_tools.files import dataset as ds
     t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, folds=k, prepare=prepare)
     assert t.n_val * k == len(t.x) >= 280          # 288 training samples: k parts
     ident = {t.x[i].tobytes(): i for i in range(len(t.x))}
@@ -398,7 +399,7 @@ def test_nothing_fits_says_so_and_writes_nothing(tmp_path, data, mode):
 def test_auto_needs_a_sample_a_fold_or_says_how_many(tmp_path):
     """A proxy too small for FOLDS folds of 8 samples is refused naming the file and the
     count needed, before any trial runs; the smallest that is enough makes k equal folds."""
-    from host_tools import select as sl
+    from host_tools.prepare import select as sl
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     need = 8 * sl.FOLDS
     small = str(tmp_path / 'small.npz')
@@ -419,7 +420,7 @@ def test_auto_tries_the_last_layers_whole(tmp_path, data, monkeypatch):
     the classifier training whole (none of the single layers or channel ratios gains)
     choose exactly that, where it fits; contenders within REFINE (all but the first
     layer, 0.01 less) are re-tried on more folds."""
-    from host_tools import select as sl
+    from host_tools.prepare import select as sl
     g = read_model(CNN)
     cands = layers(g)
     every = {i: 0 for i, _ in cands}
@@ -444,7 +445,7 @@ def test_board_trains_the_best_when_its_scoring_pass_does_not_fit(tmp_path, data
     """At a budget that fits the proxy's best configuration (every layer whole) but not
     beside the board's scoring pass, --select board trains that configuration, says so
     and plans no pass, where it used to push the best out for the pass's 1 KB."""
-    from host_tools import select as sl
+    from host_tools.prepare import select as sl
     every = {i: 0 for i, _ in layers(read_model(CNN))}
     monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0:
                         0.9 if ranks == every else 0.5)
@@ -484,7 +485,7 @@ def test_auto_trains_the_larger_of_two_it_cannot_tell_apart(tmp_path, data, monk
     """Trials within TIE of the best count as as good: of those the largest plan trains
     (the run trains on k/(k-1) times a trial's samples, and the larger gains more from
     them); beyond TIE the better mean trains, whatever its heap."""
-    from host_tools import select as sl
+    from host_tools.prepare import select as sl
     cands = layers(read_model(CNN))
     every = {i: 0 for i, _ in cands}
     but_first = {i: 0 for i, _ in cands[1:]}
@@ -502,8 +503,8 @@ def test_trials_import_none_of_the_modules_their_cache_key_leaves_out(tmp_path, 
     """The trials' cache is keyed on the micro/ modules they run: those it leaves out
     (select.NOT_IN_TRIALS) are never imported by a trial (a fresh process, one trial)."""
     code = ('import sys; sys.path.insert(0, %r)\n'
-            'from host_tools import select as sl\n'
-            'from host_tools.prepare import prepare\n'
+            'from host_tools.prepare import select as sl\n'
+            'from host_tools.prepare.pipeline import prepare\n'
             't = sl.Trials(%r, %r, %r, 0.2, 0, epochs=1, prepare=prepare)\n'
             't._run({11: 0})\n'
             'print(sorted(m for m in sys.modules if m.startswith("utrain.")))\n'
@@ -512,7 +513,7 @@ def test_trials_import_none_of_the_modules_their_cache_key_leaves_out(tmp_path, 
                        timeout=600)
     assert r.returncode == 0, r.stderr
     loaded = eval(r.stdout.strip().splitlines()[-1])
-    from host_tools.select import NOT_IN_TRIALS
+    from host_tools.prepare.select import NOT_IN_TRIALS
     assert 'utrain.trainer' in loaded and 'utrain.op_conv' in loaded, loaded
     assert not {'utrain.' + n[:-3] for n in NOT_IN_TRIALS} & set(loaded), loaded
 
@@ -524,7 +525,7 @@ def test_a_trial_scores_the_same_whoever_computed_its_cut(data, monkeypatch):
     Here the cache stores every value negated and 2 higher (a stand-in, made large, for
     float32 storage): the same trial run again from the kept cut scores exactly as the
     first (fails when the first epoch of the first run trains on the live values)."""
-    from host_tools import select as sl
+    from host_tools.prepare import select as sl
     P = sl.micro('prefix')
     write = P.write
     monkeypatch.setattr(P, 'write', lambda f, a: write(f, np.float32(2) - np.asarray(a)))
@@ -544,7 +545,7 @@ def test_trials_share_the_frozen_prefix_and_score_as_without(data, monkeypatch):
     """Trials cutting the model at the same op start from the frozen prefix's outputs the
     first of them computed (checked on the first sample: a kept cut that does not match
     is computed anew) and score exactly as trials that compute their own."""
-    from host_tools import select as sl
+    from host_tools.prepare import select as sl
     g = read_model(CNN)
     cands = layers(g)
     cls = sl.classifier(g, cands)

@@ -68,7 +68,7 @@ def test_installed_tool_runs_away_from_the_checkout(wheel, tmp_path):
     work = tmp_path / 'work'
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(site))
-    code = ('import host_tools.paths as p, host_tools.runner as r, host_tools.device as d;'
+    code = ('import host_tools.paths as p, host_tools.target.runner as r, host_tools.target.device as d;'
             'print(p.ROOT); print(r.MICRO); print(d.MICRO); print(sorted(r.boards())[0])')
     out = subprocess.run([sys.executable, '-c', code], cwd=work, env=env, capture_output=True,
                          text=True, check=True).stdout.split()

@@ -142,3 +142,18 @@ def test_the_reader_finds_circles():
     found = circles(g)
     assert found == [['pkg.a', 'pkg.b', 'pkg.c'], ['pkg.d', 'pkg.e', 'pkg.sub.x']], found
     assert describe(g, found[0]) == 'pkg.a -> pkg.b, pkg.b -> pkg.c, pkg.c -> pkg.a'
+
+
+def test_every_board_module_is_on_the_map_and_in_the_package():
+    """micro/README.md names every board module, and micro/package.json (mip) ships it:
+    a module added to micro/utrain without either is one a reader cannot place or a
+    `mip install` leaves out."""
+    import json
+    mods = sorted(n[:-3] for n in os.listdir(os.path.join(ROOT, 'micro', 'utrain'))
+                  if n.endswith('.py') and n != '__init__.py')
+    with open(os.path.join(ROOT, 'micro', 'README.md')) as f:
+        text = f.read()
+    assert [m for m in mods if '`%s`' % m not in text] == []
+    with open(os.path.join(ROOT, 'micro', 'package.json')) as f:
+        urls = {u[0] for u in json.load(f)['urls']}
+    assert [m for m in mods if 'utrain/%s.py' % m not in urls] == []

@@ -19,8 +19,8 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import runner  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from test_pipeline import small_mlp, blobs  # noqa: E402
 
 pytestmark = pytest.mark.slow   # end to end throughout (tests/README.md)

@@ -19,12 +19,13 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
-from host_tools import runner, dataset as hds  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
-from host_tools.circle_io import read_model  # noqa: E402
-from host_tools.flatmodel import read_flat  # noqa: E402
-from host_tools.traininfo import parse_traininfo, build_traininfo  # noqa: E402
-from host_tools.wof import read_wof, read_checkpoint  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.files import dataset as hds  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.files.flatmodel import read_flat  # noqa: E402
+from host_tools.formats.traininfo import parse_traininfo, build_traininfo  # noqa: E402
+from host_tools.files.wof import read_wof, read_checkpoint  # noqa: E402
 from test_pipeline import small_mlp, blobs  # noqa: E402
 from utrain import wof, ckread  # noqa: E402
 from utrain.trainer import Trainer, Diverged  # noqa: E402
@@ -186,7 +187,7 @@ def build_training_config(ops, ranks):
 def _training_config_reader():
     # the memory branch adds the reader; its fuzz case switches on by itself then
     try:
-        from host_tools.trainconfig import read_train_config
+        from host_tools.files.trainconfig import read_train_config
     except ImportError:
         return None
     return lambda p: read_train_config(p, 3)
@@ -550,7 +551,7 @@ def test_memory_error_is_reported_with_heap_figures(job, tmp_path):
 
 
 def test_export_takes_a_checkpoint(job, tmp_path):
-    from host_tools.circle_io import tensor_data
+    from host_tools.formats.circle_io import tensor_data
     from host_tools.cli import main
     out = str(tmp_path / 'e.circle')
     assert main(['export', str(job / 'm.circle'), str(job / 'checkpoint.ckpt'), '-o', out]) == 0

@@ -19,10 +19,10 @@ import pytest
 
 from repo import ROOT  # noqa: E402
 
-from host_tools import runner  # noqa: E402
+from host_tools.target import runner  # noqa: E402
 from host_tools.cli import main as cli  # noqa: E402
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from test_pipeline import small_mlp, blobs  # noqa: E402
 
 MP = runner.find_micropython()
@@ -737,7 +737,7 @@ def test_refused_data_leaves_the_prepared_folder_as_it_was(tmp_path, int8):
 
 
 def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
-    from host_tools import circle_io
+    from host_tools.formats import circle_io
     out = tmp_path / 'p'
     model = small_mlp(str(tmp_path / 'm.circle'))
     data = blobs(tmp_path, n=24)

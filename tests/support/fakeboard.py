@@ -1,5 +1,5 @@
-"""The simulated serial board lives in host_tools/simboard.py (the fleet command runs
+"""The simulated serial board lives in host_tools/boards/simboard.py (the fleet command runs
 boards with it too); tests import it from here as before."""
 
 
-from host_tools.simboard import FakeBoard  # noqa: E402,F401
+from host_tools.boards.simboard import FakeBoard  # noqa: E402,F401

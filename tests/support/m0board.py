@@ -113,7 +113,7 @@ def mpremote(port, *args, cwd=None, timeout=900):
 def deployed_image(elf, out_dir, image):
     """Deploy the prepared folder out_dir (host_tools deploy: .mpy for the board's arch)
     onto a fresh board and save its file system to image."""
-    from host_tools.board import deploy
+    from host_tools.boards.board import deploy
     with M0Board(elf) as b:
         deploy(out_dir, b.port)
         b.save_fs(image)
@@ -134,5 +134,5 @@ def smallest_heap(elf, out_dir, lo=16 * 1024, hi=MAX_HEAP, step=1024, image=None
     """The smallest GC heap (bytes, within step) in which the deployed run trains on the
     emulated board, or None."""
     image = image or deployed_image(elf, out_dir, os.path.join(out_dir, '.m0fs.img'))
-    from host_tools.memory import bisect_heap
+    from host_tools.plan.memory import bisect_heap
     return bisect_heap(lambda heap: trains_in(elf, out_dir, heap, image)[0], lo, hi, step)

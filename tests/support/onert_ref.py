@@ -75,7 +75,7 @@ from repo import ROOT as _ROOT  # noqa: E402
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from host_tools.circle_io import Graph, read_model, tensor_data  # noqa: E402
+from host_tools.formats.circle_io import Graph, read_model, tensor_data  # noqa: E402
 
 __all__ = ["onert_infer", "onert_train", "numpy_forward", "numpy_train", "onert_batches",
            "trainable_op_indices", "verify_onert_facts"]
@@ -332,7 +332,7 @@ def numpy_train(graph, x, y, *, loss="cce", reduction="mean", optimizer="sgd", l
 def build_mlp(path, *, n_in=8, n_hidden=16, n_out=4, softmax=True, seed=0,
               identifier=b"CIR0", hidden_act="RELU", standalone_relu=True):
     """FC-RELU-FC-SOFTMAX (RELU standalone unless standalone_relu=False: then fused)."""
-    from host_tools.circle_build import CircleBuilder
+    from host_tools.formats.circle_build import CircleBuilder
 
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=identifier)
@@ -458,7 +458,7 @@ def verify_onert_facts(workdir, verbose=True) -> dict:
     names = {t.name: t.index for t in g2.tensors}
     kw, kb = names["w2"], names["b2"]
     d2 = tensor_data(p2)
-    from host_tools.circle_io import write_with_weights
+    from host_tools.formats.circle_io import write_with_weights
     # positive second-layer weights and bias: the outputs stay > 0 (RELU hidden layer)
     write_with_weights(p2, p2, {kw: np.abs(d2[kw]) * np.float32(0.1),
                                 kb: np.abs(d2[kb]) + np.float32(1.0)})

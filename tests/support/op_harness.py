@@ -13,8 +13,8 @@ import numpy as np
 
 import test_gradients as tg  # noqa: E402
 import test_parity as tp  # noqa: E402
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
 
 F32 = np.float32

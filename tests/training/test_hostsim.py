@@ -1,6 +1,6 @@
 """The host simulation's fast path (numpy: whole-array optimizer steps, max pools and
 convolutions in one gather, utrain/xnumpy.py) against the board's steps under the same
-backend (host_tools.device.board_steps: a row at a time, a tap at a time): the same
+backend (host_tools.target.device.board_steps: a row at a time, a tap at a time): the same
 training to float rounding, on small models of our own (FC; conv with padding and
 stride, overlapping and disjoint max pools, depthwise with a multiplier), batch 1 and 4,
 SGD and Adam."""
@@ -13,9 +13,9 @@ import pytest
 from repo import ROOT  # noqa: E402
 sys.path.insert(0, ROOT)
 
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.device import board_steps, module  # noqa: E402
-from host_tools.prepare import prepare  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.target.device import board_steps, module  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
 
 
 def _w(rng, *shape, scale=0.5):

@@ -22,7 +22,7 @@ from repo import ROOT  # noqa: E402
 UTRAIN = os.path.join(ROOT, "micro", "utrain")
 sys.path.insert(0, UTRAIN)
 import npfallback as npf  # noqa: E402
-from host_tools.runner import find_micropython  # noqa: E402
+from host_tools.target.runner import find_micropython  # noqa: E402
 
 
 def battery(np, emit):

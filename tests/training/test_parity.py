@@ -6,7 +6,7 @@
   weights are compared tensor by tensor with the ones ONERT exports after training the
   same circle model on the same data in the same order.
 * The .wof written by ``prepare`` is parsed by a reader written here from
-  /work/shared/formats.md alone (not host_tools.wof, not micro/utrain/wof).
+  /work/shared/formats.md alone (not host_tools.files.wof, not micro/utrain/wof).
 * Every training comparison also checks that the weights moved far more than the
   tolerance, so a run that silently trains nothing cannot pass.
 
@@ -29,11 +29,11 @@ for _p in (MICRO,):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from host_tools.circle_build import CircleBuilder  # noqa: E402
-from host_tools.circle_io import read_model, tensor_data  # noqa: E402
-from host_tools.prepare import export, prepare  # noqa: E402
-from host_tools.runner import find_micropython, run  # noqa: E402
-from host_tools.wof import read_wof  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import read_model, tensor_data  # noqa: E402
+from host_tools.prepare.pipeline import export, prepare  # noqa: E402
+from host_tools.target.runner import find_micropython, run  # noqa: E402
+from host_tools.files.wof import read_wof  # noqa: E402
 from onert_ref import build_mlp, onert_infer, onert_train  # noqa: E402
 
 MICROPYTHON = find_micropython()

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from test_parity import MICROPYTHON, ROOT  # sys.path set up there  # noqa: F401
-from host_tools import runner
-from host_tools.prepare import prepare
+from host_tools.target import runner
+from host_tools.prepare.pipeline import prepare
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 CNN = os.path.join(DIGITS, 'digits_cnn.circle')
@@ -134,8 +134,8 @@ def test_cache_made_on_the_host(tmp_path, data, python):
     the host computed the prefix with numpy)."""
     if not python and not MICROPYTHON:
         pytest.skip('no MicroPython binary')
-    from host_tools.wof import read_wof
-    from host_tools.circle_io import read_model
+    from host_tools.files.wof import read_wof
+    from host_tools.formats.circle_io import read_model
     outs = {}
     for cache in (False, 'host'):
         out = tmp_path / str(cache)

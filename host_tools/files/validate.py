@@ -1,0 +1,304 @@
+"""Checks of what a user hands `prepare` before anything is allocated or written
+(issue 13): settings the formats cannot store, data arrays (sizes read from headers
+first, so a .npy claiming 10^11 samples or a zip bomb is refused unread), and graphs
+that parse but make no sense.  Every error names the file, and for a graph the op (the
+file's numbering) and the tensor."""
+from __future__ import annotations
+
+import math
+import zipfile
+
+import numpy as np
+
+from ..graph.passes import PrepareError
+
+# the largest dataset prepare loads into memory, and the largest activation a board
+# could ever hold (elements)
+MAX_DATA_BYTES = 2 << 30
+MAX_ACTIVATION = 1 << 26
+
+# setting: (kind, lowest, highest, lowest excluded, highest excluded); what
+# model.flat's SETTINGS ('<...HHHI...') and train.json (finite JSON numbers) can hold
+SETTINGS = {
+    'batch': (int, 1, 65535), 'epochs': (int, 0, 65535), 'seed': (int, 0, 0xFFFFFFFF),
+    'progress': (int, 0, 0xFFFFFFFF), 'split_seed': (int, 0, 0xFFFFFFFF),
+    'lr': (float, 0.0, 3e38, True, False), 'momentum': (float, 0.0, 1.0, False, True),
+    'beta1': (float, 0.0, 1.0, False, True), 'beta2': (float, 0.0, 1.0, False, True),
+    'eps': (float, 0.0, 1.0, True, False), 'rho': (float, 0.0, 1.0, False, True),
+    'weight_decay': (float, 0.0, 3e38, False, False), 'warmup': (int, 0, 0xFFFFFFFF),
+    'schedule_steps': (int, 0, 0xFFFFFFFF), 'step_size': (int, 1, 0xFFFFFFFF),
+    'gamma': (float, 0.0, 1.0, True, False), 'min_lr': (float, 0.0, 1.0, False, False),
+}
+FLAGS = {'batch': '--batch', 'epochs': '--epochs', 'seed': '--seed', 'progress': '--progress',
+         'split_seed': '--split-seed', 'lr': '--lr', 'momentum': '--momentum', 'beta1': '--beta1',
+         'beta2': '--beta2', 'eps': '--eps', 'rho': '--rho', 'weight_decay': '--weight-decay',
+         'warmup': '--schedule warmup=', 'schedule_steps': '--schedule steps=',
+         'step_size': '--schedule step_size=', 'gamma': '--schedule gamma=',
+         'min_lr': '--schedule min_lr='}
+SCHEDULE_KEYS = {'warmup': ('warmup', int), 'steps': ('schedule_steps', int),
+                 'step_size': ('step_size', int), 'gamma': ('gamma', float),
+                 'min_lr': ('min_lr', float)}
+
+
+def parse_schedule(spec) -> dict:
+    """--schedule 'KIND[,warmup=N][,steps=N][,step_size=N][,gamma=F][,min_lr=F]' (KIND
+    constant, linear, step or cosine; steps: the updates the decay ends at, 0 = the whole
+    run; min_lr a fraction of lr) -> train.json's settings."""
+    from .flatmodel import SCHEDULES
+    parts = [p.strip() for p in str(spec).split(',') if p.strip()]
+    if not parts or parts[0] not in SCHEDULES:
+        raise PrepareError(f'--schedule {spec!r}: expected one of {", ".join(SCHEDULES)}, then '
+                           'optional ,warmup=N ,steps=N ,step_size=N ,gamma=F ,min_lr=F '
+                           '(e.g. cosine,warmup=100)')
+    out = {'schedule': parts[0]}
+    for p in parts[1:]:
+        k, _, v = p.partition('=')
+        if k not in SCHEDULE_KEYS or not v:
+            raise PrepareError(f'--schedule {spec!r}: {p!r} is not one of '
+                               f'{", ".join(k + "=..." for k in SCHEDULE_KEYS)}')
+        name, kind = SCHEDULE_KEYS[k]
+        try:
+            out[name] = kind(v)
+        except ValueError:
+            raise PrepareError(f'--schedule {spec!r}: {k} must be '
+                               f'{"a whole number" if kind is int else "a number"}') from None
+    return out
+
+
+def check_settings(s: dict) -> None:
+    """PrepareError for a setting outside what model.flat and train.json store."""
+    for k, spec in SETTINGS.items():
+        v = s.get(k)
+        if v is None:
+            continue
+        name = FLAGS[k]
+        if spec[0] is int:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not spec[1] <= v <= spec[2]:
+                raise PrepareError(f'{name} {v!r}: must be a whole number from {spec[1]} to {spec[2]}')
+        else:
+            lo, hi, xlo, xhi = spec[1:]
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                raise PrepareError(f'{name} {v!r}: must be a number') from None
+            ok = math.isfinite(f) and (lo < f if xlo else lo <= f) and (f < hi if xhi else f <= hi)
+            if not ok:
+                raise PrepareError(f'{name} {v!r}: must be a finite number {">" if xlo else ">="} '
+                                   f'{lo:g} and {"<" if xhi else "<="} {hi:g}')
+
+
+# a loss on probabilities (no --from-logits) wants the model to end in the op that makes
+# them; ops that only move values may come after it
+PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
+SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def loss_on_logits(g, s: dict):
+    """cce/scce (bce) without from_logits take probabilities, so the model should end in
+    SOFTMAX (LOGISTIC).  When graph g's output is made by another op it is logits (a
+    PyTorch model through tico, a Keras model without its activation): the loss then
+    normalises them itself (s['from_logits'] set True), as ONERT's training does for a
+    model without a final SOFTMAX; read as probabilities, a logit <= 0 would make the
+    gradient -1/y about 1e20 (NaN within a few samples at any learning rate).  Returns
+    the line that says so, or None when nothing changed."""
+    want = PROBABILITIES.get(s['loss'])
+    if want is None or s.get('from_logits'):
+        return None
+    k, op = g.outputs[0], None
+    while True:
+        op = next((o for o in g.ops if k in o.outputs), None)
+        if op is None or op.name not in SHAPE_ONLY:
+            break
+        k = op.inputs[0]
+    if op is not None and op.name == want:
+        return None
+    s['from_logits'] = True
+    made = f'op {op.number} ({op.name})' if op is not None else 'no op'
+    return (f'{g.path}: the output is made by {made}, not {want}: {s["loss"]} takes it as '
+            'logits (--from-logits)')
+
+
+# ------------------------------------------------------------------ data
+def npz_headers(path: str) -> dict:
+    """{name: (shape, dtype)} of the arrays in an .npz, from their .npy headers only."""
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                if not info.filename.endswith('.npy'):
+                    continue
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                out[info.filename[:-4]] = (shape, dtype, info.file_size, info.compress_size)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as e:
+        raise PrepareError(f'{path}: not a readable .npz file ({e})') from None
+    return out
+
+
+def check_npz(path: str) -> None:
+    """Refuse before loading: missing x/y, non-numeric or 0-d arrays, sizes beyond
+    MAX_DATA_BYTES (as declared, and as the zip entries would inflate to)."""
+    h = npz_headers(path)
+    for name in ('x', 'y'):
+        if name not in h:
+            continue            # load_npz names what is missing
+        shape, dtype, size, packed = h[name]
+        if dtype.hasobject or dtype.kind not in 'biuf':
+            raise PrepareError(f'{path}: array {name} holds {dtype} values; it must hold numbers')
+        if len(shape) == 0:
+            raise PrepareError(f'{path}: array {name} is a single value (0-d); it must hold one '
+                               'entry per sample')
+        n = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if n > MAX_DATA_BYTES or size > MAX_DATA_BYTES:
+            raise PrepareError(f'{path}: array {name} of shape {tuple(shape)} would take '
+                               f'{n / 2**30:.3g} GB; at most {MAX_DATA_BYTES >> 30} GB is loaded')
+        if size < n:
+            raise PrepareError(f'{path}: array {name} claims shape {tuple(shape)} '
+                               f'({n} bytes) but holds {size} bytes (truncated or corrupt)')
+
+
+def check_values(path: str, x, y) -> None:
+    """NaN/Inf in x or y: the sample is named."""
+    for name, a in (('x', x), ('y', y)):
+        a = np.asarray(a)
+        if a.dtype.kind == 'f':
+            bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
+            if bad.any():
+                raise PrepareError(f'{path}: {name} of sample {int(np.argmax(bad))} holds NaN or Inf '
+                                   f'({int(bad.sum())} samples do)')
+
+
+# ------------------------------------------------------------------ graphs
+def check_graph(g) -> None:
+    """PrepareError for a graph that parses but cannot run: an op reading a missing or
+    later-written tensor (a cycle), writing a constant or a tensor another op writes,
+    without inputs or outputs; 0/negative dimensions, weights whose data does not match
+    their shape or holds NaN/Inf, activations over MAX_ACTIVATION elements."""
+    where = g.path
+    nt = len(g.tensors)
+    if len(g.outputs) != 1 or len(g.inputs) != 1:
+        # (first: every later pass reads g.inputs[0] and g.outputs[0])
+        raise PrepareError(f'{where}: utrain trains models with one input and one output '
+                           f'(this one has {len(g.inputs)} and {len(g.outputs)}); export the '
+                           'model with its one input and the one output the loss reads')
+
+    def tname(k):
+        return f'tensor {k} ({g.tensors[k].name!r})' if 0 <= k < nt else f'tensor {k}'
+
+    for t in g.tensors:
+        if any(int(d) <= 0 for d in t.shape):
+            raise PrepareError(f'{where}: {tname(t.index)} has shape {list(t.shape)}: every '
+                               'dimension must be at least 1')
+        if t.data is not None:
+            n = int(np.prod(t.shape, dtype=object)) if len(t.shape) else 1
+            if t.data.size != n:
+                raise PrepareError(f'{where}: {tname(t.index)} has shape {list(t.shape)} ({n} '
+                                   f'values) but its buffer holds {t.data.size}')
+            if t.data.dtype.kind == 'f' and not np.isfinite(t.data).all():
+                raise PrepareError(f'{where}: {tname(t.index)} holds NaN or Inf weights')
+        elif int(np.prod(t.shape, dtype=object)) > MAX_ACTIVATION:
+            raise PrepareError(f'{where}: {tname(t.index)} of shape {list(t.shape)} has '
+                               f'{int(np.prod(t.shape, dtype=object))} elements; a board holds '
+                               f'at most {MAX_ACTIVATION}')
+    for k in list(g.inputs) + list(g.outputs):
+        if not 0 <= k < nt:
+            raise PrepareError(f'{where}: the graph names {tname(k)} as an input or output; '
+                               f'it has {nt} tensors')
+    written = {k: None for k in g.inputs}
+    for op in g.ops:
+        what = f'{where}: op {op.index} ({op.name})'
+        if not [k for k in op.inputs if k >= 0]:
+            raise PrepareError(f'{what} has no inputs')
+        if not op.outputs:
+            raise PrepareError(f'{what} has no outputs')
+        for k in op.inputs:
+            if k < 0:
+                continue
+            if k >= nt:
+                raise PrepareError(f'{what} reads {tname(k)}; the graph has {nt} tensors')
+            t = g.tensors[k]
+            if t.data is None and k not in written:
+                later = [o.index for o in g.ops if k in o.outputs]
+                raise PrepareError(f'{what} reads {tname(k)}, which ' + (
+                    f'op {later[0]} writes after it (a cycle, or ops out of order)' if later
+                    else 'is neither a constant, a graph input nor written by an op'))
+        for k in op.outputs:
+            if not 0 <= k < nt:
+                raise PrepareError(f'{what} writes {tname(k)}; the graph has {nt} tensors')
+            if g.tensors[k].data is not None:
+                raise PrepareError(f'{what} writes {tname(k)}, which is a constant')
+            if k in written:
+                prev = written[k]
+                raise PrepareError(f'{what} writes {tname(k)}, which ' + (
+                    'is a graph input' if prev is None else f'op {prev} writes too'))
+            written[k] = op.index
+    for k in g.outputs:
+        if k not in written and g.tensors[k].data is None:
+            raise PrepareError(f'{where}: graph output {tname(k)} is written by no op')
+    for op in g.ops:
+        check_weights(g, op, tname)
+
+
+def _shape(g, k):
+    return [int(d) for d in g.tensors[k].shape]
+
+
+def check_weights(g, op, tname):
+    """Weights that do not fit their op's input: FULLY_CONNECTED [out, in] against the
+    input's features, CONV_2D / DEPTHWISE_CONV_2D against the input's channels, and a
+    bias of the wrong length."""
+    what = f'{g.path}: op {op.index} ({op.name})'
+    ins = op.inputs
+    if op.name not in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D') or len(ins) < 2 or ins[1] < 0:
+        return
+    x, w = _shape(g, ins[0]), _shape(g, ins[1])
+    n_out = None
+    if op.name == 'FULLY_CONNECTED':
+        if len(w) != 2 or (x and int(np.prod(x)) % w[1]) or (x and x[-1] != w[1] and len(x) <= 2):
+            raise PrepareError(f'{what}: weight {tname(ins[1])} of shape {w} does not fit input '
+                               f'{tname(ins[0])} of shape {x} (FULLY_CONNECTED wants [outputs, {x[-1] if x else "?"}])')
+        n_out = w[0]
+    elif op.name == 'CONV_2D':
+        if len(w) != 4 or len(x) != 4 or w[3] != x[3]:
+            raise PrepareError(f'{what}: weight {tname(ins[1])} of shape {w} does not fit input '
+                               f'{tname(ins[0])} of shape {x} (CONV_2D wants [out, h, w, {x[3] if len(x) == 4 else "in"}])')
+        n_out = w[0]
+    else:
+        if len(w) != 4 or len(x) != 4 or w[3] % x[3]:
+            raise PrepareError(f'{what}: weight {tname(ins[1])} of shape {w} does not fit input '
+                               f'{tname(ins[0])} of shape {x} (DEPTHWISE_CONV_2D wants [1, h, w, '
+                               f'{x[3] if len(x) == 4 else "in"} x multiplier])')
+        n_out = w[3]
+    if len(ins) > 2 and ins[2] >= 0 and int(np.prod(_shape(g, ins[2]))) != n_out:
+        raise PrepareError(f'{what}: bias {tname(ins[2])} of shape {_shape(g, ins[2])} does not '
+                           f'match the {n_out} outputs of weight {tname(ins[1])}')
+
+
+# What to do about a file the system refused, by errno (os_error_text)
+_OS_ADVICE = {
+    'ENOENT': 'no such file or folder; check the path',
+    'EISDIR': 'is a folder; give the path of a file',
+    'ENOTDIR': 'a part of the path is a file, not a folder; check the path',
+    'EEXIST': 'exists already; give a path that does not, or remove it',
+    'EACCES': 'permission denied; use a path you may read and write',
+    'EPERM': 'not permitted; use a path you may read and write',
+    'ENOSPC': 'no space left on the device; free some space or write elsewhere',
+    'EROFS': 'on a read-only file system; write elsewhere',
+    'ENAMETOOLONG': 'the name is too long; use a shorter path',
+}
+
+
+def os_error_text(e: OSError) -> str:
+    """An OSError as a refusal: the file it names, what the system said and what to do
+    ("[Errno 21] Is a directory: '/tmp'" becomes "/tmp: is a folder; give the path of a
+    file").  An error our code worded (no errno) stays as it is."""
+    import errno
+    if not e.errno or e.filename is None:
+        return str(e)
+    name = errno.errorcode.get(e.errno, '')
+    what = _OS_ADVICE.get(name, f'{e.strerror}; check the path')
+    return f'{e.filename}: {what}'

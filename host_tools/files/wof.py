@@ -1,0 +1,94 @@
+"""The .wof weight-only format of onert-micro (docs/formats.md), host side, and reading
+the weights back out of a device checkpoint.  Validation is the device reader's
+(micro/utrain/wof.py), run on the bytes, so host and board accept the same files."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from ..formats.circle_io import Graph, atomic_write
+from ..target.device import module
+
+dev = module('wof')
+ckread = module('ckread')
+
+MAGIC = dev.MAGIC
+VERSION = dev.VERSION
+
+
+def pack_wof(n_tensors: int, arrays: dict, keep_dtype: bool = False) -> bytes:
+    """.wof bytes for {tensor index: float32 array} (keep_dtype: each array's own dtype,
+    little-endian: an int8 model's int8 weights as int8 bytes, int32 biases); absent
+    tensors get offset 0."""
+    for k in arrays:
+        if not 0 <= k < n_tensors:
+            raise ValueError(f'tensor {k} out of range for {n_tensors} tensors')
+    f = io.BytesIO()
+    if keep_dtype:      # raw bytes: the device writer stores them as they are
+        blocks = {k: np.ascontiguousarray(a, np.asarray(a).dtype.newbyteorder('<')).tobytes()
+                  for k, a in arrays.items()}
+    else:
+        blocks = {k: np.asarray(a, np.float32) for k, a in arrays.items()}
+    dev.write_wof(f, n_tensors, blocks)
+    return f.getvalue()
+
+
+def write_wof(path, n_tensors: int, arrays: dict, keep_dtype: bool = False) -> None:
+    atomic_write(path, pack_wof(n_tensors, arrays, keep_dtype))
+
+
+def _shapes(g: Graph):
+    # the device reader's sizes: float32 tensors may carry data, others may not
+    return [(1, int(np.prod(t.shape)) if t.shape else 1) if t.dtype == 'float32' else None
+            for t in g.tensors]
+
+
+def _read(path) -> bytes:
+    try:
+        with open(path, 'rb') as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f'{path}: cannot read ({e.strerror})') from None
+
+
+def _shaped(g: Graph, arrays: dict) -> dict:
+    return {k: np.asarray(a, np.float32).reshape(g.tensors[k].shape) for k, a in arrays.items()}
+
+
+def read_wof(path, g: Graph) -> dict:
+    """{tensor index: array shaped like the model's tensor} from a .wof for graph g."""
+    f = io.BytesIO(_read(path))
+    shapes = _shapes(g)
+    try:
+        offs, _ = dev.read_table(f, path, shapes)
+    except dev.FormatError as e:
+        raise ValueError(f'{e} (model {g.path})') from None
+    out = {}
+    for k, off in enumerate(offs):
+        if off:
+            f.seek(off)
+            out[k] = np.frombuffer(f.read(4 * shapes[k][1]), '<f4')
+    return _shaped(g, out)
+
+
+def read_checkpoint(path, g: Graph, ranks=None) -> dict:
+    """The weights of a device checkpoint (onert-micro layout) for graph g, like read_wof.
+    ranks: the model's rank table {tensor: (axis, lo, hi)} (read_flat), when its optimizer
+    state covers only some output channels."""
+    data = _read(path)
+    shapes = _shapes(g)
+    state = None
+    if ranks:
+        from ..graph.passes import device_shapes
+        dev_shapes = device_shapes(g)
+        state = list(shapes)
+        for k, (ax, lo, hi) in ranks.items():
+            r, c = dev_shapes[k]
+            state[k] = (1, (hi - lo) * (c if ax == 0 else r))
+    try:
+        w = ckread.read_checkpoint(io.BytesIO(data), path, len(g.tensors), shapes, state)[0]
+    except dev.FormatError as e:
+        raise ValueError(f'{e} (model {g.path})') from None
+    return _shaped(g, w)
+

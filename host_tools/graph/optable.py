@@ -1,0 +1,590 @@
+"""What the host knows about each operator the device can train through: one row per op.
+
+The forward kernel and its gradient live together on the device (micro/utrain/op_*.py);
+the opcode, option slots and backward flags are the device's (utrain/opc.py), and the
+kernel module is the device's table (utrain/flat.py KERNELS).  A row adds what only
+the host passes need: which inputs are trainable parameters, how to compute the option
+floats, which tensors the gradient rule reads (so the memory plan keeps exactly those),
+and what the heap planner (memory.py) counts while the op runs.  Adding an op: one
+device file, one row here, one test case (docs/flat-model.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..target.device import module
+
+opc = module('opc')
+# backward flags, one bit per gradient the device computes: DX the first data input's,
+# DW the weight's, DB the bias's; data input n >= 1 (an ADD's second operand, a
+# CONCATENATION's inputs) has bit dx_bit(n) = DXN << n in the plan (any n: a Python int);
+# the flat model stores DX, DW, DB in the backward entry and n >= 1 as its tensor's GRAD
+# flag (host_tools/files/flatmodel.py).
+DX, DW, DB = opc.DX, opc.DW, opc.DB
+
+
+def dx_bit(n):
+    return DX if n == 0 else opc.DXN << n
+
+
+ACTIVATIONS = {'NONE': opc.AF_NONE, 'RELU': opc.AF_RELU, 'RELU_N1_TO_1': opc.AF_RELU_N1_TO_1,
+               'RELU6': opc.AF_RELU6, 'TANH': opc.AF_TANH}
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str                      # circle's name, also the opcode's in utrain.opc
+    params: dict                   # input position -> 'weight' | 'bias' (or (op, g) -> that)
+    options: Callable              # (op, graph) -> list of floats for the device
+    saves: Callable                # (op, flags) -> tensors the gradient reads
+    data_inputs: tuple = (0,)      # input positions that carry activations (None: all)
+    # input positions the device receives (None: all).  Constant index tensors (a
+    # RESHAPE's shape, a TRANSPOSE's perm, PAD's paddings...) are read on the host and
+    # go to the device as option floats instead.
+    device_inputs: tuple = None
+    # (op, graph) -> {tensor index: (rows, cols)}: device shapes for tensors this op wants
+    # laid out otherwise than passes.device_shape's [prod(leading dims), last dim] (same
+    # bytes, so .wof files stay onert-micro's; e.g. a conv weight as [O, KH*KW*I]).
+    shapes: Callable = None
+    # for the heap planner: the kernel's temporaries while it runs forward and backward,
+    # as (output-sized, input-sized) arrays, and the array views a tap walk holds at once
+    fwd: tuple = (2, 1)
+    bwd: tuple = (2, 2)
+    taps: int = 0
+    # ... the forward's (output-sized, input-sized) temporaries on the fallback, where
+    # its native loops (npfallback._conv_steps through utrain.xnp.conv_steps) write into
+    # the kernel's output: no per-tap product (None: as fwd).  taps stays: the row walk's
+    # tuples are made all the same (the digits CNN's 64-bit plan without them: 0.98x)
+    fwd_native: tuple = None
+    # ... and the backward's: the activation's gradient (op_act.act_grad: np.where on a
+    # comparison, whose mask is a byte array) and dx, but no per-tap products
+    bwd_native: tuple = None
+    # for the planner: how the kernel hands its weight gradient to the sink
+    # (micro/utrain/sink.py): 'rows', a product the sink sums or applies row by row
+    # (nothing weight-sized at batch 1), or 'whole', a weight-sized array at batch 1 (a
+    # grad(k) array or a g handed to grad(k, g)).  Not the device's WGRAD_WHOLE, which
+    # says the sink must give the kernel a whole-shaped array under a rank (grad(k)):
+    # that implies 'whole', not the converse (docs/flat-model.md, adding an op)
+    wgrad: str = 'whole'
+    # for the planner: input-sized buffers the kernel keeps from its forward pass until
+    # the backward pass is over (op_split's gradient buffer, summed over the outputs'
+    # gradients as they arrive)
+    held: int = 0
+    # the device weight's axis that holds the output channels a rank (sparse update)
+    # trains: rows ([O, ...]: FC, CONV_2D), or columns (DEPTHWISE_CONV_2D's [taps, C*M])
+    out_axis: int = 0
+    # (op, graph, arrays, banded) -> device modules the kernel's steps import on that
+    # array backend ('fallback' | 'ulab'), banded: the op runs in a row band
+    steps: Callable = None
+
+    @property
+    def code(self) -> int:
+        """The circle builtin code the device dispatches on (utrain.opc)."""
+        return getattr(opc, self.name)
+
+    @property
+    def kernel(self) -> str:
+        """The device module that runs it (utrain.flat.KERNELS)."""
+        return module('flat').KERNELS[self.code]
+
+    @property
+    def stream_rows(self) -> tuple:
+        """Input positions whose frozen constant the kernel can read a few rows at a
+        time when streamed (the kernel module's ROWS; utrain/stream.py)."""
+        return getattr(module(self.kernel), 'ROWS', ())
+
+    def roles(self, op, g):
+        """input position -> 'weight' | 'bias' for this op (an ADD's or MUL's parameter is
+        whichever operand is constant)."""
+        return self.params(op, g) if callable(self.params) else self.params
+
+    def data(self, op):
+        """[(n, tensor)] of the op's data inputs: n numbers them (0: DX's, n >= 1:
+        dx_bit(n)'s; a CONCATENATION has as many as the file gives it)."""
+        pos = range(len(op.inputs)) if self.data_inputs is None else self.data_inputs
+        return [(n, op.inputs[p]) for n, p in enumerate(pos) if p < len(op.inputs)]
+
+    def inputs(self, op):
+        """The op's input tensors as the device sees them."""
+        if self.device_inputs is None:
+            return list(op.inputs)
+        return [op.inputs[p] for p in self.device_inputs if p < len(op.inputs)]
+
+
+def _fused(op, where):
+    act = op.options.get('fused_activation_function', 'NONE')
+    if act not in ACTIVATIONS:
+        raise ValueError(f'{where}: fused activation {act} is not supported '
+                         f'(supported: {", ".join(ACTIVATIONS)})')
+    return ACTIVATIONS[act]
+
+
+def _slots(values: dict) -> list:
+    """Option floats from {slot (utrain.opc): value}, slots 0..max all given."""
+    out = [None] * (max(values) + 1)
+    for k, v in values.items():
+        out[k] = float(v)
+    assert None not in out, values
+    return out
+
+
+def _fc_options(op, g=None):
+    fmt = op.options.get('weights_format', 'DEFAULT')
+    if fmt not in ('DEFAULT', 0):
+        raise ValueError(f'op {op.number} FULLY_CONNECTED: weights_format {fmt} is not supported')
+    return _slots({opc.ACT: _fused(op, f'op {op.number} FULLY_CONNECTED')})
+
+
+def _fc_saves(op, flags):
+    keep = []
+    if flags & DW:
+        keep.append(op.inputs[0])
+    if op.options.get('fused_activation_function', 'NONE') != 'NONE':
+        keep.append(op.outputs[0])
+    return keep
+
+
+def _out(op, flags):
+    return [op.outputs[0]]
+
+
+def _none(op, flags=0):
+    return []
+
+
+SPECS = {s.name: s for s in [
+    OpSpec('FULLY_CONNECTED', {1: 'weight', 2: 'bias'}, _fc_options, _fc_saves,
+           fwd=(2, 0), bwd=(2, 2), wgrad='rows'),
+    OpSpec('RELU', {}, _none, _out),
+    OpSpec('RELU_N1_TO_1', {}, _none, _out),
+    OpSpec('RELU6', {}, _none, _out),
+    OpSpec('LOGISTIC', {}, _none, _out),
+    OpSpec('TANH', {}, _none, _out),
+    OpSpec('SOFTMAX', {}, lambda op, g=None: _slots({opc.BETA: op.options.get('beta', 1.0)}), _out,
+           fwd=(3, 0), bwd=(3, 0)),
+    OpSpec('RESHAPE', {}, _none, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 0)),
+]}
+
+# Each group of operators registers its specs here (one block per kernel module).
+
+# ---- ops-spatial: CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D, MEAN
+# (micro/utrain/op_conv.py, op_pool.py).  4-D NHWC tensors, batch 1; the device gets the
+# geometry as option floats: act, H, W, C, OH, OW, OC, KH, KW, stride h, w, dilation
+# h, w, pad top, pad left [, depth multiplier].
+
+def _out_pad(n, k, s, d, padding, where):
+    """TFLite's output size and leading pad along one axis."""
+    eff = (k - 1) * d + 1
+    if padding == 'SAME':
+        out = -(-n // s)
+        return out, max((out - 1) * s + eff - n, 0) // 2
+    if padding == 'VALID':
+        return -(-(n - eff + 1) // s), 0
+    raise ValueError(f'{where}: padding {padding} is not supported (SAME, VALID)')
+
+
+def _nhwc(g, k, where, what):
+    shape = list(g.tensors[k].shape)
+    if len(shape) != 4 or shape[0] != 1:
+        raise ValueError(f'{where}: {what} has shape {shape}; utrain runs 4-D NHWC '
+                         'tensors with batch 1 here')
+    return shape[1:]
+
+
+def _spatial(op, g, kh, kw, sh, sw, dh, dw, extra=None):
+    where = f'op {op.number} {op.name}'
+    H, W, C = _nhwc(g, op.inputs[0], where, 'the input')
+    OH, OW, OC = _nhwc(g, op.outputs[0], where, 'the output')
+    pad = op.options.get('padding', 'SAME')
+    oh, pt = _out_pad(H, kh, sh, dh, pad, where)
+    ow, pl = _out_pad(W, kw, sw, dw, pad, where)
+    if (oh, ow) != (OH, OW):
+        raise ValueError(f'{where}: output is {OH}x{OW}, {pad} padding gives {oh}x{ow}')
+    v = {opc.ACT: _fused(op, where), opc.G_H: H, opc.G_W: W, opc.G_C: C, opc.G_OH: OH,
+         opc.G_OW: OW, opc.G_OC: OC, opc.G_KH: kh, opc.G_KW: kw, opc.G_SH: sh, opc.G_SW: sw,
+         opc.G_DH: dh, opc.G_DW: dw, opc.G_PT: pt, opc.G_PL: pl}
+    v.update(extra or {})
+    return _slots(v)
+
+
+def _strides(op):
+    o = op.options
+    return int(o.get('stride_h', 1)), int(o.get('stride_w', 1))
+
+
+def _dilations(op):
+    o = op.options
+    return int(o.get('dilation_h_factor', 1) or 1), int(o.get('dilation_w_factor', 1) or 1)
+
+
+def _conv_options(op, g):
+    O, KH, KW, I = g.tensors[op.inputs[1]].shape
+    if _nhwc(g, op.inputs[0], f'op {op.number} CONV_2D', 'the input')[2] != I:
+        raise ValueError(f'op {op.number} CONV_2D: weight has {I} input channels, input has '
+                         f'{g.tensors[op.inputs[0]].shape[3]} (grouped convolution is not supported)')
+    return _spatial(op, g, KH, KW, *_strides(op), *_dilations(op))
+
+
+def _dwconv_options(op, g):
+    _, KH, KW, CM = g.tensors[op.inputs[1]].shape
+    C = _nhwc(g, op.inputs[0], f'op {op.number} DEPTHWISE_CONV_2D', 'the input')[2]
+    if CM % C:
+        raise ValueError(f'op {op.number} DEPTHWISE_CONV_2D: {CM} output channels for {C} inputs')
+    return _spatial(op, g, KH, KW, *_strides(op), *_dilations(op), extra={opc.G_MULT: CM // C})
+
+
+def _pool_options(op, g):
+    o = op.options
+    return _spatial(op, g, int(o.get('filter_height', 1)), int(o.get('filter_width', 1)),
+                    *_strides(op), 1, 1)
+
+
+def _conv_shapes(op, g):
+    O, KH, KW, I = g.tensors[op.inputs[1]].shape
+    return {op.inputs[1]: (O, KH * KW * I)}
+
+
+def _mean_options(op, g):
+    """[outer, red, inner]: the input as [outer, reduced, inner] (the reduced axes must
+    form one run once size-1 axes are dropped)."""
+    where = f'op {op.number} MEAN'
+    shape = list(g.tensors[op.inputs[0]].shape)
+    axes_t = g.tensors[op.inputs[1]] if len(op.inputs) > 1 else None
+    if axes_t is None or axes_t.data is None:
+        raise ValueError(f'{where}: the axes must be a constant tensor')
+    axes = {int(a) + (len(shape) if a < 0 else 0) for a in np.ravel(axes_t.data)}
+    dims = [(n, i in axes) for i, n in enumerate(shape) if n != 1]
+    flags = [r for _, r in dims]
+    if True in flags:
+        first = flags.index(True)
+        last = len(flags) - 1 - flags[::-1].index(True)
+        if not all(flags[first:last + 1]):
+            raise ValueError(f'{where}: reducing axes {sorted(axes)} of shape {shape} is not '
+                             'supported (the reduced axes must be adjacent)')
+    else:
+        first, last = len(dims), len(dims) - 1
+    prod = lambda ds: int(np.prod([n for n, _ in ds])) if ds else 1  # noqa: E731
+    return _slots({opc.M_OUTER: prod(dims[:first]), opc.M_RED: prod(dims[first:last + 1]),
+                   opc.M_INNER: prod(dims[last + 1:])})
+
+
+def _conv_steps(op, g, arrays, banded):
+    # ulab's steps (utrain.ulconv) take stride-1 convs whose output is the input's size,
+    # utrain.ulmono those of one input channel; the others, and a band's strips, walk
+    # rows (utrain.convwalk)
+    if arrays != 'ulab':
+        return ()
+    x = g.tensors[op.inputs[0]].shape
+    if _strides(op) == (1, 1) and not banded and x[1:3] == g.tensors[op.outputs[0]].shape[1:3]:
+        return ('ulconv',)
+    return ('ulconv', 'ulmono' if x[-1] == 1 else 'convwalk')
+
+
+def _conv_saves(op, flags):
+    return _fc_saves(op, flags)          # x when W trains, y when fused
+
+
+def _maxpool_saves(op, flags):
+    return [op.inputs[0], op.outputs[0]] if flags & DX else []
+
+
+def _avgpool_saves(op, flags):
+    fused = op.options.get('fused_activation_function', 'NONE') != 'NONE'
+    return [op.outputs[0]] if flags & DX and fused else []
+
+
+SPECS.update({s.name: s for s in [
+    OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
+           shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps,
+           fwd_native=(1, 0), bwd_native=(2, 2)),   # (fwd: the fused activation's array)
+    OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
+           fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps,
+           fwd_native=(1, 1), bwd_native=(2, 2)),   # (fwd: and op_conv._spread's copy)
+    OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
+    OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
+           taps=16),
+    OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(1, 1), bwd=(1, 2)),
+]})
+
+
+
+# ---- ops-elem: ADD/SUB/MUL/DIV with broadcasting (op_elem), PAD/CONCATENATION/TRANSPOSE/
+# STRIDED_SLICE as block copies and SQUEEZE/EXPAND_DIMS as reshapes (op_shape),
+# HARD_SWISH/LEAKY_RELU (op_act).  Shapes and constant index inputs are read here.
+
+def _where(op):
+    return f'op {op.number} {op.name}'
+
+
+def _shape4(g, k, op):
+    """Tensor k's shape left-padded to 4-D (the device keeps [d0*d1*d2, d3])."""
+    s = list(g.tensors[k].shape)
+    if len(s) > 4:
+        raise ValueError(f'{_where(op)}: tensor {k} has rank {len(s)}; utrain handles up to 4-D')
+    return [1] * (4 - len(s)) + s
+
+
+def _const_ints(g, op, pos, what):
+    k = op.inputs[pos] if pos < len(op.inputs) else -1
+    if k < 0 or g.tensors[k].data is None:
+        raise ValueError(f'{_where(op)}: its {what} (input {pos}) must be a constant tensor')
+    return [int(v) for v in g.tensors[k].data.ravel()]
+
+
+def _elem_roles(op, g):
+    # the operand that is a float constant of more than one element is the op's
+    # parameter (BatchNorm's scale and shift become MUL and ADD constants): trainable like
+    # an FC's weight or bias.  Scalars (an exported hard-swish's 3 and 6) stay frozen.
+    const = [p for p in (0, 1) if g.tensors[op.inputs[p]].data is not None]
+    if len(const) != 1:
+        return {}
+    t = g.tensors[op.inputs[const[0]]]
+    if t.dtype != 'float32' or t.data.size < 2:
+        return {}
+    return {const[0]: 'weight' if op.name in ('MUL', 'DIV') else 'bias'}
+
+
+def _elem_options(op, g):
+    """act, parameter position or -1, n0, n1, n2, then per operand d0, d1, rows (utrain.opc
+    E_*): the output's rows (dims 0-2) as n0 x n1 blocks of n2 rows; block (i, j) of an
+    operand starts at its row i*d0 + j*d1 and has n2 rows, or 1 that broadcasts.  Columns
+    broadcast natively (an operand's last dim is the output's or 1)."""
+    S = _shape4(g, op.outputs[0], op)
+    X = [_shape4(g, k, op) for k in op.inputs[:2]]
+    if [max(a, b) for a, b in zip(*X)] != S or any(x[d] not in (1, S[d]) for x in X for d in range(4)):
+        raise ValueError(f'{_where(op)}: shapes {[g.tensors[k].shape for k in op.inputs[:2]]} do not '
+                         f'broadcast to the output shape {g.tensors[op.outputs[0]].shape}')
+    levels = []                           # [size, operand 0 broadcasts, operand 1 broadcasts]
+    for d in range(3):
+        if S[d] > 1:
+            st = [X[0][d] == 1, X[1][d] == 1]
+            if levels and levels[-1][1:] == st:
+                levels[-1][0] *= S[d]
+            else:
+                levels.append([S[d]] + st)
+    levels = [[1, True, True]] * (3 - len(levels)) + levels
+    p = list(_elem_roles(op, g)) or [-1]
+    opts = {opc.ACT: _fused(op, _where(op)), opc.E_PARAM: p[0], opc.E_N0: levels[0][0],
+            opc.E_N1: levels[1][0], opc.E_N2: levels[2][0]}
+    for side in (1, 2):
+        step, d = 1, [0, 0, 0]
+        for i in (2, 1, 0):
+            if not levels[i][side]:
+                d[i] = step
+                step *= levels[i][0]
+        e = opc.E_OPD * (side - 1)
+        opts.update({e + opc.E_D0: d[0], e + opc.E_D1: d[1],
+                     e + opc.E_ROWS: 1 if levels[2][side] else levels[2][0]})
+    return _slots(opts)
+
+
+def _elem_saves(op, flags):
+    keep = [op.outputs[0]] if op.options.get('fused_activation_function', 'NONE') != 'NONE' else []
+    if op.name in ('MUL', 'DIV'):         # each operand's gradient reads the other one
+        if flags & (DX | DW) or op.name == 'DIV':     # (and DIV's b its own value)
+            keep.append(op.inputs[1])
+        if flags & (dx_bit(1) | DW):
+            keep.append(op.inputs[0])
+    return keep
+
+
+def _rowcol(N):
+    """(row step, column step) of each axis of a 4-D shape N on the device."""
+    return [(N[1] * N[2], 0), (N[2], 0), (1, 0), (0, 1)]
+
+
+def _at(N, idx):
+    rc = _rowcol(N)
+    return sum(i * r for i, (r, c) in zip(idx, rc)), idx[3]
+
+
+def _copy_plan(box, a0, b0):
+    """The C_PART floats (utrain.opc C_*) of one block copy B[box] = A[box] between two
+    device arrays (see micro/utrain/op_shape.py).  box: per dim (size, (A row, col step), (B row, col step));
+    a0, b0: (row, col) where the box starts in A and in B."""
+    dims = []
+    for n, a, b in box:                   # drop size-1 dims, merge contiguous neighbours
+        if n == 1:
+            continue
+        if dims and all(o == i * n for o, i in zip(dims[-1][1] + dims[-1][2], a + b)):
+            dims[-1] = [dims[-1][0] * n, a, b]
+        else:
+            dims.append([n, a, b])
+    one = [1, (0, 0), (0, 0)]
+    pc = [d for d in dims if d[2][1]]     # the dim along B's columns, if any
+    qa = [d for d in dims if d[1][1]]     # the dim along A's columns, if any
+    if pc and qa and pc[0] is not qa[0]:
+        u, v, tr = qa[0], pc[0], 1        # A's block is transposed
+    elif pc:
+        v = pc[0]
+        rest = [d for d in dims if d is not v] or [one]
+        u, tr = (rest[-1], 0) if qa else (one, 1)
+    elif qa:
+        u, v, tr = qa[0], one, 1
+    else:
+        u, v, tr = (dims[-1] if dims else one), one, 0
+    outer = [d for d in dims if d is not u and d is not v]
+    assert len(outer) <= 2, box           # a missing column dim leaves <= 3 dims
+    outer = [one] * (2 - len(outer)) + outer
+    plan = {opc.C_NA: outer[0][0], opc.C_NB: outer[1][0], opc.C_N1: u[0], opc.C_N2: v[0],
+            opc.C_TR: tr}
+    for side, start, at in ((1, a0, opc.C_A), (2, b0, opc.C_B)):
+        rs, cs = ((v, u) if tr and side == 1 else (u, v))
+        fields = [start[0], start[1], *outer[0][side], *outer[1][side],
+                  rs[side][0] or 1, cs[side][1] or 1]
+        assert len(fields) == opc.C_SIDE
+        plan.update((at + i, f) for i, f in enumerate(fields))
+    plan = _slots(plan)
+    assert len(plan) == opc.C_PART
+    return plan
+
+
+def _pad_options(op, g):
+    X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
+    pads = _const_ints(g, op, 1, 'paddings')
+    pads = [0] * (8 - len(pads)) + pads
+    before = pads[0::2]
+    if min(pads) < 0 or [x + p + q for x, p, q in zip(X, before, pads[1::2])] != Y:
+        raise ValueError(f'{_where(op)}: paddings {pads} do not take {X} to {Y}')
+    return _copy_plan(list(zip(X, _rowcol(X), _rowcol(Y))), (0, 0), _at(Y, before))
+
+
+def _transpose_options(op, g):
+    X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
+    perm = _const_ints(g, op, 1, 'permutation')
+    r = len(perm)
+    perm = list(range(4 - r)) + [p % r + 4 - r for p in perm]
+    if sorted(perm) != [0, 1, 2, 3] or [X[p] for p in perm] != Y:
+        raise ValueError(f'{_where(op)}: permutation {perm} does not take {X} to {Y}')
+    ax = _rowcol(X)
+    return _copy_plan([(Y[d], ax[perm[d]], _rowcol(Y)[d]) for d in range(4)], (0, 0), (0, 0))
+
+
+def _slice_options(op, g):
+    o = op.options
+    if any(o.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'offset')):
+        raise ValueError(f'{_where(op)}: only begin, end and shrink-axis masks are supported '
+                         '(no ellipsis or new-axis masks, no offset)')
+    X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
+    n = len(g.tensors[op.inputs[0]].shape)
+    begin, end, step = (_const_ints(g, op, i, w) for i, w in ((1, 'begin'), (2, 'end'), (3, 'strides')))
+    start, count, ax = [0] * 4, [1] * 4, _rowcol(X)
+    shrink, kept = o.get('shrink_axis_mask', 0), list(range(4 - n))
+    for i in range(n):
+        d, dim, s = i + 4 - n, X[i + 4 - n], step[i]
+        b = 0 if o.get('begin_mask', 0) >> i & 1 else begin[i]
+        e = dim if o.get('end_mask', 0) >> i & 1 else end[i]
+        b, e = (min(max(v + dim if v < 0 else v, 0), dim) for v in (b, e))
+        if shrink >> i & 1:               # one index, the axis dropped from the output
+            e, s = b + 1, 1
+        else:
+            kept.append(d)
+        if s <= 0:
+            raise ValueError(f'{_where(op)}: stride {s} (utrain slices with positive strides)')
+        start[d], count[d] = b, max(0, -(-(e - b) // s))
+        ax[d] = (ax[d][0] * s, ax[d][1] * s)
+    out = [1] * (4 - len(kept)) + [count[d] for d in kept]
+    if out != Y:
+        raise ValueError(f'{_where(op)}: slicing {X} gives {out}, the output is {Y}')
+    to = dict(zip(kept, _rowcol(Y)[4 - len(kept):]))     # input axis -> output steps
+    box = [(count[d], ax[d], to.get(d, (0, 0))) for d in range(4)]
+    return _copy_plan(box, _at(X, start), (0, 0))
+
+
+def _concat_options(op, g):
+    _fused(op, _where(op))
+    if op.options.get('fused_activation_function', 'NONE') != 'NONE':
+        raise ValueError(f'{_where(op)}: a fused activation on CONCATENATION is not supported; '
+                         'apply it as an op of its own after the concatenation')
+    Y = _shape4(g, op.outputs[0], op)
+    n = len(g.tensors[op.outputs[0]].shape)
+    axis = op.options.get('axis', 0)
+    axis = (axis + n if axis < 0 else axis) + 4 - n
+    plan, at = [], [0] * 4
+    for k in op.inputs:
+        X = _shape4(g, k, op)
+        plan += _copy_plan(list(zip(X, _rowcol(X), _rowcol(Y))), (0, 0), _at(Y, at))
+        at[axis] += X[axis]
+    if at[axis] != Y[axis]:
+        raise ValueError(f'{_where(op)}: inputs along axis {axis} do not add up to {Y}')
+    return plan
+
+
+def _in(op, flags):
+    return [op.inputs[0]]
+
+
+_ELEM = (0, 1)
+SPECS.update({s.name: s for s in [
+    OpSpec('ADD', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('SUB', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('MUL', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('DIV', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
+    OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,)),
+    OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,)),
+    OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,)),
+    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None),
+    OpSpec('SQUEEZE', {}, _none, _none),
+    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,)),
+    OpSpec('HARD_SWISH', {}, _none, _in),
+    OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
+           _in),
+]})
+
+
+
+# ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py: row or column ranges),
+# RSQRT/SQRT/GELU (op_math.py).
+
+def _split_options(op, g):
+    """[cols, outer, inner, b0 .. bn] (micro/utrain/op_split.py): the split axis' part
+    boundaries; along the last axis the device splits columns, else its rows seen as
+    [outer, axis, inner]."""
+    data = 1 if op.name == 'SPLIT' else 0
+    axis = _const_ints(g, op, 0 if op.name == 'SPLIT' else 2, 'axis')
+    n = len(g.tensors[op.inputs[data]].shape)
+    if len(axis) != 1 or not -n <= axis[0] < n:
+        raise ValueError(f'{_where(op)}: axis {axis} for a rank-{n} input')
+    d = axis[0] % n + 4 - n
+    X = _shape4(g, op.inputs[data], op)
+    bounds = [0]
+    for k in op.outputs:
+        Y = _shape4(g, k, op)
+        if [Y[i] for i in range(4) if i != d] != [X[i] for i in range(4) if i != d]:
+            raise ValueError(f'{_where(op)}: output {list(g.tensors[k].shape)} is not a part of '
+                             f'{list(g.tensors[op.inputs[data]].shape)} along axis {axis[0]}')
+        bounds.append(bounds[-1] + Y[d])
+    if bounds[-1] != X[d]:
+        raise ValueError(f'{_where(op)}: outputs along axis {axis[0]} add up to {bounds[-1]}, '
+                         f'the input has {X[d]}')
+    cols = d == 3
+    slots = {opc.S_COLS: cols, opc.S_OUTER: 1 if cols else np.prod(X[:d]),
+             opc.S_INNER: 1 if cols else np.prod(X[d + 1:3])}
+    slots.update({opc.S_B0 + i: b for i, b in enumerate(bounds)})
+    return _slots(slots)
+
+
+def _gelu_options(op, g=None):
+    return _slots({opc.APPROX: bool(op.options.get('approximate'))})
+
+
+SPECS.update({s.name: s for s in [
+    OpSpec('SPLIT', {}, _split_options, _none, data_inputs=(1,), device_inputs=(1,),
+           fwd=(0, 0), bwd=(0, 1), held=1),
+    OpSpec('SPLIT_V', {}, _split_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 1),
+           held=1),
+    OpSpec('RSQRT', {}, _none, _out),
+    OpSpec('SQRT', {}, _none, _out),
+    # GELU's exact form (erf's quintic, utrain/op_math.py) chains ~20 elementwise steps,
+    # none freed before a collection: a LayerNorm block with it needed 4 output-sized
+    # arrays more than with the tanh form (64-bit unix, fallback: 122 against 117 KB at
+    # hidden 32, 163 against 147 KB at hidden 128), which fits the tanh form's 6; the
+    # backward's live arrays under numpy are 8.  One figure per op: the tanh form is
+    # planned as the exact one (issue 28's sweep: the LayerNorm block 0.95-0.99x)
+    OpSpec('GELU', {}, _gelu_options, _in, fwd=(10, 0), bwd=(8, 1)),
+]})
+
+SUPPORTED = sorted(SPECS)

@@ -1,0 +1,252 @@
+"""Host passes over a circle graph, each a small function:
+
+validate -> select_trainable -> derive_backward -> plan_memory
+
+The result (a Plan) is what flatmodel.write_flat serialises for the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..formats.circle_io import Graph
+from .optable import SPECS, SUPPORTED, DW, DB, dx_bit
+
+
+class PrepareError(ValueError):
+    pass
+
+
+def device_shape(shape):
+    """2-D shape a tensor has on the device: (product of leading dims, last dim).
+    An op may lay out its own parameters otherwise (OpSpec.shapes; device_shapes)."""
+    shape = list(shape) or [1]
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    return rows, int(shape[-1])
+
+
+def device_shapes(g: Graph) -> list:
+    """The device's 2-D shape of every tensor: device_shape, unless the op that reads
+    it asks for another layout of the same bytes (OpSpec.shapes)."""
+    shapes = [device_shape(t.shape) for t in g.tensors]
+    for op in g.ops:
+        spec = SPECS.get(op.name)
+        if spec is not None and spec.shapes is not None:
+            for k, rc in spec.shapes(op, g).items():
+                assert rc[0] * rc[1] == shapes[k][0] * shapes[k][1], (op.index, k, rc)
+                shapes[k] = rc
+    return shapes
+
+
+def validate(g: Graph):
+    """Reject what the device cannot run, naming the op or tensor and the file."""
+    where = g.path
+    if g.n_subgraphs != 1:
+        raise PrepareError(f'{where}: has {g.n_subgraphs} subgraphs; utrain trains subgraph 0 '
+                           'of single-subgraph models only')
+    for op in g.ops:
+        if op.name not in SPECS:
+            raise PrepareError(f'{where}: op {op.number} is {op.name}, which utrain cannot train '
+                               f'through yet; supported: {", ".join(SUPPORTED)}')
+        try:
+            SPECS[op.name].options(op, g)
+        except ValueError as e:         # unsupported options, shapes, non-constant indices
+            raise PrepareError(f'{where}: {e}') from None
+    used = set()
+    for op in g.ops:
+        spec = SPECS[op.name]
+        dev = spec.inputs(op)
+        roles = spec.roles(op, g)
+        for pos, k in enumerate(op.inputs):
+            if k < 0 or k not in dev:
+                continue                # read on the host (e.g. a RESHAPE's shape)
+            used.add(k)
+            if pos in roles and g.tensors[k].data is None:
+                raise PrepareError(f'{where}: op {op.number} {op.name} takes its {roles[pos]} '
+                                   f'from non-constant tensor {k} ({g.tensors[k].name}); '
+                                   'utrain needs constant weights')
+        used.update(op.outputs)
+    for k in sorted(used):
+        t = g.tensors[k]
+        if t.dtype != 'float32':
+            raise PrepareError(f'{where}: tensor {k} ({t.name}) is {t.dtype}; utrain trains '
+                               'float32 models (prepare dequantizes int8/uint8 tensors that carry '
+                               'scales; this one has none)')
+    for k in list(g.inputs) + list(g.outputs):
+        shape = g.tensors[k].shape
+        if len(shape) < 2 or shape[0] != 1:
+            raise PrepareError(f'{where}: tensor {k} ({g.tensors[k].name}) has shape {shape}; '
+                               'the batch dimension must be 1 (batch size is a training setting)')
+    if len(g.outputs) != 1 or len(g.inputs) != 1:
+        raise PrepareError(f'{where}: utrain trains models with one input and one output '
+                           f'(this one has {len(g.inputs)} and {len(g.outputs)}); export the '
+                           'model with its one input and the one output the loss reads')
+
+
+def parse_train(spec, n_ops: int) -> set:
+    """'all' | 'none' | 'last:N' (ONERT's num_of_trainable_ops: the last N operators in
+    execution order, whatever their kind) or a list of op indices -> set of op indices."""
+    if isinstance(spec, (list, tuple, set)):
+        bad = [i for i in spec if not 0 <= i < n_ops]
+        if bad:
+            raise PrepareError(f'trainable ops {bad} out of range (the model has {n_ops} ops)')
+        return set(spec)
+    if spec == 'all':
+        return set(range(n_ops))
+    if spec == 'none':
+        return set()
+    if spec.startswith('last:'):
+        try:
+            n = int(spec[5:])
+        except ValueError:
+            n = -1
+        if n >= 0:
+            return set(range(max(n_ops - n, 0), n_ops))
+    raise PrepareError(f'--train {spec!r}: expected all, none or last:N')
+
+
+# Sparse update: how much of an op trains.  onert-micro's training-config codes are
+# 0 ALL, 1 ONLY_BIAS, 2 UP_1_2_PART (output channels [0, O/2)), 3 LOWER_1_2_PART
+# ([O/2, O)); utrain adds the first 1/4 and 1/8 of the output channels (4, 5).
+RANKS = {'all': 0, 'bias': 1, 'up': 2, 'low': 3, '1/4': 4, '1/8': 5}
+RANKS['1/2'] = RANKS['up']
+RANK_NAMES = {v: k for k, v in RANKS.items() if k != '1/2'}
+
+
+def parse_ranks(text, n_ops: int) -> dict:
+    """'OP:RANK,OP:RANK' (RANK: all, bias, 1/2, 1/4, 1/8, up, low; OP an op index or
+    last:N for the last N ops) -> {op index: rank code}."""
+    out = {}
+    for item in filter(None, (text or '').split(',')):
+        op, _, rank = item.strip().rpartition(':')
+        if rank not in RANKS or not op:
+            raise PrepareError(f'--ranks {item!r}: expected OP:RANK with RANK one of '
+                               f'{", ".join(RANKS)}')
+        try:
+            ops = parse_train(op, n_ops) if op.startswith('last:') else parse_train([int(op)], n_ops)
+        except ValueError as e:
+            raise PrepareError(f'--ranks {item!r}: {e}') from None
+        for i in ops:
+            out[i] = RANKS[rank]
+    return out
+
+
+def channel_range(rank: int, n: int):
+    """Output channels [lo, hi) that train under rank for an op with n of them."""
+    if rank == 2:
+        return 0, n // 2
+    if rank == 3:
+        return n // 2, n
+    if rank in (4, 5):
+        return 0, max(1, n // (4 if rank == 4 else 8))
+    return 0, n
+
+
+def select_trainable(g: Graph, ops: set, ranks: dict = None):
+    """The parameter tensors of the trainable ops -> {tensor: (op index, 'weight'|'bias')}.
+    ranks {op: code}: ONLY_BIAS leaves the op's weight frozen."""
+    params = {}
+    for i in sorted(ops):
+        op = g.ops[i]
+        for pos, role in SPECS[op.name].roles(op, g).items():
+            if (ranks or {}).get(i) == 1 and role == 'weight':
+                continue
+            if pos < len(op.inputs) and op.inputs[pos] >= 0:
+                params[op.inputs[pos]] = (i, role)
+    return params
+
+
+def rank_ranges(g: Graph, params: dict, ranks: dict) -> dict:
+    """{tensor: (axis, lo, hi)} for parameters that train only some output channels:
+    a weight's rows on the device ([O, ...]; a depthwise weight's columns, [taps, C*M]:
+    its row's out_axis), a bias's columns ([1, O])."""
+    shapes = device_shapes(g)
+    out = {}
+    for k, (i, role) in params.items():
+        r = (ranks or {}).get(i, 0)
+        if r < 2:
+            continue
+        axis = SPECS[g.ops[i].name].out_axis if role == 'weight' else 1
+        n = shapes[k][axis]
+        lo, hi = channel_range(r, n)
+        if hi - lo < 1:
+            raise PrepareError(f'op {g.ops[i].number} {g.ops[i].name}: rank {RANK_NAMES[r]} of {n} output '
+                               'channels leaves none to train')
+        if (lo, hi) != (0, n):
+            out[k] = (axis, lo, hi)
+    return out
+
+
+def derive_backward(g: Graph, params: dict):
+    """The backward list: (op index, flags) in reverse execution order, pruned to the
+    ops whose output gradient some trainable parameter needs.  Data input n's gradient
+    bit (dx_bit(n): DX for the first) is set only where that input's own gradient is
+    needed further down."""
+    needs = {}                       # tensor -> its gradient is needed
+
+    def data(op):                    # (n, tensor) of the op's data inputs
+        return SPECS[op.name].data(op)
+
+    for op in g.ops:
+        roles = SPECS[op.name].roles(op, g)
+        trains = any(op.inputs[p] in params for p in roles if p < len(op.inputs))
+        below = any(needs.get(k, False) for n, k in data(op))
+        for k in op.outputs:
+            needs[k] = trains or below
+    out = []
+    for op in reversed(g.ops):
+        if not any(needs.get(k) for k in op.outputs):     # (a SPLIT's: any output)
+            continue
+        spec = SPECS[op.name]
+        flags = 0
+        for n, k in data(op):
+            if needs.get(k, False):
+                flags |= dx_bit(n)
+        for pos, role in spec.roles(op, g).items():
+            if pos < len(op.inputs) and op.inputs[pos] in params:
+                flags |= DW if role == 'weight' else DB
+        out.append((op.index, flags))
+    return out
+
+
+@dataclass
+class Plan:
+    trainable_ops: set
+    params: dict                     # tensor -> (op, role)
+    backward: list                   # [(op index, flags)]
+    saved: set = field(default_factory=set)
+    last_use: dict = field(default_factory=dict)
+    ranks: dict = field(default_factory=dict)       # tensor -> (axis, lo, hi)
+    op_ranks: dict = field(default_factory=dict)    # op -> rank code (as asked)
+    bands: list = field(default_factory=list)       # [(lo, hi, rows)]: host_tools/graph/bands.py
+
+
+def plan_memory(g: Graph, trainable_ops, params, backward) -> Plan:
+    """Mark the activations the backward list reads (kept during a training forward
+    pass) and each activation's last forward reader (freed after it)."""
+    saved = set()
+    for i, flags in backward:
+        op = g.ops[i]
+        for k in SPECS[op.name].saves(op, flags):
+            if g.tensors[k].data is None:
+                saved.add(k)
+    last = {}
+    for op in g.ops:
+        for k in op.inputs:
+            if k >= 0:
+                last[k] = op.index
+    return Plan(trainable_ops, params, backward, saved, last)
+
+
+def plan(g: Graph, train='all', ranks=None) -> Plan:
+    """ranks: {op index: rank code}; the ops it lists train too (with that rank)."""
+    validate(g)
+    ops = parse_train(train, len(g.ops))
+    ranks = dict(ranks or {})
+    ops |= set(ranks)
+    params = select_trainable(g, ops, ranks)
+    p = plan_memory(g, ops, params, derive_backward(g, params))
+    p.ranks = rank_ranges(g, params, ranks)
+    p.op_ranks = {i: ranks.get(i, 0) for i in ops}
+    return p

@@ -1,0 +1,562 @@
+"""Graph rewrites for exporter output, run by `prepare` before validation.
+
+Each pass is a small function over the circle_io Graph IR that edits the graph in place
+and returns how many changes it made:
+
+* dequantize          int8/uint8/int16 (and int32 bias) tensors with quantization
+                      parameters -> float32 (constants dequantized with their scales and
+                      zero points), QUANTIZE/DEQUANTIZE ops dropped.
+* cancel_transposes   the layout TRANSPOSEs that tico puts around NHWC kernels: sinks each
+                      TRANSPOSE through elementwise ops (permuting broadcast constants),
+                      reductions (remapping axes) and other transposes (composing), turns a
+                      transpose that only moves size-1 dims into a RESHAPE, folds a
+                      TRANSPOSE-RESHAPE-FULLY_CONNECTED flatten into the FC's weight columns,
+                      merges RESHAPE chains and deletes identities.  A transpose that cannot
+                      be cancelled stays (a TRANSPOSE kernel runs it).
+* fold_batchnorm      a MUL/ADD/SUB/DIV by a per-channel constant after CONV_2D,
+                      DEPTHWISE_CONV_2D or FULLY_CONNECTED (tico's eval-mode BatchNorm2d)
+                      folded into the layer's weight and bias, for frozen layers only.
+* slices_to_split     STRIDED_SLICEs tiling one activation along one axis (an unrolled
+                      RNN's time steps) -> one SPLIT_V.
+
+Tensors are never renumbered by the passes (new ones are appended; dead ones stay unused
+until :func:`compact`), and surviving Operator objects keep their identity, so a set of
+trainable ops chosen on the original graph carries over.  :func:`save_graph` writes the
+result as a circle file.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats.circle_io import OP_CODES, Graph, Operator, Tensor
+
+UNARY = {'RELU', 'RELU6', 'RELU_N1_TO_1', 'LOGISTIC', 'TANH', 'HARD_SWISH', 'LEAKY_RELU',
+         'ABS', 'NEG', 'EXP', 'LOG', 'SQRT', 'RSQRT', 'SQUARE', 'ELU', 'GELU', 'PRELU_NONE',
+         'CAST', 'FLOOR', 'CEIL', 'SIN', 'COS', 'QUANTIZE', 'DEQUANTIZE'}
+BINARY = {'ADD', 'SUB', 'MUL', 'DIV', 'MAXIMUM', 'MINIMUM', 'SQUARED_DIFFERENCE', 'POW'}
+REDUCE = {'MEAN', 'SUM', 'REDUCE_MAX', 'REDUCE_MIN', 'REDUCE_PROD'}
+# out-channel axis of each layer's weight (the axis a per-channel scale multiplies)
+WEIGHT_OUT_AXIS = {'CONV_2D': 0, 'DEPTHWISE_CONV_2D': 3, 'FULLY_CONNECTED': 0}
+QUANT_TYPES = {'int8', 'uint8', 'int16', 'int32'}
+
+
+# --------------------------------------------------------------------------- helpers
+
+def consumers(g: Graph, k: int) -> list:
+    return [op for op in g.ops if k in op.inputs]
+
+
+def is_const(g: Graph, k: int) -> bool:
+    return k >= 0 and g.tensors[k].data is not None
+
+
+def new_tensor(g: Graph, name: str, shape, data=None, dtype=None) -> int:
+    if data is not None:
+        data = np.asarray(data, dtype=dtype)
+        dtype = data.dtype.name
+    t = Tensor(len(g.tensors), name, [int(s) for s in shape], dtype or 'float32', data, -1)
+    g.tensors.append(t)
+    return t.index
+
+
+def _renumber(g: Graph):
+    for i, op in enumerate(g.ops):
+        op.index = i
+
+
+def remove_op(g: Graph, op: Operator):
+    g.ops.remove(op)
+    _renumber(g)
+
+
+def move_after(g: Graph, op: Operator, anchor: Operator):
+    g.ops.remove(op)
+    g.ops.insert(g.ops.index(anchor) + 1, op)
+    _renumber(g)
+
+
+def bypass(g: Graph, op: Operator, src: int, dst: int):
+    """Delete ``op`` (whose output ``dst`` equals its input ``src`` in value): readers of
+    dst read src.  When dst is a graph output, the producer of src writes dst instead."""
+    if dst in g.outputs:
+        prod = [o for o in g.ops if src in o.outputs]
+        if src in g.inputs or not prod or len(consumers(g, src)) > 1 or \
+                g.tensors[src].shape != g.tensors[dst].shape:
+            return False
+        p = prod[0]
+        p.outputs[p.outputs.index(src)] = dst
+    else:
+        for o in g.ops:
+            o.inputs = [src if k == dst else k for k in o.inputs]
+    remove_op(g, op)
+    return True
+
+
+def const_ints(g: Graph, k: int):
+    if not is_const(g, k):
+        return None
+    return [int(v) for v in np.asarray(g.tensors[k].data).reshape(-1)]
+
+
+def perm_of(g: Graph, op: Operator):
+    """The permutation of a TRANSPOSE with a constant perm, else None."""
+    if op.name != 'TRANSPOSE' or len(op.inputs) < 2:
+        return None
+    return const_ints(g, op.inputs[1])
+
+
+def _inverse(p):
+    inv = [0] * len(p)
+    for i, v in enumerate(p):
+        inv[v] = i
+    return inv
+
+
+def _only_moves_ones(shape, p):
+    """True when transposing ``shape`` by ``p`` keeps the order of its non-1 dims: the
+    data is unchanged, so the transpose is a reshape."""
+    kept = [v for v in p if shape[v] != 1]
+    return kept == sorted(kept)
+
+
+def _make_reshape(g: Graph, op: Operator, out_shape):
+    op.name, op.code = 'RESHAPE', OP_CODES['RESHAPE']
+    shp = new_tensor(g, g.tensors[op.outputs[0]].name + '/shape', [len(out_shape)],
+                     np.array(out_shape, np.int32))
+    op.inputs = [op.inputs[0], shp]
+    op.options = {'new_shape': list(out_shape)}
+
+
+# --------------------------------------------------------------------------- transposes
+
+def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
+    """Move TRANSPOSE ``t`` (perm p) below its only consumer ``c``."""
+    a, b = t.inputs[0], t.outputs[0]
+    ashape = g.tensors[a].shape
+    out = c.outputs[0]
+    r = len(p)
+    if c.name in UNARY or c.name in BINARY:
+        if c.name in BINARY:
+            other = [k for k in c.inputs if k != b]
+            if len(other) != 1 or c.inputs.count(b) != 1 or not is_const(g, other[0]):
+                return False
+            k = other[0]
+            kd = np.asarray(g.tensors[k].data)
+            if kd.ndim > r:
+                return False
+            kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(_inverse(p))
+            nk = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
+                            np.ascontiguousarray(kd))
+            c.inputs = [nk if x == k else x for x in c.inputs]
+        oshape = list(ashape)
+    elif c.name in REDUCE and len(c.inputs) >= 2:
+        axes = const_ints(g, c.inputs[1])
+        if axes is None:
+            return False
+        axes = sorted({x % r for x in axes})
+        new_axes = sorted(p[x] for x in axes)
+        keep = bool(c.options.get('keep_dims', False))
+        c.inputs = [c.inputs[0], new_tensor(g, g.tensors[c.inputs[1]].name + '/nhwc',
+                                             [len(new_axes)], np.array(new_axes, np.int32))]
+        oshape = [1 if i in new_axes else ashape[i] for i in range(r)]
+        if not keep:
+            rest = [i for i in range(r) if i not in new_axes]
+            oshape = [ashape[i] for i in rest]
+            kept_b = [p[i] for i in range(r) if i not in axes]     # a-dims, in b's order
+            p = [rest.index(v) for v in kept_b]
+    else:
+        return False
+    c.inputs = [a if x == b else x for x in c.inputs]
+    mid = new_tensor(g, g.tensors[out].name + '/pre_transpose', oshape)
+    c.outputs[0] = mid
+    t.inputs = [mid, new_tensor(g, g.tensors[t.inputs[1]].name + '/moved', [len(p)],
+                                np.array(p, np.int32))]
+    t.outputs = [out]
+    move_after(g, t, c)
+    return True
+
+
+def _fold_into_fc(g: Graph, t: Operator, p) -> bool:
+    """TRANSPOSE -> RESHAPE [1, N] -> FULLY_CONNECTED (constant weight): permute the
+    weight's columns instead (the flatten of an NCHW map after an NHWC kernel)."""
+    b = t.outputs[0]
+    rs = consumers(g, b)
+    if len(rs) != 1 or rs[0].name != 'RESHAPE' or b in g.outputs:
+        return False
+    r = rs[0]
+    fcs = consumers(g, r.outputs[0])
+    if len(fcs) != 1 or fcs[0].name != 'FULLY_CONNECTED' or r.outputs[0] in g.outputs \
+            or fcs[0].inputs[0] != r.outputs[0] or not is_const(g, fcs[0].inputs[1]):
+        return False
+    fc = fcs[0]
+    ashape = g.tensors[t.inputs[0]].shape
+    n = int(np.prod(ashape))
+    w = g.tensors[fc.inputs[1]]
+    if w.data.ndim != 2 or w.data.shape[1] != n or g.tensors[r.outputs[0]].shape[-1] != n:
+        return False
+    src = np.arange(n).reshape(ashape).transpose(p).reshape(-1)
+    nw = np.empty_like(w.data)
+    nw[:, src] = w.data
+    if len([o for o in g.ops if fc.inputs[1] in o.inputs]) == 1:
+        w.data = nw
+    else:
+        fc.inputs[1] = new_tensor(g, w.name + '/nhwc', w.shape, nw)
+    r.inputs[0] = t.inputs[0]
+    remove_op(g, t)
+    return True
+
+
+def _merge_reshapes(g: Graph) -> int:
+    n = 0
+    for op in list(g.ops):
+        if op.name != 'RESHAPE' or op not in g.ops:
+            continue
+        a, b = op.inputs[0], op.outputs[0]
+        if g.tensors[a].shape == g.tensors[b].shape and bypass(g, op, a, b):
+            n += 1
+            continue
+        cs = consumers(g, b)
+        if b not in g.outputs and cs and all(c.name == 'RESHAPE' and c.inputs[0] == b for c in cs):
+            for c in cs:
+                c.inputs[0] = a
+            remove_op(g, op)
+            n += 1
+    return n
+
+
+def cancel_transposes(g: Graph) -> int:
+    """Sink, compose, fold and delete TRANSPOSEs until nothing changes; returns the
+    number of rewrites."""
+    total = 0
+    changed = True
+    while changed:
+        changed = False
+        for t in list(g.ops):
+            if t not in g.ops:
+                continue
+            p = perm_of(g, t)
+            if p is None:
+                continue
+            a, b = t.inputs[0], t.outputs[0]
+            ashape = g.tensors[a].shape
+            if len(p) != len(ashape):
+                continue
+            if p == list(range(len(p))):
+                done = bypass(g, t, a, b)
+            elif _only_moves_ones(ashape, p):
+                _make_reshape(g, t, g.tensors[b].shape)
+                done = True
+            else:
+                cs = consumers(g, b)
+                done = False
+                if len(cs) == 1 and b not in g.outputs:
+                    c = cs[0]
+                    q = perm_of(g, c)
+                    if q is not None and len(q) == len(p):
+                        comp = [p[i] for i in q]
+                        c.inputs = [a, new_tensor(g, g.tensors[c.inputs[1]].name + '/composed',
+                                                  [len(comp)], np.array(comp, np.int32))]
+                        remove_op(g, t)
+                        done = True
+                    else:
+                        done = _fold_into_fc(g, t, p) or _sink_through(g, t, c, p)
+            if done:
+                total += 1
+                changed = True
+        m = _merge_reshapes(g)
+        total += m
+        changed = changed or bool(m)
+    return total
+
+
+# --------------------------------------------------------------------------- BatchNorm
+
+def _per_channel(g: Graph, k: int, channels: int):
+    """Constant k as a vector over the last axis (length channels), or None when it
+    varies along another axis."""
+    d = np.asarray(g.tensors[k].data, np.float64)
+    if d.size == 1:
+        return np.full(channels, float(d.reshape(-1)[0]))
+    if d.ndim == 0 or d.shape[-1] != channels or d.size != channels:
+        return None
+    return d.reshape(channels)
+
+
+def fold_batchnorm(g: Graph, keep=()) -> int:
+    """Fold MUL/DIV/ADD/SUB by a per-channel constant into the preceding CONV_2D,
+    DEPTHWISE_CONV_2D or FULLY_CONNECTED (fused NONE, output read only by that op), unless
+    the layer or the MUL/ADD is in ``keep`` (ids of the trainable Operator objects: there
+    the affine stays a separate, trainable op).  Returns the number of ops folded."""
+    n = 0
+    changed = True
+    while changed:
+        changed = False
+        for m in list(g.ops):
+            if m.name not in ('MUL', 'DIV', 'ADD', 'SUB') or id(m) in keep or len(m.inputs) != 2:
+                continue
+            prod = [o for o in g.ops if set(o.outputs) & set(m.inputs)
+                    and o.name in WEIGHT_OUT_AXIS]
+            if len(prod) != 1:
+                continue
+            layer = prod[0]
+            y = layer.outputs[0]
+            kpos = 1 - m.inputs.index(y)
+            k = m.inputs[kpos]
+            if id(layer) in keep or not is_const(g, k) or y in g.outputs or \
+                    len(consumers(g, y)) != 1 or m.inputs.count(y) != 1 or \
+                    layer.options.get('fused_activation_function', 'NONE') != 'NONE' or \
+                    (m.name in ('SUB', 'DIV') and kpos != 1) or \
+                    not is_const(g, layer.inputs[1]):
+                continue
+            oshape = g.tensors[m.outputs[0]].shape
+            if oshape != g.tensors[y].shape:
+                continue
+            ch = oshape[-1]
+            v = _per_channel(g, k, ch)
+            if v is None:
+                continue
+            w = g.tensors[layer.inputs[1]]
+            axis = WEIGHT_OUT_AXIS[layer.name]
+            if w.data.shape[axis] != ch:
+                continue
+            has_bias = len(layer.inputs) > 2 and layer.inputs[2] >= 0
+            bias = g.tensors[layer.inputs[2]].data.astype(np.float64) if has_bias \
+                else np.zeros(ch)
+            if m.name in ('MUL', 'DIV'):
+                s = v if m.name == 'MUL' else 1.0 / v
+                shp = [1] * w.data.ndim
+                shp[axis] = ch
+                w.data = (w.data.astype(np.float64) * s.reshape(shp)).astype(np.float32)
+                bias = bias * s
+            else:
+                bias = bias + (v if m.name == 'ADD' else -v)
+            if has_bias:
+                g.tensors[layer.inputs[2]].data = bias.astype(np.float32)
+            elif m.name in ('ADD', 'SUB'):
+                bi = new_tensor(g, w.name + '/bias', [ch], bias.astype(np.float32))
+                layer.inputs = (layer.inputs + [-1])[:2] + [bi]
+            layer.options['fused_activation_function'] = \
+                m.options.get('fused_activation_function', 'NONE')
+            layer.outputs[0] = m.outputs[0]
+            remove_op(g, m)
+            n += 1
+            changed = True
+    return n
+
+
+# --------------------------------------------------------------------------- quantized
+
+def _qparams(quant, ndim):
+    """(scale, zero point) as float64 arrays broadcasting over a tensor of ``ndim`` dims
+    (per-axis along quantized_dimension)."""
+    scale = np.asarray(quant['scale'], np.float64)
+    zp = np.asarray(quant.get('zero_point') or [0] * len(scale), np.float64)
+    if scale.size > 1:
+        shp = [1] * ndim
+        shp[quant.get('quantized_dimension', 0)] = scale.size
+        scale, zp = scale.reshape(shp), zp.reshape(shp)
+    return scale, zp
+
+
+def _dequant(data, quant):
+    q = np.asarray(data, np.float64)
+    scale, zp = _qparams(quant, q.ndim)
+    return ((q - zp) * scale).astype(np.float32)
+
+
+def quantize(data, quant, dtype):
+    """float array -> integers of ``dtype`` with the tensor's scale(s) and zero point(s),
+    rounded to nearest and clipped to the type's range; returns (array, n clipped)."""
+    x = np.asarray(data, np.float64)
+    scale, zp = _qparams(quant, x.ndim)
+    q = np.round(x / scale) + zp
+    info = np.iinfo(np.dtype(dtype))
+    clipped = int(((q < info.min) | (q > info.max)).sum())
+    return np.clip(q, info.min, info.max).astype(dtype), clipped
+
+
+def dequantize(g: Graph) -> dict:
+    """Quantized tensors -> float32 in place; QUANTIZE/DEQUANTIZE ops removed.  Returns
+    {tensor name: (original dtype, quant params)} for re-quantizing on export."""
+    origin = {}
+    for t in g.tensors:
+        if t.dtype == 'float16' and t.data is not None:
+            t.data, t.dtype = t.data.astype(np.float32), 'float32'
+            continue
+        if t.dtype not in QUANT_TYPES or not t.quant or not t.quant.get('scale'):
+            continue
+        origin[t.name] = (t.dtype, dict(t.quant))
+        if t.data is not None:
+            t.data = _dequant(t.data, t.quant)
+        t.dtype, t.quant = 'float32', None
+    for op in list(g.ops):
+        if op.name in ('QUANTIZE', 'DEQUANTIZE') and op in g.ops:
+            a, b = op.inputs[0], op.outputs[0]
+            if g.tensors[a].dtype == g.tensors[b].dtype == 'float32':
+                if a in g.inputs and b not in g.outputs:
+                    # the model's input becomes float: drop the op, readers take the input
+                    for o in g.ops:
+                        o.inputs = [a if k == b else k for k in o.inputs]
+                    remove_op(g, op)
+                else:
+                    bypass(g, op, a, b)
+    return origin
+
+
+def hoist_input_transpose(g: Graph):
+    """A TRANSPOSE reached from the model's input through elementwise ops only (tico's
+    NCHW -> NHWC for an input with more than one channel, maybe after a BatchNorm's
+    MUL/ADD) moves up into the input: the model then takes NHWC data.  Returns the
+    permutation the data must get (x.transpose(perm), batch axis first), or None."""
+    if len(g.inputs) != 1:
+        return None
+    x = g.inputs[0]
+    chain, cur = [], x
+    while True:
+        cs = consumers(g, cur)
+        if len(cs) != 1 or cur in g.outputs:
+            return None
+        c = cs[0]
+        p = perm_of(g, c)
+        if p is not None:
+            break
+        if c.name in BINARY:
+            other = [k for k in c.inputs if k != cur]
+            if len(other) != 1 or not is_const(g, other[0]):
+                return None
+        elif c.name not in UNARY:
+            return None
+        chain.append(c)
+        cur = c.outputs[0]
+    t = c
+    if p[0] != 0 or t.inputs[0] != cur or t.outputs[0] in g.outputs:
+        return None
+    r = len(p)
+    for op in chain:                  # each op now works on the transposed tensor
+        for i, k in enumerate(op.inputs):
+            if is_const(g, k):
+                kd = np.asarray(g.tensors[k].data)
+                if kd.ndim > r:
+                    return None
+                kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(p)
+                op.inputs[i] = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
+                                          np.ascontiguousarray(kd))
+        o = g.tensors[op.outputs[0]]
+        o.shape = [o.shape[v] for v in p]
+    out = t.outputs[0]
+    if chain:
+        last = chain[-1].outputs[0]
+        for o in g.ops:
+            o.inputs = [last if k == out else k for k in o.inputs]
+        g.tensors[last].name, g.tensors[out].name = g.tensors[out].name, g.tensors[last].name
+        xs = g.tensors[x]
+        xs.shape = [xs.shape[v] for v in p]
+    else:
+        g.inputs = [out]
+    remove_op(g, t)
+    return p
+
+
+# --------------------------------------------------------------------------- whole graph
+
+def compact(g: Graph) -> Graph:
+    """Drop tensors nothing reads or writes; renumber the rest in order."""
+    used = set(g.inputs) | set(g.outputs)
+    for op in g.ops:
+        used.update(k for k in op.inputs + op.outputs if k >= 0)
+    order = sorted(used)
+    new = {k: i for i, k in enumerate(order)}
+    new[-1] = -1
+    tensors = []
+    for k in order:
+        t = g.tensors[k]
+        t.index = new[k]
+        tensors.append(t)
+    g.tensors = tensors
+    for op in g.ops:
+        op.inputs = [new[k] for k in op.inputs]
+        op.outputs = [new[k] for k in op.outputs]
+    g.inputs = [new[k] for k in g.inputs]
+    g.outputs = [new[k] for k in g.outputs]
+    _renumber(g)
+    return g
+
+
+def save_graph(g: Graph, path) -> str:
+    """Write the Graph as a circle (or TFLite, after g.identifier) file."""
+    from ..formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=g.identifier, description=g.description or 'utrain rewrite',
+                      version=g.version or 3)
+    for t in g.tensors:
+        if t.data is not None:
+            b.tensor(t.name, t.shape, data=t.data, dtype=t.data.dtype, quant=t.quant)
+        else:
+            b.tensor(t.name, t.shape, dtype=t.dtype, quant=t.quant)
+    for op in g.ops:
+        opts = {k: v for k, v in op.options.items() if v is not None}
+        b.op(op.name, op.inputs, op.outputs, **opts)
+    b.inputs(*g.inputs)
+    b.outputs(*g.outputs)
+    for name, blob in g.metadata.items():
+        b.metadata(name, blob)
+    return b.save(path)
+
+
+def slices_to_split(g: Graph) -> int:
+    """STRIDED_SLICEs that cut one activation into consecutive pieces along one axis
+    (stride 1, no masks; tico's unrolled LSTM/GRU takes each time step of the input
+    projection so) -> one SPLIT_V: its backward writes one input-sized gradient instead
+    of one per slice, summed (T of them for T steps: O(T^2) work and heap churn).
+    Returns the number of SPLIT_Vs made."""
+    groups = {}
+    for op in g.ops:
+        if op.name != 'STRIDED_SLICE' or len(op.inputs) < 4 or is_const(g, op.inputs[0]):
+            continue
+        o = op.options
+        if any(o.get(k) for k in ('begin_mask', 'end_mask', 'ellipsis_mask', 'new_axis_mask',
+                                  'shrink_axis_mask', 'offset')):
+            continue
+        if not all(is_const(g, k) for k in op.inputs[1:4]):
+            continue
+        X = list(g.tensors[op.inputs[0]].shape)
+        b, e, st = (const_ints(g, k) for k in op.inputs[1:4])
+        if len(b) != len(X) or any(v != 1 for v in st):
+            continue
+        b = [v + n if v < 0 else v for v, n in zip(b, X)]
+        e = [min(v + n if v < 0 else v, n) for v, n in zip(e, X)]
+        cut = [d for d in range(len(X)) if (b[d], e[d]) != (0, X[d])]
+        if len(cut) != 1 or list(g.tensors[op.outputs[0]].shape) != \
+                [e[d] - b[d] for d in range(len(X))]:
+            continue
+        groups.setdefault((op.inputs[0], cut[0]), []).append((b[cut[0]], e[cut[0]], op))
+    made = 0
+    for (src, d), parts in groups.items():
+        parts.sort(key=lambda p: p[0])
+        n = g.tensors[src].shape[d]
+        if len(parts) < 2 or parts[0][0] != 0 or parts[-1][1] != n or \
+                any(p[1] != q[0] for p, q in zip(parts, parts[1:])):
+            continue                     # not a tiling of the axis
+        first = min(g.ops.index(p[2]) for p in parts)
+        sizes = new_tensor(g, g.tensors[src].name + '/split_sizes', [len(parts)],
+                           np.array([p[1] - p[0] for p in parts], np.int32))
+        axis = new_tensor(g, g.tensors[src].name + '/split_axis', [], np.array(d, np.int32))
+        g.ops.insert(first, Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [src, sizes, axis],
+                                     [p[2].outputs[0] for p in parts],
+                                     {'num_splits': len(parts)}))
+        _renumber(g)
+        for p in parts:
+            remove_op(g, p[2])
+        made += 1
+    return made
+
+
+def rewrite(g: Graph, keep=()) -> dict:
+    """All passes in order on g (in place).  ``keep``: Operator objects of the original
+    graph that train (their BatchNorm stays separate).  Returns
+    {'dequantized': n tensors, 'quant': {...}, 'transposes': n, 'batchnorm': n}."""
+    quant = dequantize(g)
+    tr = cancel_transposes(g)
+    bn = fold_batchnorm(g, keep={id(op) for op in keep})
+    sp = slices_to_split(g)
+    return {'dequantized': len(quant), 'quant': quant, 'transposes': tr, 'batchnorm': bn,
+            'splits': sp, 'changed': bool(quant or tr or bn or sp)}

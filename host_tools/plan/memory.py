@@ -1,0 +1,868 @@
+"""Memory: the host's heap planner for a training run, and the simulated board's
+measurement of it.
+
+plan_heap() predicts the smallest MicroPython heap (`-X heapsize`) in which a prepared
+run trains, broken down: code (utrain as .mpy, resident), weights held in RAM, optimizer
+state, gradient sums, saved activations and the peak of the per-sample working set
+(activations in flight and the kernels' temporaries), each array with its object
+overhead, plus the interpreter's own share and an allowance for fragmentation.
+
+The measured figure it is compared with is smallest_heap(): the smallest -X heapsize at
+which the run still trains (bisection, 1 KB).  micropython.mem_peak() cannot be used:
+on this port it never subtracts blocks the garbage collector frees.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+
+from ..target import runner
+
+# ---------------------------------------------------------------- measurement
+
+
+def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
+    """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?
+    frozen: the MicroPython has utrain frozen in (boards/freeze.md); lib/ is not used."""
+    argv, env = runner.command(out_dir)
+    import json
+    with open(os.path.join(out_dir, 'train.json')) as f:
+        host_cache = json.load(f).get('run', {}).get('cache') == 'host'
+    for f in os.listdir(out_dir):
+        if '.pfx' in f and not host_cache:  # each run from scratch: epoch 1 makes the cache
+            os.remove(os.path.join(out_dir, f))
+    if frozen:
+        env['MICROPYPATH'] = '.frozen'
+    argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
+    r = subprocess.run(argv, cwd=out_dir, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    return r.returncode == 0 and 'saved ' in r.stdout
+
+
+def smallest_heap(out_dir, lo=8 * 1024, hi=2048 * 1024, step=1024, frozen=False):
+    """The smallest heap (bytes, within `step`) in which the run trains, or None."""
+    runner.stage(out_dir)
+    return bisect_heap(lambda heap: trains_in(out_dir, heap, frozen=frozen), lo, hi, step)
+
+
+def bisect_heap(trains, lo, hi, step=1024):
+    """The smallest heap in (lo, hi], on a grid of step bytes, for which trains(heap) is
+    true (training needs no more when given more), or None when trains(hi) is not: the
+    bisection every board's smallest-heap measurement shares (unix builds here, the
+    emulated Pico in pico.py, the emulated Cortex-M0 in tests/support/m0board.py)."""
+    if not trains(hi):
+        return None
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        if mid <= lo:
+            break
+        if trains(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# ---------------------------------------------------------------- the planner
+# Calibrated on unix MicroPython 1.29 (64-bit) against smallest_heap() for the reference
+# models (bench/memory.py prints the comparison); see docs/memory.md.
+BLOCK = 32                      # GC block: 4 machine words on the 64-bit unix port
+ARRAY_OVERHEAD = {'fallback': 224, 'ulab': 64}   # object + shape/strides per array
+CODE_PER_MPY_BYTE = 1.875       # resident heap per byte of .mpy imported (mpy-cross -O3)
+# interpreter, train.py stub, files, json, import holes.  +2 KB (issue 15): the zoo's
+# small models (Keras MLP, LayerNorm+GELU block) needed 4-6 KB more than planned once the
+# model tables were counted as utrain.flat now holds them (the old per-option boxed
+# floats had covered it); more would put the digits CNN's plan over the 96 KB target
+# (tests/planner/test_memory.py), so the 64-bit plans of those two stay 1-3 % under
+# (docs/memory.md); 32-bit +3 KB for the same reason (there they are covered)
+BASE = 15 * 1024 + 512
+# npkern (the fallback's native loops): on the unix port its machine code lies outside
+# the GC heap; its module table and constants stay (measured).  A board that loads
+# native code into its heap (rp2) needs its .mpy size on top.
+NATIVE_KERNELS = 5 * 1024
+# utrain frozen into the firmware (boards/freeze.md, backend '...-frozen'): bytecode
+# stays in flash; module dicts, function and class objects are made in the heap
+FROZEN_CODE_PER_MPY_BYTE = 0.35
+BASE_FROZEN = 15 * 1024
+STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
+SLACK = 0.06                    # fragmentation allowance on the data held all run
+# ... and on the per-sample working set: its temporaries are freed between survivors
+# (floats, small arrays, saved activations), leaving runs too short for the next array.
+# 0.3 before training collected garbage as it goes (run.gc_every, issue 14): with it the
+# CNNs' smallest heaps fell 10-25 KB and 0.3 planned 1.2-1.45x of them
+WS_SLACK = 0.1
+# ... and both without those collections (run.gc_every 0: the digits MLP, whose arrays
+# are small): with the figures above their smallest heaps came within 1 % of the plan
+SLACK_NOGC, WS_SLACK_NOGC = 0.15, 0.4
+# ... and on a row-band group (host_tools/graph/bands.py) on top: its windows and strips are
+# made and freed every sample between the step's other arrays; the Keras MobileNetV2 on
+# the 32-bit stock build failed at 318 and 331 KB but trained at 312 and 324-328 KB
+BAND_SLACK = 0.1
+# utrain.prefix (--cache, --cache-on-host) is imported at the first pass over a dataset,
+# into a heap that holds the training state already: its loader's transient (the .mpy
+# read, its code before it is resident) comes on top of its resident code, planned as
+# this many times that (issue 28's sweep: the Keras MLP, last:2 on 64-bit, needed 6 KB
+# (host cache) and 10 KB (board cache) more than planned, 0.96-0.99x)
+PREFIX_LOAD = 1.6
+CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
+                'optim', 'data', 'wof')
+# Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
+# views, how the weight gradient is handed over), never the op's name.
+
+
+# ---------------------------------------------------------------- the board planned for
+# Board-level figures (issue 14).  The constants above are the 64-bit unix port's; a
+# 32-bit board has half-size words, so object and array headers, the GC block (4 words)
+# and the code's resident heap per .mpy byte shrink (measured on 32-bit unix
+# MicroPython 1.28 against smallest_heap(), docs/memory.md).
+WORD_FIGURES = {
+    8: dict(block=BLOCK, overhead=ARRAY_OVERHEAD, code=CODE_PER_MPY_BYTE, base=BASE,
+            native=NATIVE_KERNELS, frozen_code=FROZEN_CODE_PER_MPY_BYTE, base_frozen=BASE_FROZEN),
+    # (base: 15 KB as measured before the model's tables were planned apart, less their
+    # share in it; 12 KB left the digits MLP on 32-bit ulab no margin)
+    4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=17 * 1024,
+            native=4 * 1024, frozen_code=0.26, base_frozen=13 * 1024),
+}
+# A board with a littlefs file system (rp2, esp32: boards.json "fs") holds its caches
+# and each open file's buffers in the heap; the unix port's files are the OS's
+# (measured: emulated Cortex-M0 against 32-bit unix, both with ulab).
+LITTLEFS = 6 * 1024
+
+
+class Target(dict):
+    """What the plan is for: word (bytes), block (GC block bytes), native ('heap': native
+    .mpy code is loaded into the GC heap, as on rp2; 'outside': the unix port, ESP32's
+    IRAM), arch (mpy-cross -march of that native code), fs ('littlefs' or 'os') and name
+    (printed by prepare)."""
+
+
+def target(board=None) -> Target:
+    """The board the plan is for: a boards/boards.json profile (its word, gc_block,
+    native_code, fs), else the simulated board `run` uses (unix MicroPython: its word
+    size asked once; native code and files outside the heap)."""
+    if isinstance(board, Target):
+        return board
+    profile = runner.boards().get(board) if board else None
+    if board and profile is None:
+        raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
+    if profile and profile.get('word'):
+        word = int(profile['word'])
+        t = Target(word=word, block=int(profile.get('gc_block', 4 * word)),
+                   native=profile.get('native_code', 'outside'), arch=profile.get('mpy_arch'),
+                   fs=profile.get('fs', 'littlefs'))
+        t['name'] = (f'{board}: {8 * word}-bit, {t["block"]} B GC blocks, native code '
+                     + ('in the heap' if t['native'] == 'heap' else 'outside the heap')
+                     + f', {t["fs"]} files')
+        return t
+    word = runner.simulator_word()
+    t = Target(word=word, block=4 * word, native='outside', arch=None, fs='os')
+    exe = runner.find_micropython() or 'micropython'
+    t['name'] = f'the simulated board: {os.path.basename(exe)}, unix {8 * word}-bit'
+    return t
+
+
+def sim_target(word: int) -> Target:
+    """The simulated board (unix MicroPython) with `word`-byte words: native code and
+    files outside the heap."""
+    return Target(word=word, block=4 * word, native='outside', arch=None, fs='os',
+                  name=f'unix MicroPython, {8 * word}-bit')
+
+
+def plans_by_target(price) -> dict:
+    """The same run priced for every target `run --board` may need (issue 31): {'sim32',
+    'sim64': the simulated board with 4- and 8-byte words, and each board profile with a
+    word size: planned total bytes}; price(Target) -> a heap plan.  runner.sim_heap()
+    scales a board's heap by sim / board for a simulated board whose word size differs."""
+    out, seen = {}, {}
+    for w in (4, 8):
+        out[f'sim{8 * w}'] = price(sim_target(w))['total']
+    for name, prof in runner.boards().items():
+        if prof.get('word'):
+            t = target(name)
+            key = (t['word'], t['block'], t['native'], t['arch'], t['fs'])
+            if key not in seen:
+                seen[key] = price(t)['total']
+            out[name] = seen[key]
+    return out
+
+
+def native_mpy_size(arch, name='npkern') -> int:
+    """Size of a native module (npkern; q8kern: int8 runs) as .mpy for arch (what rp2
+    loads into its heap; cached)."""
+    import tempfile
+    src = os.path.join(runner.PACKAGE, name + '.py')
+    st = os.stat(src)
+    cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
+    os.makedirs(cache, exist_ok=True)
+    dst = os.path.join(cache, '%s-%s-%d-%d-s.mpy' % (name, arch, st.st_mtime_ns, st.st_size))
+    if not os.path.exists(dst):
+        runner._mpy_cross(src, dst, arch)
+    return os.path.getsize(dst)
+
+
+def array_bytes(n: int, backend='fallback', t=None) -> int:
+    """Heap one float32 array of n elements takes, object overhead included, on target
+    t (default: the 64-bit unix port)."""
+    f = WORD_FIGURES[t['word'] if t else 8]
+    return f['overhead'][backend] + -(-4 * n // f['block']) * f['block']
+
+
+def mpy_sizes() -> dict:
+    """{module: .mpy size} of micro/utrain, compiled as `run` stages it (cached)."""
+    import tempfile
+    cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
+    os.makedirs(cache, exist_ok=True)
+    out = {}
+    for name in sorted(os.listdir(runner.PACKAGE)):
+        if not name.endswith('.py') or name in runner.ASM:    # (staged for some archs only)
+            continue
+        src = os.path.join(runner.PACKAGE, name)
+        st = os.stat(src)
+        dst = os.path.join(cache, '%s-%d-%d%s-s.mpy' % (name[:-3], st.st_mtime_ns, st.st_size,
+                                                       ''.join(runner.MPY_FLAGS)))
+        if not os.path.exists(dst):
+            # built under a name of this process's own, then renamed: runs in parallel
+            # (pytest -n, two prepares) share the cache
+            tmp = '%s.%d' % (dst, os.getpid())
+            if name in runner.NATIVE:
+                # counted as bytecode (a firmware without the native emitter): on the unix
+                # port its native code lies outside the GC heap
+                runner._bytecode_only(src, tmp + '.py')
+                runner._mpy_cross(tmp + '.py', tmp, name='utrain/' + name)
+                os.remove(tmp + '.py')
+            else:
+                runner._mpy_cross(src, tmp)
+            os.replace(tmp, dst)
+        out[name[:-3]] = os.path.getsize(dst)
+    return out
+
+
+class _Run:
+    """What every phase of plan_heap reads: the graph g, its plan, the settings, the
+    target t and its word figures f, the device shapes and sizes, the tensor kinds,
+    the array kind ('fallback'/'ulab'), frozen (utrain frozen into the firmware), start
+    (the first op the board runs: settings['prefix'], a host-made prefix cache) and A(n),
+    the heap one n-element array takes."""
+
+    def __init__(self, g, plan, settings, backend, t):
+        from ..graph.passes import device_shapes
+        from ..files.flatmodel import tensor_kinds
+        self.g, self.plan, self.s, self.t = g, plan, settings, t
+        self.f = WORD_FIGURES[t['word']]
+        self.shapes = device_shapes(g)
+        self.size = [r * c for r, c in self.shapes]
+        self.kinds = tensor_kinds(g, plan)
+        self.arrays, _, self.frozen = backend.partition('-')
+        self.start = settings.get('prefix', 0)
+        self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
+
+
+def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
+    """Predicted smallest heap (bytes) for training the prepared model on `board` (a
+    boards.json profile; None: the simulated board in use), with its parts: {'total':
+    ..., 'parts': {name: bytes}, 'target': what it planned for}.  backend: 'fallback'
+    or 'ulab', '-frozen' appended for a firmware with utrain frozen in.
+    settings['prefix'] = k: a frozen-prefix cache made on the host, the board runs ops
+    k.. only (the cut's buffers held all run instead of the input sample's).
+    The phases, each a function below: code_parts, table_bytes, weight_parts,
+    state_parts, forward_peak, backward_peak, working_set, fragmentation."""
+    t = board if isinstance(board, Target) else target(board)
+    r = _Run(g, plan, settings, backend, t)
+    parts = code_parts(r)
+    parts['model tables'] = table_bytes(r)
+    parts.update(weight_parts(r))
+    parts.update(state_parts(r))
+    fwd, peak_at, x_in = forward_peak(r)
+    parts['working set (activations, temporaries, loss)'] = working_set(r, fwd, backward_peak(r), x_in)
+    collect = gc_every(g, sum(parts.values()))
+    parts['fragmentation allowance'] = fragmentation(parts, collect)
+    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
+            'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+
+
+
+# What survives the board's Fisher phase into training: the interned names of
+# utrain/fisher.py and utrain/chosen.py (MicroPython never frees them) and the chosen set;
+# and the holes the phase's net leaves among them.  Measured on unix MicroPython (64-bit)
+# with bench/transfer.py --measure: the smallest heap of --select board against --ranks
+# of the same candidates trained without the pass.
+FISHER_RESIDUE = 1024
+
+
+def add_fisher(heap, g, p, backend, board=None):
+    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
+    net of its own that is garbage when training allocates: its peak is the training
+    plan's less what only training holds (optimizer state, gradient sums, the trainer's
+    and optimizer's code) plus its own code, every candidate's output kept until the
+    backward pass reaches it (those the backward list does not save anyway) and one
+    potential per channel.  Planned: the larger of the two peaks, and a residue."""
+    from ..graph.passes import device_shapes
+    arrays, _, frozen = backend.partition('-')
+    t = target(board)
+    f = WORD_FIGURES[t['word']]
+    per = f['frozen_code'] if frozen else f['code']
+    sizes = mpy_sizes()
+    shapes = device_shapes(g)
+    kept = 0
+    for i in p.trainable_ops:
+        o = g.ops[i].outputs[0]
+        rows, cols = shapes[o]
+        kept += array_bytes(cols, arrays, t)
+        if o not in p.saved:
+            kept += array_bytes(rows * cols, arrays, t)
+    parts = heap['parts']
+    phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
+             - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
+             + int(per * sizes.get('fisher', 0)) + kept)
+    extra = max(0, phase - heap['total']) + FISHER_RESIDUE
+    heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
+    heap['fisher_phase'] = phase
+    heap['total'] += extra
+    return heap
+
+def code_parts(r) -> dict:
+    """{'code': the resident heap of the utrain modules the run imports (and npkern's
+    native code where it lies in the heap), 'interpreter': the interpreter's own share
+    (littlefs's buffers on a board with one)}."""
+    from ..graph.optable import SPECS
+    g, plan, s, f, t = r.g, r.plan, r.s, r.f, r.t
+    mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
+    if r.arrays == 'fallback':
+        mods.add('npfallback')
+    banded = {i for b_lo, b_hi, _ in plan.bands for i in range(b_lo, b_hi)}
+    for op in g.ops:                    # the modules a kernel's steps import
+        if SPECS[op.name].steps:
+            mods.update(SPECS[op.name].steps(op, g, r.arrays, op.index in banded))
+    if s.get('stream'):
+        mods.add('stream')
+        if any(SPECS[op.name].kernel == 'op_conv' for op in g.ops):
+            mods.add('convrows')        # (counted whether or not a weight is that large)
+    late = 0
+    if s.get('cache'):
+        mods.add('prefix')
+        late = PREFIX_LOAD * f['code'] * mpy_sizes().get('prefix', 0)
+    if s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
+        mods.add('sched')               # the learning-rate schedule (docs/training.md)
+    if plan.bands:
+        mods.add('bands')
+    sizes = mpy_sizes()
+    mpy = sum(sizes.get(m, 0) for m in mods)
+    if r.frozen:
+        parts = {'code': int(f['frozen_code'] * mpy), 'interpreter': f['base_frozen']}
+    else:
+        # npkern's native code: in the GC heap on rp2 (its whole .mpy), else outside
+        native = (native_mpy_size(t['arch']) if t['native'] == 'heap' and t['arch'] else f['native'])
+        parts = {'code': int(f['code'] * mpy + (native if r.arrays == 'fallback' else 0) + late),
+                 'interpreter': f['base']}
+    if t['fs'] == 'littlefs':
+        parts['interpreter'] += LITTLEFS
+    return parts
+
+
+def table_bytes(r) -> int:
+    """The model's tables (utrain.flat): per op a tuple of (code, inputs, outputs,
+    options), its list slots (ops, kernel modules, both free lists) and backward-list
+    entry; ops with equal options share one options object (a float32 array, one boxed
+    float, or the empty tuple), and each op's free lists are tuples of what dies there
+    (none: the shared empty tuple); tensors of one shape share its tuple.  About 1 KB
+    per conv op on 64-bit: 95 KB for a MobileNetV2, which trains from a prefix cache in
+    266 KB (the part the other terms left unplanned); the unrolled LSTM's 265 ops:
+    38 KB on a 32-bit board (measured: Net less its weights)."""
+    from ..graph.optable import SPECS
+    from ..files.flatmodel import CONST, ACT, grad_inputs
+    g, plan, kinds = r.g, r.plan, r.kinds
+    w, B = r.t['word'], r.t['block']
+    tup = lambda n: -(-(2 * w + w * n) // B) * B     # noqa: E731
+    blk = lambda n: -(-n // B) * B                    # noqa: E731
+    tables, seen_opts = 0, set()
+    dies = {}
+    for k, i in plan.last_use.items():
+        if kinds[k] == ACT:
+            dies[i] = dies.get(i, 0) + 1
+    for op in g.ops:
+        spec = SPECS[op.name]
+        opts = tuple(spec.options(op, g))
+        no = len(opts)
+        tables += tup(4) + tup(len(spec.inputs(op))) + tup(len(op.outputs)) + 4 * w
+        if no and opts not in seen_opts:
+            seen_opts.add(opts)
+            tables += (blk(4 * w) + blk(4 * no)) if no > 1 else tup(1) + B
+        if op.index in dies:
+            tables += 2 * tup(dies[op.index])
+        if r.s.get('stream'):     # utrain.stream's per-op list of (tensor, slot, size)
+            nc = sum(1 for k in spec.inputs(op) if k >= 0 and kinds[k] == CONST)
+            tables += tup(nc) + nc * tup(3) + w
+    tables += len(plan.backward) * (tup(2) + w)
+    gin = len(grad_inputs(g, plan))     # utrain.flat's net.gin: a set, when it has any
+    if gin:
+        tables += blk(4 * w) + blk(w * 2 * gin)
+    return tables + len(r.shapes) * 3 * w + len(set(r.shapes)) * tup(2)
+
+
+def weight_parts(r) -> dict:
+    """The trainable weights and the frozen ones: held in RAM, or with --stream the
+    slot buffers utrain.stream.Stream reads them into (slot j holds the largest j-th whole
+    constant of an op the board runs; constants the kernel reads by rows, its ROWS,
+    come through one CHUNK buffer)."""
+    from ..graph.optable import SPECS
+    from ..files.flatmodel import CONST
+    g, kinds, size, A = r.g, r.kinds, r.size, r.A
+    parts = {'trainable weights': sum(A(size[k]) for k in r.plan.params)}
+    if not r.s.get('stream'):
+        parts['frozen weights'] = sum(A(size[k]) for k, kind in enumerate(kinds) if kind == CONST)
+        return parts
+    from ..target.device import module
+    CHUNK = module('stream').CHUNK
+    slots, big = [], 0
+    for op in g.ops[r.start:]:
+        rows = SPECS[op.name].stream_rows
+        mine = []
+        for pos, k in enumerate(SPECS[op.name].inputs(op)):
+            if k >= 0 and kinds[k] == CONST:
+                if pos in rows and size[k] > CHUNK:
+                    big = max(big, r.shapes[k][1], CHUNK)
+                else:
+                    mine.append(size[k])
+        for j, n in enumerate(mine):
+            if j == len(slots):
+                slots.append(n)
+            else:
+                slots[j] = max(slots[j], n)
+    parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
+                                                        + STREAM_OVERHEAD)
+    return parts
+
+
+def trained_elements(r) -> dict:
+    """{parameter: elements that train}: a ranked one's channel window (its rows, or a
+    depthwise weight's columns), else all of it."""
+    out = {}
+    for k in r.plan.params:
+        window = r.plan.ranks.get(k)
+        if window:
+            ax, c_lo, c_hi = window
+            out[k] = (c_hi - c_lo) * (r.shapes[k][1] if ax == 0 else r.shapes[k][0])
+        else:
+            out[k] = r.size[k]
+    return out
+
+
+def state_parts(r) -> dict:
+    """The training state held all run: optimizer state (of the trained channels),
+    gradient sums, the buffers a kernel keeps (op_split's) and the saved activations."""
+    from ..graph.optable import SPECS
+    from ..target.device import module
+    g, plan, size, A = r.g, r.plan, r.size, r.A
+    state = trained_elements(r)
+    opt = r.s['optimizer']
+    n_state = 2 if opt in ('adam', 'adamw') else 1 if opt == 'rmsprop' or (opt == 'sgd' and r.s.get('momentum')) else 0
+    parts = {'optimizer state': n_state * sum(A(state[k]) for k in plan.params)}
+    # a weight several ops read (an unrolled RNN's W_hh) is summed over its uses even at
+    # batch 1, and then every weight's gradient is summed (Trainer.configure)
+    uses = [k for op in g.ops for k in op.inputs if k in plan.params]
+    shared = len(uses) > len(set(uses))
+    # a kernel with WGRAD_WHOLE (op_conv) sums its weight whole, ranked or not (Sums.alloc)
+    whole = {op.inputs[1] for op in g.ops
+             if getattr(module(SPECS[op.name].kernel), 'WGRAD_WHOLE', False)}
+    parts['gradient sums'] = 0 if int(r.s['batch']) == 1 and not shared else sum(
+        A(size[k] if k in whole else state[k]) for k in plan.params)
+    # buffers a kernel keeps all run (op_split's input-sized gradient buffer: its row's held)
+    splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
+    if splits:
+        parts['split gradient buffers'] = splits
+    parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
+    return parts
+
+
+def band_groups(r):
+    """Row-band groups the board runs (host_tools/graph/bands.py) -> ({first op: group cost},
+    tensors made and dropped inside a group, ops inside a group): their windows, the
+    tensors they hand on and one op's strip temporaries at once; only the handed-on
+    tensors stay live."""
+    g, plan = r.g, r.plan
+    groups, inner, banded = {}, set(), set()
+    if plan.bands:
+        from ..graph.bands import group_cost, stand_in
+        net = stand_in(g, plan)
+        for b_lo, b_hi, rows in plan.bands:
+            if b_lo >= r.start:
+                groups[b_lo] = group_cost(net, b_lo, b_hi, rows, r.A)[0]
+                made = {t for op in g.ops[b_lo:b_hi] for t in op.outputs}
+                inner |= {t for t in made if b_lo <= plan.last_use.get(t, len(g.ops)) < b_hi}
+                banded.update(range(b_lo, b_hi))
+    return groups, inner, banded
+
+
+def forward_peak(r):
+    """The forward pass's peak per-sample working set from op `start` on: activations in
+    flight (the cut's buffers from a prefix cache, else the sample) and the op's output
+    and temporaries (a band group: its windows).  Returns (peak, the op at it, the
+    sample buffer's elements: 0 when the cut or a band group's strips replace it)."""
+    from ..graph.optable import SPECS
+    from ..files.flatmodel import ACT
+    g, plan, size, A, lo = r.g, r.plan, r.size, r.A, r.start
+    cut = set()
+    if lo:
+        made = set(g.inputs) | {o for op in g.ops[:lo] for o in op.outputs}
+        cut = {k for op in g.ops[lo:] for k in SPECS[op.name].inputs(op) if k in made}
+    live = set(cut) if lo else {g.inputs[0]}
+    x_in = 0 if lo else size[g.inputs[0]]     # the sample buffer (cut: counted in live)
+    if not lo and plan.bands and plan.bands[0][0] == 0 and \
+            plan.last_use.get(g.inputs[0], 0) < plan.bands[0][1]:
+        live, x_in = set(), 0           # the first band group reads it a strip at a time
+    peak = need = peak_at = 0
+    groups, inner, banded = band_groups(r)
+    for op in g.ops[lo:]:
+        spec = SPECS[op.name]
+        native = r.arrays == 'fallback' and spec.fwd_native
+        fo, fi = spec.fwd_native if native else spec.fwd
+        ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
+        o = op.outputs[0]
+        cur = sum(A(size[k]) for k in live if k not in plan.saved)
+        if op.index in groups:      # its windows are made and freed every sample
+            need = cur + int(groups[op.index] * (1 + BAND_SLACK))
+        elif op.index not in banded:
+            need = cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0])) \
+                + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0)
+        if need > peak:
+            peak, peak_at = need, op.index
+        live.update(k for k in op.outputs if k not in inner)
+        for k in ins:
+            if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
+                    and k not in cut:
+                live.discard(k)
+    return peak, peak_at, x_in
+
+
+def backward_peak(r) -> int:
+    """The backward pass's peak: the gradients in flight and each op's temporaries."""
+    from ..graph.optable import SPECS
+    g, plan, size, A = r.g, r.plan, r.size, r.A
+    opt, batch = r.s['optimizer'], int(r.s['batch'])
+    peak = 0
+    grads = {g.outputs[0]: size[g.outputs[0]]}
+    for i, flags in plan.backward:
+        op = g.ops[i]
+        spec = SPECS[op.name]
+        bo, bi = spec.bwd_native if r.arrays == 'fallback' and spec.bwd_native else spec.bwd
+        o = op.outputs[0]
+        ins = [k for k in spec.inputs(op)[:1] if k >= 0]
+        n_in = max([size[k] for k in ins] or [0])
+        cur = sum(A(n) for n in grads.values())
+        # a kernel that hands its weight gradient whole holds a weight-sized array during
+        # the op (at batch 1; larger batches count it in the gradient sums), and at batch 1
+        # the optimizer step on it makes weight-sized temporaries (SGD one, lr * g; Adam,
+        # RMSprop more): a 573 KB trained 1x1 conv needed 2485 KB where 1860 KB were planned
+        wsum = sum(A(size[k]) for k in spec.inputs(op)
+                   if k in plan.params and plan.params[k][1] == 'weight') if spec.wgrad == 'whole' else 0
+        # input-sized temporaries (dx and what makes it) only where the op passes a
+        # gradient on (flag 1): the lowest trainable op makes none (the DS-CNN's trained
+        # 1x1 conv was planned 60 KB of dx it never makes: 1.5x its smallest heap)
+        peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0)
+                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0))
+        for k in op.outputs:
+            grads.pop(k, None)
+        if flags & 1 and ins:
+            grads[ins[0]] = n_in
+    return peak
+
+
+def working_set(r, fwd, bwd, x_in) -> int:
+    """The per-sample working set: the sample buffer and the largest of its three
+    phases, which follow one another: the forward pass's peak, the loss (the output and
+    its output-sized arrays) and the backward pass's peak with the optimizer's per-row
+    temporaries; at least the checkpoint reader's code (utrain/ckread.py), which loads
+    between samples (a resume, a restore after a divergence), when the working set is
+    free.  (The loss's arrays and the row temporaries had been added to the forward
+    peak: the 16x16 CNN's conv peak, planned 1.25-1.3x its smallest 32-bit heap.)"""
+    A = r.A
+    rowtemps = 6 if r.s['optimizer'] in ('adam', 'adamw') else 3
+    widest = max([r.shapes[k][1] for k in r.plan.params] or [0])
+    loss = 5 * A(r.size[r.g.outputs[0]])
+    ws = 2 * A(x_in) + max(fwd, loss, bwd + rowtemps * A(widest))
+    return max(ws, int(r.f['code'] * mpy_sizes().get('ckread', 0)))
+
+
+def fragmentation(parts, collect) -> int:
+    """The fragmentation allowance on the data held all run and on the working set;
+    larger when the run collects garbage only when the heap is full (collect 0).  A run
+    that collects every 1/collect of the heap holds up to that much garbage between two
+    collections, cut up among its arrays: the working set's allowance is at least that
+    (issue 28's sweep: the LayerNorm block's smallest 64-bit heap grew 2 and 6 KB when it
+    collected every 1/32 and 1/8 instead of 1/128 of it; its 1 KB arrays' WS_SLACK share
+    was 1.3 KB)."""
+    ws = parts['working set (activations, temporaries, loss)']
+    data = sum(v for k, v in parts.items() if k not in ('code', 'interpreter'))
+    slack, ws_slack = (SLACK, WS_SLACK) if collect else (SLACK_NOGC, WS_SLACK_NOGC)
+    garbage = sum(parts.values()) // collect if collect else 0
+    return int(slack * (data - ws) + max(ws_slack * ws, garbage))
+
+
+def gc_every(g, planned) -> int:
+    """train.json's run.gc_every: collect every 1/32 of the heap while training when an
+    activation is large next to the heap (at least 1/128 of the plan: the digits CNN's
+    2 KB, a 16x16 CNN's 8 KB conv output), whose remaking fragments a small heap
+    (docs/memory.md), or when the model has 16 ops or more; else 0, only when the heap
+    is full: collections cost time (the digits MLP on 32-bit unix: 2.3x per sample) and
+    its small arrays gain little."""
+    big = max([math.prod(t.shape) for t in g.tensors if t.data is None] or [0])
+    # ... or when a step makes many arrays (16 ops or more): the zoo's LayerNorm+GELU
+    # block (24 ops, 1 KB activations) needed 150 KB without collections, 130 with
+    return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
+
+
+def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
+    """What would fit in `limit`: the planner's figure for cheaper settings, every memory
+    option considered: batch 1, SGD, --stream, the frozen-prefix cache made by the board
+    (--cache) or by prepare (--cache-on-host), sparse updates, fewer layers trained, and
+    a firmware whose code takes less heap (ulab, utrain frozen in).  g is the graph as
+    read; train (op numbers) and ranks {op: rank} are in the file's numbering, and so is
+    every suggestion (as `inspect` and --train last:N count); planned(train, ranks,
+    settings, cache, backend) is the heap plan as prepare would plan that candidate (the
+    rewrites differ with what trains, so each is planned on its own rewritten graph):
+    its total, or (total, the limit it must fit), or None when it trains nothing."""
+    from ..graph.passes import RANK_NAMES
+    from ..graph.optable import SPECS
+    parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
+    lines = [f'  planned: {parts}']
+    base = dict(settings)
+    cache = settings.get('cache', False)
+    cands = []      # (settings changed, train, ranks, cache, backend)
+    if int(settings['batch']) > 1:
+        cands.append(({'batch': 1}, train, ranks, cache, backend))
+    if settings['optimizer'] != 'sgd' or settings.get('momentum'):
+        cands.append(({'optimizer': 'sgd', 'momentum': 0.0}, train, ranks, cache, backend))
+    if not settings.get('stream'):
+        cands.append(({'stream': True}, train, ranks, cache, backend))
+    caches = [c for c in (True, 'host') if c != cache]     # what trains stays as chosen
+    for c in caches:
+        cands.append(({}, train, ranks, c, backend))
+    cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': True}
+    for c in [cache] + caches:
+        cands.append((cheap, train, ranks, c, backend))
+    with_params = [i for i in sorted(set(train) | set(ranks))
+                   if g.ops[i].name in SPECS and SPECS[g.ops[i].name].roles(g.ops[i], g)]
+    for c in (cache, 'host'):
+        for r in (4, 5, 1):
+            rk = dict(ranks)
+            rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
+            cands.append((cheap, train, rk, c, backend))
+    for c in (cache, 'host'):
+        for n in range(len(g.ops) - 1, 0, -1):
+            cands.append((cheap, 'last:%d' % n, {}, c, backend))
+    # then, when nothing fits on this firmware, one whose code takes less heap: what
+    # trains as chosen, and the cheapest ways (the prefix cached by prepare, biases only,
+    # the last op only)
+    firmware = []
+    for b in ('ulab', 'fallback-frozen', 'ulab-frozen'):
+        if b != backend and (backend.startswith('ulab') <= b.startswith('ulab')):
+            bias = dict(ranks)
+            bias.update({i: 1 for i in with_params})
+            firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
+                         (cheap, train, bias, 'host', b), (cheap, 'last:1', {}, 'host', b)]
+    fits, seen = [], set()
+    for k, (change, tr, rk, c, b) in enumerate(cands + firmware):
+        if k == len(cands) and fits:
+            break
+        s = dict(base)
+        s.update(change)
+        new = {k for k, v in change.items() if base.get(k) != v}      # what the user changes
+        desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
+                        + ['--stream'] * ('stream' in new) + [f'--train {tr}'] * (tr != train)
+                        + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
+                        * (rk != ranks) + ['--cache-on-host' if c == 'host' else '--cache'] * (c != cache)
+                        + [f'--backend {b}'] * (b != backend))
+        if not desc or desc in seen:
+            continue
+        seen.add(desc)
+        try:
+            est = planned(tr, rk, s, c, b)
+        except ValueError:
+            continue
+        est, lim = est if isinstance(est, tuple) else (est, limit)
+        if est is not None and est <= (limit if lim is None else lim):
+            fits.append(f'  would fit: {desc}  (about {est // 1024} KB)' + (
+                '' if b == backend else ' on a firmware with ' + ' and '.join(
+                    ['ulab'] * b.startswith('ulab') + ['utrain frozen in (boards/freeze.md)']
+                    * b.endswith('frozen'))))
+            if len(fits) >= 3:
+                break
+    if not fits:
+        code = heap['parts']['code'] + heap['parts']['interpreter']
+        fits.append('  nothing tried fits (batch 1, sgd, --stream, --cache, --cache-on-host, --ranks, '
+                    '--train last:N' + (', a firmware with ulab or utrain frozen in' if firmware else '')
+                    + f'): the code and interpreter alone take about {code // 1024} KB')
+    return '\n'.join(lines + fits)
+
+
+# ---------------------------------------------------------------- int8 runs
+# An int8 model training as int8 (host_tools/prepare/quant.py, micro/utrain/q8.py): its q8.json
+# parsed and kept, one Layer object per op, the int8 arena the host placed, the shared
+# int32 sums / weight scratch / multiplier buffers, the weights held in RAM, each trained
+# layer's gradient sums, float bias and update multipliers, the optimizer's float32
+# arrays, the two shared input-gradient buffers.  With --cache the frozen prefix runs
+# first on a net of its own (utrain.q8prefix), then the trained part: the larger of the
+# two phases is the plan.
+Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'data', 'wof')
+Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
+# Fragmentation allowance, per word size: on the training buffers and on the rest of the
+# data.  Q8Net makes its big buffers first (the weights it holds, largest first, then the
+# shared gradient buffers, before the layers' small objects cut the heap up).  Fitted on
+# smallest_heap() of the Keras MLP (all layers, SGD; Adam batch 4), the DS-CNN (last:2,
+# with and without --cache), MobileNetV2 0.35 (last:2 --cache) and two sparse schemes
+# (tests/support/q8cases.py): the plans come within 1.05-1.16x of them on 64-bit, 1.05-1.18x on
+# 32-bit
+Q8_SLACK = {8: (0.3, 0.15), 4: (0.15, 0.1)}
+
+
+def json_bytes(v, w, B) -> int:
+    """Heap MicroPython's json.load makes for v (a parsed table) on a w-byte-word port
+    with B-byte GC blocks: lists grown by doubling from 4 slots, dicts' tables to a power
+    of two (keys are the code's interned names), boxed floats, big ints (30 bits and more
+    on a 32-bit port) as objects (measured: 64- and 32-bit unix MicroPython)."""
+    blk = lambda n: -(-n // B) * B     # noqa: E731
+    if isinstance(v, dict):
+        cap = 1 << max(2, len(v)).bit_length()
+        return blk(4 * w) + blk(2 * w * cap) + sum(json_bytes(x, w, B) for x in v.values())
+    if isinstance(v, list):
+        cap = 1 << max(2, (len(v) - 1).bit_length()) if v else 4
+        return blk(4 * w) + blk(w * cap) + sum(json_bytes(x, w, B) for x in v)
+    if isinstance(v, float):
+        return blk(2 * w if w == 8 else 3 * w)
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= (1 << (8 * w - 2)):
+        return blk(3 * w) + blk(8)
+    if isinstance(v, str):
+        return blk(4 * w + len(v))
+    return 0
+
+
+def _q8_net(t, settings, w, B, trains=True) -> dict:
+    """{part: bytes} one utrain.q8.Q8Net of layer table t (as written: q8.json or
+    q8t.json) holds while it trains (trains=False: a prefix net, forward only)."""
+    from ..target.device import module
+    q8 = module('q8')
+    blk = lambda n: -(-n // B) * B     # noqa: E731
+    arr = lambda n: blk(4 * w) + blk(n)     # noqa: E731  (a bytearray / array of n bytes)
+    ls = t['layers']
+    parts = {'layer table (q8.json parsed)': json_bytes(t, w, B)}
+    objs = 0
+    for d in ls:
+        objs += blk(Q8_LAYER_WORDS * w)
+        if 'mul' in d:
+            objs += 2 * arr(4 * len(d['mul']))
+        if 'g' in d:
+            objs += arr(4 * 14)
+        if d['k'] == q8.ADD:
+            objs += 4 * blk(4 * w)          # its multipliers' memoryviews
+    objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
+    parts['layer objects'] = objs
+    at = {k for k, _, _ in t.get('at', ())}
+    # the sample's buffer: none for a prefix whose first band group reads the sample a
+    # strip of rows at a time (Q8Net.strips)
+    strips = not trains and any(lo == 0 for lo, _, _ in t.get('groups', ()))
+    parts['activations (int8 arena)'] = arr(t.get('arena', 0)) + sum(
+        arr(d['nout']) for d in ls if d['out'] not in at) + (0 if strips else arr(t['nin']))
+    A = t.get('acc') or max(d['nout'] for d in ls)
+    Q = t.get('qbuf') or max([d.get('nb', 1) for d in ls])
+    parts['sums and scratch buffers'] = (arr(4 * A) + (arr(t['wbuf']) if t.get('wbuf') else 0)
+                                         + 3 * arr(4 * Q) + arr(4 * 14)
+                                         # scce's softmax table and gradient, smk's and
+                                         # upmk's parameters (utrain.q8 Q8Net._sce, _apply)
+                                         + arr(4 * 256) + arr(4 * ls[-1]['nout'])
+                                         + arr(4 * 3) + arr(4 * 5))
+    held = 0
+    for d in ls:
+        if d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
+            held += (arr(4 * d['nb']) if d.get('train') else 0) + arr(4 * d['nq'])
+        elif 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
+            held += arr(q8.held_bytes(d)) + arr(4 * d['nb'])     # (pw: the window's rows)
+            if 'mul' not in d:
+                held += 2 * arr(4 * d['nq']) + (arr(4 * d['nq']) if d.get('fs') else 0)
+    parts['weights held in RAM'] = held
+    if not trains:
+        return parts
+    gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
+    nz, nz2, ng, nk = q8.bufs(ls)   # shared: int8 dz (its rescaled copy), a gradient chunk,
+    st = arr(nz) + arr(nz2) + arr(4 * ng) + (arr(4 * nk) if nk else 0)     # a residual's
+    mask = 0
+    for i, d in enumerate(ls):
+        back = d.get('train') or d.get('back')
+        if back and d['k'] < q8.MEAN and d.get('pc') and not (i + 1 < len(ls) and q8.bcast(ls, i + 1)):
+            # dz's per-channel rescaling (none held where the gradient is a broadcast row)
+            st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
+        if back and d.get('mask'):
+            mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
+        if d.get('train'):          # float bias, bias sums, update multipliers (weights)
+            st += 2 * arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8_trained_weights(d) else 0)
+    if mask:
+        parts['output masks (1 bit an output)'] = mask
+    # made at the first layer above the lowest trained one that passes a gradient back
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
+        gin = 0
+    parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if q8.gtwo(ls) else 1) * arr(4 * gin)
+                                                            if gin else 0)
+    opt, batch = settings['optimizer'], int(settings['batch'])
+    mom = opt == 'sgd' and settings.get('momentum')
+    n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0) + (1 if mom else 0)
+    n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0) + (1 if mom else 0)
+    if n_w or n_b:      # batch sums, Adam's master, m, v, momentum's velocities: of the window
+        parts['optimizer state'] = sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
+                                       for d in ls if d.get('train'))
+    return parts
+
+
+def q8_trained_weights(d) -> int:
+    """Weights of int8 layer d that train (utrain.q8 Layer.wr: a rank's rows, a depthwise
+    layer's all, none when the bias alone trains)."""
+    lo, hi = d.get('tw', (0, d['nb']))
+    if hi <= lo:
+        return 0
+    return d['wn'] if d['k'] == 2 else (hi - lo) * (d['wn'] // d['nb'])
+
+
+def plan_heap_q8(tables, settings, board=None) -> dict:
+    """Predicted smallest heap (bytes) for an int8 run trained as int8, as plan_heap:
+    {'total', 'parts', 'target', 'backend'}.  tables: {'q8.json': table} or, with the
+    prefix cache, {'q8.json': the prefix's, 'q8t.json': the trained part's}, each as
+    quant.as_written() makes it."""
+    t = board if isinstance(board, Target) else target(board)
+    f = WORD_FIGURES[t['word']]
+    w, B = t['word'], t['block']
+    sizes = mpy_sizes()
+    trained = tables.get('q8t.json') or tables['q8.json']
+    mods = set(Q8_MODULES)
+    if trained.get('groups'):
+        mods.update(('q8bands', 'bands'))
+    sparse = any(d.get('mask') or d.get('sd') for d in trained['layers'])   # q8sparse: on use
+    # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
+    # in it where a board loads native code into RAM (rp2)
+    native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \
+        else f['native']
+    if t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']:
+        native += native_mpy_size(t['arch'], 'q8asm')     # its Thumb kernels, staged beside it
+    if sparse:
+        native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
+                   else f['native'] // 8)
+    code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
+    interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
+    parts = {'code': code, 'interpreter': interp}
+    net = _q8_net(trained, settings, w, B)
+    data = sum(net.values())
+    if 'q8t.json' in tables:        # the prefix first, on its own net (then dropped)
+        pre = _q8_net(tables['q8.json'], settings, w, B, trains=False)
+        pm = set(mods) | {'q8prefix'}
+        if tables['q8.json'].get('groups'):
+            pm.update(('q8bands', 'bands'))
+        extra = int(f['code'] * sum(sizes.get(m, 0) for m in pm - mods))
+        if sum(pre.values()) + extra > data:
+            net = {k + ' (prefix pass)': v for k, v in pre.items()}
+            net['prefix pass code'] = extra
+            data = sum(net.values())
+    parts.update(net)
+    g, r = Q8_SLACK[w]
+    grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
+    parts['fragmentation allowance'] = int(g * grad + r * (data - grad))
+    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': 'fallback',
+            'target': t['name'], 'gc_every': 0}

@@ -1,0 +1,107 @@
+"""What a run trains and its plan, on a copy of the graph as read: the select pass
+(--train, --ranks, --train-config: what_trains), the exporter-output rewrites for it
+(host_tools/graph/rewrite.py), the backward plan (passes.plan) and the heap plan
+(memory.plan_heap, with row bands and the board's Fisher pass).  prepare runs them once
+for the run; --select prices each candidate with them (select.Pricer), the int8 path asks
+whether the float path would take a model (quant.float_takes)."""
+from __future__ import annotations
+
+import copy
+
+from ..graph.passes import parse_train, parse_ranks, plan as make_plan
+from ..graph import rewrite as rw
+
+
+def rewrite_for_training(g, train, enabled=True):
+    """Run the exporter-output passes (host_tools/graph/rewrite.py) on g in place.  ``train``
+    is read on the graph as given (the ops `inspect` lists; ONERT's counting); the ops
+    it selects keep their BatchNorm as separate, trainable MUL/ADD.  Returns (train as
+    op indices of the rewritten graph, report dict, input permutation or None)."""
+    keep = [g.ops[i] for i in sorted(parse_train(train, len(g.ops)))]
+    if not enabled:
+        return sorted(op.index for op in keep), {
+            'dequantized': 0, 'quant': {}, 'transposes': 0, 'batchnorm': 0,
+            'changed': False, 'input_perm': None}, None
+    info = rw.rewrite(g, keep)
+    perm = rw.hoist_input_transpose(g)
+    info['input_perm'] = perm
+    info['changed'] = info['changed'] or perm is not None
+    if info['changed']:
+        rw.compact(g)
+    ids = {id(op) for op in keep}
+    return [op.index for op in g.ops if id(op) in ids], info, perm
+
+
+def what_trains(g, train, ranks=None, train_config=None, train_given=False):
+    """The ranks pass: --train, --ranks ('OP:RANK,...' or {op: rank}) and --train-config
+    on graph g as read -> (sorted op numbers that train, {op: rank}), in the file's
+    numbering.  A training-config file's ops train with its ranks and, unless --train is
+    given too (train_given), only they do."""
+    from ..files.trainconfig import read_train_config
+    rk = {}
+    if train_config:
+        rk.update(read_train_config(train_config, len(g.ops)))
+        if not train_given:
+            train = 'none'
+    if isinstance(ranks, dict):
+        rk.update(ranks)
+    elif ranks:
+        rk.update(parse_ranks(ranks, len(g.ops)))
+    return sorted(parse_train(train, len(g.ops)) | set(rk)), rk
+
+
+def select_rewrite(source, train, ranks=None, rewrite=True):
+    """The select and rewrite passes on a copy of the graph as read (source is not
+    changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the
+    file's numbering.  Returns (rewritten graph, its trainable op indices, its ranks
+    {op index: rank}, rewrite report, input permutation)."""
+    g = copy.deepcopy(source)
+    ranks = ranks or {}
+    # ops with a rank train too: the rewrite keeps them (and their BatchNorm) as they are
+    ranked = {id(g.ops[i]): r for i, r in ranks.items()}
+    train = sorted(parse_train(train, len(g.ops)) | set(ranks))
+    train, info, perm = rewrite_for_training(g, train, rewrite)
+    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
+    return g, train, rk, info, perm
+
+
+def select_rewrite_plan(source, train, ranks, rewrite=True):
+    """select_rewrite, then the plan pass (passes.plan): returns (rewritten graph, its
+    trainable op indices, its ranks, rewrite report, input permutation, plan)."""
+    g, train, rk, info, perm = select_rewrite(source, train, ranks, rewrite)
+    return g, train, rk, info, perm, make_plan(g, train, rk)
+
+
+def plan_memory(g, p, s, backend='fallback', board=None, cache=False, fisher=False,
+                bands=None, limit=None) -> dict:
+    """The heap-plan pass (memory.plan_heap) for the rewritten graph g and its plan p with
+    settings s: cache 'host' plans the board from the first op that trains; fisher adds
+    the board's selection pass (--select board).  bands: the row-band pass
+    (host_tools/graph/bands.py) sets p.bands: rows per band (None: 1 where that lowers the
+    plan, and where a limit is known (limit(heap): the board's heap or the budget, or
+    None) only when the plan without them exceeds it: a band costs time, 1.5x on the
+    fallback and 6x under ulab for the DS-CNN's frozen convs; 0: none; not with cache
+    'host', where the board does not run the prefix)."""
+    from .memory import plan_heap
+    s = dict(s, cache=cache)
+    if cache == 'host':         # the board runs from the first op that trains
+        from ..graph.optable import SPECS
+        s['prefix'] = min(op.index for op in g.ops
+                          if any(k in p.params for k in SPECS[op.name].inputs(op)))
+    heap = plan_heap(g, p, s, backend, board)
+    lim = limit(heap) if limit and not bands else None
+    if bands != 0 and cache != 'host' and (lim is None or heap['total'] > lim):
+        from ..graph.bands import choose
+        from .memory import array_bytes, target
+        tg = target(board)
+        p.bands = choose(g, p, lambda n: array_bytes(n, backend.partition('-')[0], tg), bands or 1)
+        if p.bands:
+            banded = plan_heap(g, p, s, backend, board)
+            if bands or banded['total'] < heap['total']:
+                heap = banded
+            else:
+                p.bands = []
+    if fisher:
+        from .memory import add_fisher
+        add_fisher(heap, g, p, backend, board)
+    return heap

@@ -1,0 +1,209 @@
+"""`export --quantized --data D`: float-trained weights written back into the int8 model,
+its activation scales recalibrated on D and what that gains measured.  Written with the
+original model's activation scales and zero points, the int8 model can score less than
+the float weights it came from: training moves the activations (issue 31: 1.00 -> 0.87
+on a holdout, silently).  calibrated() measures the activations' ranges of the trained
+float model on D's samples (utrain's float kernels, op by op), gives the int8 model those
+ranges as scales (and its weights and biases scales that fit them), and runs the float
+model, the int8 model with the original scales and the recalibrated one on D with
+utrain's own code under CPython (utrain.q8's integer forward, as a board trains it)."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from ..files import dataset as ds
+from ..target.device import module
+
+MAX_SAMPLES = 1000
+
+
+def _metric(out, y, loss):
+    """accuracy (classification losses) or mean absolute error of outputs out [n, k]."""
+    if loss in ('scce', 'cce', 'bce'):
+        labels = np.argmax(y, 1) if y.shape[1] > 1 else y[:, 0].astype(int)
+        pred = np.argmax(out, 1) if out.shape[1] > 1 else (out[:, 0] > 0.5).astype(int)
+        return 'accuracy', float(np.mean(pred == labels))
+    return 'mae', float(np.mean(np.abs(out - y.reshape(out.shape))))
+
+
+def _float_outputs(run_dir, wof_path, x):
+    Net = module('model').Net
+    net = Net(os.path.join(run_dir, 'model.flat'))
+    net.load_weights(wof_path)
+    shape = net.shape[net.inputs[0]]
+    out = []
+    for v in x:
+        net.set_input(v.astype(np.float32).reshape(shape))
+        net.forward()
+        out.append(np.array(net.output(), np.float64).ravel())
+    return np.array(out)
+
+
+def _int8_outputs(model_path, x):
+    from ..formats.circle_io import read_model
+    from . import quant
+    Q8Net = module('q8').Q8Net
+    g = read_model(model_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        quant.write(g, tmp, 'none')
+        with open(os.path.join(tmp, 'q8.json')) as f:
+            net = Q8Net(json.load(f), os.path.join(tmp, 'weights.wof'))
+        try:
+            out = np.array([net.logits(net.quantize_input(v.tolist())) for v in x])
+        finally:
+            net.close()
+    if g.ops[-1].name == 'SOFTMAX':     # (q8 stops before it: the logits' argmax is the same)
+        e = np.exp(out - out.max(1, keepdims=True))
+        out = e / e.sum(1, keepdims=True)
+    return out
+
+
+def calibrated(run_dir, wof_path, out_path, data, g, w, perm=None) -> dict:
+    """The int8 export at out_path (the trained weights at the original scales) against
+    one whose activation scales are recalibrated on data's samples (recalibrate()):
+    both measured with the float weights they came from (g: the trained float graph, w
+    its trained weights {tensor index: array}); out_path keeps the better (the
+    recalibrated one on a tie, or when the int8 model does not run here).  Returns
+    {'metric', 'float', 'int8', 'calibrated', 'kept', 'samples', 'tensors'}, 'error' for
+    what could not be measured."""
+    from ..formats.circle_io import read_model
+    from ..graph.rewrite import save_graph
+    with open(os.path.join(run_dir, 'train.json')) as f:
+        loss = json.load(f).get('loss', 'scce')
+    if not wof_path.endswith('.wof'):
+        return {'error': 'measured and calibrated with a .wof (trained.wof), not a checkpoint'}
+    x, y = ds.read_samples(data, g.tensors[g.inputs[0]].shape, perm, None, None)
+    x, y = x[:MAX_SAMPLES], y[:MAX_SAMPLES].reshape(min(len(y), MAX_SAMPLES), -1)
+    og = read_model(out_path)
+    n = recalibrate(og, activation_ranges(run_dir, wof_path, g, x),
+                    {g.tensors[k].name: a for k, a in w.items()})
+    tmp = out_path + '.calibrated'
+    save_graph(og, tmp)
+    r = {'samples': len(x), 'tensors': n, 'kept': 'calibrated'}
+    try:
+        name, r['float'] = _metric(_float_outputs(run_dir, wof_path, x), y, loss)
+        r['metric'] = name
+        r['int8'] = _metric(_int8_outputs(out_path, x), y, loss)[1]
+        r['calibrated'] = _metric(_int8_outputs(tmp, x), y, loss)[1]
+        worse = r['calibrated'] < r['int8'] if name == 'accuracy' else r['calibrated'] > r['int8']
+        if worse:
+            r['kept'] = 'original'
+    except ValueError as e:
+        r['error'] = f'the int8 model does not run here ({e})'
+    if r['kept'] == 'calibrated':
+        os.replace(tmp, out_path)
+    else:
+        os.remove(tmp)
+    return r
+
+
+# ops whose int8 output must keep its input's scale and zero point (TFLite's kernels
+# move the integers as they are), and ops whose output scale is fixed by the kernel
+TIED = ('RESHAPE', 'MAX_POOL_2D', 'AVERAGE_POOL_2D', 'PAD', 'SQUEEZE', 'EXPAND_DIMS',
+        'CONCATENATION', 'STRIDED_SLICE', 'TRANSPOSE', 'SPLIT', 'SPLIT_V', 'GATHER')
+FIXED = ('SOFTMAX', 'LOGISTIC', 'TANH')
+WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
+
+
+def activation_ranges(run_dir, wof_path, g, x) -> dict:
+    """{tensor name: (min, max)} of every activation of the trained float model (the
+    prepared folder's model.flat with wof_path's weights, graph g its rewritten circle)
+    over the samples x, computed op by op with utrain's float kernels."""
+    net = module('model').Net(os.path.join(run_dir, 'model.flat'))
+    net.load_weights(wof_path)
+    net.bands = None
+    shape, st = net.shape[net.inputs[0]], net.stream
+    lo, hi = {}, {}
+
+    def seen(k):
+        v = net.t[k]
+        if v is not None and k < len(g.tensors):
+            a = np.asarray(v, np.float64)
+            lo[k], hi[k] = min(lo.get(k, np.inf), a.min()), max(hi.get(k, -np.inf), a.max())
+    for v in x:
+        net.set_input(v.astype(np.float32).reshape(shape))
+        seen(net.inputs[0])
+        for i, op in enumerate(net.ops):
+            if st:
+                st.fetch(i)
+            net.mods[i].forward(net, op)
+            if st:
+                st.drop(i)
+            for k in op[2]:
+                seen(k)
+    return {g.tensors[k].name: (float(lo[k]), float(hi[k])) for k in lo}
+
+
+def recalibrate(og, ranges, trained) -> int:
+    """Give int8 model og (a Graph, changed in place) activation scales and zero points
+    from the measured ranges {name: (min, max)} (tensors an op ties together share the
+    union of their ranges; a kernel's fixed output scale, SOFTMAX's, stays), per-channel
+    weight scales from the trained float weights {name: array} (max |w| / 127), and the
+    int32 biases quantized again at input scale x weight scale.  Returns how many
+    activation tensors got new scales."""
+    from ..graph.rewrite import quantize
+    parent = {}
+
+    def find(k):
+        while parent.get(k, k) != k:
+            k = parent[k]
+        return k
+    act = {t.index for t in og.tensors if t.data is None and t.dtype == 'int8' and t.quant
+           and t.quant.get('scale')}
+    fixed = set()
+    for op in og.ops:
+        if op.name in TIED:
+            ins = [k for k in op.inputs if k in act]
+            for k in (ins if op.name == 'CONCATENATION' else ins[:1]) + [
+                    o for o in op.outputs if o in act]:
+                parent[find(k)] = find(ins[0])
+        elif op.name in FIXED:
+            fixed.update(op.outputs)
+    groups = {}
+    for k in act:
+        groups.setdefault(find(k), []).append(k)
+    old = {t.index: dict(t.quant) for t in og.tensors if t.quant}
+    changed = 0
+    for members in groups.values():
+        names = [og.tensors[k].name for k in members]
+        if fixed & set(members) or not all(n in ranges for n in names):
+            continue
+        lo = min(0.0, min(ranges[n][0] for n in names))
+        hi = max(0.0, max(ranges[n][1] for n in names))
+        if hi - lo <= 0:
+            continue
+        s = (hi - lo) / 255
+        z = int(min(127, max(-128, round(-128 - lo / s))))
+        for k in members:
+            og.tensors[k].quant = dict(og.tensors[k].quant, scale=[s], zero_point=[z])
+            changed += 1
+    for op in og.ops:
+        if op.name not in WEIGHTED or len(op.inputs) < 3 or op.inputs[2] < 0:
+            continue
+        x, w, b = (og.tensors[k] for k in op.inputs[:3])
+        if not (w.quant and b.quant and x.quant) or w.data is None or b.data is None:
+            continue
+        ax = int(w.quant.get('quantized_dimension', 0))
+        wf = trained.get(w.name)
+        if wf is None:              # frozen: the original integers' values
+            sw0 = np.asarray(old[w.index]['scale'], np.float64)
+            wf = w.data.astype(np.float64) * (sw0.reshape([-1 if i == ax else 1 for i in range(w.data.ndim)])
+                                              if sw0.size > 1 else sw0[0])
+        wf = np.asarray(wf, np.float64).reshape(w.shape)
+        per = len(old[w.index]['scale']) > 1
+        m = np.abs(np.moveaxis(wf, ax, 0).reshape(wf.shape[ax], -1)).max(1) if per else \
+            np.array([np.abs(wf).max()])
+        sw = np.where(m > 0, m / 127, np.asarray(old[w.index]['scale'], np.float64))
+        bf = trained.get(b.name)
+        if bf is None:
+            bf = b.data.astype(np.float64) * np.asarray(old[b.index]['scale'], np.float64)
+        w.quant = dict(w.quant, scale=[float(v) for v in sw], zero_point=[0] * len(sw))
+        w.data = quantize(wf, w.quant, 'int8')[0]
+        sb = x.quant['scale'][0] * (sw if per else np.full(len(b.data.reshape(-1)), sw[0]))
+        b.quant = dict(b.quant, scale=[float(v) for v in sb], zero_point=[0] * len(sb))
+        b.data = np.round(np.asarray(bf, np.float64).reshape(-1) / sb).astype(np.int32).reshape(b.shape)
+    return changed

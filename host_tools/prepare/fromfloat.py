@@ -1,0 +1,214 @@
+"""Float models trained in integers (issue 33): on a board without ulab every float is a
+boxed soft-float object (thousands of cycles a multiply-add on an RP2040), while the int8
+path (host_tools/prepare/quant.py, utrain.q8) runs its loops in viper or Thumb assembler.  prepare
+calibrates an int8 version of a float model from the samples it was given and trains that
+on the int8 path (integer forward, QAS updates); export dequantizes the trained integers
+back into the float model (or writes the int8 one with --quantized).
+
+The calibration is export --quantized --data's (host_tools/prepare/exportcheck.py): the float
+model's activation ranges over the training samples (utrain's own float kernels, op by op)
+become asymmetric int8 scales (ops that keep their input's scale share one), the weights
+per-output-channel symmetric int8 (max |w| / 127), the biases int32 at input scale x weight
+scale, SOFTMAX's output TFLite's 1/256 and -128."""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from ..formats.circle_io import Graph, read_model
+
+INT8_MODEL = 'int8.circle'          # the calibrated int8 model, beside the run's files
+FLOAT_MODEL = 'float.circle'        # the float graph it came from (rewritten), for export
+WEIGHTED = {'FULLY_CONNECTED': 0, 'CONV_2D': 0, 'DEPTHWISE_CONV_2D': 3}   # op: channel axis
+
+
+def why_not(s: dict, cache=False) -> str | None:
+    """What in the settings s keeps the int8 path from training (None: nothing): what
+    quant.prepare_q8 refuses, said for a float model."""
+    if s['loss'] not in ('scce', 'cce'):
+        return f'--loss {s["loss"]} (the int8 path takes scce or cce)'
+    if s['optimizer'] not in ('sgd', 'adam') or (s.get('momentum') and s['optimizer'] != 'sgd'):
+        return f'--optimizer {s["optimizer"]}' + (f' momentum {s["momentum"]}' if s.get('momentum')
+                                                   else '') + ' (the int8 path: sgd, adam)'
+    if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
+        return 'weight decay or a learning-rate schedule (the int8 path has neither)'
+    if cache == 'host':
+        return '--cache-on-host (the int8 path caches on the board: --cache)'
+    return None
+
+
+def int8_graph(g: Graph) -> tuple[Graph, dict]:
+    """A copy of float graph g typed as an int8 model, its scales still to be set
+    (exportcheck.recalibrate): activations int8 with one scale, weights of CONV_2D /
+    DEPTHWISE_CONV_2D int8 with a scale per output channel (FULLY_CONNECTED: one), their
+    biases int32, SOFTMAX's
+    output at TFLite's fixed 1/256, -128.  Returns (graph, {name: float weight or bias}).
+    ValueError when g is not a plain float model."""
+    og = copy.deepcopy(g)
+    trained = {}
+    weights = {}
+    for op in og.ops:
+        if op.name in WEIGHTED and len(op.inputs) > 1:
+            weights[op.inputs[1]] = (op, WEIGHTED[op.name])
+            if len(op.inputs) > 2 and op.inputs[2] >= 0:
+                weights[op.inputs[2]] = (op, None)
+    for t in og.tensors:
+        if t.dtype != 'float32':
+            if t.data is None:
+                raise ValueError(f'tensor {t.name!r} is {t.dtype}: int8 from float takes float32 '
+                                 'activations')
+            continue                    # (shapes, axes, paddings)
+        if t.data is None:
+            t.dtype, t.quant = 'int8', {'scale': [1.0], 'zero_point': [0]}
+            continue
+        if t.index not in weights:
+            raise ValueError(f'constant {t.name!r} is not the weight or bias of a '
+                             'FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D')
+        op, ax = weights[t.index]
+        trained[t.name] = np.asarray(t.data, np.float32)
+        w = og.tensors[op.inputs[1]]
+        # one weight scale per output channel (a conv's, as TFLite's converter gives
+        # them); a FULLY_CONNECTED's per tensor, as TFLite's: on the board each channel's
+        # scale costs float steps per update (QAS multipliers, the dz rescaling)
+        n = int(w.shape[WEIGHTED[op.name]]) if op.name != 'FULLY_CONNECTED' else 1
+        if ax is None:
+            t.dtype, t.data = 'int32', np.zeros(t.shape, np.int32)
+            t.quant = {'scale': [1.0] * n, 'zero_point': [0] * n, 'quantized_dimension': 0}
+        else:
+            t.dtype = 'int8'
+            t.quant = {'scale': [1.0] * n, 'zero_point': [0] * n, 'quantized_dimension': ax}
+    for op in og.ops:
+        if op.name == 'SOFTMAX':
+            og.tensors[op.outputs[0]].quant = {'scale': [1 / 256], 'zero_point': [-128]}
+    if len({t.name for t in og.tensors}) != len(og.tensors):
+        raise ValueError('tensor names repeat (the calibration matches tensors by name)')
+    return og, trained
+
+
+# room to train (python -m bench.fromfloat --accuracy chose them: weights at 2x their
+# largest value clipped the fine-tuned Keras MLP 1 point below float, 3x kept it within)
+HEADROOM = 2.0              # activations: x the measured range
+LOGITS = 8.0                # the logits span at least +-LOGITS
+WEIGHT_HEADROOM = 3.0       # weights: x their largest magnitude
+
+
+def widened(g: Graph, ranges: dict) -> dict:
+    """The measured ranges with room to train: training grows activations, and an int8
+    activation clips at its calibrated range (its gradient then stops).  The input keeps
+    its range (the samples'); the logits (SOFTMAX's input) span at least +-LOGITS, or the
+    softmax of an untrained model could never grow confident; the others HEADROOM times
+    the measured range."""
+    logits = {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'SOFTMAX'}
+    logits |= {g.tensors[k].name for k in g.outputs} - {g.tensors[op.outputs[0]].name
+                                                         for op in g.ops if op.name == 'SOFTMAX'}
+    inputs = {g.tensors[k].name for k in g.inputs}
+    out = {}
+    for name, (lo, hi) in ranges.items():
+        if name in inputs:
+            out[name] = (lo, hi)
+        elif name in logits:
+            out[name] = (min(lo * HEADROOM, -LOGITS), max(hi * HEADROOM, LOGITS))
+        else:
+            out[name] = (lo * HEADROOM, hi * HEADROOM)
+    return out
+
+
+def calibrate(run_dir, g: Graph, x) -> Graph:
+    """The int8 model of float graph g (the prepared float folder run_dir's, its
+    model.flat and weights.wof) calibrated on samples x (one a row)."""
+    from .exportcheck import activation_ranges, recalibrate
+    og, trained = int8_graph(g)
+    ranges = widened(g, activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x))
+    for t in og.tensors:                # a tensor no sample reached: no scale to give it
+        if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (
+                t.quant['scale'][0] == 1 / 256):
+            raise ValueError(f'tensor {t.name!r}: no range measured')
+    recalibrate(og, ranges, trained)
+    for t in og.tensors:    # float32, as the file stores them: the run's tables = the file's
+        if t.quant and t.quant.get('scale') and t.dtype == 'int8' and t.data is None:
+            t.quant['scale'] = [float(np.float32(v)) for v in t.quant['scale']]
+    for op in og.ops:       # weights with room to grow, the int32 biases at their scales
+        if op.name not in WEIGHTED or len(op.inputs) < 3 or op.inputs[2] < 0:
+            continue
+        x, w, b = (og.tensors[k] for k in op.inputs[:3])
+        ax = w.quant.get('quantized_dimension', 0)
+        sw = np.float32(np.asarray(w.quant['scale'], np.float64) * WEIGHT_HEADROOM)
+        wf = trained[w.name].astype(np.float64)
+        shp = [-1 if i == ax else 1 for i in range(wf.ndim)]
+        w.data = np.clip(np.round(wf / sw.astype(np.float64).reshape(shp)), -127, 127).astype(np.int8)
+        sb = np.float32(np.float64(x.quant['scale'][0]) * sw.astype(np.float64))
+        w.quant = dict(w.quant, scale=[float(v) for v in sw])
+        b.quant = dict(b.quant, scale=[float(v) for v in sb])
+        b.data = np.round(trained[b.name].astype(np.float64).reshape(-1) / sb.astype(np.float64)
+                          ).astype(np.int32).reshape(b.shape)
+    return og
+
+
+def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare=None):
+    """The float model at model_path prepared as float into a scratch folder (its rewrites,
+    model.flat), calibrated as int8 on the training samples of data.  Returns (int8 graph,
+    float graph, samples calibrated on, whether prepare rewrote the graph).  ValueError:
+    not convertible.  prepare: host_tools.prepare.pipeline.prepare (passed in: prepare calls this
+    module, which imports nothing of it)."""
+    from ..formats.onnx_io import is_onnx
+    if is_onnx(model_path):
+        raise ValueError('an .onnx model: export writes .onnx from float32 training only')
+    tmp = tempfile.mkdtemp(prefix='utrain-q8f-')
+    try:
+        kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch')}
+        s = prepare(model_path, tmp, data=data, test_split=split[0], split_seed=split[1],
+                    log=lambda *a: None, int8=False, progress=0, train=train, **kw)
+        if s.get('input_perm'):
+            raise ValueError('its input is transposed by the rewrites (NCHW)')
+        g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
+        from ..files.dataset import read_samples
+        x, _ = read_samples(os.path.join(tmp, 'train.ds'), g.tensors[g.inputs[0]].shape)
+        og = calibrate(tmp, g, x[:1000])
+        og.path = model_path
+        return og, g, len(x[:1000]), bool(s.get('rewritten'))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def choose(int8, model_path, board, backend, data, s, cache):
+    """Whether prepare trains float model model_path as int8 (int8: True asked, False
+    refused, None: prepare's choice: yes for a board profile other than unix with the
+    fallback backend, no ulab, when data and the settings allow).  Returns (yes, why);
+    ValueError when int8 was asked and cannot be."""
+    if int8 is False:
+        return False, ''
+    why = why_not(s, cache) or (None if data else 'no --data to calibrate the int8 scales on')
+    if int8:
+        if why:
+            raise ValueError(f'{model_path}: --int8 cannot train it as int8: {why}; without '
+                             '--int8 it trains in float32')
+        return True, 'asked (--int8)'
+    if not board or board == 'unix' or not backend.startswith('fallback') or why:
+        return False, ''
+    return True, (f'--board {board} without ulab: every float32 value there is a heap object '
+                  '(and an RP2040 has no FPU); the int8 path runs its loops in viper or '
+                  'assembler kernels')
+
+
+def dequantized(int8_path, wof_path, train, n) -> dict:
+    """{tensor index: float32 array} of the trained int8 weights and biases in wof_path,
+    dequantized with the scales of the run's int8 model int8_path: the first n tensors
+    (its float graph's) bear the same indices."""
+    from . import quant
+    g8 = read_model(int8_path)
+    m = quant.meta(g8, train)
+    out = {}
+    for k, a in quant.read_q8_wof(wof_path, g8, m).items():
+        if k >= n:
+            continue                    # a zero bias the float model has no tensor for
+        t = g8.tensors[k]
+        s = np.asarray(t.quant['scale'], np.float64)
+        ax = int(t.quant.get('quantized_dimension', 0))
+        if s.size > 1:
+            s = s.reshape([-1 if i == ax else 1 for i in range(a.ndim)])
+        out[k] = (a.astype(np.float64) * s).astype(np.float32)
+    return out

@@ -1,0 +1,203 @@
+"""Inference on the host, to score a model on held-out data: `evaluate` (and the demo's
+check of the model it exported).  The model runs in a reference runtime, not utrain's
+code, so the score of an exported model says what the board's training did to it:
+
+  float circle / tflite   ONERT (onert.infer, the runtime the circle format is for)
+  int8 tflite             TFLite Micro's interpreter (the int8 kernels a board runs;
+                          ONERT 0.1.0 has no int8 FULLY_CONNECTED or MEAN): samples
+                          quantized with the input's scale, outputs dequantized
+  onnx                    ONNX Runtime (inference), samples in the model's own layout
+
+predictor(path) returns a function from samples (one per row of the first axis, laid out
+as the model's input) to outputs (float64, one row per sample)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..formats.circle_io import read_model
+
+
+class InferError(ValueError):
+    pass
+
+
+def _q(t):
+    q = t.quant or {}
+    return float((q.get('scale') or [1.0])[0]), int((q.get('zero_point') or [0])[0])
+
+
+def onert_predictor(path, g):
+    try:
+        import onert.infer
+    except ImportError:
+        raise InferError(f'{path}: running a float model on the host needs ONERT: '
+                         'pip install onert (the version in requirements.txt)') from None
+    try:
+        sess = onert.infer.session(os.fspath(path))
+    except Exception as e:      # onert raises its own types
+        raise InferError(f'{path}: ONERT cannot load it ({e})') from None
+    shape = [1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]]
+
+    def run(x):
+        return np.stack([np.asarray(sess.infer([np.ascontiguousarray(xi, np.float32).reshape(shape)])[0],
+                                    np.float64).ravel() for xi in x])
+    return run
+
+
+def tflm_predictor(path, g):
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        raise InferError(f'{path}: an int8 model runs on the host under TFLite Micro: pip install '
+                         'tflite-micro (the version in requirements.txt)') from None
+    it = runtime.Interpreter.from_file(os.fspath(path))
+    tin, tout = g.tensors[g.inputs[0]], g.tensors[g.outputs[0]]
+    shape = [1] + [int(d) for d in tin.shape[1:]]
+    (si, zi), (so, zo) = _q(tin), _q(tout)
+    lo, hi = (-128, 127) if tin.dtype == 'int8' else (0, 255)
+
+    def run(x):
+        out = []
+        for xi in x:
+            xi = np.asarray(xi, np.float64).reshape(shape)
+            if tin.dtype in ('int8', 'uint8'):
+                xi = np.clip(np.round(xi / si) + zi, lo, hi).astype(tin.dtype)
+            else:
+                xi = xi.astype(np.float32)
+            it.set_input(xi, 0)
+            it.invoke()
+            y = np.asarray(it.get_output(0), np.float64).ravel()
+            out.append((y - zo) * so if tout.dtype in ('int8', 'uint8') else y)
+        return np.stack(out)
+    return run
+
+
+def onnx_predictor(path):
+    """ONNX Runtime (inference) on an .onnx model; the samples in the model's own input
+    layout (NCHW for a PyTorch export), one at a time as the others run them."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise InferError(f'{path}: an ONNX model runs on the host under ONNX Runtime: pip '
+                         'install onnxruntime (the version in requirements.txt)') from None
+    try:
+        sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
+    except Exception as e:      # onnxruntime raises its own types
+        raise InferError(f'{path}: ONNX Runtime cannot load it ({e})') from None
+    inp = sess.get_inputs()[0]
+    shape = [1] + [d if isinstance(d, int) else -1 for d in inp.shape[1:]]
+
+    def run(x):
+        return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
+            xi, np.float32).reshape(shape)})[0], np.float64).ravel() for xi in x])
+    return run
+
+
+def predictor(path):
+    """(run, runtime name, graph or None) for the model file at path."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InferError(f'{path}: no such model file')
+    if path.lower().endswith('.onnx'):
+        return onnx_predictor(path), 'ONNX Runtime', None
+    g = read_model(path)
+    integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
+    if integer:
+        if g.identifier != b'TFL3':
+            raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
+                             'models as .tflite only (export the trained weights into the '
+                             'original .tflite, or evaluate the float model)')
+        return tflm_predictor(path, g), 'TFLite Micro', g
+    return onert_predictor(path, g), 'ONERT', g
+
+
+def layout(x, shape, nchw=False, where='the data'):
+    """x (samples on the first axis) laid out as a model input of shape [1, ...]: as it
+    is when its values per sample match; transposed NCHW -> NHWC when x is 4-D with the
+    model's dimensions in that order, or flat and nchw says it is."""
+    shape = [int(d) for d in shape]
+    want = int(np.prod(shape[1:]))
+    if x.reshape(len(x), -1).shape[1] != want:
+        raise InferError(f'{where}: {x.reshape(len(x), -1).shape[1]} values per sample, the model '
+                         f'input {shape} takes {want}')
+    if len(shape) == 4:
+        n, h, w, c = shape
+        if nchw or (x.ndim == 4 and tuple(x.shape[1:]) == (c, h, w) != (h, w, c)):
+            return x.reshape(len(x), c, h, w).transpose(0, 2, 3, 1), True
+    return x.reshape([len(x)] + shape[1:]), False
+
+
+def is_classifier(y, n_out):
+    """Class labels (one per sample) or one-hot rows against n_out > 1 outputs."""
+    y = np.asarray(y)
+    if n_out < 2:
+        return False
+    if y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1):
+        return bool(np.all(y == np.round(y)) and y.min() >= 0 and y.max() < n_out)
+    return y.ndim == 2 and y.shape[1] == n_out and bool(np.all((y == 0) | (y == 1))) \
+        and bool(np.all(y.sum(axis=1) == 1))
+
+
+def scores(out, y, metric=None):
+    """{'metric', value, 'loss', ...} of outputs out against targets y: accuracy and the
+    cross-entropy (of the outputs as probabilities when they are, else of their softmax)
+    for a classifier, MSE and MAE otherwise.  metric: 'accuracy' | 'mae' forces one."""
+    out = np.asarray(out, np.float64).reshape(len(out), -1)
+    y = np.asarray(y)
+    n_out = out.shape[1]
+    cls = is_classifier(y, n_out) if metric is None else metric == 'accuracy'
+    if cls and n_out == 1:      # one probability (a LOGISTIC output): class 1 above 0.5
+        lab = y.reshape(-1)
+        if not np.all((lab == 0) | (lab == 1)):
+            raise InferError('accuracy of a one-output model needs labels 0 and 1')
+        p = np.clip(out[:, 0], 1e-12, 1 - 1e-12)
+        hits = int(np.sum((p > 0.5) == (lab == 1)))
+        loss = float(-np.mean(lab * np.log(p) + (1 - lab) * np.log(1 - p)))
+        return {'metric': 'accuracy', 'accuracy': hits / len(lab), 'hits': hits, 'n': len(lab),
+                'loss': loss, 'loss_name': 'binary cross-entropy'}
+    if cls:
+        if not is_classifier(y, n_out):
+            raise InferError(f'accuracy needs class labels in [0, {n_out}) or one-hot rows')
+        lab = (y.argmax(axis=1) if y.ndim == 2 and y.shape[1] > 1 else y.reshape(-1)).astype(int)
+        hits = int(np.sum(out.argmax(axis=1) == lab))
+        probs = np.all(out >= 0) and np.allclose(out.sum(axis=1), 1, atol=0.05)   # int8: 1/256 steps
+        p = out if probs else np.exp(out - out.max(axis=1, keepdims=True))
+        p = p / p.sum(axis=1, keepdims=True)
+        loss = float(-np.mean(np.log(np.maximum(p[np.arange(len(lab)), lab], 1e-12))))
+        return {'metric': 'accuracy', 'accuracy': hits / len(lab), 'hits': hits, 'n': len(lab),
+                'loss': loss, 'loss_name': 'cross-entropy' + ('' if probs else ' of the softmax')}
+    t = y.reshape(len(y), -1).astype(np.float64)
+    if t.shape[1] != n_out:
+        raise InferError(f'targets have {t.shape[1]} values per sample, the model outputs {n_out}')
+    d = out - t
+    return {'metric': 'mae', 'mae': float(np.mean(np.abs(d))), 'n': len(t),
+            'loss': float(np.mean(d * d)), 'loss_name': 'mse'}
+
+
+def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limit=None):
+    """Score model (a file) on data (.npz, .csv, .ds or a folder of class folders, read as
+    prepare reads them): scores() plus 'runtime', 'transposed'."""
+    from ..files import dataset as ds
+    run, runtime, g = predictor(model)
+    x, y = ds.load(data, label=label, size=size)
+    if limit:
+        x, y = x[:limit], y[:limit]
+    if not len(x):
+        raise InferError(f'{data}: no samples')
+    transposed = False
+    if g is not None:
+        x, transposed = layout(np.asarray(x, np.float32), g.tensors[g.inputs[0]].shape, nchw, data)
+    r = scores(run(x), y, metric)
+    r.update(runtime=runtime, transposed=transposed)
+    return r
+
+
+def describe(r) -> str:
+    """One line of evaluate()'s result."""
+    if r['metric'] == 'accuracy':
+        s = f'accuracy {r["accuracy"]:.4f} ({r["hits"]}/{r["n"]}), {r["loss_name"]} {r["loss"]:.4f}'
+    else:
+        s = f'MAE {r["mae"]:.4g}, MSE {r["loss"]:.4g} ({r["n"]} samples)'
+    return s + f' [{r["runtime"]}' + ('; NCHW data transposed to NHWC' if r['transposed'] else '') + ']'

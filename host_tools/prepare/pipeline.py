@@ -1,0 +1,667 @@
+"""`prepare`: circle/tflite model (+ data) -> a folder with everything the board needs
+besides the micro/ code: model.flat, weights.wof, train.json, train.ds, test.ds.
+
+prepare() is a list of passes: settle (settings, model read and checked) -> [an int8
+model: quant.prepare_q8] -> [a float model for a board without ulab, or --int8:
+from_float, an int8 version calibrated on the data (fromfloat.py), quant.prepare_q8] ->
+validate.loss_on_logits -> run_select (--select) ->
+what_trains (--train, --ranks, --train-config) -> select_rewrite_plan (select, rewrite,
+plan) -> plan_memory -> check_budget -> read_data -> check_outputs -> write_folder (+
+describe: prepare.json's summary) -> write_data -> write_prefix_caches ->
+write_run_config: nothing is written before every check has passed.  The run's plan
+(what_trains .. plan_memory) is host_tools/plan/runplan.py's, the folder's files and their
+passes (FILES, read_data, check_outputs, write_data ..) host_tools/prepare/runfolder.py's, which
+the int8 path shares; the rest is here.  `inspect` runs select_rewrite; `dataset` the
+samples pass (dataset.read_samples, write_samples) as well."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import numpy as np
+
+from ..formats.circle_io import read_model, atomic_write
+from ..files.flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
+from ..plan.memory import plans_by_target
+from ..graph.passes import PrepareError, RANK_NAMES, parse_ranks
+from . import quant
+from ..graph import rewrite as rw
+from .runfolder import (FILES, check_flash, check_outputs, out_identifier, read_data, write_data,
+                        write_prefix_caches, write_run_config)
+from ..plan.runplan import plan_memory, select_rewrite_plan, what_trains
+from ..formats.traininfo import parse_traininfo, METADATA_NAME
+from ..files.validate import loss_on_logits
+from ..files.wof import write_wof
+
+
+def missing_biases(model_path, g, p) -> list:
+    """A line per trained op whose file gives it no bias tensor (Keras's use_bias=False):
+    the float path trains it without one, its weights only (the int8 path adds a zero
+    bias: quant.zero_bias)."""
+    from ..graph.optable import SPECS
+    out = []
+    for i in sorted(p.trainable_ops):
+        op = g.ops[i]
+        for pos, role in SPECS[op.name].roles(op, g).items():
+            if role == 'bias' and (pos >= len(op.inputs) or op.inputs[pos] < 0):
+                out.append(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains '
+                           'without one (its weights only; the exported model has none either)')
+    return out
+
+
+def metadata_settings(g) -> dict:
+    """Training settings from the model's CIRCLE_TRAINING metadata, in our names."""
+    buf = g.metadata.get(METADATA_NAME)
+    if buf is None:
+        return {}
+    info = parse_traininfo(buf, f'{g.path}: {METADATA_NAME}')
+    out = {}
+    for k in ('optimizer', 'lr', 'beta1', 'beta2', 'eps', 'loss', 'from_logits', 'reduction'):
+        if k in info:
+            out[k] = info[k]
+    for k in ('epochs', 'batch'):
+        if info.get(k):
+            out[k] = info[k]
+    if info.get('trainable_ops'):
+        # ONERT turns the list into num_of_trainable_ops: everything from the lowest
+        # listed op to the end trains
+        out['train'] = 'last:%d' % (len(g.ops) - min(info['trainable_ops']))
+    return out
+
+
+def resolve_settings(g, overrides: dict) -> dict:
+    """Defaults <- CIRCLE_TRAINING metadata <- command line (overrides, None = not given)."""
+    s = dict(DEFAULTS, train='all')
+    s.update(metadata_settings(g))
+    s.update({k: v for k, v in overrides.items() if v is not None})
+    if 'metric' not in overrides or overrides['metric'] is None:
+        s['metric'] = 'accuracy' if s['loss'] in ('cce', 'scce', 'bce') else 'mae'
+    for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS),
+                         ('schedule', SCHEDULES)):
+        if s[key] not in allowed:
+            raise PrepareError(f'{key} {s[key]!r}: expected one of {", ".join(allowed)}')
+    if s['batch'] < 1 or s['epochs'] < 0:
+        raise PrepareError('batch must be >= 1 and epochs >= 0')
+    if s['lr'] <= 0:
+        raise PrepareError(f'learning rate {s["lr"]} must be positive')
+    return s
+
+
+def parse_budget(text) -> int:
+    """'96K', '1M', '98304' -> bytes (runner.size_bytes); PrepareError naming --budget."""
+    from ..target.runner import size_bytes
+    try:
+        return size_bytes(text)
+    except ValueError:
+        raise PrepareError(f'--budget {text!r}: expected bytes, e.g. 98304, 96K or 1M') from None
+
+
+def board_profile(board, overrides: dict) -> dict:
+    """boards/boards.json's profile for `board`; fills the settings it defaults (batch,
+    stream = its stream_frozen) into overrides where the caller gave none."""
+    from ..target.runner import boards
+    known = boards()
+    if board not in known:
+        raise PrepareError(f'unknown board {board!r}; known: {", ".join(known)}')
+    prof = known[board]
+    if overrides.get('batch') is None:
+        overrides['batch'] = prof['batch']
+    if overrides.get('stream') is None:
+        overrides['stream'] = bool(prof.get('stream_frozen'))
+    return prof
+
+
+def heap_limit(prof, budget, heap):
+    """The heap a plan must fit (bytes) or None: the board profile's heap_budget is what
+    model and training state may take once the code is loaded (the planner's data parts),
+    its heap bounds the whole plan; budget bounds the whole plan too."""
+    limit = None
+    if prof:
+        fixed = heap['parts']['code'] + heap['parts']['interpreter']
+        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
+    if budget:
+        limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
+    return limit
+
+
+def limit_source(board, prof) -> str:
+    """' (board: heap ..., ... KB for model and training state)' for a refusal's message
+    when a board profile bounds the plan, else ''."""
+    return (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB for model '
+            'and training state)') if prof else ''
+
+
+def run_planned(heap, limit) -> dict:
+    """train.json's run.planned: the plan's total (bytes) when prepare checked it against
+    a budget or board, so that a run out of memory does not advise what was done."""
+    return {'planned': heap['total']} if limit(heap) is not None else {}
+
+
+def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
+    """The settings pass: the board profile's defaults, the command line checked, the
+    model read and checked in the file's op numbering, its CIRCLE_TRAINING metadata under
+    the command line.  Returns (graph as read, board profile or None, settings, train)."""
+    from ..files.validate import check_settings, check_graph
+    prof = board_profile(board, overrides) if board else None
+    if overrides.get('schedule') is not None:      # 'cosine,warmup=100' -> its settings
+        from ..files.validate import parse_schedule
+        overrides.update(parse_schedule(overrides['schedule']))
+    check_settings(dict(overrides, progress=progress, split_seed=split_seed))
+    g = read_model(model_path)
+    check_graph(g)             # the file's op numbering, before any rewrite
+    s = resolve_settings(g, overrides)
+    check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
+    return g, prof, s, s.pop('train')
+
+
+def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
+                 backend='fallback', rewrite=True, plan_opts=None):
+    """The budget pass: PrepareError when the heap plan exceeds the budget or the board
+    profile's heap, with the planner's advice (memory.fit_advice) on what would fit, in
+    the numbering of source (the graph as read) as train and ranks are; each suggestion
+    planned as plan_memory plans the run (plan_opts: its cache, fisher, bands and limit
+    arguments: row bands where a plan exceeds the limit)."""
+    from ..plan.memory import fit_advice
+    limit = heap_limit(prof, budget, heap)
+    if limit is None or heap['total'] <= limit:
+        return
+
+    def planned(tr, r, settings, cache=None, back=None):
+        # (total, the limit it must fit: a frozen backend's code is off the heap); cache,
+        # back: another --cache / --backend than the run's
+        rg, _, _, _, _, p = select_rewrite_plan(source, tr, r, rewrite)
+        if not p.params:
+            return None
+        opts = dict(plan_opts or {})
+        if cache is not None:
+            opts['cache'] = cache
+        h = plan_memory(rg, p, settings, back or backend, board, **opts)
+        return h['total'], heap_limit(prof, budget, h)
+    raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
+                       f'({backend}), the budget is {limit // 1024} KB'
+                       + limit_source(board, prof) + '.\n'
+                       + fit_advice(source, s, train, ranks, backend, limit, heap, planned))
+
+
+def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None):
+    """The folder pass: the rewritten graph (when the rewrites changed it), model.flat,
+    weights.wof and train.tcfg (a selection, ranks or a training config given) in out_dir.
+    Returns (files {role: name, None when not written}, {'flat_bytes': n[,
+    'train_config': name or None]})."""
+    from ..files.trainconfig import write_train_config
+    os.makedirs(out_dir, exist_ok=True)
+    files = dict(FILES)
+    if changed:
+        # the .wof indexes the rewritten graph: keep it beside, for export
+        dst = os.path.join(out_dir, files['rewritten'])
+        if os.path.exists(dst) and os.path.samefile(dst, model_path):
+            raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
+                               'graph; prepare into another folder')
+        rw.save_graph(g, dst)
+    else:
+        files['rewritten'] = None
+    wrote = {'flat_bytes': write_flat(g, p, s, os.path.join(out_dir, files['model']))['bytes']}
+    weights = {k: g.tensors[k].data for k in p.params}
+    write_wof(os.path.join(out_dir, files['weights']), len(g.tensors), weights)
+    tcfg = os.path.join(out_dir, 'train.tcfg')
+    if sel:
+        # the choice as onert-micro's training-config file, ops of the graph as given
+        # (prepare --train-config reads it back); 1/4 and 1/8 are utrain's own codes
+        write_train_config(tcfg, sel['ranks'], onert_only=False)
+        wrote['train_config'] = 'train.tcfg'
+    elif any(r for r in p.op_ranks.values()) or train_config:
+        try:
+            write_train_config(tcfg, p.op_ranks)
+            wrote['train_config'] = 'train.tcfg'
+        except PrepareError:
+            wrote['train_config'] = None    # a rank onert-micro has no code for
+    return files, wrote
+
+
+def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict:
+    """prepare.json's summary of what the folder pass wrote for the rewritten graph g and
+    its plan p (export reads 'rewritten' and 'quant' back)."""
+    summary = {'model': os.path.abspath(model_path), 'flat_bytes': wrote['flat_bytes'],
+               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in sorted(p.params)},
+               'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
+               'frozen_params': int(sum(t.data.size for t in g.tensors
+                                        if t.data is not None and t.index not in p.params
+                                        and t.dtype == 'float32')),
+               'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
+               'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
+               'rewritten': files['rewritten'], 'input_perm': perm,
+               # band groups as [first op, last op, rows], ops numbered as in the file
+               'bands': [[g.ops[lo].number, g.ops[hi - 1].number, r] for lo, hi, r in p.bands],
+               'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
+               'quant': info['quant']}
+    if 'train_config' in wrote:
+        summary['train_config'] = wrote['train_config']
+    if sel:
+        summary['select'] = {k: v for k, v in sel.items() if k in (
+            'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+            'weight_gain', 'trials', 'short_list')}
+        summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+        if 'select' in sel:     # the board's log names ops by their place in model.flat
+            summary['select']['graph_ops'] = [op.number for op in g.ops]
+    return summary
+
+
+def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
+            progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
+            backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
+            bands=None, int8=None, log=print, **overrides):
+    """Run the host passes, check the heap plan against the budget, write the folder.
+    Returns a summary dict.  data: an .npz, .csv or folder of class image folders
+    (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
+    scale, 1/4 of the flash).  ``rewrite=False`` trains the graph exactly as the file has
+    it (no exporter-output passes; kernel tests use it to run the ops they built).
+    ranks: 'OP:RANK,...' or {op: rank code}; train_config: an onert-micro
+    training-config file (its ops train with its ranks, the others are frozen); op
+    indices are the graph's as given, like train's.  budget: bytes or '96K'; board: a
+    boards/boards.json profile: its batch and stream_frozen are the defaults, its heap
+    bounds the whole plan and its heap_budget the plan's data (all but code and
+    interpreter).  select: 'auto' (contribution analysis on the host over data) or
+    'board' (the board picks among candidates by Fisher potential; select_layers: how
+    many besides the classifier) chooses the ranks within the budget (host_tools/prepare/select.py).  An int8 model
+    trains as int8 (host_tools/prepare/quant.py) unless ``dequantize``: then in float32, dequantized.
+    cache: train.py caches the input of the first trained op per sample (utrain.prefix)
+    in its first epoch and runs later epochs from there; 'host': prepare writes that cache
+    (host_tools.files.prefixcache), the board never runs the frozen prefix to train.
+    bands: rows per band of the frozen chains the board computes a few rows at a time
+    (host_tools/graph/bands.py); None: 1 where that lowers the heap plan, 0: never.
+    int8: a float model trained in integers, calibrated on data (host_tools/prepare/fromfloat.py):
+    True asks for it, False keeps float32, None lets prepare choose (with a board
+    profile and no ulab, where the int8 path takes the settings)."""
+    given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
+    source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
+    if decays and not data:
+        raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
+                           'run\'s updates; give steps=N (the update the decay ends at)')
+    if not (dequantize or train_config) and rewrite and quant.is_int8(source):
+        limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
+        if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
+            from .select import choose_q8
+            sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
+                            split_seed, board, cache, bands, select_layers, log,
+                            prepare=prepare)
+            ranks, train = sel['ranks'], 'none'
+        rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
+        summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
+                                   split_seed, progress, cache, bands, board, limit8,
+                                   limit_source(board, prof), log,
+                                   given | ({'cache'} if cache else set()), rk)
+        if select:
+            summary['select'] = {k: v for k, v in sel.items() if k in (
+                'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+                'weight_gain', 'trials')}
+            summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+        return summary
+    if not (dequantize or ranks or train_config or select) and rewrite:
+        q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
+                        bands, board, backend, budget, prof, s, train, int8, given, overrides, log)
+        if q8:
+            return q8
+    elif int8:
+        raise PrepareError(f'{model_path}: --int8 does not go with --dequantize, --ranks, '
+                           '--train-config, --select or --no-rewrite')
+    limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
+    note = loss_on_logits(source, s)    # before --select's trials train on it
+    if note:
+        log(note)
+    sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
+                     split_seed, select_layers, log,
+                     dict(board=board, cache=cache, bands=bands, limit=limit)) if select else None
+    if sel:                     # the selection replaces --train, --ranks, --train-config
+        ranks, train_config, train = sel['ranks'], None, 'none'
+    chosen, chosen_rk = what_trains(source, train, ranks, train_config,
+                                    overrides.get('train') is not None)
+    g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
+    if not p.params:
+        raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
+    for line in missing_biases(model_path, g, p):
+        log(line)
+    fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
+    heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
+    if cache or not data or fisher:     # (a cache given wins; the host's needs the samples)
+        given.add('cache')
+    heap, p, s, cache, chose = fit_options(model_path, g, p, s, heap, cache, given, limit,
+                                           dict(backend=backend, board=board, fisher=fisher,
+                                                bands=bands), log)
+    check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
+                 rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
+    heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
+        lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
+    shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
+    xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    check_flash(model_path, xy, dtype, board)
+    check_outputs(out_dir, (model_path, data, train_config))
+    files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
+    summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
+    if chose:
+        summary['chose'] = chose
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
+    summary.update(write_prefix_caches(out_dir, files, cache))
+    if decays:                  # the decay ends with the run: epochs x updates an epoch
+        s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
+    return write_run_config(out_dir, files, s, summary, progress,
+                            {'select': sel['select']} if fisher else {},
+                            on_nan='lower', lr_factor=0.5, max_retries=3,
+                            cache='host' if cache == 'host' else bool(cache),
+                            gc_every=heap['gc_every'], **run_planned(heap, limit))
+
+
+def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,
+               board, backend, budget, prof, s, train, int8, given, overrides, log):
+    """The int8-from-float pass (host_tools/prepare/fromfloat.py): where prepare trains the float
+    model in integers (asked with int8=True, or chosen for a board without ulab), the
+    int8 model calibrated on data's training samples, prepared on quant's int8 path, with
+    the calibrated int8 model and its float graph beside the run for export.  Returns the
+    summary, or None: the run stays float32."""
+    from . import fromfloat
+    try:
+        yes, why = fromfloat.choose(int8, model_path, board, backend, data, s, cache)
+        if not yes:
+            return None
+        kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
+        og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
+                                                    (test_split, split_seed), prepare)
+        quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
+    except (ValueError, PrepareError) as e:
+        if int8:
+            raise PrepareError(f'{model_path}: --int8 cannot train it as int8: '
+                               f'{str(e).replace(model_path + ": ", "")}') from None
+        log(f'{model_path}: trains in float32 (int8 from float does not take it: '
+            f'{str(e).replace(model_path + ": ", "")})')
+        return None
+    log(f'{model_path}: prepare chose int8 training ({why}): an int8 version calibrated on '
+        f'{n} training samples trains on the int8 path (integer forward, QAS updates); '
+        'export writes the trained model as float32 again (--quantized: int8); --float32 '
+        'keeps float32 training')
+    r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
+                         progress, cache, bands, board, lambda heap: heap_limit(prof, budget, heap),
+                         limit_source(board, prof), log, given | ({'cache'} if cache else set()))
+    rw.save_graph(og, os.path.join(out_dir, fromfloat.INT8_MODEL))
+    if rewritten:               # (export writes the trained weights into that graph)
+        rw.save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))
+    r['from_float'] = {'why': why, 'samples': n, 'int8_model': fromfloat.INT8_MODEL,
+                       'float_model': fromfloat.FLOAT_MODEL if rewritten else None}
+    settings = r.pop('settings')
+    atomic_write(os.path.join(out_dir, 'prepare.json'), (json.dumps(r, indent=1) + '\n').encode())
+    r['settings'] = settings
+    return r
+
+
+# The memory options prepare may choose itself when --board or --budget bounds the plan
+# (flags the user gave win), in the order it tries them: each costs something else.
+OPTIONS = (
+    ('stream', '--stream', 'the frozen weights stay in the model file and are read per op '
+     '(flash reads each sample)'),
+    ('cache', '--cache-on-host', 'prepare computes the frozen layers\' outputs for the '
+     'samples it writes: the board never runs them (it trains on these samples only)'),
+    ('batch', '--batch 1', 'each sample updates at once: no gradient sums held'),
+)
+
+
+def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
+    """The fit pass: where the plan exceeds limit(heap) (--board, --budget), the memory
+    options the user left to prepare (OPTIONS not in given) that bring it within: each
+    alone first, in OPTIONS' order, else all of them that lower the plan, then those the
+    fit does not need dropped.  Row bands come with every plan (plan_memory).  Returns
+    (heap, plan, settings, cache, [chosen flags]); nothing chosen when nothing fits
+    (check_budget then refuses, with its advice)."""
+    lim = limit(heap) if limit else None
+    if lim is None or heap['total'] <= lim:
+        return heap, p, s, cache, []
+    memo = {}
+
+    def fits(r):            # (a board's limit depends on the plan's code: limit(h))
+        return r is not None and r[0]['total'] <= limit(r[0])
+
+    def plan_with(names):
+        key = tuple(sorted(names))
+        if key not in memo:
+            memo[key] = _plan_with(names)
+        return memo[key]
+
+    def _plan_with(names):
+        s2 = dict(s)
+        if 'stream' in names:
+            s2['stream'] = True
+        if 'batch' in names:
+            s2['batch'] = 1
+        c = 'host' if 'cache' in names else cache
+        p2 = copy.deepcopy(p)
+        try:
+            h = plan_memory(g, p2, s2, cache=c, limit=limit, **how)
+        except (ValueError, PrepareError):
+            return None
+        return h, p2, s2, c
+
+    free = [name for name, _, _ in OPTIONS if name not in given and not (
+        (name == 'stream' and s.get('stream')) or (name == 'batch' and int(s['batch']) == 1))]
+    if 'cache' in free and not any(i > 0 for i in p.trainable_ops):
+        free.remove('cache')            # nothing frozen below the first trained op
+    best = None
+    for name in free:
+        r = plan_with([name])
+        if fits(r):
+            best = ([name], r)
+            break
+    if best is None and len(free) > 1:
+        names = [n for n in free if (plan_with([n]) or [heap])[0]['total'] < heap['total']]
+        r = plan_with(names)
+        if fits(r):
+            for n in list(names):                      # drop what the fit does not need
+                r2 = plan_with([m for m in names if m != n])
+                if len(names) > 1 and fits(r2):
+                    names.remove(n)
+                    r = r2
+            best = (names, r)
+    if best is None:
+        return heap, p, s, cache, []
+    names, (h, p2, s2, cache) = best
+    flags = [flag for name, flag, _ in OPTIONS if name in names]
+    log(f'{model_path}: the plan ({heap["total"] // 1024} KB) is over the '
+        f'{limit(h) // 1024} KB limit; prepare chose ' + ' '.join(flags)
+        + f' (about {h["total"] // 1024} KB): '
+        + '; '.join(f'{flag}: {why}' for name, flag, why in OPTIONS if name in names)
+        + ' (give the flag yourself to decide otherwise)')
+    return h, p2, s2, cache, flags
+
+
+def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
+               split_seed, layers, log, target=None):
+    """--select auto|board: host_tools/prepare/select.py chooses the ranks within the budget,
+    pricing each candidate as plan_memory will plan the choice (target: its board, cache
+    and bands arguments); its trials prepare their folders with prepare() (handed in:
+    select imports nothing of this module)."""
+    from . import select as sl
+    limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
+    if mode == 'auto':
+        res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
+                             rewrite, log=log, target=target, prepare=prepare)
+    elif mode == 'board':
+        res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log,
+                              target=target, data=data, test_split=test_split,
+                              split_seed=split_seed, prepare=prepare)
+    else:
+        raise PrepareError(f'--select {mode!r}: expected auto or board')
+    trials = res.pop('trial_runs', None)
+    if trials:
+        trials.close()              # its working folder (the proxy's folds, each trial)
+    for line in sl.report(res):
+        log(line)
+    return res
+
+
+def export_notes(r, g, summary, out_path) -> list:
+    """What `export` says beyond what it wrote: the input layout the exported model takes
+    when prepare transposed it (a PyTorch model through tico: NCHW -> NHWC), and an int8
+    export's recalibration and measured cost (exportcheck.calibrated), or that there was none."""
+    notes = []
+    perm = summary.get('input_perm')
+    if perm and not r.get('int8') and not r.get('requantized'):   # (those: the original's layout)
+        shape = list(g.tensors[g.inputs[0]].shape)
+        orig = [shape[i] for i in np.argsort(perm)]
+        notes.append(f'note: {out_path} takes its input as NHWC {shape}, not {orig} as the '
+                     f'original model: transpose your data, x.transpose({", ".join(map(str, perm))})')
+    m = r.get('measured')
+    if m:
+        kept = (f'activation scales recalibrated on {m["samples"]} samples ({m["tensors"]} tensors)'
+                if m['kept'] == 'calibrated' else 'the original activation scales')
+        if 'error' in m:
+            notes.append(f'note: written with {kept}; not measured: {m["error"]}')
+        else:
+            name = m['metric']
+            got = m['calibrated'] if m['kept'] == 'calibrated' else m['int8']
+            drop = m['float'] - got if name == 'accuracy' else got - m['float']
+            line = (f'measured on {m["samples"]} samples: {name} {m["float"]:.4f} as trained '
+                    f'(float), {m["int8"]:.4f} as int8 with the original activation scales, '
+                    f'{m["calibrated"]:.4f} recalibrated; written with {kept}')
+            notes.append(('warning: ' + line + f'; {name} {"drops" if name == "accuracy" else "rises"} '
+                          f'by {drop:.4f}: train it as int8 instead (prepare without --dequantize) '
+                          'or use the float export') if drop > 0.01 else line)
+    elif r.get('requantized'):
+        notes.append('note: the int8 export keeps the original model\'s activation scales, which '
+                     'training may have outgrown: export --data D recalibrates them on D\'s samples '
+                     'and measures both')
+    return notes
+
+
+def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized):
+    """export of a float model prepare trained as int8: the trained integers dequantized
+    into the float model (its rewritten graph when prepare rewrote it), or with
+    quantized the calibrated int8 model with the trained int8 weights."""
+    from . import fromfloat
+    from ..formats.circle_io import write_with_weights
+    from .quant import export as export_int8
+    for name in (ff.get('int8_model'), ff.get('float_model') or ff.get('int8_model')):
+        if name != os.path.basename(str(name)) or not os.path.exists(os.path.join(run_dir, name)):
+            raise PrepareError(f'{os.path.join(run_dir, str(name))}: missing; prepare writes it '
+                               f'beside {wof_path} for a float model trained as int8')
+    if not wof_path.endswith('.wof'):
+        raise PrepareError(f'{wof_path}: a float model trained as int8 exports from a .wof '
+                           '(trained.wof), not a checkpoint')
+    train = summary.get('train', 'all')
+    if quantized:
+        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train)
+        return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
+                'clipped': 0, 'int8': True, 'notes': []}
+    base = os.path.join(run_dir, ff['float_model']) if ff.get('float_model') else model_path
+    g = read_model(base)
+    w = fromfloat.dequantized(os.path.join(run_dir, ff['int8_model']), wof_path, train,
+                              len(g.tensors))
+    write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
+    return {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True,
+            'notes': []}
+
+
+def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
+    """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
+    prepare.json beside the .wof says so), the weights index the rewritten graph
+    (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with
+    ``quantized`` the weights are quantized again with the original tensors' scales and
+    zero points (matched by tensor name) into a copy of the original quantized model."""
+    from ..formats.circle_io import write_with_weights
+    from ..files.wof import read_wof, read_checkpoint
+    run_dir = os.path.dirname(os.path.abspath(wof_path))
+    summary = {}
+    sp = os.path.join(run_dir, 'prepare.json')
+    if os.path.exists(sp):
+        try:
+            with open(sp) as f:
+                summary = json.load(f)
+        except (OSError, ValueError) as e:
+            raise PrepareError(f'{sp}: not readable JSON ({e})') from None
+        if not isinstance(summary, dict):
+            raise PrepareError(f'{sp}: not what prepare writes (a JSON object)')
+    base = model_path
+    rw_name = summary.get('rewritten')
+    if rw_name is not None and (not isinstance(rw_name, str) or os.path.basename(rw_name) != rw_name
+                                or rw_name in ('', '.', '..')):
+        raise PrepareError(f'{sp}: "rewritten" {rw_name!r} must be a file name in {run_dir} '
+                           '(no folders)')
+    inputs = [model_path, wof_path, sp, os.path.join(run_dir, 'model.flat')]
+    if rw_name:
+        inputs.append(os.path.join(run_dir, rw_name))
+    for p in inputs:
+        if os.path.abspath(p) == os.path.abspath(out_path) or (
+                os.path.exists(p) and os.path.exists(out_path) and os.path.samefile(p, out_path)):
+            raise PrepareError(f'{out_path}: export would overwrite its own input {p}; '
+                               'give -o another name')
+    if os.path.isdir(out_path):
+        raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    ff = summary.get('from_float')
+    if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
+        return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
+    if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
+        from .quant import export as export_int8
+        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
+        return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
+                'clipped': 0, 'int8': True, 'notes': []}
+    if rw_name:
+        rewritten = os.path.join(run_dir, rw_name)
+        if not os.path.exists(rewritten):
+            raise PrepareError(f'{rewritten}: missing; {wof_path} indexes that rewritten model')
+        base = rewritten
+    g = read_model(base)
+    if wof_path.endswith('.ckpt'):
+        # a sparse update's optimizer state covers its rank only: the prepared folder's
+        # model.flat beside the checkpoint says which channels
+        flat = os.path.join(run_dir, 'model.flat')
+        ranks = None
+        if os.path.exists(flat):
+            from ..files.flatmodel import read_flat
+            try:
+                ranks = read_flat(flat)['ranks']
+            except ValueError:
+                pass                # not this model's folder: whole-tensor state
+        w = read_checkpoint(wof_path, g, ranks)
+    else:
+        w = read_wof(wof_path, g)
+    from ..formats.onnx_io import is_onnx, export_onnx
+    if is_onnx(model_path) and not quantized:
+        if is_onnx(out_path):                       # the ONNX model, initializers trained
+            return export_onnx(model_path, g, w, out_path)
+        for k, arr in w.items():                    # the graph utrain trained, as circle
+            g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
+        rw.save_graph(g, out_path)
+        return {'model': base, 'tensors': len(w), 'clipped': 0}
+    if not quantized:
+        write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
+        r = {'model': base, 'tensors': len(w), 'clipped': 0}
+        r['notes'] = export_notes(r, g, summary, out_path)
+        return r
+    orig = read_model(model_path)
+    by_name = {t.name: t for t in orig.tensors}
+    quant = summary.get('quant') or {}
+    new, clipped = {}, 0
+    for k, arr in w.items():
+        name = g.tensors[k].name
+        t = by_name.get(name)
+        if t is None or t.data is None:
+            raise PrepareError(f'{model_path}: has no constant tensor {name!r} to take the '
+                               'trained weights; export the float model instead')
+        if name in quant:
+            q, c = rw.quantize(arr, quant[name][1], quant[name][0])
+            clipped += c
+            new[t.index] = q.reshape(t.shape)
+        elif t.dtype == 'float32':
+            new[t.index] = arr.reshape(t.shape)
+        else:
+            raise PrepareError(f'{model_path}: tensor {name!r} is {t.dtype} without scales')
+    if not quant:
+        raise PrepareError(f'{model_path}: --quantized needs the quantized model prepare '
+                           'started from (this one has no dequantized tensors)')
+    write_with_weights(model_path, out_path, new, out_identifier(out_path, orig.identifier))
+    r = {'model': model_path, 'tensors': len(new), 'clipped': clipped, 'requantized': True}
+    if data:                # activation scales recalibrated on data, and measured
+        from .exportcheck import calibrated
+        r['measured'] = calibrated(run_dir, wof_path, out_path, data, g, w,
+                                   summary.get('input_perm'))
+        if r['measured'].get('kept') == 'calibrated':
+            r['clipped'] = 0        # (weight scales that fit the trained weights)
+    r['notes'] = export_notes(r, g, summary, out_path)
+    return r

@@ -1,0 +1,850 @@
+"""Int8 models trained as int8 (issue 16), host side: the layer table q8.json and the
+int8 .wof that utrain.q8 runs, and the export of trained int8 weights back into the
+model with its original scales and layout.
+
+The requantization parameters follow TFLite Micro: QuantizeMultiplier of
+s_x * s_W[c] / s_y per output channel for FULLY_CONNECTED / CONV_2D /
+DEPTHWISE_CONV_2D, MEAN's s_x / s_y with 1/N folded in as reduce_common.cc does, and
+ADD's as add.cc does (inputs shifted left 20 bits, each scaled by s_i / (2 max(s_1, s_2)),
+the sum by 2 max(s_1, s_2) / (2^20 s_y)).  A PAD on H/W whose only reader is a
+convolution is folded into that convolution's padding (PAD fills with the zero point,
+which the kernels' skipped taps equal); RESHAPE is a no-op (its output is its input).
+The final SOFTMAX is left out: utrain's loss takes the dequantized logits in float.
+
+Memory (plan()): the layers read their inputs by tensor index (the graph need not be a
+chain: a residual ADD reads an earlier tensor); every activation lives in one int8 arena
+at an offset planned here from its lifetime (producer to last reader; the tensors of
+the trained part to the end, the backward pass reads them), so a tensor's bytes are
+reused after its last reader.  The early high-resolution frozen layers can run in row
+bands (utrain.bands' schedule, utrain.q8bands), their inner tensors as windows of a few
+rows in the arena.  Frozen layers' weights stay in the .wof and are read when the layer
+runs (big ones a chunk of output channels at a time, into one scratch buffer); their
+per-channel requantization multipliers go to q8.req (int32 multipliers, then shifts, then
+the weight scales of the layers that train or pass a gradient),
+so q8.json stays small enough to parse on a board."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+
+from ..formats.circle_io import Graph, Tensor, atomic_write, read_model
+from ..target.device import module
+from ..files import wof as hwof
+
+# the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
+_Q8 = module('q8')
+FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
+POOL_MAX, POOL_AVG = _Q8.PMAX, _Q8.PAVG
+KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
+         'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
+POOLS = (POOL_MAX, POOL_AVG)
+TRAINABLE = (FC, CONV, DW)
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD)   # kinds utrain.q8 passes a gradient through
+WEIGHTED = (FC, CONV, DW)
+ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
+GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
+
+
+def quantize_multiplier(x: float):
+    """TFLite's QuantizeMultiplier: (m, shift), x = m * 2^(shift - 31), m in [2^30, 2^31)."""
+    if x == 0:
+        return 0, 0
+    f, e = math.frexp(x)
+    m = int(round(f * (1 << 31)))
+    if m == 1 << 31:
+        m //= 2
+        e += 1
+    if e < -31:
+        return 0, 0
+    return m, e
+
+
+def _act_range(act, s, z):
+    lo, hi = -128, 127
+    if act in ('RELU', 'RELU6', 'RELU_N1_TO_1'):
+        lo = max(lo, z + (int(round(-1 / s)) if act == 'RELU_N1_TO_1' else 0))
+    if act == 'RELU6':
+        hi = min(hi, z + int(np.round(6 / s)))
+    elif act == 'RELU_N1_TO_1':
+        hi = min(hi, z + int(np.round(1 / s)))
+    elif act not in ('NONE', 'RELU', None):
+        raise ValueError(f'fused activation {act} is not supported by int8 training')
+    return lo, hi
+
+
+def _q(t):
+    if t.dtype != 'int8' or not t.quant or not t.quant.get('scale'):
+        raise ValueError(f'tensor {t.name!r} is {t.dtype}'
+                         f'{"" if t.quant else " without quantization"}: int8 training needs '
+                         'int8 activations and weights with scales (prepare --dequantize trains '
+                         'it in float)')
+    return [float(v) for v in t.quant['scale']], [int(v) for v in t.quant.get('zero_point') or [0]]
+
+
+def _pad(n, k, s, d, padding):
+    if padding == 'VALID':
+        out = (n - (k - 1) * d - 1) // s + 1
+        return out, 0
+    out = (n + s - 1) // s
+    return out, max((out - 1) * s + (k - 1) * d + 1 - n, 0) // 2
+
+
+def is_int8(g: Graph) -> bool:
+    """True when the model's input and weights are int8 with scales (an int8 model)."""
+    t = g.tensors[g.inputs[0]]
+    return t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))
+
+
+def _folds(g: Graph, ops):
+    """{PAD output tensor: (PAD input tensor, pad top, bottom, left, right)} of the PADs
+    folded into their one reader's padding, and {RESHAPE output: input}."""
+    readers = {}
+    for op in ops:
+        for k in op.inputs:
+            readers.setdefault(k, []).append(op)
+    pads, alias = {}, {}
+    for op in ops:
+        if op.name == 'RESHAPE':
+            alias[op.outputs[0]] = op.inputs[0]
+        elif op.name == 'PAD':
+            x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+            p = g.tensors[op.inputs[1]].data
+            r = readers.get(op.outputs[0], [])
+            ok = (p is not None and len(x.shape) == 4 and len(op.inputs) == 2
+                  and len(r) == 1 and r[0].name in ('CONV_2D', 'DEPTHWISE_CONV_2D')
+                  and op.outputs[0] not in g.outputs and _q(x) == _q(y))
+            if ok:
+                p = [int(v) for v in np.asarray(p).reshape(-1)]
+                ok = p[0] == p[1] == p[6] == p[7] == 0 and min(p) >= 0
+            if not ok:
+                raise ValueError(f'{g.path}: PAD op {op.index} must pad H and W of an NHWC '
+                                 'tensor read by one CONV_2D / DEPTHWISE_CONV_2D alone, with '
+                                 'its input\'s scale and zero point (int8 training folds it '
+                                 'into that convolution)')
+            pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
+    return pads, alias
+
+
+def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
+    """Give a weighted op without a bias tensor (Keras's use_bias=False, a converter
+    that drops an all-zero bias) a zero int32 bias at TFLite's bias scale sx * sw, zero
+    point 0: it computes what the op did, trains like any bias and goes into the exported
+    model (the same tensor index every time the file is read).  Returns its index."""
+    w = g.tensors[op.inputs[1]]
+    n = int(w.shape[0] if op.name != 'DEPTHWISE_CONV_2D' else w.shape[-1])
+    scale = [sx * s for s in (sw if len(sw) == n else sw * n)]
+    k = len(g.tensors)
+    g.tensors.append(Tensor(k, f'{w.name}/zero_bias', [n], 'int32', np.zeros(n, np.int32), -1,
+                            {'scale': scale, 'zero_point': [0] * n,
+                             'quantized_dimension': 0}))
+    if len(op.inputs) < 3:
+        op.inputs.append(k)
+    else:
+        op.inputs[2] = k
+    return k
+
+
+def layers(g: Graph, train='last:1', ranks=None):
+    """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX
+    (PAD and RESHAPE make none: folded / aliased).  Each reads tensors 'in' and writes
+    tensor 'out'.  train: as prepare's --train ('all', 'none', 'last:N': the last N
+    operators of any kind, or op indices); the FULLY_CONNECTED / CONV_2D /
+    DEPTHWISE_CONV_2D ops among them train, and every op after the first trained one
+    passes its gradient back ('back'; FC, CONV_2D, DEPTHWISE_CONV_2D, MEAN, MAX_POOL_2D,
+    AVERAGE_POOL_2D: not ADD).  A pool's 'g' is a convolution's geometry with I = O = C
+    (H, W, C, C, KH, KW, stride h, w, pad top, left, OH, OW, 1, 1).
+    ranks {op index: rank code} (passes.RANKS, as --ranks): those ops train too, a
+    rank's output channels only ('tw': [lo, hi], passes.channel_range, as the float
+    path; its biases the same window) or the bias alone ('tw': [0, 0]).  A layer of the
+    backward pass whose output no backward step reads keeps a 1-bit mask of it ('mask')."""
+    ops = list(g.ops)
+    if ops and ops[-1].name == 'SOFTMAX':
+        ops = ops[:-1]
+    pads, alias = _folds(g, ops)
+
+    def src(k):
+        while k in alias:
+            k = alias[k]
+        return k
+    out = []
+    for op in ops:
+        if op.name in ('PAD', 'RESHAPE'):
+            continue
+        k = KINDS.get(op.name)
+        if k is None:
+            raise ValueError(f'{g.path}: op {op.index} ({op.name}) is not supported by int8 '
+                             'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, PAD, RESHAPE); prepare --dequantize trains it in float')
+        x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+        pad = pads.get(op.inputs[0])
+        xin = src(pad[0] if pad else op.inputs[0])
+        sx, zx = _q(x)
+        sy, zy = _q(y)
+        d = {'k': k, 'op': op.index, 'zx': zx[0], 'zy': zy[0], 'sx': sx[0], 'sy': sy[0],
+             'nout': int(np.prod(y.shape)), 'in': [xin], 'out': op.outputs[0]}
+        lo, hi = _act_range(op.options.get('fused_activation_function', 'NONE'), sy[0], zy[0])
+        d['lo'], d['hi'] = lo, hi
+        if k == ADD:
+            _add_layer(g, op, d, x, y, xin, src(op.inputs[1]))
+        elif k in POOLS:
+            _pool_layer(g, op, d, x, y)
+        elif k == MEAN:
+            _mean_layer(g, op, d, x)
+        else:
+            _weighted_layer(g, op, d, x, pad)
+        out.append(d)
+    _mark_trained(g, out, train, ranks or {})
+    return out
+
+
+def _add_layer(g, op, d, x, y, xin, x2in):
+    """layers(): an ADD's inputs (x2in: its second, aliases resolved) and its
+    requantization as TFLite's add.cc (inputs shifted left ADD_SHIFT bits)."""
+    sx, sy = d['sx'], d['sy']
+    x2 = g.tensors[op.inputs[1]]
+    if list(x2.shape) != list(x.shape) or list(y.shape) != list(x.shape):
+        raise ValueError(f'{g.path}: ADD op {op.index} broadcasts; int8 training adds '
+                         'tensors of one shape')
+    (s2,), (z2,) = _q(x2)
+    tm = 2 * max(sx, s2)
+    ms = [quantize_multiplier(v) for v in (sx / tm, s2 / tm,
+                                            tm / ((1 << ADD_SHIFT) * sy))]
+    d['in'] = [xin, x2in]
+    d.update(z2=z2, mul=[m for m, _ in ms], shf=[e for _, e in ms], s2=s2)
+    shp = list(x.shape)
+    if len(shp) == 4:
+        d['hw'] = shp[1:]
+
+
+def _pool_layer(g, op, d, x, y):
+    """layers(): a MAX_POOL_2D / AVERAGE_POOL_2D's geometry (input and output quantized
+    alike, as TFLite's int8 pools need)."""
+    if len(x.shape) != 4 or len(y.shape) != 4:
+        raise ValueError(f'{g.path}: {op.name} op {op.index} must pool an NHWC tensor')
+    sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
+    if not (math.isclose(sx, sy, rel_tol=1e-6) and zx == zy):
+        raise ValueError(f'{g.path}: {op.name} op {op.index} has input scale {sx} '
+                         f'zero point {zx} but output scale {sy} zero point '
+                         f'{zy}; TFLite\'s int8 pools need them equal')
+    H, W, C = x.shape[1:]
+    o = op.options
+    KH, KW = o.get('filter_height', 1), o.get('filter_width', 1)
+    sh, sw_ = o.get('stride_h', 1), o.get('stride_w', 1)
+    OH, ph = _pad(H, KH, sh, 1, o.get('padding', 'SAME'))
+    OW, pw = _pad(W, KW, sw_, 1, o.get('padding', 'SAME'))
+    if [1, OH, OW, C] != list(y.shape) or min(KH, KW, sh, sw_, OH, OW) < 1:
+        raise ValueError(f'{g.path}: {op.name} op {op.index}: output shape '
+                         f'{list(y.shape)} is not its {KH}x{KW} window\'s [1, {OH}, '
+                         f'{OW}, {C}]')
+    d['g'] = [H, W, C, C, KH, KW, sh, sw_, ph, pw, OH, OW, 1, 1]
+
+
+def _mean_layer(g, op, d, x):
+    """layers(): a MEAN over H and W with 1/N folded into its multiplier, as TFLite's
+    reduce_common.cc does."""
+    axis = sorted(int(a) % 4 for a in g.tensors[op.inputs[1]].data.ravel())
+    if len(x.shape) != 4 or axis != [1, 2]:
+        raise ValueError(f'{g.path}: MEAN op {op.index} must reduce H and W of NHWC')
+    n = x.shape[1] * x.shape[2]
+    m, e = quantize_multiplier(d['sx'] / d['sy'])
+    sh = min(int(math.floor(math.log2(n))), 32, 31 + e)
+    d.update(n=n, mul=[int((m << sh) // n)], shf=[e - sh])
+
+
+def _weighted_layer(g, op, d, x, pad):
+    """layers(): a FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D's weights, bias (a zero
+    one where the file has none), per-channel multipliers and a conv's geometry (a
+    folded PAD in its padding)."""
+    k = d['k']
+    sx = [d['sx']]
+    w = g.tensors[op.inputs[1]]
+    sw, _ = _q(w)
+    if len(op.inputs) < 3 or op.inputs[2] < 0:
+        zero_bias(g, op, sx[0], sw)
+    b = g.tensors[op.inputs[2]]
+    if b.dtype != 'int32':
+        raise ValueError(f'{g.path}: bias {b.name!r} of op {op.index} is {b.dtype}, not int32')
+    mm = [quantize_multiplier(sx[0] * s / d['sy']) for s in sw]
+    d.update(wt=op.inputs[1], bt=op.inputs[2], wn=int(w.data.size), nb=int(b.data.size),
+             sw=sw, mul=[m for m, _ in mm], shf=[e for _, e in mm])
+    if min(sw) != max(sw):
+        d['pc'] = 1                     # per-channel weight scales that differ
+    if k == FC:
+        d['nin'] = int(w.shape[1])
+        return
+    H, W, I = x.shape[1:]
+    pt = pb = pl = pr = 0
+    if pad:
+        H, W, I = g.tensors[pad[0]].shape[1:]
+        pt, pb, pl, pr = pad[1:]
+    if k == CONV:
+        O, KH, KW, _ = w.shape
+    else:
+        _, KH, KW, O = w.shape
+    dh, dw = op.options.get('dilation_h_factor', 1), op.options.get('dilation_w_factor', 1)
+    sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
+    OH, ph = _pad(H + pt + pb, KH, sh, dh, op.options.get('padding', 'SAME'))
+    OW, pw = _pad(W + pl + pr, KW, sw_, dw, op.options.get('padding', 'SAME'))
+    d['g'] = [H, W, I, O, KH, KW, sh, sw_, ph + pt, pw + pl, OH, OW, dh, dw]
+
+
+def _mark_trained(g, out, train, ranks):
+    """layers(): 'train' on the FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layers
+    --train and the ranks {op: rank code} select ('tw': a rank's window of output
+    channels, [0, 0] the bias alone), 'back' on every layer after the first of them
+    (refused where one cannot pass a gradient back), the masks (masks())."""
+    from ..graph.passes import parse_train, channel_range, RANK_NAMES
+    ops_on = parse_train(train, len(g.ops)) | set(ranks)
+    chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
+    bad = sorted(set(ranks) - {out[i]['op'] for i in chosen})
+    if bad:
+        raise ValueError(f'{g.path}: --ranks names op {bad[0]} ({g.ops[bad[0]].name}), which '
+                         'int8 training cannot train (ranks are for FULLY_CONNECTED, CONV_2D, '
+                         'DEPTHWISE_CONV_2D)')
+    if chosen:
+        for i in range(chosen[0] + 1, len(out)):
+            d = out[i]
+            if d['k'] not in BACK:
+                raise ValueError(f'{g.path}: op {d["op"]} lies between trained layers; int8 '
+                                 'training passes no gradient through it (train later layers '
+                                 'only, or prepare --dequantize)')
+            d['back'] = 1                     # passes the gradient back to a trained layer
+        for i in chosen:
+            d = out[i]
+            d['train'] = 1
+            r = ranks.get(d['op'], 0)
+            if r == 1:
+                d['tw'] = [0, 0]
+            elif r:
+                lo, hi = channel_range(r, d['nb'])
+                if hi - lo < 1:
+                    raise ValueError(f'{g.path}: op {d["op"]}: rank {RANK_NAMES[r]} of '
+                                     f'{d["nb"]} output channels leaves none to train')
+                if (lo, hi) != (0, d['nb']):
+                    d['tw'] = [lo, hi]
+        masks(out, chosen[0])
+    return out
+
+
+def masks(ls, first):
+    """Mark ('mask') the FC / CONV_2D / DEPTHWISE_CONV_2D layers of the backward pass
+    (from layer first on) whose output no backward step reads as its input (no later
+    layer whose weights train, no pool, reads it), but the last: they keep a 1-bit mask
+    of where the output passed its clamp (utrain.q8sparse) instead of the int8 output,
+    which the arena frees after its last forward reader (the Tiny Training Engine's
+    ReLU mask of a layer whose bias alone trains)."""
+    needs = set()
+    for d in ls[first:]:
+        tw = d.get('tw')
+        if d['k'] in POOLS or (d.get('train') and not (tw and tw[1] <= tw[0])):
+            needs.update(d['in'])
+    for d in ls[first:-1]:
+        if (d['k'] in WEIGHTED and d['out'] not in needs) or d['k'] == ADD:
+            d['mask'] = 1           # (an ADD: its gradient passes both inputs on its mask)
+
+
+def _intervals(ls, first, free, group=None):
+    """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; group:
+    (lo, hi, Q8Group) whose windows live over lo..hi-1 and whose outputs from lo on."""
+    n = len(ls)
+    last = {}
+    for i, fr in enumerate(free):
+        for k in fr:
+            last[k] = i
+    iv = {}
+    for i, d in enumerate(ls):
+        iv[d['out']] = [i, last.get(d['out'], n), d['nout']]
+    if group:
+        lo, hi, grp = group
+        for k in grp.win:
+            iv[k] = [lo, hi - 1, grp.nbytes(k)]
+        for k in grp.outs:
+            iv[k][0] = lo
+    return iv
+
+
+def _place(iv):
+    """First-fit offsets, biggest first: {tensor: offset}, arena bytes."""
+    at, placed = {}, []
+    for k in sorted(iv, key=lambda k: (-iv[k][2], k)):
+        a, b, n = iv[k]
+        n = (n + 3) & ~3
+        busy = sorted((o, o + m) for o, m, a2, b2 in placed if a2 <= b and a <= b2)
+        off = 0
+        for o0, o1 in busy:
+            if off + n <= o0:
+                break
+            off = max(off, o1)
+        at[k] = off
+        placed.append((off, n, a, b))
+    return at, max([o + n for o, n, _, _ in placed] or [0])
+
+
+def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
+    """The memory plan of layer table ls: arena offsets (with the row-band group that
+    makes the arena smallest, none when rows == 0), the sum buffer's and the weight
+    scratch's sizes, the channel chunks of streamed layers.  resident: a band group's
+    layers keep their few weights in RAM (else read at each band step, as the other
+    frozen layers are once a forward: the prefix cache's pass runs once a sample).
+    Returns the meta entries."""
+    qb = module('q8bands')
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    free = qb.frees(ls, first)
+    best = (_place(_intervals(ls, first, free))[1], None)
+    if rows != 0:
+        net = qb.standin(ls, free)
+        q = type('Q', (), {'first': first, 'meta': {'layers': ls}})
+        for hi in range(2, first + 1):
+            if any(d['k'] not in (CONV, DW, ADD) for d in ls[:hi]):
+                break
+            for r in ([rows] if rows else (1, 2, 4, 8)):
+                try:
+                    grp = qb.Q8Group(q, 0, hi, r, net)
+                    grp.plan()
+                except (ValueError, KeyError):
+                    continue
+                size = _place(_intervals(ls, first, free, (0, hi, grp)))[1]
+                if size < best[0]:
+                    best = (size, (hi, r, grp))
+    grp = best[1]
+    iv = _intervals(ls, first, free, (0, grp[0], grp[2]) if grp else None)
+    at, size = _place(iv)
+    # the shared int32 sum buffer: a depthwise row, a MEAN, an FC output, a conv row
+    # (pools write int8 straight from their window: none)
+    A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
+            + [d['nout'] for d in ls if d['k'] in (MEAN, FC)]
+            + [d['g'][11] for d in ls if d['k'] == CONV])
+    W = max([wbuf] + [d['wn'] for d in ls if d['k'] == DW]
+            + [d['wn'] // d['nb'] for d in ls if d['k'] in (FC, CONV)])
+    Q = 1
+    for i, d in enumerate(ls):
+        if d['k'] in (FC, CONV):
+            row = d['wn'] // d['nb']
+            nc = W // row
+            if d['k'] == CONV:
+                nc = min(nc, A // d['g'][11])
+            if nc < d['nb']:
+                d['nc'] = nc
+            tw = d.get('tw')
+            wtrains = d.get('train') and not (tw and tw[1] <= tw[0])
+            if (d['wn'] > W and (d.get('back') or d.get('train')) and not wtrains and
+                    (d['k'] == FC or pointwise(d['g']))):
+                # its weights do not train and the gradient passes it: read a chunk of
+                # output channels at a time for the input gradient too (q8sparse.dak),
+                # not held in RAM
+                d['sd'] = 1
+            if (wtrains and tw and tw[1] - tw[0] < d['nb'] and d['wn'] > W and
+                    (d['k'] == FC or pointwise(d['g']))):
+                # a rank's window of a wide layer: its rows alone held in RAM, the frozen
+                # ones read from flash a chunk at a time (forward and input gradient)
+                d['pw'] = 1
+        if d.get('train') and d['k'] in (FC, CONV):
+            # output channels a chunk of the weight gradient holds (utrain.q8 _wgrad)
+            row = d['wn'] // d['nb']
+            lo, hi = d.get('tw', (0, d['nb']))
+            gc = max(1, min(hi - lo, GCHUNK // row))
+            if gc < hi - lo:
+                d['gc'] = gc
+        if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
+            d['res'] = 1             # in a band group: its few weights stay in RAM
+        elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
+            Q = max(Q, d.get('nc', d['nb']))
+    # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
+    return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
+            'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
+
+
+def pointwise(gm) -> bool:
+    """Is conv geometry gm a 1x1 convolution at stride 1 without padding (an FC over
+    the positions)?"""
+    return gm[4] == gm[5] == gm[6] == gm[7] == 1 and gm[8] == gm[9] == 0
+
+
+def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
+    """The q8 table: layers, input and output scales, and the memory plan (rows: the
+    row-band step, None: chosen, 0: no bands; ranks: as layers())."""
+    ls = layers(g, train, ranks)
+    x, y = g.tensors[g.inputs[0]], g.tensors[g.ops[ls[-1]['op']].outputs[0]]
+    (sx,), (zx,) = _q(x)
+    (sy,), (zy,) = _q(y)
+    m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
+         'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
+         'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
+    m.update(plan(ls, rows))
+    return m
+
+
+def etab(sy: float) -> list:
+    """scce's softmax table for logits at scale sy (utrain.q8 Q8Net._sce): round(2^14
+    exp(-sy d)) for the logit differences d = 0..255, its zeros at the end left out.
+    Made here, not on the board: 256 soft-float exps cost a Cortex-M0+ millions of
+    cycles."""
+    t = [int(round(16384.0 * math.exp(-sy * d))) for d in range(256)]
+    while t and not t[-1]:
+        t.pop()
+    return t
+
+
+def wof_arrays(g: Graph, m: dict) -> dict:
+    """{tensor: int8/int32 array} of every weight and bias in the layer table."""
+    out = {}
+    for d in m['layers']:
+        if 'wt' in d:
+            out[d['wt']] = g.tensors[d['wt']].data
+            out[d['bt']] = g.tensors[d['bt']].data
+    return out
+
+
+def split(g: Graph, m: dict, rows=None):
+    """(prefix table, trained table) of table m cut at the first trained layer's input:
+    the prefix (the frozen layers below it, their output that tensor) runs once per
+    sample into a cache (utrain.q8prefix), the trained part takes the cache's samples."""
+    import copy
+    ls = m['layers']
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [0])
+    cut = ls[first]['in'][0] if first else None
+    made = {d['out'] for d in ls[first:]}
+    if not first or ls[first - 1]['out'] != cut or any(
+            k != cut and k not in made for d in ls[first:] for k in d['in']):
+        raise ValueError('the trained layers do not start from one tensor the frozen layers '
+                         'end with: no prefix cache')
+    (sc,), (zc,) = _q(g.tensors[cut])
+    pre = [copy.deepcopy(d) for d in ls[:first]]
+    for d in pre:
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None), d.pop('pw', None)
+    post = [copy.deepcopy(d) for d in ls[first:]]
+    for d in post:
+        d.pop('nc', None), d.pop('res', None), d.pop('sd', None), d.pop('pw', None)
+    base = {k: m[k] for k in ('format', 'version', 'ntensors')}
+    # the .wof holds both parts' tensors: [tensor, bytes] of each, for its header check
+    base['wsizes'] = [[k, n] for d in ls if 'wt' in d
+                      for k, n in ((d['wt'], d['wn']), (d['bt'], 4 * d['nb']))]
+    p = dict(base, layers=pre, sx=m['sx'], zx=m['zx'], sy=sc, zy=zc, nin=m['nin'],
+             nclass=ls[first - 1]['nout'], xin=m['xin'])
+    p.update(plan(pre, rows, resident=False))
+    t = dict(base, layers=post, sx=sc, zx=zc, sy=m['sy'], zy=m['zy'],
+             nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut, etab=m['etab'])
+    t.update(plan(post, 0))
+    return p, t
+
+
+def write(g: Graph, folder, train='last:1', m=None, tables=None) -> dict:
+    """q8.json, q8.req and weights.wof (int8 weights as int8 bytes, int32 biases) in
+    folder; m: the layer table (meta), made when not given; tables: {file name: table}
+    to write instead of q8.json (a prefix and a trained part).  The layers that do not
+    train keep their per-channel multipliers and shifts in q8.req (int32
+    little-endian, a layer's multipliers then its shifts, at its 'ro'), not in q8.json,
+    and a layer that trains or passes a gradient its weight scales after them (float32,
+    'fs'): JSON's numbers are boxed objects on a board."""
+    m = m or meta(g, train)
+    outs, req = as_written(m, tables)
+    os.makedirs(folder, exist_ok=True)
+    for name, out in outs.items():
+        atomic_write(os.path.join(folder, name), json.dumps(out).encode())
+    if req:
+        atomic_write(os.path.join(folder, 'q8.req'), bytes(req))
+    hwof.write_wof(os.path.join(folder, 'weights.wof'), len(g.tensors), wof_arrays(g, m),
+                   keep_dtype=True)
+    return m
+
+
+def as_written(m: dict, tables=None):
+    """({file name: table as the board reads it}, q8.req's bytes) of layer table m (or
+    of tables, a prefix and a trained part): what write() writes, and what the heap
+    plan (memory.plan_heap_q8) prices."""
+    req = bytearray()
+    outs = {}
+    for name, t in (tables or {'q8.json': m}).items():
+        out = outs[name] = dict(t, layers=[])
+        for d in t['layers']:
+            d = dict(d)
+            if 'wt' in d:
+                d['ro'], d['nq'] = len(req), len(d['mul'])
+                req += np.asarray(d.pop('mul'), '<i4').tobytes()
+                req += np.asarray(d.pop('shf'), '<i4').tobytes()
+                if d.get('back') or d.get('train'):   # its weight scales, float32, after them
+                    req += np.asarray(d.pop('sw'), '<f4').tobytes()
+                    d['fs'] = 1
+                else:
+                    del d['sw']
+            for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
+                if not d.get('train'):
+                    d.pop(k, None)
+            out['layers'].append(d)
+    for out in outs.values():
+        if req:
+            out['req'] = 'q8.req'
+    return outs, req
+
+
+def read_q8_wof(path, g: Graph, m: dict) -> dict:
+    """The int8 weights and int32 biases of a q8 .wof for graph g (checked by the
+    device reader)."""
+    import io
+    dev = module('wof')
+    with open(path, 'rb') as f:
+        data = f.read()
+    nb = [None] * len(g.tensors)
+    for d in m['layers']:
+        if 'wt' in d:
+            nb[d['wt']], nb[d['bt']] = d['wn'], 4 * d['nb']
+    try:
+        offs = dev.read_table(io.BytesIO(data), path, nb, nb)[0]
+    except dev.FormatError as e:
+        raise ValueError(str(e)) from None
+    out = {}
+    for k, o in enumerate(offs):
+        if o:
+            t = g.tensors[k]
+            dt = np.int8 if t.dtype == 'int8' else np.dtype('<i4')
+            out[k] = np.frombuffer(data[o:o + nb[k]], dt).reshape(t.shape).copy()
+    return out
+
+
+def export(model_path, wof_path, out_path, train='last:1') -> str:
+    """The int8 model with the trained int8 weights and int32 biases of wof_path, every
+    scale, zero point and layout as in model_path."""
+    from ..graph.rewrite import save_graph
+    from .runfolder import out_identifier
+    g = read_model(model_path)
+    m = meta(g, train)
+    for k, a in read_q8_wof(wof_path, g, m).items():
+        g.tensors[k].data = a
+    g.identifier = out_identifier(out_path, g.identifier)
+    return save_graph(g, out_path)
+
+
+def trained_params(ls) -> int:
+    """Weights and biases that train in layer table ls (a rank's window of them)."""
+    n = 0
+    for d in ls:
+        if d.get('train'):
+            oc = d['nb']
+            lo, hi = d.get('tw', (0, oc))
+            n += (hi - lo if hi > lo else oc) + (hi - lo) * (d['wn'] // oc)
+    return n
+
+
+def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None, ranks=None):
+    """(layer table, {file: table} or None, heap plan) of an int8 run: the tables as
+    write() writes them, priced by memory.plan_heap_q8.  ValueError: the model does not
+    train as int8 that way (prepare says why)."""
+    from ..plan.memory import plan_heap_q8
+    m = meta(g, train, bands, ranks)
+    tables = None
+    if cache:                # the board computes the frozen prefix once per sample
+        p, t = split(g, m, bands)
+        tables = {'q8.json': p, 'q8t.json': t}
+    outs = json.loads(json.dumps(as_written(m, tables)[0]))     # as the board parses them
+    heap = plan_heap_q8(outs, s, board)
+    if bands is None and banded(m, tables):     # bands only where they lower the plan
+        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks)
+        if h0['total'] <= heap['total']:
+            return m0, t0, h0
+    return m, tables, heap
+
+
+def banded(m, tables) -> bool:
+    """Does the run compute some frozen layers in row bands (its table, or its prefix's)?"""
+    return bool(m.get('groups') or (tables and any(t.get('groups') for t in tables.values())))
+
+
+def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model_path, log,
+                        ranks=None):
+    """Row bands chosen by prepare (--bands not given), as the float path chooses them:
+    planned() keeps them only where they lower the plan; under a budget or board, only
+    when the plan does not fit without them (a banded step costs time: the DS-CNN's int8
+    last:2 step 1.8x on a Pico).  Returns the run to write: (table, tables, heap)."""
+    try:
+        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks)
+    except ValueError:
+        return m, tables, heap
+    lim = limit(h0) if limit else None
+    if h0['total'] <= heap['total'] or (lim is not None and h0['total'] <= lim):
+        return m0, t0, h0
+    log(f'{model_path}: row bands: the frozen early layers are computed a few rows at a time '
+        f'(about {heap["total"] // 1024} KB planned; {h0["total"] // 1024} KB without them'
+        + (f', over the {lim // 1024} KB limit' if lim is not None else '') + '; --bands 0: never)')
+    return m, tables, heap
+
+
+def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks=None) -> list:
+    """Lines naming settings whose int8 run the planner fits in limit (bytes): batch 1,
+    SGD, the prefix cache, fewer layers trained (--train last:N over the model's ops)."""
+    cands = []
+    if int(s['batch']) > 1:
+        cands.append(({'batch': 1}, train, cache))
+    if s['optimizer'] != 'sgd':
+        cands.append(({'optimizer': 'sgd'}, train, cache))
+    cheap = {'batch': 1, 'optimizer': 'sgd'}
+    if not cache:
+        cands.append((cheap, train, True))
+    for n in range(len(g.ops) - 1, 0, -1):
+        for c in sorted({bool(cache), True}):
+            cands.append((cheap, 'last:%d' % n, c))
+    out, seen = [], set()
+    for change, tr, c in cands:
+        s2 = dict(s, **change)
+        new = [k for k in change if s.get(k) != change[k]]
+        desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
+                        + ['--cache'] * (c and not cache) + [f'--train {tr}'] * (tr != train))
+        if not desc or desc in seen:
+            continue
+        seen.add(desc)
+        try:
+            m, _, h = planned(g, s2, tr, c, bands, board, ranks if tr == train else None)
+        except ValueError:
+            continue
+        if any(d.get('train') for d in m['layers']) and h['total'] <= limit:
+            out.append(f'  would fit: {desc}  (about {h["total"] // 1024} KB)')
+            if len(out) >= 3:
+                break
+    return out or ['  nothing tried fits: the code and interpreter alone take about '
+                   f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
+
+
+def float_takes(g: Graph, train) -> bool:
+    """Does prepare's float path (--dequantize) train int8 model g with --train train?"""
+    from ..plan.runplan import select_rewrite_plan
+    try:
+        return bool(select_rewrite_plan(g, train, {})[-1].params)
+    except Exception:           # noqa: BLE001 (any refusal of the float path: it does not)
+        return False
+
+
+def refusal(g: Graph, model_path, why: str, train) -> str:
+    """An int8 path refusal: the model's file named once, and --dequantize when the float
+    path trains the model."""
+    msg = why if why.startswith(f'{g.path}: ') else f'{model_path}: {why}'
+    if float_takes(g, train):
+        msg += '; --dequantize trains it in float32 (export --quantized writes it back as int8)'
+    return msg
+
+
+def inspect_lines(g: Graph) -> list:
+    """What `inspect` says of an int8 model: how prepare trains it (as int8, or why not
+    and whether --dequantize does) and its int8 parameters."""
+    n = sum(int(np.prod(t.shape)) for t in g.tensors if t.data is not None and t.quant
+            and t.dtype in ('int8', 'int32'))
+    out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
+    try:
+        ls = layers(g, 'all')
+        out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
+                   f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
+                   'DEPTHWISE_CONV_2D layers can train (--train last:N); --dequantize trains '
+                   'it in float32 instead (the rewrites above)')
+    except ValueError as e:
+        out.append('prepare does not train it as int8: ' + refusal(g, g.path, str(e), 'all'))
+    return out
+
+
+def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log,
+                ranks=None):
+    """prepare.fit_options for an int8 run: the options the user left to prepare (given:
+    the ones set on the command line) that bring the plan within limit(plan): --cache (the frozen
+    prefix runs first on a net of its own), --batch 1, each alone, else both.  Returns
+    (table, tables, heap, settings, cache) or None."""
+    free = [n for n in ('cache', 'batch') if n not in given and not (
+        (n == 'cache' and cache) or (n == 'batch' and int(s['batch']) == 1))]
+    tries = [[n] for n in free] + ([free] if len(free) > 1 else [])
+    for names in tries:
+        s2 = dict(s, batch=1) if 'batch' in names else s
+        c2 = True if 'cache' in names else cache
+        try:
+            m, tables, h = planned(g, s2, train, c2, bands, board, ranks)
+        except ValueError:
+            continue
+        if h['total'] <= limit(h):
+            flags = ['--cache'] * ('cache' in names) + ['--batch 1'] * ('batch' in names)
+            log(f'{model_path}: the int8 plan ({heap["total"] // 1024} KB) is over the '
+                f'{limit(h) // 1024} KB limit; prepare chose {" ".join(flags)} (about '
+                f'{h["total"] // 1024} KB): '
+                + '; '.join(['--cache: the frozen layers run once per sample in the first '
+                             'epoch, on a net of their own'] * ('cache' in names)
+                            + ['--batch 1: each sample updates at once'] * ('batch' in names))
+                + ' (give the flag yourself to decide otherwise)')
+            return m, tables, h, s2, c2
+    return None
+
+
+def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_split=0.0,
+               split_seed=0, progress=None, cache=False, bands=None, board=None,
+               limit=None, why_limit='', log=print, given=None, ranks=None) -> dict:
+    """prepare's int8 path: q8.json, weights.wof (int8), the samples as int8 at the model
+    input's scale and zero point (a sample's bytes are the model's input), train.json
+    naming q8.json as the model.  s: the resolved settings; board: what the heap plan is
+    for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
+    budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
+    update (layers())."""
+    from ..graph.passes import PrepareError
+    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data, write_data,
+                            write_run_config)
+    from ..plan.memory import plans_by_target, plan_heap_q8
+    if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
+        raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
+                           'schedule; --dequantize trains the model in float32 with them')
+    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
+            or (s['momentum'] and s['optimizer'] != 'sgd')):
+        raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
+                           'sgd (with or without momentum) or adam; --dequantize trains it in '
+                           f'float with {s["loss"]}/{s["optimizer"]}'
+                           + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
+    if cache == 'host':
+        raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
+                           '(--cache); --cache-on-host is for the float path (--dequantize)')
+    n0 = len(g.tensors)
+    try:
+        m, tables, heap = planned(g, s, train, cache, bands, board, ranks)
+    except ValueError as e:
+        raise PrepareError(refusal(g, model_path, str(e), train)) from None
+    for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
+        op = next(op for op in g.ops if len(op.inputs) > 2 and op.inputs[2] == t.index)
+        log(f'{model_path}: op {op.index} {op.name} has no bias tensor: it trains with a zero '
+            f'int32 bias ({t.name}), which export writes into the trained model')
+    if not any(d.get('train') for d in m['layers']):
+        raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
+                                   f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
+    if bands is None and banded(m, tables):
+        m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
+                                              model_path, log, ranks)
+    lim = limit(heap) if limit else None
+    if lim is not None and heap['total'] > lim and given is not None:
+        m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
+                                                limit, heap, given, log, ranks) or (
+                                                    m, tables, heap, s, cache)
+        lim = limit(heap)
+    if lim is not None and heap['total'] > lim:
+        parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
+        raise PrepareError('\n'.join(
+            [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
+             f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
+            + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
+    # the samples as int8 at the model input's scale and zero point
+    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
+    check_flash(model_path, xy, 'int8', board)
+    check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
+        if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
+            os.remove(os.path.join(out_dir, f))
+    outs = json.loads(json.dumps(as_written(m, tables)[0]))
+    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t))
+    write(g, out_dir, train, m, tables)
+    files = dict(FILES, model='q8.json', rewritten=None)
+    if cache:
+        files.update(model='q8t.json', prefix='q8.json')
+    if any('wt' in d for d in m['layers']):
+        files['quant'] = 'q8.req'        # (deploy copies it with the model)
+    trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
+    summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
+               'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
+               'trainable_params': trained_params(m['layers']),
+               'rewritten': None, 'quant': {}, 'heap': heap,
+               # output channels lo:hi of the layers whose weights train in part (or not)
+               'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
+                              m['sx'], -m['zx'] * m['sx']))
+    return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',
+                            **({'planned': heap['total']} if lim is not None else {}))

