@@ -8,13 +8,15 @@ batch 1 (no momentum), scce, TRAIN samples train, the rest test.
 
 Schemes (SCHEMES; op numbers as `inspect` lists the file: 58-65 are the convolutions of
 the last two blocks and the 1x1 head to 1280 channels, 67 the classifier): the
-classifier alone; the biases of the last 7 convolutions + the classifier (TTE's
-bias-only layers); the same + the weights of two layers at channel ratios (the last
-project conv at 1/2, the head at 1/8); full fine-tuning of the last N ops (last:N).
+classifier alone; the bias of the 1x1 head + the classifier; the biases of the last 7
+convolutions + the classifier (TTE's bias-only layers); the same + the weights of two
+layers at channel ratios (the last project conv at 1/2, the head at 1/8); full
+fine-tuning of the last N ops (last:N); --select auto on the int8 tail within AUTO_BUDGET
+(the tail's plan; the plan column prices the choice on the whole model).
 
 Per scheme, columns:
-  int8 path   whether `prepare` trains it as int8 today (an int8 model given --ranks
-              goes to the float path: 'n/a until the engine lands' in its int8 cells)
+  int8 path   whether `prepare` trains it as int8 (q8.json written; --ranks go with
+              --train none: --train's default, all, would train every other op whole)
   plan        prepare's heap plan for the rp2040 profile (KB; the int8 plan when int8,
               else the float path's), and whether prepare --board rp2040 accepts it
   heap        the smallest heap (KB, bisection, 1 KB) in which the int8 run trains one
@@ -67,15 +69,18 @@ CUT = 50                        # the accuracy runs train the ops from here on
 TMP = os.path.join(tempfile.gettempdir(), 'utrain-sparse-%d' % os.getuid())
 CONVS7 = (58, 59, 60, 62, 63, 64, 65)       # the last 7 convolutions (2 blocks + head)
 BIAS7 = {k: 'bias' for k in CONVS7}
+AUTO_BUDGET = '256K'            # the auto scheme's budget (TTE's SRAM), on the tail's plan
 # name: (what trains, --train, --ranks)
 SCHEMES = [
     ('classifier', 'op 67 (FC)', 'last:2', None),
+    ('bias1', 'bias of op 65 (1x1 head) + op 67', None, {65: 'bias', 67: 'all'}),
     ('bias7', 'biases of ops 58-65 (7 convs) + op 67', None, {**BIAS7, 67: 'all'}),
     ('sparse', 'bias7 + op 64 weights 1/2 + op 65 weights 1/8', None,
      {**BIAS7, 64: '1/2', 65: '1/8', 67: 'all'}),
     ('last:4', 'ops 65 (1x1 head, 1280) and 67 whole', 'last:4', None),
     ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
     ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
+    ('auto', '--select auto on the int8 tail, budget %s' % AUTO_BUDGET, None, 'auto'),
 ]
 
 
@@ -133,8 +138,8 @@ def tail_task(d):
 
 def settings(train, ranks, shift=0):
     kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=1)
-    if ranks:
-        kw['ranks'] = ranks_text(ranks, shift)
+    if ranks:       # (--train's default, all, would train every other op whole too)
+        kw.update(ranks=ranks_text(ranks, shift), train='none')
     else:
         kw['train'] = train
     return kw
@@ -154,6 +159,22 @@ def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS):
         return 'failed: ' + text.strip().splitlines()[-1][:60]
     acc = re.findall(r'^epoch \d+/\d+ .* test_accuracy ([0-9.]+)', text, re.M)
     return float(acc[-1])
+
+
+def select_tail(model, data, split, out):
+    """--select auto on the int8 tail within AUTO_BUDGET (the int8 trials, the int8
+    planner): the chosen ranks in the whole model's op numbers, or a reason it did not run.
+    The tail's plan leaves out the frozen prefix: plan_cell prices the choice on the whole
+    model."""
+    try:
+        s = prepare(model, out, data=data, test_split=split, epochs=EPOCHS, log=quiet,
+                    cache=True, select='auto', budget=AUTO_BUDGET,
+                    **settings(None, None))
+    except PrepareError as e:
+        return 'refused: ' + str(e).split('\n')[0][:60]
+    if 'select' not in s:
+        return 'refused: no selection in the summary'
+    return {int(k) + CUT: v for k, v in s['select']['ranks'].items()}
 
 
 def small_task(d, n=6):
@@ -254,6 +275,7 @@ def pico_cell(d, train, ranks):
 
 
 def main(argv=None):
+    global LR       # (--lr: settings() reads it)
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--no-accuracy', action='store_true')
     ap.add_argument('--no-heap', action='store_true')
@@ -261,7 +283,9 @@ def main(argv=None):
                     '(. /work/scratch/env.sh or $UTRAIN_PICO_FIRMWARE; slow: minutes a scheme)')
     ap.add_argument('--schemes', help='comma-separated names of SCHEMES (default all)')
     ap.add_argument('--epochs', type=int, default=EPOCHS)
+    ap.add_argument('--lr', type=float, default=LR, help='SGD learning rate of every scheme')
     a = ap.parse_args(argv)
+    LR = a.lr
     names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
     exe = os.environ.get('UTRAIN_MP32')
     print(f'MobileNetV2-0.35 96x96 int8, pre-trained on digits 0-4, fine-tuned on 5-9: '
@@ -279,6 +303,13 @@ def main(argv=None):
                 continue
             sd = os.path.join(d, name.replace(':', ''))
             os.makedirs(sd)
+            if ranks == 'auto':     # chosen on the tail; prepare drops --train given --ranks
+                ranks = None if a.no_accuracy else select_tail(model, data, split,
+                                                               os.path.join(sd, 'select'))
+                if not isinstance(ranks, dict):
+                    print('| %s | %s: %s |' % (name, what, ranks or 'needs the accuracy runs'))
+                    continue
+                what = '%s: %s' % (what, ranks_text(ranks))
             kb, int8, board = plan_cell(sd, small, train, ranks)
             plan = '-' if kb is None else '%d (%s)' % (kb, 'int8' if int8 else 'float')
             heap = None

@@ -317,6 +317,14 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         ranks, train_config, train = sel['ranks'], None, 'none'
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
                                     overrides.get('train') is not None)
+    whole = [i for i in chosen if i not in chosen_rk and any(     # ops with weights
+        t >= 0 and source.tensors[t].data is not None
+        and (source.tensors[t].data.dtype.kind == 'f' or source.tensors[t].data.dtype.itemsize == 1)
+        for t in source.ops[i].inputs)]
+    if ranks and not sel and overrides.get('train') is None and whole:
+        log(f'--ranks with --train {train} (the default): '
+            + ('op %s trains' if len(whole) == 1 else 'ops %s train') % _span(whole)
+            + ' whole besides the ranked ones; --train none trains only the ranked ops')
     g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
@@ -665,3 +673,15 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
             r['clipped'] = 0        # (weight scales that fit the trained weights)
     r['notes'] = export_notes(r, g, summary, out_path)
     return r
+
+
+def _span(ops) -> str:
+    """Op numbers as short ranges: [0, 1, 2, 5] -> '0-2, 5'."""
+    out, i = [], 0
+    while i < len(ops):
+        j = i
+        while j + 1 < len(ops) and ops[j + 1] == ops[j] + 1:
+            j += 1
+        out.append(str(ops[i]) if i == j else '%d-%d' % (ops[i], ops[j]))
+        i = j + 1
+    return ', '.join(out)

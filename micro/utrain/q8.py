@@ -438,6 +438,8 @@ class Q8Net:
         self.f.close()
         if self.meta.get('req'):
             self.rf.close()
+        if K._A is not None:    # (its tables' raw addresses would keep our buffers)
+            K._A.forget()
 
     def _read(self, off, buf, n=None):
         f = self.f

@@ -792,6 +792,23 @@ def _buf(n):
     return _PB
 
 
+def forget():
+    # after a net's last call (utrain.q8 Q8Net.close): _P, _G and _Q hold the raw
+    # addresses of the last kernels' buffers (a bias, the multipliers), which the
+    # collector takes for pointers: a closed net's 5 KB sums and multipliers stayed,
+    # in the middle of the heap the trainer loads into (the prefix pass pinned 15 KB on
+    # the emulated Pico); zeroed, and the scratch grown on use dropped
+    global _PB, _PW, _T
+    for t in (_P, _G, _Q):
+        for i in range(len(t)):
+            t[i] = 0
+    _PB = bytearray(0)
+    _PW = array('i', range(0))
+    if len(_T) > 24 + 5 * 9 + 9:
+        _T = None
+        _T = array('i', range(24 + 5 * 9 + 9))
+
+
 def _wbuf(n):
     # cdk's int32 im2col-row gradients, at least n
     global _PW

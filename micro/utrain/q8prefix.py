@@ -15,7 +15,21 @@ from utrain.q8 import Q8Net  # noqa: E402
 SUFFIX = '.q8.pfx'
 
 
+PASS = 'in the frozen prefix pass'     # (utrain.once's out-of-memory line says where)
+
+
 def make(files, log=None):
+    try:
+        return _make(files, log)
+    except MemoryError as e:
+        if e.args and 'locked' in e.args[0]:    # a Ctrl-C (utrain.run ctrl_c)
+            raise
+    import gc
+    gc.collect()                # (the pass's objects: garbage now)
+    raise MemoryError(PASS)
+
+
+def _make(files, log=None):
     import json
     from utrain.data import Dataset
     from utrain.wof import openr

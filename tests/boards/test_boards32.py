@@ -10,6 +10,7 @@ trains through deploy, `mpremote run train.py` and pull at the planned heap, and
 that runs out of memory there makes deploy --run fail with utrain's message."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -156,3 +157,37 @@ def test_m0_trains_at_the_heap_prepare_planned_for_rp2040(tmp_path, digits16, va
         assert r.returncode == 2, r.stdout + r.stderr
         assert 'utrain: out of memory' in r.stdout and 'training failed: out of memory' in r.stderr, \
             r.stdout + r.stderr
+
+
+@needs('UTRAIN_MP32')
+def test_int8_prefix_cache_made_and_trained_in_one_run_at_the_plan(tmp_path, use):
+    """prepare --cache on an int8 model: the board's first run computes the frozen prefix
+    into the cache and trains in the same run, at the planned heap; the pass leaves
+    nothing behind (training has the free heap a second run, from the cache, has: a
+    prefix net whose buffers stayed referenced fails this); and a heap too small for the
+    pass says so on the end line (not 'loading the model')."""
+    use('UTRAIN_MP32')
+    out, s = q8cases.prepared(prepare, 'dscnn-last2-cache', tmp_path)
+    plan = s['heap']['total']
+    argv, env = runner.command(out)
+
+    def run(heap):
+        argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
+        p = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True,
+                           stdin=subprocess.DEVNULL, timeout=300)
+        free = [int(v) for v in re.findall(r'free heap (\d+)', p.stdout)]
+        return p.stdout.strip().splitlines()[-1], free
+
+    def caches():
+        return sorted(f for f in os.listdir(out) if f.endswith('.q8.pfx'))
+
+    assert not caches()
+    end, first = run(plan)
+    assert end == 'utrain: end: ok' and caches() == ['test.ds.q8.pfx', 'train.ds.q8.pfx'], end
+    end, second = run(plan)
+    assert end == 'utrain: end: ok', end
+    assert abs(first[0] - second[0]) <= 256, (first, second)
+    for f in caches():
+        os.remove(os.path.join(out, f))
+    end, _ = run(plan * 3 // 4)
+    assert end == 'utrain: end: out of memory in the frozen prefix pass', end

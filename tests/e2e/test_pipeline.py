@@ -315,3 +315,18 @@ def test_float_ops_without_bias_train_without_one(tmp_path):
     assert acc[-1] > 0.5, log
     w = read_wof(os.path.join(out, 'trained.wof'), read_model(model))
     assert sorted(w) == sorted(op.inputs[1] for op in weighted)
+
+
+def test_ranks_without_train_say_what_else_trains_whole(tmp_path):
+    """--ranks alone takes --train's default (all) besides the ranked ops: prepare says
+    which weighted ops train whole and how to train only the ranked ones, and with
+    --train none only the ranked op trains and nothing is said."""
+    from host_tools.formats.refmodels import small_cnn
+    m = small_cnn(str(tmp_path / 'cnn.circle'), size=12, classes=4)     # conv, pool, reshape, fc
+    said = []
+    prepare(m, str(tmp_path / 'a'), loss='scce', ranks='3:bias', log=said.append)
+    note = [s for s in said if s.startswith('--ranks')]
+    assert len(note) == 1 and 'op 0 trains whole' in note[0] and '--train none' in note[0], said
+    said = []
+    prepare(m, str(tmp_path / 'b'), loss='scce', ranks='3:bias', train='none', log=said.append)
+    assert not [s for s in said if s.startswith('--ranks')], said
