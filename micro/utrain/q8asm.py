@@ -797,11 +797,14 @@ def forget():
     # addresses of the last kernels' buffers (a bias, the multipliers), which the
     # collector takes for pointers: a closed net's 5 KB sums and multipliers stayed,
     # in the middle of the heap the trainer loads into (the prefix pass pinned 15 KB on
-    # the emulated Pico); zeroed, and the scratch grown on use dropped
+    # the emulated Pico); zeroed, and the scratch grown on use dropped, with the
+    # depthwise kernels' kept tables (vmacs's scratch in them: addresses too)
     global _PB, _PW, _T
-    for t in (_P, _G, _Q):
+    for t in (_P, _G, _Q, _T):
         for i in range(len(t)):
             t[i] = 0
+    for i in range(len(_S)):
+        _S[i] = None
     _PB = bytearray(0)
     _PW = array('i', range(0))
     if len(_T) > 24 + 5 * 9 + 9:
