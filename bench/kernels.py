@@ -37,9 +37,9 @@ CFG = {'fc': [64, 32], 'bare': 16384, 'min_us': 20000,
 QUICK = dict(CFG, min_us=2000)
 
 
-def _folder(out, quick):
+def _folder(out, quick, only=None):
     with open(os.path.join(out, 'kbench.json'), 'w') as f:
-        json.dump(QUICK if quick else CFG, f)
+        json.dump(dict(QUICK if quick else CFG, only=only or ''), f)
     shutil.copy(os.path.join(ROOT, 'bench', 'kernels_board.py'), out)
     with open(os.path.join(out, 'train.json'), 'w') as f:     # (run_folder's marker)
         f.write('{}')
@@ -58,10 +58,10 @@ def _parse(text):
     return rows
 
 
-def run_unix(quick, binary=None):
+def run_unix(quick, binary=None, only=None):
     binary = binary or runner.micropython_binary()
     with tempfile.TemporaryDirectory() as out:
-        _folder(out, quick)
+        _folder(out, quick, only)
         mpy = subprocess.run([binary, '-c', 'import sys;print(sys.implementation._mpy)'],
                              capture_output=True, text=True, timeout=60).stdout.split()[-1]
         runner.stage(out, mpy=int(mpy))
@@ -71,10 +71,10 @@ def run_unix(quick, binary=None):
         return _parse(r.stdout + r.stderr)
 
 
-def run_pico(quick):
+def run_pico(quick, only=None):
     from host_tools.boards import pico
     with tempfile.TemporaryDirectory() as out:
-        _folder(out, quick)
+        _folder(out, quick, only)
         code, text = pico.run_folder(out, stream=False, script='kernels_board.py')
         return _parse(text)
 
@@ -223,14 +223,16 @@ def main(argv=None):
     ap.add_argument('--quick', action='store_true')
     ap.add_argument('--steps', action='store_true', help='whole int8 training steps on the '
                     'emulated Pico against their multiply-adds times the bare loop')
+    ap.add_argument('--only', default='', help='only the kernel rows whose name contains '
+                    'this text (e.g. 3x3s2: the stride-2 depthwise ones); the bare loop always')
     a = ap.parse_args(argv)
     if not a.no_unix:
         print('unix MicroPython (%s), ns per multiply-add:' % os.path.basename(
             runner.micropython_binary()))
-        print(table(run_unix(a.quick), 'ns', 1000.0))
+        print(table(run_unix(a.quick, only=a.only), 'ns', 1000.0))
     if a.pico:
         print('\nemulated Pico (RP2040 at 125 MHz, real rp2 firmware), cycles per multiply-add:')
-        print(table(run_pico(a.quick), 'cyc', 125.0))
+        print(table(run_pico(a.quick, only=a.only), 'cyc', 125.0))
     if a.steps:
         print('\nemulated Pico, int8 training steps (SGD batch 1), cycles per sample:')
         print(steps_table(run_steps()))

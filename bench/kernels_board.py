@@ -144,6 +144,8 @@ def main():
     print('KERN bare %d %.1f %.1f' % (n, timed(lambda: K.mack(a, c, n, 1), mu) - h,
                                       timed(lambda: A.mac(a, c, n), mu) - h if ASM else -1))
     for name, macs, f in cases():
+        if CFG.get('only', '') not in name:
+            continue
         base = name.split()[0]
         kv = V[base] if ASM else getattr(K, base)
         ka = getattr(K, base)

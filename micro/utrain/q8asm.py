@@ -3,7 +3,7 @@
 # keeps its viper kernels as the reference: the same integers, in the same int32 sums).
 # Thumb-1 only (the RP2040's Cortex-M0+): the byte loads with a register offset (ldrsb,
 # ldr/str reg) that MicroPython's assembler does not spell are written with data().
-# Three loops do the multiply-adds, two a turn; assembler and a little viper around them
+# Three loops do the multiply-adds, two a turn (vmacs four); assembler and a little viper around them
 # walk the geometry, one call per row of rows or more (an asm function takes 4 arguments:
 # the rest go in a table, _P, offsets and addresses included, so no memoryview is made
 # per call):
@@ -17,7 +17,7 @@
 # shapes go through im2col rows of one output row (_gs gathers them, and adds their
 # gradient back, col2im).  Sums wrap as int32 like the viper kernels': the same integers
 # in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
-# update), the bias fill and zeroing.
+# update), zeroing, and vmacs's fill of its sums first (the bias; zeros).
 import micropython
 from array import array
 
@@ -27,6 +27,7 @@ _PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk;
 _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
+_S = [None] * 16         # the depthwise kernels' tables per (geometry, mode) (_keep)
 _V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
 
 
@@ -267,11 +268,73 @@ def axpy(r0, r1, r2, r3):
 def vmacs(r0, r1, r2, r3):
     # r3: the table t: [0] entries, [1] n, [2] as, [3] c, [4] xs, [5] ws (a row's steps;
     # a's in bytes), [6] ab, [7] xb, [8] wb (a band's), [9..19] scratch, entries (Y, R, ao, xo, wo) from
-    # t[24]: Y bands of R rows each
+    # t[24]: Y bands of R rows each.  First, [22] > 0: a[r*n + j] = f[j] for [22] rows
+    # r, f at the address [21] (a depthwise conv's bias), four words a turn when n is a
+    # multiple of 4; [21] = 0: zeros; [23]: scratch
     mov(r7, r3)
     str(r0, [r7, 36])        # [9] a
     str(r1, [r7, 40])        # [10] x
     str(r2, [r7, 44])        # [11] w
+    ldr(r2, [r7, 88])
+    cmp(r2, 0)
+    ble(FDONE)
+    ldr(r3, [r7, 4])
+    lsl(r3, r3, 2)           # a row's bytes
+    mul(r2, r3)
+    add(r2, r2, r0)          # a's end
+    ldr(r1, [r7, 84])        # f
+    cmp(r1, 0)
+    beq(FZ0)                 # zeros
+    add(r4, r1, r3)
+    str(r4, [r7, 92])        # [23] f's end
+    lsl(r4, r3, 28)
+    bne(FW)                  # n not a multiple of 4: word by word
+    mov(r12, r7)
+    label(FQR)
+    mov(r7, r12)
+    ldr(r1, [r7, 84])
+    ldr(r3, [r7, 92])
+    label(FQ)
+    data(2, 0xC9F0)          # ldmia r1!, {r4-r7}
+    data(2, 0xC0F0)          # stmia r0!, {r4-r7}
+    cmp(r1, r3)
+    bcc(FQ)
+    cmp(r0, r2)
+    bcc(FQR)
+    mov(r7, r12)
+    b(FEND)
+    label(FW)
+    mov(r4, r3)
+    label(FJ)
+    sub(r4, 4)
+    data(2, 0x590D)          # ldr r5, [r1, r4]
+    data(2, 0x5105)          # str r5, [r0, r4]
+    bne(FJ)
+    add(r0, r0, r3)
+    cmp(r0, r2)
+    bcc(FW)
+    b(FEND)
+    label(FZ0)               # zeros, four words a store while 4 are left
+    mov(r3, 0)
+    mov(r4, 0)
+    mov(r5, 0)
+    mov(r6, 0)
+    sub(r2, 16)
+    label(FZ)
+    cmp(r0, r2)
+    bhi(FZT)
+    data(2, 0xC078)          # stmia r0!, {r3, r4, r5, r6}
+    b(FZ)
+    label(FZT)
+    add(r2, 16)
+    label(FZ1)
+    cmp(r0, r2)
+    bcs(FEND)
+    data(2, 0xC008)          # stmia r0!, {r3}
+    b(FZ1)
+    label(FEND)
+    ldr(r0, [r7, 36])
+    label(FDONE)
     ldr(r4, [r7, 0])
     str(r4, [r7, 52])        # [13] entries left
     cmp(r4, 0)
@@ -305,23 +368,28 @@ def vmacs(r0, r1, r2, r3):
     ldr(r3, [r7, 12])        # c
     ldr(r4, [r7, 56])
     cmp(r4, 0)
-    ble(EDONE)
+    bgt(BAND)
+    b(EDONE)
     label(BAND)
     ldr(r4, [r7, 76])
     str(r4, [r7, 60])        # [15] rows left
     cmp(r4, 0)
-    ble(BDONE)
+    bgt(ROW)
+    b(BDONE)
     label(ROW)
     ldr(r4, [r7, 4])
     mov(r12, r7)
     sub(r4, 1)
-    bmi(JDONE)
+    bmi(JX)
     lsl(r6, r4, 2)
     add(r6, r6, r0)          # r6: &a[j]
     cmp(r3, 0)
-    beq(Z)                   # c = 0 (input gradients: x is dz): without the subtraction
-    lsr(r5, r4, 1)
-    bcs(JP)                  # n even: pairs from the top; odd: the last one first
+    beq(ZL)                  # c = 0 (input gradients: x is dz): without the subtraction
+    # j from the top: single ones until a multiple of 4 is left, then four a turn
+    label(JL)
+    add(r5, r4, 1)
+    lsl(r5, r5, 30)          # values left a multiple of 4?
+    beq(JQ)
     data(2, 0x570D)          # ldrsb r5, [r1, r4]
     data(2, 0x5717)          # ldrsb r7, [r2, r4]
     sub(r5, r5, r3)
@@ -331,10 +399,27 @@ def vmacs(r0, r1, r2, r3):
     str(r7, [r6, 0])
     sub(r6, 4)
     sub(r4, 1)
-    bmi(JDONE)
-    label(JP)
-    sub(r6, 4)               # &a[j - 1]
-    label(J)                 # two a turn: j and j - 1
+    bmi(JX)
+    b(JL)
+    label(JQ)
+    sub(r6, 12)              # &a[j - 3]
+    label(J4)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    sub(r5, r5, r3)
+    mul(r5, r7)
+    ldr(r7, [r6, 12])
+    add(r7, r7, r5)
+    str(r7, [r6, 12])
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    sub(r5, r5, r3)
+    mul(r5, r7)
+    ldr(r7, [r6, 8])
+    add(r7, r7, r5)
+    str(r7, [r6, 8])
+    sub(r4, 1)
     data(2, 0x570D)
     data(2, 0x5717)
     sub(r5, r5, r3)
@@ -350,15 +435,17 @@ def vmacs(r0, r1, r2, r3):
     ldr(r7, [r6, 0])
     add(r7, r7, r5)
     str(r7, [r6, 0])
-    sub(r6, 8)
+    sub(r6, 16)
     sub(r4, 1)
-    bpl(J)
+    bpl(J4)
+    label(JX)
     b(JDONE)
-    label(Z)
-    lsr(r5, r4, 1)
-    bcs(ZP)
-    data(2, 0x570D)
-    data(2, 0x5717)
+    label(ZL)
+    add(r5, r4, 1)
+    lsl(r5, r5, 30)          # values left a multiple of 4?
+    beq(ZQ)
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    data(2, 0x5717)          # ldrsb r7, [r2, r4]
     mul(r5, r7)
     ldr(r7, [r6, 0])
     add(r7, r7, r5)
@@ -366,9 +453,24 @@ def vmacs(r0, r1, r2, r3):
     sub(r6, 4)
     sub(r4, 1)
     bmi(JDONE)
-    label(ZP)
-    sub(r6, 4)
-    label(ZJ)
+    b(ZL)
+    label(ZQ)
+    sub(r6, 12)              # &a[j - 3]
+    label(Z4)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    mul(r5, r7)
+    ldr(r7, [r6, 12])
+    add(r7, r7, r5)
+    str(r7, [r6, 12])
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5717)
+    mul(r5, r7)
+    ldr(r7, [r6, 8])
+    add(r7, r7, r5)
+    str(r7, [r6, 8])
+    sub(r4, 1)
     data(2, 0x570D)
     data(2, 0x5717)
     mul(r5, r7)
@@ -382,9 +484,9 @@ def vmacs(r0, r1, r2, r3):
     ldr(r7, [r6, 0])
     add(r7, r7, r5)
     str(r7, [r6, 0])
-    sub(r6, 8)
+    sub(r6, 16)
     sub(r4, 1)
-    bpl(ZJ)
+    bpl(Z4)
     label(JDONE)
     mov(r7, r12)
     ldr(r4, [r7, 8])         # as (bytes)
@@ -396,7 +498,8 @@ def vmacs(r0, r1, r2, r3):
     ldr(r4, [r7, 60])
     sub(r4, 1)
     str(r4, [r7, 60])
-    bgt(ROW)
+    ble(BDONE)
+    b(ROW)                   # (beyond a conditional branch's reach)
     label(BDONE)
     ldr(r4, [r7, 24])        # ab (bytes)
     ldr(r0, [r7, 64])
@@ -413,7 +516,8 @@ def vmacs(r0, r1, r2, r3):
     ldr(r4, [r7, 56])
     sub(r4, 1)
     str(r4, [r7, 56])
-    bgt(BAND)
+    ble(EDONE)
+    b(BAND)
     label(EDONE)
     ldr(r4, [r7, 52])
     sub(r4, 1)
@@ -693,11 +797,14 @@ def forget():
     # addresses of the last kernels' buffers (a bias, the multipliers), which the
     # collector takes for pointers: a closed net's 5 KB sums and multipliers stayed,
     # in the middle of the heap the trainer loads into (the prefix pass pinned 15 KB on
-    # the emulated Pico); zeroed, and the scratch grown on use dropped
+    # the emulated Pico); zeroed, and the scratch grown on use dropped, with the
+    # depthwise kernels' kept tables (vmacs's scratch in them: addresses too)
     global _PB, _PW, _T
-    for t in (_P, _G, _Q):
+    for t in (_P, _G, _Q, _T):
         for i in range(len(t)):
             t[i] = 0
+    for i in range(len(_S)):
+        _S[i] = None
     _PB = bytearray(0)
     _PW = array('i', range(0))
     if len(_T) > 24 + 5 * 9 + 9:
@@ -712,26 +819,6 @@ def _wbuf(n):
         _PW = None
         _PW = array('i', range(n))
     return _PW
-
-
-@micropython.asm_thumb
-def _bias(r0, r1, r2, r3):
-    # a[r*c + j] = b[j] for n rows: (a, b, n, c)
-    cmp(r3, 0)
-    ble(END)
-    lsl(r3, r3, 2)
-    label(ROW)
-    sub(r2, 1)
-    bmi(END)
-    mov(r4, r3)
-    label(J)
-    sub(r4, 4)
-    data(2, 0x590D)          # ldr r5, [r1, r4]
-    data(2, 0x5105)          # str r5, [r0, r4]
-    bne(J)
-    add(r0, r0, r3)
-    b(ROW)
-    label(END)
 
 
 @micropython.asm_thumb
@@ -1017,7 +1104,7 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
 
 
 def _table(n, kw):
-    # vmacs's table for n entries, and _taps's kx ranges (3 words per kx) after them
+    # vmacs's table for n entries, and _build's kx ranges (3 words per kx) after them
     global _T
     if len(_T) < 24 + 5 * n + 3 * kw:
         _T = None
@@ -1025,13 +1112,55 @@ def _table(n, kw):
     return _T
 
 
+def _keep(h, g, mode):
+    # a copy of the table _build left in _T, kept in _S's slot h (16 slots, heap: ~340
+    # bytes a table for a 3x3 kernel): [20] where the geometry g and the mode (what _tab
+    # checks a hit against) follow the entries.  A slot taken: _T is used as is
+    t = _T
+    if _S[h] is not None:
+        return t
+    m = 24 + 5 * t[0]
+    c = array('i', range(m + 15))
+    for i in range(m):
+        c[i] = t[i]
+    for i in range(14):
+        c[m + i] = g[i]
+    c[m + 14] = mode
+    c[20] = m
+    _S[h] = c
+    return c
+
+
 @micropython.viper
-def _taps(a, x, w, g, xz: int, mode: int):
-    # the depthwise kernels (multiplier 1) in one vmacs call: an entry per tap (ky, kx)
+def _tab(g, mode: int):
+    # the depthwise kernels (multiplier 1) make one vmacs call: an entry per tap (ky, kx)
     # over the block of outputs (oy, ox) whose input is inside the image (bands oy, rows
     # ox, the channels contiguous).  mode 0: forward (a: sums [OH, OW, C], x: input,
     # w: weights); 1: input gradient (a: dx [H, W, C], x: dz, w: weights);
-    # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz)
+    # 2: weight gradient (a: g [KH, KW, C], x: input, w: dz).  A layer's shape does not
+    # change between steps: the table of each (geometry, mode) is built once (_build)
+    # and kept (_keep), looked up by a hash of the geometry's 14 words and checked.  The
+    # kernel sets its [3] (the zero point) and vmacs's fill ([21], [22]).
+    pg = ptr32(g)
+    h = int(pg[0] * 5 + pg[1] * 3 + pg[2] + pg[8] * 7 + pg[10] * 11) + mode
+    h = (h ^ (h >> 4)) & 15      # (the slot; a hit is checked on all 14 words)
+    tb = _S[h]
+    if tb:
+        t = ptr32(tb)
+        o = t[20]
+        if int(t[o + 14]) == mode:
+            i = 13
+            while t[o + i] == pg[i]:
+                i -= 1
+                if i < 0:
+                    return tb
+    _build(g, mode)
+    return _keep(h, g, mode)
+
+
+@micropython.viper
+def _build(g, mode: int):
+    # _tab's table for geometry g and mode, in _T
     pg = ptr32(g)
     H = pg[0]; W = pg[1]; C = pg[2]; KH = pg[4]; KW = pg[5]
     sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
@@ -1040,7 +1169,7 @@ def _taps(a, x, w, g, xz: int, mode: int):
     if KH * KW > 9 or KW > 3:
         tb = _table(KH * KW, KW)
     t = ptr32(tb)
-    t[1] = C; t[3] = xz
+    t[1] = C
     r = sw * C                   # steps of a row (ox) and a band (oy) in the image
     b = sh * W * C
     if mode == 0:                # (a's steps in bytes)
@@ -1089,7 +1218,6 @@ def _taps(a, x, w, g, xz: int, mode: int):
                 n += 1
             k += 3
     t[0] = n
-    vmacs(a, x, w, tb)
 
 
 @micropython.viper
@@ -1098,8 +1226,12 @@ def dwk(acc, x, xz: int, g, w, b):
     if pg[3] != pg[2]:
         _V[2](acc, x, xz, g, w, b)
         return
-    _bias(acc, b, pg[10] * pg[11], pg[2])
-    _taps(acc, x, w, g, xz, 0)
+    tb = _tab(g, 0)
+    t = ptr32(tb)
+    t[3] = xz
+    t[21] = int(ptr32(b))        # the sums start at the bias
+    t[22] = pg[10] * pg[11]
+    vmacs(acc, x, w, tb)
 
 
 @micropython.viper
@@ -1108,8 +1240,12 @@ def ddk(dx, dz, w, gm):
     if pg[3] != pg[2]:
         _V[7](dx, dz, w, gm)
         return
-    _zero(dx, pg[0] * pg[1] * pg[2])
-    _taps(dx, dz, w, gm, 0, 1)
+    tb = _tab(gm, 1)
+    t = ptr32(tb)
+    t[3] = 0
+    t[21] = 0                    # dx starts at zeros
+    t[22] = pg[0] * pg[1]
+    vmacs(dx, dz, w, tb)
 
 
 @micropython.viper
@@ -1118,7 +1254,11 @@ def dgk(g, dz, x, xz: int, gm):
     if pg[3] != pg[2]:
         _V[8](g, dz, x, xz, gm)
         return
-    _taps(g, x, dz, gm, xz, 2)
+    tb = _tab(gm, 2)
+    t = ptr32(tb)
+    t[3] = xz
+    t[22] = 0
+    vmacs(g, x, dz, tb)
 
 
 @micropython.viper

@@ -65,7 +65,7 @@ CONV = [  # H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill
 DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
     (6, 6, 3, 2, 3, 1, 1, 3, None), (4, 5, 5, 1, 3, 1, 0, -128, 0x80),
-    (9, 3, 2, 1, 5, 1, 2, 0, None)]
+    (9, 3, 2, 1, 5, 1, 2, 0, None), (4, 3, 20, 1, 3, 2, 1, 9, None)]   # (C > 16: zeros grown)
 RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
     (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
     (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3)]
@@ -117,7 +117,20 @@ def run(r, name, k):
         k['ddk'](dx, dz, w, gm)
         g = r.ints(KS * KS * C * M)
         k['dgk'](g, dz, x, xz, gm)
-        out.append(('dw%d' % i, acc, dx, g))
+        # again on a new geometry of the same words (q8asm keeps a table per shape: a
+        # hit), another zero point, then on the first one cut to fewer output rows in
+        # place (as q8.py's forward bands a shared geometry: a changed shape)
+        g2 = geo(H, W, C, C * M, KS, KS, s, s, p, p)
+        acc2 = r.ints(N * C * M)
+        k['dwk'](acc2, x, -1 - xz, g2, w, b)
+        dx2 = r.ints(H * W * C)
+        k['ddk'](dx2, dz, w, g2)
+        gw2 = r.ints(KS * KS * C * M)
+        k['dgk'](gw2, dz, x, -1 - xz, g2)
+        gm[10] -= 1
+        acc3 = r.ints(N * C * M)
+        k['dwk'](acc3, x, xz, gm, w, b)
+        out.append(('dw%d' % i, acc, dx, g, acc2, dx2, gw2, acc3))
     for i, (n, c, blk, wide, big, s0, s1) in enumerate(RQ):
         a = r.ints(n, big)
         a[0] = big - 1
