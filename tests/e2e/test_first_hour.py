@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, no_keep_best  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.target import runner  # noqa: E402
@@ -105,14 +105,7 @@ def _data(path, shape, n=12, classes=NCLS, seed=0):
     return path
 
 
-def _no_best(out):
-    # the run ends saving its weights (no validation-gated keeping)
-    p = os.path.join(out, 'train.json')
-    with open(p) as f:
-        cfg = json.load(f)
-    cfg['run']['keep_best'] = False
-    with open(p, 'w') as f:
-        json.dump(cfg, f)
+_no_best = no_keep_best     # the run ends saving its weights
 
 
 def _trained(out):

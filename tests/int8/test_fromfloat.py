@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from repo import ROOT
+from repo import ROOT, no_keep_best
 from host_tools.prepare import fromfloat
 from host_tools.target import runner
 from host_tools.formats.circle_io import read_model
@@ -152,9 +152,7 @@ def test_int8_from_float_trains_in_its_planned_heap(tmp_path):
     out = str(tmp_path / 'q')
     s = prepare(MLP, out, data=_digits(tmp_path, 12), test_split=0.25, epochs=1, int8=True,
                 log=lambda *a: None, **KW)
-    cfg = json.loads((tmp_path / 'q' / 'train.json').read_text())
-    cfg['run']['keep_best'] = False
-    (tmp_path / 'q' / 'train.json').write_text(json.dumps(cfg))
+    no_keep_best(out)
     plan = s['heap']['total']
     runner.stage(out)
     assert trains_in(out, plan), plan

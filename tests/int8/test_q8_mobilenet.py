@@ -14,7 +14,7 @@ from array import array
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, no_keep_best  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.prepare import quant  # noqa: E402
@@ -166,11 +166,7 @@ def _prepared(folder, cache, n=6):
     np.savez(data, x=x, y=y)
     prepare(MNV2, folder, data=data, loss='scce', optimizer='sgd', lr=0.01, epochs=1, batch=1,
             train='last:2', test_split=0.25, cache=cache, log=lambda *a: None)
-    with open(os.path.join(folder, 'train.json')) as f:
-        c = json.load(f)
-    c['run']['keep_best'] = False
-    with open(os.path.join(folder, 'train.json'), 'w') as f:
-        json.dump(c, f)
+    no_keep_best(folder)
     return folder
 
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, no_keep_best  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
@@ -177,11 +177,7 @@ def _mp_trains(tmp_path, model, data, backend, heap_check, dtype='float32'):
     ref, s0 = _prep(tmp_path, 'u', model, data, bands=0, cache=True, backend=backend, dtype=dtype)
     assert s['bands'][0][0] == 0 and not s0['bands']     # the first group reads the samples
     for d in (out, ref):
-        with open(os.path.join(d, 'train.json')) as fh:
-            c = json.load(fh)
-        c['run']['keep_best'] = False
-        with open(os.path.join(d, 'train.json'), 'w') as fh:
-            json.dump(c, fh)
+        no_keep_best(d)
         runner.stage(d)
     plan = s['heap']['total']
     assert trains_in(ref, 4 * 1024 * 1024) and trains_in(out, plan), f'does not train in the planned {plan} B'

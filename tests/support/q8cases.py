@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, no_keep_best  # noqa: E402
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
 # name: (model, its data (an .npz, or (sample shape, classes): random samples), prepare settings)
 CASES = {
@@ -37,7 +37,6 @@ BENCH = dict(CASES, **{'dscnn-all': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.np
 def prepared(prepare, case, tmp_path, **extra):
     """prepare's summary of case in tmp_path/o: 8 samples (6 train), one epoch, no
     validation-gated saving (the run ends saving its weights)."""
-    import json
     model, data, kw = BENCH[case]
     small = str(tmp_path / 'd.npz')
     if isinstance(data, tuple):
@@ -50,10 +49,5 @@ def prepared(prepare, case, tmp_path, **extra):
     out = str(tmp_path / 'o')
     s = prepare(os.path.join(KERAS, model), out, data=small, loss='scce', epochs=1,
                 test_split=0.25, log=lambda *a: None, **kw, **extra)
-    p = os.path.join(out, 'train.json')
-    with open(p) as f:
-        cfg = json.load(f)
-    cfg['run']['keep_best'] = False
-    with open(p, 'w') as f:
-        json.dump(cfg, f)
+    no_keep_best(out)
     return out, s
