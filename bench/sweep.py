@@ -22,7 +22,8 @@ or with --mp32 $UTRAIN_MP32_ULAB).  Bisection
 starts at the plan (one run says on which side the need lies), then halves [plan/2, plan]
 or [plan, 1.5 plan]; a need outside that range prints as '<' / '>' the bound.  --cache
 FILE keeps measured needs keyed by cell, build and utrain's code (bench/memory.py's
-code_key), so a rerun re-plans only.  Prints one markdown table and the worst cells.
+code_key), with the row bands prepare chose (they follow the plan: a need measured on a
+run banded otherwise is measured again), so a rerun re-plans only.  Prints one markdown table and the worst cells.
 """
 import argparse
 import json
@@ -173,8 +174,11 @@ def main():
                 continue
             plan = s['heap']['total']
             k = '|'.join((name, sname, build, key, str(a.samples)) + ('ulab',) * a.ulab)
+            bands = s.get('bands') or []
+            if k in cache and len(cache[k]) > 2 and cache[k][2] != bands:
+                del cache[k]        # measured on a run prepare banded otherwise (the plan chose)
             if not a.list and k not in cache:
-                cache[k] = need(out, plan, max(STEP, int(a.step * plan)))
+                cache[k] = list(need(out, plan, max(STEP, int(a.step * plan)))) + [bands]
                 if a.cache:
                     with open(a.cache, 'w') as f:
                         json.dump(cache, f, indent=0)
@@ -189,7 +193,7 @@ def main():
         if got is None:
             print(f'| {name} | {sname} | {plan / 1024:.0f} | - | - | |')
             continue
-        n, bound = got
+        n, bound = got[:2]
         r = plan / n
         flag = 'UNDER' if r < 1 and bound != '<' or bound == '>' else 'OVER' if r > SLACK else ''
         worst.append((r, name, sname))
