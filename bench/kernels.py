@@ -200,9 +200,10 @@ def steps_table(rows):
 
 def run_float(samples=8, stock=True):
     """The digits MLP (float, SGD batch 1) on the emulated Pico, ulab and stock firmware
-    (bench/npasm_step.py): {firmware: {'npasm', 'kern': {name: (MACs, npasm cyc, ulab
-    cyc)}, 'step': {mode: cycles}, 'digest': {mode: hex}}}; mode 'on'/'off' with ulab
-    (npasm's kernels / ulab's own arithmetic, alternated in one run), 'one' on stock."""
+    (bench/npasm_step.py): {firmware: {'npasm', 'kern': {name: (MACs, npasm cyc, own
+    cyc)}, 'step': {mode: cycles}, 'digest': {mode: hex}}}; mode 'on'/'off': npasm's
+    kernels / the backend's own arithmetic (ulab's, the fallback's), alternated in one
+    run ('one': a firmware without npasm)."""
     import numpy as np
     from host_tools.boards import pico
     from host_tools.formats.circle_io import read_model
@@ -246,25 +247,23 @@ def run_float(samples=8, stock=True):
 
 
 def float_table(res):
-    """Markdown: npasm's kernels per multiply-add against ulab's, and the digits MLP's
-    step per firmware and mode."""
-    out = []
-    k = res.get('ulab', {}).get('kern')
-    if k:
+    """Markdown: npasm's kernels per multiply-add against the backend's own (ulab's, the
+    fallback's), and the digits MLP's step per firmware and mode."""
+    out = ['| firmware | kernel (dense data) | MACs/call | npasm cyc/MAC | own cyc/MAC | own/npasm |',
+           '|---|---|---|---|---|---|']
+    for fw, r in res.items():
+        k = r['kern']
         call = k.get('call_overhead', (0, 0, 0))
-        out += ['| kernel (dense data) | MACs/call | npasm cyc/MAC | ulab cyc/MAC | ulab/npasm |',
-                '|---|---|---|---|---|']
         for name, (m, ta, tu) in k.items():
             if m:
                 a, u = (ta - call[1]) / m, (tu - call[2]) / m
-                out.append('| %s | %d | %.1f | %.1f | %.2fx |' % (name, m, a, u, u / a))
-        out.append('')
-    out += ['| firmware | step | Mcyc/step | ms at 125 MHz | /(npasm step) | weights |',
+                out.append('| %s | %s | %d | %.1f | %.1f | %.2fx |' % (fw, name, m, a, u, u / a))
+    out += ['', '| firmware | step | Mcyc/step | ms at 125 MHz | /(npasm step) | weights |',
             '|---|---|---|---|---|---|']
-    base = res.get('ulab', {}).get('step', {}).get('on')
     for fw, r in res.items():
+        base = r['step'].get('on')
         for mode, cyc in r['step'].items():
-            label = {'on': 'npasm kernels', 'off': "ulab's arithmetic", 'one': 'fallback'}[mode]
+            label = {'on': 'npasm kernels', 'off': 'own arithmetic', 'one': 'no npasm'}[mode]
             same = ''
             if mode == 'off' and r['digest'].get('on'):
                 same = 'identical' if r['digest']['on'] == r['digest']['off'] else 'DIFFER'

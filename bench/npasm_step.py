@@ -1,10 +1,11 @@
 # Runs on the emulated Pico in a prepared float run folder (bench/kernels.py --float; the
 # digits MLP, SGD batch 1) plus bench.json (bench/step.py's).  Prints
-#   NPASM <1: utrain.npasm's kernels installed (the RP2040 with ulab), else 0>
-#   FKERN <name> <MACs> <cycles, npasm> <cycles, ulab>   one call of each kernel on dense
-#         data (no zeros to skip) and of ulab's own operation on the same shapes
+#   NPASM <1: utrain.npasm's kernels installed (the RP2040), else 0>
+#   FKERN <name> <MACs> <cycles, npasm> <cycles, own>   one call of each kernel on dense
+#         data (no zeros to skip) and of the backend's own operation (ulab's arithmetic,
+#         or the fallback's native loops) on the same shapes
 #   STEP <mode> <cycles per training step>   mode 'on' (npasm's kernels) and 'off' (xnp's
-#         own functions: ulab's arithmetic), alternated in the same run; 'one' without npasm
+#         own functions), alternated in the same run; 'one' without npasm
 #   DIGEST <mode> <sha256 of the weights after the same steps from the same start>
 import gc
 import json
@@ -13,8 +14,8 @@ from step import setup
 import sys
 from utrain import xnp
 from utrain.xnp import np, BACKEND
-npasm = sys.modules.get('utrain.npasm')         # installed by xnp (RP2040 with ulab)
-if npasm is not None and xnp.matmul is not npasm.matmul:
+npasm = sys.modules.get('utrain.npasm')         # installed by xnp (the RP2040)
+if npasm is not None and not npasm._F:
     npasm = None
 try:
     from hashlib import sha256
@@ -25,7 +26,7 @@ print('NPASM %d' % (npasm is not None))
 
 
 def cycles(f, n=2):
-    f()
+    f()             # (also the warm-up)
     gc.collect()
     t0 = ticks_us()
     for i in range(n):
@@ -42,14 +43,13 @@ def kernels():
     dz, w2 = full((1, 10), 0.5), full((10, 32), 0.25)
     u = full((1, 32), -0.001)
     K = npasm._F
-
-    def ulab_outer():
-        K['add_outer'](w, u, x)
-    rows = (('matmul_fwd_1x64x32', 2048, lambda: npasm.matmul(x, w, 1),
-             lambda: np.dot(x, w.T)),
-            ('matmul_dx_1x10x32', 320, lambda: npasm.matmul(dz, w2), lambda: np.dot(dz, w2)),
-            ('add_outer_32x64', 2048, lambda: npasm.add_outer(w, u, x), ulab_outer),
-            ('add_scaled_32', 32, lambda: npasm.add_scaled(u, u, -0.01),
+    rows = (('matmul_fwd_1x64x32', 2048, lambda: xnp.matmul(x, w, 1),
+             lambda: K['matmul'](x, w, 1)),
+            ('matmul_dx_1x10x32', 320, lambda: xnp.matmul(dz, w2),
+             lambda: K['matmul'](dz, w2)),
+            ('add_outer_32x64', 2048, lambda: xnp.add_outer(w, u, x),
+             lambda: K['add_outer'](w, u, x)),
+            ('add_scaled_32', 32, lambda: xnp.add_scaled(u, u, -0.01),
              lambda: K['add_scaled'](u, u, -0.01)),
             ('call_overhead', 0, lambda: None, lambda: None))
     for name, macs, fa, fu in rows:

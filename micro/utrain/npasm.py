@@ -1,20 +1,23 @@
 # xnp's float32 kernels in inline Thumb assembler for the RP2040 (host_tools stages this
-# module for armv6m firmware only; xnp installs it under ulab when it imports): an FC
+# module for armv6m firmware only; xnp installs it when it imports, for ulab's arrays and
+# for the fallback's): an FC
 # layer's matrix products and the fused SGD updates, each multiply and add done by the
 # chip's bootrom float routines (its 'SF' table's fmul and fadd: IEEE float32, correctly
 # rounded, as the firmware's own float arithmetic and ulab's), called straight from the
 # loops: about 140 cycles a multiply-add on the chip, against ulab's 245 plus ~30 K a call.
-#   _dot: y[r, j] = sum_k<K a[r, k] * b[j*bj + k*bk]   (bj, bk in bytes; a's rows 4K apart)
+#   _dot: y[r, j] = sum_k<K a[r, k] * b[j*bj + k*bk]   (b (J, K) when bt: bj = K, bk = 1;
+#         else (K, J): bj = 1, bk = J; a (R, K) and y (R, J) dense)
 #   _upd: w[j, i] += x[i] * u[j]                        (i < n, j < J)
 # The same float32 operations in the same order as ulab's dot (a sum from +0.0, term by
-# term) and its `row += v * u[j]`, so the results are ulab's bit for bit; terms and
-# rows whose multiplier is +-0 are skipped (a ReLU's zeros): a sum from +0.0 is the same
-# without them, and so is a weight, but for the sign of a weight that is -0.0 (and an
-# inf or NaN that a zero would have turned into NaN).  xnp's own functions stay the
-# fallback for what the kernels do not take (strided views, other dtypes, other shapes).
-# _P (int32 words): 0 K or n, 1 J, 2 bj, 3 bk, 4 fadd, 5 fmul, 6 R, 7 a's row bytes,
-# 8.. scratch (cleared after each call: a stale address would keep an array alive for
-# the garbage collector, which scans this table).
+# term) and its `row += v * u[j]`, so the results are ulab's bit for bit (with finite
+# numbers: the bootrom's routines make no NaN, where the firmware's wrappers of them
+# do); terms and rows whose multiplier is +-0 are skipped (a ReLU's zeros): a sum from
+# +0.0 is the same without them, and so is a weight, but for the sign of a weight that
+# is -0.0.  xnp's own functions stay the fallback for what the kernels do not take
+# (strided views, other dtypes and shapes; npasm.ON = False: all of it).
+# _P (int32 words): 0 K or n, 1 J, 2 bt (then bj), 4 fadd, 5 fmul, 6 R, 7.. scratch
+# (addresses cleared after each call: a stale one would keep an array alive for the
+# garbage collector, which scans this table).
 import micropython
 import sys
 from array import array
@@ -41,7 +44,7 @@ _P = array('i', range(16))
 _P[4], _P[5] = mem32[_sf], mem32[_sf + 8]       # fadd, fmul (Thumb addresses)
 _U = array('f', [0.0])      # add_scaled's multiplier
 _F = {}                     # xnp's own functions (install)
-ON = True                   # False: xnp's own functions do everything (bench/npasm_step.py)
+ON = True                   # False: xnp's own functions do it all (bench/npasm_step.py)
 
 
 @micropython.asm_thumb
@@ -59,8 +62,22 @@ def _dot(r0, r1, r2, r3):
     mov(r8, r4)              # fadd
     ldr(r4, [r3, 20])
     mov(r9, r4)              # fmul
-    ldr(r4, [r3, 12])
-    mov(r10, r4)             # bk
+    ldr(r5, [r3, 0])
+    lsl(r5, r5, 2)           # 4K
+    str(r5, [r3, 28])        # [7] a's row bytes
+    mov(r6, 4)
+    ldr(r4, [r3, 8])         # bt: b is (J, K): bj = 4K, bk = 4; else (K, J): bj = 4, bk = 4J
+    cmp(r4, 0)
+    beq(NT)
+    str(r5, [r3, 8])
+    mov(r10, r6)
+    b(BS)
+    label(NT)
+    str(r6, [r3, 8])
+    ldr(r4, [r3, 4])
+    lsl(r4, r4, 2)
+    mov(r10, r4)
+    label(BS)
     ldr(r4, [r3, 4])
     cmp(r4, 0)
     ble(END)
@@ -202,9 +219,18 @@ def _upd(r0, r1, r2, r3):
     mov(r11, r7)
 
 
-# The wrappers take what the kernels can: dense float32 ulab arrays (tobytes() raises
-# ValueError on a strided view; another dtype has another byte length).  A Python call
-# costs some 5 K cycles on the chip, so their checks are inline.
+# The wrappers take what the kernels can: dense float32 arrays (ulab: tobytes() raises
+# ValueError on a strided view, and itemsize 4 is ulab's float, it has no other 4-byte
+# dtype; npfallback: _dense() and dtype 'f').  A Python operation costs 1-5 K cycles
+# on the chip, so the checks are few.
+def _mm(ab, bb, R, K, J, bt):
+    y = _F['zeros']((R, J))      # (the backend's own: float)
+    P = _P
+    P[0], P[1], P[2], P[6] = K, J, bt, R
+    _dot(y if _F['ulab'] else y._d, ab, bb, P)
+    return y
+
+
 def matmul(a, b, bt=0):
     try:
         ab, bb = a.tobytes(), b.tobytes()
@@ -215,17 +241,9 @@ def matmul(a, b, bt=0):
             k, J = b.shape
     except (AttributeError, ValueError):
         return _F['matmul'](a, b, bt)
-    if not ON or k != K or len(ab) != 4 * R * K or len(bb) != 4 * K * J:
+    if not ON or k != K or a.itemsize != 4 or b.itemsize != 4:
         return _F['matmul'](a, b, bt)
-    y = _F['zeros']((R, J))      # (ulab's own: float)
-    P = _P
-    P[0], P[1], P[6], P[7] = K, J, R, 4 * K
-    if bt:
-        P[2], P[3] = 4 * K, 4
-    else:
-        P[2], P[3] = 4, 4 * J
-    _dot(y, ab, bb, P)
-    return y
+    return _mm(ab, bb, R, K, J, bt)
 
 
 def add_outer(a, u, v):
@@ -234,7 +252,8 @@ def add_outer(a, u, v):
         J, n = a.shape
     except (AttributeError, ValueError):
         return _F['add_outer'](a, u, v)
-    if not ON or len(ab) != 4 * J * n or len(ub) != 4 * J or len(vb) != 4 * n:
+    if (not ON or u.size != J or v.size != n or a.itemsize != 4 or u.itemsize != 4
+            or v.itemsize != 4):
         return _F['add_outer'](a, u, v)
     P = _P
     P[0], P[1] = n, J
@@ -244,21 +263,66 @@ def add_outer(a, u, v):
 def add_scaled(y, x, s):
     try:
         yb, xb = y.tobytes(), x.tobytes()
-        n = len(yb)
     except (AttributeError, ValueError):
         return _F['add_scaled'](y, x, s)
-    if not ON or n != 4 * y.size or len(xb) != n:
+    n = y.size
+    if not ON or x.size != n or y.itemsize != 4 or x.itemsize != 4:
         return _F['add_scaled'](y, x, s)
+    _sc(yb, xb, n, s)
+
+
+def _sc(yb, xb, n, s):
     _U[0] = s
     P = _P
-    P[0], P[1] = n >> 2, 1
+    P[0], P[1] = n, 1
     _upd(yb, xb, _U, P)
 
 
+# the fallback's arrays (stock firmware): npfallback.ndarray, storage _d from offset _o
+def _fb(a):
+    if a.dtype != 'f' or not _F['dense'](a):
+        return None
+    return a._d if a._o == 0 else memoryview(a._d)[a._o:]
+
+
+def fmatmul(a, b, bt=0):
+    ab, bb = _fb(a), _fb(b)
+    if ON and ab is not None and bb is not None and len(a.shape) == 2 == len(b.shape):
+        R, K = a.shape
+        J, k = b.shape if bt else (b.shape[1], b.shape[0])
+        if k == K:
+            return _mm(ab, bb, R, K, J, bt)
+    return _F['matmul'](a, b, bt)
+
+
+def fadd_outer(a, u, v):
+    ab, ub, vb = _fb(a), _fb(u), _fb(v)
+    if ON and ab is not None and ub is not None and vb is not None and len(a.shape) == 2:
+        J, n = a.shape
+        if u.size == J and v.size == n:
+            P = _P
+            P[0], P[1] = n, J
+            _upd(ab, vb, ub, P)
+            return
+    _F['add_outer'](a, u, v)
+
+
+def fadd_scaled(y, x, s):
+    yb, xb = _fb(y), _fb(x)
+    if ON and yb is not None and xb is not None and y.shape == x.shape:
+        return _sc(yb, xb, y.size, s)
+    _F['add_scaled'](y, x, s)
+
+
 def install(g):
-    """Put the kernels in xnp's namespace g (its add_outer, add_scaled and matmul stay
-    the fallback)."""
+    """Put the kernels in xnp's namespace g (ulab's or the fallback's arrays); its own
+    add_outer, add_scaled and matmul stay the fallback."""
     for k in ('matmul', 'add_outer', 'add_scaled'):
         _F[k] = g[k]
-    _F['zeros'] = g['np'].zeros
-    g['matmul'], g['add_outer'], g['add_scaled'] = matmul, add_outer, add_scaled
+    np = g['np']
+    _F['zeros'], _F['ulab'] = np.zeros, g['BACKEND'] == 'ulab'
+    if _F['ulab']:
+        g['matmul'], g['add_outer'], g['add_scaled'] = matmul, add_outer, add_scaled
+    else:
+        _F['dense'] = np._dense
+        g['matmul'], g['add_outer'], g['add_scaled'] = fmatmul, fadd_outer, fadd_scaled

@@ -102,7 +102,7 @@ def matmul(a, b, bt=0):
     return np.dot(a, b.T if bt else b)
 
 
-if BACKEND == 'ulab':
+if BACKEND != 'numpy':
     try:        # the RP2040: matmul and the fused updates in Thumb assembler (npasm)
         from utrain.npasm import install
         install(globals())

@@ -4,10 +4,11 @@
 #   under CPython: impl 'ref', the kernels' contract written out: every product and sum
 #     rounded to float32 (numpy float32 scalars), a sum from +0.0 term by term, an update
 #     w + x*u element by element, no term skipped;
-#   under MicroPython with ulab: impl 'ulab', ulab's own arithmetic as xnp used it before
-#     npasm (np.dot, the row-by-row `row += v * u[j]`, `y += x * s`), and impl 'xnp',
-#     utrain.xnp's matmul / add_outer / add_scaled (npasm's kernels where installed: the
-#     line `NPASM 1` says so).
+#   under MicroPython (ulab's arrays, or the fallback's without ulab): impl 'own', the
+#     backend's own arithmetic (utrain.xnp's matmul / add_outer / add_scaled with npasm
+#     off: ulab's np.dot and row-by-row `row += v * u[j]`, `y += x * s`; npfallback's
+#     dot, _add_outer, _add_scaled), and impl 'xnp', the same calls with npasm's kernels
+#     where xnp installed them (the line `NPASM 1` says so).
 # Weights updated in place hold no -0.0 (npasm keeps a -0.0 weight that a +0 update would
 # make +0.0) and no case holds an inf or NaN (the bootrom's routines and the firmware's
 # wrappers of them differ there).
@@ -15,11 +16,11 @@ import sys
 from array import array
 
 try:
-    from ulab import numpy as np
-    IMPL = 'ulab'
-except ImportError:
     import numpy as np
     IMPL = 'ref'
+except ImportError:
+    from utrain.xnp import np
+    IMPL = 'own'
 try:
     from hashlib import sha256
 except ImportError:
@@ -90,17 +91,6 @@ def ref_scaled(y, x, s):
         yf[i] = f(yf[i] + f(xf[i] * f(s)))
 
 
-# ulab's own arithmetic, as xnp's ulab path does it without npasm
-def ulab_outer(a, u, v):
-    for j in range(a.shape[0]):
-        row = a[j]
-        row += v[0] * u[0, j]
-
-
-def ulab_scaled(y, x, s):
-    y += x * s
-
-
 S = array('f', bytes(array('I', [0xBC23D70A])))[0]        # about -0.01, the same float32 everywhere
 MATMUL = [('fwd_1x64x32', (1, 64), (32, 64), 1), ('fwd_3x20x7', (3, 20), (7, 20), 1),
           ('fwd_1x1x1', (1, 1), (1, 1), 1), ('dx_1x10x32', (1, 10), (10, 32), 0),
@@ -111,26 +101,33 @@ SCALED = [('scaled_1x32', (1, 32)), ('scaled_4x8', (4, 8))]
 
 def main():
     out = []
-    if IMPL == 'ulab':
+    if IMPL == 'own':
         from utrain import xnp
-        try:
-            from utrain import npasm
-            out.append('NPASM %d' % (xnp.matmul is npasm.matmul))
-        except (ImportError, SyntaxError):
-            out.append('NPASM 0')
+        import sys as _s
+        K = _s.modules.get('utrain.npasm')
+        out.append('NPASM %d' % (K is not None and xnp.matmul is K.__dict__.get(
+            'matmul' if xnp.BACKEND == 'ulab' else 'fmatmul')))
+
+        def each(f):            # [(impl, result of f())]: npasm off ('own'), then on
+            r = []
+            for impl in ('own', 'xnp'):
+                if K is not None:
+                    K.ON = impl == 'xnp'
+                r.append((impl, f()))
+            return r
     for name, sa, sb, bt in MATMUL:
         a = arr(floats(sa[0] * sa[1]), sa)
         b = arr(floats(sb[0] * sb[1]), sb)
         if IMPL == 'ref':
             out.append('CASE %s ref %s' % (name, digest(ref_matmul(a, b, bt))))
             # a strided view (the kernels decline it): the same numbers
-            out.append('CASE %s_T ref %s' % (name, digest(ref_matmul(a, b.T.copy(), 1 - bt))))
+            out.append('CASE %s_T ref %s' % (name, digest(ref_matmul(a, b, bt))))
             continue
-        out.append('CASE %s ulab %s' % (name, digest(np.dot(a, b.T if bt else b))))
-        out.append('CASE %s xnp %s' % (name, digest(xnp.matmul(a, b, bt))))
         bT = b.transpose()
-        out.append('CASE %s_T ulab %s' % (name, digest(np.dot(a, bT if bt else bT.transpose()))))
-        out.append('CASE %s_T xnp %s' % (name, digest(xnp.matmul(a, bT, 1 - bt))))
+        for impl, y in each(lambda: xnp.matmul(a, b, bt)):
+            out.append('CASE %s %s %s' % (name, impl, digest(y)))
+        for impl, y in each(lambda: xnp.matmul(a, bT, 1 - bt)):
+            out.append('CASE %s_T %s %s' % (name, impl, digest(y)))
     for name, J, n in OUTER:
         w0 = floats(J * n, zeros=8, neg_zero=False)
         u, v = arr(floats(J), (1, J)), arr(floats(n), (1, n))
@@ -139,9 +136,12 @@ def main():
             ref_outer(w, u, v)
             out.append('CASE %s ref %s' % (name, digest(w)))
             continue
-        for impl, f in (('ulab', ulab_outer), ('xnp', xnp.add_outer)):
+
+        def outer():
             w = arr(w0, (J, n))
-            f(w, u, v)
+            xnp.add_outer(w, u, v)
+            return w
+        for impl, w in each(outer):
             out.append('CASE %s %s %s' % (name, impl, digest(w)))
     for name, shape in SCALED:
         y0 = floats(shape[0] * shape[1], zeros=8, neg_zero=False)
@@ -151,9 +151,12 @@ def main():
             ref_scaled(y, x, S)
             out.append('CASE %s ref %s' % (name, digest(y)))
             continue
-        for impl, f in (('ulab', ulab_scaled), ('xnp', xnp.add_scaled)):
+
+        def scaled():
             y = arr(y0, shape)
-            f(y, x, S)
+            xnp.add_scaled(y, x, S)
+            return y
+        for impl, y in each(scaled):
             out.append('CASE %s %s %s' % (name, impl, digest(y)))
     for line in out:
         print(line)

@@ -2,8 +2,9 @@
 assembler calling the RP2040 bootrom's float routines.  Their contract (every product and
 sum rounded to float32, a sum from +0.0 term by term: tests/support/npasm_cases.py's
 reference, under CPython) against ulab's own arithmetic on a unix MicroPython with float32
-ulab, and the kernels against both on the emulated Pico with ulab; a training step with
-and without them gives the same weights there."""
+ulab, and the kernels against both on the emulated Pico, with ulab's arrays and with the
+fallback's (stock firmware); a training step with and without them gives the same
+weights there."""
 import os
 import shutil
 import subprocess
@@ -70,37 +71,40 @@ def test_contract_is_ulabs_arithmetic_on_unix():
     got, npasm = cases(r.stdout)
     assert npasm is False
     want = reference()
-    assert got['ulab'] == want and got['xnp'] == want
+    assert got['own'] == want and got['xnp'] == want
     for name, dig in want.items():          # a strided view: the same numbers
         if name.endswith('_T'):
             assert dig == want[name[:-2]]
 
 
-def pico_ulab(f):
-    for m in (pytest.mark.slow, pytest.mark.pico,
-              pytest.mark.skipif(not pico.available(ulab=True), reason='no ulab Pico firmware '
-                                 '($UTRAIN_PICO_ULAB_FIRMWARE)')):
-        f = m(f)
-    return f
-
-
-@pico_ulab
-def test_kernels_match_ulab_and_contract_on_pico(tmp_path):
+@pytest.mark.slow
+@pytest.mark.pico
+@pytest.mark.parametrize('ulab', [True, False], ids=['ulab', 'stock'])
+def test_kernels_match_own_arithmetic_and_contract_on_pico(tmp_path, ulab):
+    if not pico.available(ulab):
+        pytest.skip('no %s Pico firmware' % ('ulab' if ulab else 'stock'))
     shutil.copy(SCRIPT, tmp_path)
     (tmp_path / 'train.json').write_text('{}')
-    code, text = pico.run_folder(str(tmp_path), ulab=True, stream=False, script='npasm_cases.py')
+    code, text = pico.run_folder(str(tmp_path), ulab=ulab, stream=False, script='npasm_cases.py')
     assert code == 0, text[-500:]
     got, npasm = cases(text)
     assert npasm is True                    # xnp took the kernels
     want = reference()
-    assert got['xnp'] == want and got['ulab'] == want
+    assert got['xnp'] == want and got['own'] == want
 
 
-@pico_ulab
+@pytest.mark.slow
+@pytest.mark.pico
+@pytest.mark.skipif(not (pico.available(True) and pico.available(False)),
+                    reason='no ulab and stock Pico firmware ($UTRAIN_PICO_ULAB_FIRMWARE, '
+                    '$UTRAIN_PICO_FIRMWARE)')
 def test_training_steps_same_with_and_without_kernels_on_pico():
-    """The digits MLP (SGD, batch 1): four steps from the same weights with npasm's kernels
-    and with ulab's own arithmetic end bit for bit equal (bench/npasm_step.py's digests)."""
+    """The digits MLP (float, SGD, batch 1): four steps from the same weights with npasm's
+    kernels and with the backend's own arithmetic end bit for bit equal, on ulab's arrays
+    and on the fallback's (bench/npasm_step.py's digests)."""
     from bench import kernels
-    r = kernels.run_float(samples=4, stock=False)['ulab']
-    assert r['npasm'] and set(r['digest']) == {'on', 'off'}
-    assert r['digest']['on'] == r['digest']['off']
+    res = kernels.run_float(samples=4)
+    for fw in ('ulab', 'stock'):
+        r = res[fw]
+        assert r['npasm'] and set(r['digest']) == {'on', 'off'}, (fw, r)
+        assert r['digest']['on'] == r['digest']['off'], fw
