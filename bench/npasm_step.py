@@ -42,6 +42,7 @@ def kernels():
     x, w = full((1, 64), 0.5), full((32, 64), 0.25)
     dz, w2 = full((1, 10), 0.5), full((10, 32), 0.25)
     u = full((1, 32), -0.001)
+    a1, b1 = full((1, 2048), 0.5), full((2048, 1), 0.25)   # one long sum: the bare loop
     K = npasm._F
     rows = (('matmul_fwd_1x64x32', 2048, lambda: xnp.matmul(x, w, 1),
              lambda: K['matmul'](x, w, 1)),
@@ -51,6 +52,7 @@ def kernels():
              lambda: K['add_outer'](w, u, x)),
             ('add_scaled_32', 32, lambda: xnp.add_scaled(u, u, -0.01),
              lambda: K['add_scaled'](u, u, -0.01)),
+            ('dot_1x2048x1', 2048, lambda: xnp.matmul(a1, b1), lambda: K['matmul'](a1, b1)),
             ('call_overhead', 0, lambda: None, lambda: None))
     for name, macs, fa, fu in rows:
         print('FKERN %s %d %d %d' % (name, macs, cycles(fa), cycles(fu)))
