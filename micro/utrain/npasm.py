@@ -1,10 +1,10 @@
 # xnp's float32 kernels in inline Thumb assembler for the RP2040 (host_tools stages this
 # module for armv6m firmware only; xnp installs it when it imports, for ulab's arrays and
-# for the fallback's): an FC
-# layer's matrix products and the fused SGD updates, each multiply and add done by the
-# chip's bootrom float routines (its 'SF' table's fmul and fadd: IEEE float32, correctly
-# rounded, as the firmware's own float arithmetic and ulab's), called straight from the
-# loops: about 140 cycles a multiply-add on the chip, against ulab's 245 plus ~30 K a call.
+# for the fallback's): an FC layer's matrix products and the fused SGD updates, each
+# multiply and add done by the chip's bootrom float routines (its 'SF' table's fmul and
+# fadd: IEEE float32, correctly rounded, as the firmware's own float arithmetic, ulab's
+# and npfallback's), called straight from the loops: about 142 cycles a multiply-add on
+# the chip, against ulab's 245 plus ~30 K a call (bench.kernels --float).
 #   _dot: y[r, j] = sum_k<K a[r, k] * b[j*bj + k*bk]   (b (J, K) when bt: bj = K, bk = 1;
 #         else (K, J): bj = 1, bk = J; a (R, K) and y (R, J) dense)
 #   _upd: w[j, i] += x[i] * u[j]                        (i < n, j < J)
