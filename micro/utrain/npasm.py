@@ -221,7 +221,7 @@ def _upd(r0, r1, r2, r3):
 
 # The wrappers take what the kernels can: dense float32 arrays (ulab: tobytes() raises
 # ValueError on a strided view, and itemsize 4 is ulab's float, it has no other 4-byte
-# dtype; npfallback: _dense() and dtype 'f').  A Python operation costs 1-5 K cycles
+# dtype; npfallback: its strides and dtype 'f').  A Python operation costs 1-5 K cycles
 # on the chip, so the checks are few.
 def _mm(ab, bb, R, K, J, bt):
     y = _F['zeros']((R, J))      # (the backend's own: float)
@@ -278,11 +278,20 @@ def _sc(yb, xb, n, s):
     _upd(yb, xb, _U, P)
 
 
-# the fallback's arrays (stock firmware): npfallback.ndarray, storage _d from offset _o
+# the fallback's arrays (stock firmware): npfallback.ndarray, storage _d from offset _o;
+# its properties and helpers are Python calls (5-10 K cycles each there), so inline
 def _fb(a):
-    if a.dtype != 'f' or not _F['dense'](a):
+    # a's storage from its first value when a is a dense float array, else None
+    s, t = a.shape, a.strides
+    if a.dtype != 'f' or t[-1] != 1 and s[-1] != 1 or len(s) == 2 and t[0] != s[1] and s[0] != 1:
         return None
     return a._d if a._o == 0 else memoryview(a._d)[a._o:]
+
+
+def _row(a, n):
+    # a is n values in one row: (n,) or (1, n)
+    s = a.shape
+    return s[-1] == n and (len(s) == 1 or s[0] == 1)
 
 
 def fmatmul(a, b, bt=0):
@@ -299,7 +308,7 @@ def fadd_outer(a, u, v):
     ab, ub, vb = _fb(a), _fb(u), _fb(v)
     if ON and ab is not None and ub is not None and vb is not None and len(a.shape) == 2:
         J, n = a.shape
-        if u.size == J and v.size == n:
+        if _row(u, J) and _row(v, n):
             P = _P
             P[0], P[1] = n, J
             _upd(ab, vb, ub, P)
@@ -309,8 +318,9 @@ def fadd_outer(a, u, v):
 
 def fadd_scaled(y, x, s):
     yb, xb = _fb(y), _fb(x)
-    if ON and yb is not None and xb is not None and y.shape == x.shape:
-        return _sc(yb, xb, y.size, s)
+    sh = y.shape
+    if ON and yb is not None and xb is not None and sh == x.shape:
+        return _sc(yb, xb, sh[0] * sh[1] if len(sh) == 2 else sh[0], s)
     _F['add_scaled'](y, x, s)
 
 
@@ -324,5 +334,4 @@ def install(g):
     if _F['ulab']:
         g['matmul'], g['add_outer'], g['add_scaled'] = matmul, add_outer, add_scaled
     else:
-        _F['dense'] = np._dense
         g['matmul'], g['add_outer'], g['add_scaled'] = fmatmul, fadd_outer, fadd_scaled

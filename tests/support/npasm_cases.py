@@ -8,7 +8,8 @@
 #     backend's own arithmetic (utrain.xnp's matmul / add_outer / add_scaled with npasm
 #     off: ulab's np.dot and row-by-row `row += v * u[j]`, `y += x * s`; npfallback's
 #     dot, _add_outer, _add_scaled), and impl 'xnp', the same calls with npasm's kernels
-#     where xnp installed them (the line `NPASM 1` says so).
+#     where xnp installed them (the line `NPASM 1` says so; `KERNEL <name> 1`: the kernels
+#     took the case, 0: they handed it to xnp's own function).
 # Weights updated in place hold no -0.0 (npasm keeps a -0.0 weight that a +0 update would
 # make +0.0) and no case holds an inf or NaN (the bootrom's routines and the firmware's
 # wrappers of them differ there).
@@ -108,12 +109,26 @@ def main():
         out.append('NPASM %d' % (K is not None and xnp.matmul is K.__dict__.get(
             'matmul' if xnp.BACKEND == 'ulab' else 'fmatmul')))
 
-        def each(f):            # [(impl, result of f())]: npasm off ('own'), then on
+        def each(f, name):      # [(impl, result of f())]: npasm off ('own'), then on
             r = []
             for impl in ('own', 'xnp'):
-                if K is not None:
-                    K.ON = impl == 'xnp'
+                if K is None:
+                    r.append((impl, f()))
+                    continue
+                K.ON = impl == 'xnp'
+                fell, own = [0], dict(K._F)     # did the kernels hand it back to xnp's own?
+
+                def spy(g):
+                    def h(*a):
+                        fell[0] = 1
+                        return g(*a)
+                    return h
+                for k in ('matmul', 'add_outer', 'add_scaled'):
+                    K._F[k] = spy(own[k])
                 r.append((impl, f()))
+                K._F.update(own)
+                if impl == 'xnp':
+                    out.append('KERNEL %s %d' % (name, 1 - fell[0]))
             return r
     for name, sa, sb, bt in MATMUL:
         a = arr(floats(sa[0] * sa[1]), sa)
@@ -124,9 +139,9 @@ def main():
             out.append('CASE %s_T ref %s' % (name, digest(ref_matmul(a, b, bt))))
             continue
         bT = b.transpose()
-        for impl, y in each(lambda: xnp.matmul(a, b, bt)):
+        for impl, y in each(lambda: xnp.matmul(a, b, bt), name):
             out.append('CASE %s %s %s' % (name, impl, digest(y)))
-        for impl, y in each(lambda: xnp.matmul(a, bT, 1 - bt)):
+        for impl, y in each(lambda: xnp.matmul(a, bT, 1 - bt), name + '_T'):
             out.append('CASE %s_T %s %s' % (name, impl, digest(y)))
     for name, J, n in OUTER:
         w0 = floats(J * n, zeros=8, neg_zero=False)
@@ -141,7 +156,7 @@ def main():
             w = arr(w0, (J, n))
             xnp.add_outer(w, u, v)
             return w
-        for impl, w in each(outer):
+        for impl, w in each(outer, name):
             out.append('CASE %s %s %s' % (name, impl, digest(w)))
     for name, shape in SCALED:
         y0 = floats(shape[0] * shape[1], zeros=8, neg_zero=False)
@@ -156,7 +171,7 @@ def main():
             y = arr(y0, shape)
             xnp.add_scaled(y, x, S)
             return y
-        for impl, y in each(scaled):
+        for impl, y in each(scaled, name):
             out.append('CASE %s %s %s' % (name, impl, digest(y)))
     for line in out:
         print(line)

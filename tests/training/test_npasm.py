@@ -20,7 +20,9 @@ from host_tools.target import runner  # noqa: E402
 SCRIPT = os.path.join(ROOT, 'tests', 'support', 'npasm_cases.py')
 
 
-def cases(text):
+def cases(text, kernel=None):
+    """({impl: {case: digest}}, NPASM's flag); kernel (a dict) gets {case: the kernels
+    took it}."""
     out, npasm = {}, None
     for line in text.splitlines():
         if line.startswith('CASE '):
@@ -28,6 +30,9 @@ def cases(text):
             out.setdefault(impl, {})[case] = dig
         elif line.startswith('NPASM '):
             npasm = line.split()[1] == '1'
+        elif line.startswith('KERNEL ') and kernel is not None:
+            _, case, took = line.split()
+            kernel[case] = took == '1'
     return out, npasm
 
 
@@ -87,10 +92,14 @@ def test_kernels_match_own_arithmetic_and_contract_on_pico(tmp_path, ulab):
     (tmp_path / 'train.json').write_text('{}')
     code, text = pico.run_folder(str(tmp_path), ulab=ulab, stream=False, script='npasm_cases.py')
     assert code == 0, text[-500:]
-    got, npasm = cases(text)
+    took = {}
+    got, npasm = cases(text, took)
     assert npasm is True                    # xnp took the kernels
     want = reference()
     assert got['xnp'] == want and got['own'] == want
+    # the kernels took every case but the strided views (xnp's own functions do those;
+    # a 1x1 transpose is dense)
+    assert took == {c: not c.endswith('_T') or c == 'fwd_1x1x1_T' for c in want}, took
 
 
 @pytest.mark.slow
