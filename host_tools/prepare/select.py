@@ -209,6 +209,8 @@ class Trials:
     which writes each trial's folder (handed in: prepare runs --select, so this module
     does not import it back)."""
 
+    STACKS = True       # the float engine: folds may run stacked (_stacked)
+
     def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
                  samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare):
         self.prepare = prepare
@@ -259,24 +261,99 @@ class Trials:
         np.savez(self.npz, x=self.x, y=self.y)
         self.ran = 0
 
+    @staticmethod
+    def _key(ranks, fold):
+        return describe(ranks) + ('#%d' % fold if fold else '')
+
     def score(self, ranks, fold=0) -> float:
         """Test metric after a short fine-tuning with ranks (higher is better: accuracy,
         or minus the MAE); fold picks another split of the proxy samples."""
-        key = describe(ranks) + ('#%d' % fold if fold else '')
+        key = self._key(ranks, fold)
         if key not in self.cache:
             self.cache[key] = self._run(ranks, fold)
             self.ran += 1
-            os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
-            tmp = '%s.%d.tmp' % (self.cache_path, os.getpid())     # (parallel prepares)
-            with open(tmp, 'w') as f:
-                json.dump(self.cache, f)
-            os.replace(tmp, self.cache_path)
+            self._save()
         return self.cache[key]
 
+    def _save(self):
+        os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
+        tmp = '%s.%d.tmp' % (self.cache_path, os.getpid())     # (parallel prepares)
+        with open(tmp, 'w') as f:
+            json.dump(self.cache, f)
+        os.replace(tmp, self.cache_path)
+
     def mean(self, ranks, folds=None) -> float:
-        """score() over folds splits of the proxy samples (one partition by default)."""
+        """score() over folds splits of the proxy samples (one partition by default);
+        the folds not yet cached run together where they can (_stacked)."""
         folds = folds or self.folds
+        self._stacked(ranks, range(folds))
         return sum(self.score(ranks, f) for f in range(folds)) / folds
+
+    # The trials of one configuration on several folds train the same prepared model on
+    # other samples: host_tools.prepare.stacked runs them side by side, one numpy call
+    # for all of them (issue 30), the same scores as one by one (to float rounding).
+    # Off under board_steps() (the board's row-by-row path: xnp.ROWWISE) and for models
+    # or settings stacked does not cover (stacked.covers); STACK = False turns it off.
+
+    def _stacked(self, ranks, folds):
+        """Score ranks on the folds not cached yet, stacked, when there are several."""
+        want = [f for f in folds if self._key(ranks, f) not in self.cache]
+        if len(want) < 2 or not (STACK and self.STACKS) or micro('optim').ROWWISE:
+            return
+        scores = self._run_stacked(ranks, want)
+        if scores is None:
+            return
+        for f, sc in zip(want, scores):
+            self.cache[self._key(ranks, f)] = sc
+            self.ran += 1
+        self._save()
+
+    def _prepared(self, ranks, fold, out):
+        """prepare's folder of ranks on fold's split, for a trial (no training)."""
+        self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
+                split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none', bands=0,
+                **dict(self.settings, seed=self.settings['seed'] + fold))    # (bands: the
+        # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
+        with open(os.path.join(out, 'train.json')) as f:     # weight decay, the schedule
+            return json.load(f)
+
+    def _run_stacked(self, ranks, folds):
+        """[score] of ranks on folds trained side by side (stacked.run), or None when
+        the stacked path does not cover the model (then one by one)."""
+        from . import stacked
+        Net, order = micro('model').Net, micro('data').order
+        out = os.path.join(self.tmp, 'run')
+        try:                # one prepare: the folds differ in their samples and seed only
+            cfg = self._prepared(ranks, folds[0], out)
+        except PrepareError as e:
+            self.log(f'  trial {describe(ranks)}: {e}')
+            return [-1e9] * len(folds)
+        net = Net(os.path.join(out, 'model.flat'))
+        net.load_weights(os.path.join(out, 'weights.wof'))
+        c = dict(net.settings)
+        c.update({k: cfg[k] for k in RECIPE if k in cfg})
+        if stacked.covers(net, c) or c['seed'] != self.settings['seed'] + folds[0]:
+            return None
+        cuts = _Cuts(self, net)
+        # every proxy sample as prepared (fold folds[0]'s datasets hold each once)
+        arr, tr_pos, te_pos = self._arrange(folds[0])
+        tr0, te0 = (cuts.read(os.path.join(out, n), c['loss']) for n in ('train.ds', 'test.ds'))
+        every = [None] * len(arr)
+        for rows, got in ((tr_pos, tr0), (te_pos, te0)):
+            for i, r in enumerate(rows):
+                every[arr[r]] = got[i]
+        parts = [self._arrange(f) for f in folds]
+        tr = _Samples([[every[a[r]] for r in p] for a, p, _ in parts])
+        te = _Samples([[every[a[r]] for r in p] for a, _, p in parts])
+        seeds = [self.settings['seed'] + f for f in folds]
+        orders = lambda j, e: order(tr.n, seeds[j] if c['shuffle'] else None, e)  # noqa: E731
+        ms = stacked.run(net, c, len(folds), tr, orders, te, self.epochs)
+        out = []
+        for m in ms:
+            m = float(m)
+            out.append(-1e9 if not np.isfinite(m) else
+                       (m if self.settings['metric'] == 'accuracy' else -m))
+        return out
 
     def fold_data(self, fold):
         """An .npz of the proxy samples arranged so that prepare's split (test_split
@@ -284,29 +361,30 @@ class Trials:
         parts (k-fold cross-validation: every proxy sample validates once, where random
         splits validated a third of them twice and a third never), each later group of
         k another partition (k = self.folds)."""
-        from ..files import dataset as ds
         path = os.path.join(self.tmp, 'fold%d.npz' % fold)
         if not os.path.exists(path):
-            n, k = len(self.x), self.n_val
-            rnd, j = divmod(fold, self.folds)
-            order = np.random.default_rng(100 + rnd).permutation(n) if rnd else np.arange(n)
-            val = order[j * k:(j + 1) * k]          # (n is self.folds * k)
-            rest = order[~np.isin(order, val)]
-            tr_pos, te_pos = ds.split(n, self.frac, 3)
-            arr = np.empty(n, dtype=np.int64)
-            arr[te_pos], arr[tr_pos] = val, rest[:len(tr_pos)]
+            arr = self._arrange(fold)[0]
             np.savez(path, x=self.x[arr], y=self.y[arr])
         return path
 
+    def _arrange(self, fold):
+        """(arr, train rows, test rows): fold_data's samples are the proxy's arr, of
+        which prepare's split trains on rows tr and validates on rows te."""
+        from ..files import dataset as ds
+        n, k = len(self.x), self.n_val
+        rnd, j = divmod(fold, self.folds)
+        order = np.random.default_rng(100 + rnd).permutation(n) if rnd else np.arange(n)
+        val = order[j * k:(j + 1) * k]          # (n is self.folds * k)
+        rest = order[~np.isin(order, val)]
+        tr_pos, te_pos = ds.split(n, self.frac, 3)
+        arr = np.empty(n, dtype=np.int64)
+        arr[te_pos], arr[tr_pos] = val, rest[:len(tr_pos)]
+        return arr, tr_pos, te_pos
+
     def _run(self, ranks, fold=0):
         out = os.path.join(self.tmp, 'run')
-        self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
-                split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none', bands=0,
-                **dict(self.settings, seed=self.settings['seed'] + fold))    # (bands: the
-        # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
+        cfg = self._prepared(ranks, fold, out)
         Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
-        with open(os.path.join(out, 'train.json')) as f:     # weight decay, the schedule
-            cfg = json.load(f)
         tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'),
                      **{k: cfg[k] for k in RECIPE if k in cfg})
         tr.cache = True     # the frozen prefix once per sample, not once per epoch
@@ -415,6 +493,73 @@ class Trials:
 
     def _kept(self, key, ds):
         return os.path.join(self.tmp, key + '-' + os.path.basename(ds.path))
+
+
+STACK = True        # folds of a configuration trained side by side (Trials._stacked)
+
+
+class _Cuts:
+    """Samples as the trained part of a net sees them: the frozen prefix's outputs
+    (utrain.prefix.cut) of each, computed by the micro/ code as inference, as the
+    sequential trials' prefix cache does, and kept on the Trials object for the next
+    configuration cut at the same place (keyed by the cut and the prefix's constants)."""
+
+    def __init__(self, t, net):
+        P = micro('prefix')
+        self.net = net
+        self.k, self.ts = P.cut(net)
+        if not self.k:
+            self.ts = [net.inputs[0]]
+        h = hashlib.sha1(repr((self.k, [net.shape[k] for k in self.ts])).encode())
+        for op in net.ops[:self.k]:
+            h.update(repr((op[0], list(op[1]), [float(v) for v in op[3]])).encode())
+            for k in op[1]:
+                if k >= 0 and net.t[k] is not None and k not in net.inputs:
+                    h.update(np.ascontiguousarray(net.t[k]).tobytes())
+        self.memo = t.__dict__.setdefault('_cuts', {}).setdefault(h.hexdigest(), {})
+
+    def read(self, path, loss):
+        """[(the cut's arrays, target)] of every sample of a prepared dataset."""
+        xnp, net = micro('xnp'), self.net
+        x_shape = net.shape[net.inputs[0]]
+        y_shape = (1, 1) if loss == 'scce' else net.shape[net.outputs[0]]
+        ds = micro('data').Dataset(path)
+        out = []
+        try:
+            ds.check(x_shape, y_shape)
+            for j in range(ds.n):
+                x, y = xnp.zeros(x_shape), xnp.zeros(y_shape)
+                ds.read(j, x, y)
+                key = x.tobytes()
+                got = self.memo.get(key)
+                if got is None:
+                    if self.k:
+                        net.set_input(x)
+                        net.forward(False, 0, self.k)
+                        got = [np.array(net.t[k], dtype=np.float32).copy() for k in self.ts]
+                    else:
+                        got = [x]
+                    self.memo[key] = got
+                out.append((dict(zip(self.ts, got)), y))
+        finally:
+            ds.close()
+        return out
+
+
+class _Samples:
+    """Trials' samples stacked: batch([i_j]) -> ({cut tensor: [K, ...]}, targets [K, ...])
+    with trial j's sample i_j, in one gather."""
+
+    def __init__(self, trials):
+        """trials: per trial its samples [(cut {tensor: array}, target)], as many each."""
+        self.n = len(trials[0])
+        self.x = {k: np.stack([c[k] for t in trials for c, _ in t]) for k in trials[0][0][0]}
+        self.y = np.stack([y for t in trials for _, y in t])
+        self.base = np.arange(len(trials)) * self.n
+
+    def batch(self, idx):
+        i = self.base + np.asarray(idx)
+        return {k: v[i] for k, v in self.x.items()}, self.y[i]
 
 
 def micro(name):
@@ -855,6 +1000,7 @@ class Q8Trials(Trials):
     utrain.q8train's trainer under CPython (q8np's numpy kernels: the board's integers),
     the frozen prefix computed once a trial where the trained part starts from one
     tensor (utrain.q8prefix, as --cache)."""
+    STACKS = False      # (stacked.py is the float engine's)
 
     def _run(self, ranks, fold=0):
         PE, prepare = PrepareError, self.prepare
