@@ -574,13 +574,14 @@ NOT_IN_TRIALS = ('fisher.py', 'chosen.py', 'run.py')
 
 
 def _code_stamp() -> str:
-    """Trials depend on the micro/ code they run: its files' sizes and times key the
-    cache."""
+    """Trials depend on the micro/ code they run and on the stacked path
+    (host_tools/prepare/stacked.py): their files' sizes and times key the cache."""
     from ..target.runner import PACKAGE
-    return ';'.join('%s%d%d' % (n, os.stat(os.path.join(PACKAGE, n)).st_size,
-                                os.stat(os.path.join(PACKAGE, n)).st_mtime_ns)
-                    for n in sorted(os.listdir(PACKAGE))
-                    if n.endswith('.py') and n not in NOT_IN_TRIALS)
+    files = [os.path.join(PACKAGE, n) for n in sorted(os.listdir(PACKAGE))
+             if n.endswith('.py') and n not in NOT_IN_TRIALS]
+    files.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'stacked.py'))
+    return ';'.join('%s%d%d' % (os.path.basename(p), os.stat(p).st_size, os.stat(p).st_mtime_ns)
+                    for p in files)
 
 
 # ---------------------------------------------------------------- --select auto

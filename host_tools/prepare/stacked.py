@@ -60,6 +60,12 @@ def covers(net, cfg) -> str | None:
     return None
 
 
+# The dtypes are the sequential path's, for the same roundings: a convolution's output
+# and gradients are summed into float32 arrays (xnp.zeros), a max pool's output is a
+# float64 array (op_pool's np.full), the rest follows numpy's promotion as there.
+_F32 = np.float32
+
+
 def _padded(x, fill):
     # x [K, n, C] with one more row of fill (what a padding tap reads)
     xp = np.empty((x.shape[0], x.shape[1] + 1, x.shape[2]), dtype=x.dtype)
@@ -80,6 +86,13 @@ def _scatter(g, n, disjoint, v):
 
 def _T(w):
     return w.swapaxes(-1, -2)
+
+
+def _mm(a, b):
+    # a @ b as np.dot computes it: both operands in their common dtype first (a float32
+    # operand of a float64 product gives other bits when matmul mixes them)
+    dt = np.result_type(a, b)
+    return np.matmul(a.astype(dt, copy=False), b.astype(dt, copy=False))
 
 
 class Stack:
@@ -145,20 +158,27 @@ class Stack:
             return
         if code == _MEAN:
             outer, red, inner = int(o[0]), int(o[1]), int(o[2])
-            t[outs[0]] = np.mean(x.reshape((K, outer, red, inner)), axis=2).reshape(shape)
+            if inner == 1:
+                y = np.mean(x.reshape((K, outer, red)), axis=2)
+            elif outer == 1:
+                y = np.mean(x.reshape((K, red, inner)), axis=1)
+            else:
+                y = np.mean(x.reshape((K, outer, red, inner)), axis=2).astype(_F32)
+            t[outs[0]] = y.reshape(shape)
             return
         if code in _ELEM:
             y = module('op_elem')._f(code, x, self._v(ins[1]))
         elif code == _FC:
             n = net.shape[ins[1]][1]
-            y = np.matmul(x.reshape((K, -1, n)), _T(self._v(ins[1])))
+            y = _mm(x.reshape((K, -1, n)), _T(self._v(ins[1])))
             if len(ins) > 2 and ins[2] >= 0:
                 y += self._v(ins[2])
         elif code == _MAXPOOL:
             g, n, disjoint = self.window(o, self.walk, int(o[10]))
             xw = _padded(x, -3.4e38)[:, g]                  # [K, outputs, taps, C]
             self.saved[i] = xw
-            y = xw.max(axis=2)
+            y = np.full(xw.shape[:2] + xw.shape[3:], -3.4e38)     # (float64, as op_pool's)
+            np.maximum(y, xw.max(axis=2), out=y)
         else:
             g, n, disjoint = self.window(o, self.walk, int(o[10]))
             w = self._v(ins[1])
@@ -166,12 +186,12 @@ class Stack:
             if code == _CONV:
                 cols = _padded(x, 0.0)[:, g].reshape((K, R, -1))
                 self.saved[i] = cols
-                y = np.matmul(cols, _T(w))
+                y = _mm(cols, _T(w)).astype(_F32)
             else:
                 M = net.shape[outs[0]][1] // x.shape[2]
                 xw = _padded(np.repeat(x, M, axis=2) if M > 1 else x, 0.0)[:, g]
                 self.saved[i] = xw
-                y = (xw * (w[:, None] if w.ndim == 3 else w[None, None])).sum(axis=2)
+                y = (xw * (w[:, None] if w.ndim == 3 else w[None, None])).sum(axis=2).astype(_F32)
             if len(ins) > 2 and ins[2] >= 0:
                 y += self._v(ins[2])
         y = self.act(y, int(o[0])) if int(o[0]) else y
@@ -205,7 +225,9 @@ class Stack:
             if fl & _DX:
                 outer, red, inner = int(o[0]), int(o[1]), int(o[2])
                 d = (dy * (1.0 / red)).reshape((K, outer, 1, inner))
-                dx = np.zeros((K, outer, red, inner), dtype=dy.dtype) + d
+                dx = np.zeros((K, outer, red, inner), dtype=_F32) + d
+                if outer > 1 and inner > 1:
+                    dx = dx.astype(_F32)
                 self._add_grad(ins[0], dx.reshape(xs))
             return
         a = int(o[0])
@@ -245,7 +267,7 @@ class Stack:
         o, n = net.shape[ins[1]]
         dz = dz.reshape((K, -1, o))
         if fl & _DX:
-            dx = np.matmul(dz, self._v(ins[1]))
+            dx = _mm(dz, self._v(ins[1]))
             self._add_grad(ins[0], dx.reshape((K,) + net.shape[ins[0]]))
         if fl & _DWF:
             x = self._v(ins[0]).reshape((K, -1, n))
@@ -255,7 +277,7 @@ class Stack:
             if x.shape[1] == 1:                 # an outer product (sink: step_outer)
                 gw = u[:, 0, :, None] * x[:, 0, None, :]
             else:
-                gw = np.matmul(_T(u), x)
+                gw = _mm(_T(u), x)
             self._update(ins[1], gw)
         if fl & _DB:
             self._update(ins[2], dz if dz.shape[1] == 1 else np.sum(dz, axis=1)[:, None])
@@ -269,7 +291,7 @@ class Stack:
         first = eq.argmax(axis=2)                               # [K, R, C]
         src = g[np.arange(R)[None, :, None], first]             # its x row
         give = np.where(eq.any(axis=2), dz, 0.0)
-        d = np.zeros((K, n + 1, C), dtype=dz.dtype)
+        d = np.zeros((K, n + 1, C), dtype=_F32)
         kk = np.arange(K)[:, None, None]
         cc = np.arange(C)[None, None, :]
         if disjoint:
@@ -288,19 +310,19 @@ class Stack:
         gw = None
         if fl & _DWF:
             if code == _CONV:
-                gw = np.matmul(_T(dz), self.saved[i])
+                gw = _mm(_T(dz), self.saved[i]).astype(_F32)
             else:
-                gw = (dz[:, :, None, :] * self.saved[i]).sum(axis=1)
+                gw = (dz[:, :, None, :] * self.saved[i]).sum(axis=1).astype(_F32)
         if fl & _DX:
             if code == _CONV:
-                dx = _scatter(g, n, disjoint, np.matmul(dz, w).reshape((K, R, KK, -1)))
+                dx = _scatter(g, n, disjoint, _mm(dz, w).reshape((K, R, KK, -1)))
             else:
                 ww = w[:, None] if w.ndim == 3 else w[None, None]
                 dx = _scatter(g, n, disjoint, dz[:, :, None, :] * ww)
                 M = net.shape[outs[0]][1] // xs[2]
                 if M > 1:
                     dx = dx.reshape((K, n, xs[2], M)).sum(axis=3)
-            self._add_grad(ins[0], dx.reshape(xs))
+            self._add_grad(ins[0], dx.astype(_F32).reshape(xs))
         if gw is not None:                          # after dx: dx reads the old weight
             self._update(ins[1], gw)
 
