@@ -284,29 +284,101 @@ class Trials:
 
     def mean(self, ranks, folds=None) -> float:
         """score() over folds splits of the proxy samples (one partition by default);
-        the folds not yet cached run together where they can (_stacked)."""
+        the folds not yet cached run together where they can (prefetch)."""
         folds = folds or self.folds
-        self._stacked(ranks, range(folds))
+        self.prefetch([(ranks, f) for f in range(folds)])
         return sum(self.score(ranks, f) for f in range(folds)) / folds
 
-    # The trials of one configuration on several folds train the same prepared model on
-    # other samples: host_tools.prepare.stacked runs them side by side, one numpy call
-    # for all of them (issue 30), the same scores as one by one (to float rounding).
-    # Off under board_steps() (the board's row-by-row path: xnp.ROWWISE) and for models
-    # or settings stacked does not cover (stacked.covers); STACK = False turns it off.
+    # Trials are independent: host_tools.prepare.stacked trains several of one prepared
+    # model side by side, one numpy call for all of them (issue 30), with the same bits
+    # as one by one: a configuration's folds (the same model, other samples), and
+    # configurations whose prepared models differ only in the channel windows that
+    # train (a layer's weights at 1/8, 1/4, 1/2 and all of its channels).  Off under
+    # board_steps() (the board's row-by-row path: xnp.ROWWISE) and for models or
+    # settings stacked does not cover (stacked.covers); STACK = False turns it off.
 
-    def _stacked(self, ranks, folds):
-        """Score ranks on the folds not cached yet, stacked, when there are several."""
-        want = [f for f in folds if self._key(ranks, f) not in self.cache]
+    def prefetch(self, items):
+        """Score the (ranks, fold) items not cached yet, stacked: those that share a
+        prepared model together (what stacked does not cover is left to score(), one
+        by one)."""
+        want = list({self._key(r, f): (r, f) for r, f in items
+                     if self._key(r, f) not in self.cache}.values())
         if len(want) < 2 or not (STACK and self.STACKS) or micro('optim').ROWWISE:
             return
-        scores = self._run_stacked(ranks, want)
-        if scores is None:
-            return
-        for f, sc in zip(want, scores):
-            self.cache[self._key(ranks, f)] = sc
-            self.ran += 1
-        self._save()
+        groups, ran = self._group(want), 0
+        for group in groups.values():       # (one alone too: it is prepared already)
+            scores = self._run_stacked(group)
+            if scores is None:
+                continue
+            for (r, f, _), sc in zip(group, scores):
+                self.cache[self._key(r, f)] = sc
+                ran += 1
+        self.ran += ran
+        if ran:
+            self._save()
+
+    def _group(self, items):
+        """{signature: [(ranks, fold, (net, settings, folder))]}: the items' prepared
+        models (one prepare per configuration, on its first fold) by what they are
+        besides the channel windows (stacked.signature); a configuration prepare
+        refuses scores as the worst."""
+        from . import stacked
+        Net = micro('model').Net
+        made, groups = {}, {}
+        for r, f in items:
+            d = describe(r)
+            if d not in made:
+                out = os.path.join(self.tmp, 'stack%d' % len(made))
+                try:
+                    cfg = self._prepared(r, f, out)
+                except PrepareError as e:
+                    self.log(f'  trial {d}: {e}')
+                    self.cache[self._key(r, f)] = -1e9
+                    made[d] = None
+                    continue
+                net = Net(os.path.join(out, 'model.flat'))
+                net.load_weights(os.path.join(out, 'weights.wof'))
+                c = dict(net.settings)
+                c.update({k: cfg[k] for k in RECIPE if k in cfg})
+                c['seed'] -= f          # each item's seed is the trial settings' + its fold
+                made[d] = (net, c, out) if not stacked.covers(net, c) else None
+            if made[d] is None:
+                continue
+            net, c, _ = made[d]
+            sig = (stacked.signature(net), json.dumps(c, sort_keys=True),
+                   repr(net.rank) if c.get('weight_decay') else '')   # (stacked.run)
+            groups.setdefault(sig, []).append((r, f, made[d]))
+        return groups
+
+    def _run_stacked(self, group):
+        """[score] of the (ranks, fold, prepared) items of one signature trained side by
+        side (stacked.run)."""
+        from . import stacked
+        order = micro('data').order
+        net, c, out = group[0][2]
+        if c['seed'] != self.settings['seed']:
+            return None
+        cuts = _Cuts(self, net)
+        # every proxy sample as prepared (the first folder's datasets hold each once)
+        arr, tr_pos, te_pos = self._arrange(group[0][1])
+        tr0, te0 = (cuts.read(os.path.join(out, n), c['loss']) for n in ('train.ds', 'test.ds'))
+        every = [None] * len(arr)
+        for rows, got in ((tr_pos, tr0), (te_pos, te0)):
+            for i, r in enumerate(rows):
+                every[arr[r]] = got[i]
+        parts = [self._arrange(f) for _, f, _ in group]
+        tr = _Samples([[every[a[r]] for r in p] for a, p, _ in parts])
+        te = _Samples([[every[a[r]] for r in p] for a, _, p in parts])
+        seeds = [c['seed'] + f for _, f, _ in group]
+        orders = lambda j, e: order(tr.n, seeds[j] if c['shuffle'] else None, e)  # noqa: E731
+        ranks = [g[2][0].rank for g in group]
+        ms = stacked.run(net, c, len(group), tr, orders, te, self.epochs, ranks)
+        res = []
+        for m in ms:
+            m = float(m)
+            res.append(-1e9 if not np.isfinite(m) else
+                       (m if self.settings['metric'] == 'accuracy' else -m))
+        return res
 
     def _prepared(self, ranks, fold, out):
         """prepare's folder of ranks on fold's split, for a trial (no training)."""
@@ -316,44 +388,6 @@ class Trials:
         # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
         with open(os.path.join(out, 'train.json')) as f:     # weight decay, the schedule
             return json.load(f)
-
-    def _run_stacked(self, ranks, folds):
-        """[score] of ranks on folds trained side by side (stacked.run), or None when
-        the stacked path does not cover the model (then one by one)."""
-        from . import stacked
-        Net, order = micro('model').Net, micro('data').order
-        out = os.path.join(self.tmp, 'run')
-        try:                # one prepare: the folds differ in their samples and seed only
-            cfg = self._prepared(ranks, folds[0], out)
-        except PrepareError as e:
-            self.log(f'  trial {describe(ranks)}: {e}')
-            return [-1e9] * len(folds)
-        net = Net(os.path.join(out, 'model.flat'))
-        net.load_weights(os.path.join(out, 'weights.wof'))
-        c = dict(net.settings)
-        c.update({k: cfg[k] for k in RECIPE if k in cfg})
-        if stacked.covers(net, c) or c['seed'] != self.settings['seed'] + folds[0]:
-            return None
-        cuts = _Cuts(self, net)
-        # every proxy sample as prepared (fold folds[0]'s datasets hold each once)
-        arr, tr_pos, te_pos = self._arrange(folds[0])
-        tr0, te0 = (cuts.read(os.path.join(out, n), c['loss']) for n in ('train.ds', 'test.ds'))
-        every = [None] * len(arr)
-        for rows, got in ((tr_pos, tr0), (te_pos, te0)):
-            for i, r in enumerate(rows):
-                every[arr[r]] = got[i]
-        parts = [self._arrange(f) for f in folds]
-        tr = _Samples([[every[a[r]] for r in p] for a, p, _ in parts])
-        te = _Samples([[every[a[r]] for r in p] for a, _, p in parts])
-        seeds = [self.settings['seed'] + f for f in folds]
-        orders = lambda j, e: order(tr.n, seeds[j] if c['shuffle'] else None, e)  # noqa: E731
-        ms = stacked.run(net, c, len(folds), tr, orders, te, self.epochs)
-        out = []
-        for m in ms:
-            m = float(m)
-            out.append(-1e9 if not np.isfinite(m) else
-                       (m if self.settings['metric'] == 'accuracy' else -m))
-        return out
 
     def fold_data(self, fold):
         """An .npz of the proxy samples arranged so that prepare's split (test_split
@@ -631,29 +665,22 @@ def _screen(t, base, before, every, fits) -> dict:
     budget), 'wgain' {(op, rank): gain > 0}: each layer's weights at each channel ratio,
     'suffix' [(gain, ranks)]: the last k layers whole (ONERT's last:N), k = 1 .. every
     layer before the classifier."""
-    s0 = t.score(base)
     with_bias = [i for i, kinds in reversed(before) if 1 in kinds]
-    bias_gain = [0.0]
-    for k in range(1, len(with_bias) + 1):
-        r = dict(base)
-        r.update({i: 1 for i in with_bias[:k]})
-        bias_gain.append(t.score(r) - s0 if fits(r) else None)
+    bias_rs = [{**base, **{i: 1 for i in with_bias[:k]}} for k in range(1, len(with_bias) + 1)]
+    w_rs = [((i, rk), {**base, i: rk}) for i, kinds in before for rk in kinds if rk != 1]
+    suf_rs = [{**base, **{i: 0 for i, _ in every[-k:]}} for k in range(1, len(every) + 1)]
+    # every screening trial is known before any runs: those that can run together do
+    t.prefetch([(r, 0) for r in [base] + bias_rs + [r for _, r in w_rs] + suf_rs if fits(r)])
+    s0 = t.score(base)
+    bias_gain = [0.0] + [t.score(r) - s0 if fits(r) else None for r in bias_rs]
     wgain = {}
-    for i, kinds in before:
-        for rk in kinds:
-            if rk == 1:
-                continue
-            r = {**base, i: rk}
-            if not fits(r):
-                continue
-            gain = t.score(r) - s0
-            if gain > 0:
-                wgain[(i, rk)] = gain
-    suffix = []
-    for k in range(1, len(every) + 1):
-        r = {**base, **{i: 0 for i, _ in every[-k:]}}
-        if fits(r):
-            suffix.append((t.score(r) - s0, r))
+    for key, r in w_rs:
+        if not fits(r):
+            continue
+        gain = t.score(r) - s0
+        if gain > 0:
+            wgain[key] = gain
+    suffix = [(t.score(r) - s0, r) for r in suf_rs if fits(r)]
     return {'with_bias': with_bias, 'bias_gain': bias_gain, 'wgain': wgain, 'suffix': suffix}
 
 
@@ -718,6 +745,7 @@ def _verify(t, pr, base, final, predicted, log):
     dozen k-fold means is as often luck as merit).  Returns (the classifier alone's
     score, [(measured gain, heap, predicted gain, ranks)] best first: of those within TIE
     of the best mean the largest plan trains)."""
+    t.prefetch([(r, f) for r in [base] + final for f in range(t.folds)])
     s0 = t.mean(base)
     tried = [(t.mean(r) - s0, pr.price(r)['heap'], predicted.get(describe(r), 0.0), r)
              for r in final]
@@ -727,6 +755,8 @@ def _verify(t, pr, base, final, predicted, log):
         folds = t.folds * REFINE_TIMES
         log(f'  {close} within {REFINE:g} of the best: '
             f'again on {folds - t.folds} more folds (another partition)')
+        t.prefetch([(r, f) for r in [base] + [r for d, _, _, r in tried if d >= top - REFINE]
+                    for f in range(folds)])
         s0 = t.mean(base, folds)
         tried = [(t.mean(r, folds) - s0 if d >= top - REFINE else d, h, p, r)
                  for d, h, p, r in tried]

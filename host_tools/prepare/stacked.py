@@ -26,6 +26,8 @@ Covered (`covers` says why not otherwise, and the caller runs the trials one by 
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ..target.device import module
@@ -95,11 +97,24 @@ def _mm(a, b):
     return np.matmul(a.astype(dt, copy=False), b.astype(dt, copy=False))
 
 
+def signature(net) -> str:
+    """What a loaded net is besides its channel windows (net.rank): nets of one
+    signature train side by side, each trial its own windows."""
+    h = hashlib.sha1(repr((net.inputs, net.outputs, net.shape, list(net.trainable),
+                           [tuple(b) for b in net.bwd], sorted(net.gin))).encode())
+    for op in net.ops:
+        h.update(repr((op[0], list(op[1]), list(op[2]), [float(v) for v in op[3]])).encode())
+    for a in net.t:
+        h.update(b'-' if a is None else np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
 class Stack:
     """K trials of one loaded net (utrain.model.Net, weights loaded) with settings cfg
-    (the trainer's: net.settings and train.json's recipe)."""
+    (the trainer's: net.settings and train.json's recipe); ranks: each trial's channel
+    windows ({tensor: (axis, lo, hi)}, net.rank's form; default net's own)."""
 
-    def __init__(self, net, cfg, K):
+    def __init__(self, net, cfg, K, ranks=None):
         self.net, self.cfg, self.K = net, cfg, K
         self.act, self.act_grad = module('op_act')._act, module('op_act').act_grad
         self.walk = module('op_conv').walk
@@ -110,8 +125,30 @@ class Stack:
         O = module('optim')
         self.opt = O.Optimizer(cfg['optimizer'])
         self.opt.set(cfg, 1.0)
+        # a weight every trial trains in the same window updates that window (win);
+        # one trained in windows that differ updates whole, its gradient zero outside
+        # each trial's window (mask): a zero gradient leaves a weight and its SGD or
+        # Adam state exactly as they are (without weight decay: run() checks)
+        ranks = ranks or [net.rank] * K
+        self.win, self.mask = {}, {}
         for k in net.trainable:
-            shape = self.sink.state_shape(net, k)
+            rs = [r.get(k) for r in ranks]
+            if all(r == rs[0] for r in rs):
+                self.win[k] = rs[0]
+                continue
+            self.win[k] = None
+            m = self.mask[k] = np.zeros((K,) + net.shape[k], dtype=bool)
+            for j, r in enumerate(rs):
+                if r is None:
+                    m[j] = True
+                elif r[0] == 0:
+                    m[j, r[1]:r[2]] = True
+                else:
+                    m[j, :, r[1]:r[2]] = True
+        for k in net.trainable:
+            r = self.win[k]
+            shape = net.shape[k] if r is None else \
+                ((r[2] - r[1], net.shape[k][1]) if r[0] == 0 else (net.shape[k][0], r[2] - r[1]))
             if 'adam' in self.opt.kind or (self.opt.kind == 'sgd' and self.opt.momentum):
                 self.opt.m[k] = np.zeros((K,) + shape, dtype=net.t[k].dtype)
             if self.opt.kind != 'sgd':
@@ -128,7 +165,7 @@ class Stack:
 
     def _win(self, k, a):
         # a [K, ...] of k's whole shape cut to k's training channels (sink.trained)
-        r = self.net.rank.get(k)
+        r = self.win.get(k)
         if r is None or a.shape[1:] != self.net.shape[k]:
             return a
         ax, lo, hi = r
@@ -136,6 +173,9 @@ class Stack:
 
     def _update(self, k, g):
         # the batch-1 sink: k's gradient g [K, ...] (its whole shape or its window)
+        m = self.mask.get(k)
+        if m is not None:
+            g = np.where(m, g.reshape(m.shape), 0.0)
         self.opt.step(k, self._win(k, self.w[k]), self._win(k, g))
 
     # -- one pass
@@ -271,7 +311,7 @@ class Stack:
             self._add_grad(ins[0], dx.reshape((K,) + net.shape[ins[0]]))
         if fl & _DWF:
             x = self._v(ins[0]).reshape((K, -1, n))
-            r = net.rank.get(ins[1])
+            r = self.win.get(ins[1])
             lo, hi = (r[1], r[2]) if r is not None and r[0] == 0 else (0, o)
             u = dz[:, :, lo:hi]
             if x.shape[1] == 1:                 # an outer product (sink: step_outer)
@@ -364,13 +404,15 @@ class Stack:
         return ok
 
 
-def run(net, cfg, K, cuts, orders, tests, epochs):
+def run(net, cfg, K, cuts, orders, tests, epochs, ranks=None):
     """Train K trials of net (settings cfg) and return each one's test metric mean (NaN
     for a trial that diverged).  cuts.batch([i_j]): ({cut tensor: [K, ...]}, targets
     [K, ...]) of trial j's training sample i_j (cuts.n samples each); orders(j, e):
     trial j's sample order in epoch e (None: file order); tests the same as cuts for
-    the test samples."""
-    s = Stack(net, cfg, K)
+    the test samples; ranks: each trial's channel windows (Stack)."""
+    if ranks and cfg.get('weight_decay') and any(r != ranks[0] for r in ranks):
+        raise ValueError('trials with other windows stack only without weight decay')
+    s = Stack(net, cfg, K, ranks)
     n_tr, n_te = cuts.n, tests.n
     for e in range(epochs):
         idx = [orders(j, e) for j in range(K)]
