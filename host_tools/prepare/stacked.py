@@ -76,13 +76,37 @@ def _padded(x, fill):
     return xp
 
 
+_passes = {}
+
+
+def _occurrences(g):
+    # [(positions, rows)]: g's flat positions grouped by how many earlier positions name
+    # the same x row (pass j: each row's j-th occurrence, no row twice), cached per g
+    r = _passes.get(id(g))
+    if r is None:
+        flat = g.ravel()
+        order = np.argsort(flat, kind='stable')
+        srt = flat[order]
+        start = np.r_[0, np.flatnonzero(srt[1:] != srt[:-1]) + 1]
+        occ = np.empty(len(flat), dtype=np.int64)
+        occ[order] = np.arange(len(flat)) - np.repeat(start, np.diff(np.r_[start, len(flat)]))
+        r = _passes[id(g)] = (g, [(np.flatnonzero(occ == j), flat[occ == j])
+                                  for j in range(int(occ.max()) + 1)])
+    return r[1]
+
+
 def _scatter(g, n, disjoint, v):
-    # [K, n, C]: v [K, outputs, taps, C] summed into the x rows g names (row n: padding)
-    d = np.zeros((v.shape[0], n + 1, v.shape[3]), dtype=v.dtype)
+    # [K, n, C]: v [K, outputs, taps, C] summed into the x rows g names (row n: padding).
+    # Where windows overlap, in the order np.add.at (xnumpy's) adds them: g's flat
+    # order, one pass per occurrence (the same sums, without add.at's slow loop)
+    K, R, T, C = v.shape
+    d = np.zeros((K, n + 1, C), dtype=v.dtype)
     if disjoint:
         d[:, g] = v
     else:
-        np.add.at(d, (slice(None), g), v)
+        vf = v.reshape((K, R * T, C))
+        for pos, rows in _occurrences(g):
+            d[:, rows] += vf[:, pos]
     return d[:, :n]
 
 
@@ -117,6 +141,7 @@ class Stack:
     def __init__(self, net, cfg, K, ranks=None):
         self.net, self.cfg, self.K = net, cfg, K
         self.act, self.act_grad = module('op_act')._act, module('op_act').act_grad
+        self.elem = module('op_elem')
         self.walk = module('op_conv').walk
         self.window = module('xnumpy')._window
         self.sink = module('sink')
@@ -207,7 +232,7 @@ class Stack:
             t[outs[0]] = y.reshape(shape)
             return
         if code in _ELEM:
-            y = module('op_elem')._f(code, x, self._v(ins[1]))
+            y = self.elem._f(code, x, self._v(ins[1]))
         elif code == _FC:
             n = net.shape[ins[1]][1]
             y = _mm(x.reshape((K, -1, n)), _T(self._v(ins[1])))
@@ -283,7 +308,7 @@ class Stack:
             self._bwd_conv(i, code, ins, outs, o, dz, fl, xs)
 
     def _bwd_elem(self, code, ins, o, dz, fl):
-        E = module('op_elem')
+        E = self.elem
         a, b = self._v(ins[0]), self._v(ins[1])
         p = int(o[1])
         for s in (0, 1):
