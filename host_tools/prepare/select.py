@@ -381,11 +381,18 @@ class Trials:
         return res
 
     def _prepared(self, ranks, fold, out):
-        """prepare's folder of ranks on fold's split, for a trial (no training)."""
-        self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
-                split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none', bands=0,
-                **dict(self.settings, seed=self.settings['seed'] + fold))    # (bands: the
-        # same values, a few rows at a time: heap the host does not lack, 1.5x the time)
+        """prepare's folder of ranks on fold's split, for a trial (no training): a
+        scratch folder, its files not synced to disk."""
+        from ..formats import ir
+        sync, ir.FSYNC = ir.FSYNC, False
+        try:
+            self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
+                         split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none',
+                         bands=0, **dict(self.settings, seed=self.settings['seed'] + fold))
+            # (bands: the same values, a few rows at a time: heap the host does not lack,
+            # 1.5x the time)
+        finally:
+            ir.FSYNC = sync
         with open(os.path.join(out, 'train.json')) as f:     # weight decay, the schedule
             return json.load(f)
 

@@ -179,6 +179,7 @@ class Stack:
             if self.opt.kind != 'sgd':
                 self.opt.v[k] = np.zeros((K,) + shape, dtype=net.t[k].dtype)
         self.dead = np.zeros(K, dtype=bool)     # a trial that diverged scores the worst
+        self.flat, self.gdt = None, {}          # (_flatten)
 
     # -- values
     def _v(self, k):
@@ -201,7 +202,53 @@ class Stack:
         m = self.mask.get(k)
         if m is not None:
             g = np.where(m, g.reshape(m.shape), 0.0)
+        if self.flat:                           # into its group's gradient, stepped at the end
+            gv = self.gview[k]
+            if g.dtype != gv.dtype:
+                raise ValueError('tensor %d: a gradient of another dtype' % k)
+            self._win(k, gv)[...] = self._win(k, g.reshape((self.K,) + g.shape[-2:]))
+            return
+        self.gdt[k] = g.dtype
         self.opt.step(k, self._win(k, self.w[k]), self._win(k, g))
+
+    # After the first step the trained weights, their optimizer state and gradients live
+    # in one [K, n] array per gradient dtype (float32, or float64 behind a max pool's
+    # float64 output) and the optimizer steps each array once a sample, not each weight
+    # (22 of them in the IMU net, most BatchNorm rows): the same rule per element, a
+    # window's outside a zero gradient that leaves it as it is (hence no weight decay),
+    # every weight still stepped after its gradient is complete and before it is read
+    # again (no weight is read by two ops: covers()).
+
+    def _flatten(self):
+        net, K, opt = self.net, self.K, self.opt
+        if self.cfg.get('weight_decay') or set(self.gdt) != set(net.trainable):
+            self.flat = False
+            return
+        self.flat, self.gview = [], {}
+        for dt in sorted({d.str for d in self.gdt.values()}):
+            ks = [k for k in net.trainable if self.gdt[k].str == dt]
+            n = sum(int(np.prod(net.shape[k])) for k in ks)
+            W = np.empty((K, n), dtype=_F32)
+            G = np.zeros((K, n), dtype=np.dtype(dt))
+            name = 'flat:' + dt
+            st = [(opt.m, np.zeros((K, n), dtype=_F32)) if k in opt.m else None for k in ks[:1]]
+            st += [(opt.v, np.zeros((K, n), dtype=_F32)) if ks[0] in opt.v else None]
+            o = 0
+            for k in ks:
+                size = int(np.prod(net.shape[k]))
+                shape = (K,) + net.shape[k]
+                W[:, o:o + size] = self.w[k].reshape((K, size))
+                self.w[k] = W[:, o:o + size].reshape(shape)
+                self.gview[k] = G[:, o:o + size].reshape(shape)
+                for s in st:
+                    if s is not None:
+                        whole = s[1][:, o:o + size].reshape(shape)
+                        self._win(k, whole)[...] = s[0].pop(k)
+                o += size
+            for s in st:
+                if s is not None:
+                    s[0][name] = s[1]
+            self.flat.append((name, W, G))
 
     # -- one pass
     def forward(self, cut):
@@ -273,6 +320,11 @@ class Stack:
             d = self.g.pop(outs[0], None)
             if d is not None:
                 self._bwd(oi, net.ops[oi], d, fl)
+        if self.flat:
+            for name, W, G in self.flat:
+                self.opt.step(name, W, G)
+        elif self.flat is None:
+            self._flatten()
 
     def _add_grad(self, k, d):
         old = self.g.get(k)
