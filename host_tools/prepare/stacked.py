@@ -403,18 +403,18 @@ class Stack:
         g, n, disjoint = self.window(o, self.walk, int(o[10]))
         xw = self.saved[i]
         K, R, KK, C = xw.shape
-        m = xw.max(axis=2)
+        # the max: the output itself when no activation follows (op_pool's)
+        m = xw.max(axis=2) if int(o[0]) else self.t[self.net.ops[i][2][0]]
         eq = xw == m[:, :, None, :]
         first = eq.argmax(axis=2)                               # [K, R, C]
-        src = g[np.arange(R)[None, :, None], first]             # its x row
         give = np.where(eq.any(axis=2), dz, 0.0)
         d = np.zeros((K, n + 1, C), dtype=_F32)
-        kk = np.arange(K)[:, None, None]
-        cc = np.arange(C)[None, None, :]
-        if disjoint:
-            d[kk, src, cc] = give
+        if disjoint:        # each x row in one window: its gradient stored at its tap
+            hit = np.arange(KK)[None, None, :, None] == first[:, :, None, :]
+            d[:, g] = np.where(hit, give[:, :, None, :], 0.0)
         else:
-            np.add.at(d, (kk, src, cc), give)
+            src = g[np.arange(R)[None, :, None], first]         # its x row
+            np.add.at(d, (np.arange(K)[:, None, None], src, np.arange(C)[None, None, :]), give)
         self._add_grad(ins[0], d[:, :n].reshape(xs))
 
     def _bwd_conv(self, i, code, ins, outs, o, dz, fl, xs):
