@@ -835,6 +835,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     mods = set(Q8_MODULES)
     if trained.get('groups'):
         mods.update(('q8bands', 'bands'))
+    if trained.get('rr'):
+        mods.add('q8range')          # (ranges that follow training: loaded on use)
     sparse = any(d.get('mask') or d.get('sd') for d in trained['layers'])   # q8sparse: on use
     # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
     # in it where a board loads native code into RAM (rp2)

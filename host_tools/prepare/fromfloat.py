@@ -122,6 +122,7 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     model.flat and weights.wof) calibrated on samples x (one a row)."""
     from .exportcheck import activation_ranges, recalibrate
     og, trained = int8_graph(g)
+    og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
     ranges = widened(g, activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x))
     for t in og.tensors:                # a tensor no sample reached: no scale to give it
         if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (

@@ -474,7 +474,49 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     m.update(plan(ls, rows))
+    if getattr(g, 'follow_ranges', 0):
+        rr = follow_ranges(m)
+        if rr:
+            m['rr'] = rr
     return m
+
+
+RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the ranges,
+RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of its values clip
+
+
+def follow_ranges(m: dict) -> list | None:
+    """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
+    while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
+    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer whose output range can
+    double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp inside the int8 range but its zero point's (none, or RELU), read
+    through pools only by trained weighted layers that take it as their one input, or
+    the logits (the softmax table's end zero).  None without a layer that can (or with
+    row bands: the bands' buffers are not the layers')."""
+    ls = m['layers']
+    if m.get('groups'):
+        return None
+    ents = []
+    for i, d in enumerate(ls):
+        if d['k'] not in (FC, CONV, DW) or not d.get('train') or d.get('mask') or d.get(
+                'sd') or d.get('pw') or d['hi'] != 127 or d['lo'] not in (-128, d['zy']):
+            continue
+        ts, cs, ok = {d['out']}, [], True
+        for j in range(i + 1, len(ls)):
+            e = ls[j]
+            if not ts & set(e['in']):
+                continue
+            if e['k'] in (POOL_MAX, POOL_AVG) and (e['lo'], e['hi']) == (-128, 127):
+                ts.add(e['out'])
+            elif (e['k'] in (FC, CONV, DW) and e.get('train') and len(e['in']) == 1
+                  and not (e.get('sd') or e.get('pw') or e.get('mask'))):
+                cs.append(j)
+            else:
+                ok = False
+        last = i == len(ls) - 1
+        if ok and (cs and not last or last and len(m['etab']) < 256):
+            ents.append([i, cs, [127] + ([128] if d['lo'] == -128 and d['zy'] > -128 else [])])
+    return [RANGE_EVERY, RANGE_SHIFT, ents] if ents else None
 
 
 def etab(sy: float) -> list:

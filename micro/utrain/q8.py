@@ -426,6 +426,10 @@ class Q8Net:
                 ins = ls[i]['in']                           # one layer i-1 made
                 lay[i].skt = ins[1] if ins[0] == ls[i - 1]['out'] else ins[0]
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
+        self.rr = None            # ranges that follow training (utrain.q8range: 'rr')
+        if meta.get('rr'):
+            from utrain.q8range import Ranges
+            self.rr = Ranges(self, meta['rr'])
         self.setup()
 
     def strips(self):
@@ -759,6 +763,8 @@ class Q8Net:
                     L.b = _i32(0, f.read(4 * L.d['nb']))
                 if L.train:
                     L.set_bias()
+        if self.rr is not None:     # (its biases at the calibrated scales: to the file's)
+            self.rr.loaded(path)
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all
