@@ -810,6 +810,9 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     if n_w or n_b:      # batch sums, Adam's master, m, v, momentum's velocities: of the window
         parts['optimizer state'] = sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
                                        for d in ls if d.get('train'))
+    if t.get('ef') and opt == 'sgd':    # SGD's int8 rounding remainders (utrain.q8 upek)
+        parts['rounding remainders'] = sum(arr(q8_trained_weights(d)) for d in ls
+                                           if d.get('train') and q8_trained_weights(d))
     return parts
 
 

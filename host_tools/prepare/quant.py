@@ -474,10 +474,11 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     m.update(plan(ls, rows))
-    if getattr(g, 'follow_ranges', 0):
+    if getattr(g, 'follow_ranges', 0):     # a float model calibrated as int8 (fromfloat)
         rr = follow_ranges(m)
         if rr:
             m['rr'] = rr
+        m['ef'] = 1         # SGD's rounded weight updates keep their error (utrain.q8 upek)
     return m
 
 

@@ -152,3 +152,31 @@ def test_checkpoints_and_trained_wof_keep_the_ranges(tmp_path, monkeypatch):
         list(L.b) for L in tr.net.layers if L.train]
     for i in range(5):
         assert t3.net.loss(xq[i], int(y[i])) == tr.net.loss(xq[i], int(y[i]))
+
+
+@pytest.mark.parametrize('scaled', [False, True])
+def test_upek_keeps_the_rounding_error(scaled):
+    """upek (SGD's update of a float model trained as int8): over many steps each weight
+    moves by the sum of its updates rounded once (the remainder carries what rounding
+    left: |remainder| <= half a weight step); numpy's and the plain kernel's integers agree."""
+    from array import array
+    from utrain import q8kern as K
+    rng = np.random.default_rng(3)
+    n = 200
+    p = array('i', [0, 0, 0] if not scaled else [20000, 22, 1 << 21])
+    outs = []
+    for kern in (K.upek, K.py_upek):
+        w = bytearray(np.zeros(n, np.int8).tobytes())
+        e = bytearray(n)
+        tot = np.zeros(n, np.int64)
+        for _ in range(50):
+            d = rng.integers(-300, 300, n).astype(np.int32) * (1 + 9 * (rng.random(n) < 0.05))
+            kern(w, e, array('i', d.tolist()), n, p)
+            tot += (d.astype(np.int64) * 20000 + (1 << 21)) >> 22 if scaled else d
+        wq, eq = (np.frombuffer(bytes(b), np.int8).astype(np.int64) for b in (w, e))
+        ok = np.abs(wq) < 127
+        assert np.array_equal((-wq[ok] * 256 + eq[ok]), tot[ok])
+        assert np.abs(eq).max() <= 128 and ok.mean() > 0.9
+        outs.append((bytes(w), bytes(e)))
+        rng = np.random.default_rng(3)
+    assert outs[0] == outs[1]
