@@ -417,7 +417,7 @@ class Q8Net:
             for i in range(len(e)):
                 self.etab[i] = e[i]
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
-        self.upe = array('i', [0, 0, 0])                 # upek's m, sh, h (m 0: none)
+        self.upe = array('i', [0, 0, 0, 0])              # upek's n, m, sh, h (m 0: none)
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
@@ -724,8 +724,9 @@ class Q8Net:
         if L.e is not None:
             j = i0 - L.wr()[0]
             i0 -= L.wo
-            K.upek(memoryview(L.w)[i0:] if i0 else L.w, memoryview(L.e)[j:] if j else L.e, d,
-                   n, self.upe)
+            p = self.upe
+            p[0], p[1] = n, 0
+            K.upek(memoryview(L.w)[i0:] if i0 else L.w, memoryview(L.e)[j:] if j else L.e, d, p)
             return
         i0 -= L.wo
         self.seed = K.upk(memoryview(L.w)[i0:] if i0 else L.w, d, n, self.seed)
@@ -937,8 +938,10 @@ class Q8Net:
                 K.cgk(gw, dz, L.x, L.zx, L.g, o0, o0 + m)
             if p is not None and L.e is not None:
                 j = (o0 - L.wlo) * row
+                pe = self.upe
+                pe[0], pe[1], pe[2], pe[3] = n, p[1], p[2], p[3]
                 K.upek(memoryview(L.w)[o0 * row:] if o0 else L.w,
-                       memoryview(L.e)[j:] if j else L.e, gw, n, memoryview(p)[1:])
+                       memoryview(L.e)[j:] if j else L.e, gw, pe)
                 continue
             if p is not None:
                 p[0] = self.seed

@@ -408,18 +408,19 @@ def upmk(w, d, n: int, p) -> int:
 
 
 @micropython.viper
-def upek(w, e, d, n: int, p):
-    # int8 update with the rounding's error kept (issue 33: no rounding noise): t = the
-    # update d[i] in 1/256 weight steps (p = array('i') of m, sh, h: m 0, d as it is; else
-    # (d[i] * m + h) >> sh, as upmk) plus e[i], weight i's int8 remainder from the steps
-    # before; w[i] -= (t + 128) >> 8 clamped to +-127, e[i] = the rest (-128..127)
+def upek(w, e, d, p):
+    # int8 update with the rounding's error kept (issue 33: no rounding noise), p =
+    # array('i') of n, m, sh, h: t = the update d[i] in 1/256 weight steps (m 0: d as it
+    # is; else (d[i] * m + h) >> sh, as upmk) plus e[i], weight i's int8 remainder from
+    # the steps before; w[i] -= (t + 128) >> 8 clamped to +-127, e[i] = the rest (-128..127)
     pw = ptr8(w)
     pe = ptr8(e)
     pd = ptr32(d)
     pp = ptr32(p)
-    m = pp[0]
-    sh = pp[1]
-    hf = pp[2]
+    n = pp[0]
+    m = pp[1]
+    sh = pp[2]
+    hf = pp[3]
     for i in range(n):
         v = int(pd[i])
         h = v >> 16
@@ -820,3 +821,4 @@ if _A is not None:
         _A.upk)
     zk = _A._zero
     VUPM, upmk = upmk, getattr(_A, 'upmk', upmk)
+    VUPE, upek = upek, getattr(_A, 'upek', upek)

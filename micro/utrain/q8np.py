@@ -190,9 +190,9 @@ def upmk(w, d, n, p):
     return int(s[-1])
 
 
-def upek(w, e, d, n, p):
+def upek(w, e, d, p):
     # q8kern.upek: the int8 update with the rounding's error kept
-    m, sh, h = (int(v) for v in np.frombuffer(p, I32, 3))
+    n, m, sh, h = (int(v) for v in np.frombuffer(p, I32, 4))
     v = _i32(d, n).astype(I64)
     if m:
         v = (v * m + h) >> sh

@@ -162,7 +162,7 @@ def test_int8_from_float_trains_in_its_planned_heap(tmp_path):
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_bench_fromfloat_accuracy_table_quick(capsys):
     """python -m bench.fromfloat --accuracy --quick --models mlp prints its table: a row
-    with the int8 and float32 accuracies and their difference."""
+    with the int8 and float32 accuracies and their differences (last epoch, all epochs)."""
     from bench import fromfloat as bf
     bf.main(['--accuracy', '--quick', '--models', 'mlp'])
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith('| digits MLP')]
@@ -170,6 +170,7 @@ def test_bench_fromfloat_accuracy_table_quick(capsys):
     cells = [c.strip() for c in rows[0].strip('|').split('|')]
     q, f, d = float(cells[3]), float(cells[4]), float(cells[5])
     assert q > 0.5 and f > 0.5 and abs(100 * (q - f) - d) < 0.051
+    assert abs(float(cells[6])) < 50          # the difference over all epochs, in points
 
 
 def test_bench_sensor_task_prepares_as_int8_with_ranges_that_follow(tmp_path):

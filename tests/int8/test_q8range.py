@@ -163,7 +163,7 @@ def test_upek_keeps_the_rounding_error(scaled):
     from utrain import q8kern as K
     rng = np.random.default_rng(3)
     n = 200
-    p = array('i', [0, 0, 0] if not scaled else [20000, 22, 1 << 21])
+    p = array('i', [n, 0, 0, 0] if not scaled else [n, 20000, 22, 1 << 21])
     outs = []
     for kern in (K.upek, K.py_upek):
         w = bytearray(np.zeros(n, np.int8).tobytes())
@@ -171,7 +171,7 @@ def test_upek_keeps_the_rounding_error(scaled):
         tot = np.zeros(n, np.int64)
         for _ in range(50):
             d = rng.integers(-300, 300, n).astype(np.int32) * (1 + 9 * (rng.random(n) < 0.05))
-            kern(w, e, array('i', d.tolist()), n, p)
+            kern(w, e, array('i', d.tolist()), p)
             tot += (d.astype(np.int64) * 20000 + (1 << 21)) >> 22 if scaled else d
         wq, eq = (np.frombuffer(bytes(b), np.int8).astype(np.int64) for b in (w, e))
         ok = np.abs(wq) < 127
