@@ -656,8 +656,50 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
+    followed(g, m, wof_path)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
+
+
+SAME_SCALE = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def followed(g: Graph, m: dict, wof_path) -> None:
+    """The activation ranges a run doubled while it trained (wof_path + '.q8s', exponents
+    utrain.q8range wrote beside the weights) put into int8 graph g (layer table m), its
+    biases read from wof_path (at the calibrated scales): each range's tensors (its
+    producer's output, the pools' and reshapes' after it) scale x 2^k, its consumers' biases to the
+    bias scale x 2^k as the board holds them.  Nothing without the file."""
+    p = wof_path + '.q8s'
+    if not os.path.exists(p):
+        return
+    try:
+        with open(p) as f:
+            ex = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f'{p}: not readable ({e}); the run writes it beside {wof_path}') from None
+    rr = follow_ranges(m)
+    if not rr or not isinstance(ex, list) or len(ex) != len(rr[2]) or not all(
+            isinstance(k, int) and 0 <= k <= 8 for k in ex):
+        raise ValueError(f'{p}: not the ranges of this model ({len(rr[2]) if rr else 0} '
+                         'exponents 0..8 expected); remove it to export at the calibrated ranges')
+    ls = m['layers']
+    for (i, cs, _), k in zip(rr[2], ex):
+        if not k:
+            continue
+        ts, n = {ls[i]['out']}, 0
+        while n != len(ts):         # and the pools' and shape ops' after it (one scale)
+            n = len(ts)
+            for op in g.ops:
+                if op.name in SAME_SCALE and op.inputs[0] in ts:
+                    ts.update(op.outputs)
+        for t in ts:
+            q = g.tensors[t].quant
+            q['scale'] = [float(v) * 2 ** k for v in q['scale']]
+        for c in cs:
+            b = g.tensors[ls[c]['bt']]
+            b.data = ((b.data.astype(np.int64) + (1 << (k - 1))) >> k).astype(np.int32)
+            b.quant = dict(b.quant, scale=[float(v) * 2 ** k for v in b.quant['scale']])
 
 
 def trained_params(ls) -> int:
