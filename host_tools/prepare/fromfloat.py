@@ -92,7 +92,9 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
 # room to train (python -m bench.fromfloat --accuracy chose them: weights at 2x their
 # largest value clipped the fine-tuned Keras MLP 1 point below float, 3x kept it within)
 HEADROOM = 2.0              # activations: x the measured range
-LOGITS = 8.0                # the logits span at least +-LOGITS
+LOGITS = 4.0                # the logits span at least +-LOGITS (their range doubles as they
+#                             grow: utrain.q8range; at +-8 the untrained digits CNN's logits,
+#                             +-0.6, had 10 steps, and it learnt 2 points later)
 WEIGHT_HEADROOM = 3.0       # weights: x their largest magnitude
 
 

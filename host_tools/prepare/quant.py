@@ -475,6 +475,9 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     m.update(plan(ls, rows))
     if getattr(g, 'follow_ranges', 0):     # a float model calibrated as int8 (fromfloat)
+        # the softmax table on to its zeros (at most ETAB_MAX entries): the logits' range
+        # doubled k times reads its entries 2^k d (utrain.q8range)
+        m['etab'] = etab(sy, ETAB_MAX)
         rr = follow_ranges(m)
         if rr:
             m['rr'] = rr
@@ -515,17 +518,20 @@ def follow_ranges(m: dict) -> list | None:
             else:
                 ok = False
         last = i == len(ls) - 1
-        if ok and (cs and not last or last and len(m['etab']) < 256):
+        if ok and (cs and not last or last and len(m['etab']) < ETAB_MAX):
             ents.append([i, cs, [127] + ([128] if d['lo'] == -128 and d['zy'] > -128 else [])])
     return [RANGE_EVERY, RANGE_SHIFT, ents] if ents else None
 
 
-def etab(sy: float) -> list:
+ETAB_MAX = 1024         # the longest softmax table a model whose logits' range doubles gets
+
+
+def etab(sy: float, n=256) -> list:
     """scce's softmax table for logits at scale sy (utrain.q8 Q8Net._sce): round(2^14
-    exp(-sy d)) for the logit differences d = 0..255, its zeros at the end left out.
+    exp(-sy d)) for the logit differences d = 0..n-1, its zeros at the end left out.
     Made here, not on the board: 256 soft-float exps cost a Cortex-M0+ millions of
     cycles."""
-    t = [int(round(16384.0 * math.exp(-sy * d))) for d in range(256)]
+    t = [int(round(16384.0 * math.exp(-sy * d))) for d in range(n)]
     while t and not t[-1]:
         t.pop()
     return t

@@ -414,7 +414,7 @@ class Q8Net:
         self.etab = None
         if e is not None:
             self.etab = _i32(256)
-            for i in range(len(e)):
+            for i in range(min(256, len(e))):    # (longer: q8range's, for doubled ranges)
                 self.etab[i] = e[i]
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
         self.upe = array('i', [0, 0, 0, 0])              # upek's n, m, sh, h (m 0: none)
