@@ -40,17 +40,17 @@ class Ranges:
                 e[j] += 1
                 self._scale(j, 1, 1)
 
-    def _scale(self, j, k, bias):
-        # range j times 2^k (k 1 or -1); bias: the trained consumers' int32 biases quantized
+    def _scale(self, j, u, bias):
+        # range j times 2^u (u 1 or -1); bias: the trained consumers' int32 biases quantized
         # again from their float biases (else they are already at the new scale: loaded)
         net = self.net
         p, cs = self.ent[j][0], self.ent[j][1]
-        f = 2.0 if k > 0 else 0.5
+        f = 2.0 if u > 0 else 0.5
         L = net.layers[p]
         L.d['sy'] *= f
         sh = L.shf
         for o in range(len(sh)):
-            sh[o] -= k
+            sh[o] -= u
         if p == len(net.layers) - 1:        # the logits: the loss's scale, softmax table
             net.sy *= f
             self._etab()
@@ -62,7 +62,7 @@ class Ranges:
             d['sx'] *= f
             sh = C.shf
             for o in range(len(sh)):
-                sh[o] += k
+                sh[o] += u
             if bias:
                 sx, sw, b, bf = d['sx'], d['sw'], C.b, C.bf
                 nw = len(sw)
@@ -85,9 +85,9 @@ class Ranges:
         """The exponents want (a checkpoint's), the biases already at their scales."""
         for j in range(len(self.e)):
             while self.e[j] != want[j]:
-                k = 1 if want[j] > self.e[j] else -1
-                self.e[j] += k
-                self._scale(j, k, 0)
+                u = 1 if want[j] > self.e[j] else -1
+                self.e[j] += u
+                self._scale(j, u, 0)
 
     def _of(self, c):
         # the exponent of consumer layer c's input range (0: none)
