@@ -85,8 +85,14 @@ def describe(ranks: dict) -> str:
 def layers(g):
     """[(op index, kinds)] of the graph as given: ops with a trainable constant, kinds the
     rank codes that make sense for it (weights at a channel ratio; ONLY_BIAS where it has a
-    bias; a BatchNorm's per-channel scale or shift trains whole)."""
-    out = []
+    bias; a BatchNorm's per-channel scale or shift trains whole).  Ops whose constants are
+    all another's (an unrolled recurrent net: every step's FULLY_CONNECTED reads one
+    weight) are one layer, listed once as the last of them: a rank on any of them trains
+    the shared tensors through every use (passes.select_trainable keys a tensor by the
+    last op that trains it, so a rank given to an earlier one would be dropped), and as
+    separate candidates they filled MAX_LAYERS with copies of one layer, were tried for
+    the same configuration again and again, and added one gain several times."""
+    out, consts = [], []
     for op in g.ops:
         spec = SPECS.get(op.name)
         if spec is None:
@@ -106,7 +112,8 @@ def layers(g):
         if 'bias' in roles.values() and 'weight' in roles.values():
             kinds.append(1)
         out.append((op.index, kinds))
-    return out
+        consts.append({op.inputs[p] for p in roles})
+    return [c for j, c in enumerate(out) if not any(consts[j] <= later for later in consts[j + 1:])]
 
 
 def classifier(g, cands):

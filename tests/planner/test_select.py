@@ -572,3 +572,61 @@ def test_trials_share_the_frozen_prefix_and_score_as_without(data, monkeypatch):
         open(p, 'wb').write(b)
     del agreed[:]
     assert t._run(configs[2], 1) == fresh[2] and agreed == [False, False]
+
+
+def _shared_weight_net(path, steps=3, seed=0):
+    """A net the way an unrolled recurrent net is exported: FC 64->8 (ReLU), then steps
+    FULLY_CONNECTED 8->8 (ReLU) that all read one weight and one bias, then the
+    classifier FC 8->10.  Returns (path, the shared ops' indices, the classifier's)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder()
+    const = lambda name, *s: b.tensor(name, list(s), data=(rng.normal(size=s) * 0.3)  # noqa: E731
+                                      .astype(np.float32))
+    x = b.tensor('x', [1, 64])
+    h = b.tensor('h0', [1, 8])
+    b.op('FULLY_CONNECTED', [x, const('w_in', 8, 64), const('b_in', 8)], [h],
+         fused_activation_function='RELU')
+    w, bias = const('w_s', 8, 8), const('b_s', 8)
+    shared = []
+    for t in range(steps):
+        y = b.tensor('h%d' % (t + 1), [1, 8])
+        shared.append(b.op('FULLY_CONNECTED', [h, w, bias], [y], fused_activation_function='RELU'))
+        h = y
+    o = b.tensor('logits', [1, 10])
+    cls = b.op('FULLY_CONNECTED', [h, const('w_c', 10, 8), const('b_c', 10)], [o])
+    b.inputs(x)
+    b.outputs(o)
+    b.save(path)
+    return path, shared, cls
+
+
+def test_ops_sharing_a_weight_are_one_candidate_layer(tmp_path, data, monkeypatch):
+    """Issue 28 (a GRU exported by tico reads one weight in every step's FC): ops whose
+    constants are another's are one candidate, the last of them (a rank on it trains the
+    shared tensors through every use), so auto never prices or tries two ranks on one
+    tensor nor adds its gain twice, and the shared layer trains when it is what gains."""
+    from host_tools.prepare import select as sl
+    path, shared, cls = _shared_weight_net(str(tmp_path / 'rnn.circle'))
+    g = read_model(path)
+    cands = [i for i, _ in layers(g)]
+    assert cands == [0, shared[-1], cls]
+    tried = []
+
+    def score(self, ranks, fold=0):
+        tried.append(dict(ranks))
+        return 0.5 + 0.2 * (shared[-1] in ranks and ranks[shared[-1]] != 1)
+    monkeypatch.setattr(sl.Trials, 'score', score)
+    s = prepare(path, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                budget='1M', log=lambda *a: None, **SETTINGS)
+    assert all(not set(r) & set(shared[:-1]) for r in tried)
+    chosen = {int(i): r for i, r in s['select']['ranks'].items()}
+    assert chosen.get(shared[-1]) not in (None, 'bias') and cls in chosen
+    # a rank on the last of them trains the shared weight through every use
+    from host_tools.plan.runplan import select_rewrite_plan
+    from host_tools.graph.optable import DW
+    g2, *_, p = select_rewrite_plan(g, [shared[-1], cls], {shared[-1]: 0, cls: 0}, True)
+    w = [k for k in p.params if g2.tensors[k].name == 'w_s']
+    users = [op.index for op in g2.ops if w and w[0] in op.inputs]
+    assert len(users) == len(shared)
+    assert all(dict(p.backward).get(i, 0) & DW for i in users)
