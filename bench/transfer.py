@@ -485,6 +485,13 @@ def one_task(job):
     for board in boards:
         row = {'model': mname, 'task': task, 'hand': dict(base), 'fits': {}, 'budget': 0}
         b_batch = runner.boards()[board]['batch']
+        kwb.pop('dtype', None)
+        try:
+            prepare(path, os.path.join(work, 'flash'), board=board, int8=False, log=quiet,
+                    **kwb, **picks[0][1])
+        except PrepareError as e:   # the samples do not fit its flash: as prepare advises
+            if '--dtype uint8' in str(e):
+                kwb['dtype'] = 'uint8'
         for label, extra in picks:
             out = os.path.join(work, f'{mname}-{task}-{board}-{label.replace(":", "")}')
             try:
@@ -495,13 +502,14 @@ def one_task(job):
             row['fits'][label] = True
             with open(os.path.join(out, 'train.json')) as f:
                 b_batch = json.load(f)['batch']
-            if b_batch != batch:        # (the same settings: the bench's run stands)
+            if b_batch != batch or 'dtype' in kwb:   # (else the bench's run stands)
                 row['hand'][label] = (run(out, seeds)[0], s['heap']['total'])
             row['budget'] = max(row['budget'], s['heap']['total'])
         for mode in MODES:
             row[mode] = select_cell(path, os.path.join(work, f'{mname}-{task}-{mode}-{board}'),
                                     mode, dict(kwb, board=board), seeds, measure)
-        row['setting'] = f'{board} (b{b_batch})'
+        row['setting'] = f'{board} (b{b_batch}' + (', uint8 samples)' if 'dtype' in kwb
+                                                   else ')')
         rows.append(best_fitting(row))
     shutil.rmtree(work, ignore_errors=True)
     return rows, picks
