@@ -209,6 +209,62 @@ def test_fisher_potentials_match_pytorch(tmp_path):
                                    rtol=1e-4, atol=1e-9)
 
 
+def test_fisher_potentials_pass_a_residual_whose_skip_is_frozen(tmp_path):
+    """Issue 28 (dwres at batch 4: the board refused every layer for 'Fisher potential
+    0.0' and trained the classifier alone, 9 points under auto): where the skip branch
+    of a residual ADD is frozen, the ADD's backward entry has no flag bits (its second
+    input's gradient goes by net.gin); the scoring pass skipped it and no gradient
+    reached the layers below.  Against PyTorch autograd on a net the test builds: FC0
+    (frozen) -> h0; FC1 (trains) -> h1; h0 + h1 -> the classifier FC2."""
+    import torch
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.files.dataset import write_dataset
+    from host_tools.prepare.select import micro
+    rng = np.random.default_rng(5)
+    Ws = [rng.normal(size=s).astype(np.float32) * 0.5 for s in ((8, 6), (8, 8), (4, 8))]
+    Bs = [rng.normal(size=s[0]).astype(np.float32) * 0.1 for s in ((8,), (8,), (4,))]
+    b = CircleBuilder()
+    x_, h0, h1, r, o = (b.tensor(n, s) for n, s in (('x', [1, 6]), ('h0', [1, 8]), ('h1', [1, 8]),
+                                                   ('r', [1, 8]), ('o', [1, 4])))
+    wb = [(b.tensor('w%d' % i, list(w.shape), data=w), b.tensor('b%d' % i, list(c.shape), data=c))
+          for i, (w, c) in enumerate(zip(Ws, Bs))]
+    b.op('FULLY_CONNECTED', [x_, *wb[0]], [h0], fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [h0, *wb[1]], [h1], fused_activation_function='RELU')
+    b.op('ADD', [h0, h1], [r], fused_activation_function='NONE')
+    b.op('FULLY_CONNECTED', [r, *wb[2]], [o])
+    b.inputs(x_)
+    b.outputs(o)
+    path = b.save(str(tmp_path / 'res.circle'))
+    out = str(tmp_path / 'o')
+    prepare(path, out, ranks={1: 0, 3: 0}, train='none', loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.1, batch=1)
+    x = rng.normal(size=(10, 6)).astype(np.float32)
+    y = rng.integers(0, 4, 10)
+    write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
+    Net, Dataset, fisher = micro('model').Net, micro('data').Dataset, micro('fisher')
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    assert any(fl == 0 for _, fl in net.bwd)        # the case: the ADD's entry
+    ds = Dataset(os.path.join(out, 'train.ds'))
+    P = fisher.potentials(net, ds, 10, {'loss': 'scce', 'from_logits': True})
+    ds.close()
+    W = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in Ws]
+    B = [torch.tensor(c, dtype=torch.float64) for c in Bs]
+    want = torch.zeros(8, dtype=torch.float64)
+    for n in range(10):
+        h = torch.relu(torch.tensor(x[n:n + 1], dtype=torch.float64) @ W[0].T + B[0])
+        a = torch.relu(h @ W[1].T + B[1])
+        a.retain_grad()
+        torch.nn.functional.cross_entropy((h + a) @ W[2].T + B[2],
+                                          torch.tensor([int(y[n])])).backward()
+        want += ((a * a.grad).detach()[0]) ** 2
+    fc1 = [i for i in P if i != fisher.classifier(net)]
+    assert len(fc1) == 1
+    np.testing.assert_allclose(np.asarray(P[fc1[0]]).ravel(), (want / 20).numpy(),
+                               rtol=1e-4, atol=1e-9)
+    assert float(want.sum()) > 0
+
+
 @pytest.mark.parametrize('board', [None, 'rp2040', 'esp32-psram'])
 def test_candidates_are_priced_for_the_board_given(tmp_path, data, board):
     # selection priced every candidate with the default simulated board's figures: with
