@@ -209,18 +209,11 @@ def test_fisher_potentials_match_pytorch(tmp_path):
                                    rtol=1e-4, atol=1e-9)
 
 
-def test_fisher_potentials_pass_a_residual_whose_skip_is_frozen(tmp_path):
-    """Issue 28 (dwres at batch 4: the board refused every layer for 'Fisher potential
-    0.0' and trained the classifier alone, 9 points under auto): where the skip branch
-    of a residual ADD is frozen, the ADD's backward entry has no flag bits (its second
-    input's gradient goes by net.gin); the scoring pass skipped it and no gradient
-    reached the layers below.  Against PyTorch autograd on a net the test builds: FC0
-    (frozen) -> h0; FC1 (trains) -> h1; h0 + h1 -> the classifier FC2."""
-    import torch
+def _residual_net(tmp_path, rng):
+    """FC0 (ReLU) -> h0; FC1 (ReLU) on h0 -> h1; ADD(h0, h1); the classifier FC2; prepared
+    with FC1 and FC2 training (FC0 frozen: the ADD's backward entry has no flag bits, its
+    second input's gradient goes by net.gin).  Returns (folder, weights, biases)."""
     from host_tools.formats.circle_build import CircleBuilder
-    from host_tools.files.dataset import write_dataset
-    from host_tools.prepare.select import micro
-    rng = np.random.default_rng(5)
     Ws = [rng.normal(size=s).astype(np.float32) * 0.5 for s in ((8, 6), (8, 8), (4, 8))]
     Bs = [rng.normal(size=s[0]).astype(np.float32) * 0.1 for s in ((8,), (8,), (4,))]
     b = CircleBuilder()
@@ -237,7 +230,22 @@ def test_fisher_potentials_pass_a_residual_whose_skip_is_frozen(tmp_path):
     path = b.save(str(tmp_path / 'res.circle'))
     out = str(tmp_path / 'o')
     prepare(path, out, ranks={1: 0, 3: 0}, train='none', loss='scce', from_logits=True,
-            optimizer='sgd', lr=0.1, batch=1)
+            optimizer='sgd', lr=0.1, batch=4)
+    return out, Ws, Bs
+
+
+def test_fisher_potentials_pass_a_residual_whose_skip_is_frozen(tmp_path):
+    """Issue 28 (dwres at batch 4: the board refused every layer for 'Fisher potential
+    0.0' and trained the classifier alone, 9 points under auto): where the skip branch
+    of a residual ADD is frozen, the ADD's backward entry has no flag bits (its second
+    input's gradient goes by net.gin); the scoring pass skipped it and no gradient
+    reached the layers below.  Against PyTorch autograd on a net the test builds: FC0
+    (frozen) -> h0; FC1 (trains) -> h1; h0 + h1 -> the classifier FC2."""
+    import torch
+    from host_tools.files.dataset import write_dataset
+    from host_tools.prepare.select import micro
+    rng = np.random.default_rng(5)
+    out, Ws, Bs = _residual_net(tmp_path, rng)
     x = rng.normal(size=(10, 6)).astype(np.float32)
     y = rng.integers(0, 4, 10)
     write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
@@ -263,6 +271,36 @@ def test_fisher_potentials_pass_a_residual_whose_skip_is_frozen(tmp_path):
     np.testing.assert_allclose(np.asarray(P[fc1[0]]).ravel(), (want / 20).numpy(),
                                rtol=1e-4, atol=1e-9)
     assert float(want.sum()) > 0
+
+
+def test_the_boards_choice_trains_through_a_residual_whose_skip_is_frozen(tmp_path):
+    """Issue 28 (dwres at batch 4: the board chose auto's configuration and trained
+    exactly as the classifier alone): restricting the net to the board's choice
+    (chosen.restrict) dropped the backward entries left without flag bits, the residual
+    ADD's among them, so nothing below it trained.  Choosing every candidate must train
+    as the prepared run does without a choice."""
+    from host_tools.files.dataset import write_dataset
+    from host_tools.prepare.select import micro
+    rng = np.random.default_rng(6)
+    out, _, _ = _residual_net(tmp_path, rng)
+    x = rng.normal(size=(8, 6)).astype(np.float32)
+    write_dataset(os.path.join(out, 'train.ds'), x,
+                  rng.integers(0, 4, 8).reshape(-1, 1).astype(np.float32))
+    Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
+    cfg = {k: v for k, v in json.load(open(os.path.join(out, 'train.json'))).items()
+           if k in ('loss', 'from_logits', 'optimizer', 'lr', 'batch')}
+    weights = []
+    for keep in (None, 'all'):
+        tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'),
+                     keep=(lambda net: {k: None for k in net.trainable}) if keep else None,
+                     **cfg)
+        ds = Dataset(os.path.join(out, 'train.ds'))
+        tr.train_epoch(ds)
+        ds.close()
+        weights.append({k: np.array(tr.net.t[k]).copy() for k in tr.net.trainable})
+    assert weights[0].keys() == weights[1].keys() and len(weights[0]) == 4
+    for k in weights[0]:
+        np.testing.assert_array_equal(weights[1][k], weights[0][k])
 
 
 @pytest.mark.parametrize('board', [None, 'rp2040', 'esp32-psram'])
