@@ -61,7 +61,8 @@ with the board's own defaults (its heap limit, batch, streaming, the memory opti
 prepare chooses; float32 training, --float32, where prepare would train a hand-picked
 float setting as int8 on such a board); a hand-picked setting fits where prepare
 --board NAME accepts it; its accuracy is the budget rows' run where the board's batch is
---batch, else a run of its own.  --modes picks the selections (default all three);
+--batch, else a run of its own (and where the samples do not fit the board's flash as
+float32, they are stored as uint8, as prepare advises, and every setting runs anew).  --modes picks the selections (default all three);
 --json FILE writes the rows.
 --measure adds, for the selections of the first task, the smallest heap (-X heapsize,
 bisection, 1 KB; 40 samples, one epoch, unix MicroPython, fallback) next to the plan.
