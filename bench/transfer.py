@@ -101,6 +101,14 @@ SETTINGS = dict(loss='scce', from_logits=True, optimizer='adam', lr=0.005, batch
 TMP = os.path.join(tempfile.gettempdir(), 'utrain-transfer-%d' % os.getuid())
 
 
+def savez(path, **arrays):
+    """np.savez, whole or not at all: the task files are shared by the models on one task
+    (two bench processes, or --jobs, wrote one at once and one read it half written)."""
+    tmp = '%s.%d.tmp.npz' % (path[:-4], os.getpid())
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
 def mbnet_circle():
     """The MobileNet-like CNN, pre-trained on the digits 0-5 (cached)."""
     path = os.path.join(TMP, 'mbnet.circle')
@@ -143,7 +151,7 @@ def task_data(name, n):
         x = s
     pick = rng.permutation(len(x))
     path = os.path.join(TMP, '%s-%d.npz' % (name, n))
-    np.savez(path, x=np.ascontiguousarray(x[pick]).reshape(len(pick), 1, 8, 8).astype(np.float32),
+    savez(path, x=np.ascontiguousarray(x[pick]).reshape(len(pick), 1, 8, 8).astype(np.float32),
              y=y[pick])
     return path, (len(x) - n) / len(x)
 
@@ -197,7 +205,7 @@ def imu_task_data(name, n):
         if name == 'placement':
             x = imu_data.placement(x)
     path = os.path.join(TMP, 'imu-%s-%d.npz' % (name, n))
-    np.savez(path, x=np.ascontiguousarray(x[:, :, None, :]).astype(np.float32), y=y)
+    savez(path, x=np.ascontiguousarray(x[:, :, None, :]).astype(np.float32), y=y)
     return path, (len(x) - n) / len(x)
 
 
@@ -216,7 +224,7 @@ def basic_motions_data():
     order = np.empty(len(x), np.int64)
     order[tr_pos], order[te_pos] = a, b
     path = os.path.join(TMP, 'imu-basic-motions.npz')
-    np.savez(path, x=np.ascontiguousarray(x[order][:, :, None, :]), y=y[order])
+    savez(path, x=np.ascontiguousarray(x[order][:, :, None, :]), y=y[order])
     return path, frac
 
 
@@ -268,7 +276,7 @@ def imu_seq_task_data(name, n):
     path, split = imu_task_data(name, n)
     z = np.load(path)
     seq = path[:-4] + '-seq.npz'
-    np.savez(seq, x=_seq(z['x']), y=z['y'])
+    savez(seq, x=_seq(z['x']), y=z['y'])
     return seq, split
 
 
@@ -343,7 +351,7 @@ def imu_flat_task_data(name, n):
     path, split = imu_task_data(name, n)
     z = np.load(path)
     flat = path[:-4] + '-flat.npz'
-    np.savez(flat, x=z['x'].reshape(len(z['x']), -1), y=z['y'])
+    savez(flat, x=z['x'].reshape(len(z['x']), -1), y=z['y'])
     return flat, split
 
 
