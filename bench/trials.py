@@ -7,8 +7,11 @@ The trials (host_tools/prepare/select.py) train utrain's device code under CPyth
 board the optimizer steps a weight a row at a time and pools and convolutions walk a row
 and a tap at a time (temporaries one row long); the host's numpy backend now steps whole
 arrays (xnp.ROWWISE) and takes every window of a max pool or convolution in one gather
-(im2col, utrain/xnumpy.py); host_tools.target.device.board_steps() puts the old path back (a
-tap at a time).  For each of bench/transfer.py's
+(im2col, utrain/xnumpy.py), and trials that can run together do (host_tools/prepare/stacked.py:
+a configuration's folds, and configurations that differ only in a layer's channel window,
+trained side by side, one numpy call for all of them, the same bits as one by one);
+host_tools.target.device.board_steps() puts the old path back (a trial at a time, a sample
+at a time, a tap at a time).  For each of bench/transfer.py's
 models (Adam lr 0.005, batch 1, its first task, n training samples, the budget of full
 fine-tuning) one `prepare --select auto` runs with each path, trial cache empty, CPU
 time measured (process_time: other processes on a busy machine stay out).  Columns:

@@ -29,6 +29,7 @@ truncated or corrupt input are caught and rephrased.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from typing import Any
@@ -378,15 +379,32 @@ def _graph_from(path, raw: bytes, model) -> Graph:
                  n_subgraphs=len(model.subgraphs))
 
 
+_READ = {}      # the last few circle files read: {(path, size, mtime): Graph}
+
+
 def read_model(path) -> Graph:
     """Read subgraph 0 of a circle or TFLite model file, or an .onnx model translated into
-    the same IR (host_tools/formats/onnx_io.py). Raises :class:`ModelError`."""
+    the same IR (host_tools/formats/onnx_io.py). Raises :class:`ModelError`.  A circle
+    file read again unchanged (size and time; --select's trials prepare one model dozens
+    of times) is a copy of the graph read before (a twentieth of the time)."""
     from .onnx_io import is_onnx, read_onnx
     if is_onnx(path):
         return read_onnx(path)
+    try:
+        st = os.stat(path)
+        key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None
+    if key in _READ:
+        return copy.deepcopy(_READ[key])
     raw = _read_bytes(path)
     model = _unpack(path, raw)
-    return _graph_from(path, raw, model)
+    g = _graph_from(path, raw, model)
+    if key is not None:
+        if len(_READ) >= 4:
+            _READ.pop(next(iter(_READ)))
+        _READ[key] = copy.deepcopy(g)
+    return g
 
 
 def tensor_data(path) -> dict[int, np.ndarray]:

@@ -924,6 +924,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     if n_w or n_b:      # batch sums, Adam's master, m, v, momentum's velocities: of the window
         parts['optimizer state'] = sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
                                        for d in ls if d.get('train'))
+    if t.get('ef') and opt == 'sgd':    # SGD's int8 rounding remainders (utrain.q8 upek)
+        parts['rounding remainders'] = sum(arr(q8_trained_weights(d)) for d in ls
+                                           if d.get('train') and q8_trained_weights(d))
     return parts
 
 
@@ -949,6 +952,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     mods = set(Q8_MODULES)
     if trained.get('groups'):
         mods.update(('q8bands', 'bands'))
+    if trained.get('rr'):
+        mods.add('q8range')          # (ranges that follow training: loaded on use)
     sparse = any(d.get('mask') or d.get('sd') for d in trained['layers'])   # q8sparse: on use
     # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
     # in it where a board loads native code into RAM (rp2)

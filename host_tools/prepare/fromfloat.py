@@ -92,7 +92,9 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
 # room to train (python -m bench.fromfloat --accuracy chose them: weights at 2x their
 # largest value clipped the fine-tuned Keras MLP 1 point below float, 3x kept it within)
 HEADROOM = 2.0              # activations: x the measured range
-LOGITS = 8.0                # the logits span at least +-LOGITS
+LOGITS = 4.0                # the logits span at least +-LOGITS (their range doubles as they
+#                             grow: utrain.q8range; at +-8 the untrained digits CNN's logits,
+#                             +-0.6, had 10 steps, and it learnt 2 points later)
 WEIGHT_HEADROOM = 3.0       # weights: x their largest magnitude
 
 
@@ -122,6 +124,7 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     model.flat and weights.wof) calibrated on samples x (one a row)."""
     from .exportcheck import activation_ranges, recalibrate
     og, trained = int8_graph(g)
+    og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
     ranges = widened(g, activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x))
     for t in og.tensors:                # a tensor no sample reached: no scale to give it
         if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (

@@ -474,15 +474,64 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     m.update(plan(ls, rows))
+    if getattr(g, 'follow_ranges', 0):     # a float model calibrated as int8 (fromfloat)
+        # the softmax table on to its zeros (at most ETAB_MAX entries): the logits' range
+        # doubled k times reads its entries 2^k d (utrain.q8range)
+        m['etab'] = etab(sy, ETAB_MAX)
+        rr = follow_ranges(m)
+        if rr:
+            m['rr'] = rr
+        m['ef'] = 1         # SGD's rounded weight updates keep their error (utrain.q8 upek)
     return m
 
 
-def etab(sy: float) -> list:
+RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the ranges,
+RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of its values clip
+
+
+def follow_ranges(m: dict) -> list | None:
+    """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
+    while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
+    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer whose output range can
+    double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp inside the int8 range but its zero point's (none, or RELU), read
+    through pools only by trained weighted layers that take it as their one input, or
+    the logits (the softmax table's end zero).  None without a layer that can (or with
+    row bands: the bands' buffers are not the layers')."""
+    ls = m['layers']
+    if m.get('groups'):
+        return None
+    ents = []
+    for i, d in enumerate(ls):
+        if d['k'] not in (FC, CONV, DW) or not d.get('train') or d.get('mask') or d.get(
+                'sd') or d.get('pw') or d['hi'] != 127 or d['lo'] not in (-128, d['zy']):
+            continue
+        ts, cs, ok = {d['out']}, [], True
+        for j in range(i + 1, len(ls)):
+            e = ls[j]
+            if not ts & set(e['in']):
+                continue
+            if e['k'] in (POOL_MAX, POOL_AVG) and (e['lo'], e['hi']) == (-128, 127):
+                ts.add(e['out'])
+            elif (e['k'] in (FC, CONV, DW) and e.get('train') and len(e['in']) == 1
+                  and not (e.get('sd') or e.get('pw') or e.get('mask'))):
+                cs.append(j)
+            else:
+                ok = False
+        last = i == len(ls) - 1
+        if ok and (cs and not last or last and len(m['etab']) < ETAB_MAX):
+            ents.append([i, cs, [127] + ([128] if d['lo'] == -128 and d['zy'] > -128 else [])])
+    return [RANGE_EVERY, RANGE_SHIFT, ents] if ents else None
+
+
+ETAB_MAX = 1024         # the longest softmax table a model whose logits' range doubles gets
+
+
+def etab(sy: float, n=256) -> list:
     """scce's softmax table for logits at scale sy (utrain.q8 Q8Net._sce): round(2^14
-    exp(-sy d)) for the logit differences d = 0..255, its zeros at the end left out.
+    exp(-sy d)) for the logit differences d = 0..n-1, its zeros at the end left out.
     Made here, not on the board: 256 soft-float exps cost a Cortex-M0+ millions of
     cycles."""
-    t = [int(round(16384.0 * math.exp(-sy * d))) for d in range(256)]
+    t = [int(round(16384.0 * math.exp(-sy * d))) for d in range(n)]
     while t and not t[-1]:
         t.pop()
     return t
@@ -613,8 +662,50 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
+    followed(g, m, wof_path)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
+
+
+SAME_SCALE = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def followed(g: Graph, m: dict, wof_path) -> None:
+    """The activation ranges a run doubled while it trained (wof_path + '.q8s', exponents
+    utrain.q8range wrote beside the weights) put into int8 graph g (layer table m), its
+    biases read from wof_path (at the calibrated scales): each range's tensors (its
+    producer's output, the pools' and reshapes' after it) scale x 2^k, its consumers' biases to the
+    bias scale x 2^k as the board holds them.  Nothing without the file."""
+    p = wof_path + '.q8s'
+    if not os.path.exists(p):
+        return
+    try:
+        with open(p) as f:
+            ex = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f'{p}: not readable ({e}); the run writes it beside {wof_path}') from None
+    rr = follow_ranges(m)
+    if not rr or not isinstance(ex, list) or len(ex) != len(rr[2]) or not all(
+            isinstance(k, int) and 0 <= k <= 8 for k in ex):
+        raise ValueError(f'{p}: not the ranges of this model ({len(rr[2]) if rr else 0} '
+                         'exponents 0..8 expected); remove it to export at the calibrated ranges')
+    ls = m['layers']
+    for (i, cs, _), k in zip(rr[2], ex):
+        if not k:
+            continue
+        ts, n = {ls[i]['out']}, 0
+        while n != len(ts):         # and the pools' and shape ops' after it (one scale)
+            n = len(ts)
+            for op in g.ops:
+                if op.name in SAME_SCALE and op.inputs[0] in ts:
+                    ts.update(op.outputs)
+        for t in ts:
+            q = g.tensors[t].quant
+            q['scale'] = [float(v) * 2 ** k for v in q['scale']]
+        for c in cs:
+            b = g.tensors[ls[c]['bt']]
+            b.data = ((b.data.astype(np.int64) + (1 << (k - 1))) >> k).astype(np.int32)
+            b.quant = dict(b.quant, scale=[float(v) * 2 ** k for v in b.quant['scale']])
 
 
 def trained_params(ls) -> int:

@@ -35,6 +35,9 @@ def restrict(net, keep):
     for oi, fl in net.bwd:
         if oi < first:
             continue
+        # an entry without flag bits stays: it passes a gradient all the same (an ADD's
+        # second input goes by net.gin: a residual whose skip branch is frozen)
+        keep0 = not fl
         code, ins = net.ops[oi][0], net.ops[oi][1]
         if code in WEIGHTED:
             if len(ins) < 2 or ins[1] not in keep:
@@ -45,7 +48,7 @@ def restrict(net, keep):
             fl &= ~(_DW | _DB)
         if oi == first:
             fl &= _DW | _DB           # nothing before it trains
-        if fl:
+        if fl or keep0:
             bwd.append((oi, fl))
     net.bwd = bwd
     net.select = blob(keep)

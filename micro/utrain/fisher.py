@@ -74,24 +74,27 @@ def potentials(net, ds, n, cfg):
             dy = loss(cfg['loss'], net.output(), y, cfg['from_logits'])[1]
             g = net.g
             g[net.outputs[0]] = dy
+            # every op of the backward list runs, as Net.backward runs it (its weight
+            # gradients off): flags 0 may still pass a gradient (an ADD's second
+            # input goes by net.gin: a residual whose skip branch is frozen), and a
+            # SPLIT runs when any of its outputs has one
             for oi, fl in net.bwd:
                 op = net.ops[oi]
-                d = g.pop(op[2][0], None)
-                if d is None:
+                outs = op[2]
+                d = g.pop(outs[0], None)
+                if d is None and not (len(outs) > 1 and any(k in g for k in outs)):
                     continue
-                if oi in P:
-                    a = net.t[op[2][0]]
+                if oi in P and d is not None:
+                    a = net.t[outs[0]]
                     s = np.sum(a * d, axis=0)
                     s = s.reshape((1, s.shape[0])) if len(s.shape) == 1 else s
                     p = P[oi]
                     p += s * s
-                fl &= _DX_ANY
-                if fl:
-                    if st:
-                        st.fetch(oi)
-                    net.mods[oi].backward(net, op, d, fl)
-                    if st:
-                        st.drop(oi)
+                if st:
+                    st.fetch(oi)
+                net.mods[oi].backward(net, op, d, fl & _DX_ANY)
+                if st:
+                    st.drop(oi)
             g.clear()
     finally:
         net.free_train = free

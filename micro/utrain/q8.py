@@ -66,6 +66,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
+    e = None        # SGD's int8 remainders of the rounded weight updates ('ef': upek)
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
     dxr = 0         # 1: dz's per-channel rescaling made from sw when used (a broadcast row)
@@ -413,9 +414,10 @@ class Q8Net:
         self.etab = None
         if e is not None:
             self.etab = _i32(256)
-            for i in range(len(e)):
+            for i in range(min(256, len(e))):    # (longer: q8range's, for doubled ranges)
                 self.etab[i] = e[i]
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
+        self.upe = array('i', [0, 0, 0, 0])              # upek's n, m, sh, h (m 0: none)
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
@@ -426,6 +428,10 @@ class Q8Net:
                 ins = ls[i]['in']                           # one layer i-1 made
                 lay[i].skt = ins[1] if ins[0] == ls[i - 1]['out'] else ins[0]
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
+        self.rr = None            # ranges that follow training (utrain.q8range: 'rr')
+        if meta.get('rr'):
+            from utrain.q8range import Ranges
+            self.rr = Ranges(self, meta['rr'])
         self.setup()
 
     def strips(self):
@@ -601,10 +607,14 @@ class Q8Net:
         if self.mom:
             self.mum, self.mus = _i32(1), _i32(1)
             self.mum[0], self.mus[0] = qmul(self.mom)
+        ef = self.meta.get('ef') and not self.adam
         for L in self.layers:
             if L.train:
                 w0, w1 = L.wr()
                 n, oc = w1 - w0, len(L.b)
+                # SGD's weight updates rounded with their error kept ('ef', a float
+                # model trained as int8): the stochastic rounding's noise slowed it
+                L.e = bytearray(n) if ef and n else None
                 if self.mom:
                     L.vw, L.vb = _i32(n), _f32(oc)
                 if optimizer == 'sgd' and batch == 1:
@@ -711,6 +721,13 @@ class Q8Net:
             K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
             K.adk(v, d, n)
             d = v
+        if L.e is not None:
+            j = i0 - L.wr()[0]
+            i0 -= L.wo
+            p = self.upe
+            p[0], p[1] = n, 0
+            K.upek(memoryview(L.w)[i0:] if i0 else L.w, memoryview(L.e)[j:] if j else L.e, d, p)
+            return
         i0 -= L.wo
         self.seed = K.upk(memoryview(L.w)[i0:] if i0 else L.w, d, n, self.seed)
 
@@ -759,6 +776,8 @@ class Q8Net:
                     L.b = _i32(0, f.read(4 * L.d['nb']))
                 if L.train:
                     L.set_bias()
+        if self.rr is not None:     # (its biases at the calibrated scales: to the file's)
+            self.rr.loaded(path)
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all
@@ -917,6 +936,13 @@ class Q8Net:
                 K.gwk(gw, dz, 0, L.x, 0, L.zx, o0, o0 + m, row)
             else:
                 K.cgk(gw, dz, L.x, L.zx, L.g, o0, o0 + m)
+            if p is not None and L.e is not None:
+                j = (o0 - L.wlo) * row
+                pe = self.upe
+                pe[0], pe[1], pe[2], pe[3] = n, p[1], p[2], p[3]
+                K.upek(memoryview(L.w)[o0 * row:] if o0 else L.w,
+                       memoryview(L.e)[j:] if j else L.e, gw, pe)
+                continue
             if p is not None:
                 p[0] = self.seed
                 self.seed = K.upmk(memoryview(L.w)[o0 * row:] if o0 else L.w, gw, n, p)

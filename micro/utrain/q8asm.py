@@ -17,7 +17,7 @@
 # shapes go through im2col rows of one output row (_gs gathers them, and adds their
 # gradient back, col2im).  Sums wrap as int32 like the viper kernels': the same integers
 # in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
-# update), zeroing, and vmacs's fill of its sums first (the bias; zeros).
+# update; upek, with the rounding's error kept), zeroing, and vmacs's fill of its sums first (the bias; zeros).
 import micropython
 from array import array
 
@@ -781,6 +781,58 @@ def upmk(r0, r1, r2, r3):
     bgt(L)
     label(END)
     mov(r0, r7)
+
+
+@micropython.asm_thumb
+def upek(r0, r1, r2, r3):
+    # q8kern.upek (w, e, d, p): the int8 update with the rounding's error kept, p = n, m,
+    # sh, h (m 0: d as it is; else (d * m + h) >> sh)
+    ldr(r7, [r3, 0])         # n
+    cmp(r7, 0)
+    ble(END)
+    label(L)
+    ldr(r4, [r2, 0])         # v = d[i]
+    ldr(r5, [r3, 4])
+    cmp(r5, 0)
+    beq(SUM)
+    mul(r4, r5)              # d * m
+    ldr(r5, [r3, 12])
+    add(r4, r4, r5)
+    ldr(r5, [r3, 8])
+    asr(r4, r5)              # v = (d * m + h) >> sh
+    label(SUM)
+    ldrb(r5, [r1, 0])
+    data(2, 0xB26D)          # sxtb r5, r5: e[i]
+    add(r4, r4, r5)          # t = v + e[i]
+    mov(r5, r4)
+    add(r5, 128)
+    asr(r5, r5, 8)           # q = (t + 128) >> 8
+    lsl(r6, r5, 8)
+    sub(r6, r4, r6)
+    strb(r6, [r1, 0])        # e[i] = t - (q << 8)
+    cmp(r5, 0)
+    beq(NEXT)
+    ldrb(r4, [r0, 0])
+    data(2, 0xB264)          # sxtb r4, r4
+    sub(r4, r4, r5)
+    mov(r6, 127)
+    cmp(r4, r6)
+    ble(C1)
+    mov(r4, r6)
+    label(C1)
+    neg(r6, r6)
+    cmp(r4, r6)
+    bge(C2)
+    mov(r4, r6)
+    label(C2)
+    strb(r4, [r0, 0])
+    label(NEXT)
+    add(r0, 1)
+    add(r1, 1)
+    add(r2, 4)
+    sub(r7, 1)
+    bgt(L)
+    label(END)
 
 
 def _buf(n):

@@ -408,6 +408,39 @@ def upmk(w, d, n: int, p) -> int:
 
 
 @micropython.viper
+def upek(w, e, d, p):
+    # int8 update with the rounding's error kept (issue 33: no rounding noise), p =
+    # array('i') of n, m, sh, h: t = the update d[i] in 1/256 weight steps (m 0: d as it
+    # is; else (d[i] * m + h) >> sh, as upmk) plus e[i], weight i's int8 remainder from
+    # the steps before; w[i] -= (t + 128) >> 8 clamped to +-127, e[i] = the rest (-128..127)
+    pw = ptr8(w)
+    pe = ptr8(e)
+    pd = ptr32(d)
+    pp = ptr32(p)
+    n = pp[0]
+    m = pp[1]
+    sh = pp[2]
+    hf = pp[3]
+    for i in range(n):
+        v = int(pd[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if m:
+            v = (v * m + hf) >> sh
+        v += (int(pe[i]) ^ 128) - 128
+        q = (v + 128) >> 8
+        pe[i] = (v - (q << 8)) & 255
+        if q == 0:
+            continue
+        r = ((int(pw[i]) ^ 128) - 128) - q
+        if r > 127:
+            r = 127
+        if r < -127:
+            r = -127
+        pw[i] = r & 255
+
+
+@micropython.viper
 def sfk(y, n: int, T, g, r):
     # scce's softmax over n int8 logits y: g[i] = T[max - y[i]] (T: 2^14 exp(-s_y d)),
     # r = their sum, the first largest logit's index, that logit
@@ -788,3 +821,4 @@ if _A is not None:
         _A.upk)
     zk = _A._zero
     VUPM, upmk = upmk, getattr(_A, 'upmk', upmk)
+    VUPE, upek = upek, getattr(_A, 'upek', upek)

@@ -190,11 +190,24 @@ def upmk(w, d, n, p):
     return int(s[-1])
 
 
+def upek(w, e, d, p):
+    # q8kern.upek: the int8 update with the rounding's error kept
+    n, m, sh, h = (int(v) for v in np.frombuffer(p, I32, 4))
+    v = _i32(d, n).astype(I64)
+    if m:
+        v = (v * m + h) >> sh
+    v = v + _i8(e, n)
+    q = (v + 128) >> 8
+    np.frombuffer(e, np.int8, n)[:] = (v - (q << 8)).astype(np.int8)
+    wq = np.frombuffer(w, np.int8, n)
+    wq[:] = np.clip(wq.astype(I64) - q, -127, 127).astype(np.int8)
+
+
 def install(g):
     """Put these kernels in place of module globals g's (q8kern's), keeping the plain
     Python ones as py_<name>."""
     for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck', 'gwk',
-                 'dxk', 'upmk'):
+                 'dxk', 'upmk', 'upek'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]
 

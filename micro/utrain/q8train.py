@@ -130,6 +130,9 @@ class Q8Trainer:
             t = self._read(ds, idx[i] if idx else i)
             if train:
                 l, m = self.train_step(t)
+                rr = net.rr
+                if rr is not None and not self.pending and not (i + 1) % rr.every:
+                    rr.check()
             else:
                 l, m = net.loss(self.x, t)
             ls += l
@@ -155,11 +158,14 @@ class Q8Trainer:
         (tensors indexed as in the model)."""
         from utrain.wof import save_wof
         blocks = {}
+        rr = self.net.rr
         for L in self._trained():
             if L.whi > L.wlo:           # (a bias-only layer's weights never change)
                 blocks[L.d['wt']] = self._wblock(L)
-            blocks[L.d['bt']] = L.b
+            blocks[L.d['bt']] = L.b if rr is None else rr.filed(self.net.layers.index(L), L.b)
         save_wof(path, self.net.meta['ntensors'], blocks)
+        if rr is not None:
+            rr.save(path)
 
     def _wblock(self, L):
         # L's weights as a .wof block: a partial layer's (pw) frozen rows copied from the
@@ -212,6 +218,12 @@ class Q8Trainer:
                 if n:
                     m[wt] = L.vw
                 m[bt] = L.vb
+        if net.rr is not None:
+            tail.append(b'UTRR' + bytes(net.rr.e))
+        ef = [L.e for L in self._trained() if L.e is not None]
+        if ef:                              # the rounding remainders (upek)
+            tail.append(b'UTEF')
+            tail += ef
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
@@ -238,6 +250,12 @@ class Q8Trainer:
                                                           part=part)
         r = calcsize(RESUME)
         want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0) for L in ls])
+        rr = net.rr
+        if rr is not None:
+            want += 4 + len(rr.e)
+        ef = [L for L in ls if L.e is not None]
+        if ef:
+            want += 4 + sum([len(L.e) for L in ef])
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
                 or extra[r:r + 4] != b'UTQ8'):
             raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
@@ -269,6 +287,18 @@ class Q8Trainer:
             elif net.mom:
                 L.vw = _i32(0, m[wt]) if k else _i32(0)
                 L.vb = _f32(0, m[bt])
+        if rr is not None:          # the ranges the saved biases are at
+            if extra[o:o + 4] != b'UTRR':
+                raise FormatError('%s: not a checkpoint of this int8 run' % path)
+            rr.set(extra[o + 4:o + 4 + len(rr.e)])
+            o += 4 + len(rr.e)
+        if ef:
+            if extra[o:o + 4] != b'UTEF':
+                raise FormatError('%s: not a checkpoint of this int8 run' % path)
+            o += 4
+            for L in ef:
+                L.e[:] = extra[o:o + len(L.e)]
+                o += len(L.e)
         net.zero()
         net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale

@@ -102,11 +102,12 @@ def matmul(a, b, bt=0):
     return np.dot(a, b.T if bt else b)
 
 
-if BACKEND != 'numpy':
+from sys import platform as _pf
+if BACKEND != 'numpy' and _pf == 'rp2':
     try:        # the RP2040: matmul and the fused updates in Thumb assembler (npasm)
         from utrain.npasm import install
         install(globals())
-    except (ImportError, SyntaxError):     # (SyntaxError: a port without asm_thumb)
+    except (ImportError, SyntaxError):     # (an RP2350; a port without asm_thumb)
         pass
 
 

@@ -162,7 +162,7 @@ def test_int8_from_float_trains_in_its_planned_heap(tmp_path):
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_bench_fromfloat_accuracy_table_quick(capsys):
     """python -m bench.fromfloat --accuracy --quick --models mlp prints its table: a row
-    with the int8 and float32 accuracies and their difference."""
+    with the int8 and float32 accuracies and their differences (last epoch, all epochs)."""
     from bench import fromfloat as bf
     bf.main(['--accuracy', '--quick', '--models', 'mlp'])
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith('| digits MLP')]
@@ -170,3 +170,23 @@ def test_bench_fromfloat_accuracy_table_quick(capsys):
     cells = [c.strip() for c in rows[0].strip('|').split('|')]
     q, f, d = float(cells[3]), float(cells[4]), float(cells[5])
     assert q > 0.5 and f > 0.5 and abs(100 * (q - f) - d) < 0.051
+    assert abs(float(cells[6])) < 50          # the difference over all epochs, in points
+
+
+def test_bench_sensor_task_prepares_as_int8_with_ranges_that_follow(tmp_path):
+    """bench.fromfloat's untuned task: its 1-D CNN (CONV_2D 5x1, 3x1 over a 3-axis
+    window) and its samples prepare as int8 from float, every weighted layer's range
+    marked to follow training (utrain/q8range.py); the classes differ (a float model
+    could learn them: the mean windows of two classes are apart)."""
+    from bench import fromfloat as bf
+    npz = str(tmp_path / 'sensor.npz')
+    bf.data('sensor 1-D conv', 80, npz)
+    z = np.load(npz)
+    assert z['x'].shape == (80, bf.SENSOR_T, 1, bf.SENSOR_C) and set(z['y']) == {0, 1, 2, 3}
+    energy = [np.abs(np.diff(z['x'][z['y'] == k], axis=1)).mean() for k in range(4)]
+    assert energy[0] < energy[2], energy        # still < running: the steps' frequencies
+    s = prepare(bf.model_path('sensor 1-D conv', str(tmp_path)), str(tmp_path / 'q'), data=npz,
+                test_split=0.25, epochs=1, int8=True, log=lambda *a: None, **KW)
+    assert s['int8']
+    m = json.loads((tmp_path / 'q' / 'q8.json').read_text())
+    assert [p for p, _, _ in m['rr'][2]] == [0, 2, 4]

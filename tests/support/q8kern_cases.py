@@ -10,9 +10,11 @@ from utrain import q8kern as K
 NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 IMPLS[0][1]['upmk'] = K.upmk
+IMPLS[0][1]['upek'] = K.upek
 if getattr(K, 'VK', None) is not None:
     IMPLS = [('asm', IMPLS[0][1]), ('viper', dict(zip(NAMES, K.VK)))]
     IMPLS[1][1]['upmk'] = K.VUPM
+    IMPLS[1][1]['upek'] = K.VUPE
 
 
 class R:
@@ -165,6 +167,12 @@ def run(r, name, k):
         p = array('i', [seed, (1 << 15) - 1 - 977 * i, sh, (1 << (sh - 1)) if sh else 0, 69069])
         s = k['upmk'](w, d, n, p)
         out.append(('upm%d' % i, w, array('i', [s])))
+        # upek: the same updates with the rounding's error kept (remainders e), twice
+        w, e = r.bytes(n), r.bytes(n)
+        w[0] = 0x81
+        for q in (array('i', [n, p[1], sh, p[3]]), array('i', [n, 0, 0, 0])):
+            k['upek'](w, e, d, q)
+        out.append(('upe%d' % i, w, e))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 

@@ -1,0 +1,215 @@
+"""Activation ranges that follow training (issue 33, micro/utrain/q8range.py): a float
+model calibrated as int8 from untrained weights grows its activations past their
+calibrated ranges; the ranges q8.json's 'rr' names double when they clip.  Here: which
+ranges prepare marks, a doubling keeps what the net computes, the same run on unix
+MicroPython and on the host, checkpoints and trained.wof keep the ranges."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT, no_keep_best
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare import fromfloat, quant  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from utrain.q8 import Q8Net, FC, CONV, DW  # noqa: E402
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+CNN = os.path.join(DIGITS, 'digits_cnn.circle')
+MP = runner.find_micropython()
+
+
+def _run_dir(tmp_path, monkeypatch, n=80, epochs=1, headroom=0.5, name='q'):
+    """The digits CNN prepared as int8 from float on n samples, its activation ranges
+    calibrated at headroom x the measured ones (0.5: too narrow, they clip at once)."""
+    monkeypatch.setattr(fromfloat, 'HEADROOM', headroom)
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=z['x'][:n].reshape(-1, 8, 8, 1), y=z['y'][:n])
+    d = str(tmp_path / name)
+    prepare(CNN, d, data=data, test_split=0.25, epochs=epochs, int8=True, loss='scce',
+            optimizer='sgd', lr=0.02, batch=1, log=lambda *a: None)
+    return d, z['x'][:n], z['y'][:n]
+
+
+def test_prepare_marks_the_ranges_that_can_double(tmp_path, monkeypatch):
+    """The digits CNN (CONV_2D, pool, DEPTHWISE_CONV_2D, pool, FULLY_CONNECTED): each
+    weighted layer's range, read by the next weighted layer through a pool, the logits'
+    on both sides; a model not calibrated from float (the Keras int8 MLP) has none."""
+    d, _, _ = _run_dir(tmp_path, monkeypatch, n=20, headroom=2.0)
+    m = json.loads(open(os.path.join(d, 'q8.json')).read())
+    ls = m['layers']
+    every, shift, ents = m['rr']
+    assert (every, shift) == (quant.RANGE_EVERY, quant.RANGE_SHIFT)
+    kinds = [ls[p]['k'] for p, _, _ in ents]
+    assert kinds == [CONV, DW, FC]
+    assert [cs for _, cs, _ in ents] == [[2], [4], []]
+    assert [t for _, _, t in ents] == [[127], [127], [127, 128]]    # RELU; the logits both
+    g = read_model(os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_int8.tflite'))
+    assert 'rr' not in quant.meta(g, 'all')
+
+
+def _deq(L, y=None):
+    y = L.y if y is None else y
+    return (np.frombuffer(bytes(y), np.int8).astype(np.float64) - L.zy) * L.d['sy']
+
+
+def test_doubling_a_range_keeps_what_the_net_computes(tmp_path, monkeypatch):
+    """Doubling every range: the CONV_2D's outputs (dequantized) move by at most one step
+    of its doubled scale, the logits by a few; halving back restores the multipliers,
+    scales and softmax table exactly."""
+    d, x, _ = _run_dir(tmp_path, monkeypatch, n=40, headroom=4.0)
+    m = json.loads(open(os.path.join(d, 'q8.json')).read())
+    net = Q8Net(m, os.path.join(d, 'weights.wof'))
+    rr = net.rr
+    xs = [net.quantize_input(v.tolist()) for v in x[:30]]
+    before = []
+    for xq in xs:
+        net.forward(xq)
+        before.append((_deq(net.layers[0]), _deq(net.layers[-1])))
+    keep = [(list(L.shf), L.d.get('sx'), L.d.get('sy')) for L in net.layers if L.shf is not None]
+    etab = list(net.etab)
+    for j in range(len(rr.e)):
+        rr.e[j] += 1
+        rr._scale(j, 1, 1)
+    for xq, (y0, z0) in zip(xs, before):
+        net.forward(xq)
+        assert np.abs(_deq(net.layers[0]) - y0).max() <= net.layers[0].d['sy'] + 1e-9
+        assert np.abs(_deq(net.layers[-1]) - z0).max() <= 3 * net.sy, (z0, _deq(net.layers[-1]))
+    assert list(net.etab[:128]) == [etab[2 * i] if 2 * i < 256 else 0 for i in range(128)]
+    rr.set(bytes(len(rr.e)))
+    assert keep == [(list(L.shf), L.d.get('sx'), L.d.get('sy')) for L in net.layers
+                    if L.shf is not None]
+    assert list(net.etab) == etab
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_ranges_follow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
+    """Ranges calibrated too narrow double while the CNN trains, on unix MicroPython as
+    on the host's numpy trainer: the same trained.wof, exponents and log."""
+    d, _, _ = _run_dir(tmp_path, monkeypatch, n=80, epochs=2)
+    no_keep_best(d)                     # (trained.wof: the last epoch's)
+    import shutil
+    outs = []
+    for py in (False, True):
+        dd = d + ('py' if py else 'mp')
+        shutil.copytree(d, dd)
+        code, out = runner.run(dd, python=py, stream=False)
+        assert code == 0, out
+        log = [v.split(',')[1:5] for v in open(os.path.join(dd, 'train.log')).read().splitlines()]
+        outs.append((open(os.path.join(dd, 'trained.wof'), 'rb').read(),
+                     json.loads(open(os.path.join(dd, 'trained.wof.q8s')).read()), log))
+    assert outs[0] == outs[1]
+    assert max(outs[0][1]) > 0, outs[0][1]
+
+
+def test_checkpoints_and_trained_wof_keep_the_ranges(tmp_path, monkeypatch):
+    """A checkpoint taken after ranges doubled resumes to the same weights as training on;
+    trained.wof holds the biases at the calibrated scales (export dequantizes them with
+    the calibrated model to the trained float biases) and load_weights brings them back."""
+    d, x, y = _run_dir(tmp_path, monkeypatch, n=80)
+    os.chdir(d)
+    from utrain.q8train import Q8Trainer
+    cfg = json.loads(open('train.json').read())
+    kw = {k: cfg[k] for k in ('loss', 'optimizer', 'lr', 'batch')}
+
+    def trainer():
+        return Q8Trainer('q8.json', 'weights.wof', **kw)
+
+    def steps(tr, a, b):
+        for i in range(a, b):
+            tr.net.step(xq[i], int(y[i]), kw['lr'])
+            if not (i + 1) % tr.net.rr.every:
+                tr.net.rr.check()
+    tr = trainer()
+    xq = [tr.net.quantize_input(v.tolist()) for v in x]
+    steps(tr, 0, 40)
+    assert max(tr.net.rr.e) > 0
+    tr.save_checkpoint('c.ckpt')
+    steps(tr, 40, 60)
+    want = [(bytes(L.w), list(L.b)) for L in tr.net.layers if L.train]
+    t2 = trainer()
+    t2.load_checkpoint('c.ckpt')
+    steps(t2, 40, 60)
+    assert [(bytes(L.w), list(L.b)) for L in t2.net.layers if L.train] == want
+    assert bytes(t2.net.rr.e) == bytes(tr.net.rr.e)
+    tr.save_weights('trained.wof')
+    g8 = read_model(fromfloat.INT8_MODEL)
+    deq = fromfloat.dequantized(fromfloat.INT8_MODEL, 'trained.wof', 'all', len(g8.tensors))
+    for L in tr.net.layers:
+        if L.train:
+            sw, sx = np.asarray(L.d['sw']), L.d['sx']
+            assert np.allclose(deq[L.d['bt']], np.asarray(L.b) * sx * sw, rtol=1e-6, atol=1e-9)
+    t3 = trainer()
+    t3.net.load_weights('trained.wof')
+    assert bytes(t3.net.rr.e) == bytes(tr.net.rr.e)
+    assert [list(L.b) for L in t3.net.layers if L.train] == [
+        list(L.b) for L in tr.net.layers if L.train]
+    for i in range(5):
+        assert t3.net.loss(xq[i], int(y[i])) == tr.net.loss(xq[i], int(y[i]))
+
+
+@pytest.mark.parametrize('scaled', [False, True])
+def test_upek_keeps_the_rounding_error(scaled):
+    """upek (SGD's update of a float model trained as int8): over many steps each weight
+    moves by the sum of its updates rounded once (the remainder carries what rounding
+    left: |remainder| <= half a weight step); numpy's and the plain kernel's integers agree."""
+    from array import array
+    from utrain import q8kern as K
+    rng = np.random.default_rng(3)
+    n = 200
+    p = array('i', [n, 0, 0, 0] if not scaled else [n, 20000, 22, 1 << 21])
+    outs = []
+    for kern in (K.upek, K.py_upek):
+        w = bytearray(np.zeros(n, np.int8).tobytes())
+        e = bytearray(n)
+        tot = np.zeros(n, np.int64)
+        for _ in range(50):
+            d = rng.integers(-300, 300, n).astype(np.int32) * (1 + 9 * (rng.random(n) < 0.05))
+            kern(w, e, array('i', d.tolist()), p)
+            tot += (d.astype(np.int64) * 20000 + (1 << 21)) >> 22 if scaled else d
+        wq, eq = (np.frombuffer(bytes(b), np.int8).astype(np.int64) for b in (w, e))
+        ok = np.abs(wq) < 127
+        assert np.array_equal((-wq[ok] * 256 + eq[ok]), tot[ok])
+        assert np.abs(eq).max() <= 128 and ok.mean() > 0.9
+        outs.append((bytes(w), bytes(e)))
+        rng = np.random.default_rng(3)
+    assert outs[0] == outs[1]
+
+
+def test_export_quantized_writes_the_ranges_the_run_doubled(tmp_path, monkeypatch):
+    """export --quantized of a run whose ranges doubled: TFLite Micro computes the
+    exported model's logits as the board's int8 net with trained.wof (and its
+    exponents) does, bit for bit."""
+    pytest.importorskip('tflite_micro')
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.prepare.pipeline import export
+    d, x, y = _run_dir(tmp_path, monkeypatch, n=80)
+    no_keep_best(d)
+    code, out = runner.run(d, python=True, stream=False)
+    assert code == 0, out
+    ex = json.loads(open(os.path.join(d, 'trained.wof.q8s')).read())
+    assert max(ex) > 0, ex
+    q = str(tmp_path / 'q.tflite')
+    export(CNN, os.path.join(d, 'trained.wof'), q, quantized=True)
+    g = read_model(q)
+    logits = g.ops[-2].outputs[0]
+    g.ops, g.outputs = g.ops[:-1], [logits]          # (the net's output: the logits)
+    from host_tools.graph.rewrite import save_graph
+    save_graph(g, str(tmp_path / 'cut.tflite'))
+    it = runtime.Interpreter.from_file(str(tmp_path / 'cut.tflite'))
+    m = json.loads(open(os.path.join(d, 'q8.json')).read())
+    net = Q8Net(m, os.path.join(d, 'weights.wof'))
+    net.load_weights(os.path.join(d, 'trained.wof'))
+    assert list(net.rr.e) == ex
+    for v in x[:10]:
+        xq = net.quantize_input(v.ravel().tolist())
+        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(1, 8, 8, 1), 0)
+        it.invoke()
+        assert np.array_equal(ours, it.get_output(0).ravel())
