@@ -22,7 +22,8 @@ or with --mp32 $UTRAIN_MP32_ULAB).  Bisection
 starts at the plan (one run says on which side the need lies), then halves [plan/2, plan]
 or [plan, 1.5 plan]; a need outside that range prints as '<' / '>' the bound.  --cache
 FILE keeps measured needs keyed by cell, build and utrain's code (bench/memory.py's
-code_key), so a rerun re-plans only.  Prints one markdown table and the worst cells.
+code_key), with the row bands prepare chose (they follow the plan: a need measured on a
+run banded otherwise is measured again), so a rerun re-plans only.  Prints one markdown table and the worst cells.
 """
 import argparse
 import json
@@ -94,19 +95,25 @@ def samples(g, path, n):
     return path
 
 
-def need(out, plan):
-    """The smallest heap (bytes, within STEP) that trains the run in out, searched around
-    the plan: (need, '' or '<' / '>' when it lies beyond [plan / 2, 1.5 plan])."""
+def need(out, plan, step=STEP):
+    """The smallest heap (bytes, within step) that trains the run in out, searched around
+    the plan: (need, '' or '<' / '>' when it lies beyond [plan / 2, 1.5 plan]).  Frugal:
+    when the plan trains, plan / SLACK is tried next, and the search stays in
+    [plan / SLACK, plan] when it does not (a cell within bounds costs 2 + log2 runs)."""
     runner.stage(out)
     if trains_in(out, plan):
-        lo, hi = plan // 2, plan
-        if trains_in(out, lo):
-            return lo, '<'
+        edge = int(plan / SLACK)
+        if not trains_in(out, edge):
+            lo, hi = edge, plan
+        else:
+            lo, hi = plan // 2, edge
+            if trains_in(out, lo):
+                return lo, '<'
     else:
         lo, hi = plan, int(plan * 1.5)
         if not trains_in(out, hi):
             return hi, '>'
-    while hi - lo > STEP:
+    while hi - lo > step:
         mid = (lo + hi) // 2
         if trains_in(out, mid):
             hi = mid
@@ -126,6 +133,8 @@ def main():
     ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
     ap.add_argument('--samples', type=int, default=8)
     ap.add_argument('--list', action='store_true', help='plan only, measure nothing')
+    ap.add_argument('--step', type=float, default=0,
+                    help='bisection step as a fraction of the plan (default: 1 KB); e.g. 0.015')
     a = ap.parse_args()
     if a.mp32 and os.path.exists(a.mp32):
         os.environ['MICROPYTHON'] = a.mp32
@@ -165,8 +174,11 @@ def main():
                 continue
             plan = s['heap']['total']
             k = '|'.join((name, sname, build, key, str(a.samples)) + ('ulab',) * a.ulab)
+            bands = s.get('bands') or []
+            if k in cache and len(cache[k]) > 2 and cache[k][2] != bands:
+                del cache[k]        # measured on a run prepare banded otherwise (the plan chose)
             if not a.list and k not in cache:
-                cache[k] = need(out, plan)
+                cache[k] = list(need(out, plan, max(STEP, int(a.step * plan)))) + [bands]
                 if a.cache:
                     with open(a.cache, 'w') as f:
                         json.dump(cache, f, indent=0)
@@ -181,7 +193,7 @@ def main():
         if got is None:
             print(f'| {name} | {sname} | {plan / 1024:.0f} | - | - | |')
             continue
-        n, bound = got
+        n, bound = got[:2]
         r = plan / n
         flag = 'UNDER' if r < 1 and bound != '<' or bound == '>' else 'OVER' if r > SLACK else ''
         worst.append((r, name, sname))

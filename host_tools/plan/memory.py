@@ -35,8 +35,17 @@ def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
     if frozen:
         env['MICROPYPATH'] = '.frozen'
     argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
-    r = subprocess.run(argv, cwd=out_dir, env=env, capture_output=True, text=True,
-                       timeout=timeout)
+    # stdin an open pipe with nothing on it, as `run` (runner.run) and a board's serial
+    # line give it: at its end (/dev/null: a sweep started in the background) utrain.run's
+    # Keys reads it once and drops its poll, and the heap is laid out otherwise (the Keras
+    # DS-CNN, --ranks 10:up on 32-bit ulab, trained in 212 KB that way, not in 237 KB)
+    keep, w = os.pipe()
+    try:
+        r = subprocess.run(argv, cwd=out_dir, env=env, capture_output=True, text=True,
+                           timeout=timeout, stdin=keep)
+    finally:
+        os.close(keep)
+        os.close(w)
     return r.returncode == 0 and 'saved ' in r.stdout
 
 
@@ -255,6 +264,7 @@ class _Run:
         self.kinds = tensor_kinds(g, plan)
         self.arrays, _, self.frozen = backend.partition('-')
         self.start = settings.get('prefix', 0)
+        self.prefix_code = 0        # (code_parts: what utrain.prefix.drop frees)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -266,7 +276,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     settings['prefix'] = k: a frozen-prefix cache made on the host, the board runs ops
     k.. only (the cut's buffers held all run instead of the input sample's).
     The phases, each a function below: code_parts, table_bytes, weight_parts,
-    state_parts, forward_peak, backward_peak, working_set, fragmentation."""
+    state_parts, forward_peak, backward_peak, working_set, fragmentation, prefix_phase."""
     t = board if isinstance(board, Target) else target(board)
     r = _Run(g, plan, settings, backend, t)
     parts = code_parts(r)
@@ -277,8 +287,12 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     parts['working set (activations, temporaries, loss)'] = working_set(r, fwd, backward_peak(r), x_in)
     collect = gc_every(g, sum(parts.values()))
     parts['fragmentation allowance'] = fragmentation(parts, collect)
-    return {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-            'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+    prefix_phase(r, parts, collect)
+    out = {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
+           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+    if r.start:
+        out['prefix_phase'] = int(r.phase_a)
+    return out
 
 
 
@@ -342,6 +356,10 @@ def code_parts(r) -> dict:
     if s.get('cache'):
         mods.add('prefix')
         late = PREFIX_LOAD * f['code'] * mpy_sizes().get('prefix', 0)
+    # a host-made cache: utrain.prefix.drop forgets the kernel modules only the prefix's
+    # ops use before training (the modules their steps import stay)
+    kept = {SPECS[op.name].kernel for op in g.ops[r.start:]}
+    gone = {SPECS[op.name].kernel for op in g.ops[:r.start]} - kept
     if s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         mods.add('sched')               # the learning-rate schedule (docs/training.md)
     if plan.bands:
@@ -350,7 +368,9 @@ def code_parts(r) -> dict:
     mpy = sum(sizes.get(m, 0) for m in mods)
     if r.frozen:
         parts = {'code': int(f['frozen_code'] * mpy), 'interpreter': f['base_frozen']}
+        r.prefix_code = int(f['frozen_code'] * sum(sizes.get(m, 0) for m in gone))
     else:
+        r.prefix_code = int(f['code'] * sum(sizes.get(m, 0) for m in gone))
         # npkern's native code: in the GC heap on rp2 (its whole .mpy), else outside
         native = (native_mpy_size(t['arch']) if t['native'] == 'heap' and t['arch'] else f['native'])
         native = native if r.arrays == 'fallback' else 0
@@ -496,6 +516,16 @@ def band_groups(r):
     return groups, inner, banded
 
 
+def cut_tensors(r) -> set:
+    """The tensors a host-made prefix cache hands ops `start`.. (none without one)."""
+    from ..graph.optable import SPECS
+    g, lo = r.g, r.start
+    if not lo:
+        return set()
+    made = set(g.inputs) | {o for op in g.ops[:lo] for o in op.outputs}
+    return {k for op in g.ops[lo:] for k in SPECS[op.name].inputs(op) if k in made}
+
+
 def forward_peak(r):
     """The forward pass's peak per-sample working set from op `start` on: activations in
     flight (the cut's buffers from a prefix cache, else the sample) and the op's output
@@ -504,10 +534,7 @@ def forward_peak(r):
     from ..graph.optable import SPECS
     from ..files.flatmodel import ACT
     g, plan, size, A, lo = r.g, r.plan, r.size, r.A, r.start
-    cut = set()
-    if lo:
-        made = set(g.inputs) | {o for op in g.ops[:lo] for o in op.outputs}
-        cut = {k for op in g.ops[lo:] for k in SPECS[op.name].inputs(op) if k in made}
+    cut = cut_tensors(r)
     live = set(cut) if lo else {g.inputs[0]}
     x_in = 0 if lo else size[g.inputs[0]]     # the sample buffer (cut: counted in live)
     if not lo and plan.bands and plan.bands[0][0] == 0 and \
@@ -599,6 +626,33 @@ def fragmentation(parts, collect) -> int:
     slack, ws_slack = (SLACK, WS_SLACK) if collect else (SLACK_NOGC, WS_SLACK_NOGC)
     garbage = sum(parts.values()) // collect if collect else 0
     return int(slack * (data - ws) + max(ws_slack * ws, garbage))
+
+
+def prefix_phase(r, parts, collect):
+    """A host-made prefix cache (settings['prefix']) runs in two phases: A, before
+    training, the whole model's kernels are in and utrain.prefix loads (its loader's
+    transient, PREFIX_LOAD) and makes the cut's buffers; then utrain.prefix.drop forgets
+    the kernels only the prefix's ops use, and B, training, holds the rest and the
+    working set.  parts (in place): B's, with 'prefix phase' the heap A needs beyond B
+    (none when B is the larger).  (One phase planned both together: the 32-bit cells
+    1.22-1.23x their need; B alone under-planned a 64-bit one, 0.99x.)"""
+    if not r.start:
+        return parts
+    ws = 'working set (activations, temporaries, loss)'
+    frag = 'fragmentation allowance'
+    a = dict(parts)
+    a[ws] = a["saved activations"] = 0      # no sample yet; the cut's buffers (prefix.get)
+    a['cut buffers'] = sum(r.A(r.size[k]) for k in cut_tensors(r))
+    del a[frag]
+    a[frag] = fragmentation(a, collect)
+    parts['code'] -= r.prefix_code
+    del parts[frag]
+    parts[frag] = fragmentation(parts, collect)
+    r.phase_a = sum(a.values())
+    extra = r.phase_a - sum(parts.values())
+    if extra > 0:
+        parts['prefix phase (before training: all kernels, utrain.prefix loading)'] = extra
+    return parts
 
 
 def gc_every(g, planned) -> int:
@@ -739,7 +793,61 @@ def json_bytes(v, w, B) -> int:
     return 0
 
 
-def _q8_net(t, settings, w, B, trains=True) -> dict:
+Q8_TAP_SLOTS = 16      # utrain.q8asm._S: the depthwise kernels' kept tap tables
+
+
+def _tap_slot(g, mode) -> int:
+    """The slot of utrain.q8asm._S (_tab's hash) for geometry g (14 words) and mode."""
+    h = g[0] * 5 + g[1] * 3 + g[2] + g[8] * 7 + g[10] * 11 + mode
+    return (h ^ (h >> 4)) & (Q8_TAP_SLOTS - 1)
+
+
+def q8_tap_tables(t, w, B, trains=True) -> int:
+    """Heap of the tap tables utrain.q8asm (ARM boards) keeps for net table t's depthwise
+    layers (multiplier 1): one per (geometry, mode) a call makes, in 16 slots, the first
+    in a slot kept (q8asm._tab, _keep), each an array of 24 + 5 taps + 15 words (~340 B
+    for 3x3); until the net closes (q8asm.forget).  The forward pass's geometries are its
+    row chunks' (Layer.conv: as many rows as the shared sums hold) or, in a band group,
+    its bands' (q8bands: a band's rows; a band's own row chunks not counted); mode 1 (input gradient) where
+    the layer passes a gradient back, 2 (weight gradient) where its weights train."""
+    from ..target.device import module
+    DW = module('q8').DW
+    ls = t['layers']
+    A = t.get('acc') or max(d['nout'] for d in ls)
+    banded = {i: rows for lo, hi, rows in t.get('groups', ()) for i in range(lo, hi)}
+    slots = {}
+    for i, d in enumerate(ls):
+        g = d.get('g')
+        if d['k'] != DW or g[3] != g[2]:
+            continue
+        H, OH, sh, ph = g[0], g[10], g[6], g[8]
+        keys = []
+        if i in banded:         # a band of rows output rows at a time (q8bands._compute)
+            step, reach = banded[i], (g[4] - 1) * g[12] + 1
+            for r0 in range(0, OH, step):
+                r1 = min(OH, r0 + step)
+                a = max(0, r0 * sh - ph)
+                keys.append((min(H, (r1 - 1) * sh - ph + reach) - a, r1 - r0, ph + a - r0 * sh))
+        else:
+            R = max(1, A // (g[11] * g[3]))
+            for r0 in range(0, OH, R):
+                a = max(0, r0 * sh - ph)
+                keys.append((H - a, min(R, OH - r0), ph + a - r0 * sh))
+        modes = [(k, 0) for k in keys]
+        if trains and d.get('back') and not (d.get('sd') or d.get('pw')):
+            modes.append(((H, OH, ph), 1))
+        if trains and d.get('train') and q8_trained_weights(d):
+            modes.append(((H, OH, ph), 2))
+        words = 24 + 5 * g[4] * g[5] + 15
+        for (h, oh, pad), mode in modes:
+            gm = list(g)
+            gm[0], gm[10], gm[8] = h, oh, pad
+            slots.setdefault(_tap_slot(gm, mode), words)
+    blk = lambda n: -(-n // B) * B     # noqa: E731
+    return sum(blk(4 * w) + blk(4 * n) for n in slots.values())
+
+
+def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     """{part: bytes} one utrain.q8.Q8Net of layer table t (as written: q8.json or
     q8t.json) holds while it trains (trains=False: a prefix net, forward only)."""
     from ..target.device import module
@@ -782,6 +890,10 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
             if 'mul' not in d:
                 held += 2 * arr(4 * d['nq']) + (arr(4 * d['nq']) if d.get('fs') else 0)
     parts['weights held in RAM'] = held
+    if asm:
+        taps = q8_tap_tables(t, w, B, trains)
+        if taps:
+            parts['depthwise tap tables (q8asm)'] = taps
     if not trains:
         return parts
     gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
@@ -847,7 +959,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     # in it where a board loads native code into RAM (rp2)
     native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \
         else f['native']
-    if t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']:
+    asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
+    if asm:
         native += native_mpy_size(t['arch'], 'q8asm')     # its Thumb kernels, staged beside it
     if sparse:
         native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
@@ -855,10 +968,10 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}
-    net = _q8_net(trained, settings, w, B)
+    net = _q8_net(trained, settings, w, B, asm=asm)
     data = sum(net.values())
     if 'q8t.json' in tables:        # the prefix first, on its own net (then dropped)
-        pre = _q8_net(tables['q8.json'], settings, w, B, trains=False)
+        pre = _q8_net(tables['q8.json'], settings, w, B, trains=False, asm=asm)
         pm = set(mods) | {'q8prefix'}
         if tables['q8.json'].get('groups'):
             pm.update(('q8bands', 'bands'))

@@ -661,3 +661,26 @@ def test_a_budget_chooses_the_memory_options_that_fit(tmp_path, data, head):
     assert s['chose'] == ['--cache-on-host'] and s.get('prefix_cache'), said
     runner.stage(str(tmp_path / 'k'))
     assert trains_in(str(tmp_path / 'k'), s['heap']['total'])
+
+
+@needs_mp
+def test_trains_in_gives_the_run_an_open_stdin(tmp_path, monkeypatch):
+    """The smallest-heap measurement runs train.py with stdin an open pipe with nothing
+    on it, as `run` and a board's serial line do, however the measuring process was
+    started: at its end (/dev/null) utrain.run's Ctrl-C poll reads it and goes, and the
+    heap is laid out otherwise (issue 28's sweep: a DS-CNN's need moved by 25 KB)."""
+    (tmp_path / 'train.json').write_text('{"run": {}}')
+    (tmp_path / 'probe.py').write_text(
+        'import select, sys\np = select.poll()\np.register(sys.stdin, 1)\n'
+        'print("saved " if not p.poll(0) else "stdin at its end")\n')
+    monkeypatch.setattr(runner, 'command', lambda out: ([MP, '-X', 'heapsize=1', 'probe.py'],
+                                                         dict(os.environ)))
+    null = os.open(os.devnull, os.O_RDONLY)
+    saved = os.dup(0)
+    os.dup2(null, 0)            # the measuring process's own stdin at its end
+    try:
+        assert trains_in(str(tmp_path), 256 * 1024)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+        os.close(null)

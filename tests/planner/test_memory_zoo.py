@@ -112,3 +112,41 @@ def test_planner_bounds_the_zoo_models(tmp_path, monkeypatch, case, var, backend
     runner.stage(out)
     assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.3)), f'{case}: trains in plan / 1.3 = {int(plan / 1.3)} B'
+
+
+def cnn(path):
+    """A 20x20x1 CNN (CONV_2D 3x3 x6, max pool, FC 4): not the sweep's 16x16 x 8."""
+    from host_tools.formats.refmodels import small_cnn
+    return small_cnn(path, seed=3, size=20, channels=6, classes=4), (1, 20, 20, 1), 4
+
+
+# issue 28: a prefix cache made by prepare runs in two phases on the board: before
+# training every kernel is in and utrain.prefix loads; training runs without the kernels
+# only the prefix used.  One phase planned for both was 1.22-1.23x the need on 32-bit;
+# the training phase alone under-planned a 64-bit one (0.99x)
+HOST_CACHE = {'ln-gelu': ln_gelu, 'cnn': cnn}
+
+
+@pytest.mark.parametrize('var,backend', BUILDS)
+@pytest.mark.parametrize('case', list(HOST_CACHE))
+def test_a_host_made_prefix_cache_is_planned_within_1_2x(tmp_path, monkeypatch, request, case, var,
+                                                         backend):
+    if case == 'cnn' and backend == 'ulab':     # (docs/memory.md, the sweep: ulab's convs)
+        request.applymarker(pytest.mark.xfail(strict=True, reason='32-bit ulab: over 1.2x (the '
+                                              'conv temporaries and static part, not the phases)'))
+    if var:
+        monkeypatch.setenv('MICROPYTHON', build(var))
+    path, shape, classes = HOST_CACHE[case](str(tmp_path / 'm.circle'))
+    rng = np.random.default_rng(5)
+    npz = str(tmp_path / 'd.npz')
+    np.savez(npz, x=rng.standard_normal((8,) + shape[1:]).astype(np.float32),
+             y=rng.integers(0, classes, 8))
+    out = str(tmp_path / 'o')
+    s = prepare(path, out, data=npz, loss='scce', from_logits=True, optimizer='sgd', lr=0.01,
+                batch=1, epochs=1, backend=backend, train='last:2', cache='host',
+                log=lambda *a: None)
+    plan = s['heap']['total']
+    assert s['heap'].get('prefix_phase'), 'no phase before training planned'
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.2)), f'{case}: trains in plan / 1.2 = {int(plan / 1.2)} B'
