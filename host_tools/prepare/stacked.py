@@ -76,38 +76,42 @@ def _padded(x, fill):
     return xp
 
 
-_passes = {}
+def _span(i0, s, n, outs):
+    # [lo, hi): the outputs o (of outs) whose x index o * s + i0 falls in [0, n)
+    lo = (s - 1 - i0) // s if i0 < 0 else 0
+    hi = min(outs, (n - 1 - i0) // s + 1) if i0 <= n - 1 else 0
+    return lo, hi
 
 
-def _occurrences(g):
-    # [(positions, rows)]: g's flat positions grouped by how many earlier positions name
-    # the same x row (pass j: each row's j-th occurrence, no row twice), cached per g
-    r = _passes.get(id(g))
-    if r is None:
-        flat = g.ravel()
-        order = np.argsort(flat, kind='stable')
-        srt = flat[order]
-        start = np.r_[0, np.flatnonzero(srt[1:] != srt[:-1]) + 1]
-        occ = np.empty(len(flat), dtype=np.int64)
-        occ[order] = np.arange(len(flat)) - np.repeat(start, np.diff(np.r_[start, len(flat)]))
-        r = _passes[id(g)] = (g, [(np.flatnonzero(occ == j), flat[occ == j])
-                                  for j in range(int(occ.max()) + 1)])
-    return r[1]
-
-
-def _scatter(g, n, disjoint, v):
-    # [K, n, C]: v [K, outputs, taps, C] summed into the x rows g names (row n: padding).
-    # Where windows overlap, in the order np.add.at (xnumpy's) adds them: g's flat
-    # order, one pass per occurrence (the same sums, without add.at's slow loop)
+def _scatter(o, g, n, disjoint, v):
+    # [K, n, C]: v [K, outputs, taps, C] summed into the x rows g names (padding taps
+    # dropped).  Where windows overlap, in the order np.add.at (xnumpy's) adds them, g's
+    # flat order (outputs, then taps): the taps that read one x row come from later
+    # outputs the earlier the tap (the output's row and column fall as the kernel's rise),
+    # so a strided slice per tap, the last tap first, adds each row's values in that
+    # order (the same sums, 5-10x faster than one fancy-indexed pass per occurrence)
     K, R, T, C = v.shape
-    d = np.zeros((K, n + 1, C), dtype=v.dtype)
     if disjoint:
+        d = np.zeros((K, n + 1, C), dtype=v.dtype)
         d[:, g] = v
-    else:
-        vf = v.reshape((K, R * T, C))
-        for pos, rows in _occurrences(g):
-            d[:, rows] += vf[:, pos]
-    return d[:, :n]
+        return d[:, :n]
+    H, W, OH, OW = int(o[1]), int(o[2]), int(o[4]), int(o[5])
+    KH, KW, sh, sw = int(o[7]), int(o[8]), int(o[9]), int(o[10])
+    dh, dw, pt, pl = int(o[11]), int(o[12]), int(o[13]), int(o[14])
+    d = np.zeros((K, H, W, C), dtype=v.dtype)
+    v = v.reshape((K, OH, OW, T, C))
+    for kh in range(KH - 1, -1, -1):
+        ih = kh * dh - pt
+        ylo, yhi = _span(ih, sh, H, OH)
+        if yhi <= ylo:
+            continue
+        for kw in range(KW - 1, -1, -1):
+            iw = kw * dw - pl
+            xlo, xhi = _span(iw, sw, W, OW)
+            if xhi > xlo:
+                d[:, ylo * sh + ih:(yhi - 1) * sh + ih + 1:sh,
+                  xlo * sw + iw:(xhi - 1) * sw + iw + 1:sw] += v[:, ylo:yhi, xlo:xhi, kh * KW + kw]
+    return d.reshape((K, n, C))
 
 
 def _T(w):
@@ -432,10 +436,10 @@ class Stack:
                 gw = (dz[:, :, None, :] * self.saved[i]).sum(axis=1).astype(_F32)
         if fl & _DX:
             if code == _CONV:
-                dx = _scatter(g, n, disjoint, _mm(dz, w).reshape((K, R, KK, -1)))
+                dx = _scatter(o, g, n, disjoint, _mm(dz, w).reshape((K, R, KK, -1)))
             else:
                 ww = w[:, None] if w.ndim == 3 else w[None, None]
-                dx = _scatter(g, n, disjoint, dz[:, :, None, :] * ww)
+                dx = _scatter(o, g, n, disjoint, dz[:, :, None, :] * ww)
                 M = net.shape[outs[0]][1] // xs[2]
                 if M > 1:
                     dx = dx.reshape((K, n, xs[2], M)).sum(axis=3)
