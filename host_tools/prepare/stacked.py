@@ -150,6 +150,14 @@ class Stack:
         self.window = module('xnumpy')._window
         self.sink = module('sink')
         self.k0, self.cut = module('prefix').cut(net)
+        # per op, once: its options as ints (all this path reads of them) and its window
+        # table, not numpy scalars and xnumpy's cache keyed by the options' bytes each
+        # sample (at K = 1 a trial's time is mostly such per-op overhead)
+        self.ops, self.wins = [], {}
+        for i, (code, ins, outs, o) in enumerate(net.ops):
+            if code in (_CONV, _DW, _MAXPOOL):
+                self.wins[i] = self.window(o, self.walk, int(o[10]))
+            self.ops.append((code, ins, outs, [int(v) if np.isfinite(v) else 0 for v in o]))
         self.w = {k: np.repeat(net.t[k][None], K, axis=0) for k in net.trainable}
         O = module('optim')
         self.opt = O.Optimizer(cfg['optimizer'])
@@ -261,7 +269,7 @@ class Stack:
         self.t = dict(cut)
         self.saved = {}
         for i in range(self.k0, len(net.ops)):
-            self._fwd(i, net.ops[i])
+            self._fwd(i, self.ops[i])
         return self.t[net.outputs[0]]
 
     def _fwd(self, i, op):
@@ -290,13 +298,13 @@ class Stack:
             if len(ins) > 2 and ins[2] >= 0:
                 y += self._v(ins[2])
         elif code == _MAXPOOL:
-            g, n, disjoint = self.window(o, self.walk, int(o[10]))
+            g, n, disjoint = self.wins[i]
             xw = _padded(x, -3.4e38)[:, g]                  # [K, outputs, taps, C]
             self.saved[i] = xw
             y = np.full(xw.shape[:2] + xw.shape[3:], -3.4e38)     # (float64, as op_pool's)
             np.maximum(y, xw.max(axis=2), out=y)
         else:
-            g, n, disjoint = self.window(o, self.walk, int(o[10]))
+            g, n, disjoint = self.wins[i]
             w = self._v(ins[1])
             R, KK = g.shape
             if code == _CONV:
@@ -323,7 +331,7 @@ class Stack:
             outs = net.ops[oi][2]
             d = self.g.pop(outs[0], None)
             if d is not None:
-                self._bwd(oi, net.ops[oi], d, fl)
+                self._bwd(oi, self.ops[oi], d, fl)
         if self.flat:
             for name, W, G in self.flat:
                 self.opt.step(name, W, G)
@@ -404,7 +412,7 @@ class Stack:
             self._update(ins[2], dz if dz.shape[1] == 1 else np.sum(dz, axis=1)[:, None])
 
     def _bwd_maxpool(self, i, ins, o, dz, xs):
-        g, n, disjoint = self.window(o, self.walk, int(o[10]))
+        g, n, disjoint = self.wins[i]
         xw = self.saved[i]
         K, R, KK, C = xw.shape
         # the max: the output itself when no activation follows (op_pool's)
@@ -423,7 +431,7 @@ class Stack:
 
     def _bwd_conv(self, i, code, ins, outs, o, dz, fl, xs):
         net, K = self.net, self.K
-        g, n, disjoint = self.window(o, self.walk, int(o[10]))
+        g, n, disjoint = self.wins[i]
         R, KK = g.shape
         w = self._v(ins[1])
         if fl & _DB:
