@@ -283,11 +283,11 @@ class Stack:
         if code == _MEAN:
             outer, red, inner = int(o[0]), int(o[1]), int(o[2])
             if inner == 1:
-                y = np.mean(x.reshape((K, outer, red)), axis=2)
+                y = x.reshape((K, outer, red)).mean(axis=2)
             elif outer == 1:
-                y = np.mean(x.reshape((K, red, inner)), axis=1)
+                y = x.reshape((K, red, inner)).mean(axis=1)
             else:
-                y = np.mean(x.reshape((K, outer, red, inner)), axis=2).astype(_F32)
+                y = x.reshape((K, outer, red, inner)).mean(axis=2).astype(_F32)
             t[outs[0]] = y.reshape(shape)
             return
         if code in _ELEM:
@@ -383,9 +383,9 @@ class Stack:
             rows, cols = self.net.shape[k]
             g = E._g(code, s, dz, a, b)
             if cols == 1 and g.shape[2] > 1:
-                g = np.sum(g, axis=2).reshape((self.K, g.shape[1], 1))
+                g = g.sum(axis=2).reshape((self.K, g.shape[1], 1))
             if rows == 1 and g.shape[1] > 1:
-                g = np.sum(g, axis=1).reshape((self.K, 1, g.shape[2]))
+                g = g.sum(axis=1).reshape((self.K, 1, g.shape[2]))
             if p == s:
                 self._update(k, g)
             else:
@@ -409,7 +409,7 @@ class Stack:
                 gw = _mm(_T(u), x)
             self._update(ins[1], gw)
         if fl & _DB:
-            self._update(ins[2], dz if dz.shape[1] == 1 else np.sum(dz, axis=1)[:, None])
+            self._update(ins[2], dz if dz.shape[1] == 1 else dz.sum(axis=1)[:, None])
 
     def _bwd_maxpool(self, i, ins, o, dz, xs):
         g, n, disjoint = self.wins[i]
@@ -435,7 +435,7 @@ class Stack:
         R, KK = g.shape
         w = self._v(ins[1])
         if fl & _DB:
-            self._update(ins[2], np.sum(dz, axis=1)[:, None])
+            self._update(ins[2], dz.sum(axis=1)[:, None])
         gw = None
         if fl & _DWF:
             if code == _CONV:
@@ -462,21 +462,21 @@ class Stack:
         if kind == 'mse':
             d = y - lab
             n = y.shape[1] * y.shape[2]
-            return np.sum(d * d, axis=(1, 2)) / n, d * (2.0 / n)
+            return (d * d).sum(axis=(1, 2)) / n, d * (2.0 / n)
         if kind == 'scce':
             oh = np.zeros_like(y)
             oh[np.arange(self.K), 0, lab[:, 0, 0].astype(int)] = 1.0
             lab = oh
         if self.cfg['from_logits']:
             e = np.exp((y - y.max(axis=2, keepdims=True)) * 1.0)
-            p = e / np.sum(e, axis=2, keepdims=True)
-            return -np.sum(lab * np.log(np.clip(p, 1e-30, 1.0)), axis=(1, 2)), p - lab
-        return (-np.sum(lab * np.log(np.clip(y, 1e-7, 1.0)), axis=(1, 2)),
+            p = e / e.sum(axis=2, keepdims=True)
+            return -(lab * np.log(p.clip(1e-30, 1.0))).sum(axis=(1, 2)), p - lab
+        return (-(lab * np.log(y.clip(1e-7, 1.0))).sum(axis=(1, 2)),
                 -lab / np.maximum(y, 1e-20))
 
     def metric(self, y, lab):
         if self.cfg['metric'] == 'mae':
-            return np.sum(abs(y - lab), axis=(1, 2)) / (y.shape[1] * y.shape[2])
+            return abs(y - lab).sum(axis=(1, 2)) / (y.shape[1] * y.shape[2])
         K = self.K
         if y.shape[1] * y.shape[2] == 1:
             cut = 0.0 if self.cfg['from_logits'] else 0.5
