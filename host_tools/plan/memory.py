@@ -807,9 +807,12 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
     mom = opt == 'sgd' and settings.get('momentum')
     n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0) + (1 if mom else 0)
     n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0) + (1 if mom else 0)
-    if n_w or n_b:      # batch sums, Adam's master, m, v, momentum's velocities: of the window
-        parts['optimizer state'] = sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
-                                       for d in ls if d.get('train'))
+    # SGD: an int8 fraction per trained weight of the layers that ask for it (Layer.wf)
+    fr = sum(arr(q8_trained_weights(d)) for d in ls if d.get('train') and d.get('wf')
+             and q8_trained_weights(d)) if opt == 'sgd' else 0
+    if n_w or n_b or fr:    # batch sums, Adam's master, m, v, momentum's velocities: of the window
+        parts['optimizer state'] = fr + sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
+                                            for d in ls if d.get('train'))
     return parts
 
 
@@ -835,7 +838,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     mods = set(Q8_MODULES)
     if trained.get('groups'):
         mods.update(('q8bands', 'bands'))
-    sparse = any(d.get('mask') or d.get('sd') for d in trained['layers'])   # q8sparse: on use
+    sparse = any(d.get('mask') or d.get('sd') or d.get('wf')        # q8sparse: on use
+                 for d in trained['layers'])
     # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
     # in it where a board loads native code into RAM (rp2)
     native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \

@@ -66,6 +66,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
+    wf = None       # SGD: the trained weights' fractions (q8sparse.upfk; q8.json 'wf')
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
     dxr = 0         # 1: dz's per-channel rescaling made from sw when used (a broadcast row)
@@ -373,7 +374,7 @@ class Q8Net:
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
         self.S = None
-        if any(d.get('mask') or d.get('sd') for d in ls):
+        if any(d.get('mask') or d.get('sd') or d.get('wf') for d in ls):
             from utrain import q8sparse
             self.S = q8sparse
         # the trained layers first: their big buffers (weights, gradient sums) find
@@ -607,6 +608,10 @@ class Q8Net:
                 n, oc = w1 - w0, len(L.b)
                 if self.mom:
                     L.vw, L.vb = _i32(n), _f32(oc)
+                # SGD: an int8 fraction (1/256 steps) per trained weight where the table
+                # asks for one (quant.py: convolutions), the update exact (q8sparse.upfk)
+                L.wf = (L.wf if L.wf is not None and len(L.wf) == n else bytearray(n)) if (
+                    n and not self.adam and L.d.get('wf')) else None
                 if optimizer == 'sgd' and batch == 1:
                     continue
                 L.ga, L.ba = _i32(n), _f32(oc)
@@ -704,15 +709,19 @@ class Q8Net:
     def _upd(self, L, i0, d, n):
         # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
         # through the momentum velocity where there is one (v = mu v + d; w -= v)
-        v = L.vw
+        v, f = L.vw, L.wf
+        j = i0 - L.wr()[0]          # (the index in the window's state)
         if v is not None:
-            w0 = L.wr()[0]
-            v = memoryview(v)[i0 - w0:] if i0 > w0 else v
+            v = memoryview(v)[j:] if j else v
             K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
             K.adk(v, d, n)
             d = v
         i0 -= L.wo
-        self.seed = K.upk(memoryview(L.w)[i0:] if i0 else L.w, d, n, self.seed)
+        w = memoryview(L.w)[i0:] if i0 else L.w
+        if f is not None:           # exact, through the fractions
+            self.S.upfk(w, memoryview(f)[j:] if j else f, d, n)
+        else:
+            self.seed = K.upk(w, d, n, self.seed)
 
     def _adam(self, L, lr, scale):
         # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
@@ -900,7 +909,7 @@ class Q8Net:
         nc = d.get('gc', oc)
         p = None
         sw = d['sw']
-        if L.k == FC and lr is not None and L.vw is None and len(sw) == 1:
+        if L.k == FC and lr is not None and L.vw is None and L.wf is None and len(sw) == 1:
             # an FC layer at batch 1 without momentum, per-tensor: |gw| < 2^15, so upmk
             # scales it by a 15-bit multiplier in its one pass (fewer cycles than rqk's
             # 62-bit products then upk)

@@ -225,8 +225,18 @@ def mzk(g, n, m):
     a[on == 0] = 0
 
 
+def upfk(w, f, d, n):
+    # q8sparse.upfk: the exact int8 update through the fractions f
+    t = _i8(f, n).astype(I64) + _i32(d, n)
+    q = (t + 128) >> 8
+    np.frombuffer(f, np.int8, n)[:] = (t - (q << 8)).astype(np.int8)
+    wv = np.frombuffer(w, np.int8, n)
+    a = wv.astype(I64)
+    wv[:] = np.where(q != 0, np.clip(a - q, -127, 127), a).astype(np.int8)
+
+
 def install_sparse(g):
     """As install, for utrain.q8sparse's kernels."""
-    for name in ('mkk', 'smk', 'dak', 'mzk'):
+    for name in ('mkk', 'smk', 'dak', 'mzk', 'upfk'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]

@@ -212,6 +212,8 @@ class Q8Trainer:
                 if n:
                     m[wt] = L.vw
                 m[bt] = L.vb
+            if L.wf is not None:            # SGD: the weights' fractions (q8sparse.upfk)
+                tail.append(L.wf)
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
@@ -237,7 +239,8 @@ class Q8Trainer:
             w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True,
                                                           part=part)
         r = calcsize(RESUME)
-        want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0) for L in ls])
+        want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0)
+                            + (nw[L] if L.wf is not None else 0) for L in ls])
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
                 or extra[r:r + 4] != b'UTQ8'):
             raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
@@ -269,6 +272,9 @@ class Q8Trainer:
             elif net.mom:
                 L.vw = _i32(0, m[wt]) if k else _i32(0)
                 L.vb = _f32(0, m[bt])
+            if L.wf is not None:
+                L.wf = bytearray(extra[o:o + nw[L]])
+                o += nw[L]
         net.zero()
         net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale

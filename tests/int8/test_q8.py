@@ -20,6 +20,7 @@ from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.prepare.pipeline import prepare, export, PrepareError  # noqa: E402
 from host_tools.graph.rewrite import save_graph  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
+from utrain import q8sparse as S  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 
 KERAS = os.path.join(ROOT, 'bench', 'zoo', 'keras')
@@ -129,11 +130,12 @@ def _cut_softmax(path, tmp_path):
 
 def spy_updates(monkeypatch):
     """The list of the requantized weight updates (float64, 1/256 weight steps) of
-    q8kern.upk and upmk (an FC layer's at batch 1: its unscaled sums times p's multiplier),
+    q8kern.upk and upmk (an FC layer's at batch 1: its unscaled sums times p's multiplier)
+    and q8sparse.upfk (a convolution's, exact through its weights' fractions),
     one per layer (the calls of one layer's chunks, on views of one weight buffer,
     joined), in the order the step applies them; the kernels still run."""
     got = []
-    real_upk, real_upmk = K.upk, K.upmk
+    real_upk, real_upmk, real_upfk = K.upk, K.upmk, S.upfk
     last = [None]
 
     def keep(w, a):
@@ -152,8 +154,13 @@ def spy_updates(monkeypatch):
         keep(w, np.array([(int(v) * p[1] + p[3]) >> p[2] for v in d[:n]], np.float64))
         return real_upmk(w, d, n, p)
 
+    def spy_f(w, f, d, n):
+        keep(w, np.array(d[:n], dtype=np.float64))
+        return real_upfk(w, f, d, n)
+
     monkeypatch.setattr(K, 'upk', spy)
     monkeypatch.setattr(K, 'upmk', spy_m)
+    monkeypatch.setattr(S, 'upfk', spy_f)
     return got
 
 

@@ -22,6 +22,7 @@ from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
+from utrain import q8sparse as S  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import _np_conv_taps  # noqa: E402
 
@@ -145,16 +146,25 @@ def _ref(net, m, xq, label):
 
 
 def _spy(monkeypatch):
-    """[(weight buffer, first weight, update)] of every q8kern.upk call (1/256 steps)."""
+    """[(weight buffer, first weight, update)] of every q8kern.upk call and q8sparse.upfk
+    call (a convolution's exact update through its weights' fractions) (1/256 steps)."""
     got = []
-    real = K.upk
+    real, realf = K.upk, S.upfk
 
-    def spy(w, d, n, seed):
+    def keep(w, d, n):
         base = w.obj if isinstance(w, memoryview) else w
         i0 = len(base) - len(w) if isinstance(w, memoryview) else 0
         got.append((base, i0, np.array(d[:n], np.float64)))
+
+    def spy(w, d, n, seed):
+        keep(w, d, n)
         return real(w, d, n, seed)
+
+    def spyf(w, f, d, n):
+        keep(w, d, n)
+        return realf(w, f, d, n)
     monkeypatch.setattr(K, 'upk', spy)
+    monkeypatch.setattr(S, 'upfk', spyf)
     return got
 
 
@@ -296,8 +306,14 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
     assert heap['total'] < full['total']
     assert m['arena'] < quant.planned(g, s, 'last:5')[0]['arena']
     mom = quant.planned(g, dict(s, momentum=0.9), 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]
-    # momentum: an int32 per trained weight (the pointwise conv's window, the FC) + a float a bias
-    assert mom['parts']['optimizer state'] > 0 and 'optimizer state' not in heap['parts']
+    # plain SGD: an int8 fraction per weight of the pointwise conv's window (the FC's
+    # updates round stochastically); momentum: an int32 per trained weight (the pointwise
+    # conv's window, the FC) + a float a bias, beside them
+    pw = m['layers'][2]
+    assert pw.get('wf') and not m['layers'][4].get('wf')
+    win = (pw['tw'][1] - pw['tw'][0]) * (pw['wn'] // pw['nb'])
+    assert heap['parts']['optimizer state'] == -(-4 * w // blk) * blk + -(-win // blk) * blk
+    assert mom['parts']['optimizer state'] > heap['parts']['optimizer state'] + 4 * win
 
 
 def test_select_auto_on_int8_chooses_as_int8(tmp_path):
@@ -683,4 +699,35 @@ def test_broadcast_rescaling_made_when_used(tmp_path):
         for s in range(3):
             net.step(_sample(s), 3, 0.05)
         outs.append(_window_state(net))
+    assert outs[0] == outs[1]
+
+
+def test_fraction_update_is_exact():
+    """q8sparse.upfk (SGD on a convolution's weights): the int8 weight and its int8
+    fraction (the part of the updates not yet applied) hold 256 w - f = 256 w0 - (the sum
+    of every update, in 1/256 steps) exactly,
+    the fraction within [-128, 127], the weight within +-127 (clamped: the excess lost);
+    the numpy kernel (CPython) and the plain Python one (the board's viper code) agree."""
+    from array import array
+    rng = np.random.default_rng(5)
+    n = 301
+    w0 = rng.integers(-60, 61, n)        # (the others never reach the clamp)
+    w0[:4] = (127, -127, 120, -120)
+    outs = []
+    for upfk in (S.upfk, S.py_upfk):
+        w = bytearray(w0.astype(np.int8).tobytes())
+        f = bytearray(n)
+        tot = np.zeros(n, np.int64)
+        r = np.random.default_rng(6)
+        for step in range(40):
+            d = r.integers(-200, 201, n) * (r.random(n) < 0.7)
+            d[:4] = (3000, -3000, 5000, -5000)   # pushed past the clamp, then held there
+            tot += d
+            upfk(w, f, array('i', d.tolist()), n)
+        wq = np.frombuffer(bytes(w), np.int8).astype(np.int64)
+        fq = np.frombuffer(bytes(f), np.int8).astype(np.int64)
+        free = slice(4, None)
+        assert np.array_equal(256 * wq[free] - fq[free], 256 * w0[free] - tot[free])
+        assert list(wq[:4]) == [-127, 127, -127, 127]
+        outs.append(bytes(w) + bytes(f))
     assert outs[0] == outs[1]
