@@ -344,9 +344,18 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     for op, rank in chosen.items():
         assert ls[op]['train'] == 1
         assert ls[op].get('tw') == ([0, 0] if rank == 'bias' else ls[op].get('tw'))
-    with pytest.raises(PrepareError, match='--select board on an int8 model'):
+    # --select board: refused, saying the two commands that work (and nothing written)
+    with pytest.raises(PrepareError) as e:
         prepare(model, str(tmp_path / 'b'), data=data, loss='scce', select='board',
-                log=lambda *a: None)
+                board='rp2040', log=lambda *a: None)
+    msg = str(e.value)
+    assert msg.startswith(model + ': --select board does not train an int8 model as int8')
+    assert f'`--select auto --data {data} --board rp2040`' in msg and '`--dequantize`' in msg
+    assert not os.path.exists(os.path.join(str(tmp_path / 'b'), 'q8.json'))
+    # ... and what it says works: --dequantize keeps --select board (the float path)
+    sb = prepare(model, str(tmp_path / 'f'), data=data, loss='scce', lr=0.05, epochs=1,
+                 select='board', dequantize=True, budget=4 * budget, log=lambda *a: None)
+    assert not sb.get('int8') and 'select' in sb
 
 
 def _small_scratch(monkeypatch):
