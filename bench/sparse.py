@@ -10,7 +10,9 @@ Schemes (SCHEMES; op numbers as `inspect` lists the file: 58-65 are the convolut
 the last two blocks and the 1x1 head to 1280 channels, 67 the classifier): the
 classifier alone; the bias of the 1x1 head + the classifier; the biases of the last 7
 convolutions + the classifier (TTE's bias-only layers); the same + the weights of two
-layers at channel ratios (the last project conv at 1/2, the head at 1/8); full
+layers at channel ratios (the last project conv at 1/2, the head at 1/8); half of the
+last block's 1x1 expand conv's weights (op 62) + the biases above it (w62: what --select
+auto chose once the engine's heap was cut); full
 fine-tuning of the last N ops (last:N); --select auto on the int8 tail within AUTO_BUDGET
 (the tail's plan; the plan column prices the choice on the whole model).
 
@@ -77,6 +79,8 @@ SCHEMES = [
     ('bias7', 'biases of ops 58-65 (7 convs) + op 67', None, {**BIAS7, 67: 'all'}),
     ('sparse', 'bias7 + op 64 weights 1/2 + op 65 weights 1/8', None,
      {**BIAS7, 64: '1/2', 65: '1/8', 67: 'all'}),
+    ('w62', "op 62's weights at 1/2 ('up') + biases of ops 63-65 + op 67 (what auto chose "
+     "after the heap cut)", None, {62: 'up', 63: 'bias', 64: 'bias', 65: 'bias', 67: 'all'}),
     ('last:4', 'ops 65 (1x1 head, 1280) and 67 whole', 'last:4', None),
     ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
     ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
@@ -136,8 +140,8 @@ def tail_task(d):
     return model, data, 1 - TRAIN / len(y)
 
 
-def settings(train, ranks, shift=0):
-    kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=1)
+def settings(train, ranks, shift=0, seed=1):
+    kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=seed)
     if ranks:       # (--train's default, all, would train every other op whole too)
         kw.update(ranks=ranks_text(ranks, shift), train='none')
     else:
@@ -145,11 +149,11 @@ def settings(train, ranks, shift=0):
     return kw
 
 
-def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS):
+def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS, seed=1):
     """Test accuracy of the last epoch, or a reason it did not run."""
     try:
         prepare(model, out, data=data, test_split=split, epochs=epochs, log=quiet, cache=True,
-                dequantize=kind == 'float', **settings(train, ranks, CUT))
+                dequantize=kind == 'float', **settings(train, ranks, CUT, seed))
     except PrepareError as e:
         return 'refused: ' + str(e).split('\n')[0][:60]
     if kind == 'int8' and not os.path.exists(os.path.join(out, 'q8.json')):
@@ -274,6 +278,16 @@ def pico_cell(d, train, ranks):
     return fwd, step + note
 
 
+def mean_cell(accs):
+    """'mean (seed 1's / seed 2's ...)' of the accuracies, or the first reason one did not run."""
+    bad = [v for v in accs if not isinstance(v, float)]
+    if bad:
+        return bad[0]
+    if len(accs) == 1:
+        return '%.3f' % accs[0]
+    return '%.3f (%s)' % (sum(accs) / len(accs), ' / '.join('%.3f' % v for v in accs))
+
+
 def main(argv=None):
     global LR       # (--lr: settings() reads it)
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -284,12 +298,15 @@ def main(argv=None):
     ap.add_argument('--schemes', help='comma-separated names of SCHEMES (default all)')
     ap.add_argument('--epochs', type=int, default=EPOCHS)
     ap.add_argument('--lr', type=float, default=LR, help='SGD learning rate of every scheme')
+    ap.add_argument('--seeds', default='1', help='comma-separated shuffle seeds of the '
+                    'accuracy runs (cells: the mean, then each seed\'s)')
     a = ap.parse_args(argv)
+    seeds = [int(v) for v in a.seeds.split(',')]
     LR = a.lr
     names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
     exe = os.environ.get('UTRAIN_MP32')
     print(f'MobileNetV2-0.35 96x96 int8, pre-trained on digits 0-4, fine-tuned on 5-9: '
-          f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs; heap on '
+          f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs, seeds {a.seeds}; heap on '
           f'{exe or "no $UTRAIN_MP32: not measured"}')
     print('| scheme | what trains | int8 path today | plan rp2040 KB (path) | --board rp2040 | '
           'smallest heap KB, 32-bit | float acc | int8 acc | Pico ms/image: prefix / cached step |')
@@ -317,13 +334,14 @@ def main(argv=None):
                 heap = heap_cell(sd, small, train, ranks, exe)
             acc = {}
             for kind in ('float', 'int8'):
-                acc[kind] = '-' if a.no_accuracy else accuracy(
-                    model, data, split, train, ranks, kind, os.path.join(sd, kind), a.epochs)
+                acc[kind] = '-' if a.no_accuracy else mean_cell([accuracy(
+                    model, data, split, train, ranks, kind, os.path.join(sd, kind + str(s)),
+                    a.epochs, s) for s in seeds])
             p = pico_cell(sd, train, ranks) if a.pico and int8 and board == 'accepts' else None
             na = 'n/a until the engine lands'
             cells = [name, what, 'yes' if int8 else 'no (float path)', plan, board,
                      heap if heap is not None else (na if not int8 else '-'),
-                     *('%.3f' % v if isinstance(v, float) else v for v in acc.values()),
+                     *acc.values(),
                      '%s / %s' % p if p else '-']
             print('| ' + ' | '.join(str(c) for c in cells) + ' |', flush=True)
 
