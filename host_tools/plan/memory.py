@@ -819,10 +819,8 @@ def _q8_net(t, settings, w, B, trains=True) -> dict:
 def q8_trained_weights(d) -> int:
     """Weights of int8 layer d that train (utrain.q8 Layer.wr: a rank's rows, a depthwise
     layer's all, none when the bias alone trains)."""
-    lo, hi = d.get('tw', (0, d['nb']))
-    if hi <= lo:
-        return 0
-    return d['wn'] if d['k'] == 2 else (hi - lo) * (d['wn'] // d['nb'])
+    from ..target.device import module
+    return module('q8').trained_n(dict(d, train=1))
 
 
 def plan_heap_q8(tables, settings, board=None) -> dict:

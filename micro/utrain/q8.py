@@ -362,6 +362,12 @@ class Q8Net:
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(held_bytes(ls[i]))
+        # SGD's weight fractions beside them (made late, in setup, a window's 18 KB found
+        # no run long enough after a prefix pass); Adam's setup drops them
+        frac = {}
+        for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
+                        key=lambda i: -trained_n(ls[i])):
+            frac[i] = bytearray(trained_n(ls[i]))
         nz, nz2, ng, nk = bufs(ls)
         self.gw = _i32(ng)
         self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
@@ -395,6 +401,8 @@ class Q8Net:
             if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
                 d['sw'] = self._req(d, _f32(d['nq']), 2)
             L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
+            if i in frac:
+                L.wf = frac.pop(i)
             if w is not None and L.mul is None:
                 L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
             t[d.get('out')] = L.y
@@ -1001,6 +1009,17 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         o = c0 + j
         mul[j], shf[j] = qmul(f / sw[o % nw] * u) if lo <= o < hi else (0, 0)
     K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
+
+
+def trained_n(d):
+    """Weights of trained layer d that train (Layer.wr: a rank's rows, a depthwise layer's
+    all, none when the bias alone trains) (host_tools/plan/memory.py plans them with this)."""
+    if not d.get('train'):
+        return 0
+    lo, hi = d.get('tw', (0, d['nb']))
+    if hi <= lo:
+        return 0
+    return d['wn'] if d['k'] == DW else (hi - lo) * (d['wn'] // d['nb'])
 
 
 def umn(d):
