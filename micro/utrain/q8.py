@@ -718,7 +718,8 @@ class Q8Net:
         # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
         # through the momentum velocity where there is one (v = mu v + d; w -= v)
         v, f = L.vw, L.wf
-        j = i0 - L.wr()[0]          # (the index in the window's state)
+        if v is not None or f is not None:
+            j = i0 - L.wr()[0]      # (the index in the window's state)
         if v is not None:
             v = memoryview(v)[j:] if j else v
             K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)

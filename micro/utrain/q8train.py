@@ -272,8 +272,8 @@ class Q8Trainer:
             elif net.mom:
                 L.vw = _i32(0, m[wt]) if k else _i32(0)
                 L.vb = _f32(0, m[bt])
-            if L.wf is not None:
-                L.wf = bytearray(extra[o:o + nw[L]])
+            if L.wf is not None:            # (in place: no second buffer of its size)
+                L.wf[:] = extra[o:o + nw[L]]
                 o += nw[L]
         net.zero()
         net.nstep, self.epoch = step, epoch

@@ -740,3 +740,28 @@ def test_fraction_update_is_exact():
         assert list(wq[:4]) == [-127, 127, -127, 127]
         outs.append(bytes(w) + bytes(f))
     assert outs[0] == outs[1]
+
+
+def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
+    """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions): a
+    checkpoint holds the fractions, a resumed trainer has them, and its next steps equal
+    the uninterrupted trainer's, weights and fractions."""
+    from utrain.q8train import Q8Trainer
+    _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    monkeypatch.chdir(tmp_path)
+    tr = Q8Trainer(optimizer='sgd', batch=1)
+    L = tr.net.layers[2]
+    assert L.wf is not None and len(L.wf) == (L.whi - L.wlo) * (L.d['wn'] // L.d['nb'])
+    for s in range(3):
+        tr.net.step(_sample(s), 3, 0.01)
+    assert any(L.wf)
+    tr.save_checkpoint('c.ckpt')
+    tr2 = Q8Trainer(optimizer='sgd', batch=1)
+    tr2.load_checkpoint('c.ckpt')
+    assert bytes(tr2.net.layers[2].wf) == bytes(L.wf)
+    for t in (tr, tr2):
+        for s in range(3, 5):
+            t.net.step(_sample(s), 1, 0.01)
+    got = [[bytes(M.w) + bytes(M.b) + bytes(M.wf or b'') for M in t.net.layers if M.train]
+           for t in (tr, tr2)]
+    assert got[0] == got[1]
