@@ -198,6 +198,80 @@ def steps_table(rows):
     return '\n'.join(out)
 
 
+def run_float(samples=8, stock=True, rounds=2):
+    """The digits MLP (float, SGD batch 1) on the emulated Pico, ulab and stock firmware
+    (bench/npasm_step.py): {firmware: {'npasm', 'kern': {name: (MACs, npasm cyc, own
+    cyc)}, 'step': {mode: cycles}, 'digest': {mode: hex}}}; mode 'on'/'off': npasm's
+    kernels / the backend's own arithmetic (ulab's, the fallback's), alternated in one
+    run ('one': a firmware without npasm); rounds 0: the digests only, nothing timed."""
+    import numpy as np
+    from host_tools.boards import pico
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import prepare
+    from bench import models
+    path = os.path.join(models.DIGITS, 'digits_mlp.circle')
+    g = read_model(path)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        x, y = models.data(g, path, samples)
+        np.savez(os.path.join(tmp, 'd.npz'), x=x, y=y)
+        d = os.path.join(tmp, 'run')
+        prepare(path, d, data=os.path.join(tmp, 'd.npz'), loss='scce', optimizer='sgd',
+                lr=0.01, batch=1, epochs=1, train='all', bands=0, int8=False,
+                log=lambda *a, **k: None)
+        w = models.work(g, 'all')
+        with open(os.path.join(d, 'bench.json'), 'w') as f:
+            json.dump({'max_samples': samples, 'steps': 4, 'rounds': rounds, 'gemms': w['gemms'],
+                       'loops': w['loops']}, f)
+        for n in ('step.py', 'npasm_step.py'):
+            shutil.copy(os.path.join(ROOT, 'bench', n), d)
+        for fw, ulab in (('ulab', True), ('stock', False)):
+            if not pico.available(ulab) or not (ulab or stock):
+                continue
+            code, text = pico.run_folder(d, ulab=ulab, stream=False, script='npasm_step.py')
+            if code or 'DIGEST ' not in text:
+                raise RuntimeError(text.strip()[-600:])
+            r = {'kern': {}, 'step': {}, 'digest': {}, 'macs': w['macs']}
+            for line in text.splitlines():
+                p = line.split()
+                if p and p[0] == 'NPASM':
+                    r['npasm'] = p[1] == '1'
+                elif p and p[0] == 'FKERN':
+                    r['kern'][p[1]] = (int(p[2]), int(p[3]), int(p[4]))
+                elif p and p[0] == 'STEP':
+                    r['step'][p[1]] = int(p[2])
+                elif p and p[0] == 'DIGEST':
+                    r['digest'][p[1]] = p[2]
+            out[fw] = r
+    return out
+
+
+def float_table(res):
+    """Markdown: npasm's kernels per multiply-add against the backend's own (ulab's, the
+    fallback's), and the digits MLP's step per firmware and mode."""
+    out = ['| firmware | kernel (dense data) | MACs/call | npasm cyc/MAC | own cyc/MAC | own/npasm |',
+           '|---|---|---|---|---|---|']
+    for fw, r in res.items():
+        k = r['kern']
+        call = k.get('call_overhead', (0, 0, 0))
+        for name, (m, ta, tu) in k.items():
+            if m:
+                a, u = (ta - call[1]) / m, (tu - call[2]) / m
+                out.append('| %s | %s | %d | %.1f | %.1f | %.2fx |' % (fw, name, m, a, u, u / a))
+    out += ['', '| firmware | step | Mcyc/step | ms at 125 MHz | /(npasm step) | weights |',
+            '|---|---|---|---|---|---|']
+    for fw, r in res.items():
+        base = r['step'].get('on')
+        for mode, cyc in r['step'].items():
+            label = {'on': 'npasm kernels', 'off': 'own arithmetic', 'one': 'no npasm'}[mode]
+            same = ''
+            if mode == 'off' and r['digest'].get('on'):
+                same = 'identical' if r['digest']['on'] == r['digest']['off'] else 'DIFFER'
+            out.append('| %s | %s | %.2f | %.1f | %s | %s |' % (
+                fw, label, cyc / 1e6, cyc / 125e3, '%.2fx' % (cyc / base) if base else '-', same))
+    return '\n'.join(out)
+
+
 def table(rows, unit, scale):
     """Markdown rows: per multiply-add in unit (us x scale), viper, asm, and each over
     its bare loop."""
@@ -223,6 +297,9 @@ def main(argv=None):
     ap.add_argument('--quick', action='store_true')
     ap.add_argument('--steps', action='store_true', help='whole int8 training steps on the '
                     'emulated Pico against their multiply-adds times the bare loop')
+    ap.add_argument('--float', action='store_true', help='the float kernels (utrain.npasm: '
+                    "Thumb assembler over the RP2040 bootrom's float routines) and the digits "
+                    'MLP float step on the emulated Pico, ulab and stock firmware')
     ap.add_argument('--only', default='', help='only the kernel rows whose name contains '
                     'this text (e.g. 3x3s2: the stride-2 depthwise ones); the bare loop always')
     a = ap.parse_args(argv)
@@ -233,6 +310,9 @@ def main(argv=None):
     if a.pico:
         print('\nemulated Pico (RP2040 at 125 MHz, real rp2 firmware), cycles per multiply-add:')
         print(table(run_pico(a.quick, only=a.only), 'cyc', 125.0))
+    if a.float:
+        print('\nemulated Pico, float32 kernels and the digits MLP float step (SGD batch 1):')
+        print(float_table(run_float()))
     if a.steps:
         print('\nemulated Pico, int8 training steps (SGD batch 1), cycles per sample:')
         print(steps_table(run_steps()))

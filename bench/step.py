@@ -46,7 +46,7 @@ def bare_loop(loops, bufs):
                 s += a[t] * b[t]
 
 
-def setup(folder, cfg):
+def setup(folder, cfg, trainer=False):
     tr = Trainer(folder + '/model.flat', folder + '/weights.wof', batch=1, optimizer='sgd')
     ds = Dataset(folder + '/train.ds')
     xs, ys = [], []
@@ -82,7 +82,7 @@ def setup(folder, cfg):
         def limit(n, j):
             for i in range(n):
                 bare_loop(loops, bufs)
-    return steps, limit
+    return (steps, limit, tr) if trainer else (steps, limit)
 
 
 def timed(f, n, j=0, clock=ticks_us):

@@ -353,8 +353,10 @@ def code_parts(r) -> dict:
     else:
         # npkern's native code: in the GC heap on rp2 (its whole .mpy), else outside
         native = (native_mpy_size(t['arch']) if t['native'] == 'heap' and t['arch'] else f['native'])
-        parts = {'code': int(f['code'] * mpy + (native if r.arrays == 'fallback' else 0) + late),
-                 'interpreter': f['base']}
+        native = native if r.arrays == 'fallback' else 0
+        if t['native'] == 'heap' and t['arch'] in runner.ASM['npasm.py']:
+            native += native_mpy_size(t['arch'], 'npasm')       # xnp's Thumb kernels (RP2040)
+        parts = {'code': int(f['code'] * mpy + native + late), 'interpreter': f['base']}
     if t['fs'] == 'littlefs':
         parts['interpreter'] += LITTLEFS
     return parts

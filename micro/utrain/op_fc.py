@@ -4,7 +4,7 @@
 # Temporaries: dz [rows, out], dx [rows, in].  dW goes to the gradient sink as the
 # product dz^T . x (rt.sink.grad(W, dz, x)): for one row an outer product that the sink
 # sums or applies row by row without an [out, in] temporary (utrain/sink.py).
-from utrain.xnp import np, zeros, const
+from utrain.xnp import np, zeros, const, matmul
 from utrain.op_act import act, act_grad
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _DX = const(1)
@@ -28,7 +28,7 @@ def forward(rt, op):
         for r0, wc in rt.stream.chunks(ins[1]):
             y[:, r0:r0 + wc.shape[0]] = np.dot(x, wc.T)
     else:
-        y = np.dot(x, w.T)
+        y = matmul(x, w, 1)
     if len(ins) > 2 and ins[2] >= 0:
         y += t[ins[2]]
     y = act(y, int(opts[_ACT]))
@@ -50,7 +50,7 @@ def backward(rt, op, dy, flags):
             for r0, wc in rt.stream.chunks(ins[1]):
                 dx += np.dot(dz[:, r0:r0 + wc.shape[0]], wc)
         else:
-            dx = np.dot(dz, w)
+            dx = matmul(dz, w)
         s = rt.shape[ins[0]]
         rt.add_grad(ins[0], dx if dx.shape == s else dx.reshape(s))
     if flags & _DW:

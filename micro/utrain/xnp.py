@@ -97,6 +97,20 @@ def zeros(shape):
     return np.zeros(shape, dtype=FLOAT)
 
 
+def matmul(a, b, bt=0):
+    # a . b of 2-D arrays (a . b^T when bt: an FC's weight as it is stored)
+    return np.dot(a, b.T if bt else b)
+
+
+from sys import platform as _pf
+if BACKEND != 'numpy' and _pf == 'rp2':
+    try:        # the RP2040: matmul and the fused updates in Thumb assembler (npasm)
+        from utrain.npasm import install
+        install(globals())
+    except (ImportError, SyntaxError):     # (an RP2350; a port without asm_thumb)
+        pass
+
+
 def buffer(n):
     """Storage for up to n floats, for view(); reused by streamed constants."""
     if BACKEND == 'fallback':
