@@ -1,5 +1,8 @@
 """The table of sparse-update schemes of issue 29 on MobileNetV2-0.35 96x96 int8:
-`python -m bench.sparse [--no-accuracy] [--no-heap] [--pico] [--quick]`.
+`python -m bench.sparse [--no-accuracy] [--no-heap] [--pico] [--schemes S] [--seeds 1,2]`;
+`--grad-check STEPS` instead prints, step by step, the int8 trainer's update of op 62's
+window (scheme w62) against the float gradient of the model with fake-quantized
+activations (what QAS follows: lr dL/dW / s_W weight steps).
 
 The model: bench/zoo/keras/mobilenetv2_035_96_digits_int8.tflite (make_keras.py
 `digits`: pre-trained on scikit-learn's digits 0-4, 8x8 upscaled to 96x96x3, held-out
@@ -10,7 +13,9 @@ Schemes (SCHEMES; op numbers as `inspect` lists the file: 58-65 are the convolut
 the last two blocks and the 1x1 head to 1280 channels, 67 the classifier): the
 classifier alone; the bias of the 1x1 head + the classifier; the biases of the last 7
 convolutions + the classifier (TTE's bias-only layers); the same + the weights of two
-layers at channel ratios (the last project conv at 1/2, the head at 1/8); full
+layers at channel ratios (the last project conv at 1/2, the head at 1/8); half of the
+last block's 1x1 expand conv's weights (op 62) + the biases above it (w62: what --select
+auto chose once the engine's heap was cut); full
 fine-tuning of the last N ops (last:N); --select auto on the int8 tail within AUTO_BUDGET
 (the tail's plan; the plan column prices the choice on the whole model).
 
@@ -77,6 +82,8 @@ SCHEMES = [
     ('bias7', 'biases of ops 58-65 (7 convs) + op 67', None, {**BIAS7, 67: 'all'}),
     ('sparse', 'bias7 + op 64 weights 1/2 + op 65 weights 1/8', None,
      {**BIAS7, 64: '1/2', 65: '1/8', 67: 'all'}),
+    ('w62', "op 62's weights at 1/2 ('up') + biases of ops 63-65 + op 67 (what auto chose "
+     "after the heap cut)", None, {62: 'up', 63: 'bias', 64: 'bias', 65: 'bias', 67: 'all'}),
     ('last:4', 'ops 65 (1x1 head, 1280) and 67 whole', 'last:4', None),
     ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
     ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
@@ -136,8 +143,8 @@ def tail_task(d):
     return model, data, 1 - TRAIN / len(y)
 
 
-def settings(train, ranks, shift=0):
-    kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=1)
+def settings(train, ranks, shift=0, seed=1):
+    kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=seed)
     if ranks:       # (--train's default, all, would train every other op whole too)
         kw.update(ranks=ranks_text(ranks, shift), train='none')
     else:
@@ -145,11 +152,11 @@ def settings(train, ranks, shift=0):
     return kw
 
 
-def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS):
+def accuracy(model, data, split, train, ranks, kind, out, epochs=EPOCHS, seed=1):
     """Test accuracy of the last epoch, or a reason it did not run."""
     try:
         prepare(model, out, data=data, test_split=split, epochs=epochs, log=quiet, cache=True,
-                dequantize=kind == 'float', **settings(train, ranks, CUT))
+                dequantize=kind == 'float', **settings(train, ranks, CUT, seed))
     except PrepareError as e:
         return 'refused: ' + str(e).split('\n')[0][:60]
     if kind == 'int8' and not os.path.exists(os.path.join(out, 'q8.json')):
@@ -274,6 +281,146 @@ def pico_cell(d, train, ranks):
     return fwd, step + note
 
 
+GRAD_SCHEME = {62: 'up', 63: 'bias', 64: 'bias', 65: 'bias', 67: 'all'}     # w62
+
+
+def _taps(gm):
+    """(output rows, input rows) index pairs per kernel tap (ky, kx) of geometry gm."""
+    H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW = gm[:12]
+    dh, dw = (gm[12], gm[13]) if len(gm) > 13 else (1, 1)
+    for ky in range(KH):
+        for kx in range(KW):
+            o, x = [], []
+            for oy in range(OH):
+                for ox in range(OW):
+                    iy, ix = oy * sh - ph + ky * dh, ox * sw - pw + kx * dw
+                    if 0 <= iy < H and 0 <= ix < W:
+                        o.append(oy * OW + ox)
+                        x.append(iy * W + ix)
+            yield ky, kx, np.array(o, int), np.array(x, int)
+
+
+def float_grad(net, xq, label, full):
+    """dL/dW of the first layer of int8 net (CONV_2D) in the float model with the int8
+    model's weights and fake-quantized activations (its int8 outputs, masks from them),
+    the loss softmax cross-entropy on the dequantized logits: the reference QAS follows.
+    full(i): layer i's whole int8 weights."""
+    from utrain import q8
+    L = net.layers
+    q = lambda b: np.frombuffer(bytes(b), np.int8).astype(np.float64)  # noqa: E731
+    ys, x = [], xq
+    for l in L:
+        x = l.forward(x)
+        ys.append(q(x))
+    acts = [(q(xq) - L[0].zx) * L[0].d['sx']]
+    for i, l in enumerate(L):
+        s = l.d['sy'] if 'sy' in l.d else L[i + 1].d['sx']
+        acts.append((ys[i] - l.zy) * s)
+    p = np.exp(acts[-1] - acts[-1].max())
+    dy = p / p.sum()
+    dy[label] -= 1
+    for i in range(len(L) - 1, -1, -1):
+        l, d = L[i], L[i].d
+        if l.k == q8.MEAN:
+            dy = np.tile(dy / d['n'], d['n'])
+            continue
+        dz = dy * ((ys[i] > l.lo) & (ys[i] < l.hi))
+        sw = np.array(d['sw'], np.float64)
+        wq = full(i)
+        if l.k == q8.FC:
+            dy = (wq.reshape(l.nout, -1) * sw[:, None]).T @ dz
+            continue
+        gm = d['g']
+        H, W, I, O, KH, KW = gm[:6]
+        X, Z = acts[i].reshape(H * W, I), dz.reshape(-1, O)
+        conv = l.k == q8.CONV
+        Wf = (wq.reshape(O, KH, KW, I) * sw[:, None, None, None] if conv
+              else wq.reshape(KH, KW, O) * sw)
+        gW, dX = np.zeros_like(Wf), np.zeros_like(X)
+        for ky, kx, o, xi in _taps(gm):
+            if conv:
+                gW[:, ky, kx, :] += Z[o].T @ X[xi]
+                np.add.at(dX, xi, Z[o] @ Wf[:, ky, kx, :])
+            else:
+                np.add.at(dX, xi, Z[o] * Wf[ky, kx])
+        if i == 0:
+            return gW.reshape(O, -1)
+        dy = dX.ravel()
+
+
+def grad_check(steps, seed=1):
+    """The int8 trainer's update of op 62's window (the w62 scheme, the tail, --cache)
+    against LR x the fake-quantized float gradient / s_W in 1/256 weight steps, step by
+    step over the task's first STEPS shuffled samples: one table row a step."""
+    from utrain import q8kern
+    from utrain.q8 import Q8Net
+    from utrain import wof
+    import io
+    os.makedirs(TMP, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=TMP) as d:
+        model, data, split = tail_task(d)
+        out = os.path.join(d, 'g')
+        prepare(model, out, data=data, test_split=split, epochs=1, log=quiet, cache=True,
+                **settings(None, GRAD_SCHEME, CUT, seed))
+        rd = lambda f: json.load(open(os.path.join(out, f)))  # noqa: E731
+        pre = Q8Net(rd('q8.json'), os.path.join(out, 'weights.wof'))
+        net = Q8Net(rd('q8t.json'), os.path.join(out, 'weights.wof'))
+        raw = open(os.path.join(out, 'weights.wof'), 'rb').read()
+        t = rd('q8t.json')
+        nb = [None] * t['ntensors']
+        for k, n in t['wsizes']:
+            nb[k] = n
+        offs = wof.read_table(io.BytesIO(raw), 'w', nb, nb)[0]
+
+        def full(i):
+            l = net.layers[i]
+            if l.w is not None and not l.pw:
+                return np.frombuffer(bytes(l.w), np.int8).astype(np.float64)
+            o = offs[l.d['wt']]
+            return np.frombuffer(raw[o:o + l.d['wn']], np.int8).astype(np.float64)
+        got = []
+        real = q8kern.upek
+
+        def spy(w, f, u, p):
+            got.append(np.array(u[:p[0]], np.float64))
+            return real(w, f, u, p)
+        q8kern.upek = spy
+        L0 = net.layers[0]
+        lo, hi = L0.d['tw']
+        sw = np.array(L0.d['sw'], np.float64)[lo:hi, None]
+        x, y = np.load(data)['x'], np.load(data)['y']
+        order = np.random.default_rng(seed).permutation(TRAIN)
+        print('| step | mean |update|, weight steps | int8 vs float: relative error | cosine | '
+              'norm ratio |')
+        print('|---|---|---|---|---|')
+        try:
+            for k in range(steps):
+                j = int(order[k])
+                h = bytearray(pre.forward(pre.quantize_input(x[j].ravel())))
+                want = LR * float_grad(net, h, int(y[j]), full)[lo:hi] / sw * 256
+                del got[:]
+                net.step(h, int(y[j]), LR)
+                u = np.concatenate(got).reshape(want.shape)
+                print('| %d | %.3f | %.3f | %.4f | %.3f |' % (
+                    k + 1, np.abs(want).mean() / 256, np.linalg.norm(u - want) /
+                    np.linalg.norm(want), (u * want).sum() / np.linalg.norm(u) /
+                    np.linalg.norm(want), np.linalg.norm(u) / np.linalg.norm(want)), flush=True)
+        finally:
+            q8kern.upek = real
+            pre.close()
+            net.close()
+
+
+def mean_cell(accs):
+    """'mean (seed 1's / seed 2's ...)' of the accuracies, or the first reason one did not run."""
+    bad = [v for v in accs if not isinstance(v, float)]
+    if bad:
+        return bad[0]
+    if len(accs) == 1:
+        return '%.3f' % accs[0]
+    return '%.3f (%s)' % (sum(accs) / len(accs), ' / '.join('%.3f' % v for v in accs))
+
+
 def main(argv=None):
     global LR       # (--lr: settings() reads it)
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -284,12 +431,21 @@ def main(argv=None):
     ap.add_argument('--schemes', help='comma-separated names of SCHEMES (default all)')
     ap.add_argument('--epochs', type=int, default=EPOCHS)
     ap.add_argument('--lr', type=float, default=LR, help='SGD learning rate of every scheme')
+    ap.add_argument('--seeds', default='1', help='comma-separated shuffle seeds of the '
+                    'accuracy runs (cells: the mean, then each seed\'s)')
+    ap.add_argument('--grad-check', type=int, metavar='STEPS', help='instead of the table: '
+                    'the int8 update of op 62\'s window (w62) against the fake-quantized '
+                    'float gradient, step by step')
     a = ap.parse_args(argv)
+    seeds = [int(v) for v in a.seeds.split(',')]
+    if a.grad_check:
+        sys.path.insert(0, runner.MICRO)
+        return grad_check(a.grad_check, seeds[0])
     LR = a.lr
     names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
     exe = os.environ.get('UTRAIN_MP32')
     print(f'MobileNetV2-0.35 96x96 int8, pre-trained on digits 0-4, fine-tuned on 5-9: '
-          f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs; heap on '
+          f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs, seeds {a.seeds}; heap on '
           f'{exe or "no $UTRAIN_MP32: not measured"}')
     print('| scheme | what trains | int8 path today | plan rp2040 KB (path) | --board rp2040 | '
           'smallest heap KB, 32-bit | float acc | int8 acc | Pico ms/image: prefix / cached step |')
@@ -317,13 +473,14 @@ def main(argv=None):
                 heap = heap_cell(sd, small, train, ranks, exe)
             acc = {}
             for kind in ('float', 'int8'):
-                acc[kind] = '-' if a.no_accuracy else accuracy(
-                    model, data, split, train, ranks, kind, os.path.join(sd, kind), a.epochs)
+                acc[kind] = '-' if a.no_accuracy else mean_cell([accuracy(
+                    model, data, split, train, ranks, kind, os.path.join(sd, kind + str(s)),
+                    a.epochs, s) for s in seeds])
             p = pico_cell(sd, train, ranks) if a.pico and int8 and board == 'accepts' else None
             na = 'n/a until the engine lands'
             cells = [name, what, 'yes' if int8 else 'no (float path)', plan, board,
                      heap if heap is not None else (na if not int8 else '-'),
-                     *('%.3f' % v if isinstance(v, float) else v for v in acc.values()),
+                     *acc.values(),
                      '%s / %s' % p if p else '-']
             print('| ' + ' | '.join(str(c) for c in cells) + ' |', flush=True)
 

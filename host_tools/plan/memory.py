@@ -921,22 +921,20 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     mom = opt == 'sgd' and settings.get('momentum')
     n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0) + (1 if mom else 0)
     n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0) + (1 if mom else 0)
-    if n_w or n_b:      # batch sums, Adam's master, m, v, momentum's velocities: of the window
-        parts['optimizer state'] = sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
-                                       for d in ls if d.get('train'))
-    if t.get('ef') and opt == 'sgd':    # SGD's int8 rounding remainders (utrain.q8 upek)
-        parts['rounding remainders'] = sum(arr(q8_trained_weights(d)) for d in ls
-                                           if d.get('train') and q8_trained_weights(d))
+    # SGD: an int8 fraction per trained weight of the layers that ask for it (Layer.wf)
+    fr = sum(arr(q8_trained_weights(d)) for d in ls if d.get('train') and d.get('wf')
+             and q8_trained_weights(d)) if opt == 'sgd' else 0
+    if n_w or n_b or fr:    # batch sums, Adam's master, m, v, momentum's velocities: of the window
+        parts['optimizer state'] = fr + sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
+                                            for d in ls if d.get('train'))
     return parts
 
 
 def q8_trained_weights(d) -> int:
     """Weights of int8 layer d that train (utrain.q8 Layer.wr: a rank's rows, a depthwise
     layer's all, none when the bias alone trains)."""
-    lo, hi = d.get('tw', (0, d['nb']))
-    if hi <= lo:
-        return 0
-    return d['wn'] if d['k'] == 2 else (hi - lo) * (d['wn'] // d['nb'])
+    from ..target.device import module
+    return module('q8').trained_n(dict(d, train=1))
 
 
 def plan_heap_q8(tables, settings, board=None) -> dict:

@@ -317,7 +317,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         log(note)
     sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
                      split_seed, select_layers, log,
-                     dict(board=board, cache=cache, bands=bands, limit=limit)) if select else None
+                     dict(board=board, cache=cache, bands=bands, limit=limit),
+                     dequantize and quant.is_int8(source)) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
@@ -487,20 +488,23 @@ def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
-               split_seed, layers, log, target=None):
+               split_seed, layers, log, target=None, dequantize=False):
     """--select auto|board: host_tools/prepare/select.py chooses the ranks within the budget,
     pricing each candidate as plan_memory will plan the choice (target: its board, cache
     and bands arguments); its trials prepare their folders with prepare() (handed in:
-    select imports nothing of this module)."""
+    select imports nothing of this module; dequantize: an int8 model's float trials, as
+    the run itself, --dequantize)."""
+    import functools
     from . import select as sl
     limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
+    prep = functools.partial(prepare, dequantize=True) if dequantize else prepare
     if mode == 'auto':
         res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
-                             rewrite, log=log, target=target, prepare=prepare)
+                             rewrite, log=log, target=target, prepare=prep)
     elif mode == 'board':
         res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log,
                               target=target, data=data, test_split=test_split,
-                              split_seed=split_seed, prepare=prepare)
+                              split_seed=split_seed, prepare=prep)
     else:
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     trials = res.pop('trial_runs', None)

@@ -325,6 +325,13 @@ def _mark_trained(g, out, train, ranks):
                                      f'{d["nb"]} output channels leaves none to train')
                 if (lo, hi) != (0, d['nb']):
                     d['tw'] = [lo, hi]
+            if r != 1 and d['k'] in (CONV, DW):
+                # SGD moves its weights exactly through an int8 fraction each (utrain.q8
+                # Layer.wf, q8kern.upek): a convolution's few weights per output (a 1x1
+                # expand's 56, a depthwise's 9) carry each update's stochastic-rounding
+                # noise into its outputs (MobileNetV2's op 62 at 1/2: int8 2-3 points
+                # below float without them); an FC's sum over its many inputs averages it
+                d['wf'] = 1
         masks(out, chosen[0])
     return out
 
@@ -481,7 +488,9 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
         rr = follow_ranges(m)
         if rr:
             m['rr'] = rr
-        m['ef'] = 1         # SGD's rounded weight updates keep their error (utrain.q8 upek)
+        for d in ls:        # every trained weight keeps its update's fraction (Layer.wf):
+            if d.get('train') and 'wt' in d:     # no rounding noise (the FCs' too)
+                d['wf'] = 1
     return m
 
 

@@ -1113,6 +1113,24 @@ class Q8Trials(Trials):
         files['train'], files['test'] = made['train'], made['test']
 
 
+def board_refusal(model_path, data=None, board=None) -> str:
+    """What prepare says to --select board on an int8 model trained as int8, and what to
+    do instead: the same prepare with --select auto (the int8 contribution analysis on
+    the host), or --dequantize (the board chooses, in float)."""
+    d = f'--data {data}' if data else '--data FILE (a proxy dataset of your task)'
+    b = f'--board {board}' if board else '--budget SIZE or --board NAME'
+    return (f'{model_path}: --select board does not train an int8 model as int8 yet: the '
+            'board\'s Fisher scoring and its choice among candidates (utrain/fisher.py) run '
+            'the float trainer, and an int8 run\'s trained layers, windows and masks are fixed '
+            'in the q8.json prepare writes.  Instead give the same prepare command with '
+            f'`--select auto {d} {b}`: the contribution analysis over the biases of the last '
+            'k layers and each layer\'s weights at 1/8, 1/4, 1/2 and all channels, as int8 '
+            '(int8 trials, bit for bit the board\'s integers, priced by the int8 planner), on '
+            'the host; or add `--dequantize` to keep --select board (the board chooses from '
+            'its own data and trains in float32; export --quantized writes the model back as '
+            'int8)')
+
+
 def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_seed=0,
               board=None, cache=False, bands=None, layers_max=None, log=print, *,
               prepare) -> dict:
@@ -1122,10 +1140,7 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     layers, each layer's weights at 1/8, 1/4, 1/2 and all of its output channels.
     Returns choose_auto's result; prepare trains its ranks."""
     if mode == 'board':
-        raise PrepareError(f'{model_path}: --select board on an int8 model: the board\'s '
-                           'Fisher scoring (utrain/fisher.py) runs the float trainer; '
-                           '--select auto chooses as int8 on the host from --data, '
-                           '--dequantize lets the board choose in float')
+        raise PrepareError(board_refusal(model_path, data, board))
     if mode != 'auto':
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     pr = Q8Pricer(model_path, settings, dict(board=board, cache=cache, bands=bands))

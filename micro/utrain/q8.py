@@ -66,7 +66,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
-    e = None        # SGD's int8 remainders of the rounded weight updates ('ef': upek)
+    wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
     dxr = 0         # 1: dz's per-channel rescaling made from sw when used (a broadcast row)
@@ -362,6 +362,12 @@ class Q8Net:
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(held_bytes(ls[i]))
+        # SGD's weight fractions beside them (made late, in setup, a window's 18 KB found
+        # no run long enough after a prefix pass); Adam's setup drops them
+        frac = {}
+        for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
+                        key=lambda i: -trained_n(ls[i])):
+            frac[i] = bytearray(trained_n(ls[i]))
         nz, nz2, ng, nk = bufs(ls)
         self.gw = _i32(ng)
         self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
@@ -395,6 +401,8 @@ class Q8Net:
             if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
                 d['sw'] = self._req(d, _f32(d['nq']), 2)
             L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
+            if i in frac:
+                L.wf = frac.pop(i)
             if w is not None and L.mul is None:
                 L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
             t[d.get('out')] = L.y
@@ -607,16 +615,17 @@ class Q8Net:
         if self.mom:
             self.mum, self.mus = _i32(1), _i32(1)
             self.mum[0], self.mus[0] = qmul(self.mom)
-        ef = self.meta.get('ef') and not self.adam
         for L in self.layers:
             if L.train:
                 w0, w1 = L.wr()
                 n, oc = w1 - w0, len(L.b)
-                # SGD's weight updates rounded with their error kept ('ef', a float
-                # model trained as int8): the stochastic rounding's noise slowed it
-                L.e = bytearray(n) if ef and n else None
                 if self.mom:
                     L.vw, L.vb = _i32(n), _f32(oc)
+                # SGD: an int8 fraction (1/256 steps) per trained weight where the table
+                # asks for one (quant.py: convolutions; every layer of a float model
+                # trained as int8), the update exact, no rounding noise (q8kern.upek)
+                L.wf = (L.wf if L.wf is not None and len(L.wf) == n else bytearray(n)) if (
+                    n and not self.adam and L.d.get('wf')) else None
                 if optimizer == 'sgd' and batch == 1:
                     continue
                 L.ga, L.ba = _i32(n), _f32(oc)
@@ -714,22 +723,22 @@ class Q8Net:
     def _upd(self, L, i0, d, n):
         # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
         # through the momentum velocity where there is one (v = mu v + d; w -= v)
-        v = L.vw
+        v, f = L.vw, L.wf
+        if v is not None or f is not None:
+            j = i0 - L.wr()[0]      # (the index in the window's state)
         if v is not None:
-            w0 = L.wr()[0]
-            v = memoryview(v)[i0 - w0:] if i0 > w0 else v
+            v = memoryview(v)[j:] if j else v
             K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
             K.adk(v, d, n)
             d = v
-        if L.e is not None:
-            j = i0 - L.wr()[0]
-            i0 -= L.wo
+        i0 -= L.wo
+        w = memoryview(L.w)[i0:] if i0 else L.w
+        if f is not None:           # exact, through the fractions
             p = self.upe
             p[0], p[1] = n, 0
-            K.upek(memoryview(L.w)[i0:] if i0 else L.w, memoryview(L.e)[j:] if j else L.e, d, p)
-            return
-        i0 -= L.wo
-        self.seed = K.upk(memoryview(L.w)[i0:] if i0 else L.w, d, n, self.seed)
+            K.upek(w, memoryview(f)[j:] if j else f, d, p)
+        else:
+            self.seed = K.upk(w, d, n, self.seed)
 
     def _adam(self, L, lr, scale):
         # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
@@ -921,8 +930,8 @@ class Q8Net:
         sw = d['sw']
         if L.k == FC and lr is not None and L.vw is None and len(sw) == 1:
             # an FC layer at batch 1 without momentum, per-tensor: |gw| < 2^15, so upmk
-            # scales it by a 15-bit multiplier in its one pass (fewer cycles than rqk's
-            # 62-bit products then upk)
+            # (upek with fractions) scales it by a 15-bit multiplier in its one pass (fewer
+            # cycles than rqk's 62-bit products then upk)
             mm, e = qmul(f / sw[0] * u)
             if -16 <= e <= 15:
                 p = self.upm
@@ -936,12 +945,12 @@ class Q8Net:
                 K.gwk(gw, dz, 0, L.x, 0, L.zx, o0, o0 + m, row)
             else:
                 K.cgk(gw, dz, L.x, L.zx, L.g, o0, o0 + m)
-            if p is not None and L.e is not None:
+            if p is not None and L.wf is not None:
                 j = (o0 - L.wlo) * row
                 pe = self.upe
                 pe[0], pe[1], pe[2], pe[3] = n, p[1], p[2], p[3]
                 K.upek(memoryview(L.w)[o0 * row:] if o0 else L.w,
-                       memoryview(L.e)[j:] if j else L.e, gw, pe)
+                       memoryview(L.wf)[j:] if j else L.wf, gw, pe)
                 continue
             if p is not None:
                 p[0] = self.seed
@@ -1018,6 +1027,17 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         o = c0 + j
         mul[j], shf[j] = qmul(f / sw[o % nw] * u) if lo <= o < hi else (0, 0)
     K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
+
+
+def trained_n(d):
+    """Weights of trained layer d that train (Layer.wr: a rank's rows, a depthwise layer's
+    all, none when the bias alone trains) (host_tools/plan/memory.py plans them with this)."""
+    if not d.get('train'):
+        return 0
+    lo, hi = d.get('tw', (0, d['nb']))
+    if hi <= lo:
+        return 0
+    return d['wn'] if d['k'] == DW else (hi - lo) * (d['wn'] // d['nb'])
 
 
 def umn(d):

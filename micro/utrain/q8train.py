@@ -218,12 +218,10 @@ class Q8Trainer:
                 if n:
                     m[wt] = L.vw
                 m[bt] = L.vb
+            if L.wf is not None:            # SGD: the weights' kept fractions (upek)
+                tail.append(L.wf)
         if net.rr is not None:
             tail.append(b'UTRR' + bytes(net.rr.e))
-        ef = [L.e for L in self._trained() if L.e is not None]
-        if ef:                              # the rounding remainders (upek)
-            tail.append(b'UTEF')
-            tail += ef
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
@@ -249,13 +247,11 @@ class Q8Trainer:
             w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True,
                                                           part=part)
         r = calcsize(RESUME)
-        want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0) for L in ls])
+        want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0)
+                            + (nw[L] if L.wf is not None else 0) for L in ls])
         rr = net.rr
         if rr is not None:
             want += 4 + len(rr.e)
-        ef = [L for L in ls if L.e is not None]
-        if ef:
-            want += 4 + sum([len(L.e) for L in ef])
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
                 or extra[r:r + 4] != b'UTQ8'):
             raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
@@ -287,18 +283,14 @@ class Q8Trainer:
             elif net.mom:
                 L.vw = _i32(0, m[wt]) if k else _i32(0)
                 L.vb = _f32(0, m[bt])
+            if L.wf is not None:            # (in place: no second buffer of its size)
+                L.wf[:] = extra[o:o + nw[L]]
+                o += nw[L]
         if rr is not None:          # the ranges the saved biases are at
             if extra[o:o + 4] != b'UTRR':
                 raise FormatError('%s: not a checkpoint of this int8 run' % path)
             rr.set(extra[o + 4:o + 4 + len(rr.e)])
             o += 4 + len(rr.e)
-        if ef:
-            if extra[o:o + 4] != b'UTEF':
-                raise FormatError('%s: not a checkpoint of this int8 run' % path)
-            o += 4
-            for L in ef:
-                L.e[:] = extra[o:o + len(L.e)]
-                o += len(L.e)
         net.zero()
         net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale

@@ -129,11 +129,12 @@ def _cut_softmax(path, tmp_path):
 
 def spy_updates(monkeypatch):
     """The list of the requantized weight updates (float64, 1/256 weight steps) of
-    q8kern.upk and upmk (an FC layer's at batch 1: its unscaled sums times p's multiplier),
+    q8kern.upk and upmk (an FC layer's at batch 1: its unscaled sums times p's multiplier)
+    and upek (exact through the weights' fractions: a convolution's; p's multiplier as upmk's),
     one per layer (the calls of one layer's chunks, on views of one weight buffer,
     joined), in the order the step applies them; the kernels still run."""
     got = []
-    real_upk, real_upmk = K.upk, K.upmk
+    real_upk, real_upmk, real_upek = K.upk, K.upmk, K.upek
     last = [None]
 
     def keep(w, a):
@@ -152,8 +153,15 @@ def spy_updates(monkeypatch):
         keep(w, np.array([(int(v) * p[1] + p[3]) >> p[2] for v in d[:n]], np.float64))
         return real_upmk(w, d, n, p)
 
+    def spy_f(w, f, d, p):
+        n, m = p[0], p[1]
+        keep(w, np.array([(int(v) * m + p[3]) >> p[2] if m else int(v) for v in d[:n]],
+                         np.float64))
+        return real_upek(w, f, d, p)
+
     monkeypatch.setattr(K, 'upk', spy)
     monkeypatch.setattr(K, 'upmk', spy_m)
+    monkeypatch.setattr(K, 'upek', spy_f)
     return got
 
 

@@ -145,16 +145,26 @@ def _ref(net, m, xq, label):
 
 
 def _spy(monkeypatch):
-    """[(weight buffer, first weight, update)] of every q8kern.upk call (1/256 steps)."""
+    """[(weight buffer, first weight, update)] of every q8kern.upk call and q8kern.upek
+    call (a convolution's exact update through its weights' fractions) (1/256 steps)."""
     got = []
-    real = K.upk
+    real, realf = K.upk, K.upek
 
-    def spy(w, d, n, seed):
+    def keep(w, d, n):
         base = w.obj if isinstance(w, memoryview) else w
         i0 = len(base) - len(w) if isinstance(w, memoryview) else 0
         got.append((base, i0, np.array(d[:n], np.float64)))
+
+    def spy(w, d, n, seed):
+        keep(w, d, n)
         return real(w, d, n, seed)
+
+    def spyf(w, f, d, p):
+        assert p[1] == 0            # (unscaled: the FC's one-pass scaling is upmk's)
+        keep(w, d, p[0])
+        return realf(w, f, d, p)
     monkeypatch.setattr(K, 'upk', spy)
+    monkeypatch.setattr(K, 'upek', spyf)
     return got
 
 
@@ -296,8 +306,14 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
     assert heap['total'] < full['total']
     assert m['arena'] < quant.planned(g, s, 'last:5')[0]['arena']
     mom = quant.planned(g, dict(s, momentum=0.9), 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]
-    # momentum: an int32 per trained weight (the pointwise conv's window, the FC) + a float a bias
-    assert mom['parts']['optimizer state'] > 0 and 'optimizer state' not in heap['parts']
+    # plain SGD: an int8 fraction per weight of the pointwise conv's window (the FC's
+    # updates round stochastically); momentum: an int32 per trained weight (the pointwise
+    # conv's window, the FC) + a float a bias, beside them
+    pw = m['layers'][2]
+    assert pw.get('wf') and not m['layers'][4].get('wf')
+    win = (pw['tw'][1] - pw['tw'][0]) * (pw['wn'] // pw['nb'])
+    assert heap['parts']['optimizer state'] == -(-4 * w // blk) * blk + -(-win // blk) * blk
+    assert mom['parts']['optimizer state'] > heap['parts']['optimizer state'] + 4 * win
 
 
 def test_select_auto_on_int8_chooses_as_int8(tmp_path):
@@ -328,9 +344,18 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     for op, rank in chosen.items():
         assert ls[op]['train'] == 1
         assert ls[op].get('tw') == ([0, 0] if rank == 'bias' else ls[op].get('tw'))
-    with pytest.raises(PrepareError, match='--select board on an int8 model'):
+    # --select board: refused, saying the two commands that work (and nothing written)
+    with pytest.raises(PrepareError) as e:
         prepare(model, str(tmp_path / 'b'), data=data, loss='scce', select='board',
-                log=lambda *a: None)
+                board='rp2040', log=lambda *a: None)
+    msg = str(e.value)
+    assert msg.startswith(model + ': --select board does not train an int8 model as int8')
+    assert f'`--select auto --data {data} --board rp2040`' in msg and '`--dequantize`' in msg
+    assert not os.path.exists(os.path.join(str(tmp_path / 'b'), 'q8.json'))
+    # ... and what it says works: --dequantize keeps --select board (the float path)
+    sb = prepare(model, str(tmp_path / 'f'), data=data, loss='scce', lr=0.05, epochs=1,
+                 select='board', dequantize=True, budget=4 * budget, log=lambda *a: None)
+    assert not sb.get('int8') and 'select' in sb
 
 
 def _small_scratch(monkeypatch):
@@ -684,3 +709,59 @@ def test_broadcast_rescaling_made_when_used(tmp_path):
             net.step(_sample(s), 3, 0.05)
         outs.append(_window_state(net))
     assert outs[0] == outs[1]
+
+
+def test_fraction_update_is_exact():
+    """q8kern.upek unscaled (SGD on a convolution's weights): the int8 weight and its int8
+    fraction (the part of the updates not yet applied) hold 256 w - f = 256 w0 - (the sum
+    of every update, in 1/256 steps) exactly,
+    the fraction within [-128, 127], the weight within +-127 (clamped: the excess lost);
+    the numpy kernel (CPython) and the plain Python one (the board's viper code) agree."""
+    from array import array
+    rng = np.random.default_rng(5)
+    n = 301
+    w0 = rng.integers(-60, 61, n)        # (the others never reach the clamp)
+    w0[:4] = (127, -127, 120, -120)
+    outs = []
+    for upek in (K.upek, K.py_upek):
+        w = bytearray(w0.astype(np.int8).tobytes())
+        f = bytearray(n)
+        tot = np.zeros(n, np.int64)
+        r = np.random.default_rng(6)
+        for step in range(40):
+            d = r.integers(-200, 201, n) * (r.random(n) < 0.7)
+            d[:4] = (3000, -3000, 5000, -5000)   # pushed past the clamp, then held there
+            tot += d
+            upek(w, f, array('i', d.tolist()), array('i', [n, 0, 0, 0]))
+        wq = np.frombuffer(bytes(w), np.int8).astype(np.int64)
+        fq = np.frombuffer(bytes(f), np.int8).astype(np.int64)
+        free = slice(4, None)
+        assert np.array_equal(256 * wq[free] - fq[free], 256 * w0[free] - tot[free])
+        assert list(wq[:4]) == [-127, 127, -127, 127]
+        outs.append(bytes(w) + bytes(f))
+    assert outs[0] == outs[1]
+
+
+def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
+    """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions): a
+    checkpoint holds the fractions, a resumed trainer has them, and its next steps equal
+    the uninterrupted trainer's, weights and fractions."""
+    from utrain.q8train import Q8Trainer
+    _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    monkeypatch.chdir(tmp_path)
+    tr = Q8Trainer(optimizer='sgd', batch=1)
+    L = tr.net.layers[2]
+    assert L.wf is not None and len(L.wf) == (L.whi - L.wlo) * (L.d['wn'] // L.d['nb'])
+    for s in range(3):
+        tr.net.step(_sample(s), 3, 0.01)
+    assert any(L.wf)
+    tr.save_checkpoint('c.ckpt')
+    tr2 = Q8Trainer(optimizer='sgd', batch=1)
+    tr2.load_checkpoint('c.ckpt')
+    assert bytes(tr2.net.layers[2].wf) == bytes(L.wf)
+    for t in (tr, tr2):
+        for s in range(3, 5):
+            t.net.step(_sample(s), 1, 0.01)
+    got = [[bytes(M.w) + bytes(M.b) + bytes(M.wf or b'') for M in t.net.layers if M.train]
+           for t in (tr, tr2)]
+    assert got[0] == got[1]
