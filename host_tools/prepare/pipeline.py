@@ -184,15 +184,17 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
                        + fit_advice(source, s, train, ranks, backend, limit, heap, planned))
 
 
-def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None):
-    """The folder pass: the rewritten graph (when the rewrites changed it), model.flat,
-    weights.wof and train.tcfg (a selection, ranks or a training config given) in out_dir.
+def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None,
+                 trial=False):
+    """The folder pass: the rewritten graph (when the rewrites changed it; not for a
+    --select trial, which nothing exports), model.flat, weights.wof and train.tcfg (a
+    selection, ranks or a training config given) in out_dir.
     Returns (files {role: name, None when not written}, {'flat_bytes': n[,
     'train_config': name or None]})."""
     from ..files.trainconfig import write_train_config
     os.makedirs(out_dir, exist_ok=True)
     files = dict(FILES)
-    if changed:
+    if changed and not trial:
         # the .wof indexes the rewritten graph: keep it beside, for export
         dst = os.path.join(out_dir, files['rewritten'])
         if os.path.exists(dst) and os.path.samefile(dst, model_path):
@@ -250,7 +252,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
-            bands=None, int8=None, log=print, **overrides):
+            bands=None, int8=None, log=print, trial=False, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -272,7 +274,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     (host_tools/graph/bands.py); None: 1 where that lowers the heap plan, 0: never.
     int8: a float model trained in integers, calibrated on data (host_tools/prepare/fromfloat.py):
     True asks for it, False keeps float32, None lets prepare choose (with a board
-    profile and no ulab, where the int8 path takes the settings)."""
+    profile and no ulab, where the int8 path takes the settings).  trial: the folder of a
+    --select trial (host_tools/prepare/select.py), which reads only model.flat,
+    weights.wof, train.json and the datasets: no plans for the other boards in
+    prepare.json's summary (heap.by_target) and no rewritten graph beside."""
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
@@ -340,13 +345,15 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                                 bands=bands), log)
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
-    heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
-        lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
+    if not trial:
+        heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
+            lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
     check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))
-    files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config)
+    files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
+                                trial)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
     if chose:
         summary['chose'] = chose

@@ -395,9 +395,10 @@ class Trials:
         try:
             self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
                          split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none',
-                         bands=0, **dict(self.settings, seed=self.settings['seed'] + fold))
+                         bands=0, trial=True,
+                         **dict(self.settings, seed=self.settings['seed'] + fold))
             # (bands: the same values, a few rows at a time: heap the host does not lack,
-            # 1.5x the time)
+            # 1.5x the time; trial: no other boards' plans, no rewritten graph written)
         finally:
             ir.FSYNC = sync
         with open(os.path.join(out, 'train.json')) as f:     # weight decay, the schedule

@@ -190,3 +190,26 @@ def test_auto_chooses_the_same_stacked_or_not(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_auto_chooses_the_same_stacked_or_not_on_the_cnn(monkeypatch, tmp_path):
     _auto(*_case(tmp_path, 'cnn', 'mse'), monkeypatch, tmp_path)
+
+
+@pytest.mark.parametrize('H,W,KH,KW,s,d,pad', [
+    (5, 6, 3, 3, 1, 1, 1), (7, 6, 3, 3, 2, 1, 1), (6, 5, 5, 3, 1, 2, 2), (4, 4, 2, 2, 3, 1, 0),
+    (3, 4, 3, 3, 1, 1, 2), (1, 6, 1, 3, 1, 1, 1)])
+def test_overlapping_windows_gradient_sums_as_np_add_at(H, W, KH, KW, s, d, pad):
+    """The stacked convolution's input gradient (a strided slice per tap) adds each x
+    row's window values in np.add.at's order over the window table, the sequential
+    path's (xnumpy): the same bits, for strides, dilations and padding wider than the
+    kernel's reach."""
+    from host_tools.prepare import stacked
+    OH, OW = [(n + 2 * pad - (k - 1) * d - 1) // s + 1 for n, k in ((H, KH), (W, KW))]
+    o = np.zeros(16, dtype=np.float32)
+    o[[1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14]] = H, W, OH, OW, KH, KW, s, s, d, d, pad, pad
+    g, n, disjoint = module('xnumpy')._window(o, module('op_conv').walk, s)
+    rng = np.random.default_rng(3)
+    for dt in (np.float32, np.float64):
+        v = rng.standard_normal((3, OH * OW, KH * KW, 4)).astype(dt)
+        ref = np.zeros((3, n + 1, 4), dtype=dt)
+        for k in range(3):
+            np.add.at(ref[k], g, v[k])
+        got = stacked._scatter(o, g, n, False, v)
+        assert got.dtype == dt and np.array_equal(got, ref[:, :n])
