@@ -6,7 +6,6 @@ share (check_path, atomic_write)."""
 
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -76,43 +75,6 @@ class Graph:
     outputs: list[int]
     metadata: dict[str, bytes]
     n_subgraphs: int
-
-    def __deepcopy__(self, memo):
-        # copy.deepcopy's result (every list, dict and array copied, what two fields
-        # shared still shared, through memo) without its generic walk over each tensor's
-        # and op's fields: --select's trials copy the graph twice a prepare (a twentieth
-        # of a MobileNet trial's time went to copying)
-        def lst(x):
-            r = memo.get(id(x))
-            if r is None:
-                r = memo[id(x)] = [v if type(v) is int else copy.deepcopy(v, memo) for v in x]
-            return r
-
-        def tensor(t):
-            if type(t) is not Tensor:
-                return copy.deepcopy(t, memo)
-            return Tensor(t.index, t.name, lst(t.shape), t.dtype, copy.deepcopy(t.data, memo),
-                          t.buffer, copy.deepcopy(t.quant, memo))
-
-        def op(o):
-            if type(o) is not Operator:
-                return copy.deepcopy(o, memo)
-            return Operator(o.index, o.code, o.name, lst(o.inputs), lst(o.outputs),
-                            copy.deepcopy(o.options, memo), o.src)
-
-        g = Graph.__new__(Graph)
-        memo[id(self)] = g
-        for k, v in self.__dict__.items():      # (in the same order)
-            if k == 'tensors':
-                v = [tensor(t) for t in v]
-            elif k == 'ops':
-                v = [op(o) for o in v]
-            elif k in ('inputs', 'outputs') and type(v) is list:
-                v = lst(v)
-            else:
-                v = copy.deepcopy(v, memo)
-            g.__dict__[k] = v
-        return g
 
 
 def check_path(path) -> str:

@@ -498,25 +498,17 @@ def test_onert_train_long_out_path(mlp, tmp_path):
     assert read_model(out).metadata == g.metadata
 
 
-def test_graph_deepcopy_is_the_generic_copy(mlp):
-    """Graph's own deepcopy (the --select trials copy a graph twice a prepare) gives what
-    copy's generic walk gives: equal fields, nothing shared with the original, what the
-    original shares still shared (two tensors of one buffer)."""
+def test_graph_deepcopy_is_independent(mlp):
+    """A deep copy of a graph (the --select trials copy one twice a prepare, and
+    read_model hands out copies of the graphs it keeps): nothing shared with the
+    original, what the original shares still shared (two tensors of one buffer), fields
+    set besides the dataclass's copied too."""
     import copy
-    import pickle
-    from host_tools.formats import ir
     g = read_model(mlp[1])
     g.tensors[2].quant = {"scale": np.ones(3, np.float32)}
     g.extra = [1, 2]                    # a field set besides the dataclass's
     g.tensors[5].data = g.tensors[1].data
     mine = copy.deepcopy(g)
-    own = ir.Graph.__deepcopy__
-    try:
-        del ir.Graph.__deepcopy__
-        ref = copy.deepcopy(g)
-    finally:
-        ir.Graph.__deepcopy__ = own
-    assert pickle.dumps(mine) == pickle.dumps(ref)
     assert mine.tensors[5].data is mine.tensors[1].data
     for a, b in zip(mine.tensors + mine.ops, g.tensors + g.ops):
         for k, v in vars(a).items():
