@@ -3,16 +3,18 @@ graph's dequantized weights, with the int8 model's quantization switched on in p
 the reference that splits an int8-against-float accuracy gap into its causes
 (bench/sparse.py --split).
 
-    FQNet(graph, trains, act=False, wq=False)
+    FQNet(graph, trains, act=False, wq=False, scales=None, clip=127)
 
 graph: host_tools.formats.ir.Graph of an int8 model (int8 weights with scales, int32
 biases).  trains: {op index: (lo, hi)}: the output channels whose weights train (lo ==
 hi: the bias alone, every channel's).  act: every op's output fake-quantized at its
 tensor's scale and zero point (int8, clamped; the gradient passes where the int8 value is
-inside the fused activation's and int8's range, as the int8 trainer's masks); wq: the
-trained layers' weights fake-quantized on their int8 grid (symmetric, +-127, per output
-channel) in the forward pass and the input gradient, updated as float masters (the
-straight-through estimator).  Neither: the float model trained in float.
+inside the fused activation's and int8's range, as the int8 trainer's masks; scales:
+{tensor: factor} changes a tensor's scale, the zero point kept); wq: the trained layers'
+weights (True) or those of the ops in a set, fake-quantized on their int8 grid
+(symmetric, per output channel, clamped at +-clip, 0: not clamped) in the forward pass
+and the input gradient, updated as float masters (the straight-through estimator).
+Neither: the float model trained in float.
 
 Ops: CONV_2D, DEPTHWISE_CONV_2D (multiplier 1), FULLY_CONNECTED, PAD, ADD, MEAN (over H
 and W), RESHAPE, SOFTMAX (the loss reads the logits before it).  Host only, float64."""
@@ -43,8 +45,9 @@ def _pads(n, k, s, same):
 
 
 class FQNet:
-    def __init__(self, g, trains, act=False, wq=False, first=None, scales=None):
+    def __init__(self, g, trains, act=False, wq=False, first=None, scales=None, clip=127):
         self.g, self.trains, self.act, self.wq = g, dict(trains), act, wq
+        self.clip = clip
         self.scales = scales or {}
         self.ops = [o for o in g.ops if o.name != 'SOFTMAX']
         self.const = {}
@@ -64,18 +67,19 @@ class FQNet:
 
     def _w(self, i):
         # op i's weights as the forward pass reads them (trained: the master, on the int8
-        # grid with wq)
+        # grid with wq: True, or the ops of a set)
         o = self.ops[i]
         if i not in self.W:
             return self.const[o.inputs[1]], self.const[o.inputs[2]] if len(
                 o.inputs) > 2 and o.inputs[2] >= 0 else None
         W = self.W[i]
-        if self.wq:
+        if self.wq is True or (self.wq and i in self.wq):
             s = self.sw[i].reshape([-1] + [1] * (W.ndim - 1)) if self.sw[i].size > 1 else \
                 self.sw[i]
             if o.name == 'DEPTHWISE_CONV_2D' and self.sw[i].size > 1:
                 s = self.sw[i].reshape([1] * (W.ndim - 1) + [-1])
-            W = np.clip(np.round(W / s), -127, 127) * s
+            W = np.round(W / s)
+            W = (np.clip(W, -self.clip, self.clip) if self.clip else W) * s
         return W, self.B[i]
 
     def _fq(self, t, y, act):

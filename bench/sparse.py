@@ -414,15 +414,19 @@ def grad_check(steps, seed=1):
             net.close()
 
 
-SPLIT = {      # mode: (what, the tail's input, fake-quantized activations, weights)
-    'F': ('float (the float column, in numpy)', 'float', False, False),
-    'F8': ('float, from the int8 prefix cache', 'cache', False, False),
-    'Q': ('+ activations fake-quantized (int8 scales and clamps)', 'cache', True, False),
-    'QW': ('+ trained weights on their int8 grid (float masters, STE)', 'cache', True, True),
+SPLIT = {      # mode: (what, the tail's input, fake-quantized activations, weights, clamp)
+    'F': ('float (the float column, in numpy)', 'float', False, False, 127),
+    'F8': ('float, from the int8 prefix cache', 'cache', False, False, 127),
+    'Q': ('+ activations fake-quantized (int8 scales and clamps)', 'cache', True, False, 127),
+    'QW': ('+ trained weights on their int8 grid (float masters, STE)', 'cache', True, True,
+           127),
+    'QWfc': ('Q + the classifier\'s weights alone on the grid', 'cache', True, {67 - CUT}, 127),
+    'QW62': ('Q + op 62\'s weights alone on the grid', 'cache', True, {62 - CUT}, 127),
+    'QWnc': ('QW, the grid not clamped at +-127', 'cache', True, True, 0),
 }
 
 
-def split_gap(seeds, modes=tuple(SPLIT)):
+def split_gap(seeds, modes=('F', 'F8', 'Q', 'QW')):
     """The w62 scheme's int8/float gap split into its causes: bench/fqtrain.py's float
     trainer of the tail (the same samples, order and learning rate as the float and int8
     columns) with the int8 model's quantization switched on a part at a time; one row a
@@ -465,10 +469,10 @@ def split_gap(seeds, modes=tuple(SPLIT)):
         print('|---|---|---|---|')
         (_, ytr, _), (_, yte, _) = sets
         for m in modes:
-            what, src, act, wq = SPLIT[m]
+            what, src, act, wq, clip = SPLIT[m]
             tr, te = feats[src]
             for seed in seeds:
-                n = FQNet(g, trains, act=act, wq=wq)
+                n = FQNet(g, trains, act=act, wq=wq, clip=clip)
                 accs = []
                 for ep in range(EPOCHS):
                     for i in order(len(ytr), seed, ep):
@@ -508,11 +512,13 @@ def main(argv=None):
     ap.add_argument('--split', action='store_true', help='instead of the table: the w62 '
                     "scheme's int8/float gap split by a float trainer with the int8 model's "
                     'quantization switched on a part at a time (bench/fqtrain.py)')
+    ap.add_argument('--modes', help='with --split: comma-separated modes of SPLIT (default '
+                    'F,F8,Q,QW; also QWfc, QW62, QWnc)')
     a = ap.parse_args(argv)
     seeds = [int(v) for v in a.seeds.split(',')]
     if a.split:
         sys.path.insert(0, runner.MICRO)
-        return split_gap(seeds)
+        return split_gap(seeds, *([a.modes.split(',')] if a.modes else []))
     if a.grad_check:
         sys.path.insert(0, runner.MICRO)
         return grad_check(a.grad_check, seeds[0])
