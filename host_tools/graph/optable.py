@@ -84,6 +84,9 @@ class OpSpec:
     # (op, graph, arrays, banded) -> device modules the kernel's steps import on that
     # array backend ('fallback' | 'ulab'), banded: the op runs in a row band
     steps: Callable = None
+    # the output is a view of the first input (a reshape: the same floats under another
+    # shape, on both array backends): the planner counts its storage once
+    view: bool = False
 
     @property
     def code(self) -> int:
@@ -170,7 +173,7 @@ SPECS = {s.name: s for s in [
     OpSpec('TANH', {}, _none, _out),
     OpSpec('SOFTMAX', {}, lambda op, g=None: _slots({opc.BETA: op.options.get('beta', 1.0)}), _out,
            fwd=(3, 0), bwd=(3, 0)),
-    OpSpec('RESHAPE', {}, _none, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 0)),
+    OpSpec('RESHAPE', {}, _none, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 0), view=True),
 ]}
 
 # Each group of operators registers its specs here (one block per kernel module).
@@ -542,8 +545,8 @@ SPECS.update({s.name: s for s in [
     OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,)),
     OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,)),
     OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None),
-    OpSpec('SQUEEZE', {}, _none, _none),
-    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,)),
+    OpSpec('SQUEEZE', {}, _none, _none, view=True),
+    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,), view=True),
     OpSpec('HARD_SWISH', {}, _none, _in),
     OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
            _in),

@@ -521,7 +521,11 @@ def state_parts(r) -> dict:
     splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
     if splits:
         parts['split gradient buffers'] = splits
-    parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
+    # a view's output (utrain.op_shape: a reshape) shares its input's floats: saved with
+    # it, only its header (the 16x16 CNN's pooled output, saved by the pool and, as the
+    # classifier's input, by the FC: 2 KB twice)
+    viewed = {op.outputs[0] for op in g.ops if SPECS[op.name].view and op.inputs[0] in plan.saved}
+    parts['saved activations'] = sum(A(0 if k in viewed else size[k]) for k in plan.saved)
     return parts
 
 

