@@ -1,5 +1,6 @@
 """The table of sparse-update schemes of issue 29 on MobileNetV2-0.35 96x96 int8:
-`python -m bench.sparse [--no-accuracy] [--no-heap] [--pico] [--schemes S] [--seeds 1,2]`;
+`python -m bench.sparse [--no-accuracy] [--no-heap] [--pico] [--schemes S] [--seeds 1,2]
+[--model M]` (M: MODELS, the other int8 zoo models on the same task and their schemes);
 `--grad-check STEPS` instead prints, step by step, the int8 trainer's update of op 62's
 window (scheme w62) against the float gradient of the model with fake-quantized
 activations (what QAS follows: lr dL/dW / s_W weight steps).
@@ -88,7 +89,29 @@ SCHEMES = [
     ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
     ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
     ('auto', '--select auto on the int8 tail, budget %s' % AUTO_BUDGET, None, 'auto'),
+    ('bias4', 'biases of ops 62-65 + op 67', None, {62: 'bias', 63: 'bias', 64: 'bias',
+                                                    65: 'bias', 67: 'all'}),
 ]
+# the other int8 zoo models (--model), fitted on synthetic images (bench/zoo/make_keras.py),
+# not pre-trained on the digits: fine-tuned on the same task, upscaled to their input
+# size.  name: (file, input size, CUT, schemes).  mbv2-128 has the 96's op numbers;
+# mcunet-96: ops 34 (1x1, 96 -> 576), 35 (depthwise), 36 (1x1, 576 -> 160), 38 the classifier
+MODELS = {
+    'mbv2-96-digits': (MODEL, 96, CUT, SCHEMES),
+    'mbv2-128': (os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_128_int8.tflite'),
+                 128, CUT, [s for s in SCHEMES if s[0] in ('classifier', 'bias4', 'w62')]),
+    'mcunet-96': (os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mcunet_96_int8.tflite'), 96, 34, [
+        ('classifier', 'op 38 (FC)', 'last:2', None),
+        ('bias3', 'biases of ops 34-36 + op 38', None, {34: 'bias', 35: 'bias', 36: 'bias',
+                                                       38: 'all'}),
+        ('w36', "op 36's weights at 1/8 + biases of ops 34, 35 + op 38", None,
+         {34: 'bias', 35: 'bias', 36: '1/8', 38: 'all'})]),
+}
+SIZE = 96
+
+
+def task_split():
+    return digits_split(TASK, size=SIZE)
 
 
 def quiet(*a, **k):
@@ -129,7 +152,7 @@ def tail_task(d):
     """The tail model (ops CUT.. of MODEL, input: the prefix's int8 output) and the task
     as its float inputs (the int8 values at that tensor's scale: prepare quantizes them
     back exactly) in folder d; returns (model path, data path, test split)."""
-    x, y = digits_split(TASK)
+    x, y = task_split()
     q = prefix_features(x)
     g = read_model(MODEL)
     t = g.ops[CUT].inputs[0]
@@ -185,7 +208,7 @@ def select_tail(model, data, split, out):
 
 
 def small_task(d, n=6):
-    x, y = digits_split(TASK)
+    x, y = task_split()
     data = os.path.join(d, 'small.npz')
     np.savez(data, x=x[:n], y=y[:n])
     return data
@@ -251,7 +274,7 @@ def pico_cell(d, train, ranks):
     cache, ms per sample of epoch 2 of train.py on 2 samples, or why it did not run)."""
     from host_tools.boards import pico
     out = os.path.join(d, 'pico')
-    x, y = digits_split(TASK)
+    x, y = task_split()
     two = os.path.join(d, 'two.npz')
     np.savez(two, x=x[:2], y=y[:2])
     s = board_folder(out, two, train, ranks, board='rp2040', split=0.0, epochs=2)
@@ -422,7 +445,7 @@ def mean_cell(accs):
 
 
 def main(argv=None):
-    global LR       # (--lr: settings() reads it)
+    global LR, MODEL, SIZE, CUT, SCHEMES     # (--lr, --model: the functions above read them)
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--no-accuracy', action='store_true')
     ap.add_argument('--no-heap', action='store_true')
@@ -436,7 +459,10 @@ def main(argv=None):
     ap.add_argument('--grad-check', type=int, metavar='STEPS', help='instead of the table: '
                     'the int8 update of op 62\'s window (w62) against the fake-quantized '
                     'float gradient, step by step')
+    ap.add_argument('--model', default='mbv2-96-digits', choices=sorted(MODELS),
+                    help='the int8 zoo model (default: the digits-pre-trained MobileNetV2)')
     a = ap.parse_args(argv)
+    MODEL, SIZE, CUT, SCHEMES = MODELS[a.model]
     seeds = [int(v) for v in a.seeds.split(',')]
     if a.grad_check:
         sys.path.insert(0, runner.MICRO)
@@ -444,7 +470,7 @@ def main(argv=None):
     LR = a.lr
     names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
     exe = os.environ.get('UTRAIN_MP32')
-    print(f'MobileNetV2-0.35 96x96 int8, pre-trained on digits 0-4, fine-tuned on 5-9: '
+    print(f'{a.model} ({os.path.basename(MODEL)}), fine-tuned on the digits 5-9: '
           f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs, seeds {a.seeds}; heap on '
           f'{exe or "no $UTRAIN_MP32: not measured"}')
     print('| scheme | what trains | int8 path today | plan rp2040 KB (path) | --board rp2040 | '

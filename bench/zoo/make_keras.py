@@ -77,13 +77,13 @@ def digits_images(x, size=96):
     return np.repeat(img[..., None], 3, -1).astype(np.float32)
 
 
-def digits_split(classes, seed=3):
-    """The digits of these classes: (images, labels), in a seeded order."""
+def digits_split(classes, seed=3, size=96):
+    """The digits of these classes: (images size x size, labels), in a seeded order."""
     d = np.load(DIGITS)
     keep = np.isin(d['y'], classes)
     x, y = d['x'][keep], d['y'][keep]
     o = np.random.default_rng(seed).permutation(len(y))
-    return digits_images(x[o]), y[o]
+    return digits_images(x[o], size), y[o]
 
 
 PRETRAIN = (0, 1, 2, 3, 4)         # the digits the `digits` model is pre-trained on
