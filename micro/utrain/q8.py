@@ -898,11 +898,15 @@ class Q8Net:
     def _rescale(self, L, g, p):
         # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers read a
         # scratch at a time (the host's qmul, as held ones: the same integers)
-        qm, qs = self.qm, self.qs
+        qm, qs, sw = self.qm, self.qs, L.d.get('sw')
         c = len(qm)
         for o0 in range(0, p, c):
             k = min(c, p - o0)
-            self.quant(L, o0, k, 3)
+            if 'ro' in L.d:
+                self.quant(L, o0, k, 3)
+            else:           # (a table not written to files: its scales inline, a host's)
+                for j in range(k):
+                    qm[j], qs[j] = qmul(sw[o0 + j] / max(sw))
             v = memoryview(g)[o0:] if o0 else g
             K.rqk(v, k, k, 1, qm, qs, v, 0, 0, 0, 1)
 
