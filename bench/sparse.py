@@ -96,14 +96,14 @@ SCHEMES = [
 # the other int8 zoo models (--model), pre-trained as MODEL was (make_keras.py
 # mobilenetv2_128_digits, mcunet_digits: the digits 0-4, upscaled to their input size), on
 # the same task.  name: (file, input size, CUT, schemes).  mbv2-128 has the 96's op
-# numbers; mcunet-96: ops 34 (1x1, 96 -> 576), 35 (depthwise), 36 (1x1, 576 -> 160), 38
+# numbers; mcunet-96 (CUT 30: a tail of one frozen block): ops 34 (1x1, 96 -> 576), 35 (depthwise), 36 (1x1, 576 -> 160), 38
 # the classifier (the zoo's mcunet_96_int8, fitted on synthetic images, gives features
 # the digits do not move: 0.18 float, 0.00 int8 with the classifier alone)
 MODELS = {
     'mbv2-96-digits': (MODEL, 96, CUT, SCHEMES),
     'mbv2-128': (os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_128_digits_int8.tflite'),
                  128, CUT, [s for s in SCHEMES if s[0] in ('classifier', 'bias4', 'w62')]),
-    'mcunet-96': (os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mcunet_96_digits_int8.tflite'), 96, 34, [
+    'mcunet-96': (os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mcunet_96_digits_int8.tflite'), 96, 30, [
         ('classifier', 'op 38 (FC)', 'last:2', None),
         ('bias3', 'biases of ops 34-36 + op 38', None, {34: 'bias', 35: 'bias', 36: 'bias',
                                                        38: 'all'}),
