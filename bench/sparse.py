@@ -127,7 +127,10 @@ def ranks_text(ranks, shift=0):
 
 def prefix_features(x):
     """The int8 output of ops 0..CUT-1 (TFLite Micro) for images x, cached on disk."""
-    path = os.path.join(TMP, 'prefix-%d-%d-%d.npz' % (CUT, len(x), os.path.getsize(MODEL)))
+    import hashlib      # (keyed by the file's bytes: two zoo files can share a size)
+    with open(MODEL, 'rb') as f:
+        h = hashlib.sha1(f.read()).hexdigest()[:12]
+    path = os.path.join(TMP, 'prefix-%d-%d-%s.npz' % (CUT, len(x), h))
     if os.path.exists(path):
         return np.load(path)['q']
     from tflite_micro.python.tflite_micro import runtime
