@@ -3,7 +3,10 @@
 [--model M]` (M: MODELS, the other int8 zoo models on the same task and their schemes);
 `--grad-check STEPS` instead prints, step by step, the int8 trainer's update of op 62's
 window (scheme w62) against the float gradient of the model with fake-quantized
-activations (what QAS follows: lr dL/dW / s_W weight steps).
+activations (what QAS follows: lr dL/dW / s_W weight steps); `--split` splits the w62
+scheme's int8/float gap: a float trainer (bench/fqtrain.py) with the int8 model's
+quantization switched on a part at a time (the prefix cache's int8 features, the
+activations, the trained weights' int8 grid), per seed.
 
 The model: bench/zoo/keras/mobilenetv2_035_96_digits_int8.tflite (make_keras.py
 `digits`: pre-trained on scikit-learn's digits 0-4, 8x8 upscaled to 96x96x3, held-out
@@ -447,6 +450,76 @@ def grad_check(steps, seed=1):
             net.close()
 
 
+SPLIT = {      # mode: (what, the tail's input, fake-quantized activations, weights, clamp)
+    'F': ('float (the float column, in numpy)', 'float', False, False, 127),
+    'F8': ('float, from the int8 prefix cache', 'cache', False, False, 127),
+    'Q': ('+ activations fake-quantized (int8 scales and clamps)', 'cache', True, False, 127),
+    'QW': ('+ trained weights on their int8 grid (float masters, STE)', 'cache', True, True,
+           127),
+    'QWfc': ('Q + the classifier\'s weights alone on the grid', 'cache', True, {67 - CUT}, 127),
+    'QW62': ('Q + op 62\'s weights alone on the grid', 'cache', True, {62 - CUT}, 127),
+    'QWnc': ('QW, the grid not clamped at +-127', 'cache', True, True, 0),
+}
+
+
+def split_gap(seeds, modes=('F', 'F8', 'Q', 'QW')):
+    """The w62 scheme's int8/float gap split into its causes: bench/fqtrain.py's float
+    trainer of the tail (the same samples, order and learning rate as the float and int8
+    columns) with the int8 model's quantization switched on a part at a time; one row a
+    mode and seed, the test accuracy after each epoch.  The int8 column is the int8 run
+    itself (the table's)."""
+    from bench.fqtrain import FQNet
+    from utrain.data import Dataset, order
+    from utrain.q8 import Q8Net
+    os.makedirs(TMP, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=TMP) as d:
+        model, data, split = tail_task(d)
+        out = os.path.join(d, 's')
+        prepare(model, out, data=data, test_split=split, epochs=EPOCHS, log=quiet, cache=True,
+                **settings(None, GRAD_SCHEME, CUT, seeds[0]))
+        g = read_model(model)
+        t8 = json.load(open(os.path.join(out, 'q8t.json')))
+        trains = {L['op']: tuple(L.get('tw', (0, L['nb']))) for L in t8['layers']
+                  if L.get('train')}
+        first = min(trains)
+        pre = Q8Net(json.load(open(os.path.join(out, 'q8.json'))),
+                    os.path.join(out, 'weights.wof'))
+
+        def load(name):             # (the int8 samples prepare wrote, and their labels)
+            ds = Dataset(os.path.join(out, name), buffers=False)
+            X, Y = [], []
+            for i in range(ds.n):
+                ds.f.seek(ds.head + i * ds.rec)
+                X.append(np.frombuffer(ds.f.read(ds.x_len), np.int8).astype(np.float64))
+                Y.append(int(np.frombuffer(ds.f.read(4), np.float32)[0]))
+            ds.close()
+            return np.array(X) * ds.xs + ds.xo, np.array(Y), np.array(X)
+        sets = [load('train.ds'), load('test.ds')]
+        f0 = FQNet(g, trains)
+        feats = {'float': [np.array([f0.forward(x, 0, stop=first) for x in s[0]]) for s in sets],
+                 'cache': [np.array([(np.frombuffer(bytes(pre.forward(bytearray(
+                     q.astype(np.int8).tobytes()))), np.int8) - t8['zx']) * t8['sx']
+                     for q in s[2]]) for s in sets]}
+        pre.close()
+        print('| mode | what | seed | test accuracy after each epoch |')
+        print('|---|---|---|---|')
+        (_, ytr, _), (_, yte, _) = sets
+        for m in modes:
+            what, src, act, wq, clip = SPLIT[m]
+            tr, te = feats[src]
+            for seed in seeds:
+                n = FQNet(g, trains, act=act, wq=wq, clip=clip)
+                accs = []
+                for ep in range(EPOCHS):
+                    for i in order(len(ytr), seed, ep):
+                        n.step(tr[i], int(ytr[i]), LR, start=first)
+                    accs.append(np.mean([np.argmax(n.forward(x, first)) == y
+                                         for x, y in zip(te, yte)]))
+                print('| %s | %s | %d | %s |' % (m, what, seed, ' '.join('%.3f' % a
+                                                                        for a in accs)),
+                      flush=True)
+
+
 def mean_cell(accs):
     """'mean (seed 1's / seed 2's ...)' of the accuracies, or the first reason one did not run."""
     bad = [v for v in accs if not isinstance(v, float)]
@@ -474,9 +547,17 @@ def main(argv=None):
                     'float gradient, step by step')
     ap.add_argument('--model', default='mbv2-96-digits', choices=sorted(MODELS),
                     help='the int8 zoo model (default: the digits-pre-trained MobileNetV2)')
+    ap.add_argument('--split', action='store_true', help='instead of the table: the w62 '
+                    "scheme's int8/float gap split by a float trainer with the int8 model's "
+                    'quantization switched on a part at a time (bench/fqtrain.py)')
+    ap.add_argument('--modes', help='with --split: comma-separated modes of SPLIT (default '
+                    'F,F8,Q,QW; also QWfc, QW62, QWnc)')
     a = ap.parse_args(argv)
     MODEL, SIZE, CUT, SCHEMES = MODELS[a.model]
     seeds = [int(v) for v in a.seeds.split(',')]
+    if a.split:
+        sys.path.insert(0, runner.MICRO)
+        return split_gap(seeds, *([a.modes.split(',')] if a.modes else []))
     if a.grad_check:
         sys.path.insert(0, runner.MICRO)
         return grad_check(a.grad_check, seeds[0])
