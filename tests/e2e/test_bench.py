@@ -60,7 +60,8 @@ def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
                                  f'digits MLP|adam b4|{build}|{key}|8': [1024, '']}))
     p = subprocess.run([sys.executable, 'bench/sweep.py', '--only', 'digits MLP', '--settings',
                         'sgd b1,adam b4', '--cache', str(cache)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=300,
+                       env={k: v for k, v in os.environ.items() if k != 'UTRAIN_MP32'})  # the build keyed above
     assert p.returncode == 0, p.stdout + p.stderr
     rows = {ln.split('|')[2].strip(): ln for ln in p.stdout.splitlines() if ln.startswith('| digits')}
     assert rows['sgd b1'].rstrip(' |').endswith('UNDER') and rows['adam b4'].rstrip(' |').endswith('OVER')
