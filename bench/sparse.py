@@ -1,8 +1,12 @@
 """The table of sparse-update schemes of issue 29 on MobileNetV2-0.35 96x96 int8:
-`python -m bench.sparse [--no-accuracy] [--no-heap] [--pico] [--schemes S] [--seeds 1,2]`;
+`python -m bench.sparse [--no-accuracy] [--no-heap] [--pico] [--schemes S] [--seeds 1,2]
+[--model M]` (M: MODELS, the other int8 zoo models on the same task and their schemes);
 `--grad-check STEPS` instead prints, step by step, the int8 trainer's update of op 62's
 window (scheme w62) against the float gradient of the model with fake-quantized
-activations (what QAS follows: lr dL/dW / s_W weight steps).
+activations (what QAS follows: lr dL/dW / s_W weight steps); `--split` splits the w62
+scheme's int8/float gap: a float trainer (bench/fqtrain.py) with the int8 model's
+quantization switched on a part at a time (the prefix cache's int8 features, the
+activations, the trained weights' int8 grid), per seed.
 
 The model: bench/zoo/keras/mobilenetv2_035_96_digits_int8.tflite (make_keras.py
 `digits`: pre-trained on scikit-learn's digits 0-4, 8x8 upscaled to 96x96x3, held-out
@@ -30,7 +34,8 @@ Per scheme, columns:
   float, int8 test accuracy after EPOCHS epochs (the last), the float column the same
               scheme on the model dequantized (prepare --dequantize), the int8 column the
               int8 engine (CPython + numpy: the board's integers, q8np)
-  Pico ms     with --pico, where prepare --board rp2040 accepts the int8 run: ms per image
+  Pico ms     with --pico (an int8 run over the rp2040 plan is prepared without --board
+              and run anyway: what fits is timed, the cell says so): ms per image
               on the emulated Pico (real rp2 firmware in rp2040js; cycles = us x 125): the
               frozen prefix's int8 forward (the board's q8.json net, what --cache runs
               once per sample in epoch 1) and the training step from the cache (epoch 2
@@ -88,7 +93,31 @@ SCHEMES = [
     ('last:5', 'ops 64, 65, 67 whole', 'last:5', None),
     ('last:8', 'ops 62-65, 67 whole', 'last:8', None),
     ('auto', '--select auto on the int8 tail, budget %s' % AUTO_BUDGET, None, 'auto'),
+    ('bias4', 'biases of ops 62-65 + op 67', None, {62: 'bias', 63: 'bias', 64: 'bias',
+                                                    65: 'bias', 67: 'all'}),
 ]
+# the other int8 zoo models (--model), pre-trained as MODEL was (make_keras.py
+# mobilenetv2_128_digits, mcunet_digits: the digits 0-4, upscaled to their input size), on
+# the same task.  name: (file, input size, CUT, schemes).  mbv2-128 has the 96's op
+# numbers; mcunet-96 (CUT 30: a tail of one frozen block): ops 34 (1x1, 96 -> 576), 35 (depthwise), 36 (1x1, 576 -> 160), 38
+# the classifier (the zoo's mcunet_96_int8, fitted on synthetic images, gives features
+# the digits do not move: 0.18 float, 0.00 int8 with the classifier alone)
+MODELS = {
+    'mbv2-96-digits': (MODEL, 96, CUT, SCHEMES),
+    'mbv2-128': (os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_128_digits_int8.tflite'),
+                 128, CUT, [s for s in SCHEMES if s[0] in ('classifier', 'bias4', 'w62')]),
+    'mcunet-96': (os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mcunet_96_digits_int8.tflite'), 96, 30, [
+        ('classifier', 'op 38 (FC)', 'last:2', None),
+        ('bias3', 'biases of ops 34-36 + op 38', None, {34: 'bias', 35: 'bias', 36: 'bias',
+                                                       38: 'all'}),
+        ('w36', "op 36's weights at 1/8 + biases of ops 34, 35 + op 38", None,
+         {34: 'bias', 35: 'bias', 36: '1/8', 38: 'all'})]),
+}
+SIZE = 96
+
+
+def task_split():
+    return digits_split(TASK, size=SIZE)
 
 
 def quiet(*a, **k):
@@ -101,7 +130,10 @@ def ranks_text(ranks, shift=0):
 
 def prefix_features(x):
     """The int8 output of ops 0..CUT-1 (TFLite Micro) for images x, cached on disk."""
-    path = os.path.join(TMP, 'prefix-%d-%d-%d.npz' % (CUT, len(x), os.path.getsize(MODEL)))
+    import hashlib      # (keyed by the file's bytes: two zoo files can share a size)
+    with open(MODEL, 'rb') as f:
+        h = hashlib.sha1(f.read()).hexdigest()[:12]
+    path = os.path.join(TMP, 'prefix-%d-%d-%s.npz' % (CUT, len(x), h))
     if os.path.exists(path):
         return np.load(path)['q']
     from tflite_micro.python.tflite_micro import runtime
@@ -129,7 +161,7 @@ def tail_task(d):
     """The tail model (ops CUT.. of MODEL, input: the prefix's int8 output) and the task
     as its float inputs (the int8 values at that tensor's scale: prepare quantizes them
     back exactly) in folder d; returns (model path, data path, test split)."""
-    x, y = digits_split(TASK)
+    x, y = task_split()
     q = prefix_features(x)
     g = read_model(MODEL)
     t = g.ops[CUT].inputs[0]
@@ -185,7 +217,7 @@ def select_tail(model, data, split, out):
 
 
 def small_task(d, n=6):
-    x, y = digits_split(TASK)
+    x, y = task_split()
     data = os.path.join(d, 'small.npz')
     np.savez(data, x=x[:n], y=y[:n])
     return data
@@ -251,10 +283,15 @@ def pico_cell(d, train, ranks):
     cache, ms per sample of epoch 2 of train.py on 2 samples, or why it did not run)."""
     from host_tools.boards import pico
     out = os.path.join(d, 'pico')
-    x, y = digits_split(TASK)
+    x, y = task_split()
     two = os.path.join(d, 'two.npz')
     np.savez(two, x=x[:2], y=y[:2])
     s = board_folder(out, two, train, ranks, board='rp2040', split=0.0, epochs=2)
+    over = ''
+    if isinstance(s, str):      # over the rp2040 plan: run anyway, to time what fits
+        s = board_folder(out, two, train, ranks, split=0.0, epochs=2)
+        over = 'over the plan (%d KB): ' % (s['heap']['by_target']['rp2040'] // 1024
+                                           if isinstance(s, dict) else 0)
     if isinstance(s, str) or not os.path.exists(os.path.join(out, 'q8.json')):
         return None
     g = read_model(MODEL)
@@ -278,7 +315,9 @@ def pico_cell(d, train, ranks):
     t = [float(v) for v in re.findall(r'\(([0-9.]+) ms/sample', text)]
     end = [v for v in text.splitlines() if v.startswith('utrain: end:')]
     step = '%.1f' % t[-1] if not code and len(t) >= 2 else (end or ['failed'])[-1][13:]
-    return fwd, step + note
+    if code and t:      # epoch 1 trained from the cache, then the run stopped
+        step = '%.1f (epoch 1; then %s)' % (t[0], step)
+    return fwd, over + step + note
 
 
 GRAD_SCHEME = {62: 'up', 63: 'bias', 64: 'bias', 65: 'bias', 67: 'all'}     # w62
@@ -411,6 +450,76 @@ def grad_check(steps, seed=1):
             net.close()
 
 
+SPLIT = {      # mode: (what, the tail's input, fake-quantized activations, weights, clamp)
+    'F': ('float (the float column, in numpy)', 'float', False, False, 127),
+    'F8': ('float, from the int8 prefix cache', 'cache', False, False, 127),
+    'Q': ('+ activations fake-quantized (int8 scales and clamps)', 'cache', True, False, 127),
+    'QW': ('+ trained weights on their int8 grid (float masters, STE)', 'cache', True, True,
+           127),
+    'QWfc': ('Q + the classifier\'s weights alone on the grid', 'cache', True, {67 - CUT}, 127),
+    'QW62': ('Q + op 62\'s weights alone on the grid', 'cache', True, {62 - CUT}, 127),
+    'QWnc': ('QW, the grid not clamped at +-127', 'cache', True, True, 0),
+}
+
+
+def split_gap(seeds, modes=('F', 'F8', 'Q', 'QW')):
+    """The w62 scheme's int8/float gap split into its causes: bench/fqtrain.py's float
+    trainer of the tail (the same samples, order and learning rate as the float and int8
+    columns) with the int8 model's quantization switched on a part at a time; one row a
+    mode and seed, the test accuracy after each epoch.  The int8 column is the int8 run
+    itself (the table's)."""
+    from bench.fqtrain import FQNet
+    from utrain.data import Dataset, order
+    from utrain.q8 import Q8Net
+    os.makedirs(TMP, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=TMP) as d:
+        model, data, split = tail_task(d)
+        out = os.path.join(d, 's')
+        prepare(model, out, data=data, test_split=split, epochs=EPOCHS, log=quiet, cache=True,
+                **settings(None, GRAD_SCHEME, CUT, seeds[0]))
+        g = read_model(model)
+        t8 = json.load(open(os.path.join(out, 'q8t.json')))
+        trains = {L['op']: tuple(L.get('tw', (0, L['nb']))) for L in t8['layers']
+                  if L.get('train')}
+        first = min(trains)
+        pre = Q8Net(json.load(open(os.path.join(out, 'q8.json'))),
+                    os.path.join(out, 'weights.wof'))
+
+        def load(name):             # (the int8 samples prepare wrote, and their labels)
+            ds = Dataset(os.path.join(out, name), buffers=False)
+            X, Y = [], []
+            for i in range(ds.n):
+                ds.f.seek(ds.head + i * ds.rec)
+                X.append(np.frombuffer(ds.f.read(ds.x_len), np.int8).astype(np.float64))
+                Y.append(int(np.frombuffer(ds.f.read(4), np.float32)[0]))
+            ds.close()
+            return np.array(X) * ds.xs + ds.xo, np.array(Y), np.array(X)
+        sets = [load('train.ds'), load('test.ds')]
+        f0 = FQNet(g, trains)
+        feats = {'float': [np.array([f0.forward(x, 0, stop=first) for x in s[0]]) for s in sets],
+                 'cache': [np.array([(np.frombuffer(bytes(pre.forward(bytearray(
+                     q.astype(np.int8).tobytes()))), np.int8) - t8['zx']) * t8['sx']
+                     for q in s[2]]) for s in sets]}
+        pre.close()
+        print('| mode | what | seed | test accuracy after each epoch |')
+        print('|---|---|---|---|')
+        (_, ytr, _), (_, yte, _) = sets
+        for m in modes:
+            what, src, act, wq, clip = SPLIT[m]
+            tr, te = feats[src]
+            for seed in seeds:
+                n = FQNet(g, trains, act=act, wq=wq, clip=clip)
+                accs = []
+                for ep in range(EPOCHS):
+                    for i in order(len(ytr), seed, ep):
+                        n.step(tr[i], int(ytr[i]), LR, start=first)
+                    accs.append(np.mean([np.argmax(n.forward(x, first)) == y
+                                         for x, y in zip(te, yte)]))
+                print('| %s | %s | %d | %s |' % (m, what, seed, ' '.join('%.3f' % a
+                                                                        for a in accs)),
+                      flush=True)
+
+
 def mean_cell(accs):
     """'mean (seed 1's / seed 2's ...)' of the accuracies, or the first reason one did not run."""
     bad = [v for v in accs if not isinstance(v, float)]
@@ -422,7 +531,7 @@ def mean_cell(accs):
 
 
 def main(argv=None):
-    global LR       # (--lr: settings() reads it)
+    global LR, MODEL, SIZE, CUT, SCHEMES     # (--lr, --model: the functions above read them)
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--no-accuracy', action='store_true')
     ap.add_argument('--no-heap', action='store_true')
@@ -436,15 +545,26 @@ def main(argv=None):
     ap.add_argument('--grad-check', type=int, metavar='STEPS', help='instead of the table: '
                     'the int8 update of op 62\'s window (w62) against the fake-quantized '
                     'float gradient, step by step')
+    ap.add_argument('--model', default='mbv2-96-digits', choices=sorted(MODELS),
+                    help='the int8 zoo model (default: the digits-pre-trained MobileNetV2)')
+    ap.add_argument('--split', action='store_true', help='instead of the table: the w62 '
+                    "scheme's int8/float gap split by a float trainer with the int8 model's "
+                    'quantization switched on a part at a time (bench/fqtrain.py)')
+    ap.add_argument('--modes', help='with --split: comma-separated modes of SPLIT (default '
+                    'F,F8,Q,QW; also QWfc, QW62, QWnc)')
     a = ap.parse_args(argv)
+    MODEL, SIZE, CUT, SCHEMES = MODELS[a.model]
     seeds = [int(v) for v in a.seeds.split(',')]
+    if a.split:
+        sys.path.insert(0, runner.MICRO)
+        return split_gap(seeds, *([a.modes.split(',')] if a.modes else []))
     if a.grad_check:
         sys.path.insert(0, runner.MICRO)
         return grad_check(a.grad_check, seeds[0])
     LR = a.lr
     names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
     exe = os.environ.get('UTRAIN_MP32')
-    print(f'MobileNetV2-0.35 96x96 int8, pre-trained on digits 0-4, fine-tuned on 5-9: '
+    print(f'{a.model} ({os.path.basename(MODEL)}), fine-tuned on the digits 5-9: '
           f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs, seeds {a.seeds}; heap on '
           f'{exe or "no $UTRAIN_MP32: not measured"}')
     print('| scheme | what trains | int8 path today | plan rp2040 KB (path) | --board rp2040 | '
@@ -476,7 +596,7 @@ def main(argv=None):
                 acc[kind] = '-' if a.no_accuracy else mean_cell([accuracy(
                     model, data, split, train, ranks, kind, os.path.join(sd, kind + str(s)),
                     a.epochs, s) for s in seeds])
-            p = pico_cell(sd, train, ranks) if a.pico and int8 and board == 'accepts' else None
+            p = pico_cell(sd, train, ranks) if a.pico and int8 else None
             na = 'n/a until the engine lands'
             cells = [name, what, 'yes' if int8 else 'no (float path)', plan, board,
                      heap if heap is not None else (na if not int8 else '-'),

@@ -3,8 +3,8 @@
 plan / need; a cell is flagged UNDER when plan < need (a board the plan admits fails) and
 OVER when plan > 1.2 x need (a board that fits is turned away).
 
-    python bench/sweep.py [--mp32 MP] [--ulab] [--only NAME] [--settings A,B]
-                          [--cache FILE] [--samples N] [--list]
+    python bench/sweep.py [--mp32 MP | --pico] [--ulab] [--only NAME] [--settings A,B]
+                          [--cache FILE] [--samples N] [--step F] [--list]
 
 Models: the digits MLP and CNN, the held-out small CNN and MobileNet head
 (host_tools/formats/refmodels.py), the zoo's PyTorch nets through tico (bench/zoo/nets.py: IMU
@@ -18,7 +18,14 @@ model's input shape, no evaluation, from a fresh prepare.
 The build: the 64-bit unix MicroPython the runner finds ($MICROPYTHON), or --mp32 (default
 $UTRAIN_MP32), a 32-bit build: the plan is then for that build's word size; --ulab plans
 and trains with ulab's arrays (prepare --backend ulab) on a build with ulab ($UTRAIN_MP_ULAB,
-or with --mp32 $UTRAIN_MP32_ULAB).  Bisection
+or with --mp32 $UTRAIN_MP32_ULAB).  --pico measures on the emulated Raspberry Pi Pico
+instead (host_tools/boards/pico.py: the real MicroPython rp2 firmware in rp2040js,
+$UTRAIN_PICO_FIRMWARE, with --ulab $UTRAIN_PICO_ULAB_FIRMWARE; utrain staged as .mpy with
+armv6m native code, as a user's Pico loads it): the plan is prepare --board rp2040's
+(32-bit words, native code and npasm's Thumb kernels in the heap, littlefs; the cell's
+settings as given: no profile default streams, no int8 from a float model), the heap a
+ballast leaves plus what the firmware holds after boot.  A run there takes about a
+minute: a few cells (--only, --settings), 2-4 samples, --step 0.02.  Bisection
 starts at the plan (one run says on which side the need lies), then halves [plan/2, plan]
 or [plan, 1.5 plan]; a need outside that range prints as '<' / '>' the bound.  --cache
 FILE keeps measured needs keyed by cell, build and utrain's code (bench/memory.py's
@@ -86,6 +93,14 @@ def settings(g):
     return out
 
 
+def on_board(board, kw):
+    """prepare's keywords for a board profile's plan: the cell's settings stay as they are
+    (no profile default streams, no int8 from a float model: the float plan is measured)."""
+    if not board:
+        return {}
+    return dict(board=board, stream=kw.get('stream', False), int8=False)
+
+
 def samples(g, path, n):
     shape = g.tensors[g.inputs[0]].shape
     classes = int(np.prod(g.tensors[g.outputs[0]].shape))
@@ -95,31 +110,62 @@ def samples(g, path, n):
     return path
 
 
-def need(out, plan, step=STEP):
+def need(out, plan, step=STEP, trains=None, top=None):
     """The smallest heap (bytes, within step) that trains the run in out, searched around
-    the plan: (need, '' or '<' / '>' when it lies beyond [plan / 2, 1.5 plan]).  Frugal:
-    when the plan trains, plan / SLACK is tried next, and the search stays in
-    [plan / SLACK, plan] when it does not (a cell within bounds costs 2 + log2 runs)."""
+    the plan: (need, '' or '<' / '>' when it lies beyond [plan / 2, 1.5 plan], or beyond
+    top, the largest heap the build has).  Frugal: when the plan trains, plan / SLACK is
+    tried next, and the search stays in [plan / SLACK, plan] when it does not (a cell
+    within bounds costs 2 + log2 runs).  trains(out, heap): default a unix build's run."""
+    trains = trains or trains_in
     runner.stage(out)
-    if trains_in(out, plan):
+    if plan > (top or plan):
+        plan = top                      # (the build has less: the search starts there)
+    if trains(out, plan):
         edge = int(plan / SLACK)
-        if not trains_in(out, edge):
+        if not trains(out, edge):
             lo, hi = edge, plan
         else:
             lo, hi = plan // 2, edge
-            if trains_in(out, lo):
+            if trains(out, lo):
                 return lo, '<'
     else:
-        lo, hi = plan, int(plan * 1.5)
-        if not trains_in(out, hi):
+        lo, hi = plan, min(int(plan * 1.5), top or plan * 2)
+        if hi <= lo or not trains(out, hi):
             return hi, '>'
     while hi - lo > step:
         mid = (lo + hi) // 2
-        if trains_in(out, mid):
+        if trains(out, mid):
             hi = mid
         else:
             lo = mid
     return hi, ''
+
+
+def pico_trains(ulab, timeout=3600):
+    """trains(out, heap) on the emulated Pico (host_tools/boards/pico.py: the real rp2
+    firmware in rp2040js): a ballast leaves heap minus what the firmware holds after boot,
+    so the figure compares with a unix build's -X heapsize; as trains_in, each run starts
+    without a board-made prefix cache."""
+    from host_tools.boards import pico
+    total, free = pico.gc_total(ulab)
+    held = total - free
+
+    def trains(out, heap):
+        with open(os.path.join(out, 'train.json')) as f:
+            host_cache = json.load(f).get('run', {}).get('cache') == 'host'
+        for f in os.listdir(out):
+            if '.pfx' in f and not host_cache:
+                os.remove(os.path.join(out, f))
+        try:
+            code, text = pico.run_folder(out, ulab, heap=heap - held, stream=False,
+                                         timeout=timeout)
+        except pico.PicoError as e:
+            print(f'    pico, {heap} B: {e}', file=sys.stderr)
+            return False
+        print(f'    pico, {heap} B: ' + ('trains' if code == 0 else 'fails: ' + ' '.join(
+            text.strip().splitlines()[-1:])[:120]), file=sys.stderr, flush=True)
+        return code == 0
+    return trains, total
 
 
 def main():
@@ -133,15 +179,25 @@ def main():
     ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
     ap.add_argument('--samples', type=int, default=8)
     ap.add_argument('--list', action='store_true', help='plan only, measure nothing')
+    ap.add_argument('--pico', action='store_true',
+                    help='measure on the emulated Raspberry Pi Pico (the real rp2 firmware in '
+                    'rp2040js: $UTRAIN_PICO_FIRMWARE, with --ulab $UTRAIN_PICO_ULAB_FIRMWARE), '
+                    'planned for --board rp2040; slow: few cells, few samples, a coarse --step')
     ap.add_argument('--step', type=float, default=0,
                     help='bisection step as a fraction of the plan (default: 1 KB); e.g. 0.015')
     a = ap.parse_args()
+    board, on = None, []        # on: (trains, top) of the emulated Pico, once one is asked for
+    if a.pico:
+        from host_tools.boards import pico
+        build = os.path.basename(pico.firmware(a.ulab))
+        board = 'rp2040'
     if a.mp32 and os.path.exists(a.mp32):
         os.environ['MICROPYTHON'] = a.mp32
     elif a.ulab and os.environ.get('UTRAIN_MP_ULAB'):
         os.environ['MICROPYTHON'] = os.environ['UTRAIN_MP_ULAB']
     backend = 'ulab' if a.ulab else 'fallback'
-    build = os.path.basename(runner.micropython_binary() or 'none')
+    if not a.pico:
+        build = os.path.basename(runner.micropython_binary() or 'none')
     from bench.memory import code_key
     key = code_key()
     cache = {}
@@ -168,7 +224,8 @@ def main():
             shutil.rmtree(out, ignore_errors=True)
             try:
                 s = prepare(path, out, data=data, loss='scce', from_logits=True, lr=0.01,
-                            epochs=1, log=lambda *m: None, backend=backend, **kw)
+                            epochs=1, log=lambda *m: None, backend=backend,
+                            **dict(kw, **on_board(board, kw)))
             except PrepareError as e:
                 print(f'  {name} | {sname}: refused ({str(e).splitlines()[0][:100]})', file=sys.stderr)
                 continue
@@ -178,14 +235,19 @@ def main():
             if k in cache and len(cache[k]) > 2 and cache[k][2] != bands:
                 del cache[k]        # measured on a run prepare banded otherwise (the plan chose)
             if not a.list and k not in cache:
-                cache[k] = list(need(out, plan, max(STEP, int(a.step * plan)))) + [bands]
+                if a.pico and not on:
+                    on.append(pico_trains(a.ulab))
+                cache[k] = list(need(out, plan, max(STEP, int(a.step * plan)),
+                                     *(on[0] if on else ()))) + [bands]
                 if a.cache:
                     with open(a.cache, 'w') as f:
                         json.dump(cache, f, indent=0)
             got = cache.get(k)
             rows.append((name, sname, plan, got))
             print('  ' + ' | '.join(map(str, rows[-1])), file=sys.stderr, flush=True)
-    print(f'build: {build} ({runner.simulator_word() * 8}-bit), {backend}; {a.samples} samples, one epoch')
+    word = 32 if a.pico else runner.simulator_word() * 8
+    print(f'build: {build} ({word}-bit{", planned for --board rp2040" if a.pico else ""}), '
+          f'{backend}; {a.samples} samples, one epoch')
     print('| model | setting | plan KB | need KB | plan/need | |')
     print('|---|---|---|---|---|---|')
     worst = []

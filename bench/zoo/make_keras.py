@@ -16,7 +16,8 @@ x (the data functions here are numpy only: the bench regenerates the images).
 tensorflow-cpu is not a requirement of utrain; run this in a venv of its own:
 
     python3 -m venv tfvenv && tfvenv/bin/pip install tensorflow-cpu==2.16.2 keras==3.3.3
-    tfvenv/bin/python bench/zoo/make_keras.py [mlp dscnn mobilenetv2 mobilenetv2_128 mcunet digits]
+    tfvenv/bin/python bench/zoo/make_keras.py [mlp dscnn mobilenetv2 mobilenetv2_128 mcunet digits
+        mobilenetv2_128_digits mcunet_digits]
 
 (digits takes about three minutes on two busy cores, the others less.)  The float files
 over 1 MB (of mobilenetv2_128, mcunet, digits: .gitignore lists them) are not committed;
@@ -77,13 +78,13 @@ def digits_images(x, size=96):
     return np.repeat(img[..., None], 3, -1).astype(np.float32)
 
 
-def digits_split(classes, seed=3):
-    """The digits of these classes: (images, labels), in a seeded order."""
+def digits_split(classes, seed=3, size=96):
+    """The digits of these classes: (images size x size, labels), in a seeded order."""
     d = np.load(DIGITS)
     keep = np.isin(d['y'], classes)
     x, y = d['x'][keep], d['y'][keep]
     o = np.random.default_rng(seed).permutation(len(y))
-    return digits_images(x[o]), y[o]
+    return digits_images(x[o], size), y[o]
 
 
 PRETRAIN = (0, 1, 2, 3, 4)         # the digits the `digits` model is pre-trained on
@@ -157,10 +158,11 @@ def mcunet(keras, classes=10, size=96):
     return keras.Model(inp, L.Dense(classes, activation='softmax')(x), name='mcunet')
 
 
-def digits(keras):
-    """MobileNetV2-0.35 96x96 for the digits, BatchNorm momentum 0.9 (keras.applications'
-    0.999 leaves the moving statistics near their initialisation after a short fit)."""
-    m = mobilenetv2(keras)
+def digits(keras, build=None):
+    """MobileNetV2-0.35 96x96 (or build's model) for the digits, BatchNorm momentum 0.9
+    (keras.applications' 0.999 leaves the moving statistics near their initialisation
+    after a short fit)."""
+    m = (build or mobilenetv2)(keras)
     for layer in m.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = 0.9
@@ -171,10 +173,15 @@ def digits(keras):
 MODELS = {'mlp': (mlp, data_mlp, 20), 'dscnn': (dscnn, data_kws, 8),
           'mobilenetv2': (mobilenetv2, data_image, 2),
           'mobilenetv2_128': (mobilenetv2_128, lambda: data_image(size=128), 2),
-          'mcunet': (mcunet, data_image, 2), 'digits': (digits, data_digits, 12)}
+          'mcunet': (mcunet, data_image, 2), 'digits': (digits, data_digits, 12),
+          # the same pre-training for bench/sparse.py --model mbv2-128 / mcunet-96
+          'mobilenetv2_128_digits': (lambda k: digits(k, mobilenetv2_128),
+                                     lambda: digits_split(PRETRAIN, size=128), 12),
+          'mcunet_digits': (lambda k: digits(k, mcunet), data_digits, 12)}
 FILES = {'mlp': 'mlp', 'dscnn': 'dscnn_kws', 'mobilenetv2': 'mobilenetv2_035_96',
          'mobilenetv2_128': 'mobilenetv2_035_128', 'mcunet': 'mcunet_96',
-         'digits': 'mobilenetv2_035_96_digits'}
+         'digits': 'mobilenetv2_035_96_digits',
+         'mobilenetv2_128_digits': 'mobilenetv2_035_128_digits', 'mcunet_digits': 'mcunet_96_digits'}
 
 
 def convert(tf, saved, x=None):
@@ -211,7 +218,7 @@ def make(name):
     keras.utils.set_random_seed(0)
     x, y = data()
     held = None
-    if name == 'digits':            # a fifth held out: the pre-trained model's own accuracy
+    if name.endswith('digits'):     # a fifth held out: the pre-trained model's own accuracy
         k = len(y) * 4 // 5
         x, y, held = x[:k], y[:k], (x[k:], y[k:])
     m = build(keras)

@@ -62,6 +62,11 @@ class OpSpec:
     # ... and the backward's: the activation's gradient (op_act.act_grad: np.where on a
     # comparison, whose mask is a byte array) and dx, but no per-tap products
     bwd_native: tuple = None
+    # (op, graph) -> floats of the largest piece of a tap's product under ulab, whose
+    # steps (utrain.ulconv, ulmono, convwalk) take it a few output rows at a time and add
+    # it into the output: there the kernel is planned with the native figures above and
+    # memory.ULAB_PIECES such pieces instead of output-sized products (None: fwd, bwd)
+    piece: Callable = None
     # for the planner: how the kernel hands its weight gradient to the sink
     # (micro/utrain/sink.py): 'rows', a product the sink sums or applies row by row
     # (nothing weight-sized at batch 1), or 'whole', a weight-sized array at batch 1 (a
@@ -79,6 +84,9 @@ class OpSpec:
     # (op, graph, arrays, banded) -> device modules the kernel's steps import on that
     # array backend ('fallback' | 'ulab'), banded: the op runs in a row band
     steps: Callable = None
+    # the output is a view of the first input (a reshape: the same floats under another
+    # shape, on both array backends): the planner counts its storage once
+    view: bool = False
 
     @property
     def code(self) -> int:
@@ -165,7 +173,7 @@ SPECS = {s.name: s for s in [
     OpSpec('TANH', {}, _none, _out),
     OpSpec('SOFTMAX', {}, lambda op, g=None: _slots({opc.BETA: op.options.get('beta', 1.0)}), _out,
            fwd=(3, 0), bwd=(3, 0)),
-    OpSpec('RESHAPE', {}, _none, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 0)),
+    OpSpec('RESHAPE', {}, _none, _none, device_inputs=(0,), fwd=(0, 0), bwd=(0, 0), view=True),
 ]}
 
 # Each group of operators registers its specs here (one block per kernel module).
@@ -283,6 +291,16 @@ def _conv_steps(op, g, arrays, banded):
     return ('ulconv', 'ulmono' if x[-1] == 1 else 'convwalk')
 
 
+def _conv_piece(op, g):
+    # ulconv: at most max(W, 512 // C) pixels of C channels (C the product's: O, or I for
+    # dx); ulmono: max(1, 512 // (OW * O)) output rows; convwalk: one output row.  Never
+    # more than the whole output or input (micro/utrain/ulconv.py, ulmono.py _CH)
+    _, H, W, I = g.tensors[op.inputs[0]].shape
+    _, OH, OW, O = g.tensors[op.outputs[0]].shape
+    ch = module('ulconv')._CH
+    return min(max(OH * OW * O, H * W * I), max(max(W, OW) * max(O, I), ch))
+
+
 def _conv_saves(op, flags):
     return _fc_saves(op, flags)          # x when W trains, y when fused
 
@@ -299,10 +317,10 @@ def _avgpool_saves(op, flags):
 SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
            shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps,
-           fwd_native=(1, 0), bwd_native=(2, 2)),   # (fwd: the fused activation's array)
+           fwd_native=(1, 0), bwd_native=(2, 2), piece=_conv_piece),   # (fwd: the fused activation's array)
     OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
            fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps,
-           fwd_native=(1, 1), bwd_native=(2, 2)),   # (fwd: and op_conv._spread's copy)
+           fwd_native=(1, 1), bwd_native=(2, 2), piece=_conv_piece),   # (fwd: and op_conv._spread's copy)
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),
@@ -527,8 +545,8 @@ SPECS.update({s.name: s for s in [
     OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,)),
     OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,)),
     OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None),
-    OpSpec('SQUEEZE', {}, _none, _none),
-    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,)),
+    OpSpec('SQUEEZE', {}, _none, _none, view=True),
+    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,), view=True),
     OpSpec('HARD_SWISH', {}, _none, _in),
     OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
            _in),

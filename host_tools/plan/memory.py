@@ -94,7 +94,10 @@ NATIVE_KERNELS = 5 * 1024
 # stays in flash; module dicts, function and class objects are made in the heap
 FROZEN_CODE_PER_MPY_BYTE = 0.35
 BASE_FROZEN = 15 * 1024
-STREAM_OVERHEAD = 2048          # the file object and chunk generator while streaming
+# the file object and chunk generator while streaming, on a 64-bit port: word-sized
+# objects, half on a 32-bit one (a whole 2 KB there planned the 32-bit ulab stream cells
+# 1.8 KB over their sgd cells' offset, the digits MLP 1.20x)
+STREAM_OVERHEAD = 2048
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
 # (floats, small arrays, saved activations), leaving runs too short for the next array.
@@ -112,8 +115,17 @@ BAND_SLACK = 0.1
 # into a heap that holds the training state already: its loader's transient (the .mpy
 # read, its code before it is resident) comes on top of its resident code, planned as
 # this many times that (issue 28's sweep: the Keras MLP, last:2 on 64-bit, needed 6 KB
-# (host cache) and 10 KB (board cache) more than planned, 0.96-0.99x)
-PREFIX_LOAD = 1.6
+# (host cache) and 10 KB (board cache) more than planned, 0.96-0.99x); per word size: on
+# the 32-bit builds importing utrain.prefix (after utrain.xnp) needs no heap beyond its
+# resident code (32-bit ulab: 1.8 KB more smallest heap, 0.92 bytes per .mpy byte
+# against 1.37 resident; the fallback: 0.1 KB), and the host-cache cells' phase before
+# training needs what the whole run needs (32-bit ulab: 52-66 KB, within 1 KB): 1.6
+# there planned them 1.22-1.27x
+PREFIX_LOAD = {8: 1.6, 4: 0}
+# ulab's conv steps (utrain.ulconv, ulmono, convwalk): a tap's product a piece of output
+# rows at a time (optable's piece): one at a time, added into the output in place (a
+# 16x16x8 conv's 8 KB products in one piece needed 6 KB more smallest heap than 2 KB pieces)
+ULAB_PIECES = 1
 CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
                 'optim', 'data', 'wof')
 # Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
@@ -335,6 +347,22 @@ def add_fisher(heap, g, p, backend, board=None):
     heap['total'] += extra
     return heap
 
+def streamed_by_rows(r, kernel) -> bool:
+    """Does an op the board runs with this kernel read a frozen constant a few rows at a
+    time (utrain.stream: larger than its CHUNK, at one of the kernel's ROWS)?"""
+    from ..graph.optable import SPECS
+    from ..files.flatmodel import CONST
+    from ..target.device import module
+    chunk = module('stream').CHUNK
+    for op in r.g.ops[r.start:]:
+        spec = SPECS[op.name]
+        if spec.kernel == kernel:
+            for pos, k in enumerate(spec.inputs(op)):
+                if pos in spec.stream_rows and k >= 0 and r.kinds[k] == CONST and r.size[k] > chunk:
+                    return True
+    return False
+
+
 def code_parts(r) -> dict:
     """{'code': the resident heap of the utrain modules the run imports (and npkern's
     native code where it lies in the heap), 'interpreter': the interpreter's own share
@@ -350,12 +378,12 @@ def code_parts(r) -> dict:
             mods.update(SPECS[op.name].steps(op, g, r.arrays, op.index in banded))
     if s.get('stream'):
         mods.add('stream')
-        if any(SPECS[op.name].kernel == 'op_conv' for op in g.ops):
-            mods.add('convrows')        # (counted whether or not a weight is that large)
+        if streamed_by_rows(r, 'op_conv'):
+            mods.add('convrows')        # (op_conv imports it for such a weight only)
     late = 0
     if s.get('cache'):
         mods.add('prefix')
-        late = PREFIX_LOAD * f['code'] * mpy_sizes().get('prefix', 0)
+        late = PREFIX_LOAD[t['word']] * f['code'] * mpy_sizes().get('prefix', 0)
     # a host-made cache: utrain.prefix.drop forgets the kernel modules only the prefix's
     # ops use before training (the modules their steps import stay)
     kept = {SPECS[op.name].kernel for op in g.ops[r.start:]}
@@ -452,7 +480,7 @@ def weight_parts(r) -> dict:
             else:
                 slots[j] = max(slots[j], n)
     parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
-                                                        + STREAM_OVERHEAD)
+                                                        + STREAM_OVERHEAD * r.t['word'] // 8)
     return parts
 
 
@@ -493,7 +521,11 @@ def state_parts(r) -> dict:
     splits = sum(SPECS[op.name].held * A(size[SPECS[op.name].inputs(op)[0]]) for op in g.ops)
     if splits:
         parts['split gradient buffers'] = splits
-    parts['saved activations'] = sum(A(size[k]) for k in plan.saved)
+    # a view's output (utrain.op_shape: a reshape) shares its input's floats: saved with
+    # it, only its header (the 16x16 CNN's pooled output, saved by the pool and, as the
+    # classifier's input, by the FC: 2 KB twice)
+    viewed = {op.outputs[0] for op in g.ops if SPECS[op.name].view and op.inputs[0] in plan.saved}
+    parts['saved activations'] = sum(A(0 if k in viewed else size[k]) for k in plan.saved)
     return parts
 
 
@@ -526,6 +558,20 @@ def cut_tensors(r) -> set:
     return {k for op in g.ops[lo:] for k in SPECS[op.name].inputs(op) if k in made}
 
 
+def op_temps(r, spec, op, native, plain):
+    """(output-sized, input-sized temporaries, bytes of pieces) an op's kernel makes in
+    one pass (native, plain: its OpSpec figures for that pass): the fallback's native
+    loops write into the output (native); ulab's conv steps add a tap's product a piece
+    of rows at a time (spec.piece: ULAB_PIECES pieces beside the native figures); else
+    the plain figures.  (The 16x16 CNN's conv planned as three 8 KB products under ulab:
+    1.25-1.32x its smallest 32-bit heap.)"""
+    if r.arrays == 'fallback' and native:
+        return native + (0,)
+    if r.arrays == 'ulab' and spec.piece and native:
+        return native + (ULAB_PIECES * r.A(spec.piece(op, r.g)),)
+    return plain + (0,)
+
+
 def forward_peak(r):
     """The forward pass's peak per-sample working set from op `start` on: activations in
     flight (the cut's buffers from a prefix cache, else the sample) and the op's output
@@ -544,8 +590,7 @@ def forward_peak(r):
     groups, inner, banded = band_groups(r)
     for op in g.ops[lo:]:
         spec = SPECS[op.name]
-        native = r.arrays == 'fallback' and spec.fwd_native
-        fo, fi = spec.fwd_native if native else spec.fwd
+        fo, fi, pc = op_temps(r, spec, op, spec.fwd_native, spec.fwd)
         ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
         o = op.outputs[0]
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
@@ -553,7 +598,7 @@ def forward_peak(r):
             need = cur + int(groups[op.index] * (1 + BAND_SLACK))
         elif op.index not in banded:
             need = cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0])) \
-                + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0)
+                + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0) + pc
         if need > peak:
             peak, peak_at = need, op.index
         live.update(k for k in op.outputs if k not in inner)
@@ -574,7 +619,7 @@ def backward_peak(r) -> int:
     for i, flags in plan.backward:
         op = g.ops[i]
         spec = SPECS[op.name]
-        bo, bi = spec.bwd_native if r.arrays == 'fallback' and spec.bwd_native else spec.bwd
+        bo, bi, pc = op_temps(r, spec, op, spec.bwd_native, spec.bwd)
         o = op.outputs[0]
         ins = [k for k in spec.inputs(op)[:1] if k >= 0]
         n_in = max([size[k] for k in ins] or [0])
@@ -588,8 +633,11 @@ def backward_peak(r) -> int:
         # input-sized temporaries (dx and what makes it) only where the op passes a
         # gradient on (flag 1): the lowest trainable op makes none (the DS-CNN's trained
         # 1x1 conv was planned 60 KB of dx it never makes: 1.5x its smallest heap)
-        peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0)
-                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0))
+        # at batch 1 the sink steps the optimizer on the op's gradients at the op, a row
+        # at a time (row_temps): on top of this op's temporaries, not of the pass's peak
+        rows = row_temps(r, [k for k in spec.inputs(op) if k in plan.params]) if batch == 1 else 0
+        peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
+                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows)
         for k in op.outputs:
             grads.pop(k, None)
         if flags & 1 and ins:
@@ -597,19 +645,27 @@ def backward_peak(r) -> int:
     return peak
 
 
+def row_temps(r, params) -> int:
+    """The optimizer's temporaries while it steps the widest row of params (SGD three
+    row-sized arrays, Adam six)."""
+    n = 6 if r.s['optimizer'] in ('adam', 'adamw') else 3
+    return n * r.A(max([r.shapes[k][1] for k in params] or [0]))
+
+
 def working_set(r, fwd, bwd, x_in) -> int:
     """The per-sample working set: the sample buffer and the largest of its three
     phases, which follow one another: the forward pass's peak, the loss (the output and
-    its output-sized arrays) and the backward pass's peak with the optimizer's per-row
-    temporaries; at least the checkpoint reader's code (utrain/ckread.py), which loads
-    between samples (a resume, a restore after a divergence), when the working set is
-    free.  (The loss's arrays and the row temporaries had been added to the forward
+    its output-sized arrays) and the backward pass's peak (with the optimizer's per-row
+    temporaries at the batch's end; at batch 1 they come at each op: the 16x16 CNN's
+    classifier rows had been planned on top of its conv's backward peak); at least the
+    checkpoint reader's code (utrain/ckread.py), which loads between samples (a resume,
+    a restore after a divergence), when the working set is free.  (The loss's arrays and the row temporaries had been added to the forward
     peak: the 16x16 CNN's conv peak, planned 1.25-1.3x its smallest 32-bit heap.)"""
     A = r.A
-    rowtemps = 6 if r.s['optimizer'] in ('adam', 'adamw') else 3
-    widest = max([r.shapes[k][1] for k in r.plan.params] or [0])
+    # batch > 1: the step at the batch's end (at batch 1 each op's, in backward_peak)
+    step = row_temps(r, r.plan.params) if int(r.s['batch']) > 1 else 0
     loss = 5 * A(r.size[r.g.outputs[0]])
-    ws = 2 * A(x_in) + max(fwd, loss, bwd + rowtemps * A(widest))
+    ws = 2 * A(x_in) + max(fwd, loss, bwd + step)
     return max(ws, int(r.f['code'] * mpy_sizes().get('ckread', 0)))
 
 

@@ -624,8 +624,17 @@ def as_written(m: dict, tables=None):
                 req += np.asarray(d.pop('mul'), '<i4').tobytes()
                 req += np.asarray(d.pop('shf'), '<i4').tobytes()
                 if d.get('back') or d.get('train'):   # its weight scales, float32, after them
-                    req += np.asarray(d.pop('sw'), '<f4').tobytes()
+                    sw = np.asarray(d.pop('sw'), '<f4')
+                    req += sw.tobytes()
                     d['fs'] = 1
+                    if len(sw) > 1 and sw.min() != sw.max():
+                        # then dz's per-channel rescaling for the input gradient, sw[o] /
+                        # max(sw) as multipliers and shifts (q8.py _rescale reads them a
+                        # scratch at a time: made on the board, each cost thousands of cycles)
+                        mx = float(sw.max())
+                        ms = [quantize_multiplier(float(v) / mx) for v in sw]
+                        req += np.asarray([m for m, _ in ms], '<i4').tobytes()
+                        req += np.asarray([e for _, e in ms], '<i4').tobytes()
                 else:
                     del d['sw']
             for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)

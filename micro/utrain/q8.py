@@ -117,8 +117,8 @@ class Layer:
             # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
             if min(sw) != m and d.get('bx'):
                 # its gradient arrives as one broadcast row (a MEAN's): the multipliers
-                # made a scratch at a time from sw when used, not held (_dx)
-                self.dxr, self.swm = 1, m
+                # read from q8.req a scratch at a time when used, not held (_dx)
+                self.dxr = 1
             elif min(sw) != m:
                 # (filled in place: lists of a wide layer's multipliers, boxed on a board,
                 # were a transient peak of tens of KB while the model loads)
@@ -476,17 +476,18 @@ class Q8Net:
         """n biases of frozen layer L from output channel o0 on, into the shared scratch."""
         return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, n)
 
-    def quant(self, L, o0, n):
+    def quant(self, L, o0, n, h=0):
         """Frozen layer L's multipliers and shifts from output channel o0 on (n of them;
-        the one of a per-tensor layer), into the shared scratch."""
+        the one of a per-tensor layer), into the shared scratch; h=3: its input gradient's
+        per-channel rescaling (sw[o] / max(sw), after its weight scales in q8.req)."""
         d = L.d
         c = d['nq']
         f = self.rf
         if c == 1:
             o0, n = 0, 1
-        f.seek(d['ro'] + 4 * o0)
+        f.seek(d['ro'] + 4 * (h * c + o0))
         f.readinto(memoryview(self.qm)[:n])
-        f.seek(d['ro'] + 4 * (c + o0))
+        f.seek(d['ro'] + 4 * ((h + 1) * c + o0))
         f.readinto(memoryview(self.qs)[:n])
         return self.qm, self.qs
 
@@ -895,14 +896,17 @@ class Q8Net:
         return dx, sz * max(d['sw'])
 
     def _rescale(self, L, g, p):
-        # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers made a
-        # scratch at a time (the same qmul as held ones: the same integers)
-        sw, m, qm, qs = L.d['sw'], L.swm, self.qm, self.qs
+        # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers read a
+        # scratch at a time (the host's qmul, as held ones: the same integers)
+        qm, qs, sw = self.qm, self.qs, L.d.get('sw')
         c = len(qm)
         for o0 in range(0, p, c):
             k = min(c, p - o0)
-            for j in range(k):
-                qm[j], qs[j] = qmul(sw[o0 + j] / m)
+            if 'ro' in L.d:
+                self.quant(L, o0, k, 3)
+            else:           # (a table not written to files: its scales inline, a host's)
+                for j in range(k):
+                    qm[j], qs[j] = qmul(sw[o0 + j] / max(sw))
             v = memoryview(g)[o0:] if o0 else g
             K.rqk(v, k, k, 1, qm, qs, v, 0, 0, 0, 1)
 
@@ -993,10 +997,22 @@ class Q8Net:
         if L.stale:
             L.set_bias()
         c = lr * sz                            # (the products as before: same floats)
-        den = sx * sw[0]
         # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]
         # is bf[o] requantized (sync): skipped (float steps cost thousands of cycles)
         sk = L.sync and vb is None
+        if vb is None and 1 < nw == len(b):
+            # (SGD, per-channel scales, nw = the channels: the loop below with fewer
+            # Python steps a channel, each costs thousands of cycles on a Cortex-M0+)
+            for o in range(L.blo, L.bhi):
+                v = bs[o]
+                if v or not sk:
+                    bf[o] -= c * v
+                    q = int(round(bf[o] / (sx * sw[o])))
+                    # (+-2^30: a small int's compare; a long one's only beyond)
+                    b[o] = q if -1073741824 < q < 1073741824 else _clamp(q)
+            L.sync = 1
+            return
+        den = sx * sw[0]
         for o in range(L.blo, L.bhi):
             v = bs[o]
             if sk and not v:
@@ -1006,9 +1022,13 @@ class Q8Net:
             else:
                 vb[o] = mu * vb[o] + c * v
                 bf[o] -= vb[o]
-            q = int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw])))
-            b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+            b[o] = _clamp(int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw]))))
         L.sync = 1
+
+
+def _clamp(q):
+    # an int32 bias: within +-(2^31 - 1)
+    return -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
 
 
 def _mults(L, gw, n, c0, nc, blk, f, u):

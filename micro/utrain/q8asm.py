@@ -1155,6 +1155,16 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
     axpy(dx, w, dz, _P)
 
 
+@micropython.viper
+def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
+    # q8sparse.dak: dx[p*I + i] += sum_j dz[p*O + o0 + j] * w[j*I + i] (the input gradient
+    # of a streamed FC or 1x1 conv from a chunk of m output channels), a group per position
+    p = ptr32(_P)
+    p[0] = m; p[1] = I; p[2] = 0; p[3] = 0; p[4] = I; p[5] = 0; p[6] = o0; p[7] = 0
+    p[8] = 1; p[9] = P; p[10] = I; p[11] = 0; p[12] = O
+    axpy(dx, w, dz, _P)
+
+
 def _table(n, kw):
     # vmacs's table for n entries, and _build's kx ranges (3 words per kx) after them
     global _T

@@ -105,6 +105,13 @@ def mzk(g, n: int, m):
             pg[i] = 0
 
 
+# ARM boards: dak on q8asm's assembler loop (axpy, 2 multiply-adds a turn; the viper one
+# above, VD, stays its reference: tests/support/q8kern_cases.py compares them on the board)
+VD = None
+from utrain.q8kern import _A  # noqa: E402
+if _A is not None:
+    VD, dak = dak, _A.dak
+
 if not VIPER:
     import sys
     if sys.implementation.name != 'micropython':    # CPython: the loops in numpy

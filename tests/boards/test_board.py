@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, set_train  # noqa: E402
 
 from fakeboard import FakeBoard  # noqa: E402
 from host_tools.target import runner  # noqa: E402
@@ -193,9 +193,7 @@ def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
         assert p.returncode == 0, ''.join(seen) + rest
         assert re.search(r'interrupted in epoch 2 at sample \d+: saved checkpoint.ckpt', rest), rest
         assert json.loads((flash / 'train.json').read_text())['run']['resume'] is True
-        cfg = json.loads((flash / 'train.json').read_text())
-        cfg['epochs'] = 3
-        (flash / 'train.json').write_text(json.dumps(cfg))
+        set_train(flash, epochs=3)
         r = mpremote(b.port, 'run', os.path.join(out, 'train.py'))
         assert r.returncode == 0, r.stdout + r.stderr
         assert 'resumed from checkpoint.ckpt at epoch 1' in r.stdout and saved_weights(r.stdout)

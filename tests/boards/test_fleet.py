@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, set_train  # noqa: E402
 
 pytest.importorskip('flwr')
 from host_tools.boards import fleet as fl  # noqa: E402
@@ -77,10 +77,7 @@ def test_by_class_fleet_learns_close_to_centralized(tmp_path, monkeypatch):
     shards = fl.split(y, 4, 'by-class', 0)
     assert all(len(np.unique(y[s, 0])) <= 4 for s in shards)
     # centralized: the same micro/ code on all the data, as many epochs
-    cfg = json.load(open(os.path.join(d, 'train.json')))
-    cfg['epochs'] = 9
-    cfg['run']['keep_best'] = False
-    json.dump(cfg, open(os.path.join(d, 'train.json'), 'w'))
+    set_train(d, epochs=9, run={'keep_best': False})
     code, _ = runner.run(d, python=True, stream=False)
     assert code == 0
     central = read_log(os.path.join(d, 'train.log'))['test_accuracy'][-1]

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, set_train  # noqa: E402
 
 from host_tools.boards import board, pico  # noqa: E402
 from host_tools.target import runner  # noqa: E402
@@ -105,11 +105,7 @@ def test_deploy_run_ctrl_c_resume_pull_export(tmp_path):
     command again goes on, pull, export.  Bit-identical to the same run uninterrupted on
     the emulated Pico; within float rounding of unix MicroPython."""
     d = prepared(tmp_path, n=20, epochs=2)
-    with open(os.path.join(d, 'train.json')) as f:
-        cfg = json.load(f)
-    cfg['run']['progress'] = 2
-    with open(os.path.join(d, 'train.json'), 'w') as f:
-        json.dump(cfg, f)
+    set_train(d, run={'progress': 2})
     ref = str(tmp_path / 'ref')
     shutil.copytree(d, ref)
     # a board that has seen a deploy of utrain before (copying 41 modules over the

@@ -60,8 +60,43 @@ def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
                                  f'digits MLP|adam b4|{build}|{key}|8': [1024, '']}))
     p = subprocess.run([sys.executable, 'bench/sweep.py', '--only', 'digits MLP', '--settings',
                         'sgd b1,adam b4', '--cache', str(cache)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=300,
+                       env={k: v for k, v in os.environ.items() if k != 'UTRAIN_MP32'})  # the build keyed above
     assert p.returncode == 0, p.stdout + p.stderr
     rows = {ln.split('|')[2].strip(): ln for ln in p.stdout.splitlines() if ln.startswith('| digits')}
     assert rows['sgd b1'].rstrip(' |').endswith('UNDER') and rows['adam b4'].rstrip(' |').endswith('OVER')
     assert 'under: 1, over 1.2x: 1' in p.stdout and 'lowest' in p.stdout and '(digits MLP, sgd b1)' in p.stdout
+
+
+def test_planner_sweep_plans_the_pico_column_for_rp2040(tmp_path):
+    """bench/sweep.py --pico: the plan is prepare --board rp2040's for the cell's settings
+    (float, not streamed by the profile: npkern's armv6m code in the heap, 32-bit words),
+    keyed by the firmware; a cached need gives the ratio without booting the emulator."""
+    import json
+    import numpy as np
+    from bench.memory import code_key
+    from host_tools.prepare.pipeline import prepare
+    fw = tmp_path / 'RPI_PICO-test.uf2'         # (only its name is used: the need is cached)
+    fw.write_bytes(b'')
+    mlp = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
+    rng = np.random.default_rng(0)
+    data = tmp_path / 'd.npz'
+    np.savez(data, x=rng.standard_normal((3, 64)).astype(np.float32), y=rng.integers(0, 10, 3))
+    want = {}
+    for board in ('rp2040', None):
+        s = prepare(mlp, str(tmp_path / f'r{board}'), data=str(data), loss='scce',
+                    from_logits=True, lr=0.01, epochs=1, log=lambda *m: None,
+                    optimizer='sgd', batch=1, train='all',
+                    **(dict(board=board, stream=False, int8=False) if board else {}))
+        want[board] = s['heap']['total']
+    cache = tmp_path / 'c.json'
+    cache.write_text(json.dumps({f'digits MLP|sgd b1|{fw.name}|{code_key()}|3': [
+        want['rp2040'] - 2048, '', []]}))
+    p = subprocess.run([sys.executable, 'bench/sweep.py', '--pico', '--only', 'digits MLP',
+                        '--settings', 'sgd b1', '--samples', '3', '--cache', str(cache)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, UTRAIN_PICO_FIRMWARE=str(fw)))
+    assert p.returncode == 0, p.stdout + p.stderr
+    plan = int(p.stderr.split('digits MLP | sgd b1 | ')[1].split(' |')[0])
+    assert plan == want['rp2040'] != want[None]
+    assert 'planned for --board rp2040' in p.stdout and f'{(want["rp2040"] - 2048) / 1024:.0f} |' in p.stdout

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from repo import ROOT, no_keep_best  # noqa: E402
+from repo import ROOT, no_keep_best, set_train  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.target import runner  # noqa: E402
@@ -332,12 +332,7 @@ def test_ms_per_sample_after_resume_counts_the_samples_run(tmp_path):
     tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'))
     tr.pos, tr.sums = 6, (1.5, 3.0)
     tr.save_checkpoint(os.path.join(out, 'checkpoint.ckpt'))
-    p = os.path.join(out, 'train.json')
-    with open(p) as f:
-        cfg = json.load(f)
-    cfg['run']['resume'] = True
-    with open(p, 'w') as f:
-        json.dump(cfg, f)
+    set_train(out, run={'resume': True})
     code, text = runner.run(out, python=True, stream=False)
     assert code == 0 and 'at epoch 0, sample 6' in text, text
     m = re.search(r'  (\d+) ms \(([\d.]+) ms/sample, [\d.]+ samples/s over 2 samples\)', text)

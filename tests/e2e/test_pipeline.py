@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, set_train  # noqa: E402
 
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
@@ -204,10 +204,7 @@ def test_resume_from_checkpoint_continues(tmp_path):
         prepare(model, out, data=blobs(tmp_path), loss='scce', optimizer='adam', lr=0.02,
                 batch=2, epochs=epochs)
         assert runner.run(out, python=True, stream=False)[0] == 0
-    cfg = json.load(open(os.path.join(part, 'train.json')))
-    cfg['epochs'] = 4
-    cfg['run']['resume'] = True
-    json.dump(cfg, open(os.path.join(part, 'train.json'), 'w'))
+    set_train(part, epochs=4, run={'resume': True})
     code, text = runner.run(part, python=True, stream=False)
     assert code == 0 and 'resumed from checkpoint.ckpt at epoch 2' in text, text
     a = open(os.path.join(full, 'trained.wof'), 'rb').read()

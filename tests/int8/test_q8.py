@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, set_train  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.prepare import quant  # noqa: E402
@@ -521,9 +521,7 @@ def test_ctrl_c_resume_int8_bit_identical(tmp_path, opt, batch, kw):
     prepare(MLP, str(base), data=data, test_split=0.25, loss='scce', optimizer=opt,
             lr=0.02 if opt == 'sgd' else 0.003, batch=batch, epochs=3, shuffle=True, seed=7,
             **kw)
-    cfg = json.loads((base / 'train.json').read_text())
-    cfg['run']['checkpoint_every'] = 20
-    (base / 'train.json').write_text(json.dumps(cfg))
+    set_train(base, run={'checkpoint_every': 20})
     runner.stage(str(base))
     tally = interrupted_runs(base, tmp_path, not MP, 4, 3)
     print(opt, batch, tally)

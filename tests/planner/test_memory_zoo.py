@@ -123,17 +123,15 @@ def cnn(path):
 # issue 28: a prefix cache made by prepare runs in two phases on the board: before
 # training every kernel is in and utrain.prefix loads; training runs without the kernels
 # only the prefix used.  One phase planned for both was 1.22-1.23x the need on 32-bit;
-# the training phase alone under-planned a 64-bit one (0.99x)
+# the training phase alone under-planned a 64-bit one (0.99x).  On 32-bit ulab the CNN was
+# 1.22-1.25x (ulab's conv pieces planned as output-sized products, and the prefix
+# loader's 64-bit transient, none on 32-bit)
 HOST_CACHE = {'ln-gelu': ln_gelu, 'cnn': cnn}
 
 
 @pytest.mark.parametrize('var,backend', BUILDS)
 @pytest.mark.parametrize('case', list(HOST_CACHE))
-def test_a_host_made_prefix_cache_is_planned_within_1_2x(tmp_path, monkeypatch, request, case, var,
-                                                         backend):
-    if case == 'cnn' and backend == 'ulab':     # (docs/memory.md, the sweep: ulab's convs)
-        request.applymarker(pytest.mark.xfail(strict=True, reason='32-bit ulab: over 1.2x (the '
-                                              'conv temporaries and static part, not the phases)'))
+def test_a_host_made_prefix_cache_is_planned_within_1_2x(tmp_path, monkeypatch, case, var, backend):
     if var:
         monkeypatch.setenv('MICROPYTHON', build(var))
     path, shape, classes = HOST_CACHE[case](str(tmp_path / 'm.circle'))

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, set_train  # noqa: E402
 
 from host_tools.target import runner  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
@@ -34,9 +34,7 @@ def base(tmp_path_factory):
     out = d / 'base'
     prepare(small_mlp(str(d / 'm.circle')), str(out), data=blobs(d, n=160), test_split=0.25,
             loss='scce', optimizer='adam', lr=0.02, batch=3, epochs=3, shuffle=True, seed=7)
-    cfg = json.loads((out / 'train.json').read_text())
-    cfg['run']['checkpoint_every'] = 40
-    (out / 'train.json').write_text(json.dumps(cfg))
+    set_train(out, run={'checkpoint_every': 40})
     runner.stage(str(out))
     return out
 
@@ -96,9 +94,7 @@ def interrupted_runs(base, tmp, python, runs, seed):
             if p.returncode == 0 and ('holds the best weights' in text or 'saved trained.wof' in text):
                 break
             tally['restarts'] += 1
-            cfg = json.loads((d / 'train.json').read_text())   # what a user does next
-            cfg['run']['resume'] = True
-            (d / 'train.json').write_text(json.dumps(cfg))
+            set_train(d, run={'resume': True})   # what a user does next
         got = results(d)
         tally['runs'] += 1
         same = got == want
@@ -161,20 +157,16 @@ def test_a_run_cut_after_logging_an_epoch_logs_it_once(base, tmp_path, python):
     assert r.returncode == 0, r.stdout + r.stderr
     d = tmp_path / 'cut'
     shutil.copytree(base, d)
-    cfg = json.loads((d / 'train.json').read_text())
-    epochs = cfg['epochs']
-    cfg['epochs'] = 1
-    (d / 'train.json').write_text(json.dumps(cfg))
+    epochs = json.loads((d / 'train.json').read_text())['epochs']
+    set_train(d, epochs=1)
     r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     ck1 = (d / 'checkpoint.ckpt').read_bytes()
-    cfg['epochs'], cfg['run']['resume'] = 2, True
-    (d / 'train.json').write_text(json.dumps(cfg))
+    set_train(d, epochs=2, run={'resume': True})
     r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     (d / 'checkpoint.ckpt').write_bytes(ck1)        # epoch 2 logged, its checkpoint lost
-    cfg['epochs'] = epochs
-    (d / 'train.json').write_text(json.dumps(cfg))
+    set_train(d, epochs=epochs)
     r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and 'Traceback' not in r.stdout + r.stderr, r.stdout + r.stderr
     rows = [ln.split(',')[:5] for ln in (d / 'train.log').read_text().splitlines()]

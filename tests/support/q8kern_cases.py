@@ -3,18 +3,22 @@
 # output channels, offsets, a depthwise multiplier of 2), one digest line per case and
 # implementation: `CASE <name> <impl> <digest of every output>`.  Runs unchanged under
 # CPython (q8kern as plain Python), unix MicroPython (viper) and on a board with
-# utrain.q8asm (then both the assembler kernels and q8kern.VK's viper ones).
+# utrain.q8asm (then both the assembler kernels and q8kern.VK's viper ones); also
+# q8sparse.dak (its viper reference: q8sparse.VD).
 from array import array
 from utrain import q8kern as K
+from utrain import q8sparse as S
 
 NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 IMPLS[0][1]['upmk'] = K.upmk
 IMPLS[0][1]['upek'] = K.upek
+IMPLS[0][1]['dak'] = S.dak
 if getattr(K, 'VK', None) is not None:
     IMPLS = [('asm', IMPLS[0][1]), ('viper', dict(zip(NAMES, K.VK)))]
     IMPLS[1][1]['upmk'] = K.VUPM
     IMPLS[1][1]['upek'] = K.VUPE
+    IMPLS[1][1]['dak'] = S.VD
 
 
 class R:
@@ -173,6 +177,16 @@ def run(r, name, k):
         for q in (array('i', [n, p[1], sh, p[3]]), array('i', [n, 0, 0, 0])):
             k['upek'](w, e, d, q)
         out.append(('upe%d' % i, w, e))
+    # q8sparse.dak: a chunk of output channels' input gradient, added (P positions)
+    for i, (P, O, I, o0, m) in enumerate(((1, 5, 7, 0, 5), (9, 12, 13, 4, 5), (3, 4, 1, 3, 1),
+                                          (4, 16, 33, 8, 8))):
+        dz = r.bytes(P * O)
+        dz[o0] = 0
+        w = r.bytes(m * I)
+        w[0] = 0x80
+        dx = r.ints(P * I)
+        k['dak'](dx, dz, w, o0, m, O, P, I)
+        out.append(('da%d' % i, dx))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 

@@ -6,13 +6,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MICRO = os.path.join(ROOT, 'micro')
 
 
-def no_keep_best(folder):
-    """A prepared folder's run ends saving its weights (no validation-gated keeping):
-    train.json's run.keep_best set to False."""
+def set_train(folder, run=None, **keys):
+    """Edit a prepared folder's train.json as a user would: top-level keys (epochs=3) and
+    keys of its run block (run={'resume': True}); returns the new config."""
     import json
-    p = os.path.join(folder, 'train.json')
+    p = os.path.join(str(folder), 'train.json')
     with open(p) as f:
         cfg = json.load(f)
-    cfg['run']['keep_best'] = False
+    cfg.update(keys)
+    cfg['run'].update(run or {})
     with open(p, 'w') as f:
         json.dump(cfg, f)
+    return cfg
+
+
+def no_keep_best(folder):
+    """A prepared folder's run ends saving its weights (no validation-gated keeping)."""
+    set_train(folder, run={'keep_best': False})
