@@ -149,7 +149,13 @@ def select_trainable(g: Graph, ops: set, ranks: dict = None):
     params = {}
     for i in sorted(ops):
         op = g.ops[i]
-        for pos, role in SPECS[op.name].roles(op, g).items():
+        roles = SPECS[op.name].roles(op, g)
+        if (ranks or {}).get(i) == 1 and not any(
+                r == 'bias' and p < len(op.inputs) and op.inputs[p] >= 0 for p, r in roles.items()):
+            raise PrepareError(f'{g.path}: op {op.number} {op.name} has no bias tensor: rank bias would '
+                               f'train nothing there; give op {op.number} another rank (all, '
+                               '1/2, 1/4, 1/8, up, low) or leave it out of --ranks')
+        for pos, role in roles.items():
             if (ranks or {}).get(i) == 1 and role == 'weight':
                 continue
             if pos < len(op.inputs) and op.inputs[pos] >= 0:

@@ -18,6 +18,13 @@ and returns how many changes it made:
                       folded into the layer's weight and bias, for frozen layers only.
 * slices_to_split     STRIDED_SLICEs tiling one activation along one axis (an unrolled
                       RNN's time steps) -> one SPLIT_V.
+* fold_shapes         shape arithmetic the host knows (SHAPE of a tensor, and STRIDED_SLICE,
+                      PACK, CONCATENATION, GATHER, CAST, RESHAPE, ADD/SUB/MUL/... of
+                      integer constants: Keras's Reshape/Flatten with a dynamic batch)
+                      computed once into constants.
+* reduce_max_to_pool  REDUCE_MAX over one run of axes (a global max pool) -> a
+                      MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it
+                      where the input is not NHWC with H and W reduced).
 
 Tensors are never renumbered by the passes (new ones are appended; dead ones stay unused
 until :func:`compact`), and surviving Operator objects keep their identity, so a set of
@@ -550,13 +557,132 @@ def slices_to_split(g: Graph) -> int:
     return made
 
 
+# --------------------------------------------------------------------------- shapes
+
+# ops fold_shapes computes when every input is known on the host (integer outputs only:
+# shape arithmetic, never an activation or a weight)
+_INT_BINARY = {'ADD': np.add, 'SUB': np.subtract, 'MUL': np.multiply,
+               'FLOOR_DIV': np.floor_divide, 'MAXIMUM': np.maximum, 'MINIMUM': np.minimum}
+
+
+def _strided_slice(x, b, e, st, o):
+    """TFLite STRIDED_SLICE on a numpy array (begin/end/shrink masks), None for the
+    options it does not take (ellipsis, new axes, offset)."""
+    if any(o.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'offset')) or \
+            len(b) != x.ndim:
+        return None
+    idx = []
+    for d in range(x.ndim):
+        if o.get('shrink_axis_mask', 0) >> d & 1:
+            idx.append(b[d])
+        else:
+            idx.append(slice(None if o.get('begin_mask', 0) >> d & 1 else b[d],
+                             None if o.get('end_mask', 0) >> d & 1 else e[d], st[d]))
+    return x[tuple(idx)]
+
+
+def _host_value(g: Graph, op: Operator):
+    """The value of op's output when the host knows it (see fold_shapes), else None."""
+    if op.name == 'SHAPE':
+        return np.array(g.tensors[op.inputs[0]].shape)
+    if not op.inputs or not all(is_const(g, k) for k in op.inputs if k >= 0):
+        return None
+    v = [np.asarray(g.tensors[k].data).reshape(g.tensors[k].shape) for k in op.inputs
+         if k >= 0]
+    o = op.options
+    if op.name == 'PACK':
+        return np.stack(v, int(o.get('axis', 0)))
+    if op.name == 'CONCATENATION':
+        return np.concatenate(v, int(o.get('axis', 0)))
+    if op.name == 'GATHER' and not o.get('batch_dims'):
+        return np.take(v[0], v[1], int(o.get('axis', 0)))
+    if op.name in ('CAST', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS'):
+        return v[0]
+    if op.name == 'STRIDED_SLICE' and len(v) == 4:
+        return _strided_slice(v[0], *(list(a.reshape(-1)) for a in v[1:]), o)
+    if op.name in _INT_BINARY and len(v) == 2 and o.get('fused_activation_function',
+                                                        'NONE') == 'NONE':
+        return _INT_BINARY[op.name](v[0], v[1])
+    return None
+
+
+def fold_shapes(g: Graph) -> int:
+    """Shape arithmetic whose value the host knows -> constants: SHAPE of any tensor
+    (every shape is static here) and the integer ops over constants after it (Keras 3
+    exports Reshape and Flatten as SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, the batch
+    read at run time).  Only ops with integer outputs that are not graph outputs fold;
+    the folded ops are removed.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        outs = [g.tensors[k] for k in op.outputs]
+        if len(outs) != 1 or op.outputs[0] in g.outputs or \
+                not np.issubdtype(np.dtype(outs[0].dtype), np.integer):
+            continue
+        try:
+            v = _host_value(g, op)
+        except (ValueError, IndexError, TypeError):     # (left to validation to name)
+            v = None
+        if v is None or int(np.prod(outs[0].shape)) != v.size:
+            continue
+        outs[0].data = np.ascontiguousarray(v.astype(outs[0].dtype).reshape(outs[0].shape))
+        remove_op(g, op)
+        done += 1
+    return done
+
+
+def reduce_max_to_pool(g: Graph) -> int:
+    """REDUCE_MAX over one run of axes with nothing but size-1 axes before it (a global
+    max pool: Keras's GlobalMaxPooling1D/2D) -> MAX_POOL_2D with the reduced axes as its
+    window (the max and its gradient to the maximum are the same), with a RESHAPE to
+    [1, reduced, 1, rest] before it and one to the output's shape after it unless the
+    input is NHWC with H and W reduced.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'REDUCE_MAX' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        axes = {a % len(shape) for a in const_ints(g, op.inputs[1])}
+        keep = [i for i, n in enumerate(shape) if n != 1]
+        red = [i for i in keep if i in axes]
+        if not red or keep[:len(red)] != red:
+            continue            # the reduced axes are not one run after size-1 axes
+        R = int(np.prod([shape[i] for i in red]))
+        C = int(np.prod([shape[i] for i in keep[len(red):]]))
+        direct = len(shape) == 4 and axes == {1, 2}
+        kh, kw = (shape[1], shape[2]) if direct else (R, 1)
+        at = op
+        if not direct:
+            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', [1, R, 1, C])
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [x4], {})
+            _make_reshape(g, rs, [1, R, 1, C])
+            g.ops.insert(g.ops.index(op), rs)
+            x = x4
+        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, 1, 1, C]) if not direct or \
+            list(g.tensors[y].shape) != [1, 1, 1, C] else y
+        op.name, op.code = 'MAX_POOL_2D', OP_CODES['MAX_POOL_2D']
+        op.inputs, op.outputs = [x], [p]
+        op.options = {'padding': 'VALID', 'stride_w': 1, 'stride_h': 1, 'filter_width': kw,
+                      'filter_height': kh, 'fused_activation_function': 'NONE'}
+        if p != y:
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [p], [y], {})
+            _make_reshape(g, rs, list(g.tensors[y].shape))
+            g.ops.insert(g.ops.index(at) + 1, rs)
+        _renumber(g)
+        done += 1
+    return done
+
+
 def rewrite(g: Graph, keep=()) -> dict:
     """All passes in order on g (in place).  ``keep``: Operator objects of the original
     graph that train (their BatchNorm stays separate).  Returns
-    {'dequantized': n tensors, 'quant': {...}, 'transposes': n, 'batchnorm': n}."""
+    {'dequantized': n tensors, 'quant': {...}, 'transposes': n, 'batchnorm': n, ...}."""
     quant = dequantize(g)
+    sh = fold_shapes(g)
     tr = cancel_transposes(g)
     bn = fold_batchnorm(g, keep={id(op) for op in keep})
     sp = slices_to_split(g)
+    mx = reduce_max_to_pool(g)
     return {'dequantized': len(quant), 'quant': quant, 'transposes': tr, 'batchnorm': bn,
-            'splits': sp, 'changed': bool(quant or tr or bn or sp)}
+            'splits': sp, 'shapes': sh, 'max_pools': mx,
+            'changed': bool(quant or tr or bn or sp or sh or mx)}

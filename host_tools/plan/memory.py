@@ -755,11 +755,19 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         cands.append((cheap, train, ranks, c, backend))
     with_params = [i for i in sorted(set(train) | set(ranks))
                    if g.ops[i].name in SPECS and SPECS[g.ops[i].name].roles(g.ops[i], g)]
+    # biases only: of the ops that have one (Keras's use_bias=False leaves some without;
+    # those are left frozen: --train none with the ranks)
+    biased = [i for i in with_params if any(
+        r == 'bias' and p < len(g.ops[i].inputs) and g.ops[i].inputs[p] >= 0
+        for p, r in SPECS[g.ops[i].name].roles(g.ops[i], g).items())]
     for c in (cache, 'host'):
         for r in (4, 5, 1):
-            rk = dict(ranks)
-            rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
-            cands.append((cheap, train, rk, c, backend))
+            rk, tr = dict(ranks), train
+            if r == 1 and biased != with_params:
+                rk = {i: v for i, v in rk.items() if v != 1 or i in biased}
+                tr = 'none'
+            rk.update({i: r for i in (biased if r == 1 else with_params) if rk.get(i, 0) != 1})
+            cands.append((cheap, tr, rk, c, backend))
     for c in (cache, 'host'):
         for n in range(len(g.ops) - 1, 0, -1):
             cands.append((cheap, 'last:%d' % n, {}, c, backend))
@@ -769,10 +777,11 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     firmware = []
     for b in ('ulab', 'fallback-frozen', 'ulab-frozen'):
         if b != backend and (backend.startswith('ulab') <= b.startswith('ulab')):
-            bias = dict(ranks)
-            bias.update({i: 1 for i in with_params})
+            bias = {i: v for i, v in ranks.items() if v != 1 or i in biased}
+            bias.update({i: 1 for i in biased})
             firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
-                         (cheap, train, bias, 'host', b), (cheap, 'last:1', {}, 'host', b)]
+                         (cheap, 'none' if biased != with_params else train, bias, 'host', b),
+                         (cheap, 'last:1', {}, 'host', b)]
     fits, seen = [], set()
     for k, (change, tr, rk, c, b) in enumerate(cands + firmware):
         if k == len(cands) and fits:

@@ -314,6 +314,49 @@ def test_float_ops_without_bias_train_without_one(tmp_path):
     assert sorted(w) == sorted(op.inputs[1] for op in weighted)
 
 
+def test_a_bias_rank_on_an_op_without_bias(tmp_path):
+    """A bias rank on an op with no bias tensor would train nothing there: --ranks OP:bias
+    on it is refused naming the file, the op and what to give instead, and the fit
+    advice's biases-only line ranks only the ops that have one (--train none: the others
+    stay frozen) and is accepted as written, within the budget."""
+    import re
+    from host_tools.formats.circle_io import read_model
+    from host_tools.graph.passes import PrepareError
+    from host_tools.graph.rewrite import save_graph
+    from host_tools.formats.refmodels import small_cnn
+    m = small_cnn(str(tmp_path / 'cnn.circle'), size=12, classes=4)     # conv, pool, reshape, fc
+    g = read_model(m)
+    conv = [op for op in g.ops if op.name == 'CONV_2D'][0]
+    fc = [op for op in g.ops if op.name == 'FULLY_CONNECTED'][0]
+    conv.inputs[2] = -1
+    model = str(tmp_path / 'nobias.circle')
+    save_graph(g, model)
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'a'), loss='scce', train='none',
+                ranks=f'{conv.index}:bias,{fc.index}:bias')
+    msg = str(e.value)
+    assert msg.startswith(model) and f'op {conv.index} CONV_2D has no bias' in msg
+    assert 'another rank' in msg
+    full = prepare(model, str(tmp_path / 'b'), loss='scce', batch=1, optimizer='sgd',
+                   stream=True, log=lambda *a: None)['heap']['total']
+    only = prepare(model, str(tmp_path / 'c'), loss='scce', batch=1, optimizer='sgd',
+                   stream=True, train='none', ranks=f'{fc.index}:bias',
+                   log=lambda *a: None)['heap']['total']
+    assert only < full
+    budget = (only + full) // 2             # the biases fit, the whole net does not
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'd'), loss='scce', batch=1, optimizer='sgd',
+                stream=True, budget=budget, log=lambda *a: None)
+    advice = [ln for ln in str(e.value).splitlines() if ':bias' in ln]
+    assert advice, str(e.value)
+    for ln in advice:
+        assert f'{conv.index}:bias' not in ln and '--train none' in ln, ln
+    ranks = re.search(r'--ranks (\S+)', advice[0]).group(1)
+    s = prepare(model, str(tmp_path / 'e'), loss='scce', batch=1, optimizer='sgd',
+                stream=True, budget=budget, train='none', ranks=ranks, log=lambda *a: None)
+    assert s['heap']['total'] <= budget
+
+
 def test_ranks_without_train_say_what_else_trains_whole(tmp_path):
     """--ranks alone takes --train's default (all) besides the ranked ops: prepare says
     which weighted ops train whole and how to train only the ranked ones, and with

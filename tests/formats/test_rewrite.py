@@ -465,3 +465,90 @@ def test_prepare_names_ops_as_the_file_numbers_them(tmp_path):
     path = b.save(str(tmp_path / 'm.circle'))
     with pytest.raises(PrepareError, match=r'op 2 is EXP'):
         prepare(path, str(tmp_path / 'o'), loss='mse')
+
+
+def build_keras_shapes(path, three_d=False, seed=0):
+    """What Keras 3 exports for Reshape + Conv + GlobalMaxPooling, built here: the
+    batch read at run time (SHAPE -> STRIDED_SLICE shrink -> PACK with constant dims ->
+    RESHAPE [1, 1, L, 3]), a 1xk CONV_2D, REDUCE_MAX over H and W (three_d: the conv
+    map reshaped to [1, L', C] and reduced over axis 1, keep_dims), an FC without bias.
+    Returns (path, numpy forward of the model as its ops define it)."""
+    rng = np.random.default_rng(seed)
+    L, C, O = 12, 5, 3
+    w = _rand(rng, C, 1, 3, 3)
+    bc = _rand(rng, C)
+    wf = _rand(rng, O, C)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, L, 3])
+    shp = b.tensor('shape', [3], dtype=np.int32)
+    b.op('SHAPE', [x], [shp], out_type='INT32')
+    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
+    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
+    n = b.tensor('n', [], dtype=np.int32)
+    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
+    dims = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate((1, L, 3))]
+    new = b.tensor('new', [4], dtype=np.int32)
+    b.op('PACK', [n] + dims, [new], values_count=4, axis=0)
+    r = b.tensor('r', [1, 1, L, 3])
+    b.op('RESHAPE', [x, new], [r])
+    c = b.tensor('c', [1, 1, L - 2, C])
+    b.op('CONV_2D', [r, b.tensor('w', w.shape, data=w), b.tensor('bc', [C], data=bc)], [c],
+         padding='VALID', fused_activation_function='RELU')
+    p = b.tensor('p', [1, C])
+    if three_d:
+        c3 = b.tensor('c3', [1, L - 2, C])
+        b.op('RESHAPE', [c], [c3], new_shape=[1, L - 2, C])
+        pk = b.tensor('pk', [1, 1, C])
+        b.op('REDUCE_MAX', [c3, b.tensor('ax', [1], data=np.array([1], np.int32))], [pk],
+             keep_dims=True)
+        b.op('RESHAPE', [pk], [p], new_shape=[1, C])
+    else:
+        b.op('REDUCE_MAX', [c, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [p])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [p, b.tensor('wf', wf.shape, data=wf), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        win = np.stack([xs[:, j:j + 3, :] for j in range(L - 2)], 1)     # [n, L-2, 3, 3]
+        z = np.maximum(np.einsum('njkc,okc->njo', win, w[:, 0]) + bc, 0)
+        return z.max(1) @ wf.T
+    return os.fspath(path), forward
+
+
+@pytest.mark.parametrize('three_d', [False, True])
+def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
+    """fold_shapes computes the run-time shape chain once (no SHAPE / PACK left: utrain
+    has no kernels for them) and reduce_max_to_pool turns the global max into a
+    MAX_POOL_2D (with RESHAPEs where the reduced axes are not NHWC's H and W); ONERT
+    gives the rewritten model the outputs of the model's definition (numpy), and prepare
+    trains it: the gradient reaches the conv under the max."""
+    src, forward = build_keras_shapes(tmp_path / 'k.tflite', three_d)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert info['shapes'] == 3 and info['max_pools'] == 1
+    names = ops(dst)
+    assert 'SHAPE' not in names and 'PACK' not in names and 'REDUCE_MAX' not in names
+    assert 'MAX_POOL_2D' in names
+    x = np.random.default_rng(1).standard_normal((5, 12, 3)).astype(np.float32)
+    got = onert_infer(dst, x)
+    ref = forward(x.astype(np.float64))
+    assert np.abs(ref).max() > 1e-2
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    xs = np.random.default_rng(2).standard_normal((16, 12, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
+                log=lambda *a: None)
+    assert s['trainable_params'] == 5 * 9 + 5 + 15
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    from host_tools.files.wof import read_wof
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    moved = [k for k in before if not np.array_equal(before[k], after[k])]
+    assert len(moved) == 3         # the conv's weight and bias under the max, the FC
