@@ -168,6 +168,8 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         if s.get('input_perm'):
             raise ValueError('its input is transposed by the rewrites (NCHW)')
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
+        for op, n in zip(g.ops, s.get('op_numbers') or ()):
+            op.src = n          # messages name the user's op numbers, not the rewrite's
         from ..files.dataset import read_samples
         x, _ = read_samples(os.path.join(tmp, 'train.ds'), g.tensors[g.inputs[0]].shape)
         og = calibrate(tmp, g, x[:1000])
@@ -187,8 +189,7 @@ def choose(int8, model_path, board, backend, data, s, cache):
     why = why_not(s, cache) or (None if data else 'no --data to calibrate the int8 scales on')
     if int8:
         if why:
-            raise ValueError(f'{model_path}: --int8 cannot train it as int8: {why}; without '
-                             '--int8 it trains in float32')
+            raise ValueError(f'{model_path}: {why}; without --int8 it trains in float32')
         return True, 'asked (--int8)'
     if not board or board == 'unix' or not backend.startswith('fallback') or why:
         return False, ''

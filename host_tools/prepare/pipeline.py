@@ -237,6 +237,8 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                'bands': [[g.ops[lo].number, g.ops[hi - 1].number, r] for lo, hi, r in p.bands],
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'quant': info['quant']}
+    if files['rewritten']:      # each op of the rewritten file: its number in the user's
+        summary['op_numbers'] = [op.number for op in g.ops]
     if 'train_config' in wrote:
         summary['train_config'] = wrote['train_config']
     if sel:
@@ -386,8 +388,10 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
     except (ValueError, PrepareError) as e:
         if int8:
-            raise PrepareError(f'{model_path}: --int8 cannot train it as int8: '
-                               f'{str(e).replace(model_path + ": ", "")}') from None
+            why = str(e).replace(model_path + ': ', '')
+            if 'without --int8' not in why:
+                why += '; without --int8 it trains in float32'
+            raise PrepareError(f'{model_path}: --int8 cannot train it as int8: {why}') from None
         log(f'{model_path}: trains in float32 (int8 from float does not take it: '
             f'{str(e).replace(model_path + ": ", "")})')
         return None

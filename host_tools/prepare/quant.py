@@ -120,7 +120,7 @@ def _folds(g: Graph, ops):
                 p = [int(v) for v in np.asarray(p).reshape(-1)]
                 ok = p[0] == p[1] == p[6] == p[7] == 0 and min(p) >= 0
             if not ok:
-                raise ValueError(f'{g.path}: PAD op {op.index} must pad H and W of an NHWC '
+                raise ValueError(f'{g.path}: PAD op {op.number} must pad H and W of an NHWC '
                                  'tensor read by one CONV_2D / DEPTHWISE_CONV_2D alone, with '
                                  'its input\'s scale and zero point (int8 training folds it '
                                  'into that convolution)')
@@ -175,9 +175,9 @@ def layers(g: Graph, train='last:1', ranks=None):
             continue
         k = KINDS.get(op.name)
         if k is None:
-            raise ValueError(f'{g.path}: op {op.index} ({op.name}) is not supported by int8 '
+            raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'MAX_POOL_2D, AVERAGE_POOL_2D, PAD, RESHAPE); prepare --dequantize trains it in float')
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, PAD, RESHAPE)')
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
         xin = src(pad[0] if pad else op.inputs[0])
@@ -206,7 +206,7 @@ def _add_layer(g, op, d, x, y, xin, x2in):
     sx, sy = d['sx'], d['sy']
     x2 = g.tensors[op.inputs[1]]
     if list(x2.shape) != list(x.shape) or list(y.shape) != list(x.shape):
-        raise ValueError(f'{g.path}: ADD op {op.index} broadcasts; int8 training adds '
+        raise ValueError(f'{g.path}: ADD op {op.number} broadcasts; int8 training adds '
                          'tensors of one shape')
     (s2,), (z2,) = _q(x2)
     tm = 2 * max(sx, s2)
@@ -223,10 +223,10 @@ def _pool_layer(g, op, d, x, y):
     """layers(): a MAX_POOL_2D / AVERAGE_POOL_2D's geometry (input and output quantized
     alike, as TFLite's int8 pools need)."""
     if len(x.shape) != 4 or len(y.shape) != 4:
-        raise ValueError(f'{g.path}: {op.name} op {op.index} must pool an NHWC tensor')
+        raise ValueError(f'{g.path}: {op.name} op {op.number} must pool an NHWC tensor')
     sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
     if not (math.isclose(sx, sy, rel_tol=1e-6) and zx == zy):
-        raise ValueError(f'{g.path}: {op.name} op {op.index} has input scale {sx} '
+        raise ValueError(f'{g.path}: {op.name} op {op.number} has input scale {sx} '
                          f'zero point {zx} but output scale {sy} zero point '
                          f'{zy}; TFLite\'s int8 pools need them equal')
     H, W, C = x.shape[1:]
@@ -236,7 +236,7 @@ def _pool_layer(g, op, d, x, y):
     OH, ph = _pad(H, KH, sh, 1, o.get('padding', 'SAME'))
     OW, pw = _pad(W, KW, sw_, 1, o.get('padding', 'SAME'))
     if [1, OH, OW, C] != list(y.shape) or min(KH, KW, sh, sw_, OH, OW) < 1:
-        raise ValueError(f'{g.path}: {op.name} op {op.index}: output shape '
+        raise ValueError(f'{g.path}: {op.name} op {op.number}: output shape '
                          f'{list(y.shape)} is not its {KH}x{KW} window\'s [1, {OH}, '
                          f'{OW}, {C}]')
     d['g'] = [H, W, C, C, KH, KW, sh, sw_, ph, pw, OH, OW, 1, 1]
@@ -247,7 +247,7 @@ def _mean_layer(g, op, d, x):
     reduce_common.cc does."""
     axis = sorted(int(a) % 4 for a in g.tensors[op.inputs[1]].data.ravel())
     if len(x.shape) != 4 or axis != [1, 2]:
-        raise ValueError(f'{g.path}: MEAN op {op.index} must reduce H and W of NHWC')
+        raise ValueError(f'{g.path}: MEAN op {op.number} must reduce H and W of NHWC')
     n = x.shape[1] * x.shape[2]
     m, e = quantize_multiplier(d['sx'] / d['sy'])
     sh = min(int(math.floor(math.log2(n))), 32, 31 + e)
@@ -266,7 +266,7 @@ def _weighted_layer(g, op, d, x, pad):
         zero_bias(g, op, sx[0], sw)
     b = g.tensors[op.inputs[2]]
     if b.dtype != 'int32':
-        raise ValueError(f'{g.path}: bias {b.name!r} of op {op.index} is {b.dtype}, not int32')
+        raise ValueError(f'{g.path}: bias {b.name!r} of op {op.number} is {b.dtype}, not int32')
     mm = [quantize_multiplier(sx[0] * s / d['sy']) for s in sw]
     d.update(wt=op.inputs[1], bt=op.inputs[2], wn=int(w.data.size), nb=int(b.data.size),
              sw=sw, mul=[m for m, _ in mm], shf=[e for _, e in mm])
@@ -911,7 +911,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
         op = next(op for op in g.ops if len(op.inputs) > 2 and op.inputs[2] == t.index)
-        log(f'{model_path}: op {op.index} {op.name} has no bias tensor: it trains with a zero '
+        log(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains with a zero '
             f'int32 bias ({t.name}), which export writes into the trained model')
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '

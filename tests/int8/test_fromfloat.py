@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from repo import ROOT, no_keep_best
+from kerasgraphs import build_keras_shapes
 from host_tools.prepare import fromfloat
 from host_tools.target import runner
 from host_tools.formats.circle_io import read_model
@@ -58,6 +59,29 @@ def test_prepare_chooses_int8_for_a_board_without_ulab_and_says_how_to_keep_floa
                 **dict(KW, loss='mse'))
     with pytest.raises(PrepareError, match=r'no --data to calibrate'):
         prepare(MLP, str(tmp_path / 'c'), int8=True, log=lambda *a: None, **KW)
+
+
+def test_int8_from_float_names_the_files_op_numbers_and_what_to_do(tmp_path):
+    """A float model the rewrites shorten (Keras 3's run-time shape chain folded, its
+    global max a pool): what prepare --int8 says of an op names it by its number in the
+    user's file, not the rewritten graph's; a refusal names the file once, says why and
+    what trains it (without --int8: float32)."""
+    src, _ = build_keras_shapes(tmp_path / 'k.tflite')
+    names = [op.name for op in read_model(src).ops]
+    fc = names.index('FULLY_CONNECTED')
+    xs = np.random.default_rng(2).standard_normal((32, 12, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(32) % 3)
+    said = []
+    s = prepare(src, str(tmp_path / 'o'), data=str(tmp_path / 'd.npz'), epochs=1, int8=True,
+                from_logits=True, train='all', log=said.append, **KW)
+    assert s.get('int8'), said
+    assert any(f'op {fc} FULLY_CONNECTED has no bias tensor' in x for x in said), (fc, said)
+    with pytest.raises(PrepareError) as e:
+        prepare(src, str(tmp_path / 'p'), data=str(tmp_path / 'd.npz'), int8=True,
+                log=lambda *a: None, **dict(KW, loss='mse'))
+    msg = str(e.value)
+    assert msg.count(src) == 1 and msg.count('cannot train it as int8') == 1, msg
+    assert msg.endswith('without --int8 it trains in float32'), msg
 
 
 def test_calibrated_int8_model_computes_the_float_model(tmp_path):

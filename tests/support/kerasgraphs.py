@@ -1,0 +1,62 @@
+"""Graphs as another exporter writes them, built here with circle_build: what Keras 3
+puts in a .tflite that our own examples never had (tests/formats/test_rewrite.py,
+tests/int8/test_fromfloat.py)."""
+import os
+
+import numpy as np
+
+from host_tools.formats.circle_build import CircleBuilder
+
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def build_keras_shapes(path, three_d=False, seed=0):
+    """What Keras 3 exports for Reshape + Conv + GlobalMaxPooling, built here: the
+    batch read at run time (SHAPE -> STRIDED_SLICE shrink -> PACK with constant dims ->
+    RESHAPE [1, 1, L, 3]), a 1xk CONV_2D, REDUCE_MAX over H and W (three_d: the conv
+    map reshaped to [1, L', C] and reduced over axis 1, keep_dims), an FC without bias.
+    Returns (path, numpy forward of the model as its ops define it)."""
+    rng = np.random.default_rng(seed)
+    L, C, O = 12, 5, 3
+    w = _rand(rng, C, 1, 3, 3)
+    bc = _rand(rng, C)
+    wf = _rand(rng, O, C)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, L, 3])
+    shp = b.tensor('shape', [3], dtype=np.int32)
+    b.op('SHAPE', [x], [shp], out_type='INT32')
+    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
+    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
+    n = b.tensor('n', [], dtype=np.int32)
+    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
+    dims = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate((1, L, 3))]
+    new = b.tensor('new', [4], dtype=np.int32)
+    b.op('PACK', [n] + dims, [new], values_count=4, axis=0)
+    r = b.tensor('r', [1, 1, L, 3])
+    b.op('RESHAPE', [x, new], [r])
+    c = b.tensor('c', [1, 1, L - 2, C])
+    b.op('CONV_2D', [r, b.tensor('w', w.shape, data=w), b.tensor('bc', [C], data=bc)], [c],
+         padding='VALID', fused_activation_function='RELU')
+    p = b.tensor('p', [1, C])
+    if three_d:
+        c3 = b.tensor('c3', [1, L - 2, C])
+        b.op('RESHAPE', [c], [c3], new_shape=[1, L - 2, C])
+        pk = b.tensor('pk', [1, 1, C])
+        b.op('REDUCE_MAX', [c3, b.tensor('ax', [1], data=np.array([1], np.int32))], [pk],
+             keep_dims=True)
+        b.op('RESHAPE', [pk], [p], new_shape=[1, C])
+    else:
+        b.op('REDUCE_MAX', [c, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [p])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [p, b.tensor('wf', wf.shape, data=wf), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        win = np.stack([xs[:, j:j + 3, :] for j in range(L - 2)], 1)     # [n, L-2, 3, 3]
+        z = np.maximum(np.einsum('njkc,okc->njo', win, w[:, 0]) + bc, 0)
+        return z.max(1) @ wf.T
+    return os.fspath(path), forward
