@@ -94,22 +94,30 @@ BUILDS = [pytest.param(None, 'fallback', id='64-fallback'),
           pytest.param('UTRAIN_MP32_ULAB', 'ulab', marks=needs('UTRAIN_MP32_ULAB'), id='32-ulab')]
 
 
-@pytest.mark.parametrize('var,backend', BUILDS)
-@pytest.mark.parametrize('case', list(CASES))
-def test_planner_bounds_the_zoo_models(tmp_path, monkeypatch, case, var, backend):
+def _prepared(tmp_path, monkeypatch, var, make, seed, **kw):
+    """make's model prepared (SGD, batch 1, one epoch over 8 random samples of its input
+    drawn with seed; prepare's kw) and staged for build var (its variable; None: the
+    default build): (folder, summary)."""
     if var:
         monkeypatch.setenv('MICROPYTHON', build(var))
-    make, kw = CASES[case]
     path, shape, classes = make(str(tmp_path / 'm.circle'))
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     npz = str(tmp_path / 'd.npz')
     np.savez(npz, x=rng.standard_normal((8,) + shape[1:]).astype(np.float32),
              y=rng.integers(0, classes, 8))
     out = str(tmp_path / 'o')
     s = prepare(path, out, data=npz, loss='scce', from_logits=True, optimizer='sgd', lr=0.01,
-                batch=1, epochs=1, backend=backend, **kw)
-    plan = s['heap']['total']
+                batch=1, epochs=1, **kw)
     runner.stage(out)
+    return out, s
+
+
+@pytest.mark.parametrize('var,backend', BUILDS)
+@pytest.mark.parametrize('case', list(CASES))
+def test_planner_bounds_the_zoo_models(tmp_path, monkeypatch, case, var, backend):
+    make, kw = CASES[case]
+    out, s = _prepared(tmp_path, monkeypatch, var, make, 3, backend=backend, **kw)
+    plan = s['heap']['total']
     assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.3)), f'{case}: trains in plan / 1.3 = {int(plan / 1.3)} B'
 
@@ -132,19 +140,9 @@ HOST_CACHE = {'ln-gelu': ln_gelu, 'cnn': cnn}
 @pytest.mark.parametrize('var,backend', BUILDS)
 @pytest.mark.parametrize('case', list(HOST_CACHE))
 def test_a_host_made_prefix_cache_is_planned_within_1_2x(tmp_path, monkeypatch, case, var, backend):
-    if var:
-        monkeypatch.setenv('MICROPYTHON', build(var))
-    path, shape, classes = HOST_CACHE[case](str(tmp_path / 'm.circle'))
-    rng = np.random.default_rng(5)
-    npz = str(tmp_path / 'd.npz')
-    np.savez(npz, x=rng.standard_normal((8,) + shape[1:]).astype(np.float32),
-             y=rng.integers(0, classes, 8))
-    out = str(tmp_path / 'o')
-    s = prepare(path, out, data=npz, loss='scce', from_logits=True, optimizer='sgd', lr=0.01,
-                batch=1, epochs=1, backend=backend, train='last:2', cache='host',
-                log=lambda *a: None)
+    out, s = _prepared(tmp_path, monkeypatch, var, HOST_CACHE[case], 5, backend=backend,
+                       train='last:2', cache='host', log=lambda *a: None)
     plan = s['heap']['total']
     assert s['heap'].get('prefix_phase'), 'no phase before training planned'
-    runner.stage(out)
     assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.2)), f'{case}: trains in plan / 1.2 = {int(plan / 1.2)} B'

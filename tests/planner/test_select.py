@@ -167,26 +167,33 @@ except ValueError as e:
     assert 'refused: other.ckpt: ' in r.stdout, r.stdout + r.stderr
 
 
+def _board_potentials(out, x, y):
+    """The board's Fisher potentials (utrain.fisher, the micro/ code on the host) of
+    prepared folder out's net on samples x, labels y (written as its train.ds): (net, P)."""
+    from host_tools.files.dataset import write_dataset
+    from host_tools.prepare.select import micro
+    write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
+    Net, Dataset, fisher = micro('model').Net, micro('data').Dataset, micro('fisher')
+    net = Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    ds = Dataset(os.path.join(out, 'train.ds'))
+    P = fisher.potentials(net, ds, len(x), {'loss': 'scce', 'from_logits': True})
+    ds.close()
+    return net, P
+
+
 def test_fisher_potentials_match_pytorch(tmp_path):
     """The board's Fisher potential of each layer's output channels, 1/(2N) sum_n
     (sum_d a*g)^2, against PyTorch autograd on the same weights and samples."""
     import torch
     from host_tools.formats.refmodels import mlp
-    from host_tools.files.dataset import write_dataset
-    from host_tools.prepare.select import micro
     path = mlp(str(tmp_path / 'm.circle'), [6, 8, 5, 4], seed=3, softmax=False)
     out = str(tmp_path / 'o')
     prepare(path, out, loss='scce', from_logits=True, optimizer='sgd', lr=0.1, batch=1)
     rng = np.random.default_rng(4)
     x = rng.normal(size=(12, 6)).astype(np.float32)
     y = rng.integers(0, 4, 12)
-    write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
-    Net, Dataset, fisher = micro('model').Net, micro('data').Dataset, micro('fisher')
-    net = Net(os.path.join(out, 'model.flat'))
-    net.load_weights(os.path.join(out, 'weights.wof'))
-    ds = Dataset(os.path.join(out, 'train.ds'))
-    P = fisher.potentials(net, ds, 12, {'loss': 'scce', 'from_logits': True})
-    ds.close()
+    _, P = _board_potentials(out, x, y)
     g = read_model(path)
     W = [torch.tensor(g.tensors[op.inputs[1]].data, dtype=torch.float64, requires_grad=True)
          for op in g.ops]
@@ -242,20 +249,14 @@ def test_fisher_potentials_pass_a_residual_whose_skip_is_frozen(tmp_path):
     reached the layers below.  Against PyTorch autograd on a net the test builds: FC0
     (frozen) -> h0; FC1 (trains) -> h1; h0 + h1 -> the classifier FC2."""
     import torch
-    from host_tools.files.dataset import write_dataset
     from host_tools.prepare.select import micro
     rng = np.random.default_rng(5)
     out, Ws, Bs = _residual_net(tmp_path, rng)
     x = rng.normal(size=(10, 6)).astype(np.float32)
     y = rng.integers(0, 4, 10)
-    write_dataset(os.path.join(out, 'train.ds'), x, y.reshape(-1, 1).astype(np.float32))
-    Net, Dataset, fisher = micro('model').Net, micro('data').Dataset, micro('fisher')
-    net = Net(os.path.join(out, 'model.flat'))
-    net.load_weights(os.path.join(out, 'weights.wof'))
+    net, P = _board_potentials(out, x, y)
     assert any(fl == 0 for _, fl in net.bwd)        # the case: the ADD's entry
-    ds = Dataset(os.path.join(out, 'train.ds'))
-    P = fisher.potentials(net, ds, 10, {'loss': 'scce', 'from_logits': True})
-    ds.close()
+    fisher = micro('fisher')
     W = [torch.tensor(w, dtype=torch.float64, requires_grad=True) for w in Ws]
     B = [torch.tensor(c, dtype=torch.float64) for c in Bs]
     want = torch.zeros(8, dtype=torch.float64)
