@@ -11,6 +11,7 @@ from host_tools.formats.circle_io import read_model
 from host_tools.cli import main
 
 from repo import ROOT  # noqa: E402
+from kerasgraphs import build_keras_shapes  # noqa: E402
 pytest.importorskip('onert')
 
 
@@ -44,6 +45,23 @@ def test_classifier_accuracy_and_loss_match_numpy(tmp_path, capsys):
     assert r['loss'] == pytest.approx(-np.mean(np.log(p[np.arange(50), y])), rel=1e-4)
     assert main(['evaluate', path, str(tmp_path / 'd.npz')]) == 0
     assert f'accuracy {want:.4f}' in capsys.readouterr().out
+
+
+def test_keras3_shape_chain_scored_on_its_folded_graph(tmp_path):
+    """A Keras 3 export computes its reshape at run time and leaves every batch open: ONERT
+    fails on it as it is; evaluate scores the graph with the shape arithmetic folded (what
+    prepare trains), the same values as the ops define."""
+    src, forward = build_keras_shapes(tmp_path / 'k.tflite')
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(40, 12, 3)).astype(np.float32)
+    out = forward(x)
+    y = np.where(rng.random(40) < 0.7, out.argmax(1), rng.integers(0, 3, 40))
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    r = infer.evaluate(src, tmp_path / 'd.npz')
+    assert r['hits'] == int(np.sum(out.argmax(1) == y)) and r['hits'] < 40
+    assert 'folded' in r['runtime']
+    run, _, _ = infer.predictor(src)
+    np.testing.assert_allclose(run(x[:5]), forward(x[:5]), rtol=1e-4, atol=1e-4)
 
 
 def test_regression_scores_mae_and_mse(tmp_path):

@@ -15,7 +15,8 @@ def _rand(rng, *shape):
 def build_keras_shapes(path, three_d=False, seed=0):
     """What Keras 3 exports for Reshape + Conv + GlobalMaxPooling, built here: the
     batch read at run time (SHAPE -> STRIDED_SLICE shrink -> PACK with constant dims ->
-    RESHAPE [1, 1, L, 3]), a 1xk CONV_2D, REDUCE_MAX over H and W (three_d: the conv
+    RESHAPE [1, 1, L, 3]; the input's batch left open in every activation's shape
+    signature, which ONERT cannot run as it is), a 1xk CONV_2D, REDUCE_MAX over H and W (three_d: the conv
     map reshaped to [1, L', C] and reduced over axis 1, keep_dims), an FC without bias.
     Returns (path, numpy forward of the model as its ops define it)."""
     rng = np.random.default_rng(seed)
@@ -24,7 +25,10 @@ def build_keras_shapes(path, three_d=False, seed=0):
     bc = _rand(rng, C)
     wf = _rand(rng, O, C)
     b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, L, 3])
+
+    def act(name, shape):       # an activation: Keras 3 leaves its batch open
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, L, 3])
     shp = b.tensor('shape', [3], dtype=np.int32)
     b.op('SHAPE', [x], [shp], out_type='INT32')
     i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
@@ -34,22 +38,22 @@ def build_keras_shapes(path, three_d=False, seed=0):
     dims = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate((1, L, 3))]
     new = b.tensor('new', [4], dtype=np.int32)
     b.op('PACK', [n] + dims, [new], values_count=4, axis=0)
-    r = b.tensor('r', [1, 1, L, 3])
+    r = act('r', [1, 1, L, 3])
     b.op('RESHAPE', [x, new], [r])
-    c = b.tensor('c', [1, 1, L - 2, C])
+    c = act('c', [1, 1, L - 2, C])
     b.op('CONV_2D', [r, b.tensor('w', w.shape, data=w), b.tensor('bc', [C], data=bc)], [c],
          padding='VALID', fused_activation_function='RELU')
-    p = b.tensor('p', [1, C])
+    p = act('p', [1, C])
     if three_d:
-        c3 = b.tensor('c3', [1, L - 2, C])
+        c3 = act('c3', [1, L - 2, C])
         b.op('RESHAPE', [c], [c3], new_shape=[1, L - 2, C])
-        pk = b.tensor('pk', [1, 1, C])
+        pk = act('pk', [1, 1, C])
         b.op('REDUCE_MAX', [c3, b.tensor('ax', [1], data=np.array([1], np.int32))], [pk],
              keep_dims=True)
         b.op('RESHAPE', [pk], [p], new_shape=[1, C])
     else:
         b.op('REDUCE_MAX', [c, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [p])
-    y = b.tensor('y', [1, O])
+    y = act('y', [1, O])
     b.op('FULLY_CONNECTED', [p, b.tensor('wf', wf.shape, data=wf), -1], [y])
     b.inputs(x)
     b.outputs(y)
