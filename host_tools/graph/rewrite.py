@@ -592,6 +592,8 @@ def _host_value(g: Graph, op: Operator):
     o = op.options
     if op.name == 'PACK':
         return np.stack(v, int(o.get('axis', 0)))
+    if op.name == 'FILL' and len(v) == 2:
+        return np.full([int(d) for d in v[0].reshape(-1)], v[1].reshape(-1)[0])
     if op.name == 'CONCATENATION':
         return np.concatenate(v, int(o.get('axis', 0)))
     if op.name == 'GATHER' and not o.get('batch_dims'):
@@ -610,13 +612,15 @@ def fold_shapes(g: Graph) -> int:
     """Shape arithmetic whose value the host knows -> constants: SHAPE of any tensor
     (every shape is static here) and the integer ops over constants after it (Keras 3
     exports Reshape and Flatten as SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, the batch
-    read at run time).  Only ops with integer outputs that are not graph outputs fold;
-    the folded ops are removed.  Returns how many."""
+    read at run time), and a FILL of such a shape (a recurrent layer's zero initial
+    state, sized by the batch read at run time: any dtype, it is a constant).  Only ops
+    with integer outputs that are not graph outputs fold; the folded ops are removed.
+    Returns how many."""
     done = 0
     for op in list(g.ops):
         outs = [g.tensors[k] for k in op.outputs]
-        if len(outs) != 1 or op.outputs[0] in g.outputs or \
-                not np.issubdtype(np.dtype(outs[0].dtype), np.integer):
+        if len(outs) != 1 or op.outputs[0] in g.outputs or not (
+                op.name == 'FILL' or np.issubdtype(np.dtype(outs[0].dtype), np.integer)):
             continue
         try:
             v = _host_value(g, op)
@@ -626,6 +630,36 @@ def fold_shapes(g: Graph) -> int:
             continue
         outs[0].data = np.ascontiguousarray(v.astype(outs[0].dtype).reshape(outs[0].shape))
         remove_op(g, op)
+        done += 1
+    return done
+
+
+def unpack_to_split(g: Graph) -> int:
+    """UNPACK along an axis (Keras's recurrent layers unrolled: the sequence cut into its
+    steps) -> SPLIT along that axis into size-1 pieces, and a RESHAPE of each piece to its
+    step's shape (the axis dropped): the same values, through ops that train.  Returns
+    how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'UNPACK' or len(op.inputs) != 1:
+            continue
+        x = op.inputs[0]
+        shape = list(g.tensors[x].shape)
+        a = int(op.options.get('axis', 0)) % len(shape)
+        if shape[a] != len(op.outputs):
+            continue
+        piece = shape[:a] + [1] + shape[a + 1:]
+        parts = [new_tensor(g, g.tensors[y].name + '/piece', piece) for y in op.outputs]
+        axis = new_tensor(g, g.tensors[x].name + '/unpack_axis', [], np.array(a, np.int32))
+        at = g.ops.index(op)
+        for y, pc in zip(reversed(op.outputs), reversed(parts)):
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [pc], [y], {})
+            _make_reshape(g, rs, list(g.tensors[y].shape))
+            g.ops.insert(at + 1, rs)
+        op.name, op.code = 'SPLIT', OP_CODES['SPLIT']
+        op.inputs, op.outputs = [axis, x], parts
+        op.options = {'num_splits': len(parts)}
+        _renumber(g)
         done += 1
     return done
 
@@ -679,10 +713,11 @@ def rewrite(g: Graph, keep=()) -> dict:
     {'dequantized': n tensors, 'quant': {...}, 'transposes': n, 'batchnorm': n, ...}."""
     quant = dequantize(g)
     sh = fold_shapes(g)
+    up = unpack_to_split(g)
     tr = cancel_transposes(g)
     bn = fold_batchnorm(g, keep={id(op) for op in keep})
     sp = slices_to_split(g)
     mx = reduce_max_to_pool(g)
     return {'dequantized': len(quant), 'quant': quant, 'transposes': tr, 'batchnorm': bn,
-            'splits': sp, 'shapes': sh, 'max_pools': mx,
-            'changed': bool(quant or tr or bn or sp or sh or mx)}
+            'splits': sp + up, 'shapes': sh, 'max_pools': mx,
+            'changed': bool(quant or tr or bn or sp or sh or mx or up)}

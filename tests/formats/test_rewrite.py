@@ -30,7 +30,7 @@ from host_tools.graph import rewrite as rw  # noqa: E402
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
-from kerasgraphs import build_keras_shapes  # noqa: E402
+from kerasgraphs import build_keras_shapes, build_keras_rnn  # noqa: E402
 
 torch = pytest.importorskip('torch')
 nn = torch.nn
@@ -503,3 +503,35 @@ def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     moved = [k for k in before if not np.array_equal(before[k], after[k])]
     assert len(moved) == 3         # the conv's weight and bias under the max, the FC
+
+
+def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path):
+    """Keras 3's unrolled recurrent layer: the zero initial state FILLed to a run-time
+    shape folds to a constant and UNPACK becomes SPLIT + RESHAPEs (no FILL, UNPACK or
+    SHAPE left: utrain has no kernels for them); ONERT on the rewritten model gives the
+    model's definition (numpy); prepare trains it and the recurrent weight, shared by
+    every step, moves."""
+    src, forward = build_keras_rnn(tmp_path / 'rnn.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    names = ops(dst)
+    assert not {'FILL', 'UNPACK', 'SHAPE', 'PACK'} & set(names) and 'SPLIT' in names
+    x = np.random.default_rng(1).standard_normal((6, 5, 3)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    xs = np.random.default_rng(2).standard_normal((16, 5, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
+                log=lambda *a: None)
+    assert s['trainable_params'] == 4 * 3 + 4 + 4 * 4 + 3 * 4 + 3
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}

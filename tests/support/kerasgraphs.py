@@ -64,3 +64,54 @@ def build_keras_shapes(path, three_d=False, seed=0):
         z = np.maximum(np.einsum('njkc,okc->njo', win, w[:, 0]) + bc, 0)
         return z.max(1) @ wf.T
     return os.fspath(path), forward
+
+
+def build_keras_rnn(path, seed=0, T=5, F=3, H=4, O=3):
+    """What Keras 3 exports for an unrolled SimpleRNN + Dense, built here: the zero initial
+    state as FILL of a shape read at run time (SHAPE -> STRIDED_SLICE -> PACK -> FILL),
+    the sequence cut into its steps by UNPACK, each step h = tanh(FC(x_t) + FC(h), the
+    recurrent FC without bias and its weight shared by every step), then an FC.  Returns
+    (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    wx, bx, wh = _rand(rng, H, F), _rand(rng, H), _rand(rng, H, H) * 0.5
+    wo, bo = _rand(rng, O, H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, T, F])
+    shp = b.tensor('shape', [3], dtype=np.int32)
+    b.op('SHAPE', [x], [shp], out_type='INT32')
+    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
+    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
+    n = b.tensor('n', [], dtype=np.int32)
+    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
+    dims = b.tensor('dims', [2], dtype=np.int32)
+    b.op('PACK', [n, b.tensor('h', [], data=np.array(H, np.int32))], [dims], values_count=2,
+         axis=0)
+    h = act('h0', [1, H])
+    b.op('FILL', [dims, b.tensor('zero', [], data=np.array(0.0, np.float32))], [h])
+    steps = [act(f'x{t}', [1, F]) for t in range(T)]
+    b.op('UNPACK', [x], steps, num=T, axis=1)
+    twx, tbx, twh = (b.tensor('wx', wx.shape, data=wx), b.tensor('bx', [H], data=bx),
+                     b.tensor('wh', wh.shape, data=wh))
+    for t in range(T):
+        a, r, s = act(f'a{t}', [1, H]), act(f'r{t}', [1, H]), act(f's{t}', [1, H])
+        b.op('FULLY_CONNECTED', [steps[t], twx, tbx], [a])
+        b.op('FULLY_CONNECTED', [h, twh, -1], [r])
+        b.op('ADD', [a, r], [s])
+        h = act(f'h{t + 1}', [1, H])
+        b.op('TANH', [s], [h])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [h, b.tensor('wo', wo.shape, data=wo), b.tensor('bo', [O], data=bo)],
+         [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        hs = np.zeros((len(xs), H))
+        for t in range(T):
+            hs = np.tanh(xs[:, t] @ wx.T + bx + hs @ wh.T)
+        return hs @ wo.T + bo
+    return os.fspath(path), forward
