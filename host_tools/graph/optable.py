@@ -338,10 +338,14 @@ def _where(op):
 
 
 def _shape4(g, k, op):
-    """Tensor k's shape left-padded to 4-D (the device keeps [d0*d1*d2, d3])."""
+    """Tensor k's shape left-padded to 4-D (the device keeps [d0*d1*d2, d3]); a higher
+    rank whose leading axes are 1 (Keras's UpSampling2D tiles [1, H, 1, W, C]) drops them."""
     s = list(g.tensors[k].shape)
+    while len(s) > 4 and s[0] == 1:
+        s = s[1:]
     if len(s) > 4:
-        raise ValueError(f'{_where(op)}: tensor {k} has rank {len(s)}; utrain handles up to 4-D')
+        raise ValueError(f'{_where(op)}: tensor {k} has shape {list(g.tensors[k].shape)}; '
+                         'utrain handles up to 4-D (or more with leading axes of 1)')
     return [1] * (4 - len(s)) + s
 
 

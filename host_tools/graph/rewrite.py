@@ -631,7 +631,27 @@ def fold_shapes(g: Graph) -> int:
         outs[0].data = np.ascontiguousarray(v.astype(outs[0].dtype).reshape(outs[0].shape))
         remove_op(g, op)
         done += 1
+    if done:
+        _reshape_outputs(g)
     return done
+
+
+def _reshape_outputs(g: Graph):
+    """A RESHAPE whose new shape the host now knows gets that shape on its output: where
+    the exporter could not infer it (a shape read at run time) the file may give a wrong
+    one (Keras 3's UpSampling2D: [1, 1, 8, 4] for [1, 8, 8, 4])."""
+    for op in g.ops:
+        if op.name != 'RESHAPE' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
+            continue
+        n = int(np.prod(g.tensors[op.inputs[0]].shape))
+        new = const_ints(g, op.inputs[1])
+        if new.count(-1) == 1:
+            rest = int(np.prod([d for d in new if d != -1]))
+            new[new.index(-1)] = n // rest if rest else 0
+        y = g.tensors[op.outputs[0]]
+        if -1 not in new and int(np.prod(new)) == n and list(y.shape) != new and \
+                op.outputs[0] not in g.outputs:
+            y.shape = new
 
 
 def unpack_to_split(g: Graph) -> int:
@@ -659,6 +679,40 @@ def unpack_to_split(g: Graph) -> int:
         op.name, op.code = 'SPLIT', OP_CODES['SPLIT']
         op.inputs, op.outputs = [axis, x], parts
         op.options = {'num_splits': len(parts)}
+        _renumber(g)
+        done += 1
+    return done
+
+
+def tile_to_concat(g: Graph) -> int:
+    """TILE by constant multiples -> a CONCATENATION of m copies of its input along each
+    axis tiled m times (Keras's UpSampling2D: EXPAND_DIMS -> TILE -> RESHAPE per axis);
+    the same values, and the gradient of the copies sums into the input as a tensor read
+    m times does.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'TILE' or len(op.inputs) != 2 or not is_const(g, op.inputs[1]) or \
+                is_const(g, op.inputs[0]):
+            continue
+        mult = const_ints(g, op.inputs[1])
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        if len(mult) != len(shape) or min(mult) < 1 or \
+                [n * m for n, m in zip(shape, mult)] != list(g.tensors[y].shape):
+            continue
+        axes = [a for a, m in enumerate(mult) if m > 1]
+        at = g.ops.index(op)
+        made = []
+        for j, a in enumerate(axes):
+            shape[a] *= mult[a]
+            out = y if j == len(axes) - 1 else new_tensor(g, g.tensors[y].name + f'/tile{a}', list(shape))
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [x] * mult[a],
+                                 [out], {'axis': a, 'fused_activation_function': 'NONE'}))
+            x = out
+        if not made:            # multiples all 1: a copy
+            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}))
+            _make_reshape(g, made[0], list(g.tensors[y].shape))
+        g.ops[at:at + 1] = made
         _renumber(g)
         done += 1
     return done
@@ -714,10 +768,11 @@ def rewrite(g: Graph, keep=()) -> dict:
     quant = dequantize(g)
     sh = fold_shapes(g)
     up = unpack_to_split(g)
+    tl = tile_to_concat(g)
     tr = cancel_transposes(g)
     bn = fold_batchnorm(g, keep={id(op) for op in keep})
     sp = slices_to_split(g)
     mx = reduce_max_to_pool(g)
     return {'dequantized': len(quant), 'quant': quant, 'transposes': tr, 'batchnorm': bn,
-            'splits': sp + up, 'shapes': sh, 'max_pools': mx,
-            'changed': bool(quant or tr or bn or sp or sh or mx or up)}
+            'splits': sp + up, 'shapes': sh, 'max_pools': mx, 'tiles': tl,
+            'changed': bool(quant or tr or bn or sp or sh or mx or up or tl)}

@@ -30,7 +30,7 @@ from host_tools.graph import rewrite as rw  # noqa: E402
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
-from kerasgraphs import build_keras_shapes, build_keras_rnn  # noqa: E402
+from kerasgraphs import build_keras_shapes, build_keras_rnn, build_keras_upsample  # noqa: E402
 
 torch = pytest.importorskip('torch')
 nn = torch.nn
@@ -535,3 +535,34 @@ def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path):
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
     assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}
+
+
+def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
+    """Keras 3's UpSampling2D: TILE of a 5-D [1, H, 1, W, C] becomes a CONCATENATION of
+    copies (no TILE left; 5-D with a leading 1 runs as 4-D), and the RESHAPE to a shape
+    computed at run time gets the folded shape on its output where the file's static one
+    is wrong; ONERT on the rewrite = numpy, prepare trains it (the conv under the tiles
+    moves: the gradient of both copies reaches it)."""
+    src, forward = build_keras_upsample(tmp_path / 'up.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    names = ops(dst)
+    assert 'TILE' not in names and 'SHAPE' not in names and info['tiles'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 3, 4, 1)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
+                log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    assert moved == {'w', 'bc', 'wf', 'bf'}

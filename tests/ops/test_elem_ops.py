@@ -67,6 +67,20 @@ def _concat(shapes, axis, const=()):
     return build
 
 
+def _concat_read_twice(shape, axis, order):
+    """CONCATENATION of activations read more than once (a TILE rewritten as copies,
+    Keras's Concatenate([d, e, d])): order names each input by the activation it reads."""
+    def build(m):
+        acts = {}
+        for k in order:
+            if k not in acts:
+                acts[k] = m.act_input(shape)
+        ins = [acts[k] for k in order]
+        return m.op('CONCATENATION', ins, np.concatenate([m.val[k] for k in ins], axis),
+                    axis=axis)
+    return build
+
+
 def _transpose(shape, perm):
     def build(m):
         a = m.act_input(shape)
@@ -155,6 +169,8 @@ CASES.update({
     # issue 28: any number of inputs (the flat model held 12: u8 option counts, and its
     # backward flags 14: a u16 bit per input), frozen ones among them
     'CONCAT-many': _concat([[1, 1, 2]] * 9 + [[1, 2, 2]] + [[1, 1, 2]] * 10, 1, const=(0, 7, 19)),
+    'CONCAT-read-twice': _concat_read_twice([1, 2, 2, 2], 3, [0, 1, 0]),
+    'CONCAT-5d-tile': _concat_read_twice([1, 2, 1, 2, 2], 2, [0, 0]),
     'TRANSPOSE-nhwc-nchw': _transpose(S4, [0, 3, 1, 2]),
     'TRANSPOSE-nchw-nhwc': _transpose(S4, [0, 2, 3, 1]),
     'TRANSPOSE-hw': _transpose(S4, [0, 2, 1, 3]),

@@ -115,3 +115,51 @@ def build_keras_rnn(path, seed=0, T=5, F=3, H=4, O=3):
             hs = np.tanh(xs[:, t] @ wx.T + bx + hs @ wh.T)
         return hs @ wo.T + bo
     return os.fspath(path), forward
+
+
+def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
+    """What Keras 3 exports for Conv2D -> UpSampling2D((2, 1)) -> Flatten -> Dense, built
+    here: the rows repeated by EXPAND_DIMS [1, H, 1, W, C] -> TILE [1, 1, 2, 1, 1] (a 5-D
+    tensor) -> RESHAPE to a shape computed at run time (SHAPE -> STRIDED_SLICE ->
+    CONCATENATION), whose output the file gives the wrong static shape [1, 1, 2H, ...]
+    as the converter does when it cannot infer it.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w, bc = _rand(rng, C, 1, 1, 1), _rand(rng, C)
+    wf, bf = _rand(rng, O, 2 * H * W * C), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, H, W, 1])
+    c = act('c', [1, H, W, C])
+    b.op('CONV_2D', [x, b.tensor('w', w.shape, data=w), b.tensor('bc', [C], data=bc)], [c],
+         padding='VALID', fused_activation_function='RELU')
+    e = act('e', [1, H, 1, W, C])
+    b.op('EXPAND_DIMS', [c, b.tensor('ax', [], data=np.array(2, np.int32))], [e])
+    t = act('t', [1, H, 2, W, C])
+    b.op('TILE', [e, b.tensor('mult', [5], data=np.array([1, 1, 2, 1, 1], np.int32))], [t])
+    shp = b.tensor('shape', [4], dtype=np.int32)
+    b.op('SHAPE', [c], [shp], out_type='INT32')
+    n = b.tensor('n', [1], dtype=np.int32)
+    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
+    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
+    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], begin_mask=1)
+    new = b.tensor('new', [4], dtype=np.int32)
+    b.op('CONCATENATION', [n, b.tensor('rest', [3], data=np.array([2 * H, W, C], np.int32))],
+         [new], axis=0)
+    u = b.tensor('u', [1, 1, 2 * H, W], signature=[-1, -1, 2 * H, W])  # (wrong: as converters do)
+    b.op('RESHAPE', [t, new], [u])
+    f = act('f', [1, 2 * H * W * C])
+    b.op('RESHAPE', [u], [f], new_shape=[1, 2 * H * W * C])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
+         [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)    # [n, H, W, C]
+        z = np.repeat(z, 2, axis=1)
+        return z.reshape(len(xs), -1) @ wf.T + bf
+    return os.fspath(path), forward
