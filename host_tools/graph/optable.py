@@ -331,7 +331,7 @@ SPECS.update({s.name: s for s in [
 
 # ---- ops-elem: ADD/SUB/MUL/DIV with broadcasting (op_elem), PAD/CONCATENATION/TRANSPOSE/
 # STRIDED_SLICE as block copies and SQUEEZE/EXPAND_DIMS as reshapes (op_shape),
-# HARD_SWISH/LEAKY_RELU (op_act).  Shapes and constant index inputs are read here.
+# HARD_SWISH/LEAKY_RELU/ELU (op_act).  Shapes and constant index inputs are read here.
 
 def _where(op):
     return f'op {op.number} {op.name}'
@@ -554,6 +554,7 @@ SPECS.update({s.name: s for s in [
     OpSpec('HARD_SWISH', {}, _none, _in),
     OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
            _in),
+    OpSpec('ELU', {}, _none, _out),
 ]})
 
 

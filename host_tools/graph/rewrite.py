@@ -37,7 +37,7 @@ import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator, Tensor
 
-UNARY = {'RELU', 'RELU6', 'RELU_N1_TO_1', 'LOGISTIC', 'TANH', 'HARD_SWISH', 'LEAKY_RELU',
+UNARY = {'RELU', 'RELU6', 'RELU_N1_TO_1', 'LOGISTIC', 'TANH', 'HARD_SWISH', 'LEAKY_RELU', 'ELU',
          'ABS', 'NEG', 'EXP', 'LOG', 'SQRT', 'RSQRT', 'SQUARE', 'ELU', 'GELU', 'PRELU_NONE',
          'CAST', 'FLOOR', 'CEIL', 'SIN', 'COS', 'QUANTIZE', 'DEQUANTIZE'}
 BINARY = {'ADD', 'SUB', 'MUL', 'DIV', 'MAXIMUM', 'MINIMUM', 'SQUARED_DIFFERENCE', 'POW'}
@@ -718,6 +718,37 @@ def tile_to_concat(g: Graph) -> int:
     return done
 
 
+def elementwise_forms(g: Graph) -> int:
+    """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
+    SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
+    and variance: MEAN, NEG, SQUARED_DIFFERENCE, RSQRT); a MUL reading one tensor twice
+    sums both gradients into it.  Float tensors only.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('NEG', 'SQUARED_DIFFERENCE') or \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+            continue
+        y = op.outputs[0]
+        if op.name == 'NEG':
+            if len(op.inputs) != 1:
+                continue
+            m1 = new_tensor(g, g.tensors[y].name + '/minus_one', [], np.array(-1.0, np.float32))
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0], m1]
+            op.options = {'fused_activation_function': 'NONE'}
+        else:
+            if len(op.inputs) != 2:
+                continue
+            d = new_tensor(g, g.tensors[y].name + '/difference', list(g.tensors[y].shape))
+            sub = Operator(-1, OP_CODES['SUB'], 'SUB', list(op.inputs), [d],
+                           {'fused_activation_function': 'NONE'})
+            g.ops.insert(g.ops.index(op), sub)
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [d, d]
+            op.options = {'fused_activation_function': 'NONE'}
+        _renumber(g)
+        done += 1
+    return done
+
+
 def reduce_max_to_pool(g: Graph) -> int:
     """REDUCE_MAX over one run of axes with nothing but size-1 axes before it (a global
     max pool: Keras's GlobalMaxPooling1D/2D) -> MAX_POOL_2D with the reduced axes as its
@@ -769,10 +800,11 @@ def rewrite(g: Graph, keep=()) -> dict:
     sh = fold_shapes(g)
     up = unpack_to_split(g)
     tl = tile_to_concat(g)
+    el = elementwise_forms(g)
     tr = cancel_transposes(g)
     bn = fold_batchnorm(g, keep={id(op) for op in keep})
     sp = slices_to_split(g)
     mx = reduce_max_to_pool(g)
     return {'dequantized': len(quant), 'quant': quant, 'transposes': tr, 'batchnorm': bn,
-            'splits': sp + up, 'shapes': sh, 'max_pools': mx, 'tiles': tl,
-            'changed': bool(quant or tr or bn or sp or sh or mx or up or tl)}
+            'splits': sp + up, 'shapes': sh, 'max_pools': mx, 'tiles': tl, 'elementwise': el,
+            'changed': bool(quant or tr or bn or sp or sh or mx or up or tl or el)}

@@ -30,7 +30,8 @@ from host_tools.graph import rewrite as rw  # noqa: E402
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
-from kerasgraphs import build_keras_shapes, build_keras_rnn, build_keras_upsample  # noqa: E402
+from kerasgraphs import (build_keras_shapes, build_keras_rnn, build_keras_upsample,  # noqa: E402
+                         build_keras_layernorm)
 
 torch = pytest.importorskip('torch')
 nn = torch.nn
@@ -566,3 +567,33 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
     assert moved == {'w', 'bc', 'wf', 'bf'}
+
+
+def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
+    """Keras 3's LayerNormalization after an ELU Dense: NEG becomes a MUL by -1 and
+    SQUARED_DIFFERENCE a SUB and a MUL of the difference by itself (no NEG or
+    SQUARED_DIFFERENCE left); ONERT on the rewrite = numpy, prepare trains every weight,
+    gamma and beta among them."""
+    src, forward = build_keras_layernorm(tmp_path / 'ln.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    names = ops(dst)
+    assert not {'NEG', 'SQUARED_DIFFERENCE'} & set(names) and info['elementwise'] == 2
+    assert 'ELU' in names
+    x = np.random.default_rng(1).standard_normal((6, 6)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    xs = np.random.default_rng(2).standard_normal((16, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.random.default_rng(3).standard_normal((16, 2)))
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse',
+                epochs=1, lr=0.05, optimizer='sgd', train='all', log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}

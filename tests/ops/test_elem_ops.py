@@ -26,7 +26,8 @@ from onert_ref import onert_infer  # noqa: E402
 KINKS = dict(tg.KINKS, HARD_SWISH=(-3.0, 3.0), LEAKY_RELU=(0.0,))
 ACT_FN = dict(tg.ACT_FN,
               HARD_SWISH=lambda z: z * np.clip(z + 3.0, 0.0, 6.0) / 6.0,
-              LEAKY_RELU=lambda z: np.where(z > 0, z, 0.25 * z))
+              LEAKY_RELU=lambda z: np.where(z > 0, z, 0.25 * z),
+              ELU=lambda z: np.where(z > 0, z, np.expm1(np.minimum(z, 0.0))))
 
 
 # ---------------------------------------------------------------- the cases
@@ -148,6 +149,9 @@ for _i, _op in enumerate(('ADD', 'SUB', 'MUL', 'DIV')):
     for _j, (_n, _a, _b, _k) in enumerate(_BCAST):
         _act_name = _ACTS[(_i + _j) % len(_ACTS)]
         CASES[f'{_op}-{_n}-{_act_name}'] = _binary(_op, _a, _b, _k, _act_name)
+# one activation read twice by one MUL (SQUARED_DIFFERENCE rewritten: d * d)
+CASES['MUL-square'] = lambda m: (lambda a: m.op('MUL', [a, a], m.val[a] * m.val[a]))(
+    m.act_input(S4))
 CASES['SUB-const-first-NONE'] = _binary('SUB', S4, [4], 'const', 'NONE', const_first=True)
 CASES['MUL-const-first-RELU'] = _binary('MUL', [1, 3, 2, 4], [1, 3, 1, 1], 'const', 'RELU',
                                         const_first=True)
@@ -193,7 +197,7 @@ CASES.update({
     'HARD_SWISH': _act('HARD_SWISH', S4),
     'LEAKY_RELU': _act('LEAKY_RELU', S4, alpha=0.25),
 })
-for _name in ('RELU', 'RELU6', 'LOGISTIC', 'TANH'):
+for _name in ('RELU', 'RELU6', 'LOGISTIC', 'TANH', 'ELU'):
     CASES[f'{_name}-4d'] = _act(_name, S4)
 # pre-activation scale per case (so RELU6 / HARD_SWISH / RELU_N1_TO_1 see every piece)
 SCALE = {'RELU6': 6.0, 'HARD_SWISH': 5.0, 'RELU_N1_TO_1': 2.0}

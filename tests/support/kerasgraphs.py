@@ -163,3 +163,54 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
         z = np.repeat(z, 2, axis=1)
         return z.reshape(len(xs), -1) @ wf.T + bf
     return os.fspath(path), forward
+
+
+def build_keras_layernorm(path, seed=0, F=6, H=8, O=2, eps=1e-3):
+    """What Keras 3 exports for Dense(elu) -> LayerNormalization -> Dense, built here:
+    ELU, then the moments as MEAN, NEG of the mean, SQUARED_DIFFERENCE, MEAN, ADD eps,
+    RSQRT, and gamma and beta applied through MULs and ADDs as the converter orders them.
+    Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = _rand(rng, H, F), _rand(rng, H)
+    gamma, beta = 1 + 0.2 * _rand(rng, 1, H), 0.2 * _rand(rng, 1, H)
+    w2, b2 = _rand(rng, O, H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+
+    def op(name, ins, shape, **kw):
+        out = act(name.lower() + str(len(ins)) + str(op.n), shape)
+        op.n += 1
+        b.op(name, ins, [out], **kw)
+        return out
+    op.n = 0
+    x = act('x', [1, F])
+    h = op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [1, H])
+    h = op('ELU', [h], [1, H])
+    ax = b.tensor('ax', [1], data=np.array([-1], np.int32))
+    mean = op('MEAN', [h, ax], [1, 1], keep_dims=True)
+    neg = op('NEG', [mean], [1, 1])
+    sq = op('SQUARED_DIFFERENCE', [h, mean], [1, H])
+    var = op('MEAN', [sq, ax], [1, 1], keep_dims=True)
+    ve = op('ADD', [var, b.tensor('eps', [], data=np.array(eps, np.float32))], [1, 1])
+    r = op('RSQRT', [ve], [1, 1])
+    m = op('MUL', [r, b.tensor('gamma', [1, H], data=gamma)], [1, H])
+    m1 = op('MUL', [neg, m], [1, H])
+    a1 = op('ADD', [m1, b.tensor('beta', [1, H], data=beta)], [1, H])
+    m2 = op('MUL', [h, m], [1, H])
+    n = op('ADD', [m2, a1], [1, H])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [n, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        z = xs @ w1.T + b1
+        z = np.where(z > 0, z, np.expm1(np.minimum(z, 0)))
+        mu = z.mean(1, keepdims=True)
+        v = ((z - mu) ** 2).mean(1, keepdims=True)
+        z = (z - mu) / np.sqrt(v + eps) * gamma + beta
+        return z @ w2.T + b2
+    return os.fspath(path), forward
