@@ -24,7 +24,7 @@ import numpy as np
 from ..formats.circle_io import read_model, atomic_write
 from ..files.flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
 from ..plan.memory import plans_by_target
-from ..graph.passes import PrepareError, RANK_NAMES, parse_ranks
+from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
 from .runfolder import (FILES, check_flash, check_outputs, out_identifier, read_data, write_data,
@@ -400,6 +400,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             if 'without --int8' not in why:
                 why += '; without --int8 it trains in float32'
             raise PrepareError(f'{model_path}: --int8 cannot train it as int8: {why}') from None
+        if UNSUPPORTED in str(e):
+            return None         # (the float path refuses it too, and says so)
         log(f'{model_path}: trains in float32 (int8 from float does not take it: '
             f'{str(e).replace(model_path + ": ", "")})')
         return None
