@@ -48,8 +48,18 @@ def cmd_inspect(a):
     folded = finfo['batchnorm']
     fkept = {op.number for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')
+    now = {}                    # the file's op number -> the ops prepare makes of it
+    for op in h.ops:
+        now.setdefault(op.number, []).append(op)
     for op in g.ops:
         how = _status(op, g) if op.number in kept else 'removed by prepare'
+        made = now.get(op.number, [])
+        if [m.name for m in made] not in ([], [op.name]):      # rewritten
+            names = []
+            for m in made:
+                if m.name not in names:
+                    names.append(m.name)
+            how = f'prepare makes it {" + ".join(names)}: ' + _status(made[-1], h)
         if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))

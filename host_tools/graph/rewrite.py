@@ -549,7 +549,7 @@ def slices_to_split(g: Graph) -> int:
         axis = new_tensor(g, g.tensors[src].name + '/split_axis', [], np.array(d, np.int32))
         g.ops.insert(first, Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [src, sizes, axis],
                                      [p[2].outputs[0] for p in parts],
-                                     {'num_splits': len(parts)}))
+                                     {'num_splits': len(parts)}, src=g.ops[first].src))
         _renumber(g)
         for p in parts:
             remove_op(g, p[2])
@@ -673,7 +673,7 @@ def unpack_to_split(g: Graph) -> int:
         axis = new_tensor(g, g.tensors[x].name + '/unpack_axis', [], np.array(a, np.int32))
         at = g.ops.index(op)
         for y, pc in zip(reversed(op.outputs), reversed(parts)):
-            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [pc], [y], {})
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [pc], [y], {}, src=op.src)
             _make_reshape(g, rs, list(g.tensors[y].shape))
             g.ops.insert(at + 1, rs)
         op.name, op.code = 'SPLIT', OP_CODES['SPLIT']
@@ -707,10 +707,11 @@ def tile_to_concat(g: Graph) -> int:
             shape[a] *= mult[a]
             out = y if j == len(axes) - 1 else new_tensor(g, g.tensors[y].name + f'/tile{a}', list(shape))
             made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [x] * mult[a],
-                                 [out], {'axis': a, 'fused_activation_function': 'NONE'}))
+                                 [out], {'axis': a, 'fused_activation_function': 'NONE'},
+                                 src=op.src))
             x = out
         if not made:            # multiples all 1: a copy
-            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}))
+            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src))
             _make_reshape(g, made[0], list(g.tensors[y].shape))
         g.ops[at:at + 1] = made
         _renumber(g)
@@ -740,7 +741,7 @@ def elementwise_forms(g: Graph) -> int:
                 continue
             d = new_tensor(g, g.tensors[y].name + '/difference', list(g.tensors[y].shape))
             sub = Operator(-1, OP_CODES['SUB'], 'SUB', list(op.inputs), [d],
-                           {'fused_activation_function': 'NONE'})
+                           {'fused_activation_function': 'NONE'}, src=op.src)
             g.ops.insert(g.ops.index(op), sub)
             op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [d, d]
             op.options = {'fused_activation_function': 'NONE'}
@@ -773,7 +774,7 @@ def reduce_max_to_pool(g: Graph) -> int:
         at = op
         if not direct:
             x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', [1, R, 1, C])
-            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [x4], {})
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [x4], {}, src=op.src)
             _make_reshape(g, rs, [1, R, 1, C])
             g.ops.insert(g.ops.index(op), rs)
             x = x4
@@ -784,7 +785,7 @@ def reduce_max_to_pool(g: Graph) -> int:
         op.options = {'padding': 'VALID', 'stride_w': 1, 'stride_h': 1, 'filter_width': kw,
                       'filter_height': kh, 'fused_activation_function': 'NONE'}
         if p != y:
-            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [p], [y], {})
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [p], [y], {}, src=op.src)
             _make_reshape(g, rs, list(g.tensors[y].shape))
             g.ops.insert(g.ops.index(at) + 1, rs)
         _renumber(g)

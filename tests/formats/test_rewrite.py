@@ -506,7 +506,7 @@ def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
     assert len(moved) == 3         # the conv's weight and bias under the max, the FC
 
 
-def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path):
+def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
     """Keras 3's unrolled recurrent layer: the zero initial state FILLed to a run-time
     shape folds to a constant and UNPACK becomes SPLIT + RESHAPEs (no FILL, UNPACK or
     SHAPE left: utrain has no kernels for them); ONERT on the rewritten model gives the
@@ -519,6 +519,10 @@ def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path):
     x = np.random.default_rng(1).standard_normal((6, 5, 3)).astype(np.float32)
     ref = forward(x.astype(np.float64))
     np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    from host_tools.cli import main          # inspect says what prepare makes of each op
+    main(['inspect', src])
+    said = capsys.readouterr().out
+    assert 'NOT SUPPORTED' not in said and 'prepare makes it SPLIT + RESHAPE' in said, said
 
     from host_tools.prepare.pipeline import prepare
     from host_tools.target import runner
