@@ -2,7 +2,8 @@
 check of the model it exported).  The model runs in a reference runtime, not utrain's
 code, so the score of an exported model says what the board's training did to it:
 
-  float circle / tflite   ONERT (onert.infer, the runtime the circle format is for)
+  float circle / tflite   ONERT (onert.infer, the runtime the circle format is for); a
+                          float .tflite ONERT cannot run (ops it lacks) under TFLite Micro
   int8 tflite             TFLite Micro's interpreter (the int8 kernels a board runs;
                           ONERT 0.1.0 has no int8 FULLY_CONNECTED or MEAN): samples
                           quantized with the input's scale, outputs dequantized
@@ -143,7 +144,18 @@ def predictor(path):
                              'models as .tflite only (export the trained weights into the '
                              'original .tflite, or evaluate the float model)')
         return tflm_predictor(path, g), 'TFLite Micro', g
-    run = onert_predictor(path, g)
+    try:
+        run = onert_predictor(path, g)
+        run(np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32))
+    except InferError as e:
+        if g.identifier != b'TFL3':
+            raise
+        try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
+            run = tflm_predictor(path, g)
+            run(np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32))
+        except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
+            raise e from None
+        return run, 'TFLite Micro: ONERT cannot run it', g
     return run, 'ONERT' + (' on its shape ops folded' if run.folded else ''), g
 
 
