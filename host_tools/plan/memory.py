@@ -321,8 +321,8 @@ def add_fisher(heap, g, p, backend, board=None):
     net of its own that is garbage when training allocates: its peak is the training
     plan's less what only training holds (optimizer state, gradient sums, the trainer's
     and optimizer's code) plus its own code, every candidate's output kept until the
-    backward pass reaches it (those the backward list does not save anyway) and one
-    potential per channel.  Planned: the larger of the two peaks, and a residue."""
+    backward pass reaches it (those the backward list does not save anyway) and two
+    potentials per channel (all samples', half of them's).  Planned: the larger of the two peaks, and a residue."""
     from ..graph.passes import device_shapes
     arrays, _, frozen = backend.partition('-')
     t = target(board)
@@ -334,7 +334,7 @@ def add_fisher(heap, g, p, backend, board=None):
     for i in p.trainable_ops:
         o = g.ops[i].outputs[0]
         rows, cols = shapes[o]
-        kept += array_bytes(cols, arrays, t)
+        kept += 2 * array_bytes(cols, arrays, t)     # its potentials, and a half's
         if o not in p.saved:
             kept += array_bytes(rows * cols, arrays, t)
     parts = heap['parts']

@@ -938,7 +938,8 @@ def proxy_shares(model_path, ranks, t, settings, rewrite, part=()):
     """[[op (its place in model.flat), share of the classifier's Fisher potential]] of the
     candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples; an op of part
     (trained in part by a configuration) also gets its output channels' potentials there,
-    as shares of its own (the board weighs another window against them: fisher.measured)."""
+    in millionths of its own (the board weighs another window against them:
+    fisher.measured)."""
     out = os.path.join(t.tmp, 'fisher')
     t.prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
             ranks=dict(ranks), train='none', log=lambda *a: None, **t.settings)
@@ -958,7 +959,8 @@ def proxy_shares(model_path, ranks, t, settings, rewrite, part=()):
             e = [int(i), float(np.sum(P[i])) / pc if pc > 0 else 0.0]
             if i in part:
                 v = np.asarray(P[i], np.float64).ravel()
-                e.append([round(float(x), 6) for x in v / max(float(np.sum(v)), 1e-30)])
+                # millionths of its total: small ints take no heap object each on a board
+                e.append([int(round(x)) for x in 1e6 * v / max(float(np.sum(v)), 1e-30)])
             out.append(e)
     return out
 
