@@ -125,24 +125,25 @@ def _usable(v):
 
 def window(p, w):
     """(lo, hi): the window of w channels of potentials p (1, C) with the most."""
-    best, lo = -1.0, 0
-    cur = sum(p[0, c] for c in range(w))
-    for c0 in range(p.shape[1] - w + 1):
-        if c0:
-            cur += p[0, c0 + w - 1] - p[0, c0 - 1]
-        if cur > best:
-            best, lo = cur, c0
+    s = _sums(p, w)
+    lo = max(range(len(s)), key=lambda c0: s[c0])
     return lo, lo + w
 
 
-def _in(p, c0, w):
-    return sum(p[0, c] for c in range(c0, c0 + w))
+def _sums(p, w):
+    """[potential of the w channels from c0 for c0 in 0..C-w] of p (1, C), sliding."""
+    cur = sum(p[0, c] for c in range(w))
+    out = [cur]
+    for c0 in range(1, p.shape[1] - w + 1):
+        cur += p[0, c0 + w - 1] - p[0, c0 - 1]
+        out.append(cur)
+    return out
 
 
-def _over(p, c0, lo, w):
-    """How many times the potential of the measured window (from lo) the window from c0
-    has in p."""
-    m, t = _in(p, lo, w), _in(p, c0, w)
+def _over(s, c0, lo):
+    """How many times the measured window's potential (from lo) the window from c0 has,
+    of window sums s."""
+    m, t = s[lo], s[c0]
     return t / m if m > 0.0 else (1e30 if t > 0.0 else 0.0)
 
 
@@ -163,32 +164,35 @@ def measured(p, w, lo, q=None, r=None):
     if lo is None or lo < 0 or lo + w > C:
         return window(p, w), 'most potential'
     why = ' the measured %d:%d' % (lo, lo + w)
-    if not _usable(_in(p, lo, w)):
+    sp = _sums(p, w)
+    if not _usable(sp[lo]):
         b = window(p, w)
-        if _usable(_in(p, b[0], w)):      # the measured channels have no potential here
+        if _usable(sp[b[0]]):      # the measured channels have no potential here
             return b, 'most potential, none in' + why
         return (lo, lo + w), 'measured on the proxy'
+    sr = _sums(r, w) if r is not None else None
 
-    def gain(x, c0):
-        g = _over(x, c0, lo, w)
-        return g / max(_over(r, c0, lo, w), 1e-9) if r is not None else g
+    def gain(s, c0):
+        g = _over(s, c0, lo)
+        return g / max(_over(sr, c0, lo), 1e-9) if sr else g
 
-    def best(x):
-        return max(range(C - w + 1), key=lambda c0: gain(x, c0))
+    def best(s):
+        return max(range(C - w + 1), key=lambda c0: gain(s, c0))
     if q is None:
-        c = best(p)
-        g = gain(p, c)
+        c = best(sp)
+        g = gain(sp, c)
         on = ''
     else:
-        a = p - q
-        ca, cq = best(a), best(q)
-        ga, gq = gain(q, ca), gain(a, cq)
-        c = ca if _in(p, ca, w) >= _in(p, cq, w) else cq
+        sq = _sums(q, w)
+        sa = [x - y for x, y in zip(sp, sq)]
+        ca, cq = best(sa), best(sq)
+        ga, gq = gain(sq, ca), gain(sa, cq)
+        c = ca if sp[ca] >= sp[cq] else cq
         g = min(ga, gq)
         on = ' on each half of the samples (chosen on the other)'
     if g > NOISE:
         return (c, c + w), 'more potential%s: %.3g x%s%s' % (
-            on, g, why, ' beyond the proxy\'s' if r is not None else '')
+            on, g, why, ' beyond the proxy\'s' if sr else '')
     return (lo, lo + w), 'measured on the proxy'
 
 
