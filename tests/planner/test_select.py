@@ -44,6 +44,28 @@ def trains_at(out, heap):
     return r.returncode == 0 and 'saved ' in r.stdout or 'holds the best' in r.stdout, r.stdout + r.stderr
 
 
+def test_selection_prices_with_the_memory_options_prepare_chooses(tmp_path, data):
+    """Issue 28 (a held-out sensor net on esp32: the classifier alone planned over the
+    board's limit, so --select found 'nothing fits, not even the classifier' and prepare
+    then chose --cache-on-host for the classifier alone, with which a layer beside it
+    fits too): where nothing fits with the user's options, the selection is priced with
+    the first memory option prepare would choose (here rp2040's batch 4 -> --batch 1),
+    says so, and the board scores candidates within it.  At 123000 bytes the tico CNN's
+    classifier alone plans about 124.5 KB at batch 4 and 121.5 KB at batch 1 on rp2040
+    with the scoring pass."""
+    lines = []
+    out = str(tmp_path / 'o')
+    s = prepare(CNN, out, data=data, test_split=0.2, select='board', select_layers=1,
+                board='rp2040', budget=123000, log=lines.append,
+                **{k: v for k, v in SETTINGS.items() if k != 'batch'})
+    assert any(x.startswith('select board: with --batch 1 (prepare chooses it below)')
+               for x in lines), lines
+    assert 'select' in s['select'] and s['heap']['total'] <= 123000, (s['select'], lines)
+    with open(os.path.join(out, 'train.json')) as f:
+        cfg = json.load(f)
+    assert cfg['batch'] == 1 and cfg['select']['samples'] == 16, cfg
+
+
 @pytest.mark.parametrize('mode', [pytest.param('auto', marks=pytest.mark.slow), 'board'])
 @pytest.mark.parametrize('budget', [140, 150, 175])
 def test_selection_never_exceeds_the_budget(tmp_path, data, mode, budget):
