@@ -34,13 +34,39 @@ from .ir import Graph, ModelError, Operator, Tensor, OP_CODES
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
 POS_IN_NHWC = (0, 3, 1, 2)       # NCHW axis a sits at NHWC axis POS_IN_NHWC[a]
+# A rank-3 activation [N, C, L] (Conv1d's) has the NHWC twin [N, 1, L, C]: a 1-D
+# convolution or pool runs as the 2-D one over a unit H axis.
+
+
+def _pos(r):
+    """IR axis of the NHWC twin where ONNX axis a of a rank-r (3 or 4) activation sits."""
+    return POS_IN_NHWC if r == 4 else (0, 3, 2)
+
+
+def _nhwc_shape(s):
+    s = list(s)
+    return [s[i] for i in NCHW_TO_NHWC] if len(s) == 4 else [s[0], 1, s[2], s[1]]
+
+
+def _to4(s):
+    """An ONNX [N, C, L] shape as the NCHW [N, C, 1, L] it is run as (rank 4 as is)."""
+    s = list(s)
+    return s if len(s) == 4 else [s[0], s[1], 1, s[2]]
+
+
+def _twin_list(vals, fill):
+    """Per-axis values of an ONNX rank-3/4 activation (begins, pads...) for its twin."""
+    out = [fill] * 4
+    for a, v in enumerate(vals):
+        out[_pos(len(vals))[a]] = v
+    return out
 
 SUPPORTED = sorted({
     'Gemm', 'MatMul', 'Conv', 'BatchNormalization', 'Relu', 'Clip', 'Sigmoid', 'Tanh',
     'HardSwish', 'LeakyRelu', 'Gelu', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
     'ReduceMean', 'Flatten', 'Reshape', 'Transpose', 'Squeeze', 'Unsqueeze', 'Add', 'Sub',
     'Mul', 'Div', 'Pow', 'Sqrt', 'Erf (in GELU)', 'Concat', 'Split', 'Slice', 'Pad',
-    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant'})
+    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather'})
 
 
 def _onnx():
@@ -258,18 +284,39 @@ class _Reader:
         if layout == 'plain':
             if v not in self.plain:
                 src = self.nhwc[v]
-                out = self.tensor(v, self.oshape(v))
-                self.emit('TRANSPOSE', [src, self.perm_const(v, NHWC_TO_NCHW)], [out])
+                s = self.oshape(v)
+                out = self.tensor(v, s)
+                if len(s) == 3:         # [N, 1, L, C] -> [N, L, C] -> [N, C, L]
+                    src = self.reshape_to(src, [s[0], s[2], s[1]], v + '/nlc')
+                    self.emit('TRANSPOSE', [src, self.perm_const(v, (0, 2, 1))], [out])
+                else:
+                    self.emit('TRANSPOSE', [src, self.perm_const(v, NHWC_TO_NCHW)], [out])
                 self.plain[v] = out
             return self.plain[v]
         if v not in self.nhwc:
             s = self.oshape(v)
-            if len(s) != 4:
-                self.err(f'{v!r} has shape {s}; this op needs a 4-D NCHW tensor')
-            out = self.tensor(v + '/nhwc', [s[i] for i in NCHW_TO_NHWC])
-            self.emit('TRANSPOSE', [self.plain[v], self.perm_const(v, NCHW_TO_NHWC)], [out])
+            if len(s) not in (3, 4):
+                self.err(f'{v!r} has shape {s}; this op needs a 4-D NCHW (or 3-D NCL) tensor')
+            out = self.tensor(v + '/nhwc', _nhwc_shape(s))
+            if len(s) == 3:             # [N, C, L] -> [N, L, C] -> [N, 1, L, C]
+                t = self.tensor(v + '/nlc', [s[0], s[2], s[1]])
+                self.emit('TRANSPOSE', [self.plain[v], self.perm_const(v, (0, 2, 1))], [t])
+                self.reshape_to(t, _nhwc_shape(s), out=out)
+            else:
+                self.emit('TRANSPOSE', [self.plain[v], self.perm_const(v, NCHW_TO_NHWC)],
+                          [out])
             self.nhwc[v] = out
         return self.nhwc[v]
+
+    def reshape_to(self, x, shape, name=None, out=None):
+        """A RESHAPE of IR tensor x to shape (into out, or a new tensor); returns it."""
+        shape = [int(n) for n in shape]
+        if out is None:
+            out = self.tensor(name or self.tensors[x].name + '/r', shape)
+        k = self.tensor(self.tensors[out].name + '/shape', [len(shape)],
+                        np.array(shape, np.int32))
+        self.emit('RESHAPE', [x, k], [out], new_shape=shape)
+        return out
 
     def perm_const(self, v, perm):
         return self.tensor(v + '/perm', [len(perm)], np.array(perm, np.int32))
@@ -279,7 +326,7 @@ class _Reader:
         s = list(shape if shape is not None else self.oshape(v))
         self.shape.setdefault(v, s)
         if layout == 'nhwc':
-            k = self.tensor(v + '/nhwc', [s[i] for i in NCHW_TO_NHWC])
+            k = self.tensor(v + '/nhwc', _nhwc_shape(s))
             self.nhwc[v] = k
         else:
             k = self.tensor(v, s)
@@ -415,6 +462,12 @@ class _Reader:
     def op_Sqrt(self, node, ins, a, i):
         self._unary('SQRT', node, ins)
 
+    def op_Elu(self, node, ins, a, i):
+        alpha = float(a.get('alpha', 1.0))
+        if alpha != 1.0:
+            self.err(f'alpha {alpha}: utrain\'s ELU has alpha 1 (nn.ELU() / F.elu default)')
+        self._unary('ELU', node, ins)
+
     def op_LeakyRelu(self, node, ins, a, i):
         self._unary('LEAKY_RELU', node, ins, alpha=float(a.get('alpha', 0.01)))
 
@@ -526,8 +579,8 @@ class _Reader:
                                        else self.const[v].shape for v in ins]))
         r = len(out_shape)
         lay = 'plain'
-        if r == 4 and any(v in self.nhwc for v in acts) and \
-                all(len(self.oshape(v)) == 4 for v in acts):
+        if r in (3, 4) and any(v in self.nhwc for v in acts) and \
+                all(len(self.oshape(v)) == r for v in acts):
             lay = 'nhwc'
         xs = []
         for v in ins:
@@ -537,7 +590,7 @@ class _Reader:
                     c = c.astype(np.float32)
                 steps = []
                 if lay == 'nhwc':
-                    s4 = [1] * (4 - c.ndim) + list(c.shape)
+                    s4 = _to4([1] * (r - c.ndim) + list(c.shape))
                     steps = [('R', list(c.shape), s4), ('T', NCHW_TO_NHWC)]
                     c4 = c.reshape(s4).transpose(NCHW_TO_NHWC)
                     keep = list(c4.shape)
@@ -665,12 +718,31 @@ class _Reader:
             self.err(f'pads {list(pads)} give an output TFLite cannot compute')
         return y, 'VALID'
 
+    def _as2d(self, a, rank):
+        """A 1-D conv's or pool's attributes (rank-3 input) as the 2-D op's over H = 1."""
+        if rank != 3:
+            return a
+        a = dict(a)
+        for k, one in (('kernel_shape', 1), ('strides', 1), ('dilations', 1)):
+            if k in a:
+                a[k] = [one] + list(a[k])
+        if 'pads' in a:
+            a['pads'] = [0, a['pads'][0], 0, a['pads'][1]]
+        return a
+
     def op_Conv(self, node, ins, a, i):
         if ins[1] not in self.const:
             self.err('the weight must be a constant (an initializer)')
         Wt = self.const[ins[1]]
+        r = len(self.oshape(ins[0]))
+        pre = []
+        if Wt.ndim == 3 and r == 3:       # Conv1d: [O, I, K] -> [O, I, 1, K]
+            pre = [('R', list(Wt.shape), [Wt.shape[0], Wt.shape[1], 1, Wt.shape[2]])]
+            Wt = Wt.reshape(pre[0][2])
+            a = self._as2d(a, 3)
         if Wt.ndim != 4:
-            self.err(f'weight of shape {list(Wt.shape)}: utrain runs 2-D convolutions only')
+            self.err(f'weight of shape {list(Wt.shape)}: utrain runs 1-D and 2-D '
+                     'convolutions only')
         x = self.get(ins[0], 'nhwc')
         _, H, W, C = self.tensors[x].shape
         O, IG, kh, kw = Wt.shape
@@ -679,7 +751,7 @@ class _Reader:
         dh, dw = (list(a.get('dilations', [1, 1])) + [1, 1])[:2]
         pads = self._pads(a, H, W, kh, kw, sh, sw, dh, dw)
         OH, OW = _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, False)
-        self.shape[node.output[0]] = [1, O, OH, OW]
+        self.shape[node.output[0]] = [1, O, OH, OW] if r == 4 else [1, O, OW]
         x, pad = self._padding(x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW)
         opts = dict(padding=pad, stride_h=sh, stride_w=sw, dilation_h_factor=dh,
                     dilation_w_factor=dw, fused_activation_function='NONE')
@@ -692,7 +764,7 @@ class _Reader:
             self.err(f'group {grp} with {C} input channels: utrain runs group 1 and '
                      'depthwise (group = channels) convolutions')
         wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
-                               ins[1] if ins[1] in self.inits else None, steps)
+                               ins[1] if ins[1] in self.inits else None, pre + steps)
         bk = -1
         if len(ins) > 2 and ins[2]:
             bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
@@ -700,6 +772,8 @@ class _Reader:
         self.emit(name, [x, wk, bk], [self.out(node.output[0], 'nhwc')], **opts)
 
     def _pool(self, node, ins, a, name):
+        r = len(self.oshape(ins[0]))
+        a = self._as2d(a, r)
         x = self.get(ins[0], 'nhwc')
         _, H, W, C = self.tensors[x].shape
         kh, kw = a['kernel_shape']
@@ -708,7 +782,7 @@ class _Reader:
             self.err('dilated pooling is not supported')
         pads = self._pads(a, H, W, kh, kw, sh, sw, 1, 1)
         OH, OW = _out_size(H, W, kh, kw, sh, sw, 1, 1, pads, a.get('ceil_mode', 0))
-        self.shape[node.output[0]] = [1, C, OH, OW]
+        self.shape[node.output[0]] = [1, C, OH, OW] if r == 4 else [1, C, OW]
         # a max pool ignores padding, TFLite's SAME average pool counts valid inputs
         # only; ONNX's count_include_pad counts the zeros: a PAD in front
         zeros = name == 'AVERAGE_POOL_2D' and bool(a.get('count_include_pad', 0)) and any(pads)
@@ -732,11 +806,13 @@ class _Reader:
         s = self.oshape(v)
         r = len(s)
         axes = sorted({int(x) % r for x in axes})
-        lay = 'nhwc' if (v in self.nhwc and r == 4) else 'plain'
+        lay = 'nhwc' if (v in self.nhwc and r in (3, 4)) else 'plain'
         if lay == 'nhwc':
-            iaxes = sorted(POS_IN_NHWC[x] for x in axes)
+            iaxes = sorted(_pos(r)[x] for x in axes)
             if not keep:
-                rest = [POS_IN_NHWC[d] for d in range(4) if d not in axes]
+                if r == 3:              # the twin's unit H axis goes too
+                    iaxes = sorted(set(iaxes) | {1})
+                rest = [_pos(r)[d] for d in range(r) if d not in axes]
                 if rest != sorted(rest):
                     lay = 'plain'
         if lay == 'plain':
@@ -757,11 +833,12 @@ class _Reader:
             self.plain[out] = y
 
     def op_GlobalAveragePool(self, node, ins, a, i):
-        if len(self.oshape(ins[0])) != 4:
-            self.err('GlobalAveragePool of a non-4-D tensor')
+        r = len(self.oshape(ins[0]))
+        if r not in (3, 4):
+            self.err('GlobalAveragePool of a tensor not 3-D or 4-D')
         if ins[0] not in self.nhwc:
             self.get(ins[0], 'nhwc')
-        self._mean(ins[0], [2, 3], True, node.output[0])
+        self._mean(ins[0], list(range(2, r)), True, node.output[0])
 
     def op_ReduceMean(self, node, ins, a, i):
         axes = a.get('axes')
@@ -782,7 +859,7 @@ class _Reader:
         b = B - mean * s
         v = ins[0]
         r = len(self.oshape(v))
-        if r == 4:
+        if r == 4 or (r == 3 and v in self.nhwc):
             lay, cshape = 'nhwc', [len(s)]
         elif r == 2:
             lay, cshape = 'plain', [len(s)]
@@ -852,7 +929,7 @@ class _Reader:
         opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
                     default=13)
         axis = int(a.get('axis', -1 if opset >= 13 else 1)) % len(s)
-        if len(s) == 4 and axis == 1:
+        if axis == 1 and (len(s) == 4 or (len(s) == 3 and v in self.nhwc)):
             x = self.get(v, 'nhwc')
             self.emit('SOFTMAX', [x], [self.out(node.output[0], 'nhwc', s)], beta=1.0)
             return
@@ -866,8 +943,8 @@ class _Reader:
     def _reshape(self, v, out_shape, out, node_out_consumers_fc=False):
         s = self.oshape(v)
         self.shape[out] = list(out_shape)
-        if v in self.nhwc and v not in self.plain and len(s) == 4:
-            n, c, h, w = s
+        if v in self.nhwc and v not in self.plain and len(s) in (3, 4):
+            n, c, h, w = _to4(s)
             if c == 1 or h * w == 1:                     # same order in both layouts
                 x = self.nhwc[v]
             elif node_out_consumers_fc and len(out_shape) == 2 and out_shape[0] == 1:
@@ -949,7 +1026,8 @@ class _Reader:
                   [self.out(node.output[0], 'plain', out_shape)])
 
     def _layout_for(self, vs):
-        return 'nhwc' if all(len(self.oshape(v)) == 4 for v in vs) and \
+        r = len(self.oshape(vs[0]))
+        return 'nhwc' if r in (3, 4) and all(len(self.oshape(v)) == r for v in vs) and \
             any(v in self.nhwc for v in vs) else 'plain'
 
     def op_Concat(self, node, ins, a, i):
@@ -960,7 +1038,7 @@ class _Reader:
         r = len(self.oshape(vs[0]))
         axis = int(a['axis']) % r
         if lay == 'nhwc':
-            axis = POS_IN_NHWC[axis]
+            axis = _pos(r)[axis]
         xs = [self.get(v, lay) for v in vs]
         oshape = list(self.oshape(vs[0]))
         oshape[int(a['axis']) % r] = sum(self.oshape(v)[int(a['axis']) % r] for v in vs)
@@ -980,9 +1058,9 @@ class _Reader:
             n = len(node.output)
             sizes = [-(-s[axis] // n)] * n
             sizes[-1] = s[axis] - sum(sizes[:-1])
-        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         x = self.get(v, lay)
-        iax = POS_IN_NHWC[axis] if lay == 'nhwc' else axis
+        iax = _pos(r)[axis] if lay == 'nhwc' else axis
         outs = []
         for o, n in zip(node.output, sizes):
             os_ = list(s)
@@ -1016,13 +1094,57 @@ class _Reader:
             e = min(max(e + n if e < 0 else e, 0), n)
             begin[d], end[d], stride[d] = b, e, k
         out_shape = [max(0, -(-(e - b) // k)) for b, e, k in zip(begin, end, stride)]
-        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         if lay == 'nhwc':
-            begin, end, stride = ([z[d] for d in NCHW_TO_NHWC] for z in (begin, end, stride))
+            begin, end, stride = _twin_list(begin, 0), _twin_list(end, 1), _twin_list(stride, 1)
         x = self.get(v, lay)
-        ks = [self.tensor(node.output[0] + '/' + w, [r], np.array(z, np.int32))
+        ks = [self.tensor(node.output[0] + '/' + w, [len(z)], np.array(z, np.int32))
               for w, z in (('begin', begin), ('end', end), ('strides', stride))]
         self.emit('STRIDED_SLICE', [x] + ks, [self.out(node.output[0], lay, out_shape)])
+
+    def op_Gather(self, node, ins, a, i):
+        """Gather of an activation at constant indices (y[:, -1] of a sequence): a
+        STRIDED_SLICE per run of consecutive indices (one CONCATENATION of them for
+        others), a RESHAPE dropping the axis for a scalar index."""
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        axis = int(a.get('axis', 0)) % r
+        idx = np.asarray(self.cval(ins[1], 'the indices')).astype(np.int64)
+        if idx.ndim > 1:
+            self.err(f'indices of shape {list(idx.shape)}: utrain gathers a scalar or a list')
+        flat = [int(k) % s[axis] for k in idx.reshape(-1)]
+        runs = []
+        for k in flat:
+            if runs and runs[-1][1] == k:
+                runs[-1][1] = k + 1
+            else:
+                runs.append([k, k + 1])
+        x = self.get(v, 'plain')
+        base = node.output[0]
+        parts = []
+        for j, (b, e) in enumerate(runs):
+            begin, end = [0] * r, list(s)
+            begin[axis], end[axis] = b, e
+            ps = list(s)
+            ps[axis] = e - b
+            y = self.tensor(f'{base}/gather{j}', ps)
+            ks = [self.tensor(f'{base}/{w}{j}', [r], np.array(z, np.int32))
+                  for w, z in (('begin', begin), ('end', end), ('strides', [1] * r))]
+            self.emit('STRIDED_SLICE', [x] + ks, [y])
+            parts.append(y)
+        full = list(s)
+        full[axis] = len(flat)
+        if len(parts) > 1:
+            y = self.tensor(base + '/gathered', full)
+            self.emit('CONCATENATION', parts, [y], axis=axis, fused_activation_function='NONE')
+            parts = [y]
+        oshape = s[:axis] + list(idx.shape) + s[axis + 1:]
+        if oshape == full:
+            self.plain[node.output[0]] = parts[0]
+            self.shape[node.output[0]] = oshape
+        else:
+            self.reshape_to(parts[0], oshape, out=self.out(node.output[0], 'plain', oshape))
 
     def op_Pad(self, node, ins, a, i):
         mode = a.get('mode', b'constant')
@@ -1046,11 +1168,11 @@ class _Reader:
         if min(min(p) for p in pp) < 0:
             self.err('negative pads (crops) are not supported')
         out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
-        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         if lay == 'nhwc':
-            pp = [pp[d] for d in NCHW_TO_NHWC]
+            pp = _twin_list(pp, [0, 0])
         x = self.get(v, lay)
-        pk = self.tensor(node.output[0] + '/paddings', [r, 2], np.array(pp, np.int32))
+        pk = self.tensor(node.output[0] + '/paddings', [len(pp), 2], np.array(pp, np.int32))
         self.emit('PAD', [x, pk], [self.out(node.output[0], lay, out_shape)])
 
 
