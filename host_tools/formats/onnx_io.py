@@ -66,7 +66,8 @@ SUPPORTED = sorted({
     'HardSwish', 'LeakyRelu', 'Gelu', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
     'ReduceMean', 'Flatten', 'Reshape', 'Transpose', 'Squeeze', 'Unsqueeze', 'Add', 'Sub',
     'Mul', 'Div', 'Pow', 'Sqrt', 'Erf (in GELU)', 'Concat', 'Split', 'Slice', 'Pad',
-    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather'})
+    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather',
+    'Resize (nearest, integer scales)'})
 
 
 def _onnx():
@@ -1146,6 +1147,81 @@ class _Reader:
         else:
             self.reshape_to(parts[0], oshape, out=self.out(node.output[0], 'plain', oshape))
 
+    def repeat(self, x, axis, m):
+        """IR tensor x with each element repeated m times along axis (nearest upsampling):
+        a RESHAPE to [P, 1, Q], a CONCATENATION of m copies (their gradients sum into x,
+        as prepare's TILE rewrite does it), a RESHAPE back."""
+        sh = list(self.tensors[x].shape)
+        P, Q = int(np.prod(sh[:axis + 1])), int(np.prod(sh[axis + 1:]))
+        name = self.tensors[x].name
+        x3 = self.reshape_to(x, [P, 1, Q], f'{name}/rep{axis}')
+        y3 = self.tensor(f'{name}/rep{axis}x{m}', [P, m, Q])
+        self.emit('CONCATENATION', [x3] * m, [y3], axis=1, fused_activation_function='NONE')
+        sh[axis] *= m
+        return self.reshape_to(y3, sh, f'{name}/repeated{axis}')
+
+    def op_Resize(self, node, ins, a, i):
+        """Resize (and opset 7-9 Upsample) mode nearest by integer factors: each element
+        repeated along each scaled axis (nn.Upsample(scale_factor=k), F.interpolate with
+        an integer multiple of the size)."""
+        def txt(k, d):
+            u = a.get(k, d)
+            return u.decode() if isinstance(u, bytes) else u
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        mode = txt('mode', 'nearest')
+        scales = sizes = None
+        scales_v = a.get('scales')                          # Upsample opset 7-8
+        if node.op_type == 'Upsample' or len(ins) == 2:          # X, scales
+            scales = ins[1] if len(ins) > 1 and ins[1] else None
+        else:
+            scales = ins[2] if len(ins) > 2 and ins[2] else None
+            sizes = ins[3] if len(ins) > 3 and ins[3] else None
+        axes = list(a.get('axes', range(r)))
+        if sizes is not None:
+            want = [int(n) for n in np.asarray(self.cval(sizes, 'sizes')).reshape(-1)]
+            out = list(s)
+            for d, n in zip(axes, want):
+                out[d % r] = n
+            if txt('keep_aspect_ratio_policy', 'stretch') != 'stretch':
+                self.err('keep_aspect_ratio_policy other than stretch is not supported')
+        else:
+            if scales is None and scales_v is None:
+                self.err('neither scales nor sizes given')
+            sc = [float(f) for f in np.asarray(self.cval(scales, 'scales')).reshape(-1)] \
+                if scales is not None else [float(f) for f in scales_v]
+            out = list(s)
+            for d, f in zip(axes, sc):
+                out[d % r] = int(np.floor(s[d % r] * f + 1e-9))
+        mult = [o // n if o % n == 0 else 0 for o, n in zip(out, s)]
+        if min(mult) < 1:
+            self.err(f'resizing {s} to {out}: utrain resizes by integer factors only '
+                     '(nearest, e.g. nn.Upsample(scale_factor=2))')
+        if max(mult) > 1 and mode != 'nearest':
+            self.err(f"mode {mode}: utrain upsamples with mode 'nearest' (each value repeated) "
+                     "only; export the model with nn.Upsample(mode='nearest')")
+        ctm = txt('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
+                  else 'asymmetric')
+        nm = txt('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
+        for n, m in zip(s, mult):
+            if m > 1:
+                src = _nearest_src(n, n * m, ctm, nm)
+                if src is None or not np.array_equal(src, np.repeat(np.arange(n), m)):
+                    self.err(f'coordinate_transformation_mode {ctm} with nearest_mode {nm} '
+                             f'does not repeat each value {m} times; utrain upsamples by '
+                             'repeating (PyTorch nn.Upsample nearest exports so)')
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        for d, m in enumerate(mult):
+            if m > 1:
+                x = self.repeat(x, _pos(r)[d] if lay == 'nhwc' else d, m)
+        self.shape[node.output[0]] = out
+        (self.nhwc if lay == 'nhwc' else self.plain)[node.output[0]] = x
+
+    def op_Upsample(self, node, ins, a, i):
+        self.op_Resize(node, ins, a, i)
+
     def op_Pad(self, node, ins, a, i):
         mode = a.get('mode', b'constant')
         mode = mode.decode() if isinstance(mode, bytes) else mode
@@ -1186,6 +1262,24 @@ def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
             o -= 1                  # the last window must start inside the input
         out.append(o)
     return out
+
+
+def _nearest_src(n, out, ctm, nm):
+    """Source index of each of out outputs of ONNX Resize mode nearest along an axis of n
+    (coordinate_transformation_mode ctm, nearest_mode nm), or None for a mode not known."""
+    x = np.arange(out, dtype=np.float64)
+    sc = out / n
+    f = {'half_pixel': lambda: (x + 0.5) / sc - 0.5,
+         'pytorch_half_pixel': lambda: (x + 0.5) / sc - 0.5 if out > 1 else 0 * x,
+         'align_corners': lambda: x * (n - 1) / (out - 1) if out > 1 else 0 * x,
+         'asymmetric': lambda: x / sc,
+         'tf_half_pixel_for_nn': lambda: (x + 0.5) / sc}.get(ctm)
+    r = {'round_prefer_floor': lambda u: np.where(u - np.floor(u) == 0.5, np.floor(u), np.round(u)),
+         'round_prefer_ceil': lambda u: np.where(u - np.floor(u) == 0.5, np.ceil(u), np.round(u)),
+         'floor': np.floor, 'ceil': np.ceil}.get(nm)
+    if f is None or r is None:
+        return None
+    return np.clip(r(f()), 0, n - 1).astype(np.int64)
 
 
 def _static_shape(vi, batch1=False):
