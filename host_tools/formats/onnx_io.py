@@ -66,7 +66,7 @@ SUPPORTED = sorted({
     'HardSwish', 'LeakyRelu', 'Gelu', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
     'ReduceMean', 'Flatten', 'Reshape', 'Transpose', 'Squeeze', 'Unsqueeze', 'Add', 'Sub',
     'Mul', 'Div', 'Pow', 'Sqrt', 'Erf (in GELU)', 'Concat', 'Split', 'Slice', 'Pad',
-    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather',
+    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather', 'GRU', 'LSTM',
     'Resize (nearest, integer scales)'})
 
 
@@ -86,7 +86,8 @@ def is_onnx(path) -> bool:
 # --------------------------------------------------------------------------- weight steps
 # An IR constant is an initializer put through steps, each invertible:
 # ('R', from_shape, to_shape), ('T', perm), ('cols', src) (IR[:, j] = W[:, src[j]]),
-# ('scale', a).
+# ('scale', a), and first of all ('part', lo, hi): elements lo:hi of the flattened
+# initializer (an RNN's W/R bias halves; export writes the part back into the whole).
 
 def apply_steps(a, steps):
     a = np.asarray(a, np.float64)
@@ -99,6 +100,8 @@ def apply_steps(a, steps):
             a = a[:, s[1]]
         elif s[0] == 'scale':
             a = a * s[1]
+        elif s[0] == 'part':
+            a = a.reshape(-1)[s[1]:s[2]]
     return a
 
 
@@ -226,6 +229,7 @@ class _Reader:
         self.plain: dict[str, int] = {}              # activation -> IR tensor, ONNX layout
         self.nhwc: dict[str, int] = {}               # rank-4 activation -> IR tensor, NHWC
         self.colperm: dict[str, int] = {}            # flattened NHWC map -> (IR tensor, src)
+        self.seq: dict[str, tuple] = {}              # an RNN's Y -> (IR tensor per step, time axis)
         self.origin: dict[str, tuple] = {}
         self.consumers: dict[str, list] = {}
         self.names: set = set()
@@ -280,6 +284,8 @@ class _Reader:
         """IR tensor of activation v in layout 'plain' (ONNX's), 'nhwc', or 'any'."""
         if v in self.colperm:
             self.err(f'{v!r} is a flattened NHWC map that only a Gemm/MatMul can read here')
+        if v in self.seq and v not in self.plain:
+            self._seq_materialize(v)
         if layout == 'any':
             layout = 'nhwc' if v in self.nhwc else 'plain'
         if layout == 'plain':
@@ -335,7 +341,7 @@ class _Reader:
         return k
 
     def alias(self, dst, src):
-        for m in (self.plain, self.nhwc, self.colperm, self.const):
+        for m in (self.plain, self.nhwc, self.colperm, self.const, self.seq):
             if src in m:
                 m[dst] = m[src]
         if src in self.shape:
@@ -429,6 +435,8 @@ class _Reader:
             if r is None:
                 self.err('cannot fold this op on constants')
             self.const[node.output[0]] = np.asarray(r)
+            return
+        if ins and ins[0] in self.seq and ins[0] not in self.plain and self._seq_op(node, ins, a):
             return
         h = getattr(self, 'op_' + t, None)
         if h is None:
@@ -1071,9 +1079,8 @@ class _Reader:
         axk = self.tensor(node.output[0] + '/split_axis', [], np.array(iax, np.int32))
         self.emit('SPLIT_V', [x, sz, axk], outs, num_splits=len(sizes))
 
-    def op_Slice(self, node, ins, a, i):
-        v = ins[0]
-        s = self.oshape(v)
+    def _slice_args(self, ins, a, s):
+        """(begin, end, stride) per axis of a Slice node on a value of shape s."""
         r = len(s)
         if len(ins) >= 3:
             st = [int(x) for x in self.cval(ins[1], 'starts')]
@@ -1094,6 +1101,13 @@ class _Reader:
             b = min(max(b + n if b < 0 else b, 0), n)
             e = min(max(e + n if e < 0 else e, 0), n)
             begin[d], end[d], stride[d] = b, e, k
+        return begin, end, stride
+
+    def op_Slice(self, node, ins, a, i):
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        begin, end, stride = self._slice_args(ins, a, s)
         out_shape = [max(0, -(-(e - b) // k)) for b, e, k in zip(begin, end, stride)]
         lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         if lay == 'nhwc':
@@ -1221,6 +1235,260 @@ class _Reader:
 
     def op_Upsample(self, node, ins, a, i):
         self.op_Resize(node, ins, a, i)
+
+    # ---- recurrent layers, unrolled
+    def _rnn_inputs(self, node, ins, a, gates):
+        """Checks an ONNX GRU/LSTM node utrain unrolls; returns (T, I, H, x as [T, I])."""
+        def txt(u):
+            return u.decode() if isinstance(u, bytes) else u
+        t = node.op_type
+        d = txt(a.get('direction', 'forward'))
+        if d != 'forward':
+            self.err(f"direction {d}: utrain unrolls forward {t}s (one direction, "
+                     "bidirectional=False)")
+        if 'clip' in a:
+            self.err(f'clip {a["clip"]}: utrain unrolls {t}s without cell clipping')
+        if a.get('input_forget', 0):
+            self.err('input_forget=1 is not supported')
+        default = {'GRU': ['Sigmoid', 'Tanh'], 'LSTM': ['Sigmoid', 'Tanh', 'Tanh']}[t]
+        acts = [txt(u) for u in a.get('activations', default)]
+        if acts != default:
+            self.err(f'activations {acts}: utrain unrolls {t}s with {default}')
+        for k in (1, 2):
+            if ins[k] not in self.const:
+                self.err(f'input {k} ({ins[k]!r}) must be a constant (an initializer)')
+        Wt, Rt = self.const[ins[1]], self.const[ins[2]]
+        H = int(a.get('hidden_size', Rt.shape[-1]))
+        if Wt.shape[0] != 1 or Wt.shape[1] != gates * H or Rt.shape[1:] != (gates * H, H):
+            self.err(f'W {list(Wt.shape)} / R {list(Rt.shape)} do not fit hidden_size {H}')
+        s = self.oshape(ins[0])
+        lay = int(a.get('layout', 0))
+        T, B, I = (s[1], s[0], s[2]) if lay else s
+        if B != 1:
+            self.err(f'batch {B}: utrain trains one sample at a time (batch axis 1)')
+        if len(ins) > 4 and ins[4]:
+            sl = self.const.get(ins[4])
+            if sl is None or np.any(np.asarray(sl) != T):
+                self.err('sequence_lens other than the full length are not supported')
+        if t == 'LSTM' and len(ins) > 7 and ins[7] and \
+                np.any(np.asarray(self.cval(ins[7], 'the peepholes')) != 0):
+            self.err('peephole weights (P) are not supported')
+        x = self.reshape_to(self.get(ins[0], 'plain'), [T, I], node.output[0] + '/x')
+        return T, I, H, x, lay
+
+    def _rnn_weight(self, v, value_steps, name):
+        return self.const_tensor(name, apply_steps(self.const[v], value_steps),
+                                 v if v in self.inits else None, value_steps)
+
+    def _rnn_state(self, node, v, H, xp, what):
+        """The initial state as a [1, H] activation, or None when it is zero.  A zero h
+        still goes through the recurrent FC (its bias trains at step 0, as in PyTorch):
+        it is made as 0 times a slice of step 0's input projection."""
+        if v and v not in self.const:
+            return self.reshape_to(self.get(v, 'plain'), [1, H], node.output[0] + '/' + what)
+        c = np.asarray(self.const[v], np.float32).reshape(1, H) if v else np.zeros((1, H), np.float32)
+        if what == 'c0' and not c.any():
+            return None             # f * c0 is 0: the first cell state is i * g
+        return self._const_act(node.output[0] + '/' + what, xp, H, c)
+
+    def _const_act(self, base, xp, H, c):
+        r = len(self.tensors[xp].shape)
+        ks = [self.tensor(f'{base}/{w}', [r], np.array(z, np.int32)) for w, z in
+              (('begin', [0] * r), ('end', [1] * (r - 1) + [H]), ('strides', [1] * r))]
+        sl = self.tensor(base + '/slice', [1, H])
+        self.emit('STRIDED_SLICE', [xp] + ks, [sl])
+        z = self.tensor(base + '/zero', [1, H])
+        self.emit('MUL', [sl, self.tensor(base + '/zero_k', [], np.array(0, np.float32))], [z],
+                  fused_activation_function='NONE')
+        if not c.any():
+            return z
+        y = self.tensor(base, [1, H])
+        self.emit('ADD', [z, self.tensor(base + '/value', [1, H], c)], [y],
+                  fused_activation_function='NONE')
+        return y
+
+    def _split(self, x, sizes, axis, names):
+        outs = []
+        for n, nm in zip(sizes, names):
+            sh = list(self.tensors[x].shape)
+            sh[axis] = n
+            outs.append(self.tensor(nm, sh))
+        base = self.tensors[x].name
+        sz = self.tensor(base + '/split_sizes', [len(sizes)], np.array(sizes, np.int32))
+        ax = self.tensor(base + '/split_axis', [], np.array(axis, np.int32))
+        self.emit('SPLIT_V', [x, sz, ax], outs, num_splits=len(sizes))
+        return outs
+
+    def _ew(self, name, ins, out_name, shape):
+        y = self.tensor(out_name, shape)
+        opts = {} if name in ('LOGISTIC', 'TANH') else {'fused_activation_function': 'NONE'}
+        self.emit(name, ins, [y], **opts)
+        return y
+
+    def _rnn_outputs(self, node, T, H, hs, lay, c=None):
+        """Y as a sequence of the steps' h (made only where something reads it whole),
+        Y_h and Y_c as reshapes of the last step's."""
+        outs = list(node.output) + ['', '', '']
+        if outs[0]:
+            self.shape[outs[0]] = [1, T, 1, H] if lay else [T, 1, 1, H]
+            self.seq[outs[0]] = (hs, 1 if lay else 0)
+        for v, k in ((outs[1], hs[-1]), (outs[2], c)):
+            if v:
+                sh = [1, 1, H]
+                self.reshape_to(k, sh, out=self.out(v, 'plain', sh))
+
+    def op_GRU(self, node, ins, a, i):
+        """ONNX GRU (gates z, r, h), forward, one layer: an FC of the whole input
+        sequence by W (+ Wb), split into steps, then per step an FC of h by R (+ Rb;
+        one weight tensor read by every step), LOGISTIC, TANH, MUL, ADD, SUB; as PyTorch
+        exports nn.GRU (linear_before_reset=1), or with the reset gate before R (0)."""
+        T, I, H, x, lay = self._rnn_inputs(node, ins, a, 3)
+        lbr = int(a.get('linear_before_reset', 0))
+        n = node.output[0] + '/'
+        G = 3 * H
+        hasb = len(ins) > 3 and bool(ins[3])
+        W = self._rnn_weight(ins[1], [('R', [1, G, I], [G, I])], n + 'W')
+        Wb = self._rnn_weight(ins[3], [('part', 0, G)], n + 'Wb') if hasb else -1
+        if lbr:
+            R = [self._rnn_weight(ins[2], [('R', [1, G, H], [G, H])], n + 'R')]
+            Rb = [self._rnn_weight(ins[3], [('part', G, 2 * G)], n + 'Rb') if hasb else -1]
+        else:
+            R = [self._rnn_weight(ins[2], [('part', lo * H, hi * H), ('R', [(hi - lo) * H], [hi - lo, H])],
+                                  n + w) for lo, hi, w in ((0, 2 * H, 'Rzr'), (2 * H, G, 'Rh'))]
+            Rb = [self._rnn_weight(ins[3], [('part', G + lo, G + hi)], n + w) if hasb else -1
+                  for lo, hi, w in ((0, 2 * H, 'Rbzr'), (2 * H, G, 'Rbh'))]
+        xp = self.tensor(n + 'xproj', [T, G])
+        self.emit('FULLY_CONNECTED', [x, W, Wb], [xp], fused_activation_function='NONE',
+                  keep_num_dims=False)
+        xzr, xh = self._split(xp, [2 * H, H], 1, [n + 'xzr', n + 'xh'])
+        if T > 1:
+            xzr = self._split(xzr, [1] * T, 0, [f'{n}xzr{t}' for t in range(T)])
+            xh = self._split(xh, [1] * T, 0, [f'{n}xh{t}' for t in range(T)])
+        else:
+            xzr, xh = [xzr], [xh]
+        h = self._rnn_state(node, ins[5] if len(ins) > 5 else '', H, xp, 'h0')
+        hs = []
+        for t in range(T):
+            m = f'{n}t{t}/'
+            hp = self._ew('FULLY_CONNECTED', [h, R[0], Rb[0]], m + 'hproj', [1, G if lbr else 2 * H])
+            if lbr:
+                hzr, hh = self._split(hp, [2 * H, H], 1, [m + 'hzr', m + 'hh'])
+            else:
+                hzr = hp
+            zr = self._ew('LOGISTIC', [self._ew('ADD', [xzr[t], hzr], m + 'zr_pre', [1, 2 * H])],
+                          m + 'zr', [1, 2 * H])
+            z, r = self._split(zr, [H, H], 1, [m + 'z', m + 'r'])
+            if lbr:
+                rh = self._ew('MUL', [r, hh], m + 'r_hh', [1, H])
+            else:
+                rh = self._ew('FULLY_CONNECTED', [self._ew('MUL', [r, h], m + 'r_h', [1, H]),
+                                                  R[1], Rb[1]], m + 'r_hh', [1, H])
+            nn_ = self._ew('TANH', [self._ew('ADD', [xh[t], rh], m + 'n_pre', [1, H])],
+                           m + 'n', [1, H])
+            d = self._ew('SUB', [h, nn_], m + 'h_minus_n', [1, H])
+            h = self._ew('ADD', [nn_, self._ew('MUL', [z, d], m + 'z_d', [1, H])], m + 'h', [1, H])
+            hs.append(h)
+        self._rnn_outputs(node, T, H, hs, lay)
+
+    def op_LSTM(self, node, ins, a, i):
+        """ONNX LSTM (gates i, o, f, c), forward, one layer, no peepholes: an FC of the
+        whole input sequence by W (+ Wb), split into steps, then per step an FC of h by
+        R (+ Rb; one weight tensor read by every step), ADD, LOGISTIC of i, o, f, TANH of
+        the cell input, c = f c + i g, h = o tanh(c) (nn.LSTM as PyTorch exports it)."""
+        T, I, H, x, lay = self._rnn_inputs(node, ins, a, 4)
+        n = node.output[0] + '/'
+        G = 4 * H
+        hasb = len(ins) > 3 and bool(ins[3])
+        W = self._rnn_weight(ins[1], [('R', [1, G, I], [G, I])], n + 'W')
+        Wb = self._rnn_weight(ins[3], [('part', 0, G)], n + 'Wb') if hasb else -1
+        R = self._rnn_weight(ins[2], [('R', [1, G, H], [G, H])], n + 'R')
+        Rb = self._rnn_weight(ins[3], [('part', G, 2 * G)], n + 'Rb') if hasb else -1
+        xp = self.tensor(n + 'xproj', [T, G])
+        self.emit('FULLY_CONNECTED', [x, W, Wb], [xp], fused_activation_function='NONE',
+                  keep_num_dims=False)
+        xs = self._split(xp, [1] * T, 0, [f'{n}x{t}' for t in range(T)]) if T > 1 else [xp]
+        h = self._rnn_state(node, ins[5] if len(ins) > 5 else '', H, xp, 'h0')
+        c = self._rnn_state(node, ins[6] if len(ins) > 6 else '', H, xp, 'c0')
+        hs = []
+        for t in range(T):
+            m = f'{n}t{t}/'
+            hp = self._ew('FULLY_CONNECTED', [h, R, Rb], m + 'hproj', [1, G])
+            pre = self._ew('ADD', [xs[t], hp], m + 'pre', [1, G])
+            sg, gc = self._split(pre, [3 * H, H], 1, [m + 'iof_pre', m + 'g_pre'])
+            g = self._ew('TANH', [gc], m + 'g', [1, H])
+            iof = self._ew('LOGISTIC', [sg], m + 'iof', [1, 3 * H])
+            ig, og, fg = self._split(iof, [H, H, H], 1, [m + 'i', m + 'o', m + 'f'])
+            cin = self._ew('MUL', [ig, g], m + 'i_g', [1, H])
+            c = cin if c is None else self._ew(
+                'ADD', [self._ew('MUL', [fg, c], m + 'f_c', [1, H]), cin], m + 'c', [1, H])
+            h = self._ew('MUL', [og, self._ew('TANH', [c], m + 'tanh_c', [1, H])], m + 'h', [1, H])
+            hs.append(h)
+        self._rnn_outputs(node, T, H, hs, lay, c)
+
+    def _seq_op(self, node, ins, a):
+        """An op on an RNN's Y kept as its steps: Squeeze/Unsqueeze/Transpose move the time
+        axis, Gather/Slice of one step is that step's h (y[:, -1] reads the last step, no
+        concatenation of all).  False: the op reads Y whole (it is concatenated)."""
+        v, t, o = ins[0], node.op_type, node.output[0]
+        hs, tax = self.seq[v]
+        s = self.oshape(v)
+        r = len(s)
+        if t in ('Identity', 'Dropout'):
+            self.alias(o, v)
+            return True
+        if t in ('Squeeze', 'Unsqueeze'):
+            axes = self._axes(ins, a)
+            if t == 'Squeeze':
+                axes = {x % r for x in axes} if axes is not None else \
+                    {d for d, n in enumerate(s) if n == 1}
+                if tax in axes:
+                    return False
+                out = [n for d, n in enumerate(s) if d not in axes]
+                ntax = tax - sum(d < tax for d in axes)
+            else:
+                m = r + len(axes)
+                added = sorted(x % m for x in axes)
+                out = list(s)
+                for ax in added:
+                    out.insert(ax, 1)
+                ntax = [d for d in range(m) if d not in added][tax]
+        elif t == 'Transpose':
+            p = list(a.get('perm', list(range(r))[::-1]))
+            out, ntax = [s[d] for d in p], p.index(tax)
+        elif t in ('Gather', 'Slice'):
+            if t == 'Gather':
+                idx = np.asarray(self.const.get(ins[1], np.zeros((2,))))
+                if int(a.get('axis', 0)) % r != tax or idx.ndim != 0:
+                    return False
+                k = int(idx) % s[tax]
+                out = s[:tax] + s[tax + 1:]
+            else:
+                b, e, st = self._slice_args(ins, a, s)
+                if any((b[d], e[d]) != (0, s[d]) for d in range(r) if d != tax) or \
+                        e[tax] - b[tax] != 1:
+                    return False
+                k, out = b[tax], s[:tax] + [1] + s[tax + 1:]
+            self.reshape_to(hs[k], out, out=self.out(o, 'plain', out))
+            return True
+        else:
+            return False
+        self.seq[o] = (hs, ntax)
+        self.shape[o] = out
+        return True
+
+    def _seq_materialize(self, v):
+        """Y read whole: the steps' h concatenated along the time axis."""
+        hs, tax = self.seq[v]
+        s = self.oshape(v)
+        rest = s[:tax] + s[tax + 1:]
+        cat = self.tensor(v + '/steps', [len(hs), int(np.prod(rest))])
+        self.emit('CONCATENATION', list(hs), [cat], axis=0, fused_activation_function='NONE')
+        if all(n == 1 for n in s[:tax]):
+            self.reshape_to(cat, s, out=self.out(v, 'plain', s))
+            return
+        y = self.reshape_to(cat, [len(hs)] + rest, v + '/time_first')
+        p = list(range(1, tax + 1)) + [0] + list(range(tax + 1, len(s)))
+        self.emit('TRANSPOSE', [y, self.perm_const(v, p)], [self.out(v, 'plain', s)])
 
     def op_Pad(self, node, ins, a, i):
         mode = a.get('mode', b'constant')
@@ -1367,8 +1635,13 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
         if o[0] == 'plain':
             _, init, steps = o
             check(name, apply_steps(vals[init], steps).astype(np.float32))
-            new[init] = invert_steps(w.reshape(start[name].shape) if name in start else w,
-                                     steps)
+            w = w.reshape(start[name].shape) if name in start else w
+            if steps and steps[0][0] == 'part':
+                full = np.array(new.get(init, vals[init]), np.float64).reshape(-1)
+                full[steps[0][1]:steps[0][2]] = invert_steps(w, steps[1:]).reshape(-1)
+                new[init] = full.reshape(vals[init].shape)
+            else:
+                new[init] = invert_steps(w, steps)
         else:
             info = o[1]
             key = info['scale_tensor']
