@@ -264,6 +264,8 @@ class _Reader:
         k = self.tensor(name, v.shape, v)
         if init is not None:
             self.origin[self.tensors[k].name] = ('plain', init, list(steps))
+        elif name in self.const and name not in self.inits and v.dtype.kind == 'f':
+            self.origin[self.tensors[k].name] = ('computed', name)
         return k
 
     def emit(self, name, inputs, outputs, **options):
@@ -1632,6 +1634,12 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
         if o is None:
             raise ModelError(model_path, f'trained tensor {name!r} comes from no initializer '
                              'of this ONNX model (was it prepared from this file?)')
+        if o[0] == 'computed':
+            raise ModelError(model_path, f'trained tensor {name!r} is {o[1]!r}, which the '
+                             'graph computes from initializers with constant nodes (e.g. '
+                             'torch.onnx.export(..., do_constant_folding=False)); export '
+                             'writes trained values into initializers only: export the '
+                             'model with constant folding (the default), then prepare it')
         if o[0] == 'plain':
             _, init, steps = o
             check(name, apply_steps(vals[init], steps).astype(np.float32))

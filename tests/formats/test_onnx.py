@@ -379,3 +379,124 @@ def test_onnx_lstm_is_refused_by_name(tmp_path):
                           dynamo=False)
     with pytest.raises(ModelError, match=r'lstm.onnx: node \S+ \(LSTM\): utrain cannot read'):
         read_model(path)
+
+
+# --------------------------------------------------------------------------- sensor / vision
+# layers a PyTorch user writes that the reader maps onto the device's ops: Conv1d and the
+# 1-D pools (2-D ops over a unit H axis), nearest upsampling (copies concatenated), GRU
+# and LSTM nodes (unrolled, one weight tensor read by every step).
+
+class Sensor1d(nn.Module):
+    """Conv1d-ELU, MaxPool1d, a stride-2 Conv1d-ReLU, AvgPool1d, a mean over time, Linear."""
+
+    def __init__(self, bn=False):
+        super().__init__()
+        self.c1 = nn.Conv1d(3, 8, 5, padding=2)
+        self.bn = nn.BatchNorm1d(8) if bn else nn.Identity()
+        self.c2 = nn.Conv1d(8, 6, 3, stride=2)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        y = nn.functional.max_pool1d(nn.functional.elu(self.bn(self.c1(x))), 2)
+        y = nn.functional.avg_pool1d(torch.relu(self.c2(y)), 2, ceil_mode=False)
+        return self.fc(y.mean(-1))
+
+
+class UpNet(nn.Module):
+    """Conv-ReLU, max pool, nn.Upsample(2) nearest, a concat with the skip, conv, a 1-D
+    F.interpolate by 3 on the flattened rows, mean, Linear (a small U-Net decoder step)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.up = nn.Upsample(scale_factor=2, mode='nearest')
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))
+        y = torch.relu(self.c2(torch.cat([a, self.up(nn.functional.max_pool2d(a, 2))], 1)))
+        y = nn.functional.interpolate(y.flatten(2), scale_factor=3, mode='nearest')
+        return self.fc(y.mean(-1))
+
+
+class RNN(nn.Module):
+    """nn.GRU / nn.LSTM batch_first, one layer, the last step's output into a Linear."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.rnn = cell(4, 6, batch_first=True)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.fc(y[:, -1])
+
+
+SENSOR = {
+    'conv1d': (Sensor1d, (3, 16)),
+    'conv1d-bn': (lambda: Sensor1d(bn=True), (3, 16)),
+    'upsample': (UpNet, (1, 6, 6)),
+    'gru': (lambda: RNN(nn.GRU), (5, 4)),
+    'lstm': (lambda: RNN(nn.LSTM), (5, 4)),
+}
+
+
+def _export_sensor(name, model, shape, path, fold=None):
+    # BatchNorm kept (no constant folding); the RNNs as users export them (folding on:
+    # their weights are initializers in ONNX's gate order, not computed by Slice/Concat)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model, (torch.zeros((1,) + shape),), path, opset_version=17,
+                          dynamo=False, input_names=['x'], output_names=['y'],
+                          do_constant_folding=name in ('gru', 'lstm') if fold is None else fold)
+
+
+@pytest.mark.parametrize('name', list(SENSOR))
+def test_sensor_layers_step_as_torch(name, tmp_path):
+    """Read (no op refused), utrain's forward equals ONNX Runtime's and PyTorch's; one SGD
+    step of a batch of 4 under CPython, exported back to .onnx, moves every initializer
+    as PyTorch's autograd step moves it (W_hh of a GRU/LSTM included: the gradients of
+    the unrolled steps sum into the one recurrent weight).  BatchNorm1d kept trains as
+    scale and shift (not PyTorch's parametrization): forward and export only."""
+    from onnx import numpy_helper
+    make, shape = SENSOR[name]
+    torch.manual_seed(0)
+    model = _seeded(make(), 1)
+    path = os.fspath(tmp_path / (name + '.onnx'))
+    _export_sensor(name, model, shape, path)
+    x, y = samples(shape, n=4)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    lr = 0.5
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=lr, batch=4, epochs=1, log=lambda *a: None)
+    got = utrain_run(d, x)
+    with torch.no_grad():
+        tref = model(torch.from_numpy(x)).numpy()
+    assert np.abs(got - ort_run(path, x)).max() < FWD_TOL
+    assert np.abs(got - tref).max() < 1e-5
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, x, 'trained.wof') - ort_run(out, x)).max() < FWD_TOL
+    if name.endswith('-bn'):
+        return
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    model.train()           # no dropout or BatchNorm here: train = eval
+    nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+    opt.step()
+    ref = os.fspath(tmp_path / 'torch.onnx')
+    _export_sensor(name, model.eval(), shape, ref)
+    init = lambda p: {t.name: numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer}  # noqa: E731
+    before, mine, theirs = init(path), init(out), init(ref)
+    assert mine.keys() == theirs.keys()
+    for k in before:
+        step_t = theirs[k] - before[k]
+        if before[k].dtype.kind != 'f':
+            continue
+        assert np.abs(mine[k] - before[k] - step_t).max() < 2e-6 + 1e-4 * np.abs(step_t).max(), k
+        if name in ('gru', 'lstm') and k in [n.input[2] for n in onnx.load(path).graph.node
+                                           if n.op_type in ('GRU', 'LSTM')]:
+            assert np.abs(step_t).max() > 1e-3            # W_hh did get a gradient
