@@ -369,15 +369,73 @@ def test_zoo_models_read_as_ort_runs_them(name, tmp_path):
     assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
 
 
-def test_onnx_lstm_is_refused_by_name(tmp_path):
+@pytest.mark.parametrize('name', ['lstm', 'gru'])
+def test_zoo_rnns_read_as_ort_runs_them(name, tmp_path):
+    """The zoo's keyword models (nn.LSTM / nn.GRU over 20 frames, the final state h_n
+    into a Linear) exported as ONNX LSTM/GRU nodes: unrolled, the same outputs as ORT."""
     from bench.zoo import nets
-    model, shape, _ = nets.build('lstm')
-    path = os.fspath(tmp_path / 'lstm.onnx')
+    model, shape, classes = nets.build(name)
+    path = os.fspath(tmp_path / (name + '.onnx'))
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         torch.onnx.export(model.eval(), (torch.zeros(shape),), path, opset_version=17,
                           dynamo=False)
-    with pytest.raises(ModelError, match=r'lstm.onnx: node \S+ \(LSTM\): utrain cannot read'):
+    ops = [op.name for op in read_model(path).ops]
+    assert ops.count('FULLY_CONNECTED') == 20 + 2 and 'CONCATENATION' not in ops
+    x, y = samples(tuple(shape[1:]), n=3, classes=classes)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.1, epochs=1, log=lambda *a: None)
+    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+
+
+class SeqNet(nn.Module):
+    """Two stacked GRU layers (two GRU nodes), the whole output sequence read (a mean
+    over time: Y concatenated)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(3, 5, num_layers=2, batch_first=True)
+        self.fc = nn.Linear(5, 2)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.fc(torch.tanh(y).mean(1))
+
+
+def test_stacked_gru_reading_the_whole_sequence(tmp_path):
+    torch.manual_seed(0)
+    model = SeqNet().eval()
+    path = os.fspath(tmp_path / 'seq.onnx')
+    _export_sensor('gru', model, (6, 3), path)
+    ops = [op.name for op in read_model(path).ops]
+    assert ops.count('CONCATENATION') == 2          # each layer's Y read whole
+    x, y = samples((6, 3), n=3, classes=2)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.1, epochs=1, log=lambda *a: None)
+    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+
+
+@pytest.mark.parametrize('model,shape,match', [
+    (lambda: RNN(lambda i, h, **k: nn.GRU(i, h // 2, bidirectional=True, **k)), (5, 4),
+     r'\(GRU\): direction bidirectional: utrain unrolls forward GRUs'),
+    (lambda: nn.Sequential(nn.Conv1d(2, 3, 3), nn.ELU(alpha=0.5)), (2, 8),
+     r'\(Elu\): alpha 0.5: utrain\'s ELU has alpha 1'),
+    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=2, mode='bilinear')),
+     (1, 6, 6), r'\(Resize\): mode linear: utrain upsamples with mode \'nearest\''),
+    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.5)), (1, 6, 6),
+     r'\(Resize\): resizing \[1, 2, 4, 4\] to \[1, 2, 6, 6\]: utrain resizes by integer'),
+])
+def test_refused_layer_is_named(model, shape, match, tmp_path):
+    """What utrain cannot unroll or map is refused naming the file, the node, the
+    attribute and what the model should use instead."""
+    torch.manual_seed(0)
+    path = os.fspath(tmp_path / 'm.onnx')
+    _export_sensor('m', model().eval(), shape, path, fold=True)
+    with pytest.raises(ModelError, match='m.onnx: node ' + r'\S+ ' + match):
         read_model(path)
 
 
