@@ -66,7 +66,8 @@ SUPPORTED = sorted({
     'HardSwish', 'LeakyRelu', 'Gelu', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
     'ReduceMean', 'Flatten', 'Reshape', 'Transpose', 'Squeeze', 'Unsqueeze', 'Add', 'Sub',
     'Mul', 'Div', 'Pow', 'Sqrt', 'Erf (in GELU)', 'Concat', 'Split', 'Slice', 'Pad',
-    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather', 'GRU', 'LSTM',
+    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather', 'GRU', 'LSTM', 'HardSigmoid', 'Neg', 'Abs', 'Max',
+    'Min', 'ReduceSum', 'ReduceMax', 'GlobalMaxPool', 'Expand',
     'Resize (nearest, integer scales)'})
 
 
@@ -479,6 +480,78 @@ class _Reader:
             self.err(f'alpha {alpha}: utrain\'s ELU has alpha 1 (nn.ELU() / F.elu default)')
         self._unary('ELU', node, ins)
 
+    def _ir(self, name, xs, out, shape=None, **opts):
+        """One op on IR tensors; out: an IR tensor or a name for a new one (shape of xs[0])."""
+        if isinstance(out, str):
+            out = self.tensor(out, shape or self.tensors[xs[0]].shape)
+        if name not in ('RELU', 'RELU6', 'LOGISTIC', 'TANH'):
+            opts.setdefault('fused_activation_function', 'NONE')
+        self.emit(name, xs, [out], **opts)
+        return out
+
+    def _scalar(self, base, value):
+        return self.tensor(base, [], np.array(value, np.float32))   # one element: frozen
+
+    def _unary_chain(self, node, ins, build):
+        """An activation written with the device's ops: build(x, y_out, base) emits them."""
+        v = ins[0]
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        build(x, self.out(node.output[0], lay, self.oshape(v)), node.output[0])
+
+    def op_HardSigmoid(self, node, ins, a, i):
+        """max(0, min(1, alpha x + beta)) = RELU6(6 alpha x + 6 beta) / 6."""
+        al, be = float(a.get('alpha', 0.2)), float(a.get('beta', 0.5))
+
+        def build(x, y, b):
+            if abs(6 * al - 1) > 1e-7:
+                x = self._ir('MUL', [x, self._scalar(b + '/6alpha', 6 * al)], b + '/ax')
+            x = self._ir('ADD', [x, self._scalar(b + '/6beta', 6 * be)], b + '/axb')
+            r6 = self._ir('RELU6', [x], b + '/relu6')
+            self._ir('MUL', [r6, self._scalar(b + '/sixth', 1 / 6)], y)
+        self._unary_chain(node, ins, build)
+
+    def op_Neg(self, node, ins, a, i):
+        self._unary_chain(node, ins, lambda x, y, b: self._ir(
+            'MUL', [x, self._scalar(b + '/minus_one', -1.0)], y))
+
+    def op_Abs(self, node, ins, a, i):
+        """|x| = RELU(x) + RELU(-x)."""
+        def build(x, y, b):
+            n = self._ir('MUL', [x, self._scalar(b + '/minus_one', -1.0)], b + '/neg')
+            self._ir('ADD', [self._ir('RELU', [x], b + '/pos'), self._ir('RELU', [n], b + '/negpart')], y)
+        self._unary_chain(node, ins, build)
+
+    def _maxmin(self, node, ins, is_max):
+        """max(a, b) = RELU(a - b) + b, min(a, b) = a - RELU(a - b): two activations or
+        an activation and a scalar (clamp); a tensor constant would train as a bias."""
+        if len(ins) != 2:
+            self.err(f'{len(ins)} operands: utrain takes the {node.op_type} of two')
+        for v in ins:
+            c = np.asarray(self.const.get(v, 0.0)).reshape(-1)
+            if v in self.const and np.any(c != c[0]):
+                self.err(f'{node.op_type} with a constant tensor {v!r}: utrain takes two '
+                         'activations or an activation and a scalar (torch.clamp)')
+        acts = [v for v in ins if v not in self.const]
+        s = self.oshape(node.output[0]) if node.output[0] in self.shape else \
+            list(np.broadcast_shapes(*[tuple(self.oshape(v)) for v in acts]))
+        lay = 'nhwc' if len(s) in (3, 4) and all(v in self.nhwc and len(self.oshape(v)) == len(s)
+                                                  for v in acts) else 'plain'
+        xs = [self._scalar(node.output[0] + f'/k{j}', float(np.asarray(self.const[v]).reshape(-1)[0]))
+              if v in self.const else self.get(v, lay) for j, v in enumerate(ins)]
+        b = node.output[0]
+        ish = _nhwc_shape(s) if lay == 'nhwc' else s
+        d = self._ir('SUB', xs, b + '/difference', ish)
+        r = self._ir('RELU', [d], b + '/relu', ish)
+        y = self.out(b, lay, s)
+        self._ir('ADD', [r, xs[1]], y) if is_max else self._ir('SUB', [xs[0], r], y)
+
+    def op_Max(self, node, ins, a, i):
+        self._maxmin(node, ins, True)
+
+    def op_Min(self, node, ins, a, i):
+        self._maxmin(node, ins, False)
+
     def op_LeakyRelu(self, node, ins, a, i):
         self._unary('LEAKY_RELU', node, ins, alpha=float(a.get('alpha', 0.01)))
 
@@ -859,6 +932,76 @@ class _Reader:
             axes = list(range(len(self.oshape(ins[0]))))
         self._mean(ins[0], axes, a.get('keepdims', 1), node.output[0])
 
+    def op_ReduceSum(self, node, ins, a, i):
+        """A MEAN times the number of elements it averages (a scalar: frozen)."""
+        s = self.oshape(ins[0])
+        axes = self._axes(ins, a)
+        if not axes:
+            if a.get('noop_with_empty_axes', 0):
+                return self.alias(node.output[0], ins[0])
+            axes = list(range(len(s)))
+        tmp = node.output[0] + '/mean'
+        self._mean(ins[0], axes, a.get('keepdims', 1), tmp)
+        n = int(np.prod([s[x % len(s)] for x in set(axes)]))
+        lay = 'nhwc' if tmp in self.nhwc else 'plain'
+        x = self.get(tmp, lay)
+        self._ir('MUL', [x, self._scalar(tmp + '/count', float(n))],
+                 self.out(node.output[0], lay, self.oshape(tmp)))
+
+    def op_ReduceMax(self, node, ins, a, i):
+        """A max over a run of axes (a global max pool: torch.amax over H, W or over time)
+        -> MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it elsewhere)."""
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        axes = self._axes(ins, a)
+        axes = sorted({x % r for x in axes}) if axes else list(range(r))
+        keep = a.get('keepdims', 1)
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        ish = list(self.tensors[x].shape)
+        iax = sorted({_pos(r)[d] for d in axes}) if lay == 'nhwc' else axes
+        if iax != list(range(iax[0], iax[-1] + 1)) or any(ish[d] != 1 for d in range(iax[0])):
+            self.err(f'max over axes {axes} of {s}: utrain takes the max over one run of '
+                     'axes after size-1 axes (a global max pool)')
+        o = node.output[0]
+        if lay == 'nhwc' and iax == [1, 2]:
+            kh, kw, src = ish[1], ish[2], x
+        else:
+            R, Q = int(np.prod([ish[d] for d in iax])), int(np.prod(ish[iax[-1] + 1:]))
+            kh, kw, src = R, 1, self.reshape_to(x, [1, R, 1, Q], o + '/as_nhwc')
+        C = self.tensors[src].shape[3]
+        pooled = self._ir('MAX_POOL_2D', [src], o + '/pooled', [1, 1, 1, C], padding='VALID',
+                          stride_h=1, stride_w=1, filter_height=kh, filter_width=kw)
+        out = [1 if d in axes else n for d, n in enumerate(s)] if keep else \
+            [n for d, n in enumerate(s) if d not in axes]
+        if lay == 'nhwc' and keep and iax == [1, 2]:
+            self.nhwc[o], self.shape[o] = pooled, out
+        else:
+            self.reshape_to(pooled, out, out=self.out(o, 'plain', out))
+
+    def op_GlobalMaxPool(self, node, ins, a, i):
+        r = len(self.oshape(ins[0]))
+        a = dict(a, axes=list(range(2, r)), keepdims=1)
+        self.get(ins[0], 'nhwc')
+        self.op_ReduceMax(node, ins[:1], a, i)
+
+    def op_Expand(self, node, ins, a, i):
+        """Broadcast of an activation to a constant shape: copies concatenated along each
+        axis it grows (their gradients sum into it)."""
+        v = ins[0]
+        s = self.oshape(v)
+        want = [int(n) for n in np.asarray(self.cval(ins[1], 'the shape')).reshape(-1)]
+        out = list(np.broadcast_shapes(tuple(s), tuple(want)))
+        s1 = [1] * (len(out) - len(s)) + list(s)
+        x = self.get(v, 'plain')
+        if s1 != s:
+            x = self.reshape_to(x, s1, node.output[0] + '/ranked')
+        for d, (n, m) in enumerate(zip(s1, out)):
+            if n != m:
+                x = self.repeat(x, d, m)
+        self.plain[node.output[0]], self.shape[node.output[0]] = x, out
+
     def op_BatchNormalization(self, node, ins, a, i):
         if a.get('training_mode', 0) or (len(node.output) > 1 and any(node.output[1:])):
             self.err('training-mode BatchNormalization: export the model in eval mode')
@@ -1033,8 +1176,36 @@ class _Reader:
             self.nhwc[node.output[0]] = self.get(v, 'plain')    # twin is the input
             self.shape[node.output[0]] = out_shape
             return
-        self.emit('TRANSPOSE', [self.get(v, 'plain'), self.perm_const(v, p)],
-                  [self.out(node.output[0], 'plain', out_shape)])
+        x = self.get(v, 'plain')
+        y = self.out(node.output[0], 'plain', out_shape)
+        if len(s) > 4:
+            return self._transpose_compact(x, s, p, y)
+        self.emit('TRANSPOSE', [x, self.perm_const(v, p)], [y])
+
+    def _transpose_compact(self, x, s, p, y):
+        """A transpose of more than 4 axes (a channel shuffle's view(n, g, c/g, h, w)
+        .transpose(1, 2)) without its size-1 axes and with the axes that stay together
+        merged: RESHAPE, a TRANSPOSE of at most 4 axes, RESHAPE."""
+        keep = [d for d in range(len(s)) if s[d] != 1]
+        groups = []
+        for d in (d for d in p if s[d] != 1):
+            if groups and keep.index(d) == keep.index(groups[-1][-1]) + 1:
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        order = sorted(range(len(groups)), key=lambda j: groups[j][0])
+        if len(groups) > 4:
+            self.err(f'a transpose of {s} by {p} moves more than 4 axes; utrain transposes '
+                     'up to 4')
+        if len(groups) < 2:
+            self.reshape_to(x, self.tensors[y].shape, out=y)
+            return
+        red = [int(np.prod([s[d] for d in groups[j]])) for j in order]
+        xr = self.reshape_to(x, red, self.tensors[x].name + '/grouped')
+        q = [order.index(j) for j in range(len(groups))]
+        t = self.tensor(self.tensors[y].name + '/moved', [red[k] for k in q])
+        self.emit('TRANSPOSE', [xr, self.perm_const(self.tensors[y].name, q)], [t])
+        self.reshape_to(t, self.tensors[y].shape, out=y)
 
     def _layout_for(self, vs):
         r = len(self.oshape(vs[0]))
@@ -1291,9 +1462,9 @@ class _Reader:
         c = np.asarray(self.const[v], np.float32).reshape(1, H) if v else np.zeros((1, H), np.float32)
         if what == 'c0' and not c.any():
             return None             # f * c0 is 0: the first cell state is i * g
-        return self._const_act(node.output[0] + '/' + what, xp, H, c)
+        return self._const_act(node.output[0] + '/' + what, xp, H, c, v)
 
-    def _const_act(self, base, xp, H, c):
+    def _const_act(self, base, xp, H, c, v):
         r = len(self.tensors[xp].shape)
         ks = [self.tensor(f'{base}/{w}', [r], np.array(z, np.int32)) for w, z in
               (('begin', [0] * r), ('end', [1] * (r - 1) + [H]), ('strides', [1] * r))]
@@ -1305,8 +1476,9 @@ class _Reader:
         if not c.any():
             return z
         y = self.tensor(base, [1, H])
-        self.emit('ADD', [z, self.tensor(base + '/value', [1, H], c)], [y],
-                  fused_activation_function='NONE')
+        k = self.const_tensor(v, c, v if v in self.inits else None,
+                              [('R', list(np.shape(self.const[v])), [1, H])])
+        self.emit('ADD', [z, k], [y], fused_activation_function='NONE')   # trains as h0
         return y
 
     def _split(self, x, sizes, axis, names):
