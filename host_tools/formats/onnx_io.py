@@ -535,8 +535,8 @@ class _Reader:
         acts = [v for v in ins if v not in self.const]
         s = self.oshape(node.output[0]) if node.output[0] in self.shape else \
             list(np.broadcast_shapes(*[tuple(self.oshape(v)) for v in acts]))
-        lay = 'nhwc' if len(s) in (3, 4) and all(v in self.nhwc and len(self.oshape(v)) == len(s)
-                                                  for v in acts) else 'plain'
+        lay = 'nhwc' if len(s) in (3, 4) and any(v in self.nhwc for v in acts) and \
+            all(len(self.oshape(v)) == len(s) for v in acts) else 'plain'
         xs = [self._scalar(node.output[0] + f'/k{j}', float(np.asarray(self.const[v]).reshape(-1)[0]))
               if v in self.const else self.get(v, lay) for j, v in enumerate(ins)]
         b = node.output[0]
@@ -567,9 +567,21 @@ class _Reader:
         lo = -np.inf if lo is None else float(lo)
         hi = np.inf if hi is None else float(hi)
         name = {(0.0, 6.0): 'RELU6', (-1.0, 1.0): 'RELU_N1_TO_1', (0.0, np.inf): 'RELU'}.get((lo, hi))
-        if name is None:
-            self.err(f'Clip to [{lo}, {hi}]: utrain has [0, 6], [-1, 1] and [0, inf) only')
-        self._unary(name, node, ins)
+        if name is not None:
+            return self._unary(name, node, ins)
+        if lo > hi:
+            self.err(f'Clip to [{lo}, {hi}]: an empty range')
+
+        def build(x, y, b):         # max(x, lo) = RELU(x - lo) + lo; min(x, hi) = x - RELU(x - hi)
+            if lo > -np.inf:
+                r = self._ir('RELU', [self._ir('SUB', [x, self._scalar(b + '/lo', lo)], b + '/minus_lo')],
+                             b + '/above_lo')
+                x = self._ir('ADD', [r, self._scalar(b + '/lo_', lo)], b + '/max_lo' if hi < np.inf else y)
+            if hi < np.inf:
+                r = self._ir('RELU', [self._ir('SUB', [x, self._scalar(b + '/hi', hi)], b + '/minus_hi')],
+                             b + '/above_hi')
+                self._ir('SUB', [x, r], y)
+        self._unary_chain(node, ins, build)
 
     def op_Pow(self, node, ins, a, i):
         e = np.asarray(self.cval(ins[1], 'the exponent')).reshape(-1)
@@ -957,7 +969,7 @@ class _Reader:
         axes = self._axes(ins, a)
         axes = sorted({x % r for x in axes}) if axes else list(range(r))
         keep = a.get('keepdims', 1)
-        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        lay = 'nhwc' if r in (3, 4) and (v in self.nhwc or 1 not in axes) else 'plain'
         x = self.get(v, lay)
         ish = list(self.tensors[x].shape)
         iax = sorted({_pos(r)[d] for d in axes}) if lay == 'nhwc' else axes

@@ -266,8 +266,8 @@ def test_unsupported_node_is_named(tmp_path):
         read_model(p)
     msg = str(e.value)
     assert p in msg and 'the_odd_one' in msg and 'Cos' in msg and 'supported' in msg
-    p = _tiny(os.fspath(tmp_path / 'clip.onnx'), 'Clip', {'min': -2.0, 'max': 3.0})
-    with pytest.raises(ModelError, match=r'the_odd_one.*Clip to \[-2.0, 3.0\]'):
+    p = _tiny(os.fspath(tmp_path / 'clip.onnx'), 'Clip', {'min': 3.0, 'max': -2.0})
+    with pytest.raises(ModelError, match=r'the_odd_one.*Clip to \[3.0, -2.0\]: an empty range'):
         read_model(p)
     bad = tmp_path / 'junk.onnx'
     bad.write_bytes(b'\x00not an onnx model')
@@ -558,3 +558,44 @@ def test_sensor_layers_step_as_torch(name, tmp_path):
         if name in ('gru', 'lstm') and k in [n.input[2] for n in onnx.load(path).graph.node
                                            if n.op_type in ('GRU', 'LSTM')]:
             assert np.abs(step_t).max() > 1e-3            # W_hh did get a gradient
+
+
+class Misc2d(nn.Module):
+    """A channel shuffle (a 5-D view and transpose), HardSigmoid, clamp to [0.1, 0.9],
+    torch.maximum of two maps, amax and sum over H, W, adaptive max pool, softsign."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(2, 4, 3, padding=1)
+        self.c2 = nn.Conv2d(4, 4, 1)
+        self.fc = nn.Linear(12, 3)
+
+    def forward(self, x):
+        y = self.c(x)
+        n, c, h, w = y.shape
+        y = y.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+        y = torch.maximum(nn.functional.hardsigmoid(y).clamp(0.1, 0.9), torch.tanh(self.c2(y)))
+        f = torch.cat([y.amax((2, 3)), 0.1 * y.sum((2, 3)),
+                       torch.flatten(nn.functional.adaptive_max_pool2d(y, 1), 1)], 1)
+        return self.fc(nn.functional.softsign(f))
+
+
+class Misc1d(nn.Module):
+    """A depthwise Conv1d, abs, AdaptiveMaxPool1d, an unsqueeze-expand-mean, -x."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(3, 6, 3, groups=3, padding=1)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        y = nn.functional.adaptive_max_pool1d(torch.abs(self.c(x)), 1).flatten(1)
+        return -self.fc(y.unsqueeze(-1).expand(-1, -1, 3).mean(-1))
+
+
+SENSOR.update({'misc2d': (Misc2d, (2, 6, 6)), 'misc1d': (Misc1d, (3, 12))})
+
+
+@pytest.mark.parametrize('name', ['misc2d', 'misc1d'])
+def test_more_layers_step_as_torch(name, tmp_path):
+    test_sensor_layers_step_as_torch(name, tmp_path)
