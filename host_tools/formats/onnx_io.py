@@ -71,6 +71,22 @@ SUPPORTED = sorted({
     'Resize (nearest, integer scales)'})
 
 
+# ops refused with what to do instead (the device has no kernel they could be made of)
+ADVICE = {
+    'Softplus': 'it needs EXP and LOG, which the device has no kernels for: use ReLU, ELU '
+                'or SiLU (x * sigmoid(x)) in the model',
+    'Mish': 'it needs EXP and LOG (softplus), which the device has no kernels for: use '
+            'SiLU (x * sigmoid(x)) or GELU',
+    'Exp': 'the device has no EXP kernel', 'Log': 'the device has no LOG kernel',
+    'LogSoftmax': 'export the model without the final LogSoftmax (return the logits) and '
+                  'train with --loss scce --from-logits (the same loss)',
+    'ConvTranspose': 'the device has no transposed convolution: upsample with '
+                     "nn.Upsample(scale_factor=k, mode='nearest') and a Conv2d",
+    'PRelu': 'use LeakyReLU (a fixed slope) or ReLU',
+    'Softsign': 'write it as x / (1 + x.abs())',
+}
+
+
 def _onnx():
     try:
         import onnx
@@ -443,6 +459,8 @@ class _Reader:
             return
         h = getattr(self, 'op_' + t, None)
         if h is None:
+            if t in ADVICE:
+                self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}')
             self.err(f'utrain cannot read ONNX op {t}; supported: {", ".join(SUPPORTED)}')
         h(node, ins, a, i)
 

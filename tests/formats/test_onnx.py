@@ -428,6 +428,10 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
      (1, 6, 6), r'\(Resize\): mode linear: utrain upsamples with mode \'nearest\''),
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.5)), (1, 6, 6),
      r'\(Resize\): resizing \[1, 2, 4, 4\] to \[1, 2, 6, 6\]: utrain resizes by integer'),
+    (lambda: nn.Sequential(nn.Linear(4, 3), nn.Softplus()), (4,),
+     r'\(Softplus\): utrain cannot read ONNX op Softplus: it needs EXP and LOG'),
+    (lambda: nn.Sequential(nn.Linear(4, 3), nn.LogSoftmax(-1)), (4,),
+     r'\(LogSoftmax\): .*--from-logits'),
 ])
 def test_refused_layer_is_named(model, shape, match, tmp_path):
     """What utrain cannot unroll or map is refused naming the file, the node, the
