@@ -514,13 +514,16 @@ def _export_sensor(name, model, shape, path, fold=None):
                           do_constant_folding=name in ('gru', 'lstm') if fold is None else fold)
 
 
-@pytest.mark.parametrize('name', list(SENSOR))
-def test_sensor_layers_step_as_torch(name, tmp_path):
+@pytest.mark.parametrize('name,backend', [(n, 'cpython') for n in SENSOR] + [
+    pytest.param(n, b.values[0], marks=b.marks) for n in ('conv1d', 'gru')
+    for b in BACKENDS[1:]])
+def test_sensor_layers_step_as_torch(name, backend, tmp_path):
     """Read (no op refused), utrain's forward equals ONNX Runtime's and PyTorch's; one SGD
     step of a batch of 4 under CPython, exported back to .onnx, moves every initializer
     as PyTorch's autograd step moves it (W_hh of a GRU/LSTM included: the gradients of
     the unrolled steps sum into the one recurrent weight).  BatchNorm1d kept trains as
-    scale and shift (not PyTorch's parametrization): forward and export only."""
+    scale and shift (not PyTorch's parametrization): forward and export only.  A
+    Conv1d and a GRU model also step so on unix MicroPython."""
     from onnx import numpy_helper
     make, shape = SENSOR[name]
     torch.manual_seed(0)
@@ -538,7 +541,7 @@ def test_sensor_layers_step_as_torch(name, tmp_path):
         tref = model(torch.from_numpy(x)).numpy()
     assert np.abs(got - ort_run(path, x)).max() < FWD_TOL
     assert np.abs(got - tref).max() < 1e-5
-    code, text = run(d, python=True, stream=False)
+    code, text = run(d, python=backend == 'cpython', stream=False)
     assert code == 0, text
     out = os.fspath(tmp_path / 'trained.onnx')
     export(path, os.path.join(d, 'trained.wof'), out)
@@ -602,4 +605,81 @@ SENSOR.update({'misc2d': (Misc2d, (2, 6, 6)), 'misc1d': (Misc1d, (3, 12))})
 
 @pytest.mark.parametrize('name', ['misc2d', 'misc1d'])
 def test_more_layers_step_as_torch(name, tmp_path):
-    test_sensor_layers_step_as_torch(name, tmp_path)
+    test_sensor_layers_step_as_torch(name, 'cpython', tmp_path)
+
+
+def _rnn_graph(path, op, lbr=0):
+    """A GRU (layout 0 behind a Transpose, linear_before_reset lbr, the whole Y read,
+    a constant nonzero initial h, sequence_lens of the full length) or an LSTM (layout
+    lbr: 1 batch first, 0 behind a Transpose; constant nonzero h0 and c0, Y_h + Y_c
+    read), written with onnx.helper: what other exporters write and PyTorch does not."""
+    from onnx import TensorProto, helper, numpy_helper
+    r = np.random.default_rng(3)
+    T, I, H = 4, 3, 5
+    G = (3 if op == 'GRU' else 4) * H
+    f = lambda *s: numpy_helper.from_array((r.standard_normal(s) * 0.5).astype(np.float32), f'k{len(inits)}')  # noqa: E731
+    inits = []
+    for shp in ((1, G, I), (1, G, H), (1, 2 * G), (1, 1, H), (1, 1, H)):
+        inits.append(f(*shp))
+    W, R, B, h0, c0 = (t.name for t in inits)
+    inits.append(numpy_helper.from_array(np.array([T], np.int32), 'lens'))
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, T, I])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 2])
+    if op == 'GRU':
+        inits += [numpy_helper.from_array(np.array([1, T * H], np.int64), 'flat'),
+                  numpy_helper.from_array((r.standard_normal((T * H, 2)) * 0.3).astype(np.float32), 'wo')]
+        nodes = [helper.make_node('Transpose', ['x'], ['xt'], perm=[1, 0, 2]),
+                 helper.make_node('GRU', ['xt', W, R, B, 'lens', h0], ['Y', ''], hidden_size=H,
+                                  linear_before_reset=lbr, name='gru'),
+                 helper.make_node('Reshape', ['Y', 'flat'], ['f']),
+                 helper.make_node('MatMul', ['f', 'wo'], ['y'])]
+    else:
+        inits += [numpy_helper.from_array(np.array([1, H], np.int64), 'flat'),
+                  numpy_helper.from_array((r.standard_normal((H, 2)) * 0.3).astype(np.float32), 'wo')]
+        nodes = [helper.make_node('Transpose', ['x'], ['xt'], perm=[1, 0, 2]),
+                 helper.make_node('LSTM', ['x' if lbr else 'xt', W, R, B, '', h0, c0],
+                                  ['', 'Yh', 'Yc'], hidden_size=H, layout=lbr, name='lstm'),
+                 helper.make_node('Add', ['Yh', 'Yc'], ['s']),
+                 helper.make_node('Reshape', ['s', 'flat'], ['f']),
+                 helper.make_node('MatMul', ['f', 'wo'], ['y'])]
+    m = helper.make_model(helper.make_graph(nodes, 'g', [x], [y], inits),
+                          opset_imports=[helper.make_opsetid('', 17)])
+    onnx.save(m, path)
+    return (T, I)
+
+
+def ref_run(path, x):
+    """onnx's reference evaluator (ORT refuses layout=1 RNNs)."""
+    from onnx.reference import ReferenceEvaluator
+    r = ReferenceEvaluator(path)
+    return np.stack([r.run(None, {'x': x[i:i + 1]})[0].reshape(-1) for i in range(len(x))])
+
+
+@pytest.mark.parametrize('op,lbr', [('GRU', 0), ('GRU', 1), ('LSTM', 0), ('LSTM', 1)])
+def test_rnn_nodes_other_exporters_write(op, lbr, tmp_path):
+    """Forward = ORT's (onnx's reference evaluator for an LSTM with layout=1, checked
+    against ORT on the same LSTM behind a Transpose); one Adam step exported back (W, R,
+    B's two halves, the initial states that train as constants) = utrain's trained
+    forward there."""
+    path = os.fspath(tmp_path / 'rnn.onnx')
+    shape = _rnn_graph(path, op, lbr)
+    ort_run = globals()['ort_run']
+    if op == 'LSTM' and lbr:
+        ort_run = ref_run
+        p0 = os.fspath(tmp_path / 'rnn0.onnx')
+        _rnn_graph(p0, op, 0)
+        x0 = samples(shape, n=2)[0]
+        assert np.abs(ref_run(path, x0) - globals()['ort_run'](p0, x0)).max() < FWD_TOL
+    x, y = samples(shape, n=4, classes=2)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='adam', lr=0.05, batch=2, epochs=1, log=lambda *a: None)
+    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    after = ort_run(out, x)
+    assert np.abs(utrain_run(d, x, 'trained.wof') - after).max() < FWD_TOL
+    assert np.abs(after - ort_run(path, x)).max() > 1e-3
