@@ -1193,9 +1193,13 @@ class _Reader:
         p = list(a.get('perm', list(range(len(s)))[::-1]))
         out_shape = [s[d] for d in p]
         if v in self.nhwc and v not in self.plain:
-            q = [POS_IN_NHWC[d] for d in p]
             x = self.nhwc[v]
-            if q == [0, 1, 2, 3]:
+            if len(s) == 3:             # the twin [N, 1, L, C] is [N, L, C] reshaped
+                x = self.reshape_to(x, [s[0], s[2], s[1]], v + '/nlc')
+                q = [(0, 2, 1)[d] for d in p]
+            else:
+                q = [POS_IN_NHWC[d] for d in p]
+            if q == list(range(len(s))):       # x.permute(0, 2, 1) of a Conv1d's map
                 self.plain[node.output[0]] = x
                 self.shape[node.output[0]] = out_shape
                 return

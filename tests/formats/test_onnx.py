@@ -495,12 +495,29 @@ class RNN(nn.Module):
         return self.fc(y[:, -1])
 
 
+class CRNN(nn.Module):
+    """Samples [N, L, C] as a logger writes them, transposed into a Conv1d-ReLU, a max
+    pool over time, permuted back into an nn.GRU, the last step into a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(3, 6, 3, padding='same')
+        self.rnn = nn.GRU(6, 5, batch_first=True)
+        self.fc = nn.Linear(5, 3)
+
+    def forward(self, x):
+        y = nn.functional.max_pool1d(torch.relu(self.c(x.transpose(1, 2))), 2)
+        o, _ = self.rnn(y.permute(0, 2, 1))
+        return self.fc(o[:, -1])
+
+
 SENSOR = {
     'conv1d': (Sensor1d, (3, 16)),
     'conv1d-bn': (lambda: Sensor1d(bn=True), (3, 16)),
     'upsample': (UpNet, (1, 6, 6)),
     'gru': (lambda: RNN(nn.GRU), (5, 4)),
     'lstm': (lambda: RNN(nn.LSTM), (5, 4)),
+    'crnn': (CRNN, (8, 3)),
 }
 
 
@@ -511,7 +528,8 @@ def _export_sensor(name, model, shape, path, fold=None):
         warnings.simplefilter('ignore')
         torch.onnx.export(model, (torch.zeros((1,) + shape),), path, opset_version=17,
                           dynamo=False, input_names=['x'], output_names=['y'],
-                          do_constant_folding=name in ('gru', 'lstm') if fold is None else fold)
+                          do_constant_folding=name in ('gru', 'lstm', 'crnn') if fold is None
+                          else fold)
 
 
 @pytest.mark.parametrize('name,backend', [(n, 'cpython') for n in SENSOR] + [
@@ -562,7 +580,7 @@ def test_sensor_layers_step_as_torch(name, backend, tmp_path):
         if before[k].dtype.kind != 'f':
             continue
         assert np.abs(mine[k] - before[k] - step_t).max() < 2e-6 + 1e-4 * np.abs(step_t).max(), k
-        if name in ('gru', 'lstm') and k in [n.input[2] for n in onnx.load(path).graph.node
+        if name in ('gru', 'lstm', 'crnn') and k in [n.input[2] for n in onnx.load(path).graph.node
                                            if n.op_type in ('GRU', 'LSTM')]:
             assert np.abs(step_t).max() > 1e-3            # W_hh did get a gradient
 
