@@ -502,7 +502,8 @@ class _Reader:
         """One op on IR tensors; out: an IR tensor or a name for a new one (shape of xs[0])."""
         if isinstance(out, str):
             out = self.tensor(out, shape or self.tensors[xs[0]].shape)
-        if name not in ('RELU', 'RELU6', 'LOGISTIC', 'TANH'):
+        if name in ('ADD', 'SUB', 'MUL', 'DIV', 'FULLY_CONNECTED', 'CONCATENATION',
+                    'MAX_POOL_2D'):
             opts.setdefault('fused_activation_function', 'NONE')
         self.emit(name, xs, [out], **opts)
         return out
@@ -1445,29 +1446,32 @@ class _Reader:
 
     # ---- recurrent layers, unrolled
     def _rnn_inputs(self, node, ins, a, gates):
-        """Checks an ONNX GRU/LSTM node utrain unrolls; returns (T, I, H, x as [T, I])."""
+        """Checks an ONNX GRU/LSTM node utrain unrolls; returns (T, I, H, D, x as [T, I],
+        layout, directions: 0 forward, 1 reverse, in W's order)."""
         def txt(u):
             return u.decode() if isinstance(u, bytes) else u
         t = node.op_type
         d = txt(a.get('direction', 'forward'))
-        if d != 'forward':
-            self.err(f"direction {d}: utrain unrolls forward {t}s (one direction, "
-                     "bidirectional=False)")
+        dirs = {'forward': [0], 'reverse': [1], 'bidirectional': [0, 1]}.get(d)
+        if dirs is None:
+            self.err(f'direction {d!r} is not an ONNX direction')
         if 'clip' in a:
             self.err(f'clip {a["clip"]}: utrain unrolls {t}s without cell clipping')
         if a.get('input_forget', 0):
             self.err('input_forget=1 is not supported')
         default = {'GRU': ['Sigmoid', 'Tanh'], 'LSTM': ['Sigmoid', 'Tanh', 'Tanh']}[t]
-        acts = [txt(u) for u in a.get('activations', default)]
-        if acts != default:
+        acts = [txt(u) for u in a.get('activations', default * len(dirs))]
+        if acts != default * len(dirs):
             self.err(f'activations {acts}: utrain unrolls {t}s with {default}')
         for k in (1, 2):
             if ins[k] not in self.const:
                 self.err(f'input {k} ({ins[k]!r}) must be a constant (an initializer)')
         Wt, Rt = self.const[ins[1]], self.const[ins[2]]
         H = int(a.get('hidden_size', Rt.shape[-1]))
-        if Wt.shape[0] != 1 or Wt.shape[1] != gates * H or Rt.shape[1:] != (gates * H, H):
-            self.err(f'W {list(Wt.shape)} / R {list(Rt.shape)} do not fit hidden_size {H}')
+        D = len(dirs)
+        if Wt.shape[:2] != (D, gates * H) or Rt.shape != (D, gates * H, H):
+            self.err(f'W {list(Wt.shape)} / R {list(Rt.shape)} do not fit hidden_size {H} '
+                     f'and {D} direction(s)')
         s = self.oshape(ins[0])
         lay = int(a.get('layout', 0))
         T, B, I = (s[1], s[0], s[2]) if lay else s
@@ -1481,39 +1485,40 @@ class _Reader:
                 np.any(np.asarray(self.cval(ins[7], 'the peepholes')) != 0):
             self.err('peephole weights (P) are not supported')
         x = self.reshape_to(self.get(ins[0], 'plain'), [T, I], node.output[0] + '/x')
-        return T, I, H, x, lay
+        return T, I, H, D, x, lay, dirs
 
-    def _rnn_weight(self, v, value_steps, name):
-        return self.const_tensor(name, apply_steps(self.const[v], value_steps),
-                                 v if v in self.inits else None, value_steps)
+    def _rnn_weight(self, v, d, n, shape, name):
+        """Direction d's n elements from element d*n on of initializer v, shaped."""
+        steps = [('part', d * n, (d + 1) * n), ('R', [n], list(shape))]
+        return self.const_tensor(name, apply_steps(self.const[v], steps),
+                                 v if v in self.inits else None, steps)
 
-    def _rnn_state(self, node, v, H, xp, what):
-        """The initial state as a [1, H] activation, or None when it is zero.  A zero h
-        still goes through the recurrent FC (its bias trains at step 0, as in PyTorch):
-        it is made as 0 times a slice of step 0's input projection."""
+    def _rnn_state(self, node, v, d, D, H, xp, what):
+        """Direction d's initial state as a [1, H] activation, or None for a zero c.  A
+        zero h still goes through the recurrent FC (its bias trains at step 0, as in
+        PyTorch): it is made as 0 times a slice of step 0's input projection; a nonzero
+        constant is added to that (and trains as the initial state)."""
+        base = f'{node.output[0]}/{what}{d}'
         if v and v not in self.const:
-            return self.reshape_to(self.get(v, 'plain'), [1, H], node.output[0] + '/' + what)
-        c = np.asarray(self.const[v], np.float32).reshape(1, H) if v else np.zeros((1, H), np.float32)
+            x = self.reshape_to(self.get(v, 'plain'), [D, H], base + '/all')
+            if D == 1:
+                return x
+            ks = [self.tensor(f'{base}/{w}', [2], np.array(z, np.int32)) for w, z in
+                  (('begin', [d, 0]), ('end', [d + 1, H]), ('strides', [1, 1]))]
+            return self._ir('STRIDED_SLICE', [x] + ks, base, [1, H])
+        c = np.asarray(self.const[v], np.float32).reshape(D, H)[d:d + 1] if v else \
+            np.zeros((1, H), np.float32)
         if what == 'c0' and not c.any():
             return None             # f * c0 is 0: the first cell state is i * g
-        return self._const_act(node.output[0] + '/' + what, xp, H, c, v)
-
-    def _const_act(self, base, xp, H, c, v):
         r = len(self.tensors[xp].shape)
         ks = [self.tensor(f'{base}/{w}', [r], np.array(z, np.int32)) for w, z in
               (('begin', [0] * r), ('end', [1] * (r - 1) + [H]), ('strides', [1] * r))]
-        sl = self.tensor(base + '/slice', [1, H])
-        self.emit('STRIDED_SLICE', [xp] + ks, [sl])
-        z = self.tensor(base + '/zero', [1, H])
-        self.emit('MUL', [sl, self.tensor(base + '/zero_k', [], np.array(0, np.float32))], [z],
-                  fused_activation_function='NONE')
+        sl = self._ir('STRIDED_SLICE', [xp] + ks, base + '/slice', [1, H])
+        z = self._ir('MUL', [sl, self._scalar(base + '/zero_k', 0.0)], base + '/zero')
         if not c.any():
             return z
-        y = self.tensor(base, [1, H])
-        k = self.const_tensor(v, c, v if v in self.inits else None,
-                              [('R', list(np.shape(self.const[v])), [1, H])])
-        self.emit('ADD', [z, k], [y], fused_activation_function='NONE')   # trains as h0
-        return y
+        k = self._rnn_weight(v, d, H, [1, H], base + '/value')
+        return self._ir('ADD', [z, k], base)
 
     def _split(self, x, sizes, axis, names):
         outs = []
@@ -1527,148 +1532,186 @@ class _Reader:
         self.emit('SPLIT_V', [x, sz, ax], outs, num_splits=len(sizes))
         return outs
 
-    def _ew(self, name, ins, out_name, shape):
-        y = self.tensor(out_name, shape)
-        opts = {} if name in ('LOGISTIC', 'TANH') else {'fused_activation_function': 'NONE'}
-        self.emit(name, ins, [y], **opts)
-        return y
+    def _steps(self, x, T, names):
+        return self._split(x, [1] * T, 0, names) if T > 1 else [x]
 
-    def _rnn_outputs(self, node, T, H, hs, lay, c=None):
-        """Y as a sequence of the steps' h (made only where something reads it whole),
-        Y_h and Y_c as reshapes of the last step's."""
+    def _rnn(self, node, ins, a, gates, cell):
+        """Unrolls each direction: the input projection of the whole sequence (one FC
+        by that direction's W and Wb), split into steps, then cell(...) per step in
+        the direction's order; Y kept as the steps' h, Y_h and Y_c the last states."""
+        T, I, H, D, x, lay, dirs = self._rnn_inputs(node, ins, a, gates)
+        G = gates * H
+        hasb = len(ins) > 3 and bool(ins[3])
+        per = []
+        for d, rev in enumerate(dirs):
+            n = f'{node.output[0]}/{"fb"[rev]}/'
+            W = self._rnn_weight(ins[1], d, G * I, [G, I], n + 'W')
+            Wb = self._rnn_weight(ins[3], 2 * d, G, [G], n + 'Wb') if hasb else -1
+            xp = self._ir('FULLY_CONNECTED', [x, W, Wb], n + 'xproj', [T, G],
+                          keep_num_dims=False)
+            h = self._rnn_state(node, ins[5] if len(ins) > 5 else '', d, D, H, xp, 'h0')
+            c = self._rnn_state(node, ins[6] if len(ins) > 6 else '', d, D, H, xp, 'c0') \
+                if gates == 4 else None
+            hs = [None] * T
+            order = range(T - 1, -1, -1) if rev else range(T)
+            step = cell(n, d, ins, hasb, xp, T)
+            for t in order:
+                h, c = step(t, h, c)
+                hs[t] = h
+            per.append((hs, h, c))
         outs = list(node.output) + ['', '', '']
         if outs[0]:
-            self.shape[outs[0]] = [1, T, 1, H] if lay else [T, 1, 1, H]
-            self.seq[outs[0]] = (hs, 1 if lay else 0)
-        for v, k in ((outs[1], hs[-1]), (outs[2], c)):
-            if v:
-                sh = [1, 1, H]
+            self.shape[outs[0]] = [1, T, D, H] if lay else [T, D, 1, H]
+            self.seq[outs[0]] = ([tuple(p[0][t] for p in per) if D > 1 else per[0][0][t]
+                                  for t in range(T)], 1 if lay else 0)
+        read = {o.name for o in self.model.graph.output} | set(self.consumers)
+        for v, j in ((outs[1], 1), (outs[2], 2)):
+            if v and v in read:         # Y_h / Y_c nothing reads: no op
+                sh = [1, D, H] if lay else [D, 1, H]
+                k = per[0][j] if D == 1 else self._ir(
+                    'CONCATENATION', [p[j] for p in per], v + '/directions', [D, H], axis=0)
                 self.reshape_to(k, sh, out=self.out(v, 'plain', sh))
 
     def op_GRU(self, node, ins, a, i):
-        """ONNX GRU (gates z, r, h), forward, one layer: an FC of the whole input
-        sequence by W (+ Wb), split into steps, then per step an FC of h by R (+ Rb;
-        one weight tensor read by every step), LOGISTIC, TANH, MUL, ADD, SUB; as PyTorch
-        exports nn.GRU (linear_before_reset=1), or with the reset gate before R (0)."""
-        T, I, H, x, lay = self._rnn_inputs(node, ins, a, 3)
+        """ONNX GRU (gates z, r, h), one layer, forward, reverse or both: per step an FC
+        of h by R (+ Rb; one weight tensor read by every step), LOGISTIC, TANH, MUL, ADD,
+        SUB; as PyTorch exports nn.GRU (linear_before_reset=1), or with the reset gate
+        before R (0)."""
         lbr = int(a.get('linear_before_reset', 0))
-        n = node.output[0] + '/'
-        G = 3 * H
-        hasb = len(ins) > 3 and bool(ins[3])
-        W = self._rnn_weight(ins[1], [('R', [1, G, I], [G, I])], n + 'W')
-        Wb = self._rnn_weight(ins[3], [('part', 0, G)], n + 'Wb') if hasb else -1
-        if lbr:
-            R = [self._rnn_weight(ins[2], [('R', [1, G, H], [G, H])], n + 'R')]
-            Rb = [self._rnn_weight(ins[3], [('part', G, 2 * G)], n + 'Rb') if hasb else -1]
-        else:
-            R = [self._rnn_weight(ins[2], [('part', lo * H, hi * H), ('R', [(hi - lo) * H], [hi - lo, H])],
-                                  n + w) for lo, hi, w in ((0, 2 * H, 'Rzr'), (2 * H, G, 'Rh'))]
-            Rb = [self._rnn_weight(ins[3], [('part', G + lo, G + hi)], n + w) if hasb else -1
-                  for lo, hi, w in ((0, 2 * H, 'Rbzr'), (2 * H, G, 'Rbh'))]
-        xp = self.tensor(n + 'xproj', [T, G])
-        self.emit('FULLY_CONNECTED', [x, W, Wb], [xp], fused_activation_function='NONE',
-                  keep_num_dims=False)
-        xzr, xh = self._split(xp, [2 * H, H], 1, [n + 'xzr', n + 'xh'])
-        if T > 1:
-            xzr = self._split(xzr, [1] * T, 0, [f'{n}xzr{t}' for t in range(T)])
-            xh = self._split(xh, [1] * T, 0, [f'{n}xh{t}' for t in range(T)])
-        else:
-            xzr, xh = [xzr], [xh]
-        h = self._rnn_state(node, ins[5] if len(ins) > 5 else '', H, xp, 'h0')
-        hs = []
-        for t in range(T):
-            m = f'{n}t{t}/'
-            hp = self._ew('FULLY_CONNECTED', [h, R[0], Rb[0]], m + 'hproj', [1, G if lbr else 2 * H])
+        H = self.const[ins[2]].shape[-1] if ins[2] in self.const else 0
+
+        def cell(n, d, ins, hasb, xp, T):
+            G = 3 * H
             if lbr:
-                hzr, hh = self._split(hp, [2 * H, H], 1, [m + 'hzr', m + 'hh'])
-            else:
-                hzr = hp
-            zr = self._ew('LOGISTIC', [self._ew('ADD', [xzr[t], hzr], m + 'zr_pre', [1, 2 * H])],
-                          m + 'zr', [1, 2 * H])
-            z, r = self._split(zr, [H, H], 1, [m + 'z', m + 'r'])
-            if lbr:
-                rh = self._ew('MUL', [r, hh], m + 'r_hh', [1, H])
-            else:
-                rh = self._ew('FULLY_CONNECTED', [self._ew('MUL', [r, h], m + 'r_h', [1, H]),
-                                                  R[1], Rb[1]], m + 'r_hh', [1, H])
-            nn_ = self._ew('TANH', [self._ew('ADD', [xh[t], rh], m + 'n_pre', [1, H])],
-                           m + 'n', [1, H])
-            d = self._ew('SUB', [h, nn_], m + 'h_minus_n', [1, H])
-            h = self._ew('ADD', [nn_, self._ew('MUL', [z, d], m + 'z_d', [1, H])], m + 'h', [1, H])
-            hs.append(h)
-        self._rnn_outputs(node, T, H, hs, lay)
+                R = [self._rnn_weight(ins[2], d, G * H, [G, H], n + 'R')]
+                Rb = [self._rnn_weight(ins[3], 2 * d + 1, G, [G], n + 'Rb') if hasb else -1]
+            else:               # R's and Rb's z, r rows apart from the h rows
+                R = [self.const_tensor(n + w, apply_steps(self.const[ins[2]], st),
+                                       ins[2] if ins[2] in self.inits else None, st)
+                     for w, st in (('Rzr', [('part', d * G * H, d * G * H + 2 * H * H),
+                                            ('R', [2 * H * H], [2 * H, H])]),
+                                   ('Rh', [('part', d * G * H + 2 * H * H, (d + 1) * G * H),
+                                           ('R', [H * H], [H, H])]))]
+                Rb = [self.const_tensor(n + w, apply_steps(self.const[ins[3]], st),
+                                        ins[3] if ins[3] in self.inits else None, st)
+                      if hasb else -1
+                      for w, st in (('Rbzr', [('part', (2 * d + 1) * G, (2 * d + 1) * G + 2 * H)]),
+                                    ('Rbh', [('part', (2 * d + 1) * G + 2 * H, (2 * d + 2) * G)]))]
+            xzr, xh = self._split(xp, [2 * H, H], 1, [n + 'xzr', n + 'xh'])
+            xzr = self._steps(xzr, T, [f'{n}xzr{t}' for t in range(T)])
+            xh = self._steps(xh, T, [f'{n}xh{t}' for t in range(T)])
+
+            def step(t, h, c):
+                m = f'{n}t{t}/'
+                hp = self._ir('FULLY_CONNECTED', [h, R[0], Rb[0]], m + 'hproj',
+                              [1, G if lbr else 2 * H])
+                if lbr:
+                    hzr, hh = self._split(hp, [2 * H, H], 1, [m + 'hzr', m + 'hh'])
+                else:
+                    hzr = hp
+                zr = self._ir('LOGISTIC', [self._ir('ADD', [xzr[t], hzr], m + 'zr_pre')],
+                              m + 'zr')
+                z, r = self._split(zr, [H, H], 1, [m + 'z', m + 'r'])
+                if lbr:
+                    rh = self._ir('MUL', [r, hh], m + 'r_hh')
+                else:
+                    rh = self._ir('FULLY_CONNECTED', [self._ir('MUL', [r, h], m + 'r_h'),
+                                                      R[1], Rb[1]], m + 'r_hh', [1, H])
+                nn_ = self._ir('TANH', [self._ir('ADD', [xh[t], rh], m + 'n_pre')], m + 'n')
+                dd = self._ir('SUB', [h, nn_], m + 'h_minus_n')
+                return self._ir('ADD', [nn_, self._ir('MUL', [z, dd], m + 'z_d')], m + 'h'), None
+            return step
+        self._rnn(node, ins, a, 3, cell)
 
     def op_LSTM(self, node, ins, a, i):
-        """ONNX LSTM (gates i, o, f, c), forward, one layer, no peepholes: an FC of the
-        whole input sequence by W (+ Wb), split into steps, then per step an FC of h by
-        R (+ Rb; one weight tensor read by every step), ADD, LOGISTIC of i, o, f, TANH of
-        the cell input, c = f c + i g, h = o tanh(c) (nn.LSTM as PyTorch exports it)."""
-        T, I, H, x, lay = self._rnn_inputs(node, ins, a, 4)
-        n = node.output[0] + '/'
-        G = 4 * H
-        hasb = len(ins) > 3 and bool(ins[3])
-        W = self._rnn_weight(ins[1], [('R', [1, G, I], [G, I])], n + 'W')
-        Wb = self._rnn_weight(ins[3], [('part', 0, G)], n + 'Wb') if hasb else -1
-        R = self._rnn_weight(ins[2], [('R', [1, G, H], [G, H])], n + 'R')
-        Rb = self._rnn_weight(ins[3], [('part', G, 2 * G)], n + 'Rb') if hasb else -1
-        xp = self.tensor(n + 'xproj', [T, G])
-        self.emit('FULLY_CONNECTED', [x, W, Wb], [xp], fused_activation_function='NONE',
-                  keep_num_dims=False)
-        xs = self._split(xp, [1] * T, 0, [f'{n}x{t}' for t in range(T)]) if T > 1 else [xp]
-        h = self._rnn_state(node, ins[5] if len(ins) > 5 else '', H, xp, 'h0')
-        c = self._rnn_state(node, ins[6] if len(ins) > 6 else '', H, xp, 'c0')
-        hs = []
-        for t in range(T):
-            m = f'{n}t{t}/'
-            hp = self._ew('FULLY_CONNECTED', [h, R, Rb], m + 'hproj', [1, G])
-            pre = self._ew('ADD', [xs[t], hp], m + 'pre', [1, G])
-            sg, gc = self._split(pre, [3 * H, H], 1, [m + 'iof_pre', m + 'g_pre'])
-            g = self._ew('TANH', [gc], m + 'g', [1, H])
-            iof = self._ew('LOGISTIC', [sg], m + 'iof', [1, 3 * H])
-            ig, og, fg = self._split(iof, [H, H, H], 1, [m + 'i', m + 'o', m + 'f'])
-            cin = self._ew('MUL', [ig, g], m + 'i_g', [1, H])
-            c = cin if c is None else self._ew(
-                'ADD', [self._ew('MUL', [fg, c], m + 'f_c', [1, H]), cin], m + 'c', [1, H])
-            h = self._ew('MUL', [og, self._ew('TANH', [c], m + 'tanh_c', [1, H])], m + 'h', [1, H])
-            hs.append(h)
-        self._rnn_outputs(node, T, H, hs, lay, c)
+        """ONNX LSTM (gates i, o, f, c), one layer, forward, reverse or both, no
+        peepholes: per step an FC of h by R (+ Rb; one weight tensor read by every
+        step), ADD, LOGISTIC of i, o, f, TANH of the cell input, c = f c + i g,
+        h = o tanh(c) (nn.LSTM as PyTorch exports it)."""
+        H = self.const[ins[2]].shape[-1] if ins[2] in self.const else 0
+
+        def cell(n, d, ins, hasb, xp, T):
+            G = 4 * H
+            R = self._rnn_weight(ins[2], d, G * H, [G, H], n + 'R')
+            Rb = self._rnn_weight(ins[3], 2 * d + 1, G, [G], n + 'Rb') if hasb else -1
+            xs = self._steps(xp, T, [f'{n}x{t}' for t in range(T)])
+
+            def step(t, h, c):
+                m = f'{n}t{t}/'
+                hp = self._ir('FULLY_CONNECTED', [h, R, Rb], m + 'hproj', [1, G])
+                pre = self._ir('ADD', [xs[t], hp], m + 'pre')
+                sg, gc = self._split(pre, [3 * H, H], 1, [m + 'iof_pre', m + 'g_pre'])
+                g = self._ir('TANH', [gc], m + 'g')
+                iof = self._ir('LOGISTIC', [sg], m + 'iof')
+                ig, og, fg = self._split(iof, [H, H, H], 1, [m + 'i', m + 'o', m + 'f'])
+                cin = self._ir('MUL', [ig, g], m + 'i_g')
+                c = cin if c is None else self._ir(
+                    'ADD', [self._ir('MUL', [fg, c], m + 'f_c'), cin], m + 'c')
+                return self._ir('MUL', [og, self._ir('TANH', [c], m + 'tanh_c')], m + 'h'), c
+            return step
+        self._rnn(node, ins, a, 4, cell)
+
+    def _seq_step(self, v, k):
+        """Step k of sequence v as one IR tensor (both directions' h concatenated)."""
+        hs = self.seq[v][0]
+        if isinstance(hs[k], tuple):
+            H = self.tensors[hs[k][0]].shape[-1]
+            hs[k] = self._ir('CONCATENATION', list(hs[k]), f'{v}/step{k}', [len(hs[k]), H],
+                             axis=0)
+        return hs[k]
 
     def _seq_op(self, node, ins, a):
-        """An op on an RNN's Y kept as its steps: Squeeze/Unsqueeze/Transpose move the time
-        axis, Gather/Slice of one step is that step's h (y[:, -1] reads the last step, no
-        concatenation of all).  False: the op reads Y whole (it is concatenated)."""
+        """An op on an RNN's Y kept as its steps: Squeeze/Unsqueeze/Reshape/Transpose
+        that keep each step's values in order move the time axis, Gather/Slice of one
+        step is that step's h (y[:, -1] reads the last step, no concatenation of all).
+        False: the op reads Y whole (it is concatenated)."""
         v, t, o = ins[0], node.op_type, node.output[0]
         hs, tax = self.seq[v]
         s = self.oshape(v)
         r = len(s)
+        T = s[tax]
         if t in ('Identity', 'Dropout'):
             self.alias(o, v)
             return True
-        if t in ('Squeeze', 'Unsqueeze'):
-            axes = self._axes(ins, a)
+        if t in ('Squeeze', 'Unsqueeze', 'Reshape', 'Flatten'):
+            out = self.oshape(o) if o in self.shape else None
             if t == 'Squeeze':
+                axes = self._axes(ins, a)
                 axes = {x % r for x in axes} if axes is not None else \
                     {d for d, n in enumerate(s) if n == 1}
-                if tax in axes:
-                    return False
                 out = [n for d, n in enumerate(s) if d not in axes]
-                ntax = tax - sum(d < tax for d in axes)
-            else:
+            elif t == 'Unsqueeze':
+                axes = self._axes(ins, a)
                 m = r + len(axes)
-                added = sorted(x % m for x in axes)
                 out = list(s)
-                for ax in added:
+                for ax in sorted(x % m for x in axes):
                     out.insert(ax, 1)
-                ntax = [d for d in range(m) if d not in added][tax]
+            elif t == 'Reshape':
+                want = [int(x) for x in self.cval(ins[1], 'the shape')]
+                want = [s[j] if x == 0 and not a.get('allowzero') else x
+                        for j, x in enumerate(want)]
+                out = list(np.empty(s, np.int8).reshape(want).shape)
+            elif out is None:
+                return False
+            before = int(np.prod(s[:tax]))
+            ntax = [j for j in range(len(out)) if out[j] == T and
+                    int(np.prod(out[:j])) == before]
+            if not ntax:
+                return False            # the time axis is merged with another
+            ntax = ntax[0]
         elif t == 'Transpose':
             p = list(a.get('perm', list(range(r))[::-1]))
             out, ntax = [s[d] for d in p], p.index(tax)
+            inner = [d for d in p if d != tax and s[d] != 1]
+            if inner != sorted(inner) or int(np.prod(out[:ntax])) != 1 or \
+                    int(np.prod(s[:tax])) != 1:
+                return False            # a step's values would move
         elif t in ('Gather', 'Slice'):
             if t == 'Gather':
                 idx = np.asarray(self.const.get(ins[1], np.zeros((2,))))
                 if int(a.get('axis', 0)) % r != tax or idx.ndim != 0:
                     return False
-                k = int(idx) % s[tax]
+                k = int(idx) % T
                 out = s[:tax] + s[tax + 1:]
             else:
                 b, e, st = self._slice_args(ins, a, s)
@@ -1676,7 +1719,9 @@ class _Reader:
                         e[tax] - b[tax] != 1:
                     return False
                 k, out = b[tax], s[:tax] + [1] + s[tax + 1:]
-            self.reshape_to(hs[k], out, out=self.out(o, 'plain', out))
+            if int(np.prod(s[:tax])) != 1:
+                return False
+            self.reshape_to(self._seq_step(v, k), out, out=self.out(o, 'plain', out))
             return True
         else:
             return False
@@ -1689,9 +1734,14 @@ class _Reader:
         hs, tax = self.seq[v]
         s = self.oshape(v)
         rest = s[:tax] + s[tax + 1:]
-        cat = self.tensor(v + '/steps', [len(hs), int(np.prod(rest))])
-        self.emit('CONCATENATION', list(hs), [cat], axis=0, fused_activation_function='NONE')
-        if all(n == 1 for n in s[:tax]):
+        n = int(np.prod(rest))
+        parts = []
+        for k in range(len(hs)):
+            x = self._seq_step(v, k)
+            parts.append(x if self.tensors[x].shape == [1, n] else
+                         self.reshape_to(x, [1, n], f'{v}/row{k}'))
+        cat = self._ir('CONCATENATION', parts, v + '/steps', [len(hs), n], axis=0)
+        if all(m == 1 for m in s[:tax]):
             self.reshape_to(cat, s, out=self.out(v, 'plain', s))
             return
         y = self.reshape_to(cat, [len(hs)] + rest, v + '/time_first')

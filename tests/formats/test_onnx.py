@@ -420,8 +420,6 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
 
 
 @pytest.mark.parametrize('model,shape,match', [
-    (lambda: RNN(lambda i, h, **k: nn.GRU(i, h // 2, bidirectional=True, **k)), (5, 4),
-     r'\(GRU\): direction bidirectional: utrain unrolls forward GRUs'),
     (lambda: nn.Sequential(nn.Conv1d(2, 3, 3), nn.ELU(alpha=0.5)), (2, 8),
      r'\(Elu\): alpha 0.5: utrain\'s ELU has alpha 1'),
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=2, mode='bilinear')),
@@ -511,6 +509,22 @@ class CRNN(nn.Module):
         return self.fc(o[:, -1])
 
 
+RNNS = ('gru', 'lstm', 'crnn', 'bigru', 'bilstm', 'bilstm-hn')
+
+
+class BiLSTMState(nn.Module):
+    """A bidirectional LSTM's final states of both directions (h_n[-2], h_n[-1])."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(4, 3, batch_first=True, bidirectional=True)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        _, (h, c) = self.rnn(x)
+        return self.fc(torch.cat([h[-2], h[-1]], 1))
+
+
 SENSOR = {
     'conv1d': (Sensor1d, (3, 16)),
     'conv1d-bn': (lambda: Sensor1d(bn=True), (3, 16)),
@@ -518,6 +532,9 @@ SENSOR = {
     'gru': (lambda: RNN(nn.GRU), (5, 4)),
     'lstm': (lambda: RNN(nn.LSTM), (5, 4)),
     'crnn': (CRNN, (8, 3)),
+    'bigru': (lambda: RNN(lambda i, h, **k: nn.GRU(i, h // 2, bidirectional=True, **k)), (5, 4)),
+    'bilstm': (lambda: RNN(lambda i, h, **k: nn.LSTM(i, h // 2, bidirectional=True, **k)), (5, 4)),
+    'bilstm-hn': (BiLSTMState, (5, 4)),
 }
 
 
@@ -528,7 +545,7 @@ def _export_sensor(name, model, shape, path, fold=None):
         warnings.simplefilter('ignore')
         torch.onnx.export(model, (torch.zeros((1,) + shape),), path, opset_version=17,
                           dynamo=False, input_names=['x'], output_names=['y'],
-                          do_constant_folding=name in ('gru', 'lstm', 'crnn') if fold is None
+                          do_constant_folding=name in RNNS if fold is None
                           else fold)
 
 
@@ -580,7 +597,7 @@ def test_sensor_layers_step_as_torch(name, backend, tmp_path):
         if before[k].dtype.kind != 'f':
             continue
         assert np.abs(mine[k] - before[k] - step_t).max() < 2e-6 + 1e-4 * np.abs(step_t).max(), k
-        if name in ('gru', 'lstm', 'crnn') and k in [n.input[2] for n in onnx.load(path).graph.node
+        if name in RNNS and k in [n.input[2] for n in onnx.load(path).graph.node
                                            if n.op_type in ('GRU', 'LSTM')]:
             assert np.abs(step_t).max() > 1e-3            # W_hh did get a gradient
 
