@@ -1597,22 +1597,22 @@ class _Reader:
                       if hasb else -1
                       for w, st in (('Rbzr', [('part', (2 * d + 1) * G, (2 * d + 1) * G + 2 * H)]),
                                     ('Rbh', [('part', (2 * d + 1) * G + 2 * H, (2 * d + 2) * G)]))]
-            xzr, xh = self._split(xp, [2 * H, H], 1, [n + 'xzr', n + 'xh'])
-            xzr = self._steps(xzr, T, [f'{n}xzr{t}' for t in range(T)])
-            xh = self._steps(xh, T, [f'{n}xh{t}' for t in range(T)])
+            # gate by gate (one split per step, of H-wide pieces: the split's gradient
+            # buffer is held from forward to backward; one per step, not three)
+            xg = [self._steps(k, T, [f'{n}x{w}{t}' for t in range(T)]) for k, w in zip(
+                self._split(xp, [H, H, H], 1, [n + 'xz', n + 'xr', n + 'xh']), 'zrh')]
 
             def step(t, h, c):
                 m = f'{n}t{t}/'
                 hp = self._ir('FULLY_CONNECTED', [h, R[0], Rb[0]], m + 'hproj',
                               [1, G if lbr else 2 * H])
+                hg = self._split(hp, [H] * (3 if lbr else 2), 1,
+                                 [m + 'hz', m + 'hr', m + 'hh'][:3 if lbr else 2])
+                z, r = (self._ir('LOGISTIC', [self._ir('ADD', [xg[j][t], hg[j]], m + w + '_pre')],
+                                 m + w) for j, w in enumerate('zr'))
+                xh = xg[2]
                 if lbr:
-                    hzr, hh = self._split(hp, [2 * H, H], 1, [m + 'hzr', m + 'hh'])
-                else:
-                    hzr = hp
-                zr = self._ir('LOGISTIC', [self._ir('ADD', [xzr[t], hzr], m + 'zr_pre')],
-                              m + 'zr')
-                z, r = self._split(zr, [H, H], 1, [m + 'z', m + 'r'])
-                if lbr:
+                    hh = hg[2]
                     rh = self._ir('MUL', [r, hh], m + 'r_hh')
                 else:
                     rh = self._ir('FULLY_CONNECTED', [self._ir('MUL', [r, h], m + 'r_h'),
@@ -1640,10 +1640,9 @@ class _Reader:
                 m = f'{n}t{t}/'
                 hp = self._ir('FULLY_CONNECTED', [h, R, Rb], m + 'hproj', [1, G])
                 pre = self._ir('ADD', [xs[t], hp], m + 'pre')
-                sg, gc = self._split(pre, [3 * H, H], 1, [m + 'iof_pre', m + 'g_pre'])
-                g = self._ir('TANH', [gc], m + 'g')
-                iof = self._ir('LOGISTIC', [sg], m + 'iof')
-                ig, og, fg = self._split(iof, [H, H, H], 1, [m + 'i', m + 'o', m + 'f'])
+                gates = self._split(pre, [H] * 4, 1, [m + w + '_pre' for w in 'iofg'])
+                ig, og, fg = (self._ir('LOGISTIC', [k], m + w) for k, w in zip(gates, 'iof'))
+                g = self._ir('TANH', [gates[3]], m + 'g')
                 cin = self._ir('MUL', [ig, g], m + 'i_g')
                 c = cin if c is None else self._ir(
                     'ADD', [self._ir('MUL', [fg, c], m + 'f_c'), cin], m + 'c')
