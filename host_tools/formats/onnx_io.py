@@ -247,6 +247,8 @@ class _Reader:
         self.nhwc: dict[str, int] = {}               # rank-4 activation -> IR tensor, NHWC
         self.colperm: dict[str, int] = {}            # flattened NHWC map -> (IR tensor, src)
         self.seq: dict[str, tuple] = {}              # an RNN's Y -> (IR tensor per step, time axis)
+        self.reshaped: dict[str, tuple] = {}         # constant -> (initializer, steps): a
+        #                                              reshape of it folded (export maps back)
         self.origin: dict[str, tuple] = {}
         self.consumers: dict[str, list] = {}
         self.names: set = set()
@@ -279,6 +281,9 @@ class _Reader:
         """An IR constant of value (made from initializer init by steps, for export)."""
         v = np.asarray(value, dtype=dtype)
         k = self.tensor(name, v.shape, v)
+        if init is None and name in self.reshaped:      # e.g. Unsqueeze(gn.weight)
+            init, pre = self.reshaped[name]
+            steps = pre + list(steps)
         if init is not None:
             self.origin[self.tensors[k].name] = ('plain', init, list(steps))
         elif name in self.const and name not in self.inits and v.dtype.kind == 'f':
@@ -454,6 +459,12 @@ class _Reader:
             if r is None:
                 self.err('cannot fold this op on constants')
             self.const[node.output[0]] = np.asarray(r)
+            src = ins[0] if ins else None
+            if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity') and \
+                    (src in self.inits or src in self.reshaped):
+                init, pre = (src, []) if src in self.inits else self.reshaped[src]
+                self.reshaped[node.output[0]] = (init, pre + [
+                    ('R', list(np.shape(self.const[src])), list(np.shape(r)))])
             return
         if ins and ins[0] in self.seq and ins[0] not in self.plain and self._seq_op(node, ins, a):
             return
@@ -992,17 +1003,18 @@ class _Reader:
         x = self.get(v, lay)
         ish = list(self.tensors[x].shape)
         iax = sorted({_pos(r)[d] for d in axes}) if lay == 'nhwc' else axes
-        if iax != list(range(iax[0], iax[-1] + 1)) or any(ish[d] != 1 for d in range(iax[0])):
+        if iax != list(range(iax[0], iax[-1] + 1)):
             self.err(f'max over axes {axes} of {s}: utrain takes the max over one run of '
-                     'axes after size-1 axes (a global max pool)')
+                     'axes (a max pool)')
         o = node.output[0]
         if lay == 'nhwc' and iax == [1, 2]:
-            kh, kw, src = ish[1], ish[2], x
-        else:
-            R, Q = int(np.prod([ish[d] for d in iax])), int(np.prod(ish[iax[-1] + 1:]))
-            kh, kw, src = R, 1, self.reshape_to(x, [1, R, 1, Q], o + '/as_nhwc')
+            kh, kw, src, P = ish[1], ish[2], x, 1
+        else:                       # [P, R, Q] as a [1, P, R, Q] map, pooled over R
+            P, R = int(np.prod(ish[:iax[0]])), int(np.prod([ish[d] for d in iax]))
+            Q = int(np.prod(ish[iax[-1] + 1:]))
+            kh, kw, src = 1, R, self.reshape_to(x, [1, P, R, Q], o + '/as_nhwc')
         C = self.tensors[src].shape[3]
-        pooled = self._ir('MAX_POOL_2D', [src], o + '/pooled', [1, 1, 1, C], padding='VALID',
+        pooled = self._ir('MAX_POOL_2D', [src], o + '/pooled', [1, P, 1, C], padding='VALID',
                           stride_h=1, stride_w=1, filter_height=kh, filter_width=kw)
         out = [1 if d in axes else n for d, n in enumerate(s)] if keep else \
             [n for d, n in enumerate(s) if d not in axes]
@@ -1065,6 +1077,45 @@ class _Reader:
         self.emit('ADD', [mid, bk], [self.out(node.output[0], lay, self.oshape(v))],
                   fused_activation_function='NONE')
 
+    def _normalized(self, x, axes, n, eps):
+        """(x - mean) / sqrt(var + eps) over IR axes of x as tico writes LayerNorm: MEAN,
+        SUB, MUL, MEAN, ADD eps, RSQRT, MUL."""
+        s = list(self.tensors[x].shape)
+        red = [1 if d in axes else k for d, k in enumerate(s)]
+        ax = lambda: self.tensor(n + '/axes', [len(axes)], np.array(axes, np.int32))  # noqa: E731
+        m = self._ir('MEAN', [x, ax()], n + '/mean', red, keep_dims=True)
+        d = self._ir('SUB', [x, m], n + '/centered', s)
+        var = self._ir('MEAN', [self._ir('MUL', [d, d], n + '/squared'), ax()], n + '/var', red,
+                       keep_dims=True)
+        ve = self._ir('ADD', [var, self._scalar(n + '/eps', eps)], n + '/var_eps')
+        return self._ir('MUL', [d, self._ir('RSQRT', [ve], n + '/rstd')], n + '/normalized', s)
+
+    def op_InstanceNormalization(self, node, ins, a, i):
+        """Per sample and channel over the spatial axes (nn.InstanceNorm1d/2d; GroupNorm
+        exports as one over [N, groups, -1]): tico's LayerNorm ops over those axes, then
+        the per-channel scale and bias (trainable; left out where they are constant ones
+        and zeros that are not initializers, as GroupNorm's export writes them)."""
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        if r < 3:
+            self.err(f'input of shape {s}: InstanceNormalization needs [N, C, spatial...]')
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        n = node.output[0]
+        cur = self._normalized(x, [1, 2] if lay == 'nhwc' else list(range(2, r)), n,
+                               float(a.get('epsilon', 1e-5)))
+        cshape = [s[1]] if lay == 'nhwc' else [s[1]] + [1] * (r - 2)
+        for k, name, unit in ((ins[1], 'MUL', 1.0), (ins[2], 'ADD', 0.0)):
+            c = np.asarray(self.cval(k, 'the scale and bias'), np.float32)
+            if k not in self.inits and np.all(c == unit):
+                continue
+            ck = self.const_tensor(k, c.reshape(cshape), k if k in self.inits else None,
+                                   [('R', list(c.shape), cshape)])
+            cur = self._ir(name, [cur, ck], f'{n}/{name.lower()}')
+        self.shape[n] = list(s)
+        (self.nhwc if lay == 'nhwc' else self.plain)[n] = cur
+
     def op_LayerNormalization(self, node, ins, a, i):
         v = ins[0]
         s = self.oshape(v)
@@ -1076,24 +1127,7 @@ class _Reader:
         eps = float(a.get('epsilon', 1e-5))
         x = self.get(v, 'plain')
         n = node.output[0]
-        red = s[:-1] + [1]
-        ax = lambda: self.tensor(n + '/axes', [1], np.array([len(s) - 1], np.int32))  # noqa: E731
-        m = self.tensor(n + '/mean', red)
-        self.emit('MEAN', [x, ax()], [m], keep_dims=True)
-        d = self.tensor(n + '/centered', s)
-        self.emit('SUB', [x, m], [d], fused_activation_function='NONE')
-        sq = self.tensor(n + '/squared', s)
-        self.emit('MUL', [d, d], [sq], fused_activation_function='NONE')
-        var = self.tensor(n + '/var', red)
-        self.emit('MEAN', [sq, ax()], [var], keep_dims=True)
-        ve = self.tensor(n + '/var_eps', red)
-        self.emit('ADD', [var, self.tensor(n + '/eps', [], np.array(eps, np.float32))], [ve],
-                  fused_activation_function='NONE')
-        rs = self.tensor(n + '/rstd', red)
-        self.emit('RSQRT', [ve], [rs])
-        nz = self.tensor(n + '/normalized', s)
-        self.emit('MUL', [d, rs], [nz], fused_activation_function='NONE')
-        cur = nz
+        cur = self._normalized(x, [len(s) - 1], n, eps)
         sc = np.asarray(self.cval(ins[1], 'the scale'))
         last = [len(ins) > 2 and bool(ins[2])]
         sk = self.const_tensor(ins[1], sc.reshape(-1),

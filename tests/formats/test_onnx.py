@@ -635,10 +635,38 @@ class Misc1d(nn.Module):
         return -self.fc(y.unsqueeze(-1).expand(-1, -1, 3).mean(-1))
 
 
-SENSOR.update({'misc2d': (Misc2d, (2, 6, 6)), 'misc1d': (Misc1d, (3, 12))})
+class Norms1d(nn.Module):
+    """InstanceNorm1d (affine), GroupNorm (an InstanceNormalization over [N, groups, -1]
+    and the affine), a LayerNorm over the channels of a Conv1d's map (transposed to it
+    and back), the mean and max over channels (a max over a middle axis) and over time."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv1d(3, 8, 3, padding=1), nn.Conv1d(8, 8, 3, padding=1)
+        self.inorm, self.gn, self.ln = nn.InstanceNorm1d(8, affine=True), nn.GroupNorm(2, 8), nn.LayerNorm(8)
+        self.fc = nn.Linear(8 + 2 * 10, 3)
+
+    def forward(self, x):
+        y = self.gn(self.c2(torch.relu(self.inorm(self.c1(x)))))
+        y = torch.relu(self.ln(y.transpose(1, 2)).transpose(1, 2))
+        return self.fc(torch.cat([y.mean(-1), y.mean(1), y.amax(1)], 1))
 
 
-@pytest.mark.parametrize('name', ['misc2d', 'misc1d'])
+def _seeded_affine(model):
+    g = torch.Generator().manual_seed(2)
+    for m in model.modules():
+        if isinstance(m, (nn.InstanceNorm1d, nn.GroupNorm)):
+            with torch.no_grad():
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(m.bias.shape, generator=g) - 0.5)
+    return model
+
+
+SENSOR.update({'misc2d': (Misc2d, (2, 6, 6)), 'misc1d': (Misc1d, (3, 12)),
+               'norms1d': (lambda: _seeded_affine(Norms1d()), (3, 10))})
+
+
+@pytest.mark.parametrize('name', ['misc2d', 'misc1d', 'norms1d'])
 def test_more_layers_step_as_torch(name, tmp_path):
     test_sensor_layers_step_as_torch(name, 'cpython', tmp_path)
 
