@@ -62,13 +62,14 @@ def _twin_list(vals, fill):
     return out
 
 SUPPORTED = sorted({
-    'Gemm', 'MatMul', 'Conv', 'BatchNormalization', 'Relu', 'Clip', 'Sigmoid', 'Tanh',
-    'HardSwish', 'LeakyRelu', 'Gelu', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
-    'ReduceMean', 'Flatten', 'Reshape', 'Transpose', 'Squeeze', 'Unsqueeze', 'Add', 'Sub',
-    'Mul', 'Div', 'Pow', 'Sqrt', 'Erf (in GELU)', 'Concat', 'Split', 'Slice', 'Pad',
-    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant', 'Elu', 'Gather', 'GRU', 'LSTM', 'HardSigmoid', 'Neg', 'Abs', 'Max',
-    'Min', 'ReduceSum', 'ReduceMax', 'GlobalMaxPool', 'Expand',
-    'Resize (nearest, integer scales)'})
+    'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
+    'Conv', 'Div', 'Dropout', 'Elu', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
+    'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
+    'MaxPool', 'Min', 'Mul', 'Neg', 'Pad', 'Pow', 'ReduceMax', 'ReduceMean',
+    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
+    'Slice', 'Softmax', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
+    'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
@@ -549,7 +550,8 @@ class _Reader:
         """|x| = RELU(x) + RELU(-x)."""
         def build(x, y, b):
             n = self._ir('MUL', [x, self._scalar(b + '/minus_one', -1.0)], b + '/neg')
-            self._ir('ADD', [self._ir('RELU', [x], b + '/pos'), self._ir('RELU', [n], b + '/negpart')], y)
+            p = self._ir('RELU', [x], b + '/pos')
+            self._ir('ADD', [p, self._ir('RELU', [n], b + '/negpart')], y)
         self._unary_chain(node, ins, build)
 
     def _maxmin(self, node, ins, is_max):
@@ -567,7 +569,7 @@ class _Reader:
             list(np.broadcast_shapes(*[tuple(self.oshape(v)) for v in acts]))
         lay = 'nhwc' if len(s) in (3, 4) and any(v in self.nhwc for v in acts) and \
             all(len(self.oshape(v)) == len(s) for v in acts) else 'plain'
-        xs = [self._scalar(node.output[0] + f'/k{j}', float(np.asarray(self.const[v]).reshape(-1)[0]))
+        xs = [self._scalar(f'{node.output[0]}/k{j}', float(np.asarray(self.const[v]).flat[0]))
               if v in self.const else self.get(v, lay) for j, v in enumerate(ins)]
         b = node.output[0]
         ish = _nhwc_shape(s) if lay == 'nhwc' else s
@@ -604,13 +606,13 @@ class _Reader:
 
         def build(x, y, b):         # max(x, lo) = RELU(x - lo) + lo; min(x, hi) = x - RELU(x - hi)
             if lo > -np.inf:
-                r = self._ir('RELU', [self._ir('SUB', [x, self._scalar(b + '/lo', lo)], b + '/minus_lo')],
-                             b + '/above_lo')
-                x = self._ir('ADD', [r, self._scalar(b + '/lo_', lo)], b + '/max_lo' if hi < np.inf else y)
+                d = self._ir('SUB', [x, self._scalar(b + '/lo', lo)], b + '/minus_lo')
+                r = self._ir('RELU', [d], b + '/above_lo')
+                x = self._ir('ADD', [r, self._scalar(b + '/lo_', lo)],
+                             b + '/max_lo' if hi < np.inf else y)
             if hi < np.inf:
-                r = self._ir('RELU', [self._ir('SUB', [x, self._scalar(b + '/hi', hi)], b + '/minus_hi')],
-                             b + '/above_hi')
-                self._ir('SUB', [x, r], y)
+                d = self._ir('SUB', [x, self._scalar(b + '/hi', hi)], b + '/minus_hi')
+                self._ir('SUB', [x, self._ir('RELU', [d], b + '/above_hi')], y)
         self._unary_chain(node, ins, build)
 
     def op_Pow(self, node, ins, a, i):

@@ -643,7 +643,8 @@ class Norms1d(nn.Module):
     def __init__(self):
         super().__init__()
         self.c1, self.c2 = nn.Conv1d(3, 8, 3, padding=1), nn.Conv1d(8, 8, 3, padding=1)
-        self.inorm, self.gn, self.ln = nn.InstanceNorm1d(8, affine=True), nn.GroupNorm(2, 8), nn.LayerNorm(8)
+        self.inorm = nn.InstanceNorm1d(8, affine=True)
+        self.gn, self.ln = nn.GroupNorm(2, 8), nn.LayerNorm(8)
         self.fc = nn.Linear(8 + 2 * 10, 3)
 
     def forward(self, x):
@@ -680,7 +681,9 @@ def _rnn_graph(path, op, lbr=0):
     r = np.random.default_rng(3)
     T, I, H = 4, 3, 5
     G = (3 if op == 'GRU' else 4) * H
-    f = lambda *s: numpy_helper.from_array((r.standard_normal(s) * 0.5).astype(np.float32), f'k{len(inits)}')  # noqa: E731
+    def f(*s):
+        return numpy_helper.from_array((r.standard_normal(s) * 0.5).astype(np.float32),
+                                       f'k{len(inits)}')
     inits = []
     for shp in ((1, G, I), (1, G, H), (1, 2 * G), (1, 1, H), (1, 1, H)):
         inits.append(f(*shp))
@@ -690,7 +693,7 @@ def _rnn_graph(path, op, lbr=0):
     y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 2])
     if op == 'GRU':
         inits += [numpy_helper.from_array(np.array([1, T * H], np.int64), 'flat'),
-                  numpy_helper.from_array((r.standard_normal((T * H, 2)) * 0.3).astype(np.float32), 'wo')]
+                  numpy_helper.from_array(np.float32(r.standard_normal((T * H, 2)) * 0.3), 'wo')]
         nodes = [helper.make_node('Transpose', ['x'], ['xt'], perm=[1, 0, 2]),
                  helper.make_node('GRU', ['xt', W, R, B, 'lens', h0], ['Y', ''], hidden_size=H,
                                   linear_before_reset=lbr, name='gru'),
@@ -698,7 +701,7 @@ def _rnn_graph(path, op, lbr=0):
                  helper.make_node('MatMul', ['f', 'wo'], ['y'])]
     else:
         inits += [numpy_helper.from_array(np.array([1, H], np.int64), 'flat'),
-                  numpy_helper.from_array((r.standard_normal((H, 2)) * 0.3).astype(np.float32), 'wo')]
+                  numpy_helper.from_array(np.float32(r.standard_normal((H, 2)) * 0.3), 'wo')]
         nodes = [helper.make_node('Transpose', ['x'], ['xt'], perm=[1, 0, 2]),
                  helper.make_node('LSTM', ['x' if lbr else 'xt', W, R, B, '', h0, c0],
                                   ['', 'Yh', 'Yc'], hidden_size=H, layout=lbr, name='lstm'),
