@@ -724,6 +724,17 @@ def gc_every(g, planned) -> int:
     return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
 
 
+def biases_only(train, ranks, with_params, biased):
+    """(train, ranks) of the biases-only candidate of the fit advice, one for every
+    firmware it is planned on: each op that has a bias trains its bias alone (rank 1),
+    a given rank elsewhere kept unless it is a bias rank on an op without one; where
+    some weighted ops have no bias, --train none leaves them frozen (Keras's
+    use_bias=False)."""
+    rk = {i: v for i, v in ranks.items() if v != 1 or i in biased}
+    rk.update({i: 1 for i in biased})
+    return ('none' if biased != with_params else train), rk
+
+
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     """What would fit in `limit`: the planner's figure for cheaper settings, every memory
     option considered: batch 1, SGD, --stream, the frozen-prefix cache made by the board
@@ -761,13 +772,11 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         r == 'bias' and p < len(g.ops[i].inputs) and g.ops[i].inputs[p] >= 0
         for p, r in SPECS[g.ops[i].name].roles(g.ops[i], g).items())]
     for c in (cache, 'host'):
-        for r in (4, 5, 1):
-            rk, tr = dict(ranks), train
-            if r == 1 and biased != with_params:
-                rk = {i: v for i, v in rk.items() if v != 1 or i in biased}
-                tr = 'none'
-            rk.update({i: r for i in (biased if r == 1 else with_params) if rk.get(i, 0) != 1})
-            cands.append((cheap, tr, rk, c, backend))
+        for r in (4, 5):
+            rk = dict(ranks)
+            rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
+            cands.append((cheap, train, rk, c, backend))
+        cands.append((cheap,) + biases_only(train, ranks, with_params, biased) + (c, backend))
     for c in (cache, 'host'):
         for n in range(len(g.ops) - 1, 0, -1):
             cands.append((cheap, 'last:%d' % n, {}, c, backend))
@@ -777,10 +786,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     firmware = []
     for b in ('ulab', 'fallback-frozen', 'ulab-frozen'):
         if b != backend and (backend.startswith('ulab') <= b.startswith('ulab')):
-            bias = {i: v for i, v in ranks.items() if v != 1 or i in biased}
-            bias.update({i: 1 for i in biased})
             firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
-                         (cheap, 'none' if biased != with_params else train, bias, 'host', b),
+                         (cheap,) + biases_only(train, ranks, with_params, biased) + ('host', b),
                          (cheap, 'last:1', {}, 'host', b)]
     fits, seen, deeper = [], set(), {}     # deeper: (settings) -> the plan of a longer last:N that fits
     for k, (change, tr, rk, c, b) in enumerate(cands + firmware):

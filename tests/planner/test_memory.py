@@ -756,3 +756,34 @@ def test_a_reshape_saved_with_its_input_is_planned_once(tmp_path):
         # pool's input), the pool's output (its own gradient), its reshaped view (the FC's)
         # and the softmax's output
         assert s['heap']['parts']['saved activations'] == A(144) + A(144 * 4) + A(36 * 4) + A(0) + A(3)
+
+
+def test_the_biases_only_advice_is_the_same_on_every_firmware(tmp_path):
+    """The fit advice's biases-only candidate (each op that has a bias trains it alone,
+    --train none where some weighted op has none) is planned for this firmware and, when
+    nothing fits, for firmwares with ulab or utrain frozen in: the same --train and
+    --ranks on every one (memory.biases_only; the two lists once built it apart)."""
+    from host_tools.formats.circle_io import read_model
+    from host_tools.graph.rewrite import save_graph
+    from host_tools.formats.refmodels import small_cnn
+    from host_tools.plan.memory import fit_advice
+    g = read_model(small_cnn(str(tmp_path / 'c.circle'), size=12, classes=4))
+    conv = [op for op in g.ops if op.name == 'CONV_2D'][0]
+    fc = [op for op in g.ops if op.name == 'FULLY_CONNECTED'][0]
+    conv.inputs[2] = -1                 # a conv without a bias (Keras's use_bias=False)
+    save_graph(g, str(tmp_path / 'nobias.circle'))
+    g = read_model(str(tmp_path / 'nobias.circle'))
+    asked = []
+
+    def planned(tr, rk, settings, cache, backend):
+        asked.append((tr, rk, cache, backend))
+        return None                     # nothing fits: every firmware is tried
+    heap = {'parts': {'code': 40 << 10, 'interpreter': 17 << 10}}
+    for ranks in ({}, {fc.index: 4}):
+        asked.clear()
+        fit_advice(g, dict(batch=4, optimizer='adam'), {conv.index, fc.index}, ranks,
+                   'fallback', 1024, heap, planned)
+        only = {b: (tr, rk) for tr, rk, c, b in asked
+                if c == 'host' and rk and set(rk.values()) == {1}}
+        assert set(only) == {'fallback', 'ulab', 'fallback-frozen', 'ulab-frozen'}, asked
+        assert all(v == ('none', {fc.index: 1}) for v in only.values()), only
