@@ -94,10 +94,12 @@ NATIVE_KERNELS = 5 * 1024
 # stays in flash; module dicts, function and class objects are made in the heap
 FROZEN_CODE_PER_MPY_BYTE = 0.35
 BASE_FROZEN = 15 * 1024
-# the file object and chunk generator while streaming, on a 64-bit port: word-sized
-# objects, half on a 32-bit one (a whole 2 KB there planned the 32-bit ulab stream cells
-# 1.8 KB over their sgd cells' offset, the digits MLP 1.20x)
-STREAM_OVERHEAD = 2048
+# the file object and chunk generator while streaming, by word size and file system: on
+# a 64-bit port 2 KB (not re-measured); on 32-bit, a littlefs board's open file holds its
+# cache buffer besides (1 KB, as before), a unix build's file object is 32 B and the
+# chunk generator 80-150 B (measured, mpu32 and mpu32-ulab): 256 B there (1 KB had
+# planned the 32-bit ulab 16x16 CNN's streamed cell 1.22x, the same net ranked 1.19x)
+STREAM_OVERHEAD = {(8, 'os'): 2048, (8, 'littlefs'): 2048, (4, 'os'): 256, (4, 'littlefs'): 1024}
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
 # (floats, small arrays, saved activations), leaving runs too short for the next array.
@@ -277,6 +279,7 @@ class _Run:
         self.arrays, _, self.frozen = backend.partition('-')
         self.start = settings.get('prefix', 0)
         self.prefix_code = 0        # (code_parts: what utrain.prefix.drop frees)
+        self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -301,7 +304,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     parts['fragmentation allowance'] = fragmentation(parts, collect)
     prefix_phase(r, parts, collect)
     out = {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at, 'largest': r.largest}
     if r.start:
         out['prefix_phase'] = int(r.phase_a)
     return out
@@ -480,7 +483,7 @@ def weight_parts(r) -> dict:
             else:
                 slots[j] = max(slots[j], n)
     parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
-                                                        + STREAM_OVERHEAD * r.t['word'] // 8)
+                                                        + STREAM_OVERHEAD[r.t['word'], r.t['fs']])
     return parts
 
 
@@ -601,6 +604,8 @@ def forward_peak(r):
                 + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0) + pc
         if need > peak:
             peak, peak_at = need, op.index
+        if op.index not in banded:      # (a group's windows: BAND_SLACK's)
+            r.largest = max(r.largest, A(size[o]), pc, A(max([size[k] for k in ins] or [0])) if fi else 0)
         live.update(k for k in op.outputs if k not in inner)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
@@ -638,6 +643,7 @@ def backward_peak(r) -> int:
         rows = row_temps(r, [k for k in spec.inputs(op) if k in plan.params]) if batch == 1 else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows)
+        r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         for k in op.outputs:
             grads.pop(k, None)
         if flags & 1 and ins:

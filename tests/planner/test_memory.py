@@ -118,7 +118,7 @@ def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, request, case
     from host_tools.formats.refmodels import small_cnn
     if build and case == 'last2-stream':    # (docs/memory.md: the static part on 32-bit ulab)
         request.applymarker(pytest.mark.xfail(strict=True, reason='32-bit ulab, streamed: '
-                                              '1.23x (104.3 KB planned, 85 KB needed)'))
+                                              '1.21-1.23x (101.2 KB planned, 82-84 KB needed)'))
     arrays = backend()
     if build:
         monkeypatch.setenv('MICROPYTHON', os.environ[build])
@@ -787,3 +787,36 @@ def test_the_biases_only_advice_is_the_same_on_every_firmware(tmp_path):
                 if c == 'host' and rk and set(rk.values()) == {1}}
         assert set(only) == {'fallback', 'ulab', 'fallback-frozen', 'ulab-frozen'}, asked
         assert all(v == ('none', {fc.index: 1}) for v in only.values()), only
+
+
+# issue 28's sweep (mpu32-ulab = 32-bit unix MicroPython with ulab; Pico ulab = the rp2
+# firmware with ulab in rp2040js): the 16x16 CNN's smallest heaps, last op trained, SGD
+# batch 1, 8 random samples, one epoch (bisected at 1.5 % of the plan)
+STREAMED_NEEDS = {'sim32': 81872, 'rp2040': 89 * 1024}
+
+
+def test_streaming_is_planned_as_the_build_holds_it(tmp_path):
+    """Streaming's own heap beside its code and slot buffers is its open file and chunk
+    generator: 32 B and 80-150 B on a 32-bit unix build, a littlefs board's file cache
+    besides.  Planned at 1 KB on both, the 16x16 CNN streamed was 2.6 KB above the same
+    net with its frozen conv held and ranked (1.22x against 1.19x; their needs equal within
+    the bisection's step).  Each plan stays at least the need measured on its build."""
+    from host_tools.formats.refmodels import small_cnn
+    model = small_cnn(str(tmp_path / 'c.circle'))
+    rng = np.random.default_rng(0)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((8, 16, 16, 1)).astype(np.float32), y=rng.integers(0, 5, 8))
+    plans = {}
+    for name, kw in (('stream', dict(train='last:2', stream=True)),
+                     ('held', dict(train='none', ranks='3:up'))):
+        s = prepare(model, str(tmp_path / name), data=data, loss='scce', from_logits=True,
+                    lr=0.01, epochs=1, log=lambda *a: None, backend='ulab', optimizer='sgd',
+                    batch=1, **kw)
+        plans[name] = s['heap']['by_target']
+    for t, need in STREAMED_NEEDS.items():
+        assert plans['stream'][t] >= need, (t, plans['stream'][t], need)
+    # the stream module's code (1.3 KB) and its buffers' share, not 2.6 KB more (a unix
+    # build); a littlefs board's open file besides
+    assert plans['stream']['sim32'] - plans['held']['sim32'] < 2048, plans
+    assert plans['stream']['rp2040'] - plans['stream']['sim32'] > \
+        plans['held']['rp2040'] - plans['held']['sim32'] + 512, plans
