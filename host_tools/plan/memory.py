@@ -1028,6 +1028,10 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     if sparse:
         native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
                    else f['native'] // 8)
+    from ..target.device import module
+    if any(d['k'] == module('q8').CAT for tb in tables.values() for d in tb['layers']):
+        native += (native_mpy_size(t['arch'], 'q8cat') if t['native'] == 'heap' and t['arch']
+                   else f['native'] // 8)         # q8cat: CONCATENATION / PAD, on use
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}

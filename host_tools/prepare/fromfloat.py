@@ -174,6 +174,9 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         x, _ = read_samples(os.path.join(tmp, 'train.ds'), g.tensors[g.inputs[0]].shape)
         og = calibrate(tmp, g, x[:1000])
         og.path = model_path
+        # --train counts the user's file's ops; the float path's rewrites are done
+        og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
+        og.q8_rewritten = True
         return og, g, len(x[:1000]), bool(s.get('rewritten'))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -198,12 +201,13 @@ def choose(int8, model_path, board, backend, data, s, cache):
                   'assembler kernels')
 
 
-def dequantized(int8_path, wof_path, train, n) -> dict:
+def dequantized(int8_path, wof_path, train, n, numbers=None) -> dict:
     """{tensor index: float32 array} of the trained int8 weights and biases in wof_path,
     dequantized with the scales of the run's int8 model int8_path: the first n tensors
-    (its float graph's) bear the same indices."""
+    (its float graph's) bear the same indices.  numbers: prepare.json's (op_numbers,
+    file_ops) of the run (quant.numbered)."""
     from . import quant
-    g8 = read_model(int8_path)
+    g8 = quant.numbered(read_model(int8_path), numbers)
     m = quant.meta(g8, train)
     out = {}
     for k, a in quant.read_q8_wof(wof_path, g8, m).items():

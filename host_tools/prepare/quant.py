@@ -37,12 +37,13 @@ from ..files import wof as hwof
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG = _Q8.PMAX, _Q8.PAVG
+POOL_MAX, POOL_AVG, CAT = _Q8.PMAX, _Q8.PAVG, _Q8.CAT
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
-         'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
+         'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
+         'CONCATENATION': CAT, 'PAD': CAT}
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -98,9 +99,50 @@ def is_int8(g: Graph) -> bool:
     return t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))
 
 
+def rewritten(g: Graph) -> Graph:
+    """A copy of int8 graph g with the exporter-output passes that apply to int8
+    (rewrite.PASSES: Keras 3's run-time batch in Reshape folded, a global REDUCE_MAX as a
+    MAX_POOL_2D), as the float path runs them; tensors keep their indices (new ones are
+    appended), so the trained weights go back into the same tensors, and ops keep their
+    number in the user's file (Operator.number, g.nfile: the file's op count) for
+    --train, --ranks and the messages.  Every reader of an int8 model (prepare, export,
+    inspect, --select's pricing) takes the table of this graph."""
+    import copy
+    from ..graph.rewrite import rewrite
+    if getattr(g, 'q8_rewritten', False):
+        return g
+    g = copy.deepcopy(g)
+    g.nfile = getattr(g, 'nfile', None) or len(g.ops)
+    g.rewrites = rewrite(g, int8=True)
+    g.q8_rewritten = True
+    return g
+
+
+def numbered(g: Graph, numbers) -> Graph:
+    """g (an int8 model a run wrote, read back) with its ops numbered as the run's
+    prepare.json says: numbers = (op_numbers, file_ops), the number of each op in the
+    user's file and that file's op count (prepare_q8's summary); None: as read."""
+    ops, n = numbers or (None, None)
+    if ops and len(ops) == len(g.ops):
+        for op, k in zip(g.ops, ops):
+            op.src = int(k)
+        g.nfile = int(n or len(g.ops))
+    return g
+
+
+def _ops_on(g: Graph, train, ranks):
+    """--train and --ranks {op: rank}, ops numbered as in the user's file, as the
+    rewritten graph g's op indices: (set of indices, {index: rank})."""
+    from ..graph.passes import parse_train
+    on = parse_train(train, getattr(g, 'nfile', None) or len(g.ops)) | set(ranks)
+    return ({op.index for op in g.ops if op.number in on},
+            {op.index: ranks[op.number] for op in g.ops if op.number in ranks})
+
+
 def _folds(g: Graph, ops):
     """{PAD output tensor: (PAD input tensor, pad top, bottom, left, right)} of the PADs
-    folded into their one reader's padding, and {RESHAPE output: input}."""
+    folded into their one reader's padding (the others are CAT layers: _cat_layer), and
+    {RESHAPE output: input}."""
     readers = {}
     for op in ops:
         for k in op.inputs:
@@ -119,12 +161,8 @@ def _folds(g: Graph, ops):
             if ok:
                 p = [int(v) for v in np.asarray(p).reshape(-1)]
                 ok = p[0] == p[1] == p[6] == p[7] == 0 and min(p) >= 0
-            if not ok:
-                raise ValueError(f'{g.path}: PAD op {op.number} must pad H and W of an NHWC '
-                                 'tensor read by one CONV_2D / DEPTHWISE_CONV_2D alone, with '
-                                 'its input\'s scale and zero point (int8 training folds it '
-                                 'into that convolution)')
-            pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
+            if ok:              # (else a CAT layer of its own)
+                pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
     return pads, alias
 
 
@@ -171,13 +209,13 @@ def layers(g: Graph, train='last:1', ranks=None):
         return k
     out = []
     for op in ops:
-        if op.name in ('PAD', 'RESHAPE'):
+        if op.name == 'RESHAPE' or op.outputs[0] in pads:
             continue
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'MAX_POOL_2D, AVERAGE_POOL_2D, PAD, RESHAPE)')
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, RESHAPE)')
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
         xin = src(pad[0] if pad else op.inputs[0])
@@ -189,6 +227,8 @@ def layers(g: Graph, train='last:1', ranks=None):
         d['lo'], d['hi'] = lo, hi
         if k == ADD:
             _add_layer(g, op, d, x, y, xin, src(op.inputs[1]))
+        elif k == CAT:
+            _cat_layer(g, op, d, y, src)
         elif k in POOLS:
             _pool_layer(g, op, d, x, y)
         elif k == MEAN:
@@ -217,6 +257,76 @@ def _add_layer(g, op, d, x, y, xin, x2in):
     shp = list(x.shape)
     if len(shp) == 4:
         d['hw'] = shp[1:]
+
+
+def _cat_layer(g, op, d, y, src):
+    """layers(): a CONCATENATION (any number of inputs, on any axis) or a PAD (constant
+    paddings, not folded into a convolution) as utrain.q8cat places it: per input the
+    strided copy ('cp': rows, row length, output stride, offset) and the requantization
+    to the output's scale and zero point ('mul', 'shf': 0 for an input at the output's
+    quantization and range, a copy; 'zi' its zero point), 'fill' where the inputs do
+    not cover the output (a PAD's border, at the output's zero point)."""
+    ys = list(y.shape)
+    idx = np.arange(int(np.prod(ys))).reshape(ys)
+    if op.name == 'PAD':
+        x = g.tensors[op.inputs[0]]
+        p = g.tensors[op.inputs[1]].data if len(op.inputs) > 1 else None
+        p = None if p is None else np.asarray(p).reshape(-1, 2)
+        if p is None or len(p) != len(x.shape) or (p < 0).any() or \
+                [int(a + b + n) for (a, b), n in zip(p, x.shape)] != ys:
+            raise ValueError(f'{g.path}: PAD op {op.number} needs constant, non-negative '
+                             'paddings that make its output\'s shape')
+        parts = [(op.inputs[0], idx[tuple(slice(int(a), int(a) + n)
+                                          for (a, _), n in zip(p, x.shape))])]
+    else:
+        ax = int(op.options.get('axis', 0)) % len(ys)
+        parts, at = [], 0
+        for k in op.inputs:
+            n = g.tensors[k].shape[ax]
+            parts.append((k, idx[(slice(None),) * ax + (slice(at, at + n),)]))
+            at += n
+        if at != ys[ax] or any(len(g.tensors[k].shape) != len(ys) for k in op.inputs):
+            raise ValueError(f'{g.path}: CONCATENATION op {op.number}: its inputs\' shapes do '
+                             f'not make its output\'s {ys} on axis {ax}')
+    d['in'], d['cp'], d['mul'], d['shf'], d['zi'] = [], [], [], [], []
+    full = d['lo'] == -128 and d['hi'] == 127
+    for k, ix in parts:
+        cp = _copy_rows(ix.reshape(-1))
+        if cp is None:
+            raise ValueError(f'{g.path}: {op.name} op {op.number}: input {k} is not one strided '
+                             'copy into the output (int8 training places each input as rows '
+                             'of one stride: a PAD of more than two axes, a CONCATENATION '
+                             'inside a padded tensor); prepare --dequantize trains it in float')
+        (s,), (z,) = _q(g.tensors[k])
+        same = math.isclose(s, d['sy'], rel_tol=1e-6) and z == d['zy']
+        m, e = (0, 0) if same and full else quantize_multiplier(s / d['sy'])
+        d['in'].append(src(k))
+        d['cp'] += cp
+        d['mul'].append(m)
+        d['shf'].append(e)
+        d['zi'].append(z)
+        if m:
+            d['cl'] = 1         # its gradient stops where the output sat at the clamp
+    if sum(int(np.prod(g.tensors[k].shape)) for k, _ in parts) != d['nout']:
+        d['fill'] = 1
+
+
+def _copy_rows(ix):
+    """[rows, row length, stride, offset] that place a tensor whose elements go to output
+    positions ix (in order) by one strided copy, or None."""
+    n = len(ix)
+    if not n:
+        return None
+    L = 1
+    while L < n and ix[L] == ix[0] + L:
+        L += 1
+    if n % L:
+        return None
+    r = ix.reshape(-1, L)
+    st = int(r[1, 0] - r[0, 0]) if len(r) > 1 else L
+    ok = (r - r[:, :1] == np.arange(L)).all() and (
+        r[:, 0] == r[0, 0] + st * np.arange(len(r))).all() and st >= L
+    return [len(r), L, st, int(ix[0])] if ok else None
 
 
 def _pool_layer(g, op, d, x, y):
@@ -296,21 +406,23 @@ def _mark_trained(g, out, train, ranks):
     --train and the ranks {op: rank code} select ('tw': a rank's window of output
     channels, [0, 0] the bias alone), 'back' on every layer after the first of them
     (refused where one cannot pass a gradient back), the masks (masks())."""
-    from ..graph.passes import parse_train, channel_range, RANK_NAMES
-    ops_on = parse_train(train, len(g.ops)) | set(ranks)
+    from ..graph.passes import channel_range, RANK_NAMES
+    ops_on, rk = _ops_on(g, train, ranks)
     chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
-    bad = sorted(set(ranks) - {out[i]['op'] for i in chosen})
+    bad = sorted(set(ranks) - {g.ops[out[i]['op']].number for i in chosen})
     if bad:
-        raise ValueError(f'{g.path}: --ranks names op {bad[0]} ({g.ops[bad[0]].name}), which '
+        name = next((op.name for op in g.ops if op.number == bad[0]), 'folded away')
+        raise ValueError(f'{g.path}: --ranks names op {bad[0]} ({name}), which '
                          'int8 training cannot train (ranks are for FULLY_CONNECTED, CONV_2D, '
                          'DEPTHWISE_CONV_2D)')
+    ranks = rk
     if chosen:
         for i in range(chosen[0] + 1, len(out)):
             d = out[i]
             if d['k'] not in BACK:
-                raise ValueError(f'{g.path}: op {d["op"]} lies between trained layers; int8 '
-                                 'training passes no gradient through it (train later layers '
-                                 'only, or prepare --dequantize)')
+                raise ValueError(f'{g.path}: op {g.ops[d["op"]].number} lies between trained '
+                                 'layers; int8 training passes no gradient through it (train '
+                                 'later layers only, or prepare --dequantize)')
             d['back'] = 1                     # passes the gradient back to a trained layer
         for i in chosen:
             d = out[i]
@@ -321,7 +433,7 @@ def _mark_trained(g, out, train, ranks):
             elif r:
                 lo, hi = channel_range(r, d['nb'])
                 if hi - lo < 1:
-                    raise ValueError(f'{g.path}: op {d["op"]}: rank {RANK_NAMES[r]} of '
+                    raise ValueError(f'{g.path}: op {g.ops[d["op"]].number}: rank {RANK_NAMES[r]} of '
                                      f'{d["nb"]} output channels leaves none to train')
                 if (lo, hi) != (0, d['nb']):
                     d['tw'] = [lo, hi]
@@ -671,12 +783,13 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     return out
 
 
-def export(model_path, wof_path, out_path, train='last:1') -> str:
+def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
-    scale, zero point and layout as in model_path."""
+    scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
+    rewritten(); numbers: as numbered())."""
     from ..graph.rewrite import save_graph
     from .runfolder import out_identifier
-    g = read_model(model_path)
+    g = rewritten(numbered(read_model(model_path), numbers))
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
@@ -840,7 +953,7 @@ def inspect_lines(g: Graph) -> list:
             and t.dtype in ('int8', 'int32'))
     out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
     try:
-        ls = layers(g, 'all')
+        ls = layers(rewritten(g), 'all')
         out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
                    f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
                    'DEPTHWISE_CONV_2D layers can train (--train last:N); --dequantize trains '
@@ -892,6 +1005,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data, write_data,
                             write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
+    g = rewritten(g)
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
                            'schedule; --dequantize trains the model in float32 with them')
@@ -953,6 +1067,12 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'rewritten': None, 'quant': {}, 'heap': heap,
                # output channels lo:hi of the layers whose weights train in part (or not)
                'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
+    if g.nfile != len(g.ops) or any(op.number != op.index for op in g.ops):
+        # the op numbers of the user's file (export reads the run's int8 model with them)
+        summary.update(op_numbers=[op.number for op in g.ops], file_ops=g.nfile)
+    rwi = getattr(g, 'rewrites', None) or {}
+    if rwi.get('changed'):
+        summary['rewrites'] = {k: v for k, v in rwi.items() if k not in ('quant', 'changed')}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',

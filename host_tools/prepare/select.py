@@ -136,7 +136,8 @@ class Pricer:
         from ..formats.circle_io import read_model
         self.path, self.settings, self.backend, self.rewrite = model_path, settings, backend, rewrite
         self.target = target or {}
-        self.g0 = read_model(model_path)
+        from .quant import rewritten
+        self.g0 = rewritten(read_model(model_path))
         self.memo = {}
 
     def build(self, ranks):
@@ -999,7 +1000,8 @@ class Q8Pricer:
         from ..formats.circle_io import read_model
         self.path, self.settings = model_path, settings
         self.target = target or {}
-        self.g0 = read_model(model_path)
+        from .quant import rewritten
+        self.g0 = rewritten(read_model(model_path))
         self.memo = {}
 
     def price(self, ranks, fisher=False):
