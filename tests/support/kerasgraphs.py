@@ -60,3 +60,78 @@ def build_keras_shapes(path, three_d=False, seed=0):
         z = np.maximum(np.einsum('njkc,okc->njo', win, w[:, 0]) + bc, 0)
         return z.max(1) @ wf.T
     return os.fspath(path), forward
+
+
+def build_keras_int8_cat(path, seed=0, differ=False):
+    """An int8 model as Keras 3's full-integer converter writes one, built here: the
+    run-time batch of a Reshape (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, ops 0-3), a
+    1x3 CONV_2D (op 4), a PAD read by a max pool (ops 5, 6: not foldable into a
+    convolution), a CONCATENATION of the conv and the pool on channels (op 7), a global
+    average (MEAN) and a global max (REDUCE_MAX) of it (ops 8, 9), a CONCATENATION of
+    three inputs, one read twice (op 10), an FC without bias (op 11).  Concatenated
+    inputs share the output's scale, as TFLite's converter makes them; differ: the MEAN
+    at another scale and zero point (requantized by the CONCATENATION).  Returns (path,
+    float numpy forward of the dequantized graph: f(x float [L, 3], conv weights float
+    or None) -> logits, the conv's weight scales)."""
+    rng = np.random.default_rng(seed)
+    L, C, O = 10, 4, 3
+    sx, sc, sy = 0.05, 0.04, 0.1
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    sw = rng.uniform(0.5, 1.0, C) * 0.004      # (conv outputs of a few units: no clamp)
+    wq = rng.integers(-127, 128, (C, 1, 3, 3)).astype(np.int8)
+    bq = rng.integers(-200, 400, C).astype(np.int32)
+    swf = sy * 30 / (6 * C * sc * 60 * 60)
+    wfq = rng.integers(-127, 128, (O, 6 * C)).astype(np.int8)
+    sm, zm = (sc * 0.5, -100) if differ else (sc, -128)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, L, 3], dtype='int8', quant=q(sx, 0))
+    shp = b.tensor('shape', [3], dtype=np.int32)
+    b.op('SHAPE', [x], [shp], out_type='INT32')
+    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
+    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
+    n = b.tensor('n', [], dtype=np.int32)
+    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
+    dims = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate((1, L, 3))]
+    new = b.tensor('new', [4], dtype=np.int32)
+    b.op('PACK', [n] + dims, [new], values_count=4, axis=0)
+    r = b.tensor('r', [1, 1, L, 3], dtype='int8', quant=q(sx, 0))
+    b.op('RESHAPE', [x, new], [r])
+    c = b.tensor('c', [1, 1, L, C], dtype='int8', quant=q(sc, -128))
+    w = b.tensor('w', wq.shape, data=wq, quant={'scale': list(sw), 'zero_point': [0] * C,
+                                               'quantized_dimension': 0})
+    bt = b.tensor('b', [C], data=bq, quant={'scale': list(sx * sw), 'zero_point': [0] * C})
+    b.op('CONV_2D', [r, w, bt], [c], padding='SAME', stride_w=1, stride_h=1,
+         fused_activation_function='RELU')
+    cp = b.tensor('cp', [1, 1, L + 2, C], dtype='int8', quant=q(sc, -128))
+    b.op('PAD', [c, b.tensor('pads', [4, 2], data=np.array(
+        [[0, 0], [0, 0], [1, 1], [0, 0]], np.int32))], [cp])
+    mp = b.tensor('mp', [1, 1, L, C], dtype='int8', quant=q(sc, -128))
+    b.op('MAX_POOL_2D', [cp], [mp], padding='VALID', stride_w=1, stride_h=1, filter_width=3,
+         filter_height=1, fused_activation_function='NONE')
+    cc = b.tensor('cc', [1, 1, L, 2 * C], dtype='int8', quant=q(sc, -128))
+    b.op('CONCATENATION', [c, mp], [cc], axis=3, fused_activation_function='NONE')
+    ax = b.tensor('ax', [2], data=np.array([1, 2], np.int32))
+    m1 = b.tensor('m1', [1, 2 * C], dtype='int8', quant=q(sm, zm))
+    b.op('MEAN', [cc, ax], [m1], keep_dims=False)
+    m2 = b.tensor('m2', [1, 2 * C], dtype='int8', quant=q(sc, -128))
+    b.op('REDUCE_MAX', [cc, ax], [m2], keep_dims=False)
+    h = b.tensor('h', [1, 6 * C], dtype='int8', quant=q(sc, -128))
+    b.op('CONCATENATION', [m1, m2, m1], [h], axis=1, fused_activation_function='NONE')
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    wf = b.tensor('wf', wfq.shape, data=wfq, quant=q(swf, 0))
+    b.op('FULLY_CONNECTED', [h, wf, -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wc=None):
+        wc = wq * sw[:, None, None, None] if wc is None else wc
+        xp = np.pad(xf, ((1, 1), (0, 0)))
+        cf = np.maximum(np.einsum('ljc,ojc->lo', np.stack([xp[i:i + L] for i in range(3)], 1),
+                                  wc[:, 0]) + bq * sx * sw, 0)               # [L, C]
+        cpf = np.pad(cf, ((1, 1), (0, 0)))
+        mpf = np.max(np.stack([cpf[i:i + L] for i in range(3)]), 0)
+        ccf = np.concatenate([cf, mpf], 1)
+        hf = np.concatenate([ccf.mean(0), ccf.max(0), ccf.mean(0)])
+        return (wfq * swf) @ hf
+    return os.fspath(path), forward, sw

@@ -1,0 +1,171 @@
+"""Int8 models as Keras 3's converter writes them (issue 28), built here: the int8 path
+runs the float path's rewrites that apply (the run-time batch of a Reshape folded, a
+global REDUCE_MAX as a max pool) and names ops by the file's numbers; CONCATENATION of
+any number of inputs (one read twice) and a PAD read by a pool are one layer kind
+(utrain.q8cat). The forward against TFLite Micro on the file as written, the inputs at
+another scale against a float forward of the dequantized graph, the conv's update
+through every one of them against finite differences of that float forward, and the
+same integers under viper (unix MicroPython)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from kerasgraphs import build_keras_int8_cat  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+from test_q8 import spy_updates  # noqa: E402
+
+L = 10
+
+
+def _net(tmp_path, differ=False, train='all'):
+    path, fwd, sw = build_keras_int8_cat(tmp_path / 'k.tflite', differ=differ)
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), train)
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)                    # as the board reads it
+    return path, fwd, sw, m, Q8Net(m, str(tmp_path / 'weights.wof'))
+
+
+def _x(seed):
+    r = np.random.default_rng(50 + seed)
+    return r.integers(-100, 100, (L, 3)).astype(np.int8)
+
+
+def _outs(net, xq):
+    """Each layer's int8 output as it was made (the arena reuses a dead tensor's bytes)."""
+    from utrain.q8 import ADD, CAT
+    t = net.t
+    t[net.xin] = bytearray(xq.tobytes())
+    outs = []
+    for L in net.layers:
+        if L.k == CAT:
+            y = net.C.fwd(L, net, t)
+        elif L.k == ADD:
+            y = L.forward(t[L.ins[0]], t[L.ins[1]])
+        else:
+            y = L.forward(t[L.ins[0]])
+        outs.append(np.frombuffer(bytes(y), np.int8).astype(np.float64))
+    return outs
+
+
+def test_rewrites_and_file_numbers(tmp_path):
+    path, _, _, m, _ = _net(tmp_path)
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.CAT, quant.POOL_MAX, quant.CAT,
+                                             quant.MEAN, quant.POOL_MAX, quant.CAT, quant.FC]
+    assert m['layers'][1].get('fill') and not m['layers'][3].get('fill')   # the PAD's border
+    assert len(m['layers'][6]['in']) == 3 and m['layers'][6]['in'][0] == m['layers'][6]['in'][2]
+    g = quant.rewritten(read_model(path))
+    # --train and --ranks count the file's ops: op 4 is the conv, op 11 the FC
+    ls = quant.layers(g, [4])
+    assert [d['k'] for d in ls if d.get('train')] == [quant.CONV]
+    ls = quant.layers(quant.rewritten(read_model(path)), 'last:1')
+    assert [d['k'] for d in ls if d.get('train')] == [quant.FC]
+    with pytest.raises(ValueError, match=r'k\.tflite: --ranks names op 7 \(CONCATENATION\)'):
+        quant.layers(quant.rewritten(read_model(path)), 'none', {7: 1})
+
+
+def test_forward_bit_exact_with_tflite_micro(tmp_path):
+    from tflite_micro.python.tflite_micro import runtime
+    path, _, _, m, net = _net(tmp_path)
+    it = runtime.Interpreter.from_file(path)
+    outs = set()
+    for i in range(6):
+        xq = _x(i)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, L, 3), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel()), i
+        outs.add(tuple(got))
+    assert len(outs) == 6
+
+
+def test_requantized_inputs_against_the_float_graph(tmp_path):
+    """The MEAN at another scale and zero point than the CONCATENATION that reads it:
+    requantized to the output's, within a step of the float forward's value."""
+    path, fwd, _, m, net = _net(tmp_path, differ=True)
+    cat = m['layers'][6]
+    assert cat['mul'][0] and not cat['mul'][1] and cat.get('cl')
+    for i in range(4):
+        xq = _x(i)
+        o = _outs(net, xq)
+        h, m1 = o[6], o[4]
+        # each copy of the MEAN: its own int8 value requantized, within a step
+        want = np.clip(np.round((m1 + 100) * 0.5) - 128, -128, 127)
+        assert np.abs(h[:8] - want).max() <= 1 and np.abs(h[16:] - want).max() <= 1
+        assert np.array_equal(h[8:16], o[5])
+        assert len(set(want.tolist())) > 3          # (not all at a clamp)
+
+
+@pytest.mark.parametrize('differ', [False, True])
+def test_conv_update_through_cat_pad_pools_matches_finite_differences(tmp_path, monkeypatch,
+                                                                      differ):
+    """The conv's int8 update (lr dL/dW / s_W in 1/256 steps, through the FC, the
+    three-input CONCATENATION with its input read twice, the MEAN and the max, the
+    channel CONCATENATION, the pool and the PAD) against finite differences of the
+    float forward of the dequantized graph."""
+    got = spy_updates(monkeypatch)
+    path, fwd, sw, m, net = _net(tmp_path, differ)
+    lr = 0.01
+    cos = []
+    for i in range(4):
+        xq, label = _x(i), i % 3
+        got.clear()
+        net.step(bytearray(xq.tobytes()), label, lr)
+        conv = got[-1] / 256.0 * sw.repeat(9)     # (applied last: the lowest layer)
+        g = read_model(path)
+        w0 = next(t for t in g.tensors if t.name == 'w')
+        wf = w0.data.astype(np.float64) * sw[:, None, None, None]
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[label]
+        num = np.zeros_like(wf)
+        for k in np.ndindex(wf.shape):
+            e = np.zeros_like(wf)
+            e[k] = 1e-4
+            num[k] = (loss(wf + e) - loss(wf - e)) / 2e-4
+        ref = lr * num.reshape(-1)         # (the spied update is what w loses)
+        c = float(conv @ ref / (np.linalg.norm(conv) * np.linalg.norm(ref) + 1e-30))
+        cos.append(c)
+        assert 0.6 < np.linalg.norm(conv) / np.linalg.norm(ref) < 1.6
+    assert min(cos) > 0.85 and np.mean(cos) > 0.95, cos      # (int8 rounding, ties)
+
+
+MP = runner.find_micropython()
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_viper_steps_as_the_host(tmp_path):
+    """Three SGD steps of the whole model under viper end with the host's weights."""
+    path, _, _, m, net = _net(tmp_path, differ=True)
+    xs = [_x(i) for i in range(3)]
+    for i, xq in enumerate(xs):
+        net.step(bytearray(xq.tobytes()), i % 3, 0.02)
+    want = [bytes(L.w) for L in net.layers if L.w is not None] + [
+        list(L.b) for L in net.layers if L.b is not None]
+    runner.stage(str(tmp_path / 'st'))
+    code = f"""
+import sys, json
+sys.path.insert(0, {str(tmp_path / 'st' / 'lib')!r})
+from utrain.q8 import Q8Net
+m = json.load(open({str(tmp_path / 'q8.json')!r}))
+net = Q8Net(m, {str(tmp_path / 'weights.wof')!r})
+for i, x in enumerate({[bytes(x.tobytes()) for x in xs]!r}):
+    net.step(bytearray(x), i % 3, 0.02)
+print(repr([bytes(L.w) for L in net.layers if L.w is not None] + [list(L.b) for L in net.layers if L.b is not None]))
+"""
+    out = subprocess.run([MP, '-c', code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert eval(out.stdout.strip().splitlines()[-1]) == want
