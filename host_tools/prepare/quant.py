@@ -115,7 +115,42 @@ def rewritten(g: Graph) -> Graph:
     g.nfile = getattr(g, 'nfile', None) or len(g.ops)
     g.rewrites = rewrite(g, int8=True)
     g.q8_rewritten = True
+    _widen_logits(g)
     return g
+
+
+# an int8 model's logits narrower than +-NARROW_LOGITS are widened to +-WIDE_LOGITS (a
+# float model calibrated as int8 starts at +-fromfloat.LOGITS: never narrow)
+NARROW_LOGITS, WIDE_LOGITS = 2.0, 4.0
+
+
+def _widen_logits(g: Graph):
+    """Logits whose int8 range is narrower than +-NARROW_LOGITS (a converter calibrated
+    them on a model that had barely learnt: a Keras CNN's at +-0.24) become +-WIDE_LOGITS
+    (zero point 0; the layer's multipliers follow from the scale) and follow training
+    (meta: q8range): at +-0.24 a softmax can never grow confident and the gradient stops
+    where they clip.  export writes the wider scale into the model."""
+    prod = {k: op for op in g.ops for k in op.outputs}
+    t = g.outputs[0] if g.outputs else None
+    op = prod.get(t)
+    if op is not None and op.name == 'SOFTMAX':
+        t = op.inputs[0]
+    chain = [t]
+    while prod.get(t) is not None and prod[t].name in ('RESHAPE', 'SQUEEZE'):
+        t = prod[t].inputs[0]
+        chain.append(t)
+    q = g.tensors[t].quant if t is not None else None
+    if not q or not q.get('scale') or g.tensors[t].dtype != 'int8' or \
+            prod.get(t) is None or prod[t].name not in ('FULLY_CONNECTED', 'CONV_2D'):
+        return
+    s = float(q['scale'][0])
+    z = int((q.get('zero_point') or [0])[0])
+    if min(s * (127 - z), s * (z + 128)) >= NARROW_LOGITS:
+        return
+    for k in chain:
+        g.tensors[k].quant = dict(g.tensors[k].quant, scale=[2 * WIDE_LOGITS / 255],
+                                  zero_point=[0])
+    g.narrow_logits = 1
 
 
 def numbered(g: Graph, numbers) -> Graph:
@@ -603,6 +638,12 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
         for d in ls:        # every trained weight keeps its update's fraction (Layer.wf):
             if d.get('train') and 'wt' in d:     # no rounding noise (the FCs' too)
                 d['wf'] = 1
+    elif getattr(g, 'narrow_logits', 0):
+        # the logits' range widened by rewritten() doubles as training grows them
+        # (utrain.q8range), as a float model's calibrated as int8 does
+        rr = follow_ranges(dict(m, etab=etab(sy, ETAB_MAX)), logits_only=True)
+        if rr:
+            m['rr'], m['etab'] = rr, etab(sy, ETAB_MAX)
     return m
 
 
@@ -610,7 +651,7 @@ RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the rang
 RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of its values clip
 
 
-def follow_ranges(m: dict) -> list | None:
+def follow_ranges(m: dict, logits_only=False) -> list | None:
     """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
     while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
     each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer whose output range can
@@ -623,6 +664,8 @@ def follow_ranges(m: dict) -> list | None:
         return None
     ents = []
     for i, d in enumerate(ls):
+        if logits_only and i < len(ls) - 1:        # (the logits' range alone)
+            continue
         if d['k'] not in (FC, CONV, DW) or not d.get('train') or d.get('mask') or d.get(
                 'sd') or d.get('pw') or d['hi'] != 127 or d['lo'] not in (-128, d['zy']):
             continue
@@ -815,7 +858,7 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             ex = json.load(f)
     except (OSError, ValueError) as e:
         raise ValueError(f'{p}: not readable ({e}); the run writes it beside {wof_path}') from None
-    rr = follow_ranges(m)
+    rr = m.get('rr') or follow_ranges(m)
     if not rr or not isinstance(ex, list) or len(ex) != len(rr[2]) or not all(
             isinstance(k, int) and 0 <= k <= 8 for k in ex):
         raise ValueError(f'{p}: not the ranges of this model ({len(rr[2]) if rr else 0} '

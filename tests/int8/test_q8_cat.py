@@ -169,3 +169,47 @@ print(repr([bytes(L.w) for L in net.layers if L.w is not None] + [list(L.b) for 
     out = subprocess.run([MP, '-c', code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr + out.stdout
     assert eval(out.stdout.strip().splitlines()[-1]) == want
+
+
+def test_narrow_logits_widen_and_follow_training(tmp_path):
+    """Logits a converter calibrated at +-0.26 (a model that had barely learnt): the
+    int8 path widens them to +-quant.WIDE_LOGITS (a softmax at +-0.26 can never grow
+    confident, and their clamp stops the gradient), lets their range double as they grow
+    (q8range's 'rr', the logits alone), computes the same logits on the wider grid, and
+    export writes the wider scale; a model's logits at +-12.8 stay as they are."""
+    from host_tools.prepare.pipeline import export
+    path, fwd, _ = build_keras_int8_cat(tmp_path / 'n.tflite', sy=0.002)
+    g0 = read_model(path)
+    g = quant.rewritten(g0)
+    y = g.tensors[g.outputs[0]]
+    assert y.quant['scale'] == [2 * quant.WIDE_LOGITS / 255] and y.quant['zero_point'] == [0]
+    assert g0.tensors[g0.outputs[0]].quant['scale'][0] == pytest.approx(0.002)     # (the file's, as read)
+    m = quant.meta(g, 'all')
+    assert [e[:2] for e in m['rr'][2]] == [[len(m['layers']) - 1, []]]
+    net = Q8Net(json.loads(json.dumps(quant.as_written(m)[0]['q8.json'])), _wof(tmp_path, g, m))
+    for i in range(3):
+        xq = _x(i)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8) * (8 / 255)
+        ref = fwd(xq.astype(np.float64) * 0.05)
+        assert np.abs(ref).max() < 0.26 and np.abs(got - ref).max() <= 0.04, (got, ref)
+    # export writes the widened scale (TFLite Micro runs the result)
+    run = tmp_path / 'run'
+    from host_tools.prepare.pipeline import prepare
+    r = np.random.default_rng(3)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(-4, 4, (8, L, 3)).astype(np.float32),
+             y=r.integers(0, 3, 8))
+    prepare(path, str(run), data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+            lr=0.01, epochs=1, log=lambda *a: None)
+    export(path, str(run / 'weights.wof'), str(tmp_path / 'out.tflite'))
+    ge = read_model(str(tmp_path / 'out.tflite'))
+    assert ge.tensors[ge.outputs[0]].quant['scale'][0] == pytest.approx(8 / 255)
+    # wide logits stay
+    path2, _, _ = build_keras_int8_cat(tmp_path / 'w.tflite')
+    g2 = quant.rewritten(read_model(path2))
+    assert g2.tensors[g2.outputs[0]].quant['scale'][0] == pytest.approx(0.1) and 'rr' not in quant.meta(g2, 'all')
+
+
+def _wof(tmp_path, g, m):
+    d = tmp_path / 'q'
+    quant.write(g, str(d), 'all', m)
+    return str(d / 'weights.wof')

@@ -62,7 +62,7 @@ def build_keras_shapes(path, three_d=False, seed=0):
     return os.fspath(path), forward
 
 
-def build_keras_int8_cat(path, seed=0, differ=False):
+def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
     """An int8 model as Keras 3's full-integer converter writes one, built here: the
     run-time batch of a Reshape (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, ops 0-3), a
     1x3 CONV_2D (op 4), a PAD read by a max pool (ops 5, 6: not foldable into a
@@ -70,17 +70,18 @@ def build_keras_int8_cat(path, seed=0, differ=False):
     average (MEAN) and a global max (REDUCE_MAX) of it (ops 8, 9), a CONCATENATION of
     three inputs, one read twice (op 10), an FC without bias (op 11).  Concatenated
     inputs share the output's scale, as TFLite's converter makes them; differ: the MEAN
-    at another scale and zero point (requantized by the CONCATENATION).  Returns (path,
+    at another scale and zero point (requantized by the CONCATENATION); sy: the logits'
+    scale (0.002: +-0.26, as a converter calibrates a model that had barely learnt).  Returns (path,
     float numpy forward of the dequantized graph: f(x float [L, 3], conv weights float
     or None) -> logits, the conv's weight scales)."""
     rng = np.random.default_rng(seed)
     L, C, O = 10, 4, 3
-    sx, sc, sy = 0.05, 0.04, 0.1
+    sx, sc = 0.05, 0.04
     q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
     sw = rng.uniform(0.5, 1.0, C) * 0.004      # (conv outputs of a few units: no clamp)
     wq = rng.integers(-127, 128, (C, 1, 3, 3)).astype(np.int8)
     bq = rng.integers(-200, 400, C).astype(np.int32)
-    swf = sy * 30 / (6 * C * sc * 60 * 60)
+    swf = 0.1 * 30 / (6 * C * sc * 60 * 60) * (1 if sy >= 0.1 else sy / 0.1)
     wfq = rng.integers(-127, 128, (O, 6 * C)).astype(np.int8)
     sm, zm = (sc * 0.5, -100) if differ else (sc, -128)
     b = CircleBuilder(identifier=b'TFL3')
