@@ -388,12 +388,19 @@ def _pool_layer(g, op, d, x, y):
 
 
 def _mean_layer(g, op, d, x):
-    """layers(): a MEAN over H and W with 1/N folded into its multiplier, as TFLite's
-    reduce_common.cc does."""
-    axis = sorted(int(a) % 4 for a in g.tensors[op.inputs[1]].data.ravel())
-    if len(x.shape) != 4 or axis != [1, 2]:
-        raise ValueError(f'{g.path}: MEAN op {op.number} must reduce H and W of NHWC')
-    n = x.shape[1] * x.shape[2]
+    """layers(): a MEAN over the leading axes of its input that are not 1 (H and W of
+    NHWC: a global average pool; the steps of [1, T, C]: Keras's GlobalAveragePooling1D),
+    with 1/N folded into its multiplier, as TFLite's reduce_common.cc does."""
+    shape = list(x.shape)
+    axes = {int(a) % len(shape) for a in np.asarray(g.tensors[op.inputs[1]].data).ravel()}
+    keep = [i for i, v in enumerate(shape) if v != 1]
+    red = [i for i in keep if i in axes]
+    if not red or keep[:len(red)] != red:
+        raise ValueError(f'{g.path}: MEAN op {op.number} reduces axes {sorted(axes)} of '
+                         f'{shape}; int8 training averages the leading axes that are not 1 '
+                         '(H and W of NHWC, the steps of [1, T, C]); prepare --dequantize '
+                         'trains it in float')
+    n = int(np.prod([shape[i] for i in red]))
     m, e = quantize_multiplier(d['sx'] / d['sy'])
     sh = min(int(math.floor(math.log2(n))), 32, 31 + e)
     d.update(n=n, mul=[int((m << sh) // n)], shf=[e - sh])
@@ -407,6 +414,14 @@ def _weighted_layer(g, op, d, x, pad):
     sx = [d['sx']]
     w = g.tensors[op.inputs[1]]
     sw, _ = _q(w)
+    T = int(np.prod(x.shape)) // int(w.shape[-1]) if k == FC and len(w.shape) == 2 else 1
+    if T > 1:
+        # an FC over each of T positions (Keras's Dense on [1, T, C]): a 1x1 convolution
+        # over a [1, 1, T, C] input, its weights [O, C] the same bytes as [O, 1, 1, C]
+        if int(np.prod(x.shape)) != T * int(w.shape[1]) or pad:
+            raise ValueError(f'{g.path}: FULLY_CONNECTED op {op.number}: input {list(x.shape)} '
+                             f'is not rows of its {w.shape[1]} inputs')
+        d['k'] = k = CONV
     if len(op.inputs) < 3 or op.inputs[2] < 0:
         zero_bias(g, op, sx[0], sw)
     b = g.tensors[op.inputs[2]]
@@ -419,6 +434,10 @@ def _weighted_layer(g, op, d, x, pad):
         d['pc'] = 1                     # per-channel weight scales that differ
     if k == FC:
         d['nin'] = int(w.shape[1])
+        return
+    if T > 1:
+        O, I = w.shape
+        d['g'] = [1, T, I, O, 1, 1, 1, 1, 0, 0, 1, T, 1, 1]
         return
     H, W, I = x.shape[1:]
     pt = pb = pl = pr = 0

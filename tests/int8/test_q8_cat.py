@@ -213,3 +213,49 @@ def _wof(tmp_path, g, m):
     d = tmp_path / 'q'
     quant.write(g, str(d), 'all', m)
     return str(d / 'weights.wof')
+
+
+def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
+    """Keras's Dense on [1, T, C] (an FC over each step: a 1x1 convolution) and
+    GlobalAveragePooling1D (MEAN over axis 1 of a 3-D tensor): the forward bit-exact with
+    TFLite Micro, the first layer's update against finite differences of the float
+    graph."""
+    from tflite_micro.python.tflite_micro import runtime
+    from kerasgraphs import build_keras_int8_seq
+    path, fwd, s1 = build_keras_int8_seq(tmp_path / 's.tflite')
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.MEAN, quant.FC]
+    assert m['layers'][0]['g'][:4] == [1, 7, 5, 6] and m['layers'][1]['n'] == 7
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    r = np.random.default_rng(9)
+    xs = [r.integers(-90, 90, (7, 5)).astype(np.int8) for _ in range(4)]
+    for xq in xs:
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, 7, 5), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel())
+    got = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        got.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = got[-1] / 256.0 * s1
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[i % 3]
+        num = np.zeros_like(w0)
+        for k in np.ndindex(w0.shape):
+            e = np.zeros_like(w0)
+            e[k] = 1e-4
+            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-4
+        ref = 0.01 * num.reshape(-1)
+        cos = upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref))
+        assert cos > 0.9 and 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, cos

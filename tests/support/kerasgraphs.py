@@ -136,3 +136,41 @@ def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
         hf = np.concatenate([ccf.mean(0), ccf.max(0), ccf.mean(0)])
         return (wfq * swf) @ hf
     return os.fspath(path), forward, sw
+
+
+def build_keras_int8_seq(path, seed=0):
+    """An int8 sequence model as Keras 3's converter writes Dense on [1, T, C] and
+    GlobalAveragePooling1D, built here: FULLY_CONNECTED on a 3-D input (keep_num_dims,
+    op 0, RELU), MEAN over axis 1 of [1, T, H] (op 1), FULLY_CONNECTED (op 2).  Returns
+    (path, float numpy forward of the dequantized graph: f(x float [T, C], first
+    weights float or None) -> logits, the first layer's weight scale)."""
+    rng = np.random.default_rng(seed)
+    T, C, H, O = 7, 5, 6, 3
+    sx, sh, sm, sy = 0.05, 0.03, 0.02, 0.08
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    s1 = 0.006
+    w1 = rng.integers(-127, 128, (H, C)).astype(np.int8)
+    b1 = rng.integers(-300, 300, H).astype(np.int32)
+    s2 = 0.01
+    w2 = rng.integers(-127, 128, (O, H)).astype(np.int8)
+    b2 = rng.integers(-300, 300, O).astype(np.int32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    h = b.tensor('h', [1, T, H], dtype='int8', quant=q(sh, -128))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [H], data=b1, quant=q(sx * s1, 0))], [h],
+         fused_activation_function='RELU', keep_num_dims=True)
+    m = b.tensor('m', [1, H], dtype='int8', quant=q(sm, -128))
+    b.op('MEAN', [h, b.tensor('ax', [1], data=np.array([1], np.int32))], [m], keep_dims=False)
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [m, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)),
+                             b.tensor('b2', [O], data=b2, quant=q(sm * s2, 0))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = np.maximum(xf @ wf.T + b1 * sx * s1, 0)
+        return (w2 * s2) @ hf.mean(0) + b2 * sm * s2
+    return os.fspath(path), forward, s1
