@@ -930,6 +930,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             objs += arr(4 * 14)
         if d['k'] == q8.ADD:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
+        if d['k'] == q8.LUT:
+            objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}
@@ -1029,9 +1031,11 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
         native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
                    else f['native'] // 8)
     from ..target.device import module
-    if any(d['k'] == module('q8').CAT for tb in tables.values() for d in tb['layers']):
-        native += (native_mpy_size(t['arch'], 'q8cat') if t['native'] == 'heap' and t['arch']
-                   else f['native'] // 8)         # q8cat: CONCATENATION / PAD, on use
+    q8 = module('q8')
+    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut')):     # (loaded on use)
+        if any(d['k'] == kind for tb in tables.values() for d in tb['layers']):
+            native += (native_mpy_size(t['arch'], name) if t['native'] == 'heap' and t['arch']
+                       else f['native'] // 8)
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}

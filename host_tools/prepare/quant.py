@@ -37,13 +37,32 @@ from ..files import wof as hwof
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG, CAT = _Q8.PMAX, _Q8.PAVG, _Q8.CAT
+POOL_MAX, POOL_AVG, CAT, LUT = _Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT
+# elementwise ops of one input, tabulated over the 256 int8 inputs (_lut_layer): the
+# real function and its derivative (numpy, x real)
+_ERF = np.vectorize(math.erf)
+UNARY = {
+    'LOGISTIC': (lambda x, o: 1 / (1 + np.exp(-x)),
+                 lambda x, o: np.exp(-x) / (1 + np.exp(-x)) ** 2),
+    'TANH': (lambda x, o: np.tanh(x), lambda x, o: 1 - np.tanh(x) ** 2),
+    'HARD_SWISH': (lambda x, o: x * np.clip(x + 3, 0, 6) / 6,
+                   lambda x, o: np.where(x < -3, 0.0, np.where(x > 3, 1.0, (2 * x + 3) / 6))),
+    'LEAKY_RELU': (lambda x, o: np.where(x > 0, x, x * o.get('alpha', 0.2)),
+                   lambda x, o: np.where(x > 0, 1.0, o.get('alpha', 0.2))),
+    'ELU': (lambda x, o: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+            lambda x, o: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0)))),
+    'GELU': (lambda x, o: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
+             lambda x, o: 0.5 * (1 + _ERF(x / math.sqrt(2))) + x * np.exp(-x * x / 2)
+             / math.sqrt(2 * math.pi)),
+}
+# and the ones TFLite Micro computes by one requantization and a clamp (its integers)
+REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
-         'CONCATENATION': CAT, 'PAD': CAT}
+         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT)}}
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -264,6 +283,8 @@ def layers(g: Graph, train='last:1', ranks=None):
             _add_layer(g, op, d, x, y, xin, src(op.inputs[1]))
         elif k == CAT:
             _cat_layer(g, op, d, y, src)
+        elif k == LUT:
+            _lut_layer(g, op, d)
         elif k in POOLS:
             _pool_layer(g, op, d, x, y)
         elif k == MEAN:
@@ -344,6 +365,46 @@ def _cat_layer(g, op, d, y, src):
             d['cl'] = 1         # its gradient stops where the output sat at the clamp
     if sum(int(np.prod(g.tensors[k].shape)) for k, _ in parts) != d['nout']:
         d['fill'] = 1
+
+
+def mbqm(x, m: int, e: int) -> int:
+    """TFLite's MultiplyByQuantizedMultiplier of int x by (m, e) (quantize_multiplier):
+    SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT (utrain.q8kern rqk's
+    integers)."""
+    a = x << e if e > 0 else x
+    p = a * m
+    p += (1 << 30) if p >= 0 else 1 - (1 << 30)
+    r = abs(p) >> 31
+    r = -r if p < 0 else r
+    rs = -e if e < 0 else 0
+    if rs:
+        k = (1 << rs) - 1
+        t = (k >> 1) + (1 if r < 0 else 0)
+        r = (r >> rs) + (1 if (r & k) > t else 0)
+    return r
+
+
+def _lut_layer(g, op, d):
+    """layers(): an elementwise op of one int8 input (LOGISTIC, TANH, HARD_SWISH,
+    LEAKY_RELU, ELU, GELU; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's one
+    requantization and clamp) as utrain.q8lut runs it: 't' its int8 output for each
+    input value -128..127, 'dt' its derivative there (real units, 2^-14 steps; 0 where the
+    output clamps)."""
+    sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
+    q = np.arange(-128, 128)
+    x = (q - zx) * sx
+    if op.name in REQUANT:
+        lo, hi = _act_range('NONE' if op.name == 'QUANTIZE' else op.name, sy, zy)
+        m, e = quantize_multiplier(sx / sy)
+        t = np.clip([zy + mbqm(int(v), m, e) for v in q - zx], lo, hi)
+        dv = np.where((t > lo) & (t < hi), 1.0, 0.0)     # (x itself inside the clamp)
+    else:
+        f, df = UNARY[op.name]
+        v = np.round(f(x, op.options) / sy) + zy
+        t = np.clip(v, -128, 127)
+        dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
+    d['t'] = [int(v) for v in t]
+    d['dt'] = [int(v) for v in np.clip(np.round(np.asarray(dv, np.float64) * 16384), -32768, 32767)]
 
 
 def _copy_rows(ix):
@@ -512,7 +573,7 @@ def masks(ls, first):
     needs = set()
     for d in ls[first:]:
         tw = d.get('tw')
-        if d['k'] in POOLS or (d.get('train') and not (tw and tw[1] <= tw[0])):
+        if d['k'] in POOLS or d['k'] == LUT or (d.get('train') and not (tw and tw[1] <= tw[0])):
             needs.update(d['in'])
     for d in ls[first:-1]:
         if (d['k'] in WEIGHTED and d['out'] not in needs) or d['k'] == ADD:

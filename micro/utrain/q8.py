@@ -21,7 +21,7 @@ from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT = 0, 1, 2, 3, 4, 5, 6, 7
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT = 0, 1, 2, 3, 4, 5, 6, 7, 8
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
 
@@ -70,6 +70,7 @@ class Layer:
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
     gi = ()         # the inputs (positions in ins) the backward pass gives a gradient
+    tt = None       # a LUT layer's tables (utrain.q8lut)
     dxr = 0         # 1: dz's per-channel rescaling made from sw when used (a broadcast row)
     pw = wo = 0     # pw: w holds the window's rows alone, from weight wo on (the rest in flash)
     c = 1
@@ -384,13 +385,20 @@ class Q8Net:
         self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
-        self.S = self.C = None
+        self.S = None
         if any(d.get('mask') or d.get('sd') for d in ls):
             from utrain import q8sparse
             self.S = q8sparse
-        if any(d['k'] == CAT for d in ls):
-            from utrain import q8cat
-            self.C = q8cat
+        # the kinds from CAT on: forward and gradient in a module of their own, loaded
+        # only by a table that has one (utrain.q8cat, q8lut)
+        self.X = X = {}
+        for d in ls:
+            if d['k'] == CAT and CAT not in X:
+                from utrain import q8cat
+                X[CAT] = q8cat
+            elif d['k'] == LUT and LUT not in X:
+                from utrain import q8lut
+                X[LUT] = q8lut
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -528,8 +536,8 @@ class Q8Net:
                     x = L.forward(x)
                 elif L.k == ADD:
                     x = L.forward(t[ins[0]], t[ins[1]])
-                elif L.k == CAT:
-                    x = self.C.fwd(L, self, t)
+                elif L.k >= CAT:
+                    x = self.X[L.k].fwd(L, self, t)
                 else:
                     x = L.forward(t[ins[0]])
                 if L.mk is not None:
@@ -549,8 +557,8 @@ class Q8Net:
                 x = L.forward(x)
             elif L.k == ADD:
                 x = L.forward(t[ins[0]], t[ins[1]])
-            elif L.k == CAT:
-                x = self.C.fwd(L, self, t)
+            elif L.k >= CAT:
+                x = self.X[L.k].fwd(L, self, t)
             else:
                 x = L.forward(t[ins[0]])
             if L.mk is not None:
@@ -726,7 +734,7 @@ class Q8Net:
         if cp is None:
             (K.cpk if t is None else K.adk)(h, g, n)
         else:
-            self.C.gak(h, g, cp[0], cp[1], cp[2], cp[3], t is not None)
+            self.X[CAT].gak(h, g, cp[0], cp[1], cp[2], cp[3], t is not None)
         return s
 
     def zero(self):
@@ -868,8 +876,8 @@ class Q8Net:
             if len(L.gi) > 1:
                 s = self.hold(L.ins[L.gi[1]], g, s, n)
             return g, s
-        if L.k == CAT:
-            return self.C.back(L, self, g, s)
+        if L.k >= CAT:
+            return self.X[L.k].back(L, self, g, s)
         if L.k == MEAN:
             N = d['n']
             if L.bc:            # broadcast over the N positions by the layer below (smk)
@@ -1221,8 +1229,8 @@ def gin(ls):
     m = max(holds(ls)[1] or [0])        # (a held gradient joins the chain there)
     for i in range(len(ls)):
         d = ls[i]
-        if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] != CAT:
-            # (an ADD, a CAT: in place)
+        if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] < CAT:
+            # (an ADD, a CAT, a LUT: in place)
             k = d['k']
             m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
                     if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])

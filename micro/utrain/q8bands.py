@@ -14,6 +14,7 @@ _MEAN = 3   # q8.MEAN
 _ADD = 4    # q8.ADD
 _PMAX = 5   # q8.PMAX
 _PAVG = 6   # q8.PAVG
+_LUT = 8    # q8.LUT
 
 
 class _Net:
@@ -32,7 +33,7 @@ def frees(layers, first):
         if i >= first:
             tw = d.get('tw')
             pool = _PMAX <= d['k'] <= _PAVG
-            if pool or (d.get('train') and not (tw and tw[1] <= tw[0])):
+            if pool or d['k'] == _LUT or (d.get('train') and not (tw and tw[1] <= tw[0])):
                 keep.update(d['in'])
             if pool or (d['k'] < _MEAN and not d.get('mask')) or d.get('cl'):
                 keep.add(d['out'])      # (a clamping CAT's: its gradient's mask)

@@ -48,8 +48,8 @@ def _outs(net, xq):
     t[net.xin] = bytearray(xq.tobytes())
     outs = []
     for L in net.layers:
-        if L.k == CAT:
-            y = net.C.fwd(L, net, t)
+        if L.k >= CAT:
+            y = net.X[L.k].fwd(L, net, t)
         elif L.k == ADD:
             y = L.forward(t[L.ins[0]], t[L.ins[1]])
         else:
@@ -146,13 +146,13 @@ def test_conv_update_through_cat_pad_pools_matches_finite_differences(tmp_path, 
 MP = runner.find_micropython()
 
 
-@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
-def test_viper_steps_as_the_host(tmp_path):
-    """Three SGD steps of the whole model under viper end with the host's weights."""
-    path, _, _, m, net = _net(tmp_path, differ=True)
-    xs = [_x(i) for i in range(3)]
+def _viper_matches(tmp_path, d, xs, lr=0.02):
+    """Three SGD steps of the whole model in folder d (q8.json, weights.wof) under viper
+    end with the host's weights and biases."""
+    with open(d / 'q8.json') as f:
+        net = Q8Net(json.load(f), str(d / 'weights.wof'))
     for i, xq in enumerate(xs):
-        net.step(bytearray(xq.tobytes()), i % 3, 0.02)
+        net.step(bytearray(xq.tobytes()), i % 3, lr)
     want = [bytes(L.w) for L in net.layers if L.w is not None] + [
         list(L.b) for L in net.layers if L.b is not None]
     runner.stage(str(tmp_path / 'st'))
@@ -160,15 +160,30 @@ def test_viper_steps_as_the_host(tmp_path):
 import sys, json
 sys.path.insert(0, {str(tmp_path / 'st' / 'lib')!r})
 from utrain.q8 import Q8Net
-m = json.load(open({str(tmp_path / 'q8.json')!r}))
-net = Q8Net(m, {str(tmp_path / 'weights.wof')!r})
+m = json.load(open({str(d / 'q8.json')!r}))
+net = Q8Net(m, {str(d / 'weights.wof')!r})
 for i, x in enumerate({[bytes(x.tobytes()) for x in xs]!r}):
-    net.step(bytearray(x), i % 3, 0.02)
+    net.step(bytearray(x), i % 3, {lr!r})
 print(repr([bytes(L.w) for L in net.layers if L.w is not None] + [list(L.b) for L in net.layers if L.b is not None]))
 """
     out = subprocess.run([MP, '-c', code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr + out.stdout
     assert eval(out.stdout.strip().splitlines()[-1]) == want
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_viper_steps_as_the_host(tmp_path):
+    """CAT (requantizing, repeated input, PAD's fill), the held gradients, a LUT
+    (LOGISTIC, HARD_SWISH): the same integers under viper as on the host."""
+    from kerasgraphs import build_int8_unary
+    _net(tmp_path, differ=True)
+    _viper_matches(tmp_path, tmp_path, [_x(i) for i in range(3)])
+    r = np.random.default_rng(7)
+    for name in ('LOGISTIC', 'HARD_SWISH'):
+        d = tmp_path / name
+        path, _, _ = build_int8_unary(tmp_path / f'{name}.tflite', name)
+        quant.write(quant.rewritten(read_model(path)), str(d), 'all')
+        _viper_matches(tmp_path, d, [r.integers(-127, 128, 6).astype(np.int8) for _ in range(3)])
 
 
 def test_narrow_logits_widen_and_follow_training(tmp_path):
@@ -259,3 +274,79 @@ def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
         ref = 0.01 * num.reshape(-1)
         cos = upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref))
         assert cos > 0.9 and 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, cos
+
+
+UNARY = ['LOGISTIC', 'TANH', 'HARD_SWISH', 'RELU', 'RELU6', 'LEAKY_RELU', 'ELU', 'GELU',
+         'QUANTIZE']
+TFLM_EXACT = ('RELU', 'RELU6', 'QUANTIZE')     # (TFLite Micro's own requantization)
+
+
+@pytest.mark.parametrize('name', UNARY)
+def test_elementwise_op_forward_and_gradient(tmp_path, monkeypatch, name):
+    """A standalone elementwise op (utrain.q8lut: a table of the 256 int8 inputs): its
+    output against TFLite Micro (the same integers for the requantizing ones, within a
+    step for the others, computed there in fixed point), or, where TFLite Micro has no
+    int8 kernel, the float function; the first FC's update through it against finite
+    differences of the float graph."""
+    from kerasgraphs import build_int8_unary, UNARY_OUT
+    path, fwd, s1 = build_int8_unary(tmp_path / 'u.tflite', name)
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.FC, quant.LUT, quant.FC]
+    r = np.random.default_rng(4)
+    xs = [r.integers(-127, 128, 6).astype(np.int8) for _ in range(12)]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    outs = [_outs(net, xq) for xq in xs]
+    h = np.concatenate([o[0] for o in outs])
+    a = np.concatenate([o[1] for o in outs])
+    assert len(set(h.tolist())) > 40
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+        import copy
+        from host_tools.graph.rewrite import save_graph
+        g0 = read_model(path)
+        gc = copy.deepcopy(g0)
+        gc.ops, gc.outputs = gc.ops[:2], [gc.ops[1].outputs[0]]
+        it = runtime.Interpreter.from_file(save_graph(gc, str(tmp_path / 'cut.tflite')))
+        ref = []
+        for xq in xs:
+            it.set_input(xq.reshape(1, 6), 0)
+            it.invoke()
+            ref.append(it.get_output(0).ravel().astype(np.float64))
+        ref = np.concatenate(ref)
+    except RuntimeError:                 # (no int8 kernel of it in TFLite Micro)
+        so, zo = UNARY_OUT[name]
+        ref = None
+        f = quant.UNARY[name][0]
+        want = np.clip(np.round(f((h - 0) * 0.04, {}) / so) + zo, -128, 127)
+        assert np.abs(a - want).max() <= 0
+    if ref is not None:
+        tol = 0 if name in TFLM_EXACT else 1
+        assert np.abs(a - ref).max() <= tol, (name, np.abs(a - ref).max())
+    got = spy_updates(monkeypatch)
+    g8 = read_model(path)
+    w0 = next(t for t in g8.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs[:6]):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        got.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = got[-1] / 256.0 * s1
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[i % 3]
+        num = np.zeros_like(w0)
+        for k in np.ndindex(w0.shape):
+            e = np.zeros_like(w0)
+            e[k] = 1e-5
+            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-5
+        ref = 0.01 * num.reshape(-1)
+        if np.linalg.norm(ref) < 1e-9:
+            continue
+        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+    assert len(cos) >= 4 and min(cos) > 0.9 and np.mean(cos) > 0.97, cos

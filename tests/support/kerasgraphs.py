@@ -174,3 +174,52 @@ def build_keras_int8_seq(path, seed=0):
         hf = np.maximum(xf @ wf.T + b1 * sx * s1, 0)
         return (w2 * s2) @ hf.mean(0) + b2 * sm * s2
     return os.fspath(path), forward, s1
+
+
+# output (scale, zero point) of each elementwise op in build_int8_unary (LOGISTIC and
+# TANH at the ones TFLite's int8 kernels require, RELU6 at its input's as TFLite Micro assumes)
+UNARY_OUT = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'HARD_SWISH': (0.03, -30),
+             'RELU': (0.03, -128), 'RELU6': (0.04, 0), 'LEAKY_RELU': (0.03, 10),
+             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7)}
+
+
+def build_int8_unary(path, name, seed=0):
+    """An int8 FC -> `name` (a standalone elementwise op, as converters write a Keras
+    activation layer or a requantization) -> FC model, built here.  Returns (path, float
+    numpy forward of the dequantized graph: f(x float [6], first weights float or None)
+    -> logits, the first layer's weight scale)."""
+    import math
+    rng = np.random.default_rng(seed)
+    I, H, O = 6, 8, 3
+    sx, sh, s1, s2, sy = 0.05, 0.04, 0.003, 0.005, 0.1
+    so, zo = UNARY_OUT[name]
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (H, I)).astype(np.int8)
+    b1 = rng.integers(-500, 500, H).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, H)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, I], dtype='int8', quant=q(sx, 0))
+    h = b.tensor('h', [1, H], dtype='int8', quant=q(sh, 0))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [H], data=b1, quant=q(sx * s1, 0))], [h])
+    a = b.tensor('a', [1, H], dtype='int8', quant=q(so, zo))
+    b.op(name, [h], [a], **({'alpha': 0.1} if name == 'LEAKY_RELU' else {}))
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [a, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    erf = np.vectorize(math.erf)
+    fs = {'LOGISTIC': lambda v: 1 / (1 + np.exp(-v)), 'TANH': np.tanh,
+          'HARD_SWISH': lambda v: v * np.clip(v + 3, 0, 6) / 6,
+          'RELU': lambda v: np.maximum(v, 0), 'RELU6': lambda v: np.clip(v, 0, 6),
+          'LEAKY_RELU': lambda v: np.where(v > 0, v, 0.1 * v),
+          'ELU': lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
+          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v}
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = xf @ wf.T + b1 * sx * s1
+        af = np.clip(fs[name](hf), (-128 - zo) * so, (127 - zo) * so)
+        return (w2 * s2) @ af
+    return os.fspath(path), forward, s1
