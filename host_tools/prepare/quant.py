@@ -155,7 +155,7 @@ def _widen_logits(g: Graph):
     if op is not None and op.name == 'SOFTMAX':
         t = op.inputs[0]
     chain = [t]
-    while prod.get(t) is not None and prod[t].name in ('RESHAPE', 'SQUEEZE'):
+    while prod.get(t) is not None and prod[t].name in ALIASES:
         t = prod[t].inputs[0]
         chain.append(t)
     q = g.tensors[t].quant if t is not None else None
@@ -193,6 +193,10 @@ def _ops_on(g: Graph, train, ranks):
             {op.index: ranks[op.number] for op in g.ops if op.number in ranks})
 
 
+# ops whose int8 output is their input's bytes (a shape, the same scale): no layer
+ALIASES = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
 def _folds(g: Graph, ops):
     """{PAD output tensor: (PAD input tensor, pad top, bottom, left, right)} of the PADs
     folded into their one reader's padding (the others are CAT layers: _cat_layer), and
@@ -203,7 +207,10 @@ def _folds(g: Graph, ops):
             readers.setdefault(k, []).append(op)
     pads, alias = {}, {}
     for op in ops:
-        if op.name == 'RESHAPE':
+        if op.name in ALIASES:
+            if _q(g.tensors[op.inputs[0]]) != _q(g.tensors[op.outputs[0]]):
+                raise ValueError(f'{g.path}: {op.name} op {op.number} changes the scale or zero '
+                                 'point; int8 training reads its output as its input\'s bytes')
             alias[op.outputs[0]] = op.inputs[0]
         elif op.name == 'PAD':
             x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
@@ -263,13 +270,14 @@ def layers(g: Graph, train='last:1', ranks=None):
         return k
     out = []
     for op in ops:
-        if op.name == 'RESHAPE' or op.outputs[0] in pads:
+        if op.name in ALIASES or op.outputs[0] in pads:
             continue
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, RESHAPE)')
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, RESHAPE, SQUEEZE, '
+                             'EXPAND_DIMS, ' + ', '.join((*UNARY, *REQUANT)) + ')')
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
         xin = src(pad[0] if pad else op.inputs[0])

@@ -350,3 +350,42 @@ def test_elementwise_op_forward_and_gradient(tmp_path, monkeypatch, name):
             continue
         cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
     assert len(cos) >= 4 and min(cos) > 0.9 and np.mean(cos) > 0.97, cos
+
+
+def test_squeeze_and_expand_dims_are_their_inputs_bytes(tmp_path):
+    """SQUEEZE / EXPAND_DIMS of an int8 tensor make no layer (their output is their
+    input's bytes), as RESHAPE; one that changes the scale is refused naming the op."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from tflite_micro.python.tflite_micro import runtime
+
+    def build(path, s_mid):
+        r = np.random.default_rng(1)
+        b = CircleBuilder(identifier=b'TFL3')
+        q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+        x = b.tensor('x', [1, 1, 6], dtype='int8', quant=q(0.05, 0))
+        s = b.tensor('s', [1, 6], dtype='int8', quant=q(s_mid, 0))
+        b.op('SQUEEZE', [x], [s], squeeze_dims=[1])
+        e = b.tensor('e', [1, 1, 6], dtype='int8', quant=q(s_mid, 0))
+        b.op('EXPAND_DIMS', [s, b.tensor('ax', [1], data=np.array([1], np.int32))], [e])
+        w = r.integers(-127, 128, (3, 6)).astype(np.int8)
+        y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1, 0))
+        b.op('FULLY_CONNECTED', [e, b.tensor('w', w.shape, data=w, quant=q(0.01, 0)), -1], [y])
+        b.inputs(x)
+        b.outputs(y)
+        return b.save(str(path))
+    p = build(tmp_path / 'a.tflite', 0.05)
+    g = quant.rewritten(read_model(p))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.FC] and m['layers'][0]['in'] == [g.inputs[0]]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(p)
+    xq = np.arange(-60, 60, 20).astype(np.int8)
+    it.set_input(xq.reshape(1, 1, 6), 0)
+    it.invoke()
+    assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
+                          it.get_output(0).ravel())
+    bad = quant.rewritten(read_model(build(tmp_path / 'b.tflite', 0.07)))
+    with pytest.raises(ValueError, match=r'b\.tflite: SQUEEZE op 0 changes the scale'):
+        quant.layers(bad, 'all')
