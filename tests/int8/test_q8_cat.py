@@ -389,3 +389,33 @@ def test_squeeze_and_expand_dims_are_their_inputs_bytes(tmp_path):
     bad = quant.rewritten(read_model(build(tmp_path / 'b.tflite', 0.07)))
     with pytest.raises(ValueError, match=r'b\.tflite: SQUEEZE op 0 changes the scale'):
         quant.layers(bad, 'all')
+
+
+def test_float32_board_takes_samples_of_an_input_at_zero_point_minus_128(tmp_path,
+                                                                        monkeypatch):
+    """An input quantized for [0, 1] data (zero point -128, the common Keras case): a
+    float32 board parses q8.json's scale within an ulp, which the zero point makes 128
+    ulps of the samples' offset; the dataset check took that for samples at another
+    scale and refused train.ds on every 32-bit board (seen on the 32-bit unix build)."""
+    import struct
+    from kerasgraphs import build_int8_unary
+    from host_tools.prepare.pipeline import prepare
+    from utrain import data
+    from utrain.q8train import Q8Trainer
+    sx = float(np.float32(0.00666480278596282))
+    path, _, _ = build_int8_unary(tmp_path / 'z.tflite', 'RELU', sx=sx, zx=-128)
+    r = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(0, 1.7, (6, 6)).astype(np.float32),
+             y=r.integers(0, 3, 6))
+    run = tmp_path / 'run'
+    prepare(path, str(run), data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+            lr=0.01, epochs=1, log=lambda *a: None)
+    monkeypatch.chdir(run)
+    tr = Q8Trainer()
+    up = struct.unpack('<f', struct.pack('<i', struct.unpack('<i', struct.pack('<f', sx))[0] + 1))[0]
+    tr.net.sx = up                      # (the scale a float32 board's parser may give)
+    tr._read(data.Dataset('train.ds'), 0)
+    tr.ds = None
+    tr.net.sx = sx * 1.001              # samples at another scale are still refused
+    with pytest.raises(ValueError, match='int8 samples of 6 values'):
+        tr._read(data.Dataset('train.ds'), 0)

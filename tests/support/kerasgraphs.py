@@ -183,22 +183,22 @@ UNARY_OUT = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'HARD_SWISH': (0
              'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7)}
 
 
-def build_int8_unary(path, name, seed=0):
+def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
     """An int8 FC -> `name` (a standalone elementwise op, as converters write a Keras
     activation layer or a requantization) -> FC model, built here.  Returns (path, float
     numpy forward of the dequantized graph: f(x float [6], first weights float or None)
-    -> logits, the first layer's weight scale)."""
+    -> logits, the first layer's weight scale).  sx, zx: the input's quantization."""
     import math
     rng = np.random.default_rng(seed)
     I, H, O = 6, 8, 3
-    sx, sh, s1, s2, sy = 0.05, 0.04, 0.003, 0.005, 0.1
+    sh, s1, s2, sy = 0.04, 0.003, 0.005, 0.1
     so, zo = UNARY_OUT[name]
     q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
     w1 = rng.integers(-127, 128, (H, I)).astype(np.int8)
     b1 = rng.integers(-500, 500, H).astype(np.int32)
     w2 = rng.integers(-127, 128, (O, H)).astype(np.int8)
     b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, I], dtype='int8', quant=q(sx, 0))
+    x = b.tensor('x', [1, I], dtype='int8', quant=q(sx, zx))
     h = b.tensor('h', [1, H], dtype='int8', quant=q(sh, 0))
     b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
                              b.tensor('b1', [H], data=b1, quant=q(sx * s1, 0))], [h])
