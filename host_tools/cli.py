@@ -42,14 +42,18 @@ def cmd_inspect(a):
         print(f'metadata: {", ".join(g.metadata)}')
     # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
     h, _, _, info, perm = select_rewrite(g, 'all')
-    kept = {op.number for op in h.ops}
+    kept = {}
+    for op in h.ops:        # (a rewritten op keeps its number: REDUCE_MAX -> MAX_POOL_2D)
+        kept.setdefault(op.number, op)
     # ... and with frozen layers (BatchNorm folded)
     f, _, _, finfo, _ = select_rewrite(g, 'none')
     folded = finfo['batchnorm']
     fkept = {op.number for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')
     for op in g.ops:
-        how = _status(op, g) if op.number in kept else 'removed by prepare'
+        r = kept.get(op.number)
+        how = 'removed by prepare' if r is None else _status(r, h) + (
+            f'; prepare makes it a {r.name}' if r.name != op.name else '')
         if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))

@@ -503,3 +503,16 @@ def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     moved = [k for k in before if not np.array_equal(before[k], after[k])]
     assert len(moved) == 3         # the conv's weight and bias under the max, the FC
+
+
+def test_inspect_names_what_prepare_makes_of_a_rewritten_op(tmp_path, capsys):
+    """`inspect` lists the file's ops: a REDUCE_MAX prepare makes a MAX_POOL_2D passes
+    gradients (it said NOT SUPPORTED), the shape chain is removed by prepare."""
+    import argparse
+    from host_tools.cli import cmd_inspect
+    src, _ = build_keras_shapes(tmp_path / 'k.tflite')
+    cmd_inspect(argparse.Namespace(model=src))
+    out = capsys.readouterr().out
+    assert 'NOT SUPPORTED' not in out
+    assert 'REDUCE_MAX' in out and 'passes gradients; prepare makes it a MAX_POOL_2D' in out
+    assert out.count('[removed by prepare]') == 3
