@@ -827,6 +827,10 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
 # two phases is the plan.
 Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'data', 'wof')
 Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
+# and a trained layer's more attributes (its window, float bias, sums, multipliers: the
+# instance's attribute map grows; 240-260 B a trained FC on the 32-bit unix build, the
+# 27 of a held-out Keras MLP of bias-less branches)
+Q8_TRAINED_WORDS = 64
 # Fragmentation allowance, per word size: on the training buffers and on the rest of the
 # data.  Q8Net makes its big buffers first (the weights it holds, largest first, then the
 # shared gradient buffers, before the layers' small objects cut the heap up).  Fitted on
@@ -923,7 +927,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     parts = {'layer table (q8.json parsed)': json_bytes(t, w, B)}
     objs = 0
     for d in ls:
-        objs += blk(Q8_LAYER_WORDS * w)
+        objs += blk(Q8_LAYER_WORDS * w) + (blk(Q8_TRAINED_WORDS * w) if trains and d.get('train') else 0)
         if 'mul' in d:
             objs += 2 * arr(4 * len(d['mul']))
         if 'g' in d:
@@ -964,8 +968,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     if not trains:
         return parts
     gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
-    nz, nz2, ng, nk = q8.bufs(ls)   # shared: int8 dz (its rescaled copy), a gradient chunk,
-    st = arr(nz) + arr(nz2) + arr(4 * ng) + (arr(4 * nk) if nk else 0)     # a residual's
+    nz, nz2, ng, _ = q8.bufs(ls)    # shared: int8 dz (its rescaled copy), a gradient chunk,
+    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in q8.holds(ls)[1])
+    # (and the held gradients: a slot each, q8.holds)
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')

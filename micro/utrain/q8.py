@@ -370,17 +370,18 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
-        nz, nz2, ng, nk = bufs(ls)
-        self.gw = _i32(ng)
         # the held input gradients (a residual ADD's other input, a CONCATENATION's
-        # inputs, a tensor read twice: hold), one buffer a slot
+        # inputs, a tensor read twice: hold), one buffer a slot (the walk planned once:
+        # its temporaries between the buffers fragment a board's heap)
         self.hs, sz = holds(ls)
+        nz, nz2, ng, nk = bufs(ls, sz)
+        self.gw = _i32(ng)
         self.hb = [_i32(n) for n in sz]
         self.pend = {}
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
         # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
-        m = gin(ls)
+        m = self.gm = gin(ls, sz)
         first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
         self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
@@ -446,13 +447,14 @@ class Q8Net:
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
         self.tn = {}                # each tensor's values (the gradient's size)
+        ga = grads(ls, self.first)
         for i in range(len(ls)):
             if bcast(ls, i):
                 lay[i].bc = 1
             self.tn[ls[i]['out']] = ls[i]['nout']
-            gi = grads(ls, i, self.first)
-            if gi:
-                lay[i].gi = gi
+            if ga[i]:
+                lay[i].gi = ga[i]
+        ga = None
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.rr = None            # ranges that follow training (utrain.q8range: 'rr')
         if meta.get('rr'):
@@ -852,7 +854,7 @@ class Q8Net:
         # layers (each layer's is read by the layer before it, then free), made with the net
         gb = self.gb
         if gb is None or len(gb[0]) < n:
-            gb = self.gb = self._gbs(gin(self.meta['layers']))
+            gb = self.gb = self._gbs(self.gm)
         return gb[1] if g is gb[0] else gb[0]
 
     def _gbs(self, m):
@@ -1142,18 +1144,23 @@ def held_at(d):
     return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
 
 
-def grads(ls, i, first):
-    """The positions in layer i's inputs that the backward pass gives a gradient: those
-    a layer from the first trained one (first) on made, once each (none below it, none
-    for the first trained layer)."""
-    if i <= first or not ls[i].get('back'):
-        return ()
-    made = {}
-    for j in range(first, i):
-        made[ls[j]['out']] = j
-    ins = ls[i]['in']
-    return tuple(j for j in range(len(ins)) if ins[j] in made and (
-        ls[i]['k'] == CAT or ins[j] not in ins[:j]))
+def grads(ls, first):
+    """Per layer, the positions in its inputs that the backward pass gives a gradient:
+    those a layer from the first trained one (first) on made, once each (none below it,
+    none for the first trained layer); () for most, one pass over the table."""
+    made = set()
+    out = []
+    for i in range(len(ls)):
+        d = ls[i]
+        gi = ()
+        if i > first and d.get('back'):
+            ins = d['in']
+            gi = tuple(j for j in range(len(ins)) if ins[j] in made and (
+                d['k'] == CAT or ins[j] not in ins[:j]))
+        out.append(gi)
+        if i >= first:
+            made.add(d['out'])
+    return out
 
 
 def holds(ls):
@@ -1178,6 +1185,7 @@ def holds(ls):
         if n[k] > size[j]:
             size[j] = n[k]
     c = ls[-1]['out'] if ls else None
+    ga = grads(ls, first)
     for i in range(len(ls) - 1, first - 1, -1):
         d = ls[i]
         o = d['out']
@@ -1189,7 +1197,7 @@ def holds(ls):
             c = o
         if c != o:
             continue
-        gi = grads(ls, i, first)
+        gi = ga[i]
         c = d['in'][gi[0]] if gi else None
         if d['k'] == ADD and len(gi) > 1 and d['in'][0] != d['in'][1]:
             put(d['in'][gi[1]])
@@ -1199,13 +1207,14 @@ def holds(ls):
     return slot, size
 
 
-def bufs(ls):
+def bufs(ls, hz=None):
     """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
     values, the held int32 gradients' values: holds()) of layer table ls: Q8Net's shared
-    backward buffers (host_tools/plan/memory.py plans them with this)."""
+    backward buffers (host_tools/plan/memory.py plans them with this); hz: holds()'s
+    slot sizes when known."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     nz = nz2 = ng = 0
-    nk = sum(holds(ls)[1])
+    nk = sum(holds(ls)[1] if hz is None else hz)
     for i in range(len(ls)):
         d = ls[i]
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
@@ -1223,10 +1232,10 @@ def bufs(ls):
     return nz, nz2, ng, nk
 
 
-def gin(ls):
+def gin(ls, hz=None):
     """The most values an input gradient of layer table ls has: the size of _gbuf's
     two buffers (host_tools/plan/memory.py plans them with this)."""
-    m = max(holds(ls)[1] or [0])        # (a held gradient joins the chain there)
+    m = max((holds(ls)[1] if hz is None else hz) or [0])  # (a held one joins the chain there)
     for i in range(len(ls)):
         d = ls[i]
         if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] < CAT:
