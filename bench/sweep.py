@@ -4,9 +4,10 @@ plan / need; a cell is flagged UNDER when plan < need (a board the plan admits f
 OVER when plan > 1.2 x need (a board that fits is turned away).
 
     python bench/sweep.py [--mp32 MP | --pico] [--ulab] [--only NAME] [--settings A,B]
-                          [--cache FILE] [--samples N] [--step F] [--list]
+                          [--cache FILE] [--samples N] [--step F] [--list] [--model FILE ...]
 
-Models: the digits MLP and CNN, the held-out small CNN and MobileNet head
+Models (--model FILE, repeatable: those files instead, e.g. models made outside the
+project): the digits MLP and CNN, the held-out small CNN and MobileNet head
 (host_tools/formats/refmodels.py), the zoo's PyTorch nets through tico (bench/zoo/nets.py: IMU
 1-D conv, LayerNorm block, LSTM, GRU, DS-CNN, ResNet-8; skipped without torch/tico) and
 the Keras float MLP and DS-CNN.  Settings (prepare's): SGD batch 1 all layers, Adam
@@ -179,6 +180,9 @@ def main():
     ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
     ap.add_argument('--samples', type=int, default=8)
     ap.add_argument('--list', action='store_true', help='plan only, measure nothing')
+    ap.add_argument('--model', action='append', default=[],
+                    help='a model file (.circle, .tflite, .onnx) to sweep instead of the built-in '
+                    'models; repeatable')
     ap.add_argument('--pico', action='store_true',
                     help='measure on the emulated Raspberry Pi Pico (the real rp2 firmware in '
                     'rp2040js: $UTRAIN_PICO_FIRMWARE, with --ulab $UTRAIN_PICO_ULAB_FIRMWARE), '
@@ -207,7 +211,8 @@ def main():
     tmp = tempfile.mkdtemp()
     rows = []
     only = a.only.split(',') if a.only else None
-    for name, make in models(tmp).items():
+    table = {os.path.basename(m): (lambda m=m: m) for m in a.model} if a.model else models(tmp)
+    for name, make in table.items():
         if only and not any(o in name for o in only):
             continue
         try:

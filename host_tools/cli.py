@@ -42,18 +42,24 @@ def cmd_inspect(a):
         print(f'metadata: {", ".join(g.metadata)}')
     # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
     h, _, _, info, perm = select_rewrite(g, 'all')
-    kept = {}
-    for op in h.ops:        # (a rewritten op keeps its number: REDUCE_MAX -> MAX_POOL_2D)
-        kept.setdefault(op.number, op)
+    kept = {op.number for op in h.ops}
     # ... and with frozen layers (BatchNorm folded)
     f, _, _, finfo, _ = select_rewrite(g, 'none')
     folded = finfo['batchnorm']
     fkept = {op.number for op in f.ops}
     print('\nops (as in the file; --train last:N counts these):')
+    now = {}                    # the file's op number -> the ops prepare makes of it
+    for op in h.ops:
+        now.setdefault(op.number, []).append(op)
     for op in g.ops:
-        r = kept.get(op.number)
-        how = 'removed by prepare' if r is None else _status(r, h) + (
-            f'; prepare makes it a {r.name}' if r.name != op.name else '')
+        how = _status(op, g) if op.number in kept else 'removed by prepare'
+        made = now.get(op.number, [])
+        if [m.name for m in made] not in ([], [op.name]):      # rewritten
+            names = []
+            for m in made:
+                if m.name not in names:
+                    names.append(m.name)
+            how = f'prepare makes it {" + ".join(names)}: ' + _status(made[-1], h)
         if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))

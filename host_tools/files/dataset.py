@@ -126,6 +126,7 @@ def load_images(path, size=None, gray=True):
 def load(path, label='last', size=None):
     """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
     sub-folders of images (pixels scaled to [0, 1])."""
+    path = os.fspath(path)
     if os.path.isdir(path):
         x, y, _ = load_images(path, size)
         return x.astype(np.float32) / 255.0, y

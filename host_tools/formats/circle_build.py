@@ -58,9 +58,12 @@ class CircleBuilder:
         self._metadata: list = []
 
     # ---------------------------------------------------------------- tensors
-    def tensor(self, name: str, shape, data=None, dtype=None, quant: dict | None = None) -> int:
+    def tensor(self, name: str, shape, data=None, dtype=None, quant: dict | None = None,
+               signature=None) -> int:
         """Add a tensor; returns its index. With ``data`` it is a constant with its own
-        buffer (dtype of the data unless ``dtype`` given; float32 for Python lists)."""
+        buffer (dtype of the data unless ``dtype`` given; float32 for Python lists).
+        ``signature``: the shape with -1 where a dimension is known only at run time
+        (as converters write a batch left open)."""
         shape = [int(s) for s in shape]
         if data is not None:
             if dtype is None:
@@ -83,6 +86,8 @@ class CircleBuilder:
         t.shape = shape
         t.type = DTYPE_TO_TENSOR_TYPE[dname]
         t.buffer = buffer
+        if signature is not None:
+            t.shapeSignature = [int(s) for s in signature]
         if quant is not None:
             q = C.QuantizationParameters.QuantizationParametersT()
             q.scale = [float(s) for s in quant.get("scale", [])]

@@ -331,17 +331,21 @@ SPECS.update({s.name: s for s in [
 
 # ---- ops-elem: ADD/SUB/MUL/DIV with broadcasting (op_elem), PAD/CONCATENATION/TRANSPOSE/
 # STRIDED_SLICE as block copies and SQUEEZE/EXPAND_DIMS as reshapes (op_shape),
-# HARD_SWISH/LEAKY_RELU (op_act).  Shapes and constant index inputs are read here.
+# HARD_SWISH/LEAKY_RELU/ELU (op_act).  Shapes and constant index inputs are read here.
 
 def _where(op):
     return f'op {op.number} {op.name}'
 
 
 def _shape4(g, k, op):
-    """Tensor k's shape left-padded to 4-D (the device keeps [d0*d1*d2, d3])."""
+    """Tensor k's shape left-padded to 4-D (the device keeps [d0*d1*d2, d3]); a higher
+    rank whose leading axes are 1 (Keras's UpSampling2D tiles [1, H, 1, W, C]) drops them."""
     s = list(g.tensors[k].shape)
+    while len(s) > 4 and s[0] == 1:
+        s = s[1:]
     if len(s) > 4:
-        raise ValueError(f'{_where(op)}: tensor {k} has rank {len(s)}; utrain handles up to 4-D')
+        raise ValueError(f'{_where(op)}: tensor {k} has shape {list(g.tensors[k].shape)}; '
+                         'utrain handles up to 4-D (or more with leading axes of 1)')
     return [1] * (4 - len(s)) + s
 
 
@@ -550,6 +554,7 @@ SPECS.update({s.name: s for s in [
     OpSpec('HARD_SWISH', {}, _none, _in),
     OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
            _in),
+    OpSpec('ELU', {}, _none, _out),
 ]})
 
 

@@ -18,6 +18,9 @@ class PrepareError(ValueError):
     pass
 
 
+# what validate says of an op it has no kernel for (prepare's int8 pass leaves it to it)
+UNSUPPORTED = 'which utrain cannot run or train through yet'
+
 def device_shape(shape):
     """2-D shape a tensor has on the device: (product of leading dims, last dim).
     An op may lay out its own parameters otherwise (OpSpec.shapes; device_shapes)."""
@@ -47,8 +50,9 @@ def validate(g: Graph):
                            'of single-subgraph models only')
     for op in g.ops:
         if op.name not in SPECS:
-            raise PrepareError(f'{where}: op {op.number} is {op.name}, which utrain cannot train '
-                               f'through yet; supported: {", ".join(SUPPORTED)}')
+            raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
+                               'export the model with the layer made of supported ops '
+                               f'instead (supported: {", ".join(SUPPORTED)})')
         try:
             SPECS[op.name].options(op, g)
         except ValueError as e:         # unsupported options, shapes, non-constant indices

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator, Tensor
 
-UNARY = {'RELU', 'RELU6', 'RELU_N1_TO_1', 'LOGISTIC', 'TANH', 'HARD_SWISH', 'LEAKY_RELU',
+UNARY = {'RELU', 'RELU6', 'RELU_N1_TO_1', 'LOGISTIC', 'TANH', 'HARD_SWISH', 'LEAKY_RELU', 'ELU',
          'ABS', 'NEG', 'EXP', 'LOG', 'SQRT', 'RSQRT', 'SQUARE', 'ELU', 'GELU', 'PRELU_NONE',
          'CAST', 'FLOOR', 'CEIL', 'SIN', 'COS', 'QUANTIZE', 'DEQUANTIZE'}
 BINARY = {'ADD', 'SUB', 'MUL', 'DIV', 'MAXIMUM', 'MINIMUM', 'SQUARED_DIFFERENCE', 'POW'}
@@ -555,7 +555,7 @@ def slices_to_split(g: Graph) -> int:
         axis = new_tensor(g, g.tensors[src].name + '/split_axis', [], np.array(d, np.int32))
         g.ops.insert(first, Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [src, sizes, axis],
                                      [p[2].outputs[0] for p in parts],
-                                     {'num_splits': len(parts)}))
+                                     {'num_splits': len(parts)}, src=g.ops[first].src))
         _renumber(g)
         for p in parts:
             remove_op(g, p[2])
@@ -598,6 +598,8 @@ def _host_value(g: Graph, op: Operator):
     o = op.options
     if op.name == 'PACK':
         return np.stack(v, int(o.get('axis', 0)))
+    if op.name == 'FILL' and len(v) == 2:
+        return np.full([int(d) for d in v[0].reshape(-1)], v[1].reshape(-1)[0])
     if op.name == 'CONCATENATION':
         return np.concatenate(v, int(o.get('axis', 0)))
     if op.name == 'GATHER' and not o.get('batch_dims'):
@@ -616,13 +618,15 @@ def fold_shapes(g: Graph) -> int:
     """Shape arithmetic whose value the host knows -> constants: SHAPE of any tensor
     (every shape is static here) and the integer ops over constants after it (Keras 3
     exports Reshape and Flatten as SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, the batch
-    read at run time).  Only ops with integer outputs that are not graph outputs fold;
-    the folded ops are removed.  Returns how many."""
+    read at run time), and a FILL of such a shape (a recurrent layer's zero initial
+    state, sized by the batch read at run time: any dtype, it is a constant).  Only ops
+    with integer outputs that are not graph outputs fold; the folded ops are removed.
+    Returns how many."""
     done = 0
     for op in list(g.ops):
         outs = [g.tensors[k] for k in op.outputs]
-        if len(outs) != 1 or op.outputs[0] in g.outputs or \
-                not np.issubdtype(np.dtype(outs[0].dtype), np.integer):
+        if len(outs) != 1 or op.outputs[0] in g.outputs or not (
+                op.name == 'FILL' or np.issubdtype(np.dtype(outs[0].dtype), np.integer)):
             continue
         try:
             v = _host_value(g, op)
@@ -632,6 +636,123 @@ def fold_shapes(g: Graph) -> int:
             continue
         outs[0].data = np.ascontiguousarray(v.astype(outs[0].dtype).reshape(outs[0].shape))
         remove_op(g, op)
+        done += 1
+    if done:
+        _reshape_outputs(g)
+    return done
+
+
+def _reshape_outputs(g: Graph):
+    """A RESHAPE whose new shape the host now knows gets that shape on its output: where
+    the exporter could not infer it (a shape read at run time) the file may give a wrong
+    one (Keras 3's UpSampling2D: [1, 1, 8, 4] for [1, 8, 8, 4])."""
+    for op in g.ops:
+        if op.name != 'RESHAPE' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
+            continue
+        n = int(np.prod(g.tensors[op.inputs[0]].shape))
+        new = const_ints(g, op.inputs[1])
+        if new.count(-1) == 1:
+            rest = int(np.prod([d for d in new if d != -1]))
+            new[new.index(-1)] = n // rest if rest else 0
+        y = g.tensors[op.outputs[0]]
+        if -1 not in new and int(np.prod(new)) == n and list(y.shape) != new and \
+                op.outputs[0] not in g.outputs:
+            y.shape = new
+
+
+def unpack_to_split(g: Graph) -> int:
+    """UNPACK along an axis (Keras's recurrent layers unrolled: the sequence cut into its
+    steps) -> SPLIT along that axis into size-1 pieces, and a RESHAPE of each piece to its
+    step's shape (the axis dropped): the same values, through ops that train.  Returns
+    how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'UNPACK' or len(op.inputs) != 1:
+            continue
+        x = op.inputs[0]
+        shape = list(g.tensors[x].shape)
+        a = int(op.options.get('axis', 0)) % len(shape)
+        if shape[a] != len(op.outputs):
+            continue
+        piece = shape[:a] + [1] + shape[a + 1:]
+        parts = [new_tensor(g, g.tensors[y].name + '/piece', piece) for y in op.outputs]
+        axis = new_tensor(g, g.tensors[x].name + '/unpack_axis', [], np.array(a, np.int32))
+        at = g.ops.index(op)
+        for y, pc in zip(reversed(op.outputs), reversed(parts)):
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [pc], [y], {}, src=op.src)
+            _make_reshape(g, rs, list(g.tensors[y].shape))
+            g.ops.insert(at + 1, rs)
+        op.name, op.code = 'SPLIT', OP_CODES['SPLIT']
+        op.inputs, op.outputs = [axis, x], parts
+        op.options = {'num_splits': len(parts)}
+        _renumber(g)
+        done += 1
+    return done
+
+
+def tile_to_concat(g: Graph) -> int:
+    """TILE by constant multiples -> a CONCATENATION of m copies of its input along each
+    axis tiled m times (Keras's UpSampling2D: EXPAND_DIMS -> TILE -> RESHAPE per axis);
+    the same values, and the gradient of the copies sums into the input as a tensor read
+    m times does.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'TILE' or len(op.inputs) != 2 or not is_const(g, op.inputs[1]) or \
+                is_const(g, op.inputs[0]):
+            continue
+        mult = const_ints(g, op.inputs[1])
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        if len(mult) != len(shape) or min(mult) < 1 or \
+                [n * m for n, m in zip(shape, mult)] != list(g.tensors[y].shape):
+            continue
+        axes = [a for a, m in enumerate(mult) if m > 1]
+        at = g.ops.index(op)
+        made = []
+        for j, a in enumerate(axes):
+            shape[a] *= mult[a]
+            out = y if j == len(axes) - 1 else new_tensor(g, g.tensors[y].name + f'/tile{a}',
+                                                          list(shape), like=y)
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [x] * mult[a],
+                                 [out], {'axis': a, 'fused_activation_function': 'NONE'},
+                                 src=op.src))
+            x = out
+        if not made:            # multiples all 1: a copy
+            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src))
+            _make_reshape(g, made[0], list(g.tensors[y].shape))
+        g.ops[at:at + 1] = made
+        _renumber(g)
+        done += 1
+    return done
+
+
+def elementwise_forms(g: Graph) -> int:
+    """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
+    SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
+    and variance: MEAN, NEG, SQUARED_DIFFERENCE, RSQRT); a MUL reading one tensor twice
+    sums both gradients into it.  Float tensors only.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('NEG', 'SQUARED_DIFFERENCE') or \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+            continue
+        y = op.outputs[0]
+        if op.name == 'NEG':
+            if len(op.inputs) != 1:
+                continue
+            m1 = new_tensor(g, g.tensors[y].name + '/minus_one', [], np.array(-1.0, np.float32))
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0], m1]
+            op.options = {'fused_activation_function': 'NONE'}
+        else:
+            if len(op.inputs) != 2:
+                continue
+            d = new_tensor(g, g.tensors[y].name + '/difference', list(g.tensors[y].shape))
+            sub = Operator(-1, OP_CODES['SUB'], 'SUB', list(op.inputs), [d],
+                           {'fused_activation_function': 'NONE'}, src=op.src)
+            g.ops.insert(g.ops.index(op), sub)
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [d, d]
+            op.options = {'fused_activation_function': 'NONE'}
+        _renumber(g)
         done += 1
     return done
 
@@ -682,11 +803,12 @@ def reduce_max_to_pool(g: Graph) -> int:
 # The exporter-output passes in the order rewrite() runs them after dequantize:
 # (report key, pass, whether it runs on an int8 graph that trains as int8).  The int8
 # ones only fold what the host knows or change an op for one that computes the same
-# integers (a max keeps its input's scale); the others edit float constants or make ops
-# the int8 path has no kernel for (SPLIT_V).
-PASSES = (('shapes', fold_shapes, True), ('transposes', cancel_transposes, False),
-          ('batchnorm', fold_batchnorm, False), ('splits', slices_to_split, False),
-          ('max_pools', reduce_max_to_pool, True))
+# integers (a max keeps its input's scale, a tile is copies); the others edit float
+# constants or make ops the int8 path has no kernel for (SPLIT, SPLIT_V, MUL, SUB).
+PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, False),
+          ('tiles', tile_to_concat, True), ('elementwise', elementwise_forms, False),
+          ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
+          ('splits', slices_to_split, False), ('max_pools', reduce_max_to_pool, True))
 
 
 def rewrite(g: Graph, keep=(), int8=False) -> dict:
@@ -702,4 +824,5 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
             continue
         info[name] = fn(g, keep={id(op) for op in keep}) if name == 'batchnorm' else fn(g)
     info['changed'] = bool(quant) or any(info[name] for name, _, _ in PASSES)
+    info['splits'] += info.pop('unpacks')       # (an UNPACK becomes a SPLIT)
     return info

@@ -782,7 +782,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
                          (cheap, 'none' if biased != with_params else train, bias, 'host', b),
                          (cheap, 'last:1', {}, 'host', b)]
-    fits, seen = [], set()
+    fits, seen, deeper = [], set(), {}     # deeper: (settings) -> the plan of a longer last:N that fits
     for k, (change, tr, rk, c, b) in enumerate(cands + firmware):
         if k == len(cands) and fits:
             break
@@ -803,6 +803,11 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             continue
         est, lim = est if isinstance(est, tuple) else (est, limit)
         if est is not None and est <= (limit if lim is None else lim):
+            if isinstance(tr, str) and tr.startswith('last:'):
+                key = (desc.split('--train')[0], c, b)
+                if key in deeper and est >= deeper[key] - 1024:
+                    continue        # trains less than a longer last:N that fits for as much
+                deeper[key] = est
             fits.append(f'  would fit: {desc}  (about {est // 1024} KB)' + (
                 '' if b == backend else ' on a firmware with ' + ' and '.join(
                     ['ulab'] * b.startswith('ulab') + ['utrain frozen in (boards/freeze.md)']

@@ -2,7 +2,8 @@
 check of the model it exported).  The model runs in a reference runtime, not utrain's
 code, so the score of an exported model says what the board's training did to it:
 
-  float circle / tflite   ONERT (onert.infer, the runtime the circle format is for)
+  float circle / tflite   ONERT (onert.infer, the runtime the circle format is for); a
+                          float .tflite ONERT cannot run (ops it lacks) under TFLite Micro
   int8 tflite             TFLite Micro's interpreter (the int8 kernels a board runs;
                           ONERT 0.1.0 has no int8 FULLY_CONNECTED or MEAN): samples
                           quantized with the input's scale, outputs dequantized
@@ -28,21 +29,54 @@ def _q(t):
     return float((q.get('scale') or [1.0])[0]), int((q.get('zero_point') or [0])[0])
 
 
-def onert_predictor(path, g):
+def _onert_session(path):
+    import onert.infer
     try:
-        import onert.infer
+        return onert.infer.session(os.fspath(path))
+    except Exception as e:      # onert raises its own types
+        raise InferError(f'{path}: ONERT cannot load it ({e})') from None
+
+
+def _shapes_folded(g):
+    """A copy of g whose run-time shape arithmetic (Keras 3's SHAPE -> STRIDED_SLICE ->
+    PACK -> RESHAPE) is folded and whose global REDUCE_MAX is a MAX_POOL_2D, as prepare
+    rewrites it (the same values): ONERT 0.1.0 fails on some such graphs at run time.
+    None when nothing changes."""
+    import copy
+    from ..graph import rewrite as rw
+    h = copy.deepcopy(g)
+    if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h)):
+        return None
+    rw.compact(h)
+    return h
+
+
+def onert_predictor(path, g):
+    """ONERT on the file, or on its graph with the shape arithmetic folded on the host
+    (written to a temporary file) when it has some: ONERT 0.1.0 cannot run a graph whose
+    shapes are computed at run time ("num_elements() cannot calculate when any dimension
+    is unspecified")."""
+    try:
+        import onert.infer  # noqa: F401
     except ImportError:
         raise InferError(f'{path}: running a float model on the host needs ONERT: '
                          'pip install onert (the version in requirements.txt)') from None
-    try:
-        sess = onert.infer.session(os.fspath(path))
-    except Exception as e:      # onert raises its own types
-        raise InferError(f'{path}: ONERT cannot load it ({e})') from None
+    import tempfile
     shape = [1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]]
+    h, keep, src = _shapes_folded(g), None, path
+    if h is not None:
+        from ..graph.rewrite import save_graph
+        keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+        src = save_graph(h, os.path.join(keep.name, 'model' + os.path.splitext(path)[1]))
+    sess = _onert_session(src)
 
-    def run(x):
-        return np.stack([np.asarray(sess.infer([np.ascontiguousarray(xi, np.float32).reshape(shape)])[0],
-                                    np.float64).ravel() for xi in x])
+    def run(x, _keep=keep):
+        try:
+            return np.stack([np.asarray(sess.infer([np.ascontiguousarray(xi, np.float32).reshape(shape)])[0],
+                                        np.float64).ravel() for xi in x])
+        except Exception as e:      # onert raises its own types
+            raise InferError(f'{path}: ONERT loads it but cannot run it ({e})') from None
+    run.folded = keep is not None
     return run
 
 
@@ -110,7 +144,19 @@ def predictor(path):
                              'models as .tflite only (export the trained weights into the '
                              'original .tflite, or evaluate the float model)')
         return tflm_predictor(path, g), 'TFLite Micro', g
-    return onert_predictor(path, g), 'ONERT', g
+    try:
+        run = onert_predictor(path, g)
+        run(np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32))
+    except InferError as e:
+        if g.identifier != b'TFL3':
+            raise
+        try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
+            run = tflm_predictor(path, g)
+            run(np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32))
+        except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
+            raise e from None
+        return run, 'TFLite Micro: ONERT cannot run it', g
+    return run, 'ONERT' + (' on its shape ops folded' if run.folded else ''), g
 
 
 def layout(x, shape, nchw=False, where='the data'):

@@ -24,7 +24,7 @@ import numpy as np
 from ..formats.circle_io import read_model, atomic_write
 from ..files.flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
 from ..plan.memory import plans_by_target
-from ..graph.passes import PrepareError, RANK_NAMES, parse_ranks
+from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
 from .runfolder import (FILES, check_flash, check_outputs, out_identifier, read_data, write_data,
@@ -36,18 +36,26 @@ from ..files.wof import write_wof
 
 
 def missing_biases(model_path, g, p) -> list:
-    """A line per trained op whose file gives it no bias tensor (Keras's use_bias=False):
-    the float path trains it without one, its weights only (the int8 path adds a zero
-    bias: quant.zero_bias)."""
+    """A line on the trained ops whose file gives them no bias tensor (Keras's
+    use_bias=False): the float path trains them without one, their weights only (the
+    int8 path adds a zero bias: quant.zero_bias).  One line for all of them (an unrolled
+    recurrent layer has one such op per step)."""
     from ..graph.optable import SPECS
-    out = []
+    ops = []
     for i in sorted(p.trainable_ops):
         op = g.ops[i]
         for pos, role in SPECS[op.name].roles(op, g).items():
             if role == 'bias' and (pos >= len(op.inputs) or op.inputs[pos] < 0):
-                out.append(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains '
-                           'without one (its weights only; the exported model has none either)')
-    return out
+                ops.append(op)
+    if not ops:
+        return []
+    if len(ops) == 1:
+        return [f'{model_path}: op {ops[0].number} {ops[0].name} has no bias tensor: it trains '
+                'without one (its weights only; the exported model has none either)']
+    names = ', '.join(sorted({op.name for op in ops}))
+    return [f'{model_path}: ops {", ".join(str(op.number) for op in ops)} ({names}) have no '
+            'bias tensor: they train without one (their weights only; the exported model '
+            'has none either)']
 
 
 def metadata_settings(g) -> dict:
@@ -392,6 +400,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             if 'without --int8' not in why:
                 why += '; without --int8 it trains in float32'
             raise PrepareError(f'{model_path}: --int8 cannot train it as int8: {why}') from None
+        if UNSUPPORTED in str(e):
+            return None         # (the float path refuses it too, and says so)
         log(f'{model_path}: trains in float32 (int8 from float does not take it: '
             f'{str(e).replace(model_path + ": ", "")})')
         return None

@@ -396,7 +396,7 @@ class Trials:
         try:
             self.prepare(self.model_path, out, data=self.fold_data(fold), test_split=self.frac,
                          split_seed=3, rewrite=self.rewrite, ranks=dict(ranks), train='none',
-                         bands=0, trial=True,
+                         bands=0, trial=True, log=lambda *a: None,
                          **dict(self.settings, seed=self.settings['seed'] + fold))
             # (bands: the same values, a few rows at a time: heap the host does not lack,
             # 1.5x the time; trial: no other boards' plans, no rewritten graph written)
@@ -938,7 +938,7 @@ def proxy_shares(model_path, ranks, t, settings, rewrite):
     candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples."""
     out = os.path.join(t.tmp, 'fisher')
     t.prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
-            ranks=dict(ranks), train='none', **t.settings)
+            ranks=dict(ranks), train='none', log=lambda *a: None, **t.settings)
     Net, Dataset, F = micro('model').Net, micro('data').Dataset, micro('fisher')
     net = Net(os.path.join(out, 'model.flat'))
     net.load_weights(os.path.join(out, 'weights.wof'))

@@ -34,6 +34,7 @@ _SQUEEZE = const(43)
 _STRIDED_SLICE = const(45)
 _EXPAND_DIMS = const(70)
 _LEAKY_RELU = const(98)
+_ELU = const(111)
 _HARD_SWISH = const(117)
 _SPLIT = const(49)
 _SPLIT_V = const(102)
@@ -70,7 +71,7 @@ def settings_dict(s):
 # circle builtin code -> kernel module; imported only when a model uses it
 KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _RELU: 'op_act',
            _RELU_N1_TO_1: 'op_act', _RELU6: 'op_act', _TANH: 'op_act', _HARD_SWISH: 'op_act',
-           _LEAKY_RELU: 'op_act', _ADD: 'op_elem', _SUB: 'op_elem', _MUL: 'op_elem', _DIV: 'op_elem',
+           _LEAKY_RELU: 'op_act', _ELU: 'op_act', _ADD: 'op_elem', _SUB: 'op_elem', _MUL: 'op_elem', _DIV: 'op_elem',
            _RESHAPE: 'op_shape', _PAD: 'op_shape', _CONCATENATION: 'op_shape',
            _TRANSPOSE: 'op_shape', _SQUEEZE: 'op_shape', _EXPAND_DIMS: 'op_shape',
            _STRIDED_SLICE: 'op_shape', _CONV_2D: 'op_conv', _DEPTHWISE_CONV_2D: 'op_conv',

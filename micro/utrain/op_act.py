@@ -12,6 +12,7 @@ _LOGISTIC = const(6)   # opc.AF_LOGISTIC
 _SOFTMAX = const(25)
 _HARD_SWISH = const(117)
 _LEAKY_RELU = const(98)
+_ELU = const(111)
 _BETA = const(0)
 _ALPHA = const(0)
 _OP_RELU = const(19)   # opc.RELU
@@ -74,7 +75,7 @@ _OPS = {_OP_RELU: _RELU, _OP_RELU6: _RELU6, _OP_TANH: _TANH, _OP_LOGISTIC: _LOGI
 
 
 # HARD_SWISH y = x relu6(x + 3) / 6 and LEAKY_RELU (alpha) take their
-# gradients from the saved input x.  Temporaries: two arrays of x's size.
+# gradients from the saved input x; ELU from its output y.  Temporaries: two arrays of x's size.
 def forward(rt, op):
     code, ins, outs, opts = op
     x = rt.t[ins[0]]
@@ -84,6 +85,8 @@ def forward(rt, op):
         rt.t[outs[0]] = np.clip(x * (1.0 / 6.0) + 0.5, 0.0, 1.0) * x
     elif code == _LEAKY_RELU:
         rt.t[outs[0]] = np.where(x > 0.0, x, x * opts[_ALPHA])
+    elif code == _ELU:      # exp(x) - 1 below 0; its gradient from y: y + 1 there
+        rt.t[outs[0]] = np.where(x > 0.0, x, np.exp(np.minimum(x, 0.0)) - 1.0)
     else:
         c = _OPS[code]
         rt.t[outs[0]] = act(x * 1.0 if c == _TANH else x, c)  # tanh works in place
@@ -103,6 +106,8 @@ def backward(rt, op, dy, flags):
     y = rt.t[outs[0]]
     if code == _SOFTMAX:
         rt.add_grad(ins[0], softmax_grad(dy, y, opts[_BETA]))
+    elif code == _ELU:
+        rt.add_grad(ins[0], np.where(y > 0.0, dy, dy * (y + 1.0)))
     else:
         rt.add_grad(ins[0], act_grad(dy, y, _OPS[code]))
 

@@ -11,6 +11,7 @@ from host_tools.formats.circle_io import read_model
 from host_tools.cli import main
 
 from repo import ROOT  # noqa: E402
+from kerasgraphs import build_keras_shapes  # noqa: E402
 pytest.importorskip('onert')
 
 
@@ -44,6 +45,48 @@ def test_classifier_accuracy_and_loss_match_numpy(tmp_path, capsys):
     assert r['loss'] == pytest.approx(-np.mean(np.log(p[np.arange(50), y])), rel=1e-4)
     assert main(['evaluate', path, str(tmp_path / 'd.npz')]) == 0
     assert f'accuracy {want:.4f}' in capsys.readouterr().out
+
+
+def test_keras3_shape_chain_scored_on_its_folded_graph(tmp_path):
+    """A Keras 3 export computes its reshape at run time and leaves every batch open: ONERT
+    fails on it as it is; evaluate scores the graph with the shape arithmetic folded (what
+    prepare trains), the same values as the ops define."""
+    src, forward = build_keras_shapes(tmp_path / 'k.tflite')
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(40, 12, 3)).astype(np.float32)
+    out = forward(x)
+    y = np.where(rng.random(40) < 0.7, out.argmax(1), rng.integers(0, 3, 40))
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    r = infer.evaluate(src, tmp_path / 'd.npz')
+    assert r['hits'] == int(np.sum(out.argmax(1) == y)) and r['hits'] < 40
+    assert 'folded' in r['runtime']
+    run, _, _ = infer.predictor(src)
+    np.testing.assert_allclose(run(x[:5]), forward(x[:5]), rtol=1e-4, atol=1e-4)
+
+
+def test_float_tflite_onert_cannot_run_is_scored_by_tflite_micro(tmp_path):
+    """ONERT 0.1.0 has no HARD_SWISH: a float .tflite with one is scored under TFLite
+    Micro (which runs float models too), as numpy computes the model, and says so."""
+    pytest.importorskip('tflite_micro')
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(4)
+    w1, b1, w2, b2 = (rng.normal(size=s).astype(np.float32) for s in ([8, 5], [8], [3, 8], [3]))
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, a, y = b.tensor('x', [1, 5]), b.tensor('h', [1, 8]), b.tensor('a', [1, 8]), b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, 5], data=w1), b.tensor('b1', [8], data=b1)], [h])
+    b.op('HARD_SWISH', [h], [a])
+    b.op('FULLY_CONNECTED', [a, b.tensor('w2', [3, 8], data=w2), b.tensor('b2', [3], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(str(tmp_path / 'hs.tflite'))
+    xs = rng.normal(size=(30, 5)).astype(np.float32)
+    z = xs @ w1.T + b1
+    out = (z * np.clip(z + 3, 0, 6) / 6) @ w2.T + b2
+    ys = np.where(rng.random(30) < 0.6, out.argmax(1), rng.integers(0, 3, 30))
+    np.savez(tmp_path / 'd.npz', x=xs, y=ys)
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['runtime'].startswith('TFLite Micro')
+    assert r['hits'] == int(np.sum(out.argmax(1) == ys)) and 0 < r['hits'] < 30
 
 
 def test_regression_scores_mae_and_mse(tmp_path):

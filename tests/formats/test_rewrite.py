@@ -30,7 +30,8 @@ from host_tools.graph import rewrite as rw  # noqa: E402
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
-from kerasgraphs import build_keras_shapes  # noqa: E402
+from kerasgraphs import (build_keras_shapes, build_keras_rnn, build_keras_upsample,  # noqa: E402
+                         build_keras_layernorm)
 
 torch = pytest.importorskip('torch')
 nn = torch.nn
@@ -505,14 +506,98 @@ def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
     assert len(moved) == 3         # the conv's weight and bias under the max, the FC
 
 
-def test_inspect_names_what_prepare_makes_of_a_rewritten_op(tmp_path, capsys):
-    """`inspect` lists the file's ops: a REDUCE_MAX prepare makes a MAX_POOL_2D passes
-    gradients (it said NOT SUPPORTED), the shape chain is removed by prepare."""
-    import argparse
-    from host_tools.cli import cmd_inspect
-    src, _ = build_keras_shapes(tmp_path / 'k.tflite')
-    cmd_inspect(argparse.Namespace(model=src))
-    out = capsys.readouterr().out
-    assert 'NOT SUPPORTED' not in out
-    assert 'REDUCE_MAX' in out and 'passes gradients; prepare makes it a MAX_POOL_2D' in out
-    assert out.count('[removed by prepare]') == 3
+def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
+    """Keras 3's unrolled recurrent layer: the zero initial state FILLed to a run-time
+    shape folds to a constant and UNPACK becomes SPLIT + RESHAPEs (no FILL, UNPACK or
+    SHAPE left: utrain has no kernels for them); ONERT on the rewritten model gives the
+    model's definition (numpy); prepare trains it and the recurrent weight, shared by
+    every step, moves."""
+    src, forward = build_keras_rnn(tmp_path / 'rnn.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    names = ops(dst)
+    assert not {'FILL', 'UNPACK', 'SHAPE', 'PACK'} & set(names) and 'SPLIT' in names
+    x = np.random.default_rng(1).standard_normal((6, 5, 3)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    from host_tools.cli import main          # inspect says what prepare makes of each op
+    main(['inspect', src])
+    said = capsys.readouterr().out
+    assert 'NOT SUPPORTED' not in said and 'prepare makes it SPLIT + RESHAPE' in said, said
+
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    xs = np.random.default_rng(2).standard_normal((16, 5, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
+                log=lambda *a: None)
+    assert s['trainable_params'] == 4 * 3 + 4 + 4 * 4 + 3 * 4 + 3
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}
+
+
+def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
+    """Keras 3's UpSampling2D: TILE of a 5-D [1, H, 1, W, C] becomes a CONCATENATION of
+    copies (no TILE left; 5-D with a leading 1 runs as 4-D), and the RESHAPE to a shape
+    computed at run time gets the folded shape on its output where the file's static one
+    is wrong; ONERT on the rewrite = numpy, prepare trains it (the conv under the tiles
+    moves: the gradient of both copies reaches it)."""
+    src, forward = build_keras_upsample(tmp_path / 'up.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    names = ops(dst)
+    assert 'TILE' not in names and 'SHAPE' not in names and info['tiles'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 3, 4, 1)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
+                log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    assert moved == {'w', 'bc', 'wf', 'bf'}
+
+
+def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
+    """Keras 3's LayerNormalization after an ELU Dense: NEG becomes a MUL by -1 and
+    SQUARED_DIFFERENCE a SUB and a MUL of the difference by itself (no NEG or
+    SQUARED_DIFFERENCE left); ONERT on the rewrite = numpy, prepare trains every weight,
+    gamma and beta among them."""
+    src, forward = build_keras_layernorm(tmp_path / 'ln.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    names = ops(dst)
+    assert not {'NEG', 'SQUARED_DIFFERENCE'} & set(names) and info['elementwise'] == 2
+    assert 'ELU' in names
+    x = np.random.default_rng(1).standard_normal((6, 6)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    xs = np.random.default_rng(2).standard_normal((16, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.random.default_rng(3).standard_normal((16, 2)))
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse',
+                epochs=1, lr=0.05, optimizer='sgd', train='all', log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}

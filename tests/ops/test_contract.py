@@ -56,7 +56,7 @@ def test_doc_slot_and_flag_names_are_the_device_constants():
     table = _doc().split('Option slots')[1].split('### Backward entry')[0]
     for name in codes:
         assert name in table or name in ('RELU', 'RELU6', 'RELU_N1_TO_1', 'TANH', 'LOGISTIC',
-                                          'HARD_SWISH'), name
+                                          'HARD_SWISH', 'ELU'), name
 
 
 CONST = re.compile(r'^_(\w+) = const\((-?\d+)\)(?:\s+# opc\.(\w+))?$', re.M)

@@ -26,7 +26,8 @@ from onert_ref import onert_infer  # noqa: E402
 KINKS = dict(tg.KINKS, HARD_SWISH=(-3.0, 3.0), LEAKY_RELU=(0.0,))
 ACT_FN = dict(tg.ACT_FN,
               HARD_SWISH=lambda z: z * np.clip(z + 3.0, 0.0, 6.0) / 6.0,
-              LEAKY_RELU=lambda z: np.where(z > 0, z, 0.25 * z))
+              LEAKY_RELU=lambda z: np.where(z > 0, z, 0.25 * z),
+              ELU=lambda z: np.where(z > 0, z, np.expm1(np.minimum(z, 0.0))))
 
 
 # ---------------------------------------------------------------- the cases
@@ -62,6 +63,20 @@ def _concat(shapes, axis, const=()):
     def build(m):
         ins = [m.const(s, train=False) if i in const else m.act_input(s)   # frozen
                for i, s in enumerate(shapes)]
+        return m.op('CONCATENATION', ins, np.concatenate([m.val[k] for k in ins], axis),
+                    axis=axis)
+    return build
+
+
+def _concat_read_twice(shape, axis, order):
+    """CONCATENATION of activations read more than once (a TILE rewritten as copies,
+    Keras's Concatenate([d, e, d])): order names each input by the activation it reads."""
+    def build(m):
+        acts = {}
+        for k in order:
+            if k not in acts:
+                acts[k] = m.act_input(shape)
+        ins = [acts[k] for k in order]
         return m.op('CONCATENATION', ins, np.concatenate([m.val[k] for k in ins], axis),
                     axis=axis)
     return build
@@ -134,6 +149,9 @@ for _i, _op in enumerate(('ADD', 'SUB', 'MUL', 'DIV')):
     for _j, (_n, _a, _b, _k) in enumerate(_BCAST):
         _act_name = _ACTS[(_i + _j) % len(_ACTS)]
         CASES[f'{_op}-{_n}-{_act_name}'] = _binary(_op, _a, _b, _k, _act_name)
+# one activation read twice by one MUL (SQUARED_DIFFERENCE rewritten: d * d)
+CASES['MUL-square'] = lambda m: (lambda a: m.op('MUL', [a, a], m.val[a] * m.val[a]))(
+    m.act_input(S4))
 CASES['SUB-const-first-NONE'] = _binary('SUB', S4, [4], 'const', 'NONE', const_first=True)
 CASES['MUL-const-first-RELU'] = _binary('MUL', [1, 3, 2, 4], [1, 3, 1, 1], 'const', 'RELU',
                                         const_first=True)
@@ -155,6 +173,8 @@ CASES.update({
     # issue 28: any number of inputs (the flat model held 12: u8 option counts, and its
     # backward flags 14: a u16 bit per input), frozen ones among them
     'CONCAT-many': _concat([[1, 1, 2]] * 9 + [[1, 2, 2]] + [[1, 1, 2]] * 10, 1, const=(0, 7, 19)),
+    'CONCAT-read-twice': _concat_read_twice([1, 2, 2, 2], 3, [0, 1, 0]),
+    'CONCAT-5d-tile': _concat_read_twice([1, 2, 1, 2, 2], 2, [0, 0]),
     'TRANSPOSE-nhwc-nchw': _transpose(S4, [0, 3, 1, 2]),
     'TRANSPOSE-nchw-nhwc': _transpose(S4, [0, 2, 3, 1]),
     'TRANSPOSE-hw': _transpose(S4, [0, 2, 1, 3]),
@@ -177,7 +197,7 @@ CASES.update({
     'HARD_SWISH': _act('HARD_SWISH', S4),
     'LEAKY_RELU': _act('LEAKY_RELU', S4, alpha=0.25),
 })
-for _name in ('RELU', 'RELU6', 'LOGISTIC', 'TANH'):
+for _name in ('RELU', 'RELU6', 'LOGISTIC', 'TANH', 'ELU'):
     CASES[f'{_name}-4d'] = _act(_name, S4)
 # pre-activation scale per case (so RELU6 / HARD_SWISH / RELU_N1_TO_1 see every piece)
 SCALE = {'RELU6': 6.0, 'HARD_SWISH': 5.0, 'RELU_N1_TO_1': 2.0}

@@ -526,6 +526,17 @@ def test_budget_advice_counts_ops_as_the_file_does(tmp_path):
     fits = advice_keeps_its_word(tmp_path, e, model, dict(optimizer='adam', batch=4),
                                  loss='scce', from_logits=True, backend='ulab', budget='100K')
     assert any('--train last:' in f for f in fits), str(e.value)
+    # a shorter last:N is suggested only when it saves memory (1 KB or more) over a longer
+    # one with the same other flags: never one that trains less for as much heap
+    import re
+    lasts = {}
+    for flags, kb in re.findall(r'would fit: (.*)  \(about (\d+) KB\)', str(e.value)):
+        m = re.search(r'--train last:(\d+)', flags)
+        if m:
+            lasts.setdefault(flags.replace(m.group(0), ''), []).append((int(m.group(1)), int(kb)))
+    for group in lasts.values():
+        group.sort(reverse=True)
+        assert all(b[1] < a[1] for a, b in zip(group, group[1:])), str(e.value)
 
 
 def advice_keeps_its_word(tmp_path, e, model, given, **kw):

@@ -750,3 +750,21 @@ def test_ops_sharing_a_weight_are_one_candidate_layer(tmp_path, data, monkeypatc
     users = [op.index for op in g2.ops if w and w[0] in op.inputs]
     assert len(users) == len(shared)
     assert all(dict(p.backward).get(i, 0) & DW for i in users)
+
+
+def test_auto_says_what_a_model_lacks_once(tmp_path, data, capsys):
+    """A note on the model (an FC without a bias tensor trains without one) is said once
+    by the prepare the user runs, not again by each of --select auto's trial prepares."""
+    from host_tools.graph.rewrite import save_graph
+    g = read_model(os.path.join(DIGITS, 'digits_mlp.circle'))
+    fcs = [op for op in g.ops if op.name == 'FULLY_CONNECTED']
+    fcs[0].inputs[2] = -1
+    model = str(tmp_path / 'nobias.circle')
+    save_graph(g, model)
+    said = []
+    s = prepare(model, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                budget='300K', log=said.append, **SETTINGS)
+    printed = capsys.readouterr().out
+    notes = [x for x in said + printed.splitlines() if 'has no bias tensor' in x]
+    trains_first = str(fcs[0].index) in s['select']['ranks']
+    assert len(notes) == int(trains_first), (notes, s['select']['ranks'])
