@@ -419,3 +419,46 @@ def test_float32_board_takes_samples_of_an_input_at_zero_point_minus_128(tmp_pat
     tr.net.sx = sx * 1.001              # samples at another scale are still refused
     with pytest.raises(ValueError, match='int8 samples of 6 values'):
         tr._read(data.Dataset('train.ds'), 0)
+
+
+def test_nested_residual_adds_and_branches_pass_their_gradient(tmp_path, monkeypatch):
+    """Add() of three branches of one input (ADD reading an ADD: nested, refused before)
+    and two heads of the sum concatenated: the sum's gradient is both heads', each
+    branch's the sum's; the first branch's update against finite differences of the
+    float graph, and viper = host."""
+    from kerasgraphs import build_int8_branches
+    path, fwd, s1 = build_int8_branches(tmp_path / 'b.tflite')
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']].count(quant.ADD) == 2
+    r = np.random.default_rng(5)
+    xs = [r.integers(-120, 120, 5).astype(np.int8) for _ in range(6)]
+    got = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w0').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        got.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = got[-1] / 256.0 * s1          # (the first branch: the lowest layer)
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[i % 3]
+        num = np.zeros_like(w0)
+        for k in np.ndindex(w0.shape):
+            e = np.zeros_like(w0)
+            e[k] = 1e-5
+            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-5
+        ref = 0.01 * num.reshape(-1)
+        if np.linalg.norm(ref) < 1e-9:
+            continue
+        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+        assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6
+    assert len(cos) >= 4 and min(cos) > 0.97, cos
+    if MP is not None:
+        _viper_matches(tmp_path, tmp_path, xs[:3])

@@ -377,3 +377,54 @@ def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
         af = np.clip(fs[name](hf), (-128 - zo) * so, (127 - zo) * so)
         return (w2 * s2) @ af
     return os.fspath(path), forward, s1
+
+
+def build_int8_branches(path, seed=0, n=3):
+    """An int8 model as Keras's converter writes Add() of n bias-less Dense branches of one
+    input (a chain of ADDs, each reading the sum so far: nested residuals) and a
+    CONCATENATION of two Dense heads of the sum, then a bias-less FC, built here.
+    Returns (path, float numpy forward of the dequantized graph: f(x float [5], the first
+    branch's weights float or None) -> logits, that branch's weight scale)."""
+    rng = np.random.default_rng(seed)
+    I, H, O = 5, 6, 3
+    sx, s1, sa, s2, sh, s3, sy = 0.05, 0.0015, 0.03, 0.004, 0.03, 0.01, 0.08
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, I], dtype='int8', quant=q(sx, 0))
+    ws = [rng.integers(-127, 128, (H, I)).astype(np.int8) for _ in range(n)]
+    br = []
+    for k, w in enumerate(ws):
+        t = b.tensor(f'br{k}', [1, H], dtype='int8', quant=q(sa, 3 * k))
+        b.op('FULLY_CONNECTED', [x, b.tensor(f'w{k}', w.shape, data=w, quant=q(s1, 0)), -1], [t])
+        br.append(t)
+    acc, scales = br[0], [sa]
+    for k in range(1, n):
+        last = k == n - 1
+        t = b.tensor(f'sum{k}', [1, H], dtype='int8', quant=q(sa * 1.5, -128 if last else 0))
+        b.op('ADD', [acc, br[k]], [t], fused_activation_function='RELU' if last else 'NONE')
+        acc = t
+    wh = [rng.integers(-127, 128, (2, H)).astype(np.int8) for _ in range(2)]
+    bh = [rng.integers(-200, 200, 2).astype(np.int32) for _ in range(2)]
+    heads = []
+    for k in range(2):
+        t = b.tensor(f'h{k}', [1, 2], dtype='int8', quant=q(sh, 0))
+        b.op('FULLY_CONNECTED', [acc, b.tensor(f'wh{k}', wh[k].shape, data=wh[k], quant=q(s2, 0)),
+                                 b.tensor(f'bh{k}', [2], data=bh[k], quant=q(sa * 1.5 * s2, 0))],
+             [t])
+        heads.append(t)
+    c = b.tensor('c', [1, 4], dtype='int8', quant=q(sh, 0))
+    b.op('CONCATENATION', heads, [c], axis=1, fused_activation_function='NONE')
+    w3 = rng.integers(-127, 128, (O, 4)).astype(np.int8)
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [c, b.tensor('w3', w3.shape, data=w3, quant=q(s3, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, w0=None):
+        w0 = ws[0] * s1 if w0 is None else w0
+        z = xf @ w0.T + sum(xf @ (w * s1).T for w in ws[1:])
+        z = np.maximum(z, 0)
+        h = np.concatenate([(wh[k] * s2) @ z + bh[k] * sa * 1.5 * s2 for k in range(2)])
+        return (w3 * s3) @ h
+    return os.fspath(path), forward, s1
