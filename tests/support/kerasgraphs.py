@@ -379,10 +379,10 @@ def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
     return os.fspath(path), forward, s1
 
 
-def build_int8_branches(path, seed=0, n=3):
+def build_int8_branches(path, seed=0, n=3, heads=2):
     """An int8 model as Keras's converter writes Add() of n bias-less Dense branches of one
     input (a chain of ADDs, each reading the sum so far: nested residuals) and a
-    CONCATENATION of two Dense heads of the sum, then a bias-less FC, built here.
+    CONCATENATION of `heads` Dense heads of the sum, then a bias-less FC, built here.
     Returns (path, float numpy forward of the dequantized graph: f(x float [5], the first
     branch's weights float or None) -> logits, that branch's weight scale)."""
     rng = np.random.default_rng(seed)
@@ -403,18 +403,18 @@ def build_int8_branches(path, seed=0, n=3):
         t = b.tensor(f'sum{k}', [1, H], dtype='int8', quant=q(sa * 1.5, -128 if last else 0))
         b.op('ADD', [acc, br[k]], [t], fused_activation_function='RELU' if last else 'NONE')
         acc = t
-    wh = [rng.integers(-127, 128, (2, H)).astype(np.int8) for _ in range(2)]
-    bh = [rng.integers(-200, 200, 2).astype(np.int32) for _ in range(2)]
-    heads = []
-    for k in range(2):
+    wh = [rng.integers(-127, 128, (2, H)).astype(np.int8) for _ in range(heads)]
+    bh = [rng.integers(-200, 200, 2).astype(np.int32) for _ in range(heads)]
+    hs = []
+    for k in range(heads):
         t = b.tensor(f'h{k}', [1, 2], dtype='int8', quant=q(sh, 0))
         b.op('FULLY_CONNECTED', [acc, b.tensor(f'wh{k}', wh[k].shape, data=wh[k], quant=q(s2, 0)),
                                  b.tensor(f'bh{k}', [2], data=bh[k], quant=q(sa * 1.5 * s2, 0))],
              [t])
-        heads.append(t)
-    c = b.tensor('c', [1, 4], dtype='int8', quant=q(sh, 0))
-    b.op('CONCATENATION', heads, [c], axis=1, fused_activation_function='NONE')
-    w3 = rng.integers(-127, 128, (O, 4)).astype(np.int8)
+        hs.append(t)
+    c = b.tensor('c', [1, 2 * heads], dtype='int8', quant=q(sh, 0))
+    b.op('CONCATENATION', hs, [c], axis=1, fused_activation_function='NONE')
+    w3 = rng.integers(-127, 128, (O, 2 * heads)).astype(np.int8)
     y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
     b.op('FULLY_CONNECTED', [c, b.tensor('w3', w3.shape, data=w3, quant=q(s3, 0)), -1], [y])
     b.inputs(x)
@@ -425,6 +425,6 @@ def build_int8_branches(path, seed=0, n=3):
         w0 = ws[0] * s1 if w0 is None else w0
         z = xf @ w0.T + sum(xf @ (w * s1).T for w in ws[1:])
         z = np.maximum(z, 0)
-        h = np.concatenate([(wh[k] * s2) @ z + bh[k] * sa * 1.5 * s2 for k in range(2)])
+        h = np.concatenate([(wh[k] * s2) @ z + bh[k] * sa * 1.5 * s2 for k in range(heads)])
         return (w3 * s3) @ h
     return os.fspath(path), forward, s1
