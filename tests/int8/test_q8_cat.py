@@ -462,3 +462,17 @@ def test_nested_residual_adds_and_branches_pass_their_gradient(tmp_path, monkeyp
     assert len(cos) >= 4 and min(cos) > 0.97, cos
     if MP is not None:
         _viper_matches(tmp_path, tmp_path, xs[:3])
+
+
+def test_select_names_the_files_ops_of_a_rewritten_int8_model(tmp_path):
+    """--select auto on an int8 model: its candidates and classifier are the file's op
+    numbers (the int8 pricer reads the rewritten graph; an index of it named op 10, a
+    CONCATENATION in the file, as the classifier, and prepare refused the choice)."""
+    from host_tools.prepare import select
+    path, _, _ = build_keras_int8_cat(tmp_path / 'k.tflite')
+    g = quant.rewritten(read_model(path))
+    cands = select.layers(g)
+    assert [i for i, _ in cands] == [4, 11]
+    assert select.classifier(g, cands) == 11
+    pr = select.Q8Pricer(path, {'batch': 1, 'optimizer': 'sgd', 'loss': 'scce', 'momentum': 0.0})
+    assert pr.price({11: 0})['heap'] and pr.price({4: 1, 11: 0})['heap']
