@@ -94,10 +94,12 @@ NATIVE_KERNELS = 5 * 1024
 # stays in flash; module dicts, function and class objects are made in the heap
 FROZEN_CODE_PER_MPY_BYTE = 0.35
 BASE_FROZEN = 15 * 1024
-# the file object and chunk generator while streaming, on a 64-bit port: word-sized
-# objects, half on a 32-bit one (a whole 2 KB there planned the 32-bit ulab stream cells
-# 1.8 KB over their sgd cells' offset, the digits MLP 1.20x)
-STREAM_OVERHEAD = 2048
+# the file object and chunk generator while streaming, by word size and file system: on
+# a 64-bit port 2 KB (not re-measured); on 32-bit, a littlefs board's open file holds its
+# cache buffer besides (1 KB, as before), a unix build's file object is 32 B and the
+# chunk generator 80-150 B (measured, mpu32 and mpu32-ulab): 256 B there (1 KB had
+# planned the 32-bit ulab 16x16 CNN's streamed cell 1.22x, the same net ranked 1.19x)
+STREAM_OVERHEAD = {(8, 'os'): 2048, (8, 'littlefs'): 2048, (4, 'os'): 256, (4, 'littlefs'): 1024}
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
 # (floats, small arrays, saved activations), leaving runs too short for the next array.
@@ -277,6 +279,7 @@ class _Run:
         self.arrays, _, self.frozen = backend.partition('-')
         self.start = settings.get('prefix', 0)
         self.prefix_code = 0        # (code_parts: what utrain.prefix.drop frees)
+        self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -301,7 +304,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     parts['fragmentation allowance'] = fragmentation(parts, collect)
     prefix_phase(r, parts, collect)
     out = {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at, 'largest': r.largest}
     if r.start:
         out['prefix_phase'] = int(r.phase_a)
     return out
@@ -480,7 +483,7 @@ def weight_parts(r) -> dict:
             else:
                 slots[j] = max(slots[j], n)
     parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
-                                                        + STREAM_OVERHEAD * r.t['word'] // 8)
+                                                        + STREAM_OVERHEAD[r.t['word'], r.t['fs']])
     return parts
 
 
@@ -601,6 +604,8 @@ def forward_peak(r):
                 + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0) + pc
         if need > peak:
             peak, peak_at = need, op.index
+        if op.index not in banded:      # (a group's windows: BAND_SLACK's)
+            r.largest = max(r.largest, A(size[o]), pc, A(max([size[k] for k in ins] or [0])) if fi else 0)
         live.update(k for k in op.outputs if k not in inner)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
@@ -638,6 +643,7 @@ def backward_peak(r) -> int:
         rows = row_temps(r, [k for k in spec.inputs(op) if k in plan.params]) if batch == 1 else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows)
+        r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         for k in op.outputs:
             grads.pop(k, None)
         if flags & 1 and ins:
@@ -724,6 +730,17 @@ def gc_every(g, planned) -> int:
     return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
 
 
+def biases_only(train, ranks, with_params, biased):
+    """(train, ranks) of the biases-only candidate of the fit advice, one for every
+    firmware it is planned on: each op that has a bias trains its bias alone (rank 1),
+    a given rank elsewhere kept unless it is a bias rank on an op without one; where
+    some weighted ops have no bias, --train none leaves them frozen (Keras's
+    use_bias=False)."""
+    rk = {i: v for i, v in ranks.items() if v != 1 or i in biased}
+    rk.update({i: 1 for i in biased})
+    return ('none' if biased != with_params else train), rk
+
+
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     """What would fit in `limit`: the planner's figure for cheaper settings, every memory
     option considered: batch 1, SGD, --stream, the frozen-prefix cache made by the board
@@ -761,13 +778,11 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         r == 'bias' and p < len(g.ops[i].inputs) and g.ops[i].inputs[p] >= 0
         for p, r in SPECS[g.ops[i].name].roles(g.ops[i], g).items())]
     for c in (cache, 'host'):
-        for r in (4, 5, 1):
-            rk, tr = dict(ranks), train
-            if r == 1 and biased != with_params:
-                rk = {i: v for i, v in rk.items() if v != 1 or i in biased}
-                tr = 'none'
-            rk.update({i: r for i in (biased if r == 1 else with_params) if rk.get(i, 0) != 1})
-            cands.append((cheap, tr, rk, c, backend))
+        for r in (4, 5):
+            rk = dict(ranks)
+            rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
+            cands.append((cheap, train, rk, c, backend))
+        cands.append((cheap,) + biases_only(train, ranks, with_params, biased) + (c, backend))
     for c in (cache, 'host'):
         for n in range(len(g.ops) - 1, 0, -1):
             cands.append((cheap, 'last:%d' % n, {}, c, backend))
@@ -777,10 +792,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     firmware = []
     for b in ('ulab', 'fallback-frozen', 'ulab-frozen'):
         if b != backend and (backend.startswith('ulab') <= b.startswith('ulab')):
-            bias = {i: v for i, v in ranks.items() if v != 1 or i in biased}
-            bias.update({i: 1 for i in biased})
             firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
-                         (cheap, 'none' if biased != with_params else train, bias, 'host', b),
+                         (cheap,) + biases_only(train, ranks, with_params, biased) + ('host', b),
                          (cheap, 'last:1', {}, 'host', b)]
     fits, seen, deeper = [], set(), {}     # deeper: (settings) -> the plan of a longer last:N that fits
     for k, (change, tr, rk, c, b) in enumerate(cands + firmware):
@@ -832,6 +845,10 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
 # two phases is the plan.
 Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'data', 'wof')
 Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
+# and a trained layer's more attributes (its window, float bias, sums, multipliers: the
+# instance's attribute map grows; 240-260 B a trained FC on the 32-bit unix build, the
+# 27 of a held-out Keras MLP of bias-less branches)
+Q8_TRAINED_WORDS = 64
 # Fragmentation allowance, per word size: on the training buffers and on the rest of the
 # data.  Q8Net makes its big buffers first (the weights it holds, largest first, then the
 # shared gradient buffers, before the layers' small objects cut the heap up).  Fitted on
@@ -840,6 +857,11 @@ Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- a
 # (tests/support/q8cases.py): the plans come within 1.05-1.16x of them on 64-bit, 1.05-1.18x on
 # 32-bit
 Q8_SLACK = {8: (0.3, 0.15), 4: (0.15, 0.1)}
+# and per trained layer, GC blocks: each trained layer's dozen small arrays and its
+# attribute map, made between the shared buffers, leave holes the next big block cannot
+# use (measured on the 32-bit unix build: the held-out wide MLP's 27 trained layers and the
+# sensor net's 5 needed 500-600 B each beyond the plan)
+Q8_TRAINED_FRAG = 40
 
 
 def json_bytes(v, w, B) -> int:
@@ -928,13 +950,15 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     parts = {'layer table (q8.json parsed)': json_bytes(t, w, B)}
     objs = 0
     for d in ls:
-        objs += blk(Q8_LAYER_WORDS * w)
+        objs += blk(Q8_LAYER_WORDS * w) + (blk(Q8_TRAINED_WORDS * w) if trains and d.get('train') else 0)
         if 'mul' in d:
             objs += 2 * arr(4 * len(d['mul']))
         if 'g' in d:
             objs += arr(4 * 14)
         if d['k'] == q8.ADD:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
+        if d['k'] == q8.LUT:
+            objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}
@@ -967,8 +991,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     if not trains:
         return parts
     gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
-    nz, nz2, ng, nk = q8.bufs(ls)   # shared: int8 dz (its rescaled copy), a gradient chunk,
-    st = arr(nz) + arr(nz2) + arr(4 * ng) + (arr(4 * nk) if nk else 0)     # a residual's
+    nz, nz2, ng, _ = q8.bufs(ls)    # shared: int8 dz (its rescaled copy), a gradient chunk,
+    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in q8.holds(ls)[1])
+    # (and the held gradients: a slot each, q8.holds)
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
@@ -1033,6 +1058,12 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     if sparse:
         native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
                    else f['native'] // 8)
+    from ..target.device import module
+    q8 = module('q8')
+    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut')):     # (loaded on use)
+        if any(d['k'] == kind for tb in tables.values() for d in tb['layers']):
+            native += (native_mpy_size(t['arch'], name) if t['native'] == 'heap' and t['arch']
+                       else f['native'] // 8)
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}
@@ -1051,6 +1082,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     parts.update(net)
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
-    parts['fragmentation allowance'] = int(g * grad + r * (data - grad))
+    parts['fragmentation allowance'] = int(g * grad + r * (data - grad)) + B * Q8_TRAINED_FRAG * sum(
+        1 for d in trained['layers'] if d.get('train'))
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': 'fallback',
             'target': t['name'], 'gc_every': 0}
