@@ -332,6 +332,11 @@ def _mark_trained(g, out, train, ranks):
                 # noise into its outputs (MobileNetV2's op 62 at 1/2: int8 2-3 points
                 # below float without them); an FC's sum over its many inputs averages it
                 d['wf'] = 1
+            if r != 1:
+                # its weight scales grow where its weights reach +-127 (utrain.q8grow):
+                # clamped there, the update past it was lost (MobileNetV2's op 62 at 1/2,
+                # its classifier: ~1 point of the int8/float gap)
+                d['gw'] = 1
         masks(out, chosen[0])
     return out
 
@@ -681,6 +686,7 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
     followed(g, m, wof_path)
+    grown(g, m, wof_path)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
@@ -724,6 +730,39 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             b = g.tensors[ls[c]['bt']]
             b.data = ((b.data.astype(np.int64) + (1 << (k - 1))) >> k).astype(np.int32)
             b.quant = dict(b.quant, scale=[float(v) * 2 ** k for v in b.quant['scale']])
+
+
+def grown(g: Graph, m: dict, wof_path) -> None:
+    """The weight scales a run doubled while it trained (wof_path + '.q8w', JSON {weight
+    tensor: [exponent per output channel, or one for a per-tensor layer]}, utrain.q8grow
+    wrote beside the weights, which are at those scales) put into int8 graph g (layer
+    table m): each weight tensor's scale and its bias tensor's x 2^k.  Nothing without
+    the file."""
+    p = wof_path + '.q8w'
+    if not os.path.exists(p):
+        return
+    try:
+        with open(p) as f:
+            ex = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f'{p}: not readable ({e}); the run writes it beside {wof_path}') from None
+    if not isinstance(ex, dict):
+        raise ValueError(f'{p}: not a JSON object of weight tensors\' exponents')
+    by = {d['wt']: d for d in m['layers'] if 'wt' in d}
+    for k, e in ex.items():
+        d = by.get(int(k)) if str(k).isdigit() else None
+        n = len(g.tensors[d['wt']].quant['scale']) if d else 0
+        if not d or not isinstance(e, list) or len(e) != n or not all(
+                isinstance(v, int) and 0 <= v <= 30 for v in e):
+            raise ValueError(f'{p}: tensor {k}: not the weight scales of this model '
+                             f'({n or "no"} exponents 0..30 expected); remove it only if '
+                             f'{wof_path} was not trained with it')
+        for t in (d['wt'], d['bt']):
+            q = g.tensors[t].quant
+            sc = [float(v) for v in q['scale']]
+            if len(sc) == 1 and len(e) > 1:
+                sc = sc * len(e)
+            q['scale'] = [s * 2 ** v for s, v in zip(sc, e if len(e) == len(sc) else e * len(sc))]
 
 
 def trained_params(ls) -> int:
