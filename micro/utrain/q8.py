@@ -444,7 +444,7 @@ class Q8Net:
         self.wg = None            # weight scales that grow (utrain.q8grow: 'gw')
         if any([d.get('gw') and d.get('train') for d in ls]):
             from utrain.q8grow import Grow
-            self.wg = Grow(self)
+            self.wg = Grow(self, qmul, _i32)
         self.setup()
 
     def strips(self):

@@ -20,8 +20,8 @@ SEVEN = (b'\x7f', b'\x81')      # +127, -127
 
 
 class Grow:
-    def __init__(self, net):
-        self.net = net
+    def __init__(self, net, qmul, i32):
+        self.net, self.qmul, self.i32 = net, qmul, i32      # (utrain.q8's: no import circle)
         # (a per-tensor layer only when its weights train whole: the frozen rows of a
         # rank's window share the scale)
         self.ls = [L for L in net.layers if L.train and L.whi > L.wlo and L.d.get('gw') and (
@@ -111,7 +111,7 @@ class Grow:
         # (held: a broadcast row's layer reads q8.req's, made for the calibrated scales)
         if not L.back or len(L.d['sw']) < 2:
             return
-        from utrain.q8 import qmul, _i32
+        qmul, _i32 = self.qmul, self.i32
         sw = L.d['sw']
         c = len(sw)
         if L.dxm is None:
