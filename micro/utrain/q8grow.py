@@ -2,15 +2,16 @@
 # marked 'gw' (host_tools/prepare/quant.py: every layer whose weights train).  A trained
 # weight that reaches +-127 clamps: the update past it is lost (MobileNetV2's op 62 at
 # 1/2 ended with 54-86 of its window's weights there, the classifier up to 100; ~1 point
-# of the int8/float gap).  After each update (Q8Net.step, apply) the trained window is
-# scanned for +-127 (bytes.count over 256-byte slices: no native code); an output channel
-# found there doubles its weight scale (a per-tensor layer: the tensor's): its int8
+# of the int8/float gap).  After each update (Q8Net.step, apply) the trained window's
+# +-127 weights are counted (bytes.count over 256-byte slices: no native code); an
+# output channel with more there than it had (a per-channel model's calibrated maximum
+# sits at +-127 from the start: not a clamp) doubles its weight scale (a per-tensor layer: the tensor's): its int8
 # weights and their kept fractions halve (the value they hold, w - e/256 steps, halved
 # and split again), momentum's velocities halve, its requantization shift grows by one
 # (sx s_W / s_y doubles: the same multiplier), its int32 bias is requantized from the
 # float one and its input-gradient rescaling (sw[o] / max(sw)) made again.  Each
 # channel's exponent is kept (at most MAXK): in checkpoints (after the other int8
-# state, b'UTGW'), and beside trained.wof as trained.wof.q8w (JSON {weight tensor:
+# state, b'UTGW', with the counts to exceed), and beside trained.wof as trained.wof.q8w (JSON {weight tensor:
 # [exponents]}), which load_weights reads and export --quantized writes into the
 # .tflite's per-channel scales.
 from utrain.wof import exists, _replace
@@ -28,33 +29,64 @@ class Grow:
             len(L.d['sw']) > 1 or L.wr() == (0, L.d['wn']))]
         for L in self.ls:
             L.ge = bytearray(len(L.d['sw']))       # its weight scales' exponents
+            L.g0 = bytearray(len(L.d['sw']))       # its channels' +-127 weights, last seen
+            self.base(L)
+
+    def base(self, L):
+        """The counts a channel must exceed to double: its +-127 weights now (a
+        per-channel model's calibrated maximum sits there: not a clamp)."""
+        c = self._counts(L)
+        for o in range(len(c)):
+            L.g0[o] = min(255, c[o])
+        L.gt = sum(L.g0)
+
+    def _total(self, L):
+        # the window's +-127 weights (bytes.count over 256-byte slices)
+        w0, w1 = L.wr()
+        mv = memoryview(L.w)
+        i, end, t = w0 - L.wo, w1 - L.wo, 0
+        while i < end:
+            b = bytes(mv[i:min(end, i + 256)])
+            t += b.count(SEVEN[0]) + b.count(SEVEN[1])
+            i += 256
+        return t
+
+    def _counts(self, L):
+        # each channel's +-127 weights in the window (a per-tensor layer's: one count)
+        if len(L.ge) == 1:
+            return [self._total(L)]
+        w0, w1 = L.wr()
+        oc, row, blk = L.geo()
+        c = [0] * oc
+        mv, wo = memoryview(L.w), L.wo
+        if blk == 1:                # depthwise: channels strided
+            for i in range(w0, w1):
+                v = mv[i - wo]
+                if v == 127 or v == 129:
+                    c[i % oc] += 1
+            return c
+        for o in range(w0 // row, w1 // row):
+            b = bytes(mv[o * row - wo:(o + 1) * row - wo])
+            c[o] = b.count(SEVEN[0]) + b.count(SEVEN[1])
+        return c
 
     def check(self):
-        """Double the scale of each trained output channel whose weights reached +-127."""
+        """Double the scale of each trained output channel with more weights at +-127
+        than it had (a weight that reached it clamps there: the update past it is lost);
+        fewer: the count to exceed drops to it.  The channels are counted only when the
+        window's total moved."""
         for L in self.ls:
-            w0, w1 = L.wr()
-            oc, row, blk = L.geo()
-            per = len(L.ge) > 1
-            mv = memoryview(L.w)
-            i = w0 - L.wo
-            end = w1 - L.wo
-            hit = []
-            while i < end:
-                n = min(256, end - i)
-                b = bytes(mv[i:i + n])
-                if b.count(SEVEN[0]) or b.count(SEVEN[1]):
-                    if not per:
-                        hit.append(0)
-                        break
-                    for j in range(n):      # (rare: the channels of this slice that hit)
-                        if b[j] == 127 or b[j] == 129:
-                            o = ((i + L.wo + j) // blk) % oc
-                            if o not in hit:
-                                hit.append(o)
-                i += n
-            for o in hit:
-                if L.ge[o] < MAXK:
+            if self._total(L) == L.gt:
+                continue
+            c = self._counts(L)
+            g0, ge = L.g0, L.ge
+            for o in range(len(c)):
+                if c[o] > g0[o] and ge[o] < MAXK:
                     self.double(L, o)
+                    g0[o] = 0
+                else:
+                    g0[o] = min(255, c[o])
+            L.gt = sum(g0)
 
     def double(self, L, o):
         """Channel o's weight scale (the tensor's for a per-tensor layer) times 2."""
@@ -134,19 +166,21 @@ class Grow:
         self._dxm(L)
 
     def state(self):
-        """The exponents of every growing layer, one after another (checkpoints)."""
-        return b''.join([bytes(L.ge) for L in self.ls])
+        """The exponents and counts of every growing layer, one after another (checkpoints)."""
+        return b''.join([bytes(L.ge) + bytes(L.g0) for L in self.ls])
 
     def nstate(self):
-        return sum([len(L.ge) for L in self.ls])
+        return sum([2 * len(L.ge) for L in self.ls])
 
     def put(self, s):
-        """A checkpoint's exponents (state()'s bytes)."""
+        """A checkpoint's exponents and counts (state()'s bytes)."""
         o = 0
         for L in self.ls:
             n = len(L.ge)
             self.set(L, s[o:o + n])
-            o += n
+            L.g0[:] = s[o + n:o + 2 * n]
+            L.gt = sum(L.g0)
+            o += 2 * n
 
     def save(self, path):
         """path.q8w: the exponents of the weights just saved at path (JSON {tensor: [...]})."""
@@ -166,3 +200,4 @@ class Grow:
             e = v.get(str(L.d['wt']))
             self.set(L, bytes(e) if e and len(e) == len(L.ge) else bytes(len(L.ge)))
             L.set_bias()
+            self.base(L)

@@ -65,7 +65,7 @@ def _fc_ref(net, L, x):
 
 
 def test_a_saturating_channel_doubles_and_the_forward_follows(tmp_path, monkeypatch):
-    """After a check: exactly the channels with a weight at +-127 double (per-channel
+    """After a check: exactly the channels with a new weight at +-127 double (per-channel
     CONV_2D; the FC's one per-tensor scale), each halved weight holds half the value it
     held to 1/512 of a step (its kept fraction included), the bias is the float bias at
     the doubled scale, and the FC's int8 output matches a float reference of the
@@ -109,6 +109,15 @@ def test_a_saturating_channel_doubles_and_the_forward_follows(tmp_path, monkeypa
     bf = np.asarray(conv.bf, np.float64)
     assert np.array_equal(np.asarray(conv.b), np.round(bf / (conv.d['sx'] * sw1)).astype(np.int64))
     assert fc.ge[0] == (1 if fc_sat else 0)
+    # a weight at +-127 when the counts were taken (a per-channel model's calibrated
+    # maximum sits there) doubles nothing; one more weight reaching it does
+    conv.w[0], conv.w[1] = 127, 0
+    net.wg.base(conv)
+    net.wg.check()
+    assert conv.ge[0] == 0
+    conv.w[1] = 129         # (-127)
+    net.wg.check()
+    assert conv.ge[0] == 1
     fc.w[0] = 127           # the FC saturates: its one scale doubles
     s0 = fc.d['sw'][0]
     net.wg.check()
