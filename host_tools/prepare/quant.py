@@ -681,7 +681,9 @@ def export(model_path, wof_path, out_path, train='last:1') -> str:
     scale, zero point and layout as in model_path."""
     from ..graph.rewrite import save_graph
     from .runfolder import out_identifier
+    from .recal import replay
     g = read_model(model_path)
+    replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
@@ -974,12 +976,29 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_flash(model_path, xy, 'int8', board)
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    from . import recal
+    steps = []
+    if xy is not None and not getattr(g, 'follow_ranges', 0):
+        # the trained layers' output ranges on the training samples (recal: widened
+        # where they clip; the same shapes, so the same plan)
+        from ..files.dataset import split as split_idx
+        tr, _ = split_idx(len(xy[0]), test_split, split_seed)
+        steps = recal.recalibrate(g, xy[0][tr], train, ranks, meta, wof_arrays,
+                                  log=lambda t: log(f'{model_path}: {t}'))
+        if steps:
+            m, tables, _ = planned(g, s, train, cache, 0 if not banded(m, tables) else bands,
+                                   board, ranks)
+    cal = os.path.join(out_dir, recal.FILE)
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
             os.remove(os.path.join(out_dir, f))
     outs = json.loads(json.dumps(as_written(m, tables)[0]))
     heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t))
     write(g, out_dir, train, m, tables)
+    if steps:                           # (export replays them on the model file)
+        atomic_write(cal, json.dumps(steps).encode())
+    elif os.path.exists(cal):
+        os.remove(cal)
     files = dict(FILES, model='q8.json', rewritten=None)
     if cache:
         files.update(model='q8t.json', prefix='q8.json')
