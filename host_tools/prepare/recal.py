@@ -28,7 +28,7 @@ from ..formats.circle_io import Graph
 
 CLIP = 1 / 64           # a fraction of outputs at an end that widens it
 ROUNDS = 3
-SAMPLES = 256           # at most this many training samples, evenly spread
+SAMPLES = 64            # at most this many training samples, evenly spread
 FILE = 'q8cal.json'
 SAME = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'PAD')
 WEIGHTED = ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')
