@@ -980,10 +980,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
         if d.get('train'):          # float bias, bias sums, update multipliers (weights)
             st += 2 * arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8_trained_weights(d) else 0)
         if d.get('gw') and q8_trained_weights(d):
-            # utrain.q8grow: its weight scales' exponents, a 256-byte slice of the scan, and
-            # dz's per-channel rescaling made at the first doubling where none is held
+            # utrain.q8grow: its weight scales' exponents and counts, the count scratch
+            # (one, the widest layer's: priced per layer), and dz's per-channel
+            # rescaling made at the first doubling where none is held
             nq = d['nq'] if 'nq' in d else len(d['mul'])
-            st += arr(nq) + arr(256)
+            st += 3 * arr(nq)
             if back and nq > 1 and not (d.get('pc') and not (i + 1 < len(ls) and q8.bcast(ls, i + 1))):
                 st += 2 * arr(4 * nq)
     if mask:

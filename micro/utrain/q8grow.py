@@ -3,7 +3,8 @@
 # weight that reaches +-127 clamps: the update past it is lost (MobileNetV2's op 62 at
 # 1/2 ended with 54-86 of its window's weights there, the classifier up to 100; ~1 point
 # of the int8/float gap).  After each update (Q8Net.step, apply) the trained window's
-# +-127 weights are counted (bytes.count over 256-byte slices: no native code); an
+# +-127 weights are counted (q8kern.c7k, viper: bytes.count cost a Pico 110 ms a step
+# over op 62's window and the classifier); an
 # output channel with more there than it had (a per-channel model's calibrated maximum
 # sits at +-127 from the start: not a clamp) doubles its weight scale (a per-tensor layer: the tensor's): its int8
 # weights and their kept fractions halve (the value they hold, w - e/256 steps, halved
@@ -15,9 +16,9 @@
 # [exponents]}), which load_weights reads and export --quantized writes into the
 # .tflite's per-channel scales.
 from utrain.wof import exists, _replace
+from utrain import q8kern as K
 
 MAXK = 12           # at most 2^12 times a channel's calibrated scale
-SEVEN = (b'\x7f', b'\x81')      # +127, -127
 
 
 class Grow:
@@ -27,6 +28,8 @@ class Grow:
         # rank's window share the scale)
         self.ls = [L for L in net.layers if L.train and L.whi > L.wlo and L.d.get('gw') and (
             len(L.d['sw']) > 1 or L.wr() == (0, L.d['wn']))]
+        # each channel's +-127 weights, counted (capped at 255): one scratch for all
+        self.c = bytearray(max([len(L.d['sw']) for L in self.ls] or [0]))
         for L in self.ls:
             L.ge = bytearray(len(L.d['sw']))       # its weight scales' exponents
             L.g0 = bytearray(len(L.d['sw']))       # its channels' +-127 weights, last seen
@@ -35,40 +38,33 @@ class Grow:
     def base(self, L):
         """The counts a channel must exceed to double: its +-127 weights now (a
         per-channel model's calibrated maximum sits there: not a clamp)."""
-        c = self._counts(L)
-        for o in range(len(c)):
-            L.g0[o] = min(255, c[o])
-        L.gt = sum(L.g0)
+        self._counts(L)
+        for o in _chans(L):
+            L.g0[o] = self.c[o]
+        L.gt = self._total(L)
 
     def _total(self, L):
-        # the window's +-127 weights (bytes.count over 256-byte slices)
+        # the window's +-127 weights (q8kern.c7k)
         w0, w1 = L.wr()
-        mv = memoryview(L.w)
-        i, end, t = w0 - L.wo, w1 - L.wo, 0
-        while i < end:
-            b = bytes(mv[i:min(end, i + 256)])
-            t += b.count(SEVEN[0]) + b.count(SEVEN[1])
-            i += 256
-        return t
+        return K.c7k(memoryview(L.w)[w0 - L.wo:] if w0 > L.wo else L.w, w1 - w0, 1)
 
     def _counts(self, L):
-        # each channel's +-127 weights in the window (a per-tensor layer's: one count)
+        # self.c = each channel's +-127 weights in the window, at most 255 (a per-tensor
+        # layer's: one count)
+        c = self.c
         if len(L.ge) == 1:
-            return [self._total(L)]
+            t = self._total(L)
+            c[0] = t if t < 255 else 255
+            return
         w0, w1 = L.wr()
         oc, row, blk = L.geo()
-        c = [0] * oc
         mv, wo = memoryview(L.w), L.wo
-        if blk == 1:                # depthwise: channels strided
-            for i in range(w0, w1):
-                v = mv[i - wo]
-                if v == 127 or v == 129:
-                    c[i % oc] += 1
-            return c
-        for o in range(w0 // row, w1 // row):
-            b = bytes(mv[o * row - wo:(o + 1) * row - wo])
-            c[o] = b.count(SEVEN[0]) + b.count(SEVEN[1])
-        return c
+        for o in _chans(L):
+            if blk == 1:            # depthwise: a channel's weights strided by oc
+                t = K.c7k(mv[o:], row, oc)
+            else:
+                t = K.c7k(mv[o * row - wo:], row, 1)
+            c[o] = t if t < 255 else 255
 
     def check(self):
         """Double the scale of each trained output channel with more weights at +-127
@@ -76,17 +72,18 @@ class Grow:
         fewer: the count to exceed drops to it.  The channels are counted only when the
         window's total moved."""
         for L in self.ls:
-            if self._total(L) == L.gt:
+            t = self._total(L)
+            if t == L.gt:
                 continue
-            c = self._counts(L)
-            g0, ge = L.g0, L.ge
-            for o in range(len(c)):
+            self._counts(L)
+            c, g0, ge = self.c, L.g0, L.ge
+            for o in _chans(L):
                 if c[o] > g0[o] and ge[o] < MAXK:
                     self.double(L, o)
                     g0[o] = 0
                 else:
-                    g0[o] = min(255, c[o])
-            L.gt = sum(g0)
+                    g0[o] = c[o]
+            L.gt = self._total(L)
 
     def double(self, L, o):
         """Channel o's weight scale (the tensor's for a per-tensor layer) times 2."""
@@ -100,35 +97,30 @@ class Grow:
         oc, row, blk = L.geo()
         w0, w1 = L.wr()
         per = len(sw) > 1
-        # the weights of channel o (all, per-tensor) in the window: index i of the layer
-        # (L.w[i - wo]), j = i - w0 of its state (fractions, velocities, Adam's master)
+        # the weights of channel o (all, per-tensor) in the window: index i of the layer,
+        # L.w[i - wo], its state (fractions, velocities, Adam's master) at i - w0
         if not per:
-            idx = range(w0, w1)
+            i0, n, st = w0, w1 - w0, 1
         elif blk == 1:              # depthwise: channel o's weights are strided by oc
-            idx = range(w0 + o, w1, oc)
+            i0, n, st = w0 + o, row, oc
         else:
-            idx = range(o * row, (o + 1) * row)
+            i0, n, st = o * row, row, 1
         w, f, v, wm, wo = L.w, L.wf, L.vw, getattr(L, 'wm', None), L.wo
-        for i in idx:
-            j = i - w0
-            q = w[i - wo]
-            q = (q ^ 128) - 128
-            if wm is not None:      # Adam: the int8 weights are the master requantized
+        mw = memoryview(w)[i0 - wo:]
+        if wm is not None:          # Adam: the int8 weights are the master requantized
+            for k in range(n):
+                j = i0 - w0 + k * st
                 t = int(round(wm[j] / sw[o]))
-            else:
-                e = 0
-                if f is not None:
-                    e = (f[j] ^ 128) - 128
-                t = (256 * q - e) >> 1              # the value held, halved (1/256 steps)
-                q2 = (t + 127) >> 8
-                if f is not None:
-                    f[j] = (256 * q2 - t) & 255     # (-128..127)
-                t = q2
-            w[i - wo] = (-127 if t < -127 else 127 if t > 127 else t) & 255
-            if v is not None:
-                v[j] >>= 1
+                mw[k * st] = (-127 if t < -127 else 127 if t > 127 else t) & 255
+        else:
+            K.hvk(mw, memoryview(f)[i0 - w0:] if f is not None else mw, n, st,
+                  1 if f is not None else 0)
+        if v is not None:           # momentum's velocities (1/256 weight steps)
+            for k in range(n):
+                v[i0 - w0 + k * st] >>= 1
         self._bias(L, range(len(L.b)) if not per else (o,))
-        self._dxm(L)
+        if L is not self.net.layers[self.net.first]:    # (the lowest passes no gradient)
+            self._dxm(L)
 
     def _bias(self, L, chans):
         d = L.d
@@ -157,13 +149,16 @@ class Grow:
         """Layer L's exponents want (a checkpoint's, a .q8w's): its scales and shifts
         brought to them, its weights and biases already at them (as loaded)."""
         sw, ge = L.d['sw'], L.ge
+        moved = 0
         for o in range(len(ge)):
             u = want[o] - ge[o]
             if u:
                 sw[o] *= 2.0 ** u
                 L.shf[o] += u
                 ge[o] = want[o]
-        self._dxm(L)
+                moved = 1
+        if moved and L is not self.net.layers[self.net.first]:
+            self._dxm(L)
 
     def state(self):
         """The exponents and counts of every growing layer, one after another (checkpoints)."""
@@ -201,3 +196,11 @@ class Grow:
             self.set(L, bytes(e) if e and len(e) == len(L.ge) else bytes(len(L.ge)))
             L.set_bias()
             self.base(L)
+
+
+def _chans(L):
+    # the output channels whose weights train: a rank's window (a depthwise layer's
+    # weights, strided, all), one for a per-tensor layer
+    if len(L.ge) == 1:
+        return range(1)
+    return range(len(L.ge)) if L.k == 2 else range(L.wlo, L.whi)   # (2: q8.DW)
