@@ -735,36 +735,37 @@ def followed(g: Graph, m: dict, wof_path) -> None:
 
 
 def grown(g: Graph, m: dict, wof_path) -> None:
-    """The weight scales a run doubled while it trained (wof_path + '.q8w', JSON {weight
-    tensor: [exponent per output channel, or one for a per-tensor layer]}, utrain.q8grow
-    wrote beside the weights, which are at those scales) put into int8 graph g (layer
-    table m): each weight tensor's scale and its bias tensor's x 2^k.  Nothing without
-    the file."""
+    """The weight scales a run doubled while it trained (wof_path + '.q8w', utrain.q8grow
+    wrote it beside the weights, which are at those scales: b'UTGW', then per layer u32
+    weight tensor, u32 count, a byte each, the exponent of each output channel's scale
+    or of a per-tensor layer's one) put into int8 graph g (layer table m): each weight
+    tensor's scale and its bias tensor's x 2^k.  Nothing without the file."""
+    import struct
     p = wof_path + '.q8w'
     if not os.path.exists(p):
         return
-    try:
-        with open(p) as f:
-            ex = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f'{p}: not readable ({e}); the run writes it beside {wof_path}') from None
-    if not isinstance(ex, dict):
-        raise ValueError(f'{p}: not a JSON object of weight tensors\' exponents')
+    with open(p, 'rb') as f:
+        data = f.read()
     by = {d['wt']: d for d in m['layers'] if 'wt' in d}
-    for k, e in ex.items():
-        d = by.get(int(k)) if str(k).isdigit() else None
-        n = len(g.tensors[d['wt']].quant['scale']) if d else 0
-        if not d or not isinstance(e, list) or len(e) != n or not all(
-                isinstance(v, int) and 0 <= v <= 30 for v in e):
-            raise ValueError(f'{p}: tensor {k}: not the weight scales of this model '
-                             f'({n or "no"} exponents 0..30 expected); remove it only if '
-                             f'{wof_path} was not trained with it')
+    bad = f'{p}: not the weight scales of this model; remove it only if {wof_path} was not trained with it'
+    if data[:4] != b'UTGW':
+        raise ValueError(bad)
+    o = 4
+    while o < len(data):
+        if o + 8 > len(data):
+            raise ValueError(bad)
+        k, n = struct.unpack_from('<II', data, o)
+        e = list(data[o + 8:o + 8 + n])
+        o += 8 + n
+        d = by.get(k)
+        if not d or len(e) != n or n != len(g.tensors[k].quant['scale']) or max(e) > 30:
+            raise ValueError(bad + f' (tensor {k})')
         for t in (d['wt'], d['bt']):
             q = g.tensors[t].quant
             sc = [float(v) for v in q['scale']]
-            if len(sc) == 1 and len(e) > 1:
-                sc = sc * len(e)
-            q['scale'] = [s * 2 ** v for s, v in zip(sc, e if len(e) == len(sc) else e * len(sc))]
+            if len(sc) == 1 and n > 1:
+                sc = sc * n
+            q['scale'] = [s * 2 ** v for s, v in zip(sc, e if n == len(sc) else e * len(sc))]
 
 
 def trained_params(ls) -> int:
@@ -957,6 +958,18 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
+    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
+    from . import recal
+    steps = []
+    if xy is not None and not getattr(g, 'follow_ranges', 0):
+        # the trained layers' output ranges on the training samples (recal: widened
+        # where they clip; the same shapes, so the same plan), before anything is chosen
+        from ..files.dataset import split as split_idx
+        tr, _ = split_idx(len(xy[0]), test_split, split_seed)
+        steps = recal.recalibrate(g, xy[0][tr], train, ranks, meta, wof_arrays,
+                                  log=lambda t: log(f'{model_path}: {t}'))
+        if steps:
+            m, tables, heap = planned(g, s, train, cache, bands, board, ranks)
     if bands is None and banded(m, tables):
         m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
                                               model_path, log, ranks)
@@ -973,21 +986,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
             + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
     # the samples as int8 at the model input's scale and zero point
-    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_flash(model_path, xy, 'int8', board)
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
-    from . import recal
-    steps = []
-    if xy is not None and not getattr(g, 'follow_ranges', 0):
-        # the trained layers' output ranges on the training samples (recal: widened
-        # where they clip; the same shapes, so the same plan)
-        from ..files.dataset import split as split_idx
-        tr, _ = split_idx(len(xy[0]), test_split, split_seed)
-        steps = recal.recalibrate(g, xy[0][tr], train, ranks, meta, wof_arrays,
-                                  log=lambda t: log(f'{model_path}: {t}'))
-        if steps:
-            m, tables, _ = planned(g, s, train, cache, 0 if not banded(m, tables) else bands,
-                                   board, ranks)
     cal = os.path.join(out_dir, recal.FILE)
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces

@@ -3,18 +3,18 @@
 # weight that reaches +-127 clamps: the update past it is lost (MobileNetV2's op 62 at
 # 1/2 ended with 54-86 of its window's weights there, the classifier up to 100; ~1 point
 # of the int8/float gap).  After each update (Q8Net.step, apply) the trained window's
-# +-127 weights are counted (q8kern.c7k, viper: bytes.count cost a Pico 110 ms a step
-# over op 62's window and the classifier); an
-# output channel with more there than it had (a per-channel model's calibrated maximum
-# sits at +-127 from the start: not a clamp) doubles its weight scale (a per-tensor layer: the tensor's): its int8
-# weights and their kept fractions halve (the value they hold, w - e/256 steps, halved
-# and split again), momentum's velocities halve, its requantization shift grows by one
-# (sx s_W / s_y doubles: the same multiplier), its int32 bias is requantized from the
-# float one and its input-gradient rescaling (sw[o] / max(sw)) made again.  Each
-# channel's exponent is kept (at most MAXK): in checkpoints (after the other int8
-# state, b'UTGW', with the counts to exceed), and beside trained.wof as trained.wof.q8w (JSON {weight tensor:
-# [exponents]}), which load_weights reads and export --quantized writes into the
-# .tflite's per-channel scales.
+# +-127 weights are counted (q8kern.c7k, viper: 15 ms a step on a Pico over op 62's
+# window and the classifier; bytes.count took 110); an output channel with more there
+# than it had (a per-channel model's calibrated maximum sits at +-127 from the start:
+# not a clamp) doubles its weight scale (a per-tensor layer: the tensor's): its int8
+# weights and their kept fractions halve (q8kern.hvk: the value they hold, 256 w - e,
+# halved and split again), momentum's velocities halve, its requantization shift grows
+# by one (sx s_W / s_y doubles: the same multiplier), its int32 bias is requantized from
+# the float one and its input-gradient rescaling (sw[o] / max(sw)) made again.  Each
+# channel's exponent (at most MAXK) and count go into checkpoints (after the other int8
+# state, b'UTGW'); the exponents beside trained.wof in trained.wof.q8w (binary: b'UTGW',
+# then per layer u32 weight tensor, u32 count, a byte each), which load_weights reads
+# and export writes into the model's scales.
 from utrain.wof import exists, _replace
 from utrain import q8kern as K
 
@@ -160,40 +160,58 @@ class Grow:
         if moved and L is not self.net.layers[self.net.first]:
             self._dxm(L)
 
-    def state(self):
-        """The exponents and counts of every growing layer, one after another (checkpoints)."""
-        return b''.join([bytes(L.ge) + bytes(L.g0) for L in self.ls])
+    def parts(self):
+        """The exponents and counts of every growing layer, one after another, as the
+        buffers themselves (a checkpoint's tail)."""
+        out = []
+        for L in self.ls:
+            out.append(L.ge)
+            out.append(L.g0)
+        return out
 
     def nstate(self):
         return sum([2 * len(L.ge) for L in self.ls])
 
     def put(self, s):
-        """A checkpoint's exponents and counts (state()'s bytes)."""
+        """A checkpoint's exponents and counts (parts()' bytes)."""
         o = 0
         for L in self.ls:
             n = len(L.ge)
             self.set(L, s[o:o + n])
             L.g0[:] = s[o + n:o + 2 * n]
-            L.gt = sum(L.g0)
+            L.gt = self._total(L)
             o += 2 * n
 
     def save(self, path):
-        """path.q8w: the exponents of the weights just saved at path (JSON {tensor: [...]})."""
-        with open(path + '.q8w.tmp', 'w') as f:
-            f.write('{%s}' % ','.join(['"%d":[%s]' % (L.d['wt'], ','.join(
-                [str(v) for v in L.ge])) for L in self.ls]))
+        """path.q8w: the exponents of the weights just saved at path: b'UTGW', then per
+        growing layer u32 its weight tensor, u32 its scales, a byte each (its exponent)."""
+        from struct import pack
+        with open(path + '.q8w.tmp', 'wb') as f:
+            f.write(b'UTGW')
+            for L in self.ls:
+                f.write(pack('<II', L.d['wt'], len(L.ge)))
+                f.write(L.ge)
         _replace(path + '.q8w.tmp', path + '.q8w')
 
     def loaded(self, path):
         """After Q8Net.load_weights(path): the exponents of path.q8w (none: 0)."""
-        v = {}
-        if exists(path + '.q8w'):
-            import json
-            with open(path + '.q8w') as f:
-                v = json.load(f)
+        from struct import unpack
+        f = open(path + '.q8w', 'rb') if exists(path + '.q8w') else None
+        got = {}
+        try:
+            if f is not None and f.read(4) == b'UTGW':
+                while True:
+                    h = f.read(8)
+                    if len(h) < 8:
+                        break
+                    k, n = unpack('<II', h)
+                    got[k] = f.read(n)
+        finally:
+            if f is not None:
+                f.close()
         for L in self.ls:
-            e = v.get(str(L.d['wt']))
-            self.set(L, bytes(e) if e and len(e) == len(L.ge) else bytes(len(L.ge)))
+            e = got.get(L.d['wt'])
+            self.set(L, e if e is not None and len(e) == len(L.ge) else bytes(len(L.ge)))
             L.set_bias()
             self.base(L)
 

@@ -226,7 +226,7 @@ class Q8Trainer:
             tail.append(b'UTRR' + bytes(net.rr.e))
         if net.wg is not None:              # the weight scales' exponents
             tail.append(b'UTGW')
-            tail.append(net.wg.state())
+            tail += net.wg.parts()
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
