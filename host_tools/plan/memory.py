@@ -979,8 +979,6 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
         if d.get('train'):          # float bias, bias sums, update multipliers (weights)
             st += 2 * arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8_trained_weights(d) else 0)
-            if d.get('bh'):         # SGD's per-channel bias fractions (utrain.q8 _bias, ubek)
-                st += arr(d['nb'])
         if d.get('gw') and q8_trained_weights(d):
             # utrain.q8grow: its weight scales' exponents and counts, the count scratch
             # (one, the widest layer's: priced per layer), and dz's per-channel

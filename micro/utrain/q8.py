@@ -76,8 +76,6 @@ class Layer:
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
     stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
     whole = 0    # 1: an FC layer with its weights and multipliers in RAM, one chunk
-    be = None    # SGD: the per-channel biases' kept fractions (q8kern.ubek; q8.json 'bh')
-    gn = 0       # its weight scales' doublings (utrain.q8grow; _bias reads them)
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -149,8 +147,6 @@ class Layer:
             if self.whi > self.wlo:
                 self.um, self.us = _i32(umn(d)), _i32(umn(d))
             self.bs = _i32(oc)
-            if 'bh' in d:
-                self.be = bytearray(oc)
 
     def wr(self):
         # (first, end) of the weights that train: a rank's rows (FC, CONV_2D), all of a
@@ -431,7 +427,6 @@ class Q8Net:
                 self.etab[i] = e[i]
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
         self.upe = array('i', [0, 0, 0, 0])              # upek's n, m, sh, h (m 0: none)
-        self.bqm, self.bqs = _i32(1), _i32(1)            # _bias's one multiplier
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
@@ -1010,31 +1005,6 @@ class Q8Net:
                 K.rqk(v, n, 1, n, L.um, L.us, v, 0, 0, 0, 1)
                 self.seed = K.ubk(memoryview(b)[lo:] if lo else b, v, n, self.seed)
                 L.stale = 1                    # (bf: not kept by this update)
-                return
-        if vb is None and 'bh' in L.d:
-            # per-channel scales: b -= lr sz bs / (sx s_W[o]) bias steps in integers, its
-            # rounding kept (ubek): one multiplier for all (lr sz / (sx min(sw))), then each
-            # channel's min(sw) / sw[o] from q8.req a scratch at a time (a float step a
-            # channel cost a Cortex-M0+ ~200 us)
-            qm, qs = self.bqm, self.bqs
-            qm[0], qs[0] = qmul(lr * sz / (sx * L.d['bsm']) * 256.0)
-            if qs[0] < 16:                     # (bs << shift stays within 31 bits)
-                lo, n = L.blo, L.bhi - L.blo
-                v = memoryview(bs)[lo:] if lo else bs
-                K.rqk(v, n, 1, n, qm, qs, v, 0, 0, 0, 1)
-                c = len(self.qm)
-                for o0 in range(lo, lo + n, c):
-                    k = min(c, lo + n - o0)
-                    self.quant(L, o0, k, L.d['bh'])
-                    if L.gn:            # (channels whose scale doubled: 2^-k of it)
-                        ge, qs2 = L.ge, self.qs
-                        for j in range(k):
-                            qs2[j] -= ge[o0 + j]
-                    u = memoryview(bs)[o0:] if o0 else bs
-                    K.rqk(u, k, k, 1, self.qm, self.qs, u, 0, 0, 0, 1)
-                K.ubek(memoryview(b)[lo:] if lo else b, memoryview(L.be)[lo:] if lo else L.be,
-                       v, n)
-                L.stale = 1
                 return
         if L.stale:
             L.set_bias()

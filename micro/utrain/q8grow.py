@@ -88,13 +88,12 @@ class Grow:
     def double(self, L, o):
         """Channel o's weight scale (the tensor's for a per-tensor layer) times 2."""
         d = L.d
-        if L.stale and L.be is None:
+        if L.stale:
             L.set_bias()            # (bf from the integer-updated b first)
         sw = d['sw']
         sw[o] *= 2.0
         L.shf[o] += 1
         L.ge[o] += 1
-        L.gn += 1
         oc, row, blk = L.geo()
         w0, w1 = L.wr()
         per = len(sw) > 1
@@ -125,15 +124,9 @@ class Grow:
 
     def _bias(self, L, chans):
         d = L.d
-        sw, sx, b, bf, e = d['sw'], d['sx'], L.b, L.bf, L.be
+        sw, sx, b, bf = d['sw'], d['sx'], L.b, L.bf
         nw = len(sw)
         for c in chans:
-            if e is not None:       # (its kept fraction: the value held, halved, as hvk)
-                t = (256 * b[c] - ((e[c] ^ 128) - 128)) >> 1
-                q = (t + 127) >> 8
-                e[c] = (256 * q - t) & 255
-                b[c] = q
-                continue
             q = int(round(bf[c] / (sx * sw[c % nw])))
             b[c] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
 
@@ -164,7 +157,6 @@ class Grow:
                 L.shf[o] += u
                 ge[o] = want[o]
                 moved = 1
-        L.gn = sum(ge)
         if moved and L is not self.net.layers[self.net.first]:
             self._dxm(L)
 

@@ -798,36 +798,6 @@ def pbk(dx, gz, x, g, y, lo: int, hi: int, avg: int):
 
 
 @micropython.viper
-def ubek(b, e, d, n: int):
-    # int32 bias update with the rounding's error kept (as upek for weights): t = d[i]
-    # (1/256 bias steps) + e[i], b[i] -= (t + 128) >> 8 (held within +-(2^31 - 1)), e[i]
-    # the rest (-128..127)
-    pb = ptr32(b)
-    pe = ptr8(e)
-    pd = ptr32(d)
-    mx = 0x7fff
-    mx = (mx << 16) | 0xffff
-    for i in range(n):
-        v = int(pd[i])
-        h = v >> 16
-        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
-        v += (int(pe[i]) ^ 128) - 128
-        q = (v + 128) >> 8
-        pe[i] = (v - (q << 8)) & 255
-        if q == 0:
-            continue
-        u = int(pb[i])
-        h = u >> 16
-        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
-        if q > 0:
-            if u < q - mx:
-                u = q - mx
-        elif u > mx + q:
-            u = mx + q
-        pb[i] = u - q
-
-
-@micropython.viper
 def c7k(w, n: int, st: int) -> int:
     # how many of the int8 weights w[0], w[st], ... (n of them) are +-127 (utrain.q8grow)
     pw = ptr8(w)

@@ -203,18 +203,6 @@ def upek(w, e, d, p):
     wq[:] = np.clip(wq.astype(I64) - q, -127, 127).astype(np.int8)
 
 
-def ubek(b, e, d, n):
-    # q8kern.ubek: the int32 bias update with the rounding's error kept
-    if n <= 0:
-        return
-    v = _i32(d, n).astype(I64) + _i8(e, n)
-    q = (v + 128) >> 8
-    np.frombuffer(e, np.int8, n)[:] = (v - (q << 8)).astype(np.int8)
-    bb = np.frombuffer(b, I32, n)
-    mx = (1 << 31) - 1
-    bb[:] = np.clip(bb.astype(I64) - q, -mx, mx).astype(I32)
-
-
 def c7k(w, n, st):
     # q8kern.c7k: the +-127 weights among w[0], w[st], ... (n)
     if n <= 0:
@@ -242,7 +230,7 @@ def install(g):
     """Put these kernels in place of module globals g's (q8kern's), keeping the plain
     Python ones as py_<name>."""
     for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck', 'gwk',
-                 'dxk', 'upmk', 'upek', 'c7k', 'hvk', 'ubek'):
+                 'dxk', 'upmk', 'upek', 'c7k', 'hvk'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]
 

@@ -222,8 +222,6 @@ class Q8Trainer:
                 m[bt] = L.vb
             if L.wf is not None:            # SGD: the weights' kept fractions (upek)
                 tail.append(L.wf)
-            if L.be is not None:            # SGD: the biases' kept fractions (ubek)
-                tail.append(L.be)
         if net.rr is not None:
             tail.append(b'UTRR' + bytes(net.rr.e))
         if net.wg is not None:              # the weight scales' exponents
@@ -255,8 +253,7 @@ class Q8Trainer:
                                                           part=part)
         r = calcsize(RESUME)
         want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0)
-                            + (nw[L] if L.wf is not None else 0)
-                            + (len(L.be) if L.be is not None else 0) for L in ls])
+                            + (nw[L] if L.wf is not None else 0) for L in ls])
         rr = net.rr
         if rr is not None:
             want += 4 + len(rr.e)
@@ -297,9 +294,6 @@ class Q8Trainer:
             if L.wf is not None:            # (in place: no second buffer of its size)
                 L.wf[:] = extra[o:o + nw[L]]
                 o += nw[L]
-            if L.be is not None:
-                L.be[:] = extra[o:o + len(L.be)]
-                o += len(L.be)
         if rr is not None:          # the ranges the saved biases are at
             if extra[o:o + 4] != b'UTRR':
                 raise FormatError('%s: not a checkpoint of this int8 run' % path)
