@@ -332,10 +332,12 @@ def _mark_trained(g, out, train, ranks):
                 # noise into its outputs (MobileNetV2's op 62 at 1/2: int8 2-3 points
                 # below float without them); an FC's sum over its many inputs averages it
                 d['wf'] = 1
-            if r != 1:
-                # its weight scales grow where its weights reach +-127 (utrain.q8grow):
-                # clamped there, the update past it was lost (MobileNetV2's op 62 at 1/2,
-                # its classifier: ~1 point of the int8/float gap)
+            if r != 1 and len(d['sw']) > 1:
+                # its per-channel weight scales grow where its weights reach +-127
+                # (utrain.q8grow): clamped there, the update past it was lost
+                # (MobileNetV2's op 62 at 1/2: ~1 point of the int8/float gap).  Not a
+                # per-tensor layer's (an FC classifier's, which q8grow can double whole):
+                # loading q8grow for it put the biases 62-65 scheme over an RP2040's heap
                 d['gw'] = 1
         masks(out, chosen[0])
     return out

@@ -42,15 +42,18 @@ def _i8(b):
     return np.frombuffer(bytes(b), np.int8).astype(np.int64)
 
 
-def _net(d):
-    return Q8Net(json.loads(open(os.path.join(d, 'q8.json')).read()),
-                 os.path.join(d, 'weights.wof'))
+def _net(d, fc=False):
+    m = json.loads(open(os.path.join(d, 'q8.json')).read())
+    if fc:                  # (q8grow doubles a per-tensor layer whole; prepare marks none)
+        m['layers'][-1]['gw'] = 1
+    return Q8Net(m, os.path.join(d, 'weights.wof'))
 
 
-def test_prepare_marks_the_layers_whose_weights_train(tmp_path, monkeypatch):
+def test_prepare_marks_the_per_channel_layers_whose_weights_train(tmp_path, monkeypatch):
     d, _, _ = _run_dir(tmp_path, monkeypatch, n=20)
     ls = json.loads(open(os.path.join(d, 'q8.json')).read())['layers']
-    assert [bool(L.get('gw')) for L in ls] == [bool(L.get('train')) for L in ls]
+    # (per-channel scales: a per-tensor layer, the FC, keeps its one scale)
+    assert [bool(L.get('gw')) for L in ls] == [bool(L.get('train')) and L['nq'] > 1 for L in ls]
     assert any(L.get('gw') for L in ls)
 
 
@@ -71,7 +74,7 @@ def test_a_saturating_channel_doubles_and_the_forward_follows(tmp_path, monkeypa
     the doubled scale, and the FC's int8 output matches a float reference of the
     dequantized weights (within one output step), as it did before."""
     d, x, _ = _run_dir(tmp_path, monkeypatch, n=20)
-    net = _net(d)
+    net = _net(d, fc=True)
     rng = np.random.default_rng(1)
     conv = [L for L in net.layers if L.k == CONV and L.train][0]
     fc = net.layers[-1]
@@ -147,7 +150,7 @@ def _trainer(d):
 
 
 def _state(net):
-    return [(bytes(L.w), list(L.b), bytes(L.ge), list(L.shf), [float(v) for v in L.d['sw']])
+    return [(bytes(L.w), list(L.b), bytes(L.ge or b''), list(L.shf), [float(v) for v in L.d['sw']])
             for L in net.layers if L.train]
 
 
@@ -172,8 +175,8 @@ def test_resume_after_a_doubling_restores_it(tmp_path, monkeypatch):
     tr.save_weights(str(tmp_path / 'trained.wof'))
     t3, _ = _trainer(d)
     t3.net.load_weights(str(tmp_path / 'trained.wof'))
-    assert [bytes(L.ge) for L in t3.net.layers if L.train] == [
-        bytes(L.ge) for L in tr.net.layers if L.train]
+    assert [bytes(L.ge) for L in t3.net.layers if L.ge is not None] == [
+        bytes(L.ge) for L in tr.net.layers if L.ge is not None]
     for i in range(5):
         assert t3.net.loss(xq[i], int(y[i])) == tr.net.loss(xq[i], int(y[i]))
     t3.net.load_weights(os.path.join(d, 'weights.wof'))     # (no .q8w: the calibrated scales)
