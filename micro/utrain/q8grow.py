@@ -19,6 +19,7 @@ from utrain.wof import exists, _replace
 from utrain import q8kern as K
 
 MAXK = 12           # at most 2^12 times a channel's calibrated scale
+_DW = 2     # q8.DW
 
 
 class Grow:
@@ -221,4 +222,4 @@ def _chans(L):
     # weights, strided, all), one for a per-tensor layer
     if len(L.ge) == 1:
         return range(1)
-    return range(len(L.ge)) if L.k == 2 else range(L.wlo, L.whi)   # (2: q8.DW)
+    return range(len(L.ge)) if L.k == _DW else range(L.wlo, L.whi)
