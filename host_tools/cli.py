@@ -319,6 +319,7 @@ def cmd_board(a):
     def stop(*_):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)     # `kill`, or a script's SIGINT-less background job
+    signal.signal(signal.SIGINT, stop)      # Ctrl-C, even where the shell started it ignoring it
     b = start(a.board, emulate=a.emulate, flash=a.flash, ulab=a.ulab)
     flash = a.flash or getattr(b, 'flash', None)
 

@@ -30,17 +30,63 @@ import os
 import numpy as np
 
 from .ir import Graph, ModelError, Operator, Tensor, OP_CODES
+from .onnx_rnn import RecurrentOps
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
 POS_IN_NHWC = (0, 3, 1, 2)       # NCHW axis a sits at NHWC axis POS_IN_NHWC[a]
+# A rank-3 activation [N, C, L] (Conv1d's) has the NHWC twin [N, 1, L, C]: a 1-D
+# convolution or pool runs as the 2-D one over a unit H axis.
+
+
+def _pos(r):
+    """IR axis of the NHWC twin where ONNX axis a of a rank-r (3 or 4) activation sits."""
+    return POS_IN_NHWC if r == 4 else (0, 3, 2)
+
+
+def _nhwc_shape(s):
+    s = list(s)
+    return [s[i] for i in NCHW_TO_NHWC] if len(s) == 4 else [s[0], 1, s[2], s[1]]
+
+
+def _to4(s):
+    """An ONNX [N, C, L] shape as the NCHW [N, C, 1, L] it is run as (rank 4 as is)."""
+    s = list(s)
+    return s if len(s) == 4 else [s[0], s[1], 1, s[2]]
+
+
+def _twin_list(vals, fill):
+    """Per-axis values of an ONNX rank-3/4 activation (begins, pads...) for its twin."""
+    out = [fill] * 4
+    for a, v in enumerate(vals):
+        out[_pos(len(vals))[a]] = v
+    return out
 
 SUPPORTED = sorted({
-    'Gemm', 'MatMul', 'Conv', 'BatchNormalization', 'Relu', 'Clip', 'Sigmoid', 'Tanh',
-    'HardSwish', 'LeakyRelu', 'Gelu', 'MaxPool', 'AveragePool', 'GlobalAveragePool',
-    'ReduceMean', 'Flatten', 'Reshape', 'Transpose', 'Squeeze', 'Unsqueeze', 'Add', 'Sub',
-    'Mul', 'Div', 'Pow', 'Sqrt', 'Erf (in GELU)', 'Concat', 'Split', 'Slice', 'Pad',
-    'Softmax', 'LayerNormalization', 'Identity', 'Dropout', 'Constant'})
+    'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
+    'Conv', 'Div', 'Dropout', 'Elu', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
+    'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
+    'MaxPool', 'Min', 'Mul', 'Neg', 'Pad', 'Pow', 'ReduceMax', 'ReduceMean',
+    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
+    'Slice', 'Softmax', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
+    'Unsqueeze', 'Upsample (nearest, integer scales)'})
+
+
+# ops refused with what to do instead (the device has no kernel they could be made of)
+ADVICE = {
+    'Softplus': 'it needs EXP and LOG, which the device has no kernels for: use ReLU, ELU '
+                'or SiLU (x * sigmoid(x)) in the model',
+    'Mish': 'it needs EXP and LOG (softplus), which the device has no kernels for: use '
+            'SiLU (x * sigmoid(x)) or GELU',
+    'Exp': 'the device has no EXP kernel', 'Log': 'the device has no LOG kernel',
+    'LogSoftmax': 'export the model without the final LogSoftmax (return the logits) and '
+                  'train with --loss scce --from-logits (the same loss)',
+    'ConvTranspose': 'the device has no transposed convolution: upsample with '
+                     "nn.Upsample(scale_factor=k, mode='nearest') and a Conv2d",
+    'PRelu': 'use LeakyReLU (a fixed slope) or ReLU',
+    'Softsign': 'write it as x / (1 + x.abs())',
+}
 
 
 def _onnx():
@@ -59,7 +105,8 @@ def is_onnx(path) -> bool:
 # --------------------------------------------------------------------------- weight steps
 # An IR constant is an initializer put through steps, each invertible:
 # ('R', from_shape, to_shape), ('T', perm), ('cols', src) (IR[:, j] = W[:, src[j]]),
-# ('scale', a).
+# ('scale', a), and first of all ('part', lo, hi): elements lo:hi of the flattened
+# initializer (an RNN's W/R bias halves; export writes the part back into the whole).
 
 def apply_steps(a, steps):
     a = np.asarray(a, np.float64)
@@ -72,6 +119,8 @@ def apply_steps(a, steps):
             a = a[:, s[1]]
         elif s[0] == 'scale':
             a = a * s[1]
+        elif s[0] == 'part':
+            a = a.reshape(-1)[s[1]:s[2]]
     return a
 
 
@@ -187,7 +236,7 @@ def _fold(node, vals, a):
 
 # --------------------------------------------------------------------------- reader
 
-class _Reader:
+class _Reader(RecurrentOps):
     def __init__(self, path, model):
         self.path = os.fspath(path)
         self.model = model
@@ -199,6 +248,9 @@ class _Reader:
         self.plain: dict[str, int] = {}              # activation -> IR tensor, ONNX layout
         self.nhwc: dict[str, int] = {}               # rank-4 activation -> IR tensor, NHWC
         self.colperm: dict[str, int] = {}            # flattened NHWC map -> (IR tensor, src)
+        self.seq: dict[str, tuple] = {}              # an RNN's Y -> (IR tensor per step, time axis)
+        self.reshaped: dict[str, tuple] = {}         # constant -> (initializer, steps): a
+        #                                              reshape of it folded (export maps back)
         self.origin: dict[str, tuple] = {}
         self.consumers: dict[str, list] = {}
         self.names: set = set()
@@ -231,9 +283,19 @@ class _Reader:
         """An IR constant of value (made from initializer init by steps, for export)."""
         v = np.asarray(value, dtype=dtype)
         k = self.tensor(name, v.shape, v)
+        if init is None and name in self.reshaped:      # e.g. Unsqueeze(gn.weight)
+            init, pre = self.reshaped[name]
+            steps = pre + list(steps)
         if init is not None:
             self.origin[self.tensors[k].name] = ('plain', init, list(steps))
+        elif name in self.const and name not in self.inits and v.dtype.kind == 'f':
+            self.origin[self.tensors[k].name] = ('computed', name)
         return k
+
+    def init_const(self, name, v, steps):
+        """An IR constant made from ONNX constant v by weight steps (mapped back on export)."""
+        return self.const_tensor(name, apply_steps(self.const[v], steps),
+                                 v if v in self.inits else None, steps)
 
     def emit(self, name, inputs, outputs, **options):
         op = Operator(len(self.ops), OP_CODES[name], name, list(inputs), list(outputs),
@@ -253,23 +315,46 @@ class _Reader:
         """IR tensor of activation v in layout 'plain' (ONNX's), 'nhwc', or 'any'."""
         if v in self.colperm:
             self.err(f'{v!r} is a flattened NHWC map that only a Gemm/MatMul can read here')
+        if v in self.seq and v not in self.plain:
+            self._seq_materialize(v)
         if layout == 'any':
             layout = 'nhwc' if v in self.nhwc else 'plain'
         if layout == 'plain':
             if v not in self.plain:
                 src = self.nhwc[v]
-                out = self.tensor(v, self.oshape(v))
-                self.emit('TRANSPOSE', [src, self.perm_const(v, NHWC_TO_NCHW)], [out])
+                s = self.oshape(v)
+                out = self.tensor(v, s)
+                if len(s) == 3:         # [N, 1, L, C] -> [N, L, C] -> [N, C, L]
+                    src = self.reshape_to(src, [s[0], s[2], s[1]], v + '/nlc')
+                    self.emit('TRANSPOSE', [src, self.perm_const(v, (0, 2, 1))], [out])
+                else:
+                    self.emit('TRANSPOSE', [src, self.perm_const(v, NHWC_TO_NCHW)], [out])
                 self.plain[v] = out
             return self.plain[v]
         if v not in self.nhwc:
             s = self.oshape(v)
-            if len(s) != 4:
-                self.err(f'{v!r} has shape {s}; this op needs a 4-D NCHW tensor')
-            out = self.tensor(v + '/nhwc', [s[i] for i in NCHW_TO_NHWC])
-            self.emit('TRANSPOSE', [self.plain[v], self.perm_const(v, NCHW_TO_NHWC)], [out])
+            if len(s) not in (3, 4):
+                self.err(f'{v!r} has shape {s}; this op needs a 4-D NCHW (or 3-D NCL) tensor')
+            out = self.tensor(v + '/nhwc', _nhwc_shape(s))
+            if len(s) == 3:             # [N, C, L] -> [N, L, C] -> [N, 1, L, C]
+                t = self.tensor(v + '/nlc', [s[0], s[2], s[1]])
+                self.emit('TRANSPOSE', [self.plain[v], self.perm_const(v, (0, 2, 1))], [t])
+                self.reshape_to(t, _nhwc_shape(s), out=out)
+            else:
+                self.emit('TRANSPOSE', [self.plain[v], self.perm_const(v, NCHW_TO_NHWC)],
+                          [out])
             self.nhwc[v] = out
         return self.nhwc[v]
+
+    def reshape_to(self, x, shape, name=None, out=None):
+        """A RESHAPE of IR tensor x to shape (into out, or a new tensor); returns it."""
+        shape = [int(n) for n in shape]
+        if out is None:
+            out = self.tensor(name or self.tensors[x].name + '/r', shape)
+        k = self.tensor(self.tensors[out].name + '/shape', [len(shape)],
+                        np.array(shape, np.int32))
+        self.emit('RESHAPE', [x, k], [out], new_shape=shape)
+        return out
 
     def perm_const(self, v, perm):
         return self.tensor(v + '/perm', [len(perm)], np.array(perm, np.int32))
@@ -279,7 +364,7 @@ class _Reader:
         s = list(shape if shape is not None else self.oshape(v))
         self.shape.setdefault(v, s)
         if layout == 'nhwc':
-            k = self.tensor(v + '/nhwc', [s[i] for i in NCHW_TO_NHWC])
+            k = self.tensor(v + '/nhwc', _nhwc_shape(s))
             self.nhwc[v] = k
         else:
             k = self.tensor(v, s)
@@ -287,7 +372,7 @@ class _Reader:
         return k
 
     def alias(self, dst, src):
-        for m in (self.plain, self.nhwc, self.colperm, self.const):
+        for m in (self.plain, self.nhwc, self.colperm, self.const, self.seq):
             if src in m:
                 m[dst] = m[src]
         if src in self.shape:
@@ -381,9 +466,19 @@ class _Reader:
             if r is None:
                 self.err('cannot fold this op on constants')
             self.const[node.output[0]] = np.asarray(r)
+            src = ins[0] if ins else None
+            if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity') and \
+                    (src in self.inits or src in self.reshaped):
+                init, pre = (src, []) if src in self.inits else self.reshaped[src]
+                self.reshaped[node.output[0]] = (init, pre + [
+                    ('R', list(np.shape(self.const[src])), list(np.shape(r)))])
+            return
+        if ins and ins[0] in self.seq and ins[0] not in self.plain and self._seq_op(node, ins, a):
             return
         h = getattr(self, 'op_' + t, None)
         if h is None:
+            if t in ADVICE:
+                self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}')
             self.err(f'utrain cannot read ONNX op {t}; supported: {", ".join(SUPPORTED)}')
         h(node, ins, a, i)
 
@@ -415,6 +510,86 @@ class _Reader:
     def op_Sqrt(self, node, ins, a, i):
         self._unary('SQRT', node, ins)
 
+    def op_Elu(self, node, ins, a, i):
+        alpha = float(a.get('alpha', 1.0))
+        if alpha != 1.0:
+            self.err(f'alpha {alpha}: utrain\'s ELU has alpha 1 (nn.ELU() / F.elu default)')
+        self._unary('ELU', node, ins)
+
+    def _ir(self, name, xs, out, shape=None, **opts):
+        """One op on IR tensors; out: an IR tensor or a name for a new one (shape of xs[0])."""
+        if isinstance(out, str):
+            out = self.tensor(out, shape or self.tensors[xs[0]].shape)
+        if name in ('ADD', 'SUB', 'MUL', 'DIV', 'FULLY_CONNECTED', 'CONCATENATION',
+                    'MAX_POOL_2D'):
+            opts.setdefault('fused_activation_function', 'NONE')
+        self.emit(name, xs, [out], **opts)
+        return out
+
+    def _scalar(self, base, value):
+        return self.tensor(base, [], np.array(value, np.float32))   # one element: frozen
+
+    def _unary_chain(self, node, ins, build):
+        """An activation written with the device's ops: build(x, y_out, base) emits them."""
+        v = ins[0]
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        build(x, self.out(node.output[0], lay, self.oshape(v)), node.output[0])
+
+    def op_HardSigmoid(self, node, ins, a, i):
+        """max(0, min(1, alpha x + beta)) = RELU6(6 alpha x + 6 beta) / 6."""
+        al, be = float(a.get('alpha', 0.2)), float(a.get('beta', 0.5))
+
+        def build(x, y, b):
+            if abs(6 * al - 1) > 1e-7:
+                x = self._ir('MUL', [x, self._scalar(b + '/6alpha', 6 * al)], b + '/ax')
+            x = self._ir('ADD', [x, self._scalar(b + '/6beta', 6 * be)], b + '/axb')
+            r6 = self._ir('RELU6', [x], b + '/relu6')
+            self._ir('MUL', [r6, self._scalar(b + '/sixth', 1 / 6)], y)
+        self._unary_chain(node, ins, build)
+
+    def op_Neg(self, node, ins, a, i):
+        self._unary_chain(node, ins, lambda x, y, b: self._ir(
+            'MUL', [x, self._scalar(b + '/minus_one', -1.0)], y))
+
+    def op_Abs(self, node, ins, a, i):
+        """|x| = RELU(x) + RELU(-x)."""
+        def build(x, y, b):
+            n = self._ir('MUL', [x, self._scalar(b + '/minus_one', -1.0)], b + '/neg')
+            p = self._ir('RELU', [x], b + '/pos')
+            self._ir('ADD', [p, self._ir('RELU', [n], b + '/negpart')], y)
+        self._unary_chain(node, ins, build)
+
+    def _maxmin(self, node, ins, is_max):
+        """max(a, b) = RELU(a - b) + b, min(a, b) = a - RELU(a - b): two activations or
+        an activation and a scalar (clamp); a tensor constant would train as a bias."""
+        if len(ins) != 2:
+            self.err(f'{len(ins)} operands: utrain takes the {node.op_type} of two')
+        for v in ins:
+            c = np.asarray(self.const.get(v, 0.0)).reshape(-1)
+            if v in self.const and np.any(c != c[0]):
+                self.err(f'{node.op_type} with a constant tensor {v!r}: utrain takes two '
+                         'activations or an activation and a scalar (torch.clamp)')
+        acts = [v for v in ins if v not in self.const]
+        s = self.oshape(node.output[0]) if node.output[0] in self.shape else \
+            list(np.broadcast_shapes(*[tuple(self.oshape(v)) for v in acts]))
+        lay = 'nhwc' if len(s) in (3, 4) and any(v in self.nhwc for v in acts) and \
+            all(len(self.oshape(v)) == len(s) for v in acts) else 'plain'
+        xs = [self._scalar(f'{node.output[0]}/k{j}', float(np.asarray(self.const[v]).flat[0]))
+              if v in self.const else self.get(v, lay) for j, v in enumerate(ins)]
+        b = node.output[0]
+        ish = _nhwc_shape(s) if lay == 'nhwc' else s
+        d = self._ir('SUB', xs, b + '/difference', ish)
+        r = self._ir('RELU', [d], b + '/relu', ish)
+        y = self.out(b, lay, s)
+        self._ir('ADD', [r, xs[1]], y) if is_max else self._ir('SUB', [xs[0], r], y)
+
+    def op_Max(self, node, ins, a, i):
+        self._maxmin(node, ins, True)
+
+    def op_Min(self, node, ins, a, i):
+        self._maxmin(node, ins, False)
+
     def op_LeakyRelu(self, node, ins, a, i):
         self._unary('LEAKY_RELU', node, ins, alpha=float(a.get('alpha', 0.01)))
 
@@ -430,9 +605,21 @@ class _Reader:
         lo = -np.inf if lo is None else float(lo)
         hi = np.inf if hi is None else float(hi)
         name = {(0.0, 6.0): 'RELU6', (-1.0, 1.0): 'RELU_N1_TO_1', (0.0, np.inf): 'RELU'}.get((lo, hi))
-        if name is None:
-            self.err(f'Clip to [{lo}, {hi}]: utrain has [0, 6], [-1, 1] and [0, inf) only')
-        self._unary(name, node, ins)
+        if name is not None:
+            return self._unary(name, node, ins)
+        if lo > hi:
+            self.err(f'Clip to [{lo}, {hi}]: an empty range')
+
+        def build(x, y, b):         # max(x, lo) = RELU(x - lo) + lo; min(x, hi) = x - RELU(x - hi)
+            if lo > -np.inf:
+                d = self._ir('SUB', [x, self._scalar(b + '/lo', lo)], b + '/minus_lo')
+                r = self._ir('RELU', [d], b + '/above_lo')
+                x = self._ir('ADD', [r, self._scalar(b + '/lo_', lo)],
+                             b + '/max_lo' if hi < np.inf else y)
+            if hi < np.inf:
+                d = self._ir('SUB', [x, self._scalar(b + '/hi', hi)], b + '/minus_hi')
+                self._ir('SUB', [x, self._ir('RELU', [d], b + '/above_hi')], y)
+        self._unary_chain(node, ins, build)
 
     def op_Pow(self, node, ins, a, i):
         e = np.asarray(self.cval(ins[1], 'the exponent')).reshape(-1)
@@ -526,8 +713,8 @@ class _Reader:
                                        else self.const[v].shape for v in ins]))
         r = len(out_shape)
         lay = 'plain'
-        if r == 4 and any(v in self.nhwc for v in acts) and \
-                all(len(self.oshape(v)) == 4 for v in acts):
+        if r in (3, 4) and any(v in self.nhwc for v in acts) and \
+                all(len(self.oshape(v)) == r for v in acts):
             lay = 'nhwc'
         xs = []
         for v in ins:
@@ -537,7 +724,7 @@ class _Reader:
                     c = c.astype(np.float32)
                 steps = []
                 if lay == 'nhwc':
-                    s4 = [1] * (4 - c.ndim) + list(c.shape)
+                    s4 = _to4([1] * (r - c.ndim) + list(c.shape))
                     steps = [('R', list(c.shape), s4), ('T', NCHW_TO_NHWC)]
                     c4 = c.reshape(s4).transpose(NCHW_TO_NHWC)
                     keep = list(c4.shape)
@@ -665,12 +852,31 @@ class _Reader:
             self.err(f'pads {list(pads)} give an output TFLite cannot compute')
         return y, 'VALID'
 
+    def _as2d(self, a, rank):
+        """A 1-D conv's or pool's attributes (rank-3 input) as the 2-D op's over H = 1."""
+        if rank != 3:
+            return a
+        a = dict(a)
+        for k, one in (('kernel_shape', 1), ('strides', 1), ('dilations', 1)):
+            if k in a:
+                a[k] = [one] + list(a[k])
+        if 'pads' in a:
+            a['pads'] = [0, a['pads'][0], 0, a['pads'][1]]
+        return a
+
     def op_Conv(self, node, ins, a, i):
         if ins[1] not in self.const:
             self.err('the weight must be a constant (an initializer)')
         Wt = self.const[ins[1]]
+        r = len(self.oshape(ins[0]))
+        pre = []
+        if Wt.ndim == 3 and r == 3:       # Conv1d: [O, I, K] -> [O, I, 1, K]
+            pre = [('R', list(Wt.shape), [Wt.shape[0], Wt.shape[1], 1, Wt.shape[2]])]
+            Wt = Wt.reshape(pre[0][2])
+            a = self._as2d(a, 3)
         if Wt.ndim != 4:
-            self.err(f'weight of shape {list(Wt.shape)}: utrain runs 2-D convolutions only')
+            self.err(f'weight of shape {list(Wt.shape)}: utrain runs 1-D and 2-D '
+                     'convolutions only')
         x = self.get(ins[0], 'nhwc')
         _, H, W, C = self.tensors[x].shape
         O, IG, kh, kw = Wt.shape
@@ -679,7 +885,7 @@ class _Reader:
         dh, dw = (list(a.get('dilations', [1, 1])) + [1, 1])[:2]
         pads = self._pads(a, H, W, kh, kw, sh, sw, dh, dw)
         OH, OW = _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, False)
-        self.shape[node.output[0]] = [1, O, OH, OW]
+        self.shape[node.output[0]] = [1, O, OH, OW] if r == 4 else [1, O, OW]
         x, pad = self._padding(x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW)
         opts = dict(padding=pad, stride_h=sh, stride_w=sw, dilation_h_factor=dh,
                     dilation_w_factor=dw, fused_activation_function='NONE')
@@ -692,7 +898,7 @@ class _Reader:
             self.err(f'group {grp} with {C} input channels: utrain runs group 1 and '
                      'depthwise (group = channels) convolutions')
         wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
-                               ins[1] if ins[1] in self.inits else None, steps)
+                               ins[1] if ins[1] in self.inits else None, pre + steps)
         bk = -1
         if len(ins) > 2 and ins[2]:
             bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
@@ -700,6 +906,8 @@ class _Reader:
         self.emit(name, [x, wk, bk], [self.out(node.output[0], 'nhwc')], **opts)
 
     def _pool(self, node, ins, a, name):
+        r = len(self.oshape(ins[0]))
+        a = self._as2d(a, r)
         x = self.get(ins[0], 'nhwc')
         _, H, W, C = self.tensors[x].shape
         kh, kw = a['kernel_shape']
@@ -708,7 +916,7 @@ class _Reader:
             self.err('dilated pooling is not supported')
         pads = self._pads(a, H, W, kh, kw, sh, sw, 1, 1)
         OH, OW = _out_size(H, W, kh, kw, sh, sw, 1, 1, pads, a.get('ceil_mode', 0))
-        self.shape[node.output[0]] = [1, C, OH, OW]
+        self.shape[node.output[0]] = [1, C, OH, OW] if r == 4 else [1, C, OW]
         # a max pool ignores padding, TFLite's SAME average pool counts valid inputs
         # only; ONNX's count_include_pad counts the zeros: a PAD in front
         zeros = name == 'AVERAGE_POOL_2D' and bool(a.get('count_include_pad', 0)) and any(pads)
@@ -732,11 +940,13 @@ class _Reader:
         s = self.oshape(v)
         r = len(s)
         axes = sorted({int(x) % r for x in axes})
-        lay = 'nhwc' if (v in self.nhwc and r == 4) else 'plain'
+        lay = 'nhwc' if (v in self.nhwc and r in (3, 4)) else 'plain'
         if lay == 'nhwc':
-            iaxes = sorted(POS_IN_NHWC[x] for x in axes)
+            iaxes = sorted(_pos(r)[x] for x in axes)
             if not keep:
-                rest = [POS_IN_NHWC[d] for d in range(4) if d not in axes]
+                if r == 3:              # the twin's unit H axis goes too
+                    iaxes = sorted(set(iaxes) | {1})
+                rest = [_pos(r)[d] for d in range(r) if d not in axes]
                 if rest != sorted(rest):
                     lay = 'plain'
         if lay == 'plain':
@@ -757,11 +967,12 @@ class _Reader:
             self.plain[out] = y
 
     def op_GlobalAveragePool(self, node, ins, a, i):
-        if len(self.oshape(ins[0])) != 4:
-            self.err('GlobalAveragePool of a non-4-D tensor')
+        r = len(self.oshape(ins[0]))
+        if r not in (3, 4):
+            self.err('GlobalAveragePool of a tensor not 3-D or 4-D')
         if ins[0] not in self.nhwc:
             self.get(ins[0], 'nhwc')
-        self._mean(ins[0], [2, 3], True, node.output[0])
+        self._mean(ins[0], list(range(2, r)), True, node.output[0])
 
     def op_ReduceMean(self, node, ins, a, i):
         axes = a.get('axes')
@@ -770,6 +981,77 @@ class _Reader:
         if axes is None:
             axes = list(range(len(self.oshape(ins[0]))))
         self._mean(ins[0], axes, a.get('keepdims', 1), node.output[0])
+
+    def op_ReduceSum(self, node, ins, a, i):
+        """A MEAN times the number of elements it averages (a scalar: frozen)."""
+        s = self.oshape(ins[0])
+        axes = self._axes(ins, a)
+        if not axes:
+            if a.get('noop_with_empty_axes', 0):
+                return self.alias(node.output[0], ins[0])
+            axes = list(range(len(s)))
+        tmp = node.output[0] + '/mean'
+        self._mean(ins[0], axes, a.get('keepdims', 1), tmp)
+        n = int(np.prod([s[x % len(s)] for x in set(axes)]))
+        lay = 'nhwc' if tmp in self.nhwc else 'plain'
+        x = self.get(tmp, lay)
+        self._ir('MUL', [x, self._scalar(tmp + '/count', float(n))],
+                 self.out(node.output[0], lay, self.oshape(tmp)))
+
+    def op_ReduceMax(self, node, ins, a, i):
+        """A max over a run of axes (a global max pool: torch.amax over H, W or over time)
+        -> MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it elsewhere)."""
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        axes = self._axes(ins, a)
+        axes = sorted({x % r for x in axes}) if axes else list(range(r))
+        keep = a.get('keepdims', 1)
+        lay = 'nhwc' if r in (3, 4) and (v in self.nhwc or 1 not in axes) else 'plain'
+        x = self.get(v, lay)
+        ish = list(self.tensors[x].shape)
+        iax = sorted({_pos(r)[d] for d in axes}) if lay == 'nhwc' else axes
+        if iax != list(range(iax[0], iax[-1] + 1)):
+            self.err(f'max over axes {axes} of {s}: utrain takes the max over one run of '
+                     'axes (a max pool)')
+        o = node.output[0]
+        if lay == 'nhwc' and iax == [1, 2]:
+            kh, kw, src, P = ish[1], ish[2], x, 1
+        else:                       # [P, R, Q] as a [1, P, R, Q] map, pooled over R
+            P, R = int(np.prod(ish[:iax[0]])), int(np.prod([ish[d] for d in iax]))
+            Q = int(np.prod(ish[iax[-1] + 1:]))
+            kh, kw, src = 1, R, self.reshape_to(x, [1, P, R, Q], o + '/as_nhwc')
+        C = self.tensors[src].shape[3]
+        pooled = self._ir('MAX_POOL_2D', [src], o + '/pooled', [1, P, 1, C], padding='VALID',
+                          stride_h=1, stride_w=1, filter_height=kh, filter_width=kw)
+        out = [1 if d in axes else n for d, n in enumerate(s)] if keep else \
+            [n for d, n in enumerate(s) if d not in axes]
+        if lay == 'nhwc' and keep and iax == [1, 2]:
+            self.nhwc[o], self.shape[o] = pooled, out
+        else:
+            self.reshape_to(pooled, out, out=self.out(o, 'plain', out))
+
+    def op_GlobalMaxPool(self, node, ins, a, i):
+        r = len(self.oshape(ins[0]))
+        a = dict(a, axes=list(range(2, r)), keepdims=1)
+        self.get(ins[0], 'nhwc')
+        self.op_ReduceMax(node, ins[:1], a, i)
+
+    def op_Expand(self, node, ins, a, i):
+        """Broadcast of an activation to a constant shape: copies concatenated along each
+        axis it grows (their gradients sum into it)."""
+        v = ins[0]
+        s = self.oshape(v)
+        want = [int(n) for n in np.asarray(self.cval(ins[1], 'the shape')).reshape(-1)]
+        out = list(np.broadcast_shapes(tuple(s), tuple(want)))
+        s1 = [1] * (len(out) - len(s)) + list(s)
+        x = self.get(v, 'plain')
+        if s1 != s:
+            x = self.reshape_to(x, s1, node.output[0] + '/ranked')
+        for d, (n, m) in enumerate(zip(s1, out)):
+            if n != m:
+                x = self.repeat(x, d, m)
+        self.plain[node.output[0]], self.shape[node.output[0]] = x, out
 
     def op_BatchNormalization(self, node, ins, a, i):
         if a.get('training_mode', 0) or (len(node.output) > 1 and any(node.output[1:])):
@@ -782,7 +1064,7 @@ class _Reader:
         b = B - mean * s
         v = ins[0]
         r = len(self.oshape(v))
-        if r == 4:
+        if r == 4 or (r == 3 and v in self.nhwc):
             lay, cshape = 'nhwc', [len(s)]
         elif r == 2:
             lay, cshape = 'plain', [len(s)]
@@ -803,6 +1085,45 @@ class _Reader:
         self.emit('ADD', [mid, bk], [self.out(node.output[0], lay, self.oshape(v))],
                   fused_activation_function='NONE')
 
+    def _normalized(self, x, axes, n, eps):
+        """(x - mean) / sqrt(var + eps) over IR axes of x as tico writes LayerNorm: MEAN,
+        SUB, MUL, MEAN, ADD eps, RSQRT, MUL."""
+        s = list(self.tensors[x].shape)
+        red = [1 if d in axes else k for d, k in enumerate(s)]
+        ax = lambda: self.tensor(n + '/axes', [len(axes)], np.array(axes, np.int32))  # noqa: E731
+        m = self._ir('MEAN', [x, ax()], n + '/mean', red, keep_dims=True)
+        d = self._ir('SUB', [x, m], n + '/centered', s)
+        var = self._ir('MEAN', [self._ir('MUL', [d, d], n + '/squared'), ax()], n + '/var', red,
+                       keep_dims=True)
+        ve = self._ir('ADD', [var, self._scalar(n + '/eps', eps)], n + '/var_eps')
+        return self._ir('MUL', [d, self._ir('RSQRT', [ve], n + '/rstd')], n + '/normalized', s)
+
+    def op_InstanceNormalization(self, node, ins, a, i):
+        """Per sample and channel over the spatial axes (nn.InstanceNorm1d/2d; GroupNorm
+        exports as one over [N, groups, -1]): tico's LayerNorm ops over those axes, then
+        the per-channel scale and bias (trainable; left out where they are constant ones
+        and zeros that are not initializers, as GroupNorm's export writes them)."""
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        if r < 3:
+            self.err(f'input of shape {s}: InstanceNormalization needs [N, C, spatial...]')
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        n = node.output[0]
+        cur = self._normalized(x, [1, 2] if lay == 'nhwc' else list(range(2, r)), n,
+                               float(a.get('epsilon', 1e-5)))
+        cshape = [s[1]] if lay == 'nhwc' else [s[1]] + [1] * (r - 2)
+        for k, name, unit in ((ins[1], 'MUL', 1.0), (ins[2], 'ADD', 0.0)):
+            c = np.asarray(self.cval(k, 'the scale and bias'), np.float32)
+            if k not in self.inits and np.all(c == unit):
+                continue
+            ck = self.const_tensor(k, c.reshape(cshape), k if k in self.inits else None,
+                                   [('R', list(c.shape), cshape)])
+            cur = self._ir(name, [cur, ck], f'{n}/{name.lower()}')
+        self.shape[n] = list(s)
+        (self.nhwc if lay == 'nhwc' else self.plain)[n] = cur
+
     def op_LayerNormalization(self, node, ins, a, i):
         v = ins[0]
         s = self.oshape(v)
@@ -814,24 +1135,7 @@ class _Reader:
         eps = float(a.get('epsilon', 1e-5))
         x = self.get(v, 'plain')
         n = node.output[0]
-        red = s[:-1] + [1]
-        ax = lambda: self.tensor(n + '/axes', [1], np.array([len(s) - 1], np.int32))  # noqa: E731
-        m = self.tensor(n + '/mean', red)
-        self.emit('MEAN', [x, ax()], [m], keep_dims=True)
-        d = self.tensor(n + '/centered', s)
-        self.emit('SUB', [x, m], [d], fused_activation_function='NONE')
-        sq = self.tensor(n + '/squared', s)
-        self.emit('MUL', [d, d], [sq], fused_activation_function='NONE')
-        var = self.tensor(n + '/var', red)
-        self.emit('MEAN', [sq, ax()], [var], keep_dims=True)
-        ve = self.tensor(n + '/var_eps', red)
-        self.emit('ADD', [var, self.tensor(n + '/eps', [], np.array(eps, np.float32))], [ve],
-                  fused_activation_function='NONE')
-        rs = self.tensor(n + '/rstd', red)
-        self.emit('RSQRT', [ve], [rs])
-        nz = self.tensor(n + '/normalized', s)
-        self.emit('MUL', [d, rs], [nz], fused_activation_function='NONE')
-        cur = nz
+        cur = self._normalized(x, [len(s) - 1], n, eps)
         sc = np.asarray(self.cval(ins[1], 'the scale'))
         last = [len(ins) > 2 and bool(ins[2])]
         sk = self.const_tensor(ins[1], sc.reshape(-1),
@@ -852,7 +1156,7 @@ class _Reader:
         opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
                     default=13)
         axis = int(a.get('axis', -1 if opset >= 13 else 1)) % len(s)
-        if len(s) == 4 and axis == 1:
+        if axis == 1 and (len(s) == 4 or (len(s) == 3 and v in self.nhwc)):
             x = self.get(v, 'nhwc')
             self.emit('SOFTMAX', [x], [self.out(node.output[0], 'nhwc', s)], beta=1.0)
             return
@@ -866,8 +1170,8 @@ class _Reader:
     def _reshape(self, v, out_shape, out, node_out_consumers_fc=False):
         s = self.oshape(v)
         self.shape[out] = list(out_shape)
-        if v in self.nhwc and v not in self.plain and len(s) == 4:
-            n, c, h, w = s
+        if v in self.nhwc and v not in self.plain and len(s) in (3, 4):
+            n, c, h, w = _to4(s)
             if c == 1 or h * w == 1:                     # same order in both layouts
                 x = self.nhwc[v]
             elif node_out_consumers_fc and len(out_shape) == 2 and out_shape[0] == 1:
@@ -932,9 +1236,13 @@ class _Reader:
         p = list(a.get('perm', list(range(len(s)))[::-1]))
         out_shape = [s[d] for d in p]
         if v in self.nhwc and v not in self.plain:
-            q = [POS_IN_NHWC[d] for d in p]
             x = self.nhwc[v]
-            if q == [0, 1, 2, 3]:
+            if len(s) == 3:             # the twin [N, 1, L, C] is [N, L, C] reshaped
+                x = self.reshape_to(x, [s[0], s[2], s[1]], v + '/nlc')
+                q = [(0, 2, 1)[d] for d in p]
+            else:
+                q = [POS_IN_NHWC[d] for d in p]
+            if q == list(range(len(s))):       # x.permute(0, 2, 1) of a Conv1d's map
                 self.plain[node.output[0]] = x
                 self.shape[node.output[0]] = out_shape
                 return
@@ -945,11 +1253,40 @@ class _Reader:
             self.nhwc[node.output[0]] = self.get(v, 'plain')    # twin is the input
             self.shape[node.output[0]] = out_shape
             return
-        self.emit('TRANSPOSE', [self.get(v, 'plain'), self.perm_const(v, p)],
-                  [self.out(node.output[0], 'plain', out_shape)])
+        x = self.get(v, 'plain')
+        y = self.out(node.output[0], 'plain', out_shape)
+        if len(s) > 4:
+            return self._transpose_compact(x, s, p, y)
+        self.emit('TRANSPOSE', [x, self.perm_const(v, p)], [y])
+
+    def _transpose_compact(self, x, s, p, y):
+        """A transpose of more than 4 axes (a channel shuffle's view(n, g, c/g, h, w)
+        .transpose(1, 2)) without its size-1 axes and with the axes that stay together
+        merged: RESHAPE, a TRANSPOSE of at most 4 axes, RESHAPE."""
+        keep = [d for d in range(len(s)) if s[d] != 1]
+        groups = []
+        for d in (d for d in p if s[d] != 1):
+            if groups and keep.index(d) == keep.index(groups[-1][-1]) + 1:
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        order = sorted(range(len(groups)), key=lambda j: groups[j][0])
+        if len(groups) > 4:
+            self.err(f'a transpose of {s} by {p} moves more than 4 axes; utrain transposes '
+                     'up to 4')
+        if len(groups) < 2:
+            self.reshape_to(x, self.tensors[y].shape, out=y)
+            return
+        red = [int(np.prod([s[d] for d in groups[j]])) for j in order]
+        xr = self.reshape_to(x, red, self.tensors[x].name + '/grouped')
+        q = [order.index(j) for j in range(len(groups))]
+        t = self.tensor(self.tensors[y].name + '/moved', [red[k] for k in q])
+        self.emit('TRANSPOSE', [xr, self.perm_const(self.tensors[y].name, q)], [t])
+        self.reshape_to(t, self.tensors[y].shape, out=y)
 
     def _layout_for(self, vs):
-        return 'nhwc' if all(len(self.oshape(v)) == 4 for v in vs) and \
+        r = len(self.oshape(vs[0]))
+        return 'nhwc' if r in (3, 4) and all(len(self.oshape(v)) == r for v in vs) and \
             any(v in self.nhwc for v in vs) else 'plain'
 
     def op_Concat(self, node, ins, a, i):
@@ -960,7 +1297,7 @@ class _Reader:
         r = len(self.oshape(vs[0]))
         axis = int(a['axis']) % r
         if lay == 'nhwc':
-            axis = POS_IN_NHWC[axis]
+            axis = _pos(r)[axis]
         xs = [self.get(v, lay) for v in vs]
         oshape = list(self.oshape(vs[0]))
         oshape[int(a['axis']) % r] = sum(self.oshape(v)[int(a['axis']) % r] for v in vs)
@@ -980,9 +1317,9 @@ class _Reader:
             n = len(node.output)
             sizes = [-(-s[axis] // n)] * n
             sizes[-1] = s[axis] - sum(sizes[:-1])
-        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         x = self.get(v, lay)
-        iax = POS_IN_NHWC[axis] if lay == 'nhwc' else axis
+        iax = _pos(r)[axis] if lay == 'nhwc' else axis
         outs = []
         for o, n in zip(node.output, sizes):
             os_ = list(s)
@@ -992,9 +1329,8 @@ class _Reader:
         axk = self.tensor(node.output[0] + '/split_axis', [], np.array(iax, np.int32))
         self.emit('SPLIT_V', [x, sz, axk], outs, num_splits=len(sizes))
 
-    def op_Slice(self, node, ins, a, i):
-        v = ins[0]
-        s = self.oshape(v)
+    def _slice_args(self, ins, a, s):
+        """(begin, end, stride) per axis of a Slice node on a value of shape s."""
         r = len(s)
         if len(ins) >= 3:
             st = [int(x) for x in self.cval(ins[1], 'starts')]
@@ -1015,14 +1351,140 @@ class _Reader:
             b = min(max(b + n if b < 0 else b, 0), n)
             e = min(max(e + n if e < 0 else e, 0), n)
             begin[d], end[d], stride[d] = b, e, k
+        return begin, end, stride
+
+    def op_Slice(self, node, ins, a, i):
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        begin, end, stride = self._slice_args(ins, a, s)
         out_shape = [max(0, -(-(e - b) // k)) for b, e, k in zip(begin, end, stride)]
-        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         if lay == 'nhwc':
-            begin, end, stride = ([z[d] for d in NCHW_TO_NHWC] for z in (begin, end, stride))
+            begin, end, stride = _twin_list(begin, 0), _twin_list(end, 1), _twin_list(stride, 1)
         x = self.get(v, lay)
-        ks = [self.tensor(node.output[0] + '/' + w, [r], np.array(z, np.int32))
+        ks = [self.tensor(node.output[0] + '/' + w, [len(z)], np.array(z, np.int32))
               for w, z in (('begin', begin), ('end', end), ('strides', stride))]
         self.emit('STRIDED_SLICE', [x] + ks, [self.out(node.output[0], lay, out_shape)])
+
+    def op_Gather(self, node, ins, a, i):
+        """Gather of an activation at constant indices (y[:, -1] of a sequence): a
+        STRIDED_SLICE per run of consecutive indices (one CONCATENATION of them for
+        others), a RESHAPE dropping the axis for a scalar index."""
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        axis = int(a.get('axis', 0)) % r
+        idx = np.asarray(self.cval(ins[1], 'the indices')).astype(np.int64)
+        if idx.ndim > 1:
+            self.err(f'indices of shape {list(idx.shape)}: utrain gathers a scalar or a list')
+        flat = [int(k) % s[axis] for k in idx.reshape(-1)]
+        runs = []
+        for k in flat:
+            if runs and runs[-1][1] == k:
+                runs[-1][1] = k + 1
+            else:
+                runs.append([k, k + 1])
+        x = self.get(v, 'plain')
+        base = node.output[0]
+        parts = []
+        for j, (b, e) in enumerate(runs):
+            begin, end = [0] * r, list(s)
+            begin[axis], end[axis] = b, e
+            ps = list(s)
+            ps[axis] = e - b
+            y = self.tensor(f'{base}/gather{j}', ps)
+            ks = [self.tensor(f'{base}/{w}{j}', [r], np.array(z, np.int32))
+                  for w, z in (('begin', begin), ('end', end), ('strides', [1] * r))]
+            self.emit('STRIDED_SLICE', [x] + ks, [y])
+            parts.append(y)
+        full = list(s)
+        full[axis] = len(flat)
+        if len(parts) > 1:
+            y = self.tensor(base + '/gathered', full)
+            self.emit('CONCATENATION', parts, [y], axis=axis, fused_activation_function='NONE')
+            parts = [y]
+        oshape = s[:axis] + list(idx.shape) + s[axis + 1:]
+        if oshape == full:
+            self.plain[node.output[0]] = parts[0]
+            self.shape[node.output[0]] = oshape
+        else:
+            self.reshape_to(parts[0], oshape, out=self.out(node.output[0], 'plain', oshape))
+
+    def repeat(self, x, axis, m):
+        """IR tensor x with each element repeated m times along axis (nearest upsampling):
+        a RESHAPE to [P, 1, Q], a CONCATENATION of m copies (their gradients sum into x,
+        as prepare's TILE rewrite does it), a RESHAPE back."""
+        sh = list(self.tensors[x].shape)
+        P, Q = int(np.prod(sh[:axis + 1])), int(np.prod(sh[axis + 1:]))
+        name = self.tensors[x].name
+        x3 = self.reshape_to(x, [P, 1, Q], f'{name}/rep{axis}')
+        y3 = self.tensor(f'{name}/rep{axis}x{m}', [P, m, Q])
+        self.emit('CONCATENATION', [x3] * m, [y3], axis=1, fused_activation_function='NONE')
+        sh[axis] *= m
+        return self.reshape_to(y3, sh, f'{name}/repeated{axis}')
+
+    def op_Resize(self, node, ins, a, i):
+        """Resize (and opset 7-9 Upsample) mode nearest by integer factors: each element
+        repeated along each scaled axis (nn.Upsample(scale_factor=k), F.interpolate with
+        an integer multiple of the size)."""
+        def txt(k, d):
+            u = a.get(k, d)
+            return u.decode() if isinstance(u, bytes) else u
+        v = ins[0]
+        s = self.oshape(v)
+        r = len(s)
+        mode = txt('mode', 'nearest')
+        scales = sizes = None
+        scales_v = a.get('scales')                          # Upsample opset 7-8
+        if node.op_type == 'Upsample' or len(ins) == 2:          # X, scales
+            scales = ins[1] if len(ins) > 1 and ins[1] else None
+        else:
+            scales = ins[2] if len(ins) > 2 and ins[2] else None
+            sizes = ins[3] if len(ins) > 3 and ins[3] else None
+        axes = list(a.get('axes', range(r)))
+        if sizes is not None:
+            want = [int(n) for n in np.asarray(self.cval(sizes, 'sizes')).reshape(-1)]
+            out = list(s)
+            for d, n in zip(axes, want):
+                out[d % r] = n
+            if txt('keep_aspect_ratio_policy', 'stretch') != 'stretch':
+                self.err('keep_aspect_ratio_policy other than stretch is not supported')
+        else:
+            if scales is None and scales_v is None:
+                self.err('neither scales nor sizes given')
+            sc = [float(f) for f in np.asarray(self.cval(scales, 'scales')).reshape(-1)] \
+                if scales is not None else [float(f) for f in scales_v]
+            out = list(s)
+            for d, f in zip(axes, sc):
+                out[d % r] = int(np.floor(s[d % r] * f + 1e-9))
+        mult = [o // n if o % n == 0 else 0 for o, n in zip(out, s)]
+        if min(mult) < 1:
+            self.err(f'resizing {s} to {out}: utrain resizes by integer factors only '
+                     '(nearest, e.g. nn.Upsample(scale_factor=2))')
+        if max(mult) > 1 and mode != 'nearest':
+            self.err(f"mode {mode}: utrain upsamples with mode 'nearest' (each value repeated) "
+                     "only; export the model with nn.Upsample(mode='nearest')")
+        ctm = txt('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
+                  else 'asymmetric')
+        nm = txt('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
+        for n, m in zip(s, mult):
+            if m > 1:
+                src = _nearest_src(n, n * m, ctm, nm)
+                if src is None or not np.array_equal(src, np.repeat(np.arange(n), m)):
+                    self.err(f'coordinate_transformation_mode {ctm} with nearest_mode {nm} '
+                             f'does not repeat each value {m} times; utrain upsamples by '
+                             'repeating (PyTorch nn.Upsample nearest exports so)')
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        for d, m in enumerate(mult):
+            if m > 1:
+                x = self.repeat(x, _pos(r)[d] if lay == 'nhwc' else d, m)
+        self.shape[node.output[0]] = out
+        (self.nhwc if lay == 'nhwc' else self.plain)[node.output[0]] = x
+
+    def op_Upsample(self, node, ins, a, i):
+        self.op_Resize(node, ins, a, i)
 
     def op_Pad(self, node, ins, a, i):
         mode = a.get('mode', b'constant')
@@ -1046,11 +1508,11 @@ class _Reader:
         if min(min(p) for p in pp) < 0:
             self.err('negative pads (crops) are not supported')
         out_shape = [n + p[0] + p[1] for n, p in zip(s, pp)]
-        lay = 'nhwc' if r == 4 and v in self.nhwc else 'plain'
+        lay = 'nhwc' if r in (3, 4) and v in self.nhwc else 'plain'
         if lay == 'nhwc':
-            pp = [pp[d] for d in NCHW_TO_NHWC]
+            pp = _twin_list(pp, [0, 0])
         x = self.get(v, lay)
-        pk = self.tensor(node.output[0] + '/paddings', [r, 2], np.array(pp, np.int32))
+        pk = self.tensor(node.output[0] + '/paddings', [len(pp), 2], np.array(pp, np.int32))
         self.emit('PAD', [x, pk], [self.out(node.output[0], lay, out_shape)])
 
 
@@ -1064,6 +1526,24 @@ def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
             o -= 1                  # the last window must start inside the input
         out.append(o)
     return out
+
+
+def _nearest_src(n, out, ctm, nm):
+    """Source index of each of out outputs of ONNX Resize mode nearest along an axis of n
+    (coordinate_transformation_mode ctm, nearest_mode nm), or None for a mode not known."""
+    x = np.arange(out, dtype=np.float64)
+    sc = out / n
+    f = {'half_pixel': lambda: (x + 0.5) / sc - 0.5,
+         'pytorch_half_pixel': lambda: (x + 0.5) / sc - 0.5 if out > 1 else 0 * x,
+         'align_corners': lambda: x * (n - 1) / (out - 1) if out > 1 else 0 * x,
+         'asymmetric': lambda: x / sc,
+         'tf_half_pixel_for_nn': lambda: (x + 0.5) / sc}.get(ctm)
+    r = {'round_prefer_floor': lambda u: np.where(u - np.floor(u) == 0.5, np.floor(u), np.round(u)),
+         'round_prefer_ceil': lambda u: np.where(u - np.floor(u) == 0.5, np.ceil(u), np.round(u)),
+         'floor': np.floor, 'ceil': np.ceil}.get(nm)
+    if f is None or r is None:
+        return None
+    return np.clip(r(f()), 0, n - 1).astype(np.int64)
 
 
 def _static_shape(vi, batch1=False):
@@ -1148,11 +1628,22 @@ def export_onnx(model_path, base, weights: dict, out_path) -> dict:
         if o is None:
             raise ModelError(model_path, f'trained tensor {name!r} comes from no initializer '
                              'of this ONNX model (was it prepared from this file?)')
+        if o[0] == 'computed':
+            raise ModelError(model_path, f'trained tensor {name!r} is {o[1]!r}, which the '
+                             'graph computes from initializers with constant nodes (e.g. '
+                             'torch.onnx.export(..., do_constant_folding=False)); export '
+                             'writes trained values into initializers only: export the '
+                             'model with constant folding (the default), then prepare it')
         if o[0] == 'plain':
             _, init, steps = o
             check(name, apply_steps(vals[init], steps).astype(np.float32))
-            new[init] = invert_steps(w.reshape(start[name].shape) if name in start else w,
-                                     steps)
+            w = w.reshape(start[name].shape) if name in start else w
+            if steps and steps[0][0] == 'part':
+                full = np.array(new.get(init, vals[init]), np.float64).reshape(-1)
+                full[steps[0][1]:steps[0][2]] = invert_steps(w, steps[1:]).reshape(-1)
+                new[init] = full.reshape(vals[init].shape)
+            else:
+                new[init] = invert_steps(w, steps)
         else:
             info = o[1]
             key = info['scale_tensor']

@@ -57,11 +57,17 @@ def is_const(g: Graph, k: int) -> bool:
     return k >= 0 and g.tensors[k].data is not None
 
 
-def new_tensor(g: Graph, name: str, shape, data=None, dtype=None) -> int:
+def new_tensor(g: Graph, name: str, shape, data=None, dtype=None, like=None) -> int:
+    """Append a tensor; like: a tensor index whose dtype and quantization it takes (an
+    activation of an int8 graph stays int8 at its scale)."""
+    quant = None
+    if like is not None:
+        dtype, quant = g.tensors[like].dtype, g.tensors[like].quant
     if data is not None:
         data = np.asarray(data, dtype=dtype)
         dtype = data.dtype.name
-    t = Tensor(len(g.tensors), name, [int(s) for s in shape], dtype or 'float32', data, -1)
+    t = Tensor(len(g.tensors), name, [int(s) for s in shape], dtype or 'float32', data, -1,
+               dict(quant) if quant else None)
     g.tensors.append(t)
     return t.index
 
@@ -705,7 +711,8 @@ def tile_to_concat(g: Graph) -> int:
         made = []
         for j, a in enumerate(axes):
             shape[a] *= mult[a]
-            out = y if j == len(axes) - 1 else new_tensor(g, g.tensors[y].name + f'/tile{a}', list(shape))
+            out = y if j == len(axes) - 1 else new_tensor(g, g.tensors[y].name + f'/tile{a}',
+                                                          list(shape), like=y)
             made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [x] * mult[a],
                                  [out], {'axis': a, 'fused_activation_function': 'NONE'},
                                  src=op.src))
@@ -773,12 +780,12 @@ def reduce_max_to_pool(g: Graph) -> int:
         kh, kw = (shape[1], shape[2]) if direct else (R, 1)
         at = op
         if not direct:
-            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', [1, R, 1, C])
+            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', [1, R, 1, C], like=x)
             rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [x4], {}, src=op.src)
             _make_reshape(g, rs, [1, R, 1, C])
             g.ops.insert(g.ops.index(op), rs)
             x = x4
-        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, 1, 1, C]) if not direct or \
+        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, 1, 1, C], like=y) if not direct or \
             list(g.tensors[y].shape) != [1, 1, 1, C] else y
         op.name, op.code = 'MAX_POOL_2D', OP_CODES['MAX_POOL_2D']
         op.inputs, op.outputs = [x], [p]
@@ -793,19 +800,29 @@ def reduce_max_to_pool(g: Graph) -> int:
     return done
 
 
-def rewrite(g: Graph, keep=()) -> dict:
+# The exporter-output passes in the order rewrite() runs them after dequantize:
+# (report key, pass, whether it runs on an int8 graph that trains as int8).  The int8
+# ones only fold what the host knows or change an op for one that computes the same
+# integers (a max keeps its input's scale, a tile is copies); the others edit float
+# constants or make ops the int8 path has no kernel for (SPLIT, SPLIT_V, MUL, SUB).
+PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, False),
+          ('tiles', tile_to_concat, True), ('elementwise', elementwise_forms, False),
+          ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
+          ('splits', slices_to_split, False), ('max_pools', reduce_max_to_pool, True))
+
+
+def rewrite(g: Graph, keep=(), int8=False) -> dict:
     """All passes in order on g (in place).  ``keep``: Operator objects of the original
-    graph that train (their BatchNorm stays separate).  Returns
+    graph that train (their BatchNorm stays separate).  int8: g trains as int8 (its
+    tensors stay quantized): only the passes PASSES marks for it.  Returns
     {'dequantized': n tensors, 'quant': {...}, 'transposes': n, 'batchnorm': n, ...}."""
-    quant = dequantize(g)
-    sh = fold_shapes(g)
-    up = unpack_to_split(g)
-    tl = tile_to_concat(g)
-    el = elementwise_forms(g)
-    tr = cancel_transposes(g)
-    bn = fold_batchnorm(g, keep={id(op) for op in keep})
-    sp = slices_to_split(g)
-    mx = reduce_max_to_pool(g)
-    return {'dequantized': len(quant), 'quant': quant, 'transposes': tr, 'batchnorm': bn,
-            'splits': sp + up, 'shapes': sh, 'max_pools': mx, 'tiles': tl, 'elementwise': el,
-            'changed': bool(quant or tr or bn or sp or sh or mx or up or tl or el)}
+    quant = {} if int8 else dequantize(g)
+    info = {'dequantized': len(quant), 'quant': quant}
+    for name, fn, on_int8 in PASSES:
+        if int8 and not on_int8:
+            info[name] = 0
+            continue
+        info[name] = fn(g, keep={id(op) for op in keep}) if name == 'batchnorm' else fn(g)
+    info['changed'] = bool(quant) or any(info[name] for name, _, _ in PASSES)
+    info['splits'] += info.pop('unpacks')       # (an UNPACK becomes a SPLIT)
+    return info

@@ -832,6 +832,10 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
 # two phases is the plan.
 Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'data', 'wof')
 Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
+# and a trained layer's more attributes (its window, float bias, sums, multipliers: the
+# instance's attribute map grows; 240-260 B a trained FC on the 32-bit unix build, the
+# 27 of a held-out Keras MLP of bias-less branches)
+Q8_TRAINED_WORDS = 64
 # Fragmentation allowance, per word size: on the training buffers and on the rest of the
 # data.  Q8Net makes its big buffers first (the weights it holds, largest first, then the
 # shared gradient buffers, before the layers' small objects cut the heap up).  Fitted on
@@ -840,6 +844,11 @@ Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- a
 # (tests/support/q8cases.py): the plans come within 1.05-1.16x of them on 64-bit, 1.05-1.18x on
 # 32-bit
 Q8_SLACK = {8: (0.3, 0.15), 4: (0.15, 0.1)}
+# and per trained layer, GC blocks: each trained layer's dozen small arrays and its
+# attribute map, made between the shared buffers, leave holes the next big block cannot
+# use (measured on the 32-bit unix build: the held-out wide MLP's 27 trained layers and the
+# sensor net's 5 needed 500-600 B each beyond the plan)
+Q8_TRAINED_FRAG = 40
 
 
 def json_bytes(v, w, B) -> int:
@@ -928,13 +937,15 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     parts = {'layer table (q8.json parsed)': json_bytes(t, w, B)}
     objs = 0
     for d in ls:
-        objs += blk(Q8_LAYER_WORDS * w)
+        objs += blk(Q8_LAYER_WORDS * w) + (blk(Q8_TRAINED_WORDS * w) if trains and d.get('train') else 0)
         if 'mul' in d:
             objs += 2 * arr(4 * len(d['mul']))
         if 'g' in d:
             objs += arr(4 * 14)
         if d['k'] == q8.ADD:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
+        if d['k'] == q8.LUT:
+            objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}
@@ -967,8 +978,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     if not trains:
         return parts
     gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
-    nz, nz2, ng, nk = q8.bufs(ls)   # shared: int8 dz (its rescaled copy), a gradient chunk,
-    st = arr(nz) + arr(nz2) + arr(4 * ng) + (arr(4 * nk) if nk else 0)     # a residual's
+    nz, nz2, ng, _ = q8.bufs(ls)    # shared: int8 dz (its rescaled copy), a gradient chunk,
+    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in q8.holds(ls)[1])
+    # (and the held gradients: a slot each, q8.holds)
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
@@ -1043,6 +1055,12 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     if sparse:
         native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
                    else f['native'] // 8)
+    from ..target.device import module
+    q8 = module('q8')
+    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut')):     # (loaded on use)
+        if any(d['k'] == kind for tb in tables.values() for d in tb['layers']):
+            native += (native_mpy_size(t['arch'], name) if t['native'] == 'heap' and t['arch']
+                       else f['native'] // 8)
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}
@@ -1061,6 +1079,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     parts.update(net)
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
-    parts['fragmentation allowance'] = int(g * grad + r * (data - grad))
+    parts['fragmentation allowance'] = int(g * grad + r * (data - grad)) + B * Q8_TRAINED_FRAG * sum(
+        1 for d in trained['layers'] if d.get('train'))
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': 'fallback',
             'target': t['name'], 'gc_every': 0}

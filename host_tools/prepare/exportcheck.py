@@ -142,8 +142,8 @@ def recalibrate(og, ranges, trained) -> int:
     """Give int8 model og (a Graph, changed in place) activation scales and zero points
     from the measured ranges {name: (min, max)} (tensors an op ties together share the
     union of their ranges; a kernel's fixed output scale, SOFTMAX's, stays), per-channel
-    weight scales from the trained float weights {name: array} (max |w| / 127), and the
-    int32 biases quantized again at input scale x weight scale.  Returns how many
+    weight scales from the trained float weights {name: array} (max |w| / 127; a layer
+    without a bias too), and the int32 biases quantized again at input scale x weight scale.  Returns how many
     activation tensors got new scales."""
     from ..graph.rewrite import quantize
     parent = {}
@@ -182,10 +182,12 @@ def recalibrate(og, ranges, trained) -> int:
             og.tensors[k].quant = dict(og.tensors[k].quant, scale=[s], zero_point=[z])
             changed += 1
     for op in og.ops:
-        if op.name not in WEIGHTED or len(op.inputs) < 3 or op.inputs[2] < 0:
+        if op.name not in WEIGHTED or len(op.inputs) < 2:
             continue
-        x, w, b = (og.tensors[k] for k in op.inputs[:3])
-        if not (w.quant and b.quant and x.quant) or w.data is None or b.data is None:
+        x, w = og.tensors[op.inputs[0]], og.tensors[op.inputs[1]]
+        b = og.tensors[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        if not (w.quant and x.quant) or w.data is None or (b is not None and (
+                not b.quant or b.data is None)):
             continue
         ax = int(w.quant.get('quantized_dimension', 0))
         wf = trained.get(w.name)
@@ -198,11 +200,13 @@ def recalibrate(og, ranges, trained) -> int:
         m = np.abs(np.moveaxis(wf, ax, 0).reshape(wf.shape[ax], -1)).max(1) if per else \
             np.array([np.abs(wf).max()])
         sw = np.where(m > 0, m / 127, np.asarray(old[w.index]['scale'], np.float64))
+        w.quant = dict(w.quant, scale=[float(v) for v in sw], zero_point=[0] * len(sw))
+        w.data = quantize(wf, w.quant, 'int8')[0]
+        if b is None:       # (no bias: weights only; the int8 path adds a zero one)
+            continue
         bf = trained.get(b.name)
         if bf is None:
             bf = b.data.astype(np.float64) * np.asarray(old[b.index]['scale'], np.float64)
-        w.quant = dict(w.quant, scale=[float(v) for v in sw], zero_point=[0] * len(sw))
-        w.data = quantize(wf, w.quant, 'int8')[0]
         sb = x.quant['scale'][0] * (sw if per else np.full(len(b.data.reshape(-1)), sw[0]))
         b.quant = dict(b.quant, scale=[float(v) for v in sb], zero_point=[0] * len(sb))
         b.data = np.round(np.asarray(bf, np.float64).reshape(-1) / sb).astype(np.int32).reshape(b.shape)

@@ -135,9 +135,9 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
         if t.quant and t.quant.get('scale') and t.dtype == 'int8' and t.data is None:
             t.quant['scale'] = [float(np.float32(v)) for v in t.quant['scale']]
     for op in og.ops:       # weights with room to grow, the int32 biases at their scales
-        if op.name not in WEIGHTED or len(op.inputs) < 3 or op.inputs[2] < 0:
+        if op.name not in WEIGHTED or len(op.inputs) < 2:
             continue
-        x, w, b = (og.tensors[k] for k in op.inputs[:3])
+        x, w = og.tensors[op.inputs[0]], og.tensors[op.inputs[1]]
         ax = w.quant.get('quantized_dimension', 0)
         sw = np.float32(np.asarray(w.quant['scale'], np.float64) * WEIGHT_HEADROOM)
         wf = trained[w.name].astype(np.float64)
@@ -145,6 +145,9 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
         w.data = np.clip(np.round(wf / sw.astype(np.float64).reshape(shp)), -127, 127).astype(np.int8)
         sb = np.float32(np.float64(x.quant['scale'][0]) * sw.astype(np.float64))
         w.quant = dict(w.quant, scale=[float(v) for v in sw])
+        if len(op.inputs) < 3 or op.inputs[2] < 0:
+            continue        # (no bias: the int8 path gives it a zero one, quant.zero_bias)
+        b = og.tensors[op.inputs[2]]
         b.quant = dict(b.quant, scale=[float(v) for v in sb])
         b.data = np.round(trained[b.name].astype(np.float64).reshape(-1) / sb.astype(np.float64)
                           ).astype(np.int32).reshape(b.shape)
@@ -174,6 +177,9 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         x, _ = read_samples(os.path.join(tmp, 'train.ds'), g.tensors[g.inputs[0]].shape)
         og = calibrate(tmp, g, x[:1000])
         og.path = model_path
+        # --train counts the user's file's ops; the float path's rewrites are done
+        og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
+        og.q8_rewritten = True
         return og, g, len(x[:1000]), bool(s.get('rewritten'))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -198,12 +204,13 @@ def choose(int8, model_path, board, backend, data, s, cache):
                   'assembler kernels')
 
 
-def dequantized(int8_path, wof_path, train, n) -> dict:
+def dequantized(int8_path, wof_path, train, n, numbers=None) -> dict:
     """{tensor index: float32 array} of the trained int8 weights and biases in wof_path,
     dequantized with the scales of the run's int8 model int8_path: the first n tensors
-    (its float graph's) bear the same indices."""
+    (its float graph's) bear the same indices.  numbers: prepare.json's (op_numbers,
+    file_ops) of the run (quant.numbered)."""
     from . import quant
-    g8 = read_model(int8_path)
+    g8 = quant.numbered(read_model(int8_path), numbers)
     m = quant.meta(g8, train)
     out = {}
     for k, a in quant.read_q8_wof(wof_path, g8, m).items():

@@ -578,14 +578,15 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
         raise PrepareError(f'{wof_path}: a float model trained as int8 exports from a .wof '
                            '(trained.wof), not a checkpoint')
     train = summary.get('train', 'all')
+    numbers = (summary.get('op_numbers'), summary.get('file_ops'))
     if quantized:
-        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train)
+        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train, numbers)
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}
     base = os.path.join(run_dir, ff['float_model']) if ff.get('float_model') else model_path
     g = read_model(base)
     w = fromfloat.dequantized(os.path.join(run_dir, ff['int8_model']), wof_path, train,
-                              len(g.tensors))
+                              len(g.tensors), numbers)
     write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
     return {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True,
             'notes': []}

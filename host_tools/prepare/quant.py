@@ -37,12 +37,32 @@ from ..files import wof as hwof
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG = _Q8.PMAX, _Q8.PAVG
+POOL_MAX, POOL_AVG, CAT, LUT = _Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT
+# elementwise ops of one input, tabulated over the 256 int8 inputs (_lut_layer): the
+# real function and its derivative (numpy, x real)
+_ERF = np.vectorize(math.erf)
+UNARY = {
+    'LOGISTIC': (lambda x, o: 1 / (1 + np.exp(-x)),
+                 lambda x, o: np.exp(-x) / (1 + np.exp(-x)) ** 2),
+    'TANH': (lambda x, o: np.tanh(x), lambda x, o: 1 - np.tanh(x) ** 2),
+    'HARD_SWISH': (lambda x, o: x * np.clip(x + 3, 0, 6) / 6,
+                   lambda x, o: np.where(x < -3, 0.0, np.where(x > 3, 1.0, (2 * x + 3) / 6))),
+    'LEAKY_RELU': (lambda x, o: np.where(x > 0, x, x * o.get('alpha', 0.2)),
+                   lambda x, o: np.where(x > 0, 1.0, o.get('alpha', 0.2))),
+    'ELU': (lambda x, o: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+            lambda x, o: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0)))),
+    'GELU': (lambda x, o: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
+             lambda x, o: 0.5 * (1 + _ERF(x / math.sqrt(2))) + x * np.exp(-x * x / 2)
+             / math.sqrt(2 * math.pi)),
+}
+# and the ones TFLite Micro computes by one requantization and a clamp (its integers)
+REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
-         'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG}
+         'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
+         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT)}}
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -98,16 +118,99 @@ def is_int8(g: Graph) -> bool:
     return t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))
 
 
+def rewritten(g: Graph) -> Graph:
+    """A copy of int8 graph g with the exporter-output passes that apply to int8
+    (rewrite.PASSES: Keras 3's run-time batch in Reshape folded, a global REDUCE_MAX as a
+    MAX_POOL_2D), as the float path runs them; tensors keep their indices (new ones are
+    appended), so the trained weights go back into the same tensors, and ops keep their
+    number in the user's file (Operator.number, g.nfile: the file's op count) for
+    --train, --ranks and the messages.  Every reader of an int8 model (prepare, export,
+    inspect, --select's pricing) takes the table of this graph."""
+    import copy
+    from ..graph.rewrite import rewrite
+    if getattr(g, 'q8_rewritten', False):
+        return g
+    g = copy.deepcopy(g)
+    g.nfile = getattr(g, 'nfile', None) or len(g.ops)
+    g.rewrites = rewrite(g, int8=True)
+    g.q8_rewritten = True
+    _widen_logits(g)
+    return g
+
+
+# an int8 model's logits narrower than +-NARROW_LOGITS are widened to +-WIDE_LOGITS (a
+# float model calibrated as int8 starts at +-fromfloat.LOGITS: never narrow)
+NARROW_LOGITS, WIDE_LOGITS = 2.0, 4.0
+
+
+def _widen_logits(g: Graph):
+    """Logits whose int8 range is narrower than +-NARROW_LOGITS (a converter calibrated
+    them on a model that had barely learnt: a Keras CNN's at +-0.24) become +-WIDE_LOGITS
+    (zero point 0; the layer's multipliers follow from the scale) and follow training
+    (meta: q8range): at +-0.24 a softmax can never grow confident and the gradient stops
+    where they clip.  export writes the wider scale into the model."""
+    prod = {k: op for op in g.ops for k in op.outputs}
+    t = g.outputs[0] if g.outputs else None
+    op = prod.get(t)
+    if op is not None and op.name == 'SOFTMAX':
+        t = op.inputs[0]
+    chain = [t]
+    while prod.get(t) is not None and prod[t].name in ALIASES:
+        t = prod[t].inputs[0]
+        chain.append(t)
+    q = g.tensors[t].quant if t is not None else None
+    if not q or not q.get('scale') or g.tensors[t].dtype != 'int8' or \
+            prod.get(t) is None or prod[t].name not in ('FULLY_CONNECTED', 'CONV_2D'):
+        return
+    s = float(q['scale'][0])
+    z = int((q.get('zero_point') or [0])[0])
+    if min(s * (127 - z), s * (z + 128)) >= NARROW_LOGITS:
+        return
+    for k in chain:
+        g.tensors[k].quant = dict(g.tensors[k].quant, scale=[2 * WIDE_LOGITS / 255],
+                                  zero_point=[0])
+    g.narrow_logits = 1
+
+
+def numbered(g: Graph, numbers) -> Graph:
+    """g (an int8 model a run wrote, read back) with its ops numbered as the run's
+    prepare.json says: numbers = (op_numbers, file_ops), the number of each op in the
+    user's file and that file's op count (prepare_q8's summary); None: as read."""
+    ops, n = numbers or (None, None)
+    if ops and len(ops) == len(g.ops):
+        for op, k in zip(g.ops, ops):
+            op.src = int(k)
+        g.nfile = int(n or len(g.ops))
+    return g
+
+
+def _ops_on(g: Graph, train, ranks):
+    """--train and --ranks {op: rank}, ops numbered as in the user's file, as the
+    rewritten graph g's op indices: (set of indices, {index: rank})."""
+    from ..graph.passes import parse_train
+    on = parse_train(train, getattr(g, 'nfile', None) or len(g.ops)) | set(ranks)
+    return ({op.index for op in g.ops if op.number in on},
+            {op.index: ranks[op.number] for op in g.ops if op.number in ranks})
+
+
+# ops whose int8 output is their input's bytes (a shape, the same scale): no layer
+ALIASES = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
 def _folds(g: Graph, ops):
     """{PAD output tensor: (PAD input tensor, pad top, bottom, left, right)} of the PADs
-    folded into their one reader's padding, and {RESHAPE output: input}."""
+    folded into their one reader's padding (the others are CAT layers: _cat_layer), and
+    {RESHAPE output: input}."""
     readers = {}
     for op in ops:
         for k in op.inputs:
             readers.setdefault(k, []).append(op)
     pads, alias = {}, {}
     for op in ops:
-        if op.name == 'RESHAPE':
+        if op.name in ALIASES:
+            if _q(g.tensors[op.inputs[0]]) != _q(g.tensors[op.outputs[0]]):
+                raise ValueError(f'{g.path}: {op.name} op {op.number} changes the scale or zero '
+                                 'point; int8 training reads its output as its input\'s bytes')
             alias[op.outputs[0]] = op.inputs[0]
         elif op.name == 'PAD':
             x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
@@ -119,12 +222,8 @@ def _folds(g: Graph, ops):
             if ok:
                 p = [int(v) for v in np.asarray(p).reshape(-1)]
                 ok = p[0] == p[1] == p[6] == p[7] == 0 and min(p) >= 0
-            if not ok:
-                raise ValueError(f'{g.path}: PAD op {op.number} must pad H and W of an NHWC '
-                                 'tensor read by one CONV_2D / DEPTHWISE_CONV_2D alone, with '
-                                 'its input\'s scale and zero point (int8 training folds it '
-                                 'into that convolution)')
-            pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
+            if ok:              # (else a CAT layer of its own)
+                pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
     return pads, alias
 
 
@@ -171,13 +270,14 @@ def layers(g: Graph, train='last:1', ranks=None):
         return k
     out = []
     for op in ops:
-        if op.name in ('PAD', 'RESHAPE'):
+        if op.name in ALIASES or op.outputs[0] in pads:
             continue
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'MAX_POOL_2D, AVERAGE_POOL_2D, PAD, RESHAPE)')
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, RESHAPE, SQUEEZE, '
+                             'EXPAND_DIMS, ' + ', '.join((*UNARY, *REQUANT)) + ')')
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
         xin = src(pad[0] if pad else op.inputs[0])
@@ -189,6 +289,10 @@ def layers(g: Graph, train='last:1', ranks=None):
         d['lo'], d['hi'] = lo, hi
         if k == ADD:
             _add_layer(g, op, d, x, y, xin, src(op.inputs[1]))
+        elif k == CAT:
+            _cat_layer(g, op, d, y, src)
+        elif k == LUT:
+            _lut_layer(g, op, d)
         elif k in POOLS:
             _pool_layer(g, op, d, x, y)
         elif k == MEAN:
@@ -219,6 +323,116 @@ def _add_layer(g, op, d, x, y, xin, x2in):
         d['hw'] = shp[1:]
 
 
+def _cat_layer(g, op, d, y, src):
+    """layers(): a CONCATENATION (any number of inputs, on any axis) or a PAD (constant
+    paddings, not folded into a convolution) as utrain.q8cat places it: per input the
+    strided copy ('cp': rows, row length, output stride, offset) and the requantization
+    to the output's scale and zero point ('mul', 'shf': 0 for an input at the output's
+    quantization and range, a copy; 'zi' its zero point), 'fill' where the inputs do
+    not cover the output (a PAD's border, at the output's zero point)."""
+    ys = list(y.shape)
+    idx = np.arange(int(np.prod(ys))).reshape(ys)
+    if op.name == 'PAD':
+        x = g.tensors[op.inputs[0]]
+        p = g.tensors[op.inputs[1]].data if len(op.inputs) > 1 else None
+        p = None if p is None else np.asarray(p).reshape(-1, 2)
+        if p is None or len(p) != len(x.shape) or (p < 0).any() or \
+                [int(a + b + n) for (a, b), n in zip(p, x.shape)] != ys:
+            raise ValueError(f'{g.path}: PAD op {op.number} needs constant, non-negative '
+                             'paddings that make its output\'s shape')
+        parts = [(op.inputs[0], idx[tuple(slice(int(a), int(a) + n)
+                                          for (a, _), n in zip(p, x.shape))])]
+    else:
+        ax = int(op.options.get('axis', 0)) % len(ys)
+        parts, at = [], 0
+        for k in op.inputs:
+            n = g.tensors[k].shape[ax]
+            parts.append((k, idx[(slice(None),) * ax + (slice(at, at + n),)]))
+            at += n
+        if at != ys[ax] or any(len(g.tensors[k].shape) != len(ys) for k in op.inputs):
+            raise ValueError(f'{g.path}: CONCATENATION op {op.number}: its inputs\' shapes do '
+                             f'not make its output\'s {ys} on axis {ax}')
+    d['in'], d['cp'], d['mul'], d['shf'], d['zi'] = [], [], [], [], []
+    full = d['lo'] == -128 and d['hi'] == 127
+    for k, ix in parts:
+        cp = _copy_rows(ix.reshape(-1))
+        if cp is None:
+            raise ValueError(f'{g.path}: {op.name} op {op.number}: input {k} is not one strided '
+                             'copy into the output (int8 training places each input as rows '
+                             'of one stride: a PAD of more than two axes, a CONCATENATION '
+                             'inside a padded tensor); prepare --dequantize trains it in float')
+        (s,), (z,) = _q(g.tensors[k])
+        same = math.isclose(s, d['sy'], rel_tol=1e-6) and z == d['zy']
+        m, e = (0, 0) if same and full else quantize_multiplier(s / d['sy'])
+        d['in'].append(src(k))
+        d['cp'] += cp
+        d['mul'].append(m)
+        d['shf'].append(e)
+        d['zi'].append(z)
+        if m:
+            d['cl'] = 1         # its gradient stops where the output sat at the clamp
+    if sum(int(np.prod(g.tensors[k].shape)) for k, _ in parts) != d['nout']:
+        d['fill'] = 1
+
+
+def mbqm(x, m: int, e: int) -> int:
+    """TFLite's MultiplyByQuantizedMultiplier of int x by (m, e) (quantize_multiplier):
+    SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT (utrain.q8kern rqk's
+    integers)."""
+    a = x << e if e > 0 else x
+    p = a * m
+    p += (1 << 30) if p >= 0 else 1 - (1 << 30)
+    r = abs(p) >> 31
+    r = -r if p < 0 else r
+    rs = -e if e < 0 else 0
+    if rs:
+        k = (1 << rs) - 1
+        t = (k >> 1) + (1 if r < 0 else 0)
+        r = (r >> rs) + (1 if (r & k) > t else 0)
+    return r
+
+
+def _lut_layer(g, op, d):
+    """layers(): an elementwise op of one int8 input (LOGISTIC, TANH, HARD_SWISH,
+    LEAKY_RELU, ELU, GELU; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's one
+    requantization and clamp) as utrain.q8lut runs it: 't' its int8 output for each
+    input value -128..127, 'dt' its derivative there (real units, 2^-14 steps; 0 where the
+    output clamps)."""
+    sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
+    q = np.arange(-128, 128)
+    x = (q - zx) * sx
+    if op.name in REQUANT:
+        lo, hi = _act_range('NONE' if op.name == 'QUANTIZE' else op.name, sy, zy)
+        m, e = quantize_multiplier(sx / sy)
+        t = np.clip([zy + mbqm(int(v), m, e) for v in q - zx], lo, hi)
+        dv = np.where((t > lo) & (t < hi), 1.0, 0.0)     # (x itself inside the clamp)
+    else:
+        f, df = UNARY[op.name]
+        v = np.round(f(x, op.options) / sy) + zy
+        t = np.clip(v, -128, 127)
+        dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
+    d['t'] = [int(v) for v in t]
+    d['dt'] = [int(v) for v in np.clip(np.round(np.asarray(dv, np.float64) * 16384), -32768, 32767)]
+
+
+def _copy_rows(ix):
+    """[rows, row length, stride, offset] that place a tensor whose elements go to output
+    positions ix (in order) by one strided copy, or None."""
+    n = len(ix)
+    if not n:
+        return None
+    L = 1
+    while L < n and ix[L] == ix[0] + L:
+        L += 1
+    if n % L:
+        return None
+    r = ix.reshape(-1, L)
+    st = int(r[1, 0] - r[0, 0]) if len(r) > 1 else L
+    ok = (r - r[:, :1] == np.arange(L)).all() and (
+        r[:, 0] == r[0, 0] + st * np.arange(len(r))).all() and st >= L
+    return [len(r), L, st, int(ix[0])] if ok else None
+
+
 def _pool_layer(g, op, d, x, y):
     """layers(): a MAX_POOL_2D / AVERAGE_POOL_2D's geometry (input and output quantized
     alike, as TFLite's int8 pools need)."""
@@ -243,12 +457,19 @@ def _pool_layer(g, op, d, x, y):
 
 
 def _mean_layer(g, op, d, x):
-    """layers(): a MEAN over H and W with 1/N folded into its multiplier, as TFLite's
-    reduce_common.cc does."""
-    axis = sorted(int(a) % 4 for a in g.tensors[op.inputs[1]].data.ravel())
-    if len(x.shape) != 4 or axis != [1, 2]:
-        raise ValueError(f'{g.path}: MEAN op {op.number} must reduce H and W of NHWC')
-    n = x.shape[1] * x.shape[2]
+    """layers(): a MEAN over the leading axes of its input that are not 1 (H and W of
+    NHWC: a global average pool; the steps of [1, T, C]: Keras's GlobalAveragePooling1D),
+    with 1/N folded into its multiplier, as TFLite's reduce_common.cc does."""
+    shape = list(x.shape)
+    axes = {int(a) % len(shape) for a in np.asarray(g.tensors[op.inputs[1]].data).ravel()}
+    keep = [i for i, v in enumerate(shape) if v != 1]
+    red = [i for i in keep if i in axes]
+    if not red or keep[:len(red)] != red:
+        raise ValueError(f'{g.path}: MEAN op {op.number} reduces axes {sorted(axes)} of '
+                         f'{shape}; int8 training averages the leading axes that are not 1 '
+                         '(H and W of NHWC, the steps of [1, T, C]); prepare --dequantize '
+                         'trains it in float')
+    n = int(np.prod([shape[i] for i in red]))
     m, e = quantize_multiplier(d['sx'] / d['sy'])
     sh = min(int(math.floor(math.log2(n))), 32, 31 + e)
     d.update(n=n, mul=[int((m << sh) // n)], shf=[e - sh])
@@ -262,6 +483,14 @@ def _weighted_layer(g, op, d, x, pad):
     sx = [d['sx']]
     w = g.tensors[op.inputs[1]]
     sw, _ = _q(w)
+    T = int(np.prod(x.shape)) // int(w.shape[-1]) if k == FC and len(w.shape) == 2 else 1
+    if T > 1:
+        # an FC over each of T positions (Keras's Dense on [1, T, C]): a 1x1 convolution
+        # over a [1, 1, T, C] input, its weights [O, C] the same bytes as [O, 1, 1, C]
+        if int(np.prod(x.shape)) != T * int(w.shape[1]) or pad:
+            raise ValueError(f'{g.path}: FULLY_CONNECTED op {op.number}: input {list(x.shape)} '
+                             f'is not rows of its {w.shape[1]} inputs')
+        d['k'] = k = CONV
     if len(op.inputs) < 3 or op.inputs[2] < 0:
         zero_bias(g, op, sx[0], sw)
     b = g.tensors[op.inputs[2]]
@@ -274,6 +503,10 @@ def _weighted_layer(g, op, d, x, pad):
         d['pc'] = 1                     # per-channel weight scales that differ
     if k == FC:
         d['nin'] = int(w.shape[1])
+        return
+    if T > 1:
+        O, I = w.shape
+        d['g'] = [1, T, I, O, 1, 1, 1, 1, 0, 0, 1, T, 1, 1]
         return
     H, W, I = x.shape[1:]
     pt = pb = pl = pr = 0
@@ -296,21 +529,23 @@ def _mark_trained(g, out, train, ranks):
     --train and the ranks {op: rank code} select ('tw': a rank's window of output
     channels, [0, 0] the bias alone), 'back' on every layer after the first of them
     (refused where one cannot pass a gradient back), the masks (masks())."""
-    from ..graph.passes import parse_train, channel_range, RANK_NAMES
-    ops_on = parse_train(train, len(g.ops)) | set(ranks)
+    from ..graph.passes import channel_range, RANK_NAMES
+    ops_on, rk = _ops_on(g, train, ranks)
     chosen = [i for i, d in enumerate(out) if d['k'] in TRAINABLE and d['op'] in ops_on]
-    bad = sorted(set(ranks) - {out[i]['op'] for i in chosen})
+    bad = sorted(set(ranks) - {g.ops[out[i]['op']].number for i in chosen})
     if bad:
-        raise ValueError(f'{g.path}: --ranks names op {bad[0]} ({g.ops[bad[0]].name}), which '
+        name = next((op.name for op in g.ops if op.number == bad[0]), 'folded away')
+        raise ValueError(f'{g.path}: --ranks names op {bad[0]} ({name}), which '
                          'int8 training cannot train (ranks are for FULLY_CONNECTED, CONV_2D, '
                          'DEPTHWISE_CONV_2D)')
+    ranks = rk
     if chosen:
         for i in range(chosen[0] + 1, len(out)):
             d = out[i]
             if d['k'] not in BACK:
-                raise ValueError(f'{g.path}: op {d["op"]} lies between trained layers; int8 '
-                                 'training passes no gradient through it (train later layers '
-                                 'only, or prepare --dequantize)')
+                raise ValueError(f'{g.path}: op {g.ops[d["op"]].number} lies between trained '
+                                 'layers; int8 training passes no gradient through it (train '
+                                 'later layers only, or prepare --dequantize)')
             d['back'] = 1                     # passes the gradient back to a trained layer
         for i in chosen:
             d = out[i]
@@ -321,7 +556,7 @@ def _mark_trained(g, out, train, ranks):
             elif r:
                 lo, hi = channel_range(r, d['nb'])
                 if hi - lo < 1:
-                    raise ValueError(f'{g.path}: op {d["op"]}: rank {RANK_NAMES[r]} of '
+                    raise ValueError(f'{g.path}: op {g.ops[d["op"]].number}: rank {RANK_NAMES[r]} of '
                                      f'{d["nb"]} output channels leaves none to train')
                 if (lo, hi) != (0, d['nb']):
                     d['tw'] = [lo, hi]
@@ -353,7 +588,7 @@ def masks(ls, first):
     needs = set()
     for d in ls[first:]:
         tw = d.get('tw')
-        if d['k'] in POOLS or (d.get('train') and not (tw and tw[1] <= tw[0])):
+        if d['k'] in POOLS or d['k'] == LUT or (d.get('train') and not (tw and tw[1] <= tw[0])):
             needs.update(d['in'])
     for d in ls[first:-1]:
         if (d['k'] in WEIGHTED and d['out'] not in needs) or d['k'] == ADD:
@@ -498,6 +733,12 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
         for d in ls:        # every trained weight keeps its update's fraction (Layer.wf):
             if d.get('train') and 'wt' in d:     # no rounding noise (the FCs' too)
                 d['wf'] = 1
+    elif getattr(g, 'narrow_logits', 0):
+        # the logits' range widened by rewritten() doubles as training grows them
+        # (utrain.q8range), as a float model's calibrated as int8 does
+        rr = follow_ranges(dict(m, etab=etab(sy, ETAB_MAX)), logits_only=True)
+        if rr:
+            m['rr'], m['etab'] = rr, etab(sy, ETAB_MAX)
     return m
 
 
@@ -505,7 +746,7 @@ RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the rang
 RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of its values clip
 
 
-def follow_ranges(m: dict) -> list | None:
+def follow_ranges(m: dict, logits_only=False) -> list | None:
     """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
     while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
     each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer whose output range can
@@ -518,6 +759,8 @@ def follow_ranges(m: dict) -> list | None:
         return None
     ents = []
     for i, d in enumerate(ls):
+        if logits_only and i < len(ls) - 1:        # (the logits' range alone)
+            continue
         if d['k'] not in (FC, CONV, DW) or not d.get('train') or d.get('mask') or d.get(
                 'sd') or d.get('pw') or d['hi'] != 127 or d['lo'] not in (-128, d['zy']):
             continue
@@ -678,13 +921,14 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     return out
 
 
-def export(model_path, wof_path, out_path, train='last:1') -> str:
+def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
-    scale, zero point and layout as in model_path."""
+    scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
+    rewritten(); numbers: as numbered())."""
     from ..graph.rewrite import save_graph
     from .runfolder import out_identifier
     from .recal import replay
-    g = read_model(model_path)
+    g = rewritten(numbered(read_model(model_path), numbers))
     replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
@@ -712,7 +956,7 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             ex = json.load(f)
     except (OSError, ValueError) as e:
         raise ValueError(f'{p}: not readable ({e}); the run writes it beside {wof_path}') from None
-    rr = follow_ranges(m)
+    rr = m.get('rr') or follow_ranges(m)
     if not rr or not isinstance(ex, list) or len(ex) != len(rr[2]) or not all(
             isinstance(k, int) and 0 <= k <= 8 for k in ex):
         raise ValueError(f'{p}: not the ranges of this model ({len(rr[2]) if rr else 0} '
@@ -884,7 +1128,7 @@ def inspect_lines(g: Graph) -> list:
             and t.dtype in ('int8', 'int32'))
     out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
     try:
-        ls = layers(g, 'all')
+        ls = layers(rewritten(g), 'all')
         out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
                    f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
                    'DEPTHWISE_CONV_2D layers can train (--train last:N); --dequantize trains '
@@ -936,6 +1180,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data, write_data,
                             write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
+    g = rewritten(g)
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
                            'schedule; --dequantize trains the model in float32 with them')
@@ -1013,6 +1258,12 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'rewritten': None, 'quant': {}, 'heap': heap,
                # output channels lo:hi of the layers whose weights train in part (or not)
                'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
+    if g.nfile != len(g.ops) or any(op.number != op.index for op in g.ops):
+        # the op numbers of the user's file (export reads the run's int8 model with them)
+        summary.update(op_numbers=[op.number for op in g.ops], file_ops=g.nfile)
+    rwi = getattr(g, 'rewrites', None) or {}
+    if rwi.get('changed'):
+        summary['rewrites'] = {k: v for k, v in rwi.items() if k not in ('quant', 'changed')}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',

@@ -83,7 +83,8 @@ def describe(ranks: dict) -> str:
 # ---------------------------------------------------------------- the candidates
 
 def layers(g):
-    """[(op index, kinds)] of the graph as given: ops with a trainable constant, kinds the
+    """[(op number, kinds)] of the graph as given (the user's file's numbers: an int8
+    model's graph as its path rewrites it, quant.rewritten, keeps them): ops with a trainable constant, kinds the
     rank codes that make sense for it (weights at a channel ratio; ONLY_BIAS where it has a
     bias; a BatchNorm's per-channel scale or shift trains whole).  Ops whose constants are
     all another's (an unrolled recurrent net: every step's FULLY_CONNECTED reads one
@@ -111,15 +112,16 @@ def layers(g):
             kinds = [0]
         if 'bias' in roles.values() and 'weight' in roles.values():
             kinds.append(1)
-        out.append((op.index, kinds))
+        out.append((op.number, kinds))
         consts.append({op.inputs[p] for p in roles})
     return [c for j, c in enumerate(out) if not any(consts[j] <= later for later in consts[j + 1:])]
 
 
 def classifier(g, cands):
     """The last weighted layer (FC or conv): it always trains."""
+    name = {op.number: op.name for op in g.ops}
     for i, kinds in reversed(cands):
-        if g.ops[i].name in WEIGHTED:
+        if name[i] in WEIGHTED:
             return i
     raise PrepareError(f'{g.path}: no FULLY_CONNECTED or convolution layer to train')
 
@@ -999,7 +1001,8 @@ class Q8Pricer:
         from ..formats.circle_io import read_model
         self.path, self.settings = model_path, settings
         self.target = target or {}
-        self.g0 = read_model(model_path)
+        from .quant import rewritten
+        self.g0 = rewritten(read_model(model_path))
         self.memo = {}
 
     def price(self, ranks, fisher=False):

@@ -21,7 +21,7 @@ from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG = 0, 1, 2, 3, 4, 5, 6
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT = 0, 1, 2, 3, 4, 5, 6, 7, 8
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
 
@@ -70,6 +70,8 @@ class Layer:
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
+    gi = ()         # the inputs (positions in ins) the backward pass gives a gradient
+    tt = None       # a LUT layer's tables (utrain.q8lut)
     dxr = 0         # 1: dz's per-channel rescaling made from sw when used (a broadcast row)
     pw = wo = 0     # pw: w holds the window's rows alone, from weight wo on (the rest in flash)
     c = 1
@@ -369,13 +371,18 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
-        nz, nz2, ng, nk = bufs(ls)
+        # the held input gradients (a residual ADD's other input, a CONCATENATION's
+        # inputs, a tensor read twice: hold), one buffer a slot (the walk planned once:
+        # its temporaries between the buffers fragment a board's heap)
+        self.hs, sz = holds(ls)
+        nz, nz2, ng, nk = bufs(ls, sz)
         self.gw = _i32(ng)
-        self.sk = _i32(nk) if nk else None     # a residual ADD's held input gradient
+        self.hb = [_i32(n) for n in sz]
+        self.pend = {}
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
         # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
-        m = gin(ls)
+        m = self.gm = gin(ls, sz)
         first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
         self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
@@ -384,6 +391,16 @@ class Q8Net:
         if any(d.get('mask') or d.get('sd') for d in ls):
             from utrain import q8sparse
             self.S = q8sparse
+        # the kinds from CAT on: forward and gradient in a module of their own, loaded
+        # only by a table that has one (utrain.q8cat, q8lut)
+        self.X = X = {}
+        for d in ls:
+            if d['k'] == CAT and CAT not in X:
+                from utrain import q8cat
+                X[CAT] = q8cat
+            elif d['k'] == LUT and LUT not in X:
+                from utrain import q8lut
+                X[LUT] = q8lut
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -430,12 +447,15 @@ class Q8Net:
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
-        for i in range(1, len(ls)):
+        self.tn = {}                # each tensor's values (the gradient's size)
+        ga = grads(ls, self.first)
+        for i in range(len(ls)):
             if bcast(ls, i):
                 lay[i].bc = 1
-            if ls[i]['k'] == ADD and ls[i].get('back'):     # its residual input: not the
-                ins = ls[i]['in']                           # one layer i-1 made
-                lay[i].skt = ins[1] if ins[0] == ls[i - 1]['out'] else ins[0]
+            self.tn[ls[i]['out']] = ls[i]['nout']
+            if ga[i]:
+                lay[i].gi = ga[i]
+        ga = None
         self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
         self.rr = None            # ranges that follow training (utrain.q8range: 'rr')
         if meta.get('rr'):
@@ -523,6 +543,8 @@ class Q8Net:
                     x = L.forward(x)
                 elif L.k == ADD:
                     x = L.forward(t[ins[0]], t[ins[1]])
+                elif L.k >= CAT:
+                    x = self.X[L.k].fwd(L, self, t)
                 else:
                     x = L.forward(t[ins[0]])
                 if L.mk is not None:
@@ -542,6 +564,8 @@ class Q8Net:
                 x = L.forward(x)
             elif L.k == ADD:
                 x = L.forward(t[ins[0]], t[ins[1]])
+            elif L.k >= CAT:
+                x = self.X[L.k].fwd(L, self, t)
             else:
                 x = L.forward(t[ins[0]])
             if L.mk is not None:
@@ -662,30 +686,66 @@ class Q8Net:
         else:
             s = 1.0 / 1048576.0
             g = array('i', [int(round(v / s)) for v in dl])
-        i = len(self.layers) - 1
-        self.skt = None
+        # from the loss down: g is the gradient of tensor c (the chain: mostly the
+        # output of the next layer down); the gradients of other tensors wait in the
+        # held buffers (pend: tensor -> scale) for their producer, and join the chain
+        # there (holds() plans the same walk)
+        ls, pend = self.layers, self.pend
+        pend.clear()
+        i = len(ls) - 1
+        c = ls[i].d['out']
         while i >= self.first:
-            L = self.layers[i]
-            g, s = self._back(L, g, s, lr, i > self.first)
-            if self.skt is not None and L.k != ADD and i > self.first and L.ins[0] == self.skt:
-                g, s = self._merge(g, s)    # the residual's gradient joins the branch's
+            L = ls[i]
+            o = L.d['out']
+            if c is not None and c != o:        # not this layer's: held for its producer
+                self.hold(c, g, s, self.tn[c])
+                c = None
+            if o in pend:
+                t = pend.pop(o)
+                h, n = self.hb[self.hs[o]], self.tn[o]
+                if c is None:       # (into a gradient buffer: the held one is free again)
+                    g, s, c = self._gbuf(None, n), t, o
+                    K.cpk(g, h, n)
+                else:
+                    s = self._scale(h, t, g, s, n)
+                    K.adk(g, h, n)
+            if c != o:                  # no gradient reaches this layer
+                i -= 1
+                continue
+            gi = L.gi
+            g, s = self._back(L, g, s, lr, len(gi) > 0)
+            c = L.ins[gi[0]] if gi else None
             i -= 1
         return loss, hit
 
-    def _merge(self, g, s):
-        # g (scale s) + the held skip gradient (its scale), at the larger of the two scales
-        sk, t, n = self.sk, self.sks, self.skn
+    def _scale(self, h, t, g, s, n):
+        # g (scale s) or h (scale t), n values each, brought to the larger of the two
+        # scales in place; returns it
         m, e = self.qm, self.qs
         if t > s:
             m[0], e[0] = qmul(s / t)
             K.rqk(g, n, 1, n, m, e, g, 0, 0, 0, 1)
-            s = t
-        elif t < s:
+            return t
+        if t < s:
             m[0], e[0] = qmul(t / s)
-            K.rqk(sk, n, 1, n, m, e, sk, 0, 0, 0, 1)
-        K.adk(g, sk, n)
-        self.skt = None
-        return g, s
+            K.rqk(h, n, 1, n, m, e, h, 0, 0, 0, 1)
+        return s
+
+    def hold(self, k, g, s, n, cp=None):
+        """Hold the gradient of tensor k (g at scale s, n values; cp: the slice of g that
+        is k's, utrain.q8cat's rows, length, stride, offset) for k's producer, added to
+        what k already holds at the larger scale.  Returns g's scale (raised where the
+        held one's was larger)."""
+        h = self.hb[self.hs[k]]
+        t = self.pend.get(k)
+        if t is not None:
+            s = self._scale(h, t, g, s, n if cp is None or t > s else self.tn[k])
+        self.pend[k] = s
+        if cp is None:
+            (K.cpk if t is None else K.adk)(h, g, n)
+        else:
+            self.X[CAT].gak(h, g, cp[0], cp[1], cp[2], cp[3], t is not None)
+        return s
 
     def zero(self):
         """Drop the gradient sums of an unfinished batch."""
@@ -806,7 +866,7 @@ class Q8Net:
         # layers (each layer's is read by the layer before it, then free), made with the net
         gb = self.gb
         if gb is None or len(gb[0]) < n:
-            gb = self.gb = self._gbs(gin(self.meta['layers']))
+            gb = self.gb = self._gbs(self.gm)
         return gb[1] if g is gb[0] else gb[0]
 
     def _gbs(self, m):
@@ -822,14 +882,16 @@ class Q8Net:
         n = L.nout
         if L.k == ADD:
             # dL/dx1 = dL/dx2 = dL/dy (real units: the same g and scale) where y passed
-            # its clamp: on the chain (the input layer i-1 made) and held for the other
-            # input (the residual), which _run adds to the branch's gradient there
+            # its clamp: on the chain (the first input that takes one) and held for the
+            # other, which _run adds to its gradient at its producer (x + x: twice g)
             self.S.mzk(g, n, L.mk)
-            if self.skt is not None:
-                raise ValueError('int8 training: nested residual ADDs pass no gradient')
-            self.skt, self.sks, self.skn = L.skt, s, n
-            K.cpk(self.sk, g, n)
+            if L.ins[0] == L.ins[1]:
+                return g, 2 * s
+            if len(L.gi) > 1:
+                s = self.hold(L.ins[L.gi[1]], g, s, n)
             return g, s
+        if L.k >= CAT:
+            return self.X[L.k].back(L, self, g, s)
         if L.k == MEAN:
             N = d['n']
             if L.bc:            # broadcast over the N positions by the layer below (smk)
@@ -1094,16 +1156,79 @@ def held_at(d):
     return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
 
 
-def bufs(ls):
-    """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
-    values, a residual ADD's held int32 gradient values) of layer table ls: Q8Net's shared backward buffers (host_tools/plan/memory.py
-    plans them with this)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
-    nz = nz2 = ng = nk = 0
+def grads(ls, first):
+    """Per layer, the positions in its inputs that the backward pass gives a gradient:
+    those a layer from the first trained one (first) on made, once each (none below it,
+    none for the first trained layer); () for most, one pass over the table."""
+    made = set()
+    out = []
     for i in range(len(ls)):
         d = ls[i]
-        if d['k'] == ADD and d.get('back'):
-            nk = max(nk, d['nout'])
+        gi = ()
+        if i > first and d.get('back'):
+            ins = d['in']
+            gi = tuple(j for j in range(len(ins)) if ins[j] in made and (
+                d['k'] == CAT or ins[j] not in ins[:j]))
+        out.append(gi)
+        if i >= first:
+            made.add(d['out'])
+    return out
+
+
+def holds(ls):
+    """({tensor: slot}, [slot values]) of layer table ls: the held int32 gradients of
+    Q8Net._run's walk (a residual ADD's other input, the inputs of a CONCATENATION
+    after its first, the chain's tensor when the next layer down is not its producer),
+    each in a slot of the largest it holds, free again once its producer takes it
+    (host_tools/plan/memory.py plans them with this)."""
+    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    n = {}
+    for d in ls:
+        n[d['out']] = d['nout']
+    slot, size, free, pend = {}, [], [], {}
+
+    def put(k):
+        if k in pend:
+            return
+        j = free.pop() if free else len(size)
+        if j == len(size):
+            size.append(0)
+        pend[k] = slot[k] = j
+        if n[k] > size[j]:
+            size[j] = n[k]
+    c = ls[-1]['out'] if ls else None
+    ga = grads(ls, first)
+    for i in range(len(ls) - 1, first - 1, -1):
+        d = ls[i]
+        o = d['out']
+        if c is not None and c != o:
+            put(c)
+            c = None
+        if o in pend:
+            free.append(pend.pop(o))
+            c = o
+        if c != o:
+            continue
+        gi = ga[i]
+        c = d['in'][gi[0]] if gi else None
+        if d['k'] == ADD and len(gi) > 1 and d['in'][0] != d['in'][1]:
+            put(d['in'][gi[1]])
+        elif d['k'] == CAT:
+            for j in gi[1:]:
+                put(d['in'][j])
+    return slot, size
+
+
+def bufs(ls, hz=None):
+    """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
+    values, the held int32 gradients' values: holds()) of layer table ls: Q8Net's shared
+    backward buffers (host_tools/plan/memory.py plans them with this); hz: holds()'s
+    slot sizes when known."""
+    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    nz = nz2 = ng = 0
+    nk = sum(holds(ls)[1] if hz is None else hz)
+    for i in range(len(ls)):
+        d = ls[i]
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
         nz = max(nz, d['nout'])
@@ -1119,13 +1244,14 @@ def bufs(ls):
     return nz, nz2, ng, nk
 
 
-def gin(ls):
+def gin(ls, hz=None):
     """The most values an input gradient of layer table ls has: the size of _gbuf's
     two buffers (host_tools/plan/memory.py plans them with this)."""
-    m = 0
+    m = max((holds(ls)[1] if hz is None else hz) or [0])  # (a held one joins the chain there)
     for i in range(len(ls)):
         d = ls[i]
-        if (d.get('train') or d.get('back')) and d['k'] != ADD:     # (an ADD: in place)
+        if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] < CAT:
+            # (an ADD, a CAT, a LUT: in place)
             k = d['k']
             m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
                     if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
@@ -1140,7 +1266,8 @@ def gtwo(ls):
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     for i in range(first + 1, len(ls)):
         d = ls[i]
-        if d.get('back') and (d['k'] >= PMAX or (d['k'] == MEAN and not bcast(ls, i))):
+        if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (
+                d['k'] == MEAN and not bcast(ls, i))):
             return True
     return False
 
@@ -1151,7 +1278,7 @@ def bcast(ls, i):
     d = ls[i]
     e = ls[i - 1]
     return (i > 0 and d['k'] == MEAN and bool(d.get('back')) and e['k'] < MEAN and bool(e.get('mask'))
-            and e['out'] == d['in'][0])
+            and e['out'] == d['in'][0] and sum(1 for x in ls if e['out'] in x['in']) == 1)
 
 
 def _shift(g, n):

@@ -13,6 +13,8 @@ _DW = 2     # q8.DW
 _MEAN = 3   # q8.MEAN
 _ADD = 4    # q8.ADD
 _PMAX = 5   # q8.PMAX
+_PAVG = 6   # q8.PAVG
+_LUT = 8    # q8.LUT
 
 
 class _Net:
@@ -30,10 +32,11 @@ def frees(layers, first):
             last[k] = i
         if i >= first:
             tw = d.get('tw')
-            if d['k'] >= _PMAX or (d.get('train') and not (tw and tw[1] <= tw[0])):
+            pool = _PMAX <= d['k'] <= _PAVG
+            if pool or d['k'] == _LUT or (d.get('train') and not (tw and tw[1] <= tw[0])):
                 keep.update(d['in'])
-            if d['k'] >= _PMAX or (d['k'] < _MEAN and not d.get('mask')):
-                keep.add(d['out'])
+            if pool or (d['k'] < _MEAN and not d.get('mask')) or d.get('cl'):
+                keep.add(d['out'])      # (a clamping CAT's: its gradient's mask)
     keep.add(layers[-1]['out'])
     out = [[] for _ in layers]
     for k in last:

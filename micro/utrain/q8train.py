@@ -76,7 +76,9 @@ class Q8Trainer:
             m = self.net
             if (ds.x_len != len(self.x) or ds.y_len != ny or ds.rec != len(self.x) + 4 * ny
                     or abs(ds.xs - m.sx) > 1e-6 * m.sx
-                    or abs(ds.xo + m.zx * m.sx) > 1e-6 * m.sx):
+                    # (the offset is zx steps: a float32 board parses sx from q8.json
+                    # within an ulp, which zx = -128 makes 128 ulps of sx)
+                    or abs(ds.xo + m.zx * m.sx) > 1e-6 * m.sx * (1 + abs(m.zx))):
                 raise ValueError('%s: an int8 model trains on int8 samples of %d values at '
                                  "its input's scale and zero point, with %s (prepare writes "
                                  'them)' % (ds.path, len(self.x), 'one label' if ny == 1 else

@@ -191,3 +191,26 @@ def test_int8_prefix_cache_made_and_trained_in_one_run_at_the_plan(tmp_path, use
         os.remove(os.path.join(out, f))
     end, _ = run(plan * 3 // 4)
     assert end == 'utrain: end: out of memory in the frozen prefix pass', end
+
+
+@needs('UTRAIN_MP32')
+@pytest.mark.parametrize('opt,batch', [('sgd', 1), ('adam', 4)])
+def test_int8_planner_bounds_a_wide_graph_on_32bit_unix(tmp_path, use, opt, batch):
+    """An int8 graph of many small trained layers (as a held-out Keras MLP: 6 bias-less
+    branches ADDed, 20 heads concatenated, 27 trained FCs; planned 0.89x its need before
+    the per-trained-layer fragmentation allowance): trains in the plan on a 32-bit build,
+    not in plan / 1.3."""
+    from kerasgraphs import build_int8_branches
+    use('UTRAIN_MP32')
+    path, _, _ = build_int8_branches(tmp_path / 'w.tflite', n=6, heads=20)
+    r = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(-4, 4, (24, 5)).astype(np.float32),
+             y=r.integers(0, 3, 24))
+    out = str(tmp_path / 'o')
+    s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer=opt, batch=batch,
+                lr=0.01, epochs=1, train='all', log=lambda *a: None)
+    assert 'unix 32-bit' in s['heap']['target'] and s['trainable_params'] > 200
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), f'trains in plan / 1.3 = {int(plan / 1.3)} B'

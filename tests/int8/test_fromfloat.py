@@ -214,3 +214,34 @@ def test_bench_sensor_task_prepares_as_int8_with_ranges_that_follow(tmp_path):
     assert s['int8']
     m = json.loads((tmp_path / 'q' / 'q8.json').read_text())
     assert [p for p, _, _ in m['rr'][2]] == [0, 2, 4]
+
+
+def test_a_layer_without_bias_is_calibrated_and_trains_as_int8(tmp_path):
+    """A float Keras 3 model whose FC has no bias (use_bias=False), trained as int8: its
+    weights get their scale from the float weights as every layer's (they were left at a
+    placeholder scale of 1, quantized to zeros: the held-out sensor net's int8 version
+    started at a uniform softmax and learnt nothing), and its logits follow the float
+    model's (TFLite Micro on the calibrated int8 model)."""
+    from tflite_micro.python.tflite_micro import runtime
+    src, forward = build_keras_shapes(tmp_path / 'k.tflite')
+    r = np.random.default_rng(3)
+    xs = r.standard_normal((40, 12, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(40) % 3)
+    s = prepare(src, str(tmp_path / 'q'), data=str(tmp_path / 'd.npz'), epochs=1, int8=True,
+                loss='scce', from_logits=True, optimizer='sgd', lr=0.01, train='all',
+                log=lambda *a: None)
+    assert s['int8']
+    g8 = read_model(str(tmp_path / 'q' / fromfloat.INT8_MODEL))
+    fc = next(op for op in g8.ops if op.name == 'FULLY_CONNECTED')
+    w = g8.tensors[fc.inputs[1]]
+    assert np.abs(w.data).max() >= 127 // fromfloat.WEIGHT_HEADROOM - 1
+    it = runtime.Interpreter.from_file(str(tmp_path / 'q' / fromfloat.INT8_MODEL))
+    xq_s, xq_z = g8.tensors[g8.inputs[0]].quant['scale'][0], g8.tensors[g8.inputs[0]].quant['zero_point'][0]
+    y = g8.tensors[g8.outputs[0]].quant
+    got, ref = [], forward(xs[:20].astype(np.float64))
+    for x in xs[:20]:
+        it.set_input(np.clip(np.round(x / xq_s) + xq_z, -128, 127).astype(np.int8)[None], 0)
+        it.invoke()
+        got.append((it.get_output(0).ravel().astype(np.float64) - y['zero_point'][0]) * y['scale'][0])
+    got = np.array(got)
+    assert np.corrcoef(got.ravel(), ref.ravel())[0, 1] > 0.95

@@ -214,3 +214,217 @@ def build_keras_layernorm(path, seed=0, F=6, H=8, O=2, eps=1e-3):
         z = (z - mu) / np.sqrt(v + eps) * gamma + beta
         return z @ w2.T + b2
     return os.fspath(path), forward
+
+
+def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
+    """An int8 model as Keras 3's full-integer converter writes one, built here: the
+    run-time batch of a Reshape (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, ops 0-3), a
+    1x3 CONV_2D (op 4), a PAD read by a max pool (ops 5, 6: not foldable into a
+    convolution), a CONCATENATION of the conv and the pool on channels (op 7), a global
+    average (MEAN) and a global max (REDUCE_MAX) of it (ops 8, 9), a CONCATENATION of
+    three inputs, one read twice (op 10), an FC without bias (op 11).  Concatenated
+    inputs share the output's scale, as TFLite's converter makes them; differ: the MEAN
+    at another scale and zero point (requantized by the CONCATENATION); sy: the logits'
+    scale (0.002: +-0.26, as a converter calibrates a model that had barely learnt).  Returns (path,
+    float numpy forward of the dequantized graph: f(x float [L, 3], conv weights float
+    or None) -> logits, the conv's weight scales)."""
+    rng = np.random.default_rng(seed)
+    L, C, O = 10, 4, 3
+    sx, sc = 0.05, 0.04
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    sw = rng.uniform(0.5, 1.0, C) * 0.004      # (conv outputs of a few units: no clamp)
+    wq = rng.integers(-127, 128, (C, 1, 3, 3)).astype(np.int8)
+    bq = rng.integers(-200, 400, C).astype(np.int32)
+    swf = 0.1 * 30 / (6 * C * sc * 60 * 60) * (1 if sy >= 0.1 else sy / 0.1)
+    wfq = rng.integers(-127, 128, (O, 6 * C)).astype(np.int8)
+    sm, zm = (sc * 0.5, -100) if differ else (sc, -128)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, L, 3], dtype='int8', quant=q(sx, 0))
+    shp = b.tensor('shape', [3], dtype=np.int32)
+    b.op('SHAPE', [x], [shp], out_type='INT32')
+    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
+    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
+    n = b.tensor('n', [], dtype=np.int32)
+    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
+    dims = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate((1, L, 3))]
+    new = b.tensor('new', [4], dtype=np.int32)
+    b.op('PACK', [n] + dims, [new], values_count=4, axis=0)
+    r = b.tensor('r', [1, 1, L, 3], dtype='int8', quant=q(sx, 0))
+    b.op('RESHAPE', [x, new], [r])
+    c = b.tensor('c', [1, 1, L, C], dtype='int8', quant=q(sc, -128))
+    w = b.tensor('w', wq.shape, data=wq, quant={'scale': list(sw), 'zero_point': [0] * C,
+                                               'quantized_dimension': 0})
+    bt = b.tensor('b', [C], data=bq, quant={'scale': list(sx * sw), 'zero_point': [0] * C})
+    b.op('CONV_2D', [r, w, bt], [c], padding='SAME', stride_w=1, stride_h=1,
+         fused_activation_function='RELU')
+    cp = b.tensor('cp', [1, 1, L + 2, C], dtype='int8', quant=q(sc, -128))
+    b.op('PAD', [c, b.tensor('pads', [4, 2], data=np.array(
+        [[0, 0], [0, 0], [1, 1], [0, 0]], np.int32))], [cp])
+    mp = b.tensor('mp', [1, 1, L, C], dtype='int8', quant=q(sc, -128))
+    b.op('MAX_POOL_2D', [cp], [mp], padding='VALID', stride_w=1, stride_h=1, filter_width=3,
+         filter_height=1, fused_activation_function='NONE')
+    cc = b.tensor('cc', [1, 1, L, 2 * C], dtype='int8', quant=q(sc, -128))
+    b.op('CONCATENATION', [c, mp], [cc], axis=3, fused_activation_function='NONE')
+    ax = b.tensor('ax', [2], data=np.array([1, 2], np.int32))
+    m1 = b.tensor('m1', [1, 2 * C], dtype='int8', quant=q(sm, zm))
+    b.op('MEAN', [cc, ax], [m1], keep_dims=False)
+    m2 = b.tensor('m2', [1, 2 * C], dtype='int8', quant=q(sc, -128))
+    b.op('REDUCE_MAX', [cc, ax], [m2], keep_dims=False)
+    h = b.tensor('h', [1, 6 * C], dtype='int8', quant=q(sc, -128))
+    b.op('CONCATENATION', [m1, m2, m1], [h], axis=1, fused_activation_function='NONE')
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    wf = b.tensor('wf', wfq.shape, data=wfq, quant=q(swf, 0))
+    b.op('FULLY_CONNECTED', [h, wf, -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wc=None):
+        wc = wq * sw[:, None, None, None] if wc is None else wc
+        xp = np.pad(xf, ((1, 1), (0, 0)))
+        cf = np.maximum(np.einsum('ljc,ojc->lo', np.stack([xp[i:i + L] for i in range(3)], 1),
+                                  wc[:, 0]) + bq * sx * sw, 0)               # [L, C]
+        cpf = np.pad(cf, ((1, 1), (0, 0)))
+        mpf = np.max(np.stack([cpf[i:i + L] for i in range(3)]), 0)
+        ccf = np.concatenate([cf, mpf], 1)
+        hf = np.concatenate([ccf.mean(0), ccf.max(0), ccf.mean(0)])
+        return (wfq * swf) @ hf
+    return os.fspath(path), forward, sw
+
+
+def build_keras_int8_seq(path, seed=0):
+    """An int8 sequence model as Keras 3's converter writes Dense on [1, T, C] and
+    GlobalAveragePooling1D, built here: FULLY_CONNECTED on a 3-D input (keep_num_dims,
+    op 0, RELU), MEAN over axis 1 of [1, T, H] (op 1), FULLY_CONNECTED (op 2).  Returns
+    (path, float numpy forward of the dequantized graph: f(x float [T, C], first
+    weights float or None) -> logits, the first layer's weight scale)."""
+    rng = np.random.default_rng(seed)
+    T, C, H, O = 7, 5, 6, 3
+    sx, sh, sm, sy = 0.05, 0.03, 0.02, 0.08
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    s1 = 0.006
+    w1 = rng.integers(-127, 128, (H, C)).astype(np.int8)
+    b1 = rng.integers(-300, 300, H).astype(np.int32)
+    s2 = 0.01
+    w2 = rng.integers(-127, 128, (O, H)).astype(np.int8)
+    b2 = rng.integers(-300, 300, O).astype(np.int32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    h = b.tensor('h', [1, T, H], dtype='int8', quant=q(sh, -128))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [H], data=b1, quant=q(sx * s1, 0))], [h],
+         fused_activation_function='RELU', keep_num_dims=True)
+    m = b.tensor('m', [1, H], dtype='int8', quant=q(sm, -128))
+    b.op('MEAN', [h, b.tensor('ax', [1], data=np.array([1], np.int32))], [m], keep_dims=False)
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [m, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)),
+                             b.tensor('b2', [O], data=b2, quant=q(sm * s2, 0))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = np.maximum(xf @ wf.T + b1 * sx * s1, 0)
+        return (w2 * s2) @ hf.mean(0) + b2 * sm * s2
+    return os.fspath(path), forward, s1
+
+
+# output (scale, zero point) of each elementwise op in build_int8_unary (LOGISTIC and
+# TANH at the ones TFLite's int8 kernels require, RELU6 at its input's as TFLite Micro assumes)
+UNARY_OUT = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'HARD_SWISH': (0.03, -30),
+             'RELU': (0.03, -128), 'RELU6': (0.04, 0), 'LEAKY_RELU': (0.03, 10),
+             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7)}
+
+
+def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
+    """An int8 FC -> `name` (a standalone elementwise op, as converters write a Keras
+    activation layer or a requantization) -> FC model, built here.  Returns (path, float
+    numpy forward of the dequantized graph: f(x float [6], first weights float or None)
+    -> logits, the first layer's weight scale).  sx, zx: the input's quantization."""
+    import math
+    rng = np.random.default_rng(seed)
+    I, H, O = 6, 8, 3
+    sh, s1, s2, sy = 0.04, 0.003, 0.005, 0.1
+    so, zo = UNARY_OUT[name]
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (H, I)).astype(np.int8)
+    b1 = rng.integers(-500, 500, H).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, H)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, I], dtype='int8', quant=q(sx, zx))
+    h = b.tensor('h', [1, H], dtype='int8', quant=q(sh, 0))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [H], data=b1, quant=q(sx * s1, 0))], [h])
+    a = b.tensor('a', [1, H], dtype='int8', quant=q(so, zo))
+    b.op(name, [h], [a], **({'alpha': 0.1} if name == 'LEAKY_RELU' else {}))
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [a, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    erf = np.vectorize(math.erf)
+    fs = {'LOGISTIC': lambda v: 1 / (1 + np.exp(-v)), 'TANH': np.tanh,
+          'HARD_SWISH': lambda v: v * np.clip(v + 3, 0, 6) / 6,
+          'RELU': lambda v: np.maximum(v, 0), 'RELU6': lambda v: np.clip(v, 0, 6),
+          'LEAKY_RELU': lambda v: np.where(v > 0, v, 0.1 * v),
+          'ELU': lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
+          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v}
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = xf @ wf.T + b1 * sx * s1
+        af = np.clip(fs[name](hf), (-128 - zo) * so, (127 - zo) * so)
+        return (w2 * s2) @ af
+    return os.fspath(path), forward, s1
+
+
+def build_int8_branches(path, seed=0, n=3, heads=2):
+    """An int8 model as Keras's converter writes Add() of n bias-less Dense branches of one
+    input (a chain of ADDs, each reading the sum so far: nested residuals) and a
+    CONCATENATION of `heads` Dense heads of the sum, then a bias-less FC, built here.
+    Returns (path, float numpy forward of the dequantized graph: f(x float [5], the first
+    branch's weights float or None) -> logits, that branch's weight scale)."""
+    rng = np.random.default_rng(seed)
+    I, H, O = 5, 6, 3
+    sx, s1, sa, s2, sh, s3, sy = 0.05, 0.0015, 0.03, 0.004, 0.03, 0.01, 0.08
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, I], dtype='int8', quant=q(sx, 0))
+    ws = [rng.integers(-127, 128, (H, I)).astype(np.int8) for _ in range(n)]
+    br = []
+    for k, w in enumerate(ws):
+        t = b.tensor(f'br{k}', [1, H], dtype='int8', quant=q(sa, 3 * k))
+        b.op('FULLY_CONNECTED', [x, b.tensor(f'w{k}', w.shape, data=w, quant=q(s1, 0)), -1], [t])
+        br.append(t)
+    acc, scales = br[0], [sa]
+    for k in range(1, n):
+        last = k == n - 1
+        t = b.tensor(f'sum{k}', [1, H], dtype='int8', quant=q(sa * 1.5, -128 if last else 0))
+        b.op('ADD', [acc, br[k]], [t], fused_activation_function='RELU' if last else 'NONE')
+        acc = t
+    wh = [rng.integers(-127, 128, (2, H)).astype(np.int8) for _ in range(heads)]
+    bh = [rng.integers(-200, 200, 2).astype(np.int32) for _ in range(heads)]
+    hs = []
+    for k in range(heads):
+        t = b.tensor(f'h{k}', [1, 2], dtype='int8', quant=q(sh, 0))
+        b.op('FULLY_CONNECTED', [acc, b.tensor(f'wh{k}', wh[k].shape, data=wh[k], quant=q(s2, 0)),
+                                 b.tensor(f'bh{k}', [2], data=bh[k], quant=q(sa * 1.5 * s2, 0))],
+             [t])
+        hs.append(t)
+    c = b.tensor('c', [1, 2 * heads], dtype='int8', quant=q(sh, 0))
+    b.op('CONCATENATION', hs, [c], axis=1, fused_activation_function='NONE')
+    w3 = rng.integers(-127, 128, (O, 2 * heads)).astype(np.int8)
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [c, b.tensor('w3', w3.shape, data=w3, quant=q(s3, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, w0=None):
+        w0 = ws[0] * s1 if w0 is None else w0
+        z = xf @ w0.T + sum(xf @ (w * s1).T for w in ws[1:])
+        z = np.maximum(z, 0)
+        h = np.concatenate([(wh[k] * s2) @ z + bh[k] * sa * 1.5 * s2 for k in range(heads)])
+        return (w3 * s3) @ h
+    return os.fspath(path), forward, s1

@@ -1,0 +1,95 @@
+# Elementwise int8 ops of one input (utrain.q8 layer kind LUT: LOGISTIC, TANH,
+# HARD_SWISH, RELU, RELU6, LEAKY_RELU, ELU, GELU, QUANTIZE as standalone ops), loaded
+# only by a layer table that has one: forward and gradient side by side.  An int8 input
+# takes 256 values, so the host tabulates the op (host_tools/prepare/quant.py _lut_layer):
+# q8.json's 't', the int8 output of each input value -128..127, and 'dt', the op's
+# derivative there (dy/dx in real units, 2^-14 steps; 0 where the output clamps).
+try:
+    import micropython
+    VIPER = True
+except ImportError:  # CPython: plain Python over the same buffers
+    VIPER = False
+
+    class micropython:
+        @staticmethod
+        def viper(f):
+            return f
+
+if not VIPER:
+    def ptr8(b):
+        return b
+
+    def ptr16(b):
+        return b
+
+    ptr32 = ptr8
+
+from array import array
+
+
+@micropython.viper
+def luk(y, x, n: int, t):
+    # y[i] = t[x[i] + 128] (int8 x as its byte ^ 128: the table's index)
+    py = ptr8(y)
+    px = ptr8(x)
+    pt = ptr8(t)
+    for i in range(n):
+        py[i] = pt[int(px[i]) ^ 128]
+
+
+@micropython.viper
+def lgk(g, x, n: int, dt) -> int:
+    # g[i] = (g[i] >> k) * dt[x[i] + 128] / 2^14, rounded (int32 g, int16 dt), k the
+    # least shift that keeps |g >> k| below 2^16 (no 32-bit overflow); returns k
+    pg = ptr32(g)
+    px = ptr8(x)
+    pd = ptr16(dt)
+    m = 0
+    for i in range(n):
+        v = int(pg[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v < 0:
+            v = 0 - v
+        if v > m:
+            m = v
+    k = 0
+    while (m >> k) > 65535:
+        k += 1
+    for i in range(n):
+        v = int(pg[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        d = int(pd[int(px[i]) ^ 128])
+        d = ((d & 0xffff) ^ 0x8000) - 0x8000
+        p = (v >> k) * d
+        if p < 0:
+            pg[i] = 0 - ((8192 - p) >> 14)
+        else:
+            pg[i] = (p + 8192) >> 14
+    return k
+
+
+def tables(L):
+    # the layer's tables as the kernels read them (made once, on first use)
+    d = L.d
+    L.tt = bytearray([v & 255 for v in d['t']])
+    L.dt = array('h', d['dt'])
+
+
+def fwd(L, net, t):
+    """The output of LUT layer L from the net's tensors t (int8 bytes by tensor index)."""
+    if L.tt is None:
+        tables(L)
+    x = t[L.ins[0]]
+    if L.back:
+        L.x = x             # (its gradient reads the input)
+    luk(L.y, x, L.nout, L.tt)
+    return L.y
+
+
+def back(L, net, g, s):
+    """The gradient of LUT layer L's input from g, its output's (int32, scale s): in
+    place, at scale s 2^k."""
+    k = lgk(g, L.x, L.nout, L.dt)
+    return g, s * (1 << k)

@@ -1,0 +1,478 @@
+"""Int8 models as Keras 3's converter writes them (issue 28), built here: the int8 path
+runs the float path's rewrites that apply (the run-time batch of a Reshape folded, a
+global REDUCE_MAX as a max pool) and names ops by the file's numbers; CONCATENATION of
+any number of inputs (one read twice) and a PAD read by a pool are one layer kind
+(utrain.q8cat). The forward against TFLite Micro on the file as written, the inputs at
+another scale against a float forward of the dequantized graph, the conv's update
+through every one of them against finite differences of that float forward, and the
+same integers under viper (unix MicroPython)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from kerasgraphs import build_keras_int8_cat  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+from test_q8 import spy_updates  # noqa: E402
+
+L = 10
+
+
+def _net(tmp_path, differ=False, train='all'):
+    path, fwd, sw = build_keras_int8_cat(tmp_path / 'k.tflite', differ=differ)
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), train)
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)                    # as the board reads it
+    return path, fwd, sw, m, Q8Net(m, str(tmp_path / 'weights.wof'))
+
+
+def _x(seed):
+    r = np.random.default_rng(50 + seed)
+    return r.integers(-100, 100, (L, 3)).astype(np.int8)
+
+
+def _outs(net, xq):
+    """Each layer's int8 output as it was made (the arena reuses a dead tensor's bytes)."""
+    from utrain.q8 import ADD, CAT
+    t = net.t
+    t[net.xin] = bytearray(xq.tobytes())
+    outs = []
+    for L in net.layers:
+        if L.k >= CAT:
+            y = net.X[L.k].fwd(L, net, t)
+        elif L.k == ADD:
+            y = L.forward(t[L.ins[0]], t[L.ins[1]])
+        else:
+            y = L.forward(t[L.ins[0]])
+        outs.append(np.frombuffer(bytes(y), np.int8).astype(np.float64))
+    return outs
+
+
+def test_rewrites_and_file_numbers(tmp_path):
+    path, _, _, m, _ = _net(tmp_path)
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.CAT, quant.POOL_MAX, quant.CAT,
+                                             quant.MEAN, quant.POOL_MAX, quant.CAT, quant.FC]
+    assert m['layers'][1].get('fill') and not m['layers'][3].get('fill')   # the PAD's border
+    assert len(m['layers'][6]['in']) == 3 and m['layers'][6]['in'][0] == m['layers'][6]['in'][2]
+    g = quant.rewritten(read_model(path))
+    # --train and --ranks count the file's ops: op 4 is the conv, op 11 the FC
+    ls = quant.layers(g, [4])
+    assert [d['k'] for d in ls if d.get('train')] == [quant.CONV]
+    ls = quant.layers(quant.rewritten(read_model(path)), 'last:1')
+    assert [d['k'] for d in ls if d.get('train')] == [quant.FC]
+    with pytest.raises(ValueError, match=r'k\.tflite: --ranks names op 7 \(CONCATENATION\)'):
+        quant.layers(quant.rewritten(read_model(path)), 'none', {7: 1})
+
+
+def test_forward_bit_exact_with_tflite_micro(tmp_path):
+    from tflite_micro.python.tflite_micro import runtime
+    path, _, _, m, net = _net(tmp_path)
+    it = runtime.Interpreter.from_file(path)
+    outs = set()
+    for i in range(6):
+        xq = _x(i)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, L, 3), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel()), i
+        outs.add(tuple(got))
+    assert len(outs) == 6
+
+
+def test_requantized_inputs_against_the_float_graph(tmp_path):
+    """The MEAN at another scale and zero point than the CONCATENATION that reads it:
+    requantized to the output's, within a step of the float forward's value."""
+    path, fwd, _, m, net = _net(tmp_path, differ=True)
+    cat = m['layers'][6]
+    assert cat['mul'][0] and not cat['mul'][1] and cat.get('cl')
+    for i in range(4):
+        xq = _x(i)
+        o = _outs(net, xq)
+        h, m1 = o[6], o[4]
+        # each copy of the MEAN: its own int8 value requantized, within a step
+        want = np.clip(np.round((m1 + 100) * 0.5) - 128, -128, 127)
+        assert np.abs(h[:8] - want).max() <= 1 and np.abs(h[16:] - want).max() <= 1
+        assert np.array_equal(h[8:16], o[5])
+        assert len(set(want.tolist())) > 3          # (not all at a clamp)
+
+
+@pytest.mark.parametrize('differ', [False, True])
+def test_conv_update_through_cat_pad_pools_matches_finite_differences(tmp_path, monkeypatch,
+                                                                      differ):
+    """The conv's int8 update (lr dL/dW / s_W in 1/256 steps, through the FC, the
+    three-input CONCATENATION with its input read twice, the MEAN and the max, the
+    channel CONCATENATION, the pool and the PAD) against finite differences of the
+    float forward of the dequantized graph."""
+    got = spy_updates(monkeypatch)
+    path, fwd, sw, m, net = _net(tmp_path, differ)
+    lr = 0.01
+    cos = []
+    for i in range(4):
+        xq, label = _x(i), i % 3
+        got.clear()
+        net.step(bytearray(xq.tobytes()), label, lr)
+        conv = got[-1] / 256.0 * sw.repeat(9)     # (applied last: the lowest layer)
+        g = read_model(path)
+        w0 = next(t for t in g.tensors if t.name == 'w')
+        wf = w0.data.astype(np.float64) * sw[:, None, None, None]
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[label]
+        num = np.zeros_like(wf)
+        for k in np.ndindex(wf.shape):
+            e = np.zeros_like(wf)
+            e[k] = 1e-4
+            num[k] = (loss(wf + e) - loss(wf - e)) / 2e-4
+        ref = lr * num.reshape(-1)         # (the spied update is what w loses)
+        c = float(conv @ ref / (np.linalg.norm(conv) * np.linalg.norm(ref) + 1e-30))
+        cos.append(c)
+        assert 0.6 < np.linalg.norm(conv) / np.linalg.norm(ref) < 1.6
+    assert min(cos) > 0.85 and np.mean(cos) > 0.95, cos      # (int8 rounding, ties)
+
+
+MP = runner.find_micropython()
+
+
+def _viper_matches(tmp_path, d, xs, lr=0.02):
+    """Three SGD steps of the whole model in folder d (q8.json, weights.wof) under viper
+    end with the host's weights and biases."""
+    with open(d / 'q8.json') as f:
+        net = Q8Net(json.load(f), str(d / 'weights.wof'))
+    for i, xq in enumerate(xs):
+        net.step(bytearray(xq.tobytes()), i % 3, lr)
+    want = [bytes(L.w) for L in net.layers if L.w is not None] + [
+        list(L.b) for L in net.layers if L.b is not None]
+    runner.stage(str(tmp_path / 'st'))
+    code = f"""
+import sys, json
+sys.path.insert(0, {str(tmp_path / 'st' / 'lib')!r})
+from utrain.q8 import Q8Net
+m = json.load(open({str(d / 'q8.json')!r}))
+net = Q8Net(m, {str(d / 'weights.wof')!r})
+for i, x in enumerate({[bytes(x.tobytes()) for x in xs]!r}):
+    net.step(bytearray(x), i % 3, {lr!r})
+print(repr([bytes(L.w) for L in net.layers if L.w is not None] + [list(L.b) for L in net.layers if L.b is not None]))
+"""
+    out = subprocess.run([MP, '-c', code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert eval(out.stdout.strip().splitlines()[-1]) == want
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_viper_steps_as_the_host(tmp_path):
+    """CAT (requantizing, repeated input, PAD's fill), the held gradients, a LUT
+    (LOGISTIC, HARD_SWISH): the same integers under viper as on the host."""
+    from kerasgraphs import build_int8_unary
+    _net(tmp_path, differ=True)
+    _viper_matches(tmp_path, tmp_path, [_x(i) for i in range(3)])
+    r = np.random.default_rng(7)
+    for name in ('LOGISTIC', 'HARD_SWISH'):
+        d = tmp_path / name
+        path, _, _ = build_int8_unary(tmp_path / f'{name}.tflite', name)
+        quant.write(quant.rewritten(read_model(path)), str(d), 'all')
+        _viper_matches(tmp_path, d, [r.integers(-127, 128, 6).astype(np.int8) for _ in range(3)])
+
+
+def test_narrow_logits_widen_and_follow_training(tmp_path):
+    """Logits a converter calibrated at +-0.26 (a model that had barely learnt): the
+    int8 path widens them to +-quant.WIDE_LOGITS (a softmax at +-0.26 can never grow
+    confident, and their clamp stops the gradient), lets their range double as they grow
+    (q8range's 'rr', the logits alone), computes the same logits on the wider grid, and
+    export writes the wider scale; a model's logits at +-12.8 stay as they are."""
+    from host_tools.prepare.pipeline import export
+    path, fwd, _ = build_keras_int8_cat(tmp_path / 'n.tflite', sy=0.002)
+    g0 = read_model(path)
+    g = quant.rewritten(g0)
+    y = g.tensors[g.outputs[0]]
+    assert y.quant['scale'] == [2 * quant.WIDE_LOGITS / 255] and y.quant['zero_point'] == [0]
+    assert g0.tensors[g0.outputs[0]].quant['scale'][0] == pytest.approx(0.002)     # (the file's, as read)
+    m = quant.meta(g, 'all')
+    assert [e[:2] for e in m['rr'][2]] == [[len(m['layers']) - 1, []]]
+    net = Q8Net(json.loads(json.dumps(quant.as_written(m)[0]['q8.json'])), _wof(tmp_path, g, m))
+    for i in range(3):
+        xq = _x(i)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8) * (8 / 255)
+        ref = fwd(xq.astype(np.float64) * 0.05)
+        assert np.abs(ref).max() < 0.26 and np.abs(got - ref).max() <= 0.04, (got, ref)
+    # export writes the widened scale (TFLite Micro runs the result)
+    run = tmp_path / 'run'
+    from host_tools.prepare.pipeline import prepare
+    r = np.random.default_rng(3)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(-4, 4, (8, L, 3)).astype(np.float32),
+             y=r.integers(0, 3, 8))
+    prepare(path, str(run), data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+            lr=0.01, epochs=1, log=lambda *a: None)
+    export(path, str(run / 'weights.wof'), str(tmp_path / 'out.tflite'))
+    ge = read_model(str(tmp_path / 'out.tflite'))
+    assert ge.tensors[ge.outputs[0]].quant['scale'][0] == pytest.approx(8 / 255)
+    # wide logits stay
+    path2, _, _ = build_keras_int8_cat(tmp_path / 'w.tflite')
+    g2 = quant.rewritten(read_model(path2))
+    assert g2.tensors[g2.outputs[0]].quant['scale'][0] == pytest.approx(0.1) and 'rr' not in quant.meta(g2, 'all')
+
+
+def _wof(tmp_path, g, m):
+    d = tmp_path / 'q'
+    quant.write(g, str(d), 'all', m)
+    return str(d / 'weights.wof')
+
+
+def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
+    """Keras's Dense on [1, T, C] (an FC over each step: a 1x1 convolution) and
+    GlobalAveragePooling1D (MEAN over axis 1 of a 3-D tensor): the forward bit-exact with
+    TFLite Micro, the first layer's update against finite differences of the float
+    graph."""
+    from tflite_micro.python.tflite_micro import runtime
+    from kerasgraphs import build_keras_int8_seq
+    path, fwd, s1 = build_keras_int8_seq(tmp_path / 's.tflite')
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.MEAN, quant.FC]
+    assert m['layers'][0]['g'][:4] == [1, 7, 5, 6] and m['layers'][1]['n'] == 7
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    r = np.random.default_rng(9)
+    xs = [r.integers(-90, 90, (7, 5)).astype(np.int8) for _ in range(4)]
+    for xq in xs:
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, 7, 5), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel())
+    got = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        got.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = got[-1] / 256.0 * s1
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[i % 3]
+        num = np.zeros_like(w0)
+        for k in np.ndindex(w0.shape):
+            e = np.zeros_like(w0)
+            e[k] = 1e-4
+            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-4
+        ref = 0.01 * num.reshape(-1)
+        cos = upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref))
+        assert cos > 0.9 and 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, cos
+
+
+UNARY = ['LOGISTIC', 'TANH', 'HARD_SWISH', 'RELU', 'RELU6', 'LEAKY_RELU', 'ELU', 'GELU',
+         'QUANTIZE']
+TFLM_EXACT = ('RELU', 'RELU6', 'QUANTIZE')     # (TFLite Micro's own requantization)
+
+
+@pytest.mark.parametrize('name', UNARY)
+def test_elementwise_op_forward_and_gradient(tmp_path, monkeypatch, name):
+    """A standalone elementwise op (utrain.q8lut: a table of the 256 int8 inputs): its
+    output against TFLite Micro (the same integers for the requantizing ones, within a
+    step for the others, computed there in fixed point), or, where TFLite Micro has no
+    int8 kernel, the float function; the first FC's update through it against finite
+    differences of the float graph."""
+    from kerasgraphs import build_int8_unary, UNARY_OUT
+    path, fwd, s1 = build_int8_unary(tmp_path / 'u.tflite', name)
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.FC, quant.LUT, quant.FC]
+    r = np.random.default_rng(4)
+    xs = [r.integers(-127, 128, 6).astype(np.int8) for _ in range(12)]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    outs = [_outs(net, xq) for xq in xs]
+    h = np.concatenate([o[0] for o in outs])
+    a = np.concatenate([o[1] for o in outs])
+    assert len(set(h.tolist())) > 40
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+        import copy
+        from host_tools.graph.rewrite import save_graph
+        g0 = read_model(path)
+        gc = copy.deepcopy(g0)
+        gc.ops, gc.outputs = gc.ops[:2], [gc.ops[1].outputs[0]]
+        it = runtime.Interpreter.from_file(save_graph(gc, str(tmp_path / 'cut.tflite')))
+        ref = []
+        for xq in xs:
+            it.set_input(xq.reshape(1, 6), 0)
+            it.invoke()
+            ref.append(it.get_output(0).ravel().astype(np.float64))
+        ref = np.concatenate(ref)
+    except RuntimeError:                 # (no int8 kernel of it in TFLite Micro)
+        so, zo = UNARY_OUT[name]
+        ref = None
+        f = quant.UNARY[name][0]
+        want = np.clip(np.round(f((h - 0) * 0.04, {}) / so) + zo, -128, 127)
+        assert np.abs(a - want).max() <= 0
+    if ref is not None:
+        tol = 0 if name in TFLM_EXACT else 1
+        assert np.abs(a - ref).max() <= tol, (name, np.abs(a - ref).max())
+    got = spy_updates(monkeypatch)
+    g8 = read_model(path)
+    w0 = next(t for t in g8.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs[:6]):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        got.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = got[-1] / 256.0 * s1
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[i % 3]
+        num = np.zeros_like(w0)
+        for k in np.ndindex(w0.shape):
+            e = np.zeros_like(w0)
+            e[k] = 1e-5
+            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-5
+        ref = 0.01 * num.reshape(-1)
+        if np.linalg.norm(ref) < 1e-9:
+            continue
+        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+    assert len(cos) >= 4 and min(cos) > 0.9 and np.mean(cos) > 0.97, cos
+
+
+def test_squeeze_and_expand_dims_are_their_inputs_bytes(tmp_path):
+    """SQUEEZE / EXPAND_DIMS of an int8 tensor make no layer (their output is their
+    input's bytes), as RESHAPE; one that changes the scale is refused naming the op."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from tflite_micro.python.tflite_micro import runtime
+
+    def build(path, s_mid):
+        r = np.random.default_rng(1)
+        b = CircleBuilder(identifier=b'TFL3')
+        q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+        x = b.tensor('x', [1, 1, 6], dtype='int8', quant=q(0.05, 0))
+        s = b.tensor('s', [1, 6], dtype='int8', quant=q(s_mid, 0))
+        b.op('SQUEEZE', [x], [s], squeeze_dims=[1])
+        e = b.tensor('e', [1, 1, 6], dtype='int8', quant=q(s_mid, 0))
+        b.op('EXPAND_DIMS', [s, b.tensor('ax', [1], data=np.array([1], np.int32))], [e])
+        w = r.integers(-127, 128, (3, 6)).astype(np.int8)
+        y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1, 0))
+        b.op('FULLY_CONNECTED', [e, b.tensor('w', w.shape, data=w, quant=q(0.01, 0)), -1], [y])
+        b.inputs(x)
+        b.outputs(y)
+        return b.save(str(path))
+    p = build(tmp_path / 'a.tflite', 0.05)
+    g = quant.rewritten(read_model(p))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.FC] and m['layers'][0]['in'] == [g.inputs[0]]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(p)
+    xq = np.arange(-60, 60, 20).astype(np.int8)
+    it.set_input(xq.reshape(1, 1, 6), 0)
+    it.invoke()
+    assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
+                          it.get_output(0).ravel())
+    bad = quant.rewritten(read_model(build(tmp_path / 'b.tflite', 0.07)))
+    with pytest.raises(ValueError, match=r'b\.tflite: SQUEEZE op 0 changes the scale'):
+        quant.layers(bad, 'all')
+
+
+def test_float32_board_takes_samples_of_an_input_at_zero_point_minus_128(tmp_path,
+                                                                        monkeypatch):
+    """An input quantized for [0, 1] data (zero point -128, the common Keras case): a
+    float32 board parses q8.json's scale within an ulp, which the zero point makes 128
+    ulps of the samples' offset; the dataset check took that for samples at another
+    scale and refused train.ds on every 32-bit board (seen on the 32-bit unix build)."""
+    import struct
+    from kerasgraphs import build_int8_unary
+    from host_tools.prepare.pipeline import prepare
+    from utrain import data
+    from utrain.q8train import Q8Trainer
+    sx = float(np.float32(0.00666480278596282))
+    path, _, _ = build_int8_unary(tmp_path / 'z.tflite', 'RELU', sx=sx, zx=-128)
+    r = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(0, 1.7, (6, 6)).astype(np.float32),
+             y=r.integers(0, 3, 6))
+    run = tmp_path / 'run'
+    prepare(path, str(run), data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd',
+            lr=0.01, epochs=1, log=lambda *a: None)
+    monkeypatch.chdir(run)
+    tr = Q8Trainer()
+    up = struct.unpack('<f', struct.pack('<i', struct.unpack('<i', struct.pack('<f', sx))[0] + 1))[0]
+    tr.net.sx = up                      # (the scale a float32 board's parser may give)
+    tr._read(data.Dataset('train.ds'), 0)
+    tr.ds = None
+    tr.net.sx = sx * 1.001              # samples at another scale are still refused
+    with pytest.raises(ValueError, match='int8 samples of 6 values'):
+        tr._read(data.Dataset('train.ds'), 0)
+
+
+def test_nested_residual_adds_and_branches_pass_their_gradient(tmp_path, monkeypatch):
+    """Add() of three branches of one input (ADD reading an ADD: nested, refused before)
+    and two heads of the sum concatenated: the sum's gradient is both heads', each
+    branch's the sum's; the first branch's update against finite differences of the
+    float graph, and viper = host."""
+    from kerasgraphs import build_int8_branches
+    path, fwd, s1 = build_int8_branches(tmp_path / 'b.tflite')
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']].count(quant.ADD) == 2
+    r = np.random.default_rng(5)
+    xs = [r.integers(-120, 120, 5).astype(np.int8) for _ in range(6)]
+    got = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w0').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        got.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = got[-1] / 256.0 * s1          # (the first branch: the lowest layer)
+        xf = xq.astype(np.float64) * 0.05
+
+        def loss(w):
+            z = fwd(xf, w)
+            z = z - z.max()
+            return np.log(np.exp(z).sum()) - z[i % 3]
+        num = np.zeros_like(w0)
+        for k in np.ndindex(w0.shape):
+            e = np.zeros_like(w0)
+            e[k] = 1e-5
+            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-5
+        ref = 0.01 * num.reshape(-1)
+        if np.linalg.norm(ref) < 1e-9:
+            continue
+        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+        assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6
+    assert len(cos) >= 4 and min(cos) > 0.97, cos
+    if MP is not None:
+        _viper_matches(tmp_path, tmp_path, xs[:3])
+
+
+def test_select_names_the_files_ops_of_a_rewritten_int8_model(tmp_path):
+    """--select auto on an int8 model: its candidates and classifier are the file's op
+    numbers (the int8 pricer reads the rewritten graph; an index of it named op 10, a
+    CONCATENATION in the file, as the classifier, and prepare refused the choice)."""
+    from host_tools.prepare import select
+    path, _, _ = build_keras_int8_cat(tmp_path / 'k.tflite')
+    g = quant.rewritten(read_model(path))
+    cands = select.layers(g)
+    assert [i for i, _ in cands] == [4, 11]
+    assert select.classifier(g, cands) == 11
+    pr = select.Q8Pricer(path, {'batch': 1, 'optimizer': 'sgd', 'loss': 'scce', 'momentum': 0.0})
+    assert pr.price({11: 0})['heap'] and pr.price({4: 1, 11: 0})['heap']
