@@ -572,8 +572,14 @@ def _mark_trained(g, out, train, ranks):
                 # (utrain.q8grow): clamped there, the update past it was lost
                 # (MobileNetV2's op 62 at 1/2: ~1 point of the int8/float gap).  Not a
                 # per-tensor layer's (an FC classifier's, which q8grow can double whole):
-                # loading q8grow for it put the biases 62-65 scheme over an RP2040's heap
+                # loading q8grow for it alone put the biases 62-65 scheme 4 KB up)
                 d['gw'] = 1
+        if any(out[i].get('gw') for i in chosen):
+            # q8grow is loaded: a per-tensor layer whose weights all train doubles its one
+            # scale too (the digits MobileNetV2's op-62 scheme's classifier: 0.8 points)
+            for i in chosen:
+                if 'tw' not in out[i]:
+                    out[i]['gw'] = 1
         masks(out, chosen[0])
     return out
 

@@ -52,8 +52,12 @@ def _net(d, fc=False):
 def test_prepare_marks_the_per_channel_layers_whose_weights_train(tmp_path, monkeypatch):
     d, _, _ = _run_dir(tmp_path, monkeypatch, n=20)
     ls = json.loads(open(os.path.join(d, 'q8.json')).read())['layers']
-    # (per-channel scales: a per-tensor layer, the FC, keeps its one scale)
-    assert [bool(L.get('gw')) for L in ls] == [bool(L.get('train')) and L['nq'] > 1 for L in ls]
+    # (the per-channel layers; with them the per-tensor FC, whose weights all train)
+    assert [bool(L.get('gw')) for L in ls] == [bool(L.get('train')) for L in ls]
+    assert any(L.get('gw') and L['nq'] > 1 for L in ls)
+    # a per-tensor layer alone does not load q8grow
+    g = read_model(os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_int8.tflite'))
+    assert not any(L.get('gw') for L in quant.meta(g, 'last:1')['layers'])
     assert any(L.get('gw') for L in ls)
 
 
