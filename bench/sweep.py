@@ -4,7 +4,8 @@ plan / need; a cell is flagged UNDER when plan < need (a board the plan admits f
 OVER when plan > 1.2 x need (a board that fits is turned away).
 
     python bench/sweep.py [--mp32 MP | --pico] [--ulab] [--only NAME] [--settings A,B]
-                          [--cache FILE] [--samples N] [--step F] [--list] [--model FILE ...]
+                          [--cache FILE] [--samples N] [--step F] [--sturdy] [--list]
+                          [--model FILE ...]
 
 Models (--model FILE, repeatable: those files instead, e.g. models made outside the
 project): the digits MLP and CNN, the held-out small CNN and MobileNet head
@@ -28,7 +29,10 @@ settings as given: no profile default streams, no int8 from a float model), the 
 ballast leaves plus what the firmware holds after boot.  A run there takes about a
 minute: a few cells (--only, --settings), 2-4 samples, --step 0.02.  Bisection
 starts at the plan (one run says on which side the need lies), then halves [plan/2, plan]
-or [plan, 1.5 plan]; a need outside that range prints as '<' / '>' the bound.  --cache
+or [plan, 1.5 plan]; a need outside that range prints as '<' / '>' the bound.  --sturdy:
+the need is the smallest heap above which every heap up to the plan trains (each step
+from the bisected need to the plan is run; fragmentation makes some cells train in a heap
+and fail in a larger one).  --cache
 FILE keeps measured needs keyed by cell, build and utrain's code (bench/memory.py's
 code_key), with the row bands prepare chose (they follow the plan: a need measured on a
 run banded otherwise is measured again), so a rerun re-plans only.  Prints one markdown table and the worst cells.
@@ -142,6 +146,21 @@ def need(out, plan, step=STEP, trains=None, top=None):
     return hi, ''
 
 
+def sturdy(out, n, plan, step, trains=None):
+    """The smallest heap above which every heap up to the plan trains, from the bisected
+    need n: each heap n + step, n + 2 step ... plan is run, and one that fails moves the
+    need past it.  A step's peak is a matter of fragmentation where its arrays are large
+    next to the heap: the zoo imu net, --ranks 19:up on 32-bit ulab, trained at 126 and
+    129.6 KB but failed at 128 KB (session 4): a bisection's edge, not a need."""
+    trains = trains or trains_in
+    h = n + step
+    while h <= plan:
+        if not trains(out, h):
+            n = h + step
+        h += step
+    return n
+
+
 def pico_trains(ulab, timeout=3600):
     """trains(out, heap) on the emulated Pico (host_tools/boards/pico.py: the real rp2
     firmware in rp2040js): a ballast leaves heap minus what the firmware holds after boot,
@@ -187,6 +206,10 @@ def main():
                     help='measure on the emulated Raspberry Pi Pico (the real rp2 firmware in '
                     'rp2040js: $UTRAIN_PICO_FIRMWARE, with --ulab $UTRAIN_PICO_ULAB_FIRMWARE), '
                     'planned for --board rp2040; slow: few cells, few samples, a coarse --step')
+    ap.add_argument('--sturdy', action='store_true',
+                    help='the need is the smallest heap above which every heap up to the plan '
+                    'trains (each step between the bisected need and the plan is run): '
+                    'fragmentation can make a step train in a heap and fail in a larger one')
     ap.add_argument('--step', type=float, default=0,
                     help='bisection step as a fraction of the plan (default: 1 KB); e.g. 0.015')
     a = ap.parse_args()
@@ -235,15 +258,19 @@ def main():
                 print(f'  {name} | {sname}: refused ({str(e).splitlines()[0][:100]})', file=sys.stderr)
                 continue
             plan = s['heap']['total']
-            k = '|'.join((name, sname, build, key, str(a.samples)) + ('ulab',) * a.ulab)
+            k = '|'.join((name, sname, build, key, str(a.samples)) + ('ulab',) * a.ulab
+                         + ('sturdy',) * a.sturdy)
             bands = s.get('bands') or []
             if k in cache and len(cache[k]) > 2 and cache[k][2] != bands:
                 del cache[k]        # measured on a run prepare banded otherwise (the plan chose)
             if not a.list and k not in cache:
                 if a.pico and not on:
                     on.append(pico_trains(a.ulab))
-                cache[k] = list(need(out, plan, max(STEP, int(a.step * plan)),
-                                     *(on[0] if on else ()))) + [bands]
+                step = max(STEP, int(a.step * plan))
+                got = list(need(out, plan, step, *(on[0] if on else ())))
+                if a.sturdy and not got[1]:
+                    got[0] = sturdy(out, got[0], plan, step, on[0][0] if on else None)
+                cache[k] = got + [bands]
                 if a.cache:
                     with open(a.cache, 'w') as f:
                         json.dump(cache, f, indent=0)

@@ -19,6 +19,10 @@ Models the selections were not tuned on (issue 28; TUNED names the three above):
   imu-gru   a recurrent net: a GRU (hidden 32) over the IMU window as 16 steps of 6, its
             final state -> FC; activities 0-4 (tico unrolls it: 243 ops, one state weight
             read by 15 FULLY_CONNECTED ops)
+Made outside the project (not in the default --models; --heldout DIR holds the files):
+  sensor1d  a Keras 3 1-D sensor net (SAME/VALID 1xk convs, a residual ADD, global avg +
+            max pooled and concatenated, an FC without bias, softmax) and its 400 samples
+            (sensor1d.tflite, sensor1d.npz); tasks new-classes and noisy (sensor1d_task_data)
 Digit tasks (tico-cnn, mbnet, dwres; all ten digits: the classes 6-9 are new to every model):
   new-classes  the digits as they are;  rotated  each image turned 90 degrees;
   noisy        Gaussian noise (sigma 0.15; pixels are 0..1), clipped;
@@ -355,6 +359,44 @@ def imu_flat_task_data(name, n):
     return flat, split
 
 
+# Models made outside the project (issue 28: a Keras 3 export, not made by this bench),
+# read from --heldout DIR (default $UTRAIN_HELDOUT): name: (file, its samples .npz, the
+# prepare settings it differs in).  Not in the default --models (the files are not in the
+# repository).
+HELDOUT = {'sensor1d': ('sensor1d.tflite', 'sensor1d.npz', dict(from_logits=False))}
+HELDOUT_DIR = [os.environ.get('UTRAIN_HELDOUT', '')]
+
+
+def heldout_file(name, which):
+    """The held-out model's file (which 0) or samples (1) in --heldout DIR."""
+    path = os.path.join(HELDOUT_DIR[0], HELDOUT[name][which])
+    if not os.path.exists(path):
+        raise SystemExit(f'bench/transfer.py: {path}: no such file; give --heldout DIR (or set '
+                         f'$UTRAIN_HELDOUT), the folder with {" and ".join(HELDOUT[name][:2])}')
+    return path
+
+
+def sensor1d_task_data(name, n):
+    """(npz path, test split) of the held-out 1-D sensor net's tasks (Keras 3: SAME and
+    VALID 1xk convolutions, a residual ADD, global average and max pooled and
+    concatenated, an FC without bias, softmax; 96 steps x 3 axes, five classes each a
+    sine of its own frequency in unit noise; pre-trained by its maker on 200 of the 400
+    samples with the classes 2-4 as one).  Half of the 400 samples train (n is not
+    used: there are 400), half are held out.  new-classes: the five classes as they are;
+    noisy: noise of sigma 0.75 added and each window started 0-7 steps late (wrapped)."""
+    z = np.load(heldout_file('sensor1d', 1))
+    x, y = z['x'].astype(np.float32), z['y']
+    rng = np.random.default_rng(5)
+    if name == 'noisy':
+        x = x + rng.normal(0, 0.75, x.shape).astype(np.float32)
+        for j, d in enumerate(rng.integers(0, 8, len(x))):
+            x[j] = np.roll(x[j], -int(d), axis=0)
+    pick = rng.permutation(len(x))
+    path = os.path.join(TMP, 'sensor1d-%s.npz' % name)
+    savez(path, x=np.ascontiguousarray(x[pick]), y=y[pick])
+    return path, 0.5
+
+
 DIGIT_TASKS = ('new-classes', 'rotated', 'noisy', 'placement')
 # name: (circle maker, task data maker, its tasks)
 MODELS = {
@@ -368,6 +410,9 @@ MODELS = {
                                                      'basic-motions')),
     'imu-gru': (imu_gru_circle, imu_seq_task_data, ('new-classes', 'placement', 'noisy',
                                                     'basic-motions')),
+    # made outside the project (--heldout DIR)
+    'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
+                 ('new-classes', 'noisy')),
 }
 TUNED = ('tico-cnn', 'mbnet', 'imu')
 
@@ -471,7 +516,8 @@ def one_task(job):
     work = tempfile.mkdtemp(prefix='utrain-transfer-')
     quiet = lambda *x: None      # noqa: E731
     data, test_split = MODELS[mname][1](task, n)
-    kw = dict(data=data, test_split=test_split, split_seed=0, epochs=EPOCHS, **SETTINGS)
+    kw = dict(data=data, test_split=test_split, split_seed=0, epochs=EPOCHS,
+              **dict(SETTINGS, **(HELDOUT[mname][2] if mname in HELDOUT else {})))
     base, rows = {}, []
     for label, extra in picks:
         out = os.path.join(work, f'{mname}-{task}-{label.replace(":", "")}')
@@ -561,7 +607,9 @@ def main(argv=None):
     ap.add_argument('--quick', action='store_true',
                     help='the first model, its first two tasks, 240 samples')
     ap.add_argument('--measure', action='store_true', help='measure the selections\' heaps')
-    ap.add_argument('--models', default=','.join(MODELS))
+    ap.add_argument('--models', default=','.join(m for m in MODELS if m not in HELDOUT))
+    ap.add_argument('--heldout', default=HELDOUT_DIR[0], help='the folder of the models '
+                    'made outside the project (%s) and their samples' % ', '.join(HELDOUT))
     ap.add_argument('--tasks', help='a model\'s tasks among these (default: all its own)')
     ap.add_argument('--seeds', type=int, default=len(SEEDS), help='shuffle seeds a run averages')
     ap.add_argument('--jobs', type=int, default=1, help='tasks run in parallel processes')
@@ -578,6 +626,7 @@ def main(argv=None):
     budget_ix = ([int(b) for b in a.budgets.split(',')] if a.budgets not in (None, 'none')
                  else [] if a.budgets == 'none' else None)
     MODES[:] = a.modes.split(',')
+    HELDOUT_DIR[0] = os.environ['UTRAIN_HELDOUT'] = a.heldout     # (and --jobs' processes)
     boards = [b for b in a.boards.split(',') if b]
     os.makedirs(TMP, exist_ok=True)
     n = 240 if a.quick else TRAIN

@@ -94,10 +94,12 @@ NATIVE_KERNELS = 5 * 1024
 # stays in flash; module dicts, function and class objects are made in the heap
 FROZEN_CODE_PER_MPY_BYTE = 0.35
 BASE_FROZEN = 15 * 1024
-# the file object and chunk generator while streaming, on a 64-bit port: word-sized
-# objects, half on a 32-bit one (a whole 2 KB there planned the 32-bit ulab stream cells
-# 1.8 KB over their sgd cells' offset, the digits MLP 1.20x)
-STREAM_OVERHEAD = 2048
+# the file object and chunk generator while streaming, by word size and file system: on
+# a 64-bit port 2 KB (not re-measured); on 32-bit, a littlefs board's open file holds its
+# cache buffer besides (1 KB, as before), a unix build's file object is 32 B and the
+# chunk generator 80-150 B (measured, mpu32 and mpu32-ulab): 256 B there (1 KB had
+# planned the 32-bit ulab 16x16 CNN's streamed cell 1.22x, the same net ranked 1.19x)
+STREAM_OVERHEAD = {(8, 'os'): 2048, (8, 'littlefs'): 2048, (4, 'os'): 256, (4, 'littlefs'): 1024}
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
 # (floats, small arrays, saved activations), leaving runs too short for the next array.
@@ -277,6 +279,7 @@ class _Run:
         self.arrays, _, self.frozen = backend.partition('-')
         self.start = settings.get('prefix', 0)
         self.prefix_code = 0        # (code_parts: what utrain.prefix.drop frees)
+        self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -301,7 +304,7 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     parts['fragmentation allowance'] = fragmentation(parts, collect)
     prefix_phase(r, parts, collect)
     out = {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at}
+           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at, 'largest': r.largest}
     if r.start:
         out['prefix_phase'] = int(r.phase_a)
     return out
@@ -321,8 +324,8 @@ def add_fisher(heap, g, p, backend, board=None):
     net of its own that is garbage when training allocates: its peak is the training
     plan's less what only training holds (optimizer state, gradient sums, the trainer's
     and optimizer's code) plus its own code, every candidate's output kept until the
-    backward pass reaches it (those the backward list does not save anyway) and one
-    potential per channel.  Planned: the larger of the two peaks, and a residue."""
+    backward pass reaches it (those the backward list does not save anyway) and two
+    potentials per channel (all samples', half of them's).  Planned: the larger of the two peaks, and a residue."""
     from ..graph.passes import device_shapes
     arrays, _, frozen = backend.partition('-')
     t = target(board)
@@ -334,7 +337,7 @@ def add_fisher(heap, g, p, backend, board=None):
     for i in p.trainable_ops:
         o = g.ops[i].outputs[0]
         rows, cols = shapes[o]
-        kept += array_bytes(cols, arrays, t)
+        kept += 2 * array_bytes(cols, arrays, t)     # its potentials, and a half's
         if o not in p.saved:
             kept += array_bytes(rows * cols, arrays, t)
     parts = heap['parts']
@@ -480,7 +483,7 @@ def weight_parts(r) -> dict:
             else:
                 slots[j] = max(slots[j], n)
     parts['frozen weights (streamed: slot buffers)'] = (sum(A(n) for n in slots) + (A(big) if big else 0)
-                                                        + STREAM_OVERHEAD * r.t['word'] // 8)
+                                                        + STREAM_OVERHEAD[r.t['word'], r.t['fs']])
     return parts
 
 
@@ -601,6 +604,8 @@ def forward_peak(r):
                 + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0) + pc
         if need > peak:
             peak, peak_at = need, op.index
+        if op.index not in banded:      # (a group's windows: BAND_SLACK's)
+            r.largest = max(r.largest, A(size[o]), pc, A(max([size[k] for k in ins] or [0])) if fi else 0)
         live.update(k for k in op.outputs if k not in inner)
         for k in ins:
             if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
@@ -638,6 +643,7 @@ def backward_peak(r) -> int:
         rows = row_temps(r, [k for k in spec.inputs(op) if k in plan.params]) if batch == 1 else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows)
+        r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         for k in op.outputs:
             grads.pop(k, None)
         if flags & 1 and ins:
@@ -724,6 +730,17 @@ def gc_every(g, planned) -> int:
     return 32 if 4 * big * 128 >= planned or len(g.ops) >= 16 else 0
 
 
+def biases_only(train, ranks, with_params, biased):
+    """(train, ranks) of the biases-only candidate of the fit advice, one for every
+    firmware it is planned on: each op that has a bias trains its bias alone (rank 1),
+    a given rank elsewhere kept unless it is a bias rank on an op without one; where
+    some weighted ops have no bias, --train none leaves them frozen (Keras's
+    use_bias=False)."""
+    rk = {i: v for i, v in ranks.items() if v != 1 or i in biased}
+    rk.update({i: 1 for i in biased})
+    return ('none' if biased != with_params else train), rk
+
+
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     """What would fit in `limit`: the planner's figure for cheaper settings, every memory
     option considered: batch 1, SGD, --stream, the frozen-prefix cache made by the board
@@ -761,13 +778,11 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         r == 'bias' and p < len(g.ops[i].inputs) and g.ops[i].inputs[p] >= 0
         for p, r in SPECS[g.ops[i].name].roles(g.ops[i], g).items())]
     for c in (cache, 'host'):
-        for r in (4, 5, 1):
-            rk, tr = dict(ranks), train
-            if r == 1 and biased != with_params:
-                rk = {i: v for i, v in rk.items() if v != 1 or i in biased}
-                tr = 'none'
-            rk.update({i: r for i in (biased if r == 1 else with_params) if rk.get(i, 0) != 1})
-            cands.append((cheap, tr, rk, c, backend))
+        for r in (4, 5):
+            rk = dict(ranks)
+            rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
+            cands.append((cheap, train, rk, c, backend))
+        cands.append((cheap,) + biases_only(train, ranks, with_params, biased) + (c, backend))
     for c in (cache, 'host'):
         for n in range(len(g.ops) - 1, 0, -1):
             cands.append((cheap, 'last:%d' % n, {}, c, backend))
@@ -777,10 +792,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     firmware = []
     for b in ('ulab', 'fallback-frozen', 'ulab-frozen'):
         if b != backend and (backend.startswith('ulab') <= b.startswith('ulab')):
-            bias = {i: v for i, v in ranks.items() if v != 1 or i in biased}
-            bias.update({i: 1 for i in biased})
             firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
-                         (cheap, 'none' if biased != with_params else train, bias, 'host', b),
+                         (cheap,) + biases_only(train, ranks, with_params, biased) + ('host', b),
                          (cheap, 'last:1', {}, 'host', b)]
     fits, seen, deeper = [], set(), {}     # deeper: (settings) -> the plan of a longer last:N that fits
     for k, (change, tr, rk, c, b) in enumerate(cands + firmware):

@@ -325,10 +325,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
-    sel = run_select(select, model_path, data, s, prof, budget, backend, rewrite, test_split,
-                     split_seed, select_layers, log,
-                     dict(board=board, cache=cache, bands=bands, limit=limit),
-                     dequantize and quant.is_int8(source)) if select else None
+    sel = select_fitting(select, model_path, data, s, prof, budget, backend, rewrite,
+                         test_split, split_seed, select_layers, log,
+                         dict(board=board, cache=cache, bands=bands, limit=limit),
+                         dequantize and quant.is_int8(source), given) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
@@ -499,6 +499,48 @@ def fit_options(model_path, g, p, s, heap, cache, given, limit, how, log=print):
         + '; '.join(f'{flag}: {why}' for name, flag, why in OPTIONS if name in names)
         + ' (give the flag yourself to decide otherwise)')
     return h, p2, s2, cache, flags
+
+
+def select_fitting(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
+                   split_seed, layers, log, target, dequantize, given):
+    """run_select; where not even the classifier fits, again with each memory option the
+    user left to prepare (OPTIONS, in their order) that fit_options would choose below:
+    priced with the user's options only, a selection on a board whose classifier fits
+    only with --cache-on-host trained the classifier alone, where layers fit beside it
+    with that option (a held-out sensor net on esp32: 0.242 against half:11's 0.295).
+    With --select board and the cache, the host's choice trains (the board's scoring
+    pass would run the frozen layers the cache leaves out), as where the host's best fits
+    only without the pass."""
+    from . import select as sl
+    sel = run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
+                     split_seed, layers, log, target, dequantize)
+    nothing = lambda r: r.get('fallback', '').startswith('nothing fits')   # noqa: E731
+    if not nothing(sel) or not (budget or prof.get('heap')):
+        return sel
+    order = sorted(OPTIONS, key=lambda o: mode == 'board' and o[0] == 'cache')
+    for name, flag, _ in order:     # (the board scores only without the cache: it last)
+        if name in given or (name == 'stream' and s.get('stream')) or (
+                name == 'batch' and int(s['batch']) == 1) or (name == 'cache' and (
+                target.get('cache') or not data)):
+            continue
+        s2 = dict(s, stream=True) if name == 'stream' else dict(s, batch=1) if (
+            name == 'batch') else s
+        t2 = dict(target, cache='host') if name == 'cache' else target
+        # the board's scoring pass runs the frozen layers: with the cache, the host's
+        # choice (--select auto's) trains and the board does not score
+        m2 = 'auto' if name == 'cache' else mode
+        pr = sl.Pricer(model_path, s2, backend, rewrite, t2)
+        if not pr.fits({sl.classifier(pr.g0, sl.layers(pr.g0)): 0},
+                       lambda h: heap_limit(prof, budget, h), m2 == 'board'):
+            continue
+        log(f'select {mode}: with {flag} (prepare chooses it below) the classifier fits: '
+            'the candidates are priced with it' + (
+                '; the board\'s scoring pass would run the layers the cache leaves out, so '
+                'the host chooses (as --select auto) and the board does not score'
+                if m2 != mode else ''))
+        return run_select(m2, model_path, data, s2, prof, budget, backend, rewrite,
+                          test_split, split_seed, layers, log, t2, dequantize)
+    return sel
 
 
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,

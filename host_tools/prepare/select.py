@@ -912,7 +912,7 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
     pos = {op.number: j for j, op in enumerate(g.ops)}
     assert all(op.index == j for j, op in enumerate(g.ops))
     shapes = device_shapes(g)
-    configs = []
+    configs, part = [], set()
     for gain, r in short:
         ents = []
         for i, rk in sorted(r.items()):
@@ -925,8 +925,10 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
                 lo, hi = channel_range(rk, n) if rk > 1 else (0, n)
                 ents.append([int(k), 2, 0, 0] if hi - lo == n
                             else [int(k), int(axis), int(hi - lo), int(lo)])
+                if hi - lo < n:
+                    part.add(oi)
         configs.append([round(float(gain), 4), int(pr.price(r, True)['heap']), ents])
-    proxy = proxy_shares(model_path, union, auto['trial_runs'], settings, rewrite)
+    proxy = proxy_shares(model_path, union, auto['trial_runs'], settings, rewrite, part)
     n = len(union) - 1
     return {'ranks': union, 'price': pr.price(union, True),
             'select': {'samples': int(samples), 'layers': n, 'share': SHARE,
@@ -934,9 +936,12 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
             'short_list': [(describe(r), gain) for gain, r in short]}
 
 
-def proxy_shares(model_path, ranks, t, settings, rewrite):
+def proxy_shares(model_path, ranks, t, settings, rewrite, part=()):
     """[[op (its place in model.flat), share of the classifier's Fisher potential]] of the
-    candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples."""
+    candidates ranks on up to PRIOR_SAMPLES of the proxy's trial samples; an op of part
+    (trained in part by a configuration) also gets its output channels' potentials there,
+    in millionths of its own (the board weighs another window against them:
+    fisher.measured)."""
     out = os.path.join(t.tmp, 'fisher')
     t.prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, rewrite=rewrite,
             ranks=dict(ranks), train='none', log=lambda *a: None, **t.settings)
@@ -950,7 +955,16 @@ def proxy_shares(model_path, ranks, t, settings, rewrite):
         ds.close()
     cls = F.classifier(net)
     pc = float(np.sum(P[cls]))
-    return [[int(i), float(np.sum(P[i])) / pc if pc > 0 else 0.0] for i in sorted(P) if i != cls]
+    out = []
+    for i in sorted(P):
+        if i != cls:
+            e = [int(i), float(np.sum(P[i])) / pc if pc > 0 else 0.0]
+            if i in part:
+                v = np.asarray(P[i], np.float64).ravel()
+                # millionths of its total: small ints take no heap object each on a board
+                e.append([int(round(x)) for x in 1e6 * v / max(float(np.sum(v)), 1e-30)])
+            out.append(e)
+    return out
 
 
 def report(res):

@@ -15,7 +15,8 @@
 # have on the board's own data than on the proxy, and trains the best (the largest plan
 # within TIE of it, as prepare's --select auto), each part of a layer on the channels
 # the host measured unless the board's data puts more than NOISE times their potential
-# in another window.  A candidate with no finite, positive
+# in another window than the proxy had there (on each half of its samples, the window
+# chosen on the other half).  A candidate with no finite, positive
 # potential is refused (said).  The choice goes into the checkpoint (utrain/chosen.py),
 # so a resumed run trains the same set.  run.py loads this module once, before the
 # Trainer, on a net of its own (choose_on), and drops it: its code and arrays are gone
@@ -48,9 +49,10 @@ def candidates(net):
     return out
 
 
-def potentials(net, ds, n, cfg):
+def potentials(net, ds, n, cfg, half=None):
     """{op index: (1, C) Fisher potentials of its output channels} over n samples of
-    ds (spread over the file); cfg: the training settings (loss)."""
+    ds (spread over the file); cfg: the training settings (loss).  half: a dict that
+    gets {op index: the part of those potentials from the odd samples} (measured())."""
     from utrain.losses import loss
     cands = candidates(net)
     outs = {}
@@ -59,6 +61,8 @@ def potentials(net, ds, n, cfg):
         o = net.ops[i][2][0]
         outs[o] = i
         P[i] = zeros((1, net.shape[o][1]))
+        if half is not None:
+            half[i] = zeros((1, net.shape[o][1]))
     ys = (1, 1) if cfg['loss'] == 'scce' else net.shape[net.outputs[0]]
     ds.check(net.shape[net.inputs[0]], ys)
     x, y = zeros(net.shape[net.inputs[0]]), zeros(ys)
@@ -88,8 +92,12 @@ def potentials(net, ds, n, cfg):
                     a = net.t[outs[0]]
                     s = np.sum(a * d, axis=0)
                     s = s.reshape((1, s.shape[0])) if len(s.shape) == 1 else s
+                    s = s * s
                     p = P[oi]
-                    p += s * s
+                    p += s
+                    if j & 1 and half is not None:
+                        p = half[oi]
+                        p += s
                 if st:
                     st.fetch(oi)
                 net.mods[oi].backward(net, op, d, fl & _DX_ANY)
@@ -100,9 +108,10 @@ def potentials(net, ds, n, cfg):
         net.free_train = free
         for k in outs:
             net.t[k] = None
-    for i in P:
-        p = P[i]
-        p *= 0.5 / n
+    for i in P:     # (no *=: the fallback's arrays would be rebound, not scaled)
+        P[i] = P[i] * (0.5 / n)
+        if half is not None:
+            half[i] = half[i] * (0.5 / n)
     return P
 
 
@@ -116,32 +125,74 @@ def _usable(v):
 
 def window(p, w):
     """(lo, hi): the window of w channels of potentials p (1, C) with the most."""
-    best, lo = -1.0, 0
-    cur = sum(p[0, c] for c in range(w))
-    for c0 in range(p.shape[1] - w + 1):
-        if c0:
-            cur += p[0, c0 + w - 1] - p[0, c0 - 1]
-        if cur > best:
-            best, lo = cur, c0
+    s = _sums(p, w)
+    lo = max(range(len(s)), key=lambda c0: s[c0])
     return lo, lo + w
 
 
-def measured(p, w, lo):
-    """(lo, hi) of w channels of potentials p (1, C) to train with the host's priors: the
-    window the host measured (from lo; None: not said) unless the best window here has
-    more than NOISE times its potential (the proxy's gain was measured on that window;
-    16 samples' potentials alone chose worse windows as often as better), and a word
-    on which."""
-    b = window(p, w)
-    if lo is None or lo < 0 or lo + w > p.shape[1]:
-        return b, 'most potential'
-    m = sum(p[0, c] for c in range(lo, lo + w))
-    t = sum(p[0, c] for c in range(b[0], b[1]))
-    if _usable(m):
-        if t > NOISE * m:
-            return b, 'most potential, %.3g x the measured %d:%d' % (t / m, lo, lo + w)
-    elif _usable(t):            # the measured channels have no potential here
-        return b, 'most potential, none in the measured %d:%d' % (lo, lo + w)
+def _sums(p, w):
+    """[potential of the w channels from c0 for c0 in 0..C-w] of p (1, C), sliding."""
+    cur = sum(p[0, c] for c in range(w))
+    out = [cur]
+    for c0 in range(1, p.shape[1] - w + 1):
+        cur += p[0, c0 + w - 1] - p[0, c0 - 1]
+        out.append(cur)
+    return out
+
+
+def _over(s, c0, lo):
+    """How many times the measured window's potential (from lo) the window from c0 has,
+    of window sums s."""
+    m, t = s[lo], s[c0]
+    return t / m if m > 0.0 else (1e30 if t > 0.0 else 0.0)
+
+
+def measured(p, w, lo, q=None, r=None):
+    """(lo, hi) of w channels of potentials p (1, C) to train with the host's priors, and
+    a word on which: the window the host measured (from lo; None: not said) unless the
+    board's data moves potential into another window.  r (1, C): the proxy's potentials
+    of these channels; a window's gain is how many times the measured window's potential
+    it has here over how many times it had on the proxy, where the host measured the
+    accuracy the measured window gives (tico-cnn rotated: 1:5 had 2.17x of 0:4 here and
+    2.15x on the proxy, and lost 5.7 points when the board moved there).  q: the part of
+    p from half the samples; the best of the C - w + 1 windows on the samples that chose
+    it is biased upward against any one window, so the window with the best gain on each
+    half is weighed on the other half, and the measured window gives way only where both
+    gain more than NOISE (the one of the two with more on all samples trains).  Without
+    q, the best on all samples; without r, a gain is the ratio here."""
+    C = p.shape[1]
+    if lo is None or lo < 0 or lo + w > C:
+        return window(p, w), 'most potential'
+    why = ' the measured %d:%d' % (lo, lo + w)
+    sp = _sums(p, w)
+    if not _usable(sp[lo]):
+        b = window(p, w)
+        if _usable(sp[b[0]]):      # the measured channels have no potential here
+            return b, 'most potential, none in' + why
+        return (lo, lo + w), 'measured on the proxy'
+    sr = _sums(r, w) if r is not None else None
+
+    def gain(s, c0):
+        g = _over(s, c0, lo)
+        return g / max(_over(sr, c0, lo), 1e-9) if sr else g
+
+    def best(s):
+        return max(range(C - w + 1), key=lambda c0: gain(s, c0))
+    if q is None:
+        c = best(sp)
+        g = gain(sp, c)
+        on = ''
+    else:
+        sq = _sums(q, w)
+        sa = [x - y for x, y in zip(sp, sq)]
+        ca, cq = best(sa), best(sq)
+        ga, gq = gain(sq, ca), gain(sa, cq)
+        c = ca if sp[ca] >= sp[cq] else cq
+        g = min(ga, gq)
+        on = ' on each half of the samples (chosen on the other)'
+    if g > NOISE:
+        return (c, c + w), 'more potential%s: %.3g x%s%s' % (
+            on, g, why, ' beyond the proxy\'s' if sr else '')
     return (lo, lo + w), 'measured on the proxy'
 
 
@@ -224,17 +275,19 @@ def board_heap():
         return None
 
 
-def pick(net, P, configs, proxy, have=None):
+def pick(net, P, configs, proxy, have=None, half=None):
     """With the host's priors: configs [[gain, heap, [[tensor, axis, width, lo], ...]], ...]
     (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor; lo:
     the first of the channels the host measured, see measured()),
-    proxy [[op, share of the classifier's potential on the proxy], ...].  A
+    proxy [[op, share of the classifier's potential on the proxy(, [its channels'
+    potentials there] for a layer trained in part)], ...].  A
     configuration's gain is weighed by rho = (its layers' share of the classifier's
     potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
     rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the largest
     heap within TIE of it: it trains the most).  Configurations with a refused layer are
     out, and so are those planned above the heap this board has (have, bytes: its GC's
-    tables aside, a 1/32 margin).  Returns (keep, log lines)."""
+    tables aside, a 1/32 margin); half: potentials()'s half (see measured()).
+    Returns (keep, log lines)."""
     cls = classifier(net)
     no = refused(net, P)
     op_of = {}
@@ -245,9 +298,13 @@ def pick(net, P, configs, proxy, have=None):
     here = {}
     for i in P:
         here[i] = _total(P[i]) / pc if _usable(pc) else 0.0
-    there = {}
-    for i, v in proxy:
-        there[i] = v
+    there, chans = {}, {}
+    for e in proxy:
+        there[e[0]] = e[1]
+        if len(e) > 2 and e[0] in P and len(e[2]) == P[e[0]].shape[1]:
+            r = chans[e[0]] = zeros((1, len(e[2])))
+            for c in range(len(e[2])):
+                r[0, c] = e[2][c]
     lines, rated = [], []
     for j in range(len(configs)):
         gain, heap, ents = configs[j]
@@ -286,7 +343,8 @@ def pick(net, P, configs, proxy, have=None):
             continue
         i = op_of[k]
         if (i, w) not in wins:
-            wins[(i, w)] = measured(P[i], w, e[3] if len(e) > 3 else None)
+            wins[(i, w)] = measured(P[i], w, e[3] if len(e) > 3 else None,
+                                    half[i] if half else None, chans.get(i))
         (lo, hi), why = wins[(i, w)]
         keep[k] = (ax, lo, hi)
         lines.append('op %d tensor %d: channels %d:%d of %d (%s)'
@@ -304,12 +362,14 @@ def select(net, data, sel, cfg, log=print):
     from utrain.data import Dataset
     ds = Dataset(data)
     n = int(sel.get('samples', 16))
+    half = {} if n > 1 and sel.get('configs') else None
     try:
-        P = potentials(net, ds, n, cfg)
+        P = potentials(net, ds, n, cfg, half)
     finally:
         ds.close()
     if sel.get('configs'):
-        keep, lines = pick(net, P, sel['configs'], sel.get('proxy', ()), board_heap())
+        keep, lines = pick(net, P, sel['configs'], sel.get('proxy', ()), board_heap(),
+                           half if min(n, ds.n) > 1 else None)
     else:
         keep, lines = choose(net, P, int(sel.get('layers', 1)), float(sel.get('share', 0.0)))
     log('board selection (Fisher potential on %d samples):' % min(n, ds.n))

@@ -118,7 +118,7 @@ def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, request, case
     from host_tools.formats.refmodels import small_cnn
     if build and case == 'last2-stream':    # (docs/memory.md: the static part on 32-bit ulab)
         request.applymarker(pytest.mark.xfail(strict=True, reason='32-bit ulab, streamed: '
-                                              '1.23x (104.3 KB planned, 85 KB needed)'))
+                                              '1.21-1.23x (101.2 KB planned, 82-84 KB needed)'))
     arrays = backend()
     if build:
         monkeypatch.setenv('MICROPYTHON', os.environ[build])
@@ -756,3 +756,67 @@ def test_a_reshape_saved_with_its_input_is_planned_once(tmp_path):
         # pool's input), the pool's output (its own gradient), its reshaped view (the FC's)
         # and the softmax's output
         assert s['heap']['parts']['saved activations'] == A(144) + A(144 * 4) + A(36 * 4) + A(0) + A(3)
+
+
+def test_the_biases_only_advice_is_the_same_on_every_firmware(tmp_path):
+    """The fit advice's biases-only candidate (each op that has a bias trains it alone,
+    --train none where some weighted op has none) is planned for this firmware and, when
+    nothing fits, for firmwares with ulab or utrain frozen in: the same --train and
+    --ranks on every one (memory.biases_only; the two lists once built it apart)."""
+    from host_tools.formats.circle_io import read_model
+    from host_tools.graph.rewrite import save_graph
+    from host_tools.formats.refmodels import small_cnn
+    from host_tools.plan.memory import fit_advice
+    g = read_model(small_cnn(str(tmp_path / 'c.circle'), size=12, classes=4))
+    conv = [op for op in g.ops if op.name == 'CONV_2D'][0]
+    fc = [op for op in g.ops if op.name == 'FULLY_CONNECTED'][0]
+    conv.inputs[2] = -1                 # a conv without a bias (Keras's use_bias=False)
+    save_graph(g, str(tmp_path / 'nobias.circle'))
+    g = read_model(str(tmp_path / 'nobias.circle'))
+    asked = []
+
+    def planned(tr, rk, settings, cache, backend):
+        asked.append((tr, rk, cache, backend))
+        return None                     # nothing fits: every firmware is tried
+    heap = {'parts': {'code': 40 << 10, 'interpreter': 17 << 10}}
+    for ranks in ({}, {fc.index: 4}):
+        asked.clear()
+        fit_advice(g, dict(batch=4, optimizer='adam'), {conv.index, fc.index}, ranks,
+                   'fallback', 1024, heap, planned)
+        only = {b: (tr, rk) for tr, rk, c, b in asked
+                if c == 'host' and rk and set(rk.values()) == {1}}
+        assert set(only) == {'fallback', 'ulab', 'fallback-frozen', 'ulab-frozen'}, asked
+        assert all(v == ('none', {fc.index: 1}) for v in only.values()), only
+
+
+# issue 28's sweep (mpu32-ulab = 32-bit unix MicroPython with ulab; Pico ulab = the rp2
+# firmware with ulab in rp2040js): the 16x16 CNN's smallest heaps, last op trained, SGD
+# batch 1, 8 random samples, one epoch (bisected at 1.5 % of the plan)
+STREAMED_NEEDS = {'sim32': 81872, 'rp2040': 89 * 1024}
+
+
+def test_streaming_is_planned_as_the_build_holds_it(tmp_path):
+    """Streaming's own heap beside its code and slot buffers is its open file and chunk
+    generator: 32 B and 80-150 B on a 32-bit unix build, a littlefs board's file cache
+    besides.  Planned at 1 KB on both, the 16x16 CNN streamed was 2.6 KB above the same
+    net with its frozen conv held and ranked (1.22x against 1.19x; their needs equal within
+    the bisection's step).  Each plan stays at least the need measured on its build."""
+    from host_tools.formats.refmodels import small_cnn
+    model = small_cnn(str(tmp_path / 'c.circle'))
+    rng = np.random.default_rng(0)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((8, 16, 16, 1)).astype(np.float32), y=rng.integers(0, 5, 8))
+    plans = {}
+    for name, kw in (('stream', dict(train='last:2', stream=True)),
+                     ('held', dict(train='none', ranks='3:up'))):
+        s = prepare(model, str(tmp_path / name), data=data, loss='scce', from_logits=True,
+                    lr=0.01, epochs=1, log=lambda *a: None, backend='ulab', optimizer='sgd',
+                    batch=1, **kw)
+        plans[name] = s['heap']['by_target']
+    for t, need in STREAMED_NEEDS.items():
+        assert plans['stream'][t] >= need, (t, plans['stream'][t], need)
+    # the stream module's code (1.3 KB) and its buffers' share, not 2.6 KB more (a unix
+    # build); a littlefs board's open file besides
+    assert plans['stream']['sim32'] - plans['held']['sim32'] < 2048, plans
+    assert plans['stream']['rp2040'] - plans['stream']['sim32'] > \
+        plans['held']['rp2040'] - plans['held']['sim32'] + 512, plans
