@@ -1004,6 +1004,14 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
         if d.get('train'):          # float bias, bias sums, update multipliers (weights)
             st += 2 * arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8_trained_weights(d) else 0)
+        if d.get('gw') and q8_trained_weights(d):
+            # utrain.q8grow: its weight scales' exponents and counts, the count scratch
+            # (one, the widest layer's: priced per layer), and dz's per-channel
+            # rescaling made at the first doubling where none is held
+            nq = d['nq'] if 'nq' in d else len(d['mul'])
+            st += 3 * arr(nq)
+            if back and nq > 1 and not (d.get('pc') and not (i + 1 < len(ls) and q8.bcast(ls, i + 1))):
+                st += 2 * arr(4 * nq)
     if mask:
         parts['output masks (1 bit an output)'] = mask
     # made at the first layer above the lowest trained one that passes a gradient back
@@ -1047,6 +1055,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
         mods.update(('q8bands', 'bands'))
     if trained.get('rr'):
         mods.add('q8range')          # (ranges that follow training: loaded on use)
+    if any(d.get('gw') and d.get('train') for d in trained['layers']):
+        mods.add('q8grow')           # (weight scales that grow: loaded on use)
     sparse = any(d.get('mask') or d.get('sd') for d in trained['layers'])   # q8sparse: on use
     # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
     # in it where a board loads native code into RAM (rp2)

@@ -567,6 +567,19 @@ def _mark_trained(g, out, train, ranks):
                 # noise into its outputs (MobileNetV2's op 62 at 1/2: int8 2-3 points
                 # below float without them); an FC's sum over its many inputs averages it
                 d['wf'] = 1
+            if r != 1 and len(d['sw']) > 1:
+                # its per-channel weight scales grow where its weights reach +-127
+                # (utrain.q8grow): clamped there, the update past it was lost
+                # (MobileNetV2's op 62 at 1/2: ~1 point of the int8/float gap).  Not a
+                # per-tensor layer's (an FC classifier's, which q8grow can double whole):
+                # loading q8grow for it alone put the biases 62-65 scheme 4 KB up)
+                d['gw'] = 1
+        if any(out[i].get('gw') for i in chosen):
+            # q8grow is loaded: a per-tensor layer whose weights all train doubles its one
+            # scale too (the digits MobileNetV2's op-62 scheme's classifier: 0.8 points)
+            for i in chosen:
+                if 'tw' not in out[i]:
+                    out[i]['gw'] = 1
         masks(out, chosen[0])
     return out
 
@@ -920,11 +933,14 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     rewritten(); numbers: as numbered())."""
     from ..graph.rewrite import save_graph
     from .runfolder import out_identifier
+    from .recal import replay
     g = rewritten(numbered(read_model(model_path), numbers))
+    replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
         g.tensors[k].data = a
     followed(g, m, wof_path)
+    grown(g, m, wof_path)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
@@ -968,6 +984,40 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             b = g.tensors[ls[c]['bt']]
             b.data = ((b.data.astype(np.int64) + (1 << (k - 1))) >> k).astype(np.int32)
             b.quant = dict(b.quant, scale=[float(v) * 2 ** k for v in b.quant['scale']])
+
+
+def grown(g: Graph, m: dict, wof_path) -> None:
+    """The weight scales a run doubled while it trained (wof_path + '.q8w', utrain.q8grow
+    wrote it beside the weights, which are at those scales: b'UTGW', then per layer u32
+    weight tensor, u32 count, a byte each, the exponent of each output channel's scale
+    or of a per-tensor layer's one) put into int8 graph g (layer table m): each weight
+    tensor's scale and its bias tensor's x 2^k.  Nothing without the file."""
+    import struct
+    p = wof_path + '.q8w'
+    if not os.path.exists(p):
+        return
+    with open(p, 'rb') as f:
+        data = f.read()
+    by = {d['wt']: d for d in m['layers'] if 'wt' in d}
+    bad = f'{p}: not the weight scales of this model; remove it only if {wof_path} was not trained with it'
+    if data[:4] != b'UTGW':
+        raise ValueError(bad)
+    o = 4
+    while o < len(data):
+        if o + 8 > len(data):
+            raise ValueError(bad)
+        k, n = struct.unpack_from('<II', data, o)
+        e = list(data[o + 8:o + 8 + n])
+        o += 8 + n
+        d = by.get(k)
+        if not d or len(e) != n or n != len(g.tensors[k].quant['scale']) or max(e) > 30:
+            raise ValueError(bad + f' (tensor {k})')
+        for t in (d['wt'], d['bt']):
+            q = g.tensors[t].quant
+            sc = [float(v) for v in q['scale']]
+            if len(sc) == 1 and n > 1:
+                sc = sc * n
+            q['scale'] = [s * 2 ** v for s, v in zip(sc, e if n == len(sc) else e * len(sc))]
 
 
 def trained_params(ls) -> int:
@@ -1161,6 +1211,18 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if not any(d.get('train') for d in m['layers']):
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
+    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
+    from . import recal
+    steps = []
+    if xy is not None and not getattr(g, 'follow_ranges', 0):
+        # the trained layers' output ranges on the training samples (recal: widened
+        # where they clip; the same shapes, so the same plan), before anything is chosen
+        from ..files.dataset import split as split_idx
+        tr, _ = split_idx(len(xy[0]), test_split, split_seed)
+        steps = recal.recalibrate(g, xy[0][tr], train, ranks, meta, wof_arrays,
+                                  log=lambda t: log(f'{model_path}: {t}'))
+        if steps:
+            m, tables, heap = planned(g, s, train, cache, bands, board, ranks)
     if bands is None and banded(m, tables):
         m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
                                               model_path, log, ranks)
@@ -1177,15 +1239,19 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
             + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
     # the samples as int8 at the model input's scale and zero point
-    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     check_flash(model_path, xy, 'int8', board)
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    cal = os.path.join(out_dir, recal.FILE)
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
             os.remove(os.path.join(out_dir, f))
     outs = json.loads(json.dumps(as_written(m, tables)[0]))
     heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t))
     write(g, out_dir, train, m, tables)
+    if steps:                           # (export replays them on the model file)
+        atomic_write(cal, json.dumps(steps).encode())
+    elif os.path.exists(cal):
+        os.remove(cal)
     files = dict(FILES, model='q8.json', rewritten=None)
     if cache:
         files.update(model='q8t.json', prefix='q8.json')

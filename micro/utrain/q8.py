@@ -66,6 +66,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
+    ge = None       # its weight scales' exponents (utrain.q8grow: 'gw')
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
@@ -460,6 +461,10 @@ class Q8Net:
         if meta.get('rr'):
             from utrain.q8range import Ranges
             self.rr = Ranges(self, meta['rr'])
+        self.wg = None            # weight scales that grow (utrain.q8grow: 'gw')
+        if any([d.get('gw') and d.get('train') for d in ls]):
+            from utrain.q8grow import Grow
+            self.wg = Grow(self, qmul, _i32)
         self.setup()
 
     def strips(self):
@@ -661,7 +666,10 @@ class Q8Net:
 
     def step(self, x, label, lr):
         """One SGD step (batch 1) on int8 sample x with target label; returns loss, hit."""
-        return self._run(x, label, lr)
+        r = self._run(x, label, lr)
+        if self.wg is not None:
+            self.wg.check()
+        return r
 
     def accum(self, x, label):
         """Forward and backward of one sample, its gradients added to the batch's sums
@@ -780,6 +788,8 @@ class Q8Net:
                 q = int(round(bf[o] / (sx * sw[o % nw])))
                 b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
         self.zero()
+        if self.wg is not None:
+            self.wg.check()
 
     def _upd(self, L, i0, d, n):
         # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
@@ -848,6 +858,8 @@ class Q8Net:
                     L.set_bias()
         if self.rr is not None:     # (its biases at the calibrated scales: to the file's)
             self.rr.loaded(path)
+        if self.wg is not None:     # (its weights at the scales path.q8w names)
+            self.wg.loaded(path)
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all

@@ -796,6 +796,41 @@ def pbk(dx, gz, x, g, y, lo: int, hi: int, avg: int):
                 pd[at] += v
 
 
+
+@micropython.viper
+def c7k(w, n: int, st: int) -> int:
+    # how many of the int8 weights w[0], w[st], ... (n of them) are +-127 (utrain.q8grow)
+    pw = ptr8(w)
+    c = 0
+    i = 0
+    for j in range(n):
+        v = int(pw[i])
+        if v == 127 or v == 129:
+            c += 1
+        i += st
+    return c
+
+
+@micropython.viper
+def hvk(w, e, n: int, st: int, he: int):
+    # the int8 weights w[0], w[st], ... (n of them) halved (utrain.q8grow): the value
+    # each holds, 256 w - e in 1/256 steps (e: its kept fraction, he 1; else 0), halved
+    # and split again into w and e (-128..127, as upek keeps them)
+    pw = ptr8(w)
+    pe = ptr8(e)
+    i = 0
+    for j in range(n):
+        q = (int(pw[i]) ^ 128) - 128
+        f = 0
+        if he:
+            f = (int(pe[i]) ^ 128) - 128
+        t = ((q << 8) - f) >> 1
+        q = (t + 127) >> 8
+        if he:
+            pe[i] = ((q << 8) - t) & 255
+        pw[i] = q & 255
+        i += st
+
 if not VIPER:
     import sys
     if sys.implementation.name != 'micropython':    # CPython: the heavy loops in numpy

@@ -203,11 +203,34 @@ def upek(w, e, d, p):
     wq[:] = np.clip(wq.astype(I64) - q, -127, 127).astype(np.int8)
 
 
+def c7k(w, n, st):
+    # q8kern.c7k: the +-127 weights among w[0], w[st], ... (n)
+    if n <= 0:
+        return 0
+    a = np.frombuffer(w, np.uint8, (n - 1) * st + 1)[::st]
+    return int(np.count_nonzero((a == 127) | (a == 129)))
+
+
+def hvk(w, e, n, st, he):
+    # q8kern.hvk: the int8 weights (and their fractions) halved
+    if n <= 0:
+        return
+    k = (n - 1) * st + 1
+    wq = np.frombuffer(w, np.int8, k)
+    q = wq[::st].astype(I64)
+    f = np.frombuffer(e, np.int8, k)[::st].astype(I64) if he else 0
+    t = ((q << 8) - f) >> 1
+    q2 = (t + 127) >> 8
+    if he:
+        np.frombuffer(e, np.int8, k)[::st] = ((q2 << 8) - t).astype(np.int8)
+    wq[::st] = q2.astype(np.int8)
+
+
 def install(g):
     """Put these kernels in place of module globals g's (q8kern's), keeping the plain
     Python ones as py_<name>."""
     for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck', 'gwk',
-                 'dxk', 'upmk', 'upek'):
+                 'dxk', 'upmk', 'upek', 'c7k', 'hvk'):
         g['py_' + name] = g[name]
         g[name] = globals()[name]
 

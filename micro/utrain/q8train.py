@@ -168,6 +168,8 @@ class Q8Trainer:
         save_wof(path, self.net.meta['ntensors'], blocks)
         if rr is not None:
             rr.save(path)
+        if self.net.wg is not None:     # the weight scales they are at (trained.wof.q8w)
+            self.net.wg.save(path)
 
     def _wblock(self, L):
         # L's weights as a .wof block: a partial layer's (pw) frozen rows copied from the
@@ -224,6 +226,9 @@ class Q8Trainer:
                 tail.append(L.wf)
         if net.rr is not None:
             tail.append(b'UTRR' + bytes(net.rr.e))
+        if net.wg is not None:              # the weight scales' exponents
+            tail.append(b'UTGW')
+            tail += net.wg.parts()
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
@@ -254,6 +259,9 @@ class Q8Trainer:
         rr = net.rr
         if rr is not None:
             want += 4 + len(rr.e)
+        wg = net.wg
+        if wg is not None:
+            want += 4 + wg.nstate()
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
                 or extra[r:r + 4] != b'UTQ8'):
             raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
@@ -293,6 +301,11 @@ class Q8Trainer:
                 raise FormatError('%s: not a checkpoint of this int8 run' % path)
             rr.set(extra[o + 4:o + 4 + len(rr.e)])
             o += 4 + len(rr.e)
+        if wg is not None:          # the scales the saved weights and biases are at
+            if extra[o:o + 4] != b'UTGW':
+                raise FormatError('%s: not a checkpoint of this int8 run' % path)
+            wg.put(extra[o + 4:o + 4 + wg.nstate()])
+            o += 4 + wg.nstate()
         net.zero()
         net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale

@@ -120,8 +120,11 @@ def test_conv_update_through_cat_pad_pools_matches_finite_differences(tmp_path, 
     for i in range(4):
         xq, label = _x(i), i % 3
         got.clear()
+        # (the scales the update is in: a channel's doubles where its weights reach
+        # +-127, utrain.q8grow)
+        swn = np.array([L for L in net.layers if L.train][0].d['sw'], np.float64)
         net.step(bytearray(xq.tobytes()), label, lr)
-        conv = got[-1] / 256.0 * sw.repeat(9)     # (applied last: the lowest layer)
+        conv = got[-1] / 256.0 * swn.repeat(9)    # (applied last: the lowest layer)
         g = read_model(path)
         w0 = next(t for t in g.tensors if t.name == 'w')
         wf = w0.data.astype(np.float64) * sw[:, None, None, None]

@@ -193,6 +193,7 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
         want = _ref(net, m, xq, label)
         bf0 = {i: np.array(L[i].bf, np.float64) for i in want}
         w0 = {i: bytes(L[i].w) for i in want}
+        sws = {i: np.array(L[i].d['sw']) for i in want}   # (before a scale grows: q8grow)
         del got[:]
         net.step(xq, label, lr)
         for i, (gW, gb) in want.items():
@@ -206,7 +207,7 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
             if hi <= lo:                  # the bias alone: the weights never move
                 assert not ups and bytes(L[i].w) == w0[i], i
                 continue
-            sw = np.array(L[i].d['sw'])
+            sw = sws[i]
             if L[i].k == quant.DW:        # [KH, KW, C]: the window by channel
                 (i0, u), = ups
                 u = u.reshape(gW.shape)

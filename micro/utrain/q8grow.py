@@ -1,0 +1,225 @@
+# Weight scales that grow (issue 29), loaded by utrain.q8 only for a table with a layer
+# marked 'gw' (host_tools/prepare/quant.py: every layer whose weights train).  A trained
+# weight that reaches +-127 clamps: the update past it is lost (MobileNetV2's op 62 at
+# 1/2 ended with 54-86 of its window's weights there, the classifier up to 100; ~1 point
+# of the int8/float gap).  After each update (Q8Net.step, apply) the trained window's
+# +-127 weights are counted (q8kern.c7k, viper: 15 ms a step on a Pico over op 62's
+# window and the classifier; bytes.count took 110); an output channel with more there
+# than it had (a per-channel model's calibrated maximum sits at +-127 from the start:
+# not a clamp) doubles its weight scale (a per-tensor layer: the tensor's): its int8
+# weights and their kept fractions halve (q8kern.hvk: the value they hold, 256 w - e,
+# halved and split again), momentum's velocities halve, its requantization shift grows
+# by one (sx s_W / s_y doubles: the same multiplier), its int32 bias is requantized from
+# the float one and its input-gradient rescaling (sw[o] / max(sw)) made again.  Each
+# channel's exponent (at most MAXK) and count go into checkpoints (after the other int8
+# state, b'UTGW'); the exponents beside trained.wof in trained.wof.q8w (binary: b'UTGW',
+# then per layer u32 weight tensor, u32 count, a byte each), which load_weights reads
+# and export writes into the model's scales.
+from utrain.wof import exists, _replace
+from utrain import q8kern as K
+
+MAXK = 12           # at most 2^12 times a channel's calibrated scale
+_DW = 2     # q8.DW
+
+
+class Grow:
+    def __init__(self, net, qmul, i32):
+        self.net, self.qmul, self.i32 = net, qmul, i32      # (utrain.q8's: no import circle)
+        # (a per-tensor layer only when its weights train whole: the frozen rows of a
+        # rank's window share the scale)
+        self.ls = [L for L in net.layers if L.train and L.whi > L.wlo and L.d.get('gw') and (
+            len(L.d['sw']) > 1 or L.wr() == (0, L.d['wn']))]
+        # each channel's +-127 weights, counted (capped at 255): one scratch for all
+        self.c = bytearray(max([len(L.d['sw']) for L in self.ls] or [0]))
+        for L in self.ls:
+            L.ge = bytearray(len(L.d['sw']))       # its weight scales' exponents
+            L.g0 = bytearray(len(L.d['sw']))       # its channels' +-127 weights, last seen
+            self.base(L)
+
+    def base(self, L):
+        """The counts a channel must exceed to double: its +-127 weights now (a
+        per-channel model's calibrated maximum sits there: not a clamp)."""
+        self._counts(L)
+        for o in _chans(L):
+            L.g0[o] = self.c[o]
+        L.gt = self._total(L)
+
+    def _total(self, L):
+        # the window's +-127 weights (q8kern.c7k)
+        w0, w1 = L.wr()
+        return K.c7k(memoryview(L.w)[w0 - L.wo:] if w0 > L.wo else L.w, w1 - w0, 1)
+
+    def _counts(self, L):
+        # self.c = each channel's +-127 weights in the window, at most 255 (a per-tensor
+        # layer's: one count)
+        c = self.c
+        if len(L.ge) == 1:
+            t = self._total(L)
+            c[0] = t if t < 255 else 255
+            return
+        w0, w1 = L.wr()
+        oc, row, blk = L.geo()
+        mv, wo = memoryview(L.w), L.wo
+        for o in _chans(L):
+            if blk == 1:            # depthwise: a channel's weights strided by oc
+                t = K.c7k(mv[o:], row, oc)
+            else:
+                t = K.c7k(mv[o * row - wo:], row, 1)
+            c[o] = t if t < 255 else 255
+
+    def check(self):
+        """Double the scale of each trained output channel with more weights at +-127
+        than it had (a weight that reached it clamps there: the update past it is lost);
+        fewer: the count to exceed drops to it.  The channels are counted only when the
+        window's total moved."""
+        for L in self.ls:
+            t = self._total(L)
+            if t == L.gt:
+                continue
+            self._counts(L)
+            c, g0, ge = self.c, L.g0, L.ge
+            for o in _chans(L):
+                if c[o] > g0[o] and ge[o] < MAXK:
+                    self.double(L, o)
+                    g0[o] = 0
+                else:
+                    g0[o] = c[o]
+            L.gt = self._total(L)
+
+    def double(self, L, o):
+        """Channel o's weight scale (the tensor's for a per-tensor layer) times 2."""
+        d = L.d
+        if L.stale:
+            L.set_bias()            # (bf from the integer-updated b first)
+        sw = d['sw']
+        sw[o] *= 2.0
+        L.shf[o] += 1
+        L.ge[o] += 1
+        oc, row, blk = L.geo()
+        w0, w1 = L.wr()
+        per = len(sw) > 1
+        # the weights of channel o (all, per-tensor) in the window: index i of the layer,
+        # L.w[i - wo], its state (fractions, velocities, Adam's master) at i - w0
+        if not per:
+            i0, n, st = w0, w1 - w0, 1
+        elif blk == 1:              # depthwise: channel o's weights are strided by oc
+            i0, n, st = w0 + o, row, oc
+        else:
+            i0, n, st = o * row, row, 1
+        w, f, v, wm, wo = L.w, L.wf, L.vw, getattr(L, 'wm', None), L.wo
+        mw = memoryview(w)[i0 - wo:]
+        if wm is not None:          # Adam: the int8 weights are the master requantized
+            for k in range(n):
+                j = i0 - w0 + k * st
+                t = int(round(wm[j] / sw[o]))
+                mw[k * st] = (-127 if t < -127 else 127 if t > 127 else t) & 255
+        else:
+            K.hvk(mw, memoryview(f)[i0 - w0:] if f is not None else mw, n, st,
+                  1 if f is not None else 0)
+        if v is not None:           # momentum's velocities (1/256 weight steps)
+            for k in range(n):
+                v[i0 - w0 + k * st] >>= 1
+        self._bias(L, range(len(L.b)) if not per else (o,))
+        if L is not self.net.layers[self.net.first]:    # (the lowest passes no gradient)
+            self._dxm(L)
+
+    def _bias(self, L, chans):
+        d = L.d
+        sw, sx, b, bf = d['sw'], d['sx'], L.b, L.bf
+        nw = len(sw)
+        for c in chans:
+            q = int(round(bf[c] / (sx * sw[c % nw])))
+            b[c] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+
+    def _dxm(self, L):
+        # dz's per-channel rescaling sw[o] / max(sw) for the input gradient, made again
+        # (held: a broadcast row's layer reads q8.req's, made for the calibrated scales)
+        if not L.back or len(L.d['sw']) < 2:
+            return
+        qmul, _i32 = self.qmul, self.i32
+        sw = L.d['sw']
+        c = len(sw)
+        if L.dxm is None:
+            L.dxm, L.dxs = _i32(c), _i32(c)
+            L.dxr = 0
+        m = max(sw)
+        for o in range(c):
+            L.dxm[o], L.dxs[o] = qmul(sw[o] / m)
+
+    def set(self, L, want):
+        """Layer L's exponents want (a checkpoint's, a .q8w's): its scales and shifts
+        brought to them, its weights and biases already at them (as loaded)."""
+        sw, ge = L.d['sw'], L.ge
+        moved = 0
+        for o in range(len(ge)):
+            u = want[o] - ge[o]
+            if u:
+                sw[o] *= 2.0 ** u
+                L.shf[o] += u
+                ge[o] = want[o]
+                moved = 1
+        if moved and L is not self.net.layers[self.net.first]:
+            self._dxm(L)
+
+    def parts(self):
+        """The exponents and counts of every growing layer, one after another, as the
+        buffers themselves (a checkpoint's tail)."""
+        out = []
+        for L in self.ls:
+            out.append(L.ge)
+            out.append(L.g0)
+        return out
+
+    def nstate(self):
+        return sum([2 * len(L.ge) for L in self.ls])
+
+    def put(self, s):
+        """A checkpoint's exponents and counts (parts()' bytes)."""
+        o = 0
+        for L in self.ls:
+            n = len(L.ge)
+            self.set(L, s[o:o + n])
+            L.g0[:] = s[o + n:o + 2 * n]
+            L.gt = self._total(L)
+            o += 2 * n
+
+    def save(self, path):
+        """path.q8w: the exponents of the weights just saved at path: b'UTGW', then per
+        growing layer u32 its weight tensor, u32 its scales, a byte each (its exponent)."""
+        from struct import pack
+        with open(path + '.q8w.tmp', 'wb') as f:
+            f.write(b'UTGW')
+            for L in self.ls:
+                f.write(pack('<II', L.d['wt'], len(L.ge)))
+                f.write(L.ge)
+        _replace(path + '.q8w.tmp', path + '.q8w')
+
+    def loaded(self, path):
+        """After Q8Net.load_weights(path): the exponents of path.q8w (none: 0)."""
+        from struct import unpack
+        f = open(path + '.q8w', 'rb') if exists(path + '.q8w') else None
+        got = {}
+        try:
+            if f is not None and f.read(4) == b'UTGW':
+                while True:
+                    h = f.read(8)
+                    if len(h) < 8:
+                        break
+                    k, n = unpack('<II', h)
+                    got[k] = f.read(n)
+        finally:
+            if f is not None:
+                f.close()
+        for L in self.ls:
+            e = got.get(L.d['wt'])
+            self.set(L, e if e is not None and len(e) == len(L.ge) else bytes(len(L.ge)))
+            L.set_bias()
+            self.base(L)
+
+
+def _chans(L):
+    # the output channels whose weights train: a rank's window (a depthwise layer's
+    # weights, strided, all), one for a per-tensor layer
+    if len(L.ge) == 1:
+        return range(1)
+    return range(len(L.ge)) if L.k == _DW else range(L.wlo, L.whi)

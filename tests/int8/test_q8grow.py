@@ -1,0 +1,237 @@
+"""Weight scales that grow (issue 29, micro/utrain/q8grow.py): a trained output channel
+whose int8 weights reach +-127 doubles its weight scale.  Here: which channels double,
+the halved weights keep the value they held (fractions included) and the forward matches
+a float reference of the dequantized weights, a resume after a doubling restores it,
+unix MicroPython and the host agree bit for bit, export writes the grown scales."""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT, no_keep_best
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from utrain.q8 import Q8Net, FC, CONV  # noqa: E402
+
+DIGITS = os.path.join(ROOT, 'datasets', 'digits')
+CNN = os.path.join(DIGITS, 'digits_cnn.circle')
+MP = runner.find_micropython()
+
+
+def _run_dir(tmp_path, monkeypatch, n=60, epochs=1, lr=0.05, name='g'):
+    """The digits CNN prepared as int8 (from float; its ranges fixed: q8range off), every
+    layer trained, SGD batch 1."""
+    monkeypatch.setattr(quant, 'follow_ranges', lambda m: None)
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=z['x'][:n].reshape(-1, 8, 8, 1), y=z['y'][:n])
+    d = str(tmp_path / name)
+    prepare(CNN, d, data=data, test_split=0.25, epochs=epochs, int8=True, loss='scce',
+            optimizer='sgd', lr=lr, batch=1, log=lambda *a: None)
+    return d, z['x'][:n], z['y'][:n]
+
+
+def _i8(b):
+    return np.frombuffer(bytes(b), np.int8).astype(np.int64)
+
+
+def _net(d, fc=False):
+    m = json.loads(open(os.path.join(d, 'q8.json')).read())
+    if fc:                  # (q8grow doubles a per-tensor layer whole; prepare marks none)
+        m['layers'][-1]['gw'] = 1
+    return Q8Net(m, os.path.join(d, 'weights.wof'))
+
+
+def test_prepare_marks_the_per_channel_layers_whose_weights_train(tmp_path, monkeypatch):
+    d, _, _ = _run_dir(tmp_path, monkeypatch, n=20)
+    ls = json.loads(open(os.path.join(d, 'q8.json')).read())['layers']
+    # (the per-channel layers; with them the per-tensor FC, whose weights all train)
+    assert [bool(L.get('gw')) for L in ls] == [bool(L.get('train')) for L in ls]
+    assert any(L.get('gw') and L['nq'] > 1 for L in ls)
+    # a per-tensor layer alone does not load q8grow
+    g = read_model(os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_int8.tflite'))
+    assert not any(L.get('gw') for L in quant.meta(g, 'last:1')['layers'])
+    assert any(L.get('gw') for L in ls)
+
+
+def _fc_ref(net, L, x):
+    # the FC's int8 output from float arithmetic on its dequantized input, weights, bias
+    d = L.d
+    sw = np.asarray(d['sw'], np.float64)
+    W = _i8(L.w).reshape(L.nout, d['nin']) * (sw[:, None] if len(sw) > 1 else sw[0])
+    xf = (_i8(x) - L.zx) * d['sx']
+    z = W @ xf + np.asarray(L.b, np.float64) * d['sx'] * sw
+    return np.clip(np.round(z / d['sy']) + L.zy, L.lo, L.hi)
+
+
+def test_a_saturating_channel_doubles_and_the_forward_follows(tmp_path, monkeypatch):
+    """After a check: exactly the channels with a new weight at +-127 double (per-channel
+    CONV_2D; the FC's one per-tensor scale), each halved weight holds half the value it
+    held to 1/512 of a step (its kept fraction included), the bias is the float bias at
+    the doubled scale, and the FC's int8 output matches a float reference of the
+    dequantized weights (within one output step), as it did before."""
+    d, x, _ = _run_dir(tmp_path, monkeypatch, n=20)
+    net = _net(d, fc=True)
+    rng = np.random.default_rng(1)
+    conv = [L for L in net.layers if L.k == CONV and L.train][0]
+    fc = net.layers[-1]
+    assert fc.k == FC and fc.ge is not None and conv.ge is not None
+    xs = [net.quantize_input(v.tolist()) for v in x[:8]]
+    for xq in xs:
+        net.forward(xq)
+        assert np.abs(_i8(fc.y) - _fc_ref(net, fc, fc.x)).max() <= 1
+    # saturate a few conv channels' weights (others back from +-127) and give every
+    # weight a fraction
+    oc, row, _ = conv.geo()
+    w = _i8(conv.w).reshape(oc, row)
+    w = np.clip(w, -126, 126)
+    sat = [1, oc - 2]
+    for o in sat:
+        w[o, rng.integers(row)] = 127 if o % 2 else -127
+    conv.w[:] = (w.ravel() & 255).astype(np.uint8).tobytes()
+    if conv.wf is not None:
+        conv.wf[:] = rng.integers(0, 256, len(conv.wf)).astype(np.uint8).tobytes()
+    T = 256 * w.ravel() - (_i8(conv.wf) if conv.wf is not None else 0)
+    sw0 = np.array(conv.d['sw'], np.float64)
+    shf0 = list(conv.shf)
+    fc_sat = _i8(fc.w).__abs__().max() == 127
+    net.wg.check()
+    assert [o for o in range(oc) if conv.ge[o]] == sat
+    assert list(conv.ge) == [1 if o in sat else 0 for o in range(oc)]
+    sw1 = np.array(conv.d['sw'], np.float64)
+    assert np.allclose(sw1, sw0 * np.where(np.isin(np.arange(oc), sat), 2, 1))
+    assert list(conv.shf) == [s + (o in sat) for o, s in enumerate(shf0)]
+    T1 = 256 * _i8(conv.w) - (_i8(conv.wf) if conv.wf is not None else 0)
+    ch = np.repeat(np.arange(oc), row)
+    moved = np.isin(ch, sat)
+    assert np.array_equal(T1[~moved], T[~moved])
+    assert np.all((2 * T1[moved] - T[moved] >= -1) & (2 * T1[moved] - T[moved] <= 0))
+    bf = np.asarray(conv.bf, np.float64)
+    assert np.array_equal(np.asarray(conv.b), np.round(bf / (conv.d['sx'] * sw1)).astype(np.int64))
+    assert fc.ge[0] == (1 if fc_sat else 0)
+    # a weight at +-127 when the counts were taken (a per-channel model's calibrated
+    # maximum sits there) doubles nothing; one more weight reaching it does
+    conv.w[0], conv.w[1] = 127, 0
+    net.wg.base(conv)
+    net.wg.check()
+    assert conv.ge[0] == 0
+    conv.w[1] = 129         # (-127)
+    net.wg.check()
+    assert conv.ge[0] == 1
+    fc.w[0] = 127           # the FC saturates: its one scale doubles
+    s0 = fc.d['sw'][0]
+    net.wg.check()
+    assert fc.ge[0] >= 1 and fc.d['sw'][0] == s0 * 2
+    for xq in xs:
+        net.forward(xq)
+        assert np.abs(_i8(fc.y) - _fc_ref(net, fc, fc.x)).max() <= 1
+
+
+def _exps(data):
+    # trained.wof.q8w: {weight tensor: [exponents]}
+    import struct
+    assert data[:4] == b'UTGW'
+    out, o = {}, 4
+    while o < len(data):
+        k, n = struct.unpack_from('<II', data, o)
+        out[k] = list(data[o + 8:o + 8 + n])
+        o += 8 + n
+    return out
+
+
+def _trainer(d):
+    from utrain.q8train import Q8Trainer
+    cfg = json.loads(open(os.path.join(d, 'train.json')).read())
+    kw = {k: cfg[k] for k in ('loss', 'optimizer', 'lr', 'batch')}
+    return Q8Trainer(os.path.join(d, 'q8.json'), os.path.join(d, 'weights.wof'), **kw), kw['lr']
+
+
+def _state(net):
+    return [(bytes(L.w), list(L.b), bytes(L.ge or b''), list(L.shf), [float(v) for v in L.d['sw']])
+            for L in net.layers if L.train]
+
+
+def test_resume_after_a_doubling_restores_it(tmp_path, monkeypatch):
+    """A checkpoint taken after scales doubled resumes to the same weights, exponents,
+    shifts and scales as training on; trained.wof + .q8w loaded give the same losses."""
+    d, x, y = _run_dir(tmp_path, monkeypatch, n=60, lr=1.0)
+    tr, lr = _trainer(d)
+    xq = [tr.net.quantize_input(v.tolist()) for v in x]
+    for i in range(45):
+        tr.net.step(xq[i], int(y[i]), lr)
+    assert any(any(L.ge) for L in tr.net.layers if L.ge is not None)
+    tr.save_checkpoint(str(tmp_path / 'c.ckpt'))
+    for i in range(45, 60):
+        tr.net.step(xq[i], int(y[i]), lr)
+    want = _state(tr.net)
+    t2, _ = _trainer(d)
+    t2.load_checkpoint(str(tmp_path / 'c.ckpt'))
+    for i in range(45, 60):
+        t2.net.step(xq[i], int(y[i]), lr)
+    assert _state(t2.net) == want
+    tr.save_weights(str(tmp_path / 'trained.wof'))
+    t3, _ = _trainer(d)
+    t3.net.load_weights(str(tmp_path / 'trained.wof'))
+    assert [bytes(L.ge) for L in t3.net.layers if L.ge is not None] == [
+        bytes(L.ge) for L in tr.net.layers if L.ge is not None]
+    for i in range(5):
+        assert t3.net.loss(xq[i], int(y[i])) == tr.net.loss(xq[i], int(y[i]))
+    t3.net.load_weights(os.path.join(d, 'weights.wof'))     # (no .q8w: the calibrated scales)
+    t4, _ = _trainer(d)
+    assert _state(t3.net) == _state(t4.net)
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_grow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
+    """The same run on unix MicroPython and on the host's numpy trainer: the same
+    trained.wof, exponents and log, with scales that doubled."""
+    d, _, _ = _run_dir(tmp_path, monkeypatch, n=40, lr=1.0)
+    no_keep_best(d)
+    outs = []
+    for py in (False, True):
+        dd = d + ('py' if py else 'mp')
+        shutil.copytree(d, dd)
+        code, out = runner.run(dd, python=py, stream=False)
+        assert code == 0, out
+        log = [v.split(',')[1:5] for v in open(os.path.join(dd, 'train.log')).read().splitlines()]
+        outs.append((open(os.path.join(dd, 'trained.wof'), 'rb').read(),
+                     open(os.path.join(dd, 'trained.wof.q8w'), 'rb').read(), log))
+    assert outs[0] == outs[1]
+    assert any(max(v) for v in _exps(outs[0][1]).values()), outs[0][1]
+
+
+def test_export_quantized_writes_the_grown_scales(tmp_path, monkeypatch):
+    """export --quantized of a run whose weight scales doubled: TFLite Micro computes the
+    exported model's logits as the board's int8 net with trained.wof (and its exponents)
+    does, bit for bit; without the .q8w (the calibrated scales) it would not."""
+    pytest.importorskip('tflite_micro')
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.prepare.pipeline import export
+    from host_tools.graph.rewrite import save_graph
+    d, x, _ = _run_dir(tmp_path, monkeypatch, n=40, lr=1.0)
+    no_keep_best(d)
+    code, out = runner.run(d, python=True, stream=False)
+    assert code == 0, out
+    ex = _exps(open(os.path.join(d, 'trained.wof.q8w'), 'rb').read())
+    assert any(max(v) for v in ex.values()), ex
+    q = str(tmp_path / 'q.tflite')
+    export(CNN, os.path.join(d, 'trained.wof'), q, quantized=True)
+    g = read_model(q)
+    g.ops, g.outputs = g.ops[:-1], [g.ops[-2].outputs[0]]      # (the logits)
+    save_graph(g, str(tmp_path / 'cut.tflite'))
+    it = runtime.Interpreter.from_file(str(tmp_path / 'cut.tflite'))
+    net = _net(d)
+    net.load_weights(os.path.join(d, 'trained.wof'))
+    for v in x[:10]:
+        xq = net.quantize_input(v.ravel().tolist())
+        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(1, 8, 8, 1), 0)
+        it.invoke()
+        assert np.array_equal(ours, it.get_output(0).ravel())

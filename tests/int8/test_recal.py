@@ -1,0 +1,109 @@
+"""The trained layers' output ranges recalibrated on the fine-tuning data (issue 29,
+host_tools/prepare/recal.py): prepare widens a range that clips on the training samples,
+the widened model computes what the model did where nothing clipped, export replays the
+widening (TFLite Micro = the board's int8 net with the trained weights, bit for bit), and
+a range that does not clip is left as the file has it."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.graph.rewrite import save_graph  # noqa: E402
+from host_tools.prepare import quant, recal  # noqa: E402
+from host_tools.prepare.pipeline import prepare, export  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+
+MLP = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_int8.tflite')
+
+
+def _task(path, gain, n=160):
+    # a relabelling of the model's own kind of data (as tests/int8/test_q8.py's), its
+    # inputs times gain (large: the logits leave the range calibrated on the original)
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal((4, 16)) * 1.5
+    r = np.random.default_rng(3)
+    y = r.integers(0, 4, n)
+    x = ((c[y] + 2.0 * r.standard_normal((n, 16))) * gain).astype(np.float32)
+    np.savez(path, x=x, y=np.array([2, 0, 3, 1])[y])
+    return x
+
+
+def _clipped(g, x, train='last:2'):
+    # the fraction of the logits at -128 or 127 over samples x (the int8 forward)
+    m = quant.meta(g, train)
+    import tempfile
+    from host_tools.files import wof as hwof
+    with tempfile.TemporaryDirectory() as d:
+        w = os.path.join(d, 'w.wof')
+        hwof.write_wof(w, len(g.tensors), quant.wof_arrays(g, m), keep_dtype=True)
+        net = Q8Net(m, w)
+        ys = [np.frombuffer(bytes(net.forward(net.quantize_input(v.tolist()))), np.int8)
+              for v in x]
+        net.close()
+    ys = np.array(ys)
+    return ((ys == -128) | (ys == 127)).mean(), ys, m
+
+
+def test_a_clipping_trained_range_widens_and_export_replays_it(tmp_path):
+    data = str(tmp_path / 'task.npz')
+    x = _task(data, 6.0)
+    q = str(tmp_path / 'q8')
+    said = []
+    prepare(MLP, q, data=data, test_split=0.25, loss='scce', optimizer='sgd', lr=0.01,
+            epochs=1, train='last:2', log=said.append)
+    steps = json.loads(open(os.path.join(q, recal.FILE)).read())
+    g0 = read_model(MLP)
+    logits = g0.ops[-2].outputs[0]
+    assert [logits, 0] in steps, steps                  # both ends clipped: both widen
+    assert any('range widened' in str(v) for v in said), said
+    before, y0, m0 = _clipped(g0, x)
+    g1 = read_model(MLP)
+    recal.replay(g1, q)
+    after, y1, m1 = _clipped(g1, x)
+    assert before > 4 * recal.CLIP and after < before / 2, (before, after)
+    # where the model's logits did not clip, the widened ones are the same values to a
+    # step of the wider scale
+    ok = (y0 > -128) & (y0 < 127)
+    f0 = (y0.astype(float) - m0['zy']) * m0['sy']
+    f1 = (y1.astype(float) - m1['zy']) * m1['sy']
+    assert np.abs(f1 - f0)[ok].max() <= 1.01 * m1['sy']
+    # train, export: TFLite Micro runs the exported model as the board's net runs it
+    pytest.importorskip('tflite_micro')
+    from tflite_micro.python.tflite_micro import runtime
+    code, out = runner.run(q, python=True, stream=False)
+    assert code == 0, out
+    dst = str(tmp_path / 'trained.tflite')
+    export(MLP, os.path.join(q, 'trained.wof'), dst)
+    g = read_model(dst)
+    g.ops, g.outputs = g.ops[:-1], [g.ops[-2].outputs[0]]
+    save_graph(g, str(tmp_path / 'cut.tflite'))
+    it = runtime.Interpreter.from_file(str(tmp_path / 'cut.tflite'))
+    net = Q8Net(json.loads(open(os.path.join(q, 'q8.json')).read()),
+                os.path.join(q, 'weights.wof'))
+    net.load_weights(os.path.join(q, 'trained.wof'))
+    for v in x[:8]:
+        xq = net.quantize_input(v.tolist())
+        it.set_input(np.frombuffer(bytes(xq), np.int8)[None], 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
+                              it.get_output(0).ravel())
+
+
+def test_a_range_that_does_not_clip_stays(tmp_path):
+    """The task the model's ranges fit: nothing widened, no q8cal.json (a stale one from an
+    earlier prepare into the folder removed)."""
+    data = str(tmp_path / 'task.npz')
+    _task(data, 0.5)
+    q = str(tmp_path / 'q8')
+    os.makedirs(q)
+    open(os.path.join(q, recal.FILE), 'w').write('[[1, 0]]')
+    prepare(MLP, q, data=data, test_split=0.25, loss='scce', optimizer='sgd', lr=0.01,
+            epochs=1, train='last:2', log=lambda *a: None)
+    assert not os.path.exists(os.path.join(q, recal.FILE))
