@@ -69,15 +69,21 @@ def test_selection_prices_with_the_memory_options_prepare_chooses(tmp_path, data
 @pytest.mark.slow
 def test_board_selection_that_fits_only_with_the_cache_trains_the_hosts_choice(tmp_path, data):
     """Where the classifier alone fits only with --cache-on-host (the tico CNN at batch 1
-    in 119000 bytes: 120.5 KB planned, about 118 KB cached), --select board cannot score
+    in a budget between its plan and its plan with the cache), --select board cannot score
     on the board (its pass runs the layers the cache leaves out): the host's choice
     trains, priced with the cache, and prepare says so (before: the classifier alone)."""
+    cls = layers(read_model(CNN))[-1][0]        # the budget between the classifier's two plans
+    alone = [prepare(CNN, str(tmp_path / 'c'), data=data, test_split=0.2, train='none',
+                     ranks={cls: 0}, log=lambda *a: None, **dict(SETTINGS, **kw))['heap']['total']
+             for kw in ({}, {'cache': 'host'})]
+    assert alone[1] < alone[0] - 1024, alone
+    budget = (alone[0] + alone[1]) // 2
     lines = []
     s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='board',
-                budget=119000, log=lines.append, **SETTINGS)
+                budget=budget, log=lines.append, **SETTINGS)
     assert any('the host chooses (as --select auto) and the board does not score' in x
                for x in lines), lines
-    assert 'select' not in s['select'] and s['heap']['total'] <= 119000, (s['select'], lines)
+    assert 'select' not in s['select'] and s['heap']['total'] <= budget, (s['select'], lines)
     assert any('prepare chose --cache-on-host' in x for x in lines), lines
 
 
