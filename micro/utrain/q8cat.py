@@ -9,22 +9,11 @@
 # each input's is its slice of the output's (the same real units: same scale), gathered
 # out; the first input that takes one gets it in place in the output's buffer (a row
 # never moves up), the others are held for their producers (Q8Net.hold).
-try:
-    import micropython
-    VIPER = True
-except ImportError:  # CPython: plain Python over the same buffers
-    VIPER = False
-
-    class micropython:
-        @staticmethod
-        def viper(f):
-            return f
-
+# the viper decorator and, under CPython (or decorators stripped), the pointer casts:
+# q8kern's
+from utrain.q8kern import micropython, VIPER
 if not VIPER:
-    def ptr8(b):
-        return b
-
-    ptr32 = ptr8
+    from utrain.q8kern import ptr8, ptr32
 
 from utrain import q8kern as K
 

@@ -20,11 +20,11 @@ except ImportError:  # CPython: plain Python over the same buffers
         def viper(f):
             return f
 
-if not VIPER:  # (also a firmware without the native emitter: host_tools strips the decorators)
-    def ptr8(b):
+if not VIPER:  # (also a firmware without the native emitter: host_tools strips the decorators;
+    def ptr8(b):  # q8sparse, q8cat and q8lut take these from here)
         return b
 
-    ptr32 = ptr8
+    ptr16 = ptr32 = ptr8
 
 
 @micropython.viper

@@ -4,25 +4,11 @@
 # takes 256 values, so the host tabulates the op (host_tools/prepare/quant.py _lut_layer):
 # q8.json's 't', the int8 output of each input value -128..127, and 'dt', the op's
 # derivative there (dy/dx in real units, 2^-14 steps; 0 where the output clamps).
-try:
-    import micropython
-    VIPER = True
-except ImportError:  # CPython: plain Python over the same buffers
-    VIPER = False
-
-    class micropython:
-        @staticmethod
-        def viper(f):
-            return f
-
+# the viper decorator and, under CPython (or decorators stripped), the pointer casts:
+# q8kern's
+from utrain.q8kern import micropython, VIPER
 if not VIPER:
-    def ptr8(b):
-        return b
-
-    def ptr16(b):
-        return b
-
-    ptr32 = ptr8
+    from utrain.q8kern import ptr8, ptr32, ptr16
 
 from array import array
 

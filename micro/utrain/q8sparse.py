@@ -3,22 +3,11 @@
 # its output was inside its fused activation's (and int8's) range instead of the int8
 # output itself, as the Tiny Training Engine keeps a bias-trained layer's ReLU mask.
 # Viper code like q8kern (host_tools compiles it for the board's architecture).
-try:
-    import micropython
-    VIPER = True
-except ImportError:  # CPython: plain Python over the same buffers
-    VIPER = False
-
-    class micropython:
-        @staticmethod
-        def viper(f):
-            return f
-
+# the viper decorator and, under CPython (or decorators stripped), the pointer casts:
+# q8kern's
+from utrain.q8kern import micropython, VIPER
 if not VIPER:
-    def ptr8(b):
-        return b
-
-    ptr32 = ptr8
+    from utrain.q8kern import ptr8, ptr32
 
 
 @micropython.viper
