@@ -6,7 +6,7 @@
 # derivative there (dy/dx in real units, 2^-14 steps; 0 where the output clamps).
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
-from utrain.q8kern import micropython, VIPER
+from utrain.q8kern import micropython, VIPER, nrk
 if not VIPER:
     from utrain.q8kern import ptr8, ptr32, ptr16
 
@@ -30,18 +30,9 @@ def lgk(g, x, n: int, dt) -> int:
     pg = ptr32(g)
     px = ptr8(x)
     pd = ptr16(dt)
-    m = 0
-    for i in range(n):
-        v = int(pg[i])
-        h = v >> 16
-        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
-        if v < 0:
-            v = 0 - v
-        if v > m:
-            m = v
-    k = 0
-    while (m >> k) > 65535:
-        k += 1
+    k = int(nrk(g, n)) - 9      # (q8kern's least k with |g >> k| <= 127 = 2^16 / 2^9)
+    if k < 0:
+        k = 0
     for i in range(n):
         v = int(pg[i])
         h = v >> 16
