@@ -130,21 +130,27 @@ def test_conv_update_through_cat_pad_pools_matches_finite_differences(tmp_path, 
         wf = w0.data.astype(np.float64) * sw[:, None, None, None]
         xf = xq.astype(np.float64) * 0.05
 
-        def loss(w):
-            z = fwd(xf, w)
-            z = z - z.max()
-            return np.log(np.exp(z).sum()) - z[label]
-        num = np.zeros_like(wf)
-        for k in np.ndindex(wf.shape):
-            e = np.zeros_like(wf)
-            e[k] = 1e-4
-            num[k] = (loss(wf + e) - loss(wf - e)) / 2e-4
-        ref = lr * num.reshape(-1)         # (the spied update is what w loses)
+        ref = lr * _fd_grad(fwd, xf, wf, label, 1e-4)   # (the spied update is what w loses)
         c = float(conv @ ref / (np.linalg.norm(conv) * np.linalg.norm(ref) + 1e-30))
         cos.append(c)
         assert 0.6 < np.linalg.norm(conv) / np.linalg.norm(ref) < 1.6
     assert min(cos) > 0.85 and np.mean(cos) > 0.95, cos      # (int8 rounding, ties)
 
+
+
+def _fd_grad(fwd, xf, w, label, eps):
+    """The gradient of the softmax cross-entropy of fwd(xf, w) at label with respect to w,
+    by central differences of step eps, flattened (the float reference of an update)."""
+    def loss(v):
+        z = fwd(xf, v)
+        z = z - z.max()
+        return np.log(np.exp(z).sum()) - z[label]
+    num = np.zeros_like(w)
+    for k in np.ndindex(w.shape):
+        e = np.zeros_like(w)
+        e[k] = eps
+        num[k] = (loss(w + e) - loss(w - e)) / (2 * eps)
+    return num.reshape(-1)
 
 MP = runner.find_micropython()
 
@@ -265,16 +271,7 @@ def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
         upd = got[-1] / 256.0 * s1
         xf = xq.astype(np.float64) * 0.05
 
-        def loss(w):
-            z = fwd(xf, w)
-            z = z - z.max()
-            return np.log(np.exp(z).sum()) - z[i % 3]
-        num = np.zeros_like(w0)
-        for k in np.ndindex(w0.shape):
-            e = np.zeros_like(w0)
-            e[k] = 1e-4
-            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-4
-        ref = 0.01 * num.reshape(-1)
+        ref = 0.01 * _fd_grad(fwd, xf, w0, i % 3, 1e-4)
         cos = upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref))
         assert cos > 0.9 and 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, cos
 
@@ -339,16 +336,7 @@ def test_elementwise_op_forward_and_gradient(tmp_path, monkeypatch, name):
         upd = got[-1] / 256.0 * s1
         xf = xq.astype(np.float64) * 0.05
 
-        def loss(w):
-            z = fwd(xf, w)
-            z = z - z.max()
-            return np.log(np.exp(z).sum()) - z[i % 3]
-        num = np.zeros_like(w0)
-        for k in np.ndindex(w0.shape):
-            e = np.zeros_like(w0)
-            e[k] = 1e-5
-            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-5
-        ref = 0.01 * num.reshape(-1)
+        ref = 0.01 * _fd_grad(fwd, xf, w0, i % 3, 1e-5)
         if np.linalg.norm(ref) < 1e-9:
             continue
         cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
@@ -448,16 +436,7 @@ def test_nested_residual_adds_and_branches_pass_their_gradient(tmp_path, monkeyp
         upd = got[-1] / 256.0 * s1          # (the first branch: the lowest layer)
         xf = xq.astype(np.float64) * 0.05
 
-        def loss(w):
-            z = fwd(xf, w)
-            z = z - z.max()
-            return np.log(np.exp(z).sum()) - z[i % 3]
-        num = np.zeros_like(w0)
-        for k in np.ndindex(w0.shape):
-            e = np.zeros_like(w0)
-            e[k] = 1e-5
-            num[k] = (loss(w0 + e) - loss(w0 - e)) / 2e-5
-        ref = 0.01 * num.reshape(-1)
+        ref = 0.01 * _fd_grad(fwd, xf, w0, i % 3, 1e-5)
         if np.linalg.norm(ref) < 1e-9:
             continue
         cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
