@@ -12,6 +12,21 @@ def _rand(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
+def _batch_and(b, x, rank, dims):
+    """Keras 3's shape read at run time: SHAPE of x (rank axes) -> STRIDED_SLICE of the
+    batch -> PACK with the constant dims after it.  Returns the packed shape tensor."""
+    shp = b.tensor('shape', [rank], dtype=np.int32)
+    b.op('SHAPE', [x], [shp], out_type='INT32')
+    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
+    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
+    n = b.tensor('n', [], dtype=np.int32)
+    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
+    ds = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate(dims)]
+    new = b.tensor('new', [1 + len(dims)], dtype=np.int32)
+    b.op('PACK', [n] + ds, [new], values_count=1 + len(dims), axis=0)
+    return new
+
+
 def build_keras_shapes(path, three_d=False, seed=0):
     """What Keras 3 exports for Reshape + Conv + GlobalMaxPooling, built here: the
     batch read at run time (SHAPE -> STRIDED_SLICE shrink -> PACK with constant dims ->
@@ -29,15 +44,7 @@ def build_keras_shapes(path, three_d=False, seed=0):
     def act(name, shape):       # an activation: Keras 3 leaves its batch open
         return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
     x = act('x', [1, L, 3])
-    shp = b.tensor('shape', [3], dtype=np.int32)
-    b.op('SHAPE', [x], [shp], out_type='INT32')
-    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
-    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
-    n = b.tensor('n', [], dtype=np.int32)
-    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
-    dims = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate((1, L, 3))]
-    new = b.tensor('new', [4], dtype=np.int32)
-    b.op('PACK', [n] + dims, [new], values_count=4, axis=0)
+    new = _batch_and(b, x, 3, (1, L, 3))
     r = act('r', [1, 1, L, 3])
     b.op('RESHAPE', [x, new], [r])
     c = act('c', [1, 1, L - 2, C])
@@ -80,15 +87,7 @@ def build_keras_rnn(path, seed=0, T=5, F=3, H=4, O=3):
     def act(name, shape):
         return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
     x = act('x', [1, T, F])
-    shp = b.tensor('shape', [3], dtype=np.int32)
-    b.op('SHAPE', [x], [shp], out_type='INT32')
-    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
-    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
-    n = b.tensor('n', [], dtype=np.int32)
-    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
-    dims = b.tensor('dims', [2], dtype=np.int32)
-    b.op('PACK', [n, b.tensor('h', [], data=np.array(H, np.int32))], [dims], values_count=2,
-         axis=0)
+    dims = _batch_and(b, x, 3, (H,))
     h = act('h0', [1, H])
     b.op('FILL', [dims, b.tensor('zero', [], data=np.array(0.0, np.float32))], [h])
     steps = [act(f'x{t}', [1, F]) for t in range(T)]
@@ -240,15 +239,7 @@ def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
     sm, zm = (sc * 0.5, -100) if differ else (sc, -128)
     b = CircleBuilder(identifier=b'TFL3')
     x = b.tensor('x', [1, L, 3], dtype='int8', quant=q(sx, 0))
-    shp = b.tensor('shape', [3], dtype=np.int32)
-    b.op('SHAPE', [x], [shp], out_type='INT32')
-    i0 = b.tensor('i0', [1], data=np.array([0], np.int32))
-    i1 = b.tensor('i1', [1], data=np.array([1], np.int32))
-    n = b.tensor('n', [], dtype=np.int32)
-    b.op('STRIDED_SLICE', [shp, i0, i1, i1], [n], shrink_axis_mask=1)
-    dims = [b.tensor(f'd{k}', [], data=np.array(v, np.int32)) for k, v in enumerate((1, L, 3))]
-    new = b.tensor('new', [4], dtype=np.int32)
-    b.op('PACK', [n] + dims, [new], values_count=4, axis=0)
+    new = _batch_and(b, x, 3, (1, L, 3))
     r = b.tensor('r', [1, 1, L, 3], dtype='int8', quant=q(sx, 0))
     b.op('RESHAPE', [x, new], [r])
     c = b.tensor('c', [1, 1, L, C], dtype='int8', quant=q(sc, -128))
