@@ -5,13 +5,12 @@ a float reference of the dequantized weights, a resume after a doubling restores
 unix MicroPython and the host agree bit for bit, export writes the grown scales."""
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
 import pytest
 
-from repo import ROOT, no_keep_best
+from repo import ROOT, board_and_host_runs, no_keep_best
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.formats.circle_io import read_model  # noqa: E402
@@ -194,15 +193,7 @@ def test_grow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
     trained.wof, exponents and log, with scales that doubled."""
     d, _, _ = _run_dir(tmp_path, monkeypatch, n=40, lr=1.0)
     no_keep_best(d)
-    outs = []
-    for py in (False, True):
-        dd = d + ('py' if py else 'mp')
-        shutil.copytree(d, dd)
-        code, out = runner.run(dd, python=py, stream=False)
-        assert code == 0, out
-        log = [v.split(',')[1:5] for v in open(os.path.join(dd, 'train.log')).read().splitlines()]
-        outs.append((open(os.path.join(dd, 'trained.wof'), 'rb').read(),
-                     open(os.path.join(dd, 'trained.wof.q8w'), 'rb').read(), log))
+    outs = board_and_host_runs(d, 'trained.wof.q8w')
     assert outs[0] == outs[1]
     assert any(max(v) for v in _exps(outs[0][1]).values()), outs[0][1]
 

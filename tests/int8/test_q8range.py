@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from repo import ROOT, no_keep_best
+from repo import ROOT, board_and_host_runs, no_keep_best
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.formats.circle_io import read_model  # noqa: E402
@@ -94,16 +94,7 @@ def test_ranges_follow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
     on the host's numpy trainer: the same trained.wof, exponents and log."""
     d, _, _ = _run_dir(tmp_path, monkeypatch, n=80, epochs=2)
     no_keep_best(d)                     # (trained.wof: the last epoch's)
-    import shutil
-    outs = []
-    for py in (False, True):
-        dd = d + ('py' if py else 'mp')
-        shutil.copytree(d, dd)
-        code, out = runner.run(dd, python=py, stream=False)
-        assert code == 0, out
-        log = [v.split(',')[1:5] for v in open(os.path.join(dd, 'train.log')).read().splitlines()]
-        outs.append((open(os.path.join(dd, 'trained.wof'), 'rb').read(),
-                     json.loads(open(os.path.join(dd, 'trained.wof.q8s')).read()), log))
+    outs = board_and_host_runs(d, 'trained.wof.q8s', lambda f: json.loads(f.read()))
     assert outs[0] == outs[1]
     assert max(outs[0][1]) > 0, outs[0][1]
 

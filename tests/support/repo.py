@@ -23,3 +23,24 @@ def set_train(folder, run=None, **keys):
 def no_keep_best(folder):
     """A prepared folder's run ends saving its weights (no validation-gated keeping)."""
     set_train(folder, run={'keep_best': False})
+
+
+def board_and_host_runs(folder, extra, read=lambda f: f.read()):
+    """The prepared folder run on the board (unix MicroPython) and on the host (CPython),
+    each on a copy of it: [(trained.wof bytes, the file extra as read(binary file) gives
+    it, train.log's rows)] for the board, then the host."""
+    import shutil
+    from host_tools.target import runner
+    outs = []
+    for py in (False, True):
+        d = str(folder) + ('py' if py else 'mp')
+        shutil.copytree(folder, d)
+        code, out = runner.run(d, python=py, stream=False)
+        assert code == 0, out
+        with open(os.path.join(d, 'train.log')) as f:
+            log = [v.split(',')[1:5] for v in f.read().splitlines()]
+        with open(os.path.join(d, 'trained.wof'), 'rb') as f:
+            wof = f.read()
+        with open(os.path.join(d, extra), 'rb') as f:
+            outs.append((wof, read(f), log))
+    return outs
