@@ -469,6 +469,23 @@ def test_prepare_names_ops_as_the_file_numbers_them(tmp_path):
         prepare(path, str(tmp_path / 'o'), loss='mse')
 
 
+def _trained_names(src, tmp_path, xs, y, **kw):
+    """prepare src on samples xs, y (every op training, SGD, one epoch), run it on the
+    host and return (prepare's summary, the names of the weights that moved)."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    np.savez(tmp_path / 'd.npz', x=xs, y=y)
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), epochs=1, lr=0.05,
+                optimizer='sgd', train='all', log=lambda *a: None, **kw)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    return s, {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+
+
 @pytest.mark.parametrize('three_d', [False, True])
 def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
     """fold_shapes computes the run-time shape chain once (no SHAPE / PACK left: utrain
@@ -488,21 +505,9 @@ def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
     assert np.abs(ref).max() > 1e-2
     np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
-    from host_tools.prepare.pipeline import prepare
-    from host_tools.target import runner
     xs = np.random.default_rng(2).standard_normal((16, 12, 3)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
-    out = tmp_path / 'run'
-    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
-                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
-                log=lambda *a: None)
+    s, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
     assert s['trainable_params'] == 5 * 9 + 5 + 15
-    code, text = runner.run(os.fspath(out), python=True, stream=False)
-    assert code == 0, text
-    from host_tools.files.wof import read_wof
-    g = read_model(out / s['rewritten'])
-    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
-    moved = [k for k in before if not np.array_equal(before[k], after[k])]
     assert len(moved) == 3         # the conv's weight and bias under the max, the FC
 
 
@@ -524,21 +529,9 @@ def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
     said = capsys.readouterr().out
     assert 'NOT SUPPORTED' not in said and 'prepare makes it SPLIT + RESHAPE' in said, said
 
-    from host_tools.prepare.pipeline import prepare
-    from host_tools.target import runner
-    from host_tools.files.wof import read_wof
     xs = np.random.default_rng(2).standard_normal((16, 5, 3)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
-    out = tmp_path / 'run'
-    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
-                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
-                log=lambda *a: None)
+    s, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
     assert s['trainable_params'] == 4 * 3 + 4 + 4 * 4 + 3 * 4 + 3
-    code, text = runner.run(os.fspath(out), python=True, stream=False)
-    assert code == 0, text
-    g = read_model(out / s['rewritten'])
-    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
-    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
     assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}
 
 
@@ -556,20 +549,8 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
     ref = forward(x.astype(np.float64))
     np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
-    from host_tools.prepare.pipeline import prepare
-    from host_tools.target import runner
-    from host_tools.files.wof import read_wof
     xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
-    out = tmp_path / 'run'
-    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
-                from_logits=True, epochs=1, lr=0.05, optimizer='sgd', train='all',
-                log=lambda *a: None)
-    code, text = runner.run(os.fspath(out), python=True, stream=False)
-    assert code == 0, text
-    g = read_model(out / s['rewritten'])
-    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
-    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
     assert moved == {'w', 'bc', 'wf', 'bf'}
 
 
@@ -587,17 +568,7 @@ def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     ref = forward(x.astype(np.float64))
     np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
 
-    from host_tools.prepare.pipeline import prepare
-    from host_tools.target import runner
-    from host_tools.files.wof import read_wof
     xs = np.random.default_rng(2).standard_normal((16, 6)).astype(np.float32)
-    np.savez(tmp_path / 'd.npz', x=xs, y=np.random.default_rng(3).standard_normal((16, 2)))
-    out = tmp_path / 'run'
-    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse',
-                epochs=1, lr=0.05, optimizer='sgd', train='all', log=lambda *a: None)
-    code, text = runner.run(os.fspath(out), python=True, stream=False)
-    assert code == 0, text
-    g = read_model(out / s['rewritten'])
-    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
-    moved = {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
+    _, moved = _trained_names(src, tmp_path, xs, np.random.default_rng(3).standard_normal((16, 2)),
+                              loss='mse')
     assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}
