@@ -349,45 +349,47 @@ def test_nhwc_model_as_tf2onnx_writes_it(tmp_path):
     assert np.abs(utrain_run(d, xs) - ort_run(p, xs)).max() < FWD_TOL
 
 
-@pytest.mark.parametrize('name', ['dscnn', 'imu', 'resnet8', 'lnblock'])
-def test_zoo_models_read_as_ort_runs_them(name, tmp_path):
-    """The zoo's PyTorch models (bench/zoo/nets.py: DS-CNN, the IMU conv net, ResNet-8,
-    the LayerNorm/GELU block; BatchNorm kept) exported to ONNX: utrain's forward of the
-    prepared model equals ORT's; the LSTM keyword model's LSTM node is refused by name."""
+def _zoo_export(name, tmp_path, **kw):
+    """The zoo's PyTorch model name (bench/zoo/nets.py) exported to ONNX in tmp_path
+    (torch.onnx.export keywords kw): (path, its input shape, classes)."""
     from bench.zoo import nets
     model, shape, classes = nets.build(name)
     path = os.fspath(tmp_path / (name + '.onnx'))
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         torch.onnx.export(model.eval(), (torch.zeros(shape),), path, opset_version=17,
-                          dynamo=False, do_constant_folding=False)
+                          dynamo=False, **kw)
+    return path, shape, classes
+
+
+def _forward_error_against_ort(path, shape, classes, tmp_path):
+    """prepare path on 3 samples and return the largest difference between utrain's
+    forward of the prepared model and ORT's on them."""
     x, y = samples(tuple(shape[1:]), n=3, classes=classes)
     np.savez(tmp_path / 'd.npz', x=x, y=y)
     d = os.fspath(tmp_path / 'run')
     prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
             optimizer='sgd', lr=0.1, epochs=1, log=lambda *a: None)
-    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+    return np.abs(utrain_run(d, x) - ort_run(path, x)).max()
+
+
+@pytest.mark.parametrize('name', ['dscnn', 'imu', 'resnet8', 'lnblock'])
+def test_zoo_models_read_as_ort_runs_them(name, tmp_path):
+    """The zoo's PyTorch models (bench/zoo/nets.py: DS-CNN, the IMU conv net, ResNet-8,
+    the LayerNorm/GELU block; BatchNorm kept) exported to ONNX: utrain's forward of the
+    prepared model equals ORT's."""
+    path, shape, classes = _zoo_export(name, tmp_path, do_constant_folding=False)
+    assert _forward_error_against_ort(path, shape, classes, tmp_path) < FWD_TOL
 
 
 @pytest.mark.parametrize('name', ['lstm', 'gru'])
 def test_zoo_rnns_read_as_ort_runs_them(name, tmp_path):
     """The zoo's keyword models (nn.LSTM / nn.GRU over 20 frames, the final state h_n
     into a Linear) exported as ONNX LSTM/GRU nodes: unrolled, the same outputs as ORT."""
-    from bench.zoo import nets
-    model, shape, classes = nets.build(name)
-    path = os.fspath(tmp_path / (name + '.onnx'))
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        torch.onnx.export(model.eval(), (torch.zeros(shape),), path, opset_version=17,
-                          dynamo=False)
+    path, shape, classes = _zoo_export(name, tmp_path)
     ops = [op.name for op in read_model(path).ops]
     assert ops.count('FULLY_CONNECTED') == 20 + 2 and 'CONCATENATION' not in ops
-    x, y = samples(tuple(shape[1:]), n=3, classes=classes)
-    np.savez(tmp_path / 'd.npz', x=x, y=y)
-    d = os.fspath(tmp_path / 'run')
-    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
-            optimizer='sgd', lr=0.1, epochs=1, log=lambda *a: None)
-    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+    assert _forward_error_against_ort(path, shape, classes, tmp_path) < FWD_TOL
 
 
 class SeqNet(nn.Module):
