@@ -203,26 +203,13 @@ def test_export_quantized_writes_the_grown_scales(tmp_path, monkeypatch):
     exported model's logits as the board's int8 net with trained.wof (and its exponents)
     does, bit for bit; without the .q8w (the calibrated scales) it would not."""
     pytest.importorskip('tflite_micro')
-    from tflite_micro.python.tflite_micro import runtime
-    from host_tools.prepare.pipeline import export
-    from host_tools.graph.rewrite import save_graph
+    from q8cases import assert_exported_logits_as_board
     d, x, _ = _run_dir(tmp_path, monkeypatch, n=40, lr=1.0)
     no_keep_best(d)
     code, out = runner.run(d, python=True, stream=False)
     assert code == 0, out
     ex = _exps(open(os.path.join(d, 'trained.wof.q8w'), 'rb').read())
     assert any(max(v) for v in ex.values()), ex
-    q = str(tmp_path / 'q.tflite')
-    export(CNN, os.path.join(d, 'trained.wof'), q, quantized=True)
-    g = read_model(q)
-    g.ops, g.outputs = g.ops[:-1], [g.ops[-2].outputs[0]]      # (the logits)
-    save_graph(g, str(tmp_path / 'cut.tflite'))
-    it = runtime.Interpreter.from_file(str(tmp_path / 'cut.tflite'))
     net = _net(d)
     net.load_weights(os.path.join(d, 'trained.wof'))
-    for v in x[:10]:
-        xq = net.quantize_input(v.ravel().tolist())
-        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
-        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(1, 8, 8, 1), 0)
-        it.invoke()
-        assert np.array_equal(ours, it.get_output(0).ravel())
+    assert_exported_logits_as_board(CNN, d, net, x[:10], tmp_path)

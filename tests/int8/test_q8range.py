@@ -178,29 +178,15 @@ def test_export_quantized_writes_the_ranges_the_run_doubled(tmp_path, monkeypatc
     exported model's logits as the board's int8 net with trained.wof (and its
     exponents) does, bit for bit."""
     pytest.importorskip('tflite_micro')
-    from tflite_micro.python.tflite_micro import runtime
-    from host_tools.prepare.pipeline import export
+    from q8cases import assert_exported_logits_as_board
     d, x, y = _run_dir(tmp_path, monkeypatch, n=80)
     no_keep_best(d)
     code, out = runner.run(d, python=True, stream=False)
     assert code == 0, out
     ex = json.loads(open(os.path.join(d, 'trained.wof.q8s')).read())
     assert max(ex) > 0, ex
-    q = str(tmp_path / 'q.tflite')
-    export(CNN, os.path.join(d, 'trained.wof'), q, quantized=True)
-    g = read_model(q)
-    logits = g.ops[-2].outputs[0]
-    g.ops, g.outputs = g.ops[:-1], [logits]          # (the net's output: the logits)
-    from host_tools.graph.rewrite import save_graph
-    save_graph(g, str(tmp_path / 'cut.tflite'))
-    it = runtime.Interpreter.from_file(str(tmp_path / 'cut.tflite'))
     m = json.loads(open(os.path.join(d, 'q8.json')).read())
     net = Q8Net(m, os.path.join(d, 'weights.wof'))
     net.load_weights(os.path.join(d, 'trained.wof'))
     assert list(net.rr.e) == ex
-    for v in x[:10]:
-        xq = net.quantize_input(v.ravel().tolist())
-        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
-        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(1, 8, 8, 1), 0)
-        it.invoke()
-        assert np.array_equal(ours, it.get_output(0).ravel())
+    assert_exported_logits_as_board(CNN, d, net, x[:10], tmp_path)

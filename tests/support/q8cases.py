@@ -51,3 +51,26 @@ def prepared(prepare, case, tmp_path, **extra):
                 test_split=0.25, log=lambda *a: None, **kw, **extra)
     no_keep_best(out)
     return out, s
+
+
+def assert_exported_logits_as_board(model, run_dir, net, x, tmp_path):
+    """export --quantized of run_dir's trained.wof into model, cut before its last op (the
+    softmax): TFLite Micro's int8 logits on the samples x are net's forward (a Q8Net that
+    holds the trained weights), bit for bit."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.formats.circle_io import read_model
+    from host_tools.graph.rewrite import save_graph
+    from host_tools.prepare.pipeline import export
+    q = os.path.join(str(tmp_path), 'q.tflite')
+    export(model, os.path.join(run_dir, 'trained.wof'), q, quantized=True)
+    g = read_model(q)
+    g.ops, g.outputs = g.ops[:-1], [g.ops[-2].outputs[0]]      # (the logits)
+    cut = save_graph(g, os.path.join(str(tmp_path), 'cut.tflite'))
+    it = runtime.Interpreter.from_file(cut)
+    shape = [1] + list(g.tensors[g.inputs[0]].shape[1:])
+    for v in x:
+        xq = net.quantize_input(v.ravel().tolist())
+        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(shape), 0)
+        it.invoke()
+        assert np.array_equal(ours, it.get_output(0).ravel())
