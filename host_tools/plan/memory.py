@@ -795,7 +795,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             firmware += [({}, train, ranks, cache, b), (cheap, train, ranks, 'host', b),
                          (cheap,) + biases_only(train, ranks, with_params, biased) + ('host', b),
                          (cheap, 'last:1', {}, 'host', b)]
-    fits, seen, deeper = [], set(), {}     # deeper: (settings) -> the plan of a longer last:N that fits
+    fits, seen, deeper = [], set(), {}     # deeper: settings -> the plan of a longer last:N that fits
     for k, (change, tr, rk, c, b) in enumerate(cands + firmware):
         if k == len(cands) and fits:
             break
@@ -817,7 +817,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         est, lim = est if isinstance(est, tuple) else (est, limit)
         if est is not None and est <= (limit if lim is None else lim):
             if isinstance(tr, str) and tr.startswith('last:'):
-                key = (desc.split('--train')[0], c, b)
+                key = (tuple(sorted((n, s[n]) for n in new)), c, b)    # what else changes
                 if key in deeper and est >= deeper[key] - 1024:
                     continue        # trains less than a longer last:N that fits for as much
                 deeper[key] = est
