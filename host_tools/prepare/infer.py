@@ -144,15 +144,16 @@ def predictor(path):
                              'models as .tflite only (export the trained weights into the '
                              'original .tflite, or evaluate the float model)')
         return tflm_predictor(path, g), 'TFLite Micro', g
+    probe = np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32)
     try:
         run = onert_predictor(path, g)
-        run(np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32))
+        run(probe)
     except InferError as e:
         if g.identifier != b'TFL3':
             raise
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
             run = tflm_predictor(path, g)
-            run(np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32))
+            run(probe)
         except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
             raise e from None
         return run, 'TFLite Micro: ONERT cannot run it', g
