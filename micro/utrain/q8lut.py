@@ -25,26 +25,26 @@ def luk(y, x, n: int, t):
 
 @micropython.viper
 def lgk(g, x, n: int, dt) -> int:
-    # g[i] = (g[i] >> k) * dt[x[i] + 128] / 2^14, rounded (int32 g, int16 dt), k the
-    # least shift that keeps |g >> k| below 2^16 (no 32-bit overflow); returns k
+    # g[i] = (g[i] >> sh) * dt[x[i] + 128] / 2^14, rounded (int32 g, int16 dt), sh the
+    # least shift that keeps |g >> sh| below 2^16 (no 32-bit overflow); returns sh
     pg = ptr32(g)
     px = ptr8(x)
     pd = ptr16(dt)
-    k = int(nrk(g, n)) - 9      # (q8kern's least k with |g >> k| <= 127 = 2^16 / 2^9)
-    if k < 0:
-        k = 0
+    sh = int(nrk(g, n)) - 9      # (q8kern's least sh with |g >> sh| <= 127 = 2^16 / 2^9)
+    if sh < 0:
+        sh = 0
     for i in range(n):
         v = int(pg[i])
         h = v >> 16
         v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
         d = int(pd[int(px[i]) ^ 128])
         d = ((d & 0xffff) ^ 0x8000) - 0x8000
-        p = (v >> k) * d
+        p = (v >> sh) * d
         if p < 0:
             pg[i] = 0 - ((8192 - p) >> 14)
         else:
             pg[i] = (p + 8192) >> 14
-    return k
+    return sh
 
 
 def tables(L):
@@ -67,6 +67,6 @@ def fwd(L, net, t):
 
 def back(L, net, g, s):
     """The gradient of LUT layer L's input from g, its output's (int32, scale s): in
-    place, at scale s 2^k."""
-    k = lgk(g, L.x, L.nout, L.dt)
-    return g, s * (1 << k)
+    place, at scale s 2^sh."""
+    sh = lgk(g, L.x, L.nout, L.dt)
+    return g, s * (1 << sh)
