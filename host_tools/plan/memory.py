@@ -968,6 +968,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
         if d['k'] == q8.LUT:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
+        if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
+            objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}
@@ -1079,7 +1081,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
                    else f['native'] // 8)
     from ..target.device import module
     q8 = module('q8')
-    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut')):     # (loaded on use)
+    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut'), (q8.BIN, 'q8bin'),
+                       (q8.SLC, 'q8slc')):     # (loaded on use)
         if any(d['k'] == kind for tb in tables.values() for d in tb['layers']):
             native += (native_mpy_size(t['arch'], name) if t['native'] == 'heap' and t['arch']
                        else f['native'] // 8)

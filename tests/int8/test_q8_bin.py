@@ -1,0 +1,171 @@
+"""Elementwise int8 ops of two inputs with broadcasting (ADD that broadcasts or adds a
+constant, SUB, MUL: utrain.q8bin) and slices (SLICE, STRIDED_SLICE, SPLIT: utrain.q8slc),
+in a model built here as Keras 3's converter writes a squeeze-excite gate, a broadcast
+Add, a split into heads and a Lambda slice (issue 28): the forward bit-exact with
+TFLite Micro on the file as written, the conv's update through every one of them
+against finite differences of the float forward of the dequantized graph, training
+that lowers the loss, the same integers under viper, and the refusal of a slice that is
+not one strided copy."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from kerasgraphs import build_int8_binary  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+from test_q8 import spy_updates  # noqa: E402
+from test_q8_cat import MP, _fd_grad, _viper_matches  # noqa: E402
+
+H, W, I = 4, 4, 2
+
+
+def _net(tmp_path, train='all'):
+    path, fwd, swc, sx = build_int8_binary(tmp_path / 'b.tflite')
+    quant.write(quant.rewritten(read_model(path)), str(tmp_path), train)
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)                    # as the board reads it
+    return path, fwd, swc, sx, m
+
+
+def _x(seed):
+    return np.random.default_rng(80 + seed).integers(-125, 126, (H, W, I)).astype(np.int8)
+
+
+def test_layers_and_forward_bit_exact_with_tflite_micro(tmp_path):
+    from tflite_micro.python.tflite_micro import runtime
+    path, _, _, _, m = _net(tmp_path)
+    ks = [d['k'] for d in m['layers']]
+    assert ks.count(quant.BIN) == 6 and ks.count(quant.SLC) == 4 and quant.ADD not in ks
+    bins = [d for d in m['layers'] if d['k'] == quant.BIN]
+    assert [d["bo"] for d in bins] == [2, 2, 0, 1, 2, 0]        # MUL MUL ADD SUB MUL ADD
+    assert bins[1]["lb"] == [0, 4] and bins[-1].get("kc") and bins[0]["in"][0] == bins[0]["in"][1]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    outs = set()
+    for i in range(8):
+        xq = _x(i)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, H, W, I), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel()), i
+        outs.add(tuple(got))
+    assert len(outs) >= 6
+
+
+def test_conv_update_through_the_ops_matches_finite_differences(tmp_path, monkeypatch):
+    """The conv's int8 update (through the FC, the MEAN, the constant ADD, the SLICE, the
+    squared MUL, the MUL of two heads, the STRIDED_SLICE, the SUB of the SPLIT's halves,
+    the broadcast ADD and the gate's MUL, to both of its inputs: the conv's output
+    directly and through the MEAN and the FC) against finite differences of the float
+    forward of the dequantized graph."""
+    got = spy_updates(monkeypatch)
+    path, fwd, swc, sx, m = _net(tmp_path)
+    g = read_model(path)
+    w0 = next(t for t in g.tensors if t.name == 'w')
+    wf = w0.data.astype(np.float64) * swc[:, None, None, None]
+    lr, cos = 0.01, []
+    for i in range(5):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        xq, label = _x(i), i % 3
+        got.clear()
+        net.step(bytearray(xq.tobytes()), label, lr)
+        conv = got[-1] / 256.0 * np.repeat(swc, 9 * I)      # (applied last: the lowest layer)
+        ref = lr * _fd_grad(fwd, xq.astype(np.float64) * sx, wf, label, 1e-4)
+        c = float(conv @ ref / (np.linalg.norm(conv) * np.linalg.norm(ref) + 1e-30))
+        cos.append(c)
+        assert 0.6 < np.linalg.norm(conv) / np.linalg.norm(ref) < 1.6, i
+    assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
+
+
+def test_trains_and_the_loss_falls(tmp_path):
+    """Five epochs of SGD on 24 samples of a task the model can learn: the loss falls."""
+    path, fwd, swc, sx, m = _net(tmp_path)
+    r = np.random.default_rng(3)
+    xs = [r.integers(-125, 126, (H, W, I)).astype(np.int8) for _ in range(24)]
+    ys = [int(np.argmax(fwd(x.astype(np.float64) * sx) * [1, -1, 0.5])) for x in xs]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+
+    def loss():
+        return np.mean([net.loss(bytearray(x.tobytes()), y)[0] for x, y in zip(xs, ys)])
+    before = loss()
+    for _ in range(5):
+        for x, y in zip(xs, ys):
+            net.step(bytearray(x.tobytes()), y, 0.02)
+    after = loss()
+    assert after < 0.8 * before, (before, after)
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_viper_steps_as_the_host(tmp_path):
+    """Three SGD steps under viper (unix MicroPython) end with the host's weights."""
+    _net(tmp_path)
+    _viper_matches(tmp_path, tmp_path, [_x(i) for i in range(3)])
+
+
+def test_a_slice_of_three_axes_is_refused_naming_the_file_and_op(tmp_path):
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = {'scale': [0.05], 'zero_point': [0]}
+    x = b.tensor('x', [1, 4, 4, 2], dtype='int8', quant=q)
+    s = b.tensor('s', [1, 2, 2, 1], dtype='int8', quant=q)
+    b.op('SLICE', [x, b.tensor('b', [4], data=np.array([0, 1, 1, 0], np.int32)),
+                   b.tensor('n', [4], data=np.array([1, 2, 2, 1], np.int32))], [s])
+    y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.1], 'zero_point': [0]})
+    w = np.ones((3, 4), np.int8)
+    r = b.tensor('r', [1, 4], dtype='int8', quant=q)
+    b.op('RESHAPE', [s, b.tensor('sh', [2], data=np.array([1, 4], np.int32))], [r])
+    b.op('FULLY_CONNECTED', [r, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
+         [y])
+    b.inputs(x)
+    b.outputs(y)
+    p = b.save(str(tmp_path / 'two.tflite'))
+    with pytest.raises(ValueError, match=r'two\.tflite: SLICE op 0: output .* not one strided copy.*'
+                                         r'--dequantize'):
+        quant.layers(quant.rewritten(read_model(p)), 'all')
+
+
+def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
+    """Keras's unrolled steps (UNPACK: a SPLIT and RESHAPEs) and slices that tile the
+    channels (one SPLIT_V) on an int8 graph: rewritten as for float, bit-exact with TFLite
+    Micro, the first layer's update through them against finite differences."""
+    from tflite_micro.python.tflite_micro import runtime
+    from kerasgraphs import build_int8_unpack
+    path, fwd, s1, sx = build_int8_unpack(tmp_path / 'u.tflite')
+    g = quant.rewritten(read_model(path))
+    assert g.rewrites['splits'] == 2
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.CONV] + [quant.SLC] * 8 + [
+        quant.BIN, quant.CAT, quant.FC]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    r = np.random.default_rng(2)
+    xs = [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(5)]
+    outs = set()
+    for xq in xs:
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, 6, 5), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel())
+        outs.add(tuple(got))
+    assert len(outs) == len(xs)
+    spy = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        spy.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = spy[-1] / 256.0 * s1
+        ref = 0.01 * _fd_grad(fwd, xq.astype(np.float64) * sx, w0, i % 3, 1e-5)
+        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+        assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, i
+    assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
