@@ -277,7 +277,8 @@ def layers(g: Graph, train='last:1', ranks=None):
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
-                             'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
+                             'training: export the model with that layer made of ops it supports '
+                             '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
                              'SUB, MUL, MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, SLICE, '
                              'STRIDED_SLICE, SPLIT, SPLIT_V, RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + ')')

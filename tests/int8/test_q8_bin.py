@@ -169,3 +169,32 @@ def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
         cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
         assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, i
     assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
+
+
+def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
+    """An op neither path runs (MAXIMUM of two activations): prepare names the file
+    once, the op by its number in the file, and what to do."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.graph.passes import PrepareError
+    b = CircleBuilder(identifier=b'TFL3')
+    q = {'scale': [0.05], 'zero_point': [0]}
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q)
+    h = b.tensor('h', [1, 4], dtype='int8', quant=q)
+    w = np.ones((4, 4), np.int8)
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
+         [h])
+    mx = b.tensor('mx', [1, 4], dtype='int8', quant=q)
+    b.op('MAXIMUM', [h, x], [mx])
+    y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.1], 'zero_point': [0]})
+    b.op('FULLY_CONNECTED', [mx, b.tensor('w2', (3, 4), data=np.ones((3, 4), np.int8),
+                                          quant={'scale': [0.01], 'zero_point': [0]}), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    p = b.save(str(tmp_path / 'mx.tflite'))
+    np.savez(tmp_path / 'd.npz', x=np.zeros((4, 4), np.float32), y=np.zeros(4, np.int64))
+    with pytest.raises(PrepareError) as e:
+        prepare(p, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce',
+                log=lambda *a: None)
+    msg = str(e.value)
+    assert msg.count('mx.tflite') == 1 and 'op 1 (MAXIMUM)' in msg and 'export the model' in msg
