@@ -231,6 +231,31 @@ def array_bytes(n: int, backend='fallback', t=None) -> int:
     return f['overhead'][backend] + -(-4 * n // f['block']) * f['block']
 
 
+def python_part_size(name) -> int:
+    """.mpy size of native module name (micro/utrain/NAME.py) without its viper functions:
+    the bytecode a port that keeps native code outside the GC heap (unix) still loads
+    into it (the layer's forward and gradient around the kernels; cached)."""
+    import re
+    import tempfile
+    src = os.path.join(runner.PACKAGE, name + '.py')
+    st = os.stat(src)
+    cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
+    os.makedirs(cache, exist_ok=True)
+    dst = os.path.join(cache, '%s-%d-%d-py.mpy' % (name, st.st_mtime_ns, st.st_size))
+    if not os.path.exists(dst):
+        with open(src) as fh:
+            text = fh.read()
+        # each viper function: its decorator to the next top-level line
+        text = re.sub(r'@micropython\.viper\n(?:.*\n)(?:(?:[ \t].*|)\n)*', '', text)
+        tmp = '%s.%d' % (dst, os.getpid())
+        with open(tmp + '.py', 'w') as fh:
+            fh.write(text)
+        runner._mpy_cross(tmp + '.py', tmp, name='utrain/' + name + '.py')
+        os.remove(tmp + '.py')
+        os.replace(tmp, dst)
+    return os.path.getsize(dst)
+
+
 def mpy_sizes() -> dict:
     """{module: .mpy size} of micro/utrain, compiled as `run` stages it (cached)."""
     import tempfile
@@ -1085,7 +1110,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
                        (q8.SLC, 'q8slc')):     # (loaded on use)
         if any(d['k'] == kind for tb in tables.values() for d in tb['layers']):
             native += (native_mpy_size(t['arch'], name) if t['native'] == 'heap' and t['arch']
-                       else f['native'] // 8)
+                       else f['native'] // 8 + (int(f['code'] * python_part_size(name))
+                                                if name in ('q8bin', 'q8slc') else 0))
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}
