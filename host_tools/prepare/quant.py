@@ -963,7 +963,8 @@ def split(g: Graph, m: dict, rows=None):
     cut = ls[first]['in'][0] if first else None
     made = {d['out'] for d in ls[first:]}
     if not first or ls[first - 1]['out'] != cut or any(
-            k != cut and k not in made for d in ls[first:] for k in d['in']):
+            k != cut and k not in made and not ('kc' in d and k == d['in'][d['kp']])
+            for d in ls[first:] for k in d['in']):          # (kc: a constant input)
         raise ValueError('the trained layers do not start from one tensor the frozen layers '
                          'end with: no prefix cache')
     (sc,), (zc,) = _q(g.tensors[cut])

@@ -218,3 +218,43 @@ def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
                 log=lambda *a: None)
     msg = str(e.value)
     assert msg.count('mx.tflite') == 1 and 'op 1 (MAXIMUM)' in msg and 'export the model' in msg
+
+
+def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
+    """--cache: the trained part may read a constant (an ADD of a bias vector) besides
+    the one tensor the frozen layers end with; the split's trained table computes what
+    the whole table does."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}    # noqa: E731
+    r = np.random.default_rng(0)
+    x = b.tensor('x', [1, 6], dtype='int8', quant=q(0.05))
+    h = b.tensor('h', [1, 6], dtype='int8', quant=q(0.05))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w0', (6, 6), data=r.integers(-90, 90, (6, 6)).astype(np.int8),
+                                         quant=q(0.01)), -1], [h])
+    h2 = b.tensor('h2', [1, 4], dtype='int8', quant=q(0.05))
+    b.op('FULLY_CONNECTED', [h, b.tensor('w1', (4, 6), data=r.integers(-90, 90, (4, 6)).astype(np.int8),
+                                         quant=q(0.01)), -1], [h2])
+    a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06, 3))
+    b.op('ADD', [h2, b.tensor('kc', [4], data=np.array([-50, 20, 60, 0], np.int8), quant=q(0.01))],
+         [a])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    b.op('FULLY_CONNECTED', [a, b.tensor('w2', (3, 4), data=r.integers(-90, 90, (3, 4)).astype(np.int8),
+                                         quant=q(0.02)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    g = quant.rewritten(read_model(b.save(str(tmp_path / 'c.tflite'))))
+    m = quant.meta(g, 'last:3')
+    p, t = quant.split(g, m)
+    assert [d['k'] for d in t['layers']] == [quant.FC, quant.BIN, quant.FC]
+    quant.write(g, str(tmp_path / 'whole'), m=m)
+    quant.write(g, str(tmp_path / 'cut'), m=m, tables={'q8.json': p, 'q8t.json': t})
+
+    def load(d, name):
+        with open(tmp_path / d / name) as f:
+            return Q8Net(json.load(f), str(tmp_path / d / 'weights.wof'))
+    net, pn, tn = load('whole', 'q8.json'), load('cut', 'q8.json'), load('cut', 'q8t.json')
+    for i in range(4):
+        xq = bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes())
+        assert bytes(net.forward(xq)) == bytes(tn.forward(bytearray(pn.forward(xq))))
+
