@@ -258,3 +258,23 @@ def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
         xq = bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes())
         assert bytes(net.forward(xq)) == bytes(tn.forward(bytearray(pn.forward(xq))))
 
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_the_plan_bounds_the_heap_it_needs(tmp_path):
+    """The heap planner prices q8bin and q8slc (their bytecode, the broadcast tables, the
+    gradient buffers they ask for): the run trains in the planned heap, not in plan / 1.2."""
+    from host_tools.plan.memory import trains_in
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    path, fwd, _, _ = build_int8_binary(tmp_path / 'b.tflite')
+    r = np.random.default_rng(4)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(-2.4, 2.4, (6, H, W, I)).astype(np.float32),
+             y=r.integers(0, 3, 6))
+    out = str(tmp_path / 'run')
+    s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd', lr=0.01,
+                epochs=1, train='all', log=lambda *a: None)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), plan
+    assert not trains_in(out, int(plan / 1.2)), plan
