@@ -219,3 +219,4 @@ def back(L, net, g, s):
             net.hold(a[j], dst, sj, nj)
         else:
             return dst, sj
+    return g, s                 # (no input takes one: both made below the trained layers)

@@ -278,3 +278,40 @@ def test_the_plan_bounds_the_heap_it_needs(tmp_path):
     runner.stage(out)
     assert trains_in(out, plan), plan
     assert not trains_in(out, int(plan / 1.2)), plan
+
+
+def test_a_binary_op_of_frozen_tensors_above_a_trained_layer(tmp_path):
+    """A MUL whose inputs both come from frozen layers, read after the first trained
+    layer (a branch beside it): the backward pass walks through it giving neither input
+    a gradient, and the trained layer still gets the sum's."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}    # noqa: E731
+    r = np.random.default_rng(1)
+    x = b.tensor('x', [1, 6], dtype='int8', quant=q(0.05))
+
+    def fc(name, src, n, s=0.05):
+        t = b.tensor(name, [1, n], dtype='int8', quant=q(s))
+        w = r.integers(-90, 90, (n, 6)).astype(np.int8)
+        b.op('FULLY_CONNECTED', [src, b.tensor('w' + name, w.shape, data=w, quant=q(0.01)), -1], [t])
+        return t
+    f0, f1, c = fc('f0', x, 4), fc('f1', x, 4), fc('c', x, 4)
+    m = b.tensor('m', [1, 4], dtype='int8', quant=q(0.02))
+    b.op('MUL', [f0, f1], [m])
+    a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06))
+    b.op('ADD', [m, c], [a])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    w = r.integers(-90, 90, (3, 4)).astype(np.int8)
+    b.op('FULLY_CONNECTED', [a, b.tensor('wy', w.shape, data=w, quant=q(0.02)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    g = quant.rewritten(read_model(b.save(str(tmp_path / 'f.tflite'))))
+    quant.write(g, str(tmp_path), [2, 5])
+    with open(tmp_path / 'q8.json') as f:
+        m8 = json.load(f)
+    assert [d['k'] for d in m8['layers']][3] == quant.BIN and m8['layers'][3].get('back')
+    net = Q8Net(m8, str(tmp_path / 'weights.wof'))
+    w0 = bytes(net.layers[2].w)
+    for i in range(3):
+        net.step(bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes()), i, 0.05)
+    assert bytes(net.layers[2].w) != w0
