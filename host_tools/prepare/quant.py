@@ -157,7 +157,7 @@ def _widen_logits(g: Graph):
     if op is not None and op.name == 'SOFTMAX':
         t = op.inputs[0]
     chain = [t]
-    while prod.get(t) is not None and prod[t].name in ALIASES:
+    while prod.get(t) is not None and (prod[t].name in ALIASES or _unit_transpose(g, prod[t])):
         t = prod[t].inputs[0]
         chain.append(t)
     q = g.tensors[t].quant if t is not None else None
@@ -209,7 +209,7 @@ def _folds(g: Graph, ops):
             readers.setdefault(k, []).append(op)
     pads, alias = {}, {}
     for op in ops:
-        if op.name in ALIASES:
+        if op.name in ALIASES or _unit_transpose(g, op):
             if _q(g.tensors[op.inputs[0]]) != _q(g.tensors[op.outputs[0]]):
                 raise ValueError(f'{g.path}: {op.name} op {op.number} changes the scale or zero '
                                  'point; int8 training reads its output as its input\'s bytes')
@@ -227,6 +227,18 @@ def _folds(g: Graph, ops):
             if ok:              # (else a CAT layer of its own)
                 pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
     return pads, alias
+
+
+def _unit_transpose(g: Graph, op) -> bool:
+    """Is op a TRANSPOSE that moves only axes of size 1 (the non-unit axes keep their
+    order: [1, T, C] -> [T, 1, C], a recurrent layer's time-major input): its output is
+    its input's bytes, an alias as a RESHAPE?"""
+    if op.name != 'TRANSPOSE' or len(op.inputs) < 2 or g.tensors[op.inputs[1]].data is None:
+        return False
+    shape = list(g.tensors[op.inputs[0]].shape)
+    perm = [int(v) % len(shape) for v in np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)]
+    keep = [a for a in perm if shape[a] != 1]
+    return sorted(perm) == list(range(len(shape))) and keep == sorted(keep)
 
 
 def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
@@ -272,7 +284,7 @@ def layers(g: Graph, train='last:1', ranks=None):
         return k
     out = []
     for op in ops:
-        if op.name in ALIASES or op.outputs[0] in pads:
+        if op.outputs[0] in alias or op.outputs[0] in pads:
             continue
         k = KINDS.get(op.name)
         if k is None:
@@ -311,8 +323,39 @@ def layers(g: Graph, train='last:1', ranks=None):
         else:
             _weighted_layer(g, op, d, x, pad)
         out.append(d)
+    _check_reads(g, out, src(g.inputs[0]))
     _mark_trained(g, out, train, ranks or {})
+    _check_shared(g, out)
     return out
+
+
+def _check_reads(g, out, xin):
+    """layers(): every layer reads the model's input or an earlier layer's output (or a
+    BIN layer's constant): else refused naming the op."""
+    made = {xin}
+    for d in out:
+        for j, k in enumerate(d['in']):
+            if k not in made and not ('kc' in d and j == d['kp']):
+                raise ValueError(f'{g.path}: op {g.ops[d["op"]].number} ({g.ops[d["op"]].name}) '
+                                 f'reads {g.tensors[k].name!r}, a constant activation (a '
+                                 'recurrent layer\'s zero state): int8 training reads '
+                                 'activations (export the model with the state as an input)')
+        made.add(d['out'])
+
+
+def _check_shared(g, out):
+    """layers(): no weight tensor that trains is read by two layers (an unrolled recurrent
+    layer's steps: each layer would train a copy of its own)."""
+    by = {}
+    for d in out:
+        if 'wt' in d:
+            by.setdefault(d['wt'], []).append(d)
+    for ds in by.values():
+        if len(ds) > 1 and any(d.get('train') for d in ds):
+            a, b = (g.ops[d['op']].number for d in ds[:2])
+            raise ValueError(f'{g.path}: ops {a} and {b} share a weight tensor (an unrolled '
+                             'recurrent layer\'s steps): int8 training trains a copy a layer '
+                             '(train the layers after them: --train last:N)')
 
 
 def _add_layer(g, op, d, x, y, xin, x2in):

@@ -315,3 +315,70 @@ def test_a_binary_op_of_frozen_tensors_above_a_trained_layer(tmp_path):
     for i in range(3):
         net.step(bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes()), i, 0.05)
     assert bytes(net.layers[2].w) != w0
+
+
+def _rnn_like(tmp_path, zero_state=False):
+    """An int8 graph as Keras 3 writes an unrolled recurrent layer: TRANSPOSE [1, T, C] ->
+    [T, 1, C] (only a unit axis moves: the same bytes), SPLIT into steps, each step's FC
+    with one shared weight tensor (and, zero_state, an FC of a constant zero state), ADD,
+    then an FC."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}    # noqa: E731
+    r = np.random.default_rng(2)
+    x = b.tensor('x', [1, 2, 3], dtype='int8', quant=q(0.05))
+    tr = b.tensor('tr', [2, 1, 3], dtype='int8', quant=q(0.05))
+    b.op('TRANSPOSE', [x, b.tensor('perm', [3], data=np.array([1, 0, 2], np.int32))], [tr])
+    st = [b.tensor(f's{k}', [1, 1, 3], dtype='int8', quant=q(0.05)) for k in range(2)]
+    b.op('SPLIT', [b.tensor('ax', [], data=np.array(0, np.int32)), tr], st, num_splits=2)
+    w = b.tensor('w', (4, 3), data=r.integers(-90, 90, (4, 3)).astype(np.int8), quant=q(0.01))
+    hs = []
+    for k in range(2):
+        rs = b.tensor(f'r{k}', [1, 3], dtype='int8', quant=q(0.05))
+        b.op('RESHAPE', [st[k], b.tensor(f'rs{k}', [2], data=np.array([1, 3], np.int32))], [rs])
+        h = b.tensor(f'h{k}', [1, 4], dtype='int8', quant=q(0.04))
+        b.op('FULLY_CONNECTED', [rs, w, -1], [h])
+        hs.append(h)
+    if zero_state:
+        z = b.tensor('zeros', [1, 4], data=np.zeros((1, 4), np.int8), quant=q(0.04))
+        h = b.tensor('hz', [1, 4], dtype='int8', quant=q(0.04))
+        b.op('FULLY_CONNECTED', [z, b.tensor('wz', (4, 4), data=np.ones((4, 4), np.int8),
+                                                  quant=q(0.01)), -1], [h])
+        hs[1] = h
+    a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06))
+    b.op('ADD', hs, [a])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    b.op('FULLY_CONNECTED', [a, b.tensor('wy', (3, 4), data=r.integers(-90, 90, (3, 4)).astype(np.int8),
+                                         quant=q(0.02)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(str(tmp_path / ('z.tflite' if zero_state else 'rnn.tflite')))
+
+
+def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
+    """A TRANSPOSE that moves only a unit axis is its input's bytes (no layer: TFLite
+    Micro's output bit for bit); steps sharing a weight tensor train only above them
+    (refused naming both ops when they would train, each a copy of its own); an FC of a
+    constant zero state is refused naming the op and what to do (no traceback)."""
+    from tflite_micro.python.tflite_micro import runtime
+    p = _rnn_like(tmp_path)
+    g = quant.rewritten(read_model(p))
+    quant.write(g, str(tmp_path / 'r'), 'last:1')
+    with open(tmp_path / 'r' / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.SLC, quant.SLC, quant.FC, quant.FC, quant.ADD,
+                                             quant.FC]
+    net = Q8Net(m, str(tmp_path / 'r' / 'weights.wof'))
+    it = runtime.Interpreter.from_file(p)
+    for v in ([10, -20, 30, 40, -50, 60], [-100, 3, 7, 90, 11, -2]):
+        xq = np.array(v, np.int8)
+        it.set_input(xq.reshape(1, 2, 3), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
+                              it.get_output(0).ravel())
+    with pytest.raises(ValueError, match=r'rnn\.tflite: ops 3 and 5 share a weight tensor.*--train last:N'):
+        quant.layers(quant.rewritten(read_model(p)), 'all')
+    z = quant.rewritten(read_model(_rnn_like(tmp_path, zero_state=True)))
+    with pytest.raises(ValueError, match=r"z\.tflite: op 6 \(FULLY_CONNECTED\) reads 'zeros', a "
+                                         r'constant activation.*state as an input'):
+        quant.layers(z, 'last:1')
