@@ -233,6 +233,31 @@ def array_bytes(n: int, backend='fallback', t=None) -> int:
     return f['overhead'][backend] + -(-4 * n // f['block']) * f['block']
 
 
+def python_part_size(name) -> int:
+    """.mpy size of native module name (micro/utrain/NAME.py) without its viper functions:
+    the bytecode a port that keeps native code outside the GC heap (unix) still loads
+    into it (the layer's forward and gradient around the kernels; cached)."""
+    import re
+    import tempfile
+    src = os.path.join(runner.PACKAGE, name + '.py')
+    st = os.stat(src)
+    cache = os.path.join(tempfile.gettempdir(), 'utrain-mpy-%d' % os.getuid())
+    os.makedirs(cache, exist_ok=True)
+    dst = os.path.join(cache, '%s-%d-%d-py.mpy' % (name, st.st_mtime_ns, st.st_size))
+    if not os.path.exists(dst):
+        with open(src) as fh:
+            text = fh.read()
+        # each viper function: its decorator to the next top-level line
+        text = re.sub(r'@micropython\.viper\n(?:.*\n)(?:(?:[ \t].*|)\n)*', '', text)
+        tmp = '%s.%d' % (dst, os.getpid())
+        with open(tmp + '.py', 'w') as fh:
+            fh.write(text)
+        runner._mpy_cross(tmp + '.py', tmp, name='utrain/' + name + '.py')
+        os.remove(tmp + '.py')
+        os.replace(tmp, dst)
+    return os.path.getsize(dst)
+
+
 def mpy_sizes() -> dict:
     """{module: .mpy size} of micro/utrain, compiled as `run` stages it (cached)."""
     import tempfile
@@ -998,6 +1023,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
         if d['k'] == q8.LUT:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
+        if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
+            objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}
@@ -1109,10 +1136,12 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
                    else f['native'] // 8)
     from ..target.device import module
     q8 = module('q8')
-    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut')):     # (loaded on use)
+    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut'), (q8.BIN, 'q8bin'),
+                       (q8.SLC, 'q8slc')):     # (loaded on use)
         if any(d['k'] == kind for tb in tables.values() for d in tb['layers']):
             native += (native_mpy_size(t['arch'], name) if t['native'] == 'heap' and t['arch']
-                       else f['native'] // 8)
+                       else f['native'] // 8 + (int(f['code'] * python_part_size(name))
+                                                if name in ('q8bin', 'q8slc') else 0))
     code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
     interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
     parts = {'code': code, 'interpreter': interp}
