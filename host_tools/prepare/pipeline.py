@@ -96,6 +96,35 @@ def resolve_settings(g, overrides: dict) -> dict:
     return s
 
 
+def loss_from_data(g, s, data, overrides, log=print) -> dict:
+    """s with the loss the data asks for when neither the command line nor the model's
+    CIRCLE_TRAINING metadata names one: scce where the data's targets are class numbers
+    (one integer per sample, 0 .. outputs - 1) and the model has several outputs, as a
+    user with labelled samples expects (the default mse refuses labels: "y has 1 values
+    per sample, the model outputs 10", and int8 training takes scce or cce only); else
+    s as it is.  Says which it chose."""
+    from ..files import dataset as ds
+    if not data or overrides.get('loss') is not None or 'loss' in metadata_settings(g):
+        return s
+    n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
+    try:
+        y = np.asarray(ds.load(data)[1])
+    except (ValueError, OSError):
+        return s                        # (read again by the samples pass, which says what is wrong)
+    if n_out < 2 or not (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)) or not len(y) \
+            or not np.issubdtype(y.dtype, np.number):
+        return s
+    y = y.reshape(-1)
+    if np.any(y != np.round(y)) or y.min() < 0 or y.max() >= n_out:
+        return s
+    s = dict(s, loss='scce')
+    if overrides.get('metric') is None:
+        s['metric'] = 'accuracy'
+    log(f'loss: scce ({data}: one class number per sample, the model has {n_out} outputs; '
+        '--loss sets another)')
+    return s
+
+
 def parse_budget(text) -> int:
     """'96K', '1M', '98304' -> bytes (runner.size_bytes); PrepareError naming --budget."""
     from ..target.runner import size_bytes
@@ -290,6 +319,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     prepare.json's summary (heap.by_target) and no rewritten graph beside."""
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    s = loss_from_data(source, s, data, overrides, log)
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
