@@ -1,0 +1,78 @@
+"""The loss when neither --loss nor the model's CIRCLE_TRAINING metadata names one: the
+data decides (pipeline.loss_from_data).  One class number per sample for a model with
+several outputs trains with scce, float and int8 alike, and says so; targets with one
+value per output keep the default (mse); a loss the user gives is never replaced."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from host_tools.graph.passes import PrepareError
+from host_tools.prepare.pipeline import prepare
+from tests.support.kerasgraphs import build_int8_branches
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MLP = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')     # 64 in, 10 out
+
+
+def _npz(path, y, n=12, shape=(64,)):
+    rng = np.random.default_rng(1)
+    np.savez(path, x=rng.standard_normal((n,) + shape).astype(np.float32), y=y)
+    return str(path)
+
+
+def _run(tmp_path, model, data, **kw):
+    said = []
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, log=lambda *m: said.append(' '.join(map(str, m))), **kw)
+    with open(os.path.join(out, 'train.json')) as f:
+        text = f.read()
+    return s, text, said
+
+
+@pytest.mark.parametrize('labels', ['int', 'float', 'column'])
+def test_class_numbers_train_with_scce_and_say_so(tmp_path, labels):
+    y = np.random.default_rng(2).integers(0, 10, 12)
+    y = {'int': y, 'float': y.astype(np.float32), 'column': y.reshape(-1, 1)}[labels]
+    s, text, said = _run(tmp_path, MLP, _npz(tmp_path / 'd.npz', y))
+    assert '"loss": "scce"' in text
+    assert any(m.startswith('loss: scce') and 'd.npz' in m and '--loss' in m for m in said), said
+
+
+def test_one_value_per_output_keeps_mse(tmp_path):
+    y = np.random.default_rng(2).standard_normal((12, 10)).astype(np.float32)
+    s, text, said = _run(tmp_path, MLP, _npz(tmp_path / 'd.npz', y))
+    assert '"loss": "mse"' in text
+    assert not any(m.startswith('loss:') for m in said)
+
+
+def test_a_given_loss_is_kept_and_checked(tmp_path):
+    y = np.random.default_rng(2).integers(0, 10, 12)
+    with pytest.raises(ValueError, match='values per sample'):
+        _run(tmp_path, MLP, _npz(tmp_path / 'd.npz', y), loss='mse')
+    s, text, said = _run(tmp_path, MLP, _npz(tmp_path / 'd.npz', y), loss='cce')
+    assert '"loss": "cce"' in text and not any(m.startswith('loss:') for m in said)
+
+
+def test_labels_out_of_range_are_not_classes(tmp_path):
+    """Labels beyond the outputs are no class numbers for this model: mse stays, and its
+    samples pass says what is wrong with the targets."""
+    y = np.arange(12) + 10
+    with pytest.raises((ValueError, PrepareError), match='values per sample'):
+        _run(tmp_path, MLP, _npz(tmp_path / 'd.npz', y))
+
+
+def test_an_int8_model_trains_as_int8_without_a_loss_given(tmp_path):
+    """int8 training takes scce or cce only: a Keras int8 classifier given labelled samples
+    and nothing else had been refused ("int8 training takes --loss scce or cce")."""
+    model = str(tmp_path / 'm.tflite')
+    build_int8_branches(model)
+    from host_tools.formats.circle_io import read_model
+    g = read_model(model)
+    shape = tuple(g.tensors[g.inputs[0]].shape[1:])
+    n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
+    y = np.random.default_rng(3).integers(0, n_out, 12)
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape))
+    assert 'q8.json' in text, text
+    assert any(m.startswith('loss: scce') for m in said), said
