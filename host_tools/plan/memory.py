@@ -1001,10 +1001,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             parts['depthwise tap tables (q8asm)'] = taps
     if not trains:
         return parts
-    gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
-    nz, nz2, ng, _ = q8.bufs(ls)    # shared: int8 dz (its rescaled copy), a gradient chunk,
-    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in q8.holds(ls)[1])
-    # (and the held gradients: a slot each, q8.holds)
+    hz = q8_held(ls)
+    gin = q8.gin(ls, hz)              # its input-gradient buffers (_gbuf: one or two)
+    nz, nz2, ng, _ = q8.bufs(ls, hz)  # shared: int8 dz (its rescaled copy), a gradient chunk,
+    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in hz)
+    # (and the held gradients: a slot each, utrain.q8hold)
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
@@ -1044,6 +1045,16 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     return parts
 
 
+def q8_held(ls) -> list:
+    """The held gradients' slot sizes (int32 values) of layer table ls: none for a chain
+    (utrain.q8.chain), else utrain.q8hold.holds's, which a graph's net loads."""
+    from ..target.device import module
+    q8 = module('q8')
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    ga = q8.grads(ls, first)
+    return [] if q8.chain(ls, ga) else module('q8hold').holds(ls, ga)[1]
+
+
 def q8_trained_weights(d) -> int:
     """Weights of int8 layer d that train (utrain.q8 Layer.wr: a rank's rows, a depthwise
     layer's all, none when the bias alone trains)."""
@@ -1065,6 +1076,8 @@ def q8_modules(tb, trains=True):
         mods.add('q8range')          # (ranges that follow training)
     if trains and any(d.get('gw') and d.get('train') for d in ls):
         mods.add('q8grow')           # (weight scales that grow)
+    if trains and q8_held(ls):
+        mods.add('q8hold')           # (a graph's backward walk: not a chain)
     if any(d.get('mask') or d.get('sd') for d in ls):
         natives.append('q8sparse')
     from ..target.device import module

@@ -327,6 +327,14 @@ class Q8Net:
                 nb[d['bt']] = 4 * d['nb']
         for k, n in meta.get('wsizes', ()):    # (a part of the model: the file holds all)
             nb[k] = n
+        # a graph whose backward walk holds gradients (a residual ADD's other input, a
+        # CONCATENATION's inputs, a tensor read twice: not a chain): that walk's code
+        # (utrain.q8hold), loaded before the net's buffers, not among them
+        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        ga = grads(ls, first)
+        Hold = None
+        if not chain(ls, ga):
+            from utrain.q8hold import Holds as Hold
         # activations: one int8 arena at the offsets the host planned (q8.json 'at':
         # tensor, offset, bytes), or (a table without a plan) one buffer per layer
         import gc
@@ -371,19 +379,16 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
-        # the held input gradients (a residual ADD's other input, a CONCATENATION's
-        # inputs, a tensor read twice: hold), one buffer a slot (the walk planned once:
-        # its temporaries between the buffers fragment a board's heap)
-        self.hs, sz = holds(ls)
+        # a graph's held gradients, one buffer a slot (the walk planned once: its
+        # temporaries between the buffers fragment a board's heap)
+        self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
+        sz = H.sz if H else ()
         nz, nz2, ng, nk = bufs(ls, sz)
         self.gw = _i32(ng)
-        self.hb = [_i32(n) for n in sz]
-        self.pend = {}
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
         # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
         m = self.gm = gin(ls, sz)
-        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
         self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
@@ -429,7 +434,7 @@ class Q8Net:
         self.xin = meta.get('xin', 0)
         self.src = None             # (file, offset) of the sample, read by strips
         self.seed = 12345
-        self.first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        self.first = first
         self.groups = {}
         if meta.get('groups'):
             from utrain.q8bands import Q8Group
@@ -447,12 +452,9 @@ class Q8Net:
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
-        self.tn = {}                # each tensor's values (the gradient's size)
-        ga = grads(ls, self.first)
         for i in range(len(ls)):
             if bcast(ls, i):
                 lay[i].bc = 1
-            self.tn[ls[i]['out']] = ls[i]['nout']
             if ga[i]:
                 lay[i].gi = ga[i]
         ga = None
@@ -686,66 +688,21 @@ class Q8Net:
         else:
             s = 1.0 / 1048576.0
             g = array('i', [int(round(v / s)) for v in dl])
-        # from the loss down: g is the gradient of tensor c (the chain: mostly the
-        # output of the next layer down); the gradients of other tensors wait in the
-        # held buffers (pend: tensor -> scale) for their producer, and join the chain
-        # there (holds() plans the same walk)
-        ls, pend = self.layers, self.pend
-        pend.clear()
+        if self.H is not None:      # a graph: gradients held for their producers
+            self.H.walk(g, s, lr)
+            return loss, hit
+        # a chain (chain()): each layer from the loss down hands its input's gradient to
+        # the layer below, until one passes none
+        ls = self.layers
         i = len(ls) - 1
-        c = ls[i].d['out']
         while i >= self.first:
             L = ls[i]
-            o = L.d['out']
-            if c is not None and c != o:        # not this layer's: held for its producer
-                self.hold(c, g, s, self.tn[c])
-                c = None
-            if o in pend:
-                t = pend.pop(o)
-                h, n = self.hb[self.hs[o]], self.tn[o]
-                if c is None:       # (into a gradient buffer: the held one is free again)
-                    g, s, c = self._gbuf(None, n), t, o
-                    K.cpk(g, h, n)
-                else:
-                    s = self._scale(h, t, g, s, n)
-                    K.adk(g, h, n)
-            if c != o:                  # no gradient reaches this layer
-                i -= 1
-                continue
             gi = L.gi
             g, s = self._back(L, g, s, lr, len(gi) > 0)
-            c = L.ins[gi[0]] if gi else None
+            if not gi:
+                break
             i -= 1
         return loss, hit
-
-    def _scale(self, h, t, g, s, n):
-        # g (scale s) or h (scale t), n values each, brought to the larger of the two
-        # scales in place; returns it
-        m, e = self.qm, self.qs
-        if t > s:
-            m[0], e[0] = qmul(s / t)
-            K.rqk(g, n, 1, n, m, e, g, 0, 0, 0, 1)
-            return t
-        if t < s:
-            m[0], e[0] = qmul(t / s)
-            K.rqk(h, n, 1, n, m, e, h, 0, 0, 0, 1)
-        return s
-
-    def hold(self, k, g, s, n, cp=None):
-        """Hold the gradient of tensor k (g at scale s, n values; cp: the slice of g that
-        is k's, utrain.q8cat's rows, length, stride, offset) for k's producer, added to
-        what k already holds at the larger scale.  Returns g's scale (raised where the
-        held one's was larger)."""
-        h = self.hb[self.hs[k]]
-        t = self.pend.get(k)
-        if t is not None:
-            s = self._scale(h, t, g, s, n if cp is None or t > s else self.tn[k])
-        self.pend[k] = s
-        if cp is None:
-            (K.cpk if t is None else K.adk)(h, g, n)
-        else:
-            self.X[CAT].gak(h, g, cp[0], cp[1], cp[2], cp[3], t is not None)
-        return s
 
     def zero(self):
         """Drop the gradient sums of an unfinished batch."""
@@ -887,8 +844,8 @@ class Q8Net:
             self.S.mzk(g, n, L.mk)
             if L.ins[0] == L.ins[1]:
                 return g, 2 * s
-            if len(L.gi) > 1:
-                s = self.hold(L.ins[L.gi[1]], g, s, n)
+            if len(L.gi) > 1:       # (a graph's: utrain.q8hold)
+                s = self.H.hold(L.ins[L.gi[1]], g, s, n)
             return g, s
         if L.k >= CAT:
             return self.X[L.k].back(L, self, g, s)
@@ -1175,58 +1132,30 @@ def grads(ls, first):
     return out
 
 
-def holds(ls):
-    """({tensor: slot}, [slot values]) of layer table ls: the held int32 gradients of
-    Q8Net._run's walk (a residual ADD's other input, the inputs of a CONCATENATION
-    after its first, the chain's tensor when the next layer down is not its producer),
-    each in a slot of the largest it holds, free again once its producer takes it
-    (host_tools/plan/memory.py plans them with this)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
-    n = {}
-    for d in ls:
-        n[d['out']] = d['nout']
-    slot, size, free, pend = {}, [], [], {}
-
-    def put(k):
-        if k in pend:
-            return
-        j = free.pop() if free else len(size)
-        if j == len(size):
-            size.append(0)
-        pend[k] = slot[k] = j
-        if n[k] > size[j]:
-            size[j] = n[k]
+def chain(ls, ga):
+    """Is the backward walk of layer table ls a chain (ga: grads(ls, first)): from the
+    loss down, each layer that a gradient reaches hands it to the next layer down alone,
+    until one hands none?  Else Q8Net loads utrain.q8hold, whose walk holds the
+    gradients of tensors that are not next (host_tools/plan/memory.py plans with this)."""
     c = ls[-1]['out'] if ls else None
-    ga = grads(ls, first)
-    for i in range(len(ls) - 1, first - 1, -1):
-        d = ls[i]
-        o = d['out']
-        if c is not None and c != o:
-            put(c)
-            c = None
-        if o in pend:
-            free.append(pend.pop(o))
-            c = o
-        if c != o:
-            continue
+    i = len(ls) - 1
+    while c is not None:
         gi = ga[i]
-        c = d['in'][gi[0]] if gi else None
-        if d['k'] == ADD and len(gi) > 1 and d['in'][0] != d['in'][1]:
-            put(d['in'][gi[1]])
-        elif d['k'] == CAT:
-            for j in gi[1:]:
-                put(d['in'][j])
-    return slot, size
+        if ls[i]['out'] != c or len(gi) > 1:
+            return False
+        c = ls[i]['in'][gi[0]] if gi else None
+        i -= 1
+    return True
 
 
-def bufs(ls, hz=None):
+def bufs(ls, hz=()):
     """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
-    values, the held int32 gradients' values: holds()) of layer table ls: Q8Net's shared
-    backward buffers (host_tools/plan/memory.py plans them with this); hz: holds()'s
-    slot sizes when known."""
+    values, the held int32 gradients' values) of layer table ls: Q8Net's shared
+    backward buffers (host_tools/plan/memory.py plans them with this); hz: the held
+    gradients' slot sizes (utrain.q8hold.holds; none for a chain)."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     nz = nz2 = ng = 0
-    nk = sum(holds(ls)[1] if hz is None else hz)
+    nk = sum(hz)
     for i in range(len(ls)):
         d = ls[i]
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
@@ -1244,10 +1173,10 @@ def bufs(ls, hz=None):
     return nz, nz2, ng, nk
 
 
-def gin(ls, hz=None):
-    """The most values an input gradient of layer table ls has: the size of _gbuf's
-    two buffers (host_tools/plan/memory.py plans them with this)."""
-    m = max((holds(ls)[1] if hz is None else hz) or [0])  # (a held one joins the chain there)
+def gin(ls, hz=()):
+    """The most values an input gradient of layer table ls has (hz: as bufs): the size
+    of _gbuf's two buffers (host_tools/plan/memory.py plans them with this)."""
+    m = max(hz or [0])      # (a held one joins the chain there)
     for i in range(len(ls)):
         d = ls[i]
         if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] < CAT:

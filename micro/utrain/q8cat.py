@@ -98,7 +98,7 @@ def back(L, net, g, s):
         czk(g, L.y, n, L.lo, L.hi)
     for a in range(len(gi) - 1, 0, -1):
         j = gi[a]
-        s = net.hold(ins[j], g, s, n, cp[4 * j:4 * j + 4])
+        s = net.H.hold(ins[j], g, s, n, cp[4 * j:4 * j + 4])   # (utrain.q8hold)
     j = gi[0]
     gak(g, g, cp[4 * j], cp[4 * j + 1], cp[4 * j + 2], cp[4 * j + 3], 0)
     return g, s
