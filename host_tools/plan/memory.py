@@ -1082,8 +1082,8 @@ def q8_modules(tb, trains=True):
         natives.append('q8sparse')
     from ..target.device import module
     q8 = module('q8')
-    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut')):
-        if any(d['k'] == kind for d in ls):
+    for kinds, name in (((q8.CAT,), 'q8cat'), ((q8.LUT,), 'q8lut'), ((q8.PMAX, q8.PAVG), 'q8pool')):
+        if any(d['k'] in kinds for d in ls):
             natives.append(name)
     return mods, natives
 
@@ -1092,11 +1092,15 @@ def q8_code(tb, t, trains=True) -> int:
     """Heap the code of q8_modules(tb, trains) takes on target t: bytecode at the word
     size's resident bytes per .mpy byte; native code (viper, Thumb) in the heap where a
     board loads it into RAM (rp2: its .mpy for the board's arch, q8kern's assembler
-    kernels beside it), else its tables alone (the unix port, ESP32)."""
+    kernels beside it; a bytecode module with a few viper kernels, q8grow, too), else
+    its tables alone (the unix port, ESP32)."""
     f = WORD_FIGURES[t['word']]
     sizes = mpy_sizes()
     mods, natives = q8_modules(tb, trains)
     heap = t['native'] == 'heap' and t['arch']
+    if heap:
+        natives += [m for m in mods if m + '.py' in runner.NATIVE]
+        mods = {m for m in mods if m + '.py' not in runner.NATIVE}
     native = 0
     for name in natives:
         if heap:

@@ -193,7 +193,7 @@ class Layer:
             return self.y
         d = self.d
         if k >= PMAX:               # MAX_POOL_2D, AVERAGE_POOL_2D: int8 to int8
-            K.pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
+            self.net.X[PMAX].pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
             return self.y
         if k == CONV or k == DW:
             self.conv(x, self.g, self.y)
@@ -396,8 +396,8 @@ class Q8Net:
         if any(d.get('mask') or d.get('sd') for d in ls):
             from utrain import q8sparse
             self.S = q8sparse
-        # the kinds from CAT on: forward and gradient in a module of their own, loaded
-        # only by a table that has one (utrain.q8cat, q8lut)
+        # pools and the kinds from CAT on: forward and gradient in a module of their own,
+        # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut)
         self.X = X = {}
         for d in ls:
             if d['k'] == CAT and CAT not in X:
@@ -406,6 +406,9 @@ class Q8Net:
             elif d['k'] == LUT and LUT not in X:
                 from utrain import q8lut
                 X[LUT] = q8lut
+            elif (d['k'] == PMAX or d['k'] == PAVG) and PMAX not in X:
+                from utrain import q8pool
+                X[PMAX] = q8pool
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -863,7 +866,7 @@ class Q8Net:
             gm = L.g
             dx = self._gbuf(g, gm[0] * gm[1] * gm[2])
             lo, hi = L.lo, L.hi
-            K.pbk(dx, g, L.x, gm, L.y, lo if lo > -128 else -129, hi if hi < 127 else 128,
+            self.X[PMAX].pbk(dx, g, L.x, gm, L.y, lo if lo > -128 else -129, hi if hi < 127 else 128,
                   L.k - PMAX)
             return dx, (s / (gm[4] * gm[5]) if L.k == PAVG else s)
         dz = self.dz
