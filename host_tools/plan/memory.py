@@ -1062,13 +1062,17 @@ def q8_trained_weights(d) -> int:
     return module('q8').trained_n(dict(d, train=1))
 
 
-def q8_modules(tb, trains=True):
+def q8_modules(tb, trains=True, settings=None):
     """(bytecode modules, native modules) a board loads for a utrain.q8.Q8Net of layer
     table tb (as written): the trainer's (Q8_MODULES), or with trains=False the frozen
     prefix pass's, which runs before the trainer's code loads (Q8_PREFIX_MODULES), and
-    those each loads only on use: what tb's layers and keys ask for."""
+    those each loads only on use: what tb's layers and keys and the run's settings
+    (optimizer, batch) ask for."""
     ls = tb['layers']
     mods = set(Q8_MODULES if trains else Q8_PREFIX_MODULES)
+    s = settings or {}
+    if trains and (s.get('optimizer', 'sgd') != 'sgd' or int(s.get('batch', 1)) > 1):
+        mods.add('q8batch')          # (updates from a batch's sums: Adam, batch > 1)
     natives = ['q8kern']
     if tb.get('groups'):
         mods.update(('q8bands', 'bands'))
@@ -1088,15 +1092,15 @@ def q8_modules(tb, trains=True):
     return mods, natives
 
 
-def q8_code(tb, t, trains=True) -> int:
-    """Heap the code of q8_modules(tb, trains) takes on target t: bytecode at the word
+def q8_code(tb, t, trains=True, settings=None) -> int:
+    """Heap the code of q8_modules(tb, trains, settings) takes on target t: bytecode at the word
     size's resident bytes per .mpy byte; native code (viper, Thumb) in the heap where a
     board loads it into RAM (rp2: its .mpy for the board's arch, q8kern's assembler
     kernels beside it; a bytecode module with a few viper kernels, q8grow, too), else
     its tables alone (the unix port, ESP32)."""
     f = WORD_FIGURES[t['word']]
     sizes = mpy_sizes()
-    mods, natives = q8_modules(tb, trains)
+    mods, natives = q8_modules(tb, trains, settings)
     heap = t['native'] == 'heap' and t['arch']
     if heap:
         natives += [m for m in mods if m + '.py' in runner.NATIVE]
@@ -1122,7 +1126,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     w, B = t['word'], t['block']
     trained = tables.get('q8t.json') or tables['q8.json']
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
-    code = q8_code(trained, t)
+    code = q8_code(trained, t, settings=settings)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
     net = _q8_net(trained, settings, w, B, asm=asm)
     data = sum(net.values())

@@ -16,7 +16,7 @@
 # The model is q8.json (layers, written by host_tools/prepare/quant.py) + a .wof with int8
 # weights and int32 biases as raw bytes (onert-micro's layout).
 from array import array
-from math import exp, log, frexp, sqrt
+from math import exp, log, frexp
 from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
@@ -644,6 +644,10 @@ class Q8Net:
         velocities (an int32 per trained weight in 1/256 weight steps, a float per bias)
         are made here; only a rank's window of weights has them."""
         self.adam = optimizer == 'adam'
+        self.B = None           # Adam or a batch > 1: their updates (utrain.q8batch)
+        if self.adam or batch > 1:
+            from utrain import q8batch
+            self.B = q8batch
         self.b1, self.b2, self.eps = beta1, beta2, eps
         self.nstep = 0
         self.mom = 0.0 if self.adam else momentum
@@ -717,37 +721,8 @@ class Q8Net:
 
     def apply(self, lr, scale):
         """Update every trained layer from the batch's sums times scale (1/batch for a mean),
-        then zero them."""
-        if self.adam:
-            self.nstep += 1
-            b1, b2, t = self.b1, self.b2, self.nstep
-            lr = lr * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
-        for L in self.layers:
-            if L.ga is None:
-                continue
-            sw, sx = L.d['sw'], L.d['sx']
-            nw = len(sw)
-            w0, w1 = L.wr()
-            n = w1 - w0
-            ga, ba, bf, b = L.ga, L.ba, L.bf, L.b
-            if self.adam:
-                self._adam(L, lr, scale)
-            else:
-                if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
-                    L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
-                    K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
-                    self._upd(L, w0, ga, n)
-                vb, mu = L.vb, self.mom
-                for o in range(L.blo, L.bhi):
-                    if vb is None:
-                        bf[o] -= lr * scale * ba[o]
-                    else:
-                        vb[o] = mu * vb[o] + lr * scale * ba[o]
-                        bf[o] -= vb[o]
-            for o in range(L.blo, L.bhi):
-                q = int(round(bf[o] / (sx * sw[o % nw])))
-                b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
-        self.zero()
+        then zero them (utrain.q8batch, which setup loads for Adam or a batch > 1)."""
+        self.B.apply(self, lr, scale, qmul, FS)
         if self.wg is not None:
             self.wg.check()
 
@@ -770,32 +745,6 @@ class Q8Net:
             K.upek(w, memoryview(f)[j:] if j else f, d, p)
         else:
             self.seed = K.upk(w, d, n, self.seed)
-
-    def _adam(self, L, lr, scale):
-        # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
-        # weights are the masters requantized
-        b1, b2, eps = self.b1, self.b2, self.eps
-        sw = L.d['sw']
-        nw = len(sw)
-        oc, row, blk = L.geo()
-        ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
-        w0, w1 = L.wr()
-        wo = L.wo
-        for j in range(w1 - w0):
-            i = w0 + j
-            s = sw[(i // blk) % oc % nw]
-            g = ga[j] * s * scale / FS              # dL/dW
-            m = am[j] = b1 * am[j] + (1.0 - b1) * g
-            v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
-            x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
-            q = int(round(x / s))
-            w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
-        ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
-        for o in range(L.blo, L.bhi):
-            g = ba[o] * scale
-            m = bm[o] = b1 * bm[o] + (1.0 - b1) * g
-            v = bv[o] = b2 * bv[o] + (1.0 - b2) * g * g
-            bf[o] -= lr * m / (sqrt(v) + eps)
 
     def load_weights(self, path):
         """The int8 weights and int32 biases a .wof holds (all of weights.wof's layers, or

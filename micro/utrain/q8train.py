@@ -32,8 +32,6 @@ class Q8Trainer:
                 meta = None
         if type(meta) is not dict or meta.get('format') != 'utrain-q8':
             raise ValueError('%s: not a utrain int8 layer table' % model)
-        self.net = Q8Net(meta, weights)
-        self.weights_path = weights
         c = self.cfg = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
                         'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
                         'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
@@ -43,6 +41,11 @@ class Q8Trainer:
             raise ValueError('train.json: int8 training takes loss scce or cce, optimizer sgd '
                              '(with or without momentum) or adam, batch 1 or more (prepare '
                              '--dequantize trains the model in float with any)')
+        if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
+            # the batch updates' code (Q8Net.setup loads it) before the net's buffers
+            from utrain import q8batch  # noqa: F401
+        self.net = Q8Net(meta, weights)
+        self.weights_path = weights
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
                        c['momentum'])
         self.epoch = self.pos = self.retries = self.pending = 0
