@@ -470,6 +470,8 @@ class Q8Net:
         if any([d.get('gw') and d.get('train') for d in ls]):
             from utrain.q8grow import Grow
             self.wg = Grow(self, qmul, _i32)
+        # the state either keeps beside the weights (files, checkpoints: in this order)
+        self.ext = [x for x in (self.rr, self.wg) if x is not None]
         self.setup()
 
     def strips(self):
@@ -765,10 +767,8 @@ class Q8Net:
                     L.b = _i32(0, f.read(4 * L.d['nb']))
                 if L.train:
                     L.set_bias()
-        if self.rr is not None:     # (its biases at the calibrated scales: to the file's)
-            self.rr.loaded(path)
-        if self.wg is not None:     # (its weights at the scales path.q8w names)
-            self.wg.loaded(path)
+        for x in self.ext:      # (its biases and weights at the scales path's files name)
+            x.loaded(path)
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all

@@ -29,6 +29,8 @@ _DW = 2     # q8.DW
 
 
 class Grow:
+    TAG = b'UTGW'       # its state in a checkpoint's tail (utrain.q8train: parts, put)
+
     def __init__(self, net, qmul, i32):
         self.net, self.qmul, self.i32 = net, qmul, i32      # (utrain.q8's: no import circle)
         # (a per-tensor layer only when its weights train whole: the frozen rows of a
