@@ -1073,7 +1073,7 @@ def q8_modules(tb, trains=True, settings=None):
     s = settings or {}
     if trains and (s.get('optimizer', 'sgd') != 'sgd' or int(s.get('batch', 1)) > 1):
         mods.add('q8batch')          # (updates from a batch's sums: Adam, batch > 1)
-    natives = ['q8kern']
+    natives = ['q8kern']     # (with q8viper, and q8vk or q8asm's kernels: q8_code)
     if tb.get('groups'):
         mods.update(('q8bands', 'bands'))
     if tb.get('rr'):
@@ -1111,8 +1111,9 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
             native += native_mpy_size(t['arch'], name)
         else:
             native += f['native'] if name == 'q8kern' else f['native'] // 8
-    if heap and t['arch'] in runner.ASM['q8asm.py']:
-        native += native_mpy_size(t['arch'], 'q8asm')     # q8kern's Thumb kernels
+    if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
+        native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
+            t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')
     return int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
 
 
