@@ -675,7 +675,7 @@ def unpack_to_split(g: Graph) -> int:
         if shape[a] != len(op.outputs):
             continue
         piece = shape[:a] + [1] + shape[a + 1:]
-        parts = [new_tensor(g, g.tensors[y].name + '/piece', piece) for y in op.outputs]
+        parts = [new_tensor(g, g.tensors[y].name + '/piece', piece, like=y) for y in op.outputs]
         axis = new_tensor(g, g.tensors[x].name + '/unpack_axis', [], np.array(a, np.int32))
         at = g.ops.index(op)
         for y, pc in zip(reversed(op.outputs), reversed(parts)):
@@ -803,12 +803,12 @@ def reduce_max_to_pool(g: Graph) -> int:
 # The exporter-output passes in the order rewrite() runs them after dequantize:
 # (report key, pass, whether it runs on an int8 graph that trains as int8).  The int8
 # ones only fold what the host knows or change an op for one that computes the same
-# integers (a max keeps its input's scale, a tile is copies); the others edit float
-# constants or make ops the int8 path has no kernel for (SPLIT, SPLIT_V, MUL, SUB).
-PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, False),
+# integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
+# of the same bytes); the others edit float constants or make float constants (NEG's -1).
+PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, True),
           ('tiles', tile_to_concat, True), ('elementwise', elementwise_forms, False),
           ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
-          ('splits', slices_to_split, False), ('max_pools', reduce_max_to_pool, True))
+          ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True))
 
 
 def rewrite(g: Graph, keep=(), int8=False) -> dict:

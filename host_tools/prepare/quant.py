@@ -37,7 +37,7 @@ from ..files import wof as hwof
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG, CAT, LUT = _Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT
+POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC = _Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN, _Q8.SLC
 # elementwise ops of one input, tabulated over the 256 int8 inputs (_lut_layer): the
 # real function and its derivative (numpy, x real)
 _ERF = np.vectorize(math.erf)
@@ -59,10 +59,12 @@ UNARY = {
 REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
-         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT)}}
+         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT)},
+         'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V')}}
+BINARY = ('ADD', 'SUB', 'MUL')      # BIN's 'bo': the op's position
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -155,7 +157,7 @@ def _widen_logits(g: Graph):
     if op is not None and op.name == 'SOFTMAX':
         t = op.inputs[0]
     chain = [t]
-    while prod.get(t) is not None and prod[t].name in ALIASES:
+    while prod.get(t) is not None and (prod[t].name in ALIASES or _unit_transpose(g, prod[t])):
         t = prod[t].inputs[0]
         chain.append(t)
     q = g.tensors[t].quant if t is not None else None
@@ -207,7 +209,7 @@ def _folds(g: Graph, ops):
             readers.setdefault(k, []).append(op)
     pads, alias = {}, {}
     for op in ops:
-        if op.name in ALIASES:
+        if op.name in ALIASES or _unit_transpose(g, op):
             if _q(g.tensors[op.inputs[0]]) != _q(g.tensors[op.outputs[0]]):
                 raise ValueError(f'{g.path}: {op.name} op {op.number} changes the scale or zero '
                                  'point; int8 training reads its output as its input\'s bytes')
@@ -225,6 +227,18 @@ def _folds(g: Graph, ops):
             if ok:              # (else a CAT layer of its own)
                 pads[op.outputs[0]] = (op.inputs[0], p[2], p[3], p[4], p[5])
     return pads, alias
+
+
+def _unit_transpose(g: Graph, op) -> bool:
+    """Is op a TRANSPOSE that moves only axes of size 1 (the non-unit axes keep their
+    order: [1, T, C] -> [T, 1, C], a recurrent layer's time-major input): its output is
+    its input's bytes, an alias as a RESHAPE?"""
+    if op.name != 'TRANSPOSE' or len(op.inputs) < 2 or g.tensors[op.inputs[1]].data is None:
+        return False
+    shape = list(g.tensors[op.inputs[0]].shape)
+    perm = [int(v) % len(shape) for v in np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)]
+    keep = [a for a in perm if shape[a] != 1]
+    return sorted(perm) == list(range(len(shape))) and keep == sorted(keep)
 
 
 def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
@@ -270,14 +284,21 @@ def layers(g: Graph, train='last:1', ranks=None):
         return k
     out = []
     for op in ops:
-        if op.name in ALIASES or op.outputs[0] in pads:
+        if op.outputs[0] in alias or op.outputs[0] in pads:
             continue
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
-                             'training (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, RESHAPE, SQUEEZE, '
-                             'EXPAND_DIMS, ' + ', '.join((*UNARY, *REQUANT)) + ')')
+                             'training: export the model with that layer made of ops it supports '
+                             '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
+                             'SUB, MUL, MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, SLICE, '
+                             'STRIDED_SLICE, SPLIT, SPLIT_V, RESHAPE, SQUEEZE, EXPAND_DIMS, '
+                             + ', '.join((*UNARY, *REQUANT)) + ')')
+        if k == SLC:
+            out += _slice_layers(g, op, src)
+            continue
+        if k == ADD and not _plain_add(g, op):
+            k = BIN
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
         xin = src(pad[0] if pad else op.inputs[0])
@@ -289,6 +310,8 @@ def layers(g: Graph, train='last:1', ranks=None):
         d['lo'], d['hi'] = lo, hi
         if k == ADD:
             _add_layer(g, op, d, x, y, xin, src(op.inputs[1]))
+        elif k == BIN:
+            _bin_layer(g, op, d, src)
         elif k == CAT:
             _cat_layer(g, op, d, y, src)
         elif k == LUT:
@@ -300,8 +323,39 @@ def layers(g: Graph, train='last:1', ranks=None):
         else:
             _weighted_layer(g, op, d, x, pad)
         out.append(d)
+    _check_reads(g, out, src(g.inputs[0]))
     _mark_trained(g, out, train, ranks or {})
+    _check_shared(g, out)
     return out
+
+
+def _check_reads(g, out, xin):
+    """layers(): every layer reads the model's input or an earlier layer's output (or a
+    BIN layer's constant): else refused naming the op."""
+    made = {xin}
+    for d in out:
+        for j, k in enumerate(d['in']):
+            if k not in made and not ('kc' in d and j == d['kp']):
+                raise ValueError(f'{g.path}: op {g.ops[d["op"]].number} ({g.ops[d["op"]].name}) '
+                                 f'reads {g.tensors[k].name!r}, a constant activation (a '
+                                 'recurrent layer\'s zero state): int8 training reads '
+                                 'activations (export the model with the state as an input)')
+        made.add(d['out'])
+
+
+def _check_shared(g, out):
+    """layers(): no weight tensor that trains is read by two layers (an unrolled recurrent
+    layer's steps: each layer would train a copy of its own)."""
+    by = {}
+    for d in out:
+        if 'wt' in d:
+            by.setdefault(d['wt'], []).append(d)
+    for ds in by.values():
+        if len(ds) > 1 and any(d.get('train') for d in ds):
+            a, b = (g.ops[d['op']].number for d in ds[:2])
+            raise ValueError(f'{g.path}: ops {a} and {b} share a weight tensor (an unrolled '
+                             'recurrent layer\'s steps): int8 training trains a copy a layer '
+                             '(train the layers after them: --train last:N)')
 
 
 def _add_layer(g, op, d, x, y, xin, x2in):
@@ -321,6 +375,135 @@ def _add_layer(g, op, d, x, y, xin, x2in):
     shp = list(x.shape)
     if len(shp) == 4:
         d['hw'] = shp[1:]
+
+
+def _plain_add(g, op) -> bool:
+    """Is ADD op one of two activations of the output's shape (the ADD kind; else BIN)?"""
+    a, b = (g.tensors[k] for k in op.inputs[:2])
+    return (a.data is None and b.data is None and len(op.inputs) == 2
+            and list(a.shape) == list(b.shape) == list(g.tensors[op.outputs[0]].shape))
+
+
+def _bin_layer(g, op, d, src):
+    """layers(): an ADD that broadcasts (or adds a constant), a SUB or a MUL of two int8
+    tensors as utrain.q8bin runs it: TFLite Micro's multipliers (add.cc / sub.cc: each
+    input shifted left ADD_SHIFT bits and scaled by s_i / (2 max(s_1, s_2)), the sum by
+    2 max(s_1, s_2) / (2^20 s_y); mul.cc: s_1 s_2 / s_y), and the broadcast: the output
+    as 4 dims (runs of axes that broadcast alike merged) and each input's strides along
+    them ('bg', 0 where it broadcasts); a constant input's values in 'kc'."""
+    ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
+    xs = [g.tensors[k] for k in op.inputs[:2]]
+    if len(op.inputs) != 2 or any(t.data is not None and t.data.size > 4096 for t in xs) or all(
+            t.data is not None for t in xs):
+        raise ValueError(f'{g.path}: {op.name} op {op.number} needs two inputs, an activation '
+                         'and an activation or a small constant (int8 training)')
+    sh = [[1] * (len(ys) - len(t.shape)) + [int(v) for v in t.shape] for t in xs]
+    if len(sh[0]) != len(ys) or len(sh[1]) != len(ys) or any(
+            a not in (1, n) or b not in (1, n) for a, b, n in zip(sh[0], sh[1], ys)):
+        raise ValueError(f'{g.path}: {op.name} op {op.number}: inputs {[list(t.shape) for t in xs]} '
+                         f'do not broadcast to its output {ys}')
+    # the axes that are not 1, runs that broadcast alike merged: at most 4
+    dims, pat = [], []
+    for a in range(len(ys)):
+        if ys[a] == 1:
+            continue
+        p = (sh[0][a] == ys[a], sh[1][a] == ys[a])
+        if pat and pat[-1] == p:
+            dims[-1] *= ys[a]
+        else:
+            dims.append(ys[a])
+            pat.append(p)
+    if len(dims) > 4:
+        raise ValueError(f'{g.path}: {op.name} op {op.number} broadcasts {[list(t.shape) for t in xs]} '
+                         'over more than 4 alternating axes; int8 training takes 4 (prepare '
+                         '--dequantize trains it in float)')
+    dims, pat = [1] * (4 - len(dims)) + dims, [(True, True)] * (4 - len(pat)) + pat
+    strides = []
+    for j in (0, 1):
+        st, acc = [0] * 4, 1
+        for a in range(3, -1, -1):
+            if pat[a][j]:
+                st[a] = acc
+                acc *= dims[a]
+        strides += st
+    (s1,), (z1,) = _q(xs[0])
+    (s2,), (z2,) = _q(xs[1])
+    sy = d['sy']
+    bo = BINARY.index(op.name)
+    if bo == 2:
+        ms = [quantize_multiplier(s1 * s2 / sy)]
+    else:
+        tm = 2 * max(s1, s2)
+        ms = [quantize_multiplier(v) for v in (s1 / tm, s2 / tm, tm / ((1 << ADD_SHIFT) * sy))]
+    n = int(np.prod(ys))
+    ni = [int(np.prod(t.shape)) for t in xs]
+    d.update(bo=bo, zi=[z1, z2], mul=[m for m, _ in ms], shf=[e for _, e in ms],
+             bg=dims + strides, ni=ni, lb=[int(math.ceil(math.log2(n // v))) for v in ni],
+             cl=1, **{'in': [src(k) if t.data is None else k for k, t in zip(op.inputs, xs)]})
+    if bo == 2:
+        d.update(si=[s1, s2], kx=1)         # (its gradient reads both inputs)
+    for j, t in enumerate(xs):
+        if t.data is not None:
+            d.update(kc=[int(v) for v in np.asarray(t.data).reshape(-1)], kp=j)
+    if min(ni) < n or (d['in'][0] != d['in'][1] and 'kc' not in d):
+        d['gn'] = n                         # (a gradient apart from g's: q8.gtwo)
+
+
+def _slice_layers(g, op, src) -> list:
+    """layers(): a SLICE, STRIDED_SLICE (any strides, masks) or SPLIT / SPLIT_V of an int8
+    tensor as utrain.q8slc runs it, one layer per output: the strided copy out of the
+    input ('cp': rows, row length, input stride, offset: _copy_rows, as a CONCATENATION
+    places an input) and the input's size ('gn': its gradient's)."""
+    from ..graph.rewrite import _strided_slice
+    xk = op.inputs[1] if op.name == 'SPLIT' else op.inputs[0]
+    x = g.tensors[xk]
+    xs = [int(v) for v in x.shape]
+    idx = np.arange(int(np.prod(xs))).reshape(xs)
+    c = lambda k: [int(v) for v in np.asarray(g.tensors[k].data).reshape(-1)]   # noqa: E731
+    bad = f'{g.path}: {op.name} op {op.number}'
+    consts = op.inputs[:1] if op.name == 'SPLIT' else op.inputs[1:]
+    if any(k < 0 or g.tensors[k].data is None for k in consts):
+        raise ValueError(f'{bad} takes its begin, size or axis at run time; int8 training '
+                         'needs them constant')
+    parts = []
+    if op.name == 'SLICE':
+        b, n = c(op.inputs[1]), c(op.inputs[2])
+        parts.append(idx[tuple(slice(v, xs[a] if m == -1 else v + m)
+                               for a, (v, m) in enumerate(zip(b, n)))])
+    elif op.name == 'STRIDED_SLICE':
+        v = _strided_slice(idx, c(op.inputs[1]), c(op.inputs[2]), c(op.inputs[3]), op.options)
+        if v is None:
+            raise ValueError(f'{bad} has an ellipsis, new-axis or offset mask; int8 training '
+                             'takes begin, end, strides and the begin, end and shrink masks')
+        parts.append(np.asarray(v))
+    else:
+        ax = c(op.inputs[0] if op.name == 'SPLIT' else op.inputs[2])[0] % len(xs)
+        sizes = ([xs[ax] // len(op.outputs)] * len(op.outputs) if op.name == 'SPLIT'
+                 else c(op.inputs[1]))
+        if -1 in sizes:
+            sizes[sizes.index(-1)] = xs[ax] - (sum(sizes) + 1)
+        at = np.cumsum([0] + sizes)
+        parts = [idx[(slice(None),) * ax + (slice(int(a), int(e)),)] for a, e in zip(at, at[1:])]
+    if len(parts) != len(op.outputs):
+        raise ValueError(f'{bad}: {len(op.outputs)} outputs for {len(parts)} pieces')
+    (sx,), (zx,) = _q(x)
+    out = []
+    for k, ix in zip(op.outputs, parts):
+        y = g.tensors[k]
+        (sy,), (zy,) = _q(y)
+        cp = _copy_rows(np.asarray(ix).reshape(-1)) if np.size(ix) == int(np.prod(y.shape)) else None
+        if cp is None or zy != zx:
+            raise ValueError(f'{bad}: output {y.name!r} is not one strided copy of its input at '
+                             'its zero point (int8 training copies rows of one stride: a slice of '
+                             'one axis, or of the last axes whole); prepare --dequantize trains '
+                             'it in float')
+        d = {'k': SLC, 'op': op.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128,
+             'hi': 127, 'nout': int(np.prod(y.shape)), 'in': [src(xk)], 'out': k, 'cp': cp,
+             'gn': int(np.prod(xs))}
+        if not math.isclose(sx, sy, rel_tol=1e-6):
+            d['sr'] = sy / sx
+        out.append(d)
+    return out
 
 
 def _cat_layer(g, op, d, y, src):
@@ -594,7 +777,8 @@ def masks(ls, first):
     needs = set()
     for d in ls[first:]:
         tw = d.get('tw')
-        if d['k'] in POOLS or d['k'] == LUT or (d.get('train') and not (tw and tw[1] <= tw[0])):
+        if d['k'] in POOLS or d['k'] == LUT or d.get('kx') or (d.get('train') and not (
+                tw and tw[1] <= tw[0])):
             needs.update(d['in'])
     for d in ls[first:-1]:
         if (d['k'] in WEIGHTED and d['out'] not in needs) or d['k'] == ADD:
@@ -822,7 +1006,8 @@ def split(g: Graph, m: dict, rows=None):
     cut = ls[first]['in'][0] if first else None
     made = {d['out'] for d in ls[first:]}
     if not first or ls[first - 1]['out'] != cut or any(
-            k != cut and k not in made for d in ls[first:] for k in d['in']):
+            k != cut and k not in made and not ('kc' in d and k == d['in'][d['kp']])
+            for d in ls[first:] for k in d['in']):          # (kc: a constant input)
         raise ValueError('the trained layers do not start from one tensor the frozen layers '
                          'end with: no prefix cache')
     (sc,), (zc,) = _q(g.tensors[cut])

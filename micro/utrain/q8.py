@@ -21,7 +21,7 @@ from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT = 0, 1, 2, 3, 4, 5, 6, 7, 8
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
 
@@ -397,7 +397,7 @@ class Q8Net:
             from utrain import q8sparse
             self.S = q8sparse
         # pools and the kinds from CAT on: forward and gradient in a module of their own,
-        # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut)
+        # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc)
         self.X = X = {}
         for d in ls:
             if d['k'] == CAT and CAT not in X:
@@ -409,6 +409,12 @@ class Q8Net:
             elif (d['k'] == PMAX or d['k'] == PAVG) and PMAX not in X:
                 from utrain import q8pool
                 X[PMAX] = q8pool
+            elif d['k'] == BIN and BIN not in X:
+                from utrain import q8bin
+                X[BIN] = q8bin
+            elif d['k'] == SLC and SLC not in X:
+                from utrain import q8slc
+                X[SLC] = q8slc
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -1131,6 +1137,8 @@ def gin(ls, hz=()):
     m = max(hz or [0])      # (a held one joins the chain there)
     for i in range(len(ls)):
         d = ls[i]
+        if d.get('back'):       # (a layer's own input-gradient need: q8bin, q8slc's 'gn')
+            m = max(m, d.get('gn', 0))
         if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] < CAT:
             # (an ADD, a CAT, a LUT: in place)
             k = d['k']
@@ -1147,7 +1155,7 @@ def gtwo(ls):
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     for i in range(first + 1, len(ls)):
         d = ls[i]
-        if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (
+        if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (
                 d['k'] == MEAN and not bcast(ls, i))):
             return True
     return False

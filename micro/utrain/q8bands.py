@@ -33,7 +33,8 @@ def frees(layers, first):
         if i >= first:
             tw = d.get('tw')
             pool = _PMAX <= d['k'] <= _PAVG
-            if pool or d['k'] == _LUT or (d.get('train') and not (tw and tw[1] <= tw[0])):
+            if pool or d['k'] == _LUT or d.get('kx') or (d.get('train') and not (
+                    tw and tw[1] <= tw[0])):      # (kx: a MUL's, utrain.q8bin)
                 keep.update(d['in'])
             if pool or (d['k'] < _MEAN and not d.get('mask')) or d.get('cl'):
                 keep.add(d['out'])      # (a clamping CAT's: its gradient's mask)

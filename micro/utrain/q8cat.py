@@ -8,7 +8,7 @@
 # ADD would).  PAD fills the output with its zero point first ('fill').  The gradient:
 # each input's is its slice of the output's (the same real units: same scale), gathered
 # out; the first input that takes one gets it in place in the output's buffer (a row
-# never moves up), the others are held for their producers (Q8Net.hold).
+# never moves up), the others are held for their producers (utrain.q8hold).
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER

@@ -1,5 +1,6 @@
 # The backward walk of an int8 layer table that is not a chain (issue 28: a tensor read
-# by several layers, nested residual ADDs, a CONCATENATION's inputs): the gradients of
+# by several layers, nested residual ADDs, a CONCATENATION's or a broadcasting binary op's
+# inputs): the gradients of
 # tensors that are not next in the chain wait in held int32 buffers, one a slot (a slot
 # is free again once the tensor's producer takes its gradient), and join the chain at
 # their producer, at the larger of the two scales.  Loaded by utrain.q8 only for a table
@@ -126,7 +127,7 @@ def holds(ls, ga):
         c = d['in'][gi[0]] if gi else None
         if d['k'] == _ADD and len(gi) > 1 and d['in'][0] != d['in'][1]:
             put(d['in'][gi[1]])
-        elif d['k'] == _CAT:
+        elif d['k'] >= _CAT:            # (CAT, BIN: every input after the first)
             for j in gi[1:]:
                 put(d['in'][j])
     return slot, size

@@ -111,14 +111,11 @@ CONV_BUILDS = [pytest.param(None, id='default'),
 @needs_mp
 @pytest.mark.parametrize('build', CONV_BUILDS)
 @pytest.mark.parametrize('case', list(CONV_CASES))
-def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, request, case, build):
+def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, case, build):
     """A CNN this test makes (20x20 input, 6 channels: not the sweep's 16x16 x 8) trains
     in its plan and not in plan / 1.2, on the default MicroPython's arrays and on a
     32-bit build with ulab."""
     from host_tools.formats.refmodels import small_cnn
-    if build and case == 'last2-stream':    # (docs/memory.md: the static part on 32-bit ulab)
-        request.applymarker(pytest.mark.xfail(strict=True, reason='32-bit ulab, streamed: '
-                                              '1.21-1.23x (101.2 KB planned, 82-84 KB needed)'))
     arrays = backend()
     if build:
         monkeypatch.setenv('MICROPYTHON', os.environ[build])

@@ -419,3 +419,201 @@ def build_int8_branches(path, seed=0, n=3, heads=2):
         h = np.concatenate([(wh[k] * s2) @ z + bh[k] * sa * 1.5 * s2 for k in range(heads)])
         return (w3 * s3) @ h
     return os.fspath(path), forward, s1
+
+
+def build_int8_binary(path, seed=0, H=4, W=4, I=2, C=4, O=3):
+    """An int8 model with the elementwise ops of two inputs and the slices Keras 3 writes
+    (a squeeze-excite gate, a broadcast Add, a Lambda slice, a split into heads), built
+    here: CONV_2D 3x3 SAME RELU (op 0) -> c [1, H, W, C]; MEAN over H, W (1), FC RELU (2)
+    -> e [1, C], MUL e x e (3: one input twice); MUL c x e^2 as [1, 1, 1, C] (RESHAPE 4,
+    MUL 5: the gate); ADD of another FC of the mean (6, 7: [1, 1, 1, C], broadcast);
+    SPLIT on channels (8) into halves a1, a2; SUB a1 - a2 (9); STRIDED_SLICE channels
+    1..C/2 of the sum (10); MUL of the two (11, same shapes); SLICE rows 1..H-2 (12); ADD
+    a constant [C/2] (13); MEAN (14); FC (15).  Every activation's scale and zero point from its range
+    on random inputs (no clamp on them).  Returns (path, float numpy forward of the
+    dequantized graph: f(x float [H, W, I], conv weights float or None) -> logits, the
+    conv's weight scales, the input's scale)."""
+    rng = np.random.default_rng(seed)
+    h = C // 2
+    wc = rng.standard_normal((C, 3, 3, I)) * 0.3
+    bc = rng.standard_normal(C) * 0.1
+    we, be = rng.standard_normal((C, C)) * 0.5, rng.standard_normal(C) * 0.1 + 0.5
+    wa = rng.standard_normal((C, C)) * 0.5
+    kc = rng.standard_normal(h) * 0.3
+    wy = rng.standard_normal((O, h)) * 0.5
+    sx = 0.02
+    swc = np.abs(wc).reshape(C, -1).max(1) / 127
+    wcq = np.round(wc / swc[:, None, None, None]).astype(np.int8)
+    q = lambda a: (np.abs(a).max() / 127, np.round(a / (np.abs(a).max() / 127)).astype(np.int8))  # noqa: E731
+    (se_, weq), (sa_, waq), (sy_, wyq) = q(we), q(wa), q(wy)
+
+    def fwd(xf, w=None, scales=None):
+        w = wcq * swc[:, None, None, None] if w is None else w
+        xp = np.pad(xf, ((1, 1), (1, 1), (0, 0)))
+        c = np.zeros((H, W, C))
+        for ky in range(3):
+            for kx in range(3):
+                c += xp[ky:ky + H, kx:kx + W] @ w[:, ky, kx].T
+        c = np.maximum(c + bcq * sx * swc, 0)
+        m = c.mean((0, 1))
+        e = np.maximum((weq * se_) @ m + beq * S['m'] * se_, 0)
+        g = c * e * e
+        a = g + (waq * sa_) @ m
+        d = a[..., :h] - a[..., h:]
+        mm = d * a[..., 1:1 + h]
+        sl = mm[1:H - 1]
+        k = sl + kcq * S['kc']
+        return (wyq * sy_) @ k.mean((0, 1))
+    # the activations' ranges (float weights, biases unquantized first: then quantized)
+    S = {'m': 1.0, 'kc': 1.0}
+    bcq, beq, kcq = bc / (sx * swc), be / se_, kc
+    xs = rng.uniform(-2.5, 2.5, (64, H, W, I))
+    names = ('c', 'm', 'e', 'ee', 'g', 'f', 'a', 'd', 'mm', 'k', 'km', 'y')
+    R = {n: [0.0, 0.0] for n in names}
+
+    def track(xf):
+        w = wcq * swc[:, None, None, None]
+        xp = np.pad(xf, ((1, 1), (1, 1), (0, 0)))
+        c = np.zeros((H, W, C))
+        for ky in range(3):
+            for kx in range(3):
+                c += xp[ky:ky + H, kx:kx + W] @ w[:, ky, kx].T
+        c = np.maximum(c + bc, 0)
+        m = c.mean((0, 1))
+        e = np.maximum((weq * se_) @ m + be, 0)
+        f = (waq * sa_) @ m
+        g = c * e * e
+        a = g + f
+        d = a[..., :h] - a[..., h:]
+        mm = d * a[..., 1:1 + h]
+        k = mm[1:H - 1] + kc
+        km = k.mean((0, 1))
+        y = (wyq * sy_) @ km
+        for n, v in zip(names, (c, m, e, e * e, g, f, a, d, mm, k, km, y)):
+            R[n][0] = min(R[n][0], float(v.min()))
+            R[n][1] = max(R[n][1], float(v.max()))
+    for xf in xs:
+        track(xf)
+
+    def qp(n):
+        lo, hi = R[n][0] * 1.3, R[n][1] * 1.3
+        s = (hi - lo) / 255
+        return s, int(np.clip(round(-128 - lo / s), -128, 127))
+    Q = {n: qp(n) for n in names}
+    S['m'] = Q['m'][0]
+    bcq = np.round(bc / (sx * swc)).astype(np.int32)
+    beq = np.round(be / (Q['m'][0] * se_)).astype(np.int32)
+    skc = np.abs(kc).max() / 127
+    kcq = np.round(kc / skc).astype(np.int8)
+    S['kc'] = skc
+    b = CircleBuilder(identifier=b'TFL3')
+    qd = lambda n: {'scale': [Q[n][0]], 'zero_point': [Q[n][1]]}  # noqa: E731
+    T = lambda n, shape: b.tensor(n, shape, dtype='int8', quant=qd(n))  # noqa: E731
+    x = b.tensor('x', [1, H, W, I], dtype='int8', quant={'scale': [sx], 'zero_point': [0]})
+    c = T('c', [1, H, W, C])
+    b.op('CONV_2D', [x, b.tensor('w', wcq.shape, data=wcq, quant={
+        'scale': list(swc), 'zero_point': [0] * C, 'quantized_dimension': 0}),
+        b.tensor('bc', [C], data=bcq, quant={'scale': list(sx * swc), 'zero_point': [0] * C})],
+        [c], padding='SAME', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    ax = b.tensor('ax', [2], data=np.array([1, 2], np.int32))
+    m = T('m', [1, C])
+    b.op('MEAN', [c, ax], [m], keep_dims=False)
+    e = T('e', [1, C])
+    b.op('FULLY_CONNECTED', [m, b.tensor('we', weq.shape, data=weq, quant={'scale': [se_], 'zero_point': [0]}),
+                             b.tensor('be', [C], data=beq, quant={'scale': [Q['m'][0] * se_], 'zero_point': [0]})],
+         [e], fused_activation_function='RELU')
+    ee = T('ee', [1, C])
+    b.op('MUL', [e, e], [ee], fused_activation_function='NONE')
+    e4 = b.tensor('e4', [1, 1, 1, C], dtype='int8', quant=qd('ee'))
+    b.op('RESHAPE', [ee, b.tensor('s4', [4], data=np.array([1, 1, 1, C], np.int32))], [e4])
+    gt = T('g', [1, H, W, C])
+    b.op('MUL', [c, e4], [gt], fused_activation_function='NONE')
+    f = b.tensor('f', [1, 1, 1, C], dtype='int8', quant=qd('f'))
+    f2 = T('f', [1, C])
+    b.op('FULLY_CONNECTED', [m, b.tensor('wa', waq.shape, data=waq, quant={'scale': [sa_], 'zero_point': [0]}), -1],
+         [f2])
+    b.op('RESHAPE', [f2, b.tensor('s4b', [4], data=np.array([1, 1, 1, C], np.int32))], [f])
+    a = T('a', [1, H, W, C])
+    b.op('ADD', [gt, f], [a], fused_activation_function='NONE')
+    a1 = b.tensor('a1', [1, H, W, h], dtype='int8', quant=qd('a'))
+    a2 = b.tensor('a2', [1, H, W, h], dtype='int8', quant=qd('a'))
+    b.op('SPLIT', [b.tensor('sax', [], data=np.array(3, np.int32)), a], [a1, a2], num_splits=2)
+    d = T('d', [1, H, W, h])
+    b.op('SUB', [a1, a2], [d], fused_activation_function='NONE')
+    sl = b.tensor('sl', [1, H, W, h], dtype='int8', quant=qd('a'))
+    b.op('STRIDED_SLICE', [a, b.tensor('b0', [4], data=np.array([0, 0, 0, 1], np.int32)),
+                           b.tensor('e0', [4], data=np.array([1, H, W, 1 + h], np.int32)),
+                           b.tensor('st', [4], data=np.array([1, 1, 1, 1], np.int32))], [sl])
+    mm = T('mm', [1, H, W, h])
+    b.op('MUL', [d, sl], [mm], fused_activation_function='NONE')
+    sl2 = b.tensor('sl2', [1, H - 2, W, h], dtype='int8', quant=qd('mm'))
+    b.op('SLICE', [mm, b.tensor('b1', [4], data=np.array([0, 1, 0, 0], np.int32)),
+                   b.tensor('z1', [4], data=np.array([1, H - 2, -1, -1], np.int32))], [sl2])
+    k = T('k', [1, H - 2, W, h])
+    b.op('ADD', [sl2, b.tensor('kc', [h], data=kcq, quant={'scale': [skc], 'zero_point': [0]})],
+         [k], fused_activation_function='NONE')
+    km = T('km', [1, h])
+    b.op('MEAN', [k, ax], [km], keep_dims=False)
+    y = T('y', [1, O])
+    b.op('FULLY_CONNECTED', [km, b.tensor('wy', wyq.shape, data=wyq, quant={'scale': [sy_], 'zero_point': [0]}), -1],
+         [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return os.fspath(path), fwd, swc, sx
+
+
+def build_int8_unpack(path, seed=0, T=6, C=5, F=4, O=3):
+    """An int8 model as Keras 3's converter writes an unrolled sequence and a Lambda
+    split of the channels, built here: Dense on [1, T, C] RELU (op 0) -> h [1, T, F];
+    UNPACK of the steps (1); STRIDED_SLICEs of channels 0:F/2 and F/2:F (2, 3: they tile
+    the axis); MUL of the two halves (4); RESHAPE to [1, T F/2] (5); CONCATENATION of steps
+    T-1 and 0 and the product (6); FC (7).  Returns (path, float numpy forward of the
+    dequantized graph: f(x float [T, C], first weights float or None) -> logits, the
+    first layer's weight scale, the input's scale)."""
+    rng = np.random.default_rng(seed)
+    h = F // 2
+    sx, s1, sh, sy = 0.05, 0.0012, 0.03, 0.1
+    sp, zh, zp = sh, -128, -128           # (TFLite Micro concatenates inputs of one scale)
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    n2 = 2 * F + T * h
+    w2 = rng.integers(-127, 128, (O, n2)).astype(np.int8)
+    s2 = 0.015
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, zh))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
+         fused_activation_function='RELU', keep_num_dims=True)
+    steps = [b.tensor(f'h{t}', [1, F], dtype='int8', quant=q(sh, zh)) for t in range(T)]
+    b.op('UNPACK', [ht], steps, num=T, axis=1)
+    halves = []
+    for k in range(2):
+        o = b.tensor(f'half{k}', [1, T, h], dtype='int8', quant=q(sh, zh))
+        b.op('STRIDED_SLICE', [ht, b.tensor(f'b{k}', [3], data=np.array([0, 0, k * h], np.int32)),
+                               b.tensor(f'e{k}', [3], data=np.array([1, T, k * h + h], np.int32)),
+                               b.tensor(f's{k}', [3], data=np.array([1, 1, 1], np.int32))], [o])
+        halves.append(o)
+    p = b.tensor('p', [1, T, h], dtype='int8', quant=q(sp, zp))
+    b.op('MUL', halves, [p], fused_activation_function='NONE')
+    pr = b.tensor('pr', [1, T * h], dtype='int8', quant=q(sp, zp))
+    b.op('RESHAPE', [p, b.tensor('ps', [2], data=np.array([1, T * h], np.int32))], [pr])
+    c = b.tensor('c', [1, n2], dtype='int8', quant=q(sp, zp))
+    b.op('CONCATENATION', [steps[T - 1], steps[0], pr], [c], axis=1,
+         fused_activation_function='NONE')
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [c, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = np.clip(np.maximum(xf @ wf.T + b1 * sx * s1, 0), None, (127 - zh) * sh)
+        pf = np.clip(hf[:, :h] * hf[:, h:], (-128 - zp) * sp, (127 - zp) * sp)
+        cf = np.clip(np.concatenate([hf[T - 1], hf[0], pf.reshape(-1)]), (-128 - zp) * sp,
+                     (127 - zp) * sp)
+        return (w2 * s2) @ cf
+    return os.fspath(path), forward, s1, sx

@@ -1,0 +1,222 @@
+# Elementwise int8 ops of two inputs with numpy-style broadcasting (utrain.q8 layer kind
+# BIN: ADD of two shapes, SUB, MUL), loaded only by a layer table that has one: forward
+# and gradient side by side.  q8.json (host_tools/prepare/quant.py _bin_layer): 'bo' the
+# op (0 ADD, 1 SUB, 2 MUL), 'zi' the inputs' zero points, 'mul'/'shf' TFLite Micro's
+# multipliers (ADD, SUB: input 1, input 2, the sum, as add.cc / sub.cc; MUL: the
+# product's, as mul.cc), 'bg' the broadcast: the output as 4 dims, then each input's
+# element stride along them (0 where it broadcasts), 'ni' each input's values, 'lb'
+# ceil(log2) of how many outputs read each input value, 'si' (MUL) the inputs' scales,
+# 'kc' (and 'kp', its position) a constant input's int8 values.
+# The forward is TFLite Micro's integers, a chunk of outputs at a time in the shared sums
+# buffer.  The gradient (real units: g at scale s) to input j is g summed over the
+# outputs that read each of its values (0 where the output sat at its clamp): ADD g,
+# SUB -g for input 2, MUL g times the other input (its int8 value minus its zero point:
+# scale s s_other); g shifted right first so that the sums stay within 31 bits.  The
+# first input that takes one gets it in place in g when it does not broadcast, the
+# others in the net's other gradient buffer, held for their producers (utrain.q8hold).
+# the viper decorator and, under CPython (or decorators stripped), the pointer casts:
+# q8kern's
+from utrain.q8kern import micropython, VIPER
+if not VIPER:
+    from utrain.q8kern import ptr8, ptr32
+
+from array import array
+from utrain import q8kern as K
+
+
+@micropython.viper
+def bik(a, x, gm, so: int, i0: int, m: int, z: int, sh: int, mul: int):
+    # outputs i0..i0+m-1 of the broadcast input x (int8, zero point z; its strides at
+    # gm[so:so+4] over the output's dims gm[0:4]): a[i] = (x - z) << sh, or with mul
+    # a[i] *= (x - z) (int32 a)
+    pm = ptr32(gm)
+    D1 = int(pm[1])
+    D2 = int(pm[2])
+    D3 = int(pm[3])
+    S0 = int(pm[so])
+    S1 = int(pm[so + 1])
+    S2 = int(pm[so + 2])
+    S3 = int(pm[so + 3])
+    r = i0 // D3
+    c3 = i0 - r * D3
+    q = r // D2
+    c2 = r - q * D2
+    c0 = q // D1
+    c1 = q - c0 * D1
+    p = c0 * S0 + c1 * S1 + c2 * S2 + c3 * S3
+    pa = ptr32(a)
+    px = ptr8(x)
+    xc = 128 + z
+    for i in range(m):
+        v = (int(px[p]) ^ 128) - xc
+        if mul:
+            w = int(pa[i])
+            h = w >> 16
+            w = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (w & 0xffff)
+            pa[i] = w * v
+        else:
+            pa[i] = v << sh
+        c3 += 1
+        p += S3
+        if c3 >= D3:
+            c3 = 0
+            p += S2 - D3 * S3
+            c2 += 1
+            if c2 >= D2:
+                c2 = 0
+                p += S1 - D2 * S2
+                c1 += 1
+                if c1 >= D1:
+                    c1 = 0
+                    p += S0 - D1 * S1
+
+
+@micropython.viper
+def sbk(a, d, n: int):
+    # a[i] -= d[i] (int32: SUB's scaled inputs)
+    pa = ptr32(a)
+    pd = ptr32(d)
+    for i in range(n):
+        pa[i] -= pd[i]
+
+
+@micropython.viper
+def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int):
+    # the gradient of input j from g (int32, the output's): for each output i whose
+    # int8 value y[i] passed its clamp (lo, hi), v = g[i] >> sh (rounded), times
+    # (x[o] - z) of the other input x (f & 1), negated (f & 2), put at input j's value
+    # (its strides in gm, as bik's), added there (f & 4: d zeroed first) or set (each
+    # value once: in place in g too, an input that does not broadcast)
+    pm = ptr32(gm)
+    D0 = int(pm[0])
+    D1 = int(pm[1])
+    D2 = int(pm[2])
+    D3 = int(pm[3])
+    t = 4 + 4 * j
+    u = 8 - 4 * j
+    T0 = int(pm[t])
+    T1 = int(pm[t + 1])
+    T2 = int(pm[t + 2])
+    T3 = int(pm[t + 3])
+    U0 = int(pm[u])
+    U1 = int(pm[u + 1])
+    U2 = int(pm[u + 2])
+    U3 = int(pm[u + 3])
+    pd = ptr32(d)
+    pg = ptr32(g)
+    px = ptr8(x)
+    py = ptr8(y)
+    xc = 128 + z
+    h2 = (1 << sh) >> 1
+    i = 0
+    for c0 in range(D0):
+        for c1 in range(D1):
+            for c2 in range(D2):
+                pt = c0 * T0 + c1 * T1 + c2 * T2
+                po = c0 * U0 + c1 * U1 + c2 * U2
+                for c3 in range(D3):
+                    q = (int(py[i]) ^ 128) - 128
+                    v = 0
+                    if q > lo and q < hi:
+                        v = int(pg[i])
+                        h = v >> 16
+                        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+                        v = (v + h2) >> sh
+                        if f & 1:
+                            v = v * ((int(px[po]) ^ 128) - xc)
+                        if f & 2:
+                            v = 0 - v
+                    if f & 4:
+                        pd[pt] += v
+                    else:
+                        pd[pt] = v
+                    i += 1
+                    pt += T3
+                    po += U3
+
+
+def ins(L, t):
+    # the layer's two int8 inputs (a constant one as q8.json gives it, made on first use)
+    d = L.d
+    if getattr(L, 'bg', None) is None:
+        L.bg = array('i', d['bg'])
+        if 'kc' in d:
+            L.kc = bytearray([v & 255 for v in d['kc']])
+    a = L.ins
+    if 'kc' in d:
+        return (L.kc, t[a[1]]) if d['kp'] == 0 else (t[a[0]], L.kc)
+    return t[a[0]], t[a[1]]
+
+
+def fwd(L, net, t):
+    """The output of BIN layer L from the net's tensors t (int8 bytes by tensor index)."""
+    d = L.d
+    x1, x2 = ins(L, t)
+    if L.back:
+        L.x, L.x2 = x1, x2      # (the gradient of a MUL reads them)
+    z1, z2 = d['zi']
+    gm, y, n = L.bg, L.y, L.nout
+    acc = net.acc
+    mv = memoryview
+    m, s = L.mul, L.shf
+    if d['bo'] == 2:            # MUL: (x1 - z1)(x2 - z2) requantized (mul.cc)
+        A = len(acc)
+        for i0 in range(0, n, A):
+            c = A if i0 + A <= n else n - i0
+            bik(acc, x1, gm, 4, i0, c, z1, 0, 0)
+            bik(acc, x2, gm, 8, i0, c, z2, 0, 1)
+            K.rqk(acc, c, 1, 1, m, s, mv(y)[i0:], L.zy, L.lo, L.hi, 0)
+        return y
+    # ADD, SUB: each input minus its zero point << 20, scaled by its multiplier, the sum
+    # (difference) requantized (add.cc, sub.cc); in halves of the sums buffer
+    h = len(acc) // 2
+    a2 = mv(acc)[h:]
+    for i0 in range(0, n, h):
+        c = h if i0 + h <= n else n - i0
+        bik(acc, x1, gm, 4, i0, c, z1, 20, 0)
+        K.rqk(acc, c, 1, 1, m, s, acc, 0, 0, 0, 1)
+        bik(a2, x2, gm, 8, i0, c, z2, 20, 0)
+        K.rqk(a2, c, 1, 1, mv(m)[1:], mv(s)[1:], a2, 0, 0, 0, 1)
+        if d['bo']:
+            sbk(acc, a2, c)
+        else:
+            K.adk(acc, a2, c)
+        K.rqk(acc, c, 1, 1, mv(m)[2:], mv(s)[2:], mv(y)[i0:], L.zy, L.lo, L.hi, 0)
+    return y
+
+
+def back(L, net, g, s):
+    """The gradients of BIN layer L's inputs from g, its output's (int32, scale s): held
+    for the inputs after the first that takes one, that one's returned (g, s)."""
+    d = L.d
+    n, gi, a, gm = L.nout, L.gi, L.ins, L.bg
+    op = d['bo']
+    mu = op == 2
+    nb = K.nrk(g, n) + 7        # (|g| < 2^nb)
+    if a[0] == a[1]:
+        # x + x: 2g; x - x: nothing; x x: 2 g (x - z)
+        if op == 1:
+            K.zk(g, n)
+            return g, s
+        sh = nb + 8 * mu - 30
+        sh = sh if sh > 0 else 0
+        bgk(g, g, gm, 0, L.x, d['zi'][0], sh, mu, L.y, L.lo, L.hi)
+        return g, 2 * s * (1 << sh) * (d['si'][0] if mu else 1)
+    for i in range(len(gi) - 1, -1, -1):
+        j = gi[i]
+        nj = d['ni'][j]
+        sh = nb + 8 * mu + d['lb'][j] - 30
+        sh = sh if sh > 0 else 0
+        f = mu + 2 * (op == 1 and j == 1)
+        dst = g
+        if i or nj != n:
+            dst = net._gbuf(g, nj)
+            K.zk(dst, nj)
+            f += 4
+        bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j], sh, f, L.y, L.lo, L.hi)
+        sj = s * (1 << sh) * (d['si'][1 - j] if mu else 1)
+        if i:
+            net.H.hold(a[j], dst, sj, nj)      # (utrain.q8hold: not a chain)
+        else:
+            return dst, sj
+    return g, s                 # (no input takes one: both made below the trained layers)

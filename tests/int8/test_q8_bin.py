@@ -1,0 +1,384 @@
+"""Elementwise int8 ops of two inputs with broadcasting (ADD that broadcasts or adds a
+constant, SUB, MUL: utrain.q8bin) and slices (SLICE, STRIDED_SLICE, SPLIT: utrain.q8slc),
+in a model built here as Keras 3's converter writes a squeeze-excite gate, a broadcast
+Add, a split into heads and a Lambda slice (issue 28): the forward bit-exact with
+TFLite Micro on the file as written, the conv's update through every one of them
+against finite differences of the float forward of the dequantized graph, training
+that lowers the loss with the same integers under viper (unix MicroPython) as on the
+host, the trained model exported bit-exact, and the refusals (a slice that is not one
+strided copy, an op without an int8 kernel) saying what to do."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from kerasgraphs import build_int8_binary  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+from test_q8 import spy_updates  # noqa: E402
+from test_q8_cat import MP, _fd_grad, _viper_matches  # noqa: E402
+
+H, W, I = 4, 4, 2
+
+
+def _net(tmp_path, train='all'):
+    path, fwd, swc, sx = build_int8_binary(tmp_path / 'b.tflite')
+    quant.write(quant.rewritten(read_model(path)), str(tmp_path), train)
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)                    # as the board reads it
+    return path, fwd, swc, sx, m
+
+
+def _x(seed):
+    return np.random.default_rng(80 + seed).integers(-125, 126, (H, W, I)).astype(np.int8)
+
+
+def test_layers_and_forward_bit_exact_with_tflite_micro(tmp_path):
+    from tflite_micro.python.tflite_micro import runtime
+    path, _, _, _, m = _net(tmp_path)
+    ks = [d['k'] for d in m['layers']]
+    assert ks.count(quant.BIN) == 6 and ks.count(quant.SLC) == 4 and quant.ADD not in ks
+    bins = [d for d in m['layers'] if d['k'] == quant.BIN]
+    assert [d["bo"] for d in bins] == [2, 2, 0, 1, 2, 0]        # MUL MUL ADD SUB MUL ADD
+    assert bins[1]["lb"] == [0, 4] and bins[-1].get("kc") and bins[0]["in"][0] == bins[0]["in"][1]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    outs = set()
+    for i in range(8):
+        xq = _x(i)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, H, W, I), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel()), i
+        outs.add(tuple(got))
+    assert len(outs) >= 6
+
+
+def test_conv_update_through_the_ops_matches_finite_differences(tmp_path, monkeypatch):
+    """The conv's int8 update (through the FC, the MEAN, the constant ADD, the SLICE, the
+    squared MUL, the MUL of two heads, the STRIDED_SLICE, the SUB of the SPLIT's halves,
+    the broadcast ADD and the gate's MUL, to both of its inputs: the conv's output
+    directly and through the MEAN and the FC) against finite differences of the float
+    forward of the dequantized graph."""
+    got = spy_updates(monkeypatch)
+    path, fwd, swc, sx, m = _net(tmp_path)
+    g = read_model(path)
+    w0 = next(t for t in g.tensors if t.name == 'w')
+    wf = w0.data.astype(np.float64) * swc[:, None, None, None]
+    lr, cos = 0.01, []
+    for i in range(5):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        xq, label = _x(i), i % 3
+        got.clear()
+        net.step(bytearray(xq.tobytes()), label, lr)
+        conv = got[-1] / 256.0 * np.repeat(swc, 9 * I)      # (applied last: the lowest layer)
+        ref = lr * _fd_grad(fwd, xq.astype(np.float64) * sx, wf, label, 1e-4)
+        c = float(conv @ ref / (np.linalg.norm(conv) * np.linalg.norm(ref) + 1e-30))
+        cos.append(c)
+        assert 0.6 < np.linalg.norm(conv) / np.linalg.norm(ref) < 1.6, i
+    assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_trains_on_micropython_as_on_the_host_and_exports(tmp_path):
+    """prepare, then three epochs of SGD on 24 samples of a task the model can learn,
+    on unix MicroPython (viper) and on the host (numpy): the same trained.wof and log,
+    the loss falls; export --quantized of it: TFLite Micro's logits are the board's."""
+    from host_tools.prepare.pipeline import prepare
+    from repo import board_and_host_runs, no_keep_best
+    path, fwd, swc, sx = build_int8_binary(tmp_path / 'b.tflite')
+    r = np.random.default_rng(3)
+    x = r.uniform(-2.4, 2.4, (24, H, W, I)).astype(np.float32)
+    y = np.array([int(np.argmax(fwd(v.astype(np.float64)) * [1, -1, 0.5])) for v in x])
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = tmp_path / 'run'
+    prepare(path, str(d), data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd', lr=0.02,
+            epochs=3, train='all', log=lambda *a: None)
+    no_keep_best(str(d))
+    outs = board_and_host_runs(d, 'train.json')
+    assert outs[0] == outs[1]
+    log = outs[0][2]
+    assert float(log[-1][0]) < 0.8 * float(log[1][0]), log      # (epoch 3's loss, epoch 1's)
+    run = str(d) + 'mp'
+    with open(os.path.join(run, 'q8.json')) as f:
+        net = Q8Net(json.load(f), os.path.join(run, 'weights.wof'))
+    net.load_weights(os.path.join(run, 'trained.wof'))
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.prepare.pipeline import export
+    q = str(tmp_path / 'q.tflite')
+    export(path, os.path.join(run, 'trained.wof'), q, quantized=True)
+    it = runtime.Interpreter.from_file(q)
+    for v in x[:8]:
+        xq = net.quantize_input(v.ravel().tolist())
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(1, H, W, I), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
+                              it.get_output(0).ravel())
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_viper_steps_as_the_host(tmp_path):
+    """Three SGD steps under viper (unix MicroPython) end with the host's weights."""
+    _net(tmp_path)
+    _viper_matches(tmp_path, tmp_path, [_x(i) for i in range(3)])
+
+
+def test_a_slice_of_three_axes_is_refused_naming_the_file_and_op(tmp_path):
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = {'scale': [0.05], 'zero_point': [0]}
+    x = b.tensor('x', [1, 4, 4, 2], dtype='int8', quant=q)
+    s = b.tensor('s', [1, 2, 2, 1], dtype='int8', quant=q)
+    b.op('SLICE', [x, b.tensor('b', [4], data=np.array([0, 1, 1, 0], np.int32)),
+                   b.tensor('n', [4], data=np.array([1, 2, 2, 1], np.int32))], [s])
+    y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.1], 'zero_point': [0]})
+    w = np.ones((3, 4), np.int8)
+    r = b.tensor('r', [1, 4], dtype='int8', quant=q)
+    b.op('RESHAPE', [s, b.tensor('sh', [2], data=np.array([1, 4], np.int32))], [r])
+    b.op('FULLY_CONNECTED', [r, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
+         [y])
+    b.inputs(x)
+    b.outputs(y)
+    p = b.save(str(tmp_path / 'two.tflite'))
+    with pytest.raises(ValueError, match=r'two\.tflite: SLICE op 0: output .* not one strided copy.*'
+                                         r'--dequantize'):
+        quant.layers(quant.rewritten(read_model(p)), 'all')
+
+
+def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
+    """Keras's unrolled steps (UNPACK: a SPLIT and RESHAPEs) and slices that tile the
+    channels (one SPLIT_V) on an int8 graph: rewritten as for float, bit-exact with TFLite
+    Micro, the first layer's update through them against finite differences."""
+    from tflite_micro.python.tflite_micro import runtime
+    from kerasgraphs import build_int8_unpack
+    path, fwd, s1, sx = build_int8_unpack(tmp_path / 'u.tflite')
+    g = quant.rewritten(read_model(path))
+    assert g.rewrites['splits'] == 2
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.CONV] + [quant.SLC] * 8 + [
+        quant.BIN, quant.CAT, quant.FC]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    r = np.random.default_rng(2)
+    xs = [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(5)]
+    outs = set()
+    for xq in xs:
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, 6, 5), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel())
+        outs.add(tuple(got))
+    assert len(outs) == len(xs)
+    spy = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        spy.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        upd = spy[-1] / 256.0 * s1
+        ref = 0.01 * _fd_grad(fwd, xq.astype(np.float64) * sx, w0, i % 3, 1e-5)
+        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+        assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, i
+    assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
+
+
+def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
+    """An op neither path runs (MAXIMUM of two activations): prepare names the file
+    once, the op by its number in the file, and what to do."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.graph.passes import PrepareError
+    b = CircleBuilder(identifier=b'TFL3')
+    q = {'scale': [0.05], 'zero_point': [0]}
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q)
+    h = b.tensor('h', [1, 4], dtype='int8', quant=q)
+    w = np.ones((4, 4), np.int8)
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
+         [h])
+    mx = b.tensor('mx', [1, 4], dtype='int8', quant=q)
+    b.op('MAXIMUM', [h, x], [mx])
+    y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.1], 'zero_point': [0]})
+    b.op('FULLY_CONNECTED', [mx, b.tensor('w2', (3, 4), data=np.ones((3, 4), np.int8),
+                                          quant={'scale': [0.01], 'zero_point': [0]}), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    p = b.save(str(tmp_path / 'mx.tflite'))
+    np.savez(tmp_path / 'd.npz', x=np.zeros((4, 4), np.float32), y=np.zeros(4, np.int64))
+    with pytest.raises(PrepareError) as e:
+        prepare(p, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce',
+                log=lambda *a: None)
+    msg = str(e.value)
+    assert msg.count('mx.tflite') == 1 and 'op 1 (MAXIMUM)' in msg and 'export the model' in msg
+
+
+def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
+    """--cache: the trained part may read a constant (an ADD of a bias vector) besides
+    the one tensor the frozen layers end with; the split's trained table computes what
+    the whole table does."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}    # noqa: E731
+    r = np.random.default_rng(0)
+    x = b.tensor('x', [1, 6], dtype='int8', quant=q(0.05))
+    h = b.tensor('h', [1, 6], dtype='int8', quant=q(0.05))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w0', (6, 6), data=r.integers(-90, 90, (6, 6)).astype(np.int8),
+                                         quant=q(0.01)), -1], [h])
+    h2 = b.tensor('h2', [1, 4], dtype='int8', quant=q(0.05))
+    b.op('FULLY_CONNECTED', [h, b.tensor('w1', (4, 6), data=r.integers(-90, 90, (4, 6)).astype(np.int8),
+                                         quant=q(0.01)), -1], [h2])
+    a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06, 3))
+    b.op('ADD', [h2, b.tensor('kc', [4], data=np.array([-50, 20, 60, 0], np.int8), quant=q(0.01))],
+         [a])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    b.op('FULLY_CONNECTED', [a, b.tensor('w2', (3, 4), data=r.integers(-90, 90, (3, 4)).astype(np.int8),
+                                         quant=q(0.02)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    g = quant.rewritten(read_model(b.save(str(tmp_path / 'c.tflite'))))
+    m = quant.meta(g, 'last:3')
+    p, t = quant.split(g, m)
+    assert [d['k'] for d in t['layers']] == [quant.FC, quant.BIN, quant.FC]
+    quant.write(g, str(tmp_path / 'whole'), m=m)
+    quant.write(g, str(tmp_path / 'cut'), m=m, tables={'q8.json': p, 'q8t.json': t})
+
+    def load(d, name):
+        with open(tmp_path / d / name) as f:
+            return Q8Net(json.load(f), str(tmp_path / d / 'weights.wof'))
+    net, pn, tn = load('whole', 'q8.json'), load('cut', 'q8.json'), load('cut', 'q8t.json')
+    for i in range(4):
+        xq = bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes())
+        assert bytes(net.forward(xq)) == bytes(tn.forward(bytearray(pn.forward(xq))))
+
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_the_plan_bounds_the_heap_it_needs(tmp_path):
+    """The heap planner prices q8bin and q8slc (their bytecode, the broadcast tables, the
+    gradient buffers they ask for): the run trains in the planned heap, not in plan / 1.2."""
+    from host_tools.plan.memory import trains_in
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    path, fwd, _, _ = build_int8_binary(tmp_path / 'b.tflite')
+    r = np.random.default_rng(4)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(-2.4, 2.4, (6, H, W, I)).astype(np.float32),
+             y=r.integers(0, 3, 6))
+    out = str(tmp_path / 'run')
+    s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd', lr=0.01,
+                epochs=1, train='all', log=lambda *a: None)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), plan
+    assert not trains_in(out, int(plan / 1.2)), plan
+
+
+def test_a_binary_op_of_frozen_tensors_above_a_trained_layer(tmp_path):
+    """A MUL whose inputs both come from frozen layers, read after the first trained
+    layer (a branch beside it): the backward pass walks through it giving neither input
+    a gradient, and the trained layer still gets the sum's."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}    # noqa: E731
+    r = np.random.default_rng(1)
+    x = b.tensor('x', [1, 6], dtype='int8', quant=q(0.05))
+
+    def fc(name, src, n, s=0.05):
+        t = b.tensor(name, [1, n], dtype='int8', quant=q(s))
+        w = r.integers(-90, 90, (n, 6)).astype(np.int8)
+        b.op('FULLY_CONNECTED', [src, b.tensor('w' + name, w.shape, data=w, quant=q(0.01)), -1], [t])
+        return t
+    f0, f1, c = fc('f0', x, 4), fc('f1', x, 4), fc('c', x, 4)
+    m = b.tensor('m', [1, 4], dtype='int8', quant=q(0.02))
+    b.op('MUL', [f0, f1], [m])
+    a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06))
+    b.op('ADD', [m, c], [a])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    w = r.integers(-90, 90, (3, 4)).astype(np.int8)
+    b.op('FULLY_CONNECTED', [a, b.tensor('wy', w.shape, data=w, quant=q(0.02)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    g = quant.rewritten(read_model(b.save(str(tmp_path / 'f.tflite'))))
+    quant.write(g, str(tmp_path), [2, 5])
+    with open(tmp_path / 'q8.json') as f:
+        m8 = json.load(f)
+    assert [d['k'] for d in m8['layers']][3] == quant.BIN and m8['layers'][3].get('back')
+    net = Q8Net(m8, str(tmp_path / 'weights.wof'))
+    w0 = bytes(net.layers[2].w)
+    for i in range(3):
+        net.step(bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes()), i, 0.05)
+    assert bytes(net.layers[2].w) != w0
+
+
+def _rnn_like(tmp_path, zero_state=False):
+    """An int8 graph as Keras 3 writes an unrolled recurrent layer: TRANSPOSE [1, T, C] ->
+    [T, 1, C] (only a unit axis moves: the same bytes), SPLIT into steps, each step's FC
+    with one shared weight tensor (and, zero_state, an FC of a constant zero state), ADD,
+    then an FC."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}    # noqa: E731
+    r = np.random.default_rng(2)
+    x = b.tensor('x', [1, 2, 3], dtype='int8', quant=q(0.05))
+    tr = b.tensor('tr', [2, 1, 3], dtype='int8', quant=q(0.05))
+    b.op('TRANSPOSE', [x, b.tensor('perm', [3], data=np.array([1, 0, 2], np.int32))], [tr])
+    st = [b.tensor(f's{k}', [1, 1, 3], dtype='int8', quant=q(0.05)) for k in range(2)]
+    b.op('SPLIT', [b.tensor('ax', [], data=np.array(0, np.int32)), tr], st, num_splits=2)
+    w = b.tensor('w', (4, 3), data=r.integers(-90, 90, (4, 3)).astype(np.int8), quant=q(0.01))
+    hs = []
+    for k in range(2):
+        rs = b.tensor(f'r{k}', [1, 3], dtype='int8', quant=q(0.05))
+        b.op('RESHAPE', [st[k], b.tensor(f'rs{k}', [2], data=np.array([1, 3], np.int32))], [rs])
+        h = b.tensor(f'h{k}', [1, 4], dtype='int8', quant=q(0.04))
+        b.op('FULLY_CONNECTED', [rs, w, -1], [h])
+        hs.append(h)
+    if zero_state:
+        z = b.tensor('zeros', [1, 4], data=np.zeros((1, 4), np.int8), quant=q(0.04))
+        h = b.tensor('hz', [1, 4], dtype='int8', quant=q(0.04))
+        b.op('FULLY_CONNECTED', [z, b.tensor('wz', (4, 4), data=np.ones((4, 4), np.int8),
+                                                  quant=q(0.01)), -1], [h])
+        hs[1] = h
+    a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06))
+    b.op('ADD', hs, [a])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    b.op('FULLY_CONNECTED', [a, b.tensor('wy', (3, 4), data=r.integers(-90, 90, (3, 4)).astype(np.int8),
+                                         quant=q(0.02)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(str(tmp_path / ('z.tflite' if zero_state else 'rnn.tflite')))
+
+
+def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
+    """A TRANSPOSE that moves only a unit axis is its input's bytes (no layer: TFLite
+    Micro's output bit for bit); steps sharing a weight tensor train only above them
+    (refused naming both ops when they would train, each a copy of its own); an FC of a
+    constant zero state is refused naming the op and what to do (no traceback)."""
+    from tflite_micro.python.tflite_micro import runtime
+    p = _rnn_like(tmp_path)
+    g = quant.rewritten(read_model(p))
+    quant.write(g, str(tmp_path / 'r'), 'last:1')
+    with open(tmp_path / 'r' / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.SLC, quant.SLC, quant.FC, quant.FC, quant.ADD,
+                                             quant.FC]
+    net = Q8Net(m, str(tmp_path / 'r' / 'weights.wof'))
+    it = runtime.Interpreter.from_file(p)
+    for v in ([10, -20, 30, 40, -50, 60], [-100, 3, 7, 90, 11, -2]):
+        xq = np.array(v, np.int8)
+        it.set_input(xq.reshape(1, 2, 3), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
+                              it.get_output(0).ravel())
+    with pytest.raises(ValueError, match=r'rnn\.tflite: ops 3 and 5 share a weight tensor.*--train last:N'):
+        quant.layers(quant.rewritten(read_model(p)), 'all')
+    z = quant.rewritten(read_model(_rnn_like(tmp_path, zero_state=True)))
+    with pytest.raises(ValueError, match=r"z\.tflite: op 6 \(FULLY_CONNECTED\) reads 'zeros', a "
+                                         r'constant activation.*state as an input'):
+        quant.layers(z, 'last:1')
