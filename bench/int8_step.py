@@ -48,7 +48,7 @@ def main():
         for i in range(n):
             K.mack(w, w2, ni * no, 1)
 
-    if K.VK is not None:         # an ARM board: the kernels' own code is q8asm's
+    if K.ASM:                    # an ARM board: the kernels' own code is q8asm's
         from utrain.q8asm import mac
 
         def bare(n, j):

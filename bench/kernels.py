@@ -6,7 +6,7 @@ few shapes) and of the bare int8 multiply-add loops, timed by bench/kernels_boar
 the board itself: unix MicroPython (viper; x86 ratios) and, with --pico, the emulated
 Raspberry Pi Pico (the real rp2 firmware in rp2040js, host_tools/boards/pico.py; its clock is
 the chip's: cycles = us x 125), where q8kern's kernels are q8asm's inline Thumb
-assembler and q8kern.VK keeps the viper ones beside them.  Columns: per multiply-add,
+assembler and q8kern.vk() loads the viper ones beside them.  Columns: per multiply-add,
 the viper kernel and (Pico) the assembler one, each over its bare loop (viper over the
 bare viper loop, asm over the bare asm loop): the issue's bound is asm/bare <= 2."""
 from __future__ import annotations

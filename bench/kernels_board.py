@@ -2,7 +2,7 @@
 # bench/kernels.py, with lib/utrain staged for it: times q8kern's int8 kernels and the bare
 # multiply-add loops, and prints one line per kernel:
 #   KERN <name> <multiply-adds per call> <us per call: viper> <us per call: asm or -1>
-# (asm: utrain.q8asm's kernel where the board has it; the viper one is then q8kern.VK's)
+# (asm: utrain.q8asm's kernel where the board has it; the viper one is then q8kern.vk()'s)
 import gc
 import json
 from array import array
@@ -11,11 +11,10 @@ from utrain import q8kern as K
 
 with open('kbench.json') as f:
     CFG = json.load(f)
-ASM = K.VK is not None
+ASM = K.ASM
 if ASM:
     from utrain import q8asm as A
-V = dict(zip(('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk'),
-             K.VK)) if ASM else None
+V = K.vk() if ASM else None
 
 
 def rnd(n, seed):

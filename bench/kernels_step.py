@@ -8,7 +8,7 @@ import json
 from time import ticks_us, ticks_diff
 from utrain import q8kern as K
 
-if K.VK is not None:
+if K.ASM:
     from utrain.q8asm import mac
 else:
     def mac(a, b, n):

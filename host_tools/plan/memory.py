@@ -899,6 +899,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
 # first on a net of its own (utrain.q8prefix), then the trained part: the larger of the
 # two phases is the plan.
 Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'data', 'wof')
+# and the frozen prefix pass's (utrain.q8prefix), before the trainer's code loads
+Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'data', 'wof')
 Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
 # and a trained layer's more attributes (its window, float bias, sums, multipliers: the
 # instance's attribute map grows; 240-260 B a trained FC on the 32-bit unix build, the
@@ -1056,10 +1058,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             parts['depthwise tap tables (q8asm)'] = taps
     if not trains:
         return parts
-    gin = q8.gin(ls)                  # its input-gradient buffers (_gbuf: one or two)
-    nz, nz2, ng, _ = q8.bufs(ls)    # shared: int8 dz (its rescaled copy), a gradient chunk,
-    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in q8.holds(ls)[1])
-    # (and the held gradients: a slot each, q8.holds)
+    hz = q8_held(ls)
+    gin = q8.gin(ls, hz)              # its input-gradient buffers (_gbuf: one or two)
+    nz, nz2, ng, _ = q8.bufs(ls, hz)  # shared: int8 dz (its rescaled copy), a gradient chunk,
+    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in hz)
+    # (and the held gradients: a slot each, utrain.q8hold)
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
@@ -1099,11 +1102,78 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     return parts
 
 
+def q8_held(ls) -> list:
+    """The held gradients' slot sizes (int32 values) of layer table ls: none for a chain
+    (utrain.q8.chain), else utrain.q8hold.holds's, which a graph's net loads."""
+    from ..target.device import module
+    q8 = module('q8')
+    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    ga = q8.grads(ls, first)
+    return [] if q8.chain(ls, ga) else module('q8hold').holds(ls, ga)[1]
+
+
 def q8_trained_weights(d) -> int:
     """Weights of int8 layer d that train (utrain.q8 Layer.wr: a rank's rows, a depthwise
     layer's all, none when the bias alone trains)."""
     from ..target.device import module
     return module('q8').trained_n(dict(d, train=1))
+
+
+def q8_modules(tb, trains=True, settings=None):
+    """(bytecode modules, native modules) a board loads for a utrain.q8.Q8Net of layer
+    table tb (as written): the trainer's (Q8_MODULES), or with trains=False the frozen
+    prefix pass's, which runs before the trainer's code loads (Q8_PREFIX_MODULES), and
+    those each loads only on use: what tb's layers and keys and the run's settings
+    (optimizer, batch) ask for."""
+    ls = tb['layers']
+    mods = set(Q8_MODULES if trains else Q8_PREFIX_MODULES)
+    s = settings or {}
+    if trains and (s.get('optimizer', 'sgd') != 'sgd' or int(s.get('batch', 1)) > 1):
+        mods.add('q8batch')          # (updates from a batch's sums: Adam, batch > 1)
+    natives = ['q8kern']     # (with q8viper, and q8vk or q8asm's kernels: q8_code)
+    if tb.get('groups'):
+        mods.update(('q8bands', 'bands'))
+    if tb.get('rr'):
+        mods.add('q8range')          # (ranges that follow training)
+    if trains and any(d.get('gw') and d.get('train') for d in ls):
+        mods.add('q8grow')           # (weight scales that grow)
+    if trains and q8_held(ls):
+        mods.add('q8hold')           # (a graph's backward walk: not a chain)
+    if any(d.get('mask') or d.get('sd') for d in ls):
+        natives.append('q8sparse')
+    from ..target.device import module
+    q8 = module('q8')
+    for kinds, name in (((q8.CAT,), 'q8cat'), ((q8.LUT,), 'q8lut'), ((q8.PMAX, q8.PAVG), 'q8pool'),
+                        ((q8.BIN,), 'q8bin'), ((q8.SLC,), 'q8slc')):
+        if any(d['k'] in kinds for d in ls):
+            natives.append(name)
+    return mods, natives
+
+
+def q8_code(tb, t, trains=True, settings=None) -> int:
+    """Heap the code of q8_modules(tb, trains, settings) takes on target t: bytecode at the word
+    size's resident bytes per .mpy byte; native code (viper, Thumb) in the heap where a
+    board loads it into RAM (rp2: its .mpy for the board's arch, q8kern's assembler
+    kernels beside it; a bytecode module with a few viper kernels, q8grow, too), else
+    its tables alone (the unix port, ESP32)."""
+    f = WORD_FIGURES[t['word']]
+    sizes = mpy_sizes()
+    mods, natives = q8_modules(tb, trains, settings)
+    heap = t['native'] == 'heap' and t['arch']
+    if heap:
+        natives += [m for m in mods if m + '.py' in runner.NATIVE]
+        mods = {m for m in mods if m + '.py' not in runner.NATIVE}
+    native = 0
+    for name in natives:
+        if heap:
+            native += native_mpy_size(t['arch'], name)
+        else:       # (q8bin's and q8slc's Python part, around their kernels, is bytecode)
+            native += f['native'] if name == 'q8kern' else f['native'] // 8 + (
+                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc') else 0)
+    if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
+        native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
+            t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')
+    return int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
 
 
 def plan_heap_q8(tables, settings, board=None) -> dict:
@@ -1114,48 +1184,20 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     t = board if isinstance(board, Target) else target(board)
     f = WORD_FIGURES[t['word']]
     w, B = t['word'], t['block']
-    sizes = mpy_sizes()
     trained = tables.get('q8t.json') or tables['q8.json']
-    mods = set(Q8_MODULES)
-    if trained.get('groups'):
-        mods.update(('q8bands', 'bands'))
-    if trained.get('rr'):
-        mods.add('q8range')          # (ranges that follow training: loaded on use)
-    if any(d.get('gw') and d.get('train') for d in trained['layers']):
-        mods.add('q8grow')           # (weight scales that grow: loaded on use)
-    sparse = any(d.get('mask') or d.get('sd') for d in trained['layers'])   # q8sparse: on use
-    # q8kern's viper code: outside the heap on the unix port and ESP32 (its tables stay),
-    # in it where a board loads native code into RAM (rp2)
-    native = native_mpy_size(t['arch'], 'q8kern') if t['native'] == 'heap' and t['arch'] \
-        else f['native']
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
-    if asm:
-        native += native_mpy_size(t['arch'], 'q8asm')     # its Thumb kernels, staged beside it
-    if sparse:
-        native += (native_mpy_size(t['arch'], 'q8sparse') if t['native'] == 'heap' and t['arch']
-                   else f['native'] // 8)
-    from ..target.device import module
-    q8 = module('q8')
-    for kind, name in ((q8.CAT, 'q8cat'), (q8.LUT, 'q8lut'), (q8.BIN, 'q8bin'),
-                       (q8.SLC, 'q8slc')):     # (loaded on use)
-        if any(d['k'] == kind for tb in tables.values() for d in tb['layers']):
-            native += (native_mpy_size(t['arch'], name) if t['native'] == 'heap' and t['arch']
-                       else f['native'] // 8 + (int(f['code'] * python_part_size(name))
-                                                if name in ('q8bin', 'q8slc') else 0))
-    code = int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
-    interp = f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)
-    parts = {'code': code, 'interpreter': interp}
+    code = q8_code(trained, t, settings=settings)
+    parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
     net = _q8_net(trained, settings, w, B, asm=asm)
     data = sum(net.values())
-    if 'q8t.json' in tables:        # the prefix first, on its own net (then dropped)
+    if 'q8t.json' in tables:
+        # the prefix first, on its own net (then dropped), before the trainer's code loads
+        # (utrain.run): its code is the prefix's alone
         pre = _q8_net(tables['q8.json'], settings, w, B, trains=False, asm=asm)
-        pm = set(mods) | {'q8prefix'}
-        if tables['q8.json'].get('groups'):
-            pm.update(('q8bands', 'bands'))
-        extra = int(f['code'] * sum(sizes.get(m, 0) for m in pm - mods))
-        if sum(pre.values()) + extra > data:
+        pcode = q8_code(tables['q8.json'], t, trains=False)
+        if sum(pre.values()) + pcode > data + code:
+            parts['code'] = pcode
             net = {k + ' (prefix pass)': v for k, v in pre.items()}
-            net['prefix pass code'] = extra
             data = sum(net.values())
     parts.update(net)
     g, r = Q8_SLACK[w]

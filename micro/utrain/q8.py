@@ -16,7 +16,7 @@
 # The model is q8.json (layers, written by host_tools/prepare/quant.py) + a .wof with int8
 # weights and int32 biases as raw bytes (onert-micro's layout).
 from array import array
-from math import exp, log, frexp, sqrt
+from math import exp, log, frexp
 from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
@@ -193,7 +193,7 @@ class Layer:
             return self.y
         d = self.d
         if k >= PMAX:               # MAX_POOL_2D, AVERAGE_POOL_2D: int8 to int8
-            K.pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
+            self.net.X[PMAX].pok(self.y, x, self.g, self.lo, self.hi, k - PMAX)
             return self.y
         if k == CONV or k == DW:
             self.conv(x, self.g, self.y)
@@ -327,6 +327,14 @@ class Q8Net:
                 nb[d['bt']] = 4 * d['nb']
         for k, n in meta.get('wsizes', ()):    # (a part of the model: the file holds all)
             nb[k] = n
+        # a graph whose backward walk holds gradients (a residual ADD's other input, a
+        # CONCATENATION's inputs, a tensor read twice: not a chain): that walk's code
+        # (utrain.q8hold), loaded before the net's buffers, not among them
+        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        ga = grads(ls, first)
+        Hold = None
+        if not chain(ls, ga):
+            from utrain.q8hold import Holds as Hold
         # activations: one int8 arena at the offsets the host planned (q8.json 'at':
         # tensor, offset, bytes), or (a table without a plan) one buffer per layer
         import gc
@@ -371,19 +379,16 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
-        # the held input gradients (a residual ADD's other input, a CONCATENATION's
-        # inputs, a tensor read twice: hold), one buffer a slot (the walk planned once:
-        # its temporaries between the buffers fragment a board's heap)
-        self.hs, sz = holds(ls)
+        # a graph's held gradients, one buffer a slot (the walk planned once: its
+        # temporaries between the buffers fragment a board's heap)
+        self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
+        sz = H.sz if H else ()
         nz, nz2, ng, nk = bufs(ls, sz)
         self.gw = _i32(ng)
-        self.hb = [_i32(n) for n in sz]
-        self.pend = {}
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
         # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
         m = self.gm = gin(ls, sz)
-        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
         self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
@@ -391,8 +396,8 @@ class Q8Net:
         if any(d.get('mask') or d.get('sd') for d in ls):
             from utrain import q8sparse
             self.S = q8sparse
-        # the kinds from CAT on: forward and gradient in a module of their own, loaded
-        # only by a table that has one (utrain.q8cat, q8lut)
+        # pools and the kinds from CAT on: forward and gradient in a module of their own,
+        # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc)
         self.X = X = {}
         for d in ls:
             if d['k'] == CAT and CAT not in X:
@@ -401,6 +406,9 @@ class Q8Net:
             elif d['k'] == LUT and LUT not in X:
                 from utrain import q8lut
                 X[LUT] = q8lut
+            elif (d['k'] == PMAX or d['k'] == PAVG) and PMAX not in X:
+                from utrain import q8pool
+                X[PMAX] = q8pool
             elif d['k'] == BIN and BIN not in X:
                 from utrain import q8bin
                 X[BIN] = q8bin
@@ -435,7 +443,7 @@ class Q8Net:
         self.xin = meta.get('xin', 0)
         self.src = None             # (file, offset) of the sample, read by strips
         self.seed = 12345
-        self.first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        self.first = first
         self.groups = {}
         if meta.get('groups'):
             from utrain.q8bands import Q8Group
@@ -453,12 +461,9 @@ class Q8Net:
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
-        self.tn = {}                # each tensor's values (the gradient's size)
-        ga = grads(ls, self.first)
         for i in range(len(ls)):
             if bcast(ls, i):
                 lay[i].bc = 1
-            self.tn[ls[i]['out']] = ls[i]['nout']
             if ga[i]:
                 lay[i].gi = ga[i]
         ga = None
@@ -471,6 +476,8 @@ class Q8Net:
         if any([d.get('gw') and d.get('train') for d in ls]):
             from utrain.q8grow import Grow
             self.wg = Grow(self, qmul, _i32)
+        # the state either keeps beside the weights (files, checkpoints: in this order)
+        self.ext = [x for x in (self.rr, self.wg) if x is not None]
         self.setup()
 
     def strips(self):
@@ -645,6 +652,10 @@ class Q8Net:
         velocities (an int32 per trained weight in 1/256 weight steps, a float per bias)
         are made here; only a rank's window of weights has them."""
         self.adam = optimizer == 'adam'
+        self.B = None           # Adam or a batch > 1: their updates (utrain.q8batch)
+        if self.adam or batch > 1:
+            from utrain import q8batch
+            self.B = q8batch
         self.b1, self.b2, self.eps = beta1, beta2, eps
         self.nstep = 0
         self.mom = 0.0 if self.adam else momentum
@@ -692,66 +703,21 @@ class Q8Net:
         else:
             s = 1.0 / 1048576.0
             g = array('i', [int(round(v / s)) for v in dl])
-        # from the loss down: g is the gradient of tensor c (the chain: mostly the
-        # output of the next layer down); the gradients of other tensors wait in the
-        # held buffers (pend: tensor -> scale) for their producer, and join the chain
-        # there (holds() plans the same walk)
-        ls, pend = self.layers, self.pend
-        pend.clear()
+        if self.H is not None:      # a graph: gradients held for their producers
+            self.H.walk(g, s, lr)
+            return loss, hit
+        # a chain (chain()): each layer from the loss down hands its input's gradient to
+        # the layer below, until one passes none
+        ls = self.layers
         i = len(ls) - 1
-        c = ls[i].d['out']
         while i >= self.first:
             L = ls[i]
-            o = L.d['out']
-            if c is not None and c != o:        # not this layer's: held for its producer
-                self.hold(c, g, s, self.tn[c])
-                c = None
-            if o in pend:
-                t = pend.pop(o)
-                h, n = self.hb[self.hs[o]], self.tn[o]
-                if c is None:       # (into a gradient buffer: the held one is free again)
-                    g, s, c = self._gbuf(None, n), t, o
-                    K.cpk(g, h, n)
-                else:
-                    s = self._scale(h, t, g, s, n)
-                    K.adk(g, h, n)
-            if c != o:                  # no gradient reaches this layer
-                i -= 1
-                continue
             gi = L.gi
             g, s = self._back(L, g, s, lr, len(gi) > 0)
-            c = L.ins[gi[0]] if gi else None
+            if not gi:
+                break
             i -= 1
         return loss, hit
-
-    def _scale(self, h, t, g, s, n):
-        # g (scale s) or h (scale t), n values each, brought to the larger of the two
-        # scales in place; returns it
-        m, e = self.qm, self.qs
-        if t > s:
-            m[0], e[0] = qmul(s / t)
-            K.rqk(g, n, 1, n, m, e, g, 0, 0, 0, 1)
-            return t
-        if t < s:
-            m[0], e[0] = qmul(t / s)
-            K.rqk(h, n, 1, n, m, e, h, 0, 0, 0, 1)
-        return s
-
-    def hold(self, k, g, s, n, cp=None):
-        """Hold the gradient of tensor k (g at scale s, n values; cp: the slice of g that
-        is k's, utrain.q8cat's rows, length, stride, offset) for k's producer, added to
-        what k already holds at the larger scale.  Returns g's scale (raised where the
-        held one's was larger)."""
-        h = self.hb[self.hs[k]]
-        t = self.pend.get(k)
-        if t is not None:
-            s = self._scale(h, t, g, s, n if cp is None or t > s else self.tn[k])
-        self.pend[k] = s
-        if cp is None:
-            (K.cpk if t is None else K.adk)(h, g, n)
-        else:
-            self.X[CAT].gak(h, g, cp[0], cp[1], cp[2], cp[3], t is not None)
-        return s
 
     def zero(self):
         """Drop the gradient sums of an unfinished batch."""
@@ -763,37 +729,8 @@ class Q8Net:
 
     def apply(self, lr, scale):
         """Update every trained layer from the batch's sums times scale (1/batch for a mean),
-        then zero them."""
-        if self.adam:
-            self.nstep += 1
-            b1, b2, t = self.b1, self.b2, self.nstep
-            lr = lr * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
-        for L in self.layers:
-            if L.ga is None:
-                continue
-            sw, sx = L.d['sw'], L.d['sx']
-            nw = len(sw)
-            w0, w1 = L.wr()
-            n = w1 - w0
-            ga, ba, bf, b = L.ga, L.ba, L.bf, L.b
-            if self.adam:
-                self._adam(L, lr, scale)
-            else:
-                if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
-                    L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
-                    K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
-                    self._upd(L, w0, ga, n)
-                vb, mu = L.vb, self.mom
-                for o in range(L.blo, L.bhi):
-                    if vb is None:
-                        bf[o] -= lr * scale * ba[o]
-                    else:
-                        vb[o] = mu * vb[o] + lr * scale * ba[o]
-                        bf[o] -= vb[o]
-            for o in range(L.blo, L.bhi):
-                q = int(round(bf[o] / (sx * sw[o % nw])))
-                b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
-        self.zero()
+        then zero them (utrain.q8batch, which setup loads for Adam or a batch > 1)."""
+        self.B.apply(self, lr, scale, qmul, FS)
         if self.wg is not None:
             self.wg.check()
 
@@ -817,32 +754,6 @@ class Q8Net:
         else:
             self.seed = K.upk(w, d, n, self.seed)
 
-    def _adam(self, L, lr, scale):
-        # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
-        # weights are the masters requantized
-        b1, b2, eps = self.b1, self.b2, self.eps
-        sw = L.d['sw']
-        nw = len(sw)
-        oc, row, blk = L.geo()
-        ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
-        w0, w1 = L.wr()
-        wo = L.wo
-        for j in range(w1 - w0):
-            i = w0 + j
-            s = sw[(i // blk) % oc % nw]
-            g = ga[j] * s * scale / FS              # dL/dW
-            m = am[j] = b1 * am[j] + (1.0 - b1) * g
-            v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
-            x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
-            q = int(round(x / s))
-            w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
-        ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
-        for o in range(L.blo, L.bhi):
-            g = ba[o] * scale
-            m = bm[o] = b1 * bm[o] + (1.0 - b1) * g
-            v = bv[o] = b2 * bv[o] + (1.0 - b2) * g * g
-            bf[o] -= lr * m / (sqrt(v) + eps)
-
     def load_weights(self, path):
         """The int8 weights and int32 biases a .wof holds (all of weights.wof's layers, or
         trained.wof's trained ones); float copies follow."""
@@ -862,10 +773,8 @@ class Q8Net:
                     L.b = _i32(0, f.read(4 * L.d['nb']))
                 if L.train:
                     L.set_bias()
-        if self.rr is not None:     # (its biases at the calibrated scales: to the file's)
-            self.rr.loaded(path)
-        if self.wg is not None:     # (its weights at the scales path.q8w names)
-            self.wg.loaded(path)
+        for x in self.ext:      # (its biases and weights at the scales path's files name)
+            x.loaded(path)
 
     def _gbuf(self, g, n):
         # an int32 input-gradient buffer of n values that is not g: two shared by all
@@ -893,8 +802,8 @@ class Q8Net:
             self.S.mzk(g, n, L.mk)
             if L.ins[0] == L.ins[1]:
                 return g, 2 * s
-            if len(L.gi) > 1:
-                s = self.hold(L.ins[L.gi[1]], g, s, n)
+            if len(L.gi) > 1:       # (a graph's: utrain.q8hold)
+                s = self.H.hold(L.ins[L.gi[1]], g, s, n)
             return g, s
         if L.k >= CAT:
             return self.X[L.k].back(L, self, g, s)
@@ -912,7 +821,7 @@ class Q8Net:
             gm = L.g
             dx = self._gbuf(g, gm[0] * gm[1] * gm[2])
             lo, hi = L.lo, L.hi
-            K.pbk(dx, g, L.x, gm, L.y, lo if lo > -128 else -129, hi if hi < 127 else 128,
+            self.X[PMAX].pbk(dx, g, L.x, gm, L.y, lo if lo > -128 else -129, hi if hi < 127 else 128,
                   L.k - PMAX)
             return dx, (s / (gm[4] * gm[5]) if L.k == PAVG else s)
         dz = self.dz
@@ -1181,58 +1090,30 @@ def grads(ls, first):
     return out
 
 
-def holds(ls):
-    """({tensor: slot}, [slot values]) of layer table ls: the held int32 gradients of
-    Q8Net._run's walk (a residual ADD's other input, the inputs of a CONCATENATION
-    after its first, the chain's tensor when the next layer down is not its producer),
-    each in a slot of the largest it holds, free again once its producer takes it
-    (host_tools/plan/memory.py plans them with this)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
-    n = {}
-    for d in ls:
-        n[d['out']] = d['nout']
-    slot, size, free, pend = {}, [], [], {}
-
-    def put(k):
-        if k in pend:
-            return
-        j = free.pop() if free else len(size)
-        if j == len(size):
-            size.append(0)
-        pend[k] = slot[k] = j
-        if n[k] > size[j]:
-            size[j] = n[k]
+def chain(ls, ga):
+    """Is the backward walk of layer table ls a chain (ga: grads(ls, first)): from the
+    loss down, each layer that a gradient reaches hands it to the next layer down alone,
+    until one hands none?  Else Q8Net loads utrain.q8hold, whose walk holds the
+    gradients of tensors that are not next (host_tools/plan/memory.py plans with this)."""
     c = ls[-1]['out'] if ls else None
-    ga = grads(ls, first)
-    for i in range(len(ls) - 1, first - 1, -1):
-        d = ls[i]
-        o = d['out']
-        if c is not None and c != o:
-            put(c)
-            c = None
-        if o in pend:
-            free.append(pend.pop(o))
-            c = o
-        if c != o:
-            continue
+    i = len(ls) - 1
+    while c is not None:
         gi = ga[i]
-        c = d['in'][gi[0]] if gi else None
-        if d['k'] == ADD and len(gi) > 1 and d['in'][0] != d['in'][1]:
-            put(d['in'][gi[1]])
-        elif d['k'] >= CAT:             # (CAT, BIN: every input after the first)
-            for j in gi[1:]:
-                put(d['in'][j])
-    return slot, size
+        if ls[i]['out'] != c or len(gi) > 1:
+            return False
+        c = ls[i]['in'][gi[0]] if gi else None
+        i -= 1
+    return True
 
 
-def bufs(ls, hz=None):
+def bufs(ls, hz=()):
     """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
-    values, the held int32 gradients' values: holds()) of layer table ls: Q8Net's shared
-    backward buffers (host_tools/plan/memory.py plans them with this); hz: holds()'s
-    slot sizes when known."""
+    values, the held int32 gradients' values) of layer table ls: Q8Net's shared
+    backward buffers (host_tools/plan/memory.py plans them with this); hz: the held
+    gradients' slot sizes (utrain.q8hold.holds; none for a chain)."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     nz = nz2 = ng = 0
-    nk = sum(holds(ls)[1] if hz is None else hz)
+    nk = sum(hz)
     for i in range(len(ls)):
         d = ls[i]
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
@@ -1250,10 +1131,10 @@ def bufs(ls, hz=None):
     return nz, nz2, ng, nk
 
 
-def gin(ls, hz=None):
-    """The most values an input gradient of layer table ls has: the size of _gbuf's
-    two buffers (host_tools/plan/memory.py plans them with this)."""
-    m = max((holds(ls)[1] if hz is None else hz) or [0])  # (a held one joins the chain there)
+def gin(ls, hz=()):
+    """The most values an input gradient of layer table ls has (hz: as bufs): the size
+    of _gbuf's two buffers (host_tools/plan/memory.py plans them with this)."""
+    m = max(hz or [0])      # (a held one joins the chain there)
     for i in range(len(ls)):
         d = ls[i]
         if d.get('back'):       # (a layer's own input-gradient need: q8bin, q8slc's 'gn')

@@ -28,7 +28,7 @@ _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; g
 _G = array('i', range(20))   # _gs's
 _Q = array('i', range(16))   # _rq's
 _S = [None] * 16         # the depthwise kernels' tables per (geometry, mode) (_keep)
-_V = None                # q8kern's viper kernels (fallback for depthwise multipliers > 1)
+_V = None                # q8kern's viper dwk, ddk, dgk (for depthwise multipliers > 1)
 
 
 @micropython.asm_thumb
@@ -1286,7 +1286,7 @@ def _build(g, mode: int):
 def dwk(acc, x, xz: int, g, w, b):
     pg = ptr32(g)
     if pg[3] != pg[2]:
-        _V[2](acc, x, xz, g, w, b)
+        _V[0](acc, x, xz, g, w, b)
         return
     tb = _tab(g, 0)
     t = ptr32(tb)
@@ -1300,7 +1300,7 @@ def dwk(acc, x, xz: int, g, w, b):
 def ddk(dx, dz, w, gm):
     pg = ptr32(gm)
     if pg[3] != pg[2]:
-        _V[7](dx, dz, w, gm)
+        _V[1](dx, dz, w, gm)
         return
     tb = _tab(gm, 1)
     t = ptr32(tb)
@@ -1314,7 +1314,7 @@ def ddk(dx, dz, w, gm):
 def dgk(g, dz, x, xz: int, gm):
     pg = ptr32(gm)
     if pg[3] != pg[2]:
-        _V[8](g, dz, x, xz, gm)
+        _V[2](g, dz, x, xz, gm)
         return
     tb = _tab(gm, 2)
     t = ptr32(tb)

@@ -13,7 +13,7 @@
 # SUB -g for input 2, MUL g times the other input (its int8 value minus its zero point:
 # scale s s_other); g shifted right first so that the sums stay within 31 bits.  The
 # first input that takes one gets it in place in g when it does not broadcast, the
-# others in the net's other gradient buffer, held for their producers (Q8Net.hold).
+# others in the net's other gradient buffer, held for their producers (utrain.q8hold).
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER
@@ -216,7 +216,7 @@ def back(L, net, g, s):
         bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j], sh, f, L.y, L.lo, L.hi)
         sj = s * (1 << sh) * (d['si'][1 - j] if mu else 1)
         if i:
-            net.hold(a[j], dst, sj, nj)
+            net.H.hold(a[j], dst, sj, nj)      # (utrain.q8hold: not a chain)
         else:
             return dst, sj
     return g, s                 # (no input takes one: both made below the trained layers)

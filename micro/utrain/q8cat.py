@@ -8,7 +8,7 @@
 # ADD would).  PAD fills the output with its zero point first ('fill').  The gradient:
 # each input's is its slice of the output's (the same real units: same scale), gathered
 # out; the first input that takes one gets it in place in the output's buffer (a row
-# never moves up), the others are held for their producers (Q8Net.hold).
+# never moves up), the others are held for their producers (utrain.q8hold).
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER
@@ -98,7 +98,7 @@ def back(L, net, g, s):
         czk(g, L.y, n, L.lo, L.hi)
     for a in range(len(gi) - 1, 0, -1):
         j = gi[a]
-        s = net.hold(ins[j], g, s, n, cp[4 * j:4 * j + 4])
+        s = net.H.hold(ins[j], g, s, n, cp[4 * j:4 * j + 4])   # (utrain.q8hold)
     j = gi[0]
     gak(g, g, cp[4 * j], cp[4 * j + 1], cp[4 * j + 2], cp[4 * j + 3], 0)
     return g, s

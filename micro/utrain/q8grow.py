@@ -3,11 +3,11 @@
 # weight that reaches +-127 clamps: the update past it is lost (MobileNetV2's op 62 at
 # 1/2 ended with 54-86 of its window's weights there, the classifier up to 100; ~1 point
 # of the int8/float gap).  After each update (Q8Net.step, apply) the trained window's
-# +-127 weights are counted (q8kern.c7k, viper: 15 ms a step on a Pico over op 62's
+# +-127 weights are counted (c7k, viper: 15 ms a step on a Pico over op 62's
 # window and the classifier; bytes.count took 110); an output channel with more there
 # than it had (a per-channel model's calibrated maximum sits at +-127 from the start:
 # not a clamp) doubles its weight scale (a per-tensor layer: the tensor's): its int8
-# weights and their kept fractions halve (q8kern.hvk: the value they hold, 256 w - e,
+# weights and their kept fractions halve (hvk: the value they hold, 256 w - e,
 # halved and split again), momentum's velocities halve, its requantization shift grows
 # by one (sx s_W / s_y doubles: the same multiplier), its int32 bias is requantized from
 # the float one and its input-gradient rescaling (sw[o] / max(sw)) made again.  Each
@@ -15,14 +15,22 @@
 # state, b'UTGW'); the exponents beside trained.wof in trained.wof.q8w (binary: b'UTGW',
 # then per layer u32 weight tensor, u32 count, a byte each), which load_weights reads
 # and export writes into the model's scales.
+# (c7k and hvk, viper, are here: loaded only with this module, not in q8kern: native code is
+# heap on an RP2040.)
 from utrain.wof import exists, _replace
-from utrain import q8kern as K
+# the viper decorator and, under CPython (or decorators stripped), the pointer casts:
+# q8kern's
+from utrain.q8kern import micropython, VIPER
+if not VIPER:
+    from utrain.q8kern import ptr8
 
 MAXK = 12           # at most 2^12 times a channel's calibrated scale
 _DW = 2     # q8.DW
 
 
 class Grow:
+    TAG = b'UTGW'       # its state in a checkpoint's tail (utrain.q8train: parts, put)
+
     def __init__(self, net, qmul, i32):
         self.net, self.qmul, self.i32 = net, qmul, i32      # (utrain.q8's: no import circle)
         # (a per-tensor layer only when its weights train whole: the frozen rows of a
@@ -45,9 +53,9 @@ class Grow:
         L.gt = self._total(L)
 
     def _total(self, L):
-        # the window's +-127 weights (q8kern.c7k)
+        # the window's +-127 weights (c7k)
         w0, w1 = L.wr()
-        return K.c7k(memoryview(L.w)[w0 - L.wo:] if w0 > L.wo else L.w, w1 - w0, 1)
+        return c7k(memoryview(L.w)[w0 - L.wo:] if w0 > L.wo else L.w, w1 - w0, 1)
 
     def _counts(self, L):
         # self.c = each channel's +-127 weights in the window, at most 255 (a per-tensor
@@ -62,9 +70,9 @@ class Grow:
         mv, wo = memoryview(L.w), L.wo
         for o in _chans(L):
             if blk == 1:            # depthwise: a channel's weights strided by oc
-                t = K.c7k(mv[o:], row, oc)
+                t = c7k(mv[o:], row, oc)
             else:
-                t = K.c7k(mv[o * row - wo:], row, 1)
+                t = c7k(mv[o * row - wo:], row, 1)
             c[o] = t if t < 255 else 255
 
     def check(self):
@@ -114,7 +122,7 @@ class Grow:
                 t = int(round(wm[j] / sw[o]))
                 mw[k * st] = (-127 if t < -127 else 127 if t > 127 else t) & 255
         else:
-            K.hvk(mw, memoryview(f)[i0 - w0:] if f is not None else mw, n, st,
+            hvk(mw, memoryview(f)[i0 - w0:] if f is not None else mw, n, st,
                   1 if f is not None else 0)
         if v is not None:           # momentum's velocities (1/256 weight steps)
             for k in range(n):
@@ -223,3 +231,48 @@ def _chans(L):
     if len(L.ge) == 1:
         return range(1)
     return range(len(L.ge)) if L.k == _DW else range(L.wlo, L.whi)
+
+
+@micropython.viper
+def c7k(w, n: int, st: int) -> int:
+    # how many of the int8 weights w[0], w[st], ... (n of them) are +-127
+    pw = ptr8(w)
+    c = 0
+    i = 0
+    for j in range(n):
+        v = int(pw[i])
+        if v == 127 or v == 129:
+            c += 1
+        i += st
+    return c
+
+
+@micropython.viper
+def hvk(w, e, n: int, st: int, he: int):
+    # the int8 weights w[0], w[st], ... (n of them) halved: the value
+    # each holds, 256 w - e in 1/256 steps (e: its kept fraction, he 1; else 0), halved
+    # and split again into w and e (-128..127, as upek keeps them)
+    pw = ptr8(w)
+    pe = ptr8(e)
+    i = 0
+    for j in range(n):
+        q = (int(pw[i]) ^ 128) - 128
+        f = 0
+        if he:
+            f = (int(pe[i]) ^ 128) - 128
+        t = ((q << 8) - f) >> 1
+        q = (t + 127) >> 8
+        if he:
+            pe[i] = ((q << 8) - t) & 255
+        pw[i] = q & 255
+        i += st
+
+
+if not VIPER:
+    import sys
+    if sys.implementation.name != 'micropython':    # CPython: the loops in numpy
+        try:
+            from utrain.q8np import install
+            install(globals(), ('c7k', 'hvk'))
+        except ImportError:
+            pass

@@ -204,7 +204,7 @@ def upek(w, e, d, p):
 
 
 def c7k(w, n, st):
-    # q8kern.c7k: the +-127 weights among w[0], w[st], ... (n)
+    # q8grow.c7k: the +-127 weights among w[0], w[st], ... (n)
     if n <= 0:
         return 0
     a = np.frombuffer(w, np.uint8, (n - 1) * st + 1)[::st]
@@ -212,7 +212,7 @@ def c7k(w, n, st):
 
 
 def hvk(w, e, n, st, he):
-    # q8kern.hvk: the int8 weights (and their fractions) halved
+    # q8grow.hvk: the int8 weights (and their fractions) halved
     if n <= 0:
         return
     k = (n - 1) * st + 1
@@ -226,11 +226,11 @@ def hvk(w, e, n, st, he):
     wq[::st] = q2.astype(np.int8)
 
 
-def install(g):
-    """Put these kernels in place of module globals g's (q8kern's), keeping the plain
-    Python ones as py_<name>."""
-    for name in ('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck', 'gwk',
-                 'dxk', 'upmk', 'upek', 'c7k', 'hvk'):
+def install(g, names=('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck',
+                       'gwk', 'dxk', 'upmk', 'upek')):
+    """Put these kernels in place of module globals g's (q8kern's; names: another
+    module's, as q8grow's c7k and hvk), keeping the plain Python ones as py_<name>."""
+    for name in names:
         g['py_' + name] = g[name]
         g[name] = globals()[name]
 
@@ -263,6 +263,4 @@ def mzk(g, n, m):
 
 def install_sparse(g):
     """As install, for utrain.q8sparse's kernels."""
-    for name in ('mkk', 'smk', 'dak', 'mzk'):
-        g['py_' + name] = g[name]
-        g[name] = globals()[name]
+    install(g, ('mkk', 'smk', 'dak', 'mzk'))

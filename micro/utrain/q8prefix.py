@@ -18,9 +18,10 @@ SUFFIX = '.q8.pfx'
 PASS = 'in the frozen prefix pass'     # (utrain.once's out-of-memory line says where)
 
 
-def make(files, log=None):
+def make(files, log=None, every=None):
+    # every: utrain.run.gc_every's n while the pass runs (None: as it was)
     try:
-        return _make(files, log)
+        return _make(files, log, every)
     except MemoryError as e:
         if e.args and 'locked' in e.args[0]:    # a Ctrl-C (utrain.run ctrl_c)
             raise
@@ -29,7 +30,7 @@ def make(files, log=None):
     raise MemoryError(PASS)
 
 
-def _make(files, log=None):
+def _make(files, log=None, every=None):
     import json
     from utrain.data import Dataset
     from utrain.wof import openr
@@ -69,6 +70,9 @@ def _make(files, log=None):
             raise ValueError('%s: the int8 prefix takes int8 samples of %d values' % (p, nin))
         if net is None:
             net = Q8Net(meta, files['weights'])
+            if every is not None:   # (loaded as the code was: the samples as training runs)
+                from utrain.run import gc_every
+                gc_every(every)
         src = ds.f
         src.seek(0)
         h = bytearray(src.read(ds.head))

@@ -19,6 +19,8 @@ MAXK = 8            # at most 2^8 times the calibrated range
 
 
 class Ranges:
+    TAG = b'UTRR'       # its state in a checkpoint's tail (utrain.q8train: parts, put)
+
     def __init__(self, net, rr):
         self.net, self.every, self.sh, self.ent = net, rr[0], rr[1], rr[2]
         self.e = bytearray(len(self.ent))           # each range's exponent
@@ -81,7 +83,13 @@ class Ranges:
             i = d << k
             T[d] = E[i] if i < len(E) else 0
 
-    def set(self, want):
+    def parts(self):
+        return [self.e]
+
+    def nstate(self):
+        return len(self.e)
+
+    def put(self, want):
         """The exponents want (a checkpoint's), the biases already at their scales."""
         for j in range(len(self.e)):
             while self.e[j] != want[j]:
@@ -124,7 +132,7 @@ class Ranges:
                 v = json.load(f)
             if len(v) == len(want):
                 want = bytes(v)
-        self.set(want)
+        self.put(want)
         ls = self.net.layers
         for i in range(len(ls)):
             k = self._of(i)

@@ -32,8 +32,6 @@ class Q8Trainer:
                 meta = None
         if type(meta) is not dict or meta.get('format') != 'utrain-q8':
             raise ValueError('%s: not a utrain int8 layer table' % model)
-        self.net = Q8Net(meta, weights)
-        self.weights_path = weights
         c = self.cfg = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
                         'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
                         'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}
@@ -43,6 +41,11 @@ class Q8Trainer:
             raise ValueError('train.json: int8 training takes loss scce or cce, optimizer sgd '
                              '(with or without momentum) or adam, batch 1 or more (prepare '
                              '--dequantize trains the model in float with any)')
+        if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
+            # the batch updates' code (Q8Net.setup loads it) before the net's buffers
+            from utrain import q8batch  # noqa: F401
+        self.net = Q8Net(meta, weights)
+        self.weights_path = weights
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
                        c['momentum'])
         self.epoch = self.pos = self.retries = self.pending = 0
@@ -166,10 +169,8 @@ class Q8Trainer:
                 blocks[L.d['wt']] = self._wblock(L)
             blocks[L.d['bt']] = L.b if rr is None else rr.filed(self.net.layers.index(L), L.b)
         save_wof(path, self.net.meta['ntensors'], blocks)
-        if rr is not None:
-            rr.save(path)
-        if self.net.wg is not None:     # the weight scales they are at (trained.wof.q8w)
-            self.net.wg.save(path)
+        for x in self.net.ext:      # the scales they are at (trained.wof.q8s, .q8w)
+            x.save(path)
 
     def _wblock(self, L):
         # L's weights as a .wof block: a partial layer's (pw) frozen rows copied from the
@@ -224,11 +225,9 @@ class Q8Trainer:
                 m[bt] = L.vb
             if L.wf is not None:            # SGD: the weights' kept fractions (upek)
                 tail.append(L.wf)
-        if net.rr is not None:
-            tail.append(b'UTRR' + bytes(net.rr.e))
-        if net.wg is not None:              # the weight scales' exponents
-            tail.append(b'UTGW')
-            tail += net.wg.parts()
+        for x in net.ext:                   # the ranges' and weight scales' exponents
+            tail.append(x.TAG)
+            tail += x.parts()
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
         self.good = path
 
@@ -256,12 +255,8 @@ class Q8Trainer:
         r = calcsize(RESUME)
         want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0)
                             + (nw[L] if L.wf is not None else 0) for L in ls])
-        rr = net.rr
-        if rr is not None:
-            want += 4 + len(rr.e)
-        wg = net.wg
-        if wg is not None:
-            want += 4 + wg.nstate()
+        for x in net.ext:
+            want += 4 + x.nstate()
         if (len(extra) != want or extra[:6] != pack('<4sH', b'UTRS', 1)
                 or extra[r:r + 4] != b'UTQ8'):
             raise FormatError('%s: not a checkpoint of this int8 run (its trained layers and '
@@ -296,16 +291,11 @@ class Q8Trainer:
             if L.wf is not None:            # (in place: no second buffer of its size)
                 L.wf[:] = extra[o:o + nw[L]]
                 o += nw[L]
-        if rr is not None:          # the ranges the saved biases are at
-            if extra[o:o + 4] != b'UTRR':
+        for x in net.ext:           # the scales the saved weights and biases are at
+            if extra[o:o + 4] != x.TAG:
                 raise FormatError('%s: not a checkpoint of this int8 run' % path)
-            rr.set(extra[o + 4:o + 4 + len(rr.e)])
-            o += 4 + len(rr.e)
-        if wg is not None:          # the scales the saved weights and biases are at
-            if extra[o:o + 4] != b'UTGW':
-                raise FormatError('%s: not a checkpoint of this int8 run' % path)
-            wg.put(extra[o + 4:o + 4 + wg.nstate()])
-            o += 4 + wg.nstate()
+            x.put(extra[o + 4:o + 4 + x.nstate()])
+            o += 4 + x.nstate()
         net.zero()
         net.nstep, self.epoch = step, epoch
         self.pos, self.sums, self.retries, self.lr_scale = pos, (s0, s1), retries, scale

@@ -143,6 +143,16 @@ def main(cfg_path='train.json'):
     # and the JSON parse left (collected first): loaded before it, that space would stay
     # holes between the names the check interned, too small for the arrays to come
     gc.collect()
+    if files.get('prefix'):
+        # an int8 run's frozen prefix, once per sample (utrain.q8prefix), before the
+        # trainer's code loads: the pass needs none of it (loaded first, q8train's code
+        # was 6 KB of the pass's peak: the int8 MobileNetV2's classifier run needed 175
+        # KB on 32-bit unix, now 169), and its code and buffers are garbage after it;
+        # its net loads and the trainer's code loads as train.py's code did (collected
+        # every 2 KB), its samples run as training does (run.gc_every)
+        aux('q8prefix', 'make', files, None, run.get('gc_every', 0))
+        gc.collect()
+        gc_every(-2048)
     STATE['code'] = 1       # (set before: under a MemoryError it could not be)
     raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8):
     if raw:                                 # no float trainer code; it reads a sample's
@@ -157,9 +167,6 @@ def main(cfg_path='train.json'):
     # its own threshold while it loads the model)
     gc_every(run.get('gc_every', 0))
     out = files['out']
-    if files.get('prefix'):     # an int8 run's frozen prefix, once per sample (utrain.q8prefix),
-        aux('q8prefix', 'make', files)  # after the code loaded: the trainer's arrays take its space
-        gc.collect()
     tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
     chosen = None
     tr.cache = run.get('cache', False)      # the frozen-prefix cache (docs/memory.md)
@@ -306,9 +313,10 @@ def gc_every(n):
     # 32-bit ulab trained in 110 KB but not in 111-121 KB; collected every 1/32 of the
     # heap, in any heap from 93 KB up; it costs time, docs/memory.md).  train.json's
     # run.gc_every sets n: prepare writes 32 where activations are large next to the
-    # heap, else 0.  The Trainer sets its own while loading.
+    # heap, else 0.  The Trainer sets its own while loading.  (n < 0: every -n bytes, as
+    # train.py collects while the code loads.)
     try:
-        gc.threshold(((gc.mem_free() + gc.mem_alloc()) // n) if n else -1)
+        gc.threshold(-n if n < 0 else ((gc.mem_free() + gc.mem_alloc()) // n) if n else -1)
     except AttributeError:      # CPython
         pass
 

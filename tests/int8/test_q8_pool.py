@@ -222,9 +222,10 @@ def test_conv_before_pool_trains_as_float_reference(tmp_path, monkeypatch, case)
 
 
 def test_pool_kernels_edge_windows():
-    """pok / pbk on one channel by hand: SAME 3x3 / 2 over 4x4, corner windows of 4
+    """q8pool's pok / pbk on one channel by hand: SAME 3x3 / 2 over 4x4, corner windows of 4
     inputs; TFLite's rounding of negative averages, the max's first argmax."""
     from array import array
+    from utrain import q8pool as K
     x = [1, 5, 5, 0, -3, 2, 0, 0, 7, -9, 4, 4, -7, -8, 1, 2]
     g = array('i', [4, 4, 1, 1, 3, 3, 2, 2, 0, 0, 2, 2, 1, 1])   # SAME pads 0 top: 1 bottom
     xb = bytearray(v & 255 for v in x)

@@ -82,7 +82,7 @@ def test_doubling_a_range_keeps_what_the_net_computes(tmp_path, monkeypatch):
         assert np.abs(_deq(net.layers[0]) - y0).max() <= net.layers[0].d['sy'] + 1e-9
         assert np.abs(_deq(net.layers[-1]) - z0).max() <= 3 * net.sy, (z0, _deq(net.layers[-1]))
     assert list(net.etab[:128]) == [etab[2 * i] if 2 * i < 256 else 0 for i in range(128)]
-    rr.set(bytes(len(rr.e)))
+    rr.put(bytes(len(rr.e)))
     assert keep == [(list(L.shf), L.d.get('sx'), L.d.get('sy')) for L in net.layers
                     if L.shf is not None]
     assert list(net.etab) == etab

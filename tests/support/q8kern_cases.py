@@ -3,7 +3,7 @@
 # output channels, offsets, a depthwise multiplier of 2), one digest line per case and
 # implementation: `CASE <name> <impl> <digest of every output>`.  Runs unchanged under
 # CPython (q8kern as plain Python), unix MicroPython (viper) and on a board with
-# utrain.q8asm (then both the assembler kernels and q8kern.VK's viper ones); also
+# utrain.q8asm (then both the assembler kernels and q8kern.vk()'s viper ones); also
 # q8sparse.dak (its viper reference: q8sparse.VD).
 from array import array
 from utrain import q8kern as K
@@ -14,10 +14,8 @@ IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 IMPLS[0][1]['upmk'] = K.upmk
 IMPLS[0][1]['upek'] = K.upek
 IMPLS[0][1]['dak'] = S.dak
-if getattr(K, 'VK', None) is not None:
-    IMPLS = [('asm', IMPLS[0][1]), ('viper', dict(zip(NAMES, K.VK)))]
-    IMPLS[1][1]['upmk'] = K.VUPM
-    IMPLS[1][1]['upek'] = K.VUPE
+if getattr(K, 'ASM', False):
+    IMPLS = [('asm', IMPLS[0][1]), ('viper', K.vk())]
     IMPLS[1][1]['dak'] = S.VD
 
 

@@ -1,0 +1,69 @@
+# The int8 updates from a batch's sums (utrain.q8): SGD at a batch > 1 (with or without
+# momentum) and Adam on float32 master weights (any batch), applied by Q8Net.apply at a
+# batch's end.  Loaded by Q8Net.setup only for those settings: SGD at batch 1, the
+# common case on a board, updates each layer as its gradient is made (Q8Net.step) and
+# loads none of this (code is heap on a board).
+from math import sqrt
+from utrain import q8kern as K
+
+
+def apply(net, lr, scale, qmul, FS):
+    """Update every trained layer of net from the batch's sums times scale (1/batch for a
+    mean), then zero them (qmul, FS: utrain.q8's, which imports this: no import circle)."""
+    if net.adam:
+        net.nstep += 1
+        b1, b2, t = net.b1, net.b2, net.nstep
+        lr = lr * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
+    for L in net.layers:
+        if L.ga is None:
+            continue
+        sw, sx = L.d['sw'], L.d['sx']
+        nw = len(sw)
+        w0, w1 = L.wr()
+        n = w1 - w0
+        ga, ba, bf, b = L.ga, L.ba, L.bf, L.b
+        if net.adam:
+            _adam(net, L, lr, scale, FS)
+        else:
+            if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
+                L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
+                K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
+                net._upd(L, w0, ga, n)
+            vb, mu = L.vb, net.mom
+            for o in range(L.blo, L.bhi):
+                if vb is None:
+                    bf[o] -= lr * scale * ba[o]
+                else:
+                    vb[o] = mu * vb[o] + lr * scale * ba[o]
+                    bf[o] -= vb[o]
+        for o in range(L.blo, L.bhi):
+            q = int(round(bf[o] / (sx * sw[o % nw])))
+            b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+    net.zero()
+
+
+def _adam(net, L, lr, scale, FS):
+    # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
+    # weights are the masters requantized
+    b1, b2, eps = net.b1, net.b2, net.eps
+    sw = L.d['sw']
+    nw = len(sw)
+    oc, row, blk = L.geo()
+    ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
+    w0, w1 = L.wr()
+    wo = L.wo
+    for j in range(w1 - w0):
+        i = w0 + j
+        s = sw[(i // blk) % oc % nw]
+        g = ga[j] * s * scale / FS              # dL/dW
+        m = am[j] = b1 * am[j] + (1.0 - b1) * g
+        v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
+        x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
+        q = int(round(x / s))
+        w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
+    ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
+    for o in range(L.blo, L.bhi):
+        g = ba[o] * scale
+        m = bm[o] = b1 * bm[o] + (1.0 - b1) * g
+        v = bv[o] = b2 * bv[o] + (1.0 - b2) * g * g
+        bf[o] -= lr * m / (sqrt(v) + eps)

@@ -1,0 +1,75 @@
+"""Int8 device code a model does not need is not loaded (code is heap on a board): the
+modules utrain.q8 loads on use (a graph's held gradients q8hold, the batch updates
+q8batch, pools q8pool, growing scales q8grow, ...) are those the planner prices for the
+model (host_tools/plan/memory.py q8_modules), read from what unix MicroPython has
+loaded after a training step of models built here: a chain trained at SGD batch 1
+loads none of q8hold and q8batch."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.plan.memory import q8_modules  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from kerasgraphs import build_int8_branches  # noqa: E402
+from test_q8_pool import build as build_pool  # noqa: E402
+
+MP = runner.find_micropython()
+# what utrain.q8 loads only on use (q8asm: staged for ARM boards alone)
+ON_USE = {'q8hold', 'q8batch', 'q8pool', 'q8grow', 'q8sparse', 'q8cat', 'q8lut', 'q8bin', 'q8slc', 'q8range',
+          'q8bands', 'bands'}
+
+STEP = """
+import sys, json
+sys.path.insert(0, {lib!r})
+from utrain.q8 import Q8Net
+net = Q8Net(json.load(open({d!r} + '/q8.json')), {d!r} + '/weights.wof')
+net.setup({opt!r}, {batch})
+x = bytearray({nin})
+sgd1 = {opt!r} == 'sgd' and {batch} == 1
+for i in range({batch}):
+    if sgd1:
+        net.step(x, i % 3, 0.01)
+    else:
+        net.accum(x, i % 3)
+if not sgd1:
+    net.apply(0.01, 1.0 / {batch})
+print('LOADED', ' '.join(sorted(k[7:] for k in sys.modules if k.startswith('utrain.'))))
+"""
+
+
+def _model(tmp_path, kind):
+    if kind == 'branches':      # Add() of 3 branches of one input, 2 heads concatenated
+        path = build_int8_branches(tmp_path / 'b.tflite')[0]
+    else:                       # conv -> max pool -> conv -> FC: a chain
+        path = build_pool(str(tmp_path / 'p.tflite'), 'MAX_POOL_2D')
+    d = str(tmp_path / kind)
+    quant.write(quant.rewritten(read_model(path)), d, 'all')
+    with open(os.path.join(d, 'q8.json')) as f:
+        return d, json.load(f)
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+@pytest.mark.parametrize('kind,opt,batch', [('pool', 'sgd', 1), ('pool', 'adam', 2),
+                                            ('branches', 'sgd', 1)])
+def test_int8_code_loaded_is_what_the_plan_counts(tmp_path, kind, opt, batch):
+    d, table = _model(tmp_path, kind)
+    runner.stage(str(tmp_path / 'st'))
+    code = STEP.format(lib=str(tmp_path / 'st' / 'lib'), d=d, opt=opt, batch=batch,
+                       nin=table['nin'])
+    out = subprocess.run([MP, '-c', code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + out.stdout
+    loaded = set(out.stdout.split('LOADED')[1].split())
+    mods, natives = q8_modules(table, settings={'optimizer': opt, 'batch': batch})
+    assert loaded & ON_USE == (mods | set(natives)) & ON_USE
+    assert ('q8hold' in loaded) == (kind == 'branches')      # a chain walks layer to layer
+    assert ('q8batch' in loaded) == (opt != 'sgd' or batch > 1)
+    assert ('q8pool' in loaded) == (kind == 'pool')
