@@ -390,7 +390,9 @@ def _args_settings(q):
     """prepare's training settings: loss, optimizer and its recipe, batch, epochs, metric,
     shuffle."""
     q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
-                   help='cce and scce without --from-logits expect probabilities (a model ending '
+                   help='default: the model\'s training metadata, else scce when --data holds one '
+                        'class number per sample for a model with several outputs, else mse. '
+                        'cce and scce without --from-logits expect probabilities (a model ending '
                         'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
                         '(e.g. PyTorch through tico) prepare says so and trains from logits')
     q.add_argument('--reduction', choices=['mean', 'sum'], help='of the loss over a sample\'s '
