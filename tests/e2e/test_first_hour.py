@@ -75,10 +75,11 @@ def int8_cnn(path, H=12, W=12, C=2, F=6, classes=NCLS):
     return path
 
 
-def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS, square=False):
+def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS, divide=False):
     """A Keras Conv1D as the converter writes it: [1, T, C] -> RESHAPE [1, 1, T, C] ->
-    CONV_2D 1x3 (RELU) -> RESHAPE [1, T, F] -> MEAN over time -> FC; square: the map
-    times itself (an int8 MUL of two activations) before the MEAN."""
+    CONV_2D 1x3 (RELU) -> RESHAPE [1, T, F] -> MEAN over time -> FC; divide: the map
+    divided by a per-channel constant (an int8 DIV, which int8 training does not take;
+    the float path trains the divisor) before the MEAN."""
     m = _Int8()
     b = m.b
     x = b.tensor('x', [1, T, C], dtype='int8', quant=_q(0.02, 3))
@@ -91,9 +92,11 @@ def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS, square=False):
     c3 = b.tensor('c3', [1, T, F], dtype='int8', quant=_q(0.03, -128))
     b.op('RESHAPE', [c, b.tensor('s2', [3], data=np.array([1, T, F], np.int32))], [c3],
          new_shape=[1, T, F])
-    if square:
-        sq = b.tensor('sq', [1, T, F], dtype='int8', quant=_q(0.1, -128))
-        b.op('MUL', [c3, c3], [sq])
+    if divide:
+        sq = b.tensor('sq', [1, T, F], dtype='int8', quant=_q(0.02, -128))
+        dv = b.tensor('dv', [F], dtype='int8', quant=_q(0.1, 0),
+                      data=np.linspace(10, 30, F).astype(np.int8))
+        b.op('DIV', [c3, dv], [sq])
         c3 = sq
     b.inputs(x)
     b.outputs(m.mean_fc(c3, 0.03, [1], F, classes))
@@ -393,7 +396,7 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
 
 # ------------------------------------------------------------------ 5: int8 refusals, inspect
 def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
-    """An int8 Conv1D whose map is squared (an int8 MUL of two activations, which int8
+    """An int8 Conv1D whose map is divided by a constant (an int8 DIV, which int8
     training does not take) is refused naming its file once and --dequantize, which
     trains it; inspect says the same, and of an int8 model that trains as int8 that it
     does, with its int8 parameters counted.  The plain Conv1D (MEAN over time) trains
@@ -405,14 +408,14 @@ def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
     s = prepare(int8_conv1d(str(tmp_path / 'plain.tflite')), str(tmp_path / 'p'), data=data,
                 loss='scce', log=lambda *a: None)
     assert os.path.exists(tmp_path / 'p' / 'q8.json')
-    model = int8_conv1d(str(tmp_path / 'c1.tflite'), square=True)
+    model = int8_conv1d(str(tmp_path / 'c1.tflite'), divide=True)
     with pytest.raises(PrepareError) as e:
         prepare(model, str(tmp_path / 'q'), data=data, loss='scce', log=lambda *a: None)
     msg = str(e.value)
-    assert msg.count(model) == 1 and 'MUL' in msg and '--dequantize' in msg, msg
+    assert msg.count(model) == 1 and 'DIV' in msg and '--dequantize' in msg, msg
     s = prepare(model, str(tmp_path / 'f'), data=data, loss='scce', dequantize=True,
                 log=lambda *a: None)
-    assert s['trainable_params'] == 6 * 3 * 3 + 6 + 3 * 6 + 3
+    assert s['trainable_params'] == 6 * 3 * 3 + 6 + 3 * 6 + 3 + 6     # (+ the divisor)
     for path, says in ((model, 'does not train it as int8'),
                        (int8_cnn(str(tmp_path / 'cnn.tflite')), 'trains it as int8')):
         out = io.StringIO()
