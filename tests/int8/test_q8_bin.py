@@ -22,7 +22,7 @@ from host_tools.formats.circle_io import read_model  # noqa: E402
 from kerasgraphs import build_int8_binary  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import spy_updates  # noqa: E402
-from test_q8_cat import MP, _fd_grad, _viper_matches  # noqa: E402
+from test_q8_cat import MP, _step_against_fd, _viper_matches  # noqa: E402
 
 H, W, I = 4, 4, 2
 
@@ -75,11 +75,8 @@ def test_conv_update_through_the_ops_matches_finite_differences(tmp_path, monkey
     for i in range(5):
         net = Q8Net(m, str(tmp_path / 'weights.wof'))
         xq, label = _x(i), i % 3
-        got.clear()
-        net.step(bytearray(xq.tobytes()), label, lr)
-        conv = got[-1] / 256.0 * np.repeat(swc, 9 * I)      # (applied last: the lowest layer)
-        ref = lr * _fd_grad(fwd, xq.astype(np.float64) * sx, wf, label, 1e-4)
-        c = float(conv @ ref / (np.linalg.norm(conv) * np.linalg.norm(ref) + 1e-30))
+        conv, ref, c = _step_against_fd(net, got, xq, label, lr, np.repeat(swc, 9 * I), fwd,
+                                        xq.astype(np.float64) * sx, wf, 1e-4)
         cos.append(c)
         assert 0.6 < np.linalg.norm(conv) / np.linalg.norm(ref) < 1.6, i
     assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
@@ -182,11 +179,9 @@ def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
     cos = []
     for i, xq in enumerate(xs):
         net = Q8Net(m, str(tmp_path / 'weights.wof'))
-        spy.clear()
-        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
-        upd = spy[-1] / 256.0 * s1
-        ref = 0.01 * _fd_grad(fwd, xq.astype(np.float64) * sx, w0, i % 3, 1e-5)
-        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+        upd, ref, c = _step_against_fd(net, spy, xq, i % 3, 0.01, s1, fwd,
+                                       xq.astype(np.float64) * sx, w0, 1e-5)
+        cos.append(c)
         assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, i
     assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
 

@@ -117,21 +117,15 @@ def test_conv_update_through_cat_pad_pools_matches_finite_differences(tmp_path, 
     path, fwd, sw, m, net = _net(tmp_path, differ)
     lr = 0.01
     cos = []
+    w0 = next(t for t in read_model(path).tensors if t.name == 'w')
+    wf = w0.data.astype(np.float64) * sw[:, None, None, None]
     for i in range(4):
         xq, label = _x(i), i % 3
-        got.clear()
         # (the scales the update is in: a channel's doubles where its weights reach
         # +-127, utrain.q8grow)
         swn = np.array([L for L in net.layers if L.train][0].d['sw'], np.float64)
-        net.step(bytearray(xq.tobytes()), label, lr)
-        conv = got[-1] / 256.0 * swn.repeat(9)    # (applied last: the lowest layer)
-        g = read_model(path)
-        w0 = next(t for t in g.tensors if t.name == 'w')
-        wf = w0.data.astype(np.float64) * sw[:, None, None, None]
-        xf = xq.astype(np.float64) * 0.05
-
-        ref = lr * _fd_grad(fwd, xf, wf, label, 1e-4)   # (the spied update is what w loses)
-        c = float(conv @ ref / (np.linalg.norm(conv) * np.linalg.norm(ref) + 1e-30))
+        conv, ref, c = _step_against_fd(net, got, xq, label, lr, swn.repeat(9), fwd,
+                                        xq.astype(np.float64) * 0.05, wf, 1e-4)
         cos.append(c)
         assert 0.6 < np.linalg.norm(conv) / np.linalg.norm(ref) < 1.6
     assert min(cos) > 0.85 and np.mean(cos) > 0.95, cos      # (int8 rounding, ties)
@@ -151,6 +145,19 @@ def _fd_grad(fwd, xf, w, label, eps):
         e[k] = eps
         num[k] = (loss(w + e) - loss(w - e)) / (2 * eps)
     return num.reshape(-1)
+
+
+def _step_against_fd(net, got, xq, label, lr, scale, fwd, xf, wf, eps):
+    """One SGD step of net on int8 sample xq (got: spy_updates' list): the lowest trained
+    layer's update in float (the spied int8 update, in 1/256 steps, times its weight
+    scale: what w loses, applied last) and its float reference, lr times the finite
+    differences (_fd_grad) of fwd at xf, wf; with their cosine."""
+    got.clear()
+    net.step(bytearray(xq.tobytes()), label, lr)
+    upd = got[-1] / 256.0 * scale
+    ref = lr * _fd_grad(fwd, xf, wf, label, eps)
+    return upd, ref, float(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+
 
 MP = runner.find_micropython()
 
@@ -266,13 +273,8 @@ def test_dense_on_a_sequence_and_its_average(tmp_path, monkeypatch):
     w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
     for i, xq in enumerate(xs):
         net = Q8Net(m, str(tmp_path / 'weights.wof'))
-        got.clear()
-        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
-        upd = got[-1] / 256.0 * s1
-        xf = xq.astype(np.float64) * 0.05
-
-        ref = 0.01 * _fd_grad(fwd, xf, w0, i % 3, 1e-4)
-        cos = upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref))
+        upd, ref, cos = _step_against_fd(net, got, xq, i % 3, 0.01, s1, fwd,
+                                         xq.astype(np.float64) * 0.05, w0, 1e-4)
         assert cos > 0.9 and 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, cos
 
 
@@ -331,15 +333,11 @@ def test_elementwise_op_forward_and_gradient(tmp_path, monkeypatch, name):
     cos = []
     for i, xq in enumerate(xs[:6]):
         net = Q8Net(m, str(tmp_path / 'weights.wof'))
-        got.clear()
-        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
-        upd = got[-1] / 256.0 * s1
-        xf = xq.astype(np.float64) * 0.05
-
-        ref = 0.01 * _fd_grad(fwd, xf, w0, i % 3, 1e-5)
+        upd, ref, c = _step_against_fd(net, got, xq, i % 3, 0.01, s1, fwd,
+                                       xq.astype(np.float64) * 0.05, w0, 1e-5)
         if np.linalg.norm(ref) < 1e-9:
             continue
-        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+        cos.append(c)
     assert len(cos) >= 4 and min(cos) > 0.9 and np.mean(cos) > 0.97, cos
 
 
@@ -431,15 +429,11 @@ def test_nested_residual_adds_and_branches_pass_their_gradient(tmp_path, monkeyp
     cos = []
     for i, xq in enumerate(xs):
         net = Q8Net(m, str(tmp_path / 'weights.wof'))
-        got.clear()
-        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
-        upd = got[-1] / 256.0 * s1          # (the first branch: the lowest layer)
-        xf = xq.astype(np.float64) * 0.05
-
-        ref = 0.01 * _fd_grad(fwd, xf, w0, i % 3, 1e-5)
+        upd, ref, c = _step_against_fd(net, got, xq, i % 3, 0.01, s1, fwd,   # (the first
+                                       xq.astype(np.float64) * 0.05, w0, 1e-5)  # branch)
         if np.linalg.norm(ref) < 1e-9:
             continue
-        cos.append(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref) + 1e-30))
+        cos.append(c)
         assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6
     assert len(cos) >= 4 and min(cos) > 0.97, cos
     if MP is not None:
