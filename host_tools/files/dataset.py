@@ -123,6 +123,22 @@ def load_images(path, size=None, gray=True):
     return np.stack(xs), np.array(ys), classes
 
 
+def labels(path, label='last'):
+    """The targets of a data source as load gives them, reading no more than they need:
+    an image folder's are its class numbers (one of each here: the sub-folders, sorted,
+    as load_images numbers them; no image is decoded), an .npz's its y alone."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return np.arange(len([d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))]))
+    if path.lower().endswith('.npz') and os.path.exists(path):
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return z['y']
+        except (OSError, ValueError, KeyError):
+            pass                # (load says what is wrong)
+    return load(path, label)[1]
+
+
 def load(path, label='last', size=None):
     """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
     sub-folders of images (pixels scaled to [0, 1])."""

@@ -108,7 +108,7 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         return s
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
     try:
-        y = np.asarray(ds.load(data)[1])
+        y = np.asarray(ds.labels(data))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass, which says what is wrong)
     if n_out < 2 or not (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)) or not len(y) \

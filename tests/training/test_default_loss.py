@@ -76,3 +76,18 @@ def test_an_int8_model_trains_as_int8_without_a_loss_given(tmp_path):
     s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape))
     assert 'q8.json' in text, text
     assert any(m.startswith('loss: scce') for m in said), said
+
+
+def test_an_image_folder_is_class_numbers(tmp_path):
+    """A folder of class sub-folders of images (dataset.load_images: sorted names are the
+    classes 0, 1, ...): its targets are class numbers, read from the folder names."""
+    from PIL import Image
+    rng = np.random.default_rng(4)
+    for c in ('cat', 'dog', 'owl'):
+        (tmp_path / 'img' / c).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(rng.integers(0, 256, (8, 8)).astype(np.uint8)).save(
+                tmp_path / 'img' / c / f'{i}.png')
+    s, text, said = _run(tmp_path, MLP, str(tmp_path / 'img'))
+    assert '"loss": "scce"' in text and s['train_samples'] == 9
+    assert any(m.startswith('loss: scce') for m in said), said
