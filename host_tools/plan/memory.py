@@ -146,8 +146,8 @@ WORD_FIGURES = {
     # share in it; 12 KB left the digits MLP on 32-bit ulab no margin)
     4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=17 * 1024,
             native=4 * 1024, frozen_code=0.26, base_frozen=13 * 1024,
-            # ulab's arrays (load_holes): the interpreter's own share, and the load's holes
-            base_ulab=14 * 1024, holes={'ulab': 10 * 1024}),
+            # ulab's arrays: the interpreter's own share, and the load's holes (load_holes)
+            arrays={'ulab': dict(base=14 * 1024, holes=10 * 1024)}),
 }
 # A board with a littlefs file system (rp2, esp32: boards.json "fs") holds its caches
 # and each open file's buffers in the heap; the unix port's files are the OS's
@@ -299,11 +299,12 @@ class _Run:
         from ..graph.passes import device_shapes
         from ..files.flatmodel import tensor_kinds
         self.g, self.plan, self.s, self.t = g, plan, settings, t
-        self.f = WORD_FIGURES[t['word']]
+        self.arrays, _, self.frozen = backend.partition('-')
+        f = WORD_FIGURES[t['word']]         # (with the array kind's own figures)
+        self.f = dict(f, **f.get('arrays', {}).get(self.arrays, {}))
         self.shapes = device_shapes(g)
         self.size = [r * c for r, c in self.shapes]
         self.kinds = tensor_kinds(g, plan)
-        self.arrays, _, self.frozen = backend.partition('-')
         self.start = settings.get('prefix', 0)
         self.prefix_code = 0        # (code_parts: what utrain.prefix.drop frees)
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
@@ -435,8 +436,7 @@ def code_parts(r) -> dict:
         native = native if r.arrays == 'fallback' else 0
         if t['native'] == 'heap' and t['arch'] in runner.ASM['npasm.py']:
             native += native_mpy_size(t['arch'], 'npasm')       # xnp's Thumb kernels (RP2040)
-        base = f.get('base_' + r.arrays, f['base'])
-        parts = {'code': int(f['code'] * mpy + native + late), 'interpreter': base}
+        parts = {'code': int(f['code'] * mpy + native + late), 'interpreter': f['base']}
     if t['fs'] == 'littlefs':
         parts['interpreter'] += LITTLEFS
     return parts
@@ -726,8 +726,8 @@ def load_holes(r, parts):
     """The model's load: its weight and state arrays are made after the code, in a heap
     the code's loading left holes in (train.py collects every 2 KB while it loads), and
     training's arrays come later into what is left; the heap beyond the data held all
-    run is at least the holes a large array cannot use (WORD_FIGURES 'holes', per array
-    kind): a part for the difference when the per-sample part (saved activations,
+    run is at least the holes a large array cannot use ('holes' of WORD_FIGURES'
+    figures per array kind): a part for the difference when the per-sample part (saved activations,
     working set, their allowance, a prefix phase's excess) is smaller.  Measured on
     32-bit ulab (issue 28's sweep, session 6: 21 models x 5-6 settings): the data held at
     the first step was 11-17 KB under the plan's (the interpreter's base had stood in
@@ -737,7 +737,7 @@ def load_holes(r, parts):
     1.05-1.28 (17 cells over 1.2) -> 1.02-1.24 (2 over: hswish streamed, mixcnn ranked),
     leaving out ResNet-8's streamed and ranked cells (1.36-1.75: their working set).
     Not for code frozen into the firmware (no loading holes)."""
-    floor = r.f.get('holes', {}).get(r.arrays, 0)
+    floor = r.f.get('holes', 0)
     per = sum(v for k, v in parts.items() if k.startswith(('saved', 'working set', 'fragmentation',
                                                             'prefix phase')))
     if floor > per and not r.frozen:
