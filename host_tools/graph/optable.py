@@ -560,7 +560,7 @@ SPECS.update({s.name: s for s in [
 
 
 # ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py: row or column ranges),
-# RSQRT/SQRT/GELU (op_math.py).
+# RSQRT/SQRT/EXP/LOG/GELU (op_math.py).
 
 def _split_options(op, g):
     """[cols, outer, inner, b0 .. bn] (micro/utrain/op_split.py): the split axis' part
@@ -601,6 +601,8 @@ SPECS.update({s.name: s for s in [
            held=1),
     OpSpec('RSQRT', {}, _none, _out),
     OpSpec('SQRT', {}, _none, _out),
+    OpSpec('EXP', {}, _none, _out),
+    OpSpec('LOG', {}, _none, _in),
     # GELU's exact form (erf's quintic, utrain/op_math.py) chains ~20 elementwise steps,
     # none freed before a collection: a LayerNorm block with it needed 4 output-sized
     # arrays more than with the tanh form (64-bit unix, fallback: 122 against 117 KB at
