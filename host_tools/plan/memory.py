@@ -665,7 +665,7 @@ def op_need(r, spec, op, cur, hole):
     ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
     n_in = A(max([size[k] for k in ins] or [0])) if fi else 0
     need = cur + (1 + fo) * A(size[o]) + fi * n_in + sum(A(size[k]) for k in op.outputs[1:]) \
-        + spec.taps * A(0) + pc + fresh_run(A(size[o]), hole)
+        + spec.taps * A(0) + pc + fresh_run([A(size[o])] * (1 + fo) + [n_in] * fi + [pc], hole)
     r.largest = max(r.largest, A(size[o]), pc, n_in)
     return need, max(pc, n_in, A(size[o]) if fo else 0)
 
@@ -685,14 +685,15 @@ def forward_frees(r, op, live, cut) -> list:
     return out
 
 
-def fresh_run(n, hole) -> int:
-    """Heap an array of n bytes needs beyond the live data when it is longer than every
-    array freed so far in the pass (hole): none of their holes takes it, and the live
-    arrays between them cut the free heap, so it needs a run of its own beside them:
-    the part of it longer than the holes (none before the pass frees anything: the free
-    heap is one run then).  (A CONCATENATION of two 21 KB maps into a 43 KB
-    one after 18 KB ones, 32-bit ulab: it failed with 83 KB free and no 43 KB run.)"""
-    return max(0, n - hole) if hole else 0
+def fresh_run(arrays, hole) -> int:
+    """Heap the arrays an op makes (bytes each: its outputs and temporaries) need beyond
+    the live data where they are longer than every array freed so far in the pass (hole):
+    none of those holes takes them, and the live arrays between the holes cut the free
+    heap, so each needs a run of its own beside them: the part of it longer than the
+    holes (none before the pass frees anything: the free heap is one run then).  (A
+    CONCATENATION of two 21 KB maps into a 43 KB one after 18 KB ones, 32-bit ulab:
+    it failed with 83 KB free and no 43 KB run.)"""
+    return sum(max(0, n - hole) for n in arrays) if hole else 0
 
 
 def backward_peak(r) -> int:
