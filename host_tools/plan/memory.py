@@ -691,8 +691,8 @@ def fresh_run(arrays, hole) -> int:
     none of those holes takes them, and the live arrays between the holes cut the free
     heap, so each needs a run of its own beside them: the part of it longer than the
     holes (none before the pass frees anything: the free heap is one run then).  (A
-    CONCATENATION of two 21 KB maps into a 43 KB one after 18 KB ones, 32-bit ulab:
-    it failed with 83 KB free and no 43 KB run.)"""
+    CONCATENATION of two 21 KB maps into a 42 KB one after 18 KB ones, 32-bit ulab:
+    it failed with 81 KB free and no 42 KB run.)"""
     return sum(max(0, n - hole) for n in arrays) if hole else 0
 
 
