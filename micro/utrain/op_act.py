@@ -93,7 +93,11 @@ def forward(rt, op):
         rt.t[outs[0]] = np.where(x > 0.0, x, np.exp(np.minimum(x, 0.0)) - 1.0)
     else:
         c = _OPS[code]
-        rt.t[outs[0]] = act(x * 1.0 if c == _TANH else x, c)  # tanh works in place
+        # act works in place on tanh and on a large clipping input: on a copy unless
+        # the input dies here (another reader, a saved activation, kept its values)
+        if c == _TANH or x.size > _WHOLE and _RELU <= c <= _RELU6 and ins[0] not in rt.dead:
+            x = x * 1.0
+        rt.t[outs[0]] = act(x, c)
 
 
 def backward(rt, op, dy, flags):
