@@ -60,7 +60,7 @@ REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT)},
-         'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V')}}
+         'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
 BINARY = ('ADD', 'SUB', 'MUL')      # BIN's 'bo': the op's position
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
@@ -292,7 +292,8 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
                              'SUB, MUL, MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, SLICE, '
-                             'STRIDED_SLICE, SPLIT, SPLIT_V, RESHAPE, SQUEEZE, EXPAND_DIMS, '
+                             'STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, RESHAPE, SQUEEZE, '
+                             'EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + ')')
         if k == SLC:
             out += _slice_layers(g, op, src)
@@ -450,10 +451,12 @@ def _bin_layer(g, op, d, src):
 
 
 def _slice_layers(g, op, src) -> list:
-    """layers(): a SLICE, STRIDED_SLICE (any strides, masks) or SPLIT / SPLIT_V of an int8
-    tensor as utrain.q8slc runs it, one layer per output: the strided copy out of the
-    input ('cp': rows, row length, input stride, offset: _copy_rows, as a CONCATENATION
-    places an input) and the input's size ('gn': its gradient's)."""
+    """layers(): a SLICE, STRIDED_SLICE (any strides, masks), SPLIT / SPLIT_V or TRANSPOSE
+    of an int8 tensor as utrain.q8slc runs it, one layer per output: the strided copy out
+    of the input ('cp': rows, row length, input stride, offset: _copy_rows, as a
+    CONCATENATION places an input), else a gather over the output as 4 dims ('gx':
+    _gather: a transpose, a slice of several axes), and the input's size ('gn': its
+    gradient's)."""
     from ..graph.rewrite import _strided_slice
     xk = op.inputs[1] if op.name == 'SPLIT' else op.inputs[0]
     x = g.tensors[xk]
@@ -463,10 +466,15 @@ def _slice_layers(g, op, src) -> list:
     bad = f'{g.path}: {op.name} op {op.number}'
     consts = op.inputs[:1] if op.name == 'SPLIT' else op.inputs[1:]
     if any(k < 0 or g.tensors[k].data is None for k in consts):
-        raise ValueError(f'{bad} takes its begin, size or axis at run time; int8 training '
-                         'needs them constant')
+        raise ValueError(f'{bad} takes its begin, size, axis or permutation at run time; int8 '
+                         'training needs them constant')
     parts = []
-    if op.name == 'SLICE':
+    if op.name == 'TRANSPOSE':
+        p = [int(v) % len(xs) for v in c(op.inputs[1])]
+        if sorted(p) != list(range(len(xs))):
+            raise ValueError(f'{bad}: {p} is not a permutation of its input\'s {len(xs)} axes')
+        parts.append(np.transpose(idx, p))
+    elif op.name == 'SLICE':
         b, n = c(op.inputs[1]), c(op.inputs[2])
         parts.append(idx[tuple(slice(v, xs[a] if m == -1 else v + m)
                                for a, (v, m) in enumerate(zip(b, n)))])
@@ -491,19 +499,47 @@ def _slice_layers(g, op, src) -> list:
     for k, ix in zip(op.outputs, parts):
         y = g.tensors[k]
         (sy,), (zy,) = _q(y)
-        cp = _copy_rows(np.asarray(ix).reshape(-1)) if np.size(ix) == int(np.prod(y.shape)) else None
-        if cp is None or zy != zx:
-            raise ValueError(f'{bad}: output {y.name!r} is not one strided copy of its input at '
-                             'its zero point (int8 training copies rows of one stride: a slice of '
-                             'one axis, or of the last axes whole); prepare --dequantize trains '
+        ix = np.asarray(ix)
+        ok = ix.size == int(np.prod(y.shape))
+        cp = _copy_rows(ix.reshape(-1)) if ok else None
+        gx = _gather(ix) if ok and cp is None else None
+        if (cp is None and gx is None) or zy != zx:
+            raise ValueError(f'{bad}: output {y.name!r} is not a strided copy of its input at '
+                             'its zero point (int8 training copies along at most 4 axes, after '
+                             'merging those that stay contiguous); prepare --dequantize trains '
                              'it in float')
         d = {'k': SLC, 'op': op.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128,
-             'hi': 127, 'nout': int(np.prod(y.shape)), 'in': [src(xk)], 'out': k, 'cp': cp,
+             'hi': 127, 'nout': int(np.prod(y.shape)), 'in': [src(xk)], 'out': k,
              'gn': int(np.prod(xs))}
+        d.update({'cp': cp} if cp else {'gx': gx})
         if not math.isclose(sx, sy, rel_tol=1e-6):
             d['sr'] = sy / sx
         out.append(d)
     return out
+
+
+def _gather(ix):
+    """[D0, D1, D2, D3, S0, S1, S2, S3, offset]: the output whose elements are input
+    positions ix (an array in the output's order, any shape) as a gather over 4 dims with
+    the input's stride along each (axes of size 1 dropped, neighbours that stay
+    contiguous merged), or None (more than 4 axes left, or not strided)."""
+    D, S = [], []
+    for a, n in enumerate(ix.shape):
+        if n == 1:
+            continue
+        st = int(np.take(ix, 1, axis=a).flat[0] - ix.flat[0])
+        if D and S[-1] == st * n:
+            D[-1] *= n
+            S[-1] = st
+        else:
+            D.append(int(n))
+            S.append(st)
+    if len(D) > 4:
+        return None
+    D, S = [1] * (4 - len(D)) + D, [0] * (4 - len(S)) + S
+    off = int(ix.flat[0])
+    at = off + sum(c * s for c, s in zip(np.indices(D), S))
+    return D + S + [off] if np.array_equal(at.reshape(-1), ix.reshape(-1)) else None
 
 
 def _cat_layer(g, op, d, y, src):

@@ -126,16 +126,34 @@ def test_viper_steps_as_the_host(tmp_path):
     _viper_matches(tmp_path, tmp_path, [_x(i) for i in range(3)])
 
 
-def test_a_slice_of_three_axes_is_refused_naming_the_file_and_op(tmp_path):
+def _tflm_matches(path, m, d, xs):
+    """utrain.q8's forward of q8.json m (folder d) is TFLite Micro's on the int8 inputs xs."""
+    from tflite_micro.python.tflite_micro import runtime
+    net = Q8Net(m, str(d / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    outs = set()
+    for xq in xs:
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(it.get_input_details(0)['shape']), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel())
+        outs.add(tuple(got))
+    assert len(outs) == len(xs)
+
+
+def test_a_slice_of_three_axes_gathers_and_five_is_refused(tmp_path):
+    """A SLICE of three axes of [1, 4, 4, 2] is no one strided copy: a gather over the
+    output's axes (SLC 'gx'), bit-exact with TFLite Micro; a TRANSPOSE that leaves 5 axes
+    apart is refused naming the file and op and what to do."""
     from host_tools.formats.circle_build import CircleBuilder
     b = CircleBuilder(identifier=b'TFL3')
     q = {'scale': [0.05], 'zero_point': [0]}
     x = b.tensor('x', [1, 4, 4, 2], dtype='int8', quant=q)
     s = b.tensor('s', [1, 2, 2, 1], dtype='int8', quant=q)
-    b.op('SLICE', [x, b.tensor('b', [4], data=np.array([0, 1, 1, 0], np.int32)),
+    b.op('SLICE', [x, b.tensor('b', [4], data=np.array([0, 1, 1, 1], np.int32)),
                    b.tensor('n', [4], data=np.array([1, 2, 2, 1], np.int32))], [s])
     y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.1], 'zero_point': [0]})
-    w = np.ones((3, 4), np.int8)
+    w = np.arange(-6, 6, dtype=np.int8).reshape(3, 4) * 9
     r = b.tensor('r', [1, 4], dtype='int8', quant=q)
     b.op('RESHAPE', [s, b.tensor('sh', [2], data=np.array([1, 4], np.int32))], [r])
     b.op('FULLY_CONNECTED', [r, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
@@ -143,9 +161,63 @@ def test_a_slice_of_three_axes_is_refused_naming_the_file_and_op(tmp_path):
     b.inputs(x)
     b.outputs(y)
     p = b.save(str(tmp_path / 'two.tflite'))
-    with pytest.raises(ValueError, match=r'two\.tflite: SLICE op 0: output .* not one strided copy.*'
-                                         r'--dequantize'):
+    quant.write(quant.rewritten(read_model(p)), str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert m['layers'][0]['gx'] == [1, 1, 2, 2, 0, 0, 8, 2, 11]
+    r = np.random.default_rng(4)
+    _tflm_matches(p, m, tmp_path, [r.integers(-128, 128, (4, 4, 2)).astype(np.int8) for _ in range(4)])
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [2, 2, 2, 2, 2], dtype='int8', quant=q)
+    t = b.tensor('t', [2, 2, 2, 2, 2], dtype='int8', quant=q)
+    b.op('TRANSPOSE', [x, b.tensor('p', [5], data=np.array([4, 3, 2, 1, 0], np.int32))], [t])
+    b.inputs(x)
+    b.outputs(t)
+    p = b.save(str(tmp_path / 'five.tflite'))
+    with pytest.raises(ValueError, match=r'five\.tflite: TRANSPOSE op 0: output .* at most 4 '
+                                         r'axes.*--dequantize'):
         quant.layers(quant.rewritten(read_model(p)), 'all')
+
+
+def _transposed(tmp_path):
+    from kerasgraphs import build_int8_transpose
+    path, fwd, s1, sx = build_int8_transpose(tmp_path / 't.tflite')
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    r = np.random.default_rng(6)
+    return path, fwd, s1, sx, g, m, [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(5)]
+
+
+def test_transpose_gathers_bit_exact_and_its_gradient_scatters(tmp_path, monkeypatch):
+    """A TRANSPOSE of [1, T, F] to [1, F, T] (Keras's Permute, issue 28): a gather (SLC
+    'gx'; the net keeps two gradient buffers), bit-exact with TFLite Micro; the first
+    layer's update through it and the SLICE after it against finite differences."""
+    from utrain.q8 import gtwo
+    path, fwd, s1, sx, g, m, xs = _transposed(tmp_path)
+    ls = m['layers']
+    assert [d['k'] for d in ls] == [quant.CONV, quant.SLC, quant.SLC, quant.FC]
+    assert ls[1]['gx'] == [1, 1, 4, 6, 0, 0, 1, 4, 0] and 'cp' in ls[2] and gtwo(ls)
+    _tflm_matches(path, m, tmp_path, xs)
+    spy = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        upd, ref, c = _step_against_fd(net, spy, xq, i % 3, 0.01, s1, fwd,
+                                       xq.astype(np.float64) * sx, w0, 1e-5)
+        cos.append(c)
+        assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, i
+    assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_transpose_steps_under_viper_as_the_host(tmp_path):
+    """Three SGD steps through the TRANSPOSE's gather and scatter under viper (unix
+    MicroPython) end with the host's weights."""
+    xs = _transposed(tmp_path)[-1]
+    _viper_matches(tmp_path, tmp_path, xs[:3])
 
 
 def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):

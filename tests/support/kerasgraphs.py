@@ -617,3 +617,42 @@ def build_int8_unpack(path, seed=0, T=6, C=5, F=4, O=3):
                      (127 - zp) * sp)
         return (w2 * s2) @ cf
     return os.fspath(path), forward, s1, sx
+
+
+def build_int8_transpose(path, seed=0, T=6, C=5, F=4, O=3):
+    """An int8 model as Keras 3's converter writes a Permute of a sequence, built here:
+    Dense on [1, T, C] RELU (op 0) -> h [1, T, F]; TRANSPOSE to [1, F, T] (1, a gather:
+    no one strided copy makes it); SLICE of rows 1:3 and steps 1:5 (2); RESHAPE (3); FC
+    (4).  Returns (path, float numpy forward of the dequantized graph: f(x float [T, C],
+    first weights float or None) -> logits, the first layer's weight scale, the input's
+    scale)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, sh, sy, s2, zh = 0.05, 0.0012, 0.03, 0.1, 0.015, -128
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, 8)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, zh))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
+         fused_activation_function='RELU', keep_num_dims=True)
+    tt = b.tensor('t', [1, F, T], dtype='int8', quant=q(sh, zh))
+    b.op('TRANSPOSE', [ht, b.tensor('perm', [3], data=np.array([0, 2, 1], np.int32))], [tt])
+    st = b.tensor('s', [1, 2, 4], dtype='int8', quant=q(sh, zh))
+    b.op('SLICE', [tt, b.tensor('sb', [3], data=np.array([0, 1, 1], np.int32)),
+                   b.tensor('sn', [3], data=np.array([1, 2, 4], np.int32))], [st])
+    r = b.tensor('r', [1, 8], dtype='int8', quant=q(sh, zh))
+    b.op('RESHAPE', [st, b.tensor('rs', [2], data=np.array([1, 8], np.int32))], [r])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = np.clip(np.maximum(xf @ wf.T + b1 * sx * s1, 0), None, (127 - zh) * sh)
+        return (w2 * s2) @ hf.T[1:3, 1:5].reshape(-1)
+    return os.fspath(path), forward, s1, sx
