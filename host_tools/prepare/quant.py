@@ -282,10 +282,17 @@ def layers(g: Graph, train='last:1', ranks=None):
         while k in alias:
             k = alias[k]
         return k
+    isl = _islands(g, ops)
+    inside = {id(o) for v in isl.values() for o in v[1:]}
     out = []
     for op in ops:
-        if op.outputs[0] in alias or op.outputs[0] in pads:
+        if op.outputs[0] in alias or op.outputs[0] in pads or id(op) in inside:
             continue
+        if op.index in isl:
+            out.append(_island_layer(g, isl[op.index], src))
+            continue
+        if op.name == 'DEQUANTIZE':
+            _island_refusal(g, op)
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
@@ -328,6 +335,104 @@ def layers(g: Graph, train='last:1', ranks=None):
     _mark_trained(g, out, train, ranks or {})
     _check_shared(g, out)
     return out
+
+
+# float32 ops a converter leaves between a DEQUANTIZE and a QUANTIZE (ops it has no int8
+# kernel for: Keras's -x is DEQUANTIZE, NEG, QUANTIZE): numpy of float32 arrays, as
+# TFLite Micro's float kernels compute them
+_F32 = {'NEG': np.negative, 'ABS': np.abs, 'SQUARE': np.square, 'SQRT': np.sqrt,
+        'RSQRT': lambda x: 1 / np.sqrt(x), 'EXP': np.exp, 'LOG': np.log,
+        'LOGISTIC': lambda x: 1 / (1 + np.exp(-x)), 'TANH': np.tanh,
+        'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
+        'ADD': np.add, 'SUB': np.subtract, 'MUL': np.multiply, 'DIV': np.divide,
+        'MAXIMUM': np.maximum, 'MINIMUM': np.minimum}
+_FUSED = {'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
+          'RELU_N1_TO_1': lambda x: np.clip(x, -1, 1)}
+
+
+def _islands(g, ops) -> dict:
+    """{DEQUANTIZE op index: [it, the float ops after it, the QUANTIZE that ends them]}:
+    float32 elementwise ops (_F32) between the DEQUANTIZE of one int8 tensor and one
+    QUANTIZE back to int8, their other inputs scalar constants: a function of 256 int8
+    values, a LUT layer (_island_layer)."""
+    readers = {}
+    for op in ops:
+        for k in op.inputs:
+            readers.setdefault(k, []).append(op)
+    out = {}
+    for op in ops:
+        if op.name != 'DEQUANTIZE' or g.tensors[op.inputs[0]].dtype != 'int8':
+            continue
+        made, body, todo, end = {op.outputs[0]}, [op], [op.outputs[0]], []
+        ok = True
+        while todo and ok:
+            k = todo.pop()
+            if k in g.outputs or not readers.get(k):
+                ok = False
+            for r in readers.get(k, []):
+                if r in body or r in end:
+                    continue
+                if r.name == 'QUANTIZE' and g.tensors[r.outputs[0]].dtype == 'int8':
+                    end.append(r)
+                elif r.name in _F32 and all(
+                        j in made or (g.tensors[j].data is not None and g.tensors[j].data.size == 1)
+                        for j in r.inputs) and len(r.outputs) == 1:
+                    body.append(r)
+                    made.add(r.outputs[0])
+                    todo.append(r.outputs[0])
+                else:
+                    ok = False
+        if ok and len(end) == 1:
+            pos = {id(o): i for i, o in enumerate(ops)}
+            out[op.index] = [op] + sorted(body[1:], key=lambda o: pos[id(o)]) + end
+    return out
+
+
+def _island_refusal(g, op):
+    """layers(): a DEQUANTIZE that starts no island (_islands): refused saying why."""
+    raise ValueError(f'{g.path}: op {op.number} (DEQUANTIZE) starts float32 ops that int8 training '
+                     'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
+                     'they read one int8 tensor and scalar constants (a DIV of two tensors, a '
+                     'per-channel constant or a float output is not one); prepare --dequantize '
+                     'trains the model in float32 (export --quantized writes it back as int8)')
+
+
+def _island_layer(g, isl, src) -> dict:
+    """layers(): the float island isl (_islands) as a LUT layer: each of the 256 int8
+    inputs dequantized, the ops run in float32 and quantized back as TFLite Micro does
+    ('t'); the derivative of the same ops in float64 by central differences ('dt', at
+    2^-14 ds: 'ds' a power of two where it exceeds 2)."""
+    dq, qt = isl[0], isl[-1]
+    (sx,), (zx,) = _q(g.tensors[dq.inputs[0]])
+    (sy,), (zy,) = _q(g.tensors[qt.outputs[0]])
+    q = np.arange(-128, 128)
+
+    def run(x, ft):
+        v = {dq.outputs[0]: x}
+        for op in isl[1:-1]:
+            a = [v[k] if k in v else np.asarray(g.tensors[k].data, ft).reshape(()) for k in op.inputs]
+            y = np.asarray(_F32[op.name](*a), ft)
+            f = _FUSED.get(op.options.get('fused_activation_function'))
+            v[op.outputs[0]] = np.asarray(f(y), ft) if f else y
+        return v[qt.inputs[0]]
+    with np.errstate(all='ignore'):
+        y = run(np.float32(sx) * (q - zx).astype(np.float32), np.float32)
+        r = y / np.float32(sy)
+        u = np.sign(r) * np.floor(np.abs(r).astype(np.float64) + 0.5) + zy      # (std::round)
+        t = np.clip(np.nan_to_num(u, nan=zy, posinf=127, neginf=-128), -128, 127).astype(int)
+        x = sx * (q - zx).astype(np.float64)
+        h = sx / 8
+        dv = (run(x + h, np.float64) - run(x - h, np.float64)) / (2 * h)
+    dv = np.where((u >= -128) & (u <= 127) & np.isfinite(dv), dv, 0.0)
+    m = float(np.abs(dv).max())
+    ds = 2.0 ** math.ceil(math.log2(m / 1.99)) if m > 1.99 else 1.0
+    d = {'k': LUT, 'op': dq.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128, 'hi': 127,
+         'nout': int(np.prod(g.tensors[qt.outputs[0]].shape)), 'in': [src(dq.inputs[0])],
+         'out': qt.outputs[0], 't': [int(v) for v in t],
+         'dt': [int(v) for v in np.clip(np.round(dv / ds * 16384), -32768, 32767)]}
+    if ds != 1:
+        d['ds'] = ds
+    return d
 
 
 def _check_reads(g, out, xin):

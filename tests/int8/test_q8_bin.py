@@ -220,6 +220,73 @@ def test_transpose_steps_under_viper_as_the_host(tmp_path):
     _viper_matches(tmp_path, tmp_path, xs[:3])
 
 
+def _island(tmp_path, two=False):
+    from kerasgraphs import build_int8_island
+    path, fwd, s1, sx = build_int8_island(tmp_path / 'i.tflite', two=two)
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    r = np.random.default_rng(7)
+    return path, fwd, s1, sx, g, m, [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(5)]
+
+
+def test_float_ops_between_dequantize_and_quantize_are_one_table(tmp_path, monkeypatch):
+    """-h / 0.25 as a converter writes it (DEQUANTIZE, NEG, DIV by a scalar, QUANTIZE: no
+    int8 kernel for them, issue 28): one LUT layer, its table TFLite Micro's float32
+    kernels and std::round (forward bit-exact), its derivative -4 (beyond the table's 2:
+    'ds'); the first layer's update through it against finite differences.  h / h is a
+    function of the one input too."""
+    path, fwd, s1, sx, g, m, xs = _island(tmp_path)
+    ls = m['layers']
+    assert [d['k'] for d in ls] == [quant.CONV, quant.LUT, quant.FC] and ls[1]['ds'] == 4
+    assert set(ls[1]['dt'][ls[1]['zx'] + 129:ls[1]['zx'] + 160]) == {-16384}     # (-4 / 4)
+    _tflm_matches(path, m, tmp_path, xs)
+    spy = spy_updates(monkeypatch)
+    w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1
+    cos = []
+    for i, xq in enumerate(xs):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        upd, ref, c = _step_against_fd(net, spy, xq, i % 3, 0.01, s1, fwd,
+                                       xq.astype(np.float64) * sx, w0, 1e-5)
+        cos.append(c)
+        assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, i
+    assert min(cos) > 0.93 and np.mean(cos) > 0.97, cos
+    (tmp_path / 'two').mkdir()
+    m = _island(tmp_path / 'two', two=True)[5]
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.LUT, quant.FC]
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_float_island_steps_under_viper_as_the_host(tmp_path):
+    """Three SGD steps through the tabulated float ops ('ds') under viper end with the
+    host's weights."""
+    xs = _island(tmp_path)[-1]
+    _viper_matches(tmp_path, tmp_path, xs[:3])
+
+
+def test_float_ops_of_two_int8_tensors_are_refused_saying_what_to_do(tmp_path):
+    """A DIV of two dequantized int8 tensors (Keras's a / b, no int8 kernel) is no
+    function of one input: refused naming the file, the DEQUANTIZE and what to do."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    q = {'scale': [0.05], 'zero_point': [0]}
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q)
+    x2 = b.tensor('x2', [1, 4], dtype='int8', quant=q)
+    fs = [b.tensor(f'f{i}', [1, 4], dtype='float32') for i in range(3)]
+    b.op('DEQUANTIZE', [x], [fs[0]])
+    b.op('DEQUANTIZE', [x2], [fs[1]])
+    b.op('DIV', fs[:2], [fs[2]], fused_activation_function='NONE')
+    y = b.tensor('y', [1, 4], dtype='int8', quant=q)
+    b.op('QUANTIZE', [fs[2]], [y])
+    b.inputs(x, x2)
+    b.outputs(y)
+    p = b.save(str(tmp_path / 'div.tflite'))
+    with pytest.raises(ValueError, match=r'div\.tflite: op 0 \(DEQUANTIZE\) starts float32 ops .*'
+                                         r'DIV of two tensors.*--dequantize'):
+        quant.layers(quant.rewritten(read_model(p)), 'all')
+
+
 def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
     """Keras's unrolled steps (UNPACK: a SPLIT and RESHAPEs) and slices that tile the
     channels (one SPLIT_V) on an int8 graph: rewritten as for float, bit-exact with TFLite
