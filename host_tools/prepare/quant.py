@@ -51,6 +51,7 @@ UNARY = {
                    lambda x, o: np.where(x > 0, 1.0, o.get('alpha', 0.2))),
     'ELU': (lambda x, o: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
             lambda x, o: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0)))),
+    'NEG': (lambda x, o: -x, lambda x, o: -np.ones_like(x)),
     'GELU': (lambda x, o: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
              lambda x, o: 0.5 * (1 + _ERF(x / math.sqrt(2))) + x * np.exp(-x * x / 2)
              / math.sqrt(2 * math.pi)),
@@ -59,7 +60,7 @@ UNARY = {
 REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
-         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT)},
+         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
 BINARY = ('ADD', 'SUB', 'MUL')      # BIN's 'bo': the op's position
 POOLS = (POOL_MAX, POOL_AVG)
@@ -718,13 +719,31 @@ def mbqm(x, m: int, e: int) -> int:
 
 def _lut_layer(g, op, d):
     """layers(): an elementwise op of one int8 input (LOGISTIC, TANH, HARD_SWISH,
-    LEAKY_RELU, ELU, GELU; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's one
-    requantization and clamp) as utrain.q8lut runs it: 't' its int8 output for each
-    input value -128..127, 'dt' its derivative there (real units, 2^-14 steps; 0 where the
-    output clamps)."""
+    LEAKY_RELU, ELU, GELU, NEG; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
+    one requantization and clamp; a DIV by one constant as its integer div.cc,
+    _tflm_div) as utrain.q8lut runs it: 't' its int8 output for each input value
+    -128..127, 'dt' its derivative there (real units, 2^-14 steps of 'ds'; 0 where the
+    output clamps).  Where TFLite Micro's DIV shifts by 32 bits or more (a quotient far
+    below the output's step; undefined in C, x86 builds saturate) the table holds the
+    rounded quotient, the zero point."""
     sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
     q = np.arange(-128, 128)
     x = (q - zx) * sx
+    if op.name == 'DIV':
+        c = g.tensors[op.inputs[1]]
+        if c.data is None or c.data.size != 1 or len(op.inputs) != 2:
+            raise ValueError(f'{g.path}: DIV op {op.number} divides by '
+                             + ('a tensor' if c.data is None else 'a per-channel constant')
+                             + '; int8 training divides by one constant (a table of the 256 '
+                             'inputs); prepare --dequantize trains it in float32')
+        (s2,), (z2,) = _q(c)
+        v = int(np.asarray(c.data).reshape(-1)[0]) - z2
+        if v == 0:
+            raise ValueError(f'{g.path}: DIV op {op.number} divides by zero')
+        t = np.clip([zy + _tflm_div(int(a), v, _f32div(sx, s2, sy)) for a in q - zx], d['lo'], d['hi'])
+        dv = np.where((t > d['lo']) & (t < d['hi']), 1 / (v * s2), 0.0)
+        _put_table(d, t, dv)
+        return
     if op.name in REQUANT:
         lo, hi = _act_range('NONE' if op.name == 'QUANTIZE' else op.name, sy, zy)
         m, e = quantize_multiplier(sx / sy)
@@ -735,8 +754,72 @@ def _lut_layer(g, op, d):
         v = np.round(f(x, op.options) / sy) + zy
         t = np.clip(v, -128, 127)
         dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
+    _put_table(d, t, dv)
+
+
+def _put_table(d, t, dv):
+    """A LUT layer's 't' (int8 outputs) and 'dt' (the derivative dv in 2^-14 steps of
+    'ds', a power of two where it exceeds 2: a division by a small constant)."""
+    dv = np.asarray(dv, np.float64)
+    m = float(np.abs(dv).max()) if dv.size else 0.0
+    ds = 2.0 ** math.ceil(math.log2(m / 1.99)) if m > 1.99 else 1.0
     d['t'] = [int(v) for v in t]
-    d['dt'] = [int(v) for v in np.clip(np.round(np.asarray(dv, np.float64) * 16384), -32768, 32767)]
+    d['dt'] = [int(v) for v in np.clip(np.round(dv / ds * 16384), -32768, 32767)]
+    if ds != 1:
+        d['ds'] = ds
+
+
+def _f32div(s1, s2, sy):
+    """TFLite Micro's DIV multiplier (div.cc: s1 / (s2 s_y) in float32) as
+    quantize_multiplier's (m, e)."""
+    f = np.float32
+    return quantize_multiplier(float(f(s1) / (f(s2) * f(sy))))
+
+
+def _srdhm(a: int, b: int) -> int:
+    # gemmlowp's SaturatingRoundingDoublingHighMul of int32 a, b
+    if a == b == -(1 << 31):
+        return (1 << 31) - 1
+    p = a * b
+    p += (1 << 30) if p >= 0 else 1 - (1 << 30)
+    return abs(p) >> 31 if p >= 0 else -(abs(p) >> 31)
+
+
+def _rdpot(x: int, e: int) -> int:
+    # gemmlowp's RoundingDivideByPOT
+    mask = (1 << e) - 1
+    return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
+
+
+def _sat(x: int) -> int:
+    return max(-(1 << 31), min((1 << 31) - 1, x))
+
+
+def _tflm_div(a: int, b: int, me) -> int:
+    """TFLite Micro's int8 DIV of a by b (inputs minus their zero points, b != 0) before
+    the output's zero point and clamp: gemmlowp's fixed-point reciprocal of b (three
+    Newton-Raphson steps), the quotient with a's headroom, then the output multiplier
+    me = (m, e) (reference div.h DivElementwise)."""
+    if b < 0:
+        a, b = -a, -b
+    hp1 = 32 - b.bit_length()                   # CountLeadingZeros(b)
+    over = 31 - hp1
+    half = ((b << hp1) - (1 << 31)) & 0xffffffff
+    half = half - (1 << 32) if half >= 1 << 31 else half
+    s = half + (1 << 31) - 1                    # RoundingHalfSum(a, F0::One())
+    s += 1 if s >= 0 else -1
+    hd = s // 2 if s >= 0 else -(-s // 2)       # (C's division: toward zero)
+    x = 1515870810 + _srdhm(hd, -1010580540)
+    for _ in range(3):
+        e = (1 << 29) - _srdhm(hd, x)
+        p = _srdhm(x, e)
+        x = x + (_sat(p * 4) if abs(p) <= (1 << 29) - 1 else ((1 << 31) - 1 if p > 0 else -(1 << 31)))
+    inv = _sat(x * 2) if abs(x) <= (1 << 30) - 1 else ((1 << 31) - 1 if x > 0 else -(1 << 31))
+    hr = 31 if a == 0 else 32 - (~a if a < 0 else a).bit_length() - 1    # CountLeadingSignBits
+    u = _srdhm(a * (1 << hr), inv)
+    m, e = me
+    sh = e - over - hr
+    return _rdpot(_srdhm(u, m), -sh)
 
 
 def _copy_rows(ix):

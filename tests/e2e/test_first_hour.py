@@ -78,7 +78,8 @@ def int8_cnn(path, H=12, W=12, C=2, F=6, classes=NCLS):
 def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS, divide=False):
     """A Keras Conv1D as the converter writes it: [1, T, C] -> RESHAPE [1, 1, T, C] ->
     CONV_2D 1x3 (RELU) -> RESHAPE [1, T, F] -> MEAN over time -> FC; divide: the map
-    divided by a per-channel constant (an int8 DIV, which int8 training does not take;
+    divided by a per-channel constant (an int8 DIV by more than one constant, which int8
+    training does not take;
     the float path trains the divisor) before the MEAN."""
     m = _Int8()
     b = m.b
@@ -396,7 +397,7 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
 
 # ------------------------------------------------------------------ 5: int8 refusals, inspect
 def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
-    """An int8 Conv1D whose map is divided by a constant (an int8 DIV, which int8
+    """An int8 Conv1D whose map is divided by a per-channel constant (an int8 DIV, which int8
     training does not take) is refused naming its file once and --dequantize, which
     trains it; inspect says the same, and of an int8 model that trains as int8 that it
     does, with its int8 parameters counted.  The plain Conv1D (MEAN over time) trains

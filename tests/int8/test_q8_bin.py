@@ -287,6 +287,69 @@ def test_float_ops_of_two_int8_tensors_are_refused_saying_what_to_do(tmp_path):
         quant.layers(quant.rewritten(read_model(p)), 'all')
 
 
+def test_int8_div_by_a_constant_is_tflite_micros_integers_and_neg_a_table(tmp_path):
+    """An int8 DIV by one constant (TFLite Micro's integer div.cc: a fixed-point
+    reciprocal, issue 28) is a LUT whose 256 outputs are TFLite Micro's (random scales,
+    zero points and divisors; where its shift reaches 32 bits, undefined in C, the
+    rounded quotient), its derivative 1 / c; an int8 NEG a table of -x; a DIV by a
+    per-channel constant is refused saying what to do."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.formats.circle_build import CircleBuilder
+    r = np.random.default_rng(0)
+    for trial in range(6):
+        sx, sy, s2 = r.uniform(0.005, 0.1), r.uniform(0.005, 0.2), r.uniform(0.005, 0.3)
+        zx, zy, z2 = (int(v) for v in r.integers(-20, 20, 3))
+        cv = int(r.integers(-128, 128))
+        cv += cv == z2
+        b = CircleBuilder(identifier=b'TFL3')
+        x = b.tensor('x', [1, 256], dtype='int8', quant={'scale': [sx], 'zero_point': [zx]})
+        c = b.tensor('c', [], dtype='int8', quant={'scale': [s2], 'zero_point': [z2]},
+                     data=np.array(cv, np.int8))
+        y = b.tensor('y', [1, 256], dtype='int8', quant={'scale': [sy], 'zero_point': [zy]})
+        b.op('DIV', [x, c], [y], fused_activation_function='NONE')
+        b.inputs(x)
+        b.outputs(y)
+        p = b.save(str(tmp_path / f'd{trial}.tflite'))
+        it = runtime.Interpreter.from_file(p)
+        it.set_input(np.arange(-128, 128).astype(np.int8).reshape(1, 256), 0)
+        it.invoke()
+        ref = it.get_output(0).ravel()
+        d = quant.layers(quant.rewritten(read_model(p)), 'all')[0]
+        assert d['k'] == quant.LUT and d['in'] == [0]
+        t = np.array(d['t'])
+        v = cv - z2
+        m, e = quant._f32div(sx, s2, sy)
+        a = (np.arange(-128, 128) - zx) * np.sign(v)
+        hr = np.array([31 if k == 0 else 31 - int(~k if k < 0 else k).bit_length() for k in a])
+        ok = e - (abs(v).bit_length() - 1) - hr >= -31      # (TFLite Micro's shift defined)
+        assert ok.sum() > 200 and np.array_equal(t[ok], ref[ok]), trial
+        assert set(t[~ok]) <= {zy}
+        dt = np.array(d['dt']) * d.get('ds', 1) / 16384
+        inside = (t > -128) & (t < 127)
+        assert np.allclose(dt[inside], 1 / (v * s2), rtol=1e-3) and not dt[~inside].any()
+    b = CircleBuilder(identifier=b'TFL3')
+    q = {'scale': [0.05], 'zero_point': [3]}
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q)
+    n = b.tensor('n', [1, 4], dtype='int8', quant={'scale': [0.07], 'zero_point': [-2]})
+    b.op('NEG', [x], [n])
+    y = b.tensor('y', [1, 4], dtype='int8', quant=q)
+    b.op('DIV', [n, b.tensor('c', [4], dtype='int8', quant=q, data=np.arange(1, 5).astype(np.int8))], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    p = b.save(str(tmp_path / 'neg.tflite'))
+    g = quant.rewritten(read_model(p))
+    with pytest.raises(ValueError, match=r'neg\.tflite: DIV op 1 divides by a per-channel constant.*'
+                                         r'--dequantize'):
+        quant.layers(g, 'all')
+    g.ops = g.ops[:1]
+    g.outputs = [n]
+    d = quant.layers(g, 'all')[0]
+    q8 = np.arange(-128, 128)
+    assert d['t'] == [int(v) for v in np.clip(np.round(-(q8 - 3) * 0.05 / 0.07) - 2, -128, 127)]
+    assert set(d['dt'][10:100]) == {-16384}
+
+
 def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
     """Keras's unrolled steps (UNPACK: a SPLIT and RESHAPEs) and slices that tile the
     channels (one SPLIT_V) on an int8 graph: rewritten as for float, bit-exact with TFLite
