@@ -402,7 +402,7 @@ def _island_layer(g, isl, src) -> dict:
     """layers(): the float island isl (_islands) as a LUT layer: each of the 256 int8
     inputs dequantized, the ops run in float32 and quantized back as TFLite Micro does
     ('t'); the derivative of the same ops in float64 by central differences ('dt', at
-    2^-14 ds: 'ds' a power of two where it exceeds 2)."""
+    2^-14 'ds' steps: _put_table)."""
     dq, qt = isl[0], isl[-1]
     (sx,), (zx,) = _q(g.tensors[dq.inputs[0]])
     (sy,), (zy,) = _q(g.tensors[qt.outputs[0]])
@@ -424,15 +424,10 @@ def _island_layer(g, isl, src) -> dict:
         x = sx * (q - zx).astype(np.float64)
         h = sx / 8
         dv = (run(x + h, np.float64) - run(x - h, np.float64)) / (2 * h)
-    dv = np.where((u >= -128) & (u <= 127) & np.isfinite(dv), dv, 0.0)
-    m = float(np.abs(dv).max())
-    ds = 2.0 ** math.ceil(math.log2(m / 1.99)) if m > 1.99 else 1.0
     d = {'k': LUT, 'op': dq.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128, 'hi': 127,
          'nout': int(np.prod(g.tensors[qt.outputs[0]].shape)), 'in': [src(dq.inputs[0])],
-         'out': qt.outputs[0], 't': [int(v) for v in t],
-         'dt': [int(v) for v in np.clip(np.round(dv / ds * 16384), -32768, 32767)]}
-    if ds != 1:
-        d['ds'] = ds
+         'out': qt.outputs[0]}
+    _put_table(d, t, np.where((u >= -128) & (u <= 127) & np.isfinite(dv), dv, 0.0))
     return d
 
 
