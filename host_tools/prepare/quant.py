@@ -1158,10 +1158,11 @@ RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of i
 def follow_ranges(m: dict, logits_only=False) -> list | None:
     """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
     while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
-    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer whose output range can
-    double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp inside the int8 range but its zero point's (none, or RELU), read
-    through pools only by trained weighted layers that take it as their one input, or
-    the logits (the softmax table's end zero).  None without a layer that can (or with
+    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer, and each MEAN above
+    one, whose output range can double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp
+    inside the int8 range but its zero point's (none, or RELU), read through pools only
+    by trained weighted layers or MEANs (its multiplier doubles, no bias) that take it as
+    their one input, or the logits (the softmax table's end zero).  None without a layer that can (or with
     row bands: the bands' buffers are not the layers')."""
     ls = m['layers']
     if m.get('groups'):
@@ -1170,8 +1171,9 @@ def follow_ranges(m: dict, logits_only=False) -> list | None:
     for i, d in enumerate(ls):
         if logits_only and i < len(ls) - 1:        # (the logits' range alone)
             continue
-        if d['k'] not in (FC, CONV, DW) or not d.get('train') or d.get('mask') or d.get(
-                'sd') or d.get('pw') or d['hi'] != 127 or d['lo'] not in (-128, d['zy']):
+        grows = d['k'] in (FC, CONV, DW) and d.get('train') or d['k'] == MEAN and d.get('back')
+        if not grows or d.get('mask') or d.get('sd') or d.get('pw') or d['hi'] != 127 or \
+                d['lo'] not in (-128, d['zy']):
             continue
         ts, cs, ok = {d['out']}, [], True
         for j in range(i + 1, len(ls)):
@@ -1180,8 +1182,8 @@ def follow_ranges(m: dict, logits_only=False) -> list | None:
                 continue
             if e['k'] in (POOL_MAX, POOL_AVG) and (e['lo'], e['hi']) == (-128, 127):
                 ts.add(e['out'])
-            elif (e['k'] in (FC, CONV, DW) and e.get('train') and len(e['in']) == 1
-                  and not (e.get('sd') or e.get('pw') or e.get('mask'))):
+            elif (e['k'] in (FC, CONV, DW) and e.get('train') or e['k'] == MEAN) and len(
+                    e['in']) == 1 and not (e.get('sd') or e.get('pw') or e.get('mask')):
                 cs.append(j)
             else:
                 ok = False
@@ -1277,7 +1279,9 @@ def as_written(m: dict, tables=None):
     outs = {}
     for name, t in (tables or {'q8.json': m}).items():
         out = outs[name] = dict(t, layers=[])
-        for d in t['layers']:
+        rr = t.get('rr')
+        follow = {i for p, cs, _ in rr[2] for i in [p] + cs} if rr else set()
+        for i, d in enumerate(t['layers']):
             d = dict(d)
             if 'wt' in d:
                 d['ro'], d['nq'] = len(req), len(d['mul'])
@@ -1297,9 +1301,9 @@ def as_written(m: dict, tables=None):
                         req += np.asarray([e for _, e in ms], '<i4').tobytes()
                 else:
                     del d['sw']
-            for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
-                if not d.get('train'):
-                    d.pop(k, None)
+            for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train,
+                if not d.get('train') and not (i in follow and k in ('sx', 'sy')):
+                    d.pop(k, None)                      # and a range that doubles its scales)
             out['layers'].append(d)
     for out in outs.values():
         if req:
