@@ -299,10 +299,11 @@ def layers(g: Graph, train='last:1', ranks=None):
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'SUB, MUL, MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, SLICE, '
-                             'STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, RESHAPE, SQUEEZE, '
-                             'EXPAND_DIMS, '
-                             + ', '.join((*UNARY, *REQUANT)) + ')')
+                             'SUB, MUL, DIV by a constant, MAX_POOL_2D, AVERAGE_POOL_2D, '
+                             'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
+                             'RESHAPE, SQUEEZE, EXPAND_DIMS, '
+                             + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
+                             'between a DEQUANTIZE and a QUANTIZE)')
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue
