@@ -116,15 +116,50 @@ def _pad(n, k, s, d, padding):
 
 
 def is_int8(g: Graph) -> bool:
-    """True when the model's input and weights are int8 with scales (an int8 model)."""
+    """True when the model's input is int8 with scales (an int8 model), or float32 read
+    only by a QUANTIZE to such a tensor (a converter's full-int8 model with float input
+    and output: _float_ends)."""
     t = g.tensors[g.inputs[0]]
+    if t.dtype == 'float32' and _entry(g) is not None:
+        return True
     return t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))
+
+
+def _entry(g: Graph):
+    """The QUANTIZE that alone reads float input 0 and writes an int8 tensor with a
+    scale, or None."""
+    k = g.inputs[0] if g.inputs else -1
+    r = [op for op in g.ops if k in op.inputs]
+    if len(g.inputs) != 1 or len(r) != 1 or r[0].name != 'QUANTIZE':
+        return None
+    t = g.tensors[r[0].outputs[0]]
+    return r[0] if t.dtype == 'int8' and t.quant and t.quant.get('scale') else None
+
+
+def _float_ends(g: Graph):
+    """A full-int8 model with float input and output (the converter's default without
+    inference_input_type: QUANTIZE first, DEQUANTIZE last) as its int8 middle: the
+    QUANTIZE's output is the input (the board quantizes samples at its scale, as it
+    does an int8 model's) and the DEQUANTIZE's input the output (the loss dequantizes
+    the logits); the file keeps both ops, export writes into its tensors."""
+    from ..graph.rewrite import remove_op
+    op = _entry(g)
+    if op is None:
+        return
+    g.inputs = [op.outputs[0]]
+    remove_op(g, op)
+    last = g.ops[-1] if g.ops else None
+    if last is not None and last.name == 'DEQUANTIZE' and g.outputs == last.outputs and \
+            g.tensors[last.inputs[0]].dtype == 'int8':
+        g.outputs = [last.inputs[0]]
+        remove_op(g, last)
 
 
 def rewritten(g: Graph) -> Graph:
     """A copy of int8 graph g with the exporter-output passes that apply to int8
     (rewrite.PASSES: Keras 3's run-time batch in Reshape folded, a global REDUCE_MAX as a
-    MAX_POOL_2D), as the float path runs them; tensors keep their indices (new ones are
+    MAX_POOL_2D), as the float path runs them, float input and output ends dropped
+    (_float_ends); tensors keep their indices (new ones are
     appended), so the trained weights go back into the same tensors, and ops keep their
     number in the user's file (Operator.number, g.nfile: the file's op count) for
     --train, --ranks and the messages.  Every reader of an int8 model (prepare, export,
@@ -135,6 +170,7 @@ def rewritten(g: Graph) -> Graph:
         return g
     g = copy.deepcopy(g)
     g.nfile = getattr(g, 'nfile', None) or len(g.ops)
+    _float_ends(g)
     g.rewrites = rewrite(g, int8=True)
     g.q8_rewritten = True
     _widen_logits(g)
@@ -395,8 +431,8 @@ def _island_refusal(g, op):
     raise ValueError(f'{g.path}: op {op.number} (DEQUANTIZE) starts float32 ops that int8 training '
                      'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
                      'they read one int8 tensor and scalar constants (a DIV of two tensors, a '
-                     'per-channel constant or a float output is not one); prepare --dequantize '
-                     'trains the model in float32 (export --quantized writes it back as int8)')
+                     'per-channel constant or a float output is not one): export the model with '
+                     'int8 ops there')
 
 
 def _island_layer(g, isl, src) -> dict:
@@ -731,7 +767,7 @@ def _lut_layer(g, op, d):
             raise ValueError(f'{g.path}: DIV op {op.number} divides by '
                              + ('a tensor' if c.data is None else 'a per-channel constant')
                              + '; int8 training divides by one constant (a table of the 256 '
-                             'inputs); prepare --dequantize trains it in float32')
+                             'inputs): export the model with a MUL there')
         (s2,), (z2,) = _q(c)
         v = int(np.asarray(c.data).reshape(-1)[0]) - z2
         if v == 0:

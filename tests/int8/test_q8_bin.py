@@ -279,12 +279,19 @@ def test_float_ops_of_two_int8_tensors_are_refused_saying_what_to_do(tmp_path):
     b.op('DIV', fs[:2], [fs[2]], fused_activation_function='NONE')
     y = b.tensor('y', [1, 4], dtype='int8', quant=q)
     b.op('QUANTIZE', [fs[2]], [y])
+    z = b.tensor('z', [1, 2], dtype='int8', quant=q)
+    w = np.ones((2, 4), np.int8)
+    b.op('FULLY_CONNECTED', [y, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
+         [z])
     b.inputs(x, x2)
-    b.outputs(y)
+    b.outputs(z)
     p = b.save(str(tmp_path / 'div.tflite'))
+    g = quant.rewritten(read_model(p))
     with pytest.raises(ValueError, match=r'div\.tflite: op 0 \(DEQUANTIZE\) starts float32 ops .*'
-                                         r'DIV of two tensors.*--dequantize'):
-        quant.layers(quant.rewritten(read_model(p)), 'all')
+                                         r'DIV of two tensors') as e:
+        quant.layers(g, 'all')
+    msg = quant.refusal(g, p, str(e.value), 'all')
+    assert msg.count(p) == 1 and msg.count('--dequantize') == quant.float_takes(g, 'all'), msg
 
 
 def test_int8_div_by_a_constant_is_tflite_micros_integers_and_neg_a_table(tmp_path):
@@ -340,7 +347,7 @@ def test_int8_div_by_a_constant_is_tflite_micros_integers_and_neg_a_table(tmp_pa
     p = b.save(str(tmp_path / 'neg.tflite'))
     g = quant.rewritten(read_model(p))
     with pytest.raises(ValueError, match=r'neg\.tflite: DIV op 1 divides by a per-channel constant.*'
-                                         r'--dequantize'):
+                                         r'export the model with a MUL'):
         quant.layers(g, 'all')
     g.ops = g.ops[:1]
     g.outputs = [n]
@@ -348,6 +355,56 @@ def test_int8_div_by_a_constant_is_tflite_micros_integers_and_neg_a_table(tmp_pa
     q8 = np.arange(-128, 128)
     assert d['t'] == [int(v) for v in np.clip(np.round(-(q8 - 3) * 0.05 / 0.07) - 2, -128, 127)]
     assert set(d['dt'][10:100]) == {-16384}
+
+
+def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
+    """A full-int8 model as the converter writes it without inference_input_type (float
+    input QUANTIZE, int8 FC, SOFTMAX, DEQUANTIZE to a float output): an int8 model whose
+    input is the QUANTIZE's output and whose logits are the FC's; the board's forward
+    dequantized is TFLite Micro's float logits; prepare trains it as int8."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.pipeline import prepare
+    b = CircleBuilder(identifier=b'TFL3')
+    r = np.random.default_rng(1)
+    x = b.tensor('x', [1, 8])
+    xq = b.tensor('xq', [1, 8], dtype='int8', quant={'scale': [0.04], 'zero_point': [-3]})
+    b.op('QUANTIZE', [x], [xq])
+    w = r.integers(-127, 128, (3, 8)).astype(np.int8)
+    y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.09], 'zero_point': [2]})
+    b.op('FULLY_CONNECTED', [xq, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}),
+                             b.tensor('b', [3], data=np.array([50, -20, 0], np.int32),
+                                      quant={'scale': [0.0004], 'zero_point': [0]})], [y])
+    p = b.tensor('p', [1, 3], dtype='int8', quant={'scale': [1 / 256], 'zero_point': [-128]})
+    b.op('SOFTMAX', [y], [p], beta=1.0)
+    pf = b.tensor('pf', [1, 3])
+    b.op('DEQUANTIZE', [p], [pf])
+    b.inputs(x)
+    b.outputs(pf)
+    path = b.save(str(tmp_path / 'fio.tflite'))
+    g = read_model(path)
+    assert quant.is_int8(g)
+    g = quant.rewritten(g)
+    assert g.inputs == [1] and g.outputs == [p] and [op.number for op in g.ops] == [1, 2]
+    monkeypatch.setattr(quant, '_widen_logits', lambda g: None)     # (the file's logits)
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['k'] for d in m['layers']] == [quant.FC] and (m['sx'], m['zx']) == (np.float32(0.04), -3)
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    for i in range(5):
+        q = r.integers(-128, 128, 8)
+        it.set_input(((q + 3) * np.float32(0.04)).astype(np.float32).reshape(1, 8), 0)
+        it.invoke()
+        got = np.frombuffer(bytes(net.forward(bytearray(q.astype(np.int8).tobytes()))), np.int8)
+        z = (got.astype(np.float64) - 2) * 0.09
+        want = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        assert np.abs(it.get_output(0).ravel() - want).max() < 2 / 256
+    np.savez(tmp_path / 'd.npz', x=r.standard_normal((12, 8)).astype(np.float32), y=r.integers(0, 3, 12))
+    s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', train='all',
+                log=lambda *a: None)
+    assert os.path.exists(tmp_path / 'run' / 'q8.json') and s['trainable_params'] == 27
 
 
 def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
