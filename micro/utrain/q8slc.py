@@ -70,9 +70,17 @@ def g4k(y, x, gm, d: int):
     D2 = int(pm[2])
     D3 = int(pm[3])
     S0 = int(pm[4])
+    h = S0 >> 16                # (a stride < 0, a reversed slice: ptr32 reads zero-extend
+    S0 = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (S0 & 0xffff)    # on 64-bit ports)
     S1 = int(pm[5])
+    h = S1 >> 16
+    S1 = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (S1 & 0xffff)
     S2 = int(pm[6])
+    h = S2 >> 16
+    S2 = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (S2 & 0xffff)
     S3 = int(pm[7])
+    h = S3 >> 16
+    S3 = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (S3 & 0xffff)
     o = int(pm[8])
     py = ptr8(y)
     px = ptr8(x)

@@ -192,13 +192,15 @@ def _transposed(tmp_path):
 
 def test_transpose_gathers_bit_exact_and_its_gradient_scatters(tmp_path, monkeypatch):
     """A TRANSPOSE of [1, T, F] to [1, F, T] (Keras's Permute, issue 28): a gather (SLC
-    'gx'; the net keeps two gradient buffers), bit-exact with TFLite Micro; the first
-    layer's update through it and the SLICE after it against finite differences."""
+    'gx'; the net keeps two gradient buffers) and a slice that reverses two axes (a
+    gather with negative strides), bit-exact with TFLite Micro; the first layer's update
+    through them against finite differences."""
     from utrain.q8 import gtwo
     path, fwd, s1, sx, g, m, xs = _transposed(tmp_path)
     ls = m['layers']
     assert [d['k'] for d in ls] == [quant.CONV, quant.SLC, quant.SLC, quant.FC]
-    assert ls[1]['gx'] == [1, 1, 4, 6, 0, 0, 1, 4, 0] and 'cp' in ls[2] and gtwo(ls)
+    assert ls[1]['gx'] == [1, 1, 4, 6, 0, 0, 1, 4, 0] and gtwo(ls)
+    assert ls[2]['gx'] == [1, 1, 2, 4, 0, 0, -6, -1, 16]        # (reversed: strides < 0)
     _tflm_matches(path, m, tmp_path, xs)
     spy = spy_updates(monkeypatch)
     w0 = next(t for t in g.tensors if t.name == 'w1').data.astype(np.float64) * s1

@@ -622,7 +622,8 @@ def build_int8_unpack(path, seed=0, T=6, C=5, F=4, O=3):
 def build_int8_transpose(path, seed=0, T=6, C=5, F=4, O=3):
     """An int8 model as Keras 3's converter writes a Permute of a sequence, built here:
     Dense on [1, T, C] RELU (op 0) -> h [1, T, F]; TRANSPOSE to [1, F, T] (1, a gather:
-    no one strided copy makes it); SLICE of rows 1:3 and steps 1:5 (2); RESHAPE (3); FC
+    no one strided copy makes it); STRIDED_SLICE of rows 2:0:-1 and steps 4:0:-1 (2: a
+    gather with negative strides); RESHAPE (3); FC
     (4).  Returns (path, float numpy forward of the dequantized graph: f(x float [T, C],
     first weights float or None) -> logits, the first layer's weight scale, the input's
     scale)."""
@@ -641,8 +642,9 @@ def build_int8_transpose(path, seed=0, T=6, C=5, F=4, O=3):
     tt = b.tensor('t', [1, F, T], dtype='int8', quant=q(sh, zh))
     b.op('TRANSPOSE', [ht, b.tensor('perm', [3], data=np.array([0, 2, 1], np.int32))], [tt])
     st = b.tensor('s', [1, 2, 4], dtype='int8', quant=q(sh, zh))
-    b.op('SLICE', [tt, b.tensor('sb', [3], data=np.array([0, 1, 1], np.int32)),
-                   b.tensor('sn', [3], data=np.array([1, 2, 4], np.int32))], [st])
+    b.op('STRIDED_SLICE', [tt, b.tensor('sb', [3], data=np.array([0, 2, 4], np.int32)),
+                           b.tensor('se', [3], data=np.array([1, 0, 0], np.int32)),
+                           b.tensor('ss', [3], data=np.array([1, -1, -1], np.int32))], [st])
     r = b.tensor('r', [1, 8], dtype='int8', quant=q(sh, zh))
     b.op('RESHAPE', [st, b.tensor('rs', [2], data=np.array([1, 8], np.int32))], [r])
     y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
@@ -654,7 +656,7 @@ def build_int8_transpose(path, seed=0, T=6, C=5, F=4, O=3):
     def forward(xf, wf=None):
         wf = w1 * s1 if wf is None else wf
         hf = np.clip(np.maximum(xf @ wf.T + b1 * sx * s1, 0), None, (127 - zh) * sh)
-        return (w2 * s2) @ hf.T[1:3, 1:5].reshape(-1)
+        return (w2 * s2) @ hf.T[2:0:-1, 4:0:-1].reshape(-1)
     return os.fspath(path), forward, s1, sx
 
 
