@@ -116,13 +116,30 @@ def _pad(n, k, s, d, padding):
 
 
 def is_int8(g: Graph) -> bool:
-    """True when the model's input is int8 with scales (an int8 model), or float32 read
-    only by a QUANTIZE to such a tensor (a converter's full-int8 model with float input
-    and output: _float_ends)."""
+    """True when the model's input and weights are int8 with scales (an int8 model)."""
     t = g.tensors[g.inputs[0]]
-    if t.dtype == 'float32' and _entry(g) is not None:
-        return True
     return t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))
+
+
+def float_ends(g: Graph) -> bool:
+    """Is g a full-int8 model with float input (and output): its float32 input read only
+    by a QUANTIZE to int8 (_float_ends)?  prepare trains it as int8 where the int8 path
+    takes the settings (settings_refusal), else dequantized as before."""
+    return g.tensors[g.inputs[0]].dtype == 'float32' and _entry(g) is not None
+
+
+def settings_refusal(s: dict) -> str | None:
+    """Why the int8 path does not train with settings s (prepare's resolved loss,
+    optimizer, schedule), or None."""
+    if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
+        return ('int8 training has no weight decay or learning-rate schedule; --dequantize '
+                'trains the model in float32 with them')
+    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
+            or (s['momentum'] and s['optimizer'] != 'sgd')):
+        return ('int8 training takes --loss scce or cce, --optimizer sgd (with or without '
+                'momentum) or adam; --dequantize trains it in float with '
+                f'{s["loss"]}/{s["optimizer"]}' + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
+    return None
 
 
 def _entry(g: Graph):
@@ -1632,15 +1649,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                             write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
-    if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
-        raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
-                           'schedule; --dequantize trains the model in float32 with them')
-    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
-            or (s['momentum'] and s['optimizer'] != 'sgd')):
-        raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
-                           'sgd (with or without momentum) or adam; --dequantize trains it in '
-                           f'float with {s["loss"]}/{s["optimizer"]}'
-                           + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
+    why = settings_refusal(s)
+    if why:
+        raise PrepareError(f'{model_path}: {why}')
     if cache == 'host':
         raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
                            '(--cache); --cache-on-host is for the float path (--dequantize)')

@@ -363,7 +363,8 @@ def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
     """A full-int8 model as the converter writes it without inference_input_type (float
     input QUANTIZE, int8 FC, SOFTMAX, DEQUANTIZE to a float output): an int8 model whose
     input is the QUANTIZE's output and whose logits are the FC's; the board's forward
-    dequantized is TFLite Micro's float logits; prepare trains it as int8."""
+    dequantized is TFLite Micro's float logits; prepare trains it as int8 (with a loss the
+    int8 path takes; with mse dequantized, as before)."""
     from tflite_micro.python.tflite_micro import runtime
     from host_tools.formats.circle_build import CircleBuilder
     from host_tools.prepare.pipeline import prepare
@@ -385,7 +386,7 @@ def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
     b.outputs(pf)
     path = b.save(str(tmp_path / 'fio.tflite'))
     g = read_model(path)
-    assert quant.is_int8(g)
+    assert quant.float_ends(g) and not quant.is_int8(g)
     g = quant.rewritten(g)
     assert g.inputs == [1] and g.outputs == [p] and [op.number for op in g.ops] == [1, 2]
     monkeypatch.setattr(quant, '_widen_logits', lambda g: None)     # (the file's logits)
@@ -407,6 +408,11 @@ def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
     s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', train='all',
                 log=lambda *a: None)
     assert os.path.exists(tmp_path / 'run' / 'q8.json') and s['trainable_params'] == 27
+    np.savez(tmp_path / 'm.npz', x=r.standard_normal((12, 8)).astype(np.float32),
+             y=r.random((12, 3)).astype(np.float32))
+    s = prepare(path, str(tmp_path / 'mse'), data=str(tmp_path / 'm.npz'), loss='mse', train='all',
+                log=lambda *a: None)        # (settings int8 training does not take: float32)
+    assert not os.path.exists(tmp_path / 'mse' / 'q8.json') and s['trainable_params'] == 27
 
 
 def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
