@@ -825,21 +825,6 @@ def _f32div(s1, s2, sy):
     return quantize_multiplier(float(f(s1) / (f(s2) * f(sy))))
 
 
-def _srdhm(a: int, b: int) -> int:
-    # gemmlowp's SaturatingRoundingDoublingHighMul of int32 a, b
-    if a == b == -(1 << 31):
-        return (1 << 31) - 1
-    p = a * b
-    p += (1 << 30) if p >= 0 else 1 - (1 << 30)
-    return abs(p) >> 31 if p >= 0 else -(abs(p) >> 31)
-
-
-def _rdpot(x: int, e: int) -> int:
-    # gemmlowp's RoundingDivideByPOT
-    mask = (1 << e) - 1
-    return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
-
-
 def _sat(x: int) -> int:
     return max(-(1 << 31), min((1 << 31) - 1, x))
 
@@ -847,28 +832,26 @@ def _sat(x: int) -> int:
 def _tflm_div(a: int, b: int, me) -> int:
     """TFLite Micro's int8 DIV of a by b (inputs minus their zero points, b != 0) before
     the output's zero point and clamp: gemmlowp's fixed-point reciprocal of b (three
-    Newton-Raphson steps), the quotient with a's headroom, then the output multiplier
-    me = (m, e) (reference div.h DivElementwise)."""
+    Newton-Raphson steps; its products mbqm(x, y, 0), SaturatingRoundingDoublingHighMul),
+    the quotient with a's headroom, then the output multiplier me = (m, e) (reference
+    div.h DivElementwise)."""
     if b < 0:
         a, b = -a, -b
     hp1 = 32 - b.bit_length()                   # CountLeadingZeros(b)
-    over = 31 - hp1
     half = ((b << hp1) - (1 << 31)) & 0xffffffff
     half = half - (1 << 32) if half >= 1 << 31 else half
     s = half + (1 << 31) - 1                    # RoundingHalfSum(a, F0::One())
     s += 1 if s >= 0 else -1
     hd = s // 2 if s >= 0 else -(-s // 2)       # (C's division: toward zero)
-    x = 1515870810 + _srdhm(hd, -1010580540)
+    x = 1515870810 + mbqm(hd, -1010580540, 0)   # 48/17 - 32/17 hd (F2)
     for _ in range(3):
-        e = (1 << 29) - _srdhm(hd, x)
-        p = _srdhm(x, e)
-        x = x + (_sat(p * 4) if abs(p) <= (1 << 29) - 1 else ((1 << 31) - 1 if p > 0 else -(1 << 31)))
+        p = mbqm(x, (1 << 29) - mbqm(hd, x, 0), 0)
+        x += _sat(p * 4) if abs(p) <= (1 << 29) - 1 else ((1 << 31) - 1 if p > 0 else -(1 << 31))
     inv = _sat(x * 2) if abs(x) <= (1 << 30) - 1 else ((1 << 31) - 1 if x > 0 else -(1 << 31))
-    hr = 31 if a == 0 else 32 - (~a if a < 0 else a).bit_length() - 1    # CountLeadingSignBits
-    u = _srdhm(a * (1 << hr), inv)
+    hr = 31 if a == 0 else 31 - (~a if a < 0 else a).bit_length()     # CountLeadingSignBits
+    u = mbqm(a, inv, hr)                        # (MultiplyByQuantizedMultiplierGreaterThanOne)
     m, e = me
-    sh = e - over - hr
-    return _rdpot(_srdhm(u, m), -sh)
+    return mbqm(u, m, e - (31 - hp1) - hr)
 
 
 def _copy_rows(ix):
