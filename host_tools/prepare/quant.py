@@ -1426,6 +1426,8 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             q = g.tensors[t].quant
             q['scale'] = [float(v) * 2 ** k for v in q['scale']]
         for c in cs:
+            if 'bt' not in ls[c]:
+                continue            # (a MEAN: TFLite Micro's multiplier follows the scales)
             b = g.tensors[ls[c]['bt']]
             b.data = ((b.data.astype(np.int64) + (1 << (k - 1))) >> k).astype(np.int32)
             b.quant = dict(b.quant, scale=[float(v) * 2 ** k for v in b.quant['scale']])
