@@ -62,7 +62,8 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
-BINARY = ('ADD', 'SUB', 'MUL')      # BIN's 'bo': the op's position
+BINARY = ('ADD', 'SUB', 'MUL', 'DIV')      # BIN's 'bo': the op's position
+RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
 BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC)   # kinds utrain.q8 passes a gradient through
@@ -352,7 +353,7 @@ def layers(g: Graph, train='last:1', ranks=None):
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'SUB, MUL, DIV by a constant, MAX_POOL_2D, AVERAGE_POOL_2D, '
+                             'SUB, MUL, DIV, MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
@@ -360,7 +361,7 @@ def layers(g: Graph, train='last:1', ranks=None):
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue
-        if k == ADD and not _plain_add(g, op):
+        if k == ADD and not _plain_add(g, op) or op.name == 'DIV' and not _scalar(g, op.inputs[1]):
             k = BIN
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
@@ -449,7 +450,7 @@ def _island_refusal(g, op):
                      'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
                      'they read one int8 tensor and scalar constants (a DIV of two tensors, a '
                      'per-channel constant or a float output is not one): export the model with '
-                     'int8 ops there')
+                     'int8 ops there (an int8 DIV trains)')
 
 
 def _island_layer(g, isl, src) -> dict:
@@ -533,6 +534,11 @@ def _add_layer(g, op, d, x, y, xin, x2in):
         d['hw'] = shp[1:]
 
 
+def _scalar(g, k) -> bool:
+    """Is tensor k one constant value (a DIV by it is a LUT: _lut_layer)?"""
+    return k >= 0 and g.tensors[k].data is not None and g.tensors[k].data.size == 1
+
+
 def _plain_add(g, op) -> bool:
     """Is ADD op one of two activations of the output's shape (the ADD kind; else BIN)?"""
     a, b = (g.tensors[k] for k in op.inputs[:2])
@@ -586,7 +592,9 @@ def _bin_layer(g, op, d, src):
     (s2,), (z2,) = _q(xs[1])
     sy = d['sy']
     bo = BINARY.index(op.name)
-    if bo == 2:
+    if bo == 3:
+        ms = [_f32div(s1, s2, sy)]
+    elif bo == 2:
         ms = [quantize_multiplier(s1 * s2 / sy)]
     else:
         tm = 2 * max(s1, s2)
@@ -598,11 +606,35 @@ def _bin_layer(g, op, d, src):
              cl=1, **{'in': [src(k) if t.data is None else k for k, t in zip(op.inputs, xs)]})
     if bo == 2:
         d.update(si=[s1, s2], kx=1)         # (its gradient reads both inputs)
+    if bo == 3:
+        _div_tables(d, z2, s2, sy)
     for j, t in enumerate(xs):
         if t.data is not None:
             d.update(kc=[int(v) for v in np.asarray(t.data).reshape(-1)], kp=j)
     if min(ni) < n or (d['in'][0] != d['in'][1] and 'kc' not in d):
         d['gn'] = n                         # (a gradient apart from g's: q8.gtwo)
+
+
+def _div_tables(d, z2, s2, sy):
+    """_bin_layer(): a DIV's tables over the divisor's 256 int8 values x (b = x - z2):
+    'rv' gemmlowp's reciprocal of |b| and 'rs' its shift (+64 where b < 0: the dividend
+    negated), as TFLite Micro's div.cc computes them per element (_tflm_div; b = 0: 0,
+    the output's zero point); 'ri' round(2^RECIP / b) for the gradient (to input 1
+    g / b, to input 2 -g y / b: the output y) and 'si' its two scales."""
+    rv, rs, ri = [], [], []
+    for x in range(-128, 128):
+        b = x - z2
+        if b == 0:
+            rv.append(0)
+            rs.append(0)
+            ri.append(0)
+            continue
+        hp1 = 32 - abs(b).bit_length()
+        rv.append(_tflm_div(0, abs(b), (0, 0), recip=True))
+        rs.append(31 - hp1 + (64 if b < 0 else 0))
+        ri.append(int(round((1 << RECIP) / b)))
+    d.update(rv=rv, rs=rs, ri=ri, kx=1,
+             si=[1 / (s2 * (1 << RECIP)), sy / (s2 * (1 << RECIP))])
 
 
 def _slice_layers(g, op, src) -> list:
@@ -773,18 +805,13 @@ def _lut_layer(g, op, d):
     _tflm_div) as utrain.q8lut runs it: 't' its int8 output for each input value
     -128..127, 'dt' its derivative there (real units, 2^-14 steps of 'ds'; 0 where the
     output clamps).  Where TFLite Micro's DIV shifts by 32 bits or more (a quotient far
-    below the output's step; undefined in C, x86 builds saturate) the table holds the
-    rounded quotient, the zero point."""
+    below the output's step) its rounding gives the zero point + 1 (- 1 when negative, as
+    on ARM: x86 builds saturate there, the shift being undefined in C); _tflm_div."""
     sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
     q = np.arange(-128, 128)
     x = (q - zx) * sx
-    if op.name == 'DIV':
+    if op.name == 'DIV':                # (by one constant: layers(); else a BIN layer)
         c = g.tensors[op.inputs[1]]
-        if c.data is None or c.data.size != 1 or len(op.inputs) != 2:
-            raise ValueError(f'{g.path}: DIV op {op.number} divides by '
-                             + ('a tensor' if c.data is None else 'a per-channel constant')
-                             + '; int8 training divides by one constant (a table of the 256 '
-                             'inputs): export the model with a MUL there')
         (s2,), (z2,) = _q(c)
         v = int(np.asarray(c.data).reshape(-1)[0]) - z2
         if v == 0:
@@ -829,7 +856,7 @@ def _sat(x: int) -> int:
     return max(-(1 << 31), min((1 << 31) - 1, x))
 
 
-def _tflm_div(a: int, b: int, me) -> int:
+def _tflm_div(a: int, b: int, me, recip=False) -> int:
     """TFLite Micro's int8 DIV of a by b (inputs minus their zero points, b != 0) before
     the output's zero point and clamp: gemmlowp's fixed-point reciprocal of b (three
     Newton-Raphson steps; its products mbqm(x, y, 0), SaturatingRoundingDoublingHighMul),
@@ -848,10 +875,18 @@ def _tflm_div(a: int, b: int, me) -> int:
         p = mbqm(x, (1 << 29) - mbqm(hd, x, 0), 0)
         x += _sat(p * 4) if abs(p) <= (1 << 29) - 1 else ((1 << 31) - 1 if p > 0 else -(1 << 31))
     inv = _sat(x * 2) if abs(x) <= (1 << 30) - 1 else ((1 << 31) - 1 if x > 0 else -(1 << 31))
+    if recip:
+        return inv
     hr = 31 if a == 0 else 31 - (~a if a < 0 else a).bit_length()     # CountLeadingSignBits
     u = mbqm(a, inv, hr)                        # (MultiplyByQuantizedMultiplierGreaterThanOne)
     m, e = me
-    return mbqm(u, m, e - (31 - hp1) - hr)
+    sh = e - (31 - hp1) - hr
+    if sh < -31:
+        # gemmlowp's RoundingDivideByPOT by 32 bits or more: its mask (1 << 32+) - 1 is
+        # -1 as int32, so it rounds up: 1 (-1 when negative: the shift itself is undefined
+        # in C; ARM's gives -1, x86 builds' wrap); a = 0 (ReLU's zeros) gives 1 everywhere
+        return -1 if mbqm(u, m, 0) < 0 else 1
+    return mbqm(u, m, sh)
 
 
 def _copy_rows(ix):

@@ -703,3 +703,55 @@ def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False):
         nf = np.clip(-hf / 0.25, (-128 - zn) * sn, (127 - zn) * sn)
         return (w2 * s2) @ nf.reshape(-1)
     return os.fspath(path), forward, s1, sx
+
+
+def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3):
+    """An int8 model with DIVs as TFLite's int8 kernel takes them (div.cc), built here:
+    Dense on [1, T, C] RELU (op 0) -> h [1, T, F]; Dense on [1, T, C] RELU (1, a large
+    bias: values near 1.7) -> e [1, T, 1]; DIV h / e (2: by a tensor, broadcast over F);
+    DIV by a per-channel constant [F] (3); RESHAPE (4); FC (5).  Returns (path, float numpy
+    forward of the dequantized graph: f(x float [T, C], weights {name: float}) -> logits,
+    the weight scales {name: scale}, the input's scale)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, s2, sh, se, sq, sr, sy, s3 = 0.05, 0.0012, 0.0003, 0.03, 0.01, 0.06, 0.2, 0.1, 0.0005
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (1, C)).astype(np.int8)
+    b2 = np.array([int(1.7 / (sx * s2))], np.int32)      # (e in [0.6, 2.55]: never 0)
+    kc = np.array([3, 5, 8, 13], np.int8)[:F]
+    w3 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, -128))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
+         fused_activation_function='RELU', keep_num_dims=True)
+    et = b.tensor('e', [1, T, 1], dtype='int8', quant=q(se, -128))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)),
+                             b.tensor('b2', [1], data=b2, quant=q(sx * s2, 0))], [et],
+         fused_activation_function='RELU', keep_num_dims=True)
+    zq = -100                               # (small quotients inside the range, not at its clamp)
+    qt = b.tensor('q', [1, T, F], dtype='int8', quant=q(sq, zq))
+    b.op('DIV', [ht, et], [qt], fused_activation_function='NONE')
+    rt = b.tensor('r', [1, T, F], dtype='int8', quant=q(sr, zq))
+    b.op('DIV', [qt, b.tensor('k', [F], data=kc, quant=q(0.1, 0))], [rt],
+         fused_activation_function='NONE')
+    r2 = b.tensor('r2', [1, T * F], dtype='int8', quant=q(sr, zq))
+    b.op('RESHAPE', [rt, b.tensor('rs', [2], data=np.array([1, T * F], np.int32))], [r2])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r2, b.tensor('w3', w3.shape, data=w3, quant=q(s3, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, ws=None):
+        ws = ws or {}
+        a = ws.get('w1', w1 * s1)
+        c = ws.get('w2', w2 * s2)
+        hf = np.clip(np.maximum(xf @ a.T + b1 * sx * s1, 0), None, 255 * sh)
+        ef = np.clip(np.maximum(xf @ c.T + b2 * sx * s2, 0), None, 255 * se)
+        qf = np.clip(hf / ef, (-128 - zq) * sq, (127 - zq) * sq)
+        rf = np.clip(qf / (kc * 0.1), (-128 - zq) * sr, (127 - zq) * sr)
+        return (w3 * s3) @ rf.reshape(-1)
+    return os.fspath(path), forward, {'w1': s1, 'w2': s2}, sx
