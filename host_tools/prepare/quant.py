@@ -24,6 +24,7 @@ the weight scales of the layers that train or pass a gradient),
 so q8.json stays small enough to parse on a board."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -337,8 +338,9 @@ def layers(g: Graph, train='last:1', ranks=None):
         while k in alias:
             k = alias[k]
         return k
-    isl = _islands(g, ops)
-    inside = {id(o) for v in isl.values() for o in v[1:]}
+    isl, dvi = _islands(g, ops), _div_islands(g, ops)
+    inside = {id(o) for v in isl.values() for o in v[1:]} | {
+        id(o) for v in dvi.values() for o in v if o.name != 'DIV'}
     out = []
     for op in ops:
         if op.outputs[0] in alias or op.outputs[0] in pads or id(op) in inside:
@@ -346,6 +348,8 @@ def layers(g: Graph, train='last:1', ranks=None):
         if op.index in isl:
             out.append(_island_layer(g, isl[op.index], src))
             continue
+        if op.index in dvi:
+            op = _div_island(g, *dvi[op.index])
         if op.name == 'DEQUANTIZE':
             _island_refusal(g, op)
         k = KINDS.get(op.name)
@@ -442,6 +446,75 @@ def _islands(g, ops) -> dict:
             pos = {id(o): i for i, o in enumerate(ops)}
             out[op.index] = [op] + sorted(body[1:], key=lambda o: pos[id(o)]) + end
     return out
+
+
+def _div_islands(g, ops) -> dict:
+    """{DIV op index: (DEQUANTIZE a, DEQUANTIZE b, the DIV, QUANTIZE)}: a converter's
+    a / b of two int8 tensors in float32 (Keras's: it has no int8 DIV in its kernels),
+    each float tensor read by the next op alone (_div_island)."""
+    readers = {}
+    for op in ops:
+        for k in op.inputs:
+            readers.setdefault(k, []).append(op)
+    prod = {k: op for op in ops for k in op.outputs}
+    out = {}
+    for op in ops:
+        if op.name != 'DIV' or len(op.inputs) != 2:
+            continue
+        dq = [prod.get(k) for k in op.inputs]
+        r = readers.get(op.outputs[0], [])
+        if all(o is not None and o.name == 'DEQUANTIZE' and g.tensors[o.inputs[0]].dtype == 'int8'
+               and len(readers.get(o.outputs[0], [])) == 1 and o.outputs[0] not in g.outputs
+               for o in dq) and len(r) == 1 and r[0].name == 'QUANTIZE' and \
+                g.tensors[r[0].outputs[0]].dtype == 'int8' and op.outputs[0] not in g.outputs:
+            out[op.index] = (dq[0], dq[1], op, r[0])
+    return out
+
+
+def _div_island(g, dqa, dqb, op, qt):
+    """layers(): the float island (DEQUANTIZE a, DEQUANTIZE b, DIV, QUANTIZE) as an int8
+    DIV of a and b (a BIN layer: TFLite Micro's div.cc) where that computes the island's
+    float32 ops and rounding on every one of the 65536 input pairs (else refused
+    naming how many differ); returns the DIV op as that int8 op."""
+    import dataclasses
+    (sa,), (za,) = _q(g.tensors[dqa.inputs[0]])
+    (sb,), (zb,) = _q(g.tensors[dqb.inputs[0]])
+    (sy,), (zy,) = _q(g.tensors[qt.outputs[0]])
+    act = op.options.get('fused_activation_function', 'NONE')
+    if act not in ('NONE', 'RELU'):
+        raise ValueError(f'{g.path}: DIV op {op.number} between DEQUANTIZE and QUANTIZE fuses '
+                         f'{act}: int8 training takes it as an int8 DIV with none or RELU')
+    bad = _div_differs(sa, za, sb, zb, sy, zy, act)
+    if bad:
+        raise ValueError(f'{g.path}: DIV op {op.number} divides two int8 tensors in float32 '
+                         f'(between DEQUANTIZE and QUANTIZE); TFLite Micro\'s int8 DIV differs from '
+                         f'it on {bad} of 65536 input pairs at these scales: export the model with '
+                         'an int8 DIV')
+    return dataclasses.replace(op, inputs=[dqa.inputs[0], dqb.inputs[0]], outputs=[qt.outputs[0]])
+
+
+@functools.lru_cache(maxsize=64)
+def _div_differs(sa, za, sb, zb, sy, zy, act) -> int:
+    """On how many int8 pairs (a, b), b not at its zero point, TFLite Micro's int8 DIV
+    (_tflm_div) differs from DEQUANTIZE, float32 DIV (act: NONE or RELU), QUANTIZE at
+    these scales (each layer table prepare makes asks again: cached)."""
+    lo, hi = _act_range(act, sy, zy)
+    f = np.float32
+    q = np.arange(-128, 128)
+    fa = f(sa) * (q - za).astype(f)
+    me = _f32div(sa, sb, sy)
+    bad = 0
+    with np.errstate(all='ignore'):
+        for x in q:
+            if x == zb:
+                continue
+            r = (fa / (f(sb) * f(x - zb))) / f(sy)
+            if act == 'RELU':
+                r = np.maximum(r, f(0))
+            fl = np.clip(np.sign(r) * np.floor(np.abs(r).astype(np.float64) + 0.5) + zy, lo, hi)
+            it = np.clip([zy + _tflm_div(int(a), int(x - zb), me) for a in q - za], lo, hi)
+            bad += int((fl != it).sum())
+    return bad
 
 
 def _island_refusal(g, op):
@@ -1197,7 +1270,7 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     """The q8 table: layers, input and output scales, and the memory plan (rows: the
     row-band step, None: chosen, 0: no bands; ranks: as layers())."""
     ls = layers(g, train, ranks)
-    x, y = g.tensors[g.inputs[0]], g.tensors[g.ops[ls[-1]['op']].outputs[0]]
+    x, y = g.tensors[g.inputs[0]], g.tensors[ls[-1]['out']]
     (sx,), (zx,) = _q(x)
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,

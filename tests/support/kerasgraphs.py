@@ -705,15 +705,16 @@ def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False):
     return os.fspath(path), forward, s1, sx
 
 
-def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3):
+def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3, island=False, sq=0.06):
     """An int8 model with DIVs as TFLite's int8 kernel takes them (div.cc), built here:
     Dense on [1, T, C] RELU (op 0) -> h [1, T, F]; Dense on [1, T, C] RELU (1, a large
     bias: values near 1.7) -> e [1, T, 1]; DIV h / e (2: by a tensor, broadcast over F);
     DIV by a per-channel constant [F] (3); RESHAPE (4); FC (5).  Returns (path, float numpy
     forward of the dequantized graph: f(x float [T, C], weights {name: float}) -> logits,
-    the weight scales {name: scale}, the input's scale)."""
+    the weight scales {name: scale}, the input's scale).  island: op 2 as Keras's
+    converter writes a / b (DEQUANTIZE h, DEQUANTIZE e, DIV in float32, QUANTIZE)."""
     rng = np.random.default_rng(seed)
-    sx, s1, s2, sh, se, sq, sr, sy, s3 = 0.05, 0.0012, 0.0003, 0.03, 0.01, 0.06, 0.2, 0.1, 0.0005
+    sx, s1, s2, sh, se, sr, sy, s3 = 0.05, 0.0012, 0.0003, 0.03, 0.01, 0.2, 0.1, 0.0005
     q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
     w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
     b1 = rng.integers(-100, 900, F).astype(np.int32)
@@ -733,7 +734,15 @@ def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3):
          fused_activation_function='RELU', keep_num_dims=True)
     zq = -100                               # (small quotients inside the range, not at its clamp)
     qt = b.tensor('q', [1, T, F], dtype='int8', quant=q(sq, zq))
-    b.op('DIV', [ht, et], [qt], fused_activation_function='NONE')
+    if island:
+        hf, ef, qf = (b.tensor(n, sh_) for n, sh_ in (('hf', [1, T, F]), ('ef', [1, T, 1]),
+                                                        ('qf', [1, T, F])))
+        b.op('DEQUANTIZE', [ht], [hf])
+        b.op('DEQUANTIZE', [et], [ef])
+        b.op('DIV', [hf, ef], [qf], fused_activation_function='NONE')
+        b.op('QUANTIZE', [qf], [qt])
+    else:
+        b.op('DIV', [ht, et], [qt], fused_activation_function='NONE')
     rt = b.tensor('r', [1, T, F], dtype='int8', quant=q(sr, zq))
     b.op('DIV', [qt, b.tensor('k', [F], data=kc, quant=q(0.1, 0))], [rt],
          fused_activation_function='NONE')
