@@ -521,9 +521,9 @@ def _island_refusal(g, op):
     """layers(): a DEQUANTIZE that starts no island (_islands): refused saying why."""
     raise ValueError(f'{g.path}: op {op.number} (DEQUANTIZE) starts float32 ops that int8 training '
                      'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
-                     'they read one int8 tensor and scalar constants (a DIV of two tensors, a '
-                     'per-channel constant or a float output is not one): export the model with '
-                     'int8 ops there (an int8 DIV trains)')
+                     'they read one int8 tensor and scalar constants (ops of two int8 tensors, a '
+                     'per-channel constant or a float output is not one; a DIV of two is an int8 '
+                     'DIV where they agree): export the model with int8 ops there')
 
 
 def _island_layer(g, isl, src) -> dict:

@@ -268,8 +268,9 @@ def test_float_island_steps_under_viper_as_the_host(tmp_path):
 
 
 def test_float_ops_of_two_int8_tensors_are_refused_saying_what_to_do(tmp_path):
-    """A DIV of two dequantized int8 tensors (Keras's a / b, no int8 kernel) is no
-    function of one input: refused naming the file, the DEQUANTIZE and what to do."""
+    """A MUL of two dequantized int8 tensors in float32 is no function of one input (and
+    not a DIV, which may be an int8 DIV): refused naming the file, the DEQUANTIZE and
+    what to do."""
     from host_tools.formats.circle_build import CircleBuilder
     b = CircleBuilder(identifier=b'TFL3')
     q = {'scale': [0.05], 'zero_point': [0]}
@@ -278,7 +279,7 @@ def test_float_ops_of_two_int8_tensors_are_refused_saying_what_to_do(tmp_path):
     fs = [b.tensor(f'f{i}', [1, 4], dtype='float32') for i in range(3)]
     b.op('DEQUANTIZE', [x], [fs[0]])
     b.op('DEQUANTIZE', [x2], [fs[1]])
-    b.op('DIV', fs[:2], [fs[2]], fused_activation_function='NONE')
+    b.op('MUL', fs[:2], [fs[2]], fused_activation_function='NONE')
     y = b.tensor('y', [1, 4], dtype='int8', quant=q)
     b.op('QUANTIZE', [fs[2]], [y])
     z = b.tensor('z', [1, 2], dtype='int8', quant=q)
@@ -290,7 +291,7 @@ def test_float_ops_of_two_int8_tensors_are_refused_saying_what_to_do(tmp_path):
     p = b.save(str(tmp_path / 'div.tflite'))
     g = quant.rewritten(read_model(p))
     with pytest.raises(ValueError, match=r'div\.tflite: op 0 \(DEQUANTIZE\) starts float32 ops .*'
-                                         r'DIV of two tensors') as e:
+                                         r'ops of two int8 tensors') as e:
         quant.layers(g, 'all')
     msg = quant.refusal(g, p, str(e.value), 'all')
     assert msg.count(p) == 1 and msg.count('--dequantize') == quant.float_takes(g, 'all'), msg
