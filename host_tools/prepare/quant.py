@@ -475,7 +475,7 @@ def _div_island(g, dqa, dqb, op, qt):
     """layers(): the float island (DEQUANTIZE a, DEQUANTIZE b, DIV, QUANTIZE) as an int8
     DIV of a and b (a BIN layer: TFLite Micro's div.cc) where that computes the island's
     float32 ops and rounding on every one of the 65536 input pairs (else refused
-    naming how many differ); returns the DIV op as that int8 op."""
+    naming the first that differs); returns the DIV op as that int8 op."""
     import dataclasses
     (sa,), (za,) = _q(g.tensors[dqa.inputs[0]])
     (sb,), (zb,) = _q(g.tensors[dqb.inputs[0]])
@@ -488,22 +488,21 @@ def _div_island(g, dqa, dqb, op, qt):
     if bad:
         raise ValueError(f'{g.path}: DIV op {op.number} divides two int8 tensors in float32 '
                          f'(between DEQUANTIZE and QUANTIZE); TFLite Micro\'s int8 DIV differs from '
-                         f'it on {bad} of 65536 input pairs at these scales: export the model with '
-                         'an int8 DIV')
+                         f'it at these scales (first at int8 inputs {bad[0]} / {bad[1]}): export '
+                         'the model with an int8 DIV')
     return dataclasses.replace(op, inputs=[dqa.inputs[0], dqb.inputs[0]], outputs=[qt.outputs[0]])
 
 
 @functools.lru_cache(maxsize=64)
-def _div_differs(sa, za, sb, zb, sy, zy, act) -> int:
-    """On how many int8 pairs (a, b), b not at its zero point, TFLite Micro's int8 DIV
+def _div_differs(sa, za, sb, zb, sy, zy, act):
+    """The first int8 pair (a, b), b not at its zero point, where TFLite Micro's int8 DIV
     (_tflm_div) differs from DEQUANTIZE, float32 DIV (act: NONE or RELU), QUANTIZE at
-    these scales (each layer table prepare makes asks again: cached)."""
+    these scales, or None (each layer table prepare makes asks again: cached)."""
     lo, hi = _act_range(act, sy, zy)
     f = np.float32
     q = np.arange(-128, 128)
     fa = f(sa) * (q - za).astype(f)
     me = _f32div(sa, sb, sy)
-    bad = 0
     with np.errstate(all='ignore'):
         for x in q:
             if x == zb:
@@ -513,8 +512,9 @@ def _div_differs(sa, za, sb, zb, sy, zy, act) -> int:
                 r = np.maximum(r, f(0))
             fl = np.clip(np.sign(r) * np.floor(np.abs(r).astype(np.float64) + 0.5) + zy, lo, hi)
             it = np.clip([zy + _tflm_div(int(a), int(x - zb), me) for a in q - za], lo, hi)
-            bad += int((fl != it).sum())
-    return bad
+            if (fl != it).any():
+                return int(q[np.argmax(fl != it)]), int(x)
+    return None
 
 
 def _island_refusal(g, op):
