@@ -484,7 +484,11 @@ def _transpose_options(op, g):
     X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
     perm = _const_ints(g, op, 1, 'permutation')
     r = len(perm)
-    perm = list(range(4 - r)) + [p % r + 4 - r for p in perm]
+    perm = [p % r for p in perm]
+    shape = list(g.tensors[op.inputs[0]].shape)
+    while r > 4 and perm[0] == 0 and shape[0] == 1:     # (Keras's batch axis of a 5-D
+        perm, shape, r = [p - 1 for p in perm[1:]], shape[1:], r - 1    # Permute: in place)
+    perm = list(range(4 - r)) + [p + 4 - r for p in perm]
     if sorted(perm) != [0, 1, 2, 3] or [X[p] for p in perm] != Y:
         raise ValueError(f'{_where(op)}: permutation {perm} does not take {X} to {Y}')
     ax = _rowcol(X)

@@ -183,6 +183,8 @@ CASES.update({
     'TRANSPOSE-mixed': _transpose([2, 3, 1, 4], [2, 0, 3, 1]),
     'TRANSPOSE-3d': _transpose([1, 3, 4], [0, 2, 1]),
     'TRANSPOSE-2d': _transpose([3, 4], [1, 0]),
+    # issue 28: Keras's Permute((1, 3, 2, 4)) of a 5-D tensor keeps the batch axis in place
+    'TRANSPOSE-5d-batch': _transpose([1, 2, 3, 2, 2], [0, 1, 3, 2, 4]),
     'SQUEEZE': _squeeze([1, 2, 1, 3], [2]),
     'EXPAND_DIMS': _expand([1, 2, 3], 2),
     'SLICE-strided': _slice([1, 4, 5, 3], [0, 1, 0, 0], [1, 4, 5, 2], [1, 2, 2, 1]),
