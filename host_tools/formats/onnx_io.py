@@ -64,7 +64,7 @@ def _twin_list(vals, fill):
 
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
-    'Conv', 'Div', 'Dropout', 'Elu', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Conv', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'Pad', 'Pow', 'ReduceMax', 'ReduceMean',
@@ -75,11 +75,6 @@ SUPPORTED = sorted({
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
 ADVICE = {
-    'Softplus': 'it needs EXP and LOG, which the device has no kernels for: use ReLU, ELU '
-                'or SiLU (x * sigmoid(x)) in the model',
-    'Mish': 'it needs EXP and LOG (softplus), which the device has no kernels for: use '
-            'SiLU (x * sigmoid(x)) or GELU',
-    'Exp': 'the device has no EXP kernel', 'Log': 'the device has no LOG kernel',
     'LogSoftmax': 'export the model without the final LogSoftmax (return the logits) and '
                   'train with --loss scce --from-logits (the same loss)',
     'ConvTranspose': 'the device has no transposed convolution: upsample with '
@@ -509,6 +504,28 @@ class _Reader(RecurrentOps):
 
     def op_Sqrt(self, node, ins, a, i):
         self._unary('SQRT', node, ins)
+
+    def op_Exp(self, node, ins, a, i):
+        self._unary('EXP', node, ins)
+
+    def op_Log(self, node, ins, a, i):
+        self._unary('LOG', node, ins)
+
+    def _softplus(self, x, b):
+        """log(1 + exp(x)) as the device's EXP, ADD 1, LOG (Keras's softplus ops)."""
+        e = self._ir('EXP', [x], b + '/exp')
+        return self._ir('LOG', [self._ir('ADD', [e, self._scalar(b + '/one', 1.0)], b + '/exp1')],
+                        b + '/softplus')
+
+    def op_Softplus(self, node, ins, a, i):
+        self._unary_chain(node, ins, lambda x, y, b: self._ir(
+            'LOG', [self._ir('ADD', [self._ir('EXP', [x], b + '/exp'),
+                                     self._scalar(b + '/one', 1.0)], b + '/exp1')], y))
+
+    def op_Mish(self, node, ins, a, i):
+        """x tanh(softplus(x))."""
+        self._unary_chain(node, ins, lambda x, y, b: self._ir(
+            'MUL', [x, self._ir('TANH', [self._softplus(x, b)], b + '/tanh')], y))
 
     def op_Elu(self, node, ins, a, i):
         alpha = float(a.get('alpha', 1.0))

@@ -120,11 +120,11 @@ def test_prepare_errors_name_the_problem(tmp_path, case):
         y = b.tensor('y', [1, 4])
         z = b.tensor('z', [1, 4])
         b.op('RELU', [x], [y])
-        b.op('EXP', [y], [z])
+        b.op('SIN', [y], [z])
         b.inputs(x)
         b.outputs(z)
         b.save(path)
-        want = ['op 1 is EXP', 'supported: ', 'FULLY_CONNECTED']
+        want = ['op 1 is SIN', 'supported: ', 'FULLY_CONNECTED']
     elif case == 'batch':
         small_mlp(path, batch=4)
         want = ['batch dimension must be 1', '[4, 6]']
