@@ -20,8 +20,14 @@
 # potential is refused (said).  The choice goes into the checkpoint (utrain/chosen.py),
 # so a resumed run trains the same set.  run.py loads this module once, before the
 # Trainer, on a net of its own (choose_on), and drops it: its code and arrays are gone
-# before training allocates.
-from utrain.xnp import np, zeros, const
+# before training allocates.  An int8 run's choice (utrain.q8fish) weighs its own
+# potentials with pick() below: the array module (utrain.xnp; without ulab the numpy
+# fallback's code) loads only for the float pass, not with this module.
+try:
+    from micropython import const
+except ImportError:
+    def const(x):
+        return x
 
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _DW = const(2)
@@ -54,6 +60,7 @@ def potentials(net, ds, n, cfg, half=None):
     ds (spread over the file); cfg: the training settings (loss).  half: a dict that
     gets {op index: the part of those potentials from the odd samples} (measured())."""
     from utrain.losses import loss
+    from utrain.xnp import np, zeros
     cands = candidates(net)
     outs = {}
     P = {}
@@ -275,7 +282,12 @@ def board_heap():
         return None
 
 
-def pick(net, P, configs, proxy, have=None, half=None):
+def _zeros(n):
+    from utrain.xnp import zeros
+    return zeros((1, n))
+
+
+def pick(net, P, configs, proxy, have=None, half=None, row=_zeros):
     """With the host's priors: configs [[gain, heap, [[tensor, axis, width, lo], ...]], ...]
     (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor; lo:
     the first of the channels the host measured, see measured()),
@@ -286,7 +298,8 @@ def pick(net, P, configs, proxy, have=None, half=None):
     rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the largest
     heap within TIE of it: it trains the most).  Configurations with a refused layer are
     out, and so are those planned above the heap this board has (have, bytes: its GC's
-    tables aside, a 1/32 margin); half: potentials()'s half (see measured()).
+    tables aside, a 1/32 margin); half: potentials()'s half (see measured()); row(n):
+    a (1, n) row of zeros of the kind P holds (utrain.q8fish: its own).
     Returns (keep, log lines)."""
     cls = classifier(net)
     no = refused(net, P)
@@ -302,7 +315,7 @@ def pick(net, P, configs, proxy, have=None, half=None):
     for e in proxy:
         there[e[0]] = e[1]
         if len(e) > 2 and e[0] in P and len(e[2]) == P[e[0]].shape[1]:
-            r = chans[e[0]] = zeros((1, len(e[2])))
+            r = chans[e[0]] = row(len(e[2]))
             for c in range(len(e[2])):
                 r[0, c] = e[2][c]
     lines, rated = [], []
