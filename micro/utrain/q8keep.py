@@ -31,6 +31,9 @@ def restrict(meta, keep):
                 d.pop(k, None)
             if wide:
                 d['sd'] = 1         # frozen: streamed a chunk of channels at a time
+            # a frozen layer's biases and multipliers are read into the shared scratch
+            # (quant.plan's qbuf: the union's frozen layers' alone)
+            meta['qbuf'] = max(meta.get('qbuf') or 1, d.get('nc', d['nb']))
             continue
         w = keep[i]
         d.pop('gw', None)
