@@ -143,11 +143,11 @@ def select(model, weights, data, sel, cfg, log=print):
                          'prepare --select board writes (configs): prepare again')
     n = int(sel.get('samples', 16))
     half = {} if n > 1 else None
-    P, ls, k = measure(model, weights, data, n, cfg, half)
+    P, ls, m = measure(model, weights, data, n, cfg, half)
     net = Shim(ls)
     keep, lines = fisher.pick(net, P, sel['configs'], sel.get('proxy', ()), fisher.board_heap(),
-                              half if k > 1 else None, Row)
-    log('board selection (Fisher potential on %d samples, int8):' % k)
+                              half if m > 1 else None, Row)
+    log('board selection (Fisher potential on %d samples, int8):' % m)
     for line in lines:
         log(line)
     out = {}

@@ -8,9 +8,6 @@
 # trains the same layers.  Loaded by utrain.q8train only for a run the board chose.
 import json
 
-_CONV = 1           # q8.CONV, q8.DW (q8.py's kinds)
-_DW = 2
-
 
 def restrict(meta, keep):
     """Train in layer table meta only keep's layers: keep {layer position: None (all
