@@ -121,3 +121,13 @@ def test_board_chooses_and_trains_int8_as_the_host(tmp_path, monkeypatch):
     lo, hi = keep[2]
     moved = np.flatnonzero(np.any(w0 != w1, axis=1))
     assert len(moved) and lo <= moved.min() and moved.max() < hi
+    # a resumed run trains the same choice (kept beside the checkpoint), with no pass
+    d = str(tmp_path / 'py')
+    with open(os.path.join(d, 'train.json')) as f:
+        cfg = json.load(f)
+    cfg['epochs'], cfg['run']['resume'] = 2, True
+    with open(os.path.join(d, 'train.json'), 'w') as f:
+        json.dump(cfg, f)
+    code, out = runner.run(d, python=True, stream=False)
+    assert code == 0 and 'board selection' not in out, out
+    assert "resuming the board's choice: layers 2:%d-%d 4" % (lo, hi) in out
