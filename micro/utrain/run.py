@@ -143,6 +143,7 @@ def main(cfg_path='train.json'):
                          files['train'], sel, cfg)
             if raw and files.get('checkpoint'):     # (the float one: in the checkpoint)
                 aux('q8keep', 'save', files['checkpoint'], chosen)
+        sel = None          # (its configurations: not held while training)
     # the trainer's code loads after train.json's check, into the space the check's code
     # and the JSON parse left (collected first): loaded before it, that space would stay
     # holes between the names the check interned, too small for the arrays to come
