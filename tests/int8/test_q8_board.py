@@ -119,8 +119,21 @@ def test_board_chooses_and_trains_int8_as_the_host(tmp_path, monkeypatch):
     w0 = np.asarray(before[L['wt']]).reshape(L['nb'], -1)
     w1 = np.asarray(after[L['wt']]).reshape(L['nb'], -1)
     lo, hi = keep[2]
+    assert (lo, hi) == (0, 2)       # (channel_range of 1/8 of 16: the window measured)
     moved = np.flatnonzero(np.any(w0 != w1, axis=1))
     assert len(moved) and lo <= moved.min() and moved.max() < hi
+    # ... and exactly as a table prepared for that configuration alone trains (--ranks:
+    # the same window, 1/8's; the union's int8 weights and scales are the same here)
+    r = str(tmp_path / 'ranks')
+    prepare(model, r, data=data, loss='scce', lr=0.05, epochs=1, ranks={2: 5, 4: 0},
+            train='none', log=lambda *a: None)
+    for name in ('weights.wof', 'train.ds'):
+        with open(os.path.join(r, name), 'rb') as f, open(os.path.join(d, name), 'rb') as g0:
+            assert f.read() == g0.read(), name
+    code, out = runner.run(r, python=True, stream=False)
+    assert code == 0, out
+    with open(os.path.join(r, 'trained.wof'), 'rb') as f:
+        assert f.read() == outs[False][2]
     # a resumed run trains the same choice (kept beside the checkpoint), with no pass
     d = str(tmp_path / 'py')
     with open(os.path.join(d, 'train.json')) as f:
