@@ -334,6 +334,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             ranks, train = sel['ranks'], 'none'
             if 'select' in sel:     # the board chooses among the union's configurations:
                 s = dict(s, select=sel['select'])   # train.json's block (and its plan's pass)
+                given = given | {'cache'}   # (its pass runs the whole net: no prefix cache)
         rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
         summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                    split_seed, progress, cache, bands, board, limit8,
