@@ -349,7 +349,7 @@ FISHER_RESIDUE = 1024
 
 
 def add_fisher(heap, g, p, backend, board=None):
-    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
+    """The board's Fisher phase (utrain/fisher.py with fpick.py, run.py) runs before the Trainer, on a
     net of its own that is garbage when training allocates: its peak is the training
     plan's less what only training holds (optimizer state, gradient sums, the trainer's
     and optimizer's code) plus its own code, every candidate's output kept until the
@@ -372,7 +372,7 @@ def add_fisher(heap, g, p, backend, board=None):
     parts = heap['parts']
     phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
              - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
-             + int(per * sizes.get('fisher', 0)) + kept)
+             + int(per * (sizes.get('fisher', 0) + sizes.get('fpick', 0))) + kept)
     extra = max(0, phase - heap['total']) + FISHER_RESIDUE
     heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
     heap['fisher_phase'] = phase
@@ -1183,14 +1183,14 @@ def q8_scoring(tb, sel, t) -> int:
     run.py) takes beyond training: it runs before the trainer, on a net of its own made
     from the union's table tb (the training net's buffers, SGD at batch 1) with each
     candidate's output in a buffer of its own, two rows of float64 potentials per
-    candidate channel, its code and utrain.fisher's, and train.json's select block sel
+    candidate channel, its code and utrain.fpick's, and train.json's select block sel
     (True: not written yet, priced without it); after it, the residue
     (FISHER_RESIDUE: interned names) and the block stay."""
     f = WORD_FIGURES[t['word']]
     w, B = t['word'], t['block']
     blk = lambda n: -(-n // B) * B      # noqa: E731
     sizes = mpy_sizes()
-    code = int(f['code'] * (sizes.get('q8fish', 0) + sizes.get('fisher', 0)))
+    code = int(f['code'] * (sizes.get('q8fish', 0) + sizes.get('fpick', 0)))
     kept = 0
     for d in tb['layers']:
         if d.get('train'):

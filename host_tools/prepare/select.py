@@ -621,7 +621,7 @@ def micro(name):
 
 # micro/ modules a trial never imports (a Trainer without a board's choice, no run.py):
 # the board's selection (float and int8) and its runner (test_select checks the list)
-NOT_IN_TRIALS = ('fisher.py', 'chosen.py', 'run.py', 'q8fish.py', 'q8keep.py')
+NOT_IN_TRIALS = ('fisher.py', 'fpick.py', 'chosen.py', 'run.py', 'q8fish.py', 'q8keep.py')
 
 
 def _code_stamp() -> str:

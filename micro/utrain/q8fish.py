@@ -1,5 +1,5 @@
 # The board's choice of what an int8 model trains as int8 (prepare --select board),
-# as utrain.fisher's for a float one: prepare's int8 contribution analysis tried a short
+# as utrain.fisher does for a float one: prepare's int8 contribution analysis tried a short
 # list of configurations on a proxy dataset (their accuracy gain over the classifier
 # alone) and wrote the layer table of their union (every candidate trains); here the
 # int8 engine measures each candidate's Fisher potential per output channel on the
@@ -8,7 +8,7 @@
 #                                               g: dL/da, the int32 gradient the int8
 #                                               backward pass hands the layer
 # (one forward and one backward pass a sample, no update: the net's trained layers are
-# told not to train), and utrain.fisher.pick weighs each configuration's proxy gain by
+# told not to train), and utrain.fpick.pick weighs each configuration's proxy gain by
 # the candidates' potential here against the proxy's, which prepare measured with this
 # code on the host.  The chosen configuration trains: utrain.q8keep restricts the
 # union's table to it before the trainer's net is made.  Sums are integers, then Python
@@ -17,11 +17,11 @@
 # each candidate's output in a buffer of its own: the arena reuses the space after its
 # last forward reader), and drops both: gone before training allocates.
 from array import array
-from utrain import fisher
+from utrain import fpick
 
 
 class Row:
-    # a (1, C) row of potentials as utrain.fisher's choice reads one (p[0, c], shape)
+    # a (1, C) row of potentials as utrain.fpick reads one (p[0, c], shape)
     def __init__(self, n):
         self.v = array('d', [0.0 for _ in range(n)])
         self.shape = (1, n)
@@ -34,7 +34,7 @@ class Row:
 
 
 class Shim:
-    # the candidates as utrain.fisher reads a float net's: one op a layer of the table,
+    # the candidates as utrain.fpick reads a float net's: one op a layer of the table,
     # a trained layer's weights and bias its inputs (an FC's code: weighted), each
     # tensor's output channels its first axis
     def __init__(self, ls):
@@ -60,7 +60,7 @@ def scoring(meta):
 def potentials(tr, ds, n, half=None):
     """{layer position: Row of its output channels' Fisher potentials} of the trained
     layers of Q8Trainer tr (made with keep=scoring) over n samples of dataset ds spread
-    over the file; half gets the part from the odd samples (utrain.fisher.measured).
+    over the file; half gets the part from the odd samples (utrain.fpick.measured).
     The layers stop training (their gradient sums and updates)."""
     net = tr.net
     ls = net.layers
@@ -137,7 +137,7 @@ def measure(model, weights, data, n, cfg, half=None):
 def select(model, weights, data, sel, cfg, log=print):
     """The board's choice: {layer position: None (whole), [lo, hi] (a window of its
     output channels), [0, 0] (its bias alone)} of the configuration
-    utrain.fisher.pick weighs best (sel: train.json's select block)."""
+    utrain.fpick.pick weighs best (sel: train.json's select block)."""
     if not sel.get('configs'):
         raise ValueError('train.json: select: an int8 run chooses among the configurations '
                          'prepare --select board writes (configs): prepare again')
@@ -145,7 +145,7 @@ def select(model, weights, data, sel, cfg, log=print):
     half = {} if n > 1 else None
     P, ls, m = measure(model, weights, data, n, cfg, half)
     net = Shim(ls)
-    keep, lines = fisher.pick(net, P, sel['configs'], sel.get('proxy', ()), fisher.board_heap(),
+    keep, lines = fpick.pick(net, P, sel['configs'], sel.get('proxy', ()), fpick.board_heap(),
                               half if m > 1 else None, Row)
     log('board selection (Fisher potential on %d samples, int8):' % m)
     for line in lines:
@@ -165,9 +165,9 @@ def select(model, weights, data, sel, cfg, log=print):
 
 def choose_on(model, weights, data, sel, cfg, log=print):
     """run.py's call: the choice, made on a net of its own (garbage when it returns);
-    utrain.fisher's code goes with this module's (run.aux drops this one)."""
+    utrain.fpick's code goes with this module's (run.aux drops this one)."""
     try:
         return select(model, weights, data, sel, cfg, log)
     finally:
         from utrain.run import drop
-        drop('fisher')
+        drop('fpick')

@@ -2,7 +2,7 @@
 the union of a short list of the configurations its int8 trials tried, the board
 (unix MicroPython) measures each candidate's Fisher potential per output channel with
 the int8 engine on its own samples (utrain.q8fish), weighs the configurations' proxy
-gains with it (utrain.fisher.pick) and trains its choice as int8 (utrain.q8keep: the
+gains with it (utrain.fpick.pick) and trains its choice as int8 (utrain.q8keep: the
 union's table restricted to it).  The model is test_q8_sparse's (conv RELU -> depthwise
 RELU6 -> pointwise conv RELU -> MEAN -> FC, int8, per-channel scales).  The trials'
 scores here are a fixed table (the int8 trials themselves: test_q8_sparse's
@@ -93,7 +93,7 @@ def test_board_chooses_and_trains_int8_as_the_host(tmp_path, monkeypatch):
             with open(os.path.join(d, 'q8.json')) as f:
                 mods, _ = q8_modules(json.load(f), settings=sm['settings'])
             assert 'q8keep' in mods and 'q8keep' in loaded
-            assert not {'q8fish', 'fisher', 'xnp'} & loaded, loaded
+            assert not {'q8fish', 'fpick', 'fisher', 'xnp'} & loaded, loaded
         with open(os.path.join(d, 'trained.wof'), 'rb') as f:
             wof = f.read()
         with open(os.path.join(d, 'checkpoint.ckpt.sel')) as f:
