@@ -343,7 +343,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         if select:
             summary['select'] = {k: v for k, v in sel.items() if k in (
                 'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
-                'weight_gain', 'trials', 'note')}
+                'weight_gain', 'trials', 'note', 'graph_ops')}
             summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
         return summary
     if not (dequantize or ranks or train_config or select) and rewrite:

@@ -1239,7 +1239,9 @@ def _q8_short_list(model_path, auto, pr, limit, samples, settings):
     return {'ranks': union, 'price': pr.price(union, True),
             'select': {'samples': int(samples), 'layers': len(union) - 1, 'share': SHARE,
                        'configs': configs, 'proxy': proxy},
-            'short_list': [(describe(r), gain) for gain, r in short]}
+            'short_list': [(describe(r), gain) for gain, r in short],
+            # the board's log names layers by their place in q8.json: each one's op
+            'graph_ops': [pr.g0.ops[d['op']].number if 'op' in d else None for d in ls]}
 
 
 def q8_proxy_shares(model_path, ranks, t, part=()):

@@ -147,7 +147,8 @@ def select(model, weights, data, sel, cfg, log=print):
     net = Shim(ls)
     keep, lines = fpick.pick(net, P, sel['configs'], sel.get('proxy', ()), fpick.board_heap(),
                               half if m > 1 else None, Row)
-    log('board selection (Fisher potential on %d samples, int8):' % m)
+    log('board selection (Fisher potential on %d samples, int8; op N: layer N of %s, '
+        'prepare.json select.graph_ops gives its op):' % (m, model))
     for line in lines:
         log(line)
     out = {}

@@ -78,6 +78,7 @@ def test_board_chooses_and_trains_int8_as_the_host(tmp_path, monkeypatch):
     # trains in the table prepare wrote
     assert sm['select']['ranks']['2'] == sm['select']['ranks']['4'] == 'all'
     assert len(sm['select']['select']['configs']) >= 3
+    assert sm['select']['graph_ops'] == [0, 1, 2, 3, 4]     # (q8.json's layers: the ops)
     outs = {}
     for py in (True, False):
         d = str(tmp_path / ('py' if py else 'mp'))
