@@ -18,6 +18,13 @@
 # last forward reader), and drops both: gone before training allocates.
 from array import array
 from utrain import fpick
+try:
+    from micropython import const
+except ImportError:
+    def const(x):
+        return x
+
+_FULLY_CONNECTED = const(9)     # the op contract's (utrain/opc.py): a weighted op
 
 
 class Row:
@@ -35,14 +42,14 @@ class Row:
 
 class Shim:
     # the candidates as utrain.fpick reads a float net's: one op a layer of the table,
-    # a trained layer's weights and bias its inputs (an FC's code: weighted), each
+    # a trained layer's weights and bias its inputs (a weighted op's code), each
     # tensor's output channels its first axis
     def __init__(self, ls):
         self.ops, self.trainable, self.shape, self.rank = [], [], {}, {}
         for d in ls:
             if d.get('train'):
                 ks = (d['wt'], d['bt'])
-                self.ops.append((9, ks, ()))
+                self.ops.append((_FULLY_CONNECTED, ks, ()))
                 self.trainable += ks
                 self.shape[ks[0]] = self.shape[ks[1]] = (d['nb'], 1)
             else:
