@@ -875,10 +875,11 @@ def board_priors(model_path, data, settings, limit, backend, test_split, split_s
             auto['trial_runs'].close()
 
 
-def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
-    """board_priors' candidate set from auto's trials (their working folder still open
-    for the proxy's Fisher shares)."""
-    from ..graph.passes import channel_range, device_shapes
+def _short(auto, pr, limit):
+    """(union, [(gain, ranks)]) of the configurations auto tried that join the board's
+    short list, in auto's order while their union fits the budget with the board's
+    scoring pass; or a result that trains auto's best as it is (its 'note' says why);
+    None when auto tried nothing.  pr: the Pricer (float) or Q8Pricer (int8)."""
     tried = auto.get('tried')
     if not tried:
         return None
@@ -906,6 +907,17 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
         if fits(u):
             union = u
             short.append((gain, r))
+    return union, short
+
+
+def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
+    """board_priors' candidate set from auto's trials (their working folder still open
+    for the proxy's Fisher shares)."""
+    from ..graph.passes import channel_range, device_shapes
+    got = _short(auto, pr, limit)
+    if not isinstance(got, tuple):
+        return got
+    union, short = got
     if len(union) < 2:
         return None
     g, p = pr.build(union)
@@ -1174,7 +1186,7 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
             if layers_max is not None:
                 log('select board: --select-layers is not used on an int8 model: the board '
                     'chooses among the configurations the int8 trials tried')
-            short = _q8_short_list(model_path, res, pr, limit, FISHER_SAMPLES, settings)
+            short = _q8_short_list(model_path, res, pr, limit, FISHER_SAMPLES)
             res = short or dict(res, note=f'select board: only {describe(res["ranks"])} fits '
                                           'the budget beside the board\'s scoring pass: it '
                                           'trains as chosen on the host, the board does not score')
@@ -1187,7 +1199,7 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     return res
 
 
-def _q8_short_list(model_path, auto, pr, limit, samples, settings):
+def _q8_short_list(model_path, auto, pr, limit, samples):
     """board_priors' candidate set for an int8 model trained as int8 (choose_q8): the
     configurations auto's int8 trials tried join a short list while their union fits the
     budget with the board's scoring pass (utrain.q8fish), as _board_short_list; each
@@ -1197,25 +1209,10 @@ def _q8_short_list(model_path, auto, pr, limit, samples, settings):
     short list has only the classifier."""
     from . import quant
     from ..graph.passes import channel_range
-    tried = auto.get('tried')
-    if not tried:
-        return None
-    fits = lambda r: pr.fits(r, limit, True)      # noqa: E731
-    top = auto['ranks']
-    if len(top) > 1 and not fits(top):
-        return {'ranks': top, 'price': pr.price(top),
-                'note': f'select board: {describe(top)} (the proxy\'s best, score '
-                        f'{auto["score"]:.3f}) fits the budget only without the board\'s '
-                        'scoring pass: it trains as chosen on the host, the board does not '
-                        'score'}
-    union, short = {}, []
-    for gain, r in tried:
-        u = dict(union)
-        for i, rk in r.items():
-            u[i] = widest(rk, u[i]) if i in u else rk
-        if fits(u):
-            union = u
-            short.append((gain, r))
+    got = _short(auto, pr, limit)
+    if not isinstance(got, tuple):
+        return got
+    union, short = got
     if len(union) < 2:
         return None
     ls = quant.layers(pr.g0, 'none', union)
