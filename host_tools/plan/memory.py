@@ -349,7 +349,7 @@ FISHER_RESIDUE = 1024
 
 
 def add_fisher(heap, g, p, backend, board=None):
-    """The board's Fisher phase (utrain/fisher.py, run.py) runs before the Trainer, on a
+    """The board's Fisher phase (utrain/fisher.py with fpick.py, run.py) runs before the Trainer, on a
     net of its own that is garbage when training allocates: its peak is the training
     plan's less what only training holds (optimizer state, gradient sums, the trainer's
     and optimizer's code) plus its own code, every candidate's output kept until the
@@ -372,7 +372,7 @@ def add_fisher(heap, g, p, backend, board=None):
     parts = heap['parts']
     phase = (heap['total'] - parts.get('optimizer state', 0) - parts.get('gradient sums', 0)
              - int(per * (sizes.get('trainer', 0) + sizes.get('optim', 0)))
-             + int(per * sizes.get('fisher', 0)) + kept)
+             + int(per * (sizes.get('fisher', 0) + sizes.get('fpick', 0))) + kept)
     extra = max(0, phase - heap['total']) + FISHER_RESIDUE
     heap['parts']['Fisher pass (beyond training: its peak before the Trainer, residue)'] = extra
     heap['fisher_phase'] = phase
@@ -1192,6 +1192,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.update(('q8bands', 'bands'))
     if tb.get('rr'):
         mods.add('q8range')          # (ranges that follow training)
+    if trains and s.get('select'):
+        mods.add('q8keep')           # (the board's choice applied: --select board)
     if trains and any(d.get('gw') and d.get('train') for d in ls):
         mods.add('q8grow')           # (weight scales that grow)
     if trains and q8_held(ls):
@@ -1233,6 +1235,29 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
     return int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
 
 
+def q8_scoring(tb, sel, t) -> int:
+    """Heap the board's scoring pass (prepare --select board on an int8 model: utrain.q8fish,
+    run.py) takes beyond training: it runs before the trainer, on a net of its own made
+    from the union's table tb (the training net's buffers, SGD at batch 1) with each
+    candidate's output in a buffer of its own, two rows of float64 potentials per
+    candidate channel, its code and utrain.fpick's, and train.json's select block sel
+    (True: not written yet, priced without it); after it, the residue
+    (FISHER_RESIDUE: interned names) and the block stay."""
+    f = WORD_FIGURES[t['word']]
+    w, B = t['word'], t['block']
+    blk = lambda n: -(-n // B) * B      # noqa: E731
+    sizes = mpy_sizes()
+    code = int(f['code'] * (sizes.get('q8fish', 0) + sizes.get('fpick', 0)))
+    kept = 0
+    for d in tb['layers']:
+        if d.get('train'):
+            kept += blk(d['nout']) + blk(4 * w)             # its output, a bytearray
+            kept += 2 * (blk(8 * d['nb']) + blk(4 * w) + blk(8 * w) + blk(3 * w))   # Rows
+            kept += blk(w * d['nb'])        # (a Row's zeros list while it is made)
+    block = json_bytes(sel, w, B) if isinstance(sel, dict) else 0
+    return code + kept + block + 2 * 1024 + FISHER_RESIDUE
+
+
 def plan_heap_q8(tables, settings, board=None) -> dict:
     """Predicted smallest heap (bytes) for an int8 run trained as int8, as plan_heap:
     {'total', 'parts', 'target', 'backend'}.  tables: {'q8.json': table} or, with the
@@ -1257,6 +1282,9 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
             net = {k + ' (prefix pass)': v for k, v in pre.items()}
             data = sum(net.values())
     parts.update(net)
+    if settings.get('select'):
+        parts['board scoring pass (utrain.q8fish: its code, kept outputs, potentials)'] = (
+            q8_scoring(trained, settings['select'], t))
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
     parts['fragmentation allowance'] = int(g * grad + r * (data - grad)) + B * Q8_TRAINED_FRAG * sum(

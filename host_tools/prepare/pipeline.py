@@ -340,6 +340,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             split_seed, board, cache, bands, select_layers, log,
                             prepare=prepare)
             ranks, train = sel['ranks'], 'none'
+            if 'select' in sel:     # the board chooses among the union's configurations:
+                s = dict(s, select=sel['select'])   # train.json's block (and its plan's pass)
+                given = given | {'cache'}   # (its pass runs the whole net: no prefix cache)
         rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
         summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
                                    split_seed, progress, cache, bands, board, limit8,
@@ -347,8 +350,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                    given | ({'cache'} if cache else set()), rk)
         if select:
             summary['select'] = {k: v for k, v in sel.items() if k in (
-                'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
-                'weight_gain', 'trials')}
+                'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
+                'weight_gain', 'trials', 'note', 'graph_ops')}
             summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
         return summary
     if not (dequantize or ranks or train_config or select) and rewrite:

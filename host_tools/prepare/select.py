@@ -620,8 +620,8 @@ def micro(name):
 
 
 # micro/ modules a trial never imports (a Trainer without a board's choice, no run.py):
-# the board's selection and its runner (test_select checks the list)
-NOT_IN_TRIALS = ('fisher.py', 'chosen.py', 'run.py')
+# the board's selection (float and int8) and its runner (test_select checks the list)
+NOT_IN_TRIALS = ('fisher.py', 'fpick.py', 'chosen.py', 'run.py', 'q8fish.py', 'q8keep.py')
 
 
 def _code_stamp() -> str:
@@ -875,10 +875,11 @@ def board_priors(model_path, data, settings, limit, backend, test_split, split_s
             auto['trial_runs'].close()
 
 
-def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
-    """board_priors' candidate set from auto's trials (their working folder still open
-    for the proxy's Fisher shares)."""
-    from ..graph.passes import channel_range, device_shapes
+def _short(auto, pr, limit):
+    """(union, [(gain, ranks)]) of the configurations auto tried that join the board's
+    short list, in auto's order while their union fits the budget with the board's
+    scoring pass; or a result that trains auto's best as it is (its 'note' says why);
+    None when auto tried nothing.  pr: the Pricer (float) or Q8Pricer (int8)."""
     tried = auto.get('tried')
     if not tried:
         return None
@@ -906,6 +907,17 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
         if fits(u):
             union = u
             short.append((gain, r))
+    return union, short
+
+
+def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
+    """board_priors' candidate set from auto's trials (their working folder still open
+    for the proxy's Fisher shares)."""
+    from ..graph.passes import channel_range, device_shapes
+    got = _short(auto, pr, limit)
+    if not isinstance(got, tuple):
+        return got
+    union, short = got
     if len(union) < 2:
         return None
     g, p = pr.build(union)
@@ -1020,12 +1032,15 @@ class Q8Pricer:
         self.memo = {}
 
     def price(self, ranks, fisher=False):
+        """fisher: with the board's scoring pass (utrain.q8fish: --select board), on the
+        union's table ranks."""
         from . import quant
-        key = tuple(sorted(ranks.items()))
+        key = (tuple(sorted(ranks.items())), fisher)
         if key not in self.memo:
             t = self.target
+            s = dict(self.settings, select=True) if fisher else self.settings
             try:
-                m, _, h = quant.planned(self.g0, self.settings, 'none', t.get('cache', False),
+                m, _, h = quant.planned(self.g0, s, 'none', t.get('cache', False),
                                         t.get('bands'), t.get('board'), dict(ranks))
             except ValueError as e:
                 self.memo[key] = {'heap': None, 'why': str(e)}
@@ -1036,7 +1051,7 @@ class Q8Pricer:
         return self.memo[key]
 
     def fits(self, ranks, limit, fisher=False):
-        p = self.price(ranks)
+        p = self.price(ranks, fisher)
         if p['heap'] is None:
             return False
         lim = limit(p['plan']) if limit else None
@@ -1130,22 +1145,21 @@ class Q8Trials(Trials):
         files['train'], files['test'] = made['train'], made['test']
 
 
-def board_refusal(model_path, data=None, board=None) -> str:
-    """What prepare says to --select board on an int8 model trained as int8, and what to
-    do instead: the same prepare with --select auto (the int8 contribution analysis on
-    the host), or --dequantize (the board chooses, in float)."""
+def board_refusal(model_path, data=None, board=None, cache=False) -> str:
+    """What prepare says to --select board on an int8 model trained as int8 that it
+    cannot take: without --data (the board chooses among configurations the host's int8
+    trials tried on a proxy dataset), or with --cache (the board's scoring pass runs on
+    the whole net, before any prefix pass); and what to do instead."""
     d = f'--data {data}' if data else '--data FILE (a proxy dataset of your task)'
     b = f'--board {board}' if board else '--budget SIZE or --board NAME'
-    return (f'{model_path}: --select board does not train an int8 model as int8 yet: the '
-            'board\'s Fisher scoring and its choice among candidates (utrain/fisher.py) run '
-            'the float trainer, and an int8 run\'s trained layers, windows and masks are fixed '
-            'in the q8.json prepare writes.  Instead give the same prepare command with '
-            f'`--select auto {d} {b}`: the contribution analysis over the biases of the last '
-            'k layers and each layer\'s weights at 1/8, 1/4, 1/2 and all channels, as int8 '
-            '(int8 trials, bit for bit the board\'s integers, priced by the int8 planner), on '
-            'the host; or add `--dequantize` to keep --select board (the board chooses from '
-            'its own data and trains in float32; export --quantized writes the model back as '
-            'int8)')
+    why = ('--cache: the board\'s scoring pass (utrain/q8fish.py) runs the whole int8 net, '
+           'not after a frozen prefix pass; leave out --cache' if cache else
+           'no --data: the board chooses among configurations the host\'s int8 trials '
+           f'measured on a proxy dataset; give {d}')
+    return (f'{model_path}: --select board on an int8 model trained as int8 does not take '
+            f'{why}.  Or give `--select auto {d} {b}` (the host chooses, as int8), or add '
+            '`--dequantize` (the board chooses from its own data and trains in float32; '
+            'export --quantized writes the model back as int8)')
 
 
 def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_seed=0,
@@ -1155,17 +1169,103 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     with int8 trials (Q8Trials: bit for bit the board's integers) priced by the int8
     planner (Q8Pricer), over the Tiny Training Engine's space: the biases of the last k
     layers, each layer's weights at 1/8, 1/4, 1/2 and all of its output channels.
-    Returns choose_auto's result; prepare trains its ranks."""
-    if mode == 'board':
-        raise PrepareError(board_refusal(model_path, data, board))
-    if mode != 'auto':
+    Returns choose_auto's result; prepare trains its ranks.  mode 'board': the union of
+    a short list of the configurations tried, priced with the board's scoring pass, and
+    train.json's select block (_q8_short_list): the board chooses among them from its
+    own samples (utrain/q8fish.py) and trains its choice as int8."""
+    if mode not in ('auto', 'board'):
         raise PrepareError(f'--select {mode!r}: expected auto or board')
+    if mode == 'board' and (cache or not data):
+        raise PrepareError(board_refusal(model_path, data, board, cache))
     pr = Q8Pricer(model_path, settings, dict(board=board, cache=cache, bands=bands))
     res = choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
                       True, log=log, pricer=pr, trials=Q8Trials, prepare=prepare)
-    t = res.pop('trial_runs', None)
-    if t:
-        t.close()
+    t = res.get('trial_runs')
+    try:
+        if mode == 'board':
+            if layers_max is not None:
+                log('select board: --select-layers is not used on an int8 model: the board '
+                    'chooses among the configurations the int8 trials tried')
+            short = _q8_short_list(model_path, res, pr, limit, FISHER_SAMPLES)
+            res = short or dict(res, note=f'select board: only {describe(res["ranks"])} fits '
+                                          'the budget beside the board\'s scoring pass: it '
+                                          'trains as chosen on the host, the board does not score')
+    finally:
+        if t:
+            t.close()
+        res.pop('trial_runs', None)
     for line in report(res):
         log(line)
+    return res
+
+
+def _q8_short_list(model_path, auto, pr, limit, samples):
+    """board_priors' candidate set for an int8 model trained as int8 (choose_q8): the
+    configurations auto's int8 trials tried join a short list while their union fits the
+    budget with the board's scoring pass (utrain.q8fish), as _board_short_list; each
+    configuration names the union's layer table's tensors (q8.json 'wt', 'bt': the
+    weights at a window of output channels, axis 0, or whole, axis 2; a bias alone), the
+    proxy's potentials come from the int8 engine (q8_proxy_shares).  None when the
+    short list has only the classifier."""
+    from . import quant
+    from ..graph.passes import channel_range
+    got = _short(auto, pr, limit)
+    if not isinstance(got, tuple):
+        return got
+    union, short = got
+    if len(union) < 2:
+        return None
+    ls = quant.layers(pr.g0, 'none', union)
+    pos = {pr.g0.ops[d['op']].number: j for j, d in enumerate(ls) if d.get('train')}
+    configs, part = [], set()
+    for gain, r in short:
+        ents = []
+        for i, rk in sorted(r.items()):
+            d = ls[pos[i]]
+            lo, hi = channel_range(rk, d['nb']) if rk > 1 else (0, d['nb'])
+            if rk == 1:
+                ents.append([int(d['bt']), 2, 0, 0])
+            elif hi - lo == d['nb']:
+                ents += [[int(d['wt']), 2, 0, 0], [int(d['bt']), 2, 0, 0]]
+            else:
+                ents += [[int(d['wt']), 0, int(hi - lo), int(lo)],
+                         [int(d['bt']), 0, int(hi - lo), int(lo)]]
+                part.add(pos[i])
+        configs.append([round(float(gain), 4), int(pr.price(r, True)['heap']), ents])
+    proxy = q8_proxy_shares(model_path, union, auto['trial_runs'], part)
+    return {'ranks': union, 'price': pr.price(union, True),
+            'select': {'samples': int(samples), 'layers': len(union) - 1, 'share': SHARE,
+                       'configs': configs, 'proxy': proxy},
+            'short_list': [(describe(r), gain) for gain, r in short],
+            # the board's log names layers by their place in q8.json: each one's op
+            'graph_ops': [pr.g0.ops[d['op']].number if 'op' in d else None for d in ls]}
+
+
+def q8_proxy_shares(model_path, ranks, t, part=()):
+    """proxy_shares for an int8 model trained as int8: the union ranks prepared on the
+    int8 path (its layer table, as the board gets it), each candidate's share of the
+    classifier's Fisher potential on up to PRIOR_SAMPLES of the proxy's trial samples,
+    measured by the board's own int8 code (utrain.q8fish under CPython); [[layer
+    position, share(, its channels' potentials in millionths of its own)]]."""
+    out = os.path.join(t.tmp, 'fisher')
+    t.prepare(model_path, out, data=t.npz, test_split=t.frac, split_seed=3, ranks=dict(ranks),
+              train='none', bands=0, log=lambda *a: None, **t.settings)
+    with open(os.path.join(out, 'train.json')) as f:
+        cfg = json.load(f)
+    files = cfg.pop('files')
+    cfg.pop('run', None)
+    F = micro('q8fish')
+    P, ls, _ = F.measure(os.path.join(out, files['model']), os.path.join(out, files['weights']),
+                         os.path.join(out, files['train']), PRIOR_SAMPLES, cfg)
+    cls = max(P)
+    tot = lambda i: float(sum(P[i].v))      # noqa: E731
+    pc = tot(cls)
+    res = []
+    for i in sorted(P):
+        if i != cls:
+            e = [int(i), tot(i) / pc if pc > 0 else 0.0]
+            if i in part:
+                v = np.asarray(P[i].v, np.float64)
+                e.append([int(round(x)) for x in 1e6 * v / max(float(np.sum(v)), 1e-30)])
+            res.append(e)
     return res

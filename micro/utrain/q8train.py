@@ -22,9 +22,6 @@ OPTIMIZERS = ('sgd', 'adam')
 
 class Q8Trainer:
     def __init__(self, model='q8.json', weights='weights.wof', keep=None, **settings):
-        if keep is not None:
-            raise ValueError('%s: an int8 model trains the layers prepare chose '
-                             '(prepare --dequantize for --select board)' % model)
         with open(model) as f:
             try:
                 meta = json.load(f)
@@ -32,6 +29,12 @@ class Q8Trainer:
                 meta = None
         if type(meta) is not dict or meta.get('format') != 'utrain-q8':
             raise ValueError('%s: not a utrain int8 layer table' % model)
+        if keep is not None:    # prepare --select board: the board's choice (utrain.q8fish)
+            if callable(keep):  # (its scoring pass's table)
+                meta = keep(meta)
+            else:
+                from utrain.q8keep import restrict
+                meta = restrict(meta, keep)
         c = self.cfg = {'loss': 'scce', 'optimizer': 'sgd', 'metric': 'accuracy', 'lr': 0.01,
                         'batch': 1, 'epochs': 1, 'shuffle': False, 'seed': 0, 'momentum': 0.0,
                         'reduction': 'mean', 'beta1': 0.9, 'beta2': 0.999, 'eps': 1e-7}

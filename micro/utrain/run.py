@@ -134,11 +134,16 @@ def main(cfg_path='train.json'):
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
     STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
     chosen = None
+    raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8)
     if sel:                 # prepare --select board: the board chooses what trains
         if resume:
-            chosen = aux('chosen', 'read', files['checkpoint'])
+            chosen = aux('q8keep' if raw else 'chosen', 'read', files['checkpoint'])
         else:               # on a net of its own, all garbage before the Trainer loads
-            chosen = aux('fisher', 'choose_on', files['model'], start, files['train'], sel, cfg)
+            chosen = aux('q8fish' if raw else 'fisher', 'choose_on', files['model'], start,
+                         files['train'], sel, cfg)
+            if raw and files.get('checkpoint'):     # (the float one: in the checkpoint)
+                aux('q8keep', 'save', files['checkpoint'], chosen)
+        sel = None          # (its configurations: not held while training)
     # the trainer's code loads after train.json's check, into the space the check's code
     # and the JSON parse left (collected first): loaded before it, that space would stay
     # holes between the names the check interned, too small for the arrays to come
@@ -154,9 +159,8 @@ def main(cfg_path='train.json'):
         gc.collect()
         gc_every(-2048)
     STATE['code'] = 1       # (set before: under a MemoryError it could not be)
-    raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8):
-    if raw:                                 # no float trainer code; it reads a sample's
-        from utrain.q8train import Q8Trainer as T   # bytes itself
+    if raw:         # (utrain.q8: no float trainer code; it reads a sample's bytes itself)
+        from utrain.q8train import Q8Trainer as T
     else:
         from utrain.trainer import Trainer as T
     from utrain.data import Dataset

@@ -320,7 +320,7 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
 def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     """--select auto on an int8 model: contribution analysis with int8 trials, each
     candidate priced by the int8 planner; the choice fits the budget and trains as int8
-    (its ranks in q8.json); --select board says what it cannot do."""
+    (its ranks in q8.json); --select board says what it cannot take."""
     from host_tools.prepare.pipeline import PrepareError
     from host_tools.prepare.select import Q8Pricer
     model = build(str(tmp_path / 'm.tflite'))
@@ -345,14 +345,19 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     for op, rank in chosen.items():
         assert ls[op]['train'] == 1
         assert ls[op].get('tw') == ([0, 0] if rank == 'bias' else ls[op].get('tw'))
-    # --select board: refused, saying the two commands that work (and nothing written)
-    with pytest.raises(PrepareError) as e:
-        prepare(model, str(tmp_path / 'b'), data=data, loss='scce', select='board',
-                board='rp2040', log=lambda *a: None)
-    msg = str(e.value)
-    assert msg.startswith(model + ': --select board does not train an int8 model as int8')
-    assert f'`--select auto --data {data} --board rp2040`' in msg and '`--dequantize`' in msg
-    assert not os.path.exists(os.path.join(str(tmp_path / 'b'), 'q8.json'))
+    # --select board trains as int8 (test_q8_board), but not without the proxy data the
+    # int8 trials need, nor with --cache: refused, saying why and the commands that work
+    # (and nothing written)
+    for kw, why in ((dict(data=data, cache=True), '--cache'), ({}, 'no --data')):
+        with pytest.raises(PrepareError) as e:
+            prepare(model, str(tmp_path / 'b'), loss='scce', select='board', board='rp2040',
+                    log=lambda *a: None, **kw)
+        msg = str(e.value)
+        assert msg.startswith(model + ': --select board on an int8 model trained as int8 '
+                              f'does not take {why}')
+        d = data if kw else 'FILE'
+        assert f'`--select auto --data {d}' in msg and '`--dequantize`' in msg
+        assert not os.path.exists(os.path.join(str(tmp_path / 'b'), 'q8.json'))
     # ... and what it says works: --dequantize keeps --select board (the float path)
     sb = prepare(model, str(tmp_path / 'f'), data=data, loss='scce', lr=0.05, epochs=1,
                  select='board', dequantize=True, budget=4 * budget, log=lambda *a: None)
