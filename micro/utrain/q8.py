@@ -112,8 +112,9 @@ class Layer:
             self.train = 1
         if self.train or d.get('back', 0):
             self.back = 1             # passes a gradient (CONV, DW, FC, MEAN, pools)
-        if self.back and k < MEAN:
-            # (its int8 output gradient: the net's shared dz)
+        if d.get('back') and k < MEAN:
+            # (passes its input a gradient: the lowest trained layer, no 'back', passes
+            # none and needs no rescaling; its int8 output gradient: the net's shared dz)
             sw = d['sw']
             m = max(sw)
             # per-channel weight scales: the input gradient's dz is rescaled by
@@ -144,11 +145,11 @@ class Layer:
             self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
             # per-channel update multipliers (weights that train: a gradient chunk's
-            # channels, _mults), bias sums (the weight gradient: the net's chunk buffer,
-            # Q8Net.gw)
+            # channels, _mults); the bias sums (a layer's live only in its _back) and the
+            # weight gradient's chunk: the net's, shared (Q8Net.bs, Q8Net.gw)
             if self.whi > self.wlo:
                 self.um, self.us = _i32(umn(d)), _i32(umn(d))
-            self.bs = _i32(oc)
+            self.bs = net.bs if net is not None else _i32(oc)
 
     def wr(self):
         # (first, end) of the weights that train: a rank's rows (FC, CONV_2D), all of a
@@ -172,6 +173,14 @@ class Layer:
             wo = self.wo
             for i in range(w0, w1):
                 wm[i - w0] = ((w[i - wo] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
+
+    def opi(self):
+        # (output channels, positions, input channels): an FC's, or a 1x1 conv's as an FC
+        # over its positions (a streamed layer's: q8sparse.dak)
+        if self.k == FC:
+            return self.nout, 1, self.d['nin']
+        gm = self.d['g']
+        return gm[3], gm[10] * gm[11], gm[2]
 
     def geo(self):
         # (output channels, weights per channel, blk): weight i's channel is (i // blk) % oc
@@ -385,6 +394,7 @@ class Q8Net:
         sz = H.sz if H else ()
         nz, nz2, ng, nk = bufs(ls, sz)
         self.gw = _i32(ng)
+        self.bs = _i32(max([d['nb'] for d in ls if d.get('train')] or [0]))     # bias sums
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
         # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
@@ -827,19 +837,43 @@ class Q8Net:
         dz = self.dz
         p = self.bc             # g: one row of p values for every position (a MEAN's)
         self.bc = 0
+        # a broadcast row into a streamed layer (its weights frozen, read from flash a
+        # chunk of output channels at a time): its dz made a chunk at a time too, in the
+        # shared dz (never its whole output's: MobileNetV2's 1x1 head, 11.5 KB), from
+        # the row kept in the sums buffer (free in a backward pass; as long as a MEAN's
+        # output: quant.plan) while the input gradient fills the gradient buffer
+        ch = p and L.w is None
+        if ch:
+            K.cpk(self.acc, g, p)
+            g = self.acc
         k = _shift(g, p or n)
-        self._mask(L, dz, g, n, k, p)
+        if not ch:
+            self._mask(L, dz, g, n, k, p)
         sz = s * (1 << k)
         if L.train:                            # bias sums
-            oc = L.nout if L.k == FC else L.g[3]
-            K.sumk(L.bs, dz, 0, n // oc, oc)
+            if ch:
+                P = L.opi()[1]
+                for o0, m in self._chunks(L, g, k, p):
+                    K.sumk(memoryview(L.bs)[o0:] if o0 else L.bs, dz, 0, P, m)
+            else:
+                oc = L.nout if L.k == FC else L.g[3]
+                K.sumk(L.bs, dz, 0, n // oc, oc)
         dx = None
         if need_dx:
-            dx, sx = self._dx(L, g, dz, s, sz, p)
+            dx, sx = self._dx(L, g, dz, s, sz, p, k, ch)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
             self._wgrad(L, dz, sz, lr)
             self._bias(L, sz, lr)
         return dx, (sx if need_dx else 0.0)
+
+    def _chunks(self, L, g, k, p):
+        # (first, count) of each chunk of streamed layer L's output channels, their dz
+        # (P positions x count) made in the shared dz from the broadcast row g (p values)
+        # >> k where L's mask passes (q8sparse.smc)
+        O, P, I = L.opi()
+        for o0, m in L.segs(O, L.d.get('nc', O)):
+            self.S.smc(self.dz, g, k, L.mk, o0, m, O, P, p)
+            yield o0, m
 
     def _mask(self, L, dz, g, n, k, p=0):
         # dz = int8 of g >> k where the forward output passed its clamp (its mask bits, or
@@ -849,9 +883,10 @@ class Q8Net:
         else:
             K.shk(dz, g, n, k, L.y, L.lo, L.hi)
 
-    def _dx(self, L, g, dz, s, sz, p=0):
+    def _dx(self, L, g, dz, s, sz, p=0, k=0, ch=0):
         # the int32 input gradient of layer L from its int8 output gradient dz (scale sz;
         # g: the int32 one it came from, scale s; p: its broadcast period) and its scale
+        # (ch: dz made a chunk at a time from g >> k, _chunks)
         d = L.d
         n = L.nout
         if L.dxm is not None or L.dxr:
@@ -865,16 +900,19 @@ class Q8Net:
             k = _shift(g, p or n)
             if L.whi > L.wlo:
                 dz = self.dz2
-            self._mask(L, dz, g, n, k, p)
+            if not ch:
+                self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
         if L.w is None or L.pw:     # streamed (q8sparse.dak): a chunk of output channels
-            fc = L.k == FC          # at a time (a partial layer's window from its rows)
-            gm = d.get('g')
-            O, P, I = (n, 1, d['nin']) if fc else (gm[3], gm[10] * gm[11], gm[2])
+            O, P, I = L.opi()       # at a time (a partial layer's window from its rows)
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
-            for o0, m in L.segs(O, d.get('nc', O)):
-                self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
+            if ch:
+                for o0, m in self._chunks(L, g, k, p):
+                    self.S.dak(dx, dz, L.rows(o0, m, I), 0, m, m, P, I)
+            else:
+                for o0, m in L.segs(O, d.get('nc', O)):
+                    self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
         elif L.k == FC:
             dx = self._gbuf(g, d['nin'])
             K.dxk(dx, dz, 0, L.w, n, d['nin'])
@@ -1118,7 +1156,7 @@ def bufs(ls, hz=()):
         d = ls[i]
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
-        nz = max(nz, d['nout'])
+        nz = max(nz, dzn(ls, i))
         if i > first and d.get('pc') and d.get('train') and d.get('tw', (0, 1))[1] > d.get(
                 'tw', (0, 1))[0]:       # (its weights train: dz stays for their gradient)
             nz2 = max(nz2, d['nout'])
@@ -1129,6 +1167,18 @@ def bufs(ls, hz=()):
                 row = d['wn'] // oc if d['k'] != DW else 0
                 ng = max(ng, d['wn'] if d['k'] == DW else min(d.get('gc', oc), hi - lo) * row)
     return nz, nz2, ng, nk
+
+
+def dzn(ls, i):
+    """The int8 output-gradient bytes layer i of table ls makes at once: its output's, or
+    a streamed layer's whose gradient arrives as a MEAN's broadcast row a chunk of output
+    channels' (Q8Net._chunks: its positions x the chunk's channels)."""
+    d = ls[i]
+    if d.get('sd') and i + 1 < len(ls) and bcast(ls, i + 1):
+        gm = d.get('g')
+        O, P = (d['nout'], 1) if d['k'] == FC else (gm[3], gm[10] * gm[11])
+        return P * min(d.get('nc', O), O)
+    return d['nout']
 
 
 def gin(ls, hz=()):
