@@ -334,8 +334,13 @@ class Q8Net:
             if 'wt' in d:
                 nb[d['wt']] = d['wn']
                 nb[d['bt']] = 4 * d['nb']
-        for k, n in meta.get('wsizes', ()):    # (a part of the model: the file holds all)
-            nb[k] = n
+        # (a part of the model: the file holds all) tensor, bytes, ... (or pairs: a table
+        # written before they were one flat list)
+        ws = meta.get('wsizes', ())
+        if ws and type(ws[0]) is list:
+            ws = [v for p in ws for v in p]
+        for j in range(0, len(ws), 2):
+            nb[ws[j]] = ws[j + 1]
         # a graph whose backward walk holds gradients (a residual ADD's other input, a
         # CONCATENATION's inputs, a tensor read twice: not a chain): that walk's code
         # (utrain.q8hold), loaded before the net's buffers, not among them
