@@ -379,6 +379,8 @@ def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
         m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
         L = net.layers[2]
         assert bool(m['layers'][2].get('sd')) == small and (L.w is None) == small
+        if small:       # (its gradient a MEAN's row: its dz made a chunk at a time)
+            assert len(net.dz) < L.nout
         for s in range(2):
             net.step(_sample(s), 3, 0.05)
         outs.append([bytes(L.b) + bytes(L.bf) for L in net.layers if L.train]
@@ -488,6 +490,25 @@ def _ref_graph(net, m, xq, label):
         grads[i] = (None, Z.sum((0, 1)))
         add(d['in'][0], dX.ravel())
     return grads
+
+
+def test_split_table_lists_the_file_sizes_flat(tmp_path):
+    """A split model's trained table (q8t.json, --cache) lists the .wof's tensor sizes
+    as one flat list (tensor, bytes, ...), which Q8Net checks the file's header with, as
+    it does an older table's pairs; a wrong size is refused."""
+    from utrain.wof import FormatError
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    m = quant.meta(g, 'last:1', None, {1: BIAS, 2: HALF})
+    pre, post = quant.split(g, m)
+    quant.write(g, str(tmp_path), 'last:1', m, {'q8.json': pre, 'q8t.json': post})
+    with open(tmp_path / 'q8t.json') as f:
+        t = json.load(f)
+    ws, wof = t['wsizes'], str(tmp_path / 'weights.wof')
+    assert all(type(v) is int for v in ws) and len(ws) == 4 * sum('wt' in d for d in m['layers'])
+    Q8Net(t, wof).close()
+    Q8Net(dict(t, wsizes=[ws[j:j + 2] for j in range(0, len(ws), 2)]), wof).close()
+    with pytest.raises(FormatError):
+        Q8Net(dict(t, wsizes=ws[:-1] + [ws[-1] + 4]), wof)
 
 
 def test_residual_add_passes_the_gradient_to_both_inputs(tmp_path):
@@ -675,6 +696,12 @@ def test_one_input_gradient_buffer(tmp_path, monkeypatch):
     from host_tools.plan.memory import target
     m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
     assert not q8.gtwo(m['layers']) and net.gb[0] is net.gb[1]
+    # one bias-sum buffer the trained layers share; no dz rescaling for the lowest
+    # trained layer (per-channel scales, but it passes no input gradient)
+    tr = [L for L in net.layers if L.train]
+    assert all(L.bs is net.bs for L in tr) and len(net.bs) == max(len(L.b) for L in tr)
+    assert net.first == 0 and len(set(m['layers'][0]['sw'])) > 1
+    assert net.layers[0].dxm is None and net.layers[1].dxm is not None
     g = read_model(build(str(tmp_path / 'm.tflite')))
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     one = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
