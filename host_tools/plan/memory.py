@@ -1064,7 +1064,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in hz)
     # (and the held gradients: a slot each, utrain.q8hold); the bias sums, one buffer
     # the trained layers share (Q8Net.bs)
-    st += arr(4 * max([d['nb'] for d in ls if d.get('train')] or [0]))
+    st += arr(4 * q8.bsn(ls))
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
@@ -1076,7 +1076,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
         if back and d.get('mask'):
             mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
         if d.get('train'):          # float bias, update multipliers (weights)
-            st += arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8_trained_weights(d) else 0)
+            st += arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8.umn(d) else 0)
         if d.get('gw') and q8_trained_weights(d):
             # utrain.q8grow: its weight scales' exponents and counts, the count scratch
             # (one, the widest layer's: priced per layer), and dz's per-channel

@@ -147,7 +147,7 @@ class Layer:
             # per-channel update multipliers (weights that train: a gradient chunk's
             # channels, _mults); the bias sums (a layer's live only in its _back) and the
             # weight gradient's chunk: the net's, shared (Q8Net.bs, Q8Net.gw)
-            if self.whi > self.wlo:
+            if umn(d):
                 self.um, self.us = _i32(umn(d)), _i32(umn(d))
             self.bs = net.bs if net is not None else _i32(oc)
 
@@ -399,7 +399,7 @@ class Q8Net:
         sz = H.sz if H else ()
         nz, nz2, ng, nk = bufs(ls, sz)
         self.gw = _i32(ng)
-        self.bs = _i32(max([d['nb'] for d in ls if d.get('train')] or [0]))     # bias sums
+        self.bs = _i32(bsn(ls))         # bias sums
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
         # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
@@ -855,20 +855,24 @@ class Q8Net:
         if not ch:
             self._mask(L, dz, g, n, k, p)
         sz = s * (1 << k)
+        bs = L.bs
         if L.train:                            # bias sums
-            if ch:
+            if ch:          # (and the bias steps: a chunk's sums alone held, bsn)
                 P = L.opi()[1]
                 for o0, m in self._chunks(L, g, k, p):
-                    K.sumk(memoryview(L.bs)[o0:] if o0 else L.bs, dz, 0, P, m)
+                    K.sumk(bs, dz, 0, P, m)
+                    self._bias(L, sz, lr, o0, o0 + m, bs)
             else:
                 oc = L.nout if L.k == FC else L.g[3]
-                K.sumk(L.bs, dz, 0, n // oc, oc)
+                K.sumk(bs, dz, 0, n // oc, oc)
         dx = None
         if need_dx:
             dx, sx = self._dx(L, g, dz, s, sz, p, k, ch)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
             self._wgrad(L, dz, sz, lr)
-            self._bias(L, sz, lr)
+            if not ch:
+                lo = L.blo
+                self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs)
         return dx, (sx if need_dx else 0.0)
 
     def _chunks(self, L, g, k, p):
@@ -1003,14 +1007,14 @@ class Q8Net:
         else:
             self._upd(L, i0, gw, n)
 
-    def _bias(self, L, sz, lr):
-        # the bias sums L.bs at scale sz: the float biases stepped at once (lr) and
-        # requantized, or added to the batch's sums
-        bs = L.bs
+    def _bias(self, L, sz, lr, lo, hi, bs):
+        # the bias sums bs of output channels lo..hi-1 (bs[o - lo]: channel o's) at scale
+        # sz: the float biases stepped at once (lr) and requantized, or added to the
+        # batch's sums (a layer's window whole, or a chunk of it at a time, in order)
         if lr is None:
             ba = L.ba
-            for o in range(L.blo, L.bhi):
-                ba[o] += sz * bs[o]
+            for o in range(lo, hi):
+                ba[o] += sz * bs[o - lo]
             return
         sx, sw = L.d['sx'], L.d['sw']
         bf, b, vb, mu = L.bf, L.b, L.vb, self.mom
@@ -1020,33 +1024,34 @@ class Q8Net:
             # like the weights: one multiplier, no float step per channel
             L.um[0], L.us[0] = qmul(lr * sz / (sx * sw[0]) * 256.0)
             if L.us[0] < 16:                   # (bs << shift stays within 31 bits)
-                lo, n = L.blo, L.bhi - L.blo
-                v = memoryview(bs)[lo:] if lo else bs
-                K.rqk(v, n, 1, n, L.um, L.us, v, 0, 0, 0, 1)
-                self.seed = K.ubk(memoryview(b)[lo:] if lo else b, v, n, self.seed)
+                n = hi - lo
+                K.rqk(bs, n, 1, n, L.um, L.us, bs, 0, 0, 0, 1)
+                self.seed = K.ubk(memoryview(b)[lo:] if lo else b, bs, n, self.seed)
                 L.stale = 1                    # (bf: not kept by this update)
                 return
         if L.stale:
             L.set_bias()
         c = lr * sz                            # (the products as before: same floats)
         # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]
-        # is bf[o] requantized (sync): skipped (float steps cost thousands of cycles)
+        # is bf[o] requantized (sync, set by a pass's last chunk): skipped (float steps
+        # cost thousands of cycles)
         sk = L.sync and vb is None
+        if hi == L.bhi:
+            L.sync = 1
         if vb is None and 1 < nw == len(b):
             # (SGD, per-channel scales, nw = the channels: the loop below with fewer
             # Python steps a channel, each costs thousands of cycles on a Cortex-M0+)
-            for o in range(L.blo, L.bhi):
-                v = bs[o]
+            for o in range(lo, hi):
+                v = bs[o - lo]
                 if v or not sk:
                     bf[o] -= c * v
                     q = int(round(bf[o] / (sx * sw[o])))
                     # (+-2^30: a small int's compare; a long one's only beyond)
                     b[o] = q if -1073741824 < q < 1073741824 else _clamp(q)
-            L.sync = 1
             return
         den = sx * sw[0]
-        for o in range(L.blo, L.bhi):
-            v = bs[o]
+        for o in range(lo, hi):
+            v = bs[o - lo]
             if sk and not v:
                 continue
             if vb is None:
@@ -1055,7 +1060,6 @@ class Q8Net:
                 vb[o] = mu * vb[o] + c * v
                 bf[o] -= vb[o]
             b[o] = _clamp(int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw]))))
-        L.sync = 1
 
 
 def _clamp(q):
@@ -1094,9 +1098,12 @@ def trained_n(d):
 
 def umn(d):
     """The update multipliers trained layer d keeps (_mults: one a channel of a gradient
-    chunk; a depthwise layer's all) (host_tools/plan/memory.py plans them with this)."""
+    chunk; a depthwise layer's all; one for the bias step of a per-tensor layer whose bias
+    alone trains, _bias) (host_tools/plan/memory.py plans them with this)."""
     oc = d['nb']
     lo, hi = d.get('tw', (0, oc))
+    if hi <= lo:
+        return 1 if (d['nq'] if 'nq' in d else len(d['sw'])) == 1 else 0
     return oc if d['k'] == DW else min(d.get('gc', oc), hi - lo)
 
 
@@ -1174,16 +1181,29 @@ def bufs(ls, hz=()):
     return nz, nz2, ng, nk
 
 
+def rowfed(ls, i):
+    """Is layer i of table ls streamed (its frozen weights read from flash a chunk of
+    output channels at a time) and fed a MEAN's broadcast row: its dz made, and its
+    bias stepped, a chunk at a time (Q8Net._chunks)?"""
+    return bool(ls[i].get('sd')) and i + 1 < len(ls) and bcast(ls, i + 1)
+
+
 def dzn(ls, i):
     """The int8 output-gradient bytes layer i of table ls makes at once: its output's, or
-    a streamed layer's whose gradient arrives as a MEAN's broadcast row a chunk of output
-    channels' (Q8Net._chunks: its positions x the chunk's channels)."""
+    a row-fed layer's a chunk of output channels' (its positions x the chunk's channels)."""
     d = ls[i]
-    if d.get('sd') and i + 1 < len(ls) and bcast(ls, i + 1):
+    if rowfed(ls, i):
         gm = d.get('g')
         O, P = (d['nout'], 1) if d['k'] == FC else (gm[3], gm[10] * gm[11])
         return P * min(d.get('nc', O), O)
     return d['nout']
+
+
+def bsn(ls):
+    """The bias sums one buffer holds for every trained layer of table ls (each layer's
+    live only in its backward step): a layer's output channels, a row-fed one's chunk."""
+    return max([min(d.get('nc', d['nb']), d['nb']) if rowfed(ls, i) else d['nb']
+                for i, d in enumerate(ls) if d.get('train')] or [0])
 
 
 def gin(ls, hz=()):
