@@ -65,7 +65,7 @@ class Layer:
     x = dg = dx = dxm = ga = None    # the input seen; input-gradient buffers (made on use),
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
-    mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
+    mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
     ge = None       # its weight scales' exponents (utrain.q8grow: 'gw')
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
@@ -855,7 +855,7 @@ class Q8Net:
         if not ch:
             self._mask(L, dz, g, n, k, p)
         sz = s * (1 << k)
-        bs = L.bs
+        bs = L.bs           # (None: a layer that passes the gradient alone)
         if L.train:                            # bias sums
             if ch:          # (and the bias steps: a chunk's sums alone held, bsn)
                 P = L.opi()[1]
