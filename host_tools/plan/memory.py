@@ -1061,7 +1061,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     hz = q8_held(ls)
     gin = q8.gin(ls, hz)              # its input-gradient buffers (_gbuf: one or two)
     nz, nz2, ng, _ = q8.bufs(ls, hz)  # shared: int8 dz (its rescaled copy), a gradient chunk,
-    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in hz)
+    A = t.get('acc') or max(d['nout'] for d in ls)
+    gw = q8.gwn(ng, A)              # (none: the chunk in the sums buffer)
+    st = arr(nz) + arr(nz2) + (arr(4 * gw) if gw else 0) + sum(arr(4 * n) for n in hz)
     # (and the held gradients: a slot each, utrain.q8hold); the bias sums, one buffer
     # the trained layers share (Q8Net.bs)
     st += arr(4 * q8.bsn(ls))

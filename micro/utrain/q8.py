@@ -398,7 +398,9 @@ class Q8Net:
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
         sz = H.sz if H else ()
         nz, nz2, ng, nk = bufs(ls, sz)
-        self.gw = _i32(ng)
+        # (a weight-gradient chunk in the sums buffer where it fits: the forward pass's,
+        # free while the backward pass runs; gwn)
+        self.gw = _i32(ng) if gwn(ng, len(acc)) else acc
         self.bs = _i32(bsn(ls))         # bias sums
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
@@ -1179,6 +1181,14 @@ def bufs(ls, hz=()):
                 row = d['wn'] // oc if d['k'] != DW else 0
                 ng = max(ng, d['wn'] if d['k'] == DW else min(d.get('gc', oc), hi - lo) * row)
     return nz, nz2, ng, nk
+
+
+def gwn(ng, A):
+    """The int32 values of the weight-gradient chunk buffer (ng: its largest chunk, bufs)
+    beside the A sums of the forward pass: none where the sums buffer holds it (no
+    backward kernel reads the sums; a row-fed layer keeps its row there, and trains no
+    weights) (host_tools/plan/memory.py plans it with this)."""
+    return 0 if ng <= A else ng
 
 
 def rowfed(ls, i):

@@ -722,6 +722,8 @@ def test_one_input_gradient_buffer(tmp_path, monkeypatch):
     assert all(L.bs is net.bs for L in tr) and len(net.bs) == max(len(L.b) for L in tr)
     assert net.first == 0 and len(set(m['layers'][0]['sw'])) > 1
     assert net.layers[0].dxm is None and net.layers[1].dxm is not None
+    # the weight-gradient chunk in the forward pass's sums buffer (free while it runs)
+    assert net.gw is net.acc and len(net.acc) >= q8.bufs(m['layers'])[2]
     g = read_model(build(str(tmp_path / 'm.tflite')))
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     one = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
