@@ -391,7 +391,8 @@ def _args_settings(q):
     shuffle."""
     q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
                    help='default: the model\'s training metadata, else scce when --data holds one '
-                        'class number per sample for a model with several outputs, else mse. '
+                        'class number per sample for a model with several outputs, cce when it holds '
+                        'one-hot rows (one value per output), else mse. '
                         'cce and scce without --from-logits expect probabilities (a model ending '
                         'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
                         '(e.g. PyTorch through tico) prepare says so and trains from logits')

@@ -800,6 +800,126 @@ def reduce_max_to_pool(g: Graph) -> int:
     return done
 
 
+_SHAPE_OPS = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def _sole_chain(g: Graph, k: int, stop):
+    """The ops from tensor k through shape-only ops (_SHAPE_OPS), each the sole reader of
+    the last one's output, to the first op stop(op) accepts: (shape ops, that op), or
+    None."""
+    chain = []
+    while True:
+        cons = consumers(g, k)
+        if len(cons) != 1 or k in g.outputs:
+            return None
+        op = cons[0]
+        if stop(op):
+            return chain, op
+        if op.name not in _SHAPE_OPS or op.inputs[0] != k:
+            return None
+        chain.append(op)
+        k = op.outputs[0]
+
+
+def dilated_convs(g: Graph) -> int:
+    """A dilated convolution as TFLite's converter writes it (Keras's Conv1D/Conv2D/
+    DepthwiseConv2D with dilation_rate > 1, causal TCN layers): SPACE_TO_BATCH_ND (the
+    block, paddings) -> [EXPAND_DIMS] -> a VALID stride-1 CONV_2D / DEPTHWISE_CONV_2D ->
+    [RESHAPE / SQUEEZE] -> BATCH_TO_SPACE_ND (the block, crops) -> the same convolution
+    with dilation = block on the padded input (the b phases' convolutions interleaved
+    are the dilated one at every position), with a PAD of the paddings less the crops
+    (cropping the last outputs of a VALID convolution is reading fewer trailing inputs)
+    and RESHAPEs in place of the shape ops.  The same arithmetic per output: int8
+    graphs too.  Returns how many."""
+    done = 0
+    for s2b in list(g.ops):
+        if s2b.name != 'SPACE_TO_BATCH_ND' or len(s2b.inputs) != 3:
+            continue
+        x = s2b.inputs[0]
+        blk, pads = const_ints(g, s2b.inputs[1]), const_ints(g, s2b.inputs[2])
+        xs = list(g.tensors[x].shape)
+        if blk is None or pads is None or not xs or xs[0] != 1 or len(xs) != len(blk) + 2:
+            continue
+        m = len(blk)
+        pre = _sole_chain(g, s2b.outputs[0], lambda o: o.name in ('CONV_2D', 'DEPTHWISE_CONV_2D'))
+        if pre is None or any(o.name != 'EXPAND_DIMS' for o in pre[0]):
+            continue
+        conv = pre[1]
+        o = conv.options
+        if conv.inputs[0] != (pre[0][-1].outputs[0] if pre[0] else s2b.outputs[0]) or \
+                o.get('padding', 'SAME') != 'VALID' or o.get('stride_h', 1) != 1 or \
+                o.get('stride_w', 1) != 1 or o.get('dilation_h_factor', 1) != 1 or \
+                o.get('dilation_w_factor', 1) != 1:
+            continue
+        post = _sole_chain(g, conv.outputs[0], lambda op: op.name == 'BATCH_TO_SPACE_ND')
+        if post is None:
+            continue
+        b2s = post[1]
+        if len(b2s.inputs) != 3 or const_ints(g, b2s.inputs[1]) != blk:
+            continue
+        crops = const_ints(g, b2s.inputs[2])
+        # where x's blocked axes 1..m land in the convolution's NHWC input
+        axes = list(range(1, m + 1))
+        for e in pre[0]:
+            a = const_ints(g, e.inputs[1])[0] % (len(g.tensors[e.inputs[0]].shape) + 1)
+            axes = [v + 1 if v >= a else v for v in axes]
+        pad = [(pads[2 * i] - crops[2 * i], pads[2 * i + 1] - crops[2 * i + 1]) for i in range(m)]
+        if len(g.tensors[conv.inputs[0]].shape) != 4 or not set(axes) <= {1, 2} or \
+                min(min(p) for p in pad) < 0:
+            continue
+        dil = {1: 1, 2: 1}
+        for a, bk in zip(axes, blk):
+            dil[a] = bk
+        # x padded, then shaped as the convolution's input (the shape ops' inserted 1s)
+        xp = x
+        if any(p != (0, 0) for p in pad):
+            pshape = [xs[0]] + [xs[i + 1] + sum(pad[i]) for i in range(m)] + xs[m + 1:]
+            xp = new_tensor(g, g.tensors[x].name + '/dilation_pad', pshape, like=x)
+            pt = new_tensor(g, g.tensors[x].name + '/dilation_paddings', [len(xs), 2],
+                            np.array([[0, 0]] + [list(p) for p in pad] + [[0, 0]] * (len(xs) - m - 1),
+                                     np.int32))
+            g.ops.insert(g.ops.index(s2b), Operator(-1, OP_CODES['PAD'], 'PAD', [x, pt], [xp], {},
+                                                    src=s2b.src))
+        cin = list(g.tensors[xp].shape)
+        for e in pre[0]:
+            a = const_ints(g, e.inputs[1])[0] % (len(cin) + 1)
+            cin.insert(a, 1)
+        w = g.tensors[conv.inputs[1]].shape
+        kh, kw = w[1], w[2]
+        cout = [1, cin[1] - dil[1] * (kh - 1), cin[2] - dil[2] * (kw - 1),
+                g.tensors[conv.outputs[0]].shape[3]]
+        y = b2s.outputs[0]
+        if min(cout) < 1 or int(np.prod(cout)) != int(np.prod(g.tensors[y].shape)):
+            continue
+        # the convolution reads the padded input shaped, dilated, and its output is the
+        # BATCH_TO_SPACE_ND's output shaped: the blocking ops go, the shape ops become one
+        # RESHAPE each side (none where the shapes agree)
+        ci = g.tensors[conv.inputs[0]]
+        ci.shape = cin
+        for op in [s2b] + pre[0]:
+            remove_op(g, op)
+        if cin != list(g.tensors[xp].shape):
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [xp], [ci.index], {}, src=conv.src)
+            _make_reshape(g, rs, cin)
+            g.ops.insert(g.ops.index(conv), rs)
+        else:
+            conv.inputs[0] = xp
+        co = g.tensors[conv.outputs[0]]
+        co.shape = cout
+        conv.options = dict(o, dilation_h_factor=dil[1], dilation_w_factor=dil[2])
+        for op in post[0] + [b2s]:
+            remove_op(g, op)
+        if cout != list(g.tensors[y].shape):
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [co.index], [y], {}, src=conv.src)
+            _make_reshape(g, rs, list(g.tensors[y].shape))
+            g.ops.insert(g.ops.index(conv) + 1, rs)
+        else:
+            conv.outputs[0] = y
+        _renumber(g)
+        done += 1
+    return done
+
+
 # The exporter-output passes in the order rewrite() runs them after dequantize:
 # (report key, pass, whether it runs on an int8 graph that trains as int8).  The int8
 # ones only fold what the host knows or change an op for one that computes the same
@@ -808,7 +928,8 @@ def reduce_max_to_pool(g: Graph) -> int:
 PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, True),
           ('tiles', tile_to_concat, True), ('elementwise', elementwise_forms, False),
           ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
-          ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True))
+          ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
+          ('dilations', dilated_convs, True))
 
 
 def rewrite(g: Graph, keep=(), int8=False) -> dict:

@@ -98,11 +98,12 @@ def resolve_settings(g, overrides: dict) -> dict:
 
 def loss_from_data(g, s, data, overrides, log=print) -> dict:
     """s with the loss the data asks for when neither the command line nor the model's
-    CIRCLE_TRAINING metadata names one: scce where the data's targets are class numbers
-    (one integer per sample, 0 .. outputs - 1) and the model has several outputs, as a
-    user with labelled samples expects (the default mse refuses labels: "y has 1 values
-    per sample, the model outputs 10", and int8 training takes scce or cce only); else
-    s as it is.  Says which it chose."""
+    CIRCLE_TRAINING metadata names one, for a model with several outputs: scce where the
+    data's targets are class numbers (one integer per sample, 0 .. outputs - 1), cce
+    where they are one-hot rows (one value per output, 0s and a single 1), as a user with
+    labelled samples expects (the default mse refuses labels: "y has 1 values per
+    sample, the model outputs 10", trains one-hot classes as a regression, and int8
+    training takes scce or cce only); else s as it is.  Says which it chose."""
     from ..files import dataset as ds
     if not data or overrides.get('loss') is not None or 'loss' in metadata_settings(g):
         return s
@@ -111,17 +112,23 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         y = np.asarray(ds.labels(data))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass, which says what is wrong)
-    if n_out < 2 or not (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)) or not len(y) \
-            or not np.issubdtype(y.dtype, np.number):
+    if n_out < 2 or not len(y) or not np.issubdtype(y.dtype, np.number) or y.ndim > 2:
         return s
-    y = y.reshape(-1)
-    if np.any(y != np.round(y)) or y.min() < 0 or y.max() >= n_out:
+    if y.ndim == 2 and y.shape[1] == n_out > 1:
+        if not (np.all((y == 0) | (y == 1)) and np.all(y.sum(1) == 1)):
+            return s
+        loss, what = 'cce', 'one-hot rows of class targets'
+    elif y.ndim == 1 or y.shape[1] == 1:
+        y = y.reshape(-1)
+        if np.any(y != np.round(y)) or y.min() < 0 or y.max() >= n_out:
+            return s
+        loss, what = 'scce', 'one class number per sample'
+    else:
         return s
-    s = dict(s, loss='scce')
+    s = dict(s, loss=loss)
     if overrides.get('metric') is None:
         s['metric'] = 'accuracy'
-    log(f'loss: scce ({data}: one class number per sample, the model has {n_out} outputs; '
-        '--loss sets another)')
+    log(f'loss: {loss} ({data}: {what}, the model has {n_out} outputs; --loss sets another)')
     return s
 
 

@@ -216,8 +216,9 @@ def test_resume_from_checkpoint_continues(tmp_path):
 @needs_mp
 def test_digits_example_reaches_90_percent_on_the_simulated_board(tmp_path):
     out = str(tmp_path / 'digits')
+    # 2 epochs: 0.939 test accuracy (1 epoch: 0.905)
     r = subprocess.run([sys.executable, '-m', 'host_tools', 'demo', '--out', out,
-                        '--epochs', '3'], cwd=ROOT, capture_output=True, text=True)
+                        '--epochs', '2'], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     log = read_log(os.path.join(out, 'train.log'))
     assert log[0][4] < 0.2                 # untrained: chance level

@@ -572,3 +572,28 @@ def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     _, moved = _trained_names(src, tmp_path, xs, np.random.default_rng(3).standard_normal((16, 2)),
                               loss='mse')
     assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}
+
+
+def test_keras_dilated_convolutions_become_dilated_ops(tmp_path):
+    """Issue 28 (a held-out Keras TCN: dilated causal Conv1D, refused at SPACE_TO_BATCH_ND):
+    the converter's SPACE_TO_BATCH_ND -> VALID conv -> BATCH_TO_SPACE_ND becomes the conv
+    with its dilation on the padded input (the paddings less the crops), for a Conv1D and
+    a DepthwiseConv2D, crops included; ONERT on the rewrite = the dilated convolutions by
+    their definition (numpy); prepare trains it: both convolutions' weights move."""
+    from kerasgraphs import build_keras_dilated
+    src, forward = build_keras_dilated(tmp_path / 'dil.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert info['dilations'] == 2
+    names = ops(dst)
+    assert 'SPACE_TO_BATCH_ND' not in names and 'BATCH_TO_SPACE_ND' not in names
+    g = read_model(dst)
+    dil = sorted((op.options['dilation_h_factor'], op.options['dilation_w_factor'])
+                 for op in g.ops if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D'))
+    assert dil == [(1, 2), (2, 2)], dil
+    x = np.random.default_rng(1).standard_normal((4, 13, 2)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+    xs = np.random.default_rng(2).standard_normal((12, 13, 2)).astype(np.float32)
+    _, moved = _trained_names(src, tmp_path, xs, np.arange(12) % 3, loss='scce', from_logits=True)
+    assert {'w1', 'wd'} <= moved, moved

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from repo import ROOT  # noqa: E402
+import fewer  # noqa: E402
 
 from host_tools.target import runner  # noqa: E402
 from host_tools.files.flatmodel import read_flat  # noqa: E402
@@ -107,6 +108,9 @@ def test_selection_trains_in_the_planned_heap(tmp_path, data, mode):
     out = str(tmp_path / 'o')
     s = prepare(CNN, out, data=data, test_split=0.2, select=mode, budget='150K',
                 log=lambda *a: None, **SETTINGS)
+    # the heap is the check, not the accuracy: 24 steps and 8 tests at 2 a second on the
+    # 64-bit build (all 288 and 72 took 2.5 minutes a mode)
+    fewer.keep_first(out, 24, 8)
     ok, text = trains_at(out, s['heap']['total'])
     assert ok, text
     if mode == 'board':

@@ -106,9 +106,10 @@ def interrupted_runs(base, tmp, python, runs, seed):
 
 @pytest.mark.skipif(not MP, reason='no MicroPython binary')
 def test_sigint_then_resume_is_bit_identical_under_micropython(base, tmp_path):
-    tally = interrupted_runs(base, tmp_path, False, 25, 1)
+    # 12 runs with 1-2 Ctrl-Cs at random times each (25 took most of a minute of the suite)
+    tally = interrupted_runs(base, tmp_path, False, 12, 1)
     print('unix MicroPython:', tally)
-    assert tally['identical'] == 25 and tally['tracebacks'] == 0
+    assert tally['identical'] == 12 and tally['tracebacks'] == 0
 
 
 def test_sigint_then_resume_is_bit_identical_under_cpython(base, tmp_path):

@@ -164,6 +164,87 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
     return os.fspath(path), forward
 
 
+def _dilated(x, kh, kw, d, pads):
+    """numpy: the windows [n, OH, OW, kh, kw, C] of a dilated VALID convolution, by its
+    definition: x [n, H, W, C] padded by pads ((top, bottom), (left, right)), dilation d
+    (dh, dw)."""
+    xp = np.pad(x, ((0, 0),) + tuple(pads) + ((0, 0),))
+    OH, OW = xp.shape[1] - d[0] * (kh - 1), xp.shape[2] - d[1] * (kw - 1)
+    return np.stack([np.stack([xp[:, i * d[0]:i * d[0] + OH, j * d[1]:j * d[1] + OW]
+                               for j in range(kw)], 3) for i in range(kh)], 3)
+
+
+def build_keras_dilated(path, seed=0, L=13, C=2, O=3, H=5, K=4):
+    """What TFLite's converter writes for dilated convolutions (Keras Conv1D causal with
+    dilation_rate 2, DepthwiseConv2D SAME with dilation_rate 2), built here:
+    PAD (causal) -> SPACE_TO_BATCH_ND [2] paddings [0, 1] -> EXPAND_DIMS -> CONV_2D VALID
+    -> RESHAPE -> BATCH_TO_SPACE_ND crops [0, 1] -> ADD bias (RELU); an FC to a 2-D map
+    [1, H, H, K] -> SPACE_TO_BATCH_ND [2, 2] paddings
+    [2, 3] -> DEPTHWISE_CONV_2D VALID -> BATCH_TO_SPACE_ND crops [0, 1] -> FC.  The blocked
+    tensors' static shapes keep batch 1, as the converter leaves them.  Returns (path,
+    numpy forward by the definition: dilated convolutions)."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = _rand(rng, O, 1, 3, C), _rand(rng, O)
+    wm, bm = _rand(rng, H * H * K, L * O) * 0.3, _rand(rng, H * H * K)
+    wd = _rand(rng, 1, 3, 3, K)
+    wf, bf = _rand(rng, 3, H * H * K) * 0.3, _rand(rng, 3)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+
+    def ints(name, v):
+        v = np.array(v, np.int32)
+        return b.tensor(name, list(v.shape), data=v)
+    x = act('x', [1, L, C])
+    xp = act('xp', [1, L + 4, C])
+    b.op('PAD', [x, ints('causal', [[0, 0], [4, 0], [0, 0]])], [xp])
+    s = act('s', [1, (L + 5) // 2, C])
+    b.op('SPACE_TO_BATCH_ND', [xp, ints('blk1', [2]), ints('pad1', [[0, 1]])], [s])
+    e = act('e', [1, 1, (L + 5) // 2, C])
+    b.op('EXPAND_DIMS', [s, ints('ax', -3)], [e])
+    c = act('c', [1, 1, (L + 5) // 2 - 2, O])
+    b.op('CONV_2D', [e, b.tensor('w1', w1.shape, data=w1), b.tensor('z1', [O], data=np.zeros(O, np.float32))],
+         [c], padding='VALID')
+    r = act('r', [1, (L + 5) // 2 - 2, O])
+    b.op('RESHAPE', [c, ints('shp1', [-1, (L + 5) // 2 - 2, O])], [r])
+    u = act('u', [1, L, O])
+    b.op('BATCH_TO_SPACE_ND', [r, ints('blk1b', [2]), ints('crop1', [[0, 1]])], [u])
+    a = act('a', [1, L, O])
+    b.op('ADD', [u, b.tensor('b1', [1, 1, O], data=b1.reshape(1, 1, O))], [a],
+         fused_activation_function='RELU')
+    f = act('f', [1, L * O])
+    b.op('RESHAPE', [a], [f], new_shape=[1, L * O])
+    m = act('m', [1, H * H * K])
+    b.op('FULLY_CONNECTED', [f, b.tensor('wm', wm.shape, data=wm), b.tensor('bm', [H * H * K], data=bm)], [m])
+    m4 = act('m4', [1, H, H, K])
+    b.op('RESHAPE', [m], [m4], new_shape=[1, H, H, K])
+    s2 = act('s2', [1, (H + 5) // 2, (H + 5) // 2, K])
+    b.op('SPACE_TO_BATCH_ND', [m4, ints('blk2', [2, 2]), ints('pad2', [[2, 3], [2, 3]])], [s2])
+    dz = act('dz', [1, (H + 5) // 2 - 2, (H + 5) // 2 - 2, K])
+    b.op('DEPTHWISE_CONV_2D', [s2, b.tensor('wd', wd.shape, data=wd), b.tensor('zd', [K], data=np.zeros(K, np.float32))],
+         [dz], padding='VALID', depth_multiplier=1)
+    d2 = act('d2', [1, H, H, K])
+    b.op('BATCH_TO_SPACE_ND', [dz, ints('blk2b', [2, 2]), ints('crop2', [[0, 1], [0, 1]])], [d2])
+    g = act('g', [1, H * H * K])
+    b.op('RESHAPE', [d2], [g], new_shape=[1, H * H * K])
+    y = act('y', [1, 3])
+    b.op('FULLY_CONNECTED', [g, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [3], data=bf)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        n = len(xs)
+        win = _dilated(xs.reshape(n, 1, L, C), 1, 3, (1, 2), ((0, 0), (4, 0)))   # n 1 L 1 3 C
+        h = np.maximum(np.einsum('nabijc,oijc->nabo', win, w1) + b1, 0).reshape(n, L * O)
+        h = (h @ wm.T + bm).reshape(n, H, H, K)
+        win = _dilated(h, 3, 3, (2, 2), ((2, 2), (2, 2)))                         # n H H 3 3 K
+        h = np.einsum('nabijk,ijk->nabk', win, wd[0]).reshape(n, -1)
+        return h @ wf.T + bf
+    return os.fspath(path), forward
+
+
 def build_keras_layernorm(path, seed=0, F=6, H=8, O=2, eps=1e-3):
     """What Keras 3 exports for Dense(elu) -> LayerNormalization -> Dense, built here:
     ELU, then the moments as MEAN, NEG of the mean, SQUARED_DIFFERENCE, MEAN, ADD eps,

@@ -1,7 +1,8 @@
 """The loss when neither --loss nor the model's CIRCLE_TRAINING metadata names one: the
 data decides (pipeline.loss_from_data).  One class number per sample for a model with
-several outputs trains with scce, float and int8 alike, and says so; targets with one
-value per output keep the default (mse); a loss the user gives is never replaced."""
+several outputs trains with scce, one-hot rows with cce, float and int8 alike, and says
+so; other targets with one value per output keep the default (mse); a loss the user
+gives is never replaced."""
 import json
 import os
 
@@ -47,6 +48,18 @@ def test_one_value_per_output_keeps_mse(tmp_path):
     assert not any(m.startswith('loss:') for m in said)
 
 
+def test_one_hot_rows_train_with_cce_and_multi_hot_keeps_mse(tmp_path):
+    """Issue 28 (a held-out Keras softmax classifier fitted on one-hot targets: prepared
+    without --loss it trained them as a regression, mse with an mae metric)."""
+    y = np.eye(10, dtype=np.float32)[np.random.default_rng(2).integers(0, 10, 12)]
+    s, text, said = _run(tmp_path, MLP, _npz(tmp_path / 'd.npz', y))
+    assert '"loss": "cce"' in text and '"metric": "accuracy"' in text
+    assert any(m.startswith('loss: cce') and 'one-hot' in m for m in said), said
+    y[:, 0] = 1                     # two classes in some rows: not one-hot
+    s, text, said = _run(tmp_path, MLP, _npz(tmp_path / 'e.npz', y))
+    assert '"loss": "mse"' in text and not any(m.startswith('loss:') for m in said)
+
+
 def test_a_given_loss_is_kept_and_checked(tmp_path):
     y = np.random.default_rng(2).integers(0, 10, 12)
     with pytest.raises(ValueError, match='values per sample'):
@@ -63,7 +76,8 @@ def test_labels_out_of_range_are_not_classes(tmp_path):
         _run(tmp_path, MLP, _npz(tmp_path / 'd.npz', y))
 
 
-def test_an_int8_model_trains_as_int8_without_a_loss_given(tmp_path):
+@pytest.mark.parametrize('targets', ['classes', 'one-hot'])
+def test_an_int8_model_trains_as_int8_without_a_loss_given(tmp_path, targets):
     """int8 training takes scce or cce only: a Keras int8 classifier given labelled samples
     and nothing else had been refused ("int8 training takes --loss scce or cce")."""
     model = str(tmp_path / 'm.tflite')
@@ -73,9 +87,12 @@ def test_an_int8_model_trains_as_int8_without_a_loss_given(tmp_path):
     shape = tuple(g.tensors[g.inputs[0]].shape[1:])
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
     y = np.random.default_rng(3).integers(0, n_out, 12)
+    loss = 'scce'
+    if targets == 'one-hot':
+        y, loss = np.eye(n_out, dtype=np.float32)[y], 'cce'
     s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape))
     assert 'q8.json' in text, text
-    assert any(m.startswith('loss: scce') for m in said), said
+    assert any(m.startswith(f'loss: {loss} ') for m in said), said
 
 
 def test_an_image_folder_is_class_numbers(tmp_path):
