@@ -82,8 +82,8 @@ def cmd_inspect(a):
             total += n
         print(f'  {t.index:3d} {t.name[:40]:40s} {str(list(t.shape)):18s} {t.dtype:8s} {const:5s}'
               f' {n if const else ""}')
-    from .prepare.quant import is_int8, inspect_lines
-    if is_int8(g):
+    from .prepare.quant import is_int8, float_ends, inspect_lines
+    if is_int8(g) or float_ends(g):
         print('\n' + '\n'.join(inspect_lines(g)))
     else:
         print(f'\nparameters (float32 constants): {total}')

@@ -87,6 +87,12 @@ class OpSpec:
     # the output is a view of the first input (a reshape: the same floats under another
     # shape, on both array backends): the planner counts its storage once
     view: bool = False
+    # (op, graph, arrays) -> (output-sized, input-sized arrays, floats of the pieces live
+    # at once) the forward makes beside its output on that array backend, where they
+    # depend on the op (a copy plan's blocks, broadcast blocks, the fused activation):
+    # the planner's figure for a whole op (None: fwd, fwd_native, piece); fwd stays the
+    # row bands' figure for a strip
+    fwd_of: Callable = None
 
     @property
     def code(self) -> int:
@@ -324,7 +330,7 @@ SPECS.update({s.name: s for s in [
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),
-    OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(1, 1), bwd=(1, 2)),
+    OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(1, 2)),
 ]})
 
 
@@ -478,7 +484,11 @@ def _transpose_options(op, g):
     X, Y = _shape4(g, op.inputs[0], op), _shape4(g, op.outputs[0], op)
     perm = _const_ints(g, op, 1, 'permutation')
     r = len(perm)
-    perm = list(range(4 - r)) + [p % r + 4 - r for p in perm]
+    perm = [p % r for p in perm]
+    shape = list(g.tensors[op.inputs[0]].shape)
+    while r > 4 and perm[0] == 0 and shape[0] == 1:     # (Keras's batch axis of a 5-D
+        perm, shape, r = [p - 1 for p in perm[1:]], shape[1:], r - 1    # Permute: in place)
+    perm = list(range(4 - r)) + [p + 4 - r for p in perm]
     if sorted(perm) != [0, 1, 2, 3] or [X[p] for p in perm] != Y:
         raise ValueError(f'{_where(op)}: permutation {perm} does not take {X} to {Y}')
     ax = _rowcol(X)
@@ -539,16 +549,60 @@ def _in(op, flags):
     return [op.inputs[0]]
 
 
+# What these kernels make beside their output (gc.mem_alloc around each kernel on the
+# 32-bit builds, docs/memory.md): ulab's slice assignment copies its source first (a
+# block's copy, one block at a time), the fallback's writes in place (npfallback._put);
+# np.clip makes two arrays on both.  optable had planned two output-sized temporaries and
+# an input-sized one for each (the default fwd): ResNet-8's 64 KB transposes, 3.3x.
+
+def _act_temps(op, n, cols, arrays):
+    """(output-sized arrays, floats of the pieces live at once) utrain.op_act.act makes
+    for op's fused activation on a fresh output of n values in cols columns: a clipping
+    one np.maximum's result (RELU) or np.clip's two, beyond op_act._WHOLE values in place
+    op_act._CHUNK values of rows at a time (each chunk's results and, under ulab, their
+    copy into the output); NONE and TANH (out=) none."""
+    a = op.options.get('fused_activation_function', 'NONE')
+    if a not in ('RELU', 'RELU6', 'RELU_N1_TO_1'):
+        return 0, 0
+    k = 1 if a == 'RELU' else 2
+    m = module('op_act')
+    if n > m._WHOLE:
+        return 0, (k + (arrays == 'ulab')) * max(1, m._CHUNK // cols) * cols
+    return k, 0
+
+
+def _elem_fwd(op, g, arrays):
+    """utrain.op_elem's forward: the output (a OP b), or with broadcast blocks a zeroed
+    output and each block's result (and, under ulab, its copy into the output), then the
+    fused activation."""
+    *lead, cols = _shape4(g, op.outputs[0], op)
+    rows = lead[0] * lead[1] * lead[2]
+    o = _elem_options(op, g)
+    n0, n1, n2 = (int(o[k]) for k in (opc.E_N0, opc.E_N1, opc.E_N2))
+    blocks = (1 + (arrays == 'ulab')) * n2 * cols if n0 * n1 > 1 else 0
+    fo, act = _act_temps(op, rows * cols, cols, arrays)
+    return fo, 0, max(blocks, act)
+
+
+def _copy_fwd(op, g, arrays):
+    """utrain.op_shape's forward: a zeroed output and, under ulab, the copy of one block
+    of the copy plan at a time (the largest: C_N1 x C_N2 floats)."""
+    if arrays != 'ulab':
+        return 0, 0, 0
+    p = SPECS[op.name].options(op, g)
+    return 0, 0, max(int(p[k + opc.C_N1] * p[k + opc.C_N2]) for k in range(0, len(p), opc.C_PART))
+
+
 _ELEM = (0, 1)
 SPECS.update({s.name: s for s in [
-    OpSpec('ADD', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('SUB', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('MUL', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('DIV', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM),
-    OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,)),
-    OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,)),
-    OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,)),
-    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None),
+    OpSpec('ADD', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
+    OpSpec('SUB', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
+    OpSpec('MUL', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
+    OpSpec('DIV', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
+    OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
+    OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
+    OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
+    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None, fwd_of=_copy_fwd),
     OpSpec('SQUEEZE', {}, _none, _none, view=True),
     OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,), view=True),
     OpSpec('HARD_SWISH', {}, _none, _in),
@@ -560,7 +614,7 @@ SPECS.update({s.name: s for s in [
 
 
 # ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py: row or column ranges),
-# RSQRT/SQRT/GELU (op_math.py).
+# RSQRT/SQRT/EXP/LOG/GELU (op_math.py).
 
 def _split_options(op, g):
     """[cols, outer, inner, b0 .. bn] (micro/utrain/op_split.py): the split axis' part
@@ -601,6 +655,8 @@ SPECS.update({s.name: s for s in [
            held=1),
     OpSpec('RSQRT', {}, _none, _out),
     OpSpec('SQRT', {}, _none, _out),
+    OpSpec('EXP', {}, _none, _out),
+    OpSpec('LOG', {}, _none, _in),
     # GELU's exact form (erf's quintic, utrain/op_math.py) chains ~20 elementwise steps,
     # none freed before a collection: a LayerNorm block with it needed 4 output-sized
     # arrays more than with the tanh form (64-bit unix, fallback: 122 against 117 KB at

@@ -604,43 +604,96 @@ def op_temps(r, spec, op, native, plain):
     return plain + (0,)
 
 
+def fwd_temps(r, spec, op):
+    """op_temps of the forward pass: the op's own figures where they depend on the op
+    and the array kind (spec.fwd_of: the element-wise and copy kernels, whose blocks,
+    broadcast blocks and fused activation decide them), else op_temps'."""
+    if spec.fwd_of:
+        fo, fi, n = spec.fwd_of(op, r.g, r.arrays)
+        return fo, fi, r.A(n) if n else 0
+    return op_temps(r, spec, op, spec.fwd_native, spec.fwd)
+
+
 def forward_peak(r):
     """The forward pass's peak per-sample working set from op `start` on: activations in
     flight (the cut's buffers from a prefix cache, else the sample) and the op's output
     and temporaries (a band group: its windows).  Returns (peak, the op at it, the
-    sample buffer's elements: 0 when the cut or a band group's strips replace it)."""
+    sample buffer's elements: 0 when the cut or a band group's strips replace it).
+    Its phases: forward_start (what is in flight before the first op), op_need (one
+    op's), forward_frees (what the op leaves freed)."""
     from ..graph.optable import SPECS
-    from ..files.flatmodel import ACT
-    g, plan, size, A, lo = r.g, r.plan, r.size, r.A, r.start
-    cut = cut_tensors(r)
-    live = set(cut) if lo else {g.inputs[0]}
-    x_in = 0 if lo else size[g.inputs[0]]     # the sample buffer (cut: counted in live)
-    if not lo and plan.bands and plan.bands[0][0] == 0 and \
-            plan.last_use.get(g.inputs[0], 0) < plan.bands[0][1]:
-        live, x_in = set(), 0           # the first band group reads it a strip at a time
-    peak = need = peak_at = 0
+    g, plan, size, A = r.g, r.plan, r.size, r.A
+    live, x_in, cut = forward_start(r)
+    peak = need = peak_at = hole = 0
     groups, inner, banded = band_groups(r)
-    for op in g.ops[lo:]:
-        spec = SPECS[op.name]
-        fo, fi, pc = op_temps(r, spec, op, spec.fwd_native, spec.fwd)
-        ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
-        o = op.outputs[0]
+    for op in g.ops[r.start:]:
         cur = sum(A(size[k]) for k in live if k not in plan.saved)
         if op.index in groups:      # its windows are made and freed every sample
             need = cur + int(groups[op.index] * (1 + BAND_SLACK))
         elif op.index not in banded:
-            need = cur + (1 + fo) * A(size[o]) + fi * A(max([size[k] for k in ins] or [0])) \
-                + sum(A(size[k]) for k in op.outputs[1:]) + spec.taps * A(0) + pc
+            need, temps = op_need(r, SPECS[op.name], op, cur, hole)
+            hole = max(hole, temps)     # (a group's windows: BAND_SLACK's)
         if need > peak:
             peak, peak_at = need, op.index
-        if op.index not in banded:      # (a group's windows: BAND_SLACK's)
-            r.largest = max(r.largest, A(size[o]), pc, A(max([size[k] for k in ins] or [0])) if fi else 0)
         live.update(k for k in op.outputs if k not in inner)
-        for k in ins:
-            if plan.last_use.get(k) == op.index and k not in plan.saved and k != g.inputs[0] \
-                    and k not in cut:
-                live.discard(k)
+        hole = max([hole] + forward_frees(r, op, live, cut))
     return peak, peak_at, x_in
+
+
+def forward_start(r):
+    """(live tensors, the sample buffer's elements, the cut) before op `start`: the cut
+    of a host-made prefix cache (counted live), else the sample, which the first band
+    group may read a strip at a time instead (neither then)."""
+    g, plan = r.g, r.plan
+    cut = cut_tensors(r)
+    if r.start:
+        return set(cut), 0, cut
+    if plan.bands and plan.bands[0][0] == 0 and \
+            plan.last_use.get(g.inputs[0], 0) < plan.bands[0][1]:
+        return set(), 0, cut
+    return {g.inputs[0]}, r.size[g.inputs[0]], cut
+
+
+def op_need(r, spec, op, cur, hole):
+    """(the working set while op runs forward, its largest temporary): the live data cur,
+    its outputs, its temporaries (fwd_temps), the tap views, and a fresh run for an
+    output longer than the holes the pass has freed (fresh_run)."""
+    from ..files.flatmodel import ACT
+    A, size = r.A, r.size
+    fo, fi, pc = fwd_temps(r, spec, op)
+    o = op.outputs[0]
+    ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
+    n_in = A(max([size[k] for k in ins] or [0])) if fi else 0
+    need = cur + (1 + fo) * A(size[o]) + fi * n_in + sum(A(size[k]) for k in op.outputs[1:]) \
+        + spec.taps * A(0) + pc + fresh_run([A(size[o])] * (1 + fo) + [n_in] * fi + [pc], hole)
+    r.largest = max(r.largest, A(size[o]), pc, n_in)
+    return need, max(pc, n_in, A(size[o]) if fo else 0)
+
+
+def forward_frees(r, op, live, cut) -> list:
+    """The op's activation inputs it is the last reader of (not saved for the backward
+    pass, not the sample or the cut): dropped from live; returns their sizes (bytes)."""
+    from ..graph.optable import SPECS
+    from ..files.flatmodel import ACT
+    g, plan = r.g, r.plan
+    out = []
+    for k in SPECS[op.name].inputs(op):
+        if k >= 0 and r.kinds[k] == ACT and plan.last_use.get(k) == op.index \
+                and k not in plan.saved and k != g.inputs[0] and k not in cut and k in live:
+            live.discard(k)
+            out.append(r.A(r.size[k]))
+    return out
+
+
+def fresh_run(arrays, hole) -> int:
+    """Heap the arrays an op makes (bytes each: its outputs and temporaries) need beyond
+    the live data where they are longer than every array freed so far in the pass (hole):
+    none of those holes takes them, and the live arrays between the holes cut the free
+    heap, so each needs a run of its own beside them: the part of it longer than the
+    holes (none before the pass frees anything: the free heap is one run then).  (A
+    CONCATENATION of two 21 KB maps into a 42 KB one after 18 KB ones, 32-bit ulab:
+    it failed with 81 KB free and no 42 KB run.)"""
+    return sum(max(0, n - hole) for n in arrays) if hole else 0
 
 
 def backward_peak(r) -> int:
@@ -1027,6 +1080,10 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
         if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
+            if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
+                objs += 2 * arr(4 * 256) + arr(2 * 256)
+        if 'gx' in d:                       # a gather's dims and strides (utrain.q8slc)
+            objs += arr(4 * 9)
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}

@@ -331,7 +331,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
-    if not (dequantize or train_config) and rewrite and quant.is_int8(source):
+    as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
+    if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
             from .select import choose_q8

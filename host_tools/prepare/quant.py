@@ -24,6 +24,7 @@ the weight scales of the layers that train or pass a gradient),
 so q8.json stays small enough to parse on a board."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -51,6 +52,7 @@ UNARY = {
                    lambda x, o: np.where(x > 0, 1.0, o.get('alpha', 0.2))),
     'ELU': (lambda x, o: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
             lambda x, o: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0)))),
+    'NEG': (lambda x, o: -x, lambda x, o: -np.ones_like(x)),
     'GELU': (lambda x, o: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
              lambda x, o: 0.5 * (1 + _ERF(x / math.sqrt(2))) + x * np.exp(-x * x / 2)
              / math.sqrt(2 * math.pi)),
@@ -59,9 +61,10 @@ UNARY = {
 REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
-         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT)},
-         'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V')}}
-BINARY = ('ADD', 'SUB', 'MUL')      # BIN's 'bo': the op's position
+         'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
+         'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+BINARY = ('ADD', 'SUB', 'MUL', 'DIV')      # BIN's 'bo': the op's position
+RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
 BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC)   # kinds utrain.q8 passes a gradient through
@@ -120,10 +123,62 @@ def is_int8(g: Graph) -> bool:
     return t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))
 
 
+def float_ends(g: Graph) -> bool:
+    """Is g a full-int8 model with float input (and output): its float32 input read only
+    by a QUANTIZE to int8 (_float_ends)?  prepare trains it as int8 where the int8 path
+    takes the settings (settings_refusal), else dequantized as before."""
+    return g.tensors[g.inputs[0]].dtype == 'float32' and _entry(g) is not None
+
+
+def settings_refusal(s: dict) -> str | None:
+    """Why the int8 path does not train with settings s (prepare's resolved loss,
+    optimizer, schedule), or None."""
+    if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
+        return ('int8 training has no weight decay or learning-rate schedule; --dequantize '
+                'trains the model in float32 with them')
+    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
+            or (s['momentum'] and s['optimizer'] != 'sgd')):
+        return ('int8 training takes --loss scce or cce, --optimizer sgd (with or without '
+                'momentum) or adam; --dequantize trains it in float with '
+                f'{s["loss"]}/{s["optimizer"]}' + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
+    return None
+
+
+def _entry(g: Graph):
+    """The QUANTIZE that alone reads float input 0 and writes an int8 tensor with a
+    scale, or None."""
+    k = g.inputs[0] if g.inputs else -1
+    r = [op for op in g.ops if k in op.inputs]
+    if len(g.inputs) != 1 or len(r) != 1 or r[0].name != 'QUANTIZE':
+        return None
+    t = g.tensors[r[0].outputs[0]]
+    return r[0] if t.dtype == 'int8' and t.quant and t.quant.get('scale') else None
+
+
+def _float_ends(g: Graph):
+    """A full-int8 model with float input and output (the converter's default without
+    inference_input_type: QUANTIZE first, DEQUANTIZE last) as its int8 middle: the
+    QUANTIZE's output is the input (the board quantizes samples at its scale, as it
+    does an int8 model's) and the DEQUANTIZE's input the output (the loss dequantizes
+    the logits); the file keeps both ops, export writes into its tensors."""
+    from ..graph.rewrite import remove_op
+    op = _entry(g)
+    if op is None:
+        return
+    g.inputs = [op.outputs[0]]
+    remove_op(g, op)
+    last = g.ops[-1] if g.ops else None
+    if last is not None and last.name == 'DEQUANTIZE' and g.outputs == last.outputs and \
+            g.tensors[last.inputs[0]].dtype == 'int8':
+        g.outputs = [last.inputs[0]]
+        remove_op(g, last)
+
+
 def rewritten(g: Graph) -> Graph:
     """A copy of int8 graph g with the exporter-output passes that apply to int8
     (rewrite.PASSES: Keras 3's run-time batch in Reshape folded, a global REDUCE_MAX as a
-    MAX_POOL_2D), as the float path runs them; tensors keep their indices (new ones are
+    MAX_POOL_2D), as the float path runs them, float input and output ends dropped
+    (_float_ends); tensors keep their indices (new ones are
     appended), so the trained weights go back into the same tensors, and ops keep their
     number in the user's file (Operator.number, g.nfile: the file's op count) for
     --train, --ranks and the messages.  Every reader of an int8 model (prepare, export,
@@ -134,6 +189,7 @@ def rewritten(g: Graph) -> Graph:
         return g
     g = copy.deepcopy(g)
     g.nfile = getattr(g, 'nfile', None) or len(g.ops)
+    _float_ends(g)
     g.rewrites = rewrite(g, int8=True)
     g.q8_rewritten = True
     _widen_logits(g)
@@ -282,22 +338,34 @@ def layers(g: Graph, train='last:1', ranks=None):
         while k in alias:
             k = alias[k]
         return k
+    isl, dvi = _islands(g, ops), _div_islands(g, ops)
+    inside = {id(o) for v in isl.values() for o in v[1:]} | {
+        id(o) for v in dvi.values() for o in v if o.name != 'DIV'}
     out = []
     for op in ops:
-        if op.outputs[0] in alias or op.outputs[0] in pads:
+        if op.outputs[0] in alias or op.outputs[0] in pads or id(op) in inside:
             continue
+        if op.index in isl:
+            out.append(_island_layer(g, isl[op.index], src))
+            continue
+        if op.index in dvi:
+            op = _div_island(g, *dvi[op.index])
+        if op.name == 'DEQUANTIZE':
+            _island_refusal(g, op)
         k = KINDS.get(op.name)
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'SUB, MUL, MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION, PAD, SLICE, '
-                             'STRIDED_SLICE, SPLIT, SPLIT_V, RESHAPE, SQUEEZE, EXPAND_DIMS, '
-                             + ', '.join((*UNARY, *REQUANT)) + ')')
+                             'SUB, MUL, DIV, MAX_POOL_2D, AVERAGE_POOL_2D, '
+                             'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
+                             'RESHAPE, SQUEEZE, EXPAND_DIMS, '
+                             + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
+                             'between a DEQUANTIZE and a QUANTIZE)')
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue
-        if k == ADD and not _plain_add(g, op):
+        if k == ADD and not _plain_add(g, op) or op.name == 'DIV' and not _scalar(g, op.inputs[1]):
             k = BIN
         x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
         pad = pads.get(op.inputs[0])
@@ -327,6 +395,168 @@ def layers(g: Graph, train='last:1', ranks=None):
     _mark_trained(g, out, train, ranks or {})
     _check_shared(g, out)
     return out
+
+
+# float32 ops a converter leaves between a DEQUANTIZE and a QUANTIZE (ops it has no int8
+# kernel for: Keras's -x is DEQUANTIZE, NEG, QUANTIZE): numpy of float32 arrays, as
+# TFLite Micro's float kernels compute them
+_F32 = {'NEG': np.negative, 'ABS': np.abs, 'SQUARE': np.square, 'SQRT': np.sqrt,
+        'RSQRT': lambda x: 1 / np.sqrt(x), 'EXP': np.exp, 'LOG': np.log,
+        'LOGISTIC': lambda x: 1 / (1 + np.exp(-x)), 'TANH': np.tanh,
+        'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
+        'ADD': np.add, 'SUB': np.subtract, 'MUL': np.multiply, 'DIV': np.divide,
+        'MAXIMUM': np.maximum, 'MINIMUM': np.minimum}
+_FUSED = {'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
+          'RELU_N1_TO_1': lambda x: np.clip(x, -1, 1)}
+
+
+def _islands(g, ops) -> dict:
+    """{DEQUANTIZE op index: [it, the float ops after it, the QUANTIZE that ends them]}:
+    float32 elementwise ops (_F32) between the DEQUANTIZE of one int8 tensor and one
+    QUANTIZE back to int8, their other inputs scalar constants: a function of 256 int8
+    values, a LUT layer (_island_layer)."""
+    readers = {}
+    for op in ops:
+        for k in op.inputs:
+            readers.setdefault(k, []).append(op)
+    out = {}
+    for op in ops:
+        if op.name != 'DEQUANTIZE' or g.tensors[op.inputs[0]].dtype != 'int8':
+            continue
+        made, body, todo, end = {op.outputs[0]}, [op], [op.outputs[0]], []
+        ok = True
+        while todo and ok:
+            k = todo.pop()
+            if k in g.outputs or not readers.get(k):
+                ok = False
+            for r in readers.get(k, []):
+                if r in body or r in end:
+                    continue
+                if r.name == 'QUANTIZE' and g.tensors[r.outputs[0]].dtype == 'int8':
+                    end.append(r)
+                elif r.name in _F32 and all(
+                        j in made or (g.tensors[j].data is not None and g.tensors[j].data.size == 1)
+                        for j in r.inputs) and len(r.outputs) == 1:
+                    body.append(r)
+                    made.add(r.outputs[0])
+                    todo.append(r.outputs[0])
+                else:
+                    ok = False
+        if ok and len(end) == 1:
+            pos = {id(o): i for i, o in enumerate(ops)}
+            out[op.index] = [op] + sorted(body[1:], key=lambda o: pos[id(o)]) + end
+    return out
+
+
+def _div_islands(g, ops) -> dict:
+    """{DIV op index: (DEQUANTIZE a, DEQUANTIZE b, the DIV, QUANTIZE)}: a converter's
+    a / b of two int8 tensors in float32 (Keras's: it has no int8 DIV in its kernels),
+    each float tensor read by the next op alone (_div_island)."""
+    readers = {}
+    for op in ops:
+        for k in op.inputs:
+            readers.setdefault(k, []).append(op)
+    prod = {k: op for op in ops for k in op.outputs}
+    out = {}
+    for op in ops:
+        if op.name != 'DIV' or len(op.inputs) != 2:
+            continue
+        dq = [prod.get(k) for k in op.inputs]
+        r = readers.get(op.outputs[0], [])
+        if all(o is not None and o.name == 'DEQUANTIZE' and g.tensors[o.inputs[0]].dtype == 'int8'
+               and len(readers.get(o.outputs[0], [])) == 1 and o.outputs[0] not in g.outputs
+               for o in dq) and len(r) == 1 and r[0].name == 'QUANTIZE' and \
+                g.tensors[r[0].outputs[0]].dtype == 'int8' and op.outputs[0] not in g.outputs:
+            out[op.index] = (dq[0], dq[1], op, r[0])
+    return out
+
+
+def _div_island(g, dqa, dqb, op, qt):
+    """layers(): the float island (DEQUANTIZE a, DEQUANTIZE b, DIV, QUANTIZE) as an int8
+    DIV of a and b (a BIN layer: TFLite Micro's div.cc) where that computes the island's
+    float32 ops and rounding on every one of the 65536 input pairs (else refused
+    naming the first that differs); returns the DIV op as that int8 op."""
+    import dataclasses
+    (sa,), (za,) = _q(g.tensors[dqa.inputs[0]])
+    (sb,), (zb,) = _q(g.tensors[dqb.inputs[0]])
+    (sy,), (zy,) = _q(g.tensors[qt.outputs[0]])
+    act = op.options.get('fused_activation_function', 'NONE')
+    if act not in ('NONE', 'RELU'):
+        raise ValueError(f'{g.path}: DIV op {op.number} between DEQUANTIZE and QUANTIZE fuses '
+                         f'{act}: int8 training takes it as an int8 DIV with none or RELU')
+    bad = _div_differs(sa, za, sb, zb, sy, zy, act)
+    if bad:
+        raise ValueError(f'{g.path}: DIV op {op.number} divides two int8 tensors in float32 '
+                         f'(between DEQUANTIZE and QUANTIZE); TFLite Micro\'s int8 DIV differs from '
+                         f'it at these scales (first at int8 inputs {bad[0]} / {bad[1]}): export '
+                         'the model with an int8 DIV')
+    return dataclasses.replace(op, inputs=[dqa.inputs[0], dqb.inputs[0]], outputs=[qt.outputs[0]])
+
+
+@functools.lru_cache(maxsize=64)
+def _div_differs(sa, za, sb, zb, sy, zy, act):
+    """The first int8 pair (a, b), b not at its zero point, where TFLite Micro's int8 DIV
+    (_tflm_div) differs from DEQUANTIZE, float32 DIV (act: NONE or RELU), QUANTIZE at
+    these scales, or None (each layer table prepare makes asks again: cached)."""
+    lo, hi = _act_range(act, sy, zy)
+    f = np.float32
+    q = np.arange(-128, 128)
+    fa = f(sa) * (q - za).astype(f)
+    me = _f32div(sa, sb, sy)
+    with np.errstate(all='ignore'):
+        for x in q:
+            if x == zb:
+                continue
+            r = (fa / (f(sb) * f(x - zb))) / f(sy)
+            if act == 'RELU':
+                r = np.maximum(r, f(0))
+            fl = np.clip(np.sign(r) * np.floor(np.abs(r).astype(np.float64) + 0.5) + zy, lo, hi)
+            it = np.clip([zy + _tflm_div(int(a), int(x - zb), me) for a in q - za], lo, hi)
+            if (fl != it).any():
+                return int(q[np.argmax(fl != it)]), int(x)
+    return None
+
+
+def _island_refusal(g, op):
+    """layers(): a DEQUANTIZE that starts no island (_islands): refused saying why."""
+    raise ValueError(f'{g.path}: op {op.number} (DEQUANTIZE) starts float32 ops that int8 training '
+                     'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
+                     'they read one int8 tensor and scalar constants (ops of two int8 tensors, a '
+                     'per-channel constant or a float output is not one; a DIV of two is an int8 '
+                     'DIV where they agree): export the model with int8 ops there')
+
+
+def _island_layer(g, isl, src) -> dict:
+    """layers(): the float island isl (_islands) as a LUT layer: each of the 256 int8
+    inputs dequantized, the ops run in float32 and quantized back as TFLite Micro does
+    ('t'); the derivative of the same ops in float64 by central differences ('dt', at
+    2^-14 'ds' steps: _put_table)."""
+    dq, qt = isl[0], isl[-1]
+    (sx,), (zx,) = _q(g.tensors[dq.inputs[0]])
+    (sy,), (zy,) = _q(g.tensors[qt.outputs[0]])
+    q = np.arange(-128, 128)
+
+    def run(x, ft):
+        v = {dq.outputs[0]: x}
+        for op in isl[1:-1]:
+            a = [v[k] if k in v else np.asarray(g.tensors[k].data, ft).reshape(()) for k in op.inputs]
+            y = np.asarray(_F32[op.name](*a), ft)
+            f = _FUSED.get(op.options.get('fused_activation_function'))
+            v[op.outputs[0]] = np.asarray(f(y), ft) if f else y
+        return v[qt.inputs[0]]
+    with np.errstate(all='ignore'):
+        y = run(np.float32(sx) * (q - zx).astype(np.float32), np.float32)
+        r = y / np.float32(sy)
+        u = np.sign(r) * np.floor(np.abs(r).astype(np.float64) + 0.5) + zy      # (std::round)
+        t = np.clip(np.nan_to_num(u, nan=zy, posinf=127, neginf=-128), -128, 127).astype(int)
+        x = sx * (q - zx).astype(np.float64)
+        h = sx / 8
+        dv = (run(x + h, np.float64) - run(x - h, np.float64)) / (2 * h)
+    d = {'k': LUT, 'op': dq.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128, 'hi': 127,
+         'nout': int(np.prod(g.tensors[qt.outputs[0]].shape)), 'in': [src(dq.inputs[0])],
+         'out': qt.outputs[0]}
+    _put_table(d, t, np.where((u >= -128) & (u <= 127) & np.isfinite(dv), dv, 0.0))
+    return d
 
 
 def _check_reads(g, out, xin):
@@ -375,6 +605,11 @@ def _add_layer(g, op, d, x, y, xin, x2in):
     shp = list(x.shape)
     if len(shp) == 4:
         d['hw'] = shp[1:]
+
+
+def _scalar(g, k) -> bool:
+    """Is tensor k one constant value (a DIV by it is a LUT: _lut_layer)?"""
+    return k >= 0 and g.tensors[k].data is not None and g.tensors[k].data.size == 1
 
 
 def _plain_add(g, op) -> bool:
@@ -430,7 +665,9 @@ def _bin_layer(g, op, d, src):
     (s2,), (z2,) = _q(xs[1])
     sy = d['sy']
     bo = BINARY.index(op.name)
-    if bo == 2:
+    if bo == 3:
+        ms = [_f32div(s1, s2, sy)]
+    elif bo == 2:
         ms = [quantize_multiplier(s1 * s2 / sy)]
     else:
         tm = 2 * max(s1, s2)
@@ -442,6 +679,8 @@ def _bin_layer(g, op, d, src):
              cl=1, **{'in': [src(k) if t.data is None else k for k, t in zip(op.inputs, xs)]})
     if bo == 2:
         d.update(si=[s1, s2], kx=1)         # (its gradient reads both inputs)
+    if bo == 3:
+        _div_tables(d, z2, s2, sy)
     for j, t in enumerate(xs):
         if t.data is not None:
             d.update(kc=[int(v) for v in np.asarray(t.data).reshape(-1)], kp=j)
@@ -449,11 +688,35 @@ def _bin_layer(g, op, d, src):
         d['gn'] = n                         # (a gradient apart from g's: q8.gtwo)
 
 
+def _div_tables(d, z2, s2, sy):
+    """_bin_layer(): a DIV's tables over the divisor's 256 int8 values x (b = x - z2):
+    'rv' gemmlowp's reciprocal of |b| and 'rs' its shift (+64 where b < 0: the dividend
+    negated), as TFLite Micro's div.cc computes them per element (_tflm_div; b = 0: 0,
+    the output's zero point); 'ri' round(2^RECIP / b) for the gradient (to input 1
+    g / b, to input 2 -g y / b: the output y) and 'si' its two scales."""
+    rv, rs, ri = [], [], []
+    for x in range(-128, 128):
+        b = x - z2
+        if b == 0:
+            rv.append(0)
+            rs.append(0)
+            ri.append(0)
+            continue
+        hp1 = 32 - abs(b).bit_length()
+        rv.append(_tflm_div(0, abs(b), (0, 0), recip=True))
+        rs.append(31 - hp1 + (64 if b < 0 else 0))
+        ri.append(int(round((1 << RECIP) / b)))
+    d.update(rv=rv, rs=rs, ri=ri, kx=1,
+             si=[1 / (s2 * (1 << RECIP)), sy / (s2 * (1 << RECIP))])
+
+
 def _slice_layers(g, op, src) -> list:
-    """layers(): a SLICE, STRIDED_SLICE (any strides, masks) or SPLIT / SPLIT_V of an int8
-    tensor as utrain.q8slc runs it, one layer per output: the strided copy out of the
-    input ('cp': rows, row length, input stride, offset: _copy_rows, as a CONCATENATION
-    places an input) and the input's size ('gn': its gradient's)."""
+    """layers(): a SLICE, STRIDED_SLICE (any strides, masks), SPLIT / SPLIT_V or TRANSPOSE
+    of an int8 tensor as utrain.q8slc runs it, one layer per output: the strided copy out
+    of the input ('cp': rows, row length, input stride, offset: _copy_rows, as a
+    CONCATENATION places an input), else a gather over the output as 4 dims ('gx':
+    _gather: a transpose, a slice of several axes), and the input's size ('gn': its
+    gradient's)."""
     from ..graph.rewrite import _strided_slice
     xk = op.inputs[1] if op.name == 'SPLIT' else op.inputs[0]
     x = g.tensors[xk]
@@ -463,10 +726,15 @@ def _slice_layers(g, op, src) -> list:
     bad = f'{g.path}: {op.name} op {op.number}'
     consts = op.inputs[:1] if op.name == 'SPLIT' else op.inputs[1:]
     if any(k < 0 or g.tensors[k].data is None for k in consts):
-        raise ValueError(f'{bad} takes its begin, size or axis at run time; int8 training '
-                         'needs them constant')
+        raise ValueError(f'{bad} takes its begin, size, axis or permutation at run time; int8 '
+                         'training needs them constant')
     parts = []
-    if op.name == 'SLICE':
+    if op.name == 'TRANSPOSE':
+        p = [int(v) % len(xs) for v in c(op.inputs[1])]
+        if sorted(p) != list(range(len(xs))):
+            raise ValueError(f'{bad}: {p} is not a permutation of its input\'s {len(xs)} axes')
+        parts.append(np.transpose(idx, p))
+    elif op.name == 'SLICE':
         b, n = c(op.inputs[1]), c(op.inputs[2])
         parts.append(idx[tuple(slice(v, xs[a] if m == -1 else v + m)
                                for a, (v, m) in enumerate(zip(b, n)))])
@@ -491,19 +759,47 @@ def _slice_layers(g, op, src) -> list:
     for k, ix in zip(op.outputs, parts):
         y = g.tensors[k]
         (sy,), (zy,) = _q(y)
-        cp = _copy_rows(np.asarray(ix).reshape(-1)) if np.size(ix) == int(np.prod(y.shape)) else None
-        if cp is None or zy != zx:
-            raise ValueError(f'{bad}: output {y.name!r} is not one strided copy of its input at '
-                             'its zero point (int8 training copies rows of one stride: a slice of '
-                             'one axis, or of the last axes whole); prepare --dequantize trains '
+        ix = np.asarray(ix)
+        ok = ix.size == int(np.prod(y.shape))
+        cp = _copy_rows(ix.reshape(-1)) if ok else None
+        gx = _gather(ix) if ok and cp is None else None
+        if (cp is None and gx is None) or zy != zx:
+            raise ValueError(f'{bad}: output {y.name!r} is not a strided copy of its input at '
+                             'its zero point (int8 training copies along at most 4 axes, after '
+                             'merging those that stay contiguous); prepare --dequantize trains '
                              'it in float')
         d = {'k': SLC, 'op': op.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128,
-             'hi': 127, 'nout': int(np.prod(y.shape)), 'in': [src(xk)], 'out': k, 'cp': cp,
+             'hi': 127, 'nout': int(np.prod(y.shape)), 'in': [src(xk)], 'out': k,
              'gn': int(np.prod(xs))}
+        d.update({'cp': cp} if cp else {'gx': gx})
         if not math.isclose(sx, sy, rel_tol=1e-6):
             d['sr'] = sy / sx
         out.append(d)
     return out
+
+
+def _gather(ix):
+    """[D0, D1, D2, D3, S0, S1, S2, S3, offset]: the output whose elements are input
+    positions ix (an array in the output's order, any shape) as a gather over 4 dims with
+    the input's stride along each (axes of size 1 dropped, neighbours that stay
+    contiguous merged), or None (more than 4 axes left, or not strided)."""
+    D, S = [], []
+    for a, n in enumerate(ix.shape):
+        if n == 1:
+            continue
+        st = int(np.take(ix, 1, axis=a).flat[0] - ix.flat[0])
+        if D and S[-1] == st * n:
+            D[-1] *= n
+            S[-1] = st
+        else:
+            D.append(int(n))
+            S.append(st)
+    if len(D) > 4:
+        return None
+    D, S = [1] * (4 - len(D)) + D, [0] * (4 - len(S)) + S
+    off = int(ix.flat[0])
+    at = off + sum(c * s for c, s in zip(np.indices(D), S))
+    return D + S + [off] if np.array_equal(at.reshape(-1), ix.reshape(-1)) else None
 
 
 def _cat_layer(g, op, d, y, src):
@@ -577,13 +873,26 @@ def mbqm(x, m: int, e: int) -> int:
 
 def _lut_layer(g, op, d):
     """layers(): an elementwise op of one int8 input (LOGISTIC, TANH, HARD_SWISH,
-    LEAKY_RELU, ELU, GELU; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's one
-    requantization and clamp) as utrain.q8lut runs it: 't' its int8 output for each
-    input value -128..127, 'dt' its derivative there (real units, 2^-14 steps; 0 where the
-    output clamps)."""
+    LEAKY_RELU, ELU, GELU, NEG; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
+    one requantization and clamp; a DIV by one constant as its integer div.cc,
+    _tflm_div) as utrain.q8lut runs it: 't' its int8 output for each input value
+    -128..127, 'dt' its derivative there (real units, 2^-14 steps of 'ds'; 0 where the
+    output clamps).  Where TFLite Micro's DIV shifts by 32 bits or more (a quotient far
+    below the output's step) its rounding gives the zero point + 1 (- 1 when negative, as
+    on ARM: x86 builds saturate there, the shift being undefined in C); _tflm_div."""
     sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
     q = np.arange(-128, 128)
     x = (q - zx) * sx
+    if op.name == 'DIV':                # (by one constant: layers(); else a BIN layer)
+        c = g.tensors[op.inputs[1]]
+        (s2,), (z2,) = _q(c)
+        v = int(np.asarray(c.data).reshape(-1)[0]) - z2
+        if v == 0:
+            raise ValueError(f'{g.path}: DIV op {op.number} divides by zero')
+        t = np.clip([zy + _tflm_div(int(a), v, _f32div(sx, s2, sy)) for a in q - zx], d['lo'], d['hi'])
+        dv = np.where((t > d['lo']) & (t < d['hi']), 1 / (v * s2), 0.0)
+        _put_table(d, t, dv)
+        return
     if op.name in REQUANT:
         lo, hi = _act_range('NONE' if op.name == 'QUANTIZE' else op.name, sy, zy)
         m, e = quantize_multiplier(sx / sy)
@@ -594,8 +903,63 @@ def _lut_layer(g, op, d):
         v = np.round(f(x, op.options) / sy) + zy
         t = np.clip(v, -128, 127)
         dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
+    _put_table(d, t, dv)
+
+
+def _put_table(d, t, dv):
+    """A LUT layer's 't' (int8 outputs) and 'dt' (the derivative dv in 2^-14 steps of
+    'ds', a power of two where it exceeds 2: a division by a small constant)."""
+    dv = np.asarray(dv, np.float64)
+    m = float(np.abs(dv).max()) if dv.size else 0.0
+    ds = 2.0 ** math.ceil(math.log2(m / 1.99)) if m > 1.99 else 1.0
     d['t'] = [int(v) for v in t]
-    d['dt'] = [int(v) for v in np.clip(np.round(np.asarray(dv, np.float64) * 16384), -32768, 32767)]
+    d['dt'] = [int(v) for v in np.clip(np.round(dv / ds * 16384), -32768, 32767)]
+    if ds != 1:
+        d['ds'] = ds
+
+
+def _f32div(s1, s2, sy):
+    """TFLite Micro's DIV multiplier (div.cc: s1 / (s2 s_y) in float32) as
+    quantize_multiplier's (m, e)."""
+    f = np.float32
+    return quantize_multiplier(float(f(s1) / (f(s2) * f(sy))))
+
+
+def _sat(x: int) -> int:
+    return max(-(1 << 31), min((1 << 31) - 1, x))
+
+
+def _tflm_div(a: int, b: int, me, recip=False) -> int:
+    """TFLite Micro's int8 DIV of a by b (inputs minus their zero points, b != 0) before
+    the output's zero point and clamp: gemmlowp's fixed-point reciprocal of b (three
+    Newton-Raphson steps; its products mbqm(x, y, 0), SaturatingRoundingDoublingHighMul),
+    the quotient with a's headroom, then the output multiplier me = (m, e) (reference
+    div.h DivElementwise)."""
+    if b < 0:
+        a, b = -a, -b
+    hp1 = 32 - b.bit_length()                   # CountLeadingZeros(b)
+    half = ((b << hp1) - (1 << 31)) & 0xffffffff
+    half = half - (1 << 32) if half >= 1 << 31 else half
+    s = half + (1 << 31) - 1                    # RoundingHalfSum(a, F0::One())
+    s += 1 if s >= 0 else -1
+    hd = s // 2 if s >= 0 else -(-s // 2)       # (C's division: toward zero)
+    x = 1515870810 + mbqm(hd, -1010580540, 0)   # 48/17 - 32/17 hd (F2)
+    for _ in range(3):
+        p = mbqm(x, (1 << 29) - mbqm(hd, x, 0), 0)
+        x += _sat(p * 4) if abs(p) <= (1 << 29) - 1 else ((1 << 31) - 1 if p > 0 else -(1 << 31))
+    inv = _sat(x * 2) if abs(x) <= (1 << 30) - 1 else ((1 << 31) - 1 if x > 0 else -(1 << 31))
+    if recip:
+        return inv
+    hr = 31 if a == 0 else 31 - (~a if a < 0 else a).bit_length()     # CountLeadingSignBits
+    u = mbqm(a, inv, hr)                        # (MultiplyByQuantizedMultiplierGreaterThanOne)
+    m, e = me
+    sh = e - (31 - hp1) - hr
+    if sh < -31:
+        # gemmlowp's RoundingDivideByPOT by 32 bits or more: its mask (1 << 32+) - 1 is
+        # -1 as int32, so it rounds up: 1 (-1 when negative: the shift itself is undefined
+        # in C; ARM's gives -1, x86 builds' wrap); a = 0 (ReLU's zeros) gives 1 everywhere
+        return -1 if mbqm(u, m, 0) < 0 else 1
+    return mbqm(u, m, sh)
 
 
 def _copy_rows(ix):
@@ -906,7 +1270,7 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     """The q8 table: layers, input and output scales, and the memory plan (rows: the
     row-band step, None: chosen, 0: no bands; ranks: as layers())."""
     ls = layers(g, train, ranks)
-    x, y = g.tensors[g.inputs[0]], g.tensors[g.ops[ls[-1]['op']].outputs[0]]
+    x, y = g.tensors[g.inputs[0]], g.tensors[ls[-1]['out']]
     (sx,), (zx,) = _q(x)
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
@@ -939,10 +1303,11 @@ RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of i
 def follow_ranges(m: dict, logits_only=False) -> list | None:
     """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
     while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
-    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer whose output range can
-    double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp inside the int8 range but its zero point's (none, or RELU), read
-    through pools only by trained weighted layers that take it as their one input, or
-    the logits (the softmax table's end zero).  None without a layer that can (or with
+    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer, and each MEAN above
+    one, whose output range can double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp
+    inside the int8 range but its zero point's (none, or RELU), read through pools only
+    by trained weighted layers or MEANs (its multiplier doubles, no bias) that take it as
+    their one input, or the logits (the softmax table's end zero).  None without a layer that can (or with
     row bands: the bands' buffers are not the layers')."""
     ls = m['layers']
     if m.get('groups'):
@@ -951,8 +1316,9 @@ def follow_ranges(m: dict, logits_only=False) -> list | None:
     for i, d in enumerate(ls):
         if logits_only and i < len(ls) - 1:        # (the logits' range alone)
             continue
-        if d['k'] not in (FC, CONV, DW) or not d.get('train') or d.get('mask') or d.get(
-                'sd') or d.get('pw') or d['hi'] != 127 or d['lo'] not in (-128, d['zy']):
+        grows = d['k'] in (FC, CONV, DW) and d.get('train') or d['k'] == MEAN and d.get('back')
+        if not grows or d.get('mask') or d.get('sd') or d.get('pw') or d['hi'] != 127 or \
+                d['lo'] not in (-128, d['zy']):
             continue
         ts, cs, ok = {d['out']}, [], True
         for j in range(i + 1, len(ls)):
@@ -961,8 +1327,8 @@ def follow_ranges(m: dict, logits_only=False) -> list | None:
                 continue
             if e['k'] in (POOL_MAX, POOL_AVG) and (e['lo'], e['hi']) == (-128, 127):
                 ts.add(e['out'])
-            elif (e['k'] in (FC, CONV, DW) and e.get('train') and len(e['in']) == 1
-                  and not (e.get('sd') or e.get('pw') or e.get('mask'))):
+            elif (e['k'] in (FC, CONV, DW) and e.get('train') or e['k'] == MEAN) and len(
+                    e['in']) == 1 and not (e.get('sd') or e.get('pw') or e.get('mask')):
                 cs.append(j)
             else:
                 ok = False
@@ -1060,7 +1426,9 @@ def as_written(m: dict, tables=None):
     outs = {}
     for name, t in (tables or {'q8.json': m}).items():
         out = outs[name] = dict(t, layers=[])
-        for d in t['layers']:
+        rr = t.get('rr')
+        follow = {i for p, cs, _ in rr[2] for i in [p] + cs} if rr else set()
+        for i, d in enumerate(t['layers']):
             d = dict(d)
             if 'wt' in d:
                 d['ro'], d['nq'] = len(req), len(d['mul'])
@@ -1080,9 +1448,9 @@ def as_written(m: dict, tables=None):
                         req += np.asarray([e for _, e in ms], '<i4').tobytes()
                 else:
                     del d['sw']
-            for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train)
-                if not d.get('train'):
-                    d.pop(k, None)
+            for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train,
+                if not d.get('train') and not (i in follow and k in ('sx', 'sy')):
+                    d.pop(k, None)                      # and a range that doubles its scales)
             out['layers'].append(d)
     for out in outs.values():
         if req:
@@ -1168,6 +1536,8 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             q = g.tensors[t].quant
             q['scale'] = [float(v) * 2 ** k for v in q['scale']]
         for c in cs:
+            if 'bt' not in ls[c]:
+                continue            # (a MEAN: TFLite Micro's multiplier follows the scales)
             b = g.tensors[ls[c]['bt']]
             b.data = ((b.data.astype(np.int64) + (1 << (k - 1))) >> k).astype(np.int32)
             b.quant = dict(b.quant, scale=[float(v) * 2 ** k for v in b.quant['scale']])
@@ -1374,15 +1744,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                             write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
-    if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
-        raise PrepareError(f'{model_path}: int8 training has no weight decay or learning-rate '
-                           'schedule; --dequantize trains the model in float32 with them')
-    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
-            or (s['momentum'] and s['optimizer'] != 'sgd')):
-        raise PrepareError(f'{model_path}: int8 training takes --loss scce or cce, --optimizer '
-                           'sgd (with or without momentum) or adam; --dequantize trains it in '
-                           f'float with {s["loss"]}/{s["optimizer"]}'
-                           + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
+    why = settings_refusal(s)
+    if why:
+        raise PrepareError(f'{model_path}: {why}')
     if cache == 'host':
         raise PrepareError(f'{model_path}: an int8 model\'s prefix cache is made by the board '
                            '(--cache); --cache-on-host is for the float path (--dequantize)')

@@ -34,6 +34,9 @@ class Net:
         tr = set(k for ks in self.free_train for k in ks)
         self.saved = [k for ks in self.free_infer for k in ks if k not in tr]
         self.g = {}
+        # the tensors that die at the op running (free[i]): a kernel may work in place
+        # on those inputs only (utrain.op_act)
+        self.dead = ()
         # where the kernels hand weight gradients (utrain.sink): sums, unless the
         # Trainer installs another
         from utrain.sink import Sums
@@ -74,12 +77,14 @@ class Net:
                 st.fetch(i)
             # the last sample's output goes before this one's is made (not beside it)
             t[ops[i][2][0]] = None
+            self.dead = free[i]
             mods[i].forward(self, ops[i])
             if st:
                 st.drop(i)
             for k in free[i]:
                 t[k] = None
             i += 1
+        self.dead = ()
 
     def backward(self, dy):
         """Run the backward list from dL/d(output); weight gradients go to self.sink."""

@@ -20,6 +20,10 @@ _OP_RELU6 = const(21)   # opc.RELU6
 _OP_TANH = const(28)   # opc.TANH
 _OP_LOGISTIC = const(14)   # opc.LOGISTIC
 _OP_RELU_N1_TO_1 = const(20)   # opc.RELU_N1_TO_1
+# a clipping activation on more than _WHOLE values works _CHUNK values of rows at a time
+# (the host's planner reads both: host_tools/graph/optable.py _act_temps)
+_WHOLE = const(4096)
+_CHUNK = const(1024)
 
 
 def act(y, code):
@@ -28,8 +32,8 @@ def act(y, code):
     for MobileNetV2's first expansion) never exists."""
     if code == _NONE:
         return y
-    if _RELU <= code <= _RELU6 and y.size > 4096:
-        r = max(1, 1024 // y.shape[1])
+    if _RELU <= code <= _RELU6 and y.size > _WHOLE:
+        r = max(1, _CHUNK // y.shape[1])
         for i in range(0, y.shape[0], r):
             y[i:i + r] = _act(y[i:i + r], code)
         return y
@@ -89,7 +93,11 @@ def forward(rt, op):
         rt.t[outs[0]] = np.where(x > 0.0, x, np.exp(np.minimum(x, 0.0)) - 1.0)
     else:
         c = _OPS[code]
-        rt.t[outs[0]] = act(x * 1.0 if c == _TANH else x, c)  # tanh works in place
+        # act works in place on tanh and on a large clipping input: on a copy unless
+        # the input dies here (another reader, a saved activation, kept its values)
+        if c == _TANH or x.size > _WHOLE and _RELU <= c <= _RELU6 and ins[0] not in rt.dead:
+            x = x * 1.0
+        rt.t[outs[0]] = act(x, c)
 
 
 def backward(rt, op, dy, flags):

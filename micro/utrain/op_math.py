@@ -2,6 +2,9 @@
 # and gradient side by side:
 # RSQRT (76) y = 1 / sqrt(x)      dx = -0.5 y^3 dy          saves y
 # SQRT  (75) y = sqrt(x)          dx = 0.5 / y dy           saves y
+# EXP   (47) y = exp(x)           dx = y dy                 saves y
+# LOG   (73) y = log(x)           dx = dy / x               saves x
+#            (Keras's softplus: EXP, ADD 1, LOG)
 # GELU (150) y = x Phi(x), Phi the normal CDF (option 0: approximate = 0), or
 #            y = 0.5 x (1 + tanh(c (x + k x^3))) (approximate = 1, c = sqrt(2/pi),
 #            k = 0.044715); dx = (Phi + x Phi') dy          saves x
@@ -16,6 +19,8 @@ from utrain.xnp import np, const
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _SQRT = const(75)
 _RSQRT = const(76)
+_EXP = const(47)
+_LOG = const(73)
 _GELU = const(150)
 _APPROX = const(0)
 
@@ -63,6 +68,10 @@ def forward(rt, op):
         y = 1.0 / np.sqrt(x)
     elif code == _SQRT:
         y = np.sqrt(x)
+    elif code == _EXP:
+        y = np.exp(x)
+    elif code == _LOG:
+        y = np.log(x)
     else:
         y = gelu(x, o[_APPROX])
     rt.t[outs[0]] = y
@@ -72,6 +81,10 @@ def backward(rt, op, dy, flags):
     code, ins, outs, o = op
     if code == _GELU:
         g = dy * gelu_grad(rt.t[ins[0]], o[_APPROX])
+    elif code == _LOG:
+        g = dy / rt.t[ins[0]]
+    elif code == _EXP:
+        g = dy * rt.t[outs[0]]
     else:
         y = rt.t[outs[0]]
         g = dy * (y * y * y * -0.5) if code == _RSQRT else dy * (0.5 / y)

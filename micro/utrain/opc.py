@@ -44,6 +44,8 @@ SPLIT = const(49)
 SPLIT_V = const(102)
 SQRT = const(75)
 RSQRT = const(76)
+EXP = const(47)
+LOG = const(73)
 GELU = const(150)
 
 # ---- backward flags (a backward entry's u16): DX the first data input's gradient, DW

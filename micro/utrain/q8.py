@@ -1234,13 +1234,15 @@ def gin(ls, hz=()):
 
 def gtwo(ls):
     """Does the backward pass of layer table ls need two input-gradient buffers: a pool,
-    or a MEAN whose gradient is not read broadcast, above the lowest trained layer (its
+    a BIN that broadcasts, an SLC that gathers ('gx': a transpose), or a MEAN whose
+    gradient is not read broadcast, above the lowest trained layer (its
     input's gradient is made from its output's, both int32)?  Else one
     (host_tools/plan/memory.py plans them with this)."""
     first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
     for i in range(first + 1, len(ls)):
         d = ls[i]
         if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (
+                d['k'] == SLC and 'gx' in d) or (
                 d['k'] == MEAN and not bcast(ls, i))):
             return True
     return False

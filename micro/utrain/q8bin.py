@@ -1,9 +1,10 @@
 # Elementwise int8 ops of two inputs with numpy-style broadcasting (utrain.q8 layer kind
 # BIN: ADD of two shapes, SUB, MUL), loaded only by a layer table that has one: forward
 # and gradient side by side.  q8.json (host_tools/prepare/quant.py _bin_layer): 'bo' the
-# op (0 ADD, 1 SUB, 2 MUL), 'zi' the inputs' zero points, 'mul'/'shf' TFLite Micro's
-# multipliers (ADD, SUB: input 1, input 2, the sum, as add.cc / sub.cc; MUL: the
-# product's, as mul.cc), 'bg' the broadcast: the output as 4 dims, then each input's
+# op (0 ADD, 1 SUB, 2 MUL, 3 DIV), 'zi' the inputs' zero points, 'mul'/'shf' TFLite
+# Micro's multipliers (ADD, SUB: input 1, input 2, the sum, as add.cc / sub.cc; MUL,
+# DIV: the product's, the quotient's, as mul.cc, div.cc; DIV's per-divisor tables 'rv',
+# 'rs', 'ri': quant._div_tables), 'bg' the broadcast: the output as 4 dims, then each input's
 # element stride along them (0 where it broadcasts), 'ni' each input's values, 'lb'
 # ceil(log2) of how many outputs read each input value, 'si' (MUL) the inputs' scales,
 # 'kc' (and 'kp', its position) a constant input's int8 values.
@@ -18,7 +19,7 @@
 # q8kern's
 from utrain.q8kern import micropython, VIPER
 if not VIPER:
-    from utrain.q8kern import ptr8, ptr32
+    from utrain.q8kern import ptr8, ptr16, ptr32
 
 from array import array
 from utrain import q8kern as K
@@ -81,12 +82,14 @@ def sbk(a, d, n: int):
 
 
 @micropython.viper
-def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int):
+def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri):
     # the gradient of input j from g (int32, the output's): for each output i whose
     # int8 value y[i] passed its clamp (lo, hi), v = g[i] >> sh (rounded), times
-    # (x[o] - z) of the other input x (f & 1), negated (f & 2), put at input j's value
-    # (its strides in gm, as bik's), added there (f & 4: d zeroed first) or set (each
-    # value once: in place in g too, an input that does not broadcast)
+    # (x[o] - z) of the other input x (f & 1), or a DIV's (f & 8): times ri[x2] (int16
+    # 2^14 / b by the divisor's byte: x is input 2, read where input 2 is), and for
+    # input 2 times (y[i] - z) (f & 16); negated (f & 2), put at input j's value (its
+    # strides in gm, as bik's), added there (f & 4: d zeroed first) or set (each value
+    # once: in place in g too, an input that does not broadcast)
     pm = ptr32(gm)
     D0 = int(pm[0])
     D1 = int(pm[1])
@@ -106,6 +109,7 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int):
     pg = ptr32(g)
     px = ptr8(x)
     py = ptr8(y)
+    pr = ptr16(ri)
     xc = 128 + z
     h2 = (1 << sh) >> 1
     i = 0
@@ -124,6 +128,12 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int):
                         v = (v + h2) >> sh
                         if f & 1:
                             v = v * ((int(px[po]) ^ 128) - xc)
+                        if f & 8:
+                            w = pt if j else po
+                            r = int(pr[int(px[w]) ^ 128])
+                            v = v * (((r & 0xffff) ^ 0x8000) - 0x8000)
+                            if f & 16:
+                                v = v * (q - z)
                         if f & 2:
                             v = 0 - v
                     if f & 4:
@@ -135,6 +145,88 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int):
                     po += U3
 
 
+@micropython.viper
+def dvk(a, b, h, t, n: int, rv, rs, z2: int, e: int):
+    # a DIV's per-element factors (div.cc): a[i] = x1 - z1 (negated where b < 0), b[i]
+    # = x2 - z2 in, out gemmlowp's reciprocal of |b| (rv, rs by x2's byte: b + z2 + 128),
+    # h[i] = a's headroom (CountLeadingSignBits), t[i] = e - rs - h (the quotient's
+    # shift; t < -31: the quotient is 0, a[i] set 0 and t 0 after the first product)
+    pa = ptr32(a)
+    pb = ptr32(b)
+    ph = ptr32(h)
+    pt = ptr32(t)
+    pv = ptr32(rv)
+    ps = ptr32(rs)
+    for i in range(n):
+        v = int(pa[i])
+        u = v >> 16
+        v = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        bx = int(pb[i])
+        u = bx >> 16
+        bx = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (bx & 0xffff)
+        bx += z2 + 128
+        r = int(ps[bx])
+        if r >= 64:
+            v = 0 - v
+            r -= 64
+        w = v
+        if w < 0:
+            w = -1 - w
+        c = 31
+        while w:
+            w >>= 1
+            c -= 1
+        pa[i] = v
+        pb[i] = pv[bx]
+        ph[i] = c
+        pt[i] = e - r - c
+
+
+@micropython.viper
+def dzk(a, m, t, h, n: int, mo: int):
+    # between a DIV's two products: m[i] = mo (the output multiplier); where the shift
+    # t[i] < -31 TFLite Micro's rounding gives 1 (-1 where SaturatingRoundingDoublingHighMul
+    # of the quotient a[i] by mo is negative: quant._tflm_div): h[i] = that, a[i] = t[i]
+    # = 0 (dfk puts it in), else h[i] = 0
+    pa = ptr32(a)
+    pm = ptr32(m)
+    pt = ptr32(t)
+    ph = ptr32(h)
+    for i in range(n):
+        pm[i] = mo
+        v = int(pt[i])
+        u = v >> 16
+        v = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        ph[i] = 0
+        if v < -31:
+            v = int(pa[i])
+            u = v >> 16
+            v = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+            ph[i] = 1
+            if v < -1 or (v == -1 and ((mo - 1) >> 30)):     # (mo > 2^30)
+                ph[i] = -1
+            pa[i] = 0
+            pt[i] = 0
+
+
+@micropython.viper
+def dfk(y, h, n: int, zy: int, lo: int, hi: int):
+    # y[i] = zy + h[i] clamped where h[i] != 0 (dzk's)
+    py = ptr8(y)
+    ph = ptr32(h)
+    for i in range(n):
+        v = int(ph[i])
+        if v:
+            u = v >> 16
+            v = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+            v += zy
+            if v < lo:
+                v = lo
+            if v > hi:
+                v = hi
+            py[i] = v & 255
+
+
 def ins(L, t):
     # the layer's two int8 inputs (a constant one as q8.json gives it, made on first use)
     d = L.d
@@ -142,6 +234,8 @@ def ins(L, t):
         L.bg = array('i', d['bg'])
         if 'kc' in d:
             L.kc = bytearray([v & 255 for v in d['kc']])
+        if 'rv' in d:           # (a DIV's tables)
+            L.rv, L.rs, L.ri = array('i', d['rv']), array('i', d['rs']), array('h', d['ri'])
     a = L.ins
     if 'kc' in d:
         return (L.kc, t[a[1]]) if d['kp'] == 0 else (t[a[0]], L.kc)
@@ -159,6 +253,19 @@ def fwd(L, net, t):
     acc = net.acc
     mv = memoryview
     m, s = L.mul, L.shf
+    if d['bo'] == 3:            # DIV (div.cc): per element a reciprocal and two products
+        q = len(acc) // 4
+        a, b, h, s2 = acc, mv(acc)[q:], mv(acc)[2 * q:], mv(acc)[3 * q:]
+        for i0 in range(0, n, q):
+            c = q if i0 + q <= n else n - i0
+            bik(a, x1, gm, 4, i0, c, z1, 0, 0)
+            bik(b, x2, gm, 8, i0, c, z2, 0, 0)
+            dvk(a, b, h, s2, c, L.rv, L.rs, z2, s[0])
+            K.rqk(a, c, c, 1, b, h, a, 0, 0, 0, 1)
+            dzk(a, b, s2, h, c, m[0])
+            K.rqk(a, c, c, 1, b, s2, mv(y)[i0:], L.zy, L.lo, L.hi, 0)
+            dfk(mv(y)[i0:], h, c, L.zy, L.lo, L.hi)
+        return y
     if d['bo'] == 2:            # MUL: (x1 - z1)(x2 - z2) requantized (mul.cc)
         A = len(acc)
         for i0 in range(0, n, A):
@@ -193,6 +300,8 @@ def back(L, net, g, s):
     op = d['bo']
     mu = op == 2
     nb = K.nrk(g, n) + 7        # (|g| < 2^nb)
+    if op == 3:
+        return div_back(L, net, g, s, nb)
     if a[0] == a[1]:
         # x + x: 2g; x - x: nothing; x x: 2 g (x - z)
         if op == 1:
@@ -200,7 +309,7 @@ def back(L, net, g, s):
             return g, s
         sh = nb + 8 * mu - 30
         sh = sh if sh > 0 else 0
-        bgk(g, g, gm, 0, L.x, d['zi'][0], sh, mu, L.y, L.lo, L.hi)
+        bgk(g, g, gm, 0, L.x, d['zi'][0], sh, mu, L.y, L.lo, L.hi, gm)
         return g, 2 * s * (1 << sh) * (d['si'][0] if mu else 1)
     for i in range(len(gi) - 1, -1, -1):
         j = gi[i]
@@ -213,10 +322,38 @@ def back(L, net, g, s):
             dst = net._gbuf(g, nj)
             K.zk(dst, nj)
             f += 4
-        bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j], sh, f, L.y, L.lo, L.hi)
+        bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j], sh, f, L.y, L.lo, L.hi, gm)
         sj = s * (1 << sh) * (d['si'][1 - j] if mu else 1)
         if i:
             net.H.hold(a[j], dst, sj, nj)      # (utrain.q8hold: not a chain)
         else:
             return dst, sj
     return g, s                 # (no input takes one: both made below the trained layers)
+
+
+def div_back(L, net, g, s, nb):
+    """back() of a DIV (a / b, real): g / b to a, -g y / b to b (y the output), b's
+    reciprocal from the table 'ri' (2^14 / b), at the scales 'si' times s 2^sh."""
+    d = L.d
+    n, gi, a, gm = L.nout, L.gi, L.ins, L.bg
+    if a[0] == a[1]:            # x / x: 1, nothing passes
+        K.zk(g, n)
+        return g, s
+    for i in range(len(gi) - 1, -1, -1):
+        j = gi[i]
+        nj = d['ni'][j]
+        sh = nb + 14 + 8 * j + d['lb'][j] - 30
+        sh = sh if sh > 0 else 0
+        dst = g
+        f = 8 + 18 * j          # (input 2: times y - zy, negated)
+        if i or nj != n:
+            dst = net._gbuf(g, nj)
+            K.zk(dst, nj)
+            f += 4
+        bgk(dst, g, gm, j, L.x2, L.zy, sh, f, L.y, L.lo, L.hi, L.ri)
+        sj = s * (1 << sh) * d['si'][j]
+        if i:
+            net.H.hold(a[j], dst, sj, nj)      # (utrain.q8hold: not a chain)
+        else:
+            return dst, sj
+    return g, s

@@ -1,9 +1,11 @@
 # Elementwise int8 ops of one input (utrain.q8 layer kind LUT: LOGISTIC, TANH,
-# HARD_SWISH, RELU, RELU6, LEAKY_RELU, ELU, GELU, QUANTIZE as standalone ops), loaded
+# HARD_SWISH, RELU, RELU6, LEAKY_RELU, ELU, GELU, NEG, QUANTIZE as standalone ops), loaded
 # only by a layer table that has one: forward and gradient side by side.  An int8 input
 # takes 256 values, so the host tabulates the op (host_tools/prepare/quant.py _lut_layer):
 # q8.json's 't', the int8 output of each input value -128..127, and 'dt', the op's
-# derivative there (dy/dx in real units, 2^-14 steps; 0 where the output clamps).
+# derivative there (dy/dx in real units, 2^-14 steps, times 'ds' where given: a derivative
+# beyond 2, as a division by a small constant; 0 where the output clamps).  A converter's
+# float ops between a DEQUANTIZE and a QUANTIZE (NEG, a DIV by a constant) are one too.
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER, nrk
@@ -69,4 +71,4 @@ def back(L, net, g, s):
     """The gradient of LUT layer L's input from g, its output's (int32, scale s): in
     place, at scale s 2^sh."""
     sh = lgk(g, L.x, L.nout, L.dt)
-    return g, s * (1 << sh)
+    return g, s * (1 << sh) * L.d.get('ds', 1)

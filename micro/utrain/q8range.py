@@ -5,12 +5,12 @@
 # clipped value passes no gradient: int8 training then lags float.  q8.json's 'rr' =
 # [every, shift, [[producer, [consumers], [clamp bytes]], ...]] names the layers whose output
 # range may double (the host checked they can: utrain.q8's FC / CONV_2D / DEPTHWISE_CONV_2D
-# layers that train, reached through pools only).  Every `every` samples (at a batch's
-# end) the last sample's outputs of each producer are counted at the clamp bytes; more
-# than 2^-shift of them there doubles that range: the producer's multipliers halve (shift
-# - 1; the zero point stays: z = -128 - lo / s for the doubled lo and s), the consumers'
-# input scale doubles (multipliers x 2) and their int32 biases are quantized again at
-# it.  The exponents go into checkpoints; trained.wof keeps the biases at the
+# layers that train and MEANs above them, reached through pools only).  Every `every`
+# samples (at a batch's end) the last sample's outputs of each producer are counted at
+# the clamp bytes; more than 2^-shift of them there doubles that range: the producer's
+# multipliers halve (shift - 1; the zero point stays: z = -128 - lo / s for the doubled
+# lo and s), the consumers' input scale doubles (multipliers x 2) and their int32 biases
+# (a MEAN has none) are quantized again at it.  The exponents go into checkpoints; trained.wof keeps the biases at the
 # calibrated scales (x 2^k, exact) so that export reads it with the calibrated model,
 # and trained.wof.q8s (JSON) names the exponents (load_weights, export --quantized).
 from utrain.wof import exists, _replace
@@ -59,13 +59,14 @@ class Ranges:
         for c in cs:
             C = net.layers[c]
             d = C.d
-            if bias and C.stale:
+            bc = bias and C.b is not None       # (a MEAN: its multiplier alone)
+            if bc and C.stale:
                 C.set_bias()                # (bf from b at the old scale)
             d['sx'] *= f
             sh = C.shf
             for o in range(len(sh)):
                 sh[o] += u
-            if bias:
+            if bc:
                 sx, sw, b, bf = d['sx'], d['sw'], C.b, C.bf
                 nw = len(sw)
                 for o in range(len(b)):

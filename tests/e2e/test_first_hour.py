@@ -78,8 +78,9 @@ def int8_cnn(path, H=12, W=12, C=2, F=6, classes=NCLS):
 def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS, divide=False):
     """A Keras Conv1D as the converter writes it: [1, T, C] -> RESHAPE [1, 1, T, C] ->
     CONV_2D 1x3 (RELU) -> RESHAPE [1, T, F] -> MEAN over time -> FC; divide: the map
-    divided by a per-channel constant (an int8 DIV, which int8 training does not take;
-    the float path trains the divisor) before the MEAN."""
+    divided by a per-channel constant in float32 between a DEQUANTIZE and a QUANTIZE (a
+    converter's float island, which int8 training does not take: not a function of one
+    int8 value; the float path trains the divisor) before the MEAN."""
     m = _Int8()
     b = m.b
     x = b.tensor('x', [1, T, C], dtype='int8', quant=_q(0.02, 3))
@@ -93,10 +94,13 @@ def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS, divide=False):
     b.op('RESHAPE', [c, b.tensor('s2', [3], data=np.array([1, T, F], np.int32))], [c3],
          new_shape=[1, T, F])
     if divide:
+        f = b.tensor('f', [1, T, F])
+        b.op('DEQUANTIZE', [c3], [f])
+        dv = b.tensor('dv', [F], data=np.linspace(1, 3, F).astype(np.float32))
+        fd = b.tensor('fd', [1, T, F])
+        b.op('DIV', [f, dv], [fd], fused_activation_function='NONE')
         sq = b.tensor('sq', [1, T, F], dtype='int8', quant=_q(0.02, -128))
-        dv = b.tensor('dv', [F], dtype='int8', quant=_q(0.1, 0),
-                      data=np.linspace(10, 30, F).astype(np.int8))
-        b.op('DIV', [c3, dv], [sq])
+        b.op('QUANTIZE', [fd], [sq])
         c3 = sq
     b.inputs(x)
     b.outputs(m.mean_fc(c3, 0.03, [1], F, classes))
@@ -396,8 +400,9 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
 
 # ------------------------------------------------------------------ 5: int8 refusals, inspect
 def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
-    """An int8 Conv1D whose map is divided by a constant (an int8 DIV, which int8
-    training does not take) is refused naming its file once and --dequantize, which
+    """An int8 Conv1D whose map is divided by a per-channel constant in float32 (ops
+    between a DEQUANTIZE and a QUANTIZE that int8 training does not take) is refused
+    naming its file once and --dequantize, which
     trains it; inspect says the same, and of an int8 model that trains as int8 that it
     does, with its int8 parameters counted.  The plain Conv1D (MEAN over time) trains
     as int8."""

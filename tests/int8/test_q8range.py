@@ -190,3 +190,90 @@ def test_export_quantized_writes_the_ranges_the_run_doubled(tmp_path, monkeypatc
     net.load_weights(os.path.join(d, 'trained.wof'))
     assert list(net.rr.e) == ex
     assert_exported_logits_as_board(CNN, d, net, x[:10], tmp_path)
+
+
+def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1):
+    """A float CONV_2D (RELU) -> MAX_POOL_2D -> MEAN over H, W -> FC -> SOFTMAX on the
+    digits, built here,
+    prepared as int8 from float with its ranges calibrated at half the measured ones."""
+    from host_tools.formats.circle_build import CircleBuilder
+    monkeypatch.setattr(fromfloat, 'HEADROOM', 0.5)
+    r = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 8, 8, 1])
+    c = b.tensor('c', [1, 8, 8, 6])
+    b.op('CONV_2D', [x, b.tensor('w', [6, 3, 3, 1], data=(r.standard_normal((6, 3, 3, 1)) * 0.3).astype(
+        np.float32)), b.tensor('bb', [6], data=np.zeros(6, np.float32))], [c], padding='SAME',
+         stride_w=1, stride_h=1, fused_activation_function='RELU')
+    pc = b.tensor('pc', [1, 4, 4, 6])
+    b.op('MAX_POOL_2D', [c], [pc], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
+         filter_height=2, fused_activation_function='NONE')
+    m = b.tensor('m', [1, 6])
+    b.op('MEAN', [pc, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
+    y = b.tensor('y', [1, 10])
+    b.op('FULLY_CONNECTED', [m, b.tensor('w2', [10, 6], data=(r.standard_normal((10, 6)) * 0.3).astype(
+        np.float32)), b.tensor('b2', [10], data=np.zeros(10, np.float32))], [y])
+    p = b.tensor('p', [1, 10])
+    b.op('SOFTMAX', [y], [p], beta=1.0)
+    b.inputs(x)
+    b.outputs(p)
+    path = b.save(str(tmp_path / 'gap.tflite'))
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    data = str(tmp_path / 'g.npz')
+    np.savez(data, x=z['x'][:n].reshape(-1, 8, 8, 1), y=z['y'][:n])
+    d = str(tmp_path / 'g')
+    prepare(path, d, data=data, test_split=0.25, epochs=epochs, int8=True, loss='scce',
+            optimizer='sgd', lr=0.02, batch=1, log=lambda *a: None)
+    return path, d, z['x'][:n]
+
+
+def test_a_mean_range_follows_and_keeps_what_the_net_computes(tmp_path, monkeypatch):
+    """A MEAN above a trained layer (a global average pool, issue 28) reads the conv's
+    range (through the pool: its multiplier doubles with it) and is a range of its own,
+    read by the FC; doubling it moves the outputs inside the calibrated range by at most
+    one step of the doubled scale and lets those at its clamp grow past it; its scales
+    stay in q8.json for it."""
+    from utrain.q8 import MEAN
+    _, d, x = _gap_dir(tmp_path, monkeypatch)
+    m = json.loads(open(os.path.join(d, 'q8.json')).read())
+    ls = m['layers']
+    ents = m['rr'][2]
+    assert [(ls[p]['k'], cs) for p, cs, _ in ents] == [(CONV, [2]), (MEAN, [3]), (FC, [])]
+    assert 'sy' in ls[2] and 'sx' in ls[2]
+    net = Q8Net(m, os.path.join(d, 'weights.wof'))
+    xs = [net.quantize_input(v.tolist()) for v in x[:20]]
+    before = []
+    for xq in xs:
+        net.forward(xq)
+        before.append((_deq(net.layers[2]), _deq(net.layers[-1])))
+    top = (127 - ls[2]['zy']) * ls[2]['sy']
+    net.rr.e[1] += 1
+    net.rr._scale(1, 1, 1)
+    grew = 0
+    for xq, (y0, z0) in zip(xs, before):
+        net.forward(xq)
+        y1, step = _deq(net.layers[2]), net.layers[2].d['sy'] + 1e-9
+        at = y0 >= top - 1e-9
+        assert np.abs(y1 - y0)[~at].max(initial=0) <= step and (y1 >= y0 - step).all()
+        grew += int((y1[at] > top + step).sum())
+    assert grew           # (it clipped at the calibrated range)
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_a_mean_range_doubles_on_micropython_as_on_the_host_and_exports(tmp_path, monkeypatch):
+    """The conv's range (the MEAN reads it) and the MEAN's double while the model trains,
+    on unix MicroPython as on the host: the same trained.wof, exponents and log; export
+    --quantized writes the doubled scales: TFLite Micro's logits are the board's."""
+    pytest.importorskip('tflite_micro')
+    from q8cases import assert_exported_logits_as_board
+    path, d, x = _gap_dir(tmp_path, monkeypatch)
+    no_keep_best(d)
+    outs = board_and_host_runs(d, 'trained.wof.q8s', lambda f: json.loads(f.read()))
+    assert outs[0] == outs[1]
+    assert min(outs[0][1][:2]) > 0, outs[0][1]      # (the conv's, read by the MEAN; the MEAN's)
+    run = d + 'mp'
+    m = json.loads(open(os.path.join(run, 'q8.json')).read())
+    net = Q8Net(m, os.path.join(run, 'weights.wof'))
+    net.load_weights(os.path.join(run, 'trained.wof'))
+    assert list(net.rr.e) == outs[0][1]
+    assert_exported_logits_as_board(path, run, net, x[:8], tmp_path)

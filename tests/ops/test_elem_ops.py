@@ -183,6 +183,8 @@ CASES.update({
     'TRANSPOSE-mixed': _transpose([2, 3, 1, 4], [2, 0, 3, 1]),
     'TRANSPOSE-3d': _transpose([1, 3, 4], [0, 2, 1]),
     'TRANSPOSE-2d': _transpose([3, 4], [1, 0]),
+    # issue 28: Keras's Permute((1, 3, 2, 4)) of a 5-D tensor keeps the batch axis in place
+    'TRANSPOSE-5d-batch': _transpose([1, 2, 3, 2, 2], [0, 1, 3, 2, 4]),
     'SQUEEZE': _squeeze([1, 2, 1, 3], [2]),
     'EXPAND_DIMS': _expand([1, 2, 3], 2),
     'SLICE-strided': _slice([1, 4, 5, 3], [0, 1, 0, 0], [1, 4, 5, 2], [1, 2, 2, 1]),
@@ -405,3 +407,40 @@ def test_tico_export_forward_and_gradients(tmp_path):
     for name, w in want.items():
         np.testing.assert_allclose(got[name], w.numpy().ravel(), rtol=1e-4, atol=1e-6,
                                    err_msg=name)
+
+
+def test_a_large_activation_leaves_its_input_to_its_other_readers(tmp_path):
+    """op_act works in place on a clipping activation of more than _WHOLE values (no
+    second array of its size): only where its input dies there.  A residual y = relu(x)
+    + x over 5000 values read x clipped (h31p's finding: the input's minimum was 0.0
+    after the op on 5000 values, -1.0 on 500)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.select import micro
+    n = 5000
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((2, n)).astype(np.float32) * 0.01
+    b = CircleBuilder()
+    x = x0 = b.tensor('x', [1, n])
+    for name in ('RELU', 'RELU6', 'RELU_N1_TO_1'):
+        r = b.tensor(f'r{name}', [1, n])
+        b.op(name, [x], [r])
+        s = b.tensor(f's{name}', [1, n])
+        b.op('ADD', [r, x], [s])
+        x = s
+    y = b.tensor('y', [1, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [2, n], data=w), -1], [y])
+    b.inputs(x0)
+    b.outputs(y)
+    path = str(tmp_path / 'm.circle')
+    b.save(path)
+    out = str(tmp_path / 'o')
+    prepare(path, out, loss='mse', optimizer='sgd', lr=0.01, batch=1, train='all')
+    net = micro('model').Net(os.path.join(out, 'model.flat'))
+    net.load_weights(os.path.join(out, 'weights.wof'))
+    v = rng.standard_normal((1, n)).astype(np.float32) * 4
+    net.set_input(v.copy())
+    net.forward(False)
+    ref = v.astype(np.float64)
+    for f in (lambda z: np.maximum(z, 0), lambda z: np.clip(z, 0, 6), lambda z: np.clip(z, -1, 1)):
+        ref = f(ref) + ref
+    np.testing.assert_allclose(np.asarray(net.output()).ravel(), (ref @ w.T).ravel(), rtol=1e-4)

@@ -1,5 +1,5 @@
 """The ops real exporters emit for LSTM, GRU, LayerNorm and GELU (issue 15): SPLIT, SPLIT_V
-(op_split), RSQRT, SQRT, GELU (op_math).  Forward against a float64 numpy reference and
+(op_split), RSQRT, SQRT, EXP, LOG, GELU (op_math).  Forward against a float64 numpy reference and
 ONERT (where it runs the op), gradients against float64 central finite differences on the
 device code, and the same under unix MicroPython (float32), with tests/support/op_harness.py's
 models: x[1, 3] -> FC -> RESHAPE -> OP -> ... -> FC -> y, every FC training, so the
@@ -65,10 +65,14 @@ def _positive(m, shape):
 
 def _unary(name, shape):
     def build(m):
-        if name in ('RSQRT', 'SQRT'):
+        if name in ('RSQRT', 'SQRT', 'LOG'):
             a = _positive(m, shape)
             v = m.val[a]
-            return m.op(name, [a], 1.0 / np.sqrt(v) if name == 'RSQRT' else np.sqrt(v))
+            return m.op(name, [a], {'RSQRT': 1.0 / np.sqrt(v), 'SQRT': np.sqrt(v),
+                                    'LOG': np.log(v)}[name])
+        if name == 'EXP':
+            a = m.act_input(shape)
+            return m.op(name, [a], np.exp(m.val[a]))
         a = m.act_input(shape)
         approx = name == 'GELU-tanh'
         return m.op('GELU', [a], gelu_ref(m.val[a], approx), approximate=approx)
@@ -86,6 +90,8 @@ CASES = {
     'SPLIT_V-axis1-ends': _split([1, 5, 2, 3], 1, [1, 3, 1], use=[2, 0], v=True),
     'RSQRT': _unary('RSQRT', [1, 2, 3]),
     'SQRT': _unary('SQRT', [1, 2, 3]),
+    'EXP': _unary('EXP', [1, 2, 3]),
+    'LOG': _unary('LOG', [1, 2, 3]),
     'GELU': _unary('GELU', [1, 2, 3, 4]),
     'GELU-tanh': _unary('GELU-tanh', [1, 2, 3, 4]),
 }

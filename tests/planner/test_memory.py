@@ -134,6 +134,79 @@ def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, case, build):
         f'{case}: trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
 
 
+def _nchw_block(path, size=24, ch=8, classes=4, seed=0):
+    """tico's layout around an NHWC conv, as in its ResNet-8: the conv's output (1 input
+    channel -> ch, RELU) TRANSPOSEd to NCHW, a per-channel MUL (broadcast blocks), a
+    residual ADD with a fused RELU (more than op_act's _WHOLE values: clipped in chunks),
+    TRANSPOSEd back; then a PAD and a CONCATENATION of the padded map with itself (an
+    array twice as long as any before it), MEAN, FULLY_CONNECTED."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(description='utrain test: NCHW block')
+    S, C = size, ch
+
+    def const(name, shape, data):
+        return b.tensor(name, list(shape), data=data)
+
+    def op(name, ins, shape, **opts):
+        out = b.tensor(f'{name.lower()}{len(made)}', shape)
+        made.append(b.op(name, ins, [out], **opts))
+        return out
+
+    made = []
+
+    x = b.tensor('x', [1, S, S, 1])
+    a = op('CONV_2D', [x, const('w', [C, 3, 3, 1], rng.normal(0, 0.3, (C, 3, 3, 1)).astype(np.float32)),
+                       const('wb', [C], np.zeros(C, np.float32))], [1, S, S, C],
+           padding='SAME', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    t = op('TRANSPOSE', [a, const('nchw', [4], np.array([0, 3, 1, 2], np.int32))], [1, C, S, S])
+    m = op('MUL', [t, const('k', [1, C, 1, 1], rng.normal(1, 0.1, (1, C, 1, 1)).astype(np.float32))],
+           [1, C, S, S])
+    r = op('ADD', [m, t], [1, C, S, S], fused_activation_function='RELU')
+    u = op('TRANSPOSE', [r, const('nhwc', [4], np.array([0, 2, 3, 1], np.int32))], [1, S, S, C])
+    p = op('PAD', [u, const('pads', [4, 2], np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))],
+           [1, S + 2, S + 2, C])
+    c = op('CONCATENATION', [p, p], [1, S + 2, S + 2, 2 * C], axis=3)
+    g = op('MEAN', [c, const('axes', [2], np.array([1, 2], np.int32))], [1, 2 * C])
+    z = op('FULLY_CONNECTED', [g, const('fw', [classes, 2 * C], rng.normal(0, 0.3, (classes, 2 * C)).astype(np.float32)),
+                               const('fb', [classes], np.zeros(classes, np.float32))], [1, classes])
+    b.inputs(x)
+    b.outputs(z)
+    b.save(path)
+    return path
+
+
+@pytest.mark.skipif(not os.path.exists(os.environ.get('UTRAIN_MP32_ULAB') or '/-'),
+                    reason='$UTRAIN_MP32_ULAB names no build')
+def test_copy_and_elementwise_ops_are_planned_as_they_allocate(tmp_path, monkeypatch):
+    """A tico-style NCHW block this test makes (24x24x8 maps: TRANSPOSE, a broadcast MUL,
+    a residual ADD + RELU, PAD, a CONCATENATION twice as wide), its frozen part run
+    forward only (the classifier trains), trains on 32-bit ulab in its plan and not in
+    plan / 1.3.  The copy and element-wise ops had been planned with two output-sized
+    temporaries and an input-sized one each, which their kernels never make (this
+    graph: 251 KB planned, the ResNet-8's streamed cell 1.74x its need); planned as
+    what they make alone, without the fresh run the CONCATENATION's output needs beside
+    the smaller maps' holes, it fails in its plan (158 KB; it trains at 150 and 162 KB,
+    fails at 154-160 and 171 KB, trains from 174 KB up)."""
+    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
+    model = _nchw_block(str(tmp_path / 'blk.circle'))
+    rng = np.random.default_rng(1)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((4, 24, 24, 1)).astype(np.float32), y=rng.integers(0, 4, 4))
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                log=lambda *a: None, backend='ulab', optimizer='sgd', batch=1, train='last:2',
+                bands=0)
+    from host_tools.graph.optable import SPECS
+    codes = [op[0] for op in read_flat(os.path.join(out, 'model.flat'))['ops']]
+    assert codes.count(SPECS['TRANSPOSE'].code) == 2 and SPECS['CONCATENATION'].code in codes
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), \
+        f'trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+
+
 def test_streamed_conv_rows_code_only_for_a_weight_read_by_rows(tmp_path):
     """utrain.convrows loads only where a streamed frozen conv weight is larger than
     utrain.stream's CHUNK (op_conv reads it rows at a time): a 3x3 conv of 8 channels

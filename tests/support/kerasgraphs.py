@@ -698,3 +698,150 @@ def build_int8_unpack(path, seed=0, T=6, C=5, F=4, O=3):
                      (127 - zp) * sp)
         return (w2 * s2) @ cf
     return os.fspath(path), forward, s1, sx
+
+
+def build_int8_transpose(path, seed=0, T=6, C=5, F=4, O=3):
+    """An int8 model as Keras 3's converter writes a Permute of a sequence, built here:
+    Dense on [1, T, C] RELU (op 0) -> h [1, T, F]; TRANSPOSE to [1, F, T] (1, a gather:
+    no one strided copy makes it); STRIDED_SLICE of rows 2:0:-1 and steps 4:0:-1 (2: a
+    gather with negative strides); RESHAPE (3); FC
+    (4).  Returns (path, float numpy forward of the dequantized graph: f(x float [T, C],
+    first weights float or None) -> logits, the first layer's weight scale, the input's
+    scale)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, sh, sy, s2, zh = 0.05, 0.0012, 0.03, 0.1, 0.015, -128
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, 8)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, zh))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
+         fused_activation_function='RELU', keep_num_dims=True)
+    tt = b.tensor('t', [1, F, T], dtype='int8', quant=q(sh, zh))
+    b.op('TRANSPOSE', [ht, b.tensor('perm', [3], data=np.array([0, 2, 1], np.int32))], [tt])
+    st = b.tensor('s', [1, 2, 4], dtype='int8', quant=q(sh, zh))
+    b.op('STRIDED_SLICE', [tt, b.tensor('sb', [3], data=np.array([0, 2, 4], np.int32)),
+                           b.tensor('se', [3], data=np.array([1, 0, 0], np.int32)),
+                           b.tensor('ss', [3], data=np.array([1, -1, -1], np.int32))], [st])
+    r = b.tensor('r', [1, 8], dtype='int8', quant=q(sh, zh))
+    b.op('RESHAPE', [st, b.tensor('rs', [2], data=np.array([1, 8], np.int32))], [r])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = np.clip(np.maximum(xf @ wf.T + b1 * sx * s1, 0), None, (127 - zh) * sh)
+        return (w2 * s2) @ hf.T[2:0:-1, 4:0:-1].reshape(-1)
+    return os.fspath(path), forward, s1, sx
+
+
+def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False):
+    """An int8 model as Keras 3's converter writes -x / 4 (float ops it has no int8 kernel
+    for, between a DEQUANTIZE and a QUANTIZE), built here: Dense on [1, T, C] RELU (op 0)
+    -> h [1, T, F]; DEQUANTIZE (1), NEG (2), DIV by the scalar 0.25 (3: a derivative of
+    -4), QUANTIZE (4); RESHAPE (5); FC (6).  two: the DIV divides by h itself (a float
+    op of the one input still).  Returns (path, float numpy forward of the dequantized
+    graph: f(x float [T, C], first weights float or None) -> logits, the first layer's
+    weight scale, the input's scale)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, sh, sn, sy, s2, zh, zn = 0.05, 0.0012, 0.03, 0.15, 0.1, 0.0015, -128, 100
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, zh))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
+         fused_activation_function='RELU', keep_num_dims=True)
+    f = b.tensor('f', [1, T, F], dtype='float32')
+    b.op('DEQUANTIZE', [ht], [f])
+    n = b.tensor('n', [1, T, F], dtype='float32')
+    b.op('NEG', [f], [n])
+    dv = b.tensor('d', [1, T, F], dtype='float32')
+    b.op('DIV', [n, f if two else b.tensor('k', [], data=np.array(0.25, np.float32))], [dv],
+         fused_activation_function='NONE')
+    nq = b.tensor('nq', [1, T, F], dtype='int8', quant=q(sn, zn))
+    b.op('QUANTIZE', [dv], [nq])
+    r = b.tensor('r', [1, T * F], dtype='int8', quant=q(sn, zn))
+    b.op('RESHAPE', [nq, b.tensor('rs', [2], data=np.array([1, T * F], np.int32))], [r])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = np.clip(np.maximum(xf @ wf.T + b1 * sx * s1, 0), None, (127 - zh) * sh)
+        nf = np.clip(-hf / 0.25, (-128 - zn) * sn, (127 - zn) * sn)
+        return (w2 * s2) @ nf.reshape(-1)
+    return os.fspath(path), forward, s1, sx
+
+
+def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3, island=False, sq=0.06):
+    """An int8 model with DIVs as TFLite's int8 kernel takes them (div.cc), built here:
+    Dense on [1, T, C] RELU (op 0) -> h [1, T, F]; Dense on [1, T, C] RELU (1, a large
+    bias: values near 1.7) -> e [1, T, 1]; DIV h / e (2: by a tensor, broadcast over F);
+    DIV by a per-channel constant [F] (3); RESHAPE (4); FC (5).  Returns (path, float numpy
+    forward of the dequantized graph: f(x float [T, C], weights {name: float}) -> logits,
+    the weight scales {name: scale}, the input's scale).  island: op 2 as Keras's
+    converter writes a / b (DEQUANTIZE h, DEQUANTIZE e, DIV in float32, QUANTIZE)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, s2, sh, se, sr, sy, s3 = 0.05, 0.0012, 0.0003, 0.03, 0.01, 0.2, 0.1, 0.0005
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (1, C)).astype(np.int8)
+    b2 = np.array([int(1.7 / (sx * s2))], np.int32)      # (e in [0.6, 2.55]: never 0)
+    kc = np.array([3, 5, 8, 13], np.int8)[:F]
+    w3 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, -128))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
+         fused_activation_function='RELU', keep_num_dims=True)
+    et = b.tensor('e', [1, T, 1], dtype='int8', quant=q(se, -128))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)),
+                             b.tensor('b2', [1], data=b2, quant=q(sx * s2, 0))], [et],
+         fused_activation_function='RELU', keep_num_dims=True)
+    zq = -100                               # (small quotients inside the range, not at its clamp)
+    qt = b.tensor('q', [1, T, F], dtype='int8', quant=q(sq, zq))
+    if island:
+        hf, ef, qf = (b.tensor(n, sh_) for n, sh_ in (('hf', [1, T, F]), ('ef', [1, T, 1]),
+                                                        ('qf', [1, T, F])))
+        b.op('DEQUANTIZE', [ht], [hf])
+        b.op('DEQUANTIZE', [et], [ef])
+        b.op('DIV', [hf, ef], [qf], fused_activation_function='NONE')
+        b.op('QUANTIZE', [qf], [qt])
+    else:
+        b.op('DIV', [ht, et], [qt], fused_activation_function='NONE')
+    rt = b.tensor('r', [1, T, F], dtype='int8', quant=q(sr, zq))
+    b.op('DIV', [qt, b.tensor('k', [F], data=kc, quant=q(0.1, 0))], [rt],
+         fused_activation_function='NONE')
+    r2 = b.tensor('r2', [1, T * F], dtype='int8', quant=q(sr, zq))
+    b.op('RESHAPE', [rt, b.tensor('rs', [2], data=np.array([1, T * F], np.int32))], [r2])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r2, b.tensor('w3', w3.shape, data=w3, quant=q(s3, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, ws=None):
+        ws = ws or {}
+        a = ws.get('w1', w1 * s1)
+        c = ws.get('w2', w2 * s2)
+        hf = np.clip(np.maximum(xf @ a.T + b1 * sx * s1, 0), None, 255 * sh)
+        ef = np.clip(np.maximum(xf @ c.T + b2 * sx * s2, 0), None, 255 * se)
+        qf = np.clip(hf / ef, (-128 - zq) * sq, (127 - zq) * sq)
+        rf = np.clip(qf / (kc * 0.1), (-128 - zq) * sr, (127 - zq) * sr)
+        return (w3 * s3) @ rf.reshape(-1)
+    return os.fspath(path), forward, {'w1': s1, 'w2': s2}, sx
