@@ -407,8 +407,9 @@ def grad_check(steps, seed=1):
         raw = open(os.path.join(out, 'weights.wof'), 'rb').read()
         t = rd('q8t.json')
         nb = [None] * t['ntensors']
-        for k, n in t['wsizes']:
-            nb[k] = n
+        ws = t['wsizes']
+        for j in range(0, len(ws), 2):
+            nb[ws[j]] = ws[j + 1]
         offs = wof.read_table(io.BytesIO(raw), 'w', nb, nb)[0]
 
         def full(i):

@@ -1118,25 +1118,32 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     hz = q8_held(ls)
     gin = q8.gin(ls, hz)              # its input-gradient buffers (_gbuf: one or two)
     nz, nz2, ng, _ = q8.bufs(ls, hz)  # shared: int8 dz (its rescaled copy), a gradient chunk,
-    st = arr(nz) + arr(nz2) + arr(4 * ng) + sum(arr(4 * n) for n in hz)
-    # (and the held gradients: a slot each, utrain.q8hold)
+    A = t.get('acc') or max(d['nout'] for d in ls)
+    gw = q8.gwn(ng, A)              # (none: the chunk in the sums buffer)
+    st = arr(nz) + arr(nz2) + (arr(4 * gw) if gw else 0) + sum(arr(4 * n) for n in hz)
+    # (and the held gradients: a slot each, utrain.q8hold); the bias sums, one buffer
+    # the trained layers share (Q8Net.bs)
+    st += arr(4 * q8.bsn(ls))
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
-        if back and d['k'] < q8.MEAN and d.get('pc') and not (i + 1 < len(ls) and q8.bcast(ls, i + 1)):
-            # dz's per-channel rescaling (none held where the gradient is a broadcast row)
+        if d.get('back') and d['k'] < q8.MEAN and d.get('pc') and not (
+                i + 1 < len(ls) and q8.bcast(ls, i + 1)):
+            # dz's per-channel rescaling (none held where the gradient is a broadcast row,
+            # nor by the lowest trained layer: no 'back', it passes no input gradient)
             st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
         if back and d.get('mask'):
             mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
-        if d.get('train'):          # float bias, bias sums, update multipliers (weights)
-            st += 2 * arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8_trained_weights(d) else 0)
+        if d.get('train'):          # float bias, update multipliers (weights)
+            st += arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8.umn(d) else 0)
         if d.get('gw') and q8_trained_weights(d):
             # utrain.q8grow: its weight scales' exponents and counts, the count scratch
             # (one, the widest layer's: priced per layer), and dz's per-channel
             # rescaling made at the first doubling where none is held
             nq = d['nq'] if 'nq' in d else len(d['mul'])
             st += 3 * arr(nq)
-            if back and nq > 1 and not (d.get('pc') and not (i + 1 < len(ls) and q8.bcast(ls, i + 1))):
+            if d.get('back') and nq > 1 and not (d.get('pc') and not (
+                    i + 1 < len(ls) and q8.bcast(ls, i + 1))):
                 st += 2 * arr(4 * nq)
     if mask:
         parts['output masks (1 bit an output)'] = mask

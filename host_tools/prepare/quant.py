@@ -1384,9 +1384,11 @@ def split(g: Graph, m: dict, rows=None):
     for d in post:
         d.pop('nc', None), d.pop('res', None), d.pop('sd', None), d.pop('pw', None)
     base = {k: m[k] for k in ('format', 'version', 'ntensors')}
-    # the .wof holds both parts' tensors: [tensor, bytes] of each, for its header check
-    base['wsizes'] = [[k, n] for d in ls if 'wt' in d
-                      for k, n in ((d['wt'], d['wn']), (d['bt'], 4 * d['nb']))]
+    # the .wof holds both parts' tensors: tensor, bytes of each in one flat list, for its
+    # header check (a list of pairs: 106 small lists, 3.9 KB parsed on a 32-bit board
+    # for MobileNetV2, against 1 KB)
+    base['wsizes'] = [v for d in ls if 'wt' in d
+                      for v in (d['wt'], d['wn'], d['bt'], 4 * d['nb'])]
     p = dict(base, layers=pre, sx=m['sx'], zx=m['zx'], sy=sc, zy=zc, nin=m['nin'],
              nclass=ls[first - 1]['nout'], xin=m['xin'])
     p.update(plan(pre, rows, resident=False))

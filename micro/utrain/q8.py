@@ -65,7 +65,7 @@ class Layer:
     x = dg = dx = dxm = ga = None    # the input seen; input-gradient buffers (made on use),
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
-    mk = vw = vb = None         # output mask bits (q8sparse); momentum velocities
+    mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
     ge = None       # its weight scales' exponents (utrain.q8grow: 'gw')
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
@@ -112,8 +112,9 @@ class Layer:
             self.train = 1
         if self.train or d.get('back', 0):
             self.back = 1             # passes a gradient (CONV, DW, FC, MEAN, pools)
-        if self.back and k < MEAN:
-            # (its int8 output gradient: the net's shared dz)
+        if d.get('back') and k < MEAN:
+            # (passes its input a gradient: the lowest trained layer, no 'back', passes
+            # none and needs no rescaling; its int8 output gradient: the net's shared dz)
             sw = d['sw']
             m = max(sw)
             # per-channel weight scales: the input gradient's dz is rescaled by
@@ -144,11 +145,11 @@ class Layer:
             self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
             # per-channel update multipliers (weights that train: a gradient chunk's
-            # channels, _mults), bias sums (the weight gradient: the net's chunk buffer,
-            # Q8Net.gw)
-            if self.whi > self.wlo:
+            # channels, _mults); the bias sums (a layer's live only in its _back) and the
+            # weight gradient's chunk: the net's, shared (Q8Net.bs, Q8Net.gw)
+            if umn(d):
                 self.um, self.us = _i32(umn(d)), _i32(umn(d))
-            self.bs = _i32(oc)
+            self.bs = net.bs if net is not None else _i32(oc)
 
     def wr(self):
         # (first, end) of the weights that train: a rank's rows (FC, CONV_2D), all of a
@@ -172,6 +173,14 @@ class Layer:
             wo = self.wo
             for i in range(w0, w1):
                 wm[i - w0] = ((w[i - wo] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
+
+    def opi(self):
+        # (output channels, positions, input channels): an FC's, or a 1x1 conv's as an FC
+        # over its positions (a streamed layer's: q8sparse.dak)
+        if self.k == FC:
+            return self.nout, 1, self.d['nin']
+        gm = self.d['g']
+        return gm[3], gm[10] * gm[11], gm[2]
 
     def geo(self):
         # (output channels, weights per channel, blk): weight i's channel is (i // blk) % oc
@@ -325,8 +334,13 @@ class Q8Net:
             if 'wt' in d:
                 nb[d['wt']] = d['wn']
                 nb[d['bt']] = 4 * d['nb']
-        for k, n in meta.get('wsizes', ()):    # (a part of the model: the file holds all)
-            nb[k] = n
+        # (a part of the model: the file holds all) tensor, bytes, ... (or pairs: a table
+        # written before they were one flat list)
+        ws = meta.get('wsizes', ())
+        if ws and type(ws[0]) is list:
+            ws = [v for p in ws for v in p]
+        for j in range(0, len(ws), 2):
+            nb[ws[j]] = ws[j + 1]
         # a graph whose backward walk holds gradients (a residual ADD's other input, a
         # CONCATENATION's inputs, a tensor read twice: not a chain): that walk's code
         # (utrain.q8hold), loaded before the net's buffers, not among them
@@ -384,7 +398,10 @@ class Q8Net:
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
         sz = H.sz if H else ()
         nz, nz2, ng, nk = bufs(ls, sz)
-        self.gw = _i32(ng)
+        # (a weight-gradient chunk in the sums buffer where it fits: the forward pass's,
+        # free while the backward pass runs; gwn)
+        self.gw = _i32(ng) if gwn(ng, len(acc)) else acc
+        self.bs = _i32(bsn(ls))         # bias sums
         # the int32 input-gradient buffers with them, the largest first (made late, in
         # the first backward pass, they found no run long enough in a heap the layers had
         # fragmented): one, unless a pool or a MEAN makes its input's gradient from g
@@ -827,19 +844,47 @@ class Q8Net:
         dz = self.dz
         p = self.bc             # g: one row of p values for every position (a MEAN's)
         self.bc = 0
+        # a broadcast row into a streamed layer (its weights frozen, read from flash a
+        # chunk of output channels at a time): its dz made a chunk at a time too, in the
+        # shared dz (never its whole output's: MobileNetV2's 1x1 head, 11.5 KB), from
+        # the row kept in the sums buffer (free in a backward pass; as long as a MEAN's
+        # output: quant.plan) while the input gradient fills the gradient buffer
+        ch = p and L.w is None
+        if ch:
+            K.cpk(self.acc, g, p)
+            g = self.acc
         k = _shift(g, p or n)
-        self._mask(L, dz, g, n, k, p)
+        if not ch:
+            self._mask(L, dz, g, n, k, p)
         sz = s * (1 << k)
+        bs = L.bs           # (None: a layer that passes the gradient alone)
         if L.train:                            # bias sums
-            oc = L.nout if L.k == FC else L.g[3]
-            K.sumk(L.bs, dz, 0, n // oc, oc)
+            if ch:          # (and the bias steps: a chunk's sums alone held, bsn)
+                P = L.opi()[1]
+                for o0, m in self._chunks(L, g, k, p):
+                    K.sumk(bs, dz, 0, P, m)
+                    self._bias(L, sz, lr, o0, o0 + m, bs)
+            else:
+                oc = L.nout if L.k == FC else L.g[3]
+                K.sumk(bs, dz, 0, n // oc, oc)
         dx = None
         if need_dx:
-            dx, sx = self._dx(L, g, dz, s, sz, p)
+            dx, sx = self._dx(L, g, dz, s, sz, p, k, ch)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
             self._wgrad(L, dz, sz, lr)
-            self._bias(L, sz, lr)
+            if not ch:
+                lo = L.blo
+                self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs)
         return dx, (sx if need_dx else 0.0)
+
+    def _chunks(self, L, g, k, p):
+        # (first, count) of each chunk of streamed layer L's output channels, their dz
+        # (P positions x count) made in the shared dz from the broadcast row g (p values)
+        # >> k where L's mask passes (q8sparse.smc)
+        O, P, I = L.opi()
+        for o0, m in L.segs(O, L.d.get('nc', O)):
+            self.S.smc(self.dz, g, k, L.mk, o0, m, O, P, p)
+            yield o0, m
 
     def _mask(self, L, dz, g, n, k, p=0):
         # dz = int8 of g >> k where the forward output passed its clamp (its mask bits, or
@@ -849,9 +894,10 @@ class Q8Net:
         else:
             K.shk(dz, g, n, k, L.y, L.lo, L.hi)
 
-    def _dx(self, L, g, dz, s, sz, p=0):
+    def _dx(self, L, g, dz, s, sz, p=0, k=0, ch=0):
         # the int32 input gradient of layer L from its int8 output gradient dz (scale sz;
         # g: the int32 one it came from, scale s; p: its broadcast period) and its scale
+        # (ch: dz made a chunk at a time from g >> k, _chunks)
         d = L.d
         n = L.nout
         if L.dxm is not None or L.dxr:
@@ -865,16 +911,19 @@ class Q8Net:
             k = _shift(g, p or n)
             if L.whi > L.wlo:
                 dz = self.dz2
-            self._mask(L, dz, g, n, k, p)
+            if not ch:
+                self._mask(L, dz, g, n, k, p)
             sz = s * (1 << k)
         if L.w is None or L.pw:     # streamed (q8sparse.dak): a chunk of output channels
-            fc = L.k == FC          # at a time (a partial layer's window from its rows)
-            gm = d.get('g')
-            O, P, I = (n, 1, d['nin']) if fc else (gm[3], gm[10] * gm[11], gm[2])
+            O, P, I = L.opi()       # at a time (a partial layer's window from its rows)
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
-            for o0, m in L.segs(O, d.get('nc', O)):
-                self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
+            if ch:
+                for o0, m in self._chunks(L, g, k, p):
+                    self.S.dak(dx, dz, L.rows(o0, m, I), 0, m, m, P, I)
+            else:
+                for o0, m in L.segs(O, d.get('nc', O)):
+                    self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
         elif L.k == FC:
             dx = self._gbuf(g, d['nin'])
             K.dxk(dx, dz, 0, L.w, n, d['nin'])
@@ -960,14 +1009,14 @@ class Q8Net:
         else:
             self._upd(L, i0, gw, n)
 
-    def _bias(self, L, sz, lr):
-        # the bias sums L.bs at scale sz: the float biases stepped at once (lr) and
-        # requantized, or added to the batch's sums
-        bs = L.bs
+    def _bias(self, L, sz, lr, lo, hi, bs):
+        # the bias sums bs of output channels lo..hi-1 (bs[o - lo]: channel o's) at scale
+        # sz: the float biases stepped at once (lr) and requantized, or added to the
+        # batch's sums (a layer's window whole, or a chunk of it at a time, in order)
         if lr is None:
             ba = L.ba
-            for o in range(L.blo, L.bhi):
-                ba[o] += sz * bs[o]
+            for o in range(lo, hi):
+                ba[o] += sz * bs[o - lo]
             return
         sx, sw = L.d['sx'], L.d['sw']
         bf, b, vb, mu = L.bf, L.b, L.vb, self.mom
@@ -977,33 +1026,34 @@ class Q8Net:
             # like the weights: one multiplier, no float step per channel
             L.um[0], L.us[0] = qmul(lr * sz / (sx * sw[0]) * 256.0)
             if L.us[0] < 16:                   # (bs << shift stays within 31 bits)
-                lo, n = L.blo, L.bhi - L.blo
-                v = memoryview(bs)[lo:] if lo else bs
-                K.rqk(v, n, 1, n, L.um, L.us, v, 0, 0, 0, 1)
-                self.seed = K.ubk(memoryview(b)[lo:] if lo else b, v, n, self.seed)
+                n = hi - lo
+                K.rqk(bs, n, 1, n, L.um, L.us, bs, 0, 0, 0, 1)
+                self.seed = K.ubk(memoryview(b)[lo:] if lo else b, bs, n, self.seed)
                 L.stale = 1                    # (bf: not kept by this update)
                 return
         if L.stale:
             L.set_bias()
         c = lr * sz                            # (the products as before: same floats)
         # a zero gradient leaves bf[o] as it is (bf - 0.0), and so b[o] once every b[o]
-        # is bf[o] requantized (sync): skipped (float steps cost thousands of cycles)
+        # is bf[o] requantized (sync, set by a pass's last chunk): skipped (float steps
+        # cost thousands of cycles)
         sk = L.sync and vb is None
+        if hi == L.bhi:
+            L.sync = 1
         if vb is None and 1 < nw == len(b):
             # (SGD, per-channel scales, nw = the channels: the loop below with fewer
             # Python steps a channel, each costs thousands of cycles on a Cortex-M0+)
-            for o in range(L.blo, L.bhi):
-                v = bs[o]
+            for o in range(lo, hi):
+                v = bs[o - lo]
                 if v or not sk:
                     bf[o] -= c * v
                     q = int(round(bf[o] / (sx * sw[o])))
                     # (+-2^30: a small int's compare; a long one's only beyond)
                     b[o] = q if -1073741824 < q < 1073741824 else _clamp(q)
-            L.sync = 1
             return
         den = sx * sw[0]
-        for o in range(L.blo, L.bhi):
-            v = bs[o]
+        for o in range(lo, hi):
+            v = bs[o - lo]
             if sk and not v:
                 continue
             if vb is None:
@@ -1012,7 +1062,6 @@ class Q8Net:
                 vb[o] = mu * vb[o] + c * v
                 bf[o] -= vb[o]
             b[o] = _clamp(int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw]))))
-        L.sync = 1
 
 
 def _clamp(q):
@@ -1051,9 +1100,12 @@ def trained_n(d):
 
 def umn(d):
     """The update multipliers trained layer d keeps (_mults: one a channel of a gradient
-    chunk; a depthwise layer's all) (host_tools/plan/memory.py plans them with this)."""
+    chunk; a depthwise layer's all; one for the bias step of a per-tensor layer whose bias
+    alone trains, _bias) (host_tools/plan/memory.py plans them with this)."""
     oc = d['nb']
     lo, hi = d.get('tw', (0, oc))
+    if hi <= lo:
+        return 1 if (d['nq'] if 'nq' in d else len(d['sw'])) == 1 else 0
     return oc if d['k'] == DW else min(d.get('gc', oc), hi - lo)
 
 
@@ -1118,7 +1170,7 @@ def bufs(ls, hz=()):
         d = ls[i]
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
-        nz = max(nz, d['nout'])
+        nz = max(nz, dzn(ls, i))
         if i > first and d.get('pc') and d.get('train') and d.get('tw', (0, 1))[1] > d.get(
                 'tw', (0, 1))[0]:       # (its weights train: dz stays for their gradient)
             nz2 = max(nz2, d['nout'])
@@ -1129,6 +1181,39 @@ def bufs(ls, hz=()):
                 row = d['wn'] // oc if d['k'] != DW else 0
                 ng = max(ng, d['wn'] if d['k'] == DW else min(d.get('gc', oc), hi - lo) * row)
     return nz, nz2, ng, nk
+
+
+def gwn(ng, A):
+    """The int32 values of the weight-gradient chunk buffer (ng: its largest chunk, bufs)
+    beside the A sums of the forward pass: none where the sums buffer holds it (no
+    backward kernel reads the sums; a row-fed layer keeps its row there, and trains no
+    weights) (host_tools/plan/memory.py plans it with this)."""
+    return 0 if ng <= A else ng
+
+
+def rowfed(ls, i):
+    """Is layer i of table ls streamed (its frozen weights read from flash a chunk of
+    output channels at a time) and fed a MEAN's broadcast row: its dz made, and its
+    bias stepped, a chunk at a time (Q8Net._chunks)?"""
+    return bool(ls[i].get('sd')) and i + 1 < len(ls) and bcast(ls, i + 1)
+
+
+def dzn(ls, i):
+    """The int8 output-gradient bytes layer i of table ls makes at once: its output's, or
+    a row-fed layer's a chunk of output channels' (its positions x the chunk's channels)."""
+    d = ls[i]
+    if rowfed(ls, i):
+        gm = d.get('g')
+        O, P = (d['nout'], 1) if d['k'] == FC else (gm[3], gm[10] * gm[11])
+        return P * min(d.get('nc', O), O)
+    return d['nout']
+
+
+def bsn(ls):
+    """The bias sums one buffer holds for every trained layer of table ls (each layer's
+    live only in its backward step): a layer's output channels, a row-fed one's chunk."""
+    return max([min(d.get('nc', d['nb']), d['nb']) if rowfed(ls, i) else d['nb']
+                for i, d in enumerate(ls) if d.get('train')] or [0])
 
 
 def gin(ls, hz=()):

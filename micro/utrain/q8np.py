@@ -250,6 +250,17 @@ def smk(d, x, n, k, m, p):
     np.frombuffer(d, np.int8, n)[:] = r.astype(np.int8)
 
 
+def smc(d, x, k, m, o0, c, O, P, p):
+    i = (np.arange(P)[:, None] * O + o0 + np.arange(c)[None, :]).reshape(-1)
+    v = _i32(x, p).astype(I64)[i % p]
+    h2 = (1 << k) >> 1
+    r = np.where(v < 0, -((h2 - v) >> k), (v + h2) >> k)
+    on = np.unpackbits(np.frombuffer(m, np.uint8, (P * O + 7) // 8), count=P * O,
+                       bitorder='little')[i]
+    r = np.where(on.astype(bool), np.clip(r, -127, 127), 0)
+    np.frombuffer(d, np.int8, P * c)[:] = r.astype(np.int8)
+
+
 def dak(dx, dz, w, o0, m, O, P, I):
     z = np.frombuffer(dz, np.int8, P * O).reshape(P, O)[:, o0:o0 + m].astype(I64)
     _add(dx, P * I, z @ _i8(w, m * I).reshape(m, I).astype(I64))
@@ -263,4 +274,4 @@ def mzk(g, n, m):
 
 def install_sparse(g):
     """As install, for utrain.q8sparse's kernels."""
-    install(g, ('mkk', 'smk', 'dak', 'mzk'))
+    install(g, ('mkk', 'smk', 'smc', 'dak', 'mzk'))

@@ -65,6 +65,44 @@ def smk(d, x, n: int, k: int, m, p: int):
 
 
 @micropython.viper
+def smc(d, x, k: int, m, o0: int, c: int, O: int, P: int, p: int):
+    # smk for output channels o0..o0+c-1 alone of a layer of P positions of O channels
+    # (a streamed layer's chunk): d[r*c + j] = int8 of x[i mod p] / 2^k where bit i of
+    # m is set, else 0, i = r*O + o0 + j (x: one row of p values broadcast)
+    pd = ptr8(d)
+    px = ptr32(x)
+    pm = ptr8(m)
+    h2 = (1 << k) >> 1
+    t = 0
+    for r in range(P):
+        i = r * O + o0
+        q = i
+        while q >= p:
+            q -= p
+        for j in range(c):
+            if (int(pm[i >> 3]) >> (i & 7)) & 1:
+                v = int(px[q])
+                h = v >> 16
+                v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+                if v < 0:
+                    e = 0 - ((h2 - v) >> k)
+                else:
+                    e = (v + h2) >> k
+                if e > 127:
+                    e = 127
+                if e < -127:
+                    e = -127
+                pd[t] = e & 255
+            else:
+                pd[t] = 0
+            t += 1
+            i += 1
+            q += 1
+            if q == p:
+                q = 0
+
+
+@micropython.viper
 def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
     # the input gradient of an FC (P = 1) or a 1x1 stride-1 conv (P positions) from
     # output channels o0..o0+m-1 whose weights w hold (a chunk read from flash), added:

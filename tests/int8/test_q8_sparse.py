@@ -33,8 +33,9 @@ SCHEMES = {'bias-dw-pw-half': {0: BIAS, 1: BIAS, 2: HALF},
            'dw-quarter-pw-bias': {0: BIAS, 1: QUARTER, 2: BIAS}}
 
 
-def build(path, seed=0):
-    """The model, int8 with per-channel weight scales, as a TFLite file."""
+def build(path, seed=0, fc_tensor=False):
+    """The model, int8 with per-channel weight scales (fc_tensor: the FC's one per
+    tensor, as TFLite's converter writes it), as a TFLite file."""
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=b'TFL3')
     q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa
@@ -42,13 +43,15 @@ def build(path, seed=0):
     def layer(kind, x, sx, O, I, y, sy, k=3, act='NONE'):
         fan = I if kind == 'fc' else k * k * (1 if kind == 'dw' else I)
         sw = rng.uniform(0.7, 1.3, O) * 30 * sy / (fan ** 0.5 * 40 * sx * 73)
+        if kind == 'fc' and fc_tensor:
+            sw = sw[:1]
         shape = {'fc': (O, I), 'conv': (O, k, k, I), 'dw': (1, k, k, O)}[kind]
         wq = rng.integers(-127, 128, shape).astype(np.int8)
         w = b.tensor(f'w{y}', shape, data=wq, quant={
-            'scale': list(sw), 'zero_point': [0] * O,
+            'scale': list(sw), 'zero_point': [0] * len(sw),
             'quantized_dimension': 3 if kind == 'dw' else 0})
         bt = b.tensor(f'b{y}', [O], data=rng.integers(-300, 300, O).astype(np.int32),
-                      quant={'scale': list(sx * sw), 'zero_point': [0] * O})
+                      quant={'scale': list(np.resize(sx * sw, O)), 'zero_point': [0] * O})
         if kind == 'fc':
             b.op('FULLY_CONNECTED', [x, w, bt], [y], fused_activation_function=act)
         elif kind == 'conv':
@@ -82,8 +85,8 @@ def _sample(seed):
     return bytearray(r.integers(-128, 128, H0 * H0 * C0).astype(np.int8).tobytes())
 
 
-def _net(tmp_path, ranks, train='last:1'):
-    g = read_model(build(str(tmp_path / 'm.tflite')))
+def _net(tmp_path, ranks, train='last:1', **kw):
+    g = read_model(build(str(tmp_path / 'm.tflite'), **kw))
     m = quant.write(g, str(tmp_path), train, quant.meta(g, train, None, ranks))
     with open(tmp_path / 'q8.json') as f:
         mm = json.load(f)                   # as the board reads it
@@ -223,6 +226,23 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
             w0a = np.frombuffer(w0[i], np.int8).reshape(oc, row)
             assert np.array_equal(np.delete(w1, np.s_[lo:hi], 0), np.delete(w0a, np.s_[lo:hi], 0))
     assert max(e for _, _, e in errs) < 0.06, errs
+
+
+def test_per_tensor_bias_alone_steps(tmp_path):
+    """A per-tensor layer whose bias alone trains (an FC classifier at `bias`) steps its
+    int32 bias as the float fake-quantized gradient says (-lr dL/db / (s_x s_W) bias
+    steps, stochastically rounded; the int8 gradient within a few %), its weights
+    unchanged."""
+    m, net = _net(tmp_path, {0: BIAS, 1: BIAS, 2: BIAS, 4: BIAS}, fc_tensor=True)
+    L = net.layers[4]
+    assert len(L.d['sw']) == 1 and L.whi <= L.wlo
+    lr, xq = 0.5, _sample(0)
+    gb = _ref(net, m, xq, 1)[4][1]
+    b0, w0 = np.array(L.b, np.float64), bytes(L.w)
+    net.step(xq, 1, lr)
+    want = -lr * gb / (L.d['sx'] * L.d['sw'][0])
+    assert np.abs(want).min() > 10 and bytes(L.w) == w0
+    assert _rel(np.array(L.b, np.float64) - b0, want) < 0.06
 
 
 def test_chunked_update_equals_whole(tmp_path, monkeypatch):
@@ -384,6 +404,8 @@ def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
         m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
         L = net.layers[2]
         assert bool(m['layers'][2].get('sd')) == small and (L.w is None) == small
+        if small:       # (its gradient a MEAN's row: its dz made a chunk at a time)
+            assert len(net.dz) < L.nout
         for s in range(2):
             net.step(_sample(s), 3, 0.05)
         outs.append([bytes(L.b) + bytes(L.bf) for L in net.layers if L.train]
@@ -493,6 +515,25 @@ def _ref_graph(net, m, xq, label):
         grads[i] = (None, Z.sum((0, 1)))
         add(d['in'][0], dX.ravel())
     return grads
+
+
+def test_split_table_lists_the_file_sizes_flat(tmp_path):
+    """A split model's trained table (q8t.json, --cache) lists the .wof's tensor sizes
+    as one flat list (tensor, bytes, ...), which Q8Net checks the file's header with, as
+    it does an older table's pairs; a wrong size is refused."""
+    from utrain.wof import FormatError
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    m = quant.meta(g, 'last:1', None, {1: BIAS, 2: HALF})
+    pre, post = quant.split(g, m)
+    quant.write(g, str(tmp_path), 'last:1', m, {'q8.json': pre, 'q8t.json': post})
+    with open(tmp_path / 'q8t.json') as f:
+        t = json.load(f)
+    ws, wof = t['wsizes'], str(tmp_path / 'weights.wof')
+    assert all(type(v) is int for v in ws) and len(ws) == 4 * sum('wt' in d for d in m['layers'])
+    Q8Net(t, wof).close()
+    Q8Net(dict(t, wsizes=[ws[j:j + 2] for j in range(0, len(ws), 2)]), wof).close()
+    with pytest.raises(FormatError):
+        Q8Net(dict(t, wsizes=ws[:-1] + [ws[-1] + 4]), wof)
 
 
 def test_residual_add_passes_the_gradient_to_both_inputs(tmp_path):
@@ -680,6 +721,14 @@ def test_one_input_gradient_buffer(tmp_path, monkeypatch):
     from host_tools.plan.memory import target
     m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
     assert not q8.gtwo(m['layers']) and net.gb[0] is net.gb[1]
+    # one bias-sum buffer the trained layers share; no dz rescaling for the lowest
+    # trained layer (per-channel scales, but it passes no input gradient)
+    tr = [L for L in net.layers if L.train]
+    assert all(L.bs is net.bs for L in tr) and len(net.bs) == max(len(L.b) for L in tr)
+    assert net.first == 0 and len(set(m['layers'][0]['sw'])) > 1
+    assert net.layers[0].dxm is None and net.layers[1].dxm is not None
+    # the weight-gradient chunk in the forward pass's sums buffer (free while it runs)
+    assert net.gw is net.acc and len(net.acc) >= q8.bufs(m['layers'])[2]
     g = read_model(build(str(tmp_path / 'm.tflite')))
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     one = quant.planned(g, s, 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]['parts']
