@@ -11,7 +11,10 @@ and returns how many changes it made:
                       reductions (remapping axes) and other transposes (composing), turns a
                       transpose that only moves size-1 dims into a RESHAPE, folds a
                       TRANSPOSE-RESHAPE-FULLY_CONNECTED flatten into the FC's weight columns,
-                      merges RESHAPE chains and deletes identities.  A transpose that cannot
+                      merges transposes of one tensor by one perm, hoists one
+                      TRANSPOSE out of a binary op whose inputs are all transposed by
+                      the same perm (a residual ADD of two NCHW branches), merges
+                      RESHAPE chains and deletes identities.  A transpose that cannot
                       be cancelled stays (a TRANSPOSE kernel runs it).
 * fold_batchnorm      a MUL/ADD/SUB/DIV by a per-channel constant after CONV_2D,
                       DEPTHWISE_CONV_2D or FULLY_CONNECTED (tico's eval-mode BatchNorm2d)
@@ -189,6 +192,35 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
     return True
 
 
+def _hoist_binary(g: Graph, c: Operator, p) -> bool:
+    """A binary elementwise op ``c`` (ADD, SUB, MUL, ...; fused activation or not) whose
+    inputs all arrive through TRANSPOSEs by the same perm p, each read by c alone: c runs
+    on the transposes' inputs and one TRANSPOSE by p follows it.  tico's residual ADD of
+    two NCHW branches so loses its two transposes, and the one after it cancels with the
+    next conv's.  (A transposed input and a constant is _sink_through's case.)"""
+    if c.name not in BINARY or len(c.outputs) != 1:
+        return False
+    ts = {}
+    for k in set(c.inputs):
+        prod = [o for o in g.ops if k in o.outputs]
+        if len(prod) != 1 or perm_of(g, prod[0]) != p or k in g.outputs or \
+                consumers(g, k) != [c] or len(g.tensors[prod[0].inputs[0]].shape) != len(p):
+            return False
+        ts[k] = prod[0]
+    out = c.outputs[0]
+    inv = _inverse(p)
+    c.inputs = [ts[k].inputs[0] for k in c.inputs]
+    c.outputs[0] = new_tensor(g, g.tensors[out].name + '/pre_transpose',
+                              [g.tensors[out].shape[inv[i]] for i in range(len(p))])
+    t, *rest = ts.values()
+    for o in rest:
+        remove_op(g, o)
+    t.inputs = [c.outputs[0], t.inputs[1]]
+    t.outputs = [out]
+    move_after(g, t, c)
+    return True
+
+
 def _fold_into_fc(g: Graph, t: Operator, p) -> bool:
     """TRANSPOSE -> RESHAPE [1, N] -> FULLY_CONNECTED (constant weight): permute the
     weight's columns instead (the flatten of an NCHW map after an NHWC kernel)."""
@@ -260,19 +292,29 @@ def cancel_transposes(g: Graph) -> int:
                 _make_reshape(g, t, g.tensors[b].shape)
                 done = True
             else:
-                cs = consumers(g, b)
+                # a later transpose of a by p (tico writes one per reader of a map,
+                # and the model's input may have several) is t's output again
                 done = False
-                if len(cs) == 1 and b not in g.outputs:
-                    c = cs[0]
+                for o in consumers(g, a):
+                    if o is not t and o.inputs[0] == a and perm_of(g, o) == p and \
+                            o.outputs[0] not in g.outputs and g.ops.index(o) > g.ops.index(t):
+                        done = bypass(g, o, b, o.outputs[0]) or done
+                cs = consumers(g, b)
+                # transposes reading t read t's input by the composed perm (tico writes
+                # one per reader of a map: a residual block's branch and shortcut)
+                for c in cs:
                     q = perm_of(g, c)
-                    if q is not None and len(q) == len(p):
+                    if q is not None and len(q) == len(p) and c.inputs[0] == b:
                         comp = [p[i] for i in q]
                         c.inputs = [a, new_tensor(g, g.tensors[c.inputs[1]].name + '/composed',
                                                   [len(comp)], np.array(comp, np.int32))]
-                        remove_op(g, t)
                         done = True
-                    else:
-                        done = _fold_into_fc(g, t, p) or _sink_through(g, t, c, p)
+                if done and not consumers(g, b) and b not in g.outputs:
+                    remove_op(g, t)
+                elif not done and len(cs) == 1 and b not in g.outputs:
+                    c = cs[0]
+                    done = _fold_into_fc(g, t, p) or _sink_through(g, t, c, p) or \
+                        _hoist_binary(g, c, p)
             if done:
                 total += 1
                 changed = True

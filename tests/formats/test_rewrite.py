@@ -166,6 +166,51 @@ def test_batchnorm_kept_where_the_layer_trains(tmp_path):
     assert_same_outputs(src, dst, perm=perm)
 
 
+class _Gate(nn.Module):
+    """relu(a(x) * b(x)) - x: a MUL and a SUB of two NCHW maps (x read by three ops)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(c, c, 1), nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.a(x) * self.b(x)) - x
+
+
+def test_tico_residual_blocks_lose_their_transposes(tmp_path):
+    """Issue 28: ResNet-8's blocks as tico exports them (bench/zoo/nets.py: an identity
+    and a strided 1x1-conv shortcut, BatchNorm, a fused-ReLU residual ADD) and a gate
+    (MUL and SUB of two NCHW branches): each conv is wrapped in TRANSPOSEs, and the
+    binary ops read two transposed maps.  After the passes no TRANSPOSE is left (the
+    input's moves into the input); ONERT on the rewrite = PyTorch; prepare trains it:
+    the gradient reaches every conv."""
+    from bench.zoo.nets import Residual, _cbr
+    torch.manual_seed(0)
+    m = nn.Sequential(Residual(3, 8, 2), _Gate(8),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+    src = tico_convert(m, (1, 3, 8, 8), tmp_path / 'res.circle')
+    before = ops(src)
+    assert before.count('TRANSPOSE') == 10 and before.count('ADD') >= 2, before
+    dst, info, perm = rewritten(src, tmp_path / 'nhwc.circle', hoist=True)
+    after = ops(dst)
+    assert 'TRANSPOSE' not in after and perm == [0, 2, 3, 1], after
+    assert after.count('ADD') == 1 and after.count('MUL') == after.count('SUB') == 1, after
+    x = np.random.default_rng(3).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    got = onert_infer(dst, np.ascontiguousarray(x.transpose(perm)))
+    assert np.abs(ref).max() > 1e-2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+    xs = np.random.default_rng(2).standard_normal((8, 3, 8, 8)).astype(np.float32)
+    s, moved = _trained_names(src, tmp_path, xs, np.arange(8) % 3, loss='scce',
+                              from_logits=True)
+    g = read_model(tmp_path / 'run' / s['rewritten'])
+    assert 'TRANSPOSE' not in ops(g)
+    convs = {g.tensors[op.inputs[1]].name for op in g.ops if op.name == 'CONV_2D'}
+    assert len(convs) == 5 and convs <= moved, (convs, moved)
+
+
 # --------------------------------------------------------------------------- built graphs
 
 def _rand(rng, *shape):
