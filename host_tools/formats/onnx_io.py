@@ -511,16 +511,15 @@ class _Reader(RecurrentOps):
     def op_Log(self, node, ins, a, i):
         self._unary('LOG', node, ins)
 
-    def _softplus(self, x, b):
-        """log(1 + exp(x)) as the device's EXP, ADD 1, LOG (Keras's softplus ops)."""
+    def _softplus(self, x, b, y=None):
+        """log(1 + exp(x)) as the device's EXP, ADD 1, LOG (Keras's softplus ops), into y
+        (None: a new tensor)."""
         e = self._ir('EXP', [x], b + '/exp')
         return self._ir('LOG', [self._ir('ADD', [e, self._scalar(b + '/one', 1.0)], b + '/exp1')],
-                        b + '/softplus')
+                        b + '/softplus' if y is None else y)
 
     def op_Softplus(self, node, ins, a, i):
-        self._unary_chain(node, ins, lambda x, y, b: self._ir(
-            'LOG', [self._ir('ADD', [self._ir('EXP', [x], b + '/exp'),
-                                     self._scalar(b + '/one', 1.0)], b + '/exp1')], y))
+        self._unary_chain(node, ins, lambda x, y, b: self._softplus(x, b, y))
 
     def op_Mish(self, node, ins, a, i):
         """x tanh(softplus(x))."""

@@ -900,10 +900,12 @@ def dilated_convs(g: Graph) -> int:
         if len(b2s.inputs) != 3 or const_ints(g, b2s.inputs[1]) != blk:
             continue
         crops = const_ints(g, b2s.inputs[2])
-        # where x's blocked axes 1..m land in the convolution's NHWC input
+        # the axes the EXPAND_DIMS insert, and where x's blocked axes 1..m land in the
+        # convolution's NHWC input
+        inserted = [const_ints(g, e.inputs[1])[0] % (len(g.tensors[e.inputs[0]].shape) + 1)
+                    for e in pre[0]]
         axes = list(range(1, m + 1))
-        for e in pre[0]:
-            a = const_ints(g, e.inputs[1])[0] % (len(g.tensors[e.inputs[0]].shape) + 1)
+        for a in inserted:
             axes = [v + 1 if v >= a else v for v in axes]
         pad = [(pads[2 * i] - crops[2 * i], pads[2 * i + 1] - crops[2 * i + 1]) for i in range(m)]
         if len(g.tensors[conv.inputs[0]].shape) != 4 or not set(axes) <= {1, 2} or \
@@ -923,8 +925,7 @@ def dilated_convs(g: Graph) -> int:
             g.ops.insert(g.ops.index(s2b), Operator(-1, OP_CODES['PAD'], 'PAD', [x, pt], [xp], {},
                                                     src=s2b.src))
         cin = list(g.tensors[xp].shape)
-        for e in pre[0]:
-            a = const_ints(g, e.inputs[1])[0] % (len(cin) + 1)
+        for a in inserted:
             cin.insert(a, 1)
         w = g.tensors[conv.inputs[1]].shape
         kh, kw = w[1], w[2]

@@ -879,7 +879,7 @@ def _short(auto, pr, limit):
     """(union, [(gain, ranks)]) of the configurations auto tried that join the board's
     short list, in auto's order while their union fits the budget with the board's
     scoring pass; or a result that trains auto's best as it is (its 'note' says why);
-    None when auto tried nothing.  pr: the Pricer (float) or Q8Pricer (int8)."""
+    None when auto tried nothing or the union holds the classifier alone.  pr: the Pricer (float) or Q8Pricer (int8)."""
     tried = auto.get('tried')
     if not tried:
         return None
@@ -907,7 +907,7 @@ def _short(auto, pr, limit):
         if fits(u):
             union = u
             short.append((gain, r))
-    return union, short
+    return (union, short) if len(union) > 1 else None
 
 
 def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
@@ -918,8 +918,6 @@ def _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite):
     if not isinstance(got, tuple):
         return got
     union, short = got
-    if len(union) < 2:
-        return None
     g, p = pr.build(union)
     pos = {op.number: j for j, op in enumerate(g.ops)}
     assert all(op.index == j for j, op in enumerate(g.ops))
@@ -1213,8 +1211,6 @@ def _q8_short_list(model_path, auto, pr, limit, samples):
     if not isinstance(got, tuple):
         return got
     union, short = got
-    if len(union) < 2:
-        return None
     ls = quant.layers(pr.g0, 'none', union)
     pos = {pr.g0.ops[d['op']].number: j for j, d in enumerate(ls) if d.get('train')}
     configs, part = [], set()

@@ -6,14 +6,15 @@ import json
 import os
 import struct
 
-# dataset header: '<4sHBBIII...' (utrain.data.header): the count is the u32 at byte 8
-_COUNT = 8
-_SIZE = {0: 4, 1: 1, 2: 1}      # float32, uint8, int8
+from host_tools.target.device import module
+
+_COUNT = 8      # the header's sample count: a u32 after '<4sHBB' (utrain.data.header)
 
 
 def keep_first(out, train, test=None):
     """Keep the first train samples of out's training set and test of its test set (all of
     it when None or when it holds fewer)."""
+    data_mod = module('data')
     with open(os.path.join(out, 'train.json')) as f:
         files = json.load(f)['files']
     for key, n in (('train', train), ('test', test)):
@@ -22,9 +23,8 @@ def keep_first(out, train, test=None):
         path = os.path.join(out, files[key])
         with open(path, 'rb') as f:
             data = f.read()
-        _, ver, xt, yt, count, xl, yl = struct.unpack('<4sHBBIII', data[:20])
-        head = 32 if ver == 1 else 48      # (utrain.data.HEAD)
-        rec = _SIZE[xt] * xl + _SIZE[yt] * yl
+        _, head, xt, yt, count, xl, yl = data_mod.header(path, data[:data_mod.HEAD])[:7]
+        rec = data_mod.TYPES[xt][0] * xl + data_mod.TYPES[yt][0] * yl
         assert len(data) == head + count * rec, path
         n = min(n, count)
         with open(path, 'wb') as f:
