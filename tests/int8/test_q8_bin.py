@@ -179,15 +179,22 @@ def test_a_slice_of_three_axes_gathers_and_five_is_refused(tmp_path):
         quant.layers(quant.rewritten(read_model(p)), 'all')
 
 
-def _transposed(tmp_path):
-    from kerasgraphs import build_int8_transpose
-    path, fwd, s1, sx = build_int8_transpose(tmp_path / 't.tflite')
+def _tabled(tmp_path, built, seed, n):
+    """A kerasgraphs builder's (path, fwd, scale, sx) rewritten and written as its int8
+    table, all layers training: (path, fwd, scale, sx, graph, q8.json, n random int8 [6, 5]
+    inputs drawn with seed)."""
+    path, fwd, s1, sx = built
     g = quant.rewritten(read_model(path))
     quant.write(g, str(tmp_path), 'all')
     with open(tmp_path / 'q8.json') as f:
         m = json.load(f)
-    r = np.random.default_rng(6)
-    return path, fwd, s1, sx, g, m, [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(5)]
+    r = np.random.default_rng(seed)
+    return path, fwd, s1, sx, g, m, [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(n)]
+
+
+def _transposed(tmp_path):
+    from kerasgraphs import build_int8_transpose
+    return _tabled(tmp_path, build_int8_transpose(tmp_path / 't.tflite'), 6, 5)
 
 
 def test_transpose_gathers_bit_exact_and_its_gradient_scatters(tmp_path, monkeypatch):
@@ -224,13 +231,7 @@ def test_transpose_steps_under_viper_as_the_host(tmp_path):
 
 def _island(tmp_path, two=False):
     from kerasgraphs import build_int8_island
-    path, fwd, s1, sx = build_int8_island(tmp_path / 'i.tflite', two=two)
-    g = quant.rewritten(read_model(path))
-    quant.write(g, str(tmp_path), 'all')
-    with open(tmp_path / 'q8.json') as f:
-        m = json.load(f)
-    r = np.random.default_rng(7)
-    return path, fwd, s1, sx, g, m, [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(5)]
+    return _tabled(tmp_path, build_int8_island(tmp_path / 'i.tflite', two=two), 7, 5)
 
 
 def test_float_ops_between_dequantize_and_quantize_are_one_table(tmp_path, monkeypatch):
@@ -416,13 +417,7 @@ def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
 
 def _div(tmp_path):
     from kerasgraphs import build_int8_div
-    path, fwd, ss, sx = build_int8_div(tmp_path / 'd.tflite')
-    g = quant.rewritten(read_model(path))
-    quant.write(g, str(tmp_path), 'all')
-    with open(tmp_path / 'q8.json') as f:
-        m = json.load(f)
-    r = np.random.default_rng(8)
-    return path, fwd, ss, sx, g, m, [r.integers(-120, 121, (6, 5)).astype(np.int8) for _ in range(6)]
+    return _tabled(tmp_path, build_int8_div(tmp_path / 'd.tflite'), 8, 6)
 
 
 def test_int8_div_by_a_tensor_is_tflite_micros_integers(tmp_path, monkeypatch):
