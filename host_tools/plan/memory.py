@@ -332,8 +332,11 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     parts['fragmentation allowance'] = fragmentation(parts, collect)
     prefix_phase(r, parts, collect)
     load_holes(r, parts)
-    out = {'total': int(sum(parts.values())), 'parts': parts, 'backend': backend,
-           'target': t['name'], 'gc_every': collect, 'peak_op': peak_at, 'largest': r.largest}
+    total = int(sum(parts.values()))
+    # train.json's run.gc_every is bytes: 1/collect of this plan, the same in every heap
+    # the run is given (utrain/run.py gc_every)
+    out = {'total': total, 'parts': parts, 'backend': backend, 'target': t['name'],
+           'gc_every': total // collect if collect else 0, 'peak_op': peak_at, 'largest': r.largest}
     if r.start:
         out['prefix_phase'] = int(r.phase_a)
     return out
@@ -826,8 +829,9 @@ def prefix_phase(r, parts, collect):
 
 
 def gc_every(g, planned) -> int:
-    """train.json's run.gc_every: collect every 1/32 of the heap while training when an
-    activation is large next to the heap (at least 1/128 of the plan: the digits CNN's
+    """N, where train.json's run.gc_every is the plan / N bytes: collect every 1/32 of
+    the planned heap while training when an activation is large next to the heap (at
+    least 1/128 of the plan: the digits CNN's
     2 KB, a 16x16 CNN's 8 KB conv output), whose remaking fragments a small heap
     (docs/memory.md), or when the model has 16 ops or more; else 0, only when the heap
     is full: collections cost time (the digits MLP on 32-bit unix: 2.3x per sample) and

@@ -19,7 +19,7 @@ BOOLS = ('from_logits', 'shuffle', 'stream', 'resume', 'keep_best')
 # integers: (lowest, highest) as model.flat and the checkpoint store them
 INTS = {'batch': (1, 65535), 'epochs': (0, 65535), 'seed': (0, 0xFFFFFFFF),
         'progress': (0, 0xFFFFFFFF), 'checkpoint_every': (0, 0xFFFFFFFF), 'max_retries': (0, 1000),
-        'gc_every': (0, 65535), 'planned': (0, 0xFFFFFFFF), 'warmup': (0, 0xFFFFFFFF),
+        'gc_every': (0, 0xFFFFFFFF), 'planned': (0, 0xFFFFFFFF), 'warmup': (0, 0xFFFFFFFF),
         'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF)}
 # numbers: (lowest, highest, lowest excluded, highest excluded)
 NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
@@ -123,6 +123,10 @@ def check(cfg, path='train.json'):
         if k not in RUN:
             raise ValueError('%s: unknown setting "run.%s" (known: %s)' % (path, k, ', '.join(RUN)))
         check_value(path, k, run[k])
+    if 0 < run.get('gc_every', 0) < 1024:   # bytes; a folder prepared before said 1/32 as 32
+        raise bad(path, 'run.gc_every', '0 (collect only when the heap is full) or the bytes '
+                  'allocated between collections, at least 1024 (prepare again: it writes '
+                  '1/32 of the planned heap)', run['gc_every'])
     sel = cfg.get('select')
     if sel is not None:
         if type(sel) is not dict:

@@ -157,7 +157,7 @@ def main(cfg_path='train.json'):
         # every 2 KB), its samples run as training does (run.gc_every)
         aux('q8prefix', 'make', files, None, run.get('gc_every', 0))
         gc.collect()
-        gc_every(-2048)
+        gc_every(2048)
     STATE['code'] = 1       # (set before: under a MemoryError it could not be)
     if raw:         # (utrain.q8: no float trainer code; it reads a sample's bytes itself)
         from utrain.q8train import Q8Trainer as T
@@ -310,17 +310,19 @@ def epoch_end(tr, files, test, keep, n):
 
 
 def gc_every(n):
-    # Collect whenever 1/n of the heap was allocated since the last collection (n = 0:
-    # only when the heap is full).  A training step frees and remakes its activations
-    # and temporaries; collected only when the heap is full, the large ones end up beyond
-    # small survivors and the heap fragments until one no longer fits (a 16x16 CNN on
-    # 32-bit ulab trained in 110 KB but not in 111-121 KB; collected every 1/32 of the
-    # heap, in any heap from 93 KB up; it costs time, docs/memory.md).  train.json's
-    # run.gc_every sets n: prepare writes 32 where activations are large next to the
-    # heap, else 0.  The Trainer sets its own while loading.  (n < 0: every -n bytes, as
-    # train.py collects while the code loads.)
+    # Collect whenever n bytes were allocated since the last collection (0: only when the
+    # heap is full).  A training step frees and remakes its activations and temporaries;
+    # collected only when the heap is full, the large ones end up beyond small survivors
+    # and the heap fragments until one no longer fits (a 16x16 CNN on 32-bit ulab trained
+    # in 110 KB but not in 111-121 KB).  n is bytes, not a share of this heap: the
+    # collections then fall at the same allocations in every heap, which lays the step
+    # out alike in all of them and makes the smallest heap that trains the edge above
+    # which all train (a share of the heap moved them with its size: that CNN trained
+    # in 96 and 102 KB but not in 98 or 100).  train.json's run.gc_every sets n: prepare
+    # writes 1/32 of the planned heap where activations are large next to it, else 0
+    # (docs/memory.md).  The Trainer sets its own while it loads the model.
     try:
-        gc.threshold(-n if n < 0 else ((gc.mem_free() + gc.mem_alloc()) // n) if n else -1)
+        gc.threshold(n or -1)
     except AttributeError:      # CPython
         pass
 

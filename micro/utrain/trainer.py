@@ -33,11 +33,13 @@ def finite(v):
 def _gc_every(n):
     # MicroPython's gc.threshold(n): collect whenever n bytes were allocated since the
     # last collection (-1: only when the heap is full); returns the previous setting.
-    # n = 0: 1/64 of the heap, at least 1 KB (a few dozen collections load a large
-    # model on a board with megabytes of PSRAM)
+    # n = 0: half of what training collects at (utrain.run sets it from train.json: the
+    # same in any heap, so the model loads alike in all of them), else 1/64 of the heap;
+    # at least 1 KB (a few dozen collections load a large model on a board with
+    # megabytes of PSRAM)
     try:
         old = gc.threshold()
-        gc.threshold(n or max(1024, (gc.mem_free() + gc.mem_alloc()) >> 6))
+        gc.threshold(n or max(1024, old >> 1 if old > 0 else (gc.mem_free() + gc.mem_alloc()) >> 6))
         return old
     except AttributeError:      # CPython
         return None

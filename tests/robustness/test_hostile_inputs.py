@@ -58,6 +58,8 @@ def valid(k, v):
         return num and 0 < v <= 1
     if k == 'lr_factor':
         return num and 0 < v <= 1
+    if k == 'gc_every':     # bytes between collections, 0: only when the heap is full
+        return type(v) is int and (v == 0 or 1024 <= v < 2**32)
     raise KeyError(k)
 
 
@@ -65,7 +67,7 @@ BAD = [None, '0.01', '3', [1], {}, True, False, -1, 0, 1, 1.5, 0.5, 2, 70000, 'n
 SETTINGS = ('loss', 'reduction', 'from_logits', 'optimizer', 'metric', 'shuffle', 'batch', 'epochs',
             'seed', 'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho')
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor', 'max_retries',
-       'start')
+       'start', 'gc_every')
 
 
 @pytest.fixture(scope='module')
