@@ -1446,6 +1446,15 @@ def as_written(m: dict, tables=None):
                         ms = [quantize_multiplier(float(v) / mx) for v in sw]
                         req += np.asarray([m for m, _ in ms], '<i4').tobytes()
                         req += np.asarray([e for _, e in ms], '<i4').tobytes()
+                    if d.get('train') and len(sw) > 1:
+                        # then SGD's integer bias step's per-channel factor min(sw) / sw[o]
+                        # (utrain.q8 _bias: one multiplier lr sz / (sx bsm) for all
+                        # channels, then these: no float step a channel on the board)
+                        d['bh'] = 5 if sw.min() != sw.max() else 3
+                        d['bsm'] = float(sw.min())
+                        ms = [quantize_multiplier(float(sw.min()) / float(v)) for v in sw]
+                        req += np.asarray([m for m, _ in ms], '<i4').tobytes()
+                        req += np.asarray([e for _, e in ms], '<i4').tobytes()
                 else:
                     del d['sw']
             for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train,

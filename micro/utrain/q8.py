@@ -68,6 +68,8 @@ class Layer:
     mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
     ge = None       # its weight scales' exponents (utrain.q8grow: 'gw')
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
+    bf = None       # the float bias (none where SGD steps the int32 bias in integers: be)
+    be = None       # SGD, per-channel scales: the int32 biases' kept fractions (q8kern.ubek)
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
     gi = ()         # the inputs (positions in ins) the backward pass gives a gradient
@@ -141,8 +143,8 @@ class Layer:
             self.blo, self.bhi = (self.wlo, self.whi) if self.whi > self.wlo else (0, oc)
             if d.get('pw'):
                 self.pw, self.wo = 1, self.wlo * (d['wn'] // oc)
-            self.bf = _f32(oc)                            # float bias
-            self.set_bias()
+            if 'bh' not in d:       # (else made in Q8Net.setup where an optimizer needs it)
+                self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
             # per-channel update multipliers (weights that train: a gradient chunk's
             # channels, _mults); the bias sums (a layer's live only in its _back) and the
@@ -160,9 +162,16 @@ class Layer:
         return (0, oc * row) if self.k == DW else (self.wlo * row, self.whi * row)
 
     def set_bias(self):
-        # the float bias (and Adam's float master) from the int32 bias and int8 weights
+        # the float bias (made here on first use; Adam's float master too) from the int32
+        # bias and int8 weights; where SGD steps the int32 bias and its fraction (be), no
+        # float bias: the int32 bias is the one held (the fractions zeroed)
         sw, sx, b = self.d['sw'], self.d['sx'], self.b
         self.sync = self.stale = 0
+        if self.be is not None:
+            self.be[:] = bytes(len(b))
+            return
+        if self.bf is None:
+            self.bf = _f32(len(b))
         for o in range(len(b)):
             self.bf[o] = b[o] * sx * sw[o % len(sw)]
         wm = getattr(self, 'wm', None)
@@ -173,6 +182,16 @@ class Layer:
             wo = self.wo
             for i in range(w0, w1):
                 wm[i - w0] = ((w[i - wo] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
+
+    def rebias(self, o, u):
+        # channel o's int32 bias and kept fraction (the value held, b - be / 256 bias
+        # steps) at a scale 2^u times the old (u = 1: halved, -1: doubled)
+        b, e = self.b, self.be
+        t = 256 * b[o] - ((e[o] ^ 128) - 128)
+        t = t >> 1 if u > 0 else t + t
+        q = (t + 127) >> 8
+        e[o] = (256 * q - t) & 255
+        b[o] = _clamp(q)
 
     def opi(self):
         # (output channels, positions, input channels): an FC's, or a 1x1 conv's as an FC
@@ -690,6 +709,13 @@ class Q8Net:
                 # trained as int8), the update exact, no rounding noise (q8kern.upek)
                 L.wf = (L.wf if L.wf is not None and len(L.wf) == n else bytearray(n)) if (
                     n and not self.adam and L.d.get('wf')) else None
+                # SGD at batch 1 with per-channel scales (q8.json 'bh'): the int32 bias
+                # steps in integers, an int8 fraction a bias (1/256 steps) instead of a
+                # float bias (_ibias); the others step a float bias
+                L.be = (L.be or bytearray(oc)) if (
+                    'bh' in L.d and not self.adam and not self.mom and batch == 1) else None
+                if L.be is None and L.bf is None:
+                    L.set_bias()
                 if optimizer == 'sgd' and batch == 1:
                     continue
                 L.ga, L.ba = _i32(n), _f32(oc)
@@ -1018,6 +1044,8 @@ class Q8Net:
             for o in range(lo, hi):
                 ba[o] += sz * bs[o - lo]
             return
+        if L.be is not None:
+            return self._ibias(L, lr * sz, lo, hi, bs)
         sx, sw = L.d['sx'], L.d['sw']
         bf, b, vb, mu = L.bf, L.b, L.vb, self.mom
         nw = len(sw)
@@ -1062,6 +1090,40 @@ class Q8Net:
                 vb[o] = mu * vb[o] + c * v
                 bf[o] -= vb[o]
             b[o] = _clamp(int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw]))))
+
+    def _ibias(self, L, c, lo, hi, bs):
+        # SGD, per-channel scales: b[o] -= c bs / (sx sw[o]) bias steps in integers, the
+        # rounding kept in L.be (q8kern.ubek; a float step a channel cost a Cortex-M0+
+        # ~200 us): one multiplier c / (sx bsm) for all channels, in 2^-(8 + j) steps (j
+        # as fine as bs's bound, |bs| <= 128 positions, leaves within 2^30; a step past
+        # that bound is clipped to it), then each channel's bsm / sw[o] (q8.req's, a
+        # scratch at a time; a doubled weight scale's: 2^-ge[o] of it)
+        d = L.d
+        f = c / (d['sx'] * d['bsm']) * 256.0
+        lim = 4194304.0 / L.opi()[1]
+        if f > lim:
+            f = lim
+        j = 0
+        while j < 8 and f + f <= lim:
+            f += f
+            j += 1
+        qm, qs = self.qm, self.qs
+        qm[0], qs[0] = qmul(f)
+        n = hi - lo
+        K.rqk(bs, n, 1, n, qm, qs, bs, 0, 0, 0, 1)
+        w, ge = len(qm), L.ge
+        if ge is not None and not any(ge):
+            ge = None
+        for o0 in range(lo, hi, w):
+            m = min(w, hi - o0)
+            self.quant(L, o0, m, d['bh'])
+            if ge is not None:
+                for i in range(m):
+                    qs[i] -= ge[o0 + i]
+            u = memoryview(bs)[o0 - lo:] if o0 > lo else bs
+            K.rqk(u, m, m, 1, qm, qs, u, 0, 0, 0, 1)
+        K.ubek(memoryview(L.b)[lo:] if lo else L.b, memoryview(L.be)[lo:] if lo else L.be,
+               bs, n, j)
 
 
 def _clamp(q):

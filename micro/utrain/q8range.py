@@ -66,7 +66,10 @@ class Ranges:
             sh = C.shf
             for o in range(len(sh)):
                 sh[o] += u
-            if bc:
+            if bc and C.be is not None:     # (SGD's integer bias and its fraction)
+                for o in range(len(C.b)):
+                    C.rebias(o, u)
+            elif bc:
                 sx, sw, b, bf = d['sx'], d['sw'], C.b, C.bf
                 nw = len(sw)
                 for o in range(len(b)):

@@ -194,7 +194,7 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
     for step in range(2):
         xq = _sample(step)
         want = _ref(net, m, xq, label)
-        bf0 = {i: np.array(L[i].bf, np.float64) for i in want}
+        bf0 = {i: _held(L[i]) for i in want}
         w0 = {i: bytes(L[i].w) for i in want}
         sws = {i: np.array(L[i].d['sw']) for i in want}   # (before a scale grows: q8grow)
         del got[:]
@@ -203,7 +203,7 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
             lo, hi = L[i].d.get('tw', (0, L[i].nout if L[i].k == quant.FC else L[i].g[3]))
             oc = len(gb)
             blo, bhi = (lo, hi) if hi > lo else (0, oc)
-            db = np.array(L[i].bf, np.float64) - bf0[i]
+            db = _held(L[i]) - bf0[i]
             assert np.all(db[:blo] == 0) and np.all(db[bhi:] == 0)
             errs.append((i, 'b', _rel(db[blo:bhi], -lr * gb[blo:bhi])))
             ups = [(i0, u) for base, i0, u in got if base is L[i].w]
@@ -226,6 +226,21 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
             w0a = np.frombuffer(w0[i], np.int8).reshape(oc, row)
             assert np.array_equal(np.delete(w1, np.s_[lo:hi], 0), np.delete(w0a, np.s_[lo:hi], 0))
     assert max(e for _, _, e in errs) < 0.06, errs
+
+
+def _held(L):
+    """The float biases layer L holds: its float bias, or where SGD steps the int32 bias
+    in integers (L.be), the int32 bias less its fraction (1/256 steps) at the scales of
+    the moment."""
+    if L.be is None:
+        return np.array(L.bf, np.float64)
+    e = np.frombuffer(bytes(L.be), np.int8).astype(np.float64)
+    return (np.array(L.b, np.float64) - e / 256) * L.d['sx'] * np.array(L.d['sw'], np.float64)
+
+
+def _bstate(L):
+    # the bytes of the bias state beside the int32 bias: float biases or fractions
+    return bytes(L.bf if L.be is None else L.be)
 
 
 def test_per_tensor_bias_alone_steps(tmp_path):
@@ -408,7 +423,7 @@ def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
             assert len(net.dz) < L.nout
         for s in range(2):
             net.step(_sample(s), 3, 0.05)
-        outs.append([bytes(L.b) + bytes(L.bf) for L in net.layers if L.train]
+        outs.append([bytes(L.b) + _bstate(L) for L in net.layers if L.train]
                     + [bytes(L.w) for L in net.layers if L.train and L.whi > L.wlo])
     assert outs[0] == outs[1]
     # a layer whose weights train (the pointwise conv at 1/2) keeps them in RAM
@@ -554,10 +569,10 @@ def test_residual_add_passes_the_gradient_to_both_inputs(tmp_path):
     for step in range(3):
         xq = _sample(step)
         want = _ref_graph(net, m, xq, step % NCLS)
-        bf0 = {i: np.array(L[i].bf, np.float64) for i in want}
+        bf0 = {i: _held(L[i]) for i in want}
         net.step(xq, step % NCLS, 0.02)
         for i, (_, gb) in want.items():
-            errs.append((step, i, _rel(np.array(L[i].bf, np.float64) - bf0[i], -0.02 * gb)))
+            errs.append((step, i, _rel(_held(L[i]) - bf0[i], -0.02 * gb)))
     assert max(e for *_, e in errs) < 0.06, errs
     # without the residual's share the conv below the block is far off
     assert all(e < 0.06 for s, i, e in errs if i == 0)
@@ -625,7 +640,7 @@ def test_dscnn_sparse_run_export_end_to_end(tmp_path):
 
 def _window_state(net):
     # each trained layer's held weights, biases, float biases, momentum velocities
-    return [bytes(L.w or b'') + bytes(L.b) + bytes(L.bf) + bytes(L.vw or b'')
+    return [bytes(L.w or b'') + bytes(L.b) + _bstate(L) + bytes(L.vw or b'')
             for L in net.layers if L.train]
 
 
