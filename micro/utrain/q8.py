@@ -494,6 +494,7 @@ class Q8Net:
                 self.etab[i] = e[i]
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
         self.upe = array('i', [0, 0, 0, 0])              # upek's n, m, sh, h (m 0: none)
+        self.bq = [0, 0, 0, 0]              # _ibias's multiplier, shift, j, its layer's id
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
@@ -738,6 +739,7 @@ class Q8Net:
 
     def _run(self, x, label, lr):
         loss, hit, dl = self.loss(x, label, True)
+        self.bq[3] = 0              # (_ibias's multiplier: none kept from a step cut short)
         # the loss gradient as int32 with scale s = 2^-14 (scce's own) or 2^-20 (cce's
         # floats; |dL/dlogit| <= 1: a scale every sample shares, so batch sums differ only
         # by the layers' powers of two)
@@ -1095,20 +1097,22 @@ class Q8Net:
         # SGD, per-channel scales: b[o] -= c bs / (sx sw[o]) bias steps in integers, the
         # rounding kept in L.be (q8kern.ubek; a float step a channel cost a Cortex-M0+
         # ~200 us): one multiplier c / (sx bsm) for all channels, in 2^-(8 + j) steps (j
-        # as fine as bs's bound, |bs| <= 128 positions, leaves within 2^30; a step past
-        # that bound is clipped to it), then each channel's bsm / sw[o] (q8.req's, a
+        # <= 8 as fine as bs's bound, |bs| <= 128 positions, leaves within 2^29; a step
+        # past that bound is clipped to it), then each channel's bsm / sw[o] (q8.req's, a
         # scratch at a time; a doubled weight scale's: 2^-ge[o] of it)
-        d = L.d
-        f = c / (d['sx'] * d['bsm']) * 256.0
-        lim = 4194304.0 / L.opi()[1]
-        if f > lim:
-            f = lim
-        j = 0
-        while j < 8 and f + f <= lim:
-            f += f
-            j += 1
-        qm, qs = self.qm, self.qs
-        qm[0], qs[0] = qmul(f)
+        d, qm, qs, bq = L.d, self.qm, self.qs, self.bq
+        if bq[3] != id(L):      # (a row-fed layer's chunks after its first: made there)
+            m, e = qmul(c / (d['sx'] * d['bsm']) * 256.0)
+            t, P = 22, L.opi()[1]
+            while (1 << (22 - t)) < P:
+                t -= 1          # (2^(22 - t) >= P)
+            j = t - e if t - e < 8 else 8
+            if j < 0:
+                m, e, j = 2147483647, t, 0
+            bq[0], bq[1], bq[2], bq[3] = m, e + j, j, id(L)
+        if hi == L.bhi:
+            bq[3] = 0           # (the layer's last chunk: the next call makes its own)
+        qm[0], qs[0] = bq[0], bq[1]
         n = hi - lo
         K.rqk(bs, n, 1, n, qm, qs, bs, 0, 0, 0, 1)
         w, ge = len(qm), L.ge
@@ -1123,8 +1127,7 @@ class Q8Net:
             u = memoryview(bs)[o0 - lo:] if o0 > lo else bs
             K.rqk(u, m, m, 1, qm, qs, u, 0, 0, 0, 1)
         K.ubek(memoryview(L.b)[lo:] if lo else L.b, memoryview(L.be)[lo:] if lo else L.be,
-               bs, n, j)
-
+               bs, n, bq[2])
 
 def _clamp(q):
     # an int32 bias: within +-(2^31 - 1)

@@ -812,10 +812,80 @@ def test_fraction_update_is_exact():
     assert outs[0] == outs[1]
 
 
+def test_bias_fraction_update_is_exact():
+    """q8kern.ubek (SGD's integer bias step): steps in 2^-(8 + j) bias steps, rounded half
+    up to 1/256, go into the int32 bias and its int8 fraction so that 256 b - e =
+    256 b0 - (the sum of the rounded steps) exactly, the fraction within [-128, 127], a
+    bias pushed past +-(2^31 - 1) held there (a numpy reference)."""
+    from array import array
+    rng = np.random.default_rng(7)
+    n, mx = 257, (1 << 31) - 1
+    for j in (0, 3, 8):
+        b0 = rng.integers(-5000, 5000, n)
+        b0[:2] = (mx - 10, -mx + 10)
+        b, e = array('i', b0.tolist()), bytearray(n)
+        tot = np.zeros(n, np.int64)
+        for step in range(30):
+            d = rng.integers(-(1 << (j + 9)), 1 << (j + 9), n) * (rng.random(n) < 0.8)
+            d[:2] = (-(1 << (j + 20)), 1 << (j + 20))     # past the int32 ends, held there
+            tot += (d + ((1 << j) >> 1)) >> j
+            K.ubek(b, e, array('i', d.tolist()), n, j)
+        bq, eq = np.array(b, np.int64), np.frombuffer(bytes(e), np.int8).astype(np.int64)
+        assert np.array_equal((256 * bq - eq)[2:], (256 * b0 - tot)[2:]), j
+        assert list(bq[:2]) == [mx, -mx]
+
+
+def test_integer_bias_step_matches_the_float_step(tmp_path):
+    """SGD's per-channel bias step in integers (Q8Net._bias: one multiplier for the layer,
+    a per-channel factor from q8.req, q8kern.ubek) moves the bias each layer holds (int32
+    less its fraction) by the float step it replaced, -lr sz bs / (sx sw[o]) bias steps,
+    each step to half of 1/256 of a bias step (the fraction's rounding) and a hair (the
+    multipliers'); steps below half a bias step add up (the fraction keeps them); a doubled weight scale (q8grow) halves the
+    channel's step; a step too large for int32 is clipped, its sign kept.  No float bias
+    is held."""
+    from array import array
+    m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    rng = np.random.default_rng(3)
+    sz = 2.0 ** -14 * 8
+    for i in (0, 1, 2):
+        L = net.layers[i]
+        assert L.be is not None and L.bf is None and 'bh' in L.d
+        lo, hi, P = L.blo, L.bhi, L.opi()[1]
+        sw = np.array(L.d['sw'], np.float64)[lo:hi]
+        if i == 2:                          # a channel whose weight scale doubled
+            L.ge[lo + 1] += 1
+            L.d['sw'][lo + 1] *= 2.0
+            sw[1] *= 2.0
+        L.b[:] = array('i', rng.integers(-3000, 3000, len(L.b)).tolist())
+        L.be[:] = rng.integers(0, 256, len(L.be)).astype(np.uint8).tobytes()
+
+        def held():
+            return 256 * np.array(L.b, np.float64)[lo:hi] - np.frombuffer(
+                bytes(L.be), np.int8)[lo:hi]
+        for lr, steps in ((0.02, 1), (2e-5, 40)):
+            t0, want = held(), 0
+            for _ in range(steps):
+                bs = rng.integers(-128 * P, 128 * P + 1, hi - lo)
+                want = want - 256 * lr * sz * bs / (L.d['sx'] * sw)
+                net._bias(L, sz, lr, lo, hi, array('i', bs.tolist()))
+            got = held() - t0
+            assert np.abs(got - want).max() <= steps * (0.5 + 2 / 256) + 1e-6 * np.abs(
+                want).max(), (i, lr)
+            if steps > 1:       # (each step alone below half a bias step)
+                assert np.abs(want).max() / steps < 128 and np.abs(got).max() > 256
+        bs = rng.integers(-128 * P, 128 * P + 1, hi - lo)
+        bs[0] = 128 * P
+        t0 = held()
+        net._bias(L, sz, 1e9, lo, hi, array('i', bs.tolist()))
+        got = held() - t0
+        assert np.all(np.sign(got) == -np.sign(bs)) and got[0] < -(1 << 20)
+
+
 def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
-    """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions): a
-    checkpoint holds the fractions, a resumed trainer has them, and its next steps equal
-    the uninterrupted trainer's, weights and fractions."""
+    """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions, and
+    the per-channel layers' int32 biases theirs): a checkpoint holds the fractions, a
+    resumed trainer has them, and its next steps equal the uninterrupted trainer's,
+    weights and fractions."""
     from utrain.q8train import Q8Trainer
     _net(tmp_path, SCHEMES['bias-dw-pw-half'])
     monkeypatch.chdir(tmp_path)
@@ -829,9 +899,12 @@ def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
     tr2 = Q8Trainer(optimizer='sgd', batch=1)
     tr2.load_checkpoint('c.ckpt')
     assert bytes(tr2.net.layers[2].wf) == bytes(L.wf)
+    # and the int32 biases' fractions (SGD's integer bias step)
+    assert any(L.be) and [bytes(M.be) for M in tr2.net.layers if M.train and M.be] == [
+        bytes(M.be) for M in tr.net.layers if M.train and M.be]
     for t in (tr, tr2):
         for s in range(3, 5):
             t.net.step(_sample(s), 1, 0.01)
-    got = [[bytes(M.w) + bytes(M.b) + bytes(M.wf or b'') for M in t.net.layers if M.train]
-           for t in (tr, tr2)]
+    got = [[bytes(M.w) + bytes(M.b) + bytes(M.wf or b'') + bytes(M.be or b'')
+            for M in t.net.layers if M.train] for t in (tr, tr2)]
     assert got[0] == got[1]
