@@ -1131,7 +1131,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     st += arr(4 * q8.bsn(ls))
     opt, batch = settings['optimizer'], int(settings['batch'])
     mom = opt == 'sgd' and settings.get('momentum')
-    ibias = opt == 'sgd' and batch == 1 and not mom
+    ibias = opt == 'sgd' and batch == 1
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')

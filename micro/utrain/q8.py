@@ -185,13 +185,16 @@ class Layer:
 
     def rebias(self, o, u):
         # channel o's int32 bias and kept fraction (the value held, b - be / 256 bias
-        # steps) at a scale 2^u times the old (u = 1: halved, -1: doubled)
-        b, e = self.b, self.be
+        # steps), and its momentum velocity, at a scale 2^u times the old (u = 1:
+        # halved, -1: doubled)
+        b, e, v = self.b, self.be, self.vb
         t = 256 * b[o] - ((e[o] ^ 128) - 128)
         t = t >> 1 if u > 0 else t + t
         q = (t + 127) >> 8
         e[o] = (256 * q - t) & 255
         b[o] = _clamp(q)
+        if v is not None:
+            v[o] = v[o] >> 1 if u > 0 else _clamp(v[o] + v[o])
 
     def opi(self):
         # (output channels, positions, input channels): an FC's, or a 1x1 conv's as an FC
@@ -703,18 +706,19 @@ class Q8Net:
             if L.train:
                 w0, w1 = L.wr()
                 n, oc = w1 - w0, len(L.b)
+                # SGD at batch 1 with per-channel scales (q8.json 'bh'): the int32 bias
+                # steps in integers, an int8 fraction a bias (1/256 steps) instead of a
+                # float bias (_ibias), momentum's bias velocities int32 (1/256 bias
+                # steps); the others step a float bias
+                ib = 'bh' in L.d and not self.adam and batch == 1
                 if self.mom:
-                    L.vw, L.vb = _i32(n), _f32(oc)
+                    L.vw, L.vb = _i32(n), (_i32 if ib else _f32)(oc)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model
                 # trained as int8), the update exact, no rounding noise (q8kern.upek)
                 L.wf = (L.wf if L.wf is not None and len(L.wf) == n else bytearray(n)) if (
                     n and not self.adam and L.d.get('wf')) else None
-                # SGD at batch 1 with per-channel scales (q8.json 'bh'): the int32 bias
-                # steps in integers, an int8 fraction a bias (1/256 steps) instead of a
-                # float bias (_ibias); the others step a float bias
-                L.be = (L.be or bytearray(oc)) if (
-                    'bh' in L.d and not self.adam and not self.mom and batch == 1) else None
+                L.be = (L.be or bytearray(oc)) if ib else None
                 if L.be is None and L.bf is None:
                     L.set_bias()
                 if optimizer == 'sgd' and batch == 1:
@@ -1099,14 +1103,18 @@ class Q8Net:
         # ~200 us): one multiplier c / (sx bsm) for all channels, in 2^-(8 + j) steps (j
         # <= 8 as fine as bs's bound, |bs| <= 128 positions, leaves within 2^29; a step
         # past that bound is clipped to it), then each channel's bsm / sw[o] (q8.req's, a
-        # scratch at a time; a doubled weight scale's: 2^-ge[o] of it)
-        d, qm, qs, bq = L.d, self.qm, self.qs, self.bq
+        # scratch at a time; a doubled weight scale's: 2^-ge[o] of it).  Momentum: the
+        # steps in 1/256 (j = 0) into the int32 velocity (v = mu v + step; b -= v), the
+        # bound 2^7 times lower (a velocity sums up to 1 / (1 - mu) steps)
+        d, qm, qs, bq, v = L.d, self.qm, self.qs, self.bq, L.vb
         if bq[3] != id(L):      # (a row-fed layer's chunks after its first: made there)
             m, e = qmul(c / (d['sx'] * d['bsm']) * 256.0)
-            t, P = 22, L.opi()[1]
+            t, P = 15 if v is not None else 22, L.opi()[1]
             while (1 << (22 - t)) < P:
                 t -= 1          # (2^(22 - t) >= P)
             j = t - e if t - e < 8 else 8
+            if v is not None and j > 0:
+                j = 0
             if j < 0:
                 m, e, j = 2147483647, t, 0
             bq[0], bq[1], bq[2], bq[3] = m, e + j, j, id(L)
@@ -1126,6 +1134,11 @@ class Q8Net:
                     qs[i] -= ge[o0 + i]
             u = memoryview(bs)[o0 - lo:] if o0 > lo else bs
             K.rqk(u, m, m, 1, qm, qs, u, 0, 0, 0, 1)
+        if v is not None:
+            v = memoryview(v)[lo:] if lo else v
+            K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
+            K.adk(v, bs, n)
+            bs = v
         K.ubek(memoryview(L.b)[lo:] if lo else L.b, memoryview(L.be)[lo:] if lo else L.be,
                bs, n, bq[2])
 

@@ -132,7 +132,7 @@ class Grow:
             self._dxm(L)
 
     def _bias(self, L, chans):
-        if L.be is not None:        # (SGD's integer bias and its fraction: halved)
+        if L.be is not None:        # (SGD's integer bias, its fraction, velocity: halved)
             for c in chans:
                 L.rebias(c, 1)
             return

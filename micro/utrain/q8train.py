@@ -294,7 +294,7 @@ class Q8Trainer:
                 o += k
             elif net.mom:
                 L.vw = _i32(0, m[wt]) if k else _i32(0)
-                L.vb = _f32(0, m[bt])
+                L.vb = (_f32 if L.be is None else _i32)(0, m[bt])
             if L.wf is not None:            # (in place: no second buffer of its size)
                 L.wf[:] = extra[o:o + nw[L]]
                 o += nw[L]

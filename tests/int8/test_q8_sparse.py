@@ -881,6 +881,34 @@ def test_integer_bias_step_matches_the_float_step(tmp_path):
         assert np.all(np.sign(got) == -np.sign(bs)) and got[0] < -(1 << 20)
 
 
+def test_integer_bias_momentum(tmp_path):
+    """SGD momentum at batch 1 on a per-channel layer's integer bias: its velocity is
+    int32 in 1/256 bias steps (no float bias, no float velocity), the float step within
+    a 1/256 step; the bias held moves by exactly the velocity, and with no new gradient
+    the velocity is mu times the last (q8kern.rqk's rounding)."""
+    from array import array
+    m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    net.setup('sgd', 1, momentum=0.5)
+    L = net.layers[0]
+    assert L.be is not None and L.bf is None and L.vb.typecode == 'i'
+    lo, hi, P = L.blo, L.bhi, L.opi()[1]
+    sw = np.array(L.d['sw'], np.float64)[lo:hi]
+
+    def held():
+        return 256 * np.array(L.b, np.int64)[lo:hi] - np.frombuffer(bytes(L.be), np.int8)[lo:hi]
+    bs = np.random.default_rng(4).integers(-128 * P, 128 * P + 1, hi - lo)
+    sz, lr = 2.0 ** -11, 0.02
+    t0 = held()
+    net._bias(L, sz, lr, lo, hi, array('i', bs.tolist()))
+    v1 = np.array(L.vb, np.int64)[lo:hi]
+    assert np.abs(v1 - 256 * lr * sz * bs / (L.d['sx'] * sw)).max() <= 1 and np.abs(v1).max() > 256
+    assert np.array_equal(held() - t0, -v1)
+    t0 = held()
+    net._bias(L, sz, lr, lo, hi, array('i', [0] * (hi - lo)))
+    v2 = np.array(L.vb, np.int64)[lo:hi]
+    assert np.abs(v2 - v1 / 2).max() <= 0.5 and np.array_equal(held() - t0, -v2)
+
+
 def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
     """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions, and
     the per-channel layers' int32 biases theirs): a checkpoint holds the fractions, a
