@@ -909,22 +909,23 @@ def test_integer_bias_momentum(tmp_path):
     assert np.abs(v2 - v1 / 2).max() <= 0.5 and np.array_equal(held() - t0, -v2)
 
 
-def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
+@pytest.mark.parametrize('mom', [0.0, 0.5])
+def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch, mom):
     """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions, and
-    the per-channel layers' int32 biases theirs): a checkpoint holds the fractions, a
-    resumed trainer has them, and its next steps equal the uninterrupted trainer's,
-    weights and fractions."""
+    the per-channel layers' int32 biases theirs; with momentum, int32 velocities of both):
+    a checkpoint holds the fractions, a resumed trainer has them, and its next steps
+    equal the uninterrupted trainer's, weights and fractions."""
     from utrain.q8train import Q8Trainer
     _net(tmp_path, SCHEMES['bias-dw-pw-half'])
     monkeypatch.chdir(tmp_path)
-    tr = Q8Trainer(optimizer='sgd', batch=1)
+    tr = Q8Trainer(optimizer='sgd', batch=1, momentum=mom)
     L = tr.net.layers[2]
     assert L.wf is not None and len(L.wf) == (L.whi - L.wlo) * (L.d['wn'] // L.d['nb'])
     for s in range(3):
         tr.net.step(_sample(s), 3, 0.01)
     assert any(L.wf)
     tr.save_checkpoint('c.ckpt')
-    tr2 = Q8Trainer(optimizer='sgd', batch=1)
+    tr2 = Q8Trainer(optimizer='sgd', batch=1, momentum=mom)
     tr2.load_checkpoint('c.ckpt')
     assert bytes(tr2.net.layers[2].wf) == bytes(L.wf)
     # and the int32 biases' fractions (SGD's integer bias step)
@@ -934,5 +935,6 @@ def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
         for s in range(3, 5):
             t.net.step(_sample(s), 1, 0.01)
     got = [[bytes(M.w) + bytes(M.b) + bytes(M.wf or b'') + bytes(M.be or b'')
-            for M in t.net.layers if M.train] for t in (tr, tr2)]
+            + bytes(M.vb or b'') + bytes(M.vw or b'') for M in t.net.layers if M.train]
+           for t in (tr, tr2)]
     assert got[0] == got[1]
