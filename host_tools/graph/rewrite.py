@@ -898,22 +898,39 @@ def elementwise_forms(g: Graph) -> int:
     reference picks it); PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x)) (alpha: a
     MUL's constant, which trains where it has more than one value, as Keras's PReLU
     learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
-    axis.  Float tensors only.  Returns how many."""
+    axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
+    over them.  Float tensors only.  Returns how many."""
     done = 0
+    one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
-        if op.name not in ('NEG', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU',
-                           'L2_NORMALIZATION') or len(op.outputs) != 1 or \
-                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+        if op.name not in ('SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU', 'SUM') + one or \
+                len(op.outputs) != 1 or np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
             continue
         y = op.outputs[0]
-        if len(op.inputs) != (1 if op.name in ('NEG', 'L2_NORMALIZATION') else 2) or \
-                is_const(g, op.inputs[0]) and op.name in ('PRELU', 'L2_NORMALIZATION', 'NEG'):
+        if len(op.inputs) != (1 if op.name in one else 2) or \
+                is_const(g, op.inputs[0]) and op.name != 'MAXIMUM' and op.name != 'MINIMUM' or \
+                op.name == 'SUM' and not is_const(g, op.inputs[1]):
             continue
         if op.name == 'NEG':
             m1 = new_tensor(g, g.tensors[y].name + '/minus_one', [], np.array(-1.0, np.float32))
             op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0], m1]
             op.options = dict(_NONE)
             _renumber(g)
+        elif op.name == 'SQUARE':
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0]] * 2
+            op.options = dict(_NONE)
+        elif op.name == 'ABS':
+            two = new_tensor(g, g.tensors[y].name + '/two', [], np.array(2.0, np.float32))
+            x = op.inputs[0]
+            _spell(g, op, [('RELU', [x], {}, None), ('MUL', ['prev', two], _NONE, None),
+                           ('SUB', ['prev', x], _NONE, None)])
+        elif op.name == 'SUM':
+            x, ax = op.inputs
+            shape = g.tensors[x].shape
+            n = int(np.prod([shape[a % len(shape)] for a in set(const_ints(g, ax))]))
+            nt = new_tensor(g, g.tensors[y].name + '/n', [], np.array(float(n), np.float32))
+            _spell(g, op, [('MEAN', [x, ax], {'keep_dims': bool(op.options.get('keep_dims'))},
+                            list(g.tensors[y].shape)), ('MUL', ['prev', nt], _NONE, None)])
         elif op.name == 'SQUARED_DIFFERENCE':
             _spell(g, op, [('SUB', op.inputs, _NONE, None), ('MUL', ['prev', 'prev'], _NONE, None)])
         elif op.name in ('MAXIMUM', 'MINIMUM'):

@@ -622,24 +622,13 @@ def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}
 
 
-def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
-    """Issue 28 (held-out Keras PReLU, Maximum and UnitNormalization models, refused at
-    PRELU, MAXIMUM and L2_NORMALIZATION): the rewrite writes them with ops that train
-    (RELU, SUB, MUL, ADD, MEAN, RSQRT), none of the four left; ONERT on the rewrite =
-    numpy; one SGD step on one sample moves each weight by -lr times the gradient the
-    differences of the numpy forward give (PReLU's slopes among them)."""
-    from kerasgraphs import build_keras_gates
+def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None):
+    """One SGD step of prepare's run (mse, batch 1, host) on one sample of x moves each
+    weight in names by -lr times the gradient the differences of the numpy forward give;
+    sensitive: a weight the sample must reach (the first such sample is used)."""
     from host_tools.prepare.pipeline import prepare
     from host_tools.target import runner
     from host_tools.files.wof import read_wof
-    src, forward = build_keras_gates(tmp_path / 'g.tflite')
-    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
-    assert not {'PRELU', 'MAXIMUM', 'MINIMUM', 'L2_NORMALIZATION'} & set(ops(dst))
-    assert info['elementwise'] == 4
-    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
-    ref = forward(x.astype(np.float64))
-    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
-
     t = np.array([[0.3, -0.7]])
 
     def loss(x1, **p):
@@ -652,10 +641,11 @@ def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
             d[i] = 1e-5
             num[i] = (loss(x1, **{name: v + d}) - loss(x1, **{name: v - d})) / 2e-5
         return num
-    # a sample whose negative PReLU units reach the output (not all lost to the clamps)
-    a0 = read_model(src).tensors
-    alpha0 = next(t_.data for t_ in a0 if t_.name == 'alpha').astype(np.float64)
-    x1 = next(x[i:i + 1] for i in range(len(x)) if np.abs(numeric(x[i:i + 1], 'alpha', alpha0)).max() > 1e-3)
+    x1 = x[:1]
+    if sensitive:
+        v0 = next(t_.data for t_ in read_model(src).tensors if t_.name == sensitive)
+        x1 = next(x[i:i + 1] for i in range(len(x))
+                  if np.abs(numeric(x[i:i + 1], sensitive, v0.astype(np.float64))).max() > 1e-3)
     np.savez(tmp_path / 'd.npz', x=x1, y=t.astype(np.float32))
     out, lr = tmp_path / 'run', 0.01
     s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), epochs=1, lr=lr,
@@ -665,11 +655,43 @@ def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
     g = read_model(out / s['rewritten'])
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     step = {g.tensors[k].name: (after[k] - before[k]) / -lr for k in before}
-    assert {'w1', 'b1', 'alpha', 'w2', 'b2', 'w3', 'b3'} <= set(step), sorted(step)
-    for name in ('w1', 'alpha', 'w3'):
+    for name in names:
+        assert name in step, (name, sorted(step))
         num = numeric(x1, name, before[_named(g, name)].astype(np.float64))
         np.testing.assert_allclose(step[name], num, rtol=2e-2, atol=2e-4, err_msg=name)
         assert np.abs(num).max() > 1e-3, name
+    return step
+
+
+def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
+    """Issue 28 (held-out Keras PReLU, Maximum and UnitNormalization models, refused at
+    PRELU, MAXIMUM and L2_NORMALIZATION): the rewrite writes them with ops that train
+    (RELU, SUB, MUL, ADD, MEAN, RSQRT), none of the four left; ONERT on the rewrite =
+    numpy; one SGD step on one sample moves each weight by -lr times the gradient the
+    differences of the numpy forward give (PReLU's slopes among them)."""
+    from kerasgraphs import build_keras_gates
+    src, forward = build_keras_gates(tmp_path / 'g.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert not {'PRELU', 'MAXIMUM', 'MINIMUM', 'L2_NORMALIZATION'} & set(ops(dst))
+    assert info['elementwise'] == 4
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    step = _step_is_the_gradient(src, forward, tmp_path, ('w1', 'alpha', 'w3'), x, 'alpha')
+    assert {'b1', 'w2', 'b2', 'b3'} <= set(step)
+
+
+def test_abs_square_and_sum_train(tmp_path):
+    """ABS, SQUARE and SUM (refused before) become 2 * RELU(x) - x, MUL(x, x) and n *
+    MEAN; ONERT on the rewrite = numpy, and a step is the gradient (by differences)."""
+    from kerasgraphs import build_keras_abs_square_sum
+    src, forward = build_keras_abs_square_sum(tmp_path / 'a.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert not {'ABS', 'SQUARE', 'SUM'} & set(ops(dst)) and info['elementwise'] == 3
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w3'), x)
 
 
 def _named(g, name):

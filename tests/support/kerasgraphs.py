@@ -356,6 +356,39 @@ def build_keras_gates(path, seed=0, F=5, H=6, O=2, lo=0.4):
     return os.fspath(path), forward
 
 
+def build_keras_abs_square_sum(path, seed=0, F=5, H=6, O=2):
+    """ABS, SQUARE and SUM as a converter writes them for Keras ops (tf.abs, tf.square,
+    tf.reduce_sum(keepdims=True)), built here: Dense -> |h| + h^2 -> its sum over the
+    units scales h -> Dense.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = 0.5 * _rand(rng, H, F), _rand(rng, H)
+    w3, b3 = _rand(rng, O, H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, F])
+    h = act('h', [1, H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [h])
+    a, q, c, m, z = (act(n, s) for n, s in (('a', [1, H]), ('q', [1, H]), ('c', [1, H]),
+                                             ('m', [1, 1]), ('z', [1, H])))
+    b.op('ABS', [h], [a])
+    b.op('SQUARE', [h], [q])
+    b.op('ADD', [a, q], [c])
+    b.op('SUM', [c, b.tensor('axis', [1], data=np.array([1], np.int32))], [m], keep_dims=True)
+    b.op('MUL', [h, m], [z])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [z, b.tensor('w3', w3.shape, data=w3), b.tensor('b3', [O], data=b3)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, w3=w3):
+        h = xs @ w1.T + b1
+        return h * (np.abs(h) + h * h).sum(1, keepdims=True) @ w3.T + b3
+    return os.fspath(path), forward
+
+
 def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
     """An int8 model as Keras 3's full-integer converter writes one, built here: the
     run-time batch of a Reshape (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, ops 0-3), a
