@@ -347,7 +347,7 @@ class Layer:
 
 
 class Q8Net:
-    def __init__(self, meta, wof_path):
+    def __init__(self, meta, wof_path, mom=0.0):
         from utrain import wof
         self.meta = meta
         ls = meta['layers']
@@ -415,6 +415,14 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
+        # and SGD momentum's int32 weight velocities (mom: the trainer's; made in setup,
+        # after the layers, a classifier's 51 KB found no run long enough after a prefix
+        # pass: MobileNetV2's needed 81 KB more with momentum than without, 51 planned)
+        vel = {}
+        if mom:
+            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i])],
+                            key=lambda i: -trained_n(ls[i])):
+                vel[i] = _i32(trained_n(ls[i]))
         # a graph's held gradients, one buffer a slot (the walk planned once: its
         # temporaries between the buffers fragment a board's heap)
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
@@ -474,6 +482,8 @@ class Q8Net:
             L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
             if i in frac:
                 L.wf = frac.pop(i)
+            if i in vel:
+                L.vw = vel.pop(i)
             if w is not None and L.mul is None:
                 L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
             t[d.get('out')] = L.y
@@ -712,7 +722,12 @@ class Q8Net:
                 # steps); the others step a float bias
                 ib = 'bh' in L.d and not self.adam and batch == 1
                 if self.mom:
-                    L.vw, L.vb = _i32(n), (_i32 if ib else _f32)(oc)
+                    v = L.vw
+                    if v is not None and len(v) == n:
+                        K.zk(v, n)          # (made with the net: zeroed)
+                    else:
+                        L.vw = _i32(n)
+                    L.vb = (_i32 if ib else _f32)(oc)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model
                 # trained as int8), the update exact, no rounding noise (q8kern.upek)
@@ -1141,6 +1156,7 @@ class Q8Net:
             bs = v
         K.ubek(memoryview(L.b)[lo:] if lo else L.b, memoryview(L.be)[lo:] if lo else L.be,
                bs, n, bq[2])
+
 
 def _clamp(q):
     # an int32 bias: within +-(2^31 - 1)

@@ -47,7 +47,7 @@ class Q8Trainer:
         if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
-        self.net = Q8Net(meta, weights)
+        self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0)
         self.weights_path = weights
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
                        c['momentum'])
