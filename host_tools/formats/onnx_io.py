@@ -67,7 +67,7 @@ SUPPORTED = sorted({
     'Conv', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
-    'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceMax', 'ReduceMean',
+    'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
     'Slice', 'Softmax', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
@@ -1019,6 +1019,18 @@ class _Reader(RecurrentOps):
         self._ir('MUL', [x, self._scalar(tmp + '/count', float(n))],
                  self.out(node.output[0], lay, self.oshape(tmp)))
 
+    def op_ReduceL2(self, node, ins, a, i):
+        """sqrt of the sum of squares (F.normalize's norm): MUL of x by itself, ReduceSum's
+        MEAN times the count, SQRT."""
+        from types import SimpleNamespace
+        v, y = ins[0], node.output[0]
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        self._ir('MUL', [x, x], self.out(y + '/square', lay, self.oshape(v)))
+        self.op_ReduceSum(SimpleNamespace(output=[y + '/sum']), [y + '/square'] + list(ins[1:]), a, i)
+        lay = 'nhwc' if y + '/sum' in self.nhwc else 'plain'
+        self._ir('SQRT', [self.get(y + '/sum', lay)], self.out(y, lay, self.oshape(y + '/sum')))
+
     def op_ReduceMax(self, node, ins, a, i):
         """A max over a run of axes (a global max pool: torch.amax over H, W or over time)
         -> MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it elsewhere)."""
@@ -1065,6 +1077,13 @@ class _Reader(RecurrentOps):
         s = self.oshape(v)
         want = [int(n) for n in np.asarray(self.cval(ins[1], 'the shape')).reshape(-1)]
         out = list(np.broadcast_shapes(tuple(s), tuple(want)))
+        readers = self.consumers.get(node.output[0], [])
+        if readers and all(c.op_type in ('Add', 'Sub', 'Mul', 'Div') and len(c.input) == 2 and
+                           all(u == node.output[0] or u in self.shape and
+                               list(self.oshape(u)) == out for u in c.input) for c in readers):
+            # read only by elementwise ops whose other operand has the expanded shape
+            # (F.normalize: x / norm.expand_as(x)): they broadcast it as they are
+            return self.alias(node.output[0], v)
         s1 = [1] * (len(out) - len(s)) + list(s)
         x = self.get(v, 'plain')
         if s1 != s:

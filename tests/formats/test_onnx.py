@@ -124,6 +124,20 @@ def prelu():
                          nn.Linear(4 * 4 * 4, 6), nn.PReLU(), nn.Linear(6, 3))
 
 
+class Normalize(nn.Module):
+    """F.normalize over a feature map's channels and over a vector (ReduceL2, refused
+    before; Clip, Expand, Div)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(2, 4, 3, padding=1)
+        self.a, self.f = nn.Linear(4, 6), nn.Linear(6, 3)
+
+    def forward(self, x):
+        y = nn.functional.normalize(self.c(x), dim=1).mean((2, 3))
+        return self.f(nn.functional.normalize(self.a(y), dim=-1))
+
+
 # name -> (builder, input shape, exporter options)
 MODELS = {
     'rescnn-13': (ResCNN, (3, 8, 8), dict(opset_version=13, dynamo=False)),
@@ -136,6 +150,7 @@ MODELS = {
     'mlp-17': (mlp, (10,), dict(opset_version=17, dynamo=False)),
     'softplus-17': (softplus, (10,), dict(opset_version=17, dynamo=False)),
     'prelu-17': (prelu, (2, 4, 4), dict(opset_version=17, dynamo=False)),
+    'normalize-17': (Normalize, (2, 4, 4), dict(opset_version=17, dynamo=False)),
 }
 
 
