@@ -769,6 +769,24 @@ def _shape_after(g: Graph, op: Operator):
     return None
 
 
+def check_window_shapes(g: Graph) -> None:
+    """ValueError naming the file and op where a convolution's or a pool's output shape
+    in the file is not what its input, kernel, strides and padding give (a converter's
+    static shape after a shape read at run time that the host could not fold): the int8
+    kernels size their buffers from them.  The float path checks the same per op
+    (optable._spatial)."""
+    for op in g.ops:
+        if op.name not in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'MAX_POOL_2D', 'AVERAGE_POOL_2D') \
+                or len(op.outputs) != 1:
+            continue
+        want, has = _shape_after(g, op), list(g.tensors[op.outputs[0]].shape)
+        if want is not None and want != has:
+            raise ValueError(f'{g.path}: op {op.number} {op.name}: the file gives its output '
+                             f'shape {has}, its input {list(g.tensors[op.inputs[0]].shape)} '
+                             f'and its geometry give {want}; export the model with static '
+                             'shapes (a fixed batch of 1)')
+
+
 def _propagate_shapes(g: Graph, changed: set):
     """Each op reading a tensor whose shape changed gets its output shape again from its
     inputs (_shape_after), in execution order; graph outputs keep the file's shape (the
@@ -845,6 +863,55 @@ def tile_to_concat(g: Graph) -> int:
         if not made:            # multiples all 1: a copy
             made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src))
             _make_reshape(g, made[0], list(g.tensors[y].shape))
+        g.ops[at:at + 1] = made
+        _renumber(g)
+        done += 1
+    return done
+
+
+def resize_to_concat(g: Graph) -> int:
+    """RESIZE_NEAREST_NEIGHBOR of an NHWC map by whole factors (Keras 2's UpSampling2D,
+    tico's nn.Upsample(mode='nearest'); not align_corners) -> per axis it grows, a
+    RESHAPE that opens a unit axis after it, a CONCATENATION of k copies on that axis
+    and a RESHAPE that merges them: row i of the output is row i // k, as TFLite's kernel
+    (with or without half-pixel centres) gives for whole factors; the copies' gradients
+    sum into the input.  Float and int8 (copies keep the scale).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'RESIZE_NEAREST_NEIGHBOR' or len(op.inputs) < 2 or \
+                not is_const(g, op.inputs[1]) or op.options.get('align_corners'):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        size = const_ints(g, op.inputs[1])
+        if len(shape) != 4 or len(size) != 2 or any(n < 1 or m % n for n, m in zip(shape[1:3], size)):
+            continue
+        made = []
+        for a, k in ((1, size[0] // shape[1]), (2, size[1] // shape[2])):
+            if k == 1:
+                continue
+            opened = shape[:a + 1] + [1] + shape[a + 1:]
+            t1 = new_tensor(g, g.tensors[y].name + f'/axis{a}', opened, like=x)
+            r1 = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [t1], {}, src=op.src)
+            _make_reshape(g, r1, opened)
+            grown = list(opened)
+            grown[a + 1] = k
+            t2 = new_tensor(g, g.tensors[y].name + f'/copies{a}', grown, like=x)
+            cat = Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [t1] * k, [t2],
+                           {'axis': a + 1, 'fused_activation_function': 'NONE'}, src=op.src)
+            shape = list(shape)
+            shape[a] *= k
+            t3 = new_tensor(g, g.tensors[y].name + f'/merged{a}', shape, like=x)
+            r2 = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [t2], [t3], {}, src=op.src)
+            _make_reshape(g, r2, shape)
+            made += [r1, cat, r2]
+            x = t3
+        if not made:
+            made = [Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src)]
+            _make_reshape(g, made[0], list(g.tensors[y].shape))
+        else:
+            made[-1].outputs = [y]      # (its own tensor goes: compact)
+        at = g.ops.index(op)
         g.ops[at:at + 1] = made
         _renumber(g)
         done += 1
@@ -1128,7 +1195,8 @@ def dilated_convs(g: Graph) -> int:
 # integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
 # of the same bytes); the others edit float constants or make float constants (NEG's -1).
 PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, True),
-          ('tiles', tile_to_concat, True), ('elementwise', elementwise_forms, False),
+          ('tiles', tile_to_concat, True), ('resizes', resize_to_concat, True),
+          ('elementwise', elementwise_forms, False),
           ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True))

@@ -602,6 +602,22 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail == 'conv' else set())
 
 
+def test_nearest_resize_by_whole_factors_becomes_copies(tmp_path):
+    """RESIZE_NEAREST_NEIGHBOR by 2 and 3 (Keras 2's UpSampling2D, Resizing(nearest), tico's
+    nn.Upsample; refused before) becomes RESHAPE + CONCATENATION of copies + RESHAPE per
+    axis; ONERT on the rewrite = numpy, and the conv under it trains (both convs move)."""
+    from kerasgraphs import build_keras_resize
+    src, forward = build_keras_resize(tmp_path / 'rs.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert 'RESIZE_NEAREST_NEIGHBOR' not in ops(dst) and info['resizes'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 3, 2, 1)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    xs = np.random.default_rng(2).standard_normal((16, 3, 2, 1)).astype(np.float32)
+    _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
+    assert moved == {'w', 'bc', 'w2', 'b2', 'wf', 'bf'}
+
+
 def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     """Keras 3's LayerNormalization after an ELU Dense: NEG becomes a MUL by -1 and
     SQUARED_DIFFERENCE a SUB and a MUL of the difference by itself (no NEG or

@@ -389,6 +389,43 @@ def build_keras_abs_square_sum(path, seed=0, F=5, H=6, O=2):
     return os.fspath(path), forward
 
 
+def build_keras_resize(path, seed=0, H=3, W=2, C=2, O=3, fy=2, fx=3):
+    """Keras 2's UpSampling2D / Resizing(interpolation='nearest') and tico's nn.Upsample
+    as converters write them, built here: Conv2D 1x1 (relu) -> RESIZE_NEAREST_NEIGHBOR to
+    [fy H, fx W] (half-pixel centres) -> Conv2D 2x2 VALID (relu) -> MEAN over H, W ->
+    Dense.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w, bc = _rand(rng, C, 1, 1, 1), np.abs(_rand(rng, C)) + 0.3      # (the relus alive)
+    w2, b2 = _rand(rng, 3, 2, 2, C), np.abs(_rand(rng, 3)) + 0.3
+    wf, bf = _rand(rng, O, 3), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, H, W, 1])
+    c = b.tensor('c', [1, H, W, C])
+    b.op('CONV_2D', [x, b.tensor('w', w.shape, data=w), b.tensor('bc', [C], data=bc)], [c],
+         padding='VALID', fused_activation_function='RELU')
+    u = b.tensor('u', [1, fy * H, fx * W, C])
+    b.op('RESIZE_NEAREST_NEIGHBOR', [c, b.tensor('size', [2], data=np.array([fy * H, fx * W], np.int32))],
+         [u], align_corners=False, half_pixel_centers=True)
+    v = b.tensor('v', [1, fy * H - 1, fx * W - 1, 3])
+    b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [3], data=b2)], [v],
+         padding='VALID', fused_activation_function='RELU')
+    f = b.tensor('f', [1, 3])
+    b.op('MEAN', [v, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [f])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)
+        z = np.repeat(np.repeat(z, fy, 1), fx, 2)
+        v = sum(np.einsum('nhwc,oc->nhwo', z[:, i:i + fy * H - 1, j:j + fx * W - 1], w2[:, i, j])
+                for i in range(2) for j in range(2)) + b2
+        return np.maximum(v, 0).mean((1, 2)) @ wf.T + bf
+    return os.fspath(path), forward
+
+
 def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
     """An int8 model as Keras 3's full-integer converter writes one, built here: the
     run-time batch of a Reshape (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, ops 0-3), a
