@@ -160,13 +160,13 @@ def _float_ends(g: Graph):
     inference_input_type: QUANTIZE first, DEQUANTIZE last) as its int8 middle: the
     QUANTIZE's output is the input (the board quantizes samples at its scale, as it
     does an int8 model's) and the DEQUANTIZE's input the output (the loss dequantizes
-    the logits); the file keeps both ops, export writes into its tensors."""
+    the logits); the file keeps both ops, export writes into its tensors.  Either end
+    alone too (inference_input_type int8 with a float output, or the other way)."""
     from ..graph.rewrite import remove_op
     op = _entry(g)
-    if op is None:
-        return
-    g.inputs = [op.outputs[0]]
-    remove_op(g, op)
+    if op is not None:
+        g.inputs = [op.outputs[0]]
+        remove_op(g, op)
     last = g.ops[-1] if g.ops else None
     if last is not None and last.name == 'DEQUANTIZE' and g.outputs == last.outputs and \
             g.tensors[last.inputs[0]].dtype == 'int8':
