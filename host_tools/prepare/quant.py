@@ -56,7 +56,13 @@ UNARY = {
     'GELU': (lambda x, o: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
              lambda x, o: 0.5 * (1 + _ERF(x / math.sqrt(2))) + x * np.exp(-x * x / 2)
              / math.sqrt(2 * math.pi)),
+    # tabulated as TFLite's int8 EXP and LOG (_lut_populate); a non-positive LOG input is
+    # log 0 = -inf there, the output's lowest code, its derivative 0
+    'EXP': (lambda x, o: np.exp(x), lambda x, o: np.exp(x)),
+    'LOG': (lambda x, o: np.log(x), lambda x, o: 1 / np.where(x > 0, x, np.inf)),
 }
+# the UNARY ops whose int8 kernel is TFLite's LUTPopulate (float32, std::round)
+LUT_F32 = ('EXP', 'LOG')
 # and the ones TFLite Micro computes by one requantization and a clamp (its integers)
 REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
@@ -873,7 +879,7 @@ def mbqm(x, m: int, e: int) -> int:
 
 def _lut_layer(g, op, d):
     """layers(): an elementwise op of one int8 input (LOGISTIC, TANH, HARD_SWISH,
-    LEAKY_RELU, ELU, GELU, NEG; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
+    LEAKY_RELU, ELU, GELU, NEG, EXP, LOG; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
     one requantization and clamp; a DIV by one constant as its integer div.cc,
     _tflm_div) as utrain.q8lut runs it: 't' its int8 output for each input value
     -128..127, 'dt' its derivative there (real units, 2^-14 steps of 'ds'; 0 where the
@@ -900,10 +906,23 @@ def _lut_layer(g, op, d):
         dv = np.where((t > lo) & (t < hi), 1.0, 0.0)     # (x itself inside the clamp)
     else:
         f, df = UNARY[op.name]
-        v = np.round(f(x, op.options) / sy) + zy
-        t = np.clip(v, -128, 127)
-        dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
+        with np.errstate(all='ignore'):
+            v = (_lut_populate(f, sx, zx, sy, zy) if op.name in LUT_F32
+                 else np.round(f(x, op.options) / sy) + zy)
+            t = np.clip(np.nan_to_num(v, nan=-128), -128, 127)
+            dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
     _put_table(d, t, dv)
+
+
+def _lut_populate(f, sx, zx, sy, zy):
+    """TFLite's int8 LUTPopulate of f (EXP, LOG): each of the 256 inputs dequantized in
+    float32, f in float32, times the float32 1 / sy, std::round, plus the zero point;
+    before the clamp (a NaN, LOG of a negative input, is the lowest code there, as the
+    float-to-int cast gives it on x86; -inf is on every target)."""
+    f32 = np.float32
+    y = np.asarray(f(f32(sx) * (np.arange(-128, 128) - zx).astype(f32), {}), f32)
+    r = (y * (f32(1) / f32(sy))).astype(np.float64)
+    return np.sign(r) * np.floor(np.abs(r) + 0.5) + zy
 
 
 def _put_table(d, t, dv):

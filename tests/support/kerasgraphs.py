@@ -406,14 +406,16 @@ def build_keras_int8_seq(path, seed=0):
 # TANH at the ones TFLite's int8 kernels require, RELU6 at its input's as TFLite Micro assumes)
 UNARY_OUT = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'HARD_SWISH': (0.03, -30),
              'RELU': (0.03, -128), 'RELU6': (0.04, 0), 'LEAKY_RELU': (0.03, 10),
-             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7)}
+             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7),
+             'EXP': (0.03, -128), 'LOG': (0.02, 30)}
 
 
 def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
     """An int8 FC -> `name` (a standalone elementwise op, as converters write a Keras
     activation layer or a requantization) -> FC model, built here.  Returns (path, float
     numpy forward of the dequantized graph: f(x float [6], first weights float or None)
-    -> logits, the first layer's weight scale).  sx, zx: the input's quantization."""
+    -> logits, the first layer's weight scale; forward.f is the op's float function).
+    sx, zx: the input's quantization."""
     import math
     rng = np.random.default_rng(seed)
     I, H, O = 6, 8, 3
@@ -441,13 +443,15 @@ def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
           'RELU': lambda v: np.maximum(v, 0), 'RELU6': lambda v: np.clip(v, 0, 6),
           'LEAKY_RELU': lambda v: np.where(v > 0, v, 0.1 * v),
           'ELU': lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
-          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v}
+          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v,
+          'EXP': np.exp, 'LOG': lambda v: np.log(np.maximum(v, 1e-300))}   # (log 0: the lowest code)
 
     def forward(xf, wf=None):
         wf = w1 * s1 if wf is None else wf
         hf = xf @ wf.T + b1 * sx * s1
         af = np.clip(fs[name](hf), (-128 - zo) * so, (127 - zo) * so)
         return (w2 * s2) @ af
+    forward.f = fs[name]            # (the op's own float function)
     return os.fspath(path), forward, s1
 
 
