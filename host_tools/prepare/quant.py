@@ -1322,8 +1322,9 @@ RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of i
 def follow_ranges(m: dict, logits_only=False) -> list | None:
     """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
     while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
-    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer, and each MEAN above
-    one, whose output range can double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp
+    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer (one that keeps only
+    a mask of its output too: q8range counts its clamp as the mask is made), and each
+    MEAN above one, whose output range can double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp
     inside the int8 range but its zero point's (none, or RELU), read through pools only
     by trained weighted layers or MEANs (its multiplier doubles, no bias) that take it as
     their one input, or the logits (the softmax table's end zero).  None without a layer that can (or with
@@ -1336,7 +1337,7 @@ def follow_ranges(m: dict, logits_only=False) -> list | None:
         if logits_only and i < len(ls) - 1:        # (the logits' range alone)
             continue
         grows = d['k'] in (FC, CONV, DW) and d.get('train') or d['k'] == MEAN and d.get('back')
-        if not grows or d.get('mask') or d.get('sd') or d.get('pw') or d['hi'] != 127 or \
+        if not grows or d.get('sd') or d.get('pw') or d['hi'] != 127 or \
                 d['lo'] not in (-128, d['zy']):
             continue
         ts, cs, ok = {d['out']}, [], True

@@ -66,6 +66,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
+    rc = 0          # a masked layer's outputs at its top clamp (mkk's count: utrain.q8range)
     ge = None       # its weight scales' exponents (utrain.q8grow: 'gw')
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
@@ -578,7 +579,7 @@ class Q8Net:
                 else:
                     x = L.forward(t[ins[0]])
                 if L.mk is not None:
-                    self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+                    L.rc = self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
             return x
         i = 0
         while i < n:
@@ -599,7 +600,7 @@ class Q8Net:
             else:
                 x = L.forward(t[ins[0]])
             if L.mk is not None:
-                self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+                L.rc = self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
             i += 1
         return x
 
