@@ -68,8 +68,10 @@ REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
-         'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
-BINARY = ('ADD', 'SUB', 'MUL', 'DIV')      # BIN's 'bo': the op's position
+         'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
+         **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM')   # BIN's 'bo'
+SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
 RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
@@ -363,7 +365,8 @@ def layers(g: Graph, train='last:1', ranks=None):
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'SUB, MUL, DIV, MAX_POOL_2D, AVERAGE_POOL_2D, '
+                             'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, '
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
@@ -626,10 +629,13 @@ def _plain_add(g, op) -> bool:
 
 
 def _bin_layer(g, op, d, src):
-    """layers(): an ADD that broadcasts (or adds a constant), a SUB or a MUL of two int8
-    tensors as utrain.q8bin runs it: TFLite Micro's multipliers (add.cc / sub.cc: each
-    input shifted left ADD_SHIFT bits and scaled by s_i / (2 max(s_1, s_2)), the sum by
-    2 max(s_1, s_2) / (2^20 s_y); mul.cc: s_1 s_2 / s_y), and the broadcast: the output
+    """layers(): an ADD that broadcasts (or adds a constant), a SUB, MUL, DIV,
+    SQUARED_DIFFERENCE, MAXIMUM or MINIMUM of two int8 tensors as utrain.q8bin runs it:
+    TFLite Micro's multipliers (add.cc / sub.cc: each input shifted left ADD_SHIFT bits
+    and scaled by s_i / (2 max(s_1, s_2)), the sum by 2 max(s_1, s_2) / (2^20 s_y);
+    squared_difference.cc: the same with SQD_SHIFT bits, the squared difference by
+    (2 max(s_1, s_2))^2 / (2^14 s_y); mul.cc: s_1 s_2 / s_y; maximum_minimum.cc compares
+    the int8 values: one scale and zero point for the inputs and output), and the broadcast: the output
     as 4 dims (runs of axes that broadcast alike merged) and each input's strides along
     them ('bg', 0 where it broadcasts); a constant input's values in 'kc'."""
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
@@ -675,9 +681,22 @@ def _bin_layer(g, op, d, src):
         ms = [_f32div(s1, s2, sy)]
     elif bo == 2:
         ms = [quantize_multiplier(s1 * s2 / sy)]
+    elif bo > 4:
+        if not (math.isclose(s1, sy, rel_tol=1e-6) and math.isclose(s2, sy, rel_tol=1e-6)
+                and z1 == z2 == d['zy']):
+            raise ValueError(f'{g.path}: {op.name} op {op.number} has inputs at scales {s1}, '
+                             f'{s2} (zero points {z1}, {z2}) and its output at {sy} ({d["zy"]}); '
+                             f'TFLite\'s int8 {op.name} compares the int8 values, which needs '
+                             'them equal (prepare --dequantize trains it in float)')
+        ms = [(1 << 30, 1)]                 # (x 1)
     else:
         tm = 2 * max(s1, s2)
-        ms = [quantize_multiplier(v) for v in (s1 / tm, s2 / tm, tm / ((1 << ADD_SHIFT) * sy))]
+        ms = [quantize_multiplier(v) for v in (s1 / tm, s2 / tm, tm * tm / ((1 << 2 * SQD_SHIFT) * sy)
+                                                  if bo == 4 else tm / ((1 << ADD_SHIFT) * sy))]
+        if bo == 4 and ms[2][1] > 0:
+            raise ValueError(f'{g.path}: SQUARED_DIFFERENCE op {op.number}: its output scale '
+                             f'{sy} is below (2 max input scale)^2 / 2^14, where TFLite\'s int8 '
+                             'kernel cannot requantize (prepare --dequantize trains it in float)')
     n = int(np.prod(ys))
     ni = [int(np.prod(t.shape)) for t in xs]
     d.update(bo=bo, zi=[z1, z2], mul=[m for m, _ in ms], shf=[e for _, e in ms],
@@ -685,6 +704,14 @@ def _bin_layer(g, op, d, src):
              cl=1, **{'in': [src(k) if t.data is None else k for k, t in zip(op.inputs, xs)]})
     if bo == 2:
         d.update(si=[s1, s2], kx=1)         # (its gradient reads both inputs)
+    elif bo == 4:
+        # the gradient 2 (x_j - x_other): each input's values as the forward scales them
+        # (scale tm / 2^SQD_SHIFT), their difference times 2 tm / 2^SQD_SHIFT
+        d.update(si=[2 * tm / (1 << SQD_SHIFT)] * 2, kx=1,
+                 tq=[mbqm((x - z) << SQD_SHIFT, *me) for z, me in ((z1, ms[0]), (z2, ms[1]))
+                     for x in range(-128, 128)])
+    elif bo > 4:
+        d['kx'] = 1
     if bo == 3:
         _div_tables(d, z2, s2, sy)
     for j, t in enumerate(xs):

@@ -457,6 +457,60 @@ def test_int8_div_steps_under_viper_as_the_host(tmp_path):
     _viper_matches(tmp_path, tmp_path, xs[:3])
 
 
+def _sqd(tmp_path):
+    from kerasgraphs import build_int8_sqd_minmax
+    built = build_int8_sqd_minmax(tmp_path / 's.tflite')
+    path, fwd, ss, sx = built
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    r = np.random.default_rng(3)
+    return path, fwd, ss, sx, g, m, [r.integers(-120, 121, (4, 5)).astype(np.int8) for _ in range(6)]
+
+
+def test_squared_difference_maximum_minimum_are_tflite_micros_integers(tmp_path, monkeypatch):
+    """SQUARED_DIFFERENCE (one input broadcast), MAXIMUM (one scale) and MINIMUM with a
+    per-channel constant, as Keras's converter writes tf.math.squared_difference,
+    tf.maximum and tf.minimum (int8 kernels; they were refused): BIN layers whose forward
+    is TFLite Micro's integers, bit-exact; the update of each of the three Dense layers
+    that feed them against finite differences of the float graph (2 (a - b) to both
+    sides of the difference, the gradient to the input taken by the max, the min's cap
+    passing none)."""
+    path, fwd, ss, sx, g, m, xs = _sqd(tmp_path)
+    assert [(d['k'], d.get('bo')) for d in m['layers'][3:6]] == [
+        (quant.BIN, 4), (quant.BIN, 5), (quant.BIN, 6)]
+    _tflm_matches(path, m, tmp_path, xs)
+    spy = spy_updates(monkeypatch)
+    w0 = {k: next(t for t in g.tensors if t.name == k).data.astype(np.float64) * ss[k]
+          for k in ss}
+    size = {'w1': 15, 'w2': 5, 'w3': 15}
+    cos = {k: [] for k in ss}
+    for i, xq in enumerate(xs):
+        xf = xq.astype(np.float64) * sx
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        spy.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        for k in ss:
+            upd = spy[-1 - ['w1', 'w2', 'w3'].index(k)] / 256.0 * ss[k]     # (backward order: w1's last)
+            assert len(upd) == size[k]
+            ref = 0.01 * _fd_grad(lambda x, w: fwd(x, {k: w}), xf, w0[k], i % 3, 1e-5)
+            if np.linalg.norm(ref) < 1e-9:     # (the max took none of c's outputs)
+                assert np.abs(upd).max() == 0
+                continue
+            cos[k].append(float(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref))))
+            assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, (k, i)
+    for k in cos:
+        assert len(cos[k]) >= 4 and min(cos[k]) > 0.9 and np.mean(cos[k]) > 0.97, (k, cos[k])
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_squared_difference_maximum_minimum_step_under_viper_as_the_host(tmp_path):
+    """Three SGD steps through them under viper end with the host's weights."""
+    xs = _sqd(tmp_path)[-1]
+    _viper_matches(tmp_path, tmp_path, xs[:3])
+
+
 def _div_island_file(tmp_path, sy, n=4096):
     """DEQUANTIZE a, DEQUANTIZE b, DIV in float32, QUANTIZE (Keras's a / b of two int8
     tensors of n values, scales 0.0066, zero points -128; the quotient at sy)."""
@@ -547,7 +601,7 @@ def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
 
 
 def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
-    """An op neither path runs (MAXIMUM of two activations): prepare names the file
+    """An op neither path runs (POW of two activations): prepare names the file
     once, the op by its number in the file, and what to do."""
     from host_tools.formats.circle_build import CircleBuilder
     from host_tools.prepare.pipeline import prepare
@@ -560,7 +614,7 @@ def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
     b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
          [h])
     mx = b.tensor('mx', [1, 4], dtype='int8', quant=q)
-    b.op('MAXIMUM', [h, x], [mx])
+    b.op('POW', [h, x], [mx])
     y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.1], 'zero_point': [0]})
     b.op('FULLY_CONNECTED', [mx, b.tensor('w2', (3, 4), data=np.ones((3, 4), np.int8),
                                           quant={'scale': [0.01], 'zero_point': [0]}), -1], [y])
@@ -572,7 +626,7 @@ def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
         prepare(p, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce',
                 log=lambda *a: None)
     msg = str(e.value)
-    assert msg.count('mx.tflite') == 1 and 'op 1 (MAXIMUM)' in msg and 'export the model' in msg
+    assert msg.count('mx.tflite') == 1 and 'op 1 (POW)' in msg and 'export the model' in msg
 
 
 def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
