@@ -769,17 +769,35 @@ def tile_to_concat(g: Graph) -> int:
 
 
 def elementwise_forms(g: Graph) -> int:
-    """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
+    """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1),
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
     and variance: MEAN, NEG, SQUARED_DIFFERENCE, RSQRT); a MUL reading one tensor twice
-    sums both gradients into it.  Float tensors only.  Returns how many."""
+    sums both gradients into it; MAXIMUM(a, b) -> RELU(a - b) + b and MINIMUM(a, b) ->
+    a - RELU(a - b) (tf.maximum, tf.minimum: two activations or one and a scalar, as the
+    ONNX reader's Max and Min; a tensor constant would train as a bias: left).  Float
+    tensors only.  Returns how many."""
     done = 0
     for op in list(g.ops):
-        if op.name not in ('NEG', 'SQUARED_DIFFERENCE') or \
+        if op.name not in ('NEG', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM') or \
                 np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
             continue
         y = op.outputs[0]
-        if op.name == 'NEG':
+        if op.name in ('MAXIMUM', 'MINIMUM'):
+            if len(op.inputs) != 2 or any(is_const(g, k) and g.tensors[k].data.size != 1
+                                          for k in op.inputs):
+                continue
+            a, b = op.inputs
+            shp = list(g.tensors[y].shape)
+            d = new_tensor(g, g.tensors[y].name + '/difference', shp)
+            r = new_tensor(g, g.tensors[y].name + '/relu', shp)
+            at = g.ops.index(op)
+            g.ops[at:at] = [Operator(-1, OP_CODES['SUB'], 'SUB', [a, b], [d],
+                                     {'fused_activation_function': 'NONE'}, src=op.src),
+                            Operator(-1, OP_CODES['RELU'], 'RELU', [d], [r], {}, src=op.src)]
+            op.name = 'ADD' if op.name == 'MAXIMUM' else 'SUB'
+            op.code, op.inputs = OP_CODES[op.name], [r, b] if op.name == 'ADD' else [a, r]
+            op.options = {'fused_activation_function': 'NONE'}
+        elif op.name == 'NEG':
             if len(op.inputs) != 1:
                 continue
             m1 = new_tensor(g, g.tensors[y].name + '/minus_one', [], np.array(-1.0, np.float32))

@@ -619,6 +619,37 @@ def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}
 
 
+def test_keras_maximum_and_minimum_become_relu_of_the_difference(tmp_path):
+    """tf.maximum of two Dense layers and tf.minimum with a scalar cap (MAXIMUM, MINIMUM:
+    refused by the float path, and so by int8 models' --dequantize): RELU(a - b) + b and
+    a - RELU(a - c); ONERT on the rewrite = numpy, prepare trains every weight of both
+    branches."""
+    r = np.random.default_rng(0)
+    w1, w2, wo = (r.standard_normal(s).astype(np.float32) for s in ((5, 4), (5, 4), (3, 5)))
+    b1, b2, bo = (r.standard_normal(n).astype(np.float32) * 0.3 for n in (5, 5, 3))
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4])
+    t = {k: b.tensor(k, [1, 5]) for k in ('a', 'c', 'm', 'n')}
+    for k, w, bb in (('a', w1, b1), ('c', w2, b2)):
+        b.op('FULLY_CONNECTED', [x, b.tensor('w' + k, w.shape, data=w), b.tensor('b' + k, [5], data=bb)],
+             [t[k]])
+    b.op('MAXIMUM', [t['a'], t['c']], [t['m']])
+    b.op('MINIMUM', [t['m'], b.tensor('cap', [], data=np.array(0.8, np.float32))], [t['n']])
+    y = b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [t['n'], b.tensor('wo', wo.shape, data=wo), b.tensor('bo', [3], data=bo)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(str(tmp_path / 'mm.tflite'))
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    names = ops(dst)
+    assert not {'MAXIMUM', 'MINIMUM'} & set(names) and info['elementwise'] == 2
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    ref = np.minimum(np.maximum(xs @ w1.T + b1, xs @ w2.T + b2), 0.8) @ wo.T + bo
+    np.testing.assert_allclose(onert_infer(dst, xs).reshape(ref.shape), ref, rtol=1e-5, atol=1e-5)
+    _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
+    assert moved == {'wa', 'ba', 'wc', 'bc', 'wo', 'bo'}
+
+
 def test_keras_dilated_convolutions_become_dilated_ops(tmp_path):
     """Issue 28 (a held-out Keras TCN: dilated causal Conv1D, refused at SPACE_TO_BATCH_ND):
     the converter's SPACE_TO_BATCH_ND -> VALID conv -> BATCH_TO_SPACE_ND becomes the conv
