@@ -570,15 +570,23 @@ def _island_layer(g, isl, src) -> dict:
 
 def _check_reads(g, out, xin):
     """layers(): every layer reads the model's input or an earlier layer's output (or a
-    BIN layer's constant): else refused naming the op."""
+    BIN layer's constant); a weighted layer may read a constant int8 activation (a
+    recurrent layer's zero state folded to a constant: its bytes in the layer's 'kt',
+    made once on the board; no gradient passes to it): else refused naming the op."""
     made = {xin}
     for d in out:
         for j, k in enumerate(d['in']):
-            if k not in made and not ('kc' in d and j == d['kp']):
+            if k in made or 'kc' in d and j == d['kp']:
+                continue
+            t = g.tensors[k]
+            if d['k'] not in WEIGHTED or t.data is None or t.dtype != 'int8' or not t.quant:
                 raise ValueError(f'{g.path}: op {g.ops[d["op"]].number} ({g.ops[d["op"]].name}) '
-                                 f'reads {g.tensors[k].name!r}, a constant activation (a '
-                                 'recurrent layer\'s zero state): int8 training reads '
-                                 'activations (export the model with the state as an input)')
+                                 f'reads {t.name!r}, a constant activation (a recurrent '
+                                 'layer\'s zero state): int8 training reads one only into a '
+                                 'FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D (export the '
+                                 'model with the state as an input)')
+            d.setdefault('kt', []).append([k, [int(v) for v in np.asarray(t.data).reshape(-1)]])
+            made.add(k)
         made.add(d['out'])
 
 
@@ -1420,7 +1428,8 @@ def split(g: Graph, m: dict, rows=None):
     made = {d['out'] for d in ls[first:]}
     if not first or ls[first - 1]['out'] != cut or any(
             k != cut and k not in made and not ('kc' in d and k == d['in'][d['kp']])
-            for d in ls[first:] for k in d['in']):          # (kc: a constant input)
+            and k not in [c for c, _ in d.get('kt', ())]
+            for d in ls[first:] for k in d['in']):          # (kc, kt: a constant input)
         raise ValueError('the trained layers do not start from one tensor the frozen layers '
                          'end with: no prefix cache')
     (sc,), (zc,) = _q(g.tensors[cut])

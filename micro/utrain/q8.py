@@ -359,6 +359,9 @@ class Q8Net:
         am = memoryview(self.arena)
         for k, o, n in meta.get('at', ()):
             t[k] = am[o:o + n]
+        for d in ls:                # constant activations (a recurrent layer's zero state)
+            for k, v in d.get('kt', ()):
+                t[k] = bytearray([q & 255 for q in v])
         acc = self.acc = _i32(meta.get('acc') or max([d['nout'] for d in ls]))
         try:
             self.acc8 = memoryview(acc).cast('B')     # CPython: the sums' bytes

@@ -752,7 +752,9 @@ def _rnn_like(tmp_path, zero_state=False):
         z = b.tensor('zeros', [1, 4], data=np.zeros((1, 4), np.int8), quant=q(0.04))
         h = b.tensor('hz', [1, 4], dtype='int8', quant=q(0.04))
         b.op('FULLY_CONNECTED', [z, b.tensor('wz', (4, 4), data=np.ones((4, 4), np.int8),
-                                                  quant=q(0.01)), -1], [h])
+                                                  quant=q(0.01)),
+                                 b.tensor('bz', [4], data=np.array([50, -30, 10, 0], np.int32),
+                                          quant=q(0.04 * 0.01))], [h])
         hs[1] = h
     a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06))
     b.op('ADD', hs, [a])
@@ -768,7 +770,9 @@ def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
     """A TRANSPOSE that moves only a unit axis is its input's bytes (no layer: TFLite
     Micro's output bit for bit); steps sharing a weight tensor train only above them
     (refused naming both ops when they would train, each a copy of its own); an FC of a
-    constant zero state is refused naming the op and what to do (no traceback)."""
+    constant zero state (Keras's unrolled SimpleRNN, GRU and LSTM: refused, even for the
+    classifier alone) reads it as a constant made once: TFLite Micro's output bit for
+    bit, and its bias trains (its weights get no gradient: their input is zero)."""
     from tflite_micro.python.tflite_micro import runtime
     p = _rnn_like(tmp_path)
     g = quant.rewritten(read_model(p))
@@ -787,7 +791,22 @@ def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
                               it.get_output(0).ravel())
     with pytest.raises(ValueError, match=r'rnn\.tflite: ops 3 and 5 share a weight tensor.*--train last:N'):
         quant.layers(quant.rewritten(read_model(p)), 'all')
-    z = quant.rewritten(read_model(_rnn_like(tmp_path, zero_state=True)))
-    with pytest.raises(ValueError, match=r"z\.tflite: op 6 \(FULLY_CONNECTED\) reads 'zeros', a "
-                                         r'constant activation.*state as an input'):
-        quant.layers(z, 'last:1')
+    pz = _rnn_like(tmp_path, zero_state=True)
+    quant.write(quant.rewritten(read_model(pz)), str(tmp_path / 'z'), [6, 8])
+    with open(tmp_path / 'z' / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['op'] for d in m['layers'] if d.get('kt')] == [6]
+    it = runtime.Interpreter.from_file(pz)
+    r = np.random.default_rng(5)
+    net = Q8Net(m, str(tmp_path / 'z' / 'weights.wof'))
+    L = next(L for L in net.layers if L.d.get('kt'))
+    b0, w0 = list(L.b), bytes(L.w)
+    xs = [r.integers(-120, 121, 6).astype(np.int8) for _ in range(3)]
+    for xq in xs:
+        it.set_input(xq.reshape(1, 2, 3), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
+                              it.get_output(0).ravel())
+    for i, xq in enumerate(xs):
+        net.step(bytearray(xq.tobytes()), i, 0.05)
+    assert list(L.b) != b0 and bytes(L.w) == w0
