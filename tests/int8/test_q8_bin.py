@@ -810,3 +810,12 @@ def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
     for i, xq in enumerate(xs):
         net.step(bytearray(xq.tobytes()), i, 0.05)
     assert list(L.b) != b0 and bytes(L.w) == w0
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_a_zero_state_steps_under_viper_as_the_host(tmp_path):
+    """Three SGD steps of the zero-state graph (its FC reads the constant, the bias
+    trains) under viper end with the host's weights."""
+    quant.write(quant.rewritten(read_model(_rnn_like(tmp_path, zero_state=True))), str(tmp_path), [6, 8])
+    r = np.random.default_rng(6)
+    _viper_matches(tmp_path, tmp_path, [r.integers(-120, 121, 6).astype(np.int8) for _ in range(3)])
