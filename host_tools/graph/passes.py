@@ -121,7 +121,7 @@ RANK_NAMES = {v: k for k, v in RANKS.items() if k != '1/2'}
 def parse_ranks(text, n_ops: int) -> dict:
     """'OP:RANK,OP:RANK' (RANK: all, bias, 1/2, 1/4, 1/8, up, low; OP an op index or
     last:N for the last N ops) -> {op index: rank code}."""
-    out = {}
+    out, named = {}, {}
     for item in filter(None, (text or '').split(',')):
         op, _, rank = item.strip().rpartition(':')
         if rank not in RANKS or not op:
@@ -131,7 +131,13 @@ def parse_ranks(text, n_ops: int) -> dict:
             ops = parse_train(op, n_ops) if op.startswith('last:') else parse_train([int(op)], n_ops)
         except ValueError as e:
             raise PrepareError(f'--ranks {item!r}: {e}') from None
-        for i in ops:
+        if not op.startswith('last:'):      # an op named twice: which rank is meant?
+            k = int(op)
+            if k in named and named[k] != item.strip():
+                raise PrepareError(f'--ranks: op {op} is given twice ({named[k]}, '
+                                   f'{item.strip()}); give each op one rank')
+            named[k] = item.strip()
+        for i in ops:       # (an op named after a last:N range takes its own rank)
             out[i] = RANKS[rank]
     return out
 

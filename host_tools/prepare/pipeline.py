@@ -324,6 +324,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     --select trial (host_tools/prepare/select.py), which reads only model.flat,
     weights.wof, train.json and the datasets: no plans for the other boards in
     prepare.json's summary (heap.by_target) and no rewritten graph beside."""
+    if bands is not None and bands < 0:
+        raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
+                           '(0: no row bands; leave it out: prepare chooses)')
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     s = loss_from_data(source, s, data, overrides, log)

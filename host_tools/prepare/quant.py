@@ -370,7 +370,8 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
-                             'between a DEQUANTIZE and a QUANTIZE)')
+                             'between a DEQUANTIZE and a QUANTIZE), or add --dequantize: it '
+                             'trains in float32 (export --quantized writes it back as int8)')
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue

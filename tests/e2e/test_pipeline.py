@@ -360,6 +360,16 @@ def test_a_bias_rank_on_an_op_without_bias(tmp_path):
     assert s['heap']['total'] <= budget
 
 
+def test_an_op_ranked_after_a_range_takes_its_own_rank_and_twice_is_refused():
+    """--ranks last:N:RANK then OP:RANK: the op inside the range takes its own rank (later
+    wins); one op named twice with two ranks is refused, the same rank twice is not."""
+    from host_tools.graph.passes import parse_ranks, RANKS, PrepareError
+    assert parse_ranks('last:3:bias,4:1/2', 6) == {3: RANKS['bias'], 4: RANKS['up'], 5: RANKS['bias']}
+    assert parse_ranks('2:up,2:up', 6) == {2: RANKS['up']}
+    with pytest.raises(PrepareError, match='op 2 is given twice'):
+        parse_ranks('2:up,2:low', 6)
+
+
 def test_ranks_without_train_say_what_else_trains_whole(tmp_path):
     """--ranks alone takes --train's default (all) besides the ranked ops: prepare says
     which weighted ops train whole and how to train only the ranked ones, and with

@@ -580,13 +580,16 @@ def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
     assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}
 
 
-def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
+@pytest.mark.parametrize('tail', ['flatten', 'conv'])
+def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     """Keras 3's UpSampling2D: TILE of a 5-D [1, H, 1, W, C] becomes a CONCATENATION of
     copies (no TILE left; 5-D with a leading 1 runs as 4-D), and the RESHAPE to a shape
     computed at run time gets the folded shape on its output where the file's static one
-    is wrong; ONERT on the rewrite = numpy, prepare trains it (the conv under the tiles
-    moves: the gradient of both copies reaches it)."""
-    src, forward = build_keras_upsample(tmp_path / 'up.tflite')
+    is wrong, and so does every op after it whose file shape follows the wrong one (a
+    held-out Keras UpSampling2D -> Conv2D was refused: "CONV_2D: output is 1x10, VALID
+    padding gives 10x10"); ONERT on the rewrite = numpy, prepare trains it (the conv under
+    the tiles moves: the gradient of both copies reaches it)."""
+    src, forward = build_keras_upsample(tmp_path / 'up.tflite', tail=tail)
     dst, info, _ = rewritten(src, tmp_path / 'r.circle')
     names = ops(dst)
     assert 'TILE' not in names and 'SHAPE' not in names and info['tiles'] == 1
@@ -596,7 +599,7 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
 
     xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
     _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
-    assert moved == {'w', 'bc', 'wf', 'bf'}
+    assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail == 'conv' else set())
 
 
 def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
@@ -619,35 +622,80 @@ def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}
 
 
-def test_keras_maximum_and_minimum_become_relu_of_the_difference(tmp_path):
-    """tf.maximum of two Dense layers and tf.minimum with a scalar cap (MAXIMUM, MINIMUM:
-    refused by the float path, and so by int8 models' --dequantize): RELU(a - b) + b and
-    a - RELU(a - c); ONERT on the rewrite = numpy, prepare trains every weight of both
-    branches."""
-    r = np.random.default_rng(0)
-    w1, w2, wo = (r.standard_normal(s).astype(np.float32) for s in ((5, 4), (5, 4), (3, 5)))
-    b1, b2, bo = (r.standard_normal(n).astype(np.float32) * 0.3 for n in (5, 5, 3))
-    b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, 4])
-    t = {k: b.tensor(k, [1, 5]) for k in ('a', 'c', 'm', 'n')}
-    for k, w, bb in (('a', w1, b1), ('c', w2, b2)):
-        b.op('FULLY_CONNECTED', [x, b.tensor('w' + k, w.shape, data=w), b.tensor('b' + k, [5], data=bb)],
-             [t[k]])
-    b.op('MAXIMUM', [t['a'], t['c']], [t['m']])
-    b.op('MINIMUM', [t['m'], b.tensor('cap', [], data=np.array(0.8, np.float32))], [t['n']])
-    y = b.tensor('y', [1, 3])
-    b.op('FULLY_CONNECTED', [t['n'], b.tensor('wo', wo.shape, data=wo), b.tensor('bo', [3], data=bo)], [y])
-    b.inputs(x)
-    b.outputs(y)
-    src = b.save(str(tmp_path / 'mm.tflite'))
+def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None):
+    """One SGD step of prepare's run (mse, batch 1, host) on one sample of x moves each
+    weight in names by -lr times the gradient the differences of the numpy forward give;
+    sensitive: a weight the sample must reach (the first such sample is used)."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    t = np.array([[0.3, -0.7]])
+
+    def loss(x1, **p):
+        return float(((forward(x1.astype(np.float64), **p) - t) ** 2).mean())
+
+    def numeric(x1, name, v):
+        num = np.zeros_like(v)
+        for i in np.ndindex(v.shape):
+            d = np.zeros_like(v)
+            d[i] = 1e-5
+            num[i] = (loss(x1, **{name: v + d}) - loss(x1, **{name: v - d})) / 2e-5
+        return num
+    x1 = x[:1]
+    if sensitive:
+        v0 = next(t_.data for t_ in read_model(src).tensors if t_.name == sensitive)
+        x1 = next(x[i:i + 1] for i in range(len(x))
+                  if np.abs(numeric(x[i:i + 1], sensitive, v0.astype(np.float64))).max() > 1e-3)
+    np.savez(tmp_path / 'd.npz', x=x1, y=t.astype(np.float32))
+    out, lr = tmp_path / 'run', 0.01
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), epochs=1, lr=lr,
+                optimizer='sgd', batch=1, train='all', loss='mse', log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    step = {g.tensors[k].name: (after[k] - before[k]) / -lr for k in before}
+    for name in names:
+        assert name in step, (name, sorted(step))
+        num = numeric(x1, name, before[_named(g, name)].astype(np.float64))
+        np.testing.assert_allclose(step[name], num, rtol=2e-2, atol=2e-4, err_msg=name)
+        assert np.abs(num).max() > 1e-3, name
+    return step
+
+
+def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
+    """Issue 28 (held-out Keras PReLU, Maximum and UnitNormalization models, refused at
+    PRELU, MAXIMUM and L2_NORMALIZATION): the rewrite writes them with ops that train
+    (RELU, SUB, MUL, ADD, MEAN, RSQRT), none of the four left; ONERT on the rewrite =
+    numpy; one SGD step on one sample moves each weight by -lr times the gradient the
+    differences of the numpy forward give (PReLU's slopes among them)."""
+    from kerasgraphs import build_keras_gates
+    src, forward = build_keras_gates(tmp_path / 'g.tflite')
     dst, info, _ = rewritten(src, tmp_path / 'r.circle')
-    names = ops(dst)
-    assert not {'MAXIMUM', 'MINIMUM'} & set(names) and info['elementwise'] == 2
-    xs = r.standard_normal((16, 4)).astype(np.float32)
-    ref = np.minimum(np.maximum(xs @ w1.T + b1, xs @ w2.T + b2), 0.8) @ wo.T + bo
-    np.testing.assert_allclose(onert_infer(dst, xs).reshape(ref.shape), ref, rtol=1e-5, atol=1e-5)
-    _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
-    assert moved == {'wa', 'ba', 'wc', 'bc', 'wo', 'bo'}
+    assert not {'PRELU', 'MAXIMUM', 'MINIMUM', 'L2_NORMALIZATION'} & set(ops(dst))
+    assert info['elementwise'] == 4
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    step = _step_is_the_gradient(src, forward, tmp_path, ('w1', 'alpha', 'w3'), x, 'alpha')
+    assert {'b1', 'w2', 'b2', 'b3'} <= set(step)
+
+
+def test_abs_square_and_sum_train(tmp_path):
+    """ABS, SQUARE and SUM (refused before) become 2 * RELU(x) - x, MUL(x, x) and n *
+    MEAN; ONERT on the rewrite = numpy, and a step is the gradient (by differences)."""
+    from kerasgraphs import build_keras_abs_square_sum
+    src, forward = build_keras_abs_square_sum(tmp_path / 'a.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert not {'ABS', 'SQUARE', 'SUM'} & set(ops(dst)) and info['elementwise'] == 3
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w3'), x)
+
+
+def _named(g, name):
+    return next(k for k, t in enumerate(g.tensors) if t.name == name)
 
 
 def test_keras_dilated_convolutions_become_dilated_ops(tmp_path):

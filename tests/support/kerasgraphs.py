@@ -116,15 +116,21 @@ def build_keras_rnn(path, seed=0, T=5, F=3, H=4, O=3):
     return os.fspath(path), forward
 
 
-def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
+def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     """What Keras 3 exports for Conv2D -> UpSampling2D((2, 1)) -> Flatten -> Dense, built
     here: the rows repeated by EXPAND_DIMS [1, H, 1, W, C] -> TILE [1, 1, 2, 1, 1] (a 5-D
     tensor) -> RESHAPE to a shape computed at run time (SHAPE -> STRIDED_SLICE ->
     CONCATENATION), whose output the file gives the wrong static shape [1, 1, 2H, ...]
-    as the converter does when it cannot infer it.  Returns (path, numpy forward)."""
+    as the converter does when it cannot infer it.  tail 'conv': the upsampled map goes
+    on to a 1x2 VALID Conv2D (relu), GlobalAveragePooling2D (MEAN) and the Dense, and
+    the file's shapes are wrong from the RESHAPE to the conv's output, as the converter
+    writes them (the upsampled [1, 2H, W, C] as [1, 1, W, C], the conv's [1, 2H, W - 1,
+    C2] as [1, 1, W - 1, C2]).  Returns (path, numpy forward)."""
     rng = np.random.default_rng(seed)
     w, bc = _rand(rng, C, 1, 1, 1), _rand(rng, C)
-    wf, bf = _rand(rng, O, 2 * H * W * C), _rand(rng, O)
+    C2 = 3
+    w2, b2 = _rand(rng, C2, 1, 2, C), _rand(rng, C2)
+    wf, bf = _rand(rng, O, 2 * H * W * C if tail == 'flatten' else C2), _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
 
     def act(name, shape):
@@ -146,10 +152,19 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
     new = b.tensor('new', [4], dtype=np.int32)
     b.op('CONCATENATION', [n, b.tensor('rest', [3], data=np.array([2 * H, W, C], np.int32))],
          [new], axis=0)
-    u = b.tensor('u', [1, 1, 2 * H, W], signature=[-1, -1, 2 * H, W])  # (wrong: as converters do)
-    b.op('RESHAPE', [t, new], [u])
-    f = act('f', [1, 2 * H * W * C])
-    b.op('RESHAPE', [u], [f], new_shape=[1, 2 * H * W * C])
+    if tail == 'flatten':
+        u = b.tensor('u', [1, 1, 2 * H, W], signature=[-1, -1, 2 * H, W])  # (wrong: as converters do)
+        b.op('RESHAPE', [t, new], [u])
+        f = act('f', [1, 2 * H * W * C])
+        b.op('RESHAPE', [u], [f], new_shape=[1, 2 * H * W * C])
+    else:
+        u = b.tensor('u', [1, 1, W, C], signature=[-1, -1, W, C])            # (wrong)
+        b.op('RESHAPE', [t, new], [u])
+        v = b.tensor('v', [1, 1, W - 1, C2], signature=[-1, -1, W - 1, C2])  # (wrong)
+        b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [C2], data=b2)], [v],
+             padding='VALID', fused_activation_function='RELU')
+        f = act('f', [1, C2])
+        b.op('MEAN', [v, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [f])
     y = act('y', [1, O])
     b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
          [y])
@@ -160,6 +175,10 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
     def forward(xs):
         z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)    # [n, H, W, C]
         z = np.repeat(z, 2, axis=1)
+        if tail != 'flatten':
+            z = np.maximum(np.einsum('nhwc,oc->nhwo', z[:, :, :-1], w2[:, 0, 0]) +
+                           np.einsum('nhwc,oc->nhwo', z[:, :, 1:], w2[:, 0, 1]) + b2, 0)
+            return z.mean((1, 2)) @ wf.T + bf
         return z.reshape(len(xs), -1) @ wf.T + bf
     return os.fspath(path), forward
 
@@ -293,6 +312,80 @@ def build_keras_layernorm(path, seed=0, F=6, H=8, O=2, eps=1e-3):
         v = ((z - mu) ** 2).mean(1, keepdims=True)
         z = (z - mu) / np.sqrt(v + eps) * gamma + beta
         return z @ w2.T + b2
+    return os.fspath(path), forward
+
+
+def build_keras_gates(path, seed=0, F=5, H=6, O=2, lo=0.4):
+    """Elementwise layers a converter writes as ops of their own, built here: Dense ->
+    PReLU (PRELU, a slope per unit), a second Dense beside it, Maximum of the two
+    (MAXIMUM), Minimum with a scalar (MINIMUM), UnitNormalization (L2_NORMALIZATION),
+    Dense.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w1, b1, alpha = _rand(rng, H, F), _rand(rng, H), 0.5 * _rand(rng, H)
+    w2, b2 = _rand(rng, H, F), _rand(rng, H)
+    w3, b3 = _rand(rng, O, H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, F])
+    h = act('h', [1, H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [h])
+    p = act('p', [1, H])
+    b.op('PRELU', [h, b.tensor('alpha', [H], data=alpha)], [p])
+    q = act('q', [1, H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [H], data=b2)], [q])
+    m = act('m', [1, H])
+    b.op('MAXIMUM', [p, q], [m])
+    n = act('n', [1, H])
+    b.op('MINIMUM', [m, b.tensor('lo', [], data=np.array(lo, np.float32))], [n])
+    u = act('u', [1, H])
+    b.op('L2_NORMALIZATION', [n], [u])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [u, b.tensor('w3', w3.shape, data=w3), b.tensor('b3', [O], data=b3)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, alpha=alpha, w3=w3):
+        h = xs @ w1.T + b1
+        p = np.where(h > 0, h, alpha * h)
+        n = np.minimum(np.maximum(p, xs @ w2.T + b2), lo)
+        u = n / np.sqrt((n * n).sum(1, keepdims=True))
+        return u @ w3.T + b3
+    return os.fspath(path), forward
+
+
+def build_keras_abs_square_sum(path, seed=0, F=5, H=6, O=2):
+    """ABS, SQUARE and SUM as a converter writes them for Keras ops (tf.abs, tf.square,
+    tf.reduce_sum(keepdims=True)), built here: Dense -> |h| + h^2 -> its sum over the
+    units scales h -> Dense.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = 0.5 * _rand(rng, H, F), _rand(rng, H)
+    w3, b3 = _rand(rng, O, H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, F])
+    h = act('h', [1, H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [h])
+    a, q, c, m, z = (act(n, s) for n, s in (('a', [1, H]), ('q', [1, H]), ('c', [1, H]),
+                                             ('m', [1, 1]), ('z', [1, H])))
+    b.op('ABS', [h], [a])
+    b.op('SQUARE', [h], [q])
+    b.op('ADD', [a, q], [c])
+    b.op('SUM', [c, b.tensor('axis', [1], data=np.array([1], np.int32))], [m], keep_dims=True)
+    b.op('MUL', [h, m], [z])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [z, b.tensor('w3', w3.shape, data=w3), b.tensor('b3', [O], data=b3)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, w3=w3):
+        h = xs @ w1.T + b1
+        return h * (np.abs(h) + h * h).sum(1, keepdims=True) @ w3.T + b3
     return os.fspath(path), forward
 
 
