@@ -67,7 +67,7 @@ SUPPORTED = sorted({
     'Conv', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
-    'MaxPool', 'Min', 'Mul', 'Neg', 'Pad', 'Pow', 'ReduceMax', 'ReduceMean',
+    'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceMax', 'ReduceMean',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
     'Slice', 'Softmax', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
@@ -79,7 +79,6 @@ ADVICE = {
                   'train with --loss scce --from-logits (the same loss)',
     'ConvTranspose': 'the device has no transposed convolution: upsample with '
                      "nn.Upsample(scale_factor=k, mode='nearest') and a Conv2d",
-    'PRelu': 'use LeakyReLU (a fixed slope) or ReLU',
     'Softsign': 'write it as x / (1 + x.abs())',
 }
 
@@ -700,7 +699,7 @@ class _Reader(RecurrentOps):
         self.err('Erf outside the GELU pattern x * 0.5 * (1 + erf(x / sqrt(2)))')
 
     def _binary_name(self, t):
-        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV'}[t]
+        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV', 'PRelu': 'PRELU'}[t]
 
     def op_Div(self, node, ins, a, i):
         pat = self._gelu_pattern(i)
@@ -720,6 +719,11 @@ class _Reader(RecurrentOps):
         self._binary(node, ins)
 
     def op_Mul(self, node, ins, a, i):
+        self._binary(node, ins)
+
+    def op_PRelu(self, node, ins, a, i):
+        # PRELU(x, slope), the slope laid out as a MUL's constant (host_tools/graph/rewrite.py
+        # writes it with RELU, SUB, MUL and ADD: the slope trains as the MUL's constant)
         self._binary(node, ins)
 
     def _binary(self, node, ins):
@@ -755,8 +759,9 @@ class _Reader(RecurrentOps):
                 xs.append(self.get(v, lay))
         if len(acts) == 0:
             self.err('no activation operand')
-        self.emit(self._binary_name(node.op_type), xs,
-                  [self.out(node.output[0], lay, out_shape)], fused_activation_function='NONE')
+        name = self._binary_name(node.op_type)
+        self.emit(name, xs, [self.out(node.output[0], lay, out_shape)],
+                  **({} if name == 'PRELU' else {'fused_activation_function': 'NONE'}))
 
     # ---- dense
     def op_Gemm(self, node, ins, a, i):

@@ -769,6 +769,24 @@ def _shape_after(g: Graph, op: Operator):
     return None
 
 
+def check_window_shapes(g: Graph) -> None:
+    """ValueError naming the file and op where a convolution's or a pool's output shape
+    in the file is not what its input, kernel, strides and padding give (a converter's
+    static shape after a shape read at run time that the host could not fold): the int8
+    kernels size their buffers from them.  The float path checks the same per op
+    (optable._spatial)."""
+    for op in g.ops:
+        if op.name not in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'MAX_POOL_2D', 'AVERAGE_POOL_2D') \
+                or len(op.outputs) != 1:
+            continue
+        want, has = _shape_after(g, op), list(g.tensors[op.outputs[0]].shape)
+        if want is not None and want != has:
+            raise ValueError(f'{g.path}: op {op.number} {op.name}: the file gives its output '
+                             f'shape {has}, its input {list(g.tensors[op.inputs[0]].shape)} '
+                             f'and its geometry give {want}; export the model with static '
+                             'shapes (a fixed batch of 1)')
+
+
 def _propagate_shapes(g: Graph, changed: set):
     """Each op reading a tensor whose shape changed gets its output shape again from its
     inputs (_shape_after), in execution order; graph outputs keep the file's shape (the

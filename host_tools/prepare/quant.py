@@ -192,13 +192,14 @@ def rewritten(g: Graph) -> Graph:
     --train, --ranks and the messages.  Every reader of an int8 model (prepare, export,
     inspect, --select's pricing) takes the table of this graph."""
     import copy
-    from ..graph.rewrite import rewrite
+    from ..graph.rewrite import rewrite, check_window_shapes
     if getattr(g, 'q8_rewritten', False):
         return g
     g = copy.deepcopy(g)
     g.nfile = getattr(g, 'nfile', None) or len(g.ops)
     _float_ends(g)
     g.rewrites = rewrite(g, int8=True)
+    check_window_shapes(g)
     g.q8_rewritten = True
     _widen_logits(g)
     return g

@@ -74,6 +74,21 @@ def test_rewrites_and_file_numbers(tmp_path):
         quant.layers(quant.rewritten(read_model(path)), 'none', {7: 1})
 
 
+def test_a_conv_output_shape_the_file_got_wrong_is_named(tmp_path):
+    """A conv whose output shape in the file does not follow from its input and geometry
+    (a converter's static shape after a shape read at run time: a held-out int8
+    UpSampling2D -> Conv2D crashed the int8 kernels with 'buffer is smaller than requested
+    size') is refused naming the file, the op and both shapes."""
+    path, _, _ = build_keras_int8_cat(tmp_path / 'k.tflite')
+    g = read_model(path)
+    conv = next(op for op in g.ops if op.name == 'CONV_2D')
+    y = g.tensors[conv.outputs[0]]
+    y.shape = [1, y.shape[1], y.shape[2] + 2, y.shape[3]]
+    with pytest.raises(ValueError, match=r'k\.tflite: op 4 CONV_2D: the file gives its output '
+                                         r'shape \[1, .* its geometry give'):
+        quant.rewritten(g)
+
+
 def test_forward_bit_exact_with_tflite_micro(tmp_path):
     from tflite_micro.python.tflite_micro import runtime
     path, _, _, m, net = _net(tmp_path)
