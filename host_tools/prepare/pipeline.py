@@ -403,7 +403,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             + ' whole besides the ranked ones; --train none trains only the ranked ops')
     g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
-        raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
+        from ..graph.passes import reach_hint
+        raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)' +
+                           reach_hint([(op.number, op.name) for op in source.ops],
+                                      len(source.ops), train))
     for line in missing_biases(model_path, g, p):
         log(line)
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)

@@ -1833,8 +1833,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         log(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains with a zero '
             f'int32 bias ({t.name}), which export writes into the trained model')
     if not any(d.get('train') for d in m['layers']):
+        from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
-                                   f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
+                                   f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})' +
+                                   reach_hint([(op.number, op.name) for op in g.ops],
+                                              getattr(g, 'nfile', len(g.ops)), train), train))
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     from . import recal
     steps = []
