@@ -14,10 +14,14 @@ def read_log(path):
     None; ValueError naming path when malformed."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
-    with open(path, newline='') as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(path, newline='') as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError:
+        rows = []           # (a binary file: not a log)
     if not rows or len(rows[0]) != 7 or rows[0][0] not in ('epoch', 'round'):
-        raise ValueError(f'{path}: not a utrain train.log (header epoch,loss,metric,...)')
+        raise ValueError(f'{path}: not a utrain train.log (header epoch,loss,metric,...): give '
+                         'the train.log that `run` or `pull` wrote, or a fleet\'s fleet.csv')
     head = rows[0]
     cols = {h: [] for h in head}
     for k, r in enumerate(rows[1:], 2):

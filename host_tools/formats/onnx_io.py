@@ -67,7 +67,7 @@ SUPPORTED = sorted({
     'Conv', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
-    'MaxPool', 'Min', 'Mul', 'Neg', 'Pad', 'Pow', 'ReduceMax', 'ReduceMean',
+    'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
     'Slice', 'Softmax', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
@@ -79,7 +79,6 @@ ADVICE = {
                   'train with --loss scce --from-logits (the same loss)',
     'ConvTranspose': 'the device has no transposed convolution: upsample with '
                      "nn.Upsample(scale_factor=k, mode='nearest') and a Conv2d",
-    'PRelu': 'use LeakyReLU (a fixed slope) or ReLU',
     'Softsign': 'write it as x / (1 + x.abs())',
 }
 
@@ -700,7 +699,7 @@ class _Reader(RecurrentOps):
         self.err('Erf outside the GELU pattern x * 0.5 * (1 + erf(x / sqrt(2)))')
 
     def _binary_name(self, t):
-        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV'}[t]
+        return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV', 'PRelu': 'PRELU'}[t]
 
     def op_Div(self, node, ins, a, i):
         pat = self._gelu_pattern(i)
@@ -720,6 +719,11 @@ class _Reader(RecurrentOps):
         self._binary(node, ins)
 
     def op_Mul(self, node, ins, a, i):
+        self._binary(node, ins)
+
+    def op_PRelu(self, node, ins, a, i):
+        # PRELU(x, slope), the slope laid out as a MUL's constant (host_tools/graph/rewrite.py
+        # writes it with RELU, SUB, MUL and ADD: the slope trains as the MUL's constant)
         self._binary(node, ins)
 
     def _binary(self, node, ins):
@@ -755,8 +759,9 @@ class _Reader(RecurrentOps):
                 xs.append(self.get(v, lay))
         if len(acts) == 0:
             self.err('no activation operand')
-        self.emit(self._binary_name(node.op_type), xs,
-                  [self.out(node.output[0], lay, out_shape)], fused_activation_function='NONE')
+        name = self._binary_name(node.op_type)
+        self.emit(name, xs, [self.out(node.output[0], lay, out_shape)],
+                  **({} if name == 'PRELU' else {'fused_activation_function': 'NONE'}))
 
     # ---- dense
     def op_Gemm(self, node, ins, a, i):
@@ -1014,6 +1019,18 @@ class _Reader(RecurrentOps):
         self._ir('MUL', [x, self._scalar(tmp + '/count', float(n))],
                  self.out(node.output[0], lay, self.oshape(tmp)))
 
+    def op_ReduceL2(self, node, ins, a, i):
+        """sqrt of the sum of squares (F.normalize's norm): MUL of x by itself, ReduceSum's
+        MEAN times the count, SQRT."""
+        from types import SimpleNamespace
+        v, y = ins[0], node.output[0]
+        lay = 'nhwc' if v in self.nhwc else 'plain'
+        x = self.get(v, lay)
+        self._ir('MUL', [x, x], self.out(y + '/square', lay, self.oshape(v)))
+        self.op_ReduceSum(SimpleNamespace(output=[y + '/sum']), [y + '/square'] + list(ins[1:]), a, i)
+        lay = 'nhwc' if y + '/sum' in self.nhwc else 'plain'
+        self._ir('SQRT', [self.get(y + '/sum', lay)], self.out(y, lay, self.oshape(y + '/sum')))
+
     def op_ReduceMax(self, node, ins, a, i):
         """A max over a run of axes (a global max pool: torch.amax over H, W or over time)
         -> MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it elsewhere)."""
@@ -1060,6 +1077,13 @@ class _Reader(RecurrentOps):
         s = self.oshape(v)
         want = [int(n) for n in np.asarray(self.cval(ins[1], 'the shape')).reshape(-1)]
         out = list(np.broadcast_shapes(tuple(s), tuple(want)))
+        readers = self.consumers.get(node.output[0], [])
+        if readers and all(c.op_type in ('Add', 'Sub', 'Mul', 'Div') and len(c.input) == 2 and
+                           all(u == node.output[0] or u in self.shape and
+                               list(self.oshape(u)) == out for u in c.input) for c in readers):
+            # read only by elementwise ops whose other operand has the expanded shape
+            # (F.normalize: x / norm.expand_as(x)): they broadcast it as they are
+            return self.alias(node.output[0], v)
         s1 = [1] * (len(out) - len(s)) + list(s)
         x = self.get(v, 'plain')
         if s1 != s:

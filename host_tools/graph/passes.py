@@ -110,6 +110,19 @@ def parse_train(spec, n_ops: int) -> set:
     raise PrepareError(f'--train {spec!r}: expected all, none or last:N')
 
 
+def reach_hint(ops, n_file: int, train) -> str:
+    """For a --train last:N that selects nothing: '' or what N reaches the last op with
+    weights.  ops: (file number, name) of the graph's ops; n_file: the file's op count."""
+    if not (isinstance(train, str) and train.startswith('last:')):
+        return ''
+    w = [(n, name) for n, name in ops if name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]
+    if not w:
+        return ''
+    n, name = max(w)
+    return (f'; --train last:N counts every op of the file, those after the last layer too: '
+            f'last:{n_file - n} reaches op {n} ({name})')
+
+
 # Sparse update: how much of an op trains.  onert-micro's training-config codes are
 # 0 ALL, 1 ONLY_BIAS, 2 UP_1_2_PART (output channels [0, O/2)), 3 LOWER_1_2_PART
 # ([O/2, O)); utrain adds the first 1/4 and 1/8 of the output channels (4, 5).
@@ -121,7 +134,7 @@ RANK_NAMES = {v: k for k, v in RANKS.items() if k != '1/2'}
 def parse_ranks(text, n_ops: int) -> dict:
     """'OP:RANK,OP:RANK' (RANK: all, bias, 1/2, 1/4, 1/8, up, low; OP an op index or
     last:N for the last N ops) -> {op index: rank code}."""
-    out = {}
+    out, named = {}, {}
     for item in filter(None, (text or '').split(',')):
         op, _, rank = item.strip().rpartition(':')
         if rank not in RANKS or not op:
@@ -131,7 +144,13 @@ def parse_ranks(text, n_ops: int) -> dict:
             ops = parse_train(op, n_ops) if op.startswith('last:') else parse_train([int(op)], n_ops)
         except ValueError as e:
             raise PrepareError(f'--ranks {item!r}: {e}') from None
-        for i in ops:
+        if not op.startswith('last:'):      # an op named twice: which rank is meant?
+            k = int(op)
+            if k in named and named[k] != item.strip():
+                raise PrepareError(f'--ranks: op {op} is given twice ({named[k]}, '
+                                   f'{item.strip()}); give each op one rank')
+            named[k] = item.strip()
+        for i in ops:       # (an op named after a last:N range takes its own rank)
             out[i] = RANKS[rank]
     return out
 

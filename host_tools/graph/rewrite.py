@@ -687,7 +687,9 @@ def fold_shapes(g: Graph) -> int:
 def _reshape_outputs(g: Graph):
     """A RESHAPE whose new shape the host now knows gets that shape on its output: where
     the exporter could not infer it (a shape read at run time) the file may give a wrong
-    one (Keras 3's UpSampling2D: [1, 1, 8, 4] for [1, 8, 8, 4])."""
+    one (Keras 3's UpSampling2D: [1, 1, 8, 4] for [1, 8, 8, 4]), and so may every op
+    after it (the next conv's [1, 1, 6, 4] for [1, 6, 6, 4]): _propagate_shapes."""
+    changed = set()
     for op in g.ops:
         if op.name != 'RESHAPE' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
             continue
@@ -700,6 +702,105 @@ def _reshape_outputs(g: Graph):
         if -1 not in new and int(np.prod(new)) == n and list(y.shape) != new and \
                 op.outputs[0] not in g.outputs:
             y.shape = new
+            changed.add(op.outputs[0])
+    if changed:
+        _propagate_shapes(g, changed)
+
+
+def _window(n, k, s, d, padding):
+    eff = (k - 1) * d + 1
+    return -(-n // s) if padding == 'SAME' else -(-(n - eff + 1) // s)
+
+
+def _shape_after(g: Graph, op: Operator):
+    """op's output shape from its inputs' shapes (TFLite's rules), or None where this
+    does not know the op (its file shape is then kept, and validation judges it)."""
+    sh = [list(g.tensors[k].shape) if k >= 0 else None for k in op.inputs]
+    o, x = op.options, sh[0] if sh else None
+    if x is None or len(op.outputs) != 1:
+        return None
+    if op.name in UNARY or op.name in ('SOFTMAX', 'LOG_SOFTMAX', 'L2_NORMALIZATION'):
+        return x
+    if op.name in BINARY or op.name == 'PRELU':
+        try:
+            return list(np.broadcast_shapes(*(tuple(s_) for s_ in sh[:2])))
+        except ValueError:
+            return None
+    if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'MAX_POOL_2D', 'AVERAGE_POOL_2D'):
+        if len(x) != 4:
+            return None
+        if op.name.endswith('POOL_2D'):
+            kh, kw, c = int(o.get('filter_height', 1)), int(o.get('filter_width', 1)), x[3]
+        else:
+            w = sh[1]
+            kh, kw = w[1], w[2]
+            c = w[0] if op.name == 'CONV_2D' else w[3]
+        pad = o.get('padding', 'SAME')
+        return [x[0], _window(x[1], kh, int(o.get('stride_h', 1)), int(o.get('dilation_h_factor', 1) or 1), pad),
+                _window(x[2], kw, int(o.get('stride_w', 1)), int(o.get('dilation_w_factor', 1) or 1), pad), c]
+    if op.name in REDUCE and len(sh) > 1 and is_const(g, op.inputs[1]):
+        axes = {a % len(x) for a in const_ints(g, op.inputs[1])}
+        if o.get('keep_dims'):
+            return [1 if a in axes else d for a, d in enumerate(x)]
+        return [d for a, d in enumerate(x) if a not in axes]
+    if op.name == 'FULLY_CONNECTED' and len(sh) > 1:
+        n = sh[1][0]
+        if o.get('keep_num_dims'):
+            return x[:-1] + [n]
+        return [int(np.prod(x)) // x[-1], n] if x[-1] else None
+    if op.name == 'CONCATENATION':
+        a = int(o.get('axis', 0)) % len(x)
+        y = list(x)
+        y[a] = sum(s_[a] for s_ in sh)
+        return y
+    if op.name == 'PAD' and len(sh) > 1 and is_const(g, op.inputs[1]):
+        p = const_ints(g, op.inputs[1])
+        return [d + p[2 * a] + p[2 * a + 1] for a, d in enumerate(x)] if len(p) == 2 * len(x) else None
+    if op.name == 'TRANSPOSE' and len(sh) > 1 and is_const(g, op.inputs[1]):
+        p = const_ints(g, op.inputs[1])
+        return [x[a] for a in p] if sorted(p) == list(range(len(x))) else None
+    if op.name == 'TILE' and len(sh) > 1 and is_const(g, op.inputs[1]):
+        m = const_ints(g, op.inputs[1])
+        return [d * k for d, k in zip(x, m)] if len(m) == len(x) else None
+    if op.name == 'EXPAND_DIMS' and len(sh) > 1 and is_const(g, op.inputs[1]):
+        a = const_ints(g, op.inputs[1])[0]
+        a = a % (len(x) + 1)
+        return x[:a] + [1] + x[a:]
+    return None
+
+
+def check_window_shapes(g: Graph) -> None:
+    """ValueError naming the file and op where a convolution's or a pool's output shape
+    in the file is not what its input, kernel, strides and padding give (a converter's
+    static shape after a shape read at run time that the host could not fold): the int8
+    kernels size their buffers from them.  The float path checks the same per op
+    (optable._spatial)."""
+    for op in g.ops:
+        if op.name not in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'MAX_POOL_2D', 'AVERAGE_POOL_2D') \
+                or len(op.outputs) != 1:
+            continue
+        want, has = _shape_after(g, op), list(g.tensors[op.outputs[0]].shape)
+        if want is not None and want != has:
+            raise ValueError(f'{g.path}: op {op.number} {op.name}: the file gives its output '
+                             f'shape {has}, its input {list(g.tensors[op.inputs[0]].shape)} '
+                             f'and its geometry give {want}; export the model with static '
+                             'shapes (a fixed batch of 1)')
+
+
+def _propagate_shapes(g: Graph, changed: set):
+    """Each op reading a tensor whose shape changed gets its output shape again from its
+    inputs (_shape_after), in execution order; graph outputs keep the file's shape (the
+    loss and the data are checked against it)."""
+    for op in g.ops:
+        if not changed.intersection(op.inputs) or len(op.outputs) != 1 or \
+                op.outputs[0] in g.outputs:
+            continue
+        y = g.tensors[op.outputs[0]]
+        new = _shape_after(g, op)
+        if new is not None and list(y.shape) != list(new) and \
+                all(isinstance(d, (int, np.integer)) and d > 0 for d in new):
+            y.shape = [int(d) for d in new]
+            changed.add(op.outputs[0])
 
 
 def unpack_to_split(g: Graph) -> int:
@@ -768,33 +869,158 @@ def tile_to_concat(g: Graph) -> int:
     return done
 
 
+def resize_to_concat(g: Graph) -> int:
+    """RESIZE_NEAREST_NEIGHBOR of an NHWC map by whole factors (Keras 2's UpSampling2D,
+    tico's nn.Upsample(mode='nearest'); not align_corners) -> per axis it grows, a
+    RESHAPE that opens a unit axis after it, a CONCATENATION of k copies on that axis
+    and a RESHAPE that merges them: row i of the output is row i // k, as TFLite's kernel
+    (with or without half-pixel centres) gives for whole factors; the copies' gradients
+    sum into the input.  Float and int8 (copies keep the scale).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'RESIZE_NEAREST_NEIGHBOR' or len(op.inputs) < 2 or \
+                not is_const(g, op.inputs[1]) or op.options.get('align_corners'):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        size = const_ints(g, op.inputs[1])
+        if len(shape) != 4 or len(size) != 2 or any(n < 1 or m % n for n, m in zip(shape[1:3], size)):
+            continue
+        made = []
+        for a, k in ((1, size[0] // shape[1]), (2, size[1] // shape[2])):
+            if k == 1:
+                continue
+            opened = shape[:a + 1] + [1] + shape[a + 1:]
+            t1 = new_tensor(g, g.tensors[y].name + f'/axis{a}', opened, like=x)
+            r1 = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [t1], {}, src=op.src)
+            _make_reshape(g, r1, opened)
+            grown = list(opened)
+            grown[a + 1] = k
+            t2 = new_tensor(g, g.tensors[y].name + f'/copies{a}', grown, like=x)
+            cat = Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [t1] * k, [t2],
+                           {'axis': a + 1, 'fused_activation_function': 'NONE'}, src=op.src)
+            shape = list(shape)
+            shape[a] *= k
+            t3 = new_tensor(g, g.tensors[y].name + f'/merged{a}', shape, like=x)
+            r2 = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [t2], [t3], {}, src=op.src)
+            _make_reshape(g, r2, shape)
+            made += [r1, cat, r2]
+            x = t3
+        if not made:
+            made = [Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src)]
+            _make_reshape(g, made[0], list(g.tensors[y].shape))
+        else:
+            made[-1].outputs = [y]      # (its own tensor goes: compact)
+        at = g.ops.index(op)
+        g.ops[at:at + 1] = made
+        _renumber(g)
+        done += 1
+    return done
+
+
+def _spell(g: Graph, op: Operator, steps, own=-1) -> None:
+    """Replace op by steps [(name, inputs, options, shape)]: each writes a new float32
+    tensor of that shape (None: op's output shape), the last writes op's output; an
+    input 'prev' is the previous step's output, '@j' step j's.  Step `own` is op itself,
+    rewritten in place: --train and --ranks find the ops they select by identity (the
+    step with the op's parameter trains when the op does)."""
+    y, made, outs = op.outputs[0], [], []
+    own %= len(steps)
+    at = g.ops.index(op)
+    for j, (name, ins, opts, shape) in enumerate(steps):
+        ins = [outs[-1] if k == 'prev' else outs[int(k[1:])] if isinstance(k, str) else k
+               for k in ins]
+        out = y if j == len(steps) - 1 else new_tensor(
+            g, g.tensors[y].name + f'/{name.lower()}{j}',
+            list(g.tensors[y].shape) if shape is None else shape)
+        outs.append(out)
+        if j == own:
+            op.name, op.code, op.inputs, op.outputs, op.options = \
+                name, OP_CODES[name], ins, [out], dict(opts)
+            made.append(op)
+        else:
+            made.append(Operator(-1, OP_CODES[name], name, ins, [out], dict(opts), src=op.src))
+    g.ops[at:at + 1] = made
+    _renumber(g)
+
+
+def _own(g: Graph, k: int) -> int:
+    """k, or a copy of it when it is a constant (a rewrite reading it twice would
+    otherwise train one parameter from two ops)."""
+    if not is_const(g, k):
+        return k
+    t = g.tensors[k]
+    return new_tensor(g, t.name + '/copy', t.shape, np.array(t.data), dtype=t.dtype)
+
+
+_NONE = {'fused_activation_function': 'NONE'}
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
     and variance: MEAN, NEG, SQUARED_DIFFERENCE, RSQRT); a MUL reading one tensor twice
-    sums both gradients into it.  Float tensors only.  Returns how many."""
+    sums both gradients into it.  MAXIMUM(a, b) -> b + RELU(a - b) and MINIMUM(a, b) ->
+    a - RELU(a - b) (the gradient goes to the larger / smaller operand, as TFLite's
+    reference picks it); PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x)) (alpha: a
+    MUL's constant, which trains where it has more than one value, as Keras's PReLU
+    learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
+    axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
+    over them.  Float tensors only.  Returns how many."""
     done = 0
+    one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
-        if op.name not in ('NEG', 'SQUARED_DIFFERENCE') or \
-                np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+        if op.name not in ('SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU', 'SUM') + one or \
+                len(op.outputs) != 1 or np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
             continue
         y = op.outputs[0]
+        if len(op.inputs) != (1 if op.name in one else 2) or \
+                is_const(g, op.inputs[0]) and op.name != 'MAXIMUM' and op.name != 'MINIMUM' or \
+                op.name == 'SUM' and not is_const(g, op.inputs[1]):
+            continue
         if op.name == 'NEG':
-            if len(op.inputs) != 1:
-                continue
             m1 = new_tensor(g, g.tensors[y].name + '/minus_one', [], np.array(-1.0, np.float32))
             op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0], m1]
-            op.options = {'fused_activation_function': 'NONE'}
+            op.options = dict(_NONE)
+            _renumber(g)
+        elif op.name == 'SQUARE':
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0]] * 2
+            op.options = dict(_NONE)
+        elif op.name == 'ABS':
+            two = new_tensor(g, g.tensors[y].name + '/two', [], np.array(2.0, np.float32))
+            x = op.inputs[0]
+            _spell(g, op, [('RELU', [x], {}, None), ('MUL', ['prev', two], _NONE, None),
+                           ('SUB', ['prev', x], _NONE, None)])
+        elif op.name == 'SUM':
+            x, ax = op.inputs
+            shape = g.tensors[x].shape
+            n = int(np.prod([shape[a % len(shape)] for a in set(const_ints(g, ax))]))
+            nt = new_tensor(g, g.tensors[y].name + '/n', [], np.array(float(n), np.float32))
+            _spell(g, op, [('MEAN', [x, ax], {'keep_dims': bool(op.options.get('keep_dims'))},
+                            list(g.tensors[y].shape)), ('MUL', ['prev', nt], _NONE, None)])
+        elif op.name == 'SQUARED_DIFFERENCE':
+            _spell(g, op, [('SUB', op.inputs, _NONE, None), ('MUL', ['prev', 'prev'], _NONE, None)])
+        elif op.name in ('MAXIMUM', 'MINIMUM'):
+            a, b = op.inputs
+            last = ('ADD', [_own(g, b), 'prev'], _NONE) if op.name == 'MAXIMUM' else \
+                ('SUB', [_own(g, a), 'prev'], _NONE)
+            _spell(g, op, [('SUB', [a, b], _NONE, None), ('RELU', ['prev'], {}, None),
+                           last + (None,)], own=0)
+        elif op.name == 'PRELU':
+            x, alpha = op.inputs
+            _spell(g, op, [('RELU', [x], {}, None), ('SUB', [x, 'prev'], _NONE, None),
+                           ('MUL', ['prev', alpha], _NONE, None),
+                           ('ADD', ['@0', 'prev'], _NONE, None)], own=2)
         else:
-            if len(op.inputs) != 2:
-                continue
-            d = new_tensor(g, g.tensors[y].name + '/difference', list(g.tensors[y].shape))
-            sub = Operator(-1, OP_CODES['SUB'], 'SUB', list(op.inputs), [d],
-                           {'fused_activation_function': 'NONE'}, src=op.src)
-            g.ops.insert(g.ops.index(op), sub)
-            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [d, d]
-            op.options = {'fused_activation_function': 'NONE'}
-        _renumber(g)
+            x = op.inputs[0]
+            shape = list(g.tensors[x].shape)
+            axis = new_tensor(g, g.tensors[y].name + '/axis', [1], np.array([len(shape) - 1], np.int32))
+            n = new_tensor(g, g.tensors[y].name + '/n', [], np.array(float(shape[-1]), np.float32))
+            eps = new_tensor(g, g.tensors[y].name + '/eps', [], np.array(1e-12, np.float32))
+            row = shape[:-1] + [1]
+            _spell(g, op, [('MUL', [x, x], _NONE, None), ('MEAN', ['prev', axis], {'keep_dims': True}, row),
+                           ('MUL', ['prev', n], _NONE, row), ('ADD', ['prev', eps], _NONE, row),
+                           ('RSQRT', ['prev'], {}, row), ('MUL', [x, 'prev'], _NONE, None)])
         done += 1
     return done
 
@@ -969,7 +1195,8 @@ def dilated_convs(g: Graph) -> int:
 # integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
 # of the same bytes); the others edit float constants or make float constants (NEG's -1).
 PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, True),
-          ('tiles', tile_to_concat, True), ('elementwise', elementwise_forms, False),
+          ('tiles', tile_to_concat, True), ('resizes', resize_to_concat, True),
+          ('elementwise', elementwise_forms, False),
           ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True))

@@ -1091,8 +1091,12 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
                 objs += 2 * arr(4 * 256) + arr(2 * 256)
+            if 'tq' in d:                   # a SQUARED_DIFFERENCE's gradient table (int16)
+                objs += arr(2 * 512)
         if 'gx' in d:                       # a gather's dims and strides (utrain.q8slc)
             objs += arr(4 * 9)
+        for _, v in d.get('kt', ()):        # a constant activation it reads (utrain.q8)
+            objs += arr(len(v))
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     at = {k for k, _, _ in t.get('at', ())}
@@ -1133,6 +1137,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
     # (and the held gradients: a slot each, utrain.q8hold); the bias sums, one buffer
     # the trained layers share (Q8Net.bs)
     st += arr(4 * q8.bsn(ls))
+    opt, batch = settings['optimizer'], int(settings['batch'])
+    mom = opt == 'sgd' and settings.get('momentum')
+    ibias = opt == 'sgd' and batch == 1
     mask = 0
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
@@ -1144,7 +1151,10 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
         if back and d.get('mask'):
             mask += arr((d['nout'] + 7) // 8)                 # its output's 1-bit mask
         if d.get('train'):          # float bias, update multipliers (weights)
-            st += arr(4 * d['nb']) + (2 * arr(4 * q8.umn(d)) if q8.umn(d) else 0)
+            # (SGD at batch 1 with per-channel scales: an int8 fraction a bias instead of
+            # a float bias, utrain.q8 Layer.be)
+            st += (arr(d['nb']) if d.get('bh') and ibias else arr(4 * d['nb'])) + (
+                2 * arr(4 * q8.umn(d)) if q8.umn(d) else 0)
         if d.get('gw') and q8_trained_weights(d):
             # utrain.q8grow: its weight scales' exponents and counts, the count scratch
             # (one, the widest layer's: priced per layer), and dz's per-channel
@@ -1162,8 +1172,6 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
         gin = 0
     parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if q8.gtwo(ls) else 1) * arr(4 * gin)
                                                             if gin else 0)
-    opt, batch = settings['optimizer'], int(settings['batch'])
-    mom = opt == 'sgd' and settings.get('momentum')
     n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0) + (1 if mom else 0)
     n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0) + (1 if mom else 0)
     # SGD: an int8 fraction per trained weight of the layers that ask for it (Layer.wf)

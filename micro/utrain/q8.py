@@ -66,8 +66,11 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
+    rc = 0          # a masked layer's outputs at its top clamp (mkk's count: utrain.q8range)
     ge = None       # its weight scales' exponents (utrain.q8grow: 'gw')
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
+    bf = None       # the float bias (none where SGD steps the int32 bias in integers: be)
+    be = None       # SGD, per-channel scales: the int32 biases' kept fractions (q8kern.ubek)
     bc = 0          # a MEAN whose input's layer reads its gradient broadcast (smk's period)
     wlo = whi = 0
     gi = ()         # the inputs (positions in ins) the backward pass gives a gradient
@@ -141,8 +144,8 @@ class Layer:
             self.blo, self.bhi = (self.wlo, self.whi) if self.whi > self.wlo else (0, oc)
             if d.get('pw'):
                 self.pw, self.wo = 1, self.wlo * (d['wn'] // oc)
-            self.bf = _f32(oc)                            # float bias
-            self.set_bias()
+            if 'bh' not in d:       # (else made in Q8Net.setup where an optimizer needs it)
+                self.set_bias()
             # backward buffers, allocated once (a board's heap fragments on per-step ones):
             # per-channel update multipliers (weights that train: a gradient chunk's
             # channels, _mults); the bias sums (a layer's live only in its _back) and the
@@ -160,9 +163,16 @@ class Layer:
         return (0, oc * row) if self.k == DW else (self.wlo * row, self.whi * row)
 
     def set_bias(self):
-        # the float bias (and Adam's float master) from the int32 bias and int8 weights
+        # the float bias (made here on first use; Adam's float master too) from the int32
+        # bias and int8 weights; where SGD steps the int32 bias and its fraction (be), no
+        # float bias: the int32 bias is the one held (the fractions zeroed)
         sw, sx, b = self.d['sw'], self.d['sx'], self.b
         self.sync = self.stale = 0
+        if self.be is not None:
+            self.be[:] = bytes(len(b))
+            return
+        if self.bf is None:
+            self.bf = _f32(len(b))
         for o in range(len(b)):
             self.bf[o] = b[o] * sx * sw[o % len(sw)]
         wm = getattr(self, 'wm', None)
@@ -173,6 +183,19 @@ class Layer:
             wo = self.wo
             for i in range(w0, w1):
                 wm[i - w0] = ((w[i - wo] ^ 128) - 128) * sw[(i // blk) % oc % len(sw)]
+
+    def rebias(self, o, u):
+        # channel o's int32 bias and kept fraction (the value held, b - be / 256 bias
+        # steps), and its momentum velocity, at a scale 2^u times the old (u = 1:
+        # halved, -1: doubled)
+        b, e, v = self.b, self.be, self.vb
+        t = 256 * b[o] - ((e[o] ^ 128) - 128)
+        t = t >> 1 if u > 0 else t + t
+        q = (t + 127) >> 8
+        e[o] = (256 * q - t) & 255
+        b[o] = _clamp(q)
+        if v is not None:
+            v[o] = v[o] >> 1 if u > 0 else _clamp(v[o] + v[o])
 
     def opi(self):
         # (output channels, positions, input channels): an FC's, or a 1x1 conv's as an FC
@@ -325,7 +348,7 @@ class Layer:
 
 
 class Q8Net:
-    def __init__(self, meta, wof_path):
+    def __init__(self, meta, wof_path, mom=0.0):
         from utrain import wof
         self.meta = meta
         ls = meta['layers']
@@ -358,6 +381,9 @@ class Q8Net:
         am = memoryview(self.arena)
         for k, o, n in meta.get('at', ()):
             t[k] = am[o:o + n]
+        for d in ls:                # constant activations (a recurrent layer's zero state)
+            for k, v in d.get('kt', ()):
+                t[k] = bytearray([q & 255 for q in v])
         acc = self.acc = _i32(meta.get('acc') or max([d['nout'] for d in ls]))
         try:
             self.acc8 = memoryview(acc).cast('B')     # CPython: the sums' bytes
@@ -393,6 +419,14 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
+        # and SGD momentum's int32 weight velocities (mom: the trainer's; made in setup,
+        # after the layers, a classifier's 51 KB found no run long enough after a prefix
+        # pass: MobileNetV2's needed 81 KB more with momentum than without, 51 planned)
+        vel = {}
+        if mom:
+            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i])],
+                            key=lambda i: -trained_n(ls[i])):
+                vel[i] = _i32(trained_n(ls[i]))
         # a graph's held gradients, one buffer a slot (the walk planned once: its
         # temporaries between the buffers fragment a board's heap)
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
@@ -452,6 +486,8 @@ class Q8Net:
             L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
             if i in frac:
                 L.wf = frac.pop(i)
+            if i in vel:
+                L.vw = vel.pop(i)
             if w is not None and L.mul is None:
                 L.mul, L.shf = self._req(d, _i32(d['nq'])), self._req(d, _i32(d['nq']), 1)
             t[d.get('out')] = L.y
@@ -475,6 +511,7 @@ class Q8Net:
                 self.etab[i] = e[i]
         self.upm = array('i', [0, 0, 0, 0, 69069])      # upmk's seed, m, sh, h, LCG
         self.upe = array('i', [0, 0, 0, 0])              # upek's n, m, sh, h (m 0: none)
+        self.bq = [0, 0, 0, 0]              # _ibias's multiplier, shift, j, its layer's id
         self.smr = array('i', [0, 0, 0])                 # sfk's sum, argmax, max
         self.g0 = _i32(len(self.layers[-1].y) if ls else 0)
         self.bc = 0               # the period of the gradient _back passes down (0: none)
@@ -578,7 +615,7 @@ class Q8Net:
                 else:
                     x = L.forward(t[ins[0]])
                 if L.mk is not None:
-                    self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+                    L.rc = self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
             return x
         i = 0
         while i < n:
@@ -599,7 +636,7 @@ class Q8Net:
             else:
                 x = L.forward(t[ins[0]])
             if L.mk is not None:
-                self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+                L.rc = self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
             i += 1
         return x
 
@@ -683,13 +720,26 @@ class Q8Net:
             if L.train:
                 w0, w1 = L.wr()
                 n, oc = w1 - w0, len(L.b)
+                # SGD at batch 1 with per-channel scales (q8.json 'bh'): the int32 bias
+                # steps in integers, an int8 fraction a bias (1/256 steps) instead of a
+                # float bias (_ibias), momentum's bias velocities int32 (1/256 bias
+                # steps); the others step a float bias
+                ib = 'bh' in L.d and not self.adam and batch == 1
                 if self.mom:
-                    L.vw, L.vb = _i32(n), _f32(oc)
+                    v = L.vw
+                    if v is not None and len(v) == n:
+                        K.zk(v, n)          # (made with the net: zeroed)
+                    else:
+                        L.vw = _i32(n)
+                    L.vb = (_i32 if ib else _f32)(oc)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model
                 # trained as int8), the update exact, no rounding noise (q8kern.upek)
                 L.wf = (L.wf if L.wf is not None and len(L.wf) == n else bytearray(n)) if (
                     n and not self.adam and L.d.get('wf')) else None
+                L.be = (L.be or bytearray(oc)) if ib else None
+                if L.be is None and L.bf is None:
+                    L.set_bias()
                 if optimizer == 'sgd' and batch == 1:
                     continue
                 L.ga, L.ba = _i32(n), _f32(oc)
@@ -712,6 +762,7 @@ class Q8Net:
 
     def _run(self, x, label, lr):
         loss, hit, dl = self.loss(x, label, True)
+        self.bq[3] = 0              # (_ibias's multiplier: none kept from a step cut short)
         # the loss gradient as int32 with scale s = 2^-14 (scce's own) or 2^-20 (cce's
         # floats; |dL/dlogit| <= 1: a scale every sample shares, so batch sums differ only
         # by the layers' powers of two)
@@ -1018,6 +1069,8 @@ class Q8Net:
             for o in range(lo, hi):
                 ba[o] += sz * bs[o - lo]
             return
+        if L.be is not None:
+            return self._ibias(L, lr * sz, lo, hi, bs)
         sx, sw = L.d['sx'], L.d['sw']
         bf, b, vb, mu = L.bf, L.b, L.vb, self.mom
         nw = len(sw)
@@ -1062,6 +1115,51 @@ class Q8Net:
                 vb[o] = mu * vb[o] + c * v
                 bf[o] -= vb[o]
             b[o] = _clamp(int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw]))))
+
+    def _ibias(self, L, c, lo, hi, bs):
+        # SGD, per-channel scales: b[o] -= c bs / (sx sw[o]) bias steps in integers, the
+        # rounding kept in L.be (q8kern.ubek; a float step a channel cost a Cortex-M0+
+        # ~200 us): one multiplier c / (sx bsm) for all channels, in 2^-(8 + j) steps (j
+        # <= 8 as fine as bs's bound, |bs| <= 128 positions, leaves within 2^29; a step
+        # past that bound is clipped to it), then each channel's bsm / sw[o] (q8.req's, a
+        # scratch at a time; a doubled weight scale's: 2^-ge[o] of it).  Momentum: the
+        # steps in 1/256 (j = 0) into the int32 velocity (v = mu v + step; b -= v), the
+        # bound 2^7 times lower (a velocity sums up to 1 / (1 - mu) steps)
+        d, qm, qs, bq, v = L.d, self.qm, self.qs, self.bq, L.vb
+        if bq[3] != id(L):      # (a row-fed layer's chunks after its first: made there)
+            m, e = qmul(c / (d['sx'] * d['bsm']) * 256.0)
+            t, P = 15 if v is not None else 22, L.opi()[1]
+            while (1 << (22 - t)) < P:
+                t -= 1          # (2^(22 - t) >= P)
+            j = t - e if t - e < 8 else 8
+            if v is not None and j > 0:
+                j = 0
+            if j < 0:
+                m, e, j = 2147483647, t, 0
+            bq[0], bq[1], bq[2], bq[3] = m, e + j, j, id(L)
+        if hi == L.bhi:
+            bq[3] = 0           # (the layer's last chunk: the next call makes its own)
+        qm[0], qs[0] = bq[0], bq[1]
+        n = hi - lo
+        K.rqk(bs, n, 1, n, qm, qs, bs, 0, 0, 0, 1)
+        w, ge = len(qm), L.ge
+        if ge is not None and not any(ge):
+            ge = None
+        for o0 in range(lo, hi, w):
+            m = min(w, hi - o0)
+            self.quant(L, o0, m, d['bh'])
+            if ge is not None:
+                for i in range(m):
+                    qs[i] -= ge[o0 + i]
+            u = memoryview(bs)[o0 - lo:] if o0 > lo else bs
+            K.rqk(u, m, m, 1, qm, qs, u, 0, 0, 0, 1)
+        if v is not None:
+            v = memoryview(v)[lo:] if lo else v
+            K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
+            K.adk(v, bs, n)
+            bs = v
+        K.ubek(memoryview(L.b)[lo:] if lo else L.b, memoryview(L.be)[lo:] if lo else L.be,
+               bs, n, bq[2])
 
 
 def _clamp(q):

@@ -132,6 +132,10 @@ class Grow:
             self._dxm(L)
 
     def _bias(self, L, chans):
+        if L.be is not None:        # (SGD's integer bias, its fraction, velocity: halved)
+            for c in chans:
+                L.rebias(c, 1)
+            return
         d = L.d
         sw, sx, b, bf = d['sw'], d['sx'], L.b, L.bf
         nw = len(sw)

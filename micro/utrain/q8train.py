@@ -47,7 +47,7 @@ class Q8Trainer:
         if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
-        self.net = Q8Net(meta, weights)
+        self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0)
         self.weights_path = weights
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
                        c['momentum'])
@@ -215,8 +215,8 @@ class Q8Trainer:
             w[bt] = L.b
             if L.whi > L.wlo:
                 w[wt] = self._wblock(L)
-            tail.append(L.bf)
-            n = L.wr()[1] - L.wr()[0]      # (a rank's window; none: the bias alone)
+            tail.append(L.bf if L.be is None else L.be)    # (the bias held: float, or
+            n = L.wr()[1]                                   # int32 and its fraction) - L.wr()[0]      # (a rank's window; none: the bias alone)
             if net.adam:
                 if n:
                     m[wt], v[wt] = L.am, L.av
@@ -256,7 +256,7 @@ class Q8Trainer:
             w, m, v, step, epoch, extra = read_checkpoint(f, path, n, sizes, state, raw=True,
                                                           part=part)
         r = calcsize(RESUME)
-        want = r + 8 + sum([4 * L.d['nb'] + (4 * nw[L] if net.adam else 0)
+        want = r + 8 + sum([(4 if L.be is None else 1) * L.d['nb'] + (4 * nw[L] if net.adam else 0)
                             + (nw[L] if L.wf is not None else 0) for L in ls])
         for x in net.ext:
             want += 4 + x.nstate()
@@ -278,8 +278,12 @@ class Q8Trainer:
             if nw[L]:
                 L.w = bytearray(w[wt])
             L.b = _i32(0, w[bt])
-            nb = 4 * L.d['nb']
-            L.bf = _f32(0, extra[o:o + nb])
+            nb = L.d['nb']
+            if L.be is not None:            # (the int32 bias's fraction, in place)
+                L.be[:] = extra[o:o + nb]
+            else:
+                nb *= 4
+                L.bf = _f32(0, extra[o:o + nb])
             L.sync = 0
             o += nb
             k = 4 * nw[L]
@@ -290,7 +294,7 @@ class Q8Trainer:
                 o += k
             elif net.mom:
                 L.vw = _i32(0, m[wt]) if k else _i32(0)
-                L.vb = _f32(0, m[bt])
+                L.vb = (_f32 if L.be is None else _i32)(0, m[bt])
             if L.wf is not None:            # (in place: no second buffer of its size)
                 L.wf[:] = extra[o:o + nw[L]]
                 o += nw[L]

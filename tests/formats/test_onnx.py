@@ -117,6 +117,27 @@ def _seeded(model, seed):
     return model.eval()
 
 
+def prelu():
+    # PReLU was refused ("use LeakyReLU"): a slope per channel after a conv (NCHW [C, 1,
+    # 1]), one slope after a Linear
+    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.PReLU(4), nn.Flatten(),
+                         nn.Linear(4 * 4 * 4, 6), nn.PReLU(), nn.Linear(6, 3))
+
+
+class Normalize(nn.Module):
+    """F.normalize over a feature map's channels and over a vector (ReduceL2, refused
+    before; Clip, Expand, Div)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(2, 4, 3, padding=1)
+        self.a, self.f = nn.Linear(4, 6), nn.Linear(6, 3)
+
+    def forward(self, x):
+        y = nn.functional.normalize(self.c(x), dim=1).mean((2, 3))
+        return self.f(nn.functional.normalize(self.a(y), dim=-1))
+
+
 # name -> (builder, input shape, exporter options)
 MODELS = {
     'rescnn-13': (ResCNN, (3, 8, 8), dict(opset_version=13, dynamo=False)),
@@ -128,6 +149,8 @@ MODELS = {
     'mlp-13': (mlp, (10,), dict(opset_version=13, dynamo=False)),
     'mlp-17': (mlp, (10,), dict(opset_version=17, dynamo=False)),
     'softplus-17': (softplus, (10,), dict(opset_version=17, dynamo=False)),
+    'prelu-17': (prelu, (2, 4, 4), dict(opset_version=17, dynamo=False)),
+    'normalize-17': (Normalize, (2, 4, 4), dict(opset_version=17, dynamo=False)),
 }
 
 
@@ -210,7 +233,7 @@ def test_forward_matches_ort_and_torch(name, folder, tmp_path):
 
 @pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('name,train', [('rescnn-17', 'all'), ('rescnn-13', 'last:6'),
-                                        ('mlp-17', 'all')])
+                                        ('mlp-17', 'all'), ('prelu-17', 'all')])
 def test_train_and_export(name, train, backend, folder, tmp_path):
     """prepare, a short training run, export .onnx: ORT on the export equals utrain's
     forward with the trained weights; the frozen stem (last:6) has its BatchNorm folded
@@ -435,8 +458,9 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
      (1, 6, 6), r'\(Resize\): mode linear: utrain upsamples with mode \'nearest\''),
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.5)), (1, 6, 6),
      r'\(Resize\): resizing \[1, 2, 4, 4\] to \[1, 2, 6, 6\]: utrain resizes by integer'),
-    (lambda: nn.Sequential(nn.Linear(4, 3), nn.PReLU()), (4,),
-     r'\(PRelu\): utrain cannot read ONNX op PRelu: use LeakyReLU'),
+    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.ConvTranspose2d(2, 2, 2, stride=2)), (1, 6, 6),
+     r'\(ConvTranspose\): utrain cannot read ONNX op ConvTranspose: the device has no '
+     r'transposed convolution'),
     (lambda: nn.Sequential(nn.Linear(4, 3), nn.LogSoftmax(-1)), (4,),
      r'\(LogSoftmax\): .*--from-logits'),
 ])

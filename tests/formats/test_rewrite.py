@@ -580,13 +580,16 @@ def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
     assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}
 
 
-def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
+@pytest.mark.parametrize('tail', ['flatten', 'conv'])
+def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     """Keras 3's UpSampling2D: TILE of a 5-D [1, H, 1, W, C] becomes a CONCATENATION of
     copies (no TILE left; 5-D with a leading 1 runs as 4-D), and the RESHAPE to a shape
     computed at run time gets the folded shape on its output where the file's static one
-    is wrong; ONERT on the rewrite = numpy, prepare trains it (the conv under the tiles
-    moves: the gradient of both copies reaches it)."""
-    src, forward = build_keras_upsample(tmp_path / 'up.tflite')
+    is wrong, and so does every op after it whose file shape follows the wrong one (a
+    held-out Keras UpSampling2D -> Conv2D was refused: "CONV_2D: output is 1x10, VALID
+    padding gives 10x10"); ONERT on the rewrite = numpy, prepare trains it (the conv under
+    the tiles moves: the gradient of both copies reaches it)."""
+    src, forward = build_keras_upsample(tmp_path / 'up.tflite', tail=tail)
     dst, info, _ = rewritten(src, tmp_path / 'r.circle')
     names = ops(dst)
     assert 'TILE' not in names and 'SHAPE' not in names and info['tiles'] == 1
@@ -596,7 +599,23 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path):
 
     xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
     _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
-    assert moved == {'w', 'bc', 'wf', 'bf'}
+    assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail == 'conv' else set())
+
+
+def test_nearest_resize_by_whole_factors_becomes_copies(tmp_path):
+    """RESIZE_NEAREST_NEIGHBOR by 2 and 3 (Keras 2's UpSampling2D, Resizing(nearest), tico's
+    nn.Upsample; refused before) becomes RESHAPE + CONCATENATION of copies + RESHAPE per
+    axis; ONERT on the rewrite = numpy, and the conv under it trains (both convs move)."""
+    from kerasgraphs import build_keras_resize
+    src, forward = build_keras_resize(tmp_path / 'rs.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert 'RESIZE_NEAREST_NEIGHBOR' not in ops(dst) and info['resizes'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 3, 2, 1)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    xs = np.random.default_rng(2).standard_normal((16, 3, 2, 1)).astype(np.float32)
+    _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
+    assert moved == {'w', 'bc', 'w2', 'b2', 'wf', 'bf'}
 
 
 def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
@@ -617,6 +636,82 @@ def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     _, moved = _trained_names(src, tmp_path, xs, np.random.default_rng(3).standard_normal((16, 2)),
                               loss='mse')
     assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}
+
+
+def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None):
+    """One SGD step of prepare's run (mse, batch 1, host) on one sample of x moves each
+    weight in names by -lr times the gradient the differences of the numpy forward give;
+    sensitive: a weight the sample must reach (the first such sample is used)."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    from host_tools.files.wof import read_wof
+    t = np.array([[0.3, -0.7]])
+
+    def loss(x1, **p):
+        return float(((forward(x1.astype(np.float64), **p) - t) ** 2).mean())
+
+    def numeric(x1, name, v):
+        num = np.zeros_like(v)
+        for i in np.ndindex(v.shape):
+            d = np.zeros_like(v)
+            d[i] = 1e-5
+            num[i] = (loss(x1, **{name: v + d}) - loss(x1, **{name: v - d})) / 2e-5
+        return num
+    x1 = x[:1]
+    if sensitive:
+        v0 = next(t_.data for t_ in read_model(src).tensors if t_.name == sensitive)
+        x1 = next(x[i:i + 1] for i in range(len(x))
+                  if np.abs(numeric(x[i:i + 1], sensitive, v0.astype(np.float64))).max() > 1e-3)
+    np.savez(tmp_path / 'd.npz', x=x1, y=t.astype(np.float32))
+    out, lr = tmp_path / 'run', 0.01
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), epochs=1, lr=lr,
+                optimizer='sgd', batch=1, train='all', loss='mse', log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(out / s['rewritten'])
+    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    step = {g.tensors[k].name: (after[k] - before[k]) / -lr for k in before}
+    for name in names:
+        assert name in step, (name, sorted(step))
+        num = numeric(x1, name, before[_named(g, name)].astype(np.float64))
+        np.testing.assert_allclose(step[name], num, rtol=2e-2, atol=2e-4, err_msg=name)
+        assert np.abs(num).max() > 1e-3, name
+    return step
+
+
+def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
+    """Issue 28 (held-out Keras PReLU, Maximum and UnitNormalization models, refused at
+    PRELU, MAXIMUM and L2_NORMALIZATION): the rewrite writes them with ops that train
+    (RELU, SUB, MUL, ADD, MEAN, RSQRT), none of the four left; ONERT on the rewrite =
+    numpy; one SGD step on one sample moves each weight by -lr times the gradient the
+    differences of the numpy forward give (PReLU's slopes among them)."""
+    from kerasgraphs import build_keras_gates
+    src, forward = build_keras_gates(tmp_path / 'g.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert not {'PRELU', 'MAXIMUM', 'MINIMUM', 'L2_NORMALIZATION'} & set(ops(dst))
+    assert info['elementwise'] == 4
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    step = _step_is_the_gradient(src, forward, tmp_path, ('w1', 'alpha', 'w3'), x, 'alpha')
+    assert {'b1', 'w2', 'b2', 'b3'} <= set(step)
+
+
+def test_abs_square_and_sum_train(tmp_path):
+    """ABS, SQUARE and SUM (refused before) become 2 * RELU(x) - x, MUL(x, x) and n *
+    MEAN; ONERT on the rewrite = numpy, and a step is the gradient (by differences)."""
+    from kerasgraphs import build_keras_abs_square_sum
+    src, forward = build_keras_abs_square_sum(tmp_path / 'a.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert not {'ABS', 'SQUARE', 'SUM'} & set(ops(dst)) and info['elementwise'] == 3
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w3'), x)
+
+
+def _named(g, name):
+    return next(k for k, t in enumerate(g.tensors) if t.name == name)
 
 
 def test_keras_dilated_convolutions_become_dilated_ops(tmp_path):

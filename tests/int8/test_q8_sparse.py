@@ -194,7 +194,7 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
     for step in range(2):
         xq = _sample(step)
         want = _ref(net, m, xq, label)
-        bf0 = {i: np.array(L[i].bf, np.float64) for i in want}
+        bf0 = {i: _held(L[i]) for i in want}
         w0 = {i: bytes(L[i].w) for i in want}
         sws = {i: np.array(L[i].d['sw']) for i in want}   # (before a scale grows: q8grow)
         del got[:]
@@ -203,7 +203,7 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
             lo, hi = L[i].d.get('tw', (0, L[i].nout if L[i].k == quant.FC else L[i].g[3]))
             oc = len(gb)
             blo, bhi = (lo, hi) if hi > lo else (0, oc)
-            db = np.array(L[i].bf, np.float64) - bf0[i]
+            db = _held(L[i]) - bf0[i]
             assert np.all(db[:blo] == 0) and np.all(db[bhi:] == 0)
             errs.append((i, 'b', _rel(db[blo:bhi], -lr * gb[blo:bhi])))
             ups = [(i0, u) for base, i0, u in got if base is L[i].w]
@@ -226,6 +226,21 @@ def test_sparse_step_matches_float_reference(tmp_path, monkeypatch, scheme):
             w0a = np.frombuffer(w0[i], np.int8).reshape(oc, row)
             assert np.array_equal(np.delete(w1, np.s_[lo:hi], 0), np.delete(w0a, np.s_[lo:hi], 0))
     assert max(e for _, _, e in errs) < 0.06, errs
+
+
+def _held(L):
+    """The float biases layer L holds: its float bias, or where SGD steps the int32 bias
+    in integers (L.be), the int32 bias less its fraction (1/256 steps) at the scales of
+    the moment."""
+    if L.be is None:
+        return np.array(L.bf, np.float64)
+    e = np.frombuffer(bytes(L.be), np.int8).astype(np.float64)
+    return (np.array(L.b, np.float64) - e / 256) * L.d['sx'] * np.array(L.d['sw'], np.float64)
+
+
+def _bstate(L):
+    # the bytes of the bias state beside the int32 bias: float biases or fractions
+    return bytes(L.bf if L.be is None else L.be)
 
 
 def test_per_tensor_bias_alone_steps(tmp_path):
@@ -408,7 +423,7 @@ def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
             assert len(net.dz) < L.nout
         for s in range(2):
             net.step(_sample(s), 3, 0.05)
-        outs.append([bytes(L.b) + bytes(L.bf) for L in net.layers if L.train]
+        outs.append([bytes(L.b) + _bstate(L) for L in net.layers if L.train]
                     + [bytes(L.w) for L in net.layers if L.train and L.whi > L.wlo])
     assert outs[0] == outs[1]
     # a layer whose weights train (the pointwise conv at 1/2) keeps them in RAM
@@ -554,10 +569,10 @@ def test_residual_add_passes_the_gradient_to_both_inputs(tmp_path):
     for step in range(3):
         xq = _sample(step)
         want = _ref_graph(net, m, xq, step % NCLS)
-        bf0 = {i: np.array(L[i].bf, np.float64) for i in want}
+        bf0 = {i: _held(L[i]) for i in want}
         net.step(xq, step % NCLS, 0.02)
         for i, (_, gb) in want.items():
-            errs.append((step, i, _rel(np.array(L[i].bf, np.float64) - bf0[i], -0.02 * gb)))
+            errs.append((step, i, _rel(_held(L[i]) - bf0[i], -0.02 * gb)))
     assert max(e for *_, e in errs) < 0.06, errs
     # without the residual's share the conv below the block is far off
     assert all(e < 0.06 for s, i, e in errs if i == 0)
@@ -625,7 +640,7 @@ def test_dscnn_sparse_run_export_end_to_end(tmp_path):
 
 def _window_state(net):
     # each trained layer's held weights, biases, float biases, momentum velocities
-    return [bytes(L.w or b'') + bytes(L.b) + bytes(L.bf) + bytes(L.vw or b'')
+    return [bytes(L.w or b'') + bytes(L.b) + _bstate(L) + bytes(L.vw or b'')
             for L in net.layers if L.train]
 
 
@@ -797,26 +812,129 @@ def test_fraction_update_is_exact():
     assert outs[0] == outs[1]
 
 
-def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch):
-    """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions): a
-    checkpoint holds the fractions, a resumed trainer has them, and its next steps equal
-    the uninterrupted trainer's, weights and fractions."""
+def test_bias_fraction_update_is_exact():
+    """q8kern.ubek (SGD's integer bias step): steps in 2^-(8 + j) bias steps, rounded half
+    up to 1/256, go into the int32 bias and its int8 fraction so that 256 b - e =
+    256 b0 - (the sum of the rounded steps) exactly, the fraction within [-128, 127], a
+    bias pushed past +-(2^31 - 1) held there (a numpy reference)."""
+    from array import array
+    rng = np.random.default_rng(7)
+    n, mx = 257, (1 << 31) - 1
+    for j in (0, 3, 8):
+        b0 = rng.integers(-5000, 5000, n)
+        b0[:2] = (mx - 10, -mx + 10)
+        b, e = array('i', b0.tolist()), bytearray(n)
+        tot = np.zeros(n, np.int64)
+        for step in range(30):
+            d = rng.integers(-(1 << (j + 9)), 1 << (j + 9), n) * (rng.random(n) < 0.8)
+            d[:2] = (-(1 << (j + 20)), 1 << (j + 20))     # past the int32 ends, held there
+            tot += (d + ((1 << j) >> 1)) >> j
+            K.ubek(b, e, array('i', d.tolist()), n, j)
+        bq, eq = np.array(b, np.int64), np.frombuffer(bytes(e), np.int8).astype(np.int64)
+        assert np.array_equal((256 * bq - eq)[2:], (256 * b0 - tot)[2:]), j
+        assert list(bq[:2]) == [mx, -mx]
+
+
+def test_integer_bias_step_matches_the_float_step(tmp_path):
+    """SGD's per-channel bias step in integers (Q8Net._bias: one multiplier for the layer,
+    a per-channel factor from q8.req, q8kern.ubek) moves the bias each layer holds (int32
+    less its fraction) by the float step it replaced, -lr sz bs / (sx sw[o]) bias steps,
+    each step to half of 1/256 of a bias step (the fraction's rounding) and a hair (the
+    multipliers'); steps below half a bias step add up (the fraction keeps them); a doubled weight scale (q8grow) halves the
+    channel's step; a step too large for int32 is clipped, its sign kept.  No float bias
+    is held."""
+    from array import array
+    m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    rng = np.random.default_rng(3)
+    sz = 2.0 ** -14 * 8
+    for i in (0, 1, 2):
+        L = net.layers[i]
+        assert L.be is not None and L.bf is None and 'bh' in L.d
+        lo, hi, P = L.blo, L.bhi, L.opi()[1]
+        sw = np.array(L.d['sw'], np.float64)[lo:hi]
+        if i == 2:                          # a channel whose weight scale doubled
+            L.ge[lo + 1] += 1
+            L.d['sw'][lo + 1] *= 2.0
+            sw[1] *= 2.0
+        L.b[:] = array('i', rng.integers(-3000, 3000, len(L.b)).tolist())
+        L.be[:] = rng.integers(0, 256, len(L.be)).astype(np.uint8).tobytes()
+
+        def held():
+            return 256 * np.array(L.b, np.float64)[lo:hi] - np.frombuffer(
+                bytes(L.be), np.int8)[lo:hi]
+        for lr, steps in ((0.02, 1), (2e-5, 40)):
+            t0, want = held(), 0
+            for _ in range(steps):
+                bs = rng.integers(-128 * P, 128 * P + 1, hi - lo)
+                want = want - 256 * lr * sz * bs / (L.d['sx'] * sw)
+                net._bias(L, sz, lr, lo, hi, array('i', bs.tolist()))
+            got = held() - t0
+            assert np.abs(got - want).max() <= steps * (0.5 + 2 / 256) + 1e-6 * np.abs(
+                want).max(), (i, lr)
+            if steps > 1:       # (each step alone below half a bias step)
+                assert np.abs(want).max() / steps < 128 and np.abs(got).max() > 256
+        bs = rng.integers(-128 * P, 128 * P + 1, hi - lo)
+        bs[0] = 128 * P
+        t0 = held()
+        net._bias(L, sz, 1e9, lo, hi, array('i', bs.tolist()))
+        got = held() - t0
+        assert np.all(np.sign(got) == -np.sign(bs)) and got[0] < -(1 << 20)
+
+
+def test_integer_bias_momentum(tmp_path):
+    """SGD momentum at batch 1 on a per-channel layer's integer bias: its velocity is
+    int32 in 1/256 bias steps (no float bias, no float velocity), the float step within
+    a 1/256 step; the bias held moves by exactly the velocity, and with no new gradient
+    the velocity is mu times the last (q8kern.rqk's rounding)."""
+    from array import array
+    m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    net.setup('sgd', 1, momentum=0.5)
+    L = net.layers[0]
+    assert L.be is not None and L.bf is None and L.vb.typecode == 'i'
+    lo, hi, P = L.blo, L.bhi, L.opi()[1]
+    sw = np.array(L.d['sw'], np.float64)[lo:hi]
+
+    def held():
+        return 256 * np.array(L.b, np.int64)[lo:hi] - np.frombuffer(bytes(L.be), np.int8)[lo:hi]
+    bs = np.random.default_rng(4).integers(-128 * P, 128 * P + 1, hi - lo)
+    sz, lr = 2.0 ** -11, 0.02
+    t0 = held()
+    net._bias(L, sz, lr, lo, hi, array('i', bs.tolist()))
+    v1 = np.array(L.vb, np.int64)[lo:hi]
+    assert np.abs(v1 - 256 * lr * sz * bs / (L.d['sx'] * sw)).max() <= 1 and np.abs(v1).max() > 256
+    assert np.array_equal(held() - t0, -v1)
+    t0 = held()
+    net._bias(L, sz, lr, lo, hi, array('i', [0] * (hi - lo)))
+    v2 = np.array(L.vb, np.int64)[lo:hi]
+    assert np.abs(v2 - v1 / 2).max() <= 0.5 and np.array_equal(held() - t0, -v2)
+
+
+@pytest.mark.parametrize('mom', [0.0, 0.5])
+def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch, mom):
+    """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions, and
+    the per-channel layers' int32 biases theirs; with momentum, int32 velocities of both):
+    a checkpoint holds the fractions, a resumed trainer has them, and its next steps
+    equal the uninterrupted trainer's, weights and fractions."""
     from utrain.q8train import Q8Trainer
     _net(tmp_path, SCHEMES['bias-dw-pw-half'])
     monkeypatch.chdir(tmp_path)
-    tr = Q8Trainer(optimizer='sgd', batch=1)
+    tr = Q8Trainer(optimizer='sgd', batch=1, momentum=mom)
     L = tr.net.layers[2]
     assert L.wf is not None and len(L.wf) == (L.whi - L.wlo) * (L.d['wn'] // L.d['nb'])
     for s in range(3):
         tr.net.step(_sample(s), 3, 0.01)
     assert any(L.wf)
     tr.save_checkpoint('c.ckpt')
-    tr2 = Q8Trainer(optimizer='sgd', batch=1)
+    tr2 = Q8Trainer(optimizer='sgd', batch=1, momentum=mom)
     tr2.load_checkpoint('c.ckpt')
     assert bytes(tr2.net.layers[2].wf) == bytes(L.wf)
+    # and the int32 biases' fractions (SGD's integer bias step)
+    assert any(L.be) and [bytes(M.be) for M in tr2.net.layers if M.train and M.be] == [
+        bytes(M.be) for M in tr.net.layers if M.train and M.be]
     for t in (tr, tr2):
         for s in range(3, 5):
             t.net.step(_sample(s), 1, 0.01)
-    got = [[bytes(M.w) + bytes(M.b) + bytes(M.wf or b'') for M in t.net.layers if M.train]
+    got = [[bytes(M.w) + bytes(M.b) + bytes(M.wf or b'') + bytes(M.be or b'')
+            + bytes(M.vb or b'') + bytes(M.vw or b'') for M in t.net.layers if M.train]
            for t in (tr, tr2)]
     assert got[0] == got[1]

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from array import array
+
 import numpy as np
 import pytest
 
@@ -73,8 +75,8 @@ def _fc_ref(net, L, x):
 def test_a_saturating_channel_doubles_and_the_forward_follows(tmp_path, monkeypatch):
     """After a check: exactly the channels with a new weight at +-127 double (per-channel
     CONV_2D; the FC's one per-tensor scale), each halved weight holds half the value it
-    held to 1/512 of a step (its kept fraction included), the bias is the float bias at
-    the doubled scale, and the FC's int8 output matches a float reference of the
+    held to 1/512 of a step (its kept fraction included), and so each int32 bias with its
+    fraction (SGD's integer bias step), and the FC's int8 output matches a float reference of the
     dequantized weights (within one output step), as it did before."""
     d, x, _ = _run_dir(tmp_path, monkeypatch, n=20)
     net = _net(d, fc=True)
@@ -98,6 +100,11 @@ def test_a_saturating_channel_doubles_and_the_forward_follows(tmp_path, monkeypa
     if conv.wf is not None:
         conv.wf[:] = rng.integers(0, 256, len(conv.wf)).astype(np.uint8).tobytes()
     T = 256 * w.ravel() - (_i8(conv.wf) if conv.wf is not None else 0)
+    # (SGD steps this conv's int32 bias in integers: biases with fractions as well)
+    assert conv.be is not None and conv.bf is None
+    conv.b[:] = array('i', rng.integers(-3000, 3000, oc).tolist())
+    conv.be[:] = rng.integers(0, 256, oc).astype(np.uint8).tobytes()
+    TB = 256 * np.asarray(conv.b, np.int64) - _i8(conv.be)
     sw0 = np.array(conv.d['sw'], np.float64)
     shf0 = list(conv.shf)
     fc_sat = _i8(fc.w).__abs__().max() == 127
@@ -112,8 +119,11 @@ def test_a_saturating_channel_doubles_and_the_forward_follows(tmp_path, monkeypa
     moved = np.isin(ch, sat)
     assert np.array_equal(T1[~moved], T[~moved])
     assert np.all((2 * T1[moved] - T[moved] >= -1) & (2 * T1[moved] - T[moved] <= 0))
-    bf = np.asarray(conv.bf, np.float64)
-    assert np.array_equal(np.asarray(conv.b), np.round(bf / (conv.d['sx'] * sw1)).astype(np.int64))
+    # the bias and its fraction hold half the value they held at the doubled scale (to
+    # 1/512 of a bias step), the others' unchanged
+    TB1 = 256 * np.asarray(conv.b, np.int64) - _i8(conv.be)
+    assert np.array_equal(np.delete(TB1, sat), np.delete(TB, sat))
+    assert np.all((2 * TB1[sat] - TB[sat] >= -1) & (2 * TB1[sat] - TB[sat] <= 0))
     assert fc.ge[0] == (1 if fc_sat else 0)
     # a weight at +-127 when the counts were taken (a per-channel model's calibrated
     # maximum sits there) doubles nothing; one more weight reaching it does

@@ -537,6 +537,12 @@ def host_cases(tmp):
     cases.append(('plot a folder', ['plot', str(tmp), '-o', str(tmp / 'c.png')], 'refuse',
                   'is a folder'))
     cases.append(('plot ok', ['plot', str(log), '-o', str(tmp / 'c.png')], 'ok', None))
+    (tmp / 'binary.log').write_bytes(bytes(range(256)) * 4)
+    cases.append(('plot a binary file', ['plot', str(tmp / 'binary.log'), '-o', str(tmp / 'b.png')],
+                  'refuse', 'binary.log: not a utrain train.log'))
+    # one op given two ranks (which would train?), and a negative band height
+    cases.append(('prepare an op ranked twice', P + ['--ranks', '0:up,0:low'], 'refuse', 'given twice'))
+    cases.append(('prepare --bands -1', P + ['--bands', '-1'], 'refuse', '--bands -1'))
     # export: a prepared folder, then -o onto each input and a rewritten path outside
     run = tmp / 'run'
     prepare(model, str(run), data=good, loss='scce', epochs=1)

@@ -116,15 +116,21 @@ def build_keras_rnn(path, seed=0, T=5, F=3, H=4, O=3):
     return os.fspath(path), forward
 
 
-def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
+def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     """What Keras 3 exports for Conv2D -> UpSampling2D((2, 1)) -> Flatten -> Dense, built
     here: the rows repeated by EXPAND_DIMS [1, H, 1, W, C] -> TILE [1, 1, 2, 1, 1] (a 5-D
     tensor) -> RESHAPE to a shape computed at run time (SHAPE -> STRIDED_SLICE ->
     CONCATENATION), whose output the file gives the wrong static shape [1, 1, 2H, ...]
-    as the converter does when it cannot infer it.  Returns (path, numpy forward)."""
+    as the converter does when it cannot infer it.  tail 'conv': the upsampled map goes
+    on to a 1x2 VALID Conv2D (relu), GlobalAveragePooling2D (MEAN) and the Dense, and
+    the file's shapes are wrong from the RESHAPE to the conv's output, as the converter
+    writes them (the upsampled [1, 2H, W, C] as [1, 1, W, C], the conv's [1, 2H, W - 1,
+    C2] as [1, 1, W - 1, C2]).  Returns (path, numpy forward)."""
     rng = np.random.default_rng(seed)
     w, bc = _rand(rng, C, 1, 1, 1), _rand(rng, C)
-    wf, bf = _rand(rng, O, 2 * H * W * C), _rand(rng, O)
+    C2 = 3
+    w2, b2 = _rand(rng, C2, 1, 2, C), _rand(rng, C2)
+    wf, bf = _rand(rng, O, 2 * H * W * C if tail == 'flatten' else C2), _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
 
     def act(name, shape):
@@ -146,10 +152,19 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
     new = b.tensor('new', [4], dtype=np.int32)
     b.op('CONCATENATION', [n, b.tensor('rest', [3], data=np.array([2 * H, W, C], np.int32))],
          [new], axis=0)
-    u = b.tensor('u', [1, 1, 2 * H, W], signature=[-1, -1, 2 * H, W])  # (wrong: as converters do)
-    b.op('RESHAPE', [t, new], [u])
-    f = act('f', [1, 2 * H * W * C])
-    b.op('RESHAPE', [u], [f], new_shape=[1, 2 * H * W * C])
+    if tail == 'flatten':
+        u = b.tensor('u', [1, 1, 2 * H, W], signature=[-1, -1, 2 * H, W])  # (wrong: as converters do)
+        b.op('RESHAPE', [t, new], [u])
+        f = act('f', [1, 2 * H * W * C])
+        b.op('RESHAPE', [u], [f], new_shape=[1, 2 * H * W * C])
+    else:
+        u = b.tensor('u', [1, 1, W, C], signature=[-1, -1, W, C])            # (wrong)
+        b.op('RESHAPE', [t, new], [u])
+        v = b.tensor('v', [1, 1, W - 1, C2], signature=[-1, -1, W - 1, C2])  # (wrong)
+        b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [C2], data=b2)], [v],
+             padding='VALID', fused_activation_function='RELU')
+        f = act('f', [1, C2])
+        b.op('MEAN', [v, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [f])
     y = act('y', [1, O])
     b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
          [y])
@@ -160,6 +175,10 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3):
     def forward(xs):
         z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)    # [n, H, W, C]
         z = np.repeat(z, 2, axis=1)
+        if tail != 'flatten':
+            z = np.maximum(np.einsum('nhwc,oc->nhwo', z[:, :, :-1], w2[:, 0, 0]) +
+                           np.einsum('nhwc,oc->nhwo', z[:, :, 1:], w2[:, 0, 1]) + b2, 0)
+            return z.mean((1, 2)) @ wf.T + bf
         return z.reshape(len(xs), -1) @ wf.T + bf
     return os.fspath(path), forward
 
@@ -296,6 +315,117 @@ def build_keras_layernorm(path, seed=0, F=6, H=8, O=2, eps=1e-3):
     return os.fspath(path), forward
 
 
+def build_keras_gates(path, seed=0, F=5, H=6, O=2, lo=0.4):
+    """Elementwise layers a converter writes as ops of their own, built here: Dense ->
+    PReLU (PRELU, a slope per unit), a second Dense beside it, Maximum of the two
+    (MAXIMUM), Minimum with a scalar (MINIMUM), UnitNormalization (L2_NORMALIZATION),
+    Dense.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w1, b1, alpha = _rand(rng, H, F), _rand(rng, H), 0.5 * _rand(rng, H)
+    w2, b2 = _rand(rng, H, F), _rand(rng, H)
+    w3, b3 = _rand(rng, O, H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, F])
+    h = act('h', [1, H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [h])
+    p = act('p', [1, H])
+    b.op('PRELU', [h, b.tensor('alpha', [H], data=alpha)], [p])
+    q = act('q', [1, H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [H], data=b2)], [q])
+    m = act('m', [1, H])
+    b.op('MAXIMUM', [p, q], [m])
+    n = act('n', [1, H])
+    b.op('MINIMUM', [m, b.tensor('lo', [], data=np.array(lo, np.float32))], [n])
+    u = act('u', [1, H])
+    b.op('L2_NORMALIZATION', [n], [u])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [u, b.tensor('w3', w3.shape, data=w3), b.tensor('b3', [O], data=b3)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, alpha=alpha, w3=w3):
+        h = xs @ w1.T + b1
+        p = np.where(h > 0, h, alpha * h)
+        n = np.minimum(np.maximum(p, xs @ w2.T + b2), lo)
+        u = n / np.sqrt((n * n).sum(1, keepdims=True))
+        return u @ w3.T + b3
+    return os.fspath(path), forward
+
+
+def build_keras_abs_square_sum(path, seed=0, F=5, H=6, O=2):
+    """ABS, SQUARE and SUM as a converter writes them for Keras ops (tf.abs, tf.square,
+    tf.reduce_sum(keepdims=True)), built here: Dense -> |h| + h^2 -> its sum over the
+    units scales h -> Dense.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = 0.5 * _rand(rng, H, F), _rand(rng, H)
+    w3, b3 = _rand(rng, O, H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    x = act('x', [1, F])
+    h = act('h', [1, H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [h])
+    a, q, c, m, z = (act(n, s) for n, s in (('a', [1, H]), ('q', [1, H]), ('c', [1, H]),
+                                             ('m', [1, 1]), ('z', [1, H])))
+    b.op('ABS', [h], [a])
+    b.op('SQUARE', [h], [q])
+    b.op('ADD', [a, q], [c])
+    b.op('SUM', [c, b.tensor('axis', [1], data=np.array([1], np.int32))], [m], keep_dims=True)
+    b.op('MUL', [h, m], [z])
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [z, b.tensor('w3', w3.shape, data=w3), b.tensor('b3', [O], data=b3)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, w3=w3):
+        h = xs @ w1.T + b1
+        return h * (np.abs(h) + h * h).sum(1, keepdims=True) @ w3.T + b3
+    return os.fspath(path), forward
+
+
+def build_keras_resize(path, seed=0, H=3, W=2, C=2, O=3, fy=2, fx=3):
+    """Keras 2's UpSampling2D / Resizing(interpolation='nearest') and tico's nn.Upsample
+    as converters write them, built here: Conv2D 1x1 (relu) -> RESIZE_NEAREST_NEIGHBOR to
+    [fy H, fx W] (half-pixel centres) -> Conv2D 2x2 VALID (relu) -> MEAN over H, W ->
+    Dense.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    w, bc = _rand(rng, C, 1, 1, 1), np.abs(_rand(rng, C)) + 0.3      # (the relus alive)
+    w2, b2 = _rand(rng, 3, 2, 2, C), np.abs(_rand(rng, 3)) + 0.3
+    wf, bf = _rand(rng, O, 3), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, H, W, 1])
+    c = b.tensor('c', [1, H, W, C])
+    b.op('CONV_2D', [x, b.tensor('w', w.shape, data=w), b.tensor('bc', [C], data=bc)], [c],
+         padding='VALID', fused_activation_function='RELU')
+    u = b.tensor('u', [1, fy * H, fx * W, C])
+    b.op('RESIZE_NEAREST_NEIGHBOR', [c, b.tensor('size', [2], data=np.array([fy * H, fx * W], np.int32))],
+         [u], align_corners=False, half_pixel_centers=True)
+    v = b.tensor('v', [1, fy * H - 1, fx * W - 1, 3])
+    b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [3], data=b2)], [v],
+         padding='VALID', fused_activation_function='RELU')
+    f = b.tensor('f', [1, 3])
+    b.op('MEAN', [v, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [f])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)
+        z = np.repeat(np.repeat(z, fy, 1), fx, 2)
+        v = sum(np.einsum('nhwc,oc->nhwo', z[:, i:i + fy * H - 1, j:j + fx * W - 1], w2[:, i, j])
+                for i in range(2) for j in range(2)) + b2
+        return np.maximum(v, 0).mean((1, 2)) @ wf.T + bf
+    return os.fspath(path), forward
+
+
 def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
     """An int8 model as Keras 3's full-integer converter writes one, built here: the
     run-time batch of a Reshape (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, ops 0-3), a
@@ -406,14 +536,16 @@ def build_keras_int8_seq(path, seed=0):
 # TANH at the ones TFLite's int8 kernels require, RELU6 at its input's as TFLite Micro assumes)
 UNARY_OUT = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'HARD_SWISH': (0.03, -30),
              'RELU': (0.03, -128), 'RELU6': (0.04, 0), 'LEAKY_RELU': (0.03, 10),
-             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7)}
+             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7),
+             'EXP': (0.03, -128), 'LOG': (0.02, 30), 'RSQRT': (0.04, -128)}
 
 
 def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
     """An int8 FC -> `name` (a standalone elementwise op, as converters write a Keras
     activation layer or a requantization) -> FC model, built here.  Returns (path, float
     numpy forward of the dequantized graph: f(x float [6], first weights float or None)
-    -> logits, the first layer's weight scale).  sx, zx: the input's quantization."""
+    -> logits, the first layer's weight scale; forward.f is the op's float function).
+    sx, zx: the input's quantization."""
     import math
     rng = np.random.default_rng(seed)
     I, H, O = 6, 8, 3
@@ -441,13 +573,16 @@ def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
           'RELU': lambda v: np.maximum(v, 0), 'RELU6': lambda v: np.clip(v, 0, 6),
           'LEAKY_RELU': lambda v: np.where(v > 0, v, 0.1 * v),
           'ELU': lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
-          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v}
+          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v,
+          'EXP': np.exp, 'LOG': lambda v: np.log(np.maximum(v, 1e-300)),   # (log 0: the lowest code)
+          'RSQRT': lambda v: 1 / np.sqrt(np.maximum(v, 1e-300))}
 
     def forward(xf, wf=None):
         wf = w1 * s1 if wf is None else wf
         hf = xf @ wf.T + b1 * sx * s1
         af = np.clip(fs[name](hf), (-128 - zo) * so, (127 - zo) * so)
         return (w2 * s2) @ af
+    forward.f = fs[name]            # (the op's own float function)
     return os.fspath(path), forward, s1
 
 
@@ -845,3 +980,61 @@ def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3, island=False, sq=0.06):
         rf = np.clip(qf / (kc * 0.1), (-128 - zq) * sr, (127 - zq) * sr)
         return (w3 * s3) @ rf.reshape(-1)
     return os.fspath(path), forward, {'w1': s1, 'w2': s2}, sx
+
+
+def build_int8_sqd_minmax(path, seed=0, T=4, C=5, F=3, O=3):
+    """An int8 model with the binary ops Keras's converter writes as int8 kernels besides
+    ADD, SUB and MUL, built here: Dense on [1, T, C] (ops 0, 1, 2) -> a [1, T, F],
+    b [1, T, 1], c [1, T, F] (a and c at one scale); SQUARED_DIFFERENCE a, b (3: b
+    broadcast over F); MAXIMUM a, c (4: one scale, as maximum_minimum.cc needs); MINIMUM
+    of the squared difference and a per-channel constant [F] (5: a cap); ADD of the two
+    (6); RESHAPE (7); FC (8).  Returns (path, float numpy forward of the dequantized graph:
+    f(x float [T, C], weights {name: float}) -> logits, the weight scales {name: scale},
+    the input's scale)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, s2, s3, sa, sb, sd, ss, s4, sy = 0.05, 0.002, 0.0015, 0.002, 0.03, 0.02, 0.05, 0.06, 0.004, 0.1
+    za, zb, zd, zs = 5, -3, -128, -40
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    ws = {k: rng.integers(-127, 128, (n, C)).astype(np.int8) for k, n in (('w1', F), ('w2', 1), ('w3', F))}
+    bs = {k: rng.integers(-300, 300, len(w)).astype(np.int32) for k, w in ws.items()}
+    sc = {'w1': s1, 'w2': s2, 'w3': s3}
+    kc = np.array([-68, -8, 52, 100], np.int8)[:F]          # (3, 6, 9 real)
+    w4 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    outs = {}
+    for k, (shp, s, z) in (('w1', ([1, T, F], sa, za)), ('w2', ([1, T, 1], sb, zb)),
+                           ('w3', ([1, T, F], sa, za))):
+        outs[k] = b.tensor('o' + k, shp, dtype='int8', quant=q(s, z))
+        b.op('FULLY_CONNECTED', [x, b.tensor(k, ws[k].shape, data=ws[k], quant=q(sc[k], 0)),
+                                 b.tensor('b' + k, [len(ws[k])], data=bs[k], quant=q(sx * sc[k], 0))],
+             [outs[k]], keep_num_dims=True)
+    dt = b.tensor('d', [1, T, F], dtype='int8', quant=q(sd, zd))
+    b.op('SQUARED_DIFFERENCE', [outs['w1'], outs['w2']], [dt])
+    mt = b.tensor('m', [1, T, F], dtype='int8', quant=q(sa, za))
+    b.op('MAXIMUM', [outs['w1'], outs['w3']], [mt])
+    nt = b.tensor('n', [1, T, F], dtype='int8', quant=q(sd, zd))
+    b.op('MINIMUM', [dt, b.tensor('k', [F], data=kc, quant=q(sd, zd))], [nt])
+    st = b.tensor('s', [1, T, F], dtype='int8', quant=q(ss, zs))
+    b.op('ADD', [mt, nt], [st], fused_activation_function='NONE')
+    r2 = b.tensor('r2', [1, T * F], dtype='int8', quant=q(ss, zs))
+    b.op('RESHAPE', [st, b.tensor('rs', [2], data=np.array([1, T * F], np.int32))], [r2])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r2, b.tensor('w4', w4.shape, data=w4, quant=q(s4, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def rng_of(s, z):
+        return (-128 - z) * s, (127 - z) * s
+
+    def forward(xf, wf=None):
+        wf = wf or {}
+        o = {k: np.clip(xf @ wf.get(k, ws[k] * sc[k]).T + bs[k] * sx * sc[k], *rng_of(*zs_))
+             for k, zs_ in (('w1', (sa, za)), ('w2', (sb, zb)), ('w3', (sa, za)))}
+        d = np.clip((o['w1'] - o['w2']) ** 2, *rng_of(sd, zd))
+        m = np.maximum(o['w1'], o['w3'])
+        n = np.minimum(d, (kc.astype(np.float64) - zd) * sd)
+        s = np.clip(m + n, *rng_of(ss, zs))
+        return (w4 * s4) @ s.reshape(-1)
+    return os.fspath(path), forward, sc, sx

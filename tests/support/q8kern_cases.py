@@ -17,6 +17,8 @@ IMPLS[0][1]['dak'] = S.dak
 if getattr(K, 'ASM', False):
     IMPLS = [('asm', IMPLS[0][1]), ('viper', K.vk())]
     IMPLS[1][1]['dak'] = S.VD
+for _n, _k in IMPLS:
+    _k['ubek'] = K.ubek      # (viper everywhere: no assembler version)
 
 
 class R:
@@ -175,6 +177,17 @@ def run(r, name, k):
         for q in (array('i', [n, p[1], sh, p[3]]), array('i', [n, 0, 0, 0])):
             k['upek'](w, e, d, q)
         out.append(('upe%d' % i, w, e))
+    # ubek: int32 biases and their kept fractions (SGD's integer bias step), steps in
+    # 2^-(8 + j) bias steps, twice; biases pushed past +-(2^31 - 1) held there
+    for i, (n, j) in enumerate(((1, 0), (37, 3), (300, 8))):
+        b, e, d = r.ints(n, 1 << 24), r.bytes(n), r.ints(n, 1 << 18)
+        for q in range(0, n, 5):
+            d[q] = 0
+        if n > 2:
+            b[0], d[0], b[1], d[1] = 0x7ffffff0, -(1 << 28), -0x7ffffff0, 1 << 28
+        for _ in range(2):
+            k['ubek'](b, e, d, n, j)
+        out.append(('ube%d' % i, b, e))
     # q8sparse.dak: a chunk of output channels' input gradient, added (P positions)
     for i, (P, O, I, o0, m) in enumerate(((1, 5, 7, 0, 5), (9, 12, 13, 4, 5), (3, 4, 1, 3, 1),
                                           (4, 16, 33, 8, 8))):
