@@ -261,6 +261,15 @@ def smc(d, x, k, m, o0, c, O, P, p):
     np.frombuffer(d, np.int8, P * c)[:] = r.astype(np.int8)
 
 
+def smb(s, x, k, m, O, P):
+    v = _i32(x, O).astype(I64)
+    h2 = (1 << k) >> 1
+    r = np.clip(np.where(v < 0, -((h2 - v) >> k), (v + h2) >> k), -127, 127)
+    on = np.unpackbits(np.frombuffer(m, np.uint8, (P * O + 7) // 8), count=P * O,
+                       bitorder='little').reshape(P, O)
+    _i32(s, O)[:] = r * on.sum(0)
+
+
 def dak(dx, dz, w, o0, m, O, P, I):
     z = np.frombuffer(dz, np.int8, P * O).reshape(P, O)[:, o0:o0 + m].astype(I64)
     _add(dx, P * I, z @ _i8(w, m * I).reshape(m, I).astype(I64))
@@ -274,4 +283,4 @@ def mzk(g, n, m):
 
 def install_sparse(g):
     """As install, for utrain.q8sparse's kernels."""
-    install(g, ('mkk', 'smk', 'smc', 'dak', 'mzk'))
+    install(g, ('mkk', 'smk', 'smc', 'smb', 'dak', 'mzk'))

@@ -19,6 +19,7 @@ if getattr(K, 'ASM', False):
     IMPLS[1][1]['dak'] = S.VD
 for _n, _k in IMPLS:
     _k['ubek'] = K.ubek      # (viper everywhere: no assembler version)
+    _k['smb'] = S.smb
 
 
 class R:
@@ -198,6 +199,27 @@ def run(r, name, k):
         dx = r.ints(P * I)
         k['dak'](dx, dz, w, o0, m, O, P, I)
         out.append(('da%d' % i, dx))
+    # q8sparse.smb: a row-fed layer's bias sums from its broadcast row at once = smc's dz
+    # a chunk of channels at a time summed over positions (sumk), channels whose mask
+    # bits are all clear, all set, and rows past the int8 clamp
+    for i, (P, O, kk, c) in enumerate(((9, 40, 3, 7), (1, 5, 0, 5), (4, 33, 12, 8))):
+        x = r.ints(O, 1 << 18)
+        x[0], x[1] = 1 << 24, -(1 << 24)
+        mk = r.bytes((P * O + 7) // 8)
+        for q in range(P):
+            j = q * O + 2
+            mk[j >> 3] &= 255 - (1 << (j & 7))
+            j += 1
+            mk[j >> 3] |= 1 << (j & 7)
+        s = r.ints(O)
+        k['smb'](s, x, kk, mk, O, P)
+        ref, dz = array('i', [0] * O), bytearray(P * c)
+        for o0 in range(0, O, c):
+            m = min(c, O - o0)
+            S.smc(dz, x, kk, mk, o0, m, O, P, O)
+            K.sumk(memoryview(ref)[o0:], dz, 0, P, m)
+        assert list(s) == list(ref), ('smb', i)
+        out.append(('smb%d' % i, s))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 
