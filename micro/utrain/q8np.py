@@ -200,7 +200,8 @@ def upek(w, e, d, p):
     q = (v + 128) >> 8
     np.frombuffer(e, np.int8, n)[:] = (v - (q << 8)).astype(np.int8)
     wq = np.frombuffer(w, np.int8, n)
-    wq[:] = np.clip(wq.astype(I64) - q, -127, 127).astype(np.int8)
+    up = q != 0         # (a weight with no step is left as it is: a -128 is not clipped)
+    wq[up] = np.clip(wq[up].astype(I64) - q[up], -127, 127).astype(np.int8)
 
 
 def c7k(w, n, st):

@@ -175,6 +175,8 @@ def run(r, name, k):
         # upek: the same updates with the rounding's error kept (remainders e), twice
         w, e = r.bytes(n), r.bytes(n)
         w[0] = 0x81
+        if n > 4:       # a -128 weight with no step (d[4] 0, no fraction) stays as it is
+            w[4], e[4] = 0x80, 0
         for q in (array('i', [n, p[1], sh, p[3]]), array('i', [n, 0, 0, 0])):
             k['upek'](w, e, d, q)
         out.append(('upe%d' % i, w, e))
