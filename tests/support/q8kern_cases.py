@@ -69,6 +69,11 @@ CONV = [  # H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill
     (7, 7, 2, 3, 3, 3, 1, 1, 2, 2, 2, 2, 0, None),         # dilation 2
     (4, 4, 5, 2, 3, 3, 1, 1, 1, 1, 1, 1, -128, 0x7f),      # saturated input
 ]
+CONV2 = [  # (run after the others: their seeded data unchanged) q8asm's dot2, rows in pairs
+    (2, 3, 8, 5, 1, 1, 1, 1, 0, 0, 1, 1, 6, None),         # pointwise, an even count
+    (1, 1, 4, 3, 1, 1, 1, 1, 0, 0, 1, 1, -128, 0x80),      # pointwise, one row
+    (3, 4, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 5, None),         # im2col rows: 4 a row, n odd
+]
 DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
     (6, 6, 3, 2, 3, 1, 1, 3, None), (4, 5, 5, 1, 3, 1, 0, -128, 0x80),
@@ -77,6 +82,26 @@ RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
     (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
     (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3)]
 UP = [(37, 1 << 10, 12345), (64, 1 << 16, 0x3fffffff), (5, 300, 0)]   # n, |d| <, seed
+
+
+def _convs(r, k, cases, tag, out):
+    for i, c in enumerate(cases):
+        H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill = c
+        gm = geo(H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw)
+        N = gm[10] * gm[11]
+        x = r.bytes(H * W * I, fill)
+        w = r.bytes(O * KH * KW * I)
+        b = r.ints(O)
+        acc = r.ints(N * O)
+        k['convk'](acc, x, xz, gm, w, b)
+        dz = r.bytes(N * O)
+        g = r.ints(O * KH * KW * I)
+        k['cgk'](g, dz, x, xz, gm, 0, O)
+        g2 = r.ints((O - 1) * KH * KW * I)
+        k['cgk'](g2, dz, x, xz, gm, 1, O)
+        dx = r.ints(H * W * I)
+        k['cdk'](dx, dz, w, gm)
+        out.append((tag + '%d' % i, acc, g, g2, dx))
 
 
 def run(r, name, k):
@@ -94,23 +119,7 @@ def run(r, name, k):
         dx = r.ints(ni)
         k['dxk'](dx, dz, 1, w, no, ni)
         out.append(('fc%d' % i, acc, g, dx))
-    for i, c in enumerate(CONV):
-        H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill = c
-        gm = geo(H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw)
-        N = gm[10] * gm[11]
-        x = r.bytes(H * W * I, fill)
-        w = r.bytes(O * KH * KW * I)
-        b = r.ints(O)
-        acc = r.ints(N * O)
-        k['convk'](acc, x, xz, gm, w, b)
-        dz = r.bytes(N * O)
-        g = r.ints(O * KH * KW * I)
-        k['cgk'](g, dz, x, xz, gm, 0, O)
-        g2 = r.ints((O - 1) * KH * KW * I)
-        k['cgk'](g2, dz, x, xz, gm, 1, O)
-        dx = r.ints(H * W * I)
-        k['cdk'](dx, dz, w, gm)
-        out.append(('conv%d' % i, acc, g, g2, dx))
+    _convs(r, k, CONV, 'conv', out)
     for i, (H, W, C, M, KS, s, p, xz, fill) in enumerate(DW):
         gm = geo(H, W, C, C * M, KS, KS, s, s, p, p)
         N = gm[10] * gm[11]
@@ -222,6 +231,7 @@ def run(r, name, k):
             K.sumk(memoryview(ref)[o0:], dz, 0, P, m)
         assert list(s) == list(ref), ('smb', i)
         out.append(('smb%d' % i, s))
+    _convs(r, k, CONV2, 'pair', out)
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 
