@@ -392,7 +392,9 @@ def _args_settings(q):
     q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
                    help='default: the model\'s training metadata, else scce when --data holds one '
                         'class number per sample for a model with several outputs, cce when it holds '
-                        'one-hot rows (one value per output), else mse. '
+                        'one-hot rows (one value per output), bce when it holds 0s and 1s for a '
+                        'model ending in a sigmoid, else mse (an int8 model then trains '
+                        'dequantized: int8 training takes scce or cce). '
                         'cce and scce without --from-logits expect probabilities (a model ending '
                         'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
                         '(e.g. PyTorch through tico) prepare says so and trains from logits')

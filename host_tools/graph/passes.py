@@ -110,6 +110,19 @@ def parse_train(spec, n_ops: int) -> set:
     raise PrepareError(f'--train {spec!r}: expected all, none or last:N')
 
 
+def reach_hint(ops, n_file: int, train) -> str:
+    """For a --train last:N that selects nothing: '' or what N reaches the last op with
+    weights.  ops: (file number, name) of the graph's ops; n_file: the file's op count."""
+    if not (isinstance(train, str) and train.startswith('last:')):
+        return ''
+    w = [(n, name) for n, name in ops if name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]
+    if not w:
+        return ''
+    n, name = max(w)
+    return (f'; --train last:N counts every op of the file, those after the last layer too: '
+            f'last:{n_file - n} reaches op {n} ({name})')
+
+
 # Sparse update: how much of an op trains.  onert-micro's training-config codes are
 # 0 ALL, 1 ONLY_BIAS, 2 UP_1_2_PART (output channels [0, O/2)), 3 LOWER_1_2_PART
 # ([O/2, O)); utrain adds the first 1/4 and 1/8 of the output channels (4, 5).

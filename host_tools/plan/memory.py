@@ -1092,8 +1092,12 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
                 objs += 2 * arr(4 * 256) + arr(2 * 256)
+            if 'tq' in d:                   # a SQUARED_DIFFERENCE's gradient table (int16)
+                objs += arr(2 * 512)
         if 'gx' in d:                       # a gather's dims and strides (utrain.q8slc)
             objs += arr(4 * 9)
+        for _, v in d.get('kt', ()):        # a constant activation it reads (utrain.q8)
+            objs += arr(len(v))
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
     if t.get('req'):

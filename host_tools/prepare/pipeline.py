@@ -100,7 +100,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     """s with the loss the data asks for when neither the command line nor the model's
     CIRCLE_TRAINING metadata names one, for a model with several outputs: scce where the
     data's targets are class numbers (one integer per sample, 0 .. outputs - 1), cce
-    where they are one-hot rows (one value per output, 0s and a single 1), as a user with
+    where they are one-hot rows (one value per output, 0s and a single 1), bce where the
+    model ends in a sigmoid (LOGISTIC) and every target is 0 or 1, as a user with
     labelled samples expects (the default mse refuses labels: "y has 1 values per
     sample, the model outputs 10", trains one-hot classes as a regression, and int8
     training takes scce or cce only); else s as it is.  Says which it chose."""
@@ -112,9 +113,15 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         y = np.asarray(ds.labels(data))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass, which says what is wrong)
-    if n_out < 2 or not len(y) or not np.issubdtype(y.dtype, np.number) or y.ndim > 2:
+    if not len(y) or not np.issubdtype(y.dtype, np.number) or y.ndim > 2:
         return s
-    if y.ndim == 2 and y.shape[1] == n_out > 1:
+    last = next((op for op in g.ops if g.outputs and g.outputs[0] in op.outputs), None)
+    if last is not None and last.name == 'LOGISTIC' and y.size == len(y) * n_out and \
+            np.all((y == 0) | (y == 1)):
+        loss, what = 'bce', f'targets of 0 and 1 for {n_out} sigmoid output{"s" * (n_out > 1)}'
+    elif n_out < 2:
+        return s
+    elif y.ndim == 2 and y.shape[1] == n_out > 1:
         if not (np.all((y == 0) | (y == 1)) and np.all(y.sum(1) == 1)):
             return s
         loss, what = 'cce', 'one-hot rows of class targets'
@@ -128,7 +135,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     s = dict(s, loss=loss)
     if overrides.get('metric') is None:
         s['metric'] = 'accuracy'
-    log(f'loss: {loss} ({data}: {what}, the model has {n_out} outputs; --loss sets another)')
+    log(f'loss: {loss} ({data}: {what}, the model has {n_out} output{"s" * (n_out != 1)}; '
+        '--loss sets another)')
     return s
 
 
@@ -335,6 +343,14 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
+    if as8 and not dequantize and s['loss'] not in ('scce', 'cce') and overrides.get('loss') is None \
+            and 'loss' not in metadata_settings(source):
+        # the loss nobody named (the data's, or the default) is one int8 training lacks: a
+        # regression or a sigmoid's bce trains dequantized, as --dequantize would
+        log(f'{model_path}: trains in float32, dequantized as --dequantize does: int8 training '
+            f'takes --loss scce or cce, and this run\'s loss is {s["loss"]}; export --quantized '
+            'writes the trained model back as int8')
+        dequantize, as8 = True, False
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
@@ -387,7 +403,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             + ' whole besides the ranked ones; --train none trains only the ranked ops')
     g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
-        raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)')
+        from ..graph.passes import reach_hint
+        raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)' +
+                           reach_hint([(op.number, op.name) for op in source.ops],
+                                      len(source.ops), train))
     for line in missing_biases(model_path, g, p):
         log(line)
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)

@@ -56,14 +56,28 @@ UNARY = {
     'GELU': (lambda x, o: 0.5 * x * (1 + _ERF(x / math.sqrt(2))),
              lambda x, o: 0.5 * (1 + _ERF(x / math.sqrt(2))) + x * np.exp(-x * x / 2)
              / math.sqrt(2 * math.pi)),
+    # tabulated as TFLite's int8 EXP and LOG (_lut_populate); a non-positive LOG input is
+    # log 0 = -inf there, the output's lowest code, its derivative 0
+    'EXP': (lambda x, o: np.exp(x), lambda x, o: np.exp(x)),
+    'LOG': (lambda x, o: np.log(x), lambda x, o: 1 / np.where(x > 0, x, np.inf)),
+    # LayerNormalization's 1 / sqrt(variance + eps); TFLite Micro computes it in fixed
+    # point (refusing inputs <= 0): the rounded real value differed from it by one code
+    # at one of 7,650 positive inputs over 30 scale pairs; 1 / sqrt(0) and below: the
+    # highest code, derivative 0
+    'RSQRT': (lambda x, o: 1 / np.sqrt(np.where(x > 0, x, 0.0)),
+              lambda x, o: -0.5 * np.where(x > 0, x, np.inf) ** -1.5),
 }
+# the UNARY ops whose int8 kernel is TFLite's LUTPopulate (float32, std::round)
+LUT_F32 = ('EXP', 'LOG')
 # and the ones TFLite Micro computes by one requantization and a clamp (its integers)
 REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
 KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
-         'SUB': BIN, 'MUL': BIN, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
-BINARY = ('ADD', 'SUB', 'MUL', 'DIV')      # BIN's 'bo': the op's position
+         'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
+         **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM')   # BIN's 'bo'
+SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
 RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
@@ -358,7 +372,8 @@ def layers(g: Graph, train='last:1', ranks=None):
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'SUB, MUL, DIV, MAX_POOL_2D, AVERAGE_POOL_2D, '
+                             'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, '
+                             'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
@@ -563,15 +578,23 @@ def _island_layer(g, isl, src) -> dict:
 
 def _check_reads(g, out, xin):
     """layers(): every layer reads the model's input or an earlier layer's output (or a
-    BIN layer's constant): else refused naming the op."""
+    BIN layer's constant); a weighted layer may read a constant int8 activation (a
+    recurrent layer's zero state folded to a constant: its bytes in the layer's 'kt',
+    made once on the board; no gradient passes to it): else refused naming the op."""
     made = {xin}
     for d in out:
         for j, k in enumerate(d['in']):
-            if k not in made and not ('kc' in d and j == d['kp']):
+            if k in made or 'kc' in d and j == d['kp']:
+                continue
+            t = g.tensors[k]
+            if d['k'] not in WEIGHTED or t.data is None or t.dtype != 'int8' or not t.quant:
                 raise ValueError(f'{g.path}: op {g.ops[d["op"]].number} ({g.ops[d["op"]].name}) '
-                                 f'reads {g.tensors[k].name!r}, a constant activation (a '
-                                 'recurrent layer\'s zero state): int8 training reads '
-                                 'activations (export the model with the state as an input)')
+                                 f'reads {t.name!r}, a constant activation (a recurrent '
+                                 'layer\'s zero state): int8 training reads one only into a '
+                                 'FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D (export the '
+                                 'model with the state as an input)')
+            d.setdefault('kt', []).append([k, [int(v) for v in np.asarray(t.data).reshape(-1)]])
+            made.add(k)
         made.add(d['out'])
 
 
@@ -622,10 +645,13 @@ def _plain_add(g, op) -> bool:
 
 
 def _bin_layer(g, op, d, src):
-    """layers(): an ADD that broadcasts (or adds a constant), a SUB or a MUL of two int8
-    tensors as utrain.q8bin runs it: TFLite Micro's multipliers (add.cc / sub.cc: each
-    input shifted left ADD_SHIFT bits and scaled by s_i / (2 max(s_1, s_2)), the sum by
-    2 max(s_1, s_2) / (2^20 s_y); mul.cc: s_1 s_2 / s_y), and the broadcast: the output
+    """layers(): an ADD that broadcasts (or adds a constant), a SUB, MUL, DIV,
+    SQUARED_DIFFERENCE, MAXIMUM or MINIMUM of two int8 tensors as utrain.q8bin runs it:
+    TFLite Micro's multipliers (add.cc / sub.cc: each input shifted left ADD_SHIFT bits
+    and scaled by s_i / (2 max(s_1, s_2)), the sum by 2 max(s_1, s_2) / (2^20 s_y);
+    squared_difference.cc: the same with SQD_SHIFT bits, the squared difference by
+    (2 max(s_1, s_2))^2 / (2^14 s_y); mul.cc: s_1 s_2 / s_y; maximum_minimum.cc compares
+    the int8 values: one scale and zero point for the inputs and output), and the broadcast: the output
     as 4 dims (runs of axes that broadcast alike merged) and each input's strides along
     them ('bg', 0 where it broadcasts); a constant input's values in 'kc'."""
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
@@ -671,9 +697,22 @@ def _bin_layer(g, op, d, src):
         ms = [_f32div(s1, s2, sy)]
     elif bo == 2:
         ms = [quantize_multiplier(s1 * s2 / sy)]
+    elif bo > 4:
+        if not (math.isclose(s1, sy, rel_tol=1e-6) and math.isclose(s2, sy, rel_tol=1e-6)
+                and z1 == z2 == d['zy']):
+            raise ValueError(f'{g.path}: {op.name} op {op.number} has inputs at scales {s1}, '
+                             f'{s2} (zero points {z1}, {z2}) and its output at {sy} ({d["zy"]}); '
+                             f'TFLite\'s int8 {op.name} compares the int8 values, which needs '
+                             'them equal (prepare --dequantize trains it in float)')
+        ms = [(1 << 30, 1)]                 # (x 1)
     else:
         tm = 2 * max(s1, s2)
-        ms = [quantize_multiplier(v) for v in (s1 / tm, s2 / tm, tm / ((1 << ADD_SHIFT) * sy))]
+        ms = [quantize_multiplier(v) for v in (s1 / tm, s2 / tm, tm * tm / ((1 << 2 * SQD_SHIFT) * sy)
+                                                  if bo == 4 else tm / ((1 << ADD_SHIFT) * sy))]
+        if bo == 4 and ms[2][1] > 0:
+            raise ValueError(f'{g.path}: SQUARED_DIFFERENCE op {op.number}: its output scale '
+                             f'{sy} is below (2 max input scale)^2 / 2^14, where TFLite\'s int8 '
+                             'kernel cannot requantize (prepare --dequantize trains it in float)')
     n = int(np.prod(ys))
     ni = [int(np.prod(t.shape)) for t in xs]
     d.update(bo=bo, zi=[z1, z2], mul=[m for m, _ in ms], shf=[e for _, e in ms],
@@ -681,6 +720,14 @@ def _bin_layer(g, op, d, src):
              cl=1, **{'in': [src(k) if t.data is None else k for k, t in zip(op.inputs, xs)]})
     if bo == 2:
         d.update(si=[s1, s2], kx=1)         # (its gradient reads both inputs)
+    elif bo == 4:
+        # the gradient 2 (x_j - x_other): each input's values as the forward scales them
+        # (scale tm / 2^SQD_SHIFT), their difference times 2 tm / 2^SQD_SHIFT
+        d.update(si=[2 * tm / (1 << SQD_SHIFT)] * 2, kx=1,
+                 tq=[mbqm((x - z) << SQD_SHIFT, *me) for z, me in ((z1, ms[0]), (z2, ms[1]))
+                     for x in range(-128, 128)])
+    elif bo > 4:
+        d['kx'] = 1
     if bo == 3:
         _div_tables(d, z2, s2, sy)
     for j, t in enumerate(xs):
@@ -875,7 +922,7 @@ def mbqm(x, m: int, e: int) -> int:
 
 def _lut_layer(g, op, d):
     """layers(): an elementwise op of one int8 input (LOGISTIC, TANH, HARD_SWISH,
-    LEAKY_RELU, ELU, GELU, NEG; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
+    LEAKY_RELU, ELU, GELU, NEG, EXP, LOG, RSQRT; RELU, RELU6, RELU_N1_TO_1 and QUANTIZE as TFLite Micro's
     one requantization and clamp; a DIV by one constant as its integer div.cc,
     _tflm_div) as utrain.q8lut runs it: 't' its int8 output for each input value
     -128..127, 'dt' its derivative there (real units, 2^-14 steps of 'ds'; 0 where the
@@ -902,10 +949,23 @@ def _lut_layer(g, op, d):
         dv = np.where((t > lo) & (t < hi), 1.0, 0.0)     # (x itself inside the clamp)
     else:
         f, df = UNARY[op.name]
-        v = np.round(f(x, op.options) / sy) + zy
-        t = np.clip(v, -128, 127)
-        dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
+        with np.errstate(all='ignore'):
+            v = (_lut_populate(f, sx, zx, sy, zy) if op.name in LUT_F32
+                 else np.round(f(x, op.options) / sy) + zy)
+            t = np.clip(np.nan_to_num(v, nan=-128), -128, 127)
+            dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
     _put_table(d, t, dv)
+
+
+def _lut_populate(f, sx, zx, sy, zy):
+    """TFLite's int8 LUTPopulate of f (EXP, LOG): each of the 256 inputs dequantized in
+    float32, f in float32, times the float32 1 / sy, std::round, plus the zero point;
+    before the clamp (a NaN, LOG of a negative input, is the lowest code there, as the
+    float-to-int cast gives it on x86; -inf is on every target)."""
+    f32 = np.float32
+    y = np.asarray(f(f32(sx) * (np.arange(-128, 128) - zx).astype(f32), {}), f32)
+    r = (y * (f32(1) / f32(sy))).astype(np.float64)
+    return np.sign(r) * np.floor(np.abs(r) + 0.5) + zy
 
 
 def _put_table(d, t, dv):
@@ -1305,8 +1365,9 @@ RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of i
 def follow_ranges(m: dict, logits_only=False) -> list | None:
     """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
     while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
-    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer, and each MEAN above
-    one, whose output range can double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp
+    each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer (one that keeps only
+    a mask of its output too: q8range counts its clamp as the mask is made), and each
+    MEAN above one, whose output range can double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp
     inside the int8 range but its zero point's (none, or RELU), read through pools only
     by trained weighted layers or MEANs (its multiplier doubles, no bias) that take it as
     their one input, or the logits (the softmax table's end zero).  None without a layer that can (or with
@@ -1319,7 +1380,7 @@ def follow_ranges(m: dict, logits_only=False) -> list | None:
         if logits_only and i < len(ls) - 1:        # (the logits' range alone)
             continue
         grows = d['k'] in (FC, CONV, DW) and d.get('train') or d['k'] == MEAN and d.get('back')
-        if not grows or d.get('mask') or d.get('sd') or d.get('pw') or d['hi'] != 127 or \
+        if not grows or d.get('sd') or d.get('pw') or d['hi'] != 127 or \
                 d['lo'] not in (-128, d['zy']):
             continue
         ts, cs, ok = {d['out']}, [], True
@@ -1375,7 +1436,8 @@ def split(g: Graph, m: dict, rows=None):
     made = {d['out'] for d in ls[first:]}
     if not first or ls[first - 1]['out'] != cut or any(
             k != cut and k not in made and not ('kc' in d and k == d['in'][d['kp']])
-            for d in ls[first:] for k in d['in']):          # (kc: a constant input)
+            and k not in [c for c, _ in d.get('kt', ())]
+            for d in ls[first:] for k in d['in']):          # (kc, kt: a constant input)
         raise ValueError('the trained layers do not start from one tensor the frozen layers '
                          'end with: no prefix cache')
     (sc,), (zc,) = _q(g.tensors[cut])
@@ -1771,8 +1833,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         log(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains with a zero '
             f'int32 bias ({t.name}), which export writes into the trained model')
     if not any(d.get('train') for d in m['layers']):
+        from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
-                                   f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})', train))
+                                   f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})' +
+                                   reach_hint([(op.number, op.name) for op in g.ops],
+                                              getattr(g, 'nfile', len(g.ops)), train), train))
     xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
     from . import recal
     steps = []

@@ -9,8 +9,8 @@ integers) over the training samples and widens the range of each FULLY_CONNECTED
 CONV_2D / DEPTHWISE_CONV_2D output from the first trained layer on where more than CLIP
 of its values sit at an end its fused activation does not set: the scale doubles, the
 other end stays (the zero point moves), the pools' and shape ops' outputs after it
-follow (one scale), the int32 biases of the layers reading it are halved (bias scale
-s_x s_W).  Up to ROUNDS passes, the forward run again on the widened model.  The widen
+follow (one scale; so do a MAXIMUM's or MINIMUM's other input and output), the int32
+biases of the layers reading it are halved (bias scale s_x s_W).  Up to ROUNDS passes, the forward run again on the widened model.  The widen
 steps go into the run folder as q8cal.json ([[tensor, end], ...], end -1 the low, 1
 the high), which export replays on the model file before it writes the trained weights
 (the same graph: the trained biases are at the widened scales).  One pass on the host,
@@ -31,25 +31,34 @@ ROUNDS = 3
 SAMPLES = 64            # at most this many training samples, evenly spread
 FILE = 'q8cal.json'
 SAME = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'PAD')
+TIED = ('MAXIMUM', 'MINIMUM')       # (every input and the output at one scale)
 WEIGHTED = ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')
 
 
 def widen(g: Graph, t: int, end: int) -> None:
-    """Tensor t's range (and the same-scale tensors after it) twice as wide, end (-1 the
-    low, 1 the high; 0 both) moving, the other staying; the biases of the weighted ops
-    reading them halved (rounded half away from zero) with their scales doubled."""
+    """Tensor t's range (and the same-scale tensors after it, and those tied to it: a
+    MAXIMUM's or MINIMUM's inputs and output, one scale as TFLite's kernel needs, a
+    constant input's values quantized again) twice as wide, end (-1 the low, 1 the high;
+    0 both) moving, the other staying; the biases of the weighted ops reading them halved
+    (rounded half away from zero) with their scales doubled."""
     ts, n = {t}, 0
     while n != len(ts):
         n = len(ts)
         for op in g.ops:
-            if op.name in SAME and op.inputs[0] in ts:
-                ts.update(op.outputs)
+            if op.name in SAME and (op.inputs[0] in ts or op.outputs[0] in ts):
+                ts.update([op.inputs[0], *op.outputs])
+            elif op.name in TIED and ts & {*op.inputs, *op.outputs}:
+                ts.update([*op.inputs, *op.outputs])
     for k in sorted(ts):
         q = g.tensors[k].quant
         s, z = float(q['scale'][0]), int(q['zero_point'][0])
         z2 = 127 - (127 - z) / 2 if end < 0 else -128 + (128 + z) / 2 if end > 0 else z / 2
         q['scale'] = [2.0 * s]
         q['zero_point'] = [int(min(127, max(-128, np.floor(z2 + 0.5))))]
+        c = g.tensors[k]
+        if c.data is not None:      # (a constant: its real values at the new scale)
+            v = (c.data.astype(np.float64) - z) * s / (2.0 * s) + q['zero_point'][0]
+            c.data = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -128, 127).astype(c.data.dtype)
     for op in g.ops:
         if op.name in WEIGHTED and op.inputs[0] in ts and len(op.inputs) > 2 and op.inputs[2] >= 0:
             b = g.tensors[op.inputs[2]]

@@ -66,6 +66,7 @@ class Layer:
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
     w = b = mul = shf = None
     mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
+    rc = 0          # a masked layer's outputs at its top clamp (mkk's count: utrain.q8range)
     ge = None       # its weight scales' exponents (utrain.q8grow: 'gw')
     wf = None       # SGD: the trained weights' kept fractions (q8kern.upek; q8.json 'wf')
     bf = None       # the float bias (none where SGD steps the int32 bias in integers: be)
@@ -380,6 +381,9 @@ class Q8Net:
         am = memoryview(self.arena)
         for k, o, n in meta.get('at', ()):
             t[k] = am[o:o + n]
+        for d in ls:                # constant activations (a recurrent layer's zero state)
+            for k, v in d.get('kt', ()):
+                t[k] = bytearray([q & 255 for q in v])
         acc = self.acc = _i32(meta.get('acc') or max([d['nout'] for d in ls]))
         try:
             self.acc8 = memoryview(acc).cast('B')     # CPython: the sums' bytes
@@ -628,7 +632,7 @@ class Q8Net:
                 else:
                     x = L.forward(t[ins[0]])
                 if L.mk is not None:
-                    self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+                    L.rc = self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
             return x
         i = 0
         while i < n:
@@ -649,7 +653,7 @@ class Q8Net:
             else:
                 x = L.forward(t[ins[0]])
             if L.mk is not None:
-                self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
+                L.rc = self.S.mkk(L.mk, x, L.nout, L.lo, L.hi)
             i += 1
         return x
 

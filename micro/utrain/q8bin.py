@@ -1,18 +1,25 @@
 # Elementwise int8 ops of two inputs with numpy-style broadcasting (utrain.q8 layer kind
-# BIN: ADD of two shapes, SUB, MUL), loaded only by a layer table that has one: forward
-# and gradient side by side.  q8.json (host_tools/prepare/quant.py _bin_layer): 'bo' the
-# op (0 ADD, 1 SUB, 2 MUL, 3 DIV), 'zi' the inputs' zero points, 'mul'/'shf' TFLite
-# Micro's multipliers (ADD, SUB: input 1, input 2, the sum, as add.cc / sub.cc; MUL,
-# DIV: the product's, the quotient's, as mul.cc, div.cc; DIV's per-divisor tables 'rv',
+# BIN: ADD of two shapes, SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM), loaded
+# only by a layer table that has one: forward and gradient side by side.  q8.json
+# (host_tools/prepare/quant.py _bin_layer): 'bo' the op (0 ADD, 1 SUB, 2 MUL, 3 DIV,
+# 4 SQUARED_DIFFERENCE, 5 MAXIMUM, 6 MINIMUM), 'zi' the inputs' zero points, 'mul'/'shf'
+# TFLite Micro's multipliers (ADD, SUB, SQUARED_DIFFERENCE: input 1, input 2, the sum /
+# difference / squared difference, as add.cc / sub.cc / squared_difference.cc; MUL,
+# DIV: the product's, the quotient's, as mul.cc, div.cc; MAXIMUM, MINIMUM: 1, the int8
+# values compared as maximum_minimum.cc, one scale; DIV's per-divisor tables 'rv',
 # 'rs', 'ri': quant._div_tables), 'bg' the broadcast: the output as 4 dims, then each input's
 # element stride along them (0 where it broadcasts), 'ni' each input's values, 'lb'
-# ceil(log2) of how many outputs read each input value, 'si' (MUL) the inputs' scales,
-# 'kc' (and 'kp', its position) a constant input's int8 values.
+# ceil(log2) of how many outputs read each input value, 'si' (MUL, SQUARED_DIFFERENCE)
+# the gradient's factors' scales, 'tq' (SQUARED_DIFFERENCE) each input's 256 scaled
+# values as the forward makes them, 'kc' (and 'kp', its position) a constant input's
+# int8 values.
 # The forward is TFLite Micro's integers, a chunk of outputs at a time in the shared sums
 # buffer.  The gradient (real units: g at scale s) to input j is g summed over the
 # outputs that read each of its values (0 where the output sat at its clamp): ADD g,
 # SUB -g for input 2, MUL g times the other input (its int8 value minus its zero point:
-# scale s s_other); g shifted right first so that the sums stay within 31 bits.  The
+# scale s s_other), SQUARED_DIFFERENCE g 2 (x_j - x_other) (tq's difference), MAXIMUM
+# and MINIMUM g where input j was the one taken (input 1 on a tie, as TensorFlow's
+# gradient); g shifted right first so that the sums stay within 31 bits.  The
 # first input that takes one gets it in place in g when it does not broadcast, the
 # others in the net's other gradient buffer, held for their producers (utrain.q8hold).
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
@@ -73,23 +80,43 @@ def bik(a, x, gm, so: int, i0: int, m: int, z: int, sh: int, mul: int):
 
 
 @micropython.viper
-def sbk(a, d, n: int):
-    # a[i] -= d[i] (int32: SUB's scaled inputs)
+def cbk(a, d, n: int, op: int):
+    # a[i] = a[i] - d[i] (op 1: SUB's scaled inputs), (a[i] - d[i])^2 (4:
+    # SQUARED_DIFFERENCE's), max(a[i], d[i]) (5), min(a[i], d[i]) (6) (int32)
     pa = ptr32(a)
     pd = ptr32(d)
     for i in range(n):
-        pa[i] -= pd[i]
+        v = int(pa[i])
+        u = v >> 16
+        v = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        w = int(pd[i])
+        u = w >> 16
+        w = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (w & 0xffff)
+        if op == 5:
+            if w > v:
+                v = w
+        elif op == 6:
+            if w < v:
+                v = w
+        else:
+            v = v - w
+            if op == 4:
+                v = v * v
+        pa[i] = v
 
 
 @micropython.viper
-def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri):
+def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri, xj):
     # the gradient of input j from g (int32, the output's): for each output i whose
     # int8 value y[i] passed its clamp (lo, hi), v = g[i] >> sh (rounded), times
     # (x[o] - z) of the other input x (f & 1), or a DIV's (f & 8): times ri[x2] (int16
     # 2^14 / b by the divisor's byte: x is input 2, read where input 2 is), and for
-    # input 2 times (y[i] - z) (f & 16); negated (f & 2), put at input j's value (its
-    # strides in gm, as bik's), added there (f & 4: d zeroed first) or set (each value
-    # once: in place in g too, an input that does not broadcast)
+    # input 2 times (y[i] - z) (f & 16), or SQUARED_DIFFERENCE's (f & 32): times
+    # ri[256 j + xj] - ri[256 (1 - j) + x] (its int16 tables 'tq' by the bytes of input
+    # j, xj, and of the other, x), or 0 where input j was not the one taken (f & 64:
+    # MAXIMUM, f & 128: MINIMUM; input 1 on a tie); negated (f & 2), put at input j's
+    # value (its strides in gm, as bik's), added there (f & 4: d zeroed first) or set
+    # (each value once: in place in g too, an input that does not broadcast)
     pm = ptr32(gm)
     D0 = int(pm[0])
     D1 = int(pm[1])
@@ -110,6 +137,7 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri):
     px = ptr8(x)
     py = ptr8(y)
     pr = ptr16(ri)
+    pw = ptr8(xj)
     xc = 128 + z
     h2 = (1 << sh) >> 1
     i = 0
@@ -134,6 +162,16 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri):
                             v = v * (((r & 0xffff) ^ 0x8000) - 0x8000)
                             if f & 16:
                                 v = v * (q - z)
+                        if f & 224:
+                            a = int(pw[pt]) ^ 128           # (input j's byte, then the other's)
+                            b = int(px[po]) ^ 128
+                            if f & 32:
+                                r = int(pr[256 * j + a])
+                                r = ((r & 0xffff) ^ 0x8000) - 0x8000
+                                b = int(pr[256 - 256 * j + b])
+                                v = v * (r - (((b & 0xffff) ^ 0x8000) - 0x8000))
+                            elif (a < b if f & 64 else a > b) or (a == b and j):
+                                v = 0
                         if f & 2:
                             v = 0 - v
                     if f & 4:
@@ -236,6 +274,8 @@ def ins(L, t):
             L.kc = bytearray([v & 255 for v in d['kc']])
         if 'rv' in d:           # (a DIV's tables)
             L.rv, L.rs, L.ri = array('i', d['rv']), array('i', d['rs']), array('h', d['ri'])
+        if 'tq' in d:           # (a SQUARED_DIFFERENCE's: its gradient's)
+            L.ri = array('h', d['tq'])
     a = L.ins
     if 'kc' in d:
         return (L.kc, t[a[1]]) if d['kp'] == 0 else (t[a[0]], L.kc)
@@ -274,21 +314,27 @@ def fwd(L, net, t):
             bik(acc, x2, gm, 8, i0, c, z2, 0, 1)
             K.rqk(acc, c, 1, 1, m, s, mv(y)[i0:], L.zy, L.lo, L.hi, 0)
         return y
-    # ADD, SUB: each input minus its zero point << 20, scaled by its multiplier, the sum
-    # (difference) requantized (add.cc, sub.cc); in halves of the sums buffer
+    # ADD, SUB, SQUARED_DIFFERENCE: each input minus its zero point << 20 (7), scaled by
+    # its multiplier, the sum (difference, squared difference) requantized (add.cc, sub.cc,
+    # squared_difference.cc); MAXIMUM, MINIMUM: the larger (smaller) input minus the zero
+    # point, plus it (one scale: maximum_minimum.cc's int8 values); in halves of the sums buffer
+    bo = d['bo']
     h = len(acc) // 2
     a2 = mv(acc)[h:]
+    sh = 20 if bo < 2 else 7 if bo == 4 else 0
     for i0 in range(0, n, h):
         c = h if i0 + h <= n else n - i0
-        bik(acc, x1, gm, 4, i0, c, z1, 20, 0)
-        K.rqk(acc, c, 1, 1, m, s, acc, 0, 0, 0, 1)
-        bik(a2, x2, gm, 8, i0, c, z2, 20, 0)
-        K.rqk(a2, c, 1, 1, mv(m)[1:], mv(s)[1:], a2, 0, 0, 0, 1)
-        if d['bo']:
-            sbk(acc, a2, c)
+        bik(acc, x1, gm, 4, i0, c, z1, sh, 0)
+        bik(a2, x2, gm, 8, i0, c, z2, sh, 0)
+        if bo < 5:
+            K.rqk(acc, c, 1, 1, m, s, acc, 0, 0, 0, 1)
+            K.rqk(a2, c, 1, 1, mv(m)[1:], mv(s)[1:], a2, 0, 0, 0, 1)
+        if bo:
+            cbk(acc, a2, c, bo)
         else:
             K.adk(acc, a2, c)
-        K.rqk(acc, c, 1, 1, mv(m)[2:], mv(s)[2:], mv(y)[i0:], L.zy, L.lo, L.hi, 0)
+        o = 2 if bo < 5 else 0          # (the output's multiplier)
+        K.rqk(acc, c, 1, 1, mv(m)[o:], mv(s)[o:], mv(y)[i0:], L.zy, L.lo, L.hi, 0)
     return y
 
 
@@ -303,27 +349,32 @@ def back(L, net, g, s):
     if op == 3:
         return div_back(L, net, g, s, nb)
     if a[0] == a[1]:
-        # x + x: 2g; x - x: nothing; x x: 2 g (x - z)
-        if op == 1:
+        # x + x: 2g; x - x, (x - x)^2: nothing; x x: 2 g (x - z); max(x, x): g
+        if op == 1 or op == 4:
             K.zk(g, n)
+        if op != 0 and op != 2:
             return g, s
         sh = nb + 8 * mu - 30
         sh = sh if sh > 0 else 0
-        bgk(g, g, gm, 0, L.x, d['zi'][0], sh, mu, L.y, L.lo, L.hi, gm)
+        bgk(g, g, gm, 0, L.x, d['zi'][0], sh, mu, L.y, L.lo, L.hi, gm, gm)
         return g, 2 * s * (1 << sh) * (d['si'][0] if mu else 1)
+    fb = 8 * mu + 15 * (op == 4)        # (the bits of the factor g is multiplied by)
+    ff = mu + (32, 64, 128)[op - 4] if op > 3 else mu
     for i in range(len(gi) - 1, -1, -1):
         j = gi[i]
         nj = d['ni'][j]
-        sh = nb + 8 * mu + d['lb'][j] - 30
+        sh = nb + fb + d['lb'][j] - 30
         sh = sh if sh > 0 else 0
-        f = mu + 2 * (op == 1 and j == 1)
+        f = ff + 2 * (op == 1 and j == 1)
         dst = g
         if i or nj != n:
             dst = net._gbuf(g, nj)
             K.zk(dst, nj)
             f += 4
-        bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j], sh, f, L.y, L.lo, L.hi, gm)
-        sj = s * (1 << sh) * (d['si'][1 - j] if mu else 1)
+        xj = L.x if j == 0 else L.x2
+        bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j], sh, f, L.y, L.lo, L.hi,
+            L.ri if op == 4 else gm, xj)
+        sj = s * (1 << sh) * (d['si'][1 - j] if 'si' in d else 1)
         if i:
             net.H.hold(a[j], dst, sj, nj)      # (utrain.q8hold: not a chain)
         else:
@@ -350,7 +401,7 @@ def div_back(L, net, g, s, nb):
             dst = net._gbuf(g, nj)
             K.zk(dst, nj)
             f += 4
-        bgk(dst, g, gm, j, L.x2, L.zy, sh, f, L.y, L.lo, L.hi, L.ri)
+        bgk(dst, g, gm, j, L.x2, L.zy, sh, f, L.y, L.lo, L.hi, L.ri, gm)
         sj = s * (1 << sh) * d['si'][j]
         if i:
             net.H.hold(a[j], dst, sj, nj)      # (utrain.q8hold: not a chain)

@@ -1,7 +1,7 @@
 # Elementwise int8 ops of one input (utrain.q8 layer kind LUT: LOGISTIC, TANH,
-# HARD_SWISH, RELU, RELU6, LEAKY_RELU, ELU, GELU, NEG, QUANTIZE as standalone ops), loaded
-# only by a layer table that has one: forward and gradient side by side.  An int8 input
-# takes 256 values, so the host tabulates the op (host_tools/prepare/quant.py _lut_layer):
+# HARD_SWISH, RELU, RELU6, LEAKY_RELU, ELU, GELU, NEG, EXP, LOG, QUANTIZE as standalone
+# ops), loaded only by a layer table that has one: forward and gradient side by side.
+# An int8 input takes 256 values, so the host tabulates the op (quant.py _lut_layer):
 # q8.json's 't', the int8 output of each input value -128..127, and 'dt', the op's
 # derivative there (dy/dx in real units, 2^-14 steps, times 'ds' where given: a derivative
 # beyond 2, as a division by a small constant; 0 where the output clamps).  A converter's

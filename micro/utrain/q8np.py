@@ -240,6 +240,7 @@ def mkk(m, y, n, lo, hi):
     t = _i8(y, n)
     bits = np.packbits(((t > lo) & (t < hi)).astype(np.uint8), bitorder='little')
     np.frombuffer(m, np.uint8, len(bits))[:] = bits
+    return int(np.sum(t >= hi))
 
 
 def smk(d, x, n, k, m, p):

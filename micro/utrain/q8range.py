@@ -7,7 +7,8 @@
 # range may double (the host checked they can: utrain.q8's FC / CONV_2D / DEPTHWISE_CONV_2D
 # layers that train and MEANs above them, reached through pools only).  Every `every`
 # samples (at a batch's end) the last sample's outputs of each producer are counted at
-# the clamp bytes; more than 2^-shift of them there doubles that range: the producer's
+# the clamp bytes (a producer that keeps only a mask of its output, q8sparse, as its
+# forward made the mask); more than 2^-shift of them there doubles that range: the producer's
 # multipliers halve (shift - 1; the zero point stays: z = -128 - lo / s for the doubled
 # lo and s), the consumers' input scale doubles (multipliers x 2) and their int32 biases
 # (a MEAN has none) are quantized again at it.  The exponents go into checkpoints; trained.wof keeps the biases at the
@@ -16,6 +17,16 @@
 from utrain.wof import exists, _replace
 
 MAXK = 8            # at most 2^8 times the calibrated range
+
+
+def _ones(m, n):
+    # the set bits among the first n of mask m (q8sparse.mkk's: lo < y < hi)
+    c = 0
+    for i in range(n >> 3):
+        c += bin(m[i]).count('1')
+    if n & 7:
+        c += bin(m[n >> 3] & ((1 << (n & 7)) - 1)).count('1')
+    return c
 
 
 class Ranges:
@@ -28,19 +39,27 @@ class Ranges:
 
     def check(self):
         """Double the range of each producer whose last outputs clip (see above)."""
-        ls = self.net.layers
         e = self.e
         for j in range(len(e)):
-            L = ls[self.ent[j][0]]
-            y, n = L.y, L.nout
-            c = 0
-            for i in range(0, n, 256):
-                b = bytes(y[i:min(n, i + 256)])
-                for t in self.top[j]:
-                    c += b.count(t)
-            if (c << self.sh) > n and e[j] < MAXK:
+            n = self.net.layers[self.ent[j][0]].nout
+            if (self.clipped(j) << self.sh) > n and e[j] < MAXK:
                 e[j] += 1
                 self._scale(j, 1, 1)
+
+    def clipped(self, j):
+        """How many of range j's producer's last outputs are at its clamp bytes."""
+        L = self.net.layers[self.ent[j][0]]
+        y, n = L.y, L.nout
+        if L.mk is not None:
+            # its output is not kept (a mask only: q8sparse): the forward counted its top
+            # clamp (rc); at a range clamped at both ends every output the mask stops is
+            return n - _ones(L.mk, n) if len(self.top[j]) > 1 else L.rc
+        c = 0
+        for i in range(0, n, 256):
+            b = bytes(y[i:min(n, i + 256)])
+            for t in self.top[j]:
+                c += b.count(t)
+        return c
 
     def _scale(self, j, u, bias):
         # range j times 2^u (u 1 or -1); bias: the trained consumers' int32 biases quantized

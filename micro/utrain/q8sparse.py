@@ -11,17 +11,21 @@ if not VIPER:
 
 
 @micropython.viper
-def mkk(m, y, n: int, lo: int, hi: int):
+def mkk(m, y, n: int, lo: int, hi: int) -> int:
     # bit i of m (byte i >> 3, bit i & 7) = 1 where lo < y[i] < hi (int8 y): the
-    # positions the gradient passes (shk's mask)
+    # positions the gradient passes (shk's mask); returns how many y are at hi or above
+    # (utrain.q8range counts a masked layer's top clamp so: y itself is not kept)
     pm = ptr8(m)
     py = ptr8(y)
     b = 0
     v = 0
+    c = 0
     for i in range(n):
         t = (int(py[i]) ^ 128) - 128
         if lo < t and t < hi:
             v |= 1 << b
+        elif t >= hi:
+            c += 1
         b += 1
         if b == 8:
             pm[i >> 3] = v
@@ -29,6 +33,7 @@ def mkk(m, y, n: int, lo: int, hi: int):
             v = 0
     if b:
         pm[n >> 3] = v
+    return c
 
 
 @micropython.viper

@@ -370,6 +370,15 @@ def test_an_op_ranked_after_a_range_takes_its_own_rank_and_twice_is_refused():
         parse_ranks('2:up,2:low', 6)
 
 
+def test_train_last_n_short_of_the_last_layer_says_which_n_reaches_it(tmp_path):
+    """--train last:1 on a model ending in SOFTMAX selects the SOFTMAX only (ONERT's
+    counting): prepare says which last:N reaches the last layer with weights."""
+    from host_tools.graph.passes import PrepareError
+    m = small_mlp(str(tmp_path / 'm.circle'))         # FC, FC, SOFTMAX
+    with pytest.raises(PrepareError, match=r'nothing to train .*last:2 reaches op 1 \(FULLY_CONNECTED\)'):
+        prepare(m, str(tmp_path / 'o'), loss='scce', train='last:1')
+
+
 def test_ranks_without_train_say_what_else_trains_whole(tmp_path):
     """--ranks alone takes --train's default (all) besides the ranked ops: prepare says
     which weighted ops train whole and how to train only the ranked ones, and with

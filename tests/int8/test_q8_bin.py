@@ -487,6 +487,60 @@ def test_int8_div_steps_under_viper_as_the_host(tmp_path):
     _viper_matches(tmp_path, tmp_path, xs[:3])
 
 
+def _sqd(tmp_path):
+    from kerasgraphs import build_int8_sqd_minmax
+    built = build_int8_sqd_minmax(tmp_path / 's.tflite')
+    path, fwd, ss, sx = built
+    g = quant.rewritten(read_model(path))
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    r = np.random.default_rng(3)
+    return path, fwd, ss, sx, g, m, [r.integers(-120, 121, (4, 5)).astype(np.int8) for _ in range(6)]
+
+
+def test_squared_difference_maximum_minimum_are_tflite_micros_integers(tmp_path, monkeypatch):
+    """SQUARED_DIFFERENCE (one input broadcast), MAXIMUM (one scale) and MINIMUM with a
+    per-channel constant, as Keras's converter writes tf.math.squared_difference,
+    tf.maximum and tf.minimum (int8 kernels; they were refused): BIN layers whose forward
+    is TFLite Micro's integers, bit-exact; the update of each of the three Dense layers
+    that feed them against finite differences of the float graph (2 (a - b) to both
+    sides of the difference, the gradient to the input taken by the max, the min's cap
+    passing none)."""
+    path, fwd, ss, sx, g, m, xs = _sqd(tmp_path)
+    assert [(d['k'], d.get('bo')) for d in m['layers'][3:6]] == [
+        (quant.BIN, 4), (quant.BIN, 5), (quant.BIN, 6)]
+    _tflm_matches(path, m, tmp_path, xs)
+    spy = spy_updates(monkeypatch)
+    w0 = {k: next(t for t in g.tensors if t.name == k).data.astype(np.float64) * ss[k]
+          for k in ss}
+    size = {'w1': 15, 'w2': 5, 'w3': 15}
+    cos = {k: [] for k in ss}
+    for i, xq in enumerate(xs):
+        xf = xq.astype(np.float64) * sx
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        spy.clear()
+        net.step(bytearray(xq.tobytes()), i % 3, 0.01)
+        for k in ss:
+            upd = spy[-1 - ['w1', 'w2', 'w3'].index(k)] / 256.0 * ss[k]     # (backward order: w1's last)
+            assert len(upd) == size[k]
+            ref = 0.01 * _fd_grad(lambda x, w: fwd(x, {k: w}), xf, w0[k], i % 3, 1e-5)
+            if np.linalg.norm(ref) < 1e-9:     # (the max took none of c's outputs)
+                assert np.abs(upd).max() == 0
+                continue
+            cos[k].append(float(upd @ ref / (np.linalg.norm(upd) * np.linalg.norm(ref))))
+            assert 0.6 < np.linalg.norm(upd) / np.linalg.norm(ref) < 1.6, (k, i)
+    for k in cos:
+        assert len(cos[k]) >= 4 and min(cos[k]) > 0.9 and np.mean(cos[k]) > 0.97, (k, cos[k])
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_squared_difference_maximum_minimum_step_under_viper_as_the_host(tmp_path):
+    """Three SGD steps through them under viper end with the host's weights."""
+    xs = _sqd(tmp_path)[-1]
+    _viper_matches(tmp_path, tmp_path, xs[:3])
+
+
 def _div_island_file(tmp_path, sy, n=4096):
     """DEQUANTIZE a, DEQUANTIZE b, DIV in float32, QUANTIZE (Keras's a / b of two int8
     tensors of n values, scales 0.0066, zero points -128; the quotient at sy)."""
@@ -577,7 +631,7 @@ def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
 
 
 def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
-    """An op neither path runs (MAXIMUM of two activations): prepare names the file
+    """An op neither path runs (POW of two activations): prepare names the file
     once, the op by its number in the file, and what to do."""
     from host_tools.formats.circle_build import CircleBuilder
     from host_tools.prepare.pipeline import prepare
@@ -590,7 +644,7 @@ def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
     b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}), -1],
          [h])
     mx = b.tensor('mx', [1, 4], dtype='int8', quant=q)
-    b.op('MAXIMUM', [h, x], [mx])
+    b.op('POW', [h, x], [mx])
     y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.1], 'zero_point': [0]})
     b.op('FULLY_CONNECTED', [mx, b.tensor('w2', (3, 4), data=np.ones((3, 4), np.int8),
                                           quant={'scale': [0.01], 'zero_point': [0]}), -1], [y])
@@ -602,7 +656,7 @@ def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
         prepare(p, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce',
                 log=lambda *a: None)
     msg = str(e.value)
-    assert msg.count('mx.tflite') == 1 and 'op 1 (MAXIMUM)' in msg and 'export the model' in msg
+    assert msg.count('mx.tflite') == 1 and 'op 1 (POW)' in msg and 'export the model' in msg
 
 
 def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
@@ -728,7 +782,9 @@ def _rnn_like(tmp_path, zero_state=False):
         z = b.tensor('zeros', [1, 4], data=np.zeros((1, 4), np.int8), quant=q(0.04))
         h = b.tensor('hz', [1, 4], dtype='int8', quant=q(0.04))
         b.op('FULLY_CONNECTED', [z, b.tensor('wz', (4, 4), data=np.ones((4, 4), np.int8),
-                                                  quant=q(0.01)), -1], [h])
+                                                  quant=q(0.01)),
+                                 b.tensor('bz', [4], data=np.array([50, -30, 10, 0], np.int32),
+                                          quant=q(0.04 * 0.01))], [h])
         hs[1] = h
     a = b.tensor('a', [1, 4], dtype='int8', quant=q(0.06))
     b.op('ADD', hs, [a])
@@ -744,7 +800,9 @@ def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
     """A TRANSPOSE that moves only a unit axis is its input's bytes (no layer: TFLite
     Micro's output bit for bit); steps sharing a weight tensor train only above them
     (refused naming both ops when they would train, each a copy of its own); an FC of a
-    constant zero state is refused naming the op and what to do (no traceback)."""
+    constant zero state (Keras's unrolled SimpleRNN, GRU and LSTM: refused, even for the
+    classifier alone) reads it as a constant made once: TFLite Micro's output bit for
+    bit, and its bias trains (its weights get no gradient: their input is zero)."""
     from tflite_micro.python.tflite_micro import runtime
     p = _rnn_like(tmp_path)
     g = quant.rewritten(read_model(p))
@@ -763,7 +821,31 @@ def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
                               it.get_output(0).ravel())
     with pytest.raises(ValueError, match=r'rnn\.tflite: ops 3 and 5 share a weight tensor.*--train last:N'):
         quant.layers(quant.rewritten(read_model(p)), 'all')
-    z = quant.rewritten(read_model(_rnn_like(tmp_path, zero_state=True)))
-    with pytest.raises(ValueError, match=r"z\.tflite: op 6 \(FULLY_CONNECTED\) reads 'zeros', a "
-                                         r'constant activation.*state as an input'):
-        quant.layers(z, 'last:1')
+    pz = _rnn_like(tmp_path, zero_state=True)
+    quant.write(quant.rewritten(read_model(pz)), str(tmp_path / 'z'), [6, 8])
+    with open(tmp_path / 'z' / 'q8.json') as f:
+        m = json.load(f)
+    assert [d['op'] for d in m['layers'] if d.get('kt')] == [6]
+    it = runtime.Interpreter.from_file(pz)
+    r = np.random.default_rng(5)
+    net = Q8Net(m, str(tmp_path / 'z' / 'weights.wof'))
+    L = next(L for L in net.layers if L.d.get('kt'))
+    b0, w0 = list(L.b), bytes(L.w)
+    xs = [r.integers(-120, 121, 6).astype(np.int8) for _ in range(3)]
+    for xq in xs:
+        it.set_input(xq.reshape(1, 2, 3), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
+                              it.get_output(0).ravel())
+    for i, xq in enumerate(xs):
+        net.step(bytearray(xq.tobytes()), i, 0.05)
+    assert list(L.b) != b0 and bytes(L.w) == w0
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_a_zero_state_steps_under_viper_as_the_host(tmp_path):
+    """Three SGD steps of the zero-state graph (its FC reads the constant, the bias
+    trains) under viper end with the host's weights."""
+    quant.write(quant.rewritten(read_model(_rnn_like(tmp_path, zero_state=True))), str(tmp_path), [6, 8])
+    r = np.random.default_rng(6)
+    _viper_matches(tmp_path, tmp_path, [r.integers(-120, 121, 6).astype(np.int8) for _ in range(3)])

@@ -192,10 +192,11 @@ def test_export_quantized_writes_the_ranges_the_run_doubled(tmp_path, monkeypatc
     assert_exported_logits_as_board(CNN, d, net, x[:10], tmp_path)
 
 
-def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1):
-    """A float CONV_2D (RELU) -> MAX_POOL_2D -> MEAN over H, W -> FC -> SOFTMAX on the
-    digits, built here,
-    prepared as int8 from float with its ranges calibrated at half the measured ones."""
+def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1, pool=True, act='RELU'):
+    """A float CONV_2D (act) -> MAX_POOL_2D (pool) -> MEAN over H, W -> FC -> SOFTMAX on
+    the digits, built here, prepared as int8 from float with its ranges calibrated at
+    half the measured ones.  Without the pool the conv keeps only a mask of its output
+    (the MEAN's backward does not read it: q8sparse)."""
     from host_tools.formats.circle_build import CircleBuilder
     monkeypatch.setattr(fromfloat, 'HEADROOM', 0.5)
     r = np.random.default_rng(0)
@@ -204,10 +205,12 @@ def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1):
     c = b.tensor('c', [1, 8, 8, 6])
     b.op('CONV_2D', [x, b.tensor('w', [6, 3, 3, 1], data=(r.standard_normal((6, 3, 3, 1)) * 0.3).astype(
         np.float32)), b.tensor('bb', [6], data=np.zeros(6, np.float32))], [c], padding='SAME',
-         stride_w=1, stride_h=1, fused_activation_function='RELU')
-    pc = b.tensor('pc', [1, 4, 4, 6])
-    b.op('MAX_POOL_2D', [c], [pc], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
-         filter_height=2, fused_activation_function='NONE')
+         stride_w=1, stride_h=1, fused_activation_function=act)
+    pc = c
+    if pool:
+        pc = b.tensor('pc', [1, 4, 4, 6])
+        b.op('MAX_POOL_2D', [c], [pc], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
+             filter_height=2, fused_activation_function='NONE')
     m = b.tensor('m', [1, 6])
     b.op('MEAN', [pc, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
     y = b.tensor('y', [1, 10])
@@ -259,14 +262,42 @@ def test_a_mean_range_follows_and_keeps_what_the_net_computes(tmp_path, monkeypa
     assert grew           # (it clipped at the calibrated range)
 
 
+@pytest.mark.parametrize('act', ['RELU', 'NONE'])
+def test_a_masked_conv_under_a_mean_follows_its_range(tmp_path, monkeypatch, act):
+    """A conv that feeds a MEAN directly keeps only a mask of its output (q8sparse), and
+    its range follows training all the same (it had been left out: its output bytes are
+    gone by the check): the clamped outputs counted as its forward masked them (a RELU's
+    top; without an activation both ends) are those of its output itself."""
+    from utrain.q8 import MEAN
+    _, d, x = _gap_dir(tmp_path, monkeypatch, n=24, pool=False, act=act)
+    m = json.loads(open(os.path.join(d, 'q8.json')).read())
+    ls = m['layers']
+    assert [(ls[p]['k'], cs) for p, cs, _ in m['rr'][2]] == [(CONV, [1]), (MEAN, [2]), (FC, [])]
+    assert ls[0].get('mask') and (len(m['rr'][2][0][2]) == 2) == (act == 'NONE')
+    net = Q8Net(m, os.path.join(d, 'weights.wof'))
+    L = net.layers[0]
+    seen = []
+    for v in x[:12]:
+        xq = net.quantize_input(v.tolist())
+        net.forward(xq)
+        y = np.frombuffer(bytes(L.forward(xq)), np.int8)        # (the conv alone, again)
+        want = int((y == 127).sum() + ((y == -128).sum() if act == 'NONE' else 0))
+        assert net.rr.clipped(0) == want
+        seen.append(want)
+    assert max(seen) > 0 and min(seen) < L.nout
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
-def test_a_mean_range_doubles_on_micropython_as_on_the_host_and_exports(tmp_path, monkeypatch):
-    """The conv's range (the MEAN reads it) and the MEAN's double while the model trains,
+@pytest.mark.parametrize('pool', [True, False])
+def test_a_mean_range_doubles_on_micropython_as_on_the_host_and_exports(tmp_path, monkeypatch,
+                                                                         pool):
+    """The conv's range (the MEAN reads it, through a pool or directly: then the conv
+    keeps a mask of its output) and the MEAN's double while the model trains,
     on unix MicroPython as on the host: the same trained.wof, exponents and log; export
     --quantized writes the doubled scales: TFLite Micro's logits are the board's."""
     pytest.importorskip('tflite_micro')
     from q8cases import assert_exported_logits_as_board
-    path, d, x = _gap_dir(tmp_path, monkeypatch)
+    path, d, x = _gap_dir(tmp_path, monkeypatch, pool=pool)
     no_keep_best(d)
     outs = board_and_host_runs(d, 'trained.wof.q8s', lambda f: json.loads(f.read()))
     assert outs[0] == outs[1]

@@ -107,3 +107,42 @@ def test_a_range_that_does_not_clip_stays(tmp_path):
     prepare(MLP, q, data=data, test_split=0.25, loss='scce', optimizer='sgd', lr=0.01,
             epochs=1, train='last:2', log=lambda *a: None)
     assert not os.path.exists(os.path.join(q, recal.FILE))
+
+
+def test_a_widened_range_takes_a_maximum_and_minimum_with_it(tmp_path):
+    """A MAXIMUM's or MINIMUM's inputs and output share one scale (TFLite's kernel
+    compares the int8 values): widening one input's range widens the other input and
+    the output with it (the int8 path refused the model after prepare widened a clipping
+    conv under a Keras maxout), and a constant input's values are quantized again at the
+    wider scale (within half its step of what they were); the widened model computes what
+    TFLite Micro computes on it."""
+    from tflite_micro.python.tflite_micro import runtime
+    from kerasgraphs import build_int8_sqd_minmax
+    path, _, _, _ = build_int8_sqd_minmax(tmp_path / 's.tflite')
+    g = quant.rewritten(read_model(path))
+    ix = {t.name: i for i, t in enumerate(g.tensors)}
+    k0 = g.tensors[ix['k']].data.astype(np.float64)
+    recal.widen(g, ix['ow1'], -1)           # (MAXIMUM's first input)
+    recal.widen(g, ix['d'], 1)              # (MINIMUM's: its other input a constant)
+
+    def q(name):
+        t = g.tensors[ix[name]].quant
+        return float(t['scale'][0]), int(t['zero_point'][0])
+    assert q('ow1') == q('ow3') == q('m') and q('m')[1] == 66     # (was 0.03, 5: the low end moved)
+    assert q('d') == q('k') == q('n') and q('n')[1] == -128      # (was 0.05, -128)
+    assert np.isclose(q('m')[0], 0.06) and np.isclose(q('n')[0], 0.1) and q('ow2')[1] == -3
+    k1 = g.tensors[ix['k']].data.astype(np.float64)
+    assert np.abs((k1 + 128) * 0.1 - (k0 + 128) * 0.05).max() <= 0.05 + 1e-9
+    p = save_graph(g, str(tmp_path / 'w.tflite'))
+    quant.write(quant.rewritten(read_model(p)), str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(p)
+    r = np.random.default_rng(2)
+    for _ in range(4):
+        xq = r.integers(-120, 121, (1, 4, 5)).astype(np.int8)
+        it.set_input(xq, 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
+                              it.get_output(0).ravel())

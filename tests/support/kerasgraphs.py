@@ -536,14 +536,16 @@ def build_keras_int8_seq(path, seed=0):
 # TANH at the ones TFLite's int8 kernels require, RELU6 at its input's as TFLite Micro assumes)
 UNARY_OUT = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'HARD_SWISH': (0.03, -30),
              'RELU': (0.03, -128), 'RELU6': (0.04, 0), 'LEAKY_RELU': (0.03, 10),
-             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7)}
+             'ELU': (0.03, -60), 'GELU': (0.03, -40), 'QUANTIZE': (0.045, 7),
+             'EXP': (0.03, -128), 'LOG': (0.02, 30), 'RSQRT': (0.04, -128)}
 
 
 def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
     """An int8 FC -> `name` (a standalone elementwise op, as converters write a Keras
     activation layer or a requantization) -> FC model, built here.  Returns (path, float
     numpy forward of the dequantized graph: f(x float [6], first weights float or None)
-    -> logits, the first layer's weight scale).  sx, zx: the input's quantization."""
+    -> logits, the first layer's weight scale; forward.f is the op's float function).
+    sx, zx: the input's quantization."""
     import math
     rng = np.random.default_rng(seed)
     I, H, O = 6, 8, 3
@@ -571,13 +573,16 @@ def build_int8_unary(path, name, seed=0, sx=0.05, zx=0):
           'RELU': lambda v: np.maximum(v, 0), 'RELU6': lambda v: np.clip(v, 0, 6),
           'LEAKY_RELU': lambda v: np.where(v > 0, v, 0.1 * v),
           'ELU': lambda v: np.where(v > 0, v, np.expm1(np.minimum(v, 0))),
-          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v}
+          'GELU': lambda v: 0.5 * v * (1 + erf(v / math.sqrt(2))), 'QUANTIZE': lambda v: v,
+          'EXP': np.exp, 'LOG': lambda v: np.log(np.maximum(v, 1e-300)),   # (log 0: the lowest code)
+          'RSQRT': lambda v: 1 / np.sqrt(np.maximum(v, 1e-300))}
 
     def forward(xf, wf=None):
         wf = w1 * s1 if wf is None else wf
         hf = xf @ wf.T + b1 * sx * s1
         af = np.clip(fs[name](hf), (-128 - zo) * so, (127 - zo) * so)
         return (w2 * s2) @ af
+    forward.f = fs[name]            # (the op's own float function)
     return os.fspath(path), forward, s1
 
 
@@ -975,3 +980,61 @@ def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3, island=False, sq=0.06):
         rf = np.clip(qf / (kc * 0.1), (-128 - zq) * sr, (127 - zq) * sr)
         return (w3 * s3) @ rf.reshape(-1)
     return os.fspath(path), forward, {'w1': s1, 'w2': s2}, sx
+
+
+def build_int8_sqd_minmax(path, seed=0, T=4, C=5, F=3, O=3):
+    """An int8 model with the binary ops Keras's converter writes as int8 kernels besides
+    ADD, SUB and MUL, built here: Dense on [1, T, C] (ops 0, 1, 2) -> a [1, T, F],
+    b [1, T, 1], c [1, T, F] (a and c at one scale); SQUARED_DIFFERENCE a, b (3: b
+    broadcast over F); MAXIMUM a, c (4: one scale, as maximum_minimum.cc needs); MINIMUM
+    of the squared difference and a per-channel constant [F] (5: a cap); ADD of the two
+    (6); RESHAPE (7); FC (8).  Returns (path, float numpy forward of the dequantized graph:
+    f(x float [T, C], weights {name: float}) -> logits, the weight scales {name: scale},
+    the input's scale)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, s2, s3, sa, sb, sd, ss, s4, sy = 0.05, 0.002, 0.0015, 0.002, 0.03, 0.02, 0.05, 0.06, 0.004, 0.1
+    za, zb, zd, zs = 5, -3, -128, -40
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    ws = {k: rng.integers(-127, 128, (n, C)).astype(np.int8) for k, n in (('w1', F), ('w2', 1), ('w3', F))}
+    bs = {k: rng.integers(-300, 300, len(w)).astype(np.int32) for k, w in ws.items()}
+    sc = {'w1': s1, 'w2': s2, 'w3': s3}
+    kc = np.array([-68, -8, 52, 100], np.int8)[:F]          # (3, 6, 9 real)
+    w4 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    outs = {}
+    for k, (shp, s, z) in (('w1', ([1, T, F], sa, za)), ('w2', ([1, T, 1], sb, zb)),
+                           ('w3', ([1, T, F], sa, za))):
+        outs[k] = b.tensor('o' + k, shp, dtype='int8', quant=q(s, z))
+        b.op('FULLY_CONNECTED', [x, b.tensor(k, ws[k].shape, data=ws[k], quant=q(sc[k], 0)),
+                                 b.tensor('b' + k, [len(ws[k])], data=bs[k], quant=q(sx * sc[k], 0))],
+             [outs[k]], keep_num_dims=True)
+    dt = b.tensor('d', [1, T, F], dtype='int8', quant=q(sd, zd))
+    b.op('SQUARED_DIFFERENCE', [outs['w1'], outs['w2']], [dt])
+    mt = b.tensor('m', [1, T, F], dtype='int8', quant=q(sa, za))
+    b.op('MAXIMUM', [outs['w1'], outs['w3']], [mt])
+    nt = b.tensor('n', [1, T, F], dtype='int8', quant=q(sd, zd))
+    b.op('MINIMUM', [dt, b.tensor('k', [F], data=kc, quant=q(sd, zd))], [nt])
+    st = b.tensor('s', [1, T, F], dtype='int8', quant=q(ss, zs))
+    b.op('ADD', [mt, nt], [st], fused_activation_function='NONE')
+    r2 = b.tensor('r2', [1, T * F], dtype='int8', quant=q(ss, zs))
+    b.op('RESHAPE', [st, b.tensor('rs', [2], data=np.array([1, T * F], np.int32))], [r2])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r2, b.tensor('w4', w4.shape, data=w4, quant=q(s4, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def rng_of(s, z):
+        return (-128 - z) * s, (127 - z) * s
+
+    def forward(xf, wf=None):
+        wf = wf or {}
+        o = {k: np.clip(xf @ wf.get(k, ws[k] * sc[k]).T + bs[k] * sx * sc[k], *rng_of(*zs_))
+             for k, zs_ in (('w1', (sa, za)), ('w2', (sb, zb)), ('w3', (sa, za)))}
+        d = np.clip((o['w1'] - o['w2']) ** 2, *rng_of(sd, zd))
+        m = np.maximum(o['w1'], o['w3'])
+        n = np.minimum(d, (kc.astype(np.float64) - zd) * sd)
+        s = np.clip(m + n, *rng_of(ss, zs))
+        return (w4 * s4) @ s.reshape(-1)
+    return os.fspath(path), forward, sc, sx

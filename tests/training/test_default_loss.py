@@ -1,8 +1,9 @@
 """The loss when neither --loss nor the model's CIRCLE_TRAINING metadata names one: the
 data decides (pipeline.loss_from_data).  One class number per sample for a model with
 several outputs trains with scce, one-hot rows with cce, float and int8 alike, and says
-so; other targets with one value per output keep the default (mse); a loss the user
-gives is never replaced."""
+so; 0/1 targets of a model that ends in a sigmoid train with bce; other targets with one
+value per output keep the default (mse); a loss the user gives is never replaced.  An
+int8 model whose loss nobody named is one int8 training lacks trains dequantized."""
 import json
 import os
 
@@ -108,3 +109,51 @@ def test_an_image_folder_is_class_numbers(tmp_path):
     s, text, said = _run(tmp_path, MLP, str(tmp_path / 'img'))
     assert '"loss": "scce"' in text and s['train_samples'] == 9
     assert any(m.startswith('loss: scce') for m in said), said
+
+
+def _sigmoid_model(path, n_out=1, F=5):
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, z, p = b.tensor('x', [1, F]), b.tensor('z', [1, n_out]), b.tensor('p', [1, n_out])
+    w = rng.standard_normal((n_out, F)).astype(np.float32)
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w),
+                             b.tensor('b', [n_out], data=np.zeros(n_out, np.float32))], [z])
+    b.op('LOGISTIC', [z], [p])
+    b.inputs(x)
+    b.outputs(p)
+    return b.save(str(path))
+
+
+@pytest.mark.parametrize('n_out', [1, 3])
+def test_zero_one_targets_of_a_sigmoid_train_with_bce(tmp_path, n_out):
+    """Issue 28 (a held-out Keras binary classifier, Dense(1, sigmoid), fitted with
+    binary_crossentropy: prepared without --loss it trained as a regression, mse with an
+    mae metric): one 0/1 target per sigmoid output (multi-label with 3) is bce with an
+    accuracy metric; real-valued targets keep mse."""
+    model = _sigmoid_model(tmp_path / 's.tflite', n_out)
+    y = np.random.default_rng(2).integers(0, 2, (12, n_out)).astype(np.float32)
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y.reshape(12, -1) if n_out > 1
+                                             else y.reshape(-1), shape=(5,)))
+    assert '"loss": "bce"' in text and '"metric": "accuracy"' in text
+    assert any(m.startswith('loss: bce') and 'sigmoid' in m for m in said), said
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'e.npz', y * 0.5 + 0.1, shape=(5,)))
+    assert '"loss": "mse"' in text
+
+
+def test_an_int8_regression_trains_dequantized_and_says_so(tmp_path):
+    """An int8 model with real-valued targets and no --loss (mse) had been refused ("int8
+    training takes --loss scce or cce"): it trains in float32, dequantized, and prepare
+    says why; --loss mse given on the command line is still refused with that advice."""
+    model = str(tmp_path / 'm.tflite')
+    build_int8_branches(model)
+    from host_tools.formats.circle_io import read_model
+    g = read_model(model)
+    shape = tuple(g.tensors[g.inputs[0]].shape[1:])
+    n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
+    y = np.random.default_rng(3).standard_normal((12, n_out)).astype(np.float32)
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape))
+    assert 'q8.json' not in text and '"loss": "mse"' in text
+    assert any('trains in float32, dequantized' in m and 'export --quantized' in m for m in said), said
+    with pytest.raises(PrepareError, match='int8 training takes'):
+        _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape), loss='mse')
