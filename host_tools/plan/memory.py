@@ -100,6 +100,10 @@ BASE_FROZEN = 15 * 1024
 # chunk generator 80-150 B (measured, mpu32 and mpu32-ulab): 256 B there (1 KB had
 # planned the 32-bit ulab 16x16 CNN's streamed cell 1.22x, the same net ranked 1.19x)
 STREAM_OVERHEAD = {(8, 'os'): 2048, (8, 'littlefs'): 2048, (4, 'os'): 256, (4, 'littlefs'): 1024}
+# one more open file (an int8 net's second handle on q8.req, utrain.q8 Q8Net.rs): its
+# object, and on littlefs its 1 KB cache (measured: 1168 B on the emulated Pico, 64 B on
+# 64-bit unix, 32 B on mpu32)
+OPEN_FILE = {(8, 'os'): 64, (8, 'littlefs'): 1232, (4, 'os'): 32, (4, 'littlefs'): 1168}
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
 # (floats, small arrays, saved activations), leaving runs too short for the next array.
@@ -1067,9 +1071,10 @@ def q8_tap_tables(t, w, B, trains=True) -> int:
     return sum(blk(4 * w) + blk(4 * n) for n in slots.values())
 
 
-def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
+def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     """{part: bytes} one utrain.q8.Q8Net of layer table t (as written: q8.json or
-    q8t.json) holds while it trains (trains=False: a prefix net, forward only)."""
+    q8t.json) holds while it trains (trains=False: a prefix net, forward only; fs: the
+    board's file system)."""
     from ..target.device import module
     q8 = module('q8')
     blk = lambda n: -(-n // B) * B     # noqa: E731
@@ -1099,6 +1104,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False) -> dict:
             objs += arr(len(v))
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
     parts['layer objects'] = objs
+    if t.get('req'):
+        parts["q8.req's second handle (the shifts)"] = OPEN_FILE[w, fs]
     at = {k for k, _, _ in t.get('at', ())}
     # the sample's buffer: none for a prefix whose first band group reads the sample a
     # strip of rows at a time (Q8Net.strips)
@@ -1294,12 +1301,12 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
     code = q8_code(trained, t, settings=settings)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
-    net = _q8_net(trained, settings, w, B, asm=asm)
+    net = _q8_net(trained, settings, w, B, asm=asm, fs=t['fs'])
     data = sum(net.values())
     if 'q8t.json' in tables:
         # the prefix first, on its own net (then dropped), before the trainer's code loads
         # (utrain.run): its code is the prefix's alone
-        pre = _q8_net(tables['q8.json'], settings, w, B, trains=False, asm=asm)
+        pre = _q8_net(tables['q8.json'], settings, w, B, trains=False, asm=asm, fs=t['fs'])
         pcode = q8_code(tables['q8.json'], t, trains=False)
         if sum(pre.values()) + pcode > data + code:
             parts['code'] = pcode

@@ -395,6 +395,11 @@ class Q8Net:
         if req:
             i = wof_path.rfind('/')
             self.rf = wof.openr((wof_path[:i + 1] if i >= 0 else '') + req)
+            # and a second handle for the shifts (quant): a chunk's multipliers and shifts
+            # lie nq words apart, and one handle's reads alternating between them missed
+            # littlefs's cache each time (~200 us a read on the emulated Pico, ~140 reads
+            # a MobileNetV2 w62 step); each handle now reads on from where it stopped
+            self.rs = wof.openr((wof_path[:i + 1] if i >= 0 else '') + req)
         # streamed layers' scratch: a chunk of weights, one layer's biases and multipliers
         ws = meta.get('wbuf', 0)
         self.wbuf = bytearray(ws) if ws else None
@@ -544,6 +549,7 @@ class Q8Net:
         self.f.close()
         if self.meta.get('req'):
             self.rf.close()
+            self.rs.close()
         if K._A is not None:    # (its tables' raw addresses would keep our buffers)
             K._A.forget()
 
@@ -568,20 +574,31 @@ class Q8Net:
         """n biases of frozen layer L from output channel o0 on, into the shared scratch."""
         return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, n)
 
-    def quant(self, L, o0, n, h=0):
+    def quant(self, L, o0, n, h=0, q=None):
         """Frozen layer L's multipliers and shifts from output channel o0 on (n of them;
-        the one of a per-tensor layer), into the shared scratch; h=3: its input gradient's
-        per-channel rescaling (sw[o] / max(sw), after its weight scales in q8.req)."""
+        the one of a per-tensor layer), into the shared scratch (or the pair q); h=3: its
+        input gradient's per-channel rescaling (sw[o] / max(sw), after its weight scales
+        in q8.req)."""
         d = L.d
         c = d['nq']
-        f = self.rf
+        f, g = self.rf, self.rs
+        qm, qs = q or (self.qm, self.qs)
         if c == 1:
             o0, n = 0, 1
         f.seek(d['ro'] + 4 * (h * c + o0))
-        f.readinto(memoryview(self.qm)[:n])
-        f.seek(d['ro'] + 4 * ((h + 1) * c + o0))
-        f.readinto(memoryview(self.qs)[:n])
-        return self.qm, self.qs
+        f.readinto(memoryview(qm)[:n])
+        g.seek(d['ro'] + 4 * ((h + 1) * c + o0))
+        g.readinto(memoryview(qs)[:n])
+        return qm, qs
+
+    def _wide(self, a):
+        # a wider scratch pair for quant than qm, qs: the halves of int32 buffer a's
+        # values (a free part of an input-gradient buffer), else None
+        h = len(a) >> 1
+        if h <= len(self.qm):
+            return None
+        a = memoryview(a)
+        return a[:h], a[h:2 * h]
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
@@ -910,8 +927,19 @@ class Q8Net:
         sz = s * (1 << k)
         bs = L.bs           # (None: a layer that passes the gradient alone)
         if L.train:                            # bias sums
-            if ch:          # (and the bias steps: a chunk's sums alone held, bsn)
-                P = L.opi()[1]
+            gb = self.gb
+            O, P, I = L.opi() if ch else (0, 0, 0)
+            if ch and p == O and gb is not None and len(gb[0]) >= O:
+                # all channels' sums at once from the row (q8sparse.smb: the chunks'
+                # integers, no dz) in the input-gradient buffer that _dx fills next, and
+                # one bias step (a chunk's sums a call cost ~2 ms a chunk on a Cortex-M0+;
+                # g: the row in the sums buffer, not gb's)
+                bs = gb[0]
+                self.S.smb(bs, g, k, L.mk, O, P)
+                # (the rest of that buffer: the bias step's multipliers a few reads at
+                # a time, not 36 of qbuf's; _dx's rescaling likewise, the whole buffer)
+                self._bias(L, sz, lr, 0, O, bs, self._wide(memoryview(bs)[O:]))
+            elif ch:        # (and the bias steps: a chunk's sums alone held, bsn)
                 for o0, m in self._chunks(L, g, k, p):
                     K.sumk(bs, dz, 0, P, m)
                     self._bias(L, sz, lr, o0, o0 + m, bs)
@@ -956,7 +984,8 @@ class Q8Net:
             # dz2 when dz stays for the weight gradient; a layer whose weights do not
             # train is done with dz: in place)
             if L.dxr:
-                self._rescale(L, g, p)
+                gb = self.gb    # (ch: g is the sums buffer, the input-gradient one free)
+                self._rescale(L, g, p, self._wide(gb[0]) if ch and gb is not None else None)
             else:
                 K.rqk(g, p or n, len(L.dxm), 1, L.dxm, L.dxs, g, 0, 0, 0, 1)
             k = _shift(g, p or n)
@@ -984,15 +1013,17 @@ class Q8Net:
             (K.cdk if L.k == CONV else K.ddk)(dx, dz, L.w, gm)
         return dx, sz * max(d['sw'])
 
-    def _rescale(self, L, g, p):
+    def _rescale(self, L, g, p, q=None):
         # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers read a
-        # scratch at a time (the host's qmul, as held ones: the same integers)
-        qm, qs, sw = self.qm, self.qs, L.d.get('sw')
+        # scratch at a time (q: a wider pair, _wide; the host's qmul, as held ones: the
+        # same integers)
+        qm, qs = q or (self.qm, self.qs)
+        sw = L.d.get('sw')
         c = len(qm)
         for o0 in range(0, p, c):
             k = min(c, p - o0)
             if 'ro' in L.d:
-                self.quant(L, o0, k, 3)
+                self.quant(L, o0, k, 3, q)
             else:           # (a table not written to files: its scales inline, a host's)
                 for j in range(k):
                     qm[j], qs[j] = qmul(sw[o0 + j] / max(sw))
@@ -1060,7 +1091,7 @@ class Q8Net:
         else:
             self._upd(L, i0, gw, n)
 
-    def _bias(self, L, sz, lr, lo, hi, bs):
+    def _bias(self, L, sz, lr, lo, hi, bs, q=None):
         # the bias sums bs of output channels lo..hi-1 (bs[o - lo]: channel o's) at scale
         # sz: the float biases stepped at once (lr) and requantized, or added to the
         # batch's sums (a layer's window whole, or a chunk of it at a time, in order)
@@ -1070,7 +1101,7 @@ class Q8Net:
                 ba[o] += sz * bs[o - lo]
             return
         if L.be is not None:
-            return self._ibias(L, lr * sz, lo, hi, bs)
+            return self._ibias(L, lr * sz, lo, hi, bs, q)
         sx, sw = L.d['sx'], L.d['sw']
         bf, b, vb, mu = L.bf, L.b, L.vb, self.mom
         nw = len(sw)
@@ -1116,7 +1147,7 @@ class Q8Net:
                 bf[o] -= vb[o]
             b[o] = _clamp(int(round(bf[o] / (den if nw == 1 else sx * sw[o % nw]))))
 
-    def _ibias(self, L, c, lo, hi, bs):
+    def _ibias(self, L, c, lo, hi, bs, q=None):
         # SGD, per-channel scales: b[o] -= c bs / (sx sw[o]) bias steps in integers, the
         # rounding kept in L.be (q8kern.ubek; a float step a channel cost a Cortex-M0+
         # ~200 us): one multiplier c / (sx bsm) for all channels, in 2^-(8 + j) steps (j
@@ -1125,7 +1156,8 @@ class Q8Net:
         # scratch at a time; a doubled weight scale's: 2^-ge[o] of it).  Momentum: the
         # steps in 1/256 (j = 0) into the int32 velocity (v = mu v + step; b -= v), the
         # bound 2^7 times lower (a velocity sums up to 1 / (1 - mu) steps)
-        d, qm, qs, bq, v = L.d, self.qm, self.qs, self.bq, L.vb
+        d, bq, v = L.d, self.bq, L.vb
+        qm, qs = q or (self.qm, self.qs)      # (q: a wider scratch pair, _wide)
         if bq[3] != id(L):      # (a row-fed layer's chunks after its first: made there)
             m, e = qmul(c / (d['sx'] * d['bsm']) * 256.0)
             t, P = 15 if v is not None else 22, L.opi()[1]
@@ -1147,7 +1179,7 @@ class Q8Net:
             ge = None
         for o0 in range(lo, hi, w):
             m = min(w, hi - o0)
-            self.quant(L, o0, m, d['bh'])
+            self.quant(L, o0, m, d['bh'], q)
             if ge is not None:
                 for i in range(m):
                     qs[i] -= ge[o0 + i]

@@ -3,7 +3,8 @@
 # keeps its viper kernels as the reference: the same integers, in the same int32 sums).
 # Thumb-1 only (the RP2040's Cortex-M0+): the byte loads with a register offset (ldrsb,
 # ldr/str reg) that MicroPython's assembler does not spell are written with data().
-# Three loops do the multiply-adds, two a turn (vmacs four); assembler and a little viper around them
+# Three loops do the multiply-adds, two a turn (vmacs four; dot2: dot over two rows at
+# once, a weight loaded once for both); assembler and a little viper around them
 # walk the geometry, one call per row of rows or more (an asm function takes 4 arguments:
 # the rest go in a table, _P, offsets and addresses included, so no memoryview is made
 # per call):
@@ -123,6 +124,128 @@ def dot(r0, r1, r2, r3):
     str(r4, [r7, 40])
     bgt(ROW)
     label(END)
+
+
+@micropython.asm_thumb
+def dot2(r0, r1, r2, r3):
+    # dot over pairs of rows: rows r and r + 1 of each output o at once, each weight
+    # loaded once for both (3 loads for 2 multiply-adds, dot's 4; _P as dot's, [0] the
+    # pairs; [15] r8 kept, [16] the pair's x, [17] o's weights).  r8 holds -c (added
+    # with a high-register add: the inner loop uses all 8 low registers)
+    mov(r7, r3)
+    mov(r4, r8)
+    str(r4, [r7, 60])        # [15] the caller's r8
+    ldr(r4, [r7, 28])        # ao
+    lsl(r4, r4, 2)
+    add(r0, r0, r4)
+    str(r0, [r7, 36])        # [9] a pointer (row r)
+    ldr(r4, [r7, 20])
+    add(r1, r1, r4)          # x + xo
+    str(r1, [r7, 64])        # [16]
+    ldr(r4, [r7, 24])
+    add(r2, r2, r4)          # w + wo
+    str(r2, [r7, 44])        # [11] w base
+    ldr(r4, [r7, 12])
+    neg(r4, r4)
+    mov(r8, r4)              # -c
+    ldr(r4, [r7, 8])
+    cmp(r4, 0)
+    ble(END)
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 40])        # [10] pairs left
+    cmp(r4, 0)
+    ble(END)
+    label(ROW)
+    ldr(r4, [r7, 8])
+    str(r4, [r7, 48])        # [12] outputs left
+    ldr(r4, [r7, 52])
+    str(r4, [r7, 56])        # [14] bias pointer = [13] bias
+    ldr(r4, [r7, 44])
+    str(r4, [r7, 68])        # [17] o's weights
+    label(OUT)
+    ldr(r6, [r7, 56])
+    ldr(r0, [r6, 0])         # both sums start at the bias
+    add(r6, 4)
+    str(r6, [r7, 56])
+    mov(r3, r0)
+    ldr(r1, [r7, 64])        # row r
+    ldr(r2, [r7, 68])
+    ldr(r4, [r7, 4])         # n
+    ldr(r5, [r7, 16])        # xs
+    mov(r12, r7)
+    add(r7, r1, r5)          # row r + 1
+    sub(r4, 1)
+    bmi(ODONE)
+    lsr(r5, r4, 1)
+    bcs(MAC)                 # n even: pairs of i from the top; odd: the last one first
+    data(2, 0x570D)          # ldrsb r5, [r1, r4]
+    data(2, 0x5716)          # ldrsb r6, [r2, r4]
+    data(2, 0x4445)          # add r5, r8
+    mul(r5, r6)
+    add(r0, r0, r5)
+    data(2, 0x573D)          # ldrsb r5, [r7, r4]
+    data(2, 0x4445)
+    mul(r5, r6)
+    add(r3, r3, r5)
+    sub(r4, 1)
+    bmi(ODONE)
+    label(MAC)               # i and i - 1 of both rows a turn
+    data(2, 0x570D)
+    data(2, 0x5716)
+    data(2, 0x4445)
+    mul(r5, r6)
+    add(r0, r0, r5)
+    data(2, 0x573D)
+    data(2, 0x4445)
+    mul(r5, r6)
+    add(r3, r3, r5)
+    sub(r4, 1)
+    data(2, 0x570D)
+    data(2, 0x5716)
+    data(2, 0x4445)
+    mul(r5, r6)
+    add(r0, r0, r5)
+    data(2, 0x573D)
+    data(2, 0x4445)
+    mul(r5, r6)
+    add(r3, r3, r5)
+    sub(r4, 1)
+    bpl(MAC)
+    label(ODONE)
+    mov(r7, r12)
+    ldr(r6, [r7, 36])
+    str(r0, [r6, 0])         # row r's
+    ldr(r4, [r7, 8])
+    lsl(r4, r4, 2)
+    add(r5, r6, r4)
+    str(r3, [r5, 0])         # row r + 1's, O words on
+    add(r6, 4)
+    str(r6, [r7, 36])
+    ldr(r2, [r7, 68])
+    ldr(r4, [r7, 4])
+    add(r2, r2, r4)
+    str(r2, [r7, 68])
+    ldr(r4, [r7, 48])
+    sub(r4, 1)
+    str(r4, [r7, 48])
+    bgt(OUT)
+    ldr(r6, [r7, 36])        # past row r + 1
+    ldr(r4, [r7, 8])
+    lsl(r4, r4, 2)
+    add(r6, r6, r4)
+    str(r6, [r7, 36])
+    ldr(r1, [r7, 64])
+    ldr(r4, [r7, 16])
+    add(r1, r1, r4)
+    add(r1, r1, r4)
+    str(r1, [r7, 64])
+    ldr(r4, [r7, 40])
+    sub(r4, 1)
+    str(r4, [r7, 40])
+    bgt(ROW)
+    label(END)
+    ldr(r4, [r7, 60])
+    mov(r8, r4)
 
 
 @micropython.asm_thumb
@@ -1058,6 +1181,20 @@ def _walk(a, x, g, oy: int, ox: int, m: int, z: int, e: int):
 
 
 @micropython.viper
+def _dots(a, x, w, R: int):
+    # dot over R rows (_P set as dot's but [0]): pairs by dot2, an odd last row by dot
+    p = ptr32(_P)
+    if R > 1:
+        p[0] = R >> 1
+        dot2(a, x, w, _P)
+    if R & 1:
+        p[0] = 1
+        p[5] = p[5] + (R - 1) * p[4]
+        p[7] = p[7] + (R - 1) * p[2]
+        dot(a, x, w, _P)
+
+
+@micropython.viper
 def fck(acc, x, xo: int, xz: int, w, b, n: int, ni: int, no: int):
     p = ptr32(_P)
     p[13] = int(ptr32(b))
@@ -1074,14 +1211,14 @@ def convk(acc, x, xz: int, g, w, b):
     p[13] = int(ptr32(b))
     p[1] = KK; p[2] = O; p[3] = xz; p[4] = KK; p[5] = 0; p[6] = 0
     if int(_pointwise(g)):
-        p[0] = OH * OW; p[7] = 0
-        dot(acc, x, w, _P)
+        p[7] = 0
+        _dots(acc, x, w, OH * OW)
         return
     pb = _buf(OW * KK)
     for oy in range(OH):
         _walk(pb, x, g, oy, 0, OW, xz, 0)
-        p[0] = OW; p[7] = oy * OW * O
-        dot(acc, pb, w, _P)
+        p[5] = 0; p[7] = oy * OW * O
+        _dots(acc, pb, w, OW)
 
 
 @micropython.viper

@@ -200,7 +200,8 @@ def upek(w, e, d, p):
     q = (v + 128) >> 8
     np.frombuffer(e, np.int8, n)[:] = (v - (q << 8)).astype(np.int8)
     wq = np.frombuffer(w, np.int8, n)
-    wq[:] = np.clip(wq.astype(I64) - q, -127, 127).astype(np.int8)
+    up = q != 0         # (a weight with no step is left as it is: a -128 is not clipped)
+    wq[up] = np.clip(wq[up].astype(I64) - q[up], -127, 127).astype(np.int8)
 
 
 def c7k(w, n, st):
@@ -262,6 +263,15 @@ def smc(d, x, k, m, o0, c, O, P, p):
     np.frombuffer(d, np.int8, P * c)[:] = r.astype(np.int8)
 
 
+def smb(s, x, k, m, O, P):
+    v = _i32(x, O).astype(I64)
+    h2 = (1 << k) >> 1
+    r = np.clip(np.where(v < 0, -((h2 - v) >> k), (v + h2) >> k), -127, 127)
+    on = np.unpackbits(np.frombuffer(m, np.uint8, (P * O + 7) // 8), count=P * O,
+                       bitorder='little').reshape(P, O)
+    _i32(s, O)[:] = r * on.sum(0)
+
+
 def dak(dx, dz, w, o0, m, O, P, I):
     z = np.frombuffer(dz, np.int8, P * O).reshape(P, O)[:, o0:o0 + m].astype(I64)
     _add(dx, P * I, z @ _i8(w, m * I).reshape(m, I).astype(I64))
@@ -275,4 +285,4 @@ def mzk(g, n, m):
 
 def install_sparse(g):
     """As install, for utrain.q8sparse's kernels."""
-    install(g, ('mkk', 'smk', 'smc', 'dak', 'mzk'))
+    install(g, ('mkk', 'smk', 'smc', 'smb', 'dak', 'mzk'))

@@ -108,6 +108,39 @@ def smc(d, x, k: int, m, o0: int, c: int, O: int, P: int, p: int):
 
 
 @micropython.viper
+def smb(s, x, k: int, m, O: int, P: int):
+    # a row-fed layer's bias sums from its broadcast row alone (x: O values, one a
+    # channel): s[o] = the int8 of x[o] / 2^k (smc's) times the positions r < P whose
+    # mask bit r*O + o is set: smc's dz summed over positions (sumk), all O channels in
+    # one call, no dz made (utrain.q8 _back)
+    ps = ptr32(s)
+    px = ptr32(x)
+    pm = ptr8(m)
+    h2 = (1 << k) >> 1
+    for o in range(O):
+        c = 0
+        i = o
+        for r in range(P):
+            c += (int(pm[i >> 3]) >> (i & 7)) & 1
+            i += O
+        if c == 0:
+            ps[o] = 0
+            continue
+        v = int(px[o])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v < 0:
+            e = 0 - ((h2 - v) >> k)
+        else:
+            e = (v + h2) >> k
+        if e > 127:
+            e = 127
+        if e < -127:
+            e = -127
+        ps[o] = e * c
+
+
+@micropython.viper
 def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
     # the input gradient of an FC (P = 1) or a 1x1 stride-1 conv (P positions) from
     # output channels o0..o0+m-1 whose weights w hold (a chunk read from flash), added:

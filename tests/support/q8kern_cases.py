@@ -19,6 +19,7 @@ if getattr(K, 'ASM', False):
     IMPLS[1][1]['dak'] = S.VD
 for _n, _k in IMPLS:
     _k['ubek'] = K.ubek      # (viper everywhere: no assembler version)
+    _k['smb'] = S.smb
 
 
 class R:
@@ -68,6 +69,11 @@ CONV = [  # H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill
     (7, 7, 2, 3, 3, 3, 1, 1, 2, 2, 2, 2, 0, None),         # dilation 2
     (4, 4, 5, 2, 3, 3, 1, 1, 1, 1, 1, 1, -128, 0x7f),      # saturated input
 ]
+CONV2 = [  # (run after the others: their seeded data unchanged) q8asm's dot2, rows in pairs
+    (2, 3, 8, 5, 1, 1, 1, 1, 0, 0, 1, 1, 6, None),         # pointwise, an even count
+    (1, 1, 4, 3, 1, 1, 1, 1, 0, 0, 1, 1, -128, 0x80),      # pointwise, one row
+    (3, 4, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 5, None),         # im2col rows: 4 a row, n odd
+]
 DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
     (6, 6, 3, 2, 3, 1, 1, 3, None), (4, 5, 5, 1, 3, 1, 0, -128, 0x80),
@@ -76,6 +82,26 @@ RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
     (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
     (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3)]
 UP = [(37, 1 << 10, 12345), (64, 1 << 16, 0x3fffffff), (5, 300, 0)]   # n, |d| <, seed
+
+
+def _convs(r, k, cases, tag, out):
+    for i, c in enumerate(cases):
+        H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill = c
+        gm = geo(H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw)
+        N = gm[10] * gm[11]
+        x = r.bytes(H * W * I, fill)
+        w = r.bytes(O * KH * KW * I)
+        b = r.ints(O)
+        acc = r.ints(N * O)
+        k['convk'](acc, x, xz, gm, w, b)
+        dz = r.bytes(N * O)
+        g = r.ints(O * KH * KW * I)
+        k['cgk'](g, dz, x, xz, gm, 0, O)
+        g2 = r.ints((O - 1) * KH * KW * I)
+        k['cgk'](g2, dz, x, xz, gm, 1, O)
+        dx = r.ints(H * W * I)
+        k['cdk'](dx, dz, w, gm)
+        out.append((tag + '%d' % i, acc, g, g2, dx))
 
 
 def run(r, name, k):
@@ -93,23 +119,7 @@ def run(r, name, k):
         dx = r.ints(ni)
         k['dxk'](dx, dz, 1, w, no, ni)
         out.append(('fc%d' % i, acc, g, dx))
-    for i, c in enumerate(CONV):
-        H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw, xz, fill = c
-        gm = geo(H, W, I, O, KH, KW, sh, sw, ph, pw, dh, dw)
-        N = gm[10] * gm[11]
-        x = r.bytes(H * W * I, fill)
-        w = r.bytes(O * KH * KW * I)
-        b = r.ints(O)
-        acc = r.ints(N * O)
-        k['convk'](acc, x, xz, gm, w, b)
-        dz = r.bytes(N * O)
-        g = r.ints(O * KH * KW * I)
-        k['cgk'](g, dz, x, xz, gm, 0, O)
-        g2 = r.ints((O - 1) * KH * KW * I)
-        k['cgk'](g2, dz, x, xz, gm, 1, O)
-        dx = r.ints(H * W * I)
-        k['cdk'](dx, dz, w, gm)
-        out.append(('conv%d' % i, acc, g, g2, dx))
+    _convs(r, k, CONV, 'conv', out)
     for i, (H, W, C, M, KS, s, p, xz, fill) in enumerate(DW):
         gm = geo(H, W, C, C * M, KS, KS, s, s, p, p)
         N = gm[10] * gm[11]
@@ -174,6 +184,8 @@ def run(r, name, k):
         # upek: the same updates with the rounding's error kept (remainders e), twice
         w, e = r.bytes(n), r.bytes(n)
         w[0] = 0x81
+        if n > 4:       # a -128 weight with no step (d[4] 0, no fraction) stays as it is
+            w[4], e[4] = 0x80, 0
         for q in (array('i', [n, p[1], sh, p[3]]), array('i', [n, 0, 0, 0])):
             k['upek'](w, e, d, q)
         out.append(('upe%d' % i, w, e))
@@ -198,6 +210,28 @@ def run(r, name, k):
         dx = r.ints(P * I)
         k['dak'](dx, dz, w, o0, m, O, P, I)
         out.append(('da%d' % i, dx))
+    # q8sparse.smb: a row-fed layer's bias sums from its broadcast row at once = smc's dz
+    # a chunk of channels at a time summed over positions (sumk), channels whose mask
+    # bits are all clear, all set, and rows past the int8 clamp
+    for i, (P, O, kk, c) in enumerate(((9, 40, 3, 7), (1, 5, 0, 5), (4, 33, 12, 8))):
+        x = r.ints(O, 1 << 18)
+        x[0], x[1] = 1 << 24, -(1 << 24)
+        mk = r.bytes((P * O + 7) // 8)
+        for q in range(P):
+            j = q * O + 2
+            mk[j >> 3] &= 255 - (1 << (j & 7))
+            j += 1
+            mk[j >> 3] |= 1 << (j & 7)
+        s = r.ints(O)
+        k['smb'](s, x, kk, mk, O, P)
+        ref, dz = array('i', [0] * O), bytearray(P * c)
+        for o0 in range(0, O, c):
+            m = min(c, O - o0)
+            S.smc(dz, x, kk, mk, o0, m, O, P, O)
+            K.sumk(memoryview(ref)[o0:], dz, 0, P, m)
+        assert list(s) == list(ref), ('smb', i)
+        out.append(('smb%d' % i, s))
+    _convs(r, k, CONV2, 'pair', out)
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 
