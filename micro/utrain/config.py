@@ -123,10 +123,6 @@ def check(cfg, path='train.json'):
         if k not in RUN:
             raise ValueError('%s: unknown setting "run.%s" (known: %s)' % (path, k, ', '.join(RUN)))
         check_value(path, k, run[k])
-    if 0 < run.get('gc_every', 0) < 1024:   # bytes; a folder prepared before said 1/32 as 32
-        raise bad(path, 'run.gc_every', '0 (collect only when the heap is full) or the bytes '
-                  'allocated between collections, at least 1024 (prepare again: it writes '
-                  '1/32 of the planned heap)', run['gc_every'])
     sel = cfg.get('select')
     if sel is not None:
         if type(sel) is not dict:

@@ -58,8 +58,8 @@ def valid(k, v):
         return num and 0 < v <= 1
     if k == 'lr_factor':
         return num and 0 < v <= 1
-    if k == 'gc_every':     # bytes between collections, 0: only when the heap is full
-        return type(v) is int and (v == 0 or 1024 <= v < 2**32)
+    if k == 'gc_every':     # bytes between collections, 0: only when the heap is full;
+        return type(v) is int and 0 <= v < 2**32    # below 1024 a share, as folders held it
     raise KeyError(k)
 
 
