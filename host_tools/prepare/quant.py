@@ -64,7 +64,7 @@ UNARY = {
     # point (refusing inputs <= 0): the rounded real value differed from it by one code
     # at one of 7,650 positive inputs over 30 scale pairs; 1 / sqrt(0) and below: the
     # highest code, derivative 0
-    'RSQRT': (lambda x, o: 1 / np.sqrt(np.where(x > 0, x, 0.0)),
+    'RSQRT': (lambda x, o: np.where(x > 0, 1 / np.sqrt(np.where(x > 0, x, 1.0)), np.inf),
               lambda x, o: -0.5 * np.where(x > 0, x, np.inf) ** -1.5),
 }
 # the UNARY ops whose int8 kernel is TFLite's LUTPopulate (float32, std::round)
