@@ -155,7 +155,7 @@ def main(cfg_path='train.json'):
         # KB on 32-bit unix, now 169), and its code and buffers are garbage after it;
         # its net loads and the trainer's code loads as train.py's code did (collected
         # every 2 KB), its samples run as training does (run.gc_every)
-        aux('q8prefix', 'make', files, None, share(run.get('gc_every', 0)))
+        aux('q8prefix', 'make', files, None, run.get('gc_every', 0))
         gc.collect()
         gc_every(2048)
     STATE['code'] = 1       # (set before: under a MemoryError it could not be)
@@ -169,7 +169,7 @@ def main(cfg_path='train.json'):
     # the code is in (train.py collected every 2 KB while it loaded, so that its
     # temporaries left no sieve); training collects as prepare chose (the Trainer sets
     # its own threshold while it loads the model)
-    gc_every(share(run.get('gc_every', 0)))
+    gc_every(run.get('gc_every', 0))
     out = files['out']
     tr = STATE['tr'] = T(files['model'], start, keep=chosen, **cfg)
     chosen = None
@@ -309,17 +309,6 @@ def epoch_end(tr, files, test, keep, n):
     S['ended'] = tr.epoch
 
 
-def share(n):
-    # run.gc_every in bytes; below 1024 it is a folder prepared before it was: 1/n of the
-    # heap (it held 32), as it trained then
-    if 0 < n < 1024:
-        try:
-            return (gc.mem_free() + gc.mem_alloc()) // n
-        except AttributeError:
-            return 0
-    return n
-
-
 def gc_every(n):
     # Collect whenever n bytes were allocated since the last collection (0: only when the
     # heap is full).  A training step frees and remakes its activations and temporaries;
@@ -331,9 +320,10 @@ def gc_every(n):
     # which all train (a share of the heap moved them with its size: that CNN trained
     # in 96 and 102 KB but not in 98 or 100).  train.json's run.gc_every sets n: prepare
     # writes 1/32 of the planned heap where activations are large next to it, else 0
-    # (docs/memory.md).  The Trainer sets its own while it loads the model.
+    # (docs/memory.md).  The Trainer sets its own while it loads the model.  Below 1024,
+    # a folder prepared before (32): 1/n of the heap, as it trained then.
     try:
-        gc.threshold(n or -1)
+        gc.threshold((gc.mem_free() + gc.mem_alloc()) // n if 0 < n < 1024 else n or -1)
     except AttributeError:      # CPython
         pass
 
