@@ -351,6 +351,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             f'takes --loss scce or cce, and this run\'s loss is {s["loss"]}; export --quantized '
             'writes the trained model back as int8')
         dequantize, as8 = True, False
+    why = as8 and not (dequantize or train_config) and rewrite and quant.op_refusal(source)
+    if why and quant.float_takes(source, train):    # an op int8 training has no kernel
+        # for and the float path runs (PRELU, L2_NORMALIZATION, ...): trained dequantized
+        log(f'{model_path}: trains in float32, dequantized as --dequantize does: {why}; '
+            'export --quantized writes the trained model back as int8')
+        dequantize, as8 = True, False
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)

@@ -331,6 +331,18 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
     return k
 
 
+def op_refusal(g: Graph):
+    """'op N (NAME) is not supported by int8 training' where int8 training has no kernel
+    for an op of int8 graph g (layers() refuses it), else None."""
+    import re
+    try:
+        layers(rewritten(g), 'none')
+    except ValueError as e:
+        m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
+        return m.group(0) if m else None
+    return None
+
+
 def layers(g: Graph, train='last:1', ranks=None):
     """The q8 layer table of graph g: one dict per op, ending before a final SOFTMAX
     (PAD and RESHAPE make none: folded / aliased).  Each reads tensors 'in' and writes
@@ -377,8 +389,7 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
-                             'between a DEQUANTIZE and a QUANTIZE), or add --dequantize: it '
-                             'trains in float32 (export --quantized writes it back as int8)')
+                             'between a DEQUANTIZE and a QUANTIZE)')
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue

@@ -659,6 +659,36 @@ def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
     assert msg.count('mx.tflite') == 1 and 'op 1 (POW)' in msg and 'export the model' in msg
 
 
+def test_an_op_only_the_float_path_runs_trains_dequantized(tmp_path):
+    """An int8 model with an op int8 training has no kernel for but the float path runs
+    (PRELU: a held-out Keras int8 PReLU model was refused): prepare trains it in float32,
+    dequantized, says why, and the slopes train."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.pipeline import prepare
+    r = np.random.default_rng(3)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q(0.05))
+    h = b.tensor('h', [1, 6], dtype='int8', quant=q(0.05))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', (6, 4), data=r.integers(-100, 100, (6, 4)).astype(np.int8),
+                                         quant=q(0.01)), -1], [h])
+    p_ = b.tensor('p', [1, 6], dtype='int8', quant=q(0.04))
+    b.op('PRELU', [h, b.tensor('alpha', (6,), data=r.integers(10, 60, 6).astype(np.int8), quant=q(0.005))], [p_])
+    y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
+    b.op('FULLY_CONNECTED', [p_, b.tensor('w2', (3, 6), data=r.integers(-100, 100, (3, 6)).astype(np.int8),
+                                          quant=q(0.01)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(str(tmp_path / 'pr.tflite'))
+    np.savez(tmp_path / 'd.npz', x=r.standard_normal((8, 4)).astype(np.float32), y=r.integers(0, 3, 8))
+    said = []
+    s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+                log=lambda *a: said.append(' '.join(map(str, a))))
+    assert not os.path.exists(tmp_path / 'run' / 'q8.json')
+    assert any('trains in float32, dequantized' in m and 'op 1 (PRELU)' in m for m in said), said
+    assert 'alpha' in s['trainable']
+
+
 def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
     """--cache: the trained part may read a constant (an ADD of a bias vector) besides
     the one tensor the frozen layers end with; the split's trained table computes what
