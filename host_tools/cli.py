@@ -145,8 +145,8 @@ def cmd_prepare(a):
     if s.get('rewrites', {}).get('dequantized'):
         print(f'  int8 model dequantized: {s["rewrites"]["dequantized"]} tensors, trains in '
               'float32 (export --quantized writes it as int8 again)'
-              + ('' if a.dequantize else '; as int8 it trains with --train, --ranks and '
-                 '--select, without --train-config'))
+              + ('' if a.dequantize or s.get('dequantized_because') else
+                 '; as int8 it trains with --train, --ranks and --select, without --train-config'))
     if s.get('bands'):
         print('  row bands (ops computed a few rows at a time): ' + ', '.join(
             f'ops {lo}..{last} ({r} row{"s" if r > 1 else ""})' for lo, last, r in s['bands']))

@@ -343,20 +343,21 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
+    auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and s['loss'] not in ('scce', 'cce') and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):
         # the loss nobody named (the data's, or the default) is one int8 training lacks: a
         # regression or a sigmoid's bce trains dequantized, as --dequantize would
-        log(f'{model_path}: trains in float32, dequantized as --dequantize does: int8 training '
-            f'takes --loss scce or cce, and this run\'s loss is {s["loss"]}; export --quantized '
-            'writes the trained model back as int8')
+        auto = f'int8 training takes --loss scce or cce, and this run\'s loss is {s["loss"]}'
+        log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
+            'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
     why = as8 and not (dequantize or train_config) and rewrite and quant.op_refusal(source)
     if why and quant.float_takes(source, train):    # an op int8 training has no kernel
         # for and the float path runs (PRELU, L2_NORMALIZATION, ...): trained dequantized
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {why}; '
             'export --quantized writes the trained model back as int8')
-        dequantize, as8 = True, False
+        dequantize, as8, auto = True, False, why
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
@@ -434,6 +435,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
                                 trial)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
+    if auto:
+        summary['dequantized_because'] = auto
     if chose:
         summary['chose'] = chose
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))

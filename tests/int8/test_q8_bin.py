@@ -686,7 +686,7 @@ def test_an_op_only_the_float_path_runs_trains_dequantized(tmp_path):
                 log=lambda *a: said.append(' '.join(map(str, a))))
     assert not os.path.exists(tmp_path / 'run' / 'q8.json')
     assert any('trains in float32, dequantized' in m and 'op 1 (PRELU)' in m for m in said), said
-    assert 'alpha' in s['trainable']
+    assert 'alpha' in s['trainable'] and 'op 1 (PRELU)' in s['dequantized_because']
 
 
 def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
