@@ -359,20 +359,18 @@ def test_int8_div_by_a_constant_is_tflite_micros_integers_and_neg_a_table(tmp_pa
     assert set(d['dt'][10:100]) == {-16384}
 
 
-def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
-    """A full-int8 model as the converter writes it without inference_input_type (float
-    input QUANTIZE, int8 FC, SOFTMAX, DEQUANTIZE to a float output): an int8 model whose
-    input is the QUANTIZE's output and whose logits are the FC's; the board's forward
-    dequantized is TFLite Micro's float logits; prepare trains it as int8 (with a loss the
-    int8 path takes; with mse dequantized, as before)."""
-    from tflite_micro.python.tflite_micro import runtime
+def _fc_softmax_dequantized(path, r, float_in):
+    """An int8 FC (3 of 8, weights drawn from r), SOFTMAX, DEQUANTIZE to a float output,
+    its input float through a QUANTIZE (float_in, the converter's default) or int8
+    (inference_input_type int8 alone).  Returns (path, the SOFTMAX's output tensor)."""
     from host_tools.formats.circle_build import CircleBuilder
-    from host_tools.prepare.pipeline import prepare
     b = CircleBuilder(identifier=b'TFL3')
-    r = np.random.default_rng(1)
-    x = b.tensor('x', [1, 8])
+    x = b.tensor('x', [1, 8]) if float_in else None
     xq = b.tensor('xq', [1, 8], dtype='int8', quant={'scale': [0.04], 'zero_point': [-3]})
-    b.op('QUANTIZE', [x], [xq])
+    if float_in:
+        b.op('QUANTIZE', [x], [xq])
+    else:
+        x = xq
     w = r.integers(-127, 128, (3, 8)).astype(np.int8)
     y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.09], 'zero_point': [2]})
     b.op('FULLY_CONNECTED', [xq, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}),
@@ -384,7 +382,19 @@ def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
     b.op('DEQUANTIZE', [p], [pf])
     b.inputs(x)
     b.outputs(pf)
-    path = b.save(str(tmp_path / 'fio.tflite'))
+    return b.save(str(path)), p
+
+
+def test_float_input_and_output_ends_train_as_int8(tmp_path, monkeypatch):
+    """A full-int8 model as the converter writes it without inference_input_type (float
+    input QUANTIZE, int8 FC, SOFTMAX, DEQUANTIZE to a float output): an int8 model whose
+    input is the QUANTIZE's output and whose logits are the FC's; the board's forward
+    dequantized is TFLite Micro's float logits; prepare trains it as int8 (with a loss the
+    int8 path takes; with mse dequantized, as before)."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.prepare.pipeline import prepare
+    r = np.random.default_rng(1)
+    path, p = _fc_softmax_dequantized(tmp_path / 'fio.tflite', r, float_in=True)
     g = read_model(path)
     assert quant.float_ends(g) and not quant.is_int8(g)
     g = quant.rewritten(g)
@@ -420,23 +430,9 @@ def test_int8_input_with_a_float_output_trains_as_int8(tmp_path):
     last; a held-out Keras model was refused: "op 6 (SOFTMAX) is not supported by int8
     training"): the DEQUANTIZE goes as it does with a float input, and prepare trains it
     as int8."""
-    from host_tools.formats.circle_build import CircleBuilder
     from host_tools.prepare.pipeline import prepare
-    b = CircleBuilder(identifier=b'TFL3')
     r = np.random.default_rng(2)
-    xq = b.tensor('xq', [1, 8], dtype='int8', quant={'scale': [0.04], 'zero_point': [-3]})
-    w = r.integers(-127, 128, (3, 8)).astype(np.int8)
-    y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.09], 'zero_point': [2]})
-    b.op('FULLY_CONNECTED', [xq, b.tensor('w', w.shape, data=w, quant={'scale': [0.01], 'zero_point': [0]}),
-                             b.tensor('b', [3], data=np.array([50, -20, 0], np.int32),
-                                      quant={'scale': [0.0004], 'zero_point': [0]})], [y])
-    p = b.tensor('p', [1, 3], dtype='int8', quant={'scale': [1 / 256], 'zero_point': [-128]})
-    b.op('SOFTMAX', [y], [p], beta=1.0)
-    pf = b.tensor('pf', [1, 3])
-    b.op('DEQUANTIZE', [p], [pf])
-    b.inputs(xq)
-    b.outputs(pf)
-    path = b.save(str(tmp_path / 'i8f.tflite'))
+    path, p = _fc_softmax_dequantized(tmp_path / 'i8f.tflite', r, float_in=False)
     g = quant.rewritten(read_model(path))
     assert g.outputs == [p] and [op.name for op in g.ops] == ['FULLY_CONNECTED', 'SOFTMAX']
     np.savez(tmp_path / 'd.npz', x=r.standard_normal((12, 8)).astype(np.float32), y=r.integers(0, 3, 12))

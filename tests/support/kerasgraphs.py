@@ -1,6 +1,7 @@
 """Graphs as another exporter writes them, built here with circle_build: what Keras 3
 puts in a .tflite that our own examples never had (tests/formats/test_rewrite.py,
 tests/int8/test_fromfloat.py)."""
+import functools
 import os
 
 import numpy as np
@@ -10,6 +11,11 @@ from host_tools.formats.circle_build import CircleBuilder
 
 def _rand(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
+
+
+def _act(b, name, shape):
+    """An activation whose batch the file leaves open (signature -1), as Keras 3 writes it."""
+    return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
 
 
 def _batch_and(b, x, rank, dims):
@@ -41,8 +47,7 @@ def build_keras_shapes(path, three_d=False, seed=0):
     wf = _rand(rng, O, C)
     b = CircleBuilder(identifier=b'TFL3')
 
-    def act(name, shape):       # an activation: Keras 3 leaves its batch open
-        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    act = functools.partial(_act, b)
     x = act('x', [1, L, 3])
     new = _batch_and(b, x, 3, (1, L, 3))
     r = act('r', [1, 1, L, 3])
@@ -84,8 +89,7 @@ def build_keras_rnn(path, seed=0, T=5, F=3, H=4, O=3):
     wo, bo = _rand(rng, O, H), _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
 
-    def act(name, shape):
-        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    act = functools.partial(_act, b)
     x = act('x', [1, T, F])
     dims = _batch_and(b, x, 3, (H,))
     h = act('h0', [1, H])
@@ -133,8 +137,7 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     wf, bf = _rand(rng, O, 2 * H * W * C if tail == 'flatten' else C2), _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
 
-    def act(name, shape):
-        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    act = functools.partial(_act, b)
     x = act('x', [1, H, W, 1])
     c = act('c', [1, H, W, C])
     b.op('CONV_2D', [x, b.tensor('w', w.shape, data=w), b.tensor('bc', [C], data=bc)], [c],
@@ -209,8 +212,7 @@ def build_keras_dilated(path, seed=0, L=13, C=2, O=3, H=5, K=4):
     wf, bf = _rand(rng, 3, H * H * K) * 0.3, _rand(rng, 3)
     b = CircleBuilder(identifier=b'TFL3')
 
-    def act(name, shape):
-        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    act = functools.partial(_act, b)
 
     def ints(name, v):
         v = np.array(v, np.int32)
@@ -275,8 +277,7 @@ def build_keras_layernorm(path, seed=0, F=6, H=8, O=2, eps=1e-3):
     w2, b2 = _rand(rng, O, H), _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
 
-    def act(name, shape):
-        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    act = functools.partial(_act, b)
 
     def op(name, ins, shape, **kw):
         out = act(name.lower() + str(len(ins)) + str(op.n), shape)
@@ -326,8 +327,7 @@ def build_keras_gates(path, seed=0, F=5, H=6, O=2, lo=0.4):
     w3, b3 = _rand(rng, O, H), _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
 
-    def act(name, shape):
-        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    act = functools.partial(_act, b)
     x = act('x', [1, F])
     h = act('h', [1, H])
     b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [h])
@@ -365,8 +365,7 @@ def build_keras_abs_square_sum(path, seed=0, F=5, H=6, O=2):
     w3, b3 = _rand(rng, O, H), _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
 
-    def act(name, shape):
-        return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
+    act = functools.partial(_act, b)
     x = act('x', [1, F])
     h = act('h', [1, H])
     b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)], [h])
