@@ -93,6 +93,17 @@ PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
 SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
 
 
+def final_op(g):
+    """The op that makes graph g's output, past ops that only reshape it (RESHAPE, SQUEEZE,
+    EXPAND_DIMS): the model's last activation, or None."""
+    k, op = g.outputs[0], None
+    while True:
+        op = next((o for o in g.ops if k in o.outputs), None)
+        if op is None or op.name not in SHAPE_ONLY:
+            return op
+        k = op.inputs[0]
+
+
 def loss_on_logits(g, s: dict):
     """cce/scce (bce) without from_logits take probabilities, so the model should end in
     SOFTMAX (LOGISTIC).  When graph g's output is made by another op it is logits (a
@@ -104,12 +115,7 @@ def loss_on_logits(g, s: dict):
     want = PROBABILITIES.get(s['loss'])
     if want is None or s.get('from_logits'):
         return None
-    k, op = g.outputs[0], None
-    while True:
-        op = next((o for o in g.ops if k in o.outputs), None)
-        if op is None or op.name not in SHAPE_ONLY:
-            break
-        k = op.inputs[0]
+    op = final_op(g)
     if op is not None and op.name == want:
         return None
     s['from_logits'] = True

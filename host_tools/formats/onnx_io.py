@@ -1004,30 +1004,32 @@ class _Reader(RecurrentOps):
         self._mean(ins[0], axes, a.get('keepdims', 1), node.output[0])
 
     def op_ReduceSum(self, node, ins, a, i):
-        """A MEAN times the number of elements it averages (a scalar: frozen)."""
+        self._reduce_sum(ins, a, node.output[0])
+
+    def _reduce_sum(self, ins, a, out):
+        """A MEAN times the number of elements it averages (a scalar: frozen), into out."""
         s = self.oshape(ins[0])
         axes = self._axes(ins, a)
         if not axes:
             if a.get('noop_with_empty_axes', 0):
-                return self.alias(node.output[0], ins[0])
+                return self.alias(out, ins[0])
             axes = list(range(len(s)))
-        tmp = node.output[0] + '/mean'
+        tmp = out + '/mean'
         self._mean(ins[0], axes, a.get('keepdims', 1), tmp)
         n = int(np.prod([s[x % len(s)] for x in set(axes)]))
         lay = 'nhwc' if tmp in self.nhwc else 'plain'
         x = self.get(tmp, lay)
         self._ir('MUL', [x, self._scalar(tmp + '/count', float(n))],
-                 self.out(node.output[0], lay, self.oshape(tmp)))
+                 self.out(out, lay, self.oshape(tmp)))
 
     def op_ReduceL2(self, node, ins, a, i):
         """sqrt of the sum of squares (F.normalize's norm): MUL of x by itself, ReduceSum's
         MEAN times the count, SQRT."""
-        from types import SimpleNamespace
         v, y = ins[0], node.output[0]
         lay = 'nhwc' if v in self.nhwc else 'plain'
         x = self.get(v, lay)
         self._ir('MUL', [x, x], self.out(y + '/square', lay, self.oshape(v)))
-        self.op_ReduceSum(SimpleNamespace(output=[y + '/sum']), [y + '/square'] + list(ins[1:]), a, i)
+        self._reduce_sum([y + '/square'] + list(ins[1:]), a, y + '/sum')
         lay = 'nhwc' if y + '/sum' in self.nhwc else 'plain'
         self._ir('SQRT', [self.get(y + '/sum', lay)], self.out(y, lay, self.oshape(y + '/sum')))
 

@@ -707,11 +707,6 @@ def _reshape_outputs(g: Graph):
         _propagate_shapes(g, changed)
 
 
-def _window(n, k, s, d, padding):
-    eff = (k - 1) * d + 1
-    return -(-n // s) if padding == 'SAME' else -(-(n - eff + 1) // s)
-
-
 def _shape_after(g: Graph, op: Operator):
     """op's output shape from its inputs' shapes (TFLite's rules), or None where this
     does not know the op (its file shape is then kept, and validation judges it)."""
@@ -735,9 +730,15 @@ def _shape_after(g: Graph, op: Operator):
             w = sh[1]
             kh, kw = w[1], w[2]
             c = w[0] if op.name == 'CONV_2D' else w[3]
-        pad = o.get('padding', 'SAME')
-        return [x[0], _window(x[1], kh, int(o.get('stride_h', 1)), int(o.get('dilation_h_factor', 1) or 1), pad),
-                _window(x[2], kw, int(o.get('stride_w', 1)), int(o.get('dilation_w_factor', 1) or 1), pad), c]
+        from .optable import _out_pad       # (TFLite's output size, as the float path checks it)
+        pad, where = o.get('padding', 'SAME'), f'op {op.number} {op.name}'
+        try:
+            return [x[0], _out_pad(x[1], kh, int(o.get('stride_h', 1)), int(o.get('dilation_h_factor', 1) or 1),
+                                   pad, where)[0],
+                    _out_pad(x[2], kw, int(o.get('stride_w', 1)), int(o.get('dilation_w_factor', 1) or 1),
+                             pad, where)[0], c]
+        except ValueError:                  # (a padding it does not take: validation names it)
+            return None
     if op.name in REDUCE and len(sh) > 1 and is_const(g, op.inputs[1]):
         axes = {a % len(x) for a in const_ints(g, op.inputs[1])}
         if o.get('keep_dims'):

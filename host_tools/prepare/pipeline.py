@@ -106,6 +106,7 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     sample, the model outputs 10", trains one-hot classes as a regression, and int8
     training takes scce or cce only); else s as it is.  Says which it chose."""
     from ..files import dataset as ds
+    from ..files.validate import final_op, PROBABILITIES
     if not data or overrides.get('loss') is not None or 'loss' in metadata_settings(g):
         return s
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
@@ -115,8 +116,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         return s                        # (read again by the samples pass, which says what is wrong)
     if not len(y) or not np.issubdtype(y.dtype, np.number) or y.ndim > 2:
         return s
-    last = next((op for op in g.ops if g.outputs and g.outputs[0] in op.outputs), None)
-    if last is not None and last.name == 'LOGISTIC' and y.size == len(y) * n_out and \
+    last = final_op(g) if g.outputs else None
+    if last is not None and last.name == PROBABILITIES['bce'] and y.size == len(y) * n_out and \
             np.all((y == 0) | (y == 1)):
         loss, what = 'bce', f'targets of 0 and 1 for {n_out} sigmoid output{"s" * (n_out > 1)}'
     elif n_out < 2:
@@ -349,15 +350,15 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         # the loss nobody named (the data's, or the default) is one int8 training lacks: a
         # regression or a sigmoid's bce trains dequantized, as --dequantize would
         auto = f'int8 training takes --loss scce or cce, and this run\'s loss is {s["loss"]}'
+    elif as8 and not (dequantize or train_config) and rewrite:
+        # an op int8 training has no kernel for and the float path runs (PRELU,
+        # L2_NORMALIZATION, ...): trained dequantized
+        why = quant.op_refusal(source)
+        auto = why if why and quant.float_takes(source, train) else None
+    if auto:
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
-    why = as8 and not (dequantize or train_config) and rewrite and quant.op_refusal(source)
-    if why and quant.float_takes(source, train):    # an op int8 training has no kernel
-        # for and the float path runs (PRELU, L2_NORMALIZATION, ...): trained dequantized
-        log(f'{model_path}: trains in float32, dequantized as --dequantize does: {why}; '
-            'export --quantized writes the trained model back as int8')
-        dequantize, as8, auto = True, False, why
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
