@@ -1092,6 +1092,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
         if d['k'] == q8.LUT:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
+        if d['k'] == q8.NRM:
+            objs += arr(16)                 # its row's sums and multiplier (utrain.q8nrm)
         if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
@@ -1234,7 +1236,7 @@ def q8_modules(tb, trains=True, settings=None):
     from ..target.device import module
     q8 = module('q8')
     for kinds, name in (((q8.CAT,), 'q8cat'), ((q8.LUT,), 'q8lut'), ((q8.PMAX, q8.PAVG), 'q8pool'),
-                        ((q8.BIN,), 'q8bin'), ((q8.SLC,), 'q8slc')):
+                        ((q8.BIN,), 'q8bin'), ((q8.SLC,), 'q8slc'), ((q8.NRM,), 'q8nrm')):
         if any(d['k'] in kinds for d in ls):
             natives.append(name)
     return mods, natives
@@ -1259,7 +1261,7 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
             native += native_mpy_size(t['arch'], name)
         else:       # (q8bin's and q8slc's Python part, around their kernels, is bytecode)
             native += f['native'] if name == 'q8kern' else f['native'] // 8 + (
-                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc') else 0)
+                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm') else 0)
     if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
         native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
             t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')

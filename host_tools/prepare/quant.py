@@ -38,7 +38,8 @@ from ..files import wof as hwof
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC = _Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN, _Q8.SLC
+POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC, NRM = (_Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN,
+                                               _Q8.SLC, _Q8.NRM)
 # elementwise ops of one input, tabulated over the 256 int8 inputs (_lut_layer): the
 # real function and its derivative (numpy, x real)
 _ERF = np.vectorize(math.erf)
@@ -75,13 +76,13 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
-         **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
-BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM')   # BIN's 'bo'
+         'PRELU': BIN, 'L2_NORMALIZATION': NRM, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU')   # BIN's 'bo'
 SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
 RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC, NRM)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -384,7 +385,8 @@ def layers(g: Graph, train='last:1', ranks=None):
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
-                             'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, '
+                             'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU, '
+                             'L2_NORMALIZATION, '
                              'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
@@ -412,6 +414,8 @@ def layers(g: Graph, train='last:1', ranks=None):
             _cat_layer(g, op, d, y, src)
         elif k == LUT:
             _lut_layer(g, op, d)
+        elif k == NRM:
+            _l2_layer(g, op, d, x)
         elif k in POOLS:
             _pool_layer(g, op, d, x, y)
         elif k == MEAN:
@@ -662,7 +666,8 @@ def _bin_layer(g, op, d, src):
     and scaled by s_i / (2 max(s_1, s_2)), the sum by 2 max(s_1, s_2) / (2^20 s_y);
     squared_difference.cc: the same with SQD_SHIFT bits, the squared difference by
     (2 max(s_1, s_2))^2 / (2^14 s_y); mul.cc: s_1 s_2 / s_y; maximum_minimum.cc compares
-    the int8 values: one scale and zero point for the inputs and output), and the broadcast: the output
+    the int8 values: one scale and zero point for the inputs and output; prelu.cc: s_x /
+    s_y where x >= 0, s_x s_alpha / s_y below, alpha a constant of one scale), and the broadcast: the output
     as 4 dims (runs of axes that broadcast alike merged) and each input's strides along
     them ('bg', 0 where it broadcasts); a constant input's values in 'kc'."""
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
@@ -704,7 +709,13 @@ def _bin_layer(g, op, d, src):
     (s2,), (z2,) = _q(xs[1])
     sy = d['sy']
     bo = BINARY.index(op.name)
-    if bo == 3:
+    if bo == 7 and (xs[1].data is None or len(xs[1].quant.get('scale', ())) != 1):
+        raise ValueError(f'{g.path}: PRELU op {op.number}: its alpha is not a constant of one '
+                         'scale, which int8 training (as TFLite Micro\'s prelu.cc) needs (prepare '
+                         '--dequantize trains it in float)')
+    if bo == 7:
+        ms = [quantize_multiplier(s1 / sy), quantize_multiplier(s1 * s2 / sy)]
+    elif bo == 3:
         ms = [_f32div(s1, s2, sy)]
     elif bo == 2:
         ms = [quantize_multiplier(s1 * s2 / sy)]
@@ -737,6 +748,12 @@ def _bin_layer(g, op, d, src):
         d.update(si=[2 * tm / (1 << SQD_SHIFT)] * 2, kx=1,
                  tq=[mbqm((x - z) << SQD_SHIFT, *me) for z, me in ((z1, ms[0]), (z2, ms[1]))
                      for x in range(-128, 128)])
+    elif bo == 7:
+        # the gradient to x: g where x >= 0, g alpha below: alpha's 256 values, then 1,
+        # in 2^-k steps ('tq'), k as fine as the largest within 2^14
+        k = 14 - max(0, math.ceil(math.log2(max(1.0, 128 * s2 + abs(z2) * s2))))
+        d.update(si=[2.0 ** -k] * 2, kx=1, tq=[int(round(s2 * (v - z2) * 2 ** k))
+                                               for v in range(-128, 128)] + [1 << k])
     elif bo > 4:
         d['kx'] = 1
     if bo == 3:
@@ -746,6 +763,20 @@ def _bin_layer(g, op, d, src):
             d.update(kc=[int(v) for v in np.asarray(t.data).reshape(-1)], kp=j)
     if min(ni) < n or (d['in'][0] != d['in'][1] and 'kc' not in d):
         d['gn'] = n                         # (a gradient apart from g's: q8.gtwo)
+
+
+def _l2_layer(g, op, d, x):
+    """layers(): an L2_NORMALIZATION (over the last axis) as utrain.q8nrm runs it, TFLite
+    Micro's reference_integer_ops::L2Normalization: its output at TFLite's fixed scale
+    1/128 and zero point 0 (its kernel refuses others), no fused activation; 'n' the
+    row's length, 'si' its gradient's factor 1 / s_x."""
+    act = op.options.get('fused_activation_function', 'NONE')
+    if not math.isclose(d['sy'], 1 / 128, rel_tol=1e-6) or d['zy'] != 0 or act not in ('NONE', None):
+        raise ValueError(f'{g.path}: L2_NORMALIZATION op {op.number} has its output at scale '
+                         f'{d["sy"]}, zero point {d["zy"]}, activation {act}; TFLite\'s int8 '
+                         'kernel (and int8 training) takes scale 1/128, zero point 0 and none '
+                         '(prepare --dequantize trains it in float)')
+    d.update(n=int(x.shape[-1]) if len(x.shape) else 1, kx=1, si=[1 / d['sx']])
 
 
 def _div_tables(d, z2, s2, sy):

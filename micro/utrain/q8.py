@@ -21,7 +21,7 @@ from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 
 
@@ -453,7 +453,8 @@ class Q8Net:
             from utrain import q8sparse
             self.S = q8sparse
         # pools and the kinds from CAT on: forward and gradient in a module of their own,
-        # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc)
+        # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc,
+        # q8nrm)
         self.X = X = {}
         for d in ls:
             if d['k'] == CAT and CAT not in X:
@@ -471,6 +472,9 @@ class Q8Net:
             elif d['k'] == SLC and SLC not in X:
                 from utrain import q8slc
                 X[SLC] = q8slc
+            elif d['k'] == NRM and NRM not in X:
+                from utrain import q8nrm
+                X[NRM] = q8nrm
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)

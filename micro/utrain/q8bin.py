@@ -1,25 +1,28 @@
 # Elementwise int8 ops of two inputs with numpy-style broadcasting (utrain.q8 layer kind
-# BIN: ADD of two shapes, SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM), loaded
-# only by a layer table that has one: forward and gradient side by side.  q8.json
+# BIN: ADD of two shapes, SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU),
+# loaded only by a layer table that has one: forward and gradient side by side.  q8.json
 # (host_tools/prepare/quant.py _bin_layer): 'bo' the op (0 ADD, 1 SUB, 2 MUL, 3 DIV,
-# 4 SQUARED_DIFFERENCE, 5 MAXIMUM, 6 MINIMUM), 'zi' the inputs' zero points, 'mul'/'shf'
+# 4 SQUARED_DIFFERENCE, 5 MAXIMUM, 6 MINIMUM, 7 PRELU), 'zi' the inputs' zero points, 'mul'/'shf'
 # TFLite Micro's multipliers (ADD, SUB, SQUARED_DIFFERENCE: input 1, input 2, the sum /
 # difference / squared difference, as add.cc / sub.cc / squared_difference.cc; MUL,
 # DIV: the product's, the quotient's, as mul.cc, div.cc; MAXIMUM, MINIMUM: 1, the int8
-# values compared as maximum_minimum.cc, one scale; DIV's per-divisor tables 'rv',
+# values compared as maximum_minimum.cc, one scale; PRELU: x >= 0's, x alpha's, as
+# prelu.cc; DIV's per-divisor tables 'rv',
 # 'rs', 'ri': quant._div_tables), 'bg' the broadcast: the output as 4 dims, then each input's
 # element stride along them (0 where it broadcasts), 'ni' each input's values, 'lb'
-# ceil(log2) of how many outputs read each input value, 'si' (MUL, SQUARED_DIFFERENCE)
-# the gradient's factors' scales, 'tq' (SQUARED_DIFFERENCE) each input's 256 scaled
-# values as the forward makes them, 'kc' (and 'kp', its position) a constant input's
-# int8 values.
+# ceil(log2) of how many outputs read each input value, 'si' (MUL, SQUARED_DIFFERENCE,
+# PRELU) the gradient's factors' scales, 'tq' an int16 table the gradient reads
+# (SQUARED_DIFFERENCE: each input's 256 scaled values as the forward makes them; PRELU:
+# the slope of each of alpha's 256 values, then 1, in 2^-k steps), 'kc' (and 'kp', its
+# position) a constant input's int8 values.
 # The forward is TFLite Micro's integers, a chunk of outputs at a time in the shared sums
 # buffer.  The gradient (real units: g at scale s) to input j is g summed over the
 # outputs that read each of its values (0 where the output sat at its clamp): ADD g,
 # SUB -g for input 2, MUL g times the other input (its int8 value minus its zero point:
 # scale s s_other), SQUARED_DIFFERENCE g 2 (x_j - x_other) (tq's difference), MAXIMUM
 # and MINIMUM g where input j was the one taken (input 1 on a tie, as TensorFlow's
-# gradient); g shifted right first so that the sums stay within 31 bits.  The
+# gradient), PRELU g where x >= 0, g alpha below (its slope alpha, a constant, does not
+# train: the layers below it do); g shifted right first so that the sums stay within 31 bits.  The
 # first input that takes one gets it in place in g when it does not broadcast, the
 # others in the net's other gradient buffer, held for their producers (utrain.q8hold).
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
@@ -114,7 +117,8 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri, x
     # input 2 times (y[i] - z) (f & 16), or SQUARED_DIFFERENCE's (f & 32): times
     # ri[256 j + xj] - ri[256 (1 - j) + x] (its int16 tables 'tq' by the bytes of input
     # j, xj, and of the other, x), or 0 where input j was not the one taken (f & 64:
-    # MAXIMUM, f & 128: MINIMUM; input 1 on a tie); negated (f & 2), put at input j's
+    # MAXIMUM, f & 128: MINIMUM; input 1 on a tie), or PRELU's (f & 256): times ri[256]
+    # where input j (xj) is at or above its zero point z, else ri[x's byte]; negated (f & 2), put at input j's
     # value (its strides in gm, as bik's), added there (f & 4: d zeroed first) or set
     # (each value once: in place in g too, an input that does not broadcast)
     pm = ptr32(gm)
@@ -172,6 +176,12 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri, x
                                 v = v * (r - (((b & 0xffff) ^ 0x8000) - 0x8000))
                             elif (a < b if f & 64 else a > b) or (a == b and j):
                                 v = 0
+                        if f & 256:
+                            r = 256
+                            if (int(pw[pt]) ^ 128) < xc:
+                                r = int(px[po]) ^ 128
+                            r = int(pr[r])
+                            v = v * (((r & 0xffff) ^ 0x8000) - 0x8000)
                         if f & 2:
                             v = 0 - v
                     if f & 4:
@@ -181,6 +191,29 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri, x
                     i += 1
                     pt += T3
                     po += U3
+
+
+@micropython.viper
+def prk(a, b, h, n: int, m, s):
+    # PRELU's per-element factors (prelu.cc): where a[i] = x - zx < 0, a[i] times b[i] =
+    # alpha - za and its multiplier m[1], s[1] into b[i], h[i]; else m[0], s[0] (int32)
+    pa = ptr32(a)
+    pb = ptr32(b)
+    ph = ptr32(h)
+    pm = ptr32(m)
+    ps = ptr32(s)
+    for i in range(n):
+        v = int(pa[i])
+        u = v >> 16
+        v = ((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        j = 0
+        if v < 0:
+            w = int(pb[i])
+            u = w >> 16
+            pa[i] = v * (((((u & 0xffff) ^ 0x8000) - 0x8000) << 16) | (w & 0xffff))
+            j = 1
+        pb[i] = pm[j]
+        ph[i] = ps[j]
 
 
 @micropython.viper
@@ -274,7 +307,7 @@ def ins(L, t):
             L.kc = bytearray([v & 255 for v in d['kc']])
         if 'rv' in d:           # (a DIV's tables)
             L.rv, L.rs, L.ri = array('i', d['rv']), array('i', d['rs']), array('h', d['ri'])
-        if 'tq' in d:           # (a SQUARED_DIFFERENCE's: its gradient's)
+        if 'tq' in d:           # (a SQUARED_DIFFERENCE's, a PRELU's: its gradient's)
             L.ri = array('h', d['tq'])
     a = L.ins
     if 'kc' in d:
@@ -305,6 +338,16 @@ def fwd(L, net, t):
             dzk(a, b, s2, h, c, m[0])
             K.rqk(a, c, c, 1, b, s2, mv(y)[i0:], L.zy, L.lo, L.hi, 0)
             dfk(mv(y)[i0:], h, c, L.zy, L.lo, L.hi)
+        return y
+    if d['bo'] == 7:            # PRELU (prelu.cc): x - z1 >= 0 times the first multiplier,
+        q = len(acc) // 3       # else (x - z1)(alpha - z2) times the second
+        a, b, h = acc, mv(acc)[q:], mv(acc)[2 * q:]
+        for i0 in range(0, n, q):
+            c = q if i0 + q <= n else n - i0
+            bik(a, x1, gm, 4, i0, c, z1, 0, 0)
+            bik(b, x2, gm, 8, i0, c, z2, 0, 0)
+            prk(a, b, h, c, m, s)
+            K.rqk(a, c, c, 1, b, h, mv(y)[i0:], L.zy, L.lo, L.hi, 0)
         return y
     if d['bo'] == 2:            # MUL: (x1 - z1)(x2 - z2) requantized (mul.cc)
         A = len(acc)
@@ -358,8 +401,8 @@ def back(L, net, g, s):
         sh = sh if sh > 0 else 0
         bgk(g, g, gm, 0, L.x, d['zi'][0], sh, mu, L.y, L.lo, L.hi, gm, gm)
         return g, 2 * s * (1 << sh) * (d['si'][0] if mu else 1)
-    fb = 8 * mu + 15 * (op == 4)        # (the bits of the factor g is multiplied by)
-    ff = mu + (32, 64, 128)[op - 4] if op > 3 else mu
+    fb = 8 * mu + 15 * (op == 4 or op == 7)    # (the bits of the factor g is multiplied by)
+    ff = mu + (32, 64, 128, 256)[op - 4] if op > 3 else mu
     for i in range(len(gi) - 1, -1, -1):
         j = gi[i]
         nj = d['ni'][j]
@@ -372,8 +415,8 @@ def back(L, net, g, s):
             K.zk(dst, nj)
             f += 4
         xj = L.x if j == 0 else L.x2
-        bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j], sh, f, L.y, L.lo, L.hi,
-            L.ri if op == 4 else gm, xj)
+        bgk(dst, g, gm, j, L.x2 if j == 0 else L.x, d['zi'][1 - j if op < 7 else 0], sh, f,
+            L.y, L.lo, L.hi, L.ri if op == 4 or op == 7 else gm, xj)
         sj = s * (1 << sh) * (d['si'][1 - j] if 'si' in d else 1)
         if i:
             net.H.hold(a[j], dst, sj, nj)      # (utrain.q8hold: not a chain)

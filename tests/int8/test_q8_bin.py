@@ -87,16 +87,25 @@ def test_trains_on_micropython_as_on_the_host_and_exports(tmp_path):
     """prepare, then three epochs of SGD on 24 samples of a task the model can learn,
     on unix MicroPython (viper) and on the host (numpy): the same trained.wof and log,
     the loss falls; export --quantized of it: TFLite Micro's logits are the board's."""
-    from host_tools.prepare.pipeline import prepare
-    from repo import board_and_host_runs, no_keep_best
     path, fwd, swc, sx = build_int8_binary(tmp_path / 'b.tflite')
     r = np.random.default_rng(3)
     x = r.uniform(-2.4, 2.4, (24, H, W, I)).astype(np.float32)
+    trains_and_exports(tmp_path, path, x, fwd)
+
+
+def trains_and_exports(tmp_path, path, x, fwd, **kw):
+    """prepare int8 model path on samples x labelled by its float forward fwd, skewed
+    (a task it can learn), three epochs of SGD on unix MicroPython and on the host: the
+    same trained.wof and log, the loss falls; export --quantized of it: TFLite Micro's
+    logits are the board's.  Returns prepare's summary."""
+    from host_tools.prepare.pipeline import prepare, export
+    from repo import board_and_host_runs, no_keep_best
+    from tflite_micro.python.tflite_micro import runtime
     y = np.array([int(np.argmax(fwd(v.astype(np.float64)) * [1, -1, 0.5])) for v in x])
     np.savez(tmp_path / 'd.npz', x=x, y=y)
     d = tmp_path / 'run'
-    prepare(path, str(d), data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd', lr=0.02,
-            epochs=3, train='all', log=lambda *a: None)
+    s = prepare(path, str(d), data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd', lr=0.02,
+                epochs=3, train='all', log=lambda *a: None, **kw)
     no_keep_best(str(d))
     outs = board_and_host_runs(d, 'train.json')
     assert outs[0] == outs[1]
@@ -106,17 +115,16 @@ def test_trains_on_micropython_as_on_the_host_and_exports(tmp_path):
     with open(os.path.join(run, 'q8.json')) as f:
         net = Q8Net(json.load(f), os.path.join(run, 'weights.wof'))
     net.load_weights(os.path.join(run, 'trained.wof'))
-    from tflite_micro.python.tflite_micro import runtime
-    from host_tools.prepare.pipeline import export
     q = str(tmp_path / 'q.tflite')
     export(path, os.path.join(run, 'trained.wof'), q, quantized=True)
     it = runtime.Interpreter.from_file(q)
     for v in x[:8]:
         xq = net.quantize_input(v.ravel().tolist())
-        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(1, H, W, I), 0)
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(it.get_input_details(0)['shape']), 0)
         it.invoke()
         assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
                               it.get_output(0).ravel())
+    return s
 
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
@@ -657,8 +665,8 @@ def test_an_op_without_an_int8_kernel_is_refused_saying_what_to_do(tmp_path):
 
 def test_an_op_only_the_float_path_runs_trains_dequantized(tmp_path):
     """An int8 model with an op int8 training has no kernel for but the float path runs
-    (PRELU: a held-out Keras int8 PReLU model was refused): prepare trains it in float32,
-    dequantized, says why, and the slopes train."""
+    (ABS; PRELU was one before it trained as int8): prepare trains it in float32,
+    dequantized, and says why."""
     from host_tools.formats.circle_build import CircleBuilder
     from host_tools.prepare.pipeline import prepare
     r = np.random.default_rng(3)
@@ -669,20 +677,20 @@ def test_an_op_only_the_float_path_runs_trains_dequantized(tmp_path):
     b.op('FULLY_CONNECTED', [x, b.tensor('w', (6, 4), data=r.integers(-100, 100, (6, 4)).astype(np.int8),
                                          quant=q(0.01)), -1], [h])
     p_ = b.tensor('p', [1, 6], dtype='int8', quant=q(0.04))
-    b.op('PRELU', [h, b.tensor('alpha', (6,), data=r.integers(10, 60, 6).astype(np.int8), quant=q(0.005))], [p_])
+    b.op('ABS', [h], [p_])
     y = b.tensor('y', [1, 3], dtype='int8', quant=q(0.1))
     b.op('FULLY_CONNECTED', [p_, b.tensor('w2', (3, 6), data=r.integers(-100, 100, (3, 6)).astype(np.int8),
                                           quant=q(0.01)), -1], [y])
     b.inputs(x)
     b.outputs(y)
-    path = b.save(str(tmp_path / 'pr.tflite'))
+    path = b.save(str(tmp_path / 'ab.tflite'))
     np.savez(tmp_path / 'd.npz', x=r.standard_normal((8, 4)).astype(np.float32), y=r.integers(0, 3, 8))
     said = []
     s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', from_logits=True,
                 log=lambda *a: said.append(' '.join(map(str, a))))
     assert not os.path.exists(tmp_path / 'run' / 'q8.json')
-    assert any('trains in float32, dequantized' in m and 'op 1 (PRELU)' in m for m in said), said
-    assert 'alpha' in s['trainable'] and 'op 1 (PRELU)' in s['dequantized_because']
+    assert any('trains in float32, dequantized' in m and 'op 1 (ABS)' in m for m in said), said
+    assert 'op 1 (ABS)' in s['dequantized_because']
 
 
 def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
@@ -729,13 +737,18 @@ def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
 def test_the_plan_bounds_the_heap_it_needs(tmp_path):
     """The heap planner prices q8bin and q8slc (their bytecode, the broadcast tables, the
     gradient buffers they ask for): the run trains in the planned heap, not in plan / 1.2."""
+    path = build_int8_binary(tmp_path / 'b.tflite')[0]
+    x = np.random.default_rng(4).uniform(-2.4, 2.4, (6, H, W, I)).astype(np.float32)
+    plan_bounds_the_heap(tmp_path, path, x)
+
+
+def plan_bounds_the_heap(tmp_path, path, x):
+    """prepare int8 model path on samples x: the run trains in the planned heap (unix
+    MicroPython), not in plan / 1.2."""
     from host_tools.plan.memory import trains_in
     from host_tools.prepare.pipeline import prepare
     from host_tools.target import runner
-    path, fwd, _, _ = build_int8_binary(tmp_path / 'b.tflite')
-    r = np.random.default_rng(4)
-    np.savez(tmp_path / 'd.npz', x=r.uniform(-2.4, 2.4, (6, H, W, I)).astype(np.float32),
-             y=r.integers(0, 3, 6))
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(len(x)) % 3)
     out = str(tmp_path / 'run')
     s = prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd', lr=0.01,
                 epochs=1, train='all', log=lambda *a: None)

@@ -1037,3 +1037,67 @@ def build_int8_sqd_minmax(path, seed=0, T=4, C=5, F=3, O=3):
         s = np.clip(m + n, *rng_of(ss, zs))
         return (w4 * s4) @ s.reshape(-1)
     return os.fspath(path), forward, sc, sx
+
+
+def build_int8_prelu_l2(path, seed=0, T=4, C=5, F=6, O=3, ops=('PRELU', 'L2_NORMALIZATION'),
+                        za=7, sq=0.004, bare=False):
+    """An int8 model with PReLU and UnitNormalization as Keras's full-integer converter
+    writes them (PRELU, its slope alpha an int8 constant [F] broadcast over the steps;
+    L2_NORMALIZATION over the last axis, its output at TFLite's fixed 1/128, zero point 0),
+    built here: Dense on [1, T, C] (op 0) -> a [1, T, F]; then the ops named in ops, in
+    order; RESHAPE; FC.  Returns (path, float numpy forward of the dequantized graph:
+    f(x float [T, C], weights {name: float}) -> logits, the weight scales {name: scale},
+    the input's scale).  bare: the ops alone, from the input [1, T, F] (at sa, za) to
+    their output."""
+    rng = np.random.default_rng(seed)
+    sx, s1, sa, salpha, sp, s2, sy = 0.05, 0.004, 0.03, 0.005, 0.025, sq, 0.1
+    zp = -9
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-400, 400, F).astype(np.int32)
+    alpha = rng.integers(-60, 100, F).astype(np.int8)       # (slopes -0.3 .. 0.46)
+    w2 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    a = b.tensor('a', [1, T, F], dtype='int8', quant=q(sa, za))
+    if not bare:
+        x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+        b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                                 b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [a],
+             keep_num_dims=True)
+    sc = {'w1': s1, 'w2': s2}
+    h, hq = a, (sa, za)
+    for k, name in enumerate(ops):
+        if name == 'PRELU':
+            o = b.tensor(f'p{k}', [1, T, F], dtype='int8', quant=q(sp, zp))
+            b.op('PRELU', [h, b.tensor(f'alpha{k}', [F], data=alpha, quant=q(salpha, 0))], [o])
+            hq = (sp, zp)
+        else:
+            o = b.tensor(f'u{k}', [1, T, F], dtype='int8', quant=q(1 / 128, 0))
+            b.op('L2_NORMALIZATION', [h], [o])
+            hq = (1 / 128, 0)
+        h = o
+    if bare:
+        b.inputs(a)
+        b.outputs(h)
+        return b.save(path)
+    r = b.tensor('r', [1, T * F], dtype='int8', quant=q(*hq))
+    b.op('RESHAPE', [h, b.tensor('rs', [2], data=np.array([1, T * F], np.int32))], [r])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def clip(v, s, z):
+        return np.clip(v, (-128 - z) * s, (127 - z) * s)
+
+    def forward(xf, wf=None):
+        wf = wf or {}
+        v = clip(xf @ wf.get('w1', w1 * s1).T + b1 * sx * s1, sa, za)
+        for name in ops:
+            if name == 'PRELU':
+                v = clip(np.where(v >= 0, v, v * (alpha * salpha)), sp, zp)
+            else:
+                v = clip(v / np.sqrt((v * v).sum(-1, keepdims=True)), 1 / 128, 0)
+        return wf.get('w2', w2 * s2) @ v.reshape(-1)
+    return os.fspath(path), forward, sc, sx
