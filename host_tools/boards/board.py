@@ -14,6 +14,9 @@ from ..target.runner import flash_advice, size_bytes
 
 RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # an int8 run's q8.req, q8.json
+# an int8 run's state beside its trained weights, which export reads (utrain.q8range's
+# ranges, q8grow's weight scales, q8bin's PRELU slopes)
+BESIDE = ('.q8s', '.q8w', '.q8a')
 END = 'utrain: end: '     # train.py's last line: 'ok' or what stopped it (utrain/run.py)
 
 
@@ -171,7 +174,8 @@ def train(d, port, resume=False):
 
 
 def pull(d, port, resume=False):
-    """Copy what training wrote on the board (trained weights, checkpoint, log) into d."""
+    """Copy what training wrote on the board (trained weights and the int8 state beside
+    them, checkpoint, log) into d."""
     files = _files(d)
     out = mpremote(port, 'exec', "import os;print('LS',os.listdir())", resume=resume)
     line = next((x for x in out.splitlines() if x.startswith('LS ')), None)
@@ -179,6 +183,7 @@ def pull(d, port, resume=False):
         raise BoardError(f'{port}: could not list the board\'s files ({out.strip()[:80]!r})')
     have = set(ast.literal_eval(line[3:]))   # a list of str printed by MicroPython
     names = [files[k] for k in RESULTS if files.get(k) and files[k] in have]
+    names += [files['out'] + e for e in BESIDE if files.get('out') and files['out'] + e in have]
     if files.get('out') not in have:
         raise BoardError(f'{port}: no {files.get("out")} on the board yet: train first '
                          '(`mpremote run train.py` or deploy --run)')

@@ -1186,9 +1186,13 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     # SGD: an int8 fraction per trained weight of the layers that ask for it (Layer.wf)
     fr = sum(arr(q8_trained_weights(d)) for d in ls if d.get('train') and d.get('wf')
              and q8_trained_weights(d)) if opt == 'sgd' else 0
-    if n_w or n_b or fr:    # batch sums, Adam's master, m, v, momentum's velocities: of the window
-        parts['optimizer state'] = fr + sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
-                                            for d in ls if d.get('train'))
+    # PRELU slopes that train (utrain.q8slope): their int32 gradient; Adam or a batch
+    # > 1: a float32 master, its sums (and Adam's m, v)
+    sl = sum(arr(4 * len(d['kc'])) * (1 + (2 if opt != 'sgd' or batch > 1 else 0)
+                                      + (2 if opt == 'adam' else 0)) for d in ls if d.get('ta'))
+    if n_w or n_b or fr or sl:    # batch sums, Adam's master, m, v, momentum's velocities: of the window
+        parts['optimizer state'] = sl + fr + sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
+                                                 for d in ls if d.get('train'))
     return parts
 
 
@@ -1231,6 +1235,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.add('q8grow')           # (weight scales that grow)
     if trains and q8_held(ls):
         mods.add('q8hold')           # (a graph's backward walk: not a chain)
+    if any(d.get('ta') for d in ls):
+        mods.add('q8slope')          # (PRELU slopes that train)
     if any(d.get('mask') or d.get('sd') for d in ls):
         natives.append('q8sparse')
     from ..target.device import module

@@ -72,7 +72,7 @@ UNARY = {
 LUT_F32 = ('EXP', 'LOG')
 # and the ones TFLite Micro computes by one requantization and a clamp (its integers)
 REQUANT = ('RELU', 'RELU6', 'RELU_N1_TO_1', 'QUANTIZE')
-KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN,
+KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN': MEAN, 'SUM': MEAN,
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
@@ -384,7 +384,7 @@ def layers(g: Graph, train='last:1', ranks=None):
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
-                             '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, ADD, '
+                             '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, SUM, ADD, '
                              'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU, '
                              'L2_NORMALIZATION, '
                              'MAX_POOL_2D, AVERAGE_POOL_2D, '
@@ -753,7 +753,7 @@ def _bin_layer(g, op, d, src):
         # in 2^-k steps ('tq'), k as fine as the largest within 2^14
         k = 14 - max(0, math.ceil(math.log2(max(1.0, 128 * s2 + abs(z2) * s2))))
         d.update(si=[2.0 ** -k] * 2, kx=1, tq=[int(round(s2 * (v - z2) * 2 ** k))
-                                               for v in range(-128, 128)] + [1 << k])
+                                               for v in range(-128, 128)] + [1 << k], ts=[s1, s2])
     elif bo > 4:
         d['kx'] = 1
     if bo == 3:
@@ -1110,18 +1110,23 @@ def _pool_layer(g, op, d, x, y):
 def _mean_layer(g, op, d, x):
     """layers(): a MEAN over the leading axes of its input that are not 1 (H and W of
     NHWC: a global average pool; the steps of [1, T, C]: Keras's GlobalAveragePooling1D),
-    with 1/N folded into its multiplier, as TFLite's reduce_common.cc does."""
+    with 1/N folded into its multiplier, as TFLite's reduce_common.cc does; a SUM the
+    same ('sm': its multiplier s_x / s_y alone, TFLite Micro's int8 SUM; its gradient g
+    itself: Keras 3's UnitNormalization sums the squares of [1, C])."""
     shape = list(x.shape)
     axes = {int(a) % len(shape) for a in np.asarray(g.tensors[op.inputs[1]].data).ravel()}
     keep = [i for i, v in enumerate(shape) if v != 1]
     red = [i for i in keep if i in axes]
     if not red or keep[:len(red)] != red:
-        raise ValueError(f'{g.path}: MEAN op {op.number} reduces axes {sorted(axes)} of '
-                         f'{shape}; int8 training averages the leading axes that are not 1 '
+        raise ValueError(f'{g.path}: {op.name} op {op.number} reduces axes {sorted(axes)} of '
+                         f'{shape}; int8 training reduces the leading axes that are not 1 '
                          '(H and W of NHWC, the steps of [1, T, C]); prepare --dequantize '
                          'trains it in float')
     n = int(np.prod([shape[i] for i in red]))
     m, e = quantize_multiplier(d['sx'] / d['sy'])
+    if op.name == 'SUM':
+        d.update(n=n, mul=[m], shf=[e], sm=1)
+        return
     sh = min(int(math.floor(math.log2(n))), 32, 31 + e)
     d.update(n=n, mul=[int((m << sh) // n)], shf=[e - sh])
 
@@ -1198,6 +1203,8 @@ def _mark_trained(g, out, train, ranks):
                                  'layers; int8 training passes no gradient through it (train '
                                  'later layers only, or prepare --dequantize)')
             d['back'] = 1                     # passes the gradient back to a trained layer
+            if d.get('bo') == 7 and d['op'] in ops_on:
+                d['ta'] = 1                   # a PRELU's slopes train (utrain.q8slope)
         for i in chosen:
             d = out[i]
             d['train'] = 1
@@ -1611,8 +1618,32 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
         g.tensors[k].data = a
     followed(g, m, wof_path)
     grown(g, m, wof_path)
+    sloped(g, m, wof_path)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
+
+
+def sloped(g: Graph, m: dict, wof_path) -> None:
+    """The PRELU slopes a run trained (wof_path + '.q8a', utrain.q8slope: b'UTPA', then
+    per layer u32 its alpha tensor, u32 its values, int8 each) into g's alpha tensors."""
+    import struct
+    p = wof_path + '.q8a'
+    if not os.path.exists(p):
+        return
+    with open(p, 'rb') as f:
+        data = f.read()
+    ok = {d['in'][1]: len(d['kc']) for d in m['layers'] if d.get('ta')}
+    o = 4 if data[:4] == b'UTPA' else len(data) + 1
+    while o + 8 <= len(data):
+        k, n = struct.unpack_from('<II', data, o)
+        if ok.get(k) != n or o + 8 + n > len(data):
+            raise ValueError(f'{p}: slopes of tensor {k} ({n} values) are not a trained PRELU '
+                             'alpha of this model (prepare writes trained.wof.q8a beside the run)')
+        t = g.tensors[k]
+        t.data = np.frombuffer(data[o + 8:o + 8 + n], np.int8).reshape(t.shape).copy()
+        o += 8 + n
+    if o != len(data):
+        raise ValueError(f'{p}: not the trained PRELU slopes of this model')
 
 
 SAME_SCALE = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')

@@ -539,8 +539,12 @@ class Q8Net:
         if any([d.get('gw') and d.get('train') for d in ls]):
             from utrain.q8grow import Grow
             self.wg = Grow(self, qmul, _i32)
+        self.sl = None            # PRELU slopes that train ('ta')
+        if any([d.get('ta') for d in ls]):
+            from utrain.q8slope import Slopes
+            self.sl = Slopes(self, qmul, _f32)
         # the state either keeps beside the weights (files, checkpoints: in this order)
-        self.ext = [x for x in (self.rr, self.wg) if x is not None]
+        self.ext = [x for x in (self.rr, self.wg, self.sl) if x is not None]
         self.setup()
 
     def strips(self):
@@ -782,6 +786,7 @@ class Q8Net:
         return self._run(x, label, None)
 
     def _run(self, x, label, lr):
+        self.lr = lr                # (SGD at batch 1: a layer's own update, utrain.q8slope)
         loss, hit, dl = self.loss(x, label, True)
         self.bq[3] = 0              # (_ibias's multiplier: none kept from a step cut short)
         # the loss gradient as int32 with scale s = 2^-14 (scce's own) or 2^-20 (cce's
@@ -898,12 +903,14 @@ class Q8Net:
             return self.X[L.k].back(L, self, g, s)
         if L.k == MEAN:
             N = d['n']
+            if 'sm' not in d:   # (a SUM's: g itself)
+                s /= N
             if L.bc:            # broadcast over the N positions by the layer below (smk)
                 self.bc = n
-                return g, s / N
+                return g, s
             dg = self._gbuf(g, N * n)
             K.rpk(dg, g, N, n, 0)
-            return dg, s / N
+            return dg, s
         if L.k >= PMAX:
             # a pool: the int32 gradient to the window's max (its first in scan order), or
             # spread over the window (scale s / (KH KW), edge windows' counts rounded)

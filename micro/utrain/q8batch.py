@@ -39,6 +39,8 @@ def apply(net, lr, scale, qmul, FS):
         for o in range(L.blo, L.bhi):
             q = int(round(bf[o] / (sx * sw[o % nw])))
             b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+    if net.sl is not None:      # (PRELU slopes that train: utrain.q8slope)
+        net.sl.apply(lr, scale)
     net.zero()
 
 

@@ -21,10 +21,11 @@
 # SUB -g for input 2, MUL g times the other input (its int8 value minus its zero point:
 # scale s s_other), SQUARED_DIFFERENCE g 2 (x_j - x_other) (tq's difference), MAXIMUM
 # and MINIMUM g where input j was the one taken (input 1 on a tie, as TensorFlow's
-# gradient), PRELU g where x >= 0, g alpha below (its slope alpha, a constant, does not
-# train: the layers below it do); g shifted right first so that the sums stay within 31 bits.  The
+# gradient), PRELU g where x >= 0, g alpha below; g shifted right first so that the
+# sums stay within 31 bits.  The
 # first input that takes one gets it in place in g when it does not broadcast, the
 # others in the net's other gradient buffer, held for their producers (utrain.q8hold).
+# A PRELU's slopes alpha train where its layer has 'ta' (utrain.q8slope).
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER
@@ -118,8 +119,10 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri, x
     # ri[256 j + xj] - ri[256 (1 - j) + x] (its int16 tables 'tq' by the bytes of input
     # j, xj, and of the other, x), or 0 where input j was not the one taken (f & 64:
     # MAXIMUM, f & 128: MINIMUM; input 1 on a tie), or PRELU's (f & 256): times ri[256]
-    # where input j (xj) is at or above its zero point z, else ri[x's byte]; negated (f & 2), put at input j's
-    # value (its strides in gm, as bik's), added there (f & 4: d zeroed first) or set
+    # where input j (xj) is at or above its zero point z, else ri[x's byte], or 0 where x
+    # is at or above z (f & 512: a PRELU's slope, j = 1, with f & 1); negated (f & 2),
+    # put at input j's value (its strides in gm, as bik's), added there (f & 4: d zeroed
+    # first) or set
     # (each value once: in place in g too, an input that does not broadcast)
     pm = ptr32(gm)
     D0 = int(pm[0])
@@ -159,7 +162,10 @@ def bgk(d, g, gm, j: int, x, z: int, sh: int, f: int, y, lo: int, hi: int, ri, x
                         v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
                         v = (v + h2) >> sh
                         if f & 1:
-                            v = v * ((int(px[po]) ^ 128) - xc)
+                            r = (int(px[po]) ^ 128) - xc
+                            if f & 512 and r >= 0:
+                                r = 0
+                            v = v * r
                         if f & 8:
                             w = pt if j else po
                             r = int(pr[int(px[w]) ^ 128])
@@ -298,8 +304,8 @@ def dfk(y, h, n: int, zy: int, lo: int, hi: int):
             py[i] = v & 255
 
 
-def ins(L, t):
-    # the layer's two int8 inputs (a constant one as q8.json gives it, made on first use)
+def tables(L):
+    # the layer's tables (a constant input as q8.json gives it), made once on first use
     d = L.d
     if getattr(L, 'bg', None) is None:
         L.bg = array('i', d['bg'])
@@ -309,6 +315,12 @@ def ins(L, t):
             L.rv, L.rs, L.ri = array('i', d['rv']), array('i', d['rs']), array('h', d['ri'])
         if 'tq' in d:           # (a SQUARED_DIFFERENCE's, a PRELU's: its gradient's)
             L.ri = array('h', d['tq'])
+
+
+def ins(L, t):
+    # the layer's two int8 inputs
+    tables(L)
+    d = L.d
     a = L.ins
     if 'kc' in d:
         return (L.kc, t[a[1]]) if d['kp'] == 0 else (t[a[0]], L.kc)
@@ -389,6 +401,8 @@ def back(L, net, g, s):
     op = d['bo']
     mu = op == 2
     nb = K.nrk(g, n) + 7        # (|g| < 2^nb)
+    if op == 7 and 'ta' in d:   # (its slopes train: their gradient first, from g)
+        net.sl.grad(L, g, s, nb)     # (utrain.q8slope)
     if op == 3:
         return div_back(L, net, g, s, nb)
     if a[0] == a[1]:
@@ -451,3 +465,4 @@ def div_back(L, net, g, s, nb):
         else:
             return dst, sj
     return g, s
+

@@ -17,10 +17,9 @@
 # and export writes into the model's scales.
 # (c7k and hvk, viper, are here: loaded only with this module, not in q8kern: native code is
 # heap on an RP2040.)
-from utrain.wof import exists, _replace
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
-from utrain.q8kern import micropython, VIPER
+from utrain.q8kern import micropython, VIPER, side_save, side_load
 if not VIPER:
     from utrain.q8kern import ptr8
 
@@ -198,30 +197,11 @@ class Grow:
     def save(self, path):
         """path.q8w: the exponents of the weights just saved at path: b'UTGW', then per
         growing layer u32 its weight tensor, u32 its scales, a byte each (its exponent)."""
-        from struct import pack
-        with open(path + '.q8w.tmp', 'wb') as f:
-            f.write(b'UTGW')
-            for L in self.ls:
-                f.write(pack('<II', L.d['wt'], len(L.ge)))
-                f.write(L.ge)
-        _replace(path + '.q8w.tmp', path + '.q8w')
+        side_save(path + '.q8w', b'UTGW', [(L.d['wt'], L.ge) for L in self.ls])
 
     def loaded(self, path):
         """After Q8Net.load_weights(path): the exponents of path.q8w (none: 0)."""
-        from struct import unpack
-        f = open(path + '.q8w', 'rb') if exists(path + '.q8w') else None
-        got = {}
-        try:
-            if f is not None and f.read(4) == b'UTGW':
-                while True:
-                    h = f.read(8)
-                    if len(h) < 8:
-                        break
-                    k, n = unpack('<II', h)
-                    got[k] = f.read(n)
-        finally:
-            if f is not None:
-                f.close()
+        got = side_load(path + '.q8w', b'UTGW')
         for L in self.ls:
             e = got.get(L.d['wt'])
             self.set(L, e if e is not None and len(e) == len(L.ge) else bytes(len(L.ge)))

@@ -10,7 +10,8 @@
 # zero-extend on 64-bit ports, so an int32 value that matters is read through _s32's
 # two-halves sign extension (sums written back need none: they wrap alike).
 # (the decorator and casts: utrain.q8viper's; q8sparse, q8cat, q8lut, q8pool and q8grow
-# take them from here)
+# take them from here; side_save / side_load, plain Python: the files of int8 state
+# beside trained.wof that q8grow and q8slope keep)
 from utrain.q8viper import micropython, VIPER
 if not VIPER:
     from utrain.q8viper import ptr8, ptr16, ptr32
@@ -357,6 +358,36 @@ def exk(a, x, n: int, z: int, sh: int):
     xc = 128 + z
     for i in range(n):
         pa[i] = ((int(px[i]) ^ 128) - xc) << sh
+
+
+def side_save(path, tag, items):
+    # the int8 state kept beside trained.wof (q8grow's .q8w, q8slope's .q8a) at path: the
+    # 4-byte tag, then per (tensor, bytes) item u32 the tensor, u32 its bytes, the bytes
+    from struct import pack
+    from utrain.wof import _replace
+    with open(path + '.tmp', 'wb') as f:
+        f.write(tag)
+        for k, b in items:
+            f.write(pack('<II', k, len(b)))
+            f.write(b)
+    _replace(path + '.tmp', path)
+
+
+def side_load(path, tag):
+    # {tensor: bytes} of a side_save file (none there, or another tag: {})
+    from struct import unpack
+    from utrain.wof import exists
+    got = {}
+    if exists(path):
+        with open(path, 'rb') as f:
+            if f.read(4) == tag:
+                while True:
+                    h = f.read(8)
+                    if len(h) < 8:
+                        break
+                    k, n = unpack('<II', h)
+                    got[k] = f.read(n)
+    return got
 
 
 # ARM boards: the multiply-adds, the requantization and the int8 updates in inline Thumb

@@ -98,9 +98,8 @@ def trains_and_exports(tmp_path, path, x, fwd, **kw):
     (a task it can learn), three epochs of SGD on unix MicroPython and on the host: the
     same trained.wof and log, the loss falls; export --quantized of it: TFLite Micro's
     logits are the board's.  Returns prepare's summary."""
-    from host_tools.prepare.pipeline import prepare, export
+    from host_tools.prepare.pipeline import prepare
     from repo import board_and_host_runs, no_keep_best
-    from tflite_micro.python.tflite_micro import runtime
     y = np.array([int(np.argmax(fwd(v.astype(np.float64)) * [1, -1, 0.5])) for v in x])
     np.savez(tmp_path / 'd.npz', x=x, y=y)
     d = tmp_path / 'run'
@@ -109,22 +108,33 @@ def trains_and_exports(tmp_path, path, x, fwd, **kw):
     no_keep_best(str(d))
     outs = board_and_host_runs(d, 'train.json')
     assert outs[0] == outs[1]
+    for e in ('.q8s', '.q8w', '.q8a'):      # (the int8 state beside trained.wof: the same)
+        a, b = (os.path.join(str(d) + r, 'trained.wof' + e) for r in ('mp', 'py'))
+        assert os.path.exists(a) == os.path.exists(b)
+        assert not os.path.exists(a) or open(a, 'rb').read() == open(b, 'rb').read()
     log = outs[0][2]
     assert float(log[-1][0]) < 0.8 * float(log[1][0]), log      # (epoch 3's loss, epoch 1's)
-    run = str(d) + 'mp'
+    exported_is_the_board(path, str(d) + 'mp', str(tmp_path / 'q.tflite'), x[:8])
+    return s
+
+
+def exported_is_the_board(path, run, q, x):
+    """export --quantized of int8 model path with run folder run's trained.wof (and the
+    state beside it) into q: TFLite Micro's logits of q are the board's (utrain.q8 with
+    the trained weights loaded) on float samples x."""
+    from host_tools.prepare.pipeline import export
+    from tflite_micro.python.tflite_micro import runtime
     with open(os.path.join(run, 'q8.json')) as f:
         net = Q8Net(json.load(f), os.path.join(run, 'weights.wof'))
     net.load_weights(os.path.join(run, 'trained.wof'))
-    q = str(tmp_path / 'q.tflite')
     export(path, os.path.join(run, 'trained.wof'), q, quantized=True)
     it = runtime.Interpreter.from_file(q)
-    for v in x[:8]:
+    for v in x:
         xq = net.quantize_input(v.ravel().tolist())
         it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(it.get_input_details(0)['shape']), 0)
         it.invoke()
         assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
                               it.get_output(0).ravel())
-    return s
 
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')

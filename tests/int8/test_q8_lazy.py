@@ -24,7 +24,7 @@ from test_q8_pool import build as build_pool  # noqa: E402
 
 MP = runner.find_micropython()
 # what utrain.q8 loads only on use (q8asm: staged for ARM boards alone)
-ON_USE = {'q8hold', 'q8batch', 'q8pool', 'q8grow', 'q8sparse', 'q8cat', 'q8lut', 'q8bin', 'q8slc', 'q8nrm', 'q8range',
+ON_USE = {'q8hold', 'q8batch', 'q8pool', 'q8grow', 'q8sparse', 'q8cat', 'q8lut', 'q8bin', 'q8slc', 'q8nrm', 'q8slope', 'q8range',
           'q8bands', 'bands', 'q8keep', 'q8fish', 'fpick', 'fisher'}   # (the last: --select board's, test_q8_board)
 
 STEP = """
@@ -49,6 +49,9 @@ print('LOADED', ' '.join(sorted(k[7:] for k in sys.modules if k.startswith('utra
 def _model(tmp_path, kind):
     if kind == 'branches':      # Add() of 3 branches of one input, 2 heads concatenated
         path = build_int8_branches(tmp_path / 'b.tflite')[0]
+    elif kind == 'prelu':       # Dense -> PReLU (its slopes train) -> L2 normalization -> Dense
+        from kerasgraphs import build_int8_prelu_l2
+        path = build_int8_prelu_l2(tmp_path / 'p.tflite')[0]
     else:                       # conv -> max pool -> conv -> FC: a chain
         path = build_pool(str(tmp_path / 'p.tflite'), 'MAX_POOL_2D')
     d = str(tmp_path / kind)
@@ -59,7 +62,7 @@ def _model(tmp_path, kind):
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
 @pytest.mark.parametrize('kind,opt,batch', [('pool', 'sgd', 1), ('pool', 'adam', 2),
-                                            ('branches', 'sgd', 1)])
+                                            ('branches', 'sgd', 1), ('prelu', 'adam', 2)])
 def test_int8_code_loaded_is_what_the_plan_counts(tmp_path, kind, opt, batch):
     d, table = _model(tmp_path, kind)
     runner.stage(str(tmp_path / 'st'))
@@ -73,3 +76,4 @@ def test_int8_code_loaded_is_what_the_plan_counts(tmp_path, kind, opt, batch):
     assert ('q8hold' in loaded) == (kind == 'branches')      # a chain walks layer to layer
     assert ('q8batch' in loaded) == (opt != 'sgd' or batch > 1)
     assert ('q8pool' in loaded) == (kind == 'pool')
+    assert ('q8slope' in loaded) == ('q8nrm' in loaded) == (kind == 'prelu')

@@ -54,7 +54,10 @@ def results(d):
     log = log[max(i for i, r in enumerate(log) if r[0] in ('0', 'epoch')):]
     return {'trained.wof': (d / 'trained.wof').read_bytes(),
             'checkpoint.ckpt': (d / 'checkpoint.ckpt').read_bytes(),
-            'record': json.loads((d / 'trained.wof.best').read_text())['exact'], 'log': log}
+            'record': json.loads((d / 'trained.wof.best').read_text())['exact'], 'log': log,
+            # (an int8 run's state beside trained.wof: ranges, weight scales, PRELU slopes)
+            **{s: (d / ('trained.wof' + s)).read_bytes() for s in ('.q8s', '.q8w', '.q8a')
+               if (d / ('trained.wof' + s)).exists()}}
 
 
 def interrupted_runs(base, tmp, python, runs, seed):

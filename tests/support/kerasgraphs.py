@@ -13,6 +13,11 @@ def _rand(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
+def _qclip(v, s, z):
+    """Real values v clipped to the range of int8 at scale s, zero point z."""
+    return np.clip(v, (-128 - z) * s, (127 - z) * s)
+
+
 def _act(b, name, shape):
     """An activation whose batch the file leaves open (signature -1), as Keras 3 writes it."""
     return b.tensor(name, shape, signature=[-1] + list(shape[1:]))
@@ -1046,8 +1051,8 @@ def build_int8_prelu_l2(path, seed=0, T=4, C=5, F=6, O=3, ops=('PRELU', 'L2_NORM
     L2_NORMALIZATION over the last axis, its output at TFLite's fixed 1/128, zero point 0),
     built here: Dense on [1, T, C] (op 0) -> a [1, T, F]; then the ops named in ops, in
     order; RESHAPE; FC.  Returns (path, float numpy forward of the dequantized graph:
-    f(x float [T, C], weights {name: float}) -> logits, the weight scales {name: scale},
-    the input's scale).  bare: the ops alone, from the input [1, T, F] (at sa, za) to
+    f(x float [T, C], weights {name: float}) -> logits, the weight scales {name: scale}
+    (w1, w2 and op k's slopes alpha<k>), the input's scale).  bare: the ops alone, from the input [1, T, F] (at sa, za) to
     their output."""
     rng = np.random.default_rng(seed)
     sx, s1, sa, salpha, sp, s2, sy = 0.05, 0.004, 0.03, 0.005, 0.025, sq, 0.1
@@ -1071,6 +1076,7 @@ def build_int8_prelu_l2(path, seed=0, T=4, C=5, F=6, O=3, ops=('PRELU', 'L2_NORM
             o = b.tensor(f'p{k}', [1, T, F], dtype='int8', quant=q(sp, zp))
             b.op('PRELU', [h, b.tensor(f'alpha{k}', [F], data=alpha, quant=q(salpha, 0))], [o])
             hq = (sp, zp)
+            sc[f'alpha{k}'] = salpha
         else:
             o = b.tensor(f'u{k}', [1, T, F], dtype='int8', quant=q(1 / 128, 0))
             b.op('L2_NORMALIZATION', [h], [o])
@@ -1088,16 +1094,64 @@ def build_int8_prelu_l2(path, seed=0, T=4, C=5, F=6, O=3, ops=('PRELU', 'L2_NORM
     b.outputs(y)
     b.save(path)
 
-    def clip(v, s, z):
-        return np.clip(v, (-128 - z) * s, (127 - z) * s)
+    def forward(xf, wf=None):
+        wf = wf or {}
+        v = _qclip(xf @ wf.get('w1', w1 * s1).T + b1 * sx * s1, sa, za)
+        for k, name in enumerate(ops):
+            if name == 'PRELU':
+                v = _qclip(np.where(v >= 0, v, v * wf.get(f'alpha{k}', alpha * salpha)), sp, zp)
+            else:
+                v = _qclip(v / np.sqrt((v * v).sum(-1, keepdims=True)), 1 / 128, 0)
+        return wf.get('w2', w2 * s2) @ v.reshape(-1)
+    return os.fspath(path), forward, sc, sx
+
+
+def build_int8_unitnorm(path, seed=0, F=16, H=32, O=4):
+    """Keras 3's UnitNormalization as TF 2.21's full-integer converter writes it (a held-out
+    Dense(32) -> UnitNormalization -> Dense(4) file's ops and scales), built here: FC ->
+    a [1, H]; DEQUANTIZE, SQUARE, QUANTIZE (a float island); SUM over the last axis,
+    keep_dims (int8); RSQRT (int8); MINIMUM with a constant at its top code (1 / sqrt(eps)
+    capped); MUL of a by it (broadcast); FC.  Returns (path, float numpy forward of the
+    dequantized graph, the weight scales {name: scale}, the input's scale)."""
+    rng = np.random.default_rng(seed)
+    sx, zx, s1, sa, za, sq, zq, ss, zs, sr, zr, sm, zm, s2 = (
+        0.0242, 4, 0.0029, 0.0271, 12, 0.0561, -128, 0.3735, -128, 0.00378, -128, 0.00435, 6, 0.0076)
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (H, F)).astype(np.int8)
+    b1 = rng.integers(-3000, 3000, H).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, H)).astype(np.int8)
+    b2 = rng.integers(-3000, 3000, O).astype(np.int32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, F], dtype='int8', quant=q(sx, zx))
+    a = b.tensor('a', [1, H], dtype='int8', quant=q(sa, za))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [H], data=b1, quant=q(sx * s1, 0))], [a])
+    af = b.tensor('af', [1, H], dtype='float32')
+    b.op('DEQUANTIZE', [a], [af])
+    sf = b.tensor('sf', [1, H], dtype='float32')
+    b.op('SQUARE', [af], [sf])
+    sqt = b.tensor('sq', [1, H], dtype='int8', quant=q(sq, zq))
+    b.op('QUANTIZE', [sf], [sqt])
+    st = b.tensor('s', [1, 1], dtype='int8', quant=q(ss, zs))
+    b.op('SUM', [sqt, b.tensor('ax', [1], data=np.array([-1], np.int32))], [st], keep_dims=True)
+    rt = b.tensor('r', [1, 1], dtype='int8', quant=q(sr, zr))
+    b.op('RSQRT', [st], [rt])
+    mt = b.tensor('mn', [1, 1], dtype='int8', quant=q(sr, zr))
+    b.op('MINIMUM', [rt, b.tensor('cap', [], data=np.array(127, np.int8), quant=q(sr, zr))], [mt])
+    ut = b.tensor('u', [1, H], dtype='int8', quant=q(sm, zm))
+    b.op('MUL', [a, mt], [ut], fused_activation_function='NONE')
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(0.0233, -5))
+    b.op('FULLY_CONNECTED', [ut, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)),
+                             b.tensor('b2', [O], data=b2, quant=q(sm * s2, 0))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
 
     def forward(xf, wf=None):
         wf = wf or {}
-        v = clip(xf @ wf.get('w1', w1 * s1).T + b1 * sx * s1, sa, za)
-        for name in ops:
-            if name == 'PRELU':
-                v = clip(np.where(v >= 0, v, v * (alpha * salpha)), sp, zp)
-            else:
-                v = clip(v / np.sqrt((v * v).sum(-1, keepdims=True)), 1 / 128, 0)
-        return wf.get('w2', w2 * s2) @ v.reshape(-1)
-    return os.fspath(path), forward, sc, sx
+        v = _qclip(xf @ wf.get('w1', w1 * s1).T + b1 * sx * s1, sa, za)
+        t = _qclip(_qclip(v * v, sq, zq).sum(), ss, zs)
+        r = min(_qclip(1 / np.sqrt(t), sr, zr), 127 * sr + 128 * sr)
+        u = _qclip(v * r, sm, zm)
+        return wf.get('w2', w2 * s2) @ u + b2 * sm * s2
+    return os.fspath(path), forward, {'w1': s1, 'w2': s2}, sx
