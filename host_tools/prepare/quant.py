@@ -438,6 +438,11 @@ _F32 = {'NEG': np.negative, 'ABS': np.abs, 'SQUARE': np.square, 'SQRT': np.sqrt,
         'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
         'ADD': np.add, 'SUB': np.subtract, 'MUL': np.multiply, 'DIV': np.divide,
         'MAXIMUM': np.maximum, 'MINIMUM': np.minimum}
+# float ops a converter leaves in float32 (TFLite has no int8 kernel for them; TFLite
+# Micro none for POW and ATAN2) that neither path trains: what to do instead (_island_refusal)
+_NO_PATH = {'POW': 'x * x for x ** 2, SQRT for x ** 0.5',
+            'FLOOR_DIV': 'its gradient is zero wherever it is defined: nothing trains through it',
+            'ATAN2': 'a Dense after it can read the two tensors themselves'}
 _FUSED = {'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
           'RELU_N1_TO_1': lambda x: np.clip(x, -1, 1)}
 
@@ -550,7 +555,26 @@ def _div_differs(sa, za, sb, zb, sy, zy, act):
 
 
 def _island_refusal(g, op):
-    """layers(): a DEQUANTIZE that starts no island (_islands): refused saying why."""
+    """layers(): a DEQUANTIZE that starts no island (_islands): refused saying why, naming
+    a float op after it that neither path trains (_NO_PATH: POW, FLOOR_DIV, ATAN2, which
+    TF's converter leaves in float32 between DEQUANTIZEs and a QUANTIZE)."""
+    todo, seen = [op.outputs[0]], set()
+    while todo:
+        k = todo.pop()
+        for r in g.ops:
+            if k not in r.inputs or r.index in seen or r.name == 'QUANTIZE':
+                continue
+            seen.add(r.index)
+            if r.name in _NO_PATH:
+                two = sum(1 for j in r.inputs if j >= 0 and not _scalar(g, j)) > 1
+                hint = _NO_PATH[r.name]
+                raise ValueError(
+                    f'{g.path}: op {r.number} ({r.name}) computes in float32 between DEQUANTIZE '
+                    f'and QUANTIZE{" on two int8 tensors" if two else ""} (TFLite has no int8 '
+                    f'{r.name} kernel); neither int8 training nor the '
+                    'float path (--dequantize) has one: compute it outside the model (on its '
+                    f'input) or export the model without it ({hint})')
+            todo += r.outputs
     raise ValueError(f'{g.path}: op {op.number} (DEQUANTIZE) starts float32 ops that int8 training '
                      'cannot tabulate: it takes float ops between a DEQUANTIZE and a QUANTIZE when '
                      'they read one int8 tensor and scalar constants (ops of two int8 tensors, a '

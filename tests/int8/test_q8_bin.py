@@ -555,8 +555,8 @@ def test_squared_difference_maximum_minimum_step_under_viper_as_the_host(tmp_pat
     _viper_matches(tmp_path, tmp_path, xs[:3])
 
 
-def _div_island_file(tmp_path, sy, n=4096):
-    """DEQUANTIZE a, DEQUANTIZE b, DIV in float32, QUANTIZE (Keras's a / b of two int8
+def _div_island_file(tmp_path, sy, n=4096, op='DIV'):
+    """DEQUANTIZE a, DEQUANTIZE b, DIV (op) in float32, QUANTIZE (Keras's a / b of two int8
     tensors of n values, scales 0.0066, zero points -128; the quotient at sy)."""
     from host_tools.formats.circle_build import CircleBuilder
     b = CircleBuilder(identifier=b'TFL3')
@@ -570,11 +570,31 @@ def _div_island_file(tmp_path, sy, n=4096):
     y = b.tensor('y', [1, 1, n], dtype='int8', quant={'scale': [sy], 'zero_point': [-128]})
     b.op('DEQUANTIZE', [a], [fa])
     b.op('DEQUANTIZE', [c], [fc])
-    b.op('DIV', [fa, fc], [fy], fused_activation_function='NONE')
+    b.op(op, [fa, fc], [fy], **({'fused_activation_function': 'NONE'} if op == 'DIV' else {}))
     b.op('QUANTIZE', [fy], [y])
     b.inputs(x)
     b.outputs(y)
-    return b.save(str(tmp_path / f'i{sy}.tflite'))
+    return b.save(str(tmp_path / f'i{sy}{op}.tflite'))
+
+
+@pytest.mark.parametrize('op,hint', [('POW', 'x * x'), ('FLOOR_DIV', 'gradient is zero'),
+                                     ('ATAN2', 'two tensors themselves')])
+def test_a_float_op_of_two_int8_tensors_no_path_trains_is_refused_naming_it(tmp_path, op, hint):
+    """POW, FLOOR_DIV and ATAN2 of two int8 tensors (TF's converter leaves them in float32
+    between DEQUANTIZEs and a QUANTIZE: no int8 kernel; held-out Keras files of
+    tf.math.pow, floordiv, atan2 of two Dense outputs were so): a function of 65,536 input
+    pairs, no table, and the float path has no kernel either: prepare refuses naming the
+    op, not the DEQUANTIZE, and says what to do."""
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
+    p = _div_island_file(tmp_path, 0.01, 8, op)
+    np.savez(tmp_path / 'd.npz', x=np.zeros((4, 2, 8), np.float32), y=np.zeros(4, np.int64))
+    with pytest.raises(PrepareError) as e:
+        prepare(p, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce',
+                log=lambda *a: None)
+    msg = str(e.value)
+    assert msg.count(p) == 1 and f'op 4 ({op})' in msg and 'on two int8 tensors' in msg, msg
+    assert 'compute it outside the model' in msg and hint in msg and 'DEQUANTIZE)' not in msg, msg
 
 
 def test_a_float_div_of_two_int8_tensors_is_an_int8_div_where_they_agree(tmp_path):
