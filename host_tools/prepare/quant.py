@@ -696,6 +696,11 @@ def _bin_layer(g, op, d, src):
     them ('bg', 0 where it broadcasts); a constant input's values in 'kc'."""
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
     xs = [g.tensors[k] for k in op.inputs[:2]]
+    if op.name == 'PRELU' and xs[1].data is not None and xs[1].data.size > 4096:
+        raise ValueError(f'{g.path}: PRELU op {op.number} has {xs[1].data.size} slopes (one a '
+                         'position and channel: Keras\'s PReLU without shared_axes); int8 '
+                         'training takes up to 4096: export it with PReLU(shared_axes=[1, 2]) '
+                         '(one slope a channel), or prepare --dequantize trains it in float')
     if len(op.inputs) != 2 or any(t.data is not None and t.data.size > 4096 for t in xs) or all(
             t.data is not None for t in xs):
         raise ValueError(f'{g.path}: {op.name} op {op.number} needs two inputs, an activation '

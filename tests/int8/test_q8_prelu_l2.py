@@ -238,6 +238,17 @@ def test_pull_brings_the_slopes_and_export_writes_them(tmp_path):
     exported_is_the_board(path, out, str(tmp_path / 'q.tflite'), x[:6])
 
 
+def test_prelu_with_a_slope_a_position_is_refused_saying_what_to_do(tmp_path):
+    """Keras's PReLU without shared_axes after a conv: a slope per position and channel
+    (more than 4096: no small constant in q8.json): refused naming the op, the count and
+    shared_axes."""
+    path = build_int8_prelu_l2(tmp_path / 'm.tflite', ops=('PRELU',), T=1, F=4100, bare=True)
+    with pytest.raises(ValueError) as e:
+        quant.layers(quant.rewritten(read_model(path)), 'none')
+    msg = str(e.value)
+    assert 'PRELU op 0 has 4100 slopes' in msg and 'shared_axes=[1, 2]' in msg, msg
+
+
 def test_l2_normalization_off_tflites_output_scale_is_refused(tmp_path):
     """An int8 L2_NORMALIZATION whose output is not at 1/128, zero point 0 (TFLite's int8
     kernel refuses it): int8 training refuses it naming the op, the scale and what to do."""
