@@ -1753,8 +1753,9 @@ def grown(g: Graph, m: dict, wof_path) -> None:
 
 
 def trained_params(ls) -> int:
-    """Weights and biases that train in layer table ls (a rank's window of them)."""
-    n = 0
+    """Weights and biases that train in layer table ls (a rank's window of them), and
+    PRELU slopes."""
+    n = sum(len(d['kc']) for d in ls if d.get('ta'))
     for d in ls:
         if d.get('train'):
             oc = d['nb']
@@ -1986,7 +1987,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         files.update(model='q8t.json', prefix='q8.json')
     if any('wt' in d for d in m['layers']):
         files['quant'] = 'q8.req'        # (deploy copies it with the model)
-    trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])]
+    trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])] + [
+        d['in'][1] for d in m['layers'] if d.get('ta')]     # (PRELU slopes: utrain.q8slope)
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': trained_params(m['layers']),

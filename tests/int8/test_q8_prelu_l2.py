@@ -180,6 +180,7 @@ def test_prepare_trains_it_as_int8_on_micropython_and_exports(tmp_path):
     s = trains_and_exports(tmp_path, path, x, fwd)
     assert os.path.exists(tmp_path / 'run' / 'q8.json') and not s.get('dequantized_because')
     assert os.path.exists(tmp_path / 'runmp' / 'trained.wof.q8a')      # (its slopes trained)
+    assert s['trainable']['alpha0'] == [6] and 'w1' in s['trainable'], s['trainable']
 
 
 @pytest.mark.slow
