@@ -1868,10 +1868,12 @@ def inspect_lines(g: Graph) -> list:
     out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
     try:
         ls = layers(rewritten(g), 'all')
+        pr = sum(1 for d in ls if d.get('ta'))
         out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
                    f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
-                   'DEPTHWISE_CONV_2D layers can train (--train last:N); --dequantize trains '
-                   'it in float32 instead (the rewrites above)')
+                   'DEPTHWISE_CONV_2D layers can train'
+                   + (f' and {pr} PRELU\'s slopes (a layer below it training)' if pr else '')
+                   + ' (--train last:N); --dequantize trains it in float32 instead (the rewrites above)')
     except ValueError as e:
         out.append('prepare does not train it as int8: ' + refusal(g, g.path, str(e), 'all'))
     return out
