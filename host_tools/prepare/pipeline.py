@@ -106,7 +106,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     sample, the model outputs 10", trains one-hot classes as a regression, and int8
     training takes scce or cce only); else s as it is.  Says which it chose."""
     from ..files import dataset as ds
-    from ..files.validate import final_op, PROBABILITIES
+    from ..files.validate import PROBABILITIES
+    from ..formats.ir import final_op
     if not data or overrides.get('loss') is not None or 'loss' in metadata_settings(g):
         return s
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
