@@ -85,11 +85,12 @@ def final_op(g):
     """The op that makes graph g's output, past ops that only reshape it (RESHAPE, SQUEEZE,
     EXPAND_DIMS): the model's last activation, or None."""
     k, op = g.outputs[0], None
-    while True:
+    for _ in range(len(g.ops) + 1):         # (a damaged file's cycle ends the walk)
         op = next((o for o in g.ops if k in o.outputs), None)
-        if op is None or op.name not in SHAPE_ONLY:
+        if op is None or op.name not in SHAPE_ONLY or not op.inputs:
             return op
         k = op.inputs[0]
+    return op
 
 
 def drop_final_log_softmax(g):
@@ -98,8 +99,9 @@ def drop_final_log_softmax(g):
     log-probabilities, with the same gradient and the same argmax.  Removes the op from
     graph g (the model file keeps it: export writes the trained weights back into it) and
     records its number in g.log_softmax; a LOG_SOFTMAX anywhere else stays (refused)."""
-    op = final_op(g)
-    if op is None or op.name != 'LOG_SOFTMAX' or op.inputs[0] in g.inputs:
+    op = final_op(g) if len(g.outputs) == 1 else None   # (check_graph refuses the rest)
+    if op is None or op.name != 'LOG_SOFTMAX' or len(op.inputs) != 1 or \
+            len(op.outputs) != 1 or op.inputs[0] in g.inputs:
         return
     k = op.inputs[0]
     if sum(k in o.inputs for o in g.ops) > 1 or k in g.outputs:

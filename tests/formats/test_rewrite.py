@@ -782,3 +782,18 @@ def test_tflite_ending_in_log_softmax_trains_its_logits(tmp_path):
     m = logits.max(1, keepdims=True)
     want = logits - m - np.log(np.exp(logits - m).sum(1, keepdims=True))
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_keras_timedistributed_pack_trains(tmp_path):
+    """Issue 28 (a held-out Keras TimeDistributed(Dense), refused at PACK): a PACK of
+    activations becomes a RESHAPE opening the axis per input and a CONCATENATION along
+    it; ONERT on the rewrite = numpy, and one SGD step moves the weight the steps share
+    by -lr times the gradient the differences give (the steps' gradients summed)."""
+    from kerasgraphs import build_keras_timedistributed
+    src, forward = build_keras_timedistributed(tmp_path / 'td.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert 'PACK' not in ops(dst) and info['packs'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 4, 3)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x)
