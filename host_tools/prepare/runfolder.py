@@ -52,18 +52,22 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
     return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
 
 
-def check_flash(model_path, xy, dtype, board):
+def check_flash(model_path, xy, dtype, board, model_bytes=None):
     """The flash pass: with --board, samples stored as dtype that would overflow the
     board's file system with the model and the code are refused, saying what fits
     (runner.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
-    more flash for 8-bit ones).  The model's files are reckoned at its file's size."""
+    more flash for 8-bit ones).  The model's files are reckoned at model_bytes, or at its
+    file's size (a float model trained as int8 stores its int8 weights: the int8 path
+    gives their size)."""
     if not board or xy is None:
         return
     from ..target.runner import flash_advice
     from ..plan.memory import mpy_sizes
     x, y = xy
     samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
-    total = samples + os.path.getsize(model_path) + sum(mpy_sizes().values()) + 4096
+    if model_bytes is None:
+        model_bytes = os.path.getsize(model_path)
+    total = samples + model_bytes + sum(mpy_sizes().values()) + 4096
     why = flash_advice(model_path, total, board, samples, len(x), dtype)
     if why:
         raise PrepareError(why)
