@@ -322,7 +322,9 @@ def _graph_from(path, raw: bytes, model) -> Graph:
         data = None
         if payload is not None:
             data = _tensor_data(path, ti, t, dtype, shape, payload)
-        tensors.append(Tensor(ti, name, shape, dtype, data, bi, _quant_dict(t.quantization)))
+        sig = [int(d) for d in t.shapeSignature] if t.shapeSignature is not None else None
+        tensors.append(Tensor(ti, name, shape, dtype, data, bi, _quant_dict(t.quantization),
+                              sig if sig and len(sig) == len(shape) else None))
 
     opcodes = model.operatorCodes or []
     ops: list[Operator] = []

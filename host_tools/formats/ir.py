@@ -45,6 +45,7 @@ class Tensor:
     data: np.ndarray | None
     buffer: int
     quant: dict | None = None
+    signature: list | None = None       # the file's shape_signature (-1: known at run time)
 
 
 @dataclass

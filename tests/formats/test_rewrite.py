@@ -797,3 +797,34 @@ def test_keras_timedistributed_pack_trains(tmp_path):
     ref = forward(x.astype(np.float64))
     np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
     _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x)
+
+
+def test_input_of_run_time_length_is_refused_saying_what_to_do(tmp_path):
+    """A Keras model of Input((None, F)) (a Conv1D over sequences of any length) is
+    written with length 1 in the file's shape and -1 in its signature: refused naming the
+    input and its signature, and how to export it (not a conv's shape error later)."""
+    from host_tools.files.validate import check_graph
+    from host_tools.graph.passes import PrepareError
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 1, 3], signature=[-1, -1, 3])
+    y = b.tensor('y', [1, 1, 2], signature=[-1, -1, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),
+                             -1], [y], keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    p = os.fspath(tmp_path / 'v.tflite')
+    b.save(p)
+    with pytest.raises(PrepareError, match=r"v.tflite: the input tensor 0 \('x'\) has a length "
+                       r'known only at run time \(dimension 1 of shape signature \[-1, -1, 3\]'
+                       r'.*keras.Input\(\(T, F\)\)'):
+        check_graph(read_model(p))
+    b = CircleBuilder(identifier=b'TFL3')           # the batch alone open: fine
+    x = b.tensor('x', [1, 4, 3], signature=[-1, 4, 3])
+    y = b.tensor('y', [1, 4, 2], signature=[-1, 4, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),
+                             -1], [y], keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    b.save(p)
+    check_graph(read_model(p))
