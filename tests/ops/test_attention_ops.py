@@ -1,0 +1,99 @@
+"""BATCH_MATMUL (op_bmm) and the attention block around it (issue 28): Keras's
+MultiHeadAttention and a hand-written softmax(Q K^T / sqrt d) V convert to BATCH_MATMUL of
+two activations with adj_x / adj_y, batched over [batch, heads] with broadcasting.
+
+Forward against a float64 numpy reference and TFLite Micro, gradients against float64
+central finite differences on the device code, and the same under unix MicroPython
+(float32), with tests/support/op_harness.py's models: x[1, 3] -> FC -> RESHAPE -> OP ... ->
+FC -> y, every FC and every constant operand training, so the first FCs' weight
+gradients check both operands' input gradients element by element.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import op_harness as oh  # noqa: E402
+from test_split_math_ops import tflm_infer  # noqa: E402
+
+F32 = np.float32
+
+
+def _op(x, adj):
+    return np.swapaxes(x, -1, -2) if adj else x
+
+
+def _bmm(m, a, b, adj_x=False, adj_y=False):
+    z = np.matmul(_op(m.val[a], adj_x), _op(m.val[b], adj_y))
+    return m.op('BATCH_MATMUL', [a, b], z, adjoint_lhs=adj_x, adjoint_rhs=adj_y)
+
+
+def _pair(a_shape, b_shape, adj_x=False, adj_y=False, const=None):
+    """a [..] times b [..]; const 0 or 1: that operand a trainable constant."""
+    def build(m):
+        a = m.const(a_shape) if const == 0 else m.act_input(a_shape)
+        b = m.const(b_shape) if const == 1 else m.act_input(b_shape)
+        return _bmm(m, a, b, adj_x, adj_y)
+    return build
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _attention(T, H, d):
+    """softmax(Q K^T / sqrt d) V over [1, H, T, d] heads, as TFLite writes it: BATCH_MATMUL
+    adj_y, MUL by a scalar, SOFTMAX over the last axis of a rank-4 tensor, BATCH_MATMUL,
+    TRANSPOSE [1, T, H, d], RESHAPE [1, T, H*d]."""
+    def build(m):
+        q, k, v = (m.act_input([1, H, T, d]) for _ in range(3))
+        s = _bmm(m, q, k, adj_y=True)
+        c = m.tensor([], F32(1.0 / np.sqrt(d)))
+        s = m.op('MUL', [s, c], m.val[s] * float(F32(1.0 / np.sqrt(d))),
+                 fused_activation_function='NONE')
+        p = m.op('SOFTMAX', [s], _softmax(m.val[s]), beta=1.0)
+        o = _bmm(m, p, v)
+        perm = m.tensor([4], oh.ints([0, 2, 1, 3]))
+        o = m.op('TRANSPOSE', [o, perm], m.val[o].transpose(0, 2, 1, 3))
+        return m.reshape(o, [1, T, H * d])
+    return build
+
+
+CASES = {
+    'QK-adj_y-heads': _pair([1, 2, 3, 4], [1, 2, 3, 4], adj_y=True),
+    'PV-heads': _pair([1, 2, 3, 3], [1, 2, 3, 4]),
+    'rank3-adj_x': _pair([1, 4, 3], [1, 4, 2], adj_x=True),
+    'adj-both-batch2': _pair([2, 3, 2], [2, 4, 3], adj_x=True, adj_y=True),
+    'one-matrix': _pair([1, 3, 4], [1, 4, 2]),
+    'b-broadcast-heads': _pair([1, 2, 3, 4], [1, 1, 4, 2]),
+    'a-broadcast-batch': _pair([1, 3, 4], [2, 3, 4, 2]),
+    'cross-broadcast': _pair([2, 1, 3, 4], [1, 3, 4, 2], adj_y=False),
+    'const-weight-rank2': _pair([1, 2, 3, 4], [4, 5], const=1),
+    'const-first-adj_x': _pair([3, 2], [1, 2, 3, 4], adj_x=True, const=0),
+    'attention-T4-H2-d3': _attention(4, 2, 3),
+}
+
+
+def build(cid, where, seed):
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, 'model.circle')
+    m = oh.Model(np.random.default_rng(seed), 1.5)
+    y = m.finish(CASES[cid](m), path)
+    return oh.prepared(m, y, where)
+
+
+@pytest.fixture(scope='module')
+def device(tmp_path_factory):
+    return oh.run_device(tmp_path_factory.mktemp('attention_ops'), CASES, build, 9300)
+
+
+@pytest.mark.parametrize('cid', list(CASES))
+def test_forward_and_gradients(device, cid):
+    oh.check_case(device, cid, 1e-10, tflm_infer, 'TFLite Micro')
+
+
+def test_ops_micropython_match_float64(device, tmp_path):
+    """Each case under unix MicroPython (npfallback, or ulab when $MICROPYTHON has it),
+    float32, against the float64 CPython run."""
+    oh.check_micropython(device, CASES, tmp_path)
