@@ -97,3 +97,40 @@ def test_ops_micropython_match_float64(device, tmp_path):
     """Each case under unix MicroPython (npfallback, or ulab when $MICROPYTHON has it),
     float32, against the float64 CPython run."""
     oh.check_micropython(device, CASES, tmp_path)
+
+
+def test_keras_multi_head_attention_trains(tmp_path):
+    """Issue 28 (a Keras MultiHeadAttention refused at BATCH_MATMUL): the converter's
+    graph (kerasgraphs.build_keras_mha: FULLY_CONNECTED keep_num_dims, RESHAPE, TRANSPOSE,
+    BATCH_MATMUL, MUL by a scalar, SOFTMAX over a rank-4 tensor's last axis, MEAN) runs as
+    numpy and TFLite Micro do; one SGD step of prepare's run is -lr times the gradient the
+    differences of the numpy forward give for every weight (the query's and key's reach
+    the loss only through Q K^T; the key's bias not at all); prepare, a run on unix MicroPython and export: TFLite
+    Micro on the exported .tflite = utrain's trained forward, and it moved."""
+    from kerasgraphs import build_keras_mha
+    from test_rewrite import _step_is_the_gradient, tflm_infer as tflm, ops
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.target import runner
+    src, forward = build_keras_mha(tmp_path / 'mha.tflite')
+    assert ops(src).count('BATCH_MATMUL') == 2
+    x = np.random.default_rng(1).standard_normal((8, 5, 4)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(tflm(src, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    names = ('wq', 'bq', 'wk', 'wv', 'bv', 'wo', 'bo', 'w2', 'b2')
+    (tmp_path / 'step').mkdir()
+    step = _step_is_the_gradient(src, forward, tmp_path / 'step', names, x)
+    # the key's bias adds q . bk to a whole row of scores, which the softmax takes away
+    assert np.abs(step['bk']).max() < 1e-5
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(8) % 2)
+    out = tmp_path / 'run'
+    prepare(src, str(out), data=str(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='adam', lr=0.05, batch=2, epochs=2, log=lambda *a: None)
+    code, text = runner.run(str(out), python=runner.find_micropython() is None, stream=False)
+    assert code == 0, text
+    dst = tmp_path / 'trained.tflite'
+    export(src, str(out / 'trained.wof'), str(dst))
+    after = tflm(dst, x).reshape(ref.shape)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, 5, 4])
+    np.testing.assert_allclose(got, after, rtol=1e-4, atol=1e-5)
+    assert np.abs(after - ref).max() > 1e-2
