@@ -11,6 +11,7 @@ import zipfile
 import numpy as np
 
 from ..graph.passes import PrepareError
+from ..formats.ir import final_op
 
 # the largest dataset prepare loads into memory, and the largest activation a board
 # could ever hold (elements)
@@ -90,18 +91,6 @@ def check_settings(s: dict) -> None:
 # a loss on probabilities (no --from-logits) wants the model to end in the op that makes
 # them; ops that only move values may come after it
 PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
-SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
-
-
-def final_op(g):
-    """The op that makes graph g's output, past ops that only reshape it (RESHAPE, SQUEEZE,
-    EXPAND_DIMS): the model's last activation, or None."""
-    k, op = g.outputs[0], None
-    while True:
-        op = next((o for o in g.ops if k in o.outputs), None)
-        if op is None or op.name not in SHAPE_ONLY:
-            return op
-        k = op.inputs[0]
 
 
 def loss_on_logits(g, s: dict):
@@ -119,6 +108,14 @@ def loss_on_logits(g, s: dict):
     if op is not None and op.name == want:
         return None
     s['from_logits'] = True
+    ls = getattr(g, 'log_softmax', None)
+    if ls is not None:
+        if s['loss'] == 'bce':
+            raise PrepareError(f'{g.path}: the model ends in op {ls} (LOG_SOFTMAX): its '
+                               'log-probabilities train with --loss scce or cce (NLL), not bce')
+        return (f'{g.path}: op {ls} (LOG_SOFTMAX) ends the model: {s["loss"]} trains the '
+                'logits it reads (--from-logits: the NLL of its log-probabilities, the same '
+                'gradient); the exported model keeps it')
     made = f'op {op.number} ({op.name})' if op is not None else 'no op'
     return (f'{g.path}: the output is made by {made}, not {want}: {s["loss"]} takes it as '
             'logits (--from-logits)')

@@ -65,7 +65,7 @@ def _twin_list(vals, fill):
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
     'Conv', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
-    'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
+    'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
@@ -75,8 +75,6 @@ SUPPORTED = sorted({
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
 ADVICE = {
-    'LogSoftmax': 'export the model without the final LogSoftmax (return the logits) and '
-                  'train with --loss scce --from-logits (the same loss)',
     'ConvTranspose': 'the device has no transposed convolution: upsample with '
                      "nn.Upsample(scale_factor=k, mode='nearest') and a Conv2d",
     'Softsign': 'write it as x / (1 + x.abs())',
@@ -1231,6 +1229,17 @@ class _Reader(RecurrentOps):
                      '(or the channels of a feature map)')
         self.emit('SOFTMAX', [self.get(v, 'plain')], [self.out(node.output[0], 'plain', s)],
                   beta=1.0)
+
+    def op_LogSoftmax(self, node, ins, a, i):
+        # (only as the model's last op: ir.drop_final_log_softmax trains its logits)
+        v = ins[0]
+        s = self.oshape(v)
+        opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
+                    default=13)
+        if int(a.get('axis', -1 if opset >= 13 else 1)) % len(s) != len(s) - 1:
+            self.err(f'log_softmax over axis {a.get("axis")} of shape {s}: utrain takes the '
+                     'last axis')
+        self.emit('LOG_SOFTMAX', [self.get(v, 'plain')], [self.out(node.output[0], 'plain', s)])
 
     # ---- shapes
     def _reshape(self, v, out_shape, out, node_out_consumers_fc=False):

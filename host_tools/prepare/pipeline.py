@@ -106,7 +106,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     sample, the model outputs 10", trains one-hot classes as a regression, and int8
     training takes scce or cce only); else s as it is.  Says which it chose."""
     from ..files import dataset as ds
-    from ..files.validate import final_op, PROBABILITIES
+    from ..files.validate import PROBABILITIES
+    from ..formats.ir import final_op
     if not data or overrides.get('loss') is not None or 'loss' in metadata_settings(g):
         return s
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
@@ -352,8 +353,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         auto = f'int8 training takes --loss scce or cce, and this run\'s loss is {s["loss"]}'
     elif as8 and not (dequantize or train_config) and rewrite:
         # an op int8 training has no kernel for and the float path runs (PRELU,
-        # L2_NORMALIZATION, ...): trained dequantized
-        why = quant.op_refusal(source)
+        # L2_NORMALIZATION, ...), or a weight shared by layers that train when nobody
+        # named what trains: trained dequantized
+        why = quant.op_refusal(source, train if overrides.get('train') is None and not (
+            ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
     if auto:
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '

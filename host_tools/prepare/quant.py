@@ -331,14 +331,17 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
     return k
 
 
-def op_refusal(g: Graph):
+def op_refusal(g: Graph, train='none'):
     """'op N (NAME) is not supported by int8 training' where int8 training has no kernel
-    for an op of int8 graph g (layers() refuses it), else None."""
+    for an op of int8 graph g, or (with train, as --train) 'ops N and M share a weight
+    tensor' where layers that train would each train a copy of one (Keras's
+    TimeDistributed, an unrolled recurrence): layers() refuses it; else None."""
     import re
     try:
-        layers(rewritten(g), 'none')
+        layers(rewritten(g), train)
     except ValueError as e:
-        m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
+        m = re.search(r'op \d+ \(\w+\) is not supported by int8 training|'
+                      r'ops \d+ and \d+ share a weight tensor', str(e))
         return m.group(0) if m else None
     return None
 
@@ -619,7 +622,7 @@ def _check_shared(g, out):
     for ds in by.values():
         if len(ds) > 1 and any(d.get('train') for d in ds):
             a, b = (g.ops[d['op']].number for d in ds[:2])
-            raise ValueError(f'{g.path}: ops {a} and {b} share a weight tensor (an unrolled '
+            raise ValueError(f'{g.path}: ops {a} and {b} share a weight tensor (Keras\'s TimeDistributed or an unrolled '
                              'recurrent layer\'s steps): int8 training trains a copy a layer '
                              '(train the layers after them: --train last:N)')
 

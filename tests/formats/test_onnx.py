@@ -12,6 +12,7 @@ import pytest
 
 from test_parity import BACKENDS, new_trainer  # sys.path set up there
 from host_tools.formats.circle_io import ModelError, read_model
+from host_tools.graph.passes import PrepareError
 from host_tools.prepare.pipeline import export, prepare
 from host_tools.target.runner import run
 
@@ -461,8 +462,8 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.ConvTranspose2d(2, 2, 2, stride=2)), (1, 6, 6),
      r'\(ConvTranspose\): utrain cannot read ONNX op ConvTranspose: the device has no '
      r'transposed convolution'),
-    (lambda: nn.Sequential(nn.Linear(4, 3), nn.LogSoftmax(-1)), (4,),
-     r'\(LogSoftmax\): .*--from-logits'),
+    (lambda: nn.Sequential(nn.Linear(4, 3), nn.LogSoftmax(0)), (4,),
+     r'\(LogSoftmax\): log_softmax over axis 0 of shape \[1, 3\]: utrain takes the last'),
 ])
 def test_refused_layer_is_named(model, shape, match, tmp_path):
     """What utrain cannot unroll or map is refused naming the file, the node, the
@@ -472,6 +473,51 @@ def test_refused_layer_is_named(model, shape, match, tmp_path):
     _export_sensor('m', model().eval(), shape, path, fold=True)
     with pytest.raises(ModelError, match='m.onnx: node ' + r'\S+ ' + match):
         read_model(path)
+
+
+def test_model_ending_in_log_softmax_trains_its_logits(tmp_path):
+    """PyTorch's classifier for NLLLoss ends in log_softmax: the logits it reads train
+    with cross-entropy from logits (the same loss and gradient), the exported .onnx keeps
+    the LogSoftmax, and ORT on it gives utrain's trained logits minus their logsumexp.  A
+    log_softmax that is not the model's last op is refused, naming it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3), nn.LogSoftmax(dim=1))
+    path = os.fspath(tmp_path / 'nll.onnx')
+    _export_sensor('nll', model.eval(), (6,), path, fold=True)
+    assert [op.name for op in read_model(path).ops][-1] == 'FULLY_CONNECTED'
+    x, y = samples((6,), n=12)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    lines = []
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.5, epochs=3,
+            log=lines.append)
+    cfg = json.load(open(os.path.join(d, 'train.json')))
+    assert cfg['loss'] == 'scce' and cfg['from_logits'], cfg
+    assert any('LOG_SOFTMAX' in ln and 'logits' in ln for ln in lines), lines
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    assert [n.op_type for n in onnx.load(out).graph.node][-1] == 'LogSoftmax'
+    logits = utrain_run(d, x, 'trained.wof')
+    m = logits.max(1, keepdims=True)
+    ref = logits - (m + np.log(np.exp(logits - m).sum(1, keepdims=True)))
+    got = ort_run(out, x)
+    assert np.abs(got - ref).max() < 1e-5
+    assert np.abs(got - ort_run(path, x)).max() > 1e-3           # it trained
+
+    class Mid(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 4), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.b(torch.log_softmax(self.a(x), dim=-1))
+    p2 = os.fspath(tmp_path / 'mid.onnx')
+    _export_sensor('mid', Mid().eval(), (6,), p2, fold=True)
+    with pytest.raises(PrepareError, match=r'mid.onnx: op 1 is LOG_SOFTMAX'):
+        prepare(p2, os.fspath(tmp_path / 'run2'), data=os.fspath(tmp_path / 'd.npz'),
+                log=lambda *a: None)
 
 
 # --------------------------------------------------------------------------- sensor / vision

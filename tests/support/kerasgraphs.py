@@ -1039,6 +1039,78 @@ def build_int8_sqd_minmax(path, seed=0, T=4, C=5, F=3, O=3):
     return os.fspath(path), forward, sc, sx
 
 
+def build_keras_timedistributed(path, seed=0, T=4, C=3, F=5, O=2):
+    """What Keras 3 writes for TimeDistributed(Dense) over a sequence, built here: the
+    steps cut out (UNPACK), one FULLY_CONNECTED a step sharing its weight and bias (RELU),
+    the outputs stacked back (PACK on axis 1), a MEAN over the steps, a Dense.  Returns
+    (path, numpy forward f(x [n, T, C], w1=, w2=) -> [n, O])."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = _rand(rng, F, C), _rand(rng, F)
+    w2, b2 = _rand(rng, O, F), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+    act = functools.partial(_act, b)
+    x = act('x', [1, T, C])
+    steps = [act(f'x{t}', [1, C]) for t in range(T)]
+    b.op('UNPACK', [x], steps, num=T, axis=1)
+    wk, bk = b.tensor('w1', [F, C], data=w1), b.tensor('b1', [F], data=b1)
+    hs = [act(f'h{t}', [1, F]) for t in range(T)]
+    for st, h in zip(steps, hs):
+        b.op('FULLY_CONNECTED', [st, wk, bk], [h], fused_activation_function='RELU')
+    p = act('packed', [1, T, F])
+    b.op('PACK', hs, [p], values_count=T, axis=1)
+    m = act('m', [1, F])
+    b.op('MEAN', [p, b.tensor('axis', [1], data=np.array([1], np.int32))], [m], keep_dims=False)
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [m, b.tensor('w2', [O, F], data=w2), b.tensor('b2', [O], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, w2=w2):
+        h = np.maximum(xs.reshape(len(xs), T, C) @ w1.T + b1, 0)
+        return h.mean(1) @ w2.T + b2
+    return os.fspath(path), forward
+
+
+def build_int8_pack(path, seed=0, T=4, C=3, F=5, O=3, shared=False):
+    """An int8 model stacking a sequence's steps back in another order, built here: Dense
+    on [1, T, C] (RELU, keep_num_dims) -> [1, T, F]; UNPACK of the steps; PACK of them
+    reversed on axis 1 (TFLite's int8 PACK: one scale); RESHAPE to [1, T F]; FC.
+    shared: Keras's TimeDistributed(Dense) instead: the input's steps cut out, one FC a
+    step sharing the Dense's weight, then the PACK."""
+    rng = np.random.default_rng(seed)
+    sx, s1, sh, s2, sy = 0.05, 0.01, 0.03, 0.01, 0.1
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    wk = b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0))
+    bk = b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))
+    steps = [b.tensor(f'h{t}', [1, F], dtype='int8', quant=q(sh, -128)) for t in range(T)]
+    if shared:
+        xs = [b.tensor(f'x{t}', [1, C], dtype='int8', quant=q(sx, 0)) for t in range(T)]
+        b.op('UNPACK', [x], xs, num=T, axis=1)
+        for xt, h in zip(xs, steps):
+            b.op('FULLY_CONNECTED', [xt, wk, bk], [h], fused_activation_function='RELU')
+    else:
+        h = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, -128))
+        b.op('FULLY_CONNECTED', [x, wk, bk], [h], fused_activation_function='RELU',
+             keep_num_dims=True)
+        b.op('UNPACK', [h], steps, num=T, axis=1)
+    p = b.tensor('p', [1, T, F], dtype='int8', quant=q(sh, -128))
+    b.op('PACK', steps[::-1], [p], values_count=T, axis=1)
+    pr = b.tensor('pr', [1, T * F], dtype='int8', quant=q(sh, -128))
+    b.op('RESHAPE', [p, b.tensor('ps', [2], data=np.array([1, T * F], np.int32))], [pr])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [pr, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return os.fspath(path)
+
+
 def build_keras_mha(path, seed=0, T=5, F=4, H=2, d=3, O=2):
     """What the TFLite converter writes for Keras 3's MultiHeadAttention(num_heads=H,
     key_dim=d) on [T, F] -> GlobalAveragePooling1D -> Dense, built here (op for op as
