@@ -647,7 +647,11 @@ def _bmm_options(op, g):
     n = max(len(a), len(b)) - 2
     A, B = ([1] * (n + 2 - len(s)) + s[:-2] for s in (a, b))
     S = [max(p, q) for p, q in zip(A, B)]
-    if K != K2 or any(x[d] not in (1, S[d]) for x in (A, B) for d in range(n)) \
+    if K != K2:
+        raise ValueError(f'{where}: {a}{" (adj_x)" if ax else ""} times {b}{" (adj_y)" if ay else ""}: '
+                         f'the first operand\'s matrices have {K} columns, the second\'s {K2} rows '
+                         '(adj_x / adj_y transpose them; give the options the exporter meant)')
+    if any(x[d] not in (1, S[d]) for x in (A, B) for d in range(n)) \
             or y[-2:] != [M, N] or int(np.prod(y[:-2])) != int(np.prod(S)):
         raise ValueError(f'{where}: {a}{" (adj_x)" if ax else ""} times {b}'
                          f'{" (adj_y)" if ay else ""} does not give the output {y}')

@@ -134,3 +134,28 @@ def test_keras_multi_head_attention_trains(tmp_path):
     got = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, 5, 4])
     np.testing.assert_allclose(got, after, rtol=1e-4, atol=1e-5)
     assert np.abs(after - ref).max() > 1e-2
+
+
+@pytest.mark.parametrize('kind, says', [
+    ('runs', 'broadcast in 3 alternating runs'),
+    ('inner', 'matrices have 4 columns, the second\'s 3 rows'),
+])
+def test_batch_matmul_refusals(tmp_path, kind, says):
+    """A BATCH_MATMUL whose batch axes broadcast in more runs than the device's two
+    blocks, or whose inner sizes differ, is refused naming the file, the op and what to
+    do."""
+    from host_tools.graph.passes import PrepareError, plan
+    from host_tools.formats.circle_io import read_model
+    m = oh.Model(np.random.default_rng(0))
+    if kind == 'runs':
+        a, b, y = m.act_input([2, 1, 2, 3, 4]), m.act_input([1, 2, 1, 4, 3]), [2, 2, 2, 3, 3]
+    else:
+        a, b, y = m.act_input([1, 2, 3, 4]), m.act_input([1, 2, 3, 4]), [1, 2, 3, 4]
+    out = m.tensor(y)
+    m.b.op('BATCH_MATMUL', [a, b], [out])
+    m.b.outputs(out)
+    path = str(tmp_path / f'{kind}.circle')
+    m.b.save(path)
+    with pytest.raises(PrepareError) as e:
+        plan(read_model(path))
+    assert path in str(e.value) and 'BATCH_MATMUL' in str(e.value) and says in str(e.value), str(e.value)
