@@ -657,7 +657,7 @@ def _bmm_options(op, g):
                          f'{" (adj_y)" if ay else ""} does not give the output {y}')
     levels = [v for v in _levels(S, [A, B]) if v[0] > 1]
     if len(levels) > 2:
-        raise ValueError(f'{where}: batch axes {A} and {b[:-2]} broadcast in {len(levels)} '
+        raise ValueError(f'{where}: batch axes {A} and {B} broadcast in {len(levels)} '
                          'alternating runs; utrain takes two (reshape the operands so that '
                          'the axes each broadcasts along are adjacent)')
     levels = [[1, True, True]] * (2 - len(levels)) + levels
