@@ -526,7 +526,7 @@ def _trained_names(src, tmp_path, xs, y, **kw):
                 optimizer='sgd', train='all', log=lambda *a: None, **kw)
     code, text = runner.run(os.fspath(out), python=True, stream=False)
     assert code == 0, text
-    g = read_model(out / s['rewritten'])
+    g = read_model(out / s['rewritten'] if s['rewritten'] else src)    # (None: as it was)
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     return s, {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
 
@@ -668,7 +668,7 @@ def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None):
                 optimizer='sgd', batch=1, train='all', loss='mse', log=lambda *a: None)
     code, text = runner.run(os.fspath(out), python=True, stream=False)
     assert code == 0, text
-    g = read_model(out / s['rewritten'])
+    g = read_model(out / s['rewritten'] if s['rewritten'] else src)    # (None: as it was)
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     step = {g.tensors[k].name: (after[k] - before[k]) / -lr for k in before}
     for name in names:

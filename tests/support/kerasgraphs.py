@@ -1109,3 +1109,65 @@ def build_int8_pack(path, seed=0, T=4, C=3, F=5, O=3, shared=False):
     b.outputs(y)
     b.save(path)
     return os.fspath(path)
+
+
+def build_keras_mha(path, seed=0, T=5, F=4, H=2, d=3, O=2):
+    """What the TFLite converter writes for Keras 3's MultiHeadAttention(num_heads=H,
+    key_dim=d) on [T, F] -> GlobalAveragePooling1D -> Dense, built here (op for op as
+    TF 2.21 wrote it for a held-out model): the query, key and value projections as
+    FULLY_CONNECTED (keep_num_dims) -> RESHAPE [-1, T, H, d]; TRANSPOSE of the query to
+    [1, H, T, d] and of the key to [1, H, d, T]; BATCH_MATMUL; MUL by 1/sqrt(d); SOFTMAX
+    over the last axis of the rank-4 scores; BATCH_MATMUL by the value [1, H, T, d];
+    TRANSPOSE back, RESHAPE [-1, T, H*d], the output projection (keep_num_dims), MEAN over
+    time, FULLY_CONNECTED.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    E = H * d
+    W = {k: _rand(rng, E, F) * 0.6 for k in ('wq', 'wk', 'wv')}
+    W.update({k: _rand(rng, E) * 0.3 for k in ('bq', 'bk', 'bv')})
+    W.update(wo=_rand(rng, F, E) * 0.5, bo=_rand(rng, F) * 0.3, w2=_rand(rng, O, F), b2=_rand(rng, O))
+    scale = np.float32(1 / np.sqrt(d))
+    b = CircleBuilder(identifier=b'TFL3')
+    act = functools.partial(_act, b)
+    const = {k: b.tensor(k, v.shape, data=v) for k, v in W.items()}
+    ints = lambda name, v: b.tensor(name, [len(v)], data=np.array(v, np.int32))  # noqa: E731
+    heads, flat = ints('heads', [-1, T, H, d]), ints('flat', [-1, T, E])
+    p0213, p0231 = ints('p0213', [0, 2, 1, 3]), ints('p0231', [0, 2, 3, 1])
+
+    def op(name, ins, shape, **kw):
+        out = act(f'{name.lower()}{op.n}', shape)
+        op.n += 1
+        b.op(name, ins, [out], **kw)
+        return out
+    op.n = 0
+    x = act('x', [1, T, F])
+
+    def proj(k):
+        h = op('FULLY_CONNECTED', [x, const['w' + k], const['b' + k]], [1, T, E], keep_num_dims=True)
+        return op('RESHAPE', [h, heads], [1, T, H, d])
+    key, query = proj('k'), proj('q')
+    q = op('TRANSPOSE', [query, p0213], [1, H, T, d])
+    k = op('TRANSPOSE', [key, p0231], [1, H, d, T])
+    s = op('BATCH_MATMUL', [q, k], [1, H, T, T])
+    s = op('MUL', [s, b.tensor('scale', [], data=np.array(scale))], [1, H, T, T])
+    p = op('SOFTMAX', [s], [1, H, T, T], beta=1.0)
+    v = op('TRANSPOSE', [proj('v'), p0213], [1, H, T, d])
+    o = op('BATCH_MATMUL', [p, v], [1, H, T, d])
+    o = op('RESHAPE', [op('TRANSPOSE', [o, p0213], [1, T, H, d]), flat], [1, T, E])
+    o = op('FULLY_CONNECTED', [o, const['wo'], const['bo']], [1, T, F], keep_num_dims=True)
+    m = op('MEAN', [o, b.tensor('time', [], data=np.array(1, np.int32))], [1, F])
+    y = op('FULLY_CONNECTED', [m, const['w2'], const['b2']], [1, O])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, **p):
+        w = dict(W, **p)
+        xs = xs.reshape(-1, T, F)
+        def split(k):        # [N, T, E] -> [N, H, T, d]
+            return (xs @ w['w' + k].T + w['b' + k]).reshape(-1, T, H, d).transpose(0, 2, 1, 3)
+        z = split('q') @ split('k').transpose(0, 1, 3, 2) * float(scale)
+        z = np.exp(z - z.max(-1, keepdims=True))
+        o = (z / z.sum(-1, keepdims=True)) @ split('v')
+        o = o.transpose(0, 2, 1, 3).reshape(-1, T, E) @ w['wo'].T + w['bo']
+        return o.mean(1) @ w['w2'].T + w['b2']
+    return os.fspath(path), forward
