@@ -27,8 +27,8 @@ from ..plan.memory import plans_by_target
 from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
-from .runfolder import (FILES, check_flash, check_outputs, out_identifier, read_data, write_data,
-                        write_prefix_caches, write_run_config)
+from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
+                        write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import plan_memory, select_rewrite_plan, what_trains
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits
@@ -362,6 +362,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
+    if select and board and data:
+        # --select's trials take minutes: samples the board's flash cannot hold even as
+        # 8-bit values beside the model's weights as int8 are refused before they run
+        x, y = read_data(data, source.tensors[source.inputs[0]].shape)
+        check_flash(model_path, (x, y.reshape(len(y), -1)), 'int8', board, int8_bytes(source))
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)

@@ -1827,8 +1827,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
     update (layers())."""
     from ..graph.passes import PrepareError
-    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data, write_data,
-                            write_run_config)
+    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, int8_bytes, read_data,
+                            write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
     why = settings_refusal(s)
@@ -1879,11 +1879,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
             + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
-    # the samples as int8 at the model input's scale and zero point; the board stores
-    # the int8 weights and int32 biases (weights.wof), q8.req's multipliers (a word per
-    # output channel and layer) and q8.json (reckoned at a fifth more than the weights)
-    check_flash(model_path, xy, 'int8', board, int(1.2 * sum(
-        t.data.nbytes for t in g.tensors if t.data is not None)) + 16384)
+    # the samples as int8 at the model input's scale and zero point, beside the int8
+    # tables the board stores (not the model file: a float model's is 4 times larger)
+    check_flash(model_path, xy, 'int8', board, int8_bytes(g))
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
     cal = os.path.join(out_dir, recal.FILE)
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():

@@ -52,6 +52,15 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
     return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
 
 
+def int8_bytes(g) -> int:
+    """What an int8 run of graph g stores on the board besides the samples: its weights
+    as int8 (a float model's as they will be) and 32-bit biases (weights.wof), q8.req's
+    multipliers and q8.json, reckoned at a fifth more than the weights and 16 KB."""
+    n = sum(t.data.size * (4 if t.data.dtype.kind in 'iu' and t.data.dtype.itemsize >= 4 else 1)
+            for t in g.tensors if t.data is not None)
+    return int(1.2 * n) + 16384
+
+
 def check_flash(model_path, xy, dtype, board, model_bytes=None):
     """The flash pass: with --board, samples stored as dtype that would overflow the
     board's file system with the model and the code are refused, saying what fits

@@ -404,6 +404,12 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
         assert '--dtype' not in msg and 'esp32s3 (6M)' in msg and 'rp2040 (' not in msg, msg
         fit = int(msg.split('at most ')[1].split()[0])
         assert 4000 < fit < 7000, msg
+    # --select's trials (minutes on a large model) do not run first: refused before them
+    lines = []
+    with pytest.raises(PrepareError, match='file system of rp2040'):
+        prepare(model, str(tmp_path / 's'), data=data, loss='scce', board='rp2040',
+                select='auto', log=lines.append)
+    assert not any('select auto' in ln for ln in lines), lines
     _, few = _wide_mlp(tmp_path, fit)
     prepare(model, str(tmp_path / 'b'), data=few, dtype='int8', **kw)
     # deploy's check, on a folder whose samples are 8-bit: no --dtype uint8 either
