@@ -183,7 +183,8 @@ def cmd_export(a):
           + (' (int8, as trained)' if r.get('int8') else '')
           + (' (float32, dequantized from its int8 training)' if r.get('dequantized_from_int8')
              else ''))
-    print('\n'.join(r['notes']) if r['notes'] else '', end='\n' if r['notes'] else '')
+    notes = r.get('notes')
+    print('\n'.join(notes) if notes else '', end='\n' if notes else '')
     return 0
 
 

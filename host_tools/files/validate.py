@@ -11,6 +11,7 @@ import zipfile
 import numpy as np
 
 from ..graph.passes import PrepareError
+from ..formats.ir import final_op
 
 # the largest dataset prepare loads into memory, and the largest activation a board
 # could ever hold (elements)
@@ -90,18 +91,6 @@ def check_settings(s: dict) -> None:
 # a loss on probabilities (no --from-logits) wants the model to end in the op that makes
 # them; ops that only move values may come after it
 PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
-SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
-
-
-def final_op(g):
-    """The op that makes graph g's output, past ops that only reshape it (RESHAPE, SQUEEZE,
-    EXPAND_DIMS): the model's last activation, or None."""
-    k, op = g.outputs[0], None
-    while True:
-        op = next((o for o in g.ops if k in o.outputs), None)
-        if op is None or op.name not in SHAPE_ONLY:
-            return op
-        k = op.inputs[0]
 
 
 def loss_on_logits(g, s: dict):
@@ -119,6 +108,14 @@ def loss_on_logits(g, s: dict):
     if op is not None and op.name == want:
         return None
     s['from_logits'] = True
+    ls = getattr(g, 'log_softmax', None)
+    if ls is not None:
+        if s['loss'] == 'bce':
+            raise PrepareError(f'{g.path}: the model ends in op {ls} (LOG_SOFTMAX): its '
+                               'log-probabilities train with --loss scce or cce (NLL), not bce')
+        return (f'{g.path}: op {ls} (LOG_SOFTMAX) ends the model: {s["loss"]} trains the '
+                'logits it reads (--from-logits: the NLL of its log-probabilities, the same '
+                'gradient); the exported model keeps it')
     made = f'op {op.number} ({op.name})' if op is not None else 'no op'
     return (f'{g.path}: the output is made by {made}, not {want}: {s["loss"]} takes it as '
             'logits (--from-logits)')
@@ -194,6 +191,16 @@ def check_graph(g) -> None:
 
     def tname(k):
         return f'tensor {k} ({g.tensors[k].name!r})' if 0 <= k < nt else f'tensor {k}'
+
+    x = g.tensors[g.inputs[0]] if 0 <= g.inputs[0] < nt else None
+    free = [a for a, d in enumerate(x.signature or [])][1:] if x is not None else []
+    free = [a for a in free if x.signature[a] < 0 and x.shape[a] == 1]
+    if free:        # (Keras's Input((None, F)): the file's shape holds 1 there)
+        raise PrepareError(f'{where}: the input {tname(x.index)} has a length known only at run '
+                           f'time (dimension {", ".join(map(str, free))} of shape signature '
+                           f'{x.signature}; the file gives {list(x.shape)}): utrain trains a '
+                           'fixed input shape: export the model with it fixed, e.g. '
+                           'keras.Input((T, F)) with the length of your samples')
 
     for t in g.tensors:
         if any(int(d) <= 0 for d in t.shape):

@@ -40,7 +40,7 @@ import numpy as np
 from circle_schema.v0_10 import circle as C
 
 from .ir import (OP_CODES, OP_NAMES, Graph, ModelError, Operator, Tensor, _enum_names,
-                 atomic_write, check_path)
+                 atomic_write, check_path, drop_final_log_softmax)
 
 __all__ = [
     "ModelError", "Tensor", "Operator", "Graph", "read_model", "write_with_weights",
@@ -322,7 +322,9 @@ def _graph_from(path, raw: bytes, model) -> Graph:
         data = None
         if payload is not None:
             data = _tensor_data(path, ti, t, dtype, shape, payload)
-        tensors.append(Tensor(ti, name, shape, dtype, data, bi, _quant_dict(t.quantization)))
+        sig = [int(d) for d in t.shapeSignature] if t.shapeSignature is not None else None
+        tensors.append(Tensor(ti, name, shape, dtype, data, bi, _quant_dict(t.quantization),
+                              sig if sig and len(sig) == len(shape) else None))
 
     opcodes = model.operatorCodes or []
     ops: list[Operator] = []
@@ -389,7 +391,9 @@ def read_model(path) -> Graph:
     of times) is a copy of the graph read before (a twentieth of the time)."""
     from .onnx_io import is_onnx, read_onnx
     if is_onnx(path):
-        return read_onnx(path)
+        g = read_onnx(path)
+        drop_final_log_softmax(g)
+        return g
     try:
         st = os.stat(path)
         key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
@@ -400,6 +404,7 @@ def read_model(path) -> Graph:
     raw = _read_bytes(path)
     model = _unpack(path, raw)
     g = _graph_from(path, raw, model)
+    drop_final_log_softmax(g)
     if key is not None:
         if len(_READ) >= 4:
             _READ.pop(next(iter(_READ)))

@@ -45,6 +45,7 @@ class Tensor:
     data: np.ndarray | None
     buffer: int
     quant: dict | None = None
+    signature: list | None = None       # the file's shape_signature (-1: known at run time)
 
 
 @dataclass
@@ -75,6 +76,44 @@ class Graph:
     outputs: list[int]
     metadata: dict[str, bytes]
     n_subgraphs: int
+
+
+# ops that only reshape a tensor: the model's last activation is found past them
+SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def final_op(g):
+    """The op that makes graph g's output, past ops that only reshape it (RESHAPE, SQUEEZE,
+    EXPAND_DIMS): the model's last activation, or None."""
+    k, op = g.outputs[0], None
+    for _ in range(len(g.ops) + 1):         # (a damaged file's cycle ends the walk)
+        op = next((o for o in g.ops if k in o.outputs), None)
+        if op is None or op.name not in SHAPE_ONLY or not op.inputs:
+            return op
+        k = op.inputs[0]
+    return op
+
+
+def drop_final_log_softmax(g):
+    """A model whose output is made by LOG_SOFTMAX (PyTorch's log_softmax for NLLLoss)
+    trains the logits that op reads: cross-entropy from logits is the NLL of its
+    log-probabilities, with the same gradient and the same argmax.  Removes the op from
+    graph g (the model file keeps it: export writes the trained weights back into it) and
+    records its number in g.log_softmax; a LOG_SOFTMAX anywhere else stays (refused)."""
+    op = final_op(g) if len(g.outputs) == 1 else None   # (check_graph refuses the rest)
+    if op is None or op.name != 'LOG_SOFTMAX' or len(op.inputs) != 1 or \
+            len(op.outputs) != 1 or op.inputs[0] in g.inputs:
+        return
+    k = op.inputs[0]
+    if sum(k in o.inputs for o in g.ops) > 1 or k in g.outputs:
+        return
+    for o in g.ops:                 # a RESHAPE after it reads the logits instead
+        o.inputs = [k if i == op.outputs[0] else i for i in o.inputs]
+    g.outputs = [k if i == op.outputs[0] else i for i in g.outputs]
+    g.ops.remove(op)
+    for i, o in enumerate(g.ops):
+        o.index = i
+    g.log_softmax = op.number
 
 
 def check_path(path) -> str:

@@ -65,7 +65,7 @@ def _twin_list(vals, fill):
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
     'Conv', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
-    'Gather', 'Gelu', 'Gemm', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
+    'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
     'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
@@ -75,8 +75,6 @@ SUPPORTED = sorted({
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
 ADVICE = {
-    'LogSoftmax': 'export the model without the final LogSoftmax (return the logits) and '
-                  'train with --loss scce --from-logits (the same loss)',
     'ConvTranspose': 'the device has no transposed convolution: upsample with '
                      "nn.Upsample(scale_factor=k, mode='nearest') and a Conv2d",
     'Softsign': 'write it as x / (1 + x.abs())',
@@ -200,6 +198,8 @@ def _fold(node, vals, a):
         if np.issubdtype(x.dtype, np.integer):
             return (x // vals[1]).astype(x.dtype)
         return (x / vals[1]).astype(x.dtype)
+    if t == 'Mod':              # (nn.MultiheadAttention's TorchScript export, on shapes)
+        return (np.fmod if a.get('fmod', 0) else np.mod)(x, vals[1]).astype(x.dtype)
     if t in ('Sqrt', 'Neg', 'Floor', 'Ceil', 'Abs', 'Reciprocal', 'Exp', 'Log'):
         f = {'Sqrt': np.sqrt, 'Neg': np.negative, 'Floor': np.floor, 'Ceil': np.ceil,
              'Abs': np.abs, 'Reciprocal': np.reciprocal, 'Exp': np.exp, 'Log': np.log}[t]
@@ -806,12 +806,9 @@ class _Reader(RecurrentOps):
                   fused_activation_function='NONE', keep_num_dims=len(xs) > 2)
 
     def op_MatMul(self, node, ins, a, i):
-        if ins[1] not in self.const:
-            self.err('the second operand must be a constant (a weight); utrain has no '
-                     'product of two activations')
+        if ins[1] not in self.const or np.ndim(self.const[ins[1]]) != 2:
+            return self._batch_matmul(node, ins)
         B = self.const[ins[1]]
-        if B.ndim != 2:
-            self.err(f'weight of shape {list(B.shape)}: utrain multiplies by 2-D weights')
         out, bias = node.output[0], None
         cs = self.consumers.get(out, [])
         if len(cs) == 1 and cs[0].op_type == 'Add' and out not in \
@@ -824,6 +821,31 @@ class _Reader(RecurrentOps):
                 self.skip.add(self._index(cs[0]))
                 out = cs[0].output[0]
         self._fc(node, ins[0], ins[1], B, [('T', (1, 0))], bias, 1.0, out)
+
+    def _batch_matmul(self, node, ins):
+        """MatMul of two activations (attention's Q K^T, P V) or by a constant that is not
+        a 2-D weight: BATCH_MATMUL over the broadcast batch axes (a constant operand
+        trains, as a MUL's does)."""
+        xs, shapes = [], []
+        for v in ins[:2]:
+            if v in self.const:
+                c = np.asarray(self.const[v])
+                xs.append(self.const_tensor(v, c.astype(np.float32) if c.dtype.kind != 'f' else c,
+                                            v if v in self.inits else None))
+                shapes.append(list(c.shape))
+            else:
+                xs.append(self.get(v, 'plain'))
+                shapes.append(list(self.oshape(v)))
+        if min(len(s) for s in shapes) < 2:
+            self.err(f'operands of shapes {shapes}: utrain multiplies matrices (rank 2 or '
+                     'more; unsqueeze a vector)')
+        try:
+            batch = list(np.broadcast_shapes(*(tuple(s[:-2]) for s in shapes)))
+        except ValueError:
+            self.err(f'operands of shapes {shapes} do not broadcast')
+        self.emit('BATCH_MATMUL', xs, [self.out(node.output[0], 'plain',
+                                                batch + [shapes[0][-2], shapes[1][-1]])],
+                  adjoint_lhs=False, adjoint_rhs=False)
 
     # ---- spatial
     def _pads(self, a, H, W, kh, kw, sh, sw, dh, dw):
@@ -1208,6 +1230,17 @@ class _Reader(RecurrentOps):
         self.emit('SOFTMAX', [self.get(v, 'plain')], [self.out(node.output[0], 'plain', s)],
                   beta=1.0)
 
+    def op_LogSoftmax(self, node, ins, a, i):
+        # (only as the model's last op: ir.drop_final_log_softmax trains its logits)
+        v = ins[0]
+        s = self.oshape(v)
+        opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
+                    default=13)
+        if int(a.get('axis', -1 if opset >= 13 else 1)) % len(s) != len(s) - 1:
+            self.err(f'log_softmax over axis {a.get("axis")} of shape {s}: utrain takes the '
+                     'last axis')
+        self.emit('LOG_SOFTMAX', [self.get(v, 'plain')], [self.out(node.output[0], 'plain', s)])
+
     # ---- shapes
     def _reshape(self, v, out_shape, out, node_out_consumers_fc=False):
         s = self.oshape(v)
@@ -1235,7 +1268,7 @@ class _Reader(RecurrentOps):
     def _fc_only(self, out):
         cs = self.consumers.get(out, [])
         return bool(cs) and all(c.op_type in ('Gemm', 'MatMul') and c.input[0] == out
-                                and c.input[1] in self.const for c in cs) and \
+                                and np.ndim(self.const.get(c.input[1])) == 2 for c in cs) and \
             out not in [o.name for o in self.model.graph.output]
 
     def op_Flatten(self, node, ins, a, i):

@@ -372,7 +372,7 @@ def _elem_roles(op, g):
     t = g.tensors[op.inputs[const[0]]]
     if t.dtype != 'float32' or t.data.size < 2:
         return {}
-    return {const[0]: 'weight' if op.name in ('MUL', 'DIV') else 'bias'}
+    return {const[0]: 'weight' if op.name in ('MUL', 'DIV', 'BATCH_MATMUL') else 'bias'}
 
 
 def _elem_options(op, g):
@@ -385,28 +385,41 @@ def _elem_options(op, g):
     if [max(a, b) for a, b in zip(*X)] != S or any(x[d] not in (1, S[d]) for x in X for d in range(4)):
         raise ValueError(f'{_where(op)}: shapes {[g.tensors[k].shape for k in op.inputs[:2]]} do not '
                          f'broadcast to the output shape {g.tensors[op.outputs[0]].shape}')
-    levels = []                           # [size, operand 0 broadcasts, operand 1 broadcasts]
-    for d in range(3):
+    levels = _levels(S[:3], [x[:3] for x in X])
+    p = list(_elem_roles(op, g)) or [-1]
+    opts = {opc.ACT: _fused(op, _where(op)), opc.E_PARAM: p[0], opc.E_N2: levels[2][0]}
+    for side in (1, 2):
+        _blocks(opts, levels, side, 1, 1 if levels[2][side] else levels[2][0])
+    return _slots(opts)
+
+
+def _levels(S, X):
+    """The axes of shape S (X: the two operands' sizes along them, S's or 1) as levels
+    [size, operand 0 broadcasts, operand 1 broadcasts], neighbours that broadcast alike
+    merged, left-padded to as many levels as S has axes."""
+    levels = []
+    for d in range(len(S)):
         if S[d] > 1:
             st = [X[0][d] == 1, X[1][d] == 1]
             if levels and levels[-1][1:] == st:
                 levels[-1][0] *= S[d]
             else:
                 levels.append([S[d]] + st)
-    levels = [[1, True, True]] * (3 - len(levels)) + levels
-    p = list(_elem_roles(op, g)) or [-1]
-    opts = {opc.ACT: _fused(op, _where(op)), opc.E_PARAM: p[0], opc.E_N0: levels[0][0],
-            opc.E_N1: levels[1][0], opc.E_N2: levels[2][0]}
-    for side in (1, 2):
-        step, d = 1, [0, 0, 0]
-        for i in (2, 1, 0):
-            if not levels[i][side]:
-                d[i] = step
-                step *= levels[i][0]
-        e = opc.E_OPD * (side - 1)
-        opts.update({e + opc.E_D0: d[0], e + opc.E_D1: d[1],
-                     e + opc.E_ROWS: 1 if levels[2][side] else levels[2][0]})
-    return _slots(opts)
+    return [[1, True, True]] * (len(S) - len(levels)) + levels
+
+
+def _blocks(opts, levels, side, unit, rows):
+    """The block slots (utrain.opc E_*) of operand side (1, 2) over the first two levels:
+    the output's N0 x N1 blocks and the operand's row steps per block (unit rows an element
+    of the last level, 0 where it broadcasts) and its rows a block."""
+    step, d = unit, [0] * len(levels)
+    for i in reversed(range(len(levels))):
+        if not levels[i][side]:
+            d[i] = step
+            step *= levels[i][0]
+    e = opc.E_OPD * (side - 1)
+    opts.update({opc.E_N0: levels[0][0], opc.E_N1: levels[1][0], e + opc.E_D0: d[0],
+                 e + opc.E_D1: d[1], e + opc.E_ROWS: rows})
 
 
 def _elem_saves(op, flags):
@@ -611,6 +624,71 @@ SPECS.update({s.name: s for s in [
     OpSpec('ELU', {}, _none, _out),
 ]})
 
+
+
+# ---- attention (issue 28): BATCH_MATMUL (micro/utrain/op_bmm.py), a product of two
+# activations (Q K^T, P V) or of an activation and a constant, batched over the leading
+# axes with broadcasting, adj_x / adj_y transposing an operand's matrices.
+
+def _bmm_options(op, g):
+    """ADJ, the parameter's position or -1, then N0, N1, N2 and per operand D0, D1, ROWS
+    as ADD's (utrain.opc E_*): the output's batch of matrices as N0 x N1 blocks of N2 rows,
+    the operand's matrix in block (i, j) its rows i*D0 + j*D1 .. + ROWS.  Batch axes that
+    broadcast alike merge; more than two kinds of them are refused."""
+    where = _where(op)
+    a, b = (list(g.tensors[k].shape) for k in op.inputs[:2])
+    y = list(g.tensors[op.outputs[0]].shape)
+    if min(len(a), len(b)) < 2:
+        raise ValueError(f'{where}: operands {a} and {b}; BATCH_MATMUL takes matrices '
+                         '(rank 2 or more)')
+    ax, ay = bool(op.options.get('adjoint_lhs')), bool(op.options.get('adjoint_rhs'))   # adj_x, adj_y
+    M, K = a[-1:-3:-1] if ax else a[-2:]
+    K2, N = b[-1:-3:-1] if ay else b[-2:]
+    n = max(len(a), len(b)) - 2
+    A, B = ([1] * (n + 2 - len(s)) + s[:-2] for s in (a, b))
+    S = [max(p, q) for p, q in zip(A, B)]
+    if K != K2:
+        raise ValueError(f'{where}: {a}{" (adj_x)" if ax else ""} times {b}{" (adj_y)" if ay else ""}: '
+                         f'the first operand\'s matrices have {K} columns, the second\'s {K2} rows '
+                         '(adj_x / adj_y transpose them; give the options the exporter meant)')
+    if any(x[d] not in (1, S[d]) for x in (A, B) for d in range(n)) \
+            or y[-2:] != [M, N] or int(np.prod(y[:-2])) != int(np.prod(S)):
+        raise ValueError(f'{where}: {a}{" (adj_x)" if ax else ""} times {b}'
+                         f'{" (adj_y)" if ay else ""} does not give the output {y}')
+    levels = [v for v in _levels(S, [A, B]) if v[0] > 1]
+    if len(levels) > 2:
+        raise ValueError(f'{where}: batch axes {A} and {B} broadcast in {len(levels)} '
+                         'alternating runs; utrain takes two (reshape the operands so that '
+                         'the axes each broadcasts along are adjacent)')
+    levels = [[1, True, True]] * (2 - len(levels)) + levels
+    p = list(_elem_roles(op, g)) or [-1]
+    opts = {opc.ADJ: ax + 2 * ay, opc.E_PARAM: p[0], opc.E_N2: M}
+    for side, x in ((1, a), (2, b)):
+        _blocks(opts, levels, side, x[-2], x[-2])
+    return _slots(opts)
+
+
+def _bmm_saves(op, flags):
+    # da reads b, db reads a (the constant among them is not an activation to keep)
+    keep = [op.inputs[1]] if flags & (DX | DW) else []
+    return keep + ([op.inputs[0]] if flags & (dx_bit(1) | DW) else [])
+
+
+def _bmm_fwd(op, g, arrays):
+    """utrain.op_bmm's forward: the product is the output, or with several blocks a zeroed
+    output and one block's product (copied into it under ulab)."""
+    o = _bmm_options(op, g)
+    blocks = int(o[opc.E_N0] * o[opc.E_N1])
+    m, n = g.tensors[op.outputs[0]].shape[-2:]
+    return 0, 0, (1 + (arrays == 'ulab')) * m * n if blocks > 1 else 0
+
+
+SPECS.update({s.name: s for s in [
+    # bwd: per operand its gradient (the second's counted by the planner as any data
+    # input n >= 1's) and one block's product
+    OpSpec('BATCH_MATMUL', _elem_roles, _bmm_options, _bmm_saves, data_inputs=_ELEM,
+           fwd_of=_bmm_fwd, bwd=(1, 1), out_axis=1),
+]})
 
 
 # ---- zoo ops (issue 15): SPLIT/SPLIT_V (micro/utrain/op_split.py: row or column ranges),

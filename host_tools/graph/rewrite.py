@@ -834,6 +834,40 @@ def unpack_to_split(g: Graph) -> int:
     return done
 
 
+def pack_to_concat(g: Graph) -> int:
+    """PACK of activations along an axis (Keras's TimeDistributed and stack: the steps'
+    outputs stacked back into a sequence) -> a RESHAPE of each input opening a unit axis
+    there and a CONCATENATION along it: the same values, and each input's gradient its
+    slice.  (A PACK of constants is folded by fold_shapes.)  Float and int8: TFLite's PACK
+    keeps one scale, which the reshapes and the concatenation keep.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'PACK' or not op.inputs or any(is_const(g, k) for k in op.inputs):
+            continue
+        shape = list(g.tensors[op.inputs[0]].shape)
+        a = int(op.options.get('axis', 0)) % (len(shape) + 1)
+        opened = shape[:a] + [1] + shape[a:]
+        out = list(g.tensors[op.outputs[0]].shape)
+        if any(list(g.tensors[k].shape) != shape for k in op.inputs) or \
+                out != shape[:a] + [len(op.inputs)] + shape[a:]:
+            continue
+        made, parts = [], {}
+        for k in op.inputs:
+            if k not in parts:      # (one input packed twice: one reshape, read twice)
+                parts[k] = new_tensor(g, g.tensors[k].name + '/opened', opened, like=k)
+                rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [k], [parts[k]], {}, src=op.src)
+                _make_reshape(g, rs, opened)
+                made.append(rs)
+        made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION',
+                             [parts[k] for k in op.inputs], list(op.outputs),
+                             {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+        at = g.ops.index(op)
+        g.ops[at:at + 1] = made
+        _renumber(g)
+        done += 1
+    return done
+
+
 def tile_to_concat(g: Graph) -> int:
     """TILE by constant multiples -> a CONCATENATION of m copies of its input along each
     axis tiled m times (Keras's UpSampling2D: EXPAND_DIMS -> TILE -> RESHAPE per axis);
@@ -1196,7 +1230,7 @@ def dilated_convs(g: Graph) -> int:
 # integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
 # of the same bytes); the others edit float constants or make float constants (NEG's -1).
 PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, True),
-          ('tiles', tile_to_concat, True), ('resizes', resize_to_concat, True),
+          ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True), ('resizes', resize_to_concat, True),
           ('elementwise', elementwise_forms, False),
           ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),

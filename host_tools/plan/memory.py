@@ -705,7 +705,7 @@ def fresh_run(arrays, hole) -> int:
 
 def backward_peak(r) -> int:
     """The backward pass's peak: the gradients in flight and each op's temporaries."""
-    from ..graph.optable import SPECS
+    from ..graph.optable import SPECS, dx_bit
     g, plan, size, A = r.g, r.plan, r.size, r.A
     opt, batch = r.s['optimizer'], int(r.s['batch'])
     peak = 0
@@ -730,13 +730,18 @@ def backward_peak(r) -> int:
         # at batch 1 the sink steps the optimizer on the op's gradients at the op, a row
         # at a time (row_temps): on top of this op's temporaries, not of the pass's peak
         rows = row_temps(r, [k for k in spec.inputs(op) if k in plan.params]) if batch == 1 else 0
+        # the gradients of data inputs n >= 1 it makes (a residual ADD's skip, a
+        # CONCATENATION's parts, BATCH_MATMUL's second operand: K in Q K^T), then in flight
+        more = {k: size[k] for n, k in spec.data(op)[1:] if flags & dx_bit(n)}
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
+                   + sum(A(v) for v in more.values())
                    + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows)
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         for k in op.outputs:
             grads.pop(k, None)
         if flags & 1 and ins:
             grads[ins[0]] = n_in
+        grads.update(more)
     return peak
 
 

@@ -199,9 +199,9 @@ def choose(int8, model_path, board, backend, data, s, cache):
         return True, 'asked (--int8)'
     if not board or board == 'unix' or not backend.startswith('fallback') or why:
         return False, ''
-    return True, (f'--board {board} without ulab: every float32 value there is a heap object '
-                  '(and an RP2040 has no FPU); the int8 path runs its loops in viper or '
-                  'assembler kernels')
+    return True, (f'--board {board} without ulab: every float32 value there is a heap object'
+                  + (' (and an RP2040 has no FPU)' if board == 'rp2040' else '')
+                  + '; the int8 path runs its loops in viper or assembler kernels')
 
 
 def dequantized(int8_path, wof_path, train, n, numbers=None) -> dict:

@@ -27,8 +27,8 @@ from ..plan.memory import plans_by_target
 from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
-from .runfolder import (FILES, check_flash, check_outputs, out_identifier, read_data, write_data,
-                        write_prefix_caches, write_run_config)
+from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
+                        write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import plan_memory, select_rewrite_plan, what_trains
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits
@@ -106,7 +106,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     sample, the model outputs 10", trains one-hot classes as a regression, and int8
     training takes scce or cce only); else s as it is.  Says which it chose."""
     from ..files import dataset as ds
-    from ..files.validate import final_op, PROBABILITIES
+    from ..files.validate import PROBABILITIES
+    from ..formats.ir import final_op
     if not data or overrides.get('loss') is not None or 'loss' in metadata_settings(g):
         return s
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
@@ -351,22 +352,31 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         # regression or a sigmoid's bce trains dequantized, as --dequantize would
         auto = f'int8 training takes --loss scce or cce, and this run\'s loss is {s["loss"]}'
     elif as8 and not (dequantize or train_config) and rewrite:
-        # an op int8 training has no kernel for and the float path runs (ABS, ...):
-        # trained dequantized
-        why = quant.op_refusal(source)
+        # an op int8 training has no kernel for and the float path runs (ABS, ...), or a
+        # weight shared by layers that train when nobody named what trains: trained
+        # dequantized
+        why = quant.op_refusal(source, train if overrides.get('train') is None and not (
+            ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
     if auto:
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
+    if select and board and data:
+        # --select's trials take minutes: samples the board's flash cannot hold even as
+        # 8-bit values beside the model's weights as int8 are refused before they run
+        x, y = read_data(data, source.tensors[source.inputs[0]].shape)
+        check_flash(model_path, (x, y.reshape(len(y), -1)), 'int8', board, int8_bytes(source))
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
             from .select import choose_q8
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
-                            prepare=prepare)
+                            prepare=prepare, cache_left='cache' not in given and (
+                                budget or (prof or {}).get('heap')))
             ranks, train = sel['ranks'], 'none'
+            cache = cache or sel.get('cache', False)
             if 'select' in sel:     # the board chooses among the union's configurations:
                 s = dict(s, select=sel['select'])   # train.json's block (and its plan's pass)
                 given = given | {'cache'}   # (its pass runs the whole net: no prefix cache)

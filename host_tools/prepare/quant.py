@@ -332,14 +332,17 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
     return k
 
 
-def op_refusal(g: Graph):
+def op_refusal(g: Graph, train='none'):
     """'op N (NAME) is not supported by int8 training' where int8 training has no kernel
-    for an op of int8 graph g (layers() refuses it), else None."""
+    for an op of int8 graph g, or (with train, as --train) 'ops N and M share a weight
+    tensor' where layers that train would each train a copy of one (Keras's
+    TimeDistributed, an unrolled recurrence): layers() refuses it; else None."""
     import re
     try:
-        layers(rewritten(g), 'none')
+        layers(rewritten(g), train)
     except ValueError as e:
-        m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
+        m = re.search(r'op \d+ \(\w+\) is not supported by int8 training|'
+                      r'ops \d+ and \d+ share a weight tensor', str(e))
         return m.group(0) if m else None
     return None
 
@@ -647,7 +650,7 @@ def _check_shared(g, out):
     for ds in by.values():
         if len(ds) > 1 and any(d.get('train') for d in ds):
             a, b = (g.ops[d['op']].number for d in ds[:2])
-            raise ValueError(f'{g.path}: ops {a} and {b} share a weight tensor (an unrolled '
+            raise ValueError(f'{g.path}: ops {a} and {b} share a weight tensor (Keras\'s TimeDistributed or an unrolled '
                              'recurrent layer\'s steps): int8 training trains a copy a layer '
                              '(train the layers after them: --train last:N)')
 
@@ -1918,8 +1921,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
     update (layers())."""
     from ..graph.passes import PrepareError
-    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, read_data, write_data,
-                            write_run_config)
+    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, int8_bytes, read_data,
+                            write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
     why = settings_refusal(s)
@@ -1970,8 +1973,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
             + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
-    # the samples as int8 at the model input's scale and zero point
-    check_flash(model_path, xy, 'int8', board)
+    # the samples as int8 at the model input's scale and zero point, beside the int8
+    # tables the board stores (not the model file: a float model's is 4 times larger)
+    check_flash(model_path, xy, 'int8', board, int8_bytes(g))
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
     cal = os.path.join(out_dir, recal.FILE)
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():

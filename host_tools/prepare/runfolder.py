@@ -52,18 +52,31 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
     return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
 
 
-def check_flash(model_path, xy, dtype, board):
+def int8_bytes(g) -> int:
+    """What an int8 run of graph g stores on the board besides the samples: its weights
+    as int8 (a float model's as they will be) and 32-bit biases (weights.wof), q8.req's
+    multipliers and q8.json, reckoned at a fifth more than the weights and 16 KB."""
+    n = sum(t.data.size * (4 if t.data.dtype.kind in 'iu' and t.data.dtype.itemsize >= 4 else 1)
+            for t in g.tensors if t.data is not None)
+    return int(1.2 * n) + 16384
+
+
+def check_flash(model_path, xy, dtype, board, model_bytes=None):
     """The flash pass: with --board, samples stored as dtype that would overflow the
     board's file system with the model and the code are refused, saying what fits
     (runner.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
-    more flash for 8-bit ones).  The model's files are reckoned at its file's size."""
+    more flash for 8-bit ones).  The model's files are reckoned at model_bytes, or at its
+    file's size (a float model trained as int8 stores its int8 weights: the int8 path
+    gives their size)."""
     if not board or xy is None:
         return
     from ..target.runner import flash_advice
     from ..plan.memory import mpy_sizes
     x, y = xy
     samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
-    total = samples + os.path.getsize(model_path) + sum(mpy_sizes().values()) + 4096
+    if model_bytes is None:
+        model_bytes = os.path.getsize(model_path)
+    total = samples + model_bytes + sum(mpy_sizes().values()) + 4096
     why = flash_advice(model_path, total, board, samples, len(x), dtype)
     if why:
         raise PrepareError(why)

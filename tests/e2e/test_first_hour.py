@@ -361,6 +361,28 @@ def _wide_mlp(tmp_path, n, seed=0):
     return model, data
 
 
+def test_float_model_trained_as_int8_is_reckoned_at_its_int8_size_in_flash(tmp_path):
+    """A float model --board rp2040 trains as int8 stores int8 weights (a quarter of its
+    float file): its samples are checked against the flash beside those, not beside the
+    float file (a held-out Keras MobileNetV2: refused with room for its samples)."""
+    from host_tools.formats.refmodels import mlp
+    model = mlp(str(tmp_path / 'w.circle'), [64, 2048, 4])       # 553 KB of float32
+    r = np.random.default_rng(0)
+    n = 12000                   # 796 KB as int8: beside 553 KB + the code, over 1408 KB
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=r.random((n, 64), dtype=np.float32), y=r.integers(0, 4, n))
+    d = str(tmp_path / 'o')
+    s = prepare(model, d, data=data, loss='scce', epochs=1, board='rp2040', train='last:2',
+                log=lambda *a: None)
+    assert s['int8']
+    with open(os.path.join(d, 'train.json')) as f:
+        files = json.load(f)['files']
+    from host_tools.boards import board as bd
+    size = bd.sample_files(d, files)[0]
+    stored = size + sum(os.path.getsize(os.path.join(d, f)) for f in ('weights.wof', 'q8.req', 'q8.json'))
+    assert stored < 1100 * 1024 < size + os.path.getsize(model) + 250 * 1024
+
+
 def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypatch):
     """prepare --board checks the board's file system: float samples that overflow it are
     refused naming --dtype uint8, which then fits; 8-bit samples that overflow it are
@@ -382,6 +404,12 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
         assert '--dtype' not in msg and 'esp32s3 (6M)' in msg and 'rp2040 (' not in msg, msg
         fit = int(msg.split('at most ')[1].split()[0])
         assert 4000 < fit < 7000, msg
+    # --select's trials (minutes on a large model) do not run first: refused before them
+    lines = []
+    with pytest.raises(PrepareError, match='file system of rp2040'):
+        prepare(model, str(tmp_path / 's'), data=data, loss='scce', board='rp2040',
+                select='auto', log=lines.append)
+    assert not any('select auto' in ln for ln in lines), lines
     _, few = _wide_mlp(tmp_path, fit)
     prepare(model, str(tmp_path / 'b'), data=few, dtype='int8', **kw)
     # deploy's check, on a folder whose samples are 8-bit: no --dtype uint8 either

@@ -12,6 +12,7 @@ import pytest
 
 from test_parity import BACKENDS, new_trainer  # sys.path set up there
 from host_tools.formats.circle_io import ModelError, read_model
+from host_tools.graph.passes import PrepareError
 from host_tools.prepare.pipeline import export, prepare
 from host_tools.target.runner import run
 
@@ -461,8 +462,8 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.ConvTranspose2d(2, 2, 2, stride=2)), (1, 6, 6),
      r'\(ConvTranspose\): utrain cannot read ONNX op ConvTranspose: the device has no '
      r'transposed convolution'),
-    (lambda: nn.Sequential(nn.Linear(4, 3), nn.LogSoftmax(-1)), (4,),
-     r'\(LogSoftmax\): .*--from-logits'),
+    (lambda: nn.Sequential(nn.Linear(4, 3), nn.LogSoftmax(0)), (4,),
+     r'\(LogSoftmax\): log_softmax over axis 0 of shape \[1, 3\]: utrain takes the last'),
 ])
 def test_refused_layer_is_named(model, shape, match, tmp_path):
     """What utrain cannot unroll or map is refused naming the file, the node, the
@@ -472,6 +473,51 @@ def test_refused_layer_is_named(model, shape, match, tmp_path):
     _export_sensor('m', model().eval(), shape, path, fold=True)
     with pytest.raises(ModelError, match='m.onnx: node ' + r'\S+ ' + match):
         read_model(path)
+
+
+def test_model_ending_in_log_softmax_trains_its_logits(tmp_path):
+    """PyTorch's classifier for NLLLoss ends in log_softmax: the logits it reads train
+    with cross-entropy from logits (the same loss and gradient), the exported .onnx keeps
+    the LogSoftmax, and ORT on it gives utrain's trained logits minus their logsumexp.  A
+    log_softmax that is not the model's last op is refused, naming it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3), nn.LogSoftmax(dim=1))
+    path = os.fspath(tmp_path / 'nll.onnx')
+    _export_sensor('nll', model.eval(), (6,), path, fold=True)
+    assert [op.name for op in read_model(path).ops][-1] == 'FULLY_CONNECTED'
+    x, y = samples((6,), n=12)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    lines = []
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.5, epochs=3,
+            log=lines.append)
+    cfg = json.load(open(os.path.join(d, 'train.json')))
+    assert cfg['loss'] == 'scce' and cfg['from_logits'], cfg
+    assert any('LOG_SOFTMAX' in ln and 'logits' in ln for ln in lines), lines
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    assert [n.op_type for n in onnx.load(out).graph.node][-1] == 'LogSoftmax'
+    logits = utrain_run(d, x, 'trained.wof')
+    m = logits.max(1, keepdims=True)
+    ref = logits - (m + np.log(np.exp(logits - m).sum(1, keepdims=True)))
+    got = ort_run(out, x)
+    assert np.abs(got - ref).max() < 1e-5
+    assert np.abs(got - ort_run(path, x)).max() > 1e-3           # it trained
+
+    class Mid(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(6, 4), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.b(torch.log_softmax(self.a(x), dim=-1))
+    p2 = os.fspath(tmp_path / 'mid.onnx')
+    _export_sensor('mid', Mid().eval(), (6,), p2, fold=True)
+    with pytest.raises(PrepareError, match=r'mid.onnx: op 1 is LOG_SOFTMAX'):
+        prepare(p2, os.fspath(tmp_path / 'run2'), data=os.fspath(tmp_path / 'd.npz'),
+                log=lambda *a: None)
 
 
 # --------------------------------------------------------------------------- sensor / vision
@@ -558,7 +604,43 @@ class BiLSTMState(nn.Module):
         return self.fc(torch.cat([h[-2], h[-1]], 1))
 
 
+class MHA(nn.Module):
+    """nn.MultiheadAttention (2 heads, its packed in-projection) over a Linear's features
+    of [T, F] steps, a residual, the mean over time, a Linear (issue 28)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.att = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.inp(x)
+        a, _ = self.att(h, h, h, need_weights=False)
+        return self.fc((h + a).mean(1))
+
+
+class Attention(nn.Module):
+    """Hand-written softmax(Q K^T / sqrt d) V over 2 heads ([B, H, T, d] views), an
+    output projection added back, the mean over time, a Linear."""
+
+    def __init__(self, H=2, d=3):
+        super().__init__()
+        self.H, self.d = H, d
+        self.q, self.k, self.v = (nn.Linear(4, H * d) for _ in range(3))
+        self.o, self.fc = nn.Linear(H * d, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (f(x).view(B, T, self.H, self.d).transpose(1, 2) for f in (self.q, self.k, self.v))
+        p = torch.softmax(q @ k.transpose(-1, -2) / self.d ** 0.5, -1)
+        o = (p @ v).transpose(1, 2).reshape(B, T, self.H * self.d)
+        return self.fc((x + self.o(o)).mean(1))
+
+
 SENSOR = {
+    'mha': (MHA, (6, 4)),
+    'attention': (Attention, (5, 4)),
     'conv1d': (Sensor1d, (3, 16)),
     'conv1d-bn': (lambda: Sensor1d(bn=True), (3, 16)),
     'upsample': (UpNet, (1, 6, 6)),
@@ -572,18 +654,19 @@ SENSOR = {
 
 
 def _export_sensor(name, model, shape, path, fold=None):
-    # BatchNorm kept (no constant folding); the RNNs as users export them (folding on:
-    # their weights are initializers in ONNX's gate order, not computed by Slice/Concat)
+    # BatchNorm kept (no constant folding); the RNNs and attention as users export them
+    # (folding on: their weights are initializers in ONNX's gate order, not computed by
+    # Slice/Concat; a Linear's on a rank-3 input not by a Transpose node)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         torch.onnx.export(model, (torch.zeros((1,) + shape),), path, opset_version=17,
                           dynamo=False, input_names=['x'], output_names=['y'],
-                          do_constant_folding=name in RNNS if fold is None
+                          do_constant_folding=name in RNNS + ('mha', 'attention') if fold is None
                           else fold)
 
 
 @pytest.mark.parametrize('name,backend', [(n, 'cpython') for n in SENSOR] + [
-    pytest.param(n, b.values[0], marks=b.marks) for n in ('conv1d', 'gru')
+    pytest.param(n, b.values[0], marks=b.marks) for n in ('conv1d', 'gru', 'attention')
     for b in BACKENDS[1:]])
 def test_sensor_layers_step_as_torch(name, backend, tmp_path):
     """Read (no op refused), utrain's forward equals ONNX Runtime's and PyTorch's; one SGD
@@ -782,3 +865,61 @@ def test_rnn_nodes_other_exporters_write(op, lbr, tmp_path):
     after = ort_run(out, x)
     assert np.abs(utrain_run(d, x, 'trained.wof') - after).max() < FWD_TOL
     assert np.abs(after - ort_run(path, x)).max() > 1e-3
+
+
+def _matmul_graph(path):
+    """MatMul nodes as other exporters write them (onnx.helper): two activations with the
+    second's heads broadcast ([1, 2, 3, 4] times [1, 1, 4, 3]), an activation times a
+    rank-3 constant ([1, 2, 3, 3] times [2, 3, 2]) and a rank-2 constant times an
+    activation ([3, 3] times [1, 2, 3, 2]): BATCH_MATMUL, the constants trainable."""
+    from onnx import TensorProto, helper, numpy_helper
+    r = np.random.default_rng(4)
+    def c(name, *s, scale=0.5):
+        return numpy_helper.from_array((r.standard_normal(s) * scale).astype(np.float32), name)
+    def shape(name, s):
+        return numpy_helper.from_array(np.array(s, np.int64), name)
+    inits = [c('w1', 6, 24), c('w2', 6, 12), c('c3', 2, 3, 2), c('c2', 3, 3), c('wo', 12, 3),
+             shape('s1', [1, 2, 3, 4]), shape('s2', [1, 1, 4, 3]), shape('flat', [1, 12])]
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 6])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 3])
+    nodes = [helper.make_node('MatMul', ['x', 'w1'], ['h1']),
+             helper.make_node('Reshape', ['h1', 's1'], ['a']),
+             helper.make_node('MatMul', ['x', 'w2'], ['h2']),
+             helper.make_node('Tanh', ['h2'], ['t2']),
+             helper.make_node('Reshape', ['t2', 's2'], ['b']),
+             helper.make_node('MatMul', ['a', 'b'], ['ab'], name='two_activations'),
+             helper.make_node('MatMul', ['ab', 'c3'], ['abc'], name='rank3_constant'),
+             helper.make_node('MatMul', ['c2', 'abc'], ['cabc'], name='constant_first'),
+             helper.make_node('Reshape', ['cabc', 'flat'], ['f']),
+             helper.make_node('MatMul', ['f', 'wo'], ['y'])]
+    m = helper.make_model(helper.make_graph(nodes, 'g', [x], [y], inits),
+                          opset_imports=[helper.make_opsetid('', 17)])
+    onnx.save(m, path)
+    return (6,)
+
+
+def test_matmul_of_activations_and_batched_constants(tmp_path):
+    """ONNX MatMul of two activations and by constants that are not 2-D weights reads
+    as BATCH_MATMUL: forward = ORT's; a short training run exported back (the rank-3
+    and the leading constant are initializers that trained) = utrain's trained forward
+    under ORT."""
+    from onnx import numpy_helper
+    path = os.fspath(tmp_path / 'mm.onnx')
+    shape = _matmul_graph(path)
+    assert [op.name for op in read_model(path).ops].count('BATCH_MATMUL') == 3
+    x, y = samples(shape, n=6)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='adam', lr=0.05, batch=2, epochs=2, log=lambda *a: None)
+    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    after = ort_run(out, x)
+    assert np.abs(utrain_run(d, x, 'trained.wof') - after).max() < FWD_TOL
+    init = lambda p: {t.name: numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer}  # noqa: E731
+    before, trained = init(path), init(out)
+    for k in ('w1', 'w2', 'c3', 'c2', 'wo'):
+        assert np.abs(trained[k] - before[k]).max() > 1e-3, k

@@ -526,7 +526,7 @@ def _trained_names(src, tmp_path, xs, y, **kw):
                 optimizer='sgd', train='all', log=lambda *a: None, **kw)
     code, text = runner.run(os.fspath(out), python=True, stream=False)
     assert code == 0, text
-    g = read_model(out / s['rewritten'])
+    g = read_model(out / s['rewritten'] if s['rewritten'] else src)    # (None: as it was)
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     return s, {g.tensors[k].name for k in before if not np.array_equal(before[k], after[k])}
 
@@ -668,7 +668,7 @@ def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None):
                 optimizer='sgd', batch=1, train='all', loss='mse', log=lambda *a: None)
     code, text = runner.run(os.fspath(out), python=True, stream=False)
     assert code == 0, text
-    g = read_model(out / s['rewritten'])
+    g = read_model(out / s['rewritten'] if s['rewritten'] else src)    # (None: as it was)
     before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
     step = {g.tensors[k].name: (after[k] - before[k]) / -lr for k in before}
     for name in names:
@@ -737,3 +737,94 @@ def test_keras_dilated_convolutions_become_dilated_ops(tmp_path):
     xs = np.random.default_rng(2).standard_normal((12, 13, 2)).astype(np.float32)
     _, moved = _trained_names(src, tmp_path, xs, np.arange(12) % 3, loss='scce', from_logits=True)
     assert {'w1', 'wd'} <= moved, moved
+
+
+def test_tflite_ending_in_log_softmax_trains_its_logits(tmp_path):
+    """A .tflite classifier ending in LOG_SOFTMAX (Keras's log_softmax activation) trains
+    the logits it reads with cross-entropy from logits; the export keeps the op, so the
+    runtime on it gives the trained logits minus their logsumexp."""
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.prepare.infer import predictor
+    from host_tools.target.runner import run
+    rng = np.random.default_rng(0)
+    w1, b1, w2, b2 = 0.5 * rng.standard_normal((6, 4)), rng.standard_normal(6), \
+        rng.standard_normal((3, 6)), rng.standard_normal(3)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, z, y = (b.tensor(n, s) for n, s in (('x', [1, 4]), ('h', [1, 6]), ('z', [1, 3]),
+                                              ('y', [1, 3])))
+    f32 = lambda a: a.astype(np.float32)    # noqa: E731
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [6, 4], data=f32(w1)),
+                             b.tensor('b1', [6], data=f32(b1))], [h], fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [h, b.tensor('w2', [3, 6], data=f32(w2)),
+                             b.tensor('b2', [3], data=f32(b2))], [z])
+    b.op('LOG_SOFTMAX', [z], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = os.fspath(tmp_path / 'ls.tflite')
+    b.save(src)
+    xs = rng.standard_normal((30, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=rng.integers(0, 3, 30))
+    d = os.fspath(tmp_path / 'run')
+    lines = []
+    prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), optimizer='sgd', lr=0.2, epochs=2,
+            log=lines.append)
+    assert any('op 2 (LOG_SOFTMAX) ends the model' in ln for ln in lines), lines
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.tflite')
+    export(src, os.path.join(d, 'trained.wof'), out)
+    g = read_model(out)
+    tw = {g.tensors[k].name: g.tensors[k].data.astype(np.float64) for k in range(len(g.tensors))
+          if g.tensors[k].data is not None}
+    logits = np.maximum(xs @ tw['w1'].T + tw['b1'], 0) @ tw['w2'].T + tw['b2']
+    assert not np.allclose(tw['w2'], w2, atol=1e-4)                 # it trained
+    got = predictor(out)[0](xs)
+    m = logits.max(1, keepdims=True)
+    want = logits - m - np.log(np.exp(logits - m).sum(1, keepdims=True))
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_keras_timedistributed_pack_trains(tmp_path):
+    """Issue 28 (a held-out Keras TimeDistributed(Dense), refused at PACK): a PACK of
+    activations becomes a RESHAPE opening the axis per input and a CONCATENATION along
+    it; ONERT on the rewrite = numpy, and one SGD step moves the weight the steps share
+    by -lr times the gradient the differences give (the steps' gradients summed)."""
+    from kerasgraphs import build_keras_timedistributed
+    src, forward = build_keras_timedistributed(tmp_path / 'td.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert 'PACK' not in ops(dst) and info['packs'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 4, 3)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x)
+
+
+def test_input_of_run_time_length_is_refused_saying_what_to_do(tmp_path):
+    """A Keras model of Input((None, F)) (a Conv1D over sequences of any length) is
+    written with length 1 in the file's shape and -1 in its signature: refused naming the
+    input and its signature, and how to export it (not a conv's shape error later)."""
+    from host_tools.files.validate import check_graph
+    from host_tools.graph.passes import PrepareError
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 1, 3], signature=[-1, -1, 3])
+    y = b.tensor('y', [1, 1, 2], signature=[-1, -1, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),
+                             -1], [y], keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    p = os.fspath(tmp_path / 'v.tflite')
+    b.save(p)
+    with pytest.raises(PrepareError, match=r"v.tflite: the input tensor 0 \('x'\) has a length "
+                       r'known only at run time \(dimension 1 of shape signature \[-1, -1, 3\]'
+                       r'.*keras.Input\(\(T, F\)\)'):
+        check_graph(read_model(p))
+    b = CircleBuilder(identifier=b'TFL3')           # the batch alone open: fine
+    x = b.tensor('x', [1, 4, 3], signature=[-1, 4, 3])
+    y = b.tensor('y', [1, 4, 2], signature=[-1, 4, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),
+                             -1], [y], keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    b.save(p)
+    check_graph(read_model(p))

@@ -918,3 +918,50 @@ def test_a_zero_state_steps_under_viper_as_the_host(tmp_path):
     quant.write(quant.rewritten(read_model(_rnn_like(tmp_path, zero_state=True))), str(tmp_path), [6, 8])
     r = np.random.default_rng(6)
     _viper_matches(tmp_path, tmp_path, [r.integers(-120, 121, 6).astype(np.int8) for _ in range(3)])
+
+
+def test_int8_pack_trains_as_int8(tmp_path):
+    """Issue 28: an int8 PACK of activations (the steps stacked back, here reversed) was
+    refused; it is a CONCATENATION of the steps with a unit axis opened, the q8 forward =
+    TFLite Micro exactly, and prepare trains it as int8 (no dequantization)."""
+    from tflite_micro.python.tflite_micro import runtime
+    from kerasgraphs import build_int8_pack
+    from host_tools.prepare.pipeline import prepare
+    path = build_int8_pack(tmp_path / 'p.tflite')
+    g = quant.rewritten(read_model(path))
+    assert g.rewrites['packs'] == 1 and 'PACK' not in [op.name for op in g.ops]
+    quant.write(g, str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    assert quant.CAT in [d['k'] for d in m['layers']]
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    r = np.random.default_rng(2)
+    outs = set()
+    for _ in range(6):
+        xq = r.integers(-120, 121, (4, 3)).astype(np.int8)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, 4, 3), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel())
+        outs.add(tuple(got))
+    assert len(outs) > 3
+    x = r.standard_normal((12, 4, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=r.integers(0, 3, 12))
+    s = prepare(path, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                train='all', log=lambda *a: None)
+    assert s.get('int8') and not s.get('dequantized_because')
+
+    # TimeDistributed: the steps' layers share a weight, which int8 training does not
+    # train (a copy a layer): with nobody naming what trains, prepare trains it dequantized
+    # and says why; --train all given is refused, naming both ops and what to do
+    path = build_int8_pack(tmp_path / 'td.tflite', shared=True)
+    lines = []
+    s = prepare(path, os.fspath(tmp_path / 'run2'), data=os.fspath(tmp_path / 'd.npz'),
+                log=lines.append)
+    assert 'ops 1 and 2 share a weight tensor' in s['dequantized_because'], s
+    assert any('trains in float32' in ln for ln in lines), lines
+    with pytest.raises(Exception, match=r'td.tflite: ops 1 and 2 share a weight tensor .*'
+                                        r'--dequantize trains it'):
+        prepare(path, os.fspath(tmp_path / 'run3'), data=os.fspath(tmp_path / 'd.npz'),
+                train='all', log=lambda *a: None)

@@ -399,6 +399,35 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     assert not sb.get('int8') and 'select' in sb
 
 
+def test_select_on_int8_prices_with_the_cache_prepare_chooses(tmp_path):
+    """Issue 29 (a held-out int8 MobileNetV2 on rp2040: --select auto said "nothing fits,
+    not even the classifier" and then prepare chose --cache, under which it fits): where
+    the classifier fits only with --cache, the candidates are priced with it, prepare says
+    so and the choice trains with it within the budget."""
+    from host_tools.prepare.select import Q8Pricer
+    model = build(str(tmp_path / 'm.tflite'))
+    r = np.random.default_rng(1)
+    n = 40
+    y = r.integers(0, NCLS, n)
+    x = r.uniform(-0.3, 0.3, (n, H0, H0, C0)) + (y[:, None, None, None] % 3 == np.arange(3)) * 0.6
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=x.astype(np.float32), y=y)
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    plain = Q8Pricer(model, s).price({4: 0})['heap']
+    cached = Q8Pricer(model, s, {'cache': True}).price({4: 0})['heap']
+    assert cached < plain
+    budget = (plain + cached) // 2
+    lines = []
+    sm = prepare(model, str(tmp_path / 'o'), data=data, loss='scce', lr=0.05, epochs=1,
+                 select='auto', budget=budget, log=lines.append)
+    assert any('select auto: with --cache (prepare chooses it below) the classifier fits'
+               in ln for ln in lines), lines
+    assert not any('nothing fits' in ln for ln in lines), lines
+    assert sm['int8'] and sm['select']['ranks']['4'] == 'all'
+    assert sm['heap']['total'] <= budget
+    assert os.path.exists(tmp_path / 'o' / 'q8t.json')       # the board's prefix cache
+
+
 def _small_scratch(monkeypatch):
     """Plans with a 64-byte weight scratch: the pointwise conv's 128 weights stream."""
     d = list(quant.plan.__defaults__)

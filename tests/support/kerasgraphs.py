@@ -1044,6 +1044,140 @@ def build_int8_sqd_minmax(path, seed=0, T=4, C=5, F=3, O=3):
     return os.fspath(path), forward, sc, sx
 
 
+def build_keras_timedistributed(path, seed=0, T=4, C=3, F=5, O=2):
+    """What Keras 3 writes for TimeDistributed(Dense) over a sequence, built here: the
+    steps cut out (UNPACK), one FULLY_CONNECTED a step sharing its weight and bias (RELU),
+    the outputs stacked back (PACK on axis 1), a MEAN over the steps, a Dense.  Returns
+    (path, numpy forward f(x [n, T, C], w1=, w2=) -> [n, O])."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = _rand(rng, F, C), _rand(rng, F)
+    w2, b2 = _rand(rng, O, F), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+    act = functools.partial(_act, b)
+    x = act('x', [1, T, C])
+    steps = [act(f'x{t}', [1, C]) for t in range(T)]
+    b.op('UNPACK', [x], steps, num=T, axis=1)
+    wk, bk = b.tensor('w1', [F, C], data=w1), b.tensor('b1', [F], data=b1)
+    hs = [act(f'h{t}', [1, F]) for t in range(T)]
+    for st, h in zip(steps, hs):
+        b.op('FULLY_CONNECTED', [st, wk, bk], [h], fused_activation_function='RELU')
+    p = act('packed', [1, T, F])
+    b.op('PACK', hs, [p], values_count=T, axis=1)
+    m = act('m', [1, F])
+    b.op('MEAN', [p, b.tensor('axis', [1], data=np.array([1], np.int32))], [m], keep_dims=False)
+    y = act('y', [1, O])
+    b.op('FULLY_CONNECTED', [m, b.tensor('w2', [O, F], data=w2), b.tensor('b2', [O], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, w2=w2):
+        h = np.maximum(xs.reshape(len(xs), T, C) @ w1.T + b1, 0)
+        return h.mean(1) @ w2.T + b2
+    return os.fspath(path), forward
+
+
+def build_int8_pack(path, seed=0, T=4, C=3, F=5, O=3, shared=False):
+    """An int8 model stacking a sequence's steps back in another order, built here: Dense
+    on [1, T, C] (RELU, keep_num_dims) -> [1, T, F]; UNPACK of the steps; PACK of them
+    reversed on axis 1 (TFLite's int8 PACK: one scale); RESHAPE to [1, T F]; FC.
+    shared: Keras's TimeDistributed(Dense) instead: the input's steps cut out, one FC a
+    step sharing the Dense's weight, then the PACK."""
+    rng = np.random.default_rng(seed)
+    sx, s1, sh, s2, sy = 0.05, 0.01, 0.03, 0.01, 0.1
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-100, 900, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    wk = b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0))
+    bk = b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))
+    steps = [b.tensor(f'h{t}', [1, F], dtype='int8', quant=q(sh, -128)) for t in range(T)]
+    if shared:
+        xs = [b.tensor(f'x{t}', [1, C], dtype='int8', quant=q(sx, 0)) for t in range(T)]
+        b.op('UNPACK', [x], xs, num=T, axis=1)
+        for xt, h in zip(xs, steps):
+            b.op('FULLY_CONNECTED', [xt, wk, bk], [h], fused_activation_function='RELU')
+    else:
+        h = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, -128))
+        b.op('FULLY_CONNECTED', [x, wk, bk], [h], fused_activation_function='RELU',
+             keep_num_dims=True)
+        b.op('UNPACK', [h], steps, num=T, axis=1)
+    p = b.tensor('p', [1, T, F], dtype='int8', quant=q(sh, -128))
+    b.op('PACK', steps[::-1], [p], values_count=T, axis=1)
+    pr = b.tensor('pr', [1, T * F], dtype='int8', quant=q(sh, -128))
+    b.op('RESHAPE', [p, b.tensor('ps', [2], data=np.array([1, T * F], np.int32))], [pr])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [pr, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return os.fspath(path)
+
+
+def build_keras_mha(path, seed=0, T=5, F=4, H=2, d=3, O=2):
+    """What the TFLite converter writes for Keras 3's MultiHeadAttention(num_heads=H,
+    key_dim=d) on [T, F] -> GlobalAveragePooling1D -> Dense, built here (op for op as
+    TF 2.21 wrote it for a held-out model): the query, key and value projections as
+    FULLY_CONNECTED (keep_num_dims) -> RESHAPE [-1, T, H, d]; TRANSPOSE of the query to
+    [1, H, T, d] and of the key to [1, H, d, T]; BATCH_MATMUL; MUL by 1/sqrt(d); SOFTMAX
+    over the last axis of the rank-4 scores; BATCH_MATMUL by the value [1, H, T, d];
+    TRANSPOSE back, RESHAPE [-1, T, H*d], the output projection (keep_num_dims), MEAN over
+    time, FULLY_CONNECTED.  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    E = H * d
+    W = {k: _rand(rng, E, F) * 0.6 for k in ('wq', 'wk', 'wv')}
+    W.update({k: _rand(rng, E) * 0.3 for k in ('bq', 'bk', 'bv')})
+    W.update(wo=_rand(rng, F, E) * 0.5, bo=_rand(rng, F) * 0.3, w2=_rand(rng, O, F), b2=_rand(rng, O))
+    scale = np.float32(1 / np.sqrt(d))
+    b = CircleBuilder(identifier=b'TFL3')
+    act = functools.partial(_act, b)
+    const = {k: b.tensor(k, v.shape, data=v) for k, v in W.items()}
+    ints = lambda name, v: b.tensor(name, [len(v)], data=np.array(v, np.int32))  # noqa: E731
+    heads, flat = ints('heads', [-1, T, H, d]), ints('flat', [-1, T, E])
+    p0213, p0231 = ints('p0213', [0, 2, 1, 3]), ints('p0231', [0, 2, 3, 1])
+
+    def op(name, ins, shape, **kw):
+        out = act(f'{name.lower()}{op.n}', shape)
+        op.n += 1
+        b.op(name, ins, [out], **kw)
+        return out
+    op.n = 0
+    x = act('x', [1, T, F])
+
+    def proj(k):
+        h = op('FULLY_CONNECTED', [x, const['w' + k], const['b' + k]], [1, T, E], keep_num_dims=True)
+        return op('RESHAPE', [h, heads], [1, T, H, d])
+    key, query = proj('k'), proj('q')
+    q = op('TRANSPOSE', [query, p0213], [1, H, T, d])
+    k = op('TRANSPOSE', [key, p0231], [1, H, d, T])
+    s = op('BATCH_MATMUL', [q, k], [1, H, T, T])
+    s = op('MUL', [s, b.tensor('scale', [], data=np.array(scale))], [1, H, T, T])
+    p = op('SOFTMAX', [s], [1, H, T, T], beta=1.0)
+    v = op('TRANSPOSE', [proj('v'), p0213], [1, H, T, d])
+    o = op('BATCH_MATMUL', [p, v], [1, H, T, d])
+    o = op('RESHAPE', [op('TRANSPOSE', [o, p0213], [1, T, H, d]), flat], [1, T, E])
+    o = op('FULLY_CONNECTED', [o, const['wo'], const['bo']], [1, T, F], keep_num_dims=True)
+    m = op('MEAN', [o, b.tensor('time', [], data=np.array(1, np.int32))], [1, F])
+    y = op('FULLY_CONNECTED', [m, const['w2'], const['b2']], [1, O])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, **p):
+        w = dict(W, **p)
+        xs = xs.reshape(-1, T, F)
+        def split(k):        # [N, T, E] -> [N, H, T, d]
+            return (xs @ w['w' + k].T + w['b' + k]).reshape(-1, T, H, d).transpose(0, 2, 1, 3)
+        z = split('q') @ split('k').transpose(0, 1, 3, 2) * float(scale)
+        z = np.exp(z - z.max(-1, keepdims=True))
+        o = (z / z.sum(-1, keepdims=True)) @ split('v')
+        o = o.transpose(0, 2, 1, 3).reshape(-1, T, E) @ w['wo'].T + w['bo']
+        return o.mean(1) @ w['w2'].T + w['b2']
+    return os.fspath(path), forward
+
+
 def build_int8_prelu_l2(path, seed=0, T=4, C=5, F=6, O=3, ops=('PRELU', 'L2_NORMALIZATION'),
                         za=7, sq=0.004, bare=False):
     """An int8 model with PReLU and UnitNormalization as Keras's full-integer converter
