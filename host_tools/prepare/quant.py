@@ -1572,8 +1572,8 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
 def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
-    rewritten(); numbers: as numbered())."""
-    from ..graph.rewrite import save_graph
+    rewritten(), a grouped convolution joined again; numbers: as numbered())."""
+    from ..graph.rewrite import save_graph, join_groups, compact
     from .runfolder import out_identifier
     from .recal import replay
     g = rewritten(numbered(read_model(model_path), numbers))
@@ -1583,6 +1583,8 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
         g.tensors[k].data = a
     followed(g, m, wof_path)
     grown(g, m, wof_path)
+    if join_groups(g)[1]:               # (a grouped convolution as the file has it)
+        compact(g)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
