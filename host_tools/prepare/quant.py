@@ -1780,9 +1780,12 @@ def inspect_lines(g: Graph) -> list:
             and t.dtype in ('int8', 'int32'))
     out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
     try:
-        ls = layers(rewritten(g), 'all')
+        gr = rewritten(g)
+        ls = layers(gr, 'all')
+        # (the file's ops: a grouped conv's layers, one per group, are one)
+        n = len({gr.ops[d['op']].number for d in ls if d.get('train')})
         out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
-                   f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
+                   f'{n} FULLY_CONNECTED / CONV_2D / '
                    'DEPTHWISE_CONV_2D layers can train (--train last:N); --dequantize trains '
                    'it in float32 instead (the rewrites above)')
     except ValueError as e:

@@ -534,11 +534,15 @@ def test_grouped_convolutions_as_tflite_micro_runs_them(tmp_path):
     from host_tools.prepare.pipeline import export, prepare
     path, _ = build_keras_grouped(tmp_path / 'g.tflite', int8=True)
     g0 = read_model(path)
+    assert '4 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layers can train' in \
+        quant.inspect_lines(g0)[1]          # (the file's: a conv's groups are one)
     g = quant.rewritten(g0)
     assert [op.name for op in g.ops] == ['SPLIT', 'CONV_2D', 'CONV_2D', 'CONCATENATION',
                                          'DEPTHWISE_CONV_2D', 'SPLIT', 'CONV_2D', 'CONV_2D',
                                          'CONV_2D', 'CONCATENATION', 'MEAN', 'FULLY_CONNECTED',
                                          'SOFTMAX']
+    from host_tools.prepare.select import layers
+    assert [i for i, _ in layers(g)] == [0, 1, 2, 4]      # --select's candidates: the file's
     quant.write(g, str(tmp_path / 'w'), 'all')
     with open(tmp_path / 'w' / 'q8.json') as f:
         net = Q8Net(json.load(f), str(tmp_path / 'w' / 'weights.wof'))
