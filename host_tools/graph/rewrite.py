@@ -88,6 +88,13 @@ def remove_op(g: Graph, op: Operator):
     _renumber(g)
 
 
+def replace_op(g: Graph, op: Operator, made: list):
+    """The ops made (a rewrite of op into several) take op's place in g's order."""
+    at = g.ops.index(op)
+    g.ops[at:at + 1] = made
+    _renumber(g)
+
+
 def move_after(g: Graph, op: Operator, anchor: Operator):
     g.ops.remove(op)
     g.ops.insert(g.ops.index(anchor) + 1, op)
@@ -864,9 +871,7 @@ def pack_to_concat(g: Graph) -> int:
         made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION',
                              [parts[k] for k in op.inputs], list(op.outputs),
                              {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
-        at = g.ops.index(op)
-        g.ops[at:at + 1] = made
-        _renumber(g)
+        replace_op(g, op, made)
         done += 1
     return done
 
@@ -888,7 +893,6 @@ def tile_to_concat(g: Graph) -> int:
                 [n * m for n, m in zip(shape, mult)] != list(g.tensors[y].shape):
             continue
         axes = [a for a, m in enumerate(mult) if m > 1]
-        at = g.ops.index(op)
         made = []
         for j, a in enumerate(axes):
             shape[a] *= mult[a]
@@ -901,8 +905,7 @@ def tile_to_concat(g: Graph) -> int:
         if not made:            # multiples all 1: a copy
             made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src))
             _make_reshape(g, made[0], list(g.tensors[y].shape))
-        g.ops[at:at + 1] = made
-        _renumber(g)
+        replace_op(g, op, made)
         done += 1
     return done
 
@@ -949,9 +952,7 @@ def resize_to_concat(g: Graph) -> int:
             _make_reshape(g, made[0], list(g.tensors[y].shape))
         else:
             made[-1].outputs = [y]      # (its own tensor goes: compact)
-        at = g.ops.index(op)
-        g.ops[at:at + 1] = made
-        _renumber(g)
+        replace_op(g, op, made)
         done += 1
     return done
 
@@ -964,7 +965,6 @@ def _spell(g: Graph, op: Operator, steps, own=-1) -> None:
     step with the op's parameter trains when the op does)."""
     y, made, outs = op.outputs[0], [], []
     own %= len(steps)
-    at = g.ops.index(op)
     for j, (name, ins, opts, shape) in enumerate(steps):
         ins = [outs[-1] if k == 'prev' else outs[int(k[1:])] if isinstance(k, str) else k
                for k in ins]
@@ -978,8 +978,7 @@ def _spell(g: Graph, op: Operator, steps, own=-1) -> None:
             made.append(op)
         else:
             made.append(Operator(-1, OP_CODES[name], name, ins, [out], dict(opts), src=op.src))
-    g.ops[at:at + 1] = made
-    _renumber(g)
+    replace_op(g, op, made)
 
 
 def _own(g: Graph, k: int) -> int:
@@ -1340,9 +1339,7 @@ def split_groups(g: Graph) -> int:
             made.append(c)
         made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', outs, [y],
                              {'axis': 3, 'fused_activation_function': 'NONE'}, src=op.src))
-        at = g.ops.index(op)
-        g.ops[at:at + 1] = made
-        _renumber(g)
+        replace_op(g, op, made)
         done += 1
     return done
 
