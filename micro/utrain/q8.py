@@ -247,19 +247,26 @@ class Layer:
         o = o0 * row - self.wo
         return memoryview(w)[o:] if o else w
 
-    def _chunk(self, o0, n, row):
+    def _chunk(self, o0, n, row, a=None):
         # weights, biases, multipliers, shifts and multiplier count of output channels
         # o0..o0+n-1 (row: weight bytes per channel; 0: a depthwise layer's, all read):
-        # views of this layer's own, or read into the net's scratch (frozen layers)
+        # views of this layer's own, or read into the net's scratch (frozen layers; a: an
+        # int32 buffer instead, Q8Net.wide's, a streamed layer's)
         net = self.net
-        w = self.rows(o0, n, row)
+        if a is None:
+            w, q = self.rows(o0, n, row), None
+        else:
+            k = (n * row + 3) >> 2
+            w, q = net._wv(a, net.woff[self.d['wt']] + o0 * row, n * row), (
+                a[k + n:k + 2 * n], a[k + 2 * n:k + 3 * n])
         b, m, s = self.b, self.mul, self.shf
         if b is None:
-            b = net.biases(self, o0, n)
+            b = net.biases(self, o0, n) if a is None else net._read(
+                net.woff[self.d['bt']] + 4 * o0, a[k:k + n])
         elif o0:
             b = memoryview(b)[o0:]
         if m is None:
-            m, s = net.quant(self, o0, n)
+            m, s = net.quant(self, o0, n, 0, q)
         elif o0 and self.c > 1:
             m, s = memoryview(m)[o0:], memoryview(s)[o0:]
         return w, b, m, s, n if self.c > 1 else 1
@@ -303,8 +310,13 @@ class Layer:
         nc = d.get('nc', O) if self.k == CONV else O
         row = gm[4] * gm[5] * gm[2] if self.k == CONV else 0
         dw = self.k == DW
-        for o0, n in self.segs(O, nc):
-            w, bv, mv, sv, c = self._chunk(o0, n, row)
+        net = self.net
+        gb = net.gb     # (a streamed conv: a chunk's all in the idle input-gradient buffer)
+        nw = net.wide(gb[0] if gb and self.w is None and row else None, row + 12,
+                      len(acc) // (OH * OW), nc)
+        wa = memoryview(gb[0]) if nw else None
+        for o0, n in self.segs(O, nw or nc):
+            w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
             R = max(1, len(acc) // (OW * n))
             for r0 in range(0, OH, R):
@@ -325,7 +337,7 @@ class Layer:
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
                 else:
-                    a8 = self.net.acc8
+                    a8 = net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
 
@@ -599,6 +611,30 @@ class Q8Net:
             return None
         a = memoryview(a)
         return a[:h], a[h:2 * h]
+
+    def wide(self, a, per, cap, nc):
+        # the output channels a chunk of a streamed layer takes when they are read into
+        # int32 buffer a (free: an input-gradient buffer, idle in a forward pass, or its
+        # part past the input gradient being made) at per bytes a channel, at most cap (its
+        # sums, its dz); 0 where that is no more than nc (the weight scratch's, q8.json
+        # 'nc') or no int8 view of a exists. Fewer chunks: each costs a Cortex-M0+ ~1 ms
+        # of Python and reads (MobileNetV2's 1x1 head: 13 for 36 forward, 18 backward).
+        # The same integers: a channel's sums, and the input gradient's, do not depend on
+        # the chunks.
+        if a is None or not (K.VIPER or hasattr(memoryview, 'cast')):
+            return 0
+        n = min((4 * len(a) - 4) // per, cap)
+        return n if n > nc else 0
+
+    def _wv(self, a, off, n):
+        # n bytes of the weights file from off into int32 buffer a (a free part of an
+        # input-gradient buffer), as the kernels read int8 weights: a byte view (CPython),
+        # or a itself (viper and assembler kernels read any buffer's bytes)
+        try:
+            a = a.cast('B')
+        except AttributeError:
+            n = (n + 3) >> 2
+        return self._read(off, a, n)
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
@@ -956,12 +992,12 @@ class Q8Net:
                 self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs)
         return dx, (sx if need_dx else 0.0)
 
-    def _chunks(self, L, g, k, p):
-        # (first, count) of each chunk of streamed layer L's output channels, their dz
-        # (P positions x count) made in the shared dz from the broadcast row g (p values)
-        # >> k where L's mask passes (q8sparse.smc)
+    def _chunks(self, L, g, k, p, nc=0):
+        # (first, count) of each chunk of streamed layer L's output channels (nc a chunk,
+        # 0: its table's), their dz (P positions x count) made in the shared dz from the
+        # broadcast row g (p values) >> k where L's mask passes (q8sparse.smc)
         O, P, I = L.opi()
-        for o0, m in L.segs(O, L.d.get('nc', O)):
+        for o0, m in L.segs(O, nc or L.d.get('nc', O)):
             self.S.smc(self.dz, g, k, L.mk, o0, m, O, P, p)
             yield o0, m
 
@@ -999,8 +1035,14 @@ class Q8Net:
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
             if ch:
-                for o0, m in self._chunks(L, g, k, p):
-                    self.S.dak(dx, dz, L.rows(o0, m, I), 0, m, m, P, I)
+                # (a chunk's weights in dx's buffer past dx, where more fit there than in
+                # the weight scratch and dz holds their P rows: fewer chunks)
+                wa = memoryview(dx)[P * I:]
+                nc = self.wide(wa, I, len(dz) // P, d.get('nc', O))
+                off = self.woff[d['wt']]
+                for o0, m in self._chunks(L, g, k, p, nc):
+                    self.S.dak(dx, dz, self._wv(wa, off + o0 * I, m * I) if nc else
+                               L.rows(o0, m, I), 0, m, m, P, I)
             else:
                 for o0, m in L.segs(O, d.get('nc', O)):
                     self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
