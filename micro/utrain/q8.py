@@ -23,6 +23,7 @@ from utrain import q8kern as K
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
+UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
 
 def qmul(x):
@@ -81,6 +82,7 @@ class Layer:
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
     stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
     whole = 0    # 1: an FC layer with its weights and multipliers in RAM, one chunk
+    uk = None    # what its window's update multipliers were made for (_mults)
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -1253,6 +1255,30 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         mul[0], shf[0] = qmul(f / sw[0] * u)
         K.rqk(gw, n, 1, n, mul, shf, gw, 0, 0, 0, 1)
         return
+    w = hi - lo
+    if lo <= c0 and c0 + nc <= hi and len(mul) >= w:
+        # the window's multipliers kept (umn), made again only when f's mantissa, u or a
+        # weight scale (q8grow: uk None) changed: f moves by powers of two from step to
+        # step (the gradient's scales) and f / s_W[o] * u with it, exactly (binary
+        # floats, far from their range's ends), so qmul's multipliers stay and their
+        # shifts move by f's exponent (a float step a channel cost ~150 us on a Cortex-M0+)
+        fr, e = frexp(f)
+        k = L.uk
+        if k is None or k[0] != fr or k[2] != u or not (
+                -100 < k[3] + e - k[1] and k[4] + e - k[1] < 100):
+            for j in range(w):
+                mul[j], shf[j] = qmul(f / sw[(lo + j) % nw] * u)
+            t = shf[:w]
+            L.uk = (fr, e, u, min(t), max(t))
+        elif e != k[1]:
+            t = e - k[1]
+            for j in range(w):
+                shf[j] += t
+            L.uk = (fr, e, u, k[3] + t, k[4] + t)
+        j = c0 - lo
+        K.rqk(gw, n, nc, blk, memoryview(mul)[j:] if j else mul,
+              memoryview(shf)[j:] if j else shf, gw, 0, 0, 0, 1)
+        return
     for j in range(nc):
         o = c0 + j
         mul[j], shf[j] = qmul(f / sw[o % nw] * u) if lo <= o < hi else (0, 0)
@@ -1271,14 +1297,19 @@ def trained_n(d):
 
 
 def umn(d):
-    """The update multipliers trained layer d keeps (_mults: one a channel of a gradient
-    chunk; a depthwise layer's all; one for the bias step of a per-tensor layer whose bias
-    alone trains, _bias) (host_tools/plan/memory.py plans them with this)."""
+    """The update multipliers trained layer d keeps (_mults: one a channel of its
+    window, kept from step to step, where it has per-channel scales and at most UMAX
+    channels train, else of a gradient chunk; a depthwise layer's all; one for the bias
+    step of a per-tensor layer whose bias alone trains, _bias) (host_tools/plan/memory.py
+    plans them with this)."""
     oc = d['nb']
     lo, hi = d.get('tw', (0, oc))
+    nq = d['nq'] if 'nq' in d else len(d['sw'])
     if hi <= lo:
-        return 1 if (d['nq'] if 'nq' in d else len(d['sw'])) == 1 else 0
-    return oc if d['k'] == DW else min(d.get('gc', oc), hi - lo)
+        return 1 if nq == 1 else 0
+    if d['k'] == DW:
+        return oc
+    return hi - lo if nq > 1 and hi - lo <= UMAX else min(d.get('gc', oc), hi - lo)
 
 
 def held_bytes(d):
