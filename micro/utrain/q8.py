@@ -989,9 +989,10 @@ class Q8Net:
             dx, sx = self._dx(L, g, dz, s, sz, p, k, ch)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
             self._wgrad(L, dz, sz, lr)
-            if not ch:
-                lo = L.blo
-                self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs)
+            if not ch:      # (the per-channel multipliers a few reads at a time, in the
+                lo = L.blo      # sums buffer: free once the weight gradient is applied)
+                self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs,
+                           self._wide(self.acc))
         return dx, (sx if need_dx else 0.0)
 
     def _chunks(self, L, g, k, p, nc=0):
