@@ -9,7 +9,7 @@ from array import array
 from utrain import q8kern as K
 from utrain import q8sparse as S
 
-NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk')
+NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk', 'sumk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 IMPLS[0][1]['upmk'] = K.upmk
 IMPLS[0][1]['upek'] = K.upek
@@ -202,10 +202,15 @@ def run(r, name, k):
             k['ubek'](b, e, d, n, j)
         out.append(('ube%d' % i, b, e))
     # q8sparse.dak: a chunk of output channels' input gradient, added (P positions)
+    # (channels in pairs: a pair of zeros, a zero partner, an odd last one)
     for i, (P, O, I, o0, m) in enumerate(((1, 5, 7, 0, 5), (9, 12, 13, 4, 5), (3, 4, 1, 3, 1),
-                                          (4, 16, 33, 8, 8))):
+                                          (4, 16, 33, 8, 8), (2, 10, 6, 1, 7))):
         dz = r.bytes(P * O)
         dz[o0] = 0
+        if m == 7:
+            for q in range(P):
+                for j in (2, 3, 5):
+                    dz[q * O + o0 + j] = 0
         w = r.bytes(m * I)
         w[0] = 0x80
         dx = r.ints(P * I)
@@ -263,6 +268,15 @@ def run(r, name, k):
         d = r.bytes(P * c)
         k['smc'](d, x, kk, mk, o0, c, O, P, O)
         out.append(('sc%d' % i, d))
+    # sumk: column sums of n rows of c int8 values less the zero point (a MEAN, bias sums)
+    for i, (n, c, xz) in enumerate(((9, 40, 6), (1, 3, -128), (7, 1, 127), (0, 4, 5),
+                                    (300, 2, -3))):
+        x = r.bytes(n * c)
+        if n * c > 2:
+            x[0], x[1] = 0x80, 0x7f
+        a = r.ints(c)
+        k['sumk'](a, x, xz, n, c)
+        out.append(('su%d' % i, a))
     _convs(r, k, CONV2, 'pair', out)
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
