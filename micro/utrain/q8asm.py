@@ -1497,104 +1497,14 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
     axpy(dx, w, dz, _P)
 
 
-@micropython.asm_thumb
-def _da2(r0, r1, r2, r3):
-    # dak's loop, two output channels a turn: a[i] += s1 * w1[i] + s2 * w2[i] (each a[i]
-    # loaded and stored once for two multiply-adds, axpy's once for one; ~8 cycles a
-    # multiply-add for ~10), pairs of zeros skipped, an odd last channel with a zero
-    # partner. r3: _P, [0] m, [1] I, [2] O, [3] o0, [4] P; scratch: [5] the position's
-    # a, [6] its s, [7] positions left, [8] channels left, [9] the pair's w, [10] s, [11] w
-    mov(r7, r3)
-    str(r0, [r7, 20])
-    str(r1, [r7, 44])
-    ldr(r4, [r7, 12])
-    add(r2, r2, r4)
-    str(r2, [r7, 24])
-    ldr(r4, [r7, 16])
-    str(r4, [r7, 28])
-    cmp(r4, 0)
-    ble(END)
-    label(GRP)
-    ldr(r4, [r7, 0])
-    str(r4, [r7, 32])
-    ldr(r4, [r7, 44])
-    str(r4, [r7, 36])
-    ldr(r4, [r7, 24])
-    str(r4, [r7, 40])
-    label(PAIR)
-    ldr(r4, [r7, 32])
-    cmp(r4, 0)
-    ble(GNEXT)
-    ldr(r2, [r7, 40])
-    ldrb(r3, [r2, 0])
-    data(2, 0xB25B)          # sxtb r3, r3: s1
-    mov(r6, 0)
-    cmp(r4, 1)
-    ble(ONE)                 # the last, odd: s2 = 0
-    ldrb(r6, [r2, 1])
-    data(2, 0xB276)          # sxtb r6, r6: s2
-    label(ONE)
-    add(r2, 2)
-    str(r2, [r7, 40])
-    sub(r4, 2)
-    str(r4, [r7, 32])
-    ldr(r1, [r7, 36])        # w1
-    ldr(r5, [r7, 4])         # I
-    add(r2, r1, r5)          # w2
-    add(r0, r2, r5)
-    str(r0, [r7, 36])        # the next pair's
-    mov(r0, r3)
-    orr(r0, r6)
-    beq(PAIR)                # s1 = s2 = 0
-    cmp(r6, 0)
-    bne(TWO)
-    mov(r2, r1)              # (no second row read past the chunk)
-    label(TWO)
-    ldr(r0, [r7, 20])
-    sub(r4, r5, 1)           # i = I - 1
-    bmi(PAIR)
-    lsl(r5, r4, 2)
-    add(r0, r0, r5)          # &a[i]
-    mov(r12, r7)
-    mov(r7, r6)
-    label(L)
-    data(2, 0x570D)          # ldrsb r5, [r1, r4]
-    mul(r5, r3)
-    data(2, 0x5716)          # ldrsb r6, [r2, r4]
-    mul(r6, r7)
-    add(r5, r5, r6)
-    ldr(r6, [r0, 0])
-    add(r6, r6, r5)
-    str(r6, [r0, 0])
-    sub(r0, 4)
-    sub(r4, 1)
-    bpl(L)
-    mov(r7, r12)
-    b(PAIR)
-    label(GNEXT)
-    ldr(r4, [r7, 4])
-    lsl(r4, r4, 2)
-    ldr(r0, [r7, 20])
-    add(r0, r0, r4)
-    str(r0, [r7, 20])        # the next position's a: I on
-    ldr(r4, [r7, 8])
-    ldr(r0, [r7, 24])
-    add(r0, r0, r4)
-    str(r0, [r7, 24])        # its s: O on
-    ldr(r4, [r7, 28])
-    sub(r4, 1)
-    str(r4, [r7, 28])
-    bgt(GRP)
-    label(END)
-
-
 @micropython.viper
 def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
     # q8sparse.dak: dx[p*I + i] += sum_j dz[p*O + o0 + j] * w[j*I + i] (the input gradient
-    # of a streamed FC or 1x1 conv from a chunk of m output channels), per position p
+    # of a streamed FC or 1x1 conv from a chunk of m output channels), a group per position
     p = ptr32(_P)
-    p[0] = m; p[1] = I; p[2] = O; p[3] = o0; p[4] = P
-    _da2(dx, w, dz, _P)
+    p[0] = m; p[1] = I; p[2] = 0; p[3] = 0; p[4] = I; p[5] = 0; p[6] = o0; p[7] = 0
+    p[8] = 1; p[9] = P; p[10] = I; p[11] = 0; p[12] = O
+    axpy(dx, w, dz, _P)
 
 
 def _table(n, kw):

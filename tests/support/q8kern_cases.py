@@ -202,7 +202,7 @@ def run(r, name, k):
             k['ubek'](b, e, d, n, j)
         out.append(('ube%d' % i, b, e))
     # q8sparse.dak: a chunk of output channels' input gradient, added (P positions)
-    # (channels in pairs: a pair of zeros, a zero partner, an odd last one)
+    # (zero gradients: skipped rows, two in a row, an odd count of channels)
     for i, (P, O, I, o0, m) in enumerate(((1, 5, 7, 0, 5), (9, 12, 13, 4, 5), (3, 4, 1, 3, 1),
                                           (4, 16, 33, 8, 8), (2, 10, 6, 1, 7))):
         dz = r.bytes(P * O)
