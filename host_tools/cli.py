@@ -59,7 +59,11 @@ def cmd_inspect(a):
             for m in made:
                 if m.name not in names:
                     names.append(m.name)
-            how = f'prepare makes it {" + ".join(names)}: ' + _status(made[-1], h)
+            # (the status of the op that trains: a grouped conv's CONV_2Ds, not its
+            # CONCATENATION)
+            st = [_status(m, h) for m in made]
+            how = f'prepare makes it {" + ".join(names)}: ' + next(
+                (t for t in st if t.startswith('trains')), st[-1])
         if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))

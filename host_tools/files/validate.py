@@ -262,7 +262,7 @@ def _shape(g, k):
 
 def check_weights(g, op, tname):
     """Weights that do not fit their op's input: FULLY_CONNECTED [out, in] against the
-    input's features, CONV_2D / DEPTHWISE_CONV_2D against the input's channels, and a
+    input's features, CONV_2D (grouped too) / DEPTHWISE_CONV_2D against the input's channels, and a
     bias of the wrong length."""
     what = f'{g.path}: op {op.index} ({op.name})'
     ins = op.inputs
@@ -276,9 +276,12 @@ def check_weights(g, op, tname):
                                f'{tname(ins[0])} of shape {x} (FULLY_CONNECTED wants [outputs, {x[-1] if x else "?"}])')
         n_out = w[0]
     elif op.name == 'CONV_2D':
-        if len(w) != 4 or len(x) != 4 or w[3] != x[3]:
+        # (a grouped convolution's weight has in / groups channels: rewrite.split_groups)
+        if len(w) != 4 or len(x) != 4 or w[3] < 1 or x[3] % w[3] or w[0] % (x[3] // w[3]):
+            c = x[3] if len(x) == 4 else 'in'
             raise PrepareError(f'{what}: weight {tname(ins[1])} of shape {w} does not fit input '
-                               f'{tname(ins[0])} of shape {x} (CONV_2D wants [out, h, w, {x[3] if len(x) == 4 else "in"}])')
+                               f'{tname(ins[0])} of shape {x} (CONV_2D wants [out, h, w, {c}], or '
+                               f'[out, h, w, {c} / groups] with out a multiple of groups)')
         n_out = w[0]
     else:
         if len(w) != 4 or len(x) != 4 or w[3] % x[3]:

@@ -932,14 +932,17 @@ class _Reader(RecurrentOps):
         x, pad = self._padding(x, H, W, kh, kw, sh, sw, dh, dw, pads, OH, OW)
         opts = dict(padding=pad, stride_h=sh, stride_w=sw, dilation_h_factor=dh,
                     dilation_w_factor=dw, fused_activation_function='NONE')
-        if grp == 1:
-            name, steps = 'CONV_2D', [('T', (0, 2, 3, 1))]
-        elif grp == C and IG == 1 and O % C == 0:
+        if grp == C and IG == 1 and O % C == 0:
             name, steps = 'DEPTHWISE_CONV_2D', [('T', (1, 2, 3, 0))]
             opts['depth_multiplier'] = O // C
+        elif grp >= 1 and C % grp == 0 and IG * grp == C and O % grp == 0:
+            # (grouped: a CONV_2D of [O, kh, kw, C / group] as TFLite writes it, which
+            # prepare splits into groups: rewrite.split_groups)
+            name, steps = 'CONV_2D', [('T', (0, 2, 3, 1))]
         else:
-            self.err(f'group {grp} with {C} input channels: utrain runs group 1 and '
-                     'depthwise (group = channels) convolutions')
+            self.err(f'group {grp} with {C} input channels and a weight of shape '
+                     f'{list(Wt.shape)}: a group convolution wants [out, channels / group, '
+                     'kh, kw] with out and channels multiples of group')
         wk = self.const_tensor(ins[1], apply_steps(Wt, steps),
                                ins[1] if ins[1] in self.inits else None, pre + steps)
         bk = -1

@@ -29,7 +29,7 @@ def rewrite_for_training(g, train, enabled=True):
     if info['changed']:
         rw.compact(g)
     ids = {id(op) for op in keep}
-    return [op.index for op in g.ops if id(op) in ids], info, perm
+    return [op.index for op in g.ops if id(rw.trains_as(op)) in ids], info, perm
 
 
 def what_trains(g, train, ranks=None, train_config=None, train_given=False):
@@ -61,7 +61,7 @@ def select_rewrite(source, train, ranks=None, rewrite=True):
     ranked = {id(g.ops[i]): r for i, r in ranks.items()}
     train = sorted(parse_train(train, len(g.ops)) | set(ranks))
     train, info, perm = rewrite_for_training(g, train, rewrite)
-    rk = {op.index: ranked[id(op)] for op in g.ops if id(op) in ranked}
+    rk = {op.index: ranked[id(rw.trains_as(op))] for op in g.ops if id(rw.trains_as(op)) in ranked}
     return g, train, rk, info, perm
 
 

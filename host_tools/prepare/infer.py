@@ -39,13 +39,14 @@ def _onert_session(path):
 
 def _shapes_folded(g):
     """A copy of g whose run-time shape arithmetic (Keras 3's SHAPE -> STRIDED_SLICE ->
-    PACK -> RESHAPE) is folded and whose global REDUCE_MAX is a MAX_POOL_2D, as prepare
-    rewrites it (the same values): ONERT 0.1.0 fails on some such graphs at run time.
-    None when nothing changes."""
+    PACK -> RESHAPE) is folded, whose global REDUCE_MAX is a MAX_POOL_2D and whose
+    grouped CONV_2D is split into groups, as prepare rewrites them (the same values):
+    ONERT 0.1.0 fails on some such graphs at run time, and gives NaN for a grouped
+    convolution.  None when nothing changes."""
     import copy
     from ..graph import rewrite as rw
     h = copy.deepcopy(g)
-    if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h)):
+    if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)):
         return None
     rw.compact(h)
     return h
@@ -157,7 +158,8 @@ def predictor(path):
         except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
             raise e from None
         return run, 'TFLite Micro: ONERT cannot run it', g
-    return run, 'ONERT' + (' on its shape ops folded' if run.folded else ''), g
+    return run, 'ONERT' + (' on its graph as prepare rewrites it (shape ops folded, groups '
+                           'split)' if run.folded else ''), g
 
 
 def layout(x, shape, nchw=False, where='the data'):

@@ -268,7 +268,9 @@ def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=N
         wrote['train_config'] = 'train.tcfg'
     elif any(r for r in p.op_ranks.values()) or train_config:
         try:
-            write_train_config(tcfg, p.op_ranks)
+            # (ops numbered as in the file, as --train-config reads them: the ops a
+            # rewrite made of one, a grouped convolution's, have its number and rank)
+            write_train_config(tcfg, {g.ops[i].number: r for i, r in p.op_ranks.items()})
             wrote['train_config'] = 'train.tcfg'
         except PrepareError:
             wrote['train_config'] = None    # a rank onert-micro has no code for
@@ -688,12 +690,27 @@ def export_notes(r, g, summary, out_path) -> list:
     return notes
 
 
+def write_trained(base, out_path, g, w, identifier):
+    """out_path: model file base (read as g) with the trained weights w {tensor index:
+    array}; where prepare split a grouped convolution (rewrite.split_groups) the groups
+    are joined again into the file's grouped CONV_2D (rewrite.join_groups) and the graph
+    is written anew, else base's bytes are kept but for the weights."""
+    from ..formats.circle_io import write_with_weights
+    w, joined = rw.join_groups(g, w)
+    if not joined:
+        write_with_weights(base, out_path, w, identifier)
+        return
+    for k, arr in w.items():
+        g.tensors[k].data = np.asarray(arr, g.tensors[k].dtype).reshape(g.tensors[k].shape)
+    g.identifier = identifier or g.identifier
+    rw.save_graph(rw.compact(g), out_path)
+
+
 def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized):
     """export of a float model prepare trained as int8: the trained integers dequantized
     into the float model (its rewritten graph when prepare rewrote it), or with
     quantized the calibrated int8 model with the trained int8 weights."""
     from . import fromfloat
-    from ..formats.circle_io import write_with_weights
     from .quant import export as export_int8
     for name in (ff.get('int8_model'), ff.get('float_model') or ff.get('int8_model')):
         if name != os.path.basename(str(name)) or not os.path.exists(os.path.join(run_dir, name)):
@@ -712,7 +729,7 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
     g = read_model(base)
     w = fromfloat.dequantized(os.path.join(run_dir, ff['int8_model']), wof_path, train,
                               len(g.tensors), numbers)
-    write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
+    write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier))
     return {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True,
             'notes': []}
 
@@ -783,18 +800,19 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     from ..formats.onnx_io import is_onnx, export_onnx
     if is_onnx(model_path) and not quantized:
         if is_onnx(out_path):                       # the ONNX model, initializers trained
-            return export_onnx(model_path, g, w, out_path)
+            return export_onnx(model_path, g, rw.join_groups(g, w)[0], out_path)
         for k, arr in w.items():                    # the graph utrain trained, as circle
             g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
         rw.save_graph(g, out_path)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized:
-        write_with_weights(base, out_path, w, out_identifier(out_path, g.identifier))
+        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier))
         r = {'model': base, 'tensors': len(w), 'clipped': 0}
         r['notes'] = export_notes(r, g, summary, out_path)
         return r
     orig = read_model(model_path)
     by_name = {t.name: t for t in orig.tensors}
+    w = rw.join_groups(g, w)[0]         # (a grouped convolution's parts: the file's tensor)
     quant = summary.get('quant') or {}
     new, clipped = {}, 0
     for k, arr in w.items():

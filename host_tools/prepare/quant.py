@@ -1639,8 +1639,8 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
 def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
-    rewritten(); numbers: as numbered())."""
-    from ..graph.rewrite import save_graph
+    rewritten(), a grouped convolution joined again; numbers: as numbered())."""
+    from ..graph.rewrite import save_graph, join_groups, compact
     from .runfolder import out_identifier
     from .recal import replay
     g = rewritten(numbered(read_model(model_path), numbers))
@@ -1651,6 +1651,8 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     followed(g, m, wof_path)
     grown(g, m, wof_path)
     sloped(g, m, wof_path)
+    if join_groups(g)[1]:               # (a grouped convolution as the file has it)
+        compact(g)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
@@ -1870,11 +1872,13 @@ def inspect_lines(g: Graph) -> list:
             and t.dtype in ('int8', 'int32'))
     out = [f'int8 model: {n} parameters (int8 weights, int32 biases, with scales)']
     try:
-        ls = layers(rewritten(g), 'all')
+        gr = rewritten(g)
+        ls = layers(gr, 'all')
+        # (the file's ops: a grouped conv's layers, one per group, are one)
+        n = len({gr.ops[d['op']].number for d in ls if d.get('train')})
         pr = sum(1 for d in ls if d.get('ta'))
         out.append('prepare trains it as int8 (int8 weights, integer forward, QAS updates): '
-                   f'{sum(1 for d in ls if d.get("train"))} FULLY_CONNECTED / CONV_2D / '
-                   'DEPTHWISE_CONV_2D layers can train'
+                   f'{n} FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layers can train'
                    + (f' and {pr} PRELU\'s slopes (a layer below it training)' if pr else '')
                    + ' (--train last:N); --dequantize trains it in float32 instead (the rewrites above)')
     except ValueError as e:

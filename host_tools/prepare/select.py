@@ -112,6 +112,9 @@ def layers(g):
             kinds = [0]
         if 'bias' in roles.values() and 'weight' in roles.values():
             kinds.append(1)
+        if out and out[-1][0] == op.number:     # ops made of one (a grouped conv's
+            consts[-1] |= {op.inputs[p] for p in roles}     # groups): one layer
+            continue
         out.append((op.number, kinds))
         consts.append({op.inputs[p] for p in roles})
     return [c for j, c in enumerate(out) if not any(consts[j] <= later for later in consts[j + 1:])]
@@ -1228,21 +1231,25 @@ def _q8_short_list(model_path, auto, pr, limit, samples):
         return got
     union, short = got
     ls = quant.layers(pr.g0, 'none', union)
-    pos = {pr.g0.ops[d['op']].number: j for j, d in enumerate(ls) if d.get('train')}
+    pos = {}                # op number -> its layers (a grouped conv's: one per group)
+    for j, d in enumerate(ls):
+        if d.get('train'):
+            pos.setdefault(pr.g0.ops[d['op']].number, []).append(j)
     configs, part = [], set()
     for gain, r in short:
         ents = []
         for i, rk in sorted(r.items()):
-            d = ls[pos[i]]
-            lo, hi = channel_range(rk, d['nb']) if rk > 1 else (0, d['nb'])
-            if rk == 1:
-                ents.append([int(d['bt']), 2, 0, 0])
-            elif hi - lo == d['nb']:
-                ents += [[int(d['wt']), 2, 0, 0], [int(d['bt']), 2, 0, 0]]
-            else:
-                ents += [[int(d['wt']), 0, int(hi - lo), int(lo)],
-                         [int(d['bt']), 0, int(hi - lo), int(lo)]]
-                part.add(pos[i])
+            for j in pos[i]:
+                d = ls[j]
+                lo, hi = channel_range(rk, d['nb']) if rk > 1 else (0, d['nb'])
+                if rk == 1:
+                    ents.append([int(d['bt']), 2, 0, 0])
+                elif hi - lo == d['nb']:
+                    ents += [[int(d['wt']), 2, 0, 0], [int(d['bt']), 2, 0, 0]]
+                else:
+                    ents += [[int(d['wt']), 0, int(hi - lo), int(lo)],
+                             [int(d['bt']), 0, int(hi - lo), int(lo)]]
+                    part.add(j)
         configs.append([round(float(gain), 4), int(pr.price(r, True)['heap']), ents])
     proxy = q8_proxy_shares(model_path, union, auto['trial_runs'], part)
     return {'ranks': union, 'price': pr.price(union, True),

@@ -23,6 +23,7 @@ from utrain import q8kern as K
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
+UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
 
 def qmul(x):
@@ -81,6 +82,7 @@ class Layer:
     sync = 0     # 1: b = the float bias bf requantized, for every output (_apply's skip)
     stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
     whole = 0    # 1: an FC layer with its weights and multipliers in RAM, one chunk
+    uk = None    # what its window's update multipliers were made for (_mults)
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -247,19 +249,26 @@ class Layer:
         o = o0 * row - self.wo
         return memoryview(w)[o:] if o else w
 
-    def _chunk(self, o0, n, row):
+    def _chunk(self, o0, n, row, a=None):
         # weights, biases, multipliers, shifts and multiplier count of output channels
         # o0..o0+n-1 (row: weight bytes per channel; 0: a depthwise layer's, all read):
-        # views of this layer's own, or read into the net's scratch (frozen layers)
+        # views of this layer's own, or read into the net's scratch (frozen layers; a: an
+        # int32 buffer instead, Q8Net.wide's, a streamed layer's)
         net = self.net
-        w = self.rows(o0, n, row)
+        if a is None:
+            w, q = self.rows(o0, n, row), None
+        else:
+            k = (n * row + 3) >> 2
+            w, q = net._wv(a, net.woff[self.d['wt']] + o0 * row, n * row), (
+                a[k + n:k + 2 * n], a[k + 2 * n:k + 3 * n])
         b, m, s = self.b, self.mul, self.shf
         if b is None:
-            b = net.biases(self, o0, n)
+            b = net.biases(self, o0, n) if a is None else net._read(
+                net.woff[self.d['bt']] + 4 * o0, a[k:k + n])
         elif o0:
             b = memoryview(b)[o0:]
         if m is None:
-            m, s = net.quant(self, o0, n)
+            m, s = net.quant(self, o0, n, 0, q)
         elif o0 and self.c > 1:
             m, s = memoryview(m)[o0:], memoryview(s)[o0:]
         return w, b, m, s, n if self.c > 1 else 1
@@ -303,8 +312,13 @@ class Layer:
         nc = d.get('nc', O) if self.k == CONV else O
         row = gm[4] * gm[5] * gm[2] if self.k == CONV else 0
         dw = self.k == DW
-        for o0, n in self.segs(O, nc):
-            w, bv, mv, sv, c = self._chunk(o0, n, row)
+        net = self.net
+        gb = net.gb     # (a streamed conv: a chunk's all in the idle input-gradient buffer)
+        nw = net.wide(gb[0] if gb and self.w is None and row else None, row + 12,
+                      len(acc) // (OH * OW), nc)
+        wa = memoryview(gb[0]) if nw else None
+        for o0, n in self.segs(O, nw or nc):
+            w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
             R = max(1, len(acc) // (OW * n))
             for r0 in range(0, OH, R):
@@ -325,7 +339,7 @@ class Layer:
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
                 else:
-                    a8 = self.net.acc8
+                    a8 = net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
 
@@ -607,6 +621,30 @@ class Q8Net:
             return None
         a = memoryview(a)
         return a[:h], a[h:2 * h]
+
+    def wide(self, a, per, cap, nc):
+        # the output channels a chunk of a streamed layer takes when they are read into
+        # int32 buffer a (free: an input-gradient buffer, idle in a forward pass, or its
+        # part past the input gradient being made) at per bytes a channel, at most cap (its
+        # sums, its dz); 0 where that is no more than nc (the weight scratch's, q8.json
+        # 'nc') or no int8 view of a exists. Fewer chunks: each costs a Cortex-M0+ ~1 ms
+        # of Python and reads (MobileNetV2's 1x1 head: 13 for 36 forward, 18 backward).
+        # The same integers: a channel's sums, and the input gradient's, do not depend on
+        # the chunks.
+        if a is None or not (K.VIPER or hasattr(memoryview, 'cast')):
+            return 0
+        n = min((4 * len(a) - 4) // per, cap)
+        return n if n > nc else 0
+
+    def _wv(self, a, off, n):
+        # n bytes of the weights file from off into int32 buffer a (a free part of an
+        # input-gradient buffer), as the kernels read int8 weights: a byte view (CPython),
+        # or a itself (viper and assembler kernels read any buffer's bytes)
+        try:
+            a = a.cast('B')
+        except AttributeError:
+            n = (n + 3) >> 2
+        return self._read(off, a, n)
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
@@ -962,17 +1000,18 @@ class Q8Net:
             dx, sx = self._dx(L, g, dz, s, sz, p, k, ch)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
             self._wgrad(L, dz, sz, lr)
-            if not ch:
-                lo = L.blo
-                self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs)
+            if not ch:      # (the per-channel multipliers a few reads at a time, in the
+                lo = L.blo      # sums buffer: free once the weight gradient is applied)
+                self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs,
+                           self._wide(self.acc))
         return dx, (sx if need_dx else 0.0)
 
-    def _chunks(self, L, g, k, p):
-        # (first, count) of each chunk of streamed layer L's output channels, their dz
-        # (P positions x count) made in the shared dz from the broadcast row g (p values)
-        # >> k where L's mask passes (q8sparse.smc)
+    def _chunks(self, L, g, k, p, nc=0):
+        # (first, count) of each chunk of streamed layer L's output channels (nc a chunk,
+        # 0: its table's), their dz (P positions x count) made in the shared dz from the
+        # broadcast row g (p values) >> k where L's mask passes (q8sparse.smc)
         O, P, I = L.opi()
-        for o0, m in L.segs(O, L.d.get('nc', O)):
+        for o0, m in L.segs(O, nc or L.d.get('nc', O)):
             self.S.smc(self.dz, g, k, L.mk, o0, m, O, P, p)
             yield o0, m
 
@@ -1010,8 +1049,14 @@ class Q8Net:
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
             if ch:
-                for o0, m in self._chunks(L, g, k, p):
-                    self.S.dak(dx, dz, L.rows(o0, m, I), 0, m, m, P, I)
+                # (a chunk's weights in dx's buffer past dx, where more fit there than in
+                # the weight scratch and dz holds their P rows: fewer chunks)
+                wa = memoryview(dx)[P * I:]
+                nc = self.wide(wa, I, len(dz) // P, d.get('nc', O))
+                off = self.woff[d['wt']]
+                for o0, m in self._chunks(L, g, k, p, nc):
+                    self.S.dak(dx, dz, self._wv(wa, off + o0 * I, m * I) if nc else
+                               L.rows(o0, m, I), 0, m, m, P, I)
             else:
                 for o0, m in L.segs(O, d.get('nc', O)):
                     self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
@@ -1222,6 +1267,30 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         mul[0], shf[0] = qmul(f / sw[0] * u)
         K.rqk(gw, n, 1, n, mul, shf, gw, 0, 0, 0, 1)
         return
+    w = hi - lo
+    if lo <= c0 and c0 + nc <= hi and len(mul) >= w:
+        # the window's multipliers kept (umn), made again only when f's mantissa, u or a
+        # weight scale (q8grow: uk None) changed: f moves by powers of two from step to
+        # step (the gradient's scales) and f / s_W[o] * u with it, exactly (binary
+        # floats, far from their range's ends), so qmul's multipliers stay and their
+        # shifts move by f's exponent (a float step a channel cost ~150 us on a Cortex-M0+)
+        fr, e = frexp(f)
+        k = L.uk
+        if k is None or k[0] != fr or k[2] != u or not (
+                -100 < k[3] + e - k[1] and k[4] + e - k[1] < 100):
+            for j in range(w):
+                mul[j], shf[j] = qmul(f / sw[(lo + j) % nw] * u)
+            t = shf[:w]
+            L.uk = (fr, e, u, min(t), max(t))
+        elif e != k[1]:
+            t = e - k[1]
+            for j in range(w):
+                shf[j] += t
+            L.uk = (fr, e, u, k[3] + t, k[4] + t)
+        j = c0 - lo
+        K.rqk(gw, n, nc, blk, memoryview(mul)[j:] if j else mul,
+              memoryview(shf)[j:] if j else shf, gw, 0, 0, 0, 1)
+        return
     for j in range(nc):
         o = c0 + j
         mul[j], shf[j] = qmul(f / sw[o % nw] * u) if lo <= o < hi else (0, 0)
@@ -1240,14 +1309,19 @@ def trained_n(d):
 
 
 def umn(d):
-    """The update multipliers trained layer d keeps (_mults: one a channel of a gradient
-    chunk; a depthwise layer's all; one for the bias step of a per-tensor layer whose bias
-    alone trains, _bias) (host_tools/plan/memory.py plans them with this)."""
+    """The update multipliers trained layer d keeps (_mults: one a channel of its
+    window, kept from step to step, where it has per-channel scales and at most UMAX
+    channels train, else of a gradient chunk; a depthwise layer's all; one for the bias
+    step of a per-tensor layer whose bias alone trains, _bias) (host_tools/plan/memory.py
+    plans them with this)."""
     oc = d['nb']
     lo, hi = d.get('tw', (0, oc))
+    nq = d['nq'] if 'nq' in d else len(d['sw'])
     if hi <= lo:
-        return 1 if (d['nq'] if 'nq' in d else len(d['sw'])) == 1 else 0
-    return oc if d['k'] == DW else min(d.get('gc', oc), hi - lo)
+        return 1 if nq == 1 else 0
+    if d['k'] == DW:
+        return oc
+    return hi - lo if nq > 1 and hi - lo <= UMAX else min(d.get('gc', oc), hi - lo)
 
 
 def held_bytes(d):

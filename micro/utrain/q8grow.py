@@ -100,6 +100,12 @@ class Grow:
             L.set_bias()            # (bf from the integer-updated b first)
         sw = d['sw']
         sw[o] *= 2.0
+        k = L.uk
+        if k is not None and L.wlo <= o < L.whi:
+            # its kept update multiplier (utrain.q8 _mults) halved: exactly one shift less
+            u = L.us
+            u[o - L.wlo] -= 1
+            L.uk = (k[0], k[1], k[2], min(k[3], u[o - L.wlo]), k[4])
         L.shf[o] += 1
         L.ge[o] += 1
         oc, row, blk = L.geo()
@@ -169,6 +175,7 @@ class Grow:
                 L.shf[o] += u
                 ge[o] = want[o]
                 moved = 1
+                L.uk = None
         if moved and L is not self.net.layers[self.net.first]:
             self._dxm(L)
 

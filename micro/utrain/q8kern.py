@@ -390,7 +390,7 @@ def side_load(path, tag):
     return got
 
 
-# ARM boards: the multiply-adds, the requantization and the int8 updates in inline Thumb
+# ARM boards: the multiply-adds, the requantization, the int8 updates and sumk in inline Thumb
 # assembler (utrain.q8asm, staged by host_tools for armv6m/armv7m firmware only); their
 # viper versions are utrain.q8vk's, loaded here only where no q8asm is staged (a run on
 # an ARM board never loads them: 8.5 KB of armv6m code; vk() does, for the tests and
@@ -404,10 +404,10 @@ ASM = _A is not None
 if _A is None:
     from utrain.q8vk import fck, convk, rqk, gwk, dxk, cgk, upk, upmk, upek, cdk
 else:
-    _A._V = (dwk, ddk, dgk)
-    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk, upmk, upek = (
+    _A._V = (dwk, ddk, dgk, sumk)
+    fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk, upmk, upek, sumk = (
         _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk,
-        _A.upk, _A.upmk, _A.upek)
+        _A.upk, _A.upmk, _A.upek, _A.sumk)
     zk = _A._zero
 
 if not VIPER:
@@ -424,7 +424,7 @@ def vk():
     """{name: viper kernel} of the kernels q8asm replaced on this board (loads
     utrain.q8vk): the reference the tests and benches compare the assembler ones with."""
     from utrain import q8vk as V
-    d = {'dwk': _A._V[0], 'ddk': _A._V[1], 'dgk': _A._V[2]}
+    d = {'dwk': _A._V[0], 'ddk': _A._V[1], 'dgk': _A._V[2], 'sumk': _A._V[3]}
     for n in ('fck', 'convk', 'gwk', 'dxk', 'cgk', 'cdk', 'rqk', 'upk', 'upmk', 'upek'):
         d[n] = getattr(V, n)
     return d

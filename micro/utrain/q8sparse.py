@@ -170,12 +170,15 @@ def mzk(g, n: int, m):
             pg[i] = 0
 
 
-# ARM boards: dak on q8asm's assembler loop (axpy, 2 multiply-adds a turn; the viper one
-# above, VD, stays its reference: tests/support/q8kern_cases.py compares them on the board)
-VD = None
+# ARM boards: dak on q8asm's assembler loop (axpy, 2 multiply-adds a turn), mkk, smk
+# and smc on their own (_mk, _sm: ~15-30 cycles a value for viper's ~120 on a
+# Cortex-M0+); the viper ones above (V) stay their reference:
+# tests/support/q8kern_cases.py compares them on the board
+V = None
 from utrain.q8kern import _A  # noqa: E402
 if _A is not None:
-    VD, dak = dak, _A.dak
+    V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc}
+    dak, mkk, smk, smc = _A.dak, _A.mkk, _A.smk, _A.smc
 
 if not VIPER:
     import sys

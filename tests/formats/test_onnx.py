@@ -139,6 +139,20 @@ class Normalize(nn.Module):
         return self.f(nn.functional.normalize(self.a(y), dim=-1))
 
 
+def grouped():
+    # group convolutions (1 < groups < channels: refused before, "utrain runs group 1
+    # and depthwise convolutions"): split into groups by prepare, joined back on export
+    return nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(6, 4, 3, padding=1, groups=2), nn.ReLU(),
+                         nn.Conv2d(4, 6, 1, groups=2, bias=False), nn.Flatten(),
+                         nn.Linear(6 * 4 * 4, 3))
+
+
+def grouped1d():
+    return nn.Sequential(nn.Conv1d(4, 6, 3, groups=2), nn.Tanh(), nn.Conv1d(6, 6, 3, groups=3),
+                         nn.Flatten(), nn.Linear(6 * 6, 3))
+
+
 # name -> (builder, input shape, exporter options)
 MODELS = {
     'rescnn-13': (ResCNN, (3, 8, 8), dict(opset_version=13, dynamo=False)),
@@ -152,6 +166,8 @@ MODELS = {
     'softplus-17': (softplus, (10,), dict(opset_version=17, dynamo=False)),
     'prelu-17': (prelu, (2, 4, 4), dict(opset_version=17, dynamo=False)),
     'normalize-17': (Normalize, (2, 4, 4), dict(opset_version=17, dynamo=False)),
+    'grouped-17': (grouped, (2, 4, 4), dict(opset_version=17, dynamo=False)),
+    'grouped1d-17': (grouped1d, (4, 10), dict(opset_version=17, dynamo=False)),
 }
 
 
@@ -234,7 +250,8 @@ def test_forward_matches_ort_and_torch(name, folder, tmp_path):
 
 @pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('name,train', [('rescnn-17', 'all'), ('rescnn-13', 'last:6'),
-                                        ('mlp-17', 'all'), ('prelu-17', 'all')])
+                                        ('mlp-17', 'all'), ('prelu-17', 'all'),
+                                        ('grouped-17', 'all'), ('grouped1d-17', 'last:3')])
 def test_train_and_export(name, train, backend, folder, tmp_path):
     """prepare, a short training run, export .onnx: ORT on the export equals utrain's
     forward with the trained weights; the frozen stem (last:6) has its BatchNorm folded
@@ -274,8 +291,12 @@ def test_train_and_export(name, train, backend, folder, tmp_path):
         from onnx import numpy_helper
         ia = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
         ib = {t.name: numpy_helper.to_array(t) for t in b.graph.initializer}
-        assert np.array_equal(ia['c1.weight'], ib['c1.weight'])     # frozen stays
-        assert not np.array_equal(ia['fc.weight'], ib['fc.weight'])
+        frozen, trained = ('c1', 'fc') if name.startswith('rescnn') else ('0', '4')
+        assert np.array_equal(ia[frozen + '.weight'], ib[frozen + '.weight'])     # frozen stays
+        assert not np.array_equal(ia[trained + '.weight'], ib[trained + '.weight'])
+        if name.startswith('grouped1d'):   # last:3 reaches the grouped conv: each group moved
+            moved = np.abs(ia['2.weight'] - ib['2.weight']).reshape(3, -1).max(1)
+            assert moved.min() > 1e-4, moved
 
 
 def _tiny(path, op, attrs=None, extra_inputs=()):

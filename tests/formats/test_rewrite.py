@@ -19,6 +19,7 @@ What tico 0.3.0 (torch 2.13) emits, module by module (eval mode; input NCHW):
                    supported); models without BatchNorm export as in eval mode.
 """
 import os
+import re
 import sys
 
 import numpy as np
@@ -515,15 +516,17 @@ def test_prepare_names_ops_as_the_file_numbers_them(tmp_path):
 
 
 def _trained_names(src, tmp_path, xs, y, **kw):
-    """prepare src on samples xs, y (every op training, SGD, one epoch), run it on the
-    host and return (prepare's summary, the names of the weights that moved)."""
+    """prepare src on samples xs, y (every op training unless kw's train says, SGD, one
+    epoch), run it on the host and return (prepare's summary, the names of the weights
+    that moved)."""
     from host_tools.prepare.pipeline import prepare
     from host_tools.target import runner
     from host_tools.files.wof import read_wof
+    os.makedirs(tmp_path, exist_ok=True)
     np.savez(tmp_path / 'd.npz', x=xs, y=y)
     out = tmp_path / 'run'
     s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), epochs=1, lr=0.05,
-                optimizer='sgd', train='all', log=lambda *a: None, **kw)
+                optimizer='sgd', log=lambda *a: None, **dict(dict(train='all'), **kw))
     code, text = runner.run(os.fspath(out), python=True, stream=False)
     assert code == 0, text
     g = read_model(out / s['rewritten'] if s['rewritten'] else src)    # (None: as it was)
@@ -638,10 +641,12 @@ def test_keras_layernorm_neg_squared_difference_and_elu(tmp_path):
     assert moved == {'w1', 'b1', 'gamma', 'beta', 'w2', 'b2'}
 
 
-def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None):
+def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None, exported=False):
     """One SGD step of prepare's run (mse, batch 1, host) on one sample of x moves each
     weight in names by -lr times the gradient the differences of the numpy forward give;
-    sensitive: a weight the sample must reach (the first such sample is used)."""
+    sensitive: a weight the sample must reach (the first such sample is used); exported:
+    the step read from the model `export` writes (src's tensors, by name), not from the
+    run's weights."""
     from host_tools.prepare.pipeline import prepare
     from host_tools.target import runner
     from host_tools.files.wof import read_wof
@@ -668,12 +673,21 @@ def _step_is_the_gradient(src, forward, tmp_path, names, x, sensitive=None):
                 optimizer='sgd', batch=1, train='all', loss='mse', log=lambda *a: None)
     code, text = runner.run(os.fspath(out), python=True, stream=False)
     assert code == 0, text
-    g = read_model(out / s['rewritten'] if s['rewritten'] else src)    # (None: as it was)
-    before, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
-    step = {g.tensors[k].name: (after[k] - before[k]) / -lr for k in before}
+    if exported:
+        from host_tools.prepare.pipeline import export
+        e = os.fspath(tmp_path / ('e' + os.path.splitext(src)[1]))
+        export(src, os.fspath(out / 'trained.wof'), e)
+        before = {t.name: t.data for t in read_model(src).tensors if t.data is not None}
+        step = {t.name: (t.data - before[t.name]) / -lr for t in read_model(e).tensors
+                if t.name in before and t.data.dtype.kind == 'f'}
+    else:
+        g = read_model(out / s['rewritten'] if s['rewritten'] else src)    # (None: as it was)
+        w0, after = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+        step = {g.tensors[k].name: (after[k] - w0[k]) / -lr for k in w0}
+        before = {g.tensors[k].name: a for k, a in w0.items()}
     for name in names:
         assert name in step, (name, sorted(step))
-        num = numeric(x1, name, before[_named(g, name)].astype(np.float64))
+        num = numeric(x1, name, before[name].astype(np.float64))
         np.testing.assert_allclose(step[name], num, rtol=2e-2, atol=2e-4, err_msg=name)
         assert np.abs(num).max() > 1e-3, name
     return step
@@ -828,3 +842,76 @@ def test_input_of_run_time_length_is_refused_saying_what_to_do(tmp_path):
     b.outputs(y)
     b.save(p)
     check_graph(read_model(p))
+
+
+def test_grouped_convolutions_split_train_and_export_joined(tmp_path):
+    """Issue 28 (a held-out Keras Conv2D(groups=2), refused: "weight ... of shape [8, 3,
+    3, 4] does not fit input ... [1, 8, 8, 8]"): a grouped CONV_2D becomes SPLIT -> a
+    CONV_2D per group -> CONCATENATION, one input channel per group a DEPTHWISE_CONV_2D;
+    TFLite Micro on the file and on the rewrite = the numpy definition; one SGD
+    step is the gradient by differences, read from the exported model, which has the
+    file's ops and tensors again (the groups joined) and which TFLite Micro runs to
+    utrain's forward with the trained weights; --train last:N counts the file's ops
+    (every group of the conv it reaches trains)."""
+    from kerasgraphs import build_keras_grouped
+    from test_parity import new_trainer
+    src, forward = build_keras_grouped(tmp_path / 'g.tflite')
+    x = np.random.default_rng(1).uniform(-2, 2, (6, 5, 5, 4)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(tflm_infer(src, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert info['groups'] == 3
+    assert ops(dst) == ['SPLIT', 'CONV_2D', 'CONV_2D', 'CONCATENATION', 'DEPTHWISE_CONV_2D',
+                        'SPLIT', 'CONV_2D', 'CONV_2D', 'CONV_2D', 'CONCATENATION', 'MEAN',
+                        'FULLY_CONNECTED']
+    # (TFLite Micro: ONERT loads no CONV_2D without a bias, w3's)
+    np.testing.assert_allclose(tflm_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'b1', 'w2', 'b2', 'w3', 'wf'), x,
+                          exported=True)
+    e = read_model(tmp_path / 'e.tflite')
+    g0 = read_model(src)
+    assert ops(e) == ops(g0)
+    assert {t.name: t.shape for t in e.tensors if t.data is not None} == \
+        {t.name: t.shape for t in g0.tensors if t.data is not None}
+    tr = new_trainer(os.fspath(tmp_path / 'run' / 'model.flat'),
+                     os.fspath(tmp_path / 'run' / 'trained.wof'))
+    ours = np.stack([np.array(tr.predict(np.ascontiguousarray(xi.reshape(-1, 4))), np.float64)
+                     .reshape(-1) for xi in x])
+    np.testing.assert_allclose(tflm_infer(tmp_path / 'e.tflite', x), ours, rtol=1e-4, atol=1e-5)
+
+    # last:3 reaches the third conv (op 2): its three groups train, the others stay
+    s, moved = _trained_names(src, tmp_path / 'l3', x, np.zeros((6, 2), np.float32),
+                              loss='mse', train='last:3')
+    assert moved == {'w3/group0of3', 'w3/group1of3', 'w3/group2of3', 'wf', 'bf'}, moved
+    # a rank of the file's op: each group's channels by that rank (a depthwise's the
+    # op's), and train.tcfg numbers the ops as the file does
+    from host_tools.files.trainconfig import read_train_config
+    from host_tools.prepare.pipeline import prepare
+    s = prepare(src, os.fspath(tmp_path / 'rk'), data=os.fspath(tmp_path / 'l3' / 'd.npz'),
+                loss='mse', ranks='0:up,1:low', train='none', log=lambda *a: None)
+    assert s['ranks'] == {'w1/group0of2': [0, 0, 1], 'b1/group0of2': [1, 0, 1],
+                          'w1/group1of2': [0, 0, 1], 'b1/group1of2': [1, 0, 1],
+                          'w2/groups6': [1, 6, 12], 'b2': [1, 6, 12]}
+    assert read_train_config(os.fspath(tmp_path / 'rk' / 'train.tcfg'), 5) == {0: 2, 1: 3}
+
+
+@pytest.mark.parametrize('c,w', [(6, [4, 3, 3, 4]), (4, [3, 3, 3, 2])])
+def test_conv_weight_that_fits_no_grouping_is_refused(tmp_path, c, w):
+    """A CONV_2D weight whose channels divide neither the input's (6 by 4) nor whose
+    outputs divide among the groups (3 outputs, 2 groups) is refused naming the file,
+    the op, both shapes and what fits."""
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 4, 4, c])
+    y = b.tensor('y', [1, 4, 4, w[0]])
+    b.op('CONV_2D', [x, b.tensor('w', w, data=np.ones(w, np.float32)), -1], [y], padding='SAME')
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(str(tmp_path / 'm.circle'))
+    with pytest.raises(PrepareError, match=r'm\.circle: op 0 \(CONV_2D\): weight .* of shape '
+                       + re.escape(f'{w}') + r'.*CONV_2D wants \[out, h, w, '
+                       + f'{c}' + r'\], or \[out, h, w, ' + f'{c}' + r' / groups\] with out a '
+                       'multiple of groups'):
+        prepare(path, str(tmp_path / 'o'), loss='mse')

@@ -503,3 +503,75 @@ def test_select_names_the_files_ops_of_a_rewritten_int8_model(tmp_path):
     assert select.classifier(g, cands) == 11
     pr = select.Q8Pricer(path, {'batch': 1, 'optimizer': 'sgd', 'loss': 'scce', 'momentum': 0.0})
     assert pr.price({11: 0})['heap'] and pr.price({4: 1, 11: 0})['heap']
+
+
+def _logits_as_tflite_micro(path, net, xs, tmp_path):
+    """net's int8 logits on the int8 samples xs are TFLite Micro's on path cut before its
+    SOFTMAX, bit for bit; returns how many differ."""
+    from tflite_micro.python.tflite_micro import runtime
+    from test_q8 import _cut_softmax
+    _, cut = _cut_softmax(path, tmp_path)
+    it = runtime.Interpreter.from_file(cut)
+    outs = set()
+    for xq in xs:
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq[None], 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel())
+        outs.add(tuple(got))
+    return len(outs)
+
+
+def test_grouped_convolutions_as_tflite_micro_runs_them(tmp_path):
+    """Issue 28 (a held-out full-integer Keras Conv2D(groups=2), refused): int8 grouped
+    CONV_2Ds become SPLIT -> a CONV_2D per group (its rows of the per-channel scales with
+    its weights) -> CONCATENATION, one input channel per group a DEPTHWISE_CONV_2D; the
+    forward is TFLite Micro's on the file, bit for bit.  Trained as int8 and exported,
+    the file's ops and tensors come back (the groups joined), the weights moved, and
+    TFLite Micro runs the export as utrain runs those weights.  Trained dequantized,
+    `export --quantized` writes the groups into the file's int8 tensors too."""
+    from kerasgraphs import build_keras_grouped
+    from host_tools.prepare.pipeline import export, prepare
+    path, _ = build_keras_grouped(tmp_path / 'g.tflite', int8=True)
+    g0 = read_model(path)
+    assert '4 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layers can train' in \
+        quant.inspect_lines(g0)[1]          # (the file's: a conv's groups are one)
+    g = quant.rewritten(g0)
+    assert [op.name for op in g.ops] == ['SPLIT', 'CONV_2D', 'CONV_2D', 'CONCATENATION',
+                                         'DEPTHWISE_CONV_2D', 'SPLIT', 'CONV_2D', 'CONV_2D',
+                                         'CONV_2D', 'CONCATENATION', 'MEAN', 'FULLY_CONNECTED',
+                                         'SOFTMAX']
+    from host_tools.prepare.select import layers
+    assert [i for i, _ in layers(g)] == [0, 1, 2, 4]      # --select's candidates: the file's
+    quant.write(g, str(tmp_path / 'w'), 'all')
+    with open(tmp_path / 'w' / 'q8.json') as f:
+        net = Q8Net(json.load(f), str(tmp_path / 'w' / 'weights.wof'))
+    r = np.random.default_rng(7)
+    xs = [r.integers(-90, 90, (5, 5, 4)).astype(np.int8) for _ in range(6)]
+    assert _logits_as_tflite_micro(path, net, xs, tmp_path) == 6
+
+    x = r.integers(-90, 90, (48, 5, 5, 4)).astype(np.float32) * 0.03
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, :, :, 0].mean((1, 2)) > 0).astype(np.int64))
+    state = {t.name: (t.shape, t.dtype, t.data) for t in g0.tensors if t.data is not None}
+    for how in ('int8', 'dequantized'):
+        out = str(tmp_path / how)
+        prepare(path, out, data=str(tmp_path / 'd.npz'), loss='scce', optimizer='sgd', lr=0.05,
+                epochs=1, train='all', dequantize=how != 'int8', log=lambda *a: None)
+        code, text = runner.run(out, python=True, stream=False)
+        assert code == 0, text
+        dst = str(tmp_path / f'{how}.tflite')
+        export(path, os.path.join(out, 'trained.wof'), dst, quantized=how != 'int8')
+        e = read_model(dst)
+        assert [op.name for op in e.ops] == [op.name for op in g0.ops]
+        got = {t.name: t for t in e.tensors if t.data is not None}
+        # (trained as int8, the conv without a bias trained a zero one: quant.zero_bias)
+        assert {k: (t.shape, t.dtype) for k, t in got.items()} == dict(
+            {k: v[:2] for k, v in state.items()},
+            **({'w3/zero_bias': ([6], 'int32')} if how == 'int8' else {}))
+        for k in ('w1', 'w2', 'w3'):
+            assert not np.array_equal(got[k].data, state[k][2]), (how, k)
+        ge = quant.rewritten(e)
+        quant.write(ge, str(tmp_path / how / 'again'), 'none')
+        with open(tmp_path / how / 'again' / 'q8.json') as f:
+            net = Q8Net(json.load(f), str(tmp_path / how / 'again' / 'weights.wof'))
+        assert _logits_as_tflite_micro(dst, net, xs, tmp_path) == 6

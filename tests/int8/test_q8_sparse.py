@@ -460,6 +460,41 @@ def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
     assert not m['layers'][2].get('sd') and net.layers[2].w is not None
 
 
+def test_streamed_wide_chunks_equal_the_scratch_chunks(tmp_path, monkeypatch):
+    """A streamed layer reads more output channels a chunk into a free input-gradient
+    buffer (Q8Net.wide: its forward pass's weights, biases and multipliers; its input
+    gradient's weights past the gradient being made): the same outputs and trained bytes
+    as the weight scratch's chunks, in fewer chunks."""
+    _small_scratch(monkeypatch)
+    real, gbs = Q8Net.wide, Q8Net._gbs
+    # (input-gradient buffers twice as long: room past the pointwise conv's own input
+    # gradient for its weights, as MobileNetV2's head has)
+    monkeypatch.setattr(Q8Net, '_gbs', lambda self, m: gbs(self, 2 * m))
+    outs = []
+    for wide in (False, True):
+        got = []
+
+        def spy(self, *a):     # (at most 12 channels: two chunks, 12 + 4)
+            got.append(min(real(self, *a), 12) if wide else 0)
+            return got[-1]
+        monkeypatch.setattr(Q8Net, 'wide', spy)
+        d = tmp_path / str(wide)
+        d.mkdir()
+        m, net = _net(d, SCHEMES['dw-quarter-pw-bias'])
+        L = net.layers[2]
+        assert L.w is None          # (streamed)
+        net.dz = bytearray(L.nout)  # (and a dz for all its channels, as MobileNetV2's is)
+        ys = []
+        for s in range(3):
+            ys.append(bytes(net.forward(_sample(s))))
+            net.step(_sample(s), 3, 0.05)
+        outs.append(ys + [bytes(L.b) + _bstate(L) for L in net.layers if L.train]
+                    + [bytes(L.w) for L in net.layers if L.train and L.whi > L.wlo])
+        if wide:    # the forward's chunks (two passes a sample) and the input gradient's
+            assert len([v for v in got if v > m['layers'][2]['nc']]) == 3 * 3, got
+    assert outs[0] == outs[1]
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_board_bytes_equal_host_streamed(tmp_path, monkeypatch):
     """The same, streamed, on the board and the host."""

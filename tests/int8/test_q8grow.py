@@ -197,6 +197,59 @@ def test_resume_after_a_doubling_restores_it(tmp_path, monkeypatch):
     assert _state(t3.net) == _state(t4.net)
 
 
+def test_kept_update_multipliers_equal_made_ones(tmp_path, monkeypatch):
+    """A per-channel layer keeps its window's weight-update multipliers from step to step
+    (utrain.q8 _mults; umn sizes them): made again only when f's mantissa or u changes,
+    their shifts moved by f's exponent, a doubled channel's (q8grow) one shift less. The
+    same rescaled gradient as multipliers made at each call, chunk by chunk, over f moving
+    by powers of two, a new mantissa, a new u and doublings; and in training, qmul called
+    for them at the first step alone."""
+    from utrain import q8 as Q
+    d, x, y = _run_dir(tmp_path, monkeypatch, n=20, lr=1.0)
+    nets = [_trainer(d)[0].net for _ in range(2)]
+    i = [k for k, L in enumerate(nets[0].layers) if L.train and L.k == CONV and len(L.d['sw']) > 1][0]
+    oc, row, blk = nets[0].layers[i].geo()
+    rng = np.random.default_rng(3)
+    fs = [(0.61, -20, 256.0), (0.61, -24, 256.0), (0.61, -17, 256.0), (0.77, -17, 256.0),
+          (0.77, -30, 256.0), (0.77, -30, 4096.0), (0.77, -22, 4096.0)]
+    for t, (c, e, u) in enumerate(fs):
+        if t in (2, 5):
+            for net in nets:
+                net.wg.double(net.layers[i], t % oc)
+        g = rng.integers(-(1 << 22), 1 << 22, oc * row)
+        outs = []
+        for kept, net in zip((True, False), nets):
+            L = net.layers[i]
+            a = array('i', g.tolist())
+            for c0 in range(L.wlo, L.whi, 3):      # (chunks of 3 channels)
+                if not kept:
+                    L.uk = None
+                m = min(3, L.whi - c0)
+                v = memoryview(a)[c0 * row:]
+                Q._mults(L, v, m * row, c0, m, row, c * 2.0 ** e, u)
+            outs.append(list(a))
+        assert outs[0] == outs[1], t
+        assert any(outs[0])
+    # training: the multipliers made once
+    calls = [0]
+    real = Q.qmul
+
+    def qm(v):
+        calls[0] += 1
+        return real(v)
+    monkeypatch.setattr(Q, 'qmul', qm)
+    tr, lr = _trainer(d)
+    ls = [L for L in tr.net.layers if L.train and len(L.d['sw']) > 1]
+    assert ls and all(len(L.um) == L.whi - L.wlo for L in ls)
+    xq = [tr.net.quantize_input(v.tolist()) for v in x]
+    per = []
+    for k in range(6):
+        calls[0] = 0
+        tr.net.step(xq[k], int(y[k]), lr)
+        per.append(calls[0])
+    assert per[0] >= sum(L.whi - L.wlo for L in ls) and max(per[1:]) < per[0] // 4, per
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_grow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
     """The same run on unix MicroPython and on the host's numpy trainer: the same

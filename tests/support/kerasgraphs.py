@@ -1178,6 +1178,97 @@ def build_keras_mha(path, seed=0, T=5, F=4, H=2, d=3, O=2):
     return os.fspath(path), forward
 
 
+def grouped_conv(x, w, b=None, stride=1, pads=((0, 0), (0, 0))):
+    """numpy: TFLite's CONV_2D with a grouped weight [O, kh, kw, C / G] (Keras's
+    Conv2D(groups=G)) by its definition: output channel o sums input channels of group
+    o // (O / G) only.  x [n, H, W, C]."""
+    O, kh, kw, ig = w.shape
+    G = x.shape[-1] // ig
+    win = _dilated(x, kh, kw, (1, 1), pads)[:, ::stride, ::stride]
+    y = np.concatenate([np.einsum('nhwijc,oijc->nhwo', win[..., j * ig:(j + 1) * ig],
+                                  w[j * O // G:(j + 1) * O // G]) for j in range(G)], -1)
+    return y if b is None else y + b
+
+
+def build_keras_grouped(path, int8=False, seed=0, H=5, C=4):
+    """Grouped convolutions as TFLite's converter writes Keras's Conv2D(groups=G): a
+    CONV_2D whose weight has C / G input channels.  x [1, H, H, C] -> w1 [6, 3, 3, 2]
+    (2 groups) SAME RELU -> w2 [12, 3, 3, 1] (6 groups of one channel: a depthwise with
+    multiplier 2) VALID stride 2 RELU -> w3 [6, 1, 1, 4] (3 groups, no bias) -> MEAN over
+    H, W -> FC wf, bf [2].  int8: full-integer, per-channel conv weight scales, every
+    activation's scale and zero point from its range on random inputs, and a SOFTMAX
+    at the end.  Returns (path, numpy forward f(x [n, H, H, C], **weights by name) of the
+    float graph (int8: of the dequantized one; its logits))."""
+    rng = np.random.default_rng(seed)
+    p = {'w1': _rand(rng, 6, 3, 3, C // 2) * 0.5, 'b1': _rand(rng, 6) * 0.2,
+         'w2': _rand(rng, 12, 3, 3, 1) * 0.5, 'b2': _rand(rng, 12) * 0.2,
+         'w3': _rand(rng, 6, 1, 1, 4) * 0.5, 'wf': _rand(rng, 2, 6) * 0.5,
+         'bf': _rand(rng, 2) * 0.2}
+    H2 = (H - 3) // 2 + 1
+
+    def layers(x, **kw):
+        q = dict(p, **kw)
+        h1 = np.maximum(grouped_conv(x, q['w1'], q['b1'], 1, ((1, 1), (1, 1))), 0)
+        h2 = np.maximum(grouped_conv(h1, q['w2'], q['b2'], 2), 0)
+        h3 = grouped_conv(h2, q['w3'])
+        m = h3.mean((1, 2))
+        return {'h1': h1, 'h2': h2, 'h3': h3, 'm': m, 'y': m @ q['wf'].T + q['bf']}
+    sx, qt = 0.03, {}
+    if int8:            # weights as int8 (per output channel for a conv), dequantized
+        for k in ('w1', 'w2', 'w3', 'wf'):
+            ax = (1, 2, 3) if k != 'wf' else (0, 1)
+            s = np.abs(p[k]).max(ax, keepdims=True) / 127
+            qt[k] = (np.round(p[k] / s).astype(np.int8), s.reshape(-1))
+            p[k] = (qt[k][0] * s).astype(np.float32)
+        r = layers(rng.uniform(-3, 3, (64, H, H, C)).astype(np.float64))
+        for k, v in r.items():
+            lo, hi = min(float(v.min()), 0.0), max(float(v.max()), 0.0)
+            s = (hi - lo) / 255
+            qt[k] = (s, int(np.clip(np.round(-128 - lo / s), -128, 127)))
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def act(name, shape):
+        if not int8:
+            return b.tensor(name, shape)
+        s, z = qt.get(name, (sx, 0))
+        return b.tensor(name, shape, dtype=np.int8, quant={'scale': [s], 'zero_point': [z]})
+
+    def const(name, s_in=None):
+        if not int8:
+            return b.tensor(name, list(p[name].shape), data=p[name])
+        if name.startswith('w'):
+            a, s = qt[name]
+            return b.tensor(name, list(a.shape), data=a, dtype=np.int8, quant={
+                'scale': list(s), 'zero_point': [0] * len(s), 'quantized_dimension': 0})
+        sw = qt['w' + name[1:]][1]
+        s = s_in * sw * np.ones(len(p[name]))
+        return b.tensor(name, [len(p[name])], data=np.round(p[name] / s).astype(np.int32),
+                        dtype=np.int32, quant={'scale': list(s), 'zero_point': [0] * len(s),
+                                               'quantized_dimension': 0})
+    sin = lambda k: qt[k][0] if int8 else None     # noqa: E731
+    x = act('x', [1, H, H, C])
+    h1 = act('h1', [1, H, H, 6])
+    b.op('CONV_2D', [x, const('w1'), const('b1', sx)], [h1], padding='SAME',
+         fused_activation_function='RELU')
+    h2 = act('h2', [1, H2, H2, 12])
+    b.op('CONV_2D', [h1, const('w2'), const('b2', sin('h1'))], [h2], padding='VALID',
+         stride_h=2, stride_w=2, fused_activation_function='RELU')
+    h3 = act('h3', [1, H2, H2, 6])
+    b.op('CONV_2D', [h2, const('w3'), -1], [h3], padding='VALID')
+    m = act('m', [1, 6])
+    b.op('MEAN', [h3, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m])
+    y = act('y', [1, 2])
+    b.op('FULLY_CONNECTED', [m, const('wf'), const('bf', sin('m'))], [y])
+    b.inputs(x)
+    if int8:
+        o = b.tensor('p', [1, 2], dtype=np.int8, quant={'scale': [1 / 256], 'zero_point': [-128]})
+        b.op('SOFTMAX', [y], [o], beta=1.0)
+        y = o
+    b.outputs(y)
+    b.save(path)
+    return os.fspath(path), lambda x, **kw: layers(x, **kw)['y']
+
+
 def build_int8_prelu_l2(path, seed=0, T=4, C=5, F=6, O=3, ops=('PRELU', 'L2_NORMALIZATION'),
                         za=7, sq=0.004, bare=False):
     """An int8 model with PReLU and UnitNormalization as Keras's full-integer converter

@@ -4,19 +4,20 @@
 # implementation: `CASE <name> <impl> <digest of every output>`.  Runs unchanged under
 # CPython (q8kern as plain Python), unix MicroPython (viper) and on a board with
 # utrain.q8asm (then both the assembler kernels and q8kern.vk()'s viper ones); also
-# q8sparse.dak (its viper reference: q8sparse.VD).
+# q8sparse.dak, mkk, smk and smc (their viper references: q8sparse.V).
 from array import array
 from utrain import q8kern as K
 from utrain import q8sparse as S
 
-NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk')
+NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk', 'sumk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 IMPLS[0][1]['upmk'] = K.upmk
 IMPLS[0][1]['upek'] = K.upek
-IMPLS[0][1]['dak'] = S.dak
+for _n in ('dak', 'mkk', 'smk', 'smc'):
+    IMPLS[0][1][_n] = getattr(S, _n)
 if getattr(K, 'ASM', False):
     IMPLS = [('asm', IMPLS[0][1]), ('viper', K.vk())]
-    IMPLS[1][1]['dak'] = S.VD
+    IMPLS[1][1].update(S.V)
 for _n, _k in IMPLS:
     _k['ubek'] = K.ubek      # (viper everywhere: no assembler version)
     _k['smb'] = S.smb
@@ -201,10 +202,15 @@ def run(r, name, k):
             k['ubek'](b, e, d, n, j)
         out.append(('ube%d' % i, b, e))
     # q8sparse.dak: a chunk of output channels' input gradient, added (P positions)
+    # (zero gradients: skipped rows, two in a row, an odd count of channels)
     for i, (P, O, I, o0, m) in enumerate(((1, 5, 7, 0, 5), (9, 12, 13, 4, 5), (3, 4, 1, 3, 1),
-                                          (4, 16, 33, 8, 8))):
+                                          (4, 16, 33, 8, 8), (2, 10, 6, 1, 7))):
         dz = r.bytes(P * O)
         dz[o0] = 0
+        if m == 7:
+            for q in range(P):
+                for j in (2, 3, 5):
+                    dz[q * O + o0 + j] = 0
         w = r.bytes(m * I)
         w[0] = 0x80
         dx = r.ints(P * I)
@@ -231,6 +237,46 @@ def run(r, name, k):
             K.sumk(memoryview(ref)[o0:], dz, 0, P, m)
         assert list(s) == list(ref), ('smb', i)
         out.append(('smb%d' % i, s))
+    # q8sparse.mkk: the mask bits of lo < y < hi (whole bytes, a partial last byte over
+    # old bits, none) and the count at hi or above; y at lo, hi, their neighbours, the ends
+    for i, (n, lo, hi) in enumerate(((37, -128, 127), (16, -20, 6), (9, 0, 1), (0, -5, 5),
+                                     (64, -128, 0), (5, 126, 127))):
+        y = r.bytes(n)
+        for q, v in enumerate((lo, hi, lo + 1, hi - 1, -128, 127)[:n]):
+            y[(7 * q) % n] = v & 255
+        mk = r.bytes((n + 7) // 8 + 1)
+        c = k['mkk'](mk, y, n, lo, hi)
+        out.append(('mk%d' % i, mk, array('i', [c])))
+    # q8sparse.smk / smc: the int8 of x / 2^k (half away from zero, +-127) where the mask
+    # passes; x past the clamp, at halves, a row of p broadcast (p 0: none); smc's chunk
+    # of c channels of O over P rows (within what the board's gradients take: no sum
+    # past int32, k < 31)
+    for i, (n, kk, p) in enumerate(((37, 3, 0), (21, 0, 7), (9, 20, 0), (0, 2, 0),
+                                    (24, 12, 24))):
+        x = r.ints(n if not p else p, 1 << 20)
+        for q, v in enumerate((-(1 << 29), 1 << 29, 4, -4, 12, -12, 1 << 14)[:len(x)]):
+            x[q] = v
+        mk = r.bytes((n + 7) // 8)
+        d = r.bytes(n)
+        k['smk'](d, x, n, kk, mk, p)
+        out.append(('sk%d' % i, d))
+    for i, (P, O, o0, c, kk) in enumerate(((9, 40, 7, 12, 4), (1, 5, 0, 5, 0), (3, 33, 30, 3, 18),
+                                         (2, 8, 3, 0, 1))):
+        x = r.ints(O, 1 << 18)
+        x[o0 % O], x[(o0 + 1) % O] = -(1 << 29), 1 << 29
+        mk = r.bytes((P * O + 7) // 8)
+        d = r.bytes(P * c)
+        k['smc'](d, x, kk, mk, o0, c, O, P, O)
+        out.append(('sc%d' % i, d))
+    # sumk: column sums of n rows of c int8 values less the zero point (a MEAN, bias sums)
+    for i, (n, c, xz) in enumerate(((9, 40, 6), (1, 3, -128), (7, 1, 127), (0, 4, 5),
+                                    (300, 2, -3))):
+        x = r.bytes(n * c)
+        if n * c > 2:
+            x[0], x[1] = 0x80, 0x7f
+        a = r.ints(c)
+        k['sumk'](a, x, xz, n, c)
+        out.append(('su%d' % i, a))
     _convs(r, k, CONV2, 'pair', out)
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
