@@ -890,3 +890,93 @@ def test_streaming_is_planned_as_the_build_holds_it(tmp_path):
     assert plans['stream']['sim32'] - plans['held']['sim32'] < 2048, plans
     assert plans['stream']['rp2040'] - plans['stream']['sim32'] > \
         plans['held']['rp2040'] - plans['held']['sim32'] + 512, plans
+
+
+# The activation kernels (utrain/op_act.py) measured on a 32-bit build with ulab: the
+# heap a kernel allocates forward and backward with the collector off (every array it
+# makes, live or garbage) on a 16 x 128 input, against the planner's figures for the op
+# (OpSpec fwd, bwd: output- and input-sized arrays); 1 KB besides for the small objects
+# (boxed floats, argument tuples).  HARD_SWISH had been planned 4 arrays each way (it
+# makes 5 forward, 5 and two byte masks backward: a held-out Keras hard_swish CNN, SGD
+# b1, failed in its backward 4 KB under its plan on 32-bit ulab and Adam b4 trained 0.5 %
+# under its plan on the 32-bit fallback), ELU 4 forward (and a mask), SOFTMAX 3 backward
+# (it makes 4).
+_ACT_MEM = r'''
+import gc
+from utrain.xnp import np
+import utrain.op_act as A
+R, C = 16, 128
+class RT:
+    def __init__(s):
+        s.t, s.dead = {}, (0,)
+    def add_grad(s, k, g):
+        s.g = g
+for code, opts in CASES:
+    for rep in (0, 1):      # (the first: imports and first-call allocations)
+        rt = RT()
+        x = np.zeros((R, C))
+        for i in range(R):
+            for j in range(C):
+                x[i, j] = ((i * C + j) % 17 - 8) * 0.7
+        rt.t[0] = x
+        op = (code, (0,), (1,), opts)
+        dy = np.zeros((R, C)) + 0.5
+        gc.collect()
+        gc.disable()
+        a0 = gc.mem_alloc()
+        A.forward(rt, op)
+        a1 = gc.mem_alloc()
+        A.backward(rt, op, dy, 1)
+        a2 = gc.mem_alloc()
+        gc.enable()
+    print(code, a1 - a0, a2 - a1)
+'''
+
+
+@pytest.mark.skipif(not os.path.exists(os.environ.get('UTRAIN_MP32_ULAB') or '/-'),
+                    reason='$UTRAIN_MP32_ULAB names no build')
+def test_activation_temporaries_are_planned_as_allocated(tmp_path):
+    from host_tools.graph.optable import SPECS
+    from host_tools.plan.memory import array_bytes, sim_target
+    opts = {'LEAKY_RELU': (0.25,), 'SOFTMAX': (1.0,)}
+    names = sorted(n for n, s in SPECS.items() if s.kernel == 'op_act')
+    assert 'HARD_SWISH' in names and 'ELU' in names and 'SOFTMAX' in names
+    cases = [(SPECS[n].code, opts.get(n, ())) for n in names]
+    script = tmp_path / 'actmem.py'
+    script.write_text('CASES = %r\n' % (cases,) + _ACT_MEM)
+    r = subprocess.run([os.environ['UTRAIN_MP32_ULAB'], '-X', 'heapsize=4M', str(script)],
+                       env=dict(os.environ, MICROPYPATH=runner.MICRO), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = {int(c): (int(f), int(b)) for c, f, b in (line.split() for line in r.stdout.split('\n') if line)}
+    A = array_bytes(16 * 128, 'ulab', sim_target(4))
+    bad = []
+    for n in names:
+        s = SPECS[n]
+        fwd, bwd = got[s.code]
+        plan_f = (1 + s.fwd[0] + s.fwd[1]) * A + 1024
+        plan_b = (s.bwd[0] + s.bwd[1]) * A + 1024     # (each passes its gradient on)
+        if fwd > plan_f or bwd > plan_b:
+            bad.append(f'{n}: forward {fwd} B (planned {plan_f}), backward {bwd} B (planned {plan_b})')
+    assert not bad, '\n'.join(bad)
+
+
+def test_trains_in_makes_every_run_a_first_run(tmp_path, monkeypatch):
+    """Each smallest-heap run starts from the folder as prepare left it: the log,
+    checkpoint and trained weights an earlier run wrote are gone (with train.log there a
+    run skips its header and lays the heap out otherwise: the Keras DS-CNN, --ranks
+    10:low on 32-bit ulab, trained in 220 KB after a run and needed 241-244 KB as a first
+    run), and the files prepare wrote stay."""
+    files = dict(model='model.flat', weights='weights.wof', train='train.ds', test=None,
+                 checkpoint='checkpoint.ckpt', out='trained.wof', log='train.log')
+    (tmp_path / 'train.json').write_text(json.dumps({'files': files, 'run': {}}))
+    for f in ('model.flat', 'weights.wof', 'train.ds', 'train.log', 'checkpoint.ckpt',
+              'checkpoint.ckpt.tmp', 'trained.wof', 'trained.wof.best'):
+        (tmp_path / f).write_text('x')
+    (tmp_path / 'probe.py').write_text(
+        'import os\nprint("saved " + " ".join(sorted(f for f in os.listdir(".") if f != "probe.py")))\n')
+    monkeypatch.setattr(runner, 'command', lambda out: ([MP, '-X', 'heapsize=1', 'probe.py'],
+                                                         dict(os.environ)))
+    assert trains_in(str(tmp_path), 256 * 1024)
+    assert sorted(os.listdir(tmp_path)) == ['model.flat', 'probe.py', 'train.ds', 'train.json',
+                                            'weights.wof']
