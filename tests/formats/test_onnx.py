@@ -873,19 +873,26 @@ def test_rnn_nodes_other_exporters_write(op, lbr, tmp_path):
         _rnn_graph(p0, op, 0)
         x0 = samples(shape, n=2)[0]
         assert np.abs(ref_run(path, x0) - globals()['ort_run'](p0, x0)).max() < FWD_TOL
-    x, y = samples(shape, n=4, classes=2)
+    x, _, after = _adam_round_trip(path, shape, tmp_path, 4, 2, 1, ort_run)
+    assert np.abs(after - ort_run(path, x)).max() > 1e-3
+
+
+def _adam_round_trip(path, shape, tmp_path, n, classes, epochs, runner):
+    """prepare (forward = runner's on the file), a short Adam run, export .onnx: runner on
+    the export = utrain's trained forward.  Returns (samples, exported path, its outputs)."""
+    x, y = samples(shape, n=n, classes=classes)
     np.savez(tmp_path / 'd.npz', x=x, y=y)
     d = os.fspath(tmp_path / 'run')
     prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
-            optimizer='adam', lr=0.05, batch=2, epochs=1, log=lambda *a: None)
-    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
+            optimizer='adam', lr=0.05, batch=2, epochs=epochs, log=lambda *a: None)
+    assert np.abs(utrain_run(d, x) - runner(path, x)).max() < FWD_TOL
     code, text = run(d, python=True, stream=False)
     assert code == 0, text
     out = os.fspath(tmp_path / 'trained.onnx')
     export(path, os.path.join(d, 'trained.wof'), out)
-    after = ort_run(out, x)
+    after = runner(out, x)
     assert np.abs(utrain_run(d, x, 'trained.wof') - after).max() < FWD_TOL
-    assert np.abs(after - ort_run(path, x)).max() > 1e-3
+    return x, out, after
 
 
 def _matmul_graph(path):
@@ -928,18 +935,7 @@ def test_matmul_of_activations_and_batched_constants(tmp_path):
     path = os.fspath(tmp_path / 'mm.onnx')
     shape = _matmul_graph(path)
     assert [op.name for op in read_model(path).ops].count('BATCH_MATMUL') == 3
-    x, y = samples(shape, n=6)
-    np.savez(tmp_path / 'd.npz', x=x, y=y)
-    d = os.fspath(tmp_path / 'run')
-    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
-            optimizer='adam', lr=0.05, batch=2, epochs=2, log=lambda *a: None)
-    assert np.abs(utrain_run(d, x) - ort_run(path, x)).max() < FWD_TOL
-    code, text = run(d, python=True, stream=False)
-    assert code == 0, text
-    out = os.fspath(tmp_path / 'trained.onnx')
-    export(path, os.path.join(d, 'trained.wof'), out)
-    after = ort_run(out, x)
-    assert np.abs(utrain_run(d, x, 'trained.wof') - after).max() < FWD_TOL
+    _, out, _ = _adam_round_trip(path, shape, tmp_path, 6, 3, 2, ort_run)
     init = lambda p: {t.name: numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer}  # noqa: E731
     before, trained = init(path), init(out)
     for k in ('w1', 'w2', 'c3', 'c2', 'wo'):
