@@ -993,6 +993,119 @@ def _own(g: Graph, k: int) -> int:
 _NONE = {'fused_activation_function': 'NONE'}
 
 
+# what a piecewise branch may be made of (one activation input, scalar or broadcast
+# constants), and its value at the break point, computed on the host
+_PIECE = {'MUL': np.multiply, 'ADD': np.add, 'SUB': np.subtract, 'DIV': np.divide,
+          'EXP': np.exp, 'TANH': np.tanh, 'NEG': np.negative,
+          'LOGISTIC': lambda v: 1 / (1 + np.exp(-v)), 'RELU': lambda v: np.maximum(v, 0)}
+
+
+def _branch(g: Graph, k: int, x: int, select: Operator):
+    """The ops making tensor k from x alone (a chain of _PIECE ops, each reading x's chain
+    and constants, read by nothing else), first op first; [] when k is x; None otherwise."""
+    chain = []
+    while k != x:
+        op = next((o for o in g.ops if k in o.outputs), None)
+        if op is None or op.name not in _PIECE or len(op.outputs) != 1 or \
+                consumers(g, k) != [chain[-1] if chain else select] or \
+                op.options.get('fused_activation_function', 'NONE') != 'NONE':
+            return None
+        live = [j for j in op.inputs if j >= 0 and not is_const(g, j)]
+        if len(live) != 1:
+            return None
+        chain.append(op)
+        k = live[0]
+    return chain[::-1]
+
+
+def _at(g: Graph, chain, x: int, v: float):
+    """The value of the chain's output where x is v everywhere (numpy, on the host)."""
+    val = np.full(g.tensors[x].shape, v, np.float64)
+    for op in chain:
+        args = [val if not is_const(g, j) else np.asarray(g.tensors[j].data, np.float64)
+                for j in op.inputs if j >= 0]
+        val = _PIECE[op.name](*args)
+    return np.broadcast_to(val, g.tensors[x].shape)
+
+
+def selects_to_relu(g: Graph) -> int:
+    """SELECT_V2(x > c, A(x), B(x)) with the branches continuous at c (Keras 3's selu:
+    GREATER x 0, scale * x, scale * alpha * (exp(x) - 1)) -> A(c + RELU(x - c)) +
+    B(x - RELU(x - c)) - A(c): each branch reads x on its own side of c only, its ops
+    kept; the gradient is A'(x) above c and B'(x) below.  GREATER_EQUAL alike; LESS /
+    LESS_EQUAL swap the branches.  Returns how many."""
+    done = 0
+    for sel in list(g.ops):
+        if sel.name != 'SELECT_V2' or len(sel.inputs) != 3:
+            continue
+        cond = next((o for o in g.ops if sel.inputs[0] in o.outputs), None)
+        if cond is None or cond.name not in ('GREATER', 'GREATER_EQUAL', 'LESS', 'LESS_EQUAL') \
+                or len(cond.inputs) != 2 or not is_const(g, cond.inputs[1]) or \
+                consumers(g, sel.inputs[0]) != [sel]:
+            continue
+        x, cv = cond.inputs[0], np.asarray(g.tensors[cond.inputs[1]].data).reshape(-1)
+        if is_const(g, x) or cv.size != 1:
+            continue
+        c = float(cv[0])
+        hi, lo = (sel.inputs[1], sel.inputs[2]) if cond.name.startswith('GREATER') else \
+            (sel.inputs[2], sel.inputs[1])
+        above, below = _branch(g, hi, x, sel), _branch(g, lo, x, sel)
+        if above is None or below is None or {id(o) for o in above} & {id(o) for o in below}:
+            continue
+        a0, b0 = _at(g, above, x, c), _at(g, below, x, c)
+        if not np.allclose(a0, b0, rtol=1e-5, atol=1e-6):
+            continue            # (a jump at c: no sum of the two sides is it)
+        y, shp = sel.outputs[0], list(g.tensors[x].shape)
+        made, name = [], g.tensors[y].name
+
+        def t(tag):
+            return new_tensor(g, f'{name}/{tag}', shp, like=x)
+
+        def scalar(tag, v):
+            return new_tensor(g, f'{name}/{tag}', [], np.array(v, np.float32))
+        xc = x
+        if c:
+            xc = t('shifted')
+            made.append(Operator(-1, OP_CODES['SUB'], 'SUB', [x, scalar('c', c)], [xc],
+                                 {'fused_activation_function': 'NONE'}, src=sel.src))
+        r, xa, xb = t('relu'), t('above'), t('below')
+        made.append(Operator(-1, OP_CODES['RELU'], 'RELU', [xc], [r], {}, src=sel.src))
+        if c:
+            made.append(Operator(-1, OP_CODES['ADD'], 'ADD', [r, scalar('c2', c)], [xa],
+                                 {'fused_activation_function': 'NONE'}, src=sel.src))
+        else:
+            xa = r
+        made.append(Operator(-1, OP_CODES['SUB'], 'SUB', [x, r], [xb],
+                             {'fused_activation_function': 'NONE'}, src=sel.src))
+        ends = []
+        for chain, xs in ((above, xa), (below, xb)):
+            if chain:
+                chain[0].inputs = [xs if j == x else j for j in chain[0].inputs]
+                ends.append(chain[-1].outputs[0])
+            else:
+                ends.append(xs)
+        off = float(a0.reshape(-1)[0]) if np.ptp(a0) == 0 else None
+        if off is None:         # (a per-channel value at c: a constant of x's shape)
+            k0 = new_tensor(g, f'{name}/at_c', shp, np.asarray(a0, np.float32))
+        s = t('sum') if (off is None or off) else y
+        made.append(Operator(-1, OP_CODES['ADD'], 'ADD', ends, [s],
+                             {'fused_activation_function': 'NONE'}, src=sel.src))
+        if s != y:
+            made.append(Operator(-1, OP_CODES['SUB'], 'SUB',
+                                 [s, k0 if off is None else scalar('at_c', off)], [y],
+                                 {'fused_activation_function': 'NONE'}, src=sel.src))
+        # the branches' ops now read xa / xb: they move after the RELU (before the sum)
+        g.ops.remove(cond)
+        for o in above + below:
+            g.ops.remove(o)
+        at = g.ops.index(sel)
+        tail = made[-(2 if s != y else 1):]
+        g.ops[at:at + 1] = made[:len(made) - len(tail)] + above + below + tail
+        _renumber(g)
+        done += 1
+    return done
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -1442,7 +1555,8 @@ def join_groups(g: Graph, weights=None):
 # integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
 # of the same bytes); the others edit float constants or make float constants (NEG's -1).
 PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, True),
-          ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True), ('resizes', resize_to_concat, True),
+          ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
+          ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
           ('elementwise', elementwise_forms, False),
           ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),

@@ -915,3 +915,54 @@ def test_conv_weight_that_fits_no_grouping_is_refused(tmp_path, c, w):
                        + f'{c}' + r'\], or \[out, h, w, ' + f'{c}' + r' / groups\] with out a '
                        'multiple of groups'):
         prepare(path, str(tmp_path / 'o'), loss='mse')
+
+
+def _build_selu(path, seed=0, F=5, H=6, O=2, cond='GREATER', c=0.0, jump=0.0):
+    """What Keras 3 writes for a selu activation, built here: Dense -> GREATER(h, c) ->
+    SELECT_V2(scale * h, scale * alpha * (exp(h) - 1)) -> Dense (c shifts the break: then
+    the lower branch is moved by its value at c, so the two meet there; LESS swaps them)."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = 0.8 * rng.standard_normal((H, F)), rng.standard_normal(H)
+    w2, b2 = rng.standard_normal((O, H)), rng.standard_normal(O)
+    sc, al = 1.0507, 1.6733
+    lift = sc * c - sc * al * (np.exp(c) - 1) + jump
+    f32 = lambda a: np.asarray(a, np.float32)      # noqa: E731
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, m, a, e, e1, bb, bl, y, out = (b.tensor(n, s) for n, s in (
+        ('x', [1, F]), ('h', [1, H]), ('m', [1, H]), ('a', [1, H]), ('e', [1, H]),
+        ('e1', [1, H]), ('bb', [1, H]), ('bl', [1, H]), ('y', [1, H]), ('out', [1, O])))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [H, F], data=f32(w1)), b.tensor('b1', [H], data=f32(b1))], [h])
+    b.op(cond, [h, b.tensor('c', [], data=f32(c))], [m])
+    b.op('MUL', [h, b.tensor('sc', [], data=f32(sc))], [a])
+    b.op('EXP', [h], [e])
+    b.op('SUB', [e, b.tensor('one', [], data=f32(1.0))], [e1])
+    b.op('MUL', [e1, b.tensor('sa', [], data=f32(sc * al))], [bb])
+    b.op('ADD', [bb, b.tensor('lift', [], data=f32(lift))], [bl])
+    b.op('SELECT_V2', [m, a, bl] if cond == 'GREATER' else [m, bl, a], [y])
+    b.op('FULLY_CONNECTED', [y, b.tensor('w2', [O, H], data=f32(w2)), b.tensor('b2', [O], data=f32(b2))], [out])
+    b.inputs(x)
+    b.outputs(out)
+    b.save(path)
+
+    def forward(xs, w1=w1, w2=w2):
+        hh = xs @ w1.T + b1
+        return np.where(hh > c, sc * hh, sc * al * (np.exp(hh) - 1) + lift) @ w2.T + b2
+    return os.fspath(path), forward
+
+
+@pytest.mark.parametrize('cond,c', [('GREATER', 0.0), ('LESS', 0.4)])
+def test_selu_select_becomes_relu_sides(cond, c, tmp_path):
+    """Issue 28 (a held-out Keras selu, refused at GREATER): SELECT_V2 of x > c between two
+    branches that meet at c becomes each branch on its side of c (RELU) summed, less their
+    value at c; ONERT on the rewrite = numpy, one SGD step = finite differences."""
+    src, forward = _build_selu(tmp_path / 's.tflite', cond=cond, c=c)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert not {'SELECT_V2', 'GREATER', 'LESS'} & set(ops(dst)) and info['selects'] == 1
+    x = np.random.default_rng(1).standard_normal((8, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x)
+    # branches that do not meet at c (a step): no sum of the two sides is it: kept (refused)
+    src, _ = _build_selu(tmp_path / 'j.tflite', cond=cond, c=c, jump=0.5)
+    _, info, _ = rewritten(src, tmp_path / 'j.circle')
+    assert info['selects'] == 0

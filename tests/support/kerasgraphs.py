@@ -880,16 +880,20 @@ def build_int8_transpose(path, seed=0, T=6, C=5, F=4, O=3):
     return os.fspath(path), forward, s1, sx
 
 
-def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False):
+def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False, elu=False):
     """An int8 model as Keras 3's converter writes -x / 4 (float ops it has no int8 kernel
     for, between a DEQUANTIZE and a QUANTIZE), built here: Dense on [1, T, C] RELU (op 0)
     -> h [1, T, F]; DEQUANTIZE (1), NEG (2), DIV by the scalar 0.25 (3: a derivative of
     -4), QUANTIZE (4); RESHAPE (5); FC (6).  two: the DIV divides by h itself (a float
-    op of the one input still).  Returns (path, float numpy forward of the dequantized
+    op of the one input still; elu: ELU instead of NEG (Keras 3's converter leaves an
+    int8 model's ELU in float32), the Dense without its RELU).  Returns (path, float numpy
+    forward of the dequantized
     graph: f(x float [T, C], first weights float or None) -> logits, the first layer's
     weight scale, the input's scale)."""
     rng = np.random.default_rng(seed)
     sx, s1, sh, sn, sy, s2, zh, zn = 0.05, 0.0012, 0.03, 0.15, 0.1, 0.0015, -128, 100
+    if elu:
+        zh, zn = 0, -100
     q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
     w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
     b1 = rng.integers(-100, 900, F).astype(np.int32)
@@ -899,11 +903,11 @@ def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False):
     ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, zh))
     b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
                              b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
-         fused_activation_function='RELU', keep_num_dims=True)
+         fused_activation_function='NONE' if elu else 'RELU', keep_num_dims=True)
     f = b.tensor('f', [1, T, F], dtype='float32')
     b.op('DEQUANTIZE', [ht], [f])
     n = b.tensor('n', [1, T, F], dtype='float32')
-    b.op('NEG', [f], [n])
+    b.op('ELU' if elu else 'NEG', [f], [n])
     dv = b.tensor('d', [1, T, F], dtype='float32')
     b.op('DIV', [n, f if two else b.tensor('k', [], data=np.array(0.25, np.float32))], [dv],
          fused_activation_function='NONE')
@@ -919,8 +923,10 @@ def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False):
 
     def forward(xf, wf=None):
         wf = w1 * s1 if wf is None else wf
-        hf = np.clip(np.maximum(xf @ wf.T + b1 * sx * s1, 0), None, (127 - zh) * sh)
-        nf = np.clip(-hf / 0.25, (-128 - zn) * sn, (127 - zn) * sn)
+        hf = xf @ wf.T + b1 * sx * s1
+        hf = np.clip(hf if elu else np.maximum(hf, 0), (-128 - zh) * sh, (127 - zh) * sh)
+        nf = np.where(hf > 0, hf, np.expm1(np.minimum(hf, 0))) if elu else -hf
+        nf = np.clip(nf / 0.25, (-128 - zn) * sn, (127 - zn) * sn)
         return (w2 * s2) @ nf.reshape(-1)
     return os.fspath(path), forward, s1, sx
 
