@@ -193,8 +193,8 @@ def check_graph(g) -> None:
         return f'tensor {k} ({g.tensors[k].name!r})' if 0 <= k < nt else f'tensor {k}'
 
     x = g.tensors[g.inputs[0]] if 0 <= g.inputs[0] < nt else None
-    free = [a for a, d in enumerate(x.signature or [])][1:] if x is not None else []
-    free = [a for a in free if x.signature[a] < 0 and x.shape[a] == 1]
+    sig = (x.signature or []) if x is not None else []
+    free = [a for a in range(1, len(sig)) if sig[a] < 0 and x.shape[a] == 1]
     if free:        # (Keras's Input((None, F)): the file's shape holds 1 there)
         raise PrepareError(f'{where}: the input {tname(x.index)} has a length known only at run '
                            f'time (dimension {", ".join(map(str, free))} of shape signature '

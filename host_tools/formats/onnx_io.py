@@ -1217,12 +1217,17 @@ class _Reader(RecurrentOps):
                                    [('R', list(bc.shape), [bc.size])])
             self.emit('ADD', [y, bk], [self.out(n, 'plain', s)], fused_activation_function='NONE')
 
+    def _softmax_axis(self, a, s):
+        """The axis a Softmax / LogSoftmax node of input shape s normalises over (-1 by
+        default from opset 13, 1 before)."""
+        opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
+                    default=13)
+        return int(a.get('axis', -1 if opset >= 13 else 1)) % len(s)
+
     def op_Softmax(self, node, ins, a, i):
         v = ins[0]
         s = self.oshape(v)
-        opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
-                    default=13)
-        axis = int(a.get('axis', -1 if opset >= 13 else 1)) % len(s)
+        axis = self._softmax_axis(a, s)
         if axis == 1 and (len(s) == 4 or (len(s) == 3 and v in self.nhwc)):
             x = self.get(v, 'nhwc')
             self.emit('SOFTMAX', [x], [self.out(node.output[0], 'nhwc', s)], beta=1.0)
@@ -1237,11 +1242,9 @@ class _Reader(RecurrentOps):
         # (only as the model's last op: ir.drop_final_log_softmax trains its logits)
         v = ins[0]
         s = self.oshape(v)
-        opset = max((o.version for o in self.model.opset_import if o.domain in ('', 'ai.onnx')),
-                    default=13)
-        if int(a.get('axis', -1 if opset >= 13 else 1)) % len(s) != len(s) - 1:
-            self.err(f'log_softmax over axis {a.get("axis")} of shape {s}: utrain takes the '
-                     'last axis')
+        axis = self._softmax_axis(a, s)
+        if axis != len(s) - 1:
+            self.err(f'log_softmax over axis {axis} of shape {s}: utrain takes the last axis')
         self.emit('LOG_SOFTMAX', [self.get(v, 'plain')], [self.out(node.output[0], 'plain', s)])
 
     # ---- shapes

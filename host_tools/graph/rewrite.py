@@ -48,6 +48,18 @@ UNARY = {'RELU', 'RELU6', 'RELU_N1_TO_1', 'LOGISTIC', 'TANH', 'HARD_SWISH', 'LEA
          'CAST', 'FLOOR', 'CEIL', 'SIN', 'COS', 'QUANTIZE', 'DEQUANTIZE'}
 BINARY = {'ADD', 'SUB', 'MUL', 'DIV', 'MAXIMUM', 'MINIMUM', 'SQUARED_DIFFERENCE', 'POW'}
 REDUCE = {'MEAN', 'SUM', 'REDUCE_MAX', 'REDUCE_MIN', 'REDUCE_PROD'}
+# float elementwise ops as the host computes them (numpy): an int8 model's float islands
+# tabulated (prepare/quant.py), a piecewise branch's value at its break (selects_to_relu);
+# a comparison gives 1.0 / 0.0, which SELECT_V2 reads as its mask
+FLOAT_FNS = {'NEG': np.negative, 'ABS': np.abs, 'SQUARE': np.square, 'SQRT': np.sqrt,
+             'RSQRT': lambda x: 1 / np.sqrt(x), 'EXP': np.exp, 'LOG': np.log,
+             'LOGISTIC': lambda x: 1 / (1 + np.exp(-x)), 'TANH': np.tanh,
+             'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
+             'ELU': lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+             'ADD': np.add, 'SUB': np.subtract, 'MUL': np.multiply, 'DIV': np.divide,
+             'MAXIMUM': np.maximum, 'MINIMUM': np.minimum,
+             'GREATER': np.greater, 'GREATER_EQUAL': np.greater_equal, 'LESS': np.less,
+             'LESS_EQUAL': np.less_equal, 'SELECT_V2': lambda m, a, b: np.where(m != 0, a, b)}
 # out-channel axis of each layer's weight (the axis a per-channel scale multiplies)
 WEIGHT_OUT_AXIS = {'CONV_2D': 0, 'DEPTHWISE_CONV_2D': 3, 'FULLY_CONNECTED': 0}
 QUANT_TYPES = {'int8', 'uint8', 'int16', 'int32'}
@@ -994,10 +1006,9 @@ _NONE = {'fused_activation_function': 'NONE'}
 
 
 # what a piecewise branch may be made of (one activation input, scalar or broadcast
-# constants), and its value at the break point, computed on the host
-_PIECE = {'MUL': np.multiply, 'ADD': np.add, 'SUB': np.subtract, 'DIV': np.divide,
-          'EXP': np.exp, 'TANH': np.tanh, 'NEG': np.negative,
-          'LOGISTIC': lambda v: 1 / (1 + np.exp(-v)), 'RELU': lambda v: np.maximum(v, 0)}
+# constants): ops the float path trains through, and their values on the host
+_PIECE = {k: FLOAT_FNS[k] for k in ('MUL', 'ADD', 'SUB', 'DIV', 'EXP', 'TANH', 'NEG',
+                                    'LOGISTIC', 'RELU')}
 
 
 def _branch(g: Graph, k: int, x: int, select: Operator):
@@ -1058,25 +1069,19 @@ def selects_to_relu(g: Graph) -> int:
         y, shp = sel.outputs[0], list(g.tensors[x].shape)
         made, name = [], g.tensors[y].name
 
-        def t(tag):
-            return new_tensor(g, f'{name}/{tag}', shp, like=x)
+        def step(op_name, ins, out=None, opts=_NONE):
+            """Append op_name(ins) writing out (None: a new tensor of x's shape)."""
+            out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shp, like=x) \
+                if out is None else out
+            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], dict(opts),
+                                 src=sel.src))
+            return out
 
-        def scalar(tag, v):
-            return new_tensor(g, f'{name}/{tag}', [], np.array(v, np.float32))
-        xc = x
-        if c:
-            xc = t('shifted')
-            made.append(Operator(-1, OP_CODES['SUB'], 'SUB', [x, scalar('c', c)], [xc],
-                                 {'fused_activation_function': 'NONE'}, src=sel.src))
-        r, xa, xb = t('relu'), t('above'), t('below')
-        made.append(Operator(-1, OP_CODES['RELU'], 'RELU', [xc], [r], {}, src=sel.src))
-        if c:
-            made.append(Operator(-1, OP_CODES['ADD'], 'ADD', [r, scalar('c2', c)], [xa],
-                                 {'fused_activation_function': 'NONE'}, src=sel.src))
-        else:
-            xa = r
-        made.append(Operator(-1, OP_CODES['SUB'], 'SUB', [x, r], [xb],
-                             {'fused_activation_function': 'NONE'}, src=sel.src))
+        def scalar(v):
+            return new_tensor(g, f'{name}/k{len(made)}', [], np.array(v, np.float32))
+        r = step('RELU', [step('SUB', [x, scalar(c)]) if c else x], opts={})   # RELU(x - c)
+        xa = step('ADD', [r, scalar(c)]) if c else r                           # max(x, c)
+        xb = step('SUB', [x, r])                                               # min(x, c)
         ends = []
         for chain, xs in ((above, xa), (below, xb)):
             if chain:
@@ -1084,24 +1089,18 @@ def selects_to_relu(g: Graph) -> int:
                 ends.append(chain[-1].outputs[0])
             else:
                 ends.append(xs)
-        off = float(a0.reshape(-1)[0]) if np.ptp(a0) == 0 else None
-        if off is None:         # (a per-channel value at c: a constant of x's shape)
-            k0 = new_tensor(g, f'{name}/at_c', shp, np.asarray(a0, np.float32))
-        s = t('sum') if (off is None or off) else y
-        made.append(Operator(-1, OP_CODES['ADD'], 'ADD', ends, [s],
-                             {'fused_activation_function': 'NONE'}, src=sel.src))
-        if s != y:
-            made.append(Operator(-1, OP_CODES['SUB'], 'SUB',
-                                 [s, k0 if off is None else scalar('at_c', off)], [y],
-                                 {'fused_activation_function': 'NONE'}, src=sel.src))
-        # the branches' ops now read xa / xb: they move after the RELU (before the sum)
-        g.ops.remove(cond)
-        for o in above + below:
+        head = made[:]
+        at_c = float(a0.reshape(-1)[0]) if np.ptp(a0) == 0 else None
+        if at_c == 0:
+            step('ADD', ends, y)
+        else:                   # (a per-channel value at c: a constant of x's shape)
+            step('SUB', [step('ADD', ends), scalar(at_c) if at_c is not None else new_tensor(
+                g, f'{name}/at_c', shp, np.asarray(a0, np.float32))], y)
+        # the branches' ops now read max(x, c) / min(x, c): they come after those, before
+        # the sum; the comparison goes
+        for o in [cond] + above + below:
             g.ops.remove(o)
-        at = g.ops.index(sel)
-        tail = made[-(2 if s != y else 1):]
-        g.ops[at:at + 1] = made[:len(made) - len(tail)] + above + below + tail
-        _renumber(g)
+        replace_op(g, sel, head + above + below + made[len(head):])
         done += 1
     return done
 

@@ -375,8 +375,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             from .select import choose_q8
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
-                            prepare=prepare, cache_left='cache' not in given and (
-                                budget or (prof or {}).get('heap')))
+                            prepare=prepare)
             ranks, train = sel['ranks'], 'none'
             cache = cache or sel.get('cache', False)
             if 'select' in sel:     # the board chooses among the union's configurations:

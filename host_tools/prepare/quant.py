@@ -34,6 +34,7 @@ import numpy as np
 from ..formats.circle_io import Graph, Tensor, atomic_write, read_model
 from ..target.device import module
 from ..files import wof as hwof
+from ..graph.rewrite import FLOAT_FNS
 
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
@@ -435,15 +436,7 @@ def layers(g: Graph, train='last:1', ranks=None):
 # float32 ops a converter leaves between a DEQUANTIZE and a QUANTIZE (ops it has no int8
 # kernel for: Keras's -x is DEQUANTIZE, NEG, QUANTIZE): numpy of float32 arrays, as
 # TFLite Micro's float kernels compute them
-_F32 = {'NEG': np.negative, 'ABS': np.abs, 'SQUARE': np.square, 'SQRT': np.sqrt,
-        'RSQRT': lambda x: 1 / np.sqrt(x), 'EXP': np.exp, 'LOG': np.log,
-        'LOGISTIC': lambda x: 1 / (1 + np.exp(-x)), 'TANH': np.tanh,
-        'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6),
-        'ELU': lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))), 'ADD': np.add, 'SUB': np.subtract, 'MUL': np.multiply, 'DIV': np.divide,
-        'MAXIMUM': np.maximum, 'MINIMUM': np.minimum,
-        # (Keras 3's selu: a comparison and SELECT_V2 between two branches, 1.0 / 0.0 here)
-        'GREATER': np.greater, 'GREATER_EQUAL': np.greater_equal, 'LESS': np.less,
-        'LESS_EQUAL': np.less_equal, 'SELECT_V2': lambda m, a, b: np.where(m != 0, a, b)}
+_F32 = FLOAT_FNS           # float ops an island tabulates (numpy, as the host computes them)
 # float ops a converter leaves in float32 (TFLite has no int8 kernel for them; TFLite
 # Micro none for POW and ATAN2) that neither path trains: what to do instead (_island_refusal)
 _NO_PATH = {'POW': 'x * x for x ** 2, SQRT for x ** 0.5',

@@ -1165,7 +1165,7 @@ def board_refusal(model_path, data=None, board=None, cache=False) -> str:
 
 def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_seed=0,
               board=None, cache=False, bands=None, layers_max=None, log=print, *,
-              prepare, cache_left=False) -> dict:
+              prepare) -> dict:
     """--select on an int8 model trained as int8: contribution analysis (choose_auto)
     with int8 trials (Q8Trials: bit for bit the board's integers) priced by the int8
     planner (Q8Pricer), over the Tiny Training Engine's space: the biases of the last k
@@ -1173,22 +1173,24 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     Returns choose_auto's result; prepare trains its ranks.  mode 'board': the union of
     a short list of the configurations tried, priced with the board's scoring pass, and
     train.json's select block (_q8_short_list): the board chooses among them from its
-    own samples (utrain/q8fish.py) and trains its choice as int8.  cache_left: the user
-    left --cache to prepare (result 'cache' True: the choice was priced with it)."""
+    own samples (utrain/q8fish.py) and trains its choice as int8.  Without --cache, where
+    the classifier fits the budget only with the cache prepare would choose, the choice is
+    priced with it (result 'cache' True)."""
     cached = False
     if mode not in ('auto', 'board'):
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     if mode == 'board' and (cache or not data):
         raise PrepareError(board_refusal(model_path, data, board, cache))
     pr = Q8Pricer(model_path, settings, dict(board=board, cache=cache, bands=bands))
-    if cache_left and not cache and data and limit:
+    if not cache and data:
         # prepare chooses --cache below when the plan is over the budget: where the
         # classifier fits only with it, the candidates are priced with it (as the float
         # path's select_fitting does; the board's scoring pass runs the layers the cache
         # leaves out, so with it the host chooses)
-        pc = Q8Pricer(model_path, settings, dict(board=board, cache=True, bands=bands))
         cls = {classifier(pr.g0, layers(pr.g0)): 0}
-        if not pr.fits(cls, limit) and pc.fits(cls, limit):
+        pc = None if pr.fits(cls, limit) else Q8Pricer(
+            model_path, settings, dict(board=board, cache=True, bands=bands))
+        if pc is not None and pc.fits(cls, limit):
             log(f'select {mode}: with --cache (prepare chooses it below) the classifier fits: '
                 'the candidates are priced with it' + (
                     '; the board\'s scoring pass would run the layers the cache leaves out, '
