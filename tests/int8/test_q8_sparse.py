@@ -352,19 +352,24 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
     assert mom['parts']['optimizer state'] > heap['parts']['optimizer state'] + 4 * win
 
 
+def _model_and_classes(tmp_path, n):
+    """The test model and an .npz of n samples whose class shows in their channels."""
+    model = build(str(tmp_path / 'm.tflite'))
+    r = np.random.default_rng(1)
+    y = r.integers(0, NCLS, n)
+    x = r.uniform(-0.3, 0.3, (n, H0, H0, C0)) + (y[:, None, None, None] % 3 == np.arange(3)) * 0.6
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=x.astype(np.float32), y=y)
+    return model, data
+
+
 def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     """--select auto on an int8 model: contribution analysis with int8 trials, each
     candidate priced by the int8 planner; the choice fits the budget and trains as int8
     (its ranks in q8.json); --select board says what it cannot take."""
     from host_tools.prepare.pipeline import PrepareError
     from host_tools.prepare.select import Q8Pricer
-    model = build(str(tmp_path / 'm.tflite'))
-    r = np.random.default_rng(1)
-    n = 60
-    y = r.integers(0, NCLS, n)
-    x = r.uniform(-0.3, 0.3, (n, H0, H0, C0)) + (y[:, None, None, None] % 3 == np.arange(3)) * 0.6
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=x.astype(np.float32), y=y)
+    model, data = _model_and_classes(tmp_path, 60)
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     pr = Q8Pricer(model, s)
     lo, hi = pr.price({4: 0})['heap'], pr.price({4: 0, 2: 0, 1: 0, 0: 0})['heap']
@@ -405,13 +410,7 @@ def test_select_on_int8_prices_with_the_cache_prepare_chooses(tmp_path):
     the classifier fits only with --cache, the candidates are priced with it, prepare says
     so and the choice trains with it within the budget."""
     from host_tools.prepare.select import Q8Pricer
-    model = build(str(tmp_path / 'm.tflite'))
-    r = np.random.default_rng(1)
-    n = 40
-    y = r.integers(0, NCLS, n)
-    x = r.uniform(-0.3, 0.3, (n, H0, H0, C0)) + (y[:, None, None, None] % 3 == np.arange(3)) * 0.6
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=x.astype(np.float32), y=y)
+    model, data = _model_and_classes(tmp_path, 40)
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     plain = Q8Pricer(model, s).price({4: 0})['heap']
     cached = Q8Pricer(model, s, {'cache': True}).price({4: 0})['heap']
