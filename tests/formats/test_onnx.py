@@ -940,3 +940,35 @@ def test_matmul_of_activations_and_batched_constants(tmp_path):
     before, trained = init(path), init(out)
     for k in ('w1', 'w2', 'c3', 'c2', 'wo'):
         assert np.abs(trained[k] - before[k]).max() > 1e-3, k
+
+
+def test_raw_pixel_input_trains_scaled_and_exports_folded(tmp_path):
+    """Issue 28: a PyTorch CNN fed 0..255 pixels trains on them times 1/128 (its first
+    conv's weights x128: rewrite.scale_input, after the NCHW input's transpose is hoisted);
+    the .onnx export folds the scale back: ORT on it = utrain's trained forward."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(36, 3)).eval()
+    with torch.no_grad():
+        model[0].weight /= 255              # (trained on x / 255, the scale folded in)
+    path = os.fspath(tmp_path / 'raw.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model, (torch.zeros((1, 3, 8, 8)),), path, input_names=['x'],
+                          output_names=['y'], dynamo=False)
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (16, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=rng.integers(0, 3, 16))
+    d, lines = os.fspath(tmp_path / 'run'), []
+    s = prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+                optimizer='sgd', lr=0.01, epochs=2, log=lines.append)
+    assert s['input_perm'] == [0, 2, 3, 1]
+    assert any('times 0.0078125' in ln for ln in lines), lines
+    np.testing.assert_allclose(utrain_run(d, x[:4]), ort_run(path, x[:4]), rtol=1e-5, atol=1e-4)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    got, ref = utrain_run(d, x, 'trained.wof'), ort_run(out, x)
+    assert np.abs(got - ref).max() < 1e-4 * max(1.0, np.abs(ref).max()), np.abs(got - ref).max()
+    assert np.abs(ref - ort_run(path, x)).max() > 1e-2           # it trained
