@@ -1386,3 +1386,50 @@ def build_int8_unitnorm(path, seed=0, F=16, H=32, O=4):
         u = _qclip(v * r, sm, zm)
         return wf.get('w2', w2 * s2) @ u + b2 * sm * s2
     return os.fspath(path), forward, {'w1': s1, 'w2': s2}, sx
+
+
+def build_keras_autoencoder(path, seed=0):
+    """What TF 2.21 writes for Keras's Conv2D(4, 3, strides=2, padding='same',
+    activation='relu') -> Conv2DTranspose(1, 3, strides=2, padding='same') on [8, 8, 1]
+    (the bias of a fresh Conv2DTranspose, zeros, is dropped: TRANSPOSE_CONV has three
+    inputs), built here: the output shape read at run time (SHAPE of the conv's map ->
+    STRIDED_SLICE of the batch -> PACK with 8, 8, 1), the weight [1, 3, 3, 4].  Returns
+    (path, numpy forward of the model as its ops define it)."""
+    rng = np.random.default_rng(seed)
+    wc = (_rand(rng, 4, 3, 3, 1) * 0.5).astype(np.float32)
+    bc = (_rand(rng, 4) * 0.1).astype(np.float32)
+    wt = (_rand(rng, 1, 3, 3, 4) * 0.3).astype(np.float32)
+    b = CircleBuilder(identifier=b'TFL3')
+    act = functools.partial(_act, b)
+    x = act('x', [1, 8, 8, 1])
+    w = b.tensor('conv.w', [4, 3, 3, 1], data=wc)
+    bias = b.tensor('conv.b', [4], data=bc)
+    h = act('h', [1, 4, 4, 4])
+    b.op('CONV_2D', [x, w, bias], [h], padding='SAME', stride_h=2, stride_w=2,
+         fused_activation_function='RELU')
+    new = _batch_and(b, h, 4, (8, 8, 1))
+    wk = b.tensor('tconv.w', [1, 3, 3, 4], data=wt)
+    y = act('y', [1, 8, 8, 1])
+    b.op('TRANSPOSE_CONV', [new, wk, h], [y], padding='SAME', stride_h=2, stride_w=2,
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs):
+        out = []
+        for x1 in xs.reshape(-1, 8, 8):
+            xp = np.pad(x1, ((0, 1), (0, 1)))       # SAME, stride 2, 3x3 on 8: pad 0, 1
+            hm = np.zeros((4, 4, 4))
+            for i in range(4):
+                for j in range(4):
+                    hm[i, j] = wc.reshape(4, 9).astype(np.float64) @ \
+                        xp[2 * i:2 * i + 3, 2 * j:2 * j + 3].reshape(9) + bc
+            hm = np.maximum(hm, 0)
+            y1 = np.zeros((9, 9))                    # scatter, pad 0 on top/left
+            for i in range(4):
+                for j in range(4):
+                    y1[2 * i:2 * i + 3, 2 * j:2 * j + 3] += np.einsum('abc,c->ab', wt[0].astype(np.float64), hm[i, j])
+            out.append(y1[:8, :8, None])
+        return np.stack(out)
+    return os.fspath(path), forward
