@@ -195,3 +195,54 @@ def test_keras_conv_autoencoder_trains_and_exports(tmp_path):
                          [1, 8, 8, 1]).reshape(x.shape)
     np.testing.assert_allclose(got, after, rtol=1e-4, atol=1e-5)
     assert ((after - x) ** 2).mean() < 0.5 * ((forward(x.astype(np.float64)) - x) ** 2).mean()
+
+
+def _tflm_int8(path, x):
+    """TFLite Micro on an int8 model: x quantized at the input's scale, the output
+    dequantized."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.formats.circle_io import read_model
+    g = read_model(path)
+    qi, qo = (g.tensors[k].quant for k in (g.inputs[0], g.outputs[0]))
+    it = runtime.Interpreter.from_file(os.fspath(path))
+    out = []
+    for v in x:
+        q = np.clip(np.round(v / qi['scale'][0]) + qi['zero_point'][0], -128, 127)
+        it.set_input(q.astype(np.int8)[None], 0)
+        it.invoke()
+        out.append((np.array(it.get_output(0), np.float64) - qo['zero_point'][0]) * qo['scale'][0])
+    return np.concatenate(out).reshape(x.shape), qo['scale'][0]
+
+
+def test_int8_keras_autoencoder_trains_dequantized_and_exports_int8(tmp_path):
+    """The int8 autoencoder (TRANSPOSE_CONV with per-channel weights on axis 0 and an int32
+    bias at input x weight scale) trains in float32, dequantized (the int8 engine has
+    no TRANSPOSE_CONV and no MSE), and export --quantized --data writes it int8 again
+    with the transposed convolution's weight and bias scaled as a conv's: TFLite Micro
+    on the export is utrain's trained float forward within a few output steps."""
+    from kerasgraphs import build_keras_autoencoder
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.target import runner
+    rng = np.random.default_rng(4)
+    yy, xx = np.mgrid[0:8, 0:8]
+    x = np.stack([np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / 6.0)
+                  for cy, cx in rng.uniform(1, 7, (24, 2))])[..., None].astype(F32)
+    src, forward = build_keras_autoencoder(tmp_path / 'ae8.tflite', int8_on=x)
+    before, step = _tflm_int8(src, x)
+    assert np.abs(before - forward(x)).max() < 4 * step
+    np.savez(tmp_path / 'd.npz', x=x, y=x)
+    out = tmp_path / 'run'
+    said = []
+    prepare(src, str(out), data=str(tmp_path / 'd.npz'), loss='mse', optimizer='adam',
+            lr=0.02, batch=4, epochs=4, log=said.append)
+    assert any('TRANSPOSE_CONV' in s and 'dequantized' in s for s in said), said
+    code, text = runner.run(str(out), python=True, stream=False)
+    assert code == 0, text
+    dst = tmp_path / 'trained.tflite'
+    export(src, str(out / 'trained.wof'), str(dst), quantized=True, data=str(tmp_path / 'd.npz'))
+    after, step = _tflm_int8(dst, x)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x,
+                         [1, 8, 8, 1]).reshape(x.shape)
+    assert np.abs(after - got).max() < 4 * step, (np.abs(after - got).max(), step)
+    assert ((after - x) ** 2).mean() < 0.5 * ((before - x) ** 2).mean()
