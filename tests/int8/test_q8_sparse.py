@@ -1067,7 +1067,8 @@ def test_integer_bias_momentum(tmp_path):
 @pytest.mark.parametrize('mom', [0.0, 0.5])
 def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch, mom):
     """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions, and
-    the per-channel layers' int32 biases theirs; with momentum, int32 velocities of both):
+    the per-channel layers' int32 biases theirs; with momentum, the weights' int16
+    velocities and the biases' int32 ones):
     a checkpoint holds the fractions, a resumed trainer has them, and its next steps
     equal the uninterrupted trainer's, weights and fractions."""
     from utrain.q8train import Q8Trainer
