@@ -439,8 +439,8 @@ class Q8Net:
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
         # and SGD momentum's int16 weight velocities (mom: the trainer's; utrain.q8mom;
-        # made in setup, after the layers, a classifier's found no run long enough after
-        # a prefix pass: MobileNetV2's needed 81 KB more with momentum than without)
+        # made here: made in setup, after the layers, a classifier's found no run long
+        # enough after a prefix pass, MobileNetV2 needed 81 KB more than without)
         vel = {}
         if mom:
             from utrain import q8mom
