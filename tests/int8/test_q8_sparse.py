@@ -390,7 +390,8 @@ def _data(path, n=12, seed=0):
     ('bias-dw-pw-half', dict()),
     ('dw-quarter-pw-bias', dict(momentum=0.9)),
     ('bias-dw-pw-half', dict(optimizer='adam', batch=3)),
-    ('dw-quarter-pw-bias', dict(batch=2))])
+    ('dw-quarter-pw-bias', dict(batch=2)),
+    ('bias-dw-pw-half', dict(batch=2, momentum=0.9))])
 def test_board_bytes_equal_host(tmp_path, scheme, kw):
     """A sparse int8 run on the board (unix MicroPython, viper) and on the host (CPython
     + numpy kernels) ends with the same trained.wof bytes."""
