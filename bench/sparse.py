@@ -11,7 +11,7 @@ activations, the trained weights' int8 grid), per seed.
 The model: bench/zoo/keras/mobilenetv2_035_96_digits_int8.tflite (make_keras.py
 `digits`: pre-trained on scikit-learn's digits 0-4, 8x8 upscaled to 96x96x3, held-out
 100 %).  The task: the digits 5-9 it never saw (896 samples, a seeded order), SGD
-batch 1 (no momentum), scce, TRAIN samples train, the rest test.
+batch 1 (--momentum MU: SGD-M), scce, TRAIN samples train, the rest test.
 
 Schemes (SCHEMES; op numbers as `inspect` lists the file: 58-65 are the convolutions of
 the last two blocks and the 1x1 head to 1280 channels, 67 the classifier): the
@@ -75,6 +75,7 @@ TASK = (5, 6, 7, 8, 9)          # the digits the model never saw
 TRAIN = 256                     # training samples of the task (the rest, 640, test)
 EPOCHS = 4
 LR = 0.01
+MOMENTUM = 0.0                  # SGD momentum of every scheme (--momentum)
 CUT = 50                        # the accuracy runs train the ops from here on
 TMP = os.path.join(tempfile.gettempdir(), 'utrain-sparse-%d' % os.getuid())
 CONVS7 = (58, 59, 60, 62, 63, 64, 65)       # the last 7 convolutions (2 blocks + head)
@@ -177,6 +178,8 @@ def tail_task(d):
 
 def settings(train, ranks, shift=0, seed=1):
     kw = dict(loss='scce', optimizer='sgd', lr=LR, batch=1, shuffle=True, seed=seed)
+    if MOMENTUM:        # (int8: int16 weight velocities, utrain.q8mom)
+        kw['momentum'] = MOMENTUM
     if ranks:       # (--train's default, all, would train every other op whole too)
         kw.update(ranks=ranks_text(ranks, shift), train='none')
     else:
@@ -532,7 +535,8 @@ def mean_cell(accs):
 
 
 def main(argv=None):
-    global LR, MODEL, SIZE, CUT, SCHEMES     # (--lr, --model: the functions above read them)
+    global LR, MOMENTUM, MODEL, SIZE, CUT, SCHEMES    # (--lr, --momentum, --model: the
+    # functions above read them)
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--no-accuracy', action='store_true')
     ap.add_argument('--no-heap', action='store_true')
@@ -541,6 +545,8 @@ def main(argv=None):
     ap.add_argument('--schemes', help='comma-separated names of SCHEMES (default all)')
     ap.add_argument('--epochs', type=int, default=EPOCHS)
     ap.add_argument('--lr', type=float, default=LR, help='SGD learning rate of every scheme')
+    ap.add_argument('--momentum', type=float, default=0.0, help='SGD momentum of every scheme '
+                    '(the Tiny Training Engine\'s optimizer: SGD-M)')
     ap.add_argument('--seeds', default='1', help='comma-separated shuffle seeds of the '
                     'accuracy runs (cells: the mean, then each seed\'s)')
     ap.add_argument('--grad-check', type=int, metavar='STEPS', help='instead of the table: '
@@ -562,11 +568,12 @@ def main(argv=None):
     if a.grad_check:
         sys.path.insert(0, runner.MICRO)
         return grad_check(a.grad_check, seeds[0])
-    LR = a.lr
+    LR, MOMENTUM = a.lr, a.momentum
     names = a.schemes.split(',') if a.schemes else [s[0] for s in SCHEMES]
     exe = os.environ.get('UTRAIN_MP32')
     print(f'{a.model} ({os.path.basename(MODEL)}), fine-tuned on the digits 5-9: '
-          f'{TRAIN} train, SGD lr {LR} batch 1, {a.epochs} epochs, seeds {a.seeds}; heap on '
+          f'{TRAIN} train, SGD lr {LR}' + (f' momentum {MOMENTUM}' if MOMENTUM else '')
+          + f' batch 1, {a.epochs} epochs, seeds {a.seeds}; heap on '
           f'{exe or "no $UTRAIN_MP32: not measured"}')
     print('| scheme | what trains | int8 path today | plan rp2040 KB (path) | --board rp2040 | '
           'smallest heap KB, 32-bit | float acc | int8 acc | Pico ms/image: prefix / cached step |')

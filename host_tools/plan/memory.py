@@ -943,6 +943,7 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         s.update(change)
         new = {k for k, v in change.items() if base.get(k) != v}      # what the user changes
         desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
+                        + ['--momentum 0'] * ('momentum' in new and s['optimizer'] == 'sgd')
                         + ['--stream'] * ('stream' in new) + [f'--train {tr}'] * (tr != train)
                         + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
                         * (rk != ranks) + ['--cache-on-host' if c == 'host' else '--cache'] * (c != cache)
@@ -1205,8 +1206,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         gin = 0
     parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if q8.gtwo(ls) else 1) * arr(4 * gin)
                                                             if gin else 0)
-    n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0) + (1 if mom else 0)
-    n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0) + (1 if mom else 0)
+    n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0)
+    n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0)
     # SGD: an int8 fraction per trained weight of the layers that ask for it (Layer.wf)
     fr = sum(arr(q8_trained_weights(d)) for d in ls if d.get('train') and d.get('wf')
              and q8_trained_weights(d)) if opt == 'sgd' else 0
@@ -1214,9 +1215,12 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     # > 1: a float32 master, its sums (and Adam's m, v)
     sl = sum(arr(4 * len(d['kc'])) * (1 + (2 if opt != 'sgd' or batch > 1 else 0)
                                       + (2 if opt == 'adam' else 0)) for d in ls if d.get('ta'))
-    if n_w or n_b or fr or sl:    # batch sums, Adam's master, m, v, momentum's velocities: of the window
+    if n_w or n_b or fr or sl:    # batch sums, Adam's master, m, v: of the window
         parts['optimizer state'] = sl + fr + sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
                                                  for d in ls if d.get('train'))
+    if mom:     # an int16 velocity per trained weight (utrain.q8mom), an int32 or float a bias
+        parts["momentum's velocities"] = sum(arr(4 * d['nb']) + arr(2 * q8_trained_weights(d))
+                                             for d in ls if d.get('train'))
     return parts
 
 
@@ -1255,6 +1259,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.add('q8range')          # (ranges that follow training)
     if trains and s.get('select'):
         mods.add('q8keep')           # (the board's choice applied: --select board)
+    if trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum'):
+        mods.add('q8mom')            # (momentum's int16 velocities)
     if trains and any(d.get('gw') and d.get('train') for d in ls):
         mods.add('q8grow')           # (weight scales that grow)
     if trains and q8_held(ls):

@@ -1810,29 +1810,39 @@ def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model
 
 def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks=None) -> list:
     """Lines naming settings whose int8 run the planner fits in limit (bytes): batch 1,
-    SGD, the prefix cache, fewer layers trained (--train last:N over the model's ops)."""
+    SGD, SGD without momentum, with momentum the layers at a channel ratio training their
+    biases alone (momentum's velocities: one a trained weight), the prefix cache, fewer
+    layers trained (--train last:N over the model's ops)."""
+    from ..graph.passes import RANK_NAMES
     cands = []
     if int(s['batch']) > 1:
-        cands.append(({'batch': 1}, train, cache))
+        cands.append(({'batch': 1}, train, cache, ranks))
     if s['optimizer'] != 'sgd':
-        cands.append(({'optimizer': 'sgd'}, train, cache))
-    cheap = {'batch': 1, 'optimizer': 'sgd'}
+        cands.append(({'optimizer': 'sgd'}, train, cache, ranks))
+    elif s.get('momentum'):
+        cands.append(({'momentum': 0.0}, train, cache, ranks))
+        if ranks and any(v > 1 for v in ranks.values()):
+            cands.append(({}, train, cache, {k: 1 if v > 1 else v for k, v in ranks.items()}))
+    cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0}
     if not cache:
-        cands.append((cheap, train, True))
+        cands.append((cheap, train, True, ranks))
     for n in range(len(g.ops) - 1, 0, -1):
         for c in sorted({bool(cache), True}):
-            cands.append((cheap, 'last:%d' % n, c))
+            cands.append((cheap, 'last:%d' % n, c, None))
     out, seen = [], set()
-    for change, tr, c in cands:
+    for change, tr, c, rk in cands:
         s2 = dict(s, **change)
-        new = [k for k in change if s.get(k) != change[k]]
+        new = [k for k in change if (s.get(k) or 0) != change[k]]
         desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
-                        + ['--cache'] * (c and not cache) + [f'--train {tr}'] * (tr != train))
+                        + ['--momentum 0'] * ('momentum' in new and 'optimizer' not in new)
+                        + ['--cache'] * (c and not cache) + [f'--train {tr}'] * (tr != train)
+                        + ['--ranks ' + ','.join(f'{k}:{RANK_NAMES[v]}' for k, v in sorted(rk.items()))
+                           for _ in range(tr == train and rk != ranks)])
         if not desc or desc in seen:
             continue
         seen.add(desc)
         try:
-            m, _, h = planned(g, s2, tr, c, bands, board, ranks if tr == train else None)
+            m, _, h = planned(g, s2, tr, c, bands, board, rk)
         except ValueError:
             continue
         if any(d.get('train') for d in m['layers']) and h['total'] <= limit:

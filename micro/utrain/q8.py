@@ -438,14 +438,15 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
-        # and SGD momentum's int32 weight velocities (mom: the trainer's; made in setup,
-        # after the layers, a classifier's 51 KB found no run long enough after a prefix
-        # pass: MobileNetV2's needed 81 KB more with momentum than without, 51 planned)
+        # and SGD momentum's int16 weight velocities (mom: the trainer's; utrain.q8mom;
+        # made here: made in setup, after the layers, a classifier's found no run long
+        # enough after a prefix pass, MobileNetV2 needed 81 KB more than without)
         vel = {}
         if mom:
+            from utrain import q8mom
             for i in sorted([i for i in range(len(ls)) if trained_n(ls[i])],
                             key=lambda i: -trained_n(ls[i])):
-                vel[i] = _i32(trained_n(ls[i]))
+                vel[i] = q8mom.vel(trained_n(ls[i]))
         # a graph's held gradients, one buffer a slot (the walk planned once: its
         # temporaries between the buffers fragment a board's heap)
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
@@ -766,8 +767,8 @@ class Q8Net:
         """Optimizer and batch: sgd at batch 1 updates each layer as its gradient is done
         (step); otherwise accum sums gradients and apply updates.  Adam's float32 master
         weights and moments (3 floats per trained weight and bias) and SGD momentum's
-        velocities (an int32 per trained weight in 1/256 weight steps, a float per bias)
-        are made here; only a rank's window of weights has them."""
+        velocities (an int16 per trained weight in 1/256 weight steps, utrain.q8mom; an
+        int32 or a float per bias) are made here; only a rank's window of weights has them."""
         self.adam = optimizer == 'adam'
         self.B = None           # Adam or a batch > 1: their updates (utrain.q8batch)
         if self.adam or batch > 1:
@@ -777,8 +778,11 @@ class Q8Net:
         self.nstep = 0
         self.mom = 0.0 if self.adam else momentum
         if self.mom:
+            from utrain import q8mom as M
+            self.M = M
             self.mum, self.mus = _i32(1), _i32(1)
             self.mum[0], self.mus[0] = qmul(self.mom)
+            self.vmp = array('i', [int(round(self.mom * 32768)), 0])    # (vmk's mu, seed)
         for L in self.layers:
             if L.train:
                 w0, w1 = L.wr()
@@ -789,11 +793,8 @@ class Q8Net:
                 # steps); the others step a float bias
                 ib = 'bh' in L.d and not self.adam and batch == 1
                 if self.mom:
-                    v = L.vw
-                    if v is not None and len(v) == n:
-                        K.zk(v, n)          # (made with the net: zeroed)
-                    else:
-                        L.vw = _i32(n)
+                    if L.vw is None or len(L.vw) != 2 * n:
+                        L.vw = M.vel(n)     # (else made with the net: zeros)
                     L.vb = (_i32 if ib else _f32)(oc)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model
@@ -868,15 +869,15 @@ class Q8Net:
 
     def _upd(self, L, i0, d, n):
         # the int8 update of L's weights i0..i0+n-1 by d (int32, 1/256 weight steps),
-        # through the momentum velocity where there is one (v = mu v + d; w -= v)
+        # through the momentum velocity where there is one (v = mu v + d; w -= v: d = v)
         v, f = L.vw, L.wf
         if v is not None or f is not None:
             j = i0 - L.wr()[0]      # (the index in the window's state)
         if v is not None:
-            v = memoryview(v)[j:] if j else v
-            K.rqk(v, n, 1, n, self.mum, self.mus, v, 0, 0, 0, 1)
-            K.adk(v, d, n)
-            d = v
+            p = self.vmp
+            p[1] = self.seed
+            self.M.vmk(memoryview(v)[2 * j:] if j else v, d, n, p)
+            self.seed = p[1]
         i0 -= L.wo
         w = memoryview(L.w)[i0:] if i0 else L.w
         if f is not None:           # exact, through the fractions

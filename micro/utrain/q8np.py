@@ -204,6 +204,27 @@ def upek(w, e, d, p):
     wq[up] = np.clip(wq[up].astype(I64) - q[up], -127, 127).astype(np.int8)
 
 
+def vmk(v, d, n, p):
+    # q8mom.vmk: v = mu v (stochastically rounded, the same draws in order) + d, held
+    # within +-32767, written to v (int16) and d
+    if n <= 0:
+        return
+    pp = np.frombuffer(p, I32, 2)
+    m, s0 = int(pp[0]), int(pp[1])
+    vv = np.frombuffer(v, np.int16, n)
+    t = vv.astype(I64) * m
+    q = np.zeros(n, I64)
+    nz = np.nonzero(t)[0]
+    if len(nz):
+        s = _lcg(s0, len(nz))
+        tt = t[nz]
+        q[nz] = (tt >> 15) + ((tt & 0x7fff) > ((s >> 12) & 0x7fff))
+        pp[1] = s[-1]
+    r = np.clip(q + _i32(d, n).astype(I64), -32767, 32767)
+    vv[:] = r.astype(np.int16)
+    _i32(d, n)[:] = r.astype(I32)
+
+
 def c7k(w, n, st):
     # q8grow.c7k: the +-127 weights among w[0], w[st], ... (n)
     if n <= 0:

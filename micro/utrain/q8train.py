@@ -5,8 +5,9 @@
 # Losses: softmax cross-entropy on the dequantized logits, with a class label (scce) or
 # class probabilities (cce).  Optimizers: SGD with QAS (batch 1: each chunk of a layer's
 # weight gradient applied as it is made; larger batches: int32 sums, updated at the
-# batch's end), with momentum (int32 velocities), and Adam on float32 masters of the
-# trained layers (a rank's window of them; none for a layer whose bias alone trains).
+# batch's end), with momentum (int16 weight velocities: utrain.q8mom), and Adam on
+# float32 masters of the trained layers (a rank's window of them; none for a layer whose
+# bias alone trains).
 # Checkpoints: onert-micro's layout (utrain.wof) with the trained layers' int8 weights and
 # int32 biases as the weights, Adam's moments as m and v, then the resume block the float
 # Trainer writes (position, sums, best, ...) and the int8 state: b'UTQ8', the rounding
@@ -247,7 +248,7 @@ class Q8Trainer:
         for L in ls:
             nw[L] = L.wr()[1] - L.wr()[0]
             sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'] if nw[L] else None, 4 * L.d['nb']
-            state[L.d['wt']], state[L.d['bt']] = 4 * nw[L], 4 * L.d['nb']
+            state[L.d['wt']], state[L.d['bt']] = (2 if net.mom else 4) * nw[L], 4 * L.d['nb']
         part = {}
         for L in ls:
             if L.pw:
@@ -293,7 +294,7 @@ class Q8Trainer:
                 L.wm = _f32(0, extra[o:o + k])
                 o += k
             elif net.mom:
-                L.vw = _i32(0, m[wt]) if k else _i32(0)
+                L.vw = bytearray(m[wt]) if k else bytearray(0)     # (int16: q8mom)
                 L.vb = (_f32 if L.be is None else _i32)(0, m[bt])
             if L.wf is not None:            # (in place: no second buffer of its size)
                 L.wf[:] = extra[o:o + nw[L]]

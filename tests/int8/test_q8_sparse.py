@@ -277,19 +277,106 @@ def test_chunked_update_equals_whole(tmp_path, monkeypatch):
     assert outs[0] == outs[1]
 
 
+def _vel(L):
+    return np.frombuffer(bytes(L.vw), np.int16).astype(np.float64)
+
+
 def test_momentum_velocity(tmp_path, monkeypatch):
-    """SGD momentum at batch 1: each update is mu times the previous one (its int32
-    velocity) plus this step's, in 1/256 weight steps."""
+    """SGD momentum at batch 1: each update is mu times the previous one (its int16
+    velocity, utrain.q8mom) plus this step's, in 1/256 weight steps."""
     m, net = _net(tmp_path, {}, 'last:1')
     net.setup('sgd', 1, momentum=0.5)
     got = _spy(monkeypatch)
     L = net.layers[4]
     x = _sample(0)
     net.step(x, 1, 0.05)
-    v1 = np.array(L.vw, np.float64)
+    v1 = _vel(L)
     assert np.array_equal(got[-1][2], v1) and v1.any()
     net.step(x, 1, 0.0)                   # no new gradient: the velocity halves
-    assert np.abs(np.array(L.vw, np.float64) - 0.5 * v1).max() <= 1
+    assert np.abs(_vel(L) - 0.5 * v1).max() <= 1
+
+
+@pytest.mark.parametrize('scheme,mu', [('bias-dw-pw-half', 0.9), ('dw-quarter-pw-bias', 0.5)])
+def test_momentum_velocities_follow_a_float_velocity(tmp_path, monkeypatch, scheme, mu):
+    """The int16 velocities of every trained window against float SGD momentum fed the
+    same per-step updates (v = mu v + d, w -= v): within the stochastic rounding's sum of
+    mu^k (1 / (1 - mu) 1/256-steps) after 12 steps, and unbiased (the mean difference far
+    below a step); the update each step applies is the velocity."""
+    m, net = _net(tmp_path, SCHEMES[scheme], 'last:1')
+    net.setup('sgd', 1, momentum=mu)
+    real = net.M.vmk
+    ref, seen = {}, []
+
+    def spy(v, d, n, p):
+        base = v.obj if isinstance(v, memoryview) else v
+        j = (len(base) - len(v)) // 2 if isinstance(v, memoryview) else 0
+        f = ref.setdefault(id(base), np.zeros(len(base) // 2))
+        f[j:j + n] = mu * f[j:j + n] + np.array(d[:n], np.float64)
+        real(v, d, n, p)
+        seen.append((np.array(d[:n], np.float64), np.frombuffer(bytes(v)[:2 * n], np.int16)))
+
+    realh, halved = net.M.hk, []
+
+    def spyh(v, n, st):         # (a weight scale doubled, utrain.q8grow: halved)
+        base = v.obj if isinstance(v, memoryview) else v
+        j = (len(base) - len(v)) // 2
+        f = ref.setdefault(id(base), np.zeros(len(base) // 2))
+        f[j:j + (n - 1) * st + 1:st] *= 0.5
+        halved.append(n)
+        realh(v, n, st)
+
+    monkeypatch.setattr(net.M, 'vmk', spy)
+    monkeypatch.setattr(net.M, 'hk', spyh)
+    for s in range(12):
+        net.step(_sample(s % 3), s % NCLS, 0.05)
+    assert len(ref) == len([L for L in net.layers if L.train and L.whi > L.wlo]) >= 2
+    for d, v in seen:
+        assert np.array_equal(d, v)          # (what upek / upk apply)
+    diffs = []
+    for L in net.layers:
+        if L.vw is not None and len(L.vw):
+            f = ref[id(L.vw)]
+            assert np.abs(f).max() < 32767
+            diffs.append(_vel(L) - f)
+    diff = np.concatenate(diffs)
+    print(len(halved), 'halved', np.abs(diff).max())
+    assert np.abs(diff).max() <= 1 / (1 - mu) and np.abs(diff).max() > 0
+    assert abs(diff.mean()) < 0.2, diff.mean()
+
+
+def test_momentum_kernel_rounds_stochastically_and_holds_its_range():
+    """q8mom.vmk (numpy, as CPython runs it) = its plain Python loop (the viper code
+    under CPython) bit for bit, unbiased against float mu v + d, velocities with no new
+    update decay to 0 (rounded to nearest, 0.9 * 4 stays 4), and |v| <= 32767."""
+    from array import array
+    from utrain import q8mom as M
+    r = np.random.default_rng(3)
+    n, mu = 4000, 0.9
+    v0 = r.integers(-3000, 3000, n).astype(np.int16)
+    v0[:200] = 32000
+    v0[200:300] = r.integers(-6, 7, 100)
+    d0 = r.integers(-400, 400, n).astype(np.int32)
+    d0[:100] = 5000                     # past the int16 range
+    d0[200:300] = 0
+    out = []
+    for k in (M.vmk, M.py_vmk):
+        v, d = bytearray(v0.tobytes()), array('i', d0.tolist())
+        p = array('i', [int(round(mu * 32768)), 777])
+        k(v, d, n, p)
+        out.append((bytes(v), list(d), p[1]))
+    assert out[0] == out[1]
+    got = np.frombuffer(out[0][0], np.int16).astype(np.float64)
+    assert np.array_equal(got, out[0][1])
+    exact = np.clip(mu * v0.astype(np.float64) + d0, -32767, 32767)
+    assert np.abs(got - exact).max() < 1 + 1e-9 and got[:100].max() == 32767
+    assert abs((got - exact)[300:].mean()) < 0.02
+    v = bytearray(v0[200:300].tobytes())
+    z = array('i', [0] * 100)
+    p = array('i', [int(round(mu * 32768)), 5])
+    for _ in range(150):
+        M.vmk(v, z, 100, p)
+        z = array('i', [0] * 100)
+    assert not any(v)
 
 
 def _data(path, n=12, seed=0):
@@ -303,7 +390,8 @@ def _data(path, n=12, seed=0):
     ('bias-dw-pw-half', dict()),
     ('dw-quarter-pw-bias', dict(momentum=0.9)),
     ('bias-dw-pw-half', dict(optimizer='adam', batch=3)),
-    ('dw-quarter-pw-bias', dict(batch=2))])
+    ('dw-quarter-pw-bias', dict(batch=2)),
+    ('bias-dw-pw-half', dict(batch=2, momentum=0.9))])
 def test_board_bytes_equal_host(tmp_path, scheme, kw):
     """A sparse int8 run on the board (unix MicroPython, viper) and on the host (CPython
     + numpy kernels) ends with the same trained.wof bytes."""
@@ -343,13 +431,18 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
     assert m['arena'] < quant.planned(g, s, 'last:5')[0]['arena']
     mom = quant.planned(g, dict(s, momentum=0.9), 'last:1', ranks=SCHEMES['bias-dw-pw-half'])[2]
     # plain SGD: an int8 fraction per weight of the pointwise conv's window (the FC's
-    # updates round stochastically); momentum: an int32 per trained weight (the pointwise
-    # conv's window, the FC) + a float a bias, beside them
+    # updates round stochastically); momentum: beside them an int16 per trained weight
+    # (the pointwise conv's window, the FC: utrain.q8mom) + an int32 or float a bias
     pw = m['layers'][2]
     assert pw.get('wf') and not m['layers'][4].get('wf')
     win = (pw['tw'][1] - pw['tw'][0]) * (pw['wn'] // pw['nb'])
-    assert heap['parts']['optimizer state'] == -(-4 * w // blk) * blk + -(-win // blk) * blk
-    assert mom['parts']['optimizer state'] > heap['parts']['optimizer state'] + 4 * win
+    arr = lambda n: -(-4 * w // blk) * blk + -(-n // blk) * blk     # noqa: E731
+    assert heap['parts']['optimizer state'] == arr(win)
+    assert mom['parts']['optimizer state'] == arr(win)
+    tr = [d for d in m['layers'] if d.get('train')]
+    assert len(tr) == 4 and "momentum's velocities" not in heap['parts']
+    assert mom['parts']["momentum's velocities"] == sum(arr(4 * d['nb']) for d in tr) + arr(
+        2 * win) + arr(2 * NCLS * C2) + 2 * arr(0)
 
 
 def _model_and_classes(tmp_path, n):
@@ -975,7 +1068,8 @@ def test_integer_bias_momentum(tmp_path):
 @pytest.mark.parametrize('mom', [0.0, 0.5])
 def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch, mom):
     """SGD (batch 1, the pointwise conv at 1/2: its window's weights keep fractions, and
-    the per-channel layers' int32 biases theirs; with momentum, int32 velocities of both):
+    the per-channel layers' int32 biases theirs; with momentum, the weights' int16
+    velocities and the biases' int32 ones):
     a checkpoint holds the fractions, a resumed trainer has them, and its next steps
     equal the uninterrupted trainer's, weights and fractions."""
     from utrain.q8train import Q8Trainer
@@ -1001,3 +1095,37 @@ def test_sgd_checkpoint_keeps_the_weight_fractions(tmp_path, monkeypatch, mom):
             + bytes(M.vb or b'') + bytes(M.vw or b'') for M in t.net.layers if M.train]
            for t in (tr, tr2)]
     assert got[0] == got[1]
+
+
+def test_momentum_refused_over_the_budget_names_what_to_drop(tmp_path):
+    """SGD momentum over the heap budget (its int16 velocities, one a trained weight, a
+    part of the plan): prepare refuses naming settings that fit:
+    --momentum 0, and keeping momentum, the layers at a channel ratio training their
+    biases alone (as the `--momentum` CLI spells them).  Within the budget it trains."""
+    import subprocess
+    from host_tools.prepare.pipeline import PrepareError
+    model = build(str(tmp_path / 'm.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    kw = dict(data=data, loss='scce', lr=0.05, epochs=1, train='last:1', log=lambda *a: None)
+    half = ','.join('%d:%s' % (k, {1: 'bias', 2: 'up', 4: '1/4'}[v])
+                    for k, v in sorted(SCHEMES['bias-dw-pw-half'].items()))
+    bias = half.replace('2:up', '2:bias')
+    plan = {}
+    for name, r, mom in (('sgd', half, 0.0), ('sgdm', half, 0.9), ('bias-sgdm', bias, 0.9)):
+        s = prepare(model, str(tmp_path / name), ranks=r, momentum=mom, **kw)
+        plan[name] = s['heap']['total']
+        assert ("momentum's velocities" in s['heap']['parts']) == bool(mom)
+    assert plan['sgd'] < plan['sgdm'] and plan['bias-sgdm'] < plan['sgdm']
+    budget = max(plan['sgd'], plan['bias-sgdm']) + 512
+    assert budget < plan['sgdm']
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'no'), ranks=half, momentum=0.9, budget=str(budget), **kw)
+    msg = str(e.value)      # (the plan's parts of 1 KB or more: not this model's velocities)
+    assert 'would fit: --momentum 0  (about' in msg, msg
+    assert 'would fit: --ranks %s  (about' % bias in msg, msg
+    r = subprocess.run([sys.executable, '-m', 'host_tools', 'prepare', model, '-o',
+                        str(tmp_path / 'cli'), '--data', data, '--loss', 'scce', '--train',
+                        'last:1', '--ranks', bias, '--optimizer', 'sgd', '--momentum', '0.9',
+                        '--budget', str(budget)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -155,23 +155,27 @@ def _exps(data):
     return out
 
 
-def _trainer(d):
+def _trainer(d, mom=0.0):
     from utrain.q8train import Q8Trainer
     cfg = json.loads(open(os.path.join(d, 'train.json')).read())
     kw = {k: cfg[k] for k in ('loss', 'optimizer', 'lr', 'batch')}
+    kw['momentum'] = mom
     return Q8Trainer(os.path.join(d, 'q8.json'), os.path.join(d, 'weights.wof'), **kw), kw['lr']
 
 
 def _state(net):
-    return [(bytes(L.w), list(L.b), bytes(L.ge or b''), list(L.shf), [float(v) for v in L.d['sw']])
+    return [(bytes(L.w), list(L.b), bytes(L.ge or b''), list(L.shf), [float(v) for v in L.d['sw']],
+             bytes(L.vw or b''), bytes(L.vb or b''))
             for L in net.layers if L.train]
 
 
-def test_resume_after_a_doubling_restores_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize('mom', [0.0, 0.9])
+def test_resume_after_a_doubling_restores_it(tmp_path, monkeypatch, mom):
     """A checkpoint taken after scales doubled resumes to the same weights, exponents,
-    shifts and scales as training on; trained.wof + .q8w loaded give the same losses."""
-    d, x, y = _run_dir(tmp_path, monkeypatch, n=60, lr=1.0)
-    tr, lr = _trainer(d)
+    shifts and scales (and momentum's velocities, halved there: utrain.q8mom) as
+    training on; trained.wof + .q8w loaded give the same losses."""
+    d, x, y = _run_dir(tmp_path, monkeypatch, n=60, lr=1.0 if not mom else 0.1)
+    tr, lr = _trainer(d, mom)
     xq = [tr.net.quantize_input(v.tolist()) for v in x]
     for i in range(45):
         tr.net.step(xq[i], int(y[i]), lr)
@@ -180,7 +184,7 @@ def test_resume_after_a_doubling_restores_it(tmp_path, monkeypatch):
     for i in range(45, 60):
         tr.net.step(xq[i], int(y[i]), lr)
     want = _state(tr.net)
-    t2, _ = _trainer(d)
+    t2, _ = _trainer(d, mom)
     t2.load_checkpoint(str(tmp_path / 'c.ckpt'))
     for i in range(45, 60):
         t2.net.step(xq[i], int(y[i]), lr)

@@ -20,6 +20,11 @@ CASES = {
     # of the three layers below it (on 1-bit masks), batch 1 sgd
     'dscnn-sparse': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
                      dict(train='last:2', ranks={8: 2, 7: 1, 6: 1, 5: 1})),
+    # SGD momentum: an int16 velocity a trained weight (utrain.q8mom), all of them, and
+    # of the sparse scheme's window and classifier
+    'mlp-all-sgdm': ('mlp_int8.tflite', 'mlp_data.npz', dict(train='all', momentum=0.9)),
+    'dscnn-sparse-sgdm': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',
+                          dict(train='last:2', ranks={8: 2, 7: 1, 6: 1, 5: 1}, momentum=0.9)),
     # the classifier, the last 1x1 conv (1280 x 112) at 1/8, the biases of the block
     # below it, with the prefix cache
     'mbv2-sparse-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
@@ -28,6 +33,11 @@ CASES = {
     # weights read from flash a chunk at a time for the input gradient)
     'mbv2-biases-cache': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
                           dict(train='last:2', ranks={65: 1, 64: 1, 63: 1, 62: 1}, cache=True)),
+    # ... with SGD momentum (bias4 of bench/sparse.py: the classifier's 12,800 int16
+    # velocities; 204.5 KB planned, 200 KB needed on 32-bit unix)
+    'mbv2-biases-cache-sgdm': ('mobilenetv2_035_96_int8.tflite', ((96, 96, 3), 10),
+                               dict(train='last:2', ranks={65: 1, 64: 1, 63: 1, 62: 1}, cache=True,
+                                    momentum=0.9)),
 }
 # ... and one the tests leave to bench/memory.py --int8 (a 600 KB heap)
 BENCH = dict(CASES, **{'dscnn-all': ('dscnn_kws_int8.tflite', 'dscnn_kws_data.npz',

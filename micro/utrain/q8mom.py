@@ -1,0 +1,83 @@
+# SGD momentum's weight velocities of an int8 run (issue 29), loaded by utrain.q8 only
+# with --momentum.  A trained weight's velocity is an int16 in 1/256 weight steps (2
+# bytes; it was an int32: 4), kept for a rank's window alone: v = mu v + d, w -= v (d:
+# this step's update, 1/256 steps, as upk / upek take it).  mu v is rounded
+# stochastically (mu as round(mu 2^15), a draw of q8kern's generator per nonzero v):
+# rounded to nearest, a velocity of a few 1/256 steps stays forever (round(0.9 * 4) =
+# 4) and walks a weight whose gradient went quiet by that much every step.  |v| is
+# held within 32767 (128 weight steps a step: more than the int8 range).  Stored in a
+# bytearray of 2 bytes a value (made at its size, zeroed, no temporary), its raw bytes
+# in checkpoints.  (vmk and hk, viper, here: native code is heap on an RP2040.)
+from utrain.q8kern import micropython, VIPER
+if not VIPER:
+    from utrain.q8kern import ptr32
+
+    class ptr16:
+        # (the stand-in: a velocity's two little-endian bytes of a bytearray)
+        def __init__(self, b):
+            self.b = b
+
+        def __getitem__(self, i):
+            return self.b[2 * i] | self.b[2 * i + 1] << 8
+
+        def __setitem__(self, i, x):
+            self.b[2 * i], self.b[2 * i + 1] = x & 255, (x >> 8) & 255
+
+
+def vel(n):
+    """n zero velocities."""
+    return bytearray(2 * n)
+
+
+@micropython.viper
+def vmk(v, d, n: int, p):
+    # v[i] = mu v[i] + d[i] (int16; d int32, both 1/256 weight steps), held within
+    # +-32767, and d[i] = v[i] (what upk / upek apply); mu v rounded stochastically:
+    # p[0] = round(mu 2^15) (<= 2^15), p[1] the generator's state (q8kern.upk's LCG,
+    # one draw per nonzero v[i], in order), left in p[1]
+    pv = ptr16(v)
+    pd = ptr32(d)
+    pp = ptr32(p)
+    m = int(pp[0])
+    s = int(pp[1])
+    for i in range(n):
+        t = (((int(pv[i]) & 0xffff) ^ 0x8000) - 0x8000) * m        # |t| <= 2^30
+        q = 0
+        if t != 0:
+            s = (s * 69069 + 1) & 0x3fffffff
+            q = t >> 15
+            if (t & 0x7fff) > ((s >> 12) & 0x7fff):
+                q += 1
+        u = int(pd[i])
+        h = u >> 16
+        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
+        r = q + u
+        if r > 32767:
+            r = 32767
+        if r < -32767:
+            r = -32767
+        pv[i] = r & 0xffff
+        pd[i] = r
+    pp[1] = s
+
+
+@micropython.viper
+def hk(v, n: int, st: int):
+    # the velocities v[0], v[st], ... (n of them) halved (a weight scale doubled:
+    # utrain.q8grow), rounded down as >> rounds
+    pv = ptr16(v)
+    i = 0
+    for j in range(n):
+        t = (((int(pv[i]) & 0xffff) ^ 0x8000) - 0x8000) >> 1
+        pv[i] = t & 0xffff
+        i += st
+
+
+if not VIPER:
+    import sys
+    if sys.implementation.name != 'micropython':    # CPython: the loop in numpy
+        try:
+            from utrain.q8np import install
+            install(globals(), ('vmk',))
+        except ImportError:
+            pass
