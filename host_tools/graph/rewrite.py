@@ -1039,6 +1039,79 @@ def _at(g: Graph, chain, x: int, v: float):
     return np.broadcast_to(val, g.tensors[x].shape)
 
 
+def _producer(g: Graph, k: int):
+    return next((o for o in g.ops if k in o.outputs), None)
+
+
+def _only_reader(g: Graph, k: int, op: Operator) -> bool:
+    return k not in g.outputs and consumers(g, k) == [op]
+
+
+def _wrapped_index(g: Graph, k: int, n: int):
+    """c where tensor k is SELECT_V2(LESS(c, 0), ADD(c, n), c): Keras 3's Embedding
+    reading a negative id from the table's end (its n rows), else None."""
+    sel = _producer(g, k)
+    if sel is None or sel.name != 'SELECT_V2' or len(sel.inputs) != 3:
+        return None
+    m, a, c = sel.inputs
+    less, add = _producer(g, m), _producer(g, a)
+    if less is None or add is None or less.name != 'LESS' or add.name != 'ADD' \
+            or less.inputs[0] != c or const_ints(g, less.inputs[1]) != [0] \
+            or add.inputs[0] != c or const_ints(g, add.inputs[1]) != [n] \
+            or not _only_reader(g, m, sel) or not _only_reader(g, a, sel):
+        return None
+    return c
+
+
+def embedding_gathers(g: Graph) -> int:
+    """A GATHER of a constant float table's rows (axis 0) by indices computed from the
+    model's input (an embedding) reads the input itself: Keras's CAST of the float input
+    to int32, and Keras 3's SELECT_V2(LESS(i, 0), ADD(i, N), i) that reads a negative id
+    from the table's end, go (the latter leaves its constant N as the GATHER's third input,
+    which says so: the device reads ids -N..-1 from the end; circle's GATHER has no
+    such option).  No tensor is made, so the file's numbering holds and the pass alone
+    leaves no rewritten graph to export: the trained table goes into the file as it is
+    (rewrite() does not count it as a change).  An int32 or
+    int64 model input the indices are read from becomes float32 here (the data are
+    floats holding the ids: the device compares them with integers).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'GATHER' or int(op.options.get('axis', 0)) \
+                or op.options.get('batch_dims') or not is_const(g, op.inputs[0]) \
+                or len(g.tensors[op.inputs[0]].shape) != 2:
+            continue
+        n = g.tensors[op.inputs[0]].shape[0]
+        k, wrap, chain = op.inputs[1], op.inputs[2:], []
+        while True:
+            p = _producer(g, k)
+            c = None if wrap or p is None else _wrapped_index(g, k, n)
+            if c is not None:
+                add = _producer(g, p.inputs[1])
+                chain += [p, _producer(g, p.inputs[0]), add]
+                k, wrap = c, [add.inputs[1]]
+            elif p is not None and p.name == 'CAST' and g.tensors[p.inputs[0]].dtype == 'float32':
+                chain.append(p)
+                k = p.inputs[0]
+            else:
+                break
+        inside = {id(o) for o in chain + [op]}
+        if any(t in g.outputs or any(id(r) not in inside for r in consumers(g, t))
+               for o in chain for t in o.outputs):
+            continue                    # (the ids are read elsewhere too: left as they are)
+        if k in g.inputs and g.tensors[k].dtype in ('int32', 'int64') and all(
+                r.name == 'GATHER' and r.inputs.index(k) == 1 for r in consumers(g, k)
+                if id(r) not in inside):
+            g.tensors[k].dtype = 'float32'
+            done += not chain
+        if not chain:
+            continue
+        op.inputs[1:] = [k] + wrap
+        for o in chain:
+            remove_op(g, o)
+        done += 1
+    return done
+
+
 def selects_to_relu(g: Graph) -> int:
     """SELECT_V2(x > c, A(x), B(x)) with the branches continuous at c (Keras 3's selu:
     GREATER x 0, scale * x, scale * alpha * (exp(x) - 1)) -> A(c + RELU(x - c)) +
@@ -1553,7 +1626,7 @@ def join_groups(g: Graph, weights=None):
 # ones only fold what the host knows or change an op for one that computes the same
 # integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
 # of the same bytes); the others edit float constants or make float constants (NEG's -1).
-PASSES = (('shapes', fold_shapes, True), ('unpacks', unpack_to_split, True),
+PASSES = (('shapes', fold_shapes, True), ('embeddings', embedding_gathers, True), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
           ('elementwise', elementwise_forms, False),
@@ -1574,6 +1647,6 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
             info[name] = 0
             continue
         info[name] = fn(g, keep={id(op) for op in keep}) if name == 'batchnorm' else fn(g)
-    info['changed'] = bool(quant) or any(info[name] for name, _, _ in PASSES)
+    info['changed'] = bool(quant) or any(info[name] for name, _, _ in PASSES if name != 'embeddings')
     info['splits'] += info.pop('unpacks')       # (an UNPACK becomes a SPLIT)
     return info
