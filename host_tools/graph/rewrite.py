@@ -1063,52 +1063,55 @@ def _wrapped_index(g: Graph, k: int, n: int):
     return c
 
 
-def embedding_gathers(g: Graph) -> int:
-    """A GATHER of a constant float table's rows (axis 0) by indices computed from the
-    model's input (an embedding) reads the input itself: Keras's CAST of the float input
-    to int32, and Keras 3's SELECT_V2(LESS(i, 0), ADD(i, N), i) that reads a negative id
-    from the table's end, go (the latter leaves its constant N as the GATHER's third input,
-    which says so: the device reads ids -N..-1 from the end; circle's GATHER has no
-    such option).  No tensor is made, so the file's numbering holds and the pass alone
-    leaves no rewritten graph to export: the trained table goes into the file as it is
-    (rewrite() does not count it as a change).  An int32 or
-    int64 model input the indices are read from becomes float32 here (the data are
-    floats holding the ids: the device compares them with integers).  Returns how many."""
+def _tables(g: Graph):
+    """The GATHERs of a constant 2-D table's rows (axis 0): embeddings."""
+    return [op for op in g.ops if op.name == 'GATHER' and not int(op.options.get('axis', 0))
+            and not op.options.get('batch_dims') and is_const(g, op.inputs[0])
+            and len(g.tensors[op.inputs[0]].shape) == 2]
+
+
+def unwrap_ids(g: Graph, keep=True) -> int:
+    """Keras 3's Embedding reads a negative id from the table's end: SELECT_V2(LESS(i, 0),
+    ADD(i, N), i) before its GATHER.  The GATHER reads i itself, and (keep) the ADD's
+    constant N as a third input, which says so (circle's GATHER has no such option;
+    optable reads it); without keep a negative id is out of range, as TFLite's GATHER
+    alone has it (evaluate's runtimes have no int32 SELECT_V2).  Returns how many."""
     done = 0
-    for op in list(g.ops):
-        if op.name != 'GATHER' or int(op.options.get('axis', 0)) \
-                or op.options.get('batch_dims') or not is_const(g, op.inputs[0]) \
-                or len(g.tensors[op.inputs[0]].shape) != 2:
+    for op in _tables(g):
+        sel = _producer(g, op.inputs[1])
+        c = _wrapped_index(g, op.inputs[1], g.tensors[op.inputs[0]].shape[0])
+        if c is None or not _only_reader(g, op.inputs[1], op):
             continue
-        n = g.tensors[op.inputs[0]].shape[0]
-        k, wrap, chain = op.inputs[1], op.inputs[2:], []
-        while True:
-            p = _producer(g, k)
-            c = None if wrap or p is None else _wrapped_index(g, k, n)
-            if c is not None:
-                add = _producer(g, p.inputs[1])
-                chain += [p, _producer(g, p.inputs[0]), add]
-                k, wrap = c, [add.inputs[1]]
-            elif p is not None and p.name == 'CAST' and g.tensors[p.inputs[0]].dtype == 'float32':
-                chain.append(p)
-                k = p.inputs[0]
-            else:
-                break
-        inside = {id(o) for o in chain + [op]}
-        if any(t in g.outputs or any(id(r) not in inside for r in consumers(g, t))
-               for o in chain for t in o.outputs):
-            continue                    # (the ids are read elsewhere too: left as they are)
-        if k in g.inputs and g.tensors[k].dtype in ('int32', 'int64') and all(
-                r.name == 'GATHER' and r.inputs.index(k) == 1 for r in consumers(g, k)
-                if id(r) not in inside):
-            g.tensors[k].dtype = 'float32'
-            done += not chain
-        if not chain:
-            continue
-        op.inputs[1:] = [k] + wrap
-        for o in chain:
+        less, add = _producer(g, sel.inputs[0]), _producer(g, sel.inputs[1])
+        op.inputs[1:] = [c] + [add.inputs[1]] * keep
+        for o in (sel, less, add):
             remove_op(g, o)
         done += 1
+    return done
+
+
+def embedding_gathers(g: Graph) -> int:
+    """A GATHER of a constant float table's rows (axis 0) by ids from the model's input
+    (an embedding) reads the input itself: Keras 3's negative-id SELECT_V2 goes
+    (unwrap_ids), then Keras's CAST of the float input to int32; an int32 or int64 model
+    input read only as ids becomes float32 here (the data are floats holding the ids:
+    the device checks they are integers).  No tensor is made, so the file's numbering
+    holds and the pass alone leaves no rewritten graph to export: the trained table goes
+    into the file as it is (rewrite() does not count it as a change).  Returns how many."""
+    done = unwrap_ids(g)
+    for op in _tables(g):
+        k = op.inputs[1]
+        cast = _producer(g, k)
+        if cast is not None and cast.name == 'CAST' and _only_reader(g, k, op) \
+                and g.tensors[cast.inputs[0]].dtype == 'float32':
+            op.inputs[1] = cast.inputs[0]
+            remove_op(g, cast)
+            done += 1
+        k = op.inputs[1]
+        if k in g.inputs and g.tensors[k].dtype in ('int32', 'int64') and all(
+                r.name == 'GATHER' and r.inputs.index(k) == 1 for r in consumers(g, k)):
+            g.tensors[k].dtype = 'float32'
+            done += 1
     return done
 
 

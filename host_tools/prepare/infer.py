@@ -42,11 +42,14 @@ def _shapes_folded(g):
     PACK -> RESHAPE) is folded, whose global REDUCE_MAX is a MAX_POOL_2D and whose
     grouped CONV_2D is split into groups, as prepare rewrites them (the same values):
     ONERT 0.1.0 fails on some such graphs at run time, and gives NaN for a grouped
-    convolution.  None when nothing changes."""
+    convolution; Keras 3's Embedding reads its ids without the int32 SELECT_V2 neither
+    runtime has (the same values for ids 0..N-1; a negative one is out of range there).
+    None when nothing changes."""
     import copy
     from ..graph import rewrite as rw
     h = copy.deepcopy(g)
-    if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)):
+    if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)
+            + rw.unwrap_ids(h, keep=False)):
         return None
     rw.compact(h)
     return h
@@ -99,8 +102,8 @@ def tflm_predictor(path, g):
             xi = np.asarray(xi, np.float64).reshape(shape)
             if tin.dtype in ('int8', 'uint8'):
                 xi = np.clip(np.round(xi / si) + zi, lo, hi).astype(tin.dtype)
-            else:
-                xi = xi.astype(np.float32)
+            else:               # (int32 / int64: an embedding's ids, as floats in the data)
+                xi = xi.astype(np.float32 if tin.dtype == 'float16' else tin.dtype)
             it.set_input(xi, 0)
             it.invoke()
             y = np.asarray(it.get_output(0), np.float64).ravel()
@@ -123,10 +126,12 @@ def onnx_predictor(path):
         raise InferError(f'{path}: ONNX Runtime cannot load it ({e})') from None
     inp = sess.get_inputs()[0]
     shape = [1] + [d if isinstance(d, int) else -1 for d in inp.shape[1:]]
+    # an embedding's int64 / int32 ids come as floats in the data
+    dt = {'tensor(int64)': np.int64, 'tensor(int32)': np.int32}.get(inp.type, np.float32)
 
     def run(x):
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
-            xi, np.float32).reshape(shape)})[0], np.float64).ravel() for xi in x])
+            xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
     return run
 
 
@@ -159,7 +164,7 @@ def predictor(path):
             raise e from None
         return run, 'TFLite Micro: ONERT cannot run it', g
     return run, 'ONERT' + (' on its graph as prepare rewrites it (shape ops folded, groups '
-                           'split)' if run.folded else ''), g
+                           'split, embedding ids read directly)' if run.folded else ''), g
 
 
 def layout(x, shape, nchw=False, where='the data'):
