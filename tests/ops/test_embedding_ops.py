@@ -1,0 +1,189 @@
+"""GATHER of an embedding table (op_emb, issue 28): Keras's Embedding as the TFLite
+converter writes it (CAST of the float ids to int32, Keras 3's SELECT_V2(LESS(i, 0),
+ADD(i, N), i) for negative ids, GATHER), and PyTorch's nn.Embedding as ONNX writes it
+(Gather of an initializer by the int64 input).
+
+Forward against TFLite Micro (the file without the int32 SELECT_V2 it cannot run) and a
+numpy reference (negative ids), one SGD step against the numpy forward's differences for
+every table entry (the rows no id picks do not move), a run on unix MicroPython and the
+export under TFLite Micro / ONNX Runtime equal to utrain's trained forward."""
+import os
+
+import numpy as np
+import pytest
+
+from host_tools.formats.circle_build import CircleBuilder
+
+F32 = np.float32
+N, D, L, O = 7, 3, 5, 2          # table rows, width, ids a sample, outputs
+
+
+def build_keras_embedding(path, wrap=True, seed=0):
+    """ids [1, L] (float) -> CAST -> [LESS, ADD, SELECT_V2] -> GATHER [1, L, D] -> MEAN
+    over L -> FULLY_CONNECTED [1, O], as TF 2.21 writes Keras 3's Embedding +
+    GlobalAveragePooling1D + Dense.  Returns (path, forward(ids, **params) float64)."""
+    rng = np.random.default_rng(seed)
+    E = rng.normal(size=(N, D)).astype(F32)
+    W = rng.normal(size=(O, D)).astype(F32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('ids', [1, L])
+    emb = b.tensor('emb', [N, D], data=E)
+    w = b.tensor('w', [O, D], data=W)
+    bias = b.tensor('b', [O], data=np.array([0.1, -0.2], F32))
+    axis = b.tensor('axis', [1], data=np.array([1], np.int32))
+    c = b.tensor('cast', [1, L], dtype='int32')
+    b.op('CAST', [x], [c])
+    i = c
+    if wrap:
+        zero = b.tensor('zero', [], data=np.array(0, np.int32))
+        n = b.tensor('n', [], data=np.array(N, np.int32))
+        less, add, sel = (b.tensor(s, [1, L], dtype=dt) for s, dt in
+                          (('less', 'bool'), ('add', 'int32'), ('sel', 'int32')))
+        b.op('LESS', [c, zero], [less])
+        b.op('ADD', [c, n], [add], fused_activation_function='NONE')
+        b.op('SELECT_V2', [less, add, c], [sel])
+        i = sel
+    g = b.tensor('gathered', [1, L, D])
+    b.op('GATHER', [emb, i], [g], axis=0, batch_dims=0)
+    m = b.tensor('mean', [1, D])
+    b.op('MEAN', [g, axis], [m], keep_dims=False)
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [m, w, bias], [y], fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(ids, emb=E, w=W, b=np.array([0.1, -0.2])):
+        ids = np.asarray(ids).reshape(-1, L).astype(int)
+        return np.asarray(emb, np.float64)[ids].mean(1) @ np.asarray(w, np.float64).T + b
+    return os.fspath(path), forward
+
+
+def _ids(n, lo=0, seed=3):
+    return np.random.default_rng(seed).integers(lo, N, (n, L)).astype(F32)
+
+
+def test_forward_is_tflite_micros_and_negative_ids_read_from_the_end(tmp_path):
+    """utrain's forward (the device code on the host) equals TFLite Micro on the file
+    without Keras 3's SELECT_V2 (TFLite Micro has no int32 one), and the numpy reference
+    on the file with it, negative ids among the samples (Keras: row id + N)."""
+    from test_rewrite import tflm_infer
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import prepare
+    x = _ids(12)
+    for wrap in (False, True):
+        src, forward = build_keras_embedding(tmp_path / f'e{wrap}.tflite', wrap)
+        out = tmp_path / f'run{wrap}'
+        np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((12, O), F32))
+        s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse',
+                    optimizer='sgd', lr=0.01, batch=1, epochs=1, log=lambda *a: None)
+        assert s['rewritten'] is None           # (export writes into the file itself)
+        tr = new_trainer(out / 'model.flat', out / 'weights.wof')
+        xs = x if not wrap else np.concatenate([x, -_ids(6, 1)])
+        got = utrain_predict(tr, xs, [1, L])
+        np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-6)
+        if not wrap:
+            np.testing.assert_allclose(got, tflm_infer(src, x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('bad, says', [(7.0, 'index 7.0 is not a row of its 7 (0..6, or -7..-1)'),
+                                       (-8.0, 'index -8.0'), (2.5, 'index 2.5')])
+def test_an_id_out_of_range_stops_naming_the_table_and_value(tmp_path, bad, says):
+    """TFLite's GATHER errors on an id outside the table; the device stops with the table
+    tensor, the value and the range (not a wrong row or an IndexError)."""
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import prepare
+    src, _ = build_keras_embedding(tmp_path / 'e.tflite')
+    np.savez(tmp_path / 'd.npz', x=_ids(4), y=np.zeros((4, O), F32))
+    prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'), loss='mse',
+            log=lambda *a: None)
+    tr = new_trainer(tmp_path / 'run' / 'model.flat', tmp_path / 'run' / 'weights.wof')
+    x = _ids(1)
+    x[0, 2] = bad
+    with pytest.raises(ValueError) as e:
+        utrain_predict(tr, x, [1, L])
+    assert 'GATHER of table tensor 1' in str(e.value) and says in str(e.value), str(e.value)
+
+
+def test_one_sgd_step_is_the_gradient_and_unused_rows_stay(tmp_path):
+    """One SGD step (batch 1: the rows stepped in place) moves the table by -lr times the
+    gradient the differences of the numpy forward give, every entry (the rows the sample
+    does not pick: exactly zero), and the Dense weights alike."""
+    from test_rewrite import _step_is_the_gradient
+    src, forward = build_keras_embedding(tmp_path / 'e.tflite')
+    x = np.array([[1, 4, 4, -1, 0]], F32)       # row 4 twice, -1 is row 6; 2, 3, 5 unused
+    step = _step_is_the_gradient(src, forward, tmp_path, ('emb', 'w', 'b'), x)
+    assert np.all(step['emb'][[2, 3, 5]] == 0) and np.all(step['emb'][[0, 1, 4, 6]] != 0)
+
+
+def test_keras_embedding_trains_on_micropython_and_exports(tmp_path):
+    """prepare, an Adam run at batch 3 on unix MicroPython (the table's gradient summed
+    whole) and export: TFLite Micro on the exported file (without the SELECT_V2, as
+    evaluate runs it) = utrain's trained forward, and the table moved."""
+    from test_rewrite import tflm_infer
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.target import runner
+    from host_tools.prepare.infer import predictor
+    src, forward = build_keras_embedding(tmp_path / 'e.tflite')
+    x = _ids(12)
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='adam', lr=0.05, batch=3, epochs=2, log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=runner.find_micropython() is None, stream=False)
+    assert code == 0, text
+    dst = tmp_path / 'trained.tflite'
+    export(src, os.fspath(out / 'trained.wof'), os.fspath(dst))
+    run, who, _ = predictor(dst)
+    after = run(x)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, L])
+    np.testing.assert_allclose(got, after, rtol=1e-4, atol=1e-5, err_msg=who)
+    assert np.abs(after - forward(x)).max() > 1e-2
+    src2, _ = build_keras_embedding(tmp_path / 'plain.tflite', wrap=False)
+    assert np.abs(tflm_infer(src2, x) - forward(x)).max() < 1e-5
+
+
+def test_pytorch_embedding_onnx_trains_and_exports(tmp_path):
+    """PyTorch's nn.Embedding -> mean -> Linear exported to ONNX (Gather of the
+    initializer by the int64 input): ORT = utrain's forward; prepare, SGD at batch 1 on
+    unix MicroPython, export: ORT on the export = utrain's trained forward, and only the
+    rows the data picks moved (plain SGD)."""
+    torch = pytest.importorskip('torch')
+    import onnx
+    from onnx import numpy_helper
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.prepare.infer import predictor
+    from host_tools.target import runner
+    torch.manual_seed(0)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e, self.fc = torch.nn.Embedding(N + 3, D), torch.nn.Linear(D, O)
+
+        def forward(self, i):
+            return self.fc(self.e(i).mean(1))
+    src = os.fspath(tmp_path / 'e.onnx')
+    torch.onnx.export(M().eval(), (torch.zeros(1, L, dtype=torch.long),), src, dynamo=False,
+                      opset_version=17)
+    x = _ids(10)                                # rows N..N+2 never used
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.1, batch=1, epochs=2, log=lambda *a: None)
+    run0, _, _ = predictor(src)
+    got0 = utrain_predict(new_trainer(out / 'model.flat', out / 'weights.wof'), x, [1, L])
+    np.testing.assert_allclose(got0, run0(x), rtol=1e-5, atol=1e-6)
+    code, text = runner.run(os.fspath(out), python=runner.find_micropython() is None, stream=False)
+    assert code == 0, text
+    dst = tmp_path / 'trained.onnx'
+    export(src, os.fspath(out / 'trained.wof'), os.fspath(dst))
+    run, _, _ = predictor(dst)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, L])
+    np.testing.assert_allclose(got, run(x), rtol=1e-4, atol=1e-5)
+    t0, t1 = (numpy_helper.to_array(next(i for i in onnx.load(p).graph.initializer
+                                         if i.name == 'e.weight')) for p in (src, dst))
+    moved = np.abs(t1 - t0).max(1) > 0
+    assert moved[:N].all() and not moved[N:].any()
