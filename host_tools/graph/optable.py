@@ -74,6 +74,9 @@ class OpSpec:
     # says the sink must give the kernel a whole-shaped array under a rank (grad(k)):
     # that implies 'whole', not the converse (docs/flat-model.md, adding an op)
     wgrad: str = 'whole'
+    # ... and under plain SGD at batch 1 (no momentum, no weight decay), where that differs
+    # (None: wgrad): op_emb steps the table rows it used in place, nothing table-sized
+    wgrad_sgd: str = None
     # for the planner: input-sized buffers the kernel keeps from its forward pass until
     # the backward pass is over (op_split's gradient buffer, summed over the outputs'
     # gradients as they arrive)
@@ -782,8 +785,7 @@ SPECS.update({s.name: s for s in [
     # table's end: read here, not sent)
     OpSpec('GATHER', {0: 'weight'}, _gather_options,
            lambda op, flags: [op.inputs[1]] if flags & DW else [], data_inputs=(),
-           device_inputs=(0, 1),
-           fwd=(0, 0), bwd=(0, 0)),
+           device_inputs=(0, 1), fwd=(0, 0), bwd=(0, 0), wgrad_sgd='rows'),
 ]})
 
 SUPPORTED = sorted(SPECS)

@@ -1115,6 +1115,39 @@ def embedding_gathers(g: Graph) -> int:
     return done
 
 
+def embedding_ids_back(g: Graph, int_inputs=None) -> int:
+    """For export of a rewritten graph: each GATHER that embedding_gathers made read float
+    ids reads int32 ones again, as the file had them: the model input's own type where
+    int_inputs {input name: dtype} says it was an integer, else a CAST of the float
+    input; a third input N (Keras 3's negative ids) becomes SELECT_V2(LESS(i, 0),
+    ADD(i, N), i) again.  Returns how many."""
+    done = 0
+    for op in _tables(g):
+        k = op.inputs[1]
+        if g.tensors[k].dtype != 'float32':
+            continue
+        name, shape, made = g.tensors[k].name, g.tensors[k].shape, []
+
+        def step(op_name, ins, dtype='int32', **opts):
+            out = new_tensor(g, f'{name}/{op_name.lower()}', shape, dtype=dtype)
+            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
+            return out
+        if k in g.inputs and (int_inputs or {}).get(name) in ('int32', 'int64'):
+            g.tensors[k].dtype = int_inputs[name]
+            i = k
+        else:
+            i = step('CAST', [k])
+        if len(op.inputs) > 2:
+            zero = new_tensor(g, f'{name}/zero', [], np.array(0, np.int32))
+            i = step('SELECT_V2', [step('LESS', [i, zero], 'bool'),
+                                   step('ADD', [i, op.inputs[2]], fused_activation_function='NONE'),
+                                   i])
+        op.inputs = op.inputs[:1] + [i]
+        replace_op(g, op, made + [op])
+        done += 1
+    return done
+
+
 def selects_to_relu(g: Graph) -> int:
     """SELECT_V2(x > c, A(x), B(x)) with the branches continuous at c (Keras 3's selu:
     GREATER x 0, scale * x, scale * alpha * (exp(x) - 1)) -> A(c + RELU(x - c)) +

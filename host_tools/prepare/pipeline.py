@@ -689,13 +689,18 @@ def export_notes(r, g, summary, out_path) -> list:
     return notes
 
 
-def write_trained(base, out_path, g, w, identifier):
+def write_trained(base, out_path, g, w, identifier, ints=None):
     """out_path: model file base (read as g) with the trained weights w {tensor index:
     array}; where prepare split a grouped convolution (rewrite.split_groups) the groups
-    are joined again into the file's grouped CONV_2D (rewrite.join_groups) and the graph
-    is written anew, else base's bytes are kept but for the weights."""
+    are joined again into the file's grouped CONV_2D (rewrite.join_groups), and an
+    embedding's ids made ints again (rewrite.embedding_ids_back; ints: the original
+    file's integer inputs {name: dtype}), and the graph is written anew, else base's
+    bytes are kept but for the weights."""
     from ..formats.circle_io import write_with_weights
     w, joined = rw.join_groups(g, w)
+    # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
+    # negative-id SELECT_V2): a float id no runtime gathers by
+    joined += rw.embedding_ids_back(g, ints)
     if not joined:
         write_with_weights(base, out_path, w, identifier)
         return
@@ -805,7 +810,11 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         rw.save_graph(g, out_path)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized:
-        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier))
+        ints = {}
+        if base != model_path:
+            g0 = read_model(model_path)
+            ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
+        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), ints)
         r = {'model': base, 'tensors': len(w), 'clipped': 0}
         r['notes'] = export_notes(r, g, summary, out_path)
         return r
