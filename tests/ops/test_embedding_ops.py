@@ -18,21 +18,24 @@ F32 = np.float32
 N, D, L, O = 7, 3, 5, 2          # table rows, width, ids a sample, outputs
 
 
-def build_keras_embedding(path, wrap=True, seed=0):
-    """ids [1, L] (float) -> CAST -> [LESS, ADD, SELECT_V2] -> GATHER [1, L, D] -> MEAN
-    over L -> FULLY_CONNECTED [1, O], as TF 2.21 writes Keras 3's Embedding +
-    GlobalAveragePooling1D + Dense.  Returns (path, forward(ids, **params) float64)."""
+def build_keras_embedding(path, wrap=True, seed=0, ints=False, pool='MEAN'):
+    """ids [1, L] (float; ints: int32, no CAST) -> CAST -> [LESS, ADD, SELECT_V2] ->
+    GATHER [1, L, D] -> MEAN (or REDUCE_MAX) over L -> FULLY_CONNECTED [1, O], as TF 2.21
+    writes Keras 3's Embedding + GlobalAveragePooling1D (GlobalMaxPooling1D) + Dense.
+    Returns (path, forward(ids, **params) float64)."""
     rng = np.random.default_rng(seed)
     E = rng.normal(size=(N, D)).astype(F32)
     W = rng.normal(size=(O, D)).astype(F32)
     b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('ids', [1, L])
+    x = b.tensor('ids', [1, L], dtype='int32' if ints else 'float32')
     emb = b.tensor('emb', [N, D], data=E)
     w = b.tensor('w', [O, D], data=W)
     bias = b.tensor('b', [O], data=np.array([0.1, -0.2], F32))
     axis = b.tensor('axis', [1], data=np.array([1], np.int32))
-    c = b.tensor('cast', [1, L], dtype='int32')
-    b.op('CAST', [x], [c])
+    c = x
+    if not ints:
+        c = b.tensor('cast', [1, L], dtype='int32')
+        b.op('CAST', [x], [c])
     i = c
     if wrap:
         zero = b.tensor('zero', [], data=np.array(0, np.int32))
@@ -46,7 +49,7 @@ def build_keras_embedding(path, wrap=True, seed=0):
     g = b.tensor('gathered', [1, L, D])
     b.op('GATHER', [emb, i], [g], axis=0, batch_dims=0)
     m = b.tensor('mean', [1, D])
-    b.op('MEAN', [g, axis], [m], keep_dims=False)
+    b.op(pool, [g, axis], [m], keep_dims=False)
     y = b.tensor('y', [1, O])
     b.op('FULLY_CONNECTED', [m, w, bias], [y], fused_activation_function='NONE')
     b.inputs(x)
@@ -55,7 +58,8 @@ def build_keras_embedding(path, wrap=True, seed=0):
 
     def forward(ids, emb=E, w=W, b=np.array([0.1, -0.2])):
         ids = np.asarray(ids).reshape(-1, L).astype(int)
-        return np.asarray(emb, np.float64)[ids].mean(1) @ np.asarray(w, np.float64).T + b
+        e = np.asarray(emb, np.float64)[ids]
+        return (e.mean(1) if pool == 'MEAN' else e.max(1)) @ np.asarray(w, np.float64).T + b
     return os.fspath(path), forward
 
 
@@ -187,3 +191,35 @@ def test_pytorch_embedding_onnx_trains_and_exports(tmp_path):
                                          if i.name == 'e.weight')) for p in (src, dst))
     moved = np.abs(t1 - t0).max(1) > 0
     assert moved[:N].all() and not moved[N:].any()
+
+
+@pytest.mark.parametrize('ints', [False, True])
+def test_export_after_other_rewrites_gives_the_ids_back(tmp_path, ints):
+    """Embedding -> GlobalMaxPooling1D (REDUCE_MAX, which prepare rewrites: a rewritten
+    graph to export), float ids or an int32 input: the export reads int ids again (the
+    input's own int32, or a CAST, and the negative-id SELECT_V2), the TF graph's ops as
+    the file had them; evaluate's runtime on it = utrain's trained forward."""
+    from test_parity import new_trainer, utrain_predict
+    from test_rewrite import ops
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.prepare.infer import predictor
+    src, forward = build_keras_embedding(tmp_path / 'e.tflite', ints=ints, pool='REDUCE_MAX')
+    x = _ids(9)
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+                from_logits=True, optimizer='sgd', lr=0.2, batch=1, epochs=2, log=lambda *a: None)
+    assert s['rewritten']
+    from host_tools.target import runner
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    dst = tmp_path / 'trained.tflite'
+    export(src, os.fspath(out / 'trained.wof'), os.fspath(dst))
+    g = read_model(dst)
+    assert g.tensors[g.inputs[0]].dtype == ('int32' if ints else 'float32')
+    assert ops(dst)[:4] == ['CAST'] * (not ints) + ['LESS', 'ADD', 'SELECT_V2'] + ['GATHER'] * ints
+    run, who, _ = predictor(dst)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, L])
+    np.testing.assert_allclose(got, run(x), rtol=1e-4, atol=1e-5, err_msg=who)
+    assert np.abs(got - forward(x)).max() > 1e-2
