@@ -112,6 +112,26 @@ def tflm_predictor(path, g):
     return run
 
 
+def _tflm_folded(path, g, probe):
+    """TFLite Micro on the file, or on its graph as _shapes_folded makes it (an int8
+    Keras Embedding's int32 SELECT_V2, which it has no kernel for)."""
+    try:
+        run = tflm_predictor(path, g)
+        run(probe)
+        return run
+    except Exception:   # noqa: B902 - TFLite Micro's own types
+        h = _shapes_folded(g)
+        if h is None:
+            raise
+    import tempfile
+    from ..graph.rewrite import save_graph
+    keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+    run = tflm_predictor(save_graph(h, os.path.join(keep.name, 'model.tflite')), h)
+    run(probe)
+    run.keep = keep
+    return run
+
+
 def onnx_predictor(path):
     """ONNX Runtime (inference) on an .onnx model; the samples in the model's own input
     layout (NCHW for a PyTorch export), one at a time as the others run them."""
@@ -144,13 +164,13 @@ def predictor(path):
         return onnx_predictor(path), 'ONNX Runtime', None
     g = read_model(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
-    if integer:
-        if g.identifier != b'TFL3':
-            raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
-                             'models as .tflite only (export the trained weights into the '
-                             'original .tflite, or evaluate the float model)')
-        return tflm_predictor(path, g), 'TFLite Micro', g
+    if integer and g.identifier != b'TFL3':
+        raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
+                         'models as .tflite only (export the trained weights into the '
+                         'original .tflite, or evaluate the float model)')
     probe = np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32)
+    if integer:
+        return _tflm_folded(path, g, probe), 'TFLite Micro', g
     try:
         run = onert_predictor(path, g)
         run(probe)
@@ -158,8 +178,7 @@ def predictor(path):
         if g.identifier != b'TFL3':
             raise
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
-            run = tflm_predictor(path, g)
-            run(probe)
+            run = _tflm_folded(path, g, probe)
         except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
             raise e from None
         return run, 'TFLite Micro: ONERT cannot run it', g

@@ -360,6 +360,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
+    if not dequantize and quant.embedding_entry(source):
+        auto = ('an int8 embedding (GATHER of an int8 table by the input\'s ids) is not '
+                'among the int8 path\'s layers yet: its table and the layers after it train '
+                'dequantized; export --quantized --data D writes the table back at a scale that '
+                'holds its trained values' + quant.embedding_ids_note(source))
     if auto:
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
