@@ -447,6 +447,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    check_ids(model_path, g, xy, dtype)
     check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
@@ -692,6 +693,25 @@ def export_notes(r, g, summary, out_path) -> list:
                      'training may have outgrown: export --data D recalibrates them on D\'s samples '
                      'and measures both')
     return notes
+
+
+def check_ids(model_path, g, xy, dtype):
+    """An embedding's ids (the input a GATHER reads) must reach the board exactly: the
+    samples stored as dtype must give them back, integers all."""
+    if xy is None or not any(op.name == 'GATHER' and g.inputs[0] in op.inputs[1:2] for op in g.ops):
+        return
+    x = xy[0]
+    if not np.all(x == np.round(x)):
+        raise PrepareError(f'{model_path}: its input is an embedding\'s ids, and the data holds '
+                           'values that are not integers: give the ids (token or category '
+                           'numbers) as they are')
+    if dtype != 'float32':
+        from ..files.dataset import quantization
+        sc, off = quantization(x, dtype)
+        if sc != 1.0:
+            raise PrepareError(f'{model_path}: its input is an embedding\'s ids, which span '
+                               f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 '
+                               'consecutive ids exactly, not these; use --dtype float32')
 
 
 def write_trained(base, out_path, g, w, identifier, ints=None):
