@@ -162,6 +162,14 @@ def recalibrate(og, ranges, trained) -> int:
     fixed, tables = set(), []
     ranges = dict(ranges)
     for op in og.ops:
+        # the float graph has no DEQUANTIZE / QUANTIZE: its tensor is the int8 one's
+        # (a float output's last layer; the input), named as the float side
+        if op.name in ('DEQUANTIZE', 'QUANTIZE') and op.inputs and op.outputs:
+            a, b = (og.tensors[k].name for k in (op.inputs[0], op.outputs[0]))
+            q, f = (a, b) if op.name == 'DEQUANTIZE' else (b, a)
+            if q not in ranges and f in ranges:
+                ranges[q] = ranges[f]
+    for op in og.ops:
         t = og.tensors[op.inputs[0]] if op.inputs else None
         if op.name == 'GATHER' and t.data is not None and t.quant and op.outputs[0] in act:
             # an embedding: its output keeps the table's scale, so the table is

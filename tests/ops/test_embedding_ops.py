@@ -223,3 +223,80 @@ def test_export_after_other_rewrites_gives_the_ids_back(tmp_path, ints):
     got = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, L])
     np.testing.assert_allclose(got, run(x), rtol=1e-4, atol=1e-5, err_msg=who)
     assert np.abs(got - forward(x)).max() > 1e-2
+
+
+def build_int8_embedding(path, seed=0):
+    """float ids [1, L] -> CAST -> GATHER of an int8 table [N, D] (per-tensor scale, the
+    output at the table's scale, as TFLite requires) -> MEAN over L (int8) ->
+    FULLY_CONNECTED (int8, per-channel) -> DEQUANTIZE: TF 2.21's full-integer Keras
+    Embedding + GlobalAveragePooling1D + Dense with float I/O, without Keras 3's
+    negative-id SELECT_V2 (TFLite Micro has no int32 one)."""
+    rng = np.random.default_rng(seed)
+    st = 0.004
+    E = rng.integers(-127, 128, (N, D)).astype(np.int8)
+    W = rng.integers(-127, 128, (O, D)).astype(np.int8)
+    sw = rng.uniform(0.004, 0.008, O)
+    sm, zo = st, 0
+    B = rng.integers(-300, 300, O).astype(np.int32)
+    ids = rng.integers(0, N, (512, L))              # the output's range, as a converter
+    of = (E[ids] * st).mean(1) @ (W * sw[:, None]).T + B * sw * sm
+    so = 1.25 * np.abs(of).max() / 127
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('ids', [1, L])
+    c = b.tensor('cast', [1, L], dtype='int32')
+    b.op('CAST', [x], [c])
+    emb = b.tensor('emb', [N, D], data=E, quant={'scale': [st], 'zero_point': [0]})
+    g = b.tensor('gathered', [1, L, D], dtype=np.int8, quant={'scale': [st], 'zero_point': [0]})
+    b.op('GATHER', [emb, c], [g], axis=0, batch_dims=0)
+    axis = b.tensor('axis', [1], data=np.array([1], np.int32))
+    m = b.tensor('mean', [1, D], dtype=np.int8, quant={'scale': [sm], 'zero_point': [0]})
+    b.op('MEAN', [g, axis], [m], keep_dims=False)
+    w = b.tensor('w', [O, D], data=W, quant={'scale': list(sw), 'zero_point': [0] * O,
+                                            'quantized_dimension': 0})
+    bias = b.tensor('b', [O], data=B, quant={'scale': list(sw * sm), 'zero_point': [0] * O})
+    yq = b.tensor('yq', [1, O], dtype=np.int8, quant={'scale': [so], 'zero_point': [zo]})
+    b.op('FULLY_CONNECTED', [m, w, bias], [yq], fused_activation_function='NONE')
+    y = b.tensor('y', [1, O])
+    b.op('DEQUANTIZE', [yq], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+    return os.fspath(path), so
+
+
+def test_int8_embedding_trains_dequantized_and_exports_as_int8(tmp_path):
+    """An int8 table (TFLite's GATHER copies its int8 values): prepare says it trains
+    dequantized and why; utrain's forward = TFLite Micro's on the int8 file (to an output
+    step or two); after training, export --quantized --data gives the table its GATHER
+    output's recalibrated scale (one scale: TFLite's GATHER keeps it), no value clipped,
+    and TFLite Micro on it = utrain's trained float forward to the int8 steps."""
+    from test_rewrite import tflm_infer
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.target import runner
+    src, so = build_int8_embedding(tmp_path / 'q.tflite')
+    x = _ids(16)
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
+    said = []
+    out = tmp_path / 'run'
+    s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
+                from_logits=True, optimizer='sgd', lr=0.5, batch=1, epochs=3, log=said.append)
+    assert 'GATHER of an int8 table' in s['dequantized_because'], said
+    ref = tflm_infer(src, x)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'weights.wof'), x, [1, L])
+    np.testing.assert_allclose(got, ref, atol=2.5 * so)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    dst = tmp_path / 'trained.tflite'
+    r = export(src, os.fspath(out / 'trained.wof'), os.fspath(dst), quantized=True,
+               data=os.fspath(tmp_path / 'd.npz'))
+    assert r['clipped'] == 0
+    g = read_model(dst)
+    t = next(t for t in g.tensors if t.name == 'emb')
+    gq = next(t for t in g.tensors if t.name == 'gathered').quant
+    assert t.quant['scale'] == gq['scale'] and t.quant['scale'][0] > 0.004
+    after = tflm_infer(dst, x)
+    trained = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, L])
+    assert np.abs(trained - got).max() > 0.05
+    assert np.abs(after - trained).max() < 0.1 * np.abs(trained).max()
