@@ -1148,6 +1148,59 @@ def embedding_ids_back(g: Graph, int_inputs=None) -> int:
     return done
 
 
+def id_masks(g: Graph) -> int:
+    """Keras's Embedding(mask_zero=True): NOT_EQUAL(ids, c) -> a bool mask that Keras
+    CASTs to float (the pooling's count) and SELECT_V2(mask, rows, 0)s the gathered rows
+    with.  For integer ids (the embedding's, floats here) the mask is min(|ids - c|, 1):
+    d = ids - c, a = 2 RELU(d) - d, a - RELU(a - 1), float 0 / 1; its CASTs go, and a
+    SELECT_V2 of it against zeros is a MUL by it (the rows' gradient times the mask, the
+    select's).  Only where every reader of the mask (through EXPAND_DIMS / RESHAPE) is
+    one of those.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'NOT_EQUAL' or len(op.inputs) != 2 or g.tensors[op.inputs[0]].dtype != 'float32':
+            continue
+        x, c = op.inputs
+        cv = const_ints(g, c)
+        if cv is None or len(cv) != 1 or is_const(g, x):
+            continue
+        bools, readers, todo = [op.outputs[0]], [], [op.outputs[0]]
+        while todo:
+            for r in consumers(g, todo.pop()):
+                if r.name in ('EXPAND_DIMS', 'RESHAPE') and r.inputs[0] in bools:
+                    bools.append(r.outputs[0])
+                    todo.append(r.outputs[0])
+                readers.append(r)
+        ok = all(r.name in ('EXPAND_DIMS', 'RESHAPE') or
+                 r.name == 'CAST' and g.tensors[r.outputs[0]].dtype == 'float32' or
+                 r.name == 'SELECT_V2' and r.inputs[0] in bools and r.inputs[1] not in bools
+                 and is_const(g, r.inputs[2]) and not np.any(g.tensors[r.inputs[2]].data)
+                 for r in readers)
+        if not ok or any(k in g.outputs for k in bools):
+            continue
+        for k in bools:
+            g.tensors[k].dtype = 'float32'
+        name = g.tensors[op.outputs[0]].name
+        one = new_tensor(g, name + '/one', [], np.array(1.0, np.float32))
+        two = new_tensor(g, name + '/two', [], np.array(2.0, np.float32))
+        steps = [('SUB', [x, new_tensor(g, name + '/c', [], np.array(float(cv[0]), np.float32))],
+                  _NONE, None)] if cv[0] else []
+        d = 'prev' if steps else x
+        steps += [('RELU', [d], {}, None), ('MUL', ['prev', two], _NONE, None),
+                  ('SUB', ['prev', d if d == x else f'@{0}'], _NONE, None),
+                  ('SUB', ['prev', one], _NONE, None), ('RELU', ['prev'], {}, None),
+                  ('SUB', [f'@{len(steps) + 2}', 'prev'], _NONE, None)]
+        _spell(g, op, steps)
+        for r in readers:
+            if r.name == 'CAST':
+                bypass(g, r, r.inputs[0], r.outputs[0])
+            elif r.name == 'SELECT_V2':
+                r.name, r.code = 'MUL', OP_CODES['MUL']
+                r.inputs, r.options = [r.inputs[1], r.inputs[0]], dict(_NONE)
+        done += 1
+    return done
+
+
 def selects_to_relu(g: Graph) -> int:
     """SELECT_V2(x > c, A(x), B(x)) with the branches continuous at c (Keras 3's selu:
     GREATER x 0, scale * x, scale * alpha * (exp(x) - 1)) -> A(c + RELU(x - c)) +
@@ -1662,7 +1715,8 @@ def join_groups(g: Graph, weights=None):
 # ones only fold what the host knows or change an op for one that computes the same
 # integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
 # of the same bytes); the others edit float constants or make float constants (NEG's -1).
-PASSES = (('shapes', fold_shapes, True), ('embeddings', embedding_gathers, True), ('unpacks', unpack_to_split, True),
+PASSES = (('shapes', fold_shapes, True), ('embeddings', embedding_gathers, True),
+          ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
           ('elementwise', elementwise_forms, False),

@@ -300,3 +300,75 @@ def test_int8_embedding_trains_dequantized_and_exports_as_int8(tmp_path):
     trained = utrain_predict(new_trainer(out / 'model.flat', out / 'trained.wof'), x, [1, L])
     assert np.abs(trained - got).max() > 0.05
     assert np.abs(after - trained).max() < 0.1 * np.abs(trained).max()
+
+
+def build_keras_masked(path, seed=1):
+    """Keras's Embedding(mask_zero=True) + GlobalAveragePooling1D + Dense as TF 2.21
+    writes it: NOT_EQUAL(ids, 0), EXPAND_DIMS, CAST to float, SUM (the count); CAST,
+    GATHER, SELECT_V2(mask, rows, 0), SUM, DIV, FULLY_CONNECTED.  Returns (path,
+    forward(ids, **params) float64): the mean of the rows of the ids that are not 0."""
+    rng = np.random.default_rng(seed)
+    E = rng.normal(size=(N, D)).astype(F32)
+    W = rng.normal(size=(O, D)).astype(F32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('ids', [1, L])
+    zero = b.tensor('zero', [], data=np.array(0.0, F32))
+    ax = b.tensor('ax', [1], data=np.array([1], np.int32))
+    m = b.tensor('mask', [1, L], dtype='bool')
+    b.op('NOT_EQUAL', [x, zero], [m])
+    me = b.tensor('mask3', [1, L, 1], dtype='bool')
+    b.op('EXPAND_DIMS', [m, b.tensor('dim', [], data=np.array(-1, np.int32))], [me])
+    mf = b.tensor('maskf', [1, L, 1])
+    b.op('CAST', [me], [mf])
+    n = b.tensor('count', [1, 1])
+    b.op('SUM', [mf, ax], [n], keep_dims=False)
+    c = b.tensor('cast', [1, L], dtype='int32')
+    b.op('CAST', [x], [c])
+    emb = b.tensor('emb', [N, D], data=E)
+    g = b.tensor('gathered', [1, L, D])
+    b.op('GATHER', [emb, c], [g], axis=0, batch_dims=0)
+    sel = b.tensor('kept', [1, L, D])
+    b.op('SELECT_V2', [me, g, b.tensor('zeros', [], data=np.array(0.0, F32))], [sel])
+    s = b.tensor('sum', [1, D])
+    b.op('SUM', [sel, ax], [s], keep_dims=False)
+    mean = b.tensor('mean', [1, D])
+    b.op('DIV', [s, n], [mean], fused_activation_function='NONE')
+    w = b.tensor('w', [O, D], data=W)
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [mean, w, b.tensor('b', [O], data=np.zeros(O, F32))], [y],
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(ids, emb=E, w=W, b=np.zeros(O)):
+        ids = np.asarray(ids).reshape(-1, L).astype(int)
+        keep = (ids != 0)[..., None]
+        e = (np.asarray(emb, np.float64)[ids] * keep).sum(1) / keep.sum(1)
+        return e @ np.asarray(w, np.float64).T + b
+    return os.fspath(path), forward
+
+
+def test_keras_mask_zero_trains(tmp_path):
+    """Embedding(mask_zero=True): the bool mask of ids != 0 is min(|ids|, 1) in float
+    ops (rewrite.id_masks), its SELECT_V2 against zeros a MUL: utrain's forward = the
+    masked mean (numpy) and evaluate's runtime (ONERT) on the file, and one SGD step = the differences
+    of the numpy forward, the masked rows' (id 0's) gradient exactly 0."""
+    from test_rewrite import _step_is_the_gradient
+    from test_parity import new_trainer, utrain_predict
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.prepare.infer import predictor
+    src, forward = build_keras_masked(tmp_path / 'm.tflite')
+    x = _ids(10)
+    x[:, 1] = 0
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((10, O), F32))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='mse', log=lambda *a: None)
+    got = utrain_predict(new_trainer(out / 'model.flat', out / 'weights.wof'), x, [1, L])
+    np.testing.assert_allclose(got, forward(x), rtol=1e-5, atol=1e-6)
+    run, who, _ = predictor(src)            # (TFLite Micro has no bool EXPAND_DIMS)
+    np.testing.assert_allclose(got, run(x), rtol=1e-5, atol=1e-6, err_msg=who)
+    (tmp_path / 's').mkdir()
+    step = _step_is_the_gradient(src, forward, tmp_path / 's', ('emb', 'w'),
+                                 np.array([[2, 0, 5, 2, 0]], F32))
+    assert np.all(step['emb'][0] == 0) and np.all(step['emb'][[2, 5]] != 0)
