@@ -9,7 +9,8 @@
 # Backward: dW[x[j]] += dy[j] (a scatter-add: only the rows used get a gradient); no
 # gradient to the indices (they are data, not a function of weights).  Plain SGD at
 # batch 1 steps each used row in place (no table-sized array); other rules and batch > 1
-# add into the sink's whole-shaped gradient (WGRAD_WHOLE), which a rank cuts after.
+# add into the sink's gradient array (WGRAD_WHOLE; under a rank (rows lo..hi) the
+# rows outside it are left out).
 # Saved for backward: x.  Temporaries: the output; the index list.
 from utrain.xnp import zeros, const
 _GA_N = const(0)
@@ -59,6 +60,11 @@ def backward(rt, op, dy, flags):
                 opt.step(k, w[i:i + 1], dy[j:j + 1])
         return
     a = s.grad(k)
+    # whole (Apply cuts it to a rank after the op), or only a rank's rows (Sums.alloc
+    # finds a WGRAD_WHOLE weight at input 1, this table is input 0)
+    r = rt.rank.get(k)
+    lo = r[1] if r and a.shape[0] != rt.shape[k][0] else 0
     for j, i in enumerate(rows):
-        r = a[i]
-        r += dy[j]
+        if 0 <= i - lo < a.shape[0]:
+            r = a[i - lo]
+            r += dy[j]

@@ -372,3 +372,27 @@ def test_keras_mask_zero_trains(tmp_path):
     step = _step_is_the_gradient(src, forward, tmp_path / 's', ('emb', 'w'),
                                  np.array([[2, 0, 5, 2, 0]], F32))
     assert np.all(step['emb'][0] == 0) and np.all(step['emb'][[2, 5]] != 0)
+
+
+@pytest.mark.parametrize('opt, batch', [('sgd', 1), ('adam', 1), ('adam', 2)])
+def test_a_rank_trains_its_rows_only(tmp_path, opt, batch):
+    """--ranks on the GATHER (the table's rows are its output channels): the rows in
+    the rank move, the others stay bit for bit, whether the rows are stepped in place
+    (SGD b1), summed whole and cut (Adam b1) or summed at the rank's rows (batch 2)."""
+    from host_tools.files.wof import read_wof
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    src, _ = build_keras_embedding(tmp_path / 'e.tflite')
+    x = _ids(8)
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
+    out = tmp_path / 'run'
+    prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer=opt, lr=0.1, batch=batch, epochs=1, ranks='4:low', log=lambda *a: None)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    g = read_model(src)
+    w0, w1 = read_wof(out / 'weights.wof', g), read_wof(out / 'trained.wof', g)
+    k = next(t.index for t in g.tensors if t.name == 'emb')
+    moved = np.abs(w1[k] - w0[k]).reshape(N, D).max(1) > 0
+    assert not moved[:N // 2].any() and moved[N // 2:].all(), moved
