@@ -68,11 +68,12 @@ def _ids(n, lo=0, seed=3):
 
 
 def test_forward_is_tflite_micros_and_negative_ids_read_from_the_end(tmp_path):
-    """utrain's forward (the device code on the host) equals TFLite Micro on the file
-    without Keras 3's SELECT_V2 (TFLite Micro has no int32 one), and the numpy reference
+    """utrain's forward (the device code on the host) equals TFLite Micro and ONERT on
+    the file without Keras 3's SELECT_V2 (neither has an int32 one), and the numpy reference
     on the file with it, negative ids among the samples (Keras: row id + N)."""
     from test_rewrite import tflm_infer
     from test_parity import new_trainer, utrain_predict
+    from onert_ref import onert_infer
     from host_tools.prepare.pipeline import prepare
     x = _ids(12)
     for wrap in (False, True):
@@ -88,6 +89,7 @@ def test_forward_is_tflite_micros_and_negative_ids_read_from_the_end(tmp_path):
         np.testing.assert_allclose(got, forward(xs), rtol=1e-5, atol=1e-6)
         if not wrap:
             np.testing.assert_allclose(got, tflm_infer(src, x), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got, onert_infer(src, x), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('bad, says', [(7.0, 'index 7.0 is not a row of its 7 (0..6, or -7..-1)'),
