@@ -76,6 +76,9 @@ class Graph:
     outputs: list[int]
     metadata: dict[str, bytes]
     n_subgraphs: int
+    # the root mean square of the model's input over the run's samples: prepare sets it
+    # from --data, rewrite.scale_input reads it (None: no data)
+    input_rms: float = None
 
 
 # ops that only reshape a tensor: the model's last activation is found past them

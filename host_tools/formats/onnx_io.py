@@ -64,7 +64,7 @@ def _twin_list(vals, fill):
 
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
-    'Conv', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
@@ -75,8 +75,6 @@ SUPPORTED = sorted({
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
 ADVICE = {
-    'ConvTranspose': 'the device has no transposed convolution: upsample with '
-                     "nn.Upsample(scale_factor=k, mode='nearest') and a Conv2d",
     'Softsign': 'write it as x / (1 + x.abs())',
 }
 
@@ -913,19 +911,25 @@ class _Reader(RecurrentOps):
             a['pads'] = [0, a['pads'][0], 0, a['pads'][1]]
         return a
 
-    def op_Conv(self, node, ins, a, i):
+    def _conv_weight(self, ins, a, what):
+        """(weight as 4-D, its steps so far, attributes, input rank) of a Conv or
+        ConvTranspose: a 1-D one's [A, B, K] as [A, B, 1, K] over H = 1."""
         if ins[1] not in self.const:
             self.err('the weight must be a constant (an initializer)')
         Wt = self.const[ins[1]]
         r = len(self.oshape(ins[0]))
         pre = []
-        if Wt.ndim == 3 and r == 3:       # Conv1d: [O, I, K] -> [O, I, 1, K]
+        if Wt.ndim == 3 and r == 3:
             pre = [('R', list(Wt.shape), [Wt.shape[0], Wt.shape[1], 1, Wt.shape[2]])]
             Wt = Wt.reshape(pre[0][2])
             a = self._as2d(a, 3)
         if Wt.ndim != 4:
             self.err(f'weight of shape {list(Wt.shape)}: utrain runs 1-D and 2-D '
-                     'convolutions only')
+                     f'{what} only')
+        return Wt, pre, a, r
+
+    def op_Conv(self, node, ins, a, i):
+        Wt, pre, a, r = self._conv_weight(ins, a, 'convolutions')
         x = self.get(ins[0], 'nhwc')
         _, H, W, C = self.tensors[x].shape
         O, IG, kh, kw = Wt.shape
@@ -956,6 +960,68 @@ class _Reader(RecurrentOps):
             bk = self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
                                    ins[2] if ins[2] in self.inits else None)
         self.emit(name, [x, wk, bk], [self.out(node.output[0], 'nhwc')], **opts)
+
+    def op_ConvTranspose(self, node, ins, a, i):
+        """TFLite's TRANSPOSE_CONV (weight [out, kh, kw, in]) of the NHWC map.  ONNX's
+        output row j is the full (VALID) transposed convolution's row j + pads begin
+        (rows past its end zero, output_padding): TFLite's VALID (offset 0) or SAME
+        (offset its own) where the pads are those, else VALID to the output's size plus
+        the pads begin, cut by a STRIDED_SLICE."""
+        Wt, pre, a, r = self._conv_weight(ins, a, 'transposed convolutions')
+        if r == 3:                        # ConvTranspose1d: [I, O, K] as [I, O, 1, K]
+            for k in ('output_padding', 'output_shape'):
+                if k in a:
+                    a[k] = [0 if k == 'output_padding' else 1] + list(a[k])
+        x = self.get(ins[0], 'nhwc')
+        _, H, W, C = self.tensors[x].shape
+        I, O, kh, kw = Wt.shape
+        if int(a.get('group', 1)) != 1 or I != C:
+            self.err(f'group {a.get("group", 1)} with {C} input channels and a weight of '
+                     f'shape {list(Wt.shape)}: utrain runs ungrouped transposed convolutions')
+        if any(d != 1 for d in a.get('dilations', [1, 1])):
+            self.err('dilated transposed convolution is not supported')
+        sh, sw = (list(a.get('strides', [1, 1])) + [1, 1])[:2]
+        op_ = (list(a.get('output_padding', [0, 0])) + [0, 0])[:2]
+        ap = a.get('auto_pad', b'NOTSET')
+        ap = ap.decode() if isinstance(ap, bytes) else ap
+        full = [(H - 1) * sh + kh + op_[0], (W - 1) * sw + kw + op_[1]]
+        if 'output_shape' in a or ap in ('SAME_UPPER', 'SAME_LOWER'):
+            outs = list(a['output_shape'])[-2:] if 'output_shape' in a else [H * sh, W * sw]
+            begin = []
+            for n, o in zip(full, outs):
+                tot = n - o
+                begin.append(tot // 2 if ap == 'SAME_UPPER' else tot - tot // 2)
+        else:
+            p = [0, 0, 0, 0] if ap == 'VALID' else list(a.get('pads', [0, 0, 0, 0]))
+            begin, outs = [p[0], p[1]], [full[0] - p[0] - p[2], full[1] - p[1] - p[3]]
+        if min(begin) < 0 or min(outs) < 1:
+            self.err(f'pads {a.get("pads")} / output_shape {a.get("output_shape")} give an '
+                     'output TFLite cannot compute')
+        OH, OW = outs
+        self.shape[node.output[0]] = [1, O, OH, OW] if r == 4 else [1, O, OW]
+        same = [max((-(-n // s) - 1) * s + k - n, 0) // 2
+                for n, k, s in ((OH, kh, sh), (OW, kw, sw))]
+        pad = 'VALID' if begin == [0, 0] else 'SAME' if begin == same else None
+        wk = self.const_tensor(ins[1], apply_steps(Wt, [('T', (1, 2, 3, 0))]),
+                               ins[1] if ins[1] in self.inits else None, pre + [('T', (1, 2, 3, 0))])
+        bk = []
+        if len(ins) > 2 and ins[2]:
+            bk = [self.const_tensor(ins[2], self.cval(ins[2], 'the bias'),
+                                    ins[2] if ins[2] in self.inits else None)]
+        y = self.out(node.output[0], 'nhwc')
+        big = [1, OH + begin[0], OW + begin[1], O] if pad is None else [1, OH, OW, O]
+        t = self.tensor(self.tensors[y].name + '/full', big) if pad is None else y
+        shp = self.tensor(self.tensors[t].name + '/shape', [4], np.array(big, np.int32))
+        self.emit('TRANSPOSE_CONV', [shp, wk, x] + bk, [t],
+                  padding=pad or 'VALID', stride_h=sh, stride_w=sw,
+                  fused_activation_function='NONE')
+        if pad is None:                 # rows and columns pads-begin on
+            c = self.tensors[t].name
+            ks = [self.tensor(c + n, [4], np.array(v, np.int32)) for n, v in (
+                ('/begin', [0, begin[0], begin[1], 0]), ('/end', [1, big[1], big[2], O]),
+                ('/strides', [1, 1, 1, 1]))]
+            self.emit('STRIDED_SLICE', [t] + ks, [y], begin_mask=0, end_mask=0,
+                      ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)
 
     def _pool(self, node, ins, a, name):
         r = len(self.oshape(ins[0]))

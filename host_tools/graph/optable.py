@@ -96,6 +96,10 @@ class OpSpec:
     # the planner's figure for a whole op (None: fwd, fwd_native, piece); fwd stays the
     # row bands' figure for a strip
     fwd_of: Callable = None
+    # weight-sized temporaries the kernel holds while it runs forward (op_tconv: its
+    # weight in its convolution's layout); the backward holds as many, and one more for
+    # the weight's gradient in that layout when the weight trains
+    wtemp: int = 0
 
     @property
     def code(self) -> int:
@@ -290,23 +294,25 @@ def _mean_options(op, g):
                    opc.M_INNER: prod(dims[last + 1:])})
 
 
-def _conv_steps(op, g, arrays, banded):
+def _conv_steps(op, g, arrays, banded, x=None, y=None):
     # ulab's steps (utrain.ulconv) take stride-1 convs whose output is the input's size,
     # utrain.ulmono those of one input channel; the others, and a band's strips, walk
-    # rows (utrain.convwalk)
+    # rows (utrain.convwalk).  x, y: the convolution's input and output (a
+    # TRANSPOSE_CONV's are its output and input)
     if arrays != 'ulab':
         return ()
-    x = g.tensors[op.inputs[0]].shape
-    if _strides(op) == (1, 1) and not banded and x[1:3] == g.tensors[op.outputs[0]].shape[1:3]:
+    x = g.tensors[op.inputs[0] if x is None else x].shape
+    y = g.tensors[op.outputs[0] if y is None else y].shape
+    if _strides(op) == (1, 1) and not banded and x[1:3] == y[1:3]:
         return ('ulconv',)
     return ('ulconv', 'ulmono' if x[-1] == 1 else 'convwalk')
 
 
-def _conv_piece(op, g):
+def _conv_piece(op, g, x=0):
     # ulconv: at most max(W, 512 // C) pixels of C channels (C the product's: O, or I for
     # dx); ulmono: max(1, 512 // (OW * O)) output rows; convwalk: one output row.  Never
     # more than the whole output or input (micro/utrain/ulconv.py, ulmono.py _CH)
-    _, H, W, I = g.tensors[op.inputs[0]].shape
+    _, H, W, I = g.tensors[op.inputs[x]].shape
     _, OH, OW, O = g.tensors[op.outputs[0]].shape
     ch = module('ulconv')._CH
     return min(max(OH * OW * O, H * W * I), max(max(W, OW) * max(O, I), ch))
@@ -336,6 +342,59 @@ SPECS.update({s.name: s for s in [
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),
     OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(1, 2)),
+]})
+
+
+# ---- TRANSPOSE_CONV (micro/utrain/op_tconv.py): inputs output_shape (read here: the
+# output tensor's static shape), weight [O, KH, KW, I], input, optional bias.  It is the
+# input gradient of a convolution C (C's input: this op's output, C's output: its input,
+# the same kernel, stride and padding as TFLite computes it from the output's size), so
+# the device gets C's geometry and runs op_conv's steps with roles swapped.
+
+_TC = 'TRANSPOSE_CONV'
+
+
+def _tconv_options(op, g):
+    where = f'op {op.number} {_TC}'
+    if len(op.inputs) < 3:
+        raise ValueError(f'{where}: has {len(op.inputs)} inputs; TFLite\'s has output_shape, '
+                         'weights, input [, bias]')
+    Hi, Wi, I = _nhwc(g, op.inputs[2], where, 'the input')
+    Ho, Wo, O = _nhwc(g, op.outputs[0], where, 'the output')
+    w = g.tensors[op.inputs[1]].shape
+    if len(w) != 4 or (w[0], w[3]) != (O, I):
+        raise ValueError(f'{where}: weight of shape {list(w)} for {I} input and {O} output '
+                         'channels (TFLite\'s is [out, kh, kw, in]; grouped transposed '
+                         'convolution is not supported)')
+    _, KH, KW, _ = w
+    sh, sw = _strides(op)
+    dh, dw = _dilations(op)
+    pad = op.options.get('padding', 'SAME')
+    ch, pt = _out_pad(Ho, KH, sh, dh, pad, where)
+    cw, pl = _out_pad(Wo, KW, sw, dw, pad, where)
+    return _slots({opc.ACT: _fused(op, where), opc.G_H: Ho, opc.G_W: Wo, opc.G_C: O,
+                   opc.G_OH: Hi, opc.G_OW: Wi, opc.G_OC: I, opc.G_KH: KH, opc.G_KW: KW,
+                   opc.G_SH: sh, opc.G_SW: sw, opc.G_DH: dh, opc.G_DW: dw, opc.G_PT: pt,
+                   opc.G_PL: pl})
+
+
+def _tconv_saves(op, flags):
+    keep = [op.inputs[2]] if flags & DW else []
+    if op.options.get('fused_activation_function', 'NONE') != 'NONE':
+        keep.append(op.outputs[0])
+    return keep
+
+
+def _tconv_steps(op, g, arrays, banded):
+    # op_conv's, of the convolution whose input is this op's output
+    return ('op_conv',) + _conv_steps(op, g, arrays, banded, op.outputs[0], op.inputs[2])
+
+
+SPECS.update({s.name: s for s in [
+    OpSpec(_TC, {1: 'weight', 3: 'bias'}, _tconv_options, _tconv_saves, data_inputs=(2,),
+           device_inputs=(2, 1, 3), shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24,
+           steps=_tconv_steps, fwd_native=(1, 0), bwd_native=(2, 2), piece=lambda op, g: _conv_piece(op, g, 2),
+           wtemp=1),
 ]})
 
 

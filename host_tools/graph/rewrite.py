@@ -1710,6 +1710,96 @@ def join_groups(g: Graph, weights=None):
     return w, done
 
 
+# ops f with f(s x) = s f(x) for s > 0 (one data input; fused activation none or RELU):
+# an input scale passes through them unchanged (scale_input)
+HOMOGENEOUS = {'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'TRANSPOSE', 'STRIDED_SLICE', 'SLICE',
+               'SPLIT', 'SPLIT_V', 'MAX_POOL_2D', 'AVERAGE_POOL_2D', 'MEAN', 'RELU', 'PAD'}
+_SCALED = '/utrain_scaled'      # the name scale_input gives the scaled input (and export finds)
+
+
+def _scaled_reach(g: Graph, x: int):
+    """The weighted ops (WEIGHT_OUT_AXIS: their data input first, a float32 weight read
+    by them alone) that tensor x reaches through HOMOGENEOUS ops only, or None when x
+    reaches anything else (another op, a graph output, a shared weight)."""
+    ends, todo, seen = [], [x], set()
+    while todo:
+        k = todo.pop()
+        if k in g.outputs:
+            return None
+        for op in consumers(g, k):
+            if id(op) in seen:
+                continue
+            seen.add(id(op))
+            data = [i for i in op.inputs if i >= 0 and not is_const(g, i)]
+            act = op.options.get('fused_activation_function') or 'NONE'
+            if op.name in WEIGHT_OUT_AXIS and data == [k] and op.inputs[0] == k and \
+                    is_const(g, op.inputs[1]) and len(consumers(g, op.inputs[1])) == 1 and \
+                    np.asarray(g.tensors[op.inputs[1]].data).dtype == np.float32:
+                ends.append(op)
+            elif op.name in HOMOGENEOUS and data == [k] and act in ('NONE', 'RELU'):
+                todo.extend(op.outputs)
+            else:
+                return None
+    return ends
+
+
+def scale_input(g: Graph, keep=frozenset()) -> float:
+    """A float model whose input is far larger than 1 (g.input_rms: 0..255 pixels into a
+    Conv2D whose Keras Rescaling(1/255) the converter folded into its weights, raw sensor
+    units) trains on its input times s, the power of two nearest 1 / rms: a MUL by s
+    before everything and the weights of the layers the input reaches (through
+    HOMOGENEOUS ops) divided by s.  The same function, bit for bit; but SGD moves those
+    weights s^2 times less (Adam s times), as when the model was trained with the scale
+    in a layer of its own: on the folded form SGD's default lr makes the loss diverge.
+    Only where a layer the input reaches trains (keep: ids of the ops that do) and the
+    rms is 2^2.5 or more.  Export folds s back (unscale_input).  Returns s, or 0."""
+    rms = g.input_rms
+    if len(g.inputs) != 1 or not rms or not np.isfinite(rms):
+        return 0
+    e = int(round(float(np.log2(rms))))
+    x = g.inputs[0]
+    if e < 3 or g.tensors[x].dtype != 'float32':
+        return 0
+    ends = _scaled_reach(g, x)
+    if not ends or not any(id(trains_as(op)) in keep for op in ends):
+        return 0
+    s = 2.0 ** -e
+    first = consumers(g, x)
+    y = new_tensor(g, g.tensors[x].name + _SCALED, g.tensors[x].shape)
+    c = new_tensor(g, g.tensors[x].name + '/utrain_scale', [1], np.array([s], np.float32))
+    for op in first:
+        op.inputs = [y if k == x else k for k in op.inputs]
+    g.ops.insert(0, Operator(-1, OP_CODES['MUL'], 'MUL', [x, c], [y],
+                             {'fused_activation_function': 'NONE'}, src=first[0].number))
+    _renumber(g)
+    for op in ends:
+        t = g.tensors[op.inputs[1]]
+        t.data = (np.asarray(t.data) / np.float32(s)).astype(np.float32)
+    return s
+
+
+def unscale_input(g: Graph, weights=None):
+    """scale_input undone in g (for export: the file's graph): its MUL dropped and the
+    weights it reaches multiplied by s again, in g and in weights {tensor index: trained
+    array} (returned).  Returns (weights, s or 0)."""
+    w = dict(weights or {})
+    op = next((o for o in g.ops if o.name == 'MUL' and o.inputs and o.inputs[0] in g.inputs
+               and g.tensors[o.outputs[0]].name.endswith(_SCALED)), None)
+    if op is None or not is_const(g, op.inputs[1]):
+        return w, 0
+    x, y = op.inputs[0], op.outputs[0]
+    s = np.float32(np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)[0])
+    for e in _scaled_reach(g, y) or ():
+        k, t = e.inputs[1], g.tensors[e.inputs[1]]
+        t.data = (np.asarray(t.data, np.float32) * s).astype(np.float32)
+        if k in w:
+            w[k] = (np.asarray(w[k], np.float32).reshape(t.shape) * s).astype(np.float32)
+    for o in g.ops:
+        o.inputs = [x if k == y else k for k in o.inputs]
+    remove_op(g, op)
+    return w, float(s)
+
+
 # The exporter-output passes in the order rewrite() runs them after dequantize:
 # (report key, pass, whether it runs on an int8 graph that trains as int8).  The int8
 # ones only fold what the host knows or change an op for one that computes the same

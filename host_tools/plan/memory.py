@@ -680,10 +680,19 @@ def op_need(r, spec, op, cur, hole):
     o = op.outputs[0]
     ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
     n_in = A(max([size[k] for k in ins] or [0])) if fi else 0
+    wt = weight_temps(r, spec, op)
     need = cur + (1 + fo) * A(size[o]) + fi * n_in + sum(A(size[k]) for k in op.outputs[1:]) \
-        + spec.taps * A(0) + pc + fresh_run([A(size[o])] * (1 + fo) + [n_in] * fi + [pc], hole)
+        + spec.taps * A(0) + pc + wt + fresh_run([A(size[o])] * (1 + fo) + [n_in] * fi + [pc, wt], hole)
     r.largest = max(r.largest, A(size[o]), pc, n_in)
     return need, max(pc, n_in, A(size[o]) if fo else 0)
+
+
+def weight_temps(r, spec, op, extra=0) -> int:
+    """Bytes of the kernel's weight-sized temporaries (spec.wtemp, and extra more: the
+    weight's gradient in the kernel's own layout)."""
+    n = spec.wtemp + extra if spec.wtemp else 0
+    ins = spec.inputs(op)
+    return n * r.A(r.size[ins[1]]) if n and len(ins) > 1 and ins[1] >= 0 else 0
 
 
 def forward_frees(r, op, live, cut) -> list:
@@ -714,7 +723,7 @@ def fresh_run(arrays, hole) -> int:
 
 def backward_peak(r) -> int:
     """The backward pass's peak: the gradients in flight and each op's temporaries."""
-    from ..graph.optable import SPECS, dx_bit
+    from ..graph.optable import SPECS, dx_bit, DW
     g, plan, size, A = r.g, r.plan, r.size, r.A
     opt, batch = r.s['optimizer'], int(r.s['batch'])
     peak = 0
@@ -744,7 +753,8 @@ def backward_peak(r) -> int:
         more = {k: size[k] for n, k in spec.data(op)[1:] if flags & dx_bit(n)}
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + sum(A(v) for v in more.values())
-                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows)
+                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows
+                   + weight_temps(r, spec, op, 1 if flags & DW else 0))
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         for k in op.outputs:
             grads.pop(k, None)

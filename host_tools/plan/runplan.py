@@ -21,11 +21,12 @@ def rewrite_for_training(g, train, enabled=True):
     if not enabled:
         return sorted(op.index for op in keep), {
             'dequantized': 0, 'quant': {}, 'transposes': 0, 'batchnorm': 0,
-            'changed': False, 'input_perm': None}, None
+            'changed': False, 'input_perm': None, 'input_scale': 0}, None
     info = rw.rewrite(g, keep)
     perm = rw.hoist_input_transpose(g)
     info['input_perm'] = perm
-    info['changed'] = info['changed'] or perm is not None
+    info['input_scale'] = rw.scale_input(g, {id(op) for op in keep})   # (g.input_rms: data)
+    info['changed'] = info['changed'] or perm is not None or bool(info['input_scale'])
     if info['changed']:
         rw.compact(g)
     ids = {id(op) for op in keep}

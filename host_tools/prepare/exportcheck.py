@@ -106,7 +106,10 @@ def calibrated(run_dir, wof_path, out_path, data, g, w, perm=None) -> dict:
 TIED = ('RESHAPE', 'MAX_POOL_2D', 'AVERAGE_POOL_2D', 'PAD', 'SQUEEZE', 'EXPAND_DIMS',
         'CONCATENATION', 'STRIDED_SLICE', 'TRANSPOSE', 'SPLIT', 'SPLIT_V', 'GATHER')
 FIXED = ('SOFTMAX', 'LOGISTIC', 'TANH')
-WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
+WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D', 'TRANSPOSE_CONV')
+# (data input, weight, bias) positions: TRANSPOSE_CONV's inputs are output_shape,
+# weight, input, bias
+POSITIONS = {'TRANSPOSE_CONV': (2, 1, 3)}
 
 
 def _dequantized(t):
@@ -211,10 +214,11 @@ def recalibrate(og, ranges, trained) -> int:
         t.quant = dict(t.quant, scale=list(q['scale']), zero_point=list(q['zero_point']))
         t.data = quantize(tf.reshape(t.shape), t.quant, 'int8')[0]
     for op in og.ops:
-        if op.name not in WEIGHTED or len(op.inputs) < 2:
+        xp, wp, bp = POSITIONS.get(op.name, (0, 1, 2))
+        if op.name not in WEIGHTED or len(op.inputs) <= max(xp, wp):
             continue
-        x, w = og.tensors[op.inputs[0]], og.tensors[op.inputs[1]]
-        b = og.tensors[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
+        x, w = og.tensors[op.inputs[xp]], og.tensors[op.inputs[wp]]
+        b = og.tensors[op.inputs[bp]] if len(op.inputs) > bp and op.inputs[bp] >= 0 else None
         if not (w.quant and x.quant) or w.data is None or (b is not None and (
                 not b.quant or b.data is None)):
             continue

@@ -167,7 +167,8 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
     try:
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch')}
         s = prepare(model_path, tmp, data=data, test_split=split[0], split_seed=split[1],
-                    log=lambda *a: None, int8=False, progress=0, train=train, **kw)
+                    log=lambda *a: None, int8=False, progress=0, train=train,
+                    scale_input=False, **kw)
         if s.get('input_perm'):
             raise ValueError('its input is transposed by the rewrites (NCHW)')
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)

@@ -310,7 +310,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
-            bands=None, int8=None, log=print, trial=False, **overrides):
+            bands=None, int8=None, log=print, trial=False, scale_input=True, **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -335,7 +335,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     profile and no ulab, where the int8 path takes the settings).  trial: the folder of a
     --select trial (host_tools/prepare/select.py), which reads only model.flat,
     weights.wof, train.json and the datasets: no plans for the other boards in
-    prepare.json's summary (heap.by_target) and no rewritten graph beside."""
+    prepare.json's summary (heap.by_target) and no rewritten graph beside.  scale_input:
+    a float run whose input is far larger than 1 on data trains it scaled by a power of
+    two (rewrite.scale_input); False keeps it as given (the int8 path calibrates)."""
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
@@ -406,12 +408,17 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'{model_path}: --int8 does not go with --dequantize, --ranks, '
                            '--train-config, --select or --no-rewrite')
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
+    if data and rewrite and scale_input:    # (read by rewrite.scale_input)
+        x = read_data(data, source.tensors[source.inputs[0]].shape)[0]
+        source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
+            if x.size else None
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
     sel = select_fitting(select, model_path, data, s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log,
-                         dict(board=board, cache=cache, bands=bands, limit=limit),
+                         dict(board=board, cache=cache, bands=bands, limit=limit,
+                              input_rms=source.input_rms),
                          dequantize and quant.is_int8(source), given) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'
@@ -433,6 +440,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                       len(source.ops), train))
     for line in missing_biases(model_path, g, p):
         log(line)
+    if info['input_scale']:
+        sc = info['input_scale']
+        log(f'{model_path}: its input\'s root mean square is {source.input_rms:.4g} on {data}: '
+            f'it trains on the input times {sc:g} (a MUL before op {g.ops[0].number}, the '
+            f'weights the input reaches x{1 / sc:g}: the same model, whose SGD steps on them '
+            f'are {1 / sc ** 2:g}x smaller than on the input as given); export folds it back')
     fisher = bool(sel and 'select' in sel)      # the board selects (utrain/fisher.py)
     heap = plan_memory(g, p, s, backend, board, cache, fisher, bands, limit)
     if cache or not data or fisher:     # (a cache given wins; the host's needs the samples)
@@ -714,19 +727,27 @@ def check_ids(model_path, g, xy, dtype):
                                'consecutive ids exactly, not these; use --dtype float32')
 
 
+def file_weights(g, w):
+    """Trained weights w of the rewritten graph g as the file's tensors: a grouped
+    convolution's parts joined (rewrite.join_groups), an input scale folded back into the
+    weights it reached (rewrite.unscale_input)."""
+    return rw.unscale_input(g, rw.join_groups(g, w)[0])[0]
+
+
 def write_trained(base, out_path, g, w, identifier, ints=None):
     """out_path: model file base (read as g) with the trained weights w {tensor index:
     array}; where prepare split a grouped convolution (rewrite.split_groups) the groups
-    are joined again into the file's grouped CONV_2D (rewrite.join_groups), and an
-    embedding's ids made ints again (rewrite.embedding_ids_back; ints: the original
+    are joined again into the file's grouped CONV_2D (rewrite.join_groups), an input
+    scale is folded back (rewrite.unscale_input), and an embedding's ids made ints again (rewrite.embedding_ids_back; ints: the original
     file's integer inputs {name: dtype}), and the graph is written anew, else base's
     bytes are kept but for the weights."""
     from ..formats.circle_io import write_with_weights
     w, joined = rw.join_groups(g, w)
+    w, scaled = rw.unscale_input(g, w)
     # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
     # negative-id SELECT_V2): a float id no runtime gathers by
     joined += rw.embedding_ids_back(g, ints)
-    if not joined:
+    if not (joined or scaled):
         write_with_weights(base, out_path, w, identifier)
         return
     for k, arr in w.items():
@@ -829,7 +850,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     from ..formats.onnx_io import is_onnx, export_onnx
     if is_onnx(model_path) and not quantized:
         if is_onnx(out_path):                       # the ONNX model, initializers trained
-            return export_onnx(model_path, g, rw.join_groups(g, w)[0], out_path)
+            return export_onnx(model_path, g, file_weights(g, w), out_path)
         for k, arr in w.items():                    # the graph utrain trained, as circle
             g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
         rw.save_graph(g, out_path)
@@ -845,7 +866,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         return r
     orig = read_model(model_path)
     by_name = {t.name: t for t in orig.tensors}
-    w = rw.join_groups(g, w)[0]         # (a grouped convolution's parts: the file's tensor)
+    w = file_weights(g, w)
     quant = summary.get('quant') or {}
     new, clipped = {}, 0
     for k, arr in w.items():

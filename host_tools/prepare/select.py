@@ -137,11 +137,13 @@ class Pricer:
     def __init__(self, model_path, settings, backend, rewrite=True, target=None):
         """target: prepare's plan_memory arguments besides the graph ({'board', 'cache',
         'bands'}): every candidate is priced for the board, cache and row bands the
-        user's prepare plans with, so the choice's price is its final plan."""
+        user's prepare plans with, so the choice's price is its final plan; its
+        'input_rms', the data's, scales the input as prepare will (rewrite.scale_input)."""
         from ..formats.circle_io import read_model
         self.path, self.settings, self.backend, self.rewrite = model_path, settings, backend, rewrite
-        self.target = target or {}
+        self.target = dict(target or {})
         self.g0 = read_model(model_path)
+        self.g0.input_rms = self.target.pop('input_rms', None)
         self.memo = {}
 
     def build(self, ranks):

@@ -48,6 +48,7 @@ EXP = const(47)
 LOG = const(73)
 GELU = const(150)
 BATCH_MATMUL = const(126)
+TRANSPOSE_CONV = const(67)
 GATHER = const(36)
 
 # ---- backward flags (a backward entry's u16): DX the first data input's gradient, DW
@@ -82,7 +83,8 @@ BETA = const(0)
 ALPHA = const(0)
 # CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D (after ACT): input H, W, C,
 # output OH, OW, OC, kernel KH, KW, stride SH, SW, dilation DH, DW, pad top, pad left;
-# DEPTHWISE_CONV_2D adds the depth multiplier
+# DEPTHWISE_CONV_2D adds the depth multiplier.  TRANSPOSE_CONV: the same slots of the
+# convolution whose input gradient it is (H, W, C its output's; OH, OW, OC its input's)
 G_H = const(1)
 G_W = const(2)
 G_C = const(3)

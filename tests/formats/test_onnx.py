@@ -153,6 +153,23 @@ def grouped1d():
                          nn.Flatten(), nn.Linear(6 * 6, 3))
 
 
+def tconv():
+    # a conv autoencoder's decoder (issue 28): ConvTranspose2d 3x3 stride 2 with PyTorch's
+    # padding=1, output_padding=1 (TFLite's SAME pads otherwise: VALID to 9x9, sliced),
+    # 4x4 stride 2 padding 1 (TFLite's SAME), and an unpadded one without bias
+    return nn.Sequential(nn.Conv2d(2, 4, 3, stride=2, padding=1), nn.ReLU(),
+                         nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1),
+                         nn.Tanh(), nn.ConvTranspose2d(3, 2, 4, stride=2, padding=1),
+                         nn.ReLU(), nn.ConvTranspose2d(2, 2, (2, 3), stride=(1, 2), bias=False),
+                         nn.Flatten(), nn.Linear(2 * 17 * 33, 3))
+
+
+def tconv1d():
+    return nn.Sequential(nn.Conv1d(4, 4, 3, stride=2), nn.ReLU(),
+                         nn.ConvTranspose1d(4, 2, 5, stride=2, padding=2, output_padding=1),
+                         nn.Flatten(), nn.Linear(2 * 8, 3))
+
+
 # name -> (builder, input shape, exporter options)
 MODELS = {
     'rescnn-13': (ResCNN, (3, 8, 8), dict(opset_version=13, dynamo=False)),
@@ -168,6 +185,8 @@ MODELS = {
     'normalize-17': (Normalize, (2, 4, 4), dict(opset_version=17, dynamo=False)),
     'grouped-17': (grouped, (2, 4, 4), dict(opset_version=17, dynamo=False)),
     'grouped1d-17': (grouped1d, (4, 10), dict(opset_version=17, dynamo=False)),
+    'tconv-17': (tconv, (2, 8, 8), dict(opset_version=17, dynamo=False)),
+    'tconv1d-17': (tconv1d, (4, 9), dict(opset_version=17, dynamo=False)),
 }
 
 
@@ -251,12 +270,13 @@ def test_forward_matches_ort_and_torch(name, folder, tmp_path):
 @pytest.mark.parametrize('backend', BACKENDS)
 @pytest.mark.parametrize('name,train', [('rescnn-17', 'all'), ('rescnn-13', 'last:6'),
                                         ('mlp-17', 'all'), ('prelu-17', 'all'),
-                                        ('grouped-17', 'all'), ('grouped1d-17', 'last:3')])
+                                        ('grouped-17', 'all'), ('grouped1d-17', 'last:3'),
+                                        ('tconv-17', 'all'), ('tconv1d-17', 'all')])
 def test_train_and_export(name, train, backend, folder, tmp_path):
     """prepare, a short training run, export .onnx: ORT on the export equals utrain's
     forward with the trained weights; the frozen stem (last:6) has its BatchNorm folded
     into the conv for training while the .onnx keeps conv and BatchNorm as they were."""
-    if backend == 'micropython' and name != 'rescnn-17':
+    if backend == 'micropython' and name not in ('rescnn-17', 'tconv-17'):
         pytest.skip('one model on unix MicroPython keeps the suite fast')
     model, path, shape = export_model(name, folder)
     x, y = samples(shape, n=8)
@@ -480,9 +500,9 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
      (1, 6, 6), r'\(Resize\): mode linear: utrain upsamples with mode \'nearest\''),
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.5)), (1, 6, 6),
      r'\(Resize\): resizing \[1, 2, 4, 4\] to \[1, 2, 6, 6\]: utrain resizes by integer'),
-    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.ConvTranspose2d(2, 2, 2, stride=2)), (1, 6, 6),
-     r'\(ConvTranspose\): utrain cannot read ONNX op ConvTranspose: the device has no '
-     r'transposed convolution'),
+    (lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.ConvTranspose2d(4, 4, 2, stride=2, groups=2)),
+     (1, 6, 6), r'\(ConvTranspose\): group 2 with 4 input channels and a weight of shape '
+     r'\[4, 2, 2, 2\]: utrain runs ungrouped transposed convolutions'),
     (lambda: nn.Sequential(nn.Linear(4, 3), nn.LogSoftmax(0)), (4,),
      r'\(LogSoftmax\): log_softmax over axis 0 of shape \[1, 3\]: utrain takes the last'),
 ])
@@ -940,3 +960,35 @@ def test_matmul_of_activations_and_batched_constants(tmp_path):
     before, trained = init(path), init(out)
     for k in ('w1', 'w2', 'c3', 'c2', 'wo'):
         assert np.abs(trained[k] - before[k]).max() > 1e-3, k
+
+
+def test_raw_pixel_input_trains_scaled_and_exports_folded(tmp_path):
+    """Issue 28: a PyTorch CNN fed 0..255 pixels trains on them times 1/128 (its first
+    conv's weights x128: rewrite.scale_input, after the NCHW input's transpose is hoisted);
+    the .onnx export folds the scale back: ORT on it = utrain's trained forward."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(36, 3)).eval()
+    with torch.no_grad():
+        model[0].weight /= 255              # (trained on x / 255, the scale folded in)
+    path = os.fspath(tmp_path / 'raw.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(model, (torch.zeros((1, 3, 8, 8)),), path, input_names=['x'],
+                          output_names=['y'], dynamo=False)
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (16, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=rng.integers(0, 3, 16))
+    d, lines = os.fspath(tmp_path / 'run'), []
+    s = prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+                optimizer='sgd', lr=0.01, epochs=2, log=lines.append)
+    assert s['input_perm'] == [0, 2, 3, 1]
+    assert any('times 0.0078125' in ln for ln in lines), lines
+    np.testing.assert_allclose(utrain_run(d, x[:4]), ort_run(path, x[:4]), rtol=1e-5, atol=1e-4)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    got, ref = utrain_run(d, x, 'trained.wof'), ort_run(out, x)
+    assert np.abs(got - ref).max() < 1e-4 * max(1.0, np.abs(ref).max()), np.abs(got - ref).max()
+    assert np.abs(ref - ort_run(path, x)).max() > 1e-2           # it trained

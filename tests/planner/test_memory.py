@@ -134,6 +134,34 @@ def test_a_conv_peak_is_planned_within_1_2x(tmp_path, monkeypatch, case, build):
         f'{case}: trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
 
 
+@pytest.mark.slow
+@needs_mp
+@pytest.mark.parametrize('build', CONV_BUILDS)
+def test_a_transposed_conv_autoencoder_is_planned_within_1_25x(tmp_path, monkeypatch, build):
+    """A Keras-style conv autoencoder (24x24, Conv2D(8) stride 2 -> Conv2DTranspose(1)
+    stride 2, MSE against its input; op_tconv's weight in its convolution's layout and that
+    layout's gradient are OpSpec.wtemp's) trains in its plan and not in plan / 1.25.  (A
+    held-out Keras one, 24x24 with two of each, was planned 1.08-1.17x its smallest heap,
+    64-bit and 32-bit, fallback and ulab.)"""
+    from kerasgraphs import build_keras_autoencoder
+    arrays = backend()
+    if build:
+        monkeypatch.setenv('MICROPYTHON', os.environ[build])
+        arrays = 'ulab'
+    model, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', size=24, channels=8)
+    x = np.random.default_rng(3).uniform(0, 1, (6, 24, 24, 1)).astype(np.float32)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=x, y=x)
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='mse', lr=0.01, epochs=1, optimizer='sgd', batch=1,
+                int8=False, log=lambda *a: None, backend=arrays)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.25)), \
+        f'trains in {int(plan / 1.25)} B, the plan ({plan} B) is over 1.25x the need'
+
+
 def _nchw_block(path, size=24, ch=8, classes=4, seed=0):
     """tico's layout around an NHWC conv, as in its ResNet-8: the conv's output (1 input
     channel -> ch, RELU) TRANSPOSEd to NCHW, a per-channel MUL (broadcast blocks), a

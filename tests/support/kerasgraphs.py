@@ -1386,3 +1386,93 @@ def build_int8_unitnorm(path, seed=0, F=16, H=32, O=4):
         u = _qclip(v * r, sm, zm)
         return wf.get('w2', w2 * s2) @ u + b2 * sm * s2
     return os.fspath(path), forward, {'w1': s1, 'w2': s2}, sx
+
+
+def _ae_weights(seed, C=4):
+    rng = np.random.default_rng(seed)
+    return ((_rand(rng, C, 3, 3, 1) * 0.5).astype(np.float32),
+            (_rand(rng, C) * 0.1).astype(np.float32),
+            (_rand(rng, 1, 3, 3, C) * 0.3).astype(np.float32))
+
+
+def _ae_forward(xs, wc, bc, wt, bt=0.0, hidden=False):
+    """The autoencoder's float64 forward on [n, N, N, 1] (N even): CONV_2D SAME stride 2
+    3x3 + RELU, then TRANSPOSE_CONV SAME stride 2 3x3 (pad 0 on top and left) + bt."""
+    N, C, out, hs = xs.shape[1], wc.shape[0], [], []
+    M = N // 2
+    for x1 in xs.reshape(-1, N, N):
+        xp = np.pad(x1.astype(np.float64), ((0, 1), (0, 1)))    # SAME on N: pad 0, 1
+        hm = np.zeros((M, M, C))
+        for i in range(M):
+            for j in range(M):
+                hm[i, j] = wc.reshape(C, 9).astype(np.float64) @ \
+                    xp[2 * i:2 * i + 3, 2 * j:2 * j + 3].reshape(9) + bc
+        hm = np.maximum(hm, 0)
+        y1 = np.zeros((N + 1, N + 1))
+        for i in range(M):
+            for j in range(M):
+                y1[2 * i:2 * i + 3, 2 * j:2 * j + 3] += np.einsum(
+                    'abc,c->ab', wt[0].astype(np.float64), hm[i, j])
+        out.append(y1[:N, :N, None] + bt)
+        hs.append(hm)
+    return (np.stack(out), np.stack(hs)) if hidden else np.stack(out)
+
+
+def _q(scale, zero=0, dim=0):
+    s = [float(v) for v in np.ravel(scale)]
+    return {'scale': s, 'zero_point': [int(zero)] * len(s), 'quantized_dimension': dim}
+
+
+def build_keras_autoencoder(path, seed=0, int8_on=None, size=8, channels=4):
+    """What TF 2.21 writes for Keras's Conv2D(4, 3, strides=2, padding='same',
+    activation='relu') -> Conv2DTranspose(1, 3, strides=2, padding='same') on [8, 8, 1]
+    (the bias of a fresh Conv2DTranspose, zeros, is dropped: TRANSPOSE_CONV has three
+    inputs), built here: the output shape read at run time (SHAPE of the conv's map ->
+    STRIDED_SLICE of the batch -> PACK with 8, 8, 1), the weight [1, 3, 3, 4].
+    int8_on: samples in [0, 1] to calibrate an int8 model on, as the converter writes
+    one with a representative dataset (input 1/255 zero point -128, per-channel weights
+    on axis 0, int32 biases at input x weight scale: the TRANSPOSE_CONV's too, 0.05).
+    size, channels: [size, size, 1] (even) and the conv's channels, for other shapes.
+    Returns (path, numpy forward of the float model as its ops define it)."""
+    N, C, M = size, channels, size // 2
+    wc, bc, wt = _ae_weights(seed, C)
+    bt = 0.05 if int8_on is not None else 0.0
+    b = CircleBuilder(identifier=b'TFL3')
+    act = functools.partial(_act, b)
+    if int8_on is None:
+        x = act('x', [1, N, N, 1])
+        w = b.tensor('conv.w', [C, 3, 3, 1], data=wc)
+        bias = b.tensor('conv.b', [C], data=bc)
+        h = act('h', [1, M, M, C])
+        wk = b.tensor('tconv.w', [1, 3, 3, C], data=wt)
+        y = act('y', [1, N, N, 1])
+        tins = []
+    else:
+        yv, hv = _ae_forward(int8_on, wc, bc, wt, bt, hidden=True)
+        sx, sh = 1 / 255, hv.max() / 255
+        lo, hi = min(yv.min(), 0.0), max(yv.max(), 0.0)
+        sy, zy = (hi - lo) / 255, int(round(-128 - lo / ((hi - lo) / 255)))
+        swc = np.abs(wc).reshape(C, -1).max(1) / 127
+        swt = np.abs(wt).reshape(1, -1).max(1) / 127
+        x = b.tensor('x', [1, N, N, 1], dtype=np.int8, quant=_q(sx, -128),
+                     signature=[-1, N, N, 1])
+        w = b.tensor('conv.w', [C, 3, 3, 1], data=np.round(wc / swc[:, None, None, None])
+                     .astype(np.int8), quant=_q(swc))
+        bias = b.tensor('conv.b', [C], data=np.round(bc / (sx * swc)).astype(np.int32),
+                        quant=_q(sx * swc))
+        h = b.tensor('h', [1, M, M, C], dtype=np.int8, quant=_q(sh, -128),
+                     signature=[-1, M, M, C])
+        wk = b.tensor('tconv.w', [1, 3, 3, C], data=np.round(wt / swt[0]).astype(np.int8),
+                      quant=_q(swt))
+        tins = [b.tensor('tconv.b', [1], data=np.round(np.array([bt]) / (sh * swt))
+                         .astype(np.int32), quant=_q(sh * swt))]
+        y = b.tensor('y', [1, N, N, 1], dtype=np.int8, quant=_q(sy, zy), signature=[-1, N, N, 1])
+    b.op('CONV_2D', [x, w, bias], [h], padding='SAME', stride_h=2, stride_w=2,
+         fused_activation_function='RELU')
+    new = _batch_and(b, h, 4, (N, N, 1))
+    b.op('TRANSPOSE_CONV', [new, wk, h] + tins, [y], padding='SAME', stride_h=2, stride_w=2,
+         fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+    return os.fspath(path), lambda xs: _ae_forward(xs, wc, bc, wt, bt)

@@ -1,0 +1,147 @@
+"""Issue 28: an input far larger than 1 (0..255 pixels into a Conv2D whose Keras
+Rescaling(1/255) the converter folded into the conv's weights; raw sensor units) made SGD
+at its default lr diverge: a weight's step grows with its input, squared in the update's
+effect.  prepare trains such a model on its input times a power of two s near 1 / rms (a
+MUL before the model, the weights the input reaches divided by s: rewrite.scale_input),
+which is the model Keras trained, with the scale in a layer of its own; export folds s
+back.  Checked against that model built with its scale as a layer (the reference: the
+same run on it must give the same weights, folded), ONERT on the rewrite (the same outputs
+as the file), and the file form's run (its loss does not come down)."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
+from repo import ROOT  # noqa: E402,F401
+
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.files.wof import read_wof  # noqa: E402
+from host_tools.prepare.pipeline import export, prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+
+H, C, K, O = 8, 4, 3, 3
+f32 = lambda a: np.asarray(a, np.float32)      # noqa: E731
+
+
+def _weights(seed=0):
+    rng = np.random.default_rng(seed)
+    return (0.5 * rng.standard_normal((C, K, K, 1)), 0.1 * rng.standard_normal(C),
+            0.3 * rng.standard_normal((O, C * 9)), 0.1 * rng.standard_normal(O))
+
+
+def _build(path, scale_layer=None, seed=0, depthwise=False):
+    """x [1, H, H, 1] -> (MUL by scale_layer) -> CONV_2D 3x3 RELU (or DEPTHWISE) ->
+    MAX_POOL 2 -> RESHAPE -> FULLY_CONNECTED -> logits.  Without scale_layer the conv's
+    weight has 1/256 folded in (what the converter writes for Rescaling(1/256))."""
+    w, bc, wf, bf = _weights(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, H, H, 1])
+    inp = x
+    if scale_layer:
+        inp = b.tensor('xs', [1, H, H, 1])
+        b.op('MUL', [x, b.tensor('s', [1], data=f32([scale_layer]))], [inp],
+             fused_activation_function='NONE')
+        w = w / (256 * scale_layer)         # (the same model)
+    else:
+        w = w / 256
+    c = b.tensor('c', [1, H - 2, H - 2, C])
+    name = 'DEPTHWISE_CONV_2D' if depthwise else 'CONV_2D'
+    wt = w.transpose(3, 1, 2, 0) if depthwise else w
+    opts = dict(padding='VALID', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    if depthwise:
+        opts['depth_multiplier'] = C
+    b.op(name, [inp, b.tensor('wc', list(wt.shape), data=f32(wt)), b.tensor('bc', [C], data=f32(bc))],
+         [c], **opts)
+    p = b.tensor('p', [1, 3, 3, C])
+    b.op('MAX_POOL_2D', [c], [p], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
+         filter_height=2, fused_activation_function='NONE')
+    r = b.tensor('r', [1, C * 9])
+    b.op('RESHAPE', [p, b.tensor('shape', [2], data=np.array([1, C * 9], np.int32))], [r])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [r, b.tensor('wf', [O, C * 9], data=f32(wf)),
+                             b.tensor('bf', [O], data=f32(bf))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def _data(tmp_path, n=48, seed=3):
+    """0..255 images whose class is the brightest third of the image (top, middle, bottom)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 120, (n, H, H, 1)).astype(np.float32)
+    y = rng.integers(0, O, n)
+    for i in range(n):
+        x[i, y[i] * 3:y[i] * 3 + 2] += 130
+    path = os.fspath(tmp_path / 'd.npz')
+    np.savez(path, x=x, y=y)
+    return path, x, y
+
+
+def _run(src, out, data, **kw):
+    lines = []
+    s = prepare(src, os.fspath(out), data=data, loss='scce', from_logits=True,
+                optimizer='sgd', lr=0.01, batch=1, epochs=3, log=lines.append, **kw)
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    losses = [float(ln.split(' loss ')[1].split()[0]) for ln in text.splitlines()
+              if ln.startswith('epoch ')]
+    return s, lines, losses
+
+
+@pytest.mark.parametrize('depthwise', [False, True])
+def test_folded_input_scale_trains_as_the_model_with_its_scale_layer(tmp_path, depthwise):
+    data, x, _ = _data(tmp_path)
+    src = _build(tmp_path / 'folded.tflite', depthwise=depthwise)
+    ref = _build(tmp_path / 'layer.tflite', scale_layer=1 / 128, depthwise=depthwise)
+    s, lines, losses = _run(src, tmp_path / 'a', data)
+    assert s['rewritten'] and any('times 0.0078125' in ln and 'export folds it back' in ln
+                                  for ln in lines), lines
+    g = read_model(tmp_path / 'a' / s['rewritten'])
+    assert [op.name for op in g.ops][:2] == ['MUL', 'DEPTHWISE_CONV_2D' if depthwise else 'CONV_2D']
+    # ONERT: the rewritten model computes what the file does
+    from onert_ref import onert_infer
+    np.testing.assert_allclose(onert_infer(os.fspath(tmp_path / 'a' / s['rewritten']), x[:6]),
+                               onert_infer(src, x[:6]), rtol=1e-5, atol=1e-5)
+    # the model with its scale as a layer (not rewritten: its input reaches a MUL first),
+    # the layer frozen, trains to the same weights; the export folds s back into the file's form
+    r, rlines, rlosses = _run(ref, tmp_path / 'b', data, train='last:4')   # (not its MUL)
+    assert not any('times' in ln for ln in rlines)
+    np.testing.assert_allclose(losses, rlosses, rtol=1e-5)
+    assert losses[-1] < 0.5 * losses[0], losses          # it learns (3 epochs, lr 0.01)
+    export(src, os.fspath(tmp_path / 'a' / 'trained.wof'), os.fspath(tmp_path / 'a.tflite'))
+    export(ref, os.fspath(tmp_path / 'b' / 'trained.wof'), os.fspath(tmp_path / 'b.tflite'))
+    ga, gb = read_model(tmp_path / 'a.tflite'), read_model(tmp_path / 'b.tflite')
+    assert [op.name for op in ga.ops] == [op.name for op in read_model(src).ops]
+    wa = {t.name: t.data for t in ga.tensors if t.data is not None}
+    wb = {t.name: t.data for t in gb.tensors if t.data is not None}
+    np.testing.assert_allclose(wa['wc'] * 128, wb['wc'], rtol=1e-5, atol=1e-6)
+    for n in ('bc', 'wf', 'bf'):
+        np.testing.assert_allclose(wa[n], wb[n], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(wa['wc'], read_model(src).tensors[
+        next(t.index for t in ga.tensors if t.name == 'wc')].data)
+    np.testing.assert_allclose(onert_infer(os.fspath(tmp_path / 'a.tflite'), x[:6]),
+                               onert_infer(os.fspath(tmp_path / 'b.tflite'), x[:6]),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_the_file_form_diverges_and_small_inputs_stay(tmp_path):
+    """Without the scale (prepare's scale_input=False) the same run ends at chance; data near 1 (rms < 2^2.5) and a frozen first layer are left as given."""
+    data, x, y = _data(tmp_path)
+    src = _build(tmp_path / 'folded.tflite')
+    s, _, losses = _run(src, tmp_path / 'a', data)
+    _, _, raw = _run(src, tmp_path / 'raw', data, scale_input=False)
+    # (the file form's first epoch blows up and its ReLUs die: it ends at chance, ln 3)
+    assert losses[-1] < 0.5 * losses[0] and raw[-1] > max(2 * losses[-1], 0.9 * np.log(O)), \
+        (losses, raw)
+    # frozen conv: nothing to scale for
+    s, lines, _ = _run(src, tmp_path / 'f', data, train='last:1')
+    assert not any('times' in ln for ln in lines)
+    # inputs of rms about 4: left
+    np.savez(tmp_path / 'small.npz', x=x / 40, y=y)
+    s, lines, _ = _run(src, tmp_path / 's', os.fspath(tmp_path / 'small.npz'))
+    assert not any('times' in ln for ln in lines)
+    assert json.load(open(tmp_path / 's' / 'prepare.json'))['rewritten'] is None
