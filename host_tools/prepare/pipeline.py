@@ -718,6 +718,17 @@ def check_ids(model_path, g, xy, dtype):
         raise PrepareError(f'{model_path}: its input is an embedding\'s ids, and the data holds '
                            'values that are not integers: give the ids (token or category '
                            'numbers) as they are')
+    for op in g.ops:
+        if op.name == 'GATHER' and op.inputs[1] == g.inputs[0]:
+            n = g.tensors[op.inputs[0]].shape[0]
+            lo = -n if len(op.inputs) > 2 else 0
+            bad = x[(x < lo) | (x >= n)]
+            if bad.size:
+                raise PrepareError(f'{model_path}: op {op.number} GATHER reads rows of a {n}-row '
+                                   f'table by the input\'s ids, and the data holds id '
+                                   f'{bad.flat[0]:g} ({bad.size} outside {lo}..{n - 1}); TFLite '
+                                   'stops at such an id, and so would the board: give ids '
+                                   'the table has')
     if dtype != 'float32':
         from ..files.dataset import quantization
         sc, off = quantization(x, dtype)

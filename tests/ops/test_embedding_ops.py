@@ -399,3 +399,29 @@ def test_a_rank_trains_its_rows_only(tmp_path, opt, batch):
     k = next(t.index for t in g.tensors if t.name == 'emb')
     moved = np.abs(w1[k] - w0[k]).reshape(N, D).max(1) > 0
     assert not moved[:N // 2].any() and moved[N // 2:].all(), moved
+
+
+@pytest.mark.parametrize('fix, says', [
+    (lambda x: x.__setitem__((2, 3), 9.0), 'holds id 9 (1 outside -7..6)'),
+    (lambda x: x.__setitem__((0, 0), 1.5), 'values that are not integers'),
+    (lambda x: None, ''),
+])
+def test_prepare_checks_the_ids_in_the_data(tmp_path, fix, says):
+    """The host refuses data whose ids the table has no row for (or that are not
+    integers), naming the op, the id and the range, as TFLite's GATHER and the board
+    would stop at it; ids in range (negatives from the end) prepare."""
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
+    src, _ = build_keras_embedding(tmp_path / 'e.tflite')
+    x = _ids(4)
+    x[1, 1] = -7.0
+    fix(x)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.zeros((4, O), F32))
+    go = lambda: prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),  # noqa: E731
+                         loss='mse', log=lambda *a: None)
+    if not says:
+        go()
+        return
+    with pytest.raises(PrepareError) as e:
+        go()
+    assert src in str(e.value) and says in str(e.value), str(e.value)
