@@ -164,12 +164,17 @@ def load(path, label='last', size=None):
 def quantization(x, dtype: str):
     """(scale, offset) mapping the stored dtype onto x's range: value = q * scale + offset."""
     lo, hi = float(np.min(x)), float(np.max(x))
+    ints = dtype != 'float32' and hi - lo <= 255 and np.all(x == np.round(x))
     if dtype == 'uint8':
-        if lo >= 0 and hi <= 255 and np.all(x == np.round(x)):
+        if lo >= 0 and hi <= 255 and ints:
             return 1.0, 0.0                        # already bytes
+        if ints:                                   # integers (ids) kept exact
+            return 1.0, lo
         lo = min(lo, 0.0)
         return (hi - lo) / 255.0 or 1.0, lo
     if dtype == 'int8':
+        if ints:
+            return 1.0, 0.0 if lo >= -128 and hi <= 127 else lo + 128
         return max(abs(lo), abs(hi)) / 127.0 or 1.0, 0.0
     return 1.0, 0.0
 

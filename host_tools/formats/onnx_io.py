@@ -396,8 +396,14 @@ class _Reader(RecurrentOps):
             if s is None:
                 raise ModelError(self.path, f'input {vi.name!r} has no static shape')
             et = vi.type.tensor_type.elem_type
+            cons = self.consumers.get(vi.name, [])
+            if et in (6, 7) and cons and all(n.op_type == 'Gather' and list(n.input).index(vi.name) == 1
+                                             for n in cons):
+                et = 1                  # int32 / int64 ids of an embedding: floats here
             if et != 1:
-                raise ModelError(self.path, f'input {vi.name!r} is not float32 (ONNX type {et})')
+                raise ModelError(self.path, f'input {vi.name!r} is not float32 (ONNX type {et}); '
+                                 'utrain reads integer inputs only as the ids of an '
+                                 'embedding (Gather of a table)')
             self.shape[vi.name] = s
             self.plain[vi.name] = self.tensor(vi.name, s)
         self.skip = set()
@@ -1086,6 +1092,26 @@ class _Reader(RecurrentOps):
             self.get(ins[0], 'nhwc')
         self._mean(ins[0], list(range(2, r)), True, node.output[0])
 
+    def _embedding(self, node, ins, a):
+        """An embedding (PyTorch's nn.Embedding): Gather of an initializer's rows (axis 0)
+        by the input's ids -> GATHER (micro/utrain/op_emb.py), whose table trains and goes
+        back into the initializer; ids -N..-1 count from the end, as ONNX's Gather (its
+        third input, N, says so).  Other gathers of activations are refused."""
+        if ins[0] not in self.inits or int(a.get('axis', 0)) or np.ndim(self.const[ins[0]]) != 2:
+            self.err('a Gather from a constant by computed ids is read as an embedding: the '
+                     'rows (axis 0) of a 2-D initializer (nn.Embedding); this one gathers '
+                     f'along axis {a.get("axis", 0)} of {ins[0]!r}, shape '
+                     f'{list(np.shape(self.const[ins[0]]))}')
+        W = self.const[ins[0]]
+        if W.dtype.kind != 'f':
+            self.err(f'the table {ins[0]!r} is {W.dtype}; utrain trains float tables')
+        n = int(W.shape[0])
+        w = self.init_const(ins[0], ins[0], [])
+        ids = self.get(ins[1], 'plain')
+        y = self.out(node.output[0], 'plain', list(self.oshape(ins[1])) + [int(W.shape[1])])
+        self.emit('GATHER', [w, ids, self.tensor(ins[0] + '/rows', [1], np.array([n], np.int32))],
+                  [y], axis=0, batch_dims=0)
+
     def op_ReduceMean(self, node, ins, a, i):
         axes = a.get('axes')
         if len(ins) > 1 and ins[1]:
@@ -1517,8 +1543,11 @@ class _Reader(RecurrentOps):
     def op_Gather(self, node, ins, a, i):
         """Gather of an activation at constant indices (y[:, -1] of a sequence): a
         STRIDED_SLICE per run of consecutive indices (one CONCATENATION of them for
-        others), a RESHAPE dropping the axis for a scalar index."""
+        others), a RESHAPE dropping the axis for a scalar index.  A constant's rows by
+        computed ids: an embedding (_embedding)."""
         v = ins[0]
+        if v in self.const:
+            return self._embedding(node, ins, a)
         s = self.oshape(v)
         r = len(s)
         axis = int(a.get('axis', 0)) % r

@@ -74,6 +74,9 @@ class OpSpec:
     # says the sink must give the kernel a whole-shaped array under a rank (grad(k)):
     # that implies 'whole', not the converse (docs/flat-model.md, adding an op)
     wgrad: str = 'whole'
+    # ... and under plain SGD at batch 1 (no momentum, no weight decay), where that differs
+    # (None: wgrad): op_emb steps the table rows it used in place, nothing table-sized
+    wgrad_sgd: str = None
     # for the planner: input-sized buffers the kernel keeps from its forward pass until
     # the backward pass is over (op_split's gradient buffer, summed over the outputs'
     # gradients as they arrive)
@@ -810,6 +813,38 @@ SPECS.update({s.name: s for s in [
     # backward's live arrays under numpy are 8.  One figure per op: the tanh form is
     # planned as the exact one (issue 28's sweep: the LayerNorm block 0.95-0.99x)
     OpSpec('GELU', {}, _gelu_options, _in, fwd=(10, 0), bwd=(8, 1)),
+]})
+
+
+# ---- embeddings (issue 28): GATHER of a constant table's rows by the model's input ids
+# (micro/utrain/op_emb.py); Keras's CAST and negative-id SELECT_V2 before it, and ONNX's
+# Gather of an initializer, are made this one op by rewrite.embedding_gathers / onnx_io.
+
+def _gather_options(op, g):
+    where = _where(op)
+    w, x, y = (g.tensors[k] for k in (op.inputs[0], op.inputs[1], op.outputs[0]))
+    if int(op.options.get('axis', 0)) or op.options.get('batch_dims'):
+        raise ValueError(f'{where}: a gather along axis {op.options.get("axis", 0)} (batch_dims '
+                         f'{op.options.get("batch_dims", 0)}) is not supported; utrain gathers '
+                         'rows of a table (an Embedding layer: axis 0)')
+    if w.data is None or len(w.shape) != 2:
+        raise ValueError(f'{where}: gathers from tensor {op.inputs[0]} ({w.name}, shape {w.shape}), '
+                         'which is not a constant 2-D table; utrain gathers rows of an embedding '
+                         'table [rows, width] by the input\'s ids')
+    if list(y.shape) != list(x.shape) + [w.shape[1]]:
+        raise ValueError(f'{where}: ids {x.shape} from a table {w.shape} do not give the '
+                         f'output {y.shape}')
+    return _slots({opc.GA_N: w.shape[0], opc.GA_WRAP: len(op.inputs) > 2})
+
+
+SPECS.update({s.name: s for s in [
+    # no data input: the ids get no gradient (op_emb); the table's gradient is its rows
+    # (plain SGD at batch 1 steps them in place, other rules sum into a table-sized array)
+    # (a third input, rewrite.embedding_gathers' N, says that ids -N..-1 count from the
+    # table's end: read here, not sent)
+    OpSpec('GATHER', {0: 'weight'}, _gather_options,
+           lambda op, flags: [op.inputs[1]] if flags & DW else [], data_inputs=(),
+           device_inputs=(0, 1), fwd=(0, 0), bwd=(0, 0), wgrad_sgd='rows'),
 ]})
 
 SUPPORTED = sorted(SPECS)

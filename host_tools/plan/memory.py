@@ -741,7 +741,7 @@ def backward_peak(r) -> int:
         # the optimizer step on it makes weight-sized temporaries (SGD one, lr * g; Adam,
         # RMSprop more): a 573 KB trained 1x1 conv needed 2485 KB where 1860 KB were planned
         wsum = sum(A(size[k]) for k in spec.inputs(op)
-                   if k in plan.params and plan.params[k][1] == 'weight') if spec.wgrad == 'whole' else 0
+                   if k in plan.params and plan.params[k][1] == 'weight') if _wgrad(r, spec) == 'whole' else 0
         # input-sized temporaries (dx and what makes it) only where the op passes a
         # gradient on (flag 1): the lowest trainable op makes none (the DS-CNN's trained
         # 1x1 conv was planned 60 KB of dx it never makes: 1.5x its smallest heap)
@@ -762,6 +762,16 @@ def backward_peak(r) -> int:
             grads[ins[0]] = n_in
         grads.update(more)
     return peak
+
+
+def _wgrad(r, spec) -> str:
+    """How the op hands its weight gradient under r's settings: spec.wgrad, or
+    spec.wgrad_sgd under plain SGD at batch 1 (op_emb steps the rows it used in place)."""
+    s = r.s
+    if spec.wgrad_sgd and int(s['batch']) == 1 and s['optimizer'] == 'sgd' \
+            and not s.get('momentum') and not s.get('weight_decay'):
+        return spec.wgrad_sgd
+    return spec.wgrad
 
 
 def row_temps(r, params) -> int:

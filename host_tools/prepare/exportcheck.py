@@ -112,6 +112,11 @@ WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D', 'TRANSPOSE_CONV')
 POSITIONS = {'TRANSPOSE_CONV': (2, 1, 3)}
 
 
+def _dequantized(t):
+    q = t.quant
+    return (t.data.astype(np.float64) - q.get('zero_point', [0])[0]) * q['scale'][0]
+
+
 def activation_ranges(run_dir, wof_path, g, x) -> dict:
     """{tensor name: (min, max)} of every activation of the trained float model (the
     prepared folder's model.flat with wof_path's weights, graph g its rewritten circle)
@@ -157,8 +162,28 @@ def recalibrate(og, ranges, trained) -> int:
         return k
     act = {t.index for t in og.tensors if t.data is None and t.dtype == 'int8' and t.quant
            and t.quant.get('scale')}
-    fixed = set()
+    fixed, tables = set(), []
+    ranges = dict(ranges)
     for op in og.ops:
+        # the float graph has no DEQUANTIZE / QUANTIZE: its tensor is the int8 one's
+        # (a float output's last layer; the input), named as the float side
+        if op.name in ('DEQUANTIZE', 'QUANTIZE') and op.inputs and op.outputs:
+            a, b = (og.tensors[k].name for k in (op.inputs[0], op.outputs[0]))
+            q, f = (a, b) if op.name == 'DEQUANTIZE' else (b, a)
+            if q not in ranges and f in ranges:
+                ranges[q] = ranges[f]
+    for op in og.ops:
+        t = og.tensors[op.inputs[0]] if op.inputs else None
+        if op.name == 'GATHER' and t.data is not None and t.quant and op.outputs[0] in act:
+            # an embedding: its output keeps the table's scale, so the table is
+            # requantized at the output's, whose range takes in the whole trained table
+            tf = trained.get(t.name)
+            tf = np.asarray(tf if tf is not None else _dequantized(t), np.float64)
+            tables.append((op, tf))
+            n = og.tensors[op.outputs[0]].name
+            lo, hi = ranges.get(n, (0.0, 0.0))
+            ranges[n] = (min(lo, tf.min()), max(hi, tf.max()))
+            continue
         if op.name in TIED:
             ins = [k for k in op.inputs if k in act]
             for k in (ins if op.name == 'CONCATENATION' else ins[:1]) + [
@@ -184,6 +209,10 @@ def recalibrate(og, ranges, trained) -> int:
         for k in members:
             og.tensors[k].quant = dict(og.tensors[k].quant, scale=[s], zero_point=[z])
             changed += 1
+    for op, tf in tables:
+        t, q = og.tensors[op.inputs[0]], og.tensors[op.outputs[0]].quant
+        t.quant = dict(t.quant, scale=list(q['scale']), zero_point=list(q['zero_point']))
+        t.data = quantize(tf.reshape(t.shape), t.quant, 'int8')[0]
     for op in og.ops:
         xp, wp, bp = POSITIONS.get(op.name, (0, 1, 2))
         if op.name not in WEIGHTED or len(op.inputs) <= max(xp, wp):

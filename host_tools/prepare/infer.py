@@ -42,11 +42,14 @@ def _shapes_folded(g):
     PACK -> RESHAPE) is folded, whose global REDUCE_MAX is a MAX_POOL_2D and whose
     grouped CONV_2D is split into groups, as prepare rewrites them (the same values):
     ONERT 0.1.0 fails on some such graphs at run time, and gives NaN for a grouped
-    convolution.  None when nothing changes."""
+    convolution; Keras 3's Embedding reads its ids without the int32 SELECT_V2 neither
+    runtime has (the same values for ids 0..N-1; a negative one is out of range there).
+    None when nothing changes."""
     import copy
     from ..graph import rewrite as rw
     h = copy.deepcopy(g)
-    if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)):
+    if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)
+            + rw.unwrap_ids(h, keep=False)):
         return None
     rw.compact(h)
     return h
@@ -99,13 +102,33 @@ def tflm_predictor(path, g):
             xi = np.asarray(xi, np.float64).reshape(shape)
             if tin.dtype in ('int8', 'uint8'):
                 xi = np.clip(np.round(xi / si) + zi, lo, hi).astype(tin.dtype)
-            else:
-                xi = xi.astype(np.float32)
+            else:               # (int32 / int64: an embedding's ids, as floats in the data)
+                xi = xi.astype(np.float32 if tin.dtype == 'float16' else tin.dtype)
             it.set_input(xi, 0)
             it.invoke()
             y = np.asarray(it.get_output(0), np.float64).ravel()
             out.append((y - zo) * so if tout.dtype in ('int8', 'uint8') else y)
         return np.stack(out)
+    return run
+
+
+def _tflm_folded(path, g, probe):
+    """TFLite Micro on the file, or on its graph as _shapes_folded makes it (an int8
+    Keras Embedding's int32 SELECT_V2, which it has no kernel for)."""
+    try:
+        run = tflm_predictor(path, g)
+        run(probe)
+        return run
+    except Exception:   # noqa: B902 - TFLite Micro's own types
+        h = _shapes_folded(g)
+        if h is None:
+            raise
+    import tempfile
+    from ..graph.rewrite import save_graph
+    keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+    run = tflm_predictor(save_graph(h, os.path.join(keep.name, 'model.tflite')), h)
+    run(probe)
+    run.keep = keep
     return run
 
 
@@ -123,10 +146,12 @@ def onnx_predictor(path):
         raise InferError(f'{path}: ONNX Runtime cannot load it ({e})') from None
     inp = sess.get_inputs()[0]
     shape = [1] + [d if isinstance(d, int) else -1 for d in inp.shape[1:]]
+    # an embedding's int64 / int32 ids come as floats in the data
+    dt = {'tensor(int64)': np.int64, 'tensor(int32)': np.int32}.get(inp.type, np.float32)
 
     def run(x):
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
-            xi, np.float32).reshape(shape)})[0], np.float64).ravel() for xi in x])
+            xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
     return run
 
 
@@ -139,13 +164,13 @@ def predictor(path):
         return onnx_predictor(path), 'ONNX Runtime', None
     g = read_model(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
-    if integer:
-        if g.identifier != b'TFL3':
-            raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
-                             'models as .tflite only (export the trained weights into the '
-                             'original .tflite, or evaluate the float model)')
-        return tflm_predictor(path, g), 'TFLite Micro', g
+    if integer and g.identifier != b'TFL3':
+        raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
+                         'models as .tflite only (export the trained weights into the '
+                         'original .tflite, or evaluate the float model)')
     probe = np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32)
+    if integer:
+        return _tflm_folded(path, g, probe), 'TFLite Micro', g
     try:
         run = onert_predictor(path, g)
         run(probe)
@@ -153,13 +178,12 @@ def predictor(path):
         if g.identifier != b'TFL3':
             raise
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
-            run = tflm_predictor(path, g)
-            run(probe)
+            run = _tflm_folded(path, g, probe)
         except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
             raise e from None
         return run, 'TFLite Micro: ONERT cannot run it', g
     return run, 'ONERT' + (' on its graph as prepare rewrites it (shape ops folded, groups '
-                           'split)' if run.folded else ''), g
+                           'split, embedding ids read directly)' if run.folded else ''), g
 
 
 def layout(x, shape, nchw=False, where='the data'):

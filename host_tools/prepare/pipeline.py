@@ -362,6 +362,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
+    if not dequantize and quant.embedding_entry(source):
+        auto = ('an int8 embedding (GATHER of an int8 table by the input\'s ids) is not '
+                'among the int8 path\'s layers yet: its table and the layers after it train '
+                'dequantized; export --quantized --data D writes the table back at a scale that '
+                'holds its trained values' + quant.embedding_ids_note(source))
     if auto:
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
@@ -455,6 +460,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    check_ids(model_path, g, xy, dtype)
     check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
@@ -702,6 +708,36 @@ def export_notes(r, g, summary, out_path) -> list:
     return notes
 
 
+def check_ids(model_path, g, xy, dtype):
+    """An embedding's ids (the input a GATHER reads) must reach the board exactly: the
+    samples stored as dtype must give them back, integers all."""
+    if xy is None or not any(op.name == 'GATHER' and g.inputs[0] in op.inputs[1:2] for op in g.ops):
+        return
+    x = xy[0]
+    if not np.all(x == np.round(x)):
+        raise PrepareError(f'{model_path}: its input is an embedding\'s ids, and the data holds '
+                           'values that are not integers: give the ids (token or category '
+                           'numbers) as they are')
+    for op in g.ops:
+        if op.name == 'GATHER' and op.inputs[1] == g.inputs[0]:
+            n = g.tensors[op.inputs[0]].shape[0]
+            lo = -n if len(op.inputs) > 2 else 0
+            bad = x[(x < lo) | (x >= n)]
+            if bad.size:
+                raise PrepareError(f'{model_path}: op {op.number} GATHER reads rows of a {n}-row '
+                                   f'table by the input\'s ids, and the data holds id '
+                                   f'{bad.flat[0]:g} ({bad.size} outside {lo}..{n - 1}); TFLite '
+                                   'stops at such an id, and so would the board: give ids '
+                                   'the table has')
+    if dtype != 'float32':
+        from ..files.dataset import quantization
+        sc, off = quantization(x, dtype)
+        if sc != 1.0:
+            raise PrepareError(f'{model_path}: its input is an embedding\'s ids, which span '
+                               f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 '
+                               'consecutive ids exactly, not these; use --dtype float32')
+
+
 def file_weights(g, w):
     """Trained weights w of the rewritten graph g as the file's tensors: a grouped
     convolution's parts joined (rewrite.join_groups), an input scale folded back into the
@@ -709,14 +745,19 @@ def file_weights(g, w):
     return rw.unscale_input(g, rw.join_groups(g, w)[0])[0]
 
 
-def write_trained(base, out_path, g, w, identifier):
+def write_trained(base, out_path, g, w, identifier, ints=None):
     """out_path: model file base (read as g) with the trained weights w {tensor index:
     array}; where prepare split a grouped convolution (rewrite.split_groups) the groups
-    are joined again into the file's grouped CONV_2D (rewrite.join_groups) and the graph
-    is written anew, else base's bytes are kept but for the weights."""
+    are joined again into the file's grouped CONV_2D (rewrite.join_groups), an input
+    scale is folded back (rewrite.unscale_input), and an embedding's ids made ints again (rewrite.embedding_ids_back; ints: the original
+    file's integer inputs {name: dtype}), and the graph is written anew, else base's
+    bytes are kept but for the weights."""
     from ..formats.circle_io import write_with_weights
     w, joined = rw.join_groups(g, w)
     w, scaled = rw.unscale_input(g, w)
+    # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
+    # negative-id SELECT_V2): a float id no runtime gathers by
+    joined += rw.embedding_ids_back(g, ints)
     if not (joined or scaled):
         write_with_weights(base, out_path, w, identifier)
         return
@@ -826,7 +867,11 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         rw.save_graph(g, out_path)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized:
-        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier))
+        ints = {}
+        if base != model_path:
+            g0 = read_model(model_path)
+            ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
+        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), ints)
         r = {'model': base, 'tensors': len(w), 'clipped': 0}
         r['notes'] = export_notes(r, g, summary, out_path)
         return r

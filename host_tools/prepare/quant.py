@@ -146,6 +146,34 @@ def float_ends(g: Graph) -> bool:
     return g.tensors[g.inputs[0]].dtype == 'float32' and _entry(g) is not None
 
 
+def embedding_entry(g: Graph) -> bool:
+    """Does g gather rows of an int8 table (an int8 Keras Embedding: CAST of the float
+    ids, GATHER)?  The int8 path has no GATHER; prepare trains such a model dequantized."""
+    return any(op.name == 'GATHER' and g.tensors[op.inputs[0]].data is not None
+               and g.tensors[op.inputs[0]].dtype == 'int8' for op in g.ops)
+
+
+def embedding_ids_note(g: Graph) -> str:
+    """'' or what an int8 input does to an int8 embedding's ids: TFLite dequantizes it
+    and CASTs (truncating), so an id the input's scale does not hold exactly reaches
+    the table as another row, which the board's exact float ids never do."""
+    t = g.tensors[g.inputs[0]]
+    tables = [g.tensors[op.inputs[0]].shape[0] for op in g.ops if op.name == 'GATHER'
+              and g.tensors[op.inputs[0]].data is not None]
+    if t.dtype != 'int8' or not tables or not (t.quant and t.quant.get('scale')):
+        return ''
+    s, z = float(t.quant['scale'][0]), int((t.quant.get('zero_point') or [0])[0])
+    i = np.arange(max(tables))
+    j = np.trunc((np.clip(np.round(i / s) + z, -128, 127) - z) * np.float32(s)).astype(int)
+    bad = np.flatnonzero(i != j)
+    if not bad.size:
+        return ''
+    return (f'; its int8 input (scale {s:g}, zero point {z}) reads id {bad[0]} as '
+            f'{j[bad[0]]} ({bad.size} of {i.size} ids), so the file gives other rows than '
+            'the ids the board trains on: export the model with a float32 or int32 input '
+            '(the converter\'s inference_input_type)')
+
+
 def settings_refusal(s: dict) -> str | None:
     """Why the int8 path does not train with settings s (prepare's resolved loss,
     optimizer, schedule), or None."""

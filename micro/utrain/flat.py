@@ -45,6 +45,7 @@ _LOG = const(73)
 _GELU = const(150)
 _BATCH_MATMUL = const(126)
 _TRANSPOSE_CONV = const(67)
+_GATHER = const(36)
 
 MAGIC = b'UTFM'
 VERSION = 3
@@ -82,7 +83,7 @@ KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _
            _AVERAGE_POOL_2D: 'op_pool', _MAX_POOL_2D: 'op_pool', _MEAN: 'op_pool',
            _SPLIT: 'op_split', _SPLIT_V: 'op_split', _SQRT: 'op_math', _RSQRT: 'op_math',
            _GELU: 'op_math', _EXP: 'op_math', _LOG: 'op_math', _BATCH_MATMUL: 'op_bmm',
-           _TRANSPOSE_CONV: 'op_tconv'}
+           _TRANSPOSE_CONV: 'op_tconv', _GATHER: 'op_emb'}
 
 
 class ModelError(ValueError):

@@ -49,6 +49,7 @@ LOG = const(73)
 GELU = const(150)
 BATCH_MATMUL = const(126)
 TRANSPOSE_CONV = const(67)
+GATHER = const(36)
 
 # ---- backward flags (a backward entry's u16): DX the first data input's gradient, DW
 # the weight's, DB the bias's.  Data input n >= 1 has bit DXN << n in the host's plan;
@@ -118,6 +119,10 @@ E_OPD = const(3)
 # second's), then E_PARAM, E_N0, E_N1 (the output's batch of matrices as N0 x N1
 # blocks), E_N2 (its rows per matrix) and per operand E_D0, E_D1, E_ROWS as ADD's
 ADJ = const(0)
+# GATHER (an embedding): the table's rows, and 1 where an index in -N..-1 reads row
+# index + N (Keras's Embedding, ONNX Gather), 0 where it is out of range (TFLite GATHER)
+GA_N = const(0)
+GA_WRAP = const(1)
 # PAD, TRANSPOSE, STRIDED_SLICE, CONCATENATION: per device input j, at C_PART*j, a
 # block copy: NA x NB blocks of N1 x N2, TR (input block transposed), then side A (the
 # input) at C_A and side B (the output) at C_B, C_SIDE floats each: start row, start
