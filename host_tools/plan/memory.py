@@ -1158,8 +1158,10 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                                          + arr(4 * 256) + arr(4 * ls[-1]['nout'])
                                          + arr(4 * 3) + arr(4 * 5))
     held = 0
-    for d in ls:
-        if d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
+    for i, d in enumerate(ls):
+        if d.get('sh', i) != i:     # (its first use's weights: utrain.q8share; its bias)
+            held += arr(4 * d['nb']) + (0 if 'mul' in d else 2 * arr(4 * d['nq']) + arr(4 * d['nq']))
+        elif d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
             held += (arr(4 * d['nb']) if d.get('train') else 0) + arr(4 * d['nq'])
         elif 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
             held += arr(q8.held_bytes(d)) + arr(4 * d['nb'])     # (pw: the window's rows)
@@ -1225,12 +1227,23 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     # > 1: a float32 master, its sums (and Adam's m, v)
     sl = sum(arr(4 * len(d['kc'])) * (1 + (2 if opt != 'sgd' or batch > 1 else 0)
                                       + (2 if opt == 'adam' else 0)) for d in ls if d.get('ta'))
+    # a weight several layers read (utrain.q8share): its state once, the first use's; at
+    # SGD batch 1 its int32 sums, and a float bias (not an int8 fraction) and its sums a
+    # use (an alias of the first use's bias too: counted, shared)
+    if opt == 'sgd' and batch == 1:
+        sh = sum(((arr(4 * q8_trained_weights(d)) if d['sh'] == i else 0) + arr(4 * d['nb'])
+                  + (arr(4 * d['nb']) - arr(d['nb']) if d.get('bh') else 0))
+                 for i, d in enumerate(ls) if 'sh' in d and d.get('train'))
+        if sh:
+            parts['shared weights (summed gradients)'] = sh
     if n_w or n_b or fr or sl:    # batch sums, Adam's master, m, v: of the window
-        parts['optimizer state'] = sl + fr + sum(n_w * arr(4 * q8_trained_weights(d)) + n_b * arr(4 * d['nb'])
-                                                 for d in ls if d.get('train'))
+        parts['optimizer state'] = sl + fr + sum(
+            (n_w * arr(4 * q8_trained_weights(d)) if d.get('sh', i) == i else 0) + n_b * arr(4 * d['nb'])
+            for i, d in enumerate(ls) if d.get('train'))
     if mom:     # an int16 velocity per trained weight (utrain.q8mom), an int32 or float a bias
-        parts["momentum's velocities"] = sum(arr(4 * d['nb']) + arr(2 * q8_trained_weights(d))
-                                             for d in ls if d.get('train'))
+        parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
+                                                                 if d.get('sh', i) == i else 0)
+                                             for i, d in enumerate(ls) if d.get('train'))
     return parts
 
 
@@ -1277,6 +1290,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.add('q8hold')           # (a graph's backward walk: not a chain)
     if any(d.get('ta') for d in ls):
         mods.add('q8slope')          # (PRELU slopes that train)
+    if trains and any('sh' in d for d in ls):
+        mods.update(('q8share', 'q8batch'))     # (weights several layers read)
     if any(d.get('mask') or d.get('sd') for d in ls):
         natives.append('q8sparse')
     from ..target.device import module

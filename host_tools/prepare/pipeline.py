@@ -356,9 +356,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         # regression or a sigmoid's bce trains dequantized, as --dequantize would
         auto = f'int8 training takes --loss scce or cce, and this run\'s loss is {s["loss"]}'
     elif as8 and not (dequantize or train_config) and rewrite:
-        # an op int8 training has no kernel for and the float path runs (ABS, ...), or a
-        # weight shared by layers that train when nobody named what trains: trained
-        # dequantized
+        # an op int8 training has no kernel for and the float path runs (ABS, ...) when
+        # nobody named what trains: trained dequantized
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None

@@ -363,15 +363,12 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
 
 def op_refusal(g: Graph, train='none'):
     """'op N (NAME) is not supported by int8 training' where int8 training has no kernel
-    for an op of int8 graph g, or (with train, as --train) 'ops N and M share a weight
-    tensor' where layers that train would each train a copy of one (Keras's
-    TimeDistributed, an unrolled recurrence): layers() refuses it; else None."""
+    for an op of int8 graph g (layers() refuses it; train: as --train); else None."""
     import re
     try:
         layers(rewritten(g), train)
     except ValueError as e:
-        m = re.search(r'op \d+ \(\w+\) is not supported by int8 training|'
-                      r'ops \d+ and \d+ share a weight tensor', str(e))
+        m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
         return m.group(0) if m else None
     return None
 
@@ -457,7 +454,6 @@ def layers(g: Graph, train='last:1', ranks=None):
         out.append(d)
     _check_reads(g, out, src(g.inputs[0]))
     _mark_trained(g, out, train, ranks or {})
-    _check_shared(g, out)
     return out
 
 
@@ -664,19 +660,14 @@ def _check_reads(g, out, xin):
         made.add(d['out'])
 
 
-def _check_shared(g, out):
-    """layers(): no weight tensor that trains is read by two layers (an unrolled recurrent
-    layer's steps: each layer would train a copy of its own)."""
+def _uses(out) -> list:
+    """layers(): the positions in table out of the layers that read each weight tensor
+    read by more than one (an unrolled recurrent layer's steps, TimeDistributed's)."""
     by = {}
-    for d in out:
+    for i, d in enumerate(out):
         if 'wt' in d:
-            by.setdefault(d['wt'], []).append(d)
-    for ds in by.values():
-        if len(ds) > 1 and any(d.get('train') for d in ds):
-            a, b = (g.ops[d['op']].number for d in ds[:2])
-            raise ValueError(f'{g.path}: ops {a} and {b} share a weight tensor (Keras\'s TimeDistributed or an unrolled '
-                             'recurrent layer\'s steps): int8 training trains a copy a layer '
-                             '(train the layers after them: --train last:N)')
+            by.setdefault(d['wt'], []).append(i)
+    return [v for v in by.values() if len(v) > 1]
 
 
 def _add_layer(g, op, d, x, y, xin, x2in):
@@ -1251,6 +1242,15 @@ def _mark_trained(g, out, train, ranks):
                          'int8 training cannot train (ranks are for FULLY_CONNECTED, CONV_2D, '
                          'DEPTHWISE_CONV_2D)')
     ranks = rk
+    uses = _uses(out)
+    for v in uses:      # a shared weight trains with all its uses (utrain.q8share)
+        if set(v) & set(chosen):
+            chosen = sorted(set(chosen) | set(v))
+            if any(ranks.get(out[i]['op']) for i in v):
+                raise ValueError(f'{g.path}: --ranks names op {g.ops[out[v[0]]["op"]].number}, whose '
+                                 'weight tensor ops ' + ', '.join(str(g.ops[out[i]['op']].number) for i in v)
+                                 + ' read (unrolled steps): int8 training trains a shared weight '
+                                 'whole (leave these ops out of --ranks, or name them in --train)')
     if chosen:
         for i in range(chosen[0] + 1, len(out)):
             d = out[i]
@@ -1294,6 +1294,17 @@ def _mark_trained(g, out, train, ranks):
             for i in chosen:
                 if 'tw' not in out[i]:
                     out[i]['gw'] = 1
+        for v in uses:
+            if out[v[0]].get('train'):
+                # one weight tensor read by layers v (Keras's TimeDistributed, an unrolled
+                # recurrence): the first holds the weights and their state, the others read
+                # them ('sh': its index); one update a step from the sum of their gradients
+                # (utrain.q8share); its scales stay (q8grow would move one use's alone)
+                for i in v:
+                    out[i]['sh'] = v[0]
+                    out[i].pop('gw', None)
+                    if i != v[0]:
+                        out[i].pop('wf', None)
         masks(out, chosen[0])
     return out
 

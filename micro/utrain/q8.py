@@ -83,6 +83,8 @@ class Layer:
     stale = 0    # 1: bf lags b (the integer bias update of per-tensor layers moved b)
     whole = 0    # 1: an FC layer with its weights and multipliers in RAM, one chunk
     uk = None    # what its window's update multipliers were made for (_mults)
+    sh = None    # its weight tensor's uses (utrain.q8share); sa, sb: an alias of its
+    sa = sb = 0  # first use's weights, and bias
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -428,7 +430,8 @@ class Q8Net:
         # last 1x1 conv: 143 KB) found no run long enough once the smaller buffers and the
         # layers' objects were among the prefix pass's holes
         held = {}
-        for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and not ls[i].get('sd') and (
+        for i in sorted([i for i in range(len(ls)) if 'wt' in ls[i] and not ls[i].get('sd') and ls[i].get(
+                'sh', i) == i and (
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(held_bytes(ls[i]))
@@ -503,6 +506,8 @@ class Q8Net:
             w = b = None
             if i in held:
                 w = self._read(self.woff[d['wt']] + held_at(d), held.pop(i))
+            elif d.get('sh', i) != i:       # (its first use's: built first)
+                w = lay[d['sh']].w
             if w is not None or (d.get('sd') and d.get('train')):   # (sd: the bias trains)
                 b = self._read(self.woff[d['bt']], _i32(d['nb']))
             if d.get('fs') and 'sw' not in d:     # its weight scales (float32, in q8.req)
@@ -558,8 +563,12 @@ class Q8Net:
         if any([d.get('ta') for d in ls]):
             from utrain.q8slope import Slopes
             self.sl = Slopes(self, qmul, _f32)
+        self.sh = None            # weights several layers read (utrain.q8share: 'sh')
+        if any(['sh' in d for d in ls]):
+            from utrain.q8share import Share
+            self.sh = Share(self, qmul, _i32, _f32, FS)
         # the state either keeps beside the weights (files, checkpoints: in this order)
-        self.ext = [x for x in (self.rr, self.wg, self.sl) if x is not None]
+        self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
         self.setup()
 
     def strips(self):
@@ -811,10 +820,14 @@ class Q8Net:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
                     L.bm, L.bv = _f32(oc), _f32(oc)
                     L.set_bias()
+        if self.sh is not None:
+            self.sh.setup(batch)
 
     def step(self, x, label, lr):
         """One SGD step (batch 1) on int8 sample x with target label; returns loss, hit."""
         r = self._run(x, label, lr)
+        if self.sh is not None:     # (the shared weights' summed gradients)
+            self.sh.step(lr)
         if self.wg is not None:
             self.wg.check()
         return r
@@ -960,6 +973,8 @@ class Q8Net:
                   L.k - PMAX)
             return dx, (s / (gm[4] * gm[5]) if L.k == PAVG else s)
         dz = self.dz
+        if L.sh is not None:
+            lr = None           # (a shared weight: its uses' sums, utrain.q8share)
         p = self.bc             # g: one row of p values for every position (a MEAN's)
         self.bc = 0
         # a broadcast row into a streamed layer (its weights frozen, read from flash a

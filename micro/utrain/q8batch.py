@@ -15,36 +15,46 @@ def apply(net, lr, scale, qmul, FS):
         b1, b2, t = net.b1, net.b2, net.nstep
         lr = lr * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
     for L in net.layers:
-        if L.ga is None:
-            continue
-        sw, sx = L.d['sw'], L.d['sx']
-        nw = len(sw)
-        w0, w1 = L.wr()
-        n = w1 - w0
-        ga, ba, bf, b = L.ga, L.ba, L.bf, L.b
-        if net.adam:
-            _adam(net, L, lr, scale, FS)
-        else:
-            if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
-                L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
-                K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
-                net._upd(L, w0, ga, n)
-            vb, mu = L.vb, net.mom
-            for o in range(L.blo, L.bhi):
-                if vb is None:
-                    bf[o] -= lr * scale * ba[o]
-                else:
-                    vb[o] = mu * vb[o] + lr * scale * ba[o]
-                    bf[o] -= vb[o]
-        for o in range(L.blo, L.bhi):
-            q = int(round(bf[o] / (sx * sw[o % nw])))
-            b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+        if L.ga is not None:
+            upd(net, L, lr, scale, qmul, FS)
     if net.sl is not None:      # (PRELU slopes that train: utrain.q8slope)
         net.sl.apply(lr, scale)
     net.zero()
 
 
-def _adam(net, L, lr, scale, FS):
+def upd(net, L, lr, scale, qmul, FS):
+    """Layer L's update from its sums times scale (a weight or bias an earlier layer
+    reads too, utrain.q8share: the owner's alone, sa / sb)."""
+    sw, sx = L.d['sw'], L.d['sx']
+    nw = len(sw)
+    w0, w1 = L.wr()
+    n = 0 if L.sa else w1 - w0
+    ga, ba, bf, b = L.ga, L.ba, L.bf, L.b
+    if net.adam:
+        _adam(net, L, lr, scale, FS, n)
+    else:
+        if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
+            L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
+            L.uk = None     # (_mults' kept multipliers: um[0] is not theirs now)
+            K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
+            net._upd(L, w0, ga, n)
+        if L.sb:
+            return
+        vb, mu = L.vb, net.mom
+        for o in range(L.blo, L.bhi):
+            if vb is None:
+                bf[o] -= lr * scale * ba[o]
+            else:
+                vb[o] = mu * vb[o] + lr * scale * ba[o]
+                bf[o] -= vb[o]
+    if L.sb:
+        return
+    for o in range(L.blo, L.bhi):
+        q = int(round(bf[o] / (sx * sw[o % nw])))
+        b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
+
+
+def _adam(net, L, lr, scale, FS, n):
     # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
     # weights are the masters requantized
     b1, b2, eps = net.b1, net.b2, net.eps
@@ -52,9 +62,9 @@ def _adam(net, L, lr, scale, FS):
     nw = len(sw)
     oc, row, blk = L.geo()
     ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
-    w0, w1 = L.wr()
+    w0 = L.wr()[0]
     wo = L.wo
-    for j in range(w1 - w0):
+    for j in range(n):
         i = w0 + j
         s = sw[(i // blk) % oc % nw]
         g = ga[j] * s * scale / FS              # dL/dW
@@ -63,6 +73,8 @@ def _adam(net, L, lr, scale, FS):
         x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
         q = int(round(x / s))
         w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
+    if L.sb:
+        return
     ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
     for o in range(L.blo, L.bhi):
         g = ba[o] * scale

@@ -865,10 +865,10 @@ def _rnn_like(tmp_path, zero_state=False):
     return b.save(str(tmp_path / ('z.tflite' if zero_state else 'rnn.tflite')))
 
 
-def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
+def test_unrolled_steps_transposed_split_and_a_zero_state(tmp_path):
     """A TRANSPOSE that moves only a unit axis is its input's bytes (no layer: TFLite
-    Micro's output bit for bit); steps sharing a weight tensor train only above them
-    (refused naming both ops when they would train, each a copy of its own); an FC of a
+    Micro's output bit for bit); steps sharing a weight tensor train it as one (q8.json
+    'sh': the first step's layer, utrain.q8share); an FC of a
     constant zero state (Keras's unrolled SimpleRNN, GRU and LSTM: refused, even for the
     classifier alone) reads it as a constant made once: TFLite Micro's output bit for
     bit, and its bias trains (its weights get no gradient: their input is zero)."""
@@ -888,8 +888,8 @@ def test_unrolled_steps_transposed_split_and_their_refusals(tmp_path):
         it.invoke()
         assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
                               it.get_output(0).ravel())
-    with pytest.raises(ValueError, match=r'rnn\.tflite: ops 3 and 5 share a weight tensor.*--train last:N'):
-        quant.layers(quant.rewritten(read_model(p)), 'all')
+    ls = quant.layers(quant.rewritten(read_model(p)), 'all')     # (one weight, two steps:
+    assert [d.get('sh') for d in ls if d['k'] == quant.FC] == [2, 2, None]  # utrain.q8share)
     pz = _rnn_like(tmp_path, zero_state=True)
     quant.write(quant.rewritten(read_model(pz)), str(tmp_path / 'z'), [6, 8])
     with open(tmp_path / 'z' / 'q8.json') as f:
@@ -952,16 +952,10 @@ def test_int8_pack_trains_as_int8(tmp_path):
                 train='all', log=lambda *a: None)
     assert s.get('int8') and not s.get('dequantized_because')
 
-    # TimeDistributed: the steps' layers share a weight, which int8 training does not
-    # train (a copy a layer): with nobody naming what trains, prepare trains it dequantized
-    # and says why; --train all given is refused, naming both ops and what to do
+    # TimeDistributed: the steps' layers share a weight: trained as int8 too, nobody
+    # naming what trains or --train all (utrain.q8share; tests/int8/test_q8_share.py)
     path = build_int8_pack(tmp_path / 'td.tflite', shared=True)
-    lines = []
-    s = prepare(path, os.fspath(tmp_path / 'run2'), data=os.fspath(tmp_path / 'd.npz'),
-                log=lines.append)
-    assert 'ops 1 and 2 share a weight tensor' in s['dequantized_because'], s
-    assert any('trains in float32' in ln for ln in lines), lines
-    with pytest.raises(Exception, match=r'td.tflite: ops 1 and 2 share a weight tensor .*'
-                                        r'--dequantize trains it'):
-        prepare(path, os.fspath(tmp_path / 'run3'), data=os.fspath(tmp_path / 'd.npz'),
-                train='all', log=lambda *a: None)
+    for k, train in enumerate((None, 'all')):
+        s = prepare(path, os.fspath(tmp_path / f'run{k + 2}'), data=os.fspath(tmp_path / 'd.npz'),
+                    train=train, log=lambda *a: None)
+        assert s.get('int8') and not s.get('dequantized_because'), s

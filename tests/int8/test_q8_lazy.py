@@ -24,7 +24,7 @@ from test_q8_pool import build as build_pool  # noqa: E402
 
 MP = runner.find_micropython()
 # what utrain.q8 loads only on use (q8asm: staged for ARM boards alone)
-ON_USE = {'q8hold', 'q8batch', 'q8pool', 'q8grow', 'q8sparse', 'q8cat', 'q8lut', 'q8bin', 'q8slc', 'q8nrm', 'q8slope', 'q8range',
+ON_USE = {'q8hold', 'q8batch', 'q8share', 'q8pool', 'q8grow', 'q8sparse', 'q8cat', 'q8lut', 'q8bin', 'q8slc', 'q8nrm', 'q8slope', 'q8range',
           'q8bands', 'bands', 'q8keep', 'q8fish', 'fpick', 'fisher'}   # (the last: --select board's, test_q8_board)
 
 STEP = """

@@ -1476,3 +1476,86 @@ def build_keras_autoencoder(path, seed=0, int8_on=None, size=8, channels=4):
     b.outputs(y)
     b.save(os.fspath(path))
     return os.fspath(path), lambda xs: _ae_forward(xs, wc, bc, wt, bt)
+
+
+def build_int8_shared(path, kind='rnn', copies=False, seed=0, T=4, C=3, F=5, O=3, pc=False):
+    """An int8 model whose weight tensors several layers read, as Keras's full-integer
+    converter writes them, built here.  kind 'td': TimeDistributed(Dense): UNPACK of the
+    steps of x [1, T, C], one FC (RELU) a step reading the one w1 and b1, PACK, RESHAPE,
+    FC.  kind 'rnn': an unrolled SimpleRNN-like recurrence with ReLU: h0 = FC(x0; wx, bx,
+    RELU), then h_t = ADD(FC(x_t; wx, bx), FC(h_t-1; wh), RELU) at a scale a step (the
+    recurrent FC reads inputs at T-1 scales), FC of the last state.  copies: each layer
+    reads a copy of its own (the same values: the unshared model).  pc: w1 / wx at a
+    scale an output channel.  Returns (path, float numpy forward of the dequantized
+    graph: f(x float [T, C], weights {name: float}) -> logits, the weight scales {name:
+    scale (an array a channel for pc)}, the input's scale)."""
+    rng = np.random.default_rng(seed)
+    sx, sy = 0.02, 0.1
+    q = lambda s, z: {'scale': list(np.atleast_1d(s)), 'zero_point': [z] * len(np.atleast_1d(s)),  # noqa: E731
+                      **({'quantized_dimension': 0} if np.size(s) > 1 else {})}
+    s1 = np.array([0.008, 0.012, 0.01, 0.006, 0.015][:F] + [0.01] * max(0, F - 5)) if pc else 0.01
+    w1 = rng.integers(-70, 71, (F, C)).astype(np.int8)
+    b1 = rng.integers(-300, 300, F).astype(np.int32)
+    sh_, s2 = 0.008, 0.003
+    wh = rng.integers(-90, 91, (F, F)).astype(np.int8)
+    w2 = rng.integers(-100, 101, (O, F if kind == 'rnn' else T * F)).astype(np.int8)
+    sc = {'w1': s1, 'w2': s2} if kind == 'td' else {'wx': s1, 'wh': sh_, 'w2': s2}
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    xs = [b.tensor(f'x{t}', [1, C], dtype='int8', quant=q(sx, 0)) for t in range(T)]
+    b.op('UNPACK', [x], xs, num=T, axis=1)
+    made = {}
+
+    def const(name, t, data, qt):
+        key = name + (str(t) if copies else '')
+        if key not in made:
+            made[key] = b.tensor(key, data.shape, data=data, quant=qt)
+        return made[key]
+    n1 = 'w1' if kind == 'td' else 'wx'
+    wq, bq = q(s1, 0), q(sx * np.asarray(s1, np.float64), 0)
+    if kind == 'td':
+        sh = 0.03
+        hs = [b.tensor(f'h{t}', [1, F], dtype='int8', quant=q(sh, -128)) for t in range(T)]
+        for t in range(T):
+            b.op('FULLY_CONNECTED', [xs[t], const(n1, t, w1, wq), const('b1', t, b1, bq)], [hs[t]],
+                 fused_activation_function='RELU')
+        p = b.tensor('p', [1, T, F], dtype='int8', quant=q(sh, -128))
+        b.op('PACK', hs, [p], values_count=T, axis=1)
+        last = b.tensor('pr', [1, T * F], dtype='int8', quant=q(sh, -128))
+        b.op('RESHAPE', [p, b.tensor('ps', [2], data=np.array([1, T * F], np.int32))], [last])
+    else:
+        sa, za, sr, zr = 0.04, 3, 0.05, -2
+        sh = [0.03 + 0.012 * t for t in range(T)]
+        h = b.tensor('h0', [1, F], dtype='int8', quant=q(sh[0], -128))
+        b.op('FULLY_CONNECTED', [xs[0], const(n1, 0, w1, wq), const('bx', 0, b1, bq)], [h],
+             fused_activation_function='RELU')
+        for t in range(1, T):
+            a = b.tensor(f'a{t}', [1, F], dtype='int8', quant=q(sa, za))
+            b.op('FULLY_CONNECTED', [xs[t], const(n1, t, w1, wq), const('bx', t, b1, bq)], [a])
+            r = b.tensor(f'r{t}', [1, F], dtype='int8', quant=q(sr, zr))
+            b.op('FULLY_CONNECTED', [h, const('wh', t, wh, q(sh_, 0)), -1], [r])
+            h = b.tensor(f'h{t}', [1, F], dtype='int8', quant=q(sh[t], -128))
+            b.op('ADD', [a, r], [h], fused_activation_function='RELU')
+        last = h
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [last, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    s1c = np.asarray(s1, np.float64).reshape(-1, 1)
+    bf = b1 * sx * np.asarray(s1, np.float64)
+
+    def forward(xf, wf=None):
+        wf = wf or {}
+        W1 = wf.get(n1, w1 * s1c)
+        if kind == 'td':
+            hf = _qclip(np.maximum(xf @ W1.T + bf, 0), sh, -128)
+            return wf.get('w2', w2 * s2) @ hf.reshape(-1)
+        Wh = wf.get('wh', wh * sh_)
+        hf = _qclip(np.maximum(xf[0] @ W1.T + bf, 0), sh[0], -128)
+        for t in range(1, T):
+            a = _qclip(xf[t] @ W1.T + bf, sa, za)
+            r = _qclip(hf @ Wh.T, sr, zr)
+            hf = _qclip(np.maximum(a + r, 0), sh[t], -128)
+        return wf.get('w2', w2 * s2) @ hf
+    return os.fspath(path), forward, sc, sx
