@@ -499,7 +499,7 @@ class Q8Net:
         for i in range(1, len(ls)):
             if bcast(ls, i):
                 ls[i - 1]['bx'] = 1     # (its gradient: one broadcast row; Layer.dxr)
-        order = sorted([i for i in range(len(ls)) if ls[i].get('train')], key=lambda i: -ls[i].get('nb', 0))
+        order = sorted([i for i in range(len(ls)) if ls[i].get('train')], key=lambda i: (-ls[i].get('nb', 0), i))
         order += [i for i in range(len(ls)) if not ls[i].get('train')]
         for i in order:
             d = ls[i]
