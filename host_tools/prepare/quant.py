@@ -350,10 +350,15 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
     w = g.tensors[op.inputs[1]]
     n = int(w.shape[0] if op.name != 'DEPTHWISE_CONV_2D' else w.shape[-1])
     scale = [sx * s for s in (sw if len(sw) == n else sw * n)]
-    k = len(g.tensors)
-    g.tensors.append(Tensor(k, f'{w.name}/zero_bias', [n], 'int32', np.zeros(n, np.int32), -1,
-                            {'scale': scale, 'zero_point': [0] * n,
-                             'quantized_dimension': 0}))
+    name = f'{w.name}/zero_bias'
+    # one for the ops that share a weight tensor and read inputs at one scale (Keras's
+    # TimeDistributed, an unrolled layer's input steps): one bias trains (utrain.q8share)
+    k = next((t.index for t in g.tensors if t.name == name and t.quant['scale'] == scale), None)
+    if k is None:
+        k = len(g.tensors)
+        g.tensors.append(Tensor(k, name, [n], 'int32', np.zeros(n, np.int32), -1,
+                                {'scale': scale, 'zero_point': [0] * n,
+                                 'quantized_dimension': 0}))
     if len(op.inputs) < 3:
         op.inputs.append(k)
     else:
@@ -1986,9 +1991,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
-        op = next(op for op in g.ops if len(op.inputs) > 2 and op.inputs[2] == t.index)
-        log(f'{model_path}: op {op.number} {op.name} has no bias tensor: it trains with a zero '
-            f'int32 bias ({t.name}), which export writes into the trained model')
+        ops = [op for op in g.ops if len(op.inputs) > 2 and op.inputs[2] == t.index]
+        log(f'{model_path}: op{"s" if len(ops) > 1 else ""} {", ".join(str(op.number) for op in ops)} '
+            f'{ops[0].name} ha{"ve" if len(ops) > 1 else "s"} no bias tensor: '
+            f'{"they train" if len(ops) > 1 else "it trains"} with a zero int32 bias ({t.name}), '
+            'which export writes into the trained model')
     if not any(d.get('train') for d in m['layers']):
         from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '

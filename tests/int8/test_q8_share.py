@@ -27,6 +27,7 @@ from test_q8_bin import plan_bounds_the_heap, trains_and_exports  # noqa: E402
 
 T, C = 4, 3
 CASES = [(k, pc) for k in ('td', 'rnn') for pc in (False, True)]
+BIAS = [('td', True), ('td', False), ('rnn', True)]
 
 
 def _table(d, path, train='all'):
@@ -80,18 +81,24 @@ def spy(monkeypatch):
     return S()
 
 
-@pytest.mark.parametrize('kind,pc', CASES)
-def test_forward_bit_exact_with_tflite_micro(tmp_path, kind, pc):
+@pytest.mark.parametrize('kind,pc,bias', [c + (True,) for c in CASES] + [('td', False, False)])
+def test_forward_bit_exact_with_tflite_micro(tmp_path, kind, pc, bias):
     """The steps' layers read one weight buffer (the recurrent FC's inputs at a scale a
-    step; per-channel weight scales with pc) and the logits are TFLite Micro's."""
+    step; per-channel weight scales with pc; without a bias tensor) and the logits are
+    TFLite Micro's."""
     from tflite_micro.python.tflite_micro import runtime
-    path = build_int8_shared(tmp_path / 'm.tflite', kind, pc=pc)[0]
+    path = build_int8_shared(tmp_path / 'm.tflite', kind, pc=pc, bias=bias)[0]
     _, m = _table(tmp_path, path)
     sh = [d.get('sh') for d in m['layers'] if d['k'] == quant.FC]
     assert sh == ([4] * T + [None] if kind == 'td' else [4, 4, 6, 4, 6, 4, 6, None]), sh
     net = Q8Net(m, str(tmp_path / 'weights.wof'))
     ws = {id(L.w) for L in net.layers if L.w is not None}
     assert len(ws) == (2 if kind == 'td' else 3)            # (one buffer a weight tensor)
+    # one bias where the steps read inputs at one scale (b1, bx; a zero bias where the
+    # file has none, quant.zero_bias); the recurrent FC's inputs differ: one a step
+    bs = [L.d['bt'] for L in net.layers if L.sh is not None]
+    assert len(set(bs)) == (1 if kind == 'td' else 1 + (T - 1)), bs
+    assert all(L.b is net.layers[L.d['sh']].b for L in net.layers if L.sb)
     it = runtime.Interpreter.from_file(path)
     r = np.random.default_rng(1)
     outs = set()
@@ -220,13 +227,13 @@ def test_viper_steps_as_the_host(tmp_path, kind):
 
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
-@pytest.mark.parametrize('kind', ['td', 'rnn'])
-def test_prepare_trains_it_as_int8_on_micropython_and_exports(tmp_path, kind):
+@pytest.mark.parametrize('kind,bias', BIAS)
+def test_prepare_trains_it_as_int8_on_micropython_and_exports(tmp_path, kind, bias):
     """prepare takes the model as int8 (nobody naming what trains, and --train all), unix
     MicroPython trains it as the host does, the loss falls, export writes one weight
     tensor whose logits under TFLite Micro are the board's; the run fits its plan."""
     from host_tools.prepare.pipeline import prepare
-    path, fwd, _, _ = build_int8_shared(tmp_path / 'm.tflite', kind)
+    path, fwd, _, _ = build_int8_shared(tmp_path / 'm.tflite', kind, bias=bias)
     x = np.random.default_rng(7).uniform(-2.4, 2.4, (60, T, C)).astype(np.float32)
     s = trains_and_exports(tmp_path, path, x, fwd)
     assert os.path.exists(tmp_path / 'run' / 'q8.json') and not s.get('dequantized_because')
@@ -237,6 +244,9 @@ def test_prepare_trains_it_as_int8_on_micropython_and_exports(tmp_path, kind):
         [op for op in read_model(path).ops if op.name == 'FULLY_CONNECTED'])
     ws = {op.inputs[1] for op in q.ops if op.name == 'FULLY_CONNECTED'}
     assert len(ws) == (2 if kind == 'td' else 3)
+    if kind == 'td':        # (its steps' one bias: b1, or one zero bias written in)
+        assert len({op.inputs[2] for op in q.ops if op.inputs[1] in ws and op.inputs[2] >= 0
+                    and op.outputs[0] != q.outputs[0]}) == 1
     (tmp_path / 'p').mkdir()
     plan_bounds_the_heap(tmp_path / 'p', path, x[:12])
 

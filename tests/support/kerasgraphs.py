@@ -1478,13 +1478,15 @@ def build_keras_autoencoder(path, seed=0, int8_on=None, size=8, channels=4):
     return os.fspath(path), lambda xs: _ae_forward(xs, wc, bc, wt, bt)
 
 
-def build_int8_shared(path, kind='rnn', copies=False, seed=0, T=4, C=3, F=5, O=3, pc=False):
+def build_int8_shared(path, kind='rnn', copies=False, seed=0, T=4, C=3, F=5, O=3, pc=False,
+                      bias=True):
     """An int8 model whose weight tensors several layers read, as Keras's full-integer
     converter writes them, built here.  kind 'td': TimeDistributed(Dense): UNPACK of the
     steps of x [1, T, C], one FC (RELU) a step reading the one w1 and b1, PACK, RESHAPE,
     FC.  kind 'rnn': an unrolled SimpleRNN-like recurrence with ReLU: h0 = FC(x0; wx, bx,
     RELU), then h_t = ADD(FC(x_t; wx, bx), FC(h_t-1; wh), RELU) at a scale a step (the
-    recurrent FC reads inputs at T-1 scales), FC of the last state.  copies: each layer
+    recurrent FC reads inputs at T-1 scales; it has no bias tensor), FC of the last
+    state.  bias=False: the FCs of w1 / wx have none either.  copies: each layer
     reads a copy of its own (the same values: the unshared model).  pc: w1 / wx at a
     scale an output channel.  Returns (path, float numpy forward of the dequantized
     graph: f(x float [T, C], weights {name: float}) -> logits, the weight scales {name:
@@ -1513,11 +1515,14 @@ def build_int8_shared(path, kind='rnn', copies=False, seed=0, T=4, C=3, F=5, O=3
         return made[key]
     n1 = 'w1' if kind == 'td' else 'wx'
     wq, bq = q(s1, 0), q(sx * np.asarray(s1, np.float64), 0)
+
+    def bt(t):
+        return const('b1' if kind == 'td' else 'bx', t, b1, bq) if bias else -1
     if kind == 'td':
         sh = 0.03
         hs = [b.tensor(f'h{t}', [1, F], dtype='int8', quant=q(sh, -128)) for t in range(T)]
         for t in range(T):
-            b.op('FULLY_CONNECTED', [xs[t], const(n1, t, w1, wq), const('b1', t, b1, bq)], [hs[t]],
+            b.op('FULLY_CONNECTED', [xs[t], const(n1, t, w1, wq), bt(t)], [hs[t]],
                  fused_activation_function='RELU')
         p = b.tensor('p', [1, T, F], dtype='int8', quant=q(sh, -128))
         b.op('PACK', hs, [p], values_count=T, axis=1)
@@ -1527,11 +1532,11 @@ def build_int8_shared(path, kind='rnn', copies=False, seed=0, T=4, C=3, F=5, O=3
         sa, za, sr, zr = 0.04, 3, 0.05, -2
         sh = [0.03 + 0.012 * t for t in range(T)]
         h = b.tensor('h0', [1, F], dtype='int8', quant=q(sh[0], -128))
-        b.op('FULLY_CONNECTED', [xs[0], const(n1, 0, w1, wq), const('bx', 0, b1, bq)], [h],
+        b.op('FULLY_CONNECTED', [xs[0], const(n1, 0, w1, wq), bt(0)], [h],
              fused_activation_function='RELU')
         for t in range(1, T):
             a = b.tensor(f'a{t}', [1, F], dtype='int8', quant=q(sa, za))
-            b.op('FULLY_CONNECTED', [xs[t], const(n1, t, w1, wq), const('bx', t, b1, bq)], [a])
+            b.op('FULLY_CONNECTED', [xs[t], const(n1, t, w1, wq), bt(t)], [a])
             r = b.tensor(f'r{t}', [1, F], dtype='int8', quant=q(sr, zr))
             b.op('FULLY_CONNECTED', [h, const('wh', t, wh, q(sh_, 0)), -1], [r])
             h = b.tensor(f'h{t}', [1, F], dtype='int8', quant=q(sh[t], -128))
@@ -1543,7 +1548,7 @@ def build_int8_shared(path, kind='rnn', copies=False, seed=0, T=4, C=3, F=5, O=3
     b.outputs(y)
     b.save(path)
     s1c = np.asarray(s1, np.float64).reshape(-1, 1)
-    bf = b1 * sx * np.asarray(s1, np.float64)
+    bf = b1 * sx * np.asarray(s1, np.float64) * bias
 
     def forward(xf, wf=None):
         wf = wf or {}
