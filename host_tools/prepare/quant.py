@@ -400,6 +400,7 @@ def layers(g: Graph, train='last:1', ranks=None):
         while k in alias:
             k = alias[k]
         return k
+    _one_bias(g, ops)
     isl, dvi = _islands(g, ops), _div_islands(g, ops)
     inside = {id(o) for v in isl.values() for o in v[1:]} | {
         id(o) for v in dvi.values() for o in v if o.name != 'DIV'}
@@ -663,6 +664,22 @@ def _check_reads(g, out, xin):
             d.setdefault('kt', []).append([k, [int(v) for v in np.asarray(t.data).reshape(-1)]])
             made.add(k)
         made.add(d['out'])
+
+
+def _one_bias(g, ops):
+    """layers(): weighted ops that read one weight tensor and bias tensors of the same
+    values and scales (a converter's copy a step: Keras's unrolled GRU) read the first of
+    those: one bias trains with the one weight (utrain.q8share); export writes it there."""
+    first = {}
+    for op in ops:
+        if op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D') and len(op.inputs) > 2 \
+                and op.inputs[2] >= 0:
+            b = g.tensors[op.inputs[2]]
+            if b.data is None or not b.quant:
+                continue
+            key = (op.inputs[1], b.dtype, b.data.tobytes(), tuple(b.quant.get('scale', ())),
+                   tuple(b.quant.get('zero_point', ())))
+            op.inputs[2] = first.setdefault(key, op.inputs[2])
 
 
 def _uses(out) -> list:
@@ -1615,6 +1632,12 @@ def as_written(m: dict, tables=None):
         follow = {i for p, cs, _ in rr[2] for i in [p] + cs} if rr else set()
         for i, d in enumerate(t['layers']):
             d = dict(d)
+            if d['k'] == LUT and 't' in d:
+                # a LUT layer's tables: 256 int8 outputs, then 256 int16 derivatives (in a
+                # list, a board boxes each: 530 KB of a Bidirectional LSTM's 80 gates)
+                d['lt'] = len(req)
+                req += np.asarray(d.pop('t'), np.int8).tobytes()
+                req += np.asarray(d.pop('dt'), '<i2').tobytes()
             if 'wt' in d:
                 d['ro'], d['nq'] = len(req), len(d['mul'])
                 req += np.asarray(d.pop('mul'), '<i4').tobytes()

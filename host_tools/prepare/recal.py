@@ -30,7 +30,11 @@ CLIP = 1 / 64           # a fraction of outputs at an end that widens it
 ROUNDS = 3
 SAMPLES = 64            # at most this many training samples, evenly spread
 FILE = 'q8cal.json'
-SAME = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'PAD')
+SAME = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'PAD',
+        # (copies: TFLite's int8 kernels take their outputs at the input's scale; a
+        # GRU's gates are STRIDED_SLICEs of an FC's output)
+        'STRIDED_SLICE', 'SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE', 'UNPACK')
+DATA = {'SPLIT': 1}     # (the input a SAME op copies, where it is not the first)
 TIED = ('MAXIMUM', 'MINIMUM')       # (every input and the output at one scale)
 WEIGHTED = ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')
 
@@ -45,8 +49,9 @@ def widen(g: Graph, t: int, end: int) -> None:
     while n != len(ts):
         n = len(ts)
         for op in g.ops:
-            if op.name in SAME and (op.inputs[0] in ts or op.outputs[0] in ts):
-                ts.update([op.inputs[0], *op.outputs])
+            x = op.inputs[DATA.get(op.name, 0)] if op.inputs else -1
+            if op.name in SAME and (x in ts or ts & {*op.outputs}):
+                ts.update([x, *op.outputs])
             elif op.name in TIED and ts & {*op.inputs, *op.outputs}:
                 ts.update([*op.inputs, *op.outputs])
     for k in sorted(ts):
@@ -59,12 +64,25 @@ def widen(g: Graph, t: int, end: int) -> None:
         if c.data is not None:      # (a constant: its real values at the new scale)
             v = (c.data.astype(np.float64) - z) * s / (2.0 * s) + q['zero_point'][0]
             c.data = np.clip(np.sign(v) * np.floor(np.abs(v) + 0.5), -128, 127).astype(c.data.dtype)
-    for op in g.ops:
-        if op.name in WEIGHTED and op.inputs[0] in ts and len(op.inputs) > 2 and op.inputs[2] >= 0:
-            b = g.tensors[op.inputs[2]]
-            v = b.data.astype(np.int64)
-            b.data = (np.sign(v) * ((np.abs(v) + 1) >> 1)).astype(np.int32)
-            b.quant = dict(b.quant, scale=[2.0 * float(v) for v in b.quant['scale']])
+    ops = [op for op in g.ops if op.name in WEIGHTED and op.inputs[0] in ts and len(op.inputs) > 2
+           and op.inputs[2] >= 0]
+    for k in sorted({op.inputs[2] for op in ops}):
+        b = g.tensors[k]
+        if any(op.name in WEIGHTED and len(op.inputs) > 2 and op.inputs[2] == k and op not in ops
+               for op in g.ops):
+            # a bias other ops read too (the steps of an unrolled layer, one reading the
+            # widened tensor): these read a copy of their own at the new scale
+            import copy
+            c = copy.copy(b)
+            c.index, c.name, c.buffer = len(g.tensors), b.name + '/widened', -1
+            g.tensors.append(c)
+            for op in ops:
+                if op.inputs[2] == k:
+                    op.inputs[2] = c.index
+            b = c
+        v = b.data.astype(np.int64)
+        b.data = (np.sign(v) * ((np.abs(v) + 1) >> 1)).astype(np.int32)
+        b.quant = dict(b.quant, scale=[2.0 * float(v) for v in b.quant['scale']])
 
 
 def replay(g: Graph, folder) -> list:

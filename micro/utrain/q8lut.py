@@ -2,7 +2,7 @@
 # HARD_SWISH, RELU, RELU6, LEAKY_RELU, ELU, GELU, NEG, EXP, LOG, QUANTIZE as standalone
 # ops), loaded only by a layer table that has one: forward and gradient side by side.
 # An int8 input takes 256 values, so the host tabulates the op (quant.py _lut_layer):
-# q8.json's 't', the int8 output of each input value -128..127, and 'dt', the op's
+# 't', the int8 output of each input value -128..127 (in q8.req at 'lt'), and 'dt', the op's
 # derivative there (dy/dx in real units, 2^-14 steps, times 'ds' where given: a derivative
 # beyond 2, as a division by a small constant; 0 where the output clamps).  A converter's
 # float ops between a DEQUANTIZE and a QUANTIZE (NEG, a DIV by a constant) are one too.
@@ -50,8 +50,17 @@ def lgk(g, x, n: int, dt) -> int:
 
 
 def tables(L):
-    # the layer's tables as the kernels read them (made once, on first use)
+    # the layer's tables as the kernels read them (made once, on first use): from q8.req
+    # at 'lt' (256 int8 outputs, 256 int16 derivatives), or a table's lists
     d = L.d
+    if 'lt' in d:
+        f = L.net.rf
+        f.seek(d['lt'])
+        L.tt = bytearray(256)
+        f.readinto(L.tt)
+        L.dt = array('h', range(256))
+        f.readinto(L.dt)
+        return
     L.tt = bytearray([v & 255 for v in d['t']])
     L.dt = array('h', d['dt'])
 

@@ -279,7 +279,9 @@ def test_float_ops_between_dequantize_and_quantize_are_one_table(tmp_path, monke
     path, fwd, s1, sx, g, m, xs = _island(tmp_path)
     ls = m['layers']
     assert [d['k'] for d in ls] == [quant.CONV, quant.LUT, quant.FC] and ls[1]['ds'] == 4
-    assert set(ls[1]['dt'][ls[1]['zx'] + 129:ls[1]['zx'] + 160]) == {-16384}     # (-4 / 4)
+    with open(tmp_path / 'q8.req', 'rb') as f:     # (its tables: 256 int8, 256 int16)
+        dt = np.frombuffer(f.read()[ls[1]['lt'] + 256:ls[1]['lt'] + 768], '<i2')
+    assert set(dt[ls[1]['zx'] + 129:ls[1]['zx'] + 160]) == {-16384}     # (-4 / 4)
     _tflm_matches(path, m, tmp_path, xs)
     _steps_as_differences(monkeypatch, tmp_path, g, m, xs, fwd, s1, sx, 0.93, 0.97, True)
     (tmp_path / 'two').mkdir()
