@@ -144,8 +144,9 @@ def test_viper_steps_as_the_host(tmp_path):
     _viper_matches(tmp_path, tmp_path, [_x(i) for i in range(3)])
 
 
-def _tflm_matches(path, m, d, xs):
-    """utrain.q8's forward of q8.json m (folder d) is TFLite Micro's on the int8 inputs xs."""
+def _tflm_matches(path, m, d, xs, distinct=None):
+    """utrain.q8's forward of q8.json m (folder d) is TFLite Micro's on the int8 inputs xs
+    (their outputs all differ, or at least distinct of them)."""
     from tflite_micro.python.tflite_micro import runtime
     net = Q8Net(m, str(d / 'weights.wof'))
     it = runtime.Interpreter.from_file(path)
@@ -156,7 +157,7 @@ def _tflm_matches(path, m, d, xs):
         it.invoke()
         assert np.array_equal(got, it.get_output(0).ravel())
         outs.add(tuple(got))
-    assert len(outs) == len(xs)
+    assert len(outs) >= (distinct or len(xs))
 
 
 def test_a_slice_of_three_axes_gathers_and_five_is_refused(tmp_path):
@@ -662,7 +663,7 @@ def test_unpack_and_tiling_slices_become_splits(tmp_path, monkeypatch):
         it.invoke()
         assert np.array_equal(got, it.get_output(0).ravel())
         outs.add(tuple(got))
-    assert len(outs) == len(xs)
+    assert len(outs) >= (distinct or len(xs))
     _steps_as_differences(monkeypatch, tmp_path, g, m, xs, fwd, s1, sx, 0.93, 0.97, True)
 
 

@@ -23,7 +23,7 @@ from kerasgraphs import build_int8_shared  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import spy_updates  # noqa: E402
 from test_q8_cat import MP, _fd_grad, _viper_matches  # noqa: E402
-from test_q8_bin import plan_bounds_the_heap, trains_and_exports  # noqa: E402
+from test_q8_bin import _tflm_matches, plan_bounds_the_heap, trains_and_exports  # noqa: E402
 
 T, C = 4, 3
 CASES = [(k, pc) for k in ('td', 'rnn') for pc in (False, True)]
@@ -86,7 +86,6 @@ def test_forward_bit_exact_with_tflite_micro(tmp_path, kind, pc, bias):
     """The steps' layers read one weight buffer (the recurrent FC's inputs at a scale a
     step; per-channel weight scales with pc; without a bias tensor) and the logits are
     TFLite Micro's."""
-    from tflite_micro.python.tflite_micro import runtime
     path = build_int8_shared(tmp_path / 'm.tflite', kind, pc=pc, bias=bias)[0]
     _, m = _table(tmp_path, path)
     sh = [d.get('sh') for d in m['layers'] if d['k'] == quant.FC]
@@ -99,17 +98,9 @@ def test_forward_bit_exact_with_tflite_micro(tmp_path, kind, pc, bias):
     bs = [L.d['bt'] for L in net.layers if L.sh is not None]
     assert len(set(bs)) == (1 if kind == 'td' else 1 + (T - 1)), bs
     assert all(L.b is net.layers[L.d['sh']].b for L in net.layers if L.sb)
-    it = runtime.Interpreter.from_file(path)
     r = np.random.default_rng(1)
-    outs = set()
-    for i in range(30):
-        xq = r.integers(-128, 128, (T, C)).astype(np.int8)
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq.reshape(1, T, C), 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel()), i
-        outs.add(got.tobytes())
-    assert len(outs) > 12
+    _tflm_matches(path, m, tmp_path, [r.integers(-128, 128, (T, C)).astype(np.int8)
+                                      for _ in range(30)], 12)
 
 
 @pytest.mark.parametrize('kind,pc', CASES)
