@@ -1821,14 +1821,17 @@ def grown(g: Graph, m: dict, wof_path) -> None:
 
 
 def trained_params(ls) -> int:
-    """Weights and biases that train in layer table ls (a rank's window of them), and
-    PRELU slopes."""
+    """Weights and biases that train in layer table ls (a rank's window of them; a
+    tensor several layers read, once), and PRELU slopes."""
     n = sum(len(d['kc']) for d in ls if d.get('ta'))
+    seen = set()
     for d in ls:
         if d.get('train'):
             oc = d['nb']
             lo, hi = d.get('tw', (0, oc))
-            n += (hi - lo if hi > lo else oc) + (hi - lo) * (d['wn'] // oc)
+            n += (0 if d['bt'] in seen else hi - lo if hi > lo else oc) + (
+                0 if d['wt'] in seen else (hi - lo) * (d['wn'] // oc))
+            seen.update((d['wt'], d['bt']))
     return n
 
 

@@ -52,6 +52,15 @@ def restrict(meta, keep):
         for i in keep:
             if keep[i] is None:
                 ls[i]['gw'] = 1
+    for d in ls:    # a weight several layers read trains whole with its first (utrain.q8share)
+        j = d.get('sh')
+        if j is not None and ls[j].get('train') and 'tw' not in ls[j]:
+            d['train'] = 1
+            for k in ('gw', 'tw', 'sd'):
+                d.pop(k, None)
+        elif j is not None:
+            for k in ('train', 'sh', 'gw', 'tw'):
+                d.pop(k, None)
     return meta
 
 

@@ -250,3 +250,22 @@ def test_ranks_on_a_shared_weight_refused(tmp_path):
     with pytest.raises(ValueError, match=r'm\.tflite: --ranks names op \d+, whose weight tensor '
                                          r'ops .* read .*trains a shared weight whole'):
         quant.layers(g, 'none', {n: 2})
+
+
+def test_the_boards_choice_trains_a_shared_weight_whole(tmp_path):
+    """--select board's restriction of the union's table (utrain.q8keep): a choice that
+    names the first use of a shared weight trains all its uses; one that leaves it out
+    freezes them all (no 'sh' left: no q8share)."""
+    import copy
+    from utrain.q8keep import restrict
+    _, m = _table(tmp_path, build_int8_shared(tmp_path / 'm.tflite', 'td', pc=True)[0])
+    ls = m['layers']
+    uses = [i for i, d in enumerate(ls) if 'sh' in d]
+    last = len(ls) - 1
+    a = restrict(copy.deepcopy(m), {uses[0]: None, last: None})['layers']
+    assert [bool(a[i].get('train')) for i in uses] == [True] * T
+    assert not any(a[i].get('gw') for i in uses)
+    b = restrict(copy.deepcopy(m), {last: None})['layers']
+    assert not any(b[i].get('train') or 'sh' in b[i] for i in uses)
+    net = Q8Net(restrict(copy.deepcopy(m), {last: None}), str(tmp_path / 'weights.wof'))
+    assert net.sh is None
