@@ -335,9 +335,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     profile and no ulab, where the int8 path takes the settings).  trial: the folder of a
     --select trial (host_tools/prepare/select.py), which reads only model.flat,
     weights.wof, train.json and the datasets: no plans for the other boards in
-    prepare.json's summary (heap.by_target) and no rewritten graph beside.  scale_input:
+    prepare.json's summary (heap.by_target) and no rewritten graph beside.  An int8 model
+    whose int8 run does not fit the board or budget trains dequantized where that fits
+    (and prepare says so), unless --select or --ranks chose for int8.  scale_input:
     a float run whose input is far larger than 1 on data trains it scaled by a power of
     two (rewrite.scale_input); False keeps it as given (the int8 path calibrates)."""
+    call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
@@ -388,10 +391,15 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                 s = dict(s, select=sel['select'])   # train.json's block (and its plan's pass)
                 given = given | {'cache'}   # (its pass runs the whole net: no prefix cache)
         rk = ranks if isinstance(ranks, dict) else parse_ranks(ranks, len(source.ops))
-        summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
-                                   split_seed, progress, cache, bands, board, limit8,
-                                   limit_source(board, prof), log,
-                                   given | ({'cache'} if cache else set()), rk)
+        try:
+            summary = quant.prepare_q8(source, model_path, out_dir, s, train, data, test_split,
+                                       split_seed, progress, cache, bands, board, limit8,
+                                       limit_source(board, prof), log,
+                                       given | ({'cache'} if cache else set()), rk)
+        except quant.HeapRefusal as e:
+            if select or ranks or not quant.float_takes(source, train):
+                raise
+            return dequantized_instead(call, e)
         if select:
             summary['select'] = {k: v for k, v in sel.items() if k in (
                 'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
@@ -478,6 +486,26 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
                             gc_every=heap['gc_every'], **run_planned(heap, limit))
+
+
+def dequantized_instead(call, refusal):
+    """prepare(**call) again dequantized, for an int8 model whose int8 run the heap
+    refused (refusal, quant.HeapRefusal): an RNN's int8 layer table (a layer a gate and a
+    step) can outgrow the float run.  Where that does not fit either, the int8 refusal
+    with the float plan's first line."""
+    log, kw = call['log'], dict(call, dequantize=True, **call['overrides'])
+    del kw['overrides']
+    first = str(refusal).split('\n')[0].split(': ', 1)[1]
+    try:
+        summary = prepare(**dict(kw, log=lambda *a: None))
+    except PrepareError as e:
+        raise PrepareError(f'{refusal}\n  dequantized (--dequantize), '
+                           + str(e).split('\n')[0].split(': ', 1)[-1]) from None
+    why = f'{first.rstrip(".")}; dequantized it fits'
+    log(f'{call["model_path"]}: trains in float32, dequantized as --dequantize does: {why}; '
+        'export --quantized writes the trained model back as int8')
+    summary['dequantized_because'] = why
+    return summary
 
 
 def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,

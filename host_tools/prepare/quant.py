@@ -35,6 +35,7 @@ from ..formats.circle_io import Graph, Tensor, atomic_write, read_model
 from ..target.device import module
 from ..files import wof as hwof
 from ..graph.rewrite import FLOAT_FNS
+from ..graph.passes import PrepareError
 
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
@@ -1923,6 +1924,11 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
                    f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
 
 
+class HeapRefusal(PrepareError):
+    """The int8 run's heap plan exceeds the board's heap or the budget (prepare may train
+    the model dequantized instead, where that fits)."""
+
+
 def float_takes(g: Graph, train) -> bool:
     """Does prepare's float path (--dequantize) train int8 model g with --train train?"""
     from ..plan.runplan import select_rewrite_plan
@@ -2000,7 +2006,6 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
     budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
     update (layers())."""
-    from ..graph.passes import PrepareError
     from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, int8_bytes, read_data,
                             write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
@@ -2051,7 +2056,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         lim = limit(heap)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
-        raise PrepareError('\n'.join(
+        raise HeapRefusal('\n'.join(
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
             + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))

@@ -269,3 +269,25 @@ def test_the_boards_choice_trains_a_shared_weight_whole(tmp_path):
     assert not any(b[i].get('train') or 'sh' in b[i] for i in uses)
     net = Q8Net(restrict(copy.deepcopy(m), {last: None}), str(tmp_path / 'weights.wof'))
     assert net.sh is None
+
+
+def test_an_int8_run_over_the_budget_trains_dequantized_where_that_fits(tmp_path):
+    """An int8 model whose int8 run the budget refuses (its layer table: a layer a step,
+    as an unrolled RNN's) but whose dequantized run fits trains dequantized, and prepare
+    says why; where neither fits, the refusal names both plans."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.graph.passes import PrepareError
+    path, _, _, _ = build_int8_shared(tmp_path / 'm.tflite', 'rnn', T=8)
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / 'd.npz', x=rng.uniform(-2, 2, (24, 8, C)).astype(np.float32),
+             y=rng.integers(0, 3, 24))
+    d, none = str(tmp_path / 'd.npz'), lambda *a: None
+    p8 = prepare(path, str(tmp_path / 'i'), data=d, log=none)['heap']['total']
+    pf = prepare(path, str(tmp_path / 'f'), data=d, log=none, dequantize=True)['heap']['total']
+    assert p8 > pf, (p8, pf)
+    lines = []
+    s = prepare(path, str(tmp_path / 'b'), data=d, log=lines.append, budget=(p8 + pf) // 2)
+    assert not s.get('int8') and 'dequantized it fits' in s['dequantized_because'], s
+    assert any('trains in float32, dequantized' in ln and 'as int8 needs' in ln for ln in lines)
+    with pytest.raises(PrepareError, match=r'(?s)as int8 needs.*dequantized \(--dequantize\)'):
+        prepare(path, str(tmp_path / 'n'), data=d, log=none, budget=pf // 2)
