@@ -75,6 +75,13 @@ CONV2 = [  # (run after the others: their seeded data unchanged) q8asm's dot2, r
     (1, 1, 4, 3, 1, 1, 1, 1, 0, 0, 1, 1, -128, 0x80),      # pointwise, one row
     (3, 4, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 5, None),         # im2col rows: 4 a row, n odd
 ]
+CONV3 = [  # (after CONV2) q8asm's _dot3: pointwise rows in threes, two channels a turn
+    (5, 2, 13, 7, 1, 1, 1, 1, 0, 0, 1, 1, -128, None),     # 10 rows: a row left, O odd
+    (11, 1, 4, 2, 1, 1, 1, 1, 0, 0, 1, 1, 127, None),      # 11 rows: a pair left
+    (3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 3, None),         # one input, one output channel
+    (3, 1, 9, 4, 1, 1, 1, 1, 0, 0, 1, 1, -5, 0x80),        # saturated input
+    (7, 1, 700, 3, 1, 1, 1, 1, 0, 0, 1, 1, 9, None),       # a three a turn (_ROWS), a row left
+]
 DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
     (6, 6, 3, 2, 3, 1, 1, 3, None), (4, 5, 5, 1, 3, 1, 0, -128, 0x80),
@@ -278,6 +285,20 @@ def run(r, name, k):
         k['sumk'](a, x, xz, n, c)
         out.append(('su%d' % i, a))
     _convs(r, k, CONV2, 'pair', out)
+    _convs(r, k, CONV3, 'three', out)
+    # rqk one multiplier a value (q8asm._rqc: channel by channel) over a count that is no
+    # multiple of the channels, in place (wide) and into bytes
+    for i, (n, c) in enumerate(((13, 5), (3, 7))):
+        a = r.ints(n, 1 << 26)
+        mul = r.ints(c, 1 << 29)
+        shf = r.ints(c, 4)
+        for j in range(c):
+            mul[j] += 3 << 29
+            shf[j] = shf[j] % 9 - 6
+        y = bytearray(n)
+        k['rqk'](a, n, c, 1, mul, shf, y, 3, -100, 90, 0)
+        k['rqk'](a, n, c, 1, mul, shf, a, 0, 0, 0, 1)
+        out.append(('rqc%d' % i, y, a))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 
