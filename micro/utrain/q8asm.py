@@ -29,7 +29,7 @@ _PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk;
 _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(24))   # _gs's, _x3's and _dot3's
 _ROWS = const(2048)      # _dots: bytes of input rows _x3 copies at a time (into _PB)
-_Q = array('i', range(16))   # _rq's
+_Q = array('i', range(20))   # _rq's
 _S = [None] * 16         # the depthwise kernels' tables per (geometry, mode) (_keep)
 _V = None                # q8kern's viper dwk, ddk, dgk (for depthwise multipliers > 1), sumk
 
@@ -655,13 +655,104 @@ def vmacs(r0, r1, r2, r3):
 @micropython.asm_thumb
 def _rq(r0, r1, r2):
     # q8kern.rqk over the table r2 (_Q): [0] n, [1] c, [2] blk, [3] mul and [4] shf
-    # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [9..15] scratch; r0 the int32 sums,
-    # r1 the output.  The 62-bit product |a| * m in 16-bit halves (adds with carry), the
-    # nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding
-    # division by 2^-shift: the integers rqk's 15-bit limbs give.
+    # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [17] 1: channel by channel (blk 1,
+    # value i's channel i mod c: its multiplier and shift loaded once, its values c
+    # apart; ~90 cycles a value for ~130 when both are looked up again for each value),
+    # else in runs of blk; [9..16] scratch; r0 the int32 sums, r1 the output.  CORE, one
+    # value: the 62-bit product |a| * m in 16-bit halves (adds with carry), the nudge
+    # 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding division
+    # by 2^-shift: the integers rqk's 15-bit limbs give
     mov(r7, r2)
     str(r0, [r7, 36])        # [9] sums pointer
     str(r1, [r7, 40])        # [10] output pointer
+    ldr(r4, [r7, 68])
+    cmp(r4, 0)
+    beq(RUNS)
+    b(CHANS)
+    label(CORE)              # r1 the sum, r12 where its output goes; [14] m, [15] shift
+    ldr(r6, [r7, 60])
+    cmp(r6, 0)
+    ble(NOLEFT)
+    lsl(r1, r6)
+    label(NOLEFT)
+    mov(r0, 0)
+    cmp(r1, 0)
+    bge(POS)
+    neg(r1, r1)
+    mov(r0, 1)
+    label(POS)
+    ldr(r2, [r7, 56])        # m
+    lsr(r3, r1, 16)          # ah
+    lsl(r1, r1, 16)
+    lsr(r1, r1, 16)          # al
+    lsr(r4, r2, 16)          # mh
+    lsl(r2, r2, 16)
+    lsr(r2, r2, 16)          # ml
+    mov(r5, r1)
+    mul(r5, r2)              # lo = al ml
+    mov(r6, r3)
+    mul(r6, r2)              # ah ml
+    mul(r1, r4)              # al mh
+    add(r6, r6, r1)          # mid (< 2^32)
+    mul(r3, r4)              # hi = ah mh
+    lsl(r1, r6, 16)
+    lsr(r6, r6, 16)
+    add(r5, r5, r1)
+    adc(r3, r6)
+    mov(r1, 1)
+    lsl(r1, r1, 30)
+    sub(r1, r1, r0)          # the nudge
+    mov(r2, 0)
+    add(r5, r5, r1)
+    adc(r3, r2)
+    lsl(r3, r3, 1)
+    lsr(r5, r5, 31)
+    orr(r3, r5)              # bits 31..62
+    cmp(r0, 0)
+    beq(NN)
+    neg(r3, r3)
+    label(NN)
+    ldr(r6, [r7, 60])
+    cmp(r6, 0)
+    bge(NODIV)
+    neg(r6, r6)              # rounding division by 2^rs
+    mov(r1, 1)
+    lsl(r1, r6)
+    sub(r1, 1)               # mask
+    mov(r2, r3)
+    and_(r2, r1)             # remainder
+    lsr(r1, r1, 1)           # threshold, +1 below zero
+    cmp(r3, 0)
+    bge(TP)
+    add(r1, 1)
+    label(TP)
+    asr(r3, r6)
+    cmp(r2, r1)
+    ble(NODIV)
+    add(r3, 1)
+    label(NODIV)
+    ldr(r6, [r7, 32])
+    mov(r0, r12)
+    cmp(r6, 0)
+    beq(NARROW)
+    str(r3, [r0, 0])
+    bx(lr)
+    label(NARROW)
+    ldr(r6, [r7, 20])
+    add(r3, r3, r6)          # + zp, clamped to [lo, hi]
+    ldr(r6, [r7, 24])
+    cmp(r3, r6)
+    bge(G1)
+    mov(r3, r6)
+    label(G1)
+    ldr(r6, [r7, 28])
+    cmp(r3, r6)
+    ble(G2)
+    mov(r3, r6)
+    label(G2)
+    strb(r3, [r0, 0])
+    bx(lr)
+    label(RUNS)
     ldr(r4, [r7, 0])
     str(r4, [r7, 44])        # [11] values left
     mov(r4, 0)
@@ -702,118 +793,29 @@ def _rq(r0, r1, r2):
     ldr(r1, [r0, 0])
     add(r0, 4)
     str(r0, [r7, 36])
-    ldr(r6, [r7, 60])
-    cmp(r6, 0)
-    ble(NOLEFT)
-    lsl(r1, r6)
-    label(NOLEFT)
-    mov(r0, 0)
-    cmp(r1, 0)
-    bge(POS)
-    neg(r1, r1)
-    mov(r0, 1)
-    label(POS)
-    mov(r12, r0)             # the sign
-    ldr(r2, [r7, 56])        # m
-    lsr(r3, r1, 16)          # ah
-    lsl(r1, r1, 16)
-    lsr(r1, r1, 16)          # al
-    lsr(r4, r2, 16)          # mh
-    lsl(r2, r2, 16)
-    lsr(r2, r2, 16)          # ml
-    mov(r5, r1)
-    mul(r5, r2)              # lo = al ml
-    mov(r6, r3)
-    mul(r6, r2)              # ah ml
-    mul(r1, r4)              # al mh
-    add(r6, r6, r1)          # mid (< 2^32)
-    mul(r3, r4)              # hi = ah mh
-    lsl(r1, r6, 16)
-    lsr(r6, r6, 16)
-    add(r5, r5, r1)
-    adc(r3, r6)
-    mov(r1, 1)
-    lsl(r1, r1, 30)
-    sub(r1, r1, r0)          # the nudge
-    mov(r2, 0)
-    add(r5, r5, r1)
-    adc(r3, r2)
-    lsl(r3, r3, 1)
-    lsr(r5, r5, 31)
-    orr(r3, r5)              # bits 31..62
-    cmp(r0, 0)
-    beq(NN)
-    neg(r3, r3)
-    label(NN)
-    ldr(r6, [r7, 60])
-    cmp(r6, 0)
-    bge(NODIV)
-    neg(r6, r6)              # rounding division by 2^rs
-    mov(r1, 1)
-    lsl(r1, r6)
-    sub(r1, 1)               # mask
-    mov(r2, r3)
-    and_(r2, r1)             # remainder
-    lsr(r1, r1, 1)           # threshold, +1 below zero
-    cmp(r3, 0)
-    bge(TP)
-    add(r1, 1)
-    label(TP)
-    asr(r3, r6)
-    cmp(r2, r1)
-    ble(NODIV)
-    add(r3, 1)
-    label(NODIV)
-    ldr(r6, [r7, 32])
     ldr(r0, [r7, 40])
+    mov(r12, r0)
+    bl(CORE)
+    ldr(r0, [r7, 40])
+    ldr(r6, [r7, 32])
     cmp(r6, 0)
-    beq(NARROW)
-    str(r3, [r0, 0])
-    add(r0, 4)
-    b(STORED)
-    label(NARROW)
-    ldr(r6, [r7, 20])
-    add(r3, r3, r6)          # + zp, clamped to [lo, hi]
-    ldr(r6, [r7, 24])
-    cmp(r3, r6)
-    bge(G1)
-    mov(r3, r6)
-    label(G1)
-    ldr(r6, [r7, 28])
-    cmp(r3, r6)
-    ble(G2)
-    mov(r3, r6)
-    label(G2)
-    strb(r3, [r0, 0])
+    beq(N1)
+    add(r0, 3)
+    label(N1)
     add(r0, 1)
-    label(STORED)
     str(r0, [r7, 40])
     ldr(r4, [r7, 52])
     sub(r4, 1)
     str(r4, [r7, 52])
-    ble(VALD)
-    b(VAL)
-    label(VALD)
+    bgt(VAL)
     b(RUN)
-    label(END)
-
-
-@micropython.asm_thumb
-def _rqc(r0, r1, r2):
-    # _rq with one multiplier a value (blk 1: value i's channel is i mod c), channel by
-    # channel: its multiplier and shift loaded once, its values c apart (~45 cycles a
-    # value for _rq's ~100, which looks both up again for each value).  The same
-    # integers, value by value.  r8..r11 kept on the stack; r8 the sums pointer, r9 the
-    # output pointer, r10 the sums' end, r11 and r12 their steps
-    mov(r7, r2)
-    mov(r4, r8)
+    label(CHANS)             # r8..r11 kept on the stack; r8 the sums pointer, r9 the
+    mov(r4, r8)              # output pointer, r10 the sums' end, r11 and [16] the steps
     mov(r5, r9)
     mov(r6, r10)
     push({r4, r5, r6})
     mov(r4, r11)
     push({r4})
-    str(r0, [r7, 36])        # [9] sums
-    str(r1, [r7, 40])        # [10] output
     ldr(r4, [r7, 4])         # c
     lsl(r5, r4, 2)
     mov(r11, r5)             # the sums' step
@@ -822,7 +824,7 @@ def _rqc(r0, r1, r2):
     beq(NW1)
     mov(r4, r5)
     label(NW1)
-    mov(r12, r4)             # the output's step (c bytes, or c words when wide)
+    str(r4, [r7, 64])        # [16] the output's step (c bytes, or c words when wide)
     ldr(r4, [r7, 0])
     lsl(r4, r4, 2)
     add(r4, r4, r0)
@@ -833,9 +835,7 @@ def _rqc(r0, r1, r2):
     ldr(r5, [r7, 48])
     ldr(r4, [r7, 4])
     cmp(r5, r4)
-    blt(CHGO)
-    b(END)
-    label(CHGO)
+    bge(CEND)
     lsl(r4, r5, 2)
     ldr(r6, [r7, 12])
     data(2, 0x5936)          # ldr r6, [r6, r4]
@@ -860,107 +860,29 @@ def _rqc(r0, r1, r2):
     str(r5, [r7, 48])
     data(2, 0x45D0)          # cmp r8, r10
     bcs(CH)
-    label(VAL)
+    label(CV)
     mov(r0, r8)
     ldr(r1, [r0, 0])
     data(2, 0x4458)          # add r0, r11
     mov(r8, r0)
-    ldr(r6, [r7, 60])
-    cmp(r6, 0)
-    ble(NOLEFT)
-    lsl(r1, r6)
-    label(NOLEFT)
-    mov(r0, 0)
-    cmp(r1, 0)
-    bge(POS)
-    neg(r1, r1)
-    mov(r0, 1)
-    label(POS)
-    ldr(r2, [r7, 56])        # m
-    lsr(r3, r1, 16)          # ah
-    lsl(r1, r1, 16)
-    lsr(r1, r1, 16)          # al
-    lsr(r4, r2, 16)          # mh
-    lsl(r2, r2, 16)
-    lsr(r2, r2, 16)          # ml
-    mov(r5, r1)
-    mul(r5, r2)              # lo = al ml
-    mov(r6, r3)
-    mul(r6, r2)              # ah ml
-    mul(r1, r4)              # al mh
-    add(r6, r6, r1)          # mid (< 2^32)
-    mul(r3, r4)              # hi = ah mh
-    lsl(r1, r6, 16)
-    lsr(r6, r6, 16)
-    add(r5, r5, r1)
-    adc(r3, r6)
-    mov(r1, 1)
-    lsl(r1, r1, 30)
-    sub(r1, r1, r0)          # the nudge
-    mov(r2, 0)
-    add(r5, r5, r1)
-    adc(r3, r2)
-    lsl(r3, r3, 1)
-    lsr(r5, r5, 31)
-    orr(r3, r5)              # bits 31..62
-    cmp(r0, 0)
-    beq(NN)
-    neg(r3, r3)
-    label(NN)
-    ldr(r6, [r7, 60])
-    cmp(r6, 0)
-    bge(NODIV)
-    neg(r6, r6)              # rounding division by 2^rs
-    mov(r1, 1)
-    lsl(r1, r6)
-    sub(r1, 1)               # mask
-    mov(r2, r3)
-    and_(r2, r1)             # remainder
-    lsr(r1, r1, 1)           # threshold, +1 below zero
-    cmp(r3, 0)
-    bge(TP)
-    add(r1, 1)
-    label(TP)
-    asr(r3, r6)
-    cmp(r2, r1)
-    ble(NODIV)
-    add(r3, 1)
-    label(NODIV)
-    ldr(r6, [r7, 32])
     mov(r0, r9)
-    cmp(r6, 0)
-    beq(NARROW)
-    str(r3, [r0, 0])
-    b(STORED)
-    label(NARROW)
-    ldr(r6, [r7, 20])
-    add(r3, r3, r6)          # + zp, clamped to [lo, hi]
-    ldr(r6, [r7, 24])
-    cmp(r3, r6)
-    bge(G1)
-    mov(r3, r6)
-    label(G1)
-    ldr(r6, [r7, 28])
-    cmp(r3, r6)
-    ble(G2)
-    mov(r3, r6)
-    label(G2)
-    strb(r3, [r0, 0])
-    label(STORED)
-    data(2, 0x4460)          # add r0, r12
+    mov(r12, r0)
+    bl(CORE)
+    mov(r0, r9)
+    ldr(r4, [r7, 64])
+    add(r0, r0, r4)
     mov(r9, r0)
     data(2, 0x45D0)          # cmp r8, r10
-    bcs(VDONE)
-    b(VAL)
-    label(VDONE)
+    bcc(CV)
     b(CH)
-    label(END)
+    label(CEND)
     pop({r4})
     mov(r11, r4)
     pop({r4, r5, r6})
     mov(r8, r4)
     mov(r9, r5)
     mov(r10, r6)
+    label(END)
 
 
 @micropython.asm_thumb
@@ -2460,9 +2382,7 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     p[5] = zp; p[6] = lo; p[7] = hi; p[8] = wide
     a = int(ptr32(acc))
     o = int(ptr8(out))
-    # one multiplier a value (blk 1): channel by channel (_rqc), unless bytes written
-    # over sums not read yet (an int8 output inside the sums)
-    if blk == 1 and (wide or o >= a + 4 * n or o + n <= a):
-        _rqc(acc, out, _Q)
-    else:
-        _rq(acc, out, _Q)
+    # one multiplier a value (blk 1): channel by channel, unless bytes written over sums
+    # not read yet (an int8 output inside the sums)
+    p[17] = 1 if blk == 1 and (wide or o >= a + 4 * n or o + n <= a) else 0
+    _rq(acc, out, _Q)
