@@ -17,8 +17,12 @@
 # groups, scratch; dot's [13]: b's address, viper's int(ptr32(b))).  A conv's other
 # shapes go through im2col rows of one output row (_gs gathers them, and adds their
 # gradient back, col2im).  Sums wrap as int32 like the viper kernels': the same integers
-# in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
-# update; upek, with the rounding's error kept), zeroing, and vmacs's fill of its sums first (the bias; zeros).
+# in any order.  A pointwise conv's rows go in threes through _dot3 (six sums, two
+# output channels a turn, from an unsigned interleaved copy of the rows: _x3), and a
+# streamed layer's input gradient through _da (two nonzero dz a turn).  Also in
+# assembler: rqk (_rq: TFLite's requantization), upk (the int8 update; upek, with the
+# rounding's error kept), stk, q8sparse's mask kernels, zeroing, and vmacs's fill of
+# its sums first (the bias; zeros).
 import micropython
 from micropython import const
 from array import array
