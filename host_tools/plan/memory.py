@@ -1053,6 +1053,23 @@ def json_bytes(v, w, B) -> int:
 
 
 Q8_TAP_SLOTS = 16      # utrain.q8asm._S: the depthwise kernels' kept tap tables
+Q8_ROWS = 2048         # utrain.q8asm._ROWS: bytes of input rows _dot3 takes at a time
+
+
+def q8_threes(t) -> int:
+    """Bytes of utrain.q8asm._PB (ARM boards) its pointwise convs' forward takes (convk:
+    _x3's interleaved copy of the input rows in threes for _dot3, at most Q8_ROWS bytes of
+    them, one three at least): for the widest such layer of net table t (P positions, I
+    input channels), kept until the net closes (q8asm.forget)."""
+    from ..target.device import module
+    CONV = module('q8').CONV
+    n = 0
+    for d in t['layers']:
+        g = d.get('g')
+        if (d['k'] == CONV and g[4] == g[5] == g[6] == g[7] == 1 and g[8] == g[9] == 0
+                and g[11] == g[1]):
+            n = max(n, 3 * min(g[10] * g[11] // 3, max(1, Q8_ROWS // (3 * g[2]))) * g[2])
+    return n
 
 
 def _tap_slot(g, mode) -> int:
@@ -1172,6 +1189,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         taps = q8_tap_tables(t, w, B, trains)
         if taps:
             parts['depthwise tap tables (q8asm)'] = taps
+        n = q8_threes(t)
+        if n:
+            parts["pointwise convs' input rows in threes (q8asm)"] = blk(n + 4 * w)
     if not trains:
         return parts
     hz = q8_held(ls)

@@ -17,17 +17,23 @@
 # groups, scratch; dot's [13]: b's address, viper's int(ptr32(b))).  A conv's other
 # shapes go through im2col rows of one output row (_gs gathers them, and adds their
 # gradient back, col2im).  Sums wrap as int32 like the viper kernels': the same integers
-# in any order.  Also in assembler: rqk (_rq: TFLite's requantization), upk (the int8
-# update; upek, with the rounding's error kept), zeroing, and vmacs's fill of its sums first (the bias; zeros).
+# in any order.  A pointwise conv's rows go in threes through _dot3 (six sums, two
+# output channels a turn, from an unsigned interleaved copy of the rows: _x3), and a
+# streamed layer's input gradient through _da (two nonzero dz a turn).  Also in
+# assembler: rqk (_rq: TFLite's requantization), upk (the int8 update; upek, with the
+# rounding's error kept), stk, q8sparse's mask kernels, zeroing, and vmacs's fill of
+# its sums first (the bias; zeros).
 import micropython
+from micropython import const
 from array import array
 
 _P = array('i', range(24))
 _PB = bytearray(0)       # im2col rows (a conv's taps gathered per output pixel), grown on use
 _PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk; <= 2 KB)
 _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
-_G = array('i', range(20))   # _gs's
-_Q = array('i', range(16))   # _rq's
+_G = array('i', range(24))   # _gs's, _x3's and _dot3's
+_ROWS = const(2048)      # _dots: bytes of input rows _x3 copies at a time (into _PB)
+_Q = array('i', range(20))   # _rq's
 _S = [None] * 16         # the depthwise kernels' tables per (geometry, mode) (_keep)
 _V = None                # q8kern's viper dwk, ddk, dgk (for depthwise multipliers > 1), sumk
 
@@ -653,53 +659,21 @@ def vmacs(r0, r1, r2, r3):
 @micropython.asm_thumb
 def _rq(r0, r1, r2):
     # q8kern.rqk over the table r2 (_Q): [0] n, [1] c, [2] blk, [3] mul and [4] shf
-    # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [9..15] scratch; r0 the int32 sums,
-    # r1 the output.  The 62-bit product |a| * m in 16-bit halves (adds with carry), the
-    # nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding
-    # division by 2^-shift: the integers rqk's 15-bit limbs give.
+    # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [17] 1: channel by channel (blk 1,
+    # value i's channel i mod c: its multiplier and shift loaded once, its values c
+    # apart; ~90 cycles a value for ~130 when both are looked up again for each value),
+    # else in runs of blk; [9..16] scratch; r0 the int32 sums, r1 the output.  CORE, one
+    # value: the 62-bit product |a| * m in 16-bit halves (adds with carry), the nudge
+    # 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding division
+    # by 2^-shift: the integers rqk's 15-bit limbs give
     mov(r7, r2)
     str(r0, [r7, 36])        # [9] sums pointer
     str(r1, [r7, 40])        # [10] output pointer
-    ldr(r4, [r7, 0])
-    str(r4, [r7, 44])        # [11] values left
-    mov(r4, 0)
-    str(r4, [r7, 48])        # [12] channel
-    label(RUN)
-    ldr(r4, [r7, 44])
+    ldr(r4, [r7, 68])
     cmp(r4, 0)
-    bgt(RUNGO)
-    b(END)
-    label(RUNGO)
-    ldr(r5, [r7, 8])         # blk
-    cmp(r4, r5)
-    ble(RUNN)
-    mov(r4, r5)
-    label(RUNN)
-    str(r4, [r7, 52])        # [13] left in this run (one channel)
-    ldr(r5, [r7, 44])
-    sub(r5, r5, r4)
-    str(r5, [r7, 44])
-    ldr(r5, [r7, 48])
-    lsl(r5, r5, 2)
-    ldr(r6, [r7, 12])
-    data(2, 0x5976)          # ldr r6, [r6, r5]
-    str(r6, [r7, 56])        # [14] m
-    ldr(r6, [r7, 16])
-    data(2, 0x5976)          # ldr r6, [r6, r5]
-    str(r6, [r7, 60])        # [15] shift
-    ldr(r5, [r7, 48])
-    add(r5, 1)
-    ldr(r6, [r7, 4])
-    cmp(r5, r6)
-    blt(CHN)
-    mov(r5, 0)
-    label(CHN)
-    str(r5, [r7, 48])
-    label(VAL)
-    ldr(r0, [r7, 36])
-    ldr(r1, [r0, 0])
-    add(r0, 4)
-    str(r0, [r7, 36])
+    beq(RUNS)
+    b(CHANS)
+    label(CORE)              # r1 the sum, r12 where its output goes; [14] m, [15] shift
     ldr(r6, [r7, 60])
     cmp(r6, 0)
     ble(NOLEFT)
@@ -711,7 +685,6 @@ def _rq(r0, r1, r2):
     neg(r1, r1)
     mov(r0, 1)
     label(POS)
-    mov(r12, r0)             # the sign
     ldr(r2, [r7, 56])        # m
     lsr(r3, r1, 16)          # ah
     lsl(r1, r1, 16)
@@ -763,12 +736,11 @@ def _rq(r0, r1, r2):
     add(r3, 1)
     label(NODIV)
     ldr(r6, [r7, 32])
-    ldr(r0, [r7, 40])
+    mov(r0, r12)
     cmp(r6, 0)
     beq(NARROW)
     str(r3, [r0, 0])
-    add(r0, 4)
-    b(STORED)
+    bx(lr)
     label(NARROW)
     ldr(r6, [r7, 20])
     add(r3, r3, r6)          # + zp, clamped to [lo, hi]
@@ -783,16 +755,137 @@ def _rq(r0, r1, r2):
     mov(r3, r6)
     label(G2)
     strb(r3, [r0, 0])
+    bx(lr)
+    label(RUNS)
+    ldr(r4, [r7, 0])
+    str(r4, [r7, 44])        # [11] values left
+    mov(r4, 0)
+    str(r4, [r7, 48])        # [12] channel
+    label(RUN)
+    ldr(r4, [r7, 44])
+    cmp(r4, 0)
+    bgt(RUNGO)
+    b(END)
+    label(RUNGO)
+    ldr(r5, [r7, 8])         # blk
+    cmp(r4, r5)
+    ble(RUNN)
+    mov(r4, r5)
+    label(RUNN)
+    str(r4, [r7, 52])        # [13] left in this run (one channel)
+    ldr(r5, [r7, 44])
+    sub(r5, r5, r4)
+    str(r5, [r7, 44])
+    ldr(r5, [r7, 48])
+    lsl(r5, r5, 2)
+    ldr(r6, [r7, 12])
+    data(2, 0x5976)          # ldr r6, [r6, r5]
+    str(r6, [r7, 56])        # [14] m
+    ldr(r6, [r7, 16])
+    data(2, 0x5976)          # ldr r6, [r6, r5]
+    str(r6, [r7, 60])        # [15] shift
+    ldr(r5, [r7, 48])
+    add(r5, 1)
+    ldr(r6, [r7, 4])
+    cmp(r5, r6)
+    blt(CHN)
+    mov(r5, 0)
+    label(CHN)
+    str(r5, [r7, 48])
+    label(VAL)
+    ldr(r0, [r7, 36])
+    ldr(r1, [r0, 0])
+    add(r0, 4)
+    str(r0, [r7, 36])
+    ldr(r0, [r7, 40])
+    mov(r12, r0)
+    bl(CORE)
+    ldr(r0, [r7, 40])
+    ldr(r6, [r7, 32])
+    cmp(r6, 0)
+    beq(N1)
+    add(r0, 3)
+    label(N1)
     add(r0, 1)
-    label(STORED)
     str(r0, [r7, 40])
     ldr(r4, [r7, 52])
     sub(r4, 1)
     str(r4, [r7, 52])
-    ble(VALD)
-    b(VAL)
-    label(VALD)
+    bgt(VAL)
     b(RUN)
+    label(CHANS)             # r8..r11 kept on the stack; r8 the sums pointer, r9 the
+    mov(r4, r8)              # output pointer, r10 the sums' end, r11 and [16] the steps
+    mov(r5, r9)
+    mov(r6, r10)
+    push({r4, r5, r6})
+    mov(r4, r11)
+    push({r4})
+    ldr(r4, [r7, 4])         # c
+    lsl(r5, r4, 2)
+    mov(r11, r5)             # the sums' step
+    ldr(r6, [r7, 32])
+    cmp(r6, 0)
+    beq(NW1)
+    mov(r4, r5)
+    label(NW1)
+    str(r4, [r7, 64])        # [16] the output's step (c bytes, or c words when wide)
+    ldr(r4, [r7, 0])
+    lsl(r4, r4, 2)
+    add(r4, r4, r0)
+    mov(r10, r4)             # the sums' end
+    mov(r4, 0)
+    str(r4, [r7, 48])        # [12] channel
+    label(CH)
+    ldr(r5, [r7, 48])
+    ldr(r4, [r7, 4])
+    cmp(r5, r4)
+    bge(CEND)
+    lsl(r4, r5, 2)
+    ldr(r6, [r7, 12])
+    data(2, 0x5936)          # ldr r6, [r6, r4]
+    str(r6, [r7, 56])        # [14] m
+    ldr(r6, [r7, 16])
+    data(2, 0x5936)
+    str(r6, [r7, 60])        # [15] shift
+    ldr(r0, [r7, 36])
+    add(r0, r0, r4)
+    mov(r8, r0)              # its first sum
+    ldr(r1, [r7, 40])
+    ldr(r6, [r7, 32])
+    cmp(r6, 0)
+    beq(NW2)
+    add(r1, r1, r4)
+    b(NW3)
+    label(NW2)
+    add(r1, r1, r5)
+    label(NW3)
+    mov(r9, r1)              # its first output
+    add(r5, 1)
+    str(r5, [r7, 48])
+    data(2, 0x45D0)          # cmp r8, r10
+    bcs(CH)
+    label(CV)
+    mov(r0, r8)
+    ldr(r1, [r0, 0])
+    data(2, 0x4458)          # add r0, r11
+    mov(r8, r0)
+    mov(r0, r9)
+    mov(r12, r0)
+    bl(CORE)
+    mov(r0, r9)
+    ldr(r4, [r7, 64])
+    add(r0, r0, r4)
+    mov(r9, r0)
+    data(2, 0x45D0)          # cmp r8, r10
+    bcc(CV)
+    b(CH)
+    label(CEND)
+    pop({r4})
+    mov(r11, r4)
+    pop({r4, r5, r6})
+    mov(r8, r4)
+    mov(r9, r5)
+    mov(r10, r6)
     label(END)
 
 
@@ -1385,10 +1478,357 @@ def _walk(a, x, g, oy: int, ox: int, m: int, z: int, e: int):
     _gs(a, x, _G)
 
 
+@micropython.asm_thumb
+def _x3(r0, r1, r2):
+    # _dot3's input: the rows of positions in threes, interleaved, as unsigned bytes
+    # (x + 128): d[g*3n + 3i + q] = x[(3g + q)*xs + i] ^ 0x80.  r2: _G, [0] rows (a
+    # multiple of 3), [1] n, [2] xs, [3] q (0 on entry)
+    mov(r7, r2)
+    mov(r6, 0x80)
+    ldr(r4, [r7, 0])
+    cmp(r4, 0)
+    ble(END)
+    label(ROW)
+    ldr(r4, [r7, 4])
+    mov(r3, r0)
+    mov(r2, 0)
+    label(B)
+    cmp(r2, r4)
+    bge(BD)
+    data(2, 0x5C8D)          # ldrb r5, [r1, r2]
+    eor(r5, r6)
+    strb(r5, [r3, 0])
+    add(r3, 3)
+    add(r2, 1)
+    b(B)
+    label(BD)
+    ldr(r5, [r7, 8])
+    add(r1, r1, r5)          # the next row
+    ldr(r5, [r7, 12])
+    add(r5, 1)
+    cmp(r5, 3)
+    blt(Q1)
+    mov(r5, 0)
+    lsl(r2, r4, 1)
+    add(r2, r2, r4)
+    sub(r2, 2)
+    add(r0, r0, r2)          # the next three: 3n on from the first
+    b(QD)
+    label(Q1)
+    add(r0, 1)
+    label(QD)
+    str(r5, [r7, 12])
+    ldr(r4, [r7, 0])
+    sub(r4, 1)
+    str(r4, [r7, 0])
+    bgt(ROW)
+    label(END)
+
+
+@micropython.asm_thumb
+def _dot3(r0, r1, r2, r3):
+    # dot over rows in threes, two output channels at a time: a[r*O + o] = b[o] +
+    # sum_i (x[r, i] - c) * w[o*n + i] as sum_i u * w - (128 + c) * sum_i w, u = x + 128
+    # the unsigned bytes _x3 interleaved (read with immediate offsets: no index), w
+    # read signed (ldrsb) from two rows by one index; the six sums in r8..r12 and lr
+    # (6 multiply-adds for 2 weight and 3 input loads: ~4.5 cycles a multiply-add, dot2's
+    # ~7).  An odd last channel: both rows its own, stored twice at one place.  r0 a,
+    # r1 the interleaved rows, r2 w, r3 the table (_G): [0] n, [1] O, [2] threes,
+    # [3] 128 + c, [4] b's address; scratch [5..21] (r8..r11 kept in [17..20])
+    mov(r7, r3)
+    str(r0, [r7, 20])        # [5] a
+    str(r1, [r7, 28])        # [7] the rows
+    str(r2, [r7, 24])        # [6] w
+    mov(r4, r8)
+    str(r4, [r7, 68])
+    mov(r4, r9)
+    str(r4, [r7, 72])
+    mov(r4, r10)
+    str(r4, [r7, 76])
+    mov(r4, r11)
+    str(r4, [r7, 80])
+    ldr(r4, [r7, 4])
+    lsl(r4, r4, 2)
+    str(r4, [r7, 84])        # [21] a row's bytes
+    mov(r4, 0)
+    str(r4, [r7, 32])        # [8] o
+    label(OUT)
+    ldr(r4, [r7, 32])
+    ldr(r5, [r7, 4])
+    cmp(r4, r5)
+    blt(OGO)
+    b(END)
+    label(OGO)
+    ldr(r6, [r7, 0])         # n
+    mov(r3, r4)
+    mul(r3, r6)
+    ldr(r2, [r7, 24])
+    add(r2, r2, r3)
+    add(r2, r2, r6)          # the end of o's weights
+    str(r2, [r7, 36])        # [9]
+    add(r3, r4, 1)
+    cmp(r3, r5)
+    bge(ODD)
+    add(r1, r2, r6)          # o + 1's
+    mov(r5, 4)
+    b(OSET)
+    label(ODD)
+    mov(r1, r2)              # o's again
+    mov(r5, 0)
+    label(OSET)
+    str(r1, [r7, 40])        # [10]
+    str(r5, [r7, 64])        # [16] the second channel's place: 4 bytes on, or the same
+    neg(r3, r6)
+    mov(r4, 0)
+    mov(r5, 0)
+    cmp(r3, 0)
+    beq(SWD)
+    label(SW)                # the weights' sums
+    data(2, 0x56D0)          # ldrsb r0, [r2, r3]
+    add(r4, r4, r0)
+    data(2, 0x56C8)          # ldrsb r0, [r1, r3]
+    add(r5, r5, r0)
+    add(r3, 1)
+    bne(SW)
+    label(SWD)
+    ldr(r3, [r7, 12])        # 128 + c
+    mul(r4, r3)
+    mul(r5, r3)
+    ldr(r0, [r7, 32])
+    lsl(r0, r0, 2)
+    ldr(r1, [r7, 16])
+    add(r1, r1, r0)
+    ldr(r0, [r1, 0])
+    sub(r0, r0, r4)
+    str(r0, [r7, 44])        # [11] o's start: b - (128 + c) * sum w
+    ldr(r2, [r7, 64])
+    data(2, 0x5888)          # ldr r0, [r1, r2]
+    sub(r0, r0, r5)
+    str(r0, [r7, 48])        # [12] the second's
+    ldr(r4, [r7, 8])
+    str(r4, [r7, 52])        # [13] threes left
+    ldr(r4, [r7, 28])
+    str(r4, [r7, 56])        # [14] their rows
+    ldr(r4, [r7, 32])
+    lsl(r4, r4, 2)
+    ldr(r5, [r7, 20])
+    add(r4, r4, r5)
+    str(r4, [r7, 60])        # [15] &a[o] of the three's first row
+    label(TRI)
+    ldr(r4, [r7, 52])
+    cmp(r4, 0)
+    bgt(TGO)
+    b(TDONE)
+    label(TGO)
+    ldr(r4, [r7, 44])
+    mov(r8, r4)
+    mov(r9, r4)
+    mov(r10, r4)
+    ldr(r4, [r7, 48])
+    mov(r11, r4)
+    mov(r12, r4)
+    data(2, 0x46A6)          # mov lr, r4
+    ldr(r0, [r7, 36])
+    ldr(r1, [r7, 40])
+    ldr(r3, [r7, 56])
+    ldr(r2, [r7, 0])
+    neg(r2, r2)              # i - n: up to 0
+    push({r7})
+    cmp(r2, 0)
+    beq(IDONE)
+    # one i at a time until a multiple of 4 are left, then four a turn
+    label(I1)
+    lsl(r7, r2, 30)
+    beq(I4)
+    data(2, 0x5684)          # ldrsb r4, [r0, r2]: w0
+    data(2, 0x568D)          # ldrsb r5, [r1, r2]: w1
+    ldrb(r6, [r3, 0])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B8)          # add r8, r7
+    mul(r6, r5)
+    data(2, 0x44B3)          # add r11, r6
+    ldrb(r6, [r3, 1])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B9)          # add r9, r7
+    mul(r6, r5)
+    data(2, 0x44B4)          # add r12, r6
+    ldrb(r6, [r3, 2])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44BA)          # add r10, r7
+    mul(r6, r5)
+    data(2, 0x44B6)          # add lr, r6
+    add(r3, 3)
+    add(r2, 1)
+    bne(I1)
+    b(IDONE)
+    label(I4)
+    data(2, 0x5684)          # ldrsb r4, [r0, r2]: w0
+    data(2, 0x568D)          # ldrsb r5, [r1, r2]: w1
+    ldrb(r6, [r3, 0])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B8)          # add r8, r7
+    mul(r6, r5)
+    data(2, 0x44B3)          # add r11, r6
+    ldrb(r6, [r3, 1])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B9)          # add r9, r7
+    mul(r6, r5)
+    data(2, 0x44B4)          # add r12, r6
+    ldrb(r6, [r3, 2])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44BA)          # add r10, r7
+    mul(r6, r5)
+    data(2, 0x44B6)          # add lr, r6
+    add(r2, 1)
+    data(2, 0x5684)
+    data(2, 0x568D)
+    ldrb(r6, [r3, 3])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B8)
+    mul(r6, r5)
+    data(2, 0x44B3)
+    ldrb(r6, [r3, 4])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B9)
+    mul(r6, r5)
+    data(2, 0x44B4)
+    ldrb(r6, [r3, 5])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44BA)
+    mul(r6, r5)
+    data(2, 0x44B6)
+    add(r2, 1)
+    data(2, 0x5684)
+    data(2, 0x568D)
+    ldrb(r6, [r3, 6])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B8)
+    mul(r6, r5)
+    data(2, 0x44B3)
+    ldrb(r6, [r3, 7])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B9)
+    mul(r6, r5)
+    data(2, 0x44B4)
+    ldrb(r6, [r3, 8])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44BA)
+    mul(r6, r5)
+    data(2, 0x44B6)
+    add(r2, 1)
+    data(2, 0x5684)
+    data(2, 0x568D)
+    ldrb(r6, [r3, 9])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B8)
+    mul(r6, r5)
+    data(2, 0x44B3)
+    ldrb(r6, [r3, 10])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44B9)
+    mul(r6, r5)
+    data(2, 0x44B4)
+    ldrb(r6, [r3, 11])
+    mov(r7, r6)
+    mul(r7, r4)
+    data(2, 0x44BA)
+    mul(r6, r5)
+    data(2, 0x44B6)
+    add(r3, 12)
+    add(r2, 1)
+    bne(I4)
+    label(IDONE)
+    pop({r7})
+    ldr(r0, [r7, 60])
+    ldr(r1, [r7, 64])
+    ldr(r2, [r7, 84])
+    mov(r4, r8)
+    str(r4, [r0, 0])
+    mov(r4, r11)
+    data(2, 0x5044)          # str r4, [r0, r1]
+    add(r0, r0, r2)
+    mov(r4, r9)
+    str(r4, [r0, 0])
+    mov(r4, r12)
+    data(2, 0x5044)
+    add(r0, r0, r2)
+    mov(r4, r10)
+    str(r4, [r0, 0])
+    data(2, 0x4674)          # mov r4, lr
+    data(2, 0x5044)
+    add(r0, r0, r2)
+    str(r0, [r7, 60])
+    ldr(r4, [r7, 0])
+    lsl(r5, r4, 1)
+    add(r4, r4, r5)
+    ldr(r5, [r7, 56])
+    add(r5, r5, r4)
+    str(r5, [r7, 56])        # the next three rows
+    ldr(r4, [r7, 52])
+    sub(r4, 1)
+    str(r4, [r7, 52])
+    b(TRI)
+    label(TDONE)
+    ldr(r4, [r7, 32])
+    add(r4, 2)
+    str(r4, [r7, 32])
+    b(OUT)
+    label(END)
+    ldr(r4, [r7, 68])
+    mov(r8, r4)
+    ldr(r4, [r7, 72])
+    mov(r9, r4)
+    ldr(r4, [r7, 76])
+    mov(r10, r4)
+    ldr(r4, [r7, 80])
+    mov(r11, r4)
+
+
 @micropython.viper
 def _dots(a, x, w, R: int):
-    # dot over R rows (_P set as dot's but [0]): pairs by dot2, an odd last row by dot
+    # dot over R rows (_P set as dot's but [0]): threes by _dot3 (from an interleaved
+    # copy of their rows in _PB), the pair or row left by dot2 and dot
     p = ptr32(_P)
+    G = R // 3
+    if G > 0 and p[5] == 0 and p[6] == 0 and int(ptr8(x)) != int(ptr8(_PB)):
+        n = p[1]
+        xs = p[4]
+        O = p[2]
+        B = _ROWS // (3 * n)       # threes a turn: their copy within _ROWS bytes (one at least)
+        if B < 1:
+            B = 1
+        if B > G:
+            B = G
+        pb = _buf(3 * B * n)
+        xa = int(ptr8(x))
+        aa = int(ptr32(a)) + 4 * p[7]
+        t = ptr32(_G)
+        R -= 3 * G
+        while G > 0:
+            g = B if B < G else G
+            t[0] = 3 * g; t[1] = n; t[2] = xs; t[3] = 0
+            _x3(pb, xa, _G)
+            t[0] = n; t[1] = O; t[2] = g; t[3] = 128 + p[3]; t[4] = p[13]
+            _dot3(aa, pb, w, _G)
+            xa += 3 * g * xs
+            aa += 12 * g * O
+            G -= g
+        p[5] = (xa - int(ptr8(x)))
+        p[7] = (aa - int(ptr32(a))) >> 2
     if R > 1:
         p[0] = R >> 1
         dot2(a, x, w, _P)
@@ -1497,14 +1937,287 @@ def dxk(dx, dz, zo: int, w, no: int, ni: int):
     axpy(dx, w, dz, _P)
 
 
+@micropython.asm_thumb
+def _da(r0, r1, r2, r3):
+    # q8sparse.dak: for each position, its nonzero dz two at a time: dx[i] += za *
+    # wa[i] + zb * wb[i], each dx value loaded and stored once for two multiply-adds
+    # (~6.5 cycles one; axpy's ~11 with its loop), a last odd one alone.  r3: _G, [0] P,
+    # [1] m, [2] O, [3] I, [4] o0; scratch [5..14]
+    mov(r7, r3)
+    str(r0, [r7, 48])        # [12] dx
+    str(r1, [r7, 52])        # [13] dz
+    str(r2, [r7, 44])        # [11] w
+    mov(r4, 0)
+    str(r4, [r7, 20])        # [5] p
+    label(POS)
+    ldr(r4, [r7, 20])
+    ldr(r5, [r7, 0])
+    cmp(r4, r5)
+    blt(PGO)
+    b(END)
+    label(PGO)
+    ldr(r5, [r7, 8])
+    mov(r6, r4)
+    mul(r6, r5)
+    ldr(r5, [r7, 16])
+    add(r6, r6, r5)
+    ldr(r5, [r7, 52])
+    add(r6, r6, r5)
+    str(r6, [r7, 24])        # [6] the next dz
+    str(r6, [r7, 56])        # [14] the position's first
+    ldr(r5, [r7, 4])
+    add(r5, r5, r6)
+    str(r5, [r7, 28])        # [7] its end
+    ldr(r5, [r7, 12])
+    mov(r6, r4)
+    mul(r6, r5)
+    lsl(r6, r6, 2)
+    ldr(r5, [r7, 48])
+    add(r6, r6, r5)
+    str(r6, [r7, 32])        # [8] its dx
+    add(r4, 1)
+    str(r4, [r7, 20])
+    mov(r4, 0)
+    str(r4, [r7, 36])        # [9] a channel waiting (its weights' end), none
+    label(SCAN)
+    ldr(r6, [r7, 24])
+    ldr(r5, [r7, 28])
+    label(SC)
+    cmp(r6, r5)
+    bcs(SEND)
+    ldrb(r4, [r6, 0])
+    add(r6, 1)
+    data(2, 0xB264)          # sxtb r4, r4
+    cmp(r4, 0)
+    beq(SC)
+    str(r6, [r7, 24])
+    ldr(r5, [r7, 56])
+    sub(r5, r6, r5)          # j + 1
+    ldr(r3, [r7, 12])
+    mul(r5, r3)
+    ldr(r3, [r7, 44])
+    add(r5, r5, r3)          # the end of j's weights
+    ldr(r3, [r7, 36])
+    cmp(r3, 0)
+    bne(PAIR)
+    str(r5, [r7, 36])
+    str(r4, [r7, 40])        # [10] its dz
+    b(SCAN)
+    label(PAIR)
+    mov(r2, r3)
+    mov(r3, r5)
+    mov(r5, r4)
+    ldr(r4, [r7, 40])
+    mov(r6, 0)
+    str(r6, [r7, 36])
+    ldr(r0, [r7, 32])
+    ldr(r1, [r7, 12])
+    neg(r1, r1)              # i - I: up to 0
+    push({r7})
+    cmp(r1, 0)
+    beq(PD)
+    label(P1)
+    lsl(r6, r1, 30)
+    beq(P4)
+    ldr(r6, [r0, 0])
+    data(2, 0x5657)          # ldrsb r7, [r2, r1]
+    mul(r7, r4)
+    add(r6, r6, r7)
+    data(2, 0x565F)          # ldrsb r7, [r3, r1]
+    mul(r7, r5)
+    add(r6, r6, r7)
+    str(r6, [r0, 0])
+    add(r0, 4)
+    add(r1, 1)
+    bne(P1)
+    b(PD)
+    label(P4)
+    ldr(r6, [r0, 0])
+    data(2, 0x5657)          # ldrsb r7, [r2, r1]
+    mul(r7, r4)
+    add(r6, r6, r7)
+    data(2, 0x565F)          # ldrsb r7, [r3, r1]
+    mul(r7, r5)
+    add(r6, r6, r7)
+    str(r6, [r0, 0])
+    add(r1, 1)
+    ldr(r6, [r0, 4])
+    data(2, 0x5657)
+    mul(r7, r4)
+    add(r6, r6, r7)
+    data(2, 0x565F)
+    mul(r7, r5)
+    add(r6, r6, r7)
+    str(r6, [r0, 4])
+    add(r1, 1)
+    ldr(r6, [r0, 8])
+    data(2, 0x5657)
+    mul(r7, r4)
+    add(r6, r6, r7)
+    data(2, 0x565F)
+    mul(r7, r5)
+    add(r6, r6, r7)
+    str(r6, [r0, 8])
+    add(r1, 1)
+    ldr(r6, [r0, 12])
+    data(2, 0x5657)
+    mul(r7, r4)
+    add(r6, r6, r7)
+    data(2, 0x565F)
+    mul(r7, r5)
+    add(r6, r6, r7)
+    str(r6, [r0, 12])
+    add(r0, 16)
+    add(r1, 1)
+    bne(P4)
+    label(PD)
+    pop({r7})
+    b(SCAN)
+    label(SEND)
+    ldr(r2, [r7, 36])
+    cmp(r2, 0)
+    bne(SGO)
+    b(POS)
+    label(SGO)
+    ldr(r4, [r7, 40])
+    ldr(r0, [r7, 32])
+    ldr(r1, [r7, 12])
+    neg(r1, r1)
+    push({r7})
+    cmp(r1, 0)
+    beq(SD)
+    label(S1)
+    ldr(r6, [r0, 0])
+    data(2, 0x5657)          # ldrsb r7, [r2, r1]
+    mul(r7, r4)
+    add(r6, r6, r7)
+    str(r6, [r0, 0])
+    add(r0, 4)
+    add(r1, 1)
+    bne(S1)
+    label(SD)
+    pop({r7})
+    b(POS)
+    label(END)
+
+
+@micropython.asm_thumb
+def _st(r0, r1, r2):
+    # q8kern.stk's loop: r0 y + yo, r1 src, r2 _G: [0] rows, [1] c, [2] ys
+    ldr(r3, [r2, 0])
+    cmp(r3, 0)
+    ble(END)
+    ldr(r6, [r2, 4])
+    ldr(r7, [r2, 8])
+    label(ROW)
+    mov(r4, r6)
+    b(T)
+    label(J)
+    data(2, 0x5D0D)          # ldrb r5, [r1, r4]
+    data(2, 0x5505)          # strb r5, [r0, r4]
+    label(T)
+    sub(r4, 1)
+    bpl(J)
+    add(r1, r1, r6)
+    add(r0, r0, r7)
+    sub(r3, 1)
+    bgt(ROW)
+    label(END)
+
+
+@micropython.viper
+def stk(y, yo: int, ys: int, src, n: int, c: int):
+    # q8kern.stk on _st's loop (~7 cycles a byte; viper's ~35)
+    t = ptr32(_G)
+    t[0] = n; t[1] = c; t[2] = ys
+    _st(int(ptr8(y)) + yo, src, _G)
+
+
+@micropython.asm_thumb
+def _sb(r0, r1, r2, r3):
+    # q8sparse.smb's loop: s[o] = the int8 of x[o] / 2^k (half away from zero, +-127)
+    # times the set bits r*O + o (r < P) of mask m.  r0 s, r1 x, r2 m, r3 _G: [0] O, [1]
+    # P, [2] k, [3] 2^k / 2; [4] o, [5] s (scratch); r12 O
+    mov(r7, r3)
+    str(r0, [r7, 20])
+    ldr(r4, [r7, 0])
+    mov(r12, r4)
+    mov(r4, 0)
+    str(r4, [r7, 16])
+    label(OUT)
+    ldr(r4, [r7, 16])        # o
+    ldr(r5, [r7, 0])
+    cmp(r4, r5)
+    bge(END)
+    mov(r5, 0)               # the count
+    ldr(r6, [r7, 4])         # rows left
+    cmp(r6, 0)
+    ble(CD)
+    label(C)
+    lsr(r3, r4, 3)
+    data(2, 0x5CD3)          # ldrb r3, [r2, r3]
+    mov(r0, 7)
+    and_(r0, r4)
+    lsr(r3, r0)
+    lsl(r3, r3, 31)
+    lsr(r3, r3, 31)
+    add(r5, r5, r3)
+    data(2, 0x4464)          # add r4, r12
+    sub(r6, 1)
+    bne(C)
+    label(CD)
+    ldr(r4, [r7, 16])
+    lsl(r3, r4, 2)
+    add(r4, 1)
+    str(r4, [r7, 16])
+    mov(r0, 0)
+    cmp(r5, 0)
+    beq(ST)
+    data(2, 0x58C8)          # ldr r0, [r1, r3]: x[o]
+    ldr(r6, [r7, 12])        # 2^k / 2
+    ldr(r4, [r7, 8])         # k
+    cmp(r0, 0)
+    blt(NEG)
+    add(r0, r0, r6)
+    asr(r0, r4)
+    b(CL)
+    label(NEG)
+    sub(r0, r6, r0)
+    asr(r0, r4)
+    neg(r0, r0)
+    label(CL)
+    cmp(r0, 127)
+    ble(C1)
+    mov(r0, 127)
+    label(C1)
+    mov(r6, r0)
+    add(r6, 127)
+    bpl(C2)
+    mov(r0, 127)
+    neg(r0, r0)
+    label(C2)
+    mul(r0, r5)
+    label(ST)
+    ldr(r6, [r7, 20])
+    data(2, 0x50F0)          # str r0, [r6, r3]
+    b(OUT)
+    label(END)
+
+
+@micropython.viper
+def smb(s, x, k: int, m, O: int, P: int):
+    # q8sparse.smb on _sb's loop (~15 cycles a mask bit; viper's ~80)
+    t = ptr32(_G)
+    t[0] = O; t[1] = P; t[2] = k; t[3] = (1 << k) >> 1
+    _sb(s, x, m, _G)
+
+
 @micropython.viper
 def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
-    # q8sparse.dak: dx[p*I + i] += sum_j dz[p*O + o0 + j] * w[j*I + i] (the input gradient
-    # of a streamed FC or 1x1 conv from a chunk of m output channels), a group per position
-    p = ptr32(_P)
-    p[0] = m; p[1] = I; p[2] = 0; p[3] = 0; p[4] = I; p[5] = 0; p[6] = o0; p[7] = 0
-    p[8] = 1; p[9] = P; p[10] = I; p[11] = 0; p[12] = O
-    axpy(dx, w, dz, _P)
+    # q8sparse.dak on _da's loop: dx[p*I + i] += sum_j dz[p*O + o0 + j] * w[j*I + i]
+    t = ptr32(_G)
+    t[0] = P; t[1] = m; t[2] = O; t[3] = I; t[4] = o0
+    _da(dx, dz, w, _G)
 
 
 def _table(n, kw):
@@ -1671,4 +2384,9 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     p = ptr32(_Q)
     p[0] = n; p[1] = c; p[2] = blk; p[3] = int(ptr32(mul)); p[4] = int(ptr32(shf))
     p[5] = zp; p[6] = lo; p[7] = hi; p[8] = wide
+    a = int(ptr32(acc))
+    o = int(ptr8(out))
+    # one multiplier a value (blk 1): channel by channel, unless bytes written over sums
+    # not read yet (an int8 output inside the sums)
+    p[17] = 1 if blk == 1 and (wide or o >= a + 4 * n or o + n <= a) else 0
     _rq(acc, out, _Q)

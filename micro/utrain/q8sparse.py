@@ -170,15 +170,15 @@ def mzk(g, n: int, m):
             pg[i] = 0
 
 
-# ARM boards: dak on q8asm's assembler loop (axpy, 2 multiply-adds a turn), mkk, smk
-# and smc on their own (_mk, _sm: ~15-30 cycles a value for viper's ~120 on a
+# ARM boards: dak, mkk, smk, smc and smb on q8asm's assembler loops (_da: two nonzero
+# dz a turn; _mk, _sm, _sb: ~15-30 cycles a value for viper's ~80-120 on a
 # Cortex-M0+); the viper ones above (V) stay their reference:
 # tests/support/q8kern_cases.py compares them on the board
 V = None
 from utrain.q8kern import _A  # noqa: E402
 if _A is not None:
-    V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc}
-    dak, mkk, smk, smc = _A.dak, _A.mkk, _A.smk, _A.smc
+    V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc, 'smb': smb}
+    dak, mkk, smk, smc, smb = _A.dak, _A.mkk, _A.smk, _A.smc, _A.smb
 
 if not VIPER:
     import sys

@@ -51,7 +51,7 @@ def test_viper_matches_plain_python(tmp_path):
     assert r.returncode == 0, r.stderr
     got = digests(r.stdout)['kern']
     want = plain_python()
-    assert len(want) == 70 and got == want
+    assert len(want) == 81 and got == want
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@
 # implementation: `CASE <name> <impl> <digest of every output>`.  Runs unchanged under
 # CPython (q8kern as plain Python), unix MicroPython (viper) and on a board with
 # utrain.q8asm (then both the assembler kernels and q8kern.vk()'s viper ones); also
-# q8sparse.dak, mkk, smk and smc (their viper references: q8sparse.V).
+# q8sparse.dak, mkk, smk, smc and smb (their viper references: q8sparse.V).
 from array import array
 from utrain import q8kern as K
 from utrain import q8sparse as S
@@ -18,9 +18,10 @@ for _n in ('dak', 'mkk', 'smk', 'smc'):
 if getattr(K, 'ASM', False):
     IMPLS = [('asm', IMPLS[0][1]), ('viper', K.vk())]
     IMPLS[1][1].update(S.V)
+IMPLS[0][1]['stk'] = K.stk
+IMPLS[0][1]['smb'] = S.smb
 for _n, _k in IMPLS:
     _k['ubek'] = K.ubek      # (viper everywhere: no assembler version)
-    _k['smb'] = S.smb
 
 
 class R:
@@ -43,6 +44,8 @@ class R:
 
 
 def digest(buf):
+    if isinstance(buf, int):
+        return buf
     h = 0
     if isinstance(buf, (bytes, bytearray)):
         for v in buf:
@@ -75,6 +78,12 @@ CONV2 = [  # (run after the others: their seeded data unchanged) q8asm's dot2, r
     (1, 1, 4, 3, 1, 1, 1, 1, 0, 0, 1, 1, -128, 0x80),      # pointwise, one row
     (3, 4, 9, 4, 3, 3, 1, 1, 1, 1, 1, 1, 5, None),         # im2col rows: 4 a row, n odd
 ]
+CONV3 = [  # (after CONV2) q8asm's _dot3: pointwise rows in threes, two channels a turn
+    (5, 2, 13, 7, 1, 1, 1, 1, 0, 0, 1, 1, -128, None),     # 10 rows: a row left, O odd
+    (11, 1, 4, 2, 1, 1, 1, 1, 0, 0, 1, 1, 127, None),      # 11 rows: a pair left
+    (3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 3, None),         # one input, one output channel
+    (3, 1, 9, 4, 1, 1, 1, 1, 0, 0, 1, 1, -5, 0x80),        # saturated input
+]
 DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
     (6, 6, 3, 2, 3, 1, 1, 3, None), (4, 5, 5, 1, 3, 1, 0, -128, 0x80),
@@ -102,7 +111,8 @@ def _convs(r, k, cases, tag, out):
         k['cgk'](g2, dz, x, xz, gm, 1, O)
         dx = r.ints(H * W * I)
         k['cdk'](dx, dz, w, gm)
-        out.append((tag + '%d' % i, acc, g, g2, dx))
+        # (digests at once: the board's heap holds no case's buffers past it)
+        out.append((tag + '%d' % i, digest(acc), digest(g), digest(g2), digest(dx)))
 
 
 def run(r, name, k):
@@ -278,6 +288,36 @@ def run(r, name, k):
         k['sumk'](a, x, xz, n, c)
         out.append(('su%d' % i, a))
     _convs(r, k, CONV2, 'pair', out)
+    _convs(r, k, CONV3, 'three', out)
+    # _dot3 a three a turn (3 * I > _ROWS / 2), a row left: the forward alone (the board's
+    # heap holds no int32 input gradient of that size)
+    for i, (R, I, O, xz) in enumerate(((7, 350, 3, 9),)):
+        gm = geo(R, 1, I, O, 1, 1, 1, 1, 0, 0)
+        x = r.bytes(R * I)
+        w = r.bytes(O * I)
+        b = r.ints(O)
+        acc = r.ints(R * O)
+        k['convk'](acc, x, xz, gm, w, b)
+        out.append(('wide%d' % i, acc))
+    # rqk one multiplier a value (q8asm._rqc: channel by channel) over a count that is no
+    # multiple of the channels, in place (wide) and into bytes
+    for i, (n, c) in enumerate(((13, 5), (3, 7))):
+        a = r.ints(n, 1 << 26)
+        mul = r.ints(c, 1 << 29)
+        shf = r.ints(c, 4)
+        for j in range(c):
+            mul[j] += 3 << 29
+            shf[j] = shf[j] % 9 - 6
+        y = bytearray(n)
+        k['rqk'](a, n, c, 1, mul, shf, y, 3, -100, 90, 0)
+        k['rqk'](a, n, c, 1, mul, shf, a, 0, 0, 0, 1)
+        out.append(('rqc%d' % i, y, a))
+    # stk: rows of a chunk of channels put in place (one row, one channel, none)
+    for i, (n, c, ys, yo) in enumerate(((9, 97, 200, 5), (1, 3, 3, 0), (4, 1, 7, 6), (0, 4, 4, 0))):
+        src = r.bytes(n * c)
+        y = r.bytes(n * ys + yo)
+        k['stk'](y, yo, ys, src, n, c)
+        out.append(('st%d' % i, y))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 
