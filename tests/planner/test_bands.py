@@ -255,6 +255,26 @@ def test_keras_mobilenetv2_banded_forward_equals_whole_ops(tmp_path):
 
 
 
+def _run_as(out, script, heap):
+    """The staged run in out with train.py's place taken by script (its text), in heap
+    bytes, stdin an open pipe as memory.trains_in gives it: its stdout (it must end ok)."""
+    import subprocess
+    with open(os.path.join(out, 'probe.py'), 'w') as f:
+        f.write(script)
+    argv, env = runner.command(out)
+    argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
+    argv[-1] = 'probe.py'
+    keep, w = os.pipe()
+    try:
+        r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, stdin=keep,
+                           timeout=600)
+    finally:
+        os.close(keep)
+        os.close(w)
+    assert 'utrain: end: ok' in r.stdout, r.stdout[-2000:]
+    return r.stdout
+
+
 _LOADS = '''import gc
 gc.threshold(2048)
 import sys
@@ -280,7 +300,6 @@ def test_no_code_loads_after_the_first_band_groups_buffers(tmp_path, monkeypatch
     cuts the run the later samples' buffers need (the Keras DS-CNN, --ranks 10:low: its
     32 KB group output failed at sample 2 with 76 KB free, ulconv's, ulmono's and
     convwalk's code in the middle of it; plan 229 KB, need 236)."""
-    import subprocess
     monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
     # two groups, a 3-channel input (convwalk) and a 1-channel one (ulmono)
     for ch in (3, 1):
@@ -298,21 +317,9 @@ def test_no_code_loads_after_the_first_band_groups_buffers(tmp_path, monkeypatch
         assert s['bands'], s
         no_keep_best(out)
         runner.stage(out)
-        with open(os.path.join(out, 'loads.py'), 'w') as f:
-            f.write(_LOADS)
-        argv, env = runner.command(out)
-        argv[argv.index('-X') + 1] = 'heapsize=%d' % (2 * s['heap']['total'])
-        argv[-1] = 'loads.py'
-        keep, w = os.pipe()         # (stdin an open pipe, as memory.trains_in gives it)
-        try:
-            r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True,
-                               stdin=keep, timeout=600)
-        finally:
-            os.close(keep)
-            os.close(w)
-        assert 'utrain: end: ok' in r.stdout, r.stdout[-2000:]
-        lines = [line.split() for line in r.stdout.splitlines() if line[:4] in ('PLAN', 'RAN ')]
-        assert len(lines) == 2 * 3 * len(s['bands']), r.stdout[-2000:]
+        stdout = _run_as(out, _LOADS, 2 * s['heap']['total'])
+        lines = [line.split() for line in stdout.splitlines() if line[:4] in ('PLAN', 'RAN ')]
+        assert len(lines) == 2 * 3 * len(s['bands']), stdout[-2000:]
         first = int(lines[0][2])
         assert all(int(n) == first for _, _, n in lines), (ch, lines)
 
