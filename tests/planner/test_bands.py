@@ -22,16 +22,22 @@ from host_tools.plan.memory import trains_in  # noqa: E402
 F32 = np.float32
 
 
-def mbnet(path, H=23, W=21, c=6, seed=0, e=3, k=3, dil=1, mult=1, classes=4, pad=(0, 1, 0, 1)):
-    """A MobileNetV2-like net: conv 3x3/2 SAME ReLU6; a block expand 1x1 - PAD - depthwise
-    kxk/2 VALID - project 1x1; a residual block (expand, depthwise SAME with dilation and
-    depth multiplier, project 1x1, ADD); MEAN; FULLY_CONNECTED."""
+def _builder(seed):
+    """A CircleBuilder and its makers of random weights w(*shape) and biases bias(n)."""
     rng = np.random.default_rng(seed)
     b = CircleBuilder()
     w = lambda *s: b.tensor('w%d' % len(b._tensors), list(s),   # noqa: E731
                             data=(rng.normal(size=s) / np.sqrt(np.prod(s[1:]))).astype(F32))
     bias = lambda n: b.tensor('b%d' % len(b._tensors), [n],   # noqa: E731
                               data=(rng.normal(size=n) * 0.1).astype(F32))
+    return b, w, bias
+
+
+def mbnet(path, H=23, W=21, c=6, seed=0, e=3, k=3, dil=1, mult=1, classes=4, pad=(0, 1, 0, 1)):
+    """A MobileNetV2-like net: conv 3x3/2 SAME ReLU6; a block expand 1x1 - PAD - depthwise
+    kxk/2 VALID - project 1x1; a residual block (expand, depthwise SAME with dilation and
+    depth multiplier, project 1x1, ADD); MEAN; FULLY_CONNECTED."""
+    b, w, bias = _builder(seed)
     x = b.tensor('x', [1, H, W, 3])
     b.inputs(x)
 
@@ -246,3 +252,97 @@ def test_keras_mobilenetv2_banded_forward_equals_whole_ops(tmp_path):
     x = np.random.default_rng(3).random((96, 96, 3))
     a, b = _forward(out, x), _forward(out, x, bands=False)
     _close(a, b)
+
+
+
+def _run_as(out, script, heap):
+    """The staged run in out with train.py's place taken by script (its text), in heap
+    bytes, stdin an open pipe as memory.trains_in gives it: its stdout (it must end ok)."""
+    import subprocess
+    with open(os.path.join(out, 'probe.py'), 'w') as f:
+        f.write(script)
+    argv, env = runner.command(out)
+    argv[argv.index('-X') + 1] = 'heapsize=%d' % heap
+    argv[-1] = 'probe.py'
+    keep, w = os.pipe()
+    try:
+        r = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, stdin=keep,
+                           timeout=600)
+    finally:
+        os.close(keep)
+        os.close(w)
+    assert 'utrain: end: ok' in r.stdout, r.stdout[-2000:]
+    return r.stdout
+
+
+_LOADS = '''import gc
+gc.threshold(2048)
+import sys
+import utrain.bands as B
+_plan, _run = B.Group.plan, B.Group.run
+def plan(self):
+    print('PLAN', self.lo, len(sys.modules))     # (run calls it just before its buffers)
+    return _plan(self)
+def run(self, free):
+    _run(self, free)
+    print('RAN', self.lo, len(sys.modules))
+B.Group.plan, B.Group.run = plan, run
+from utrain.run import start
+start()
+'''
+
+
+@pytest.mark.skipif(not os.environ.get('UTRAIN_MP32_ULAB'), reason='UTRAIN_MP32_ULAB not set')
+def test_no_code_loads_after_the_first_band_groups_buffers(tmp_path, monkeypatch):
+    """32-bit ulab: the conv steps' code the band's kernels import at their first call
+    (utrain.ulconv, convwalk, ulmono) is loaded before the first group's buffers, not
+    among them: loaded among them it stays where the first sample's buffers were and
+    cuts the run the later samples' buffers need (the Keras DS-CNN, --ranks 10:low: its
+    32 KB group output failed at sample 2 with 76 KB free, ulconv's, ulmono's and
+    convwalk's code in the middle of it; plan 229 KB, need 236)."""
+    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
+    # two groups, a 3-channel input (convwalk) and a 1-channel one (ulmono)
+    for ch in (3, 1):
+        model = mbnet(str(tmp_path / 'm.circle'), H=48, W=48, c=8, e=6)
+        data = _data(str(tmp_path / 'd.npz'), 48, 48, n=3)
+        if ch == 1:
+            model = mono(str(tmp_path / 'mono.circle'))
+            data = str(tmp_path / 'd1.npz')
+            rng = np.random.default_rng(1)
+            np.savez(data, x=rng.random((3, 24, 10, 1)).astype(F32), y=np.arange(3) % 4)
+        out = str(tmp_path / ('b%d' % ch))
+        s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.05, epochs=1,
+                    optimizer='sgd', batch=1, train='last:1', bands=1, backend='ulab',
+                    log=lambda *a: None)
+        assert s['bands'], s
+        no_keep_best(out)
+        runner.stage(out)
+        stdout = _run_as(out, _LOADS, 2 * s['heap']['total'])
+        lines = [line.split() for line in stdout.splitlines() if line[:4] in ('PLAN', 'RAN ')]
+        assert len(lines) == 2 * 3 * len(s['bands']), stdout[-2000:]
+        first = int(lines[0][2])
+        assert all(int(n) == first for _, _, n in lines), (ch, lines)
+
+
+def mono(path, seed=0):
+    """A DS-CNN-like net on a one-channel 24x10 input: conv 6x4/2 SAME ReLU, depthwise 3x3
+    SAME ReLU, conv 1x1 ReLU, MEAN, FULLY_CONNECTED (4 classes)."""
+    b, w, bias = _builder(seed)
+    x = b.tensor('x', [1, 24, 10, 1])
+    b.inputs(x)
+    y0 = b.tensor('y0', [1, 12, 5, 16])
+    b.op('CONV_2D', [x, w(16, 6, 4, 1), bias(16)], [y0], padding='SAME', stride_h=2, stride_w=2,
+         fused_activation_function='RELU')
+    y1 = b.tensor('y1', [1, 12, 5, 16])
+    b.op('DEPTHWISE_CONV_2D', [y0, w(1, 3, 3, 16), bias(16)], [y1], padding='SAME', stride_h=1,
+         stride_w=1, depth_multiplier=1, fused_activation_function='RELU')
+    y2 = b.tensor('y2', [1, 12, 5, 16])
+    b.op('CONV_2D', [y1, w(16, 1, 1, 16), bias(16)], [y2], padding='SAME', stride_h=1, stride_w=1,
+         fused_activation_function='RELU')
+    m = b.tensor('mean', [1, 16])
+    b.op('MEAN', [y2, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
+    o = b.tensor('logits', [1, 4])
+    b.op('FULLY_CONNECTED', [m, w(4, 16), bias(4)], [o])
+    b.outputs(o)
+    b.save(path)
+    return path
