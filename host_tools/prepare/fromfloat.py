@@ -167,10 +167,15 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
     try:
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch')}
         s = prepare(model_path, tmp, data=data, test_split=split[0], split_seed=split[1],
-                    log=lambda *a: None, int8=False, progress=0, train=train,
-                    scale_input=False, **kw)
+                    log=lambda *a: None, int8=False, progress=0, train=train, **kw)
         if s.get('input_perm'):
             raise ValueError('its input is transposed by the rewrites (NCHW)')
+        if s.get('input_scale'):
+            # (the int8 run keeps the input's scale: QAS would step the layers it reaches
+            # 1 / s^2 times as far as the float run's, which overflowed their sums)
+            raise ValueError(f'its input is far larger than 1 (the float run trains on it '
+                             f'times {s["input_scale"]:g}), which int8 training does not '
+                             'scale')
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
         for op, n in zip(g.ops, s.get('op_numbers') or ()):
             op.src = n          # messages name the user's op numbers, not the rewrite's

@@ -29,7 +29,7 @@ from . import quant
 from ..graph import rewrite as rw
 from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
                         write_data, write_prefix_caches, write_run_config)
-from ..plan.runplan import plan_memory, select_rewrite_plan, what_trains
+from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits
 from ..files.wof import write_wof
@@ -292,7 +292,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                # band groups as [first op, last op, rows], ops numbered as in the file
                'bands': [[g.ops[lo].number, g.ops[hi - 1].number, r] for lo, hi, r in p.bands],
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
-               'quant': info['quant']}
+               'input_scale': info.get('input_scale', 0), 'quant': info['quant']}
     if files['rewritten']:      # each op of the rewritten file: its number in the user's
         summary['op_numbers'] = [op.number for op in g.ops]
     if 'train_config' in wrote:
@@ -336,8 +336,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     --select trial (host_tools/prepare/select.py), which reads only model.flat,
     weights.wof, train.json and the datasets: no plans for the other boards in
     prepare.json's summary (heap.by_target) and no rewritten graph beside.  An int8 model
-    whose int8 run does not fit the board or budget trains dequantized where that fits
-    (and prepare says so), unless --select or --ranks chose for int8.  scale_input:
+    whose int8 run fits the board or budget with no settings trains dequantized where
+    that fits (and prepare says so), unless --select or --ranks chose for int8.  scale_input:
     a float run whose input is far larger than 1 on data trains it scaled by a power of
     two (rewrite.scale_input); False keeps it as given (the int8 path calibrates)."""
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
@@ -352,6 +352,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
+    if data and rewrite and scale_input:    # (read by rewrite.scale_input)
+        x = read_data(data, source.tensors[source.inputs[0]].shape)[0]
+        source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
+            if x.size else None
     auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and s['loss'] not in ('scce', 'cce') and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):
@@ -364,6 +368,16 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
+        if not (auto or ranks or select) and source.input_rms:
+            # an input the float run scales (rewrite.scale_input): the int8 run keeps its
+            # scale, and QAS steps the layers it reaches 1 / s^2 times too far (a held-out
+            # Keras CNN with Rescaling(1/255) folded, int8: 0.31 test accuracy as int8, 0.94
+            # dequantized)
+            sc = select_rewrite(source, train)[3]['input_scale']
+            auto = (f'its input\'s root mean square is {source.input_rms:.4g} on {data}, which '
+                    f'the float run scales by {sc:g} and int8 training does not (its steps on '
+                    f'the layers the input reaches would be {1 / sc ** 2:g}x too large)'
+                    ) if sc else None
     if not dequantize and quant.embedding_entry(source):
         auto = ('an int8 embedding (GATHER of an int8 table by the input\'s ids) is not '
                 'among the int8 path\'s layers yet: its table and the layers after it train '
@@ -397,7 +411,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                        limit_source(board, prof), log,
                                        given | ({'cache'} if cache else set()), rk)
         except quant.HeapRefusal as e:
-            if select or ranks or not quant.float_takes(source, train):
+            if select or ranks or e.int8_fits or not quant.float_takes(source, train):
                 raise
             return dequantized_instead(call, e)
         if select:
@@ -415,10 +429,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'{model_path}: --int8 does not go with --dequantize, --ranks, '
                            '--train-config, --select or --no-rewrite')
     limit = lambda heap: heap_limit(prof, budget, heap)     # noqa: E731 (the plan's bound)
-    if data and rewrite and scale_input:    # (read by rewrite.scale_input)
-        x = read_data(data, source.tensors[source.inputs[0]].shape)[0]
-        source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
-            if x.size else None
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
@@ -490,8 +500,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
 
 def dequantized_instead(call, refusal):
     """prepare(**call) again dequantized, for an int8 model whose int8 run the heap
-    refused (refusal, quant.HeapRefusal): an RNN's int8 layer table (a layer a gate and a
-    step) can outgrow the float run.  Where that does not fit either, the int8 refusal
+    refused with any settings (refusal, quant.HeapRefusal): an RNN's int8 layer table (a
+    layer a gate and a step) can outgrow the float run.  Where that does not fit either, the int8 refusal
     with the float plan's first line."""
     log, kw = call['log'], dict(call, dequantize=True, **call['overrides'])
     del kw['overrides']

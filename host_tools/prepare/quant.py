@@ -1925,8 +1925,10 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
 
 
 class HeapRefusal(PrepareError):
-    """The int8 run's heap plan exceeds the board's heap or the budget (prepare may train
-    the model dequantized instead, where that fits)."""
+    """The int8 run's heap plan exceeds the board's heap or the budget; int8_fits: some
+    other int8 settings fit (the message names them), else prepare may train the model
+    dequantized instead, where that fits."""
+    int8_fits = False
 
 
 def float_takes(g: Graph, train) -> bool:
@@ -2056,10 +2058,12 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         lim = limit(heap)
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
-        raise HeapRefusal('\n'.join(
+        advice = fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)
+        e = HeapRefusal('\n'.join(
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
-             f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
-            + fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)))
+             f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}'] + advice))
+        e.int8_fits = any(a.startswith('  would fit') for a in advice)
+        raise e
     # the samples as int8 at the model input's scale and zero point, beside the int8
     # tables the board stores (not the model file: a float model's is 4 times larger)
     check_flash(model_path, xy, 'int8', board, int8_bytes(g))

@@ -145,3 +145,33 @@ def test_the_file_form_diverges_and_small_inputs_stay(tmp_path):
     s, lines, _ = _run(src, tmp_path / 's', os.fspath(tmp_path / 'small.npz'))
     assert not any('times' in ln for ln in lines)
     assert json.load(open(tmp_path / 's' / 'prepare.json'))['rewritten'] is None
+    # rp2040 (no ulab) would train a float model as int8 (fromfloat), which keeps the
+    # input's scale: it trains in float32, scaled, and says why (its int32 sums overflowed)
+    lines = []
+    s = prepare(src, os.fspath(tmp_path / 'r'), data=data, board='rp2040', log=lines.append)
+    assert not s.get('int8') and s['input_scale'] == 1 / 128
+    assert any('int8 from float does not take it' in ln for ln in lines), lines
+
+
+def test_an_int8_model_on_large_inputs_trains_dequantized_and_scaled(tmp_path):
+    """An int8 model whose input the float run would scale: the int8 run keeps the input's
+    scale, and QAS steps the first layer 1 / s^2 times too far (held-out Keras CNN with
+    Rescaling folded, full-integer: 0.31 test accuracy as int8, 0.94 dequantized and
+    scaled), so it trains dequantized and scaled, saying why; on inputs near 1 it trains
+    as int8."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
+    from kerasgraphs import build_int8_unary
+    path, _, _ = build_int8_unary(tmp_path / 'q.tflite', 'RELU', sx=1.0)
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 3, 24)
+    for name, x, scaled in (('big', rng.integers(-120, 120, (24, 6)), True),
+                            ('small', rng.uniform(-3, 3, (24, 6)), False)):
+        np.savez(tmp_path / f'{name}.npz', x=x.astype(np.float32), y=y)
+        lines = []
+        s = prepare(path, os.fspath(tmp_path / name), data=os.fspath(tmp_path / f'{name}.npz'),
+                    log=lines.append)
+        if scaled:
+            assert not s.get('int8') and 'root mean square' in s['dequantized_because'], s
+            assert s['input_scale'] == 1 / 64 and any('times 0.015625' in ln for ln in lines)
+        else:
+            assert s.get('int8') and not s.get('dequantized_because'), s
