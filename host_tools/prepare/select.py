@@ -746,13 +746,25 @@ def _search(base, sc, fits) -> list:
 
 def _finalists(base, fitting, sc, fits):
     """(the configurations tried for real, once each and in order: the best few of the
-    search, the classifier alone, the best last-k and single trials, the best bias
-    count; {describe(ranks): predicted gain})."""
+    search, the classifier alone, the best last-k trials, each layer's best single
+    trial, the best bias count; {describe(ranks): predicted gain})."""
     bias_gain, wgain, with_bias = sc['bias_gain'], sc['wgain'], sc['with_bias']
     final = [r for _, r in fitting] + [base]
     final += [r for _, r in sorted(sc['suffix'], key=lambda c: -c[0])[:SUFFIXES]]
+    # the best two singles, and every layer at the channel ratio its screening trial
+    # scored best (the widest of equals): one fold cannot order layers whose gains
+    # differ by less than its noise.  bench/transfer.py cnn1d new-classes at 224 KB: the
+    # screening fold (72 samples) gave op 13 +5.6 points and op 19 at 1/2 +2.8, so op 19
+    # was never verified; on 10 folds op 19 at 1/2 gains 4.2 (tests 0.937), op 13 2.5
+    # (0.916), and auto's summed choice 2.4 (0.895)
     singles = sorted(wgain.items(), key=lambda kv: -kv[1])[:2]
     final += [{**base, i: rk} for (i, rk), _ in singles]
+    best = {}
+    for (i, rk), gain in wgain.items():
+        if i not in best or (gain, -WIDTH.index(rk)) > (wgain[(i, best[i])],
+                                                         -WIDTH.index(best[i])):
+            best[i] = rk
+    final += [{**base, i: rk} for i, rk in best.items()]
     if len(bias_gain) > 1:
         k = max(range(len(bias_gain)), key=lambda j: -1e9 if bias_gain[j] is None else bias_gain[j])
         if k:
