@@ -1764,6 +1764,11 @@ def scale_input(g: Graph, keep=frozenset()) -> float:
     if not ends or not any(id(trains_as(op)) in keep for op in ends):
         return 0
     s = 2.0 ** -e
+    with np.errstate(over='ignore'):
+        scaled = [(np.asarray(g.tensors[op.inputs[1]].data) / np.float32(s)).astype(np.float32)
+                  for op in ends]
+    if not all(np.isfinite(w).all() for w in scaled):
+        return 0                # (data in the 1e30s: the weights would overflow float32)
     first = consumers(g, x)
     y = new_tensor(g, g.tensors[x].name + _SCALED, g.tensors[x].shape)
     c = new_tensor(g, g.tensors[x].name + '/utrain_scale', [1], np.array([s], np.float32))
@@ -1772,9 +1777,8 @@ def scale_input(g: Graph, keep=frozenset()) -> float:
     g.ops.insert(0, Operator(-1, OP_CODES['MUL'], 'MUL', [x, c], [y],
                              {'fused_activation_function': 'NONE'}, src=first[0].number))
     _renumber(g)
-    for op in ends:
-        t = g.tensors[op.inputs[1]]
-        t.data = (np.asarray(t.data) / np.float32(s)).astype(np.float32)
+    for op, w in zip(ends, scaled):
+        g.tensors[op.inputs[1]].data = w
     return s
 
 

@@ -145,6 +145,14 @@ def test_the_file_form_diverges_and_small_inputs_stay(tmp_path):
     s, lines, _ = _run(src, tmp_path / 's', os.fspath(tmp_path / 'small.npz'))
     assert not any('times' in ln for ln in lines)
     assert json.load(open(tmp_path / 's' / 'prepare.json'))['rewritten'] is None
+    # weights that x 1 / s would overflow float32: left as they are
+    from host_tools.graph import rewrite as rw
+    g = read_model(src)
+    g.tensors[g.ops[0].inputs[1]].data = np.full_like(g.tensors[g.ops[0].inputs[1]].data, 1e36)
+    g.input_rms = 1000.0
+    assert rw.scale_input(g, {id(op) for op in g.ops}) == 0 and len(g.ops) == 4
+    g.tensors[g.ops[0].inputs[1]].data[:] = 1e30
+    assert rw.scale_input(g, {id(op) for op in g.ops}) == 2 ** -10 and g.ops[0].name == 'MUL'
     # rp2040 (no ulab) would train a float model as int8 (fromfloat), which keeps the
     # input's scale: it trains in float32, scaled, and says why (its int32 sums overflowed)
     lines = []
