@@ -352,8 +352,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
+    # the samples as given, read once here for the input's scale and --select's flash check
+    early = data and (rewrite and scale_input or select and board)
+    x, y = read_data(data, source.tensors[source.inputs[0]].shape) if early else (None, None)
     if data and rewrite and scale_input:    # (read by rewrite.scale_input)
-        x = read_data(data, source.tensors[source.inputs[0]].shape)[0]
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
     auto = None         # why an int8 model trains dequantized without --dequantize
@@ -390,7 +392,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if select and board and data:
         # --select's trials take minutes: samples the board's flash cannot hold even as
         # 8-bit values beside the model's weights as int8 are refused before they run
-        x, y = read_data(data, source.tensors[source.inputs[0]].shape)
         check_flash(model_path, (x, y.reshape(len(y), -1)), 'int8', board, int8_bytes(source))
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
