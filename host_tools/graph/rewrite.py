@@ -1743,6 +1743,15 @@ def _scaled_reach(g: Graph, x: int):
     return ends
 
 
+def input_scale_for(rms) -> float:
+    """The power of two nearest 1 / rms that scale_input multiplies an input of that root
+    mean square by, or 0 where the rms is under 2^2.5 (or none, or not finite)."""
+    if not rms or not np.isfinite(rms):
+        return 0
+    e = int(round(float(np.log2(rms))))
+    return 2.0 ** -e if e >= 3 else 0
+
+
 def scale_input(g: Graph, keep=frozenset()) -> float:
     """A float model whose input is far larger than 1 (g.input_rms: 0..255 pixels into a
     Conv2D whose Keras Rescaling(1/255) the converter folded into its weights, raw sensor
@@ -1753,17 +1762,13 @@ def scale_input(g: Graph, keep=frozenset()) -> float:
     in a layer of its own: on the folded form SGD's default lr makes the loss diverge.
     Only where a layer the input reaches trains (keep: ids of the ops that do) and the
     rms is 2^2.5 or more.  Export folds s back (unscale_input).  Returns s, or 0."""
-    rms = g.input_rms
-    if len(g.inputs) != 1 or not rms or not np.isfinite(rms):
-        return 0
-    e = int(round(float(np.log2(rms))))
-    x = g.inputs[0]
-    if e < 3 or g.tensors[x].dtype != 'float32':
+    s = input_scale_for(g.input_rms)
+    x = g.inputs[0] if len(g.inputs) == 1 else None
+    if not s or x is None or g.tensors[x].dtype != 'float32':
         return 0
     ends = _scaled_reach(g, x)
     if not ends or not any(id(trains_as(op)) in keep for op in ends):
         return 0
-    s = 2.0 ** -e
     with np.errstate(over='ignore'):
         scaled = [(np.asarray(g.tensors[op.inputs[1]].data) / np.float32(s)).astype(np.float32)
                   for op in ends]

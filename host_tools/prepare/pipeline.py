@@ -370,7 +370,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
-        if not (auto or ranks or select) and source.input_rms:
+        if not (auto or ranks or select) and rw.input_scale_for(source.input_rms):
             # an input the float run scales (rewrite.scale_input): the int8 run keeps its
             # scale, and QAS steps the layers it reaches 1 / s^2 times too far (a held-out
             # Keras CNN with Rescaling(1/255) folded, int8: 0.31 test accuracy as int8, 0.94
