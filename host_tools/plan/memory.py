@@ -1301,6 +1301,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.update(('q8bands', 'bands'))
     if tb.get('rr'):
         mods.add('q8range')          # (ranges that follow training)
+    if trains and s.get('loss') in ('mse', 'mae'):
+        mods.add('q8reg')            # (a regression loss)
     if trains and s.get('select'):
         mods.add('q8keep')           # (the board's choice applied: --select board)
     if trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum'):

@@ -26,11 +26,16 @@ FLOAT_MODEL = 'float.circle'        # the float graph it came from (rewritten), 
 WEIGHTED = {'FULLY_CONNECTED': 0, 'CONV_2D': 0, 'DEPTHWISE_CONV_2D': 3}   # op: channel axis
 
 
-def why_not(s: dict, cache=False) -> str | None:
-    """What in the settings s keeps the int8 path from training (None: nothing): what
-    quant.prepare_q8 refuses, said for a float model."""
-    if s['loss'] not in ('scce', 'cce'):
-        return f'--loss {s["loss"]} (the int8 path takes scce or cce)'
+def why_not(s: dict, cache=False, model_path=None) -> str | None:
+    """What in the settings s keeps the int8 path from training float model model_path
+    (None: any) (None: nothing): what quant.prepare_q8 refuses, said for a float model."""
+    from .quant import LOSSES, softmax_end
+    if s['loss'] not in LOSSES:
+        return f'--loss {s["loss"]} (the int8 path takes {", ".join(LOSSES)})'
+    if s['loss'] in ('mse', 'mae') and model_path and not model_path.endswith('.onnx') and \
+            softmax_end(read_model(model_path)):
+        return (f'--loss {s["loss"]} on a model ending in SOFTMAX (the int8 path leaves it '
+                'to scce or cce)')
     if s['optimizer'] not in ('sgd', 'adam') or (s.get('momentum') and s['optimizer'] != 'sgd'):
         return f'--optimizer {s["optimizer"]}' + (f' momentum {s["momentum"]}' if s.get('momentum')
                                                    else '') + ' (the int8 path: sgd, adam)'
@@ -198,7 +203,7 @@ def choose(int8, model_path, board, backend, data, s, cache):
     ValueError when int8 was asked and cannot be."""
     if int8 is False:
         return False, ''
-    why = why_not(s, cache) or (None if data else 'no --data to calibrate the int8 scales on')
+    why = why_not(s, cache, model_path) or (None if data else 'no --data to calibrate the int8 scales on')
     if int8:
         if why:
             raise ValueError(f'{model_path}: {why}; without --int8 it trains in float32')

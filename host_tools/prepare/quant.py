@@ -175,15 +175,43 @@ def embedding_ids_note(g: Graph) -> str:
             '(the converter\'s inference_input_type)')
 
 
-def settings_refusal(s: dict) -> str | None:
-    """Why the int8 path does not train with settings s (prepare's resolved loss,
-    optimizer, schedule), or None."""
+LOSSES = ('scce', 'cce', 'mse', 'mae')     # the int8 path's (utrain.q8train)
+
+
+def softmax_end(g: Graph) -> bool:
+    """Does g's output come from a SOFTMAX (a float output's DEQUANTIZE, shape ops
+    between)?"""
+    prod = {k: op for op in g.ops for k in op.outputs}
+    op = prod.get(g.outputs[0]) if g.outputs else None
+    while op is not None and op.name in ('DEQUANTIZE', 'RESHAPE', 'SQUEEZE'):
+        op = prod.get(op.inputs[0])
+    return op is not None and op.name == 'SOFTMAX'
+
+
+def loss_refusal(s: dict, g: Graph = None) -> str | None:
+    """Why the int8 path does not train model g (None: any) with s's loss, or None."""
+    if s['loss'] not in LOSSES:
+        return (f'int8 training takes --loss {", ".join(LOSSES)}, and this run\'s loss is '
+                f'{s["loss"]}')
+    if s['loss'] in ('mse', 'mae') and g is not None and softmax_end(g):
+        return (f'--loss {s["loss"]} on a model ending in SOFTMAX: the int8 path leaves the '
+                'final SOFTMAX to its softmax losses (scce, cce); --dequantize trains it in '
+                f'float32 with {s["loss"]} on the probabilities')
+    return None
+
+
+def settings_refusal(s: dict, g: Graph = None) -> str | None:
+    """Why the int8 path does not train (model g, None: any) with settings s (prepare's
+    resolved loss, optimizer, schedule), or None."""
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         return ('int8 training has no weight decay or learning-rate schedule; --dequantize '
                 'trains the model in float32 with them')
-    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
+    why = loss_refusal(s, g)
+    if why and s['loss'] in LOSSES:
+        return why
+    if (why or s['optimizer'] not in ('sgd', 'adam')
             or (s['momentum'] and s['optimizer'] != 'sgd')):
-        return ('int8 training takes --loss scce or cce, --optimizer sgd (with or without '
+        return ('int8 training takes --loss scce, cce, mse or mae, --optimizer sgd (with or without '
                 'momentum) or adam; --dequantize trains it in float with '
                 f'{s["loss"]}/{s["optimizer"]}' + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
     return None
@@ -2012,7 +2040,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                             write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
-    why = settings_refusal(s)
+    why = settings_refusal(s, g)
     if why:
         raise PrepareError(f'{model_path}: {why}')
     if cache == 'host':
