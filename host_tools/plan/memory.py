@@ -1147,6 +1147,10 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
         if d['k'] == q8.NRM:
             objs += arr(16)                 # its row's sums and multiplier (utrain.q8nrm)
+        if d['k'] == q8.TCV:                # its weights, bias, int32 sums, and where it
+            objs += arr(d['wn']) + arr(4 * d['nb']) + arr(4 * d['nout'])    # passes a
+            if trains and d.get('back'):    # gradient its int8 dz and rescaling (q8tcv)
+                objs += arr(d['nout']) + arr(4 * d['nb'])
         if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
@@ -1320,7 +1324,8 @@ def q8_modules(tb, trains=True, settings=None):
     from ..target.device import module
     q8 = module('q8')
     for kinds, name in (((q8.CAT,), 'q8cat'), ((q8.LUT,), 'q8lut'), ((q8.PMAX, q8.PAVG), 'q8pool'),
-                        ((q8.BIN,), 'q8bin'), ((q8.SLC,), 'q8slc'), ((q8.NRM,), 'q8nrm')):
+                        ((q8.BIN,), 'q8bin'), ((q8.SLC,), 'q8slc'), ((q8.NRM,), 'q8nrm'),
+                        ((q8.TCV,), 'q8tcv')):
         if any(d['k'] in kinds for d in ls):
             natives.append(name)
     return mods, natives

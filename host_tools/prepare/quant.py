@@ -40,8 +40,8 @@ from ..graph.passes import PrepareError
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC, NRM = (_Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN,
-                                               _Q8.SLC, _Q8.NRM)
+POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC, NRM, TCV = (_Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN,
+                                                    _Q8.SLC, _Q8.NRM, _Q8.TCV)
 # elementwise ops of one input, tabulated over the 256 int8 inputs (_lut_layer): the
 # real function and its derivative (numpy, x real)
 _ERF = np.vectorize(math.erf)
@@ -78,13 +78,13 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
-         'PRELU': BIN, 'L2_NORMALIZATION': NRM, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+         'PRELU': BIN, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
 BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU')   # BIN's 'bo'
 SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
 RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC, NRM)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC, NRM, TCV)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -450,7 +450,7 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, SUM, ADD, '
                              'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU, '
-                             'L2_NORMALIZATION, '
+                             'L2_NORMALIZATION, TRANSPOSE_CONV (frozen), '
                              'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
@@ -461,9 +461,10 @@ def layers(g: Graph, train='last:1', ranks=None):
             continue
         if k == ADD and not _plain_add(g, op) or op.name == 'DIV' and not _scalar(g, op.inputs[1]):
             k = BIN
-        x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
-        pad = pads.get(op.inputs[0])
-        xin = src(pad[0] if pad else op.inputs[0])
+        xi = op.inputs[2] if k == TCV else op.inputs[0]     # (TRANSPOSE_CONV: shape, w, x)
+        x, y = g.tensors[xi], g.tensors[op.outputs[0]]
+        pad = pads.get(xi) if k != TCV else None
+        xin = src(pad[0] if pad else xi)
         sx, zx = _q(x)
         sy, zy = _q(y)
         d = {'k': k, 'op': op.index, 'zx': zx[0], 'zy': zy[0], 'sx': sx[0], 'sy': sy[0],
@@ -480,6 +481,8 @@ def layers(g: Graph, train='last:1', ranks=None):
             _lut_layer(g, op, d)
         elif k == NRM:
             _l2_layer(g, op, d, x)
+        elif k == TCV:
+            _tconv_layer(g, op, d, x, y)
         elif k in POOLS:
             _pool_layer(g, op, d, x, y)
         elif k == MEAN:
@@ -875,6 +878,39 @@ def _l2_layer(g, op, d, x):
                          'kernel (and int8 training) takes scale 1/128, zero point 0 and none '
                          '(prepare --dequantize trains it in float)')
     d.update(n=int(x.shape[-1]) if len(x.shape) else 1, kx=1, si=[1 / d['sx']])
+
+
+def _tconv_layer(g, op, d, x, y):
+    """layers(): a TRANSPOSE_CONV as utrain.q8tcv runs it (TFLite Micro's
+    reference_integer_ops::TransposeConv; frozen: its weights do not train): 'g' the
+    geometry of the convolution it is the input gradient of (its input H, W, I this op's
+    output, its output OH, OW, O this op's input; the padding TFLite Micro computes from
+    the output's size), its weights 'xw' [I, KH, KW, O] and bias 'xb' (a zero one where
+    the file has none), per-channel 'mul', 'shf', 'sw'; 'gn' its input's size, 'gx' (its
+    input's gradient is not made in place), 'cl' (its output is kept: the gradient's
+    clamp mask)."""
+    w = g.tensors[op.inputs[1]]
+    sw, _ = _q(w)
+    I, KH, KW, O = (int(v) for v in w.shape)
+    H, W = int(y.shape[1]), int(y.shape[2])
+    OH, OW = int(x.shape[1]), int(x.shape[2])
+    pad = op.options.get('padding', 'SAME')
+    sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
+    ph, pw = _pad(H, KH, sh, 1, pad)[1], _pad(W, KW, sw_, 1, pad)[1]
+    if len(op.inputs) < 4 or op.inputs[3] < 0:
+        stand = type('Op', (), {'inputs': [None, op.inputs[1]], 'name': 'TRANSPOSE_CONV'})()
+        op.inputs[3:] = [zero_bias(g, stand, d['sx'], sw)]
+    b = g.tensors[op.inputs[3]]
+    if b.dtype != 'int32' or int(x.shape[3]) != O or int(y.shape[3]) != I:
+        raise ValueError(f'{g.path}: TRANSPOSE_CONV op {op.number}: bias {b.dtype}, input '
+                         f'{list(x.shape)}, weights {list(w.shape)}, output {list(y.shape)}: '
+                         'int8 training takes int32 biases and NHWC tensors (prepare --dequantize '
+                         'trains it in float)')
+    sw = list(sw) if len(sw) == I else list(sw) * I
+    mm = [quantize_multiplier(d['sx'] * s / d['sy']) for s in sw]
+    d.update(xw=op.inputs[1], xb=op.inputs[3], wn=int(w.data.size), nb=I, sw=sw,
+             mul=[m for m, _ in mm], shf=[e for _, e in mm], gn=int(np.prod(x.shape)), gx=1,
+             cl=1, g=[H, W, I, O, KH, KW, sh, sw_, ph, pw, OH, OW, 1, 1])
 
 
 def _div_tables(d, z2, s2, sy):
@@ -1505,6 +1541,8 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
+    if _xsizes(ls):
+        m['wsizes'] = _xsizes(ls)
     m.update(plan(ls, rows))
     if getattr(g, 'follow_ranges', 0):     # a float model calibrated as int8 (fromfloat)
         # the softmax table on to its zeros (at most ETAB_MAX entries): the logits' range
@@ -1586,10 +1624,17 @@ def wof_arrays(g: Graph, m: dict) -> dict:
     """{tensor: int8/int32 array} of every weight and bias in the layer table."""
     out = {}
     for d in m['layers']:
-        if 'wt' in d:
-            out[d['wt']] = g.tensors[d['wt']].data
-            out[d['bt']] = g.tensors[d['bt']].data
+        for w, b in (('wt', 'bt'), ('xw', 'xb')):   # (xw: a TRANSPOSE_CONV's, utrain.q8tcv)
+            if w in d:
+                out[d[w]] = g.tensors[d[w]].data
+                out[d[b]] = g.tensors[d[b]].data
     return out
+
+
+def _xsizes(ls) -> list:
+    """meta's 'wsizes' of the weights a layer reads that are not its 'wt' (a
+    TRANSPOSE_CONV's 'xw', 'xb': utrain.q8tcv): tensor, bytes, ..."""
+    return [v for d in ls if 'xw' in d for v in (d['xw'], d['wn'], d['xb'], 4 * d['nb'])]
 
 
 def split(g: Graph, m: dict, rows=None):
@@ -1619,7 +1664,7 @@ def split(g: Graph, m: dict, rows=None):
     # header check (a list of pairs: 106 small lists, 3.9 KB parsed on a 32-bit board
     # for MobileNetV2, against 1 KB)
     base['wsizes'] = [v for d in ls if 'wt' in d
-                      for v in (d['wt'], d['wn'], d['bt'], 4 * d['nb'])]
+                      for v in (d['wt'], d['wn'], d['bt'], 4 * d['nb'])] + _xsizes(ls)
     p = dict(base, layers=pre, sx=m['sx'], zx=m['zx'], sy=sc, zy=zc, nin=m['nin'],
              nclass=ls[first - 1]['nout'], xin=m['xin'])
     p.update(plan(pre, rows, resident=False))

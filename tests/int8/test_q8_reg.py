@@ -123,6 +123,41 @@ def test_regression_loss_refused_on_a_softmax_output(tmp_path):
         prepare(MLP, str(tmp_path / 'o'), data=data, loss='mse', train='all', log=lambda *a: None)
 
 
+def trained_on_both(d, tmp_path):
+    """Run the prepared folder d on unix MicroPython (viper) and a copy of it on CPython:
+    both end well with the same trained.wof.  Returns the MicroPython run's test losses
+    (before training, then each epoch's)."""
+    shutil.copytree(d, str(tmp_path / 'py'))
+    code, out = runner.run(d, python=False, stream=False)
+    assert code == 0, out
+    code, out2 = runner.run(str(tmp_path / 'py'), python=True, stream=False)
+    assert code == 0, out2
+    with open(os.path.join(d, 'trained.wof'), 'rb') as a, \
+            open(str(tmp_path / 'py' / 'trained.wof'), 'rb') as b:
+        assert a.read() == b.read()
+    return [float(v.split('test_loss ')[1].split()[0]) for v in out.splitlines() if 'test_loss' in v]
+
+
+def assert_export_runs_as_trained(model, d, xs, tmp_path):
+    """export --quantized of d's trained.wof into model: TFLite Micro's int8 outputs of
+    the written model on samples xs are the int8 path's forward of it, bit for bit."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.prepare.pipeline import export
+    q = str(tmp_path / 'q.tflite')
+    export(model, os.path.join(d, 'trained.wof'), q, quantized=True)
+    g = quant.rewritten(read_model(q))
+    m = quant.write(g, str(tmp_path / 'w'), 'none')
+    net = Q8Net(m, str(tmp_path / 'w' / 'weights.wof'))
+    it = runtime.Interpreter.from_file(q)
+    shape = [1] + list(g.tensors[g.inputs[0]].shape[1:])
+    for v in xs:
+        xq = net.quantize_input(v.ravel().tolist())
+        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(shape), 0)
+        it.invoke()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
+                              it.get_output(0).ravel())
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_int8_regression_mlp_trains_on_micropython_and_exports(tmp_path):
     """prepare trains the regression MLP as int8 with mse (q8.json, the targets as floats
@@ -135,36 +170,6 @@ def test_int8_regression_mlp_trains_on_micropython_and_exports(tmp_path):
     s = prepare(model, d, data=data, loss='mse', optimizer='sgd', lr=0.05, epochs=3,
                 test_split=0.25, train='all', log=lambda *a: None)
     assert s['int8'] and os.path.exists(os.path.join(d, 'q8.json'))
-    shutil.copytree(d, str(tmp_path / 'py'))
-    code, out = runner.run(d, python=False, stream=False)
-    assert code == 0, out
-    tl = [float(v.split('test_loss ')[1].split()[0]) for v in out.splitlines()
-          if 'test_loss' in v]
-    assert tl[-1] < 0.5 * tl[0], out
-    code, out2 = runner.run(str(tmp_path / 'py'), python=True, stream=False)
-    assert code == 0, out2
-    with open(os.path.join(d, 'trained.wof'), 'rb') as a, \
-            open(str(tmp_path / 'py' / 'trained.wof'), 'rb') as b:
-        assert a.read() == b.read()
-    g = read_model(model)
-    m = quant.write(g, str(tmp_path / 'w'), 'all')
-    net = Q8Net(m, str(tmp_path / 'w' / 'weights.wof'))
-    net.load_weights(os.path.join(d, 'trained.wof'))
-    x = np.load(data)['x'][:6]
-    _exported_as_board(model, d, net, x, tmp_path)
-
-
-def _exported_as_board(model, run_dir, net, x, tmp_path):
-    from tflite_micro.python.tflite_micro import runtime
-    from host_tools.prepare.pipeline import export
-    q = str(tmp_path / 'q.tflite')
-    export(model, os.path.join(run_dir, 'trained.wof'), q, quantized=True)
-    g = read_model(q)
-    it = runtime.Interpreter.from_file(q)
-    shape = [1] + list(g.tensors[g.inputs[0]].shape[1:])
-    for v in x:
-        xq = net.quantize_input(v.ravel().tolist())
-        it.set_input(np.frombuffer(bytes(xq), np.int8).reshape(shape), 0)
-        it.invoke()
-        assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
-                              it.get_output(0).ravel())
+    tl = trained_on_both(d, tmp_path)
+    assert tl[-1] < 0.5 * tl[0], tl
+    assert_export_runs_as_trained(model, d, np.load(data)['x'][:6], tmp_path)

@@ -1,0 +1,149 @@
+# TRANSPOSE_CONV of an int8 tensor (utrain.q8 layer kind TCV: Keras's Conv2DTranspose),
+# loaded only by a layer table that has one: forward and gradient side by side.
+# A transposed convolution is the input gradient of a convolution C and its own input
+# gradient is C's forward (as the float path's utrain.op_tconv): q8.json's 'g' is C's
+# geometry (host_tools/prepare/quant.py _tconv_layer: C's input H, W, I are this op's
+# output, C's output OH, OW, O this op's input), the weights TFLite's [I, KH, KW, O].
+# Forward: TFLite Micro's reference_integer_ops::TransposeConv: int32 sums
+# acc[iy, ix, i] = b[i] + sum (x[oy, ox, o] - zx) w[i, ky, kx, o] over C's outputs and taps
+# that reach (iy, ix) (tfk, C's input-gradient walk), requantized per channel (rqk), clamped.
+# Gradient: dx[oy, ox, o] = sum g[iy, ix, i] w[i, ky, kx, o] (tbk, C's forward walk) with
+# g masked where the output clamped, shifted into int8 and rescaled per channel by
+# s_W[i] / max s_W (2^-14 steps): at scale s 2^sh max s_W.  The weights do not train.
+# Weights and bias are read once (weights.wof's int8 and int32 tensors 'xw', 'xb'), the
+# multipliers are q8.json's 'mul', 'shf' (per channel), the weight scales its 'sw'.
+from utrain.q8kern import micropython, VIPER
+if not VIPER:
+    from utrain.q8kern import ptr8, ptr32
+
+from array import array
+from utrain import q8kern as K
+
+
+@micropython.viper
+def tfk(acc, x, xz: int, w, gm):
+    # acc[iy, ix, i] += sum over C's outputs (oy, ox) and taps reaching (iy, ix), and o,
+    # of (x[oy, ox, o] - xz) * w[i, ky, kx, o]
+    pg = ptr32(gm)
+    H = pg[0]; W = pg[1]; I = pg[2]; O = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    pa = ptr32(acc)
+    px = ptr8(x)
+    pw = ptr8(w)
+    xc = 128 + xz
+    q = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            for ky in range(KH):
+                iy = oy * sh - ph + ky
+                if iy < 0 or iy >= H:
+                    continue
+                for kx in range(KW):
+                    ix = ox * sw - pw_ + kx
+                    if ix < 0 or ix >= W:
+                        continue
+                    ab = (iy * W + ix) * I
+                    wb = (ky * KW + kx) * O
+                    for i in range(I):
+                        s = 0
+                        for o in range(O):
+                            s += ((int(px[q + o]) ^ 128) - xc) * ((int(pw[wb + o]) ^ 128) - 128)
+                        pa[ab + i] += s
+                        wb += KH * KW * O
+            q += O
+
+
+@micropython.viper
+def tbk(dx, dz, w, gm):
+    # dx[oy, ox, o] = sum over taps and i of dz[iy, ix, i] * w[i, ky, kx, o] (int8 dz)
+    pg = ptr32(gm)
+    H = pg[0]; W = pg[1]; I = pg[2]; O = pg[3]; KH = pg[4]; KW = pg[5]
+    sh = pg[6]; sw = pg[7]; ph = pg[8]; pw_ = pg[9]; OH = pg[10]; OW = pg[11]
+    pd = ptr32(dx)
+    pz = ptr8(dz)
+    pw = ptr8(w)
+    q = 0
+    for oy in range(OH):
+        for ox in range(OW):
+            for o in range(O):
+                pd[q + o] = 0
+            for ky in range(KH):
+                iy = oy * sh - ph + ky
+                if iy < 0 or iy >= H:
+                    continue
+                for kx in range(KW):
+                    ix = ox * sw - pw_ + kx
+                    if ix < 0 or ix >= W:
+                        continue
+                    zb = (iy * W + ix) * I
+                    wb = (ky * KW + kx) * O
+                    for i in range(I):
+                        z = (int(pz[zb + i]) ^ 128) - 128
+                        if z != 0:
+                            for o in range(O):
+                                pd[q + o] += z * ((int(pw[wb + o]) ^ 128) - 128)
+                        wb += KH * KW * O
+            q += O
+
+
+@micropython.viper
+def tdk(dz, g, y, n: int, c: int, sh: int, r, lo: int, hi: int):
+    # dz[j] = int8 of (g[j] >> sh) * r[j % c] / 2^14, rounded; 0 where int8 y[j] is at
+    # lo or hi (the output clamped there)
+    pz = ptr8(dz)
+    pg = ptr32(g)
+    py = ptr8(y)
+    pr = ptr32(r)
+    h2 = (1 << sh) >> 1
+    k = 0
+    for j in range(n):
+        v = (int(py[j]) ^ 128) - 128
+        u = 0
+        if lo < v and v < hi:
+            a = int(pg[j])
+            h = a >> 16
+            a = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (a & 0xffff)
+            u = (((a + h2) >> sh) * int(pr[k]) + 8192) >> 14
+            if u > 127:
+                u = 127
+            if u < -127:
+                u = -127
+        pz[j] = u & 255
+        k += 1
+        if k == c:
+            k = 0
+
+
+def _load(L, net):
+    # the layer's weights and bias, once (its multipliers and geometry: Layer's mul, shf, g)
+    d = L.d
+    L.tw = net._read(net.woff[d['xw']], bytearray(d['wn']))
+    L.tb = net._read(net.woff[d['xb']], array('i', bytes(4 * d['nb'])))
+    L.tt = array('i', bytes(4 * L.nout))     # (the int32 sums)
+    L.tr = L.tz = None
+
+
+def fwd(L, net, t):
+    """The output of TCV layer L from the net's tensors t (int8 bytes by tensor index)."""
+    if L.tt is None:
+        _load(L, net)
+    acc, c, mv = L.tt, L.c, memoryview
+    for j in range(0, L.nout, c):
+        K.cpk(mv(acc)[j:], L.tb, c)
+    tfk(acc, t[L.ins[0]], L.zx, L.tw, L.g)
+    K.rqk(acc, L.nout, c, 1, L.mul, L.shf, L.y, L.zy, L.lo, L.hi, 0)
+    return L.y
+
+
+def back(L, net, g, s):
+    """The gradient of TCV layer L's input from g, its output's (int32, scale s)."""
+    d = L.d
+    n, sw = L.nout, d['sw']
+    sh = K.nrk(g, n)
+    if L.tr is None:        # (sw / max sw per channel, 2^-14 steps; the int8 dz)
+        L.tr = array('i', [int(round(16384 * v / max(sw))) for v in sw])
+        L.tz = bytearray(n)
+    tdk(L.tz, g, L.y, n, len(sw), sh, L.tr, L.lo, L.hi)
+    dx = net._gbuf(g, d['gn'])
+    tbk(dx, L.tz, L.tw, L.g)
+    return dx, s * (1 << sh) * max(sw)

@@ -1,0 +1,155 @@
+"""Int8 TRANSPOSE_CONV (issue 29: utrain.q8tcv, Keras's Conv2DTranspose): the forward
+bit for bit TFLite Micro's (per-channel and per-tensor weights, SAME and VALID, strides
+1-3, with and without a bias, a fused RELU), the gradient it passes down against PyTorch's
+float gradient of the dequantized model, the autoencoder's int8 run on unix MicroPython
+(viper) equal to CPython's and exported as int8."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+from utrain import q8reg  # noqa: E402
+from kerasgraphs import build_keras_autoencoder  # noqa: E402
+
+MP = runner.find_micropython()
+
+
+def _q(scale, zero=0, dim=0):
+    s = [float(v) for v in np.ravel(scale)]
+    return {'scale': s, 'zero_point': [int(zero)] * len(s), 'quantized_dimension': dim}
+
+
+def build_tconv(path, seed=0, H=3, W=4, O=3, I=2, K=3, s=2, padding='SAME', per_channel=True,
+                bias=True, relu=False):
+    """An int8 model of one TRANSPOSE_CONV: x [1, H, W, O] (scale 0.05, zero point 3) ->
+    weights [I, K, K, O] (per output channel or one scale) -> y [1, H2, W2, I], as
+    TFLite's converter writes Conv2DTranspose (inputs: output shape, weights, x, bias)."""
+    r = np.random.default_rng(seed)
+    H2 = H * s if padding == 'SAME' else (H - 1) * s + K
+    W2 = W * s if padding == 'SAME' else (W - 1) * s + K
+    sw = r.uniform(0.005, 0.02, I) if per_channel else np.full(1, 0.01)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, H, W, O], dtype=np.int8, quant=_q(0.05, 3))
+    shp = b.tensor('shape', [4], data=np.array([1, H2, W2, I], np.int32))
+    w = b.tensor('w', [I, K, K, O], data=r.integers(-127, 128, (I, K, K, O)).astype(np.int8),
+                 quant=_q(sw))
+    ins = [shp, w, x]
+    if bias:
+        bs = 0.05 * sw if per_channel else np.full(I, 0.05 * 0.01)
+        ins.append(b.tensor('b', [I], data=r.integers(-3000, 3000, I).astype(np.int32),
+                            quant=_q(bs)))
+    y = b.tensor('y', [1, H2, W2, I], dtype=np.int8, quant=_q(0.08 if relu else 0.15, -128 if relu else -5))
+    b.op('TRANSPOSE_CONV', ins, [y], padding=padding, stride_h=s, stride_w=s,
+         fused_activation_function='RELU' if relu else 'NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+    return os.fspath(path)
+
+
+def _bit_exact(path, folder, n=6, seed=1):
+    from tflite_micro.python.tflite_micro import runtime
+    g = quant.rewritten(read_model(path))
+    m = quant.write(g, folder, 'none')
+    net = Q8Net(m, os.path.join(folder, 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    shape = g.tensors[g.inputs[0]].shape
+    r = np.random.default_rng(seed)
+    for _ in range(n):
+        q = r.integers(-128, 128, int(np.prod(shape))).astype(np.int8)
+        ours = np.frombuffer(bytes(net.forward(bytearray(q.tobytes()))), np.int8)
+        it.set_input(q.reshape(shape), 0)
+        it.invoke()
+        ref = it.get_output(0).ravel()
+        assert np.array_equal(ours, ref), (ours[:12], ref[:12])
+        assert len(np.unique(ours)) > 8         # (not a clamp everywhere)
+
+
+@pytest.mark.parametrize('kw', [dict(), dict(per_channel=False), dict(padding='VALID'),
+                                dict(s=1, K=2, padding='SAME'), dict(s=3, K=3, H=2, W=2),
+                                dict(bias=False, relu=True), dict(I=5, O=1, K=4, padding='VALID')])
+def test_forward_bit_exact_with_tflite_micro(tmp_path, kw):
+    _bit_exact(build_tconv(tmp_path / 't.tflite', **kw), str(tmp_path), seed=len(kw))
+
+
+def test_autoencoder_forward_bit_exact(tmp_path):
+    xs = np.random.default_rng(0).random((8, 8, 8, 1)).astype(np.float32)
+    path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
+    _bit_exact(path, str(tmp_path))
+
+
+def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
+    """The autoencoder (CONV_2D stride 2, RELU -> TRANSPOSE_CONV stride 2), mse, one SGD
+    step: the conv's int8 update (1/256 weight steps) against lr dL/dW / s_W of the
+    dequantized model in PyTorch (float activations); the TRANSPOSE_CONV passes the
+    gradient down (cosine > 0.98, norms within 5 %)."""
+    torch = pytest.importorskip('torch')
+    F = torch.nn.functional
+    from test_q8 import spy_updates
+    r = np.random.default_rng(0)
+    xs = r.random((16, 8, 8, 1)).astype(np.float32)
+    path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
+    g = quant.rewritten(read_model(path))
+    m = quant.write(g, str(tmp_path), 'all')
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.TCV] and m['layers'][1]['back']
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    tr = type('T', (), {})()
+    tr.net, tr.cfg = net, {'loss': 'mse', 'metric': 'mae'}
+    q8reg.use(tr)
+    gf = read_model(path)
+
+    def deq(k):
+        t = gf.tensors[k]
+        s = np.asarray(t.quant['scale'], np.float64).reshape([-1] + [1] * (t.data.ndim - 1))
+        return t.data.astype(np.float64) * s
+    conv, tc = gf.ops[0], gf.ops[-1]
+    cb, tw, tb = deq(conv.inputs[2]), deq(tc.inputs[1]), deq(tc.inputs[3])
+    got = spy_updates(monkeypatch)
+    for i in (3, 7):
+        xq = net.quantize_input(xs[i].ravel().tolist())
+        x = (np.frombuffer(bytes(xq), np.int8).astype(np.float64) - m['zx']) * m['sx']
+        t = np.clip(xs[i].ravel() * 0.7 + 0.2, 0, 1)
+        cw = torch.tensor(deq(conv.inputs[1]), requires_grad=True)
+        h = F.conv2d(F.pad(torch.tensor(x.reshape(1, 8, 8, 1)).permute(0, 3, 1, 2), (0, 1, 0, 1)),
+                     cw.permute(0, 3, 1, 2), torch.tensor(cb), stride=2).relu()
+        y = F.conv_transpose2d(h, torch.tensor(tw).permute(3, 0, 1, 2), torch.tensor(tb), stride=2,
+                               padding=1, output_padding=1)
+        loss = ((y.permute(0, 2, 3, 1).reshape(-1) - torch.tensor(t)) ** 2).mean()
+        loss.backward()
+        assert abs(net.loss(xq, t.tolist())[0] - loss.item()) < 0.1 * loss.item()
+        want = 0.02 * cw.grad.numpy() / np.asarray(net.layers[0].d['sw']).reshape(-1, 1, 1, 1) * 256
+        del got[:]
+        net.step(xq, t.tolist(), 0.02)
+        upd = got[0].reshape(want.shape)
+        cos = float((upd * want).sum() / np.linalg.norm(upd) / np.linalg.norm(want))
+        assert cos > 0.98 and abs(np.linalg.norm(upd) / np.linalg.norm(want) - 1) < 0.05, cos
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_autoencoder_trains_as_int8_on_micropython(tmp_path):
+    """prepare trains the int8 autoencoder as int8 with mse (the conv below the
+    TRANSPOSE_CONV trains through it); unix MicroPython (viper) lowers the test loss and
+    ends with CPython's trained.wof; export --quantized runs in TFLite Micro as the board's
+    net."""
+    from test_q8_reg import trained_on_both, assert_export_runs_as_trained
+    r = np.random.default_rng(2)
+    xs = r.random((48, 8, 8, 1)).astype(np.float32)
+    path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.clip(xs * 0.7 + 0.2, 0, 1).reshape(48, -1))
+    d = str(tmp_path / 'mp')
+    s = prepare(path, d, data=str(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
+                epochs=3, test_split=0.25, train='all', log=lambda *a: None)
+    assert s['int8']
+    tl = trained_on_both(d, tmp_path)
+    assert tl[-1] < 0.8 * tl[0], tl
+    assert_export_runs_as_trained(path, d, xs[:4], tmp_path)
