@@ -397,14 +397,28 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
 
 def op_refusal(g: Graph, train='none'):
     """'op N (NAME) is not supported by int8 training' where int8 training has no kernel
-    for an op of int8 graph g (layers() refuses it; train: as --train); else None."""
+    for an op of int8 graph g (layers() refuses it; train: as --train), or does not train
+    the weights of one --train names (frozen_named); else None."""
     import re
     try:
         layers(rewritten(g), train)
     except ValueError as e:
         m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
         return m.group(0) if m else None
-    return None
+    return frozen_named(g, train)
+
+
+def frozen_named(g: Graph, train) -> str | None:
+    """What int8 training leaves frozen among the ops --train names (a TRANSPOSE_CONV's
+    weights: utrain.q8tcv runs it and passes its gradient, its weights do not train
+    yet), or None."""
+    gr = rewritten(g)
+    on, _ = _ops_on(gr, train, {})
+    ops = [op for op in gr.ops if op.index in on and KINDS.get(op.name) == TCV]
+    if not ops:
+        return None
+    return (f'op{"s" * (len(ops) > 1)} {", ".join(str(op.number) for op in ops)} (TRANSPOSE_CONV): '
+            'int8 training runs it and passes its gradient but does not train its weights yet')
 
 
 def layers(g: Graph, train='last:1', ranks=None):
@@ -2102,6 +2116,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             f'{ops[0].name} ha{"ve" if len(ops) > 1 else "s"} no bias tensor: '
             f'{"they train" if len(ops) > 1 else "it trains"} with a zero int32 bias ({t.name}), '
             'which export writes into the trained model')
+    why = frozen_named(g, train if not ranks else 'none')
+    if why:
+        log(f'{model_path}: {why}: they stay as the file has them (--dequantize trains them too)')
     if not any(d.get('train') for d in m['layers']):
         from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '

@@ -153,3 +153,25 @@ def test_autoencoder_trains_as_int8_on_micropython(tmp_path):
     tl = trained_on_both(d, tmp_path)
     assert tl[-1] < 0.8 * tl[0], tl
     assert_export_runs_as_trained(path, d, xs[:4], tmp_path)
+
+
+def test_prepare_says_what_of_it_trains(tmp_path):
+    """Its weights do not train as int8: a --train nobody named that reaches them trains
+    the model dequantized, as before, saying why; --train all trains the layers around it
+    as int8 and says it stays; --train naming it alone is refused with --dequantize."""
+    from host_tools.prepare.pipeline import PrepareError
+    xs = np.random.default_rng(0).random((20, 8, 8, 1)).astype(np.float32)
+    path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
+    np.savez(tmp_path / 'd.npz', x=xs, y=xs.reshape(20, -1))
+    data = str(tmp_path / 'd.npz')
+    said = []
+    s = prepare(path, str(tmp_path / 'a'), data=data, loss='mse', log=said.append)
+    assert not s.get('int8') and any('dequantized' in v and 'op 4 (TRANSPOSE_CONV)' in v
+                                     for v in said), said
+    said = []
+    s = prepare(path, str(tmp_path / 'b'), data=data, loss='mse', train='all', log=said.append)
+    assert s['int8'] and len(s['trainable']) == 2, s['trainable']      # the conv's w, b
+    assert any('op 4 (TRANSPOSE_CONV)' in v and 'stay' in v for v in said), said
+    with pytest.raises(PrepareError, match=r'nothing to train as int8.*--dequantize'):
+        prepare(path, str(tmp_path / 'c'), data=data, loss='mse', train='last:1',
+                log=lambda *a: None)
