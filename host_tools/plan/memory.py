@@ -1151,6 +1151,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             objs += arr(d['wn']) + arr(4 * d['nb']) + arr(4 * d['nout'])    # passes a
             if trains and d.get('back'):    # gradient its int8 dz and rescaling (q8tcv)
                 objs += arr(d['nout']) + arr(4 * d['nb'])
+            if trains and d.get('xt'):      # its weights train: their int32 gradient, the
+                objs += arr(4 * d['wn']) + 3 * arr(8 * d['nb'])     # bias sums, multipliers
         if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)

@@ -410,15 +410,16 @@ def op_refusal(g: Graph, train='none'):
 
 def frozen_named(g: Graph, train) -> str | None:
     """What int8 training leaves frozen among the ops --train names (a TRANSPOSE_CONV's
-    weights: utrain.q8tcv runs it and passes its gradient, its weights do not train
-    yet), or None."""
+    weights train only where a layer below it trains: utrain.q8tcv), or None."""
     gr = rewritten(g)
     on, _ = _ops_on(gr, train, {})
-    ops = [op for op in gr.ops if op.index in on and KINDS.get(op.name) == TCV]
+    ops = [gr.ops[d['op']] for d in layers(gr, train)
+           if d['k'] == TCV and d['op'] in on and not d.get('xt')]
     if not ops:
         return None
     return (f'op{"s" * (len(ops) > 1)} {", ".join(str(op.number) for op in ops)} (TRANSPOSE_CONV): '
-            'int8 training runs it and passes its gradient but does not train its weights yet')
+            'int8 training trains its weights only where a layer below it trains (its gradient '
+            'comes from the backward pass)')
 
 
 def layers(g: Graph, train='last:1', ranks=None):
@@ -1360,6 +1361,8 @@ def _mark_trained(g, out, train, ranks):
                                  'layers; int8 training passes no gradient through it (train '
                                  'later layers only, or prepare --dequantize)')
             d['back'] = 1                     # passes the gradient back to a trained layer
+            if d['k'] == TCV and d['op'] in ops_on:
+                d['xt'] = d['kx'] = 1         # its weights train too (utrain.q8tcv: x kept)
             if d.get('bo') == 7 and d['op'] in ops_on:
                 d['ta'] = 1                   # a PRELU's slopes train (utrain.q8slope)
         for i in chosen:
@@ -1754,7 +1757,7 @@ def as_written(m: dict, tables=None):
                 else:
                     del d['sw']
             for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train,
-                if not d.get('train') and not (i in follow and k in ('sx', 'sy')):
+                if not (d.get('train') or d.get('xt')) and not (i in follow and k in ('sx', 'sy')):
                     d.pop(k, None)                      # and a range that doubles its scales)
             out['layers'].append(d)
     for out in outs.values():
@@ -1802,33 +1805,49 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     followed(g, m, wof_path)
     grown(g, m, wof_path)
     sloped(g, m, wof_path)
+    tconved(g, m, wof_path)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
 
-def sloped(g: Graph, m: dict, wof_path) -> None:
-    """The PRELU slopes a run trained (wof_path + '.q8a', utrain.q8slope: b'UTPA', then
-    per layer u32 its alpha tensor, u32 its values, int8 each) into g's alpha tensors."""
+def _side(g: Graph, p, tag, ok, what, file_what) -> None:
+    """A side file a run wrote beside trained.wof (utrain.q8kern side_save: tag, then per
+    tensor u32 its index, u32 its bytes, the bytes) into g's tensors; ok {tensor: bytes}
+    the ones it may hold; what / file_what name them in a refusal."""
     import struct
-    p = wof_path + '.q8a'
     if not os.path.exists(p):
         return
     with open(p, 'rb') as f:
         data = f.read()
-    ok = {d['in'][1]: len(d['kc']) for d in m['layers'] if d.get('ta')}
-    o = 4 if data[:4] == b'UTPA' else len(data) + 1
+    o = 4 if data[:4] == tag else len(data) + 1
     while o + 8 <= len(data):
         k, n = struct.unpack_from('<II', data, o)
         if ok.get(k) != n or o + 8 + n > len(data):
-            raise ValueError(f'{p}: slopes of tensor {k} ({n} values) are not a trained PRELU '
-                             'alpha of this model (prepare writes trained.wof.q8a beside the run)')
+            raise ValueError(f'{p}: tensor {k} ({n} bytes) is not {what} of this model '
+                             f'(prepare writes {os.path.basename(p)} beside the run)')
         t = g.tensors[k]
-        t.data = np.frombuffer(data[o + 8:o + 8 + n], np.int8).reshape(t.shape).copy()
+        t.data = np.frombuffer(data[o + 8:o + 8 + n], np.int8 if t.dtype == 'int8' else '<i4'
+                               ).reshape(t.shape).copy()
         o += 8 + n
     if o != len(data):
-        raise ValueError(f'{p}: not the trained PRELU slopes of this model')
+        raise ValueError(f'{p}: not {file_what} of this model')
+
+
+def sloped(g: Graph, m: dict, wof_path) -> None:
+    """The PRELU slopes a run trained (wof_path + '.q8a', utrain.q8slope: b'UTPA', then
+    per layer u32 its alpha tensor, u32 its values, int8 each) into g's alpha tensors."""
+    _side(g, wof_path + '.q8a', b'UTPA', {d['in'][1]: len(d['kc']) for d in m['layers'] if d.get('ta')},
+          'a trained PRELU alpha', 'the trained PRELU slopes')
+
+
+def tconved(g: Graph, m: dict, wof_path) -> None:
+    """The TRANSPOSE_CONV weights and biases a run trained (wof_path + '.q8c',
+    utrain.q8tcv: b'UTTC', int8 weights, int32 biases) into g's tensors."""
+    _side(g, wof_path + '.q8c', b'UTTC', {k: n for d in m['layers'] if d.get('xt') for k, n in (
+        (d['xw'], d['wn']), (d['xb'], 4 * d['nb']))}, 'a trained TRANSPOSE_CONV weight or bias',
+        'the trained TRANSPOSE_CONV weights')
 
 
 SAME_SCALE = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
@@ -1910,8 +1929,8 @@ def grown(g: Graph, m: dict, wof_path) -> None:
 
 def trained_params(ls) -> int:
     """Weights and biases that train in layer table ls (a rank's window of them; a
-    tensor several layers read, once), and PRELU slopes."""
-    n = sum(len(d['kc']) for d in ls if d.get('ta'))
+    tensor several layers read, once), PRELU slopes and TRANSPOSE_CONV weights."""
+    n = sum(len(d['kc']) for d in ls if d.get('ta')) + sum(d['wn'] + d['nb'] for d in ls if d.get('xt'))
     seen = set()
     for d in ls:
         if d.get('train'):
@@ -2119,6 +2138,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     why = frozen_named(g, train if not ranks else 'none')
     if why:
         log(f'{model_path}: {why}: they stay as the file has them (--dequantize trains them too)')
+    xt = [g.ops[d['op']].number for d in m['layers'] if d.get('xt')]
+    if xt and (s['optimizer'] != 'sgd' or int(s.get('batch') or 1) > 1 or s.get('momentum')):
+        raise PrepareError(f'{model_path}: op {xt[0]} (TRANSPOSE_CONV) trains as int8 with '
+                           '--optimizer sgd at --batch 1 without momentum only (utrain.q8tcv); '
+                           'leave it out of --train, or --dequantize trains it in float32')
     if not any(d.get('train') for d in m['layers']):
         from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
@@ -2175,7 +2199,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if any('wt' in d for d in m['layers']):
         files['quant'] = 'q8.req'        # (deploy copies it with the model)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])] + [
-        d['in'][1] for d in m['layers'] if d.get('ta')]     # (PRELU slopes: utrain.q8slope)
+        d['in'][1] for d in m['layers'] if d.get('ta')] + [     # (PRELU slopes: utrain.q8slope)
+        t for d in m['layers'] if d.get('xt') for t in (d['xw'], d['xb'])]    # (q8tcv)
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': trained_params(m['layers']),

@@ -140,14 +140,19 @@ def trained_on_both(d, tmp_path):
 
 def assert_export_runs_as_trained(model, d, xs, tmp_path):
     """export --quantized of d's trained.wof into model: TFLite Micro's int8 outputs of
-    the written model on samples xs are the int8 path's forward of it, bit for bit."""
+    the written model on samples xs are the trained net's (run folder d's table with
+    trained.wof and the state beside it loaded), bit for bit, and not the untrained's."""
+    import json
     from tflite_micro.python.tflite_micro import runtime
     from host_tools.prepare.pipeline import export
     q = str(tmp_path / 'q.tflite')
     export(model, os.path.join(d, 'trained.wof'), q, quantized=True)
-    g = quant.rewritten(read_model(q))
-    m = quant.write(g, str(tmp_path / 'w'), 'none')
-    net = Q8Net(m, str(tmp_path / 'w' / 'weights.wof'))
+    with open(os.path.join(d, 'q8.json')) as f:
+        m = json.load(f)
+    net = Q8Net(m, os.path.join(d, 'weights.wof'))
+    before = [bytes(net.forward(net.quantize_input(v.ravel().tolist()))) for v in xs]
+    net.load_weights(os.path.join(d, 'trained.wof'))
+    g = read_model(q)
     it = runtime.Interpreter.from_file(q)
     shape = [1] + list(g.tensors[g.inputs[0]].shape[1:])
     for v in xs:
@@ -156,6 +161,7 @@ def assert_export_runs_as_trained(model, d, xs, tmp_path):
         it.invoke()
         assert np.array_equal(np.frombuffer(bytes(net.forward(xq)), np.int8),
                               it.get_output(0).ravel())
+    assert before != [bytes(net.forward(net.quantize_input(v.ravel().tolist()))) for v in xs]
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')

@@ -3,6 +3,7 @@ bit for bit TFLite Micro's (per-channel and per-tensor weights, SAME and VALID, 
 1-3, with and without a bias, a fused RELU), the gradient it passes down against PyTorch's
 float gradient of the dequantized model, the autoencoder's int8 run on unix MicroPython
 (viper) equal to CPython's and exported as int8."""
+import json
 import os
 import sys
 
@@ -89,10 +90,11 @@ def test_autoencoder_forward_bit_exact(tmp_path):
 
 
 def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
-    """The autoencoder (CONV_2D stride 2, RELU -> TRANSPOSE_CONV stride 2), mse, one SGD
-    step: the conv's int8 update (1/256 weight steps) against lr dL/dW / s_W of the
-    dequantized model in PyTorch (float activations); the TRANSPOSE_CONV passes the
-    gradient down (cosine > 0.98, norms within 5 %)."""
+    """The autoencoder (CONV_2D stride 2, RELU -> TRANSPOSE_CONV stride 2), mse, SGD
+    steps: the TRANSPOSE_CONV's and the conv's int8 updates (1/256 weight steps, before
+    their stochastic rounding) against lr dL/dW / s_W of the dequantized model in PyTorch
+    (its activations fake-quantized on the int8 grid): cosine > 0.99, norms
+    within 5 %; its bias moves by lr dL/db / (s_x s_W) bias steps within 2 %."""
     torch = pytest.importorskip('torch')
     F = torch.nn.functional
     from test_q8 import spy_updates
@@ -101,7 +103,7 @@ def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
     path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
     g = quant.rewritten(read_model(path))
     m = quant.write(g, str(tmp_path), 'all')
-    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.TCV] and m['layers'][1]['back']
+    assert [d['k'] for d in m['layers']] == [quant.CONV, quant.TCV] and m['layers'][1]['xt']
     net = Q8Net(m, str(tmp_path / 'weights.wof'))
     tr = type('T', (), {})()
     tr.net, tr.cfg = net, {'loss': 'mse', 'metric': 'mae'}
@@ -113,26 +115,50 @@ def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
         s = np.asarray(t.quant['scale'], np.float64).reshape([-1] + [1] * (t.data.ndim - 1))
         return t.data.astype(np.float64) * s
     conv, tc = gf.ops[0], gf.ops[-1]
-    cb, tw, tb = deq(conv.inputs[2]), deq(tc.inputs[1]), deq(tc.inputs[3])
+    tw = deq(tc.inputs[1])
+    def fq(v, d):
+        # v on d's int8 output grid, clamped (the gradient passes where it is inside:
+        # fake quantization, as the int8 forward rounds and clamps)
+        s, z = d['sy'], d['zy']
+        q = (torch.round(v / s) + z).clamp(-128, 127)
+        return v.clamp((-128 - z) * s, (127 - z) * s) + ((q - z) * s - v).detach()
     got = spy_updates(monkeypatch)
     for i in (3, 7):
         xq = net.quantize_input(xs[i].ravel().tolist())
         x = (np.frombuffer(bytes(xq), np.int8).astype(np.float64) - m['zx']) * m['sx']
         t = np.clip(xs[i].ravel() * 0.7 + 0.2, 0, 1)
-        cw = torch.tensor(deq(conv.inputs[1]), requires_grad=True)
-        h = F.conv2d(F.pad(torch.tensor(x.reshape(1, 8, 8, 1)).permute(0, 3, 1, 2), (0, 1, 0, 1)),
-                     cw.permute(0, 3, 1, 2), torch.tensor(cb), stride=2).relu()
-        y = F.conv_transpose2d(h, torch.tensor(tw).permute(3, 0, 1, 2), torch.tensor(tb), stride=2,
-                               padding=1, output_padding=1)
+        L = net.layers[1]
+        tw = np.frombuffer(bytes(L.tw), np.int8).astype(np.float64).reshape(tw.shape) * \
+            np.asarray(L.d['sw']).reshape(-1, 1, 1, 1)
+        tb = np.array(L.tb, np.float64) * m['layers'][1]['sx'] * np.asarray(L.d['sw'])
+        b0 = np.array(L.tb, np.float64)
+        L0 = net.layers[0]          # (the weights as the last step left them)
+        sw0 = np.asarray(L0.d['sw'])
+        cw = torch.tensor(np.frombuffer(bytes(L0.w), np.int8).reshape(deq(conv.inputs[1]).shape)
+                          * sw0.reshape(-1, 1, 1, 1), requires_grad=True)
+        cb = np.array(L0.b, np.float64) * m['sx'] * sw0
+        twt = torch.tensor(tw, requires_grad=True)
+        tbt = torch.tensor(tb, requires_grad=True)
+        h = fq(F.conv2d(F.pad(torch.tensor(x.reshape(1, 8, 8, 1)).permute(0, 3, 1, 2), (0, 1, 0, 1)),
+                        cw.permute(0, 3, 1, 2), torch.tensor(cb), stride=2).relu(), m['layers'][0])
+        # (TFLite's SAME: the convolution 8 -> 4 pads 0 above, 1 below: the transposed
+        # one's 9 x 9 cropped to its first 8 rows and columns)
+        y = fq(F.conv_transpose2d(h, twt.permute(3, 0, 1, 2), tbt, stride=2)[:, :, :8, :8],
+               m['layers'][1])
         loss = ((y.permute(0, 2, 3, 1).reshape(-1) - torch.tensor(t)) ** 2).mean()
         loss.backward()
         assert abs(net.loss(xq, t.tolist())[0] - loss.item()) < 0.1 * loss.item()
-        want = 0.02 * cw.grad.numpy() / np.asarray(net.layers[0].d['sw']).reshape(-1, 1, 1, 1) * 256
+        want = [0.02 * twt.grad.numpy() / np.asarray(L.d['sw']).reshape(-1, 1, 1, 1) * 256,
+                0.02 * cw.grad.numpy() / np.asarray(net.layers[0].d['sw']).reshape(-1, 1, 1, 1) * 256]
         del got[:]
         net.step(xq, t.tolist(), 0.02)
-        upd = got[0].reshape(want.shape)
-        cos = float((upd * want).sum() / np.linalg.norm(upd) / np.linalg.norm(want))
-        assert cos > 0.98 and abs(np.linalg.norm(upd) / np.linalg.norm(want) - 1) < 0.05, cos
+        for a, w in zip(got, want):     # (the TRANSPOSE_CONV's update first: backward order)
+            upd = a.reshape(w.shape)
+            cos = float((upd * w).sum() / np.linalg.norm(upd) / np.linalg.norm(w))
+            assert cos > 0.99 and abs(np.linalg.norm(upd) / np.linalg.norm(w) - 1) < 0.05, cos
+        db = b0 - np.array(L.tb, np.float64)
+        wb = 0.02 * tbt.grad.numpy() / (m['layers'][1]['sx'] * np.asarray(L.d['sw']))
+        assert np.allclose(db, wb, rtol=0.02, atol=1), (db, wb)
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
@@ -156,22 +182,26 @@ def test_autoencoder_trains_as_int8_on_micropython(tmp_path):
 
 
 def test_prepare_says_what_of_it_trains(tmp_path):
-    """Its weights do not train as int8: a --train nobody named that reaches them trains
-    the model dequantized, as before, saying why; --train all trains the layers around it
-    as int8 and says it stays; --train naming it alone is refused with --dequantize."""
+    """Its weights train as int8 where a layer below it trains (the default --train all
+    of the autoencoder: the conv and it); --train naming it alone is refused, saying why
+    and --dequantize, and so are settings its update lacks (Adam)."""
     from host_tools.prepare.pipeline import PrepareError
     xs = np.random.default_rng(0).random((20, 8, 8, 1)).astype(np.float32)
     path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
     np.savez(tmp_path / 'd.npz', x=xs, y=xs.reshape(20, -1))
     data = str(tmp_path / 'd.npz')
     said = []
-    s = prepare(path, str(tmp_path / 'a'), data=data, loss='mse', log=said.append)
-    assert not s.get('int8') and any('dequantized' in v and 'op 4 (TRANSPOSE_CONV)' in v
-                                     for v in said), said
-    said = []
-    s = prepare(path, str(tmp_path / 'b'), data=data, loss='mse', train='all', log=said.append)
-    assert s['int8'] and len(s['trainable']) == 2, s['trainable']      # the conv's w, b
-    assert any('op 4 (TRANSPOSE_CONV)' in v and 'stay' in v for v in said), said
-    with pytest.raises(PrepareError, match=r'nothing to train as int8.*--dequantize'):
-        prepare(path, str(tmp_path / 'c'), data=data, loss='mse', train='last:1',
+    s = prepare(path, str(tmp_path / 'b'), data=data, loss='mse', log=said.append)
+    assert s['int8'] and not any('TRANSPOSE_CONV' in v for v in said), said
+    assert sorted(s['trainable']) == ['conv.b', 'conv.w', 'tconv.b', 'tconv.w']
+    assert s['trainable_params'] == 4 * 9 + 4 + 36 + 1
+    with open(tmp_path / 'b' / 'q8.json') as f:
+        assert [d.get('xt') for d in json.load(f)['layers']] == [None, 1]
+    with pytest.raises(PrepareError, match=r'op 4 \(TRANSPOSE_CONV\) trains as int8 with --optimizer sgd'):
+        prepare(path, str(tmp_path / 'd'), data=data, loss='mse', optimizer='adam',
                 log=lambda *a: None)
+    said = []
+    with pytest.raises(PrepareError, match=r'nothing to train as int8.*--dequantize'):
+        prepare(path, str(tmp_path / 'c'), data=data, loss='mse', train='last:1', log=said.append)
+    assert any('op 4 (TRANSPOSE_CONV): int8 training trains its weights only where a layer '
+               'below it trains' in v for v in said), said
