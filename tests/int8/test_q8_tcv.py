@@ -205,3 +205,28 @@ def test_prepare_says_what_of_it_trains(tmp_path):
         prepare(path, str(tmp_path / 'c'), data=data, loss='mse', train='last:1', log=said.append)
     assert any('op 4 (TRANSPOSE_CONV): int8 training trains its weights only where a layer '
                'below it trains' in v for v in said), said
+
+
+@pytest.mark.slow
+def test_ctrl_c_resume_with_it_training_bit_identical(tmp_path):
+    """Ctrl-C at random moments and train.py again with resume: trained.wof, its weights
+    and bias (trained.wof.q8c, the checkpoint's ext state) and the log equal an
+    uninterrupted run's bit for bit."""
+    from repo import set_train
+    from test_ctrl_c import interrupted_runs
+    r = np.random.default_rng(3)
+    xs = r.random((400, 8, 8, 1)).astype(np.float32)
+    path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs[:32])
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.clip(xs * 0.7 + 0.2, 0, 1).reshape(400, -1))
+    base = tmp_path / 'base'
+    prepare(path, str(base), data=str(tmp_path / 'd.npz'), test_split=0.25, loss='mse',
+            optimizer='sgd', lr=0.05, epochs=3, shuffle=True, seed=7, train='all',
+            log=lambda *a: None)
+    set_train(base, run={'checkpoint_every': 20})
+    runner.stage(str(base))
+    tally = interrupted_runs(base, tmp_path, not MP, 4, 5)
+    assert tally['identical'] == 4 and tally['tracebacks'] == 0 and tally['restarts'] > 0, tally
+    with open(tmp_path / 'whole' / 'trained.wof.q8c', 'rb') as f:
+        got = f.read()
+    assert got[:4] == b'UTTC' and read_model(path).tensors[4].name == 'tconv.w' and \
+        got[12:12 + 36] != read_model(path).tensors[4].data.tobytes()     # (it trained)
