@@ -179,3 +179,28 @@ def test_int8_regression_mlp_trains_on_micropython_and_exports(tmp_path):
     tl = trained_on_both(d, tmp_path)
     assert tl[-1] < 0.5 * tl[0], tl
     assert_export_runs_as_trained(model, d, np.load(data)['x'][:6], tmp_path)
+
+
+def test_float_regression_model_trains_as_int8_for_a_board_without_ulab(tmp_path):
+    """A float regression MLP (mse) prepared for --board rp2040 without ulab now trains
+    as int8 (fromfloat; it fell back to float32 for want of the loss), the test loss
+    lowers (CPython: the board's integers), export writes float32 again."""
+    from onert_ref import build_mlp
+    from host_tools.prepare.pipeline import export
+    p = str(tmp_path / 'mlp.circle')
+    build_mlp(p, n_in=8, n_hidden=16, n_out=3, softmax=False)
+    r = np.random.default_rng(0)
+    x = r.standard_normal((240, 8)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.tanh(x[:, :3]).astype(np.float32))
+    said = []
+    d = str(tmp_path / 'o')
+    s = prepare(p, d, data=str(tmp_path / 'd.npz'), loss='mse', board='rp2040', lr=0.02, epochs=3,
+                test_split=0.25, log=said.append)
+    assert s.get('int8') and any('prepare chose int8 training' in v for v in said), said
+    code, out = runner.run(d, python=True, stream=False)
+    assert code == 0, out
+    tl = [float(v.split('test_loss ')[1].split()[0]) for v in out.splitlines() if 'test_loss' in v]
+    assert tl[-1] < 0.7 * tl[0], out
+    export(p, os.path.join(d, 'trained.wof'), str(tmp_path / 'f.circle'))
+    g = read_model(str(tmp_path / 'f.circle'))
+    assert all(t.dtype == 'float32' for t in g.tensors if t.data is not None)
