@@ -2130,7 +2130,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
-        ops = [op for op in g.ops if len(op.inputs) > 2 and op.inputs[2] == t.index]
+        ops = [op for op in g.ops if t.index in op.inputs[2:4] and t.name.endswith('/zero_bias')]
         log(f'{model_path}: op{"s" if len(ops) > 1 else ""} {", ".join(str(op.number) for op in ops)} '
             f'{ops[0].name} ha{"ve" if len(ops) > 1 else "s"} no bias tensor: '
             f'{"they train" if len(ops) > 1 else "it trains"} with a zero int32 bias ({t.name}), '
@@ -2139,9 +2139,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if why:
         log(f'{model_path}: {why}: they stay as the file has them (--dequantize trains them too)')
     xt = [g.ops[d['op']].number for d in m['layers'] if d.get('xt')]
-    if xt and (s['optimizer'] != 'sgd' or int(s.get('batch') or 1) > 1 or s.get('momentum')):
+    if xt and (s['optimizer'] != 'sgd' or s.get('momentum')):
         raise PrepareError(f'{model_path}: op {xt[0]} (TRANSPOSE_CONV) trains as int8 with '
-                           '--optimizer sgd at --batch 1 without momentum only (utrain.q8tcv); '
+                           '--optimizer sgd without momentum only (utrain.q8tcv); '
                            'leave it out of --train, or --dequantize trains it in float32')
     if not any(d.get('train') for d in m['layers']):
         from ..graph.passes import reach_hint

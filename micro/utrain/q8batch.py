@@ -19,6 +19,8 @@ def apply(net, lr, scale, qmul, FS):
             upd(net, L, lr, scale, qmul, FS)
     if net.sl is not None:      # (PRELU slopes that train: utrain.q8slope)
         net.sl.apply(lr, scale)
+    if net.tc is not None:      # (TRANSPOSE_CONV weights that train: utrain.q8tcv)
+        net.tc.apply(lr, scale)
     net.zero()
 
 

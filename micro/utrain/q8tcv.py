@@ -10,11 +10,12 @@
 # Gradient: dx[oy, ox, o] = sum g[iy, ix, i] w[i, ky, kx, o] (tbk, C's forward walk) with
 # g masked where the output clamped, shifted into int8 and rescaled per channel by
 # s_W[i] / max s_W (2^-14 steps): at scale s 2^sh max s_W.
-# Its weights and bias train where q8.json has 'xt' (a layer below it trains, SGD at batch
-# 1: Train, among utrain.q8's ext state: checkpoints, trained.wof.q8c): dW[i, ky, kx, o] =
+# Its weights and bias train where q8.json has 'xt' (a layer below it trains; SGD: Train,
+# among utrain.q8's ext state: checkpoints, trained.wof.q8c): dW[i, ky, kx, o] =
 # sum dz[iy, ix, i] (x[oy, ox, o] - zx) (twk, dz unrescaled, at s 2^sh s_x), each weight
 # moved by lr dL/dW / s_W[i] steps stochastically rounded (QAS: rqk per channel, upk), the
-# int32 bias by lr dL/db / (s_x s_W[i]) rounded (dL/db: the int32 g summed, tsk).
+# int32 bias by lr dL/db / (s_x s_W[i]) rounded (dL/db: the int32 g summed, tsk); at a
+# batch > 1 their float sums, applied so at the batch's end (apply, from utrain.q8batch).
 # Weights and bias are read once (weights.wof's int8 and int32 tensors 'xw', 'xb'), the
 # multipliers are q8.json's 'mul', 'shf' (per channel), the weight scales its 'sw'.
 from utrain.q8kern import micropython, VIPER
@@ -214,7 +215,7 @@ def back(L, net, g, s):
 
 class Train:
     """The weights and biases of the TCV layers whose 'xt' is set (a layer below trains;
-    SGD at batch 1), trained as int8: utrain.q8 keeps it among its ext state
+    SGD), trained as int8: utrain.q8 keeps it among its ext state
     (checkpoints, trained.wof.q8c, which export reads: host_tools/prepare/quant.py
     tconved)."""
     TAG = b'UTTC'
@@ -224,7 +225,7 @@ class Train:
         self.ls = [L for L in net.layers if 'xt' in L.d]
         for L in self.ls:
             _load(L, net)
-            L.tg8 = None
+            L.tg8 = L.fw = None     # (step's buffers; a batch's float sums)
 
     def step(self, L, g, s, sh):
         """L's update from g (its output's gradient, int32 at scale s; sh: g >> sh fits
@@ -242,6 +243,15 @@ class Train:
         K_.zk(bs, I)
         k = sh - 7 if sh > 7 else 0         # (|g >> k| < 2^15: 2^16 positions a channel)
         tsk(bs, g, L.y, n, I, k, L.lo, L.hi)
+        if net.B is not None:       # a batch > 1: float sums of dL/dW, dL/db
+            if L.fw is None:
+                L.fw, L.fb = array('f', bytes(4 * d['wn'])), array('f', bytes(4 * I))
+            f, fw = s * (1 << sh) * sx, L.fw
+            for j in range(d['wn']):
+                fw[j] += gw[j] * f
+            for i in range(I):
+                L.fb[i] += bs[i] * s * (1 << k)
+            return
         f = net.lr * s * (1 << sh)
         fb = net.lr * s * (1 << k)
         for i in range(I):
@@ -249,6 +259,22 @@ class Train:
             L.tb[i] -= int(round(fb * bs[i] / (sx * sw[i])))
         K_.rqk(gw, d['wn'], I, d['wn'] // I, q, memoryview(q)[I:], gw, 0, 0, 0, 1)
         net.seed = K_.upk(L.tw, gw, d['wn'], net.seed)
+
+    def apply(self, lr, scale):
+        """The batch's SGD update from the float sums (times scale), which it zeroes."""
+        for L in self.ls:
+            if L.fw is None:
+                continue
+            d, (_, gw, _, _) = L.d, L.tg8
+            sw, r = d['sw'], d['wn'] // d['nb']
+            for j in range(d['wn']):
+                v = lr * scale * L.fw[j] * 256.0 / sw[j // r]
+                gw[j] = int(v + 0.5) if v >= 0 else -int(0.5 - v)
+                L.fw[j] = 0.0
+            self.net.seed = K.upk(L.tw, gw, d['wn'], self.net.seed)
+            for i in range(d['nb']):
+                L.tb[i] -= int(round(lr * scale * L.fb[i] / (d['sx'] * sw[i])))
+                L.fb[i] = 0.0
 
     def parts(self):
         out = []
@@ -268,6 +294,8 @@ class Train:
             n = 4 * len(L.tb)
             L.tb = array('i', bytes(s[o:o + n]))
             o += n
+            if L.fw is not None:    # (an unfinished batch's sums: dropped)
+                L.fw, L.fb = array('f', bytes(4 * len(L.tw))), array('f', bytes(n))
 
     def save(self, path):
         """path.q8c: the weights and biases of the layers trained: b'UTTC', then per

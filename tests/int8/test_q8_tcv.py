@@ -230,3 +230,35 @@ def test_ctrl_c_resume_with_it_training_bit_identical(tmp_path):
         got = f.read()
     assert got[:4] == b'UTTC' and read_model(path).tensors[4].name == 'tconv.w' and \
         got[12:12 + 36] != read_model(path).tensors[4].data.tobytes()     # (it trained)
+
+
+def test_float_autoencoder_trains_as_int8_for_a_board_without_ulab(tmp_path):
+    """A float Conv2D -> Conv2DTranspose autoencoder (mse) prepared for --board rp2040
+    without ulab trains as int8 (fromfloat: its TRANSPOSE_CONV calibrated as the others,
+    its weights and the zero bias it gets training, here at the run's batch 4: their float
+    sums applied at the batch's end); the test loss lowers (CPython: the board's
+    integers) and export writes float32 with the TRANSPOSE_CONV's trained weights (its
+    trained.wof.q8c dequantized)."""
+    from host_tools.prepare.pipeline import export
+    p, _ = build_keras_autoencoder(tmp_path / 'ae.tflite')
+    x = np.random.default_rng(0).random((160, 8, 8, 1)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.clip(x * 0.7 + 0.2, 0, 1).reshape(160, -1))
+    d = str(tmp_path / 'o')
+    said = []
+    s = prepare(p, d, data=str(tmp_path / 'd.npz'), loss='mse', board='rp2040', epochs=3,
+                lr=0.05, test_split=0.25, log=said.append)
+    assert s.get('int8') and 'tconv.w' in s['trainable'], (said, s.get('trainable'))
+    assert s['settings']['batch'] > 1
+    code, out = runner.run(d, python=True, stream=False)
+    assert code == 0, out
+    tl = [float(v.split('test_loss ')[1].split()[0]) for v in out.splitlines() if 'test_loss' in v]
+    assert tl[-1] < 0.5 * tl[0], out
+    export(p, os.path.join(d, 'trained.wof'), str(tmp_path / 'f.tflite'))
+    g0, g1 = read_model(p), read_model(str(tmp_path / 'f.tflite'))
+    g8 = read_model(os.path.join(d, 'int8.circle'))
+    k = next(t.index for t in g0.tensors if t.name == 'tconv.w')
+    m = quant.meta(g8, 'all')
+    quant.tconved(g8, m, os.path.join(d, 'trained.wof'))
+    want = g8.tensors[k].data * np.asarray(g8.tensors[k].quant['scale'], np.float64).reshape(-1, 1, 1, 1)
+    assert g1.tensors[k].dtype == 'float32' and np.allclose(g1.tensors[k].data, want, atol=1e-7)
+    assert not np.allclose(g1.tensors[k].data, g0.tensors[k].data, atol=1e-3)
