@@ -174,12 +174,17 @@ def tsk(bs, g, y, n: int, c: int, k: int, lo: int, hi: int):
 
 
 def _load(L, net):
-    # the layer's weights and bias, once (its multipliers and geometry: Layer's mul, shf, g)
+    # the layer's weights and bias, once (its multipliers and geometry: Layer's mul, shf,
+    # g), its sums and, where it passes a gradient, its int8 dz and sw / max sw per
+    # channel (2^-14 steps): made with the net, before a step fragments the heap
     d = L.d
     L.tw = net._read(net.woff[d['xw']], bytearray(d['wn']))
     L.tb = net._read(net.woff[d['xb']], array('i', bytes(4 * d['nb'])))
     L.tt = array('i', bytes(4 * L.nout))     # (the int32 sums)
-    L.tr = L.tz = None
+    if L.back:
+        sw = d['sw']
+        L.tr = array('i', [int(round(16384 * v / max(sw))) for v in sw])
+        L.tz = bytearray(L.nout)
 
 
 def fwd(L, net, t):
@@ -202,9 +207,6 @@ def back(L, net, g, s):
     d = L.d
     n, sw = L.nout, d['sw']
     sh = K.nrk(g, n)
-    if L.tr is None:        # (sw / max sw per channel, 2^-14 steps; the int8 dz)
-        L.tr = array('i', [int(round(16384 * v / max(sw))) for v in sw])
-        L.tz = bytearray(n)
     if 'xt' in d:           # (its weights train: utrain.q8 Q8Net.tc)
         net.tc.step(L, g, s, sh)
     tdk(L.tz, g, L.y, n, len(sw), sh, L.tr, L.lo, L.hi)
@@ -225,18 +227,17 @@ class Train:
         self.ls = [L for L in net.layers if 'xt' in L.d]
         for L in self.ls:
             _load(L, net)
-            L.tg8 = L.fw = None     # (step's buffers; a batch's float sums)
+            I = L.d['nb']      # noqa: E741  (step's buffers: made here, before a step
+            L.tg8 = (array('i', [16384] * I), array('i', bytes(4 * L.d['wn'])),   # fragments
+                     array('i', bytes(4 * I)), array('i', bytes(8 * I)))           # the heap)
+            L.fw = None         # (a batch's float sums)
 
     def step(self, L, g, s, sh):
         """L's update from g (its output's gradient, int32 at scale s; sh: g >> sh fits
         int8), its input x as the forward pass left it."""
         net, d, K_ = self.net, L.d, K     # noqa: N806
         n, I, sw, sx = L.nout, d['nb'], d['sw'], d['sx']
-        one = L.tg8
-        if one is None:
-            one = L.tg8 = (array('i', [16384] * I), array('i', bytes(4 * d['wn'])),
-                           array('i', bytes(4 * I)), array('i', bytes(8 * I)))
-        u, gw, bs, q = one
+        u, gw, bs, q = L.tg8
         tdk(L.tz, g, L.y, n, I, sh, u, L.lo, L.hi)      # (dz unrescaled)
         K_.zk(gw, d['wn'])
         twk(gw, L.tz, L.x, L.zx, L.g)

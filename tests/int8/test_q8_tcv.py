@@ -262,3 +262,4 @@ def test_float_autoencoder_trains_as_int8_for_a_board_without_ulab(tmp_path):
     want = g8.tensors[k].data * np.asarray(g8.tensors[k].quant['scale'], np.float64).reshape(-1, 1, 1, 1)
     assert g1.tensors[k].dtype == 'float32' and np.allclose(g1.tensors[k].data, want, atol=1e-7)
     assert not np.allclose(g1.tensors[k].data, g0.tensors[k].data, atol=1e-3)
+
