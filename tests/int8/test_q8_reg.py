@@ -125,16 +125,20 @@ def test_regression_loss_refused_on_a_softmax_output(tmp_path):
 
 def trained_on_both(d, tmp_path):
     """Run the prepared folder d on unix MicroPython (viper) and a copy of it on CPython:
-    both end well with the same trained.wof.  Returns the MicroPython run's test losses
+    both end well with the same trained.wof and files beside it.  Returns the MicroPython run's test losses
     (before training, then each epoch's)."""
     shutil.copytree(d, str(tmp_path / 'py'))
     code, out = runner.run(d, python=False, stream=False)
     assert code == 0, out
     code, out2 = runner.run(str(tmp_path / 'py'), python=True, stream=False)
     assert code == 0, out2
-    with open(os.path.join(d, 'trained.wof'), 'rb') as a, \
-            open(str(tmp_path / 'py' / 'trained.wof'), 'rb') as b:
-        assert a.read() == b.read()
+    def ours(p):                # (trained.wof.best: the record of its file stamps, not state)
+        return sorted(f for f in os.listdir(p) if f.startswith('trained.wof') and f[-5:] != '.best')
+    names = ours(d)
+    assert names == ours(str(tmp_path / 'py'))
+    for f in names:             # (and the state beside it: q8tcv's .q8c, ...)
+        with open(os.path.join(d, f), 'rb') as a, open(str(tmp_path / 'py' / f), 'rb') as b:
+            assert a.read() == b.read(), f
     return [float(v.split('test_loss ')[1].split()[0]) for v in out.splitlines() if 'test_loss' in v]
 
 
