@@ -370,6 +370,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         # nobody named what trains: trained dequantized
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
+        if not why and not (ranks or select) and overrides.get('train') is None:
+            # (settings a TRANSPOSE_CONV's int8 update lacks: Adam, momentum)
+            gr = quant.rewritten(source)
+            why = quant.tcv_refusal(quant.layers(gr, train), gr, s)
         auto = why if why and quant.float_takes(source, train) else None
         if not (auto or ranks or select) and rw.input_scale_for(source.input_rms):
             # an input the float run scales (rewrite.scale_input): the int8 run keeps its

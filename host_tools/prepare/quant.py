@@ -408,6 +408,16 @@ def op_refusal(g: Graph, train='none'):
     return frozen_named(g, train)
 
 
+def tcv_refusal(ls, g: Graph, s: dict) -> str | None:
+    """Why settings s keep layer table ls's TRANSPOSE_CONV weights ('xt') from training
+    as int8 (utrain.q8tcv: SGD without momentum), or None."""
+    xt = [g.ops[d['op']].number for d in ls if d.get('xt')]
+    if xt and (s['optimizer'] != 'sgd' or s.get('momentum')):
+        return (f'op {xt[0]} (TRANSPOSE_CONV) trains as int8 with --optimizer sgd without '
+                'momentum only (utrain.q8tcv)')
+    return None
+
+
 def frozen_named(g: Graph, train) -> str | None:
     """What int8 training leaves frozen among the ops --train names (a TRANSPOSE_CONV's
     weights train only where a layer below it trains: utrain.q8tcv), or None."""
@@ -2138,11 +2148,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     why = frozen_named(g, train if not ranks else 'none')
     if why:
         log(f'{model_path}: {why}: they stay as the file has them (--dequantize trains them too)')
-    xt = [g.ops[d['op']].number for d in m['layers'] if d.get('xt')]
-    if xt and (s['optimizer'] != 'sgd' or s.get('momentum')):
-        raise PrepareError(f'{model_path}: op {xt[0]} (TRANSPOSE_CONV) trains as int8 with '
-                           '--optimizer sgd without momentum only (utrain.q8tcv); '
-                           'leave it out of --train, or --dequantize trains it in float32')
+    why = tcv_refusal(m['layers'], g, s)
+    if why:
+        raise PrepareError(f'{model_path}: {why}; leave it out of --train, or --dequantize '
+                           'trains it in float32')
     if not any(d.get('train') for d in m['layers']):
         from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '

@@ -553,11 +553,10 @@ class Q8Net:
         if any(['sh' in d for d in ls]):
             from utrain.q8share import Share
             self.sh = Share(self, qmul, _i32, _f32, FS)
-        self.tc = None            # TRANSPOSE_CONV weights that train ('xt', utrain.q8tcv)
-        if any([d.get('xt') for d in ls]):
-            self.tc = X[TCV].Train(self, qmul)
         # the state either keeps beside the weights (files, checkpoints: in this order)
-        self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh, self.tc) if x is not None]
+        self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
+        if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
+            self.ext.append(X[TCV].Train(self, qmul))
         self.setup()
 
     def strips(self):

@@ -207,8 +207,8 @@ def back(L, net, g, s):
     d = L.d
     n, sw = L.nout, d['sw']
     sh = K.nrk(g, n)
-    if 'xt' in d:           # (its weights train: utrain.q8 Q8Net.tc)
-        net.tc.step(L, g, s, sh)
+    if 'xt' in d:           # (its weights train: Train, the last of the net's ext)
+        net.ext[-1].step(L, g, s, sh)
     tdk(L.tz, g, L.y, n, len(sw), sh, L.tr, L.lo, L.hi)
     dx = net._gbuf(g, d['gn'])
     tbk(dx, L.tz, L.tw, L.g)

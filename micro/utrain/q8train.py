@@ -43,15 +43,15 @@ class Q8Trainer:
         c.update(settings)
         if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
                 or (c['momentum'] and c['optimizer'] != 'sgd')):
-            raise ValueError('train.json: int8 training takes loss scce, cce, mse or mae, '
-                             'optimizer sgd (with or without momentum) or adam, batch 1 or more (prepare '
-                             '--dequantize trains the model in float with any)')
+            raise ValueError('train.json: int8 training takes loss %s, optimizer sgd (with or '
+                             'without momentum) or adam, batch 1 or more (prepare --dequantize '
+                             'trains the model in float with any)' % ' '.join(LOSSES))
         if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
         self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0)
         self.weights_path = weights
-        if c['loss'] in ('mse', 'mae'):
+        if c['loss'] in LOSSES[2:]:     # (mse, mae)
             from utrain.q8reg import use
             use(self)
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],

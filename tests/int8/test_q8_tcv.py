@@ -184,7 +184,8 @@ def test_autoencoder_trains_as_int8_on_micropython(tmp_path):
 def test_prepare_says_what_of_it_trains(tmp_path):
     """Its weights train as int8 where a layer below it trains (the default --train all
     of the autoencoder: the conv and it); --train naming it alone is refused, saying why
-    and --dequantize, and so are settings its update lacks (Adam)."""
+    and --dequantize; with settings its update lacks (Adam) the model trains dequantized
+    as before, saying why, or, --train named, is refused."""
     from host_tools.prepare.pipeline import PrepareError
     xs = np.random.default_rng(0).random((20, 8, 8, 1)).astype(np.float32)
     path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
@@ -197,8 +198,12 @@ def test_prepare_says_what_of_it_trains(tmp_path):
     assert s['trainable_params'] == 4 * 9 + 4 + 36 + 1
     with open(tmp_path / 'b' / 'q8.json') as f:
         assert [d.get('xt') for d in json.load(f)['layers']] == [None, 1]
+    said = []
+    s = prepare(path, str(tmp_path / 'e'), data=data, loss='mse', optimizer='adam', log=said.append)
+    assert not s.get('int8') and any('dequantized' in v and 'op 4 (TRANSPOSE_CONV) trains as int8 '
+                                     'with --optimizer sgd' in v for v in said), said
     with pytest.raises(PrepareError, match=r'op 4 \(TRANSPOSE_CONV\) trains as int8 with --optimizer sgd'):
-        prepare(path, str(tmp_path / 'd'), data=data, loss='mse', optimizer='adam',
+        prepare(path, str(tmp_path / 'd'), data=data, loss='mse', optimizer='adam', train='all',
                 log=lambda *a: None)
     said = []
     with pytest.raises(PrepareError, match=r'nothing to train as int8.*--dequantize'):
