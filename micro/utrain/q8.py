@@ -22,8 +22,6 @@ from utrain import q8kern as K
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
-# the modules of the kinds from PMAX on (X: a pool's under PMAX)
-XM = ('q8pool', 'q8pool', 'q8cat', 'q8lut', 'q8bin', 'q8slc', 'q8nrm', 'q8tcv')
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
@@ -473,12 +471,31 @@ class Q8Net:
             from utrain import q8sparse
             self.S = q8sparse
         # pools and the kinds from CAT on: forward and gradient in a module of their own,
-        # loaded only by a table that has one (XM: utrain.q8pool, q8cat, q8lut, ...)
+        # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc,
+        # q8nrm, q8tcv)
         self.X = X = {}
         for d in ls:
-            k = d['k'] - (d['k'] == PAVG)
-            if k >= PMAX and k not in X:
-                X[k] = __import__('utrain.' + XM[k - PMAX], None, None, ('fwd',))
+            if d['k'] == CAT and CAT not in X:
+                from utrain import q8cat
+                X[CAT] = q8cat
+            elif d['k'] == LUT and LUT not in X:
+                from utrain import q8lut
+                X[LUT] = q8lut
+            elif (d['k'] == PMAX or d['k'] == PAVG) and PMAX not in X:
+                from utrain import q8pool
+                X[PMAX] = q8pool
+            elif d['k'] == BIN and BIN not in X:
+                from utrain import q8bin
+                X[BIN] = q8bin
+            elif d['k'] == SLC and SLC not in X:
+                from utrain import q8slc
+                X[SLC] = q8slc
+            elif d['k'] == NRM and NRM not in X:
+                from utrain import q8nrm
+                X[NRM] = q8nrm
+            elif d['k'] == TCV and TCV not in X:
+                from utrain import q8tcv
+                X[TCV] = q8tcv
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
