@@ -373,7 +373,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         if not why and not (ranks or select) and overrides.get('train') is None:
             # (settings a TRANSPOSE_CONV's int8 update lacks: Adam, momentum)
             gr = quant.rewritten(source)
-            why = quant.tcv_refusal(quant.layers(gr, train), gr, s)
+            try:
+                why = quant.tcv_refusal(quant.layers(gr, train), gr, s)
+            except ValueError:      # (prepare_q8 refuses it, saying why)
+                why = None
         auto = why if why and quant.float_takes(source, train) else None
         if not (auto or ranks or select) and rw.input_scale_for(source.input_rms):
             # an input the float run scales (rewrite.scale_input): the int8 run keeps its
