@@ -39,6 +39,9 @@ result as a circle file.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator, Tensor
@@ -1807,6 +1810,130 @@ def unscale_input(g: Graph, weights=None):
         o.inputs = [x if k == y else k for k in o.inputs]
     remove_op(g, op)
     return w, float(s)
+
+
+# ------------------------------------------------------- several inputs, several outputs
+
+def input_key(name: str) -> str:
+    """The data file's array name for a model input named name: TFLite's
+    'serving_default_' prefix and ':0' suffix dropped (Keras's Input(name='meta') is
+    'serving_default_meta:0' in the .tflite file: 'meta')."""
+    n = str(name).rsplit(':', 1)[0] if ':' in str(name) else str(name)
+    return n[len('serving_default_'):] if n.startswith('serving_default_') else n
+
+
+def choose_output(g: Graph, which=None):
+    """The output the loss reads, of a model with several (which: an index into the
+    file's outputs, or a name, the tensor's or input_key's form; None: output 0) goes
+    first in g.outputs, where every pass reads it; g.output_at is its place in the file
+    (prune_outputs leaves the others out of the graph that trains, export keeps them).
+    Returns a line saying which output trains and how to choose another, or None for a
+    model with one output."""
+    outs = list(g.outputs)
+    desc = lambda i: f'{i} {g.tensors[outs[i]].name!r} {list(g.tensors[outs[i]].shape)}'  # noqa: E731
+    if which is None or which == '':
+        i = 0
+    else:
+        w = str(which)
+        i = int(w) if w.lstrip('-').isdigit() else next(
+            (j for j, k in enumerate(outs) if w in (g.tensors[k].name, input_key(g.tensors[k].name))),
+            None)
+        if i is None or not 0 <= i < len(outs):
+            raise ValueError(f'{g.path}: --output {which!r}: the model\'s outputs are '
+                             + ', '.join(desc(j) for j in range(len(outs)))
+                             + '; give one\'s index or name')
+    g.output_at = i
+    g.outputs = [outs[i]] + outs[:i] + outs[i + 1:]
+    if len(outs) == 1:
+        return None
+    return (f'{g.path}: has {len(outs)} outputs; training output {desc(i)} (the loss reads '
+            'it; --output NAME|INDEX chooses another: '
+            + ', '.join(desc(j) for j in range(len(outs)) if j != i)
+            + '); the ops only the others need are left out of the run, and export keeps '
+            'them, their weights as trained where they share them')
+
+
+def needed(g: Graph):
+    """(the ops g.outputs[0] needs, in order; the tensors they read or make)."""
+    need = {g.outputs[0]}
+    keep = []
+    for op in reversed(g.ops):
+        if any(k in need for k in op.outputs):
+            keep.append(op)
+            need.update(k for k in op.inputs if k >= 0)
+    return keep[::-1], need
+
+
+def prune_outputs(g: Graph) -> int:
+    """Only g.outputs[0] (choose_output's) is kept: the ops it does not need leave g, and
+    the inputs it does not read leave g.inputs; tensors keep their numbers.  Returns how
+    many ops left."""
+    if len(g.outputs) < 2:
+        return 0
+    keep, need = needed(g)
+    n = len(g.ops) - len(keep)
+    g.ops = keep
+    _renumber(g)
+    g.outputs = g.outputs[:1]
+    g.inputs = [k for k in g.inputs if k in need] or g.inputs[:1]
+    return n
+
+
+JOINED = 'utrain_inputs'
+
+
+def join_inputs(g: Graph):
+    """A graph with several inputs takes them as one [1, n] input, JOINED (the inputs'
+    values one after the other, each flattened, in g.inputs' order: what a data file's
+    arrays become, dataset.join_inputs): a SPLIT_V of it into each input's values, and a
+    RESHAPE of each to its input's shape; the devices run one input as before.  Tensors
+    are appended (the others keep their numbers).  Sets and returns g.joined, [(name,
+    shape)] of the inputs joined, or None for a graph with one input."""
+    if len(g.inputs) < 2:
+        return None
+    parts = [(g.tensors[k].name, [int(d) for d in g.tensors[k].shape]) for k in g.inputs]
+    sizes = [int(np.prod(s[1:], dtype=np.int64)) for _, s in parts]
+    src = g.ops[0].src if g.ops else None
+    x = new_tensor(g, JOINED, [1, sum(sizes)])
+    sz = new_tensor(g, JOINED + '/sizes', [len(sizes)], np.array(sizes, np.int32))
+    ax = new_tensor(g, JOINED + '/axis', [], np.array(1, np.int32))
+    made, outs = [], []
+    for k, n in zip(g.inputs, sizes):
+        if list(g.tensors[k].shape) == [1, n]:
+            outs.append(k)          # (a [1, n] input is its part as it is)
+            continue
+        outs.append(new_tensor(g, g.tensors[k].name + '/joined_part', [1, n]))
+        rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [outs[-1]], [k], {}, src=src)
+        _make_reshape(g, rs, list(g.tensors[k].shape))
+        made.append(rs)
+    split = Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [x, sz, ax], outs,
+                     {'num_splits': len(outs)}, src=src)
+    g.ops[0:0] = [split] + made
+    _renumber(g)
+    for k in g.inputs:
+        g.tensors[k].dtype = 'float32'
+    g.inputs = [x]
+    g.joined = parts
+    return parts
+
+
+def keep_file_view(g: Graph):
+    """Before prune_outputs and join_inputs: what file_graph gives back (g's tensors as
+    they are numbered now, its ops, its inputs and the file's outputs in its order)."""
+    o, i = list(g.outputs), getattr(g, 'output_at', 0)
+    g.as_file = (len(g.tensors), copy.deepcopy(g.ops), list(g.inputs), o[1:i + 1] + o[:1] + o[i + 1:])
+
+
+def file_graph(g: Graph) -> Graph:
+    """g as the file has it (keep_file_view's): its inputs apart and every output, for
+    the rewritten model export writes the trained weights into; g itself when nothing
+    was joined or left out."""
+    v = getattr(g, 'as_file', None)
+    if v is None or (len(v[2]) == len(g.inputs) and len(v[3]) == len(g.outputs)):
+        return g
+    n, ops, ins, outs = v
+    return dataclasses.replace(g, tensors=g.tensors[:n], ops=copy.deepcopy(ops), inputs=ins,
+                               outputs=outs)
 
 
 # The exporter-output passes in the order rewrite() runs them after dequantize:

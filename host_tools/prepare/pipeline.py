@@ -192,10 +192,13 @@ def run_planned(heap, limit) -> dict:
     return {'planned': heap['total']} if limit(heap) is not None else {}
 
 
-def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
+def settle(model_path, board, overrides: dict, progress=None, split_seed=0, output=None,
+           log=print):
     """The settings pass: the board profile's defaults, the command line checked, the
-    model read and checked in the file's op numbering, its CIRCLE_TRAINING metadata under
-    the command line.  Returns (graph as read, board profile or None, settings, train)."""
+    model read and checked in the file's op numbering, the output the loss reads first in
+    its outputs (output: --output, rewrite.choose_output; said where the model has
+    several), its CIRCLE_TRAINING metadata under the command line.  Returns (graph as
+    read, board profile or None, settings, train)."""
     from ..files.validate import check_settings, check_graph
     prof = board_profile(board, overrides) if board else None
     if overrides.get('schedule') is not None:      # 'cosine,warmup=100' -> its settings
@@ -204,6 +207,12 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
     check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
     check_graph(g)             # the file's op numbering, before any rewrite
+    try:
+        note = rw.choose_output(g, output)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    if note:
+        log(note)
     s = resolve_settings(g, overrides)
     check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
     return g, prof, s, s.pop('train')
@@ -254,7 +263,7 @@ def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=N
         if os.path.exists(dst) and os.path.samefile(dst, model_path):
             raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
                                'graph; prepare into another folder')
-        rw.save_graph(g, dst)
+        rw.save_graph(rw.file_graph(g), dst)     # (its inputs apart, every output)
     else:
         files['rewritten'] = None
     wrote = {'flat_bytes': write_flat(g, p, s, os.path.join(out_dir, files['model']))['bytes']}
@@ -285,7 +294,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
                'frozen_params': int(sum(t.data.size for t in g.tensors
                                         if t.data is not None and t.index not in p.params
-                                        and t.dtype == 'float32')),
+                                        and t.dtype == 'float32' and t.index in p.last_use)),
                'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
                'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
                'rewritten': files['rewritten'], 'input_perm': perm,
@@ -294,7 +303,17 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'input_scale': info.get('input_scale', 0), 'quant': info['quant']}
     if files['rewritten']:      # each op of the rewritten file: its number in the user's
-        summary['op_numbers'] = [op.number for op in g.ops]
+        summary['op_numbers'] = [op.number for op in rw.file_graph(g).ops]
+    if getattr(g, 'as_file', None):     # several inputs or outputs (runplan.one_input_output)
+        f = rw.file_graph(g)
+        summary['output'] = {'name': g.tensors[g.outputs[0]].name,
+                             'index': f.outputs.index(g.outputs[0]), 'of': len(f.outputs)}
+        if getattr(g, 'data_inputs', None):
+            summary['inputs'] = [{'name': n, 'key': rw.input_key(n), 'shape': sh}
+                                 for n, sh in g.data_inputs[0]]
+            summary['inputs_unread'] = g.data_inputs[1]
+        # the .wof and model.flat number the joined input's tensors after the file's
+        summary['device_tensors'] = len(g.tensors)
     if 'train_config' in wrote:
         summary['train_config'] = wrote['train_config']
     if sel:
@@ -310,7 +329,8 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
-            bands=None, int8=None, log=print, trial=False, scale_input=True, **overrides):
+            bands=None, int8=None, log=print, trial=False, scale_input=True, output=None,
+            **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -345,7 +365,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
-    source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    source, prof, s, train = settle(model_path, board, overrides, progress, split_seed, output,
+                                    log)
     s = loss_from_data(source, s, data, overrides, log)
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
     if decays and not data:
@@ -353,9 +374,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
     # the samples as given, read once here for the input's scale and --select's flash check
-    early = data and (rewrite and scale_input or select and board)
+    # (a model with several inputs: they are joined after the rewrites, and not scaled)
+    early = data and len(source.inputs) == 1 and (rewrite and scale_input or select and board)
     x, y = read_data(data, source.tensors[source.inputs[0]].shape) if early else (None, None)
-    if data and rewrite and scale_input:    # (read by rewrite.scale_input)
+    if early and rewrite and scale_input:   # (read by rewrite.scale_input)
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
     auto = None         # why an int8 model trains dequantized without --dequantize
@@ -380,7 +402,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                     f'the float run scales by {sc:g} and int8 training does not (its steps on '
                     f'the layers the input reaches would be {1 / sc ** 2:g}x too large)'
                     ) if sc else None
-    if not dequantize and quant.embedding_entry(source):
+    several = len(source.inputs) > 1 or len(source.outputs) > 1
+    if as8 and several and not dequantize:
+        auto = (f'the int8 path trains models with one input and one output, and this one has '
+                f'{len(source.inputs)} and {len(source.outputs)}')
+    elif not dequantize and quant.embedding_entry(source):
         auto = ('an int8 embedding (GATHER of an int8 table by the input\'s ids) is not '
                 'among the int8 path\'s layers yet: its table and the layers after it train '
                 'dequantized; export --quantized --data D writes the table back at a scale that '
@@ -389,7 +415,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
-    if select and board and data:
+    if select and board and early:
         # --select's trials take minutes: samples the board's flash cannot hold even as
         # 8-bit values beside the model's weights as int8 are refused before they run
         check_flash(model_path, (x, y.reshape(len(y), -1)), 'int8', board, int8_bytes(source))
@@ -421,7 +447,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                 'weight_gain', 'trials', 'note', 'graph_ops')}
             summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
         return summary
-    if not (dequantize or ranks or train_config or select) and rewrite:
+    if int8 and several:
+        raise PrepareError(f'{model_path}: --int8: a model with several inputs or outputs trains '
+                           'in float32 (the int8 path takes one input and one output); leave '
+                           '--int8 out')
+    if not (dequantize or ranks or train_config or select or several) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                         bands, board, backend, budget, prof, s, train, int8, given, overrides, log)
         if q8:
@@ -433,7 +463,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
-    sel = select_fitting(select, model_path, data, s, prof, budget, backend, rewrite,
+    sel = select_fitting(select, model_path, data, dict(s, output=output) if output is not None
+                         else s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log,
                          dict(board=board, cache=cache, bands=bands, limit=limit,
                               input_rms=source.input_rms),
@@ -477,7 +508,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
             lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
-    xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
+                   + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
+                   getattr(g, 'data_inputs', None))
     check_ids(model_path, g, xy, dtype)
     check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))
@@ -882,6 +915,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
             raise PrepareError(f'{rewritten}: missing; {wof_path} indexes that rewritten model')
         base = rewritten
     g = read_model(base)
+    g.device_tensors = summary.get('device_tensors', 0)    # (a model's inputs joined)
     if wof_path.endswith('.ckpt'):
         # a sparse update's optimizer state covers its rank only: the prepared folder's
         # model.flat beside the checkpoint says which channels

@@ -1,0 +1,264 @@
+"""Issue 28: models with several inputs or outputs (a Keras functional model taking an
+image and a sensor vector, an auxiliary second output; a PyTorch module with two forward
+arguments).  prepare trains the output the loss reads (--output, default the file's first;
+the ops only the others need leave the run), joins the inputs into the one the boards
+read (rewrite.join_inputs: a SPLIT_V and RESHAPEs, planned like any op), and reads an
+array per input from the data file; export writes the trained weights into the file,
+which keeps every input and output.  Checked against ONERT (circle/tflite) and ONNX
+Runtime on the file and on the export, with a training run on unix MicroPython."""
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from test_parity import BACKENDS, new_trainer  # sys.path set up there
+from host_tools.formats.circle_build import CircleBuilder
+from host_tools.formats.circle_io import read_model
+from host_tools.graph.passes import PrepareError
+from host_tools.prepare.pipeline import export, prepare
+from host_tools.target.runner import run
+
+H, M, O, A = 6, 3, 3, 2
+f32 = lambda a: np.asarray(a, np.float32)      # noqa: E731
+
+
+def build(path, shared=False, seed=0, out_order=('aux', 'logits')):
+    """img [1,H,H,1] -> CONV_2D 3x3 RELU -> RESHAPE; CONCATENATION with meta [1,M] ->
+    FULLY_CONNECTED -> logits [1,O].  aux [1,A]: a FULLY_CONNECTED of meta alone (its
+    own branch), or of the concatenation (shared: the trunk is shared)."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    img = b.tensor('serving_default_img:0', [1, H, H, 1])
+    meta = b.tensor('serving_default_meta:0', [1, M])
+    c = b.tensor('c', [1, H - 2, H - 2, 2])
+    b.op('CONV_2D', [img, b.tensor('wc', [2, 3, 3, 1], data=f32(0.5 * rng.standard_normal((2, 3, 3, 1)))),
+                     b.tensor('bc', [2], data=f32([0.1, 0.1]))], [c],
+         padding='VALID', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    n = (H - 2) * (H - 2) * 2
+    r = b.tensor('r', [1, n])
+    b.op('RESHAPE', [c, b.tensor('shape', [2], data=np.array([1, n], np.int32))], [r])
+    cat = b.tensor('cat', [1, n + M])
+    b.op('CONCATENATION', [r, meta], [cat], axis=1, fused_activation_function='NONE')
+    y = b.tensor('logits', [1, O])
+    b.op('FULLY_CONNECTED', [cat, b.tensor('wf', [O, n + M], data=f32(0.2 * rng.standard_normal((O, n + M)))),
+                             b.tensor('bf', [O], data=f32(np.zeros(O)))], [y])
+    aux = b.tensor('aux', [1, A])
+    src, k = (cat, n + M) if shared else (meta, M)
+    b.op('FULLY_CONNECTED', [src, b.tensor('wa', [A, k], data=f32(rng.standard_normal((A, k)))),
+                             b.tensor('ba', [A], data=f32(np.zeros(A)))], [aux])
+    b.inputs(img, meta)
+    b.outputs(*[{'aux': aux, 'logits': y}[o] for o in out_order])
+    return b.save(os.fspath(path))
+
+
+def samples(n=48, seed=1):
+    """The class is the argmax of meta, and marks a row of the image too."""
+    rng = np.random.default_rng(seed)
+    img = rng.random((n, H, H, 1)).astype(np.float32)
+    meta = rng.standard_normal((n, M)).astype(np.float32)
+    y = np.argmax(meta, 1)
+    img[np.arange(n), y, 0, 0] += 2
+    return img, meta, y
+
+
+def onert_outputs(path, img, meta):
+    """ONERT on the file: every output, per sample, in the file's order."""
+    import onert.infer
+    sess = onert.infer.session(os.fspath(path))
+    outs = [[np.array(o, np.float64).reshape(-1) for o in
+             sess.infer([np.ascontiguousarray(img[i:i + 1]), np.ascontiguousarray(meta[i:i + 1])])]
+            for i in range(len(img))]
+    return [np.stack([s[j] for s in outs]) for j in range(len(outs[0]))]
+
+
+def utrain_outputs(run_dir, x, weights='weights.wof'):
+    """utrain's forward (micro/ under CPython) on the joined samples (x: one a row)."""
+    tr = new_trainer(os.path.join(run_dir, 'model.flat'), os.path.join(run_dir, weights))
+    return np.stack([np.array(tr.predict(np.ascontiguousarray(x[i:i + 1], np.float32)),
+                              np.float64).reshape(-1) for i in range(len(x))])
+
+
+def _prepare(src, d, data, lines=None, **kw):
+    kw = dict(dict(loss='scce', from_logits=True, optimizer='adam', lr=0.01, epochs=4), **kw)
+    return prepare(os.fspath(src), os.fspath(d), data=os.fspath(data),
+                   log=(lines.append if lines is not None else lambda *a: None), **kw)
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('shared', [False, True])
+def test_two_inputs_two_outputs_train_and_export(tmp_path, backend, shared):
+    src = build(tmp_path / 'two.tflite', shared)
+    img, meta, y = samples()
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits')
+    # which output trains, how to choose another; the aux branch leaves the run
+    assert any("training output 1 'logits'" in ln and "0 'aux'" in ln and '--output' in ln
+               for ln in lines), lines
+    assert s['output'] == {'name': 'logits', 'index': 1, 'of': 2}
+    assert [i['key'] for i in s['inputs']] == ['img', 'meta']
+    assert set(s['trainable']) == {'wc', 'bc', 'wf', 'bf'}
+    assert s['frozen_params'] == 0      # (the aux weights are not on the board)
+    # utrain's forward on the joined samples is ONERT's on the file's two inputs
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    ref = onert_outputs(src, img, meta)
+    got = utrain_outputs(tmp_path / 'run', x)
+    assert np.abs(got - ref[1]).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'run'), python=(backend == 'cpython'), stream=False)
+    assert code == 0, text
+    losses = [float(ln.split(' loss ')[1].split()[0]) for ln in text.splitlines()
+              if ln.startswith('epoch ')]
+    assert losses[-1] < 0.6 * losses[0], losses
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    g0, g1 = read_model(src), read_model(out)
+    assert [g1.tensors[k].name for k in g1.inputs] == [g0.tensors[k].name for k in g0.inputs]
+    assert [g1.tensors[k].name for k in g1.outputs] == ['aux', 'logits']
+    assert [op.name for op in g1.ops] == [op.name for op in g0.ops]
+    w0 = {t.name: t.data for t in g0.tensors if t.data is not None}
+    w1 = {t.name: t.data for t in g1.tensors if t.data is not None}
+    np.testing.assert_array_equal(w0['wa'], w1['wa'])          # not trained
+    assert not np.allclose(w0['wf'], w1['wf'])
+    after = onert_outputs(out, img, meta)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x, 'trained.wof') - after[1]).max() < 1e-5
+    if shared:      # the aux output reads the trained trunk: it changes with it
+        assert np.abs(after[0] - ref[0]).max() > 1e-3
+    else:           # its own branch: as it was
+        np.testing.assert_allclose(after[0], ref[0], rtol=1e-6, atol=1e-6)
+
+
+def test_the_other_output_trains_and_data_keys(tmp_path):
+    """--output aux (by index) trains the meta branch alone: the image is not read (its
+    array may be left out); x0/x1 name the inputs by place; an .npz whose x holds the
+    values joined works as well."""
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples()
+    t = (meta[:, :A] > 0).astype(np.float32)
+    np.savez(tmp_path / 'aux.npz', meta=meta, y=t)
+    s = _prepare(src, tmp_path / 'a', tmp_path / 'aux.npz', output=0, loss='mse',
+                 from_logits=False, optimizer='sgd', lr=0.1)
+    assert s['output']['name'] == 'aux' and set(s['trainable']) == {'wa', 'ba'}
+    assert s['inputs'] == [{'name': 'serving_default_meta:0', 'key': 'meta', 'shape': [1, M]}]
+    assert s['inputs_unread'] == ['serving_default_img:0']
+    ref = onert_outputs(src, img, meta)[0]
+    assert np.abs(utrain_outputs(tmp_path / 'a', meta) - ref).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'a'), python=True, stream=False)
+    assert code == 0, text
+    export(src, os.fspath(tmp_path / 'a' / 'trained.wof'), os.fspath(tmp_path / 'a.tflite'))
+    after = onert_outputs(tmp_path / 'a.tflite', img, meta)
+    np.testing.assert_allclose(after[1], onert_outputs(src, img, meta)[1], rtol=1e-6, atol=1e-6)
+    assert np.abs(after[0] - t).mean() < np.abs(ref - t).mean()
+    # the keys by place, and the values joined as x: the same samples
+    np.savez(tmp_path / 'x01.npz', x0=img, x1=meta, y=y)
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    np.savez(tmp_path / 'x.npz', x=x, y=y)
+    for name in ('x01', 'x'):
+        _prepare(src, tmp_path / name, tmp_path / f'{name}.npz', output='logits')
+        with open(tmp_path / name / 'train.ds', 'rb') as f, open(tmp_path / 'x01' / 'train.ds', 'rb') as h:
+            assert f.read() == h.read()
+
+
+@pytest.mark.parametrize('arrays,says', [
+    (lambda img, meta, y: dict(img=img, y=y), ["no array for the model's input 1 'meta'",
+                                               'name it meta or x1']),
+    (lambda img, meta, y: dict(img=img, meta=meta, extra=meta, y=y),
+     ["array extra is none of the model's inputs", 'img (or x0) [6, 6, 1]']),
+    (lambda img, meta, y: dict(img=img, meta=meta[:, :2], y=y),
+     ['array meta has 2 values a sample', "input 'meta' takes 3"]),
+    (lambda img, meta, y: dict(img=img[:5], meta=meta, y=y), ['img has 5 samples but y has']),
+    (lambda img, meta, y: dict(img=img, meta=meta), ['needs an array y']),
+])
+def test_data_errors_name_the_file_and_array(tmp_path, arrays, says):
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    data = tmp_path / 'bad.npz'
+    np.savez(data, **arrays(img, meta, y))
+    with pytest.raises(Exception) as e:
+        _prepare(src, tmp_path / 'r', data, output='logits')
+    assert str(data) in str(e.value) and all(w in str(e.value) for w in says), str(e.value)
+
+
+def test_unknown_output_and_int8_flag_are_refused(tmp_path):
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    with pytest.raises(PrepareError, match=r"--output 'nope'.*0 'aux' \[1, 2\], 1 'logits' \[1, 3\]"):
+        _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='nope')
+    with pytest.raises(PrepareError, match='--int8: a model with several inputs'):
+        _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output=1, int8=True)
+
+
+def test_plan_counts_the_joined_input(tmp_path):
+    """The heap plan holds the joined input and its parts: a budget between the plan
+    without them and with them is refused (--board and --budget read the same plan)."""
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='logits', board='rp2040')
+    from host_tools.plan.runplan import select_rewrite_plan, plan_memory
+    from host_tools.graph import rewrite as rw
+    g0 = read_model(src)
+    rw.choose_output(g0, 'logits')
+    g, _, _, _, _, p = select_rewrite_plan(g0, 'all', {})
+    assert g.tensors[g.inputs[0]].shape == [1, H * H + M] and g.ops[0].name == 'SPLIT_V'
+    act = plan_memory(g, p, s['settings'], 'fallback', 'rp2040')
+    assert act['total'] == s['heap']['total']
+    with pytest.raises(PrepareError, match='training needs about'):
+        _prepare(src, tmp_path / 'r2', tmp_path / 'd.npz', output='logits',
+                 budget=f'{s["heap"]["total"] - 64}')
+
+
+def test_torch_two_arguments_onnx(tmp_path):
+    """A PyTorch module with two forward arguments and two results, exported to ONNX:
+    utrain's forward is ONNX Runtime's; trained, the export's logits are utrain's and its
+    aux output is the file's."""
+    torch = pytest.importorskip('torch')
+    ort = pytest.importorskip('onnxruntime')
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(2, 3, 3)
+            self.fc = torch.nn.Linear(3 * 4 * 4 + 4, 3)
+            self.aux = torch.nn.Linear(4, 2)
+
+        def forward(self, img, meta):
+            z = torch.cat([torch.relu(self.c(img)).flatten(1), meta], 1)
+            return self.fc(z), self.aux(meta)
+
+    torch.manual_seed(0)
+    path = os.fspath(tmp_path / 'two.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(Two().eval(), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4)), path,
+                          input_names=['img', 'meta'], output_names=['logits', 'aux'],
+                          dynamo=False)
+    rng = np.random.default_rng(1)
+    img = rng.random((40, 2, 6, 6)).astype(np.float32)
+    meta = rng.standard_normal((40, 4)).astype(np.float32)
+    y = np.argmax(meta[:, :3], 1)
+    img[np.arange(40), 0, y, 0] += 2
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(path, tmp_path / 'run', tmp_path / 'd.npz', lines)
+    assert s['output']['name'] == 'logits' and any("0 'logits'" in ln for ln in lines)
+
+    def ort_run(p):
+        sess = ort.InferenceSession(p, providers=['CPUExecutionProvider'])
+        return [np.stack([sess.run(None, {'img': img[i:i + 1], 'meta': meta[i:i + 1]})[j].reshape(-1)
+                          for i in range(len(img))]) for j in range(2)]
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)    # (the model's NCHW layout)
+    before = ort_run(path)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x) - before[0]).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.fspath(tmp_path / 'run' / 'trained.wof'), out)
+    after = ort_run(out)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x, 'trained.wof') - after[0]).max() < 1e-5
+    assert np.abs(after[0] - before[0]).max() > 1e-3
+    np.testing.assert_array_equal(after[1], before[1])
+    with open(tmp_path / 'run' / 'prepare.json') as f:
+        assert json.load(f)['inputs'][1] == {'name': 'meta', 'key': 'meta', 'shape': [1, 4]}
