@@ -284,15 +284,26 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
     return tr, te, scale, offset, wrote
 
 
+def targets_of(path):
+    """A data file's targets (an .npz's y, read alone), or None where it cannot tell (the
+    samples pass says what is wrong with the file)."""
+    try:
+        if os.fspath(path).lower().endswith('.npz'):
+            with np.load(path, allow_pickle=False) as z:
+                return z['y'] if 'y' in z.files else None
+        return load(path)[1]
+    except (OSError, ValueError):        # (DataError too)
+        return None
+
+
 def load_inputs(path, inputs, label='last', size=None):
-    """(x, y) for a model with several inputs (inputs: ([(name, shape)] of those the
-    trained output reads, in the model's order; [names of those it does not read]),
-    runplan.one_input_output's): an .npz gives y and an array per input, named after it
-    (rewrite.input_key: Keras's Input(name=...), the ONNX or circle input's name) or
-    x0, x1, .. (its place among them), each sample's values joined in the model's order
+    """(x, y) for a model with several inputs (inputs: ([(tensor name, shape, key)] of
+    those the trained output reads, in their maker's order; [keys of those it does not
+    read]), runplan.one_input_output's): an .npz gives y and an array per input, named by
+    its key (rewrite.io_name: Keras's Input(name=...), the ONNX or circle input's name) or
+    x0, x1, .. (its place among them), each sample's values joined in that order
     (rewrite.join_inputs); arrays for the inputs it does not read are left out.  An .npz
     with x, a .csv or a .ds holds the values joined already, one row a sample."""
-    from ..graph.rewrite import input_key
     path = os.fspath(path)
     if not path.lower().endswith('.npz') or not os.path.isfile(path):
         return load(path, label, size)
@@ -303,14 +314,13 @@ def load_inputs(path, inputs, label='last', size=None):
             if 'x' in z.files:
                 return load(path, label, size)
             files, parts = list(z.files), inputs[0]
-            names = [f'{input_key(n)} (or x{i}) {list(s[1:])}' for i, (n, s) in enumerate(parts)]
-            unread = {input_key(n) for n in inputs[1]} | set(inputs[1])
+            names = [f'{key} (or x{i}) {list(s[1:])}' for i, (n, s, key) in enumerate(parts)]
+            unread = set(inputs[1])
             if 'y' not in files:
                 raise DataError(f'{path}: needs an array y (the targets) beside one per model '
                                 f'input: {", ".join(names)} (has {", ".join(files)})')
             xs, used = [], {'y'}
-            for i, (name, shape) in enumerate(parts):
-                key = input_key(name)
+            for i, (name, shape, key) in enumerate(parts):
                 k = next((c for c in (key, f'x{i}', name) if c in files), None)
                 if k is None:
                     raise DataError(f'{path}: has no array for the model\'s input {i} {key!r} '

@@ -1817,38 +1817,80 @@ def unscale_input(g: Graph, weights=None):
 def input_key(name: str) -> str:
     """The data file's array name for a model input named name: TFLite's
     'serving_default_' prefix and ':0' suffix dropped (Keras's Input(name='meta') is
-    'serving_default_meta:0' in the .tflite file: 'meta')."""
-    n = str(name).rsplit(':', 1)[0] if ':' in str(name) else str(name)
+    'serving_default_meta:0' in the .tflite file: 'meta'), tico's 'tico::' namespace
+    too (forward(self, img, vec): 'tico::img' is 'img')."""
+    import re
+    n = re.sub(r':\d+$', '', str(name)).rsplit('::', 1)[-1]
     return n[len('serving_default_'):] if n.startswith('serving_default_') else n
 
 
-def choose_output(g: Graph, which=None):
-    """The output the loss reads, of a model with several (which: an index into the
-    file's outputs, or a name, the tensor's or input_key's form; None: output 0) goes
-    first in g.outputs, where every pass reads it; g.output_at is its place in the file
-    (prune_outputs leaves the others out of the graph that trains, export keeps them).
-    Returns a line saying which output trains and how to choose another, or None for a
-    model with one output."""
-    outs = list(g.outputs)
-    desc = lambda i: f'{i} {g.tensors[outs[i]].name!r} {list(g.tensors[outs[i]].shape)}'  # noqa: E731
+def io_name(g: Graph, k: int) -> str:
+    """A graph input's or output's name as its maker knows it: the SignatureDef's (Keras's
+    Input name, 'output_0' for its first output), else input_key of the tensor's."""
+    t = g.tensors[k]
+    return t.sig[1] if t.sig else input_key(t.name)
+
+
+def natural(g: Graph, ks) -> list:
+    """Graph inputs or outputs ks in their maker's order: the SignatureDef's when it names
+    each (a Keras model's: the converter may list them otherwise), else as given."""
+    ks = list(ks)
+    if ks and all(g.tensors[k].sig for k in ks):
+        return sorted(ks, key=lambda k: g.tensors[k].sig[0])
+    return ks
+
+
+def _fits(n: int, y) -> bool:
+    """Whether targets y (one row a sample) suit an output of n values: class labels
+    0..C-1 a classifier of C or more, a vector of n values an output of n."""
+    y = np.asarray(y)
+    if y.ndim == 0 or not len(y):
+        return False
+    y = y.reshape(len(y), -1)
+    if y.shape[1] > 1:
+        return y.shape[1] == n
+    v = y[:, 0].astype(np.float64)
+    if np.all(v == np.round(v)) and v.min() >= 0:       # labels (0/1: bce's too)
+        return (n == 1 and v.max() <= 1) or (n > 1 and n > v.max())
+    return n == 1
+
+
+def choose_output(g: Graph, which=None, y=None):
+    """The output the loss reads, of a model with several, goes first in g.outputs (where
+    every pass reads it); g.output_at is its place in the file's outputs (prune_outputs
+    leaves the others out of the graph that trains, export keeps them).  which: its
+    place in natural order, or its name (io_name's, or the tensor's); None: the first in
+    natural order whose size suits the data's targets y (every output's when y is None
+    or none does).  Returns a line saying which output trains and how to choose
+    another, or None for a model with one output."""
+    outs, order = list(g.outputs), natural(g, g.outputs)
+    desc = lambda j: f'{j} {io_name(g, order[j])!r} {list(g.tensors[order[j]].shape)}'  # noqa: E731
+    how = ''
     if which is None or which == '':
-        i = 0
+        fit = [j for j, k in enumerate(order)
+               if y is not None and _fits(int(np.prod(g.tensors[k].shape)), y)]
+        i = fit[0] if fit else 0
+        how = (', the first whose size the data\'s targets fit' if fit and len(fit) < len(order)
+               else ', the first')
     else:
         w = str(which)
-        i = int(w) if w.lstrip('-').isdigit() else next(
-            (j for j, k in enumerate(outs) if w in (g.tensors[k].name, input_key(g.tensors[k].name))),
-            None)
-        if i is None or not 0 <= i < len(outs):
+        named = [j for j, k in enumerate(order) if w in (io_name(g, k), g.tensors[k].name)]
+        i = int(w) if w.lstrip('-').isdigit() else named[0] if len(named) == 1 else None
+        if i is None or not 0 <= i < len(order):
+            if len(named) > 1:
+                raise ValueError(f'{g.path}: --output {which!r} names outputs '
+                                 + ', '.join(desc(j) for j in named) + '; give its place')
             raise ValueError(f'{g.path}: --output {which!r}: the model\'s outputs are '
-                             + ', '.join(desc(j) for j in range(len(outs)))
-                             + '; give one\'s index or name')
-    g.output_at = i
-    g.outputs = [outs[i]] + outs[:i] + outs[i + 1:]
+                             + ', '.join(desc(j) for j in range(len(order)))
+                             + '; give one\'s place or name')
+    k = order[i]
+    g.output_at, g.output_place = outs.index(k), i
+    g.outputs = [k] + [o for o in outs if o != k]
     if len(outs) == 1:
         return None
-    return (f'{g.path}: has {len(outs)} outputs; training output {desc(i)} (the loss reads '
-            'it; --output NAME|INDEX chooses another: '
-            + ', '.join(desc(j) for j in range(len(outs)) if j != i)
+    return (f'{g.path}: has {len(outs)} outputs; training output {desc(i)}{how} (the loss '
+            'reads it; --output NAME|INDEX chooses another: '
+            + ', '.join(desc(j) for j in range(len(order)) if j != i)
             + '); the ops only the others need are left out of the run, and export keeps '
             'them, their weights as trained where they share them')
 
@@ -1884,13 +1926,14 @@ JOINED = 'utrain_inputs'
 
 def join_inputs(g: Graph):
     """A graph with several inputs takes them as one [1, n] input, JOINED (the inputs'
-    values one after the other, each flattened, in g.inputs' order: what a data file's
+    values one after the other, each flattened, in their maker's order (natural): what a data file's
     arrays become, dataset.join_inputs): a SPLIT_V of it into each input's values, and a
     RESHAPE of each to its input's shape; the devices run one input as before.  Tensors
     are appended (the others keep their numbers).  Sets and returns g.joined, [(name,
     shape)] of the inputs joined, or None for a graph with one input."""
     if len(g.inputs) < 2:
         return None
+    g.inputs = natural(g, g.inputs)
     parts = [(g.tensors[k].name, [int(d) for d in g.tensors[k].shape]) for k in g.inputs]
     sizes = [int(np.prod(s[1:], dtype=np.int64)) for _, s in parts]
     src = g.ops[0].src if g.ops else None

@@ -40,12 +40,16 @@ def one_input_output(g):
     joined into one; the file's view kept for the rewritten model export writes
     (rewrite.file_graph).  Tensors keep their numbers (the .wof's, the file's)."""
     if len(g.inputs) > 1 or len(g.outputs) > 1:
-        names = [g.tensors[k].name for k in g.inputs]
+        every = list(g.inputs)
         rw.keep_file_view(g)
         rw.prune_outputs(g)
-        if len(names) > 1:      # what a data file gives (dataset.load_inputs)
-            g.data_inputs = ([(g.tensors[k].name, list(g.tensors[k].shape)) for k in g.inputs],
-                             [n for n in names if n not in {g.tensors[k].name for k in g.inputs}])
+        g.inputs = rw.natural(g, g.inputs)
+        if len(every) > 1:      # what a data file gives (dataset.load_inputs)
+            keys = [rw.io_name(g, k) for k in g.inputs]
+            keys = [c if keys.count(c) == 1 else f'x{i}' for i, c in enumerate(keys)]
+            g.data_inputs = ([(g.tensors[k].name, list(g.tensors[k].shape), c)
+                              for k, c in zip(g.inputs, keys)],
+                             [rw.io_name(g, k) for k in every if k not in g.inputs])
         rw.join_inputs(g)
 
 

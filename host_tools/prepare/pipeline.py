@@ -193,11 +193,11 @@ def run_planned(heap, limit) -> dict:
 
 
 def settle(model_path, board, overrides: dict, progress=None, split_seed=0, output=None,
-           log=print):
+           log=print, data=None):
     """The settings pass: the board profile's defaults, the command line checked, the
     model read and checked in the file's op numbering, the output the loss reads first in
-    its outputs (output: --output, rewrite.choose_output; said where the model has
-    several), its CIRCLE_TRAINING metadata under the command line.  Returns (graph as
+    its outputs (output: --output, rewrite.choose_output, else the first whose size
+    data's targets fit; said where the model has several), its CIRCLE_TRAINING metadata under the command line.  Returns (graph as
     read, board profile or None, settings, train)."""
     from ..files.validate import check_settings, check_graph
     prof = board_profile(board, overrides) if board else None
@@ -207,8 +207,10 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
     check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
     check_graph(g)             # the file's op numbering, before any rewrite
+    from ..files.dataset import targets_of
+    y = targets_of(data) if data and output is None and len(g.outputs) > 1 else None
     try:
-        note = rw.choose_output(g, output)
+        note = rw.choose_output(g, output, y)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     if note:
@@ -306,11 +308,13 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
         summary['op_numbers'] = [op.number for op in rw.file_graph(g).ops]
     if getattr(g, 'as_file', None):     # several inputs or outputs (runplan.one_input_output)
         f = rw.file_graph(g)
-        summary['output'] = {'name': g.tensors[g.outputs[0]].name,
-                             'index': f.outputs.index(g.outputs[0]), 'of': len(f.outputs)}
+        summary['output'] = {'name': rw.io_name(g, g.outputs[0]),
+                             'tensor': g.tensors[g.outputs[0]].name,
+                             'index': rw.natural(f, f.outputs).index(g.outputs[0]),
+                             'of': len(f.outputs)}
         if getattr(g, 'data_inputs', None):
-            summary['inputs'] = [{'name': n, 'key': rw.input_key(n), 'shape': sh}
-                                 for n, sh in g.data_inputs[0]]
+            summary['inputs'] = [{'name': n, 'key': key, 'shape': sh}
+                                 for n, sh, key in g.data_inputs[0]]
             summary['inputs_unread'] = g.data_inputs[1]
         # the .wof and model.flat number the joined input's tensors after the file's
         summary['device_tensors'] = len(g.tensors)
@@ -366,7 +370,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                            '(0: no row bands; leave it out: prepare chooses)')
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed, output,
-                                    log)
+                                    log, data)
+    if len(source.outputs) > 1:     # (the choice --select's trials make again)
+        output = source.output_place
     s = loss_from_data(source, s, data, overrides, log)
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
     if decays and not data:
@@ -947,6 +953,10 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         r = {'model': base, 'tensors': len(w), 'clipped': 0}
         r['notes'] = export_notes(r, g, summary, out_path)
         return r
+    if data and 'output' in summary:
+        raise PrepareError(f'{model_path}: export --quantized --data recalibrates and measures '
+                           'models with one input and one output, and this one has several; '
+                           'leave --data out (the int8 export keeps the file\'s activation scales)')
     orig = read_model(model_path)
     by_name = {t.name: t for t in orig.tensors}
     w = file_weights(g, w)

@@ -97,7 +97,7 @@ def test_two_inputs_two_outputs_train_and_export(tmp_path, backend, shared):
     # which output trains, how to choose another; the aux branch leaves the run
     assert any("training output 1 'logits'" in ln and "0 'aux'" in ln and '--output' in ln
                for ln in lines), lines
-    assert s['output'] == {'name': 'logits', 'index': 1, 'of': 2}
+    assert s['output'] == {'name': 'logits', 'tensor': 'logits', 'index': 1, 'of': 2}
     assert [i['key'] for i in s['inputs']] == ['img', 'meta']
     assert set(s['trainable']) == {'wc', 'bc', 'wf', 'bf'}
     assert s['frozen_params'] == 0      # (the aux weights are not on the board)
@@ -141,7 +141,9 @@ def test_the_other_output_trains_and_data_keys(tmp_path):
                  from_logits=False, optimizer='sgd', lr=0.1)
     assert s['output']['name'] == 'aux' and set(s['trainable']) == {'wa', 'ba'}
     assert s['inputs'] == [{'name': 'serving_default_meta:0', 'key': 'meta', 'shape': [1, M]}]
-    assert s['inputs_unread'] == ['serving_default_img:0']
+    assert s['inputs_unread'] == ['img']
+    np.savez(tmp_path / 'both.npz', img=img, meta=meta, y=t)   # (the unread one: left out)
+    _prepare(src, tmp_path / 'b', tmp_path / 'both.npz', output='aux', loss='mse')
     ref = onert_outputs(src, img, meta)[0]
     assert np.abs(utrain_outputs(tmp_path / 'a', meta) - ref).max() < 1e-5
     code, text = run(os.fspath(tmp_path / 'a'), python=True, stream=False)
@@ -178,6 +180,29 @@ def test_data_errors_name_the_file_and_array(tmp_path, arrays, says):
     with pytest.raises(Exception) as e:
         _prepare(src, tmp_path / 'r', data, output='logits')
     assert str(data) in str(e.value) and all(w in str(e.value) for w in says), str(e.value)
+
+
+def test_default_output_fits_the_data_and_follows_the_signature(tmp_path):
+    """Without --output: the first output (in the SignatureDef's order: Keras's, which the
+    converter may list otherwise) whose size the targets fit, said so."""
+    from host_tools.graph import rewrite as rw
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)          # labels 0..2: logits
+    lines = []
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines)
+    assert s['output']['name'] == 'logits' and any(
+        "output 1 'logits' [1, 3], the first whose size the data's targets fit" in ln for ln in lines)
+    np.savez(tmp_path / 'v.npz', img=img, meta=meta, y=meta[:, :A])   # 2 values: aux
+    s = _prepare(src, tmp_path / 'v', tmp_path / 'v.npz', loss='mse', from_logits=False)
+    assert s['output']['name'] == 'aux'
+    g = read_model(src)
+    for place, (k, name) in enumerate(zip(g.outputs[::-1], ('output_0', 'output_1'))):
+        g.tensors[k].sig = (place, name)       # a Keras file: logits is its first output
+    assert "training output 0 'output_0' [1, 3], the first (" in rw.choose_output(g)
+    assert g.tensors[g.outputs[0]].name == 'logits' and g.output_at == 1
+    rw.choose_output(g, 'output_1')
+    assert g.tensors[g.outputs[0]].name == 'aux'
 
 
 def test_unknown_output_and_int8_flag_are_refused(tmp_path):
