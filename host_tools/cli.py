@@ -356,7 +356,7 @@ def cmd_evaluate(a):
     from .prepare.infer import evaluate, describe
     r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
                  size=tuple(int(v) for v in a.size.lower().split('x')) if a.size else None,
-                 limit=a.limit)
+                 limit=a.limit, output=a.output)
     print(f'{a.model} on {a.data}: {describe(r)}')
     return 0
 
@@ -631,6 +631,9 @@ def _args_evaluate(sub):
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
     q.add_argument('--limit', type=int, help='score only the first N samples')
+    q.add_argument('--output', metavar='NAME|INDEX', help='a model with several outputs: the '
+                   'one scored (default: as prepare chooses, the first whose size the targets '
+                   'fit); several inputs: an .npz with an array per input, as prepare reads it')
     q.set_defaults(fn=cmd_evaluate)
 
 

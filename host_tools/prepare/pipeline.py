@@ -518,6 +518,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
                    getattr(g, 'data_inputs', None))
     check_ids(model_path, g, xy, dtype)
+    if xy is not None and dtype != 'float32' and getattr(g, 'joined', None):
+        for line in joined_range_notes(data, g.data_inputs[0], xy[0], dtype):
+            log(line)
     check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
@@ -813,6 +816,22 @@ def check_ids(model_path, g, xy, dtype):
             raise PrepareError(f'{model_path}: its input is an embedding\'s ids, which span '
                                f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 '
                                'consecutive ids exactly, not these; use --dtype float32')
+
+
+def joined_range_notes(data, parts, x, dtype) -> list:
+    """The inputs a model's joined samples (x, parts: runplan.one_input_output's) hold
+    in a range far narrower than the one 8-bit scale of --dtype stores them at."""
+    span = float(np.ptp(x)) if x.size else 0.0
+    out, at = [], 0
+    for name, shape, key in parts:
+        n = int(np.prod(shape[1:]))
+        s = float(np.ptp(x[:, at:at + n])) if x.size else 0.0
+        at += n
+        if span and s < span / 16:
+            out.append(f'{data}: input {key!r} spans {s:.3g}, 1/{span / max(s, 1e-30):.0f} of the '
+                       f'range --dtype {dtype} stores the joined inputs at (one scale, 256 '
+                       'steps): --dtype float32 keeps its values')
+    return out
 
 
 def file_weights(g, w):

@@ -123,6 +123,11 @@ def test_two_inputs_two_outputs_train_and_export(tmp_path, backend, shared):
     assert not np.allclose(w0['wf'], w1['wf'])
     after = onert_outputs(out, img, meta)
     assert np.abs(utrain_outputs(tmp_path / 'run', x, 'trained.wof') - after[1]).max() < 1e-5
+    # evaluate scores the trained output on the data's arrays, as ONERT computes it
+    from host_tools.prepare.infer import evaluate
+    r = evaluate(os.fspath(out), os.fspath(tmp_path / 'd.npz'))
+    assert r['output'] == 'logits' and r['runtime'] == 'ONERT'
+    assert r['accuracy'] == np.mean(after[1].argmax(1) == y) > np.mean(ref[1].argmax(1) == y)
     if shared:      # the aux output reads the trained trunk: it changes with it
         assert np.abs(after[0] - ref[0]).max() > 1e-3
     else:           # its own branch: as it was
@@ -287,3 +292,18 @@ def test_torch_two_arguments_onnx(tmp_path):
     np.testing.assert_array_equal(after[1], before[1])
     with open(tmp_path / 'run' / 'prepare.json') as f:
         assert json.load(f)['inputs'][1] == {'name': 'meta', 'key': 'meta', 'shape': [1, 4]}
+
+
+def test_8bit_samples_of_inputs_with_narrow_ranges_are_said(tmp_path):
+    """--dtype uint8 stores the joined inputs at one scale: an input 1/16 of the range or
+    less is named (its values keep a few of the 256 steps)."""
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=255 * img, meta=meta, y=y)
+    lines = []
+    _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines, output='logits', dtype='uint8')
+    assert [ln for ln in lines if 'spans' in ln] == [ln for ln in lines if "input 'meta' spans" in ln
+                                                     and '--dtype float32 keeps' in ln] != []
+    lines.clear()
+    _prepare(src, tmp_path / 'f', tmp_path / 'd.npz', lines, output='logits')
+    assert not [ln for ln in lines if 'spans' in ln]
