@@ -387,9 +387,9 @@ def _args_prepare(sub):
                    'several inputs: an .npz with y and an array per input, named after it '
                    '(Keras\'s Input name) or x0, x1, ... in the model\'s order')
     q.add_argument('--output', metavar='NAME|INDEX',
-                   help='a model with several outputs: the one the loss reads (default: its '
-                        'first; the ops only the others need are left out of the run, export '
-                        'keeps them)')
+                   help='a model with several outputs: the one the loss reads (default: the '
+                        'first, in Keras\'s order, whose size the data\'s targets fit; the ops '
+                        'only the others need are left out of the run, export keeps them)')
     q.add_argument('--test-split', type=float, default=0.0, help='fraction held out for test')
     q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
     _args_settings(q)

@@ -197,8 +197,9 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
     """The settings pass: the board profile's defaults, the command line checked, the
     model read and checked in the file's op numbering, the output the loss reads first in
     its outputs (output: --output, rewrite.choose_output, else the first whose size
-    data's targets fit; said where the model has several), its CIRCLE_TRAINING metadata under the command line.  Returns (graph as
-    read, board profile or None, settings, train)."""
+    data's targets fit; said where the model has several), its CIRCLE_TRAINING metadata
+    under the command line.  Returns (graph as read, board profile or None, settings,
+    train)."""
     from ..files.validate import check_settings, check_graph
     prof = board_profile(board, overrides) if board else None
     if overrides.get('schedule') is not None:      # 'cosine,warmup=100' -> its settings
@@ -363,7 +364,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     whose int8 run fits the board or budget with no settings trains dequantized where
     that fits (and prepare says so), unless --select or --ranks chose for int8.  scale_input:
     a float run whose input is far larger than 1 on data trains it scaled by a power of
-    two (rewrite.scale_input); False keeps it as given (the int8 path calibrates)."""
+    two (rewrite.scale_input); False keeps it as given (the int8 path calibrates).
+    output: of a model with several outputs, the one the loss reads (its name or place:
+    rewrite.choose_output; None: the first whose size data's targets fit); a model with
+    several inputs has them joined into one (runplan.one_input_output) and data gives an
+    array per input (dataset.load_inputs)."""
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '

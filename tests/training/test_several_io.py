@@ -252,14 +252,9 @@ def test_plan_counts_the_joined_input(tmp_path, wide):
         _prepare(src, tmp_path / 'r2', tmp_path / 'd.npz', output='logits', budget=str(plan - 64))
 
 
-def test_torch_two_arguments_onnx(tmp_path):
-    """A PyTorch module with two forward arguments and two results, exported to ONNX:
-    utrain's forward is ONNX Runtime's; trained, the export's logits are utrain's and its
-    aux output is the file's."""
-    torch = pytest.importorskip('torch')
-    ort = pytest.importorskip('onnxruntime')
-
+def _two(torch):
     class Two(torch.nn.Module):
+        """forward(img NCHW, meta) -> (logits, aux of meta alone)."""
         def __init__(self):
             super().__init__()
             self.c = torch.nn.Conv2d(2, 3, 3)
@@ -269,12 +264,49 @@ def test_torch_two_arguments_onnx(tmp_path):
         def forward(self, img, meta):
             z = torch.cat([torch.relu(self.c(img)).flatten(1), meta], 1)
             return self.fc(z), self.aux(meta)
-
     torch.manual_seed(0)
+    return Two().eval()
+
+
+def test_torch_two_arguments_tico(tmp_path):
+    """The same module through tico (a circle file): its arrays are named after forward's
+    arguments; utrain's forward is ONERT's, and the export keeps both outputs."""
+    torch = pytest.importorskip('torch')
+    tico = pytest.importorskip('tico')
+    path = os.fspath(tmp_path / 'two.circle')
+    tico.convert(_two(torch), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4))).save(path)
+    rng = np.random.default_rng(1)
+    img = rng.random((40, 2, 6, 6)).astype(np.float32)
+    meta = rng.standard_normal((40, 4)).astype(np.float32)
+    y = np.argmax(meta[:, :3], 1)
+    img[np.arange(40), 0, y, 0] += 2
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    s = _prepare(path, tmp_path / 'run', tmp_path / 'd.npz')
+    assert [i['key'] for i in s['inputs']] == ['img', 'meta'] and s['output']['index'] == 0
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    before = onert_outputs(path, img, meta)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x) - before[0]).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.circle')
+    export(path, os.fspath(tmp_path / 'run' / 'trained.wof'), out)
+    after = onert_outputs(out, img, meta)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x, 'trained.wof') - after[0]).max() < 1e-5
+    assert np.mean(after[0].argmax(1) == y) > np.mean(before[0].argmax(1) == y)
+    np.testing.assert_allclose(after[1], before[1], rtol=1e-6, atol=1e-6)
+
+
+def test_torch_two_arguments_onnx(tmp_path):
+    """A PyTorch module with two forward arguments and two results, exported to ONNX:
+    utrain's forward is ONNX Runtime's; trained, the export's logits are utrain's and its
+    aux output is the file's."""
+    torch = pytest.importorskip('torch')
+    ort = pytest.importorskip('onnxruntime')
+
     path = os.fspath(tmp_path / 'two.onnx')
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        torch.onnx.export(Two().eval(), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4)), path,
+        torch.onnx.export(_two(torch), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4)), path,
                           input_names=['img', 'meta'], output_names=['logits', 'aux'],
                           dynamo=False)
     rng = np.random.default_rng(1)
