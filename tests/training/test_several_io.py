@@ -268,6 +268,17 @@ def _two(torch):
     return Two().eval()
 
 
+def _torch_data(tmp_path, n=40):
+    """d.npz for _two's module (NCHW images): the class is meta's argmax, marked in img."""
+    rng = np.random.default_rng(1)
+    img = rng.random((n, 2, 6, 6)).astype(np.float32)
+    meta = rng.standard_normal((n, 4)).astype(np.float32)
+    y = np.argmax(meta[:, :3], 1)
+    img[np.arange(n), 0, y, 0] += 2
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    return img, meta, y
+
+
 def test_torch_two_arguments_tico(tmp_path):
     """The same module through tico (a circle file): its arrays are named after forward's
     arguments; utrain's forward is ONERT's, and the export keeps both outputs."""
@@ -275,12 +286,7 @@ def test_torch_two_arguments_tico(tmp_path):
     tico = pytest.importorskip('tico')
     path = os.fspath(tmp_path / 'two.circle')
     tico.convert(_two(torch), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4))).save(path)
-    rng = np.random.default_rng(1)
-    img = rng.random((40, 2, 6, 6)).astype(np.float32)
-    meta = rng.standard_normal((40, 4)).astype(np.float32)
-    y = np.argmax(meta[:, :3], 1)
-    img[np.arange(40), 0, y, 0] += 2
-    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    img, meta, y = _torch_data(tmp_path)
     s = _prepare(path, tmp_path / 'run', tmp_path / 'd.npz')
     assert [i['key'] for i in s['inputs']] == ['img', 'meta'] and s['output']['index'] == 0
     x = np.concatenate([img.reshape(len(img), -1), meta], 1)
@@ -309,12 +315,7 @@ def test_torch_two_arguments_onnx(tmp_path):
         torch.onnx.export(_two(torch), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4)), path,
                           input_names=['img', 'meta'], output_names=['logits', 'aux'],
                           dynamo=False)
-    rng = np.random.default_rng(1)
-    img = rng.random((40, 2, 6, 6)).astype(np.float32)
-    meta = rng.standard_normal((40, 4)).astype(np.float32)
-    y = np.argmax(meta[:, :3], 1)
-    img[np.arange(40), 0, y, 0] += 2
-    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    img, meta, y = _torch_data(tmp_path)
     lines = []
     s = _prepare(path, tmp_path / 'run', tmp_path / 'd.npz', lines)
     assert s['output']['name'] == 'logits' and any("0 'logits'" in ln for ln in lines)
