@@ -577,6 +577,9 @@ def save_graph(g: Graph, path) -> str:
         b.op(op.name, op.inputs, op.outputs, **opts)
     b.inputs(*g.inputs)
     b.outputs(*g.outputs)
+    io = [natural(g, ks) for ks in (g.inputs, g.outputs)]
+    if all(g.tensors[k].sig for ks in io for k in ks):      # (the file's SignatureDef)
+        b.signature(*[[(g.tensors[k].sig[1], k) for k in ks] for ks in io])
     for name, blob in g.metadata.items():
         b.metadata(name, blob)
     return b.save(path)

@@ -205,6 +205,11 @@ def test_default_output_fits_the_data_and_follows_the_signature(tmp_path):
     g = read_model(src)
     for place, (k, name) in enumerate(zip(g.outputs[::-1], ('output_0', 'output_1'))):
         g.tensors[k].sig = (place, name)       # a Keras file: logits is its first output
+    for place, (k, name) in enumerate(zip(g.inputs, ('img', 'meta'))):
+        g.tensors[k].sig = (place, name)
+    rw.save_graph(g, tmp_path / 'sig.tflite')   # (its SignatureDef written and read back)
+    g = read_model(tmp_path / 'sig.tflite')
+    assert [g.tensors[k].sig for k in g.outputs] == [(1, 'output_1'), (0, 'output_0')]
     assert "training output 0 'output_0' [1, 3], the first (" in rw.choose_output(g)
     assert g.tensors[g.outputs[0]].name == 'logits' and g.output_at == 1
     rw.choose_output(g, 'output_1')
