@@ -357,3 +357,62 @@ def test_8bit_samples_of_inputs_with_narrow_ranges_are_said(tmp_path):
     lines.clear()
     _prepare(src, tmp_path / 'f', tmp_path / 'd.npz', lines, output='logits')
     assert not [ln for ln in lines if 'spans' in ln]
+
+
+def _build_int8(path, seed=0, A_=4, B=3):
+    """Full-integer int8: a [1, A_] and b [1, B] (one scale) -> CONCATENATION -> FC ->
+    logits [1, O]; aux [1, 2] an FC of b.  Weights per-tensor int8, biases int32."""
+    rng = np.random.default_rng(seed)
+    q = lambda s, z=0: {'scale': [float(s)], 'zero_point': [int(z)], 'quantized_dimension': 0}  # noqa: E731
+    sx, sw = 0.05, 0.02
+    b = CircleBuilder(identifier=b'TFL3')
+    a = b.tensor('a', [1, A_], dtype='int8', quant=q(sx))
+    v = b.tensor('v', [1, B], dtype='int8', quant=q(sx))
+    cat = b.tensor('cat', [1, A_ + B], dtype='int8', quant=q(sx))
+    b.op('CONCATENATION', [a, v], [cat], axis=1, fused_activation_function='NONE')
+
+    def fc(name, x, n_in, n_out, so):
+        w = np.clip(np.round(rng.standard_normal((n_out, n_in)) * 20), -127, 127).astype(np.int8)
+        y = b.tensor(name, [1, n_out], dtype='int8', quant=q(so))
+        b.op('FULLY_CONNECTED', [x, b.tensor(name + '_w', [n_out, n_in], data=w, quant=q(sw)),
+                                 b.tensor(name + '_b', [n_out], data=np.zeros(n_out, np.int32),
+                                          quant=q(sx * sw))], [y],
+             fused_activation_function='NONE')
+        return y
+    y = fc('logits', cat, A_ + B, O, 0.1)
+    aux = fc('aux', v, B, 2, 0.1)
+    b.inputs(a, v)
+    b.outputs(y, aux)
+    return b.save(os.fspath(path))
+
+
+def test_int8_model_trains_dequantized_and_exports_int8(tmp_path):
+    """A full-integer int8 model with two inputs and two outputs trains in float32,
+    dequantized, saying why; export --quantized writes int8 again with both inputs and
+    outputs, scored under TFLite Micro by evaluate (the aux output's integers unchanged)."""
+    pytest.importorskip('tflite_micro')
+    from host_tools.prepare.infer import evaluate
+    src = _build_int8(tmp_path / 'q.tflite')
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-2, 2, (90, 4)).astype(np.float32)
+    v = rng.uniform(-2, 2, (90, 3)).astype(np.float32)
+    y = np.argmax(v, 1)
+    np.savez(tmp_path / 'd.npz', a=a, v=v, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits', epochs=6)
+    assert any('dequantized' in ln and 'one input and one output, and this one has 2 and 2' in ln
+               for ln in lines), lines
+    assert not s.get('int8') and s['rewrites']['dequantized'] > 0
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.tflite')
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), out, quantized=True)
+    g0, g1 = read_model(src), read_model(out)
+    assert [g1.tensors[k].dtype for k in g1.inputs + g1.outputs] == ['int8'] * 4
+    w0 = {t.name: t.data for t in g0.tensors if t.data is not None}
+    w1 = {t.name: t.data for t in g1.tensors if t.data is not None}
+    np.testing.assert_array_equal(w0['aux_w'], w1['aux_w'])
+    before = evaluate(src, os.fspath(tmp_path / 'd.npz'))
+    after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert before['runtime'] == after['runtime'] == 'TFLite Micro' and after['output'] == 'logits'
+    assert after['accuracy'] > before['accuracy'] + 0.2, (before, after)
