@@ -458,13 +458,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                 'weight_gain', 'trials', 'note', 'graph_ops')}
             summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
         return summary
-    if int8 and several:
-        raise PrepareError(f'{model_path}: --int8: a model with several inputs or outputs trains '
-                           'in float32 (the int8 path takes one input and one output); leave '
-                           '--int8 out')
-    if not (dequantize or ranks or train_config or select or several) and rewrite:
+    if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
-                        bands, board, backend, budget, prof, s, train, int8, given, overrides, log)
+                        bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
+                        (len(source.inputs), len(source.outputs)) if several else None)
         if q8:
             return q8
     elif int8:
@@ -567,17 +564,21 @@ def dequantized_instead(call, refusal):
 
 
 def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,
-               board, backend, budget, prof, s, train, int8, given, overrides, log):
+               board, backend, budget, prof, s, train, int8, given, overrides, log, several=None):
     """The int8-from-float pass (host_tools/prepare/fromfloat.py): where prepare trains the float
     model in integers (asked with int8=True, or chosen for a board without ulab), the
     int8 model calibrated on data's training samples, prepared on quant's int8 path, with
     the calibrated int8 model and its float graph beside the run for export.  Returns the
-    summary, or None: the run stays float32."""
+    summary, or None: the run stays float32.  several: (inputs, outputs) of a model with
+    several of either, which the int8 path does not take (said, float32)."""
     from . import fromfloat
     try:
         yes, why = fromfloat.choose(int8, model_path, board, backend, data, s, cache)
         if not yes:
             return None
+        if several:
+            raise PrepareError('the int8 path takes models with one input and one output, and '
+                               f'this one has {several[0]} and {several[1]}')
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
                                                     (test_split, split_seed), prepare)

@@ -222,8 +222,15 @@ def test_unknown_output_and_int8_flag_are_refused(tmp_path):
     np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
     with pytest.raises(PrepareError, match=r"--output 'nope'.*0 'aux' \[1, 2\], 1 'logits' \[1, 3\]"):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='nope')
-    with pytest.raises(PrepareError, match='--int8: a model with several inputs'):
+    with pytest.raises(PrepareError, match='--int8 cannot train it as int8: the int8 path takes '
+                       'models with one input and one output, and this one has 2 and 2; '
+                       'without --int8 it trains in float32'):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output=1, int8=True)
+    # a board without ulab, where a float model would train as int8: float32, said so
+    lines = []
+    s = _prepare(src, tmp_path / 'b', tmp_path / 'd.npz', lines, output=1, board='rp2040')
+    assert not s.get('int8') and any('trains in float32 (int8 from float does not take it: the '
+                                     'int8 path takes models with one input' in ln for ln in lines)
 
 
 @pytest.mark.slow
