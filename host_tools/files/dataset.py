@@ -32,7 +32,10 @@ def load_npz(path):
     try:
         with np.load(path, allow_pickle=False) as z:
             if 'x' not in z or 'y' not in z:
-                raise DataError(f'{path}: needs arrays named x and y (has {", ".join(z.files)})')
+                several = 'y' in z and len(z.files) > 2     # (an array per input)
+                raise DataError(f'{path}: needs arrays named x and y (has {", ".join(z.files)})'
+                                + ('; an array per input is for a model with several inputs: '
+                                   'prepare or evaluate it with that model' if several else ''))
             x, y = z['x'], z['y']
     except (OSError, ValueError) as e:
         if isinstance(e, DataError):
