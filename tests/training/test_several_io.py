@@ -423,3 +423,24 @@ def test_int8_model_trains_dequantized_and_exports_int8(tmp_path):
     after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
     assert before['runtime'] == after['runtime'] == 'TFLite Micro' and after['output'] == 'logits'
     assert after['accuracy'] > before['accuracy'] + 0.2, (before, after)
+
+
+@pytest.mark.slow
+def test_select_chooses_among_the_trained_outputs_layers(tmp_path):
+    """--select's candidates are the layers the trained output needs: its classifier is
+    that output's last layer, not the other output's (the aux FC, the file's last op)."""
+    from host_tools.graph import rewrite as rw
+    from host_tools.prepare import select as sl
+    src = build(tmp_path / 'two.tflite')
+    g = read_model(src)
+    rw.choose_output(g, 'logits')
+    assert sl.classifier(g, sl.layers(g)) == 3 and 4 not in [i for i, _ in sl.layers(g)]
+    img, meta, y = samples()
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines, output='logits', select='auto',
+                 board='rp2040')
+    assert any('before the classifier (op 3)' in ln for ln in lines), lines
+    assert set(s['trainable']) <= {'wc', 'bc', 'wf', 'bf'} and 'wf' in s['trainable']
+    code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0, text
