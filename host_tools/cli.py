@@ -40,9 +40,16 @@ def cmd_inspect(a):
         print(f'description: {g.description}')
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
+    from .graph import rewrite as rw
+    note = rw.choose_output(g)      # (several outputs: the one prepare trains by default)
+    if note:
+        print(note.replace(f'{a.model}: ', '', 1))
     # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
     h, _, _, info, perm = select_rewrite(g, 'all')
-    kept = {op.number for op in h.ops}
+    joins = rw.join_ops(h)          # (several inputs: joined into one)
+    kept = {op.number for op in h.ops if id(op) not in joins}
+    other = ({op.number for op in g.ops} - {op.number for op in rw.needed(g)[0]}
+             if len(g.outputs) > 1 else set())
     # ... and with frozen layers (BatchNorm folded)
     f, _, _, finfo, _ = select_rewrite(g, 'none')
     folded = finfo['batchnorm']
@@ -50,9 +57,12 @@ def cmd_inspect(a):
     print('\nops (as in the file; --train last:N counts these):')
     now = {}                    # the file's op number -> the ops prepare makes of it
     for op in h.ops:
-        now.setdefault(op.number, []).append(op)
+        if id(op) not in joins:
+            now.setdefault(op.number, []).append(op)
     for op in g.ops:
-        how = _status(op, g) if op.number in kept else 'removed by prepare'
+        how = _status(op, g) if op.number in kept else \
+            'only the other outputs need it: not in the run' if op.number in other else \
+            'removed by prepare'
         made = now.get(op.number, [])
         if [m.name for m in made] not in ([], [op.name]):      # rewritten
             names = []
@@ -67,7 +77,12 @@ def cmd_inspect(a):
         if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))
-    if info['changed'] or perm:
+    if joins:
+        print(f'\nits {len(h.data_inputs[0])} inputs are joined into one '
+              f'{h.tensors[h.inputs[0]].shape} (SPLIT_V, RESHAPE): --data gives an array per '
+              'input, named ' + ', '.join(f'{key} (or x{i}) {sh[1:]}' for i, (_, sh, key)
+                                          in enumerate(h.data_inputs[0])))
+    if info['changed'] or perm or joins:
         print(f'\n{"with --dequantize " if info["dequantized"] else ""}prepare rewrites it: '
               f'{info["dequantized"]} tensors dequantized, '
               f'{info["transposes"]} layout transpose rewrites'

@@ -1963,6 +1963,15 @@ def join_inputs(g: Graph):
     return parts
 
 
+def join_ops(g: Graph) -> set:
+    """ids of the ops join_inputs made in g (none where it joined nothing)."""
+    if not getattr(g, 'joined', None):
+        return set()
+    split = next(op for op in g.ops if g.inputs[0] in op.inputs)
+    return {id(split)} | {id(op) for op in g.ops if op.name == 'RESHAPE'
+                          and op.inputs[0] in split.outputs}
+
+
 def keep_file_view(g: Graph):
     """Before prune_outputs and join_inputs: what file_graph gives back (g's tensors as
     they are numbered now, its ops, its inputs and the file's outputs in its order)."""

@@ -188,6 +188,18 @@ def test_data_errors_name_the_file_and_array(tmp_path, arrays, says):
     assert str(data) in str(e.value) and all(w in str(e.value) for w in says), str(e.value)
 
 
+def test_inspect_says_what_runs(tmp_path, capsys):
+    """inspect: the output prepare trains by default, the ops only the other needs, the
+    inputs joined and the arrays the data gives."""
+    from host_tools.cli import main
+    main(['inspect', build(tmp_path / 'two.tflite', out_order=('logits', 'aux'))])
+    said = capsys.readouterr().out
+    assert "training output 0 'logits' [1, 3], the first" in said
+    assert said.count('only the other outputs need it') == 1, said    # the aux FC
+    assert ('its 2 inputs are joined into one [1, 39] (SPLIT_V, RESHAPE): --data gives an array '
+            'per input, named img (or x0) [6, 6, 1], meta (or x1) [3]') in said
+
+
 def test_default_output_fits_the_data_and_follows_the_signature(tmp_path):
     """Without --output: the first output (in the SignatureDef's order: Keras's, which the
     converter may list otherwise) whose size the targets fit, said so."""
