@@ -794,34 +794,56 @@ def export_notes(r, g, summary, out_path) -> list:
     return notes
 
 
+def input_columns(g, n) -> dict:
+    """{tensor: (first, end)}: the columns of a sample (n values) each model input takes:
+    the whole row, or where join_inputs put it (g.data_inputs' order)."""
+    if not getattr(g, 'joined', None):
+        return {g.inputs[0]: (0, n)}
+    by_name, out, at = {t.name: t.index for t in g.tensors}, {}, 0
+    for name, shape, _ in g.data_inputs[0]:
+        w = int(np.prod(shape[1:]))
+        out[by_name[name]] = (at, at + w)
+        at += w
+    return out
+
+
 def check_ids(model_path, g, xy, dtype):
     """An embedding's ids (the input a GATHER reads) must reach the board exactly: the
     samples stored as dtype must give them back, integers all."""
-    if xy is None or not any(op.name == 'GATHER' and g.inputs[0] in op.inputs[1:2] for op in g.ops):
+    cols = input_columns(g, xy[0].shape[1]) if xy is not None else {}
+    gathers = [op for op in g.ops if op.name == 'GATHER' and len(op.inputs) > 1
+               and op.inputs[1] in cols]
+    if not gathers:
         return
-    x = xy[0]
-    if not np.all(x == np.round(x)):
-        raise PrepareError(f'{model_path}: its input is an embedding\'s ids, and the data holds '
-                           'values that are not integers: give the ids (token or category '
-                           'numbers) as they are')
-    for op in g.ops:
-        if op.name == 'GATHER' and op.inputs[1] == g.inputs[0]:
-            n = g.tensors[op.inputs[0]].shape[0]
-            lo = -n if len(op.inputs) > 2 else 0
-            bad = x[(x < lo) | (x >= n)]
-            if bad.size:
-                raise PrepareError(f'{model_path}: op {op.number} GATHER reads rows of a {n}-row '
-                                   f'table by the input\'s ids, and the data holds id '
-                                   f'{bad.flat[0]:g} ({bad.size} outside {lo}..{n - 1}); TFLite '
-                                   'stops at such an id, and so would the board: give ids '
-                                   'the table has')
+    for op in gathers:
+        lo, hi = cols[op.inputs[1]]
+        x = xy[0][:, lo:hi]
+        if not np.all(x == np.round(x)):
+            raise PrepareError(f'{model_path}: its input is an embedding\'s ids, and the data '
+                               'holds values that are not integers: give the ids (token or '
+                               'category numbers) as they are')
+        n = g.tensors[op.inputs[0]].shape[0]
+        first = -n if len(op.inputs) > 2 else 0
+        bad = x[(x < first) | (x >= n)]
+        if bad.size:
+            raise PrepareError(f'{model_path}: op {op.number} GATHER reads rows of a {n}-row '
+                               f'table by the input\'s ids, and the data holds id '
+                               f'{bad.flat[0]:g} ({bad.size} outside {first}..{n - 1}); TFLite '
+                               'stops at such an id, and so would the board: give ids '
+                               'the table has')
     if dtype != 'float32':
         from ..files.dataset import quantization
+        x = xy[0]
         sc, off = quantization(x, dtype)
         if sc != 1.0:
-            raise PrepareError(f'{model_path}: its input is an embedding\'s ids, which span '
-                               f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 '
-                               'consecutive ids exactly, not these; use --dtype float32')
+            raise PrepareError(
+                f'{model_path}: its input is an embedding\'s ids, which span '
+                f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 consecutive ids '
+                'exactly, not these; use --dtype float32' if len(cols) == 1 else
+                f'{model_path}: an input is an embedding\'s ids, stored with the other inputs '
+                f'at one --dtype {dtype} scale (all the values span {float(x.min()):g}..'
+                f'{float(x.max()):g}): it holds them exactly only where every value is one of '
+                '256 consecutive integers; use --dtype float32')
 
 
 def joined_range_notes(data, parts, x, dtype) -> list:

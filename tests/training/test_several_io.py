@@ -456,3 +456,52 @@ def test_select_chooses_among_the_trained_outputs_layers(tmp_path):
     assert set(s['trainable']) <= {'wc', 'bc', 'wf', 'bf'} and 'wf' in s['trainable']
     code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
     assert code == 0, text
+
+
+def _build_embedding(path, seed=0):
+    """ids [1, 2] int32 -> GATHER of a [5, 3] table -> RESHAPE [1, 6]; CONCATENATION
+    with feat [1, 2] -> FULLY_CONNECTED -> logits [1, 3]."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    ids = b.tensor('ids', [1, 2], dtype='int32')
+    feat = b.tensor('feat', [1, 2])
+    e = b.tensor('e', [1, 2, 3])
+    b.op('GATHER', [b.tensor('table', [5, 3], data=f32(rng.standard_normal((5, 3)))), ids], [e],
+         axis=0)
+    r = b.tensor('r', [1, 6])
+    b.op('RESHAPE', [e, b.tensor('shape', [2], data=np.array([1, 6], np.int32))], [r])
+    cat = b.tensor('cat', [1, 8])
+    b.op('CONCATENATION', [r, feat], [cat], axis=1, fused_activation_function='NONE')
+    y = b.tensor('logits', [1, O])
+    b.op('FULLY_CONNECTED', [cat, b.tensor('w', [O, 8], data=f32(0.3 * rng.standard_normal((O, 8)))),
+                             b.tensor('bias', [O], data=f32(np.zeros(O)))], [y])
+    b.inputs(ids, feat)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def test_embedding_ids_beside_features(tmp_path):
+    """An embedding's ids beside float features: the table trains, utrain's forward is
+    ONERT's; 8-bit samples, which would store the ids at the features' scale, are refused,
+    and so are ids outside the table, naming the op."""
+    src = _build_embedding(tmp_path / 'emb.tflite')
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 5, (40, 2))
+    feat = rng.standard_normal((40, 2)).astype(np.float32)
+    y = ids[:, 0] % 3
+    np.savez(tmp_path / 'd.npz', ids=ids, feat=feat, y=y)
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz')
+    assert 'table' in s['trainable']
+    import onert.infer
+    sess = onert.infer.session(src)
+    ref = np.stack([np.asarray(sess.infer([ids[i:i + 1].astype(np.int32), feat[i:i + 1]])[0]).ravel()
+                    for i in range(10)])
+    got = utrain_outputs(tmp_path / 'r', np.concatenate([ids, feat], 1)[:10].astype(np.float32))
+    assert np.abs(got - ref).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0, text
+    with pytest.raises(PrepareError, match='embedding.*one --dtype uint8 scale.*use --dtype float32'):
+        _prepare(src, tmp_path / 'u', tmp_path / 'd.npz', dtype='uint8')
+    np.savez(tmp_path / 'bad.npz', ids=ids + 3, feat=feat, y=y)
+    with pytest.raises(PrepareError, match='op 0 GATHER reads rows of a 5-row table.*outside 0..4'):
+        _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz')
