@@ -1929,8 +1929,8 @@ JOINED = 'utrain_inputs'
 
 def join_inputs(g: Graph):
     """A graph with several inputs takes them as one [1, n] input, JOINED (the inputs'
-    values one after the other, each flattened, in their maker's order (natural): what a data file's
-    arrays become, dataset.join_inputs): a SPLIT_V of it into each input's values, and a
+    values one after the other, each flattened, in their maker's order (natural): what a
+    data file's arrays become, dataset.load_inputs): a SPLIT_V of it into each input's values, and a
     RESHAPE of each to its input's shape; the devices run one input as before.  Tensors
     are appended (the others keep their numbers).  Sets and returns g.joined, [(name,
     shape)] of the inputs joined, or None for a graph with one input."""

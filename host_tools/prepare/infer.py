@@ -309,7 +309,7 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     from ..graph import rewrite as rw
     from ..plan.runplan import data_inputs
     g = read_model(model)
-    g.file_inputs, g.file_outputs = list(g.inputs), list(g.outputs)
+    g.file_inputs = list(g.inputs)
     try:
         rw.choose_output(g, output, ds.targets_of(data) if output is None else None)
     except ValueError as e:
