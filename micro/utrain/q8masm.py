@@ -1,7 +1,8 @@
 # SGD momentum's int16 velocity step (utrain.q8mom's vmk) in inline Thumb assembler, for
 # ARM boards (host_tools stages it for armv6m/armv7m firmware alone; q8mom imports it
-# when present and keeps its viper vmk as the reference, q8mom.V): the same integers,
-# ~30 cycles a velocity on a Cortex-M0+ for viper's ~260.  Loaded only with --momentum.
+# when q8asm is there and keeps its viper vmk as the reference, q8mom.V): the same
+# integers, ~60 cycles a velocity on the emulated Pico (its call included) for viper's
+# ~260.  Loaded only with --momentum.
 import micropython
 from array import array
 

@@ -73,7 +73,7 @@ def hk(v, n: int, st: int):
         i += st
 
 
-# ARM boards: vmk on q8masm's Thumb loop (~30 cycles a velocity for viper's ~260 on a
+# ARM boards: vmk on q8masm's Thumb loop (~60 cycles a velocity for viper's ~260 on a
 # Cortex-M0+); the viper one (V) stays its reference: tests/support/q8kern_cases.py
 V = None
 from utrain.q8kern import _A  # noqa: E402
