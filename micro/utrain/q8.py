@@ -441,15 +441,16 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
-        # and SGD momentum's int16 weight velocities (mom: the trainer's; utrain.q8mom;
-        # made here: made in setup, after the layers, a classifier's found no run long
-        # enough after a prefix pass, MobileNetV2 needed 81 KB more than without)
+        # and SGD momentum's int16 weight velocities (mom: the trainer's; utrain.q8mom's
+        # format, 2 bytes a weight, zeros; made here: made in setup, after the layers, a
+        # classifier's found no run long enough after a prefix pass, MobileNetV2 needed
+        # 81 KB more than without; q8mom itself loads in setup: its load's temporaries
+        # here cut the run the velocities take)
         vel = {}
         if mom:
-            from utrain import q8mom
             for i in sorted([i for i in range(len(ls)) if trained_n(ls[i])],
                             key=lambda i: -trained_n(ls[i])):
-                vel[i] = q8mom.vel(trained_n(ls[i]))
+                vel[i] = bytearray(2 * trained_n(ls[i]))
         # a graph's held gradients, one buffer a slot (the walk planned once: its
         # temporaries between the buffers fragment a board's heap)
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
