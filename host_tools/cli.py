@@ -419,8 +419,8 @@ def _args_settings(q):
                    help='default: the model\'s training metadata, else scce when --data holds one '
                         'class number per sample for a model with several outputs, cce when it holds '
                         'one-hot rows (one value per output), bce when it holds 0s and 1s for a '
-                        'model ending in a sigmoid, else mse (an int8 model then trains '
-                        'dequantized: int8 training takes scce or cce). '
+                        'model ending in a sigmoid, else mse (an int8 model trains as int8 with '
+                        'scce, cce, mse or mae; with bce, dequantized). '
                         'cce and scce without --from-logits expect probabilities (a model ending '
                         'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
                         '(e.g. PyTorch through tico) prepare says so and trains from logits')

@@ -1147,6 +1147,14 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
         if d['k'] == q8.NRM:
             objs += arr(16)                 # its row's sums and multiplier (utrain.q8nrm)
+        if d['k'] == q8.TCV:                # its weights, bias, int32 sums, and where it
+            objs += arr(d['wn']) + arr(4 * d['nb']) + arr(4 * d['nout'])    # passes a
+            if trains and d.get('back'):    # gradient its int8 dz and rescaling (q8tcv)
+                objs += arr(d['nout']) + arr(4 * d['nb'])
+            if trains and d.get('xt'):      # its weights train: their int32 gradient, the
+                objs += arr(4 * d['wn']) + 3 * arr(8 * d['nb'])     # bias sums, multipliers
+                if int((settings or {}).get('batch', 1)) > 1:       # (a batch's float sums)
+                    objs += arr(4 * d['wn']) + arr(4 * d['nb'])
         if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
@@ -1175,6 +1183,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                                          # upmk's parameters (utrain.q8 Q8Net._sce, _apply)
                                          + arr(4 * 256) + arr(4 * ls[-1]['nout'])
                                          + arr(4 * 3) + arr(4 * 5))
+    if trains and (settings or {}).get('loss') in ('cce', 'mse', 'mae'):
+        # float targets (utrain.q8train's y) and the loss's float outputs and gradient,
+        # a list of boxed floats each, and the gradient as ints, then int32 (Q8Net._run)
+        n = ls[-1]['nout']
+        parts['loss (float targets, outputs, gradient)'] = 3 * arr(w * n) + 2 * n * blk(2 * w) + arr(4 * n)
     held = 0
     for i, d in enumerate(ls):
         if d.get('sh', i) != i:     # (its first use's weights: utrain.q8share; its bias)
@@ -1301,6 +1314,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.update(('q8bands', 'bands'))
     if tb.get('rr'):
         mods.add('q8range')          # (ranges that follow training)
+    if trains and s.get('loss') in ('mse', 'mae'):
+        mods.add('q8reg')            # (a regression loss)
     if trains and s.get('select'):
         mods.add('q8keep')           # (the board's choice applied: --select board)
     if trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum'):
@@ -1318,7 +1333,8 @@ def q8_modules(tb, trains=True, settings=None):
     from ..target.device import module
     q8 = module('q8')
     for kinds, name in (((q8.CAT,), 'q8cat'), ((q8.LUT,), 'q8lut'), ((q8.PMAX, q8.PAVG), 'q8pool'),
-                        ((q8.BIN,), 'q8bin'), ((q8.SLC,), 'q8slc'), ((q8.NRM,), 'q8nrm')):
+                        ((q8.BIN,), 'q8bin'), ((q8.SLC,), 'q8slc'), ((q8.NRM,), 'q8nrm'),
+                        ((q8.TCV,), 'q8tcv')):
         if any(d['k'] in kinds for d in ls):
             natives.append(name)
     return mods, natives
@@ -1343,7 +1359,7 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
             native += native_mpy_size(t['arch'], name)
         else:       # (q8bin's and q8slc's Python part, around their kernels, is bytecode)
             native += f['native'] if name == 'q8kern' else f['native'] // 8 + (
-                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm') else 0)
+                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv') else 0)
     if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
         native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
             t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')

@@ -20,17 +20,24 @@ import tempfile
 import numpy as np
 
 from ..formats.circle_io import Graph, read_model
+from .exportcheck import POSITIONS      # (a TRANSPOSE_CONV's x, w, bias: 2, 1, 3)
 
 INT8_MODEL = 'int8.circle'          # the calibrated int8 model, beside the run's files
 FLOAT_MODEL = 'float.circle'        # the float graph it came from (rewritten), for export
-WEIGHTED = {'FULLY_CONNECTED': 0, 'CONV_2D': 0, 'DEPTHWISE_CONV_2D': 3}   # op: channel axis
+WEIGHTED = {'FULLY_CONNECTED': 0, 'CONV_2D': 0, 'DEPTHWISE_CONV_2D': 3,   # op: channel axis
+            'TRANSPOSE_CONV': 0}
 
 
-def why_not(s: dict, cache=False) -> str | None:
-    """What in the settings s keeps the int8 path from training (None: nothing): what
-    quant.prepare_q8 refuses, said for a float model."""
-    if s['loss'] not in ('scce', 'cce'):
-        return f'--loss {s["loss"]} (the int8 path takes scce or cce)'
+def why_not(s: dict, cache=False, model_path=None) -> str | None:
+    """What in the settings s keeps the int8 path from training float model model_path
+    (None: any) (None: nothing): what quant.prepare_q8 refuses, said for a float model."""
+    from .quant import LOSSES, softmax_end
+    if s['loss'] not in LOSSES:
+        return f'--loss {s["loss"]} (the int8 path takes {", ".join(LOSSES)})'
+    if s['loss'] in ('mse', 'mae') and model_path and not model_path.endswith('.onnx') and \
+            softmax_end(read_model(model_path)):
+        return (f'--loss {s["loss"]} on a model ending in SOFTMAX (the int8 path leaves it '
+                'to scce or cce)')
     if s['optimizer'] not in ('sgd', 'adam') or (s.get('momentum') and s['optimizer'] != 'sgd'):
         return f'--optimizer {s["optimizer"]}' + (f' momentum {s["momentum"]}' if s.get('momentum')
                                                    else '') + ' (the int8 path: sgd, adam)'
@@ -54,8 +61,9 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
     for op in og.ops:
         if op.name in WEIGHTED and len(op.inputs) > 1:
             weights[op.inputs[1]] = (op, WEIGHTED[op.name])
-            if len(op.inputs) > 2 and op.inputs[2] >= 0:
-                weights[op.inputs[2]] = (op, None)
+            bp = POSITIONS.get(op.name, (0, 1, 2))[2]
+            if len(op.inputs) > bp and op.inputs[bp] >= 0:
+                weights[op.inputs[bp]] = (op, None)
     for t in og.tensors:
         if t.dtype != 'float32':
             if t.data is None:
@@ -137,7 +145,8 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     for op in og.ops:       # weights with room to grow, the int32 biases at their scales
         if op.name not in WEIGHTED or len(op.inputs) < 2:
             continue
-        x, w = og.tensors[op.inputs[0]], og.tensors[op.inputs[1]]
+        xp, _, bp = POSITIONS.get(op.name, (0, 1, 2))
+        x, w = og.tensors[op.inputs[xp]], og.tensors[op.inputs[1]]
         ax = w.quant.get('quantized_dimension', 0)
         sw = np.float32(np.asarray(w.quant['scale'], np.float64) * WEIGHT_HEADROOM)
         wf = trained[w.name].astype(np.float64)
@@ -145,9 +154,9 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
         w.data = np.clip(np.round(wf / sw.astype(np.float64).reshape(shp)), -127, 127).astype(np.int8)
         sb = np.float32(np.float64(x.quant['scale'][0]) * sw.astype(np.float64))
         w.quant = dict(w.quant, scale=[float(v) for v in sw])
-        if len(op.inputs) < 3 or op.inputs[2] < 0:
+        if len(op.inputs) <= bp or op.inputs[bp] < 0:
             continue        # (no bias: the int8 path gives it a zero one, quant.zero_bias)
-        b = og.tensors[op.inputs[2]]
+        b = og.tensors[op.inputs[bp]]
         b.quant = dict(b.quant, scale=[float(v) for v in sb])
         b.data = np.round(trained[b.name].astype(np.float64).reshape(-1) / sb.astype(np.float64)
                           ).astype(np.int32).reshape(b.shape)
@@ -198,7 +207,7 @@ def choose(int8, model_path, board, backend, data, s, cache):
     ValueError when int8 was asked and cannot be."""
     if int8 is False:
         return False, ''
-    why = why_not(s, cache) or (None if data else 'no --data to calibrate the int8 scales on')
+    why = why_not(s, cache, model_path) or (None if data else 'no --data to calibrate the int8 scales on')
     if int8:
         if why:
             raise ValueError(f'{model_path}: {why}; without --int8 it trains in float32')
@@ -219,7 +228,10 @@ def dequantized(int8_path, wof_path, train, n, numbers=None) -> dict:
     g8 = quant.numbered(read_model(int8_path), numbers)
     m = quant.meta(g8, train)
     out = {}
-    for k, a in quant.read_q8_wof(wof_path, g8, m).items():
+    got = quant.read_q8_wof(wof_path, g8, m)
+    quant.tconved(g8, m, wof_path)          # (TRANSPOSE_CONV weights: trained.wof.q8c)
+    got.update({k: g8.tensors[k].data for d in m['layers'] if d.get('xt') for k in (d['xw'], d['xb'])})
+    for k, a in got.items():
         if k >= n:
             continue                    # a zero bias the float model has no tensor for
         t = g8.tensors[k]

@@ -383,7 +383,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
-    as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
+    as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s, source))
     # the samples as given, read once here for the input's scale and --select's flash check
     # (a model with several inputs: they are joined after the rewrites, and not scaled)
     early = data and len(source.inputs) == 1 and (rewrite and scale_input or select and board)
@@ -392,16 +392,24 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
     auto = None         # why an int8 model trains dequantized without --dequantize
-    if as8 and not dequantize and s['loss'] not in ('scce', 'cce') and overrides.get('loss') is None \
+    if as8 and not dequantize and quant.loss_refusal(s, source) and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):
-        # the loss nobody named (the data's, or the default) is one int8 training lacks: a
-        # regression or a sigmoid's bce trains dequantized, as --dequantize would
-        auto = f'int8 training takes --loss scce or cce, and this run\'s loss is {s["loss"]}'
+        # the loss nobody named (the data's, or the default) is one int8 training lacks for
+        # this model (a sigmoid's bce, mse on probabilities): trained dequantized, as
+        # --dequantize would
+        auto = quant.loss_refusal(s, source)
     elif as8 and not (dequantize or train_config) and rewrite:
         # an op int8 training has no kernel for and the float path runs (ABS, ...) when
         # nobody named what trains: trained dequantized
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
+        if not why and not (ranks or select) and overrides.get('train') is None:
+            # (settings a TRANSPOSE_CONV's int8 update lacks: Adam, momentum)
+            gr = quant.rewritten(source)
+            try:
+                why = quant.tcv_refusal(quant.layers(gr, train), gr, s)
+            except ValueError:      # (prepare_q8 refuses it, saying why)
+                why = None
         auto = why if why and quant.float_takes(source, train) else None
         if not (auto or ranks or select) and rw.input_scale_for(source.input_rms):
             # an input the float run scales (rewrite.scale_input): the int8 run keeps its

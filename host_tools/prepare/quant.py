@@ -40,8 +40,8 @@ from ..graph.passes import PrepareError
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC, NRM = (_Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN,
-                                               _Q8.SLC, _Q8.NRM)
+POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC, NRM, TCV = (_Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN,
+                                                    _Q8.SLC, _Q8.NRM, _Q8.TCV)
 # elementwise ops of one input, tabulated over the 256 int8 inputs (_lut_layer): the
 # real function and its derivative (numpy, x real)
 _ERF = np.vectorize(math.erf)
@@ -78,13 +78,13 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
-         'PRELU': BIN, 'L2_NORMALIZATION': NRM, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+         'PRELU': BIN, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
 BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU')   # BIN's 'bo'
 SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
 RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
 TRAINABLE = (FC, CONV, DW)
-BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC, NRM)   # kinds utrain.q8 passes a gradient through
+BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC, NRM, TCV)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
@@ -175,15 +175,43 @@ def embedding_ids_note(g: Graph) -> str:
             '(the converter\'s inference_input_type)')
 
 
-def settings_refusal(s: dict) -> str | None:
-    """Why the int8 path does not train with settings s (prepare's resolved loss,
-    optimizer, schedule), or None."""
+LOSSES = ('scce', 'cce', 'mse', 'mae')     # the int8 path's (utrain.q8train)
+
+
+def softmax_end(g: Graph) -> bool:
+    """Does g's output come from a SOFTMAX (a float output's DEQUANTIZE, shape ops
+    between)?"""
+    prod = {k: op for op in g.ops for k in op.outputs}
+    op = prod.get(g.outputs[0]) if g.outputs else None
+    while op is not None and op.name in ('DEQUANTIZE', 'RESHAPE', 'SQUEEZE'):
+        op = prod.get(op.inputs[0])
+    return op is not None and op.name == 'SOFTMAX'
+
+
+def loss_refusal(s: dict, g: Graph = None) -> str | None:
+    """Why the int8 path does not train model g (None: any) with s's loss, or None."""
+    if s['loss'] not in LOSSES:
+        return (f'int8 training takes --loss {", ".join(LOSSES)}, and this run\'s loss is '
+                f'{s["loss"]}')
+    if s['loss'] in ('mse', 'mae') and g is not None and softmax_end(g):
+        return (f'--loss {s["loss"]} on a model ending in SOFTMAX: the int8 path leaves the '
+                'final SOFTMAX to its softmax losses (scce, cce); --dequantize trains it in '
+                f'float32 with {s["loss"]} on the probabilities')
+    return None
+
+
+def settings_refusal(s: dict, g: Graph = None) -> str | None:
+    """Why the int8 path does not train (model g, None: any) with settings s (prepare's
+    resolved loss, optimizer, schedule), or None."""
     if s.get('weight_decay') or s.get('schedule', 'constant') != 'constant' or s.get('warmup'):
         return ('int8 training has no weight decay or learning-rate schedule; --dequantize '
                 'trains the model in float32 with them')
-    if (s['loss'] not in ('scce', 'cce') or s['optimizer'] not in ('sgd', 'adam')
+    why = loss_refusal(s, g)
+    if why and s['loss'] in LOSSES:
+        return why
+    if (why or s['optimizer'] not in ('sgd', 'adam')
             or (s['momentum'] and s['optimizer'] != 'sgd')):
-        return ('int8 training takes --loss scce or cce, --optimizer sgd (with or without '
+        return ('int8 training takes --loss scce, cce, mse or mae, --optimizer sgd (with or without '
                 'momentum) or adam; --dequantize trains it in float with '
                 f'{s["loss"]}/{s["optimizer"]}' + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
     return None
@@ -369,14 +397,39 @@ def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
 
 def op_refusal(g: Graph, train='none'):
     """'op N (NAME) is not supported by int8 training' where int8 training has no kernel
-    for an op of int8 graph g (layers() refuses it; train: as --train); else None."""
+    for an op of int8 graph g (layers() refuses it; train: as --train), or does not train
+    the weights of one --train names (frozen_named); else None."""
     import re
     try:
         layers(rewritten(g), train)
     except ValueError as e:
         m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
         return m.group(0) if m else None
+    return frozen_named(g, train)
+
+
+def tcv_refusal(ls, g: Graph, s: dict) -> str | None:
+    """Why settings s keep layer table ls's TRANSPOSE_CONV weights ('xt') from training
+    as int8 (utrain.q8tcv: SGD without momentum), or None."""
+    xt = [g.ops[d['op']].number for d in ls if d.get('xt')]
+    if xt and (s['optimizer'] != 'sgd' or s.get('momentum')):
+        return (f'op {xt[0]} (TRANSPOSE_CONV) trains as int8 with --optimizer sgd without '
+                'momentum only (utrain.q8tcv)')
     return None
+
+
+def frozen_named(g: Graph, train) -> str | None:
+    """What int8 training leaves frozen among the ops --train names (a TRANSPOSE_CONV's
+    weights train only where a layer below it trains: utrain.q8tcv), or None."""
+    gr = rewritten(g)
+    on, _ = _ops_on(gr, train, {})
+    ops = [gr.ops[d['op']] for d in layers(gr, train)
+           if d['k'] == TCV and d['op'] in on and not d.get('xt')]
+    if not ops:
+        return None
+    return (f'op{"s" * (len(ops) > 1)} {", ".join(str(op.number) for op in ops)} (TRANSPOSE_CONV): '
+            'int8 training trains its weights only where a layer below it trains (its gradient '
+            'comes from the backward pass)')
 
 
 def layers(g: Graph, train='last:1', ranks=None):
@@ -422,7 +475,7 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, SUM, ADD, '
                              'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU, '
-                             'L2_NORMALIZATION, '
+                             'L2_NORMALIZATION, TRANSPOSE_CONV (frozen), '
                              'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
@@ -433,9 +486,10 @@ def layers(g: Graph, train='last:1', ranks=None):
             continue
         if k == ADD and not _plain_add(g, op) or op.name == 'DIV' and not _scalar(g, op.inputs[1]):
             k = BIN
-        x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
-        pad = pads.get(op.inputs[0])
-        xin = src(pad[0] if pad else op.inputs[0])
+        xi = op.inputs[2] if k == TCV else op.inputs[0]     # (TRANSPOSE_CONV: shape, w, x)
+        x, y = g.tensors[xi], g.tensors[op.outputs[0]]
+        pad = pads.get(xi) if k != TCV else None
+        xin = src(pad[0] if pad else xi)
         sx, zx = _q(x)
         sy, zy = _q(y)
         d = {'k': k, 'op': op.index, 'zx': zx[0], 'zy': zy[0], 'sx': sx[0], 'sy': sy[0],
@@ -452,6 +506,8 @@ def layers(g: Graph, train='last:1', ranks=None):
             _lut_layer(g, op, d)
         elif k == NRM:
             _l2_layer(g, op, d, x)
+        elif k == TCV:
+            _tconv_layer(g, op, d, x, y)
         elif k in POOLS:
             _pool_layer(g, op, d, x, y)
         elif k == MEAN:
@@ -847,6 +903,39 @@ def _l2_layer(g, op, d, x):
                          'kernel (and int8 training) takes scale 1/128, zero point 0 and none '
                          '(prepare --dequantize trains it in float)')
     d.update(n=int(x.shape[-1]) if len(x.shape) else 1, kx=1, si=[1 / d['sx']])
+
+
+def _tconv_layer(g, op, d, x, y):
+    """layers(): a TRANSPOSE_CONV as utrain.q8tcv runs it (TFLite Micro's
+    reference_integer_ops::TransposeConv; frozen: its weights do not train): 'g' the
+    geometry of the convolution it is the input gradient of (its input H, W, I this op's
+    output, its output OH, OW, O this op's input; the padding TFLite Micro computes from
+    the output's size), its weights 'xw' [I, KH, KW, O] and bias 'xb' (a zero one where
+    the file has none), per-channel 'mul', 'shf', 'sw'; 'gn' its input's size, 'gx' (its
+    input's gradient is not made in place), 'cl' (its output is kept: the gradient's
+    clamp mask)."""
+    w = g.tensors[op.inputs[1]]
+    sw, _ = _q(w)
+    I, KH, KW, O = (int(v) for v in w.shape)
+    H, W = int(y.shape[1]), int(y.shape[2])
+    OH, OW = int(x.shape[1]), int(x.shape[2])
+    pad = op.options.get('padding', 'SAME')
+    sh, sw_ = op.options.get('stride_h', 1), op.options.get('stride_w', 1)
+    ph, pw = _pad(H, KH, sh, 1, pad)[1], _pad(W, KW, sw_, 1, pad)[1]
+    if len(op.inputs) < 4 or op.inputs[3] < 0:
+        stand = type('Op', (), {'inputs': [None, op.inputs[1]], 'name': 'TRANSPOSE_CONV'})()
+        op.inputs[3:] = [zero_bias(g, stand, d['sx'], sw)]
+    b = g.tensors[op.inputs[3]]
+    if b.dtype != 'int32' or int(x.shape[3]) != O or int(y.shape[3]) != I:
+        raise ValueError(f'{g.path}: TRANSPOSE_CONV op {op.number}: bias {b.dtype}, input '
+                         f'{list(x.shape)}, weights {list(w.shape)}, output {list(y.shape)}: '
+                         'int8 training takes int32 biases and NHWC tensors (prepare --dequantize '
+                         'trains it in float)')
+    sw = list(sw) if len(sw) == I else list(sw) * I
+    mm = [quantize_multiplier(d['sx'] * s / d['sy']) for s in sw]
+    d.update(xw=op.inputs[1], xb=op.inputs[3], wn=int(w.data.size), nb=I, sw=sw,
+             mul=[m for m, _ in mm], shf=[e for _, e in mm], gn=int(np.prod(x.shape)), gx=1,
+             cl=1, g=[H, W, I, O, KH, KW, sh, sw_, ph, pw, OH, OW, 1, 1])
 
 
 def _div_tables(d, z2, s2, sy):
@@ -1282,6 +1371,8 @@ def _mark_trained(g, out, train, ranks):
                                  'layers; int8 training passes no gradient through it (train '
                                  'later layers only, or prepare --dequantize)')
             d['back'] = 1                     # passes the gradient back to a trained layer
+            if d['k'] == TCV and d['op'] in ops_on:
+                d['xt'] = d['kx'] = 1         # its weights train too (utrain.q8tcv: x kept)
             if d.get('bo') == 7 and d['op'] in ops_on:
                 d['ta'] = 1                   # a PRELU's slopes train (utrain.q8slope)
         for i in chosen:
@@ -1477,6 +1568,8 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
+    if _xsizes(ls):
+        m['wsizes'] = _xsizes(ls)
     m.update(plan(ls, rows))
     if getattr(g, 'follow_ranges', 0):     # a float model calibrated as int8 (fromfloat)
         # the softmax table on to its zeros (at most ETAB_MAX entries): the logits' range
@@ -1558,10 +1651,17 @@ def wof_arrays(g: Graph, m: dict) -> dict:
     """{tensor: int8/int32 array} of every weight and bias in the layer table."""
     out = {}
     for d in m['layers']:
-        if 'wt' in d:
-            out[d['wt']] = g.tensors[d['wt']].data
-            out[d['bt']] = g.tensors[d['bt']].data
+        for w, b in (('wt', 'bt'), ('xw', 'xb')):   # (xw: a TRANSPOSE_CONV's, utrain.q8tcv)
+            if w in d:
+                out[d[w]] = g.tensors[d[w]].data
+                out[d[b]] = g.tensors[d[b]].data
     return out
+
+
+def _xsizes(ls) -> list:
+    """meta's 'wsizes' of the weights a layer reads that are not its 'wt' (a
+    TRANSPOSE_CONV's 'xw', 'xb': utrain.q8tcv): tensor, bytes, ..."""
+    return [v for d in ls if 'xw' in d for v in (d['xw'], d['wn'], d['xb'], 4 * d['nb'])]
 
 
 def split(g: Graph, m: dict, rows=None):
@@ -1591,7 +1691,7 @@ def split(g: Graph, m: dict, rows=None):
     # header check (a list of pairs: 106 small lists, 3.9 KB parsed on a 32-bit board
     # for MobileNetV2, against 1 KB)
     base['wsizes'] = [v for d in ls if 'wt' in d
-                      for v in (d['wt'], d['wn'], d['bt'], 4 * d['nb'])]
+                      for v in (d['wt'], d['wn'], d['bt'], 4 * d['nb'])] + _xsizes(ls)
     p = dict(base, layers=pre, sx=m['sx'], zx=m['zx'], sy=sc, zy=zc, nin=m['nin'],
              nclass=ls[first - 1]['nout'], xin=m['xin'])
     p.update(plan(pre, rows, resident=False))
@@ -1667,7 +1767,7 @@ def as_written(m: dict, tables=None):
                 else:
                     del d['sw']
             for k in ('sx', 'sy', 's2', 'op', 'hw'):  # (the board needs them only to train,
-                if not d.get('train') and not (i in follow and k in ('sx', 'sy')):
+                if not (d.get('train') or d.get('xt')) and not (i in follow and k in ('sx', 'sy')):
                     d.pop(k, None)                      # and a range that doubles its scales)
             out['layers'].append(d)
     for out in outs.values():
@@ -1715,33 +1815,49 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     followed(g, m, wof_path)
     grown(g, m, wof_path)
     sloped(g, m, wof_path)
+    tconved(g, m, wof_path)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
 
-def sloped(g: Graph, m: dict, wof_path) -> None:
-    """The PRELU slopes a run trained (wof_path + '.q8a', utrain.q8slope: b'UTPA', then
-    per layer u32 its alpha tensor, u32 its values, int8 each) into g's alpha tensors."""
+def _side(g: Graph, p, tag, ok, what, file_what) -> None:
+    """A side file a run wrote beside trained.wof (utrain.q8kern side_save: tag, then per
+    tensor u32 its index, u32 its bytes, the bytes) into g's tensors; ok {tensor: bytes}
+    the ones it may hold; what / file_what name them in a refusal."""
     import struct
-    p = wof_path + '.q8a'
     if not os.path.exists(p):
         return
     with open(p, 'rb') as f:
         data = f.read()
-    ok = {d['in'][1]: len(d['kc']) for d in m['layers'] if d.get('ta')}
-    o = 4 if data[:4] == b'UTPA' else len(data) + 1
+    o = 4 if data[:4] == tag else len(data) + 1
     while o + 8 <= len(data):
         k, n = struct.unpack_from('<II', data, o)
         if ok.get(k) != n or o + 8 + n > len(data):
-            raise ValueError(f'{p}: slopes of tensor {k} ({n} values) are not a trained PRELU '
-                             'alpha of this model (prepare writes trained.wof.q8a beside the run)')
+            raise ValueError(f'{p}: tensor {k} ({n} bytes) is not {what} of this model '
+                             f'(prepare writes {os.path.basename(p)} beside the run)')
         t = g.tensors[k]
-        t.data = np.frombuffer(data[o + 8:o + 8 + n], np.int8).reshape(t.shape).copy()
+        t.data = np.frombuffer(data[o + 8:o + 8 + n], np.int8 if t.dtype == 'int8' else '<i4'
+                               ).reshape(t.shape).copy()
         o += 8 + n
     if o != len(data):
-        raise ValueError(f'{p}: not the trained PRELU slopes of this model')
+        raise ValueError(f'{p}: not {file_what} of this model')
+
+
+def sloped(g: Graph, m: dict, wof_path) -> None:
+    """The PRELU slopes a run trained (wof_path + '.q8a', utrain.q8slope: b'UTPA', then
+    per layer u32 its alpha tensor, u32 its values, int8 each) into g's alpha tensors."""
+    _side(g, wof_path + '.q8a', b'UTPA', {d['in'][1]: len(d['kc']) for d in m['layers'] if d.get('ta')},
+          'a trained PRELU alpha', 'the trained PRELU slopes')
+
+
+def tconved(g: Graph, m: dict, wof_path) -> None:
+    """The TRANSPOSE_CONV weights and biases a run trained (wof_path + '.q8c',
+    utrain.q8tcv: b'UTTC', int8 weights, int32 biases) into g's tensors."""
+    _side(g, wof_path + '.q8c', b'UTTC', {k: n for d in m['layers'] if d.get('xt') for k, n in (
+        (d['xw'], d['wn']), (d['xb'], 4 * d['nb']))}, 'a trained TRANSPOSE_CONV weight or bias',
+        'the trained TRANSPOSE_CONV weights')
 
 
 SAME_SCALE = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
@@ -1823,8 +1939,8 @@ def grown(g: Graph, m: dict, wof_path) -> None:
 
 def trained_params(ls) -> int:
     """Weights and biases that train in layer table ls (a rank's window of them; a
-    tensor several layers read, once), and PRELU slopes."""
-    n = sum(len(d['kc']) for d in ls if d.get('ta'))
+    tensor several layers read, once), PRELU slopes and TRANSPOSE_CONV weights."""
+    n = sum(len(d['kc']) for d in ls if d.get('ta')) + sum(d['wn'] + d['nb'] for d in ls if d.get('xt'))
     seen = set()
     for d in ls:
         if d.get('train'):
@@ -2012,7 +2128,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                             write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
-    why = settings_refusal(s)
+    why = settings_refusal(s, g)
     if why:
         raise PrepareError(f'{model_path}: {why}')
     if cache == 'host':
@@ -2024,11 +2140,18 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
-        ops = [op for op in g.ops if len(op.inputs) > 2 and op.inputs[2] == t.index]
+        ops = [op for op in g.ops if t.index in op.inputs[2:4] and t.name.endswith('/zero_bias')]
         log(f'{model_path}: op{"s" if len(ops) > 1 else ""} {", ".join(str(op.number) for op in ops)} '
             f'{ops[0].name} ha{"ve" if len(ops) > 1 else "s"} no bias tensor: '
             f'{"they train" if len(ops) > 1 else "it trains"} with a zero int32 bias ({t.name}), '
             'which export writes into the trained model')
+    why = frozen_named(g, train if not ranks else 'none')
+    if why:
+        log(f'{model_path}: {why}: they stay as the file has them (--dequantize trains them too)')
+    why = tcv_refusal(m['layers'], g, s)
+    if why:
+        raise PrepareError(f'{model_path}: {why}; leave it out of --train, or --dequantize '
+                           'trains it in float32')
     if not any(d.get('train') for d in m['layers']):
         from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
@@ -2085,7 +2208,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if any('wt' in d for d in m['layers']):
         files['quant'] = 'q8.req'        # (deploy copies it with the model)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])] + [
-        d['in'][1] for d in m['layers'] if d.get('ta')]     # (PRELU slopes: utrain.q8slope)
+        d['in'][1] for d in m['layers'] if d.get('ta')] + [     # (PRELU slopes: utrain.q8slope)
+        t for d in m['layers'] if d.get('xt') for t in (d['xw'], d['xb'])]    # (q8tcv)
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': trained_params(m['layers']),

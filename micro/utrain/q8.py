@@ -21,7 +21,7 @@ from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
@@ -473,7 +473,7 @@ class Q8Net:
             self.S = q8sparse
         # pools and the kinds from CAT on: forward and gradient in a module of their own,
         # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc,
-        # q8nrm)
+        # q8nrm, q8tcv)
         self.X = X = {}
         for d in ls:
             if d['k'] == CAT and CAT not in X:
@@ -494,6 +494,9 @@ class Q8Net:
             elif d['k'] == NRM and NRM not in X:
                 from utrain import q8nrm
                 X[NRM] = q8nrm
+            elif d['k'] == TCV and TCV not in X:
+                from utrain import q8tcv
+                X[TCV] = q8tcv
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -570,6 +573,8 @@ class Q8Net:
             self.sh = Share(self, qmul, _i32, _f32, FS)
         # the state either keeps beside the weights (files, checkpoints: in this order)
         self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
+        if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
+            self.ext.append(X[TCV].Train(self, qmul))
         self.setup()
 
     def strips(self):
@@ -1467,7 +1472,7 @@ def gin(ls, hz=()):
 
 def gtwo(ls):
     """Does the backward pass of layer table ls need two input-gradient buffers: a pool,
-    a BIN that broadcasts, an SLC that gathers ('gx': a transpose), or a MEAN whose
+    a BIN that broadcasts, an SLC that gathers or a TCV ('gx'), or a MEAN whose
     gradient is not read broadcast, above the lowest trained layer (its
     input's gradient is made from its output's, both int32)?  Else one
     (host_tools/plan/memory.py plans them with this)."""
@@ -1475,7 +1480,7 @@ def gtwo(ls):
     for i in range(first + 1, len(ls)):
         d = ls[i]
         if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (
-                d['k'] == SLC and 'gx' in d) or (
+                'gx' in d) or (
                 d['k'] == MEAN and not bcast(ls, i))):
             return True
     return False

@@ -19,6 +19,9 @@ def apply(net, lr, scale, qmul, FS):
             upd(net, L, lr, scale, qmul, FS)
     if net.sl is not None:      # (PRELU slopes that train: utrain.q8slope)
         net.sl.apply(lr, scale)
+    x = net.ext[-1] if net.ext else None
+    if x is not None and x.TAG == b'UTTC':      # (TRANSPOSE_CONV weights: utrain.q8tcv)
+        x.apply(lr, scale)
     net.zero()
 
 

@@ -3,8 +3,9 @@
 # calls, over utrain.q8.  Samples come from a .ds stored as int8 with the model input's
 # scale and zero point, so a sample's bytes are the model's input as they are.
 # Losses: softmax cross-entropy on the dequantized logits, with a class label (scce) or
-# class probabilities (cce).  Optimizers: SGD with QAS (batch 1: each chunk of a layer's
-# weight gradient applied as it is made; larger batches: int32 sums, updated at the
+# class probabilities (cce); mse and mae against float targets (utrain.q8reg).
+# Optimizers: SGD with QAS (batch 1: each chunk of a layer's weight gradient applied as
+# it is made; larger batches: int32 sums, updated at the
 # batch's end), with momentum (int16 weight velocities: utrain.q8mom), and Adam on
 # float32 masters of the trained layers (a rank's window of them; none for a layer whose
 # bias alone trains).
@@ -17,7 +18,7 @@ from struct import pack, unpack, calcsize
 from utrain.q8 import Q8Net, _i32, _f32
 from utrain.data import epoch
 
-LOSSES = ('scce', 'cce')
+LOSSES = ('scce', 'cce', 'mse', 'mae')
 OPTIMIZERS = ('sgd', 'adam')
 
 
@@ -42,14 +43,17 @@ class Q8Trainer:
         c.update(settings)
         if (c['loss'] not in LOSSES or c['optimizer'] not in OPTIMIZERS or int(c['batch']) < 1
                 or (c['momentum'] and c['optimizer'] != 'sgd')):
-            raise ValueError('train.json: int8 training takes loss scce or cce, optimizer sgd '
-                             '(with or without momentum) or adam, batch 1 or more (prepare '
-                             '--dequantize trains the model in float with any)')
+            raise ValueError('train.json: int8 training takes loss %s, optimizer sgd (with or '
+                             'without momentum) or adam, batch 1 or more (prepare --dequantize '
+                             'trains the model in float with any)' % ' '.join(LOSSES))
         if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
         self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0)
         self.weights_path = weights
+        if c['loss'] in LOSSES[2:]:     # (mse, mae)
+            from utrain.q8reg import use
+            use(self)
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
                        c['momentum'])
         self.epoch = self.pos = self.retries = self.pending = 0
@@ -63,7 +67,7 @@ class Q8Trainer:
         self.x = bytearray(meta['nin'])
         self.ds = self.plain = None     # the dataset _read last checked
         self.ncls = meta['nclass']
-        self.y = [0.0] * self.ncls if c['loss'] == 'cce' else None
+        self.y = None if c['loss'] == 'scce' else [0.0] * self.ncls
 
     def lower_lr(self, factor):
         self.lr_scale *= factor
@@ -89,7 +93,7 @@ class Q8Trainer:
                 raise ValueError('%s: an int8 model trains on int8 samples of %d values at '
                                  "its input's scale and zero point, with %s (prepare writes "
                                  'them)' % (ds.path, len(self.x), 'one label' if ny == 1 else
-                                            '%d class probabilities' % ny))
+                                            '%d targets' % ny))
             self.ds, self.plain = ds, ds.ys == 1.0 and ds.yo == 0.0
         f = ds.f
         f.seek(ds.head + i * ds.rec)

@@ -298,7 +298,7 @@ def test_int8_settings_and_ops_refused(tmp_path):
     with pytest.raises(PrepareError, match='int8 training takes'):
         prepare(MLP, str(tmp_path / 'a'), loss='scce', optimizer='adam', momentum=0.9)
     with pytest.raises(PrepareError, match='int8 training takes'):
-        prepare(MLP, str(tmp_path / 'a'), loss='mse', optimizer='sgd')
+        prepare(MLP, str(tmp_path / 'a'), loss='bce', optimizer='sgd')
     s = prepare(DSCNN, str(tmp_path / 'b'), loss='scce', optimizer='sgd', train='all')
     assert len(s['trainable']) == 20      # every conv, depthwise conv and the dense layer
     s = prepare(DSCNN, str(tmp_path / 'c'), loss='scce', optimizer='sgd', train='last:4')

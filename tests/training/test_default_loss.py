@@ -141,10 +141,10 @@ def test_zero_one_targets_of_a_sigmoid_train_with_bce(tmp_path, n_out):
     assert '"loss": "mse"' in text
 
 
-def test_an_int8_regression_trains_dequantized_and_says_so(tmp_path):
+def test_an_int8_regression_trains_as_int8(tmp_path):
     """An int8 model with real-valued targets and no --loss (mse) had been refused ("int8
-    training takes --loss scce or cce"): it trains in float32, dequantized, and prepare
-    says why; --loss mse given on the command line is still refused with that advice."""
+    training takes --loss scce or cce"), then trained dequantized: it trains as int8 now
+    (utrain.q8reg), and so with --loss mse given on the command line."""
     model = str(tmp_path / 'm.tflite')
     build_int8_branches(model)
     from host_tools.formats.circle_io import read_model
@@ -153,7 +153,7 @@ def test_an_int8_regression_trains_dequantized_and_says_so(tmp_path):
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape))
     y = np.random.default_rng(3).standard_normal((12, n_out)).astype(np.float32)
     s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape))
-    assert 'q8.json' not in text and '"loss": "mse"' in text
-    assert any('trains in float32, dequantized' in m and 'export --quantized' in m for m in said), said
-    with pytest.raises(PrepareError, match='int8 training takes'):
-        _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape), loss='mse')
+    assert 'q8.json' in text and '"loss": "mse"' in text
+    assert not any('dequantized' in m for m in said), said
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape), loss='mse')
+    assert 'q8.json' in text and not any('dequantized' in m for m in said), said
