@@ -424,7 +424,9 @@ def _args_settings(q):
                    'incomplete batch updates with the mean over the samples it has, where ONERT '
                    'pads it by repeating them)')
     q.add_argument('--epochs', type=int, help='epochs to train')
-    q.add_argument('--metric', choices=['accuracy', 'mae'], help='printed and logged per epoch')
+    q.add_argument('--metric', choices=['accuracy', 'mae'],
+                   help='printed and logged per epoch; default: accuracy for cce, scce and bce '
+                        'on one output, else mae (bce on several outputs is multi-label)')
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
     q.add_argument('--seed', type=int, help='seed of --shuffle (reproducible; file order without it)')
 
@@ -480,12 +482,13 @@ def _args_what_and_where(q):
     q.add_argument('--dequantize', action='store_true',
                    help='an int8 model: train it in float32, dequantized (by default it '
                         'trains as int8: int8 weights, integer forward, QAS updates)')
-    q.add_argument('--int8', dest='int8', action='store_const', const=True, default=None,
+    q8 = q.add_mutually_exclusive_group()     # (both: which did the user mean?)
+    q8.add_argument('--int8', dest='int8', action='store_const', const=True, default=None,
                    help='a float model: train an int8 version calibrated on --data in integers '
                         '(integer forward, QAS updates; export writes float32 again, or int8 '
                         'with --quantized); prepare chooses it itself for a --board without '
                         'ulab (--backend fallback) where the settings allow (docs/int8.md)')
-    q.add_argument('--float32', dest='int8', action='store_const', const=False,
+    q8.add_argument('--float32', dest='int8', action='store_const', const=False,
                    help='a float model: keep float32 training where prepare would choose --int8')
 
 
@@ -617,7 +620,8 @@ def _args_evaluate(sub):
                    'of class sub-folders of images, as prepare reads them')
     q.add_argument('--metric', choices=['accuracy', 'mae'],
                    help='default: accuracy when y holds class labels and the model has several '
-                        'outputs, else MAE (and MSE)')
+                        'outputs, or labels 0 and 1 and it has one output in 0..1 (a sigmoid), '
+                        'else MAE (and MSE)')
     q.add_argument('--nchw', action='store_true',
                    help='flat samples (.csv, .ds) are NCHW (as PyTorch takes them) and the model '
                         'takes NHWC (tico models once prepared/exported); 4-D .npz arrays in '

@@ -68,7 +68,12 @@ def load_csv(path, label='last'):
                 except ValueError:
                     if k == 0:
                         continue                       # header
-                    raise DataError(f'{path}: line {k + 1}: not a number in {row[:8]!r}'[:300]) from None
+                    j = next(j for j, v in enumerate(row) if not _number(v))
+                    last = j == len(row) - 1 if label == 'last' else j == 0
+                    raise DataError(f'{path}: line {k + 1}, column {j + 1}: {row[j][:40]!r} is not a '
+                                    'number' + ('; labels must be class numbers 0, 1, ... (or '
+                                               'target values): number the classes' if last else
+                                               '; a CSV of numbers is expected')) from None
     except UnicodeDecodeError as e:
         raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
                         'expected') from None
@@ -83,6 +88,14 @@ def load_csv(path, label='last'):
     if label == 'first':
         return _checked(path, a[:, 1:], a[:, 0])
     return _checked(path, a[:, :-1], a[:, -1])
+
+
+def _number(v) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
 
 
 def load_images(path, size=None, gray=True):
@@ -203,18 +216,43 @@ def targets(y, loss: str, n_out: int, where: str):
                 raise DataError(f'{where}: y has shape {y.shape}; scce wants class labels')
             y = y.argmax(axis=1)
         y = y.reshape(-1)
-        if np.any(y < 0) or np.any(y >= n_out) or np.any(y != np.round(y)):
-            raise DataError(f'{where}: labels must be integers in [0, {n_out})')
+        _class_numbers(y, n_out, loss, where)
         return y.astype(np.float32).reshape(-1, 1)
     if loss == 'cce' and labels:
         y = y.reshape(-1)
-        if np.any(y < 0) or np.any(y >= n_out) or np.any(y != np.round(y)):
-            raise DataError(f'{where}: labels must be integers in [0, {n_out})')
+        _class_numbers(y, n_out, loss, where)
         return np.eye(n_out, dtype=np.float32)[y.astype(int)]
     y = y.reshape(len(y), -1).astype(np.float32)
     if y.shape[1] != n_out:
-        raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs {n_out}')
+        hint = f'{loss} wants one target per output ({n_out} values a sample)'
+        if y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)) and \
+                (y.min() < 0 or y.max() >= n_out):
+            # class numbers the data-chosen scce passed over: say why
+            hint = (f'as class numbers they would need to be whole numbers 0 to {n_out - 1}, '
+                    f'and these run from {y.min():g} to {y.max():g}; number the classes from 0 '
+                    f'(--loss scce), or give {loss} {n_out} values a sample')
+        elif y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)):
+            hint = (f'these are class numbers 0 to {n_out - 1}, which train with --loss scce '
+                    f'(or cce); {hint}')
+        raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs '
+                        f'{n_out}: {hint}')
     return y
+
+
+def _class_numbers(y, n_out: int, loss: str, where: str):
+    """Refuse labels y (one a sample) that are not class numbers 0 .. n_out - 1, saying
+    which are not and what to do."""
+    bad = (y < 0) | (y >= n_out) | (y != np.round(y))
+    if not np.any(bad):
+        return
+    k = int(np.argmax(bad))
+    if n_out < 2:
+        raise DataError(f'{where}: {loss} takes one output per class and the model has '
+                        f'{n_out}: a one-output (sigmoid) classifier trains with --loss bce on '
+                        'labels 0 and 1')
+    raise DataError(f'{where}: labels must be whole numbers 0 to {n_out - 1} (the model has '
+                    f'{n_out} outputs); sample {k} has {y[k]:g} ({int(bad.sum())} of {len(y)} '
+                    'are outside): number the classes from 0')
 
 
 def pack_dataset(x, y, dtype='float32', scale=None, offset=None) -> bytes:
@@ -322,4 +360,7 @@ def split(n: int, test_split: float, seed: int):
         raise DataError(f'--test-split {test_split}: must be in [0, 1)')
     idx = np.random.default_rng(seed).permutation(n) if test_split else np.arange(n)
     n_test = int(round(n * test_split))
+    if n and n_test >= n:
+        raise DataError(f'--test-split {test_split:g} holds out all {n} samples and leaves none '
+                        'to train on: give a smaller fraction (or more samples)')
     return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])

@@ -221,6 +221,9 @@ def scores(out, y, metric=None):
     y = np.asarray(y)
     n_out = out.shape[1]
     cls = is_classifier(y, n_out) if metric is None else metric == 'accuracy'
+    if metric is None and n_out == 1 and y.size == len(y) and np.all((y == 0) | (y == 1)) \
+            and np.all((out >= 0) & (out <= 1)):
+        cls = True          # one probability (a sigmoid) against labels 0 and 1: binary
     if cls and n_out == 1:      # one probability (a LOGISTIC output): class 1 above 0.5
         lab = y.reshape(-1)
         if not np.all((lab == 0) | (lab == 1)):

@@ -31,7 +31,7 @@ from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_ident
                         write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
-from ..files.validate import loss_on_logits
+from ..files.validate import loss_on_logits, target_range_warning
 from ..files.wof import write_wof
 
 
@@ -78,13 +78,24 @@ def metadata_settings(g) -> dict:
     return out
 
 
+def _outputs(g) -> int:
+    return int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
+
+
+def default_metric(g, loss: str) -> str:
+    """accuracy for a classifier's loss, mae otherwise: bce on several outputs is
+    multi-label, where the board's accuracy (the largest output's class against the
+    target's) means nothing."""
+    return 'accuracy' if loss in ('cce', 'scce') or loss == 'bce' and _outputs(g) < 2 else 'mae'
+
+
 def resolve_settings(g, overrides: dict) -> dict:
     """Defaults <- CIRCLE_TRAINING metadata <- command line (overrides, None = not given)."""
     s = dict(DEFAULTS, train='all')
     s.update(metadata_settings(g))
     s.update({k: v for k, v in overrides.items() if v is not None})
     if 'metric' not in overrides or overrides['metric'] is None:
-        s['metric'] = 'accuracy' if s['loss'] in ('cce', 'scce', 'bce') else 'mae'
+        s['metric'] = default_metric(g, s['loss'])
     for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS),
                          ('schedule', SCHEDULES)):
         if s[key] not in allowed:
@@ -136,7 +147,7 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         return s
     s = dict(s, loss=loss)
     if overrides.get('metric') is None:
-        s['metric'] = 'accuracy'
+        s['metric'] = default_metric(g, loss)
     log(f'loss: {loss} ({data}: {what}, the model has {n_out} output{"s" * (n_out != 1)}; '
         '--loss sets another)')
     return s
@@ -347,6 +358,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
     s = loss_from_data(source, s, data, overrides, log)
+    if s['metric'] == 'accuracy' and s['loss'] == 'bce' and _outputs(source) > 1:
+        raise PrepareError(f'{model_path}: --metric accuracy counts one class a sample (the '
+                           f'largest output); bce on {_outputs(source)} outputs trains each as its '
+                           'own yes/no (multi-label): leave --metric out (mae, the mean distance '
+                           'of each output from its 0/1 target) or give --loss cce or scce')
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
@@ -478,6 +494,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    warn = target_range_warning(data, g, s, xy and xy[1])
+    if warn:
+        log(warn)
     check_ids(model_path, g, xy, dtype)
     check_flash(model_path, xy, dtype, board)
     check_outputs(out_dir, (model_path, data, train_config))

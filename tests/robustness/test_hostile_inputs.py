@@ -506,6 +506,27 @@ def host_cases(tmp):
         if make:
             make(p)
         cases.append(('data %s' % name, ['prepare', model, '--data', p, '--loss', 'scce'], 'refuse', name))
+    # issue 28: each refusal of labels says what is wrong with them and what to do
+    labelled = {
+        # classes numbered from -1 (no --loss: not class numbers, so mse, which wants 3 values)
+        'from-minus-1.npz': (lambda p: npz(p, x=x, y=y - 1), [], 'number the classes from 0'),
+        'text-labels.npz': (lambda p: npz(p, x=x, y=np.array(['cat', 'dog', 'cow'])[y]), [],
+                            'np.unique(y, return_inverse=True)'),
+        'x-only.npy': (lambda p: np.save(p, x), [], 'np.savez(path, x=x, y=y)'),
+        'text-labels.csv': (lambda p: open(p, 'w').write('\n'.join(
+            ','.join(['0.5'] * 6 + [('walk', 'run')[i % 2]]) for i in range(6)) + '\n'),
+            [], "column 7: 'run' is not a number"),
+        # class numbers given to bce (one 0/1 target per output)
+        'bce-on-classes.npz': (lambda p: npz(p, x=x, y=y), ['--loss', 'bce'],
+                               'train with --loss scce'),
+        'split-all.npz': (lambda p: npz(p, x=x, y=y), ['--test-split', '0.99'],
+                          'leaves none to train on'),
+    }
+    for name, (make, more, mark) in labelled.items():
+        p = str(tmp / name)
+        make(p)
+        cases.append(('data %s' % name, ['prepare', model, '--data', p] + more, 'refuse', mark))
+    cases.append(('prepare --int8 --float32', P + ['--int8', '--float32'], 'refuse', 'not allowed'))
     # `dataset` runs prepare's samples pass: the same refusals
     cases.append(('dataset nan-x.npz', ['dataset', str(tmp / 'nan-x.npz'), '-o', str(tmp / 'nan-ds')],
                   'refuse', 'NaN'))
