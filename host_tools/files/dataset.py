@@ -70,8 +70,8 @@ def load_csv(path, label='last'):
                         continue                       # header
                     j = next(j for j, v in enumerate(row) if not _number(v))
                     last = j == len(row) - 1 if label == 'last' else j == 0
-                    raise DataError(f'{path}: line {k + 1}, column {j + 1}: {row[j][:40]!r} is not a '
-                                    'number' + ('; labels must be class numbers 0, 1, ... (or '
+                    raise DataError(f'{path}: line {k + 1}: not a number in column {j + 1} '
+                                    f'({row[j][:40]!r})' + ('; labels must be class numbers 0, 1, ... (or '
                                                'target values): number the classes' if last else
                                                '; a CSV of numbers is expected')) from None
     except UnicodeDecodeError as e:

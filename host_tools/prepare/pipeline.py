@@ -27,8 +27,9 @@ from ..plan.memory import plans_by_target
 from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
+from ..files.dataset import split as ds_split
 from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
-                        write_data, write_prefix_caches, write_run_config)
+                        set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits, target_range_warning
@@ -499,7 +500,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         log(warn)
     check_ids(model_path, g, xy, dtype)
     check_flash(model_path, xy, dtype, board)
+    if xy is not None:          # (a split that leaves nothing to train: refused before writing)
+        ds_split(len(xy[0]), test_split, split_seed)
     check_outputs(out_dir, (model_path, data, train_config))
+    if not trial:
+        set_aside_earlier_run(out_dir, log)
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
                                 trial)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)

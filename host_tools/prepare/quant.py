@@ -2009,7 +2009,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
     update (layers())."""
     from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, int8_bytes, read_data,
-                            write_data, write_run_config)
+                            set_aside_earlier_run, write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
     why = settings_refusal(s)
@@ -2068,6 +2068,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     # tables the board stores (not the model file: a float model's is 4 times larger)
     check_flash(model_path, xy, 'int8', board, int8_bytes(g))
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    set_aside_earlier_run(out_dir, log)
     cal = os.path.join(out_dir, recal.FILE)
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces

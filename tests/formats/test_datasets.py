@@ -196,6 +196,15 @@ def test_plot_writes_a_png_and_names_a_bad_log(tmp_path):
     assert data[:8] == b'\x89PNG\r\n\x1a\n'
     w, h = struct.unpack('>II', data[16:24])
     assert (w, h) == (1000, 400)
+    # train.log is appended to: plot reads the last run, whose epochs start again (at 1
+    # without a test split), a resumed run's going on
+    from host_tools.plot import read_log
+    head = 'epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+    rows = lambda *es: ''.join('%d,1,0.5,nan,nan,1,1\n' % e for e in es)    # noqa: E731
+    for epochs, last in (((1, 2, 1, 2, 3), [1, 2, 3]), ((0, 1, 2, 0, 1), [0, 1]),
+                         ((0, 1, 2, 3, 4), [0, 1, 2, 3, 4]), ((1, 2, 3, 2), [2])):
+        log.write_text(head + rows(*epochs))
+        assert read_log(str(log))['epoch'] == last, epochs
     log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n1,0.5,oops,1,1,1,1\n')
     r = cli('plot', str(log), '-o', str(png))
     assert r.returncode == 2 and "train.log: line 2: accuracy 'oops' is not a number" in r.stderr

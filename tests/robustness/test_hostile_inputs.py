@@ -515,7 +515,7 @@ def host_cases(tmp):
         'x-only.npy': (lambda p: np.save(p, x), [], 'np.savez(path, x=x, y=y)'),
         'text-labels.csv': (lambda p: open(p, 'w').write('\n'.join(
             ','.join(['0.5'] * 6 + [('walk', 'run')[i % 2]]) for i in range(6)) + '\n'),
-            [], "column 7: 'run' is not a number"),
+            [], "line 2: not a number in column 7 ('run'); labels must be class numbers"),
         # class numbers given to bce (one 0/1 target per output)
         'bce-on-classes.npz': (lambda p: npz(p, x=x, y=y), ['--loss', 'bce'],
                                'train with --loss scce'),
@@ -763,6 +763,56 @@ def test_refused_data_leaves_the_prepared_folder_as_it_was(tmp_path, int8):
     with pytest.raises(ValueError, match='values per sample'):
         prepare(model, out, data=bad, train='all', epochs=3, **kw)
     assert snapshot(out) == before
+
+
+@pytest.mark.parametrize('int8', [False, True])
+def test_preparing_a_folder_again_sets_the_earlier_run_aside(tmp_path, int8):
+    """Issue 28: a folder prepared again (another model, another split) kept the earlier
+    run's train.log, trained.wof, checkpoint.ckpt and test.ds: the new run appended its
+    epochs under the old header (a regression's MAE in an 'accuracy' column, plot drawing
+    both runs as one).  prepare moves a run's outputs into earlier-N/ and says so, drops
+    samples it did not write this time, refuses a split that leaves nothing to train
+    before writing anything, and refuses while a run holds the folder."""
+    import fcntl
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    data = blobs(tmp_path, n=24)
+    out = str(tmp_path / 'run')
+    kw = dict(loss='scce', optimizer='sgd', epochs=1, int8=int8, log=lambda *a: None)
+    prepare(model, out, data=data, test_split=0.25, **kw)
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    left = {n: open(os.path.join(out, n), 'rb').read() for n in ('train.log', 'trained.wof')}
+    before = snapshot(out)
+    with pytest.raises(ValueError, match='leaves none to train on'):
+        prepare(model, out, data=data, test_split=0.99, **kw)
+    assert snapshot(out) == before
+    said = []
+    z = np.load(data)
+    reg = npz(str(tmp_path / 'reg.npz'), x=z['x'], y=np.eye(3, dtype=np.float32)[z['y']] * 0.5)
+    prepare(model, out, data=reg, **dict(kw, loss='mse', int8=False, log=said.append))
+    assert any('moved its train.log, trained.wof' in m and 'earlier-1' in m for m in said), said
+    for n in ('train.log', 'trained.wof', 'checkpoint.ckpt', 'test.ds'):
+        assert not os.path.exists(os.path.join(out, n)), n
+    for n, b in left.items():
+        assert open(os.path.join(out, 'earlier-1', n), 'rb').read() == b
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    log = open(os.path.join(out, 'train.log')).read().splitlines()
+    assert log[0].startswith('epoch,loss,mae,') and len(log) == 2, log
+    # run again: a run without a test split logs no epoch 0, and plot draws the last run
+    # alone (it took both runs' rows as one curve)
+    from host_tools.plot import read_log
+    assert runner.run(out, python=True, stream=False)[0] == 0
+    assert read_log(os.path.join(out, 'train.log'))['epoch'] == [1.0]
+    fd = os.open(out, os.O_RDONLY)          # a run training there: refused, nothing moved
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        before = snapshot(out)
+        with pytest.raises(ValueError, match='a run is training in this folder'):
+            prepare(model, out, data=data, **kw)
+        assert snapshot(out) == before
+    finally:
+        os.close(fd)
 
 
 def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
