@@ -180,7 +180,10 @@ def cmd_run(a):
 
 def cmd_export(a):
     from .prepare.pipeline import export
-    r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
+    try:
+        r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
+    except ValueError as e:
+        raise ValueError(str(e) + _prepared_from(a.model, a.weights)) from None
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
              if a.quantized and not r.get('int8') else '')
@@ -190,6 +193,24 @@ def cmd_export(a):
     notes = r.get('notes')
     print('\n'.join(notes) if notes else '', end='\n' if notes else '')
     return 0
+
+
+def _prepared_from(model, weights) -> str:
+    """export's refusal when the weights' folder was prepared from another model file
+    (its prepare.json's model): which one (a float model given an int8 run's weights was
+    told 'int8 training needs int8 activations')."""
+    import json
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(weights)), 'prepare.json')) as f:
+            src = json.load(f).get('model')
+    except (OSError, ValueError, AttributeError):
+        return ''
+    if not isinstance(src, str):
+        return ''
+    same = os.path.samefile(src, model) if os.path.exists(src) and os.path.exists(model) \
+        else os.path.basename(src) == os.path.basename(model)
+    return '' if same else (f'\n  {weights} was trained in a folder prepared from {src}, not '
+                            f'{model}: export into that model')
 
 
 def cmd_dataset(a):

@@ -892,6 +892,10 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
                                'give -o another name')
     if os.path.isdir(out_path):
         raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    from ..formats.onnx_io import is_onnx
+    if is_onnx(out_path) and not is_onnx(model_path):
+        raise PrepareError(f'{out_path}: an .onnx file is written from an .onnx model; '
+                           f'{model_path} is not one: name the output .tflite or .circle')
     ff = summary.get('from_float')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)

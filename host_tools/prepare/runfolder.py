@@ -139,8 +139,11 @@ def set_aside_earlier_run(out_dir, log=print) -> str | None:
     checkpoint.ckpt belong to the earlier preparation (another model or settings): the new
     run would append its epochs under the old log's header (a regression's MAE under an
     'accuracy' column, plot drawing both runs as one) and resume from the old checkpoint.
-    They move into earlier-N/ in the folder, nothing lost, and prepare says so.  Returns
-    that folder, or None."""
+    They move into earlier-N/ in the folder, nothing lost, and prepare says so; the
+    preparation's other files (prepare.json, a rewritten graph, q8.json, ...; not the
+    samples) are copied beside them, so that `export MODEL earlier-N/trained.wof` works.
+    Returns that folder, or None."""
+    import shutil
     there = [n for n in RUN_OUTPUTS if os.path.isfile(os.path.join(out_dir, n))]
     if not there:
         return None
@@ -151,6 +154,9 @@ def set_aside_earlier_run(out_dir, log=print) -> str | None:
     os.mkdir(dst)
     for n in there:
         os.replace(os.path.join(out_dir, n), os.path.join(dst, n))
+    for n in os.listdir(out_dir):
+        if os.path.isfile(os.path.join(out_dir, n)) and not n.endswith(('.ds', '.pfx', '.tmp')):
+            shutil.copy2(os.path.join(out_dir, n), os.path.join(dst, n))
     log(f'{out_dir} held an earlier run: moved its {", ".join(there)} to {dst} (this '
         'preparation starts a run of its own)')
     return dst

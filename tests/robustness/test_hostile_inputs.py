@@ -581,6 +581,13 @@ def host_cases(tmp):
                                                       str(r2 / 'out.circle')], 'refuse', 'rewritten'))
     cases.append(('export ok', ['export', model, str(run / 'trained.wof'), '-o', str(tmp / 'ok.circle')],
                   'ok', None))
+    # issue 28: a circle model written as .onnx (a flatbuffer by that name), -o in a folder
+    # that is not there (the refusal named export's temp file)
+    cases.append(('export circle to .onnx', ['export', model, str(run / 'trained.wof'), '-o',
+                                             str(tmp / 'x.onnx')], 'refuse', 'written from an .onnx model'))
+    cases.append(('export into no folder', ['export', model, str(run / 'trained.wof'), '-o',
+                                            str(tmp / 'nofolder' / 'x.circle')], 'refuse',
+                  'nofolder: no such file or folder'))
     cases.append(('prepare onto its data', ['prepare', model, '-o', str(run), '--data',
                                             str(run / 'train.ds'), '--loss', 'scce'], 'refuse', 'train.ds'))
     # a loss on probabilities over a model that outputs logits (no SOFTMAX): prepare
@@ -596,6 +603,10 @@ def host_cases(tmp):
     q8run = tmp / 'q8run'
     prepare(q8, str(q8run), data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_data.npz'),
             loss='scce', optimizer='sgd')
+    # an int8 run's weights given to the float model: the folder's model is named
+    cases.append(('export int8 weights into a float model', ['export', model, str(q8run / 'weights.wof'),
+                                                              '-o', str(tmp / 'f.circle')], 'refuse',
+                  'prepared from %s, not %s' % (q8, model)))
     cases.append(('prepare int8 onto its data', ['prepare', q8, '-o', str(q8run), '--data',
                                                  str(q8run / 'train.ds'), '--test-split', '0.5',
                                                  '--loss', 'scce', '--optimizer', 'sgd'],
@@ -782,6 +793,9 @@ def test_preparing_a_folder_again_sets_the_earlier_run_aside(tmp_path, int8):
     code, text = runner.run(out, python=True, stream=False)
     assert code == 0, text
     left = {n: open(os.path.join(out, n), 'rb').read() for n in ('train.log', 'trained.wof')}
+    a = str(tmp_path / 'a.circle')
+    with redirect_stdout(io.StringIO()):
+        assert cli(['export', model, os.path.join(out, 'trained.wof'), '-o', a]) == 0
     before = snapshot(out)
     with pytest.raises(ValueError, match='leaves none to train on'):
         prepare(model, out, data=data, test_split=0.99, **kw)
@@ -795,6 +809,11 @@ def test_preparing_a_folder_again_sets_the_earlier_run_aside(tmp_path, int8):
         assert not os.path.exists(os.path.join(out, n)), n
     for n, b in left.items():
         assert open(os.path.join(out, 'earlier-1', n), 'rb').read() == b
+    # the earlier run exports from earlier-1 as it did from the folder
+    b = str(tmp_path / 'b.circle')
+    with redirect_stdout(io.StringIO()):
+        assert cli(['export', model, os.path.join(out, 'earlier-1', 'trained.wof'), '-o', b]) == 0
+    assert open(a, 'rb').read() == open(b, 'rb').read()
     code, text = runner.run(out, python=True, stream=False)
     assert code == 0, text
     log = open(os.path.join(out, 'train.log')).read().splitlines()
