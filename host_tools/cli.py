@@ -171,10 +171,14 @@ def cmd_run(a):
         if a.board not in ('unix', 'rp2040') or a.python or a.source:
             raise SystemExit('run --emulate: the emulated board is an RP2040 (a Raspberry Pi '
                              'Pico) running .mpy code; drop --board/--python/--source')
-        code, _ = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
-        return code
-    from .target.runner import run
-    code, _ = run(a.dir, board=a.board, python=a.python, source=a.source)
+        code, text = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
+    else:
+        from .target.runner import run
+        code, text = run(a.dir, board=a.board, python=a.python, source=a.source)
+    from .target.runner import end_advice
+    advice = end_advice(a.dir, text) if code else None
+    if advice:
+        print(advice, file=sys.stderr)
     return code
 
 

@@ -231,6 +231,32 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
             'train.py'], env
 
 
+# the files prepare writes in a folder (a run's error naming one: prepare again)
+PREPARED = ('model.flat', 'weights.wof', 'train.json', 'train.ds', 'test.ds', 'q8.json', 'q8.req',
+            'q8t.json')
+
+
+def end_advice(out_dir, text) -> str | None:
+    """What to do about the error a run ended with (its 'utrain: end: error: ...' line,
+    which says what is wrong with which file; the board's code stays lean): a damaged
+    checkpoint is deleted or not resumed from, a prepared file is written again."""
+    end = [ln for ln in text.splitlines() if ln.startswith('utrain: end: error: ')]
+    if not end:
+        return None
+    what = end[-1][len('utrain: end: error: '):]
+    name = what.split(':')[0].split()[-1] if ':' in what else ''
+    name = name.strip('"\'')
+    if name.endswith('.ckpt'):
+        return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
+                'set "resume": false under "run" in train.json) to train from the start')
+    quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
+                                                         if what.startswith(n + ':')]
+    if quoted:      # (a file train.json names first: it is the one missing)
+        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; prepare the folder '
+                'again (prepare writes it), or copy it again from where it was prepared')
+    return None
+
+
 def run(out_dir, board='unix', python=False, source=False, stream=True):
     """Run training in out_dir; returns (exit code, output text).  One run per folder at
     a time: a second is refused (a lock on the folder that the kernel drops when this

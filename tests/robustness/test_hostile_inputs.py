@@ -834,6 +834,45 @@ def test_preparing_a_folder_again_sets_the_earlier_run_aside(tmp_path, int8):
         os.close(fd)
 
 
+def test_a_run_that_ends_on_a_damaged_file_says_what_to_do(tmp_path):
+    """Issue 28: the board says what is wrong with which file ('checkpoint.ckpt: not a
+    version-1 checkpoint', 'train.ds: 300 bytes, expected ...'); `run` adds what to do
+    (host side: the board's code stays lean)."""
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    out = str(tmp_path / 'run')
+    prepare(model, out, data=blobs(tmp_path, n=24), loss='scce', epochs=1, test_split=0.25,
+            log=lambda *a: None)
+    ds_bytes = open(os.path.join(out, 'train.ds'), 'rb').read()
+
+    def run_says():
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            code = cli(['run', out, '--python'])
+        return code, err.getvalue()
+    cfg = json.loads(_cfg_text(tmp_path / 'run'))
+    cfg['run']['resume'] = True
+    _text(tmp_path / 'run', 'train.json', json.dumps(cfg))
+    open(os.path.join(out, 'checkpoint.ckpt'), 'wb').write(b'\x17' * 64)
+    code, err = run_says()
+    assert code != 0 and 'checkpoint.ckpt cannot be resumed from; delete it' in err, err
+    os.remove(os.path.join(out, 'checkpoint.ckpt'))
+    open(os.path.join(out, 'train.ds'), 'wb').write(ds_bytes[:len(ds_bytes) // 2])
+    code, err = run_says()
+    assert code != 0 and 'train.ds is damaged or missing' in err and 'prepare the folder' in err, err
+    open(os.path.join(out, 'train.ds'), 'wb').write(ds_bytes)
+    os.remove(os.path.join(out, 'test.ds'))
+    code, err = run_says()
+    assert code != 0 and 'test.ds is damaged or missing' in err, err
+    open(os.path.join(out, 'test.ds'), 'wb').write(b'')
+    code, err = run_says()
+    assert code != 0 and 'test.ds is damaged or missing' in err, err
+    # a board's run, read by deploy --run: the same advice
+    from host_tools.boards import board
+    code, text = runner.run(out, python=True, stream=False)
+    with pytest.raises(board.BoardError, match='test.ds is damaged.*deploy it again'):
+        board.check_end(text, 'COM3')
+
+
 def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
     from host_tools.formats import circle_io
     out = tmp_path / 'p'
