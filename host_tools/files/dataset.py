@@ -333,8 +333,14 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
     check_values(source, x, y)
     if perm is not None:          # the model now takes its input transposed (NHWC)
         orig = [len(x)] + [shape[i] for i in np.argsort(perm)][1:]
-        if x.size == int(np.prod(orig)):
+        if x.size == int(np.prod(orig)) and not _laid_out(x, shape[1:], orig[1:]):
             x = x.reshape(orig).transpose(perm)
+    elif shape is not None and len(shape) == 4 and x.ndim == 4:
+        n, h, w, c = shape
+        if _laid_out(x, (c, h, w), (h, w, c)):
+            # NCHW samples (PyTorch's order) for an NHWC model, as evaluate reads them
+            # (a held-out Keras RGB CNN given (N, 3, 8, 8) trained on scrambled pixels)
+            x = x.transpose(0, 2, 3, 1)
     x = x.reshape(len(x), -1)
     if shape is not None and x.shape[1] != int(np.prod(shape)):
         raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
@@ -342,6 +348,12 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
     if loss is not None:
         y = targets(y, loss, n_out, source)
     return x, y
+
+
+def _laid_out(x, as_, not_) -> bool:
+    """Is x 4-D with samples of shape as_, which differs from not_ (the layouts can be
+    told apart)?"""
+    return x.ndim == 4 and tuple(x.shape[1:]) == tuple(as_) != tuple(not_)
 
 
 def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):

@@ -225,3 +225,29 @@ def test_the_digits_example_ships_ready_for_a_board():
         assert os.path.getsize(path) == ds.HEAD + len(idx) * (64 + 4)
     lx, ly = ds.load(os.path.join(d, 'train.ds'))
     np.testing.assert_array_equal(ly, y[tr])
+
+
+def test_4d_samples_in_the_other_layout_are_laid_out_as_the_model_takes_them(tmp_path):
+    """Issue 28: a held-out Keras RGB CNN (NHWC) given (N, 3, 8, 8) samples trained on
+    them read as NHWC (scrambled pixels), where evaluate transposed them; an ONNX model
+    (prepare transposes its NCHW input) given NHWC samples likewise.  4-D samples whose
+    layout can be told apart are laid out as the model takes them; flat ones as given."""
+    rng = np.random.default_rng(0)
+    nhwc = rng.random((5, 4, 6, 3)).astype(np.float32)
+    want = nhwc.reshape(5, -1)
+    y = np.arange(5) % 2
+    paths = {}
+    for name, x in (('nhwc', nhwc), ('nchw', nhwc.transpose(0, 3, 1, 2)),
+                    ('flat', nhwc.reshape(5, -1))):
+        paths[name] = str(tmp_path / (name + '.npz'))
+        np.savez(paths[name], x=x, y=y)
+    # an NHWC model (Keras): both 4-D layouts give its samples; flat ones are its own order
+    for name in paths:
+        x, _ = ds.read_samples(paths[name], [1, 4, 6, 3])
+        np.testing.assert_array_equal(x, want, err_msg=name)
+    # an NCHW model whose input prepare transposed to NHWC (perm): flat samples are NCHW
+    flat_nchw = str(tmp_path / 'flat_nchw.npz')
+    np.savez(flat_nchw, x=nhwc.transpose(0, 3, 1, 2).reshape(5, -1), y=y)
+    for p in (paths['nhwc'], paths['nchw'], flat_nchw):
+        x, _ = ds.read_samples(p, [1, 4, 6, 3], perm=[0, 2, 3, 1])
+        np.testing.assert_array_equal(x, want, err_msg=p)
