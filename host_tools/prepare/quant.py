@@ -2035,7 +2035,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})' +
                                    reach_hint([(op.number, op.name) for op in g.ops],
                                               getattr(g, 'nfile', len(g.ops)), train), train))
-    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
+    shape = g.tensors[g.inputs[0]].shape        # (4-D: samples laid out as it takes them)
+    xy = read_data(data, shape if int(np.prod(shape)) == m['nin'] else [m['nin']], m['nclass'],
+                   loss=s['loss'])
     from . import recal
     steps = []
     if xy is not None and not getattr(g, 'follow_ranges', 0):

@@ -251,3 +251,47 @@ def test_4d_samples_in_the_other_layout_are_laid_out_as_the_model_takes_them(tmp
     for p in (paths['nhwc'], paths['nchw'], flat_nchw):
         x, _ = ds.read_samples(p, [1, 4, 6, 3], perm=[0, 2, 3, 1])
         np.testing.assert_array_equal(x, want, err_msg=p)
+
+
+def _rgb_cnn(path, size=6, c=3, classes=3):
+    """An NHWC size x size x c input -> CONV_2D 3x3 VALID (4, RELU) -> RESHAPE -> FC -> SOFTMAX."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder()
+    x = b.tensor('input', [1, size, size, c])
+    o = size - 2
+    h = b.tensor('conv/out', [1, o, o, 4])
+    b.op('CONV_2D', [x, b.tensor('conv/w', [4, 3, 3, c], data=rng.normal(0, .3, (4, 3, 3, c)).astype(np.float32)),
+                     b.tensor('conv/b', [4], data=np.zeros(4, np.float32))], [h],
+         padding='VALID', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    n = o * o * 4
+    f = b.tensor('flat', [1, n])
+    b.op('RESHAPE', [h, b.tensor('flat/shape', [2], data=np.array([1, n], np.int32))], [f])
+    z, p = b.tensor('fc/out', [1, classes]), b.tensor('probs', [1, classes])
+    b.op('FULLY_CONNECTED', [f, b.tensor('fc/w', [classes, n], data=rng.normal(0, .2, (classes, n)).astype(np.float32)),
+                             b.tensor('fc/b', [classes], data=np.zeros(classes, np.float32))], [z])
+    b.op('SOFTMAX', [z], [p], beta=1.0)
+    b.inputs(x)
+    b.outputs(p)
+    return b.save(path)
+
+
+@pytest.mark.parametrize('int8', [False, True])
+def test_prepare_lays_nchw_samples_out_for_an_nhwc_model(tmp_path, int8):
+    """The float path and the int8 path (a float model trained as int8: calibrated, then
+    its samples at the int8 input's scale) store the same samples for NCHW and NHWC x."""
+    from host_tools.prepare.pipeline import prepare
+    model = _rgb_cnn(str(tmp_path / 'rgb.circle'))
+    x = np.random.default_rng(1).random((24, 6, 6, 3)).astype(np.float32)
+    y = np.arange(24) % 3
+    got = {}
+    for name, xs in (('nhwc', x), ('nchw', x.transpose(0, 3, 1, 2))):
+        np.savez(tmp_path / (name + '.npz'), x=xs, y=y)
+        out = tmp_path / name
+        prepare(model, str(out), data=str(tmp_path / (name + '.npz')), loss='scce', int8=int8,
+                log=lambda *a: None)
+        assert (out / 'q8.json').exists() == int8
+        got[name] = ds.read_dataset(str(out / 'train.ds'))[0]
+    np.testing.assert_array_equal(got['nchw'], got['nhwc'])
+    if not int8:
+        np.testing.assert_array_equal(got['nhwc'], x.reshape(24, -1))
