@@ -375,6 +375,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if data and rewrite and scale_input:    # (read by rewrite.scale_input)
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
+        warn = quant.input_range_warning(source, data, x)
+        if warn:
+            log(warn)
     auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and s['loss'] not in ('scce', 'cce') and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):

@@ -147,6 +147,31 @@ def float_ends(g: Graph) -> bool:
     return g.tensors[g.inputs[0]].dtype == 'float32' and _entry(g) is not None
 
 
+def input_range_warning(g: Graph, data, x) -> str | None:
+    """The warning for samples x (as given) of an int8 model (or a full-int8 one with
+    float input) that mostly lie outside the range its int8 input holds, or None: an Edge
+    Impulse style model of 0..1 inputs (scale 1/255, zero point -128) given raw 0..255
+    pixels trained on them, dequantized and scaled, while TFLite and the exported int8
+    model clip every such value to 1."""
+    k = g.inputs[0] if is_int8(g) else (_entry(g).outputs[0] if float_ends(g) else None)
+    q = g.tensors[k].quant if k is not None else None
+    x = np.asarray(x, np.float64)
+    if not q or not q.get('scale') or not x.size:
+        return None
+    s, z = float(q['scale'][0]), int((q.get('zero_point') or [0])[0])
+    lo, hi = (-128 - z) * s, (127 - z) * s
+    frac = float(np.mean((x < lo - s) | (x > hi + s)))
+    if frac <= 0.01:
+        return None
+    far = max(x.max() / hi if hi > 0 else 0.0, x.min() / lo if lo < 0 else 0.0)
+    if x.min() >= 0 and x.max() <= 255 and np.all(x == np.round(x)):
+        far = 255 / hi          # bytes (pixels) for a model of inputs up to hi
+    return (f'warning: {data}: {frac:.0%} of the input values lie outside {lo:.4g} to {hi:.4g}, '
+            f'what {g.path}\'s int8 input holds (scale {s:.4g}, zero point {z}): the model was '
+            'calibrated on inputs in that range, and its int8 form clips the rest; if x is in '
+            f'other units (raw 0..255 pixels for a model of 0..1 inputs), give x / {far:.3g}')
+
+
 def embedding_entry(g: Graph) -> bool:
     """Does g gather rows of an int8 table (an int8 Keras Embedding: CAST of the float
     ids, GATHER)?  The int8 path has no GATHER; prepare trains such a model dequantized."""
