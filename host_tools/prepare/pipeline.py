@@ -160,7 +160,8 @@ def parse_budget(text) -> int:
     try:
         return size_bytes(text)
     except ValueError:
-        raise PrepareError(f'--budget {text!r}: expected bytes, e.g. 98304, 96K or 1M') from None
+        raise PrepareError(f'--budget {text!r}: expected a size in bytes, e.g. 98304, 96K or '
+                           '1M (0 or more)') from None
 
 
 def board_profile(board, overrides: dict) -> dict:

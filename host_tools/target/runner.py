@@ -27,8 +27,15 @@ def size_bytes(text) -> int:
     """'96K', '1M', '98304' -> bytes (a board profile's heap and flash sizes, --budget);
     ValueError when text is none of these."""
     t = str(text).strip().upper()
-    mul = 1024 if t.endswith('K') else 1024 * 1024 if t.endswith('M') else 1
-    return int(float(t.rstrip('KMB') or 'x') * mul)
+    for unit in ('IB', 'B'):        # 96KB, 96KiB, 98304B: the same ('96KB' was 96 bytes)
+        if t.endswith(unit) and t[:-len(unit)][-1:].isalnum():
+            t = t[:-len(unit)]
+            break
+    mul = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}.get(t[-1:], 1)
+    v = float(t[:-1] if mul > 1 else t)
+    if not 0 <= v < 1 << 40:            # (inf: an OverflowError; -5K: a negative heap)
+        raise ValueError(f'{text!r}: not a size')
+    return int(v * mul)
 
 
 def flash_advice(what, total, board, samples, n, dtype):

@@ -470,10 +470,16 @@ def host_cases(tmp):
                        ('--batch', ['0', '70000', '2']), ('--momentum', ['1.5', 'nan', '0.9']),
                        ('--beta1', ['1', '-0.5']), ('--beta2', ['2']), ('--eps', ['0', 'nan']),
                        ('--rho', ['1.0']), ('--progress', ['-3', str(2**40)]),
-                       ('--split-seed', ['-1']), ('--test-split', ['1.5', 'nan', '-0.2'])):
+                       ('--split-seed', ['-1']), ('--test-split', ['1.5', 'nan', '-0.2']),
+                       # issue 28: inf was an OverflowError, '-5K' a negative heap, and
+                       # '1MB' 1 byte (the B dropped, the M with it)
+                       ('--budget', ['inf', 'nan', '--budget=-5K', '1MB'])):
         for v in vals:
             ok = (flag, v) in (('--epochs', '0'), ('--seed', '5'), ('--lr', '0.01'), ('--batch', '2'),
-                               ('--momentum', '0.9'))
+                               ('--momentum', '0.9'), ('--budget', '1MB'))
+            if v.startswith(flag):
+                cases.append(('prepare %s' % v, P + [v], 'refuse', flag))
+                continue
             cases.append(('prepare %s %s' % (flag, v), P + [flag, v], 'ok' if ok else 'refuse', flag))
     datas = {
         'truncated.npz': lambda p: open(p, 'wb').write(open(good, 'rb').read()[:200]),
