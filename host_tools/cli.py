@@ -168,6 +168,11 @@ def print_heap(h, note=''):
 def cmd_run(a):
     if a.emulate:
         from .boards.pico import run_folder
+        from .target.runner import size_bytes
+        try:
+            size_bytes(a.heap or 0)
+        except ValueError:
+            raise ValueError(f'--heap {a.heap!r}: expected a size in bytes, e.g. 120K') from None
         if a.board not in ('unix', 'rp2040') or a.python or a.source:
             raise SystemExit('run --emulate: the emulated board is an RP2040 (a Raspberry Pi '
                              'Pico) running .mpy code; drop --board/--python/--source')
@@ -220,7 +225,7 @@ def _prepared_from(model, weights) -> str:
 def cmd_dataset(a):
     """Convert .npz / .csv / image folders to train.ds and test.ds."""
     from .files import dataset as ds
-    size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
+    size = _pixels(a.size)
     d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
     scale, offset = d['scale'], d['offset']
@@ -376,12 +381,26 @@ def cmd_board(a):
     return 0
 
 
+def _pixels(size):
+    """--size WxH as (w, h), None when not given; ValueError naming --size."""
+    if not size:
+        return None
+    try:
+        w, h = (int(v) for v in size.lower().split('x'))
+        if w > 0 and h > 0:
+            return w, h
+    except ValueError:
+        pass
+    raise ValueError(f'--size {size!r}: expected WxH in pixels, e.g. 32x32')
+
+
 def cmd_evaluate(a):
     """Score a model file on labelled data, on the host (before/after training)."""
     from .prepare.infer import evaluate, describe
+    if a.limit is not None and a.limit < 1:     # (-1 scored all but the last, 0 all)
+        raise ValueError(f'--limit {a.limit}: score at least 1 sample (leave it out for all)')
     r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
-                 size=tuple(int(v) for v in a.size.lower().split('x')) if a.size else None,
-                 limit=a.limit)
+                 size=_pixels(a.size), limit=a.limit)
     print(f'{a.model} on {a.data}: {describe(r)}')
     return 0
 

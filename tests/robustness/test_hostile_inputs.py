@@ -587,6 +587,12 @@ def host_cases(tmp):
                                                       str(r2 / 'out.circle')], 'refuse', 'rewritten'))
     cases.append(('export ok', ['export', model, str(run / 'trained.wof'), '-o', str(tmp / 'ok.circle')],
                   'ok', None))
+    # issue 28: --limit -1 scored all but the last sample, --size abc was int()'s message
+    cases.append(('evaluate --limit -1', ['evaluate', model, good, '--limit', '-1'], 'refuse', '--limit'))
+    cases.append(('dataset --size abc', ['dataset', good, '-o', str(tmp / 'dsz'), '--size', 'abc'],
+                  'refuse', "--size 'abc': expected WxH"))
+    cases.append(('run --emulate --heap inf', ['run', str(run), '--emulate', '--heap', 'inf'], 'refuse',
+                  '--heap'))
     # issue 28: a circle model written as .onnx (a flatbuffer by that name), -o in a folder
     # that is not there (the refusal named export's temp file)
     cases.append(('export circle to .onnx', ['export', model, str(run / 'trained.wof'), '-o',
