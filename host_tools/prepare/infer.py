@@ -246,7 +246,9 @@ def scores(out, y, metric=None):
                 'loss': loss, 'loss_name': 'cross-entropy' + ('' if probs else ' of the softmax')}
     t = y.reshape(len(y), -1).astype(np.float64)
     if t.shape[1] != n_out:
-        raise InferError(f'targets have {t.shape[1]} values per sample, the model outputs {n_out}')
+        raise InferError(f'targets have {t.shape[1]} values per sample, the model outputs {n_out}'
+                         + ('; class labels score with --metric accuracy' if t.shape[1] == 1 and
+                            is_classifier(y, n_out) else ''))
     d = out - t
     return {'metric': 'mae', 'mae': float(np.mean(np.abs(d))), 'n': len(t),
             'loss': float(np.mean(d * d)), 'loss_name': 'mse'}

@@ -588,6 +588,10 @@ def host_cases(tmp):
     cases.append(('export ok', ['export', model, str(run / 'trained.wof'), '-o', str(tmp / 'ok.circle')],
                   'ok', None))
     # issue 28: --limit -1 scored all but the last sample, --size abc was int()'s message
+    cases.append(('export a folder as weights', ['export', model, str(run), '-o', str(tmp / 'w.circle')],
+                  'refuse', 'give the weights file in it'))
+    cases.append(('evaluate --metric mae on labels', ['evaluate', model, good, '--metric', 'mae'],
+                  'refuse', 'class labels score with --metric accuracy'))
     cases.append(('evaluate --limit -1', ['evaluate', model, good, '--limit', '-1'], 'refuse', '--limit'))
     cases.append(('dataset --size abc', ['dataset', good, '-o', str(tmp / 'dsz'), '--size', 'abc'],
                   'refuse', "--size 'abc': expected WxH"))
