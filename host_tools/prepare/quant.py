@@ -1945,8 +1945,10 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
             out.append(f'  would fit: {desc}  (about {h["total"] // 1024} KB)')
             if len(out) >= 3:
                 break
+    from ..target.runner import roomier
     return out or ['  nothing tried fits: the code and interpreter alone take about '
-                   f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
+                   f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB'
+                   + roomier(heap)]
 
 
 class HeapRefusal(PrepareError):

@@ -23,6 +23,16 @@ def boards() -> dict:
         return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
 
 
+def roomier(heap) -> str:
+    """'; a board with more heap holds it: ...' naming the board profiles (not unix) whose
+    heap and heap_budget hold the plan heap (its total) as prepare checks them, or ''
+    (a refusal's last resort; their own plans differ a little)."""
+    fixed = heap['parts']['code'] + heap['parts']['interpreter']
+    names = [n for n, p in boards().items() if n != 'unix' and
+             min(size_bytes(p['heap']), fixed + int(p['heap_budget'])) >= heap['total']]
+    return f'; a board with more heap holds it: --board {" or ".join(names)}' if names else ''
+
+
 def size_bytes(text) -> int:
     """'96K', '1M', '98304' -> bytes (a board profile's heap and flash sizes, --budget);
     ValueError when text is none of these."""

@@ -623,6 +623,12 @@ def host_cases(tmp):
     cases.append(('export int8 weights into a float model', ['export', model, str(q8run / 'weights.wof'),
                                                               '-o', str(tmp / 'f.circle')], 'refuse',
                   'prepared from %s, not %s' % (q8, model)))
+    # issue 28: a plan nothing shrinks enough names the boards that hold it
+    cases.append(('prepare --budget 10K', P + ['--budget', '10K'], 'refuse',
+                  'a board with more heap holds it: --board esp32'))
+    cases.append(('prepare int8 --budget 10K', ['prepare', q8, '--data', os.path.join(
+        ROOT, 'bench', 'zoo', 'keras', 'mlp_data.npz'), '--loss', 'scce', '--budget', '10K'],
+        'refuse', 'a board with more heap holds it: --board esp32'))
     cases.append(('prepare int8 onto its data', ['prepare', q8, '-o', str(q8run), '--data',
                                                  str(q8run / 'train.ds'), '--test-split', '0.5',
                                                  '--loss', 'scce', '--optimizer', 'sgd'],
