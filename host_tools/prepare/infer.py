@@ -176,7 +176,7 @@ def predictor(path):
         run(probe)
     except InferError as e:
         if g.identifier != b'TFL3':
-            raise
+            return _rewritten_predictor(path, g, e)
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
             run = _tflm_folded(path, g, probe)
         except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
@@ -184,6 +184,25 @@ def predictor(path):
         return run, 'TFLite Micro: ONERT cannot run it', g
     return run, 'ONERT' + (' on its graph as prepare rewrites it (shape ops folded, groups '
                            'split, embedding ids read directly)' if run.folded else ''), g
+
+
+def _rewritten_predictor(path, g, why):
+    """(run, runtime, graph) of ONERT on the graph as prepare rewrites it (layout
+    transposes cancelled, NHWC input), for a circle file ONERT cannot run itself (a tico
+    ResNet block: 'Session preparation failed'); the refusal why when that fails too."""
+    import tempfile
+    from ..graph.rewrite import save_graph
+    from ..plan.runplan import select_rewrite
+    try:
+        h = select_rewrite(g, 'none')[0]
+        keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+        run = onert_predictor(save_graph(h, os.path.join(keep.name, 'model.circle')), h)
+        run(np.zeros([1] + [int(d) for d in h.tensors[h.inputs[0]].shape[1:]], np.float32))
+    except Exception:       # noqa: B902 - the file's own reason stands
+        raise why from None
+    run.keep = keep
+    return run, 'ONERT on its graph as prepare rewrites it (the file as it is: ' + str(why).split(
+        '(', 1)[-1].rstrip(')') + ')', h
 
 
 def layout(x, shape, nchw=False, where='the data'):

@@ -190,3 +190,39 @@ def test_a_sigmoid_on_labels_0_and_1_scores_accuracy(tmp_path):
     assert infer.evaluate(path, str(tmp_path / 'r.npz'))['metric'] == 'mae'
     lin, _ = _one_output(tmp_path / 'l.tflite', False)
     assert infer.evaluate(lin, str(tmp_path / 'd.npz'))['metric'] == 'mae'
+
+
+def test_a_tico_model_onert_cannot_run_is_scored_on_its_rewritten_graph(tmp_path):
+    """Issue 28: `evaluate model.circle data` (the README's 'before') of a tico ResNet
+    block (a residual ADD of NCHW convs) was 'ONERT loads it but cannot run it (Session
+    preparation failed)': it is scored on the graph as prepare rewrites it (the layout
+    transposes cancelled), as PyTorch scores it."""
+    torch = pytest.importorskip('torch')
+    tico = pytest.importorskip('tico')
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+            self.f = nn.Linear(8, 3)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            return self.f(torch.relu(h + self.b(h)).mean((2, 3)))
+    m = Block().eval()
+    path = str(tmp_path / 'block.circle')
+    tico.convert(m, (torch.zeros(1, 1, 12, 12),)).save(path)
+    rng = np.random.default_rng(2)
+    x = rng.random((30, 1, 12, 12)).astype(np.float32)
+    with torch.no_grad():
+        want = m(torch.tensor(x)).numpy()
+    y = want.argmax(1)
+    y[:7] = (y[:7] + 1) % 3                     # 23 of 30 right, as torch scores them
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['metric'] == 'accuracy' and r['hits'] == 23, r
+    run, runtime, g = infer.predictor(path)
+    xs, _ = infer.layout(x, g.tensors[g.inputs[0]].shape)
+    np.testing.assert_allclose(run(xs), want, atol=1e-5)
