@@ -152,12 +152,22 @@ def labels(path, label='last'):
     return load(path, label)[1]
 
 
-def load(path, label='last', size=None):
+def load(path, label='last', size=None, shape=None):
     """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
-    sub-folders of images (pixels scaled to [0, 1])."""
+    sub-folders of images (pixels scaled to [0, 1]; for a model input of NHWC shape, in
+    its size and channels, as its input takes them)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        x, y, _ = load_images(path, size)
+        gray, nchw = True, False
+        if shape is not None and len(shape) == 4 and (shape[3] in (1, 3) or shape[1] in (1, 3)):
+            # (RGB images for an RGB model were read gray at their own size and refused:
+            # 'x has 64 values per sample, the model input takes 192')
+            nchw = shape[3] not in (1, 3)           # (an ONNX model as read: NCHW)
+            c, h, w = shape[1:] if nchw else (shape[3], shape[1], shape[2])
+            gray, size = c == 1, size or (int(w), int(h))
+        x, y, _ = load_images(path, size, gray)
+        if nchw and x.ndim == 4:
+            x = x.transpose(0, 3, 1, 2)
         return x.astype(np.float32) / 255.0, y
     if not os.path.exists(path):
         raise DataError(f'{path}: no such file or folder')
@@ -329,7 +339,7 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
     its input's, when a model takes them; perm: that input transposed by the rewrites),
     the targets for loss with n_out outputs.  Returns (x one sample a row, y)."""
     from .validate import check_values
-    x, y = load(source, label=label, size=size)
+    x, y = load(source, label=label, size=size, shape=shape)
     check_values(source, x, y)
     if perm is not None:          # the model now takes its input transposed (NHWC)
         orig = [len(x)] + [shape[i] for i in np.argsort(perm)][1:]

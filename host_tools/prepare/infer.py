@@ -152,6 +152,7 @@ def onnx_predictor(path):
     def run(x):
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
             xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
+    run.shape = shape       # (an image folder is read in its size and channels)
     return run
 
 
@@ -278,7 +279,8 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
     prepare reads them): scores() plus 'runtime', 'transposed'."""
     from ..files import dataset as ds
     run, runtime, g = predictor(model)
-    x, y = ds.load(data, label=label, size=size)
+    x, y = ds.load(data, label=label, size=size,
+                   shape=getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape)
     if limit:
         x, y = x[:limit], y[:limit]
     if not len(x):

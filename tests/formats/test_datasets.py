@@ -295,3 +295,31 @@ def test_prepare_lays_nchw_samples_out_for_an_nhwc_model(tmp_path, int8):
     np.testing.assert_array_equal(got['nchw'], got['nhwc'])
     if not int8:
         np.testing.assert_array_equal(got['nhwc'], x.reshape(24, -1))
+
+
+def test_an_image_folder_is_read_in_the_model_inputs_size_and_channels(tmp_path):
+    """Issue 28: a folder of RGB images for an RGB model was read gray at the images' own
+    size and refused ('x has 64 values per sample, the model input takes 192'): read for
+    a model, images take its input's size and channels (RGB for 3, gray for 1), as PIL
+    resizes them; evaluate reads them the same way."""
+    from PIL import Image
+    from host_tools.prepare.pipeline import prepare
+    rng = np.random.default_rng(3)
+    want = []
+    for c in ('a', 'b', 'c'):
+        (tmp_path / 'imgs' / c).mkdir(parents=True)
+        for i, side in enumerate((6, 10)):
+            im = Image.fromarray(rng.integers(0, 256, (side, side, 3)).astype(np.uint8))
+            im.save(tmp_path / 'imgs' / c / f'{i}.png')
+            want.append(np.asarray(im.resize((6, 6)), np.float32).reshape(-1) / 255)
+    model = _rgb_cnn(str(tmp_path / 'rgb.circle'))
+    prepare(model, str(tmp_path / 'o'), data=str(tmp_path / 'imgs'), loss='scce',
+            log=lambda *a: None)
+    x, y = ds.read_dataset(str(tmp_path / 'o' / 'train.ds'))
+    np.testing.assert_allclose(x, np.array(want), atol=1e-6)
+    assert y[:, 0].tolist() == [0, 0, 1, 1, 2, 2]
+    gray, _ = ds.load(str(tmp_path / 'imgs'), shape=[1, 6, 6, 1])
+    assert gray.shape == (6, 6, 6)
+    from host_tools.prepare import infer
+    pytest.importorskip('onert')
+    assert infer.evaluate(model, str(tmp_path / 'imgs'))['n'] == 6
