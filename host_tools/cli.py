@@ -40,9 +40,16 @@ def cmd_inspect(a):
         print(f'description: {g.description}')
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
+    from .graph import rewrite as rw
+    note = rw.choose_output(g)      # (several outputs: the one prepare trains by default)
+    if note:
+        print(note.replace(f'{a.model}: ', '', 1))
     # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
     h, _, _, info, perm = select_rewrite(g, 'all')
-    kept = {op.number for op in h.ops}
+    joins = rw.join_ops(h)          # (several inputs: joined into one)
+    kept = {op.number for op in h.ops if id(op) not in joins}
+    other = ({op.number for op in g.ops} - {op.number for op in rw.needed(g)[0]}
+             if len(g.outputs) > 1 else set())
     # ... and with frozen layers (BatchNorm folded)
     f, _, _, finfo, _ = select_rewrite(g, 'none')
     folded = finfo['batchnorm']
@@ -50,9 +57,12 @@ def cmd_inspect(a):
     print('\nops (as in the file; --train last:N counts these):')
     now = {}                    # the file's op number -> the ops prepare makes of it
     for op in h.ops:
-        now.setdefault(op.number, []).append(op)
+        if id(op) not in joins:
+            now.setdefault(op.number, []).append(op)
     for op in g.ops:
-        how = _status(op, g) if op.number in kept else 'removed by prepare'
+        how = _status(op, g) if op.number in kept else \
+            'only the other outputs need it: not in the run' if op.number in other else \
+            'removed by prepare'
         made = now.get(op.number, [])
         if [m.name for m in made] not in ([], [op.name]):      # rewritten
             names = []
@@ -67,7 +77,12 @@ def cmd_inspect(a):
         if op.number in kept and op.number not in fkept:
             how += '; folded into the layer before it when that is frozen'
         print(_op_line(g, op, how))
-    if info['changed'] or perm:
+    if joins:
+        print(f'\nits {len(h.data_inputs[0])} inputs are joined into one '
+              f'{h.tensors[h.inputs[0]].shape} (SPLIT_V, RESHAPE): --data gives an array per '
+              'input, named ' + ', '.join(f'{key} (or x{i}) {sh[1:]}' for i, (_, sh, key)
+                                          in enumerate(h.data_inputs[0])))
+    if info['changed'] or perm or joins:
         print(f'\n{"with --dequantize " if info["dequantized"] else ""}prepare rewrites it: '
               f'{info["dequantized"]} tensors dequantized, '
               f'{info["transposes"]} layout transpose rewrites'
@@ -400,7 +415,7 @@ def cmd_evaluate(a):
     if a.limit is not None and a.limit < 1:     # (-1 scored all but the last, 0 all)
         raise ValueError(f'--limit {a.limit}: score at least 1 sample (leave it out for all)')
     r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
-                 size=_pixels(a.size), limit=a.limit)
+                 size=_pixels(a.size), limit=a.limit, output=a.output)
     print(f'{a.model} on {a.data}: {describe(r)}')
     return 0
 
@@ -427,7 +442,13 @@ def _args_prepare(sub):
     q.add_argument('-o', '--out', required=True, help='output folder')
     q.add_argument('--data', help='.npz (arrays x and y: class labels or target vectors), .csv '
                    '(one sample a row, the label in the last column), a folder with one '
-                   'sub-folder of images per class, or a .ds record file')
+                   'sub-folder of images per class, or a .ds record file; a model with '
+                   'several inputs: an .npz with y and an array per input, named after it '
+                   '(Keras\'s Input name) or x0, x1, ... in the model\'s order')
+    q.add_argument('--output', metavar='NAME|INDEX',
+                   help='a model with several outputs: the one the loss reads (default: the '
+                        'first, in Keras\'s order, whose size the data\'s targets fit; the ops '
+                        'only the others need are left out of the run, export keeps them)')
     q.add_argument('--test-split', type=float, default=0.0, help='fraction held out for test')
     q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
     _args_settings(q)
@@ -673,6 +694,9 @@ def _args_evaluate(sub):
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
     q.add_argument('--limit', type=int, help='score only the first N samples')
+    q.add_argument('--output', metavar='NAME|INDEX', help='a model with several outputs: the '
+                   'one scored (default: as prepare chooses, the first whose size the targets '
+                   'fit); several inputs: an .npz with an array per input, as prepare reads it')
     q.set_defaults(fn=cmd_evaluate)
 
 

@@ -32,7 +32,10 @@ def load_npz(path):
     try:
         with np.load(path, allow_pickle=False) as z:
             if 'x' not in z or 'y' not in z:
-                raise DataError(f'{path}: needs arrays named x and y (has {", ".join(z.files)})')
+                several = 'y' in z and len(z.files) > 2     # (an array per input)
+                raise DataError(f'{path}: needs arrays named x and y (has {", ".join(z.files)})'
+                                + ('; an array per input is for a model with several inputs: '
+                                   'prepare or evaluate it with that model' if several else ''))
             x, y = z['x'], z['y']
     except (OSError, ValueError) as e:
         if isinstance(e, DataError):
@@ -332,14 +335,86 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
     return tr, te, scale, offset, wrote
 
 
+def targets_of(path):
+    """A data file's targets (an .npz's y, read alone), or None where it cannot tell (the
+    samples pass says what is wrong with the file)."""
+    try:
+        if os.fspath(path).lower().endswith('.npz'):
+            with np.load(path, allow_pickle=False) as z:
+                return z['y'] if 'y' in z.files else None
+        return load(path)[1]
+    except (OSError, ValueError):        # (DataError too)
+        return None
+
+
+def load_inputs(path, inputs, label='last', size=None):
+    """(x, y) for a model with several inputs (inputs: ([(tensor name, shape, key)] of
+    those the trained output reads, in their maker's order; [keys of those it does not
+    read]), runplan.one_input_output's): an .npz gives y and an array per input, named by
+    its key (rewrite.io_name: Keras's Input(name=...), the ONNX or circle input's name) or
+    x0, x1, .. (its place among them), each sample's values joined in that order
+    (rewrite.join_inputs); arrays for the inputs it does not read are left out.  An .npz
+    with x, a .csv or a .ds holds the values joined already, one row a sample."""
+    path = os.fspath(path)
+    if not path.lower().endswith('.npz') or not os.path.isfile(path):
+        return load(path, label, size)
+    from .validate import check_npz, PrepareError
+    try:
+        check_npz(path)
+        with np.load(path, allow_pickle=False) as z:
+            if 'x' in z.files:
+                return load(path, label, size)
+            files, parts = list(z.files), inputs[0]
+            names = [f'{key} (or x{i}) {list(s[1:])}' for i, (n, s, key) in enumerate(parts)]
+            unread = set(inputs[1])
+            if 'y' not in files:
+                raise DataError(f'{path}: needs an array y (the targets) beside one per model '
+                                f'input: {", ".join(names)} (has {", ".join(files)})')
+            xs, used = [], {'y'}
+            for i, (name, shape, key) in enumerate(parts):
+                k = next((c for c in (key, f'x{i}', name) if c in files), None)
+                if k is None:
+                    raise DataError(f'{path}: has no array for the model\'s input {i} {key!r} '
+                                    f'{list(shape[1:])} a sample: name it {key} or x{i} (the '
+                                    f'model takes {", ".join(names)}; the file has '
+                                    f'{", ".join(files)})')
+                used.add(k)
+                a = z[k]
+                n = int(np.prod(shape[1:], dtype=np.int64))
+                got = a.reshape(len(a), -1).shape[1] if a.ndim else 0
+                if got != n:
+                    raise DataError(f'{path}: array {k} has {got} values a sample (shape '
+                                    f'{list(a.shape)}); the model\'s input {key!r} takes {n} '
+                                    f'({list(shape[1:])})')
+                xs.append((k, a.reshape(len(a), -1)))
+            extra = [f for f in files if f not in used and f not in unread]
+            if extra:
+                raise DataError(f'{path}: array {extra[0]} is none of the model\'s inputs '
+                                f'({", ".join(names)}) nor y: rename it to the input it is for, '
+                                'or leave it out')
+            y = z['y']
+    except PrepareError as e:
+        raise DataError(str(e)) from None
+    except (OSError, ValueError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f'{path}: not a readable .npz file ({e})') from None
+    for k, a in xs:
+        if len(a) != len(y):
+            raise DataError(f'{path}: {k} has {len(a)} samples but y has {len(y)}')
+    return _checked(path, np.concatenate([a for _, a in xs], axis=1), y)
+
+
 def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='the model input',
-                 label='last', size=None):
+                 label='last', size=None, inputs=None):
     """The read half of the samples pass (prepare, its int8 path, `dataset`): load source
-    (load: label, size), refuse NaN/Inf, lay each sample out as the model takes it (shape:
-    its input's, when a model takes them; perm: that input transposed by the rewrites),
-    the targets for loss with n_out outputs.  Returns (x one sample a row, y)."""
+    (load: label, size; inputs: a model's several, load_inputs), refuse NaN/Inf, lay each
+    sample out as the model takes it (shape: its input's, when a model takes them; perm:
+    that input transposed by the rewrites), the targets for loss with n_out outputs.
+    Returns (x one sample a row, y)."""
     from .validate import check_values
-    x, y = load(source, label=label, size=size, shape=shape)
+    x, y = load(source, label=label, size=size, shape=shape) if not inputs else \
+        load_inputs(source, inputs, label, size)
     check_values(source, x, y)
     if perm is not None:          # the model now takes its input transposed (NHWC)
         orig = [len(x)] + [shape[i] for i in np.argsort(perm)][1:]

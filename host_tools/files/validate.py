@@ -207,24 +207,23 @@ def check_graph(g) -> None:
     their shape or holds NaN/Inf, activations over MAX_ACTIVATION elements."""
     where = g.path
     nt = len(g.tensors)
-    if len(g.outputs) != 1 or len(g.inputs) != 1:
-        # (first: every later pass reads g.inputs[0] and g.outputs[0])
-        raise PrepareError(f'{where}: utrain trains models with one input and one output '
-                           f'(this one has {len(g.inputs)} and {len(g.outputs)}); export the '
-                           'model with its one input and the one output the loss reads')
+    if not g.inputs or not g.outputs:
+        raise PrepareError(f'{where}: the graph names {len(g.inputs)} inputs and {len(g.outputs)} '
+                           'outputs; utrain trains a model with at least one of each')
 
     def tname(k):
         return f'tensor {k} ({g.tensors[k].name!r})' if 0 <= k < nt else f'tensor {k}'
 
-    x = g.tensors[g.inputs[0]] if 0 <= g.inputs[0] < nt else None
-    sig = (x.signature or []) if x is not None else []
-    free = [a for a in range(1, len(sig)) if sig[a] < 0 and x.shape[a] == 1]
-    if free:        # (Keras's Input((None, F)): the file's shape holds 1 there)
-        raise PrepareError(f'{where}: the input {tname(x.index)} has a length known only at run '
-                           f'time (dimension {", ".join(map(str, free))} of shape signature '
-                           f'{x.signature}; the file gives {list(x.shape)}): utrain trains a '
-                           'fixed input shape: export the model with it fixed, e.g. '
-                           'keras.Input((T, F)) with the length of your samples')
+    for k in g.inputs:
+        x = g.tensors[k] if 0 <= k < nt else None
+        sig = (x.signature or []) if x is not None else []
+        free = [a for a in range(1, len(sig)) if sig[a] < 0 and x.shape[a] == 1]
+        if free:        # (Keras's Input((None, F)): the file's shape holds 1 there)
+            raise PrepareError(f'{where}: the input {tname(x.index)} has a length known only at '
+                               f'run time (dimension {", ".join(map(str, free))} of shape signature '
+                               f'{x.signature}; the file gives {list(x.shape)}): utrain trains a '
+                               'fixed input shape: export the model with it fixed, e.g. '
+                               'keras.Input((T, F)) with the length of your samples')
 
     for t in g.tensors:
         if any(int(d) <= 0 for d in t.shape):

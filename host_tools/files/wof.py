@@ -40,9 +40,11 @@ def write_wof(path, n_tensors: int, arrays: dict, keep_dtype: bool = False) -> N
 
 
 def _shapes(g: Graph):
-    # the device reader's sizes: float32 tensors may carry data, others may not
+    # the device reader's sizes: float32 tensors may carry data, others may not; a model
+    # whose inputs prepare joined has its joined input's tensors after g's, without data
+    # (g.device_tensors: export sets it from prepare.json)
     return [(1, int(np.prod(t.shape)) if t.shape else 1) if t.dtype == 'float32' else None
-            for t in g.tensors]
+            for t in g.tensors] + [None] * (getattr(g, 'device_tensors', 0) - len(g.tensors))
 
 
 def _read(path) -> bytes:
@@ -91,7 +93,7 @@ def read_checkpoint(path, g: Graph, ranks=None) -> dict:
             r, c = dev_shapes[k]
             state[k] = (1, (hi - lo) * (c if ax == 0 else r))
     try:
-        w = ckread.read_checkpoint(io.BytesIO(data), path, len(g.tensors), shapes, state)[0]
+        w = ckread.read_checkpoint(io.BytesIO(data), path, len(shapes), shapes, state)[0]
     except dev.FormatError as e:
         raise ValueError(f'{e} (model {g.path})') from None
     return _shaped(g, w)

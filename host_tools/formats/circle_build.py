@@ -179,6 +179,20 @@ class CircleBuilder:
     def outputs(self, *idx) -> None:
         self._outputs.extend(int(i) for i in idx)
 
+    def signature(self, inputs, outputs, key='serving_default') -> None:
+        """A SignatureDef of subgraph 0: inputs and outputs [(name, tensor index)] (a
+        Keras model's names, which TFLite's get_signature_runner reads)."""
+        def maps(pairs):
+            out = []
+            for name, k in pairs:
+                t = C.TensorMap.TensorMapT()
+                t.name, t.tensorIndex = name, int(k)
+                out.append(t)
+            return out
+        sd = C.SignatureDef.SignatureDefT()
+        sd.signatureKey, sd.inputs, sd.outputs = key, maps(inputs), maps(outputs)
+        self._signatures = [sd]
+
     def metadata(self, name: str, data: bytes) -> None:
         self._buffers.append(_aligned_buffer(bytes(data)))
         m = C.Metadata.MetadataT()
@@ -202,6 +216,7 @@ class CircleBuilder:
         m.subgraphs = [sg]
         m.buffers = list(self._buffers)
         m.metadata = list(self._metadata) or None
+        m.signatureDefs = list(getattr(self, '_signatures', None) or []) or None
         return m
 
     def build(self, external_data: bool = False) -> bytes:

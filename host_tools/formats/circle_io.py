@@ -367,6 +367,16 @@ def _graph_from(path, raw: bytes, model) -> Graph:
                 raise ModelError(path, f"subgraph {kind} tensor index {i} out of range "
                                        f"({nt} tensors)")
 
+    for sd in (model.signatureDefs or [])[:1]:     # (Keras's names and order of its inputs
+        if int(sd.subgraphIndex or 0) != 0:        # and outputs)
+            continue
+        for maps, lst in ((sd.inputs, gin), (sd.outputs, gout)):
+            for place, tm in enumerate(maps or []):
+                k = int(tm.tensorIndex or 0)
+                nm = tm.name.decode("utf-8", "replace") if isinstance(tm.name, bytes) else tm.name
+                if k in lst and nm:
+                    tensors[k].sig = (place, nm)
+
     metadata: dict[str, bytes] = {}
     for m in model.metadata or []:
         mname = m.name.decode("utf-8", "replace") if isinstance(m.name, bytes) else (m.name or "")

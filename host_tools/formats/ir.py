@@ -46,6 +46,9 @@ class Tensor:
     buffer: int
     quant: dict | None = None
     signature: list | None = None       # the file's shape_signature (-1: known at run time)
+    # (place, name) of a graph input or output in the file's SignatureDef (Keras's order
+    # and names: Input(name='image') is 'image', its first output 'output_0'), or None
+    sig: tuple | None = None
 
 
 @dataclass

@@ -83,9 +83,10 @@ def validate(g: Graph):
             raise PrepareError(f'{where}: tensor {k} ({g.tensors[k].name}) has shape {shape}; '
                                'the batch dimension must be 1 (batch size is a training setting)')
     if len(g.outputs) != 1 or len(g.inputs) != 1:
-        raise PrepareError(f'{where}: utrain trains models with one input and one output '
-                           f'(this one has {len(g.inputs)} and {len(g.outputs)}); export the '
-                           'model with its one input and the one output the loss reads')
+        raise PrepareError(f'{where}: the graph the device runs takes one input and makes '
+                           f'one output (this one has {len(g.inputs)} and {len(g.outputs)}): '
+                           'runplan.one_input_output joins its inputs and keeps the output '
+                           'the loss reads')
 
 
 def parse_train(spec, n_ops: int) -> set:

@@ -1348,6 +1348,8 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
     if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
         native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
             t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')
+        if 'q8mom' in natives and t['arch'] in runner.ASM['q8masm.py']:
+            native += native_mpy_size(t['arch'], 'q8masm')      # (q8mom's Thumb vmk)
     return int(f['code'] * sum(sizes.get(m, 0) for m in mods)) + native
 
 

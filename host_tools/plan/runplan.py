@@ -19,18 +19,49 @@ def rewrite_for_training(g, train, enabled=True):
     op indices of the rewritten graph, report dict, input permutation or None)."""
     keep = [g.ops[i] for i in sorted(parse_train(train, len(g.ops)))]
     if not enabled:
-        return sorted(op.index for op in keep), {
-            'dequantized': 0, 'quant': {}, 'transposes': 0, 'batchnorm': 0,
-            'changed': False, 'input_perm': None, 'input_scale': 0}, None
-    info = rw.rewrite(g, keep)
-    perm = rw.hoist_input_transpose(g)
-    info['input_perm'] = perm
-    info['input_scale'] = rw.scale_input(g, {id(op) for op in keep})   # (g.input_rms: data)
-    info['changed'] = info['changed'] or perm is not None or bool(info['input_scale'])
-    if info['changed']:
-        rw.compact(g)
+        info, perm = {'dequantized': 0, 'quant': {}, 'transposes': 0, 'batchnorm': 0,
+                      'changed': False, 'input_perm': None, 'input_scale': 0}, None
+    else:
+        info = rw.rewrite(g, keep)
+        perm = rw.hoist_input_transpose(g)
+        info['input_perm'] = perm
+        info['input_scale'] = rw.scale_input(g, {id(op) for op in keep})   # (g.input_rms: data)
+        info['changed'] = info['changed'] or perm is not None or bool(info['input_scale'])
+        if info['changed']:
+            rw.compact(g)
+    one_input_output(g)
     ids = {id(op) for op in keep}
     return [op.index for op in g.ops if id(rw.trains_as(op)) in ids], info, perm
+
+
+def one_input_output(g):
+    """A graph with several outputs or inputs, as the devices run it (rewrite.py): only
+    the ops the output the loss reads needs (choose_output put it first), its inputs
+    joined into one; the file's view kept for the rewritten model export writes
+    (rewrite.file_graph).  Tensors keep their numbers (the .wof's, the file's)."""
+    if len(g.inputs) > 1 or len(g.outputs) > 1:
+        every = list(g.inputs)
+        rw.keep_file_view(g)
+        rw.prune_outputs(g)
+        g.inputs = rw.natural(g, g.inputs)
+        if len(every) > 1:      # what a data file gives (dataset.load_inputs)
+            keys = [rw.io_name(g, k) for k in g.inputs]
+            keys = [c if keys.count(c) == 1 else f'x{i}' for i, c in enumerate(keys)]
+            g.data_inputs = ([(g.tensors[k].name, list(g.tensors[k].shape), c)
+                              for k, c in zip(g.inputs, keys)],
+                             [rw.io_name(g, k) for k in every if k not in g.inputs])
+        rw.join_inputs(g)
+
+
+def data_inputs(g):
+    """What a data file gives for graph g as read (choose_output's output first):
+    ([(name, shape)] of the inputs that output reads, [names of the others]), or None for
+    a model with one input (dataset.load_inputs)."""
+    if len(g.inputs) < 2:
+        return None
+    h = copy.deepcopy(g)
+    one_input_output(h)
+    return h.data_inputs
 
 
 def what_trains(g, train, ranks=None, train_config=None, train_given=False):

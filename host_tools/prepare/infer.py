@@ -274,10 +274,108 @@ def scores(out, y, metric=None):
             'loss': float(np.mean(d * d)), 'loss_name': 'mse'}
 
 
-def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limit=None):
-    """Score model (a file) on data (.npz, .csv, .ds or a folder of class folders, read as
-    prepare reads them): scores() plus 'runtime', 'transposed'."""
+def several_predictor(path, g):
+    """(run(feeds, i) -> output g.outputs[0] (choose_output's) of sample i, runtime name)
+    for a model with several inputs or outputs: feeds {input tensor name: samples in its
+    shape} for every input of the file's.  ONNX Runtime for .onnx, TFLite Micro for an
+    int8 .tflite, else ONERT (on the graph with its shape arithmetic folded, as
+    onert_predictor runs it)."""
+    ins, k = [g.tensors[j] for j in g.file_inputs], g.tensors[g.outputs[0]]
+    if os.fspath(path).lower().endswith('.onnx'):
+        onnx_predictor(path)            # (ONNX Runtime installed and loads it)
+        import onnxruntime as ort
+        sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
+        return (lambda feeds, i: sess.run([k.name], {t.name: feeds[t.name][i:i + 1] for t in ins})[0],
+                'ONNX Runtime')
+    if any(t.dtype in ('int8', 'uint8') for t in ins + [k]):
+        if g.identifier != b'TFL3':
+            raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
+                             'models as .tflite only')
+        from tflite_micro.python.tflite_micro import runtime as rt
+        it = rt.Interpreter.from_file(os.fspath(path))
+
+        def run(feeds, i):
+            for n, t in enumerate(ins):
+                v = feeds[t.name][i:i + 1]
+                if t.dtype in ('int8', 'uint8'):
+                    sc, z = _q(t)
+                    lo, hi = (-128, 127) if t.dtype == 'int8' else (0, 255)
+                    v = np.clip(np.round(v / sc) + z, lo, hi)
+                it.set_input(v.astype(t.dtype), n)
+            it.invoke()
+            y = np.asarray(it.get_output(g.output_at), np.float64)
+            return (y - _q(k)[1]) * _q(k)[0] if k.dtype in ('int8', 'uint8') else y
+        return run, 'TFLite Micro'
+    h, src, keep = _shapes_folded(g), path, None
+    if h is not None:
+        import tempfile
+        from ..graph.rewrite import save_graph
+        o, i = h.outputs, g.output_at       # (the file's order again: choose_output's undone)
+        h.outputs = o[1:i + 1] + o[:1] + o[i + 1:]
+        keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+        src = save_graph(h, os.path.join(keep.name, 'model' + os.path.splitext(path)[1]))
+    sess = _onert_session(src)
+
+    def run(feeds, i, _keep=keep):
+        try:
+            return sess.infer([np.ascontiguousarray(feeds[t.name][i:i + 1]) for t in ins])[
+                g.output_at]
+        except Exception as e:      # onert raises its own types
+            raise InferError(f'{path}: ONERT loads it but cannot run it ({e})') from None
+    return run, 'ONERT'
+
+
+def evaluate_several(model, data, output=None, label='last', size=None, limit=None):
+    """evaluate() of a model with several inputs or outputs: the output prepare trains
+    (output: --output; rewrite.choose_output) on the data's array per input
+    (dataset.load_inputs), each in the model's own layout.  Returns (outputs, targets,
+    the output's name, runtime name)."""
     from ..files import dataset as ds
+    from ..graph import rewrite as rw
+    from ..plan.runplan import data_inputs
+    g = read_model(model)
+    g.file_inputs = list(g.inputs)
+    try:
+        rw.choose_output(g, output, ds.targets_of(data) if output is None else None)
+    except ValueError as e:
+        raise InferError(str(e)) from None
+    ins = data_inputs(g)
+    x, y = ds.load_inputs(data, ins, label, size) if ins else ds.load(data, label, size)
+    if limit:
+        x, y = x[:limit], y[:limit]
+    if not len(x):
+        raise InferError(f'{data}: no samples')
+    t0 = g.tensors[g.inputs[0]]
+    parts = ins[0] if ins else [(t0.name, t0.shape, '')]
+    feeds, at = {}, 0
+    x = np.asarray(x, np.float32).reshape(len(x), -1)
+    for name, shape, _ in parts:
+        n = int(np.prod(shape[1:]))
+        feeds[name] = x[:, at:at + n].reshape([len(x)] + list(shape[1:]))
+        at += n
+    for k in g.file_inputs:         # (inputs the output does not read; ids as the file's ints)
+        t = g.tensors[k]
+        feeds.setdefault(t.name, np.zeros([len(x)] + list(t.shape[1:]), np.float32))
+        if t.dtype in ('int32', 'int64'):
+            feeds[t.name] = np.round(feeds[t.name]).astype(t.dtype)
+    run, runtime = several_predictor(model, g)
+    out = np.stack([np.asarray(run(feeds, i), np.float64).ravel() for i in range(len(x))])
+    return out, y, rw.io_name(g, g.outputs[0]), runtime
+
+
+def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limit=None,
+             output=None):
+    """Score model (a file) on data (.npz, .csv, .ds or a folder of class folders, read as
+    prepare reads them): scores() plus 'runtime', 'transposed' (and 'output': the output
+    scored, of a model with several, evaluate_several's).  output: --output."""
+    from ..files import dataset as ds
+    if os.path.exists(os.fspath(model)):
+        h = read_model(model)
+        if len(h.inputs) > 1 or len(h.outputs) > 1:
+            out, y, name, runtime = evaluate_several(model, data, output, label, size, limit)
+            r = scores(out, y, metric)
+            r.update(runtime=runtime, transposed=False, output=name)
+            return r
     run, runtime, g = predictor(model)
     x, y = ds.load(data, label=label, size=size,
                    shape=getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape)
@@ -299,4 +397,5 @@ def describe(r) -> str:
         s = f'accuracy {r["accuracy"]:.4f} ({r["hits"]}/{r["n"]}), {r["loss_name"]} {r["loss"]:.4f}'
     else:
         s = f'MAE {r["mae"]:.4g}, MSE {r["loss"]:.4g} ({r["n"]} samples)'
-    return s + f' [{r["runtime"]}' + ('; NCHW data transposed to NHWC' if r['transposed'] else '') + ']'
+    return s + f' [{r["runtime"]}' + ('; NCHW data transposed to NHWC' if r['transposed'] else '') \
+        + (f'; output {r["output"]!r}' if r.get('output') else '') + ']'

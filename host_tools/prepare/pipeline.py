@@ -205,10 +205,14 @@ def run_planned(heap, limit) -> dict:
     return {'planned': heap['total']} if limit(heap) is not None else {}
 
 
-def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
+def settle(model_path, board, overrides: dict, progress=None, split_seed=0, output=None,
+           log=print, data=None):
     """The settings pass: the board profile's defaults, the command line checked, the
-    model read and checked in the file's op numbering, its CIRCLE_TRAINING metadata under
-    the command line.  Returns (graph as read, board profile or None, settings, train)."""
+    model read and checked in the file's op numbering, the output the loss reads first in
+    its outputs (output: --output, rewrite.choose_output, else the first whose size
+    data's targets fit; said where the model has several), its CIRCLE_TRAINING metadata
+    under the command line.  Returns (graph as read, board profile or None, settings,
+    train)."""
     from ..files.validate import check_settings, check_graph
     prof = board_profile(board, overrides) if board else None
     if overrides.get('schedule') is not None:      # 'cosine,warmup=100' -> its settings
@@ -217,6 +221,14 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0):
     check_settings(dict(overrides, progress=progress, split_seed=split_seed))
     g = read_model(model_path)
     check_graph(g)             # the file's op numbering, before any rewrite
+    from ..files.dataset import targets_of
+    y = targets_of(data) if data and output is None and len(g.outputs) > 1 else None
+    try:
+        note = rw.choose_output(g, output, y)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+    if note:
+        log(note)
     s = resolve_settings(g, overrides)
     check_settings(s)          # with the model's CIRCLE_TRAINING metadata too
     return g, prof, s, s.pop('train')
@@ -267,7 +279,7 @@ def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=N
         if os.path.exists(dst) and os.path.samefile(dst, model_path):
             raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
                                'graph; prepare into another folder')
-        rw.save_graph(g, dst)
+        rw.save_graph(rw.file_graph(g), dst)     # (its inputs apart, every output)
     else:
         files['rewritten'] = None
     wrote = {'flat_bytes': write_flat(g, p, s, os.path.join(out_dir, files['model']))['bytes']}
@@ -298,7 +310,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                'trainable_params': int(sum(g.tensors[k].data.size for k in p.params)),
                'frozen_params': int(sum(t.data.size for t in g.tensors
                                         if t.data is not None and t.index not in p.params
-                                        and t.dtype == 'float32')),
+                                        and t.dtype == 'float32' and t.index in p.last_use)),
                'backward_ops': len(p.backward), 'saved_activations': len(p.saved),
                'heap': heap, 'ranks': {g.tensors[k].name: list(v) for k, v in p.ranks.items()},
                'rewritten': files['rewritten'], 'input_perm': perm,
@@ -307,7 +319,19 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'input_scale': info.get('input_scale', 0), 'quant': info['quant']}
     if files['rewritten']:      # each op of the rewritten file: its number in the user's
-        summary['op_numbers'] = [op.number for op in g.ops]
+        summary['op_numbers'] = [op.number for op in rw.file_graph(g).ops]
+    if getattr(g, 'as_file', None):     # several inputs or outputs (runplan.one_input_output)
+        f = rw.file_graph(g)
+        summary['output'] = {'name': rw.io_name(g, g.outputs[0]),
+                             'tensor': g.tensors[g.outputs[0]].name,
+                             'index': rw.natural(f, f.outputs).index(g.outputs[0]),
+                             'of': len(f.outputs)}
+        if getattr(g, 'data_inputs', None):
+            summary['inputs'] = [{'name': n, 'key': key, 'shape': sh}
+                                 for n, sh, key in g.data_inputs[0]]
+            summary['inputs_unread'] = g.data_inputs[1]
+        # the .wof and model.flat number the joined input's tensors after the file's
+        summary['device_tensors'] = len(g.tensors)
     if 'train_config' in wrote:
         summary['train_config'] = wrote['train_config']
     if sel:
@@ -323,7 +347,8 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
 def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
-            bands=None, int8=None, log=print, trial=False, scale_input=True, **overrides):
+            bands=None, int8=None, log=print, trial=False, scale_input=True, output=None,
+            **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -352,13 +377,20 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     whose int8 run fits the board or budget with no settings trains dequantized where
     that fits (and prepare says so), unless --select or --ranks chose for int8.  scale_input:
     a float run whose input is far larger than 1 on data trains it scaled by a power of
-    two (rewrite.scale_input); False keeps it as given (the int8 path calibrates)."""
+    two (rewrite.scale_input); False keeps it as given (the int8 path calibrates).
+    output: of a model with several outputs, the one the loss reads (its name or place:
+    rewrite.choose_output; None: the first whose size data's targets fit); a model with
+    several inputs has them joined into one (runplan.one_input_output) and data gives an
+    array per input (dataset.load_inputs)."""
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
-    source, prof, s, train = settle(model_path, board, overrides, progress, split_seed)
+    source, prof, s, train = settle(model_path, board, overrides, progress, split_seed, output,
+                                    log, data)
+    if len(source.outputs) > 1:     # (the choice --select's trials make again)
+        output = source.output_place
     s = loss_from_data(source, s, data, overrides, log)
     if s['metric'] == 'accuracy' and s['loss'] == 'bce' and _outputs(source) > 1:
         raise PrepareError(f'{model_path}: --metric accuracy counts one class a sample (the '
@@ -371,9 +403,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s))
     # the samples as given, read once here for the input's scale and --select's flash check
-    early = data and (rewrite and scale_input or select and board)
+    # (a model with several inputs: they are joined after the rewrites, and not scaled)
+    early = data and len(source.inputs) == 1 and (rewrite and scale_input or select and board)
     x, y = read_data(data, source.tensors[source.inputs[0]].shape) if early else (None, None)
-    if data and rewrite and scale_input:    # (read by rewrite.scale_input)
+    if early and rewrite and scale_input:   # (read by rewrite.scale_input)
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
         warn = quant.input_range_warning(source, data, x)
@@ -401,7 +434,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                     f'the float run scales by {sc:g} and int8 training does not (its steps on '
                     f'the layers the input reaches would be {1 / sc ** 2:g}x too large)'
                     ) if sc else None
-    if not dequantize and quant.embedding_entry(source):
+    several = len(source.inputs) > 1 or len(source.outputs) > 1
+    if as8 and several and not dequantize:
+        auto = (f'the int8 path trains models with one input and one output, and this one has '
+                f'{len(source.inputs)} and {len(source.outputs)}')
+    elif not dequantize and quant.embedding_entry(source):
         auto = ('an int8 embedding (GATHER of an int8 table by the input\'s ids) is not '
                 'among the int8 path\'s layers yet: its table and the layers after it train '
                 'dequantized; export --quantized --data D writes the table back at a scale that '
@@ -410,7 +447,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
-    if select and board and data:
+    if select and board and early:
         # --select's trials take minutes: samples the board's flash cannot hold even as
         # 8-bit values beside the model's weights as int8 are refused before they run
         check_flash(model_path, (x, y.reshape(len(y), -1)), 'int8', board, int8_bytes(source))
@@ -444,7 +481,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         return summary
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
-                        bands, board, backend, budget, prof, s, train, int8, given, overrides, log)
+                        bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
+                        (len(source.inputs), len(source.outputs)) if several else None)
         if q8:
             return q8
     elif int8:
@@ -454,7 +492,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
-    sel = select_fitting(select, model_path, data, s, prof, budget, backend, rewrite,
+    sel = select_fitting(select, model_path, data, dict(s, output=output) if output is not None
+                         else s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log,
                          dict(board=board, cache=cache, bands=bands, limit=limit,
                               input_rms=source.input_rms),
@@ -498,11 +537,16 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
             lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
-    xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}')
+    xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
+                   + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
+                   getattr(g, 'data_inputs', None))
     warn = target_range_warning(data, g, s, xy and xy[1])
     if warn:
         log(warn)
     check_ids(model_path, g, xy, dtype)
+    if xy is not None and dtype != 'float32' and getattr(g, 'joined', None):
+        for line in joined_range_notes(data, g.data_inputs[0], xy[0], dtype):
+            log(line)
     check_flash(model_path, xy, dtype, board)
     if xy is not None:          # (a split that leaves nothing to train: refused before writing)
         ds_split(len(xy[0]), test_split, split_seed)
@@ -548,17 +592,21 @@ def dequantized_instead(call, refusal):
 
 
 def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,
-               board, backend, budget, prof, s, train, int8, given, overrides, log):
+               board, backend, budget, prof, s, train, int8, given, overrides, log, several=None):
     """The int8-from-float pass (host_tools/prepare/fromfloat.py): where prepare trains the float
     model in integers (asked with int8=True, or chosen for a board without ulab), the
     int8 model calibrated on data's training samples, prepared on quant's int8 path, with
     the calibrated int8 model and its float graph beside the run for export.  Returns the
-    summary, or None: the run stays float32."""
+    summary, or None: the run stays float32.  several: (inputs, outputs) of a model with
+    several of either, which the int8 path does not take (said, float32)."""
     from . import fromfloat
     try:
         yes, why = fromfloat.choose(int8, model_path, board, backend, data, s, cache)
         if not yes:
             return None
+        if several:
+            raise PrepareError('the int8 path takes models with one input and one output, and '
+                               f'this one has {several[0]} and {several[1]}')
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
                                                     (test_split, split_seed), prepare)
@@ -774,34 +822,72 @@ def export_notes(r, g, summary, out_path) -> list:
     return notes
 
 
+def input_columns(g, n) -> dict:
+    """{tensor: (first, end)}: the columns of a sample (n values) each model input takes:
+    the whole row, or where join_inputs put it (g.data_inputs' order)."""
+    if not getattr(g, 'joined', None):
+        return {g.inputs[0]: (0, n)}
+    by_name, out, at = {t.name: t.index for t in g.tensors}, {}, 0
+    for name, shape, _ in g.data_inputs[0]:
+        w = int(np.prod(shape[1:]))
+        out[by_name[name]] = (at, at + w)
+        at += w
+    return out
+
+
 def check_ids(model_path, g, xy, dtype):
     """An embedding's ids (the input a GATHER reads) must reach the board exactly: the
     samples stored as dtype must give them back, integers all."""
-    if xy is None or not any(op.name == 'GATHER' and g.inputs[0] in op.inputs[1:2] for op in g.ops):
+    cols = input_columns(g, xy[0].shape[1]) if xy is not None else {}
+    gathers = [op for op in g.ops if op.name == 'GATHER' and len(op.inputs) > 1
+               and op.inputs[1] in cols]
+    if not gathers:
         return
-    x = xy[0]
-    if not np.all(x == np.round(x)):
-        raise PrepareError(f'{model_path}: its input is an embedding\'s ids, and the data holds '
-                           'values that are not integers: give the ids (token or category '
-                           'numbers) as they are')
-    for op in g.ops:
-        if op.name == 'GATHER' and op.inputs[1] == g.inputs[0]:
-            n = g.tensors[op.inputs[0]].shape[0]
-            lo = -n if len(op.inputs) > 2 else 0
-            bad = x[(x < lo) | (x >= n)]
-            if bad.size:
-                raise PrepareError(f'{model_path}: op {op.number} GATHER reads rows of a {n}-row '
-                                   f'table by the input\'s ids, and the data holds id '
-                                   f'{bad.flat[0]:g} ({bad.size} outside {lo}..{n - 1}); TFLite '
-                                   'stops at such an id, and so would the board: give ids '
-                                   'the table has')
+    for op in gathers:
+        lo, hi = cols[op.inputs[1]]
+        x = xy[0][:, lo:hi]
+        if not np.all(x == np.round(x)):
+            raise PrepareError(f'{model_path}: its input is an embedding\'s ids, and the data '
+                               'holds values that are not integers: give the ids (token or '
+                               'category numbers) as they are')
+        n = g.tensors[op.inputs[0]].shape[0]
+        first = -n if len(op.inputs) > 2 else 0
+        bad = x[(x < first) | (x >= n)]
+        if bad.size:
+            raise PrepareError(f'{model_path}: op {op.number} GATHER reads rows of a {n}-row '
+                               f'table by the input\'s ids, and the data holds id '
+                               f'{bad.flat[0]:g} ({bad.size} outside {first}..{n - 1}); TFLite '
+                               'stops at such an id, and so would the board: give ids '
+                               'the table has')
     if dtype != 'float32':
         from ..files.dataset import quantization
+        x = xy[0]
         sc, off = quantization(x, dtype)
         if sc != 1.0:
-            raise PrepareError(f'{model_path}: its input is an embedding\'s ids, which span '
-                               f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 '
-                               'consecutive ids exactly, not these; use --dtype float32')
+            raise PrepareError(
+                f'{model_path}: its input is an embedding\'s ids, which span '
+                f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 consecutive ids '
+                'exactly, not these; use --dtype float32' if len(cols) == 1 else
+                f'{model_path}: an input is an embedding\'s ids, stored with the other inputs '
+                f'at one --dtype {dtype} scale (all the values span {float(x.min()):g}..'
+                f'{float(x.max()):g}): it holds them exactly only where every value is one of '
+                '256 consecutive integers; use --dtype float32')
+
+
+def joined_range_notes(data, parts, x, dtype) -> list:
+    """The inputs a model's joined samples (x, parts: runplan.one_input_output's) hold
+    in a range far narrower than the one 8-bit scale of --dtype stores them at."""
+    span = float(np.ptp(x)) if x.size else 0.0
+    out, at = [], 0
+    for name, shape, key in parts:
+        n = int(np.prod(shape[1:]))
+        s = float(np.ptp(x[:, at:at + n])) if x.size else 0.0
+        at += n
+        if span and s < span / 16:
+            out.append(f'{data}: input {key!r} spans {s:.3g}, 1/{span / max(s, 1e-30):.0f} of the '
+                       f'range --dtype {dtype} stores the joined inputs at (one scale, 256 '
+                       'steps): --dtype float32 keeps its values')
+    return out
 
 
 def file_weights(g, w):
@@ -914,6 +1000,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
             raise PrepareError(f'{rewritten}: missing; {wof_path} indexes that rewritten model')
         base = rewritten
     g = read_model(base)
+    g.device_tensors = summary.get('device_tensors', 0)    # (a model's inputs joined)
     if wof_path.endswith('.ckpt'):
         # a sparse update's optimizer state covers its rank only: the prepared folder's
         # model.flat beside the checkpoint says which channels
@@ -945,6 +1032,10 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         r = {'model': base, 'tensors': len(w), 'clipped': 0}
         r['notes'] = export_notes(r, g, summary, out_path)
         return r
+    if data and 'output' in summary:
+        raise PrepareError(f'{model_path}: export --quantized --data recalibrates and measures '
+                           'models with one input and one output, and this one has several; '
+                           'leave --data out (the int8 export keeps the file\'s activation scales)')
     orig = read_model(model_path)
     by_name = {t.name: t for t in orig.tensors}
     w = file_weights(g, w)

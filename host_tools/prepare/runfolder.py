@@ -64,11 +64,13 @@ def _training(out_dir) -> bool:
         os.close(fd)            # (closing drops a lock taken here)
 
 
-def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input'):
+def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input',
+              inputs=None):
     """The read half of prepare's samples pass (dataset.read_samples), before anything is
     written: data laid out for the model input of shape (perm: as the rewrites transposed
-    it) with n_out outputs and targets for loss.  Returns (x, y), or None without data."""
-    return ds.read_samples(data, shape, perm, loss, n_out, where) if data else None
+    it; inputs: a model's several, joined: dataset.load_inputs) with n_out outputs and
+    targets for loss.  Returns (x, y), or None without data."""
+    return ds.read_samples(data, shape, perm, loss, n_out, where, inputs=inputs) if data else None
 
 
 def int8_bytes(g) -> int:

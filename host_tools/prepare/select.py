@@ -94,8 +94,12 @@ def layers(g):
     separate candidates they filled MAX_LAYERS with copies of one layer, were tried for
     the same configuration again and again, and added one gain several times."""
     out, consts = [], []
+    from ..graph.rewrite import needed
+    runs = {id(op) for op in needed(g)[0]}      # (not the ops only other outputs need)
     for op in g.ops:
         spec = SPECS.get(op.name)
+        if id(op) not in runs:
+            continue
         if spec is None:
             continue
         try:
@@ -144,6 +148,8 @@ class Pricer:
         self.target = dict(target or {})
         self.g0 = read_model(model_path)
         self.g0.input_rms = self.target.pop('input_rms', None)
+        from ..graph.rewrite import choose_output
+        choose_output(self.g0, settings.get('output'))     # (prepare's --output)
         self.memo = {}
 
     def build(self, ranks):
@@ -229,7 +235,13 @@ class Trials:
                  samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare):
         self.prepare = prepare
         from ..files import dataset as ds
-        x, y = ds.load(data)
+        from ..formats.circle_io import read_model
+        from ..graph.rewrite import choose_output
+        from ..plan.runplan import data_inputs
+        g = read_model(model_path)
+        choose_output(g, settings.get('output'))
+        ins = data_inputs(g)        # (a model's several inputs: joined, x one row a sample)
+        x, y = ds.load_inputs(data, ins) if ins else ds.load(data)
         tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
         rng = np.random.default_rng(1234)
         tr = rng.permutation(np.asarray(tr))
@@ -250,7 +262,8 @@ class Trials:
         self.model_path, self.rewrite, self.epochs, self.log = model_path, rewrite, epochs, log
         self.settings = {k: settings[k] for k in ('loss', 'reduction', 'from_logits', 'optimizer',
                                                    'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho',
-                                                   'metric') + RECIPE if k in settings}
+                                                   'metric', 'output') + RECIPE
+                         if k in settings}
         self.settings.update(batch=int(settings['batch']), shuffle=True, seed=7,
                              epochs=epochs, stream=False)
         h = hashlib.sha1()

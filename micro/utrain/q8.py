@@ -123,7 +123,7 @@ class Layer:
             # (passes its input a gradient: the lowest trained layer, no 'back', passes
             # none and needs no rescaling; its int8 output gradient: the net's shared dz)
             sw = d['sw']
-            m = max(sw)
+            m = self.swm = max(sw)      # (kept: max of a float32 array boxes each value)
             # per-channel weight scales: the input gradient's dz is rescaled by
             # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
             if min(sw) != m and d.get('bx'):
@@ -441,15 +441,16 @@ class Q8Net:
         for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
-        # and SGD momentum's int16 weight velocities (mom: the trainer's; utrain.q8mom;
-        # made here: made in setup, after the layers, a classifier's found no run long
-        # enough after a prefix pass, MobileNetV2 needed 81 KB more than without)
+        # and SGD momentum's int16 weight velocities (mom: the trainer's; utrain.q8mom's
+        # format, 2 bytes a weight, zeros; made here: made in setup, after the layers, a
+        # classifier's found no run long enough after a prefix pass, MobileNetV2 needed
+        # 81 KB more than without; q8mom itself loads in setup: its load's temporaries
+        # here cut the run the velocities take)
         vel = {}
         if mom:
-            from utrain import q8mom
             for i in sorted([i for i in range(len(ls)) if trained_n(ls[i])],
                             key=lambda i: -trained_n(ls[i])):
-                vel[i] = q8mom.vel(trained_n(ls[i]))
+                vel[i] = bytearray(2 * trained_n(ls[i]))
         # a graph's held gradients, one buffer a slot (the walk planned once: its
         # temporaries between the buffers fragment a board's heap)
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
@@ -649,11 +650,12 @@ class Q8Net:
     def _wv(self, a, off, n):
         # n bytes of the weights file from off into int32 buffer a (a free part of an
         # input-gradient buffer), as the kernels read int8 weights: a byte view (CPython),
-        # or a itself (viper and assembler kernels read any buffer's bytes)
-        try:
-            a = a.cast('B')
-        except AttributeError:
+        # or a itself (viper and assembler kernels read any buffer's bytes; no cast
+        # tried there: each AttributeError caught cost a board ~200 B of heap)
+        if K.VIPER:
             n = (n + 3) >> 2
+        else:
+            a = a.cast('B')
         return self._read(off, a, n)
 
     def weights(self, L, o0, n):
@@ -1083,7 +1085,7 @@ class Q8Net:
             gm = L.g
             dx = self._gbuf(g, gm[0] * gm[1] * gm[2])
             (K.cdk if L.k == CONV else K.ddk)(dx, dz, L.w, gm)
-        return dx, sz * max(d['sw'])
+        return dx, sz * L.swm
 
     def _rescale(self, L, g, p, q=None):
         # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers read a

@@ -2386,7 +2386,8 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     p[5] = zp; p[6] = lo; p[7] = hi; p[8] = wide
     a = int(ptr32(acc))
     o = int(ptr8(out))
-    # one multiplier a value (blk 1): channel by channel, unless bytes written over sums
-    # not read yet (an int8 output inside the sums)
-    p[17] = 1 if blk == 1 and (wide or o >= a + 4 * n or o + n <= a) else 0
+    # one multiplier a value (blk 1), or one for all (c 1: a per-tensor scale, runs of any
+    # blk): channel by channel, unless bytes written over sums not read yet (an int8
+    # output inside the sums)
+    p[17] = 1 if (blk == 1 or c == 1) and (wide or o >= a + 4 * n or o + n <= a) else 0
     _rq(acc, out, _Q)

@@ -150,6 +150,7 @@ class Grow:
     def _dxm(self, L):
         # dz's per-channel rescaling sw[o] / max(sw) for the input gradient, made again
         # (held: a broadcast row's layer reads q8.req's, made for the calibrated scales)
+        L.swm = max(L.d['sw'])      # (the input gradient's scale, utrain.q8 _dx)
         if not L.d.get('back') or len(L.d['sw']) < 2:     # (passes no input gradient)
             return
         qmul, _i32 = self.qmul, self.i32

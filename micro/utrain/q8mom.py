@@ -73,6 +73,14 @@ def hk(v, n: int, st: int):
         i += st
 
 
+# ARM boards: vmk on q8masm's Thumb loop (~60 cycles a velocity for viper's ~260 on a
+# Cortex-M0+); the viper one (V) stays its reference: tests/support/q8kern_cases.py
+V = None
+from utrain.q8kern import _A  # noqa: E402
+if _A is not None:      # (q8asm staged: so is q8masm)
+    V = {'vmk': vmk}
+    from utrain.q8masm import vmk
+
 if not VIPER:
     import sys
     if sys.implementation.name != 'micropython':    # CPython: the loop in numpy

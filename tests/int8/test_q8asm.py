@@ -34,11 +34,13 @@ def plain_python():
 
 
 def test_stage_asm_only_for_arm(tmp_path):
-    """q8asm is staged (as armv6m code) for the Pico and not for the unix port."""
+    """q8asm (and q8masm, q8mom's) is staged (as armv6m code) for the Pico and not for the
+    unix port."""
     lib = runner.stage(str(tmp_path / 'a'), mpy=pico.MPY)
-    assert 'q8asm.mpy' in os.listdir(lib)
+    assert 'q8asm.mpy' in os.listdir(lib) and 'q8masm.mpy' in os.listdir(lib)
     lib = runner.stage(str(tmp_path / 'b'), mpy=(2 << 10) | 0x306)       # x64
     assert 'q8asm.mpy' not in os.listdir(lib) and 'q8kern.mpy' in os.listdir(lib)
+    assert 'q8masm.mpy' not in os.listdir(lib)
 
 
 def test_viper_matches_plain_python(tmp_path):
@@ -51,7 +53,7 @@ def test_viper_matches_plain_python(tmp_path):
     assert r.returncode == 0, r.stderr
     got = digests(r.stdout)['kern']
     want = plain_python()
-    assert len(want) == 81 and got == want
+    assert len(want) == 89 and got == want
 
 
 @pytest.mark.slow

@@ -546,11 +546,16 @@ def host_cases(tmp):
     cases.append(('data image bomb', ['dataset', str(imgs), '-o', str(tmp / 'imgds')], 'refuse', 'bomb.png'))
     for name, mut in GRAPHS.items():
         p = graph(str(tmp / ('g-%s.circle' % name)), mut)
+        if name == 'two-outputs':       # issue 28: its first output trains, --output names one
+            cases.append(('graph two-outputs', ['prepare', p, '--loss', 'scce'], 'ok', None))
+            cases.append(('graph two-outputs --output q', ['prepare', p, '--loss', 'scce',
+                                                           '--output', 'q'], 'refuse',
+                          "--output 'q': the model's outputs are 0 'p' [1, 3], 1 'z' [1, 3]"))
+            continue
         cases.append(('graph %s' % name, ['prepare', p, '--loss', 'scce'], 'refuse', 'op '
                       if name not in ('zero-dim', 'negative-dim', 'nan-weights', 'inf-weights',
-                                      'huge-activation', 'w1-shape', 'b1-shape', 'no-outputs',
-                                      'two-outputs') else 'tensor' if 'outputs' not in name
-                      else 'one output the loss reads'))
+                                      'huge-activation', 'w1-shape', 'b1-shape', 'no-outputs')
+                      else 'tensor' if 'outputs' not in name else 'at least one of each'))
     # issue 28: an OSError names its file and says what to do (not "[Errno 21] ...")
     cases.append(('prepare --train-config a folder', P + ['--train-config', str(tmp)], 'refuse',
                   'is a folder; give the path of a file'))

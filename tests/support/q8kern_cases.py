@@ -4,10 +4,12 @@
 # implementation: `CASE <name> <impl> <digest of every output>`.  Runs unchanged under
 # CPython (q8kern as plain Python), unix MicroPython (viper) and on a board with
 # utrain.q8asm (then both the assembler kernels and q8kern.vk()'s viper ones); also
-# q8sparse.dak, mkk, smk, smc and smb (their viper references: q8sparse.V).
+# q8sparse.dak, mkk, smk, smc and smb (their viper references: q8sparse.V), and q8mom.vmk
+# (momentum's int16 velocities: q8masm's Thumb loop on a board, q8mom.V its viper one).
 from array import array
 from utrain import q8kern as K
 from utrain import q8sparse as S
+from utrain import q8mom as M
 
 NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'upk', 'sumk')
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
@@ -19,6 +21,9 @@ if getattr(K, 'ASM', False):
     IMPLS = [('asm', IMPLS[0][1]), ('viper', K.vk())]
     IMPLS[1][1].update(S.V)
 IMPLS[0][1]['stk'] = K.stk
+IMPLS[0][1]['vmk'] = M.vmk
+if M.V:
+    IMPLS[1][1].update(M.V)
 IMPLS[0][1]['smb'] = S.smb
 for _n, _k in IMPLS:
     _k['ubek'] = K.ubek      # (viper everywhere: no assembler version)
@@ -90,7 +95,8 @@ DW = [  # H, W, C, M, K, s, p, xz, fill
     (9, 3, 2, 1, 5, 1, 2, 0, None), (4, 3, 20, 1, 3, 2, 1, 9, None)]   # (C > 16: zeros grown)
 RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
     (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
-    (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3)]
+    (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3),
+    (30, 1, 30, 1, 1 << 24, -14, 2), (19, 1, 7, 0, 1 << 20, -8, 3)]   # (one multiplier, runs)
 UP = [(37, 1 << 10, 12345), (64, 1 << 16, 0x3fffffff), (5, 300, 0)]   # n, |d| <, seed
 
 
@@ -318,6 +324,21 @@ def run(r, name, k):
         y = r.bytes(n * ys + yo)
         k['stk'](y, yo, ys, src, n, c)
         out.append(('st%d' % i, y))
+    # q8mom.vmk: v = clamp(mu v + d) (+-32767, int16 in bytes), d = v, mu v stochastically
+    # rounded (a draw a nonzero v mu, the state left in p[1]): random, the clamps at both
+    # ends and d beyond them, zeros (no draw), mu 1 and 0, one value, none, a view past
+    # the start
+    for i, (n, mu, seed, big) in enumerate(((50, 29491, 12345, 1 << 12), (9, 32768, 7, 1 << 16),
+                                            (6, 0, 99, 1 << 8), (1, 16384, 1, 3),
+                                            (0, 29491, 5, 1), (40, 31130, 1 << 29, 1 << 30))):
+        v = r.bytes(2 * n + 4)
+        d = r.ints(n + 1, big)
+        for q, (a, b) in enumerate(((0x7fff, 100), (0x8001, -100), (0, 5), (0xffff, 0),
+                                    (1, 65535), (0x8000, -65536))[:n]):
+            v[2 * q + 2], v[2 * q + 3], d[q] = a & 255, a >> 8, b
+        p = array('i', [mu, seed])
+        k['vmk'](memoryview(v)[2:], d, n, p)
+        out.append(('vm%d' % i, v, d, p))
     for o in out:
         print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
 

@@ -1,0 +1,507 @@
+"""Issue 28: models with several inputs or outputs (a Keras functional model taking an
+image and a sensor vector, an auxiliary second output; a PyTorch module with two forward
+arguments).  prepare trains the output the loss reads (--output, default the file's first;
+the ops only the others need leave the run), joins the inputs into the one the boards
+read (rewrite.join_inputs: a SPLIT_V and RESHAPEs, planned like any op), and reads an
+array per input from the data file; export writes the trained weights into the file,
+which keeps every input and output.  Checked against ONERT (circle/tflite) and ONNX
+Runtime on the file and on the export, with a training run on unix MicroPython."""
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+from test_parity import BACKENDS, new_trainer  # sys.path set up there
+from host_tools.formats.circle_build import CircleBuilder
+from host_tools.formats.circle_io import read_model
+from host_tools.graph.passes import PrepareError
+from host_tools.prepare.pipeline import export, prepare
+from host_tools.target.runner import run
+
+H, M, O, A = 6, 3, 3, 2
+f32 = lambda a: np.asarray(a, np.float32)      # noqa: E731
+
+
+def build(path, shared=False, seed=0, out_order=('aux', 'logits'), m=M):
+    """img [1,H,H,1] -> CONV_2D 3x3 RELU -> RESHAPE; CONCATENATION with meta [1,M] ->
+    FULLY_CONNECTED -> logits [1,O].  aux [1,A]: a FULLY_CONNECTED of meta alone (its
+    own branch), or of the concatenation (shared: the trunk is shared)."""
+    M = m
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    img = b.tensor('serving_default_img:0', [1, H, H, 1])
+    meta = b.tensor('serving_default_meta:0', [1, M])
+    c = b.tensor('c', [1, H - 2, H - 2, 2])
+    b.op('CONV_2D', [img, b.tensor('wc', [2, 3, 3, 1], data=f32(0.5 * rng.standard_normal((2, 3, 3, 1)))),
+                     b.tensor('bc', [2], data=f32([0.1, 0.1]))], [c],
+         padding='VALID', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    n = (H - 2) * (H - 2) * 2
+    r = b.tensor('r', [1, n])
+    b.op('RESHAPE', [c, b.tensor('shape', [2], data=np.array([1, n], np.int32))], [r])
+    cat = b.tensor('cat', [1, n + M])
+    b.op('CONCATENATION', [r, meta], [cat], axis=1, fused_activation_function='NONE')
+    y = b.tensor('logits', [1, O])
+    b.op('FULLY_CONNECTED', [cat, b.tensor('wf', [O, n + M], data=f32(0.2 * rng.standard_normal((O, n + M)))),
+                             b.tensor('bf', [O], data=f32(np.zeros(O)))], [y])
+    aux = b.tensor('aux', [1, A])
+    src, k = (cat, n + M) if shared else (meta, M)
+    b.op('FULLY_CONNECTED', [src, b.tensor('wa', [A, k], data=f32(rng.standard_normal((A, k)))),
+                             b.tensor('ba', [A], data=f32(np.zeros(A)))], [aux])
+    b.inputs(img, meta)
+    b.outputs(*[{'aux': aux, 'logits': y}[o] for o in out_order])
+    return b.save(os.fspath(path))
+
+
+def samples(n=48, seed=1, m=M):
+    """The class is the argmax of meta's first 3, and marks a row of the image too."""
+    rng = np.random.default_rng(seed)
+    img = rng.random((n, H, H, 1)).astype(np.float32)
+    meta = rng.standard_normal((n, m)).astype(np.float32)
+    y = np.argmax(meta[:, :3], 1)
+    img[np.arange(n), y, 0, 0] += 2
+    return img, meta, y
+
+
+def onert_outputs(path, img, meta):
+    """ONERT on the file: every output, per sample, in the file's order."""
+    import onert.infer
+    sess = onert.infer.session(os.fspath(path))
+    outs = [[np.array(o, np.float64).reshape(-1) for o in
+             sess.infer([np.ascontiguousarray(img[i:i + 1]), np.ascontiguousarray(meta[i:i + 1])])]
+            for i in range(len(img))]
+    return [np.stack([s[j] for s in outs]) for j in range(len(outs[0]))]
+
+
+def utrain_outputs(run_dir, x, weights='weights.wof'):
+    """utrain's forward (micro/ under CPython) on the joined samples (x: one a row)."""
+    tr = new_trainer(os.path.join(run_dir, 'model.flat'), os.path.join(run_dir, weights))
+    return np.stack([np.array(tr.predict(np.ascontiguousarray(x[i:i + 1], np.float32)),
+                              np.float64).reshape(-1) for i in range(len(x))])
+
+
+def _prepare(src, d, data, lines=None, **kw):
+    kw = dict(dict(loss='scce', from_logits=True, optimizer='adam', lr=0.01, epochs=4), **kw)
+    return prepare(os.fspath(src), os.fspath(d), data=os.fspath(data),
+                   log=(lines.append if lines is not None else lambda *a: None), **kw)
+
+
+@pytest.mark.parametrize('backend', BACKENDS)
+@pytest.mark.parametrize('shared', [False, True])
+def test_two_inputs_two_outputs_train_and_export(tmp_path, backend, shared):
+    src = build(tmp_path / 'two.tflite', shared)
+    img, meta, y = samples()
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits')
+    # which output trains, how to choose another; the aux branch leaves the run
+    assert any("training output 1 'logits'" in ln and "0 'aux'" in ln and '--output' in ln
+               for ln in lines), lines
+    assert s['output'] == {'name': 'logits', 'tensor': 'logits', 'index': 1, 'of': 2}
+    assert [i['key'] for i in s['inputs']] == ['img', 'meta']
+    assert set(s['trainable']) == {'wc', 'bc', 'wf', 'bf'}
+    assert s['frozen_params'] == 0      # (the aux weights are not on the board)
+    # utrain's forward on the joined samples is ONERT's on the file's two inputs
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    ref = onert_outputs(src, img, meta)
+    got = utrain_outputs(tmp_path / 'run', x)
+    assert np.abs(got - ref[1]).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'run'), python=(backend == 'cpython'), stream=False)
+    assert code == 0, text
+    losses = [float(ln.split(' loss ')[1].split()[0]) for ln in text.splitlines()
+              if ln.startswith('epoch ')]
+    assert losses[-1] < 0.6 * losses[0], losses
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    g0, g1 = read_model(src), read_model(out)
+    assert [g1.tensors[k].name for k in g1.inputs] == [g0.tensors[k].name for k in g0.inputs]
+    assert [g1.tensors[k].name for k in g1.outputs] == ['aux', 'logits']
+    assert [op.name for op in g1.ops] == [op.name for op in g0.ops]
+    w0 = {t.name: t.data for t in g0.tensors if t.data is not None}
+    w1 = {t.name: t.data for t in g1.tensors if t.data is not None}
+    np.testing.assert_array_equal(w0['wa'], w1['wa'])          # not trained
+    assert not np.allclose(w0['wf'], w1['wf'])
+    after = onert_outputs(out, img, meta)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x, 'trained.wof') - after[1]).max() < 1e-5
+    # evaluate scores the trained output on the data's arrays, as ONERT computes it
+    from host_tools.prepare.infer import evaluate
+    r = evaluate(os.fspath(out), os.fspath(tmp_path / 'd.npz'))
+    assert r['output'] == 'logits' and r['runtime'] == 'ONERT'
+    assert r['accuracy'] == np.mean(after[1].argmax(1) == y) > np.mean(ref[1].argmax(1) == y)
+    if shared:      # the aux output reads the trained trunk: it changes with it
+        assert np.abs(after[0] - ref[0]).max() > 1e-3
+    else:           # its own branch: as it was
+        np.testing.assert_allclose(after[0], ref[0], rtol=1e-6, atol=1e-6)
+
+
+def test_the_other_output_trains_and_data_keys(tmp_path):
+    """--output aux (by index) trains the meta branch alone: the image is not read (its
+    array may be left out); x0/x1 name the inputs by place; an .npz whose x holds the
+    values joined works as well."""
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples()
+    t = (meta[:, :A] > 0).astype(np.float32)
+    np.savez(tmp_path / 'aux.npz', meta=meta, y=t)
+    s = _prepare(src, tmp_path / 'a', tmp_path / 'aux.npz', output=0, loss='mse',
+                 from_logits=False, optimizer='sgd', lr=0.1)
+    assert s['output']['name'] == 'aux' and set(s['trainable']) == {'wa', 'ba'}
+    assert s['inputs'] == [{'name': 'serving_default_meta:0', 'key': 'meta', 'shape': [1, M]}]
+    assert s['inputs_unread'] == ['img']
+    np.savez(tmp_path / 'both.npz', img=img, meta=meta, y=t)   # (the unread one: left out)
+    _prepare(src, tmp_path / 'b', tmp_path / 'both.npz', output='aux', loss='mse')
+    ref = onert_outputs(src, img, meta)[0]
+    assert np.abs(utrain_outputs(tmp_path / 'a', meta) - ref).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'a'), python=True, stream=False)
+    assert code == 0, text
+    export(src, os.fspath(tmp_path / 'a' / 'trained.wof'), os.fspath(tmp_path / 'a.tflite'))
+    after = onert_outputs(tmp_path / 'a.tflite', img, meta)
+    np.testing.assert_allclose(after[1], onert_outputs(src, img, meta)[1], rtol=1e-6, atol=1e-6)
+    assert np.abs(after[0] - t).mean() < np.abs(ref - t).mean()
+    # the keys by place, and the values joined as x: the same samples
+    np.savez(tmp_path / 'x01.npz', x0=img, x1=meta, y=y)
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    np.savez(tmp_path / 'x.npz', x=x, y=y)
+    for name in ('x01', 'x'):
+        _prepare(src, tmp_path / name, tmp_path / f'{name}.npz', output='logits')
+        with open(tmp_path / name / 'train.ds', 'rb') as f, open(tmp_path / 'x01' / 'train.ds', 'rb') as h:
+            assert f.read() == h.read()
+
+
+@pytest.mark.parametrize('arrays,says', [
+    (lambda img, meta, y: dict(img=img, y=y), ["no array for the model's input 1 'meta'",
+                                               'name it meta or x1']),
+    (lambda img, meta, y: dict(img=img, meta=meta, extra=meta, y=y),
+     ["array extra is none of the model's inputs", 'img (or x0) [6, 6, 1]']),
+    (lambda img, meta, y: dict(img=img, meta=meta[:, :2], y=y),
+     ['array meta has 2 values a sample', "input 'meta' takes 3"]),
+    (lambda img, meta, y: dict(img=img[:5], meta=meta, y=y), ['img has 5 samples but y has']),
+    (lambda img, meta, y: dict(img=img, meta=meta), ['needs an array y']),
+])
+def test_data_errors_name_the_file_and_array(tmp_path, arrays, says):
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    data = tmp_path / 'bad.npz'
+    np.savez(data, **arrays(img, meta, y))
+    with pytest.raises(Exception) as e:
+        _prepare(src, tmp_path / 'r', data, output='logits')
+    assert str(data) in str(e.value) and all(w in str(e.value) for w in says), str(e.value)
+
+
+def test_inspect_says_what_runs(tmp_path, capsys):
+    """inspect: the output prepare trains by default, the ops only the other needs, the
+    inputs joined and the arrays the data gives."""
+    from host_tools.cli import main
+    main(['inspect', build(tmp_path / 'two.tflite', out_order=('logits', 'aux'))])
+    said = capsys.readouterr().out
+    assert "training output 0 'logits' [1, 3], the first" in said
+    assert said.count('only the other outputs need it') == 1, said    # the aux FC
+    assert ('its 2 inputs are joined into one [1, 39] (SPLIT_V, RESHAPE): --data gives an array '
+            'per input, named img (or x0) [6, 6, 1], meta (or x1) [3]') in said
+
+
+def test_default_output_fits_the_data_and_follows_the_signature(tmp_path):
+    """Without --output: the first output (in the SignatureDef's order: Keras's, which the
+    converter may list otherwise) whose size the targets fit, said so."""
+    from host_tools.graph import rewrite as rw
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)          # labels 0..2: logits
+    lines = []
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines)
+    assert s['output']['name'] == 'logits' and any(
+        "output 1 'logits' [1, 3], the first whose size the data's targets fit" in ln for ln in lines)
+    np.savez(tmp_path / 'v.npz', img=img, meta=meta, y=meta[:, :A])   # 2 values: aux
+    s = _prepare(src, tmp_path / 'v', tmp_path / 'v.npz', loss='mse', from_logits=False)
+    assert s['output']['name'] == 'aux'
+    g = read_model(src)
+    for place, (k, name) in enumerate(zip(g.outputs[::-1], ('output_0', 'output_1'))):
+        g.tensors[k].sig = (place, name)       # a Keras file: logits is its first output
+    for place, (k, name) in enumerate(zip(g.inputs, ('img', 'meta'))):
+        g.tensors[k].sig = (place, name)
+    rw.save_graph(g, tmp_path / 'sig.tflite')   # (its SignatureDef written and read back)
+    g = read_model(tmp_path / 'sig.tflite')
+    assert [g.tensors[k].sig for k in g.outputs] == [(1, 'output_1'), (0, 'output_0')]
+    assert "training output 0 'output_0' [1, 3], the first (" in rw.choose_output(g)
+    assert g.tensors[g.outputs[0]].name == 'logits' and g.output_at == 1
+    rw.choose_output(g, 'output_1')
+    assert g.tensors[g.outputs[0]].name == 'aux'
+
+
+def test_unknown_output_and_int8_flag_are_refused(tmp_path):
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    with pytest.raises(PrepareError, match=r"--output 'nope'.*0 'aux' \[1, 2\], 1 'logits' \[1, 3\]"):
+        _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='nope')
+    with pytest.raises(PrepareError, match='--int8 cannot train it as int8: the int8 path takes '
+                       'models with one input and one output, and this one has 2 and 2; '
+                       'without --int8 it trains in float32'):
+        _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output=1, int8=True)
+    # a board without ulab, where a float model would train as int8: float32, said so
+    lines = []
+    s = _prepare(src, tmp_path / 'b', tmp_path / 'd.npz', lines, output=1, board='rp2040')
+    assert not s.get('int8') and any('trains in float32 (int8 from float does not take it: the '
+                                     'int8 path takes models with one input' in ln for ln in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('wide', [False, True])
+def test_plan_counts_the_joined_input(tmp_path, wide):
+    """The heap plan holds the joined input and its parts: on unix MicroPython the run
+    trains in the planned heap and not in 1/1.3 of it (as tests/planner/test_memory.py
+    bounds one-input models), with a second input of 3 values or of 1500 (the joined
+    input and its part then 12 KB of the plan); the plan is the one --budget and --board
+    read."""
+    from test_parity import MICROPYTHON
+    import subprocess
+    from host_tools.plan.memory import trains_in
+    from host_tools.target import runner
+    if MICROPYTHON is None:
+        pytest.skip('unix micropython not found')
+    ulab = subprocess.run([MICROPYTHON, '-c', 'import ulab'], capture_output=True).returncode == 0
+    m = 1500 if wide else M
+    src = build(tmp_path / 'two.tflite', m=m)
+    img, meta, y = samples(12, m=m)
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    out = os.fspath(tmp_path / 'r')
+    s = _prepare(src, out, tmp_path / 'd.npz', output='logits', optimizer='sgd', epochs=1,
+                 backend='ulab' if ulab else 'fallback')
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.3)), \
+        f'trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+    with pytest.raises(PrepareError, match='training needs about'):
+        _prepare(src, tmp_path / 'r2', tmp_path / 'd.npz', output='logits', budget=str(plan - 64))
+
+
+def _two(torch):
+    class Two(torch.nn.Module):
+        """forward(img NCHW, meta) -> (logits, aux of meta alone)."""
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(2, 3, 3)
+            self.fc = torch.nn.Linear(3 * 4 * 4 + 4, 3)
+            self.aux = torch.nn.Linear(4, 2)
+
+        def forward(self, img, meta):
+            z = torch.cat([torch.relu(self.c(img)).flatten(1), meta], 1)
+            return self.fc(z), self.aux(meta)
+    torch.manual_seed(0)
+    return Two().eval()
+
+
+def _torch_data(tmp_path, n=40):
+    """d.npz for _two's module (NCHW images): the class is meta's argmax, marked in img."""
+    rng = np.random.default_rng(1)
+    img = rng.random((n, 2, 6, 6)).astype(np.float32)
+    meta = rng.standard_normal((n, 4)).astype(np.float32)
+    y = np.argmax(meta[:, :3], 1)
+    img[np.arange(n), 0, y, 0] += 2
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    return img, meta, y
+
+
+def test_torch_two_arguments_tico(tmp_path):
+    """The same module through tico (a circle file): its arrays are named after forward's
+    arguments; utrain's forward is ONERT's, and the export keeps both outputs."""
+    torch = pytest.importorskip('torch')
+    tico = pytest.importorskip('tico')
+    path = os.fspath(tmp_path / 'two.circle')
+    tico.convert(_two(torch), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4))).save(path)
+    img, meta, y = _torch_data(tmp_path)
+    s = _prepare(path, tmp_path / 'run', tmp_path / 'd.npz')
+    assert [i['key'] for i in s['inputs']] == ['img', 'meta'] and s['output']['index'] == 0
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    before = onert_outputs(path, img, meta)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x) - before[0]).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.circle')
+    export(path, os.fspath(tmp_path / 'run' / 'trained.wof'), out)
+    after = onert_outputs(out, img, meta)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x, 'trained.wof') - after[0]).max() < 1e-5
+    assert np.mean(after[0].argmax(1) == y) > np.mean(before[0].argmax(1) == y)
+    np.testing.assert_allclose(after[1], before[1], rtol=1e-6, atol=1e-6)
+
+
+def test_torch_two_arguments_onnx(tmp_path):
+    """A PyTorch module with two forward arguments and two results, exported to ONNX:
+    utrain's forward is ONNX Runtime's; trained, the export's logits are utrain's and its
+    aux output is the file's."""
+    torch = pytest.importorskip('torch')
+    ort = pytest.importorskip('onnxruntime')
+
+    path = os.fspath(tmp_path / 'two.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(_two(torch), (torch.zeros(1, 2, 6, 6), torch.zeros(1, 4)), path,
+                          input_names=['img', 'meta'], output_names=['logits', 'aux'],
+                          dynamo=False)
+    img, meta, y = _torch_data(tmp_path)
+    lines = []
+    s = _prepare(path, tmp_path / 'run', tmp_path / 'd.npz', lines)
+    assert s['output']['name'] == 'logits' and any("0 'logits'" in ln for ln in lines)
+
+    def ort_run(p):
+        sess = ort.InferenceSession(p, providers=['CPUExecutionProvider'])
+        return [np.stack([sess.run(None, {'img': img[i:i + 1], 'meta': meta[i:i + 1]})[j].reshape(-1)
+                          for i in range(len(img))]) for j in range(2)]
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)    # (the model's NCHW layout)
+    before = ort_run(path)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x) - before[0]).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.fspath(tmp_path / 'run' / 'trained.wof'), out)
+    after = ort_run(out)
+    assert np.abs(utrain_outputs(tmp_path / 'run', x, 'trained.wof') - after[0]).max() < 1e-5
+    assert np.abs(after[0] - before[0]).max() > 1e-3
+    np.testing.assert_array_equal(after[1], before[1])
+    with open(tmp_path / 'run' / 'prepare.json') as f:
+        assert json.load(f)['inputs'][1] == {'name': 'meta', 'key': 'meta', 'shape': [1, 4]}
+
+
+def test_8bit_samples_of_inputs_with_narrow_ranges_are_said(tmp_path):
+    """--dtype uint8 stores the joined inputs at one scale: an input 1/16 of the range or
+    less is named (its values keep a few of the 256 steps)."""
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=255 * img, meta=meta, y=y)
+    lines = []
+    _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines, output='logits', dtype='uint8')
+    assert [ln for ln in lines if 'spans' in ln] == [ln for ln in lines if "input 'meta' spans" in ln
+                                                     and '--dtype float32 keeps' in ln] != []
+    lines.clear()
+    _prepare(src, tmp_path / 'f', tmp_path / 'd.npz', lines, output='logits')
+    assert not [ln for ln in lines if 'spans' in ln]
+
+
+def _build_int8(path, seed=0, A_=4, B=3):
+    """Full-integer int8: a [1, A_] and b [1, B] (one scale) -> CONCATENATION -> FC ->
+    logits [1, O]; aux [1, 2] an FC of b.  Weights per-tensor int8, biases int32."""
+    rng = np.random.default_rng(seed)
+    q = lambda s, z=0: {'scale': [float(s)], 'zero_point': [int(z)], 'quantized_dimension': 0}  # noqa: E731
+    sx, sw = 0.05, 0.02
+    b = CircleBuilder(identifier=b'TFL3')
+    a = b.tensor('a', [1, A_], dtype='int8', quant=q(sx))
+    v = b.tensor('v', [1, B], dtype='int8', quant=q(sx))
+    cat = b.tensor('cat', [1, A_ + B], dtype='int8', quant=q(sx))
+    b.op('CONCATENATION', [a, v], [cat], axis=1, fused_activation_function='NONE')
+
+    def fc(name, x, n_in, n_out, so):
+        w = np.clip(np.round(rng.standard_normal((n_out, n_in)) * 20), -127, 127).astype(np.int8)
+        y = b.tensor(name, [1, n_out], dtype='int8', quant=q(so))
+        b.op('FULLY_CONNECTED', [x, b.tensor(name + '_w', [n_out, n_in], data=w, quant=q(sw)),
+                                 b.tensor(name + '_b', [n_out], data=np.zeros(n_out, np.int32),
+                                          quant=q(sx * sw))], [y],
+             fused_activation_function='NONE')
+        return y
+    y = fc('logits', cat, A_ + B, O, 0.1)
+    aux = fc('aux', v, B, 2, 0.1)
+    b.inputs(a, v)
+    b.outputs(y, aux)
+    return b.save(os.fspath(path))
+
+
+def test_int8_model_trains_dequantized_and_exports_int8(tmp_path):
+    """A full-integer int8 model with two inputs and two outputs trains in float32,
+    dequantized, saying why; export --quantized writes int8 again with both inputs and
+    outputs, scored under TFLite Micro by evaluate (the aux output's integers unchanged)."""
+    pytest.importorskip('tflite_micro')
+    from host_tools.prepare.infer import evaluate
+    src = _build_int8(tmp_path / 'q.tflite')
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-2, 2, (90, 4)).astype(np.float32)
+    v = rng.uniform(-2, 2, (90, 3)).astype(np.float32)
+    y = np.argmax(v, 1)
+    np.savez(tmp_path / 'd.npz', a=a, v=v, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits', epochs=6)
+    assert any('dequantized' in ln and 'one input and one output, and this one has 2 and 2' in ln
+               for ln in lines), lines
+    assert not s.get('int8') and s['rewrites']['dequantized'] > 0
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.tflite')
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), out, quantized=True)
+    g0, g1 = read_model(src), read_model(out)
+    assert [g1.tensors[k].dtype for k in g1.inputs + g1.outputs] == ['int8'] * 4
+    w0 = {t.name: t.data for t in g0.tensors if t.data is not None}
+    w1 = {t.name: t.data for t in g1.tensors if t.data is not None}
+    np.testing.assert_array_equal(w0['aux_w'], w1['aux_w'])
+    before = evaluate(src, os.fspath(tmp_path / 'd.npz'))
+    after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
+    assert before['runtime'] == after['runtime'] == 'TFLite Micro' and after['output'] == 'logits'
+    assert after['accuracy'] > before['accuracy'] + 0.2, (before, after)
+
+
+@pytest.mark.slow
+def test_select_chooses_among_the_trained_outputs_layers(tmp_path):
+    """--select's candidates are the layers the trained output needs: its classifier is
+    that output's last layer, not the other output's (the aux FC, the file's last op)."""
+    from host_tools.graph import rewrite as rw
+    from host_tools.prepare import select as sl
+    src = build(tmp_path / 'two.tflite')
+    g = read_model(src)
+    rw.choose_output(g, 'logits')
+    assert sl.classifier(g, sl.layers(g)) == 3 and 4 not in [i for i, _ in sl.layers(g)]
+    img, meta, y = samples()
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines, output='logits', select='auto',
+                 board='rp2040')
+    assert any('before the classifier (op 3)' in ln for ln in lines), lines
+    assert set(s['trainable']) <= {'wc', 'bc', 'wf', 'bf'} and 'wf' in s['trainable']
+    code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0, text
+
+
+def _build_embedding(path, seed=0):
+    """ids [1, 2] int32 -> GATHER of a [5, 3] table -> RESHAPE [1, 6]; CONCATENATION
+    with feat [1, 2] -> FULLY_CONNECTED -> logits [1, 3]."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    ids = b.tensor('ids', [1, 2], dtype='int32')
+    feat = b.tensor('feat', [1, 2])
+    e = b.tensor('e', [1, 2, 3])
+    b.op('GATHER', [b.tensor('table', [5, 3], data=f32(rng.standard_normal((5, 3)))), ids], [e],
+         axis=0)
+    r = b.tensor('r', [1, 6])
+    b.op('RESHAPE', [e, b.tensor('shape', [2], data=np.array([1, 6], np.int32))], [r])
+    cat = b.tensor('cat', [1, 8])
+    b.op('CONCATENATION', [r, feat], [cat], axis=1, fused_activation_function='NONE')
+    y = b.tensor('logits', [1, O])
+    b.op('FULLY_CONNECTED', [cat, b.tensor('w', [O, 8], data=f32(0.3 * rng.standard_normal((O, 8)))),
+                             b.tensor('bias', [O], data=f32(np.zeros(O)))], [y])
+    b.inputs(ids, feat)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def test_embedding_ids_beside_features(tmp_path):
+    """An embedding's ids beside float features: the table trains, utrain's forward is
+    ONERT's; 8-bit samples, which would store the ids at the features' scale, are refused,
+    and so are ids outside the table, naming the op."""
+    src = _build_embedding(tmp_path / 'emb.tflite')
+    rng = np.random.default_rng(4)
+    ids = rng.integers(0, 5, (40, 2))
+    feat = rng.standard_normal((40, 2)).astype(np.float32)
+    y = ids[:, 0] % 3
+    np.savez(tmp_path / 'd.npz', ids=ids, feat=feat, y=y)
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz')
+    assert 'table' in s['trainable']
+    import onert.infer
+    sess = onert.infer.session(src)
+    ref = np.stack([np.asarray(sess.infer([ids[i:i + 1].astype(np.int32), feat[i:i + 1]])[0]).ravel()
+                    for i in range(10)])
+    got = utrain_outputs(tmp_path / 'r', np.concatenate([ids, feat], 1)[:10].astype(np.float32))
+    assert np.abs(got - ref).max() < 1e-5
+    code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0, text
+    with pytest.raises(PrepareError, match='embedding.*one --dtype uint8 scale.*use --dtype float32'):
+        _prepare(src, tmp_path / 'u', tmp_path / 'd.npz', dtype='uint8')
+    np.savez(tmp_path / 'bad.npz', ids=ids + 3, feat=feat, y=y)
+    with pytest.raises(PrepareError, match='op 0 GATHER reads rows of a 5-row table.*outside 0..4'):
+        _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz')
