@@ -27,6 +27,8 @@ def roomier(heap) -> str:
     """'; a board with more heap holds it: ...' naming the board profiles (not unix) whose
     heap and heap_budget hold the plan heap (its total) as prepare checks them, or ''
     (a refusal's last resort; their own plans differ a little)."""
+    if 'total' not in heap:         # (a plan given in parts only)
+        return ''
     fixed = heap['parts']['code'] + heap['parts']['interpreter']
     names = [n for n, p in boards().items() if n != 'unix' and
              min(size_bytes(p['heap']), fixed + int(p['heap_budget'])) >= heap['total']]
