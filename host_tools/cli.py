@@ -183,19 +183,31 @@ def print_heap(h, note=''):
 def cmd_run(a):
     if a.emulate:
         from .boards.pico import run_folder
+        from .target.runner import size_bytes
+        try:
+            size_bytes(a.heap or 0)
+        except ValueError:
+            raise ValueError(f'--heap {a.heap!r}: expected a size in bytes, e.g. 120K') from None
         if a.board not in ('unix', 'rp2040') or a.python or a.source:
             raise SystemExit('run --emulate: the emulated board is an RP2040 (a Raspberry Pi '
                              'Pico) running .mpy code; drop --board/--python/--source')
-        code, _ = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
-        return code
-    from .target.runner import run
-    code, _ = run(a.dir, board=a.board, python=a.python, source=a.source)
+        code, text = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
+    else:
+        from .target.runner import run
+        code, text = run(a.dir, board=a.board, python=a.python, source=a.source)
+    from .target.runner import end_advice
+    advice = end_advice(a.dir, text) if code else None
+    if advice:
+        print(advice, file=sys.stderr)
     return code
 
 
 def cmd_export(a):
     from .prepare.pipeline import export
-    r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
+    try:
+        r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
+    except ValueError as e:
+        raise ValueError(str(e) + _prepared_from(a.model, a.weights)) from None
     print(f'wrote {a.output}: {r["tensors"]} tensors from {a.weights} into {r["model"]}'
           + (f' (re-quantized; {r["clipped"]} values clipped to the type range)'
              if a.quantized and not r.get('int8') else '')
@@ -207,10 +219,28 @@ def cmd_export(a):
     return 0
 
 
+def _prepared_from(model, weights) -> str:
+    """export's refusal when the weights' folder was prepared from another model file
+    (its prepare.json's model): which one (a float model given an int8 run's weights was
+    told 'int8 training needs int8 activations')."""
+    import json
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(weights)), 'prepare.json')) as f:
+            src = json.load(f).get('model')
+    except (OSError, ValueError, AttributeError):
+        return ''
+    if not isinstance(src, str):
+        return ''
+    same = os.path.samefile(src, model) if os.path.exists(src) and os.path.exists(model) \
+        else os.path.basename(src) == os.path.basename(model)
+    return '' if same else (f'\n  {weights} was trained in a folder prepared from {src}, not '
+                            f'{model}: export into that model')
+
+
 def cmd_dataset(a):
     """Convert .npz / .csv / image folders to train.ds and test.ds."""
     from .files import dataset as ds
-    size = tuple(int(v) for v in a.size.lower().split('x')) if a.size else None
+    size = _pixels(a.size)
     d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']
     scale, offset = d['scale'], d['offset']
@@ -366,12 +396,26 @@ def cmd_board(a):
     return 0
 
 
+def _pixels(size):
+    """--size WxH as (w, h), None when not given; ValueError naming --size."""
+    if not size:
+        return None
+    try:
+        w, h = (int(v) for v in size.lower().split('x'))
+        if w > 0 and h > 0:
+            return w, h
+    except ValueError:
+        pass
+    raise ValueError(f'--size {size!r}: expected WxH in pixels, e.g. 32x32')
+
+
 def cmd_evaluate(a):
     """Score a model file on labelled data, on the host (before/after training)."""
     from .prepare.infer import evaluate, describe
+    if a.limit is not None and a.limit < 1:     # (-1 scored all but the last, 0 all)
+        raise ValueError(f'--limit {a.limit}: score at least 1 sample (leave it out for all)')
     r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
-                 size=tuple(int(v) for v in a.size.lower().split('x')) if a.size else None,
-                 limit=a.limit, output=a.output)
+                 size=_pixels(a.size), limit=a.limit, output=a.output)
     print(f'{a.model} on {a.data}: {describe(r)}')
     return 0
 
@@ -445,7 +489,9 @@ def _args_settings(q):
                    'incomplete batch updates with the mean over the samples it has, where ONERT '
                    'pads it by repeating them)')
     q.add_argument('--epochs', type=int, help='epochs to train')
-    q.add_argument('--metric', choices=['accuracy', 'mae'], help='printed and logged per epoch')
+    q.add_argument('--metric', choices=['accuracy', 'mae'],
+                   help='printed and logged per epoch; default: accuracy for cce, scce and bce '
+                        'on one output, else mae (bce on several outputs is multi-label)')
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
     q.add_argument('--seed', type=int, help='seed of --shuffle (reproducible; file order without it)')
 
@@ -501,12 +547,13 @@ def _args_what_and_where(q):
     q.add_argument('--dequantize', action='store_true',
                    help='an int8 model: train it in float32, dequantized (by default it '
                         'trains as int8: int8 weights, integer forward, QAS updates)')
-    q.add_argument('--int8', dest='int8', action='store_const', const=True, default=None,
+    q8 = q.add_mutually_exclusive_group()     # (both: which did the user mean?)
+    q8.add_argument('--int8', dest='int8', action='store_const', const=True, default=None,
                    help='a float model: train an int8 version calibrated on --data in integers '
                         '(integer forward, QAS updates; export writes float32 again, or int8 '
                         'with --quantized); prepare chooses it itself for a --board without '
                         'ulab (--backend fallback) where the settings allow (docs/int8.md)')
-    q.add_argument('--float32', dest='int8', action='store_const', const=False,
+    q8.add_argument('--float32', dest='int8', action='store_const', const=False,
                    help='a float model: keep float32 training where prepare would choose --int8')
 
 
@@ -638,7 +685,8 @@ def _args_evaluate(sub):
                    'of class sub-folders of images, as prepare reads them')
     q.add_argument('--metric', choices=['accuracy', 'mae'],
                    help='default: accuracy when y holds class labels and the model has several '
-                        'outputs, else MAE (and MSE)')
+                        'outputs, or labels 0 and 1 and it has one output in 0..1 (a sigmoid), '
+                        'else MAE (and MSE)')
     q.add_argument('--nchw', action='store_true',
                    help='flat samples (.csv, .ds) are NCHW (as PyTorch takes them) and the model '
                         'takes NHWC (tico models once prepared/exported); 4-D .npz arrays in '

@@ -9,7 +9,7 @@ import os
 
 def read_log(path):
     """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
-    ms,free_heap: the last run, as each fresh run starts again at epoch 0) or a fleet.csv
+    ms,free_heap: the last run, where the epochs start again) or a fleet.csv
     (round,loss,<metric>,test_loss,test_<metric>,boards,samples); empty or nan cells are
     None; ValueError naming path when malformed."""
     if not os.path.exists(path):
@@ -39,8 +39,11 @@ def read_log(path):
         raise ValueError(f'{path}: no {head[0]}s logged yet')
     if head[0] != 'epoch':
         return cols
-    # train.log is appended to: each fresh run starts again at epoch 0; the last run counts
-    last = max(i for i, e in enumerate(cols['epoch']) if i == 0 or e == 0)
+    # train.log is appended to: each fresh run starts again (at epoch 0, or 1 when it has
+    # no test split to score before training; a resumed run goes on): the last run counts
+    ep = cols['epoch']
+    last = max(i for i, e in enumerate(ep) if i == 0 or e is None or ep[i - 1] is None
+               or e <= ep[i - 1])
     return {h: v[last:] for h, v in cols.items()}
 
 

@@ -68,7 +68,10 @@ def check_end(text, port):
                          '(reset, crashed or disconnected); its last output: '
                          + repr(text.strip()[-200:]))
     if ends[-1] != 'ok':
-        raise BoardError(f'{port}: training failed: {ends[-1]}')
+        from ..target.runner import end_advice
+        advice = end_advice(f'the board on {port}', text)
+        raise BoardError(f'{port}: training failed: {ends[-1]}' + (
+            '\n' + advice.replace('copy it again', 'deploy it again') if advice else ''))
 
 
 def board_mpy(port, resume=False) -> int:

@@ -71,7 +71,12 @@ def load_csv(path, label='last'):
                 except ValueError:
                     if k == 0:
                         continue                       # header
-                    raise DataError(f'{path}: line {k + 1}: not a number in {row[:8]!r}'[:300]) from None
+                    j = next(j for j, v in enumerate(row) if not _number(v))
+                    last = j == len(row) - 1 if label == 'last' else j == 0
+                    raise DataError(f'{path}: line {k + 1}: not a number in column {j + 1} '
+                                    f'({row[j][:40]!r})' + ('; labels must be class numbers 0, 1, ... (or '
+                                               'target values): number the classes' if last else
+                                               '; a CSV of numbers is expected')) from None
     except UnicodeDecodeError as e:
         raise DataError(f'{path}: not UTF-8 text near byte {e.start}: a CSV of numbers is '
                         'expected') from None
@@ -86,6 +91,14 @@ def load_csv(path, label='last'):
     if label == 'first':
         return _checked(path, a[:, 1:], a[:, 0])
     return _checked(path, a[:, :-1], a[:, -1])
+
+
+def _number(v) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
 
 
 def load_images(path, size=None, gray=True):
@@ -142,12 +155,22 @@ def labels(path, label='last'):
     return load(path, label)[1]
 
 
-def load(path, label='last', size=None):
+def load(path, label='last', size=None, shape=None):
     """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
-    sub-folders of images (pixels scaled to [0, 1])."""
+    sub-folders of images (pixels scaled to [0, 1]; for a model input of NHWC shape, in
+    its size and channels, as its input takes them)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        x, y, _ = load_images(path, size)
+        gray, nchw = True, False
+        if shape is not None and len(shape) == 4 and (shape[3] in (1, 3) or shape[1] in (1, 3)):
+            # (RGB images for an RGB model were read gray at their own size and refused:
+            # 'x has 64 values per sample, the model input takes 192')
+            nchw = shape[3] not in (1, 3)           # (an ONNX model as read: NCHW)
+            c, h, w = shape[1:] if nchw else (shape[3], shape[1], shape[2])
+            gray, size = c == 1, size or (int(w), int(h))
+        x, y, _ = load_images(path, size, gray)
+        if nchw and x.ndim == 4:
+            x = x.transpose(0, 3, 1, 2)
         return x.astype(np.float32) / 255.0, y
     if not os.path.exists(path):
         raise DataError(f'{path}: no such file or folder')
@@ -206,18 +229,43 @@ def targets(y, loss: str, n_out: int, where: str):
                 raise DataError(f'{where}: y has shape {y.shape}; scce wants class labels')
             y = y.argmax(axis=1)
         y = y.reshape(-1)
-        if np.any(y < 0) or np.any(y >= n_out) or np.any(y != np.round(y)):
-            raise DataError(f'{where}: labels must be integers in [0, {n_out})')
+        _class_numbers(y, n_out, loss, where)
         return y.astype(np.float32).reshape(-1, 1)
     if loss == 'cce' and labels:
         y = y.reshape(-1)
-        if np.any(y < 0) or np.any(y >= n_out) or np.any(y != np.round(y)):
-            raise DataError(f'{where}: labels must be integers in [0, {n_out})')
+        _class_numbers(y, n_out, loss, where)
         return np.eye(n_out, dtype=np.float32)[y.astype(int)]
     y = y.reshape(len(y), -1).astype(np.float32)
     if y.shape[1] != n_out:
-        raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs {n_out}')
+        hint = f'{loss} wants one target per output ({n_out} values a sample)'
+        if y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)) and \
+                (y.min() < 0 or y.max() >= n_out):
+            # class numbers the data-chosen scce passed over: say why
+            hint = (f'as class numbers they would need to be whole numbers 0 to {n_out - 1}, '
+                    f'and these run from {y.min():g} to {y.max():g}; number the classes from 0 '
+                    f'(--loss scce), or give {loss} {n_out} values a sample')
+        elif y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)):
+            hint = (f'these are class numbers 0 to {n_out - 1}, which train with --loss scce '
+                    f'(or cce); {hint}')
+        raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs '
+                        f'{n_out}: {hint}')
     return y
+
+
+def _class_numbers(y, n_out: int, loss: str, where: str):
+    """Refuse labels y (one a sample) that are not class numbers 0 .. n_out - 1, saying
+    which are not and what to do."""
+    bad = (y < 0) | (y >= n_out) | (y != np.round(y))
+    if not np.any(bad):
+        return
+    k = int(np.argmax(bad))
+    if n_out < 2:
+        raise DataError(f'{where}: {loss} takes one output per class and the model has '
+                        f'{n_out}: a one-output (sigmoid) classifier trains with --loss bce on '
+                        'labels 0 and 1')
+    raise DataError(f'{where}: labels must be whole numbers 0 to {n_out - 1} (the model has '
+                    f'{n_out} outputs); sample {k} has {y[k]:g} ({int(bad.sum())} of {len(y)} '
+                    'are outside): number the classes from 0')
 
 
 def pack_dataset(x, y, dtype='float32', scale=None, offset=None) -> bytes:
@@ -365,13 +413,19 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
     that input transposed by the rewrites), the targets for loss with n_out outputs.
     Returns (x one sample a row, y)."""
     from .validate import check_values
-    x, y = load(source, label=label, size=size) if not inputs else \
+    x, y = load(source, label=label, size=size, shape=shape) if not inputs else \
         load_inputs(source, inputs, label, size)
     check_values(source, x, y)
     if perm is not None:          # the model now takes its input transposed (NHWC)
         orig = [len(x)] + [shape[i] for i in np.argsort(perm)][1:]
-        if x.size == int(np.prod(orig)):
+        if x.size == int(np.prod(orig)) and not _laid_out(x, shape[1:], orig[1:]):
             x = x.reshape(orig).transpose(perm)
+    elif shape is not None and len(shape) == 4 and x.ndim == 4:
+        n, h, w, c = shape
+        if _laid_out(x, (c, h, w), (h, w, c)):
+            # NCHW samples (PyTorch's order) for an NHWC model, as evaluate reads them
+            # (a held-out Keras RGB CNN given (N, 3, 8, 8) trained on scrambled pixels)
+            x = x.transpose(0, 2, 3, 1)
     x = x.reshape(len(x), -1)
     if shape is not None and x.shape[1] != int(np.prod(shape)):
         raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
@@ -379,6 +433,12 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
     if loss is not None:
         y = targets(y, loss, n_out, source)
     return x, y
+
+
+def _laid_out(x, as_, not_) -> bool:
+    """Is x 4-D with samples of shape as_, which differs from not_ (the layouts can be
+    told apart)?"""
+    return x.ndim == 4 and tuple(x.shape[1:]) == tuple(as_) != tuple(not_)
 
 
 def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
@@ -397,4 +457,7 @@ def split(n: int, test_split: float, seed: int):
         raise DataError(f'--test-split {test_split}: must be in [0, 1)')
     idx = np.random.default_rng(seed).permutation(n) if test_split else np.arange(n)
     n_test = int(round(n * test_split))
+    if n and n_test >= n:
+        raise DataError(f'--test-split {test_split:g} holds out all {n} samples and leaves none '
+                        'to train on: give a smaller fraction (or more samples)')
     return np.sort(idx[:n - n_test]) if test_split else idx, np.sort(idx[n - n_test:])

@@ -93,6 +93,26 @@ def check_settings(s: dict) -> None:
 PROBABILITIES = {'cce': 'SOFTMAX', 'scce': 'SOFTMAX', 'bce': 'LOGISTIC'}
 
 
+def target_range_warning(path, g, s: dict, y) -> str | None:
+    """The warning for targets y a model ending in SOFTMAX or LOGISTIC cannot reach
+    (outside [0, 1]) under a loss on its outputs as they are (mse, mae, bce, cce without
+    --from-logits), or None: trained, the loss can never fall below the distance to them
+    (a held-out sigmoid model given class numbers 0..4 trained as a regression to them,
+    saying nothing)."""
+    op = final_op(g) if g.outputs else None
+    if op is None or op.name not in ('SOFTMAX', 'LOGISTIC') or s.get('from_logits') or \
+            s['loss'] == 'scce' or y is None or not np.size(y):
+        return None
+    lo, hi = float(np.min(y)), float(np.max(y))
+    if lo >= 0 and hi <= 1:
+        return None
+    act = 'a softmax' if op.name == 'SOFTMAX' else 'a sigmoid'
+    return (f'warning: {path}: the targets run from {lo:g} to {hi:g}, and the model ends in '
+            f'{act} (op {op.number}), whose outputs stay in 0 to 1: {s["loss"]} cannot reach '
+            'them. For classes give class numbers 0, 1, ... to a model with one output per class '
+            '(scce), or 0/1 targets (bce); for a regression, a model without the final activation')
+
+
 def loss_on_logits(g, s: dict):
     """cce/scce (bce) without from_logits take probabilities, so the model should end in
     SOFTMAX (LOGISTIC).  When graph g's output is made by another op it is logits (a
@@ -138,7 +158,9 @@ def npz_headers(path: str) -> dict:
                         shape, _, dtype = np.lib.format.read_array_header_2_0(f)
                 out[info.filename[:-4]] = (shape, dtype, info.file_size, info.compress_size)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as e:
-        raise PrepareError(f'{path}: not a readable .npz file ({e})') from None
+        raise PrepareError(f'{path}: not a readable .npz file ({e}); data is an .npz of arrays x '
+                           'and y (np.savez(path, x=x, y=y)), a .csv, a .ds file or a folder of '
+                           'class folders of images') from None
     return out
 
 
@@ -151,7 +173,9 @@ def check_npz(path: str) -> None:
             continue            # load_npz names what is missing
         shape, dtype, size, packed = h[name]
         if dtype.hasobject or dtype.kind not in 'biuf':
-            raise PrepareError(f'{path}: array {name} holds {dtype} values; it must hold numbers')
+            raise PrepareError(f'{path}: array {name} holds {dtype} values; it must hold numbers' + (
+                ': give class numbers 0, 1, ... (np.unique(y, return_inverse=True)[1] numbers '
+                'text labels in sorted order)' if name == 'y' and dtype.kind in 'USO' else ''))
         if len(shape) == 0:
             raise PrepareError(f'{path}: array {name} is a single value (0-d); it must hold one '
                                'entry per sample')

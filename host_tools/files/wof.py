@@ -4,6 +4,7 @@ the weights back out of a device checkpoint.  Validation is the device reader's
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 
@@ -51,6 +52,9 @@ def _read(path) -> bytes:
         with open(path, 'rb') as f:
             return f.read()
     except OSError as e:
+        if os.path.isdir(path):         # a prepared folder given for its weights
+            raise ValueError(f'{path}: is a folder; give the weights file in it (trained.wof, '
+                             'or checkpoint.ckpt)') from None
         raise ValueError(f'{path}: cannot read ({e.strerror})') from None
 
 

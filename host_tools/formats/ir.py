@@ -140,8 +140,11 @@ def atomic_write(out_path, data: bytes) -> None:
     """Write ``data`` to a temp file next to ``out_path`` and os.replace it over."""
     out_path = os.fspath(out_path)
     folder = os.path.dirname(os.path.abspath(out_path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(out_path) + ".",
-                               suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(out_path) + ".",
+                                   suffix=".tmp")
+    except OSError as e:        # the user's path, not the temp file's: -o in no folder, ...
+        raise OSError(e.errno, e.strerror, out_path if os.path.isdir(folder) else folder) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

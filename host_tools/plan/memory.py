@@ -983,7 +983,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         code = heap['parts']['code'] + heap['parts']['interpreter']
         fits.append('  nothing tried fits (batch 1, sgd, --stream, --cache, --cache-on-host, --ranks, '
                     '--train last:N' + (', a firmware with ulab or utrain frozen in' if firmware else '')
-                    + f'): the code and interpreter alone take about {code // 1024} KB')
+                    + f'): the code and interpreter alone take about {code // 1024} KB'
+                    + runner.roomier(heap))
     return '\n'.join(lines + fits)
 
 

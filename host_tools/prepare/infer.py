@@ -152,6 +152,7 @@ def onnx_predictor(path):
     def run(x):
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
             xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
+    run.shape = shape       # (an image folder is read in its size and channels)
     return run
 
 
@@ -176,7 +177,7 @@ def predictor(path):
         run(probe)
     except InferError as e:
         if g.identifier != b'TFL3':
-            raise
+            return _rewritten_predictor(path, g, e)
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
             run = _tflm_folded(path, g, probe)
         except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
@@ -184,6 +185,25 @@ def predictor(path):
         return run, 'TFLite Micro: ONERT cannot run it', g
     return run, 'ONERT' + (' on its graph as prepare rewrites it (shape ops folded, groups '
                            'split, embedding ids read directly)' if run.folded else ''), g
+
+
+def _rewritten_predictor(path, g, why):
+    """(run, runtime, graph) of ONERT on the graph as prepare rewrites it (layout
+    transposes cancelled, NHWC input), for a circle file ONERT cannot run itself (a tico
+    ResNet block: 'Session preparation failed'); the refusal why when that fails too."""
+    import tempfile
+    from ..graph.rewrite import save_graph
+    from ..plan.runplan import select_rewrite
+    try:
+        h = select_rewrite(g, 'none')[0]
+        keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+        run = onert_predictor(save_graph(h, os.path.join(keep.name, 'model.circle')), h)
+        run(np.zeros([1] + [int(d) for d in h.tensors[h.inputs[0]].shape[1:]], np.float32))
+    except Exception:       # noqa: B902 - the file's own reason stands
+        raise why from None
+    run.keep = keep
+    return run, 'ONERT on its graph as prepare rewrites it (the file as it is: ' + str(why).split(
+        '(', 1)[-1].rstrip(')') + ')', h
 
 
 def layout(x, shape, nchw=False, where='the data'):
@@ -221,6 +241,9 @@ def scores(out, y, metric=None):
     y = np.asarray(y)
     n_out = out.shape[1]
     cls = is_classifier(y, n_out) if metric is None else metric == 'accuracy'
+    if metric is None and n_out == 1 and y.size == len(y) and np.all((y == 0) | (y == 1)) \
+            and np.all((out >= 0) & (out <= 1)):
+        cls = True          # one probability (a sigmoid) against labels 0 and 1: binary
     if cls and n_out == 1:      # one probability (a LOGISTIC output): class 1 above 0.5
         lab = y.reshape(-1)
         if not np.all((lab == 0) | (lab == 1)):
@@ -243,7 +266,9 @@ def scores(out, y, metric=None):
                 'loss': loss, 'loss_name': 'cross-entropy' + ('' if probs else ' of the softmax')}
     t = y.reshape(len(y), -1).astype(np.float64)
     if t.shape[1] != n_out:
-        raise InferError(f'targets have {t.shape[1]} values per sample, the model outputs {n_out}')
+        raise InferError(f'targets have {t.shape[1]} values per sample, the model outputs {n_out}'
+                         + ('; class labels score with --metric accuracy' if t.shape[1] == 1 and
+                            is_classifier(y, n_out) else ''))
     d = out - t
     return {'metric': 'mae', 'mae': float(np.mean(np.abs(d))), 'n': len(t),
             'loss': float(np.mean(d * d)), 'loss_name': 'mse'}
@@ -352,7 +377,8 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             r.update(runtime=runtime, transposed=False, output=name)
             return r
     run, runtime, g = predictor(model)
-    x, y = ds.load(data, label=label, size=size)
+    x, y = ds.load(data, label=label, size=size,
+                   shape=getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape)
     if limit:
         x, y = x[:limit], y[:limit]
     if not len(x):

@@ -27,11 +27,12 @@ from ..plan.memory import plans_by_target
 from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
+from ..files.dataset import split as ds_split
 from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
-                        write_data, write_prefix_caches, write_run_config)
+                        set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
-from ..files.validate import loss_on_logits
+from ..files.validate import loss_on_logits, target_range_warning
 from ..files.wof import write_wof
 
 
@@ -78,13 +79,24 @@ def metadata_settings(g) -> dict:
     return out
 
 
+def _outputs(g) -> int:
+    return int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
+
+
+def default_metric(g, loss: str) -> str:
+    """accuracy for a classifier's loss, mae otherwise: bce on several outputs is
+    multi-label, where the board's accuracy (the largest output's class against the
+    target's) means nothing."""
+    return 'accuracy' if loss in ('cce', 'scce') or loss == 'bce' and _outputs(g) < 2 else 'mae'
+
+
 def resolve_settings(g, overrides: dict) -> dict:
     """Defaults <- CIRCLE_TRAINING metadata <- command line (overrides, None = not given)."""
     s = dict(DEFAULTS, train='all')
     s.update(metadata_settings(g))
     s.update({k: v for k, v in overrides.items() if v is not None})
     if 'metric' not in overrides or overrides['metric'] is None:
-        s['metric'] = 'accuracy' if s['loss'] in ('cce', 'scce', 'bce') else 'mae'
+        s['metric'] = default_metric(g, s['loss'])
     for key, allowed in (('loss', LOSSES), ('optimizer', OPTIMIZERS), ('reduction', REDUCTIONS),
                          ('schedule', SCHEDULES)):
         if s[key] not in allowed:
@@ -136,7 +148,7 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         return s
     s = dict(s, loss=loss)
     if overrides.get('metric') is None:
-        s['metric'] = 'accuracy'
+        s['metric'] = default_metric(g, loss)
     log(f'loss: {loss} ({data}: {what}, the model has {n_out} output{"s" * (n_out != 1)}; '
         '--loss sets another)')
     return s
@@ -148,7 +160,8 @@ def parse_budget(text) -> int:
     try:
         return size_bytes(text)
     except ValueError:
-        raise PrepareError(f'--budget {text!r}: expected bytes, e.g. 98304, 96K or 1M') from None
+        raise PrepareError(f'--budget {text!r}: expected a size in bytes, e.g. 98304, 96K or '
+                           '1M (0 or more)') from None
 
 
 def board_profile(board, overrides: dict) -> dict:
@@ -379,6 +392,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
     s = loss_from_data(source, s, data, overrides, log)
+    if s['metric'] == 'accuracy' and s['loss'] == 'bce' and _outputs(source) > 1:
+        raise PrepareError(f'{model_path}: --metric accuracy counts one class a sample (the '
+                           f'largest output); bce on {_outputs(source)} outputs trains each as its '
+                           'own yes/no (multi-label): leave --metric out (mae, the mean distance '
+                           'of each output from its 0/1 target) or give --loss cce or scce')
     decays = s['schedule'] in ('linear', 'cosine') and not s['schedule_steps']
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
@@ -391,6 +409,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if early and rewrite and scale_input:   # (read by rewrite.scale_input)
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
+        warn = quant.input_range_warning(source, data, x)
+        if warn:
+            log(warn)
     auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and quant.loss_refusal(s, source) and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):
@@ -527,12 +548,19 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
                    getattr(g, 'data_inputs', None))
+    warn = target_range_warning(data, g, s, xy and xy[1])
+    if warn:
+        log(warn)
     check_ids(model_path, g, xy, dtype)
     if xy is not None and dtype != 'float32' and getattr(g, 'joined', None):
         for line in joined_range_notes(data, g.data_inputs[0], xy[0], dtype):
             log(line)
     check_flash(model_path, xy, dtype, board)
+    if xy is not None:          # (a split that leaves nothing to train: refused before writing)
+        ds_split(len(xy[0]), test_split, split_seed)
     check_outputs(out_dir, (model_path, data, train_config))
+    if not trial:
+        set_aside_earlier_run(out_dir, log)
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
                                 trial)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
@@ -962,6 +990,10 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
                                'give -o another name')
     if os.path.isdir(out_path):
         raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    from ..formats.onnx_io import is_onnx
+    if is_onnx(out_path) and not is_onnx(model_path):
+        raise PrepareError(f'{out_path}: an .onnx file is written from an .onnx model; '
+                           f'{model_path} is not one: name the output .tflite or .circle')
     ff = summary.get('from_float')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)

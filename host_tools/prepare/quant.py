@@ -147,6 +147,31 @@ def float_ends(g: Graph) -> bool:
     return g.tensors[g.inputs[0]].dtype == 'float32' and _entry(g) is not None
 
 
+def input_range_warning(g: Graph, data, x) -> str | None:
+    """The warning for samples x (as given) of an int8 model (or a full-int8 one with
+    float input) that mostly lie outside the range its int8 input holds, or None: an Edge
+    Impulse style model of 0..1 inputs (scale 1/255, zero point -128) given raw 0..255
+    pixels trained on them, dequantized and scaled, while TFLite and the exported int8
+    model clip every such value to 1."""
+    k = g.inputs[0] if is_int8(g) else (_entry(g).outputs[0] if float_ends(g) else None)
+    q = g.tensors[k].quant if k is not None else None
+    x = np.asarray(x, np.float64)
+    if not q or not q.get('scale') or not x.size:
+        return None
+    s, z = float(q['scale'][0]), int((q.get('zero_point') or [0])[0])
+    lo, hi = (-128 - z) * s, (127 - z) * s
+    frac = float(np.mean((x < lo - s) | (x > hi + s)))
+    if frac <= 0.01:
+        return None
+    far = max(x.max() / hi if hi > 0 else 0.0, x.min() / lo if lo < 0 else 0.0)
+    if x.min() >= 0 and x.max() <= 255 and np.all(x == np.round(x)):
+        far = 255 / hi          # bytes (pixels) for a model of inputs up to hi
+    return (f'warning: {data}: {frac:.0%} of the input values lie outside {lo:.4g} to {hi:.4g}, '
+            f'what {g.path}\'s int8 input holds (scale {s:.4g}, zero point {z}): the model was '
+            'calibrated on inputs in that range, and its int8 form clips the rest; if x is in '
+            f'other units (raw 0..255 pixels for a model of 0..1 inputs), give x / {far:.3g}')
+
+
 def embedding_entry(g: Graph) -> bool:
     """Does g gather rows of an int8 table (an int8 Keras Embedding: CAST of the float
     ids, GATHER)?  The int8 path has no GATHER; prepare trains such a model dequantized."""
@@ -2036,8 +2061,10 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
             out.append(f'  would fit: {desc}  (about {h["total"] // 1024} KB)')
             if len(out) >= 3:
                 break
+    from ..target.runner import roomier
     return out or ['  nothing tried fits: the code and interpreter alone take about '
-                   f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB']
+                   f'{(heap["parts"]["code"] + heap["parts"]["interpreter"]) // 1024} KB'
+                   + roomier(heap)]
 
 
 class HeapRefusal(PrepareError):
@@ -2125,7 +2152,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
     update (layers())."""
     from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, int8_bytes, read_data,
-                            write_data, write_run_config)
+                            set_aside_earlier_run, write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     g = rewritten(g)
     why = settings_refusal(s, g)
@@ -2158,7 +2185,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})' +
                                    reach_hint([(op.number, op.name) for op in g.ops],
                                               getattr(g, 'nfile', len(g.ops)), train), train))
-    xy = read_data(data, [m['nin']], m['nclass'], loss=s['loss'])
+    shape = g.tensors[g.inputs[0]].shape        # (4-D: samples laid out as it takes them)
+    xy = read_data(data, shape if int(np.prod(shape)) == m['nin'] else [m['nin']], m['nclass'],
+                   loss=s['loss'])
     from . import recal
     steps = []
     if xy is not None and not getattr(g, 'follow_ranges', 0):
@@ -2191,6 +2220,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     # tables the board stores (not the model file: a float model's is 4 times larger)
     check_flash(model_path, xy, 'int8', board, int8_bytes(g))
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    set_aside_earlier_run(out_dir, log)
     cal = os.path.join(out_dir, recal.FILE)
     for f in os.listdir(out_dir) if os.path.isdir(out_dir) else ():
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces

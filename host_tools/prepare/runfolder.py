@@ -43,6 +43,25 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
                                    'prepare into another folder')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise PrepareError(f'{out_dir}: exists and is not a folder')
+    if os.path.isdir(out_dir) and _training(out_dir):
+        raise PrepareError(f'{out_dir}: a run is training in this folder (run); wait for it to '
+                           'end or stop it, or prepare into another folder')
+
+
+def _training(out_dir) -> bool:
+    """Does a run (runner.run) hold out_dir's lock?"""
+    try:
+        import fcntl
+    except ImportError:         # (not POSIX: runs are not locked there)
+        return False
+    fd = os.open(out_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)            # (closing drops a lock taken here)
 
 
 def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input',
@@ -92,14 +111,57 @@ def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='fl
     fields."""
     if xy is None:
         files['train'] = files['test'] = None
+        _drop_stale_samples(out_dir, files)
         return {}
     x, y = xy
     tr, te, _, _, wrote = ds.write_samples(out_dir, x, y, test_split, split_seed, dtype,
                                            (files['train'], files['test']), scale, offset)
     if files['test'] not in wrote:
         files['test'] = None
+    _drop_stale_samples(out_dir, files)
     return dict(train_samples=len(tr), test_samples=len(te), dtype=dtype,
                 balance=ds.balance(y[tr]) if loss in ('scce', 'cce') else None)
+
+
+def _drop_stale_samples(out_dir, files):
+    """An earlier prepare's train.ds / test.ds this one did not write (no --data, no test
+    split now) would be taken for this preparation's samples (evaluate, deploy by hand)."""
+    for k in ('train', 'test'):
+        p = os.path.join(out_dir, FILES[k])
+        if files[k] is None and os.path.isfile(p):
+            os.remove(p)
+
+
+# what a run leaves in its folder (train.py): they belong to the preparation it ran
+RUN_OUTPUTS = (FILES['log'], FILES['out'], FILES['out'] + '.best', FILES['checkpoint'])
+
+
+def set_aside_earlier_run(out_dir, log=print) -> str | None:
+    """A folder prepared again: an earlier run's train.log, trained.wof (and .best) and
+    checkpoint.ckpt belong to the earlier preparation (another model or settings): the new
+    run would append its epochs under the old log's header (a regression's MAE under an
+    'accuracy' column, plot drawing both runs as one) and resume from the old checkpoint.
+    They move into earlier-N/ in the folder, nothing lost, and prepare says so; the
+    preparation's other files (prepare.json, a rewritten graph, q8.json, ...; not the
+    samples) are copied beside them, so that `export MODEL earlier-N/trained.wof` works.
+    Returns that folder, or None."""
+    import shutil
+    there = [n for n in RUN_OUTPUTS if os.path.isfile(os.path.join(out_dir, n))]
+    if not there:
+        return None
+    k = 1
+    while os.path.exists(os.path.join(out_dir, f'earlier-{k}')):
+        k += 1
+    dst = os.path.join(out_dir, f'earlier-{k}')
+    os.mkdir(dst)
+    for n in there:
+        os.replace(os.path.join(out_dir, n), os.path.join(dst, n))
+    for n in os.listdir(out_dir):
+        if os.path.isfile(os.path.join(out_dir, n)) and not n.endswith(('.ds', '.pfx', '.tmp')):
+            shutil.copy2(os.path.join(out_dir, n), os.path.join(dst, n))
+    log(f'{out_dir} held an earlier run: moved its {", ".join(there)} to {dst} (this '
+        'preparation starts a run of its own)')
+    return dst
 
 
 def write_prefix_caches(out_dir, files, cache) -> dict:

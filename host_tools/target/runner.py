@@ -23,12 +23,31 @@ def boards() -> dict:
         return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
 
 
+def roomier(heap) -> str:
+    """'; a board with more heap holds it: ...' naming the board profiles (not unix) whose
+    heap and heap_budget hold the plan heap (its total) as prepare checks them, or ''
+    (a refusal's last resort; their own plans differ a little)."""
+    if 'total' not in heap:         # (a plan given in parts only)
+        return ''
+    fixed = heap['parts']['code'] + heap['parts']['interpreter']
+    names = [n for n, p in boards().items() if n != 'unix' and
+             min(size_bytes(p['heap']), fixed + int(p['heap_budget'])) >= heap['total']]
+    return f'; a board with more heap holds it: --board {" or ".join(names)}' if names else ''
+
+
 def size_bytes(text) -> int:
     """'96K', '1M', '98304' -> bytes (a board profile's heap and flash sizes, --budget);
     ValueError when text is none of these."""
     t = str(text).strip().upper()
-    mul = 1024 if t.endswith('K') else 1024 * 1024 if t.endswith('M') else 1
-    return int(float(t.rstrip('KMB') or 'x') * mul)
+    for unit in ('IB', 'B'):        # 96KB, 96KiB, 98304B: the same ('96KB' was 96 bytes)
+        if t.endswith(unit) and t[:-len(unit)][-1:].isalnum():
+            t = t[:-len(unit)]
+            break
+    mul = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}.get(t[-1:], 1)
+    v = float(t[:-1] if mul > 1 else t)
+    if not 0 <= v < 1 << 40:            # (inf: an OverflowError; -5K: a negative heap)
+        raise ValueError(f'{text!r}: not a size')
+    return int(v * mul)
 
 
 def flash_advice(what, total, board, samples, n, dtype):
@@ -231,6 +250,32 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     env['MICROPYPATH'] = ':lib'
     return [micropython_binary(), '-X', 'heapsize=%d' % sim_heap(out_dir, board)[0],
             'train.py'], env
+
+
+# the files prepare writes in a folder (a run's error naming one: prepare again)
+PREPARED = ('model.flat', 'weights.wof', 'train.json', 'train.ds', 'test.ds', 'q8.json', 'q8.req',
+            'q8t.json')
+
+
+def end_advice(out_dir, text) -> str | None:
+    """What to do about the error a run ended with (its 'utrain: end: error: ...' line,
+    which says what is wrong with which file; the board's code stays lean): a damaged
+    checkpoint is deleted or not resumed from, a prepared file is written again."""
+    end = [ln for ln in text.splitlines() if ln.startswith('utrain: end: error: ')]
+    if not end:
+        return None
+    what = end[-1][len('utrain: end: error: '):]
+    name = what.split(':')[0].split()[-1] if ':' in what else ''
+    name = name.strip('"\'')
+    if name.endswith('.ckpt'):
+        return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
+                'set "resume": false under "run" in train.json) to train from the start')
+    quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
+                                                         if what.startswith(n + ':')]
+    if quoted:      # (a file train.json names first: it is the one missing)
+        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; prepare the folder '
+                'again (prepare writes it), or copy it again from where it was prepared')
+    return None
 
 
 def run(out_dir, board='unix', python=False, source=False, stream=True):

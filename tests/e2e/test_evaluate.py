@@ -155,3 +155,74 @@ def test_refusals(tmp_path):
         infer.predictor(str(tmp_path / 'm.onnx'))
     with pytest.raises(infer.InferError, match='no such model'):
         infer.predictor(str(tmp_path / 'none.circle'))
+
+
+def _one_output(path, sigmoid, F=5):
+    from host_tools.formats.circle_build import CircleBuilder
+    w = np.random.default_rng(0).standard_normal((1, F)).astype(np.float32) * 2
+    b = CircleBuilder(identifier=b'TFL3')
+    x, z = b.tensor('x', [1, F]), b.tensor('z', [1, 1])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w),
+                             b.tensor('b', [1], data=np.zeros(1, np.float32))], [z])
+    out = z
+    if sigmoid:
+        out = b.tensor('p', [1, 1])
+        b.op('LOGISTIC', [z], [out])
+    b.inputs(x)
+    b.outputs(out)
+    return b.save(str(path)), w
+
+
+def test_a_sigmoid_on_labels_0_and_1_scores_accuracy(tmp_path):
+    """Issue 28: a held-out Keras Dense(1, sigmoid) classifier trained with bce (prepare:
+    accuracy on the board) was scored by evaluate as a regression (MAE): one output in
+    0..1 against labels 0 and 1 is binary accuracy; the same labels against a linear
+    output, or real targets, stay MAE."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 5)).astype(np.float32)
+    y = rng.integers(0, 2, 40)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    path, w = _one_output(tmp_path / 's.tflite', True)
+    p = 1 / (1 + np.exp(-(x.astype(np.float64) @ w[0])))
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['metric'] == 'accuracy' and r['hits'] == int(np.sum((p > 0.5) == (y == 1)))
+    np.savez(tmp_path / 'r.npz', x=x, y=y * 0.5 + 0.2)
+    assert infer.evaluate(path, str(tmp_path / 'r.npz'))['metric'] == 'mae'
+    lin, _ = _one_output(tmp_path / 'l.tflite', False)
+    assert infer.evaluate(lin, str(tmp_path / 'd.npz'))['metric'] == 'mae'
+
+
+def test_a_tico_model_onert_cannot_run_is_scored_on_its_rewritten_graph(tmp_path):
+    """Issue 28: `evaluate model.circle data` (the README's 'before') of a tico ResNet
+    block (a residual ADD of NCHW convs) was 'ONERT loads it but cannot run it (Session
+    preparation failed)': it is scored on the graph as prepare rewrites it (the layout
+    transposes cancelled), as PyTorch scores it."""
+    torch = pytest.importorskip('torch')
+    tico = pytest.importorskip('tico')
+    nn = torch.nn
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+            self.f = nn.Linear(8, 3)
+
+        def forward(self, x):
+            h = torch.relu(self.a(x))
+            return self.f(torch.relu(h + self.b(h)).mean((2, 3)))
+    m = Block().eval()
+    path = str(tmp_path / 'block.circle')
+    tico.convert(m, (torch.zeros(1, 1, 12, 12),)).save(path)
+    rng = np.random.default_rng(2)
+    x = rng.random((30, 1, 12, 12)).astype(np.float32)
+    with torch.no_grad():
+        want = m(torch.tensor(x)).numpy()
+    y = want.argmax(1)
+    y[:7] = (y[:7] + 1) % 3                     # 23 of 30 right, as torch scores them
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+    assert r['metric'] == 'accuracy' and r['hits'] == 23, r
+    run, runtime, g = infer.predictor(path)
+    xs, _ = infer.layout(x, g.tensors[g.inputs[0]].shape)
+    np.testing.assert_allclose(run(xs), want, atol=1e-5)

@@ -196,6 +196,15 @@ def test_plot_writes_a_png_and_names_a_bad_log(tmp_path):
     assert data[:8] == b'\x89PNG\r\n\x1a\n'
     w, h = struct.unpack('>II', data[16:24])
     assert (w, h) == (1000, 400)
+    # train.log is appended to: plot reads the last run, whose epochs start again (at 1
+    # without a test split), a resumed run's going on
+    from host_tools.plot import read_log
+    head = 'epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+    rows = lambda *es: ''.join('%d,1,0.5,nan,nan,1,1\n' % e for e in es)    # noqa: E731
+    for epochs, last in (((1, 2, 1, 2, 3), [1, 2, 3]), ((0, 1, 2, 0, 1), [0, 1]),
+                         ((0, 1, 2, 3, 4), [0, 1, 2, 3, 4]), ((1, 2, 3, 2), [2])):
+        log.write_text(head + rows(*epochs))
+        assert read_log(str(log))['epoch'] == last, epochs
     log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n1,0.5,oops,1,1,1,1\n')
     r = cli('plot', str(log), '-o', str(png))
     assert r.returncode == 2 and "train.log: line 2: accuracy 'oops' is not a number" in r.stderr
@@ -216,3 +225,101 @@ def test_the_digits_example_ships_ready_for_a_board():
         assert os.path.getsize(path) == ds.HEAD + len(idx) * (64 + 4)
     lx, ly = ds.load(os.path.join(d, 'train.ds'))
     np.testing.assert_array_equal(ly, y[tr])
+
+
+def test_4d_samples_in_the_other_layout_are_laid_out_as_the_model_takes_them(tmp_path):
+    """Issue 28: a held-out Keras RGB CNN (NHWC) given (N, 3, 8, 8) samples trained on
+    them read as NHWC (scrambled pixels), where evaluate transposed them; an ONNX model
+    (prepare transposes its NCHW input) given NHWC samples likewise.  4-D samples whose
+    layout can be told apart are laid out as the model takes them; flat ones as given."""
+    rng = np.random.default_rng(0)
+    nhwc = rng.random((5, 4, 6, 3)).astype(np.float32)
+    want = nhwc.reshape(5, -1)
+    y = np.arange(5) % 2
+    paths = {}
+    for name, x in (('nhwc', nhwc), ('nchw', nhwc.transpose(0, 3, 1, 2)),
+                    ('flat', nhwc.reshape(5, -1))):
+        paths[name] = str(tmp_path / (name + '.npz'))
+        np.savez(paths[name], x=x, y=y)
+    # an NHWC model (Keras): both 4-D layouts give its samples; flat ones are its own order
+    for name in paths:
+        x, _ = ds.read_samples(paths[name], [1, 4, 6, 3])
+        np.testing.assert_array_equal(x, want, err_msg=name)
+    # an NCHW model whose input prepare transposed to NHWC (perm): flat samples are NCHW
+    flat_nchw = str(tmp_path / 'flat_nchw.npz')
+    np.savez(flat_nchw, x=nhwc.transpose(0, 3, 1, 2).reshape(5, -1), y=y)
+    for p in (paths['nhwc'], paths['nchw'], flat_nchw):
+        x, _ = ds.read_samples(p, [1, 4, 6, 3], perm=[0, 2, 3, 1])
+        np.testing.assert_array_equal(x, want, err_msg=p)
+
+
+def _rgb_cnn(path, size=6, c=3, classes=3):
+    """An NHWC size x size x c input -> CONV_2D 3x3 VALID (4, RELU) -> RESHAPE -> FC -> SOFTMAX."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder()
+    x = b.tensor('input', [1, size, size, c])
+    o = size - 2
+    h = b.tensor('conv/out', [1, o, o, 4])
+    b.op('CONV_2D', [x, b.tensor('conv/w', [4, 3, 3, c], data=rng.normal(0, .3, (4, 3, 3, c)).astype(np.float32)),
+                     b.tensor('conv/b', [4], data=np.zeros(4, np.float32))], [h],
+         padding='VALID', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    n = o * o * 4
+    f = b.tensor('flat', [1, n])
+    b.op('RESHAPE', [h, b.tensor('flat/shape', [2], data=np.array([1, n], np.int32))], [f])
+    z, p = b.tensor('fc/out', [1, classes]), b.tensor('probs', [1, classes])
+    b.op('FULLY_CONNECTED', [f, b.tensor('fc/w', [classes, n], data=rng.normal(0, .2, (classes, n)).astype(np.float32)),
+                             b.tensor('fc/b', [classes], data=np.zeros(classes, np.float32))], [z])
+    b.op('SOFTMAX', [z], [p], beta=1.0)
+    b.inputs(x)
+    b.outputs(p)
+    return b.save(path)
+
+
+@pytest.mark.parametrize('int8', [False, True])
+def test_prepare_lays_nchw_samples_out_for_an_nhwc_model(tmp_path, int8):
+    """The float path and the int8 path (a float model trained as int8: calibrated, then
+    its samples at the int8 input's scale) store the same samples for NCHW and NHWC x."""
+    from host_tools.prepare.pipeline import prepare
+    model = _rgb_cnn(str(tmp_path / 'rgb.circle'))
+    x = np.random.default_rng(1).random((24, 6, 6, 3)).astype(np.float32)
+    y = np.arange(24) % 3
+    got = {}
+    for name, xs in (('nhwc', x), ('nchw', x.transpose(0, 3, 1, 2))):
+        np.savez(tmp_path / (name + '.npz'), x=xs, y=y)
+        out = tmp_path / name
+        prepare(model, str(out), data=str(tmp_path / (name + '.npz')), loss='scce', int8=int8,
+                log=lambda *a: None)
+        assert (out / 'q8.json').exists() == int8
+        got[name] = ds.read_dataset(str(out / 'train.ds'))[0]
+    np.testing.assert_array_equal(got['nchw'], got['nhwc'])
+    if not int8:
+        np.testing.assert_array_equal(got['nhwc'], x.reshape(24, -1))
+
+
+def test_an_image_folder_is_read_in_the_model_inputs_size_and_channels(tmp_path):
+    """Issue 28: a folder of RGB images for an RGB model was read gray at the images' own
+    size and refused ('x has 64 values per sample, the model input takes 192'): read for
+    a model, images take its input's size and channels (RGB for 3, gray for 1), as PIL
+    resizes them; evaluate reads them the same way."""
+    from PIL import Image
+    from host_tools.prepare.pipeline import prepare
+    rng = np.random.default_rng(3)
+    want = []
+    for c in ('a', 'b', 'c'):
+        (tmp_path / 'imgs' / c).mkdir(parents=True)
+        for i, side in enumerate((6, 10)):
+            im = Image.fromarray(rng.integers(0, 256, (side, side, 3)).astype(np.uint8))
+            im.save(tmp_path / 'imgs' / c / f'{i}.png')
+            want.append(np.asarray(im.resize((6, 6)), np.float32).reshape(-1) / 255)
+    model = _rgb_cnn(str(tmp_path / 'rgb.circle'))
+    prepare(model, str(tmp_path / 'o'), data=str(tmp_path / 'imgs'), loss='scce',
+            log=lambda *a: None)
+    x, y = ds.read_dataset(str(tmp_path / 'o' / 'train.ds'))
+    np.testing.assert_allclose(x, np.array(want), atol=1e-6)
+    assert y[:, 0].tolist() == [0, 0, 1, 1, 2, 2]
+    gray, _ = ds.load(str(tmp_path / 'imgs'), shape=[1, 6, 6, 1])
+    assert gray.shape == (6, 6, 6)
+    from host_tools.prepare import infer
+    pytest.importorskip('onert')
+    assert infer.evaluate(model, str(tmp_path / 'imgs'))['n'] == 6

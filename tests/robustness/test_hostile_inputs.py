@@ -470,10 +470,16 @@ def host_cases(tmp):
                        ('--batch', ['0', '70000', '2']), ('--momentum', ['1.5', 'nan', '0.9']),
                        ('--beta1', ['1', '-0.5']), ('--beta2', ['2']), ('--eps', ['0', 'nan']),
                        ('--rho', ['1.0']), ('--progress', ['-3', str(2**40)]),
-                       ('--split-seed', ['-1']), ('--test-split', ['1.5', 'nan', '-0.2'])):
+                       ('--split-seed', ['-1']), ('--test-split', ['1.5', 'nan', '-0.2']),
+                       # issue 28: inf was an OverflowError, '-5K' a negative heap, and
+                       # '1MB' 1 byte (the B dropped, the M with it)
+                       ('--budget', ['inf', 'nan', '--budget=-5K', '1MB'])):
         for v in vals:
             ok = (flag, v) in (('--epochs', '0'), ('--seed', '5'), ('--lr', '0.01'), ('--batch', '2'),
-                               ('--momentum', '0.9'))
+                               ('--momentum', '0.9'), ('--budget', '1MB'))
+            if v.startswith(flag):
+                cases.append(('prepare %s' % v, P + [v], 'refuse', flag))
+                continue
             cases.append(('prepare %s %s' % (flag, v), P + [flag, v], 'ok' if ok else 'refuse', flag))
     datas = {
         'truncated.npz': lambda p: open(p, 'wb').write(open(good, 'rb').read()[:200]),
@@ -506,6 +512,27 @@ def host_cases(tmp):
         if make:
             make(p)
         cases.append(('data %s' % name, ['prepare', model, '--data', p, '--loss', 'scce'], 'refuse', name))
+    # issue 28: each refusal of labels says what is wrong with them and what to do
+    labelled = {
+        # classes numbered from -1 (no --loss: not class numbers, so mse, which wants 3 values)
+        'from-minus-1.npz': (lambda p: npz(p, x=x, y=y - 1), [], 'number the classes from 0'),
+        'text-labels.npz': (lambda p: npz(p, x=x, y=np.array(['cat', 'dog', 'cow'])[y]), [],
+                            'np.unique(y, return_inverse=True)'),
+        'x-only.npy': (lambda p: np.save(p, x), [], 'np.savez(path, x=x, y=y)'),
+        'text-labels.csv': (lambda p: open(p, 'w').write('\n'.join(
+            ','.join(['0.5'] * 6 + [('walk', 'run')[i % 2]]) for i in range(6)) + '\n'),
+            [], "line 2: not a number in column 7 ('run'); labels must be class numbers"),
+        # class numbers given to bce (one 0/1 target per output)
+        'bce-on-classes.npz': (lambda p: npz(p, x=x, y=y), ['--loss', 'bce'],
+                               'train with --loss scce'),
+        'split-all.npz': (lambda p: npz(p, x=x, y=y), ['--test-split', '0.99'],
+                          'leaves none to train on'),
+    }
+    for name, (make, more, mark) in labelled.items():
+        p = str(tmp / name)
+        make(p)
+        cases.append(('data %s' % name, ['prepare', model, '--data', p] + more, 'refuse', mark))
+    cases.append(('prepare --int8 --float32', P + ['--int8', '--float32'], 'refuse', 'not allowed'))
     # `dataset` runs prepare's samples pass: the same refusals
     cases.append(('dataset nan-x.npz', ['dataset', str(tmp / 'nan-x.npz'), '-o', str(tmp / 'nan-ds')],
                   'refuse', 'NaN'))
@@ -565,6 +592,23 @@ def host_cases(tmp):
                                                       str(r2 / 'out.circle')], 'refuse', 'rewritten'))
     cases.append(('export ok', ['export', model, str(run / 'trained.wof'), '-o', str(tmp / 'ok.circle')],
                   'ok', None))
+    # issue 28: --limit -1 scored all but the last sample, --size abc was int()'s message
+    cases.append(('export a folder as weights', ['export', model, str(run), '-o', str(tmp / 'w.circle')],
+                  'refuse', 'give the weights file in it'))
+    cases.append(('evaluate --metric mae on labels', ['evaluate', model, good, '--metric', 'mae'],
+                  'refuse', 'class labels score with --metric accuracy'))
+    cases.append(('evaluate --limit -1', ['evaluate', model, good, '--limit', '-1'], 'refuse', '--limit'))
+    cases.append(('dataset --size abc', ['dataset', good, '-o', str(tmp / 'dsz'), '--size', 'abc'],
+                  'refuse', "--size 'abc': expected WxH"))
+    cases.append(('run --emulate --heap inf', ['run', str(run), '--emulate', '--heap', 'inf'], 'refuse',
+                  '--heap'))
+    # issue 28: a circle model written as .onnx (a flatbuffer by that name), -o in a folder
+    # that is not there (the refusal named export's temp file)
+    cases.append(('export circle to .onnx', ['export', model, str(run / 'trained.wof'), '-o',
+                                             str(tmp / 'x.onnx')], 'refuse', 'written from an .onnx model'))
+    cases.append(('export into no folder', ['export', model, str(run / 'trained.wof'), '-o',
+                                            str(tmp / 'nofolder' / 'x.circle')], 'refuse',
+                  'nofolder: no such file or folder'))
     cases.append(('prepare onto its data', ['prepare', model, '-o', str(run), '--data',
                                             str(run / 'train.ds'), '--loss', 'scce'], 'refuse', 'train.ds'))
     # a loss on probabilities over a model that outputs logits (no SOFTMAX): prepare
@@ -580,6 +624,16 @@ def host_cases(tmp):
     q8run = tmp / 'q8run'
     prepare(q8, str(q8run), data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mlp_data.npz'),
             loss='scce', optimizer='sgd')
+    # an int8 run's weights given to the float model: the folder's model is named
+    cases.append(('export int8 weights into a float model', ['export', model, str(q8run / 'weights.wof'),
+                                                              '-o', str(tmp / 'f.circle')], 'refuse',
+                  'prepared from %s, not %s' % (q8, model)))
+    # issue 28: a plan nothing shrinks enough names the boards that hold it
+    cases.append(('prepare --budget 10K', P + ['--budget', '10K'], 'refuse',
+                  'a board with more heap holds it: --board esp32'))
+    cases.append(('prepare int8 --budget 10K', ['prepare', q8, '--data', os.path.join(
+        ROOT, 'bench', 'zoo', 'keras', 'mlp_data.npz'), '--loss', 'scce', '--budget', '10K'],
+        'refuse', 'a board with more heap holds it: --board esp32'))
     cases.append(('prepare int8 onto its data', ['prepare', q8, '-o', str(q8run), '--data',
                                                  str(q8run / 'train.ds'), '--test-split', '0.5',
                                                  '--loss', 'scce', '--optimizer', 'sgd'],
@@ -747,6 +801,103 @@ def test_refused_data_leaves_the_prepared_folder_as_it_was(tmp_path, int8):
     with pytest.raises(ValueError, match='values per sample'):
         prepare(model, out, data=bad, train='all', epochs=3, **kw)
     assert snapshot(out) == before
+
+
+@pytest.mark.parametrize('int8', [False, True])
+def test_preparing_a_folder_again_sets_the_earlier_run_aside(tmp_path, int8):
+    """Issue 28: a folder prepared again (another model, another split) kept the earlier
+    run's train.log, trained.wof, checkpoint.ckpt and test.ds: the new run appended its
+    epochs under the old header (a regression's MAE in an 'accuracy' column, plot drawing
+    both runs as one).  prepare moves a run's outputs into earlier-N/ and says so, drops
+    samples it did not write this time, refuses a split that leaves nothing to train
+    before writing anything, and refuses while a run holds the folder."""
+    import fcntl
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    data = blobs(tmp_path, n=24)
+    out = str(tmp_path / 'run')
+    kw = dict(loss='scce', optimizer='sgd', epochs=1, int8=int8, log=lambda *a: None)
+    prepare(model, out, data=data, test_split=0.25, **kw)
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    left = {n: open(os.path.join(out, n), 'rb').read() for n in ('train.log', 'trained.wof')}
+    a = str(tmp_path / 'a.circle')
+    with redirect_stdout(io.StringIO()):
+        assert cli(['export', model, os.path.join(out, 'trained.wof'), '-o', a]) == 0
+    before = snapshot(out)
+    with pytest.raises(ValueError, match='leaves none to train on'):
+        prepare(model, out, data=data, test_split=0.99, **kw)
+    assert snapshot(out) == before
+    said = []
+    z = np.load(data)
+    reg = npz(str(tmp_path / 'reg.npz'), x=z['x'], y=np.eye(3, dtype=np.float32)[z['y']] * 0.5)
+    prepare(model, out, data=reg, **dict(kw, loss='mse', int8=False, log=said.append))
+    assert any('moved its train.log, trained.wof' in m and 'earlier-1' in m for m in said), said
+    for n in ('train.log', 'trained.wof', 'checkpoint.ckpt', 'test.ds'):
+        assert not os.path.exists(os.path.join(out, n)), n
+    for n, b in left.items():
+        assert open(os.path.join(out, 'earlier-1', n), 'rb').read() == b
+    # the earlier run exports from earlier-1 as it did from the folder
+    b = str(tmp_path / 'b.circle')
+    with redirect_stdout(io.StringIO()):
+        assert cli(['export', model, os.path.join(out, 'earlier-1', 'trained.wof'), '-o', b]) == 0
+    assert open(a, 'rb').read() == open(b, 'rb').read()
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text
+    log = open(os.path.join(out, 'train.log')).read().splitlines()
+    assert log[0].startswith('epoch,loss,mae,') and len(log) == 2, log
+    # run again: a run without a test split logs no epoch 0, and plot draws the last run
+    # alone (it took both runs' rows as one curve)
+    from host_tools.plot import read_log
+    assert runner.run(out, python=True, stream=False)[0] == 0
+    assert read_log(os.path.join(out, 'train.log'))['epoch'] == [1.0]
+    fd = os.open(out, os.O_RDONLY)          # a run training there: refused, nothing moved
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        before = snapshot(out)
+        with pytest.raises(ValueError, match='a run is training in this folder'):
+            prepare(model, out, data=data, **kw)
+        assert snapshot(out) == before
+    finally:
+        os.close(fd)
+
+
+def test_a_run_that_ends_on_a_damaged_file_says_what_to_do(tmp_path):
+    """Issue 28: the board says what is wrong with which file ('checkpoint.ckpt: not a
+    version-1 checkpoint', 'train.ds: 300 bytes, expected ...'); `run` adds what to do
+    (host side: the board's code stays lean)."""
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    out = str(tmp_path / 'run')
+    prepare(model, out, data=blobs(tmp_path, n=24), loss='scce', epochs=1, test_split=0.25,
+            log=lambda *a: None)
+    ds_bytes = open(os.path.join(out, 'train.ds'), 'rb').read()
+
+    def run_says():
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            code = cli(['run', out, '--python'])
+        return code, err.getvalue()
+    cfg = json.loads(_cfg_text(tmp_path / 'run'))
+    cfg['run']['resume'] = True
+    _text(tmp_path / 'run', 'train.json', json.dumps(cfg))
+    open(os.path.join(out, 'checkpoint.ckpt'), 'wb').write(b'\x17' * 64)
+    code, err = run_says()
+    assert code != 0 and 'checkpoint.ckpt cannot be resumed from; delete it' in err, err
+    os.remove(os.path.join(out, 'checkpoint.ckpt'))
+    open(os.path.join(out, 'train.ds'), 'wb').write(ds_bytes[:len(ds_bytes) // 2])
+    code, err = run_says()
+    assert code != 0 and 'train.ds is damaged or missing' in err and 'prepare the folder' in err, err
+    open(os.path.join(out, 'train.ds'), 'wb').write(ds_bytes)
+    os.remove(os.path.join(out, 'test.ds'))
+    code, err = run_says()
+    assert code != 0 and 'test.ds is damaged or missing' in err, err
+    open(os.path.join(out, 'test.ds'), 'wb').write(b'')
+    code, err = run_says()
+    assert code != 0 and 'test.ds is damaged or missing' in err, err
+    # a board's run, read by deploy --run: the same advice
+    from host_tools.boards import board
+    code, text = runner.run(out, python=True, stream=False)
+    with pytest.raises(board.BoardError, match='test.ds is damaged.*deploy it again'):
+        board.check_end(text, 'COM3')
 
 
 def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):

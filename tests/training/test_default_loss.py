@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+from host_tools.files.dataset import DataError
 from host_tools.graph.passes import PrepareError
 from host_tools.prepare.pipeline import prepare
 from tests.support.kerasgraphs import build_int8_branches
@@ -135,10 +136,39 @@ def test_zero_one_targets_of_a_sigmoid_train_with_bce(tmp_path, n_out):
     y = np.random.default_rng(2).integers(0, 2, (12, n_out)).astype(np.float32)
     s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y.reshape(12, -1) if n_out > 1
                                              else y.reshape(-1), shape=(5,)))
-    assert '"loss": "bce"' in text and '"metric": "accuracy"' in text
+    # multi-label: the board's accuracy (the largest output's class) means nothing there
+    metric = 'accuracy' if n_out == 1 else 'mae'
+    assert '"loss": "bce"' in text and '"metric": "%s"' % metric in text
     assert any(m.startswith('loss: bce') and 'sigmoid' in m for m in said), said
     s, text, said = _run(tmp_path, model, _npz(tmp_path / 'e.npz', y * 0.5 + 0.1, shape=(5,)))
     assert '"loss": "mse"' in text
+    if n_out > 1:
+        with pytest.raises(PrepareError, match='leave --metric out'):
+            _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=(5,)), metric='accuracy')
+
+
+@pytest.mark.parametrize('loss', [None, 'mse', 'bce'])
+def test_targets_a_sigmoid_cannot_reach_are_said(tmp_path, loss):
+    """Issue 28 (a held-out Keras Dense(1, sigmoid) model given class numbers 0..4:
+    prepared, it trained mse towards targets its output can never reach, saying nothing):
+    targets outside 0..1 of a model ending in a sigmoid are warned of, saying what to
+    give; targets it can reach are not."""
+    model = _sigmoid_model(tmp_path / 's.tflite')
+    y = np.random.default_rng(2).integers(0, 5, 12).astype(np.float32)
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=(5,)), loss=loss)
+    assert any(m.startswith('warning: ') and 'outputs stay in 0 to 1' in m and '0/1 targets' in m
+               for m in said), said
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', np.minimum(y, 1), shape=(5,)),
+                         loss=loss)
+    assert '"loss": "%s"' % (loss or 'bce') in text
+    assert not any('outputs stay in 0 to 1' in m for m in said), said
+
+
+def test_class_losses_on_one_output_say_bce(tmp_path):
+    model = _sigmoid_model(tmp_path / 's.tflite')
+    y = np.random.default_rng(2).integers(0, 2, 12)
+    with pytest.raises(DataError, match='trains with --loss bce'):
+        _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=(5,)), loss='scce')
 
 
 def test_an_int8_regression_trains_as_int8(tmp_path):
