@@ -1019,6 +1019,13 @@ Q8_SLACK = {8: (0.3, 0.15), 4: (0.15, 0.1)}
 # weight scales merged, the wide MLP's Adam batch 4 needed 158.9 KB against 155.0
 # planned: 144 B more a trained layer)
 Q8_TRAINED_FRAG = 50
+# and per layer without weights (a slice, an ADD, a LUT, an elementwise op), GC blocks:
+# an unrolled RNN has hundreds (a gate a step), their small objects between the rest;
+# the save after an epoch (utrain.wof's blocks) then finds no run for a 1.3 KB block
+# (measured on the 32-bit unix build: the held-out Keras Bidirectional LSTM(6), 249 such
+# layers, needed 420 KB against 408 planned; the GRU's 144, the SimpleRNN's, the
+# TimeDistributed's within the plan)
+Q8_STEP_FRAG = 4
 # and on the code, per word size: loading a module inside the net's set-up keeps more than
 # its code live (test_q8_bin's broadcast graph on 64-bit unix: importing utrain.q8grow in
 # Q8Net held 11.2 KB after a collection, 4.1 KB when imported alone; its need rose 7.3 KB
@@ -1136,6 +1143,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     ls = t['layers']
     parts = {'layer table (q8.json parsed)': json_bytes(t, w, B)}
     objs = 0
+    luts = set()
     for d in ls:
         objs += blk(Q8_LAYER_WORDS * w) + (blk(Q8_TRAINED_WORDS * w) if trains and _weights_train(d) else 0)
         if 'mul' in d:
@@ -1144,8 +1152,13 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             objs += arr(4 * 14)
         if d['k'] == q8.ADD:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
-        if d['k'] == q8.LUT:
+        if d['k'] == q8.LUT and 'lt' not in d:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
+        elif d['k'] == q8.LUT and d['lt'] not in luts:
+            # from q8.req (utrain.q8lut): its outputs, one copy an offset, in the net's
+            # dict; the derivatives in one array the net's LUT layers share
+            objs += arr(256) + (arr(512) + blk(4 * w) + blk(2 * w * 8) if not luts else 0)
+            luts.add(d['lt'])
         if d['k'] == q8.NRM:
             objs += arr(16)                 # its row's sums and multiplier (utrain.q8nrm)
         if d['k'] == q8.TCV:                # its weights, bias, int32 sums, and where it
@@ -1422,6 +1435,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
     parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * parts['code']) \
-        + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d))
+        + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d)) \
+        + B * Q8_STEP_FRAG * sum(1 for d in trained['layers'] if 'wt' not in d)
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': 'fallback',
             'target': t['name'], 'gc_every': 0}

@@ -1752,6 +1752,8 @@ def as_written(m: dict, tables=None):
     plan (memory.plan_heap_q8) prices."""
     req = bytearray()
     outs = {}
+    luts = {}       # a LUT's tables' bytes: their offset (the same op at the same scales, as
+    #                 an unrolled RNN's gates at each step: one copy, shared on the board)
     for name, t in (tables or {'q8.json': m}).items():
         out = outs[name] = dict(t, layers=[])
         rr = t.get('rr')
@@ -1761,9 +1763,12 @@ def as_written(m: dict, tables=None):
             if d['k'] == LUT and 't' in d:
                 # a LUT layer's tables: 256 int8 outputs, then 256 int16 derivatives (in a
                 # list, a board boxes each: 530 KB of a Bidirectional LSTM's 80 gates)
-                d['lt'] = len(req)
-                req += np.asarray(d.pop('t'), np.int8).tobytes()
-                req += np.asarray(d.pop('dt'), '<i2').tobytes()
+                b = (np.asarray(d.pop('t'), np.int8).tobytes()
+                     + np.asarray(d.pop('dt'), '<i2').tobytes())
+                if b not in luts:
+                    luts[b] = len(req)
+                    req += b
+                d['lt'] = luts[b]
             if 'wt' in d:
                 d['ro'], d['nq'] = len(req), len(d['mul'])
                 req += np.asarray(d.pop('mul'), '<i4').tobytes()

@@ -51,15 +51,25 @@ def lgk(g, x, n: int, dt) -> int:
 
 def tables(L):
     # the layer's tables as the kernels read them (made once, on first use): from q8.req
-    # at 'lt' (256 int8 outputs, 256 int16 derivatives), or a table's lists
+    # at 'lt' (256 int8 outputs, 256 int16 derivatives), or a table's lists.  From q8.req
+    # the outputs are kept, one copy an offset (layers whose tables are the same bytes
+    # share one: an unrolled RNN's gate at each step), and the derivatives read when its
+    # gradient is made, into one array the net's LUT layers share (back): an unrolled
+    # GRU's 24 gates held 13 KB of them
     d = L.d
     if 'lt' in d:
-        f = L.net.rf
-        f.seek(d['lt'])
-        L.tt = bytearray(256)
-        f.readinto(L.tt)
-        L.dt = array('h', range(256))
-        f.readinto(L.dt)
+        net = L.net
+        c = getattr(net, 'lc', None)
+        if c is None:
+            c = net.lc = {}
+            net.ld = array('h', range(256))
+        o = d['lt']
+        if o not in c:
+            f = net.rf
+            f.seek(o)
+            c[o] = bytearray(256)
+            f.readinto(c[o])
+        L.tt = c[o]
         return
     L.tt = bytearray([v & 255 for v in d['t']])
     L.dt = array('h', d['dt'])
@@ -79,5 +89,13 @@ def fwd(L, net, t):
 def back(L, net, g, s):
     """The gradient of LUT layer L's input from g, its output's (int32, scale s): in
     place, at scale s 2^sh."""
-    sh = lgk(g, L.x, L.nout, L.dt)
-    return g, s * (1 << sh) * L.d.get('ds', 1)
+    d = L.d
+    if 'lt' in d:           # (q8.req's, after its outputs: into the net's one array)
+        dt = net.ld
+        f = net.rf
+        f.seek(d['lt'] + 256)
+        f.readinto(dt)
+    else:
+        dt = L.dt
+    sh = lgk(g, L.x, L.nout, dt)
+    return g, s * (1 << sh) * d.get('ds', 1)

@@ -294,3 +294,51 @@ def test_an_int8_run_over_the_budget_trains_dequantized_where_that_fits(tmp_path
     assert any('trains in float32, dequantized' in ln and 'as int8 needs' in ln for ln in lines)
     with pytest.raises(PrepareError, match=r'(?s)as int8 needs.*dequantized \(--dequantize\)'):
         prepare(path, str(tmp_path / 'n'), data=d, log=none, budget=pf // 2)
+
+
+def test_luts_of_the_same_tables_share_one_copy():
+    """An unrolled RNN's gates at each step (a LUT layer a step): those whose tables are
+    the same bytes get one offset in q8.req (quant.as_written) and one copy of their
+    outputs on the board (utrain.q8lut.tables), the others their own; the derivatives
+    are read from q8.req when the gradient is made, into one array the net's LUT layers
+    share, and scale the gradient as the table's lists do; the plan prices that."""
+    import io
+    from array import array
+    from types import SimpleNamespace
+    from utrain import q8lut
+    from host_tools.plan.memory import _q8_net
+    r = np.random.default_rng(3)
+    t = r.integers(-128, 128, 256).tolist()
+    dt = r.integers(-3000, 30000, 256).tolist()
+    lut = lambda tt, i: {'k': quant.LUT, 'zx': 0, 'zy': 0, 'lo': -128, 'hi': 127,   # noqa: E731
+                         'nout': 8, 'in': [i], 'out': i + 1, 't': list(tt), 'dt': dt}
+    m = {'ntensors': 5, 'nin': 8, 'layers': [lut(t, 0), lut(t[::-1], 1), lut(t, 2), lut(t, 3)]}
+    outs, req = quant.as_written(m)
+    lts = [d['lt'] for d in outs['q8.json']['layers']]
+    assert lts[0] == lts[2] == lts[3] != lts[1] and len(req) == 2 * 768, lts
+    net = SimpleNamespace(rf=io.BytesIO(bytes(req)))
+    Ls = [SimpleNamespace(d=d, net=net, tt=None, back=1, nout=8, ins=[0], y=bytearray(8))
+          for d in outs['q8.json']['layers']]
+    x = bytearray(r.integers(0, 256, 8).astype(np.uint8).tobytes())
+    for L in Ls:
+        q8lut.fwd(L, net, [x])
+    assert Ls[0].tt is Ls[2].tt is Ls[3].tt and Ls[1].tt is not Ls[0].tt
+    assert list(Ls[0].tt) == [v & 255 for v in t] and list(Ls[1].tt) == [v & 255 for v in t[::-1]]
+    # the gradient: as a layer whose tables are q8.json's lists (no q8.req) makes it
+    ref = SimpleNamespace(d=m['layers'][0], net=None, tt=None, back=1, nout=8, ins=[0],
+                          y=bytearray(8))
+    q8lut.fwd(ref, None, [x])
+    assert ref.y == Ls[0].y
+    for L in Ls[:2]:
+        g = array('i', r.integers(-40000, 40000, 8).tolist())
+        want, s = q8lut.back(ref if L is Ls[0] else SimpleNamespace(
+            d=m['layers'][1], x=x, nout=8, dt=array('h', dt)), None, array('i', g), 0.5)
+        got, s2 = q8lut.back(L, net, array('i', g), 0.5)
+        assert list(got) == list(want) and s2 == s and any(got)
+    one = dict(outs['q8.json'], layers=outs['q8.json']['layers'][:1])
+    two = dict(outs['q8.json'], layers=outs['q8.json']['layers'][:2])
+    four = outs['q8.json']
+    o = [_q8_net(x, {'optimizer': 'sgd', 'batch': 1}, 4, 16, trains=False)['layer objects']
+         for x in (one, two, four)]
+    # (the second table: its outputs alone; the third and fourth: none)
+    assert o[1] - o[0] == 256 + 16 + 256 and o[2] - o[1] == 2 * 256, o
