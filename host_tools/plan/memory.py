@@ -350,7 +350,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     # train.json's run.gc_every is bytes: 1/collect of this plan, the same in every heap
     # the run is given (utrain/run.py gc_every)
     out = {'total': total, 'parts': parts, 'backend': backend, 'target': t['name'],
-           'gc_every': total // collect if collect else 0, 'peak_op': peak_at, 'largest': r.largest}
+           'gc_every': total // collect if collect else 0, 'peak_op': peak_at, 'largest': r.largest,
+           'steps': r.steps}
     if r.start:
         out['prefix_phase'] = int(r.phase_a)
     return out
@@ -412,6 +413,25 @@ def streamed_by_rows(r, kernel) -> bool:
     return False
 
 
+def step_modules(r) -> list:
+    """The modules the kernels' steps import at their first call (ulab's conv steps,
+    convrows for a conv weight streamed by rows), sorted: train.json's run.steps, which
+    utrain.run imports with the rest of the code before the model loads.  Imported at
+    the first call instead, inside the first sample, their code stayed where that
+    sample's arrays had been and cut the runs every later sample needs (ho_cnn5bn, Adam
+    batch 4 on 32-bit ulab: 349 KB needed against 338 planned)."""
+    from ..graph.optable import SPECS
+    g = r.g
+    banded = {i for b_lo, b_hi, _ in r.plan.bands for i in range(b_lo, b_hi)}
+    mods = set()
+    for op in g.ops:
+        if SPECS[op.name].steps:
+            mods.update(SPECS[op.name].steps(op, g, r.arrays, op.index in banded))
+    if r.s.get('stream') and streamed_by_rows(r, 'op_conv'):
+        mods.add('convrows')            # (op_conv uses it for such a weight only)
+    return sorted(mods - {SPECS[op.name].kernel for op in g.ops})
+
+
 def code_parts(r) -> dict:
     """{'code': the resident heap of the utrain modules the run imports (and npkern's
     native code where it lies in the heap), 'interpreter': the interpreter's own share
@@ -421,14 +441,10 @@ def code_parts(r) -> dict:
     mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
     if r.arrays == 'fallback':
         mods.add('npfallback')
-    banded = {i for b_lo, b_hi, _ in plan.bands for i in range(b_lo, b_hi)}
-    for op in g.ops:                    # the modules a kernel's steps import
-        if SPECS[op.name].steps:
-            mods.update(SPECS[op.name].steps(op, g, r.arrays, op.index in banded))
+    r.steps = step_modules(r)
+    mods.update(r.steps)
     if s.get('stream'):
         mods.add('stream')
-        if streamed_by_rows(r, 'op_conv'):
-            mods.add('convrows')        # (op_conv imports it for such a weight only)
     late = 0
     if s.get('cache'):
         mods.add('prefix')

@@ -346,3 +346,52 @@ def mono(path, seed=0):
     b.outputs(o)
     b.save(path)
     return path
+
+
+_STEPS = '''import gc
+gc.threshold(2048)
+import sys
+import utrain.trainer as T
+_ts = T.Trainer.train_step
+def ts(self):
+    print('STEP', len(sys.modules))
+    r = _ts(self)
+    print('STEP', len(sys.modules))
+    return r
+T.Trainer.train_step = ts
+from utrain.run import start
+start()
+'''
+
+
+@pytest.mark.skipif(not os.environ.get('UTRAIN_MP32_ULAB'), reason='UTRAIN_MP32_ULAB not set')
+def test_no_code_loads_once_training_starts(tmp_path, monkeypatch):
+    """32-bit ulab, whole nets without bands, Adam batch 4: the conv steps' modules
+    (utrain.ulconv with convwalk for a strided conv of 3 channels, ulmono for one of 1)
+    come in with the code (train.json's run.steps, the planner's list), none at a conv's
+    first call: imported there, inside the first sample, their code stayed where that
+    sample's arrays had been and cut the runs the later samples need (the held-out
+    ho_cnn5bn, 24x24x3 BN CNN, Adam b4: 349 KB needed, 338 planned).  Each trains in its
+    plan."""
+    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
+    for ch, want in ((3, 'convwalk'), (1, 'ulmono')):
+        if ch == 3:
+            model = mbnet(str(tmp_path / 'm.circle'), H=24, W=24, c=8, e=4)
+            data = _data(str(tmp_path / 'd.npz'), 24, 24, n=4)
+        else:
+            model = mono(str(tmp_path / 'mono.circle'))
+            data = str(tmp_path / 'd1.npz')
+            rng = np.random.default_rng(1)
+            np.savez(data, x=rng.random((4, 24, 10, 1)).astype(F32), y=np.arange(4) % 4)
+        out = str(tmp_path / ('w%d' % ch))
+        s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                    optimizer='adam', batch=4, bands=0, backend='ulab', log=lambda *a: None)
+        assert not s.get('bands') and want in s['heap']['steps'], s['heap']['steps']
+        with open(os.path.join(out, 'train.json')) as f:
+            assert json.load(f)['run']['steps'] == s['heap']['steps']
+        no_keep_best(out)
+        runner.stage(out)
+        stdout = _run_as(out, _STEPS, 2 * s['heap']['total'])
+        counts = [int(line.split()[1]) for line in stdout.splitlines() if line[:5] == 'STEP ']
+        assert len(counts) == 2 * 4 and len(set(counts)) == 1, (ch, counts)
+        assert trains_in(out, s['heap']['total'])
