@@ -141,7 +141,7 @@ PREFIX_LOAD = {8: 1.6, 4: 0}
 # ulab's conv steps (utrain.ulconv, ulmono, convwalk): a tap's product a piece of output
 # rows at a time (optable's piece): one at a time, added into the output in place (a
 # 16x16x8 conv's 8 KB products in one piece needed 6 KB more smallest heap than 2 KB pieces)
-ULAB_PIECES = 1
+ULAB_PIECES = 2
 CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
                 'optim', 'data', 'wof')
 # Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
@@ -397,38 +397,38 @@ def add_fisher(heap, g, p, backend, board=None):
     heap['total'] += extra
     return heap
 
-def streamed_by_rows(r, kernel) -> bool:
-    """Does an op the board runs with this kernel read a frozen constant a few rows at a
-    time (utrain.stream: larger than its CHUNK, at one of the kernel's ROWS)?"""
+def by_rows(r, op) -> bool:
+    """Does the board run op reading a frozen constant a few rows at a time
+    (utrain.stream: with --stream, larger than its CHUNK, at one of the kernel's ROWS)?"""
     from ..graph.optable import SPECS
     from ..files.flatmodel import CONST
     from ..target.device import module
+    if not r.s.get('stream') or op.index < r.start:
+        return False
     chunk = module('stream').CHUNK
-    for op in r.g.ops[r.start:]:
-        spec = SPECS[op.name]
-        if spec.kernel == kernel:
-            for pos, k in enumerate(spec.inputs(op)):
-                if pos in spec.stream_rows and k >= 0 and r.kinds[k] == CONST and r.size[k] > chunk:
-                    return True
-    return False
+    spec = SPECS[op.name]
+    return any(pos in spec.stream_rows and k >= 0 and r.kinds[k] == CONST and r.size[k] > chunk
+               for pos, k in enumerate(spec.inputs(op)))
 
 
 def step_modules(r) -> list:
-    """The modules the kernels' steps import at their first call (ulab's conv steps,
-    convrows for a conv weight streamed by rows), sorted: train.json's run.steps, which
-    utrain.run imports with the rest of the code before the model loads.  Imported at
-    the first call instead, inside the first sample, their code stayed where that
-    sample's arrays had been and cut the runs every later sample needs (ho_cnn5bn, Adam
-    batch 4 on 32-bit ulab: 349 KB needed against 338 planned)."""
+    """The modules the kernels' steps import at their first call (ulab's conv steps;
+    utrain.convrows for a conv whose weight is streamed by rows, which runs none of
+    the others), sorted: train.json's run.steps, which utrain.run imports with the rest
+    of the code before the model loads.  Imported at the first call instead, inside the
+    first sample, their code stayed where that sample's arrays had been and cut the runs
+    every later sample needs (ho_cnn5bn, Adam batch 4 on 32-bit ulab: 349 KB needed
+    against 338 planned)."""
     from ..graph.optable import SPECS
     g = r.g
     banded = {i for b_lo, b_hi, _ in r.plan.bands for i in range(b_lo, b_hi)}
     mods = set()
-    for op in g.ops:
-        if SPECS[op.name].steps:
-            mods.update(SPECS[op.name].steps(op, g, r.arrays, op.index in banded))
-    if r.s.get('stream') and streamed_by_rows(r, 'op_conv'):
-        mods.add('convrows')            # (op_conv uses it for such a weight only)
+    for op in g.ops[r.start:]:          # (a host-made cache: the board runs none before)
+        spec = SPECS[op.name]
+        if spec.kernel == 'op_conv' and by_rows(r, op):
+            mods.add('convrows')
+        elif spec.steps:
+            mods.update(spec.steps(op, g, r.arrays, op.index in banded))
     return sorted(mods - {SPECS[op.name].kernel for op in g.ops})
 
 
@@ -438,7 +438,8 @@ def code_parts(r) -> dict:
     (littlefs's buffers on a board with one)}."""
     from ..graph.optable import SPECS
     g, plan, s, f, t = r.g, r.plan, r.s, r.f, r.t
-    mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
+    # (utrain.wof: not resident while training, working_set's)
+    mods = set(CORE_MODULES) - {'wof'} | {SPECS[op.name].kernel for op in g.ops}
     if r.arrays == 'fallback':
         mods.add('npfallback')
     r.steps = step_modules(r)
@@ -811,8 +812,14 @@ def working_set(r, fwd, bwd, x_in) -> int:
     # batch > 1: the step at the batch's end (at batch 1 each op's, in backward_peak)
     step = row_temps(r, r.plan.params) if int(r.s['batch']) > 1 else 0
     loss = 5 * A(r.size[r.g.outputs[0]])
-    ws = 2 * A(x_in) + max(fwd, loss, bwd + step)
-    return max(ws, int(r.f['code'] * mpy_sizes().get('ckread', 0)))
+    # the sample: one array (Trainer._pass reads each sample into it), counted live in
+    # the forward pass or saved; planned once more on top, twice where it is saved
+    # (whole-model training: the CNNs' backward fragments there, ho_mbnet on 32-bit
+    # needed the second; where the first op is frozen it stood over ho_hswish's
+    # streamed and ranked cells, 1.25x on 32-bit ulab)
+    ws = (2 if r.g.inputs[0] in r.plan.saved else 1) * A(x_in) + max(fwd, loss, bwd + step)
+    sizes = mpy_sizes()
+    return max(ws, int(r.f['code'] * (sizes.get('ckread', 0) + sizes.get('wof', 0))))
 
 
 def fragmentation(parts, collect) -> int:
