@@ -141,7 +141,7 @@ PREFIX_LOAD = {8: 1.6, 4: 0}
 # ulab's conv steps (utrain.ulconv, ulmono, convwalk): a tap's product a piece of output
 # rows at a time (optable's piece): one at a time, added into the output in place (a
 # 16x16x8 conv's 8 KB products in one piece needed 6 KB more smallest heap than 2 KB pieces)
-ULAB_PIECES = 2
+ULAB_PIECES = 1
 CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 'op_act',
                 'optim', 'data', 'wof')
 # Per op, the planner reads its row in optable.SPECS (kernel module, temporaries, tap
@@ -438,8 +438,7 @@ def code_parts(r) -> dict:
     (littlefs's buffers on a board with one)}."""
     from ..graph.optable import SPECS
     g, plan, s, f, t = r.g, r.plan, r.s, r.f, r.t
-    # (utrain.wof: not resident while training, working_set's)
-    mods = set(CORE_MODULES) - {'wof'} | {SPECS[op.name].kernel for op in g.ops}
+    mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
     if r.arrays == 'fallback':
         mods.add('npfallback')
     r.steps = step_modules(r)
@@ -818,8 +817,7 @@ def working_set(r, fwd, bwd, x_in) -> int:
     # needed the second; where the first op is frozen it stood over ho_hswish's
     # streamed and ranked cells, 1.25x on 32-bit ulab)
     ws = (2 if r.g.inputs[0] in r.plan.saved else 1) * A(x_in) + max(fwd, loss, bwd + step)
-    sizes = mpy_sizes()
-    return max(ws, int(r.f['code'] * (sizes.get('ckread', 0) + sizes.get('wof', 0))))
+    return max(ws, int(r.f['code'] * mpy_sizes().get('ckread', 0)))
 
 
 def fragmentation(parts, collect) -> int:
