@@ -321,6 +321,7 @@ class _Run:
         self.kinds = tensor_kinds(g, plan)
         self.start = settings.get('prefix', 0)
         self.prefix_code = 0        # (code_parts: what utrain.prefix.drop frees)
+        self.late_code = 0          # (code_parts: code imported after the model's arrays)
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
@@ -350,7 +351,8 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     # train.json's run.gc_every is bytes: 1/collect of this plan, the same in every heap
     # the run is given (utrain/run.py gc_every)
     out = {'total': total, 'parts': parts, 'backend': backend, 'target': t['name'],
-           'gc_every': total // collect if collect else 0, 'peak_op': peak_at, 'largest': r.largest}
+           'gc_every': total // collect if collect else 0, 'peak_op': peak_at, 'largest': r.largest,
+           'steps': r.steps}
     if r.start:
         out['prefix_phase'] = int(r.phase_a)
     return out
@@ -396,20 +398,39 @@ def add_fisher(heap, g, p, backend, board=None):
     heap['total'] += extra
     return heap
 
-def streamed_by_rows(r, kernel) -> bool:
-    """Does an op the board runs with this kernel read a frozen constant a few rows at a
-    time (utrain.stream: larger than its CHUNK, at one of the kernel's ROWS)?"""
+def by_rows(r, op) -> bool:
+    """Does the board run op reading a frozen constant a few rows at a time
+    (utrain.stream: with --stream, larger than its CHUNK, at one of the kernel's ROWS)?"""
     from ..graph.optable import SPECS
     from ..files.flatmodel import CONST
     from ..target.device import module
+    if not r.s.get('stream') or op.index < r.start:
+        return False
     chunk = module('stream').CHUNK
-    for op in r.g.ops[r.start:]:
+    spec = SPECS[op.name]
+    return any(pos in spec.stream_rows and k >= 0 and r.kinds[k] == CONST and r.size[k] > chunk
+               for pos, k in enumerate(spec.inputs(op)))
+
+
+def step_modules(r) -> list:
+    """The modules the kernels' steps import at their first call (ulab's conv steps;
+    utrain.convrows for a conv whose weight is streamed by rows, which runs none of
+    the others), sorted: train.json's run.steps, which utrain.run imports with the rest
+    of the code before the model loads.  Imported at the first call instead, inside the
+    first sample, their code stayed where that sample's arrays had been and cut the runs
+    every later sample needs (ho_cnn5bn, Adam batch 4 on 32-bit ulab: 349 KB needed
+    against 338 planned)."""
+    from ..graph.optable import SPECS
+    g = r.g
+    banded = {i for b_lo, b_hi, _ in r.plan.bands for i in range(b_lo, b_hi)}
+    mods = set()
+    for op in g.ops[r.start:]:          # (a host-made cache: the board runs none before)
         spec = SPECS[op.name]
-        if spec.kernel == kernel:
-            for pos, k in enumerate(spec.inputs(op)):
-                if pos in spec.stream_rows and k >= 0 and r.kinds[k] == CONST and r.size[k] > chunk:
-                    return True
-    return False
+        if spec.kernel == 'op_conv' and by_rows(r, op):
+            mods.add('convrows')
+        elif spec.steps:
+            mods.update(spec.steps(op, g, r.arrays, op.index in banded))
+    return sorted(mods - {SPECS[op.name].kernel for op in g.ops})
 
 
 def code_parts(r) -> dict:
@@ -421,14 +442,10 @@ def code_parts(r) -> dict:
     mods = set(CORE_MODULES) | {SPECS[op.name].kernel for op in g.ops}
     if r.arrays == 'fallback':
         mods.add('npfallback')
-    banded = {i for b_lo, b_hi, _ in plan.bands for i in range(b_lo, b_hi)}
-    for op in g.ops:                    # the modules a kernel's steps import
-        if SPECS[op.name].steps:
-            mods.update(SPECS[op.name].steps(op, g, r.arrays, op.index in banded))
+    r.steps = step_modules(r)
+    mods.update(r.steps)
     if s.get('stream'):
         mods.add('stream')
-        if streamed_by_rows(r, 'op_conv'):
-            mods.add('convrows')        # (op_conv imports it for such a weight only)
     late = 0
     if s.get('cache'):
         mods.add('prefix')
@@ -443,6 +460,8 @@ def code_parts(r) -> dict:
         mods.add('bands')
     sizes = mpy_sizes()
     mpy = sum(sizes.get(m, 0) for m in mods)
+    if s.get('cache') and not r.frozen:     # (utrain.prefix: imported after the model loads)
+        r.late_code = int(f['code'] * sizes.get('prefix', 0))
     if r.frozen:
         parts = {'code': int(f['frozen_code'] * mpy), 'interpreter': f['base_frozen']}
         r.prefix_code = int(f['frozen_code'] * sum(sizes.get(m, 0) for m in gone))
@@ -795,7 +814,12 @@ def working_set(r, fwd, bwd, x_in) -> int:
     # batch > 1: the step at the batch's end (at batch 1 each op's, in backward_peak)
     step = row_temps(r, r.plan.params) if int(r.s['batch']) > 1 else 0
     loss = 5 * A(r.size[r.g.outputs[0]])
-    ws = 2 * A(x_in) + max(fwd, loss, bwd + step)
+    # the sample: one array (Trainer._pass reads each sample into it), counted live in
+    # the forward pass or saved; planned once more on top, twice where it is saved
+    # (whole-model training: the CNNs' backward fragments there, ho_mbnet on 32-bit
+    # needed the second; where the first op is frozen it stood over ho_hswish's
+    # streamed and ranked cells, 1.25x on 32-bit ulab)
+    ws = (2 if r.g.inputs[0] in r.plan.saved else 1) * A(x_in) + max(fwd, loss, bwd + step)
     return max(ws, int(r.f['code'] * mpy_sizes().get('ckread', 0)))
 
 
@@ -831,8 +855,11 @@ def load_holes(r, parts):
     utrain.flat.load with 12 KB free).  Base 17 -> 14 KB and holes 10 KB: plan / need
     1.05-1.28 (17 cells over 1.2) -> 1.02-1.24 (2 over: hswish streamed, mixcnn ranked),
     leaving out ResNet-8's streamed and ranked cells (1.36-1.75: their working set).
-    Not for code frozen into the firmware (no loading holes)."""
-    floor = r.f.get('holes', 0)
+    Not for code frozen into the firmware (no loading holes).  Code imported after the
+    arrays (utrain.prefix, a prefix cache's) lands in those holes: the floor is less by
+    it (the Keras MLP, last:2 from a host-made cache on 32-bit ulab, needed what its
+    SGD cell needs, 54.2 KB, with utrain.prefix's 2.7 KB of code more: planned 1.22x)."""
+    floor = r.f.get('holes', 0) - r.late_code
     per = sum(v for k, v in parts.items() if k.startswith(('saved', 'working set', 'fragmentation',
                                                             'prefix phase')))
     if floor > per and not r.frozen:

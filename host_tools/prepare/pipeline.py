@@ -576,7 +576,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
                             cache='host' if cache == 'host' else bool(cache),
-                            gc_every=heap['gc_every'], **run_planned(heap, limit))
+                            gc_every=heap['gc_every'], **run_planned(heap, limit),
+                            **({'steps': heap['steps']} if heap.get('steps') else {}))
 
 
 def dequantized_instead(call, refusal):

@@ -244,23 +244,7 @@ class Group:
 
     def run(self, free):
         """Compute the group's outputs into net.t; frees what the group's ops free."""
-        from utrain.xnp import zeros, conv_steps  # (q8bands' int8 groups load no float code)
-        if self.cap is None and conv_steps is None:
-            # ulab's conv steps, which the kernels import at their first call (ulconv, and
-            # for a band's strips ulmono for one input channel, else convwalk): loaded for
-            # every group now, before the first group's buffers; loaded among them, their
-            # code stayed where the buffers had been and cut the run every later sample
-            # needs (the Keras DS-CNN, 32-bit ulab: its 32 KB output failed at sample 2
-            # with 76 KB free, the longest free run 31 KB)
-            net = self.net
-            ops = net.ops
-            for lo in net.bands:
-                g = net.bands[lo]
-                for i in range(lo, g.hi if isinstance(g, Group) else g[0]):
-                    if ops[i][0] in SPATIAL:
-                        __import__('utrain.ulconv')
-                        __import__('utrain.ulmono' if net.shape[ops[i][1][0]][1] == 1
-                                   else 'utrain.convwalk')
+        from utrain.xnp import zeros  # (q8bands' int8 groups load no float code)
         cap = self.plan()
         net = self.net
         self.plan_only = False

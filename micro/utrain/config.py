@@ -26,7 +26,7 @@ NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
         'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0),
         'weight_decay': (0, None, 0, 0), 'gamma': (0, 1, 1, 0), 'min_lr': (0, 1, 0, 0)}
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor',
-       'max_retries', 'start', 'cache', 'gc_every', 'planned')
+       'max_retries', 'start', 'cache', 'gc_every', 'planned', 'steps')
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # int8: q8.req, q8.json
 OUTPUTS = ('out', 'checkpoint', 'log')
 FILES = INPUTS + OUTPUTS + ('rewritten',)    # rewritten: the host's export reads it
@@ -76,6 +76,9 @@ def check_value(path, k, v):
     if k == 'cache':            # the frozen-prefix cache: made by the board, by prepare, none
         if type(v) is not bool and v != 'host':
             raise bad(path, k, 'true, false or "host"', v)
+    elif k == 'steps':          # the kernels' step modules utrain.run loads with the code
+        if type(v) is not list or [m for m in v if type(m) is not str or '.' in m]:
+            raise bad(path, k, 'a list of utrain module names, as prepare writes it', v)
     elif k in ENUMS:
         if v not in ENUMS[k] or type(v) is not str:
             raise bad(path, k, 'one of ' + ', '.join(ENUMS[k]), v)
@@ -212,6 +215,13 @@ def read_config(cfg_path):
         raise ValueError('%s: nested too deeply or too large to read here: use the '
                          'train.json prepare wrote (prepare again to make one)' % cfg_path)
     files, run, cfg, sel = check(cfg, cfg_path)
+    n = run.get('gc_every', 0)
+    if 0 < n < 1024:        # a folder prepared before (32): 1/n of the heap, as it trained then
+        try:
+            import gc
+            run['gc_every'] = (gc.mem_free() + gc.mem_alloc()) // n
+        except AttributeError:      # CPython
+            pass
     if not files.get('train'):
         print('utrain: no training data in %s: prepare the model with --data' % cfg_path)
         raise SystemExit(0)

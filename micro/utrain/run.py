@@ -164,6 +164,8 @@ def main(cfg_path='train.json'):
     else:
         from utrain.trainer import Trainer as T
     from utrain.data import Dataset
+    for m in run.get('steps', ()):  # the kernels' step modules (prepare names them): with the
+        __import__('utrain.' + m)   # code, not where a step's arrays were (docs/memory.md)
     del STATE['code']
     gc.collect()
     # the code is in (train.py collected every 2 KB while it loaded, so that its
@@ -320,10 +322,10 @@ def gc_every(n):
     # which all train (a share of the heap moved them with its size: that CNN trained
     # in 96 and 102 KB but not in 98 or 100).  train.json's run.gc_every sets n: prepare
     # writes 1/32 of the planned heap where activations are large next to it, else 0
-    # (docs/memory.md).  The Trainer sets its own while it loads the model.  Below 1024,
-    # a folder prepared before (32): 1/n of the heap, as it trained then.
+    # (docs/memory.md).  The Trainer sets its own while it loads the model.  (Below 1024,
+    # a folder prepared before: utrain.config makes it the bytes it was.)
     try:
-        gc.threshold((gc.mem_free() + gc.mem_alloc()) // n if 0 < n < 1024 else n or -1)
+        gc.threshold(n or -1)
     except AttributeError:      # CPython
         pass
 

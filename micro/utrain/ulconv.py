@@ -80,6 +80,7 @@ def steps(kind, out, p, q, o, walk, sw, spread):
             else:
                 y = t[k]
                 y += np.sum(v, axis=0)
+            v = None    # (bound while the next piece is made, it was a second live piece)
     if t is not out:
         for m in range(M):
             out += t[:, m::M]

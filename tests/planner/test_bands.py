@@ -303,13 +303,7 @@ def test_no_code_loads_after_the_first_band_groups_buffers(tmp_path, monkeypatch
     monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
     # two groups, a 3-channel input (convwalk) and a 1-channel one (ulmono)
     for ch in (3, 1):
-        model = mbnet(str(tmp_path / 'm.circle'), H=48, W=48, c=8, e=6)
-        data = _data(str(tmp_path / 'd.npz'), 48, 48, n=3)
-        if ch == 1:
-            model = mono(str(tmp_path / 'mono.circle'))
-            data = str(tmp_path / 'd1.npz')
-            rng = np.random.default_rng(1)
-            np.savez(data, x=rng.random((3, 24, 10, 1)).astype(F32), y=np.arange(3) % 4)
+        model, data = _conv_net(tmp_path, ch, 48, 6, 3)
         out = str(tmp_path / ('b%d' % ch))
         s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.05, epochs=1,
                     optimizer='sgd', batch=1, train='last:1', bands=1, backend='ulab',
@@ -322,6 +316,18 @@ def test_no_code_loads_after_the_first_band_groups_buffers(tmp_path, monkeypatch
         assert len(lines) == 2 * 3 * len(s['bands']), stdout[-2000:]
         first = int(lines[0][2])
         assert all(int(n) == first for _, _, n in lines), (ch, lines)
+
+
+def _conv_net(tmp_path, ch, size, e, n):
+    """(model, data): mbnet on size x size x 3 (expansion e), or for ch 1 mono on 24x10x1;
+    n random samples."""
+    if ch == 3:
+        return (mbnet(str(tmp_path / 'm.circle'), H=size, W=size, c=8, e=e),
+                _data(str(tmp_path / 'd.npz'), size, size, n=n))
+    data = str(tmp_path / 'd1.npz')
+    rng = np.random.default_rng(1)
+    np.savez(data, x=rng.random((n, 24, 10, 1)).astype(F32), y=np.arange(n) % 4)
+    return mono(str(tmp_path / 'mono.circle')), data
 
 
 def mono(path, seed=0):
@@ -346,3 +352,45 @@ def mono(path, seed=0):
     b.outputs(o)
     b.save(path)
     return path
+
+
+_STEPS = '''import gc
+gc.threshold(2048)
+import sys
+import utrain.trainer as T
+_ts = T.Trainer.train_step
+def ts(self):
+    print('STEP', len(sys.modules))
+    r = _ts(self)
+    print('STEP', len(sys.modules))
+    return r
+T.Trainer.train_step = ts
+from utrain.run import start
+start()
+'''
+
+
+@pytest.mark.skipif(not os.environ.get('UTRAIN_MP32_ULAB'), reason='UTRAIN_MP32_ULAB not set')
+def test_no_code_loads_once_training_starts(tmp_path, monkeypatch):
+    """32-bit ulab, whole nets without bands, Adam batch 4: the conv steps' modules
+    (utrain.ulconv with convwalk for a strided conv of 3 channels, ulmono for one of 1)
+    come in with the code (train.json's run.steps, the planner's list), none at a conv's
+    first call: imported there, inside the first sample, their code stayed where that
+    sample's arrays had been and cut the runs the later samples need (the held-out
+    ho_cnn5bn, 24x24x3 BN CNN, Adam b4: 349 KB needed, 338 planned).  Each trains in its
+    plan."""
+    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
+    for ch, want in ((3, 'convwalk'), (1, 'ulmono')):
+        model, data = _conv_net(tmp_path, ch, 24, 4, 4)
+        out = str(tmp_path / ('w%d' % ch))
+        s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                    optimizer='adam', batch=4, bands=0, backend='ulab', log=lambda *a: None)
+        assert not s.get('bands') and want in s['heap']['steps'], s['heap']['steps']
+        with open(os.path.join(out, 'train.json')) as f:
+            assert json.load(f)['run']['steps'] == s['heap']['steps']
+        no_keep_best(out)
+        runner.stage(out)
+        stdout = _run_as(out, _STEPS, 2 * s['heap']['total'])
+        counts = [int(line.split()[1]) for line in stdout.splitlines() if line[:5] == 'STEP ']
+        assert len(counts) == 2 * 4 and len(set(counts)) == 1, (ch, counts)
+        assert trains_in(out, s['heap']['total'])

@@ -238,7 +238,9 @@ def test_copy_and_elementwise_ops_are_planned_as_they_allocate(tmp_path, monkeyp
 def test_streamed_conv_rows_code_only_for_a_weight_read_by_rows(tmp_path):
     """utrain.convrows loads only where a streamed frozen conv weight is larger than
     utrain.stream's CHUNK (op_conv reads it rows at a time): a 3x3 conv of 8 channels
-    (72 floats) plans no convrows code, one of 120 channels (1,080 floats) plans it."""
+    (72 floats) plans no convrows code, one of 120 channels (1,080 floats) plans it, in
+    place of the ulab steps that conv then never runs (train.json's run.steps: the code
+    planned is the code loaded)."""
     from host_tools.formats.refmodels import small_cnn
     from host_tools.plan.memory import WORD_FIGURES, mpy_sizes
     from host_tools.target.device import module
@@ -252,8 +254,13 @@ def test_streamed_conv_rows_code_only_for_a_weight_read_by_rows(tmp_path):
         s = prepare(model, str(tmp_path / f'o{ch}'), data=data, loss='scce', lr=0.01, epochs=1,
                     log=lambda *a: None, backend='ulab', board='rp2350', bands=0, optimizer='sgd',
                     batch=1, train='last:2', stream=True)
-        code[ch] = s['heap']['parts']['code']
-    assert abs(code[120] - code[8] - WORD_FIGURES[4]['code'] * mpy_sizes()['convrows']) <= 1
+        code[ch] = s['heap']['parts']['code'], s['heap']['steps']
+        with open(str(tmp_path / f'o{ch}' / 'train.json')) as f:
+            assert json.load(f)['run'].get('steps', []) == s['heap']['steps']
+    assert 'convrows' in code[120][1] and 'convrows' not in code[8][1], code
+    sizes = mpy_sizes()
+    steps = sum(sizes[m] for m in code[120][1]) - sum(sizes[m] for m in code[8][1])
+    assert abs(code[120][0] - code[8][0] - WORD_FIGURES[4]['code'] * steps) <= 1
 
 
 @pytest.mark.slow

@@ -60,6 +60,8 @@ def valid(k, v):
         return num and 0 < v <= 1
     if k == 'gc_every':     # bytes between collections, 0: only when the heap is full;
         return type(v) is int and 0 <= v < 2**32    # below 1024 a share, as folders held it
+    if k == 'steps':        # the kernels' step modules (utrain module names), loaded with the code
+        return type(v) is list and all(type(m) is str and '.' not in m for m in v)
     raise KeyError(k)
 
 
@@ -67,7 +69,7 @@ BAD = [None, '0.01', '3', [1], {}, True, False, -1, 0, 1, 1.5, 0.5, 2, 70000, 'n
 SETTINGS = ('loss', 'reduction', 'from_logits', 'optimizer', 'metric', 'shuffle', 'batch', 'epochs',
             'seed', 'lr', 'momentum', 'beta1', 'beta2', 'eps', 'rho')
 RUN = ('resume', 'progress', 'checkpoint_every', 'keep_best', 'on_nan', 'lr_factor', 'max_retries',
-       'start', 'gc_every')
+       'start', 'gc_every', 'steps')
 
 
 @pytest.fixture(scope='module')
