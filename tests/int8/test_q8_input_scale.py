@@ -61,16 +61,17 @@ def _dequantized(path):
     return out
 
 
-@pytest.mark.parametrize('depthwise', [False, True])
-def test_int8_step_is_the_float_scaled_runs_step(tmp_path, depthwise):
-    """One SGD step on one 0..255 sample: the int8 run (a float model calibrated as int8,
-    --int8) moves the conv's weights as the float run of the same weights (the int8
-    model's, dequantized) on the input times 1/128 does, within the int8 forward's
-    rounding and half a weight step; as given (no relabelling) the step is 16384 times
-    larger: every conv weight jumps to the clamp."""
+@pytest.mark.parametrize('depthwise,opt', [(False, 'sgd'), (True, 'sgd'), (False, 'adam')])
+def test_int8_step_is_the_float_scaled_runs_step(tmp_path, depthwise, opt):
+    """One SGD (or Adam) step on one 0..255 sample: the int8 run (a float model calibrated
+    as int8, --int8) moves the conv's weights as the float run of the same weights (the
+    int8 model's, dequantized) on the input times 1/128 does, within the int8 forward's
+    rounding and half a weight step; as given (no relabelling) the SGD step is 16384
+    times larger (Adam's 128): the conv's weights jump to the clamp."""
     src = _build(tmp_path / 'a.tflite', depthwise=depthwise)
     data = _data(tmp_path, n=1)
-    kw = dict(loss='scce', from_logits=True, optimizer='sgd', lr=0.3, batch=1, epochs=1)
+    kw = dict(loss='scce', from_logits=True, optimizer=opt, lr=0.3 if opt == 'sgd' else 0.15,
+              batch=1, epochs=1)
     lines = []
     s = prepare(src, os.fspath(tmp_path / 'q'), data=data, int8=True, log=lines.append, **kw)
     assert s['int8'] and s['input_scale'] == 1 / 128, s
@@ -101,7 +102,11 @@ def test_int8_step_is_the_float_scaled_runs_step(tmp_path, depthwise):
     assert np.dot(d8.ravel(), df.ravel()) / np.linalg.norm(d8) / np.linalg.norm(df) > 0.99
     for name, w in zip(('bc', 'wf', 'bf'), w0[1:]):     # the layers after it step alike too
         a, b = got[name] - w, want[name] - w
-        assert np.abs(a - b).max() <= 0.1 * np.abs(b).max() + 1e-4, (name, a, b)
+        if opt == 'sgd':
+            assert np.abs(a - b).max() <= 0.1 * np.abs(b).max() + 1e-4, (name, a, b)
+        else:       # (Adam's first step: +-lr where the gradient is not 0, whose sign the
+            # int8 forward's rounding can flip where it is near 0)
+            assert np.mean(np.sign(a) == np.sign(b)) > 0.8, (name, a, b)
     # without the relabelling (the input's rms unread: scale_input=False), QAS steps the
     # conv 1 / s^2 = 16384 times too far: its weights jump to the clamp at +-127 (their
     # scale doubled there, q8grow): 4.7-8x the float step on average (the int8 step
