@@ -1723,10 +1723,11 @@ HOMOGENEOUS = {'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'TRANSPOSE', 'STRIDED_SLICE'
 _SCALED = '/utrain_scaled'      # the name scale_input gives the scaled input (and export finds)
 
 
-def _scaled_reach(g: Graph, x: int):
-    """The weighted ops (WEIGHT_OUT_AXIS: their data input first, a float32 weight read
-    by them alone) that tensor x reaches through HOMOGENEOUS ops only, or None when x
-    reaches anything else (another op, a graph output, a shared weight)."""
+def _scaled_reach(g: Graph, x: int, dtype=np.float32):
+    """The weighted ops (WEIGHT_OUT_AXIS: their data input first, a weight of dtype read
+    by them alone: float32, or an int8 model's int8, quant.relabel_input) that tensor x
+    reaches through HOMOGENEOUS ops only, or None when x reaches anything else (another
+    op, a graph output, a shared weight)."""
     ends, todo, seen = [], [x], set()
     while todo:
         k = todo.pop()
@@ -1740,7 +1741,7 @@ def _scaled_reach(g: Graph, x: int):
             act = op.options.get('fused_activation_function') or 'NONE'
             if op.name in WEIGHT_OUT_AXIS and data == [k] and op.inputs[0] == k and \
                     is_const(g, op.inputs[1]) and len(consumers(g, op.inputs[1])) == 1 and \
-                    np.asarray(g.tensors[op.inputs[1]].data).dtype == np.float32:
+                    np.asarray(g.tensors[op.inputs[1]].data).dtype == dtype:
                 ends.append(op)
             elif op.name in HOMOGENEOUS and data == [k] and act in ('NONE', 'RELU'):
                 todo.extend(op.outputs)

@@ -163,12 +163,15 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     return og
 
 
-def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare=None):
+def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare=None,
+               rms=None):
     """The float model at model_path prepared as float into a scratch folder (its rewrites,
     model.flat), calibrated as int8 on the training samples of data.  Returns (int8 graph,
     float graph, samples calibrated on, whether prepare rewrote the graph).  ValueError:
     not convertible.  prepare: host_tools.prepare.pipeline.prepare (passed in: prepare calls this
-    module, which imports nothing of it)."""
+    module, which imports nothing of it).  rms: the input's root mean square (the int8
+    graph's input_rms): an input far larger than 1 is calibrated as the file has it, and
+    the int8 run scales it by relabelling (quant.relabel_input), not by a MUL."""
     from ..formats.onnx_io import is_onnx
     if is_onnx(model_path):
         raise ValueError('an .onnx model: export writes .onnx from float32 training only')
@@ -176,15 +179,10 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
     try:
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch')}
         s = prepare(model_path, tmp, data=data, test_split=split[0], split_seed=split[1],
-                    log=lambda *a: None, int8=False, progress=0, train=train, **kw)
+                    log=lambda *a: None, int8=False, progress=0, train=train,
+                    scale_input=False, **kw)
         if s.get('input_perm'):
             raise ValueError('its input is transposed by the rewrites (NCHW)')
-        if s.get('input_scale'):
-            # (the int8 run keeps the input's scale: QAS would step the layers it reaches
-            # 1 / s^2 times as far as the float run's, which overflowed their sums)
-            raise ValueError(f'its input is far larger than 1 (the float run trains on it '
-                             f'times {s["input_scale"]:g}), which int8 training does not '
-                             'scale')
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
         for op, n in zip(g.ops, s.get('op_numbers') or ()):
             op.src = n          # messages name the user's op numbers, not the rewrite's
@@ -195,6 +193,7 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         # --train counts the user's file's ops; the float path's rewrites are done
         og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
         og.q8_rewritten = True
+        og.input_rms = rms
         return og, g, len(x[:1000]), bool(s.get('rewritten'))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

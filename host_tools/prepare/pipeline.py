@@ -432,16 +432,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             except ValueError:      # (prepare_q8 refuses it, saying why)
                 why = None
         auto = why if why and quant.float_takes(source, train) else None
-        if not (auto or ranks or select) and rw.input_scale_for(source.input_rms):
-            # an input the float run scales (rewrite.scale_input): the int8 run keeps its
-            # scale, and QAS steps the layers it reaches 1 / s^2 times too far (a held-out
-            # Keras CNN with Rescaling(1/255) folded, int8: 0.31 test accuracy as int8, 0.94
-            # dequantized)
-            sc = select_rewrite(source, train)[3]['input_scale']
-            auto = (f'its input\'s root mean square is {source.input_rms:.4g} on {data}, which '
-                    f'the float run scales by {sc:g} and int8 training does not (its steps on '
-                    f'the layers the input reaches would be {1 / sc ** 2:g}x too large)'
-                    ) if sc else None
     several = len(source.inputs) > 1 or len(source.outputs) > 1
     if as8 and several and not dequantize:
         auto = (f'the int8 path trains models with one input and one output, and this one has '
@@ -490,7 +480,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                         bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
-                        (len(source.inputs), len(source.outputs)) if several else None)
+                        (len(source.inputs), len(source.outputs)) if several else None,
+                        source.input_rms)
         if q8:
             return q8
     elif int8:
@@ -601,13 +592,15 @@ def dequantized_instead(call, refusal):
 
 
 def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,
-               board, backend, budget, prof, s, train, int8, given, overrides, log, several=None):
+               board, backend, budget, prof, s, train, int8, given, overrides, log, several=None,
+               rms=None):
     """The int8-from-float pass (host_tools/prepare/fromfloat.py): where prepare trains the float
     model in integers (asked with int8=True, or chosen for a board without ulab), the
     int8 model calibrated on data's training samples, prepared on quant's int8 path, with
     the calibrated int8 model and its float graph beside the run for export.  Returns the
     summary, or None: the run stays float32.  several: (inputs, outputs) of a model with
-    several of either, which the int8 path does not take (said, float32)."""
+    several of either, which the int8 path does not take (said, float32).  rms: the
+    input's root mean square (prepare's scale_input; quant.relabel_input)."""
     from . import fromfloat
     try:
         yes, why = fromfloat.choose(int8, model_path, board, backend, data, s, cache)
@@ -618,7 +611,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
                                f'this one has {several[0]} and {several[1]}')
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
-                                                    (test_split, split_seed), prepare)
+                                                    (test_split, split_seed), prepare, rms)
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
     except (ValueError, PrepareError) as e:
         if int8:

@@ -1587,6 +1587,7 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     """The q8 table: layers, input and output scales, and the memory plan (rows: the
     row-band step, None: chosen, 0: no bands; ranks: as layers())."""
     ls = layers(g, train, ranks)
+    g.q8_input_scale = relabel_input(g, ls)     # (s, the op numbers: prepare_q8 says so)
     x, y = g.tensors[g.inputs[0]], g.tensors[ls[-1]['out']]
     (sx,), (zx,) = _q(x)
     (sy,), (zy,) = _q(y)
@@ -1613,6 +1614,32 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
         if rr:
             m['rr'], m['etab'] = rr, etab(sy, ETAB_MAX)
     return m
+
+
+def relabel_input(g: Graph, ls: list) -> float:
+    """An input far larger than 1 (g.input_rms, the data's: 0..255 pixels into a conv
+    whose Keras Rescaling(1/255) the converter folded into its weights) as the float path
+    trains it (rewrite.scale_input: on the input times s, the weights it reaches / s, whose
+    SGD steps are s^2 times smaller; on the file's form SGD diverges).  In int8 that is a
+    relabelling of scales: the layers the input reaches (through HOMOGENEOUS ops) read it
+    at s x their input scale 'sx' and hold their weights at 'sw' / s: the same integers
+    forward (sx sw, the bias scale, and so every multiplier are unchanged, exactly: s is
+    a power of two), while QAS's weight step lr dL/dW / s_W (lr sz sx / s_W the gradient's
+    integers) and Adam's float masters (the int8 weights times 'sw') become the float
+    scaled run's; biases step alike in both.  Only where one of those layers trains; the
+    model file keeps its scales (export).  Layer table ls in place; returns (s, the
+    relabelled ops' numbers), or (0, [])."""
+    from ..graph.rewrite import _scaled_reach, input_scale_for
+    s = input_scale_for(getattr(g, 'input_rms', None))
+    ends = _scaled_reach(g, g.inputs[0], np.int8) if s and len(g.inputs) == 1 else None
+    on = {op.index for op in ends or ()}
+    ds = [d for d in ls if d['op'] in on and 'wt' in d]
+    if not any(d.get('train') for d in ds):
+        return 0, []
+    for d in ds:
+        d['sx'] = d['sx'] * s
+        d['sw'] = [v / s for v in d['sw']]
+    return s, [g.ops[d['op']].number for d in ds]
 
 
 RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the ranges,
@@ -2190,6 +2217,15 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})' +
                                    reach_hint([(op.number, op.name) for op in g.ops],
                                               getattr(g, 'nfile', len(g.ops)), train), train))
+    xs, on = getattr(g, 'q8_input_scale', (0, []))
+    if xs:
+        one = len(on) == 1
+        ops = ('op %s reads' if one else 'ops %s read') % ', '.join(map(str, on))
+        log(f'{model_path}: its input\'s root mean square is {g.input_rms:.4g} on {data}: it '
+            f'trains as int8 on the input times {xs:g}, as the float path does ({ops} it at '
+            f'{xs:g} x its int8 scale and hold{"s" if one else ""} {"its" if one else "their"} '
+            f'weights at {1 / xs:g} x theirs: the same integers, whose QAS steps are '
+            f'1/{1 / xs ** 2:g} of those on the input as given); the model file keeps its scales')
     shape = g.tensors[g.inputs[0]].shape        # (4-D: samples laid out as it takes them)
     xy = read_data(data, shape if int(np.prod(shape)) == m['nin'] else [m['nin']], m['nclass'],
                    loss=s['loss'])
@@ -2248,7 +2284,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': trained_params(m['layers']),
-               'rewritten': None, 'quant': {}, 'heap': heap,
+               'rewritten': None, 'quant': {}, 'heap': heap, 'input_scale': xs,
                # output channels lo:hi of the layers whose weights train in part (or not)
                'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
     if g.nfile != len(g.ops) or any(op.number != op.index for op in g.ops):

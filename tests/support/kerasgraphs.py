@@ -1564,3 +1564,51 @@ def build_int8_shared(path, kind='rnn', copies=False, seed=0, T=4, C=3, F=5, O=3
             hf = _qclip(np.maximum(a + r, 0), sh[t], -128)
         return wf.get('w2', w2 * s2) @ hf
     return os.fspath(path), forward, sc, sx
+
+
+def build_raw_cnn(path, w, cin=1, depthwise=False, scale_layer=None):
+    """Keras's Rescaling folded by the converter into the first conv (issue 28): x [1, H,
+    H, cin] (0..255 pixels) -> (a MUL by scale_layer: the scale as a layer of its own) ->
+    CONV_2D 3x3 VALID RELU (or DEPTHWISE_CONV_2D) -> MAX_POOL 2 -> RESHAPE ->
+    FULLY_CONNECTED -> logits.  w: (conv weight in the file's layout with the rescaling in
+    it, its bias, FC weight, its bias); H from the FC's inputs."""
+    wc, bc, wf, bf = (np.asarray(a, np.float32) for a in w)
+    K, O = len(bc), len(bf)
+    P = int(round((wf.shape[1] // K) ** 0.5))
+    H = 2 * P + 2
+    b = CircleBuilder(identifier=b'TFL3')
+    x = inp = b.tensor('x', [1, H, H, cin])
+    if scale_layer:
+        inp = b.tensor('xs', [1, H, H, cin])
+        b.op('MUL', [x, b.tensor('s', [1], data=np.float32([scale_layer]))], [inp],
+             fused_activation_function='NONE')
+    c = b.tensor('c', [1, H - 2, H - 2, K])
+    opts = dict(padding='VALID', stride_w=1, stride_h=1, fused_activation_function='RELU')
+    if depthwise:
+        opts['depth_multiplier'] = K // cin
+    b.op('DEPTHWISE_CONV_2D' if depthwise else 'CONV_2D',
+         [inp, b.tensor('wc', list(wc.shape), data=wc), b.tensor('bc', [K], data=bc)], [c],
+         **opts)
+    p = b.tensor('p', [1, P, P, K])
+    b.op('MAX_POOL_2D', [c], [p], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
+         filter_height=2, fused_activation_function='NONE')
+    r = b.tensor('r', [1, K * P * P])
+    b.op('RESHAPE', [p, b.tensor('shape', [2], data=np.array([1, K * P * P], np.int32))], [r])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [r, b.tensor('wf', list(wf.shape), data=wf),
+                             b.tensor('bf', [O], data=bf)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def raw_images(path, n, seed=3, H=8, C=1, O=3):
+    """n 0..255 images [H, H, C] in an .npz whose class (of O) is the brightest third of
+    the image (top, middle, bottom); returns (path, x, y)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 120, (n, H, H, C)).astype(np.float32)
+    y = rng.integers(0, O, n)
+    for i in range(n):
+        x[i, y[i] * 3:y[i] * 3 + 2] += 130
+    np.savez(path, x=x, y=y)
+    return os.fspath(path), x, y

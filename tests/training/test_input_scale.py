@@ -17,14 +17,13 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
 from repo import ROOT  # noqa: E402,F401
 
-from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from kerasgraphs import build_raw_cnn, raw_images  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.files.wof import read_wof  # noqa: E402
 from host_tools.prepare.pipeline import export, prepare  # noqa: E402
 from host_tools.target import runner  # noqa: E402
 
 H, C, K, O = 8, 4, 3, 3
-f32 = lambda a: np.asarray(a, np.float32)      # noqa: E731
 
 
 def _weights(seed=0):
@@ -38,47 +37,14 @@ def _build(path, scale_layer=None, seed=0, depthwise=False):
     MAX_POOL 2 -> RESHAPE -> FULLY_CONNECTED -> logits.  Without scale_layer the conv's
     weight has 1/256 folded in (what the converter writes for Rescaling(1/256))."""
     w, bc, wf, bf = _weights(seed)
-    b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, H, H, 1])
-    inp = x
-    if scale_layer:
-        inp = b.tensor('xs', [1, H, H, 1])
-        b.op('MUL', [x, b.tensor('s', [1], data=f32([scale_layer]))], [inp],
-             fused_activation_function='NONE')
-        w = w / (256 * scale_layer)         # (the same model)
-    else:
-        w = w / 256
-    c = b.tensor('c', [1, H - 2, H - 2, C])
-    name = 'DEPTHWISE_CONV_2D' if depthwise else 'CONV_2D'
-    wt = w.transpose(3, 1, 2, 0) if depthwise else w
-    opts = dict(padding='VALID', stride_w=1, stride_h=1, fused_activation_function='RELU')
-    if depthwise:
-        opts['depth_multiplier'] = C
-    b.op(name, [inp, b.tensor('wc', list(wt.shape), data=f32(wt)), b.tensor('bc', [C], data=f32(bc))],
-         [c], **opts)
-    p = b.tensor('p', [1, 3, 3, C])
-    b.op('MAX_POOL_2D', [c], [p], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
-         filter_height=2, fused_activation_function='NONE')
-    r = b.tensor('r', [1, C * 9])
-    b.op('RESHAPE', [p, b.tensor('shape', [2], data=np.array([1, C * 9], np.int32))], [r])
-    y = b.tensor('y', [1, O])
-    b.op('FULLY_CONNECTED', [r, b.tensor('wf', [O, C * 9], data=f32(wf)),
-                             b.tensor('bf', [O], data=f32(bf))], [y])
-    b.inputs(x)
-    b.outputs(y)
-    return b.save(os.fspath(path))
+    w = w / (256 * scale_layer) if scale_layer else w / 256      # (the same model)
+    return build_raw_cnn(path, (w.transpose(3, 1, 2, 0) if depthwise else w, bc, wf, bf),
+                         depthwise=depthwise, scale_layer=scale_layer)
 
 
 def _data(tmp_path, n=48, seed=3):
     """0..255 images whose class is the brightest third of the image (top, middle, bottom)."""
-    rng = np.random.default_rng(seed)
-    x = rng.integers(0, 120, (n, H, H, 1)).astype(np.float32)
-    y = rng.integers(0, O, n)
-    for i in range(n):
-        x[i, y[i] * 3:y[i] * 3 + 2] += 130
-    path = os.fspath(tmp_path / 'd.npz')
-    np.savez(path, x=x, y=y)
-    return path, x, y
+    return raw_images(tmp_path / 'd.npz', n, seed, H, 1, O)
 
 
 def _run(src, out, data, **kw):
@@ -153,20 +119,20 @@ def test_the_file_form_diverges_and_small_inputs_stay(tmp_path):
     assert rw.scale_input(g, {id(op) for op in g.ops}) == 0 and len(g.ops) == 4
     g.tensors[g.ops[0].inputs[1]].data[:] = 1e30
     assert rw.scale_input(g, {id(op) for op in g.ops}) == 2 ** -10 and g.ops[0].name == 'MUL'
-    # rp2040 (no ulab) would train a float model as int8 (fromfloat), which keeps the
-    # input's scale: it trains in float32, scaled, and says why (its int32 sums overflowed)
+    # rp2040 (no ulab) trains a float model as int8 (fromfloat): calibrated on the input as
+    # given, scaled as the float run by relabelling the int8 scales (quant.relabel_input;
+    # tests/int8/test_q8_input_scale.py), saying so
     lines = []
     s = prepare(src, os.fspath(tmp_path / 'r'), data=data, board='rp2040', log=lines.append)
-    assert not s.get('int8') and s['input_scale'] == 1 / 128
-    assert any('int8 from float does not take it' in ln for ln in lines), lines
+    assert s.get('int8') and s['input_scale'] == 1 / 128
+    assert any('trains as int8 on the input times 0.0078125' in ln for ln in lines), lines
 
 
-def test_an_int8_model_on_large_inputs_trains_dequantized_and_scaled(tmp_path):
-    """An int8 model whose input the float run would scale: the int8 run keeps the input's
-    scale, and QAS steps the first layer 1 / s^2 times too far (held-out Keras CNN with
-    Rescaling folded, full-integer: 0.31 test accuracy as int8, 0.94 dequantized and
-    scaled), so it trains dequantized and scaled, saying why; on inputs near 1 it trains
-    as int8."""
+def test_an_int8_model_on_large_inputs_trains_as_int8_scaled(tmp_path):
+    """An int8 model whose input the float run would scale trains as int8 on the input
+    scaled as the float run's, by relabelling its scales (it trained dequantized before:
+    QAS stepped the first layer 1 / s^2 times too far); on inputs near 1 nothing is
+    relabelled."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
     from kerasgraphs import build_int8_unary
     path, _, _ = build_int8_unary(tmp_path / 'q.tflite', 'RELU', sx=1.0)
@@ -178,11 +144,9 @@ def test_an_int8_model_on_large_inputs_trains_dequantized_and_scaled(tmp_path):
         lines = []
         s = prepare(path, os.fspath(tmp_path / name), data=os.fspath(tmp_path / f'{name}.npz'),
                     log=lines.append)
-        if scaled:
-            assert not s.get('int8') and 'root mean square' in s['dequantized_because'], s
-            assert s['input_scale'] == 1 / 64 and any('times 0.015625' in ln for ln in lines)
-        else:
-            assert s.get('int8') and not s.get('dequantized_because'), s
+        assert s.get('int8') and not s.get('dequantized_because'), s
+        assert s['input_scale'] == (1 / 64 if scaled else 0)
+        assert any('trains as int8 on the input times 0.015625' in ln for ln in lines) == scaled
 
 
 def test_samples_beyond_an_int8_input_are_warned_of(tmp_path):
