@@ -459,7 +459,7 @@ def test_int8_model_trains_and_exports_requantized(tmp_path):
     np.savez(tmp_path / 'd.npz', x=x, y=y)
     d = tmp_path / 'run'
     s = prepare(src, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
-                lr=0.05, batch=4, epochs=1, train='last:2')  # ops of the int8 model: Q FC FC DQ
+                lr=0.05, batch=4, epochs=1, train='last:2', dequantize=True)  # ops of the int8 model: Q FC FC DQ
     assert s['rewrites']['dequantized'] == 7 and (d / 'rewritten.circle').exists()
     code, text = run(os.fspath(d), python=True, stream=False)
     assert code == 0, text
