@@ -30,7 +30,7 @@ from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
 from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
                         set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
-from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains
+from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits, target_range_warning
 from ..files.wof import write_wof
@@ -501,6 +501,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         ranks, train_config, train = sel['ranks'], None, 'none'
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
                                     overrides.get('train') is not None)
+    off = off_output(source, chosen_rk)
+    if off:                     # (named by --ranks or --train-config, not a count as last:N)
+        raise PrepareError(f'{model_path}: ' + ('op %s feeds' if len(off) == 1 else 'ops %s feed')
+                           % _span(off) + ' only outputs this run does not train (it trains '
+                           f'output {getattr(source, "output_place", 0)}): give --output the one '
+                           'it feeds, or leave it out of --ranks / --train-config')
     whole = [i for i in chosen if i not in chosen_rk and any(     # ops with weights
         t >= 0 and source.tensors[t].data is not None
         and (source.tensors[t].data.dtype.kind == 'f' or source.tensors[t].data.dtype.itemsize == 1)
