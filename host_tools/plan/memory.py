@@ -1230,7 +1230,15 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         n = ls[-1]['nout']
         parts['loss (float targets, outputs, gradient)'] = 3 * arr(w * n) + 2 * n * blk(2 * w) + arr(4 * n)
     held = 0
+    # SGD momentum at batch 1: a layer whose bias alone trains, stepped in integers
+    # ('bh'), keeps no float weight scales once built (utrain.q8 Q8Net)
+    s = settings or {}
+    nosw = trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum') and int(
+        s.get('batch', 1)) == 1 and not t.get('rr')
     for i, d in enumerate(ls):
+        if nosw and d.get('train') and 'bh' in d and d.get('fs') and d['k'] <= q8.DW and not d.get(
+                'gw') and d.get('tw', (0, d['nb']))[1] <= d.get('tw', (0, d['nb']))[0]:
+            held -= arr(4 * d['nq'])
         if d.get('sh', i) != i:     # (its first use's weights: utrain.q8share; its bias)
             held += arr(4 * d['nb']) + (0 if 'mul' in d else 2 * arr(4 * d['nq']) + arr(4 * d['nq']))
         elif d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales

@@ -170,11 +170,12 @@ class Layer:
         # the float bias (made here on first use; Adam's float master too) from the int32
         # bias and int8 weights; where SGD steps the int32 bias and its fraction (be), no
         # float bias: the int32 bias is the one held (the fractions zeroed)
-        sw, sx, b = self.d['sw'], self.d['sx'], self.b
+        b = self.b
         self.sync = self.stale = 0
         if self.be is not None:
             self.be[:] = bytes(len(b))
             return
+        sw, sx = self.d['sw'], self.d['sx']
         if self.bf is None:
             self.bf = _f32(len(b))
         for o in range(len(b)):
@@ -796,9 +797,7 @@ class Q8Net:
         if self.mom:
             from utrain import q8mom as M
             self.M = M
-            self.mum, self.mus = _i32(1), _i32(1)
-            self.mum[0], self.mus[0] = qmul(self.mom)
-            self.vmp = array('i', [int(round(self.mom * 32768)), 0])    # (vmk's mu, seed)
+            M.setup(self, batch)        # (mum, mus, vmp: mu's multiplier, vmk's mu and seed)
         for L in self.layers:
             if L.train:
                 w0, w1 = L.wr()
