@@ -267,8 +267,8 @@ def build_int8_embedding(path, seed=0):
 
 
 def test_int8_embedding_trains_dequantized_and_exports_as_int8(tmp_path):
-    """An int8 table (TFLite's GATHER copies its int8 values): prepare says it trains
-    dequantized and why; utrain's forward = TFLite Micro's on the int8 file (to an output
+    """An int8 table (TFLite's GATHER copies its int8 values) with settings its int8
+    update lacks (a batch of 2): prepare says it trains dequantized and why; utrain's forward = TFLite Micro's on the int8 file (to an output
     step or two); after training, export --quantized --data gives the table its GATHER
     output's recalibrated scale (one scale: TFLite's GATHER keeps it), no value clipped,
     and TFLite Micro on it = utrain's trained float forward to the int8 steps."""
@@ -282,8 +282,9 @@ def test_int8_embedding_trains_dequantized_and_exports_as_int8(tmp_path):
     np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
     said = []
     out = tmp_path / 'run'
+    # (batch 2: settings utrain.q8emb's int8 table update lacks, test_q8_emb)
     s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
-                from_logits=True, optimizer='sgd', lr=0.5, batch=1, epochs=3, log=said.append)
+                from_logits=True, optimizer='sgd', lr=0.5, batch=2, epochs=3, log=said.append)
     assert 'GATHER of an int8 table' in s['dequantized_because'], said
     ref = tflm_infer(src, x)
     got = utrain_predict(new_trainer(out / 'model.flat', out / 'weights.wof'), x, [1, L])
