@@ -982,6 +982,9 @@ def _emb_layer(g, op) -> dict:
                          f'not its table\'s ({sw[0]:g}, {zw[0]}); TFLite Micro\'s GATHER copies '
                          'the rows: prepare --dequantize trains it in float32')
     n, r = (int(v) for v in w.shape)
+    if n > 65536:
+        raise ValueError(f'{where}: a table of {n} rows; int8 training takes ids of up to 2 '
+                         'bytes (65,536 rows): prepare --dequantize trains it in float32')
     return {'k': EMB, 'op': op.index, 'zx': -128, 'zy': zy[0], 'sx': 1.0, 'sy': sy[0],
             'nout': int(np.prod(y.shape)), 'in': [ids], 'out': op.outputs[0], 'lo': -128,
             'hi': 127, 'et': op.inputs[0], 'en': n, 'ed': r, 'ew': int(len(op.inputs) > 2), 'es': sw[0],

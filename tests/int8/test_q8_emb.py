@@ -74,7 +74,8 @@ def test_forward_bit_exact_with_tflite_micro(tmp_path, N):
 def test_ids_exact_negative_ids_and_bad_ids(tmp_path):
     """prepare's ids: a negative id of a Keras 3 table reads row id + N (its SELECT_V2); an
     id that is not a row (or not an integer) is refused naming it; on the board an id past
-    the table's rows stops the run naming the table tensor and the id."""
+    the table's rows stops the run naming the table tensor and the id; a table of more
+    rows than 2-byte ids reach is refused, saying --dequantize."""
     path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite', N=7)
     net, m = _net(path, tmp_path)
     assert m['layers'][0]['ew'] == 1
@@ -90,6 +91,10 @@ def test_ids_exact_negative_ids_and_bad_ids(tmp_path):
     with pytest.raises(ValueError, match=r'GATHER of table tensor %d: id 9 is not a row of its 7 '
                        r'\(0\.\.6\)' % t):
         net.forward(x)
+    big, _, _, _ = build_int8_embedding(tmp_path / 'big.tflite', N=65537, D=1)
+    with pytest.raises(ValueError, match=r'big\.tflite: op 4 \(GATHER\): a table of 65537 rows; int8 training '
+                       r'takes ids of up to 2 bytes'):
+        quant.layers(quant.rewritten(read_model(big)), 'all')
 
 
 def test_one_sgd_step_against_the_float_gradient(tmp_path, monkeypatch):
