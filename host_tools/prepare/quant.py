@@ -1988,10 +1988,26 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     embedded(g, m, wof_path)
     if any(d['k'] == EMB for d in m['layers']):     # (the ids as the file reads them)
         embedding_ids_back(g, ints)
+    _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
+
+
+def _ends_back(g: Graph, g0: Graph) -> None:
+    """export: the float input's QUANTIZE and the float output's DEQUANTIZE that
+    _float_ends took out of the rewritten graph g go back in, as file g0 has them (the
+    tensors keep their indices), so the written model takes and gives what the file did."""
+    if g.inputs != g0.inputs and g0.ops and g0.ops[0].name == 'QUANTIZE' and \
+            g0.ops[0].outputs == g.inputs:
+        g.ops.insert(0, g0.ops[0])
+        g.inputs = list(g0.inputs)
+    last = g0.ops[-1] if g0.ops else None
+    if g.outputs != g0.outputs and last is not None and last.name == 'DEQUANTIZE' and \
+            last.inputs[:1] == g.outputs:
+        g.ops.append(last)
+        g.outputs = list(g0.outputs)
 
 
 def _side(g: Graph, p, tag, ok, what, file_what) -> None:

@@ -171,7 +171,7 @@ def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tm
     first id falls in) trains as int8, table and Dense, on unix MicroPython (viper),
     lowering the test loss, and ends with CPython's trained.wof and table (.q8e); export
     --quantized writes the trained table and Dense into the file (its CAST and SELECT_V2
-    back), which TFLite Micro runs bit for bit as the trained net (on the file without
+    back, and its float output's DEQUANTIZE), which TFLite Micro runs bit for bit as the trained net (on the file without
     the SELECT_V2, which it cannot run: the same trained tensors)."""
     from test_q8_reg import trained_on_both
     path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite', N=12, seed=5)
@@ -187,8 +187,9 @@ def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tm
     q = os.fspath(tmp_path / 'q.tflite')
     export(path, os.path.join(d, 'trained.wof'), q, quantized=True)
     g = read_model(q)
-    assert [op.name for op in g.ops][:5] == ['CAST', 'LESS', 'ADD', 'SELECT_V2', 'GATHER']
-    assert g.tensors[g.inputs[0]].dtype == 'float32'
+    assert [op.name for op in g.ops] == ['CAST', 'LESS', 'ADD', 'SELECT_V2', 'GATHER', 'MEAN',
+                                         'FULLY_CONNECTED', 'DEQUANTIZE']
+    assert [g.tensors[k].dtype for k in g.inputs + g.outputs] == ['float32', 'float32']
     with open(os.path.join(d, 'q8.json')) as f:
         m = json.load(f)
     net = Q8Net(m, os.path.join(d, 'weights.wof'))
