@@ -207,3 +207,27 @@ def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tm
     for ids in x[:8].astype(int):
         ours = np.frombuffer(bytes(net.forward(_sample(m, ids))), np.int8).astype(int)
         assert np.array_equal(ours, _tflm(os.fspath(tmp_path / 'p2.tflite'), ids, so, zo))
+
+
+@pytest.mark.slow
+def test_ctrl_c_resume_with_the_table_training_bit_identical(tmp_path):
+    """Ctrl-C at random moments and train.py again with resume: trained.wof, the table
+    (trained.wof.q8e, the checkpoint's ext state) and the log equal an uninterrupted
+    run's bit for bit."""
+    from repo import set_train
+    from test_ctrl_c import interrupted_runs
+    path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite', N=12, seed=5)
+    x = np.random.default_rng(3).integers(-12, 12, (400, 5)).astype(np.float32)   # (-12..-1: Keras 3's)
+    np.savez(tmp_path / 'd.npz', x=x, y=(np.abs(x[:, 0]) // 5).astype(np.int64))
+    base = tmp_path / 'base'
+    s = prepare(path, os.fspath(base), data=os.fspath(tmp_path / 'd.npz'), test_split=0.25,
+                loss='scce', optimizer='sgd', lr=0.05, epochs=3, shuffle=True, seed=7,
+                log=lambda *a: None)
+    assert s['int8'] and 'emb' in s['trainable']
+    set_train(base, run={'checkpoint_every': 20})
+    runner.stage(os.fspath(base))
+    tally = interrupted_runs(base, tmp_path, not MP, 4, 5)
+    assert tally['identical'] == 4 and tally['tracebacks'] == 0 and tally['restarts'] > 0, tally
+    with open(tmp_path / 'whole' / 'trained.wof.q8e', 'rb') as f:
+        got = f.read()
+    assert got[:4] == b'UTEM' and got[12:] != E.tobytes()      # (it trained)
