@@ -1188,6 +1188,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             luts.add(d['lt'])
         if d['k'] == q8.NRM:
             objs += arr(16)                 # its row's sums and multiplier (utrain.q8nrm)
+        if d.get('eg') and trains:          # a table that trains, held (utrain.q8emb), its
+            objs += arr(d['en'] * d['ed']) + arr(2 * (d['nout'] // d['ed'])) + arr(4 * d['ed'])
+            #                                   sample's ids and a row's steps
         if d['k'] == q8.TCV:                # its weights, bias, int32 sums, and where it
             objs += arr(d['wn']) + arr(4 * d['nb']) + arr(4 * d['nout'])    # passes a
             if trains and d.get('back'):    # gradient its int8 dz and rescaling (q8tcv)
@@ -1296,7 +1299,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     if mask:
         parts['output masks (1 bit an output)'] = mask
     # made at the first layer above the lowest trained one that passes a gradient back
-    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    first = q8.lowest(ls)
     if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
         gin = 0
     parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if q8.gtwo(ls) else 1) * arr(4 * gin)
@@ -1335,7 +1338,7 @@ def q8_held(ls) -> list:
     (utrain.q8.chain), else utrain.q8hold.holds's, which a graph's net loads."""
     from ..target.device import module
     q8 = module('q8')
-    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    first = q8.lowest(ls)
     ga = q8.grads(ls, first)
     return [] if q8.chain(ls, ga) else module('q8hold').holds(ls, ga)[1]
 
@@ -1386,6 +1389,8 @@ def q8_modules(tb, trains=True, settings=None):
                         ((q8.TCV,), 'q8tcv')):
         if any(d['k'] in kinds for d in ls):
             natives.append(name)
+    if any(d['k'] == q8.EMB for d in ls):
+        mods.add('q8emb')            # (an int8 embedding's GATHER: bytecode, its table in flash)
     return mods, natives
 
 

@@ -21,7 +21,7 @@ from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV, EMB = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
@@ -384,7 +384,7 @@ class Q8Net:
         # a graph whose backward walk holds gradients (a residual ADD's other input, a
         # CONCATENATION's inputs, a tensor read twice: not a chain): that walk's code
         # (utrain.q8hold), loaded before the net's buffers, not among them
-        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        first = lowest(ls)
         ga = grads(ls, first)
         Hold = None
         if not chain(ls, ga):
@@ -474,7 +474,7 @@ class Q8Net:
             self.S = q8sparse
         # pools and the kinds from CAT on: forward and gradient in a module of their own,
         # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc,
-        # q8nrm, q8tcv)
+        # q8nrm, q8tcv, q8emb)
         self.X = X = {}
         for d in ls:
             if d['k'] == CAT and CAT not in X:
@@ -498,6 +498,9 @@ class Q8Net:
             elif d['k'] == TCV and TCV not in X:
                 from utrain import q8tcv
                 X[TCV] = q8tcv
+            elif d['k'] == EMB:
+                from utrain import q8emb
+                X[EMB] = q8emb
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -574,6 +577,8 @@ class Q8Net:
             self.sh = Share(self, qmul, _i32, _f32, FS)
         # the state either keeps beside the weights (files, checkpoints: in this order)
         self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
+        if EMB in X:                # (an embedding's table that trains: utrain.q8emb)
+            X[EMB].ext(self)
         if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
             self.ext.append(X[TCV].Train(self, qmul))
         self.setup()
@@ -1360,6 +1365,12 @@ def held_at(d):
     return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
 
 
+def lowest(ls):
+    """The lowest layer of table ls the backward pass reaches: the first trained one, or
+    a GATHER whose table trains ('eg': utrain.q8emb)."""
+    return min([i for i in range(len(ls)) if ls[i].get('train') or ls[i].get('eg')] or [len(ls)])
+
+
 def grads(ls, first):
     """Per layer, the positions in its inputs that the backward pass gives a gradient:
     those a layer from the first trained one (first) on made, once each (none below it,
@@ -1400,7 +1411,7 @@ def bufs(ls, hz=()):
     values, the held int32 gradients' values) of layer table ls: Q8Net's shared
     backward buffers (host_tools/plan/memory.py plans them with this); hz: the held
     gradients' slot sizes (utrain.q8hold.holds; none for a chain)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    first = lowest(ls)
     nz = nz2 = ng = 0
     nk = sum(hz)
     for i in range(len(ls)):
@@ -1475,7 +1486,7 @@ def gtwo(ls):
     gradient is not read broadcast, above the lowest trained layer (its
     input's gradient is made from its output's, both int32)?  Else one
     (host_tools/plan/memory.py plans them with this)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    first = lowest(ls)
     for i in range(first + 1, len(ls)):
         d = ls[i]
         if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (
