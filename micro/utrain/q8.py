@@ -802,7 +802,7 @@ class Q8Net:
         if self.mom:
             from utrain import q8mom as M
             self.M = M
-            M.setup(self, batch)        # (mum, mus, vmp: mu's multiplier, vmk's mu and seed)
+            M.setup(self, batch, qmul, _i32)    # (mum, mus, vmp: mu's multiplier, vmk's mu and seed)
         for L in self.layers:
             if L.train:
                 w0, w1 = L.wr()

@@ -29,15 +29,15 @@ def vel(n):
     return bytearray(2 * n)
 
 
-def setup(net, batch):
-    """utrain.q8 Q8Net.setup's momentum constants: mu as a multiplier and shift (mum,
+def setup(net, batch, qmul, _i32):
+    """utrain.q8 Q8Net.setup's momentum constants (qmul, _i32: utrain.q8's, passed in: no
+    import circle): mu as a multiplier and shift (mum,
     mus: the int32 bias velocities') and vmk's (vmp: round(mu 2^15), the seed).  At batch
     1, the float weight scales of each per-channel layer whose bias alone trains (q8.json
     'bh': its int32 bias stepped in integers, Q8Net._ibias) dropped: read from q8.req to
     build the layer, no step reads them (a MobileNetV2's four bias-only layers: 8 KB,
     which kept bias4 + momentum off an RP2040; the bias velocities made next take their
     place).  Not where its scales grow (q8grow) or ranges follow training (q8range)."""
-    from utrain.q8 import qmul, _i32
     from array import array
     mu = net.mom
     net.mum, net.mus = _i32(1), _i32(1)
