@@ -29,6 +29,9 @@ def vel(n):
     return bytearray(2 * n)
 
 
+_MEAN = 3   # q8.MEAN
+
+
 def setup(net, batch, qmul, _i32):
     """utrain.q8 Q8Net.setup's momentum constants (qmul, _i32: utrain.q8's, passed in: no
     import circle): mu as a multiplier and shift (mum,
@@ -46,7 +49,7 @@ def setup(net, batch, qmul, _i32):
     if batch == 1 and not net.meta.get('rr'):
         for L in net.layers:
             d = L.d
-            if 'bh' in d and L.whi <= L.wlo and L.k < 3 and not d.get('gw'):
+            if 'bh' in d and L.whi <= L.wlo and L.k < _MEAN and not d.get('gw'):
                 d.pop('sw', None)
 
 
