@@ -1188,6 +1188,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             luts.add(d['lt'])
         if d['k'] == q8.NRM:
             objs += arr(16)                 # its row's sums and multiplier (utrain.q8nrm)
+        if d.get('eg') and trains:          # a table that trains, held (utrain.q8emb), its
+            objs += arr(d['en'] * d['ed']) + arr(2 * (d['nout'] // d['ed'])) + arr(4 * d['ed'])
+            #                                   sample's ids and a row's steps
         if d['k'] == q8.TCV:                # its weights, bias, int32 sums, and where it
             objs += arr(d['wn']) + arr(4 * d['nb']) + arr(4 * d['nout'])    # passes a
             if trains and d.get('back'):    # gradient its int8 dz and rescaling (q8tcv)
@@ -1230,7 +1233,15 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         n = ls[-1]['nout']
         parts['loss (float targets, outputs, gradient)'] = 3 * arr(w * n) + 2 * n * blk(2 * w) + arr(4 * n)
     held = 0
+    # SGD momentum at batch 1: a layer whose bias alone trains, stepped in integers
+    # ('bh'), keeps no float weight scales once built (utrain.q8 Q8Net)
+    s = settings or {}
+    nosw = trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum') and int(
+        s.get('batch', 1)) == 1 and not t.get('rr')
     for i, d in enumerate(ls):
+        if nosw and d.get('train') and 'bh' in d and d.get('fs') and d['k'] <= q8.DW and not d.get(
+                'gw') and d.get('tw', (0, d['nb']))[1] <= d.get('tw', (0, d['nb']))[0]:
+            held -= arr(4 * d['nq'])
         if d.get('sh', i) != i:     # (its first use's weights: utrain.q8share; its bias)
             held += arr(4 * d['nb']) + (0 if 'mul' in d else 2 * arr(4 * d['nq']) + arr(4 * d['nq']))
         elif d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
@@ -1288,7 +1299,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     if mask:
         parts['output masks (1 bit an output)'] = mask
     # made at the first layer above the lowest trained one that passes a gradient back
-    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    first = q8.lowest(ls)
     if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
         gin = 0
     parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if q8.gtwo(ls) else 1) * arr(4 * gin)
@@ -1327,7 +1338,7 @@ def q8_held(ls) -> list:
     (utrain.q8.chain), else utrain.q8hold.holds's, which a graph's net loads."""
     from ..target.device import module
     q8 = module('q8')
-    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    first = q8.lowest(ls)
     ga = q8.grads(ls, first)
     return [] if q8.chain(ls, ga) else module('q8hold').holds(ls, ga)[1]
 
@@ -1378,6 +1389,8 @@ def q8_modules(tb, trains=True, settings=None):
                         ((q8.TCV,), 'q8tcv')):
         if any(d['k'] in kinds for d in ls):
             natives.append(name)
+    if any(d['k'] == q8.EMB for d in ls):
+        mods.add('q8emb')            # (an int8 embedding's GATHER: bytecode, its table in flash)
     return mods, natives
 
 

@@ -87,6 +87,15 @@ def what_trains(g, train, ranks=None, train_config=None, train_given=False):
     return sorted(parse_train(train, len(g.ops)) | set(rk)), rk
 
 
+def off_output(g, ops) -> list:
+    """Of op numbers ops (as read), those only outputs other than g.outputs[0] (the one the
+    loss reads: rewrite.choose_output) need: one_input_output leaves them out of the run."""
+    if len(g.outputs) < 2:
+        return []
+    keep = {id(op) for op in rw.needed(g)[0]}
+    return [i for i in sorted(ops) if id(g.ops[i]) not in keep]
+
+
 def select_rewrite(source, train, ranks=None, rewrite=True):
     """The select and rewrite passes on a copy of the graph as read (source is not
     changed): train ('all', 'none', 'last:N' or op numbers) and ranks {op: rank} in the

@@ -30,7 +30,7 @@ from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
 from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
                         set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
-from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains
+from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits, target_range_warning
 from ..files.wof import write_wof
@@ -402,6 +402,13 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s, source))
+    # an int8 Keras Embedding on exact ids (a float32 or int32 input) trains as int8
+    # (utrain.q8emb) where --train leaves its GATHERs out (the tables frozen) or the
+    # settings are ones its table's int8 update takes; else dequantized (below)
+    emb8 = not as8 and not dequantize and quant.embedding_ids(source) and not (
+        quant.settings_refusal(s, source) or quant.emb_refusal(
+            (), source, s, quant.embedding_trained(source, train)))
+    as8 = as8 or emb8
     # the samples as given, read once here for the input's scale and --select's flash check
     # (a model with several inputs: they are joined after the rewrites, and not scaled)
     early = data and len(source.inputs) == 1 and (rewrite and scale_input or select and board)
@@ -436,11 +443,17 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if as8 and several and not dequantize:
         auto = (f'the int8 path trains models with one input and one output, and this one has '
                 f'{len(source.inputs)} and {len(source.outputs)}')
-    elif not dequantize and quant.embedding_entry(source):
-        auto = ('an int8 embedding (GATHER of an int8 table by the input\'s ids) is not '
-                'among the int8 path\'s layers yet: its table and the layers after it train '
-                'dequantized; export --quantized --data D writes the table back at a scale that '
-                'holds its trained values' + quant.embedding_ids_note(source))
+    elif not dequantize and not emb8 and quant.embedding_entry(source):
+        why = quant.embedding_ids(source) and quant.settings_refusal(s, source)
+        trained = quant.embedding_ids(source) and not why and quant.emb_refusal(
+            (), source, s, quant.embedding_trained(source, train))
+        auto = ((trained + ' (a --train without the GATHER trains the layers above it as '
+                 'int8, the table frozen)') if trained else why or (
+                 'an int8 embedding (GATHER of an int8 table) whose ids the int8 path cannot '
+                 'take exactly')) + (': its table and the layers after it train dequantized; '
+                                     'export --quantized --data D writes the table back at a '
+                                     'scale that holds its trained values') + \
+            quant.embedding_ids_note(source)
     if auto:
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
@@ -501,6 +514,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         ranks, train_config, train = sel['ranks'], None, 'none'
     chosen, chosen_rk = what_trains(source, train, ranks, train_config,
                                     overrides.get('train') is not None)
+    off = off_output(source, chosen_rk)
+    if off:                     # (named by --ranks or --train-config, not a count as last:N)
+        raise PrepareError(f'{model_path}: ' + ('op %s feeds' if len(off) == 1 else 'ops %s feed')
+                           % _span(off) + ' only outputs this run does not train (it trains '
+                           f'output {getattr(source, "output_place", 0)}): give --output the one '
+                           'it feeds, or leave it out of --ranks / --train-config')
     whole = [i for i in chosen if i not in chosen_rk and any(     # ops with weights
         t >= 0 and source.tensors[t].data is not None
         and (source.tensors[t].data.dtype.kind == 'f' or source.tensors[t].data.dtype.itemsize == 1)

@@ -40,8 +40,8 @@ from ..graph.passes import PrepareError
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
 _Q8 = module('q8')
 FC, CONV, DW, MEAN, ADD = _Q8.FC, _Q8.CONV, _Q8.DW, _Q8.MEAN, _Q8.ADD
-POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC, NRM, TCV = (_Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN,
-                                                    _Q8.SLC, _Q8.NRM, _Q8.TCV)
+POOL_MAX, POOL_AVG, CAT, LUT, BIN, SLC, NRM, TCV, EMB = (
+    _Q8.PMAX, _Q8.PAVG, _Q8.CAT, _Q8.LUT, _Q8.BIN, _Q8.SLC, _Q8.NRM, _Q8.TCV, _Q8.EMB)
 # elementwise ops of one input, tabulated over the 256 int8 inputs (_lut_layer): the
 # real function and its derivative (numpy, x real)
 _ERF = np.vectorize(math.erf)
@@ -78,7 +78,7 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
-         'PRELU': BIN, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+         'PRELU': BIN, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, 'GATHER': EMB, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
 BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU')   # BIN's 'bo'
 SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
 RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
@@ -177,6 +177,31 @@ def embedding_entry(g: Graph) -> bool:
     ids, GATHER)?  The int8 path has no GATHER; prepare trains such a model dequantized."""
     return any(op.name == 'GATHER' and g.tensors[op.inputs[0]].data is not None
                and g.tensors[op.inputs[0]].dtype == 'int8' for op in g.ops)
+
+
+def embedding_ids(g: Graph) -> bool:
+    """Does int8 model g read its ids (a float32 or int32 input) only by GATHERs of int8
+    tables (a Keras Embedding: CAST, Keras 3's negative-id SELECT_V2, folded by
+    rewritten()'s embedding_gathers)?  Such a model trains as int8 with its tables frozen
+    (utrain.q8emb: the layers above them train); an int8 input's ids (DEQUANTIZE, CAST)
+    are not exact and stay on the dequantized path (embedding_ids_note)."""
+    if len(g.inputs) != 1 or len(g.outputs) != 1 or not embedding_entry(g):
+        return False
+    gr = rewritten(g)
+    k = gr.inputs[0]
+    rs = [op for op in gr.ops if k in op.inputs]
+    return gr.tensors[k].dtype == 'float32' and bool(rs) and all(
+        op.name == 'GATHER' and op.inputs[1] == k and gr.tensors[op.inputs[0]].dtype == 'int8'
+        for op in rs)
+
+
+def embedding_trained(g: Graph, train) -> str | None:
+    """The GATHER ops of int8 tables that --train names (int8 training keeps the tables
+    frozen: such a run trains dequantized), as 'op N, ...', or None."""
+    gr = rewritten(g)
+    on, _ = _ops_on(gr, train, {})
+    ops = [op.number for op in gr.ops if op.name == 'GATHER' and op.index in on]
+    return ', '.join(map(str, ops)) or None
 
 
 def embedding_ids_note(g: Graph) -> str:
@@ -452,18 +477,36 @@ def tcv_refusal(ls, g: Graph, s: dict) -> str | None:
     return None
 
 
+def emb_refusal(ls, g: Graph, s: dict, ops=None) -> str | None:
+    """Why settings s keep layer table ls's embedding tables ('eg'; or the GATHER ops
+    named 'ops', embedding_trained's) from training as int8 (utrain.q8emb: SGD at batch 1
+    without momentum or weight decay), or None."""
+    eg = ops or ', '.join(str(g.ops[d['op']].number) for d in ls if d.get('eg'))
+    if eg and (s['optimizer'] != 'sgd' or s.get('momentum') or s.get('batch', 1) > 1
+               or s.get('weight_decay')):
+        return (f'op {eg} (GATHER of an int8 table) trains its table as int8 with '
+                '--optimizer sgd at --batch 1 without momentum or weight decay only '
+                '(utrain.q8emb)')
+    return None
+
+
 def frozen_named(g: Graph, train) -> str | None:
     """What int8 training leaves frozen among the ops --train names (a TRANSPOSE_CONV's
     weights train only where a layer below it trains: utrain.q8tcv), or None."""
     gr = rewritten(g)
     on, _ = _ops_on(gr, train, {})
-    ops = [gr.ops[d['op']] for d in layers(gr, train)
-           if d['k'] == TCV and d['op'] in on and not d.get('xt')]
-    if not ops:
-        return None
-    return (f'op{"s" * (len(ops) > 1)} {", ".join(str(op.number) for op in ops)} (TRANSPOSE_CONV): '
-            'int8 training trains its weights only where a layer below it trains (its gradient '
-            'comes from the backward pass)')
+    ls = layers(gr, train)
+    ops = [gr.ops[d['op']] for d in ls if d['k'] == TCV and d['op'] in on and not d.get('xt')]
+    emb = [gr.ops[d['op']].number for d in ls if d['k'] == EMB and d['op'] in on
+           and not d.get('eg')]
+    out = [f'op{"s" * (len(emb) > 1)} {", ".join(map(str, emb))} (GATHER of an int8 table, an '
+           'embedding): int8 training copies its rows as TFLite Micro does and keeps the table '
+           'frozen (a --train that names it trains it dequantized)'] if emb else []
+    if ops:
+        out.append(f'op{"s" * (len(ops) > 1)} {", ".join(str(op.number) for op in ops)} '
+                   '(TRANSPOSE_CONV): int8 training trains its weights only where a layer below '
+                   'it trains (its gradient comes from the backward pass)')
+    return '; '.join(out) or None
 
 
 def layers(g: Graph, train='last:1', ranks=None):
@@ -517,6 +560,9 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'between a DEQUANTIZE and a QUANTIZE)')
         if k == SLC:
             out += _slice_layers(g, op, src)
+            continue
+        if k == EMB:
+            out.append(_emb_layer(g, op))
             continue
         if k == ADD and not _plain_add(g, op) or op.name == 'DIV' and not _scalar(g, op.inputs[1]):
             k = BIN
@@ -923,6 +969,57 @@ def _bin_layer(g, op, d, src):
             d.update(kc=[int(v) for v in np.asarray(t.data).reshape(-1)], kp=j)
     if min(ni) < n or (d['in'][0] != d['in'][1] and 'kc' not in d):
         d['gn'] = n                         # (a gradient apart from g's: q8.gtwo)
+
+
+def _emb_layer(g, op) -> dict:
+    """layers(): a GATHER of an int8 table's rows by the model's ids (utrain.q8emb): 'et'
+    the table tensor, 'en' its rows, 'ed' bytes a row, 'ew' 1 where Keras 3 reads a
+    negative id from the end (prepare makes it id + N), 'es' its scale; 'ib' (meta) bytes
+    an id."""
+    w, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+    ids = op.inputs[1]
+    where = f'{g.path}: op {op.number} (GATHER)'
+    if ids not in g.inputs or g.tensors[ids].dtype != 'float32' or w.data is None or \
+            len(w.shape) != 2 or int(op.options.get('axis', 0)) or op.options.get('batch_dims'):
+        raise ValueError(f'{where}: int8 training gathers the rows of a constant 2-D int8 table '
+                         'by the model\'s ids (a float32 or int32 input); prepare --dequantize '
+                         'trains this one in float32')
+    sw, zw = _q(w)
+    sy, zy = _q(y)
+    if len(sw) != 1 or not np.isclose(sw[0], sy[0], rtol=1e-6, atol=0) or zw[0] != zy[0]:
+        raise ValueError(f'{where}: its output\'s scale and zero point ({sy[0]:g}, {zy[0]}) are '
+                         f'not its table\'s ({sw[0]:g}, {zw[0]}); TFLite Micro\'s GATHER copies '
+                         'the rows: prepare --dequantize trains it in float32')
+    n, r = (int(v) for v in w.shape)
+    if n > 65536:
+        raise ValueError(f'{where}: a table of {n} rows; int8 training takes ids of up to 2 '
+                         'bytes (65,536 rows): prepare --dequantize trains it in float32')
+    return {'k': EMB, 'op': op.index, 'zx': -128, 'zy': zy[0], 'sx': 1.0, 'sy': sy[0],
+            'nout': int(np.prod(y.shape)), 'in': [ids], 'out': op.outputs[0], 'lo': -128,
+            'hi': 127, 'et': op.inputs[0], 'en': n, 'ed': r, 'ew': int(len(op.inputs) > 2), 'es': sw[0],
+            'ib': 1 if n <= 256 else 2}
+
+
+def emb_ids(m: dict, x) -> np.ndarray:
+    """The samples x (float ids, [n, ...]) of layer table m whose input is an embedding's
+    ids (EMB layers) as the board reads them (utrain.q8emb): 'ib' bytes an id, low byte
+    first, each the byte's value (stored at scale 1, zero point -128: prepare's int8
+    samples); a negative id of a table that wraps (Keras 3) as id + N.  ValueError naming
+    the sample and the id where one is not an integer or a row."""
+    es = [d for d in m['layers'] if d['k'] == EMB]
+    n, ib, wrap = min(d['en'] for d in es), es[0]['ib'], all(d['ew'] for d in es)
+    x = np.asarray(x, np.float64).reshape(len(x), -1)
+    i = np.where((x < 0) & wrap, x + n, x)
+    bad = np.argwhere((i != np.round(i)) | (i < 0) | (i >= n))
+    if bad.size:
+        s, j = bad[0]
+        raise ValueError(f'sample {s}, position {j}: id {x[s, j]:g} is not a row of the '
+                         f'embedding\'s {n} (0..{n - 1}{f", or -{n}..-1" if wrap else ""}); '
+                         'give the model ids in that range')
+    i = i.astype(np.int64)
+    if ib == 1:
+        return i.astype(np.float64)
+    return np.stack([i & 255, i >> 8], -1).reshape(len(x), -1).astype(np.float64)
 
 
 def _l2_layer(g, op, d, x):
@@ -1397,6 +1494,10 @@ def _mark_trained(g, out, train, ranks):
                                  'weight tensor ops ' + ', '.join(str(g.ops[out[i]['op']].number) for i in v)
                                  + ' read (unrolled steps): int8 training trains a shared weight '
                                  'whole (leave these ops out of --ranks, or name them in --train)')
+    emb = [i for i, d in enumerate(out) if d['k'] == EMB and d['op'] in ops_on]
+    for i in emb:               # an embedding's table that trains (utrain.q8emb)
+        out[i]['eg'] = 1
+    chosen = sorted(chosen + emb)
     if chosen:
         for i in range(chosen[0] + 1, len(out)):
             d = out[i]
@@ -1411,6 +1512,8 @@ def _mark_trained(g, out, train, ranks):
                 d['ta'] = 1                   # a PRELU's slopes train (utrain.q8slope)
         for i in chosen:
             d = out[i]
+            if i in emb:
+                continue
             d['train'] = 1
             r = ranks.get(d['op'], 0)
             if r == 1:
@@ -1440,7 +1543,7 @@ def _mark_trained(g, out, train, ranks):
             # q8grow is loaded: a per-tensor layer whose weights all train doubles its one
             # scale too (the digits MobileNetV2's op-62 scheme's classifier: 0.8 points)
             for i in chosen:
-                if 'tw' not in out[i]:
+                if 'tw' not in out[i] and i not in emb:
                     out[i]['gw'] = 1
         for v in uses:
             if out[v[0]].get('train'):
@@ -1520,7 +1623,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
     frozen layers are once a forward: the prefix cache's pass runs once a sample).
     Returns the meta entries."""
     qb = module('q8bands')
-    first = min([i for i, d in enumerate(ls) if d.get('train')] or [len(ls)])
+    first = _Q8.lowest(ls)
     free = qb.frees(ls, first)
     best = (_place(_intervals(ls, first, free))[1], None)
     if rows != 0:
@@ -1598,10 +1701,14 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     ls = layers(g, train, ranks)
     g.q8_input_scale = relabel_input(g, ls)     # (s, the op numbers: prepare_q8 says so)
     x, y = g.tensors[g.inputs[0]], g.tensors[ls[-1]['out']]
-    (sx,), (zx,) = _q(x)
+    es = [d for d in ls if d['k'] == EMB]
+    ib = max([d['ib'] for d in es] or [1])
+    for d in es:            # (one id format for the input: utrain.q8emb, emb_ids)
+        d['ib'] = ib
+    (sx,), (zx,) = ([1.0], [-128]) if es else _q(x)   # (ids: bytes at scale 1)
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
-         'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)),
+         'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)) * ib,
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     if _xsizes(ls):
         m['wsizes'] = _xsizes(ls)
@@ -1716,13 +1823,16 @@ def wof_arrays(g: Graph, m: dict) -> dict:
             if w in d:
                 out[d[w]] = g.tensors[d[w]].data
                 out[d[b]] = g.tensors[d[b]].data
+        if 'et' in d:                               # (an embedding's table: utrain.q8emb)
+            out[d['et']] = g.tensors[d['et']].data
     return out
 
 
 def _xsizes(ls) -> list:
     """meta's 'wsizes' of the weights a layer reads that are not its 'wt' (a
     TRANSPOSE_CONV's 'xw', 'xb': utrain.q8tcv): tensor, bytes, ..."""
-    return [v for d in ls if 'xw' in d for v in (d['xw'], d['wn'], d['xb'], 4 * d['nb'])]
+    return [v for d in ls if 'xw' in d for v in (d['xw'], d['wn'], d['xb'], 4 * d['nb'])] + [
+        v for d in ls if 'et' in d for v in (d['et'], d['en'] * d['ed'])]
 
 
 def split(g: Graph, m: dict, rows=None):
@@ -1731,7 +1841,7 @@ def split(g: Graph, m: dict, rows=None):
     sample into a cache (utrain.q8prefix), the trained part takes the cache's samples."""
     import copy
     ls = m['layers']
-    first = min([i for i, d in enumerate(ls) if d.get('train')] or [0])
+    first = min([i for i, d in enumerate(ls) if d.get('train') or d.get('eg')] or [0])
     cut = ls[first]['in'][0] if first else None
     made = {d['out'] for d in ls[first:]}
     if not first or ls[first - 1]['out'] != cut or any(
@@ -1870,10 +1980,12 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
     rewritten(), a grouped convolution joined again; numbers: as numbered())."""
-    from ..graph.rewrite import save_graph, join_groups, compact
+    from ..graph.rewrite import save_graph, join_groups, compact, embedding_ids_back
     from .runfolder import out_identifier
     from .recal import replay
-    g = rewritten(numbered(read_model(model_path), numbers))
+    g0 = read_model(model_path)
+    ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
+    g = rewritten(numbered(g0, numbers))
     replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
@@ -1882,10 +1994,29 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     grown(g, m, wof_path)
     sloped(g, m, wof_path)
     tconved(g, m, wof_path)
+    embedded(g, m, wof_path)
+    if any(d['k'] == EMB for d in m['layers']):     # (the ids as the file reads them)
+        embedding_ids_back(g, ints)
+    _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
+
+
+def _ends_back(g: Graph, g0: Graph) -> None:
+    """export: the float input's QUANTIZE and the float output's DEQUANTIZE that
+    _float_ends took out of the rewritten graph g go back in, as file g0 has them (the
+    tensors keep their indices), so the written model takes and gives what the file did."""
+    if g.inputs != g0.inputs and g0.ops and g0.ops[0].name == 'QUANTIZE' and \
+            g0.ops[0].outputs == g.inputs:
+        g.ops.insert(0, g0.ops[0])
+        g.inputs = list(g0.inputs)
+    last = g0.ops[-1] if g0.ops else None
+    if g.outputs != g0.outputs and last is not None and last.name == 'DEQUANTIZE' and \
+            last.inputs[:1] == g.outputs:
+        g.ops.append(last)
+        g.outputs = list(g0.outputs)
 
 
 def _side(g: Graph, p, tag, ok, what, file_what) -> None:
@@ -1909,6 +2040,14 @@ def _side(g: Graph, p, tag, ok, what, file_what) -> None:
         o += 8 + n
     if o != len(data):
         raise ValueError(f'{p}: not {file_what} of this model')
+
+
+def embedded(g: Graph, m: dict, wof_path) -> None:
+    """The embedding tables a run trained (wof_path + '.q8e', utrain.q8emb: b'UTEM', int8
+    rows) into g's table tensors."""
+    _side(g, wof_path + '.q8e', b'UTEM', {d['et']: d['en'] * d['ed'] for d in m['layers']
+                                          if d.get('eg')}, 'a trained embedding table',
+          'the trained embedding tables')
 
 
 def sloped(g: Graph, m: dict, wof_path) -> None:
@@ -2018,6 +2157,7 @@ def trained_params(ls) -> int:
     """Weights and biases that train in layer table ls (a rank's window of them; a
     tensor several layers read, once), PRELU slopes and TRANSPOSE_CONV weights."""
     n = sum(len(d['kc']) for d in ls if d.get('ta')) + sum(d['wn'] + d['nb'] for d in ls if d.get('xt'))
+    n += sum(d['en'] * d['ed'] for d in ls if d.get('eg'))     # (embedding tables)
     seen = set()
     for d in ls:
         if d.get('train'):
@@ -2227,11 +2367,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     why = frozen_named(g, train if not ranks else 'none')
     if why:
         log(f'{model_path}: {why}: they stay as the file has them (--dequantize trains them too)')
-    why = tcv_refusal(m['layers'], g, s)
+    why = tcv_refusal(m['layers'], g, s) or emb_refusal(m['layers'], g, s)
     if why:
         raise PrepareError(f'{model_path}: {why}; leave it out of --train, or --dequantize '
                            'trains it in float32')
-    if not any(d.get('train') for d in m['layers']):
+    if not any(d.get('train') or d.get('eg') for d in m['layers']):
         from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '
                                    f'CONV_2D or DEPTHWISE_CONV_2D among --train {train})' +
@@ -2247,8 +2387,15 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             f'weights at {1 / xs:g} x theirs: the same integers, whose QAS steps are '
             f'1/{1 / xs ** 2:g} of those on the input as given); the model file keeps its scales')
     shape = g.tensors[g.inputs[0]].shape        # (4-D: samples laid out as it takes them)
-    xy = read_data(data, shape if int(np.prod(shape)) == m['nin'] else [m['nin']], m['nclass'],
+    emb = any(d['k'] == EMB for d in m['layers'])
+    nin = int(np.prod(shape)) if emb else m['nin']      # (ids: as given, then emb_ids)
+    xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'],
                    loss=s['loss'])
+    if emb and xy is not None:
+        try:
+            xy = (emb_ids(m, xy[0]),) + tuple(xy[1:])
+        except ValueError as e:
+            raise PrepareError(f'{data}: {e}') from None
     from . import recal
     steps = []
     if xy is not None and not getattr(g, 'follow_ranges', 0):
@@ -2300,7 +2447,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         files['quant'] = 'q8.req'        # (deploy copies it with the model)
     trained = [t for d in m['layers'] if d.get('train') for t in (d['wt'], d['bt'])] + [
         d['in'][1] for d in m['layers'] if d.get('ta')] + [     # (PRELU slopes: utrain.q8slope)
-        t for d in m['layers'] if d.get('xt') for t in (d['xw'], d['xb'])]    # (q8tcv)
+        t for d in m['layers'] if d.get('xt') for t in (d['xw'], d['xb'])] + [   # (q8tcv)
+        d['et'] for d in m['layers'] if d.get('eg')]      # (an embedding's table: q8emb)
     summary = {'model': os.path.abspath(model_path), 'int8': True, 'train': train,
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': trained_params(m['layers']),

@@ -21,7 +21,7 @@ from utrain import q8kern as K
 
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
-FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV, EMB = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
 FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
@@ -170,11 +170,12 @@ class Layer:
         # the float bias (made here on first use; Adam's float master too) from the int32
         # bias and int8 weights; where SGD steps the int32 bias and its fraction (be), no
         # float bias: the int32 bias is the one held (the fractions zeroed)
-        sw, sx, b = self.d['sw'], self.d['sx'], self.b
+        b = self.b
         self.sync = self.stale = 0
         if self.be is not None:
             self.be[:] = bytes(len(b))
             return
+        sw, sx = self.d['sw'], self.d['sx']
         if self.bf is None:
             self.bf = _f32(len(b))
         for o in range(len(b)):
@@ -383,7 +384,7 @@ class Q8Net:
         # a graph whose backward walk holds gradients (a residual ADD's other input, a
         # CONCATENATION's inputs, a tensor read twice: not a chain): that walk's code
         # (utrain.q8hold), loaded before the net's buffers, not among them
-        first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+        first = lowest(ls)
         ga = grads(ls, first)
         Hold = None
         if not chain(ls, ga):
@@ -473,7 +474,7 @@ class Q8Net:
             self.S = q8sparse
         # pools and the kinds from CAT on: forward and gradient in a module of their own,
         # loaded only by a table that has one (utrain.q8pool, q8cat, q8lut, q8bin, q8slc,
-        # q8nrm, q8tcv)
+        # q8nrm, q8tcv, q8emb)
         self.X = X = {}
         for d in ls:
             if d['k'] == CAT and CAT not in X:
@@ -497,6 +498,9 @@ class Q8Net:
             elif d['k'] == TCV and TCV not in X:
                 from utrain import q8tcv
                 X[TCV] = q8tcv
+            elif d['k'] == EMB:
+                from utrain import q8emb
+                X[EMB] = q8emb
         # the trained layers first: their big buffers (weights, gradient sums) find
         # room before the frozen layers' many small objects fragment the heap
         self.layers = lay = [None] * len(ls)
@@ -573,6 +577,8 @@ class Q8Net:
             self.sh = Share(self, qmul, _i32, _f32, FS)
         # the state either keeps beside the weights (files, checkpoints: in this order)
         self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
+        if EMB in X:                # (an embedding's table that trains: utrain.q8emb)
+            X[EMB].ext(self)
         if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
             self.ext.append(X[TCV].Train(self, qmul))
         self.setup()
@@ -796,9 +802,7 @@ class Q8Net:
         if self.mom:
             from utrain import q8mom as M
             self.M = M
-            self.mum, self.mus = _i32(1), _i32(1)
-            self.mum[0], self.mus[0] = qmul(self.mom)
-            self.vmp = array('i', [int(round(self.mom * 32768)), 0])    # (vmk's mu, seed)
+            M.setup(self, batch, qmul, _i32)    # (mum, mus, vmp: mu's multiplier, vmk's mu and seed)
         for L in self.layers:
             if L.train:
                 w0, w1 = L.wr()
@@ -1361,6 +1365,12 @@ def held_at(d):
     return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
 
 
+def lowest(ls):
+    """The lowest layer of table ls the backward pass reaches: the first trained one, or
+    a GATHER whose table trains ('eg': utrain.q8emb)."""
+    return min([i for i in range(len(ls)) if ls[i].get('train') or ls[i].get('eg')] or [len(ls)])
+
+
 def grads(ls, first):
     """Per layer, the positions in its inputs that the backward pass gives a gradient:
     those a layer from the first trained one (first) on made, once each (none below it,
@@ -1401,7 +1411,7 @@ def bufs(ls, hz=()):
     values, the held int32 gradients' values) of layer table ls: Q8Net's shared
     backward buffers (host_tools/plan/memory.py plans them with this); hz: the held
     gradients' slot sizes (utrain.q8hold.holds; none for a chain)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    first = lowest(ls)
     nz = nz2 = ng = 0
     nk = sum(hz)
     for i in range(len(ls)):
@@ -1476,7 +1486,7 @@ def gtwo(ls):
     gradient is not read broadcast, above the lowest trained layer (its
     input's gradient is made from its output's, both int32)?  Else one
     (host_tools/plan/memory.py plans them with this)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    first = lowest(ls)
     for i in range(first + 1, len(ls)):
         d = ls[i]
         if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (

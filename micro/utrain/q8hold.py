@@ -96,7 +96,7 @@ def holds(ls, ga):
     first, the chain's tensor when the next layer down is not its producer), each in a
     slot of the largest it holds, free again once its producer takes it
     (host_tools/plan/memory.py plans them with this; none for a chain, q8.chain)."""
-    first = min([i for i in range(len(ls)) if ls[i].get('train')] or [len(ls)])
+    first = min([i for i in range(len(ls)) if ls[i].get('train') or ls[i].get('eg')] or [len(ls)])   # q8.lowest
     n = {}
     for d in ls:
         n[d['out']] = d['nout']

@@ -29,6 +29,27 @@ def vel(n):
     return bytearray(2 * n)
 
 
+def setup(net, batch, qmul, _i32):
+    """utrain.q8 Q8Net.setup's momentum constants (qmul, _i32: utrain.q8's, passed in: no
+    import circle): mu as a multiplier and shift (mum,
+    mus: the int32 bias velocities') and vmk's (vmp: round(mu 2^15), the seed).  At batch
+    1, the float weight scales of each per-channel layer whose bias alone trains (q8.json
+    'bh': its int32 bias stepped in integers, Q8Net._ibias) dropped: read from q8.req to
+    build the layer, no step reads them (a MobileNetV2's four bias-only layers: 8 KB,
+    which kept bias4 + momentum off an RP2040; the bias velocities made next take their
+    place).  Not where its scales grow (q8grow) or ranges follow training (q8range)."""
+    from array import array
+    mu = net.mom
+    net.mum, net.mus = _i32(1), _i32(1)
+    net.mum[0], net.mus[0] = qmul(mu)
+    net.vmp = array('i', [int(round(mu * 32768)), 0])
+    if batch == 1 and not net.meta.get('rr'):
+        for L in net.layers:
+            d = L.d
+            if 'bh' in d and L.whi <= L.wlo and L.k < 3 and not d.get('gw'):
+                d.pop('sw', None)
+
+
 @micropython.viper
 def vmk(v, d, n: int, p):
     # v[i] = mu v[i] + d[i] (int16; d int32, both 1/256 weight steps), held within

@@ -296,6 +296,44 @@ def test_momentum_velocity(tmp_path, monkeypatch):
     assert np.abs(_vel(L) - 0.5 * v1).max() <= 1
 
 
+@pytest.mark.parametrize('batch', [1, 2])
+def test_momentum_bias_only_layers_drop_their_float_scales(tmp_path, batch):
+    """SGD momentum at batch 1: setup drops the float weight scales of each per-channel
+    layer whose bias alone trains (its int32 bias stepped in integers; 8 KB of a
+    MobileNetV2's bias-only layers, which kept bias4 + momentum off an RP2040), at batch
+    2 keeps them (the float bias step reads them); either way the net trains as one that
+    kept them, bit for bit, and reloads its weights (best.py) after."""
+    def run(keep):
+        d = tmp_path / ('k' if keep else 'm')
+        d.mkdir()
+        g = read_model(build(str(d / 'm.tflite')))
+        quant.write(g, str(d), 'last:1', quant.meta(g, 'last:1', None, SCHEMES['bias-dw-pw-half']))
+        with open(d / 'q8.json') as f:
+            net = Q8Net(json.load(f), str(d / 'weights.wof'), 0.9)
+        bias = [L for L in net.layers if L.train and L.whi <= L.wlo]
+        assert len(bias) == 2 and all('bh' in L.d and 'sw' in L.d for L in bias)
+        sw = [L.d['sw'] for L in bias]
+        net.setup('sgd', batch, momentum=0.9)
+        held = [('sw' in L.d) for L in bias]
+        if keep:
+            for L, v in zip(bias, sw):
+                L.d['sw'] = v
+        for s in range(6):
+            if batch == 1:
+                net.step(_sample(s % 3), s % NCLS, 0.05)
+            else:
+                net.accum(_sample(s % 3), s % NCLS)
+                if s % 2:
+                    net.apply(0.05, 0.5)
+        state = [bytes(L.w or b'') + bytes(L.b) + _bstate(L) + bytes(L.vw or b'') + bytes(L.vb)
+                 for L in net.layers if L.train]
+        net.load_weights(str(d / 'weights.wof'))
+        return held, state
+    held, got = run(False)
+    assert held == [batch > 1] * 2
+    assert got == run(True)[1]
+
+
 @pytest.mark.parametrize('scheme,mu', [('bias-dw-pw-half', 0.9), ('dw-quarter-pw-bias', 0.5)])
 def test_momentum_velocities_follow_a_float_velocity(tmp_path, monkeypatch, scheme, mu):
     """The int16 velocities of every trained window against float SGD momentum fed the
@@ -1044,11 +1082,12 @@ def test_integer_bias_momentum(tmp_path):
     the velocity is mu times the last (q8kern.rqk's rounding)."""
     from array import array
     m, net = _net(tmp_path, SCHEMES['bias-dw-pw-half'])
-    net.setup('sgd', 1, momentum=0.5)
     L = net.layers[0]
+    sw = np.array(L.d['sw'], np.float64)    # (setup drops them: utrain.q8mom.setup)
+    net.setup('sgd', 1, momentum=0.5)
     assert L.be is not None and L.bf is None and L.vb.typecode == 'i'
     lo, hi, P = L.blo, L.bhi, L.opi()[1]
-    sw = np.array(L.d['sw'], np.float64)[lo:hi]
+    sw = sw[lo:hi]
 
     def held():
         return 256 * np.array(L.b, np.int64)[lo:hi] - np.frombuffer(bytes(L.be), np.int8)[lo:hi]

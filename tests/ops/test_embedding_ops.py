@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from host_tools.formats.circle_build import CircleBuilder
+from kerasgraphs import keras_ids
 
 F32 = np.float32
 N, D, L, O = 7, 3, 5, 2          # table rows, width, ids a sample, outputs
@@ -32,20 +33,7 @@ def build_keras_embedding(path, wrap=True, seed=0, ints=False, pool='MEAN'):
     w = b.tensor('w', [O, D], data=W)
     bias = b.tensor('b', [O], data=np.array([0.1, -0.2], F32))
     axis = b.tensor('axis', [1], data=np.array([1], np.int32))
-    c = x
-    if not ints:
-        c = b.tensor('cast', [1, L], dtype='int32')
-        b.op('CAST', [x], [c])
-    i = c
-    if wrap:
-        zero = b.tensor('zero', [], data=np.array(0, np.int32))
-        n = b.tensor('n', [], data=np.array(N, np.int32))
-        less, add, sel = (b.tensor(s, [1, L], dtype=dt) for s, dt in
-                          (('less', 'bool'), ('add', 'int32'), ('sel', 'int32')))
-        b.op('LESS', [c, zero], [less])
-        b.op('ADD', [c, n], [add], fused_activation_function='NONE')
-        b.op('SELECT_V2', [less, add, c], [sel])
-        i = sel
+    i = keras_ids(b, x, N, L, ints, wrap)
     g = b.tensor('gathered', [1, L, D])
     b.op('GATHER', [emb, i], [g], axis=0, batch_dims=0)
     m = b.tensor('mean', [1, D])
@@ -227,48 +215,9 @@ def test_export_after_other_rewrites_gives_the_ids_back(tmp_path, ints):
     assert np.abs(got - forward(x)).max() > 1e-2
 
 
-def build_int8_embedding(path, seed=0):
-    """float ids [1, L] -> CAST -> GATHER of an int8 table [N, D] (per-tensor scale, the
-    output at the table's scale, as TFLite requires) -> MEAN over L (int8) ->
-    FULLY_CONNECTED (int8, per-channel) -> DEQUANTIZE: TF 2.21's full-integer Keras
-    Embedding + GlobalAveragePooling1D + Dense with float I/O, without Keras 3's
-    negative-id SELECT_V2 (TFLite Micro has no int32 one)."""
-    rng = np.random.default_rng(seed)
-    st = 0.004
-    E = rng.integers(-127, 128, (N, D)).astype(np.int8)
-    W = rng.integers(-127, 128, (O, D)).astype(np.int8)
-    sw = rng.uniform(0.004, 0.008, O)
-    sm, zo = st, 0
-    B = rng.integers(-300, 300, O).astype(np.int32)
-    ids = rng.integers(0, N, (512, L))              # the output's range, as a converter
-    of = (E[ids] * st).mean(1) @ (W * sw[:, None]).T + B * sw * sm
-    so = 1.25 * np.abs(of).max() / 127
-    b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('ids', [1, L])
-    c = b.tensor('cast', [1, L], dtype='int32')
-    b.op('CAST', [x], [c])
-    emb = b.tensor('emb', [N, D], data=E, quant={'scale': [st], 'zero_point': [0]})
-    g = b.tensor('gathered', [1, L, D], dtype=np.int8, quant={'scale': [st], 'zero_point': [0]})
-    b.op('GATHER', [emb, c], [g], axis=0, batch_dims=0)
-    axis = b.tensor('axis', [1], data=np.array([1], np.int32))
-    m = b.tensor('mean', [1, D], dtype=np.int8, quant={'scale': [sm], 'zero_point': [0]})
-    b.op('MEAN', [g, axis], [m], keep_dims=False)
-    w = b.tensor('w', [O, D], data=W, quant={'scale': list(sw), 'zero_point': [0] * O,
-                                            'quantized_dimension': 0})
-    bias = b.tensor('b', [O], data=B, quant={'scale': list(sw * sm), 'zero_point': [0] * O})
-    yq = b.tensor('yq', [1, O], dtype=np.int8, quant={'scale': [so], 'zero_point': [zo]})
-    b.op('FULLY_CONNECTED', [m, w, bias], [yq], fused_activation_function='NONE')
-    y = b.tensor('y', [1, O])
-    b.op('DEQUANTIZE', [yq], [y])
-    b.inputs(x)
-    b.outputs(y)
-    b.save(os.fspath(path))
-    return os.fspath(path), so
-
-
 def test_int8_embedding_trains_dequantized_and_exports_as_int8(tmp_path):
-    """An int8 table (TFLite's GATHER copies its int8 values): prepare says it trains
-    dequantized and why; utrain's forward = TFLite Micro's on the int8 file (to an output
+    """An int8 table (TFLite's GATHER copies its int8 values) with settings its int8
+    update lacks (a batch of 2): prepare says it trains dequantized and why; utrain's forward = TFLite Micro's on the int8 file (to an output
     step or two); after training, export --quantized --data gives the table its GATHER
     output's recalibrated scale (one scale: TFLite's GATHER keeps it), no value clipped,
     and TFLite Micro on it = utrain's trained float forward to the int8 steps."""
@@ -277,13 +226,18 @@ def test_int8_embedding_trains_dequantized_and_exports_as_int8(tmp_path):
     from host_tools.formats.circle_io import read_model
     from host_tools.prepare.pipeline import export, prepare
     from host_tools.target import runner
-    src, so = build_int8_embedding(tmp_path / 'q.tflite')
+    from kerasgraphs import build_int8_embedding
+    # (float ids -> CAST -> GATHER of an int8 table -> MEAN -> FC -> DEQUANTIZE, without
+    # Keras 3's negative-id SELECT_V2: TFLite Micro has no int32 one)
+    src, _, so, _ = build_int8_embedding(tmp_path / 'q.tflite', N=N, D=D, L=L, O=O, wrap=False,
+                                         st=0.004, zt=0, half=False, sw=(0.004, 0.008), wide=0)
     x = _ids(16)
     np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
     said = []
     out = tmp_path / 'run'
+    # (batch 2: settings utrain.q8emb's int8 table update lacks, test_q8_emb)
     s = prepare(src, os.fspath(out), data=os.fspath(tmp_path / 'd.npz'), loss='scce',
-                from_logits=True, optimizer='sgd', lr=0.5, batch=1, epochs=3, log=said.append)
+                from_logits=True, optimizer='sgd', lr=0.5, batch=2, epochs=3, log=said.append)
     assert 'GATHER of an int8 table' in s['dequantized_because'], said
     ref = tflm_infer(src, x)
     got = utrain_predict(new_trainer(out / 'model.flat', out / 'weights.wof'), x, [1, L])

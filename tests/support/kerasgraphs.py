@@ -1613,3 +1613,64 @@ def raw_images(path, n, seed=3, H=8, C=1, O=3):
         x[i, y[i] * 3:y[i] * 3 + 2] += 130
     np.savez(path, x=x, y=y)
     return os.fspath(path), x, y
+
+
+def keras_ids(b, x, N, L, ints=False, wrap=True):
+    """The ids [1, L] of a Keras Embedding of N rows from input x as TF 2.21 writes them
+    into builder b: a CAST of the float ids to int32 (ints: x is int32 already), Keras 3's
+    SELECT_V2(LESS(i, 0), ADD(i, N), i) for negative ids (wrap).  Returns the tensor."""
+    c = x
+    if not ints:
+        c = b.tensor('cast', [1, L], dtype='int32')
+        b.op('CAST', [x], [c])
+    if not wrap:
+        return c
+    zero = b.tensor('zero', [], data=np.array(0, np.int32))
+    n = b.tensor('n', [], data=np.array(N, np.int32))
+    less, add, sel = (b.tensor(s, [1, L], dtype=dt) for s, dt in
+                      (('less', 'bool'), ('add', 'int32'), ('sel', 'int32')))
+    b.op('LESS', [c, zero], [less])
+    b.op('ADD', [c, n], [add], fused_activation_function='NONE')
+    b.op('SELECT_V2', [less, add, c], [sel])
+    return sel
+
+
+def build_int8_embedding(path, N=7, D=4, L=5, O=3, wrap=True, seed=0, st=0.01, zt=-1, half=True,
+                         sw=(0.04, 0.08), wide=2.2):
+    """float ids [1, L] -> CAST -> [LESS, ADD, SELECT_V2: Keras 3's negative ids] ->
+    GATHER of an int8 table [N, D] (scale st, zero point zt; the output at the table's, as
+    TFLite requires) -> MEAN over L -> FULLY_CONNECTED (per-channel, weight scales in sw)
+    -> DEQUANTIZE: TF 2.21's full-integer Embedding + GlobalAveragePooling1D + Dense with
+    float I/O (tests/int8/test_q8_emb.py, tests/ops/test_embedding_ops.py).  half: the
+    table's values use about half its range (a trained table can grow); the logits' range
+    at least +-wide (0: as calibrated; past +-2 the int8 path keeps it: quant's
+    _widen_logits).  Returns (path, the table, its int8 output's scale and zero point)."""
+    r = np.random.default_rng(seed)
+    E = (r.integers(-60, 61, (N, D)) if half else r.integers(-127, 128, (N, D))).astype(np.int8)
+    W = r.integers(-127, 128, (O, D)).astype(np.int8)
+    sw = r.uniform(*sw, O)
+    sm = st * 0.6 if half else st
+    B = r.integers(-300, 300, O).astype(np.int32)
+    ids = r.integers(0, N, (256, L))
+    of = ((E[ids].astype(float) - zt) * st).mean(1) @ (W * sw[:, None]).T + B * sw * sm
+    so, zo = max(1.5 * np.abs(of).max(), wide) / 127, 2 if wide else 0
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('ids', [1, L])
+    i = keras_ids(b, x, N, L, wrap=wrap)
+    emb = b.tensor('emb', [N, D], data=E, quant={'scale': [st], 'zero_point': [zt]})
+    g = b.tensor('gathered', [1, L, D], dtype=np.int8, quant={'scale': [st], 'zero_point': [zt]})
+    b.op('GATHER', [emb, i], [g], axis=0, batch_dims=0)
+    axis = b.tensor('axis', [1], data=np.array([1], np.int32))
+    m = b.tensor('mean', [1, D], dtype=np.int8, quant={'scale': [sm], 'zero_point': [0]})
+    b.op('MEAN', [g, axis], [m], keep_dims=False)
+    w = b.tensor('w', [O, D], data=W, quant={'scale': list(sw), 'zero_point': [0] * O,
+                                            'quantized_dimension': 0})
+    bias = b.tensor('b', [O], data=B, quant={'scale': list(sw * sm), 'zero_point': [0] * O})
+    yq = b.tensor('yq', [1, O], dtype=np.int8, quant={'scale': [so], 'zero_point': [zo]})
+    b.op('FULLY_CONNECTED', [m, w, bias], [yq], fused_activation_function='NONE')
+    y = b.tensor('y', [1, O])
+    b.op('DEQUANTIZE', [yq], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+    return os.fspath(path), E, so, zo

@@ -252,6 +252,24 @@ def test_unknown_output_and_int8_flag_are_refused(tmp_path):
                                      'int8 path takes models with one input' in ln for ln in lines)
 
 
+def test_ranks_on_an_op_only_another_output_needs_are_refused(tmp_path):
+    """--ranks naming an op only the outputs that do not train need (it would leave the
+    run: prune_outputs) is refused, naming the op and what to do, where it was dropped
+    silently; an op the trained output needs takes its rank."""
+    src = build(tmp_path / 'two.tflite')     # ops: 0 CONV, 1 RESHAPE, 2 CAT, 3 FC logits, 4 FC aux
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    with pytest.raises(PrepareError, match=r'op 4 feeds only outputs this run does not train '
+                       r'\(it trains output 1\): give --output'):
+        _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='logits', ranks='4:up', epochs=1)
+    s = _prepare(src, tmp_path / 'ok', tmp_path / 'd.npz', output='logits', ranks='3:low', epochs=1)
+    assert s['heap']['total'] > 0
+    np.savez(tmp_path / 'a.npz', img=img, meta=meta, y=np.eye(A, dtype=np.float32)[y % A])
+    with pytest.raises(PrepareError, match=r'op 3 feeds only outputs'):
+        _prepare(src, tmp_path / 'a', tmp_path / 'a.npz', output='aux', loss='mse', ranks='3:up',
+                 epochs=1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('wide', [False, True])
 def test_plan_counts_the_joined_input(tmp_path, wide):

@@ -1,0 +1,104 @@
+# GATHER of an int8 table's rows by the model's ids (a Keras Embedding in an int8 file:
+# CAST, Keras 3's negative-id SELECT_V2 and GATHER, folded by the host), utrain.q8 layer
+# kind EMB, loaded only by a table that has one.  Forward: TFLite Micro's GATHER, a plain
+# copy of int8 rows (the output at the table's scale and zero point).  The ids reach the
+# board exactly: the sample holds 'ib' bytes an id (1: ids 0..255, 2: 0..65535, low byte
+# first), each byte stored as an int8 at scale 1 and zero point -128 (its raw byte ^ 128:
+# the id's byte); negative ids were made row + N by prepare (Keras's wrap).  'et': the
+# table tensor, 'en' its rows, 'ed' bytes a row.  An id that is not a row stops the run
+# naming the table and the id.
+# A frozen table stays in the .wof: each id's row is read into the output.  A table that
+# trains ('eg': SGD at batch 1, no momentum; the host refuses the rest) is held in RAM
+# (L.tt) and its used rows step in place by QAS, w_q -= lr dL/dW / s_W (s_W the table's
+# scale, 'es'), in 1/256 steps rounded stochastically (q8kern.upk, as an
+# FC's weights; clamped to +-127); dL/dW of a row is the sum of the gradients at the
+# positions that read it (a scatter-add: a row read twice steps twice).  It is among utrain.q8's ext state: checkpoints, trained.wof.q8e (export).
+from array import array
+from utrain import q8kern as K
+
+
+def fwd(L, net, t):
+    d = L.d
+    x, y, w, ids = t[L.ins[0]], L.y, L.tt, L.dg
+    n, r, ib = d['en'], d['ed'], d['ib']
+    off = net.woff[d['et']]
+    my = memoryview(y)
+    for j in range(len(y) // r):
+        i = (x[j * ib] & 255) ^ 128
+        if ib > 1:
+            i |= ((x[j * ib + 1] & 255) ^ 128) << 8
+        if i >= n:
+            raise ValueError('GATHER of table tensor %d: id %d is not a row of its %d (0..%d); '
+                             'give the model ids in that range' % (d['et'], i, n, n - 1))
+        if w is None:
+            net._read(off + i * r, my[j * r:], r)
+        else:
+            my[j * r:j * r + r] = memoryview(w)[i * r:i * r + r]
+            ids[j] = i
+    return y
+
+
+def back(L, net, g, s):
+    """The table's update from g, its output's gradient (int32, scale s): each used row
+    by lr g s / s_W weight steps; no gradient below (the ids are data)."""
+    d = L.d
+    if L.tt is not None:
+        r, w, u = d['ed'], memoryview(L.tt), L.dx
+        f = net.lr * s * 256.0 / d['es']
+        for j in range(len(L.dg)):
+            o = j * r
+            for c in range(r):
+                v = g[o + c] * f
+                u[c] = -0x3fffffff if v < -0x3fffffff else 0x3fffffff if v > 0x3fffffff else int(v)
+            i = L.dg[j] * r
+            net.seed = K.upk(w[i:i + r], u, r, net.seed)
+    return None, s
+
+
+def ext(net):
+    # (Q8Net: the tables that train, among its ext state)
+    ls = [L for L in net.layers if L.d.get('eg')]
+    if ls:
+        net.ext.append(Train(net, ls))
+
+
+class Train:
+    """The tables of the EMB layers whose 'eg' is set, trained as int8 (SGD at batch 1)."""
+    TAG = b'UTEM'
+
+    def __init__(self, net, ls):
+        self.net, self.ls = net, ls
+        for L in ls:
+            d = L.d
+            L.tt = net._read(net.woff[d['et']], bytearray(d['en'] * d['ed']))
+            L.dg = array('H', bytes(2 * (L.nout // d['ed'])))    # the ids of the sample
+            L.dx = array('i', bytes(4 * d['ed']))                 # a row's 1/256 steps
+
+    def parts(self):
+        return [L.tt for L in self.ls]
+
+    def nstate(self):
+        return sum([len(L.tt) for L in self.ls])
+
+    def put(self, s):
+        o = 0
+        for L in self.ls:
+            n = len(L.tt)
+            L.tt[:] = s[o:o + n]
+            o += n
+
+    def save(self, path):
+        """path.q8e: the trained tables: b'UTEM', then per table u32 its tensor, u32 its
+        bytes, the int8 bytes."""
+        K.side_save(path + '.q8e', self.TAG, [(L.d['et'], L.tt) for L in self.ls])
+
+    def loaded(self, path):
+        """After Q8Net.load_weights(path): the tables of path.q8e (none: weights.wof's)."""
+        got = K.side_load(path + '.q8e', self.TAG)
+        net = self.net
+        for L in self.ls:
+            w = got.get(L.d['et'])
+            if w is not None and len(w) == len(L.tt):
+                L.tt[:] = w
+            else:
+                net._read(net.woff[L.d['et']], L.tt)
