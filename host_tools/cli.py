@@ -81,7 +81,7 @@ def cmd_inspect(a):
         print(f'\nits {len(h.data_inputs[0])} inputs are joined into one '
               f'{h.tensors[h.inputs[0]].shape} (SPLIT_V, RESHAPE): --data gives an array per '
               'input, named ' + ', '.join(f'{key} (or x{i}) {sh[1:]}' for i, (_, sh, key)
-                                          in enumerate(h.data_inputs[0])))
+                                          in zip(h.data_inputs[2], h.data_inputs[0])))
     if info['changed'] or perm or joins:
         print(f'\n{"with --dequantize " if info["dequantized"] else ""}prepare rewrites it: '
               f'{info["dequantized"]} tensors dequantized, '

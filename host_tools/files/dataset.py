@@ -365,13 +365,15 @@ def load_inputs(path, inputs, label='last', size=None):
             if 'x' in z.files:
                 return load(path, label, size)
             files, parts = list(z.files), inputs[0]
-            names = [f'{key} (or x{i}) {list(s[1:])}' for i, (n, s, key) in enumerate(parts)]
-            unread = set(inputs[1])
+            at = inputs[2] if len(inputs) > 2 else range(len(parts))    # (x0, x1: the place
+            names = [f'{key} (or x{j}) {list(s[1:])}'                  # among the model's
+                     for j, (n, s, key) in zip(at, parts)]              # inputs)
+            unread = set(inputs[1]) | {f'x{j}' for j in (inputs[3] if len(inputs) > 3 else ())}
             if 'y' not in files:
                 raise DataError(f'{path}: needs an array y (the targets) beside one per model '
                                 f'input: {", ".join(names)} (has {", ".join(files)})')
             xs, used = [], {'y'}
-            for i, (name, shape, key) in enumerate(parts):
+            for i, (name, shape, key) in zip(at, parts):
                 k = next((c for c in (key, f'x{i}', name) if c in files), None)
                 if k is None:
                     raise DataError(f'{path}: has no array for the model\'s input {i} {key!r} '

@@ -40,16 +40,21 @@ def one_input_output(g):
     joined into one; the file's view kept for the rewritten model export writes
     (rewrite.file_graph).  Tensors keep their numbers (the .wof's, the file's)."""
     if len(g.inputs) > 1 or len(g.outputs) > 1:
-        every = list(g.inputs)
+        every = rw.natural(g, g.inputs)
         rw.keep_file_view(g)
         rw.prune_outputs(g)
         g.inputs = rw.natural(g, g.inputs)
         if len(every) > 1:      # what a data file gives (dataset.load_inputs)
+            # (x0, x1, ..: an input's place among the model's inputs, not among those the
+            # trained output reads: an output that reads the second alone took x0)
+            at = {k: i for i, k in enumerate(every)}
             keys = [rw.io_name(g, k) for k in g.inputs]
-            keys = [c if keys.count(c) == 1 else f'x{i}' for i, c in enumerate(keys)]
+            keys = [c if keys.count(c) == 1 else f'x{at[k]}' for k, c in zip(g.inputs, keys)]
             g.data_inputs = ([(g.tensors[k].name, list(g.tensors[k].shape), c)
                               for k, c in zip(g.inputs, keys)],
-                             [rw.io_name(g, k) for k in every if k not in g.inputs])
+                             [rw.io_name(g, k) for k in every if k not in g.inputs],
+                             [at[k] for k in g.inputs],
+                             [at[k] for k in every if k not in g.inputs])
         rw.join_inputs(g)
 
 

@@ -346,11 +346,20 @@ def _widen_logits(g: Graph):
         return
     s = float(q['scale'][0])
     z = int((q.get('zero_point') or [0])[0])
-    if min(s * (127 - z), s * (z + 128)) >= NARROW_LOGITS:
+    # logits of any width follow training (q8range): the converter's range is the data
+    # it was calibrated on; a fine-tuning step that takes them past it clips them, and a
+    # clipped logit's gradient is 0 (a Keras MLP on 0..255 pixels, its logits at +-300
+    # before, clipped all five after its first SGD step and never trained again)
+    g.follow_logits = 1
+    # (narrow: its span, not its sides: a Keras Conv1D's logits at [-136, 0], zero point
+    # 127, all about -100, are wide; taken as narrow they became +-4 and all clipped)
+    if 255 * s >= 2 * NARROW_LOGITS:
         return
+    s2 = 2 * WIDE_LOGITS / 255
+    mid = s * (-0.5 - z)                # (the middle of its range, kept where it is not 0)
+    z2 = 0 if abs(mid) <= WIDE_LOGITS - NARROW_LOGITS else int(np.clip(round(-0.5 - mid / s2), -128, 127))
     for k in chain:
-        g.tensors[k].quant = dict(g.tensors[k].quant, scale=[2 * WIDE_LOGITS / 255],
-                                  zero_point=[0])
+        g.tensors[k].quant = dict(g.tensors[k].quant, scale=[s2], zero_point=[z2])
     g.narrow_logits = 1
 
 
@@ -1714,9 +1723,9 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
         for d in ls:        # every trained weight keeps its update's fraction (Layer.wf):
             if d.get('train') and 'wt' in d:     # no rounding noise (the FCs' too)
                 d['wf'] = 1
-    elif getattr(g, 'narrow_logits', 0):
-        # the logits' range widened by rewritten() doubles as training grows them
-        # (utrain.q8range), as a float model's calibrated as int8 does
+    elif getattr(g, 'follow_logits', 0):
+        # the logits' range (widened by rewritten() if narrow) doubles as training grows
+        # them (utrain.q8range), as a float model's calibrated as int8 does
         rr = follow_ranges(dict(m, etab=etab(sy, ETAB_MAX)), logits_only=True)
         if rr:
             m['rr'], m['etab'] = rr, etab(sy, ETAB_MAX)
@@ -2073,7 +2082,18 @@ def followed(g: Graph, m: dict, wof_path) -> None:
             ex = json.load(f)
     except (OSError, ValueError) as e:
         raise ValueError(f'{p}: not readable ({e}); the run writes it beside {wof_path}') from None
-    rr = m.get('rr') or follow_ranges(m)
+    # the ranges the run followed: its q8.json's (beside the weights), else the table's
+    # (every int8 file's logits follow; a float model calibrated as int8 follows more:
+    # its graph read back here is not marked so) whose count is the file's
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(wof_path)), 'q8.json')) as f:
+            rr = json.load(f).get('rr')
+    except (OSError, ValueError, AttributeError):
+        rr = None
+    if not rr:
+        cands = [r for r in (m.get('rr'), follow_ranges(m)) if r]
+        rr = next((r for r in cands if isinstance(ex, list) and len(r[2]) == len(ex)),
+                  cands[0] if cands else None)
     if not rr or not isinstance(ex, list) or len(ex) != len(rr[2]) or not all(
             isinstance(k, int) and 0 <= k <= 8 for k in ex):
         raise ValueError(f'{p}: not the ranges of this model ({len(rr[2]) if rr else 0} '

@@ -252,7 +252,37 @@ def test_narrow_logits_widen_and_follow_training(tmp_path):
     # wide logits stay
     path2, _, _ = build_keras_int8_cat(tmp_path / 'w.tflite')
     g2 = quant.rewritten(read_model(path2))
-    assert g2.tensors[g2.outputs[0]].quant['scale'][0] == pytest.approx(0.1) and 'rr' not in quant.meta(g2, 'all')
+    assert g2.tensors[g2.outputs[0]].quant['scale'][0] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize('sy,zy', [(0.1, 0), (0.05, -128), (0.08, 90)])
+def test_wide_logits_keep_their_range_and_follow_training(tmp_path, sy, zy):
+    """Logits wide but on one side of 0 (a Keras Conv1D on raw sensor units, its
+    logits at [-136, 0]: zero point 127) keep the file's range: the int8 forward is TFLite
+    Micro's to the bit (they were taken as narrow, made +-4 and every one clipped: the
+    run's outputs were constant and never trained); and any logits' range doubles as
+    training grows them (q8range's 'rr', the logits alone): a converter calibrated them on
+    its own data, and a fine-tuning step that takes them past it clipped them, a clipped
+    logit's gradient 0 (a Keras MLP on 0..255 pixels at +-300 stopped at chance after
+    its first SGD step)."""
+    from tflite_micro.python.tflite_micro import runtime
+    path, _, _ = build_keras_int8_cat(tmp_path / 'w.tflite', sy=sy, zy=zy)
+    g = quant.rewritten(read_model(path))
+    y = g.tensors[g.outputs[0]]
+    assert y.quant['scale'][0] == pytest.approx(sy) and y.quant['zero_point'] == [zy]
+    m = quant.meta(g, 'all')
+    assert [e[:2] for e in m['rr'][2]] == [[len(m['layers']) - 1, []]]
+    net = Q8Net(json.loads(json.dumps(quant.as_written(m)[0]['q8.json'])), _wof(tmp_path, g, m))
+    it = runtime.Interpreter.from_file(path)
+    outs = []
+    for i in range(4):
+        xq = _x(i)
+        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        it.set_input(xq.reshape(1, L, 3), 0)
+        it.invoke()
+        assert np.array_equal(got, it.get_output(0).ravel()), (got, it.get_output(0))
+        outs.append(got)
+    assert len(np.unique(outs)) > 3, outs       # (not all at a clamp)
 
 
 def _wof(tmp_path, g, m):

@@ -169,6 +169,10 @@ def test_int8_model_on_raw_inputs_trains_as_int8_and_exports(tmp_path):
     export(q8, os.fspath(tmp_path / 'rTrue' / 'trained.wof'), q, quantized=True)
     g, g0 = read_model(q), read_model(q8)
     for t, t0 in zip(g.tensors, g0.tensors):    # the file's scales, trained integers
+        if t is g.tensors[g.outputs[0]]:        # (but the logits': their range doubles as
+            r = t.quant['scale'][0] / t0.quant['scale'][0]      # training grows them)
+            assert r in (1, 2, 4, 8), r
+            continue
         assert (t.quant or {}).get('scale') == (t0.quant or {}).get('scale'), t.name
     assert not np.array_equal(g.tensors[g.ops[0].inputs[1]].data,
                               g0.tensors[g0.ops[0].inputs[1]].data)
@@ -192,3 +196,50 @@ def test_relabelled_int8_run_is_the_hosts_on_micropython(tmp_path, depthwise):
         assert s['int8'] and s['input_scale'] == 1 / 128
         (wb, _, lb), (wh, _, lh) = board_and_host_runs(out, 'train.json')
         assert wb == wh and lb == lh, kw
+
+
+def test_an_int8_files_logits_follow_training(tmp_path, monkeypatch):
+    """An int8 file whose first layer's outputs are large (a Keras Dense on 0..255 pixels,
+    no Rescaling: its ReLUs at up to ~400) fine-tuned on classes it was not trained for:
+    the first SGD steps on its logits' weights take the logits far past the converter's
+    range, where they all clip and a clipped logit passes no gradient.  Its logits' range
+    doubles as they grow (q8range, as a float model's calibrated as int8 does), and the
+    run learns; held at the file's range (as int8 files were: only narrow logits
+    followed) it stays at chance.  export --quantized writes the doubled scale: TFLite
+    Micro's accuracy on the test samples is the run's."""
+    from host_tools.prepare import quant
+    data = _data(tmp_path, n=240, seed=5)
+    wc, bc, wf, bf = _weights(0)
+    src = _build(tmp_path / 'float.tflite', (wc * 50, bc * 50, wf / 12.5, bf))
+    prepare(src, os.fspath(tmp_path / 'cal'), data=data, int8=True, epochs=1,
+            log=lambda *a: None, loss='scce', from_logits=True)
+    q8 = os.fspath(tmp_path / 'cal' / fromfloat.INT8_MODEL)
+    d = np.load(data)                   # (new classes: the labels moved by one)
+    np.savez(tmp_path / 'p.npz', x=d['x'], y=(d['y'] + 1) % O)
+    widen = quant._widen_logits
+    accs = {}
+    for follow in (True, False):
+        if not follow:
+            def held(g):
+                widen(g)
+                g.follow_logits = 0
+            monkeypatch.setattr(quant, '_widen_logits', held)
+        out = os.fspath(tmp_path / f'r{follow}')
+        prepare(q8, out, data=os.fspath(tmp_path / 'p.npz'), test_split=0.25, epochs=3,
+                loss='scce', from_logits=True, log=lambda *a: None)
+        with open(os.path.join(out, 'q8.json')) as f:
+            assert ('rr' in json.load(f)) == follow
+        no_keep_best(out)
+        code, text = runner.run(out, python=True, stream=False)
+        assert code == 0, text
+        accs[follow] = _losses_accs(text)[1]
+    assert accs[True][-1] > 0.9 and accs[False][-1] < 0.5, accs
+    pytest.importorskip('tflite_micro')
+    from host_tools.prepare.infer import evaluate
+    monkeypatch.setattr(quant, '_widen_logits', widen)
+    q = os.fspath(tmp_path / 'trained.tflite')
+    export(q8, os.fspath(tmp_path / 'rTrue' / 'trained.wof'), q, quantized=True)
+    g, g0 = read_model(q), read_model(q8)
+    assert g.tensors[g.outputs[0]].quant['scale'][0] >= 2 * g0.tensors[g0.outputs[0]].quant['scale'][0]
+    ev = evaluate(q, os.fspath(tmp_path / 'rTrue' / 'test.ds'))
+    assert ev['runtime'] == 'TFLite Micro' and abs(ev['accuracy'] - accs[True][-1]) < 1e-9, (ev, accs)

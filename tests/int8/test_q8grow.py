@@ -29,7 +29,7 @@ MP = runner.find_micropython()
 def _run_dir(tmp_path, monkeypatch, n=60, epochs=1, lr=0.05, name='g'):
     """The digits CNN prepared as int8 (from float; its ranges fixed: q8range off), every
     layer trained, SGD batch 1."""
-    monkeypatch.setattr(quant, 'follow_ranges', lambda m: None)
+    monkeypatch.setattr(quant, 'follow_ranges', lambda m, **k: None)
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     data = str(tmp_path / 'd.npz')
     np.savez(data, x=z['x'][:n].reshape(-1, 8, 8, 1), y=z['y'][:n])

@@ -430,7 +430,7 @@ def build_keras_resize(path, seed=0, H=3, W=2, C=2, O=3, fy=2, fx=3):
     return os.fspath(path), forward
 
 
-def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
+def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1, zy=0):
     """An int8 model as Keras 3's full-integer converter writes one, built here: the
     run-time batch of a Reshape (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, ops 0-3), a
     1x3 CONV_2D (op 4), a PAD read by a max pool (ops 5, 6: not foldable into a
@@ -439,7 +439,8 @@ def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
     three inputs, one read twice (op 10), an FC without bias (op 11).  Concatenated
     inputs share the output's scale, as TFLite's converter makes them; differ: the MEAN
     at another scale and zero point (requantized by the CONCATENATION); sy: the logits'
-    scale (0.002: +-0.26, as a converter calibrates a model that had barely learnt).  Returns (path,
+    scale (0.002: +-0.26, as a converter calibrates a model that had barely learnt), zy
+    their zero point.  Returns (path,
     float numpy forward of the dequantized graph: f(x float [L, 3], conv weights float
     or None) -> logits, the conv's weight scales)."""
     rng = np.random.default_rng(seed)
@@ -478,7 +479,7 @@ def build_keras_int8_cat(path, seed=0, differ=False, sy=0.1):
     b.op('REDUCE_MAX', [cc, ax], [m2], keep_dims=False)
     h = b.tensor('h', [1, 6 * C], dtype='int8', quant=q(sc, -128))
     b.op('CONCATENATION', [m1, m2, m1], [h], axis=1, fused_activation_function='NONE')
-    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, zy))
     wf = b.tensor('wf', wfq.shape, data=wfq, quant=q(swf, 0))
     b.op('FULLY_CONNECTED', [h, wf, -1], [y])
     b.inputs(x)

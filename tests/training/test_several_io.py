@@ -166,6 +166,13 @@ def test_the_other_output_trains_and_data_keys(tmp_path):
         _prepare(src, tmp_path / name, tmp_path / f'{name}.npz', output='logits')
         with open(tmp_path / name / 'train.ds', 'rb') as f, open(tmp_path / 'x01' / 'train.ds', 'rb') as h:
             assert f.read() == h.read()
+    # by place among the model's inputs, not among those the output reads: aux reads the
+    # second alone, which is x1 (it took x0, the image, and refused it for its size, or
+    # read it where the sizes matched); x0 is then an unread input's array
+    np.savez(tmp_path / 'aux01.npz', x0=img, x1=meta, y=t)
+    _prepare(src, tmp_path / 'aux01', tmp_path / 'aux01.npz', output='aux', loss='mse')
+    with open(tmp_path / 'aux01' / 'train.ds', 'rb') as f, open(tmp_path / 'b' / 'train.ds', 'rb') as h:
+        assert f.read() == h.read()
 
 
 @pytest.mark.parametrize('arrays,says', [
