@@ -439,10 +439,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             except ValueError:      # (prepare_q8 refuses it, saying why)
                 why = None
         auto = why if why and quant.float_takes(source, train) else None
-    several = len(source.inputs) > 1 or len(source.outputs) > 1
+    several = several_refusal(source)
     if as8 and several and not dequantize:
-        auto = (f'the int8 path trains models with one input and one output, and this one has '
-                f'{len(source.inputs)} and {len(source.outputs)}')
+        auto = several
     elif not dequantize and not emb8 and quant.embedding_entry(source):
         why = quant.embedding_ids(source) and quant.settings_refusal(s, source)
         trained = quant.embedding_ids(source) and not why and quant.emb_refusal(
@@ -493,7 +492,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                         bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
-                        (len(source.inputs), len(source.outputs)) if several else None,
+                        several,
                         source.input_rms)
         if q8:
             return q8
@@ -518,7 +517,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if off:                     # (named by --ranks or --train-config, not a count as last:N)
         raise PrepareError(f'{model_path}: ' + ('op %s feeds' if len(off) == 1 else 'ops %s feed')
                            % _span(off) + ' only outputs this run does not train (it trains '
-                           f'output {getattr(source, "output_place", 0)}): give --output the one '
+                           f'output {source.output_place}): give --output the one '
                            'it feeds, or leave it out of --ranks / --train-config')
     whole = [i for i in chosen if i not in chosen_rk and any(     # ops with weights
         t >= 0 and source.tensors[t].data is not None
@@ -610,6 +609,14 @@ def dequantized_instead(call, refusal):
     return summary
 
 
+def several_refusal(g):
+    """Why the int8 path does not take graph g (several inputs or outputs), or None."""
+    if len(g.inputs) > 1 or len(g.outputs) > 1:
+        return ('the int8 path takes models with one input and one output, and this one has '
+                f'{len(g.inputs)} and {len(g.outputs)}')
+    return None
+
+
 def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,
                board, backend, budget, prof, s, train, int8, given, overrides, log, several=None,
                rms=None):
@@ -617,8 +624,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
     model in integers (asked with int8=True, or chosen for a board without ulab), the
     int8 model calibrated on data's training samples, prepared on quant's int8 path, with
     the calibrated int8 model and its float graph beside the run for export.  Returns the
-    summary, or None: the run stays float32.  several: (inputs, outputs) of a model with
-    several of either, which the int8 path does not take (said, float32).  rms: the
+    summary, or None: the run stays float32.  several: several_refusal's of a model with
+    several inputs or outputs, which the int8 path does not take (said, float32).  rms: the
     input's root mean square (prepare's scale_input; quant.relabel_input)."""
     from . import fromfloat
     try:
@@ -626,8 +633,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         if not yes:
             return None
         if several:
-            raise PrepareError('the int8 path takes models with one input and one output, and '
-                               f'this one has {several[0]} and {several[1]}')
+            raise PrepareError(several)
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
                                                     (test_split, split_seed), prepare, rms)
