@@ -1239,8 +1239,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     nosw = trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum') and int(
         s.get('batch', 1)) == 1 and not t.get('rr')
     for i, d in enumerate(ls):
-        if nosw and d.get('train') and 'bh' in d and d.get('fs') and d['k'] <= q8.DW and not d.get(
-                'gw') and d.get('tw', (0, d['nb']))[1] <= d.get('tw', (0, d['nb']))[0]:
+        if nosw and d.get('train') and not _weights_train(d) and 'bh' in d and d.get('fs') \
+                and d['k'] <= q8.DW and not d.get('gw'):
             held -= arr(4 * d['nq'])
         if d.get('sh', i) != i:     # (its first use's weights: utrain.q8share; its bias)
             held += arr(4 * d['nb']) + (0 if 'mul' in d else 2 * arr(4 * d['nq']) + arr(4 * d['nq']))
