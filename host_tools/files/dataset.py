@@ -350,7 +350,8 @@ def targets_of(path):
 def load_inputs(path, inputs, label='last', size=None):
     """(x, y) for a model with several inputs (inputs: ([(tensor name, shape, key)] of
     those the trained output reads, in their maker's order; [keys of those it does not
-    read]), runplan.one_input_output's): an .npz gives y and an array per input, named by
+    read]; the places among the model's inputs of each: runplan.one_input_output's
+    g.data_inputs): an .npz gives y and an array per input, named by
     its key (rewrite.io_name: Keras's Input(name=...), the ONNX or circle input's name) or
     x0, x1, .. (its place among them), each sample's values joined in that order
     (rewrite.join_inputs); arrays for the inputs it does not read are left out.  An .npz
@@ -364,11 +365,10 @@ def load_inputs(path, inputs, label='last', size=None):
         with np.load(path, allow_pickle=False) as z:
             if 'x' in z.files:
                 return load(path, label, size)
-            files, parts = list(z.files), inputs[0]
-            at = inputs[2] if len(inputs) > 2 else range(len(parts))    # (x0, x1: the place
-            names = [f'{key} (or x{j}) {list(s[1:])}'                  # among the model's
-                     for j, (n, s, key) in zip(at, parts)]              # inputs)
-            unread = set(inputs[1]) | {f'x{j}' for j in (inputs[3] if len(inputs) > 3 else ())}
+            files, (parts, others, at, others_at) = list(z.files), inputs    # (x0, x1: the
+            names = [f'{key} (or x{j}) {list(s[1:])}'           # place among the model's inputs)
+                     for j, (n, s, key) in zip(at, parts)]
+            unread = set(others) | {f'x{j}' for j in others_at}
             if 'y' not in files:
                 raise DataError(f'{path}: needs an array y (the targets) beside one per model '
                                 f'input: {", ".join(names)} (has {", ".join(files)})')

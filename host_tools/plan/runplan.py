@@ -60,8 +60,9 @@ def one_input_output(g):
 
 def data_inputs(g):
     """What a data file gives for graph g as read (choose_output's output first):
-    ([(name, shape)] of the inputs that output reads, [names of the others]), or None for
-    a model with one input (dataset.load_inputs)."""
+    ([(name, shape, key)] of the inputs that output reads, [keys of the others], their
+    places and the others' among the model's inputs), or None for a model with one input
+    (dataset.load_inputs)."""
     if len(g.inputs) < 2:
         return None
     h = copy.deepcopy(g)
