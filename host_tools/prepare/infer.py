@@ -84,30 +84,42 @@ def onert_predictor(path, g):
     return run
 
 
-def tflm_predictor(path, g):
+def _tflm(path):
+    """TFLite Micro's interpreter of the .tflite file path."""
     try:
         from tflite_micro.python.tflite_micro import runtime
     except ImportError:
         raise InferError(f'{path}: an int8 model runs on the host under TFLite Micro: pip install '
                          'tflite-micro (the version in requirements.txt)') from None
-    it = runtime.Interpreter.from_file(os.fspath(path))
+    return runtime.Interpreter.from_file(os.fspath(path))
+
+
+def _as_input(t, v):
+    """Values v as TFLite Micro takes them for input tensor t: an int8 / uint8 one's at its
+    scale and zero point, else in its type (int32 / int64: an embedding's ids, as floats
+    in the data)."""
+    if t.dtype in ('int8', 'uint8'):
+        (sc, z), (lo, hi) = _q(t), (-128, 127) if t.dtype == 'int8' else (0, 255)
+        return np.clip(np.round(v / sc) + z, lo, hi).astype(t.dtype)
+    return v.astype(np.float32 if t.dtype == 'float16' else t.dtype)
+
+
+def _as_output(t, y):
+    """Output tensor t's values y (float64) as reals: an int8 / uint8 one's dequantized."""
+    return (y - _q(t)[1]) * _q(t)[0] if t.dtype in ('int8', 'uint8') else y
+
+
+def tflm_predictor(path, g):
+    it = _tflm(path)
     tin, tout = g.tensors[g.inputs[0]], g.tensors[g.outputs[0]]
     shape = [1] + [int(d) for d in tin.shape[1:]]
-    (si, zi), (so, zo) = _q(tin), _q(tout)
-    lo, hi = (-128, 127) if tin.dtype == 'int8' else (0, 255)
 
     def run(x):
         out = []
         for xi in x:
-            xi = np.asarray(xi, np.float64).reshape(shape)
-            if tin.dtype in ('int8', 'uint8'):
-                xi = np.clip(np.round(xi / si) + zi, lo, hi).astype(tin.dtype)
-            else:               # (int32 / int64: an embedding's ids, as floats in the data)
-                xi = xi.astype(np.float32 if tin.dtype == 'float16' else tin.dtype)
-            it.set_input(xi, 0)
+            it.set_input(_as_input(tin, np.asarray(xi, np.float64).reshape(shape)), 0)
             it.invoke()
-            y = np.asarray(it.get_output(0), np.float64).ravel()
-            out.append((y - zo) * so if tout.dtype in ('int8', 'uint8') else y)
+            out.append(_as_output(tout, np.asarray(it.get_output(0), np.float64).ravel()))
         return np.stack(out)
     return run
 
@@ -291,20 +303,13 @@ def several_predictor(path, g):
         if g.identifier != b'TFL3':
             raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
                              'models as .tflite only')
-        from tflite_micro.python.tflite_micro import runtime as rt
-        it = rt.Interpreter.from_file(os.fspath(path))
+        it = _tflm(path)
 
         def run(feeds, i):
             for n, t in enumerate(ins):
-                v = feeds[t.name][i:i + 1]
-                if t.dtype in ('int8', 'uint8'):
-                    sc, z = _q(t)
-                    lo, hi = (-128, 127) if t.dtype == 'int8' else (0, 255)
-                    v = np.clip(np.round(v / sc) + z, lo, hi)
-                it.set_input(v.astype(t.dtype), n)
+                it.set_input(_as_input(t, feeds[t.name][i:i + 1]), n)
             it.invoke()
-            y = np.asarray(it.get_output(g.output_at), np.float64)
-            return (y - _q(k)[1]) * _q(k)[0] if k.dtype in ('int8', 'uint8') else y
+            return _as_output(k, np.asarray(it.get_output(g.output_at), np.float64))
         return run, 'TFLite Micro'
     h, src, keep = _shapes_folded(g), path, None
     if h is not None:
