@@ -2221,6 +2221,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
     biases alone (momentum's velocities: one a trained weight), the prefix cache, fewer
     layers trained (--train last:N over the model's ops)."""
     from ..graph.passes import RANK_NAMES
+    ranks = ranks or None       # (prepare hands {} where no --ranks was given)
     cands = []
     if int(s['batch']) > 1:
         cands.append(({'batch': 1}, train, cache, ranks))
@@ -2244,7 +2245,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
                         + ['--momentum 0'] * ('momentum' in new and 'optimizer' not in new)
                         + ['--cache'] * (c and not cache) + [f'--train {tr}'] * (tr != train)
                         + ['--ranks ' + ','.join(f'{k}:{RANK_NAMES[v]}' for k, v in sorted(rk.items()))
-                           for _ in range(tr == train and rk != ranks)])
+                           for _ in range(tr == train and bool(rk) and rk != ranks)])
         if not desc or desc in seen:
             continue
         seen.add(desc)

@@ -1168,3 +1168,24 @@ def test_momentum_refused_over_the_budget_names_what_to_drop(tmp_path):
                         'last:1', '--ranks', bias, '--optimizer', 'sgd', '--momentum', '0.9',
                         '--budget', str(budget)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_last_n_over_the_budget_is_refused_naming_what_fits(tmp_path):
+    """An int8 model with --train last:N (no --ranks) over the heap budget: prepare
+    refuses, saying what the plan needs and what would fit (its advice compared the
+    candidates' ranks, None, with prepare's {} for no --ranks and failed on None.items():
+    held-out Keras int8 Conv1D net, --board rp2040 --train last:2)."""
+    from host_tools.prepare.pipeline import PrepareError
+    model = build(str(tmp_path / 'm.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    kw = dict(data=data, loss='scce', lr=0.05, epochs=1, log=lambda *a: None)
+    small = prepare(model, str(tmp_path / 'one'), train='last:1', **kw)['heap']['total']
+    many = 'last:%d' % (len(read_model(model).ops) - 1)
+    big = prepare(model, str(tmp_path / 'many'), train=many, **kw)['heap']['total']
+    assert small < big
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'no'), train=many, budget=str(small + 256), **kw)
+    msg = str(e.value)
+    assert 'needs about %d KB' % (big // 1024) in msg, msg
+    assert 'would fit:' in msg and '--train last:' in msg, msg
