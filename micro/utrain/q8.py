@@ -1075,15 +1075,8 @@ class Q8Net:
             O, P, I = L.opi()       # at a time (a partial layer's window from its rows)
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
-            if ch:
-                # (a chunk's weights in dx's buffer past dx, where more fit there than in
-                # the weight scratch and dz holds their P rows: fewer chunks)
-                wa = memoryview(dx)[P * I:]
-                nc = self.wide(wa, I, len(dz) // P, d.get('nc', O))
-                off = self.woff[d['wt']]
-                for o0, m in self._chunks(L, g, k, p, nc):
-                    self.S.dak(dx, dz, self._wv(wa, off + o0 * I, m * I) if nc else
-                               L.rows(o0, m, I), 0, m, m, P, I)
+            if ch:      # (a chunk's weights in dx's buffer past dx: fewer chunks)
+                self.S.dxch(self, L, dx, dz, g, k, p, P, I, d.get('nc', O))
             else:
                 for o0, m in L.segs(O, d.get('nc', O)):
                     self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)

@@ -404,10 +404,11 @@ ASM = _A is not None
 if _A is None:
     from utrain.q8vk import fck, convk, rqk, gwk, dxk, cgk, upk, upmk, upek, cdk
 else:
-    _A._V = (dwk, ddk, dgk, sumk, stk)
+    _A._V = (dwk, ddk, dgk, sumk, stk, nrk, ubek)
     fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk, upmk, upek, sumk, stk = (
         _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk,
         _A.upk, _A.upmk, _A.upek, _A.sumk, _A.stk)
+    nrk, ubek = _A.nrk, _A.ubek
     zk = _A._zero
 
 if not VIPER:
@@ -424,7 +425,8 @@ def vk():
     """{name: viper kernel} of the kernels q8asm replaced on this board (loads
     utrain.q8vk): the reference the tests and benches compare the assembler ones with."""
     from utrain import q8vk as V
-    d = {'dwk': _A._V[0], 'ddk': _A._V[1], 'dgk': _A._V[2], 'sumk': _A._V[3], 'stk': _A._V[4]}
+    d = {'dwk': _A._V[0], 'ddk': _A._V[1], 'dgk': _A._V[2], 'sumk': _A._V[3], 'stk': _A._V[4],
+         'nrk': _A._V[5], 'ubek': _A._V[6]}
     for n in ('fck', 'convk', 'gwk', 'dxk', 'cgk', 'cdk', 'rqk', 'upk', 'upmk', 'upek'):
         d[n] = getattr(V, n)
     return d

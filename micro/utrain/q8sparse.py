@@ -6,6 +6,7 @@
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER
+from utrain import q8kern as K
 if not VIPER:
     from utrain.q8kern import ptr8, ptr32
 
@@ -161,6 +162,64 @@ def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
 
 
 @micropython.viper
+def flk(dz, m: int, P: int):
+    # a broadcast row's chunk of P rows of m dz (each channel's nonzero ones one value e:
+    # smc's) and a row after them: where a channel has more than (P + 1) / 2 nonzero, the
+    # row after holds e and its P rows -e where they held 0, 0 where e; elsewhere the row
+    # after holds 0.  dak over the P rows, plus dak of the row after added to each row:
+    # the same integers from min(c, P + 1 - c) rows a channel instead of c
+    pz = ptr8(dz)
+    s = P * m
+    for j in range(m):
+        c = 0
+        e = 0
+        t = j
+        for q in range(P):
+            if pz[t]:
+                c += 1
+                e = pz[t]
+            t += m
+        if 2 * c > P + 1:
+            pz[s + j] = e
+            e = (256 - e) & 255
+            t = j
+            for q in range(P):
+                if pz[t]:
+                    pz[t] = 0
+                else:
+                    pz[t] = e
+                t += m
+        else:
+            pz[s + j] = 0
+
+
+def dxch(net, L, dx, dz, g, k, p, P, I, nc):
+    # the input gradient dx (P rows of I) of streamed layer L fed a broadcast row g (its
+    # dz made a chunk at a time, utrain.q8 Q8Net._chunks): where more channels fit past
+    # dx's rows than in the weight scratch (nc) and dz holds one row more than a chunk's,
+    # a chunk's weights read there, the rows' shared part (flk) summed in the buffer's
+    # last I values and added to every row at the end
+    n = len(dx) - I
+    wa = memoryview(dx)[P * I:n] if n >= P * I else None
+    w = net.wide(wa, I, len(dz) // (P + 1), nc)
+    if w:
+        sr = memoryview(dx)[n:]
+        K.zk(sr, I)
+    off = net.woff[L.d['wt']]
+    for o0, m in net._chunks(L, g, k, p, w):
+        if w:
+            r = net._wv(wa, off + o0 * I, m * I)
+            flk(dz, m, P)
+            dak(dx, dz, r, 0, m, m, P, I)
+            dak(sr, dz, r, P * m, m, (P + 1) * m, 1, I)
+        else:
+            dak(dx, dz, L.rows(o0, m, I), 0, m, m, P, I)
+    if w:
+        for q in range(P):
+            K.adk(memoryview(dx)[q * I:], sr, I)
+
+
+@micropython.viper
 def mzk(g, n: int, m):
     # g[i] = 0 (int32) where bit i of mask m is clear (a residual ADD's clamp)
     pg = ptr32(g)
@@ -177,8 +236,8 @@ def mzk(g, n: int, m):
 V = None
 from utrain.q8kern import _A  # noqa: E402
 if _A is not None:
-    V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc, 'smb': smb}
-    dak, mkk, smk, smc, smb = _A.dak, _A.mkk, _A.smk, _A.smc, _A.smb
+    V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc, 'smb': smb, 'flk': flk}
+    dak, mkk, smk, smc, smb, flk = _A.dak, _A.mkk, _A.smk, _A.smc, _A.smb, _A.flk
 
 if not VIPER:
     import sys
