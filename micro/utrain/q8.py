@@ -1026,7 +1026,7 @@ class Q8Net:
         if need_dx:
             dx, sx = self._dx(L, g, dz, s, sz, p, k, ch)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
-            self._wgrad(L, dz, sz, lr)
+            self._wgrad(L, dz, sz, lr, None if need_dx or self.H is not None else g)
             if not ch:      # (the per-channel multipliers a few reads at a time, in the
                 lo = L.blo      # sums buffer: free once the weight gradient is applied)
                 self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs,
@@ -1106,10 +1106,12 @@ class Q8Net:
             v = memoryview(g)[o0:] if o0 else g
             K.rqk(v, k, k, 1, qm, qs, v, 0, 0, 0, 1)
 
-    def _wgrad(self, L, dz, sz, lr):
+    def _wgrad(self, L, dz, sz, lr, g=None):
         # layer L's weight gradient from its int8 output gradient dz (scale sz), a chunk of
-        # output channels at a time in the shared buffer gw: QAS SGD applied at once (lr;
-        # w_q -= lr sz sx / s_W[o] * gw, in 1/256 steps), or added to the batch's sums
+        # output channels at a time in the shared buffer gw (or in g, the int32 output
+        # gradient dz was made from, an input-gradient buffer dead once dz is made, where
+        # it holds more channels: fewer chunks, the same integers): QAS SGD applied at once
+        # (lr; w_q -= lr sz sx / s_W[o] * gw, in 1/256 steps), or added to the batch's sums
         # (lr None; in 1/FS weight steps).  A depthwise layer's in one piece.
         d = L.d
         if L.whi <= L.wlo:
@@ -1126,6 +1128,9 @@ class Q8Net:
             self._put(L, 0, gw, n, lr)
             return
         nc = d.get('gc', oc)
+        gb = self.gb
+        if gb is not None and (g is gb[0] or g is gb[1]) and len(g) // row > nc:
+            gw, nc = g, len(g) // row
         p = None
         sw = d['sw']
         if L.k == FC and lr is not None and L.vw is None and len(sw) == 1:
