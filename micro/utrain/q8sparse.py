@@ -197,13 +197,16 @@ def dxch(net, L, dx, dz, g, k, p, P, I, nc):
     # the input gradient dx (P rows of I) of streamed layer L fed a broadcast row g (its
     # dz made a chunk at a time, utrain.q8 Q8Net._chunks): where more channels fit past
     # dx's rows than in the weight scratch (nc) and dz holds one row more than a chunk's,
-    # a chunk's weights read there, the rows' shared part (flk) summed in the buffer's
-    # last I values and added to every row at the end
-    n = len(dx) - I
+    # a chunk's weights read there, the rows' shared part (flk) summed in the bias sums
+    # (free: L's were stepped before) or else the buffer's last I values, and added to
+    # every row at the end
+    sr = net.bs
+    n = len(dx) - (0 if len(sr) >= I else I)
     wa = memoryview(dx)[P * I:n] if n >= P * I else None
     w = net.wide(wa, I, len(dz) // (P + 1), nc)
     if w:
-        sr = memoryview(dx)[n:]
+        if n < len(dx):
+            sr = memoryview(dx)[n:]
         K.zk(sr, I)
     off = net.woff[L.d['wt']]
     for o0, m in net._chunks(L, g, k, p, w):

@@ -340,3 +340,55 @@ def cdk(dx, dz, w, gm):
                         wb = ((o * KH + ky) * KW + kx) * I - xb
                         for t in range(xb, xb + I):
                             pd[t] += z * ((int(pw[t + wb]) ^ 128) - 128)
+
+
+@micropython.viper
+def nrk(x, n: int) -> int:
+    # the k that brings n int32 values x into int8 by x >> k: the least k with
+    # max |x[i]| >> k <= 127
+    px = ptr32(x)
+    m = 0
+    for i in range(n):
+        v = int(px[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v < 0:
+            v = 0 - v
+        if v > m:
+            m = v
+    k = 0
+    while (m >> k) > 127:
+        k += 1
+    return k
+
+
+@micropython.viper
+def ubek(b, e, d, n: int, j: int):
+    # int32 bias step with its rounding kept (SGD, utrain.q8 _ibias): d[i] in 2^-(8 + j)
+    # bias steps, rounded to 1/256 steps, plus the kept fraction e[i] (int8, 1/256 steps)
+    # is t; b[i] -= (t + 128) >> 8 (held within +-(2^31 - 1)), e[i] = the rest: the bias
+    # held, b[i] - e[i] / 256, moves by exactly the rounded d[i]
+    pb = ptr32(b)
+    pe = ptr8(e)
+    pd = ptr32(d)
+    mx = 0x7fff
+    mx = (mx << 16) | 0xffff
+    h0 = (1 << j) >> 1
+    for i in range(n):
+        v = int(pd[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        v = ((v + h0) >> j) + (int(pe[i]) ^ 128) - 128
+        q = (v + 128) >> 8
+        pe[i] = (v - (q << 8)) & 255
+        if q == 0:
+            continue
+        u = int(pb[i])
+        h = u >> 16
+        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
+        if q > 0:
+            if u < q - mx:
+                u = q - mx
+        elif u > mx + q:
+            u = mx + q
+        pb[i] = u - q
