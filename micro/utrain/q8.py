@@ -341,8 +341,8 @@ class Layer:
                 if n == O:
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
-                else:
-                    a8 = net.acc8
+                else:       # (into the idle dz where it fits: not over the sums)
+                    a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
 
@@ -600,10 +600,8 @@ class Q8Net:
     def _read(self, off, buf, n=None):
         f = self.f
         f.seek(off)
-        m = memoryview(buf)
-        if n is not None:
-            m = m[:n]
-        f.readinto(m)
+        # (a view only for part of buf: each is heap the collector comes back for)
+        f.readinto(buf if n is None or n == len(buf) else memoryview(buf)[:n])
         return buf
 
     def _req(self, d, buf, half=0):
@@ -630,9 +628,9 @@ class Q8Net:
         if c == 1:
             o0, n = 0, 1
         f.seek(d['ro'] + 4 * (h * c + o0))
-        f.readinto(memoryview(qm)[:n])
+        f.readinto(qm if n == len(qm) else memoryview(qm)[:n])
         g.seek(d['ro'] + 4 * ((h + 1) * c + o0))
-        g.readinto(memoryview(qs)[:n])
+        g.readinto(qs if n == len(qs) else memoryview(qs)[:n])
         return qm, qs
 
     def _wide(self, a):
