@@ -375,6 +375,6 @@ def vk():
     from utrain import q8vk as V
     d = {'dwk': _A._V[0], 'ddk': _A._V[1], 'dgk': _A._V[2], 'sumk': _A._V[3], 'stk': _A._V[4]}
     for n in ('fck', 'convk', 'gwk', 'dxk', 'cgk', 'cdk', 'rqk', 'upk', 'upmk', 'upek', 'nrk',
-              'ubek'):
+              'ubek', 'flk'):
         d[n] = getattr(V, n)
     return d

@@ -161,38 +161,6 @@ def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
                 pd[xb + i] += z * ((int(pw[wb + i]) ^ 128) - 128)
 
 
-@micropython.viper
-def flk(dz, m: int, P: int):
-    # a broadcast row's chunk of P rows of m dz (each channel's nonzero ones one value e:
-    # smc's) and a row after them: where a channel has more than (P + 1) / 2 nonzero, the
-    # row after holds e and its P rows -e where they held 0, 0 where e; elsewhere the row
-    # after holds 0.  dak over the P rows, plus dak of the row after added to each row:
-    # the same integers from min(c, P + 1 - c) rows a channel instead of c
-    pz = ptr8(dz)
-    s = P * m
-    for j in range(m):
-        c = 0
-        e = 0
-        t = j
-        for q in range(P):
-            if pz[t]:
-                c += 1
-                e = pz[t]
-            t += m
-        if 2 * c > P + 1:
-            pz[s + j] = e
-            e = (256 - e) & 255
-            t = j
-            for q in range(P):
-                if pz[t]:
-                    pz[t] = 0
-                else:
-                    pz[t] = e
-                t += m
-        else:
-            pz[s + j] = 0
-
-
 def dxch(net, L, dx, dz, g, k, p, P, I, nc):
     # the input gradient dx (P rows of I) of streamed layer L fed a broadcast row g (its
     # dz made a chunk at a time, utrain.q8 Q8Net._chunks): where more channels fit past
@@ -232,15 +200,17 @@ def mzk(g, n: int, m):
             pg[i] = 0
 
 
-# ARM boards: dak, mkk, smk, smc and smb on q8asm's assembler loops (_da: two nonzero
-# dz a turn; _mk, _sm, _sb: ~15-30 cycles a value for viper's ~80-120 on a
-# Cortex-M0+); the viper ones above (V) stay their reference:
+# ARM boards: dak, mkk, smk, smc, smb and flk on q8asm's assembler loops (_da: two
+# nonzero dz a turn; _mk, _sm, _sb, _fl: ~10-30 cycles a value for viper's ~80-120 on a
+# Cortex-M0+); the viper ones above (V; flk's in q8vk) stay their reference:
 # tests/support/q8kern_cases.py compares them on the board
 V = None
 from utrain.q8kern import _A  # noqa: E402
 if _A is not None:
-    V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc, 'smb': smb, 'flk': flk}
+    V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc, 'smb': smb}
     dak, mkk, smk, smc, smb, flk = _A.dak, _A.mkk, _A.smk, _A.smc, _A.smb, _A.flk
+else:       # (flk's viper loop: q8vk's, which an ARM board does not load)
+    from utrain.q8vk import flk
 
 if not VIPER:
     import sys

@@ -2,7 +2,7 @@
 # multiply-adds, the requantization, the int8 updates), in a module of their own: q8kern
 # loads them where no q8asm is staged (the unix port, ESP32, CPython through q8np); a
 # training run on an ARM board never does (8.5 KB of armv6m code in an RP2040's heap),
-# only the tests and benches that compare both (q8kern.vk()).  Same conventions as
+# only the tests and benches that compare both (q8kern.vk(); also q8sparse's flk).  Same conventions as
 # q8kern (viper: unboxed machine ints, ptr8/ptr32; CPython: the same integers).
 from utrain.q8viper import micropython, VIPER
 if not VIPER:
@@ -392,3 +392,35 @@ def ubek(b, e, d, n: int, j: int):
         elif u > mx + q:
             u = mx + q
         pb[i] = u - q
+
+
+@micropython.viper
+def flk(dz, m: int, P: int):
+    # a broadcast row's chunk of P rows of m dz (each channel's nonzero ones one value e:
+    # smc's) and a row after them: where a channel has more than (P + 1) / 2 nonzero, the
+    # row after holds e and its P rows -e where they held 0, 0 where e; elsewhere the row
+    # after holds 0.  dak over the P rows, plus dak of the row after added to each row:
+    # the same integers from min(c, P + 1 - c) rows a channel instead of c
+    pz = ptr8(dz)
+    s = P * m
+    for j in range(m):
+        c = 0
+        e = 0
+        t = j
+        for q in range(P):
+            if pz[t]:
+                c += 1
+                e = pz[t]
+            t += m
+        if 2 * c > P + 1:
+            pz[s + j] = e
+            e = (256 - e) & 255
+            t = j
+            for q in range(P):
+                if pz[t]:
+                    pz[t] = 0
+                else:
+                    pz[t] = e
+                t += m
+        else:
+            pz[s + j] = 0
