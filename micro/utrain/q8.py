@@ -343,8 +343,8 @@ class Layer:
                 if n == O:
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
-                else:
-                    a8 = net.acc8
+                else:       # (into the idle dz where it fits: not over the sums)
+                    a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
 
@@ -602,10 +602,8 @@ class Q8Net:
     def _read(self, off, buf, n=None):
         f = self.f
         f.seek(off)
-        m = memoryview(buf)
-        if n is not None:
-            m = m[:n]
-        f.readinto(m)
+        # (a view only for part of buf: each is heap the collector comes back for)
+        f.readinto(buf if n is None or n == len(buf) else memoryview(buf)[:n])
         return buf
 
     def _req(self, d, buf, half=0):
@@ -632,9 +630,9 @@ class Q8Net:
         if c == 1:
             o0, n = 0, 1
         f.seek(d['ro'] + 4 * (h * c + o0))
-        f.readinto(memoryview(qm)[:n])
+        f.readinto(qm if n == len(qm) else memoryview(qm)[:n])
         g.seek(d['ro'] + 4 * ((h + 1) * c + o0))
-        g.readinto(memoryview(qs)[:n])
+        g.readinto(qs if n == len(qs) else memoryview(qs)[:n])
         return qm, qs
 
     def _wide(self, a):
@@ -1031,7 +1029,7 @@ class Q8Net:
         if need_dx:
             dx, sx = self._dx(L, g, dz, s, sz, p, k, ch)
         if L.train:        # after dx (the old weights'): each chunk applied as it is made
-            self._wgrad(L, dz, sz, lr)
+            self._wgrad(L, dz, sz, lr, None if need_dx or self.H is not None else g)
             if not ch:      # (the per-channel multipliers a few reads at a time, in the
                 lo = L.blo      # sums buffer: free once the weight gradient is applied)
                 self._bias(L, sz, lr, lo, L.bhi, memoryview(bs)[lo:] if lo else bs,
@@ -1080,15 +1078,8 @@ class Q8Net:
             O, P, I = L.opi()       # at a time (a partial layer's window from its rows)
             dx = self._gbuf(g, P * I)
             K.zk(dx, P * I)
-            if ch:
-                # (a chunk's weights in dx's buffer past dx, where more fit there than in
-                # the weight scratch and dz holds their P rows: fewer chunks)
-                wa = memoryview(dx)[P * I:]
-                nc = self.wide(wa, I, len(dz) // P, d.get('nc', O))
-                off = self.woff[d['wt']]
-                for o0, m in self._chunks(L, g, k, p, nc):
-                    self.S.dak(dx, dz, self._wv(wa, off + o0 * I, m * I) if nc else
-                               L.rows(o0, m, I), 0, m, m, P, I)
+            if ch:      # (a chunk's weights in dx's buffer past dx: fewer chunks)
+                self.S.dxch(self, L, dx, dz, g, k, p, P, I, d.get('nc', O))
             else:
                 for o0, m in L.segs(O, d.get('nc', O)):
                     self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
@@ -1118,10 +1109,12 @@ class Q8Net:
             v = memoryview(g)[o0:] if o0 else g
             K.rqk(v, k, k, 1, qm, qs, v, 0, 0, 0, 1)
 
-    def _wgrad(self, L, dz, sz, lr):
+    def _wgrad(self, L, dz, sz, lr, g=None):
         # layer L's weight gradient from its int8 output gradient dz (scale sz), a chunk of
-        # output channels at a time in the shared buffer gw: QAS SGD applied at once (lr;
-        # w_q -= lr sz sx / s_W[o] * gw, in 1/256 steps), or added to the batch's sums
+        # output channels at a time in the shared buffer gw (or in g, the int32 output
+        # gradient dz was made from, an input-gradient buffer dead once dz is made, where
+        # it holds more channels: fewer chunks, the same integers): QAS SGD applied at once
+        # (lr; w_q -= lr sz sx / s_W[o] * gw, in 1/256 steps), or added to the batch's sums
         # (lr None; in 1/FS weight steps).  A depthwise layer's in one piece.
         d = L.d
         if L.whi <= L.wlo:
@@ -1141,6 +1134,9 @@ class Q8Net:
             self._put(L, 0, gw, n, lr)
             return
         nc = d.get('gc', oc)
+        gb = self.gb
+        if gb is not None and (g is gb[0] or g is gb[1]) and len(g) // row > nc:
+            gw, nc = g, len(g) // row
         p = None
         sw = d['sw']
         if L.k == FC and lr is not None and L.vw is None and len(sw) == 1:

@@ -33,7 +33,7 @@ _PW = array('i', range(0))   # a run of pixels' int32 im2col-row gradients (cdk;
 _T = array('i', range(24 + 5 * 9 + 9))   # vmacs's table (a 3x3 kernel's taps; grown on use)
 _G = array('i', range(24))   # _gs's, _x3's and _dot3's
 _ROWS = const(2048)      # _dots: bytes of input rows _x3 copies at a time (into _PB)
-_Q = array('i', range(20))   # _rq's
+_Q = array('i', range(25))   # _rq's
 _S = [None] * 16         # the depthwise kernels' tables per (geometry, mode) (_keep)
 _V = None                # q8kern's viper dwk, ddk, dgk (for depthwise multipliers > 1), sumk
 
@@ -660,233 +660,392 @@ def vmacs(r0, r1, r2, r3):
 def _rq(r0, r1, r2):
     # q8kern.rqk over the table r2 (_Q): [0] n, [1] c, [2] blk, [3] mul and [4] shf
     # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [17] 1: channel by channel (blk 1,
-    # value i's channel i mod c: its multiplier and shift loaded once, its values c
-    # apart; ~90 cycles a value for ~130 when both are looked up again for each value),
-    # else in runs of blk; [9..16] scratch; r0 the int32 sums, r1 the output.  CORE, one
-    # value: the 62-bit product |a| * m in 16-bit halves (adds with carry), the nudge
-    # 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding division
-    # by 2^-shift: the integers rqk's 15-bit limbs give
+    # value i's channel i mod c: its values c apart), else in runs of blk (channel by
+    # run, cycling); r0 the int32 sums, r1 the output.  A run's channel constants are
+    # made once ([18] left shift, [19], [20] the multiplier's 16-bit halves, [21] the
+    # rounding mask, [22] right shift, [23] half the mask; [24] 2^30), then each value
+    # (~60 cycles; ~90-130 when a value's constants were looked up and a subroutine
+    # called for each): the 62-bit product |a| * m in 16-bit halves (adds with carry),
+    # the nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding
+    # division by 2^-shift: the integers rqk's 15-bit limbs give.  r8 the run's end,
+    # r9 / r10 the sums' / outputs' step, r11 lo, lr hi, r12 the output pointer;
+    # [9]..[16] the walk's state
     mov(r7, r2)
-    str(r0, [r7, 36])        # [9] sums pointer
-    str(r1, [r7, 40])        # [10] output pointer
-    ldr(r4, [r7, 68])
-    cmp(r4, 0)
-    beq(RUNS)
-    b(CHANS)
-    label(CORE)              # r1 the sum, r12 where its output goes; [14] m, [15] shift
-    ldr(r6, [r7, 60])
-    cmp(r6, 0)
-    ble(NOLEFT)
-    lsl(r1, r6)
-    label(NOLEFT)
-    mov(r0, 0)
-    cmp(r1, 0)
-    bge(POS)
-    neg(r1, r1)
-    mov(r0, 1)
-    label(POS)
-    ldr(r2, [r7, 56])        # m
-    lsr(r3, r1, 16)          # ah
-    lsl(r1, r1, 16)
-    lsr(r1, r1, 16)          # al
-    lsr(r4, r2, 16)          # mh
-    lsl(r2, r2, 16)
-    lsr(r2, r2, 16)          # ml
-    mov(r5, r1)
-    mul(r5, r2)              # lo = al ml
-    mov(r6, r3)
-    mul(r6, r2)              # ah ml
-    mul(r1, r4)              # al mh
-    add(r6, r6, r1)          # mid (< 2^32)
-    mul(r3, r4)              # hi = ah mh
-    lsl(r1, r6, 16)
-    lsr(r6, r6, 16)
-    add(r5, r5, r1)
-    adc(r3, r6)
-    mov(r1, 1)
-    lsl(r1, r1, 30)
-    sub(r1, r1, r0)          # the nudge
-    mov(r2, 0)
-    add(r5, r5, r1)
-    adc(r3, r2)
-    lsl(r3, r3, 1)
-    lsr(r5, r5, 31)
-    orr(r3, r5)              # bits 31..62
-    cmp(r0, 0)
-    beq(NN)
-    neg(r3, r3)
-    label(NN)
-    ldr(r6, [r7, 60])
-    cmp(r6, 0)
-    bge(NODIV)
-    neg(r6, r6)              # rounding division by 2^rs
-    mov(r1, 1)
-    lsl(r1, r6)
-    sub(r1, 1)               # mask
-    mov(r2, r3)
-    and_(r2, r1)             # remainder
-    lsr(r1, r1, 1)           # threshold, +1 below zero
-    cmp(r3, 0)
-    bge(TP)
-    add(r1, 1)
-    label(TP)
-    asr(r3, r6)
-    cmp(r2, r1)
-    ble(NODIV)
-    add(r3, 1)
-    label(NODIV)
-    ldr(r6, [r7, 32])
-    mov(r0, r12)
-    cmp(r6, 0)
-    beq(NARROW)
-    str(r3, [r0, 0])
-    bx(lr)
-    label(NARROW)
-    ldr(r6, [r7, 20])
-    add(r3, r3, r6)          # + zp, clamped to [lo, hi]
-    ldr(r6, [r7, 24])
-    cmp(r3, r6)
-    bge(G1)
-    mov(r3, r6)
-    label(G1)
-    ldr(r6, [r7, 28])
-    cmp(r3, r6)
-    ble(G2)
-    mov(r3, r6)
-    label(G2)
-    strb(r3, [r0, 0])
-    bx(lr)
-    label(RUNS)
-    ldr(r4, [r7, 0])
-    str(r4, [r7, 44])        # [11] values left
-    mov(r4, 0)
-    str(r4, [r7, 48])        # [12] channel
-    label(RUN)
-    ldr(r4, [r7, 44])
-    cmp(r4, 0)
-    bgt(RUNGO)
-    b(END)
-    label(RUNGO)
-    ldr(r5, [r7, 8])         # blk
-    cmp(r4, r5)
-    ble(RUNN)
-    mov(r4, r5)
-    label(RUNN)
-    str(r4, [r7, 52])        # [13] left in this run (one channel)
-    ldr(r5, [r7, 44])
-    sub(r5, r5, r4)
-    str(r5, [r7, 44])
-    ldr(r5, [r7, 48])
-    lsl(r5, r5, 2)
-    ldr(r6, [r7, 12])
-    data(2, 0x5976)          # ldr r6, [r6, r5]
-    str(r6, [r7, 56])        # [14] m
-    ldr(r6, [r7, 16])
-    data(2, 0x5976)          # ldr r6, [r6, r5]
-    str(r6, [r7, 60])        # [15] shift
-    ldr(r5, [r7, 48])
-    add(r5, 1)
-    ldr(r6, [r7, 4])
-    cmp(r5, r6)
-    blt(CHN)
-    mov(r5, 0)
-    label(CHN)
-    str(r5, [r7, 48])
-    label(VAL)
-    ldr(r0, [r7, 36])
-    ldr(r1, [r0, 0])
-    add(r0, 4)
-    str(r0, [r7, 36])
-    ldr(r0, [r7, 40])
-    mov(r12, r0)
-    bl(CORE)
-    ldr(r0, [r7, 40])
-    ldr(r6, [r7, 32])
-    cmp(r6, 0)
-    beq(N1)
-    add(r0, 3)
-    label(N1)
-    add(r0, 1)
-    str(r0, [r7, 40])
-    ldr(r4, [r7, 52])
-    sub(r4, 1)
-    str(r4, [r7, 52])
-    bgt(VAL)
-    b(RUN)
-    label(CHANS)             # r8..r11 kept on the stack; r8 the sums pointer, r9 the
-    mov(r4, r8)              # output pointer, r10 the sums' end, r11 and [16] the steps
+    str(r0, [r7, 36])        # [9] sums
+    str(r1, [r7, 40])        # [10] output
+    mov(r4, r8)
     mov(r5, r9)
     mov(r6, r10)
     push({r4, r5, r6})
     mov(r4, r11)
     push({r4})
-    ldr(r4, [r7, 4])         # c
-    lsl(r5, r4, 2)
-    mov(r11, r5)             # the sums' step
-    ldr(r6, [r7, 32])
-    cmp(r6, 0)
-    beq(NW1)
-    mov(r4, r5)
-    label(NW1)
-    str(r4, [r7, 64])        # [16] the output's step (c bytes, or c words when wide)
+    mov(r4, 1)
+    lsl(r4, r4, 30)
+    str(r4, [r7, 96])        # [24] 2^30
+    ldr(r4, [r7, 24])
+    mov(r11, r4)             # lo
+    ldr(r4, [r7, 28])
+    data(2, 0x46A6)          # mov lr, r4: hi
     ldr(r4, [r7, 0])
     lsl(r4, r4, 2)
     add(r4, r4, r0)
-    mov(r10, r4)             # the sums' end
+    str(r4, [r7, 52])        # [13] the sums' end
+    str(r0, [r7, 56])        # [14] the next run's sums (runs)
+    str(r1, [r7, 60])        # [15] its output
     mov(r4, 0)
-    str(r4, [r7, 48])        # [12] channel
-    label(CH)
-    ldr(r5, [r7, 48])
-    ldr(r4, [r7, 4])
-    cmp(r5, r4)
-    bge(CEND)
-    lsl(r4, r5, 2)
-    ldr(r6, [r7, 12])
-    data(2, 0x5936)          # ldr r6, [r6, r4]
-    str(r6, [r7, 56])        # [14] m
-    ldr(r6, [r7, 16])
-    data(2, 0x5936)
-    str(r6, [r7, 60])        # [15] shift
+    str(r4, [r7, 44])        # [11] the next channel (channel by channel)
+    str(r4, [r7, 48])        # [12] the run's channel (runs)
+    mov(r5, 1)
+    ldr(r4, [r7, 32])
+    cmp(r4, 0)
+    beq(OB)
+    mov(r5, 4)
+    label(OB)
+    str(r5, [r7, 64])        # [16] bytes an output
+    ldr(r4, [r7, 68])
+    cmp(r4, 0)
+    beq(SR)
+    ldr(r4, [r7, 4])         # channel by channel: steps c values
+    lsl(r6, r4, 2)
+    mov(r9, r6)
+    mul(r4, r5)
+    mov(r10, r4)
+    b(RUN)
+    label(SR)
+    mov(r6, 4)               # runs: steps one value
+    mov(r9, r6)
+    mov(r10, r5)
+    label(RUN)
+    ldr(r4, [r7, 68])
+    cmp(r4, 0)
+    beq(RR)
+    ldr(r4, [r7, 44])        # channel r4: its values from sums + 4 r4 on, c apart
+    ldr(r5, [r7, 4])
+    cmp(r4, r5)
+    blt(CG)
+    b(FIN)
+    label(CG)
+    add(r5, r4, 1)
+    str(r5, [r7, 44])
+    lsl(r5, r4, 2)
     ldr(r0, [r7, 36])
-    add(r0, r0, r4)
-    mov(r8, r0)              # its first sum
-    ldr(r1, [r7, 40])
-    ldr(r6, [r7, 32])
-    cmp(r6, 0)
-    beq(NW2)
-    add(r1, r1, r4)
-    b(NW3)
-    label(NW2)
-    add(r1, r1, r5)
-    label(NW3)
-    mov(r9, r1)              # its first output
-    add(r5, 1)
+    add(r0, r0, r5)
+    ldr(r6, [r7, 52])
+    cmp(r0, r6)
+    bcs(RUN)                 # (a channel past the count: no value)
+    mov(r8, r6)
+    ldr(r5, [r7, 64])
+    mul(r5, r4)
+    ldr(r6, [r7, 40])
+    add(r6, r6, r5)
+    mov(r12, r6)
+    b(SET)
+    label(RR)
+    ldr(r0, [r7, 56])        # the next run: blk values or the rest
+    ldr(r6, [r7, 52])
+    cmp(r0, r6)
+    bcc(RG)
+    b(FIN)
+    label(RG)
+    ldr(r5, [r7, 8])
+    lsl(r5, r5, 2)
+    add(r5, r0, r5)
+    cmp(r5, r6)
+    bls(RE)
+    mov(r5, r6)
+    label(RE)
+    mov(r8, r5)
+    str(r5, [r7, 56])
+    ldr(r6, [r7, 60])
+    mov(r12, r6)
+    ldr(r4, [r7, 48])
+    add(r5, r4, 1)           # the channel after this run's
+    ldr(r6, [r7, 4])
+    cmp(r5, r6)
+    blt(RC)
+    mov(r5, 0)
+    label(RC)
     str(r5, [r7, 48])
-    data(2, 0x45D0)          # cmp r8, r10
-    bcs(CH)
-    label(CV)
-    mov(r0, r8)
-    ldr(r1, [r0, 0])
-    data(2, 0x4458)          # add r0, r11
-    mov(r8, r0)
-    mov(r0, r9)
-    mov(r12, r0)
-    bl(CORE)
-    mov(r0, r9)
-    ldr(r4, [r7, 64])
-    add(r0, r0, r4)
-    mov(r9, r0)
-    data(2, 0x45D0)          # cmp r8, r10
-    bcc(CV)
-    b(CH)
-    label(CEND)
+    label(SET)               # channel r4's constants
+    lsl(r4, r4, 2)
+    ldr(r5, [r7, 12])
+    data(2, 0x592D)          # ldr r5, [r5, r4]: m
+    lsl(r6, r5, 16)
+    lsr(r6, r6, 16)
+    str(r6, [r7, 76])        # [19] m's low half
+    lsr(r6, r5, 16)
+    str(r6, [r7, 80])        # [20] its high half
+    ldr(r5, [r7, 16])
+    data(2, 0x592D)          # ldr r5, [r5, r4]: the shift
+    mov(r6, 0)
+    cmp(r5, 0)
+    ble(L0)
+    mov(r6, r5)
+    label(L0)
+    str(r6, [r7, 72])        # [18] left shift
+    mov(r6, 0)
+    cmp(r5, 0)
+    bge(R0)
+    neg(r6, r5)
+    label(R0)
+    str(r6, [r7, 88])        # [22] right shift
+    mov(r5, 1)
+    lsl(r5, r6)
+    sub(r5, 1)
+    str(r5, [r7, 84])        # [21] its mask
+    lsr(r5, r5, 1)
+    str(r5, [r7, 92])        # [23] half of it
+    ldr(r4, [r7, 32])
+    cmp(r4, 0)
+    beq(NL)
+    b(WL)
+    label(NL)                # int8 outputs
+    ldr(r3, [r0, 0])
+    data(2, 0x4448)          # add r0, r9
+    ldr(r4, [r7, 72])
+    lsl(r3, r4)
+    asr(r2, r3, 31)          # a's sign
+    eor(r3, r2)
+    sub(r3, r3, r2)          # |a|
+    lsr(r4, r3, 16)          # ah
+    data(2, 0xB29B)          # uxth r3, r3: al
+    ldr(r5, [r7, 76])        # ml
+    mov(r6, r5)
+    mul(r5, r3)              # lo = al ml
+    mul(r6, r4)              # ah ml
+    ldr(r1, [r7, 80])        # mh
+    mul(r3, r1)              # al mh
+    mul(r4, r1)              # hi = ah mh
+    add(r6, r6, r3)          # mid (< 2^32)
+    lsl(r3, r6, 16)
+    lsr(r6, r6, 16)
+    add(r5, r5, r3)
+    adc(r4, r6)
+    ldr(r3, [r7, 96])
+    add(r3, r3, r2)          # the nudge
+    mov(r6, 0)
+    add(r5, r5, r3)
+    adc(r4, r6)
+    lsl(r4, r4, 1)
+    lsr(r5, r5, 31)
+    orr(r4, r5)              # bits 31..62
+    eor(r4, r2)
+    sub(r4, r4, r2)          # signed
+    asr(r2, r4, 31)
+    ldr(r3, [r7, 84])
+    and_(r3, r4)             # remainder
+    ldr(r5, [r7, 88])
+    asr(r4, r5)
+    ldr(r5, [r7, 92])
+    sub(r5, r5, r2)          # threshold, +1 below zero
+    cmp(r3, r5)
+    ble(N1)
+    add(r4, 1)
+    label(N1)
+    ldr(r5, [r7, 20])
+    add(r4, r4, r5)          # + zp, clamped to [lo, hi]
+    data(2, 0x455C)          # cmp r4, r11
+    bge(N2)
+    mov(r4, r11)
+    label(N2)
+    data(2, 0x4574)          # cmp r4, lr
+    ble(N3)
+    data(2, 0x4674)          # mov r4, lr
+    label(N3)
+    mov(r1, r12)
+    strb(r4, [r1, 0])
+    data(2, 0x4451)          # add r1, r10
+    mov(r12, r1)
+    data(2, 0x4540)          # cmp r0, r8
+    bcc(NL)
+    b(NEXT)
+    label(WL)                # int32 outputs
+    ldr(r3, [r0, 0])
+    data(2, 0x4448)          # add r0, r9
+    ldr(r4, [r7, 72])
+    lsl(r3, r4)
+    asr(r2, r3, 31)
+    eor(r3, r2)
+    sub(r3, r3, r2)
+    lsr(r4, r3, 16)
+    data(2, 0xB29B)          # uxth r3, r3
+    ldr(r5, [r7, 76])
+    mov(r6, r5)
+    mul(r5, r3)
+    mul(r6, r4)
+    ldr(r1, [r7, 80])
+    mul(r3, r1)
+    mul(r4, r1)
+    add(r6, r6, r3)
+    lsl(r3, r6, 16)
+    lsr(r6, r6, 16)
+    add(r5, r5, r3)
+    adc(r4, r6)
+    ldr(r3, [r7, 96])
+    add(r3, r3, r2)
+    mov(r6, 0)
+    add(r5, r5, r3)
+    adc(r4, r6)
+    lsl(r4, r4, 1)
+    lsr(r5, r5, 31)
+    orr(r4, r5)
+    eor(r4, r2)
+    sub(r4, r4, r2)
+    asr(r2, r4, 31)
+    ldr(r3, [r7, 84])
+    and_(r3, r4)
+    ldr(r5, [r7, 88])
+    asr(r4, r5)
+    ldr(r5, [r7, 92])
+    sub(r5, r5, r2)
+    cmp(r3, r5)
+    ble(W1)
+    add(r4, 1)
+    label(W1)
+    mov(r1, r12)
+    str(r4, [r1, 0])
+    data(2, 0x4451)          # add r1, r10
+    mov(r12, r1)
+    data(2, 0x4540)          # cmp r0, r8
+    bcc(WL)
+    label(NEXT)
+    mov(r4, r12)
+    str(r4, [r7, 60])        # (runs: the next run's output)
+    b(RUN)
+    label(FIN)
     pop({r4})
     mov(r11, r4)
     pop({r4, r5, r6})
     mov(r8, r4)
     mov(r9, r5)
     mov(r10, r6)
+
+
+@micropython.asm_thumb
+def _nz(r0, r1, r2):
+    # out[i] = clamp(a[i] + zp, lo, hi) as bytes, in order (r0 a, r1 out, r2 _Q: [0] n,
+    # [5] zp, [6] lo, [7] hi)
+    ldr(r3, [r2, 0])
+    cmp(r3, 0)
+    ble(END)
+    ldr(r4, [r2, 20])
+    ldr(r5, [r2, 24])
+    ldr(r6, [r2, 28])
+    label(L)
+    ldr(r7, [r0, 0])
+    add(r0, 4)
+    add(r7, r7, r4)
+    cmp(r7, r5)
+    bge(A)
+    mov(r7, r5)
+    label(A)
+    cmp(r7, r6)
+    ble(B)
+    mov(r7, r6)
+    label(B)
+    strb(r7, [r1, 0])
+    add(r1, 1)
+    sub(r3, 1)
+    bgt(L)
     label(END)
+
+
+@micropython.asm_thumb
+def _nr(r0, r1):
+    # max |x[i]| over n int32 values (r0 x, r1 n; unsigned: -2^31's is 2^31, as on the
+    # host); ~11 cycles a value for viper's ~100
+    mov(r2, 0)
+    cmp(r1, 0)
+    ble(DONE)
+    label(L)
+    ldr(r3, [r0, 0])
+    add(r0, 4)
+    asr(r4, r3, 31)
+    eor(r3, r4)
+    sub(r3, r3, r4)
+    cmp(r3, r2)
+    bls(N)
+    mov(r2, r3)
+    label(N)
+    sub(r1, 1)
+    bgt(L)
+    label(DONE)
+    mov(r0, r2)
+
+
+@micropython.viper
+def nrk(x, n: int) -> int:
+    # q8kern.nrk on _nr's loop
+    m = int(_nr(x, n))
+    k = 0
+    while (m >> k) > 127:
+        k += 1
+    return k
+
+
+@micropython.asm_thumb
+def _ub(r0, r1, r2, r3):
+    # q8kern.ubek (r0 b, r1 e, r2 d, r3 _Q: [0] n, [1] j, [2] 2^j / 2, [3] 2^31 - 1):
+    # the same integers, ~30 cycles a bias for viper's ~260
+    mov(r7, r3)
+    ldr(r4, [r7, 0])
+    cmp(r4, 0)
+    ble(END)
+    label(L)
+    ldr(r4, [r2, 0])
+    ldr(r5, [r7, 8])
+    add(r4, r4, r5)
+    ldr(r5, [r7, 4])
+    asr(r4, r5)
+    ldrb(r5, [r1, 0])
+    data(2, 0xB26D)          # sxtb r5, r5
+    add(r4, r4, r5)          # v
+    mov(r5, r4)
+    add(r5, 128)
+    asr(r5, r5, 8)           # q
+    lsl(r6, r5, 8)
+    sub(r6, r4, r6)
+    strb(r6, [r1, 0])        # the fraction kept
+    cmp(r5, 0)
+    beq(NX)
+    ldr(r4, [r0, 0])         # u
+    ldr(r6, [r7, 12])
+    cmp(r5, 0)
+    blt(NEG)
+    sub(r6, r5, r6)          # q - mx
+    cmp(r4, r6)
+    bge(ST)
+    mov(r4, r6)
+    b(ST)
+    label(NEG)
+    add(r6, r6, r5)          # mx + q
+    cmp(r4, r6)
+    ble(ST)
+    mov(r4, r6)
+    label(ST)
+    sub(r4, r4, r5)
+    str(r4, [r0, 0])
+    label(NX)
+    add(r0, 4)
+    add(r1, 1)
+    add(r2, 4)
+    ldr(r4, [r7, 0])
+    sub(r4, 1)
+    str(r4, [r7, 0])
+    bgt(L)
+    label(END)
+
+
+@micropython.viper
+def ubek(b, e, d, n: int, j: int):
+    # q8kern.ubek on _ub's loop
+    t = ptr32(_Q)
+    t[0] = n
+    t[1] = j
+    t[2] = (1 << j) >> 1
+    mx = 0x7fff
+    t[3] = (mx << 16) | 0xffff
+    _ub(b, e, d, _Q)
 
 
 @micropython.asm_thumb
@@ -2220,6 +2379,69 @@ def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
     _da(dx, dz, w, _G)
 
 
+@micropython.asm_thumb
+def _fl(r0, r1, r2):
+    # q8sparse.flk (dz, m, P > 0): a channel (column) at a time, its P bytes m apart
+    # counted, the shared row's byte after them (P m on) set, the column flipped where
+    # more than (P + 1) / 2 are nonzero (-e: the low byte of 0 - the byte)
+    cmp(r1, 0)
+    beq(END)
+    add(r3, r0, r1)
+    mov(r12, r3)             # the first row's end
+    label(COL)
+    mov(r3, r0)
+    mov(r7, r2)
+    mov(r4, 0)               # nonzero ones
+    mov(r5, 0)               # their byte
+    label(SC)
+    ldrb(r6, [r3, 0])
+    cmp(r6, 0)
+    beq(Z)
+    add(r4, 1)
+    mov(r5, r6)
+    label(Z)
+    add(r3, r3, r1)
+    sub(r7, 1)
+    bne(SC)
+    lsl(r4, r4, 1)
+    add(r7, r2, 1)
+    cmp(r4, r7)
+    ble(KEEP)
+    strb(r5, [r3, 0])        # the shared row: e
+    neg(r5, r5)
+    mov(r3, r0)
+    mov(r7, r2)
+    label(FL)
+    ldrb(r6, [r3, 0])
+    cmp(r6, 0)
+    bne(F0)
+    strb(r5, [r3, 0])
+    b(FN)
+    label(F0)
+    mov(r6, 0)
+    strb(r6, [r3, 0])
+    label(FN)
+    add(r3, r3, r1)
+    sub(r7, 1)
+    bne(FL)
+    b(NX)
+    label(KEEP)
+    mov(r6, 0)
+    strb(r6, [r3, 0])
+    label(NX)
+    add(r0, 1)
+    data(2, 0x4560)          # cmp r0, r12
+    bcc(COL)
+    label(END)
+
+
+@micropython.viper
+def flk(dz, m: int, P: int):
+    # q8sparse.flk on _fl's loop (~10 cycles a byte a pass; viper's ~80)
+    if P > 0:
+        _fl(dz, m, P)
+
+
 def _table(n, kw):
     # vmacs's table for n entries, and _build's kx ranges (3 words per kx) after them
     global _T
@@ -2390,4 +2612,15 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     # blk): channel by channel, unless bytes written over sums not read yet (an int8
     # output inside the sums)
     p[17] = 1 if (blk == 1 or c == 1) and (wide or o >= a + 4 * n or o + n <= a) else 0
+    if blk == 1 and p[17] == 0:
+        # int8 outputs over the sums (a chunk's, q8.Layer.conv): channel by channel
+        # into the sums themselves (int32), then the zero point, clamp and bytes in order
+        # (each sum read before a byte lands on it): the same bytes as value by value,
+        # whose channel constants were made again for each value (~130 cycles a value)
+        p[8] = 1
+        p[17] = 1
+        _rq(acc, acc, _Q)
+        p[8] = 0
+        _nz(acc, out, _Q)
+        return
     _rq(acc, out, _Q)

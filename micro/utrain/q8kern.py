@@ -71,26 +71,6 @@ def sumk(acc, x, xz: int, n: int, c: int):
 
 
 @micropython.viper
-def nrk(x, n: int) -> int:
-    # the k that brings n int32 values x into int8 by x >> k: the least k with
-    # max |x[i]| >> k <= 127
-    px = ptr32(x)
-    m = 0
-    for i in range(n):
-        v = int(px[i])
-        h = v >> 16
-        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
-        if v < 0:
-            v = 0 - v
-        if v > m:
-            m = v
-    k = 0
-    while (m >> k) > 127:
-        k += 1
-    return k
-
-
-@micropython.viper
 def shk(d, x, n: int, k: int, y, lo: int, hi: int):
     # d[i] = int8 of x[i] / 2^k (int32 x, rounded half away from zero, clamped to
     # +-127), and 0 where the forward output y[i] (int8) sat at its clamp lo or hi
@@ -196,38 +176,6 @@ def ubk(b, d, n: int, seed: int) -> int:
             u = mx + q
         pb[i] = u - q
     return s
-
-
-@micropython.viper
-def ubek(b, e, d, n: int, j: int):
-    # int32 bias step with its rounding kept (SGD, utrain.q8 _ibias): d[i] in 2^-(8 + j)
-    # bias steps, rounded to 1/256 steps, plus the kept fraction e[i] (int8, 1/256 steps)
-    # is t; b[i] -= (t + 128) >> 8 (held within +-(2^31 - 1)), e[i] = the rest: the bias
-    # held, b[i] - e[i] / 256, moves by exactly the rounded d[i]
-    pb = ptr32(b)
-    pe = ptr8(e)
-    pd = ptr32(d)
-    mx = 0x7fff
-    mx = (mx << 16) | 0xffff
-    h0 = (1 << j) >> 1
-    for i in range(n):
-        v = int(pd[i])
-        h = v >> 16
-        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
-        v = ((v + h0) >> j) + (int(pe[i]) ^ 128) - 128
-        q = (v + 128) >> 8
-        pe[i] = (v - (q << 8)) & 255
-        if q == 0:
-            continue
-        u = int(pb[i])
-        h = u >> 16
-        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
-        if q > 0:
-            if u < q - mx:
-                u = q - mx
-        elif u > mx + q:
-            u = mx + q
-        pb[i] = u - q
 
 
 @micropython.viper
@@ -402,12 +350,13 @@ except (ImportError, SyntaxError):
     _A = None
 ASM = _A is not None
 if _A is None:
-    from utrain.q8vk import fck, convk, rqk, gwk, dxk, cgk, upk, upmk, upek, cdk
+    from utrain.q8vk import fck, convk, rqk, gwk, dxk, cgk, upk, upmk, upek, cdk, nrk, ubek
 else:
     _A._V = (dwk, ddk, dgk, sumk, stk)
     fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk, upmk, upek, sumk, stk = (
         _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk,
         _A.upk, _A.upmk, _A.upek, _A.sumk, _A.stk)
+    nrk, ubek = _A.nrk, _A.ubek
     zk = _A._zero
 
 if not VIPER:
@@ -425,6 +374,7 @@ def vk():
     utrain.q8vk): the reference the tests and benches compare the assembler ones with."""
     from utrain import q8vk as V
     d = {'dwk': _A._V[0], 'ddk': _A._V[1], 'dgk': _A._V[2], 'sumk': _A._V[3], 'stk': _A._V[4]}
-    for n in ('fck', 'convk', 'gwk', 'dxk', 'cgk', 'cdk', 'rqk', 'upk', 'upmk', 'upek'):
+    for n in ('fck', 'convk', 'gwk', 'dxk', 'cgk', 'cdk', 'rqk', 'upk', 'upmk', 'upek', 'nrk',
+              'ubek', 'flk'):
         d[n] = getattr(V, n)
     return d

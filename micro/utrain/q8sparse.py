@@ -6,6 +6,7 @@
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER
+from utrain import q8kern as K
 if not VIPER:
     from utrain.q8kern import ptr8, ptr32
 
@@ -160,6 +161,35 @@ def dak(dx, dz, w, o0: int, m: int, O: int, P: int, I: int):
                 pd[xb + i] += z * ((int(pw[wb + i]) ^ 128) - 128)
 
 
+def dxch(net, L, dx, dz, g, k, p, P, I, nc):
+    # the input gradient dx (P rows of I) of streamed layer L fed a broadcast row g (its
+    # dz made a chunk at a time, utrain.q8 Q8Net._chunks): where more channels fit past
+    # dx's rows than in the weight scratch (nc) and dz holds one row more than a chunk's,
+    # a chunk's weights read there, the rows' shared part (flk) summed in the bias sums
+    # (free: L's were stepped before) or else the buffer's last I values, and added to
+    # every row at the end
+    sr = net.bs
+    n = len(dx) - (0 if len(sr) >= I else I)
+    wa = memoryview(dx)[P * I:n] if n >= P * I else None
+    w = net.wide(wa, I, len(dz) // (P + 1), nc)
+    if w:
+        if n < len(dx):
+            sr = memoryview(dx)[n:]
+        K.zk(sr, I)
+    off = net.woff[L.d['wt']]
+    for o0, m in net._chunks(L, g, k, p, w):
+        if w:
+            r = net._wv(wa, off + o0 * I, m * I)
+            flk(dz, m, P)
+            dak(dx, dz, r, 0, m, m, P, I)
+            dak(sr, dz, r, P * m, m, (P + 1) * m, 1, I)
+        else:
+            dak(dx, dz, L.rows(o0, m, I), 0, m, m, P, I)
+    if w:
+        for q in range(P):
+            K.adk(memoryview(dx)[q * I:], sr, I)
+
+
 @micropython.viper
 def mzk(g, n: int, m):
     # g[i] = 0 (int32) where bit i of mask m is clear (a residual ADD's clamp)
@@ -170,15 +200,17 @@ def mzk(g, n: int, m):
             pg[i] = 0
 
 
-# ARM boards: dak, mkk, smk, smc and smb on q8asm's assembler loops (_da: two nonzero
-# dz a turn; _mk, _sm, _sb: ~15-30 cycles a value for viper's ~80-120 on a
-# Cortex-M0+); the viper ones above (V) stay their reference:
+# ARM boards: dak, mkk, smk, smc, smb and flk on q8asm's assembler loops (_da: two
+# nonzero dz a turn; _mk, _sm, _sb, _fl: ~10-30 cycles a value for viper's ~80-120 on a
+# Cortex-M0+); the viper ones above (V; flk's in q8vk) stay their reference:
 # tests/support/q8kern_cases.py compares them on the board
 V = None
 from utrain.q8kern import _A  # noqa: E402
 if _A is not None:
     V = {'dak': dak, 'mkk': mkk, 'smk': smk, 'smc': smc, 'smb': smb}
-    dak, mkk, smk, smc, smb = _A.dak, _A.mkk, _A.smk, _A.smc, _A.smb
+    dak, mkk, smk, smc, smb, flk = _A.dak, _A.mkk, _A.smk, _A.smc, _A.smb, _A.flk
+else:       # (flk's viper loop: q8vk's, which an ARM board does not load)
+    from utrain.q8vk import flk
 
 if not VIPER:
     import sys

@@ -2,7 +2,7 @@
 # multiply-adds, the requantization, the int8 updates), in a module of their own: q8kern
 # loads them where no q8asm is staged (the unix port, ESP32, CPython through q8np); a
 # training run on an ARM board never does (8.5 KB of armv6m code in an RP2040's heap),
-# only the tests and benches that compare both (q8kern.vk()).  Same conventions as
+# only the tests and benches that compare both (q8kern.vk(); also q8sparse's flk).  Same conventions as
 # q8kern (viper: unboxed machine ints, ptr8/ptr32; CPython: the same integers).
 from utrain.q8viper import micropython, VIPER
 if not VIPER:
@@ -340,3 +340,87 @@ def cdk(dx, dz, w, gm):
                         wb = ((o * KH + ky) * KW + kx) * I - xb
                         for t in range(xb, xb + I):
                             pd[t] += z * ((int(pw[t + wb]) ^ 128) - 128)
+
+
+@micropython.viper
+def nrk(x, n: int) -> int:
+    # the k that brings n int32 values x into int8 by x >> k: the least k with
+    # max |x[i]| >> k <= 127
+    px = ptr32(x)
+    m = 0
+    for i in range(n):
+        v = int(px[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        if v < 0:
+            v = 0 - v
+        if v > m:
+            m = v
+    k = 0
+    while (m >> k) > 127:
+        k += 1
+    return k
+
+
+@micropython.viper
+def ubek(b, e, d, n: int, j: int):
+    # int32 bias step with its rounding kept (SGD, utrain.q8 _ibias): d[i] in 2^-(8 + j)
+    # bias steps, rounded to 1/256 steps, plus the kept fraction e[i] (int8, 1/256 steps)
+    # is t; b[i] -= (t + 128) >> 8 (held within +-(2^31 - 1)), e[i] = the rest: the bias
+    # held, b[i] - e[i] / 256, moves by exactly the rounded d[i]
+    pb = ptr32(b)
+    pe = ptr8(e)
+    pd = ptr32(d)
+    mx = 0x7fff
+    mx = (mx << 16) | 0xffff
+    h0 = (1 << j) >> 1
+    for i in range(n):
+        v = int(pd[i])
+        h = v >> 16
+        v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
+        v = ((v + h0) >> j) + (int(pe[i]) ^ 128) - 128
+        q = (v + 128) >> 8
+        pe[i] = (v - (q << 8)) & 255
+        if q == 0:
+            continue
+        u = int(pb[i])
+        h = u >> 16
+        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
+        if q > 0:
+            if u < q - mx:
+                u = q - mx
+        elif u > mx + q:
+            u = mx + q
+        pb[i] = u - q
+
+
+@micropython.viper
+def flk(dz, m: int, P: int):
+    # a broadcast row's chunk of P rows of m dz (each channel's nonzero ones one value e:
+    # smc's) and a row after them: where a channel has more than (P + 1) / 2 nonzero, the
+    # row after holds e and its P rows -e where they held 0, 0 where e; elsewhere the row
+    # after holds 0.  dak over the P rows, plus dak of the row after added to each row:
+    # the same integers from min(c, P + 1 - c) rows a channel instead of c
+    pz = ptr8(dz)
+    s = P * m
+    for j in range(m):
+        c = 0
+        e = 0
+        t = j
+        for q in range(P):
+            if pz[t]:
+                c += 1
+                e = pz[t]
+            t += m
+        if 2 * c > P + 1:
+            pz[s + j] = e
+            e = (256 - e) & 255
+            t = j
+            for q in range(P):
+                if pz[t]:
+                    pz[t] = 0
+                else:
+                    pz[t] = e
+                t += m
+        else:
+            pz[s + j] = 0

@@ -277,6 +277,37 @@ def test_chunked_update_equals_whole(tmp_path, monkeypatch):
     assert outs[0] == outs[1]
 
 
+def test_lowest_layer_weight_gradient_in_its_dead_gradient_buffer(tmp_path, monkeypatch):
+    """The lowest trained layer (no input gradient to make) makes its weight gradient in
+    the int32 output-gradient buffer its dz came from, dead by then, where more output
+    channels fit than in the shared chunk (q8.json gc): fewer chunks, the same bytes."""
+    monkeypatch.setattr(quant, 'GCHUNK', 3)
+    real, kern = Q8Net._wgrad, K.cgk
+    outs, calls = [], []
+    for use in (False, True):
+        n = [0]
+
+        def cgk(*a):
+            n[0] += 1
+            return kern(*a)
+        monkeypatch.setattr(K, 'cgk', cgk)
+        if not use:
+            monkeypatch.setattr(Q8Net, '_wgrad', lambda self, L, dz, sz, lr, g=None:
+                                real(self, L, dz, sz, lr))
+        else:
+            monkeypatch.setattr(Q8Net, '_wgrad', real)
+        d = tmp_path / str(use)
+        d.mkdir()
+        m, net = _net(d, {0: HALF, 1: BIAS, 2: BIAS})
+        assert m['layers'][0].get('gc') == 1
+        for s in range(2):
+            net.step(_sample(s), 2, 0.05)
+        outs.append([bytes(L.w) + bytes(L.b) + _bstate(L) for L in net.layers if L.train])
+        calls.append(n[0])
+    assert outs[0] == outs[1]
+    assert calls[0] == 2 * 4 and calls[1] == 2, calls     # (conv 0's 4 channels at 1/2)
+
+
 def _vel(L):
     return np.frombuffer(bytes(L.vw), np.int16).astype(np.float64)
 
@@ -597,6 +628,13 @@ def test_streamed_wide_chunks_equal_the_scratch_chunks(tmp_path, monkeypatch):
     as the weight scratch's chunks, in fewer chunks."""
     _small_scratch(monkeypatch)
     real, gbs = Q8Net.wide, Q8Net._gbs
+    from utrain import q8sparse as S
+    flk, shared = S.flk, []
+
+    def spy_flk(dz, m, P):      # (the channels whose rows' shared part is taken once)
+        flk(dz, m, P)
+        shared.append(sum(1 for j in range(m) if dz[P * m + j]))
+    monkeypatch.setattr(S, 'flk', spy_flk)
     # (input-gradient buffers twice as long: room past the pointwise conv's own input
     # gradient for its weights, as MobileNetV2's head has)
     monkeypatch.setattr(Q8Net, '_gbs', lambda self, m: gbs(self, 2 * m))
@@ -623,6 +661,7 @@ def test_streamed_wide_chunks_equal_the_scratch_chunks(tmp_path, monkeypatch):
         if wide:    # the forward's chunks (two passes a sample) and the input gradient's
             assert len([v for v in got if v > m['layers'][2]['nc']]) == 3 * 3, got
     assert outs[0] == outs[1]
+    assert shared and sum(shared) > 0, shared   # (the wide run's chunks: some taken once)
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')

@@ -15,7 +15,7 @@ NAMES = ('fck', 'convk', 'dwk', 'gwk', 'dxk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk',
 IMPLS = [('kern', dict([(n, getattr(K, n)) for n in NAMES]))]
 IMPLS[0][1]['upmk'] = K.upmk
 IMPLS[0][1]['upek'] = K.upek
-for _n in ('dak', 'mkk', 'smk', 'smc'):
+for _n in ('dak', 'mkk', 'smk', 'smc', 'flk'):
     IMPLS[0][1][_n] = getattr(S, _n)
 if getattr(K, 'ASM', False):
     IMPLS = [('asm', IMPLS[0][1]), ('viper', K.vk())]
@@ -25,8 +25,8 @@ IMPLS[0][1]['vmk'] = M.vmk
 if M.V:
     IMPLS[1][1].update(M.V)
 IMPLS[0][1]['smb'] = S.smb
-for _n, _k in IMPLS:
-    _k['ubek'] = K.ubek      # (viper everywhere: no assembler version)
+IMPLS[0][1]['ubek'] = K.ubek
+IMPLS[0][1]['nrk'] = K.nrk
 
 
 class R:
@@ -217,6 +217,15 @@ def run(r, name, k):
         for _ in range(2):
             k['ubek'](b, e, d, n, j)
         out.append(('ube%d' % i, b, e))
+    # nrk: the shift bringing int32 values into int8 (random sizes, the 127 / 128 edge,
+    # +-(2^31 - 1), zeros, none)
+    for i, (n, big) in enumerate(((7, 1 << 20), (33, 1 << 30), (5, 100), (4, 1), (0, 1))):
+        a = r.ints(n + 1, big)
+        if i == 2:
+            a[0], a[1] = -128, 127
+        if i == 3:
+            a[0], a[2] = 0x7fffffff, -0x7fffffff
+        out.append(('nr%d' % i, k['nrk'](a, n), k['nrk'](memoryview(a)[1:], n)))
     # q8sparse.dak: a chunk of output channels' input gradient, added (P positions)
     # (zero gradients: skipped rows, two in a row, an odd count of channels)
     for i, (P, O, I, o0, m) in enumerate(((1, 5, 7, 0, 5), (9, 12, 13, 4, 5), (3, 4, 1, 3, 1),
@@ -305,19 +314,40 @@ def run(r, name, k):
         acc = r.ints(R * O)
         k['convk'](acc, x, xz, gm, w, b)
         out.append(('wide%d' % i, acc))
-    # rqk one multiplier a value (q8asm._rqc: channel by channel) over a count that is no
-    # multiple of the channels, in place (wide) and into bytes
-    for i, (n, c) in enumerate(((13, 5), (3, 7))):
+    # rqk one multiplier a value (q8asm._rq: channel by channel) over a count that is no
+    # multiple of the channels, in place (wide) and into bytes; then into bytes over its
+    # own sums (q8.Layer.conv's chunks: each sum read before a byte lands on it)
+    for i, (n, c) in enumerate(((13, 5), (3, 7), (18, 5), (9, 9))):
         a = r.ints(n, 1 << 26)
         mul = r.ints(c, 1 << 29)
         shf = r.ints(c, 4)
         for j in range(c):
             mul[j] += 3 << 29
             shf[j] = shf[j] % 9 - 6
+        if i > 1:
+            a8 = memoryview(a).cast('B') if hasattr(memoryview(a), 'cast') else a
+            k['rqk'](a, n, c, 1, mul, shf, a8, -5, -120, 100, 0)
+            out.append(('rqo%d' % i, bytes(a8)[:n]))
+            continue
         y = bytearray(n)
         k['rqk'](a, n, c, 1, mul, shf, y, 3, -100, 90, 0)
         k['rqk'](a, n, c, 1, mul, shf, a, 0, 0, 0, 1)
         out.append(('rqc%d' % i, y, a))
+    # q8sparse.flk: a broadcast row's chunk (each column's nonzero dz one value, masked
+    # rows: random, all set, none set, -128 and 127, the (P + 1) / 2 edge either side),
+    # its P rows and the shared row after them; one row; no channel
+    for i, (P, m) in enumerate(((9, 13), (2, 5), (1, 3), (9, 0), (4, 7))):
+        dz = r.bytes((P + 1) * m + 2)
+        e = r.bytes(m)
+        bits = r.bytes(P * m)
+        for j in range(m):
+            v = (0x80, 0x7f, 0, 1)[j] if j < 4 else e[j]
+            for q in range(P):
+                on = j == 0 or j == 5 or (j != 6 and (bits[q * m + j] & 3) != 0) or (
+                    j == 7 and q <= P // 2) or (j == 8 and q < (P + 1) // 2)
+                dz[q * m + j] = v if on else 0
+        k['flk'](dz, m, P)
+        out.append(('fl%d' % i, dz))
     # stk: rows of a chunk of channels put in place (one row, one channel, none)
     for i, (n, c, ys, yo) in enumerate(((9, 97, 200, 5), (1, 3, 3, 0), (4, 1, 7, 6), (0, 4, 4, 0))):
         src = r.bytes(n * c)
