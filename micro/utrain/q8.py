@@ -85,6 +85,8 @@ class Layer:
     uk = None    # what its window's update multipliers were made for (_mults)
     sh = None    # its weight tensor's uses (utrain.q8share); sa, sb: an alias of its
     sa = sb = 0  # first use's weights, and bias
+    xo = 0       # 1: weights that train outside 'wt' / 'bt' (q8tcv, q8emb: their Train;
+    #              2: its sums at SGD momentum's batch 1 too), optimizer state made here
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -578,9 +580,9 @@ class Q8Net:
         # the state either keeps beside the weights (files, checkpoints: in this order)
         self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
         if EMB in X:                # (an embedding's table that trains: utrain.q8emb)
-            X[EMB].ext(self)
+            X[EMB].ext(self, _i32)
         if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
-            self.ext.append(X[TCV].Train(self, qmul))
+            self.ext.append(X[TCV].Train(self, qmul, _mults, FS))
         self.setup()
 
     def strips(self):
@@ -804,7 +806,7 @@ class Q8Net:
             self.M = M
             M.setup(self, batch, qmul, _i32)    # (mum, mus, vmp: mu's multiplier, vmk's mu and seed)
         for L in self.layers:
-            if L.train:
+            if L.train or L.xo:
                 w0, w1 = L.wr()
                 n, oc = w1 - w0, len(L.b)
                 # SGD at batch 1 with per-channel scales (q8.json 'bh'): the int32 bias
@@ -824,15 +826,16 @@ class Q8Net:
                 L.be = (L.be or bytearray(oc)) if ib else None
                 if L.be is None and L.bf is None:
                     L.set_bias()
-                if optimizer == 'sgd' and batch == 1:
+                if optimizer == 'sgd' and batch == 1 and not (self.mom and L.xo > 1):
                     continue
                 L.ga, L.ba = _i32(n), _f32(oc)
                 if self.adam:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
                     L.bm, L.bv = _f32(oc), _f32(oc)
                     L.set_bias()
-        if self.sh is not None:
-            self.sh.setup(batch)
+        for x in self.ext:      # (q8share, q8tcv, q8emb)
+            if hasattr(x, 'setup'):
+                x.setup(batch)
 
     def step(self, x, label, lr):
         """One SGD step (batch 1) on int8 sample x with target label; returns loss, hit."""
