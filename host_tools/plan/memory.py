@@ -1228,10 +1228,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                                          + arr(4 * 256) + arr(4 * ls[-1]['nout'])
                                          + arr(4 * 3) + arr(4 * 5))
     if trains and (settings or {}).get('loss') in ('cce', 'mse', 'mae'):
-        # float targets (utrain.q8train's y) and the loss's float outputs and gradient,
-        # a list of boxed floats each, and the gradient as ints, then int32 (Q8Net._run)
+        # float targets (utrain.q8train's y) and the loss's float outputs, its gradient in
+        # their place (a list of boxed floats each, made at its size), the gradient as
+        # int32 in scce's buffer (Q8Net._run; 'sums and scratch buffers')
         n = ls[-1]['nout']
-        parts['loss (float targets, outputs, gradient)'] = 3 * arr(w * n) + 2 * n * blk(2 * w) + arr(4 * n)
+        parts['loss (float targets, outputs, gradient)'] = 2 * arr(w * n) + 2 * n * blk(2 * w)
     held = 0
     # SGD momentum at batch 1: a layer whose bias alone trains, stepped in integers
     # ('bh'), keeps no float weight scales once built (utrain.q8 Q8Net)

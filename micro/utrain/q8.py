@@ -730,8 +730,11 @@ class Q8Net:
 
     def logits(self, x):
         y = self.forward(x)
-        s, z = self.sy, self.zy
-        return [s * (((v ^ 128) - 128) - z) for v in y]
+        s, z, n = self.sy, self.zy, len(y)
+        out = [0.0] * n         # (at its size: a list grown to it is a block of the next
+        for i in range(n):      # power of two, its growth's blocks holes in the heap)
+            out[i] = s * (((y[i] ^ 128) - 128) - z)
+        return out
 
     def loss(self, x, label, grad=False):
         """(loss, hit) of int8 sample x with target label, a class index (scce) or a list
@@ -860,9 +863,11 @@ class Q8Net:
         # by the layers' powers of two)
         if isinstance(label, int):
             g, s = dl, 1.0 / 16384.0
-        else:
-            s = 1.0 / 1048576.0
-            g = array('i', [int(round(v / s)) for v in dl])
+        else:               # (into the scce gradient's buffer, free here: a list
+            s = 1.0 / 1048576.0     # grown to its size was a 1 KB block a step)
+            g = self.g0
+            for j in range(len(dl)):
+                g[j] = int(round(dl[j] / s))
         if self.H is not None:      # a graph: gradients held for their producers
             self.H.walk(g, s, lr)
             return loss, hit

@@ -2,7 +2,8 @@
 # momentum) and Adam on float32 master weights (any batch), applied by Q8Net.apply at a
 # batch's end.  Loaded by Q8Net.setup only for those settings: SGD at batch 1, the
 # common case on a board, updates each layer as its gradient is made (Q8Net.step) and
-# loads none of this (code is heap on a board).
+# loads none of this (code is heap on a board); with momentum, a TRANSPOSE_CONV or an
+# embedding that trains loads it for its state in checkpoints (xs, xput).
 from math import sqrt
 from utrain import q8kern as K
 

@@ -8,11 +8,16 @@
 # table tensor, 'en' its rows, 'ed' bytes a row.  An id that is not a row stops the run
 # naming the table and the id.
 # A frozen table stays in the .wof: each id's row is read into the output.  A table that
-# trains ('eg': SGD at batch 1, no momentum; the host refuses the rest) is held in RAM
-# (L.tt) and its used rows step in place by QAS, w_q -= lr dL/dW / s_W (s_W the table's
-# scale, 'es'), in 1/256 steps rounded stochastically (q8kern.upk, as an
-# FC's weights; clamped to +-127); dL/dW of a row is the sum of the gradients at the
-# positions that read it (a scatter-add: a row read twice steps twice).  It is among utrain.q8's ext state: checkpoints, trained.wof.q8e (export).
+# trains ('eg') is held in RAM (L.tt) and is an FC's weights to utrain.q8 (Layer.xo:
+# rows of 'ed' weights at one scale 'es', no bias).  SGD at batch 1: its used rows step in
+# place by QAS, w_q -= lr dL/dW / s_W, in 1/256 steps rounded stochastically (q8kern.upk,
+# as an FC's weights; clamped to +-127); dL/dW of a row is the sum of the gradients at the
+# positions that read it (a scatter-add: a row read twice steps twice).  Adam, a batch > 1
+# and momentum: the rows' steps go into the table's sums (Q8Net.setup's L.ga) and the FC's
+# updates apply them to every row (utrain.q8batch: Adam's float32 masters and moments, a
+# batch's SGD; momentum at batch 1: each sample's, through every row's int16 velocity,
+# Q8Net._upd).  It is among utrain.q8's ext state: checkpoints (with that optimizer state),
+# trained.wof.q8e (export).
 from array import array
 from utrain import q8kern as K
 

@@ -10,12 +10,14 @@
 # Gradient: dx[oy, ox, o] = sum g[iy, ix, i] w[i, ky, kx, o] (tbk, C's forward walk) with
 # g masked where the output clamped, shifted into int8 and rescaled per channel by
 # s_W[i] / max s_W (2^-14 steps): at scale s 2^sh max s_W.
-# Its weights and bias train where q8.json has 'xt' (a layer below it trains; SGD: Train,
+# Its weights and bias train where q8.json has 'xt' (a layer below it trains: Train,
 # among utrain.q8's ext state: checkpoints, trained.wof.q8c): dW[i, ky, kx, o] =
-# sum dz[iy, ix, i] (x[oy, ox, o] - zx) (twk, dz unrescaled, at s 2^sh s_x), each weight
-# moved by lr dL/dW / s_W[i] steps stochastically rounded (QAS: rqk per channel, upk), the
-# int32 bias by lr dL/db / (s_x s_W[i]) rounded (dL/db: the int32 g summed, tsk); at a
-# batch > 1 their float sums, applied so at the batch's end (apply, from utrain.q8batch).
+# sum dz[iy, ix, i] (x[oy, ox, o] - zx) (twk, dz unrescaled, at s 2^sh s_x), dL/db the
+# int32 g summed (tsk).  SGD at batch 1: each weight moved by lr dL/dW / s_W[i] steps
+# stochastically rounded (QAS: rqk per channel, upk), the int32 bias by lr dL/db / (s_x
+# s_W[i]) rounded.  Momentum, a batch > 1 and Adam: as a CONV_2D's weights of I channels
+# (Layer.xo: utrain.q8's update multipliers, velocities, sums, float32 masters and
+# moments, Q8Net._put and _bias, utrain.q8batch).
 # Weights and bias are read once (weights.wof's int8 and int32 tensors 'xw', 'xb'), the
 # multipliers are q8.json's 'mul', 'shf' (per channel), the weight scales its 'sw'.
 from utrain.q8kern import micropython, VIPER
