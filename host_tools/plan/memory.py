@@ -1324,9 +1324,10 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         if sh:
             parts['shared weights (summed gradients)'] = sh
     if n_w or n_b or fr or sl:    # batch sums, Adam's master, m, v: of the window
+        # (and Adam's sums' unit a layer, Layer.gk: two ints)
         parts['optimizer state'] = sl + fr + sum(
             (n_w * arr(4 * q8_trained_weights(d)) if d.get('sh', i) == i else 0) + n_b * arr(4 * d['nb'])
-            for i, d in enumerate(ls) if d.get('train'))
+            + (arr(8) if opt == 'adam' else 0) for i, d in enumerate(ls) if d.get('train'))
     if mom:     # an int16 velocity per trained weight (utrain.q8mom), an int32 or float a bias
         parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
                                                                  if d.get('sh', i) == i else 0)
@@ -1341,7 +1342,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             nw, nb = (d['wn'], d['nb']) if d.get('xt') else (d['en'] * d['ed'], 0)
             xo += arr(4 * nb) + 2 * arr(4 * max(nb, 1)) + (
                 arr(4 * nw) + arr(4 * nb) if opt != 'sgd' or batch > 1 or (mom and d.get('eg')) else 0) + (
-                3 * arr(4 * nw) + 2 * arr(4 * nb) if opt == 'adam' else 0) + (
+                3 * arr(4 * nw) + 2 * arr(4 * nb) + arr(8) if opt == 'adam' else 0) + (
                 arr(2 * nw) + arr(4 * nb) if mom else 0)
     if xo:
         parts['optimizer state (TRANSPOSE_CONV, embedding)'] = xo

@@ -53,14 +53,16 @@ def back(L, net, g, s):
     end, as an FC's: Q8Net._upd); no gradient below (the ids are data)."""
     d = L.d
     if L.tt is not None:
-        r, w, u, ga, lr = d['ed'], memoryview(L.tt), L.dx, L.ga, net.lr
-        f = (lr if lr is not None else _FS / 256.0) * s * 256.0 / d['es']
+        r, w, u, ga, lr, gk = d['ed'], memoryview(L.tt), L.dx, L.ga, net.lr, L.gk
+        f = 1.0 if gk is not None else (lr if lr is not None else _FS / 256.0) * s * 256.0 / d['es']
         for j in range(len(L.dg)):
             o = j * r
             for c in range(r):
                 v = g[o + c] * f
                 u[c] = -0x3fffffff if v < -0x3fffffff else 0x3fffffff if v > 0x3fffffff else int(v)
             i = L.dg[j] * r
+            if gk is not None:      # (Adam: dL/dW = g s, into its sums' unit, q8batch.unit)
+                net.B.unit(L, u, r, L.dg[j], 1, r, s, L.qm)
             if ga is None:
                 net.seed = K.upk(w[i:i + r], u, r, net.seed)
             else:
@@ -71,11 +73,11 @@ def back(L, net, g, s):
     return None, s
 
 
-def ext(net, i32):
-    # (Q8Net: the tables that train, among its ext state; i32: utrain.q8's _i32)
+def ext(net, i32, qmul):
+    # (Q8Net: the tables that train, among its ext state; i32, qmul: utrain.q8's)
     ls = [L for L in net.layers if L.d.get('eg')]
     if ls:
-        net.ext.append(Train(net, ls, i32))
+        net.ext.append(Train(net, ls, i32, qmul))
 
 
 class Train:
@@ -85,7 +87,7 @@ class Train:
     batch's sums: the whole table's) and updates (utrain.q8batch, Q8Net._upd) it takes."""
     TAG = b'UTEM'
 
-    def __init__(self, net, ls, i32):
+    def __init__(self, net, ls, i32, qmul):
         self.net, self.ls = net, ls
         for L in ls:
             d = L.d
@@ -96,6 +98,7 @@ class Train:
             L.geo = lambda g=g: g   # noqa: E731  (Layer.wr's, set_bias's)
             L.xo, L.b, L.whi, L.um, L.us = 2, i32(0), d['en'], i32(1), i32(1)
             L.blo = L.bhi = 0
+            L.qm = qmul         # (Adam's sums: q8batch.unit's)
             d['sw'], d['sx'] = [d['es']], 1.0     # (its one scale, as an FC's 'sw'; no bias)
 
     def setup(self, batch):

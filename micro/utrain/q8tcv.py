@@ -272,7 +272,10 @@ class Train:
             # one chunk (Q8Net._wgrad's scales)
             sz = s * (1 << sh)
             f, v = (sz * sx, self.FS) if lr is None else (lr * sz * sx, 256.0)
-            self.mults(L, gw, d['wn'], 0, I, d['wn'] // I, f, v)
+            if L.gk is not None and lr is None:     # (Adam's sums: q8batch.unit)
+                net.B.unit(L, gw, d['wn'], 0, I, d['wn'] // I, f, self.qmul)
+            else:
+                self.mults(L, gw, d['wn'], 0, I, d['wn'] // I, f, v)
             net._put(L, 0, gw, d['wn'], lr)
             net._bias(L, s * (1 << k), lr, 0, I, bs)
             return
