@@ -1191,14 +1191,14 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         if d.get('eg') and trains:          # a table that trains, held (utrain.q8emb), its
             objs += arr(d['en'] * d['ed']) + arr(2 * (d['nout'] // d['ed'])) + arr(4 * d['ed'])
             #                                   sample's ids and a row's steps
+        if trains and (d.get('eg') or d.get('xt')):     # (a trained layer's attributes, its
+            objs += blk(Q8_TRAINED_WORDS * w) + blk(12 * w)     # geometry's function: Layer.xo)
         if d['k'] == q8.TCV:                # its weights, bias, int32 sums, and where it
             objs += arr(d['wn']) + arr(4 * d['nb']) + arr(4 * d['nout'])    # passes a
             if trains and d.get('back'):    # gradient its int8 dz and rescaling (q8tcv)
                 objs += arr(d['nout']) + arr(4 * d['nb'])
             if trains and d.get('xt'):      # its weights train: their int32 gradient, the
                 objs += arr(4 * d['wn']) + 3 * arr(8 * d['nb'])     # bias sums, multipliers
-                if int((settings or {}).get('batch', 1)) > 1:       # (a batch's float sums)
-                    objs += arr(4 * d['wn']) + arr(4 * d['nb'])
         if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
@@ -1228,10 +1228,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                                          + arr(4 * 256) + arr(4 * ls[-1]['nout'])
                                          + arr(4 * 3) + arr(4 * 5))
     if trains and (settings or {}).get('loss') in ('cce', 'mse', 'mae'):
-        # float targets (utrain.q8train's y) and the loss's float outputs and gradient,
-        # a list of boxed floats each, and the gradient as ints, then int32 (Q8Net._run)
+        # float targets (utrain.q8train's y) and the loss's float outputs, its gradient in
+        # their place (a list of boxed floats each, made at its size), the gradient as
+        # int32 in scce's buffer (Q8Net._run; 'sums and scratch buffers')
         n = ls[-1]['nout']
-        parts['loss (float targets, outputs, gradient)'] = 3 * arr(w * n) + 2 * n * blk(2 * w) + arr(4 * n)
+        parts['loss (float targets, outputs, gradient)'] = 2 * arr(w * n) + 2 * n * blk(2 * w)
     held = 0
     # SGD momentum at batch 1: a layer whose bias alone trains, stepped in integers
     # ('bh'), keeps no float weight scales once built (utrain.q8 Q8Net)
@@ -1331,6 +1332,20 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
                                                                  if d.get('sh', i) == i else 0)
                                              for i, d in enumerate(ls) if d.get('train'))
+    # weights that train outside 'wt' / 'bt' (a TRANSPOSE_CONV's 'xt', an embedding's 'eg':
+    # utrain.q8 Layer.xo), a trained layer's state: a float bias, update multipliers; a
+    # batch's sums (Adam, a batch > 1; a table's at batch 1 with momentum too: its update
+    # moves every row's velocity), Adam's master and moments, momentum's velocities
+    xo = 0
+    for d in ls:
+        if d.get('xt') or d.get('eg'):
+            nw, nb = (d['wn'], d['nb']) if d.get('xt') else (d['en'] * d['ed'], 0)
+            xo += arr(4 * nb) + 2 * arr(4 * max(nb, 1)) + (
+                arr(4 * nw) + arr(4 * nb) if opt != 'sgd' or batch > 1 or (mom and d.get('eg')) else 0) + (
+                3 * arr(4 * nw) + 2 * arr(4 * nb) + arr(8) if opt == 'adam' else 0) + (
+                arr(2 * nw) + arr(4 * nb) if mom else 0)
+    if xo:
+        parts['optimizer state (TRANSPOSE_CONV, embedding)'] = xo
     return parts
 
 
@@ -1373,6 +1388,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.add('q8keep')           # (the board's choice applied: --select board)
     if trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum'):
         mods.add('q8mom')            # (momentum's int16 velocities)
+        if any(d.get('xt') or d.get('eg') for d in ls):
+            mods.add('q8batch')      # (their state in checkpoints: q8batch.xs)
     if trains and any(d.get('gw') and d.get('train') for d in ls):
         mods.add('q8grow')           # (weight scales that grow)
     if trains and q8_held(ls):

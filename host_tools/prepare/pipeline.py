@@ -403,11 +403,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                            'run\'s updates; give steps=N (the update the decay ends at)')
     as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s, source))
     # an int8 Keras Embedding on exact ids (a float32 or int32 input) trains as int8
-    # (utrain.q8emb) where --train leaves its GATHERs out (the tables frozen) or the
-    # settings are ones its table's int8 update takes; else dequantized (below)
-    emb8 = not as8 and not dequantize and quant.embedding_ids(source) and not (
-        quant.settings_refusal(s, source) or quant.emb_refusal(
-            (), source, s, quant.embedding_trained(source, train)))
+    # (utrain.q8emb) with the settings int8 training takes; else dequantized (below)
+    emb8 = not as8 and not dequantize and quant.embedding_ids(source) and not \
+        quant.settings_refusal(s, source)
     as8 = as8 or emb8
     # the samples as given, read once here for the input's scale and --select's flash check
     # (a model with several inputs: they are joined after the rewrites, and not scaled)
@@ -431,23 +429,13 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         # nobody named what trains: trained dequantized
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
-        if not why and not (ranks or select) and overrides.get('train') is None:
-            # (settings a TRANSPOSE_CONV's int8 update lacks: Adam, momentum)
-            gr = quant.rewritten(source)
-            try:
-                why = quant.tcv_refusal(quant.layers(gr, train), gr, s)
-            except ValueError:      # (prepare_q8 refuses it, saying why)
-                why = None
         auto = why if why and quant.float_takes(source, train) else None
     several = several_refusal(source)
     if as8 and several and not dequantize:
         auto = several
     elif not dequantize and not emb8 and quant.embedding_entry(source):
         why = quant.embedding_ids(source) and quant.settings_refusal(s, source)
-        trained = quant.embedding_ids(source) and not why and quant.emb_refusal(
-            (), source, s, quant.embedding_trained(source, train))
-        auto = ((trained + ' (a --train without the GATHER trains the layers above it as '
-                 'int8, the table frozen)') if trained else why or (
+        auto = (why or (
                  'an int8 embedding (GATHER of an int8 table) whose ids the int8 path cannot '
                  'take exactly')) + (': its table and the layers after it train dequantized; '
                                      'export --quantized --data D writes the table back at a '

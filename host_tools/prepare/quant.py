@@ -195,15 +195,6 @@ def embedding_ids(g: Graph) -> bool:
         for op in rs)
 
 
-def embedding_trained(g: Graph, train) -> str | None:
-    """The GATHER ops of int8 tables that --train names (int8 training keeps the tables
-    frozen: such a run trains dequantized), as 'op N, ...', or None."""
-    gr = rewritten(g)
-    on, _ = _ops_on(gr, train, {})
-    ops = [op.number for op in gr.ops if op.name == 'GATHER' and op.index in on]
-    return ', '.join(map(str, ops)) or None
-
-
 def embedding_ids_note(g: Graph) -> str:
     """'' or what an int8 input does to an int8 embedding's ids: TFLite dequantizes it
     and CASTs (truncating), so an id the input's scale does not hold exactly reaches
@@ -466,29 +457,6 @@ def op_refusal(g: Graph, train='none'):
         m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
         return m.group(0) if m else None
     return frozen_named(g, train)
-
-
-def tcv_refusal(ls, g: Graph, s: dict) -> str | None:
-    """Why settings s keep layer table ls's TRANSPOSE_CONV weights ('xt') from training
-    as int8 (utrain.q8tcv: SGD without momentum), or None."""
-    xt = [g.ops[d['op']].number for d in ls if d.get('xt')]
-    if xt and (s['optimizer'] != 'sgd' or s.get('momentum')):
-        return (f'op {xt[0]} (TRANSPOSE_CONV) trains as int8 with --optimizer sgd without '
-                'momentum only (utrain.q8tcv)')
-    return None
-
-
-def emb_refusal(ls, g: Graph, s: dict, ops=None) -> str | None:
-    """Why settings s keep layer table ls's embedding tables ('eg'; or the GATHER ops
-    named 'ops', embedding_trained's) from training as int8 (utrain.q8emb: SGD at batch 1
-    without momentum or weight decay), or None."""
-    eg = ops or ', '.join(str(g.ops[d['op']].number) for d in ls if d.get('eg'))
-    if eg and (s['optimizer'] != 'sgd' or s.get('momentum') or s.get('batch', 1) > 1
-               or s.get('weight_decay')):
-        return (f'op {eg} (GATHER of an int8 table) trains its table as int8 with '
-                '--optimizer sgd at --batch 1 without momentum or weight decay only '
-                '(utrain.q8emb)')
-    return None
 
 
 def frozen_named(g: Graph, train) -> str | None:
@@ -2371,10 +2339,6 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     why = frozen_named(g, train if not ranks else 'none')
     if why:
         log(f'{model_path}: {why}: they stay as the file has them (--dequantize trains them too)')
-    why = tcv_refusal(m['layers'], g, s) or emb_refusal(m['layers'], g, s)
-    if why:
-        raise PrepareError(f'{model_path}: {why}; leave it out of --train, or --dequantize '
-                           'trains it in float32')
     if not any(d.get('train') or d.get('eg') for d in m['layers']):
         from ..graph.passes import reach_hint
         raise PrepareError(refusal(g, model_path, 'nothing to train as int8 (no FULLY_CONNECTED, '

@@ -87,6 +87,8 @@ class Layer:
     uk = None    # what its window's update multipliers were made for (_mults)
     sh = None    # its weight tensor's uses (utrain.q8share); sa, sb: an alias of its
     sa = sb = 0  # first use's weights, and bias
+    xo = 0       # 1: weights that train outside 'wt' / 'bt' (q8tcv, q8emb: their Train;
+    #              2: its sums at SGD momentum's batch 1 too), optimizer state made here
 
     def __init__(self, d, w, b, acc, y=None, net=None):
         self.k = k = d['k']
@@ -580,9 +582,9 @@ class Q8Net:
         # the state either keeps beside the weights (files, checkpoints: in this order)
         self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
         if EMB in X:                # (an embedding's table that trains: utrain.q8emb)
-            X[EMB].ext(self)
+            X[EMB].ext(self, _i32, qmul)
         if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
-            self.ext.append(X[TCV].Train(self, qmul))
+            self.ext.append(X[TCV].Train(self, qmul, _mults, FS))
         self.setup()
 
     def strips(self):
@@ -728,8 +730,11 @@ class Q8Net:
 
     def logits(self, x):
         y = self.forward(x)
-        s, z = self.sy, self.zy
-        return [s * (((v ^ 128) - 128) - z) for v in y]
+        s, z, n = self.sy, self.zy, len(y)
+        out = [0.0] * n         # (at its size: a list grown to it is a block of the next
+        for i in range(n):      # power of two, its growth's blocks holes in the heap)
+            out[i] = s * (((y[i] ^ 128) - 128) - z)
+        return out
 
     def loss(self, x, label, grad=False):
         """(loss, hit) of int8 sample x with target label, a class index (scce) or a list
@@ -804,7 +809,7 @@ class Q8Net:
             self.M = M
             M.setup(self, batch, qmul, _i32)    # (mum, mus, vmp: mu's multiplier, vmk's mu and seed)
         for L in self.layers:
-            if L.train:
+            if L.train or L.xo:
                 w0, w1 = L.wr()
                 n, oc = w1 - w0, len(L.b)
                 # SGD at batch 1 with per-channel scales (q8.json 'bh'): the int32 bias
@@ -824,7 +829,7 @@ class Q8Net:
                 L.be = (L.be or bytearray(oc)) if ib else None
                 if L.be is None and L.bf is None:
                     L.set_bias()
-                if optimizer == 'sgd' and batch == 1:
+                if optimizer == 'sgd' and batch == 1 and not (self.mom and L.xo > 1):
                     continue
                 L.ga, L.ba = _i32(n), _f32(oc)
                 if self.adam:
@@ -832,8 +837,9 @@ class Q8Net:
                     L.gk = array('i', [0, 0])
                     L.bm, L.bv = _f32(oc), _f32(oc)
                     L.set_bias()
-        if self.sh is not None:
-            self.sh.setup(batch)
+        for x in self.ext:      # (q8share, q8tcv, q8emb)
+            if hasattr(x, 'setup'):
+                x.setup(batch)
 
     def step(self, x, label, lr):
         """One SGD step (batch 1) on int8 sample x with target label; returns loss, hit."""
@@ -858,9 +864,11 @@ class Q8Net:
         # by the layers' powers of two)
         if isinstance(label, int):
             g, s = dl, 1.0 / 16384.0
-        else:
-            s = 1.0 / 1048576.0
-            g = array('i', [int(round(v / s)) for v in dl])
+        else:               # (into the scce gradient's buffer, free here: a list
+            s = 1.0 / 1048576.0     # grown to its size was a 1 KB block a step)
+            g = self.g0
+            for j in range(len(dl)):
+                g[j] = int(round(dl[j] / s))
         if self.H is not None:      # a graph: gradients held for their producers
             self.H.walk(g, s, lr)
             return loss, hit

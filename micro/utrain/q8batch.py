@@ -2,7 +2,8 @@
 # momentum) and Adam on float32 master weights (any batch), applied by Q8Net.apply at a
 # batch's end.  Loaded by Q8Net.setup only for those settings: SGD at batch 1, the
 # common case on a board, updates each layer as its gradient is made (Q8Net.step) and
-# loads none of this (code is heap on a board).
+# loads none of this (code is heap on a board); with momentum, a TRANSPOSE_CONV or an
+# embedding that trains loads it for its state in checkpoints (xs, xput).
 from math import sqrt, frexp
 from utrain import q8kern as K
 
@@ -19,9 +20,6 @@ def apply(net, lr, scale, qmul, FS):
             upd(net, L, lr, scale, qmul, FS)
     if net.sl is not None:      # (PRELU slopes that train: utrain.q8slope)
         net.sl.apply(lr, scale)
-    x = net.ext[-1] if net.ext else None
-    if x is not None and x.TAG == b'UTTC':      # (TRANSPOSE_CONV weights: utrain.q8tcv)
-        x.apply(lr, scale)
     net.zero()
 
 
@@ -114,3 +112,29 @@ def _adam(net, L, lr, scale, n):
         m = bm[o] = b1 * bm[o] + (1.0 - b1) * g
         v = bv[o] = b2 * bv[o] + (1.0 - b2) * g * g
         bf[o] -= lr * m / (sqrt(v) + eps)
+
+
+_X = ('bf', 'wm', 'am', 'av', 'bm', 'bv', 'vw', 'vb')
+
+
+def xs(L):
+    """The optimizer state of a layer whose weights train outside 'wt' / 'bt' (Layer.xo:
+    utrain.q8tcv, q8emb), in checkpoints beside its weights: its float bias, Adam's
+    masters and moments, momentum's velocities (a batch's sums: not kept)."""
+    return [getattr(L, k) for k in _X if getattr(L, k, None) is not None]
+
+
+def xput(L, s, o):
+    """xs(L) from bytes s at o, in place where it is (a float array: a new one); the
+    offset after them."""
+    from array import array
+    for k in _X:
+        a = getattr(L, k, None)
+        if a is not None:
+            n = len(a) * (1 if type(a) is bytearray else 4)
+            if type(a) is bytearray:
+                a[:] = s[o:o + n]
+            else:
+                setattr(L, k, array('f', bytes(s[o:o + n])))
+            o += n
+    return o

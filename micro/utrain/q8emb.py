@@ -8,13 +8,20 @@
 # table tensor, 'en' its rows, 'ed' bytes a row.  An id that is not a row stops the run
 # naming the table and the id.
 # A frozen table stays in the .wof: each id's row is read into the output.  A table that
-# trains ('eg': SGD at batch 1, no momentum; the host refuses the rest) is held in RAM
-# (L.tt) and its used rows step in place by QAS, w_q -= lr dL/dW / s_W (s_W the table's
-# scale, 'es'), in 1/256 steps rounded stochastically (q8kern.upk, as an
-# FC's weights; clamped to +-127); dL/dW of a row is the sum of the gradients at the
-# positions that read it (a scatter-add: a row read twice steps twice).  It is among utrain.q8's ext state: checkpoints, trained.wof.q8e (export).
+# trains ('eg') is held in RAM (L.tt) and is an FC's weights to utrain.q8 (Layer.xo:
+# rows of 'ed' weights at one scale 'es', no bias).  SGD at batch 1: its used rows step in
+# place by QAS, w_q -= lr dL/dW / s_W, in 1/256 steps rounded stochastically (q8kern.upk,
+# as an FC's weights; clamped to +-127); dL/dW of a row is the sum of the gradients at the
+# positions that read it (a scatter-add: a row read twice steps twice).  Adam, a batch > 1
+# and momentum: the rows' steps go into the table's sums (Q8Net.setup's L.ga) and the FC's
+# updates apply them to every row (utrain.q8batch: Adam's float32 masters and moments, a
+# batch's SGD; momentum at batch 1: each sample's, through every row's int16 velocity,
+# Q8Net._upd).  It is among utrain.q8's ext state: checkpoints (with that optimizer state),
+# trained.wof.q8e (export).
 from array import array
 from utrain import q8kern as K
+
+_FS = 4096.0    # q8.FS: a batch's sums in 1/FS weight steps
 
 
 def fwd(L, net, t):
@@ -40,45 +47,75 @@ def fwd(L, net, t):
 
 def back(L, net, g, s):
     """The table's update from g, its output's gradient (int32, scale s): each used row
-    by lr g s / s_W weight steps; no gradient below (the ids are data)."""
+    by lr g s / s_W weight steps (SGD at batch 1), else the rows' steps added to the
+    batch's sums L.ga (1/FS weight steps: the int8 FC's Adam / batch update, utrain.q8batch;
+    at batch 1 with momentum in 1/256 steps, applied with every velocity at the sample's
+    end, as an FC's: Q8Net._upd); no gradient below (the ids are data)."""
     d = L.d
     if L.tt is not None:
-        r, w, u = d['ed'], memoryview(L.tt), L.dx
-        f = net.lr * s * 256.0 / d['es']
+        r, w, u, ga, lr, gk = d['ed'], memoryview(L.tt), L.dx, L.ga, net.lr, L.gk
+        f = 1.0 if gk is not None else (lr if lr is not None else _FS / 256.0) * s * 256.0 / d['es']
         for j in range(len(L.dg)):
             o = j * r
             for c in range(r):
                 v = g[o + c] * f
                 u[c] = -0x3fffffff if v < -0x3fffffff else 0x3fffffff if v > 0x3fffffff else int(v)
             i = L.dg[j] * r
-            net.seed = K.upk(w[i:i + r], u, r, net.seed)
+            if gk is not None:      # (Adam: dL/dW = g s, into its sums' unit, q8batch.unit)
+                net.B.unit(L, u, r, L.dg[j], 1, r, s, L.qm)
+            if ga is None:
+                net.seed = K.upk(w[i:i + r], u, r, net.seed)
+            else:
+                K.adk(memoryview(ga)[i:], u, r)
+        if ga is not None and lr is not None:
+            net._upd(L, 0, ga, len(ga))
+            K.zk(ga, len(ga))
     return None, s
 
 
-def ext(net):
-    # (Q8Net: the tables that train, among its ext state)
+def ext(net, i32, qmul):
+    # (Q8Net: the tables that train, among its ext state; i32, qmul: utrain.q8's)
     ls = [L for L in net.layers if L.d.get('eg')]
     if ls:
-        net.ext.append(Train(net, ls))
+        net.ext.append(Train(net, ls, i32, qmul))
 
 
 class Train:
-    """The tables of the EMB layers whose 'eg' is set, trained as int8 (SGD at batch 1)."""
+    """The tables of the EMB layers whose 'eg' is set, trained as int8: each an FC's
+    weights to Q8Net.setup (xo: rows of 'ed' weights, one scale 'es', no bias), whose
+    optimizer state (Adam's float32 masters and moments, momentum's int16 velocities, a
+    batch's sums: the whole table's) and updates (utrain.q8batch, Q8Net._upd) it takes."""
     TAG = b'UTEM'
 
-    def __init__(self, net, ls):
+    def __init__(self, net, ls, i32, qmul):
         self.net, self.ls = net, ls
         for L in ls:
             d = L.d
-            L.tt = net._read(net.woff[d['et']], bytearray(d['en'] * d['ed']))
+            L.tt = L.w = net._read(net.woff[d['et']], bytearray(d['en'] * d['ed']))
             L.dg = array('H', bytes(2 * (L.nout // d['ed'])))    # the ids of the sample
             L.dx = array('i', bytes(4 * d['ed']))                 # a row's 1/256 steps
+            g = (d['en'], d['ed'], d['ed'])
+            L.geo = lambda g=g: g   # noqa: E731  (Layer.wr's, set_bias's)
+            L.xo, L.b, L.whi, L.um, L.us = 2, i32(0), d['en'], i32(1), i32(1)
+            L.blo = L.bhi = 0
+            L.qm = qmul         # (Adam's sums: q8batch.unit's)
+            d['sw'], d['sx'] = [d['es']], 1.0     # (its one scale, as an FC's 'sw'; no bias)
+
+    def setup(self, batch):
+        # (Q8Net.setup's: the optimizer state's keeper, utrain.q8batch's xs)
+        self.B = None
+        if any([L.ga is not None or L.vw is not None for L in self.ls]):
+            from utrain import q8batch
+            self.B = q8batch
 
     def parts(self):
-        return [L.tt for L in self.ls]
+        out = []
+        for L in self.ls:
+            out += [L.tt] + (self.B.xs(L) if self.B else [])
+        return out
 
     def nstate(self):
-        return sum([len(L.tt) for L in self.ls])
+        return sum([len(p) * (1 if type(p) is bytearray else 4) for p in self.parts()])
 
     def put(self, s):
         o = 0
@@ -86,6 +123,8 @@ class Train:
             n = len(L.tt)
             L.tt[:] = s[o:o + n]
             o += n
+            if self.B:
+                o = self.B.xput(L, s, o)
 
     def save(self, path):
         """path.q8e: the trained tables: b'UTEM', then per table u32 its tensor, u32 its
@@ -102,3 +141,5 @@ class Train:
                 L.tt[:] = w
             else:
                 net._read(net.woff[L.d['et']], L.tt)
+            if getattr(L, 'wm', None) is not None:
+                L.set_bias()        # (Adam's masters: the table's)

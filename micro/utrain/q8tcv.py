@@ -10,12 +10,14 @@
 # Gradient: dx[oy, ox, o] = sum g[iy, ix, i] w[i, ky, kx, o] (tbk, C's forward walk) with
 # g masked where the output clamped, shifted into int8 and rescaled per channel by
 # s_W[i] / max s_W (2^-14 steps): at scale s 2^sh max s_W.
-# Its weights and bias train where q8.json has 'xt' (a layer below it trains; SGD: Train,
+# Its weights and bias train where q8.json has 'xt' (a layer below it trains: Train,
 # among utrain.q8's ext state: checkpoints, trained.wof.q8c): dW[i, ky, kx, o] =
-# sum dz[iy, ix, i] (x[oy, ox, o] - zx) (twk, dz unrescaled, at s 2^sh s_x), each weight
-# moved by lr dL/dW / s_W[i] steps stochastically rounded (QAS: rqk per channel, upk), the
-# int32 bias by lr dL/db / (s_x s_W[i]) rounded (dL/db: the int32 g summed, tsk); at a
-# batch > 1 their float sums, applied so at the batch's end (apply, from utrain.q8batch).
+# sum dz[iy, ix, i] (x[oy, ox, o] - zx) (twk, dz unrescaled, at s 2^sh s_x), dL/db the
+# int32 g summed (tsk).  SGD at batch 1: each weight moved by lr dL/dW / s_W[i] steps
+# stochastically rounded (QAS: rqk per channel, upk), the int32 bias by lr dL/db / (s_x
+# s_W[i]) rounded.  Momentum, a batch > 1 and Adam: as a CONV_2D's weights of I channels
+# (Layer.xo: utrain.q8's update multipliers, velocities, sums, float32 masters and
+# moments, Q8Net._put and _bias, utrain.q8batch).
 # Weights and bias are read once (weights.wof's int8 and int32 tensors 'xw', 'xb'), the
 # multipliers are q8.json's 'mul', 'shf' (per channel), the weight scales its 'sw'.
 from utrain.q8kern import micropython, VIPER
@@ -187,6 +189,11 @@ def _load(L, net):
         L.tz = bytearray(L.nout)
 
 
+def _alias(L):
+    # (the weights and bias as a trained Layer's: Q8Net._put, _bias, utrain.q8batch)
+    L.w, L.b = L.tw, L.tb
+
+
 def fwd(L, net, t):
     """The output of TCV layer L from the net's tensors t (int8 bytes by tensor index)."""
     if L.tt is None:
@@ -216,21 +223,36 @@ def back(L, net, g, s):
 
 
 class Train:
-    """The weights and biases of the TCV layers whose 'xt' is set (a layer below trains;
-    SGD), trained as int8: utrain.q8 keeps it among its ext state
-    (checkpoints, trained.wof.q8c, which export reads: host_tools/prepare/quant.py
-    tconved)."""
+    """The weights and biases of the TCV layers whose 'xt' is set (a layer below trains),
+    trained as int8: utrain.q8 keeps it among its ext state (checkpoints,
+    trained.wof.q8c, which export reads: host_tools/prepare/quant.py tconved).  Each is a
+    CONV_2D's weights to Q8Net.setup (xo: I channels of KH KW O weights, 'sw', 'sx', a
+    bias each), whose optimizer state and updates it takes beyond SGD at batch 1:
+    momentum's velocities, a batch's sums, Adam's masters (Q8Net._put, _bias,
+    utrain.q8batch)."""
     TAG = b'UTTC'
 
-    def __init__(self, net, qmul):
-        self.net, self.qmul = net, qmul
+    def __init__(self, net, qmul, mults, FS):
+        self.net, self.qmul, self.mults, self.FS = net, qmul, mults, FS
         self.ls = [L for L in net.layers if 'xt' in L.d]
         for L in self.ls:
             _load(L, net)
-            I = L.d['nb']      # noqa: E741  (step's buffers: made here, before a step
-            L.tg8 = (array('i', [16384] * I), array('i', bytes(4 * L.d['wn'])),   # fragments
+            d = L.d
+            I = d['nb']      # noqa: E741  (step's buffers: made here, before a step
+            L.tg8 = (array('i', [16384] * I), array('i', bytes(4 * d['wn'])),   # fragments
                      array('i', bytes(4 * I)), array('i', bytes(8 * I)))           # the heap)
-            L.fw = None         # (a batch's float sums)
+            g = (I, d['wn'] // I, d['wn'] // I)
+            L.geo = lambda g=g: g   # noqa: E731  (Layer.wr's, set_bias's, q8batch's)
+            L.xo, L.whi, L.blo, L.bhi = 1, I, 0, I
+            L.um, L.us = array('i', bytes(4 * I)), array('i', bytes(4 * I))
+            _alias(L)
+
+    def setup(self, batch):
+        # (Q8Net.setup's: the optimizer state's keeper, utrain.q8batch's xs)
+        self.B = None
+        if any([L.ga is not None or L.vw is not None for L in self.ls]):
+            from utrain import q8batch
+            self.B = q8batch
 
     def step(self, L, g, s, sh):
         """L's update from g (its output's gradient, int32 at scale s; sh: g >> sh fits
@@ -244,47 +266,35 @@ class Train:
         K_.zk(bs, I)
         k = sh - 7 if sh > 7 else 0         # (|g >> k| < 2^15: 2^16 positions a channel)
         tsk(bs, g, L.y, n, I, k, L.lo, L.hi)
-        if net.B is not None:       # a batch > 1: float sums of dL/dW, dL/db
-            if L.fw is None:
-                L.fw, L.fb = array('f', bytes(4 * d['wn'])), array('f', bytes(4 * I))
-            f, fw = s * (1 << sh) * sx, L.fw
-            for j in range(d['wn']):
-                fw[j] += gw[j] * f
-            for i in range(I):
-                L.fb[i] += bs[i] * s * (1 << k)
+        lr = net.lr
+        if lr is None or L.vw is not None:
+            # a batch's sums (Adam, a batch > 1) or momentum: a CONV_2D's, all channels
+            # one chunk (Q8Net._wgrad's scales)
+            sz = s * (1 << sh)
+            f, v = (sz * sx, self.FS) if lr is None else (lr * sz * sx, 256.0)
+            if L.gk is not None and lr is None:     # (Adam's sums: q8batch.unit)
+                net.B.unit(L, gw, d['wn'], 0, I, d['wn'] // I, f, self.qmul)
+            else:
+                self.mults(L, gw, d['wn'], 0, I, d['wn'] // I, f, v)
+            net._put(L, 0, gw, d['wn'], lr)
+            net._bias(L, s * (1 << k), lr, 0, I, bs)
             return
-        f = net.lr * s * (1 << sh)
-        fb = net.lr * s * (1 << k)
+        f = lr * s * (1 << sh)
+        fb = lr * s * (1 << k)
         for i in range(I):
             q[i], q[I + i] = self.qmul(f * sx * 256.0 / sw[i])
             L.tb[i] -= int(round(fb * bs[i] / (sx * sw[i])))
         K_.rqk(gw, d['wn'], I, d['wn'] // I, q, memoryview(q)[I:], gw, 0, 0, 0, 1)
         net.seed = K_.upk(L.tw, gw, d['wn'], net.seed)
 
-    def apply(self, lr, scale):
-        """The batch's SGD update from the float sums (times scale), which it zeroes."""
-        for L in self.ls:
-            if L.fw is None:
-                continue
-            d, (_, gw, _, _) = L.d, L.tg8
-            sw, r = d['sw'], d['wn'] // d['nb']
-            for j in range(d['wn']):
-                v = lr * scale * L.fw[j] * 256.0 / sw[j // r]
-                gw[j] = int(v + 0.5) if v >= 0 else -int(0.5 - v)
-                L.fw[j] = 0.0
-            self.net.seed = K.upk(L.tw, gw, d['wn'], self.net.seed)
-            for i in range(d['nb']):
-                L.tb[i] -= int(round(lr * scale * L.fb[i] / (d['sx'] * sw[i])))
-                L.fb[i] = 0.0
-
     def parts(self):
         out = []
         for L in self.ls:
-            out += [L.tw, L.tb]
+            out += [L.tw, L.tb] + (self.B.xs(L) if self.B else [])
         return out
 
     def nstate(self):
-        return sum([len(L.tw) + 4 * len(L.tb) for L in self.ls])
+        return sum([len(p) * (1 if type(p) is bytearray else 4) for p in self.parts()])
 
     def put(self, s):
         o = 0
@@ -295,8 +305,9 @@ class Train:
             n = 4 * len(L.tb)
             L.tb = array('i', bytes(s[o:o + n]))
             o += n
-            if L.fw is not None:    # (an unfinished batch's sums: dropped)
-                L.fw, L.fb = array('f', bytes(4 * len(L.tw))), array('f', bytes(n))
+            _alias(L)
+            if self.B:
+                o = self.B.xput(L, s, o)
 
     def save(self, path):
         """path.q8c: the weights and biases of the layers trained: b'UTTC', then per
@@ -314,3 +325,6 @@ class Train:
                 L.tb = array('i', b)
             else:
                 _load(L, self.net)
+            _alias(L)
+            if L.bf is not None:
+                L.set_bias()        # (the float bias, Adam's masters: from these)

@@ -139,21 +139,18 @@ def test_one_sgd_step_against_the_float_gradient(tmp_path, monkeypatch):
 
 
 def test_prepare_says_what_of_it_trains(tmp_path):
-    """The default --train all trains the table as int8 with the layers above it; settings
-    its update lacks (momentum, Adam) train the model dequantized, saying why and that a
-    --train without the GATHER trains as int8; such a --train freezes the table."""
+    """The default --train all trains the table as int8 with the layers above it, under
+    momentum, Adam and a batch > 1 too; a --train without the GATHER freezes the table."""
     path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite')
     x = np.random.default_rng(0).integers(0, 7, (20, 5)).astype(np.float32)
     np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] > 3).astype(np.int64))
     data = os.fspath(tmp_path / 'd.npz')
     s = prepare(path, os.fspath(tmp_path / 'a'), data=data, loss='scce', log=lambda *a: None)
     assert s['int8'] and 'emb' in s['trainable'] and s['trainable_params'] == 7 * 4 + 3 * 4 + 3
-    said = []
-    s = prepare(path, os.fspath(tmp_path / 'b'), data=data, loss='scce', momentum=0.9,
-                log=said.append)
-    assert not s.get('int8') and any('dequantized' in v and '(GATHER of an int8 table) trains '
-                                     'its table as int8 with --optimizer sgd at --batch 1' in v
-                                     for v in said), said
+    for kw in (dict(momentum=0.9), dict(optimizer='adam'), dict(batch=4)):
+        said = []
+        s = prepare(path, os.fspath(tmp_path / 'b'), data=data, loss='scce', log=said.append, **kw)
+        assert s['int8'] and 'emb' in s['trainable'] and not any('dequantiz' in v for v in said), said
     s = prepare(path, os.fspath(tmp_path / 'c'), data=data, loss='scce', momentum=0.9,
                 train='last:2', log=lambda *a: None)
     assert s['int8'] and 'emb' not in s['trainable']
@@ -165,10 +162,92 @@ def test_prepare_says_what_of_it_trains(tmp_path):
                 loss='scce', log=lambda *a: None)
 
 
+def _row_grads(net, m, W, ids, label):
+    # dL/dE / s_E per table row [N, D] of the dequantized model on one sample (the MEAN
+    # over the positions and the FC in float, softmax cross-entropy on the int8 logits)
+    d0 = m['layers'][0]
+    lg = np.array(net.logits(_sample(m, ids)))
+    p = np.exp(lg - lg.max())
+    p /= p.sum()
+    p[label] -= 1.0
+    dmean = p @ W
+    mq = np.frombuffer(bytes(net.t[m['layers'][1]['out']]), np.int8)
+    assert -128 < mq.min() and mq.max() < 127       # (the MEAN's clamp not reached)
+    g = np.zeros((d0['en'], d0['ed']))
+    for i in ids:
+        g[i] += dmean / len(ids) / d0['es']
+    return g
+
+
+def _cos(a, b):
+    return float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_batch_adam_and_momentum_against_the_float_gradient(tmp_path):
+    """The table under a batch > 1, Adam and momentum, as an FC's weights (q8batch's and
+    q8mom's state and updates): a sample's batch sums (1/4096 weight steps) are dL/dE /
+    s_E of the dequantized model (cosine > 0.99, norm within 5 %, unused rows 0); Adam's
+    first step moves the float32 master of each entry by -lr sign(dL/dE), the int8 table
+    its master requantized; momentum's first velocities are the SGD step (1/256 steps)
+    and a row read by the first sample alone keeps moving at the second (0.9 of it)."""
+    path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite', N=9, D=6, L=5, O=4, seed=3)
+    gf = read_model(path)
+    gather = next(op.number for op in gf.ops if op.name == 'GATHER')
+    fc = next(t for t in gf.tensors if t.name == 'w')
+    W = fc.data.astype(np.float64) * np.asarray(fc.quant['scale'])[:, None]
+    a, b = ([0, 3, 3, 8, 1], 2), ([5, 5, 2, 0, 7], 0)
+    net, m = _net(path, tmp_path / 'b', [gather])
+    net.setup('sgd', batch=2)
+    L = net.layers[0]
+    want = _row_grads(net, m, W, *a)
+    net.accum(_sample(m, a[0]), a[1])
+    ga = np.array(L.ga, np.float64).reshape(want.shape) / 4096.0
+    assert _cos(ga, want) > 0.99 and abs(np.linalg.norm(ga) / np.linalg.norm(want) - 1) < 0.05
+    assert not ga[[2, 4, 5, 6, 7]].any()
+    t0 = bytes(L.tt)
+    net.apply(0.5, 0.5)
+    assert bytes(L.tt) != t0 and not any(L.ga)
+
+    net, m = _net(path, tmp_path / 'a', [gather])
+    net.setup('adam')
+    L = net.layers[0]
+    st = m['layers'][0]['es']
+    w0 = np.array(L.wm)
+    assert np.allclose(w0, (np.frombuffer(bytes(L.tt), np.int8) * st))
+    want = _row_grads(net, m, W, *a).ravel()
+    net.accum(_sample(m, a[0]), a[1])
+    net.apply(0.01, 1.0)
+    dw = np.array(L.wm) - w0
+    big = np.abs(want) > 1e-3 * np.abs(want).max()
+    assert big.sum() > 10 and np.allclose(dw[big], -0.01 * np.sign(want[big]), rtol=0.02)
+    assert not dw[want == 0].any()
+    assert np.array_equal(np.frombuffer(bytes(L.tt), np.int8),
+                          np.clip(np.round(np.array(L.wm) / st), -127, 127))
+
+    net, m = _net(path, tmp_path / 'm', [gather])
+    net.setup('sgd', momentum=0.9)
+    L = net.layers[0]
+    want = _row_grads(net, m, W, *a) * 0.1 * 256        # (|v| held within 32767)
+    net.step(_sample(m, a[0]), a[1], 0.1)
+    v1 = np.frombuffer(bytes(L.vw), np.int16).reshape(want.shape).astype(np.float64)
+    assert _cos(v1, want) > 0.99 and abs(np.linalg.norm(v1) / np.linalg.norm(want) - 1) < 0.05
+    before = np.frombuffer(bytes(L.tt), np.int8).reshape(want.shape).copy()
+    net.step(_sample(m, b[0]), b[1], 0.1)
+    v2 = np.frombuffer(bytes(L.vw), np.int16).reshape(want.shape).astype(np.float64)
+    only = [1, 3, 8]                 # (read by the first sample alone)
+    assert np.allclose(v2[only], 0.9 * v1[only], atol=1)
+    after = np.frombuffer(bytes(L.tt), np.int8).reshape(want.shape)
+    assert np.abs(after[only].astype(int) - before[only]).sum() > 0
+    assert np.array_equal(after[[4, 6]], before[[4, 6]])
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
-def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tmp_path):
+@pytest.mark.parametrize('kw', [dict(lr=0.05), dict(optimizer='adam', lr=0.01),
+                                dict(lr=0.01, momentum=0.9), dict(lr=0.1, batch=4)])
+def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tmp_path, kw):
     """The Keras-shaped int8 classifier (class: which of three id groups the sample's
-    first id falls in) trains as int8, table and Dense, on unix MicroPython (viper),
+    first id falls in) trains as int8, table and Dense (SGD, Adam, momentum, a batch of
+    4), on unix MicroPython (viper),
     lowering the test loss, and ends with CPython's trained.wof and table (.q8e); export
     --quantized writes the trained table and Dense into the file (its CAST and SELECT_V2
     back, and its float output's DEQUANTIZE), which TFLite Micro runs bit for bit as the trained net (on the file without
@@ -179,8 +258,8 @@ def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tm
     x = r.integers(0, 12, (160, 5)).astype(np.float32)
     np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0] // 4).astype(np.int64))
     d = os.fspath(tmp_path / 'mp')
-    s = prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', lr=0.05, epochs=4,
-                test_split=0.25, log=lambda *a: None)
+    s = prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', epochs=4,
+                test_split=0.25, log=lambda *a: None, **kw)
     assert s['int8'] and 'emb' in s['trainable']
     tl = trained_on_both(d, tmp_path)
     assert tl[-1] < 0.9 * tl[0], tl
@@ -210,10 +289,12 @@ def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tm
 
 
 @pytest.mark.slow
-def test_ctrl_c_resume_with_the_table_training_bit_identical(tmp_path):
+@pytest.mark.parametrize('kw', [dict(optimizer='sgd', lr=0.05), dict(optimizer='adam', lr=0.01),
+                                dict(optimizer='sgd', lr=0.02, momentum=0.9, batch=2)])
+def test_ctrl_c_resume_with_the_table_training_bit_identical(tmp_path, kw):
     """Ctrl-C at random moments and train.py again with resume: trained.wof, the table
-    (trained.wof.q8e, the checkpoint's ext state) and the log equal an uninterrupted
-    run's bit for bit."""
+    (trained.wof.q8e, the checkpoint's ext state: with Adam's masters and moments,
+    momentum's velocities) and the log equal an uninterrupted run's bit for bit."""
     from repo import set_train
     from test_ctrl_c import interrupted_runs
     path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite', N=12, seed=5)
@@ -221,8 +302,7 @@ def test_ctrl_c_resume_with_the_table_training_bit_identical(tmp_path):
     np.savez(tmp_path / 'd.npz', x=x, y=(np.abs(x[:, 0]) // 5).astype(np.int64))
     base = tmp_path / 'base'
     s = prepare(path, os.fspath(base), data=os.fspath(tmp_path / 'd.npz'), test_split=0.25,
-                loss='scce', optimizer='sgd', lr=0.05, epochs=3, shuffle=True, seed=7,
-                log=lambda *a: None)
+                loss='scce', epochs=3, shuffle=True, seed=7, log=lambda *a: None, **kw)
     assert s['int8'] and 'emb' in s['trainable']
     set_train(base, run={'checkpoint_every': 20})
     runner.stage(os.fspath(base))

@@ -89,17 +89,9 @@ def test_autoencoder_forward_bit_exact(tmp_path):
     _bit_exact(path, str(tmp_path))
 
 
-def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
-    """The autoencoder (CONV_2D stride 2, RELU -> TRANSPOSE_CONV stride 2), mse, SGD
-    steps: the TRANSPOSE_CONV's and the conv's int8 updates (1/256 weight steps, before
-    their stochastic rounding) against lr dL/dW / s_W of the dequantized model in PyTorch
-    (its activations fake-quantized on the int8 grid): cosine > 0.99, norms
-    within 5 %; its bias moves by lr dL/db / (s_x s_W) bias steps within 2 %."""
-    torch = pytest.importorskip('torch')
-    F = torch.nn.functional
-    from test_q8 import spy_updates
-    r = np.random.default_rng(0)
-    xs = r.random((16, 8, 8, 1)).astype(np.float32)
+def _autoencoder(tmp_path):
+    os.makedirs(tmp_path, exist_ok=True)
+    xs = np.random.default_rng(0).random((16, 8, 8, 1)).astype(np.float32)
     path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
     g = quant.rewritten(read_model(path))
     m = quant.write(g, str(tmp_path), 'all')
@@ -108,84 +100,162 @@ def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
     tr = type('T', (), {})()
     tr.net, tr.cfg = net, {'loss': 'mse', 'metric': 'mae'}
     q8reg.use(tr)
-    gf = read_model(path)
+    return path, xs, m, net
 
-    def deq(k):
-        t = gf.tensors[k]
-        s = np.asarray(t.quant['scale'], np.float64).reshape([-1] + [1] * (t.data.ndim - 1))
-        return t.data.astype(np.float64) * s
+
+def _torch_grads(torch, path, m, net, x):
+    """(int8 sample, float target, dL/dW and dL/db of the TRANSPOSE_CONV, dL/dW of the
+    conv) of image x by PyTorch on the dequantized autoencoder as net holds it now (its
+    activations fake-quantized on the int8 grid), mse against 0.7 x + 0.2."""
+    F = torch.nn.functional
+    gf = read_model(path)
     conv, tc = gf.ops[0], gf.ops[-1]
-    tw = deq(tc.inputs[1])
+    shape = gf.tensors[tc.inputs[1]].shape
+
     def fq(v, d):
         # v on d's int8 output grid, clamped (the gradient passes where it is inside:
         # fake quantization, as the int8 forward rounds and clamps)
         s, z = d['sy'], d['zy']
         q = (torch.round(v / s) + z).clamp(-128, 127)
         return v.clamp((-128 - z) * s, (127 - z) * s) + ((q - z) * s - v).detach()
+    xq = net.quantize_input(x.ravel().tolist())
+    xf = (np.frombuffer(bytes(xq), np.int8).astype(np.float64) - m['zx']) * m['sx']
+    t = np.clip(x.ravel() * 0.7 + 0.2, 0, 1)
+    L, L0 = net.layers[1], net.layers[0]      # (the weights as the last step left them)
+    sw = np.asarray(L.d['sw'])
+    tw = np.frombuffer(bytes(L.tw), np.int8).astype(np.float64).reshape(shape) * sw.reshape(-1, 1, 1, 1)
+    tb = np.array(L.tb, np.float64) * m['layers'][1]['sx'] * sw
+    sw0 = np.asarray(L0.d['sw'])
+    cw = torch.tensor(np.frombuffer(bytes(L0.w), np.int8).reshape(gf.tensors[conv.inputs[1]].shape)
+                      * sw0.reshape(-1, 1, 1, 1), requires_grad=True)
+    cb = np.array(L0.b, np.float64) * m['sx'] * sw0
+    twt = torch.tensor(tw, requires_grad=True)
+    tbt = torch.tensor(tb, requires_grad=True)
+    h = fq(F.conv2d(F.pad(torch.tensor(xf.reshape(1, 8, 8, 1)).permute(0, 3, 1, 2), (0, 1, 0, 1)),
+                    cw.permute(0, 3, 1, 2), torch.tensor(cb), stride=2).relu(), m['layers'][0])
+    # (TFLite's SAME: the convolution 8 -> 4 pads 0 above, 1 below: the transposed
+    # one's 9 x 9 cropped to its first 8 rows and columns)
+    y = fq(F.conv_transpose2d(h, twt.permute(3, 0, 1, 2), tbt, stride=2)[:, :, :8, :8],
+           m['layers'][1])
+    loss = ((y.permute(0, 2, 3, 1).reshape(-1) - torch.tensor(t)) ** 2).mean()
+    loss.backward()
+    assert abs(net.loss(xq, t.tolist())[0] - loss.item()) < 0.1 * loss.item()
+    return xq, t, twt.grad.numpy(), tbt.grad.numpy(), cw.grad.numpy()
+
+
+def _close(a, w, tol=0.05):
+    cos = float((a * w).sum() / np.linalg.norm(a) / np.linalg.norm(w))
+    assert cos > 0.99 and abs(np.linalg.norm(a) / np.linalg.norm(w) - 1) < tol, cos
+
+
+def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
+    """The autoencoder (CONV_2D stride 2, RELU -> TRANSPOSE_CONV stride 2), mse, SGD
+    steps: the TRANSPOSE_CONV's and the conv's int8 updates (1/256 weight steps, before
+    their stochastic rounding) against lr dL/dW / s_W of the dequantized model in PyTorch
+    (its activations fake-quantized on the int8 grid): cosine > 0.99, norms
+    within 5 %; its bias moves by lr dL/db / (s_x s_W) bias steps within 2 %."""
+    torch = pytest.importorskip('torch')
+    from test_q8 import spy_updates
+    path, xs, m, net = _autoencoder(tmp_path)
     got = spy_updates(monkeypatch)
+    L = net.layers[1]
+    sw = np.asarray(L.d['sw'])
     for i in (3, 7):
-        xq = net.quantize_input(xs[i].ravel().tolist())
-        x = (np.frombuffer(bytes(xq), np.int8).astype(np.float64) - m['zx']) * m['sx']
-        t = np.clip(xs[i].ravel() * 0.7 + 0.2, 0, 1)
-        L = net.layers[1]
-        tw = np.frombuffer(bytes(L.tw), np.int8).astype(np.float64).reshape(tw.shape) * \
-            np.asarray(L.d['sw']).reshape(-1, 1, 1, 1)
-        tb = np.array(L.tb, np.float64) * m['layers'][1]['sx'] * np.asarray(L.d['sw'])
         b0 = np.array(L.tb, np.float64)
-        L0 = net.layers[0]          # (the weights as the last step left them)
-        sw0 = np.asarray(L0.d['sw'])
-        cw = torch.tensor(np.frombuffer(bytes(L0.w), np.int8).reshape(deq(conv.inputs[1]).shape)
-                          * sw0.reshape(-1, 1, 1, 1), requires_grad=True)
-        cb = np.array(L0.b, np.float64) * m['sx'] * sw0
-        twt = torch.tensor(tw, requires_grad=True)
-        tbt = torch.tensor(tb, requires_grad=True)
-        h = fq(F.conv2d(F.pad(torch.tensor(x.reshape(1, 8, 8, 1)).permute(0, 3, 1, 2), (0, 1, 0, 1)),
-                        cw.permute(0, 3, 1, 2), torch.tensor(cb), stride=2).relu(), m['layers'][0])
-        # (TFLite's SAME: the convolution 8 -> 4 pads 0 above, 1 below: the transposed
-        # one's 9 x 9 cropped to its first 8 rows and columns)
-        y = fq(F.conv_transpose2d(h, twt.permute(3, 0, 1, 2), tbt, stride=2)[:, :, :8, :8],
-               m['layers'][1])
-        loss = ((y.permute(0, 2, 3, 1).reshape(-1) - torch.tensor(t)) ** 2).mean()
-        loss.backward()
-        assert abs(net.loss(xq, t.tolist())[0] - loss.item()) < 0.1 * loss.item()
-        want = [0.02 * twt.grad.numpy() / np.asarray(L.d['sw']).reshape(-1, 1, 1, 1) * 256,
-                0.02 * cw.grad.numpy() / np.asarray(net.layers[0].d['sw']).reshape(-1, 1, 1, 1) * 256]
+        xq, t, dtw, dtb, dcw = _torch_grads(torch, path, m, net, xs[i])
+        want = [0.02 * dtw / sw.reshape(-1, 1, 1, 1) * 256,
+                0.02 * dcw / np.asarray(net.layers[0].d['sw']).reshape(-1, 1, 1, 1) * 256]
         del got[:]
         net.step(xq, t.tolist(), 0.02)
         for a, w in zip(got, want):     # (the TRANSPOSE_CONV's update first: backward order)
-            upd = a.reshape(w.shape)
-            cos = float((upd * w).sum() / np.linalg.norm(upd) / np.linalg.norm(w))
-            assert cos > 0.99 and abs(np.linalg.norm(upd) / np.linalg.norm(w) - 1) < 0.05, cos
+            _close(a.reshape(w.shape), w)
         db = b0 - np.array(L.tb, np.float64)
-        wb = 0.02 * tbt.grad.numpy() / (m['layers'][1]['sx'] * np.asarray(L.d['sw']))
+        wb = 0.02 * dtb / (m['layers'][1]['sx'] * sw)
         assert np.allclose(db, wb, rtol=0.02, atol=1), (db, wb)
 
 
+def test_batch_adam_and_momentum_against_pytorch(tmp_path):
+    """Its weights and bias under a batch > 1, Adam and momentum, as a CONV_2D's (q8batch's
+    and q8mom's state and updates, Q8Net._put / _bias): a sample's batch sums (1/4096
+    weight steps) are dL/dW / s_W of PyTorch's fake-quantized model (cosine > 0.99, norm
+    within 5 %), the bias's dL/db within 2 %; Adam's first step moves each float32 master
+    by -lr sign(dL/dW), the int8 weights its master requantized, and the bias's master
+    by -lr sign(dL/db); momentum's first velocities are the SGD step (1/256 steps), its
+    float bias velocities lr dL/db, and the second step moves the weights by 0.9 of the
+    first velocity and the second update."""
+    torch = pytest.importorskip('torch')
+    path, xs, m, net = _autoencoder(tmp_path / 'b')
+    net.setup('sgd', batch=4)
+    L = net.layers[1]
+    sw = np.asarray(L.d['sw']).reshape(-1, 1, 1, 1)
+    xq, t, dtw, dtb, dcw = _torch_grads(torch, path, m, net, xs[3])
+    net.accum(xq, t.tolist())
+    _close(np.array(L.ga, np.float64).reshape(dtw.shape) / 4096.0, dtw / sw)
+    assert np.allclose(np.array(L.ba), dtb, rtol=0.02, atol=1e-6), (list(L.ba), dtb)
+    w0 = bytes(L.tw)
+    net.apply(0.05, 0.25)
+    assert bytes(L.tw) != w0 and not any(L.ga)
+
+    path, xs, m, net = _autoencoder(tmp_path / 'a')
+    net.setup('adam')
+    L = net.layers[1]
+    wm0, bf0 = np.array(L.wm), np.array(L.bf)
+    assert np.allclose(wm0, np.frombuffer(bytes(L.tw), np.int8) * np.repeat(sw.ravel(), len(wm0) // len(sw)))
+    xq, t, dtw, dtb, dcw = _torch_grads(torch, path, m, net, xs[3])
+    net.accum(xq, t.tolist())
+    net.apply(0.001, 1.0)
+    dw, g = np.array(L.wm) - wm0, dtw.ravel()
+    big = np.abs(g) > 1e-2 * np.abs(g).max()
+    assert big.sum() > 20 and np.mean(np.isclose(dw[big], -0.001 * np.sign(g[big]), rtol=0.05)) > 0.95
+    assert np.allclose(np.array(L.bf) - bf0, -0.001 * np.sign(dtb), rtol=0.05)
+    assert np.array_equal(np.frombuffer(bytes(L.tw), np.int8),
+                          np.clip(np.round(np.array(L.wm) / np.repeat(sw.ravel(), len(wm0) // len(sw))), -127, 127))
+
+    path, xs, m, net = _autoencoder(tmp_path / 'm')
+    net.setup('sgd', momentum=0.9)
+    L = net.layers[1]
+    bf0 = np.array(L.bf)
+    xq, t, dtw, dtb, dcw = _torch_grads(torch, path, m, net, xs[3])
+    net.step(xq, t.tolist(), 0.02)
+    v1 = np.frombuffer(bytes(L.vw), np.int16).astype(np.float64)
+    _close(v1.reshape(dtw.shape), 0.02 * dtw / sw * 256)
+    assert np.allclose(np.array(L.vb), 0.02 * dtb, rtol=0.02, atol=1e-7)
+    assert np.allclose(bf0 - np.array(L.bf), 0.02 * dtb, rtol=0.02, atol=1e-7)
+    xq, t, dtw, dtb, dcw = _torch_grads(torch, path, m, net, xs[7])
+    net.step(xq, t.tolist(), 0.02)
+    v2 = np.frombuffer(bytes(L.vw), np.int16).astype(np.float64)
+    _close(v2 - 0.9 * v1, (0.02 * dtw / sw * 256).ravel(), 0.1)
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
-def test_autoencoder_trains_as_int8_on_micropython(tmp_path):
+@pytest.mark.parametrize('kw', [dict(optimizer='sgd', lr=0.05), dict(optimizer='adam', lr=0.01),
+                                dict(optimizer='sgd', lr=0.02, momentum=0.9, batch=4)])
+def test_autoencoder_trains_as_int8_on_micropython(tmp_path, kw):
     """prepare trains the int8 autoencoder as int8 with mse (the conv below the
-    TRANSPOSE_CONV trains through it); unix MicroPython (viper) lowers the test loss and
-    ends with CPython's trained.wof; export --quantized runs in TFLite Micro as the board's
-    net."""
+    TRANSPOSE_CONV trains through it), under SGD, Adam and momentum at batch 4; unix
+    MicroPython (viper) lowers the test loss and ends with CPython's trained.wof and
+    TRANSPOSE_CONV weights (.q8c, moved); export --quantized runs in TFLite Micro as the
+    board's net."""
     from test_q8_reg import trained_on_both, assert_export_runs_as_trained
     r = np.random.default_rng(2)
     xs = r.random((48, 8, 8, 1)).astype(np.float32)
     path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
     np.savez(tmp_path / 'd.npz', x=xs, y=np.clip(xs * 0.7 + 0.2, 0, 1).reshape(48, -1))
     d = str(tmp_path / 'mp')
-    s = prepare(path, d, data=str(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.05,
-                epochs=3, test_split=0.25, train='all', log=lambda *a: None)
+    s = prepare(path, d, data=str(tmp_path / 'd.npz'), loss='mse', epochs=3, test_split=0.25,
+                train='all', log=lambda *a: None, **kw)
     assert s['int8']
     tl = trained_on_both(d, tmp_path)
     assert tl[-1] < 0.8 * tl[0], tl
+    with open(os.path.join(d, 'trained.wof.q8c'), 'rb') as f:
+        assert f.read()[12:12 + 36] != read_model(path).tensors[4].data.tobytes()
     assert_export_runs_as_trained(path, d, xs[:4], tmp_path)
 
 
 def test_prepare_says_what_of_it_trains(tmp_path):
     """Its weights train as int8 where a layer below it trains (the default --train all
-    of the autoencoder: the conv and it); --train naming it alone is refused, saying why
-    and --dequantize; with settings its update lacks (Adam) the model trains dequantized
-    as before, saying why, or, --train named, is refused."""
+    of the autoencoder: the conv and it), under Adam, momentum and a batch > 1 too;
+    --train naming it alone is refused, saying why and --dequantize."""
     from host_tools.prepare.pipeline import PrepareError
     xs = np.random.default_rng(0).random((20, 8, 8, 1)).astype(np.float32)
     path, _ = build_keras_autoencoder(tmp_path / 'ae.tflite', int8_on=xs)
@@ -198,13 +268,11 @@ def test_prepare_says_what_of_it_trains(tmp_path):
     assert s['trainable_params'] == 4 * 9 + 4 + 36 + 1
     with open(tmp_path / 'b' / 'q8.json') as f:
         assert [d.get('xt') for d in json.load(f)['layers']] == [None, 1]
-    said = []
-    s = prepare(path, str(tmp_path / 'e'), data=data, loss='mse', optimizer='adam', log=said.append)
-    assert not s.get('int8') and any('dequantized' in v and 'op 4 (TRANSPOSE_CONV) trains as int8 '
-                                     'with --optimizer sgd' in v for v in said), said
-    with pytest.raises(PrepareError, match=r'op 4 \(TRANSPOSE_CONV\) trains as int8 with --optimizer sgd'):
-        prepare(path, str(tmp_path / 'd'), data=data, loss='mse', optimizer='adam', train='all',
-                log=lambda *a: None)
+    for kw in (dict(optimizer='adam'), dict(momentum=0.9), dict(batch=4)):
+        said = []
+        s = prepare(path, str(tmp_path / 'e'), data=data, loss='mse', log=said.append, **kw)
+        assert s['int8'] and 'tconv.w' in s['trainable'] and not any(
+            'dequantiz' in v for v in said), said
     said = []
     with pytest.raises(PrepareError, match=r'nothing to train as int8.*--dequantize'):
         prepare(path, str(tmp_path / 'c'), data=data, loss='mse', train='last:1', log=said.append)
@@ -213,10 +281,13 @@ def test_prepare_says_what_of_it_trains(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_resume_with_it_training_bit_identical(tmp_path):
+@pytest.mark.parametrize('kw', [dict(optimizer='sgd', lr=0.05),
+                                dict(optimizer='adam', lr=0.01, batch=4),
+                                dict(optimizer='sgd', lr=0.02, momentum=0.9)])
+def test_ctrl_c_resume_with_it_training_bit_identical(tmp_path, kw):
     """Ctrl-C at random moments and train.py again with resume: trained.wof, its weights
-    and bias (trained.wof.q8c, the checkpoint's ext state) and the log equal an
-    uninterrupted run's bit for bit."""
+    and bias (trained.wof.q8c, the checkpoint's ext state: with Adam's masters and
+    moments, momentum's velocities) and the log equal an uninterrupted run's bit for bit."""
     from repo import set_train
     from test_ctrl_c import interrupted_runs
     r = np.random.default_rng(3)
@@ -225,8 +296,7 @@ def test_ctrl_c_resume_with_it_training_bit_identical(tmp_path):
     np.savez(tmp_path / 'd.npz', x=xs, y=np.clip(xs * 0.7 + 0.2, 0, 1).reshape(400, -1))
     base = tmp_path / 'base'
     prepare(path, str(base), data=str(tmp_path / 'd.npz'), test_split=0.25, loss='mse',
-            optimizer='sgd', lr=0.05, epochs=3, shuffle=True, seed=7, train='all',
-            log=lambda *a: None)
+            epochs=3, shuffle=True, seed=7, train='all', log=lambda *a: None, **kw)
     set_train(base, run={'checkpoint_every': 20})
     runner.stage(str(base))
     tally = interrupted_runs(base, tmp_path, not MP, 4, 5)
