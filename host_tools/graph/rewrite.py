@@ -1933,15 +1933,23 @@ def join_inputs(g: Graph):
     values one after the other, each flattened, in their maker's order (natural): what a
     data file's arrays become, dataset.load_inputs): a SPLIT_V of it into each input's values, and a
     RESHAPE of each to its input's shape; the devices run one input as before.  Tensors
-    are appended (the others keep their numbers).  Sets and returns g.joined, [(name,
-    shape)] of the inputs joined, or None for a graph with one input."""
+    are appended (the others keep their numbers).  Int8 inputs (the int8 path) keep
+    their scales and zero points: the joined input is each one's int8 codes one after
+    the other (at scale 1, zero point 0: the SPLIT_V copies bytes, and each part is its
+    input at its own scale; quant.prepare_q8 quantizes each part's samples so).  Sets
+    and returns g.joined, [(name, shape)] of the inputs joined, or None for a graph with
+    one input."""
     if len(g.inputs) < 2:
         return None
     g.inputs = natural(g, g.inputs)
     parts = [(g.tensors[k].name, [int(d) for d in g.tensors[k].shape]) for k in g.inputs]
     sizes = [int(np.prod(s[1:], dtype=np.int64)) for _, s in parts]
+    q8 = all(g.tensors[k].dtype == 'int8' and (g.tensors[k].quant or {}).get('scale')
+             for k in g.inputs)
     src = g.ops[0].src if g.ops else None
-    x = new_tensor(g, JOINED, [1, sum(sizes)])
+    x = new_tensor(g, JOINED, [1, sum(sizes)], dtype='int8' if q8 else None)
+    if q8:
+        g.tensors[x].quant = {'scale': [1.0], 'zero_point': [0]}
     sz = new_tensor(g, JOINED + '/sizes', [len(sizes)], np.array(sizes, np.int32))
     ax = new_tensor(g, JOINED + '/axis', [], np.array(1, np.int32))
     made, outs = [], []
@@ -1949,7 +1957,8 @@ def join_inputs(g: Graph):
         if list(g.tensors[k].shape) == [1, n]:
             outs.append(k)          # (a [1, n] input is its part as it is)
             continue
-        outs.append(new_tensor(g, g.tensors[k].name + '/joined_part', [1, n]))
+        outs.append(new_tensor(g, g.tensors[k].name + '/joined_part', [1, n],
+                               like=k if q8 else None))
         rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [outs[-1]], [k], {}, src=src)
         _make_reshape(g, rs, list(g.tensors[k].shape))
         made.append(rs)
@@ -1957,7 +1966,7 @@ def join_inputs(g: Graph):
                      {'num_splits': len(outs)}, src=src)
     g.ops[0:0] = [split] + made
     _renumber(g)
-    for k in g.inputs:
+    for k in g.inputs if not q8 else ():
         g.tensors[k].dtype = 'float32'
     g.inputs = [x]
     g.joined = parts

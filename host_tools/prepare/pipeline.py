@@ -321,15 +321,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     if files['rewritten']:      # each op of the rewritten file: its number in the user's
         summary['op_numbers'] = [op.number for op in rw.file_graph(g).ops]
     if getattr(g, 'as_file', None):     # several inputs or outputs (runplan.one_input_output)
-        f = rw.file_graph(g)
-        summary['output'] = {'name': rw.io_name(g, g.outputs[0]),
-                             'tensor': g.tensors[g.outputs[0]].name,
-                             'index': rw.natural(f, f.outputs).index(g.outputs[0]),
-                             'of': len(f.outputs)}
-        if getattr(g, 'data_inputs', None):
-            summary['inputs'] = [{'name': n, 'key': key, 'shape': sh}
-                                 for n, sh, key in g.data_inputs[0]]
-            summary['inputs_unread'] = g.data_inputs[1]
+        summary.update(io_summary(g))
         # the .wof and model.flat number the joined input's tensors after the file's
         summary['device_tensors'] = len(g.tensors)
     if 'train_config' in wrote:
@@ -439,9 +431,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             except ValueError:      # (prepare_q8 refuses it, saying why)
                 why = None
         auto = why if why and quant.float_takes(source, train) else None
-    several = several_refusal(source)
-    if as8 and several and not dequantize:
-        auto = several
+    several = several_refusal(source)      # (a float model calibrated as int8: from_float)
+    if as8 and not dequantize and quant.several_refusal(source):
+        auto = quant.several_refusal(source)
     elif not dequantize and not emb8 and quant.embedding_entry(source):
         why = quant.embedding_ids(source) and quant.settings_refusal(s, source)
         trained = quant.embedding_ids(source) and not why and quant.emb_refusal(
@@ -589,6 +581,19 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             **({'steps': heap['steps']} if heap.get('steps') else {}))
 
 
+def io_summary(g) -> dict:
+    """prepare.json's 'output' (the one the loss reads, its place among the file's: export
+    reads it) and 'inputs' of graph g with several (runplan.one_input_output's)."""
+    f = rw.file_graph(g)
+    out = {'output': {'name': rw.io_name(g, g.outputs[0]), 'tensor': g.tensors[g.outputs[0]].name,
+                      'index': rw.natural(f, f.outputs).index(g.outputs[0]),
+                      'of': len(f.outputs)}}
+    if getattr(g, 'data_inputs', None):
+        out['inputs'] = [{'name': n, 'key': key, 'shape': sh} for n, sh, key in g.data_inputs[0]]
+        out['inputs_unread'] = g.data_inputs[1]
+    return out
+
+
 def dequantized_instead(call, refusal):
     """prepare(**call) again dequantized, for an int8 model whose int8 run the heap
     refused with any settings (refusal, quant.HeapRefusal): an RNN's int8 layer table (a
@@ -610,10 +615,12 @@ def dequantized_instead(call, refusal):
 
 
 def several_refusal(g):
-    """Why the int8 path does not take graph g (several inputs or outputs), or None."""
+    """Why a float model with several inputs or outputs (graph g) is not calibrated as int8
+    to train on the int8 path (fromfloat), or None.  (An int8 file with several trains as
+    int8: quant.several_refusal.)"""
     if len(g.inputs) > 1 or len(g.outputs) > 1:
-        return ('the int8 path takes models with one input and one output, and this one has '
-                f'{len(g.inputs)} and {len(g.outputs)}')
+        return ('a float model is calibrated as int8 with one input and one output, and this '
+                f'one has {len(g.inputs)} and {len(g.outputs)}')
     return None
 
 
@@ -1018,7 +1025,8 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
-        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
+        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'),
+                    output=(summary.get('output') or {}).get('index'))
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}
     if rw_name:
