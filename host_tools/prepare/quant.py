@@ -315,12 +315,13 @@ def _float_ends(g: Graph):
     the logits); the file keeps both ops, export writes into its tensors (_ends_back).
     Either end alone too (inference_input_type int8 with a float output, or the other
     way); each input and output of a model with several."""
-    from ..graph.rewrite import remove_op
+    from ..graph.rewrite import remove_op, io_name
     for i, k in enumerate(list(g.inputs)):
         op = _entry(g, k) if g.tensors[k].dtype == 'float32' else None
         if op is not None:
             g.inputs[i] = op.outputs[0]
-            g.tensors[op.outputs[0]].sig = g.tensors[k].sig     # (its maker's name, place)
+            # (its maker's name and place: data files and --output name the float end)
+            g.tensors[op.outputs[0]].sig = g.tensors[k].sig or (i, io_name(g, k))
             remove_op(g, op)
     prod = {k: op for op in g.ops for k in op.outputs}
     for i, k in enumerate(list(g.outputs)):
@@ -329,7 +330,7 @@ def _float_ends(g: Graph):
                 g.tensors[op.inputs[0]].dtype == 'int8' and \
                 not any(k in o.inputs for o in g.ops):
             g.outputs[i] = op.inputs[0]
-            g.tensors[op.inputs[0]].sig = g.tensors[k].sig
+            g.tensors[op.inputs[0]].sig = g.tensors[k].sig or (i, io_name(g, k))
             remove_op(g, op)
 
 
