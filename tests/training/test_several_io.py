@@ -622,3 +622,37 @@ def test_embedding_ids_beside_features(tmp_path):
     np.savez(tmp_path / 'bad.npz', ids=ids + 3, feat=feat, y=y)
     with pytest.raises(PrepareError, match='op 0 GATHER reads rows of a 5-row table.*outside 0..4'):
         _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz')
+
+
+def test_each_input_is_scaled_by_its_own_rms(tmp_path):
+    """Issue 28: a float model with several inputs trains each input far larger than 1
+    (here 0..255 pixels beside a unit sensor vector) on it times its own power of two
+    (rewrite.scale_input per input: a MUL after the inputs' split, the weights it reaches
+    divided by it), the other as given: the same function (utrain's forward on the joined
+    samples is ONERT's on the file), and export folds the scale back (ONERT on the export
+    is utrain's trained forward)."""
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples()
+    img = 255 * img
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits',
+                 optimizer='sgd', lr=0.01)
+    rms = float(np.sqrt(np.mean(np.square(img.astype(np.float64)))))
+    assert s['input_scale'] == {'img': 2.0 ** -round(np.log2(rms))}, s['input_scale']
+    assert [ln for ln in lines if 'root mean square' in ln] == [
+        ln for ln in lines if f"input 'img''s root mean square is {rms:.4g}" in ln]
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    ref = onert_outputs(src, img, meta)
+    np.testing.assert_allclose(utrain_outputs(tmp_path / 'run', x), ref[1], rtol=1e-4, atol=1e-4)
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    g0, g1 = read_model(src), read_model(out)
+    assert [op.name for op in g1.ops] == [op.name for op in g0.ops]     # (no MUL left)
+    after = onert_outputs(out, img, meta)
+    np.testing.assert_allclose(utrain_outputs(tmp_path / 'run', x, 'trained.wof'), after[1],
+                               rtol=1e-4, atol=1e-4)
+    assert np.mean(after[1].argmax(1) == y) > np.mean(ref[1].argmax(1) == y)
+    np.testing.assert_allclose(after[0], ref[0], rtol=1e-6, atol=1e-6)     # (aux: its own)
