@@ -1769,13 +1769,13 @@ def scale_input(g: Graph, keep=frozenset()):
     in a layer of its own: on the folded form SGD's default lr makes the loss diverge.
     Only where a layer the input reaches trains (keep: ids of the ops that do) and the
     rms is 2^2.5 or more.  Export folds s back (unscale_input).  Returns s, or 0.  A
-    model with several inputs: each input by its own (g.inputs_rms {input tensor: rms},
-    the data's array for it), returning {its data key (io_name): s} of those scaled, or 0."""
+    model with several inputs: each input by its own (g.inputs_rms {its data key
+    (io_name): rms of the data's array for it}), returning {key: s} of those scaled, or 0."""
     if len(g.inputs) > 1:
         rms = getattr(g, 'inputs_rms', None) or {}
         out = {}
         for x in list(g.inputs):
-            s = _scale_one(g, x, input_scale_for(rms.get(x)), keep)
+            s = _scale_one(g, x, input_scale_for(rms.get(io_name(g, x))), keep)
             if s:
                 out[io_name(g, x)] = s
         return out or 0

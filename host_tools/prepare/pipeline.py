@@ -411,7 +411,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         warn = quant.input_range_warning(source, data, x)
         if warn:
             log(warn)
-    if data and len(source.inputs) > 1 and rewrite and scale_input and not as8:
+    if data and len(source.inputs) > 1 and rewrite and scale_input:
         source.inputs_rms = inputs_rms(data, source)    # (each input scaled by its own)
     auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and quant.loss_refusal(s, source) and overrides.get('loss') is None \
@@ -530,10 +530,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     for line in missing_biases(model_path, g, p):
         log(line)
     if isinstance(info['input_scale'], dict):       # (several inputs: each its own)
-        names = {rw.io_name(source, k): k for k in source.inputs}
         for key, sc in info['input_scale'].items():
             log(f'{model_path}: input {key!r}\'s root mean square is '
-                f'{source.inputs_rms[names[key]]:.4g} on {data}: it trains on it times {sc:g} '
+                f'{source.inputs_rms[key]:.4g} on {data}: it trains on it times {sc:g} '
                 f'(a MUL after the inputs\' split, the weights it reaches x{1 / sc:g}: the same '
                 f'model, whose SGD steps on them are {1 / sc ** 2:g}x smaller than on the input '
                 'as given); export folds it back')
@@ -592,20 +591,21 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
 
 
 def inputs_rms(data, g) -> dict:
-    """{input tensor: the root mean square of data's array for it} of graph g with several
-    inputs (read as prepare reads them: dataset.load_inputs), for rewrite.scale_input."""
+    """{input's data key: the root mean square of data's array for it} of graph g with
+    several inputs (read as prepare reads them: dataset.load_inputs), for
+    rewrite.scale_input and quant.relabel_input."""
     from ..files.dataset import load_inputs
     from ..plan.runplan import data_inputs
     ins = data_inputs(g)
     x = np.asarray(load_inputs(data, ins)[0], np.float64)
     x = x.reshape(len(x), -1)
-    by_name, out, at = {g.tensors[k].name: k for k in g.inputs}, {}, 0
-    for name, shape, _ in ins[0]:
+    out, at = {}, 0
+    for _, shape, key in ins[0]:
         n = int(np.prod(shape[1:]))
         part = x[:, at:at + n]
         at += n
         if part.size:
-            out[by_name[name]] = float(np.sqrt(np.mean(np.square(part))))
+            out[key] = float(np.sqrt(np.mean(np.square(part))))
     return out
 
 

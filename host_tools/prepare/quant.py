@@ -1802,18 +1802,35 @@ def relabel_input(g: Graph, ls: list) -> float:
     integers) and Adam's float masters (the int8 weights times 'sw') become the float
     scaled run's; biases step alike in both.  Only where one of those layers trains; the
     model file keeps its scales (export).  Layer table ls in place; returns (s, the
-    relabelled ops' numbers), or (0, [])."""
-    from ..graph.rewrite import _scaled_reach, input_scale_for
+    relabelled ops' numbers), or (0, []).  Inputs joined (rewrite.join_inputs): each
+    input by its own rms (g.inputs_rms, by data key), s then {key: s} of those relabelled."""
+    from ..graph.rewrite import input_scale_for
+    if getattr(g, 'joined', None):
+        rms, by_name = getattr(g, 'inputs_rms', None) or {}, {t.name: t.index for t in g.tensors}
+        out, ops = {}, []
+        for name, _, key in g.data_inputs[0]:
+            s = input_scale_for(rms.get(key))
+            got = _relabel(g, ls, by_name[name], s) if s else []
+            if got:
+                out[key] = s
+                ops += got
+        return (out, ops) if out else (0, [])
     s = input_scale_for(getattr(g, 'input_rms', None))
-    ends = _scaled_reach(g, g.inputs[0], np.int8) if s and len(g.inputs) == 1 else None
-    on = {op.index for op in ends or ()}
+    got = _relabel(g, ls, g.inputs[0], s) if s and len(g.inputs) == 1 else []
+    return (s, got) if got else (0, [])
+
+
+def _relabel(g: Graph, ls: list, k: int, s: float) -> list:
+    """relabel_input's of tensor k by s: the numbers of the ops relabelled, or []."""
+    from ..graph.rewrite import _scaled_reach
+    on = {op.index for op in _scaled_reach(g, k, np.int8) or ()}
     ds = [d for d in ls if d['op'] in on and 'wt' in d]
     if not any(d.get('train') for d in ds):
-        return 0, []
+        return []
     for d in ds:
         d['sx'] = d['sx'] * s
         d['sw'] = [v / s for v in d['sw']]
-    return s, [g.ops[d['op']].number for d in ds]
+    return [g.ops[d['op']].number for d in ds]
 
 
 RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the ranges,
@@ -2444,7 +2461,15 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                    reach_hint([(op.number, op.name) for op in g.ops],
                                               getattr(g, 'nfile', len(g.ops)), train), train))
     xs, on = getattr(g, 'q8_input_scale', (0, []))
-    if xs:
+    if isinstance(xs, dict):        # (inputs joined: each by its own)
+        for key, sc in xs.items():
+            log(f'{model_path}: input {key!r}\'s root mean square is {g.inputs_rms[key]:.4g} '
+                f'on {data}: it trains as int8 on it times {sc:g}, as the float path does (the '
+                f'layers it reaches read it at {sc:g} x its int8 scale and hold their weights '
+                f'at {1 / sc:g} x theirs: the same integers, whose QAS steps are '
+                f'1/{1 / sc ** 2:g} of those on the input as given); the model file keeps its '
+                'scales')
+    elif xs:
         one = len(on) == 1
         ops = ('op %s reads' if one else 'ops %s read') % ', '.join(map(str, on))
         log(f'{model_path}: its input\'s root mean square is {g.input_rms:.4g} on {data}: it '

@@ -404,16 +404,17 @@ def test_8bit_samples_of_inputs_with_narrow_ranges_are_said(tmp_path):
     assert not [ln for ln in lines if 'spans' in ln]
 
 
-def _build_int8(path, seed=0, A_=4, B=3, scales=(0.05, 0.05), float_ends=False, third=False):
+def _build_int8(path, seed=0, A_=4, B=3, scales=(0.05, 0.05), float_ends=False, third=False,
+                sw=0.02):
     """Full-integer int8: a [1, A_] and b [1, B] (scales: theirs; b's zero point -3)
     each -> an FC of its own (at one scale, as TFLite Micro's CONCATENATION needs) ->
     CONCATENATION -> FC -> logits [1, O]; aux [1, 2] an FC of b.  Weights per-tensor
     int8, biases int32.  float_ends: float inputs and outputs (a QUANTIZE each, a
     DEQUANTIZE each: the converter's default); third: a third input c [1, 2, 3] at scale
-    0.3, zero point 5, flattened (RESHAPE) into an FC of its own."""
+    0.3, zero point 5, flattened (RESHAPE) into an FC of its own.  sw: the weights' scale."""
     rng = np.random.default_rng(seed)
     q = lambda s, z=0: {'scale': [float(s)], 'zero_point': [int(z)], 'quantized_dimension': 0}  # noqa: E731
-    (sa, sv), sw = scales, 0.02
+    sa, sv = scales
     b = CircleBuilder(identifier=b'TFL3')
     f = '_q' if float_ends else ''      # (the int8 ends' names: the float ends take theirs)
     a = b.tensor('a' + f, [1, A_], dtype='int8', quant=q(sa))
@@ -640,6 +641,7 @@ def test_each_input_is_scaled_by_its_own_rms(tmp_path):
                  optimizer='sgd', lr=0.01)
     rms = float(np.sqrt(np.mean(np.square(img.astype(np.float64)))))
     assert s['input_scale'] == {'img': 2.0 ** -round(np.log2(rms))}, s['input_scale']
+    assert not [ln for ln in lines if 'widen' in ln], lines
     assert [ln for ln in lines if 'root mean square' in ln] == [
         ln for ln in lines if f"input 'img''s root mean square is {rms:.4g}" in ln]
     x = np.concatenate([img.reshape(len(img), -1), meta], 1)
@@ -656,3 +658,35 @@ def test_each_input_is_scaled_by_its_own_rms(tmp_path):
                                rtol=1e-4, atol=1e-4)
     assert np.mean(after[1].argmax(1) == y) > np.mean(ref[1].argmax(1) == y)
     np.testing.assert_allclose(after[0], ref[0], rtol=1e-6, atol=1e-6)     # (aux: its own)
+
+
+def test_int8_joined_inputs_are_relabelled_by_their_own_rms(tmp_path):
+    """An int8 file's input far larger than 1 beside one that is not: the layer that reads
+    the large one trains on it times its own power of two (quant.relabel_input on its
+    part of the joined input: its 'sx' times s, its weight scales / s, the same integers
+    forward: TFLite Micro's on the file, bit for bit); the other's layer as the file has it."""
+    pytest.importorskip('tflite_micro')
+    src = _build_int8(tmp_path / 'q.tflite', scales=(1.0, 0.06), sw=0.001)   # (no clipping:
+    rng = np.random.default_rng(4)                                          # no recalibration)
+    a = rng.uniform(-100, 100, (60, 4)).astype(np.float32)
+    v = rng.uniform(-6, 6, (60, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', a=a, v=v, y=np.argmax(v, 1))
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits', epochs=1)
+    sa = 2.0 ** -round(np.log2(np.sqrt(np.mean(np.square(a.astype(np.float64))))))
+    assert s['int8'] and s['input_scale'] == {'a': sa}, s['input_scale']
+    assert not [ln for ln in lines if 'widen' in ln], lines
+    assert [ln for ln in lines if 'root mean square' in ln] == [
+        ln for ln in lines if "input 'a''s root mean square" in ln and f'times {sa:g}' in ln]
+    with open(tmp_path / 'run' / 'q8.json') as f:
+        ls = {d['out']: d for d in json.load(f)['layers']}
+    g = read_model(src)
+    by = {g.tensors[k].name: k for k in range(len(g.tensors))}
+    assert ls[by['h0']]['sx'] == pytest.approx(1.0 * sa) and ls[by['h1']]['sx'] == pytest.approx(0.06)
+    codes = [_codes(a, 1.0, 0), _codes(v, 0.06, -3)]
+    ref = _tflm_outputs(src, codes)
+    net = _q8_net(tmp_path / 'run')
+    got = np.stack([np.frombuffer(bytes(net.forward(bytearray(np.concatenate(r).tobytes()))), np.int8)
+                    for r in zip(*codes)])
+    net.close()
+    np.testing.assert_array_equal(got, ref[0])
