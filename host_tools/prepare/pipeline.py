@@ -30,7 +30,8 @@ from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
 from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
                         set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
-from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output
+from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
+                            io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits, target_range_warning
 from ..files.wof import write_wof
@@ -606,19 +607,6 @@ def inputs_rms(data, g) -> dict:
         at += n
         if part.size:
             out[key] = float(np.sqrt(np.mean(np.square(part))))
-    return out
-
-
-def io_summary(g) -> dict:
-    """prepare.json's 'output' (the one the loss reads, its place among the file's: export
-    reads it) and 'inputs' of graph g with several (runplan.one_input_output's)."""
-    f = rw.file_graph(g)
-    out = {'output': {'name': rw.io_name(g, g.outputs[0]), 'tensor': g.tensors[g.outputs[0]].name,
-                      'index': rw.natural(f, f.outputs).index(g.outputs[0]),
-                      'of': len(f.outputs)}}
-    if getattr(g, 'data_inputs', None):
-        out['inputs'] = [{'name': n, 'key': key, 'shape': sh} for n, sh, key in g.data_inputs[0]]
-        out['inputs_unread'] = g.data_inputs[1]
     return out
 
 

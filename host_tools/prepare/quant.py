@@ -2552,7 +2552,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         # the op numbers of the user's file (export reads the run's int8 model with them)
         summary.update(op_numbers=[op.number for op in g.ops], file_ops=g.nfile)
     if getattr(g, 'as_file', None):     # several inputs or outputs (as the float path's)
-        from .pipeline import io_summary
+        from ..plan.runplan import io_summary
         summary.update(io_summary(g))
     rwi = getattr(g, 'rewrites', None) or {}
     if rwi.get('changed'):
