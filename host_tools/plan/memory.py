@@ -1323,9 +1323,10 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         if sh:
             parts['shared weights (summed gradients)'] = sh
     if n_w or n_b or fr or sl:    # batch sums, Adam's master, m, v: of the window
+        # (and Adam's sums' unit a layer, Layer.gk: two ints)
         parts['optimizer state'] = sl + fr + sum(
             (n_w * arr(4 * q8_trained_weights(d)) if d.get('sh', i) == i else 0) + n_b * arr(4 * d['nb'])
-            for i, d in enumerate(ls) if d.get('train'))
+            + (arr(8) if opt == 'adam' else 0) for i, d in enumerate(ls) if d.get('train'))
     if mom:     # an int16 velocity per trained weight (utrain.q8mom), an int32 or float a bias
         parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
                                                                  if d.get('sh', i) == i else 0)

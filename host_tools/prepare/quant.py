@@ -354,6 +354,8 @@ def rewritten(g: Graph) -> Graph:
     g.rewrites = rewrite(g, int8=True)
     check_window_shapes(g)
     g.q8_rewritten = True
+    # an int8 file's logits and trained layers' output ranges follow training (meta)
+    g.follow_logits = 1
     _widen_logits(g)
     one_input_output(g)     # (several: the trained output's ops, the inputs joined)
     return g
@@ -385,11 +387,10 @@ def _widen_logits(g: Graph):
         return
     s = float(q['scale'][0])
     z = int((q.get('zero_point') or [0])[0])
-    # logits of any width follow training (q8range): the converter's range is the data
-    # it was calibrated on; a fine-tuning step that takes them past it clips them, and a
-    # clipped logit's gradient is 0 (a Keras MLP on 0..255 pixels, its logits at +-300
-    # before, clipped all five after its first SGD step and never trained again)
-    g.follow_logits = 1
+    # logits of any width follow training (q8range, rewritten()): the converter's range
+    # is the data it was calibrated on; a fine-tuning step that takes them past it clips
+    # them, and a clipped logit's gradient is 0 (a Keras MLP on 0..255 pixels, its logits
+    # at +-300 before, clipped all five after its first SGD step and never trained again)
     # (narrow: its span, not its sides: a Keras Conv1D's logits at [-136, 0], zero point
     # 127, all about -100, are wide; taken as narrow they became +-4 and all clipped)
     if 255 * s >= 2 * NARROW_LOGITS:
@@ -1766,9 +1767,13 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
             if d.get('train') and 'wt' in d:     # no rounding noise (the FCs' too)
                 d['wf'] = 1
     elif getattr(g, 'follow_logits', 0):
-        # the logits' range (widened by rewritten() if narrow) doubles as training grows
-        # them (utrain.q8range), as a float model's calibrated as int8 does
-        rr = follow_ranges(dict(m, etab=etab(sy, ETAB_MAX)), logits_only=True)
+        # an int8 file: the logits' range (widened by rewritten() if narrow) and its
+        # trained layers' output ranges double as training grows them (utrain.q8range),
+        # as a float model's calibrated as int8 do: the converter calibrated them on its
+        # own data and weights, and a clipped value passes no gradient (the converter's
+        # depthwise file under Adam at lr 0.01 ended 10 points under --dequantize with
+        # its logits' range alone following, 1 with all)
+        rr = follow_ranges(dict(m, etab=etab(sy, ETAB_MAX)))
         if rr:
             m['rr'], m['etab'] = rr, etab(sy, ETAB_MAX)
     return m
@@ -1837,7 +1842,7 @@ RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the rang
 RANGE_SHIFT = 6         # and a range doubles when more than 2^-RANGE_SHIFT of its values clip
 
 
-def follow_ranges(m: dict, logits_only=False) -> list | None:
+def follow_ranges(m: dict) -> list | None:
     """q8.json's 'rr' for layer table m (utrain.q8range: the activation ranges that double
     while the model trains): [every, shift, [[producer, [consumers], [clamp bytes]], ...]] of
     each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer (one that keeps only
@@ -1852,8 +1857,6 @@ def follow_ranges(m: dict, logits_only=False) -> list | None:
         return None
     ents = []
     for i, d in enumerate(ls):
-        if logits_only and i < len(ls) - 1:        # (the logits' range alone)
-            continue
         grows = d['k'] in (FC, CONV, DW) and d.get('train') or d['k'] == MEAN and d.get('back')
         if not grows or d.get('sd') or d.get('pw') or d['hi'] != 127 or \
                 d['lo'] not in (-128, d['zy']):

@@ -12,7 +12,8 @@
 # sums are requantized into one int32 sum per weight in 2^-12 weight steps (scales differ
 # between samples by powers of two) and the update is applied from those.  Adam keeps a
 # float32 master copy of the trained weights (and its moments): the update goes to the
-# master, the int8 weights the forward pass reads are the master requantized.
+# master, the int8 weights the forward pass reads are the master requantized; its sums
+# are dL/dW in a unit per layer and batch (utrain.q8batch.unit), not weight steps.
 # The model is q8.json (layers, written by host_tools/prepare/quant.py) + a .wof with int8
 # weights and int32 biases as raw bytes (onert-micro's layout).
 from array import array
@@ -65,6 +66,7 @@ class Layer:
     train = back = 0
     x = dg = dx = dxm = ga = None    # the input seen; input-gradient buffers (made on use),
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
+    gk = None       # Adam: the batch sums' unit 2^-gk[0] of dL/dW, gk[1] 1 once set (q8batch)
     w = b = mul = shf = None
     mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
     rc = 0          # a masked layer's outputs at its top clamp (mkk's count: utrain.q8range)
@@ -829,6 +831,7 @@ class Q8Net:
                 L.ga, L.ba = _i32(n), _f32(oc)
                 if self.adam:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
+                    L.gk = array('i', [0, 0])
                     L.bm, L.bv = _f32(oc), _f32(oc)
                     L.set_bias()
         if self.sh is not None:
@@ -881,6 +884,8 @@ class Q8Net:
         for L in self.layers:
             if L.ga is not None:
                 K.zk(L.ga, len(L.ga))
+                if L.gk is not None:
+                    L.gk[1] = 0
                 for o in range(len(L.ba)):
                     L.ba[o] = 0.0
 
@@ -1129,7 +1134,10 @@ class Q8Net:
             n = oc * row
             K.zk(gw, n)
             K.dgk(gw, dz, L.x, L.zx, L.g)
-            _mults(L, gw, n, 0, oc, 1, f, u)
+            if L.gk is not None and lr is None:
+                self.B.unit(L, gw, n, 0, oc, 1, f, qmul)
+            else:
+                _mults(L, gw, n, 0, oc, 1, f, u)
             self._put(L, 0, gw, n, lr)
             return
         nc = d.get('gc', oc)
@@ -1163,7 +1171,10 @@ class Q8Net:
                 p[0] = self.seed
                 self.seed = K.upmk(memoryview(L.w)[o0 * row:] if o0 else L.w, gw, n, p)
                 continue
-            _mults(L, gw, n, o0, m, row, f, u)
+            if L.gk is not None and lr is None:     # (Adam's sums: q8batch.unit)
+                self.B.unit(L, gw, n, o0, m, row, f, qmul)
+            else:
+                _mults(L, gw, n, o0, m, row, f, u)
             self._put(L, o0 * row, gw, n, lr)
 
     def _put(self, L, i0, gw, n, lr):

@@ -3,7 +3,7 @@
 # batch's end.  Loaded by Q8Net.setup only for those settings: SGD at batch 1, the
 # common case on a board, updates each layer as its gradient is made (Q8Net.step) and
 # loads none of this (code is heap on a board).
-from math import sqrt
+from math import sqrt, frexp
 from utrain import q8kern as K
 
 
@@ -34,7 +34,7 @@ def upd(net, L, lr, scale, qmul, FS):
     n = 0 if L.sa else w1 - w0
     ga, ba, bf, b = L.ga, L.ba, L.bf, L.b
     if net.adam:
-        _adam(net, L, lr, scale, FS, n)
+        _adam(net, L, lr, scale, n)
     else:
         if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
             L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
@@ -57,7 +57,36 @@ def upd(net, L, lr, scale, qmul, FS):
         b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
 
 
-def _adam(net, L, lr, scale, FS, n):
+def unit(L, gw, n, c0, nc, blk, f, qmul):
+    """Adam: the chunk gw (n int32 sums of output channels c0..c0+nc-1, blk values each,
+    cycling; dL/dW = gw f) rescaled in place into the unit of L's batch sums, 2^-gk[0] of
+    dL/dW (0 outside L's weight window; utrain.q8 adds it to L.ga).  The unit is the
+    batch's largest f so far: gw f 2^gk[0] < 1 (no left shift on a 32-bit board; the sums
+    stay within the raw sums' own bound) and >= 1/2 for that sample.  Not in weight steps
+    as SGD's: Adam divides each weight's step by its own gradient's size, so each needs
+    its gradient to a few bits, where 1/4096 weight steps rounded small gradients away
+    (the layers an input relabelling scales, 2^18 finer) and large ones overflowed int32."""
+    gk, mul, shf = L.gk, L.um, L.us
+    L.uk = None             # (um: not _mults' kept multipliers now)
+    e = -frexp(f)[1]        # (f 2^e in [1/2, 1))
+    if not gk[1]:
+        gk[0], gk[1] = e, 1
+    elif e < gk[0]:         # a larger gradient: the sums so far at the coarser unit
+        mul[0], shf[0] = qmul(2.0 ** (e - gk[0]))
+        K.rqk(L.ga, len(L.ga), 1, len(L.ga), mul, shf, L.ga, 0, 0, 0, 1)
+        gk[0] = e
+    m, s = qmul(f * 2.0 ** gk[0])
+    lo, hi = L.wlo, L.whi
+    if lo <= c0 and c0 + nc <= hi:
+        mul[0], shf[0] = m, s
+        K.rqk(gw, n, 1, n, mul, shf, gw, 0, 0, 0, 1)
+        return
+    for j in range(nc):
+        mul[j], shf[j] = (m, s) if lo <= c0 + j < hi else (0, 0)
+    K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
+
+
+def _adam(net, L, lr, scale, n):
     # TensorFlow's Adam (lr already bias-corrected) on the float32 masters; the int8
     # weights are the masters requantized
     b1, b2, eps = net.b1, net.b2, net.eps
@@ -67,10 +96,11 @@ def _adam(net, L, lr, scale, FS, n):
     ga, wm, am, av, w = L.ga, L.wm, L.am, L.av, L.w
     w0 = L.wr()[0]
     wo = L.wo
+    c = scale * 2.0 ** -L.gk[0]                 # (the sums' unit: unit above)
     for j in range(n):
         i = w0 + j
         s = sw[(i // blk) % oc % nw]
-        g = ga[j] * s * scale / FS              # dL/dW
+        g = ga[j] * c                           # dL/dW
         m = am[j] = b1 * am[j] + (1.0 - b1) * g
         v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
         x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)

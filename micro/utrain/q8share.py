@@ -13,7 +13,7 @@ from utrain import q8batch
 
 # the weight state an alias reads from its owner, and the bias state where the bias
 # tensor is shared too
-_W = ('w', 'ga', 'vw', 'wf', 'wm', 'am', 'av')
+_W = ('w', 'ga', 'gk', 'vw', 'wf', 'wm', 'am', 'av')
 _B = ('b', 'bf', 'ba', 'vb', 'bm', 'bv', 'be')
 
 
