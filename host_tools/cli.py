@@ -141,7 +141,8 @@ def cmd_prepare(a):
         print(f'  {st["loss"]}, {st["optimizer"]} lr {st["lr"]:g}, {st["epochs"]} epochs')
         if 'train_samples' in s:
             print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
-                  'stored as int8 at the model input\'s scale')
+                  'stored as int8 at ' + ('each input\'s own scale (joined)' if s.get('inputs')
+                                          else 'the model input\'s scale'))
         print_heap(s['heap'])
         return 0
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '

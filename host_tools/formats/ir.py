@@ -80,8 +80,10 @@ class Graph:
     metadata: dict[str, bytes]
     n_subgraphs: int
     # the root mean square of the model's input over the run's samples: prepare sets it
-    # from --data, rewrite.scale_input reads it (None: no data)
+    # from --data, rewrite.scale_input reads it (None: no data); a model with several
+    # inputs: each one's, {its data key (rewrite.io_name): rms}
     input_rms: float = None
+    inputs_rms: dict = None
 
 
 # ops that only reshape a tensor: the model's last activation is found past them

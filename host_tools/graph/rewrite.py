@@ -1759,7 +1759,7 @@ def input_scale_for(rms) -> float:
     return 2.0 ** -e if e >= 3 else 0
 
 
-def scale_input(g: Graph, keep=frozenset()) -> float:
+def scale_input(g: Graph, keep=frozenset()):
     """A float model whose input is far larger than 1 (g.input_rms: 0..255 pixels into a
     Conv2D whose Keras Rescaling(1/255) the converter folded into its weights, raw sensor
     units) trains on its input times s, the power of two nearest 1 / rms: a MUL by s
@@ -1768,10 +1768,23 @@ def scale_input(g: Graph, keep=frozenset()) -> float:
     weights s^2 times less (Adam s times), as when the model was trained with the scale
     in a layer of its own: on the folded form SGD's default lr makes the loss diverge.
     Only where a layer the input reaches trains (keep: ids of the ops that do) and the
-    rms is 2^2.5 or more.  Export folds s back (unscale_input).  Returns s, or 0."""
-    s = input_scale_for(g.input_rms)
-    x = g.inputs[0] if len(g.inputs) == 1 else None
-    if not s or x is None or g.tensors[x].dtype != 'float32':
+    rms is 2^2.5 or more.  Export folds s back (unscale_input).  Returns s, or 0.  A
+    model with several inputs: each input by its own (g.inputs_rms {its data key
+    (io_name): rms of the data's array for it}), returning {key: s} of those scaled, or 0."""
+    if len(g.inputs) > 1:
+        rms = getattr(g, 'inputs_rms', None) or {}
+        out = {}
+        for x in list(g.inputs):
+            s = _scale_one(g, x, input_scale_for(rms.get(io_name(g, x))), keep)
+            if s:
+                out[io_name(g, x)] = s
+        return out or 0
+    return _scale_one(g, g.inputs[0], input_scale_for(g.input_rms), keep)
+
+
+def _scale_one(g: Graph, x: int, s: float, keep) -> float:
+    """scale_input of graph input x by s (0: not): s where it scaled, else 0."""
+    if not s or g.tensors[x].dtype != 'float32':
         return 0
     ends = _scaled_reach(g, x)
     if not ends or not any(id(trains_as(op)) in keep for op in ends):
@@ -1795,25 +1808,27 @@ def scale_input(g: Graph, keep=frozenset()) -> float:
 
 
 def unscale_input(g: Graph, weights=None):
-    """scale_input undone in g (for export: the file's graph): its MUL dropped and the
-    weights it reaches multiplied by s again, in g and in weights {tensor index: trained
-    array} (returned).  Returns (weights, s or 0)."""
-    w = dict(weights or {})
-    op = next((o for o in g.ops if o.name == 'MUL' and o.inputs and o.inputs[0] in g.inputs
-               and g.tensors[o.outputs[0]].name.endswith(_SCALED)), None)
-    if op is None or not is_const(g, op.inputs[1]):
-        return w, 0
-    x, y = op.inputs[0], op.outputs[0]
-    s = np.float32(np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)[0])
-    for e in _scaled_reach(g, y) or ():
-        k, t = e.inputs[1], g.tensors[e.inputs[1]]
-        t.data = (np.asarray(t.data, np.float32) * s).astype(np.float32)
-        if k in w:
-            w[k] = (np.asarray(w[k], np.float32).reshape(t.shape) * s).astype(np.float32)
-    for o in g.ops:
-        o.inputs = [x if k == y else k for k in o.inputs]
-    remove_op(g, op)
-    return w, float(s)
+    """scale_input undone in g (for export: the file's graph): its MUL (each input's, of a
+    model with several) dropped and the weights it reaches multiplied by s again, in g and
+    in weights {tensor index: trained array} (returned).  Returns (weights, the first
+    input's s or 0)."""
+    w, first = dict(weights or {}), 0
+    while True:
+        op = next((o for o in g.ops if o.name == 'MUL' and o.inputs and o.inputs[0] in g.inputs
+                   and g.tensors[o.outputs[0]].name.endswith(_SCALED)), None)
+        if op is None or not is_const(g, op.inputs[1]):
+            return w, first
+        x, y = op.inputs[0], op.outputs[0]
+        s = np.float32(np.asarray(g.tensors[op.inputs[1]].data).reshape(-1)[0])
+        for e in _scaled_reach(g, y) or ():
+            k, t = e.inputs[1], g.tensors[e.inputs[1]]
+            t.data = (np.asarray(t.data, np.float32) * s).astype(np.float32)
+            if k in w:
+                w[k] = (np.asarray(w[k], np.float32).reshape(t.shape) * s).astype(np.float32)
+        for o in g.ops:
+            o.inputs = [x if k == y else k for k in o.inputs]
+        remove_op(g, op)
+        first = first or float(s)
 
 
 # ------------------------------------------------------- several inputs, several outputs
@@ -1933,15 +1948,23 @@ def join_inputs(g: Graph):
     values one after the other, each flattened, in their maker's order (natural): what a
     data file's arrays become, dataset.load_inputs): a SPLIT_V of it into each input's values, and a
     RESHAPE of each to its input's shape; the devices run one input as before.  Tensors
-    are appended (the others keep their numbers).  Sets and returns g.joined, [(name,
-    shape)] of the inputs joined, or None for a graph with one input."""
+    are appended (the others keep their numbers).  Int8 inputs (the int8 path) keep
+    their scales and zero points: the joined input is each one's int8 codes one after
+    the other (at scale 1, zero point 0: the SPLIT_V copies bytes, and each part is its
+    input at its own scale; quant.prepare_q8 quantizes each part's samples so).  Sets
+    and returns g.joined, [(name, shape)] of the inputs joined, or None for a graph with
+    one input."""
     if len(g.inputs) < 2:
         return None
     g.inputs = natural(g, g.inputs)
     parts = [(g.tensors[k].name, [int(d) for d in g.tensors[k].shape]) for k in g.inputs]
     sizes = [int(np.prod(s[1:], dtype=np.int64)) for _, s in parts]
+    q8 = all(g.tensors[k].dtype == 'int8' and (g.tensors[k].quant or {}).get('scale')
+             for k in g.inputs)
     src = g.ops[0].src if g.ops else None
-    x = new_tensor(g, JOINED, [1, sum(sizes)])
+    x = new_tensor(g, JOINED, [1, sum(sizes)], dtype='int8' if q8 else None)
+    if q8:
+        g.tensors[x].quant = {'scale': [1.0], 'zero_point': [0]}
     sz = new_tensor(g, JOINED + '/sizes', [len(sizes)], np.array(sizes, np.int32))
     ax = new_tensor(g, JOINED + '/axis', [], np.array(1, np.int32))
     made, outs = [], []
@@ -1949,7 +1972,8 @@ def join_inputs(g: Graph):
         if list(g.tensors[k].shape) == [1, n]:
             outs.append(k)          # (a [1, n] input is its part as it is)
             continue
-        outs.append(new_tensor(g, g.tensors[k].name + '/joined_part', [1, n]))
+        outs.append(new_tensor(g, g.tensors[k].name + '/joined_part', [1, n],
+                               like=k if q8 else None))
         rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [outs[-1]], [k], {}, src=src)
         _make_reshape(g, rs, list(g.tensors[k].shape))
         made.append(rs)
@@ -1957,7 +1981,7 @@ def join_inputs(g: Graph):
                      {'num_splits': len(outs)}, src=src)
     g.ops[0:0] = [split] + made
     _renumber(g)
-    for k in g.inputs:
+    for k in g.inputs if not q8 else ():
         g.tensors[k].dtype = 'float32'
     g.inputs = [x]
     g.joined = parts

@@ -58,6 +58,19 @@ def one_input_output(g):
         rw.join_inputs(g)
 
 
+def io_summary(g) -> dict:
+    """prepare.json's 'output' (the one the loss reads, its place among the file's: export
+    reads it) and 'inputs' of graph g with several (one_input_output's)."""
+    f = rw.file_graph(g)
+    out = {'output': {'name': rw.io_name(g, g.outputs[0]), 'tensor': g.tensors[g.outputs[0]].name,
+                      'index': rw.natural(f, f.outputs).index(g.outputs[0]),
+                      'of': len(f.outputs)}}
+    if getattr(g, 'data_inputs', None):
+        out['inputs'] = [{'name': n, 'key': key, 'shape': sh} for n, sh, key in g.data_inputs[0]]
+        out['inputs_unread'] = g.data_inputs[1]
+    return out
+
+
 def data_inputs(g):
     """What a data file gives for graph g as read (choose_output's output first):
     ([(name, shape, key)] of the inputs that output reads, [keys of the others], their

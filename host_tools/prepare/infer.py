@@ -290,7 +290,7 @@ def several_predictor(path, g):
     """(run(feeds, i) -> output g.outputs[0] (choose_output's) of sample i, runtime name)
     for a model with several inputs or outputs: feeds {input tensor name: samples in its
     shape} for every input of the file's.  ONNX Runtime for .onnx, TFLite Micro for an
-    int8 .tflite, else ONERT (on the graph with its shape arithmetic folded, as
+    int8 .tflite (its float ends too), else ONERT (on the graph with its shape arithmetic folded, as
     onert_predictor runs it)."""
     ins, k = [g.tensors[j] for j in g.file_inputs], g.tensors[g.outputs[0]]
     if os.fspath(path).lower().endswith('.onnx'):
@@ -299,7 +299,8 @@ def several_predictor(path, g):
         sess = ort.InferenceSession(os.fspath(path), providers=['CPUExecutionProvider'])
         return (lambda feeds, i: sess.run([k.name], {t.name: feeds[t.name][i:i + 1] for t in ins})[0],
                 'ONNX Runtime')
-    if any(t.dtype in ('int8', 'uint8') for t in ins + [k]):
+    from .quant import float_ends       # (a full-int8 file with float ends: int8 inside)
+    if any(t.dtype in ('int8', 'uint8') for t in ins + [k]) or float_ends(g):
         if g.identifier != b'TFL3':
             raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
                              'models as .tflite only')

@@ -30,7 +30,8 @@ from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
 from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
                         set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
-from ..plan.runplan import plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output
+from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
+                            io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits, target_range_warning
 from ..files.wof import write_wof
@@ -321,15 +322,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     if files['rewritten']:      # each op of the rewritten file: its number in the user's
         summary['op_numbers'] = [op.number for op in rw.file_graph(g).ops]
     if getattr(g, 'as_file', None):     # several inputs or outputs (runplan.one_input_output)
-        f = rw.file_graph(g)
-        summary['output'] = {'name': rw.io_name(g, g.outputs[0]),
-                             'tensor': g.tensors[g.outputs[0]].name,
-                             'index': rw.natural(f, f.outputs).index(g.outputs[0]),
-                             'of': len(f.outputs)}
-        if getattr(g, 'data_inputs', None):
-            summary['inputs'] = [{'name': n, 'key': key, 'shape': sh}
-                                 for n, sh, key in g.data_inputs[0]]
-            summary['inputs_unread'] = g.data_inputs[1]
+        summary.update(io_summary(g))
         # the .wof and model.flat number the joined input's tensors after the file's
         summary['device_tensors'] = len(g.tensors)
     if 'train_config' in wrote:
@@ -417,6 +410,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         warn = quant.input_range_warning(source, data, x)
         if warn:
             log(warn)
+    if data and len(source.inputs) > 1 and rewrite and scale_input:
+        source.inputs_rms = inputs_rms(data, source)    # (each input scaled by its own)
     auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and quant.loss_refusal(s, source) and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):
@@ -430,9 +425,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
-    several = several_refusal(source)
-    if as8 and several and not dequantize:
-        auto = several
+    several = several_refusal(source)      # (a float model calibrated as int8: from_float)
+    if as8 and not dequantize and quant.several_refusal(source):
+        auto = quant.several_refusal(source)
     elif not dequantize and not emb8 and quant.embedding_entry(source):
         why = quant.embedding_ids(source) and quant.settings_refusal(s, source)
         auto = (why or (
@@ -523,7 +518,14 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                       len(source.ops), train))
     for line in missing_biases(model_path, g, p):
         log(line)
-    if info['input_scale']:
+    if isinstance(info['input_scale'], dict):       # (several inputs: each its own)
+        for key, sc in info['input_scale'].items():
+            log(f'{model_path}: input {key!r}\'s root mean square is '
+                f'{source.inputs_rms[key]:.4g} on {data}: it trains on it times {sc:g} '
+                f'(a MUL after the inputs\' split, the weights it reaches x{1 / sc:g}: the same '
+                f'model, whose SGD steps on them are {1 / sc ** 2:g}x smaller than on the input '
+                'as given); export folds it back')
+    elif info['input_scale']:
         sc = info['input_scale']
         log(f'{model_path}: its input\'s root mean square is {source.input_rms:.4g} on {data}: '
             f'it trains on the input times {sc:g} (a MUL before op {g.ops[0].number}, the '
@@ -577,6 +579,25 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             **({'steps': heap['steps']} if heap.get('steps') else {}))
 
 
+def inputs_rms(data, g) -> dict:
+    """{input's data key: the root mean square of data's array for it} of graph g with
+    several inputs (read as prepare reads them: dataset.load_inputs), for
+    rewrite.scale_input and quant.relabel_input."""
+    from ..files.dataset import load_inputs
+    from ..plan.runplan import data_inputs
+    ins = data_inputs(g)
+    x = np.asarray(load_inputs(data, ins)[0], np.float64)
+    x = x.reshape(len(x), -1)
+    out, at = {}, 0
+    for _, shape, key in ins[0]:
+        n = int(np.prod(shape[1:]))
+        part = x[:, at:at + n]
+        at += n
+        if part.size:
+            out[key] = float(np.sqrt(np.mean(np.square(part))))
+    return out
+
+
 def dequantized_instead(call, refusal):
     """prepare(**call) again dequantized, for an int8 model whose int8 run the heap
     refused with any settings (refusal, quant.HeapRefusal): an RNN's int8 layer table (a
@@ -598,10 +619,12 @@ def dequantized_instead(call, refusal):
 
 
 def several_refusal(g):
-    """Why the int8 path does not take graph g (several inputs or outputs), or None."""
+    """Why a float model with several inputs or outputs (graph g) is not calibrated as int8
+    to train on the int8 path (fromfloat), or None.  (An int8 file with several trains as
+    int8: quant.several_refusal.)"""
     if len(g.inputs) > 1 or len(g.outputs) > 1:
-        return ('the int8 path takes models with one input and one output, and this one has '
-                f'{len(g.inputs)} and {len(g.outputs)}')
+        return ('a float model is calibrated as int8 with one input and one output, and this '
+                f'one has {len(g.inputs)} and {len(g.outputs)}')
     return None
 
 
@@ -1006,7 +1029,8 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
-        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'))
+        export_int8(model_path, wof_path, out_path, summary.get('train', 'all'),
+                    output=(summary.get('output') or {}).get('index'))
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}
     if rw_name:

@@ -144,7 +144,7 @@ def float_ends(g: Graph) -> bool:
     """Is g a full-int8 model with float input (and output): its float32 input read only
     by a QUANTIZE to int8 (_float_ends)?  prepare trains it as int8 where the int8 path
     takes the settings (settings_refusal), else dequantized as before."""
-    return g.tensors[g.inputs[0]].dtype == 'float32' and _entry(g) is not None
+    return all(g.tensors[k].dtype == 'float32' and _entry(g, k) is not None for k in g.inputs)
 
 
 def input_range_warning(g: Graph, data, x) -> str | None:
@@ -170,6 +170,32 @@ def input_range_warning(g: Graph, data, x) -> str | None:
             f'what {g.path}\'s int8 input holds (scale {s:.4g}, zero point {z}): the model was '
             'calibrated on inputs in that range, and its int8 form clips the rest; if x is in '
             f'other units (raw 0..255 pixels for a model of 0..1 inputs), give x / {far:.3g}')
+
+
+def several_refusal(g: Graph) -> str | None:
+    """Why int8 model g with several inputs does not train as int8 (its inputs are not
+    all int8 at a scale, or int8 after a float input's QUANTIZE: ids beside features), or
+    None."""
+    if len(g.inputs) < 2:
+        return None
+    bad = [rw_name(g, k) for k in g.inputs if not _is_q8(g, k)]
+    if bad:
+        return ('the int8 path joins a model\'s inputs at their int8 scales, and input'
+                f'{"s" if len(bad) > 1 else ""} {", ".join(bad)} '
+                f'{"are" if len(bad) > 1 else "is"} not int8 (nor float read by a QUANTIZE)')
+    return None
+
+
+def _is_q8(g: Graph, k) -> bool:
+    """Is input k of g int8 with a scale, or float read only by a QUANTIZE to int8?"""
+    t = g.tensors[k]
+    return (t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))) or (
+        t.dtype == 'float32' and _entry(g, k) is not None)
+
+
+def rw_name(g: Graph, k) -> str:
+    from ..graph.rewrite import io_name
+    return repr(io_name(g, k))
 
 
 def embedding_entry(g: Graph) -> bool:
@@ -258,12 +284,15 @@ def settings_refusal(s: dict, g: Graph = None) -> str | None:
     return None
 
 
-def _entry(g: Graph):
-    """The QUANTIZE that alone reads float input 0 and writes an int8 tensor with a
-    scale, or None."""
-    k = g.inputs[0] if g.inputs else -1
+def _entry(g: Graph, k=None):
+    """The QUANTIZE that alone reads float input k (the only input where None) and writes
+    an int8 tensor with a scale, or None."""
+    if k is None:
+        if len(g.inputs) != 1:
+            return None
+        k = g.inputs[0]
     r = [op for op in g.ops if k in op.inputs]
-    if len(g.inputs) != 1 or len(r) != 1 or r[0].name != 'QUANTIZE':
+    if len(r) != 1 or r[0].name != 'QUANTIZE':
         return None
     t = g.tensors[r[0].outputs[0]]
     return r[0] if t.dtype == 'int8' and t.quant and t.quant.get('scale') else None
@@ -274,18 +303,26 @@ def _float_ends(g: Graph):
     inference_input_type: QUANTIZE first, DEQUANTIZE last) as its int8 middle: the
     QUANTIZE's output is the input (the board quantizes samples at its scale, as it
     does an int8 model's) and the DEQUANTIZE's input the output (the loss dequantizes
-    the logits); the file keeps both ops, export writes into its tensors.  Either end
-    alone too (inference_input_type int8 with a float output, or the other way)."""
-    from ..graph.rewrite import remove_op
-    op = _entry(g)
-    if op is not None:
-        g.inputs = [op.outputs[0]]
-        remove_op(g, op)
-    last = g.ops[-1] if g.ops else None
-    if last is not None and last.name == 'DEQUANTIZE' and g.outputs == last.outputs and \
-            g.tensors[last.inputs[0]].dtype == 'int8':
-        g.outputs = [last.inputs[0]]
-        remove_op(g, last)
+    the logits); the file keeps both ops, export writes into its tensors (_ends_back).
+    Either end alone too (inference_input_type int8 with a float output, or the other
+    way); each input and output of a model with several."""
+    from ..graph.rewrite import remove_op, io_name
+    for i, k in enumerate(list(g.inputs)):
+        op = _entry(g, k) if g.tensors[k].dtype == 'float32' else None
+        if op is not None:
+            g.inputs[i] = op.outputs[0]
+            # (its maker's name and place: data files and --output name the float end)
+            g.tensors[op.outputs[0]].sig = g.tensors[k].sig or (i, io_name(g, k))
+            remove_op(g, op)
+    prod = {k: op for op in g.ops for k in op.outputs}
+    for i, k in enumerate(list(g.outputs)):
+        op = prod.get(k)
+        if op is not None and op.name == 'DEQUANTIZE' and \
+                g.tensors[op.inputs[0]].dtype == 'int8' and \
+                not any(k in o.inputs for o in g.ops):
+            g.outputs[i] = op.inputs[0]
+            g.tensors[op.inputs[0]].sig = g.tensors[k].sig or (i, io_name(g, k))
+            remove_op(g, op)
 
 
 def rewritten(g: Graph) -> Graph:
@@ -299,6 +336,7 @@ def rewritten(g: Graph) -> Graph:
     inspect, --select's pricing) takes the table of this graph."""
     import copy
     from ..graph.rewrite import rewrite, check_window_shapes
+    from ..plan.runplan import one_input_output
     if getattr(g, 'q8_rewritten', False):
         return g
     g = copy.deepcopy(g)
@@ -310,6 +348,7 @@ def rewritten(g: Graph) -> Graph:
     # an int8 file's logits and trained layers' output ranges follow training (meta)
     g.follow_logits = 1
     _widen_logits(g)
+    one_input_output(g)     # (several: the trained output's ops, the inputs joined)
     return g
 
 
@@ -1105,6 +1144,9 @@ def _slice_layers(g, op, src) -> list:
     if len(parts) != len(op.outputs):
         raise ValueError(f'{bad}: {len(op.outputs)} outputs for {len(parts)} pieces')
     (sx,), (zx,) = _q(x)
+    # (the SPLIT_V of a model's inputs joined (rewrite.join_inputs): each part's bytes at
+    # its own input's scale and zero point, copied as they are)
+    joined = getattr(g, 'joined', None) and xk == g.inputs[0]
     out = []
     for k, ix in zip(op.outputs, parts):
         y = g.tensors[k]
@@ -1113,7 +1155,7 @@ def _slice_layers(g, op, src) -> list:
         ok = ix.size == int(np.prod(y.shape))
         cp = _copy_rows(ix.reshape(-1)) if ok else None
         gx = _gather(ix) if ok and cp is None else None
-        if (cp is None and gx is None) or zy != zx:
+        if (cp is None and gx is None) or zy != zx and not joined:
             raise ValueError(f'{bad}: output {y.name!r} is not a strided copy of its input at '
                              'its zero point (int8 training copies along at most 4 axes, after '
                              'merging those that stay contiguous); prepare --dequantize trains '
@@ -1705,6 +1747,22 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     return m
 
 
+def joined_codes(g: Graph, x) -> np.ndarray:
+    """Samples x of int8 graph g's inputs joined (rewrite.join_inputs; one row a sample,
+    each input's values in g.data_inputs' order) as the joined input holds them: each
+    part quantized at its own input's scale and zero point, the int8 codes as floats (the
+    joined input's scale is 1, its zero point 0)."""
+    by_name = {t.name: t for t in g.tensors}
+    out, at = np.empty(x.shape, np.float32), 0
+    for name, shape, _ in g.data_inputs[0]:
+        n = int(np.prod(shape[1:]))
+        (s,), (z,) = _q(by_name[name])
+        out[:, at:at + n] = np.clip(np.round(np.asarray(x[:, at:at + n], np.float64) / s) + z,
+                                    -128, 127)
+        at += n
+    return out
+
+
 def relabel_input(g: Graph, ls: list) -> float:
     """An input far larger than 1 (g.input_rms, the data's: 0..255 pixels into a conv
     whose Keras Rescaling(1/255) the converter folded into its weights) as the float path
@@ -1717,18 +1775,35 @@ def relabel_input(g: Graph, ls: list) -> float:
     integers) and Adam's float masters (the int8 weights times 'sw') become the float
     scaled run's; biases step alike in both.  Only where one of those layers trains; the
     model file keeps its scales (export).  Layer table ls in place; returns (s, the
-    relabelled ops' numbers), or (0, [])."""
-    from ..graph.rewrite import _scaled_reach, input_scale_for
+    relabelled ops' numbers), or (0, []).  Inputs joined (rewrite.join_inputs): each
+    input by its own rms (g.inputs_rms, by data key), s then {key: s} of those relabelled."""
+    from ..graph.rewrite import input_scale_for
+    if getattr(g, 'joined', None):
+        rms, by_name = getattr(g, 'inputs_rms', None) or {}, {t.name: t.index for t in g.tensors}
+        out, ops = {}, []
+        for name, _, key in g.data_inputs[0]:
+            s = input_scale_for(rms.get(key))
+            got = _relabel(g, ls, by_name[name], s) if s else []
+            if got:
+                out[key] = s
+                ops += got
+        return (out, ops) if out else (0, [])
     s = input_scale_for(getattr(g, 'input_rms', None))
-    ends = _scaled_reach(g, g.inputs[0], np.int8) if s and len(g.inputs) == 1 else None
-    on = {op.index for op in ends or ()}
+    got = _relabel(g, ls, g.inputs[0], s) if s and len(g.inputs) == 1 else []
+    return (s, got) if got else (0, [])
+
+
+def _relabel(g: Graph, ls: list, k: int, s: float) -> list:
+    """relabel_input's of tensor k by s: the numbers of the ops relabelled, or []."""
+    from ..graph.rewrite import _scaled_reach
+    on = {op.index for op in _scaled_reach(g, k, np.int8) or ()}
     ds = [d for d in ls if d['op'] in on and 'wt' in d]
     if not any(d.get('train') for d in ds):
-        return 0, []
+        return []
     for d in ds:
         d['sx'] = d['sx'] * s
         d['sw'] = [v / s for v in d['sw']]
-    return s, [g.ops[d['op']].number for d in ds]
+    return [g.ops[d['op']].number for d in ds]
 
 
 RANGE_EVERY = 8         # utrain.q8range: samples between the checks of the ranges,
@@ -1947,15 +2022,20 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     return out
 
 
-def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
+def export(model_path, wof_path, out_path, train='last:1', numbers=None, output=None) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
-    rewritten(), a grouped convolution joined again; numbers: as numbered())."""
-    from ..graph.rewrite import save_graph, join_groups, compact, embedding_ids_back
+    rewritten(), a grouped convolution joined again; numbers: as numbered()).  output:
+    of a model with several outputs, the trained one's place (prepare.json's); every
+    input and output written as the file has them."""
+    from ..graph.rewrite import (save_graph, join_groups, compact, embedding_ids_back,
+                                 choose_output, file_graph)
     from .runfolder import out_identifier
     from .recal import replay
     g0 = read_model(model_path)
     ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
+    if len(g0.outputs) > 1:
+        choose_output(g0, output)
     g = rewritten(numbered(g0, numbers))
     replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
@@ -1968,6 +2048,7 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
     embedded(g, m, wof_path)
     if any(d['k'] == EMB for d in m['layers']):     # (the ids as the file reads them)
         embedding_ids_back(g, ints)
+    g = file_graph(g)       # (several: every input apart and every output, the file's)
     _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
@@ -1976,18 +2057,20 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None) -> str:
 
 
 def _ends_back(g: Graph, g0: Graph) -> None:
-    """export: the float input's QUANTIZE and the float output's DEQUANTIZE that
+    """export: the float inputs' QUANTIZEs and the float outputs' DEQUANTIZEs that
     _float_ends took out of the rewritten graph g go back in, as file g0 has them (the
     tensors keep their indices), so the written model takes and gives what the file did."""
-    if g.inputs != g0.inputs and g0.ops and g0.ops[0].name == 'QUANTIZE' and \
-            g0.ops[0].outputs == g.inputs:
-        g.ops.insert(0, g0.ops[0])
-        g.inputs = list(g0.inputs)
-    last = g0.ops[-1] if g0.ops else None
-    if g.outputs != g0.outputs and last is not None and last.name == 'DEQUANTIZE' and \
-            last.inputs[:1] == g.outputs:
-        g.ops.append(last)
-        g.outputs = list(g0.outputs)
+    q = {op.outputs[0]: op for op in g0.ops if op.name == 'QUANTIZE' and op.inputs[0] in g0.inputs}
+    d = {op.inputs[0]: op for op in g0.ops if op.name == 'DEQUANTIZE' and op.outputs[0] in g0.outputs}
+    back = [q[k] for k in g.inputs if k in q]
+    g.ops[0:0] = back
+    g.ops += [d[k] for k in g.outputs if k in d]
+    for op in back + [d[k] for k in g.outputs if k in d]:
+        g.tensors[op.inputs[0] if op.name == 'DEQUANTIZE' else op.outputs[0]].sig = None
+    g.inputs = [q[k].inputs[0] if k in q else k for k in g.inputs]
+    g.outputs = [d[k].outputs[0] if k in d else k for k in g.outputs]
+    for k in g.inputs + g.outputs:
+        g.tensors[k].sig = g0.tensors[k].sig
 
 
 def _side(g: Graph, p, tag, ok, what, file_what) -> None:
@@ -2346,7 +2429,15 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                    reach_hint([(op.number, op.name) for op in g.ops],
                                               getattr(g, 'nfile', len(g.ops)), train), train))
     xs, on = getattr(g, 'q8_input_scale', (0, []))
-    if xs:
+    if isinstance(xs, dict):        # (inputs joined: each by its own)
+        for key, sc in xs.items():
+            log(f'{model_path}: input {key!r}\'s root mean square is {g.inputs_rms[key]:.4g} '
+                f'on {data}: it trains as int8 on it times {sc:g}, as the float path does (the '
+                f'layers it reaches read it at {sc:g} x its int8 scale and hold their weights '
+                f'at {1 / sc:g} x theirs: the same integers, whose QAS steps are '
+                f'1/{1 / sc ** 2:g} of those on the input as given); the model file keeps its '
+                'scales')
+    elif xs:
         one = len(on) == 1
         ops = ('op %s reads' if one else 'ops %s read') % ', '.join(map(str, on))
         log(f'{model_path}: its input\'s root mean square is {g.input_rms:.4g} on {data}: it '
@@ -2358,7 +2449,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     emb = any(d['k'] == EMB for d in m['layers'])
     nin = int(np.prod(shape)) if emb else m['nin']      # (ids: as given, then emb_ids)
     xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'],
-                   loss=s['loss'])
+                   loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
+    if xy is not None and getattr(g, 'joined', None):
+        xy = (joined_codes(g, xy[0]),) + tuple(xy[1:])
     if emb and xy is not None:
         try:
             xy = (emb_ids(m, xy[0]),) + tuple(xy[1:])
@@ -2426,6 +2519,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if g.nfile != len(g.ops) or any(op.number != op.index for op in g.ops):
         # the op numbers of the user's file (export reads the run's int8 model with them)
         summary.update(op_numbers=[op.number for op in g.ops], file_ops=g.nfile)
+    if getattr(g, 'as_file', None):     # several inputs or outputs (as the float path's)
+        from ..plan.runplan import io_summary
+        summary.update(io_summary(g))
     rwi = getattr(g, 'rewrites', None) or {}
     if rwi.get('changed'):
         summary['rewrites'] = {k: v for k, v in rwi.items() if k not in ('quant', 'changed')}

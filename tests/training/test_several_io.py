@@ -241,15 +241,16 @@ def test_unknown_output_and_int8_flag_are_refused(tmp_path):
     np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
     with pytest.raises(PrepareError, match=r"--output 'nope'.*0 'aux' \[1, 2\], 1 'logits' \[1, 3\]"):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='nope')
-    with pytest.raises(PrepareError, match='--int8 cannot train it as int8: the int8 path takes '
-                       'models with one input and one output, and this one has 2 and 2; '
-                       'without --int8 it trains in float32'):
+    with pytest.raises(PrepareError, match='--int8 cannot train it as int8: a float model is '
+                       'calibrated as int8 with one input and one output, and this one has 2 '
+                       'and 2; without --int8 it trains in float32'):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output=1, int8=True)
     # a board without ulab, where a float model would train as int8: float32, said so
     lines = []
     s = _prepare(src, tmp_path / 'b', tmp_path / 'd.npz', lines, output=1, board='rp2040')
-    assert not s.get('int8') and any('trains in float32 (int8 from float does not take it: the '
-                                     'int8 path takes models with one input' in ln for ln in lines)
+    assert not s.get('int8') and any('trains in float32 (int8 from float does not take it: a '
+                                     'float model is calibrated as int8 with one input' in ln
+                                     for ln in lines)
 
 
 def test_ranks_on_an_op_only_another_output_needs_are_refused(tmp_path):
@@ -403,59 +404,151 @@ def test_8bit_samples_of_inputs_with_narrow_ranges_are_said(tmp_path):
     assert not [ln for ln in lines if 'spans' in ln]
 
 
-def _build_int8(path, seed=0, A_=4, B=3):
-    """Full-integer int8: a [1, A_] and b [1, B] (one scale) -> CONCATENATION -> FC ->
-    logits [1, O]; aux [1, 2] an FC of b.  Weights per-tensor int8, biases int32."""
+def _build_int8(path, seed=0, A_=4, B=3, scales=(0.05, 0.05), float_ends=False, third=False,
+                sw=0.02):
+    """Full-integer int8: a [1, A_] and b [1, B] (scales: theirs; b's zero point -3)
+    each -> an FC of its own (at one scale, as TFLite Micro's CONCATENATION needs) ->
+    CONCATENATION -> FC -> logits [1, O]; aux [1, 2] an FC of b.  Weights per-tensor
+    int8, biases int32.  float_ends: float inputs and outputs (a QUANTIZE each, a
+    DEQUANTIZE each: the converter's default); third: a third input c [1, 2, 3] at scale
+    0.3, zero point 5, flattened (RESHAPE) into an FC of its own.  sw: the weights' scale."""
     rng = np.random.default_rng(seed)
     q = lambda s, z=0: {'scale': [float(s)], 'zero_point': [int(z)], 'quantized_dimension': 0}  # noqa: E731
-    sx, sw = 0.05, 0.02
+    sa, sv = scales
     b = CircleBuilder(identifier=b'TFL3')
-    a = b.tensor('a', [1, A_], dtype='int8', quant=q(sx))
-    v = b.tensor('v', [1, B], dtype='int8', quant=q(sx))
-    cat = b.tensor('cat', [1, A_ + B], dtype='int8', quant=q(sx))
-    b.op('CONCATENATION', [a, v], [cat], axis=1, fused_activation_function='NONE')
+    f = '_q' if float_ends else ''      # (the int8 ends' names: the float ends take theirs)
+    a = b.tensor('a' + f, [1, A_], dtype='int8', quant=q(sa))
+    v = b.tensor('v' + f, [1, B], dtype='int8', quant=q(sv, -3))
+    ins, parts = [a, v], [a, v]
+    if third:
+        c = b.tensor('c' + f, [1, 2, 3], dtype='int8', quant=q(0.3, 5))
+        ins, parts = ins + [c], parts + [c]
+    if float_ends:
+        ins = []
+        for k, (name, shape) in zip(parts[:2] + ([c] if third else []),
+                                    [('a', [1, A_]), ('v', [1, B])] + ([('c', [1, 2, 3])] if third else [])):
+            ins.append(b.tensor(name, shape))
+            b.op('QUANTIZE', [ins[-1]], [k])
+    if third:
+        cf = b.tensor('c_flat', [1, 6], dtype='int8', quant=q(0.3, 5))
+        b.op('RESHAPE', [c, b.tensor('c_shape', [2], data=np.array([1, 6], np.int32))], [cf])
+        parts[2] = cf
 
-    def fc(name, x, n_in, n_out, so):
+    def fc(name, x, n_in, n_out, so, sx):
         w = np.clip(np.round(rng.standard_normal((n_out, n_in)) * 20), -127, 127).astype(np.int8)
-        y = b.tensor(name, [1, n_out], dtype='int8', quant=q(so))
+        y = b.tensor(name + (f if name in ('logits', 'aux') else ''), [1, n_out], dtype='int8',
+                     quant=q(so))
         b.op('FULLY_CONNECTED', [x, b.tensor(name + '_w', [n_out, n_in], data=w, quant=q(sw)),
                                  b.tensor(name + '_b', [n_out], data=np.zeros(n_out, np.int32),
                                           quant=q(sx * sw))], [y],
              fused_activation_function='NONE')
         return y
-    y = fc('logits', cat, A_ + B, O, 0.1)
-    aux = fc('aux', v, B, 2, 0.1)
-    b.inputs(a, v)
-    b.outputs(y, aux)
+    sc = 0.05
+    hs = [fc(f'h{i}', k, m, 4, sc, sx)
+          for i, (k, m, sx) in enumerate(zip(parts, [A_, B, 6], [sa, sv, 0.3]))]
+    cat = b.tensor('cat', [1, 4 * len(hs)], dtype='int8', quant=q(sc))
+    b.op('CONCATENATION', hs, [cat], axis=1, fused_activation_function='NONE')
+    outs = [fc('logits', cat, 4 * len(hs), O, 0.1, sc), fc('aux', v, B, 2, 0.1, sv)]
+    if float_ends:
+        for i, k in enumerate(list(outs)):
+            outs[i] = b.tensor(('logits', 'aux')[i], [1, (O, 2)[i]])
+            b.op('DEQUANTIZE', [k], [outs[i]])
+    b.inputs(*ins)
+    b.outputs(*outs)
     return b.save(os.fspath(path))
 
 
-def test_int8_model_trains_dequantized_and_exports_int8(tmp_path):
-    """A full-integer int8 model with two inputs and two outputs trains in float32,
-    dequantized, saying why; export --quantized writes int8 again with both inputs and
-    outputs, scored under TFLite Micro by evaluate (the aux output's integers unchanged)."""
+def _int8_data(tmp_path, n=90, third=False):
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-2, 2, (n, 4)).astype(np.float32)
+    v = rng.uniform(-6, 6, (n, 3)).astype(np.float32)
+    arrays = dict(a=a, v=v, y=np.argmax(v, 1))
+    if third:
+        arrays['c'] = rng.uniform(-3, 3, (n, 2, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', **arrays)
+    return arrays
+
+
+def _q8_net(run_dir):
+    import sys
+    from repo import ROOT
+    sys.path.insert(0, os.path.join(ROOT, 'micro'))
+    from utrain.q8 import Q8Net
+    with open(os.path.join(run_dir, 'q8.json')) as f:
+        return Q8Net(json.load(f), os.path.join(run_dir, 'weights.wof'))
+
+
+def _tflm_outputs(path, feeds):
+    """TFLite Micro on the file: every output per sample (the file's order) for feeds,
+    one array per file input (its dtype: int8 codes or floats)."""
+    from tflite_micro.python.tflite_micro import runtime
+    it = runtime.Interpreter.from_file(os.fspath(path))
+    outs = []
+    for i in range(len(feeds[0])):
+        for j, f in enumerate(feeds):
+            it.set_input(f[i:i + 1], j)
+        it.invoke()
+        outs.append([it.get_output(j).ravel().copy() for j in range(len(read_model(path).outputs))])
+    return [np.stack([o[j] for o in outs]) for j in range(len(outs[0]))]
+
+
+def _codes(x, s, z):
+    return np.clip(np.round(np.asarray(x, np.float64) / s) + z, -128, 127).astype(np.int8)
+
+
+@pytest.mark.parametrize('float_ends,third', [(False, False), (True, False), (False, True),
+                                              (True, True)])
+def test_int8_model_trains_as_int8_and_exports_int8(tmp_path, float_ends, third):
+    """A full-integer int8 model with two (three) inputs at scales of their own and two
+    outputs (int8 at either end, or the converter's float ends: a QUANTIZE per input, a
+    DEQUANTIZE per output) trains as int8: the inputs joined as each one's int8 codes
+    (the joined input's SPLIT_V copies bytes), the board's forward TFLite Micro's on the
+    file bit for bit; trained on the host simulation of the board, the export keeps every
+    input and output with its type and quantization (and the float ends), the aux
+    output's own weights, and scores better under TFLite Micro."""
     pytest.importorskip('tflite_micro')
     from host_tools.prepare.infer import evaluate
-    src = _build_int8(tmp_path / 'q.tflite')
-    rng = np.random.default_rng(2)
-    a = rng.uniform(-2, 2, (90, 4)).astype(np.float32)
-    v = rng.uniform(-2, 2, (90, 3)).astype(np.float32)
-    y = np.argmax(v, 1)
-    np.savez(tmp_path / 'd.npz', a=a, v=v, y=y)
+    src = _build_int8(tmp_path / 'q.tflite', scales=(0.02, 0.06), float_ends=float_ends,
+                      third=third)
+    d = _int8_data(tmp_path, third=third)
     lines = []
     s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits', epochs=6)
-    assert any('dequantized' in ln and 'one input and one output, and this one has 2 and 2' in ln
-               for ln in lines), lines
-    assert not s.get('int8') and s['rewrites']['dequantized'] > 0
+    assert s.get('int8') and not any('dequantized' in ln for ln in lines), lines
+    assert s['output']['index'] == 0 and [i['key'] for i in s['inputs']] == \
+        ['a', 'v'] + (['c'] if third else [])
+    # the board's forward (before training) on the joined codes: TFLite Micro's on the file
+    qs = [(0.02, 0), (0.06, -3)] + ([(0.3, 5)] if third else [])
+    names = ['a', 'v'] + (['c'] if third else [])
+    codes = [_codes(d[k], *sq) for k, sq in zip(names, qs)]
+    feeds = [d[k] if float_ends else c for k, c in zip(names, codes)]
+    ref = _tflm_outputs(src, feeds)
+    net = _q8_net(tmp_path / 'run')
+    joined = np.concatenate([c.reshape(len(c), -1) for c in codes], 1)
+    got = np.stack([np.frombuffer(bytes(net.forward(bytearray(r.tobytes()))), np.int8)
+                    for r in joined])
+    net.close()
+    want = ref[0] if not float_ends else _codes(ref[0], 0.1, 0)
+    np.testing.assert_array_equal(got, want)
+    assert len({tuple(r) for r in got}) > 10
     code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
     assert code == 0, text
     out = os.fspath(tmp_path / 'trained.tflite')
     export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), out, quantized=True)
     g0, g1 = read_model(src), read_model(out)
-    assert [g1.tensors[k].dtype for k in g1.inputs + g1.outputs] == ['int8'] * 4
+    io = lambda g: [(g.tensors[k].name, g.tensors[k].dtype, g.tensors[k].quant and  # noqa: E731
+                     (g.tensors[k].quant.get('scale'), g.tensors[k].quant.get('zero_point')))
+                    for k in g.inputs + g.outputs]
+    # (every input and the aux output as they were; the logits' range may have doubled
+    # as training grew them, utrain.q8range)
+    assert [e[:2] for e in io(g1)] == [e[:2] for e in io(g0)]
+    assert [e for e in io(g1) if e[0] != 'logits'] == [e for e in io(g0) if e[0] != 'logits']
+    assert [op.name for op in g1.ops] == [op.name for op in g0.ops]
     w0 = {t.name: t.data for t in g0.tensors if t.data is not None}
     w1 = {t.name: t.data for t in g1.tensors if t.data is not None}
     np.testing.assert_array_equal(w0['aux_w'], w1['aux_w'])
+    assert not np.array_equal(w0['logits_w'], w1['logits_w'])
+    after = _tflm_outputs(out, feeds)
+    np.testing.assert_array_equal(after[1], ref[1])     # (the aux output: its own branch)
     before = evaluate(src, os.fspath(tmp_path / 'd.npz'))
     after = evaluate(out, os.fspath(tmp_path / 'd.npz'))
     assert before['runtime'] == after['runtime'] == 'TFLite Micro' and after['output'] == 'logits'
@@ -530,3 +623,70 @@ def test_embedding_ids_beside_features(tmp_path):
     np.savez(tmp_path / 'bad.npz', ids=ids + 3, feat=feat, y=y)
     with pytest.raises(PrepareError, match='op 0 GATHER reads rows of a 5-row table.*outside 0..4'):
         _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz')
+
+
+def test_each_input_is_scaled_by_its_own_rms(tmp_path):
+    """Issue 28: a float model with several inputs trains each input far larger than 1
+    (here 0..255 pixels beside a unit sensor vector) on it times its own power of two
+    (rewrite.scale_input per input: a MUL after the inputs' split, the weights it reaches
+    divided by it), the other as given: the same function (utrain's forward on the joined
+    samples is ONERT's on the file), and export folds the scale back (ONERT on the export
+    is utrain's trained forward)."""
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples()
+    img = 255 * img
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits',
+                 optimizer='sgd', lr=0.01)
+    rms = float(np.sqrt(np.mean(np.square(img.astype(np.float64)))))
+    assert s['input_scale'] == {'img': 2.0 ** -round(np.log2(rms))}, s['input_scale']
+    assert not [ln for ln in lines if 'widen' in ln], lines
+    assert [ln for ln in lines if 'root mean square' in ln] == [
+        ln for ln in lines if f"input 'img''s root mean square is {rms:.4g}" in ln]
+    x = np.concatenate([img.reshape(len(img), -1), meta], 1)
+    ref = onert_outputs(src, img, meta)
+    np.testing.assert_allclose(utrain_outputs(tmp_path / 'run', x), ref[1], rtol=1e-4, atol=1e-4)
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    g0, g1 = read_model(src), read_model(out)
+    assert [op.name for op in g1.ops] == [op.name for op in g0.ops]     # (no MUL left)
+    after = onert_outputs(out, img, meta)
+    np.testing.assert_allclose(utrain_outputs(tmp_path / 'run', x, 'trained.wof'), after[1],
+                               rtol=1e-4, atol=1e-4)
+    assert np.mean(after[1].argmax(1) == y) > np.mean(ref[1].argmax(1) == y)
+    np.testing.assert_allclose(after[0], ref[0], rtol=1e-6, atol=1e-6)     # (aux: its own)
+
+
+def test_int8_joined_inputs_are_relabelled_by_their_own_rms(tmp_path):
+    """An int8 file's input far larger than 1 beside one that is not: the layer that reads
+    the large one trains on it times its own power of two (quant.relabel_input on its
+    part of the joined input: its 'sx' times s, its weight scales / s, the same integers
+    forward: TFLite Micro's on the file, bit for bit); the other's layer as the file has it."""
+    pytest.importorskip('tflite_micro')
+    src = _build_int8(tmp_path / 'q.tflite', scales=(1.0, 0.06), sw=0.001)   # (no clipping:
+    rng = np.random.default_rng(4)                                          # no recalibration)
+    a = rng.uniform(-100, 100, (60, 4)).astype(np.float32)
+    v = rng.uniform(-6, 6, (60, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', a=a, v=v, y=np.argmax(v, 1))
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits', epochs=1)
+    sa = 2.0 ** -round(np.log2(np.sqrt(np.mean(np.square(a.astype(np.float64))))))
+    assert s['int8'] and s['input_scale'] == {'a': sa}, s['input_scale']
+    assert not [ln for ln in lines if 'widen' in ln], lines
+    assert [ln for ln in lines if 'root mean square' in ln] == [
+        ln for ln in lines if "input 'a''s root mean square" in ln and f'times {sa:g}' in ln]
+    with open(tmp_path / 'run' / 'q8.json') as f:
+        ls = {d['out']: d for d in json.load(f)['layers']}
+    g = read_model(src)
+    by = {g.tensors[k].name: k for k in range(len(g.tensors))}
+    assert ls[by['h0']]['sx'] == pytest.approx(1.0 * sa) and ls[by['h1']]['sx'] == pytest.approx(0.06)
+    codes = [_codes(a, 1.0, 0), _codes(v, 0.06, -3)]
+    ref = _tflm_outputs(src, codes)
+    net = _q8_net(tmp_path / 'run')
+    got = np.stack([np.frombuffer(bytes(net.forward(bytearray(np.concatenate(r).tobytes()))), np.int8)
+                    for r in zip(*codes)])
+    net.close()
+    np.testing.assert_array_equal(got, ref[0])
