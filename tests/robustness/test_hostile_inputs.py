@@ -597,6 +597,13 @@ def host_cases(tmp):
     # issue 28: --limit -1 scored all but the last sample, --size abc was int()'s message
     cases.append(('export a folder as weights', ['export', model, str(run), '-o', str(tmp / 'w.circle')],
                   'refuse', 'give the weights file in it'))
+    # (a train.log or .ds given as weights: 'not a .wof file (magic 28773, want 429)',
+    # or for a float model trained as int8 'not a checkpoint')
+    for f in ('train.ds', 'model.flat'):
+        cases.append(('export %s as weights' % f, ['export', model, str(run / f), '-o',
+                                                   str(tmp / 'w.circle')],
+                      'refuse', 'not trained weights (a .wof or .ckpt as `run` and `pull` write '
+                      "them): give the run folder's trained.wof"))
     cases.append(('evaluate --metric mae on labels', ['evaluate', model, good, '--metric', 'mae'],
                   'refuse', 'class labels score with --metric accuracy'))
     cases.append(('evaluate --limit -1', ['evaluate', model, good, '--limit', '-1'], 'refuse', '--limit'))
