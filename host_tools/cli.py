@@ -689,9 +689,9 @@ def _args_evaluate(sub):
                         'outputs, or labels 0 and 1 and it has one output in 0..1 (a sigmoid), '
                         'else MAE (and MSE)')
     q.add_argument('--nchw', action='store_true',
-                   help='flat samples (.csv, .ds) are NCHW (as PyTorch takes them) and the model '
-                        'takes NHWC (tico models once prepared/exported); 4-D .npz arrays in '
-                        'NCHW order are recognised without it')
+                   help='flat samples (.csv, .ds) are NCHW or NCL (as PyTorch takes them) and '
+                        'the model takes NHWC or NLC (tico models once prepared/exported); 4-D '
+                        'and 3-D .npz arrays in that order are recognised without it')
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
     q.add_argument('--limit', type=int, help='score only the first N samples')
@@ -738,8 +738,34 @@ def parser(prog=None):
     return p
 
 
+def _negatives_joined(p, argv):
+    """argv with an option that takes a value followed by one that starts with '-' and a
+    digit (`--budget -5K`, `--lr -1e-3`) joined as `--budget=-5K`: argparse reads such a
+    value as an option and says only 'expected one argument'; joined, the option's own
+    check says what is wrong with it."""
+    import re
+    acts = {}
+    for sub in p._subparsers._group_actions[0].choices.values() if p._subparsers else ():
+        acts.update(sub._option_string_actions)
+    acts.update(p._option_string_actions)
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        act = acts.get(a)
+        if act is not None and act.nargs is None and act.option_strings and \
+                i + 1 < len(argv) and re.match(r'-[0-9.]', argv[i + 1]):
+            out.append(f'{a}={argv[i + 1]}')
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv=None):
-    a = parser().parse_args(argv)
+    p = parser()
+    argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
+    a = p.parse_args(argv)
     try:
         return a.fn(a)
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:

@@ -52,6 +52,10 @@ def plot(log, out):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     c = read_log(log)
+    if os.path.isdir(out):      # (matplotlib wrote '<folder>.png' beside it, said '<folder>')
+        out = os.path.join(out, os.path.splitext(os.path.basename(log))[0] + '.png')
+    elif not os.path.splitext(out)[1]:
+        out += '.png'           # (what matplotlib writes for a name without an ending)
     fmt = os.path.splitext(out)[1][1:].lower()
     kinds = plt.figure().canvas.get_supported_filetypes()
     plt.close('all')

@@ -45,6 +45,9 @@ def load_npz(path):
 
 
 def _checked(path, x, y):
+    # (bool arrays, numpy's y > t or a mask: the numbers 0 and 1; labels of True/False had
+    # been refused as 'class numbers 0 to 3' for a 4-output model, the loss not inferred)
+    x, y = (a.astype(np.uint8) if a.dtype == np.bool_ else a for a in (x, y))
     if len(x) != len(y):
         raise DataError(f'{path}: x has {len(x)} samples but y has {len(y)}')
     if len(x) == 0:
@@ -149,9 +152,10 @@ def labels(path, label='last'):
     if path.lower().endswith('.npz') and os.path.exists(path):
         try:
             with np.load(path, allow_pickle=False) as z:
-                return z['y']
-        except (OSError, ValueError, KeyError):
-            pass                # (load says what is wrong)
+                y = z['y']
+                return y.astype(np.uint8) if y.dtype == np.bool_ else y
+        except Exception:       # noqa: B902 - empty (EOFError), damaged: load says what is wrong
+            pass
     return load(path, label)[1]
 
 
@@ -422,12 +426,11 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
         orig = [len(x)] + [shape[i] for i in np.argsort(perm)][1:]
         if x.size == int(np.prod(orig)) and not _laid_out(x, shape[1:], orig[1:]):
             x = x.reshape(orig).transpose(perm)
-    elif shape is not None and len(shape) == 4 and x.ndim == 4:
-        n, h, w, c = shape
-        if _laid_out(x, (c, h, w), (h, w, c)):
-            # NCHW samples (PyTorch's order) for an NHWC model, as evaluate reads them
-            # (a held-out Keras RGB CNN given (N, 3, 8, 8) trained on scrambled pixels)
-            x = x.transpose(0, 2, 3, 1)
+    elif shape is not None and channels_first(x, shape):
+        # NCHW / NCL samples (PyTorch's order) for an NHWC / NLC model, as evaluate reads
+        # them (a held-out Keras RGB CNN given (N, 3, 8, 8), a Conv1D given (N, 3, 20),
+        # trained on scrambled samples)
+        x = np.moveaxis(x, 1, -1)
     x = x.reshape(len(x), -1)
     if shape is not None and x.shape[1] != int(np.prod(shape)):
         raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
@@ -438,9 +441,17 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
 
 
 def _laid_out(x, as_, not_) -> bool:
-    """Is x 4-D with samples of shape as_, which differs from not_ (the layouts can be
-    told apart)?"""
-    return x.ndim == 4 and tuple(x.shape[1:]) == tuple(as_) != tuple(not_)
+    """Has x samples of shape as_, which differs from not_ (the layouts can be told
+    apart)?"""
+    return x.ndim == len(as_) + 1 and tuple(x.shape[1:]) == tuple(as_) != tuple(not_)
+
+
+def channels_first(x, shape) -> bool:
+    """Are x's samples (N, C, H, W) or (N, C, L), channels first as PyTorch lays them
+    out, for a model input of shape [1, H, W, C] or [1, L, C] (channels last), the two
+    told apart by their sizes?"""
+    shape = [int(d) for d in shape]
+    return len(shape) in (3, 4) and _laid_out(x, shape[-1:] + shape[1:-1], shape[1:])
 
 
 def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):

@@ -292,6 +292,8 @@ def check_weights(g, op, tname):
     if op.name not in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D') or len(ins) < 2 or ins[1] < 0:
         return
     x, w = _shape(g, ins[0]), _shape(g, ins[1])
+    if any(int(d) < 0 for d in (g.tensors[ins[0]].signature or [])[1:]):
+        return      # (a shape read at run time, [1, 1] in the file: fold_shapes computes it)
     n_out = None
     if op.name == 'FULLY_CONNECTED':
         if len(w) != 2 or (x and int(np.prod(x)) % w[1]) or (x and x[-1] != w[1] and len(x) <= 2):

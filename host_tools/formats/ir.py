@@ -86,13 +86,14 @@ class Graph:
     inputs_rms: dict = None
 
 
-# ops that only reshape a tensor: the model's last activation is found past them
-SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+# ops that only reshape a tensor or change its type: the model's last activation is
+# found past them (an int8 model with float outputs ends SOFTMAX -> DEQUANTIZE)
+SHAPE_ONLY = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'QUANTIZE', 'DEQUANTIZE')
 
 
 def final_op(g):
     """The op that makes graph g's output, past ops that only reshape it (RESHAPE, SQUEEZE,
-    EXPAND_DIMS): the model's last activation, or None."""
+    EXPAND_DIMS) or (de)quantize it: the model's last activation, or None."""
     k, op = g.outputs[0], None
     for _ in range(len(g.ops) + 1):         # (a damaged file's cycle ends the walk)
         op = next((o for o in g.ops if k in o.outputs), None)

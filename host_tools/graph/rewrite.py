@@ -22,7 +22,7 @@ and returns how many changes it made:
 * slices_to_split     STRIDED_SLICEs tiling one activation along one axis (an unrolled
                       RNN's time steps) -> one SPLIT_V.
 * fold_shapes         shape arithmetic the host knows (SHAPE of a tensor, and STRIDED_SLICE,
-                      PACK, CONCATENATION, GATHER, CAST, RESHAPE, ADD/SUB/MUL/... of
+                      PACK, CONCATENATION, GATHER, CAST, RESHAPE, ADD/SUB/MUL/..., REDUCE_PROD/SUM of
                       integer constants: Keras's Reshape/Flatten with a dynamic batch)
                       computed once into constants.
 * reduce_max_to_pool  REDUCE_MAX over one run of axes (a global max pool) -> a
@@ -639,6 +639,9 @@ def slices_to_split(g: Graph) -> int:
 # shape arithmetic, never an activation or a weight)
 _INT_BINARY = {'ADD': np.add, 'SUB': np.subtract, 'MUL': np.multiply,
                'FLOOR_DIV': np.floor_divide, 'MAXIMUM': np.maximum, 'MINIMUM': np.minimum}
+# (Keras 3's Dense on a 3-D or 4-D input: SHAPE -> GATHER -> REDUCE_PROD -> PACK -> RESHAPE)
+_INT_REDUCE = {'REDUCE_PROD': np.prod, 'SUM': np.sum, 'REDUCE_MAX': np.max,
+               'REDUCE_MIN': np.min}
 
 
 def _strided_slice(x, b, e, st, o):
@@ -678,6 +681,9 @@ def _host_value(g: Graph, op: Operator):
         return v[0]
     if op.name == 'STRIDED_SLICE' and len(v) == 4:
         return _strided_slice(v[0], *(list(a.reshape(-1)) for a in v[1:]), o)
+    if op.name in _INT_REDUCE and len(v) == 2:
+        axes = tuple(int(a) % max(v[0].ndim, 1) for a in v[1].reshape(-1))
+        return _INT_REDUCE[op.name](v[0], axis=axes, keepdims=bool(o.get('keep_dims')))
     if op.name in _INT_BINARY and len(v) == 2 and o.get('fused_activation_function',
                                                         'NONE') == 'NONE':
         return _INT_BINARY[op.name](v[0], v[1])
@@ -2036,13 +2042,16 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
     graph that train (their BatchNorm stays separate).  int8: g trains as int8 (its
     tensors stay quantized): only the passes PASSES marks for it.  Returns
     {'dequantized': n tensors, 'quant': {...}, 'transposes': n, 'batchnorm': n, ...}."""
+    n, f16 = len(g.ops), any(t.dtype == 'float16' for t in g.tensors)
     quant = {} if int8 else dequantize(g)
+    # (a float16 file's weights: float32 without scales to keep, its DEQUANTIZEs gone)
+    moved = not int8 and (f16 or len(g.ops) != n)
     info = {'dequantized': len(quant), 'quant': quant}
     for name, fn, on_int8 in PASSES:
         if int8 and not on_int8:
             info[name] = 0
             continue
         info[name] = fn(g, keep={id(op) for op in keep}) if name == 'batchnorm' else fn(g)
-    info['changed'] = bool(quant) or any(info[name] for name, _, _ in PASSES if name != 'embeddings')
+    info['changed'] = bool(quant) or moved or any(info[name] for name, _, _ in PASSES if name != 'embeddings')
     info['splits'] += info.pop('unpacks')       # (an UNPACK becomes a SPLIT)
     return info

@@ -198,7 +198,16 @@ def recalibrate(og, ranges, trained) -> int:
     changed = 0
     for members in groups.values():
         names = [og.tensors[k].name for k in members]
-        if fixed & set(members) or not all(n in ranges for n in names):
+        if fixed & set(members):
+            # (a kernel's fixed scale, and the tensors tied to it: a RESHAPE of a tanh,
+            # which had kept its placeholder scale in a model calibrated from float)
+            q = og.tensors[min(fixed & set(members))].quant
+            for k in set(members) - fixed:
+                og.tensors[k].quant = dict(og.tensors[k].quant, scale=list(q['scale']),
+                                           zero_point=list(q['zero_point']))
+                changed += 1
+            continue
+        if not all(n in ranges for n in names):
             continue
         lo = min(0.0, min(ranges[n][0] for n in names))
         hi = max(0.0, max(ranges[n][1] for n in names))

@@ -48,6 +48,37 @@ def why_not(s: dict, cache=False, model_path=None) -> str | None:
     return None
 
 
+# ops whose int8 output scale TFLite's kernels fix (TANH and LOGISTIC had kept the
+# placeholder scale 1.0 here: a tanh at 3 levels, and the layers tied to it too)
+FIXED_OUT = {'SOFTMAX': (1 / 256, -128), 'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0)}
+
+
+def _requantize_fixed(og: Graph) -> None:
+    """A fixed-scale output (FIXED_OUT) that a CONCATENATION reads is requantized first
+    by a QUANTIZE op to a tensor of its own, as TFLite's converter writes it: the
+    concatenation's inputs and output then share one scale (TFLite Micro's int8
+    CONCATENATION copies bytes: inputs at other scales read wrong), measured over the
+    others' ranges too.  og.requantized: {new tensor name: the fixed output's}."""
+    from ..graph.rewrite import OP_CODES, Operator, new_tensor, _renumber
+    og.requantized = {}
+    for op in list(og.ops):
+        if op.name not in FIXED_OUT:
+            continue
+        y = op.outputs[0]
+        cats = [o for o in og.ops if o.name == 'CONCATENATION' and y in o.inputs]
+        if not cats:
+            continue
+        t = og.tensors[y]
+        k = new_tensor(og, t.name + '/requantized', t.shape, like=y)
+        og.tensors[k].quant = {'scale': [1.0], 'zero_point': [0]}
+        og.requantized[og.tensors[k].name] = t.name
+        for c in cats:
+            c.inputs = [k if i == y else i for i in c.inputs]
+        og.ops.insert(og.ops.index(op) + 1, Operator(-1, OP_CODES['QUANTIZE'], 'QUANTIZE',
+                                                      [y], [k], {}, src=op.number))
+    _renumber(og)
+
+
 def int8_graph(g: Graph) -> tuple[Graph, dict]:
     """A copy of float graph g typed as an int8 model, its scales still to be set
     (exportcheck.recalibrate): activations int8 with one scale, weights of CONV_2D /
@@ -90,8 +121,10 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
             t.dtype = 'int8'
             t.quant = {'scale': [1.0] * n, 'zero_point': [0] * n, 'quantized_dimension': ax}
     for op in og.ops:
-        if op.name == 'SOFTMAX':
-            og.tensors[op.outputs[0]].quant = {'scale': [1 / 256], 'zero_point': [-128]}
+        if op.name in FIXED_OUT:
+            s, z = FIXED_OUT[op.name]
+            og.tensors[op.outputs[0]].quant = {'scale': [s], 'zero_point': [z]}
+    _requantize_fixed(og)
     if len({t.name for t in og.tensors}) != len(og.tensors):
         raise ValueError('tensor names repeat (the calibration matches tensors by name)')
     return og, trained
@@ -134,9 +167,12 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     og, trained = int8_graph(g)
     og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
     ranges = widened(g, activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x))
+    for k, src in getattr(og, 'requantized', {}).items():
+        if src in ranges:
+            ranges[k] = ranges[src]
     for t in og.tensors:                # a tensor no sample reached: no scale to give it
         if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (
-                t.quant['scale'][0] == 1 / 256):
+                t.quant['scale'][0] in (1 / 256, 1 / 128)):
             raise ValueError(f'tensor {t.name!r}: no range measured')
     recalibrate(og, ranges, trained)
     for t in og.tensors:    # float32, as the file stores them: the run's tables = the file's

@@ -49,7 +49,8 @@ def _shapes_folded(g):
     from ..graph import rewrite as rw
     h = copy.deepcopy(g)
     if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)
-            + rw.unwrap_ids(h, keep=False)):
+            + rw.unwrap_ids(h, keep=False) + rw.dilated_convs(h) + rw.tile_to_concat(h)
+            + rw.resize_to_concat(h)):
         return None
     rw.compact(h)
     return h
@@ -125,22 +126,25 @@ def tflm_predictor(path, g):
 
 
 def _tflm_folded(path, g, probe):
-    """TFLite Micro on the file, or on its graph as _shapes_folded makes it (an int8
-    Keras Embedding's int32 SELECT_V2, which it has no kernel for)."""
-    try:
-        run = tflm_predictor(path, g)
-        run(probe)
-        return run
-    except Exception:   # noqa: B902 - TFLite Micro's own types
-        h = _shapes_folded(g)
-        if h is None:
-            raise
-    import tempfile
-    from ..graph.rewrite import save_graph
-    keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
-    run = tflm_predictor(save_graph(h, os.path.join(keep.name, 'model.tflite')), h)
+    """TFLite Micro on the file's graph as _shapes_folded makes it (the same values, in
+    the form utrain trains and `export` writes: TFLite Micro has no int8 kernel for an
+    int8 Keras Embedding's int32 SELECT_V2 or UpSampling2D's TILE, and its
+    SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND around a dilated convolution give other values
+    than TensorFlow's, NaN on a float file), else on the file as it is."""
+    h = _shapes_folded(g)
+    if h is not None:
+        import tempfile
+        from ..graph.rewrite import save_graph
+        keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+        try:
+            run = tflm_predictor(save_graph(h, os.path.join(keep.name, 'model.tflite')), h)
+            run(probe)
+            run.keep = keep
+            return run
+        except Exception:   # noqa: B902 - TFLite Micro's own types: the file as it is
+            keep.cleanup()
+    run = tflm_predictor(path, g)
     run(probe)
-    run.keep = keep
     return run
 
 
@@ -183,7 +187,11 @@ def predictor(path):
                          'original .tflite, or evaluate the float model)')
     probe = np.zeros([1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]], np.float32)
     if integer:
-        return _tflm_folded(path, g, probe), 'TFLite Micro', g
+        try:
+            return _tflm_folded(path, g, probe), 'TFLite Micro', g
+        except Exception as e:  # noqa: B902 - an int8 op it has no kernel for (SQRT)
+            why = f'TFLite Micro cannot run it: {_first_line(e)}'
+            return _rewritten_predictor(path, g, InferError(f'{path}: {why}'), True, why)
     try:
         run = onert_predictor(path, g)
         run(probe)
@@ -192,17 +200,26 @@ def predictor(path):
             return _rewritten_predictor(path, g, e)
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
             run = _tflm_folded(path, g, probe)
-        except Exception:   # noqa: B902 - TFLite Micro cannot either: ONERT's reason
-            raise e from None
+        except Exception:   # noqa: B902 - TFLite Micro cannot either (a float16 file's
+            # DEQUANTIZE): the graph as prepare rewrites it, else ONERT's reason
+            return _rewritten_predictor(path, g, e, dequantized=any(
+                t.dtype in ('float16', 'int8', 'uint8') for t in g.tensors))
         return run, 'TFLite Micro: ONERT cannot run it', g
     return run, 'ONERT' + (' on its graph as prepare rewrites it (shape ops folded, groups '
                            'split, embedding ids read directly)' if run.folded else ''), g
 
 
-def _rewritten_predictor(path, g, why):
+def _first_line(e) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[-1]
+
+
+def _rewritten_predictor(path, g, why, dequantized=False, reason=None):
     """(run, runtime, graph) of ONERT on the graph as prepare rewrites it (layout
-    transposes cancelled, NHWC input), for a circle file ONERT cannot run itself (a tico
-    ResNet block: 'Session preparation failed'); the refusal why when that fails too."""
+    transposes cancelled, NHWC input; weights dequantized to float32), for a file no
+    runtime here runs as it is (a tico ResNet block: 'Session preparation failed'; a
+    float16 .tflite's DEQUANTIZE; an int8 op TFLite Micro has no kernel for, the model
+    then scored in float as `prepare --dequantize` trains it); the refusal why when that
+    fails too."""
     import tempfile
     from ..graph.rewrite import save_graph
     from ..plan.runplan import select_rewrite
@@ -214,8 +231,9 @@ def _rewritten_predictor(path, g, why):
     except Exception:       # noqa: B902 - the file's own reason stands
         raise why from None
     run.keep = keep
-    return run, 'ONERT on its graph as prepare rewrites it (the file as it is: ' + str(why).split(
-        '(', 1)[-1].rstrip(')') + ')', h
+    return run, 'ONERT on its graph as prepare rewrites it' + (
+        ', dequantized to float32' if dequantized else '') + ' (the file as it is: ' + (
+        reason or str(why).split('(', 1)[-1].rstrip(')')) + ')', h
 
 
 def layout(x, shape, nchw=False, where='the data'):
@@ -227,10 +245,9 @@ def layout(x, shape, nchw=False, where='the data'):
     if x.reshape(len(x), -1).shape[1] != want:
         raise InferError(f'{where}: {x.reshape(len(x), -1).shape[1]} values per sample, the model '
                          f'input {shape} takes {want}')
-    if len(shape) == 4:
-        n, h, w, c = shape
-        if nchw or (x.ndim == 4 and tuple(x.shape[1:]) == (c, h, w) != (h, w, c)):
-            return x.reshape(len(x), c, h, w).transpose(0, 2, 3, 1), True
+    from ..files.dataset import channels_first
+    if (nchw and len(shape) in (3, 4)) or channels_first(x, shape):
+        return np.moveaxis(x.reshape([len(x), shape[-1]] + shape[1:-1]), 1, -1), True
     return x.reshape([len(x)] + shape[1:]), False
 
 
@@ -383,18 +400,54 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             r.update(runtime=runtime, transposed=False, output=name)
             return r
     run, runtime, g = predictor(model)
-    x, y = ds.load(data, label=label, size=size,
-                   shape=getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape)
+    shape = getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape
+    x, y = ds.load(data, label=label, size=size, shape=shape)
     if limit:
         x, y = x[:limit], y[:limit]
     if not len(x):
         raise InferError(f'{data}: no samples')
     transposed = False
-    if g is not None:
+    back = _prepared_layout(model, data, shape)
+    if back is not None:        # a run's test.ds, for the model it was prepared from
+        x, transposed = back(np.asarray(x)), 'the run\'s samples laid out back in the model\'s order'
+    elif g is not None:
         x, transposed = layout(np.asarray(x, np.float32), g.tensors[g.inputs[0]].shape, nchw, data)
     r = scores(run(x), y, metric)
     r.update(runtime=runtime, transposed=transposed)
     return r
+
+
+def _prepared_layout(model, data, shape):
+    """For a .ds that prepare wrote (a prepare.json beside it) for a model whose input
+    it transposed (an ONNX or tico model's NCHW input taken NHWC: input_perm), scored on
+    a model that takes the input as that model does (the original file, or an .onnx
+    export): a function laying its flat samples out so, else None.  (The samples are
+    stored as the rewritten graph takes them; read in the file's order they were
+    scrambled: an ONNX Conv1d scored 0.24 on its own run's test.ds against 0.92.)"""
+    import json
+    if not os.fspath(data).lower().endswith('.ds') or shape is None:
+        return None
+    sp = os.path.join(os.path.dirname(os.path.abspath(data)), 'prepare.json')
+    try:
+        with open(sp) as f:
+            summary = json.load(f)
+        perm, src = summary.get('input_perm'), summary.get('model')
+    except (OSError, ValueError, AttributeError):
+        return None
+    shape = [int(d) for d in shape]
+    if not perm or sorted(perm) != list(range(len(shape))) or not isinstance(src, str):
+        return None
+    moved = [shape[i] for i in perm]
+    try:
+        h = read_model(src)
+        src_shape = [int(d) for d in h.tensors[h.inputs[0]].shape]
+    except Exception:   # noqa: B902 - the model it came from is gone: as the data is
+        return None
+    # (a predictor running the graph as prepare rewrote it takes the stored order)
+    if src_shape != shape or moved == shape:
+        return None
+    inv = list(np.argsort(perm))
+    return lambda x: x.reshape([len(x)] + moved[1:]).transpose(inv).reshape(len(x), -1)
 
 
 def describe(r) -> str:
@@ -403,5 +456,8 @@ def describe(r) -> str:
         s = f'accuracy {r["accuracy"]:.4f} ({r["hits"]}/{r["n"]}), {r["loss_name"]} {r["loss"]:.4f}'
     else:
         s = f'MAE {r["mae"]:.4g}, MSE {r["loss"]:.4g} ({r["n"]} samples)'
-    return s + f' [{r["runtime"]}' + ('; NCHW data transposed to NHWC' if r['transposed'] else '') \
+    t = r['transposed']
+    return s + f' [{r["runtime"]}' + (f'; {t}' if isinstance(t, str) else
+                                      '; channels-first (NCHW) data transposed to channels-last (NHWC)'
+                                      if t else '') \
         + (f'; output {r["output"]!r}' if r.get('output') else '') + ']'

@@ -992,8 +992,19 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     ``quantized`` the weights are quantized again with the original tensors' scales and
     zero points (matched by tensor name) into a copy of the original quantized model."""
     from ..formats.circle_io import write_with_weights
-    from ..files.wof import read_wof, read_checkpoint
+    from ..files.wof import read_wof, read_checkpoint, MAGIC
     run_dir = os.path.dirname(os.path.abspath(wof_path))
+    try:
+        with open(wof_path, 'rb') as f:
+            head = f.read(2)
+    except OSError:
+        head = None                 # (said below: a folder, a missing file)
+    if head is not None and (len(head) < 2 or int.from_bytes(head, 'little') != MAGIC):
+        # (a train.log or test.ds had been 'not a .wof file (magic 28773, want 429)', or,
+        # for a float model trained as int8, called a checkpoint)
+        raise PrepareError(f'{wof_path}: not trained weights (a .wof or .ckpt as `run` and '
+                           '`pull` write them): give the run folder\'s trained.wof (its best '
+                           'epoch), trained.wof.best or checkpoint.ckpt')
     summary = {}
     sp = os.path.join(run_dir, 'prepare.json')
     if os.path.exists(sp):

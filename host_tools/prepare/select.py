@@ -34,7 +34,7 @@ import numpy as np
 
 from ..files.flatmodel import RECIPE
 from ..graph.optable import SPECS
-from ..graph.passes import PrepareError, RANK_NAMES
+from ..graph.passes import PrepareError, RANK_NAMES, channel_range
 
 # output-channel ratios of a layer's weights (rank codes, passes.RANKS): 1/8 1/4 1/2 all
 RATIOS = (5, 4, 2, 0)
@@ -111,7 +111,17 @@ def layers(g):
         if not roles:
             continue
         if op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D'):
-            kinds = list(RATIOS)    # a depthwise rank cuts its channels (row's out_axis)
+            # a depthwise rank cuts its channels (row's out_axis); ratios that leave no
+            # channel, or the same channels as a wider one (a layer of 1 or 2 outputs: a
+            # Keras SeparableConv2D on a 1-channel input), are not candidates (the trial
+            # of one had stopped --select auto: 'rank ... leaves none to train')
+            n = int(g.tensors[op.outputs[0]].shape[-1])
+            spans = {}
+            for r in sorted(RATIOS, key=WIDTH.index):
+                lo, hi = channel_range(r, n)
+                if hi > lo and (lo, hi) not in spans:
+                    spans[(lo, hi)] = r
+            kinds = [r for r in RATIOS if r in spans.values()]
         else:
             kinds = [0]
         if 'bias' in roles.values() and 'weight' in roles.values():

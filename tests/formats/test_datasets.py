@@ -196,6 +196,14 @@ def test_plot_writes_a_png_and_names_a_bad_log(tmp_path):
     assert data[:8] == b'\x89PNG\r\n\x1a\n'
     w, h = struct.unpack('>II', data[16:24])
     assert (w, h) == (1000, 400)
+    # -o a folder (or a name without an ending): matplotlib wrote '<folder>.png' beside
+    # it and plot said it wrote '<folder>': the file is named for the log in the folder
+    (tmp_path / 'plots').mkdir()
+    for o, want in (('plots', tmp_path / 'plots' / 'train.png'), ('curves', tmp_path / 'curves.png')):
+        r = cli('plot', str(log), '-o', str(tmp_path / o))
+        assert r.returncode == 0 and f'wrote {want}' in r.stdout, r.stdout + r.stderr
+        assert want.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    assert not (tmp_path / 'plots.png').exists()
     # train.log is appended to: plot reads the last run, whose epochs start again (at 1
     # without a test split), a resumed run's going on
     from host_tools.plot import read_log

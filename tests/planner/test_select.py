@@ -941,3 +941,48 @@ def test_auto_tries_again_what_comes_out_on_top_after_the_contenders_fall_back(
                 budget='300K', log=said.append, **SETTINGS)
     assert {int(i): r for i, r in s['select']['ranks'].items()} == {d: 'all', cls: 'all'}
     assert any('more within' in x for x in said), said
+
+
+def test_auto_offers_no_rank_that_leaves_a_narrow_layer_nothing(tmp_path):
+    """A layer with one or two output channels (a Keras SeparableConv2D on a 1-channel
+    image: its depthwise half has one) was offered at 1/2, 1/4 and 1/8 of its channels:
+    --select auto stopped at the trial of one ('rank ... of 1 output channels leaves none
+    to train'). Its candidates are now the ratios that keep at least one channel, each
+    set of channels once; a wider layer keeps every ratio; auto completes and the
+    choice it writes trains."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.graph.passes import channel_range
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    wd = rng.standard_normal((1, 3, 3, 1)).astype(np.float32)
+    wc = rng.standard_normal((8, 1, 1, 1)).astype(np.float32)
+    wf = (0.1 * rng.standard_normal((10, 6 * 6 * 8))).astype(np.float32)
+    x, d, c, f, y = (b.tensor(n, s) for n, s in (('x', [1, 8, 8, 1]), ('d', [1, 6, 6, 1]),
+                                                 ('c', [1, 6, 6, 8]), ('f', [1, 288]), ('y', [1, 10])))
+    b.op('DEPTHWISE_CONV_2D', [x, b.tensor('wd', [1, 3, 3, 1], data=wd),
+                               b.tensor('bd', [1], data=np.zeros(1, np.float32))], [d],
+         padding='VALID', depth_multiplier=1)
+    b.op('CONV_2D', [d, b.tensor('wc', [8, 1, 1, 1], data=wc),
+                     b.tensor('bc', [8], data=np.zeros(8, np.float32))], [c],
+         padding='VALID', fused_activation_function='RELU')
+    b.op('RESHAPE', [c], [f], new_shape=[1, 288])
+    b.op('FULLY_CONNECTED', [f, b.tensor('wf', [10, 288], data=wf),
+                             b.tensor('bf', [10], data=np.zeros(10, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = str(tmp_path / 'sep.tflite')
+    b.save(src)
+    kinds = dict(layers(read_model(src)))
+    assert kinds[0] == [0, 1], kinds                  # all its channel, or its bias
+    assert {5, 4, 2, 0} <= set(kinds[1]), kinds       # 8 channels: every ratio
+    for op, ks in kinds.items():
+        n = (1, 8, 10)[op if op < 2 else 2]
+        assert all(channel_range(r, n)[1] > channel_range(r, n)[0] for r in ks if r != 1)
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    npz = str(tmp_path / 'd.npz')
+    np.savez(npz, x=z['x'][:120].reshape(-1, 8, 8, 1), y=z['y'][:120])
+    out = str(tmp_path / 'o')
+    prepare(src, out, data=npz, select='auto', log=lambda *a: None,
+            **dict(SETTINGS, loss='scce', from_logits=True))
+    code, text = runner.run(out, python=True, stream=False)
+    assert code == 0, text

@@ -597,6 +597,13 @@ def host_cases(tmp):
     # issue 28: --limit -1 scored all but the last sample, --size abc was int()'s message
     cases.append(('export a folder as weights', ['export', model, str(run), '-o', str(tmp / 'w.circle')],
                   'refuse', 'give the weights file in it'))
+    # (a train.log or .ds given as weights: 'not a .wof file (magic 28773, want 429)',
+    # or for a float model trained as int8 'not a checkpoint')
+    for f in ('train.ds', 'model.flat'):
+        cases.append(('export %s as weights' % f, ['export', model, str(run / f), '-o',
+                                                   str(tmp / 'w.circle')],
+                      'refuse', 'not trained weights (a .wof or .ckpt as `run` and `pull` write '
+                      "them): give the run folder's trained.wof"))
     cases.append(('evaluate --metric mae on labels', ['evaluate', model, good, '--metric', 'mae'],
                   'refuse', 'class labels score with --metric accuracy'))
     cases.append(('evaluate --limit -1', ['evaluate', model, good, '--limit', '-1'], 'refuse', '--limit'))
@@ -922,3 +929,48 @@ def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkey
     assert 'bytes free there' in msg and 'the previous file is kept' in msg, msg
     assert (out / 'weights.wof').read_bytes() == old
     assert not [f for f in os.listdir(out) if f.endswith('.tmp')]
+
+
+@pytest.mark.parametrize('argv, says', [
+    (['--budget', '-5K'], "--budget '-5K': expected a size"),
+    (['--budget', '-1.5M'], "--budget '-1.5M': expected a size"),
+    (['--lr', '-1e-3'], '--lr -0.001: must be a finite number > 0')])
+def test_a_negative_value_after_its_option_is_judged_by_the_option(tmp_path, argv, says):
+    """`--budget -5K` (space-separated): argparse took -5K for an option and said only
+    'argument --budget: expected one argument' (issue 28's known gap); the value now
+    reaches the option's own check, which says what it takes."""
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        try:
+            code = cli(['prepare', model, '-o', str(tmp_path / 'run'), '--data',
+                        blobs(tmp_path, n=12), '--loss', 'scce'] + argv)
+        except SystemExit as e:
+            code = e.code
+    assert code == 2 and says in err.getvalue() and 'expected one argument' not in err.getvalue(), \
+        err.getvalue()
+    assert not os.path.exists(tmp_path / 'run' / 'train.json')
+
+
+def test_data_read_to_choose_the_loss_is_judged_as_prepare_reads_it(tmp_path):
+    """With no --loss, prepare reads the targets first to choose one: an empty .npz was
+    a traceback there (EOFError: No data left in file) and True/False labels for a
+    3-output model a refusal calling them 'class numbers 0 to 2' for mse.  The empty
+    file is now refused by the data check (naming the file and what --data takes) and
+    bool labels are the numbers 0 and 1 (scce chosen, as for 0/1 integers)."""
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    open(tmp_path / 'empty.npz', 'wb').close()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24, 6)).astype(np.float32)
+    np.savez(tmp_path / 'b.npz', x=x, y=rng.integers(0, 2, 24).astype(bool))
+    for data, want in (('empty.npz', 'empty.npz: not a readable .npz file'), ('b.npz', None)):
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            code = cli(['prepare', model, '-o', str(tmp_path / ('run' + data)), '--data',
+                        str(tmp_path / data)])
+        if want:
+            assert code == 2 and want in err.getvalue() and '.csv' in err.getvalue(), err.getvalue()
+        else:
+            assert code == 0, err.getvalue()
+            tj = json.load(open(tmp_path / ('run' + data) / 'train.json'))
+            assert 'scce' in json.dumps(tj), tj
