@@ -999,7 +999,7 @@ def test_activation_temporaries_are_planned_as_allocated(tmp_path):
     assert not bad, '\n'.join(bad)
 
 
-def _hswish_cnn(path, size=28, channels=6, classes=4):
+def _hswish_cnn(path, size=28, channels=8, classes=4):
     """A conv (stride 2, channels) -> HARD_SWISH -> conv (stride 2) -> MUL -> MEAN -> FC net
     (the held-out ho_hswish's layout at another size and width)."""
     from host_tools.formats.circle_build import CircleBuilder
@@ -1032,12 +1032,14 @@ def _hswish_cnn(path, size=28, channels=6, classes=4):
 
 
 # issue 28: HARD_SWISH's forward makes five arrays, but in a run that collects every
-# gc_every bytes (smaller than them) each is made after a collection, so the dead ones are
-# gone (OpSpec.fwd_live); planned as five, the held-out ho_hswish (32-bit ulab), frozen up
-# to the activation (streamed, ranked), was 1.20-1.22x its need, now 1.14-1.15
+# gc_every bytes (fewer than one of them) each is made after a collection, so the dead
+# ones are gone (OpSpec.fwd_live); planned as made, the held-out ho_hswish (32-bit ulab),
+# frozen up to the activation (streamed, ranked), was 1.20-1.22x its need (now
+# 1.14-1.15); trained whole, its backward (planned as made) is the peak
 HSWISH_CASES = {
     'last2-stream': dict(optimizer='sgd', batch=1, train='last:2', stream=True),
     'ranks-up': dict(optimizer='sgd', batch=1, train='none', ranks='5:up'),
+    'all-sgd-b1': dict(optimizer='sgd', batch=1, train='all'),
 }
 
 
@@ -1045,9 +1047,10 @@ HSWISH_CASES = {
 @pytest.mark.parametrize('build', ['UTRAIN_MP32_ULAB', 'UTRAIN_MP32'])
 @pytest.mark.parametrize('case', list(HSWISH_CASES))
 def test_a_frozen_hard_swish_is_planned_within_1_2x(tmp_path, monkeypatch, case, build):
-    """A hard_swish CNN this test makes (28x28, 6 channels), trained above its activation:
-    its peak is HARD_SWISH's forward, planned at the arrays it holds at once; it trains
-    in its plan and not in plan / 1.2 (32-bit builds, with and without ulab)."""
+    """A hard_swish CNN this test makes (28x28, 8 channels), trained above its activation
+    (its peak HARD_SWISH's forward) and whole (through its backward), each planned at the
+    arrays it holds at once: it trains in its plan and not in plan / 1.2 (32-bit builds,
+    with and without ulab)."""
     if not os.path.exists(os.environ.get(build) or '/-'):
         pytest.skip(f'${build} names no build')
     monkeypatch.setenv('MICROPYTHON', os.environ[build])
@@ -1060,7 +1063,7 @@ def test_a_frozen_hard_swish_is_planned_within_1_2x(tmp_path, monkeypatch, case,
                 log=lambda *a: None, backend='ulab' if build.endswith('ULAB') else 'fallback',
                 **HSWISH_CASES[case])
     plan = s['heap']['total']
-    assert s['heap']['peak_op'] == 1 and s['heap']['gc_every'] <= 4 * 14 * 14 * 6
+    assert s['heap']['gc_every'] <= 4 * 14 * 14 * 8      # (collected before each of them)
     runner.stage(out)
     assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.2)), \
