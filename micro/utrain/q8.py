@@ -830,7 +830,11 @@ class Q8Net:
                 if self.adam:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
                     L.bm, L.bv = _f32(oc), _f32(oc)
-                    L.set_bias()
+        for L in self.layers:
+            # Adam's masters filled once every layer's arrays are made: the fill's boxed
+            # floats (garbage) between them cut the heap up (hr_rescnn_int8, 32-bit)
+            if self.adam and L.train:
+                L.set_bias()
         if self.sh is not None:
             self.sh.setup(batch)
 
