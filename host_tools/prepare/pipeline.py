@@ -535,6 +535,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                       len(source.ops), train))
     for line in missing_biases(model_path, g, p):
         log(line)
+    if info.get('unshared'):
+        log(f'{model_path}: {info["unshared"]} weight or bias tensors several layers read (the '
+            'converter keeps one tensor for equal constants, such as zero biases) are copied: each '
+            'layer trains its own, and export writes them as tensors of their own')
     if info['input_scale']:
         sc = info['input_scale']
         log(f'{model_path}: its input\'s root mean square is {source.input_rms:.4g} on {data}: '
