@@ -87,7 +87,9 @@ def cmd_inspect(a):
               f'{info["dequantized"]} tensors dequantized, '
               f'{info["transposes"]} layout transpose rewrites'
               + (f', input {perm} (the model takes NHWC data)' if perm else '')
-              + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else ''))
+              + (f', {folded} BatchNorm MUL/ADD folded into frozen layers' if folded else '')
+              + (f', {info["unshared"]} copies of a constant several layers read (each its own)'
+                 if info.get('unshared') else ''))
         print('ops after the rewrites (everything trainable; ops numbered as in the file, '
               'tensors as in the rewritten.circle prepare writes):')
         for op in h.ops:

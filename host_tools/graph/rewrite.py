@@ -2027,7 +2027,43 @@ def file_graph(g: Graph) -> Graph:
 # ones only fold what the host knows or change an op for one that computes the same
 # integers (a max keeps its input's scale, a tile is copies, an unpack or slices a split
 # of the same bytes); the others edit float constants or make float constants (NEG's -1).
-PASSES = (('shapes', fold_shapes, True), ('embeddings', embedding_gathers, True),
+def unshare_constants(g: Graph) -> int:
+    """A constant tensor that ops of different layers read as a weight or bias gets a
+    copy per layer: the TFLite converter keeps one tensor for equal constants (Keras's
+    all-zero conv biases, equal weights), and trained as one they would move together,
+    fewer parameters than the model has.  Readers are one layer applied again (a
+    TimeDistributed's steps, an unrolled RNN's: utrain.q8share) where they are the same
+    op reading the same constants (its options may differ: an RNN's first step fuses the
+    activation the others apply after adding the recurrent term): those keep sharing.  The first
+    group keeps the tensor, each other group reads a copy (appended: the tensors before
+    keep their indices), frozen ones too (export writes the copies as tensors of their
+    own).  Float and int8 graphs (an int8 copy keeps the scales).  Returns the copies made."""
+    from .optable import SPECS
+    readers = {}
+    for op in g.ops:
+        spec = SPECS.get(op.name)
+        if spec is None:
+            continue
+        for pos in spec.roles(op, g):
+            k = op.inputs[pos] if pos < len(op.inputs) else -1
+            if is_const(g, k):
+                readers.setdefault(k, []).append((op, pos))
+    made = 0
+    for k, rs in readers.items():
+        layers = {}
+        for op, pos in rs:
+            key = (op.name, pos, tuple(i if is_const(g, i) else -1 for i in op.inputs))
+            layers.setdefault(key, []).append(op)
+        t = g.tensors[k]
+        for j, ops in enumerate(list(layers.values())[1:], 1):
+            c = new_tensor(g, f'{t.name}/utrain_copy{j}', t.shape, t.data.copy(), like=k)
+            for op in ops:
+                op.inputs = [c if i == k else i for i in op.inputs]
+            made += 1
+    return made
+
+
+PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),

@@ -155,7 +155,12 @@ CORE_MODULES = ('__init__', 'run', 'xnp', 'model', 'sink', 'trainer', 'losses', 
 # MicroPython 1.28 against smallest_heap(), docs/memory.md).
 WORD_FIGURES = {
     8: dict(block=BLOCK, overhead=ARRAY_OVERHEAD, code=CODE_PER_MPY_BYTE, base=BASE,
-            native=NATIVE_KERNELS, frozen_code=FROZEN_CODE_PER_MPY_BYTE, base_frozen=BASE_FROZEN),
+            native=NATIVE_KERNELS, frozen_code=FROZEN_CODE_PER_MPY_BYTE, base_frozen=BASE_FROZEN,
+            # the fallback's arrays: the load's holes (load_holes; measured on the digits
+            # MLP, PyPI's 64-bit build: beyond the data held at the first step, its load
+            # needed 12-15 KB and Adam's first sample at batch 1 18 KB, where the plan had
+            # 9-13 KB: SGD b1 0.997x, Adam b1 1.003-1.011x, both moving with the folder's path)
+            arrays={'fallback': dict(holes=16 * 1024)}),
     # (base: 15 KB as measured before the model's tables were planned apart, less their
     # share in it; 12 KB left the digits MLP on 32-bit ulab no margin)
     4: dict(block=16, overhead={'fallback': 112, 'ulab': 48}, code=1.37, base=17 * 1024,
@@ -323,7 +328,22 @@ class _Run:
         self.prefix_code = 0        # (code_parts: what utrain.prefix.drop frees)
         self.late_code = 0          # (code_parts: code imported after the model's arrays)
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
+        self.every = 0              # (run.gc_every's bytes, once a first pass planned them)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
+
+
+def per_sample(r, held):
+    """(parts: held's and the per-sample ones, the collection share, the forward
+    peak's op): the working set, the fragmentation allowance, a prefix phase's excess
+    and the load's holes on top of the data held all run."""
+    parts = dict(held)
+    fwd, peak_at, x_in = forward_peak(r)
+    parts['working set (activations, temporaries, loss)'] = working_set(r, fwd, backward_peak(r), x_in)
+    collect = gc_every(r.g, sum(parts.values()))
+    parts['fragmentation allowance'] = fragmentation(parts, collect)
+    prefix_phase(r, parts, collect)
+    load_holes(r, parts)
+    return parts, collect, peak_at
 
 
 def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
@@ -337,17 +357,21 @@ def plan_heap(g, plan, settings, backend='fallback', board=None) -> dict:
     state_parts, forward_peak, backward_peak, working_set, fragmentation, prefix_phase."""
     t = board if isinstance(board, Target) else target(board)
     r = _Run(g, plan, settings, backend, t)
-    parts = code_parts(r)
-    parts['model tables'] = table_bytes(r)
-    parts.update(weight_parts(r))
-    parts.update(state_parts(r))
-    fwd, peak_at, x_in = forward_peak(r)
-    parts['working set (activations, temporaries, loss)'] = working_set(r, fwd, backward_peak(r), x_in)
-    collect = gc_every(g, sum(parts.values()))
-    parts['fragmentation allowance'] = fragmentation(parts, collect)
-    prefix_phase(r, parts, collect)
-    load_holes(r, parts)
+    held = code_parts(r)
+    held['model tables'] = table_bytes(r)
+    held.update(weight_parts(r))
+    held.update(state_parts(r))
+    parts, collect, peak_at = per_sample(r, held)
     total = int(sum(parts.values()))
+    # a run that collects every total / collect bytes: an op whose temporaries are that
+    # large holds only those it has live at once (spec.fwd_live); planned again with them
+    # (the plan and its gc_every only fall, so those ops stay at least that large)
+    from ..graph.optable import SPECS
+    if collect and any(SPECS[op.name].fwd_live and r.A(r.size[op.outputs[0]]) >= total // collect
+                       for op in g.ops[r.start:]):
+        r.every = total // collect
+        parts, collect, peak_at = per_sample(r, held)
+        total = int(sum(parts.values()))
     # train.json's run.gc_every is bytes: 1/collect of this plan, the same in every heap
     # the run is given (utrain/run.py gc_every)
     out = {'total': total, 'parts': parts, 'backend': backend, 'target': t['name'],
@@ -643,10 +667,13 @@ def op_temps(r, spec, op, native, plain):
 def fwd_temps(r, spec, op):
     """op_temps of the forward pass: the op's own figures where they depend on the op
     and the array kind (spec.fwd_of: the element-wise and copy kernels, whose blocks,
-    broadcast blocks and fused activation decide them), else op_temps'."""
+    broadcast blocks and fused activation decide them), those it holds at once
+    (spec.fwd_live) where the run collects before each of them (r.every), else op_temps'."""
     if spec.fwd_of:
         fo, fi, n = spec.fwd_of(op, r.g, r.arrays)
         return fo, fi, r.A(n) if n else 0
+    if spec.fwd_live and r.every and r.A(r.size[op.outputs[0]]) >= r.every:
+        return spec.fwd_live + (0,)     # (a collection before each: the dead ones gone)
     return op_temps(r, spec, op, spec.fwd_native, spec.fwd)
 
 

@@ -518,6 +518,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                       len(source.ops), train))
     for line in missing_biases(model_path, g, p):
         log(line)
+    if info.get('unshared'):
+        log(f'{model_path}: {info["unshared"]} weight or bias tensors several layers read (the '
+            'converter keeps one tensor for equal constants, such as zero biases) are copied: each '
+            'layer trains its own, and export writes them as tensors of their own')
     if isinstance(info['input_scale'], dict):       # (several inputs: each its own)
         for key, sc in info['input_scale'].items():
             log(f'{model_path}: input {key!r}\'s root mean square is '

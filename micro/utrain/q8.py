@@ -836,7 +836,11 @@ class Q8Net:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
                     L.gk = array('i', [0, 0])
                     L.bm, L.bv = _f32(oc), _f32(oc)
-                    L.set_bias()
+        for L in self.layers:
+            # Adam's masters filled once every layer's arrays are made: the fill's boxed
+            # floats (garbage) between them cut the heap up (hr_rescnn_int8, 32-bit)
+            if self.adam and (L.train or L.xo):
+                L.set_bias()
         for x in self.ext:      # (q8share, q8tcv, q8emb)
             if hasattr(x, 'setup'):
                 x.setup(batch)

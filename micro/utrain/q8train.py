@@ -49,11 +49,16 @@ class Q8Trainer:
         if c['optimizer'] != 'sgd' or int(c['batch']) > 1:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
+        self.x = bytearray(meta['nin'])     # (an image's: before the net's small objects)
         self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0)
         self.weights_path = weights
         if c['loss'] in LOSSES[2:]:     # (mse, mae)
             from utrain.q8reg import use
             use(self)
+        # the net's load garbage (json's, the layers') collected before the trained
+        # layers' batch / Adam / momentum arrays: else they go beyond it (hr_rescnn_int8)
+        import gc
+        gc.collect()
         self.net.setup(c['optimizer'], int(c['batch']), c['beta1'], c['beta2'], c['eps'],
                        c['momentum'])
         self.epoch = self.pos = self.retries = self.pending = 0
@@ -64,7 +69,6 @@ class Q8Trainer:
         # Ctrl-C exactness (run.py, utrain.once): commit = (pos, sums) at the last whole
         # batch; dirty while weights change
         self.commit, self.dirty, self.last = (0, (0.0, 0.0)), False, None
-        self.x = bytearray(meta['nin'])
         self.ds = self.plain = None     # the dataset _read last checked
         self.ncls = meta['nclass']
         self.y = None if c['loss'] == 'scce' else [0.0] * self.ncls

@@ -60,6 +60,9 @@ DIGITS_MLP = os.path.join(DIGITS, 'digits_mlp.circle')
 CASES = {
     'digits-sgd-b4': ('digits', dict(optimizer='sgd', batch=4)),
     'digits-adam-b1': ('digits', dict(optimizer='adam', batch=1)),
+    # (the load's holes on the 64-bit fallback: it failed loading the model at its plan
+    # from a folder with a long path, 0.997x; Adam b1 trained with 0.3 % to spare)
+    'digits-sgd-b1': ('digits', dict(optimizer='sgd', batch=1)),
     'digits-adam-b4-half': ('digits', dict(optimizer='adam', batch=4, ranks='0:1/2,1:bias')),
     'head-last2-stream': ('head', dict(optimizer='sgd', batch=1, train='last:2', stream=True)),
     'head-bias-quarter-stream': ('head', dict(optimizer='adam', batch=1, train='none',
@@ -275,6 +278,32 @@ def test_int8_planner_bounds_the_smallest_heap(tmp_path, case):
     assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.3)), \
         f'{case}: trains in {int(plan / 1.3)} B, the plan ({plan} B) is over 1.3x the need'
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists(os.environ.get('UTRAIN_MP32_ULAB') or '/-'),
+                    reason='$UTRAIN_MP32_ULAB names no build')
+@pytest.mark.parametrize('opt', [dict(), dict(optimizer='adam', batch=4)], ids=['sgd-b1', 'adam-b4'])
+def test_an_int8_residual_cnn_trains_in_its_plan_on_32_bit(tmp_path, monkeypatch, opt):
+    """An int8 residual CNN (SeparableConv2D + Add, as Keras's converter writes it; the
+    held-out hr_rescnn_int8) trained whole as int8 on the 32-bit ulab build: it trains in
+    its plan and not in plan / 1.2.  It needed 0.88x its plan with Adam at batch 4 (the
+    trained layers' Adam arrays made among Adam's fill garbage and the load's, before
+    q8train collected it) and 0.98x with SGD (the input buffer made last, in holes)."""
+    from kerasgraphs import build_int8_rescnn
+    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
+    model = build_int8_rescnn(str(tmp_path / 'res.tflite'))
+    rng = np.random.default_rng(1)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((8, 24, 24, 3)).astype(np.float32), y=rng.integers(0, 5, 8))
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', epochs=1, train='all', log=lambda *a: None, **opt)
+    assert s.get('int8'), s.get('int8')
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.2)), \
+        f'trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
 
 
 def test_int8_budget_refusal_says_what_would_fit(tmp_path):
@@ -994,6 +1023,77 @@ def test_activation_temporaries_are_planned_as_allocated(tmp_path):
         if fwd > plan_f or bwd > plan_b:
             bad.append(f'{n}: forward {fwd} B (planned {plan_f}), backward {bwd} B (planned {plan_b})')
     assert not bad, '\n'.join(bad)
+
+
+def _hswish_cnn(path, size=28, channels=8, classes=4):
+    """A conv (stride 2, channels) -> HARD_SWISH -> conv (stride 2) -> MUL -> MEAN -> FC net
+    (the held-out ho_hswish's layout at another size and width)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    r = np.random.default_rng(5)
+    b = CircleBuilder(description='utrain test: hard_swish CNN')
+    h, q = size // 2, size // 4
+    x = b.tensor('x', [1, size, size, 1])
+    c = b.tensor('c', [1, h, h, channels])
+    b.op('CONV_2D', [x, b.tensor('w1', [channels, 3, 3, 1], data=r.normal(0, 0.4, (channels, 3, 3, 1)).astype(np.float32)),
+                     b.tensor('b1', [channels], data=np.zeros(channels, np.float32))], [c],
+         padding='SAME', stride_w=2, stride_h=2)
+    a = b.tensor('a', [1, h, h, channels])
+    b.op('HARD_SWISH', [c], [a])
+    d = b.tensor('d', [1, q, q, 2 * channels])
+    b.op('CONV_2D', [a, b.tensor('w2', [2 * channels, 3, 3, channels],
+                                 data=r.normal(0, 0.2, (2 * channels, 3, 3, channels)).astype(np.float32)),
+                     b.tensor('b2', [2 * channels], data=np.zeros(2 * channels, np.float32))], [d],
+         padding='SAME', stride_w=2, stride_h=2, fused_activation_function='RELU')
+    e = b.tensor('e', [1, q, q, 2 * channels])
+    b.op('MUL', [d, b.tensor('s', [], data=np.array(0.5, np.float32))], [e])
+    m = b.tensor('m', [1, 2 * channels])
+    b.op('MEAN', [e, b.tensor('ax', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
+    y = b.tensor('y', [1, classes])
+    b.op('FULLY_CONNECTED', [m, b.tensor('fw', [classes, 2 * channels],
+                                         data=r.normal(0, 0.4, (classes, 2 * channels)).astype(np.float32)),
+                             b.tensor('fb', [classes], data=np.zeros(classes, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(path)
+
+
+# issue 28: HARD_SWISH's forward makes five arrays, but in a run that collects every
+# gc_every bytes (fewer than one of them) each is made after a collection, so the dead
+# ones are gone (OpSpec.fwd_live); planned as made, the held-out ho_hswish (32-bit ulab),
+# frozen up to the activation (streamed, ranked), was 1.20-1.22x its need (now
+# 1.14-1.15); trained whole, its backward (planned as made) is the peak
+HSWISH_CASES = {
+    'last2-stream': dict(optimizer='sgd', batch=1, train='last:2', stream=True),
+    'ranks-up': dict(optimizer='sgd', batch=1, train='none', ranks='5:up'),
+    'all-sgd-b1': dict(optimizer='sgd', batch=1, train='all'),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('build', ['UTRAIN_MP32_ULAB', 'UTRAIN_MP32'])
+@pytest.mark.parametrize('case', list(HSWISH_CASES))
+def test_a_frozen_hard_swish_is_planned_within_1_2x(tmp_path, monkeypatch, case, build):
+    """A hard_swish CNN this test makes (28x28, 8 channels), trained above its activation
+    (its peak HARD_SWISH's forward) and whole (through its backward), each planned at the
+    arrays it holds at once: it trains in its plan and not in plan / 1.2 (32-bit builds,
+    with and without ulab)."""
+    if not os.path.exists(os.environ.get(build) or '/-'):
+        pytest.skip(f'${build} names no build')
+    monkeypatch.setenv('MICROPYTHON', os.environ[build])
+    model = _hswish_cnn(str(tmp_path / 'hs.circle'))
+    rng = np.random.default_rng(3)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((8, 28, 28, 1)).astype(np.float32), y=rng.integers(0, 4, 8))
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                log=lambda *a: None, backend='ulab' if build.endswith('ULAB') else 'fallback',
+                **HSWISH_CASES[case])
+    plan = s['heap']['total']
+    assert s['heap']['gc_every'] <= 4 * 14 * 14 * 8      # (collected before each of them)
+    runner.stage(out)
+    assert trains_in(out, plan), f'{case}: does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.2)), \
+        f'{case}: trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
 
 
 def test_trains_in_makes_every_run_a_first_run(tmp_path, monkeypatch):

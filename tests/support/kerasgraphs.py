@@ -1674,3 +1674,53 @@ def build_int8_embedding(path, N=7, D=4, L=5, O=3, wrap=True, seed=0, st=0.01, z
     b.outputs(y)
     b.save(os.fspath(path))
     return os.fspath(path), E, so, zo
+
+
+def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
+    """A residual CNN as Keras's converter writes one at full int8 (SeparableConv2D +
+    Add): conv 3x3 stride 2 RELU (C) -> [depthwise 3x3 -> 1x1 RELU -> depthwise 3x3 ->
+    1x1] + the conv's output (ADD) -> RELU -> conv 3x3 stride 2 RELU (D) -> MEAN -> FC
+    (O): the held-out hr_rescnn_int8 of docs/memory.md's sweep, random weights."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
+    n = [0]
+
+    def act(shape, s_, z):
+        n[0] += 1
+        return b.tensor(f'a{n[0]}', shape, dtype='int8', quant=q(s_, z))
+
+    def layer(kind, x, sx, I, O_, shape_y, sy, zy, k=3, stride=1, fused='NONE'):
+        fan = I if kind == 'fc' else k * k * (1 if kind == 'dw' else I)
+        sw = rng.uniform(0.7, 1.3, O_) * 2 * sy / (fan ** 0.5 * 40 * sx * 73)
+        wshape = {'fc': (O_, I), 'conv': (O_, k, k, I), 'dw': (1, k, k, O_)}[kind]
+        w = b.tensor(f'w{n[0]}', wshape, data=rng.integers(-127, 128, wshape).astype(np.int8),
+                     quant={'scale': list(sw), 'zero_point': [0] * O_,
+                            'quantized_dimension': 3 if kind == 'dw' else 0})
+        bt = b.tensor(f'b{n[0]}', [O_], data=rng.integers(-300, 300, O_).astype(np.int32),
+                      quant={'scale': list(sx * sw), 'zero_point': [0] * O_})
+        y = act(shape_y, sy, zy)
+        name = {'fc': 'FULLY_CONNECTED', 'conv': 'CONV_2D', 'dw': 'DEPTHWISE_CONV_2D'}[kind]
+        opts = {} if kind == 'fc' else dict(padding='SAME', stride_w=stride, stride_h=stride)
+        if kind == 'dw':
+            opts['depth_multiplier'] = 1
+        b.op(name, [x, w, bt], [y], fused_activation_function=fused, **opts)
+        return y
+
+    h, h2 = H // 2, H // 4
+    x = b.tensor('x', [1, H, H, 3], dtype='int8', quant=q(0.03, 0))
+    c = layer('conv', x, 0.03, 3, C, [1, h, h, C], 0.04, -128, stride=2, fused='RELU')
+    y = layer('dw', c, 0.04, C, C, [1, h, h, C], 0.05, 3)
+    y = layer('conv', y, 0.05, C, C, [1, h, h, C], 0.04, -128, k=1, fused='RELU')
+    y = layer('dw', y, 0.04, C, C, [1, h, h, C], 0.05, 2)
+    y = layer('conv', y, 0.05, C, C, [1, h, h, C], 0.06, 5, k=1)
+    a = act([1, h, h, C], 0.06, -128)
+    b.op('ADD', [c, y], [a], fused_activation_function='RELU')
+    z = layer('conv', a, 0.06, C, D, [1, h2, h2, D], 0.05, -128, stride=2, fused='RELU')
+    m = act([1, D], 0.04, -20)
+    b.op('MEAN', [z, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
+    o = layer('fc', m, 0.04, D, O, [1, O], 0.08, -2)
+    b.inputs(x)
+    b.outputs(o)
+    b.save(path)
+    return path
