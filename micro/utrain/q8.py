@@ -1438,8 +1438,10 @@ def bufs(ls, hz=()):
         if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
             continue
         nz = max(nz, dzn(ls, i))
-        if i > first and d.get('pc') and d.get('train') and d.get('tw', (0, 1))[1] > d.get(
-                'tw', (0, 1))[0]:       # (its weights train: dz stays for their gradient)
+        if i > first and (d.get('pc') or d.get('gw')) and d.get('train') and d.get(
+                'tw', (0, 1))[1] > d.get('tw', (0, 1))[0]:
+            # (its weights train: dz stays for their gradient; gw: scales equal at first
+            # become per-channel when a channel's grow, utrain.q8grow)
             nz2 = max(nz2, d['nout'])
         if d.get('train'):
             oc = d['nb']

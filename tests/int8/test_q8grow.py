@@ -280,3 +280,29 @@ def test_export_quantized_writes_the_grown_scales(tmp_path, monkeypatch):
     net = _net(d)
     net.load_weights(os.path.join(d, 'trained.wof'))
     assert_exported_logits_as_board(CNN, d, net, x[:10], tmp_path)
+
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_equal_scales_that_grow_apart_get_their_rescaling_buffer(tmp_path, monkeypatch):
+    """A layer whose per-channel weight scales are all equal in the file (no 'pc') needs
+    no per-channel rescaling of its input gradient until a channel's scale doubles; then
+    it rescales into the net's second dz buffer, which had been made empty: CPython
+    stopped ('buffer is smaller than requested size'), unix MicroPython's viper kernel
+    wrote past it and crashed (SIGSEGV).  The buffer is sized for every layer whose
+    scales may grow; both runs end, agree bit for bit, and scales did double."""
+    import test_shared_constants as tsc
+    monkeypatch.setattr(tsc, 'F', 6)
+    src = tsc.build_int8(tmp_path / 'chain.tflite')     # (FC 6 -> 5 -> 5 -> 5, int8)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((24, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.argmax(x[:, :5], 1))
+    d = str(tmp_path / 'run')
+    prepare(src, d, data=str(tmp_path / 'd.npz'), loss='scce', lr=0.05, epochs=2,
+            optimizer='sgd', batch=1, train='all', log=lambda *a: None)
+    ls = json.loads(open(os.path.join(d, 'q8.json')).read())['layers']
+    assert not any(L.get('pc') for L in ls) and all(L.get('gw') for L in ls)
+    no_keep_best(d)
+    outs = board_and_host_runs(d, 'trained.wof.q8w')
+    assert outs[0] == outs[1]
+    assert any(max(v) for v in _exps(outs[0][1]).values()), outs[0][1]
