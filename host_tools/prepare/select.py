@@ -1261,6 +1261,21 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
         if t:
             t.close()
         res.pop('trial_runs', None)
+    if mode == 'board' and 'select' not in res and not cache and data:
+        # the board does not score: the host's choice trains, and nothing stops it from
+        # taking the prefix cache (that only the board's scoring pass cannot run after):
+        # chosen again as --select auto does, priced with it (its trials cached on disk),
+        # so a configuration that fits only with the cache is not left out (the int8
+        # MobileNetV2-0.35 tail at 256K: op 62 at 1/2 plans 258 KB, 234 with the cache)
+        pc = Q8Pricer(model_path, settings, dict(board=board, cache=True, bands=bands))
+        log(f'{res.get("note", "select board: the board does not score")}; chosen again with '
+            '--cache (prepare takes it below): the candidates are priced with it')
+        res = choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
+                          True, log=log, pricer=pc, trials=Q8Trials, prepare=prepare)
+        t = res.pop('trial_runs', None)
+        if t:
+            t.close()
+        cached = True
     for line in report(res):
         log(line)
     return dict(res, cache=True) if cached else res

@@ -589,6 +589,31 @@ def test_select_on_int8_prices_with_the_cache_prepare_chooses(tmp_path):
     assert os.path.exists(tmp_path / 'o' / 'q8t.json')       # the board's prefix cache
 
 
+def test_select_board_that_cannot_score_chooses_with_the_cache(tmp_path):
+    """Issue 29 (--select board on the int8 MobileNetV2-0.35 tail at 256K chose op 62 at
+    1/4, 0.630, where op 62 at 1/2 tests 0.702: priced without the prefix cache it plans
+    258 KB, 234 with it, and was never tried): where the board's scoring pass does not
+    fit beside any configuration but the classifier, the board does not score, so the
+    host chooses again as --select auto does, priced with the cache, says so, and the
+    choice (one that fits only with the cache) trains with it within the budget."""
+    from host_tools.prepare.select import Q8Pricer
+    model, data = _model_and_classes(tmp_path, 40)
+    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
+    plain, cached = Q8Pricer(model, s), Q8Pricer(model, s, {'cache': True})
+    two = {4: 0, 2: 0}
+    budget = (cached.price(two)['heap'] + plain.price(two)['heap']) // 2
+    assert plain.price({4: 0}, True)['heap'] > budget        # (the board cannot score)
+    lines = []
+    sm = prepare(model, str(tmp_path / 'o'), data=data, loss='scce', lr=0.05, epochs=1,
+                 select='board', budget=budget, log=lines.append)
+    assert any('the board does not score; chosen again with --cache' in ln for ln in lines), lines
+    assert sm['int8'] and 'samples' not in sm['select']
+    ranks = {int(k): v for k, v in sm['select']['ranks'].items()}
+    assert ranks == {4: 'all', 2: 'all'}, ranks
+    assert plain.price({i: 0 for i in ranks})['heap'] > budget >= sm['heap']['total']
+    assert os.path.exists(tmp_path / 'o' / 'q8t.json')       # the board's prefix cache
+
+
 def _small_scratch(monkeypatch):
     """Plans with a 64-byte weight scratch: the pointwise conv's 128 weights stream."""
     d = list(quant.plan.__defaults__)
