@@ -84,6 +84,7 @@ class Graph:
     # inputs: each one's, {its data key (rewrite.io_name): rms}
     input_rms: float = None
     inputs_rms: dict = None
+    optimizer: str = None      # prepare's (rewrite.adam_keeps_scale: Adam scales the input or not)
 
 
 # ops that only reshape a tensor or change its type: the model's last activation is

@@ -1765,6 +1765,20 @@ def input_scale_for(rms) -> float:
     return 2.0 ** -e if e >= 3 else 0
 
 
+def adam_keeps_scale(ws, s) -> bool:
+    """Does an input scale s suit Adam for the weights ws it reaches (float arrays, as the
+    file has them)?  Adam's step is lr in each weight's own units whatever the gradient's
+    size, so scaling moves those weights' steps by s relative to them.  Where the file's
+    weights carry a folded input scale (Keras Rescaling(1/255) in a conv: weights ~1/255 of
+    their trained size) the scaled weights (ws / s) are of ordinary size and Adam steps as
+    in the unfolded model Keras trained; where the model was trained on the raw input
+    (weights already of ordinary size, ws / s far larger) scaling leaves their steps s times
+    too small (h39i: a +-100 input lost 27-54 points under Adam), so Adam takes it as
+    given.  Ordinary: root mean square of ws / s at most 1."""
+    w = np.concatenate([np.asarray(a, np.float64).ravel() for a in ws]) if ws else np.zeros(0)
+    return bool(w.size) and float(np.sqrt(np.mean(np.square(w)))) / s <= 1.0
+
+
 def scale_input(g: Graph, keep=frozenset()):
     """A float model whose input is far larger than 1 (g.input_rms: 0..255 pixels into a
     Conv2D whose Keras Rescaling(1/255) the converter folded into its weights, raw sensor
@@ -1800,6 +1814,9 @@ def _scale_one(g: Graph, x: int, s: float, keep) -> float:
                   for op in ends]
     if not all(np.isfinite(w).all() for w in scaled):
         return 0                # (data in the 1e30s: the weights would overflow float32)
+    if getattr(g, 'optimizer', None) == 'adam' and \
+            not adam_keeps_scale([g.tensors[op.inputs[1]].data for op in ends], s):
+        return 0                # (trained on the raw input: Adam takes it as given)
     first = consumers(g, x)
     y = new_tensor(g, g.tensors[x].name + _SCALED, g.tensors[x].shape)
     c = new_tensor(g, g.tensors[x].name + '/utrain_scale', [1], np.array([s], np.float32))

@@ -404,6 +404,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     # (a model with several inputs: they are joined after the rewrites, and not scaled)
     early = data and len(source.inputs) == 1 and (rewrite and scale_input or select and board)
     x, y = read_data(data, source.tensors[source.inputs[0]].shape) if early else (None, None)
+    source.optimizer = s['optimizer']       # (Adam scales where rewrite.adam_keeps_scale)
     if early and rewrite and scale_input:   # (read by rewrite.scale_input)
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
@@ -652,6 +653,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
                                                     (test_split, split_seed), prepare, rms)
+        og.optimizer = s['optimizer']       # (quant.relabel_input: rewrite.adam_keeps_scale)
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
     except (ValueError, PrepareError) as e:
         if int8:

@@ -1800,6 +1800,13 @@ def _relabel(g: Graph, ls: list, k: int, s: float) -> list:
     ds = [d for d in ls if d['op'] in on and 'wt' in d]
     if not any(d.get('train') for d in ds):
         return []
+    if getattr(g, 'optimizer', None) == 'adam':     # (rewrite.adam_keeps_scale)
+        from ..graph.rewrite import adam_keeps_scale
+        # (each layer's weights at about their integers' rms times their scales' rms)
+        if not adam_keeps_scale([np.sqrt(np.mean(np.square(np.asarray(
+                g.tensors[d['wt']].data, np.float64))) * np.mean(np.square(d['sw']))) * 1
+                for d in ds], s):
+            return []
     for d in ds:
         d['sx'] = d['sx'] * s
         d['sw'] = [v / s for v in d['sw']]

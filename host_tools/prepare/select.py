@@ -158,6 +158,7 @@ class Pricer:
         self.target = dict(target or {})
         self.g0 = read_model(model_path)
         self.g0.input_rms = self.target.pop('input_rms', None)
+        self.g0.optimizer = settings.get('optimizer')
         from ..graph.rewrite import choose_output
         choose_output(self.g0, settings.get('output'))     # (prepare's --output)
         self.memo = {}

@@ -172,3 +172,34 @@ def test_samples_beyond_an_int8_input_are_warned_of(tmp_path):
         assert bool(said) == warned, lines
         if warned:
             assert 'outside 0 to 1' in said[0] and 'give x / 255' in said[0], said
+
+
+@pytest.mark.parametrize('folded', [False, True])
+def test_adam_steps_the_first_layer_in_the_files_units(tmp_path, folded):
+    """Adam's step is lr in each weight's own units whatever the gradient's size, so the
+    input scale moves the first layer's step by s relative to its weights.  A model trained
+    on the raw 0..255 input (its conv's weights of ordinary size, rms 0.03): Adam takes the
+    input as given and its first step moves those weights by lr (lr sign(g), in the file's
+    units), as Keras's Adam on the same model does; scaled by 1/128 it moved them lr/128
+    (h39i: a +-100 input lost 27-54 points of accuracy under Adam).  The folded Rescaling
+    form (weights / 256) still trains scaled: its step lr/128 in the file's units is lr in
+    the units of the model Keras trained (with the scale in a layer of its own)."""
+    data, _, _ = _data(tmp_path, n=1)
+    w = _weights()
+    w0 = w[0] / 256 if folded else w[0] / 16
+    src = build_raw_cnn(tmp_path / 'm.tflite', (w0,) + w[1:])
+    lr = 0.01
+    s = prepare(src, os.fspath(tmp_path / 'a'), data=data, loss='scce', from_logits=True,
+                optimizer='adam', lr=lr, batch=1, epochs=1, log=lambda *a: None)
+    assert s['input_scale'] == (1 / 128 if folded else 0), s
+    code, text = runner.run(os.fspath(tmp_path / 'a'), python=True, stream=False)
+    assert code == 0, text
+    export(src, os.fspath(tmp_path / 'a' / 'trained.wof'), os.fspath(tmp_path / 'e.tflite'))
+    g = read_model(tmp_path / 'e.tflite')
+    conv = next(op for op in g.ops if op.name == 'CONV_2D')
+    step = np.abs(np.asarray(g.tensors[conv.inputs[1]].data, np.float64) -
+                  np.asarray(read_model(src).tensors[conv.inputs[1]].data, np.float64))
+    want = lr / 128 if folded else lr
+    moved = step[step > 0.01 * want]
+    assert moved.size > step.size // 2, step
+    assert np.allclose(moved, want, rtol=0.05), (moved.min(), moved.max(), want)
