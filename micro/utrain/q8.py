@@ -1149,6 +1149,8 @@ class Q8Net:
         gb = self.gb
         if gb is not None and (g is gb[0] or g is gb[1]) and len(g) // row > nc:
             gw, nc = g, len(g) // row
+            if len(d['sw']) > 1 and len(L.um) < L.whi - L.wlo:
+                nc = min(nc, len(L.um))     # (_mults: a multiplier a chunk's channel)
         p = None
         sw = d['sw']
         if L.k == FC and lr is not None and L.vw is None and len(sw) == 1:

@@ -308,6 +308,32 @@ def test_lowest_layer_weight_gradient_in_its_dead_gradient_buffer(tmp_path, monk
     assert calls[0] == 2 * 4 and calls[1] == 2, calls     # (conv 0's 4 channels at 1/2)
 
 
+def test_dead_buffer_chunks_stay_within_the_kept_multipliers(tmp_path, monkeypatch):
+    """The dead-buffer route above takes as many output channels a chunk as the buffer
+    holds; a per-channel layer with more trained channels than it keeps multipliers for
+    (q8 UMAX: a whole 1x1 conv of MobileNetV2's tail, 960 channels, trained by a
+    --select trial) has a multiplier a chunk's channel only: the chunk wrote past them
+    (IndexError 'array assignment index out of range', under MicroPython a viper write
+    past the array).  Chunks now stay within them: the same bytes as the shared chunk."""
+    from utrain import q8 as Q
+    monkeypatch.setattr(quant, 'GCHUNK', 3)
+    monkeypatch.setattr(Q, 'UMAX', 2)
+    real = Q8Net._wgrad
+    outs = []
+    for use in (False, True):
+        monkeypatch.setattr(Q8Net, '_wgrad', real if use else (
+            lambda self, L, dz, sz, lr, g=None: real(self, L, dz, sz, lr)))
+        d = tmp_path / str(use)
+        d.mkdir()
+        m, net = _net(d, {0: 0, 1: BIAS, 2: BIAS})
+        L = net.layers[0]
+        assert len(L.um) < L.whi - L.wlo and len(L.d['sw']) > 1
+        for s in range(2):
+            net.step(_sample(s), 2, 0.05)
+        outs.append([bytes(L.w) + bytes(L.b) + _bstate(L) for L in net.layers if L.train])
+    assert outs[0] == outs[1]
+
+
 def _vel(L):
     return np.frombuffer(bytes(L.vw), np.int16).astype(np.float64)
 
