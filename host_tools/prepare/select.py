@@ -1246,8 +1246,10 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
                     'so the host chooses (as --select auto) and the board does not score'
                     if mode == 'board' else ''))
             pr, mode, cached = pc, 'auto', True
-    res = choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
-                      True, log=log, pricer=pr, trials=Q8Trials, prepare=prepare)
+    def auto(pricer):       # (int8 trials priced by pricer)
+        return choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
+                           True, log=log, pricer=pricer, trials=Q8Trials, prepare=prepare)
+    res = auto(pr)
     t = res.get('trial_runs')
     try:
         if mode == 'board':
@@ -1271,8 +1273,7 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
         pc = Q8Pricer(model_path, settings, dict(board=board, cache=True, bands=bands))
         log(f'{res.get("note", "select board: the board does not score")}; chosen again with '
             '--cache (prepare takes it below): the candidates are priced with it')
-        res = choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
-                          True, log=log, pricer=pc, trials=Q8Trials, prepare=prepare)
+        res = auto(pc)
         t = res.pop('trial_runs', None)
         if t:
             t.close()
