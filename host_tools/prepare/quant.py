@@ -355,6 +355,9 @@ def rewritten(g: Graph) -> Graph:
 # an int8 model's logits narrower than +-NARROW_LOGITS are widened to +-WIDE_LOGITS (a
 # float model calibrated as int8 starts at +-fromfloat.LOGITS: never narrow)
 NARROW_LOGITS, WIDE_LOGITS = 2.0, 4.0
+# and logits with less than ONE_SIDED of their range on one side of 0 get as much room
+# on that side as on the other (zero point 0)
+ONE_SIDED = 1 / 8
 
 
 def _widen_logits(g: Graph):
@@ -362,7 +365,8 @@ def _widen_logits(g: Graph):
     them on a model that had barely learnt: a Keras CNN's at +-0.24) become +-WIDE_LOGITS
     (zero point 0; the layer's multipliers follow from the scale) and follow training
     (meta: q8range): at +-0.24 a softmax can never grow confident and the gradient stops
-    where they clip.  export writes the wider scale into the model."""
+    where they clip; logits on one side of 0 get room on the other (ONE_SIDED).  export
+    writes the new scale and zero point into the model."""
     prod = {k: op for op in g.ops for k in op.outputs}
     t = g.outputs[0] if g.outputs else None
     op = prod.get(t)
@@ -384,11 +388,22 @@ def _widen_logits(g: Graph):
     # at +-300 before, clipped all five after its first SGD step and never trained again)
     # (narrow: its span, not its sides: a Keras Conv1D's logits at [-136, 0], zero point
     # 127, all about -100, are wide; taken as narrow they became +-4 and all clipped)
+    lo, hi = s * (-128 - z), s * (127 - z)
     if 255 * s >= 2 * NARROW_LOGITS:
-        return
-    s2 = 2 * WIDE_LOGITS / 255
-    mid = s * (-0.5 - z)                # (the middle of its range, kept where it is not 0)
-    z2 = 0 if abs(mid) <= WIDE_LOGITS - NARROW_LOGITS else int(np.clip(round(-0.5 - mid / s2), -128, 127))
+        # wide, but on one side of 0 (a Keras Conv1D's at [-136, 0], zero point 127): the
+        # range doubles around 0 as training grows it (q8range), so a logit past 0 clips
+        # at every width, its gradient is 0, and scce's logits move freely (a shift of
+        # all is the same softmax): under Adam they crossed 0 in a few epochs and the run
+        # stayed at chance with all of them clipped.  Both sides get the larger's room
+        # (a fused RELU's side is the activation's: never past it)
+        if min(-lo, hi) >= ONE_SIDED * (hi - lo) or \
+                prod[t].options.get('fused_activation_function', 'NONE') != 'NONE':
+            return
+        s2, z2 = 2 * max(-lo, hi) / 255, 0
+    else:
+        s2 = 2 * WIDE_LOGITS / 255
+        mid = s * (-0.5 - z)                # (the middle of its range, kept where it is not 0)
+        z2 = 0 if abs(mid) <= WIDE_LOGITS - NARROW_LOGITS else int(np.clip(round(-0.5 - mid / s2), -128, 127))
     for k in chain:
         g.tensors[k].quant = dict(g.tensors[k].quant, scale=[s2], zero_point=[z2])
     g.narrow_logits = 1

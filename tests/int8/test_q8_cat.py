@@ -255,34 +255,54 @@ def test_narrow_logits_widen_and_follow_training(tmp_path):
     assert g2.tensors[g2.outputs[0]].quant['scale'][0] == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize('sy,zy', [(0.1, 0), (0.05, -128), (0.08, 90)])
+@pytest.mark.parametrize('sy,zy', [(0.1, 0), (0.05, -128), (0.08, 90), (0.1, 127)])
 def test_wide_logits_keep_their_range_and_follow_training(tmp_path, sy, zy):
-    """Logits wide but on one side of 0 (a Keras Conv1D on raw sensor units, its
-    logits at [-136, 0]: zero point 127) keep the file's range: the int8 forward is TFLite
-    Micro's to the bit (they were taken as narrow, made +-4 and every one clipped: the
-    run's outputs were constant and never trained); and any logits' range doubles as
-    training grows them (q8range's 'rr', the logits alone): a converter calibrated them on
-    its own data, and a fine-tuning step that takes them past it clipped them, a clipped
-    logit's gradient 0 (a Keras MLP on 0..255 pixels at +-300 stopped at chance after
-    its first SGD step)."""
+    """Wide logits keep the file's range where it reaches both sides of 0 by at least
+    quant.ONE_SIDED of its span: the int8 forward is TFLite Micro's to the bit (a Keras
+    Conv1D's at [-136, 0] were once taken as narrow, made +-4 and every one clipped);
+    on one side of 0 (here [0, 12.75] and [-25.5, 0]) they get as much room on the other
+    (zero point 0), the forward TFLite Micro's within the new scale's rounding: a range
+    doubles around 0 (q8range), so a logit past 0 clipped at every width and passed no
+    gradient, and scce's logits drift freely (a shift of all of them is the same
+    softmax): that Conv1D under Adam crossed 0 in 4 epochs, its logits' range doubled 7
+    times and the run stayed at chance.  Any logits' range doubles as training grows
+    them (q8range's 'rr', the logits alone): a converter calibrated them on its own data,
+    and a fine-tuning step that takes them past it clipped them (a Keras MLP on 0..255
+    pixels at +-300 stopped at chance after its first SGD step)."""
     from tflite_micro.python.tflite_micro import runtime
     path, _, _ = build_keras_int8_cat(tmp_path / 'w.tflite', sy=sy, zy=zy)
     g = quant.rewritten(read_model(path))
     y = g.tensors[g.outputs[0]]
-    assert y.quant['scale'][0] == pytest.approx(sy) and y.quant['zero_point'] == [zy]
+    lo, hi = sy * (-128 - zy), sy * (127 - zy)
+    one = min(-lo, hi) < quant.ONE_SIDED * (hi - lo)
+    s2, z2 = (2 * max(-lo, hi) / 255, 0) if one else (sy, zy)
+    assert y.quant['scale'][0] == pytest.approx(s2) and y.quant['zero_point'] == [z2]
     m = quant.meta(g, 'all')
     assert [e[:2] for e in m['rr'][2]] == [[len(m['layers']) - 1, []]]
     net = Q8Net(json.loads(json.dumps(quant.as_written(m)[0]['q8.json'])), _wof(tmp_path, g, m))
     it = runtime.Interpreter.from_file(path)
-    outs = []
+    outs, n_in = [], 0
     for i in range(4):
         xq = _x(i)
         got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
         it.set_input(xq.reshape(1, L, 3), 0)
         it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel()), (got, it.get_output(0))
+        ref = it.get_output(0).ravel()
+        if not one:
+            assert np.array_equal(got, ref), (got, ref)
+        else:           # (where TFLite's are not at the file's clamps)
+            inside = (ref > -128) & (ref < 127)
+            d = np.abs((got.astype(float) - z2) * s2 - (ref.astype(float) - zy) * sy)
+            assert np.all(d[inside] <= (s2 + sy) / 2 + 1e-9), d
+            n_in += inside.sum()
         outs.append(got)
     assert len(np.unique(outs)) > 3, outs       # (not all at a clamp)
+    assert not one or n_in >= 3
+    # the net's range after doublings (as training grows the logits) reaches both sides
+    for k in range(3):
+        net.rr._scale(0, 1, 1)
+        s, z = net.layers[-1].d['sy'], net.layers[-1].zy
+        assert s * (-128 - z) < -0.1 * s * 255 and s * (127 - z) > 0.1 * s * 255
 
 
 def _wof(tmp_path, g, m):
