@@ -1345,16 +1345,16 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     # SGD batch 1 its int32 sums, and a float bias (not an int8 fraction) and its sums a
     # use (an alias of the first use's bias too: counted, shared)
     if opt == 'sgd' and batch == 1:
-        sh = sum(((arr(4 * q8_trained_weights(d)) if d['sh'] == i else 0) + arr(4 * d['nb'])
+        sh = sum(((arr(4 * q8_trained_weights(d)) + arr(8) if d['sh'] == i else 0) + arr(4 * d['nb'])
                   + (arr(4 * d['nb']) - arr(d['nb']) if d.get('bh') else 0))
                  for i, d in enumerate(ls) if 'sh' in d and d.get('train'))
         if sh:
             parts['shared weights (summed gradients)'] = sh
     if n_w or n_b or fr or sl:    # batch sums, Adam's master, m, v: of the window
-        # (and Adam's sums' unit a layer, Layer.gk: two ints)
+        # (and the sums' unit a layer, Layer.gk: two ints)
         parts['optimizer state'] = sl + fr + sum(
             (n_w * arr(4 * q8_trained_weights(d)) if d.get('sh', i) == i else 0) + n_b * arr(4 * d['nb'])
-            + (arr(8) if opt == 'adam' else 0) for i, d in enumerate(ls) if d.get('train'))
+            + (arr(8) if n_w else 0) for i, d in enumerate(ls) if d.get('train'))
     if mom:     # an int16 velocity per trained weight (utrain.q8mom), an int32 or float a bias
         parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
                                                                  if d.get('sh', i) == i else 0)

@@ -9,11 +9,10 @@
 # at SGD batch 1 a layer with one weight scale moves its int32 bias by stochastically
 # rounded steps (ubk: no float step per channel, each thousands of cycles on a board).
 # Batch > 1 (Q8Net.accum, then apply at the batch's end): each sample's weight-gradient
-# sums are requantized into one int32 sum per weight in 2^-12 weight steps (scales differ
-# between samples by powers of two) and the update is applied from those.  Adam keeps a
-# float32 master copy of the trained weights (and its moments): the update goes to the
-# master, the int8 weights the forward pass reads are the master requantized; its sums
-# are dL/dW in a unit per layer and batch (utrain.q8batch.unit), not weight steps.
+# sums are requantized into one int32 sum per weight, in weight steps (Adam: dL/dW) at a
+# unit per layer and batch (utrain.q8batch.unit), and the update is applied from those.
+# Adam keeps a float32 master copy of the trained weights (and its moments): the update
+# goes to the master, the int8 weights the forward pass reads are the master requantized.
 # The model is q8.json (layers, written by host_tools/prepare/quant.py) + a .wof with int8
 # weights and int32 biases as raw bytes (onert-micro's layout).
 from array import array
@@ -23,7 +22,6 @@ from utrain import q8kern as K
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV, EMB = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
-FS = 4096.0          # batch sums: int32 gradient in 1/FS weight steps
 UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
 
@@ -66,7 +64,7 @@ class Layer:
     train = back = 0
     x = dg = dx = dxm = ga = None    # the input seen; input-gradient buffers (made on use),
     #                                  per-channel dz rescaling, batch sums (Q8Net.setup)
-    gk = None       # Adam: the batch sums' unit 2^-gk[0] of dL/dW, gk[1] 1 once set (q8batch)
+    gk = None       # the batch sums' unit 2^-gk[0], gk[1] 1 once set (q8batch.unit)
     w = b = mul = shf = None
     mk = vw = vb = bs = None    # output mask bits (q8sparse); momentum velocities; bias sums
     rc = 0          # a masked layer's outputs at its top clamp (mkk's count: utrain.q8range)
@@ -578,13 +576,13 @@ class Q8Net:
         self.sh = None            # weights several layers read (utrain.q8share: 'sh')
         if any(['sh' in d for d in ls]):
             from utrain.q8share import Share
-            self.sh = Share(self, qmul, _i32, _f32, FS)
+            self.sh = Share(self, qmul, _i32, _f32)
         # the state either keeps beside the weights (files, checkpoints: in this order)
         self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
         if EMB in X:                # (an embedding's table that trains: utrain.q8emb)
             X[EMB].ext(self, _i32, qmul)
         if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
-            self.ext.append(X[TCV].Train(self, qmul, _mults, FS))
+            self.ext.append(X[TCV].Train(self, qmul, _mults))
         self.setup()
 
     def strips(self):
@@ -832,9 +830,10 @@ class Q8Net:
                 if optimizer == 'sgd' and batch == 1 and not (self.mom and L.xo > 1):
                     continue
                 L.ga, L.ba = _i32(n), _f32(oc)
+                if self.B:
+                    L.gk = array('i', [0, 0])
                 if self.adam:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
-                    L.gk = array('i', [0, 0])
                     L.bm, L.bv = _f32(oc), _f32(oc)
         for L in self.layers:
             # Adam's masters filled once every layer's arrays are made: the fill's boxed
@@ -902,7 +901,7 @@ class Q8Net:
     def apply(self, lr, scale):
         """Update every trained layer from the batch's sums times scale (1/batch for a mean),
         then zero them (utrain.q8batch, which setup loads for Adam or a batch > 1)."""
-        self.B.apply(self, lr, scale, qmul, FS)
+        self.B.apply(self, lr, scale, qmul)
         if self.wg is not None:
             self.wg.check()
 
@@ -1127,20 +1126,21 @@ class Q8Net:
         # gradient dz was made from, an input-gradient buffer dead once dz is made, where
         # it holds more channels: fewer chunks, the same integers): QAS SGD applied at once
         # (lr; w_q -= lr sz sx / s_W[o] * gw, in 1/256 steps), or added to the batch's sums
-        # (lr None; in 1/FS weight steps).  A depthwise layer's in one piece.
+        # (lr None; q8batch.unit's).  A depthwise layer's in one piece.
         d = L.d
         if L.whi <= L.wlo:
             return                              # bias alone
         sx = d['sx']
-        f, u = (sz * sx, FS) if lr is None else (lr * sz * sx, 256.0)
+        f, u = sz * sx * (1.0 if lr is None else lr), 256.0
+        B = self.B or L.sh      # (unit: q8batch's; shared weights' at SGD batch 1 too)
         gw = self.gw
         oc, row, blk = L.geo()
         if L.k == DW:
             n = oc * row
             K.zk(gw, n)
             K.dgk(gw, dz, L.x, L.zx, L.g)
-            if L.gk is not None and lr is None:
-                self.B.unit(L, gw, n, 0, oc, 1, f, qmul)
+            if lr is None:
+                B.unit(L, gw, n, 0, oc, 1, f, qmul, _mults)
             else:
                 _mults(L, gw, n, 0, oc, 1, f, u)
             self._put(L, 0, gw, n, lr)
@@ -1181,8 +1181,8 @@ class Q8Net:
                 p[0] = self.seed
                 self.seed = K.upmk(memoryview(L.w)[o0 * row:] if o0 else L.w, gw, n, p)
                 continue
-            if L.gk is not None and lr is None:     # (Adam's sums: q8batch.unit)
-                self.B.unit(L, gw, n, o0, m, row, f, qmul)
+            if lr is None:      # (a batch's sums: q8batch.unit)
+                B.unit(L, gw, n, o0, m, row, f, qmul, _mults)
             else:
                 _mults(L, gw, n, o0, m, row, f, u)
             self._put(L, o0 * row, gw, n, lr)

@@ -8,22 +8,22 @@ from math import sqrt, frexp
 from utrain import q8kern as K
 
 
-def apply(net, lr, scale, qmul, FS):
+def apply(net, lr, scale, qmul):
     """Update every trained layer of net from the batch's sums times scale (1/batch for a
-    mean), then zero them (qmul, FS: utrain.q8's, which imports this: no import circle)."""
+    mean), then zero them (qmul: utrain.q8's, which imports this: no import circle)."""
     if net.adam:
         net.nstep += 1
         b1, b2, t = net.b1, net.b2, net.nstep
         lr = lr * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
     for L in net.layers:
         if L.ga is not None:
-            upd(net, L, lr, scale, qmul, FS)
+            upd(net, L, lr, scale, qmul)
     if net.sl is not None:      # (PRELU slopes that train: utrain.q8slope)
         net.sl.apply(lr, scale)
     net.zero()
 
 
-def upd(net, L, lr, scale, qmul, FS):
+def upd(net, L, lr, scale, qmul):
     """Layer L's update from its sums times scale (a weight or bias an earlier layer
     reads too, utrain.q8share: the owner's alone, sa / sb)."""
     sw, sx = L.d['sw'], L.d['sx']
@@ -34,9 +34,15 @@ def upd(net, L, lr, scale, qmul, FS):
     if net.adam:
         _adam(net, L, lr, scale, n)
     else:
-        if n:   # w_q -= lr * scale * ga / FS weight steps, as 1/256 steps for upk
-            L.um[0], L.us[0] = qmul(lr * scale * 256.0 / FS)
+        if n:   # w_q -= lr * scale * ga 2^-gk weight steps (unit), as 1/256 steps for upk
+            m, s = L.um[0], L.us[0] = qmul(lr * scale * 256.0 * 2.0 ** -L.gk[0])
             L.uk = None     # (_mults' kept multipliers: um[0] is not theirs now)
+            if s > 0:       # (a sum unit past 1/256 step: ga << s within 32 bits, a
+                c = 2147483647 >> s     # step of 2^23 weight steps is past any weight)
+                for i in range(n):
+                    v = ga[i]
+                    if v > c or v < -c:
+                        ga[i] = c if v > 0 else -c
             K.rqk(ga, n, 1, n, L.um, L.us, ga, 0, 0, 0, 1)
             net._upd(L, w0, ga, n)
         if L.sb:
@@ -55,25 +61,37 @@ def upd(net, L, lr, scale, qmul, FS):
         b[o] = -2147483647 if q < -2147483647 else 2147483647 if q > 2147483647 else q
 
 
-def unit(L, gw, n, c0, nc, blk, f, qmul):
-    """Adam: the chunk gw (n int32 sums of output channels c0..c0+nc-1, blk values each,
-    cycling; dL/dW = gw f) rescaled in place into the unit of L's batch sums, 2^-gk[0] of
-    dL/dW (0 outside L's weight window; utrain.q8 adds it to L.ga).  The unit is the
-    batch's largest f so far: gw f 2^gk[0] < 1 (no left shift on a 32-bit board; the sums
-    stay within the raw sums' own bound) and >= 1/2 for that sample.  Not in weight steps
-    as SGD's: Adam divides each weight's step by its own gradient's size, so each needs
-    its gradient to a few bits, where 1/4096 weight steps rounded small gradients away
-    (the layers an input relabelling scales, 2^18 finer) and large ones overflowed int32."""
+def unit(L, gw, n, c0, nc, blk, f, qmul, mults=None):
+    """A batch's (or shared weights' uses') sums: the chunk gw (n int32 sums of output
+    channels c0..c0+nc-1, blk values each, cycling; dL/dW = gw f) rescaled in place into
+    the unit of L's sums, 2^-gk[0] of dL/dW under Adam, of dL/dW / s_W (weight steps) under
+    SGD (0 outside L's weight window; utrain.q8 adds it to L.ga).  The unit is the batch's
+    largest f (SGD: f / the smallest s_W) so far: each multiplier f 2^gk[0] (/ s_W) < 1
+    (no left shift on a 32-bit board; the sums stay within the raw sums' own bound) and
+    >= 1/2 for that sample's largest.  Not a fixed unit (SGD's 1/4096 weight steps were):
+    Adam divides each weight's step by its own gradient's size, so each needs its
+    gradient to a few bits, where 1/4096 weight steps rounded small gradients away (the
+    layers an input relabelling scales, 2^18 finer), and a large gradient in weight steps
+    (a small s_W, a large input range) overflowed int32 at any batch (mults: utrain.q8's
+    _mults, per-channel SGD's multipliers)."""
     gk, mul, shf = L.gk, L.um, L.us
-    L.uk = None             # (um: not _mults' kept multipliers now)
-    e = -frexp(f)[1]        # (f 2^e in [1/2, 1))
+    sw = L.d['sw']
+    a = getattr(L, 'wm', None) is not None     # (Adam: float masters)
+    e = -frexp(f if a else f / min(sw))[1]     # (f 2^e in [1/2, 1))
     if not gk[1]:
         gk[0], gk[1] = e, 1
     elif e < gk[0]:         # a larger gradient: the sums so far at the coarser unit
+        L.uk = None         # (um: not _mults' kept multipliers now)
         mul[0], shf[0] = qmul(2.0 ** (e - gk[0]))
         K.rqk(L.ga, len(L.ga), 1, len(L.ga), mul, shf, L.ga, 0, 0, 0, 1)
         gk[0] = e
-    m, s = qmul(f * 2.0 ** gk[0])
+    f *= 2.0 ** gk[0]
+    if not a:
+        if len(sw) > 1:
+            return mults(L, gw, n, c0, nc, blk, f, 1.0)
+        f /= sw[0]
+    m, s = qmul(f)
+    L.uk = None
     lo, hi = L.wlo, L.whi
     if lo <= c0 and c0 + nc <= hi:
         mul[0], shf[0] = m, s
@@ -95,15 +113,21 @@ def _adam(net, L, lr, scale, n):
     w0 = L.wr()[0]
     wo = L.wo
     c = scale * 2.0 ** -L.gk[0]                 # (the sums' unit: unit above)
-    for j in range(n):
-        i = w0 + j
-        s = sw[(i // blk) % oc % nw]
-        g = ga[j] * c                           # dL/dW
-        m = am[j] = b1 * am[j] + (1.0 - b1) * g
-        v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
-        x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
-        q = int(round(x / s))
-        w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
+    z = getattr(L, 'lz', None)      # (an embedding table: the rows the batch read, lazy)
+    r = 0 if z is None else L.d['ed']
+    for t in range(1 if z is None else L.ln if L.gk[1] else 0):
+        j0 = 0 if z is None else L.lq[t] * r
+        for j in range(j0, j0 + r if r else n):
+            i = w0 + j
+            s = sw[(i // blk) % oc % nw]
+            g = ga[j] * c                           # dL/dW
+            m = am[j] = b1 * am[j] + (1.0 - b1) * g
+            v = av[j] = b2 * av[j] + (1.0 - b2) * g * g
+            x = wm[j] = wm[j] - lr * m / (sqrt(v) + eps)
+            q = int(round(x / s))
+            w[i - wo] = (-127 if q < -127 else 127 if q > 127 else q) & 255
+    if z is not None:
+        rows(L)
     if L.sb:
         return
     ba, bf, bm, bv = L.ba, L.bf, L.bm, L.bv
@@ -112,6 +136,15 @@ def _adam(net, L, lr, scale, n):
         m = bm[o] = b1 * bm[o] + (1.0 - b1) * g
         v = bv[o] = b2 * bv[o] + (1.0 - b2) * g * g
         bf[o] -= lr * m / (sqrt(v) + eps)
+
+
+def rows(L):
+    """An embedding table's list of the rows a batch read emptied (lazy Adam, _adam;
+    utrain.q8emb keeps it)."""
+    z, q = L.lz, L.lq
+    for t in range(L.ln):
+        z[q[t] >> 3] = 0
+    L.ln = 0
 
 
 _X = ('bf', 'wm', 'am', 'av', 'bm', 'bv', 'vw', 'vb')

@@ -2,7 +2,7 @@
 # them, the owner): Keras's TimeDistributed(Dense) steps, an unrolled SimpleRNN / GRU /
 # LSTM's steps, both directions' cells of a Bidirectional layer.  One int8 tensor, one
 # scale, one update a step: each use's weight gradient goes into the owner's int32 sums
-# (1/FS weight steps, as a batch's: Q8Net._wgrad with lr None) and its bias's into float
+# (as a batch's: Q8Net._wgrad with lr None, in q8batch.unit's) and its bias's into float
 # sums; at SGD batch 1 the update is applied once the backward pass has made every use's
 # (apply: the input gradients of all uses read the weights the forward pass read), at a
 # batch > 1 and under Adam by utrain.q8batch at the batch's end, the owner's alone.
@@ -10,6 +10,7 @@
 # made again after a checkpoint or a .wof is read).
 from utrain import q8kern as K
 from utrain import q8batch
+from array import array
 
 # the weight state an alias reads from its owner, and the bias state where the bias
 # tensor is shared too
@@ -20,9 +21,11 @@ _B = ('b', 'bf', 'ba', 'vb', 'bm', 'bv', 'be')
 class Share:
     TAG = b'UTSH'       # (no state of its own in a checkpoint's tail: the owner's is)
 
-    def __init__(self, net, qmul, i32, f32, FS):
-        # (qmul, _i32, _f32, FS: utrain.q8's, which imports this: no import circle)
-        self.net, self.qmul, self.i32, self.f32, self.FS = net, qmul, i32, f32, FS
+    unit = staticmethod(q8batch.unit)   # (Q8Net._wgrad's at SGD batch 1: the sums' unit)
+
+    def __init__(self, net, qmul, i32, f32):
+        # (qmul, _i32, _f32: utrain.q8's, which imports this: no import circle)
+        self.net, self.qmul, self.i32, self.f32 = net, qmul, i32, f32
         ls = net.layers
         gs = {}
         for i in range(len(ls)):
@@ -51,6 +54,8 @@ class Share:
                 n = len(O.w)
                 if O.ga is None or len(O.ga) != n:
                     O.ga = self.i32(n)
+                if O.gk is None:
+                    O.gk = array('i', [0, 0])
             for L in g:
                 if one:
                     oc = len(L.b)
@@ -78,10 +83,11 @@ class Share:
         net = self.net
         for g in self.gs:
             for L in g:
-                q8batch.upd(net, L, lr, 1.0, self.qmul, self.FS)
+                q8batch.upd(net, L, lr, 1.0, self.qmul)
             for L in g:
                 if not L.sa:
                     K.zk(L.ga, len(L.ga))
+                    L.gk[1] = 0
                 if not L.sb:
                     ba = L.ba
                     for o in range(len(ba)):

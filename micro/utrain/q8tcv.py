@@ -232,8 +232,8 @@ class Train:
     utrain.q8batch)."""
     TAG = b'UTTC'
 
-    def __init__(self, net, qmul, mults, FS):
-        self.net, self.qmul, self.mults, self.FS = net, qmul, mults, FS
+    def __init__(self, net, qmul, mults):
+        self.net, self.qmul, self.mults = net, qmul, mults
         self.ls = [L for L in net.layers if 'xt' in L.d]
         for L in self.ls:
             _load(L, net)
@@ -271,11 +271,10 @@ class Train:
             # a batch's sums (Adam, a batch > 1) or momentum: a CONV_2D's, all channels
             # one chunk (Q8Net._wgrad's scales)
             sz = s * (1 << sh)
-            f, v = (sz * sx, self.FS) if lr is None else (lr * sz * sx, 256.0)
-            if L.gk is not None and lr is None:     # (Adam's sums: q8batch.unit)
-                net.B.unit(L, gw, d['wn'], 0, I, d['wn'] // I, f, self.qmul)
+            if lr is None:      # (a batch's sums: q8batch.unit)
+                net.B.unit(L, gw, d['wn'], 0, I, d['wn'] // I, sz * sx, self.qmul, self.mults)
             else:
-                self.mults(L, gw, d['wn'], 0, I, d['wn'] // I, f, v)
+                self.mults(L, gw, d['wn'], 0, I, d['wn'] // I, lr * sz * sx, 256.0)
             net._put(L, 0, gw, d['wn'], lr)
             net._bias(L, s * (1 << k), lr, 0, I, bs)
             return

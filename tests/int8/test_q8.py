@@ -450,8 +450,8 @@ def _mlp_net(tmp_path, train='all'):
 
 
 def test_batch_sums_equal_mean_of_single_steps(tmp_path, monkeypatch):
-    """SGD at batch 3: the update applied at the batch's end (int32 sums in 2^-12 weight
-    steps) against the mean of the three batch-1 updates from the same weights."""
+    """SGD at batch 3: the update applied at the batch's end (int32 sums in weight steps
+    at q8batch.unit's unit) against the mean of the three batch-1 updates from the same weights."""
     m, make, xs = _mlp_net(tmp_path)
     labels, lr = [1, 3, 0], 0.05
     got = spy_updates(monkeypatch)
@@ -538,6 +538,59 @@ def test_adam_steps_a_relabelled_layer_as_the_layer(tmp_path):
     # step less, as the float scaled run's do)
     assert np.array_equal(np.sign(b), np.sign(a)) and np.all(np.abs(b) <= 1.001 * lr)
     assert np.mean(np.abs(b[np.abs(a) > 0.9 * lr]) > 0.5 * lr) > 0.9, (np.abs(b).max(), np.mean(b == 0))
+
+
+@pytest.mark.parametrize('mom', [0.0, 0.9])
+def test_sgd_batch_sums_in_weight_steps_of_any_size(tmp_path, mom):
+    """SGD (and momentum) at batch 2 on the DS-CNN's last blocks (per-channel CONV_2D and
+    DEPTHWISE_CONV_2D, MEAN, FC) relabelled (each trained layer's weight scales 2^-10
+    times, its input's scale 2^10 times its output's: the same integers and logits, the
+    same model; dL/dW / s_W, the weight steps SGD takes, 2^20 times as many, as a large
+    input range with small weights has) at lr 2^-20 moves every weight by the integers
+    the plain model moves by at lr.  The sums were in 1/4096 weight steps
+    at any size: here they overflowed int32 (an OverflowError on the host, a silent wrap
+    on a 32-bit board).  At lr 1 the steps, 2^23 weight steps and more, are past any
+    weight's range, and their 1/256 steps past int32: each weight whose step is goes to
+    the end of the int8 range against its gradient's sign (no wrapped sum flips it)."""
+    g = read_model(DSCNN)
+    xs = np.load(DSCNN.replace('_int8.tflite', '_data.npz'))['x'][3:5]
+    got = []
+    for k, lr in ((0, 0.01), (10, 0.01 * 2.0 ** -20), (10, 1.0)):
+        m = quant.write(g, str(tmp_path / str(len(got))), 'last:7')
+        e = 0                   # (the output's relabelling: 2^e, from the logits down)
+        for d in m['layers'][:4:-1]:
+            d.pop('gw', None)   # (no weight scale doubles: q8grow)
+            f = e + (k if d.get('train') else 0)
+            d['sy'], d['sx'] = d['sy'] * 2.0 ** e, d['sx'] * 2.0 ** f
+            if d.get('train'):
+                d['sw'] = [v * 2.0 ** -k for v in d['sw']]
+            e = f
+        net = Q8Net(m, str(tmp_path / str(len(got)) / 'weights.wof'))
+        net.setup('sgd', 2, momentum=mom)
+        for x, y in zip(xs, (3, 7)):
+            net.accum(net.quantize_input(x.ravel().tolist()), y)
+        tr = [L for L in net.layers if L.train]
+        assert len(tr) == 5
+        # (the sums' unit: 2^-gk[0] weight steps; 1/4096 before)
+        steps = [np.array(L.ga, np.float64) * (2.0 ** -L.gk[0] if L.gk else 1 / 4096) * lr * 0.5
+                 for L in tr]
+        w0 = [np.frombuffer(bytes(L.w), np.int8).astype(int) for L in tr]
+        net.apply(lr, 0.5)
+        assert net.wg is None
+        got.append([np.frombuffer(bytes(L.w), np.int8).astype(int) for L in tr])
+    moved = sum([int((a != b).sum()) for a, b in zip(got[0], w0)])
+    assert moved > 100
+    for a, b in zip(got[0], got[1]):
+        assert np.array_equal(a, b)
+    big = 0
+    for w, st, w0 in zip(got[2], steps, w0):
+        far = np.abs(st) > 300
+        big += far.sum()
+        # (to the end of the range; momentum's velocity holds 128 steps at most)
+        sg, w0f = np.sign(st[far]).astype(int), w0[far]
+        ok = (w[far] == -127 * sg) | ((mom > 0) & ((w[far] - w0f) * sg <= -127))
+        assert ok.all(), (w[far] * sg, w0f * sg)
+    assert big > 100
 
 
 def test_cce_one_hot_equals_scce(tmp_path):

@@ -185,7 +185,7 @@ def _cos(a, b):
 
 def test_batch_adam_and_momentum_against_the_float_gradient(tmp_path):
     """The table under a batch > 1, Adam and momentum, as an FC's weights (q8batch's and
-    q8mom's state and updates): a sample's batch sums (1/4096 weight steps) are dL/dE /
+    q8mom's state and updates): a sample's batch sums (weight steps, 2^-gk[0] a unit) are dL/dE /
     s_E of the dequantized model (cosine > 0.99, norm within 5 %, unused rows 0); Adam's
     first step moves the float32 master of each entry by -lr sign(dL/dE), the int8 table
     its master requantized; momentum's first velocities are the SGD step (1/256 steps)
@@ -201,7 +201,7 @@ def test_batch_adam_and_momentum_against_the_float_gradient(tmp_path):
     L = net.layers[0]
     want = _row_grads(net, m, W, *a)
     net.accum(_sample(m, a[0]), a[1])
-    ga = np.array(L.ga, np.float64).reshape(want.shape) / 4096.0
+    ga = np.array(L.ga, np.float64).reshape(want.shape) * 2.0 ** -L.gk[0]
     assert _cos(ga, want) > 0.99 and abs(np.linalg.norm(ga) / np.linalg.norm(want) - 1) < 0.05
     assert not ga[[2, 4, 5, 6, 7]].any()
     t0 = bytes(L.tt)
@@ -311,3 +311,42 @@ def test_ctrl_c_resume_with_the_table_training_bit_identical(tmp_path, kw):
     with open(tmp_path / 'whole' / 'trained.wof.q8e', 'rb') as f:
         got = f.read()
     assert got[:4] == b'UTEM' and got[12:] != E.tobytes()      # (it trained)
+
+
+def test_adam_steps_only_the_rows_a_batch_read(tmp_path):
+    """Adam is lazy on a table (TensorFlow Addons' LazyAdam, PyTorch's SparseAdam): a
+    step moves the rows its batch read, their masters and moments, and leaves every other
+    row as it was, its moments too (dense Adam, as before, moved a row the first sample
+    alone read again at the second step, by its momentum); the rows read move as dense
+    Adam moves them (the step's bias correction)."""
+    path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite', N=9, D=6, L=5, O=4, seed=3)
+    gather = next(op.number for op in read_model(path).ops if op.name == 'GATHER')
+    a, b = ([0, 3, 3, 8, 1], 2), ([5, 5, 2, 0, 7], 0)
+    net, m = _net(path, tmp_path / 'a', [gather])
+    net.setup('adam', batch=2)
+    L = net.layers[0]
+    D = 6
+    st = lambda: [np.array(x).reshape(9, D).copy() for x in (L.wm, L.am, L.av)]  # noqa: E731
+    net.accum(_sample(m, a[0]), a[1])
+    net.accum(_sample(m, a[0]), a[1])
+    net.apply(0.01, 0.5)
+    one = st()
+    assert np.abs(one[0] - np.array(L.wm).reshape(9, D)).max() == 0
+    net.accum(_sample(m, b[0]), b[1])
+    net.accum(_sample(m, b[0]), b[1])
+    net.apply(0.01, 0.5)
+    two = st()
+    only = [1, 3, 8]                 # (read by the first batch alone)
+    for x, y in zip(one, two):
+        assert np.array_equal(x[only], y[only])
+    # the rows the second batch read: dense Adam's step on them (m, v from the first)
+    for r in (0, 2, 5, 7):
+        assert np.abs(two[0][r] - one[0][r]).max() > 0
+    lr2 = 0.01 * np.sqrt(1 - 0.999 ** 2) / (1 - 0.9 ** 2)
+    for r in (0, 2, 5, 7):
+        gr = (two[1][r] - 0.9 * one[1][r]) / 0.1
+        want = one[0][r] - lr2 * two[1][r] / (np.sqrt(two[2][r]) + 1e-7)
+        assert np.allclose(two[0][r], want, rtol=1e-5, atol=1e-7)
+        assert np.allclose(two[2][r], 0.999 * one[2][r] + 0.001 * gr * gr, rtol=1e-4, atol=1e-12)
+    assert L.ln == 0 and not any(L.lz)
+

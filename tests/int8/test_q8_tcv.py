@@ -176,7 +176,7 @@ def test_gradient_through_it_against_pytorch(tmp_path, monkeypatch):
 
 def test_batch_adam_and_momentum_against_pytorch(tmp_path):
     """Its weights and bias under a batch > 1, Adam and momentum, as a CONV_2D's (q8batch's
-    and q8mom's state and updates, Q8Net._put / _bias): a sample's batch sums (1/4096
+    and q8mom's state and updates, Q8Net._put / _bias): a sample's batch sums (q8batch.unit
     weight steps) are dL/dW / s_W of PyTorch's fake-quantized model (cosine > 0.99, norm
     within 5 %), the bias's dL/db within 2 %; Adam's first step moves each float32 master
     by -lr sign(dL/dW), the int8 weights its master requantized, and the bias's master
@@ -190,7 +190,7 @@ def test_batch_adam_and_momentum_against_pytorch(tmp_path):
     sw = np.asarray(L.d['sw']).reshape(-1, 1, 1, 1)
     xq, t, dtw, dtb, dcw = _torch_grads(torch, path, m, net, xs[3])
     net.accum(xq, t.tolist())
-    _close(np.array(L.ga, np.float64).reshape(dtw.shape) / 4096.0, dtw / sw)
+    _close(np.array(L.ga, np.float64).reshape(dtw.shape) * 2.0 ** -L.gk[0], dtw / sw)
     assert np.allclose(np.array(L.ba), dtb, rtol=0.02, atol=1e-6), (list(L.ba), dtb)
     w0 = bytes(L.tw)
     net.apply(0.05, 0.25)
