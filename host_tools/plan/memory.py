@@ -1369,8 +1369,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             nw, nb = (d['wn'], d['nb']) if d.get('xt') else (d['en'] * d['ed'], 0)
             xo += arr(4 * nb) + 2 * arr(4 * max(nb, 1)) + (
                 arr(4 * nw) + arr(4 * nb) if opt != 'sgd' or batch > 1 or (mom and d.get('eg')) else 0) + (
-                3 * arr(4 * nw) + 2 * arr(4 * nb) + arr(8) if opt == 'adam' else 0) + (
+                arr(8) if opt != 'sgd' or batch > 1 else 0) + (     # (the sums' unit, gk)
+                3 * arr(4 * nw) + 2 * arr(4 * nb) if opt == 'adam' else 0) + (
                 arr(2 * nw) + arr(4 * nb) if mom else 0)
+            if d.get('eg') and opt == 'adam':   # (lazy Adam: the rows a batch read, q8emb)
+                xo += arr((d['en'] + 7) >> 3) + arr(2 * min(d['en'], batch * (d['nout'] // d['ed'])))
     if xo:
         parts['optimizer state (TRANSPOSE_CONV, embedding)'] = xo
     return parts
