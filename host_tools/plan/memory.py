@@ -822,8 +822,10 @@ def backward_peak(r) -> int:
         more = {k: (size[k], n) for n, k in spec.data(op)[1:] if flags & dx_bit(n)}
         given = list(more.items()) + ([(ins[0], (n_in, 0))] if flags & 1 and ins else [])
         # a gradient that meets one already in flight (a second reader of that tensor
-        # gave it first) is summed into a new array (utrain.model add_grad: old + d)
-        sums = sum(A(v) for k, (v, n) in given if k in grads)
+        # gave it first) is summed into a new array (utrain.model add_grad: old + d):
+        # counted for the ops whose figures are their own (bwd_of: dx alone); the
+        # default figures' two input-sized arrays stand for dx and that sum
+        sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + sum(A(v) for v, n in more.values() if n not in passed) + sums
                    + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows
