@@ -106,6 +106,17 @@ class OpSpec:
     # of at least that many bytes, each of them is made after a collection, so the dead
     # ones are gone (None: fwd, every temporary live at the peak)
     fwd_live: tuple = None
+    # (op, graph, arrays) -> (output-sized, input-sized arrays, floats of the pieces live
+    # at once, data inputs passed dz) the backward makes beside the gradients in flight
+    # and the weight's gradient where they depend on the op (a conv's fused activation:
+    # none for NONE, dz and its byte mask for RELU; its dx; a depthwise multiplier's
+    # spread copies under ulab): the planner's figure for a whole op (None: bwd,
+    # bwd_native, piece).  The input-sized count is dx and what makes it; the sum with a
+    # gradient already in flight (a second reader of the input: model.add_grad's old +
+    # d) is the planner's.  Passed: the data inputs (numbered as data()) whose gradient
+    # is the op's dz itself, not an array of its own (a residual ADD's operands: dz, or
+    # dy itself without a fused activation), counted once while in flight
+    bwd_of: Callable = None
 
     @property
     def code(self) -> int:
@@ -324,6 +335,39 @@ def _conv_piece(op, g, x=0):
     return min(max(OH * OW * O, H * W * I), max(max(W, OW) * max(O, I), ch))
 
 
+def _act_grad_temps(op, n):
+    """(output-sized arrays, floats) utrain.op_act.act_grad holds at once for op's fused
+    activation on n values: NONE none (dz is dy); RELU np.where's result and its
+    comparison's byte mask (n bytes: n / 4 floats); RELU6 / RELU_N1_TO_1 two where()s
+    and a mask; TANH / LOGISTIC two of their three products."""
+    a = op.options.get('fused_activation_function', 'NONE')
+    if a == 'NONE':
+        return 0, 0
+    if a in ('RELU', 'RELU6', 'RELU_N1_TO_1'):
+        return 1 + (a != 'RELU'), n // 4
+    return 2, 0
+
+
+def _conv_bwd(op, g, arrays):
+    """utrain.op_conv's backward beside the gradients in flight: the fused activation's
+    gradient (_act_grad_temps), dx (zeros, which the steps write into: the fallback's
+    native loops, ulab's a piece of a tap's product at a time, _conv_piece), and under
+    ulab a depthwise multiplier M > 1's spread copy (x for dW, dx before it is summed
+    back: M input-sized arrays, one at a time).  (Planned as two output- and two
+    input-sized arrays, a conv without activation and its input's one reader got an
+    activation gradient and a sum it never makes: the held-out residual CNN 1.22x on
+    32-bit.)"""
+    n = int(np.prod(g.tensors[op.outputs[0]].shape))
+    fo, mask = _act_grad_temps(op, n)
+    fi = 1
+    if op.name == 'DEPTHWISE_CONV_2D' and arrays == 'ulab':
+        c = g.tensors[op.inputs[0]].shape[-1]
+        m = g.tensors[op.outputs[0]].shape[-1] // c
+        fi += m if m > 1 else 0
+    piece = _conv_piece(op, g) if arrays == 'ulab' else 0
+    return fo, fi, mask + piece, ()
+
+
 def _conv_saves(op, flags):
     return _fc_saves(op, flags)          # x when W trains, y when fused
 
@@ -340,10 +384,10 @@ def _avgpool_saves(op, flags):
 SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
            shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps,
-           fwd_native=(1, 0), bwd_native=(2, 2), piece=_conv_piece),   # (fwd: the fused activation's array)
+           fwd_native=(1, 0), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd),   # (fwd: the fused activation's array)
     OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
            fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps,
-           fwd_native=(1, 1), bwd_native=(2, 2), piece=_conv_piece),   # (fwd: and op_conv._spread's copy)
+           fwd_native=(1, 1), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd),   # (fwd: and op_conv._spread's copy)
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),
@@ -676,18 +720,52 @@ def _copy_fwd(op, g, arrays):
     return 0, 0, max(int(p[k + opc.C_N1] * p[k + opc.C_N2]) for k in range(0, len(p), opc.C_PART))
 
 
+def _add_bwd(op, g, arrays):
+    """utrain.op_elem's ADD / SUB backward without broadcast blocks: dz (the fused
+    activation's gradient, _act_grad_temps; dy itself without one) is each operand's
+    gradient where the operand is the output's size (_red leaves it as it is), SUB's
+    second operand -dz (an array of its own, which the planner counts as that input's
+    gradient); an operand of fewer rows or columns gets dz summed down (small), blocks
+    zeros and each block's product (the default figures).  (A residual ADD was planned
+    as six arrays of its size and its skip's gradient as one more array in flight down
+    the branch: the held-out residual CNN's peak, 1.2x on 32-bit ulab.)"""
+    o = _elem_options(op, g)
+    if int(o[opc.E_N0]) * int(o[opc.E_N1]) > 1:
+        return 2, 2, 0, ()
+    n = int(np.prod(g.tensors[op.outputs[0]].shape))
+    fo, mask = _act_grad_temps(op, n)
+    passed = tuple(s for s in ((0,) if op.name == 'SUB' else (0, 1))
+                   if int(np.prod(g.tensors[op.inputs[s]].shape)) == n)
+    return fo, 0 if 0 in passed else 1, mask, passed
+
+
+def _hswish_bwd(op, g, arrays):
+    """utrain.op_act's HARD_SWISH backward, on both array kinds: x > 3 and x < -3 (two
+    byte masks: n / 4 floats each), x / 3, + 0.5, dy * that and two where()s: five
+    input-sized arrays and the masks, each made once (bwd's 6 rounded the masks up to a
+    whole array; fewer live at once where the run collects before each was measured
+    too low: four of them put the held-out ho_hswish under on 32-bit ulab, 0.995)."""
+    n = int(np.prod(g.tensors[op.inputs[0]].shape))
+    return 0, 5, 2 * (n // 4), ()
+
+
 _ELEM = (0, 1)
 SPECS.update({s.name: s for s in [
-    OpSpec('ADD', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
-    OpSpec('SUB', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
+    OpSpec('ADD', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd,
+           bwd_of=_add_bwd),
+    OpSpec('SUB', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd,
+           bwd_of=_add_bwd),
     OpSpec('MUL', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
     OpSpec('DIV', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
     OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
     OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
     OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
     OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None, fwd_of=_copy_fwd),
-    OpSpec('SQUEEZE', {}, _none, _none, view=True),
-    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,), view=True),
+    # (a view both ways, as RESHAPE: the forward hands x on reshaped, the backward dy;
+    # planned with the default temporaries, a Keras Conv1D's EXPAND_DIMS stood over its
+    # convs' forward and backward: the held-out Conv1D net 1.2x on 32-bit)
+    OpSpec('SQUEEZE', {}, _none, _none, view=True, fwd=(0, 0), bwd=(0, 0)),
+    OpSpec('EXPAND_DIMS', {}, _none, _none, device_inputs=(0,), view=True, fwd=(0, 0), bwd=(0, 0)),
     # HARD_SWISH as op_act makes it, on both array kinds: forward x/6, +0.5, clip's two
     # and the output (5 arrays: the default planned 4); backward two byte masks, x/3,
     # +0.5, dy * that and two where()s (5.5: the default 4).  A held-out Keras hard_swish
@@ -700,7 +778,8 @@ SPECS.update({s.name: s for s in [
     # ho_hswish, frozen up to the activation, failed in this forward 5-8 KB above the
     # plan on both 32-bit builds); all five planned: its streamed and ranked cells on
     # 32-bit ulab were 1.20-1.22x their need, now 1.14-1.15, 1.08-1.09 on 32-bit)
-    OpSpec('HARD_SWISH', {}, _none, _in, fwd=(3, 1), bwd=(0, 6), fwd_live=(3, 0)),
+    OpSpec('HARD_SWISH', {}, _none, _in, fwd=(3, 1), bwd=(0, 6), fwd_live=(3, 0),
+           bwd_of=_hswish_bwd),
     OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
            _in),
     # (forward: a byte mask, minimum, exp, - 1 and the where(): 4.25 arrays, the default 4)

@@ -329,6 +329,7 @@ class _Run:
         self.late_code = 0          # (code_parts: code imported after the model's arrays)
         self.largest = 0            # (the working set's largest array: forward_peak, backward_peak)
         self.every = 0              # (run.gc_every's bytes, once a first pass planned them)
+        self.views = set()          # (forward_peak: views whose floats are held anyway)
         self.A = lambda n: array_bytes(n, self.arrays, t)   # noqa: E731
 
 
@@ -689,8 +690,9 @@ def forward_peak(r):
     live, x_in, cut = forward_start(r)
     peak = need = peak_at = hole = 0
     groups, inner, banded = band_groups(r)
+    r.views = held_views(r, g.inputs[0] in live)
     for op in g.ops[r.start:]:
-        cur = sum(A(size[k]) for k in live if k not in plan.saved)
+        cur = sum(A(0 if k in r.views else size[k]) for k in live if k not in plan.saved)
         if op.index in groups:      # its windows are made and freed every sample
             need = cur + int(groups[op.index] * (1 + BAND_SLACK))
         elif op.index not in banded:
@@ -701,6 +703,22 @@ def forward_peak(r):
         live.update(k for k in op.outputs if k not in inner)
         hole = max([hole] + forward_frees(r, op, live, cut))
     return peak, peak_at, x_in
+
+
+def held_views(r, sample) -> set:
+    """Outputs of view ops (spec.view: a reshape, the same floats under another shape)
+    whose floats are held all the forward pass anyway: a saved activation's or the
+    sample's (through views of views): only their header counts.  (Counted as arrays of
+    their own, a Keras Conv1D's EXPAND_DIMS and RESHAPE around its saved conv outputs
+    stood at the held-out Conv1D net's forward peak: 1.2x on 32-bit.)"""
+    from ..graph.optable import SPECS
+    g = r.g
+    held = set(r.plan.saved) | ({g.inputs[0]} if sample else set())
+    out = set()
+    for op in g.ops:
+        if SPECS[op.name].view and op.inputs[0] in held | out:
+            out.add(op.outputs[0])
+    return out
 
 
 def forward_start(r):
@@ -725,6 +743,8 @@ def op_need(r, spec, op, cur, hole):
     A, size = r.A, r.size
     fo, fi, pc = fwd_temps(r, spec, op)
     o = op.outputs[0]
+    if o in r.views:
+        return cur + A(0), 0       # (a header over floats held anyway)
     ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
     n_in = A(max([size[k] for k in ins] or [0])) if fi else 0
     wt = weight_temps(r, spec, op)
@@ -769,20 +789,22 @@ def fresh_run(arrays, hole) -> int:
 
 
 def backward_peak(r) -> int:
-    """The backward pass's peak: the gradients in flight and each op's temporaries."""
+    """The backward pass's peak: the gradients in flight and each op's temporaries.  A
+    gradient in flight is an array, which several tensors' gradients may be (an op that
+    passes its dz on as its inputs' gradients: bwd_temps' passed): counted once."""
     from ..graph.optable import SPECS, dx_bit, DW
     g, plan, size, A = r.g, r.plan, r.size, r.A
     opt, batch = r.s['optimizer'], int(r.s['batch'])
     peak = 0
-    grads = {g.outputs[0]: size[g.outputs[0]]}
+    grads = {g.outputs[0]: (size[g.outputs[0]], -1)}     # tensor: (floats, the array)
     for i, flags in plan.backward:
         op = g.ops[i]
         spec = SPECS[op.name]
-        bo, bi, pc = op_temps(r, spec, op, spec.bwd_native, spec.bwd)
+        bo, bi, pc, passed = bwd_temps(r, spec, op)
         o = op.outputs[0]
         ins = [k for k in spec.inputs(op)[:1] if k >= 0]
         n_in = max([size[k] for k in ins] or [0])
-        cur = sum(A(n) for n in grads.values())
+        cur = sum(A(n) for n in {a: n for n, a in grads.values()}.values())
         # a kernel that hands its weight gradient whole holds a weight-sized array during
         # the op (at batch 1; larger batches count it in the gradient sums), and at batch 1
         # the optimizer step on it makes weight-sized temporaries (SGD one, lr * g; Adam,
@@ -797,18 +819,35 @@ def backward_peak(r) -> int:
         rows = row_temps(r, [k for k in spec.inputs(op) if k in plan.params]) if batch == 1 else 0
         # the gradients of data inputs n >= 1 it makes (a residual ADD's skip, a
         # CONCATENATION's parts, BATCH_MATMUL's second operand: K in Q K^T), then in flight
-        more = {k: size[k] for n, k in spec.data(op)[1:] if flags & dx_bit(n)}
+        more = {k: (size[k], n) for n, k in spec.data(op)[1:] if flags & dx_bit(n)}
+        given = list(more.items()) + ([(ins[0], (n_in, 0))] if flags & 1 and ins else [])
+        # a gradient that meets one already in flight (a second reader of that tensor
+        # gave it first) is summed into a new array (utrain.model add_grad: old + d):
+        # counted for the ops whose figures are their own (bwd_of: dx alone); the
+        # default figures' two input-sized arrays stand for dx and that sum
+        sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
-                   + sum(A(v) for v in more.values())
+                   + sum(A(v) for v, n in more.values() if n not in passed) + sums
                    + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows
                    + weight_temps(r, spec, op, 1 if flags & DW else 0))
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
+        # the array dz is: dy's without anything made from it, else the op's own
+        dz = grads.get(o, (0, None))[1] if not bo else ('dz', i)
         for k in op.outputs:
             grads.pop(k, None)
-        if flags & 1 and ins:
-            grads[ins[0]] = n_in
-        grads.update(more)
+        for k, (v, n) in given:
+            grads[k] = (v, ('sum', i, k) if k in grads else dz if n in passed else ('dx', i, k))
     return peak
+
+
+def bwd_temps(r, spec, op):
+    """op_temps of the backward pass and the data inputs whose gradient is the op's dz
+    (spec.bwd_of: a conv's fused activation and dx, a residual ADD's pass-through), else
+    op_temps' (none passed)."""
+    if spec.bwd_of:
+        bo, bi, n, passed = spec.bwd_of(op, r.g, r.arrays)
+        return bo, bi, r.A(n) if n else 0, passed
+    return op_temps(r, spec, op, spec.bwd_native, spec.bwd) + ((),)
 
 
 def _wgrad(r, spec) -> str:

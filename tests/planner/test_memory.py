@@ -1000,6 +1000,7 @@ for code, opts in CASES:
 @pytest.mark.skipif(not os.path.exists(os.environ.get('UTRAIN_MP32_ULAB') or '/-'),
                     reason='$UTRAIN_MP32_ULAB names no build')
 def test_activation_temporaries_are_planned_as_allocated(tmp_path):
+    from types import SimpleNamespace
     from host_tools.graph.optable import SPECS
     from host_tools.plan.memory import array_bytes, sim_target
     opts = {'LEAKY_RELU': (0.25,), 'SOFTMAX': (1.0,)}
@@ -1014,12 +1015,16 @@ def test_activation_temporaries_are_planned_as_allocated(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     got = {int(c): (int(f), int(b)) for c, f, b in (line.split() for line in r.stdout.split('\n') if line)}
     A = array_bytes(16 * 128, 'ulab', sim_target(4))
+    # (an op's own backward figures, bwd_of: on a [16, 128] activation, the pieces' floats in one array)
+    t = SimpleNamespace(shape=(16, 128))
+    op, g = SimpleNamespace(inputs=[0], outputs=[0], options={}), SimpleNamespace(tensors=[t])
     bad = []
     for n in names:
         s = SPECS[n]
         fwd, bwd = got[s.code]
         plan_f = (1 + s.fwd[0] + s.fwd[1]) * A + 1024
-        plan_b = (s.bwd[0] + s.bwd[1]) * A + 1024     # (each passes its gradient on)
+        bo, bi, pc = s.bwd_of(op, g, 'ulab')[:3] if s.bwd_of else s.bwd + (0,)
+        plan_b = (bo + bi) * A + (array_bytes(pc, 'ulab', sim_target(4)) if pc else 0) + 1024     # (each passes its gradient on)
         if fwd > plan_f or bwd > plan_b:
             bad.append(f'{n}: forward {fwd} B (planned {plan_f}), backward {bwd} B (planned {plan_b})')
     assert not bad, '\n'.join(bad)
@@ -1115,3 +1120,122 @@ def test_trains_in_makes_every_run_a_first_run(tmp_path, monkeypatch):
     assert trains_in(str(tmp_path), 256 * 1024)
     assert sorted(os.listdir(tmp_path)) == ['model.flat', 'probe.py', 'train.ds', 'train.json',
                                             'weights.wof']
+
+
+_BWD_MEM = r'''
+import gc
+from utrain.xnp import zeros
+import utrain.op_conv as C
+import utrain.op_elem as E
+import utrain.op_shape as S
+class Sink:
+    def __init__(s, shape):
+        s.shape = shape
+    def grad(s, k, g=None):
+        if g is None:
+            return zeros(s.shape[k])
+class RT:
+    def __init__(s, shape, gin):
+        s.shape, s.t, s.g, s.gin, s.dead = shape, {}, {}, gin, ()
+        s.sink = Sink(shape)
+        s.base = s.peak = 0
+    def add_grad(s, k, d):
+        old = s.g.get(k)
+        s.g[k] = d if old is None else old + d
+        gc.collect()        # (what the op holds as it hands a gradient on)
+        s.peak = max(s.peak, gc.mem_alloc() - s.base)
+for name, kind, op, prior, flags in CASES:
+    M = C if kind == 'C' else E if kind == 'E' else S
+    for rep in (0, 1):      # (the first: imports and first-call allocations)
+        rt = RT(SHAPES, (op[1][1],) if kind == 'E' else ())
+        for k in op[1]:
+            if k >= 0:
+                rt.t[k] = zeros(SHAPES[k]) + 0.5
+        M.forward(rt, op)
+        dy = zeros(SHAPES[op[2][0]]) + 0.25
+        if prior:       # a second reader of the input gave its gradient first
+            rt.g[op[1][0]] = zeros(SHAPES[op[1][0]])
+        gc.collect()
+        rt.base = gc.mem_alloc()
+        M.backward(rt, op, dy, flags)
+    print(name, rt.peak)
+'''
+
+
+def _residual_block(path, size=12, ch=8):
+    """conv (NONE) -> conv (RELU) -> depthwise (NONE) -> ADD (RELU) of the first conv's
+    output and the depthwise's, and an ADD without activation of the same two, squeezed."""
+    from host_tools.formats.circle_build import CircleBuilder
+    r = np.random.default_rng(4)
+    b = CircleBuilder(description='utrain test: residual block')
+    s = [1, size, size, ch]
+    x = b.tensor('x', s)
+    t = [b.tensor(n, s) for n in ('c1', 'c2', 'd3', 'a4', 'a5')] + [b.tensor('q6', s[1:])]
+
+    def w(n, shape):
+        return b.tensor(n, shape, data=r.normal(0, 0.3, shape).astype(np.float32))
+    one = dict(padding='SAME', stride_w=1, stride_h=1)
+    b.op('CONV_2D', [x, w('w1', [ch, 3, 3, ch]), w('b1', [ch])], [t[0]], **one)
+    b.op('CONV_2D', [t[0], w('w2', [ch, 3, 3, ch]), w('b2', [ch])], [t[1]],
+         fused_activation_function='RELU', **one)
+    b.op('DEPTHWISE_CONV_2D', [t[1], w('w3', [1, 3, 3, ch]), w('b3', [ch])], [t[2]],
+         depth_multiplier=1, **one)
+    b.op('ADD', [t[0], t[2]], [t[3]], fused_activation_function='RELU')
+    b.op('ADD', [t[0], t[2]], [t[4]])
+    b.op('SQUEEZE', [t[4]], [t[5]], squeeze_dims=[0])
+    b.inputs(x)
+    b.outputs(t[3], t[5])
+    return b.save(path)
+
+
+@needs_mp
+def test_conv_and_residual_backward_are_planned_as_they_allocate(tmp_path):
+    """The backward of a conv and of a residual ADD holds what the planner counts for it
+    (bwd_temps, with a sum where the input's gradient meets one already in flight) as it
+    hands its gradient on (after a collection: the arrays still referenced, on the
+    fallback's arrays), and not an array more: a conv without activation holds only dx
+    (and old + dx where a second reader gave its gradient first), an ADD hands dz on as
+    both operands' gradients (the planner had two output- and two input-sized arrays for
+    each, and the skip's gradient as one more: the held-out residual CNN 1.2x on 32-bit),
+    a SQUEEZE (as EXPAND_DIMS) hands dy on reshaped (planned as four arrays: a Keras
+    Conv1D net 1.2x)."""
+    from types import SimpleNamespace
+    from host_tools.graph.optable import SPECS
+    from host_tools.graph.passes import device_shapes
+    from host_tools.plan.memory import array_bytes, sim_target, bwd_temps
+    g = read_model(_residual_block(str(tmp_path / 'res.circle')))
+    shapes = device_shapes(g)
+    word = runner.simulator_word()
+    A = lambda n: array_bytes(n, 'fallback', sim_target(word))     # noqa: E731
+    r = SimpleNamespace(g=g, arrays='fallback', A=A)
+    # (name, op, a gradient of its input in flight, flags: DX | DW | DB, or DX for ADD)
+    cases = [('conv', 0, False, 7), ('conv-second-reader', 0, True, 7), ('conv-relu', 1, False, 7),
+             ('depthwise', 2, False, 7), ('add-relu', 3, False, 1), ('add', 4, False, 1),
+             ('add-second-reader', 4, True, 1), ('squeeze', 5, False, 1)]
+    ops = []
+    for name, i, prior, flags in cases:
+        op = g.ops[i]
+        spec = SPECS[op.name]
+        ops.append((name, {'op_conv': 'C', 'op_elem': 'E'}.get(spec.kernel, 'S'),
+                    (spec.code, tuple(spec.inputs(op)), tuple(op.outputs),
+                     tuple(float(v) for v in spec.options(op, g))), prior, flags))
+    script = tmp_path / 'bwdmem.py'
+    script.write_text('CASES = %r\nSHAPES = %r\n' % (ops, {k: tuple(s) for k, s in enumerate(shapes)})
+                      + _BWD_MEM)
+    res = subprocess.run([MP, '-X', 'heapsize=4M', str(script)],
+                         env=dict(os.environ, MICROPYPATH=runner.MICRO, UTRAIN_NP='fallback'),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = {n: int(v) for n, v in (line.split() for line in res.stdout.split('\n') if line)}
+    bad = []
+    for name, i, prior, flags in cases:
+        op = g.ops[i]
+        spec = SPECS[op.name]
+        bo, bi, pc, passed = bwd_temps(r, spec, op)
+        n_out = int(np.prod(g.tensors[op.outputs[0]].shape))
+        n_in = int(np.prod(g.tensors[op.inputs[0]].shape))
+        skip = A(n_in) if spec.kernel == 'op_elem' and 1 not in passed else 0     # (ADD's second operand)
+        plan = bo * A(n_out) + bi * A(n_in) + pc + skip + A(n_in) * prior
+        if not got[name] <= plan + 1024 or not plan <= got[name] + A(n_in) // 2:
+            bad.append(f'{name}: holds {got[name]} B handing its gradient on, planned {plan} B')
+    assert not bad, '\n'.join(bad)
