@@ -298,6 +298,7 @@ class Trials:
         self.npz = os.path.join(self.tmp, 'proxy.npz')
         np.savez(self.npz, x=self.x, y=self.y)
         self.ran = 0
+        self.failed = {}        # trial key -> why, of the trials that raised (_failed)
 
     @staticmethod
     def _key(ranks, fold):
@@ -314,11 +315,37 @@ class Trials:
         return self.cache[key]
 
     def _save(self):
+        """The scores on disk, but not those of trials that raised (self.failed): a bug
+        fixed (or a passing fault) runs them again."""
         os.makedirs(os.path.dirname(self.cache_path), exist_ok=True)
         tmp = '%s.%d.tmp' % (self.cache_path, os.getpid())     # (parallel prepares)
         with open(tmp, 'w') as f:
-            json.dump(self.cache, f)
+            json.dump({k: v for k, v in self.cache.items() if k not in self.failed}, f)
         os.replace(tmp, self.cache_path)
+
+    def _refused(self, ranks, e) -> float:
+        """A configuration prepare refuses (PrepareError: it does not fit or cannot
+        train) or whose training diverged: the worst score, cached like any other."""
+        self.log(f'  trial {describe(ranks)}: {e}')
+        return -1e9
+
+    def _failed(self, ranks, fold, e) -> float:
+        """A trial that raised otherwise is a bug, not a score: under STRICT (the test
+        suite) it raises naming the trial; else it is logged with its cause, listed in
+        the result ('failed', report() says so) and scores the worst for this run only,
+        not cached on disk (a bug there showed only as a log line, and its -1e9 stayed
+        in the cache after the fix)."""
+        what = describe(ranks) + (f' fold {fold}' if fold else '')
+        why = f'{type(e).__name__}: {e}'
+        if strict():
+            raise RuntimeError(f'--select trial {what} raised {why}') from e
+        import traceback
+        at = traceback.extract_tb(e.__traceback__)[-1:]
+        where = f' at {os.path.basename(at[0].filename)}:{at[0].lineno}' if at else ''
+        self.failed[self._key(ranks, fold)] = why + where
+        self.log(f'  trial {what} FAILED ({why}{where}): a bug, not a score; it counts as '
+                 'the worst here and is not cached')
+        return -1e9
 
     def mean(self, ranks, folds=None) -> float:
         """score() over folds splits of the proxy samples (one partition by default);
@@ -345,7 +372,17 @@ class Trials:
             return
         groups, ran = self._group(want), 0
         for group in groups.values():       # (one alone too: it is prepared already)
-            scores = self._run_stacked(group)
+            try:
+                scores = self._run_stacked(group)
+            except Exception as e:      # a bug: said, and the trials run one by one
+                if strict():
+                    raise RuntimeError('--select trials %s stacked raised %s: %s' % (
+                        ', '.join(sorted({describe(r) for r, _, _ in group})),
+                        type(e).__name__, e)) from e
+                self.log(f'  stacked trials of {describe(group[0][0])} and '
+                         f'{len(group) - 1} more FAILED ({type(e).__name__}: {e}): a bug; '
+                         'they run one by one')
+                continue
             if scores is None:
                 continue
             for (r, f, _), sc in zip(group, scores):
@@ -370,8 +407,7 @@ class Trials:
                 try:
                     cfg = self._prepared(r, f, out)
                 except PrepareError as e:
-                    self.log(f'  trial {d}: {e}')
-                    self.cache[self._key(r, f)] = -1e9
+                    self.cache[self._key(r, f)] = self._refused(r, e)
                     made[d] = None
                     continue
                 net = Net(os.path.join(out, 'model.flat'))
@@ -463,7 +499,12 @@ class Trials:
 
     def _run(self, ranks, fold=0):
         out = os.path.join(self.tmp, 'run')
-        cfg = self._prepared(ranks, fold, out)
+        try:
+            cfg = self._prepared(ranks, fold, out)
+        except PrepareError as e:
+            return self._refused(ranks, e)
+        except Exception as e:
+            return self._failed(ranks, fold, e)
         Trainer, Dataset = micro('trainer').Trainer, micro('data').Dataset
         tr = Trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'weights.wof'),
                      **{k: cfg[k] for k in RECIPE if k in cfg})
@@ -476,9 +517,10 @@ class Trials:
                 tr.train_epoch(train)
             loss, m = tr.evaluate(test)
             self._keep_prefix(tr, key, (train, test))
-        except Exception as e:      # a diverging trial scores as the worst
-            self.log(f'  trial {describe(ranks)}: {e}')
-            return -1e9
+        except diverged() as e:       # a diverging trial scores as the worst
+            return self._refused(ranks, e)
+        except Exception as e:
+            return self._failed(ranks, fold, e)
         finally:
             for pf in tr.prefixes.values():
                 pf.close()
@@ -646,6 +688,20 @@ def micro(name):
     """Device module utrain.<name> under CPython: the trials run the board's code."""
     from ..target.device import module
     return module(name)
+
+
+def diverged():
+    """(exception classes) of a trial that diverged, a score (the worst) and not a bug:
+    the trainer's Diverged (utrain.trainer: a NaN/Inf loss or weight) and arithmetic
+    errors (overflow, division by zero)."""
+    return (ArithmeticError, micro('trainer').Diverged)
+
+
+def strict() -> bool:
+    """A --select trial that raises (not a refusal, not a divergence) stops prepare
+    with the trial's name and cause when $UTRAIN_STRICT_TRIALS is set (the test suite
+    sets it: tests/conftest.py); otherwise it is said and scores the worst, uncached."""
+    return bool(os.environ.get('UTRAIN_STRICT_TRIALS'))
 
 
 # micro/ modules a trial never imports (a Trainer without a board's choice, no run.py):
@@ -847,6 +903,8 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
                           for d, _, _, r in tried[1:]],
            'price': pr.price(best[3]), 'tried': [(d, r) for d, _, _, r in tried],
            'trial_runs': t}
+    if t.failed:
+        out['failed'] = dict(t.failed)
     if best[3] == base:
         out['fallback'] = ('nothing beyond the classifier gains within the budget'
                            if wgain or any(b for b in bias_gain[1:] if b) else
@@ -921,7 +979,8 @@ def board_priors(model_path, data, settings, limit, backend, test_split, split_s
     auto = choose_auto(model_path, data, settings, limit, backend, test_split, split_seed,
                        rewrite, log=log, target=target, pricer=pr, **trial_opts)
     try:
-        return _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite)
+        res = _board_short_list(model_path, auto, pr, limit, samples, settings, rewrite)
+        return dict(res, failed=auto['failed']) if res and auto.get('failed') else res
     finally:
         if auto.get('trial_runs'):
             auto['trial_runs'].close()
@@ -1062,6 +1121,9 @@ def report(res):
             lines.append(f'  runner-up {d}: score {sc:.3f}, {heap // 1024} KB, {macs} MACs')
     if res.get('fallback'):
         lines.append(f'  classifier only: {res["fallback"]}')
+    for key, why in sorted(res.get('failed', {}).items()):
+        lines.append(f'  trial {key} FAILED ({why}): a bug (please report it); counted as '
+                     'the worst, not cached')
     return lines
 
 
@@ -1147,8 +1209,9 @@ class Q8Trials(Trials):
             except PE:                  # no prefix cache for this cut: the whole net
                 prepare(self.model_path, out, **kw)
         except PE as e:
-            self.log(f'  trial {describe(ranks)}: {e}')
-            return -1e9
+            return self._refused(ranks, e)
+        except Exception as e:
+            return self._failed(ranks, fold, e)
         with open(os.path.join(out, 'train.json')) as f:
             cfg = json.load(f)
         files = {k: os.path.join(out, v) if isinstance(v, str) else v
@@ -1164,9 +1227,10 @@ class Q8Trials(Trials):
             for _ in range(self.epochs):
                 tr.train_epoch(train)
             loss, m = tr.evaluate(test)
-        except Exception as e:      # a diverging trial scores as the worst
-            self.log(f'  trial {describe(ranks)}: {e}')
-            return -1e9
+        except diverged() as e:       # a diverging trial scores as the worst
+            return self._refused(ranks, e)
+        except Exception as e:
+            return self._failed(ranks, fold, e)
         finally:
             for d in (train, test):
                 if d is not None:
@@ -1251,6 +1315,7 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
                            True, log=log, pricer=pricer, trials=Q8Trials, prepare=prepare)
     res = auto(pr)
     t = res.get('trial_runs')
+    failed = res.get('failed')
     try:
         if mode == 'board':
             if layers_max is not None:
@@ -1278,6 +1343,8 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
         if t:
             t.close()
         cached = True
+    if failed and 'failed' not in res:
+        res = dict(res, failed=failed)
     for line in report(res):
         log(line)
     return dict(res, cache=True) if cached else res

@@ -986,3 +986,59 @@ def test_auto_offers_no_rank_that_leaves_a_narrow_layer_nothing(tmp_path):
             **dict(SETTINGS, loss='scce', from_logits=True))
     code, text = runner.run(out, python=True, stream=False)
     assert code == 0, text
+
+
+def test_a_trial_that_raises_is_named_and_not_cached(tmp_path, data, monkeypatch):
+    """A --select trial that raises (a bug: here the trainer on every configuration
+    beyond the classifier, and the stacked path) is not a score: under the test suite's
+    $UTRAIN_STRICT_TRIALS prepare stops naming the trial and the error; a user's
+    prepare goes on, says which trials failed and why, and keeps them out of the
+    on-disk trial cache (a fixed bug runs them again).  A configuration prepare refuses
+    and a diverged trial stay scores: the worst, cached."""
+    import tempfile
+    from host_tools.prepare import select as sl
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))       # (the trial cache)
+    Trainer = sl.micro('trainer').Trainer
+    epoch = Trainer.train_epoch
+
+    def buggy(self, *a, **k):
+        if len(self.net.trainable) > 2:       # (the classifier alone: weight and bias)
+            raise IndexError('boom')
+        return epoch(self, *a, **k)
+    monkeypatch.setattr(Trainer, 'train_epoch', buggy)
+    monkeypatch.setattr(sl.Trials, '_run_stacked', lambda self, g: {}['stacked boom'])
+    kw = dict(data=data, test_split=0.2, select='auto', budget='300K', **SETTINGS)
+    with pytest.raises(RuntimeError, match=r"trials? .*raised KeyError: 'stacked boom'"):
+        prepare(CNN, str(tmp_path / 'o'), log=lambda *a: None, **kw)
+    monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+    with pytest.raises(RuntimeError, match=r'--select trial \d+:\S+ raised IndexError: boom'):
+        prepare(CNN, str(tmp_path / 'o'), log=lambda *a: None, **kw)
+    monkeypatch.delenv('UTRAIN_STRICT_TRIALS')
+    said = []
+    s = prepare(CNN, str(tmp_path / 'o'), log=said.append, **kw)
+    cls = max(i for i, _ in layers(read_model(CNN)))
+    assert s['select']['ranks'] == {str(cls): 'all'}, s['select']
+    failed = s['select']['failed']
+    assert failed and all(v.startswith('IndexError: boom at test_select.py:') for v in
+                          failed.values()), failed
+    assert any(f'trial {k} FAILED (IndexError: boom' in x for x in said for k in failed), said
+    [disk] = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path / ('utrain-select-%d'
+                                                                       % os.getuid())) for f in fs]
+    with open(disk) as f:
+        cached = json.load(f)
+    assert f'{cls}:all' in cached and not set(failed) & set(cached), (failed, cached)
+    # refusals and divergence are scores, cached
+    t = sl.Trials(CNN, data, TRIAL_SETTINGS, 0.2, 0, prepare=prepare, log=said.append)
+    t.cache.clear()
+    first = {i: 0 for i, _ in layers(read_model(CNN))[:1]}
+    monkeypatch.setattr(sl.Trials, '_prepared', lambda *a: (_ for _ in ()).throw(
+        PrepareError('does not fit')))
+    assert t.score(first) == -1e9
+    monkeypatch.undo()
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    D = sl.micro('trainer').Diverged
+    monkeypatch.setattr(Trainer, 'train_epoch', lambda *a: (_ for _ in ()).throw(D('NaN')))
+    assert t.score({**first, cls: 0}) == -1e9
+    assert not t.failed
+    with open(t.cache_path) as f:
+        assert set(json.load(f)) == {sl.describe(first), sl.describe({**first, cls: 0})}
