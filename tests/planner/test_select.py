@@ -603,21 +603,25 @@ def test_nothing_fits_says_so_and_writes_nothing(tmp_path, data, mode):
 
 
 def test_auto_needs_a_sample_a_fold_or_says_how_many(tmp_path):
-    """A proxy too small for FOLDS folds of 8 samples is refused naming the file and the
-    count needed, before any trial runs; the smallest that is enough makes k equal folds."""
+    """A proxy too small for MIN_FOLDS folds of 8 samples is refused naming the file and
+    the count needed, before any trial runs; one too small for FOLDS folds of 8 (36
+    samples: UCR ArrowHead's training set) takes fewer, of 8 at least; the smallest that
+    is enough for FOLDS makes k equal folds."""
     from host_tools.prepare import select as sl
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
-    need = 8 * sl.FOLDS
+    need = 8 * sl.MIN_FOLDS
     small = str(tmp_path / 'small.npz')
     np.savez(small, x=z['x'][:need - 1], y=z['y'][:need - 1])
     with pytest.raises(PrepareError, match=r'small\.npz: %d training samples are too few.*'
-                       r'at least %d' % (need - 1, need)):
+                       r'at least %d.*--train last:N' % (need - 1, need)):
         prepare(CNN, str(tmp_path / 'o'), data=small, select='auto', budget='300K',
                 log=lambda *a: None, **SETTINGS)
     assert not os.path.exists(tmp_path / 'o' / 'model.flat')
-    np.savez(small, x=z['x'][:need + 3], y=z['y'][:need + 3])
-    t = sl.Trials(CNN, small, TRIAL_SETTINGS, 0.0, 0, prepare=prepare)
-    assert (t.n_val, len(t.x)) == (8, need)
+    for n, folds, n_val in ((need, sl.MIN_FOLDS, 8), (36, 4, 9),
+                            (8 * sl.FOLDS + 3, sl.FOLDS, 8)):
+        np.savez(small, x=z['x'][:n], y=z['y'][:n])
+        t = sl.Trials(CNN, small, TRIAL_SETTINGS, 0.0, 0, prepare=prepare)
+        assert (t.folds, t.n_val, len(t.x)) == (folds, n_val, folds * n_val), n
 
 
 def test_auto_tries_the_last_layers_whole(tmp_path, data, monkeypatch):
@@ -1042,3 +1046,31 @@ def test_a_trial_that_raises_is_named_and_not_cached(tmp_path, data, monkeypatch
     assert not t.failed
     with open(t.cache_path) as f:
         assert set(json.load(f)) == {sl.describe(first), sl.describe({**first, cls: 0})}
+
+
+def test_a_small_proxy_verifies_on_as_many_validations_as_a_large_one(tmp_path, data,
+                                                                     monkeypatch):
+    """A verified mean rests on at least VALIDATIONS validations: a proxy of 50 samples
+    (UCR GunPoint's training set) is partitioned 8 times, one of 360 once.  Here
+    configuration a wins its first partition by luck (+40 points) and is at the
+    classifier's level on every other; b gains +10 on every fold: auto trains b (it
+    trained a on one partition)."""
+    from host_tools.prepare import select as sl
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    small = str(tmp_path / 'small.npz')
+    np.savez(small, x=z['x'][:50], y=z['y'][:50])
+    assert sl.Trials(CNN, small, TRIAL_SETTINGS, 0.0, 0, prepare=prepare).parts == 8
+    assert sl.Trials(CNN, data, TRIAL_SETTINGS, 0.0, 0, prepare=prepare).parts == 1
+    cands = layers(read_model(CNN))
+    cls = cands[-1][0]
+    a, b = [i for i, _ in cands if i < cls][:2]
+
+    def score(self, ranks, fold=0):
+        if len(ranks) == 2 and ranks.get(a) == 0:
+            return 0.9 if fold < self.folds else 0.5
+        return 0.6 if len(ranks) == 2 and ranks.get(b) == 0 else 0.5
+    monkeypatch.setattr(sl.Trials, 'score', score)
+    monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+    s = prepare(CNN, str(tmp_path / 'o'), data=small, test_split=0.0, select='auto',
+                budget='300K', log=lambda *a: None, **SETTINGS)
+    assert {int(i): r for i, r in s['select']['ranks'].items()} == {b: 'all', cls: 'all'}
