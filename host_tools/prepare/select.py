@@ -66,7 +66,7 @@ REFINE_TIMES = 2        # ... on this many times FOLDS splits
 # biases trained and tested 7.6 points under last:5, 24:all,31:all 0.6 under it.
 VALIDATIONS = 360
 # Of the configurations tried for real, the best mean score trains; those within TIE of
-# it count as as good and the one with the largest plan (the most it trains) of them
+# it count as as good and the one that trains the most of them
 # trains: the run trains on all the proxy's samples, k/(k-1) times a trial's, and of two
 # configurations the trials cannot tell apart the larger gains more from the extra data.
 # bench/transfer.py (every configuration auto tried on its 33 task budgets also run to
@@ -74,8 +74,13 @@ VALIDATIONS = 360
 # setting on 33, the smallest on 31 (the MobileNet on new digits: the classifier alone,
 # 0.931, where the proxy had every layer from op 19 within 0.4 points of it: 0.957).
 # A wide tie (0.02, onert-micro's tool's) lets the trials' noise choose: the largest
-# within 0.02 came within 2 points on 32.
+# within 0.02 came within 2 points on 32.  "The most it trains" is its trained
+# parameters (the plan breaks their ties): the plan also grows with the depth the
+# gradient reaches, not with what trains there (GunPoint on rp2040's defaults, the
+# held-out OSULeaf net: 15:all,19:up,24:1/8,31:all, 197 KB and 0.9k parameters, tied
+# with 24:all,31:all, 166 KB and 1.2k, on 8 partitions; they tested 0.638 and 0.739).
 TIE = 0.005
+TIE_BY = 'params'       # (or 'heap': the plan alone, before session 13)
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
 # a layer is worth training on the board when the Fisher potential of its outputs is at
 # least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
@@ -878,7 +883,7 @@ def _verify(t, pr, base, final, predicted, log):
     REFINE of the best) again on more splits, each with its own shuffle (the best of a
     dozen k-fold means is as often luck as merit).  Returns (the classifier alone's
     score, [(measured gain, heap, predicted gain, ranks)] best first: of those within TIE
-    of the best mean the largest plan trains)."""
+    of the best mean the one that trains the most parameters trains)."""
     first = t.folds * t.parts       # (a small proxy: several partitions, VALIDATIONS)
     t.prefetch([(r, f) for r in [base] + final for f in range(first)])
     s0 = t.mean(base, first)
@@ -907,8 +912,10 @@ def _verify(t, pr, base, final, predicted, log):
         # the first partition: both on the same folds)
         tried = [(t.mean(r, folds) - s0 if describe(r) in again else d, h, p, r)
                  for d, h, p, r in tried]
-    tried.sort(key=lambda c: (c[0] >= top - TIE, c[1] if c[0] >= top - TIE else c[0], c[0]),
-               reverse=True)
+    def most(c):        # (of those within TIE: the most trained parameters, then plan)
+        return (pr.price(c[3])['params'], c[1]) if TIE_BY == 'params' else (c[1],)
+    tried.sort(key=lambda c: (c[0] >= top - TIE, most(c) if c[0] >= top - TIE else (c[0],),
+                              c[0]), reverse=True)
     return s0, tried
 
 
@@ -1026,7 +1033,7 @@ def _short(auto, pr, limit):
                         f'{auto["score"]:.3f}) fits the budget only without the board\'s '
                         'scoring pass: it trains as chosen on the host, the board does not '
                         'score'}
-    # in auto's order (tried: its choice first, the largest plan within TIE of the best
+    # in auto's order (tried: its choice first, the most trained within TIE of the best
     # mean): re-sorted by the measured gain alone, a configuration within the trials'
     # noise of auto's choice and cheaper came first and its union with auto's choice
     # did not fit, so the board never saw what auto trains (imu-mlp noisy on rp2040's

@@ -1074,3 +1074,25 @@ def test_a_small_proxy_verifies_on_as_many_validations_as_a_large_one(tmp_path, 
     s = prepare(CNN, str(tmp_path / 'o'), data=small, test_split=0.0, select='auto',
                 budget='300K', log=lambda *a: None, **SETTINGS)
     assert {int(i): r for i, r in s['select']['ranks'].items()} == {b: 'all', cls: 'all'}
+
+
+def test_of_two_it_cannot_tell_apart_auto_trains_the_one_that_trains_more(tmp_path, data,
+                                                                        monkeypatch):
+    """Within TIE "the larger" is the one with more trained parameters, not the larger
+    plan: op 1 whole plans more heap (the gradient reaches the first layer) than op 7
+    whole, which trains more; tied, op 7 trains (it trained op 1: GunPoint's
+    15:all,19:up,24:1/8 on the held-out OSULeaf net, deeper, tested 10 points under
+    24:all)."""
+    from host_tools.prepare import select as sl
+    cands = layers(read_model(CNN))
+    cls = cands[-1][0]
+    a, b = {1: 0, cls: 0}, {7: 0, cls: 0}
+    pr = sl.Pricer(CNN, SETTINGS, 'fallback')
+    assert pr.price(a)['heap'] > pr.price(b)['heap'] and \
+        pr.price(a)['params'] < pr.price(b)['params']
+    monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0:
+                        0.9 if ranks in (a, b) else 0.5)
+    monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                budget='300K', log=lambda *a: None, **SETTINGS)
+    assert {int(i): r for i, r in s['select']['ranks'].items()} == {7: 'all', cls: 'all'}
