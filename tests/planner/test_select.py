@@ -419,14 +419,15 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     when the shares here are within NOISE (2x) of the proxy's; where op 1's outputs carry
     four times their proxy share and op 0's a tenth, op 1's (weighed 0.16 against
     0.015); a refused layer's configuration is out, and of configurations weighed within
-    TIE of each other the larger trains (here op 1's, at a fiftieth of its proxy share:
-    0.003 against the classifier alone's 0, 10 KB more: the board cannot tell them apart,
-    and the larger trains more)."""
+    TIE of each other the first the host lists trains (it lists them as --select auto
+    orders them: the best first, of those within TIE the one that trains the most; here
+    op 1's, at a fiftieth of its proxy share: 0.003 against the classifier alone's 0,
+    listed after it)."""
     from host_tools.prepare.select import micro
     F = micro('fisher')
-    configs = [[0.0, 100000, [[7, 2, 0], [8, 2, 0]]],
-               [0.15, 120000, [[7, 2, 0], [8, 2, 0], [1, 0, 2], [2, 1, 2]]],
-               [0.08, 110000, [[7, 2, 0], [8, 2, 0], [4, 2, 0], [5, 2, 0]]]]
+    configs = [[0.15, 120000, [[7, 2, 0], [8, 2, 0], [1, 0, 2], [2, 1, 2]]],
+               [0.08, 110000, [[7, 2, 0], [8, 2, 0], [4, 2, 0], [5, 2, 0]]],
+               [0.0, 100000, [[7, 2, 0], [8, 2, 0]]]]
     proxy = [[0, 0.5], [1, 0.5]]
     keep, lines = F.pick(_Net(), _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8),
                          configs, proxy)
@@ -435,19 +436,24 @@ def test_board_weighs_the_host_priors_by_its_own_potential():
     assert keep == {7: None, 8: None, 1: (0, 0, 2), 2: (1, 0, 2)}, lines   # within NOISE
     keep, lines = F.pick(_Net(), _pots([0.03125] * 8, [2.5] * 8), configs, proxy)
     assert keep == {7: None, 8: None, 4: None, 5: None}, lines
-    assert '-> config 2' in lines
+    assert '-> config 1' in lines
     keep, lines = F.pick(_Net(), _pots([0.0] * 8, [0.0125] * 8), configs, proxy)   # 0.003
-    assert any('config 1' in x and 'refused (op 0)' in x for x in lines), lines
+    assert any('config 0' in x and 'refused (op 0)' in x for x in lines), lines
     assert keep == {7: None, 8: None, 4: None, 5: None}, lines
     # a board with less heap than prepare planned for refuses what does not fit it
     same = _pots([0.25, 0.25] + [0.5] * 4 + [1, 1.5], [0.625] * 8)
     keep, lines = F.pick(_Net(), same, configs, proxy, have=112000)
-    assert any('config 1' in x and "refused: planned above this board's 109 KB heap" in x
+    assert any('config 0' in x and "refused: planned above this board's 109 KB heap" in x
                for x in lines), lines
     assert keep == {7: None, 8: None, 4: None, 5: None}, lines
     keep, lines = F.pick(_Net(), same, configs, proxy, have=90000)
     assert 'every configuration refused: the smallest trains' in lines
     assert keep == {7: None, 8: None}, lines
+    # tied, the first listed trains, though the other plans more heap (the host put first
+    # the one that trains more: a larger plan can be a deeper one, not a larger one)
+    tied = [[0.1] + configs[1][1:], [0.1] + configs[0][1:]]
+    keep, lines = F.pick(_Net(), same, tied, proxy)      # (both weighed 0.1)
+    assert keep == {7: None, 8: None, 4: None, 5: None} and '-> config 0' in lines, lines
 
 
 def test_board_trains_the_channels_the_host_measured_unless_its_data_says_otherwise():
