@@ -14,6 +14,11 @@ if os.path.dirname(TESTS) not in sys.path:
 
 from host_tools.target.runner import find_micropython  # noqa: E402
 
+# A --select trial that raises (a bug, not a refusal or a divergence) stops prepare here,
+# naming the trial (host_tools/prepare/select.py strict()), in this process and the ones
+# it starts; a user's prepare says so and goes on
+os.environ.setdefault('UTRAIN_STRICT_TRIALS', '1')
+
 
 def pytest_sessionstart(session):
     # In CI the MicroPython half of the suite must run, not quietly skip.

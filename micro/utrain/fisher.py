@@ -12,8 +12,8 @@
 # short list of configurations on the proxy (their accuracy gain over the classifier
 # alone) and measured each candidate's share of the classifier's potential there; the
 # board weighs each configuration's gain by how much more (or less) potential its layers
-# have on the board's own data than on the proxy, and trains the best (the largest plan
-# within TIE of it, as prepare's --select auto), each part of a layer on the channels
+# have on the board's own data than on the proxy, and trains the best (of those within
+# TIE of it the first the host lists, as prepare's --select auto orders them), each part of a layer on the channels
 # the host measured unless the board's data puts more than NOISE times their potential
 # in another window than the proxy had there (on each half of its samples, the window
 # chosen on the other half): utrain.fpick, which an int8 run's choice (utrain.q8fish)

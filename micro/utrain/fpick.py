@@ -4,8 +4,9 @@
 # configurations on a proxy dataset (their accuracy gain over the classifier alone) and
 # measured each candidate's share of the classifier's potential there; pick() weighs each
 # configuration's gain by how much more (or less) potential its layers have on the
-# board's own data than on the proxy, and trains the best (the largest plan within TIE of
-# it, as prepare's --select auto), each part of a layer on the channels the host measured
+# board's own data than on the proxy, and trains the best (of those within TIE of it the
+# first in the host's order, which puts first the one that trains the most, as prepare's
+# --select auto), each part of a layer on the channels the host measured
 # unless the board's data puts more than NOISE times their potential in another window
 # than the proxy had there (measured(): on each half of its samples, the window chosen on
 # the other half).  Plain Python over rows of potentials (p[0, c], p.shape: an array of
@@ -163,8 +164,9 @@ def pick(net, P, configs, proxy, have=None, half=None, row=_zeros):
     potentials there] for a layer trained in part)], ...].  A
     configuration's gain is weighed by rho = (its layers' share of the classifier's
     potential here) / (their share on the proxy), beyond NOISE (rho / NOISE above it,
-    rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (the largest
-    heap within TIE of it: it trains the most).  Configurations with a refused layer are
+    rho * NOISE below 1 / NOISE, else 1); the best weighed gain trains (of those within
+    TIE of it the first listed: the host lists them as --select auto orders them, the
+    one that trains the most first).  Configurations with a refused layer are
     out, and so are those planned above the heap this board has (have, bytes: its GC's
     tables aside, a 1/32 margin); half: potentials()'s half (see measured()); row(n):
     a (1, n) row of zeros of the kind P holds (utrain.q8fish: its own).
@@ -211,7 +213,7 @@ def pick(net, P, configs, proxy, have=None, half=None, row=_zeros):
             rated.append((w, heap, j))
     if rated:
         top = max(r[0] for r in rated)
-        best = max([r for r in rated if r[0] >= top - TIE], key=lambda r: (r[1], r[0]))[2]
+        best = min([r[2] for r in rated if r[0] >= top - TIE])
     else:       # (the classifier alone is planned above this board's heap)
         best = min(range(len(configs)), key=lambda j: configs[j][1])
         lines.append('every configuration refused: the smallest trains')
