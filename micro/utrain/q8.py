@@ -302,10 +302,11 @@ class Layer:
             return
         nc = d.get('nc', no)
         if nc < no and self.w is not None and not self.pw:
-            # (held weights: chunks as long as the multipliers' scratch, not the weight
-            # scratch's: a chunk cost a Pico ~1.3 ms)
-            nc = no if self.c == 1 else max(nc, min(no, len(self.net.qm)))
-        if nc >= no and self.w is not None and self.mul is not None and not self.pw:
+            # (held weights: chunks as long as the multipliers' scratch and the sums, not
+            # the weight scratch's: a chunk cost a Pico ~1.3 ms)
+            nc = max(nc, min(no if self.c == 1 else len(self.net.qm), len(acc)))
+        if nc >= no and self.w is not None and self.mul is not None and self.b is not None and (
+                not self.pw):
             self.whole = 1          # (mul: read from q8.req after __init__)
             return self.fc(x)
         for o0, n in self.segs(no, nc):
