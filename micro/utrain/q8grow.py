@@ -226,14 +226,14 @@ def c7d(c, g, e, o0: int, n: int, mk: int) -> int:
     pe = ptr8(e)
     d = 0
     for o in range(o0, o0 + n):
-        k = int(pc[o])
-        if k > int(pg[o]) and int(pe[o]) < mk:
+        q = int(pc[o])
+        if q > int(pg[o]) and int(pe[o]) < mk:
             pc[o] = 1
             pg[o] = 0
             d += 1
         else:
             pc[o] = 0
-            pg[o] = k
+            pg[o] = q
     return d
 
 

@@ -232,8 +232,8 @@ def c7n(w, t, c):
         c[:max(N, 0)] = bytes(max(N, 0))
         return 0
     a = np.frombuffer(w, np.uint8, (N - 1) * cs + (n - 1) * st + 1)
-    k = np.lib.stride_tricks.as_strided(a, (N, n), (cs, st))
-    m = np.count_nonzero((k == 127) | (k == 129), axis=1)
+    v = np.lib.stride_tricks.as_strided(a, (N, n), (cs, st))
+    m = np.count_nonzero((v == 127) | (v == 129), axis=1)
     np.frombuffer(c, np.uint8, N)[:] = np.minimum(m, 255)
     return int(m.sum())
 

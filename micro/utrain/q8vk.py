@@ -441,17 +441,17 @@ def c7n(w, t, c) -> int:
     s = 0
     b = 0
     for o in range(pt[0]):
-        k = 0
+        q = 0
         i = b
         for j in range(n):
             v = int(pw[i])
             if v == 127 or v == 129:
-                k += 1
+                q += 1
             i += st
-        s += k
-        if k > 255:
-            k = 255
-        pc[o] = k
+        s += q
+        if q > 255:
+            q = 255
+        pc[o] = q
         b += pt[3]
     return s
 
