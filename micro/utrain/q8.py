@@ -262,9 +262,10 @@ class Layer:
         net = self.net
         if a is None:
             w, q = self.rows(o0, n, row), None
-        else:
+        else:       # (a partial layer's held rows: their own, a's for the rest)
             k = (n * row + 3) >> 2
-            w, q = net._wv(a, net.woff[self.d['wt']] + o0 * row, n * row), (
+            w, q = (self.rows(o0, n, row) if self.pw and self.wlo <= o0 < self.whi else
+                    net._wv(a, net.woff[self.d['wt']] + o0 * row, n * row)), (
                 a[k + n:k + 2 * n], a[k + 2 * n:k + 3 * n])
         b, m, s = self.b, self.mul, self.shf
         if b is None:
@@ -298,7 +299,12 @@ class Layer:
             K.rqk(acc, no, self.c, 1, self.mul, self.shf, self.y, self.zy, self.lo, self.hi, 0)
             return
         nc = d.get('nc', no)
-        if nc >= no and self.w is not None and self.mul is not None and not self.pw:
+        if nc < no and self.w is not None and not self.pw:
+            # (held weights: chunks as long as the multipliers' scratch and the sums, not
+            # the weight scratch's: a chunk cost a Pico ~1.3 ms)
+            nc = max(nc, min(no if self.c == 1 else len(self.net.qm), len(acc)))
+        if nc >= no and self.w is not None and self.mul is not None and self.b is not None and (
+                not self.pw):
             self.whole = 1          # (mul: read from q8.req after __init__)
             return self.fc(x)
         for o0, n in self.segs(no, nc):
@@ -319,7 +325,7 @@ class Layer:
         dw = self.k == DW
         net = self.net
         gb = net.gb     # (a streamed conv: a chunk's all in the idle input-gradient buffer)
-        nw = net.wide(gb[0] if gb and self.w is None and row else None, row + 12,
+        nw = net.wide(gb[0] if gb and (self.w is None or self.pw) and row else None, row + 12,
                       len(acc) // (OH * OW), nc)
         wa = memoryview(gb[0]) if nw else None
         for o0, n in self.segs(O, nw or nc):
@@ -1284,9 +1290,8 @@ class Q8Net:
         for o0 in range(lo, hi, w):
             m = min(w, hi - o0)
             self.quant(L, o0, m, d['bh'], q)
-            if ge is not None:
-                for i in range(m):
-                    qs[i] -= ge[o0 + i]
+            if ge is not None:      # (q8grow.gsk: a Python loop cost a Pico ~8 ms)
+                self.wg.sk(qs, ge, o0, m)
             u = memoryview(bs)[o0 - lo:] if o0 > lo else bs
             K.rqk(u, m, m, 1, qm, qs, u, 0, 0, 0, 1)
         if v is not None:
@@ -1332,8 +1337,7 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
             L.uk = (fr, e, u, min(t), max(t))
         elif e != k[1]:
             t = e - k[1]
-            for j in range(w):
-                shf[j] += t
+            K.ack(shf, w, t)
             L.uk = (fr, e, u, k[3] + t, k[4] + t)
         j = c0 - lo
         K.rqk(gw, n, nc, blk, memoryview(mul)[j:] if j else mul,

@@ -1,27 +1,27 @@
 # Weight scales that grow (issue 29), loaded by utrain.q8 only for a table with a layer
 # marked 'gw' (host_tools/prepare/quant.py: every layer whose weights train).  A trained
-# weight that reaches +-127 clamps: the update past it is lost (MobileNetV2's op 62 at
-# 1/2 ended with 54-86 of its window's weights there, the classifier up to 100; ~1 point
-# of the int8/float gap).  After each update (Q8Net.step, apply) the trained window's
-# +-127 weights are counted (c7k, viper: 15 ms a step on a Pico over op 62's
-# window and the classifier; bytes.count took 110); an output channel with more there
-# than it had (a per-channel model's calibrated maximum sits at +-127 from the start:
-# not a clamp) doubles its weight scale (a per-tensor layer: the tensor's): its int8
-# weights and their kept fractions halve (hvk: the value they hold, 256 w - e,
-# halved and split again), momentum's velocities halve, its requantization shift grows
-# by one (sx s_W / s_y doubles: the same multiplier), its int32 bias is requantized from
-# the float one and its input-gradient rescaling (sw[o] / max(sw)) made again.  Each
-# channel's exponent (at most MAXK) and count go into checkpoints (after the other int8
-# state, b'UTGW'); the exponents beside trained.wof in trained.wof.q8w (binary: b'UTGW',
-# then per layer u32 weight tensor, u32 count, a byte each), which load_weights reads
-# and export writes into the model's scales.
-# (c7k and hvk, viper, are here: loaded only with this module, not in q8kern: native code is
-# heap on an RP2040.)
+# weight that reaches +-127 clamps: the update past it is lost (MobileNetV2's op 62 at 1/2
+# ended with 54-86 of its window's weights there, the classifier up to 100; ~1 point of
+# the int8/float gap).  After each update (Q8Net.step, apply) the trained window's +-127
+# weights are counted (c7n, one call a layer; Thumb on ARM: a viper count over op 62's
+# window and the classifier, a call a channel, cost a Pico ~45 ms a step); an output
+# channel with more there than it had (a per-channel model's calibrated maximum sits at
+# +-127 from the start: not a clamp) doubles its weight scale (a per-tensor layer: the
+# tensor's): its int8 weights and their kept fractions halve (hvk: the value they hold,
+# 256 w - e, halved and split again), momentum's velocities halve, its requantization
+# shift grows by one (sx s_W / s_y doubles: the same multiplier), its int32 bias is
+# requantized from the float one and its input-gradient rescaling (sw[o] / max(sw)) made
+# again.  Each channel's exponent (at most MAXK) and count go into checkpoints (after the
+# other int8 state, b'UTGW'); the exponents beside trained.wof in trained.wof.q8w (binary:
+# b'UTGW', then per layer u32 weight tensor, u32 count, a byte each), which load_weights
+# reads and export writes into the model's scales.
+# (c7d and hvk, viper, are here: loaded only with this module, not in q8kern: native
+# code is heap on an RP2040.)
 # the viper decorator and, under CPython (or decorators stripped), the pointer casts:
 # q8kern's
 from utrain.q8kern import micropython, VIPER, side_save, side_load
 if not VIPER:
-    from utrain.q8kern import ptr8
+    from utrain.q8kern import ptr8, ptr32
 
 MAXK = 12           # at most 2^12 times a channel's calibrated scale
 _DW = 2     # q8.DW
@@ -38,6 +38,8 @@ class Grow:
             len(L.d['sw']) > 1 or L.wr() == (0, L.d['wn']))]
         # each channel's +-127 weights, counted (capped at 255): one scratch for all
         self.c = bytearray(max([len(L.d['sw']) for L in self.ls] or [0]))
+        self.t = i32(6)     # (c7n's table, two words its scratch)
+        self.sk = gsk       # (utrain.q8 _ibias)
         for L in self.ls:
             L.ge = bytearray(len(L.d['sw']))       # its weight scales' exponents
             L.g0 = bytearray(len(L.d['sw']))       # its channels' +-127 weights, last seen
@@ -46,52 +48,42 @@ class Grow:
     def base(self, L):
         """The counts a channel must exceed to double: its +-127 weights now (a
         per-channel model's calibrated maximum sits there: not a clamp)."""
-        self._counts(L)
+        L.gt = self._counts(L)
         for o in _chans(L):
             L.g0[o] = self.c[o]
-        L.gt = self._total(L)
-
-    def _total(self, L):
-        # the window's +-127 weights (c7k)
-        w0, w1 = L.wr()
-        return c7k(memoryview(L.w)[w0 - L.wo:] if w0 > L.wo else L.w, w1 - w0, 1)
 
     def _counts(self, L):
         # self.c = each channel's +-127 weights in the window, at most 255 (a per-tensor
-        # layer's: one count)
-        c = self.c
-        if len(L.ge) == 1:
-            t = self._total(L)
-            c[0] = t if t < 255 else 255
-            return
+        # layer's: one count); returns the window's (c7n: one call a layer)
         w0, w1 = L.wr()
         oc, row, blk = L.geo()
-        mv, wo = memoryview(L.w), L.wo
-        for o in _chans(L):
-            if blk == 1:            # depthwise: a channel's weights strided by oc
-                t = c7k(mv[o:], row, oc)
-            else:
-                t = c7k(mv[o * row - wo:], row, 1)
-            c[o] = t if t < 255 else 255
+        t, w, o = self.t, L.w, 0
+        if len(L.ge) == 1:
+            t[0], t[1], t[2], t[3], i = 1, w1 - w0, 1, 0, w0 - L.wo
+        elif blk == 1:              # depthwise: a channel's weights strided by oc
+            t[0], t[1], t[2], t[3], i = oc, row, oc, 1, 0
+        else:
+            o = L.wlo
+            t[0], t[1], t[2], t[3], i = L.whi - o, row, 1, row, o * row - L.wo
+        return c7n(memoryview(w)[i:] if i else w, t, memoryview(self.c)[o:] if o else self.c)
 
     def check(self):
         """Double the scale of each trained output channel with more weights at +-127
         than it had (a weight that reached it clamps there: the update past it is lost);
-        fewer: the count to exceed drops to it.  The channels are counted only when the
+        fewer: the count to exceed drops to it.  The channels are compared only when the
         window's total moved."""
         for L in self.ls:
-            t = self._total(L)
+            t = self._counts(L)
             if t == L.gt:
                 continue
-            self._counts(L)
-            c, g0, ge = self.c, L.g0, L.ge
-            for o in _chans(L):
-                if c[o] > g0[o] and ge[o] < MAXK:
-                    self.double(L, o)
-                    g0[o] = 0
-                else:
-                    g0[o] = c[o]
-            L.gt = self._total(L)
+            r = _chans(L)
+            c = self.c
+            if c7d(c, L.g0, L.ge, r[0], len(r), MAXK):
+                for o in r:
+                    if c[o]:
+                        self.double(L, o)
+                t = self._counts(L)
+            L.gt = t
 
     def double(self, L, o):
         """Channel o's weight scale (the tensor's for a per-tensor layer) times 2."""
@@ -198,7 +190,7 @@ class Grow:
             n = len(L.ge)
             self.set(L, s[o:o + n])
             L.g0[:] = s[o + n:o + 2 * n]
-            L.gt = self._total(L)
+            L.gt = self._counts(L)
             o += 2 * n
 
     def save(self, path):
@@ -225,17 +217,24 @@ def _chans(L):
 
 
 @micropython.viper
-def c7k(w, n: int, st: int) -> int:
-    # how many of the int8 weights w[0], w[st], ... (n of them) are +-127
-    pw = ptr8(w)
-    c = 0
-    i = 0
-    for j in range(n):
-        v = int(pw[i])
-        if v == 127 or v == 129:
-            c += 1
-        i += st
-    return c
+def c7d(c, g, e, o0: int, n: int, mk: int) -> int:
+    # channels o0..o0+n-1 whose count c[o] passed the one last seen g[o], exponent e[o]
+    # below mk: c[o] = 1 (to double), g[o] = 0; the others c[o] = 0, g[o] = their count;
+    # returns how many double
+    pc = ptr8(c)
+    pg = ptr8(g)
+    pe = ptr8(e)
+    d = 0
+    for o in range(o0, o0 + n):
+        q = int(pc[o])
+        if q > int(pg[o]) and int(pe[o]) < mk:
+            pc[o] = 1
+            pg[o] = 0
+            d += 1
+        else:
+            pc[o] = 0
+            pg[o] = q
+    return d
 
 
 @micropython.viper
@@ -259,11 +258,19 @@ def hvk(w, e, n: int, st: int, he: int):
         i += st
 
 
+# c7n, gsk: q8asm's Thumb loops on ARM boards, else q8vk's viper ones (their reference,
+# which an ARM board does not load: tests/support/q8kern_cases.py compares them there)
+from utrain.q8kern import _A  # noqa: E402
+if _A is not None:
+    c7n, gsk = _A.c7n, _A.gsk
+else:
+    from utrain.q8vk import c7n, gsk
+
 if not VIPER:
     import sys
     if sys.implementation.name != 'micropython':    # CPython: the loops in numpy
         try:
             from utrain.q8np import install
-            install(globals(), ('c7k', 'hvk'))
+            install(globals(), ('c7n', 'hvk'))
         except ImportError:
             pass

@@ -350,13 +350,13 @@ except (ImportError, SyntaxError):
     _A = None
 ASM = _A is not None
 if _A is None:
-    from utrain.q8vk import fck, convk, rqk, gwk, dxk, cgk, upk, upmk, upek, cdk, nrk, ubek
+    from utrain.q8vk import fck, convk, rqk, gwk, dxk, cgk, upk, upmk, upek, cdk, nrk, ubek, ack
 else:
     _A._V = (dwk, ddk, dgk, sumk, stk)
     fck, convk, dwk, gwk, dxk, cgk, cdk, ddk, dgk, rqk, upk, upmk, upek, sumk, stk = (
         _A.fck, _A.convk, _A.dwk, _A.gwk, _A.dxk, _A.cgk, _A.cdk, _A.ddk, _A.dgk, _A.rqk,
         _A.upk, _A.upmk, _A.upek, _A.sumk, _A.stk)
-    nrk, ubek = _A.nrk, _A.ubek
+    nrk, ubek, ack = _A.nrk, _A.ubek, _A.ack
     zk = _A._zero
 
 if not VIPER:
@@ -375,6 +375,6 @@ def vk():
     from utrain import q8vk as V
     d = {'dwk': _A._V[0], 'ddk': _A._V[1], 'dgk': _A._V[2], 'sumk': _A._V[3], 'stk': _A._V[4]}
     for n in ('fck', 'convk', 'gwk', 'dxk', 'cgk', 'cdk', 'rqk', 'upk', 'upmk', 'upek', 'nrk',
-              'ubek', 'flk'):
+              'ubek', 'flk', 'ack'):
         d[n] = getattr(V, n)
     return d

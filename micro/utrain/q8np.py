@@ -225,12 +225,17 @@ def vmk(v, d, n, p):
     _i32(d, n)[:] = r.astype(I32)
 
 
-def c7k(w, n, st):
-    # q8grow.c7k: the +-127 weights among w[0], w[st], ... (n)
-    if n <= 0:
+def c7n(w, t, c):
+    # q8grow.c7n: each channel's +-127 weights (capped at 255 in c), their total
+    N, n, st, cs = t[0], t[1], t[2], t[3]
+    if N <= 0 or n <= 0:
+        c[:max(N, 0)] = bytes(max(N, 0))
         return 0
-    a = np.frombuffer(w, np.uint8, (n - 1) * st + 1)[::st]
-    return int(np.count_nonzero((a == 127) | (a == 129)))
+    a = np.frombuffer(w, np.uint8, (N - 1) * cs + (n - 1) * st + 1)
+    v = np.lib.stride_tricks.as_strided(a, (N, n), (cs, st))
+    m = np.count_nonzero((v == 127) | (v == 129), axis=1)
+    np.frombuffer(c, np.uint8, N)[:] = np.minimum(m, 255)
+    return int(m.sum())
 
 
 def hvk(w, e, n, st, he):
@@ -251,7 +256,7 @@ def hvk(w, e, n, st, he):
 def install(g, names=('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck',
                        'gwk', 'dxk', 'upmk', 'upek')):
     """Put these kernels in place of module globals g's (q8kern's; names: another
-    module's, as q8grow's c7k and hvk), keeping the plain Python ones as py_<name>."""
+    module's, as q8grow's c7n and hvk), keeping the plain Python ones as py_<name>."""
     for name in names:
         g['py_' + name] = g[name]
         g[name] = globals()[name]

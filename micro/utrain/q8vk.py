@@ -2,8 +2,9 @@
 # multiply-adds, the requantization, the int8 updates), in a module of their own: q8kern
 # loads them where no q8asm is staged (the unix port, ESP32, CPython through q8np); a
 # training run on an ARM board never does (8.5 KB of armv6m code in an RP2040's heap),
-# only the tests and benches that compare both (q8kern.vk(); also q8sparse's flk).  Same conventions as
-# q8kern (viper: unboxed machine ints, ptr8/ptr32; CPython: the same integers).
+# only the tests and benches that compare both (q8kern.vk(); also q8sparse's flk, q8grow's
+# c7n and gsk).  Same conventions as q8kern (viper: unboxed machine ints, ptr8/ptr32; CPython: the
+# same integers).
 from utrain.q8viper import micropython, VIPER
 if not VIPER:
     from utrain.q8viper import ptr8, ptr32
@@ -424,3 +425,51 @@ def flk(dz, m: int, P: int):
                 t += m
         else:
             pz[s + j] = 0
+
+
+@micropython.viper
+def c7n(w, t, c) -> int:
+    # q8grow's: the +-127 int8 weights of t[0] channels of t[1] weights, t[2] bytes apart
+    # in a channel, channels t[3] apart, from w[0]: each channel's count (at most 255)
+    # into bytes c; returns them all (one call a layer: a call a channel and a Python
+    # loop over them cost a Pico ~45 ms a step over op 62's 168 channels)
+    pw = ptr8(w)
+    pt = ptr32(t)
+    pc = ptr8(c)
+    n = pt[1]
+    st = pt[2]
+    s = 0
+    b = 0
+    for o in range(pt[0]):
+        q = 0
+        i = b
+        for j in range(n):
+            v = int(pw[i])
+            if v == 127 or v == 129:
+                q += 1
+            i += st
+        s += q
+        if q > 255:
+            q = 255
+        pc[o] = q
+        b += pt[3]
+    return s
+
+
+@micropython.viper
+def gsk(s, e, o0: int, n: int):
+    # s[i] -= e[o0 + i] for n int32 shifts s, bytes e (the exponents of a layer's weight
+    # scales: its bias step's per-channel shifts, utrain.q8 _ibias)
+    ps = ptr32(s)
+    pe = ptr8(e)
+    for i in range(n):
+        ps[i] -= int(pe[o0 + i])
+
+
+@micropython.viper
+def ack(a, n: int, t: int):
+    # a[i] += t for n int32 values (a layer's kept update shifts moved by the gradient
+    # scale's exponent, utrain.q8 _mults: a Python step a channel cost a Pico ~3 ms)
+    pa = ptr32(a)
+    for i in range(n):
+        pa[i] += t

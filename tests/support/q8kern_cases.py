@@ -5,7 +5,8 @@
 # CPython (q8kern as plain Python), unix MicroPython (viper) and on a board with
 # utrain.q8asm (then both the assembler kernels and q8kern.vk()'s viper ones); also
 # q8sparse.dak, mkk, smk, smc and smb (their viper references: q8sparse.V), and q8mom.vmk
-# (momentum's int16 velocities: q8masm's Thumb loop on a board, q8mom.V its viper one).
+# (momentum's int16 velocities: q8masm's Thumb loop on a board, q8mom.V its viper one),
+# q8grow.c7n and gsk (their Thumb loops on a board, q8vk's viper ones).
 from array import array
 from utrain import q8kern as K
 from utrain import q8sparse as S
@@ -27,6 +28,7 @@ if M.V:
 IMPLS[0][1]['smb'] = S.smb
 IMPLS[0][1]['ubek'] = K.ubek
 IMPLS[0][1]['nrk'] = K.nrk
+IMPLS[0][1]['ack'] = K.ack
 
 
 class R:
@@ -121,8 +123,18 @@ def _convs(r, k, cases, tag, out):
         out.append((tag + '%d' % i, digest(acc), digest(g), digest(g2), digest(dx)))
 
 
+class Out:
+    # each case's line printed as it is made (its buffers not held: the Pico's heap is
+    # short for all of them)
+    def __init__(self, name):
+        self.name = name
+
+    def append(self, o):
+        print('CASE %s %s %s' % (o[0], self.name, ' '.join([str(digest(v)) for v in o[1:]])))
+
+
 def run(r, name, k):
-    out = []
+    out = Out(name)
     for i, (ni, no, n, xz, fill, lo, hi) in enumerate(FC):
         x = r.bytes(n * ni + 3, fill)
         w = r.bytes(ni * no)
@@ -369,9 +381,45 @@ def run(r, name, k):
         p = array('i', [mu, seed])
         k['vmk'](memoryview(v)[2:], d, n, p)
         out.append(('vm%d' % i, v, d, p))
-    for o in out:
-        print('CASE %s %s %s' % (o[0], name, ' '.join([str(digest(v)) for v in o[1:]])))
+    # q8kern.ack: a[i] += t, negative, zero, none, a view
+    for i, (n, t) in enumerate(((13, 3), (5, -7), (4, 0), (0, 9))):
+        a = r.ints(n + 2)
+        k['ack'](memoryview(a)[1:], n, t)
+        out.append(('ac%d' % i, a))
 
 
 for name, k in IMPLS:
     run(R(1), name, k)
+
+
+def grow(r, name, c7n, gsk):
+    # q8grow.c7n: each channel's +-127 weights (at most 255) and their total: channels
+    # in rows, strided (a depthwise layer's), one window, more than 255 in a channel, an
+    # empty channel, none
+    out = Out(name)
+    for i, (N, n, st, cs) in enumerate(((7, 56, 1, 56), (5, 9, 5, 1), (1, 301, 1, 0),
+                                        (2, 300, 1, 300), (3, 0, 1, 4), (0, 8, 1, 8))):
+        w = r.bytes(max((N - 1) * cs + (n - 1) * st + 1, 1))
+        for j in range(len(w)):
+            if w[j] & 3 == 0 or (i == 3 and j < 280):
+                w[j] = (127, 129, 128, 126)[(w[j] >> 2) & 3] if i != 3 else 127
+        c = r.bytes(N + 2)
+        t = array('i', [N, n, st, cs, 0, 0])
+        v = c7n(w, t, memoryview(c)[1:])
+        out.append(('c7%d' % i, c, array('i', [v])))
+    # q8grow.gsk: s[i] -= e[o0 + i] (bytes e up to 255), an offset, one, none
+    for i, (n, o0) in enumerate(((40, 0), (7, 5), (1, 2), (0, 1))):
+        a = r.ints(n + 1)
+        e = r.bytes(n + o0 + 1)
+        e[o0] = 255
+        gsk(a, e, o0, n)
+        out.append(('gs%d' % i, a))
+
+
+# (q8grow loaded after the other cases: a Pico's heap is short for both; q8vk's c7n is
+# its viper one, the reference of q8asm's)
+from utrain import q8grow as G  # noqa: E402
+for name, k in IMPLS:
+    if name == 'viper':
+        from utrain import q8vk
+    grow(R(2), name, *((q8vk.c7n, q8vk.gsk) if name == 'viper' else (G.c7n, G.gsk)))
