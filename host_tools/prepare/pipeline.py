@@ -476,8 +476,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                         bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
-                        several,
-                        source.input_rms)
+                        several, source.input_rms if len(source.inputs) < 2 else
+                        getattr(source, 'inputs_rms', None))
         if q8:
             return q8
     elif int8:
@@ -624,12 +624,14 @@ def dequantized_instead(call, refusal):
 
 
 def several_refusal(g):
-    """Why a float model with several inputs or outputs (graph g) is not calibrated as int8
-    to train on the int8 path (fromfloat), or None.  (An int8 file with several trains as
-    int8: quant.several_refusal.)"""
-    if len(g.inputs) > 1 or len(g.outputs) > 1:
-        return ('a float model is calibrated as int8 with one input and one output, and this '
-                f'one has {len(g.inputs)} and {len(g.outputs)}')
+    """Why a float model with several outputs (graph g) is not calibrated as int8 to train
+    on the int8 path (fromfloat), or None: the calibration measures the ops the trained
+    output needs, and the int8 model export --quantized writes would lack the others.
+    Several inputs are calibrated each at its own scale (fromfloat.from_float).  (An int8
+    file with several trains as int8: quant.several_refusal.)"""
+    if len(g.outputs) > 1:
+        return ('a float model is calibrated as int8 with one output (its inputs may be '
+                f'several), and this one has {len(g.outputs)}')
     return None
 
 
@@ -673,7 +675,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
     r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
                          progress, cache, bands, board, lambda heap: heap_limit(prof, budget, heap),
                          limit_source(board, prof), log, given | ({'cache'} if cache else set()))
-    rw.save_graph(og, os.path.join(out_dir, fromfloat.INT8_MODEL))
+    rw.save_graph(rw.file_graph(og), os.path.join(out_dir, fromfloat.INT8_MODEL))
     if rewritten:               # (export writes the trained weights into that graph)
         rw.save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))
     r['from_float'] = {'why': why, 'samples': n, 'int8_model': fromfloat.INT8_MODEL,

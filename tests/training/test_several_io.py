@@ -27,7 +27,8 @@ f32 = lambda a: np.asarray(a, np.float32)      # noqa: E731
 def build(path, shared=False, seed=0, out_order=('aux', 'logits'), m=M):
     """img [1,H,H,1] -> CONV_2D 3x3 RELU -> RESHAPE; CONCATENATION with meta [1,M] ->
     FULLY_CONNECTED -> logits [1,O].  aux [1,A]: a FULLY_CONNECTED of meta alone (its
-    own branch), or of the concatenation (shared: the trunk is shared)."""
+    own branch), or of the concatenation (shared: the trunk is shared); out_order
+    ('logits',): no aux."""
     M = m
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=b'TFL3')
@@ -45,10 +46,11 @@ def build(path, shared=False, seed=0, out_order=('aux', 'logits'), m=M):
     y = b.tensor('logits', [1, O])
     b.op('FULLY_CONNECTED', [cat, b.tensor('wf', [O, n + M], data=f32(0.2 * rng.standard_normal((O, n + M)))),
                              b.tensor('bf', [O], data=f32(np.zeros(O)))], [y])
-    aux = b.tensor('aux', [1, A])
+    aux = b.tensor('aux', [1, A]) if 'aux' in out_order else None
     src, k = (cat, n + M) if shared else (meta, M)
-    b.op('FULLY_CONNECTED', [src, b.tensor('wa', [A, k], data=f32(rng.standard_normal((A, k)))),
-                             b.tensor('ba', [A], data=f32(np.zeros(A)))], [aux])
+    if aux is not None:
+        b.op('FULLY_CONNECTED', [src, b.tensor('wa', [A, k], data=f32(rng.standard_normal((A, k)))),
+                                 b.tensor('ba', [A], data=f32(np.zeros(A)))], [aux])
     b.inputs(img, meta)
     b.outputs(*[{'aux': aux, 'logits': y}[o] for o in out_order])
     return b.save(os.fspath(path))
@@ -241,16 +243,66 @@ def test_unknown_output_and_int8_flag_are_refused(tmp_path):
     np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
     with pytest.raises(PrepareError, match=r"--output 'nope'.*0 'aux' \[1, 2\], 1 'logits' \[1, 3\]"):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='nope')
-    with pytest.raises(PrepareError, match='--int8 cannot train it as int8: a float model is '
-                       'calibrated as int8 with one input and one output, and this one has 2 '
-                       'and 2; without --int8 it trains in float32'):
+    with pytest.raises(PrepareError, match=r'--int8 cannot train it as int8: a float model is '
+                       r'calibrated as int8 with one output \(its inputs may be several\), and '
+                       'this one has 2; without --int8 it trains in float32'):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output=1, int8=True)
     # a board without ulab, where a float model would train as int8: float32, said so
     lines = []
     s = _prepare(src, tmp_path / 'b', tmp_path / 'd.npz', lines, output=1, board='rp2040')
     assert not s.get('int8') and any('trains in float32 (int8 from float does not take it: a '
-                                     'float model is calibrated as int8 with one input' in ln
+                                     'float model is calibrated as int8 with one output' in ln
                                      for ln in lines)
+
+
+def test_float_model_of_two_inputs_trains_as_int8_each_at_its_scale(tmp_path):
+    """--int8 on a float model of two inputs (pixels 0..3 beside a sensor vector of +-60):
+    each input calibrated at its own int8 scale (one scale for both would leave the pixels
+    a few codes), the joined input each one's codes; the board's forward is TFLite
+    Micro's on the calibrated int8 model (int8.circle, its inputs apart) fed each input's
+    codes, bit for bit; trained (host simulation), export writes the float model (ONERT:
+    better than before) and --quantized the int8 one with both inputs at their scales."""
+    pytest.importorskip('tflite_micro')
+    import onert.infer
+    src = build(tmp_path / 'one.tflite', out_order=('logits',))
+    img, meta, y = samples(60)
+    img, meta = 1.5 * img, 20 * meta
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, int8=True, optimizer='sgd',
+                 lr=0.005, epochs=5, test_split=0.25)
+    assert s['int8'] and s['from_float'] and [i['key'] for i in s['inputs']] == ['img', 'meta']
+    g8 = read_model(os.fspath(tmp_path / 'run' / 'int8.circle'))
+    (si,), (zi,) = (g8.tensors[g8.inputs[0]].quant[k] for k in ('scale', 'zero_point'))
+    (sm,), (zm,) = (g8.tensors[g8.inputs[1]].quant[k] for k in ('scale', 'zero_point'))
+    assert [g8.tensors[k].name for k in g8.inputs] == ['serving_default_img:0',
+                                                       'serving_default_meta:0']
+    assert si == pytest.approx((img.max() - min(img.min(), 0)) / 255, rel=0.2)
+    # (meta's at least its range: the CONCATENATION that reads it ties it to its output's)
+    assert sm >= 0.99 * (meta.max() - meta.min()) / 255 and sm > 10 * si, (si, sm)
+    codes = [_codes(img, si, zi), _codes(meta, sm, zm)]
+    ref = _tflm_outputs(tmp_path / 'run' / 'int8.circle', codes)[0]
+    net = _q8_net(tmp_path / 'run')
+    got = np.stack([np.frombuffer(bytes(net.forward(bytearray(
+        np.concatenate([c[i].ravel() for c in codes]).tobytes()))), np.int8)
+        for i in range(len(y))])
+    net.close()
+    np.testing.assert_array_equal(got, ref)
+    assert len({tuple(r) for r in got}) > 10
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    sess = [onert.infer.session(os.fspath(p)) for p in (src, out)]
+    acc = [np.mean([np.argmax(np.asarray(se.infer([img[i:i + 1], meta[i:i + 1]])[0])) == y[i]
+                    for i in range(len(y))]) for se in sess]
+    assert acc[1] > acc[0] + 0.2, acc
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(tmp_path / 'q.tflite'),
+           quantized=True)
+    gq = read_model(os.fspath(tmp_path / 'q.tflite'))
+    assert [(gq.tensors[k].dtype, gq.tensors[k].quant['scale']) for k in gq.inputs] == \
+        [('int8', [si]), ('int8', [sm])]
+    assert np.mean(_tflm_outputs(tmp_path / 'q.tflite', codes)[0].argmax(1) == y) > acc[0] + 0.2
 
 
 def test_ranks_on_an_op_only_another_output_needs_are_refused(tmp_path):
