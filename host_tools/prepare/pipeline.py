@@ -413,6 +413,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             log(warn)
     if data and len(source.inputs) > 1 and rewrite and scale_input:
         source.inputs_rms = inputs_rms(data, source)    # (each input scaled by its own)
+    if data and len(source.inputs) > 1 and dtype != 'float32':
+        source.inputs_stored = stored_parts(data, source, dtype)    # (each at its own scale)
     auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and quant.loss_refusal(s, source) and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):
@@ -556,9 +558,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if warn:
         log(warn)
     check_ids(model_path, g, xy, dtype)
-    if xy is not None and dtype != 'float32' and getattr(g, 'joined', None):
-        for line in joined_range_notes(data, g.data_inputs[0], xy[0], dtype):
-            log(line)
+    stored = xy is not None and dtype != 'float32' and getattr(g, 'joined', None)
+    if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)
+        xy = (stored_codes(g, xy[0]), xy[1])
     check_flash(model_path, xy, dtype, board)
     if xy is not None:          # (a split that leaves nothing to train: refused before writing)
         ds_split(len(xy[0]), test_split, split_seed)
@@ -572,7 +574,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         summary['dequantized_because'] = auto
     if chose:
         summary['chose'] = chose
-    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype,
+                              *((1.0, 0.0) if stored else ())))
+    if stored:
+        summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
@@ -584,22 +589,48 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             **({'steps': heap['steps']} if heap.get('steps') else {}))
 
 
-def inputs_rms(data, g) -> dict:
-    """{input's data key: the root mean square of data's array for it} of graph g with
-    several inputs (read as prepare reads them: dataset.load_inputs), for
-    rewrite.scale_input and quant.relabel_input."""
+def _input_parts(data, g):
+    """(data key, data's array for it, one row a sample) of each input of graph g with
+    several (read as prepare reads them: dataset.load_inputs)."""
     from ..files.dataset import load_inputs
     from ..plan.runplan import data_inputs
     ins = data_inputs(g)
     x = np.asarray(load_inputs(data, ins)[0], np.float64)
     x = x.reshape(len(x), -1)
-    out, at = {}, 0
+    at = 0
     for _, shape, key in ins[0]:
         n = int(np.prod(shape[1:]))
-        part = x[:, at:at + n]
+        yield key, x[:, at:at + n]
         at += n
-        if part.size:
-            out[key] = float(np.sqrt(np.mean(np.square(part))))
+
+
+def inputs_rms(data, g) -> dict:
+    """{input's data key: the root mean square of data's array for it} of graph g with
+    several inputs, for rewrite.scale_input and quant.relabel_input."""
+    return {key: float(np.sqrt(np.mean(np.square(part))))
+            for key, part in _input_parts(data, g) if part.size}
+
+
+def stored_parts(data, g, dtype) -> dict:
+    """{input's data key: (scale, offset)} each input of graph g with several is stored at
+    as --dtype dtype (uint8, int8): its own range's (dataset.quantization), where one
+    scale for the joined samples left a narrow input a few of the 256 steps (a unit vector
+    beside 0..255 pixels: 2).  rewrite.join_inputs gives each part its values back."""
+    from ..files.dataset import quantization
+    return {key: tuple(float(v) for v in quantization(part, dtype)) if part.size else (1.0, 0.0)
+            for key, part in _input_parts(data, g)}
+
+
+def stored_codes(g, x) -> np.ndarray:
+    """Joined samples x of graph g (one_input_output's) as the codes each input is stored
+    at (g.inputs_stored, stored_parts': dataset's rounding), as floats: the samples file
+    holds them at scale 1, offset 0."""
+    out, at = np.array(x, np.float32), 0
+    for _, shape, key in g.data_inputs[0]:
+        n = int(np.prod(shape[1:]))
+        sc, off = g.inputs_stored.get(key, (1.0, 0.0))
+        out[:, at:at + n] = np.round((np.asarray(x[:, at:at + n], np.float64) - off) / sc)
+        at += n
     return out
 
 
@@ -905,35 +936,16 @@ def check_ids(model_path, g, xy, dtype):
                                f'{bad.flat[0]:g} ({bad.size} outside {first}..{n - 1}); TFLite '
                                'stops at such an id, and so would the board: give ids '
                                'the table has')
-    if dtype != 'float32':
+    if dtype != 'float32':      # (several inputs: each stored at its own, stored_parts)
         from ..files.dataset import quantization
-        x = xy[0]
-        sc, off = quantization(x, dtype)
-        if sc != 1.0:
-            raise PrepareError(
-                f'{model_path}: its input is an embedding\'s ids, which span '
-                f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 consecutive ids '
-                'exactly, not these; use --dtype float32' if len(cols) == 1 else
-                f'{model_path}: an input is an embedding\'s ids, stored with the other inputs '
-                f'at one --dtype {dtype} scale (all the values span {float(x.min()):g}..'
-                f'{float(x.max()):g}): it holds them exactly only where every value is one of '
-                '256 consecutive integers; use --dtype float32')
-
-
-def joined_range_notes(data, parts, x, dtype) -> list:
-    """The inputs a model's joined samples (x, parts: runplan.one_input_output's) hold
-    in a range far narrower than the one 8-bit scale of --dtype stores them at."""
-    span = float(np.ptp(x)) if x.size else 0.0
-    out, at = [], 0
-    for name, shape, key in parts:
-        n = int(np.prod(shape[1:]))
-        s = float(np.ptp(x[:, at:at + n])) if x.size else 0.0
-        at += n
-        if span and s < span / 16:
-            out.append(f'{data}: input {key!r} spans {s:.3g}, 1/{span / max(s, 1e-30):.0f} of the '
-                       f'range --dtype {dtype} stores the joined inputs at (one scale, 256 '
-                       'steps): --dtype float32 keeps its values')
-    return out
+        for op in gathers:
+            lo, hi = cols[op.inputs[1]]
+            x = xy[0][:, lo:hi]
+            if quantization(x, dtype)[0] != 1.0:
+                raise PrepareError(
+                    f'{model_path}: {"its input" if len(cols) == 1 else "an input"} is an '
+                    f'embedding\'s ids, which span {int(x.min())}..{int(x.max())}: --dtype '
+                    f'{dtype} holds 256 consecutive ids exactly, not these; use --dtype float32')
 
 
 def file_weights(g, w):

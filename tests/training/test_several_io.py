@@ -441,19 +441,40 @@ def test_torch_two_arguments_onnx(tmp_path):
         assert json.load(f)['inputs'][1] == {'name': 'meta', 'key': 'meta', 'shape': [1, 4]}
 
 
-def test_8bit_samples_of_inputs_with_narrow_ranges_are_said(tmp_path):
-    """--dtype uint8 stores the joined inputs at one scale: an input 1/16 of the range or
-    less is named (its values keep a few of the 256 steps)."""
+@pytest.mark.parametrize('dtype', ['uint8', 'int8'])
+def test_8bit_samples_store_each_input_at_its_own_scale(tmp_path, dtype):
+    """--dtype uint8 / int8 stores each input at its own range's scale and offset (one
+    scale for the joined samples, 0..255 pixels beside a unit sensor vector, had left the
+    vector 6 of the 256 steps): the samples file holds each input's codes, and a MUL (an
+    ADD) after the inputs' split gives its values back; utrain's forward on the stored
+    codes is ONERT's on those values, which are within half a step of each input's own
+    range; it trains, and export writes the file's ops (none of the split's)."""
+    from host_tools.files.dataset import quantization, read_samples
     src = build(tmp_path / 'two.tflite')
-    img, meta, y = samples(12)
-    np.savez(tmp_path / 'd.npz', img=255 * img, meta=meta, y=y)
-    lines = []
-    _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines, output='logits', dtype='uint8')
-    assert [ln for ln in lines if 'spans' in ln] == [ln for ln in lines if "input 'meta' spans" in ln
-                                                     and '--dtype float32 keeps' in ln] != []
-    lines.clear()
-    _prepare(src, tmp_path / 'f', tmp_path / 'd.npz', lines, output='logits')
-    assert not [ln for ln in lines if 'spans' in ln]
+    img, meta, y = samples()
+    img = 255 * img
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='logits', dtype=dtype,
+                 optimizer='sgd', lr=0.01)
+    want = {'img': quantization(img, dtype), 'meta': quantization(meta, dtype)}
+    assert s['inputs_stored'] == {k: list(v) for k, v in want.items()}
+    codes, _ = read_samples(os.fspath(tmp_path / 'r' / 'train.ds'))
+    assert codes.shape[1] == H * H + M and np.all(codes == np.round(codes))
+    (si, oi), (sm, om) = want['img'], want['meta']
+    vi, vm = codes[:, :H * H] * si + oi, codes[:, H * H:] * sm + om
+    # (the training split's rows: each input within half of its own step)
+    rows = [np.flatnonzero(np.all(np.abs(meta - r) <= sm / 2 + 1e-6, 1)) for r in vm]
+    assert all(len(r) == 1 for r in rows) and np.ptp(meta) / sm > 200
+    np.testing.assert_allclose(vi, img[[r[0] for r in rows]].reshape(len(rows), -1),
+                               atol=si / 2 + 1e-4)
+    ref = onert_outputs(src, f32(vi).reshape(-1, H, H, 1), f32(vm))
+    np.testing.assert_allclose(utrain_outputs(tmp_path / 'r', codes), ref[1], rtol=1e-4,
+                               atol=1e-4)
+    code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0, text
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'r' / 'trained.wof'), os.fspath(out))
+    assert [op.name for op in read_model(out).ops] == [op.name for op in read_model(src).ops]
 
 
 def _build_int8(path, seed=0, A_=4, B=3, scales=(0.05, 0.05), float_ends=False, third=False,
@@ -652,8 +673,8 @@ def _build_embedding(path, seed=0):
 
 def test_embedding_ids_beside_features(tmp_path):
     """An embedding's ids beside float features: the table trains, utrain's forward is
-    ONERT's; 8-bit samples, which would store the ids at the features' scale, are refused,
-    and so are ids outside the table, naming the op."""
+    ONERT's; 8-bit samples store the ids exactly (each input at its own scale; one scale
+    for both had been refused); ids outside the table are refused, naming the op."""
     src = _build_embedding(tmp_path / 'emb.tflite')
     rng = np.random.default_rng(4)
     ids = rng.integers(0, 5, (40, 2))
@@ -670,8 +691,12 @@ def test_embedding_ids_beside_features(tmp_path):
     assert np.abs(got - ref).max() < 1e-5
     code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
     assert code == 0, text
-    with pytest.raises(PrepareError, match='embedding.*one --dtype uint8 scale.*use --dtype float32'):
-        _prepare(src, tmp_path / 'u', tmp_path / 'd.npz', dtype='uint8')
+    # 8-bit samples: the ids at their own scale (exact: 1, offset 0), not the features'
+    s = _prepare(src, tmp_path / 'u', tmp_path / 'd.npz', dtype='uint8')
+    assert s['inputs_stored']['ids'] == [1.0, 0.0]
+    from host_tools.files.dataset import read_samples
+    codes, _ = read_samples(os.fspath(tmp_path / 'u' / 'train.ds'))
+    np.testing.assert_array_equal(np.sort(np.unique(codes[:, :2])), np.arange(5))
     np.savez(tmp_path / 'bad.npz', ids=ids + 3, feat=feat, y=y)
     with pytest.raises(PrepareError, match='op 0 GATHER reads rows of a 5-row table.*outside 0..4'):
         _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz')
