@@ -423,10 +423,7 @@ def _folds(g: Graph, ops):
     """{PAD output tensor: (PAD input tensor, pad top, bottom, left, right)} of the PADs
     folded into their one reader's padding (the others are CAT layers: _cat_layer), and
     {RESHAPE output: input}."""
-    readers = {}
-    for op in ops:
-        for k in op.inputs:
-            readers.setdefault(k, []).append(op)
+    readers = _readers(ops)
     pads, alias = {}, {}
     for op in ops:
         if op.name in ALIASES or _unit_transpose(g, op):
@@ -540,15 +537,19 @@ def layers(g: Graph, train='last:1', ranks=None):
             k = alias[k]
         return k
     _one_bias(g, ops)
-    isl, dvi = _islands(g, ops), _div_islands(g, ops)
+    isl, dvi, sel = _islands(g, ops), _div_islands(g, ops), _select_islands(g, ops)
     inside = {id(o) for v in isl.values() for o in v[1:]} | {
-        id(o) for v in dvi.values() for o in v if o.name != 'DIV'}
+        id(o) for v in dvi.values() for o in v if o.name != 'DIV'} | {
+        id(o) for v in sel.values() for o in v[1][:-1]}
     out = []
     for op in ops:
         if op.outputs[0] in alias or op.outputs[0] in pads or id(op) in inside:
             continue
         if op.index in isl:
             out.append(_island_layer(g, isl[op.index], src))
+            continue
+        if op.index in sel:
+            out.append(_select_layer(g, *sel[op.index], src))
             continue
         if op.index in dvi:
             op = _div_island(g, *dvi[op.index])
@@ -565,7 +566,9 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
-                             'between a DEQUANTIZE and a QUANTIZE)')
+                             'between a DEQUANTIZE and a QUANTIZE; a SELECT_V2 whose mask and '
+                             'values are int8 comparisons, MUL, ADD and SUB of one int8 tensor '
+                             'and scalars)')
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue
@@ -621,15 +624,21 @@ _FUSED = {'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6
           'RELU_N1_TO_1': lambda x: np.clip(x, -1, 1)}
 
 
+def _readers(ops) -> dict:
+    """{tensor: [the ops of ops that read it]}."""
+    out = {}
+    for op in ops:
+        for k in op.inputs:
+            out.setdefault(k, []).append(op)
+    return out
+
+
 def _islands(g, ops) -> dict:
     """{DEQUANTIZE op index: [it, the float ops after it, the QUANTIZE that ends them]}:
     float32 elementwise ops (_F32) between the DEQUANTIZE of one int8 tensor and one
     QUANTIZE back to int8, their other inputs scalar constants: a function of 256 int8
     values, a LUT layer (_island_layer)."""
-    readers = {}
-    for op in ops:
-        for k in op.inputs:
-            readers.setdefault(k, []).append(op)
+    readers = _readers(ops)
     out = {}
     for op in ops:
         if op.name != 'DEQUANTIZE' or g.tensors[op.inputs[0]].dtype != 'int8':
@@ -663,10 +672,7 @@ def _div_islands(g, ops) -> dict:
     """{DIV op index: (DEQUANTIZE a, DEQUANTIZE b, the DIV, QUANTIZE)}: a converter's
     a / b of two int8 tensors in float32 (Keras's: it has no int8 DIV in its kernels),
     each float tensor read by the next op alone (_div_island)."""
-    readers = {}
-    for op in ops:
-        for k in op.inputs:
-            readers.setdefault(k, []).append(op)
+    readers = _readers(ops)
     prod = {k: op for op in ops for k in op.outputs}
     out = {}
     for op in ops:
@@ -786,6 +792,122 @@ def _island_layer(g, isl, src) -> dict:
          'nout': int(np.prod(g.tensors[qt.outputs[0]].shape)), 'in': [src(dq.inputs[0])],
          'out': qt.outputs[0]}
     _put_table(d, t, np.where((u >= -128) & (u <= 127) & np.isfinite(dv), dv, 0.0))
+    return d
+
+
+# int8 ops a converter writes for tf.where(x > c, A(x), B(x)) (GREATER, SELECT_V2 and
+# the branches' MUL, ADD, SUB of x and scalars): one function of x's 256 codes
+_CMP = {'GREATER': np.greater, 'GREATER_EQUAL': np.greater_equal, 'LESS': np.less,
+        'LESS_EQUAL': np.less_equal, 'EQUAL': np.equal, 'NOT_EQUAL': np.not_equal}
+_SEL_OPS = (*_CMP, 'SELECT_V2', 'MUL', 'ADD', 'SUB')
+
+
+def _select_islands(g, ops) -> dict:
+    """{SELECT_V2 op index: (x, [the ops, the SELECT_V2 last])}: an int8 SELECT_V2 whose
+    mask and values are int8 ops (_SEL_OPS) of one int8 tensor x and scalar constants,
+    each tensor between them read by those ops alone (tf.where of x: a LUT layer,
+    _select_layer).  A SELECT_V2 inside another's island is not one of its own."""
+    prod = {k: op for op in ops for k in op.outputs}
+    readers = _readers(ops)
+    out = {}
+    for op in ops:
+        if op.name != 'SELECT_V2' or g.tensors[op.outputs[0]].dtype != 'int8':
+            continue
+        body, roots, todo = [op], set(), list(op.inputs)
+        while todo:
+            k = todo.pop()
+            t = g.tensors[k]
+            if t.data is not None:
+                if t.data.size != 1 or (t.dtype == 'int8' and not t.quant):
+                    roots.add(None)
+                continue
+            p = prod.get(k)
+            inner = p is not None and p.name in _SEL_OPS and len(p.outputs) == 1 and (
+                p.name in _CMP or t.dtype == 'int8') and k not in g.outputs and all(
+                any(r is o for o in body) for r in readers.get(k, []))
+            if inner and not any(p is o for o in body):
+                body.append(p)
+                todo += p.inputs
+            elif not inner:
+                roots.add(k)
+        if len(roots) == 1 and None not in roots and g.tensors[next(iter(roots))].dtype == 'int8':
+            pos = {id(o): i for i, o in enumerate(ops)}
+            out[op.index] = (next(iter(roots)), sorted(body, key=lambda o: pos[id(o)]))
+    inner = {o.index for _, b in out.values() for o in b[:-1]}
+    return {k: v for k, v in out.items() if k not in inner}
+
+
+def _int8_op(g, op, v):
+    """TFLite Micro's int8 kernel of op (_SEL_OPS) on the codes v {tensor: int array}
+    (scalar constants read from g): comparisons.cc (each input times its scale, shifted
+    8 bits left), select.cc (the codes), mul.cc, add.cc / sub.cc (ADD_SHIFT)."""
+    def arg(k):
+        t = g.tensors[k]
+        return v[k] if k in v else np.asarray(t.data).reshape(-1)[:1].astype(np.int64)
+    if op.name == 'SELECT_V2':
+        return np.where(arg(op.inputs[0]) != 0, arg(op.inputs[1]), arg(op.inputs[2]))
+    (s1,), (z1,) = _q(g.tensors[op.inputs[0]])
+    (s2,), (z2,) = _q(g.tensors[op.inputs[1]])
+    a, b = np.broadcast_arrays(arg(op.inputs[0]), arg(op.inputs[1]))
+    if op.name in _CMP:
+        m1, m2 = quantize_multiplier(s1), quantize_multiplier(s2)
+        return _CMP[op.name](np.array([mbqm(int(x - z1) << 8, *m1) for x in a]),
+                             np.array([mbqm(int(x - z2) << 8, *m2) for x in b])).astype(np.int64)
+    (sy,), (zy,) = _q(g.tensors[op.outputs[0]])
+    lo, hi = _act_range(op.options.get('fused_activation_function', 'NONE'), sy, zy)
+    if op.name == 'MUL':
+        me = quantize_multiplier(s1 * s2 / sy)
+        r = [zy + mbqm(int(x - z1) * int(w - z2), *me) for x, w in zip(a, b)]
+    else:
+        tm = 2 * max(s1, s2)
+        m1, m2, mo = (quantize_multiplier(x) for x in (s1 / tm, s2 / tm,
+                                                       tm / ((1 << ADD_SHIFT) * sy)))
+        sg = 1 if op.name == 'ADD' else -1
+        r = [zy + mbqm(mbqm(int(x - z1) << ADD_SHIFT, *m1) + sg * mbqm(int(w - z2) << ADD_SHIFT, *m2),
+                       *mo) for x, w in zip(a, b)]
+    return np.clip(np.array(r, np.int64), lo, hi)
+
+
+def _select_layer(g, x, isl, src) -> dict:
+    """layers(): a select island (_select_islands) as a LUT layer: 't' TFLite Micro's int8
+    kernels run on each of x's 256 codes (_int8_op: bit for bit), 'dt' the derivative of
+    the ops in real units with each mask as at that code (the branch it takes: a
+    comparison passes no gradient), 0 where the output clamps."""
+    sel = isl[-1]
+    (sx,), (zx,) = _q(g.tensors[x])
+    (sy,), (zy,) = _q(g.tensors[sel.outputs[0]])
+    q = np.arange(-128, 128)
+    v = {x: q.astype(np.int64)}
+    for op in isl:
+        v[op.outputs[0]] = _int8_op(g, op, v)
+    t = np.broadcast_to(v[sel.outputs[0]], q.shape)
+
+    def real(xr, masks):
+        w = {x: xr}
+        for op in isl:
+            a = [w[k] if k in w else (float(np.asarray(g.tensors[k].data).reshape(-1)[0]) -
+                                      _q(g.tensors[k])[1][0]) * _q(g.tensors[k])[0][0]
+                 for k in op.inputs]
+            if op.name in _CMP:
+                w[op.outputs[0]] = masks[op.outputs[0]]
+            elif op.name == 'SELECT_V2':    # (select.cc copies codes: at the output's scale)
+                (so,), (zo,) = _q(g.tensors[op.outputs[0]])
+                w[op.outputs[0]] = np.where(a[0], *[(a[j] / _q(g.tensors[k])[0][0] +
+                                                     _q(g.tensors[k])[1][0] - zo) * so
+                                                    for j, k in ((1, op.inputs[1]),
+                                                                 (2, op.inputs[2]))])
+            else:
+                f = _FUSED.get(op.options.get('fused_activation_function'))
+                w[op.outputs[0]] = f(FLOAT_FNS[op.name](*a)) if f else FLOAT_FNS[op.name](*a)
+        return np.broadcast_to(w[sel.outputs[0]], xr.shape)
+    masks = {op.outputs[0]: v[op.outputs[0]] != 0 for op in isl if op.name in _CMP}
+    xr, h = sx * (q - zx).astype(np.float64), sx / 8
+    u = real(xr, masks) / sy + zy
+    dv = (real(xr + h, masks) - real(xr - h, masks)) / (2 * h)
+    d = {'k': LUT, 'op': sel.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128,
+         'hi': 127, 'nout': int(np.prod(g.tensors[sel.outputs[0]].shape)), 'in': [src(x)],
+         'out': sel.outputs[0]}
+    _put_table(d, t, np.where((u >= -128) & (u <= 127), dv, 0.0))
     return d
 
 
