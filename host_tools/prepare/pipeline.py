@@ -394,7 +394,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
-    as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s, source))
+    as8 = quant.is_int8(source) or ((quant.float_ends(source) or quant.ids_beside_int8(source))
+                                    and not quant.settings_refusal(s, source))
     # an int8 Keras Embedding on exact ids (a float32 or int32 input) trains as int8
     # (utrain.q8emb) with the settings int8 training takes; else dequantized (below)
     emb8 = not as8 and not dequantize and quant.embedding_ids(source) and not \
@@ -431,7 +432,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     several = several_refusal(source)      # (a float model calibrated as int8: from_float)
     if as8 and not dequantize and quant.several_refusal(source):
         auto = quant.several_refusal(source)
-    elif not dequantize and not emb8 and quant.embedding_entry(source):
+    elif not dequantize and not emb8 and quant.embedding_entry(source) and not (
+            as8 and quant.ids_beside_int8(source)):
         why = quant.embedding_ids(source) and quant.settings_refusal(s, source)
         auto = (why or (
                  'an int8 embedding (GATHER of an int8 table) whose ids the int8 path cannot '

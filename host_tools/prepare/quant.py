@@ -178,12 +178,30 @@ def several_refusal(g: Graph) -> str | None:
     None."""
     if len(g.inputs) < 2:
         return None
-    bad = [rw_name(g, k) for k in g.inputs if not _is_q8(g, k)]
+    ids = _ids_of(g)
+    bad = [rw_name(g, k) for k in g.inputs if not _is_q8(g, k) and k not in ids]
     if bad:
         return ('the int8 path joins a model\'s inputs at their int8 scales, and input'
                 f'{"s" if len(bad) > 1 else ""} {", ".join(bad)} '
                 f'{"are" if len(bad) > 1 else "is"} not int8 (nor float read by a QUANTIZE)')
     return None
+
+
+def _ids_of(g: Graph) -> set:
+    """The inputs of int8 graph g (several) read only as an int8 embedding's ids
+    (_ids_inputs, on rewritten(g)), or an empty set."""
+    if not any(op.name == 'GATHER' for op in g.ops):
+        return set()
+    try:
+        return set(rewritten(g).ids_q8) & set(g.inputs)
+    except (ValueError, AttributeError):
+        return set()
+
+
+def ids_beside_int8(g: Graph) -> bool:
+    """Does g take an int8 embedding's ids (int32) beside int8 inputs (each int8 with a
+    scale or float read by a QUANTIZE)?  It trains as int8 (several_refusal: none)."""
+    return len(g.inputs) > 1 and bool(_ids_of(g)) and not several_refusal(g)
 
 
 def _is_q8(g: Graph, k) -> bool:
@@ -348,8 +366,29 @@ def rewritten(g: Graph) -> Graph:
     # an int8 file's logits and trained layers' output ranges follow training (meta)
     g.follow_logits = 1
     _widen_logits(g)
+    _ids_inputs(g)          # (ids beside int8 inputs: their bytes in the joined input)
     one_input_output(g)     # (several: the trained output's ops, the inputs joined)
     return g
+
+
+def _ids_inputs(g: Graph) -> set:
+    """Of a graph with several inputs, those read only as ids by GATHERs of int8 tables
+    of up to 256 rows (an int32 Keras Embedding input beside int8 ones, made float32 by
+    rewrite.embedding_gathers): typed int8 at scale 1, zero point -128 (the id's byte as
+    utrain.q8emb reads it), so join_inputs joins them as int8 parts; g.ids_q8 their
+    tensors (export types them back)."""
+    g.ids_q8 = set()
+    if len(g.inputs) < 2:
+        return g.ids_q8
+    for k in g.inputs:
+        t, rs = g.tensors[k], _readers(g.ops).get(k, [])
+        if t.dtype == 'float32' and rs and all(
+                op.name == 'GATHER' and op.inputs[1] == k and len(g.tensors[op.inputs[0]].shape) == 2
+                and g.tensors[op.inputs[0]].dtype == 'int8' and g.tensors[op.inputs[0]].data is not None
+                and g.tensors[op.inputs[0]].shape[0] <= 256 for op in rs):
+            t.dtype, t.quant = 'int8', {'scale': [1.0], 'zero_point': [-128]}
+            g.ids_q8.add(k)
+    return g.ids_q8
 
 
 # an int8 model's logits narrower than +-NARROW_LOGITS are widened to +-WIDE_LOGITS (a
@@ -1109,7 +1148,8 @@ def _emb_layer(g, op) -> dict:
     w, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
     ids = op.inputs[1]
     where = f'{g.path}: op {op.number} (GATHER)'
-    if ids not in g.inputs or g.tensors[ids].dtype != 'float32' or w.data is None or \
+    if (ids not in g.inputs or g.tensors[ids].dtype != 'float32') and \
+            ids not in getattr(g, 'ids_q8', ()) or w.data is None or \
             len(w.shape) != 2 or int(op.options.get('axis', 0)) or op.options.get('batch_dims'):
         raise ValueError(f'{where}: int8 training gathers the rows of a constant 2-D int8 table '
                          'by the model\'s ids (a float32 or int32 input); prepare --dequantize '
@@ -1838,7 +1878,8 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     ib = max([d['ib'] for d in es] or [1])
     for d in es:            # (one id format for the input: utrain.q8emb, emb_ids)
         d['ib'] = ib
-    (sx,), (zx,) = ([1.0], [-128]) if es else _q(x)   # (ids: bytes at scale 1)
+    (sx,), (zx,) = ([1.0], [-128]) if es and not getattr(g, 'joined', None) else _q(x)   # (ids:
+    #                bytes at scale 1; beside int8 inputs each part as joined_codes makes it)
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)) * ib,
@@ -1878,6 +1919,14 @@ def joined_codes(g: Graph, x) -> np.ndarray:
     out, at = np.empty(x.shape, np.float32), 0
     for name, shape, _ in g.data_inputs[0]:
         n = int(np.prod(shape[1:]))
+        k = by_name[name].index
+        if k in getattr(g, 'ids_q8', ()):       # (an embedding's ids: the rows, checked)
+            rs = [op for op in g.ops if op.name == 'GATHER' and op.inputs[1] == k]
+            part = {'layers': [{'k': EMB, 'en': min(g.tensors[op.inputs[0]].shape[0] for op in rs),
+                                'ib': 1, 'ew': int(all(len(op.inputs) > 2 for op in rs))}]}
+            out[:, at:at + n] = emb_ids(part, x[:, at:at + n]) - 128
+            at += n
+            continue
         (s,), (z,) = _q(by_name[name])
         out[:, at:at + n] = np.clip(np.round(np.asarray(x[:, at:at + n], np.float64) / s) + z,
                                     -128, 127)
@@ -2175,9 +2224,14 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None, output=
     sloped(g, m, wof_path)
     tconved(g, m, wof_path)
     embedded(g, m, wof_path)
-    if any(d['k'] == EMB for d in m['layers']):     # (the ids as the file reads them)
+    ids8 = getattr(g, 'ids_q8', ())
+    for k in ids8:          # (ids beside int8 inputs: floats, then the file's ints)
+        g.tensors[k].dtype, g.tensors[k].quant = 'float32', None
+    if any(d['k'] == EMB for d in m['layers']) and not ids8:   # (the ids as the file reads them)
         embedding_ids_back(g, ints)
     g = file_graph(g)       # (several: every input apart and every output, the file's)
+    if ids8:
+        embedding_ids_back(g, ints)
     _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
@@ -2580,8 +2634,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'],
                    loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
     if xy is not None and getattr(g, 'joined', None):
-        xy = (joined_codes(g, xy[0]),) + tuple(xy[1:])
-    if emb and xy is not None:
+        try:
+            xy = (joined_codes(g, xy[0]),) + tuple(xy[1:])
+        except ValueError as e:
+            raise PrepareError(f'{data}: {e}') from None
+    if emb and xy is not None and not getattr(g, 'joined', None):
         try:
             xy = (emb_ids(m, xy[0]),) + tuple(xy[1:])
         except ValueError as e:

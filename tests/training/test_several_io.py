@@ -702,6 +702,78 @@ def test_embedding_ids_beside_features(tmp_path):
         _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz')
 
 
+def _build_int8_ids(path, seed=0, n=6):
+    """Full-integer int8 with int32 ids beside an int8 feature input (Keras's Embedding
+    beside a sensor input, as the converter writes it): ids [1, 2] int32 -> GATHER of an
+    int8 [n, 3] table -> RESHAPE [1, 6]; feat [1, 3] int8 -> FC -> [1, 4];
+    CONCATENATION (one scale) -> FC -> logits [1, O]."""
+    rng = np.random.default_rng(seed)
+    q = lambda s, z=0: {'scale': [float(s)], 'zero_point': [int(z)], 'quantized_dimension': 0}  # noqa: E731
+    sc, sf, sw = 0.05, 0.04, 0.02
+    b = CircleBuilder(identifier=b'TFL3')
+    ids = b.tensor('ids', [1, 2], dtype='int32')
+    feat = b.tensor('feat', [1, 3], dtype='int8', quant=q(sf, 4))
+    e = b.tensor('e', [1, 2, 3], dtype='int8', quant=q(sc))
+    table = rng.integers(-100, 101, (n, 3)).astype(np.int8)
+    b.op('GATHER', [b.tensor('table', [n, 3], data=table, quant=q(sc)), ids], [e], axis=0)
+    r = b.tensor('r', [1, 6], dtype='int8', quant=q(sc))
+    b.op('RESHAPE', [e, b.tensor('shape', [2], data=np.array([1, 6], np.int32))], [r])
+
+    def fc(name, x, n_in, n_out, so, sx):
+        w = np.clip(np.round(rng.standard_normal((n_out, n_in)) * 30), -127, 127).astype(np.int8)
+        y = b.tensor(name, [1, n_out], dtype='int8', quant=q(so))
+        b.op('FULLY_CONNECTED', [x, b.tensor(name + '_w', [n_out, n_in], data=w, quant=q(sw)),
+                                 b.tensor(name + '_b', [n_out], data=np.zeros(n_out, np.int32),
+                                          quant=q(sx * sw))], [y], fused_activation_function='NONE')
+        return y
+    h = fc('h', feat, 3, 4, sc, sf)
+    cat = b.tensor('cat', [1, 10], dtype='int8', quant=q(sc))
+    b.op('CONCATENATION', [r, h], [cat], axis=1, fused_activation_function='NONE')
+    y = fc('logits', cat, 10, O, 0.4, sc)
+    b.inputs(ids, feat)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def test_int8_embedding_ids_beside_int8_features_train_as_int8(tmp_path):
+    """Issue 28: an int8 file taking int32 ids (an int8 Embedding's) beside an int8 input
+    trains as int8 (it trained dequantized): the joined input holds each id's byte (scale
+    1, zero point -128, as utrain.q8emb reads ids) and the features' codes; the board's
+    forward is TFLite Micro's on the file bit for bit; trained (host), export --quantized
+    keeps the int32 ids and the int8 input and scores better under TFLite Micro; an id
+    outside the table is refused naming it."""
+    pytest.importorskip('tflite_micro')
+    src = _build_int8_ids(tmp_path / 'q.tflite')
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 6, (90, 2))
+    feat = rng.uniform(-4, 4, (90, 3)).astype(np.float32)
+    y = np.where(feat[:, 0] > 2, 2, ids[:, 0] % 2)
+    np.savez(tmp_path / 'd.npz', ids=ids, feat=feat, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, optimizer='sgd', lr=0.02,
+                 epochs=8, train='all')
+    assert s.get('int8') and not any('dequantized' in ln or 'widen' in ln for ln in lines), lines
+    codes = [ids.astype(np.int32), _codes(feat, 0.04, 4)]
+    ref = _tflm_outputs(src, codes)[0]
+    net = _q8_net(tmp_path / 'run')
+    got = np.stack([np.frombuffer(bytes(net.forward(bytearray(np.concatenate(
+        [(ids[i] - 128).astype(np.int8), codes[1][i]]).tobytes()))), np.int8) for i in range(len(y))])
+    net.close()
+    np.testing.assert_array_equal(got, ref)
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.tflite')
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), out, quantized=True)
+    g1 = read_model(out)
+    assert [(g1.tensors[k].name, g1.tensors[k].dtype) for k in g1.inputs] == [('ids', 'int32'),
+                                                                              ('feat', 'int8')]
+    acc = [np.mean(_tflm_outputs(p, codes)[0].argmax(1) == y) for p in (src, out)]
+    assert acc[1] > acc[0] + 0.2, acc
+    np.savez(tmp_path / 'bad.npz', ids=ids + 1, feat=feat, y=y)
+    with pytest.raises(PrepareError, match=r'id 6 is not a row of the embedding\'s 6'):
+        _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz', optimizer='sgd')
+
+
 def test_each_input_is_scaled_by_its_own_rms(tmp_path):
     """Issue 28: a float model with several inputs trains each input far larger than 1
     (here 0..255 pixels beside a unit sensor vector) on it times its own power of two
