@@ -1974,7 +1974,10 @@ def join_inputs(g: Graph):
     are appended (the others keep their numbers).  Int8 inputs (the int8 path) keep
     their scales and zero points: the joined input is each one's int8 codes one after
     the other (at scale 1, zero point 0: the SPLIT_V copies bytes, and each part is its
-    input at its own scale; quant.prepare_q8 quantizes each part's samples so).  Sets
+    input at its own scale; quant.prepare_q8 quantizes each part's samples so).  Float
+    inputs stored as 8-bit samples (g.inputs_stored {data key: (scale, offset)}, --dtype:
+    each input's own, pipeline.stored_parts) take their part as the stored codes and a MUL
+    by its scale (an ADD of its offset) after the SPLIT_V gives the input's values.  Sets
     and returns g.joined, [(name, shape)] of the inputs joined, or None for a graph with
     one input."""
     if len(g.inputs) < 2:
@@ -2002,6 +2005,18 @@ def join_inputs(g: Graph):
         made.append(rs)
     split = Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [x, sz, ax], outs,
                      {'num_splits': len(outs)}, src=src)
+    stored = getattr(g, 'inputs_stored', None) or {}
+    keys = {n: key for n, _, key in (getattr(g, 'data_inputs', None) or ((),))[0]}
+    for i, (k, (name, _)) in enumerate(zip(g.inputs, parts)):
+        sc, off = stored.get(keys.get(name), (1.0, 0.0)) if not q8 else (1.0, 0.0)
+        for what, c, op in (('offset', off, 'ADD'), ('scale', sc, 'MUL')):  # (code sc + off)
+            if c == (1.0 if op == 'MUL' else 0.0):
+                continue
+            raw = new_tensor(g, f'{name}/stored_{what}d', [1, sizes[i]])
+            made.insert(0, Operator(-1, OP_CODES[op], op, [raw, new_tensor(
+                g, f'{name}/stored_{what}', [1], np.array([c], np.float32))], [outs[i]],
+                {'fused_activation_function': 'NONE'}, src=src))
+            outs[i] = raw       # (the SPLIT_V's own list: it writes the stored codes)
     g.ops[0:0] = [split] + made
     _renumber(g)
     for k in g.inputs if not q8 else ():
@@ -2016,8 +2031,16 @@ def join_ops(g: Graph) -> set:
     if not getattr(g, 'joined', None):
         return set()
     split = next(op for op in g.ops if g.inputs[0] in op.inputs)
-    return {id(split)} | {id(op) for op in g.ops if op.name == 'RESHAPE'
-                          and op.inputs[0] in split.outputs}
+    out, todo = {id(split)}, list(split.outputs)
+    while todo:         # (an 8-bit part's MUL, ADD: join_inputs's stored codes; the RESHAPE)
+        k = todo.pop()
+        for op in g.ops:
+            if k in op.inputs and (op.name == 'RESHAPE' or op.name in ('MUL', 'ADD') and
+                                   g.tensors[op.inputs[1]].name.rsplit('/', 1)[-1] in
+                                   ('stored_scale', 'stored_offset')):
+                out.add(id(op))
+                todo += op.outputs if op.name != 'RESHAPE' else ()
+    return out
 
 
 def keep_file_view(g: Graph):

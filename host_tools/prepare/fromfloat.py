@@ -223,13 +223,20 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         for op, n in zip(g.ops, s.get('op_numbers') or ()):
             op.src = n          # messages name the user's op numbers, not the rewrite's
         from ..files.dataset import read_samples
-        x, _ = read_samples(os.path.join(tmp, 'train.ds'), g.tensors[g.inputs[0]].shape)
-        og = calibrate(tmp, g, x[:1000])
+        from ..plan.runplan import data_inputs, one_input_output
+        ins = data_inputs(g)        # several inputs: train.ds holds them joined
+        x, _ = read_samples(os.path.join(tmp, 'train.ds'), [1, sum(
+            int(np.prod(sh[1:])) for _, sh, _ in ins[0])] if ins else g.tensors[g.inputs[0]].shape)
+        og = calibrate(tmp, g, x[:1000])    # (each input's range its own: the SPLIT_V's parts)
         og.path = model_path
         # --train counts the user's file's ops; the float path's rewrites are done
         og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
         og.q8_rewritten = True
-        og.input_rms = rms
+        if ins:     # (an int8 model of several inputs, as quant.rewritten joins one)
+            og.inputs_rms = rms
+            one_input_output(og)
+        else:
+            og.input_rms = rms
         return og, g, len(x[:1000]), bool(s.get('rewritten'))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -260,7 +267,9 @@ def dequantized(int8_path, wof_path, train, n, numbers=None) -> dict:
     (its float graph's) bear the same indices.  numbers: prepare.json's (op_numbers,
     file_ops) of the run (quant.numbered)."""
     from . import quant
+    from ..plan.runplan import one_input_output
     g8 = quant.numbered(read_model(int8_path), numbers)
+    one_input_output(g8)        # (several inputs: joined, as prepare's run has them)
     m = quant.meta(g8, train)
     out = {}
     got = quant.read_q8_wof(wof_path, g8, m)

@@ -394,7 +394,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if decays and not data:
         raise PrepareError(f'--schedule {s["schedule"]}: without --data prepare cannot count the '
                            'run\'s updates; give steps=N (the update the decay ends at)')
-    as8 = quant.is_int8(source) or (quant.float_ends(source) and not quant.settings_refusal(s, source))
+    as8 = quant.is_int8(source) or ((quant.float_ends(source) or quant.ids_beside_int8(source))
+                                    and not quant.settings_refusal(s, source))
     # an int8 Keras Embedding on exact ids (a float32 or int32 input) trains as int8
     # (utrain.q8emb) with the settings int8 training takes; else dequantized (below)
     emb8 = not as8 and not dequantize and quant.embedding_ids(source) and not \
@@ -413,6 +414,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             log(warn)
     if data and len(source.inputs) > 1 and rewrite and scale_input:
         source.inputs_rms = inputs_rms(data, source)    # (each input scaled by its own)
+    if data and len(source.inputs) > 1 and dtype != 'float32':
+        source.inputs_stored = stored_parts(data, source, dtype)    # (each at its own scale)
     auto = None         # why an int8 model trains dequantized without --dequantize
     if as8 and not dequantize and quant.loss_refusal(s, source) and overrides.get('loss') is None \
             and 'loss' not in metadata_settings(source):
@@ -429,7 +432,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     several = several_refusal(source)      # (a float model calibrated as int8: from_float)
     if as8 and not dequantize and quant.several_refusal(source):
         auto = quant.several_refusal(source)
-    elif not dequantize and not emb8 and quant.embedding_entry(source):
+    elif not dequantize and not emb8 and quant.embedding_entry(source) and not (
+            as8 and quant.ids_beside_int8(source)):
         why = quant.embedding_ids(source) and quant.settings_refusal(s, source)
         auto = (why or (
                  'an int8 embedding (GATHER of an int8 table) whose ids the int8 path cannot '
@@ -476,8 +480,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                         bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
-                        several,
-                        source.input_rms)
+                        several, source.input_rms if len(source.inputs) < 2 else
+                        getattr(source, 'inputs_rms', None))
         if q8:
             return q8
     elif int8:
@@ -556,9 +560,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if warn:
         log(warn)
     check_ids(model_path, g, xy, dtype)
-    if xy is not None and dtype != 'float32' and getattr(g, 'joined', None):
-        for line in joined_range_notes(data, g.data_inputs[0], xy[0], dtype):
-            log(line)
+    stored = xy is not None and dtype != 'float32' and getattr(g, 'joined', None)
+    if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)
+        xy = (stored_codes(g, xy[0]), xy[1])
     check_flash(model_path, xy, dtype, board)
     if xy is not None:          # (a split that leaves nothing to train: refused before writing)
         ds_split(len(xy[0]), test_split, split_seed)
@@ -572,7 +576,10 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         summary['dequantized_because'] = auto
     if chose:
         summary['chose'] = chose
-    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype))
+    summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype,
+                              *((1.0, 0.0) if stored else ())))
+    if stored:
+        summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
@@ -584,22 +591,48 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                             **({'steps': heap['steps']} if heap.get('steps') else {}))
 
 
-def inputs_rms(data, g) -> dict:
-    """{input's data key: the root mean square of data's array for it} of graph g with
-    several inputs (read as prepare reads them: dataset.load_inputs), for
-    rewrite.scale_input and quant.relabel_input."""
+def _input_parts(data, g):
+    """(data key, data's array for it, one row a sample) of each input of graph g with
+    several (read as prepare reads them: dataset.load_inputs)."""
     from ..files.dataset import load_inputs
     from ..plan.runplan import data_inputs
     ins = data_inputs(g)
     x = np.asarray(load_inputs(data, ins)[0], np.float64)
     x = x.reshape(len(x), -1)
-    out, at = {}, 0
+    at = 0
     for _, shape, key in ins[0]:
         n = int(np.prod(shape[1:]))
-        part = x[:, at:at + n]
+        yield key, x[:, at:at + n]
         at += n
-        if part.size:
-            out[key] = float(np.sqrt(np.mean(np.square(part))))
+
+
+def inputs_rms(data, g) -> dict:
+    """{input's data key: the root mean square of data's array for it} of graph g with
+    several inputs, for rewrite.scale_input and quant.relabel_input."""
+    return {key: float(np.sqrt(np.mean(np.square(part))))
+            for key, part in _input_parts(data, g) if part.size}
+
+
+def stored_parts(data, g, dtype) -> dict:
+    """{input's data key: (scale, offset)} each input of graph g with several is stored at
+    as --dtype dtype (uint8, int8): its own range's (dataset.quantization), where one
+    scale for the joined samples left a narrow input a few of the 256 steps (a unit vector
+    beside 0..255 pixels: 2).  rewrite.join_inputs gives each part its values back."""
+    from ..files.dataset import quantization
+    return {key: tuple(float(v) for v in quantization(part, dtype)) if part.size else (1.0, 0.0)
+            for key, part in _input_parts(data, g)}
+
+
+def stored_codes(g, x) -> np.ndarray:
+    """Joined samples x of graph g (one_input_output's) as the codes each input is stored
+    at (g.inputs_stored, stored_parts': dataset's rounding), as floats: the samples file
+    holds them at scale 1, offset 0."""
+    out, at = np.array(x, np.float32), 0
+    for _, shape, key in g.data_inputs[0]:
+        n = int(np.prod(shape[1:]))
+        sc, off = g.inputs_stored.get(key, (1.0, 0.0))
+        out[:, at:at + n] = np.round((np.asarray(x[:, at:at + n], np.float64) - off) / sc)
+        at += n
     return out
 
 
@@ -624,12 +657,14 @@ def dequantized_instead(call, refusal):
 
 
 def several_refusal(g):
-    """Why a float model with several inputs or outputs (graph g) is not calibrated as int8
-    to train on the int8 path (fromfloat), or None.  (An int8 file with several trains as
-    int8: quant.several_refusal.)"""
-    if len(g.inputs) > 1 or len(g.outputs) > 1:
-        return ('a float model is calibrated as int8 with one input and one output, and this '
-                f'one has {len(g.inputs)} and {len(g.outputs)}')
+    """Why a float model with several outputs (graph g) is not calibrated as int8 to train
+    on the int8 path (fromfloat), or None: the calibration measures the ops the trained
+    output needs, and the int8 model export --quantized writes would lack the others.
+    Several inputs are calibrated each at its own scale (fromfloat.from_float).  (An int8
+    file with several trains as int8: quant.several_refusal.)"""
+    if len(g.outputs) > 1:
+        return ('a float model is calibrated as int8 with one output (its inputs may be '
+                f'several), and this one has {len(g.outputs)}')
     return None
 
 
@@ -673,7 +708,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
     r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
                          progress, cache, bands, board, lambda heap: heap_limit(prof, budget, heap),
                          limit_source(board, prof), log, given | ({'cache'} if cache else set()))
-    rw.save_graph(og, os.path.join(out_dir, fromfloat.INT8_MODEL))
+    rw.save_graph(rw.file_graph(og), os.path.join(out_dir, fromfloat.INT8_MODEL))
     if rewritten:               # (export writes the trained weights into that graph)
         rw.save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))
     r['from_float'] = {'why': why, 'samples': n, 'int8_model': fromfloat.INT8_MODEL,
@@ -903,35 +938,16 @@ def check_ids(model_path, g, xy, dtype):
                                f'{bad.flat[0]:g} ({bad.size} outside {first}..{n - 1}); TFLite '
                                'stops at such an id, and so would the board: give ids '
                                'the table has')
-    if dtype != 'float32':
+    if dtype != 'float32':      # (several inputs: each stored at its own, stored_parts)
         from ..files.dataset import quantization
-        x = xy[0]
-        sc, off = quantization(x, dtype)
-        if sc != 1.0:
-            raise PrepareError(
-                f'{model_path}: its input is an embedding\'s ids, which span '
-                f'{int(x.min())}..{int(x.max())}: --dtype {dtype} holds 256 consecutive ids '
-                'exactly, not these; use --dtype float32' if len(cols) == 1 else
-                f'{model_path}: an input is an embedding\'s ids, stored with the other inputs '
-                f'at one --dtype {dtype} scale (all the values span {float(x.min()):g}..'
-                f'{float(x.max()):g}): it holds them exactly only where every value is one of '
-                '256 consecutive integers; use --dtype float32')
-
-
-def joined_range_notes(data, parts, x, dtype) -> list:
-    """The inputs a model's joined samples (x, parts: runplan.one_input_output's) hold
-    in a range far narrower than the one 8-bit scale of --dtype stores them at."""
-    span = float(np.ptp(x)) if x.size else 0.0
-    out, at = [], 0
-    for name, shape, key in parts:
-        n = int(np.prod(shape[1:]))
-        s = float(np.ptp(x[:, at:at + n])) if x.size else 0.0
-        at += n
-        if span and s < span / 16:
-            out.append(f'{data}: input {key!r} spans {s:.3g}, 1/{span / max(s, 1e-30):.0f} of the '
-                       f'range --dtype {dtype} stores the joined inputs at (one scale, 256 '
-                       'steps): --dtype float32 keeps its values')
-    return out
+        for op in gathers:
+            lo, hi = cols[op.inputs[1]]
+            x = xy[0][:, lo:hi]
+            if quantization(x, dtype)[0] != 1.0:
+                raise PrepareError(
+                    f'{model_path}: {"its input" if len(cols) == 1 else "an input"} is an '
+                    f'embedding\'s ids, which span {int(x.min())}..{int(x.max())}: --dtype '
+                    f'{dtype} holds 256 consecutive ids exactly, not these; use --dtype float32')
 
 
 def file_weights(g, w):

@@ -178,12 +178,30 @@ def several_refusal(g: Graph) -> str | None:
     None."""
     if len(g.inputs) < 2:
         return None
-    bad = [rw_name(g, k) for k in g.inputs if not _is_q8(g, k)]
+    ids = _ids_of(g)
+    bad = [rw_name(g, k) for k in g.inputs if not _is_q8(g, k) and k not in ids]
     if bad:
         return ('the int8 path joins a model\'s inputs at their int8 scales, and input'
                 f'{"s" if len(bad) > 1 else ""} {", ".join(bad)} '
                 f'{"are" if len(bad) > 1 else "is"} not int8 (nor float read by a QUANTIZE)')
     return None
+
+
+def _ids_of(g: Graph) -> set:
+    """The inputs of int8 graph g (several) read only as an int8 embedding's ids
+    (_ids_inputs, on rewritten(g)), or an empty set."""
+    if not any(op.name == 'GATHER' for op in g.ops):
+        return set()
+    try:
+        return set(rewritten(g).ids_q8) & set(g.inputs)
+    except (ValueError, AttributeError):
+        return set()
+
+
+def ids_beside_int8(g: Graph) -> bool:
+    """Does g take an int8 embedding's ids (int32) beside int8 inputs (each int8 with a
+    scale or float read by a QUANTIZE)?  It trains as int8 (several_refusal: none)."""
+    return len(g.inputs) > 1 and bool(_ids_of(g)) and not several_refusal(g)
 
 
 def _is_q8(g: Graph, k) -> bool:
@@ -348,8 +366,29 @@ def rewritten(g: Graph) -> Graph:
     # an int8 file's logits and trained layers' output ranges follow training (meta)
     g.follow_logits = 1
     _widen_logits(g)
+    _ids_inputs(g)          # (ids beside int8 inputs: their bytes in the joined input)
     one_input_output(g)     # (several: the trained output's ops, the inputs joined)
     return g
+
+
+def _ids_inputs(g: Graph) -> set:
+    """Of a graph with several inputs, those read only as ids by GATHERs of int8 tables
+    of up to 256 rows (an int32 Keras Embedding input beside int8 ones, made float32 by
+    rewrite.embedding_gathers): typed int8 at scale 1, zero point -128 (the id's byte as
+    utrain.q8emb reads it), so join_inputs joins them as int8 parts; g.ids_q8 their
+    tensors (export types them back)."""
+    g.ids_q8 = set()
+    if len(g.inputs) < 2:
+        return g.ids_q8
+    for k in g.inputs:
+        t, rs = g.tensors[k], _readers(g.ops).get(k, [])
+        if t.dtype == 'float32' and rs and all(
+                op.name == 'GATHER' and op.inputs[1] == k and len(g.tensors[op.inputs[0]].shape) == 2
+                and g.tensors[op.inputs[0]].dtype == 'int8' and g.tensors[op.inputs[0]].data is not None
+                and g.tensors[op.inputs[0]].shape[0] <= 256 for op in rs):
+            t.dtype, t.quant = 'int8', {'scale': [1.0], 'zero_point': [-128]}
+            g.ids_q8.add(k)
+    return g.ids_q8
 
 
 # an int8 model's logits narrower than +-NARROW_LOGITS are widened to +-WIDE_LOGITS (a
@@ -438,10 +477,7 @@ def _folds(g: Graph, ops):
     """{PAD output tensor: (PAD input tensor, pad top, bottom, left, right)} of the PADs
     folded into their one reader's padding (the others are CAT layers: _cat_layer), and
     {RESHAPE output: input}."""
-    readers = {}
-    for op in ops:
-        for k in op.inputs:
-            readers.setdefault(k, []).append(op)
+    readers = _readers(ops)
     pads, alias = {}, {}
     for op in ops:
         if op.name in ALIASES or _unit_transpose(g, op):
@@ -555,15 +591,19 @@ def layers(g: Graph, train='last:1', ranks=None):
             k = alias[k]
         return k
     _one_bias(g, ops)
-    isl, dvi = _islands(g, ops), _div_islands(g, ops)
+    isl, dvi, sel = _islands(g, ops), _div_islands(g, ops), _select_islands(g, ops)
     inside = {id(o) for v in isl.values() for o in v[1:]} | {
-        id(o) for v in dvi.values() for o in v if o.name != 'DIV'}
+        id(o) for v in dvi.values() for o in v if o.name != 'DIV'} | {
+        id(o) for v in sel.values() for o in v[1][:-1]}
     out = []
     for op in ops:
         if op.outputs[0] in alias or op.outputs[0] in pads or id(op) in inside:
             continue
         if op.index in isl:
             out.append(_island_layer(g, isl[op.index], src))
+            continue
+        if op.index in sel:
+            out.append(_select_layer(g, *sel[op.index], src))
             continue
         if op.index in dvi:
             op = _div_island(g, *dvi[op.index])
@@ -580,7 +620,9 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
-                             'between a DEQUANTIZE and a QUANTIZE)')
+                             'between a DEQUANTIZE and a QUANTIZE; a SELECT_V2 whose mask and '
+                             'values are int8 comparisons, MUL, ADD and SUB of one int8 tensor '
+                             'and scalars)')
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue
@@ -636,15 +678,21 @@ _FUSED = {'RELU': lambda x: np.maximum(x, 0), 'RELU6': lambda x: np.clip(x, 0, 6
           'RELU_N1_TO_1': lambda x: np.clip(x, -1, 1)}
 
 
+def _readers(ops) -> dict:
+    """{tensor: [the ops of ops that read it]}."""
+    out = {}
+    for op in ops:
+        for k in op.inputs:
+            out.setdefault(k, []).append(op)
+    return out
+
+
 def _islands(g, ops) -> dict:
     """{DEQUANTIZE op index: [it, the float ops after it, the QUANTIZE that ends them]}:
     float32 elementwise ops (_F32) between the DEQUANTIZE of one int8 tensor and one
     QUANTIZE back to int8, their other inputs scalar constants: a function of 256 int8
     values, a LUT layer (_island_layer)."""
-    readers = {}
-    for op in ops:
-        for k in op.inputs:
-            readers.setdefault(k, []).append(op)
+    readers = _readers(ops)
     out = {}
     for op in ops:
         if op.name != 'DEQUANTIZE' or g.tensors[op.inputs[0]].dtype != 'int8':
@@ -678,10 +726,7 @@ def _div_islands(g, ops) -> dict:
     """{DIV op index: (DEQUANTIZE a, DEQUANTIZE b, the DIV, QUANTIZE)}: a converter's
     a / b of two int8 tensors in float32 (Keras's: it has no int8 DIV in its kernels),
     each float tensor read by the next op alone (_div_island)."""
-    readers = {}
-    for op in ops:
-        for k in op.inputs:
-            readers.setdefault(k, []).append(op)
+    readers = _readers(ops)
     prod = {k: op for op in ops for k in op.outputs}
     out = {}
     for op in ops:
@@ -801,6 +846,122 @@ def _island_layer(g, isl, src) -> dict:
          'nout': int(np.prod(g.tensors[qt.outputs[0]].shape)), 'in': [src(dq.inputs[0])],
          'out': qt.outputs[0]}
     _put_table(d, t, np.where((u >= -128) & (u <= 127) & np.isfinite(dv), dv, 0.0))
+    return d
+
+
+# int8 ops a converter writes for tf.where(x > c, A(x), B(x)) (GREATER, SELECT_V2 and
+# the branches' MUL, ADD, SUB of x and scalars): one function of x's 256 codes
+_CMP = {'GREATER': np.greater, 'GREATER_EQUAL': np.greater_equal, 'LESS': np.less,
+        'LESS_EQUAL': np.less_equal, 'EQUAL': np.equal, 'NOT_EQUAL': np.not_equal}
+_SEL_OPS = (*_CMP, 'SELECT_V2', 'MUL', 'ADD', 'SUB')
+
+
+def _select_islands(g, ops) -> dict:
+    """{SELECT_V2 op index: (x, [the ops, the SELECT_V2 last])}: an int8 SELECT_V2 whose
+    mask and values are int8 ops (_SEL_OPS) of one int8 tensor x and scalar constants,
+    each tensor between them read by those ops alone (tf.where of x: a LUT layer,
+    _select_layer).  A SELECT_V2 inside another's island is not one of its own."""
+    prod = {k: op for op in ops for k in op.outputs}
+    readers = _readers(ops)
+    out = {}
+    for op in ops:
+        if op.name != 'SELECT_V2' or g.tensors[op.outputs[0]].dtype != 'int8':
+            continue
+        body, roots, todo = [op], set(), list(op.inputs)
+        while todo:
+            k = todo.pop()
+            t = g.tensors[k]
+            if t.data is not None:
+                if t.data.size != 1 or (t.dtype == 'int8' and not t.quant):
+                    roots.add(None)
+                continue
+            p = prod.get(k)
+            inner = p is not None and p.name in _SEL_OPS and len(p.outputs) == 1 and (
+                p.name in _CMP or t.dtype == 'int8') and k not in g.outputs and all(
+                any(r is o for o in body) for r in readers.get(k, []))
+            if inner and not any(p is o for o in body):
+                body.append(p)
+                todo += p.inputs
+            elif not inner:
+                roots.add(k)
+        if len(roots) == 1 and None not in roots and g.tensors[next(iter(roots))].dtype == 'int8':
+            pos = {id(o): i for i, o in enumerate(ops)}
+            out[op.index] = (next(iter(roots)), sorted(body, key=lambda o: pos[id(o)]))
+    inner = {o.index for _, b in out.values() for o in b[:-1]}
+    return {k: v for k, v in out.items() if k not in inner}
+
+
+def _int8_op(g, op, v):
+    """TFLite Micro's int8 kernel of op (_SEL_OPS) on the codes v {tensor: int array}
+    (scalar constants read from g): comparisons.cc (each input times its scale, shifted
+    8 bits left), select.cc (the codes), mul.cc, add.cc / sub.cc (ADD_SHIFT)."""
+    def arg(k):
+        t = g.tensors[k]
+        return v[k] if k in v else np.asarray(t.data).reshape(-1)[:1].astype(np.int64)
+    if op.name == 'SELECT_V2':
+        return np.where(arg(op.inputs[0]) != 0, arg(op.inputs[1]), arg(op.inputs[2]))
+    (s1,), (z1,) = _q(g.tensors[op.inputs[0]])
+    (s2,), (z2,) = _q(g.tensors[op.inputs[1]])
+    a, b = np.broadcast_arrays(arg(op.inputs[0]), arg(op.inputs[1]))
+    if op.name in _CMP:
+        m1, m2 = quantize_multiplier(s1), quantize_multiplier(s2)
+        return _CMP[op.name](np.array([mbqm(int(x - z1) << 8, *m1) for x in a]),
+                             np.array([mbqm(int(x - z2) << 8, *m2) for x in b])).astype(np.int64)
+    (sy,), (zy,) = _q(g.tensors[op.outputs[0]])
+    lo, hi = _act_range(op.options.get('fused_activation_function', 'NONE'), sy, zy)
+    if op.name == 'MUL':
+        me = quantize_multiplier(s1 * s2 / sy)
+        r = [zy + mbqm(int(x - z1) * int(w - z2), *me) for x, w in zip(a, b)]
+    else:
+        tm = 2 * max(s1, s2)
+        m1, m2, mo = (quantize_multiplier(x) for x in (s1 / tm, s2 / tm,
+                                                       tm / ((1 << ADD_SHIFT) * sy)))
+        sg = 1 if op.name == 'ADD' else -1
+        r = [zy + mbqm(mbqm(int(x - z1) << ADD_SHIFT, *m1) + sg * mbqm(int(w - z2) << ADD_SHIFT, *m2),
+                       *mo) for x, w in zip(a, b)]
+    return np.clip(np.array(r, np.int64), lo, hi)
+
+
+def _select_layer(g, x, isl, src) -> dict:
+    """layers(): a select island (_select_islands) as a LUT layer: 't' TFLite Micro's int8
+    kernels run on each of x's 256 codes (_int8_op: bit for bit), 'dt' the derivative of
+    the ops in real units with each mask as at that code (the branch it takes: a
+    comparison passes no gradient), 0 where the output clamps."""
+    sel = isl[-1]
+    (sx,), (zx,) = _q(g.tensors[x])
+    (sy,), (zy,) = _q(g.tensors[sel.outputs[0]])
+    q = np.arange(-128, 128)
+    v = {x: q.astype(np.int64)}
+    for op in isl:
+        v[op.outputs[0]] = _int8_op(g, op, v)
+    t = np.broadcast_to(v[sel.outputs[0]], q.shape)
+
+    def real(xr, masks):
+        w = {x: xr}
+        for op in isl:
+            a = [w[k] if k in w else (float(np.asarray(g.tensors[k].data).reshape(-1)[0]) -
+                                      _q(g.tensors[k])[1][0]) * _q(g.tensors[k])[0][0]
+                 for k in op.inputs]
+            if op.name in _CMP:
+                w[op.outputs[0]] = masks[op.outputs[0]]
+            elif op.name == 'SELECT_V2':    # (select.cc copies codes: at the output's scale)
+                (so,), (zo,) = _q(g.tensors[op.outputs[0]])
+                w[op.outputs[0]] = np.where(a[0], *[(a[j] / _q(g.tensors[k])[0][0] +
+                                                     _q(g.tensors[k])[1][0] - zo) * so
+                                                    for j, k in ((1, op.inputs[1]),
+                                                                 (2, op.inputs[2]))])
+            else:
+                f = _FUSED.get(op.options.get('fused_activation_function'))
+                w[op.outputs[0]] = f(FLOAT_FNS[op.name](*a)) if f else FLOAT_FNS[op.name](*a)
+        return np.broadcast_to(w[sel.outputs[0]], xr.shape)
+    masks = {op.outputs[0]: v[op.outputs[0]] != 0 for op in isl if op.name in _CMP}
+    xr, h = sx * (q - zx).astype(np.float64), sx / 8
+    u = real(xr, masks) / sy + zy
+    dv = (real(xr + h, masks) - real(xr - h, masks)) / (2 * h)
+    d = {'k': LUT, 'op': sel.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128,
+         'hi': 127, 'nout': int(np.prod(g.tensors[sel.outputs[0]].shape)), 'in': [src(x)],
+         'out': sel.outputs[0]}
+    _put_table(d, t, np.where((u >= -128) & (u <= 127), dv, 0.0))
     return d
 
 
@@ -1002,7 +1163,8 @@ def _emb_layer(g, op) -> dict:
     w, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
     ids = op.inputs[1]
     where = f'{g.path}: op {op.number} (GATHER)'
-    if ids not in g.inputs or g.tensors[ids].dtype != 'float32' or w.data is None or \
+    if (ids not in g.inputs or g.tensors[ids].dtype != 'float32') and \
+            ids not in getattr(g, 'ids_q8', ()) or w.data is None or \
             len(w.shape) != 2 or int(op.options.get('axis', 0)) or op.options.get('batch_dims'):
         raise ValueError(f'{where}: int8 training gathers the rows of a constant 2-D int8 table '
                          'by the model\'s ids (a float32 or int32 input); prepare --dequantize '
@@ -1731,7 +1893,8 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
     ib = max([d['ib'] for d in es] or [1])
     for d in es:            # (one id format for the input: utrain.q8emb, emb_ids)
         d['ib'] = ib
-    (sx,), (zx,) = ([1.0], [-128]) if es else _q(x)   # (ids: bytes at scale 1)
+    (sx,), (zx,) = ([1.0], [-128]) if es and not getattr(g, 'joined', None) else _q(x)   # (ids:
+    #                bytes at scale 1; beside int8 inputs each part as joined_codes makes it)
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
          'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)) * ib,
@@ -1771,6 +1934,14 @@ def joined_codes(g: Graph, x) -> np.ndarray:
     out, at = np.empty(x.shape, np.float32), 0
     for name, shape, _ in g.data_inputs[0]:
         n = int(np.prod(shape[1:]))
+        k = by_name[name].index
+        if k in getattr(g, 'ids_q8', ()):       # (an embedding's ids: the rows, checked)
+            rs = [op for op in g.ops if op.name == 'GATHER' and op.inputs[1] == k]
+            part = {'layers': [{'k': EMB, 'en': min(g.tensors[op.inputs[0]].shape[0] for op in rs),
+                                'ib': 1, 'ew': int(all(len(op.inputs) > 2 for op in rs))}]}
+            out[:, at:at + n] = emb_ids(part, x[:, at:at + n]) - 128
+            at += n
+            continue
         (s,), (z,) = _q(by_name[name])
         out[:, at:at + n] = np.clip(np.round(np.asarray(x[:, at:at + n], np.float64) / s) + z,
                                     -128, 127)
@@ -2068,9 +2239,14 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None, output=
     sloped(g, m, wof_path)
     tconved(g, m, wof_path)
     embedded(g, m, wof_path)
-    if any(d['k'] == EMB for d in m['layers']):     # (the ids as the file reads them)
+    ids8 = getattr(g, 'ids_q8', ())
+    for k in ids8:          # (ids beside int8 inputs: floats, then the file's ints)
+        g.tensors[k].dtype, g.tensors[k].quant = 'float32', None
+    if any(d['k'] == EMB for d in m['layers']) and not ids8:   # (the ids as the file reads them)
         embedding_ids_back(g, ints)
     g = file_graph(g)       # (several: every input apart and every output, the file's)
+    if ids8:
+        embedding_ids_back(g, ints)
     _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
@@ -2473,8 +2649,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'],
                    loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
     if xy is not None and getattr(g, 'joined', None):
-        xy = (joined_codes(g, xy[0]),) + tuple(xy[1:])
-    if emb and xy is not None:
+        try:
+            xy = (joined_codes(g, xy[0]),) + tuple(xy[1:])
+        except ValueError as e:
+            raise PrepareError(f'{data}: {e}') from None
+    if emb and xy is not None and not getattr(g, 'joined', None):
         try:
             xy = (emb_ids(m, xy[0]),) + tuple(xy[1:])
         except ValueError as e:

@@ -298,6 +298,34 @@ def test_float_island_steps_under_viper_as_the_host(tmp_path):
     _viper_matches(tmp_path, tmp_path, xs[:3])
 
 
+@pytest.mark.parametrize('cmp,apart', [('GREATER', False), ('LESS_EQUAL', False),
+                                       ('GREATER', True)])
+def test_int8_where_is_one_table(tmp_path, monkeypatch, cmp, apart):
+    """Keras's tf.where(h > 0.25, h, 0.3 h - 0.1) in an int8 file (int8 GREATER, MUL,
+    SUB and SELECT_V2 of h and scalar constants: the model had trained dequantized or
+    been refused, issue 28): one LUT layer of h's 256 codes, TFLite Micro's int8 kernels
+    (forward bit-exact on the file; the branches at other scales than h's too, where
+    select.cc copies codes), its derivative 1 above 0.25 and 0.3 below (no gradient
+    through the mask), the first layer's update through it against finite differences
+    of the float forward."""
+    from kerasgraphs import build_int8_where
+    path, fwd, s1, sx, g, m, xs = _tabled(tmp_path, build_int8_where(
+        tmp_path / 'w.tflite', cmp=cmp, apart=apart), 9, 6)
+    ls = m['layers']
+    assert [d['k'] for d in ls] == [quant.CONV if ls[0]['k'] == quant.CONV else quant.FC,
+                                    quant.LUT, quant.FC]
+    _tflm_matches(path, m, tmp_path, xs)
+    with open(tmp_path / 'q8.req', 'rb') as f:
+        raw = f.read()[ls[1]['lt']:ls[1]['lt'] + 768]
+    t, dt = np.frombuffer(raw[:256], np.int8), np.frombuffer(raw[256:], '<i2') / 16384
+    h = (np.arange(-128, 128) + 20) * 0.03            # (h's codes: scale 0.03, zero point -20)
+    inside = (t > -128) & (t < 127)
+    ss, sb = (0.025, 0.02) if apart else (0.03, 0.03)   # (a branch's code at the output's scale)
+    np.testing.assert_allclose(dt[inside & (h > 0.27)], ss / 0.03, rtol=1e-3)
+    np.testing.assert_allclose(dt[inside & (h < 0.23) & (h > -3)], 0.3 * ss / sb, rtol=1e-3)
+    _steps_as_differences(monkeypatch, tmp_path, g, m, xs, fwd, s1, sx, 0.9, 0.95, False)
+
+
 def test_float_ops_of_two_int8_tensors_are_refused_saying_what_to_do(tmp_path):
     """A MUL of two dequantized int8 tensors in float32 is no function of one input (and
     not a DIV, which may be an int8 DIV): refused naming the file, the DEQUANTIZE and

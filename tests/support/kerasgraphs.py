@@ -932,6 +932,61 @@ def build_int8_island(path, seed=0, T=6, C=5, F=4, O=3, two=False, elu=False):
     return os.fspath(path), forward, s1, sx
 
 
+def build_int8_where(path, seed=0, T=6, C=5, F=4, O=3, cmp='GREATER', apart=False):
+    """An int8 model as TF 2.21's converter writes Keras's tf.where(h > 0.25, h, 0.3 h -
+    0.1) (int8 GREATER, MUL, SUB and SELECT_V2 of h and scalar constants at scales and
+    zero points of their own, as its file has them), built here: Dense on [1, T, C] (op 0)
+    -> h [1, T, F]; GREATER(h, 0.25) (1), MUL(h, 0.3) (2), SUB(., 0.1) (3), SELECT_V2 (4);
+    RESHAPE (5); FC (6).  cmp: the comparison (LESS_EQUAL: the branches swapped, the same
+    function); apart: the SUB and the SELECT_V2 write other scales than h's (select.cc
+    copies codes: the branch h reads at the output's scale).  Returns (path, float numpy
+    forward of the dequantized graph: f(x float [T, C], first weights float or None) ->
+    logits, the first layer's weight scale, the input's scale)."""
+    rng = np.random.default_rng(seed)
+    sx, s1, sh, sy, s2, zh = 0.05, 0.0012, 0.03, 0.1, 0.0015, -20
+    sm, zm, sb, zb, ss, zs = 0.012, 10, sh, zh, sh, zh
+    if apart:
+        sb, zb, ss, zs = 0.02, 5, 0.025, -30
+    q = lambda s, z: {'scale': [s], 'zero_point': [z]}     # noqa: E731
+    w1 = rng.integers(-127, 128, (F, C)).astype(np.int8)
+    b1 = rng.integers(-400, 400, F).astype(np.int32)
+    w2 = rng.integers(-127, 128, (O, T * F)).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C], dtype='int8', quant=q(sx, 0))
+    ht = b.tensor('h', [1, T, F], dtype='int8', quant=q(sh, zh))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1, quant=q(s1, 0)),
+                             b.tensor('b1', [F], data=b1, quant=q(sx * s1, 0))], [ht],
+         fused_activation_function='NONE', keep_num_dims=True)
+
+    def const(name, v):                 # (a scalar v at v / 255, zero point -128: code 127)
+        return b.tensor(name, [], data=np.array(127, np.int8), quant=q(v / 255, -128))
+    mask = b.tensor('mask', [1, T, F], dtype='bool')
+    b.op(cmp, [ht, const('c', 0.25)], [mask])
+    mt = b.tensor('m', [1, T, F], dtype='int8', quant=q(sm, zm))
+    b.op('MUL', [ht, const('k', 0.3)], [mt], fused_activation_function='NONE')
+    bt = b.tensor('b', [1, T, F], dtype='int8', quant=q(sb, zb))
+    b.op('SUB', [mt, const('k2', 0.1)], [bt], fused_activation_function='NONE')
+    st = b.tensor('s', [1, T, F], dtype='int8', quant=q(ss, zs))
+    b.op('SELECT_V2', [mask, ht, bt] if cmp == 'GREATER' else [mask, bt, ht], [st])
+    r = b.tensor('r', [1, T * F], dtype='int8', quant=q(ss, zs))
+    b.op('RESHAPE', [st, b.tensor('rs', [2], data=np.array([1, T * F], np.int32))], [r])
+    y = b.tensor('y', [1, O], dtype='int8', quant=q(sy, 0))
+    b.op('FULLY_CONNECTED', [r, b.tensor('w2', w2.shape, data=w2, quant=q(s2, 0)), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xf, wf=None):
+        wf = w1 * s1 if wf is None else wf
+        hf = np.clip(xf @ wf.T + b1 * sx * s1, (-128 - zh) * sh, (127 - zh) * sh)
+        lo = np.clip(np.clip(0.3 * hf, (-128 - zm) * sm, (127 - zm) * sm) - 0.1,
+                     (-128 - zb) * sb, (127 - zb) * sb)
+        # (select.cc copies codes: each branch's code read at the output's scale)
+        nf = np.where(hf > 0.25, (hf / sh + zh - zs) * ss, (lo / sb + zb - zs) * ss)
+        return (w2 * s2) @ np.clip(nf, (-128 - zs) * ss, (127 - zs) * ss).reshape(-1)
+    return os.fspath(path), forward, s1, sx
+
+
 def build_int8_div(path, seed=0, T=6, C=5, F=4, O=3, island=False, sq=0.06):
     """An int8 model with DIVs as TFLite's int8 kernel takes them (div.cc), built here:
     Dense on [1, T, C] RELU (op 0) -> h [1, T, F]; Dense on [1, T, C] RELU (1, a large

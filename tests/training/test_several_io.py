@@ -27,7 +27,8 @@ f32 = lambda a: np.asarray(a, np.float32)      # noqa: E731
 def build(path, shared=False, seed=0, out_order=('aux', 'logits'), m=M):
     """img [1,H,H,1] -> CONV_2D 3x3 RELU -> RESHAPE; CONCATENATION with meta [1,M] ->
     FULLY_CONNECTED -> logits [1,O].  aux [1,A]: a FULLY_CONNECTED of meta alone (its
-    own branch), or of the concatenation (shared: the trunk is shared)."""
+    own branch), or of the concatenation (shared: the trunk is shared); out_order
+    ('logits',): no aux."""
     M = m
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=b'TFL3')
@@ -45,10 +46,11 @@ def build(path, shared=False, seed=0, out_order=('aux', 'logits'), m=M):
     y = b.tensor('logits', [1, O])
     b.op('FULLY_CONNECTED', [cat, b.tensor('wf', [O, n + M], data=f32(0.2 * rng.standard_normal((O, n + M)))),
                              b.tensor('bf', [O], data=f32(np.zeros(O)))], [y])
-    aux = b.tensor('aux', [1, A])
+    aux = b.tensor('aux', [1, A]) if 'aux' in out_order else None
     src, k = (cat, n + M) if shared else (meta, M)
-    b.op('FULLY_CONNECTED', [src, b.tensor('wa', [A, k], data=f32(rng.standard_normal((A, k)))),
-                             b.tensor('ba', [A], data=f32(np.zeros(A)))], [aux])
+    if aux is not None:
+        b.op('FULLY_CONNECTED', [src, b.tensor('wa', [A, k], data=f32(rng.standard_normal((A, k)))),
+                                 b.tensor('ba', [A], data=f32(np.zeros(A)))], [aux])
     b.inputs(img, meta)
     b.outputs(*[{'aux': aux, 'logits': y}[o] for o in out_order])
     return b.save(os.fspath(path))
@@ -241,16 +243,66 @@ def test_unknown_output_and_int8_flag_are_refused(tmp_path):
     np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
     with pytest.raises(PrepareError, match=r"--output 'nope'.*0 'aux' \[1, 2\], 1 'logits' \[1, 3\]"):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='nope')
-    with pytest.raises(PrepareError, match='--int8 cannot train it as int8: a float model is '
-                       'calibrated as int8 with one input and one output, and this one has 2 '
-                       'and 2; without --int8 it trains in float32'):
+    with pytest.raises(PrepareError, match=r'--int8 cannot train it as int8: a float model is '
+                       r'calibrated as int8 with one output \(its inputs may be several\), and '
+                       'this one has 2; without --int8 it trains in float32'):
         _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output=1, int8=True)
     # a board without ulab, where a float model would train as int8: float32, said so
     lines = []
     s = _prepare(src, tmp_path / 'b', tmp_path / 'd.npz', lines, output=1, board='rp2040')
     assert not s.get('int8') and any('trains in float32 (int8 from float does not take it: a '
-                                     'float model is calibrated as int8 with one input' in ln
+                                     'float model is calibrated as int8 with one output' in ln
                                      for ln in lines)
+
+
+def test_float_model_of_two_inputs_trains_as_int8_each_at_its_scale(tmp_path):
+    """--int8 on a float model of two inputs (pixels 0..3 beside a sensor vector of +-60):
+    each input calibrated at its own int8 scale (one scale for both would leave the pixels
+    a few codes), the joined input each one's codes; the board's forward is TFLite
+    Micro's on the calibrated int8 model (int8.circle, its inputs apart) fed each input's
+    codes, bit for bit; trained (host simulation), export writes the float model (ONERT:
+    better than before) and --quantized the int8 one with both inputs at their scales."""
+    pytest.importorskip('tflite_micro')
+    import onert.infer
+    src = build(tmp_path / 'one.tflite', out_order=('logits',))
+    img, meta, y = samples(60)
+    img, meta = 1.5 * img, 20 * meta
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, int8=True, optimizer='sgd',
+                 lr=0.005, epochs=5, test_split=0.25)
+    assert s['int8'] and s['from_float'] and [i['key'] for i in s['inputs']] == ['img', 'meta']
+    g8 = read_model(os.fspath(tmp_path / 'run' / 'int8.circle'))
+    (si,), (zi,) = (g8.tensors[g8.inputs[0]].quant[k] for k in ('scale', 'zero_point'))
+    (sm,), (zm,) = (g8.tensors[g8.inputs[1]].quant[k] for k in ('scale', 'zero_point'))
+    assert [g8.tensors[k].name for k in g8.inputs] == ['serving_default_img:0',
+                                                       'serving_default_meta:0']
+    assert si == pytest.approx((img.max() - min(img.min(), 0)) / 255, rel=0.2)
+    # (meta's at least its range: the CONCATENATION that reads it ties it to its output's)
+    assert sm >= 0.99 * (meta.max() - meta.min()) / 255 and sm > 10 * si, (si, sm)
+    codes = [_codes(img, si, zi), _codes(meta, sm, zm)]
+    ref = _tflm_outputs(tmp_path / 'run' / 'int8.circle', codes)[0]
+    net = _q8_net(tmp_path / 'run')
+    got = np.stack([np.frombuffer(bytes(net.forward(bytearray(
+        np.concatenate([c[i].ravel() for c in codes]).tobytes()))), np.int8)
+        for i in range(len(y))])
+    net.close()
+    np.testing.assert_array_equal(got, ref)
+    assert len({tuple(r) for r in got}) > 10
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    sess = [onert.infer.session(os.fspath(p)) for p in (src, out)]
+    acc = [np.mean([np.argmax(np.asarray(se.infer([img[i:i + 1], meta[i:i + 1]])[0])) == y[i]
+                    for i in range(len(y))]) for se in sess]
+    assert acc[1] > acc[0] + 0.2, acc
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(tmp_path / 'q.tflite'),
+           quantized=True)
+    gq = read_model(os.fspath(tmp_path / 'q.tflite'))
+    assert [(gq.tensors[k].dtype, gq.tensors[k].quant['scale']) for k in gq.inputs] == \
+        [('int8', [si]), ('int8', [sm])]
+    assert np.mean(_tflm_outputs(tmp_path / 'q.tflite', codes)[0].argmax(1) == y) > acc[0] + 0.2
 
 
 def test_ranks_on_an_op_only_another_output_needs_are_refused(tmp_path):
@@ -389,19 +441,40 @@ def test_torch_two_arguments_onnx(tmp_path):
         assert json.load(f)['inputs'][1] == {'name': 'meta', 'key': 'meta', 'shape': [1, 4]}
 
 
-def test_8bit_samples_of_inputs_with_narrow_ranges_are_said(tmp_path):
-    """--dtype uint8 stores the joined inputs at one scale: an input 1/16 of the range or
-    less is named (its values keep a few of the 256 steps)."""
+@pytest.mark.parametrize('dtype', ['uint8', 'int8'])
+def test_8bit_samples_store_each_input_at_its_own_scale(tmp_path, dtype):
+    """--dtype uint8 / int8 stores each input at its own range's scale and offset (one
+    scale for the joined samples, 0..255 pixels beside a unit sensor vector, had left the
+    vector 6 of the 256 steps): the samples file holds each input's codes, and a MUL (an
+    ADD) after the inputs' split gives its values back; utrain's forward on the stored
+    codes is ONERT's on those values, which are within half a step of each input's own
+    range; it trains, and export writes the file's ops (none of the split's)."""
+    from host_tools.files.dataset import quantization, read_samples
     src = build(tmp_path / 'two.tflite')
-    img, meta, y = samples(12)
-    np.savez(tmp_path / 'd.npz', img=255 * img, meta=meta, y=y)
-    lines = []
-    _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', lines, output='logits', dtype='uint8')
-    assert [ln for ln in lines if 'spans' in ln] == [ln for ln in lines if "input 'meta' spans" in ln
-                                                     and '--dtype float32 keeps' in ln] != []
-    lines.clear()
-    _prepare(src, tmp_path / 'f', tmp_path / 'd.npz', lines, output='logits')
-    assert not [ln for ln in lines if 'spans' in ln]
+    img, meta, y = samples()
+    img = 255 * img
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='logits', dtype=dtype,
+                 optimizer='sgd', lr=0.01)
+    want = {'img': quantization(img, dtype), 'meta': quantization(meta, dtype)}
+    assert s['inputs_stored'] == {k: list(v) for k, v in want.items()}
+    codes, _ = read_samples(os.fspath(tmp_path / 'r' / 'train.ds'))
+    assert codes.shape[1] == H * H + M and np.all(codes == np.round(codes))
+    (si, oi), (sm, om) = want['img'], want['meta']
+    vi, vm = codes[:, :H * H] * si + oi, codes[:, H * H:] * sm + om
+    # (the training split's rows: each input within half of its own step)
+    rows = [np.flatnonzero(np.all(np.abs(meta - r) <= sm / 2 + 1e-6, 1)) for r in vm]
+    assert all(len(r) == 1 for r in rows) and np.ptp(meta) / sm > 200
+    np.testing.assert_allclose(vi, img[[r[0] for r in rows]].reshape(len(rows), -1),
+                               atol=si / 2 + 1e-4)
+    ref = onert_outputs(src, f32(vi).reshape(-1, H, H, 1), f32(vm))
+    np.testing.assert_allclose(utrain_outputs(tmp_path / 'r', codes), ref[1], rtol=1e-4,
+                               atol=1e-4)
+    code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0, text
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'r' / 'trained.wof'), os.fspath(out))
+    assert [op.name for op in read_model(out).ops] == [op.name for op in read_model(src).ops]
 
 
 def _build_int8(path, seed=0, A_=4, B=3, scales=(0.05, 0.05), float_ends=False, third=False,
@@ -600,8 +673,8 @@ def _build_embedding(path, seed=0):
 
 def test_embedding_ids_beside_features(tmp_path):
     """An embedding's ids beside float features: the table trains, utrain's forward is
-    ONERT's; 8-bit samples, which would store the ids at the features' scale, are refused,
-    and so are ids outside the table, naming the op."""
+    ONERT's; 8-bit samples store the ids exactly (each input at its own scale; one scale
+    for both had been refused); ids outside the table are refused, naming the op."""
     src = _build_embedding(tmp_path / 'emb.tflite')
     rng = np.random.default_rng(4)
     ids = rng.integers(0, 5, (40, 2))
@@ -618,11 +691,87 @@ def test_embedding_ids_beside_features(tmp_path):
     assert np.abs(got - ref).max() < 1e-5
     code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
     assert code == 0, text
-    with pytest.raises(PrepareError, match='embedding.*one --dtype uint8 scale.*use --dtype float32'):
-        _prepare(src, tmp_path / 'u', tmp_path / 'd.npz', dtype='uint8')
+    # 8-bit samples: the ids at their own scale (exact: 1, offset 0), not the features'
+    s = _prepare(src, tmp_path / 'u', tmp_path / 'd.npz', dtype='uint8')
+    assert s['inputs_stored']['ids'] == [1.0, 0.0]
+    from host_tools.files.dataset import read_samples
+    codes, _ = read_samples(os.fspath(tmp_path / 'u' / 'train.ds'))
+    np.testing.assert_array_equal(np.sort(np.unique(codes[:, :2])), np.arange(5))
     np.savez(tmp_path / 'bad.npz', ids=ids + 3, feat=feat, y=y)
     with pytest.raises(PrepareError, match='op 0 GATHER reads rows of a 5-row table.*outside 0..4'):
         _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz')
+
+
+def _build_int8_ids(path, seed=0, n=6):
+    """Full-integer int8 with int32 ids beside an int8 feature input (Keras's Embedding
+    beside a sensor input, as the converter writes it): ids [1, 2] int32 -> GATHER of an
+    int8 [n, 3] table -> RESHAPE [1, 6]; feat [1, 3] int8 -> FC -> [1, 4];
+    CONCATENATION (one scale) -> FC -> logits [1, O]."""
+    rng = np.random.default_rng(seed)
+    q = lambda s, z=0: {'scale': [float(s)], 'zero_point': [int(z)], 'quantized_dimension': 0}  # noqa: E731
+    sc, sf, sw = 0.05, 0.04, 0.02
+    b = CircleBuilder(identifier=b'TFL3')
+    ids = b.tensor('ids', [1, 2], dtype='int32')
+    feat = b.tensor('feat', [1, 3], dtype='int8', quant=q(sf, 4))
+    e = b.tensor('e', [1, 2, 3], dtype='int8', quant=q(sc))
+    table = rng.integers(-100, 101, (n, 3)).astype(np.int8)
+    b.op('GATHER', [b.tensor('table', [n, 3], data=table, quant=q(sc)), ids], [e], axis=0)
+    r = b.tensor('r', [1, 6], dtype='int8', quant=q(sc))
+    b.op('RESHAPE', [e, b.tensor('shape', [2], data=np.array([1, 6], np.int32))], [r])
+
+    def fc(name, x, n_in, n_out, so, sx):
+        w = np.clip(np.round(rng.standard_normal((n_out, n_in)) * 30), -127, 127).astype(np.int8)
+        y = b.tensor(name, [1, n_out], dtype='int8', quant=q(so))
+        b.op('FULLY_CONNECTED', [x, b.tensor(name + '_w', [n_out, n_in], data=w, quant=q(sw)),
+                                 b.tensor(name + '_b', [n_out], data=np.zeros(n_out, np.int32),
+                                          quant=q(sx * sw))], [y], fused_activation_function='NONE')
+        return y
+    h = fc('h', feat, 3, 4, sc, sf)
+    cat = b.tensor('cat', [1, 10], dtype='int8', quant=q(sc))
+    b.op('CONCATENATION', [r, h], [cat], axis=1, fused_activation_function='NONE')
+    y = fc('logits', cat, 10, O, 0.4, sc)
+    b.inputs(ids, feat)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def test_int8_embedding_ids_beside_int8_features_train_as_int8(tmp_path):
+    """Issue 28: an int8 file taking int32 ids (an int8 Embedding's) beside an int8 input
+    trains as int8 (it trained dequantized): the joined input holds each id's byte (scale
+    1, zero point -128, as utrain.q8emb reads ids) and the features' codes; the board's
+    forward is TFLite Micro's on the file bit for bit; trained (host), export --quantized
+    keeps the int32 ids and the int8 input and scores better under TFLite Micro; an id
+    outside the table is refused naming it."""
+    pytest.importorskip('tflite_micro')
+    src = _build_int8_ids(tmp_path / 'q.tflite')
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 6, (90, 2))
+    feat = rng.uniform(-4, 4, (90, 3)).astype(np.float32)
+    y = np.where(feat[:, 0] > 2, 2, ids[:, 0] % 2)
+    np.savez(tmp_path / 'd.npz', ids=ids, feat=feat, y=y)
+    lines = []
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, optimizer='sgd', lr=0.02,
+                 epochs=8, train='all')
+    assert s.get('int8') and not any('dequantized' in ln or 'widen' in ln for ln in lines), lines
+    codes = [ids.astype(np.int32), _codes(feat, 0.04, 4)]
+    ref = _tflm_outputs(src, codes)[0]
+    net = _q8_net(tmp_path / 'run')
+    got = np.stack([np.frombuffer(bytes(net.forward(bytearray(np.concatenate(
+        [(ids[i] - 128).astype(np.int8), codes[1][i]]).tobytes()))), np.int8) for i in range(len(y))])
+    net.close()
+    np.testing.assert_array_equal(got, ref)
+    code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.tflite')
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), out, quantized=True)
+    g1 = read_model(out)
+    assert [(g1.tensors[k].name, g1.tensors[k].dtype) for k in g1.inputs] == [('ids', 'int32'),
+                                                                              ('feat', 'int8')]
+    acc = [np.mean(_tflm_outputs(p, codes)[0].argmax(1) == y) for p in (src, out)]
+    assert acc[1] > acc[0] + 0.2, acc
+    np.savez(tmp_path / 'bad.npz', ids=ids + 1, feat=feat, y=y)
+    with pytest.raises(PrepareError, match=r'id 6 is not a row of the embedding\'s 6'):
+        _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz', optimizer='sgd')
 
 
 def test_each_input_is_scaled_by_its_own_rms(tmp_path):
