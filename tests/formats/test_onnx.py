@@ -702,7 +702,7 @@ def _export_sensor(name, model, shape, path, fold=None):
         warnings.simplefilter('ignore')
         torch.onnx.export(model, (torch.zeros((1,) + shape),), path, opset_version=17,
                           dynamo=False, input_names=['x'], output_names=['y'],
-                          do_constant_folding=name in RNNS + ('mha', 'attention') if fold is None
+                          do_constant_folding=name in RNNS + ('mha', 'attention', 'attnpool') if fold is None
                           else fold)
 
 
@@ -820,11 +820,28 @@ def _seeded_affine(model):
     return model
 
 
+class AttnPool(nn.Module):
+    """Attention pooling over time: a Linear scores each step of a Conv1d's map, a
+    softmax over the steps (axis 1 of [N, T, 1], not the last: refused before, issue 28)
+    weighs the sum; beside it the max over time, then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(3, 6, 3, padding=1)
+        self.att, self.fc = nn.Linear(6, 1), nn.Linear(12, 3)
+
+    def forward(self, x):
+        h = nn.functional.leaky_relu(self.c(x), 0.1).transpose(1, 2)
+        w = torch.softmax(self.att(h), dim=1)
+        return self.fc(torch.cat([(h * w).sum(1), h.amax(1)], 1))
+
+
 SENSOR.update({'misc2d': (Misc2d, (2, 6, 6)), 'misc1d': (Misc1d, (3, 12)),
-               'norms1d': (lambda: _seeded_affine(Norms1d()), (3, 10))})
+               'norms1d': (lambda: _seeded_affine(Norms1d()), (3, 10)),
+               'attnpool': (AttnPool, (3, 9))})
 
 
-@pytest.mark.parametrize('name', ['misc2d', 'misc1d', 'norms1d'])
+@pytest.mark.parametrize('name', ['misc2d', 'misc1d', 'norms1d', 'attnpool'])
 def test_more_layers_step_as_torch(name, tmp_path):
     test_sensor_layers_step_as_torch(name, 'cpython', tmp_path)
 
