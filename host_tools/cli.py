@@ -465,7 +465,9 @@ def _args_settings(q):
     q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
                    help='default: the model\'s training metadata, else scce when --data holds one '
                         'class number per sample for a model with several outputs, cce when it holds '
-                        'one-hot rows (one value per output), bce when it holds 0s and 1s for a '
+                        'one-hot rows (one value per output) or a class a step (N, T) for a '
+                        'model whose output is a softmax row a step (T x C; metric mae, evaluate '
+                        'counts the steps), bce when it holds 0s and 1s for a '
                         'model ending in a sigmoid, else mse (an int8 model trains as int8 with '
                         'scce, cce, mse or mae; with bce, dequantized). '
                         'cce and scce without --from-logits expect probabilities (a model ending '

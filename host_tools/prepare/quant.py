@@ -264,6 +264,12 @@ def loss_refusal(s: dict, g: Graph = None) -> str | None:
         return (f'--loss {s["loss"]} on a model ending in SOFTMAX: the int8 path leaves the '
                 'final SOFTMAX to its softmax losses (scce, cce); --dequantize trains it in '
                 f'float32 with {s["loss"]} on the probabilities')
+    from ..files.dataset import per_step
+    if s['loss'] in ('scce', 'cce') and g is not None and softmax_end(g) and \
+            per_step(g.tensors[g.outputs[0]].shape):
+        return ('--loss cce on rows of probabilities (a class a step): the int8 path\'s softmax '
+                'cross-entropy takes all the outputs as one row; --dequantize trains it in '
+                'float32 a row a step')
     return None
 
 
