@@ -201,6 +201,24 @@ def step_classes(g, s, data, overrides, log=print) -> dict:
                 metric='mae' if overrides.get('metric') is None else s['metric'])
 
 
+def step_schedule_warning(s, train_samples) -> str | None:
+    """The warning for a `step` schedule whose learning rate has fallen below a thousandth
+    of --lr by the end of the first epoch (step_size counts updates, and a user of
+    PyTorch's StepLR, stepped once an epoch, gives it in epochs: step_size=2 at 28
+    updates an epoch left lr x 0.5^14 after one epoch and the run stood still), or None."""
+    if s.get('schedule') != 'step' or not train_samples:
+        return None
+    per = -(-train_samples // s['batch'])
+    size, gamma = int(s.get('step_size') or 1), float(s.get('gamma', 0.1))
+    fell = gamma ** (max(per - int(s.get('warmup') or 0), 0) // size)
+    if not 0 <= gamma < 1 or fell >= 1e-3:
+        return None
+    return (f'warning: --schedule step: lr x {gamma:g} every {size} update{"s" * (size > 1)} is '
+            f'lr x {fell:.2g} after the first epoch ({per} updates of {s["batch"]} of the '
+            f'{train_samples} training samples), and the run stands still from there: '
+            f'step_size counts updates, not epochs (every 2 epochs: step_size={2 * per})')
+
+
 def parse_budget(text) -> int:
     """'96K', '1M', '98304' -> bytes (runner.size_bytes); PrepareError naming --budget."""
     from ..target.runner import size_bytes
@@ -624,6 +642,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     summary.update(write_prefix_caches(out_dir, files, cache))
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
+    warn = step_schedule_warning(s, summary.get('train_samples'))
+    if warn:
+        log(warn)
     return write_run_config(out_dir, files, s, summary, progress,
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,
