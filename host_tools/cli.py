@@ -772,6 +772,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         return a.fn(a)
+    except KeyboardInterrupt:
+        # (a Ctrl-C the command did not take itself: deploy --run's second one, which
+        # leaves the board training unfollowed; prepare, export, evaluate half way)
+        print(f'\nstopped (Ctrl-C): {a.cmd} did not finish' + (
+            '; the board trains on unfollowed: `pull` once it ends (its train.log says when)'
+            if a.cmd == 'deploy' and getattr(a, 'run', False) else ''), file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         from .files.validate import os_error_text
         print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
