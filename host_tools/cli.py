@@ -444,7 +444,8 @@ def _args_prepare(sub):
                    'file (docs/onnx.md)')
     q.add_argument('-o', '--out', required=True, help='output folder')
     q.add_argument('--data', help='.npz (arrays x and y: class labels or target vectors), .csv '
-                   '(one sample a row, the label in the last column), a folder with one '
+                   '(one sample a row, the label in the last column; several targets: the '
+                   'columns after the input\'s values), a folder with one '
                    'sub-folder of images per class, or a .ds record file; a model with '
                    'several inputs: an .npz with y and an array per input, named after it '
                    '(Keras\'s Input name) or x0, x1, ... in the model\'s order')
@@ -686,7 +687,8 @@ def _args_evaluate(sub):
                        'model file on labelled data, on the host: compare before and after')
     q.add_argument('model', help='.circle or .tflite (float: ONERT; int8 .tflite: TFLite Micro) '
                    'or .onnx (ONNX Runtime), the original or what export wrote')
-    q.add_argument('data', help='.npz (x, y), .csv (label in the last column), .ds or a folder '
+    q.add_argument('data', help='.npz (x, y), .csv (label in the last column; several targets: '
+                   'the columns after the input\'s values), .ds or a folder '
                    'of class sub-folders of images, as prepare reads them')
     q.add_argument('--metric', choices=['accuracy', 'mae'],
                    help='default: accuracy when y holds class labels and the model has several '

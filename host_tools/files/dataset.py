@@ -55,9 +55,11 @@ def _checked(path, x, y):
     return x, y
 
 
-def load_csv(path, label='last'):
+def load_csv(path, label='last', inputs=None):
     """(x, y) from a CSV table of numbers: one sample a row, the label in the first or
-    last column (label='first'|'last'); a header row of names is skipped."""
+    last column (label='first'|'last'), or the targets in as many columns there as a row
+    holds beyond a model's inputs values (a regression of several outputs, a class a
+    step); a header row of names is skipped."""
     import csv
     rows = []
     if os.path.getsize(path) > MAX_FILE:
@@ -91,9 +93,10 @@ def load_csv(path, label='last'):
     if len(width) != 1 or len(rows[0]) < 2:
         raise DataError(f'{path}: rows need the same number (>= 2) of columns, found {sorted(width)}')
     a = np.array(rows, dtype=np.float64)
+    k = a.shape[1] - inputs if inputs and a.shape[1] - inputs > 1 else 1
     if label == 'first':
-        return _checked(path, a[:, 1:], a[:, 0])
-    return _checked(path, a[:, :-1], a[:, -1])
+        return _checked(path, a[:, k:], a[:, 0] if k == 1 else a[:, :k])
+    return _checked(path, a[:, :-k], a[:, -1] if k == 1 else a[:, -k:])
 
 
 def _number(v) -> bool:
@@ -142,10 +145,11 @@ def load_images(path, size=None, gray=True):
     return np.stack(xs), np.array(ys), classes
 
 
-def labels(path, label='last'):
-    """The targets of a data source as load gives them, reading no more than they need:
-    an image folder's are its class numbers (one of each here: the sub-folders, sorted,
-    as load_images numbers them; no image is decoded), an .npz's its y alone."""
+def labels(path, label='last', shape=None):
+    """The targets of a data source as load gives them (shape: the model input's, whose
+    values a .csv row holds before its targets), reading no more than they need: an
+    image folder's are its class numbers (one of each here: the sub-folders, sorted, as
+    load_images numbers them; no image is decoded), an .npz's its y alone."""
     path = os.fspath(path)
     if os.path.isdir(path):
         return np.arange(len([d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))]))
@@ -156,7 +160,7 @@ def labels(path, label='last'):
                 return y.astype(np.uint8) if y.dtype == np.bool_ else y
         except Exception:       # noqa: B902 - empty (EOFError), damaged: load says what is wrong
             pass
-    return load(path, label)[1]
+    return load(path, label, shape=shape if path.lower().endswith('.csv') else None)[1]
 
 
 def load(path, label='last', size=None, shape=None):
@@ -179,7 +183,7 @@ def load(path, label='last', size=None, shape=None):
     if not os.path.exists(path):
         raise DataError(f'{path}: no such file or folder')
     if path.lower().endswith('.csv'):
-        return load_csv(path, label)
+        return load_csv(path, label, int(np.prod(shape[1:])) if shape is not None else None)
     if path.lower().endswith('.ds'):
         x, y = read_dataset(path)
         return x, (y[:, 0] if y.shape[1] == 1 else y)
@@ -284,6 +288,9 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
         elif y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)):
             hint = (f'these are class numbers 0 to {n_out - 1}, which train with --loss scce '
                     f'(or cce); {hint}')
+        if str(where).lower().endswith('.csv'):
+            hint += (f'; a .csv row holds the input values, then the targets ({n_out} columns '
+                     'a row after the inputs)')
         raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs '
                         f'{n_out}: {hint}')
     return y

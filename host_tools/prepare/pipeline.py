@@ -125,7 +125,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         return s
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
     try:
-        y = np.asarray(ds.labels(data))
+        y = np.asarray(ds.labels(data, shape=g.tensors[g.inputs[0]].shape if len(g.inputs) == 1
+                                 else None))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass, which says what is wrong)
     if not len(y) or not np.issubdtype(y.dtype, np.number) or y.ndim > 2:
@@ -169,7 +170,8 @@ def step_classes(g, s, data, overrides, log=print) -> dict:
     if not data or not ps:
         return s
     try:
-        y = np.asarray(ds.labels(data))
+        y = np.asarray(ds.labels(data, shape=g.tensors[g.inputs[0]].shape if len(g.inputs) == 1
+                                 else None))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass)
     onehot = y.ndim == 3 and y.shape[1:] == ps and bool(np.all((y == 0) | (y == 1))) and \

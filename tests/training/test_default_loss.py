@@ -264,3 +264,36 @@ def test_a_class_a_step_trains_cce_per_step(tmp_path):
     assert '"loss": "cce"' in text and '"metric": "mae"' in text, said
     from host_tools.prepare.quant import loss_refusal
     assert 'a class a step' in loss_refusal({'loss': 'cce'}, read_model(model))
+
+
+def test_a_csv_row_holds_as_many_targets_as_follow_the_inputs(tmp_path):
+    """Issue 28 (a held-out 2-output Keras regression given its samples as a .csv, x then
+    both targets: only the last column was read, refused "y has 1 values per sample, the
+    model outputs 2" with nothing a .csv could do): the columns after the model input's
+    values are the targets (10 for the digits MLP's 10 outputs: mse; a class a step for
+    a softmax row a step: cce); one label column is as before; a .csv short of targets is
+    told how a row is laid out."""
+    from host_tools.files.dataset import read_dataset
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((12, 64))
+    for name, y, loss in (('ten', rng.standard_normal((12, 10)), 'mse'),
+                          ('one', rng.integers(0, 10, (12, 1)), 'scce')):
+        np.savetxt(tmp_path / f'{name}.csv', np.concatenate([x, y], 1), delimiter=',')
+        s, text, said = _run(tmp_path, MLP, str(tmp_path / f'{name}.csv'))
+        assert f'"loss": "{loss}"' in text, said
+        got = read_dataset(str(tmp_path / 'o' / 'train.ds'))[1]
+        np.testing.assert_allclose(got, y if loss == 'mse' else y.reshape(-1, 1), rtol=1e-6)
+    T, C, K = 5, 3, 4
+    model, _, _ = _per_step_model(tmp_path / 'p.tflite', T, C, K)
+    ys = rng.integers(0, K, (12, T))
+    np.savetxt(tmp_path / 'steps.csv', np.concatenate([rng.standard_normal((12, T * C)), ys], 1),
+               delimiter=',')
+    s, text, said = _run(tmp_path, model, str(tmp_path / 'steps.csv'))
+    assert '"loss": "cce"' in text and '"metric": "mae"' in text, said
+    got = read_dataset(str(tmp_path / 'o' / 'train.ds'))[1]
+    np.testing.assert_array_equal(got.reshape(12, T, K).argmax(-1), ys)
+    np.savetxt(tmp_path / 'short.csv', np.concatenate([x, rng.standard_normal((12, 1))], 1),
+               delimiter=',')
+    with pytest.raises(DataError, match=r'a .csv row holds the input values, then the targets '
+                                        r'\(10 columns'):
+        _run(tmp_path, MLP, str(tmp_path / 'short.csv'), loss='mse')
