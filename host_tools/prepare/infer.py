@@ -169,6 +169,7 @@ def onnx_predictor(path):
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
             xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
     run.shape = shape       # (an image folder is read in its size and channels)
+    run.out_shape = [1] + [d if isinstance(d, int) else -1 for d in sess.get_outputs()[0].shape[1:]]
     return run
 
 
@@ -453,9 +454,10 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
     elif g is not None:
         x, transposed = layout(np.asarray(x, np.float32), g.tensors[g.inputs[0]].shape, nchw, data)
     out = run(x)
-    if g is not None and g.outputs and out.size == len(out) * int(np.prod(
-            g.tensors[g.outputs[0]].shape[1:])):      # (rows of a class a step: step_scores)
-        out = out.reshape([len(out)] + [int(d) for d in g.tensors[g.outputs[0]].shape[1:]])
+    oshape = g.tensors[g.outputs[0]].shape if g is not None and g.outputs else \
+        getattr(run, 'out_shape', None)     # (rows of a class a step: step_scores)
+    if oshape is not None and out.size == len(out) * int(np.prod(oshape[1:])):
+        out = out.reshape([len(out)] + [int(d) for d in oshape[1:]])
     r = scores(out, y, metric)
     r.update(runtime=runtime, transposed=transposed)
     return r

@@ -516,6 +516,29 @@ def test_refused_layer_is_named(model, shape, match, tmp_path):
         read_model(path)
 
 
+def test_rows_of_logits_a_step_are_not_scored_as_one_class(tmp_path):
+    """Issue 28 (a held-out PyTorch Conv1d head, logits [N, 4, T] a class a step, given
+    one class a sample: evaluate scored the argmax of all 4 x T values, accuracy 0.01):
+    refused saying what to give; prepare refuses it too."""
+    from host_tools.files.dataset import DataError
+    from host_tools.prepare.infer import InferError, evaluate
+    torch.manual_seed(0)
+    m = nn.Conv1d(3, 4, 1).eval()
+    path = os.fspath(tmp_path / 'head.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(m, (torch.zeros(1, 3, 6),), path, opset_version=17, dynamo=False)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((8, 3, 6)).astype(np.float32),
+             y=rng.integers(0, 4, 8))
+    with pytest.raises(InferError, match='one class number a sample, and the model outputs '
+                                         r'\[4, 6\]'):
+        evaluate(path, os.fspath(tmp_path / 'd.npz'))
+    with pytest.raises(DataError, match='one class number a sample'):
+        prepare(path, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                log=lambda *a: None)
+
+
 def test_model_ending_in_log_softmax_trains_its_logits(tmp_path):
     """PyTorch's classifier for NLLLoss ends in log_softmax: the logits it reads train
     with cross-entropy from logits (the same loss and gradient), the exported .onnx keeps

@@ -251,6 +251,9 @@ def test_a_class_a_step_trains_cce_per_step(tmp_path):
     assert abs(r['loss'] + np.log(p[np.arange(T), y[0]]).sum()) < 1e-4
     with pytest.raises(DataError, match=r'one class number a sample.*shape \(N, 5\)'):
         _run(tmp_path, model, _npz(tmp_path / 'o.npz', rng.integers(0, K, 12), shape=(T, C)))
+    from host_tools.prepare.infer import InferError
+    with pytest.raises(InferError, match=r'one class number a sample.*shape \(N, 5\)'):
+        evaluate(model, str(tmp_path / 'o.npz'))       # (it scored the argmax of all 20)
     with pytest.raises(DataError, match='train with --loss cce'):
         _run(tmp_path, model, str(tmp_path / 'd.npz'), loss='scce')
     with pytest.raises(PrepareError, match='leave it out'):
