@@ -288,6 +288,13 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
         elif y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)):
             hint = (f'these are class numbers 0 to {n_out - 1}, which train with --loss scce '
                     f'(or cce); {hint}')
+        d = [int(v) for v in (out_shape or [])[1:]]
+        if len(d) == 2 and d[0] > 1 and y.shape[1] == d[1] != d[0] and np.all(y == np.round(y)):
+            # (PyTorch's (N, C, T) map of a class a step: the classes come first)
+            hint = (f'as a class a step ({d[1]} a sample) they need the model\'s output as rows '
+                    f'of classes, ({d[1]}, {d[0]}), and it is ({d[0]}, {d[1]}): transpose it in '
+                    'the model before its softmax (PyTorch: y.transpose(1, 2), then '
+                    'torch.softmax(y, -1)); or ' + hint)
         if str(where).lower().endswith('.csv'):
             hint += (f'; a .csv row holds the input values, then the targets ({n_out} columns '
                      'a row after the inputs)')

@@ -519,7 +519,8 @@ def test_refused_layer_is_named(model, shape, match, tmp_path):
 def test_rows_of_logits_a_step_are_not_scored_as_one_class(tmp_path):
     """Issue 28 (a held-out PyTorch Conv1d head, logits [N, 4, T] a class a step, given
     one class a sample: evaluate scored the argmax of all 4 x T values, accuracy 0.01):
-    refused saying what to give; prepare refuses it too."""
+    refused saying what to give; prepare refuses it too, and a class a step for it says to
+    transpose the map to rows of classes (was "mse wants one target per output")."""
     from host_tools.files.dataset import DataError
     from host_tools.prepare.infer import InferError, evaluate
     torch.manual_seed(0)
@@ -536,6 +537,13 @@ def test_rows_of_logits_a_step_are_not_scored_as_one_class(tmp_path):
         evaluate(path, os.fspath(tmp_path / 'd.npz'))
     with pytest.raises(DataError, match='one class number a sample'):
         prepare(path, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                log=lambda *a: None)
+    # a class a step (N, T) for the classes-first map: told to transpose it in the model
+    np.savez(tmp_path / 's.npz', x=rng.standard_normal((8, 3, 6)).astype(np.float32),
+             y=rng.integers(0, 4, (8, 6)))
+    with pytest.raises(DataError, match=r'rows of classes, \(6, 4\), and it is \(4, 6\): '
+                                        'transpose it in the model'):
+        prepare(path, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 's.npz'),
                 log=lambda *a: None)
 
 
