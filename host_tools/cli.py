@@ -444,7 +444,8 @@ def _args_prepare(sub):
                    'file (docs/onnx.md)')
     q.add_argument('-o', '--out', required=True, help='output folder')
     q.add_argument('--data', help='.npz (arrays x and y: class labels or target vectors), .csv '
-                   '(one sample a row, the label in the last column), a folder with one '
+                   '(one sample a row, the label in the last column; several targets: the '
+                   'columns after the input\'s values), a folder with one '
                    'sub-folder of images per class, or a .ds record file; a model with '
                    'several inputs: an .npz with y and an array per input, named after it '
                    '(Keras\'s Input name) or x0, x1, ... in the model\'s order')
@@ -465,7 +466,9 @@ def _args_settings(q):
     q.add_argument('--loss', choices=['mse', 'mae', 'cce', 'scce', 'bce'],
                    help='default: the model\'s training metadata, else scce when --data holds one '
                         'class number per sample for a model with several outputs, cce when it holds '
-                        'one-hot rows (one value per output), bce when it holds 0s and 1s for a '
+                        'one-hot rows (one value per output) or a class a step (N, T) for a '
+                        'model whose output is a softmax row a step (T x C; metric mae, evaluate '
+                        'counts the steps), bce when it holds 0s and 1s for a '
                         'model ending in a sigmoid, else mse (an int8 model trains as int8 with '
                         'scce, cce, mse or mae; with bce, dequantized). '
                         'cce and scce without --from-logits expect probabilities (a model ending '
@@ -684,7 +687,8 @@ def _args_evaluate(sub):
                        'model file on labelled data, on the host: compare before and after')
     q.add_argument('model', help='.circle or .tflite (float: ONERT; int8 .tflite: TFLite Micro) '
                    'or .onnx (ONNX Runtime), the original or what export wrote')
-    q.add_argument('data', help='.npz (x, y), .csv (label in the last column), .ds or a folder '
+    q.add_argument('data', help='.npz (x, y), .csv (label in the last column; several targets: '
+                   'the columns after the input\'s values), .ds or a folder '
                    'of class sub-folders of images, as prepare reads them')
     q.add_argument('--metric', choices=['accuracy', 'mae'],
                    help='default: accuracy when y holds class labels and the model has several '
@@ -770,6 +774,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         return a.fn(a)
+    except KeyboardInterrupt:
+        # (a Ctrl-C the command did not take itself: deploy --run's second one, which
+        # leaves the board training unfollowed; prepare, export, evaluate half way)
+        print(f'\nstopped (Ctrl-C): {a.cmd} did not finish' + (
+            '; the board trains on unfollowed: `pull` once it ends (its train.log says when)'
+            if a.cmd == 'deploy' and getattr(a, 'run', False) else ''), file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         from .files.validate import os_error_text
         print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)

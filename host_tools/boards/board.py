@@ -39,14 +39,25 @@ def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
         else:
             import time
             end = time.time() + timeout if timeout else None
-            p = subprocess.Popen(argv, cwd=cwd, text=True, stdout=subprocess.PIPE, bufsize=1)
+            # (a session of its own: a terminal's Ctrl-C reaches this process only, which
+            # passes it to the board as runner.run does; mpremote, given it, exits and
+            # leaves the board training with no one reading it)
+            p = subprocess.Popen(argv, cwd=cwd, text=True, stdout=subprocess.PIPE, bufsize=1,
+                                 start_new_session=True)
             lines = []
-            for line in p.stdout:
-                lines.append(line)
-                print(line, end='', flush=True)
-                if end and time.time() > end:
-                    p.kill()
-                    raise subprocess.TimeoutExpired(argv, timeout)
+            while True:
+                try:
+                    for line in p.stdout:
+                        lines.append(line)
+                        print(line, end='', flush=True)
+                        if end and time.time() > end:
+                            p.kill()
+                            raise subprocess.TimeoutExpired(argv, timeout)
+                    break
+                except KeyboardInterrupt:
+                    if not _ctrl_c(port):
+                        p.kill()
+                        raise
             p.wait(timeout=max(1, end - time.time()) if end else None)
             out, err = ''.join(lines), ''
     except subprocess.TimeoutExpired:
@@ -58,15 +69,37 @@ def mpremote(port, *args, resume=False, capture=True, cwd=None, timeout=None):
     return out
 
 
-def check_end(text, port):
+def _ctrl_c(port) -> bool:
+    """Send a Ctrl-C byte to the board on port beside the mpremote that follows it
+    (train.py takes it between samples, saves a checkpoint and ends 'interrupted'), as
+    the board's own terminal would; False where the port cannot be opened twice (Windows)
+    or is not a serial port."""
+    try:
+        import serial
+        with serial.Serial(port, 115200, timeout=1) as sp:
+            sp.write(b'\x03')
+        print('\nCtrl-C: sent to the board, which stops at its next sample and saves a '
+              'checkpoint (Ctrl-C again: stop following it, the board trains on)', flush=True)
+        return True
+    except (ImportError, OSError, ValueError):
+        return False
+
+
+def check_end(text, port, again=None):
     """Raise BoardError with utrain's message unless train.py's output (text) ends
     well: a serial line carries no exit status, `mpremote run` exits 0 whatever the
-    script did, so train.py's last line says how the run ended."""
+    script did, so train.py's last line says how the run ended.  again: the command
+    that goes on from an interrupted run's checkpoint."""
     ends = [line[len(END):].strip() for line in text.splitlines() if line.startswith(END)]
     if not ends:
         raise BoardError(f'{port}: training did not end: no "{END}..." line from the board '
                          '(reset, crashed or disconnected); its last output: '
                          + repr(text.strip()[-200:]))
+    if ends[-1] == 'interrupted' and again:
+        raise BoardError(f'{port}: training interrupted: the board saved a checkpoint and its '
+                         'train.json now resumes from it; go on with `' + again + '` (deploy '
+                         '--run would copy train.json again and start over); `pull` brings back '
+                         'what it has so far')
     if ends[-1] != 'ok':
         from ..target.runner import end_advice
         advice = end_advice(f'the board on {port}', text)
@@ -172,7 +205,10 @@ def train(d, port, resume=False):
     utrain's message when training failed (out of memory, a bad file, a divergence stop,
     interrupted) or the board stopped answering."""
     out = mpremote(port, 'run', 'train.py', resume=resume, capture=False, cwd=d)
-    check_end(out, port)
+    q = (lambda v: v if v.replace('/', '').replace('.', '').replace('_', '').replace(
+        '-', '').isalnum() else "'" + v + "'")
+    check_end(out, port, f'cd {q(d)} && python -m mpremote connect {port}'
+              f'{" resume" if resume else ""} run train.py')
     return out
 
 
@@ -186,7 +222,9 @@ def pull(d, port, resume=False):
         raise BoardError(f'{port}: could not list the board\'s files ({out.strip()[:80]!r})')
     have = set(ast.literal_eval(line[3:]))   # a list of str printed by MicroPython
     names = [files[k] for k in RESULTS if files.get(k) and files[k] in have]
-    names += [files['out'] + e for e in BESIDE if files.get('out') and files['out'] + e in have]
+    if not str(files.get('model')).endswith('.flat'):     # (an int8 run's state: on a
+        # float run's board, an earlier int8 run's, stale beside this run's trained.wof)
+        names += [files['out'] + e for e in BESIDE if files.get('out') and files['out'] + e in have]
     if files.get('out') not in have:
         raise BoardError(f'{port}: no {files.get("out")} on the board yet: train first '
                          '(`mpremote run train.py` or deploy --run)')

@@ -55,9 +55,11 @@ def _checked(path, x, y):
     return x, y
 
 
-def load_csv(path, label='last'):
+def load_csv(path, label='last', inputs=None):
     """(x, y) from a CSV table of numbers: one sample a row, the label in the first or
-    last column (label='first'|'last'); a header row of names is skipped."""
+    last column (label='first'|'last'), or the targets in as many columns there as a row
+    holds beyond a model's inputs values (a regression of several outputs, a class a
+    step); a header row of names is skipped."""
     import csv
     rows = []
     if os.path.getsize(path) > MAX_FILE:
@@ -91,9 +93,10 @@ def load_csv(path, label='last'):
     if len(width) != 1 or len(rows[0]) < 2:
         raise DataError(f'{path}: rows need the same number (>= 2) of columns, found {sorted(width)}')
     a = np.array(rows, dtype=np.float64)
+    k = a.shape[1] - inputs if inputs and a.shape[1] - inputs > 1 else 1
     if label == 'first':
-        return _checked(path, a[:, 1:], a[:, 0])
-    return _checked(path, a[:, :-1], a[:, -1])
+        return _checked(path, a[:, k:], a[:, 0] if k == 1 else a[:, :k])
+    return _checked(path, a[:, :-k], a[:, -1] if k == 1 else a[:, -k:])
 
 
 def _number(v) -> bool:
@@ -142,10 +145,11 @@ def load_images(path, size=None, gray=True):
     return np.stack(xs), np.array(ys), classes
 
 
-def labels(path, label='last'):
-    """The targets of a data source as load gives them, reading no more than they need:
-    an image folder's are its class numbers (one of each here: the sub-folders, sorted,
-    as load_images numbers them; no image is decoded), an .npz's its y alone."""
+def labels(path, label='last', shape=None):
+    """The targets of a data source as load gives them (shape: the model input's, whose
+    values a .csv row holds before its targets), reading no more than they need: an
+    image folder's are its class numbers (one of each here: the sub-folders, sorted, as
+    load_images numbers them; no image is decoded), an .npz's its y alone."""
     path = os.fspath(path)
     if os.path.isdir(path):
         return np.arange(len([d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))]))
@@ -156,7 +160,7 @@ def labels(path, label='last'):
                 return y.astype(np.uint8) if y.dtype == np.bool_ else y
         except Exception:       # noqa: B902 - empty (EOFError), damaged: load says what is wrong
             pass
-    return load(path, label)[1]
+    return load(path, label, shape=shape if path.lower().endswith('.csv') else None)[1]
 
 
 def load(path, label='last', size=None, shape=None):
@@ -179,7 +183,7 @@ def load(path, label='last', size=None, shape=None):
     if not os.path.exists(path):
         raise DataError(f'{path}: no such file or folder')
     if path.lower().endswith('.csv'):
-        return load_csv(path, label)
+        return load_csv(path, label, int(np.prod(shape[1:])) if shape is not None else None)
     if path.lower().endswith('.ds'):
         x, y = read_dataset(path)
         return x, (y[:, 0] if y.shape[1] == 1 else y)
@@ -209,9 +213,12 @@ def quantization(x, dtype: str):
     return 1.0, 0.0
 
 
-def balance(y) -> str:
-    """Class balance of labels y (class indices or one-hot rows) as one line."""
+def balance(y, classes=None) -> str:
+    """Class balance of labels y (class indices or one-hot rows; classes: one-hot rows of
+    that many, several a sample, a class a step) as one line."""
     y = np.asarray(y)
+    if classes:
+        y = y.reshape(-1, classes)
     if y.ndim == 2 and y.shape[1] > 1:
         y = y.argmax(axis=1)
     y = y.reshape(-1)
@@ -222,11 +229,41 @@ def balance(y) -> str:
     return ', '.join(f'{v}: {c} ({100 * c / n:.0f}%)' for v, c in zip(vals, counts))
 
 
-def targets(y, loss: str, n_out: int, where: str):
+def per_step(out_shape):
+    """(T, C) when a model output of out_shape ([1, ..., C]) is a row of C values for each
+    of T > 1 steps (a Dense or a Conv1D on a sequence, a class a step), else None."""
+    d = [int(v) for v in (out_shape or [])[1:]]
+    t = int(np.prod(d[:-1])) if len(d) > 1 else 1
+    return (t, d[-1]) if t > 1 and d[-1] > 1 else None
+
+
+def step_labels(y, out_shape) -> bool:
+    """Are y a class number per step (N, T) for an output of T rows of C (per_step)?"""
+    ps, y = per_step(out_shape), np.asarray(y)
+    return bool(ps) and y.ndim >= 2 and len(y) > 0 and y[0].size == ps[0] and \
+        np.issubdtype(y.dtype, np.number) and bool(np.all(y == np.round(y)))
+
+
+def targets(y, loss: str, n_out: int, where: str, out_shape=None):
     """Expected data per sample as the device wants it: class index for scce, one-hot
-    for cce given labels, otherwise the output values."""
+    for cce given labels (a class number per step for an output of a row a step: one-hot
+    per step), otherwise the output values."""
     y = np.asarray(y)
     labels = y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1 and n_out > 1)
+    ps = per_step(out_shape)
+    if ps and loss in ('scce', 'cce') and labels:
+        raise DataError(f'{where}: one class number a sample, and the model outputs '
+                        f'{list(out_shape)[1:]} a sample, rows of values (e.g. a class a step), '
+                        f'not one: give y a class number a row, shape (N, {ps[0]}) for rows of '
+                        f'{ps[1]}, or end the model in one row (pool over the steps before its '
+                        'last layer)')
+    if ps and loss in ('scce', 'cce') and step_labels(y, out_shape):
+        if loss == 'scce':
+            raise DataError(f'{where}: a class number a step ({ps[0]} a sample): they train '
+                            'with --loss cce (one-hot a step; scce takes one class a sample)')
+        y = y.reshape(len(y), ps[0])
+        _class_numbers(y.reshape(-1), ps[1], loss, where, ps[0])
+        return np.eye(ps[1], dtype=np.float32)[y.astype(int)].reshape(len(y), -1)
     if loss == 'scce':
         if not labels:
             if y.ndim != 2 or y.shape[1] != n_out:
@@ -251,18 +288,33 @@ def targets(y, loss: str, n_out: int, where: str):
         elif y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)):
             hint = (f'these are class numbers 0 to {n_out - 1}, which train with --loss scce '
                     f'(or cce); {hint}')
+        d = [int(v) for v in (out_shape or [])[1:]]
+        if len(d) == 2 and d[0] > 1 and y.shape[1] == d[1] != d[0] and np.all(y == np.round(y)):
+            # (PyTorch's (N, C, T) map of a class a step: the classes come first)
+            hint = (f'as a class a step ({d[1]} a sample) they need the model\'s output as rows '
+                    f'of classes, ({d[1]}, {d[0]}), and it is ({d[0]}, {d[1]}): transpose it in '
+                    'the model before its softmax (PyTorch: y.transpose(1, 2), then '
+                    'torch.softmax(y, -1)); or ' + hint)
+        if str(where).lower().endswith('.csv'):
+            hint += (f'; a .csv row holds the input values, then the targets ({n_out} columns '
+                     'a row after the inputs)')
         raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs '
                         f'{n_out}: {hint}')
     return y
 
 
-def _class_numbers(y, n_out: int, loss: str, where: str):
-    """Refuse labels y (one a sample) that are not class numbers 0 .. n_out - 1, saying
-    which are not and what to do."""
+def _class_numbers(y, n_out: int, loss: str, where: str, steps=1):
+    """Refuse labels y (one a sample, or steps a sample in a row) that are not class
+    numbers 0 .. n_out - 1, saying which are not and what to do."""
     bad = (y < 0) | (y >= n_out) | (y != np.round(y))
     if not np.any(bad):
         return
     k = int(np.argmax(bad))
+    if steps > 1:
+        raise DataError(f'{where}: labels must be whole numbers 0 to {n_out - 1} (the model has '
+                        f'{n_out} classes a step); sample {k // steps} step {k % steps} has '
+                        f'{y[k]:g} ({int(bad.sum())} of {len(y)} are outside): number the '
+                        'classes from 0')
     if n_out < 2:
         raise DataError(f'{where}: {loss} takes one output per class and the model has '
                         f'{n_out}: a one-output (sigmoid) classifier trains with --loss bce on '
@@ -412,12 +464,12 @@ def load_inputs(path, inputs, label='last', size=None):
 
 
 def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='the model input',
-                 label='last', size=None, inputs=None):
+                 label='last', size=None, inputs=None, out_shape=None):
     """The read half of the samples pass (prepare, its int8 path, `dataset`): load source
     (load: label, size; inputs: a model's several, load_inputs), refuse NaN/Inf, lay each
     sample out as the model takes it (shape: its input's, when a model takes them; perm:
-    that input transposed by the rewrites), the targets for loss with n_out outputs.
-    Returns (x one sample a row, y)."""
+    that input transposed by the rewrites), the targets for loss with n_out outputs
+    (out_shape: the output's, for a class a step).  Returns (x one sample a row, y)."""
     from .validate import check_values
     x, y = load(source, label=label, size=size, shape=shape) if not inputs else \
         load_inputs(source, inputs, label, size)
@@ -436,7 +488,7 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
         raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
                         f'{where} takes {int(np.prod(shape))}')
     if loss is not None:
-        y = targets(y, loss, n_out, source)
+        y = targets(y, loss, n_out, source, out_shape)
     return x, y
 
 

@@ -1324,11 +1324,22 @@ class _Reader(RecurrentOps):
             x = self.get(v, 'nhwc')
             self.emit('SOFTMAX', [x], [self.out(node.output[0], 'nhwc', s)], beta=1.0)
             return
+        x, n = self.get(v, 'plain'), node.output[0]
         if axis != len(s) - 1:
-            self.err(f'softmax over axis {axis} of shape {s}: utrain takes the last axis '
-                     '(or the channels of a feature map)')
-        self.emit('SOFTMAX', [self.get(v, 'plain')], [self.out(node.output[0], 'plain', s)],
-                  beta=1.0)
+            # over another axis (attention weights over time, [N, T, 1]): moved last,
+            # normalised there and moved back, as TensorFlow's converter writes it
+            if len(s) > 4:
+                self.err(f'softmax over axis {axis} of shape {s}: utrain moves it last '
+                         'for up to 4 axes; give the softmax the last axis')
+            p = list(range(len(s)))
+            p[axis], p[-1] = p[-1], p[axis]
+            t = self.tensor(n + '/moved', [s[d] for d in p])
+            self.emit('TRANSPOSE', [x, self.perm_const(n + '/moved', p)], [t])
+            x = self.tensor(n + '/softmax', [s[d] for d in p])
+            self.emit('SOFTMAX', [t], [x], beta=1.0)
+            self.emit('TRANSPOSE', [x, self.perm_const(n, p)], [self.out(n, 'plain', s)])
+            return
+        self.emit('SOFTMAX', [x], [self.out(n, 'plain', s)], beta=1.0)
 
     def op_LogSoftmax(self, node, ins, a, i):
         # (only as the model's last op: ir.drop_final_log_softmax trains its logits)

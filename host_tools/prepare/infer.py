@@ -169,6 +169,7 @@ def onnx_predictor(path):
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
             xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
     run.shape = shape       # (an image folder is read in its size and channels)
+    run.out_shape = [1] + [d if isinstance(d, int) else -1 for d in sess.get_outputs()[0].shape[1:]]
     return run
 
 
@@ -262,10 +263,50 @@ def is_classifier(y, n_out):
         and bool(np.all(y.sum(axis=1) == 1))
 
 
+def step_scores(out, y):
+    """scores() of outputs out (N, T, C: rows of C a step, dataset.per_step) against a
+    class number a step (y (N, T)) or one-hot rows a step (y (N, T * C), a run's .ds): the
+    steps right and the cross-entropy summed over a sample's steps (the board's cce
+    loss); None for other outputs or targets."""
+    from ..files.dataset import per_step, step_labels
+    out, y = np.asarray(out, np.float64), np.asarray(y)
+    ps = per_step([1] + list(out.shape[1:]))
+    if not ps or not len(y) or not np.issubdtype(y.dtype, np.number):
+        return None
+    t, c = ps
+    if y.size == len(y):
+        raise InferError(f'one class number a sample, and the model outputs '
+                         f'{list(out.shape[1:])} a sample, rows of {c} (e.g. a class a step): '
+                         f'give a class number a row, shape (N, {t}), or --metric mae on targets '
+                         'of its shape')
+    if step_labels(y, [1] + list(out.shape[1:])) and y.min() >= 0 and y.max() < c:
+        lab = y.reshape(len(y), t).astype(int)
+    elif y[0].size == t * c and np.all((y == 0) | (y == 1)) and \
+            np.all(y.reshape(len(y), t, c).sum(-1) == 1):
+        lab = y.reshape(len(y), t, c).argmax(-1)
+    else:
+        return None
+    p = out.reshape(len(out), t, c)
+    probs = np.all(p >= 0) and np.allclose(p.sum(-1), 1, atol=0.05)
+    if not probs:
+        p = np.exp(p - p.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)
+    hits = int(np.sum(p.argmax(-1) == lab))
+    picked = np.take_along_axis(p, lab[..., None], -1)
+    return {'metric': 'accuracy', 'accuracy': hits / lab.size, 'hits': hits, 'n': lab.size,
+            'loss': float(-np.log(np.maximum(picked, 1e-12)).sum() / len(lab)),
+            'loss_name': f'cross-entropy{"" if probs else " of the softmax"} a sample (the '
+                         f'sum of its {t} steps\'; accuracy counts the steps)'}
+
+
 def scores(out, y, metric=None):
     """{'metric', value, 'loss', ...} of outputs out against targets y: accuracy and the
     cross-entropy (of the outputs as probabilities when they are, else of their softmax)
     for a classifier, MSE and MAE otherwise.  metric: 'accuracy' | 'mae' forces one."""
+    if metric in (None, 'accuracy'):
+        r = step_scores(out, y)
+        if r:
+            return r
     out = np.asarray(out, np.float64).reshape(len(out), -1)
     y = np.asarray(y)
     n_out = out.shape[1]
@@ -412,7 +453,12 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
         x, transposed = back(np.asarray(x)), 'the run\'s samples laid out back in the model\'s order'
     elif g is not None:
         x, transposed = layout(np.asarray(x, np.float32), g.tensors[g.inputs[0]].shape, nchw, data)
-    r = scores(run(x), y, metric)
+    out = run(x)
+    oshape = g.tensors[g.outputs[0]].shape if g is not None and g.outputs else \
+        getattr(run, 'out_shape', None)     # (rows of a class a step: step_scores)
+    if oshape is not None and out.size == len(out) * int(np.prod(oshape[1:])):
+        out = out.reshape([len(out)] + [int(d) for d in oshape[1:]])
+    r = scores(out, y, metric)
     r.update(runtime=runtime, transposed=transposed)
     return r
 

@@ -125,7 +125,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
         return s
     n_out = int(np.prod(g.tensors[g.outputs[0]].shape)) if g.outputs else 0
     try:
-        y = np.asarray(ds.labels(data))
+        y = np.asarray(ds.labels(data, shape=g.tensors[g.inputs[0]].shape if len(g.inputs) == 1
+                                 else None))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass, which says what is wrong)
     if not len(y) or not np.issubdtype(y.dtype, np.number) or y.ndim > 2:
@@ -153,6 +154,71 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
     log(f'loss: {loss} ({data}: {what}, the model has {n_out} output{"s" * (n_out != 1)}; '
         '--loss sets another)')
     return s
+
+
+def step_classes(g, s, data, overrides, log=print) -> dict:
+    """s for a class number a step (y (N, T), or one-hot a step, (N, T, C)) given a model
+    whose output is a row of C values a step (T x C, dataset.per_step): cce on them
+    one-hot a step where no loss is named, the model ending in a softmax over each row
+    (the sum of the steps' cross-entropies), and metric mae (the board's accuracy takes
+    one class a sample: the largest of all T x C outputs); refused, saying what to do, where the output's rows are
+    not probabilities (logits: cce from logits normalises all T x C values as one row)."""
+    from ..files import dataset as ds
+    from ..formats.ir import final_op
+    shape = g.tensors[g.outputs[0]].shape if g.outputs else None
+    ps = ds.per_step(shape)
+    if not data or not ps:
+        return s
+    try:
+        y = np.asarray(ds.labels(data, shape=g.tensors[g.inputs[0]].shape if len(g.inputs) == 1
+                                 else None))
+    except (ValueError, OSError):
+        return s                        # (read again by the samples pass)
+    onehot = y.ndim == 3 and y.shape[1:] == ps and bool(np.all((y == 0) | (y == 1))) and \
+        bool(np.all(y.sum(-1) == 1))           # (N, T, C): one-hot a step
+    if not (onehot or ds.step_labels(y, shape)):
+        return s
+    named = overrides.get('loss') is not None or 'loss' in metadata_settings(g)
+    if named and s['loss'] not in ('cce', 'scce'):
+        return s
+    last = final_op(g)
+    if last is None or last.name != 'SOFTMAX' or s.get('from_logits') or \
+            int(g.tensors[last.inputs[0]].shape[-1]) != ps[1]:
+        made = 'logits' if last is None or last.name != 'SOFTMAX' else \
+            'probabilities over more than a row'
+        raise PrepareError(f'{data}: a class a step ({ps[0]} a sample) for a model whose '
+                           f'{ps[0]} rows of {ps[1]} are {made}: a class a step trains '
+                           f'with cce on a softmax over each row; end the model in one (Keras '
+                           f'Dense({ps[1]}, activation="softmax") on the steps; PyTorch '
+                           f'torch.softmax(y, -1) on (N, T, {ps[1]}))')
+    if overrides.get('metric') == 'accuracy':
+        raise PrepareError(f'{data}: --metric accuracy counts one class a sample (the largest '
+                           f'of its {ps[0] * ps[1]} outputs); leave it out for a class a step (mae: '
+                           f'the mean distance of each probability from its one-hot target; '
+                           f'evaluate counts the steps right)')
+    if not named:
+        log(f'loss: cce ({data}: {"one-hot rows" if onehot else "a class number"} a step, over '
+            f'the model\'s {ps[0]} rows of {ps[1]} probabilities; --loss sets another)')
+    return dict(s, loss=s['loss'] if named else 'cce',
+                metric='mae' if overrides.get('metric') is None else s['metric'])
+
+
+def step_schedule_warning(s, train_samples) -> str | None:
+    """The warning for a `step` schedule whose learning rate has fallen below a thousandth
+    of --lr by the end of the first epoch (step_size counts updates, and a user of
+    PyTorch's StepLR, stepped once an epoch, gives it in epochs: step_size=2 at 28
+    updates an epoch left lr x 0.5^14 after one epoch and the run stood still), or None."""
+    if s.get('schedule') != 'step' or not train_samples:
+        return None
+    per = -(-train_samples // s['batch'])
+    size, gamma = int(s.get('step_size') or 1), float(s.get('gamma', 0.1))
+    fell = gamma ** (max(per - int(s.get('warmup') or 0), 0) // size)
+    if not 0 <= gamma < 1 or fell >= 1e-3:
+        return None
+    return (f'warning: --schedule step: lr x {gamma:g} every {size} update{"s" * (size > 1)} is '
+            f'lr x {fell:.2g} after the first epoch ({per} updates of {s["batch"]} of the '
+            f'{train_samples} training samples), and the run stands still from there: '
+            f'step_size counts updates, not epochs (every 2 epochs: step_size={2 * per})')
 
 
 def parse_budget(text) -> int:
@@ -384,7 +450,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                     log, data)
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
-    s = loss_from_data(source, s, data, overrides, log)
+    s = step_classes(source, loss_from_data(source, s, data, overrides, log), data, overrides,
+                     log)
     if s['metric'] == 'accuracy' and s['loss'] == 'bce' and _outputs(source) > 1:
         raise PrepareError(f'{model_path}: --metric accuracy counts one class a sample (the '
                            f'largest output); bce on {_outputs(source)} outputs trains each as its '
@@ -555,7 +622,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
-                   getattr(g, 'data_inputs', None))
+                   getattr(g, 'data_inputs', None), g.tensors[g.outputs[0]].shape)
     warn = target_range_warning(data, g, s, xy and xy[1])
     if warn:
         log(warn)
@@ -577,12 +644,16 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if chose:
         summary['chose'] = chose
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, dtype,
-                              *((1.0, 0.0) if stored else ())))
+                              *((1.0, 0.0) if stored else ()),
+                              out_shape=g.tensors[g.outputs[0]].shape))
     if stored:
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
+    warn = step_schedule_warning(s, summary.get('train_samples'))
+    if warn:
+        log(warn)
     return write_run_config(out_dir, files, s, summary, progress,
                             {'select': sel['select']} if fisher else {},
                             on_nan='lower', lr_factor=0.5, max_retries=3,

@@ -152,7 +152,8 @@ def input_range_warning(g: Graph, data, x) -> str | None:
     float input) that mostly lie outside the range its int8 input holds, or None: an Edge
     Impulse style model of 0..1 inputs (scale 1/255, zero point -128) given raw 0..255
     pixels trained on them, dequantized and scaled, while TFLite and the exported int8
-    model clip every such value to 1."""
+    model clip every such value to 1; or that span fewer than 16 of its 256 steps (0..1
+    samples for a model of raw 0..255 pixels: a few levels each as int8)."""
     k = g.inputs[0] if is_int8(g) else (_entry(g).outputs[0] if float_ends(g) else None)
     q = g.tensors[k].quant if k is not None else None
     x = np.asarray(x, np.float64)
@@ -161,6 +162,17 @@ def input_range_warning(g: Graph, data, x) -> str | None:
     s, z = float(q['scale'][0]), int((q.get('zero_point') or [0])[0])
     lo, hi = (-128 - z) * s, (127 - z) * s
     frac = float(np.mean((x < lo - s) | (x > hi + s)))
+    levels = (x.max() - x.min()) / s
+    if frac <= 0.01 and 0 < levels < 16 and np.abs(x).max() > 0:
+        # the other way round: 0..1 samples for a model of raw 0..255 pixels (a Keras
+        # Rescaling(1/255) before the int8 input's QUANTIZE) keep a few levels as int8
+        far = 255 if lo >= -s and x.min() >= 0 and x.max() <= 1 and hi > 200 else \
+            max(hi, -lo) / np.abs(x).max()
+        return (f'warning: {data}: the input values span {x.min():.4g} to {x.max():.4g}, '
+                f'{levels:.2g} of the 256 steps {g.path}\'s int8 input holds (scale {s:.4g}, zero '
+                f'point {z}: {lo:.4g} to {hi:.4g}), which the model was calibrated on: as int8 '
+                'each sample keeps that few values; if x is in other units (0..1 for a model of '
+                f'raw 0..255 pixels), give x * {far:.3g}')
     if frac <= 0.01:
         return None
     far = max(x.max() / hi if hi > 0 else 0.0, x.min() / lo if lo < 0 else 0.0)
@@ -282,6 +294,12 @@ def loss_refusal(s: dict, g: Graph = None) -> str | None:
         return (f'--loss {s["loss"]} on a model ending in SOFTMAX: the int8 path leaves the '
                 'final SOFTMAX to its softmax losses (scce, cce); --dequantize trains it in '
                 f'float32 with {s["loss"]} on the probabilities')
+    from ..files.dataset import per_step
+    if s['loss'] in ('scce', 'cce') and g is not None and softmax_end(g) and \
+            per_step(g.tensors[g.outputs[0]].shape):
+        return ('--loss cce on rows of probabilities (a class a step): the int8 path\'s softmax '
+                'cross-entropy takes all the outputs as one row; --dequantize trains it in '
+                'float32 a row a step')
     return None
 
 

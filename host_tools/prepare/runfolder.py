@@ -65,12 +65,13 @@ def _training(out_dir) -> bool:
 
 
 def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input',
-              inputs=None):
+              inputs=None, out_shape=None):
     """The read half of prepare's samples pass (dataset.read_samples), before anything is
     written: data laid out for the model input of shape (perm: as the rewrites transposed
     it; inputs: a model's several, joined: dataset.load_inputs) with n_out outputs and
-    targets for loss.  Returns (x, y), or None without data."""
-    return ds.read_samples(data, shape, perm, loss, n_out, where, inputs=inputs) if data else None
+    targets for loss (out_shape: the output's).  Returns (x, y), or None without data."""
+    return ds.read_samples(data, shape, perm, loss, n_out, where, inputs=inputs,
+                           out_shape=out_shape) if data else None
 
 
 def int8_bytes(g) -> int:
@@ -104,11 +105,11 @@ def check_flash(model_path, xy, dtype, board, model_bytes=None):
 
 
 def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='float32',
-               scale=None, offset=None) -> dict:
+               scale=None, offset=None, out_shape=None) -> dict:
     """The write half: train.ds and test.ds from xy (read_data's; None: no data), split
-    and stored as dtype (scale, offset: given, or from the data's range).  Sets files'
-    train and test to what it wrote (None: not written); returns the summary's sample
-    fields."""
+    and stored as dtype (scale, offset: given, or from the data's range; out_shape: the
+    output's, whose rows a class a step fill).  Sets files' train and test to what it
+    wrote (None: not written); returns the summary's sample fields."""
     if xy is None:
         files['train'] = files['test'] = None
         _drop_stale_samples(out_dir, files)
@@ -120,7 +121,8 @@ def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='fl
         files['test'] = None
     _drop_stale_samples(out_dir, files)
     return dict(train_samples=len(tr), test_samples=len(te), dtype=dtype,
-                balance=ds.balance(y[tr]) if loss in ('scce', 'cce') else None)
+                balance=ds.balance(y[tr], (ds.per_step(out_shape) or (0, 0))[1] if
+                                   y.shape[1] > 1 else 0) if loss in ('scce', 'cce') else None)
 
 
 def _drop_stale_samples(out_dir, files):

@@ -201,6 +201,49 @@ def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
     assert [int(r[0]) for r in read_log(str(flash / 'train.log'))] == [1, 2, 3]
 
 
+@pytest.mark.slow
+@needs_mp
+def test_ctrl_c_at_deploy_run_reaches_the_board(tmp_path):
+    """Issue 28 (a held-out run: Ctrl-C at `deploy --run` printed a KeyboardInterrupt
+    traceback and only ended mpremote; the board trained on unfollowed): the terminal's
+    Ctrl-C (SIGINT to the command's process group) goes to the board as the byte, which
+    saves a checkpoint and ends 'interrupted'; deploy says so, no traceback, with the
+    command that goes on from there, which resumes.  pull of a float run leaves an earlier
+    int8 run's state files on the board (trained.wof.q8s) where they are."""
+    import signal
+    import time
+    out, flash = str(tmp_path / 'run'), tmp_path / 'flash'
+    flash.mkdir()
+    prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=400),
+            loss='scce', optimizer='adam', lr=0.01, epochs=50, progress=100)
+    with FakeBoard(MP, str(flash), heap=runner.boards()['rp2040']['heap']) as b:
+        p = subprocess.Popen([sys.executable, '-m', 'host_tools', 'deploy', out, '--port', b.port,
+                              '--resume', '--run'], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        seen = []
+        for line in p.stdout:
+            seen.append(line)
+            if line.startswith('epoch 1/'):
+                time.sleep(0.5)
+                os.killpg(p.pid, signal.SIGINT)         # the terminal's Ctrl-C
+                break
+        text = ''.join(seen) + p.communicate(timeout=120)[0]
+        assert p.returncode == 2 and 'Traceback' not in text, text
+        assert re.search(r'interrupted in epoch \d+ at sample \d+: saved checkpoint.ckpt', text), text
+        again = re.search(r'go on with `cd (\S+) && python -m mpremote connect (\S+) resume run '
+                          r'train.py`', text)
+        assert again and again.group(2) == b.port, text
+        assert json.loads((flash / 'train.json').read_text())['run']['resume'] is True
+        set_train(flash, epochs=3)
+        r = mpremote(b.port, 'run', 'train.py', cwd=again.group(1))
+        assert 'resumed from checkpoint.ckpt' in r.stdout and saved_weights(r.stdout), r.stdout
+        (flash / 'trained.wof.q8s').write_bytes(b'stale')
+        r = cli('pull', out, '--port', b.port, '--resume')
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert 'q8s' not in r.stdout and not os.path.exists(os.path.join(out, 'trained.wof.q8s'))
+
+
 def test_board_profiles_are_complete_and_consistent(tmp_path):
     profiles = runner.boards()
     assert {'esp32', 'esp32-psram', 'esp32s3', 'rp2040', 'rp2350', 'unix'} <= set(profiles)

@@ -516,6 +516,37 @@ def test_refused_layer_is_named(model, shape, match, tmp_path):
         read_model(path)
 
 
+def test_rows_of_logits_a_step_are_not_scored_as_one_class(tmp_path):
+    """Issue 28 (a held-out PyTorch Conv1d head, logits [N, 4, T] a class a step, given
+    one class a sample: evaluate scored the argmax of all 4 x T values, accuracy 0.01):
+    refused saying what to give; prepare refuses it too, and a class a step for it says to
+    transpose the map to rows of classes (was "mse wants one target per output")."""
+    from host_tools.files.dataset import DataError
+    from host_tools.prepare.infer import InferError, evaluate
+    torch.manual_seed(0)
+    m = nn.Conv1d(3, 4, 1).eval()
+    path = os.fspath(tmp_path / 'head.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(m, (torch.zeros(1, 3, 6),), path, opset_version=17, dynamo=False)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((8, 3, 6)).astype(np.float32),
+             y=rng.integers(0, 4, 8))
+    with pytest.raises(InferError, match='one class number a sample, and the model outputs '
+                                         r'\[4, 6\]'):
+        evaluate(path, os.fspath(tmp_path / 'd.npz'))
+    with pytest.raises(DataError, match='one class number a sample'):
+        prepare(path, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                log=lambda *a: None)
+    # a class a step (N, T) for the classes-first map: told to transpose it in the model
+    np.savez(tmp_path / 's.npz', x=rng.standard_normal((8, 3, 6)).astype(np.float32),
+             y=rng.integers(0, 4, (8, 6)))
+    with pytest.raises(DataError, match=r'rows of classes, \(6, 4\), and it is \(4, 6\): '
+                                        'transpose it in the model'):
+        prepare(path, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 's.npz'),
+                log=lambda *a: None)
+
+
 def test_model_ending_in_log_softmax_trains_its_logits(tmp_path):
     """PyTorch's classifier for NLLLoss ends in log_softmax: the logits it reads train
     with cross-entropy from logits (the same loss and gradient), the exported .onnx keeps
@@ -702,7 +733,7 @@ def _export_sensor(name, model, shape, path, fold=None):
         warnings.simplefilter('ignore')
         torch.onnx.export(model, (torch.zeros((1,) + shape),), path, opset_version=17,
                           dynamo=False, input_names=['x'], output_names=['y'],
-                          do_constant_folding=name in RNNS + ('mha', 'attention') if fold is None
+                          do_constant_folding=name in RNNS + ('mha', 'attention', 'attnpool') if fold is None
                           else fold)
 
 
@@ -820,11 +851,28 @@ def _seeded_affine(model):
     return model
 
 
+class AttnPool(nn.Module):
+    """Attention pooling over time: a Linear scores each step of a Conv1d's map, a
+    softmax over the steps (axis 1 of [N, T, 1], not the last: refused before, issue 28)
+    weighs the sum; beside it the max over time, then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(3, 6, 3, padding=1)
+        self.att, self.fc = nn.Linear(6, 1), nn.Linear(12, 3)
+
+    def forward(self, x):
+        h = nn.functional.leaky_relu(self.c(x), 0.1).transpose(1, 2)
+        w = torch.softmax(self.att(h), dim=1)
+        return self.fc(torch.cat([(h * w).sum(1), h.amax(1)], 1))
+
+
 SENSOR.update({'misc2d': (Misc2d, (2, 6, 6)), 'misc1d': (Misc1d, (3, 12)),
-               'norms1d': (lambda: _seeded_affine(Norms1d()), (3, 10))})
+               'norms1d': (lambda: _seeded_affine(Norms1d()), (3, 10)),
+               'attnpool': (AttnPool, (3, 9))})
 
 
-@pytest.mark.parametrize('name', ['misc2d', 'misc1d', 'norms1d'])
+@pytest.mark.parametrize('name', ['misc2d', 'misc1d', 'norms1d', 'attnpool'])
 def test_more_layers_step_as_torch(name, tmp_path):
     test_sensor_layers_step_as_torch(name, 'cpython', tmp_path)
 

@@ -187,3 +187,116 @@ def test_an_int8_regression_trains_as_int8(tmp_path):
     assert not any('dequantized' in m for m in said), said
     s, text, said = _run(tmp_path, model, _npz(tmp_path / 'd.npz', y, shape=shape), loss='mse')
     assert 'q8.json' in text and not any('dequantized' in m for m in said), said
+
+
+def _per_step_model(path, T=5, C=3, K=4, softmax=True):
+    """Keras's Dense(K, activation='softmax') on a sequence [T, C] as the converter writes
+    it (FULLY_CONNECTED keeping the steps, SOFTMAX over each step's row), or its logits.
+    Returns (path, w, b)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, z = b.tensor('x', [1, T, C]), b.tensor('z', [1, T, K])
+    w, bias = rng.standard_normal((K, C)).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w), b.tensor('b', [K], data=bias)],
+         [z], keep_num_dims=True)
+    if softmax:
+        p = b.tensor('p', [1, T, K])
+        b.op('SOFTMAX', [z], [p], beta=1.0)
+    b.inputs(x)
+    b.outputs(p if softmax else z)
+    return b.save(str(path)), w, bias
+
+
+def test_a_class_a_step_trains_cce_per_step(tmp_path):
+    """Issue 28 (a held-out Keras Conv1D + Dense(4, softmax) on each of 24 steps given a
+    class a step, (N, 24): refused "mse wants one target per output"; given one class a
+    sample it trained scce over all 96 outputs as one row, saying nothing, and evaluate
+    scored the argmax of all 96): a class a step trains cce one-hot a step with metric mae
+    (said), one SGD step moves w by -lr x the summed steps' cross-entropy gradient
+    (numpy), evaluate counts the steps right and its cross-entropy is the board's loss;
+    one class a sample, scce, --metric accuracy and a model ending in logits are refused
+    saying what to do."""
+    from host_tools.prepare.infer import evaluate
+    from host_tools.prepare.pipeline import export
+    from host_tools.target import runner
+    from host_tools.formats.circle_io import read_model
+    T, C, K = 5, 3, 4
+    model, w, bias = _per_step_model(tmp_path / 'p.tflite', T, C, K)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, T, C)).astype(np.float32)
+    y = rng.integers(0, K, (1, T))
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    out, lr = tmp_path / 'run', 0.1
+    said = []
+    s = prepare(model, str(out), data=str(tmp_path / 'd.npz'), optimizer='sgd', lr=lr, batch=1,
+                epochs=1, log=lambda *m: said.append(' '.join(map(str, m))))
+    text = open(out / 'train.json').read()
+    assert '"loss": "cce"' in text and '"metric": "mae"' in text
+    assert any(m.startswith('loss: cce') and 'a class number a step' in m for m in said), said
+    code, log = runner.run(str(out), python=True, stream=False)
+    assert code == 0, log
+    export(model, str(out / 'trained.wof'), str(tmp_path / 'e.tflite'))
+    got = {t.name: t.data for t in read_model(str(tmp_path / 'e.tflite')).tensors if t.data is not None}
+    z = x[0].astype(np.float64) @ w.T + bias
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = p - np.eye(K)[y[0]]                    # d(sum of the steps' CE)/dz, row by row
+    np.testing.assert_allclose(got['w'], w - lr * dz.T @ x[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got['b'], bias - lr * dz.sum(0), rtol=1e-4, atol=1e-5)
+    # evaluate: steps right, the summed cross-entropy; on the numpy forward's numbers
+    np.savez(tmp_path / 'm.npz', x=np.repeat(x, 3, 0), y=np.repeat(y, 3, 0))
+    r = evaluate(model, str(tmp_path / 'm.npz'))
+    assert r['n'] == 3 * T and r['hits'] == 3 * int(np.sum(p.argmax(1) == y[0]))
+    assert abs(r['loss'] + np.log(p[np.arange(T), y[0]]).sum()) < 1e-4
+    with pytest.raises(DataError, match=r'one class number a sample.*shape \(N, 5\)'):
+        _run(tmp_path, model, _npz(tmp_path / 'o.npz', rng.integers(0, K, 12), shape=(T, C)))
+    from host_tools.prepare.infer import InferError
+    with pytest.raises(InferError, match=r'one class number a sample.*shape \(N, 5\)'):
+        evaluate(model, str(tmp_path / 'o.npz'))       # (it scored the argmax of all 20)
+    with pytest.raises(DataError, match='train with --loss cce'):
+        _run(tmp_path, model, str(tmp_path / 'd.npz'), loss='scce')
+    with pytest.raises(PrepareError, match='leave it out'):
+        _run(tmp_path, model, str(tmp_path / 'd.npz'), metric='accuracy')
+    logits, _, _ = _per_step_model(tmp_path / 'l.tflite', T, C, K, softmax=False)
+    with pytest.raises(PrepareError, match=r'are logits: .*softmax over each row'):
+        _run(tmp_path, logits, str(tmp_path / 'd.npz'))
+    # one-hot a step (N, T, K) alike; the int8 path (a softmax over all outputs) declines
+    oh = np.eye(K, dtype=np.float32)[rng.integers(0, K, (12, T))]
+    s, text, said = _run(tmp_path, model, _npz(tmp_path / 'h.npz', oh, shape=(T, C)))
+    assert '"loss": "cce"' in text and '"metric": "mae"' in text, said
+    from host_tools.prepare.quant import loss_refusal
+    assert 'a class a step' in loss_refusal({'loss': 'cce'}, read_model(model))
+
+
+def test_a_csv_row_holds_as_many_targets_as_follow_the_inputs(tmp_path):
+    """Issue 28 (a held-out 2-output Keras regression given its samples as a .csv, x then
+    both targets: only the last column was read, refused "y has 1 values per sample, the
+    model outputs 2" with nothing a .csv could do): the columns after the model input's
+    values are the targets (10 for the digits MLP's 10 outputs: mse; a class a step for
+    a softmax row a step: cce); one label column is as before; a .csv short of targets is
+    told how a row is laid out."""
+    from host_tools.files.dataset import read_dataset
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((12, 64))
+    for name, y, loss in (('ten', rng.standard_normal((12, 10)), 'mse'),
+                          ('one', rng.integers(0, 10, (12, 1)), 'scce')):
+        np.savetxt(tmp_path / f'{name}.csv', np.concatenate([x, y], 1), delimiter=',')
+        s, text, said = _run(tmp_path, MLP, str(tmp_path / f'{name}.csv'))
+        assert f'"loss": "{loss}"' in text, said
+        got = read_dataset(str(tmp_path / 'o' / 'train.ds'))[1]
+        np.testing.assert_allclose(got, y if loss == 'mse' else y.reshape(-1, 1), rtol=1e-6)
+    T, C, K = 5, 3, 4
+    model, _, _ = _per_step_model(tmp_path / 'p.tflite', T, C, K)
+    ys = rng.integers(0, K, (12, T))
+    np.savetxt(tmp_path / 'steps.csv', np.concatenate([rng.standard_normal((12, T * C)), ys], 1),
+               delimiter=',')
+    s, text, said = _run(tmp_path, model, str(tmp_path / 'steps.csv'))
+    assert '"loss": "cce"' in text and '"metric": "mae"' in text, said
+    got = read_dataset(str(tmp_path / 'o' / 'train.ds'))[1]
+    np.testing.assert_array_equal(got.reshape(12, T, K).argmax(-1), ys)
+    np.savetxt(tmp_path / 'short.csv', np.concatenate([x, rng.standard_normal((12, 1))], 1),
+               delimiter=',')
+    with pytest.raises(DataError, match=r'a .csv row holds the input values, then the targets '
+                                        r'\(10 columns'):
+        _run(tmp_path, MLP, str(tmp_path / 'short.csv'), loss='mse')

@@ -153,7 +153,9 @@ def test_samples_beyond_an_int8_input_are_warned_of(tmp_path):
     """Issue 28: an Edge Impulse style int8 model of 0..1 inputs (scale 1/255, zero point
     -128) given raw 0..255 pixels trained on them (dequantized, scaled) saying nothing of
     the units, while its int8 form clips every such value to 1: prepare warns and says
-    what to divide by.  Samples within the input's range, and a model whose int8 input
+    what to divide by; and 0..1 samples for a model of raw 0..255 pixels (a held-out Keras
+    Rescaling(1/255) model as int8: one step of its input in all) what to multiply by.
+    Samples within the input's range, and a model whose int8 input
     holds raw units (Rescaling folded: scale 1), are not warned of."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
     from kerasgraphs import build_int8_unary
@@ -161,17 +163,21 @@ def test_samples_beyond_an_int8_input_are_warned_of(tmp_path):
     y = rng.integers(0, 3, 24)
     unit, _, _ = build_int8_unary(tmp_path / 'unit.tflite', 'RELU', sx=1 / 255, zx=-128)
     raw, _, _ = build_int8_unary(tmp_path / 'raw.tflite', 'RELU', sx=1.0)
+    pix, _, _ = build_int8_unary(tmp_path / 'pix.tflite', 'RELU', sx=1.0, zx=-128)
     for model, name, x, warned in ((unit, 'pixels', rng.integers(0, 256, (24, 6)), True),
                                    (unit, 'unit', rng.uniform(0, 1, (24, 6)), False),
-                                   (raw, 'raw', rng.integers(-120, 120, (24, 6)), False)):
+                                   (raw, 'raw', rng.integers(-120, 120, (24, 6)), False),
+                                   (pix, 'few', rng.uniform(0, 1, (24, 6)), True)):
         np.savez(tmp_path / f'{name}.npz', x=x.astype(np.float32), y=y)
         lines = []
         prepare(model, os.fspath(tmp_path / name), data=os.fspath(tmp_path / f'{name}.npz'),
                 log=lines.append)
         said = [ln for ln in lines if ln.startswith('warning: ') and 'int8 input holds' in ln]
         assert bool(said) == warned, lines
-        if warned:
+        if warned and name == 'pixels':
             assert 'outside 0 to 1' in said[0] and 'give x / 255' in said[0], said
+        if name == 'few':       # issue 28: the other way round (0..1 for a 0..255 model)
+            assert 'span 0' in said[0] and 'give x * 255' in said[0], said
 
 
 @pytest.mark.parametrize('folded', [False, True])

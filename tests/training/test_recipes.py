@@ -200,6 +200,29 @@ def test_resume_continues_the_schedule_exactly(tmp_path):
 
 
 
+def test_a_step_schedule_that_stops_the_first_epoch_is_warned_of(tmp_path):
+    """Issue 28 (a held-out run with --schedule step,step_size=2,gamma=0.5 as PyTorch's
+    StepLR is given, in epochs: step_size counts updates, lr x 0.5^14 after 28 updates,
+    and from the second epoch on the test loss stood still at 1.4170): prepare warns,
+    saying that step_size counts updates and what gives every 2 epochs; a run whose lr
+    keeps a thousandth after its first epoch is not warned of."""
+    pytest.importorskip('onnx')
+    _, path = _mlp_onnx(os.fspath(tmp_path))
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((N, 6)).astype(np.float32),
+             y=rng.integers(0, 3, N))
+    for spec, warned in (('step,step_size=2,gamma=0.1', True), ('step,step_size=10,gamma=0.1', False),
+                         ('step,step_size=2,gamma=0.5', False), ('cosine', False)):
+        said = []
+        prepare(path, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                loss='scce', from_logits=True, optimizer='sgd', lr=LR, batch=1, epochs=2,
+                schedule=spec, log=said.append)
+        w = [m for m in said if m.startswith('warning: --schedule step')]
+        assert bool(w) == warned, (spec, said)
+        if warned:      # 10 updates an epoch: 0.1 ** 5 after it
+            assert 'lr x 1e-05 after the first epoch' in w[0] and 'step_size=20' in w[0], w
+
+
 @pytest.mark.parametrize('recipe', [dict(weight_decay=0.01), dict(schedule='cosine'),
                                     dict(schedule='constant,warmup=5')])
 def test_int8_training_refuses_recipes(recipe, tmp_path):
