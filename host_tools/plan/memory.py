@@ -1284,7 +1284,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     # strip of rows at a time (Q8Net.strips)
     strips = not trains and any(lo == 0 for lo, _, _ in t.get('groups', ()))
     parts['activations (int8 arena)'] = arr(t.get('arena', 0)) + sum(
-        arr(d['nout']) for d in ls if d['out'] not in at) + (0 if strips else arr(t['nin']))
+        arr(d['nout']) for d in ls if d['out'] not in at and not d.get('yg')) + (
+        0 if strips else arr(t['nin']))         # (yg: in the input-gradient buffer)
     A = t.get('acc') or max(d['nout'] for d in ls)
     Q = t.get('qbuf') or max([d.get('nb', 1) for d in ls])
     parts['sums and scratch buffers'] = (arr(4 * A) + (arr(t['wbuf']) if t.get('wbuf') else 0)

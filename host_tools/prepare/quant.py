@@ -1821,12 +1821,15 @@ def _place(iv):
     return at, max([o + n for o, n, _, _ in placed] or [0])
 
 
-def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
+def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     """The memory plan of layer table ls: arena offsets (with the row-band group that
     makes the arena smallest, none when rows == 0), the sum buffer's and the weight
     scratch's sizes, the channel chunks of streamed layers.  resident: a band group's
     layers keep their few weights in RAM (else read at each band step, as the other
     frozen layers are once a forward: the prefix cache's pass runs once a sample).
+    alias: a streamed conv's output that only a broadcasting MEAN reads ('yg') goes in
+    the input-gradient buffer, idle in a forward pass, not in the arena (not under the
+    board's scoring pass, utrain.q8fish, which reads it in the backward pass).
     Returns the meta entries."""
     qb = module('q8bands')
     first = _Q8.lowest(ls)
@@ -1890,6 +1893,18 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True):
             d['res'] = 1             # in a band group: its few weights stay in RAM
         elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
             Q = max(Q, d.get('nc', d['nb']))
+    if alias:
+        # (a MobileNet's 1x1 head into its global pool: 20 KB of arena at 128x128; its
+        # mask bits are what the backward pass reads, the MEAN's gradient a row)
+        gb = 4 * _Q8.gin(ls)
+        yg = {d['out'] for i, d in enumerate(ls) if i > first and d.get('sd') and d.get('nc')
+              and d['k'] == CONV and i + 1 < len(ls) and _Q8.bcast(ls, i + 1) and d['nout'] <= gb}
+        for d in ls:
+            if d['out'] in yg:
+                d['yg'] = 1
+        if yg:
+            iv = {k: v for k, v in iv.items() if k not in yg}
+            at, size = _place(iv)
     # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
             'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
@@ -1901,9 +1916,9 @@ def pointwise(gm) -> bool:
     return gm[4] == gm[5] == gm[6] == gm[7] == 1 and gm[8] == gm[9] == 0
 
 
-def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
+def meta(g: Graph, train='last:1', rows=None, ranks=None, alias=False) -> dict:
     """The q8 table: layers, input and output scales, and the memory plan (rows: the
-    row-band step, None: chosen, 0: no bands; ranks: as layers())."""
+    row-band step, None: chosen, 0: no bands; ranks: as layers(); alias: as plan())."""
     ls = layers(g, train, ranks)
     g.q8_input_scale = relabel_input(g, ls)     # (s, the op numbers: prepare_q8 says so)
     x, y = g.tensors[g.inputs[0]], g.tensors[ls[-1]['out']]
@@ -1919,7 +1934,7 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None) -> dict:
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     if _xsizes(ls):
         m['wsizes'] = _xsizes(ls)
-    m.update(plan(ls, rows))
+    m.update(plan(ls, rows, alias=alias))
     if getattr(g, 'follow_ranges', 0):     # a float model calibrated as int8 (fromfloat)
         # the softmax table on to its zeros (at most ETAB_MAX entries): the logits' range
         # doubled k times reads its entries 2^k d (utrain.q8range)
@@ -2092,7 +2107,7 @@ def _xsizes(ls) -> list:
         v for d in ls if 'et' in d for v in (d['et'], d['en'] * d['ed'])]
 
 
-def split(g: Graph, m: dict, rows=None):
+def split(g: Graph, m: dict, rows=None, alias=False):
     """(prefix table, trained table) of table m cut at the first trained layer's input:
     the prefix (the frozen layers below it, their output that tensor) runs once per
     sample into a cache (utrain.q8prefix), the trained part takes the cache's samples."""
@@ -2125,7 +2140,7 @@ def split(g: Graph, m: dict, rows=None):
     p.update(plan(pre, rows, resident=False))
     t = dict(base, layers=post, sx=sc, zx=zc, sy=m['sy'], zy=m['zy'],
              nin=ls[first - 1]['nout'], nclass=m['nclass'], xin=cut, etab=m['etab'])
-    t.update(plan(post, 0))
+    t.update(plan(post, 0, alias=alias))
     return p, t
 
 
@@ -2439,20 +2454,23 @@ def trained_params(ls) -> int:
     return n
 
 
-def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None, ranks=None):
+def planned(g: Graph, s: dict, train, cache=False, bands=None, board=None, ranks=None,
+            alias=True):
     """(layer table, {file: table} or None, heap plan) of an int8 run: the tables as
-    write() writes them, priced by memory.plan_heap_q8.  ValueError: the model does not
-    train as int8 that way (prepare says why)."""
+    write() writes them, priced by memory.plan_heap_q8 (alias: as plan()'s, never under
+    the board's scoring pass).  ValueError: the model does not train as int8 that way
+    (prepare says why)."""
     from ..plan.memory import plan_heap_q8
-    m = meta(g, train, bands, ranks)
+    alias = alias and not s.get('select')   # (the board's scoring pass reads what it aliases)
+    m = meta(g, train, bands, ranks, alias)
     tables = None
     if cache:                # the board computes the frozen prefix once per sample
-        p, t = split(g, m, bands)
+        p, t = split(g, m, bands, alias)
         tables = {'q8.json': p, 'q8t.json': t}
     outs = json.loads(json.dumps(as_written(m, tables)[0]))     # as the board parses them
     heap = plan_heap_q8(outs, s, board)
     if bands is None and banded(m, tables):     # bands only where they lower the plan
-        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks)
+        m0, t0, h0 = planned(g, s, train, cache, 0, board, ranks, alias)
         if h0['total'] <= heap['total']:
             return m0, t0, h0
     return m, tables, heap
@@ -2480,6 +2498,23 @@ def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model
         f'(about {heap["total"] // 1024} KB planned; {h0["total"] // 1024} KB without them'
         + (f', over the {lim // 1024} KB limit' if lim is not None else '') + '; --bands 0: never)')
     return m, tables, heap
+
+
+def unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables, heap, ranks=None):
+    """planned() writes a streamed conv's output that only a MEAN reads in the idle
+    input-gradient buffer (plan()'s alias); under a budget or board only when the plan does
+    not fit without it: that conv's forward then reads its weights a scratch's chunk at a
+    time (MobileNetV2's head: 36 chunks for 13, ~1 ms each on a Pico).  Returns the run to
+    write: (table, tables, heap)."""
+    if not limit or not any(d.get('yg') for t in (tables or {0: m}).values() for d in t['layers']):
+        return m, tables, heap
+    try:
+        m0, t0, h0 = planned(g, s, train, cache, bands if banded(m, tables) else 0, board,
+                             ranks, False)
+    except ValueError:
+        return m, tables, heap
+    lim = limit(h0)
+    return (m0, t0, h0) if lim is not None and h0['total'] <= lim else (m, tables, heap)
 
 
 def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks=None) -> list:
@@ -2690,6 +2725,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if bands is None and banded(m, tables):
         m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
                                               model_path, log, ranks)
+    m, tables, heap = unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables,
+                                           heap, ranks)
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim and given is not None:
         m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,

@@ -136,17 +136,28 @@ class Group:
     def _need(self, k, e):
         # rows of k up to e, `rows` output rows per step: each step pulls only the input
         # rows it reads, then drops what nobody reads again (windows hold the kernel's
-        # reach, not a band's worth of every tensor)
-        d = self.done[k]
-        if d >= e:
+        # reach, not a band's worth of every tensor).  A stack of [tensor, rows, the
+        # step's first row, its next input], not recursion: a step a layer deep (21
+        # layers, MobileNetV2 at 128x128) passed a Pico's recursion limit
+        done = self.done
+        if done[k] >= e:
             return
-        i = self.prod[k]
-        s, pt, reach = self.rule[i]
         R, plan = self.rows, self.plan_only
-        for r in range(d, e, R):
+        st = [[k, e, done[k], 0]]
+        while st:
+            fr = st[-1]
+            k, e, r, n = fr
+            i = self.prod[k]
+            s, pt, reach = self.rule[i]
             f = min(e, r + R)
-            for j in self.acts[i]:
-                self._need(j, min(self.dims[j][0], (f - 1) * s - pt + reach))
+            acts = self.acts[i]
+            if n < len(acts):       # its inputs' rows first, one at a time
+                fr[3] = n + 1
+                j = acts[n]
+                m = min(self.dims[j][0], (f - 1) * s - pt + reach)
+                if done[j] < m:
+                    st.append([j, m, done[j], 0])
+                continue
             if k in self.cap_of:            # a window: drop rows nobody reads again
                 b = self._keep(k)
                 if b > self.base[k]:
@@ -154,15 +165,19 @@ class Group:
                 if plan:
                     self.cap_of[k] = max(self.cap_of[k], f - self.base[k])
             if plan:
-                st = self.step
-                st[i] = max(st.get(i, 0), f - r)
-                for j in self.acts[i]:          # input rows one step reads at most
+                sp = self.step
+                sp[i] = max(sp.get(i, 0), f - r)
+                for j in acts:          # input rows one step reads at most
                     if j not in self.prod:
-                        n = min(self.dims[j][0], (f - 1) * s - pt + reach) - max(0, r * s - pt)
-                        self.span[j] = max(self.span.get(j, 0), n)
+                        m = min(self.dims[j][0], (f - 1) * s - pt + reach) - max(0, r * s - pt)
+                        self.span[j] = max(self.span.get(j, 0), m)
             else:
                 self._compute(i, k, r, f)
-            self.done[k] = f
+            done[k] = f
+            if f < e:
+                fr[2], fr[3] = f, 0
+            else:
+                st.pop()
 
     def _shift(self, k, b):
         base = self.base[k]

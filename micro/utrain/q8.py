@@ -54,6 +54,15 @@ def _i32(n, data=None, tc='i'):
         return a
 
 
+def _b8(a):
+    # int32 array a's bytes: a view (CPython), a itself (viper's ptr8 reads them), or a
+    # buffer of its size (no viper)
+    try:
+        return memoryview(a).cast('B')
+    except AttributeError:
+        return a if K.VIPER else bytearray(4 * len(a))
+
+
 def _f32(n, data=None):
     return _i32(n, data, 'f')
 
@@ -325,8 +334,8 @@ class Layer:
         dw = self.k == DW
         net = self.net
         gb = net.gb     # (a streamed conv: a chunk's all in the idle input-gradient buffer)
-        nw = net.wide(gb[0] if gb and (self.w is None or self.pw) and row else None, row + 12,
-                      len(acc) // (OH * OW), nc)
+        wide = gb and (self.w is None or self.pw) and row and 'yg' not in d
+        nw = net.wide(gb[0] if wide else None, row + 12, len(acc) // (OH * OW), nc)
         wa = memoryview(gb[0]) if nw else None
         for o0, n in self.segs(O, nw or nc):
             w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
@@ -410,10 +419,7 @@ class Q8Net:
             for k, v in d.get('kt', ()):
                 t[k] = bytearray([q & 255 for q in v])
         acc = self.acc = _i32(meta.get('acc') or max([d['nout'] for d in ls]))
-        try:
-            self.acc8 = memoryview(acc).cast('B')     # CPython: the sums' bytes
-        except AttributeError:                        # MicroPython: viper's ptr8 reads them
-            self.acc8 = acc if K.VIPER else bytearray(4 * len(acc))
+        self.acc8 = _b8(acc)
         self.f = f = wof.openr(wof_path)
         self.woff = wof.read_table(f, wof_path, nb, nb)[0]
         req = meta.get('req')
@@ -475,6 +481,9 @@ class Q8Net:
         m = self.gm = gin(ls, sz)
         self.gb = self._gbs(m) if m and any(
             d.get('train') or d.get('back') for d in ls[first + 1:]) else None
+        for d in ls:    # a streamed conv's output only a broadcasting MEAN reads: in the
+            if d.get('yg'):     # input-gradient buffer, idle in a forward pass (quant.plan)
+                t[d['out']] = _b8(self.gb[0])
         self.dz, self.dz2 = bytearray(nz), bytearray(nz2)
         self.S = None
         if any(d.get('mask') or d.get('sd') for d in ls):

@@ -222,3 +222,22 @@ def test_int8_cache_on_host_refused(tmp_path):
     with pytest.raises(PrepareError, match='made by the board'):
         prepare(MNV2, str(tmp_path / 'h'), loss='scce', optimizer='sgd', train='last:2',
                 cache='host')
+
+
+def test_band_steps_do_not_recurse_a_layer_deep(tmp_path):
+    """A band group's step pulls its inputs' rows through a stack, not a call a layer
+    deep (bands.Group._need): the 128x128 model's prefix group of 21 layers passed the
+    Pico's recursion limit (RuntimeError on the stock firmware).  MobileNetV2's 17-layer
+    group runs within 20 frames of recursion (each of its layers took one), its logits TFLite Micro's."""
+    import inspect
+    g, cut = _cut(tmp_path)
+    m, net = _net(g, tmp_path, 'last:2', rows=1)
+    assert m['groups'] and m['groups'][0][1] >= 15, m['groups']
+    xq = net.quantize_input(_sample(1).ravel().tolist())
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 20)
+    try:
+        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert np.array_equal(ours, _tflm(cut, xq))

@@ -672,6 +672,17 @@ def test_streamed_input_gradient_equals_held(tmp_path, monkeypatch):
     assert not m['layers'][2].get('sd') and net.layers[2].w is not None
 
 
+def _outputs_and_trained(net, n=3):
+    """The outputs of n samples' forward passes, each before its step, and the trained
+    bytes after them."""
+    ys = []
+    for s in range(n):
+        ys.append(bytes(net.forward(_sample(s))))
+        net.step(_sample(s), 3, 0.05)
+    return ys + [bytes(L.b) + _bstate(L) for L in net.layers if L.train] + [
+        bytes(L.w) for L in net.layers if L.train and L.whi > L.wlo]
+
+
 def test_streamed_wide_chunks_equal_the_scratch_chunks(tmp_path, monkeypatch):
     """A streamed layer reads more output channels a chunk into a free input-gradient
     buffer (Q8Net.wide: its forward pass's weights, biases and multipliers; its input
@@ -703,16 +714,56 @@ def test_streamed_wide_chunks_equal_the_scratch_chunks(tmp_path, monkeypatch):
         L = net.layers[2]
         assert L.w is None          # (streamed)
         net.dz = bytearray(L.nout)  # (and a dz for all its channels, as MobileNetV2's is)
-        ys = []
-        for s in range(3):
-            ys.append(bytes(net.forward(_sample(s))))
-            net.step(_sample(s), 3, 0.05)
-        outs.append(ys + [bytes(L.b) + _bstate(L) for L in net.layers if L.train]
-                    + [bytes(L.w) for L in net.layers if L.train and L.whi > L.wlo])
+        outs.append(_outputs_and_trained(net))
         if wide:    # the forward's chunks (two passes a sample) and the input gradient's
             assert len([v for v in got if v > m['layers'][2]['nc']]) == 3 * 3, got
     assert outs[0] == outs[1]
     assert shared and sum(shared) > 0, shared   # (the wide run's chunks: some taken once)
+
+
+def test_streamed_output_into_a_mean_in_the_gradient_buffer(tmp_path, monkeypatch):
+    """A streamed conv whose output only a broadcasting MEAN reads (MobileNet's 1x1 head
+    into its global pool: 20 KB of arena at 128x128) writes it in the input-gradient
+    buffer, idle in a forward pass (quant.plan alias, 'yg'), not in the arena: a smaller
+    arena, the same outputs and trained bytes as in the arena; the forward's weight chunks
+    then stay in the scratch (Q8Net.wide's buffer is that one)."""
+    _small_scratch(monkeypatch)
+    real, gbs = Q8Net.wide, Q8Net._gbs      # (room for wide chunks of 12 + 4 channels, as
+    monkeypatch.setattr(Q8Net, '_gbs', lambda self, m: gbs(self, 2 * m))   # in the test above)
+    monkeypatch.setattr(Q8Net, 'wide', lambda self, *a: min(real(self, *a), 12))
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    outs, arena = [], []
+    for alias in (False, True):
+        d = tmp_path / str(alias)
+        d.mkdir()
+        m = quant.write(g, str(d), 'last:1', quant.meta(g, 'last:1', None,
+                                                         SCHEMES['dw-quarter-pw-bias'], alias))
+        assert bool(m['layers'][2].get('yg')) == alias and not m['layers'][1].get('yg')
+        with open(d / 'q8.json') as f:
+            net = Q8Net(json.load(f), str(d / 'weights.wof'))
+        L = net.layers[2]
+        assert L.w is None and (L.y.obj is net.gb[0]) == alias
+        arena.append(len(net.arena))
+        outs.append(_outputs_and_trained(net))
+    assert outs[0] == outs[1]
+    assert arena[1] <= arena[0] - H0 * H0 * C2, arena
+    # the board's scoring pass reads that output in its backward pass: no alias under it
+    s = dict(loss='scce', optimizer='sgd', lr=0.05, batch=1, epochs=1)
+    for sel, want in ((None, 1), (True, None)):
+        m, _, _ = quant.planned(g, dict(s, select=sel) if sel else s, 'none', False, 0, None,
+                                SCHEMES['dw-quarter-pw-bias'])
+        assert m['layers'][2].get('yg') == want
+    # under a budget or board, only where the plan does not fit without it (the forward's
+    # smaller chunks cost time)
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    for budget, want in ((None, 1), ('4M', None)):
+        d = str(tmp_path / str(budget))
+        prepare(str(tmp_path / 'm.tflite'), d, data=data, loss='scce', lr=0.05, epochs=1,
+                train='last:1', ranks=SCHEMES['dw-quarter-pw-bias'], budget=budget,
+                log=lambda *a: None)
+        with open(os.path.join(d, 'q8.json')) as f:
+            assert json.load(f)['layers'][2].get('yg') == want
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
