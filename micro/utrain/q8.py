@@ -337,6 +337,7 @@ class Layer:
         wide = gb and (self.w is None or self.pw) and row and 'yg' not in d
         nw = net.wide(gb[0] if wide else None, row + 12, len(acc) // (OH * OW), nc)
         wa = memoryview(gb[0]) if nw else None
+        xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
         for o0, n in self.segs(O, nw or nc):
             w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
@@ -350,13 +351,13 @@ class Layer:
                 gs[10] = r
                 gs[8] = ph + a - r0 * sh
                 gs[0] = H - a
-                xa = memoryview(x)[a * xrow:] if a else x
+                xa = xv[a * xrow:] if a else x
                 if dw:
                     K.dwk(acc, xa, self.zx, gs, w, bv)
                 else:
                     K.convk(acc, xa, self.zx, gs, w, bv)
                 if n == O:
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
                 else:       # (into the idle dz where it fits: not over the sums)
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
@@ -614,11 +615,11 @@ class Q8Net:
         if K._A is not None:    # (its tables' raw addresses would keep our buffers)
             K._A.forget()
 
-    def _read(self, off, buf, n=None):
+    def _read(self, off, buf, n=0):
+        # n bytes (0: all of buf) of the weights file from off into buf's start
         f = self.f
         f.seek(off)
-        # (a view only for part of buf: each is heap the collector comes back for)
-        f.readinto(buf if n is None or n == len(buf) else memoryview(buf)[:n])
+        _ri(f, buf, n)
         return buf
 
     def _req(self, d, buf, half=0):
@@ -631,7 +632,7 @@ class Q8Net:
 
     def biases(self, L, o0, n):
         """n biases of frozen layer L from output channel o0 on, into the shared scratch."""
-        return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, n)
+        return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, 4 * n)
 
     def quant(self, L, o0, n, h=0, q=None):
         """Frozen layer L's multipliers and shifts from output channel o0 on (n of them;
@@ -645,9 +646,9 @@ class Q8Net:
         if c == 1:
             o0, n = 0, 1
         f.seek(d['ro'] + 4 * (h * c + o0))
-        f.readinto(qm if n == len(qm) else memoryview(qm)[:n])
+        _ri(f, qm, 4 * n)
         g.seek(d['ro'] + 4 * ((h + 1) * c + o0))
-        g.readinto(qs if n == len(qs) else memoryview(qs)[:n])
+        _ri(g, qs, 4 * n)
         return qm, qs
 
     def _wide(self, a):
@@ -678,11 +679,7 @@ class Q8Net:
         # input-gradient buffer), as the kernels read int8 weights: a byte view (CPython),
         # or a itself (viper and assembler kernels read any buffer's bytes; no cast
         # tried there: each AttributeError caught cost a board ~200 B of heap)
-        if K.VIPER:
-            n = (n + 3) >> 2
-        else:
-            a = a.cast('B')
-        return self._read(off, a, n)
+        return self._read(off, a if K.VIPER else a.cast('B'), n)
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
@@ -1310,6 +1307,17 @@ class Q8Net:
             bs = v
         K.ubek(memoryview(L.b)[lo:] if lo else L.b, memoryview(L.be)[lo:] if lo else L.be,
                bs, n, bq[2])
+
+
+def _ri(f, buf, n):
+    # n bytes (0: all) of file f into buf's start: no view on a board (readinto takes the
+    # count there; each view is heap the collector comes back for)
+    if not n:
+        f.readinto(buf)
+    elif K.VIPER:
+        f.readinto(buf, n)
+    else:
+        f.readinto(memoryview(buf).cast('B')[:n])
 
 
 def _clamp(q):
