@@ -286,17 +286,21 @@ class Layer:
             m, s = net.quant(self, o0, n, 0, q)
         elif o0 and self.c > 1:
             m, s = memoryview(m)[o0:], memoryview(s)[o0:]
-        return w, b, m, s, n if self.c > 1 else 1
+        ck = net.ck     # (a list kept, not a tuple a chunk)
+        ck[0] = w
+        ck[1] = b
+        ck[2] = m
+        ck[3] = s
+        ck[4] = n if self.c > 1 else 1
+        return ck
 
-    def segs(self, O, nc):
-        # (first output channel, count) of each chunk of at most nc: one never straddles
-        # the edges of a partial layer's held window (pw)
-        lo, hi = (self.wlo, self.whi) if self.pw else (O, O)
-        o0 = 0
-        while o0 < O:
-            n = min(nc, (lo if o0 < lo else hi if o0 < hi else O) - o0)
-            yield o0, n
-            o0 += n
+    def seg(self, o0, O, nc):
+        # the channels of the chunk of at most nc from o0 of O: none straddles the edges
+        # of a partial layer's held window (pw) (a count, not a generator's tuples: heap)
+        e = O
+        if self.pw:
+            e = self.wlo if o0 < self.wlo else self.whi if o0 < self.whi else O
+        return min(nc, e - o0)
 
     def fc(self, x):
         d, acc = self.d, self.acc
@@ -316,10 +320,13 @@ class Layer:
                 not self.pw):
             self.whole = 1          # (mul: read from q8.req after __init__)
             return self.fc(x)
-        for o0, n in self.segs(no, nc):
+        o0 = 0
+        while o0 < no:
+            n = self.seg(o0, no, nc)
             w, b, m, s, c = self._chunk(o0, n, ni)
             K.fck(acc, x, 0, self.zx, w, b, 1, ni, n)
             K.rqk(acc, n, c, 1, m, s, memoryview(self.y)[o0:], self.zy, self.lo, self.hi, 0)
+            o0 += n
 
     def conv(self, x, gm, y):
         """CONV_2D / DEPTHWISE_CONV_2D of input x with geometry gm (the layer's, or a band
@@ -337,7 +344,11 @@ class Layer:
         wide = gb and (self.w is None or self.pw) and row and 'yg' not in d
         nw = net.wide(gb[0] if wide else None, row + 12, len(acc) // (OH * OW), nc)
         wa = memoryview(gb[0]) if nw else None
-        for o0, n in self.segs(O, nw or nc):
+        xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
+        nc = nw or nc
+        o0 = 0
+        while o0 < O:
+            n = self.seg(o0, O, nc)
             w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
             R = max(1, len(acc) // (OW * n))
@@ -350,18 +361,19 @@ class Layer:
                 gs[10] = r
                 gs[8] = ph + a - r0 * sh
                 gs[0] = H - a
-                xa = memoryview(x)[a * xrow:] if a else x
+                xa = xv[a * xrow:] if a else x
                 if dw:
                     K.dwk(acc, xa, self.zx, gs, w, bv)
                 else:
                     K.convk(acc, xa, self.zx, gs, w, bv)
                 if n == O:
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, memoryview(y)[r0 * OW * O:], self.zy,
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
                 else:       # (into the idle dz where it fits: not over the sums)
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
+            o0 += n
 
     def add(self, x, x2, y, n):
         """ADD as TFLite Micro's int8 kernel: each input minus its zero point, shifted
@@ -436,6 +448,8 @@ class Q8Net:
         self.wbuf = bytearray(ws) if ws else None
         cmax = meta.get('qbuf') or max([d.get('nb', 1) for d in ls])
         self.qb, self.qm, self.qs = _i32(cmax), _i32(cmax), _i32(cmax)
+        self.qq = (self.qm, self.qs)    # (kept: a pair made a call is heap)
+        self.ck = [0] * 5              # (Layer._chunk's: likewise)
         self.gs = _i32(14)
         # the backward pass's shared buffers, before the layers: a layer's int8 output
         # gradient (and its per-channel rescaled copy for the input gradient), a chunk of
@@ -614,11 +628,16 @@ class Q8Net:
         if K._A is not None:    # (its tables' raw addresses would keep our buffers)
             K._A.forget()
 
-    def _read(self, off, buf, n=None):
+    def _read(self, off, buf, n=0):
+        # n bytes (0: all of buf) of the weights file from off into buf's start
         f = self.f
         f.seek(off)
-        # (a view only for part of buf: each is heap the collector comes back for)
-        f.readinto(buf if n is None or n == len(buf) else memoryview(buf)[:n])
+        if not n:
+            f.readinto(buf)
+        elif K.VIPER:   # (readinto's count: no view, heap the collector comes back for)
+            f.readinto(buf, n)
+        else:
+            f.readinto(memoryview(buf).cast('B')[:n])
         return buf
 
     def _req(self, d, buf, half=0):
@@ -631,7 +650,7 @@ class Q8Net:
 
     def biases(self, L, o0, n):
         """n biases of frozen layer L from output channel o0 on, into the shared scratch."""
-        return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, n)
+        return self._read(self.woff[L.d['bt']] + 4 * o0, self.qb, 4 * n)
 
     def quant(self, L, o0, n, h=0, q=None):
         """Frozen layer L's multipliers and shifts from output channel o0 on (n of them;
@@ -641,14 +660,15 @@ class Q8Net:
         d = L.d
         c = d['nq']
         f, g = self.rf, self.rs
-        qm, qs = q or (self.qm, self.qs)
+        qm, qs = q = q or self.qq
         if c == 1:
             o0, n = 0, 1
+        v, n = K.VIPER, 4 * n     # (bytes: readinto's count on a board, no view)
         f.seek(d['ro'] + 4 * (h * c + o0))
-        f.readinto(qm if n == len(qm) else memoryview(qm)[:n])
+        f.readinto(qm, n) if v else f.readinto(memoryview(qm).cast('B')[:n])
         g.seek(d['ro'] + 4 * ((h + 1) * c + o0))
-        g.readinto(qs if n == len(qs) else memoryview(qs)[:n])
-        return qm, qs
+        g.readinto(qs, n) if v else g.readinto(memoryview(qs).cast('B')[:n])
+        return q
 
     def _wide(self, a):
         # a wider scratch pair for quant than qm, qs: the halves of int32 buffer a's
@@ -678,11 +698,7 @@ class Q8Net:
         # input-gradient buffer), as the kernels read int8 weights: a byte view (CPython),
         # or a itself (viper and assembler kernels read any buffer's bytes; no cast
         # tried there: each AttributeError caught cost a board ~200 B of heap)
-        if K.VIPER:
-            n = (n + 3) >> 2
-        else:
-            a = a.cast('B')
-        return self._read(off, a, n)
+        return self._read(off, a if K.VIPER else a.cast('B'), n)
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
@@ -1067,9 +1083,13 @@ class Q8Net:
         # 0: its table's), their dz (P positions x count) made in the shared dz from the
         # broadcast row g (p values) >> k where L's mask passes (q8sparse.smc)
         O, P, I = L.opi()
-        for o0, m in L.segs(O, nc or L.d.get('nc', O)):
+        nc = nc or L.d.get('nc', O)
+        o0 = 0
+        while o0 < O:
+            m = L.seg(o0, O, nc)
             self.S.smc(self.dz, g, k, L.mk, o0, m, O, P, p)
             yield o0, m
+            o0 += m
 
     def _mask(self, L, dz, g, n, k, p=0):
         # dz = int8 of g >> k where the forward output passed its clamp (its mask bits, or
@@ -1107,8 +1127,12 @@ class Q8Net:
             if ch:      # (a chunk's weights in dx's buffer past dx: fewer chunks)
                 self.S.dxch(self, L, dx, dz, g, k, p, P, I, d.get('nc', O))
             else:
-                for o0, m in L.segs(O, d.get('nc', O)):
+                nc = d.get('nc', O)
+                o0 = 0
+                while o0 < O:
+                    m = L.seg(o0, O, nc)
                     self.S.dak(dx, dz, L.rows(o0, m, I), o0, m, O, P, I)
+                    o0 += m
         elif L.k == FC:
             dx = self._gbuf(g, d['nin'])
             K.dxk(dx, dz, 0, L.w, n, d['nin'])
@@ -1122,7 +1146,7 @@ class Q8Net:
         # g[:p] (one row, a channel each) times sw[o] / max(sw), the multipliers read a
         # scratch at a time (q: a wider pair, _wide; the host's qmul, as held ones: the
         # same integers)
-        qm, qs = q or (self.qm, self.qs)
+        qm, qs = q = q or self.qq
         sw = L.d.get('sw')
         c = len(qm)
         for o0 in range(0, p, c):
@@ -1276,7 +1300,7 @@ class Q8Net:
         # steps in 1/256 (j = 0) into the int32 velocity (v = mu v + step; b -= v), the
         # bound 2^7 times lower (a velocity sums up to 1 / (1 - mu) steps)
         d, bq, v = L.d, self.bq, L.vb
-        qm, qs = q or (self.qm, self.qs)      # (q: a wider scratch pair, _wide)
+        qm, qs = q or self.qq      # (q: a wider scratch pair, _wide)
         if bq[3] != id(L):      # (a row-fed layer's chunks after its first: made there)
             m, e = qmul(c / (d['sx'] * d['bsm']) * 256.0)
             t, P = 15 if v is not None else 22, L.opi()[1]
