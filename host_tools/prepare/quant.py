@@ -1745,9 +1745,13 @@ def _mark_trained(g, out, train, ranks):
                 # per-tensor layer's (an FC classifier's, which q8grow can double whole):
                 # loading q8grow for it alone put the biases 62-65 scheme 4 KB up)
                 d['gw'] = 1
-        if any(out[i].get('gw') for i in chosen):
+        if any(out[i].get('gw') for i in chosen) or getattr(g, 'follow_ranges', 0):
             # q8grow is loaded: a per-tensor layer whose weights all train doubles its one
-            # scale too (the digits MobileNetV2's op-62 scheme's classifier: 0.8 points)
+            # scale too (the digits MobileNetV2's op-62 scheme's classifier: 0.8 points).
+            # A float model calibrated as int8 (fromfloat, its FCs per-tensor): its weights
+            # sit at 1/3 of +-127 and grow as its activation ranges do (issue 28: an MLP on
+            # a +-500 input, whose SGD steps move its classifier ~7x, clamped there and
+            # learnt 0.47 where float32 learnt 0.85; 0.79 with them growing)
             for i in chosen:
                 if 'tw' not in out[i] and i not in emb:
                     out[i]['gw'] = 1
