@@ -80,3 +80,48 @@ def test_int8_from_float_weights_grow_past_their_calibrated_room(tmp_path):
                      input_scale_for(float(np.sqrt(np.mean(xs.astype(np.float64) ** 2)))), 0.01, 4)
     assert max(ref) >= 0.75, ref            # (float SGD learns it)
     assert max(got) >= max(ref) - 0.1 and np.mean(got) >= np.mean(ref) - 0.12, (got, ref)
+
+
+def _branches(path, wa, seed=1):
+    """x [1, 4] -> FC 3 RELU (weights x wa) and FC 3 RELU, CONCATENATION, FC 3 (logits)."""
+    rng = np.random.default_rng(seed)
+    w = {'wa': rng.uniform(-1, 1, (3, 4)) * wa, 'ba': np.zeros(3), 'wb': rng.uniform(-1, 1, (3, 4)),
+         'bb': np.full(3, 0.5), 'wo': rng.uniform(-1, 1, (3, 6)), 'bo': np.zeros(3)}
+    b = CircleBuilder(identifier=b'TFL3')
+    t = {n: b.tensor(n, list(v.shape), data=v.astype(np.float32)) for n, v in w.items()}
+    x, a, h, c, y = (b.tensor(n, s) for n, s in (('x', [1, 4]), ('a', [1, 3]), ('h', [1, 3]),
+                                                  ('c', [1, 6]), ('y', [1, 3])))
+    b.op('FULLY_CONNECTED', [x, t['wa'], t['ba']], [a], fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [x, t['wb'], t['bb']], [h], fused_activation_function='RELU')
+    b.op('CONCATENATION', [a, h], [c], axis=1)
+    b.op('FULLY_CONNECTED', [c, t['wo'], t['bo']], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return os.fspath(path)
+
+
+def test_a_branch_crushed_by_a_shared_scale_is_said_and_prepare_keeps_float32(tmp_path):
+    """A CONCATENATION's inputs share one int8 scale: a branch 1000x narrower than the other
+    sits within one step of it (h40m's e: a 0..1 image's conv beside a +-500 input's FC,
+    0.38 test accuracy as int8, 0.76 in float32), read as a constant, trained by nothing.
+    prepare's own choice (a board without ulab) keeps such a model float32, and --int8
+    says which op's output and why; a model whose branches are comparable is unchanged."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 1, (80, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(80) % 3)
+    kw = dict(data=str(tmp_path / 'd.npz'), epochs=1, loss='scce', from_logits=True,
+              optimizer='sgd', lr=0.01, batch=1)
+    for wa, crushed in ((1e-3, True), (1.0, False)):
+        src = _branches(tmp_path / f'b{wa}.tflite', wa)
+        said = []
+        s = prepare(src, str(tmp_path / f'auto{wa}'), board='rp2040', log=said.append, **kw)
+        assert bool(s.get('int8')) is not crushed, said
+        assert any('trains in float32 (as int8, op 0 (FULLY_CONNECTED)' in v for v in said) is crushed
+        said = []
+        s = prepare(src, str(tmp_path / f'asked{wa}'), int8=True, log=said.append, **kw)
+        assert s['int8']
+        warned = [v for v in said if 'warning: --int8' in v]
+        assert len(warned) == int(crushed), said
+        if crushed:
+            assert "op 0 (FULLY_CONNECTED)'s output 'a'" in warned[0] and 'op 1' in warned[0]
