@@ -200,6 +200,7 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     from .exportcheck import activation_ranges, recalibrate
     og, trained = int8_graph(g)
     og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
+    og.grow_fc = 1              # its per-tensor FCs' weight scales too, where they fit (quant)
     measured = activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x)
     ranges = widened(g, measured)
     for k, src in getattr(og, 'requantized', {}).items():
