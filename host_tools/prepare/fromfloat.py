@@ -160,13 +160,49 @@ def widened(g: Graph, ranges: dict) -> dict:
     return out
 
 
+STEPS = 2                   # fewer int8 steps than this over a tensor's measured range: crushed
+
+
+def crushed(og: Graph, measured: dict) -> list:
+    """What calibrated int8 model og holds in fewer than STEPS int8 steps over its measured
+    range: an activation that shares its scale with a much wider one (a CONCATENATION's
+    inputs share one: a +-500 input's branch beside a 0..1 image's put the image's conv
+    outputs, 0..0.83, at 4.7 a step: all one code), which the int8 path reads as a constant
+    and passes no gradient (h40m's e: 0.38 test accuracy as int8, 0.76 in float32; 0.98
+    as int8 with that input in units).  One sentence each, naming op numbers."""
+    made = {k: op for op in og.ops for k in op.outputs}
+    acts = [t for t in og.tensors if t.dtype == 'int8' and t.data is None and t.quant
+            and t.quant.get('scale') and t.name in measured]
+    out, said = [], set()
+    for t in acts:
+        lo, hi = measured[t.name]
+        s = t.quant['scale'][0]
+        key = (s, t.quant['zero_point'][0])
+        if not hi > lo or (hi - lo) / s >= STEPS or t.index not in made or key in said:
+            continue
+        said.add(key)           # (one sentence a shared scale: its first tensor's)
+        wide = max((u for u in acts if (u.quant['scale'][0], u.quant['zero_point'][0]) == key),
+                   key=lambda u: measured[u.name][1] - measured[u.name][0])
+        op, by = made[t.index], ''
+        if wide is not t and wide.index in made:
+            w = made[wide.index]
+            by = (f" (the scale it shares with op {getattr(w, 'src', w.number)}'s output, measured "
+                  f"{measured[wide.name][0]:.3g}..{measured[wide.name][1]:.3g})")
+        out.append(f"op {getattr(op, 'src', op.number)} ({op.name})'s output {t.name!r} measured "
+                   f"{lo:.3g}..{hi:.3g} spans {(hi - lo) / s:.2g} int8 steps at {s:.3g} a step{by}: "
+                   'the int8 path reads it as a constant and trains nothing before it')
+    return out
+
+
 def calibrate(run_dir, g: Graph, x) -> Graph:
     """The int8 model of float graph g (the prepared float folder run_dir's, its
     model.flat and weights.wof) calibrated on samples x (one a row)."""
     from .exportcheck import activation_ranges, recalibrate
     og, trained = int8_graph(g)
     og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
-    ranges = widened(g, activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x))
+    og.grow_fc = 1              # its per-tensor FCs' weight scales too, where they fit (quant)
+    measured = activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x)
+    ranges = widened(g, measured)
     for k, src in getattr(og, 'requantized', {}).items():
         if src in ranges:
             ranges[k] = ranges[src]
@@ -175,6 +211,7 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
                 t.quant['scale'][0] in (1 / 256, 1 / 128)):
             raise ValueError(f'tensor {t.name!r}: no range measured')
     recalibrate(og, ranges, trained)
+    og.crushed = crushed(og, measured)
     for t in og.tensors:    # float32, as the file stores them: the run's tables = the file's
         if t.quant and t.quant.get('scale') and t.dtype == 'int8' and t.data is None:
             t.quant['scale'] = [float(np.float32(v)) for v in t.quant['scale']]

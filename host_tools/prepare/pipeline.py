@@ -760,6 +760,13 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
                                                     (test_split, split_seed), prepare, rms)
         og.optimizer = s['optimizer']       # (quant.relabel_input: rewrite.adam_keeps_scale)
+        if og.crushed and not int8:     # (prepare's own choice: float32 learns it)
+            log(f'{model_path}: trains in float32 (as int8, {og.crushed[0]}; --int8 asks '
+                'for it all the same)')
+            return None
+        for c in og.crushed:
+            log(f'{model_path}: warning: --int8: {c}; without --int8 it trains in float32 '
+                '(or bring its inputs to comparable ranges, e.g. in units)')
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
     except (ValueError, PrepareError) as e:
         if int8:

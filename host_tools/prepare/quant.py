@@ -1745,9 +1745,14 @@ def _mark_trained(g, out, train, ranks):
                 # per-tensor layer's (an FC classifier's, which q8grow can double whole):
                 # loading q8grow for it alone put the biases 62-65 scheme 4 KB up)
                 d['gw'] = 1
-        if any(out[i].get('gw') for i in chosen):
+        if any(out[i].get('gw') for i in chosen) or getattr(g, 'grow_fc', 0):
             # q8grow is loaded: a per-tensor layer whose weights all train doubles its one
-            # scale too (the digits MobileNetV2's op-62 scheme's classifier: 0.8 points)
+            # scale too (the digits MobileNetV2's op-62 scheme's classifier: 0.8 points).
+            # A float model calibrated as int8 (fromfloat, its FCs per-tensor): its weights
+            # sit at 1/3 of +-127 and grow as its activation ranges do (issue 28: an MLP on
+            # a +-500 input, whose SGD steps move its classifier ~7x, clamped there and
+            # learnt 0.47 where float32 learnt 0.85; 0.79 with them growing; prepare_q8
+            # leaves them fixed where q8grow's code does not fit the plan)
             for i in chosen:
                 if 'tw' not in out[i] and i not in emb:
                     out[i]['gw'] = 1
@@ -2662,6 +2667,17 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     n0 = len(g.tensors)
     try:
         m, tables, heap = planned(g, s, train, cache, bands, board, ranks)
+        lim = limit(heap) if limit is not None and getattr(g, 'grow_fc', 0) else None
+        if lim is not None and heap['total'] > lim:
+            g.grow_fc = 0       # (fromfloat's per-tensor FCs: scales that grow, or a fit)
+            got = planned(g, s, train, cache, bands, board, ranks)
+            if got[2]['total'] <= (limit(got[2]) or 0):
+                log(f'{model_path}: its FULLY_CONNECTED weight scales stay as calibrated (3x '
+                    f'their largest weight): growing them (utrain.q8grow) is over the '
+                    f'{lim // 1024} KB limit{why_limit}')
+                m, tables, heap = got
+            else:
+                g.grow_fc = 1
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
