@@ -224,21 +224,28 @@ def test_int8_cache_on_host_refused(tmp_path):
                 cache='host')
 
 
-def test_band_steps_do_not_recurse_a_layer_deep(tmp_path):
+def test_band_steps_do_not_recurse_a_layer_deep(tmp_path, monkeypatch):
     """A band group's step pulls its inputs' rows through a stack, not a call a layer
     deep (bands.Group._need): the 128x128 model's prefix group of 21 layers passed the
     Pico's recursion limit (RuntimeError on the stock firmware).  MobileNetV2's 17-layer
-    group runs within 20 frames of recursion (each of its layers took one), its logits TFLite Micro's."""
-    import inspect
+    group's steps nest no _need in another (each of its layers took one), its logits
+    TFLite Micro's.  (Counted at _need itself, not against sys.getrecursionlimit: the
+    kernels' numpy calls below it take frames of their own.)"""
+    from utrain import bands
     g, cut = _cut(tmp_path)
     m, net = _net(g, tmp_path, 'last:2', rows=1)
     assert m['groups'] and m['groups'][0][1] >= 15, m['groups']
     xq = net.quantize_input(_sample(1).ravel().tolist())
-    net.forward(xq)     # (numpy's first calls, np.iinfo's cache: not the frames counted)
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(len(inspect.stack()) + 20)
-    try:
-        ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
-    finally:
-        sys.setrecursionlimit(limit)
+    need, depth = bands.Group._need, [0, 0]
+
+    def counted(self, *a):
+        depth[0] += 1
+        depth[1] = max(depth[1], depth[0])
+        try:
+            return need(self, *a)
+        finally:
+            depth[0] -= 1
+    monkeypatch.setattr(bands.Group, '_need', counted)
+    ours = np.frombuffer(bytes(net.forward(xq)), np.int8)
+    assert depth[1] == 1, depth
     assert np.array_equal(ours, _tflm(cut, xq))
