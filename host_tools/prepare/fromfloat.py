@@ -143,11 +143,14 @@ def widened(g: Graph, ranges: dict) -> dict:
     """The measured ranges with room to train: training grows activations, and an int8
     activation clips at its calibrated range (its gradient then stops).  The input keeps
     its range (the samples'); the logits (SOFTMAX's input) span at least +-LOGITS, or the
-    softmax of an untrained model could never grow confident; the others HEADROOM times
-    the measured range."""
+    softmax of an untrained model could never grow confident (the trained output's: the
+    others, which do not train, as any activation); the others HEADROOM times the
+    measured range."""
     logits = {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'SOFTMAX'}
-    logits |= {g.tensors[k].name for k in g.outputs} - {g.tensors[op.outputs[0]].name
-                                                         for op in g.ops if op.name == 'SOFTMAX'}
+    # (the trained output's: g.outputs[0], choose_output's; an output that does not
+    # train keeps HEADROOM, as its other activations)
+    logits |= {g.tensors[k].name for k in g.outputs[:1]} - {g.tensors[op.outputs[0]].name
+                                                             for op in g.ops if op.name == 'SOFTMAX'}
     inputs = {g.tensors[k].name for k in g.inputs}
     out = {}
     for name, (lo, hi) in ranges.items():
@@ -194,14 +197,19 @@ def crushed(og: Graph, measured: dict) -> list:
     return out
 
 
-def calibrate(run_dir, g: Graph, x) -> Graph:
+def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
     """The int8 model of float graph g (the prepared float folder run_dir's, its
-    model.flat and weights.wof) calibrated on samples x (one a row)."""
+    model.flat and weights.wof) calibrated on samples x (one a row).  more: the measured
+    ranges of the ops only g's other outputs need (_other_ranges), which run_dir's
+    model.flat (the trained output's ops) does not run."""
     from .exportcheck import activation_ranges, recalibrate
     og, trained = int8_graph(g)
     og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
     og.grow_fc = 1              # its per-tensor FCs' weight scales too, where they fit (quant)
     measured = activation_ranges(run_dir, os.path.join(run_dir, 'weights.wof'), g, x)
+    for k, (lo, hi) in (more or {}).items():
+        a, b = measured.get(k, (lo, hi))
+        measured[k] = (min(a, lo), max(b, hi))
     ranges = widened(g, measured)
     for k, src in getattr(og, 'requantized', {}).items():
         if src in ranges:
@@ -236,15 +244,43 @@ def calibrate(run_dir, g: Graph, x) -> Graph:
     return og
 
 
+def _other_ranges(model_path, data, places, x, prepare, tmp) -> dict:
+    """{tensor name: (min, max)} over samples of data of the activations of the float
+    model's outputs at places (in natural order: choose_output's) other than the trained
+    one: each prepared as float into a scratch folder of tmp (its ops, model.flat) and
+    run on its inputs' samples (x where the model has one input), each calibrated at its
+    own range, as the trained output's; export --quantized writes them all."""
+    from ..files.dataset import load_inputs
+    from ..graph.rewrite import choose_output
+    from ..plan.runplan import data_inputs
+    from .exportcheck import activation_ranges
+    out = {}
+    for j in places:
+        d = tempfile.mkdtemp(prefix=f'out{j}-', dir=tmp)
+        s = prepare(model_path, d, log=lambda *a: None, int8=False, progress=0,
+                    train='all', scale_input=False, output=j, loss='mse')
+        gj = read_model(os.path.join(d, s['rewritten']) if s.get('rewritten') else model_path)
+        choose_output(gj, j)
+        ins = data_inputs(gj)
+        xj = x if ins is None else np.asarray(load_inputs(data, ins)[0], np.float32)[:len(x)]
+        for name, (lo, hi) in activation_ranges(d, os.path.join(d, 'weights.wof'), gj,
+                                                xj.reshape(len(xj), -1)).items():
+            a, b = out.get(name, (lo, hi))
+            out[name] = (min(a, lo), max(b, hi))
+    return out
+
+
 def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare=None,
-               rms=None):
+               rms=None, output=None):
     """The float model at model_path prepared as float into a scratch folder (its rewrites,
     model.flat), calibrated as int8 on the training samples of data.  Returns (int8 graph,
     float graph, samples calibrated on, whether prepare rewrote the graph).  ValueError:
     not convertible.  prepare: host_tools.prepare.pipeline.prepare (passed in: prepare calls this
     module, which imports nothing of it).  rms: the input's root mean square (the int8
     graph's input_rms): an input far larger than 1 is calibrated as the file has it, and
-    the int8 run scales it by relabelling (quant.relabel_input), not by a MUL."""
+    the int8 run scales it by relabelling (quant.relabel_input), not by a MUL.  output:
+    of a model with several outputs, the trained one's place (choose_output's); the
+    others are calibrated too, each on its own ops' ranges (_other_ranges)."""
     from ..formats.onnx_io import is_onnx
     if is_onnx(model_path):
         raise ValueError('an .onnx model: export writes .onnx from float32 training only')
@@ -253,10 +289,16 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch')}
         s = prepare(model_path, tmp, data=data, test_split=split[0], split_seed=split[1],
                     log=lambda *a: None, int8=False, progress=0, train=train,
-                    scale_input=False, **kw)
+                    scale_input=False, output=output, **kw)
         if s.get('input_perm'):
             raise ValueError('its input is transposed by the rewrites (NCHW)')
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
+        places = []
+        if len(g.outputs) > 1:      # (the trained one first, as prepare's run has it)
+            from ..graph.rewrite import choose_output, natural
+            order = natural(g, g.outputs)       # (the file's, before choose_output's)
+            choose_output(g, output)
+            places = [order.index(k) for k in g.outputs[1:]]
         for op, n in zip(g.ops, s.get('op_numbers') or ()):
             op.src = n          # messages name the user's op numbers, not the rewrite's
         from ..files.dataset import read_samples
@@ -264,16 +306,18 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         ins = data_inputs(g)        # several inputs: train.ds holds them joined
         x, _ = read_samples(os.path.join(tmp, 'train.ds'), [1, sum(
             int(np.prod(sh[1:])) for _, sh, _ in ins[0])] if ins else g.tensors[g.inputs[0]].shape)
-        og = calibrate(tmp, g, x[:1000])    # (each input's range its own: the SPLIT_V's parts)
+        more = _other_ranges(model_path, data, places, x[:1000], prepare, tmp)
+        og = calibrate(tmp, g, x[:1000], more)  # (each input's range its own: the SPLIT_V's parts)
         og.path = model_path
         # --train counts the user's file's ops; the float path's rewrites are done
         og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
         og.q8_rewritten = True
         if ins:     # (an int8 model of several inputs, as quant.rewritten joins one)
             og.inputs_rms = rms
-            one_input_output(og)
         else:
             og.input_rms = rms
+        if ins or len(og.outputs) > 1:      # (the trained output's ops: the others exported)
+            one_input_output(og)
         return og, g, len(x[:1000]), bool(s.get('rewritten'))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -298,14 +342,18 @@ def choose(int8, model_path, board, backend, data, s, cache):
                   + '; the int8 path runs its loops in viper or assembler kernels')
 
 
-def dequantized(int8_path, wof_path, train, n, numbers=None) -> dict:
+def dequantized(int8_path, wof_path, train, n, numbers=None, output=None) -> dict:
     """{tensor index: float32 array} of the trained int8 weights and biases in wof_path,
     dequantized with the scales of the run's int8 model int8_path: the first n tensors
     (its float graph's) bear the same indices.  numbers: prepare.json's (op_numbers,
-    file_ops) of the run (quant.numbered)."""
+    file_ops) of the run (quant.numbered).  output: of a model with several outputs, the
+    trained one's place (prepare.json's)."""
     from . import quant
+    from ..graph.rewrite import choose_output
     from ..plan.runplan import one_input_output
     g8 = quant.numbered(read_model(int8_path), numbers)
+    if len(g8.outputs) > 1:
+        choose_output(g8, output)
     one_input_output(g8)        # (several inputs: joined, as prepare's run has them)
     m = quant.meta(g8, train)
     out = {}

@@ -496,7 +496,6 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         why = quant.op_refusal(source, train if overrides.get('train') is None and not (
             ranks or select) else 'none')
         auto = why if why and quant.float_takes(source, train) else None
-    several = several_refusal(source)      # (a float model calibrated as int8: from_float)
     if as8 and not dequantize and quant.several_refusal(source):
         auto = quant.several_refusal(source)
     elif not dequantize and not emb8 and quant.embedding_entry(source) and not (
@@ -547,8 +546,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                         bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
-                        several, source.input_rms if len(source.inputs) < 2 else
-                        getattr(source, 'inputs_rms', None))
+                        source.input_rms if len(source.inputs) < 2 else
+                        getattr(source, 'inputs_rms', None), output)
         if q8:
             return q8
     elif int8:
@@ -727,38 +726,25 @@ def dequantized_instead(call, refusal):
     return summary
 
 
-def several_refusal(g):
-    """Why a float model with several outputs (graph g) is not calibrated as int8 to train
-    on the int8 path (fromfloat), or None: the calibration measures the ops the trained
-    output needs, and the int8 model export --quantized writes would lack the others.
-    Several inputs are calibrated each at its own scale (fromfloat.from_float).  (An int8
-    file with several trains as int8: quant.several_refusal.)"""
-    if len(g.outputs) > 1:
-        return ('a float model is calibrated as int8 with one output (its inputs may be '
-                f'several), and this one has {len(g.outputs)}')
-    return None
-
-
 def from_float(model_path, out_dir, data, test_split, split_seed, progress, cache, bands,
-               board, backend, budget, prof, s, train, int8, given, overrides, log, several=None,
-               rms=None):
+               board, backend, budget, prof, s, train, int8, given, overrides, log, rms=None,
+               output=None):
     """The int8-from-float pass (host_tools/prepare/fromfloat.py): where prepare trains the float
     model in integers (asked with int8=True, or chosen for a board without ulab), the
     int8 model calibrated on data's training samples, prepared on quant's int8 path, with
     the calibrated int8 model and its float graph beside the run for export.  Returns the
-    summary, or None: the run stays float32.  several: several_refusal's of a model with
-    several inputs or outputs, which the int8 path does not take (said, float32).  rms: the
-    input's root mean square (prepare's scale_input; quant.relabel_input)."""
+    summary, or None: the run stays float32.  rms: the input's root mean square (prepare's
+    scale_input; quant.relabel_input).  output: of a model with several outputs, the trained
+    one's place (each other output is calibrated too, at its own ranges: export writes them)."""
     from . import fromfloat
     try:
         yes, why = fromfloat.choose(int8, model_path, board, backend, data, s, cache)
         if not yes:
             return None
-        if several:
-            raise PrepareError(several)
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
-                                                    (test_split, split_seed), prepare, rms)
+                                                    (test_split, split_seed), prepare, rms,
+                                                    output)
         og.optimizer = s['optimizer']       # (quant.relabel_input: rewrite.adam_keeps_scale)
         if og.crushed and not int8:     # (prepare's own choice: float32 learns it)
             log(f'{model_path}: trains in float32 (as int8, {og.crushed[0]}; --int8 asks '
@@ -1072,14 +1058,16 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
                            '(trained.wof), not a checkpoint')
     train = summary.get('train', 'all')
     numbers = (summary.get('op_numbers'), summary.get('file_ops'))
+    output = (summary.get('output') or {}).get('index')     # (several: the trained one)
     if quantized:
-        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train, numbers)
+        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train, numbers,
+                    output)
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}
     base = os.path.join(run_dir, ff['float_model']) if ff.get('float_model') else model_path
     g = read_model(base)
     w = fromfloat.dequantized(os.path.join(run_dir, ff['int8_model']), wof_path, train,
-                              len(g.tensors), numbers)
+                              len(g.tensors), numbers, output)
     write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier))
     return {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True,
             'notes': []}
