@@ -1985,6 +1985,15 @@ def join_inputs(g: Graph):
     g.inputs = natural(g, g.inputs)
     parts = [(g.tensors[k].name, [int(d) for d in g.tensors[k].shape]) for k in g.inputs]
     sizes = [int(np.prod(s[1:], dtype=np.int64)) for _, s in parts]
+    ib = getattr(g, 'ids_ib', 1)
+    for i, k in enumerate(g.inputs):
+        if ib > 1 and k in getattr(g, 'ids_q8', ()):
+            # (an int8 embedding's ids of 2 bytes each, quant._ids_inputs: the part is
+            # the ids tensor itself, [1, 2 n] bytes as utrain.q8emb reads them; export
+            # gives it its file_shape back)
+            t = g.tensors[k]
+            t.file_shape, t.shape = list(t.shape), [1, sizes[i] * ib]
+            sizes[i] *= ib
     q8 = all(g.tensors[k].dtype == 'int8' and (g.tensors[k].quant or {}).get('scale')
              for k in g.inputs)
     src = g.ops[0].src if g.ops else None

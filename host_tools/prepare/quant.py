@@ -391,11 +391,14 @@ def rewritten(g: Graph) -> Graph:
 
 def _ids_inputs(g: Graph) -> set:
     """Of a graph with several inputs, those read only as ids by GATHERs of int8 tables
-    of up to 256 rows (an int32 Keras Embedding input beside int8 ones, made float32 by
-    rewrite.embedding_gathers): typed int8 at scale 1, zero point -128 (the id's byte as
-    utrain.q8emb reads it), so join_inputs joins them as int8 parts; g.ids_q8 their
-    tensors (export types them back)."""
-    g.ids_q8 = set()
+    of up to 65,536 rows (an int32 Keras Embedding input beside int8 ones, made float32 by
+    rewrite.embedding_gathers): typed int8 at scale 1, zero point -128 (each byte of the
+    id as utrain.q8emb reads it), so join_inputs joins them as int8 parts; g.ids_q8 their
+    tensors (export types them back), g.ids_ib the bytes an id (1: every table of up to
+    256 rows, else 2, low byte first: join_inputs gives such a part 2 bytes a value, one
+    id format for the input as meta's 'ib'; before session 14 a larger table beside other
+    inputs trained dequantized)."""
+    g.ids_q8, g.ids_ib = set(), 1
     if len(g.inputs) < 2:
         return g.ids_q8
     for k in g.inputs:
@@ -403,9 +406,11 @@ def _ids_inputs(g: Graph) -> set:
         if t.dtype == 'float32' and rs and all(
                 op.name == 'GATHER' and op.inputs[1] == k and len(g.tensors[op.inputs[0]].shape) == 2
                 and g.tensors[op.inputs[0]].dtype == 'int8' and g.tensors[op.inputs[0]].data is not None
-                and g.tensors[op.inputs[0]].shape[0] <= 256 for op in rs):
+                and g.tensors[op.inputs[0]].shape[0] <= 65536 for op in rs):
             t.dtype, t.quant = 'int8', {'scale': [1.0], 'zero_point': [-128]}
             g.ids_q8.add(k)
+            if max(g.tensors[op.inputs[0]].shape[0] for op in rs) > 256:
+                g.ids_ib = 2
     return g.ids_q8
 
 
@@ -1935,7 +1940,9 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None, alias=False) -> dict:
     #                bytes at scale 1; beside int8 inputs each part as joined_codes makes it)
     (sy,), (zy,) = _q(y)
     m = {'format': 'utrain-q8', 'version': 2, 'ntensors': len(g.tensors), 'layers': ls,
-         'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy, 'nin': int(np.prod(x.shape)) * ib,
+         'sx': sx, 'zx': zx, 'sy': sy, 'zy': zy,
+         'nin': int(np.prod(x.shape)) * (1 if getattr(g, 'joined', None) else ib),   # (joined:
+         #  join_inputs gave the ids' part ib bytes a value)
          'nclass': int(np.prod(y.shape)), 'xin': g.inputs[0], 'etab': etab(sy)}
     if _xsizes(ls):
         m['wsizes'] = _xsizes(ls)
@@ -1969,21 +1976,23 @@ def joined_codes(g: Graph, x) -> np.ndarray:
     part quantized at its own input's scale and zero point, the int8 codes as floats (the
     joined input's scale is 1, its zero point 0)."""
     by_name = {t.name: t for t in g.tensors}
-    out, at = np.empty(x.shape, np.float32), 0
+    ib, ids = getattr(g, 'ids_ib', 1), getattr(g, 'ids_q8', ())
+    out = np.empty((len(x), int(np.prod(g.tensors[g.inputs[0]].shape))), np.float32)
+    at = o = 0          # (x's column, out's: an id of 2 bytes takes 2)
     for name, shape, _ in g.data_inputs[0]:
         n = int(np.prod(shape[1:]))
         k = by_name[name].index
-        if k in getattr(g, 'ids_q8', ()):       # (an embedding's ids: the rows, checked)
+        if k in ids:        # (an embedding's ids: the rows, checked; ib bytes each)
             rs = [op for op in g.ops if op.name == 'GATHER' and op.inputs[1] == k]
             part = {'layers': [{'k': EMB, 'en': min(g.tensors[op.inputs[0]].shape[0] for op in rs),
-                                'ib': 1, 'ew': int(all(len(op.inputs) > 2 for op in rs))}]}
-            out[:, at:at + n] = emb_ids(part, x[:, at:at + n]) - 128
-            at += n
+                                'ib': ib, 'ew': int(all(len(op.inputs) > 2 for op in rs))}]}
+            out[:, o:o + n * ib] = emb_ids(part, x[:, at:at + n]) - 128
+            at, o = at + n, o + n * ib
             continue
         (s,), (z,) = _q(by_name[name])
-        out[:, at:at + n] = np.clip(np.round(np.asarray(x[:, at:at + n], np.float64) / s) + z,
-                                    -128, 127)
-        at += n
+        out[:, o:o + n] = np.clip(np.round(np.asarray(x[:, at:at + n], np.float64) / s) + z,
+                                  -128, 127)
+        at, o = at + n, o + n
     return out
 
 
@@ -2278,8 +2287,9 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None, output=
     tconved(g, m, wof_path)
     embedded(g, m, wof_path)
     ids8 = getattr(g, 'ids_q8', ())
-    for k in ids8:          # (ids beside int8 inputs: floats, then the file's ints)
-        g.tensors[k].dtype, g.tensors[k].quant = 'float32', None
+    for k in ids8:          # (ids beside int8 inputs: floats, then the file's ints, at
+        t = g.tensors[k]    # the file's shape: join_inputs gave 2-byte ids 2 values each)
+        t.dtype, t.quant, t.shape = 'float32', None, getattr(t, 'file_shape', t.shape)
     if any(d['k'] == EMB for d in m['layers']) and not ids8:   # (the ids as the file reads them)
         embedding_ids_back(g, ints)
     g = file_graph(g)       # (several: every input apart and every output, the file's)
@@ -2715,6 +2725,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     shape = g.tensors[g.inputs[0]].shape        # (4-D: samples laid out as it takes them)
     emb = any(d['k'] == EMB for d in m['layers'])
     nin = int(np.prod(shape)) if emb else m['nin']      # (ids: as given, then emb_ids)
+    if emb and getattr(g, 'joined', None):      # (as the data gives them: 2-byte ids, one)
+        nin = sum(int(np.prod(sh[1:])) for _, sh, _ in g.data_inputs[0])
     xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'],
                    loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
     if xy is not None and getattr(g, 'joined', None):

@@ -770,19 +770,23 @@ def _build_int8_ids(path, seed=0, n=6):
     return b.save(os.fspath(path))
 
 
-def test_int8_embedding_ids_beside_int8_features_train_as_int8(tmp_path):
+@pytest.mark.parametrize('n', [6, 300])
+def test_int8_embedding_ids_beside_int8_features_train_as_int8(tmp_path, n):
     """Issue 28: an int8 file taking int32 ids (an int8 Embedding's) beside an int8 input
     trains as int8 (it trained dequantized): the joined input holds each id's byte (scale
-    1, zero point -128, as utrain.q8emb reads ids) and the features' codes; the board's
+    1, zero point -128, as utrain.q8emb reads ids), two bytes low first for a table of more
+    than 256 rows (session 14: was dequantized), and the features' codes; the board's
     forward is TFLite Micro's on the file bit for bit; trained (host), export --quantized
     keeps the int32 ids and the int8 input and scores better under TFLite Micro; an id
     outside the table is refused naming it."""
     pytest.importorskip('tflite_micro')
-    src = _build_int8_ids(tmp_path / 'q.tflite')
+    src = _build_int8_ids(tmp_path / 'q.tflite', n=n)
     rng = np.random.default_rng(3)
-    ids = rng.integers(0, 6, (90, 2))
+    ids = rng.integers(0, n, (90, 2))
     feat = rng.uniform(-4, 4, (90, 3)).astype(np.float32)
     y = np.where(feat[:, 0] > 2, 2, ids[:, 0] % 2)
+    ib = 1 if n <= 256 else 2
+    byte = ids if ib == 1 else np.stack([ids & 255, ids >> 8], -1).reshape(len(ids), -1)
     np.savez(tmp_path / 'd.npz', ids=ids, feat=feat, y=y)
     lines = []
     s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, optimizer='sgd', lr=0.02,
@@ -792,9 +796,10 @@ def test_int8_embedding_ids_beside_int8_features_train_as_int8(tmp_path):
     ref = _tflm_outputs(src, codes)[0]
     net = _q8_net(tmp_path / 'run')
     got = np.stack([np.frombuffer(bytes(net.forward(bytearray(np.concatenate(
-        [(ids[i] - 128).astype(np.int8), codes[1][i]]).tobytes()))), np.int8) for i in range(len(y))])
+        [(byte[i] - 128).astype(np.int8), codes[1][i]]).tobytes()))), np.int8) for i in range(len(y))])
     net.close()
     np.testing.assert_array_equal(got, ref)
+    assert json.load(open(tmp_path / 'run' / 'q8.json'))['nin'] == 2 * ib + 3
     code, text = run(os.fspath(tmp_path / 'run'), python=True, stream=False)
     assert code == 0, text
     out = os.fspath(tmp_path / 'trained.tflite')
@@ -804,8 +809,10 @@ def test_int8_embedding_ids_beside_int8_features_train_as_int8(tmp_path):
                                                                               ('feat', 'int8')]
     acc = [np.mean(_tflm_outputs(p, codes)[0].argmax(1) == y) for p in (src, out)]
     assert acc[1] > acc[0] + 0.2, acc
-    np.savez(tmp_path / 'bad.npz', ids=ids + 1, feat=feat, y=y)
-    with pytest.raises(PrepareError, match=r'id 6 is not a row of the embedding\'s 6'):
+    bad = ids.copy()
+    bad[5, 1] = n
+    np.savez(tmp_path / 'bad.npz', ids=bad, feat=feat, y=y)
+    with pytest.raises(PrepareError, match=rf'id {n} is not a row of the embedding\'s {n}'):
         _prepare(src, tmp_path / 'b', tmp_path / 'bad.npz', optimizer='sgd')
 
 
