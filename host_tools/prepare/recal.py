@@ -9,7 +9,8 @@ integers) over the training samples and widens the range of each FULLY_CONNECTED
 CONV_2D / DEPTHWISE_CONV_2D output from the first trained layer on where more than CLIP
 of its values sit at an end its fused activation does not set: the scale doubles, the
 other end stays (the zero point moves), the pools' and shape ops' outputs after it
-follow (one scale; so do a MAXIMUM's or MINIMUM's other input and output), the int32
+follow (one scale; so do a MAXIMUM's or MINIMUM's other input and output, a SELECT_V2's
+value inputs and output), the int32
 biases of the layers reading it are halved (bias scale s_x s_W).  Up to ROUNDS passes, the forward run again on the widened model.  The widen
 steps go into the run folder as q8cal.json ([[tensor, end], ...], end -1 the low, 1
 the high), which export replays on the model file before it writes the trained weights
@@ -35,14 +36,20 @@ SAME = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', '
         # GRU's gates are STRIDED_SLICEs of an FC's output)
         'STRIDED_SLICE', 'SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE', 'UNPACK')
 DATA = {'SPLIT': 1}     # (the input a SAME op copies, where it is not the first)
-TIED = ('MAXIMUM', 'MINIMUM')       # (every input and the output at one scale)
+# (the inputs, None: every one, at the output's scale: MAXIMUM and MINIMUM compare the
+# int8 values; SELECT_V2 copies its value inputs' codes, so a branch widened alone would
+# be read at the output's old scale: tf.where(h > 0.5, h, 0.3 h + 0.35) after its Dense's
+# range widened had computed 0.5 h + 1.5 above 0.5, and trained 4-6 points under
+# --dequantize on h40m's held-out model)
+TIED = {'MAXIMUM': None, 'MINIMUM': None, 'SELECT_V2': (1, 2), 'SELECT': (1, 2)}
 WEIGHTED = ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')
 
 
 def widen(g: Graph, t: int, end: int) -> None:
     """Tensor t's range (and the same-scale tensors after it, and those tied to it: a
     MAXIMUM's or MINIMUM's inputs and output, one scale as TFLite's kernel needs, a
-    constant input's values quantized again) twice as wide, end (-1 the low, 1 the high;
+    SELECT_V2's value inputs and output, whose codes it copies, a constant input's values
+    quantized again) twice as wide, end (-1 the low, 1 the high;
     0 both) moving, the other staying; the biases of the weighted ops reading them halved
     (rounded half away from zero) with their scales doubled."""
     ts, n = {t}, 0
@@ -52,8 +59,10 @@ def widen(g: Graph, t: int, end: int) -> None:
             x = op.inputs[DATA.get(op.name, 0)] if op.inputs else -1
             if op.name in SAME and (x in ts or ts & {*op.outputs}):
                 ts.update([x, *op.outputs])
-            elif op.name in TIED and ts & {*op.inputs, *op.outputs}:
-                ts.update([*op.inputs, *op.outputs])
+            elif op.name in TIED:
+                v = [op.inputs[j] for j in TIED[op.name] or range(len(op.inputs))]
+                if ts & {*v, *op.outputs}:
+                    ts.update([*v, *op.outputs])
     for k in sorted(ts):
         q = g.tensors[k].quant
         s, z = float(q['scale'][0]), int(q['zero_point'][0])

@@ -146,3 +146,46 @@ def test_a_widened_range_takes_a_maximum_and_minimum_with_it(tmp_path):
         it.invoke()
         assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8),
                               it.get_output(0).ravel())
+
+
+@pytest.mark.parametrize('apart', [False, True])
+def test_a_widened_range_takes_a_select_with_it(tmp_path, apart):
+    """tf.where(h > 0.25, h, 0.3 h - 0.1) in an int8 file: SELECT_V2 copies its value
+    inputs' codes, so widening h's range (its Dense clipping on the training samples)
+    widens the other branch and the output with it; before, the output kept its scale and
+    read h's halved codes (the function above 0.25 became about h / 2 + c: h40m's
+    held-out where model trained 4-6 points under --dequantize).  The widened model
+    computes the file's function within a few output steps (its
+    float forward), and the board's int8 net is TFLite Micro's on it, bit for bit."""
+    from tflite_micro.python.tflite_micro import runtime
+    from kerasgraphs import build_int8_where
+    path = str(tmp_path / 'w.tflite')
+    _, fwd, _, sx = build_int8_where(path, apart=apart)
+    g = quant.rewritten(read_model(path))
+    ix = {t.name: i for i, t in enumerate(g.tensors)}
+    recal.widen(g, ix['h'], 1)
+
+    def q(name):
+        t = g.tensors[ix[name]].quant
+        return float(t['scale'][0]), int(t['zero_point'][0])
+    assert np.isclose(q('h')[0], 0.06) and np.isclose(q('s')[0], 2 * (0.025 if apart else 0.03))
+    assert np.isclose(q('b')[0], 2 * (0.02 if apart else 0.03)) and q('r') == q('s')
+    assert np.isclose(q('m')[0], 0.012)         # (the MUL's output: requantized, not tied)
+    p = save_graph(g, str(tmp_path / 'wide.tflite'))
+    quant.write(quant.rewritten(read_model(p)), str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(p)
+    r = np.random.default_rng(5)
+    worst = 0.0
+    for _ in range(12):
+        xq = r.integers(-60, 61, (1, 6, 5)).astype(np.int8)
+        it.set_input(xq, 0)
+        it.invoke()
+        got = it.get_output(0).ravel()
+        assert np.array_equal(np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8), got)
+        want = fwd(xq[0].astype(np.float64) * sx).ravel()
+        worst = max(worst, float(np.abs(got.astype(np.float64) * 0.1 - want).max()))
+    net.close()
+    assert worst < 0.3, worst       # (3 output steps: 0.06-0.08 here; untied 0.9-1.2)
