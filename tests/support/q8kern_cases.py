@@ -90,6 +90,8 @@ CONV3 = [  # (after CONV2) q8asm's _dot3: pointwise rows in threes, two channels
     (11, 1, 4, 2, 1, 1, 1, 1, 0, 0, 1, 1, 127, None),      # 11 rows: a pair left
     (3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 3, None),         # one input, one output channel
     (3, 1, 9, 4, 1, 1, 1, 1, 0, 0, 1, 1, -5, 0x80),        # saturated input
+    (2, 3, 7, 5, 1, 1, 1, 1, 0, 0, 1, 1, 9, None),         # n 7: weight sums 3 + 4
+    (3, 3, 6, 3, 1, 1, 1, 1, 0, 0, 1, 1, -128, None),      # c -128: no weight sums
 ]
 DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
