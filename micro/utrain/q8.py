@@ -341,11 +341,16 @@ class Layer:
         net = self.net
         gb = net.gb     # (a streamed conv: a chunk's all in the idle input-gradient buffer)
         wide = gb and (self.w is None or self.pw) and row and 'yg' not in d
-        nw = net.wide(gb[0] if wide else None, row + 12, len(acc) // (OH * OW), nc)
+        cap = len(acc) // (OH * OW)
+        # (viper and assembler kernels: the biases, multipliers and shifts in the idle
+        # weight scratch, the weights alone in that buffer: fewer chunks)
+        v = wide and K.VIPER and len(net.wbuf or b'') >= 12 * cap
+        nw = net.wide(gb[0] if wide else None, row if v else row + 12, cap, nc)
         wa = None
         if nw:      # (the views made once a call, not a chunk: heap)
-            wa, k = memoryview(gb[0]), (nw * row + 3) >> 2
-            wa = wa, wa[k:k + nw], (wa[k + nw:k + 2 * nw], wa[k + 2 * nw:k + 3 * nw])
+            wa = memoryview(gb[0])
+            b, k, e = (memoryview(net.wbuf), 0, 4 * nw) if v else (wa, (nw * row + 3) >> 2, nw)
+            wa = wa, b[k:k + e], (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e])
         xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
         nc = nw or nc
         o0 = 0

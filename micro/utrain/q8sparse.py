@@ -176,7 +176,7 @@ def dxch(net, L, dx, dz, g, k, p, P, I, nc):
     wa = memoryview(dx)[P * I:n] if n >= P * I else None
     cap = len(dz) // (P + 1)
     w = net.wide(wa, I, cap, nc)
-    if VIPER and len(net.wbuf) >= 4 * P * I and len(sr) >= I and net.wide(
+    if VIPER and len(net.wbuf or b'') >= 4 * P * I and len(sr) >= I and net.wide(
             dx, I, cap, nc) > w:
         d, wa = net.wbuf, memoryview(dx)
         w = net.wide(wa, I, cap, nc)
