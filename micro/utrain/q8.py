@@ -266,20 +266,19 @@ class Layer:
     def _chunk(self, o0, n, row, a=None):
         # weights, biases, multipliers, shifts and multiplier count of output channels
         # o0..o0+n-1 (row: weight bytes per channel; 0: a depthwise layer's, all read):
-        # views of this layer's own, or read into the net's scratch (frozen layers; a: an
-        # int32 buffer instead, Q8Net.wide's, a streamed layer's)
+        # views of this layer's own, or read into the net's scratch (frozen layers; a:
+        # (an int32 buffer, Q8Net.wide's, views of it past a chunk's weights for the
+        # biases, multipliers and shifts), a streamed layer's, instead)
         net = self.net
         if a is None:
             w, q = self.rows(o0, n, row), None
         else:       # (a partial layer's held rows: their own, a's for the rest)
-            k = (n * row + 3) >> 2
             w, q = (self.rows(o0, n, row) if self.pw and self.wlo <= o0 < self.whi else
-                    net._wv(a, net.woff[self.d['wt']] + o0 * row, n * row)), (
-                a[k + n:k + 2 * n], a[k + 2 * n:k + 3 * n])
+                    net._wv(a[0], net.woff[self.d['wt']] + o0 * row, n * row)), a[2]
         b, m, s = self.b, self.mul, self.shf
         if b is None:
             b = net.biases(self, o0, n) if a is None else net._read(
-                net.woff[self.d['bt']] + 4 * o0, a[k:k + n])
+                net.woff[self.d['bt']] + 4 * o0, a[1], 4 * n)
         elif o0:
             b = memoryview(b)[o0:]
         if m is None:
@@ -342,8 +341,16 @@ class Layer:
         net = self.net
         gb = net.gb     # (a streamed conv: a chunk's all in the idle input-gradient buffer)
         wide = gb and (self.w is None or self.pw) and row and 'yg' not in d
-        nw = net.wide(gb[0] if wide else None, row + 12, len(acc) // (OH * OW), nc)
-        wa = memoryview(gb[0]) if nw else None
+        cap = len(acc) // (OH * OW)
+        # (viper and assembler kernels: the biases, multipliers and shifts in the idle
+        # weight scratch, the weights alone in that buffer: fewer chunks)
+        v = wide and K.VIPER and len(net.wbuf or b'') >= 12 * cap
+        nw = net.wide(gb[0] if wide else None, row if v else row + 12, cap, nc)
+        wa = None
+        if nw:      # (the views made once a call, not a chunk: heap)
+            wa = memoryview(gb[0])
+            b, k, e = (memoryview(net.wbuf), 0, 4 * nw) if v else (wa, (nw * row + 3) >> 2, nw)
+            wa = wa, b[k:k + e], (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e])
         xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
         nc = nw or nc
         o0 = 0

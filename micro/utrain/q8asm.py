@@ -662,12 +662,13 @@ def _rq(r0, r1, r2):
     # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [17] 1: channel by channel (blk 1,
     # value i's channel i mod c: its values c apart), else in runs of blk (channel by
     # run, cycling); r0 the int32 sums, r1 the output.  A run's channel constants are
-    # made once ([18] left shift, [19], [20] the multiplier's 16-bit halves, [21] the
-    # rounding mask, [22] right shift, [23] half the mask; [24] 2^30), then each value
-    # (~60 cycles; ~90-130 when a value's constants were looked up and a subroutine
-    # called for each): the 62-bit product |a| * m in 16-bit halves (adds with carry),
-    # the nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of it, the sign, then the rounding
-    # division by 2^-shift: the integers rqk's 15-bit limbs give.  r8 the run's end,
+    # made once ([18] left shift, [19], [20] the multiplier's 16-bit halves, [22] right
+    # shift; [24] 2^30), then each value (~52 cycles; ~90-130 when a value's constants
+    # were looked up and a subroutine called for each): the 62-bit product |a| * m in
+    # 16-bit halves (adds with carry), the nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of
+    # it (|x| < 2^31), the rounding division by 2^-shift on |x| (half up: ((2|x| >> e) +
+    # 1) >> 1, unsigned; TFLite's half away from zero once the sign is put back): the
+    # integers rqk's 15-bit limbs give.  r8 the run's end,
     # r9 / r10 the sums' / outputs' step, r11 lo, lr hi, r12 the output pointer;
     # [9]..[16] the walk's state
     mov(r7, r2)
@@ -789,12 +790,6 @@ def _rq(r0, r1, r2):
     neg(r6, r5)
     label(R0)
     str(r6, [r7, 88])        # [22] right shift
-    mov(r5, 1)
-    lsl(r5, r6)
-    sub(r5, 1)
-    str(r5, [r7, 84])        # [21] its mask
-    lsr(r5, r5, 1)
-    str(r5, [r7, 92])        # [23] half of it
     ldr(r4, [r7, 32])
     cmp(r4, 0)
     beq(NL)
@@ -826,22 +821,16 @@ def _rq(r0, r1, r2):
     mov(r6, 0)
     add(r5, r5, r3)
     adc(r4, r6)
-    lsl(r4, r4, 1)
+    lsl(r4, r4, 2)
     lsr(r5, r5, 31)
-    orr(r4, r5)              # bits 31..62
-    eor(r4, r2)
-    sub(r4, r4, r2)          # signed
-    asr(r2, r4, 31)
-    ldr(r3, [r7, 84])
-    and_(r3, r4)             # remainder
+    lsl(r5, r5, 1)
+    orr(r4, r5)              # 2 |x|, x: bits 31..62 (< 2^31)
     ldr(r5, [r7, 88])
-    asr(r4, r5)
-    ldr(r5, [r7, 92])
-    sub(r5, r5, r2)          # threshold, +1 below zero
-    cmp(r3, r5)
-    ble(N1)
+    lsr(r4, r5)
     add(r4, 1)
-    label(N1)
+    lsr(r4, r4, 1)           # ((2|x| >> e) + 1) >> 1: |x| / 2^e rounded half up
+    eor(r4, r2)
+    sub(r4, r4, r2)          # a's sign: TFLite's rounding, half away from zero
     ldr(r5, [r7, 20])
     add(r4, r4, r5)          # + zp, clamped to [lo, hi]
     data(2, 0x455C)          # cmp r4, r11
@@ -886,22 +875,16 @@ def _rq(r0, r1, r2):
     mov(r6, 0)
     add(r5, r5, r3)
     adc(r4, r6)
-    lsl(r4, r4, 1)
+    lsl(r4, r4, 2)
     lsr(r5, r5, 31)
+    lsl(r5, r5, 1)
     orr(r4, r5)
+    ldr(r5, [r7, 88])
+    lsr(r4, r5)
+    add(r4, 1)
+    lsr(r4, r4, 1)
     eor(r4, r2)
     sub(r4, r4, r2)
-    asr(r2, r4, 31)
-    ldr(r3, [r7, 84])
-    and_(r3, r4)
-    ldr(r5, [r7, 88])
-    asr(r4, r5)
-    ldr(r5, [r7, 92])
-    sub(r5, r5, r2)
-    cmp(r3, r5)
-    ble(W1)
-    add(r4, 1)
-    label(W1)
     mov(r1, r12)
     str(r4, [r1, 0])
     data(2, 0x4451)          # add r1, r10
@@ -1723,9 +1706,10 @@ def _dot3(r0, r1, r2, r3):
     # sum_i (x[r, i] - c) * w[o*n + i] as sum_i u * w - (128 + c) * sum_i w, u = x + 128
     # the unsigned bytes _x3 interleaved (read with immediate offsets: no index), w
     # read signed (ldrsb) from two rows by one index; the six sums in r8..r12 and lr
-    # (6 multiply-adds for 2 weight and 3 input loads: ~4.5 cycles a multiply-add, dot2's
-    # ~7).  An odd last channel: both rows its own, stored twice at one place.  r0 a,
-    # r1 the interleaved rows, r2 w, r3 the table (_G): [0] n, [1] O, [2] threes,
+    # (6 multiply-adds for 2 weight and 3 input loads, the third input multiplied into w0,
+    # its last use: ~4.3 cycles a multiply-add, dot2's ~7; the weights' sums four a turn,
+    # none for c = -128).  An odd last channel: both rows its own, stored twice at one
+    # place.  r0 a, r1 the interleaved rows, r2 w, r3 the table (_G): [0] n, [1] O, [2] threes,
     # [3] 128 + c, [4] b's address; scratch [5..21] (r8..r11 kept in [17..20])
     mov(r7, r3)
     str(r0, [r7, 20])        # [5] a
@@ -1773,15 +1757,43 @@ def _dot3(r0, r1, r2, r3):
     neg(r3, r6)
     mov(r4, 0)
     mov(r5, 0)
+    ldr(r0, [r7, 12])
+    cmp(r0, 0)               # 128 + c = 0 (c = -128): u = x - c, no sums needed
+    beq(SWD)
     cmp(r3, 0)
     beq(SWD)
-    label(SW)                # the weights' sums
+    label(SW1)               # the weights' sums: one i at a time to a multiple of 4
+    lsl(r0, r3, 30)
+    beq(SW4)
     data(2, 0x56D0)          # ldrsb r0, [r2, r3]
     add(r4, r4, r0)
     data(2, 0x56C8)          # ldrsb r0, [r1, r3]
     add(r5, r5, r0)
     add(r3, 1)
-    bne(SW)
+    bne(SW1)
+    b(SWD)
+    label(SW4)               # then four a turn
+    data(2, 0x56D0)          # ldrsb r0, [r2, r3]
+    add(r4, r4, r0)
+    data(2, 0x56C8)          # ldrsb r0, [r1, r3]
+    add(r5, r5, r0)
+    add(r3, 1)
+    data(2, 0x56D0)
+    add(r4, r4, r0)
+    data(2, 0x56C8)
+    add(r5, r5, r0)
+    add(r3, 1)
+    data(2, 0x56D0)
+    add(r4, r4, r0)
+    data(2, 0x56C8)
+    add(r5, r5, r0)
+    add(r3, 1)
+    data(2, 0x56D0)
+    add(r4, r4, r0)
+    data(2, 0x56C8)
+    add(r5, r5, r0)
+    add(r3, 1)
+    bne(SW4)
     label(SWD)
     ldr(r3, [r7, 12])        # 128 + c
     mul(r4, r3)
@@ -1847,9 +1859,8 @@ def _dot3(r0, r1, r2, r3):
     mul(r6, r5)
     data(2, 0x44B4)          # add r12, r6
     ldrb(r6, [r3, 2])
-    mov(r7, r6)
-    mul(r7, r4)
-    data(2, 0x44BA)          # add r10, r7
+    mul(r4, r6)              # w0's last use: x2 * w0 in r4
+    data(2, 0x44A2)          # add r10, r4
     mul(r6, r5)
     data(2, 0x44B6)          # add lr, r6
     add(r3, 3)
@@ -1872,9 +1883,8 @@ def _dot3(r0, r1, r2, r3):
     mul(r6, r5)
     data(2, 0x44B4)          # add r12, r6
     ldrb(r6, [r3, 2])
-    mov(r7, r6)
-    mul(r7, r4)
-    data(2, 0x44BA)          # add r10, r7
+    mul(r4, r6)              # w0's last use: x2 * w0 in r4
+    data(2, 0x44A2)          # add r10, r4
     mul(r6, r5)
     data(2, 0x44B6)          # add lr, r6
     add(r2, 1)
@@ -1893,9 +1903,8 @@ def _dot3(r0, r1, r2, r3):
     mul(r6, r5)
     data(2, 0x44B4)
     ldrb(r6, [r3, 5])
-    mov(r7, r6)
-    mul(r7, r4)
-    data(2, 0x44BA)
+    mul(r4, r6)
+    data(2, 0x44A2)
     mul(r6, r5)
     data(2, 0x44B6)
     add(r2, 1)
@@ -1914,9 +1923,8 @@ def _dot3(r0, r1, r2, r3):
     mul(r6, r5)
     data(2, 0x44B4)
     ldrb(r6, [r3, 8])
-    mov(r7, r6)
-    mul(r7, r4)
-    data(2, 0x44BA)
+    mul(r4, r6)
+    data(2, 0x44A2)
     mul(r6, r5)
     data(2, 0x44B6)
     add(r2, 1)
@@ -1935,9 +1943,8 @@ def _dot3(r0, r1, r2, r3):
     mul(r6, r5)
     data(2, 0x44B4)
     ldrb(r6, [r3, 11])
-    mov(r7, r6)
-    mul(r7, r4)
-    data(2, 0x44BA)
+    mul(r4, r6)
+    data(2, 0x44A2)
     mul(r6, r5)
     data(2, 0x44B6)
     add(r3, 12)

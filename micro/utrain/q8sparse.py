@@ -168,10 +168,19 @@ def dxch(net, L, dx, dz, g, k, p, P, I, nc):
     # a chunk's weights read there, the rows' shared part (flk) summed in the bias sums
     # (free: L's were stepped before) or else the buffer's last I values, and added to
     # every row at the end
-    sr = net.bs
+    # (viper and assembler kernels, and dx within the weight scratch, idle here: dx summed
+    # there and its whole buffer takes the weights, copied back at the end: fewer chunks,
+    # each ~0.5 ms of a Pico's calls and reads)
+    sr, d = net.bs, dx
     n = len(dx) - (0 if len(sr) >= I else I)
     wa = memoryview(dx)[P * I:n] if n >= P * I else None
-    w = net.wide(wa, I, len(dz) // (P + 1), nc)
+    cap = len(dz) // (P + 1)
+    w = net.wide(wa, I, cap, nc)
+    if VIPER and len(net.wbuf or b'') >= 4 * P * I and len(sr) >= I and net.wide(
+            dx, I, cap, nc) > w:
+        d, wa = net.wbuf, memoryview(dx)
+        w = net.wide(wa, I, cap, nc)
+        K.zk(d, P * I)
     if w:
         if n < len(dx):
             sr = memoryview(dx)[n:]
@@ -181,10 +190,12 @@ def dxch(net, L, dx, dz, g, k, p, P, I, nc):
         if w:
             r = net._wv(wa, off + o0 * I, m * I)
             flk(dz, m, P)
-            dak(dx, dz, r, 0, m, m, P, I)
+            dak(d, dz, r, 0, m, m, P, I)
             dak(sr, dz, r, P * m, m, (P + 1) * m, 1, I)
         else:
             dak(dx, dz, L.rows(o0, m, I), 0, m, m, P, I)
+    if d is not dx:
+        K.cpk(dx, d, P * I)
     if w:
         for q in range(P):
             K.adk(memoryview(dx)[q * I:], sr, I)

@@ -90,6 +90,8 @@ CONV3 = [  # (after CONV2) q8asm's _dot3: pointwise rows in threes, two channels
     (11, 1, 4, 2, 1, 1, 1, 1, 0, 0, 1, 1, 127, None),      # 11 rows: a pair left
     (3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 3, None),         # one input, one output channel
     (3, 1, 9, 4, 1, 1, 1, 1, 0, 0, 1, 1, -5, 0x80),        # saturated input
+    (2, 3, 7, 5, 1, 1, 1, 1, 0, 0, 1, 1, 9, None),         # n 7: weight sums 3 + 4
+    (3, 3, 6, 3, 1, 1, 1, 1, 0, 0, 1, 1, -128, None),      # c -128: no weight sums
 ]
 DW = [  # H, W, C, M, K, s, p, xz, fill
     (5, 5, 7, 1, 3, 1, 1, -5, None), (8, 7, 4, 1, 3, 2, 1, 127, None),
@@ -98,7 +100,8 @@ DW = [  # H, W, C, M, K, s, p, xz, fill
 RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
     (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
     (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3),
-    (30, 1, 30, 1, 1 << 24, -14, 2), (19, 1, 7, 0, 1 << 20, -8, 3)]   # (one multiplier, runs)
+    (30, 1, 30, 1, 1 << 24, -14, 2), (19, 1, 7, 0, 1 << 20, -8, 3),   # (one multiplier, runs)
+    (10, 2, 5, 0, 1 << 31, -2, 0), (10, 1, 10, 1, 1 << 31, -31, 0)]   # sums near -2^31 and 2^31 - 1
 UP = [(37, 1 << 10, 12345), (64, 1 << 16, 0x3fffffff), (5, 300, 0)]   # n, |d| <, seed
 
 
