@@ -1265,7 +1265,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                 objs += arr(d['nout']) + arr(4 * d['nb'])
             if trains and d.get('xt'):      # its weights train: their int32 gradient, the
                 objs += arr(4 * d['wn']) + 3 * arr(8 * d['nb'])     # bias sums, multipliers
-        if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
+        if d['k'] == q8.BIN and 'bm' in d:  # a BATCH_MATMUL's kernel parameters (utrain.q8bmm)
+            objs += arr(4 * 13) + (arr(len(d['kc'])) if 'kc' in d else 0)
+        elif d['k'] == q8.BIN:              # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
                 objs += 2 * arr(4 * 256) + arr(2 * 256)
@@ -1477,6 +1479,8 @@ def q8_modules(tb, trains=True, settings=None):
                         ((q8.TCV,), 'q8tcv')):
         if any(d['k'] in kinds for d in ls):
             natives.append(name)
+    if any('bm' in d for d in ls):
+        natives.append('q8bmm')      # (BATCH_MATMUL: q8bin hands it over)
     if any(d['k'] == q8.EMB for d in ls):
         mods.add('q8emb')            # (an int8 embedding's GATHER: bytecode, its table in flash)
     return mods, natives
@@ -1501,7 +1505,7 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
             native += native_mpy_size(t['arch'], name)
         else:       # (q8bin's and q8slc's Python part, around their kernels, is bytecode)
             native += f['native'] if name == 'q8kern' else f['native'] // 8 + (
-                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv') else 0)
+                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv', 'q8bmm') else 0)
     if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
         native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
             t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')
