@@ -90,23 +90,13 @@ def _x(i):
 
 
 def test_forward_bit_exact_with_tflite_micro(tmp_path):
-    from tflite_micro.python.tflite_micro import runtime
+    from test_q8_bin import _tflm_matches
     path, _, _, _, m = _net(tmp_path)
     bm = [d for d in m['layers'] if d['k'] == quant.BIN]
     assert [d['bo'] for d in bm] == [8, 8]
     assert bm[0]['bm'] == [3, 4, 2, 4, 1, 1, 4] and bm[0]['bb'] == [0, 0, 12, 0]
     assert bm[1]['bm'] == [2, 3, 4, 1, 2, 4, 1] and bm[1]['gn'] == 24 > bm[1]['nout']
-    net = Q8Net(m, str(tmp_path / 'weights.wof'))
-    it = runtime.Interpreter.from_file(path)
-    outs = set()
-    for i in range(8):
-        xq = _x(i)
-        got = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
-        it.set_input(xq.reshape(1, 8), 0)
-        it.invoke()
-        assert np.array_equal(got, it.get_output(0).ravel()), i
-        outs.add(tuple(got))
-    assert len(outs) >= 6
+    _tflm_matches(path, m, tmp_path, [_x(i) for i in range(8)], 6)
 
 
 def test_small_sums_buffer_chunks_the_same(tmp_path):
