@@ -78,7 +78,7 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
-         'PRELU': BIN, 'BATCH_MATMUL': BIN, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, 'GATHER': EMB, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+         'PRELU': BIN, 'BATCH_MATMUL': BIN, 'SOFTMAX': LUT, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, 'GATHER': EMB, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
 BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU',
           'BATCH_MATMUL')   # BIN's 'bo'
 SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
@@ -1533,6 +1533,8 @@ def _lut_layer(g, op, d):
     output clamps).  Where TFLite Micro's DIV shifts by 32 bits or more (a quotient far
     below the output's step) its rounding gives the zero point + 1 (- 1 when negative, as
     on ARM: x86 builds saturate there, the shift being undefined in C); _tflm_div."""
+    if op.name == 'SOFTMAX':
+        return _softmax_layer(g, op, d)
     sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
     q = np.arange(-128, 128)
     x = (q - zx) * sx
@@ -1559,6 +1561,55 @@ def _lut_layer(g, op, d):
             t = np.clip(np.nan_to_num(v, nan=-128), -128, 127)
             dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
     _put_table(d, t, dv)
+
+
+def _softmax_layer(g, op, d):
+    """_lut_layer of a SOFTMAX inside the graph (attention's; the final one is the loss's)
+    as utrain.q8smx runs it, TFLite Micro's reference int8 softmax: 'sm' the rows'
+    length (the last axis), 'se' exp_on_negative_values of each difference 0..255 to the
+    row's maximum (its input rescaled by PreprocessSoftmaxScaling's multiplier, 5 integer
+    bits; 0 beyond diff_min, CalculateInputRadius), 'sf' those rescaled to 12 integer bits."""
+    where = f'{g.path}: SOFTMAX op {op.number}'
+    x = g.tensors[op.inputs[0]]
+    n = int(x.shape[-1]) if len(x.shape) else 1
+    if d['zy'] != -128 or abs(d['sy'] - 1 / 256) > 1e-3 / 256:
+        raise ValueError(f'{where}: its output is at scale {d["sy"]}, zero point {d["zy"]}; '
+                         'TFLite\'s int8 SOFTMAX writes 1/256 and -128 (prepare --dequantize '
+                         'trains it in float)')
+    if n > 256:
+        raise ValueError(f'{where}: rows of {n} values; int8 training takes up to 256 (its '
+                         'sums in 31 bits: prepare --dequantize trains it in float)')
+    m, e = quantize_multiplier(min(float(op.options.get('beta', 1.0)) * d['sx'] * (1 << 26),
+                                   (1 << 31) - 1.0))
+    dmin = -int(math.floor(31.0 * (1 << 26) / (1 << e)))
+    se = [_gl_exp(mbqm(-k, m, e)) if -k >= dmin else 0 for k in range(256)]
+    d.update(sm=n, se=se, sf=[_rdbp(v, 12) for v in se], lo=-128, hi=127)
+
+
+def _rdbp(x: int, k: int) -> int:
+    """gemmlowp's RoundingDivideByPOT (ties away from zero)."""
+    mask = (1 << k) - 1
+    t = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> k) + (1 if (x & mask) > t else 0)
+
+
+def _gl_exp(a: int) -> int:
+    """gemmlowp's exp_on_negative_values of a (a FixedPoint<int32, 5>'s raw, <= 0): the
+    FixedPoint<int32, 0> raw of exp(a / 2^26)."""
+    hm = lambda u, v: mbqm(u, v, 0)     # noqa: E731  (SaturatingRoundingDoublingHighMul)
+    q = 1 << 24                         # (1/4 at 26 fractional bits)
+    am = ((a & (q - 1)) - q)            # a mod 1/4 - 1/4, in [-1/4, 0)
+    x = _sat(am << 5) + (1 << 28)       # (Rescale<0>, + 1/8)
+    x2 = hm(x, x)
+    x3 = hm(x2, x)
+    x4 = hm(x2, x2)
+    p = _rdbp(hm(_rdbp(x4, 2) + x3, 715827883) + x2, 1)
+    r = 1895147668 + hm(1895147668, x + p)
+    rem = am - a
+    for b, k in enumerate((1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)):
+        if rem & (1 << (24 + b)):
+            r = hm(r, k)
+    return (1 << 31) - 1 if a == 0 else r
 
 
 def _lut_populate(f, sx, zx, sy, zy):

@@ -156,8 +156,11 @@ def test_bad_operands_refused_naming_the_file(tmp_path):
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
 def test_viper_steps_as_the_host(tmp_path):
+    """The products and the softmax: the same integers under viper as on the host."""
     _net(tmp_path)
     _viper_matches(tmp_path, tmp_path, [_x(i) for i in range(3)])
+    _snet(tmp_path / 's')
+    _viper_matches(tmp_path, tmp_path / 's', [_x(i) for i in range(3)])
 
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
@@ -172,3 +175,79 @@ def test_the_plan_bounds_the_heap_it_needs(tmp_path):
     plan_bounds_the_heap(tmp_path, path, x)
     with open(tmp_path / 'run' / 'q8.json') as f:
         assert 'q8bmm' in q8_modules(json.load(f))[1]
+
+
+def build_int8_softmax(path, seed=1):
+    """x [1, 8] -> FC -> [1, 24] -> RESHAPE [1, 4, 6] -> SOFTMAX over rows of 6 (inside
+    the graph: scale 1/256, zero point -128, as TFLite writes it) -> RESHAPE [1, 24] ->
+    FC -> logits [3].  Returns (path, float forward f(x [8], w1 or None), w1's scale, x's)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    r = np.random.default_rng(seed)
+    ws = [r.standard_normal(s) * k for s, k in (((24, 8), 0.6), ((3, 24), 1.5))]
+    qw = [(np.abs(w).max() / 127, np.round(w / (np.abs(w).max() / 127)).astype(np.int8)) for w in ws]
+    wq = [q * s for s, q in qw]
+    sx = 0.02
+
+    def fwd(x, w1=None, both=False):
+        h = ((wq[0] if w1 is None else w1) @ x).reshape(4, 6)
+        e = np.exp(h - h.max(-1, keepdims=True))
+        y = wq[1] @ (e / e.sum(-1, keepdims=True)).reshape(24)
+        return (y, h) if both else y
+    R = [[0.0, 0.0], [0.0, 0.0]]
+    for x in r.uniform(-2.5, 2.5, (64, 8)):
+        for k, v in enumerate(fwd(x, both=True)[::-1]):
+            R[k] = [min(R[k][0], v.min()), max(R[k][1], v.max())]
+    Q = []
+    for lo, hi in R:
+        s = (hi - lo) * 1.2 / 255
+        Q.append({'scale': [s], 'zero_point': [int(np.clip(round(-128 - lo * 1.2 / s), -128, 127))]})
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 8], dtype='int8', quant={'scale': [sx], 'zero_point': [0]})
+    w = [b.tensor(f'w{i}', q.shape, data=q, quant={'scale': [s], 'zero_point': [0]})
+         for i, (s, q) in enumerate(qw)]
+    ps = {'scale': [1 / 256], 'zero_point': [-128]}
+    h = b.tensor('h', [1, 24], dtype='int8', quant=Q[0])
+    h3 = b.tensor('h3', [1, 4, 6], dtype='int8', quant=Q[0])
+    p3 = b.tensor('p3', [1, 4, 6], dtype='int8', quant=ps)
+    p = b.tensor('p', [1, 24], dtype='int8', quant=ps)
+    y = b.tensor('y', [1, 3], dtype='int8', quant=Q[1])
+    b.op('FULLY_CONNECTED', [x, w[0], -1], [h])
+    b.op('RESHAPE', [h, b.tensor('s3', [3], data=np.array([1, 4, 6], np.int32))], [h3])
+    b.op('SOFTMAX', [h3], [p3], beta=1.0)
+    b.op('RESHAPE', [p3, b.tensor('s2', [2], data=np.array([1, 24], np.int32))], [p])
+    b.op('FULLY_CONNECTED', [p, w[1], -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(str(path)), fwd, qw[0][0], sx
+
+
+def _snet(tmp_path):
+    os.makedirs(tmp_path, exist_ok=True)
+    path, fwd, sw, sx = build_int8_softmax(tmp_path / 's.tflite')
+    quant.write(quant.rewritten(read_model(path)), str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    return path, fwd, sw, sx, m
+
+
+def test_softmax_inside_the_graph_bit_exact_with_tflite_micro(tmp_path):
+    from test_q8_bin import _tflm_matches
+    path, _, _, _, m = _snet(tmp_path)
+    assert [d.get('sm') for d in m['layers'] if d['k'] == quant.LUT] == [6]
+    _tflm_matches(path, m, tmp_path, [_x(i) for i in range(12)], 10)
+
+
+def test_update_through_the_softmax_matches_finite_differences(tmp_path, monkeypatch):
+    got = spy_updates(monkeypatch)
+    path, fwd, sw, sx, m = _snet(tmp_path)
+    w0 = next(t for t in read_model(path).tensors if t.name == 'w0')
+    wf = w0.data.astype(np.float64) * sw
+    cos = []
+    for i in range(5):
+        net = Q8Net(m, str(tmp_path / 'weights.wof'))
+        xq = _x(i)
+        up, ref, c = _step_against_fd(net, got, xq, i % 3, 0.01, sw, fwd,
+                                      xq.astype(np.float64) * sx, wf, 1e-4)
+        cos.append(c)
+        assert 0.5 < np.linalg.norm(up) / np.linalg.norm(ref) < 2, i
+    assert min(cos) > 0.97 and np.mean(cos) > 0.99, cos
