@@ -639,7 +639,7 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, SUM, ADD, '
                              'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU, '
-                             'BATCH_MATMUL, L2_NORMALIZATION, TRANSPOSE_CONV (frozen), '
+                             'BATCH_MATMUL, SOFTMAX (inside the graph too), L2_NORMALIZATION, TRANSPOSE_CONV (frozen), '
                              'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
@@ -1570,6 +1570,14 @@ def _softmax_layer(g, op, d):
     row's maximum (its input rescaled by PreprocessSoftmaxScaling's multiplier, 5 integer
     bits; 0 beyond diff_min, CalculateInputRadius), 'sf' those rescaled to 12 integer bits."""
     where = f'{g.path}: SOFTMAX op {op.number}'
+    prod = {k: o for o in g.ops for k in o.outputs}
+    e = prod.get(g.outputs[0]) if g.outputs else None
+    while e is not None and e is not op and e.name in ('DEQUANTIZE', 'RESHAPE', 'SQUEEZE'):
+        e = prod.get(e.inputs[0])
+    if e is op:             # (softmax_end: the loss's softmax, not one inside the graph)
+        raise ValueError(f'{where} is the model\'s last but for shape ops after it; int8 '
+                         'training leaves a final SOFTMAX to its loss only as the last op '
+                         '(prepare --dequantize trains it in float)')
     x = g.tensors[op.inputs[0]]
     n = int(x.shape[-1]) if len(x.shape) else 1
     if d['zy'] != -128 or abs(d['sy'] - 1 / 256) > 1e-3 / 256:
