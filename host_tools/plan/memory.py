@@ -1245,7 +1245,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             objs += arr(4 * 14)
         if d['k'] == q8.ADD:
             objs += 4 * blk(4 * w)          # its multipliers' memoryviews
-        if d['k'] == q8.LUT and 'lt' not in d:
+        if d['k'] == q8.LUT and 'sm' in d:
+            objs += 2 * arr(4 * 256) + arr(8)   # a SOFTMAX's exp tables (utrain.q8smx)
+        elif d['k'] == q8.LUT and 'lt' not in d:
             objs += arr(256) + arr(512)     # its tables (utrain.q8lut)
         elif d['k'] == q8.LUT and d['lt'] not in luts:
             # from q8.req (utrain.q8lut): its outputs, one copy an offset, in the net's
@@ -1265,7 +1267,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                 objs += arr(d['nout']) + arr(4 * d['nb'])
             if trains and d.get('xt'):      # its weights train: their int32 gradient, the
                 objs += arr(4 * d['wn']) + 3 * arr(8 * d['nb'])     # bias sums, multipliers
-        if d['k'] == q8.BIN:                # its broadcast, a constant input (utrain.q8bin)
+        if d['k'] == q8.BIN and 'bm' in d:  # a BATCH_MATMUL's kernel parameters (utrain.q8bmm)
+            objs += arr(4 * 13) + (arr(len(d['kc'])) if 'kc' in d else 0)
+        elif d['k'] == q8.BIN:              # its broadcast, a constant input (utrain.q8bin)
             objs += arr(4 * 12) + (arr(len(d['kc'])) if 'kc' in d else 0)
             if 'rv' in d:                   # a DIV's tables (int32 x 2, int16)
                 objs += 2 * arr(4 * 256) + arr(2 * 256)
@@ -1477,6 +1481,10 @@ def q8_modules(tb, trains=True, settings=None):
                         ((q8.TCV,), 'q8tcv')):
         if any(d['k'] in kinds for d in ls):
             natives.append(name)
+    if any('bm' in d for d in ls):
+        natives.append('q8bmm')      # (BATCH_MATMUL: q8bin hands it over)
+    if any('sm' in d for d in ls):
+        natives.append('q8smx')      # (a SOFTMAX inside the graph: q8lut hands it over)
     if any(d['k'] == q8.EMB for d in ls):
         mods.add('q8emb')            # (an int8 embedding's GATHER: bytecode, its table in flash)
     return mods, natives
@@ -1501,7 +1509,7 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
             native += native_mpy_size(t['arch'], name)
         else:       # (q8bin's and q8slc's Python part, around their kernels, is bytecode)
             native += f['native'] if name == 'q8kern' else f['native'] // 8 + (
-                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv') else 0)
+                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv', 'q8bmm', 'q8smx') else 0)
     if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
         native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
             t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')

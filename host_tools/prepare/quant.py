@@ -78,8 +78,9 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
-         'PRELU': BIN, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, 'GATHER': EMB, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
-BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU')   # BIN's 'bo'
+         'PRELU': BIN, 'BATCH_MATMUL': BIN, 'SOFTMAX': LUT, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, 'GATHER': EMB, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU',
+          'BATCH_MATMUL')   # BIN's 'bo'
 SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
 RECIP = 14                  # a BIN DIV's gradient table: round(2^RECIP / b) ('ri')
 POOLS = (POOL_MAX, POOL_AVG)
@@ -638,7 +639,7 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'training: export the model with that layer made of ops it supports '
                              '(FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MEAN, SUM, ADD, '
                              'SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU, '
-                             'L2_NORMALIZATION, TRANSPOSE_CONV (frozen), '
+                             'BATCH_MATMUL, SOFTMAX (inside the graph too), L2_NORMALIZATION, TRANSPOSE_CONV (frozen), '
                              'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
@@ -1078,6 +1079,8 @@ def _bin_layer(g, op, d, src):
     s_y where x >= 0, s_x s_alpha / s_y below, alpha a constant of one scale), and the broadcast: the output
     as 4 dims (runs of axes that broadcast alike merged) and each input's strides along
     them ('bg', 0 where it broadcasts); a constant input's values in 'kc'."""
+    if op.name == 'BATCH_MATMUL':
+        return _bmm_layer(g, op, d, src)
     ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
     xs = [g.tensors[k] for k in op.inputs[:2]]
     if op.name == 'PRELU' and xs[1].data is not None and xs[1].data.size > 4096:
@@ -1176,6 +1179,64 @@ def _bin_layer(g, op, d, src):
             d.update(kc=[int(v) for v in np.asarray(t.data).reshape(-1)], kp=j)
     if min(ni) < n or (d['in'][0] != d['in'][1] and 'kc' not in d):
         d['gn'] = n                         # (a gradient apart from g's: q8.gtwo)
+
+
+def _bmm_layer(g, op, d, src):
+    """_bin_layer of a BATCH_MATMUL of two int8 tensors as utrain.q8bmm runs it (TFLite
+    Micro's batch_matmul.cc: sum_k (a - z_a)(b - z_b) per output, requantized by s_a s_b
+    / s_y): 'bm' M, K, N and a's strides along its rows and depth, b's along its depth
+    and columns (adj_x / adj_y: stored transposed), 'bb' each output matrix's offsets
+    into a and b (the batch axes broadcast), 'lb' ceil(log2) of the terms a value of
+    each input's gradient sums (g b^T: N a batch, a^T g: M), 'gn' the larger input (its
+    gradient can be larger than the output)."""
+    where = f'{g.path}: BATCH_MATMUL op {op.number}'
+    xs = [g.tensors[k] for k in op.inputs[:2]]
+    ys = [int(v) for v in g.tensors[op.outputs[0]].shape]
+    if len(op.inputs) != 2 or any(t.data is not None and t.data.size > 4096 for t in xs) or all(
+            t.data is not None for t in xs):
+        raise ValueError(f'{where} needs two inputs, an activation and an activation or a '
+                         'small constant (int8 training; prepare --dequantize trains it in float)')
+    sa, sb = ([int(v) for v in t.shape] for t in xs)
+    if len(sa) < 2 or len(sb) < 2 or len(ys) < 2:
+        raise ValueError(f'{where}: operands {sa} and {sb}; BATCH_MATMUL takes matrices')
+    ax, ay = op.options.get('adjoint_lhs', False), op.options.get('adjoint_rhs', False)
+    M, Kd = (sa[-1], sa[-2]) if ax else (sa[-2], sa[-1])
+    K2, N = (sb[-1], sb[-2]) if ay else (sb[-2], sb[-1])
+    nb = len(ys) - 2
+    pa, pb = [1] * (nb - len(sa) + 2) + sa[:-2], [1] * (nb - len(sb) + 2) + sb[:-2]
+    if Kd != K2 or ys[-2:] != [M, N] or len(pa) != nb or len(pb) != nb or any(
+            a not in (1, n) or b not in (1, n) for a, b, n in zip(pa, pb, ys[:-2])):
+        raise ValueError(f'{where}: operands {sa} and {sb} (adj_x {ax}, adj_y {ay}) do not make '
+                         f'its output {ys}; the file is not a valid model: re-export it')
+    for t in xs:
+        if len((t.quant or {}).get('scale', ())) != 1:
+            raise ValueError(f'{where}: an operand of {len((t.quant or {}).get("scale", ()))} '
+                             'scales; TFLite\'s int8 BATCH_MATMUL takes one a tensor (prepare '
+                             '--dequantize trains it in float)')
+    bb = []
+    for ix in np.ndindex(*ys[:-2]):
+        for p, mat in ((pa, M * Kd), (pb, Kd * N)):
+            o, st = 0, 1
+            for a in range(nb - 1, -1, -1):
+                if p[a] != 1:
+                    o += ix[a] * st
+                st *= p[a]
+            bb.append(o * mat)
+    ai, ak = (1, M) if ax else (Kd, 1)
+    bk, bj = (1, Kd) if ay else (N, 1)
+    (s1,), (z1,) = _q(xs[0])
+    (s2,), (z2,) = _q(xs[1])
+    m, e = quantize_multiplier(s1 * s2 / d['sy'])
+    ni = [int(np.prod(t.shape)) for t in xs]
+    B = len(bb) // 2
+    d.update(bo=BINARY.index('BATCH_MATMUL'), zi=[z1, z2], mul=[m], shf=[e],
+             bm=[M, Kd, N, ai, ak, bk, bj], bb=bb, ni=ni, si=[s1, s2], kx=1, cl=1,
+             lb=[int(math.ceil(math.log2(max(1, c)))) for c in (N * B * M * Kd // ni[0],
+                                                                  M * B * Kd * N // ni[1])],
+             gn=max(ni), **{'in': [src(k) if t.data is None else k for k, t in zip(op.inputs, xs)]})
+    for j, t in enumerate(xs):
+        if t.data is not None:
+            d.update(kc=[int(v) for v in np.asarray(t.data).reshape(-1)], kp=j)
 
 
 def _emb_layer(g, op) -> dict:
@@ -1472,6 +1533,8 @@ def _lut_layer(g, op, d):
     output clamps).  Where TFLite Micro's DIV shifts by 32 bits or more (a quotient far
     below the output's step) its rounding gives the zero point + 1 (- 1 when negative, as
     on ARM: x86 builds saturate there, the shift being undefined in C); _tflm_div."""
+    if op.name == 'SOFTMAX':
+        return _softmax_layer(g, op, d)
     sx, zx, sy, zy = d['sx'], d['zx'], d['sy'], d['zy']
     q = np.arange(-128, 128)
     x = (q - zx) * sx
@@ -1498,6 +1561,63 @@ def _lut_layer(g, op, d):
             t = np.clip(np.nan_to_num(v, nan=-128), -128, 127)
             dv = np.where((v >= -128) & (v <= 127), df(x, op.options), 0.0)
     _put_table(d, t, dv)
+
+
+def _softmax_layer(g, op, d):
+    """_lut_layer of a SOFTMAX inside the graph (attention's; the final one is the loss's)
+    as utrain.q8smx runs it, TFLite Micro's reference int8 softmax: 'sm' the rows'
+    length (the last axis), 'se' exp_on_negative_values of each difference 0..255 to the
+    row's maximum (its input rescaled by PreprocessSoftmaxScaling's multiplier, 5 integer
+    bits; 0 beyond diff_min, CalculateInputRadius), 'sf' those rescaled to 12 integer bits."""
+    where = f'{g.path}: SOFTMAX op {op.number}'
+    prod = {k: o for o in g.ops for k in o.outputs}
+    e = prod.get(g.outputs[0]) if g.outputs else None
+    while e is not None and e is not op and e.name in ('DEQUANTIZE', 'RESHAPE', 'SQUEEZE'):
+        e = prod.get(e.inputs[0])
+    if e is op:             # (softmax_end: the loss's softmax, not one inside the graph)
+        raise ValueError(f'{where} is the model\'s last but for shape ops after it; int8 '
+                         'training leaves a final SOFTMAX to its loss only as the last op '
+                         '(prepare --dequantize trains it in float)')
+    x = g.tensors[op.inputs[0]]
+    n = int(x.shape[-1]) if len(x.shape) else 1
+    if d['zy'] != -128 or abs(d['sy'] - 1 / 256) > 1e-3 / 256:
+        raise ValueError(f'{where}: its output is at scale {d["sy"]}, zero point {d["zy"]}; '
+                         'TFLite\'s int8 SOFTMAX writes 1/256 and -128 (prepare --dequantize '
+                         'trains it in float)')
+    if n > 256:
+        raise ValueError(f'{where}: rows of {n} values; int8 training takes up to 256 (its '
+                         'sums in 31 bits: prepare --dequantize trains it in float)')
+    m, e = quantize_multiplier(min(float(op.options.get('beta', 1.0)) * d['sx'] * (1 << 26),
+                                   (1 << 31) - 1.0))
+    dmin = -int(math.floor(31.0 * (1 << 26) / (1 << e)))
+    se = [_gl_exp(mbqm(-k, m, e)) if -k >= dmin else 0 for k in range(256)]
+    d.update(sm=n, se=se, sf=[_rdbp(v, 12) for v in se], lo=-128, hi=127)
+
+
+def _rdbp(x: int, k: int) -> int:
+    """gemmlowp's RoundingDivideByPOT (ties away from zero)."""
+    mask = (1 << k) - 1
+    t = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> k) + (1 if (x & mask) > t else 0)
+
+
+def _gl_exp(a: int) -> int:
+    """gemmlowp's exp_on_negative_values of a (a FixedPoint<int32, 5>'s raw, <= 0): the
+    FixedPoint<int32, 0> raw of exp(a / 2^26)."""
+    hm = lambda u, v: mbqm(u, v, 0)     # noqa: E731  (SaturatingRoundingDoublingHighMul)
+    q = 1 << 24                         # (1/4 at 26 fractional bits)
+    am = ((a & (q - 1)) - q)            # a mod 1/4 - 1/4, in [-1/4, 0)
+    x = _sat(am << 5) + (1 << 28)       # (Rescale<0>, + 1/8)
+    x2 = hm(x, x)
+    x3 = hm(x2, x)
+    x4 = hm(x2, x2)
+    p = _rdbp(hm(_rdbp(x4, 2) + x3, 715827883) + x2, 1)
+    r = 1895147668 + hm(1895147668, x + p)
+    rem = am - a
+    for b, k in enumerate((1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)):
+        if rem & (1 << (24 + b)):
+            r = hm(r, k)
+    return (1 << 31) - 1 if a == 0 else r
 
 
 def _lut_populate(f, sx, zx, sy, zy):

@@ -2,7 +2,7 @@
 # BIN: ADD of two shapes, SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, PRELU),
 # loaded only by a layer table that has one: forward and gradient side by side.  q8.json
 # (host_tools/prepare/quant.py _bin_layer): 'bo' the op (0 ADD, 1 SUB, 2 MUL, 3 DIV,
-# 4 SQUARED_DIFFERENCE, 5 MAXIMUM, 6 MINIMUM, 7 PRELU), 'zi' the inputs' zero points, 'mul'/'shf'
+# 4 SQUARED_DIFFERENCE, 5 MAXIMUM, 6 MINIMUM, 7 PRELU; 8 BATCH_MATMUL: utrain.q8bmm), 'zi' the inputs' zero points, 'mul'/'shf'
 # TFLite Micro's multipliers (ADD, SUB, SQUARED_DIFFERENCE: input 1, input 2, the sum /
 # difference / squared difference, as add.cc / sub.cc / squared_difference.cc; MUL,
 # DIV: the product's, the quotient's, as mul.cc, div.cc; MAXIMUM, MINIMUM: 1, the int8
@@ -330,6 +330,9 @@ def ins(L, t):
 def fwd(L, net, t):
     """The output of BIN layer L from the net's tensors t (int8 bytes by tensor index)."""
     d = L.d
+    if d['bo'] == 8:            # BATCH_MATMUL: utrain.q8bmm, loaded only then
+        from utrain import q8bmm
+        return q8bmm.fwd(L, net, t)
     x1, x2 = ins(L, t)
     if L.back:
         L.x, L.x2 = x1, x2      # (the gradient of a MUL reads them)
@@ -397,8 +400,11 @@ def back(L, net, g, s):
     """The gradients of BIN layer L's inputs from g, its output's (int32, scale s): held
     for the inputs after the first that takes one, that one's returned (g, s)."""
     d = L.d
-    n, gi, a, gm = L.nout, L.gi, L.ins, L.bg
     op = d['bo']
+    if op == 8:                 # (BATCH_MATMUL)
+        from utrain import q8bmm
+        return q8bmm.back(L, net, g, s)
+    n, gi, a, gm = L.nout, L.gi, L.ins, L.bg
     mu = op == 2
     nb = K.nrk(g, n) + 7        # (|g| < 2^nb)
     if op == 7 and 'ta' in d:   # (its slopes train: their gradient first, from g)

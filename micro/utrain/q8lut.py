@@ -77,6 +77,9 @@ def tables(L):
 
 def fwd(L, net, t):
     """The output of LUT layer L from the net's tensors t (int8 bytes by tensor index)."""
+    if 'sm' in L.d:         # a SOFTMAX inside the graph: utrain.q8smx, loaded only then
+        from utrain import q8smx
+        return q8smx.fwd(L, net, t)
     if L.tt is None:
         tables(L)
     x = t[L.ins[0]]
@@ -90,6 +93,9 @@ def back(L, net, g, s):
     """The gradient of LUT layer L's input from g, its output's (int32, scale s): in
     place, at scale s 2^sh."""
     d = L.d
+    if 'sm' in d:
+        from utrain import q8smx
+        return q8smx.back(L, net, g, s)
     if 'lt' in d:           # (q8.req's, after its outputs: into the net's one array)
         dt = net.ld
         f = net.rf
