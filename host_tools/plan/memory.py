@@ -213,11 +213,15 @@ def sim_target(word: int) -> Target:
                   name=f'unix MicroPython, {8 * word}-bit')
 
 
-def plans_by_target(price) -> dict:
+def plans_by_target(price, over=None) -> dict:
     """The same run priced for every target `run --board` may need (issue 31): {'sim32',
     'sim64': the simulated board with 4- and 8-byte words, and each board profile with a
     word size: planned total bytes}; price(Target) -> a heap plan.  runner.sim_heap()
-    scales a board's heap by sim / board for a simulated board whose word size differs."""
+    scales a board's heap by sim / board for a simulated board whose word size differs.
+    over (a dict): filled with {board: [plan, its limit]} for each board profile whose
+    limit (prepare's heap_limit: its heap, its heap_budget beside the code) the plan
+    exceeds (issue 29: --select without --board chose a 254 KB plan, over an RP2040's)."""
+    from ..prepare.pipeline import heap_limit
     out, seen = {}, {}
     for w in (4, 8):
         out[f'sim{8 * w}'] = price(sim_target(w))['total']
@@ -226,8 +230,12 @@ def plans_by_target(price) -> dict:
             t = target(name)
             key = (t['word'], t['block'], t['native'], t['arch'], t['fs'])
             if key not in seen:
-                seen[key] = price(t)['total']
-            out[name] = seen[key]
+                seen[key] = price(t)
+            h = seen[key]
+            out[name] = h['total']
+            lim = heap_limit(prof, None, h)
+            if over is not None and h['total'] > lim:
+                over[name] = [h['total'], lim]
     return out
 
 

@@ -2767,7 +2767,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
             os.remove(os.path.join(out_dir, f))
     outs = json.loads(json.dumps(as_written(m, tables)[0]))
-    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t))
+    over = {}
+    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t), over)
+    if over:                # (boards whose heap the plan exceeds: prepare's --select note)
+        heap['over_boards'] = over
     write(g, out_dir, train, m, tables)
     if steps:                           # (export replays them on the model file)
         atomic_write(cal, json.dumps(steps).encode())
