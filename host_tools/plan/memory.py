@@ -1309,13 +1309,14 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         n = ls[-1]['nout']
         parts['loss (float targets, outputs, gradient)'] = 2 * arr(w * n) + 2 * n * blk(2 * w)
     held = 0
-    # SGD momentum at batch 1: a layer whose bias alone trains, stepped in integers
-    # ('bh'), keeps no float weight scales once built (utrain.q8 Q8Net)
+    # SGD at batch 1 with momentum, or where prepare asked ('ns'): a layer whose bias alone
+    # trains, stepped in integers ('bh'), keeps no float weight scales once built
+    # (utrain.q8 Q8Net.setup)
     s = settings or {}
-    nosw = trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum') and int(
+    nosw = trains and s.get('optimizer', 'sgd') == 'sgd' and int(
         s.get('batch', 1)) == 1 and not t.get('rr')
     for i, d in enumerate(ls):
-        if nosw and d.get('train') and not _weights_train(d) and 'bh' in d and d.get('fs') \
+        if nosw and (s.get('momentum') or d.get('ns')) and d.get('train') and not _weights_train(d) and 'bh' in d and d.get('fs') \
                 and d['k'] <= q8.DW and not d.get('gw'):
             held -= arr(4 * d['nq'])
         if d.get('sh', i) != i:     # (its first use's weights: utrain.q8share; its bias)
@@ -1403,9 +1404,11 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         parts['optimizer state'] = sl + fr + sum(
             (n_w * arr(4 * q8_trained_weights(d)) if d.get('sh', i) == i else 0) + n_b * arr(4 * d['nb'])
             + (arr(8) if n_w else 0) for i, d in enumerate(ls) if d.get('train'))
-    if mom:     # an int16 velocity per trained weight (utrain.q8mom), an int32 or float a bias
+    if mom:     # an int16 velocity per trained weight (utrain.q8mom; none where 'nv': its
+        #         weights step without momentum), an int32 or float a bias
         parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
-                                                                 if d.get('sh', i) == i else 0)
+                                                                 if d.get('sh', i) == i
+                                                                 and not d.get('nv') else 0)
                                              for i, d in enumerate(ls) if d.get('train'))
     # weights that train outside 'wt' / 'bt' (a TRANSPOSE_CONV's 'xt', an embedding's 'eg':
     # utrain.q8 Layer.xo), a trained layer's state: a float bias, update multipliers; a

@@ -477,7 +477,7 @@ class Q8Net:
         # here cut the run the velocities take)
         vel = {}
         if mom:
-            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i])],
+            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i]) and not ls[i].get('nv')],
                             key=lambda i: -trained_n(ls[i])):
                 vel[i] = bytearray(2 * trained_n(ls[i]))
         # a graph's held gradients, one buffer a slot (the walk planned once: its
@@ -846,9 +846,20 @@ class Q8Net:
                 # float bias (_ibias), momentum's bias velocities int32 (1/256 bias
                 # steps); the others step a float bias
                 ib = 'bh' in L.d and not self.adam and batch == 1
+                d = L.d
+                if d.get('fs'):     # its float weight scales, in q8.req
+                    if ib and (self.mom or d.get('ns')) and L.whi <= L.wlo and L.k < MEAN and not (
+                            d.get('gw') or self.meta.get('rr')):
+                        # its bias alone trains, stepped in integers (_ibias): no step reads
+                        # them; dropped with momentum (a MobileNetV2's four bias-only layers:
+                        # 7 KB, the bias velocities' room) or where prepare asks ('ns': the
+                        # plan over its limit); not where its scales grow (q8grow) or ranges
+                        # follow training (q8range)
+                        d.pop('sw', None)
+                    elif 'sw' not in d:     # (dropped by the net's own setup(): read again)
+                        d['sw'] = self._req(d, _f32(d['nq']), 2)
                 if self.mom:
-                    if L.vw is None or len(L.vw) != 2 * n:
-                        L.vw = M.vel(n)     # (else made with the net: zeros)
+                    L.vw = M.vel(L, n)      # (made with the net: zeros; none: 'nv')
                     L.vb = (_i32 if ib else _f32)(oc)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model

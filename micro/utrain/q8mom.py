@@ -24,33 +24,25 @@ if not VIPER:
             self.b[2 * i], self.b[2 * i + 1] = x & 255, (x >> 8) & 255
 
 
-def vel(n):
-    """n zero velocities."""
-    return bytearray(2 * n)
-
-
-_MEAN = 3   # q8.MEAN
+def vel(L, n):
+    """Layer L's n zero velocities (those made with the net where there are), or none where
+    its weights step without momentum (q8.json 'nv': prepare found them over the plan's
+    limit; its bias keeps its velocity)."""
+    v = L.vw
+    return None if L.d.get('nv') else v if v is not None and len(v) == 2 * n else bytearray(2 * n)
 
 
 def setup(net, batch, qmul, _i32):
     """utrain.q8 Q8Net.setup's momentum constants (qmul, _i32: utrain.q8's, passed in: no
     import circle): mu as a multiplier and shift (mum,
-    mus: the int32 bias velocities') and vmk's (vmp: round(mu 2^15), the seed).  At batch
-    1, the float weight scales of each per-channel layer whose bias alone trains (q8.json
-    'bh': its int32 bias stepped in integers, Q8Net._ibias) dropped: read from q8.req to
-    build the layer, no step reads them (a MobileNetV2's four bias-only layers: 8 KB,
-    which kept bias4 + momentum off an RP2040; the bias velocities made next take their
-    place).  Not where its scales grow (q8grow) or ranges follow training (q8range)."""
+    mus: the int32 bias velocities') and vmk's (vmp: round(mu 2^15), the seed).  (The
+    float weight scales of bias-only layers at batch 1: dropped by Q8Net.setup, with or
+    without momentum.)"""
     from array import array
     mu = net.mom
     net.mum, net.mus = _i32(1), _i32(1)
     net.mum[0], net.mus[0] = qmul(mu)
     net.vmp = array('i', [int(round(mu * 32768)), 0])
-    if batch == 1 and not net.meta.get('rr'):
-        for L in net.layers:
-            d = L.d
-            if 'bh' in d and L.whi <= L.wlo and L.k < _MEAN and not d.get('gw'):
-                d.pop('sw', None)
 
 
 @micropython.viper
