@@ -1404,11 +1404,12 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         parts['optimizer state'] = sl + fr + sum(
             (n_w * arr(4 * q8_trained_weights(d)) if d.get('sh', i) == i else 0) + n_b * arr(4 * d['nb'])
             + (arr(8) if n_w else 0) for i, d in enumerate(ls) if d.get('train'))
-    if mom:     # an int16 velocity per trained weight (utrain.q8mom; none where 'nv': its
-        #         weights step without momentum), an int32 or float a bias
-        parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
-                                                                 if d.get('sh', i) == i
-                                                                 and not d.get('nv') else 0)
+    if mom:     # an int16 velocity per trained weight (utrain.q8mom; int8 and the layer's
+        #         exponent where 'v8'; none where 'nv': its weights step without
+        #         momentum), an int32 or float a bias
+        parts["momentum's velocities"] = sum((0 if d.get('nbv') else arr(4 * d['nb'])) + (
+            (arr(q8_trained_weights(d) + 1) if d.get('v8') else arr(2 * q8_trained_weights(d)))
+            if d.get('sh', i) == i and not d.get('nv') else 0)
                                              for i, d in enumerate(ls) if d.get('train'))
     # weights that train outside 'wt' / 'bt' (a TRANSPOSE_CONV's 'xt', an embedding's 'eg':
     # utrain.q8 Layer.xo), a trained layer's state: a float bias, update multipliers; a

@@ -860,7 +860,7 @@ class Q8Net:
                         d['sw'] = self._req(d, _f32(d['nq']), 2)
                 if self.mom:
                     L.vw = M.vel(L, n)      # (made with the net: zeros; none: 'nv')
-                    L.vb = (_i32 if ib else _f32)(oc)
+                    L.vb = None if L.d.get('nbv') else (_i32 if ib else _f32)(oc)   # ('nbv': none)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model
                 # trained as int8), the update exact, no rounding noise (q8kern.upek)
@@ -954,10 +954,7 @@ class Q8Net:
         if v is not None or f is not None:
             j = i0 - L.wr()[0]      # (the index in the window's state)
         if v is not None:
-            p = self.vmp
-            p[1] = self.seed
-            self.M.vmk(memoryview(v)[2 * j:] if j else v, d, n, p)
-            self.seed = p[1]
+            self.seed = self.M.step(L, v, j, d, n, self.vmp, self.seed)
         i0 -= L.wo
         w = memoryview(L.w)[i0:] if i0 else L.w
         if f is not None:           # exact, through the fractions
