@@ -479,7 +479,8 @@ class Q8Net:
         if mom:
             for i in sorted([i for i in range(len(ls)) if trained_n(ls[i]) and not ls[i].get('nv')],
                             key=lambda i: -trained_n(ls[i])):
-                vel[i] = bytearray(2 * trained_n(ls[i]))
+                nt = trained_n(ls[i])       # (int8 ones and their exponent: 'v8')
+                vel[i] = bytearray(nt + 1 if ls[i].get('v8') else 2 * nt)
         # a graph's held gradients, one buffer a slot (the walk planned once: its
         # temporaries between the buffers fragment a board's heap)
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
