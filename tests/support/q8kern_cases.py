@@ -23,8 +23,9 @@ if getattr(K, 'ASM', False):
     IMPLS[1][1].update(S.V)
 IMPLS[0][1]['stk'] = K.stk
 IMPLS[0][1]['vmk'] = M.vmk
-for _n in ('vma', 'vqb', 'sb'):
-    IMPLS[0][1][_n] = getattr(M, _n)
+for _n in ('vma', 'vqb', 'sb'):     # (viper alone, every implementation's)
+    for _i in IMPLS:
+        _i[1][_n] = getattr(M, _n)
 if M.V:
     IMPLS[1][1].update(M.V)
 IMPLS[0][1]['smb'] = S.smb
