@@ -213,15 +213,22 @@ def sim_target(word: int) -> Target:
                   name=f'unix MicroPython, {8 * word}-bit')
 
 
+def board_limit(prof, heap) -> int:
+    """The heap a plan on board profile prof must fit (bytes): its heap, and its
+    heap_budget for model and training state beside the plan's code and interpreter
+    (prepare's heap_limit, without a budget)."""
+    fixed = heap['parts']['code'] + heap['parts']['interpreter']
+    return min(runner.size_bytes(prof['heap']), fixed + int(prof['heap_budget']))
+
+
 def plans_by_target(price, over=None) -> dict:
     """The same run priced for every target `run --board` may need (issue 31): {'sim32',
     'sim64': the simulated board with 4- and 8-byte words, and each board profile with a
     word size: planned total bytes}; price(Target) -> a heap plan.  runner.sim_heap()
     scales a board's heap by sim / board for a simulated board whose word size differs.
     over (a dict): filled with {board: [plan, its limit]} for each board profile whose
-    limit (prepare's heap_limit: its heap, its heap_budget beside the code) the plan
+    limit (board_limit: its heap, its heap_budget beside the code) the plan
     exceeds (issue 29: --select without --board chose a 254 KB plan, over an RP2040's)."""
-    from ..prepare.pipeline import heap_limit
     out, seen = {}, {}
     for w in (4, 8):
         out[f'sim{8 * w}'] = price(sim_target(w))['total']
@@ -233,7 +240,7 @@ def plans_by_target(price, over=None) -> dict:
                 seen[key] = price(t)
             h = seen[key]
             out[name] = h['total']
-            lim = heap_limit(prof, None, h)
+            lim = board_limit(prof, h)
             if over is not None and h['total'] > lim:
                 over[name] = [h['total'], lim]
     return out

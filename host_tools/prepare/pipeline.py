@@ -23,7 +23,7 @@ import numpy as np
 
 from ..formats.circle_io import read_model, atomic_write
 from ..files.flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
-from ..plan.memory import plans_by_target
+from ..plan.memory import board_limit, plans_by_target
 from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
@@ -250,10 +250,7 @@ def heap_limit(prof, budget, heap):
     """The heap a plan must fit (bytes) or None: the board profile's heap_budget is what
     model and training state may take once the code is loaded (the planner's data parts),
     its heap bounds the whole plan; budget bounds the whole plan too."""
-    limit = None
-    if prof:
-        fixed = heap['parts']['code'] + heap['parts']['interpreter']
-        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
+    limit = board_limit(prof, heap) if prof else None
     if budget:
         limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
     return limit
