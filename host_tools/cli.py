@@ -181,6 +181,9 @@ def print_heap(h, note=''):
     for k, v in h['parts'].items():
         if v:
             print(f'    {k:48s} {v / 1024:7.1f} KB')
+    if h.get('over_boards'):    # (plans_by_target: each board's plan against its limit)
+        print('  over the heap of: ' + ', '.join(f'{b} ({p // 1024} KB planned, {lim // 1024} KB)'
+                                                 for b, (p, lim) in sorted(h['over_boards'].items())))
 
 
 def cmd_run(a):

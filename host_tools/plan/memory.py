@@ -213,11 +213,22 @@ def sim_target(word: int) -> Target:
                   name=f'unix MicroPython, {8 * word}-bit')
 
 
-def plans_by_target(price) -> dict:
+def board_limit(prof, heap) -> int:
+    """The heap a plan on board profile prof must fit (bytes): its heap, and its
+    heap_budget for model and training state beside the plan's code and interpreter
+    (prepare's heap_limit, without a budget)."""
+    fixed = heap['parts']['code'] + heap['parts']['interpreter']
+    return min(runner.size_bytes(prof['heap']), fixed + int(prof['heap_budget']))
+
+
+def plans_by_target(price, over=None) -> dict:
     """The same run priced for every target `run --board` may need (issue 31): {'sim32',
     'sim64': the simulated board with 4- and 8-byte words, and each board profile with a
     word size: planned total bytes}; price(Target) -> a heap plan.  runner.sim_heap()
-    scales a board's heap by sim / board for a simulated board whose word size differs."""
+    scales a board's heap by sim / board for a simulated board whose word size differs.
+    over (a dict): filled with {board: [plan, its limit]} for each board profile whose
+    limit (board_limit: its heap, its heap_budget beside the code) the plan
+    exceeds (issue 29: --select without --board chose a 254 KB plan, over an RP2040's)."""
     out, seen = {}, {}
     for w in (4, 8):
         out[f'sim{8 * w}'] = price(sim_target(w))['total']
@@ -226,8 +237,12 @@ def plans_by_target(price) -> dict:
             t = target(name)
             key = (t['word'], t['block'], t['native'], t['arch'], t['fs'])
             if key not in seen:
-                seen[key] = price(t)['total']
-            out[name] = seen[key]
+                seen[key] = price(t)
+            h = seen[key]
+            out[name] = h['total']
+            lim = board_limit(prof, h)
+            if over is not None and h['total'] > lim:
+                over[name] = [h['total'], lim]
     return out
 
 
@@ -1305,13 +1320,14 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         n = ls[-1]['nout']
         parts['loss (float targets, outputs, gradient)'] = 2 * arr(w * n) + 2 * n * blk(2 * w)
     held = 0
-    # SGD momentum at batch 1: a layer whose bias alone trains, stepped in integers
-    # ('bh'), keeps no float weight scales once built (utrain.q8 Q8Net)
+    # SGD at batch 1 with momentum, or where prepare asked ('ns'): a layer whose bias alone
+    # trains, stepped in integers ('bh'), keeps no float weight scales once built
+    # (utrain.q8 Q8Net.setup)
     s = settings or {}
-    nosw = trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum') and int(
+    nosw = trains and s.get('optimizer', 'sgd') == 'sgd' and int(
         s.get('batch', 1)) == 1 and not t.get('rr')
     for i, d in enumerate(ls):
-        if nosw and d.get('train') and not _weights_train(d) and 'bh' in d and d.get('fs') \
+        if nosw and (s.get('momentum') or d.get('ns')) and d.get('train') and not _weights_train(d) and 'bh' in d and d.get('fs') \
                 and d['k'] <= q8.DW and not d.get('gw'):
             held -= arr(4 * d['nq'])
         if d.get('sh', i) != i:     # (its first use's weights: utrain.q8share; its bias)
@@ -1399,9 +1415,12 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         parts['optimizer state'] = sl + fr + sum(
             (n_w * arr(4 * q8_trained_weights(d)) if d.get('sh', i) == i else 0) + n_b * arr(4 * d['nb'])
             + (arr(8) if n_w else 0) for i, d in enumerate(ls) if d.get('train'))
-    if mom:     # an int16 velocity per trained weight (utrain.q8mom), an int32 or float a bias
-        parts["momentum's velocities"] = sum(arr(4 * d['nb']) + (arr(2 * q8_trained_weights(d))
-                                                                 if d.get('sh', i) == i else 0)
+    if mom:     # an int16 velocity per trained weight (utrain.q8mom; int8 and the layer's
+        #         exponent where 'v8'; none where 'nv': its weights step without
+        #         momentum), an int32 or float a bias
+        parts["momentum's velocities"] = sum((0 if d.get('nbv') else arr(4 * d['nb'])) + (
+            (arr(q8_trained_weights(d) + 1) if d.get('v8') else arr(2 * q8_trained_weights(d)))
+            if d.get('sh', i) == i and not d.get('nv') else 0)
                                              for i, d in enumerate(ls) if d.get('train'))
     # weights that train outside 'wt' / 'bt' (a TRANSPOSE_CONV's 'xt', an embedding's 'eg':
     # utrain.q8 Layer.xo), a trained layer's state: a float bias, update multipliers; a

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..formats.circle_io import read_model, atomic_write
 from ..files.flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIONS, SCHEDULES
-from ..plan.memory import plans_by_target
+from ..plan.memory import board_limit, plans_by_target
 from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
@@ -250,10 +250,7 @@ def heap_limit(prof, budget, heap):
     """The heap a plan must fit (bytes) or None: the board profile's heap_budget is what
     model and training state may take once the code is loaded (the planner's data parts),
     its heap bounds the whole plan; budget bounds the whole plan too."""
-    limit = None
-    if prof:
-        fixed = heap['parts']['code'] + heap['parts']['interpreter']
-        limit = min(parse_budget(prof['heap']), fixed + int(prof['heap_budget']))
+    limit = board_limit(prof, heap) if prof else None
     if budget:
         limit = parse_budget(budget) if limit is None else min(limit, parse_budget(budget))
     return limit
@@ -264,6 +261,20 @@ def limit_source(board, prof) -> str:
     when a board profile bounds the plan, else ''."""
     return (f' ({board}: heap {prof["heap"]}, {int(prof["heap_budget"]) // 1024} KB for model '
             'and training state)') if prof else ''
+
+
+def over_boards_note(model_path, summary, board, log):
+    """--select without --board: the board profiles whose heap the chosen configuration's
+    plan exceeds (heap.over_boards, plans_by_target), named in the log and in the
+    summary's select block (select.over_boards), with --board's advice (its choice is
+    made within that board's heap)."""
+    over = summary['heap'].get('over_boards')
+    if board or not over or 'select' not in summary:
+        return
+    summary['select']['over_boards'] = sorted(over)
+    log(f'{model_path}: --select chose without --board: its plan exceeds the heap of '
+        + ', '.join(f'{b} ({p // 1024} KB against {lim // 1024} KB)' for b, (p, lim) in sorted(over.items()))
+        + '; --select with --board NAME chooses within that board\'s heap')
 
 
 def run_planned(heap, limit) -> dict:
@@ -542,6 +553,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                 'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
                 'weight_gain', 'trials', 'note', 'graph_ops', 'failed')}
             summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
+            over_boards_note(model_path, summary, board, log)
         return summary
     if not (dequantize or ranks or train_config or select) and rewrite:
         q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
@@ -616,8 +628,11 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     check_budget(model_path, heap, prof, budget, board, source, s, chosen, chosen_rk, backend,
                  rewrite, dict(cache=cache, fisher=fisher, bands=bands, limit=limit))
     if not trial:
+        over = {}
         heap['by_target'] = plans_by_target(    # (the bands chosen: bands=0 keeps them)
-            lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0))
+            lambda t: plan_memory(g, p, s, backend, t, cache, fisher, 0), over)
+        if over:            # (boards whose heap the plan exceeds: over_boards_note)
+            heap['over_boards'] = over
     shape, n_out = g.tensors[g.inputs[0]].shape, int(np.prod(g.tensors[g.outputs[0]].shape))
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
@@ -638,6 +653,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     files, wrote = write_folder(out_dir, model_path, g, p, s, info['changed'], sel, train_config,
                                 trial)
     summary = describe(model_path, g, p, heap, info, perm, files, wrote, sel)
+    over_boards_note(model_path, summary, board, log)
     if auto:
         summary['dequantized_because'] = auto
     if chose:

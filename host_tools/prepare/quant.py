@@ -1988,7 +1988,10 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
             + [d['nout'] for d in ls if d['k'] in (MEAN, FC)]
             + [d['g'][11] for d in ls if d['k'] == CONV])
-    W = max([wbuf] + [d['wn'] for d in ls if d['k'] == DW]
+    # the weight scratch: a frozen depthwise layer's weights (read whole), a row of an FC's
+    # or conv's; not a depthwise layer that trains or passes a gradient (its weights held
+    # in RAM, utrain.q8 Q8Net: MCUNet's 5x5x576 op 35 had a 14 KB scratch beside them)
+    W = max([wbuf] + [d['wn'] for d in ls if d['k'] == DW and not (d.get('train') or d.get('back'))]
             + [d['wn'] // d['nb'] for d in ls if d['k'] in (FC, CONV)])
     Q = 1
     for i, d in enumerate(ls):
@@ -2652,6 +2655,97 @@ def unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables, hea
     return (m0, t0, h0) if lim is not None and h0['total'] <= lim else (m, tables, heap)
 
 
+def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log):
+    """SGD state over the plan's limit, dropped until the plan fits (issue 29), in this
+    order: at batch 1 the float weight scales of the layers whose bias alone trains, in
+    integers (q8.json 'ns', all at once: no step reads them, the same integers; a
+    MobileNetV2's four: 7 KB; momentum drops them anyway); momentum's int16 weight
+    velocities (utrain.q8mom, 2 bytes a trained weight; a MobileNetV2 classifier's 25 KB;
+    'nv': those weights step without momentum, the biases and the other weights with
+    it), a layer at a time, the largest first; then the convolutions' int8 weight
+    fractions (dropping 'wf', 1 byte a trained weight; op 62 whole's 18 KB: those
+    updates stochastically rounded, as an FC's, instead of exact), the same way.  Said in
+    the log, named in the summary ('no_velocity', 'no_fractions'); left as they were where
+    dropping all of them does not fit either.  Returns (table, tables, heap, {'nv' /
+    'wf': the weight tensors dropped})."""
+    from ..plan.memory import plan_heap_q8, q8_trained_weights
+    lim = limit(heap) if limit else None
+    if lim is None or heap['total'] <= lim or s['optimizer'] != 'sgd':
+        return m, tables, heap, {}
+    ts = [m] + list((tables or {}).values())
+    ls = ts[-1]['layers']
+    own = [d for i, d in enumerate(ls) if d.get('train') and 'wt' in d and d.get('sh', i) == i
+           and q8_trained_weights(d)]
+    wl = as_written(m, tables)[0]['q8t.json' if tables else 'q8.json']['layers']    # ('bh', 'fs')
+    ns = [d for d in wl if d.get('train') and 'wt' in d and not q8_trained_weights(d)
+          and 'bh' in d and d.get('fs') and d['k'] <= DW and not d.get('gw')]
+    cands = [('ns', sum(4 * d['nq'] for d in ns), [d['wt'] for d in ns])] if ns and int(s['batch']) == 1 and not s.get('momentum') and not (
+        ts[-1].get('rr')) else []
+    # (momentum: int8 velocities first, the largest first, then none from the lowest layer
+    # up, the one nearest the loss last, after the fractions and the bias velocities: on
+    # MobileNetV2 w62, one seed, momentum with both layers' weight velocities .827, the
+    # classifier's alone .816, op 62's alone .825, neither .683, plain SGD .702)
+    cands += sorted([('v8', q8_trained_weights(d) - 1, [d['wt']]) for d in own
+                     if s.get('momentum')], key=lambda c: -c[1])
+    nv = [('nv', q8_trained_weights(d) + 1, [d['wt']]) for d in own if s.get('momentum')]
+    nbv = [d for d in ls if d.get('train') and 'wt' in d] if s.get('momentum') and int(
+        s['batch']) == 1 else []
+    cands += nv[:-1] + sorted([('wf', q8_trained_weights(d), [d['wt']]) for d in own
+                               if d.get('wf')], key=lambda c: -c[1]) + (
+        [('nbv', sum(4 * d['nb'] for d in nbv), [d['wt'] for d in nbv])] if nbv else []) + nv[-1:]
+
+    def mark(key, wts, on):
+        for t in ts:
+            for d in t['layers']:
+                if d.get('wt') in wts:
+                    if key == 'nv' and on:
+                        d.pop('v8', None)
+                    if (key == 'wf') != on:
+                        d[key] = 1
+                    else:
+                        d.pop(key, None)
+    done = []
+    what = {'ns': 'no float weight scales of a bias-only layer (no step reads them: the same '
+                  'integers)',
+            'v8': "int8 weight velocities instead of int16 (a layer's 2^e 1/256-steps, rounded "
+                  'stochastically)',
+            'nv': 'no weight velocities (those weights step without momentum; the biases and '
+                  'the other weights keep theirs)',
+            'wf': 'no int8 weight fractions (those updates stochastically rounded, as an FC\'s, '
+                  'instead of exact)',
+            'nbv': 'no bias velocities (the biases step without momentum)'}
+    for c in cands:
+        done.append(c)
+        mark(c[0], c[2], True)
+        h = plan_heap_q8(json.loads(json.dumps(as_written(m, tables)[0])), s, board)
+        if h['total'] <= limit(h):
+            said = []
+            for key in ('ns', 'v8', 'nv', 'wf', 'nbv'):
+                wts = [wt for k, _, w in done if k == key for wt in w]
+                gone = [wt for k, _, w in done if k == 'nv' for wt in w]
+                if key == 'v8':     # (dropped after: no velocities at all)
+                    wts = [wt for wt in wts if wt not in gone]
+                ops = sorted({g.ops[d['op']].number for d in ls if d.get('wt') in wts})
+                if ops:
+                    kb = sum(2 * (n - 1) if key == 'nv' else n      # (nv: the int16 ones)
+                             for k, n, w in done if k == key and (key != 'v8' or w[0] not in gone)
+                             ) / 1024
+                    said.append(f'op{"s" if len(ops) > 1 else ""} {", ".join(map(str, ops))} '
+                                f'keep{"" if len(ops) > 1 else "s"} {what[key]}'
+                                + (f', {kb:.1f} KB' if kb else ''))
+            log(f'{model_path}: SGD\'s state is over the {lim // 1024} KB limit (about '
+                f'{heap["total"] // 1024} KB planned): ' + '; '.join(said) + f'; about '
+                f'{h["total"] // 1024} KB' + ('; --momentum 0: none has momentum'
+                                              if s.get('momentum') else ''))
+            out = {k: [wt for k2, _, w in done if k2 == k for wt in w]
+                   for k in ('v8', 'nv', 'wf', 'nbv')}
+            out['v8'] = [wt for wt in out['v8'] if wt not in out['nv']]
+            return m, tables, h, out
+    for c in done:
+        mark(c[0], c[2], False)
+    return m, tables, heap, {}
+
+
 def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks=None) -> list:
     """Lines naming settings whose int8 run the planner fits in limit (bytes): batch 1,
     SGD, SGD without momentum, with momentum the layers at a channel ratio training their
@@ -2875,6 +2969,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                               model_path, log, ranks)
     m, tables, heap = unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables,
                                            heap, ranks)
+    m, tables, heap, dropped = state_where_it_fits(g, s, board, limit, m, tables, heap, model_path,
+                                                   log)
     lim = limit(heap) if limit else None
     if lim is not None and heap['total'] > lim and given is not None:
         m, tables, heap, s, cache = fit_options(g, model_path, s, train, cache, bands, board,
@@ -2899,7 +2995,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         if f.endswith('.q8.pfx'):        # a cache of samples this prepare replaces
             os.remove(os.path.join(out_dir, f))
     outs = json.loads(json.dumps(as_written(m, tables)[0]))
-    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t))
+    over = {}
+    heap['by_target'] = plans_by_target(lambda t: plan_heap_q8(outs, s, t), over)
+    if over:                # (boards whose heap the plan exceeds: prepare's --select note)
+        heap['over_boards'] = over
     write(g, out_dir, train, m, tables)
     if steps:                           # (export replays them on the model file)
         atomic_write(cal, json.dumps(steps).encode())
@@ -2920,6 +3019,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'rewritten': None, 'quant': {}, 'heap': heap, 'input_scale': xs,
                # output channels lo:hi of the layers whose weights train in part (or not)
                'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
+    for key, name in (('v8', 'int8_velocity'), ('nv', 'no_velocity'), ('wf', 'no_fractions'),
+                      ('nbv', 'no_bias_velocity')):
+        if dropped.get(key):    # (state_where_it_fits: without momentum, without fractions)
+            summary[name] = sorted(g.tensors[wt].name for wt in dropped[key])
     if g.nfile != len(g.ops) or any(op.number != op.index for op in g.ops):
         # the op numbers of the user's file (export reads the run's int8 model with them)
         summary.update(op_numbers=[op.number for op in g.ops], file_ops=g.nfile)

@@ -1191,10 +1191,25 @@ class Q8Pricer:
         return self.memo[key]
 
     def fits(self, ranks, limit, fisher=False):
+        """Does ranks' plan fit limit(plan)?  Over it, priced again as prepare writes it:
+        with the SGD state it drops where that fits (quant.state_where_it_fits: op 62
+        whole on an RP2040, 242 KB, fits without its weight fractions)."""
         p = self.price(ranks, fisher)
         if p['heap'] is None:
             return False
         lim = limit(p['plan']) if limit else None
+        if lim is not None and p['heap'] > lim and lim not in p.setdefault('tried', []):
+            p['tried'].append(lim)
+            from . import quant
+            t = self.target
+            s = dict(self.settings, select=True) if fisher else self.settings
+            m, tb, h = quant.planned(self.g0, s, 'none', t.get('cache', False), t.get('bands'),
+                                     t.get('board'), dict(ranks))
+            m, tb, h, dropped = quant.state_where_it_fits(
+                self.g0, s, t.get('board'), limit, m, tb, h, self.path, lambda *a: None)
+            if dropped:
+                p.update(heap=h['total'], parts=h['parts'], plan=h, dropped=dropped)
+                lim = limit(h)
         return lim is None or p['heap'] <= lim
 
 

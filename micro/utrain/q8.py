@@ -484,9 +484,10 @@ class Q8Net:
         # here cut the run the velocities take)
         vel = {}
         if mom:
-            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i])],
+            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i]) and not ls[i].get('nv')],
                             key=lambda i: -trained_n(ls[i])):
-                vel[i] = bytearray(2 * trained_n(ls[i]))
+                nt = trained_n(ls[i])       # (int8 ones and their exponent: 'v8')
+                vel[i] = bytearray(nt + 1 if ls[i].get('v8') else 2 * nt)
         # a graph's held gradients, one buffer a slot (the walk planned once: its
         # temporaries between the buffers fragment a board's heap)
         self.H = H = Hold(self, ls, ga, qmul, _i32) if Hold else None
@@ -853,10 +854,21 @@ class Q8Net:
                 # float bias (_ibias), momentum's bias velocities int32 (1/256 bias
                 # steps); the others step a float bias
                 ib = 'bh' in L.d and not self.adam and batch == 1
+                d = L.d
+                if d.get('fs'):     # its float weight scales, in q8.req
+                    if ib and (self.mom or d.get('ns')) and L.whi <= L.wlo and L.k < MEAN and not (
+                            d.get('gw') or self.meta.get('rr')):
+                        # its bias alone trains, stepped in integers (_ibias): no step reads
+                        # them; dropped with momentum (a MobileNetV2's four bias-only layers:
+                        # 7 KB, the bias velocities' room) or where prepare asks ('ns': the
+                        # plan over its limit); not where its scales grow (q8grow) or ranges
+                        # follow training (q8range)
+                        d.pop('sw', None)
+                    elif 'sw' not in d:     # (dropped by the net's own setup(): read again)
+                        d['sw'] = self._req(d, _f32(d['nq']), 2)
                 if self.mom:
-                    if L.vw is None or len(L.vw) != 2 * n:
-                        L.vw = M.vel(n)     # (else made with the net: zeros)
-                    L.vb = (_i32 if ib else _f32)(oc)
+                    L.vw = M.vel(L, n)      # (made with the net: zeros; none: 'nv')
+                    L.vb = None if L.d.get('nbv') else (_i32 if ib else _f32)(oc)   # ('nbv': none)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model
                 # trained as int8), the update exact, no rounding noise (q8kern.upek)
@@ -950,10 +962,7 @@ class Q8Net:
         if v is not None or f is not None:
             j = i0 - L.wr()[0]      # (the index in the window's state)
         if v is not None:
-            p = self.vmp
-            p[1] = self.seed
-            self.M.vmk(memoryview(v)[2 * j:] if j else v, d, n, p)
-            self.seed = p[1]
+            self.seed = self.M.step(L, v, j, d, n, self.vmp, self.seed)
         i0 -= L.wo
         w = memoryview(L.w)[i0:] if i0 else L.w
         if f is not None:           # exact, through the fractions

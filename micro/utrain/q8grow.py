@@ -121,8 +121,11 @@ class Grow:
         else:
             hvk(mw, memoryview(f)[i0 - w0:] if f is not None else mw, n, st,
                   1 if f is not None else 0)
-        if v is not None:           # momentum's velocities (int16, utrain.q8mom)
-            self.net.M.hk(memoryview(v)[2 * (i0 - w0):], n, st)
+        if v is not None:           # momentum's velocities (int16, or int8: utrain.q8mom)
+            if L.d.get('v8'):
+                self.net.M.sb(memoryview(v)[i0 - w0:], n, st, 1)
+            else:
+                self.net.M.hk(memoryview(v)[2 * (i0 - w0):], n, st)
         self._bias(L, range(len(L.b)) if not per else (o,))
         if L is not self.net.layers[self.net.first]:    # (the lowest passes no gradient)
             self._dxm(L)

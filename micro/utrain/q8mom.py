@@ -10,7 +10,7 @@
 # in checkpoints.  (vmk and hk, viper, here: native code is heap on an RP2040.)
 from utrain.q8kern import micropython, VIPER
 if not VIPER:
-    from utrain.q8kern import ptr32
+    from utrain.q8kern import ptr8, ptr32
 
     class ptr16:
         # (the stand-in: a velocity's two little-endian bytes of a bytearray)
@@ -24,33 +24,146 @@ if not VIPER:
             self.b[2 * i], self.b[2 * i + 1] = x & 255, (x >> 8) & 255
 
 
-def vel(n):
-    """n zero velocities."""
-    return bytearray(2 * n)
+def vel(L, n):
+    """Layer L's n zero velocities (those made with the net where there are), or none where
+    its weights step without momentum (q8.json 'nv': prepare found them over the plan's
+    limit; its bias keeps its velocity); int8 where 'v8' (a byte each and the layer's
+    exponent last: step)."""
+    v = L.vw
+    k = n + 1 if L.d.get('v8') else 2 * n
+    return None if L.d.get('nv') else v if v is not None and len(v) == k else bytearray(k)
 
 
-_MEAN = 3   # q8.MEAN
+def step(L, v, j, d, n, p, seed):
+    """The velocities of L's window from j on (n) stepped by d (utrain.q8 Q8Net._upd);
+    returns the generator's state.  int8 velocities ('v8', prepare's choice where int16
+    ones are over the plan's limit: a MobileNetV2 classifier's 12.5 KB instead of 25):
+    v[i] 2^e 1/256 weight steps, e (0..8) the layer's, in v's last byte.  This step's
+    velocity r = mu v + d is applied exactly (vma, as vmk's, within +-32767); it is kept
+    rounded stochastically to the layer's 2^e steps (vqb); e grows to hold the chunk's
+    largest |r| within 127 steps (every kept velocity rescaled, sb) and, where the chunk
+    is the whole window, shrinks to the least that does."""
+    p[1] = seed
+    if not L.d.get('v8'):
+        vmk(memoryview(v)[2 * j:] if j else v, d, n, p)
+        return p[1]
+    w = memoryview(v)[j:] if j else v
+    p[2], p[3] = v[-1], 0
+    vma(w, d, n, p)
+    e, m = v[-1], p[3]
+    while e < 8 and m >> e > 127:
+        e += 1
+    if n == len(v) - 1:
+        while e and m >> (e - 1) <= 127:
+            e -= 1
+    if e != v[-1]:
+        sb(v, len(v) - 1, 1, e - v[-1])
+        v[-1] = p[2] = e
+    vqb(w, d, n, p)
+    return p[1]
+
+
+@micropython.viper
+def vma(v, d, n: int, p):
+    # int8 velocities v[i] in 2^e 1/256 weight steps (e = p[2]): d[i] = mu v[i] + d[i]
+    # (1/256 steps, within +-32767; mu v rounded stochastically as vmk's, p[0], p[1]),
+    # the largest |d[i]| left in p[3]
+    pv = ptr8(v)
+    pd = ptr32(d)
+    pp = ptr32(p)
+    m = int(pp[0])
+    s = int(pp[1])
+    e = int(pp[2])
+    mx = 0
+    for i in range(n):
+        x = int(pv[i])
+        if x > 127:
+            x -= 256
+        t = (x * m) << e            # |t| <= 2^30
+        q = 0
+        if t != 0:
+            s = (s * 69069 + 1) & 0x3fffffff
+            q = t >> 15
+            if (t & 0x7fff) > ((s >> 12) & 0x7fff):
+                q += 1
+        u = int(pd[i])
+        h = u >> 16
+        u = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
+        r = q + u
+        if r > 32767:
+            r = 32767
+        if r < -32767:
+            r = -32767
+        pd[i] = r
+        if r < 0:
+            r = 0 - r
+        if r > mx:
+            mx = r
+    pp[1] = s
+    pp[3] = mx
+
+
+@micropython.viper
+def vqb(v, d, n: int, p):
+    # v[i] = d[i] / 2^e (e = p[2]) rounded stochastically (one draw of p[1]'s generator
+    # where it has a remainder), held within +-127
+    pv = ptr8(v)
+    pd = ptr32(d)
+    pp = ptr32(p)
+    s = int(pp[1])
+    e = int(pp[2])
+    k = (1 << e) - 1
+    for i in range(n):
+        u = int(pd[i])
+        h = u >> 16
+        r = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (u & 0xffff)
+        y = r >> e
+        if r & k:
+            s = (s * 69069 + 1) & 0x3fffffff
+            if (r & k) > ((s >> 12) & k):
+                y += 1
+        if y > 127:
+            y = 127
+        if y < -127:
+            y = -127
+        pv[i] = y & 0xff
+    pp[1] = s
+
+
+@micropython.viper
+def sb(v, n: int, st: int, k: int):
+    # the int8 velocities v[0], v[st], ... (n of them) times 2^-k: k > 0 rounded half up
+    # (a weight scale doubled, utrain.q8grow; a layer's exponent grown), k < 0 exactly
+    # (held within +-127)
+    pv = ptr8(v)
+    i = 0
+    for j in range(n):
+        x = int(pv[i])
+        if x > 127:
+            x -= 256
+        if k > 0:
+            x = (x + (1 << (k - 1))) >> k
+        else:
+            x = x << (0 - k)
+        if x > 127:
+            x = 127
+        if x < -127:
+            x = -127
+        pv[i] = x & 0xff
+        i += st
 
 
 def setup(net, batch, qmul, _i32):
     """utrain.q8 Q8Net.setup's momentum constants (qmul, _i32: utrain.q8's, passed in: no
     import circle): mu as a multiplier and shift (mum,
-    mus: the int32 bias velocities') and vmk's (vmp: round(mu 2^15), the seed).  At batch
-    1, the float weight scales of each per-channel layer whose bias alone trains (q8.json
-    'bh': its int32 bias stepped in integers, Q8Net._ibias) dropped: read from q8.req to
-    build the layer, no step reads them (a MobileNetV2's four bias-only layers: 8 KB,
-    which kept bias4 + momentum off an RP2040; the bias velocities made next take their
-    place).  Not where its scales grow (q8grow) or ranges follow training (q8range)."""
+    mus: the int32 bias velocities') and vmk's (vmp: round(mu 2^15), the seed).  (The
+    float weight scales of bias-only layers at batch 1: dropped by Q8Net.setup, with or
+    without momentum.)"""
     from array import array
     mu = net.mom
     net.mum, net.mus = _i32(1), _i32(1)
     net.mum[0], net.mus[0] = qmul(mu)
-    net.vmp = array('i', [int(round(mu * 32768)), 0])
-    if batch == 1 and not net.meta.get('rr'):
-        for L in net.layers:
-            d = L.d
-            if 'bh' in d and L.whi <= L.wlo and L.k < _MEAN and not d.get('gw'):
-                d.pop('sw', None)
+    net.vmp = array('i', [int(round(mu * 32768)), 0, 0, 0])     # (and step's e, max |r|)
 
 
 @micropython.viper

@@ -232,9 +232,10 @@ class Q8Trainer:
                 m[bt], v[bt] = L.bm, L.bv
                 tail.append(L.wm)
             elif net.mom:                   # SGD momentum's velocities
-                if n:
+                if n and L.vw is not None:
                     m[wt] = L.vw
-                m[bt] = L.vb
+                if L.vb is not None:
+                    m[bt] = L.vb
             if L.wf is not None:            # SGD: the weights' kept fractions (upek)
                 tail.append(L.wf)
         for x in net.ext:                   # the ranges' and weight scales' exponents
@@ -256,7 +257,9 @@ class Q8Trainer:
         for L in ls:
             nw[L] = L.wr()[1] - L.wr()[0]
             sizes[L.d['wt']], sizes[L.d['bt']] = L.d['wn'] if nw[L] else None, 4 * L.d['nb']
-            state[L.d['wt']], state[L.d['bt']] = (2 if net.mom else 4) * nw[L], 4 * L.d['nb']
+            state[L.d['wt']], state[L.d['bt']] = (len(L.vw) if net.mom else 4 * nw[L]) if (
+                L.vw is not None or not net.mom) else 0, 4 * L.d['nb'] if (
+                L.vb is not None or not net.mom) else 0     # (none: 'nv', 'nbv')
         part = {}
         for L in ls:
             if L.pw:
@@ -275,9 +278,9 @@ class Q8Trainer:
                               'optimizer %s)' % (path, self.cfg['optimizer']))
         for L in ls:
             for k in (L.d['wt'], L.d['bt']):
-                st = k == L.d['bt'] or nw[L]
+                st = k == L.d['bt'] or nw[L]     # (state[k] 0: no velocity, 'nv' / 'nbv')
                 if (st and k not in w) or (st and ((net.adam and (k not in m or k not in v))
-                                          or (net.mom and k not in m))):
+                                          or (net.mom and k not in m and state[k]))):
                     raise FormatError('%s: no state for tensor %d' % (path, k))
         _, _, has, pos, s0, s1, scale, be, retries, bl, bm = unpack(RESUME, extra[:r])
         net.seed = unpack('<I', extra[r + 4:r + 8])[0]
@@ -302,8 +305,9 @@ class Q8Trainer:
                 L.wm = _f32(0, extra[o:o + k])
                 o += k
             elif net.mom:
-                L.vw = bytearray(m[wt]) if k else bytearray(0)     # (int16: q8mom)
-                L.vb = (_f32 if L.be is None else _i32)(0, m[bt])
+                L.vw = bytearray(m[wt]) if wt in m else L.vw     # (int16: q8mom)
+                if bt in m:
+                    L.vb = (_f32 if L.be is None else _i32)(0, m[bt])
             if L.wf is not None:            # (in place: no second buffer of its size)
                 L.wf[:] = extra[o:o + nw[L]]
                 o += nw[L]

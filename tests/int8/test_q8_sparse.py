@@ -353,24 +353,31 @@ def test_momentum_velocity(tmp_path, monkeypatch):
     assert np.abs(_vel(L) - 0.5 * v1).max() <= 1
 
 
-@pytest.mark.parametrize('batch', [1, 2])
-def test_momentum_bias_only_layers_drop_their_float_scales(tmp_path, batch):
-    """SGD momentum at batch 1: setup drops the float weight scales of each per-channel
-    layer whose bias alone trains (its int32 bias stepped in integers; 8 KB of a
-    MobileNetV2's bias-only layers, which kept bias4 + momentum off an RP2040), at batch
-    2 keeps them (the float bias step reads them); either way the net trains as one that
-    kept them, bit for bit, and reloads its weights (best.py) after."""
+@pytest.mark.parametrize('batch,mom', [(1, 0.9), (2, 0.9), (1, 0.0)])
+def test_momentum_bias_only_layers_drop_their_float_scales(tmp_path, batch, mom):
+    """SGD at batch 1 with momentum, or without where prepare asks ('ns': the plan over
+    its limit): setup drops the float weight scales of each per-channel layer whose bias
+    alone trains (its int32 bias stepped in integers; 7 KB of a MobileNetV2's bias-only
+    layers, which kept bias4 + momentum off an RP2040 and, without momentum, 128x128
+    w62), at batch 2 keeps them (the float bias step reads them; read again where the
+    net's own setup dropped them); either way the net trains as one that kept them, bit
+    for bit, and reloads its weights (best.py) after."""
     def run(keep):
         d = tmp_path / ('k' if keep else 'm')
         d.mkdir()
         g = read_model(build(str(d / 'm.tflite')))
         quant.write(g, str(d), 'last:1', quant.meta(g, 'last:1', None, SCHEMES['bias-dw-pw-half']))
         with open(d / 'q8.json') as f:
-            net = Q8Net(json.load(f), str(d / 'weights.wof'), 0.9)
+            t = json.load(f)
+        if not mom:     # (without momentum where prepare asks: the plan over its limit)
+            for x in t['layers']:
+                x['ns'] = 1
+        net = Q8Net(t, str(d / 'weights.wof'), mom)
         bias = [L for L in net.layers if L.train and L.whi <= L.wlo]
-        assert len(bias) == 2 and all('bh' in L.d and 'sw' in L.d for L in bias)
-        sw = [L.d['sw'] for L in bias]
-        net.setup('sgd', batch, momentum=0.9)
+        assert len(bias) == 2 and all('bh' in L.d and L.d.get('fs') for L in bias)
+        from array import array     # (the net's own setup() at batch 1 dropped them)
+        sw = [net._req(L.d, array('f', [0.0] * L.d['nq']), 2) for L in bias]
+        net.setup('sgd', batch, momentum=mom)
         held = [('sw' in L.d) for L in bias]
         if keep:
             for L, v in zip(bias, sw):
@@ -382,7 +389,7 @@ def test_momentum_bias_only_layers_drop_their_float_scales(tmp_path, batch):
                 net.accum(_sample(s % 3), s % NCLS)
                 if s % 2:
                     net.apply(0.05, 0.5)
-        state = [bytes(L.w or b'') + bytes(L.b) + _bstate(L) + bytes(L.vw or b'') + bytes(L.vb)
+        state = [bytes(L.w or b'') + bytes(L.b) + _bstate(L) + bytes(L.vw or b'') + bytes(L.vb or b'')
                  for L in net.layers if L.train]
         net.load_weights(str(d / 'weights.wof'))
         return held, state
@@ -437,6 +444,81 @@ def test_momentum_velocities_follow_a_float_velocity(tmp_path, monkeypatch, sche
     print(len(halved), 'halved', np.abs(diff).max())
     assert np.abs(diff).max() <= 1 / (1 - mu) and np.abs(diff).max() > 0
     assert abs(diff.mean()) < 0.2, diff.mean()
+
+
+def test_int8_velocities_follow_a_float_velocity_and_resume(tmp_path, monkeypatch):
+    """int8 momentum velocities (q8.json 'v8', prepare's choice where int16 ones are over
+    the plan's limit: the MobileNetV2 classifier's 12.5 KB instead of 25): each step
+    applies r = mu v + d exactly (the update the layer gets), and keeps r rounded
+    stochastically to the layer's 2^e steps, e the least holding the largest |r| within
+    127 (in the buffer's last byte).  Against float SGD-M fed the same updates: within
+    the rounding's 2^e / (1 - mu) steps after 12 steps and unbiased; a checkpoint (the
+    raw bytes, e with them) resumes to the same steps."""
+    from utrain.q8train import Q8Trainer
+    _net(tmp_path, SCHEMES['bias-dw-pw-half'])
+    with open(tmp_path / 'q8.json') as f:
+        t = json.load(f)
+    fc = [i for i, d in enumerate(t['layers']) if d['k'] == quant.FC]
+    for i in fc:
+        t['layers'][i]['v8'] = 1
+    with open(tmp_path / 'q8.json', 'w') as f:
+        json.dump(t, f)
+    monkeypatch.chdir(tmp_path)
+    mu = 0.9
+    # made with the net at their size, kept by setup (a second buffer made there found no
+    # run long enough after the prefix pass: 229 KB against a 190 KB plan on 32-bit unix)
+    net = Q8Net(t, 'weights.wof', mu)
+    v0 = net.layers[fc[0]].vw
+    net.setup('sgd', 1, momentum=mu)
+    assert net.layers[fc[0]].vw is v0
+    tr = Q8Trainer(optimizer='sgd', batch=1, momentum=mu)
+    net = tr.net
+    L = net.layers[fc[0]]
+    n = L.whi * (L.d['wn'] // L.d['nb'])
+    assert len(L.vw) == n + 1
+    real = net.M.vma
+    ref, gaps, es = np.zeros(n), [], []
+
+    def spy(v, d, k, p):
+        nonlocal ref
+        if k == n:
+            ref = mu * ref + np.array(d[:k], np.float64)
+        real(v, d, k, p)
+        if k == n:
+            gaps.append(np.array(d[:k], np.float64) - ref)
+    realsb = net.M.sb
+
+    def spysb(v, k, st, sh):     # (a weight scale doubled, q8grow: a view, halved)
+        if isinstance(v, memoryview):
+            j = len(v.obj) - len(v)
+            ref[j:j + (k - 1) * st + 1:st] *= 0.5
+        realsb(v, k, st, sh)
+    monkeypatch.setattr(net.M, 'vma', spy)
+    monkeypatch.setattr(net.M, 'sb', spysb)
+    for k in range(12):
+        net.step(_sample(k % 3), k % NCLS, 0.05)
+        es.append(L.vw[-1])
+    v = np.frombuffer(bytes(L.vw[:-1]), np.int8).astype(np.float64) * 2 ** L.vw[-1]
+    assert max(es) > 0 and len(gaps) == 12
+    e = max(es)
+    assert np.abs(ref).max() > 127      # (no int8 at e = 0 holds them: e grew)
+    gap = np.concatenate(gaps)
+    assert np.abs(gap).max() <= 2 ** e / (1 - mu) + 1 / (1 - mu), np.abs(gap).max()
+    assert abs(gap.mean()) < 2 ** e / 8, gap.mean()
+    assert np.abs(v - ref).max() <= 2 ** e / (1 - mu) + 2 ** e
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    tr.save_checkpoint('c.ckpt')
+    tr2 = Q8Trainer(optimizer='sgd', batch=1, momentum=mu)
+    tr2.load_checkpoint('c.ckpt')
+    assert bytes(tr2.net.layers[fc[0]].vw) == bytes(L.vw)
+    got = []
+    for x in (tr, tr2):
+        for k in range(3):
+            x.net.step(_sample(k), 1, 0.05)
+        got.append([bytes(M.w or b'') + bytes(M.b) + bytes(M.vw or b'') for M in x.net.layers
+                    if M.train])
+    assert got[0] == got[1]
 
 
 def test_momentum_kernel_rounds_stochastically_and_holds_its_range():
@@ -1309,6 +1391,185 @@ def test_momentum_refused_over_the_budget_names_what_to_drop(tmp_path):
                         'last:1', '--ranks', bias, '--optimizer', 'sgd', '--momentum', '0.9',
                         '--budget', str(budget)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_momentum_over_the_limit_drops_weight_velocities_where_that_fits(tmp_path, monkeypatch):
+    """SGD momentum whose int16 weight velocities take the plan over the budget (issue
+    29: MobileNetV2 w62 + momentum, 281 KB against an RP2040's 236): prepare makes them
+    int8 a layer at a time, the largest first ('v8'), then drops them from the lowest
+    layer up ('nv': on w62 the gain is in the classifier's), until the plan fits, and
+    says so naming the ops.  On the net a 'nv' layer has no velocity (its update goes
+    straight to its weights, as plain SGD's), a 'v8' layer an int8 one; a checkpoint
+    without those velocities resumes to the same steps."""
+    model = build(str(tmp_path / 'm.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    kw = dict(data=data, loss='scce', lr=0.05, epochs=1, train='last:1',
+              ranks='0:bias,1:bias,2:up', momentum=0.9)
+    full = prepare(model, str(tmp_path / 'full'), log=lambda *a: None, **kw)['heap']
+    assert 'no_velocity' not in json.load(open(tmp_path / 'full' / 'prepare.json'))
+    budget, s, k = full['total'] - 64, None, 0
+    while s is None or 'no_velocity' not in s:
+        logs = []
+        s = prepare(model, str(tmp_path / 'fit'), budget=str(budget), log=logs.append, **kw)
+        assert s['heap']['total'] <= budget
+        if k == 0:          # (the largest layer's int8, nothing dropped)
+            said = [t for t in logs if 'int8 weight velocities instead of int16' in t]
+            assert said and 'no weight velocities' not in said[0] and s['int8_velocity']
+        budget, k = s['heap']['total'] - 64, k + 1
+        assert k < 5
+    assert s['heap']['parts']["momentum's velocities"] < full['parts']["momentum's velocities"]
+    with open(tmp_path / 'fit' / 'q8.json') as f:
+        m = json.load(f)
+    ls = m['layers']
+    nv = [i for i, d in enumerate(ls) if d.get('nv')]
+    wt = [i for i, d in enumerate(ls) if d.get('train') and d.get('tw') != [0, 0]]
+    assert nv == wt[:1] and ls[wt[-1]].get('v8')     # (the lowest first: the FC keeps int8)
+    said = [t for t in logs if 'no weight velocities' in t]
+    assert said and 'op %d keeps no weight velocities' % ls[nv[0]]['op'] in said[0], said
+    assert len(s['no_velocity']) == 1
+    from utrain.q8train import Q8Trainer
+    monkeypatch.chdir(tmp_path / 'fit')
+    tr = Q8Trainer(optimizer='sgd', batch=1, momentum=0.9)
+    L = tr.net.layers
+    assert [i for i in wt if L[i].vw is None] == nv
+    assert len(L[wt[-1]].vw) == L[wt[-1]].whi * (ls[wt[-1]]['wn'] // ls[wt[-1]]['nb']) + 1
+    stepped, real = [], tr.net.M.step
+    monkeypatch.setattr(tr.net.M, 'step', lambda M, *a: (stepped.append(M), real(M, *a))[1])
+    w0 = bytes(L[nv[0]].w)
+    for k in range(2):
+        tr.net.step(_sample(k), k % NCLS, 0.05)
+    assert L[nv[0]] not in stepped and L[wt[-1]] in stepped and bytes(L[nv[0]].w) != w0
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path / 'fit')
+    tr.save_checkpoint('c.ckpt')
+    tr2 = Q8Trainer(optimizer='sgd', batch=1, momentum=0.9)
+    tr2.load_checkpoint('c.ckpt')
+    got = []
+    for t in (tr, tr2):
+        t.net.step(_sample(2), 1, 0.05)
+        got.append([bytes(M.w or b'') + bytes(M.b) + bytes(M.wf or b'') + bytes(M.vb or b'')
+                    + bytes(M.vw or b'') for M in t.net.layers if M.train])
+    assert got[0] == got[1]
+
+
+def test_sgd_over_the_limit_drops_weight_fractions_where_that_fits(tmp_path, monkeypatch):
+    """SGD over the budget (issue 29: MobileNetV2 op 62 whole, 242 KB against an
+    RP2040's 236; 128x128 w62, 249): prepare first drops the float weight scales of the
+    bias-only layers (q8.json 'ns': no step reads them), then the convolutions' int8
+    weight fractions ('wf', a byte a trained weight; op 62 whole's 18 KB), says so, and
+    those weights step stochastically rounded (q8kern.upk, as an FC's) instead of
+    through fractions (upek); the run trains."""
+    model = build(str(tmp_path / 'm.tflite'))
+    data = str(tmp_path / 'd.npz')
+    _data(data)
+    kw = dict(data=data, loss='scce', lr=0.05, epochs=1, train='last:1', ranks='0:bias,1:bias,2:all')
+    full = prepare(model, str(tmp_path / 'full'), log=lambda *a: None, **kw)['heap']
+    with open(tmp_path / 'full' / 'q8.json') as f:
+        t = json.load(f)['layers']
+    wf = [i for i, d in enumerate(t) if d.get('wf') and d.get('train')]
+    bias = [i for i, d in enumerate(t) if d.get('train') and d.get('tw') == [0, 0]]
+    assert wf and len(bias) == 2 and not any(d.get('ns') for d in t)
+    logs = []
+    budget = full['total'] - 64
+    s = prepare(model, str(tmp_path / 'fit'), budget=str(budget), log=logs.append, **kw)
+    assert s['heap']['total'] <= budget < full['total']
+    assert s['heap']['parts'].get('optimizer state', 0) < full['parts']['optimizer state']
+    with open(tmp_path / 'fit' / 'q8.json') as f:
+        m = json.load(f)
+    gone = [i for i in wf if not m['layers'][i].get('wf')]
+    assert gone and len(s['no_fractions']) == len(gone) and 'no_velocity' not in s
+    said = [t for t in logs if 'int8 weight fractions' in t]
+    assert len(said) == 1 and 'op %d keeps no' % m['layers'][gone[0]]['op'] in said[0], said
+    net = Q8Net(m, str(tmp_path / 'fit' / 'weights.wof'))
+    net.setup('sgd', 1)
+    assert all(net.layers[i].wf is None for i in gone)
+    ws, seen = {id(net.layers[i].w) for i in gone}, []
+    real, realf = K.upk, K.upek
+
+    def mine(w):
+        return id(w.obj if isinstance(w, memoryview) else w) in ws
+    monkeypatch.setattr(K, 'upk', lambda w, d, n, sd: (seen.append(('upk', mine(w))),
+                                                       real(w, d, n, sd))[1])
+    monkeypatch.setattr(K, 'upek', lambda w, f, d, p: (seen.append(('upek', mine(w))),
+                                                       realf(w, f, d, p))[1])
+    net.step(_sample(0), 1, 0.05)
+    assert ('upk', True) in seen and ('upek', True) not in seen, seen
+    monkeypatch.undo()
+    code, text = runner.run(str(tmp_path / 'fit'), python=True, stream=False)
+    assert code == 0 and 'saved' in text, text
+
+
+def test_selection_prices_a_choice_over_the_limit_as_prepare_writes_it(tmp_path):
+    """--select's int8 pricer (select.Q8Pricer.fits): a rank assignment over the limit
+    that fits once the SGD state prepare drops is gone (quant.state_where_it_fits: op 62
+    whole on an RP2040, 242 -> 222 KB) fits, at that plan; one that does not, not."""
+    from host_tools.prepare.select import Q8Pricer
+    path = build(str(tmp_path / 'm.tflite'))
+    s = dict(optimizer='sgd', batch=1, momentum=0.0, loss='scce', lr=0.05, epochs=1)
+    ranks = {0: BIAS, 1: BIAS, 2: 0, 4: 0}       # (0: all channels)
+    pr = Q8Pricer(path, s)
+    full = pr.price(ranks)['heap']
+    assert not pr.fits(dict(ranks), lambda h: full // 2)
+    assert pr.fits(ranks, lambda h: full - 64)
+    p = pr.price(ranks)
+    assert p['heap'] <= full - 64 and p['dropped']['wf']
+
+
+def test_weight_scratch_leaves_out_a_held_depthwise_layer(tmp_path):
+    """The weight scratch (q8.json 'wbuf') holds a frozen depthwise layer's weights (read
+    whole from flash), not one that trains or passes a gradient (its weights held in
+    RAM: MCUNet's 5x5x576 op 35, a 14 KB scratch beside them, 260 -> 248 KB); a net
+    with the smaller scratch trains as one with the larger, bit for bit."""
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    ranks = SCHEMES['bias-dw-pw-half']
+    dw = [i for i, d in enumerate(quant.meta(g, 'last:1', None, ranks)['layers'])
+          if d['k'] == quant.DW]
+    assert len(dw) == 1
+    nets = []
+    for name in ('big', 'small'):
+        m = quant.meta(g, 'last:1', None, ranks)
+        m.update(quant.plan(m['layers'], 0, wbuf=16))
+        wn = m['layers'][dw[0]]['wn']       # (the largest row of an FC's or conv's weights)
+        assert m['wbuf'] < wn and m['wbuf'] == max(d['wn'] // d['nb'] for d in m['layers']
+                                                   if d['k'] in (quant.FC, quant.CONV))
+        if name == 'big':   # (as before: the same chunks, the scratch the DW's size)
+            m['wbuf'] = wn
+        d = tmp_path / name
+        quant.write(g, str(d), 'last:1', m)
+        with open(d / 'q8.json') as f:
+            net = Q8Net(json.load(f), str(d / 'weights.wof'))
+        net.setup('sgd', 1)
+        for k in range(3):
+            net.step(_sample(k), k % NCLS, 0.05)
+        nets.append([bytes(L.w or b'') + bytes(L.b) for L in net.layers if L.train])
+    assert nets[0] == nets[1]
+    # a frozen depthwise layer (streamed) keeps it at its weights' size
+    m = quant.meta(g, 'last:1', None, None)
+    assert not m['layers'][dw[0]].get('train') and not m['layers'][dw[0]].get('back')
+    assert quant.plan(m['layers'], 0, wbuf=16)['wbuf'] >= m['layers'][dw[0]]['wn']
+
+
+def test_plan_over_the_limit_drops_the_bias_only_layers_scales_first(tmp_path):
+    """SGD at batch 1 over the plan's limit: the float weight scales of the layers whose
+    bias alone trains (no step reads them, the same integers: q8.json 'ns') go first,
+    all at once, before any weight fractions or velocities (quant.state_where_it_fits;
+    the net's side: test_momentum_bias_only_layers_drop_their_float_scales)."""
+    from host_tools.plan.memory import plan_heap_q8
+    g = read_model(build(str(tmp_path / 'm.tflite')))
+    m = quant.meta(g, 'last:1', None, SCHEMES['bias-dw-pw-half'])
+    assert not m.get('rr')
+    s = dict(optimizer='sgd', batch=1, momentum=0.0, loss='scce', lr=0.05, epochs=1)
+    h = plan_heap_q8(json.loads(json.dumps(quant.as_written(m)[0])), s, None)
+    logs, h0 = [], h['total']
+    m2, _, h2, dropped = quant.state_where_it_fits(g, s, None, lambda h: h0 - 8, m, None,
+                                                   h, 'm.tflite', logs.append)
+    bias = [i for i, d in enumerate(m['layers']) if d.get('tw') == [0, 0] and d.get('train')]
+    assert len(bias) == 2 and [i for i, d in enumerate(m2['layers']) if d.get('ns')] == bias
+    assert h2['total'] <= h0 - 8 and not any(dropped.values())
+    assert h2['parts']['weights held in RAM'] < h['parts']['weights held in RAM']
+    assert any(d.get('wf') for d in m2['layers'])
+    assert len(logs) == 1 and 'float weight scales' in logs[0] and 'fractions' not in logs[0]
 
 
 def test_last_n_over_the_budget_is_refused_naming_what_fits(tmp_path):

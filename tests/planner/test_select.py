@@ -1106,3 +1106,29 @@ def test_of_two_it_cannot_tell_apart_auto_trains_the_one_that_trains_more(tmp_pa
     s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
                 budget='300K', log=lambda *a: None, **SETTINGS)
     assert {int(i): r for i, r in s['select']['ranks'].items()} == {7: 'all', cls: 'all'}
+
+
+def test_select_without_a_board_names_the_boards_its_choice_exceeds(tmp_path, data):
+    """--select without --board (issue 29: a 254 KB choice made with --budget 256K, over
+    an RP2040's 236 KB, said nowhere): prepare's summary and log name the board profiles
+    whose heap the chosen configuration's plan exceeds (esp32's 100 KB here, not
+    rp2040's 236); given --board esp32 it chooses within that board's heap and names
+    none."""
+    from host_tools.prepare.pipeline import heap_limit
+    said = []
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='board',
+                budget='300K', log=said.append, **SETTINGS)
+    by = s['heap']['by_target']
+    assert by['esp32'] > 100 * 1024 and by['rp2040'] < 236 * 1024
+    assert s['select']['over_boards'] == ['esp32']
+    assert s['heap']['over_boards']['esp32'] == [by['esp32'], 100 * 1024]
+    line = [t for t in said if 'exceeds the heap of' in t]
+    assert len(line) == 1 and 'esp32 (%d KB against 100 KB)' % (by['esp32'] // 1024) in line[0]
+    assert 'rp2040' not in line[0] and '--board' in line[0]
+    said = []
+    e = prepare(CNN, str(tmp_path / 'e'), data=data, test_split=0.2, select='board',
+                board='esp32', log=said.append, **SETTINGS)
+    from host_tools.target.runner import boards
+    assert e['heap']['total'] <= heap_limit(boards()['esp32'], None, e['heap'])
+    assert 'over_boards' not in e['select']
+    assert not [t for t in said if 'exceeds the heap of' in t]

@@ -23,6 +23,9 @@ if getattr(K, 'ASM', False):
     IMPLS[1][1].update(S.V)
 IMPLS[0][1]['stk'] = K.stk
 IMPLS[0][1]['vmk'] = M.vmk
+for _n in ('vma', 'vqb', 'sb'):     # (viper alone, every implementation's)
+    for _i in IMPLS:
+        _i[1][_n] = getattr(M, _n)
 if M.V:
     IMPLS[1][1].update(M.V)
 IMPLS[0][1]['smb'] = S.smb
@@ -384,6 +387,27 @@ def run(r, name, k):
         p = array('i', [mu, seed])
         k['vmk'](memoryview(v)[2:], d, n, p)
         out.append(('vm%d' % i, v, d, p))
+    # q8mom.vma / vqb / sb (momentum's int8 velocities, 'v8'): d = clamp(mu v 2^e + d)
+    # (+-32767, mu v stochastically rounded), the largest |d| in p[3]; v = d / 2^e rounded
+    # stochastically, held within +-127; v times 2^-k at a stride (k > 0 rounded, k < 0
+    # exactly, held): random, the clamps, e 0 and 8, zeros, none, a view past the start
+    for i, (n, mu, seed, e, big) in enumerate(((50, 29491, 12345, 3, 1 << 12),
+                                               (9, 32768, 7, 8, 1 << 16), (6, 0, 99, 0, 1 << 8),
+                                               (1, 16384, 1, 5, 3), (0, 29491, 5, 2, 1),
+                                               (40, 31130, 1 << 29, 7, 1 << 30))):
+        v = r.bytes(n + 2)
+        d = r.ints(n + 1, big)
+        for q, (a, b) in enumerate(((127, 100), (129, -100), (0, 5), (255, 0), (1, 40000),
+                                    (128, -40000))[:n]):
+            v[q + 1], d[q] = a, b
+        p = array('i', [mu, seed, e, 0])
+        k['vma'](memoryview(v)[1:], d, n, p)
+        out.append(('va%d' % i, v, d, p))
+        k['vqb'](memoryview(v)[1:], d, n, p)
+        out.append(('vq%d' % i, v, d, p))
+        for j, (st, sh) in enumerate(((1, 1), (3, 2), (2, -1), (1, -3))):
+            k['sb'](memoryview(v)[1:], n // st, st, sh)
+            out.append(('sb%d.%d' % (i, j), v))
     # q8kern.ack: a[i] += t, negative, zero, none, a view
     for i, (n, t) in enumerate(((13, 3), (5, -7), (4, 0), (0, 9))):
         a = r.ints(n + 2)
