@@ -1369,3 +1369,68 @@ def test_copy_ops_and_activations_are_planned_as_they_allocate(tmp_path):
                 bad.append(f'{name} {what}: allocates {dev} B, planned {plan} B')
     assert not bad, '\n'.join(bad)
 
+
+
+_FREES = r'''
+import gc
+from utrain import flat
+class Net:
+    outputs = ()
+n = 360         # (an unrolled GRU's ops: each frees its input, every other one saved)
+kinds = bytearray(n)
+sflags = bytearray([flat.SAVE, 0] * (n // 2))
+last = list(range(1, n + 1))
+last[-1] = flat.NO_USE
+net = Net()
+def frees(room):        # (does the call succeed with room bytes of the heap free?)
+    gc.collect()
+    b, m = [], 1 << 16          # (a ballast in pieces: the free heap is not one run)
+    while m >= 16:
+        while gc.mem_free() - m - 32 > room:
+            try:
+                b.append(bytearray(m))
+            except MemoryError:
+                break
+        m //= 2
+    try:
+        flat._frees(net, kinds, sflags, last, n, n)
+        return True
+    except MemoryError:
+        return False
+    finally:
+        b = net.free_infer = net.free_train = None
+        gc.collect()
+gc.collect()
+base = gc.mem_alloc()
+flat._frees(net, kinds, sflags, last, n, n)
+gc.collect()
+kept = gc.mem_alloc() - base
+net.free_infer = net.free_train = None
+lo, hi = 0, 8 * kept
+while hi - lo > 64:
+    mid = (lo + hi) // 2
+    if frees(mid):
+        hi = mid
+    else:
+        lo = mid
+print(kept, hi)
+'''
+
+
+@needs_mp
+def test_the_load_frees_lists_need_little_more_than_they_keep(tmp_path):
+    """utrain.flat._frees (the per-op tuples of what dies there) needs no more free heap
+    while it runs than about what it keeps: it held a dict of lists an op (two) while it
+    made them, the load's largest transient, which stood over a ranked unrolled GRU's
+    whole plan (the held-out hq_gru2 --ranks on 32-bit ulab failed loading its model
+    in 121 KB, planned 117 KB; 116 KB now).  The free heap it needs bisected (64 B) under
+    a ballast (in pieces) that leaves that much: 64-bit unix, 360 ops, 17 KB kept, 49 KB
+    needed now (the lists made whole, beside garbage tuples), 95 KB with the dicts."""
+    script = tmp_path / 'frees.py'
+    script.write_text(_FREES)
+    r = subprocess.run([MP, '-X', 'heapsize=512K', str(script)], capture_output=True, text=True,
+                       env=dict(os.environ, MICROPYPATH=runner.MICRO, UTRAIN_NP='fallback'),
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    kept, need = (int(v) for v in r.stdout.split())
+    assert need <= 4 * kept, (kept, need)
