@@ -196,9 +196,6 @@ def _none(op, flags=0):
 SPECS = {s.name: s for s in [
     OpSpec('FULLY_CONNECTED', {1: 'weight', 2: 'bias'}, _fc_options, _fc_saves,
            fwd=(2, 0), bwd=(2, 2), wgrad='rows'),
-    OpSpec('RELU', {}, _none, _out),
-    OpSpec('RELU_N1_TO_1', {}, _none, _out),
-    OpSpec('RELU6', {}, _none, _out),
     OpSpec('LOGISTIC', {}, _none, _out),
     OpSpec('TANH', {}, _none, _out),
     # (backward: dy * y, dy - its row sums, * y, * beta: 4 output-sized arrays, measured
@@ -720,6 +717,60 @@ def _copy_fwd(op, g, arrays):
     return 0, 0, max(int(p[k + opc.C_N1] * p[k + opc.C_N2]) for k in range(0, len(p), opc.C_PART))
 
 
+def _act_fwd(op, g, arrays):
+    """utrain.op_act's standalone RELU, RELU6 and RELU_N1_TO_1 forward (act): up to
+    op_act._WHOLE values np.maximum's output (RELU) or np.clip's two arrays; beyond it a
+    copy of the input (the output) clipped in place a chunk of rows at a time
+    (_act_temps' pieces).  (The default (2, 1) planned a 16x16x8 RELU after a PReLU
+    rewrite as four arrays: the held-out PReLU CNN's ranked cells 1.22x on 32-bit.)"""
+    *lead, cols = _shape4(g, op.outputs[0], op)
+    k = 1 if op.name == 'RELU' else 2
+    m = module('op_act')
+    if lead[0] * lead[1] * lead[2] * cols > m._WHOLE:
+        return 0, 0, (k + (arrays == 'ulab')) * max(1, m._CHUNK // cols) * cols
+    return k - 1, 0, 0
+
+
+def _act_bwd(op, g, arrays):
+    """op_act.act_grad of RELU (a byte mask and where's result, the input's gradient),
+    RELU6 and RELU_N1_TO_1 (two masks, two where()s)."""
+    n = int(np.prod(g.tensors[op.inputs[0]].shape))
+    k = 1 if op.name == 'RELU' else 2
+    return 0, k, k * _bytes_mask(n, arrays), ()
+
+
+def _copy_bwd(op, g, arrays):
+    """utrain.op_shape's backward: each input's gradient a zeroed input-sized array the
+    blocks of dy are copied into (the first input's here, the others' the planner counts
+    as data inputs' gradients) and, under ulab, one block's copy at a time (_copy_fwd's);
+    nothing output-sized (the default figures planned two output- and two input-sized
+    arrays: a PAD of 12x12x8 was 21 KB on 32-bit, where it holds its 4.7 KB dx)."""
+    return 0, 1, _copy_fwd(op, g, arrays)[2], ()
+
+
+def _bytes_mask(n, arrays):
+    """Floats' worth of a comparison's byte mask of n values: ulab's uint8 array, the
+    fallback's array('B') made from a bytearray of its size (npfallback._new: both
+    allocated)."""
+    return (n // 4) * (2 if arrays != 'ulab' else 1)
+
+
+def _elu_fwd(op, g, arrays):
+    """utrain.op_act's ELU forward, where(x > 0, x, exp(minimum(x, 0)) - 1): the mask,
+    minimum's, exp's and - 1's arrays and the output (the default (3, 1) planned an
+    input-sized array more than the mask: the held-out Conv1D + ELU net's forward peak,
+    1.17x its smallest 32-bit heap)."""
+    return 3, 0, _bytes_mask(int(np.prod(g.tensors[op.outputs[0]].shape)), arrays)
+
+
+def _elu_bwd(op, g, arrays):
+    """utrain.op_act's ELU backward, where(y > 0, dy, dy * (y + 1)): the mask, y + 1,
+    its product with dy and the where's result, the input's gradient (the default 2 + 2
+    arrays)."""
+    n = int(np.prod(g.tensors[op.inputs[0]].shape))
+    return 0, 3, _bytes_mask(n, arrays), ()
+
+
 def _add_bwd(op, g, arrays):
     """utrain.op_elem's ADD / SUB backward without broadcast blocks: dz (the fused
     activation's gradient, _act_grad_temps; dy itself without one) is each operand's
@@ -757,10 +808,14 @@ SPECS.update({s.name: s for s in [
            bwd_of=_add_bwd),
     OpSpec('MUL', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
     OpSpec('DIV', _elem_roles, _elem_options, _elem_saves, data_inputs=_ELEM, fwd_of=_elem_fwd),
-    OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
-    OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
-    OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,), fwd_of=_copy_fwd),
-    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None, fwd_of=_copy_fwd),
+    OpSpec('PAD', {}, _pad_options, _none, device_inputs=(0,), fwd_of=_copy_fwd,
+           bwd_of=_copy_bwd),
+    OpSpec('TRANSPOSE', {}, _transpose_options, _none, device_inputs=(0,), fwd_of=_copy_fwd,
+           bwd_of=_copy_bwd),
+    OpSpec('STRIDED_SLICE', {}, _slice_options, _none, device_inputs=(0,), fwd_of=_copy_fwd,
+           bwd_of=_copy_bwd),
+    OpSpec('CONCATENATION', {}, _concat_options, _none, data_inputs=None, fwd_of=_copy_fwd,
+           bwd_of=_copy_bwd),
     # (a view both ways, as RESHAPE: the forward hands x on reshaped, the backward dy;
     # planned with the default temporaries, a Keras Conv1D's EXPAND_DIMS stood over its
     # convs' forward and backward: the held-out Conv1D net 1.2x on 32-bit)
@@ -782,8 +837,13 @@ SPECS.update({s.name: s for s in [
            bwd_of=_hswish_bwd),
     OpSpec('LEAKY_RELU', {}, lambda op, g=None: _slots({opc.ALPHA: op.options.get('alpha', 0.0)}),
            _in),
-    # (forward: a byte mask, minimum, exp, - 1 and the where(): 4.25 arrays, the default 4)
-    OpSpec('ELU', {}, _none, _out, fwd=(3, 1)),
+    # (forward: a byte mask, minimum, exp, - 1 and the where(): 4.25 arrays, the default 4;
+    # fwd stays the row bands' figure)
+    OpSpec('ELU', {}, _none, _out, fwd=(3, 1), fwd_of=_elu_fwd, bwd_of=_elu_bwd),
+    # (the standalone clipping activations as op_act makes them)
+    OpSpec('RELU', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd),
+    OpSpec('RELU_N1_TO_1', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd),
+    OpSpec('RELU6', {}, _none, _out, fwd_of=_act_fwd, bwd_of=_act_bwd),
 ]})
 
 

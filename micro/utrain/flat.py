@@ -217,18 +217,20 @@ def _frees(net, kinds, sflags, last, nt, nops):
     # Per op a tuple (most ops free nothing: the shared empty tuple; training shares
     # inference's tuple where it frees the same): a list per op and mode cost 21 KB on a
     # 32-bit board for an unrolled LSTM's 265 ops (each empty list holds 4 item slots)
+    # (grown a tuple at a time in place: a dict of lists an op, the load's largest
+    # transient, stood over the run's whole plan for an unrolled GRU's 356 ops)
     keep = set(net.outputs)
-    fi, ft = {}, {}
+    fi, ft = [()] * nops, [()] * nops
     for k in range(nt):
-        if kinds[k] == ACT and last[k] != NO_USE and k not in keep and last[k] < nops:
-            fi.setdefault(last[k], []).append(k)
+        i = last[k]
+        if kinds[k] == ACT and i != NO_USE and k not in keep and i < nops:
+            fi[i] += (k,)
             if not sflags[k] & SAVE:
-                ft.setdefault(last[k], []).append(k)
-    net.free_infer, net.free_train = [()] * nops, [()] * nops
-    for i in fi:
-        a, b = tuple(fi[i]), ft.get(i, ())
-        net.free_infer[i] = a
-        net.free_train[i] = a if len(b) == len(a) else tuple(b)
+                ft[i] += (k,)
+    for i in range(nops):
+        if len(ft[i]) == len(fi[i]):
+            ft[i] = fi[i]
+    net.free_infer, net.free_train = fi, ft
 
 
 def _arrays(net, f, name, shape, offs):

@@ -36,7 +36,9 @@ def upd(net, L, lr, scale, qmul):
     else:
         if n:   # w_q -= lr * scale * ga 2^-gk weight steps (unit), as 1/256 steps for upk
             m, s = L.um[0], L.us[0] = qmul(lr * scale * 256.0 * 2.0 ** -L.gk[0])
-            L.uk = None     # (_mults' kept multipliers: um[0] is not theirs now)
+            if L.uk is not None:    # (_mults' kept multipliers: um[0] is not theirs now;
+                L.uk = None         # written only then: a new instance attribute grows
+                #                     the layer's dict mid-run, a hole where it was)
             if s > 0:       # (a sum unit past 1/256 step: ga << s within 32 bits, a
                 c = 2147483647 >> s     # step of 2^23 weight steps is past any weight)
                 for i in range(n):
@@ -81,7 +83,8 @@ def unit(L, gw, n, c0, nc, blk, f, qmul, mults=None):
     if not gk[1]:
         gk[0], gk[1] = e, 1
     elif e < gk[0]:         # a larger gradient: the sums so far at the coarser unit
-        L.uk = None         # (um: not _mults' kept multipliers now)
+        if L.uk is not None:    # (um: not _mults' kept multipliers now)
+            L.uk = None
         mul[0], shf[0] = qmul(2.0 ** (e - gk[0]))
         K.rqk(L.ga, len(L.ga), 1, len(L.ga), mul, shf, L.ga, 0, 0, 0, 1)
         gk[0] = e
@@ -91,7 +94,8 @@ def unit(L, gw, n, c0, nc, blk, f, qmul, mults=None):
             return mults(L, gw, n, c0, nc, blk, f, 1.0)
         f /= sw[0]
     m, s = qmul(f)
-    L.uk = None
+    if L.uk is not None:
+        L.uk = None
     lo, hi = L.wlo, L.whi
     if lo <= c0 and c0 + nc <= hi:
         mul[0], shf[0] = m, s
