@@ -990,3 +990,73 @@ def test_int8_pack_trains_as_int8(tmp_path):
         s = prepare(path, os.fspath(tmp_path / f'run{k + 2}'), data=os.fspath(tmp_path / 'd.npz'),
                     train=train, log=lambda *a: None)
         assert s.get('int8') and not s.get('dequantized_because'), s
+
+
+def build_tensordot_dense(path, seed=0):
+    """A Dense on a 3-D input as TF 2.21's converter writes it (issue 28's held-out
+    attention): x [1, 8, 3] -> RESHAPE [8, 3] -> FULLY_CONNECTED of per-channel int8
+    weights, no bias -> RESHAPE [1, 8, 8] -> ADD of the bias as an int8 tensor [8] at its
+    own scale and zero point (the output's scale a little off the FC's, as the converter
+    leaves it) -> MEAN over the steps -> FC -> logits [3]; the ADD's output is a graph
+    output too."""
+    from host_tools.formats.circle_build import CircleBuilder
+    r = np.random.default_rng(seed)
+    w = r.standard_normal((8, 3)) * 0.6
+    sw = np.abs(w).max(axis=1) / 127
+    wq = np.round(w / sw[:, None]).astype(np.int8)
+    bias = r.standard_normal(8) * 0.004
+    sb = (bias.max() - bias.min()) / 255
+    zb = int(np.clip(round(-128 - bias.min() / sb), -128, 127))
+    bq = np.clip(np.round(bias / sb) + zb, -128, 127).astype(np.int8)
+    w2 = np.round(r.standard_normal((3, 8)) * 40).astype(np.int8)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 8, 3], dtype='int8', quant={'scale': [0.0295], 'zero_point': [-22]})
+    x2 = b.tensor('x2', [8, 3], dtype='int8', quant={'scale': [0.0295], 'zero_point': [-22]})
+    q = {'scale': [0.0341], 'zero_point': [-24]}
+    f = b.tensor('f', [8, 8], dtype='int8', quant=q)
+    f3 = b.tensor('f3', [1, 8, 8], dtype='int8', quant=q)
+    a = b.tensor('a', [1, 8, 8], dtype='int8', quant={'scale': [0.03409], 'zero_point': [-23]})
+    g = b.tensor('g', [1, 8], dtype='int8', quant={'scale': [0.0177], 'zero_point': [3]})
+    y = b.tensor('y', [1, 3], dtype='int8', quant={'scale': [0.11], 'zero_point': [0]})
+    b.op('RESHAPE', [x, b.tensor('s2', [2], data=np.array([8, 3], np.int32))], [x2])
+    b.op('FULLY_CONNECTED', [x2, b.tensor('w', [8, 3], data=wq, quant={
+        'scale': [float(s) for s in sw], 'zero_point': [0] * 8, 'quantized_dimension': 0}), -1], [f])
+    b.op('RESHAPE', [f, b.tensor('s3', [3], data=np.array([1, 8, 8], np.int32))], [f3])
+    b.op('ADD', [f3, b.tensor('bias', [8], data=bq, quant={'scale': [sb], 'zero_point': [zb]})], [a])
+    b.op('MEAN', [a, b.tensor('ax', [1], data=np.array([1], np.int32))], [g], keep_dims=False)
+    b.op('FULLY_CONNECTED', [g, b.tensor('w2', [3, 8], data=w2, quant={'scale': [0.004], 'zero_point': [0]}), -1], [y])
+    b.inputs(x)
+    b.outputs(y, a)
+    return b.save(str(path))
+
+
+def test_tensordot_dense_bias_add_bit_exact_with_tflite_micro(tmp_path):
+    """A Dense on a 3-D input (FC of [8, 3] per-channel, then the int8 bias ADD as its own
+    op, issue 28): the FC a layer of its own, the ADD a BIN layer requantizing the sum to
+    its own scale (not folded into the FC's int32 bias: the FC's output is rounded to int8
+    first), every value of the ADD's output and the logits TFLite Micro's.  (TFLite's
+    interpreter, TF 2.21, rounds FULLY_CONNECTED's requantization once, TFLite Micro
+    twice: the int8 FC output differs by one in about a fifth of the held-out model's
+    samples; the board runs TFLite Micro's.)"""
+    from tflite_micro.python.tflite_micro import runtime
+    path = build_tensordot_dense(tmp_path / 'td.tflite')
+    quant.write(quant.rewritten(read_model(path)), str(tmp_path), 'all')
+    with open(tmp_path / 'q8.json') as f:
+        m = json.load(f)
+    L = m['layers']
+    add = [d for d in L if d['k'] == quant.BIN]
+    assert len(add) == 1 and add[0]['bo'] == 0 and add[0]['in'][0] == L[0]['out']
+    net = Q8Net(m, str(tmp_path / 'weights.wof'))
+    it = runtime.Interpreter.from_file(path)
+    r = np.random.default_rng(7)
+    seen = set()
+    for _ in range(60):
+        xq = r.integers(-128, 128, (1, 8, 3)).astype(np.int8)
+        y = np.frombuffer(bytes(net.forward(bytearray(xq.tobytes()))), np.int8)
+        a = np.frombuffer(bytes(net.t[add[0]['out']]), np.int8)[:64]
+        it.set_input(xq, 0)
+        it.invoke()
+        assert np.array_equal(a, it.get_output(1).ravel())
+        assert np.array_equal(y, it.get_output(0).ravel())
+        seen.add(a.tobytes())
+    assert len(seen) == 60
