@@ -33,14 +33,17 @@ SCHEMES = {'bias-dw-pw-half': {0: BIAS, 1: BIAS, 2: HALF},
            'dw-quarter-pw-bias': {0: BIAS, 1: QUARTER, 2: BIAS}}
 
 
-def build(path, seed=0, fc_tensor=False):
+def build(path, seed=0, fc_tensor=False, dims=(H0, C0, C1, C2), ds=1):
     """The model, int8 with per-channel weight scales (fc_tensor: the FC's one per
-    tensor, as TFLite's converter writes it), as a TFLite file."""
+    tensor, as TFLite's converter writes it), as a TFLite file (dims: input side, input,
+    conv and pointwise channels; ds: the depthwise conv's stride)."""
+    H0, C0, C1, C2 = dims
+    H1 = (H0 + ds - 1) // ds
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=b'TFL3')
     q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa
 
-    def layer(kind, x, sx, O, I, y, sy, k=3, act='NONE'):
+    def layer(kind, x, sx, O, I, y, sy, k=3, act='NONE', st=1):
         fan = I if kind == 'fc' else k * k * (1 if kind == 'dw' else I)
         sw = rng.uniform(0.7, 1.3, O) * 30 * sy / (fan ** 0.5 * 40 * sx * 73)
         if kind == 'fc' and fc_tensor:
@@ -58,16 +61,16 @@ def build(path, seed=0, fc_tensor=False):
             b.op('CONV_2D', [x, w, bt], [y], padding='SAME', stride_w=1, stride_h=1,
                  fused_activation_function=act)
         else:
-            b.op('DEPTHWISE_CONV_2D', [x, w, bt], [y], padding='SAME', stride_w=1,
-                 stride_h=1, depth_multiplier=1, fused_activation_function=act)
+            b.op('DEPTHWISE_CONV_2D', [x, w, bt], [y], padding='SAME', stride_w=st,
+                 stride_h=st, depth_multiplier=1, fused_activation_function=act)
 
     sx, s1, s2, s3, s4, s5 = 0.02, 0.03, 0.04, 0.05, 0.05, 0.08
     x = b.tensor('x', [1, H0, H0, C0], dtype='int8', quant=q(sx, 3))
     c1 = b.tensor('c1', [1, H0, H0, C1], dtype='int8', quant=q(s1, -128))
     layer('conv', x, sx, C1, C0, c1, s1, 3, 'RELU')
-    d1 = b.tensor('d1', [1, H0, H0, C1], dtype='int8', quant=q(s2, -128))
-    layer('dw', c1, s1, C1, C1, d1, s2, 3, 'RELU6')
-    c2 = b.tensor('c2', [1, H0, H0, C2], dtype='int8', quant=q(s3, -128))
+    d1 = b.tensor('d1', [1, H1, H1, C1], dtype='int8', quant=q(s2, -128))
+    layer('dw', c1, s1, C1, C1, d1, s2, 3, 'RELU6', ds)
+    c2 = b.tensor('c2', [1, H1, H1, C2], dtype='int8', quant=q(s3, -128))
     layer('conv', d1, s2, C2, C1, c2, s3, 1, 'RELU')
     m = b.tensor('m', [1, C2], dtype='int8', quant=q(s4, -128))
     b.op('MEAN', [c2, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m],
@@ -853,6 +856,92 @@ def test_board_bytes_equal_host_streamed(tmp_path, monkeypatch):
     """The same, streamed, on the board and the host."""
     _small_scratch(monkeypatch)
     test_board_bytes_equal_host(tmp_path, 'dw-quarter-pw-bias', {})
+
+
+# train.py's run with the streamed layer's chunk sizes printed (Q8Net.wide's calls: in
+# Layer.conv, the channels a forward chunk takes at per bytes a channel; in q8sparse.dxch,
+# the input gradient's, a third call made only where dx is summed in the weight scratch)
+_WIDE = """import gc
+gc.threshold(2048)
+from utrain import q8, q8sparse as S
+_conv, _wide, _dxch = q8.Layer.conv, q8.Q8Net.wide, S.dxch
+at = []
+def conv(self, x, gm, y):
+    at.append(self.w is None)
+    _conv(self, x, gm, y)
+    if at[0]:
+        print('CONV', ' '.join([str(v) for v in at[1:]]))
+    at.clear()
+def wide(self, a, per, cap, nc):
+    r = _wide(self, a, per, cap, nc)
+    if at and at[0]:
+        at.append((per, nc, r))
+    return r
+def dxch(*a):
+    at.append(True)
+    _dxch(*a)
+    print('DXCH', ' '.join([str(v) for v in at[1:]]))
+    at.clear()
+q8.Layer.conv, q8.Q8Net.wide, S.dxch = conv, wide, dxch
+from utrain.run import start
+start()
+"""
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_board_wide_chunks_in_the_weight_scratch_equal_host(tmp_path, monkeypatch):
+    """The viper (and assembler) kernels' two chunk layouts of a streamed pointwise conv
+    fed a MEAN's row (MobileNetV2's 1x1 head): in its forward pass a chunk's biases,
+    multipliers and shifts in the idle weight scratch, the weights alone in the idle
+    input-gradient buffer; in its input gradient, the gradient summed in the weight
+    scratch, the whole gradient buffer taking weights. Rows of 32 weights (more than the
+    12 bytes a channel of biases, multipliers and shifts) and an input gradient of 2x2x32
+    (within a 1536-byte scratch; the conv's 2 KB of weights are not): both layouts taken
+    on the board (unix MicroPython), the same trained.wof as on the host (CPython, where
+    neither exists)."""
+    d = list(quant.plan.__defaults__)
+    d[1], d[2] = 1536, 384      # (weight scratch, sums: 96 channels of 2x2 sums)
+    monkeypatch.setattr(quant.plan, '__defaults__', tuple(d))
+    model = build(str(tmp_path / 'm.tflite'), dims=(4, 3, 32, 64), ds=2)
+    r = np.random.default_rng(0)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=r.uniform(-1, 1, (6, 4, 4, 3)).astype(np.float32),
+             y=r.integers(0, NCLS, 6))
+    outs = []
+    for py in (False, True):
+        out = str(tmp_path / ('py' if py else 'mp'))
+        # (a budget: the conv's output in the arena, not the gradient buffer, 'yg')
+        prepare(model, out, data=data, loss='scce', lr=0.05, epochs=1, train='last:1',
+                ranks=SCHEMES['dw-quarter-pw-bias'], budget='4M', log=lambda *a: None)
+        with open(os.path.join(out, 'q8.json')) as f:
+            pw = json.load(f)['layers'][2]
+        assert pw.get('sd') and pw['nc'] == 48 and not pw.get('yg'), pw
+        if py:
+            code, log = runner.run(out, python=True, stream=False)
+            assert code == 0, log
+        else:
+            import subprocess
+            with open(os.path.join(out, 'wide.py'), 'w') as f:
+                f.write(_WIDE)
+            argv, env = runner.command(out)
+            argv[-1] = 'wide.py'
+            p = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True,
+                               stdin=subprocess.PIPE, timeout=300)
+            text = p.stdout
+            assert p.returncode == 0 and 'utrain: end: ok' in text, text + p.stderr
+        with open(os.path.join(out, 'trained.wof'), 'rb') as fh:
+            outs.append(fh.read())
+    assert outs[0] == outs[1]
+    lines = text.splitlines()
+    # forward: 63 channels a chunk at the 32 weight bytes alone (46 at 32 + 12: no more
+    # than the scratch's 48, so the scratch's chunks)
+    conv = [ln for ln in lines if ln.startswith('CONV ')]
+    assert conv and all(ln == 'CONV (32, 48, 63)' for ln in conv), lines
+    assert len(conv) == 6, lines      # (one forward pass a sample)
+    # input gradient: none past dx in the gradient buffer (47 <= 48), 63 with all of it
+    dx = [ln for ln in lines if ln.startswith('DXCH ')]
+    assert len(dx) == 6 and all(ln == 'DXCH (32, 48, 0) (32, 48, 63) (32, 48, 63)'
+                                for ln in dx), dx
 
 
 def build_res(path, seed=0):
