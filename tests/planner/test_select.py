@@ -1132,3 +1132,25 @@ def test_select_without_a_board_names_the_boards_its_choice_exceeds(tmp_path, da
     assert e['heap']['total'] <= heap_limit(boards()['esp32'], None, e['heap'])
     assert 'over_boards' not in e['select']
     assert not [t for t in said if 'exceeds the heap of' in t]
+
+
+def test_transfer_heldout_recordings_keep_their_split(tmp_path, monkeypatch):
+    """bench/transfer.py's held-out recording task (ipd: UCR ItalyPowerDemand for the
+    torch.onnx conv + GRU net, issue 28): the set's own training days are what prepare's
+    split (split_seed 0) trains on, its test days what it holds out, labels with their
+    series, in the ONNX model's [n, C, L] layout (no unit H axis)."""
+    from bench import transfer as T
+    from host_tools.files.dataset import split
+    n, n_tr = 30, 8
+    x = np.arange(n, dtype=np.float32)[:, None, None].repeat(4, 2)     # series j: all j
+    np.savez(tmp_path / 'ipd.npz', x=x, y=np.arange(n) % 3, tr=np.arange(n) < n_tr)
+    monkeypatch.setattr(T, 'HELDOUT_DIR', [str(tmp_path)])
+    monkeypatch.setattr(T, 'TMP', str(tmp_path))
+    path, frac = T.ipd_task_data('italypower', 0)
+    z = np.load(path)
+    assert z['x'].shape == (n, 1, 4)
+    ids = z['x'][:, 0, 0].astype(int)
+    assert (z['y'] == ids % 3).all()
+    tr_pos, te_pos = split(n, frac, 0)
+    assert sorted(ids[tr_pos]) == list(range(n_tr))
+    assert sorted(ids[te_pos]) == list(range(n_tr, n))
