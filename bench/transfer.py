@@ -26,6 +26,16 @@ Made outside the project (not in the default --models; --heldout DIR holds the f
   sensor1d  a Keras 3 1-D sensor net (SAME/VALID 1xk convs, a residual ADD, global avg +
             max pooled and concatenated, an FC without bias, softmax) and its 400 samples
             (sensor1d.tflite, sensor1d.npz); tasks new-classes and noisy (sensor1d_task_data)
+  kdig      a Keras 3 digits CNN (conv-BN, separable conv-BN, a stride-2 conv, separable
+            conv, global average, dropout, FC 10; float .tflite, NHWC), pre-trained on
+            600 of the digits 0-4 (kdig.tflite); tasks new-classes and noisy as the
+            digit tasks' (kdig_task_data)
+  ipd       a conv + GRU net by torch.onnx (Conv1d-BN-ReLU-pool twice, GRU(24, 32) over
+            the 12 steps left, its last state -> FC 10; ipd.onnx), pre-trained on UCR
+            ACSF1 (appliance power signatures, 10 classes); task italypower: UCR
+            ItalyPowerDemand (ipd.npz: its 1096 days' 24 hourly loads resampled to 48
+            steps, z-normalised, and its split), labels 0-1 of the 10-way head; trains on
+            its 67 training days, tests on its 1029 test days (ipd_task_data)
 Digit tasks (tico-cnn, mbnet, dwres; all ten digits: the classes 6-9 are new to every model):
   new-classes  the digits as they are;  rotated  each image turned 90 degrees;
   noisy        Gaussian noise (sigma 0.15; pixels are 0..1), clipped;
@@ -238,10 +248,11 @@ def basic_motions_data():
     return recorded_data('imu-basic-motions', *imu_data.basic_motions())
 
 
-def recorded_data(name, x, y, tr):
+def recorded_data(name, x, y, tr, unit_h=True):
     """(npz path, test split) of a real recording set whose own split (tr: its training
     recordings) is kept: its training samples where prepare's split (split_seed 0) takes
-    the training samples, its test samples where it takes the held-out ones."""
+    the training samples, its test samples where it takes the held-out ones.  x [n, C, L]
+    is saved as [n, C, 1, L] (the Conv2d 1xk nets' input), as it is without unit_h."""
     from host_tools.files.dataset import split
     rng = np.random.default_rng(5)
     a, b = rng.permutation(np.flatnonzero(tr)), rng.permutation(np.flatnonzero(~tr))
@@ -250,7 +261,8 @@ def recorded_data(name, x, y, tr):
     order = np.empty(len(x), np.int64)
     order[tr_pos], order[te_pos] = a, b
     path = os.path.join(TMP, name + '.npz')
-    savez(path, x=np.ascontiguousarray(x[order][:, :, None, :]), y=y[order])
+    x = x[order][:, :, None, :] if unit_h else x[order]
+    savez(path, x=np.ascontiguousarray(x), y=y[order])
     return path, frac
 
 
@@ -414,7 +426,8 @@ def imu_flat_task_data(name, n):
 # read from --heldout DIR (default $UTRAIN_HELDOUT): name: (file, its samples .npz, the
 # prepare settings it differs in).  Not in the default --models (the files are not in the
 # repository).
-HELDOUT = {'sensor1d': ('sensor1d.tflite', 'sensor1d.npz', dict(from_logits=False))}
+HELDOUT = {'sensor1d': ('sensor1d.tflite', 'sensor1d.npz', dict(from_logits=False)),
+           'kdig': ('kdig.tflite', None, {}), 'ipd': ('ipd.onnx', 'ipd.npz', {})}
 HELDOUT_DIR = [os.environ.get('UTRAIN_HELDOUT', '')]
 
 
@@ -423,7 +436,8 @@ def heldout_file(name, which):
     path = os.path.join(HELDOUT_DIR[0], HELDOUT[name][which])
     if not os.path.exists(path):
         raise SystemExit(f'bench/transfer.py: {path}: no such file; give --heldout DIR (or set '
-                         f'$UTRAIN_HELDOUT), the folder with {" and ".join(HELDOUT[name][:2])}')
+                         f'$UTRAIN_HELDOUT), the folder with '
+                         f'{" and ".join(f for f in HELDOUT[name][:2] if f)}')
     return path
 
 
@@ -448,6 +462,24 @@ def sensor1d_task_data(name, n):
     return path, 0.5
 
 
+def kdig_task_data(name, n):
+    """task_data's digits as the Keras net's NHWC [8, 8, 1]."""
+    path, split = task_data(name, n)
+    z = np.load(path)
+    nhwc = path[:-4] + '-nhwc.npz'
+    savez(nhwc, x=z['x'].reshape(len(z['x']), 8, 8, 1), y=z['y'])
+    return nhwc, split
+
+
+def ipd_task_data(name, n):
+    """(npz path, test split) of the held-out conv + GRU net's task: ItalyPowerDemand
+    (ipd.npz: x [n, 1, 48] as the ONNX model reads it, y, tr its training days), its own
+    split kept (recorded_data); n is not used."""
+    z = np.load(heldout_file('ipd', 1))
+    return recorded_data('ipd-' + name, z['x'].astype(np.float32), z['y'], z['tr'],
+                         unit_h=False)
+
+
 DIGIT_TASKS = ('new-classes', 'rotated', 'noisy', 'placement')
 # name: (circle maker, task data maker, its tasks)
 MODELS = {
@@ -465,6 +497,8 @@ MODELS = {
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),
+    'kdig': (lambda: heldout_file('kdig', 0), kdig_task_data, ('new-classes', 'noisy')),
+    'ipd': (lambda: heldout_file('ipd', 0), ipd_task_data, ('italypower',)),
 }
 TUNED = ('tico-cnn', 'mbnet', 'imu')
 

@@ -407,7 +407,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     if sel:
         summary['select'] = {k: v for k, v in sel.items() if k in (
             'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
-            'weight_gain', 'trials', 'short_list', 'failed')}
+            'weight_gain', 'trials', 'short_list', 'failed', 'uncertain')}
         summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
         if 'select' in sel:     # the board's log names ops by their place in model.flat
             summary['select']['graph_ops'] = [op.number for op in g.ops]
@@ -551,7 +551,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         if select:
             summary['select'] = {k: v for k, v in sel.items() if k in (
                 'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
-                'weight_gain', 'trials', 'note', 'graph_ops', 'failed')}
+                'weight_gain', 'trials', 'note', 'graph_ops', 'failed', 'uncertain')}
             summary['select']['ranks'] = {str(i): RANK_NAMES[r] for i, r in sel['ranks'].items()}
             over_boards_note(model_path, summary, board, log)
         return summary
