@@ -196,7 +196,9 @@ def check_values(path: str, x, y) -> None:
             bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
             if bad.any():
                 raise PrepareError(f'{path}: {name} of sample {int(np.argmax(bad))} holds NaN or Inf '
-                                   f'({int(bad.sum())} samples do)')
+                                   f'({int(bad.sum())} samples do): drop those samples or fill '
+                                   f'the gaps (keep = np.isfinite({name}.reshape(len({name}), -1))'
+                                   '.all(1))')
 
 
 # ------------------------------------------------------------------ graphs
