@@ -1136,6 +1136,13 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         raise PrepareError(f'{out_path}: an .onnx file is written from an .onnx model; '
                            f'{model_path} is not one: name the output .tflite or .circle')
     ff = summary.get('from_float')
+    if summary.get('int8') and wof_path.endswith('.ckpt'):
+        # (its weights' scales and growth live in the checkpoint's own blocks; read as a
+        # .wof it had been 'holds 0 buffers, the model has 44 tensors')
+        raise PrepareError(f'{wof_path}: an int8 run\'s checkpoint (its weights at scales '
+                           'kept in its own blocks), which export does not read: export the '
+                           'folder\'s trained.wof (the best epoch; with "keep_best": false under '
+                           '"run" in train.json a run saves its last epoch there)')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained

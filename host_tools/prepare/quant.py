@@ -2243,7 +2243,8 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     try:
         offs = dev.read_table(io.BytesIO(data), path, nb, nb)[0]
     except dev.FormatError as e:
-        raise ValueError(str(e)) from None
+        from ..files.wof import _what_to_do
+        raise ValueError(f'{e}{_what_to_do(path, e, int8=True)}') from None
     out = {}
     for k, o in enumerate(offs):
         if o:

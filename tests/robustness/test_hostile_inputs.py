@@ -647,6 +647,33 @@ def host_cases(tmp):
                                                  str(q8run / 'train.ds'), '--test-split', '0.5',
                                                  '--loss', 'scce', '--optimizer', 'sgd'],
                   'refuse', 'train.ds'))
+    # issue 28: weights cut short, moved out of their folder, an int8 run's checkpoint:
+    # each refusal says what to do ('holds 0 buffers, the model has 44 tensors' had been
+    # an int8 checkpoint's, a moved .wof's the buffers against the file's tensors)
+    cut = tmp / 'run-cut'
+    shutil.copytree(run, cut)
+    (cut / 'trained.wof').write_bytes((run / 'trained.wof').read_bytes()[:40])
+    cases.append(('export a cut .wof', ['export', model, str(cut / 'trained.wof'), '-o',
+                                        str(tmp / 'c.circle')], 'refuse',
+                  "cut short or damaged (40 bytes): copy it again (`pull` from a board), or export "
+                  "the run folder's checkpoint.ckpt"))
+    q8cut = tmp / 'q8cut'
+    shutil.copytree(q8run, q8cut)
+    (q8cut / 'weights.wof').write_bytes((q8run / 'weights.wof').read_bytes()[:60])
+    shutil.copy(q8run / 'weights.wof', q8cut / 'checkpoint.ckpt')
+    cases.append(('export a cut int8 .wof', ['export', q8, str(q8cut / 'weights.wof'), '-o',
+                                             str(tmp / 'c8.tflite')], 'refuse',
+                  'cut short or damaged (60 bytes): copy it again (`pull` from a board), or run '
+                  'the folder again with "resume": true'))
+    cases.append(('export an int8 checkpoint', ['export', q8, str(q8cut / 'checkpoint.ckpt'), '-o',
+                                                str(tmp / 'k8.tflite')], 'refuse',
+                  "an int8 run's checkpoint (its weights at scales kept in its own blocks), which "
+                  "export does not read: export the folder's trained.wof"))
+    (tmp / 'moved').mkdir()
+    shutil.copy(q8run / 'weights.wof', tmp / 'moved' / 'w.wof')
+    cases.append(('export a .wof moved out of its folder', ['export', q8, str(tmp / 'moved' / 'w.wof'),
+                                                           '-o', str(tmp / 'm8.tflite')], 'refuse',
+                  'w.wof is not in a run folder (no prepare.json beside it)'))
     return cases
 
 
