@@ -300,7 +300,11 @@ def cmd_fleet(a):
 
 def cmd_plot(a):
     from .plot import plot
-    print(f'wrote {plot(a.log, a.output)}')
+    notes = []
+    out = plot(a.log, a.output, notes)
+    for n in notes:
+        print(n, file=sys.stderr)
+    print(f'wrote {out}')
     return 0
 
 
