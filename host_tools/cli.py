@@ -118,6 +118,12 @@ def cmd_inspect(a):
             print('(all of them fold away when their layers stay frozen: train the layers '
                   'after them, e.g. --train last:N)')
             return 0
+        try:                # (what prepare says of the first it cannot take: what to do)
+            from .graph.passes import validate
+            h.n_subgraphs = g.n_subgraphs
+            validate(h)
+        except ValueError as e:
+            print(str(e).split(': ', 1)[-1])
         return 1
     return 0
 
