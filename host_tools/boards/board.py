@@ -141,11 +141,12 @@ def check_mpy(board, compiled):
 
 
 def _files(d):
+    """The files block of folder d's train.json, judged as the board judges it (deploy
+    and pull had raised KeyError / TypeError tracebacks on one without it)."""
     path = os.path.join(d, 'train.json')
     if not os.path.exists(path):
         raise FileNotFoundError(f'{d}: no train.json here; run `prepare` first')
-    with open(path) as f:
-        return json.load(f)['files']
+    return runner.read_train_json(path)[0]
 
 
 def sample_files(d, files):

@@ -168,6 +168,30 @@ def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
         board.deploy(out, 'nowhere', board='tiny', source=True)
 
 
+def test_deploy_and_pull_judge_train_json_as_the_board_does(tmp_path, monkeypatch):
+    """Issue 28: a train.json without its files block, or not an object, had been a
+    KeyError / TypeError traceback from deploy and pull; one an editor saved with a
+    byte-order mark, or not as UTF-8, json's message without the file.  Each is refused
+    before the board is asked, naming the file and what to do."""
+    out = tmp_path / 'run'
+    prepare(small_mlp(str(tmp_path / 'm.circle')), str(out), data=blobs(tmp_path, n=40), loss='scce')
+    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: pytest.fail('asked the board'))
+    good = (out / 'train.json').read_bytes()
+    cfg = json.loads(good)
+    del cfg['files']
+    for text, says in ((b'\xef\xbb\xbf' + good, r'not valid JSON \(it starts with a byte-order '
+                                                   r'mark\); if you edited it, .* "UTF-8 with BOM"'),
+                       (good.replace(b'{', b'{"n": "caf\xe9", ', 1), r"not valid JSON \('utf-8' codec"
+                                                                      r".*saved as plain UTF-8"),
+                       (json.dumps(cfg).encode(), r'"files" must be an object .*prepare the folder'),
+                       (b'[1]', r'must be a JSON object .*prepare the folder again')):
+        (out / 'train.json').write_bytes(text)
+        for call in (lambda: board.deploy(str(out), 'nowhere', source=True),
+                     lambda: board.pull(str(out), 'nowhere')):
+            with pytest.raises(ValueError, match=re.escape(str(out / 'train.json')) + ': ' + says):
+                call()
+
+
 @pytest.mark.slow
 @needs_mp
 def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
