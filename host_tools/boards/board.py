@@ -97,8 +97,8 @@ def check_end(text, port, again=None):
                          + repr(text.strip()[-200:]))
     if ends[-1] == 'interrupted' and again:
         raise BoardError(f'{port}: training interrupted: the board saved a checkpoint and its '
-                         'train.json now resumes from it; go on with `' + again + '` (deploy '
-                         '--run would copy train.json again and start over); `pull` brings back '
+                         'train.json now resumes from it; go on with `' + again + '` (or '
+                         'deploy --run again, which keeps that train.json); `pull` brings back '
                          'what it has so far')
     if ends[-1] != 'ok':
         from ..target.runner import end_advice
