@@ -182,7 +182,17 @@ def step_classes(g, s, data, overrides, log=print) -> dict:
     if named and s['loss'] not in ('cce', 'scce'):
         return s
     last = final_op(g)
-    if last is None or last.name != 'SOFTMAX' or s.get('from_logits') or \
+    if (last is None or last.name != 'SOFTMAX') and g.tensors[g.outputs[0]].dtype == 'float32' \
+            and len(g.outputs) == 1:
+        # rows of logits (a Conv1d / Dense head without its softmax): a softmax over each
+        # row for the run (the board's loss from logits would normalise all rows as one),
+        # which export takes out again
+        g.step_rows = True          # (runplan.rewrite_for_training: rewrite.step_softmax)
+        log(f'{data}: a class a step for {ps[0]} rows of {ps[1]} logits: trains with a softmax '
+            f'over each row after op {last.number if last else "?"} (cce on its probabilities, '
+            'summed over the steps); export writes the model as it was, giving logits')
+        s = dict(s, from_logits=False)
+    elif last is None or last.name != 'SOFTMAX' or s.get('from_logits') or \
             int(g.tensors[last.inputs[0]].shape[-1]) != ps[1]:
         made = 'logits' if last is None or last.name != 'SOFTMAX' else \
             'probabilities over more than a row'
@@ -1045,6 +1055,7 @@ def write_trained(base, out_path, g, w, identifier, ints=None):
     from ..formats.circle_io import write_with_weights
     w, joined = rw.join_groups(g, w)
     w, scaled = rw.unscale_input(g, w)
+    scaled = rw.drop_step_softmax(g) or scaled     # (the logits a step, as the file gave them)
     # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
     # negative-id SELECT_V2): a float id no runtime gathers by
     joined += rw.embedding_ids_back(g, ints)
@@ -1178,6 +1189,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
             return export_onnx(model_path, g, file_weights(g, w), out_path)
         for k, arr in w.items():                    # the graph utrain trained, as circle
             g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
+        rw.drop_step_softmax(g)
         rw.save_graph(g, out_path)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized:
