@@ -36,6 +36,7 @@ def read_log(path, notes=None):
         try:
             xs = [float(v) if v else None for v in r]
         except ValueError:
+            from .files.dataset import _number
             h, v = next((h, v) for h, v in zip(head, r) if v and not _number(v))
             damaged.append(f'line {k}: {h} {v!r} is not a number')
             continue
@@ -59,14 +60,6 @@ def read_log(path, notes=None):
     last = max(i for i, e in enumerate(ep) if i == 0 or e is None or ep[i - 1] is None
                or e <= ep[i - 1])
     return {h: v[last:] for h, v in cols.items()}
-
-
-def _number(v) -> bool:
-    try:
-        float(v)
-        return True
-    except ValueError:
-        return False
 
 
 def plot(log, out, notes=None):
