@@ -135,6 +135,10 @@ def device_cases():
         ('ds-huge', None, lambda d: _ds_header(d, 'train.ds', 4 * 10**9, 6, 1), 'refuse'),
         ('ds-cut', None, lambda d: _cut(d, 'train.ds', 100), 'refuse'),
         ('ds-test-garbage', None, lambda d: _text(d, 'test.ds', 'hello'), 'refuse'),
+        # issue 28: a .ds of no samples (a header alone) had trained, logging loss 0 and
+        # accuracy 0 (a test.ds: keep-best judged the epochs on nothing)
+        ('ds-empty', None, lambda d: _ds_empty(d, 'train.ds'), 'refuse'),
+        ('ds-test-empty', None, lambda d: _ds_empty(d, 'test.ds'), 'refuse'),
         ('wof-garbage', None, lambda d: _text(d, 'weights.wof', 'x' * 50), 'refuse'),
         ('flat-cut', None, lambda d: _cut(d, 'model.flat', 60), 'refuse'),
         ('json-folder', None, lambda d: (os.remove(d / 'train.json'), os.mkdir(d / 'train.json')),
@@ -173,6 +177,12 @@ def _cut(d, name, n):
 def _ds_header(d, name, n, xl, yl):
     b = bytearray((d / name).read_bytes())
     struct.pack_into('<III', b, 8, n, xl, yl)
+    (d / name).write_bytes(bytes(b[:48]))
+
+
+def _ds_empty(d, name):
+    b = bytearray((d / name).read_bytes())
+    struct.pack_into('<I', b, 8, 0)
     (d / name).write_bytes(bytes(b[:48]))
 
 
@@ -650,6 +660,10 @@ def host_cases(tmp):
     # issue 28: weights cut short, moved out of their folder, an int8 run's checkpoint:
     # each refusal says what to do ('holds 0 buffers, the model has 44 tensors' had been
     # an int8 checkpoint's, a moved .wof's the buffers against the file's tensors)
+    (tmp / 'empty.ds').write_bytes((run / 'train.ds').read_bytes()[:8] + b'\0' * 4
+                                   + (run / 'train.ds').read_bytes()[12:48])
+    cases.append(('data empty.ds', ['prepare', model, '--data', str(tmp / 'empty.ds'), '--loss',
+                                    'scce'], 'refuse', 'empty.ds: holds no samples'))
     cut = tmp / 'run-cut'
     shutil.copytree(run, cut)
     (cut / 'trained.wof').write_bytes((run / 'trained.wof').read_bytes()[:40])
