@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 from ..paths import ROOT, MICRO, BOARDS  # noqa: F401  (ROOT: the checkout, or the wheel's copy)
 
@@ -261,6 +262,9 @@ EDITED = ('if you edited it, it must be JSON saved as plain UTF-8 (an editor\'s 
           'BOM" adds a byte-order mark the board\'s JSON reader refuses)')
 
 
+_CHECKING = threading.Lock()
+
+
 def read_train_json(path):
     """(files, run, settings, select) of train.json at path, checked as the board checks
     it (utrain.config.check); ValueError naming the file and what to do."""
@@ -274,14 +278,17 @@ def read_train_json(path):
     except (ValueError, RecursionError) as e:   # (UnicodeDecodeError is a ValueError)
         raise ValueError(f'{path}: not valid JSON ({e}); {EDITED}; else prepare the folder '
                          'again (prepare writes it)') from None
-    here = os.getcwd()
-    try:                    # (the board checks the files it names in the folder)
-        os.chdir(os.path.dirname(os.path.abspath(path)))
-        return module('config').check(cfg, path)
-    except ValueError as e:
-        raise ValueError(f'{e}; prepare the folder again (prepare writes it)') from None
-    finally:
-        os.chdir(here)
+    c, d = module('config'), os.path.dirname(os.path.abspath(path))
+    with _CHECKING:         # (the board checks the files it names in its folder: here, d;
+        saved = c.isfile, c.isdir       # not by chdir, which a fleet's threads would share)
+        c.isfile, c.isdir = (lambda p: saved[0](os.path.join(d, p))), \
+            (lambda p: saved[1](os.path.join(d, p)))
+        try:
+            return c.check(cfg, path)
+        except ValueError as e:
+            raise ValueError(f'{e}; prepare the folder again (prepare writes it)') from None
+        finally:
+            c.isfile, c.isdir = saved
 
 
 def end_advice(out_dir, text) -> str | None:
