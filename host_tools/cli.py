@@ -118,6 +118,12 @@ def cmd_inspect(a):
             print('(all of them fold away when their layers stay frozen: train the layers '
                   'after them, e.g. --train last:N)')
             return 0
+        try:                # (what prepare says of the first it cannot take: what to do)
+            from .graph.passes import validate
+            h.n_subgraphs = g.n_subgraphs
+            validate(h)
+        except ValueError as e:
+            print(str(e).split(': ', 1)[-1])
         return 1
     return 0
 
@@ -303,7 +309,11 @@ def cmd_fleet(a):
 
 def cmd_plot(a):
     from .plot import plot
-    print(f'wrote {plot(a.log, a.output)}')
+    notes = []
+    out = plot(a.log, a.output, notes)
+    for n in notes:
+        print(n, file=sys.stderr)
+    print(f'wrote {out}')
     return 0
 
 

@@ -7,11 +7,13 @@ import math
 import os
 
 
-def read_log(path):
+def read_log(path, notes=None):
     """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
     ms,free_heap: the last run, where the epochs start again) or a fleet.csv
     (round,loss,<metric>,test_loss,test_<metric>,boards,samples); empty or nan cells are
-    None; ValueError naming path when malformed."""
+    None; ValueError naming path when malformed.  A damaged row (a board that lost power
+    while writing it: the next run's row appended to its piece) is left out, said in
+    notes (a list) when given; only rows all damaged are refused."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
     try:
@@ -24,17 +26,30 @@ def read_log(path):
                          'the train.log that `run` or `pull` wrote, or a fleet\'s fleet.csv')
     head = rows[0]
     cols = {h: [] for h in head}
+    damaged = []
     for k, r in enumerate(rows[1:], 2):
-        if not r:
+        if not r or r == head:      # (a header again: a board's earlier log cut short)
             continue
         if len(r) != len(head):
-            raise ValueError(f'{path}: line {k} has {len(r)} columns, expected {len(head)}')
-        for h, v in zip(head, r):
-            try:
-                x = float(v) if v else None
-            except ValueError:
-                raise ValueError(f'{path}: line {k}: {h} {v!r} is not a number') from None
+            damaged.append(f'line {k} has {len(r)} columns, expected {len(head)}')
+            continue
+        try:
+            xs = [float(v) if v else None for v in r]
+        except ValueError:
+            from .files.dataset import _number
+            h, v = next((h, v) for h, v in zip(head, r) if v and not _number(v))
+            damaged.append(f'line {k}: {h} {v!r} is not a number')
+            continue
+        for h, x in zip(head, xs):
             cols[h].append(None if x is None or math.isnan(x) else x)
+    if damaged and not cols[head[0]]:
+        raise ValueError(f'{path}: {damaged[0]}: not a utrain train.log (header epoch,loss,'
+                         'metric,...): give the train.log that `run` or `pull` wrote')
+    if damaged and notes is not None:
+        notes.append(f'{path}: {damaged[0]}' + (f' (and {len(damaged) - 1} more rows)'
+                                                if len(damaged) > 1 else '')
+                     + ': left out (a row cut short, e.g. a board that lost power while '
+                       'writing it); the other rows are plotted')
     if not cols[head[0]]:
         raise ValueError(f'{path}: no {head[0]}s logged yet')
     if head[0] != 'epoch':
@@ -47,11 +62,13 @@ def read_log(path):
     return {h: v[last:] for h, v in cols.items()}
 
 
-def plot(log, out):
+def plot(log, out, notes=None):
+    """Write log's curves (read_log; notes: a list its notes go to) to out; returns the
+    file written."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    c = read_log(log)
+    c = read_log(log, notes)
     if os.path.isdir(out):      # (matplotlib wrote '<folder>.png' beside it, said '<folder>')
         out = os.path.join(out, os.path.splitext(os.path.basename(log))[0] + '.png')
     elif not os.path.splitext(out)[1]:

@@ -97,8 +97,8 @@ def check_end(text, port, again=None):
                          + repr(text.strip()[-200:]))
     if ends[-1] == 'interrupted' and again:
         raise BoardError(f'{port}: training interrupted: the board saved a checkpoint and its '
-                         'train.json now resumes from it; go on with `' + again + '` (deploy '
-                         '--run would copy train.json again and start over); `pull` brings back '
+                         'train.json now resumes from it; go on with `' + again + '` (or '
+                         'deploy --run again, which keeps that train.json); `pull` brings back '
                          'what it has so far')
     if ends[-1] != 'ok':
         from ..target.runner import end_advice
@@ -141,11 +141,12 @@ def check_mpy(board, compiled):
 
 
 def _files(d):
+    """The files block of folder d's train.json, judged as the board judges it (deploy
+    and pull had raised KeyError / TypeError tracebacks on one without it)."""
     path = os.path.join(d, 'train.json')
     if not os.path.exists(path):
         raise FileNotFoundError(f'{d}: no train.json here; run `prepare` first')
-    with open(path) as f:
-        return json.load(f)['files']
+    return runner.read_train_json(path)[0]
 
 
 def sample_files(d, files):
@@ -191,13 +192,79 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     clean = ("import os\nfor p in ('lib','lib/utrain'):\n try: os.mkdir(p)\n except OSError: pass\n"
              "for n in os.listdir('lib/utrain'):\n if n not in %r: os.remove('lib/utrain/'+n)\n"
              % (tuple(code),))
+    going_on = interrupted_here(d, port, files, inputs, resume)
+    cfg = [] if going_on else ['train.json']    # (the board's resumes from its checkpoint)
     mpremote(port, 'exec', clean, '+', 'cp', *[os.path.join('lib', 'utrain', n) for n in code],
-             ':lib/utrain/', '+', 'cp', 'train.py', 'train.json', *inputs, ':./',
+             ':lib/utrain/', '+', 'cp', 'train.py', *cfg, *inputs, ':./',
              resume=resume, cwd=d)
     print(f'deployed {d} to {port}: {len(code)} utrain modules ({"source" if source else ".mpy"}), '
-          f'{", ".join(["train.py", "train.json"] + inputs)}; {total} bytes')
+          f'{", ".join(["train.py"] + cfg + inputs)}; {total} bytes')
+    if going_on:
+        print(f'the board holds this run\'s {files["checkpoint"]} from an interrupted run: its '
+              'train.json (kept) goes on from it; to start over instead, `python -m mpremote '
+              f'connect {port} rm :{files["checkpoint"]}` first')
+    elif going_on is False:
+        print(f'the board\'s {files["checkpoint"]} is an earlier run\'s (its train.json or files '
+              'differ from these): this run starts from the beginning')
     if run:
         train(d, port, resume)
+
+
+# what an interrupted run left on the board: its train.json (resuming) when the checkpoint
+# it names is there, then the inputs' sha256 (as mpremote's cp compares them) or sizes
+_ASK = ("import os,json\ntry:\n os.stat(%r)\n c=json.load(open('train.json'))\n"
+        " if c['run']['resume'] is True:\n  print('UTCFG',json.dumps(c))\n  for n in %r:\n"
+        "   try:\n    import hashlib,binascii\n    h=hashlib.sha256()\n    f=open(n,'rb')\n"
+        "    b=f.read(1024)\n    while b:\n     h.update(b)\n     b=f.read(1024)\n    f.close()\n"
+        "    print('UTH',n,binascii.hexlify(h.digest()).decode())\n   except ImportError:\n"
+        "    print('UTS',n,os.stat(n)[6])\nexcept Exception:\n pass\n")
+
+
+def _alike(a, b) -> bool:
+    """JSON values a and b equal, floats to 6 digits (a 32-bit board writes its own)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_alike(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_alike(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return type(a) in (int, float) and type(b) in (int, float) and \
+            abs(a - b) <= 1e-6 * max(abs(a), abs(b), 1e-30)
+    return a == b and type(a) is type(b)
+
+
+def interrupted_here(d, port, files, inputs, resume=False):
+    """True when the board holds this folder's interrupted run (train.json resuming from
+    the checkpoint it names, there; the same settings and input files as d's): deploy
+    keeps the board's train.json, which goes on from it (it had copied d's again and
+    started over); False when the board's checkpoint is another run's; None when it has
+    none to go on from."""
+    import hashlib
+    ck = files.get('checkpoint')
+    if not ck:
+        return None
+    out = mpremote(port, 'exec', _ASK % (ck, tuple(inputs)), resume=resume)
+    lines = out.splitlines()
+    cfg = next((ln[6:] for ln in lines if ln.startswith('UTCFG ')), None)
+    try:
+        cfg = json.loads(cfg) if cfg else None
+    except ValueError:
+        return False
+    if not (isinstance(cfg, dict) and isinstance(cfg.get('run'), dict)
+            and cfg['run'].get('resume') is True):
+        return None
+    with open(os.path.join(d, 'train.json')) as f:
+        mine = json.load(f)
+    strip = (lambda c: dict(c, run={k: v for k, v in c['run'].items()      # noqa: E731
+                                    if k != 'resume'}))
+    if not isinstance(mine.get('run'), dict) or not _alike(strip(cfg), strip(mine)):
+        return False
+    for n in inputs:
+        with open(os.path.join(d, n), 'rb') as f:
+            data = f.read()
+        if f'UTH {n} {hashlib.sha256(data).hexdigest()}' not in lines and \
+                f'UTS {n} {len(data)}' not in lines:
+            return False
+    return True
 
 
 def train(d, port, resume=False):

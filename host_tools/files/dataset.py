@@ -368,6 +368,8 @@ def read_dataset(path):
     rec = xd.itemsize * xl + yd.itemsize * yl
     if len(data) != head + n * rec:
         raise DataError(f'{path}: {len(data)} bytes, expected {head + n * rec} for {n} samples')
+    if not n:           # (prepare had failed on it: 'cannot reshape array of size 0')
+        raise DataError(f'{path}: holds no samples')
     a = np.frombuffer(data, np.uint8, offset=head).reshape(n, rec)
     x = a[:, :xd.itemsize * xl].copy().view(xd).astype(np.float32) * np.float32(xs) + np.float32(xo)
     y = a[:, xd.itemsize * xl:].copy().view(yd).astype(np.float32) * np.float32(ys) + np.float32(yo)

@@ -122,8 +122,8 @@ def loss_on_logits(g, s: dict):
     gradient -1/y about 1e20 (NaN within a few samples at any learning rate).  Returns
     the line that says so, or None when nothing changed."""
     want = PROBABILITIES.get(s['loss'])
-    if want is None or s.get('from_logits'):
-        return None
+    if want is None or s.get('from_logits') or getattr(g, 'step_rows', False):
+        return None         # (rows of logits a step: a softmax over each, rewrite.step_softmax)
     op = final_op(g)
     if op is not None and op.name == want:
         return None
@@ -196,7 +196,9 @@ def check_values(path: str, x, y) -> None:
             bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
             if bad.any():
                 raise PrepareError(f'{path}: {name} of sample {int(np.argmax(bad))} holds NaN or Inf '
-                                   f'({int(bad.sum())} samples do)')
+                                   f'({int(bad.sum())} samples do): drop those samples or fill '
+                                   f'the gaps (keep = np.isfinite({name}.reshape(len({name}), -1))'
+                                   '.all(1))')
 
 
 # ------------------------------------------------------------------ graphs

@@ -69,7 +69,7 @@ def read_wof(path, g: Graph) -> dict:
     try:
         offs, _ = dev.read_table(f, path, shapes)
     except dev.FormatError as e:
-        raise ValueError(f'{e} (model {g.path})') from None
+        raise ValueError(f'{e} (model {g.path}){_what_to_do(path, e)}') from None
     out = {}
     for k, off in enumerate(offs):
         if off:
@@ -95,6 +95,27 @@ def read_checkpoint(path, g: Graph, ranks=None) -> dict:
     try:
         w = ckread.read_checkpoint(io.BytesIO(data), path, len(shapes), shapes, state)[0]
     except dev.FormatError as e:
-        raise ValueError(f'{e} (model {g.path})') from None
+        raise ValueError(f'{e} (model {g.path}){_what_to_do(path, e)}') from None
     return _shaped(g, w)
+
+
+def _what_to_do(path, e, int8=False) -> str:
+    """What to do about weights file path that the device reader refused (e): one
+    moved out of its run folder (its tensors are the rewritten model's that the folder's
+    prepare.json names), or one cut short or damaged (a copy or pull interrupted)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(os.path.join(folder, 'prepare.json')):
+        return (f': {os.path.basename(path)} is not in a run folder (no prepare.json beside '
+                'it), so it was read against the model as given; export it from the folder '
+                'it was trained in, whose prepare.json says which model its tensors are')
+    if 'buffers, the model has' in str(e):
+        return (f': {os.path.basename(path)} was not trained from this model; export it into '
+                'the model its folder was prepared from')
+    other = 'export the run folder\'s ' + ('trained.wof (the best epoch)' if str(path).endswith(
+        '.ckpt') else 'checkpoint.ckpt (the last epoch saved)')
+    if int8:        # (an int8 run's checkpoint is not exported: run it on to trained.wof)
+        other = ('run the folder again with "resume": true under "run" in train.json (it goes '
+                 'on from checkpoint.ckpt and saves trained.wof)')
+    return (f': the file is cut short or damaged ({os.path.getsize(path)} bytes): copy it '
+            f'again (`pull` from a board), or {other}')
 

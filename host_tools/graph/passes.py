@@ -46,8 +46,14 @@ def validate(g: Graph):
     """Reject what the device cannot run, naming the op or tensor and the file."""
     where = g.path
     if g.n_subgraphs != 1:
-        raise PrepareError(f'{where}: has {g.n_subgraphs} subgraphs; utrain trains subgraph 0 '
-                           'of single-subgraph models only')
+        loop = next((op for op in g.ops if op.name in ('WHILE', 'IF', 'CALL_ONCE')), None)
+        raise PrepareError(f'{where}: has {g.n_subgraphs} subgraphs'
+                           + (f' (op {loop.number} is {loop.name}, control flow: how '
+                              'TFLiteConverter writes a Keras LSTM, GRU or RNN layer that is '
+                              'not unrolled)' if loop else '')
+                           + '; utrain trains single-subgraph models: give each recurrent layer '
+                           'unroll=True (Keras; a fixed sequence length) and convert again, '
+                           'or export the model to ONNX')
     for op in g.ops:
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '

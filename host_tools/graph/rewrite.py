@@ -93,6 +93,40 @@ def new_tensor(g: Graph, name: str, shape, data=None, dtype=None, like=None) -> 
     return t.index
 
 
+# the name ending of the SOFTMAX prepare puts after a float model's rows of logits a step
+# (step_softmax): export takes it out again (drop_step_softmax)
+STEP_SOFTMAX = '/utrain_step_softmax'
+
+
+def step_softmax(g: Graph) -> int:
+    """Append a SOFTMAX over each row of float graph g's output (rows of logits, a class
+    a step: the board's cross-entropy takes probabilities a row, and from logits it would
+    normalise all the rows as one); the output is its result.  Returns the op's number
+    (the op making the logits': --train last:N counts the file's ops)."""
+    k = g.outputs[0]
+    made = next((op for op in g.ops if k in op.outputs), None)
+    t = g.tensors[k]
+    p = new_tensor(g, t.name + STEP_SOFTMAX, t.shape)
+    g.tensors[p].sig, t.sig = t.sig, None
+    g.ops.append(Operator(len(g.ops), OP_CODES['SOFTMAX'], 'SOFTMAX', [k], [p], {'beta': 1.0},
+                          src=made.number if made is not None else None))
+    g.outputs[0] = p
+    return g.ops[-1].number
+
+
+def drop_step_softmax(g: Graph) -> bool:
+    """Take step_softmax's op out of graph g (export: the model gives its logits as the
+    file did); whether there was one."""
+    op = next((o for o in g.ops if o.name == 'SOFTMAX' and
+               g.tensors[o.outputs[0]].name.endswith(STEP_SOFTMAX)), None)
+    if op is None:
+        return False
+    g.outputs = [op.inputs[0] if k == op.outputs[0] else k for k in g.outputs]
+    g.tensors[op.inputs[0]].sig = g.tensors[op.outputs[0]].sig
+    remove_op(g, op)
+    return True
+
+
 def _renumber(g: Graph):
     for i, op in enumerate(g.ops):
         op.index = i

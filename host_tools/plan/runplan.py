@@ -29,6 +29,9 @@ def rewrite_for_training(g, train, enabled=True):
         info['changed'] = info['changed'] or perm is not None or bool(info['input_scale'])
         if info['changed']:
             rw.compact(g)
+    if getattr(g, 'step_rows', False):      # (prepare.step_classes: rows of logits a step)
+        rw.step_softmax(g)
+        info['changed'] = True
     one_input_output(g)
     ids = {id(op) for op in keep}
     return [op.index for op in g.ops if id(rw.trains_as(op)) in ids], info, perm

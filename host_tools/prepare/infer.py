@@ -336,9 +336,14 @@ def scores(out, y, metric=None):
                 'loss': loss, 'loss_name': 'cross-entropy' + ('' if probs else ' of the softmax')}
     t = y.reshape(len(y), -1).astype(np.float64)
     if t.shape[1] != n_out:
+        whole = t.shape[1] == 1 and n_out > 1 and np.all(t == np.round(t))
         raise InferError(f'targets have {t.shape[1]} values per sample, the model outputs {n_out}'
                          + ('; class labels score with --metric accuracy' if t.shape[1] == 1 and
-                            is_classifier(y, n_out) else ''))
+                            is_classifier(y, n_out) else
+                            f'; as class numbers they would need to be whole numbers 0 to '
+                            f'{n_out - 1}, and these run from {t.min():g} to {t.max():g}: number '
+                            'the classes from 0, as the model\'s outputs are' if whole else
+                            f': give {n_out} target values a sample'))
     d = out - t
     return {'metric': 'mae', 'mae': float(np.mean(np.abs(d))), 'n': len(t),
             'loss': float(np.mean(d * d)), 'loss_name': 'mse'}
@@ -407,8 +412,7 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     x, y = ds.load_inputs(data, ins, label, size) if ins else ds.load(data, label, size)
     if limit:
         x, y = x[:limit], y[:limit]
-    if not len(x):
-        raise InferError(f'{data}: no samples')
+    _judged(data, x, y)
     t0 = g.tensors[g.inputs[0]]
     parts = ins[0] if ins else [(t0.name, t0.shape, '')]
     feeds, at = {}, 0
@@ -437,7 +441,7 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
         h = read_model(model)
         if len(h.inputs) > 1 or len(h.outputs) > 1:
             out, y, name, runtime = evaluate_several(model, data, output, label, size, limit)
-            r = scores(out, y, metric)
+            r = _scored(data, out, y, metric)
             r.update(runtime=runtime, transposed=False, output=name)
             return r
     run, runtime, g = predictor(model)
@@ -445,8 +449,7 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
     x, y = ds.load(data, label=label, size=size, shape=shape)
     if limit:
         x, y = x[:limit], y[:limit]
-    if not len(x):
-        raise InferError(f'{data}: no samples')
+    _judged(data, x, y)
     transposed = False
     back = _prepared_layout(model, data, shape)
     if back is not None:        # a run's test.ds, for the model it was prepared from
@@ -458,9 +461,28 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
         getattr(run, 'out_shape', None)     # (rows of a class a step: step_scores)
     if oshape is not None and out.size == len(out) * int(np.prod(oshape[1:])):
         out = out.reshape([len(out)] + [int(d) for d in oshape[1:]])
-    r = scores(out, y, metric)
+    r = _scored(data, out, y, metric)
     r.update(runtime=runtime, transposed=transposed)
     return r
+
+
+def _judged(data, x, y):
+    """Samples evaluate read from data, judged as prepare judges them: none, or NaN / Inf
+    in them (an accuracy 'of nan' had been printed), refused naming the file."""
+    from ..files.validate import check_values
+    if not len(x):
+        raise InferError(f'{data}: no samples')
+    check_values(data, x, y)
+
+
+def _scored(data, out, y, metric):
+    """scores(), its refusals of the targets naming the data file they came from."""
+    try:
+        return scores(out, y, metric)
+    except InferError as e:
+        if str(e).startswith(os.fspath(data)):
+            raise
+        raise InferError(f'{data}: {e}') from None
 
 
 def _prepared_layout(model, data, shape):

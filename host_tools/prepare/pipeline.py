@@ -182,7 +182,17 @@ def step_classes(g, s, data, overrides, log=print) -> dict:
     if named and s['loss'] not in ('cce', 'scce'):
         return s
     last = final_op(g)
-    if last is None or last.name != 'SOFTMAX' or s.get('from_logits') or \
+    if (last is None or last.name != 'SOFTMAX') and g.tensors[g.outputs[0]].dtype == 'float32' \
+            and len(g.outputs) == 1:
+        # rows of logits (a Conv1d / Dense head without its softmax): a softmax over each
+        # row for the run (the board's loss from logits would normalise all rows as one),
+        # which export takes out again
+        g.step_rows = True          # (runplan.rewrite_for_training: rewrite.step_softmax)
+        log(f'{data}: a class a step for {ps[0]} rows of {ps[1]} logits: trains with a softmax '
+            f'over each row after op {last.number if last else "?"} (cce on its probabilities, '
+            'summed over the steps); export writes the model as it was, giving logits')
+        s = dict(s, from_logits=False)
+    elif last is None or last.name != 'SOFTMAX' or s.get('from_logits') or \
             int(g.tensors[last.inputs[0]].shape[-1]) != ps[1]:
         made = 'logits' if last is None or last.name != 'SOFTMAX' else \
             'probabilities over more than a row'
@@ -1047,6 +1057,7 @@ def write_trained(base, out_path, g, w, identifier, ints=None):
     from ..formats.circle_io import write_with_weights
     w, joined = rw.join_groups(g, w)
     w, scaled = rw.unscale_input(g, w)
+    scaled = rw.drop_step_softmax(g) or scaled     # (the logits a step, as the file gave them)
     # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
     # negative-id SELECT_V2): a float id no runtime gathers by
     joined += rw.embedding_ids_back(g, ints)
@@ -1140,6 +1151,13 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         raise PrepareError(f'{out_path}: an .onnx file is written from an .onnx model; '
                            f'{model_path} is not one: name the output .tflite or .circle')
     ff = summary.get('from_float')
+    if summary.get('int8') and wof_path.endswith('.ckpt'):
+        # (its weights' scales and growth live in the checkpoint's own blocks; read as a
+        # .wof it had been 'holds 0 buffers, the model has 44 tensors')
+        raise PrepareError(f'{wof_path}: an int8 run\'s checkpoint (its weights at scales '
+                           'kept in its own blocks), which export does not read: export the '
+                           'folder\'s trained.wof (the best epoch; with "keep_best": false under '
+                           '"run" in train.json a run saves its last epoch there)')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
@@ -1175,6 +1193,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
             return export_onnx(model_path, g, file_weights(g, w), out_path)
         for k, arr in w.items():                    # the graph utrain trained, as circle
             g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
+        rw.drop_step_softmax(g)
         rw.save_graph(g, out_path)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized:

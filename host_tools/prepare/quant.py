@@ -145,7 +145,7 @@ def float_ends(g: Graph) -> bool:
     """Is g a full-int8 model with float input (and output): its float32 input read only
     by a QUANTIZE to int8 (_float_ends)?  prepare trains it as int8 where the int8 path
     takes the settings (settings_refusal), else dequantized as before."""
-    return all(g.tensors[k].dtype == 'float32' and _entry(g, k) is not None for k in g.inputs)
+    return all(g.tensors[k].dtype in ENDS and _entry(g, k) is not None for k in g.inputs)
 
 
 def input_range_warning(g: Graph, data, x) -> str | None:
@@ -221,7 +221,7 @@ def _is_q8(g: Graph, k) -> bool:
     """Is input k of g int8 with a scale, or float read only by a QUANTIZE to int8?"""
     t = g.tensors[k]
     return (t.dtype == 'int8' and bool(t.quant and t.quant.get('scale'))) or (
-        t.dtype == 'float32' and _entry(g, k) is not None)
+        t.dtype in ENDS and _entry(g, k) is not None)
 
 
 def rw_name(g: Graph, k) -> str:
@@ -335,6 +335,19 @@ def _entry(g: Graph, k=None):
     return r[0] if t.dtype == 'int8' and t.quant and t.quant.get('scale') else None
 
 
+# the ends a full-int8 file may have around its int8 middle: float32 (the converter's
+# default), uint8 (inference_input_type / inference_output_type tf.uint8: a QUANTIZE
+# between uint8 and int8, as Edge Impulse's uint8 models have)
+ENDS = ('float32', 'uint8')
+
+
+def _exit(g: Graph, op) -> bool:
+    """Is op an output end of an int8 middle: a DEQUANTIZE of int8 to float32, or a
+    QUANTIZE of int8 to uint8?"""
+    return g.tensors[op.inputs[0]].dtype == 'int8' and (
+        op.name == 'DEQUANTIZE' or op.name == 'QUANTIZE' and g.tensors[op.outputs[0]].dtype == 'uint8')
+
+
 def _float_ends(g: Graph):
     """A full-int8 model with float input and output (the converter's default without
     inference_input_type: QUANTIZE first, DEQUANTIZE last) as its int8 middle: the
@@ -345,7 +358,7 @@ def _float_ends(g: Graph):
     way); each input and output of a model with several."""
     from ..graph.rewrite import remove_op, io_name
     for i, k in enumerate(list(g.inputs)):
-        op = _entry(g, k) if g.tensors[k].dtype == 'float32' else None
+        op = _entry(g, k) if g.tensors[k].dtype in ENDS else None
         if op is not None:
             g.inputs[i] = op.outputs[0]
             # (its maker's name and place: data files and --output name the float end)
@@ -354,9 +367,7 @@ def _float_ends(g: Graph):
     prod = {k: op for op in g.ops for k in op.outputs}
     for i, k in enumerate(list(g.outputs)):
         op = prod.get(k)
-        if op is not None and op.name == 'DEQUANTIZE' and \
-                g.tensors[op.inputs[0]].dtype == 'int8' and \
-                not any(k in o.inputs for o in g.ops):
+        if op is not None and _exit(g, op) and not any(k in o.inputs for o in g.ops):
             g.outputs[i] = op.inputs[0]
             g.tensors[op.inputs[0]].sig = g.tensors[k].sig or (i, io_name(g, k))
             remove_op(g, op)
@@ -2375,7 +2386,8 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     try:
         offs = dev.read_table(io.BytesIO(data), path, nb, nb)[0]
     except dev.FormatError as e:
-        raise ValueError(str(e)) from None
+        from ..files.wof import _what_to_do
+        raise ValueError(f'{e}{_what_to_do(path, e, int8=True)}') from None
     out = {}
     for k, o in enumerate(offs):
         if o:
@@ -2430,12 +2442,13 @@ def _ends_back(g: Graph, g0: Graph) -> None:
     _float_ends took out of the rewritten graph g go back in, as file g0 has them (the
     tensors keep their indices), so the written model takes and gives what the file did."""
     q = {op.outputs[0]: op for op in g0.ops if op.name == 'QUANTIZE' and op.inputs[0] in g0.inputs}
-    d = {op.inputs[0]: op for op in g0.ops if op.name == 'DEQUANTIZE' and op.outputs[0] in g0.outputs}
+    d = {op.inputs[0]: op for op in g0.ops if op.name in ('DEQUANTIZE', 'QUANTIZE')
+         and op.outputs[0] in g0.outputs and _exit(g0, op)}
     back = [q[k] for k in g.inputs if k in q]
     g.ops[0:0] = back
     g.ops += [d[k] for k in g.outputs if k in d]
     for op in back + [d[k] for k in g.outputs if k in d]:
-        g.tensors[op.inputs[0] if op.name == 'DEQUANTIZE' else op.outputs[0]].sig = None
+        g.tensors[op.outputs[0] if op in back else op.inputs[0]].sig = None
     g.inputs = [q[k].inputs[0] if k in q else k for k in g.inputs]
     g.outputs = [d[k].outputs[0] if k in d else k for k in g.outputs]
     for k in g.inputs + g.outputs:

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 from ..paths import ROOT, MICRO, BOARDS  # noqa: F401  (ROOT: the checkout, or the wheel's copy)
 
@@ -257,6 +258,39 @@ PREPARED = ('model.flat', 'weights.wof', 'train.json', 'train.ds', 'test.ds', 'q
             'q8t.json')
 
 
+EDITED = ('if you edited it, it must be JSON saved as plain UTF-8 (an editor\'s "UTF-8 with '
+          'BOM" adds a byte-order mark the board\'s JSON reader refuses)')
+
+
+_CHECKING = threading.Lock()
+
+
+def read_train_json(path):
+    """(files, run, settings, select) of train.json at path, checked as the board checks
+    it (utrain.config.check); ValueError naming the file and what to do."""
+    from .device import module
+    with open(path, 'rb') as f:
+        raw = f.read()
+    try:
+        if raw.startswith(b'\xef\xbb\xbf'):
+            raise ValueError('it starts with a byte-order mark')
+        cfg = json.loads(raw.decode('utf-8'))
+    except (ValueError, RecursionError) as e:   # (UnicodeDecodeError is a ValueError)
+        raise ValueError(f'{path}: not valid JSON ({e}); {EDITED}; else prepare the folder '
+                         'again (prepare writes it)') from None
+    c, d = module('config'), os.path.dirname(os.path.abspath(path))
+    with _CHECKING:         # (the board checks the files it names in its folder: here, d;
+        saved = c.isfile, c.isdir       # not by chdir, which a fleet's threads would share)
+        c.isfile, c.isdir = (lambda p: saved[0](os.path.join(d, p))), \
+            (lambda p: saved[1](os.path.join(d, p)))
+        try:
+            return c.check(cfg, path)
+        except ValueError as e:
+            raise ValueError(f'{e}; prepare the folder again (prepare writes it)') from None
+        finally:
+            c.isfile, c.isdir = saved
+
+
 def end_advice(out_dir, text) -> str | None:
     """What to do about the error a run ended with (its 'utrain: end: error: ...' line,
     which says what is wrong with which file; the board's code stays lean): a damaged
@@ -273,8 +307,10 @@ def end_advice(out_dir, text) -> str | None:
     quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
     if quoted:      # (a file train.json names first: it is the one missing)
-        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; prepare the folder '
-                'again (prepare writes it), or copy it again from where it was prepared')
+        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; '
+                + (EDITED + '; else ' if what.startswith('train.json: not valid JSON') else '')
+                + 'prepare the folder again (prepare writes it), or copy it again from where it '
+                'was prepared')
     return None
 
 

@@ -53,8 +53,8 @@ class Dataset:
         self.xbytes = TYPES[xt][0] * xl
         self.rec = self.xbytes + TYPES[yt][0] * yl
         f.seek(0, 2)
-        if f.tell() != self.head + n * self.rec:
-            raise ValueError('%s: %d bytes, expected %d for %d samples'
+        if not n or f.tell() != self.head + n * self.rec:    # (0: a loss of 0 had been logged)
+            raise ValueError('%s: %d bytes, expected %d for %d samples (at least 1)'
                              % (path, f.tell(), self.head + n * self.rec, n))
         # byte buffers for quantized values, allocated once (after the size check:
         # a corrupt header must not ask for a huge buffer)

@@ -168,6 +168,30 @@ def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
         board.deploy(out, 'nowhere', board='tiny', source=True)
 
 
+def test_deploy_and_pull_judge_train_json_as_the_board_does(tmp_path, monkeypatch):
+    """Issue 28: a train.json without its files block, or not an object, had been a
+    KeyError / TypeError traceback from deploy and pull; one an editor saved with a
+    byte-order mark, or not as UTF-8, json's message without the file.  Each is refused
+    before the board is asked, naming the file and what to do."""
+    out = tmp_path / 'run'
+    prepare(small_mlp(str(tmp_path / 'm.circle')), str(out), data=blobs(tmp_path, n=40), loss='scce')
+    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: pytest.fail('asked the board'))
+    good = (out / 'train.json').read_bytes()
+    cfg = json.loads(good)
+    del cfg['files']
+    for text, says in ((b'\xef\xbb\xbf' + good, r'not valid JSON \(it starts with a byte-order '
+                                                   r'mark\); if you edited it, .* "UTF-8 with BOM"'),
+                       (good.replace(b'{', b'{"n": "caf\xe9", ', 1), r"not valid JSON \('utf-8' codec"
+                                                                      r".*saved as plain UTF-8"),
+                       (json.dumps(cfg).encode(), r'"files" must be an object .*prepare the folder'),
+                       (b'[1]', r'must be a JSON object .*prepare the folder again')):
+        (out / 'train.json').write_bytes(text)
+        for call in (lambda: board.deploy(str(out), 'nowhere', source=True),
+                     lambda: board.pull(str(out), 'nowhere')):
+            with pytest.raises(ValueError, match=re.escape(str(out / 'train.json')) + ': ' + says):
+                call()
+
+
 @pytest.mark.slow
 @needs_mp
 def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):
@@ -236,12 +260,50 @@ def test_ctrl_c_at_deploy_run_reaches_the_board(tmp_path):
         assert again and again.group(2) == b.port, text
         assert json.loads((flash / 'train.json').read_text())['run']['resume'] is True
         set_train(flash, epochs=3)
-        r = mpremote(b.port, 'run', 'train.py', cwd=again.group(1))
+        # (session 14) deploy --run again goes on from the board's checkpoint: it had copied
+        # the folder's train.json over the board's and started over
+        set_train(out, epochs=3)
+        r = cli('deploy', out, '--port', b.port, '--resume', '--run')
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "holds this run's checkpoint.ckpt from an interrupted run" in r.stdout, r.stdout
         assert 'resumed from checkpoint.ckpt' in r.stdout and saved_weights(r.stdout), r.stdout
         (flash / 'trained.wof.q8s').write_bytes(b'stale')
         r = cli('pull', out, '--port', b.port, '--resume')
         assert r.returncode == 0, r.stdout + r.stderr
     assert 'q8s' not in r.stdout and not os.path.exists(os.path.join(out, 'trained.wof.q8s'))
+
+
+def test_deploy_keeps_an_interrupted_runs_train_json_only_for_the_same_run(tmp_path, monkeypatch):
+    """deploy asks the board for an interrupted run's state (train.json resuming, the
+    checkpoint there, its inputs' sha256 or sizes): the same settings (floats as a 32-bit
+    board writes them) and files go on from the checkpoint (its train.json kept); other
+    settings or files are another run's, which starts over; no checkpoint, nothing."""
+    out = tmp_path / 'run'
+    prepare(small_mlp(str(tmp_path / 'm.circle')), str(out), data=blobs(tmp_path, n=40), loss='scce')
+    files = board._files(str(out))
+    inputs = [files[k] for k in board.INPUTS if files.get(k)]
+    import hashlib
+    mine = json.loads((out / 'train.json').read_text())
+
+    def said(cfg, hashed=True, sizes=False, change=None):
+        lines = ['UTCFG ' + json.dumps(cfg)] if cfg else []
+        for n in inputs:
+            data = (out / n).read_bytes() + (b'x' if n == change else b'')
+            lines.append(f'UTS {n} {len(data)}' if sizes else
+                         f'UTH {n} {hashlib.sha256(data).hexdigest()}')
+        return '\n'.join(lines) + '\n'
+
+    def ask(text):
+        monkeypatch.setattr(board, 'mpremote', lambda *a, **k: text)
+        return board.interrupted_here(str(out), 'port', files, inputs)
+    board_cfg = json.loads(json.dumps(mine))
+    board_cfg['run']['resume'] = True
+    board_cfg['lr'] = float(np.float32(mine['lr']))           # (a 32-bit board's float)
+    assert ask(said(board_cfg)) is True and ask(said(board_cfg, sizes=True)) is True
+    assert ask(said(dict(board_cfg, epochs=mine['epochs'] + 1))) is False
+    assert ask(said(board_cfg, change='train.ds')) is False
+    assert ask(said(dict(board_cfg, run=dict(board_cfg['run'], resume=False)))) is None
+    assert ask(said(None)) is None
 
 
 def test_board_profiles_are_complete_and_consistent(tmp_path):

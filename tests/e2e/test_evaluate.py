@@ -226,3 +226,25 @@ def test_a_tico_model_onert_cannot_run_is_scored_on_its_rewritten_graph(tmp_path
     run, runtime, g = infer.predictor(path)
     xs, _ = infer.layout(x, g.tensors[g.inputs[0]].shape)
     np.testing.assert_allclose(run(xs), want, atol=1e-5)
+
+
+def test_data_prepare_refuses_is_refused_naming_the_file(tmp_path):
+    """Issue 28: evaluate judges its data as prepare does.  NaN in a sample had been scored
+    ('cross-entropy of the softmax nan', an accuracy beside it), and labels outside the
+    model's classes refused without naming the file or what to do ('targets have 1 values
+    per sample, the model outputs 4')."""
+    path = refmodels.mlp(str(tmp_path / 'm.circle'), [6, 12, 4], seed=3)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(20, 6)).astype(np.float32)
+    y = rng.integers(0, 4, 20)
+    xn = x.copy()
+    xn[3, 2] = np.nan
+    for name, xs, ys, says in (
+            ('nan.npz', xn, y, r'nan\.npz: x of sample 3 holds NaN or Inf .*drop those samples'),
+            ('above.npz', x, y + 4, r'above\.npz: .*whole numbers 0 to 3, and these run from 4 to 7'
+                                    r': number the classes from 0'),
+            ('below.npz', x, y - 1, r'below\.npz: .*these run from -1 to 2: number the classes'),
+            ('wide.npz', x, rng.normal(size=(20, 3)), r'wide\.npz: .*give 4 target values a sample')):
+        np.savez(tmp_path / name, x=xs, y=ys)
+        with pytest.raises(ValueError, match=says):
+            infer.evaluate(path, str(tmp_path / name))

@@ -218,6 +218,26 @@ def test_plot_writes_a_png_and_names_a_bad_log(tmp_path):
     assert r.returncode == 2 and "train.log: line 2: accuracy 'oops' is not a number" in r.stderr
 
 
+def test_a_log_row_cut_short_is_left_out_and_said(tmp_path):
+    """Issue 28: a board that lost power while writing a train.log row leaves it cut
+    short; the next run appends its rows after the piece (a merged 9-column row).  plot
+    had refused the whole log ('line 2 has 9 columns, expected 7'); now the damaged row is
+    left out, said, and the last run plotted."""
+    from host_tools.plot import read_log
+    log = tmp_path / 'train.log'
+    log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n0,,0,'
+                   ',,1.38,0.40,0,\n1,1.2,0.41,0.93,0.62,59,\n'
+                   '0,,,1.3,0.5,0,9\n1,1.1,0.6,0.8,0.7,62,9\n2,1.0,0.7,0.7,0.8,60,9\n')
+    notes = []
+    c = read_log(str(log), notes)
+    assert c['epoch'] == [0, 1, 2] and c['test_accuracy'] == [0.5, 0.7, 0.8]
+    assert notes == [f'{log}: line 2 has 9 columns, expected 7: left out (a row cut short, e.g. '
+                     'a board that lost power while writing it); the other rows are plotted']
+    r = cli('plot', str(log), '-o', str(tmp_path / 'c.png'))
+    assert r.returncode == 0 and 'line 2 has 9 columns, expected 7: left out' in r.stderr, r.stderr
+    assert (tmp_path / 'c.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
 def test_the_digits_example_ships_ready_for_a_board():
     """datasets/digits/{train,test}.ds are digits.npz split as prepare splits it, stored
     losslessly as uint8, and prepare takes them as --data."""

@@ -4,6 +4,7 @@ arithmetic), a float16-quantized .tflite, an int8 file with float inputs and out
 under --dequantize, a dilated convolution under TFLite Micro, an int8 op TFLite Micro has
 no kernel for, channels-first 3-D samples, a run's test.ds scored on an ONNX model."""
 import functools
+import re
 import json
 import os
 import sys
@@ -350,3 +351,36 @@ def test_run_test_split_scored_on_the_onnx_model_it_came_from(tmp_path):
     r = evaluate(src, os.fspath(out / 'test.ds'))
     assert r['n'] == 10 and r['accuracy'] == 1.0, r
     assert 'laid out back' in r['transposed']
+
+
+def test_a_keras_rnn_written_as_a_while_loop_is_refused_saying_unroll(tmp_path):
+    """Issue 28: TF 2.21 writes a Keras LSTM that is not unrolled as a WHILE op over
+    subgraphs of its own (cond, body).  prepare and inspect had said 'has 3 subgraphs;
+    utrain trains subgraph 0 of single-subgraph models only', not why or what to do."""
+    import copy
+    from host_tools.cli import main
+    from host_tools.formats.circle_build import pack_model
+    from host_tools.prepare.pipeline import prepare
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 6, 3])
+    h = b.tensor('h', [1, 6, 3])
+    b.op('WHILE', [x], [h])
+    y = b.tensor('y', [1, 18])
+    b.op('RESHAPE', [h], [y], new_shape=[1, 18])
+    b.inputs(x)
+    b.outputs(y)
+    m = b.model()
+    m.subgraphs += [copy.deepcopy(m.subgraphs[0]), copy.deepcopy(m.subgraphs[0])]
+    p = tmp_path / 'lstm.tflite'
+    p.write_bytes(pack_model(m, b'TFL3'))
+    says = ('lstm.tflite: has 3 subgraphs (op 0 is WHILE, control flow: how TFLiteConverter '
+            'writes a Keras LSTM, GRU or RNN layer that is not unrolled); utrain trains '
+            'single-subgraph models: give each recurrent layer unroll=True')
+    with pytest.raises(ValueError, match=re.escape(says)):
+        prepare(str(p), str(tmp_path / 'run'), loss='mse', log=lambda *a: None)
+    import io
+    from contextlib import redirect_stdout
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(['inspect', str(p)]) == 1
+    assert says.split(': ', 1)[1] in out.getvalue()

@@ -417,15 +417,19 @@ def test_int8_div_by_a_constant_is_tflite_micros_integers_and_neg_a_table(tmp_pa
     assert set(d['dt'][10:100]) == {-16384}
 
 
-def _fc_softmax_dequantized(path, r, float_in):
+def _fc_softmax_dequantized(path, r, float_in, uint8=False):
     """An int8 FC (3 of 8, weights drawn from r), SOFTMAX, DEQUANTIZE to a float output,
     its input float through a QUANTIZE (float_in, the converter's default) or int8
-    (inference_input_type int8 alone).  Returns (path, the SOFTMAX's output tensor)."""
+    (inference_input_type int8 alone); uint8: input and output uint8 through QUANTIZEs
+    (inference_input_type and inference_output_type tf.uint8).  Returns (path, the
+    SOFTMAX's output tensor)."""
     from host_tools.formats.circle_build import CircleBuilder
     b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, 8]) if float_in else None
+    x = b.tensor('x', [1, 8]) if float_in and not uint8 else \
+        b.tensor('x', [1, 8], dtype='uint8', quant={'scale': [0.04], 'zero_point': [125]}) \
+        if uint8 else None
     xq = b.tensor('xq', [1, 8], dtype='int8', quant={'scale': [0.04], 'zero_point': [-3]})
-    if float_in:
+    if float_in or uint8:
         b.op('QUANTIZE', [x], [xq])
     else:
         x = xq
@@ -436,8 +440,12 @@ def _fc_softmax_dequantized(path, r, float_in):
                                       quant={'scale': [0.0004], 'zero_point': [0]})], [y])
     p = b.tensor('p', [1, 3], dtype='int8', quant={'scale': [1 / 256], 'zero_point': [-128]})
     b.op('SOFTMAX', [y], [p], beta=1.0)
-    pf = b.tensor('pf', [1, 3])
-    b.op('DEQUANTIZE', [p], [pf])
+    if uint8:
+        pf = b.tensor('pu', [1, 3], dtype='uint8', quant={'scale': [1 / 256], 'zero_point': [0]})
+        b.op('QUANTIZE', [p], [pf])
+    else:
+        pf = b.tensor('pf', [1, 3])
+        b.op('DEQUANTIZE', [p], [pf])
     b.inputs(x)
     b.outputs(pf)
     return b.save(str(path)), p
@@ -497,6 +505,40 @@ def test_int8_input_with_a_float_output_trains_as_int8(tmp_path):
     s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', train='all',
                 log=lambda *a: None)
     assert os.path.exists(tmp_path / 'run' / 'q8.json') and s['trainable_params'] == 27
+
+
+def test_uint8_input_and_output_ends_train_as_int8_and_export_as_uint8(tmp_path):
+    """Issue 28: a full-int8 model converted with inference_input_type and
+    inference_output_type tf.uint8 (as Edge Impulse's uint8 models are: QUANTIZE uint8 ->
+    int8 first, QUANTIZE int8 -> uint8 last) had trained dequantized in float32, saying no
+    why; its int8 middle is the model, as with float ends: it trains as int8, and export
+    writes the uint8 ends back (TFLite Micro runs it as it ran the file)."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.prepare.pipeline import prepare, export
+    r = np.random.default_rng(3)
+    path, p = _fc_softmax_dequantized(tmp_path / 'u8.tflite', r, float_in=False, uint8=True)
+    g = read_model(path)
+    assert quant.float_ends(g) and not quant.is_int8(g)
+    gr = quant.rewritten(g)
+    assert gr.inputs == [1] and gr.outputs == [p] and [op.name for op in gr.ops] == [
+        'FULLY_CONNECTED', 'SOFTMAX']
+    np.savez(tmp_path / 'd.npz', x=r.standard_normal((12, 8)).astype(np.float32), y=r.integers(0, 3, 12))
+    s = prepare(path, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce', train='all',
+                log=lambda *a: None)
+    assert os.path.exists(tmp_path / 'run' / 'q8.json') and s['trainable_params'] == 27
+    out = str(tmp_path / 'out.tflite')
+    export(path, str(tmp_path / 'run' / 'weights.wof'), out)
+    h = read_model(out)
+    assert [h.tensors[k].dtype for k in h.inputs + h.outputs] == ['uint8', 'uint8']
+    assert [op.name for op in h.ops] == ['QUANTIZE', 'FULLY_CONNECTED', 'SOFTMAX', 'QUANTIZE']
+    a, b = runtime.Interpreter.from_file(path), runtime.Interpreter.from_file(out)
+    for i in range(4):
+        q = r.integers(0, 256, (1, 8)).astype(np.uint8)
+        for it in (a, b):
+            it.set_input(q, 0)
+            it.invoke()
+        assert b.get_output(0).dtype == np.uint8
+        np.testing.assert_array_equal(a.get_output(0), b.get_output(0))
 
 
 def _div(tmp_path):

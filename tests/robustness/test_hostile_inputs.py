@@ -135,6 +135,10 @@ def device_cases():
         ('ds-huge', None, lambda d: _ds_header(d, 'train.ds', 4 * 10**9, 6, 1), 'refuse'),
         ('ds-cut', None, lambda d: _cut(d, 'train.ds', 100), 'refuse'),
         ('ds-test-garbage', None, lambda d: _text(d, 'test.ds', 'hello'), 'refuse'),
+        # issue 28: a .ds of no samples (a header alone) had trained, logging loss 0 and
+        # accuracy 0 (a test.ds: keep-best judged the epochs on nothing)
+        ('ds-empty', None, lambda d: _ds_empty(d, 'train.ds'), 'refuse'),
+        ('ds-test-empty', None, lambda d: _ds_empty(d, 'test.ds'), 'refuse'),
         ('wof-garbage', None, lambda d: _text(d, 'weights.wof', 'x' * 50), 'refuse'),
         ('flat-cut', None, lambda d: _cut(d, 'model.flat', 60), 'refuse'),
         ('json-folder', None, lambda d: (os.remove(d / 'train.json'), os.mkdir(d / 'train.json')),
@@ -173,6 +177,12 @@ def _cut(d, name, n):
 def _ds_header(d, name, n, xl, yl):
     b = bytearray((d / name).read_bytes())
     struct.pack_into('<III', b, 8, n, xl, yl)
+    (d / name).write_bytes(bytes(b[:48]))
+
+
+def _ds_empty(d, name):
+    b = bytearray((d / name).read_bytes())
+    struct.pack_into('<I', b, 8, 0)
     (d / name).write_bytes(bytes(b[:48]))
 
 
@@ -647,6 +657,37 @@ def host_cases(tmp):
                                                  str(q8run / 'train.ds'), '--test-split', '0.5',
                                                  '--loss', 'scce', '--optimizer', 'sgd'],
                   'refuse', 'train.ds'))
+    # issue 28: weights cut short, moved out of their folder, an int8 run's checkpoint:
+    # each refusal says what to do ('holds 0 buffers, the model has 44 tensors' had been
+    # an int8 checkpoint's, a moved .wof's the buffers against the file's tensors)
+    (tmp / 'empty.ds').write_bytes((run / 'train.ds').read_bytes()[:8] + b'\0' * 4
+                                   + (run / 'train.ds').read_bytes()[12:48])
+    cases.append(('data empty.ds', ['prepare', model, '--data', str(tmp / 'empty.ds'), '--loss',
+                                    'scce'], 'refuse', 'empty.ds: holds no samples'))
+    cut = tmp / 'run-cut'
+    shutil.copytree(run, cut)
+    (cut / 'trained.wof').write_bytes((run / 'trained.wof').read_bytes()[:40])
+    cases.append(('export a cut .wof', ['export', model, str(cut / 'trained.wof'), '-o',
+                                        str(tmp / 'c.circle')], 'refuse',
+                  "cut short or damaged (40 bytes): copy it again (`pull` from a board), or export "
+                  "the run folder's checkpoint.ckpt"))
+    q8cut = tmp / 'q8cut'
+    shutil.copytree(q8run, q8cut)
+    (q8cut / 'weights.wof').write_bytes((q8run / 'weights.wof').read_bytes()[:60])
+    shutil.copy(q8run / 'weights.wof', q8cut / 'checkpoint.ckpt')
+    cases.append(('export a cut int8 .wof', ['export', q8, str(q8cut / 'weights.wof'), '-o',
+                                             str(tmp / 'c8.tflite')], 'refuse',
+                  'cut short or damaged (60 bytes): copy it again (`pull` from a board), or run '
+                  'the folder again with "resume": true'))
+    cases.append(('export an int8 checkpoint', ['export', q8, str(q8cut / 'checkpoint.ckpt'), '-o',
+                                                str(tmp / 'k8.tflite')], 'refuse',
+                  "an int8 run's checkpoint (its weights at scales kept in its own blocks), which "
+                  "export does not read: export the folder's trained.wof"))
+    (tmp / 'moved').mkdir()
+    shutil.copy(q8run / 'weights.wof', tmp / 'moved' / 'w.wof')
+    cases.append(('export a .wof moved out of its folder', ['export', q8, str(tmp / 'moved' / 'w.wof'),
+                                                           '-o', str(tmp / 'm8.tflite')], 'refuse',
+                  'w.wof is not in a run folder (no prepare.json beside it)'))
     return cases
 
 

@@ -258,15 +258,55 @@ def test_a_class_a_step_trains_cce_per_step(tmp_path):
         _run(tmp_path, model, str(tmp_path / 'd.npz'), loss='scce')
     with pytest.raises(PrepareError, match='leave it out'):
         _run(tmp_path, model, str(tmp_path / 'd.npz'), metric='accuracy')
-    logits, _, _ = _per_step_model(tmp_path / 'l.tflite', T, C, K, softmax=False)
-    with pytest.raises(PrepareError, match=r'are logits: .*softmax over each row'):
-        _run(tmp_path, logits, str(tmp_path / 'd.npz'))
     # one-hot a step (N, T, K) alike; the int8 path (a softmax over all outputs) declines
     oh = np.eye(K, dtype=np.float32)[rng.integers(0, K, (12, T))]
     s, text, said = _run(tmp_path, model, _npz(tmp_path / 'h.npz', oh, shape=(T, C)))
     assert '"loss": "cce"' in text and '"metric": "mae"' in text, said
     from host_tools.prepare.quant import loss_refusal
     assert 'a class a step' in loss_refusal({'loss': 'cce'}, read_model(model))
+
+
+def test_a_class_a_step_on_rows_of_logits_trains_a_softmax_a_row(tmp_path):
+    """Session 13 left it refused ('are logits: a class a step trains with cce on a softmax
+    over each row; end the model in one'): a model ending in rows of logits a step (a
+    Dense or Conv1d head without its softmax) trains with a SOFTMAX over each row put
+    after it for the run (the board's cross-entropy from logits would normalise all T x K
+    values as one row), said; one SGD step is numpy's summed per-step cross-entropy
+    gradient, and export writes the model as it was (the FC alone, giving logits), which
+    evaluate scores as the board did."""
+    from host_tools.prepare.infer import evaluate
+    from host_tools.prepare.pipeline import export
+    from host_tools.target import runner
+    from host_tools.formats.circle_io import read_model
+    T, C, K = 5, 3, 4
+    model, w, bias = _per_step_model(tmp_path / 'l.tflite', T, C, K, softmax=False)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, T, C)).astype(np.float32)
+    y = rng.integers(0, K, (1, T))
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    out, lr, said = tmp_path / 'run', 0.1, []
+    prepare(model, str(out), data=str(tmp_path / 'd.npz'), optimizer='sgd', lr=lr, batch=1,
+            epochs=1, log=lambda *m: said.append(' '.join(map(str, m))))
+    assert any('a class a step for 5 rows of 4 logits: trains with a softmax over each row' in m
+               for m in said), said
+    cfg = json.loads(open(out / 'train.json').read())
+    assert cfg['loss'] == 'cce' and cfg['from_logits'] is False
+    code, log = runner.run(str(out), python=True, stream=False)
+    assert code == 0, log
+    export(model, str(out / 'trained.wof'), str(tmp_path / 'e.tflite'))
+    h = read_model(str(tmp_path / 'e.tflite'))
+    assert [op.name for op in h.ops] == ['FULLY_CONNECTED'] and h.tensors[h.outputs[0]].name == 'z'
+    got = {t.name: t.data for t in h.tensors if t.data is not None}
+    z = x[0].astype(np.float64) @ w.T + bias
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    dz = p - np.eye(K)[y[0]]
+    np.testing.assert_allclose(got['w'], w - lr * dz.T @ x[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got['b'], bias - lr * dz.sum(0), rtol=1e-4, atol=1e-5)
+    r = evaluate(model, str(tmp_path / 'd.npz'))
+    assert abs(r['loss'] + np.log(p[np.arange(T), y[0]]).sum()) < 1e-4
+    with pytest.raises(DataError, match='train with --loss cce'):
+        _run(tmp_path, model, str(tmp_path / 'd.npz'), loss='scce')
 
 
 def test_a_csv_row_holds_as_many_targets_as_follow_the_inputs(tmp_path):
