@@ -809,7 +809,7 @@ def backward_peak(r) -> int:
     passes its dz on as its inputs' gradients: bwd_temps' passed): counted once."""
     from ..graph.optable import SPECS, dx_bit, DW
     g, plan, size, A = r.g, r.plan, r.size, r.A
-    opt, batch = r.s['optimizer'], int(r.s['batch'])
+    batch = int(r.s['batch'])
     peak = 0
     grads = {g.outputs[0]: (size[g.outputs[0]], -1)}     # tensor: (floats, the array)
     for i, flags in plan.backward:
@@ -822,8 +822,8 @@ def backward_peak(r) -> int:
         cur = sum(A(n) for n in {a: n for n, a in grads.values()}.values())
         # a kernel that hands its weight gradient whole holds a weight-sized array during
         # the op (at batch 1; larger batches count it in the gradient sums), and at batch 1
-        # the optimizer step on it makes weight-sized temporaries (SGD one, lr * g; Adam,
-        # RMSprop more): a 573 KB trained 1x1 conv needed 2485 KB where 1860 KB were planned
+        # what the kernel and the optimizer step add to it (step_wsum: a 573 KB trained 1x1
+        # conv needed 2485 KB on 64-bit ulab where 1860 KB were planned)
         wsum = sum(A(size[k]) for k in spec.inputs(op)
                    if k in plan.params and plan.params[k][1] == 'weight') if _wgrad(r, spec) == 'whole' else 0
         # input-sized temporaries (dx and what makes it) only where the op passes a
@@ -843,7 +843,7 @@ def backward_peak(r) -> int:
         sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + sum(A(v) for v, n in more.values() if n not in passed) + sums
-                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows
+                   + (step_wsum(r, op, flags, wsum) if batch == 1 else 0) + rows
                    + weight_temps(r, spec, op, 1 if flags & DW else 0))
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
@@ -853,6 +853,31 @@ def backward_peak(r) -> int:
         for k, (v, n) in given:
             grads[k] = (v, ('sum', i, k) if k in grads else dz if n in passed else ('dx', i, k))
     return peak
+
+
+def step_wsum(r, op, flags, wsum) -> int:
+    """At batch 1, bytes an op that hands its weight gradient whole (wsum bytes) holds
+    for it: plain SGD the gradient once (xnp.add_scaled steps it into the weight in
+    place: the fallback's one fused pass, ulab's a row at a time, row_temps) and under
+    ulab a trained CONV_2D's tap product (tap_dw); SGD with momentum or weight decay and
+    the other rules a weight-sized temporary more (lr * g), Adam / RMSprop three.  (Two
+    on every build had been planned for plain SGD: the held-out hq_sepinc 1.2x on 32-bit;
+    test_memory.py::test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates.)"""
+    opt = r.s['optimizer']
+    if opt == 'sgd' and not r.s.get('momentum') and not r.s.get('weight_decay'):
+        return wsum + tap_dw(r, op, flags) if wsum else 0
+    return wsum * (2 if opt == 'sgd' else 4)
+
+
+def tap_dw(r, op, flags) -> int:
+    """A trained CONV_2D's weight gradient tap product under ulab (utrain.ulconv and
+    convwalk: np.dot(dz.T, x) of [O, I] added into the sum a tap at a time): the whole
+    weight gradient over again for a 1x1 conv; the fallback's native loops add in place."""
+    from ..graph.optable import DW
+    if r.arrays != 'ulab' or op.name != 'CONV_2D' or not flags & DW:
+        return 0
+    O, KH, KW, I = r.g.tensors[op.inputs[1]].shape
+    return r.A(O * I)
 
 
 def bwd_temps(r, spec, op):
