@@ -843,7 +843,7 @@ def backward_peak(r) -> int:
         sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + sum(A(v) for v, n in more.values() if n not in passed) + sums
-                   + (step_wsum(r, op, flags, wsum) if batch == 1 else 0) + rows
+                   + (step_wsum(r, wsum) if batch == 1 else 0) + rows
                    + weight_temps(r, spec, op, 1 if flags & DW else 0))
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
@@ -855,29 +855,21 @@ def backward_peak(r) -> int:
     return peak
 
 
-def step_wsum(r, op, flags, wsum) -> int:
+def step_wsum(r, wsum) -> int:
     """At batch 1, bytes an op that hands its weight gradient whole (wsum bytes) holds
-    for it: plain SGD the gradient once (xnp.add_scaled steps it into the weight in
-    place: the fallback's one fused pass, ulab's a row at a time, row_temps) and under
-    ulab a trained CONV_2D's tap product (tap_dw); SGD with momentum or weight decay and
-    the other rules a weight-sized temporary more (lr * g), Adam / RMSprop three.  (Two
-    on every build had been planned for plain SGD: the held-out hq_sepinc 1.2x on 32-bit;
-    test_memory.py::test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates.)"""
+    for it.  Plain SGD on the fallback: the gradient once (the conv's native loops sum
+    it in place, xnp.add_scaled steps it into the weight in one pass).  Under ulab two:
+    utrain.ulconv / convwalk add a tap's np.dot(dz.T, x) of [O, I] into the sum, the
+    whole gradient again for a 1x1 conv (a kxk conv's 1/k^2 of it: still planned whole,
+    its cells' plans unchanged).  SGD with momentum or weight decay a weight-sized
+    temporary more (lr * g), Adam / RMSprop three.  (Two on the fallback had the
+    held-out hq_sepinc at 1.2x on 32-bit; test_memory.py::
+    test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates measures both builds.)"""
     opt = r.s['optimizer']
-    if opt == 'sgd' and not r.s.get('momentum') and not r.s.get('weight_decay'):
-        return wsum + tap_dw(r, op, flags) if wsum else 0
+    if opt == 'sgd' and not r.s.get('momentum') and not r.s.get('weight_decay') \
+            and r.arrays != 'ulab':
+        return wsum
     return wsum * (2 if opt == 'sgd' else 4)
-
-
-def tap_dw(r, op, flags) -> int:
-    """A trained CONV_2D's weight gradient tap product under ulab (utrain.ulconv and
-    convwalk: np.dot(dz.T, x) of [O, I] added into the sum a tap at a time): the whole
-    weight gradient over again for a 1x1 conv; the fallback's native loops add in place."""
-    from ..graph.optable import DW
-    if r.arrays != 'ulab' or op.name != 'CONV_2D' or not flags & DW:
-        return 0
-    O, KH, KW, I = r.g.tensors[op.inputs[1]].shape
-    return r.A(O * I)
 
 
 def bwd_temps(r, spec, op):

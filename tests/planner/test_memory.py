@@ -1479,13 +1479,13 @@ def test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates(tmp_path, build):
     weight-sized array on the fallback (the sink's sum, which the step adds into the
     weight in place: xnp.add_scaled) and two under ulab (and utrain.ulconv's
     np.dot(dz.T, x) of [O, I] a tap: the whole gradient again for a 1x1 conv): the
-    planner's wsum + tap_dw.  Measured as the smallest heap that runs the weight
+    planner's step_wsum.  Measured as the smallest heap that runs the weight
     gradient and step less the one that stops before them (bisected on the 32-bit
     build).  (Two were planned on every build: the held-out hq_sepinc 1.2x on 32-bit;
     one on ulab would miss the product.)"""
     from types import SimpleNamespace
     from host_tools.formats.circle_build import CircleBuilder
-    from host_tools.graph.optable import SPECS, DW
+    from host_tools.graph.optable import SPECS
     from host_tools.graph.passes import device_shapes
     from host_tools.plan.memory import array_bytes, sim_target, step_wsum
     mp = os.environ.get(build)
@@ -1521,7 +1521,6 @@ def test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates(tmp_path, build):
         return hi
     need = smallest(1) - smallest(0)
     A = lambda k: array_bytes(k, arrays, sim_target(4))     # noqa: E731
-    plan = step_wsum(SimpleNamespace(arrays=arrays, g=g, A=A, s=dict(optimizer='sgd', batch=1)),
-                     op, DW, A(n * n))
+    plan = step_wsum(SimpleNamespace(arrays=arrays, s=dict(optimizer='sgd', batch=1)), A(n * n))
     piece = A(px * n)           # (ulab: the copy of dz the product is made from)
     assert plan - 8192 <= need <= plan + piece + 8192, (need, plan)
