@@ -809,7 +809,7 @@ def backward_peak(r) -> int:
     passes its dz on as its inputs' gradients: bwd_temps' passed): counted once."""
     from ..graph.optable import SPECS, dx_bit, DW
     g, plan, size, A = r.g, r.plan, r.size, r.A
-    opt, batch = r.s['optimizer'], int(r.s['batch'])
+    batch = int(r.s['batch'])
     peak = 0
     grads = {g.outputs[0]: (size[g.outputs[0]], -1)}     # tensor: (floats, the array)
     for i, flags in plan.backward:
@@ -822,8 +822,8 @@ def backward_peak(r) -> int:
         cur = sum(A(n) for n in {a: n for n, a in grads.values()}.values())
         # a kernel that hands its weight gradient whole holds a weight-sized array during
         # the op (at batch 1; larger batches count it in the gradient sums), and at batch 1
-        # the optimizer step on it makes weight-sized temporaries (SGD one, lr * g; Adam,
-        # RMSprop more): a 573 KB trained 1x1 conv needed 2485 KB where 1860 KB were planned
+        # what the kernel and the optimizer step add to it (step_wsum: a 573 KB trained 1x1
+        # conv needed 2485 KB on 64-bit ulab where 1860 KB were planned)
         wsum = sum(A(size[k]) for k in spec.inputs(op)
                    if k in plan.params and plan.params[k][1] == 'weight') if _wgrad(r, spec) == 'whole' else 0
         # input-sized temporaries (dx and what makes it) only where the op passes a
@@ -843,7 +843,7 @@ def backward_peak(r) -> int:
         sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + sum(A(v) for v, n in more.values() if n not in passed) + sums
-                   + (wsum * (2 if opt == 'sgd' else 4) if batch == 1 else 0) + rows
+                   + (step_wsum(r, wsum) if batch == 1 else 0) + rows
                    + weight_temps(r, spec, op, 1 if flags & DW else 0))
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
@@ -853,6 +853,18 @@ def backward_peak(r) -> int:
         for k, (v, n) in given:
             grads[k] = (v, ('sum', i, k) if k in grads else dz if n in passed else ('dx', i, k))
     return peak
+
+
+def step_wsum(r, wsum) -> int:
+    """At batch 1, bytes an op that hands its weight gradient whole (wsum bytes) holds
+    for it: two at SGD, four with Adam / RMSprop.  Measured at plain SGD (test_memory.py::
+    test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates): ulab holds two for a
+    1x1 conv (the sum and utrain.ulconv's [O, I] tap product, np.dot(dz.T, x)), the
+    fallback one (its native loops sum in place, xnp.add_scaled steps in one pass).  The
+    fallback's second is kept: counted once, ho_cnn5bn SGD b1 on 32-bit went under
+    (224 KB planned, 228 needed), only because run.gc_every follows the plan (7169 B
+    against 7201: the same files train in 222 KB; docs/memory.md, session 14 h43p)."""
+    return wsum * (2 if r.s['optimizer'] == 'sgd' else 4)
 
 
 def bwd_temps(r, spec, op):

@@ -1434,3 +1434,94 @@ def test_the_load_frees_lists_need_little_more_than_they_keep(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     kept, need = (int(v) for v in r.stdout.split())
     assert need <= 4 * kept, (kept, need)
+
+
+
+_WGRAD_MEM = r'''
+import gc
+from utrain.xnp import zeros
+import utrain.op_conv as C
+from utrain.sink import Apply
+from utrain.optim import Optimizer
+class Net:
+    def __init__(s):
+        s.shape, s.rank = SHAPES, {}
+class RT:
+    def __init__(s):
+        s.shape, s.t, s.g, s.dead = SHAPES, {}, {}, ()
+        s.net = Net()
+        s.net.t = s.t
+        o = Optimizer('sgd', 0.01)
+        o.begin()
+        s.sink = Apply(s.net, o)
+    def add_grad(s, k, d):
+        s.g[k] = d
+rt = RT()
+for k in OP[1]:
+    rt.t[k] = zeros(SHAPES[k])
+    rt.t[k][:] = 0.5        # (in place: no setup peak above the run's)
+dy = zeros(SHAPES[OP[2][0]])
+dy[:] = 0.25
+C.backward(rt, OP, dy, 0)   # (imports and first-call allocations)
+gc.collect()
+if RUN:
+    C.backward(rt, OP, dy, 2)
+    rt.sink.end()
+print('ok')
+'''
+
+
+@pytest.mark.parametrize('build', [
+    pytest.param('UTRAIN_MP32', id='32'),
+    pytest.param('UTRAIN_MP32_ULAB', id='32-ulab')])
+def test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates(tmp_path, build):
+    """At SGD batch 1 a trained 1x1 conv's weight gradient and its step need one
+    weight-sized array on the fallback (the sink's sum, which the step adds into the
+    weight in place: xnp.add_scaled) and two under ulab (and utrain.ulconv's
+    np.dot(dz.T, x) of [O, I] a tap: the whole gradient again for a 1x1 conv), within
+    the planner's step_wsum (which keeps two on both: docs/memory.md, session 14 h43p).
+    Measured as the smallest heap that runs the weight gradient and step less the one
+    that stops before them (bisected on the 32-bit builds).  (Counting one under ulab,
+    h42p's patch, would miss the product.)"""
+    from types import SimpleNamespace
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.graph.optable import SPECS
+    from host_tools.graph.passes import device_shapes
+    from host_tools.plan.memory import array_bytes, sim_target, step_wsum
+    mp = os.environ.get(build)
+    if not mp or not os.path.exists(mp):
+        pytest.skip('$%s names no build' % build)
+    arrays = 'ulab' if 'ULAB' in build else 'fallback'
+    n, px = 256, 16             # (a weight far above the imports' transient peak)
+    r = np.random.default_rng(5)
+    b = CircleBuilder(description='utrain test: a 1x1 conv')
+    x, y = b.tensor('x', [1, 4, 4, n]), b.tensor('y', [1, 4, 4, n])
+    w = b.tensor('w', [n, 1, 1, n], data=r.normal(0, 0.3, (n, 1, 1, n)).astype(np.float32))
+    b.op('CONV_2D', [x, w], [y], padding='SAME', stride_w=1, stride_h=1)
+    b.inputs(x)
+    b.outputs(y)
+    g = read_model(b.save(str(tmp_path / 'c.circle')))
+    op, spec = g.ops[0], SPECS['CONV_2D']
+    OP = (spec.code, tuple(spec.inputs(op)), tuple(op.outputs), tuple(float(v) for v in spec.options(op, g)))
+    head = 'OP = %r\nSHAPES = %r\n' % (OP, {k: tuple(s) for k, s in enumerate(device_shapes(g))})
+
+    def runs(run, heap):
+        script = tmp_path / ('wgrad%d.py' % run)
+        script.write_text(head + 'RUN = %d\n' % run + _WGRAD_MEM)
+        res = subprocess.run([mp, '-X', 'heapsize=%d' % heap, str(script)],
+                             env=dict(os.environ, MICROPYPATH=runner.MICRO, UTRAIN_NP=arrays),
+                             capture_output=True, text=True, timeout=300)
+        return res.stdout.strip() == 'ok'
+
+    def smallest(run, lo=64 * 1024, hi=2048 * 1024):
+        assert runs(run, hi) and not runs(run, lo)
+        while hi - lo > 2048:
+            m = (lo + hi) // 2
+            lo, hi = (lo, m) if runs(run, m) else (m, hi)
+        return hi
+    need = smallest(1) - smallest(0)
+    A = lambda k: array_bytes(k, arrays, sim_target(4))     # noqa: E731
+    plan = step_wsum(SimpleNamespace(arrays=arrays, s=dict(optimizer='sgd', batch=1)), A(n * n))
+    piece = A(px * n)           # (ulab: the copy of dz the product is made from)
+    assert need <= plan + piece + 8192, (need, plan)
+    assert need >= A(n * n) * (2 if arrays == 'ulab' else 1) - 8192, need      # (what it holds)
