@@ -1021,8 +1021,10 @@ def test_activation_temporaries_are_planned_as_allocated(tmp_path):
     bad = []
     for n in names:
         s = SPECS[n]
+        op.name = n
         fwd, bwd = got[s.code]
-        plan_f = (1 + s.fwd[0] + s.fwd[1]) * A + 1024
+        fo, fi, fc = s.fwd_of(op, g, 'ulab') if s.fwd_of else s.fwd + (0,)
+        plan_f = (1 + fo + fi) * A + (array_bytes(fc, 'ulab', sim_target(4)) if fc else 0) + 1024
         bo, bi, pc = s.bwd_of(op, g, 'ulab')[:3] if s.bwd_of else s.bwd + (0,)
         plan_b = (bo + bi) * A + (array_bytes(pc, 'ulab', sim_target(4)) if pc else 0) + 1024     # (each passes its gradient on)
         if fwd > plan_f or bwd > plan_b:
@@ -1241,7 +1243,7 @@ def test_conv_and_residual_backward_are_planned_as_they_allocate(tmp_path):
     assert not bad, '\n'.join(bad)
 
 
-_ACT_MEM = r'''
+_ACT_NEW = r'''
 import gc
 from utrain.xnp import zeros
 import utrain.npfallback as F
@@ -1352,7 +1354,7 @@ def test_copy_ops_and_activations_are_planned_as_they_allocate(tmp_path):
     script = tmp_path / 'actmem.py'
     script.write_text('OPS = %r\nSHAPES = %r\n' % (
         [(name, (spec.code, (0,), (1,), ())) for name, spec, op in acts],
-        {0: shapes[g.inputs[0]], 1: shapes[g.inputs[0]]}) + _ACT_MEM)
+        {0: shapes[g.inputs[0]], 1: shapes[g.inputs[0]]}) + _ACT_NEW)
     res = subprocess.run([MP, '-X', 'heapsize=4M', str(script)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
