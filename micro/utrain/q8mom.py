@@ -131,9 +131,9 @@ def vqb(v, d, n: int, p):
 
 
 @micropython.viper
-def sb(v, n: int, st: int, k: int):
-    # the int8 velocities v[0], v[st], ... (n of them) times 2^-k: k > 0 rounded half up
-    # (a weight scale doubled, utrain.q8grow; a layer's exponent grown), k < 0 exactly
+def sb(v, n: int, st: int, sh: int):
+    # the int8 velocities v[0], v[st], ... (n of them) times 2^-sh: sh > 0 rounded half up
+    # (a weight scale doubled, utrain.q8grow; a layer's exponent grown), sh < 0 exactly
     # (held within +-127)
     pv = ptr8(v)
     i = 0
@@ -141,10 +141,10 @@ def sb(v, n: int, st: int, k: int):
         x = int(pv[i])
         if x > 127:
             x -= 256
-        if k > 0:
-            x = (x + (1 << (k - 1))) >> k
+        if sh > 0:
+            x = (x + (1 << (sh - 1))) >> sh
         else:
-            x = x << (0 - k)
+            x = x << (0 - sh)
         if x > 127:
             x = 127
         if x < -127:
