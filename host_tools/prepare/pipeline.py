@@ -795,9 +795,22 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         f'{n} training samples trains on the int8 path (integer forward, QAS updates); '
         'export writes the trained model as float32 again (--quantized: int8); --float32 '
         'keeps float32 training')
-    r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
-                         progress, cache, bands, board, lambda heap: heap_limit(prof, budget, heap),
-                         limit_source(board, prof), log, given | ({'cache'} if cache else set()))
+    try:
+        r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
+                             progress, cache, bands, board,
+                             lambda heap: heap_limit(prof, budget, heap),
+                             limit_source(board, prof), log, given | ({'cache'} if cache else set()))
+    except quant.HeapRefusal as e:
+        if int8:
+            raise
+        # (prepare's own choice: a run the int8 plan does not fit, before anything is
+        # written, goes on in float32, whose plan fits or refuses with its own advice)
+        lines = str(e).split('\n')
+        need = lines[0].split(': training as int8 ', 1)[-1].rstrip('.')
+        log(f'{model_path}: trains in float32 after all: as int8 it {need}'
+            + ''.join(f'; int8 {a.strip()}' for a in lines[2:] if a.strip().startswith('would fit'))
+            + ' (--int8 with those options trains it as int8)')
+        return None
     rw.save_graph(rw.file_graph(og), os.path.join(out_dir, fromfloat.INT8_MODEL))
     if rewritten:               # (export writes the trained weights into that graph)
         rw.save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))

@@ -312,3 +312,30 @@ def test_tanh_and_sigmoid_calibrate_at_tflites_fixed_scales(tmp_path):
     ref = forward(x.astype(np.float64))
     assert np.abs(got - ref).max() < 0.05, np.abs(got - ref).max()
     assert np.mean(got.argmax(1) == ref.argmax(1)) >= 0.95
+
+
+def test_prepares_own_int8_choice_over_the_budget_trains_in_float32(tmp_path):
+    """prepare's own choice of int8 (a board without ulab: an ESP32 with PSRAM, whose 4 MB heap
+    the budget bounds) whose int8 plan the budget does not
+    fit, where the float32 plan does, trains in float32 and says why, naming the int8 plan and
+    the options it would fit with; --int8 asked still refuses with that advice."""
+    data = _digits(tmp_path, 40)
+    h8 = prepare(MLP, str(tmp_path / 'i'), data=data, epochs=1, board='esp32-psram', int8=True,
+                 log=lambda *a: None, **KW)['heap']['total']
+    hf = prepare(MLP, str(tmp_path / 'f'), data=data, epochs=1, board='esp32-psram', int8=False,
+                 log=lambda *a: None, **KW)['heap']['total']
+    assert hf + 2048 < h8, (hf, h8)     # (int8's code: the kernels beside the trainer)
+    budget = '%dK' % ((hf + h8) // 2048)
+    said = []
+    s = prepare(MLP, str(tmp_path / 'a'), data=data, epochs=1, board='esp32-psram', budget=budget,
+                log=said.append, **KW)
+    assert not s.get('int8') and s['heap']['total'] <= (hf + h8) // 2, s['heap']['total']
+    line = [v for v in said if 'trains in float32 after all' in v]
+    assert len(line) == 1 and line[0].startswith(MLP) and f'needs about {h8 // 1024} KB' in line[0] \
+        and '--int8' in line[0], said
+    cfg = json.loads((tmp_path / 'a' / 'train.json').read_text())
+    assert cfg['files']['model'] != 'q8.json'
+    assert not os.path.exists(tmp_path / 'a' / fromfloat.INT8_MODEL)
+    with pytest.raises(PrepareError, match=r'training as int8 needs about'):
+        prepare(MLP, str(tmp_path / 'b'), data=data, epochs=1, board='esp32-psram', budget=budget,
+                int8=True, log=lambda *a: None, **KW)
