@@ -403,7 +403,7 @@ def back(L, net, g, s):
     op = d['bo']
     if op == 8:                 # (BATCH_MATMUL)
         from utrain import q8bmm
-        return q8bmm.back(L, net, g, s)
+        return q8bmm.back(L, net, g, s, bgk)
     n, gi, a, gm = L.nout, L.gi, L.ins, L.bg
     mu = op == 2
     nb = K.nrk(g, n) + 7        # (|g| < 2^nb)

@@ -80,24 +80,6 @@ def mmk(d, u, v, p, i0: int, m: int, f: int):
             r += 1
 
 
-@micropython.viper
-def gck(g, y, n: int, lo: int, hi: int, sh: int):
-    # g[i] = g[i] >> sh (rounded) where the output's int8 y[i] passed its clamp (lo, hi),
-    # else 0 (int32 g, in place)
-    pg = ptr32(g)
-    py = ptr8(y)
-    h2 = (1 << sh) >> 1
-    for i in range(n):
-        q = (int(py[i]) ^ 128) - 128
-        v = 0
-        if q > lo and q < hi:
-            v = int(pg[i])
-            h = v >> 16
-            v = ((((h & 0xffff) ^ 0x8000) - 0x8000) << 16) | (v & 0xffff)
-            v = (v + h2) >> sh
-        pg[i] = v
-
-
 def ins(L, t):
     # the layer's two int8 inputs (a constant one from q8.json, made once)
     d = L.d
@@ -137,9 +119,11 @@ def fwd(L, net, t):
     return y
 
 
-def back(L, net, g, s):
+def back(L, net, g, s, bgk):
     """The gradients of BATCH_MATMUL layer L's inputs from g, its output's (int32, scale
-    s): held for the second input when both take one, the first's returned (g, s)."""
+    s): held for the second input when both take one, the first's returned (g, s).
+    bgk: utrain.q8bin's (passed in: no import circle), g >> sh in place, 0 where the
+    output sat at its clamp."""
     d = L.d
     n, gi, a = L.nout, L.gi, L.ins
     M, Kd, N, ai, ak, bk, bj = d['bm']
@@ -147,7 +131,8 @@ def back(L, net, g, s):
     z1, z2 = d['zi']
     sh = K.nrk(g, n) + 7 + 8 + (lb[0] if lb[0] > lb[1] else lb[1]) - 30    # (|g| < 2^(nb))
     sh = sh if sh > 0 else 0
-    gck(g, L.y, n, L.lo, L.hi, sh)
+    _set(p, 1, 1, 1, n, 0, 0, 0, 1, 0, 0, 0, 0, 0)     # (bgk's geometry: n values, in place)
+    bgk(g, g, p, 0, g, 0, sh, 0, L.y, L.lo, L.hi, p, p)
     for i in range(len(gi) - 1, -1, -1):
         j = gi[i]
         nj = d['ni'][j]
