@@ -566,10 +566,17 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             over_boards_note(model_path, summary, board, log)
         return summary
     if not (dequantize or ranks or train_config or select) and rewrite:
-        q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
-                        bands, board, backend, budget, prof, s, train, int8, given, overrides, log,
-                        source.input_rms if len(source.inputs) < 2 else
-                        getattr(source, 'inputs_rms', None), output)
+        try:
+            q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
+                            bands, board, backend, budget, prof, s, train, int8, given, overrides,
+                            log, source.input_rms if len(source.inputs) < 2 else
+                            getattr(source, 'inputs_rms', None), output)
+        except quant.HeapRefusal as e:
+            if int8:            # (asked: refused, with the options int8 would fit with)
+                raise
+            # (prepare's own choice, refused before anything is written: float32 where
+            # that fits, else both plans' refusals)
+            return dequantized_instead(call, e, float32=True)
         if q8:
             return q8
     elif int8:
@@ -732,19 +739,30 @@ def stored_codes(g, x) -> np.ndarray:
     return out
 
 
-def dequantized_instead(call, refusal):
-    """prepare(**call) again dequantized, for an int8 model whose int8 run the heap
-    refused with any settings (refusal, quant.HeapRefusal): an RNN's int8 layer table (a
-    layer a gate and a step) can outgrow the float run.  Where that does not fit either, the int8 refusal
-    with the float plan's first line."""
-    log, kw = call['log'], dict(call, dequantize=True, **call['overrides'])
+def dequantized_instead(call, refusal, float32=False):
+    """prepare(**call) again in float32, for a run the int8 heap plan refused with any
+    settings (refusal, quant.HeapRefusal): an int8 model dequantized (an RNN's int8 layer
+    table, a layer a gate and a step, can outgrow the float run), or (float32) a float
+    model prepare itself chose to train as int8 (int8 code beside the trainer can outweigh
+    what integers save on a small model).  Where that does not fit either, the int8
+    refusal with the float plan's first line."""
+    log, kw = call['log'], dict(call, **call['overrides'])
+    kw.update(int8=False) if float32 else kw.update(dequantize=True)
     del kw['overrides']
     first = str(refusal).split('\n')[0].split(': ', 1)[1]
     try:
         summary = prepare(**dict(kw, log=lambda *a: None))
     except PrepareError as e:
-        raise PrepareError(f'{refusal}\n  dequantized (--dequantize), '
+        raise PrepareError(f'{refusal}\n  ' + ('in float32 (--float32), ' if float32 else
+                                               'dequantized (--dequantize), ')
                            + str(e).split('\n')[0].split(': ', 1)[-1]) from None
+    if float32:
+        advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
+        log(f'{call["model_path"]}: trains in float32 after all: as int8 it '
+            + first.split('training as int8 ', 1)[-1].rstrip('.')
+            + ''.join(f'; int8 {a}' for a in advice if a.startswith('would fit'))
+            + ' (--int8 with those options trains it as int8)')
+        return summary
     why = f'{first.rstrip(".")}; dequantized it fits'
     log(f'{call["model_path"]}: trains in float32, dequantized as --dequantize does: {why}; '
         'export --quantized writes the trained model back as int8')
@@ -795,22 +813,9 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         f'{n} training samples trains on the int8 path (integer forward, QAS updates); '
         'export writes the trained model as float32 again (--quantized: int8); --float32 '
         'keeps float32 training')
-    try:
-        r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
-                             progress, cache, bands, board,
-                             lambda heap: heap_limit(prof, budget, heap),
-                             limit_source(board, prof), log, given | ({'cache'} if cache else set()))
-    except quant.HeapRefusal as e:
-        if int8:
-            raise
-        # (prepare's own choice: a run the int8 plan does not fit, before anything is
-        # written, goes on in float32, whose plan fits or refuses with its own advice)
-        lines = str(e).split('\n')
-        need = lines[0].split(': training as int8 ', 1)[-1].rstrip('.')
-        log(f'{model_path}: trains in float32 after all: as int8 it {need}'
-            + ''.join(f'; int8 {a.strip()}' for a in lines[2:] if a.strip().startswith('would fit'))
-            + ' (--int8 with those options trains it as int8)')
-        return None
+    r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
+                         progress, cache, bands, board, lambda heap: heap_limit(prof, budget, heap),
+                         limit_source(board, prof), log, given | ({'cache'} if cache else set()))
     rw.save_graph(rw.file_graph(og), os.path.join(out_dir, fromfloat.INT8_MODEL))
     if rewritten:               # (export writes the trained weights into that graph)
         rw.save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))

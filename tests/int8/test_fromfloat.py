@@ -339,3 +339,9 @@ def test_prepares_own_int8_choice_over_the_budget_trains_in_float32(tmp_path):
     with pytest.raises(PrepareError, match=r'training as int8 needs about'):
         prepare(MLP, str(tmp_path / 'b'), data=data, epochs=1, board='esp32-psram', budget=budget,
                 int8=True, log=lambda *a: None, **KW)
+    # a budget neither fits: the int8 refusal, its advice, and the float32 plan's line
+    with pytest.raises(PrepareError, match=r'training as int8 needs about[^$]*\n  in float32 '
+                       r'\(--float32\), training needs about'):
+        prepare(MLP, str(tmp_path / 'c'), data=data, epochs=1, board='esp32-psram',
+                budget='%dK' % (hf // 2048), log=lambda *a: None, **KW)
+    assert not os.path.exists(tmp_path / 'c' / 'train.json')
