@@ -244,13 +244,15 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
     return og
 
 
-def _other_ranges(model_path, data, places, x, prepare, tmp) -> dict:
+def _other_ranges(model_path, data, places, x, prepare, tmp, split=(0.0, 0)) -> dict:
     """{tensor name: (min, max)} over samples of data of the activations of the float
     model's outputs at places (in natural order: choose_output's) other than the trained
     one: each prepared as float into a scratch folder of tmp (its ops, model.flat) and
-    run on its inputs' samples (x where the model has one input), each calibrated at its
-    own range, as the trained output's; export --quantized writes them all."""
-    from ..files.dataset import load_inputs
+    run on its inputs' samples (x where the model has one input; else the training rows
+    of split, (test fraction, seed) as prepare splits them, as many as x), each
+    calibrated at its own range, as the trained output's; export --quantized writes them
+    all."""
+    from ..files.dataset import load_inputs, split as rows
     from ..graph.rewrite import choose_output
     from ..plan.runplan import data_inputs
     from .exportcheck import activation_ranges
@@ -262,7 +264,11 @@ def _other_ranges(model_path, data, places, x, prepare, tmp) -> dict:
         gj = read_model(os.path.join(d, s['rewritten']) if s.get('rewritten') else model_path)
         choose_output(gj, j)
         ins = data_inputs(gj)
-        xj = x if ins is None else np.asarray(load_inputs(data, ins)[0], np.float32)[:len(x)]
+        if ins is None:
+            xj = x
+        else:       # (the test rows are not calibrated on: the trained output's are not)
+            xj = np.asarray(load_inputs(data, ins)[0], np.float32)
+            xj = xj[rows(len(xj), *split)[0]][:len(x)]
         for name, (lo, hi) in activation_ranges(d, os.path.join(d, 'weights.wof'), gj,
                                                 xj.reshape(len(xj), -1)).items():
             a, b = out.get(name, (lo, hi))
@@ -306,7 +312,7 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         ins = data_inputs(g)        # several inputs: train.ds holds them joined
         x, _ = read_samples(os.path.join(tmp, 'train.ds'), [1, sum(
             int(np.prod(sh[1:])) for _, sh, _ in ins[0])] if ins else g.tensors[g.inputs[0]].shape)
-        more = _other_ranges(model_path, data, places, x[:1000], prepare, tmp)
+        more = _other_ranges(model_path, data, places, x[:1000], prepare, tmp, split)
         og = calibrate(tmp, g, x[:1000], more)  # (each input's range its own: the SPLIT_V's parts)
         og.path = model_path
         # --train counts the user's file's ops; the float path's rewrites are done

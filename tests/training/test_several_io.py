@@ -290,6 +290,26 @@ def test_float_model_of_two_outputs_trains_as_int8_each_output_at_its_scale(tmp_
     assert s.get('int8') and s['from_float'], lines
 
 
+def test_the_other_output_is_calibrated_on_the_training_rows_only(tmp_path):
+    """--int8 with --test-split on a float model of two inputs and two outputs: the aux
+    output (meta alone) is calibrated on the training rows, as the trained one is (it had
+    been the file's first rows, test rows among them): held-out rows with meta 40 times
+    larger leave its int8 scale at the training rows' range."""
+    from host_tools.files.dataset import split
+    src = build(tmp_path / 'two.tflite')
+    img, meta, y = samples(60)
+    tr, te = split(len(y), 0.25, 0)
+    meta[te] *= 40
+    np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
+    s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', int8=True, optimizer='sgd',
+                 epochs=1, test_split=0.25, output='logits')
+    assert s['int8'] and s['from_float']
+    g8 = read_model(os.fspath(tmp_path / 'run' / 'int8.circle'))
+    sa = g8.tensors[g8.outputs[0]].quant['scale'][0]       # (the file's order: aux first)
+    aux = onert_outputs(src, img[tr], meta[tr])[0]
+    assert np.ptp(aux) / 255 <= sa < 2.2 * np.ptp(aux) / 255, (sa, np.ptp(aux))
+
+
 def test_float_model_of_two_inputs_trains_as_int8_each_at_its_scale(tmp_path):
     """--int8 on a float model of two inputs (pixels 0..3 beside a sensor vector of +-60):
     each input calibrated at its own int8 scale (one scale for both would leave the pixels
