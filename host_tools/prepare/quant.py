@@ -373,6 +373,37 @@ def _float_ends(g: Graph):
             remove_op(g, op)
 
 
+def _softmax_last(g: Graph) -> bool:
+    """A final SOFTMAX with shape ops after it (RESHAPE, SQUEEZE, EXPAND_DIMS that keep
+    the last axis, the one the SOFTMAX normalises: a Keras Reshape after its Softmax) goes
+    after them: they reshape the logits, and the SOFTMAX, now the graph's last op, is the
+    loss's (layers() leaves it out), as it is where nothing follows it (was refused: only
+    dequantized).  Same output; export writes the ops in this order.  Whether it moved."""
+    from ..graph.rewrite import new_tensor, move_after
+    prod = {k: op for op in g.ops for k in op.outputs}
+    reads = _readers(g.ops)
+    k = g.outputs[0] if len(g.outputs) == 1 else None
+    chain = []
+    while k in prod and prod[k].name in ALIASES and len(reads.get(k, ())) == bool(chain):
+        chain.insert(0, prod[k])
+        k = prod[k].inputs[0]
+    sm = prod.get(k)
+    if not chain or sm is None or sm.name != 'SOFTMAX' or len(reads.get(k, ())) != 1:
+        return False
+    x, y = sm.inputs[0], g.outputs[0]
+    if any(g.tensors[op.outputs[0]].shape[-1:] != g.tensors[x].shape[-1:] for op in chain):
+        return False        # (a softmax over other rows: left where it is, refused)
+    chain[0].inputs[0] = x
+    for op in chain[:-1]:       # (the logits' scale: the shape ops' outputs are aliases)
+        t = g.tensors[op.outputs[0]]
+        t.dtype, t.quant = g.tensors[x].dtype, dict(g.tensors[x].quant or {}) or None
+    chain[-1].outputs[0] = new_tensor(g, g.tensors[y].name + '/logits', g.tensors[y].shape,
+                                      like=x)
+    sm.inputs, sm.outputs = [chain[-1].outputs[0]], [y]
+    move_after(g, sm, chain[-1])
+    return True
+
+
 def rewritten(g: Graph) -> Graph:
     """A copy of int8 graph g with the exporter-output passes that apply to int8
     (rewrite.PASSES: Keras 3's run-time batch in Reshape folded, a global REDUCE_MAX as a
@@ -390,6 +421,7 @@ def rewritten(g: Graph) -> Graph:
     g = copy.deepcopy(g)
     g.nfile = getattr(g, 'nfile', None) or len(g.ops)
     _float_ends(g)
+    _softmax_last(g)
     g.rewrites = rewrite(g, int8=True)
     check_window_shapes(g)
     g.q8_rewritten = True

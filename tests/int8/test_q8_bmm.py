@@ -240,18 +240,73 @@ def test_softmax_inside_the_graph_bit_exact_with_tflite_micro(tmp_path):
     _tflm_matches(path, m, tmp_path, [_x(i) for i in range(12)], 10)
 
 
-def test_a_final_softmax_behind_a_reshape_is_not_taken_as_inside(tmp_path):
-    """The model's own SOFTMAX with a RESHAPE after it is the loss's (softmax_end), not
-    one inside the graph: refused naming the file and op (prepare trains it dequantized)."""
+def _softmax_reshape(path, out_shape, n=4, w=None):
+    """int8 x [1, 6] -> FC -> [1, n] -> SOFTMAX -> RESHAPE to out_shape (a Keras Reshape
+    after its Softmax)."""
     from host_tools.formats.circle_build import CircleBuilder
     b = CircleBuilder(identifier=b'TFL3')
     x = b.tensor('x', [1, 6], dtype='int8', quant={'scale': [0.05], 'zero_point': [0]})
-    p = b.tensor('p', [1, 6], dtype='int8', quant={'scale': [1 / 256], 'zero_point': [-128]})
-    y = b.tensor('y', [6], dtype='int8', quant={'scale': [1 / 256], 'zero_point': [-128]})
-    b.op('SOFTMAX', [x], [p], beta=1.0)
-    b.op('RESHAPE', [p, b.tensor('s', [1], data=np.array([6], np.int32))], [y])
+    h = b.tensor('h', [1, n], dtype='int8', quant={'scale': [0.1], 'zero_point': [3]})
+    w = np.random.default_rng(0).integers(-60, 61, (n, 6)).astype(np.int8) if w is None else w
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [n, 6], data=w, quant={'scale': [0.01], 'zero_point': [0]}),
+                             b.tensor('b', [n], data=np.zeros(n, np.int32),
+                                      quant={'scale': [0.0005], 'zero_point': [0]})], [h])
+    p = b.tensor('p', [1, n], dtype='int8', quant={'scale': [1 / 256], 'zero_point': [-128]})
+    y = b.tensor('y', out_shape, dtype='int8', quant={'scale': [1 / 256], 'zero_point': [-128]})
+    b.op('SOFTMAX', [h], [p], beta=1.0)
+    b.op('RESHAPE', [p, b.tensor('s', [len(out_shape)], data=np.array(out_shape, np.int32))], [y])
     b.inputs(x)
     b.outputs(y)
-    path = b.save(str(tmp_path / 'end.tflite'))
-    with pytest.raises(ValueError, match=r'end\.tflite: SOFTMAX op 0 is the model.s last.*--dequantize'):
-        quant.layers(quant.rewritten(read_model(path)), 'all')
+    return b.save(str(path))
+
+
+def test_a_final_softmax_behind_a_reshape_trains_as_int8(tmp_path):
+    """The model's own SOFTMAX with a RESHAPE after it that keeps the rows (a Keras
+    Reshape after its Softmax) is the loss's: it goes after the RESHAPE (had been refused:
+    trained only dequantized), the FC trains as int8 (host simulation, the loss falls and
+    the accuracy rises), and the export, SOFTMAX last, gives under TFLite Micro the
+    softmax of the trained board's logits as the file's output shape.  A RESHAPE that
+    joins the softmax's rows ([1, 2, 3] -> [1, 6]) is still refused naming the file and op."""
+    from tflite_micro.python.tflite_micro import runtime
+    from host_tools.prepare.pipeline import prepare, export
+    from host_tools.target.runner import run
+    src = _softmax_reshape(tmp_path / 'end.tflite', [1, 1, 4], w=np.zeros((4, 6), np.int8))
+    g = quant.rewritten(read_model(src))
+    assert [(op.name, op.number) for op in g.ops] == [
+        ('FULLY_CONNECTED', 0), ('RESHAPE', 2), ('SOFTMAX', 1)]
+    r = np.random.default_rng(1)
+    xs = r.uniform(-4, 4, (80, 6)).astype(np.float32)
+    ys = np.argmax(xs[:, :4], 1)
+    np.savez(tmp_path / 'd.npz', x=(xs / 0.05).round().clip(-128, 127).astype(np.int8), y=ys)
+    lines = []
+    s = prepare(src, str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), loss='scce',
+                train='all', optimizer='sgd', lr=1.0, epochs=10, log=lines.append)
+    assert s.get('int8') and not any('dequantiz' in ln for ln in lines), lines
+    code, text = run(str(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    rows = [ln.split(',') for ln in open(tmp_path / 'run' / 'train.log').read().split()[1:]]
+    assert float(rows[-1][1]) < 0.8 * float(rows[0][1]), rows
+    out = str(tmp_path / 'trained.tflite')
+    export(src, str(tmp_path / 'run' / 'trained.wof'), out)
+    go = read_model(out)
+    assert [op.name for op in go.ops] == ['FULLY_CONNECTED', 'RESHAPE', 'SOFTMAX']
+    it0, it = (runtime.Interpreter.from_file(p) for p in (src, out))
+    acc = []
+    for i in (it0, it):
+        hit = 0
+        for x, y in zip(xs, ys):
+            i.set_input((x / 0.05).round().clip(-128, 127).astype(np.int8).reshape(1, 6), 0)
+            i.invoke()
+            o = i.get_output(0)
+            assert o.shape == (1, 1, 4)
+            hit += int(np.argmax(o) == y)
+        acc.append(hit / len(ys))
+    assert acc[1] > acc[0] + 0.12, acc
+    src = _softmax_reshape(tmp_path / 'rows.tflite', [1, 6], n=6)
+    g = read_model(src)
+    g.tensors[g.ops[1].outputs[0]].shape = [1, 2, 3]      # (softmax over rows of 3)
+    g.tensors[g.ops[0].outputs[0]].shape = [1, 2, 3]
+    from host_tools.graph.rewrite import save_graph
+    save_graph(g, str(tmp_path / 'rows3.tflite'))
+    with pytest.raises(ValueError, match=r'rows3\.tflite: SOFTMAX op 1 is the model.s last.*--dequantize'):
+        quant.layers(quant.rewritten(read_model(str(tmp_path / 'rows3.tflite'))), 'all')
