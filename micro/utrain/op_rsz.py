@@ -9,7 +9,8 @@
 # the rows and the OW triples of the columns.
 #   forward  t = the columns resized ([H*OW, C]), y = t's rows resized ([OH*OW, C])
 #   dx       the transpose, in the reverse order: dt[lo] += (1 - f) dy[i], += f at hi
-# Saved: nothing (linear).  Temporaries: t (or dt) and one block product at a time.
+# Saved: nothing (linear).  Temporaries: t (or dt) and one product of an axis row at a
+# time (a strided view of the columns: a loop over OW and OH, not over pixels).
 from utrain.xnp import zeros, const
 _R_H = const(0)
 _R_W = const(1)
@@ -19,21 +20,25 @@ _R_T = const(4)
 
 
 def _axis(y, x, o, k, n, m, blk, back):
-    # y's row blocks i < n (of blk rows each) from x's (back: x's += from y's), by the
-    # triples at o[k]; m: x's block count.  Blocks of one row (a column index) repeat
-    # every n rows of y and m rows of x: one row per outer step
-    reps = y.shape[0] // (n * blk)
+    # y's rows along the axis (n of them) from x's (m; back: x's += from y's), by the
+    # triples at o[k]: blk 1, the columns (row i of the axis: every n-th row of y from
+    # i on, a strided view), else the rows (row i: the block of blk rows at i * blk)
     for i in range(n):
         lo, hi, f = int(o[k + 3 * i]), int(o[k + 3 * i + 1]), o[k + 3 * i + 2]
-        for r in range(reps):
-            a, b = (r * n + i) * blk, (r * m) * blk
-            for s, w in ((lo, 1.0 - f), (hi, f)):
-                if w:
-                    c = b + s * blk
-                    if back:
-                        x[c:c + blk] += y[a:a + blk] * w
-                    else:
-                        y[a:a + blk] += x[c:c + blk] * w
+        v = _rows(y, i, n, blk)
+        for s, w in ((lo, 1.0 - f), (hi, f)):
+            if w:
+                u = _rows(x, s, m, blk)
+                if back:
+                    u += v * w
+                else:
+                    v += u * w
+
+
+def _rows(a, i, n, blk):
+    if blk > 1:
+        return a[i * blk:(i + 1) * blk]
+    return a[i:i + a.shape[0] - n + 1:n]
 
 
 def forward(rt, op):
