@@ -1646,12 +1646,15 @@ class _Reader(RecurrentOps):
             for d, f in zip(axes, sc):
                 out[d % r] = int(np.floor(s[d % r] * f + 1e-9))
         mult = [o // n if o % n == 0 else 0 for o, n in zip(out, s)]
+        if (mode == 'linear' and out != list(s) or min(mult) < 1) and r == 4 and out[:2] == s[:2]:
+            return self._resize_hw(node, v, s, out, mode, None if sizes is not None else
+                                   sc[-2:] if len(sc) >= 2 else None, txt)
         if min(mult) < 1:
             self.err(f'resizing {s} to {out}: utrain resizes by integer factors only '
                      '(nearest, e.g. nn.Upsample(scale_factor=2))')
         if max(mult) > 1 and mode != 'nearest':
-            self.err(f"mode {mode}: utrain upsamples with mode 'nearest' (each value repeated) "
-                     "only; export the model with nn.Upsample(mode='nearest')")
+            self.err(f"mode {mode}: utrain resizes with mode 'linear' (bilinear) or 'nearest'; "
+                     "export the model with one of them")
         ctm = txt('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
                   else 'asymmetric')
         nm = txt('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
@@ -1669,6 +1672,47 @@ class _Reader(RecurrentOps):
                 x = self.repeat(x, _pos(r)[d] if lay == 'nhwc' else d, m)
         self.shape[node.output[0]] = out
         (self.nhwc if lay == 'nhwc' else self.plain)[node.output[0]] = x
+
+    def _resize_hw(self, node, v, s, out, mode, sc, txt):
+        """Resize of an NCHW map's height and width, mode linear (nn.Upsample bilinear,
+        F.interpolate) or nearest by factors not whole: TFLite's RESIZE_BILINEAR /
+        RESIZE_NEAREST_NEIGHBOR (utrain's op_rsz) on the NHWC map, with the flags that
+        pick the same source pixels and weights as ONNX's mode."""
+        from ..graph.optable import _resize_axis
+        if mode not in ('linear', 'nearest'):
+            self.err(f"mode {mode}: utrain resizes with mode 'linear' (bilinear) or 'nearest'; "
+                     "export the model with one of them")
+        ctm = txt('coordinate_transformation_mode', 'half_pixel' if node.op_type == 'Resize'
+                  else 'asymmetric')
+        flags = {'half_pixel': (False, True), 'pytorch_half_pixel': (False, True),
+                 'align_corners': (True, False), 'asymmetric': (False, False)}.get(ctm)
+        what = f'resizing {s} to {out} ({mode}, coordinate_transformation_mode {ctm}'
+        if flags is None or ctm == 'pytorch_half_pixel' and 1 in out[2:]:
+            self.err(f'{what}): utrain resizes as half_pixel, align_corners or asymmetric do '
+                     '(PyTorch interpolate exports them)')
+        if mode == 'linear' and sc and ctm != 'align_corners' and any(abs(n * f - o) > 1e-6 * o
+                                                  for n, f, o in zip(s[2:], sc, out[2:])):
+            self.err(f'{what}): scales [{", ".join("%g" % f for f in sc)}] do not give whole sizes; give sizes (F.interpolate(size=...)) '
+                     'or scales that do')
+        if mode == 'linear' and txt('antialias', 0) and any(o < n for n, o in zip(s[2:], out[2:])):
+            self.err(f'{what}): antialias when shrinking is not supported; export with antialias=False')
+        if mode == 'nearest':
+            nm = txt('nearest_mode', 'round_prefer_floor' if node.op_type == 'Resize' else 'floor')
+            picks = [(al, hp) for al, hp in ((False, True), (True, False), (False, False))
+                     if all(np.array_equal(_nearest_src(n, o, ctm, nm, f), _resize_axis(n, o, al, hp, True)[::3])
+                            for n, o, f in zip(s[2:], out[2:], sc or (None, None)))]
+            if not picks:
+                self.err(f'{what}, nearest_mode {nm}): picks source pixels no TFLite resize '
+                         'picks (its scale is not the output size over the input size); give '
+                         'F.interpolate the size (size=...) instead of scale_factor')
+            flags = picks[0]
+        x = self.get(v, 'nhwc')
+        y = self.tensor(node.output[0] + '/nhwc', _nhwc_shape(out))
+        size = self.const_tensor(node.output[0] + '/size', out[2:], dtype=np.int32)
+        self.emit('RESIZE_BILINEAR' if mode == 'linear' else 'RESIZE_NEAREST_NEIGHBOR', [x, size], [y],
+                  align_corners=flags[0], half_pixel_centers=flags[1])
+        self.shape[node.output[0]] = out
+        self.nhwc[node.output[0]] = y
 
     def op_Upsample(self, node, ins, a, i):
         self.op_Resize(node, ins, a, i)
@@ -1715,11 +1759,12 @@ def _out_size(H, W, kh, kw, sh, sw, dh, dw, pads, ceil):
     return out
 
 
-def _nearest_src(n, out, ctm, nm):
+def _nearest_src(n, out, ctm, nm, sc=None):
     """Source index of each of out outputs of ONNX Resize mode nearest along an axis of n
-    (coordinate_transformation_mode ctm, nearest_mode nm), or None for a mode not known."""
+    (coordinate_transformation_mode ctm, nearest_mode nm, the scale given, else out / n),
+    or None for a mode not known."""
     x = np.arange(out, dtype=np.float64)
-    sc = out / n
+    sc = sc or out / n
     f = {'half_pixel': lambda: (x + 0.5) / sc - 0.5,
          'pytorch_half_pixel': lambda: (x + 0.5) / sc - 0.5 if out > 1 else 0 * x,
          'align_corners': lambda: x * (n - 1) / (out - 1) if out > 1 else 0 * x,

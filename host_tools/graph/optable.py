@@ -998,4 +998,54 @@ SPECS.update({s.name: s for s in [
            device_inputs=(0, 1), fwd=(0, 0), bwd=(0, 0), wgrad_sgd='rows'),
 ]})
 
+# ---- RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR (micro/utrain/op_rsz.py; nearest by whole
+# factors is rewritten as copies first: rewrite.resize_to_concat): per output row and
+# column the input rows lo, hi and the weight f of hi, as TFLite's reference kernels
+# compute them in float32 (align_corners, half_pixel_centers; nearest: lo = hi, f = 0)
+
+
+def _resize_axis(n, m, align, half, nearest):
+    f32 = np.float32
+    scale = f32(n - 1) / f32(m - 1) if align and m > 1 else f32(n) / f32(m)
+    out = []
+    for i in range(m):
+        if nearest:
+            v = (f32(i) + f32(0.5 if half else 0)) * scale
+            j = min(int(np.floor(np.abs(v) + f32(0.5)) * np.sign(v)) if align else int(np.floor(v)),
+                    n - 1)
+            j = max(j, 0) if half else j
+            out += [j, j, 0.0]
+            continue
+        v = (f32(i) + f32(0.5)) * scale - f32(0.5) if half else f32(i) * scale
+        lo = max(int(np.floor(v)), 0)
+        hi = min(int(np.ceil(v)), n - 1)
+        out += [lo, hi, float(f32(v) - f32(lo))]
+    return out
+
+
+def _resize_options(op, g):
+    where = _where(op)
+    H, W, C = _nhwc(g, op.inputs[0], where, 'the input')
+    OH, OW, OC = _nhwc(g, op.outputs[0], where, 'the output')
+    size = _const_ints(g, op, 1, 'size')
+    if size != [OH, OW] or OC != C:
+        raise ValueError(f'{where}: size {size} does not take {[H, W, C]} to {[OH, OW, OC]}')
+    align = bool(op.options.get('align_corners'))
+    half = bool(op.options.get('half_pixel_centers'))
+    nearest = op.name == 'RESIZE_NEAREST_NEIGHBOR'
+    if align and half and not nearest:
+        raise ValueError(f'{where}: align_corners and half_pixel_centers both set, which '
+                         'TFLite refuses too: export it with one of them (Keras Resizing and '
+                         'PyTorch interpolate(align_corners=False) write half_pixel_centers)')
+    return [H, W, OH, OW] + _resize_axis(H, OH, align, half, nearest) + \
+        _resize_axis(W, OW, align, half, nearest)
+
+
+SPECS.update({s.name: s for s in [
+    # linear: the gradient reads nothing; forward and backward hold the column-resized
+    # [H*OW, C] and one block product
+    OpSpec(name, {}, _resize_options, _none, device_inputs=(0,), fwd=(2, 1), bwd=(2, 2))
+    for name in ('RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR')
+]})
+
 SUPPORTED = sorted(SPECS)

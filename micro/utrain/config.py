@@ -208,7 +208,8 @@ def read_config(cfg_path):
                          % (cfg_path, 'no such file' if code == 2 else 'it is a folder'
                             if code == 21 else 'OSError %s' % code))
     except ValueError as e:
-        raise ValueError('%s: not valid JSON (%s)' % (cfg_path, e))
+        # (MicroPython's UnicodeError has no text)
+        raise ValueError('%s: not valid JSON (%s)' % (cfg_path, str(e) or 'not UTF-8: save it as UTF-8'))
     except (RuntimeError, MemoryError) as e:  # (CPython's RecursionError is a RuntimeError)
         if isinstance(e, MemoryError) and e.args and 'locked' in e.args[0]:
             raise                   # a Ctrl-C (utrain.run.ctrl_c)

@@ -46,6 +46,8 @@ _GELU = const(150)
 _BATCH_MATMUL = const(126)
 _TRANSPOSE_CONV = const(67)
 _GATHER = const(36)
+_RESIZE_BILINEAR = const(23)
+_RESIZE_NEAREST_NEIGHBOR = const(97)
 
 MAGIC = b'UTFM'
 VERSION = 3
@@ -83,7 +85,8 @@ KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _
            _AVERAGE_POOL_2D: 'op_pool', _MAX_POOL_2D: 'op_pool', _MEAN: 'op_pool',
            _SPLIT: 'op_split', _SPLIT_V: 'op_split', _SQRT: 'op_math', _RSQRT: 'op_math',
            _GELU: 'op_math', _EXP: 'op_math', _LOG: 'op_math', _BATCH_MATMUL: 'op_bmm',
-           _TRANSPOSE_CONV: 'op_tconv', _GATHER: 'op_emb'}
+           _TRANSPOSE_CONV: 'op_tconv', _GATHER: 'op_emb', _RESIZE_BILINEAR: 'op_rsz',
+           _RESIZE_NEAREST_NEIGHBOR: 'op_rsz'}
 
 
 class ModelError(ValueError):

@@ -14,20 +14,25 @@ ERRNO = {28: 'no space left on the file system', 21: 'it is a folder', 2: 'no su
 
 
 
-def last_logged(path):
-    # The epoch of train.log's last whole row, -1 when none: a run cut off (power, a
-    # raw SIGINT) after it logged an epoch but before that epoch's checkpoint resumes
-    # from the checkpoint and trains that epoch again; its row is written once
+def last_logged(path, resume):
+    # The epoch of train.log's last whole row, -1 when none (or not resuming): a run cut
+    # off (power, a raw SIGINT) after it logged an epoch but before that epoch's
+    # checkpoint resumes from the checkpoint and trains that epoch again; its row is
+    # written once.  A last row a power cut left short gets its line ended here, so the
+    # rows this run appends stay rows of their own (plot leaves the short one out)
     try:
         with open(path, 'rb') as f:
             n = f.seek(0, 2)
             f.seek(max(0, n - 512))
             tail = f.read()
+        if tail[-1:] not in (b'', b'\n'):
+            with open(path, 'ab') as f:
+                f.write(b'\n')
     except OSError:
         return -1
     rows = tail.split(b'\n')
     try:
-        return int(rows[-2].split(b',')[0]) if len(rows) > 1 and rows[-1] == b'' else -1
+        return int(rows[-2].split(b',')[0]) if resume and len(rows) > 1 and rows[-1] == b'' else -1
     except (ValueError, IndexError):
         return -1
 

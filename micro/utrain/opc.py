@@ -50,6 +50,8 @@ GELU = const(150)
 BATCH_MATMUL = const(126)
 TRANSPOSE_CONV = const(67)
 GATHER = const(36)
+RESIZE_BILINEAR = const(23)
+RESIZE_NEAREST_NEIGHBOR = const(97)
 
 # ---- backward flags (a backward entry's u16): DX the first data input's gradient, DW
 # the weight's, DB the bias's.  Data input n >= 1 has bit DXN << n in the host's plan;
@@ -123,6 +125,13 @@ ADJ = const(0)
 # index + N (Keras's Embedding, ONNX Gather), 0 where it is out of range (TFLite GATHER)
 GA_N = const(0)
 GA_WRAP = const(1)
+# RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR: the input's H, W, the output's OH, OW, then
+# from R_T the (lo, hi, f) of each output row, then of each output column
+R_H = const(0)
+R_W = const(1)
+R_OH = const(2)
+R_OW = const(3)
+R_T = const(4)
 # PAD, TRANSPOSE, STRIDED_SLICE, CONCATENATION: per device input j, at C_PART*j, a
 # block copy: NA x NB blocks of N1 x N2, TR (input block transposed), then side A (the
 # input) at C_A and side B (the output) at C_B, C_SIDE floats each: start row, start

@@ -193,7 +193,7 @@ def main(cfg_path='train.json'):
         drop(tr, (train, test))
     fresh = not (tr.epoch or tr.pos)
     S = STATE['s'] = {'saved': tr.best[0] if tr.best else -1, 'ended': tr.epoch,
-                      'logged': aux('once', 'last_logged', files['log']) if resume else -1,
+                      'logged': aux('once', 'last_logged', files['log'], resume),
                       't0': ticks_ms()}
     log = STATE['log'] = saving(files['log'], open, files['log'], 'a')
     try:

@@ -192,6 +192,18 @@ def test_deploy_and_pull_judge_train_json_as_the_board_does(tmp_path, monkeypatc
                 call()
 
 
+@needs_mp
+def test_the_board_names_a_train_json_not_utf8_and_says_what_to_do(tmp_path):
+    """Issue 28: MicroPython's json raises a UnicodeError without text on bytes that are
+    not UTF-8: the board had said "train.json: not valid JSON ()"."""
+    (tmp_path / 'train.json').write_bytes(b'{"files": {"model": "caf\xe9.flat"}}')
+    r = subprocess.run([MP, '-c', 'from utrain.config import read_config\ntry:\n'
+                        ' read_config("train.json")\nexcept ValueError as e:\n print(e)'],
+                       cwd=tmp_path, env=dict(os.environ, MICROPYPATH=os.path.join(ROOT, 'micro')),
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == 'train.json: not valid JSON (not UTF-8: save it as UTF-8)', r
+
+
 @pytest.mark.slow
 @needs_mp
 def test_ctrl_c_over_the_serial_line_stops_training_and_it_resumes(tmp_path):

@@ -496,10 +496,14 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
 @pytest.mark.parametrize('model,shape,match', [
     (lambda: nn.Sequential(nn.Conv1d(2, 3, 3), nn.ELU(alpha=0.5)), (2, 8),
      r'\(Elu\): alpha 0.5: utrain\'s ELU has alpha 1'),
-    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=2, mode='bilinear')),
-     (1, 6, 6), r'\(Resize\): mode linear: utrain upsamples with mode \'nearest\''),
-    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.5)), (1, 6, 6),
-     r'\(Resize\): resizing \[1, 2, 4, 4\] to \[1, 2, 6, 6\]: utrain resizes by integer'),
+    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=2, mode='bicubic')),
+     (1, 6, 6), r"\(Resize\): mode cubic: utrain resizes with mode 'linear' \(bilinear\) or 'nearest'"),
+    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.6, mode='bilinear')),
+     (1, 6, 6), r'\(Resize\): resizing \[1, 2, 4, 4\] to \[1, 2, 6, 6\] \(linear, coordinate_'
+     r'transformation_mode half_pixel\): scales \[1.6, 1.6\] do not give whole sizes'),
+    (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.7)), (1, 6, 6),
+     r'\(Resize\): resizing \[1, 2, 4, 4\] to \[1, 2, 6, 6\] \(nearest, coordinate_transformation_mode '
+     r'asymmetric, nearest_mode floor\): picks source pixels no TFLite resize picks'),
     (lambda: nn.Sequential(nn.Conv2d(1, 4, 3), nn.ConvTranspose2d(4, 4, 2, stride=2, groups=2)),
      (1, 6, 6), r'\(ConvTranspose\): group 2 with 4 input channels and a weight of shape '
      r'\[4, 2, 2, 2\]: utrain runs ungrouped transposed convolutions'),
@@ -514,6 +518,51 @@ def test_refused_layer_is_named(model, shape, match, tmp_path):
     _export_sensor('m', model().eval(), shape, path, fold=True)
     with pytest.raises(ModelError, match='m.onnx: node ' + r'\S+ ' + match):
         read_model(path)
+
+
+class _Interp(nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, x):
+        return nn.functional.interpolate(x, **self.kw)
+
+
+@pytest.mark.parametrize('resize', [
+    dict(scale_factor=2, mode='bilinear'),                       # align_corners=False
+    dict(size=(7, 5), mode='bilinear', align_corners=True),
+    dict(size=(3, 5), mode='bilinear'),                          # down one axis, up the other
+    dict(scale_factor=1.5, mode='nearest'),                      # asymmetric, floor
+    dict(size=(5, 3), mode='nearest'),
+])
+def test_bilinear_and_nearest_resizes_train(resize, tmp_path):
+    """Issue 28: PyTorch's bilinear interpolate, and nearest by factors not whole, had
+    been refused (Resize mode linear / 'resizes by integer factors only'): they run as
+    TFLite's RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR (op_rsz) with the flags that take
+    the same source pixels: utrain's forward = ONNX Runtime's, and every weight trains
+    (the convolution under the resize among them)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(2, 3, 3), nn.ReLU(), _Interp(**resize), nn.Conv2d(3, 2, 2),
+                          nn.Flatten(), nn.LazyLinear(3))
+    model(torch.zeros(1, 2, 6, 6))
+    path = os.fspath(tmp_path / 'r.onnx')
+    _export_sensor('r', model.eval(), (2, 6, 6), path, fold=True)
+    assert {op.name for op in read_model(path).ops} & {'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR'}
+    x, y = samples((2, 6, 6), n=6)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='scce', from_logits=True,
+            optimizer='sgd', lr=0.05, epochs=1, train='all', log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, x), ort_run(path, x), atol=FWD_TOL * 3)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    from host_tools.files.wof import read_wof
+    g = read_model(os.path.join(d, json.load(open(os.path.join(d, 'prepare.json')))['rewritten'])
+                   if json.load(open(os.path.join(d, 'prepare.json'))).get('rewritten') else path)
+    before, after = read_wof(os.path.join(d, 'weights.wof'), g), read_wof(os.path.join(d, 'trained.wof'), g)
+    assert all(np.abs(after[k] - before[k]).max() > 0 for k in before), \
+        [g.tensors[k].name for k in before if not np.abs(after[k] - before[k]).max() > 0]
 
 
 def test_rows_of_logits_a_step_are_not_scored_as_one_class(tmp_path):

@@ -159,12 +159,8 @@ def test_a_ctrl_c_while_train_py_starts_is_no_traceback(base, tmp_path, python):
     assert sorted(os.listdir(d)) == before
 
 
-@pytest.mark.parametrize('python', WHERE)
-def test_a_run_cut_after_logging_an_epoch_logs_it_once(base, tmp_path, python):
-    """Issue 28: a run cut off (power, a raw SIGINT) after it logged an epoch's row but
-    before that epoch's checkpoint resumes from the checkpoint and trains the epoch again:
-    train.log held its row twice.  Made exactly: epoch 1's checkpoint put back after
-    epoch 2 ended; resumed, the log is an uninterrupted run's, row for row."""
+def _whole_and_one_epoch(base, tmp_path, python):
+    # an uninterrupted run in whole/, and in cut/ a run of its first epoch
     whole = tmp_path / 'whole'
     shutil.copytree(base, whole)
     argv, env = command(whole, python)
@@ -176,6 +172,16 @@ def test_a_run_cut_after_logging_an_epoch_logs_it_once(base, tmp_path, python):
     set_train(d, epochs=1)
     r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+    return whole, d, argv, env, epochs
+
+
+@pytest.mark.parametrize('python', WHERE)
+def test_a_run_cut_after_logging_an_epoch_logs_it_once(base, tmp_path, python):
+    """Issue 28: a run cut off (power, a raw SIGINT) after it logged an epoch's row but
+    before that epoch's checkpoint resumes from the checkpoint and trains the epoch again:
+    train.log held its row twice.  Made exactly: epoch 1's checkpoint put back after
+    epoch 2 ended; resumed, the log is an uninterrupted run's, row for row."""
+    whole, d, argv, env, epochs = _whole_and_one_epoch(base, tmp_path, python)
     ck1 = (d / 'checkpoint.ckpt').read_bytes()
     set_train(d, epochs=2, run={'resume': True})
     r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
@@ -187,3 +193,23 @@ def test_a_run_cut_after_logging_an_epoch_logs_it_once(base, tmp_path, python):
     rows = [ln.split(',')[:5] for ln in (d / 'train.log').read_text().splitlines()]
     want = [ln.split(',')[:5] for ln in (whole / 'train.log').read_text().splitlines()]
     assert rows == want
+
+
+@pytest.mark.parametrize('python', WHERE)
+def test_a_log_row_a_power_cut_left_short_is_not_run_into(base, tmp_path, python):
+    """Issue 28: a power cut while the board wrote a train.log row leaves the row short
+    (no line end); the resumed run had appended its next row to it (one merged row).
+    Now that row ends where it was cut and each later row is whole: the log reads as an
+    uninterrupted run's but for the short row, left out."""
+    whole, d, argv, env, epochs = _whole_and_one_epoch(base, tmp_path, python)
+    log = (d / 'train.log').read_bytes()
+    (d / 'train.log').write_bytes(log[:-9])         # epoch 1's row cut short by a power cut
+    set_train(d, epochs=epochs, run={'resume': True})
+    r = subprocess.run(argv, cwd=d, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and 'Traceback' not in r.stdout + r.stderr, r.stdout + r.stderr
+    from host_tools.plot import read_log
+    notes = []
+    got, want = read_log(str(d / 'train.log'), notes), read_log(str(whole / 'train.log'))
+    assert len(notes) == 1 and 'line 3 has' in notes[0], notes
+    assert {k: got[k] for k in ('epoch', 'loss', 'test_loss')} == \
+        {k: want[k][:1] + want[k][2:] for k in ('epoch', 'loss', 'test_loss')}   # (epoch 1's lost)
