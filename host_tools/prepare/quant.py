@@ -2694,17 +2694,18 @@ def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log):
           and 'bh' in d and d.get('fs') and d['k'] <= DW and not d.get('gw')]
     cands = [('ns', sum(4 * d['nq'] for d in ns), [d['wt'] for d in ns])] if ns and int(s['batch']) == 1 and not s.get('momentum') and not (
         ts[-1].get('rr')) else []
-    # (momentum: int8 velocities first, the largest first, then none from the layer nearest
-    # the loss down, the lowest last, after the fractions and the bias velocities: a lower
-    # layer's weights gain as much from momentum as the classifier's or more.  bench.sparse's
-    # task, 4 epochs, int8, seeds 1-3: MobileNetV2 96 w62 as fitted on an RP2040, op 62's
-    # int8 velocities kept .845 / .778 / .750 against the classifier's .806 / .825 / .725;
-    # MCUNet op 36 at 1/8 (the rest int16), op 36's alone .748 / .758 / .628 against the
-    # classifier's .727 / .648 / .666: within the seeds' spread, never clearly worse)
+    # (momentum: int8 velocities first, the largest first, then none from the lowest layer
+    # up, the one nearest the loss last, after the fractions and the bias velocities: on
+    # MobileNetV2 w62, one seed, momentum with both layers' weight velocities .827, the
+    # classifier's alone .816, op 62's alone .825, neither .683, plain SGD .702.  Session 15
+    # (h44a), seeds 1-3, bench.sparse's task: dropping the classifier's first instead makes
+    # w62 + momentum keep op 62's int8 velocities and the bias velocities, 234.0 KB against
+    # this order's 228.3, and trains to .830 / .742 / .720 against .806 / .825 / .725; on
+    # MCUNet op 36 at 1/8 op 36's alone .748 / .758 / .628, the classifier's .727 / .648 /
+    # .666: no order better beyond the seeds' spread, this one the smaller plan)
     cands += sorted([('v8', q8_trained_weights(d) - 1, [d['wt']]) for d in own
                      if s.get('momentum')], key=lambda c: -c[1])
-    nv = [('nv', q8_trained_weights(d) + 1, [d['wt']]) for d in reversed(own)
-          if s.get('momentum')]
+    nv = [('nv', q8_trained_weights(d) + 1, [d['wt']]) for d in own if s.get('momentum')]
     nbv = [d for d in ls if d.get('train') and 'wt' in d] if s.get('momentum') and int(
         s['batch']) == 1 else []
     cands += nv[:-1] + sorted([('wf', q8_trained_weights(d), [d['wt']]) for d in own

@@ -1485,10 +1485,8 @@ def test_momentum_refused_over_the_budget_names_what_to_drop(tmp_path):
 def test_momentum_over_the_limit_drops_weight_velocities_where_that_fits(tmp_path, monkeypatch):
     """SGD momentum whose int16 weight velocities take the plan over the budget (issue
     29: MobileNetV2 w62 + momentum, 281 KB against an RP2040's 236): prepare makes them
-    int8 a layer at a time, the largest first ('v8'), then drops them from the layer
-    nearest the loss down ('nv': a lower layer's weights gain more from momentum; on
-    MobileNetV2 w62 and MCUNet op 36 at 1/8 keeping the conv's velocities and not the
-    classifier's trains better), until the plan fits, and
+    int8 a layer at a time, the largest first ('v8'), then drops them from the lowest
+    layer up ('nv': on w62 the gain is in the classifier's), until the plan fits, and
     says so naming the ops.  On the net a 'nv' layer has no velocity (its update goes
     straight to its weights, as plain SGD's), a 'v8' layer an int8 one; a checkpoint
     without those velocities resumes to the same steps."""
@@ -1515,7 +1513,7 @@ def test_momentum_over_the_limit_drops_weight_velocities_where_that_fits(tmp_pat
     ls = m['layers']
     nv = [i for i, d in enumerate(ls) if d.get('nv')]
     wt = [i for i, d in enumerate(ls) if d.get('train') and d.get('tw') != [0, 0]]
-    assert nv == wt[-1:] and ls[wt[0]].get('v8')     # (the FC first: the conv keeps int8)
+    assert nv == wt[:1] and ls[wt[-1]].get('v8')     # (the lowest first: the FC keeps int8)
     said = [t for t in logs if 'no weight velocities' in t]
     assert said and 'op %d keeps no weight velocities' % ls[nv[0]]['op'] in said[0], said
     assert len(s['no_velocity']) == 1
@@ -1524,13 +1522,13 @@ def test_momentum_over_the_limit_drops_weight_velocities_where_that_fits(tmp_pat
     tr = Q8Trainer(optimizer='sgd', batch=1, momentum=0.9)
     L = tr.net.layers
     assert [i for i in wt if L[i].vw is None] == nv
-    assert len(L[wt[0]].vw) == L[wt[0]].whi * (ls[wt[0]]['wn'] // ls[wt[0]]['nb']) + 1
+    assert len(L[wt[-1]].vw) == L[wt[-1]].whi * (ls[wt[-1]]['wn'] // ls[wt[-1]]['nb']) + 1
     stepped, real = [], tr.net.M.step
     monkeypatch.setattr(tr.net.M, 'step', lambda M, *a: (stepped.append(M), real(M, *a))[1])
     w0 = bytes(L[nv[0]].w)
     for k in range(2):
         tr.net.step(_sample(k), k % NCLS, 0.05)
-    assert L[nv[0]] not in stepped and L[wt[0]] in stepped and bytes(L[nv[0]].w) != w0
+    assert L[nv[0]] not in stepped and L[wt[-1]] in stepped and bytes(L[nv[0]].w) != w0
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path / 'fit')
     tr.save_checkpoint('c.ckpt')
