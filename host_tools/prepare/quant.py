@@ -2729,7 +2729,12 @@ def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log):
     # (momentum: int8 velocities first, the largest first, then none from the lowest layer
     # up, the one nearest the loss last, after the fractions and the bias velocities: on
     # MobileNetV2 w62, one seed, momentum with both layers' weight velocities .827, the
-    # classifier's alone .816, op 62's alone .825, neither .683, plain SGD .702)
+    # classifier's alone .816, op 62's alone .825, neither .683, plain SGD .702.  Session 15
+    # (h44a), seeds 1-3, bench.sparse's task: dropping the classifier's first instead makes
+    # w62 + momentum keep op 62's int8 velocities and the bias velocities, 234.0 KB against
+    # this order's 228.3, and trains to .830 / .742 / .720 against .806 / .825 / .725; on
+    # MCUNet op 36 at 1/8 op 36's alone .748 / .758 / .628, the classifier's .727 / .648 /
+    # .666: no order better beyond the seeds' spread, this one the smaller plan)
     cands += sorted([('v8', q8_trained_weights(d) - 1, [d['wt']]) for d in own
                      if s.get('momentum')], key=lambda c: -c[1])
     nv = [('nv', q8_trained_weights(d) + 1, [d['wt']]) for d in own if s.get('momentum')]
