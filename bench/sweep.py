@@ -16,8 +16,9 @@ batch 4, the last two ops with --stream, --cache-on-host, the upper / lower half
 last weighted op's channels (--ranks up / low), with row bands where prepare chooses them
 (its default); named in --settings, also SGD momentum 0.9 at batch 1 ('momentum b1'),
 SGD batch 4 ('sgd b4'), the last two ops from the board's own --cache ('last:2 cache')
-and one-row bands (--bands 1, 'bands 1').  Each cell trains one epoch of N random samples (default 8) of the
-model's input shape, no evaluation, from a fresh prepare.
+and the last two ops over one-row bands (--bands 1, 'last:2 bands 1').  Each cell
+trains one epoch of N random samples (default 8) of the model's input shape, no
+evaluation, from a fresh prepare.
 
 The build: the 64-bit unix MicroPython the runner finds ($MICROPYTHON), or --mp32 (default
 $UTRAIN_MP32), a 32-bit build: the plan is then for that build's word size; --ulab plans
@@ -88,7 +89,8 @@ def settings(g, asked=None):
     """[(name, prepare keywords)] for graph g (ranks on its last weighted op); with the
     names asked (--settings), also the settings swept only when named: SGD momentum at
     batch 1, SGD at batch 4, the last two ops from the board's own prefix cache (--cache),
-    row bands of one row (--bands 1) at SGD b1."""
+    the last two ops with the frozen chains before them in one-row bands (--bands 1; the
+    default bands them only where that lowers the plan)."""
     weighted = [op.index for op in g.ops if SPECS.get(op.name) and SPECS[op.name].roles(op, g)
                 and op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]
     b1 = dict(optimizer='sgd', batch=1)
@@ -103,7 +105,7 @@ def settings(g, asked=None):
     named = [('momentum b1', dict(b1, train='all', momentum=0.9)),
              ('sgd b4', dict(optimizer='sgd', batch=4, train='all')),
              ('last:2 cache', dict(b1, train='last:2', cache=True)),
-             ('bands 1', dict(b1, train='all', bands=1))]
+             ('last:2 bands 1', dict(b1, train='last:2', bands=1))]
     return out + [(n, kw) for n, kw in named if asked and n in asked]
 
 
@@ -205,7 +207,7 @@ def main():
                     help='--backend ulab, on a build with ulab (--mp32 MP, else $UTRAIN_MP_ULAB)')
     ap.add_argument('--only', help='models whose name contains this (comma-separated)')
     ap.add_argument('--settings', help='only settings whose name contains one of these; '
-                    "'momentum b1', 'sgd b4', 'last:2 cache', 'bands 1' are swept only when named")
+                    "'momentum b1', 'sgd b4', 'last:2 cache', 'last:2 bands 1' are swept only when named")
     ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
     ap.add_argument('--samples', type=int, default=8)
     ap.add_argument('--list', action='store_true', help='plan only, measure nothing')
