@@ -14,8 +14,11 @@ project): the digits MLP and CNN, the held-out small CNN and MobileNet head
 the Keras float MLP and DS-CNN.  Settings (prepare's): SGD batch 1 all layers, Adam
 batch 4, the last two ops with --stream, --cache-on-host, the upper / lower half of the
 last weighted op's channels (--ranks up / low), with row bands where prepare chooses them
-(its default).  Each cell trains one epoch of N random samples (default 8) of the
-model's input shape, no evaluation, from a fresh prepare.
+(its default); named in --settings, also SGD momentum 0.9 at batch 1 ('momentum b1'),
+SGD batch 4 ('sgd b4'), the last two ops from the board's own --cache ('last:2 cache')
+and the last two ops over one-row bands (--bands 1, 'last:2 bands 1').  Each cell
+trains one epoch of N random samples (default 8) of the model's input shape, no
+evaluation, from a fresh prepare.
 
 The build: the 64-bit unix MicroPython the runner finds ($MICROPYTHON), or --mp32 (default
 $UTRAIN_MP32), a 32-bit build: the plan is then for that build's word size; --ulab plans
@@ -82,8 +85,12 @@ def models(tmp):
     return out
 
 
-def settings(g):
-    """[(name, prepare keywords)] for graph g (ranks on its last weighted op)."""
+def settings(g, asked=None):
+    """[(name, prepare keywords)] for graph g (ranks on its last weighted op); with the
+    names asked (--settings), also the settings swept only when named: SGD momentum at
+    batch 1, SGD at batch 4, the last two ops from the board's own prefix cache (--cache),
+    the last two ops with the frozen chains before them in one-row bands (--bands 1; the
+    default bands them only where that lowers the plan)."""
     weighted = [op.index for op in g.ops if SPECS.get(op.name) and SPECS[op.name].roles(op, g)
                 and op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]
     b1 = dict(optimizer='sgd', batch=1)
@@ -95,7 +102,11 @@ def settings(g):
         i = weighted[-1]
         out += [(f'ranks {i}:up', dict(b1, train='none', ranks=f'{i}:up')),
                 (f'ranks {i}:low', dict(b1, train='none', ranks=f'{i}:low'))]
-    return out
+    named = [('momentum b1', dict(b1, train='all', momentum=0.9)),
+             ('sgd b4', dict(optimizer='sgd', batch=4, train='all')),
+             ('last:2 cache', dict(b1, train='last:2', cache=True)),
+             ('last:2 bands 1', dict(b1, train='last:2', bands=1))]
+    return out + [(n, kw) for n, kw in named if asked and n in asked]
 
 
 def on_board(board, kw):
@@ -195,7 +206,8 @@ def main():
     ap.add_argument('--ulab', action='store_true',
                     help='--backend ulab, on a build with ulab (--mp32 MP, else $UTRAIN_MP_ULAB)')
     ap.add_argument('--only', help='models whose name contains this (comma-separated)')
-    ap.add_argument('--settings', help='only settings whose name contains one of these')
+    ap.add_argument('--settings', help='only settings whose name contains one of these; '
+                    "'momentum b1', 'sgd b4', 'last:2 cache', 'last:2 bands 1' are swept only when named")
     ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
     ap.add_argument('--samples', type=int, default=8)
     ap.add_argument('--list', action='store_true', help='plan only, measure nothing')
@@ -245,7 +257,7 @@ def main():
             continue
         g = read_model(path)
         data = samples(g, os.path.join(tmp, 'd.npz'), a.samples)
-        for sname, kw in settings(g):
+        for sname, kw in settings(g, a.settings and a.settings.split(',')):
             if a.settings and not any(s in sname for s in a.settings.split(',')):
                 continue
             out = os.path.join(tmp, 'run')

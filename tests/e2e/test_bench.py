@@ -1,5 +1,6 @@
 """The bench runs end to end (quick mode) and prints its one table with every column and
 every reference model; no timing is asserted (benchmarks are tables, not tests)."""
+import json
 import os
 import subprocess
 import sys
@@ -48,7 +49,6 @@ def test_bench_quick_prints_the_table():
 def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
     """bench/sweep.py: a cell's plan, need and ratio from a cached need; a need above the
     plan is flagged UNDER and named among the worst, one below plan / 1.2 OVER."""
-    import json
     from bench.memory import code_key
     from host_tools.target import runner
     if not runner.find_micropython():
@@ -66,6 +66,37 @@ def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
     rows = {ln.split('|')[2].strip(): ln for ln in p.stdout.splitlines() if ln.startswith('| digits')}
     assert rows['sgd b1'].rstrip(' |').endswith('UNDER') and rows['adam b4'].rstrip(' |').endswith('OVER')
     assert 'under: 1, over 1.2x: 1' in p.stdout and 'lowest' in p.stdout and '(digits MLP, sgd b1)' in p.stdout
+
+
+def test_planner_sweep_runs_the_named_settings_only_when_asked(tmp_path):
+    """bench/sweep.py --settings 'momentum b1,sgd b4,last:2 cache': swept only when
+    named (the default sweep keeps its six settings), each planned as prepare plans
+    those options: momentum's velocities as optimizer state, batch 4's gradient sums,
+    the board's own prefix cache's module."""
+    p = subprocess.run([sys.executable, 'bench/sweep.py', '--only', 'digits MLP', '--list'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    names = [ln.split('|')[2].strip() for ln in p.stdout.splitlines() if ln.startswith('| digits')]
+    assert names == ['sgd b1', 'adam b4', 'last:2 stream', 'last:2 cache-on-host', 'ranks 1:up',
+                     'ranks 1:low']
+    from bench.sweep import settings
+    from host_tools.formats.circle_io import read_model
+    from host_tools.prepare.pipeline import prepare
+    mlp = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
+    g = read_model(mlp)
+    asked = dict(settings(g, ['sgd b1', 'momentum b1', 'sgd b4', 'last:2 cache']))
+    assert set(asked) >= {'sgd b1', 'momentum b1', 'sgd b4', 'last:2 cache'} and 'last:2 bands 1' not in asked
+    data = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
+    heap = {}
+    for name in ('sgd b1', 'momentum b1', 'sgd b4', 'last:2 cache'):
+        s = prepare(mlp, str(tmp_path / name.replace(' ', '_').replace(':', '')), data=data,
+                    loss='scce', epochs=1, log=lambda *m: None, **asked[name])
+        heap[name] = s['heap']['parts']
+    assert heap['sgd b1']['optimizer state'] == 0 < heap['momentum b1']['optimizer state']
+    assert heap['sgd b1']['gradient sums'] == 0 < heap['sgd b4']['gradient sums']
+    with open(tmp_path / 'last2_cache' / 'train.json') as f:
+        assert json.load(f)['run'].get('cache') is True
+    assert heap['momentum b1']['optimizer state'] == heap['momentum b1']['trainable weights']
 
 
 def test_planner_sweep_plans_the_pico_column_for_rp2040(tmp_path):
