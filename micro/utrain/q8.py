@@ -376,6 +376,9 @@ class Layer:
                 if n == O:
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
+                elif c == n:    # (into y, rows O apart: no copy after)
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], self.zy,
+                          self.lo, self.hi, O)
                 else:       # (into the idle dz where it fits: not over the sums)
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)

@@ -660,7 +660,7 @@ def vmacs(r0, r1, r2, r3):
 def _rq(r0, r1, r2):
     # q8kern.rqk over the table r2 (_Q): [0] n, [1] c, [2] blk, [3] mul and [4] shf
     # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [17] 1: channel by channel (blk 1,
-    # value i's channel i mod c: its values c apart), else in
+    # value i's channel i mod c: its values c apart, its outputs [21] apart), else in
     # runs of blk (channel by run, cycling); r0 the int32 sums, r1 the output.  A run's
     # channel constants are made once ([18] left shift, [19], [20] the multiplier's
     # 16-bit halves, [22] right shift; [24] 2^30), then each value (~52 cycles; ~90-130
@@ -710,6 +710,7 @@ def _rq(r0, r1, r2):
     ldr(r4, [r7, 4])         # channel by channel: steps c values
     lsl(r6, r4, 2)
     mov(r9, r6)
+    ldr(r4, [r7, 84])        # [21] the outputs' (c, or wide's rows)
     mul(r4, r5)
     mov(r10, r4)
     b(RUN)
@@ -2705,6 +2706,10 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     p = ptr32(_Q)
     p[0] = n; p[1] = c; p[2] = blk; p[3] = int(ptr32(mul)); p[4] = int(ptr32(shf))
     p[5] = zp; p[6] = lo; p[7] = hi; p[8] = wide
+    p[21] = c
+    if wide > 1:        # (int8 outputs in rows wide apart)
+        p[8] = 0
+        p[21] = wide
     # [23] 1: a sum <= 0 gives lo (lo >= zp, a ReLU's: a positive multiplier's rounded
     # product of it is <= 0), skipped (~40 cycles of ~52)
     p[23] = 1 if zp <= lo and lo <= hi else 0

@@ -351,8 +351,9 @@ def run(r, name, k):
         k['rqk'](a, n, c, 1, mul, shf, y, 3, -100, 90, 0)
         k['rqk'](a, n, c, 1, mul, shf, a, 0, 0, 0, 1)
         out.append(('rqc%d' % i, y, a))
-    # rqk with lo >= zp (a ReLU's: q8asm._rq gives lo for a sum <= 0 without its
-    # product), by channel and per tensor (runs)
+    # rqk into int8 rows wide apart (q8.Layer.conv: a chunk of channels into its layer's
+    # output; the bytes between untouched), and with lo >= zp (a ReLU's: q8asm._rq gives
+    # lo for a sum <= 0 without its product), by channel and per tensor (runs)
     for i, (n, c, st, zp, lo) in enumerate(((18, 6, 9, -128, -128), (9, 9, 11, 3, 3),
                                            (10, 5, 7, -4, 0), (13, 4, 4, -128, -128))):
         a = r.ints(n, 1 << 24)
@@ -363,7 +364,7 @@ def run(r, name, k):
             shf[j] = shf[j] % 9 - 6
         a[0], a[1], a[2] = 0, -1, 1
         y = r.bytes(((n - 1) // c) * st + c + 1)
-        k['rqk'](a, n, c, 1, mul, shf, y, zp, lo, 100, 0)
+        k['rqk'](a, n, c, 1, mul, shf, y, zp, lo, 100, st)
         y2 = bytearray(n)
         k['rqk'](a, n, 1, n, mul, shf, y2, zp, lo, 100, 0)
         out.append(('rqs%d' % i, y, y2))
