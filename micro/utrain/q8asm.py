@@ -665,7 +665,7 @@ def _rq(r0, r1, r2):
     # channel constants are made once ([18] left shift, [19], [20] the multiplier's
     # 16-bit halves, [22] right shift; [24] 2^30), then each value (~52 cycles; ~90-130
     # when a value's constants were looked up and a subroutine called for each; an int8
-    # output of a <= 0 where [23] is set: lo, ~10): the 62-bit product |a| * m in
+    # output of a <= 0 where [23] >= 0: lo, ~10): the 62-bit product |a| * m in
     # 16-bit halves (adds with carry), the nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of
     # it (|x| < 2^31), the rounding division by 2^-shift on |x| (half up: ((2|x| >> e) +
     # 1) >> 1, unsigned; TFLite's half away from zero once the sign is put back): the
@@ -803,11 +803,11 @@ def _rq(r0, r1, r2):
     lsl(r3, r4)
     cmp(r3, 0)
     bgt(NP)
-    ldr(r4, [r7, 92])        # a <= 0 and [23] set: lo (no product)
+    ldr(r4, [r7, 92])        # a <= 0 and [23] lo - zp >= 0: lo (no product), clamped
     cmp(r4, 0)
-    beq(NP)
+    blt(NP)
     mov(r4, r11)
-    b(N3)
+    b(N2)
     label(NP)
     asr(r2, r3, 31)          # a's sign
     eor(r3, r2)
@@ -2710,9 +2710,9 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     if wide > 1:        # (int8 outputs in rows wide apart)
         p[8] = 0
         p[21] = wide
-    # [23] 1: a sum <= 0 gives lo (lo >= zp, a ReLU's: a positive multiplier's rounded
-    # product of it is <= 0), skipped (~40 cycles of ~52)
-    p[23] = 1 if zp <= lo and lo <= hi else 0
+    # [23] lo - zp >= 0: a sum <= 0 gives lo (a ReLU's: a positive multiplier's rounded
+    # product of it is <= 0, zp + it <= lo), its product skipped (~40 cycles of ~52)
+    p[23] = lo - zp
     a = int(ptr32(acc))
     o = int(ptr8(out))
     # one multiplier a value (blk 1), or one for all (c 1: a per-tensor scale, runs of any

@@ -53,6 +53,17 @@ class R:
         return a
 
 
+def rq_args(r, n, c, big):
+    # rqk's n sums within +-big, c multipliers in [2^30, 2^31) and shifts -6..2
+    a = r.ints(n, big)
+    mul = r.ints(c, 1 << 29)
+    shf = r.ints(c, 4)
+    for j in range(c):
+        mul[j] += 3 << 29
+        shf[j] = shf[j] % 9 - 6
+    return a, mul, shf
+
+
 def digest(buf):
     if isinstance(buf, int):
         return buf
@@ -336,12 +347,7 @@ def run(r, name, k):
     # multiple of the channels, in place (wide) and into bytes; then into bytes over its
     # own sums (q8.Layer.conv's chunks: each sum read before a byte lands on it)
     for i, (n, c) in enumerate(((13, 5), (3, 7), (18, 5), (9, 9))):
-        a = r.ints(n, 1 << 26)
-        mul = r.ints(c, 1 << 29)
-        shf = r.ints(c, 4)
-        for j in range(c):
-            mul[j] += 3 << 29
-            shf[j] = shf[j] % 9 - 6
+        a, mul, shf = rq_args(r, n, c, 1 << 26)
         if i > 1:
             a8 = memoryview(a).cast('B') if hasattr(memoryview(a), 'cast') else a
             k['rqk'](a, n, c, 1, mul, shf, a8, -5, -120, 100, 0)
@@ -356,12 +362,7 @@ def run(r, name, k):
     # lo for a sum <= 0 without its product), by channel and per tensor (runs)
     for i, (n, c, st, zp, lo) in enumerate(((18, 6, 9, -128, -128), (9, 9, 11, 3, 3),
                                            (10, 5, 7, -4, 0), (13, 4, 4, -128, -128))):
-        a = r.ints(n, 1 << 24)
-        mul = r.ints(c, 1 << 29)
-        shf = r.ints(c, 4)
-        for j in range(c):
-            mul[j] += 3 << 29
-            shf[j] = shf[j] % 9 - 6
+        a, mul, shf = rq_args(r, n, c, 1 << 24)
         a[0], a[1], a[2] = 0, -1, 1
         y = r.bytes(((n - 1) // c) * st + c + 1)
         k['rqk'](a, n, c, 1, mul, shf, y, zp, lo, 100, st)
