@@ -359,7 +359,8 @@ class Layer:
             w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
             R = max(1, len(acc) // (OW * n))
-            for r0 in range(0, OH, R):
+            r0 = 0
+            while r0 < OH:      # (not a range of step R: an iterator a chunk, heap)
                 r = min(R, OH - r0)
                 # rows r0.. read input rows from a on: the input from row a, the pad top
                 # what is left of it (never negative: viper reads the table unsigned)
@@ -383,6 +384,7 @@ class Layer:
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
+                r0 += R
             o0 += n
 
     def add(self, x, x2, y, n):
