@@ -352,6 +352,7 @@ class Layer:
             b, k, e = (memoryview(net.wbuf), 0, 4 * nw) if v else (wa, (nw * row + 3) >> 2, nw)
             wa = wa, b[k:k + e], (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e])
         xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
+        sy = 'yg' not in d      # (y bytes, not the int32 gradient buffer's on a board)
         nc = nw or nc
         o0 = 0
         while o0 < O:
@@ -377,7 +378,7 @@ class Layer:
                 if n == O:
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
-                elif c == n:    # (into y, rows O apart: no copy after)
+                elif c == n and sy:     # (into y, rows O apart: no copy after)
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], self.zy,
                           self.lo, self.hi, O)
                 else:       # (into the idle dz where it fits: not over the sums)
