@@ -352,6 +352,7 @@ class Layer:
             b, k, e = (memoryview(net.wbuf), 0, 4 * nw) if v else (wa, (nw * row + 3) >> 2, nw)
             wa = wa, b[k:k + e], (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e])
         xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
+        sy = 'yg' not in d      # (y bytes, not the int32 gradient buffer's on a board)
         nc = nw or nc
         o0 = 0
         while o0 < O:
@@ -359,7 +360,8 @@ class Layer:
             w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
             R = max(1, len(acc) // (OW * n))
-            for r0 in range(0, OH, R):
+            r0 = 0
+            while r0 < OH:      # (not a range of step R: an iterator a chunk, heap)
                 r = min(R, OH - r0)
                 # rows r0.. read input rows from a on: the input from row a, the pad top
                 # what is left of it (never negative: viper reads the table unsigned)
@@ -376,10 +378,14 @@ class Layer:
                 if n == O:
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], self.zy,
                           self.lo, self.hi, 0)
+                elif c == n and sy:     # (into y, rows O apart: no copy after)
+                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], self.zy,
+                          self.lo, self.hi, O)
                 else:       # (into the idle dz where it fits: not over the sums)
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
                     K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
+                r0 += R
             o0 += n
 
     def add(self, x, x2, y, n):

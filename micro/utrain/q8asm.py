@@ -660,11 +660,12 @@ def vmacs(r0, r1, r2, r3):
 def _rq(r0, r1, r2):
     # q8kern.rqk over the table r2 (_Q): [0] n, [1] c, [2] blk, [3] mul and [4] shf
     # addresses, [5] zp, [6] lo, [7] hi, [8] wide, [17] 1: channel by channel (blk 1,
-    # value i's channel i mod c: its values c apart), else in runs of blk (channel by
-    # run, cycling); r0 the int32 sums, r1 the output.  A run's channel constants are
-    # made once ([18] left shift, [19], [20] the multiplier's 16-bit halves, [22] right
-    # shift; [24] 2^30), then each value (~52 cycles; ~90-130 when a value's constants
-    # were looked up and a subroutine called for each): the 62-bit product |a| * m in
+    # value i's channel i mod c: its values c apart, its outputs [21] apart), else in
+    # runs of blk (channel by run, cycling); r0 the int32 sums, r1 the output.  A run's
+    # channel constants are made once ([18] left shift, [19], [20] the multiplier's
+    # 16-bit halves, [22] right shift; [24] 2^30), then each value (~52 cycles; ~90-130
+    # when a value's constants were looked up and a subroutine called for each; an int8
+    # output of a <= 0 where [23] >= 0: lo, ~10): the 62-bit product |a| * m in
     # 16-bit halves (adds with carry), the nudge 2^30 (a >= 0) or 2^30 - 1, bits 31.. of
     # it (|x| < 2^31), the rounding division by 2^-shift on |x| (half up: ((2|x| >> e) +
     # 1) >> 1, unsigned; TFLite's half away from zero once the sign is put back): the
@@ -709,6 +710,7 @@ def _rq(r0, r1, r2):
     ldr(r4, [r7, 4])         # channel by channel: steps c values
     lsl(r6, r4, 2)
     mov(r9, r6)
+    ldr(r4, [r7, 84])        # [21] the outputs' (c, or wide's rows)
     mul(r4, r5)
     mov(r10, r4)
     b(RUN)
@@ -799,6 +801,14 @@ def _rq(r0, r1, r2):
     data(2, 0x4448)          # add r0, r9
     ldr(r4, [r7, 72])
     lsl(r3, r4)
+    cmp(r3, 0)
+    bgt(NP)
+    ldr(r4, [r7, 92])        # a <= 0 and [23] lo - zp >= 0: lo (no product), clamped
+    cmp(r4, 0)
+    blt(NP)
+    mov(r4, r11)
+    b(N2)
+    label(NP)
     asr(r2, r3, 31)          # a's sign
     eor(r3, r2)
     sub(r3, r3, r2)          # |a|
@@ -2696,6 +2706,13 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     p = ptr32(_Q)
     p[0] = n; p[1] = c; p[2] = blk; p[3] = int(ptr32(mul)); p[4] = int(ptr32(shf))
     p[5] = zp; p[6] = lo; p[7] = hi; p[8] = wide
+    p[21] = c
+    if wide > 1:        # (int8 outputs in rows wide apart)
+        p[8] = 0
+        p[21] = wide
+    # [23] lo - zp >= 0: a sum <= 0 gives lo (a ReLU's: a positive multiplier's rounded
+    # product of it is <= 0, zp + it <= lo), its product skipped (~40 cycles of ~52)
+    p[23] = lo - zp
     a = int(ptr32(acc))
     o = int(ptr8(out))
     # one multiplier a value (blk 1), or one for all (c 1: a per-tensor scale, runs of any

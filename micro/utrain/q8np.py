@@ -123,8 +123,11 @@ def rqk(acc, n, c, blk, mul, shf, out, zp, lo, hi, wide):
     r = np.where(neg, -r, r)
     k = (np.ones(n, I64) << rs) - 1
     r = (r >> rs) + ((r & k) > (k >> 1) + (r < 0))
-    if wide:
+    if wide == 1:
         _i32(out, n)[:] = r.astype(I32)
+    elif wide > 1:      # (blk 1: value r*c + j to out[r*wide + j])
+        i = np.arange(n)
+        np.frombuffer(out, np.int8)[i // c * wide + i % c] = np.clip(r + zp, lo, hi).astype(np.int8)
     else:
         np.frombuffer(out, np.int8, n)[:] = np.clip(r + zp, lo, hi).astype(np.int8)
 

@@ -77,7 +77,9 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     # MultiplyByQuantizedMultiplier (double rounding: SaturatingRoundingDoublingHighMul
     # then RoundingDivideByPOT).  The 62-bit product is done in 15-bit limbs so a
     # 32-bit port gets the same integers.  wide=0: out int8 = clamp(r + zp, lo, hi);
-    # wide=1: out int32 = r (no offset, no clamp).
+    # wide=1: out int32 = r (no offset, no clamp); wide > 1 (blk 1): int8 outputs in rows
+    # wide apart, value r*c + j to out[r*wide + j] (a chunk of channels into its layer's
+    # output, no copy after).
     pa = ptr32(acc)
     pm = ptr32(mul)
     ps = ptr32(shf)
@@ -85,6 +87,11 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
     po32 = ptr32(out)
     ch = 0
     b = 0
+    o = 0
+    g = 0
+    if wide > 1:
+        g = wide - c
+        wide = 0
     for i in range(n):
         v = int(pa[i])
         h = v >> 16
@@ -132,13 +139,15 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
                 r = lo
             if r > hi:
                 r = hi
-            po8[i] = r & 255
+            po8[o] = r & 255
+        o += 1
         b += 1
         if b == blk:
             b = 0
             ch += 1
             if ch == c:
                 ch = 0
+                o += g
 
 
 @micropython.viper

@@ -53,6 +53,17 @@ class R:
         return a
 
 
+def rq_args(r, n, c, big):
+    # rqk's n sums within +-big, c multipliers in [2^30, 2^31) and shifts -6..2
+    a = r.ints(n, big)
+    mul = r.ints(c, 1 << 29)
+    shf = r.ints(c, 4)
+    for j in range(c):
+        mul[j] += 3 << 29
+        shf[j] = shf[j] % 9 - 6
+    return a, mul, shf
+
+
 def digest(buf):
     if isinstance(buf, int):
         return buf
@@ -336,12 +347,7 @@ def run(r, name, k):
     # multiple of the channels, in place (wide) and into bytes; then into bytes over its
     # own sums (q8.Layer.conv's chunks: each sum read before a byte lands on it)
     for i, (n, c) in enumerate(((13, 5), (3, 7), (18, 5), (9, 9))):
-        a = r.ints(n, 1 << 26)
-        mul = r.ints(c, 1 << 29)
-        shf = r.ints(c, 4)
-        for j in range(c):
-            mul[j] += 3 << 29
-            shf[j] = shf[j] % 9 - 6
+        a, mul, shf = rq_args(r, n, c, 1 << 26)
         if i > 1:
             a8 = memoryview(a).cast('B') if hasattr(memoryview(a), 'cast') else a
             k['rqk'](a, n, c, 1, mul, shf, a8, -5, -120, 100, 0)
@@ -351,6 +357,18 @@ def run(r, name, k):
         k['rqk'](a, n, c, 1, mul, shf, y, 3, -100, 90, 0)
         k['rqk'](a, n, c, 1, mul, shf, a, 0, 0, 0, 1)
         out.append(('rqc%d' % i, y, a))
+    # rqk into int8 rows wide apart (q8.Layer.conv: a chunk of channels into its layer's
+    # output; the bytes between untouched), and with lo >= zp (a ReLU's: q8asm._rq gives
+    # lo for a sum <= 0 without its product), by channel and per tensor (runs)
+    for i, (n, c, st, zp, lo) in enumerate(((18, 6, 9, -128, -128), (9, 9, 11, 3, 3),
+                                           (10, 5, 7, -4, 0), (13, 4, 4, -128, -128))):
+        a, mul, shf = rq_args(r, n, c, 1 << 24)
+        a[0], a[1], a[2] = 0, -1, 1
+        y = r.bytes(((n - 1) // c) * st + c + 1)
+        k['rqk'](a, n, c, 1, mul, shf, y, zp, lo, 100, st)
+        y2 = bytearray(n)
+        k['rqk'](a, n, 1, n, mul, shf, y2, zp, lo, 100, 0)
+        out.append(('rqs%d' % i, y, y2))
     # q8sparse.flk: a broadcast row's chunk (each column's nonzero dz one value, masked
     # rows: random, all set, none set, -128 and 127, the (P + 1) / 2 edge either side),
     # its P rows and the shared row after them; one row; no channel
