@@ -957,12 +957,17 @@ def tie_width(t, a, b):
     TIE_Z standard errors of their paired difference on the folds both were verified on
     (t.verified; their trials are cached) where that is wider."""
     n = min(t.verified.get(describe(a), 0), t.verified.get(describe(b), 0))
-    if n < 2 or a == b:
-        return TIE
+    return TIE if n < 2 or a == b else max(TIE, TIE_Z * _paired(t, a, b, n)[1])
+
+
+def _paired(t, a, b, n):
+    """(mean, standard error) of a's score over b's, fold by fold on the first n folds
+    (their trials cached)."""
     ds = [t.score(a, f) - t.score(b, f) for f in range(n)]
+    if n < 2:
+        return (ds[0] if ds else 0.0), 0.0
     mu = sum(ds) / n
-    se = (sum((d - mu) ** 2 for d in ds) / (n - 1) / n) ** 0.5
-    return max(TIE, TIE_Z * se)
+    return mu, (sum((d - mu) ** 2 for d in ds) / (n - 1) / n) ** 0.5
 
 
 def _result(t, pr, base, s0, tried, sc) -> dict:
@@ -994,11 +999,7 @@ def _gain_noise(t, base, ranks):
     by fold on the folds _verify ran it on (t.verified; the classifier alone ran on them
     all): their trials are cached, nothing runs."""
     n = getattr(t, 'verified', {}).get(describe(ranks), 0)
-    ds = [t.score(ranks, f) - t.score(base, f) for f in range(n)]
-    if n < 2:
-        return (ds[0] if ds else 0.0), 0.0, n
-    mu = sum(ds) / n
-    return mu, (sum((d - mu) ** 2 for d in ds) / (n - 1) / n) ** 0.5, n
+    return (*_paired(t, ranks, base, n), n)
 
 
 # ---------------------------------------------------------------- --select board
