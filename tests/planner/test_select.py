@@ -1168,8 +1168,10 @@ def test_auto_says_when_the_proxy_cannot_rank_its_choice(tmp_path, data, monkeyp
     lines = []
 
     def run(swing):
+        # (the others well under both: the tie, as wide as the folds' noise, takes none)
         monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0: 0.5 + (
-            0.02 + swing * (0, 2, -2, 1, -1)[fold % 5] if ranks == a else 0.0))
+            0.02 + swing * (0, 2, -2, 1, -1)[fold % 5] if ranks == a else
+            0.0 if ranks == {cls: 0} else -0.4))
         monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
         lines.clear()
         return prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
@@ -1181,3 +1183,59 @@ def test_auto_says_when_the_proxy_cannot_rank_its_choice(tmp_path, data, monkeyp
     assert any('cannot rank' in str(x) for x in lines)
     s = run(0.0)            # +0.02 on every fold
     assert 'uncertain' not in s and not any('cannot rank' in str(x) for x in lines)
+
+
+def test_the_tie_widens_with_the_measured_noise_of_the_difference(tmp_path, data, monkeypatch):
+    """Issue 28 (the held-out conv + GRU net on ItalyPowerDemand's 67 days: full
+    fine-tuning 0.005 under the choice on the proxy, inside the paired difference's
+    noise; it tested 2.9 points over it): a configuration that trains more and scores
+    0.01 under the best mean (beyond TIE) counts as tied when their fold-by-fold
+    difference swings more than that (TIE_Z standard errors), and trains; when it is
+    0.01 under on every fold, the better mean trains."""
+    from host_tools.prepare import select as sl
+    cands = layers(read_model(CNN))
+    every = {i: 0 for i, _ in cands}
+    but_first = {i: 0 for i, _ in cands[1:]}
+    chosen = {}
+    for swing in (0.0, 0.1):
+        def score(self, ranks, fold=0):
+            if ranks == every:      # 0.01 under but_first on average, +-swing a fold
+                return 0.89 + swing * (0, 1, -1, 2, -2)[fold % 5]
+            return 0.9 if ranks == but_first else 0.5
+        monkeypatch.setattr(sl.Trials, 'score', score)
+        monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                    budget='300K', log=lambda *a: None, **SETTINGS)
+        chosen[swing] = {int(i) for i in s['select']['ranks']}
+    assert chosen[0.0] == set(but_first) and chosen[0.1] == set(every), chosen
+
+
+def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data, monkeypatch):
+    """Issue 28 (the held-out Keras digits net, noisy digits: last:6 tested best and was
+    never verified, its one screening fold a little under three other last:N): a last:N
+    trial within SCREEN_Z binomial standard errors of the best screened one (one fold of
+    n_val samples) is verified too, beyond the best SUFFIXES, and trains when it is the
+    best on the folds; far under, it is not tried again."""
+    from host_tools.prepare import select as sl
+    g = read_model(CNN)
+    cands = layers(g)
+    cls = sl.classifier(g, cands)
+    before = [c for c in cands if c[0] < cls]
+    assert len(before) > sl.SUFFIXES
+    suf = [{**{i: 0 for i, _ in before[-k:]}, cls: 0} for k in range(1, len(before) + 1)]
+    late = suf[sl.SUFFIXES]          # the 4th best on the screening fold
+    chosen = {}
+    for under in (0.01, 0.5):
+        def score(self, ranks, fold=0):
+            if ranks == late:
+                return 0.8 - under if fold == 0 else 0.95
+            if ranks in suf:
+                return 0.8 - 0.001 * suf.index(ranks)
+            return 0.5
+        monkeypatch.setattr(sl.Trials, 'score', score)
+        monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                    budget='300K', log=lambda *a: None, **SETTINGS)
+        chosen[under] = {int(i): r for i, r in s['select']['ranks'].items()}
+    assert chosen[0.01] == {i: 'all' for i in late}, chosen
+    assert chosen[0.5] != chosen[0.01], chosen
