@@ -24,6 +24,7 @@ from utrain.q8 import Q8Net  # noqa: E402
 
 torch = pytest.importorskip('torch')
 pytest.importorskip('tico')
+pytest.importorskip('torch.ao.quantization.fx._decomposed')   # quantized_decomposed ops
 nn = torch.nn
 
 
