@@ -221,7 +221,7 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
                 return False
             kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(_inverse(p))
             nk = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
-                            np.ascontiguousarray(kd))
+                            np.ascontiguousarray(kd), like=k)
             c.inputs = [nk if x == k else x for x in c.inputs]
         oshape = list(ashape)
     elif c.name in REDUCE and len(c.inputs) >= 2:
@@ -242,7 +242,7 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
     else:
         return False
     c.inputs = [a if x == b else x for x in c.inputs]
-    mid = new_tensor(g, g.tensors[out].name + '/pre_transpose', oshape)
+    mid = new_tensor(g, g.tensors[out].name + '/pre_transpose', oshape, like=out)
     c.outputs[0] = mid
     t.inputs = [mid, new_tensor(g, g.tensors[t.inputs[1]].name + '/moved', [len(p)],
                                 np.array(p, np.int32))]
@@ -270,7 +270,7 @@ def _hoist_binary(g: Graph, c: Operator, p) -> bool:
     inv = _inverse(p)
     c.inputs = [ts[k].inputs[0] for k in c.inputs]
     c.outputs[0] = new_tensor(g, g.tensors[out].name + '/pre_transpose',
-                              [g.tensors[out].shape[inv[i]] for i in range(len(p))])
+                              [g.tensors[out].shape[inv[i]] for i in range(len(p))], like=out)
     t, *rest = ts.values()
     for o in rest:
         remove_op(g, o)
@@ -304,7 +304,7 @@ def _fold_into_fc(g: Graph, t: Operator, p) -> bool:
     if len([o for o in g.ops if fc.inputs[1] in o.inputs]) == 1:
         w.data = nw
     else:
-        fc.inputs[1] = new_tensor(g, w.name + '/nhwc', w.shape, nw)
+        fc.inputs[1] = new_tensor(g, w.name + '/nhwc', w.shape, nw, like=fc.inputs[1])
     r.inputs[0] = t.inputs[0]
     remove_op(g, t)
     return True
@@ -2151,7 +2151,7 @@ PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), 
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
           ('elementwise', elementwise_forms, False),
-          ('transposes', cancel_transposes, False), ('batchnorm', fold_batchnorm, False),
+          ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('groups', split_groups, True))
 

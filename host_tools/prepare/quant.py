@@ -579,21 +579,31 @@ def _unit_transpose(g: Graph, op) -> bool:
     return sorted(perm) == list(range(len(shape))) and keep == sorted(keep)
 
 
-def zero_bias(g: Graph, op, sx: float, sw: list) -> int:
+def zero_bias(g: Graph, op, sx: float, sw: list, fb=None) -> int:
     """Give a weighted op without a bias tensor (Keras's use_bias=False, a converter
     that drops an all-zero bias) a zero int32 bias at TFLite's bias scale sx * sw, zero
     point 0: it computes what the op did, trains like any bias and goes into the exported
-    model (the same tensor index every time the file is read).  Returns its index."""
+    model (the same tensor index every time the file is read).  Returns its index.
+    fb: the op's float32 bias tensor (a PyTorch model quantized to int8 and converted by
+    tico, which quantizes biases of uint8 and int16 inputs only): its values rounded to
+    int32 at that scale, as TFLite's converter quantizes a bias."""
     w = g.tensors[op.inputs[1]]
     n = int(w.shape[0] if op.name != 'DEPTHWISE_CONV_2D' else w.shape[-1])
     scale = [sx * s for s in (sw if len(sw) == n else sw * n)]
-    name = f'{w.name}/zero_bias'
+    name = f'{w.name}/zero_bias' if fb is None else f'{fb.name}/int32'
+    data = np.zeros(n, np.int32)
+    if fb is not None:
+        b = np.asarray(fb.data, np.float64).reshape(-1)
+        if b.size != n:
+            raise ValueError(f'{g.path}: float bias {fb.name!r} of op {op.number} has {b.size} '
+                             f'values for {n} output channels')
+        data = np.clip(np.round(b / np.asarray(scale)), -2**31, 2**31 - 1).astype(np.int32)
     # one for the ops that share a weight tensor and read inputs at one scale (Keras's
     # TimeDistributed, an unrolled layer's input steps): one bias trains (utrain.q8share)
     k = next((t.index for t in g.tensors if t.name == name and t.quant['scale'] == scale), None)
     if k is None:
         k = len(g.tensors)
-        g.tensors.append(Tensor(k, name, [n], 'int32', np.zeros(n, np.int32), -1,
+        g.tensors.append(Tensor(k, name, [n], 'int32', data, -1,
                                 {'scale': scale, 'zero_point': [0] * n,
                                  'quantized_dimension': 0}))
     if len(op.inputs) < 3:
@@ -1813,6 +1823,8 @@ def _weighted_layer(g, op, d, x, pad):
         d['k'] = k = CONV
     if len(op.inputs) < 3 or op.inputs[2] < 0:
         zero_bias(g, op, sx[0], sw)
+    elif g.tensors[op.inputs[2]].dtype == 'float32' and g.tensors[op.inputs[2]].data is not None:
+        zero_bias(g, op, sx[0], sw, g.tensors[op.inputs[2]])
     b = g.tensors[op.inputs[2]]
     if b.dtype != 'int32':
         raise ValueError(f'{g.path}: bias {b.name!r} of op {op.number} is {b.dtype}, not int32')
@@ -2954,8 +2966,17 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                 g.grow_fc = 1
     except ValueError as e:
         raise PrepareError(refusal(g, model_path, str(e), train)) from None
+    fb = [t for t in g.tensors[n0:] if t.name.endswith('/int32')]
+    if fb:                              # zero_bias(fb): a float32 bias quantized
+        ops = [op for op in g.ops if any(t.index in op.inputs[2:4] for t in fb)]
+        log(f'{model_path}: {len(fb)} float32 biases of int8 ops (ops '
+            f'{", ".join(str(op.number) for op in ops[:6])}{" .." if len(ops) > 6 else ""}: '
+            "tico's int8 export) train as int32 at the input scale x the weight scale, as "
+            "TFLite's converter quantizes a bias; export writes them so")
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
         ops = [op for op in g.ops if t.index in op.inputs[2:4] and t.name.endswith('/zero_bias')]
+        if not ops:
+            continue
         log(f'{model_path}: op{"s" if len(ops) > 1 else ""} {", ".join(str(op.number) for op in ops)} '
             f'{ops[0].name} ha{"ve" if len(ops) > 1 else "s"} no bias tensor: '
             f'{"they train" if len(ops) > 1 else "it trains"} with a zero int32 bias ({t.name}), '

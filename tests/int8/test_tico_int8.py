@@ -1,0 +1,152 @@
+"""A PyTorch net quantized to full-integer int8 (bench/zoo/torch_int8.py: int8 per-channel
+weights, int8 activations, the form of torch.ao's PT2E convert) and converted by tico 0.3
+trains as int8: tico leaves the biases float32 (it quantizes biases of uint8 and int16
+inputs only), prepare rounds them to int32 at s_x * s_W as TFLite's converter does; a
+PyTorch NCHW net's TRANSPOSE before its global MEAN is sunk through it (rewrite's
+cancel_transposes, now run on int8 graphs).  utrain's int8 forward against independent
+runtimes: ONERT 0.1.0 (it has no int8 MEAN, FULLY_CONNECTED, TRANSPOSE or RELU6: the
+NHWC net's features, cut before its MEAN) and TFLite Micro (the whole file, its biases
+as int32), bit for bit."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.graph.rewrite import save_graph  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+
+torch = pytest.importorskip('torch')
+pytest.importorskip('tico')
+pytest.importorskip('torch.ao.quantization.fx._decomposed')   # quantized_decomposed ops
+nn = torch.nn
+
+
+def _net(seed=0):
+    """conv-BN-ReLU6 /2, an inverted residual block with its ADD, a 5x5 depthwise one at
+    stride 2, a classifier: the zoo nets' parts (bench/zoo/mobilenet.py), 16x16x3 in."""
+    from bench.zoo.mobilenet import InvertedResidual, _cbr, _randomise_norms
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(*_cbr(3, 8, 3, 2), InvertedResidual(8, 8, 1, 3),
+                                          InvertedResidual(8, 16, 2, 2, 5))
+            self.classifier = nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.classifier(self.features(x).mean((2, 3)))
+    torch.manual_seed(seed)
+    return _randomise_norms(Tiny(), seed + 1)
+
+
+def _int32_biases(g):
+    """g with each float32 bias of an int8 op as int32 at s_x * s_W (what TFLite Micro and
+    ONERT's int8 kernels read; prepare does the same, quant.zero_bias)."""
+    for op in g.ops:
+        if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED'):
+            b = g.tensors[op.inputs[2]]
+            sc = g.tensors[op.inputs[0]].quant['scale'][0] * \
+                np.asarray(g.tensors[op.inputs[1]].quant['scale'], np.float64)
+            b.data = np.round(np.asarray(b.data, np.float64) / sc).astype(np.int32)
+            b.dtype = 'int32'
+            b.quant = {'scale': sc.tolist(), 'zero_point': [0] * len(sc),
+                       'quantized_dimension': 0}
+    return g
+
+
+def _utrain(g, d, monkeypatch):
+    """utrain's int8 net of g as the board reads it; the logits at the file's scale
+    (rewritten() widens narrow logits for training: not what a forward check wants)."""
+    monkeypatch.setattr(quant, '_widen_logits', lambda g: None)
+    g = quant.rewritten(g)
+    m = quant.meta(g, 'last:2')
+    quant.write(g, str(d), 'last:2', m)
+    with open(os.path.join(d, 'q8.json')) as f:
+        return Q8Net(json.load(f), os.path.join(d, 'weights.wof'))
+
+
+def _same(net, run, shape, n=4):
+    outs = set()
+    for seed in range(n):
+        x = np.random.default_rng(seed).random(shape, dtype=np.float32)
+        xq = net.quantize_input(x.ravel().tolist())
+        want = np.asarray(run(np.frombuffer(bytes(xq), np.int8).reshape(shape))).ravel()
+        got = np.frombuffer(bytes(net.forward(xq)), np.int8)
+        assert np.array_equal(got, want), (seed, got, want)
+        outs.add(tuple(want.tolist()))
+    assert len(outs) > 1                    # outputs that depend on the input
+
+
+def _tflm(path):
+    from tflite_micro.python.tflite_micro import runtime
+    it = runtime.Interpreter.from_file(path)
+
+    def run(x):
+        it.set_input(x, 0)
+        it.invoke()
+        return it.get_output(0)
+    return run
+
+
+@pytest.fixture(scope='module')
+def nhwc(tmp_path_factory):
+    from bench.zoo import torch_int8
+    path = str(tmp_path_factory.mktemp('tico8') / 'tiny_nhwc.circle')
+    torch_int8.convert(torch_int8.NHWC(_net()).eval(), torch.rand(32, 16, 16, 3), path)
+    return path
+
+
+def test_tico_int8_file_is_what_prepare_reads(nhwc):
+    """The class the loader handles: int8 activations and per-channel int8 weights, float32
+    biases; every activation fused into its conv (torch_int8.fuse_acts)."""
+    g = read_model(nhwc)
+    ws = [op for op in g.ops if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')]
+    assert len(ws) == 8 and not any(op.name in ('RELU6', 'TRANSPOSE') for op in g.ops)
+    assert {g.tensors[op.inputs[2]].dtype for op in ws} == {'float32'}
+    assert {g.tensors[op.inputs[1]].dtype for op in ws} == {'int8'}
+    assert all(len(g.tensors[op.inputs[1]].quant['scale']) > 1 for op in ws)
+    d = quant.meta(quant.rewritten(g), 'all')
+    assert sum(bool(x.get('train')) for x in d['layers']) == 8
+
+
+def test_tico_int8_features_bit_exact_with_onert(nhwc, tmp_path, monkeypatch):
+    onert = pytest.importorskip('onert.infer')
+    g = read_model(nhwc)
+    k = next(i for i, op in enumerate(g.ops) if op.name == 'MEAN')
+    g.outputs, g.ops = [g.ops[k].inputs[0]], g.ops[:k]
+    cut = str(tmp_path / 'cut.circle')
+    save_graph(_int32_biases(g), cut)
+    net = _utrain(read_model(cut), tmp_path, monkeypatch)
+    sess = onert.session(cut)
+    _same(net, lambda x: sess.infer([x])[0], g.tensors[g.inputs[0]].shape)
+
+
+def test_tico_int8_logits_bit_exact_with_tflite_micro(nhwc, tmp_path, monkeypatch):
+    pytest.importorskip('tflite_micro')
+    g = read_model(nhwc)
+    ref = str(tmp_path / 'ref.tflite')
+    save_graph(_int32_biases(read_model(nhwc)), ref)
+    _same(_utrain(g, tmp_path, monkeypatch), _tflm(ref), g.tensors[g.inputs[0]].shape)
+
+
+def test_tico_int8_nchw_transpose_mean(tmp_path, monkeypatch):
+    """The PyTorch net as it is (NCHW input, x.mean((2, 3))): tico writes a TRANSPOSE to
+    NHWC first and one back to NCHW before the MEAN over axes 2 and 3, which int8 training
+    refused ('reduces the leading axes'); sunk through the MEAN it is one over H and W."""
+    pytest.importorskip('tflite_micro')
+    from bench.zoo import torch_int8
+    path = str(tmp_path / 'tiny_nchw.circle')
+    torch_int8.convert(_net(1), torch.rand(32, 3, 16, 16), path)
+    g = read_model(path)
+    assert [op.name for op in g.ops].count('TRANSPOSE') == 2 and g.ops[-2].name == 'MEAN'
+    assert 'MEAN' in [op.name for op in quant.rewritten(g).ops]
+    ref = str(tmp_path / 'ref.tflite')
+    save_graph(_int32_biases(read_model(path)), ref)
+    _same(_utrain(g, tmp_path, monkeypatch), _tflm(ref), g.tensors[g.inputs[0]].shape)
