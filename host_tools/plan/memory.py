@@ -1544,7 +1544,7 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
             native += native_mpy_size(t['arch'], name)
         else:       # (q8bin's and q8slc's Python part, around their kernels, is bytecode)
             native += f['native'] if name == 'q8kern' else f['native'] // 8 + (
-                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv', 'q8bmm', 'q8smx') else 0)
+                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv', 'q8bmm', 'q8smx', 'q8rsz') else 0)
     if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
         native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
             t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')
