@@ -20,6 +20,7 @@ from host_tools.prepare import quant  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 from test_q8 import spy_updates  # noqa: E402
+from test_q8_bmm import act_quant  # noqa: E402
 from test_q8_cat import MP, _step_against_fd, _viper_matches  # noqa: E402
 
 _B, _N = 'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR'
@@ -64,17 +65,8 @@ def build_int8_resize(path, name, OH, OW, opt, seed=0):
         a = ((wq[0] if w1 is None else w1) @ x).reshape(3, 4, 2)
         t = np.einsum('yi,xj,ijc->yxc', ay, ax, a)
         return wq[1] @ t.reshape(-1), a
-    R = [[0.0, 0.0] for _ in range(2)]
-    for x in r.uniform(-2.5, 2.5, (64, 8)):
-        y, a = fwd(x)
-        for k, v in enumerate((a, y)):
-            R[k] = [min(R[k][0], v.min()), max(R[k][1], v.max())]
-    Q = []
-    R[1] = [min(R[1][0], -4.5), max(R[1][1], 4.5)]     # (logits prepare does not widen)
-    for lo, hi in R:
-        lo, hi = lo * 1.2, hi * 1.2
-        s = (hi - lo) / 255
-        Q.append({'scale': [s], 'zero_point': [int(np.clip(round(-128 - lo / s), -128, 127))]})
+    # (the logits' range at least +-4.5: prepare does not widen them)
+    Q = act_quant(lambda x: (fwd(x)[1], np.r_[fwd(x)[0], -4.5, 4.5]), r.uniform(-2.5, 2.5, (64, 8)))
     b = CircleBuilder(identifier=b'TFL3')
     x = b.tensor('x', [1, 8], dtype='int8', quant={'scale': [sx], 'zero_point': [0]})
     w = [b.tensor(f'w{i}', q.shape, data=q, quant={'scale': [s], 'zero_point': [0]})
