@@ -139,3 +139,16 @@ def test_viper_steps_as_the_host(tmp_path):
     for i in (0, 4):
         _net(tmp_path / str(i), CASES[i])
         _viper_matches(tmp_path, tmp_path / str(i), [_x(k) for k in range(3)])
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_the_plan_bounds_the_heap_it_needs(tmp_path):
+    """prepare plans q8rsz (its code, its tables, the input-gradient buffer 'gn' asks
+    for): the run trains in the planned heap on unix MicroPython, not in plan / 1.2."""
+    from test_q8_bin import plan_bounds_the_heap
+    from host_tools.plan.memory import q8_modules
+    path = build_int8_resize(tmp_path / 'm.tflite', *CASES[0])[0]
+    x = np.random.default_rng(4).uniform(-2.4, 2.4, (6, 8)).astype(np.float32)
+    plan_bounds_the_heap(tmp_path, path, x)
+    with open(tmp_path / 'run' / 'q8.json') as f:
+        assert 'q8rsz' in q8_modules(json.load(f))[1]
