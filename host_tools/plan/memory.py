@@ -1305,7 +1305,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         if 'gx' in d:                       # a gather's dims and strides (utrain.q8slc)
             objs += arr(4 * 9)
         if 'rz' in d:                       # a resize's row and column tables (utrain.q8rsz)
-            objs += arr(4 * 5) + arr(4 * len(d['ry'])) + arr(4 * len(d['rx']))
+            objs += arr(4 * 7) + arr(4 * len(d['ry'])) + arr(4 * len(d['rx']))
         for _, v in d.get('kt', ()):        # a constant activation it reads (utrain.q8)
             objs += arr(len(v))
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views

@@ -1500,7 +1500,7 @@ def _resize_axis_q8(n, m, align, half, nearest):
 
 def _resize_layer(g, op, src) -> dict:
     """layers(): a RESIZE_BILINEAR or RESIZE_NEAREST_NEIGHBOR of an int8 [1, H, W, C] map as
-    utrain.q8rsz runs it (an SLC layer with 'rz' [OH, OW, C, k, rb]; 'ry', 'rx' per output
+    utrain.q8rsz runs it (an SLC layer with 'rz' [OH, OW, C, k, rb, ty, tx]; 'ry', 'rx' per output
     row and column the input's offsets lo, hi in bytes and weights a, b + 4096; 'gn' the
     input's size)."""
     bad = f'{g.path}: {op.name} op {op.number}'
@@ -1526,16 +1526,18 @@ def _resize_layer(g, op, src) -> dict:
     ry = _resize_axis_q8(H, OH, align, half, near)
     rx = _resize_axis_q8(W, OW, align, half, near)
 
-    def most(t, n):             # the largest sum of |weights| one input index gets
+    def most(t, n, r=0):        # the largest sum of |weights >> r| one input index gets
         s = [0] * n
         for lo, hi, a, b in t:
-            s[lo] += abs(a)
-            s[hi] += abs(b)
+            s[lo] += abs((a + (1 << r >> 1)) >> r)
+            s[hi] += abs((b + (1 << r >> 1)) >> r)
         return max(s)
-    rb = (most(ry, H) * most(rx, W)).bit_length()
+    # (the gradient's weights: >> t, so that an axis's sums stay within 2^8)
+    ty, tx = (max(most(t, n).bit_length() - 8, 0) for t, n in ((ry, H), (rx, W)))
+    rb = (most(ry, H, ty) * most(rx, W, tx)).bit_length()
     return {'k': SLC, 'op': op.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128,
             'hi': 127, 'nout': OH * OW * C, 'in': [src(op.inputs[0])], 'out': op.outputs[0],
-            'gn': H * W * C, 'rz': [OH, OW, C, 0 if near else 20, rb],
+            'gn': H * W * C, 'rz': [OH, OW, C, 0 if near else 20, rb, ty, tx],
             'ry': [v for lo, hi, a, b in ry for v in (lo * W * C, hi * W * C, a + 4096, b + 4096)],
             'rx': [v for lo, hi, a, b in rx for v in (lo * C, hi * C, a + 4096, b + 4096)]}
 

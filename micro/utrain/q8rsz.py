@@ -7,9 +7,11 @@
 # (a + b = 1024; b < 0 left of the first half-pixel centre), the sum of the four
 # products over 2^20 rounded half away from zero; nearest: a = 1, b = 0, lo = hi: a
 # copy of codes.  The scale and zero point do not change (weights sum to one).
-# 'rz' is [OH, OW, C, k, rb]: k the rounding shift (20 or 0), rb the bits of the
-# largest sum of weights one input element gets in the gradient (the transposed
-# interpolation: dx[lo] += a b' g ...), which bounds the int32 sums.
+# 'rz' is [OH, OW, C, k, rb, ty, tx]: k the rounding shift (20 or 0); the gradient (the
+# transposed interpolation: dx[lo] += a a' g ...) uses the weights >> ty (rows), >> tx
+# (columns), rounded, so that g keeps about 14 bits (a bilinear x3's weights in 1/1024
+# would leave it 6); rb the bits of the largest sum of those weights one input element
+# gets, which bounds the int32 sums.
 from utrain.q8kern import micropython, VIPER
 if not VIPER:
     from utrain.q8kern import ptr8, ptr32
@@ -21,14 +23,19 @@ from utrain import q8kern as K
 @micropython.viper
 def rzk(y, x, ry, rx, gm, d: int):
     # forward (d 0): int8 y [OH, OW, C] from int8 x; gradient (d 1): int32 y (x's
-    # shape, zeroed) += the transposed weights times int32 x >> sh.  gm: OH, OW, C, k, sh
+    # shape, zeroed) += the transposed weights >> ty, tx times int32 x >> sh.
+    # gm: OH, OW, C, k, sh, ty, tx
     pm = ptr32(gm)
     OH = int(pm[0])
     OW = int(pm[1])
     C = int(pm[2])
     k = int(pm[3])
     sh = int(pm[4])
+    ty = int(pm[5]) if d else 0
+    tx = int(pm[6]) if d else 0
     r = (1 << k) >> 1
+    hy = (1 << ty) >> 1
+    hx = (1 << tx) >> 1
     py = ptr8(y)
     px = ptr8(x)
     qy = ptr32(y)
@@ -39,13 +46,13 @@ def rzk(y, x, ry, rx, gm, d: int):
     for oy in range(OH):
         r0 = int(pr[4 * oy])
         r1 = int(pr[4 * oy + 1])
-        ay = int(pr[4 * oy + 2]) - 4096
-        by = int(pr[4 * oy + 3]) - 4096
+        ay = (int(pr[4 * oy + 2]) - 4096 + hy) >> ty
+        by = (int(pr[4 * oy + 3]) - 4096 + hy) >> ty
         for ox in range(OW):
             c0 = int(pc[4 * ox])
             c1 = int(pc[4 * ox + 1])
-            ax = int(pc[4 * ox + 2]) - 4096
-            bx = int(pc[4 * ox + 3]) - 4096
+            ax = (int(pc[4 * ox + 2]) - 4096 + hx) >> tx
+            bx = (int(pc[4 * ox + 3]) - 4096 + hx) >> tx
             w0 = ay * ax
             w1 = by * ax
             w2 = ay * bx
@@ -92,7 +99,7 @@ def fwd(L, net, t):
 
 def back(L, net, g, s):
     """The gradient of resize layer L's input from g, its output's (int32, scale s): into
-    the net's other buffer (q8.gtwo), at scale s 2^sh / 2^k."""
+    the net's other buffer (q8.gtwo), at scale s 2^sh / 2^(k - ty - tx)."""
     gm = _gm(L)
     d = L.d
     n = d['gn']
@@ -102,4 +109,4 @@ def back(L, net, g, s):
     sh = sh if sh > 0 else 0
     gm[4] = sh
     rzk(dx, g, L.ry, L.rx, gm, 1)
-    return dx, s * (1 << sh) / (1 << gm[3])
+    return dx, s * (1 << sh) / (1 << (gm[3] - gm[5] - gm[6]))
