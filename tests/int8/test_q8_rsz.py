@@ -25,7 +25,7 @@ from test_q8_cat import MP, _step_against_fd, _viper_matches  # noqa: E402
 
 _B, _N = 'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR'
 CASES = [(_B, 5, 7, {'half_pixel_centers': True}), (_B, 2, 3, {'half_pixel_centers': True}),
-         (_B, 5, 6, {'align_corners': True}), (_B, 4, 7, {}),
+         (_B, 5, 6, {'align_corners': True}), (_B, 4, 7, {}), (_B, 9, 12, {'half_pixel_centers': True}),
          (_N, 5, 7, {'half_pixel_centers': True}), (_N, 6, 3, {'align_corners': True}),
          (_N, 2, 7, {})]
 
@@ -105,6 +105,7 @@ def test_forward_bit_exact_with_tflite_micro_and_update_matches_fd(tmp_path, mon
     path, fwd, sw, sx, m = _net(tmp_path, case)
     rz = [d for d in m['layers'] if 'rz' in d]
     assert len(rz) == 1 and rz[0]['k'] == quant.SLC and rz[0]['gn'] == 24
+    assert rz[0]['rz'][4] <= 16     # (g keeps 14 bits: the gradient's weights shifted)
     _tflm_matches(path, m, tmp_path, [_x(i) for i in range(10)], 8)
     got = spy_updates(monkeypatch)
     w0 = next(t for t in read_model(path).tensors if t.name == 'w0')
