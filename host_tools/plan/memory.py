@@ -1304,6 +1304,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                 objs += arr(2 * 512)
         if 'gx' in d:                       # a gather's dims and strides (utrain.q8slc)
             objs += arr(4 * 9)
+        if 'rz' in d:                       # a resize's row and column tables (utrain.q8rsz)
+            objs += arr(4 * 7) + arr(4 * len(d['ry'])) + arr(4 * len(d['rx']))
         for _, v in d.get('kt', ()):        # a constant activation it reads (utrain.q8)
             objs += arr(len(v))
     objs += len(t.get('at', ())) * blk(4 * w)     # the arena's views
@@ -1516,6 +1518,8 @@ def q8_modules(tb, trains=True, settings=None):
         natives.append('q8bmm')      # (BATCH_MATMUL: q8bin hands it over)
     if any('sm' in d for d in ls):
         natives.append('q8smx')      # (a SOFTMAX inside the graph: q8lut hands it over)
+    if any('rz' in d for d in ls):
+        natives.append('q8rsz')      # (a RESIZE_*: q8slc hands it over)
     if any(d['k'] == q8.EMB for d in ls):
         mods.add('q8emb')            # (an int8 embedding's GATHER: bytecode, its table in flash)
     return mods, natives
@@ -1540,7 +1544,7 @@ def q8_code(tb, t, trains=True, settings=None) -> int:
             native += native_mpy_size(t['arch'], name)
         else:       # (q8bin's and q8slc's Python part, around their kernels, is bytecode)
             native += f['native'] if name == 'q8kern' else f['native'] // 8 + (
-                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv', 'q8bmm', 'q8smx') else 0)
+                int(f['code'] * python_part_size(name)) if name in ('q8bin', 'q8slc', 'q8nrm', 'q8tcv', 'q8bmm', 'q8smx', 'q8rsz') else 0)
     if heap:    # q8kern's decorator module, and its Thumb kernels or their viper versions
         native += native_mpy_size(t['arch'], 'q8viper') + native_mpy_size(
             t['arch'], 'q8asm' if t['arch'] in runner.ASM['q8asm.py'] else 'q8vk')

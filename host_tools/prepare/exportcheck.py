@@ -104,7 +104,8 @@ def calibrated(run_dir, wof_path, out_path, data, g, w, perm=None) -> dict:
 # ops whose int8 output must keep its input's scale and zero point (TFLite's kernels
 # move the integers as they are), and ops whose output scale is fixed by the kernel
 TIED = ('RESHAPE', 'MAX_POOL_2D', 'AVERAGE_POOL_2D', 'PAD', 'SQUEEZE', 'EXPAND_DIMS',
-        'CONCATENATION', 'STRIDED_SLICE', 'TRANSPOSE', 'SPLIT', 'SPLIT_V', 'GATHER')
+        'CONCATENATION', 'STRIDED_SLICE', 'TRANSPOSE', 'SPLIT', 'SPLIT_V', 'GATHER',
+        'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR')
 FIXED = ('SOFTMAX', 'LOGISTIC', 'TANH')
 WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D', 'TRANSPOSE_CONV')
 # (data input, weight, bias) positions: TRANSPOSE_CONV's inputs are output_shape,

@@ -78,7 +78,7 @@ KINDS = {'FULLY_CONNECTED': FC, 'CONV_2D': CONV, 'DEPTHWISE_CONV_2D': DW, 'MEAN'
          'ADD': ADD, 'MAX_POOL_2D': POOL_MAX, 'AVERAGE_POOL_2D': POOL_AVG,
          'CONCATENATION': CAT, 'PAD': CAT, **{k: LUT for k in (*UNARY, *REQUANT, 'DIV')},
          'SUB': BIN, 'MUL': BIN, 'SQUARED_DIFFERENCE': BIN, 'MAXIMUM': BIN, 'MINIMUM': BIN,
-         'PRELU': BIN, 'BATCH_MATMUL': BIN, 'SOFTMAX': LUT, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, 'GATHER': EMB, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE')}}
+         'PRELU': BIN, 'BATCH_MATMUL': BIN, 'SOFTMAX': LUT, 'L2_NORMALIZATION': NRM, 'TRANSPOSE_CONV': TCV, 'GATHER': EMB, **{k: SLC for k in ('SLICE', 'STRIDED_SLICE', 'SPLIT', 'SPLIT_V', 'TRANSPOSE', 'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR')}}
 BINARY = ('ADD', 'SUB', 'MUL', 'DIV', 'SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU',
           'BATCH_MATMUL')   # BIN's 'bo'
 SQD_SHIFT = 7               # TFLite's left_shift for int8 SQUARED_DIFFERENCE
@@ -695,11 +695,15 @@ def layers(g: Graph, train='last:1', ranks=None):
                              'BATCH_MATMUL, SOFTMAX (inside the graph too), L2_NORMALIZATION, TRANSPOSE_CONV (frozen), '
                              'MAX_POOL_2D, AVERAGE_POOL_2D, '
                              'CONCATENATION, PAD, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V, TRANSPOSE, '
+                             'RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR, '
                              'RESHAPE, SQUEEZE, EXPAND_DIMS, '
                              + ', '.join((*UNARY, *REQUANT)) + '; float ops of one int8 tensor '
                              'between a DEQUANTIZE and a QUANTIZE; a SELECT_V2 whose mask and '
                              'values are int8 comparisons, MUL, ADD and SUB of one int8 tensor '
                              'and scalars)')
+        if k == SLC and op.name.startswith('RESIZE'):
+            out.append(_resize_layer(g, op, src))
+            continue
         if k == SLC:
             out += _slice_layers(g, op, src)
             continue
@@ -1482,6 +1486,70 @@ def _slice_layers(g, op, src) -> list:
             d['sr'] = sy / sx
         out.append(d)
     return out
+
+
+def _resize_axis_q8(n, m, align, half, nearest):
+    """_resize_layer(): per output row (column) of an axis of m from n, [lo, hi, a, b]
+    (input indices, weights of lo and hi): nearest as TFLite's float index (a copy, a = 1,
+    b = 0); bilinear as TFLite Micro's ResizeBilinearInteger (scale in 1/1024, C's
+    truncating division; a + b = 1024)."""
+    from ..graph.optable import _resize_axis
+    if nearest:
+        return [[j, j, 1, 0] for j in _resize_axis(n, m, align, half, True)[::3]]
+    s10 = ((1 << 10) * n + m // 2) // m
+    if align and m > 1:
+        s10 = ((1 << 10) * (n - 1) + (m - 1) // 2) // (m - 1)
+    out = []
+    for i in range(m):
+        v = i * s10 + s10 // 2 - (1 << 9) if half else i * s10
+        lo = max(int(v / 1024), 0)
+        hi = min(int((v + 1023) / 1024), n - 1)
+        out.append([lo, hi, 1024 - (v - 1024 * lo), v - 1024 * lo])
+    return out
+
+
+def _resize_layer(g, op, src) -> dict:
+    """layers(): a RESIZE_BILINEAR or RESIZE_NEAREST_NEIGHBOR of an int8 [1, H, W, C] map as
+    utrain.q8rsz runs it (an SLC layer with 'rz' [OH, OW, C, k, rb, ty, tx]; 'ry', 'rx' per output
+    row and column the input's offsets lo, hi in bytes and weights a, b + 4096; 'gn' the
+    input's size)."""
+    bad = f'{g.path}: {op.name} op {op.number}'
+    x, y = g.tensors[op.inputs[0]], g.tensors[op.outputs[0]]
+    (sx,), (zx,) = _q(x)
+    (sy,), (zy,) = _q(y)
+    xs, ys = [int(v) for v in x.shape], [int(v) for v in y.shape]
+    if len(xs) != 4 or len(ys) != 4 or xs[0] != 1 or xs[3] != ys[3]:
+        raise ValueError(f'{bad}: input {xs}, output {ys}: int8 training resizes one NHWC map '
+                         '(prepare --dequantize trains it in float)')
+    if zx != zy or not math.isclose(sx, sy, rel_tol=1e-6):
+        raise ValueError(f'{bad}: output scale {sy:.6g} / zero point {zy} is not the input\'s '
+                         f'({sx:.6g} / {zx}), which TFLite Micro\'s int8 resize keeps: export '
+                         'it with one quantization (prepare --dequantize trains it in float)')
+    _, H, W, C = xs
+    OH, OW = ys[1], ys[2]
+    align = bool(op.options.get('align_corners'))
+    half = bool(op.options.get('half_pixel_centers'))
+    near = op.name == 'RESIZE_NEAREST_NEIGHBOR'
+    if align and half and not near:
+        raise ValueError(f'{bad}: align_corners and half_pixel_centers both set, which '
+                         'TFLite refuses too: export it with one of them')
+    ry = _resize_axis_q8(H, OH, align, half, near)
+    rx = _resize_axis_q8(W, OW, align, half, near)
+
+    def most(t, n, r=0):        # the largest sum of |weights >> r| one input index gets
+        s = [0] * n
+        for lo, hi, a, b in t:
+            s[lo] += abs((a + (1 << r >> 1)) >> r)
+            s[hi] += abs((b + (1 << r >> 1)) >> r)
+        return max(s)
+    # (the gradient's weights: >> t, so that an axis's sums stay within 2^8)
+    ty, tx = (max(most(t, n).bit_length() - 8, 0) for t, n in ((ry, H), (rx, W)))
+    rb = (most(ry, H, ty) * most(rx, W, tx)).bit_length()
+    return {'k': SLC, 'op': op.index, 'zx': zx, 'zy': zy, 'sx': sx, 'sy': sy, 'lo': -128,
+            'hi': 127, 'nout': OH * OW * C, 'in': [src(op.inputs[0])], 'out': op.outputs[0],
+            'gn': H * W * C, 'rz': [OH, OW, C, 0 if near else 20, rb, ty, tx],
+            'ry': [v for lo, hi, a, b in ry for v in (lo * W * C, hi * W * C, a + 4096, b + 4096)],
+            'rx': [v for lo, hi, a, b in rx for v in (lo * C, hi * C, a + 4096, b + 4096)]}
 
 
 def _gather(ix):

@@ -128,7 +128,7 @@ ARCHS = (None, 'x86', 'x64', 'armv6', 'armv6m', 'armv7m', 'armv7em', 'armv7emsp'
          'xtensa', 'xtensawin', 'rv32imc', 'rv64imc')
 NATIVE = ('npkern.py', 'q8kern.py', 'q8vk.py', 'q8viper.py', 'q8asm.py', 'q8sparse.py', 'q8cat.py',
           'q8lut.py', 'q8bin.py', 'q8slc.py', 'q8nrm.py', 'q8pool.py', 'q8grow.py', 'q8mom.py', 'npasm.py',
-          'q8masm.py', 'q8tcv.py', 'q8bmm.py', 'q8smx.py')  # the modules written for the native emitters
+          'q8masm.py', 'q8tcv.py', 'q8bmm.py', 'q8smx.py', 'q8rsz.py')  # the modules written for the native emitters
 # modules in one machine's inline assembler: staged (compiled for it) only for those archs
 ASM = {'q8asm.py': ('armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp'),
        'q8masm.py': ('armv6m', 'armv7m', 'armv7em', 'armv7emsp', 'armv7emdp'),    # (q8mom's)

@@ -1564,7 +1564,7 @@ def gin(ls, hz=()):
 
 def gtwo(ls):
     """Does the backward pass of layer table ls need two input-gradient buffers: a pool,
-    a BIN that broadcasts, an SLC that gathers or a TCV ('gx'), or a MEAN whose
+    a BIN that broadcasts, an SLC that gathers or resizes or a TCV ('gx', 'rz'), or a MEAN whose
     gradient is not read broadcast, above the lowest trained layer (its
     input's gradient is made from its output's, both int32)?  Else one
     (host_tools/plan/memory.py plans them with this)."""
@@ -1572,7 +1572,7 @@ def gtwo(ls):
     for i in range(first + 1, len(ls)):
         d = ls[i]
         if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (
-                'gx' in d) or (
+                'gx' in d or 'rz' in d) or (
                 d['k'] == MEAN and not bcast(ls, i))):
             return True
     return False

@@ -106,6 +106,9 @@ def g4k(y, x, gm, d: int):
 def fwd(L, net, t):
     """The output of SLC layer L from the net's tensors t (int8 bytes by tensor index)."""
     d = L.d
+    if 'rz' in d:           # a resize: utrain.q8rsz, loaded only then
+        from utrain import q8rsz
+        return q8rsz.fwd(L, net, t)
     if 'gx' in d:
         if getattr(L, 'gx', None) is None:
             L.gx = array('i', d['gx'])
@@ -119,6 +122,9 @@ def fwd(L, net, t):
 def back(L, net, g, s):
     """The gradient of SLC layer L's input from g, its output's (int32, scale s)."""
     d = L.d
+    if 'rz' in d:
+        from utrain import q8rsz
+        return q8rsz.back(L, net, g, s)
     n = d['gn']
     dx = net._gbuf(g, n)
     if 'gx' in d:               # (dx is not g: q8.gtwo)

@@ -25,6 +25,23 @@ from test_q8 import spy_updates  # noqa: E402
 from test_q8_cat import MP, _step_against_fd, _viper_matches  # noqa: E402
 
 
+def act_quant(acts, xs):
+    """Each activation's int8 quantization ({'scale', 'zero_point'}) from its range over
+    the inputs xs, 1.2x as wide (no clamps); acts(x): the activations, in order."""
+    R = None
+    for x in xs:
+        vs = acts(x)
+        R = R or [[0.0, 0.0] for _ in vs]
+        for k, v in enumerate(vs):
+            R[k] = [min(R[k][0], v.min()), max(R[k][1], v.max())]
+    Q = []
+    for lo, hi in R:
+        lo, hi = lo * 1.2, hi * 1.2
+        s = (hi - lo) / 255
+        Q.append({'scale': [s], 'zero_point': [int(np.clip(round(-128 - lo / s), -128, 127))]})
+    return Q
+
+
 def build_int8_bmm(path, seed=0):
     """The graph above, every activation's scale and zero point from its range on random
     inputs (no clamps: a bit wider), per-tensor int8 weights, no biases.  Returns (path,
@@ -43,17 +60,7 @@ def build_int8_bmm(path, seed=0):
         s = a @ np.swapaxes(b, -1, -2)
         t = np.swapaxes(s, -1, -2) @ a
         return wq[2] @ t.reshape(16), (a, b, s, t)
-    xs = r.uniform(-2.5, 2.5, (64, 8))
-    R = [[0.0, 0.0] for _ in range(5)]
-    for x in xs:
-        y, acts = fwd(x)
-        for k, v in enumerate((*acts, y)):
-            R[k] = [min(R[k][0], v.min()), max(R[k][1], v.max())]
-    Q = []
-    for lo, hi in R:
-        lo, hi = lo * 1.2, hi * 1.2
-        s = (hi - lo) / 255
-        Q.append({'scale': [s], 'zero_point': [int(np.clip(round(-128 - lo / s), -128, 127))]})
+    Q = act_quant(lambda x: (*fwd(x)[1], fwd(x)[0]), r.uniform(-2.5, 2.5, (64, 8)))
     b = CircleBuilder(identifier=b'TFL3')
     x = b.tensor('x', [1, 8], dtype='int8', quant={'scale': [sx], 'zero_point': [0]})
     w = [b.tensor(f'w{i}', q.shape, data=q, quant={'scale': [s], 'zero_point': [0]})
