@@ -88,8 +88,6 @@ class Grow:
     def double(self, L, o):
         """Channel o's weight scale (the tensor's for a per-tensor layer) times 2."""
         d = L.d
-        if L.stale:
-            L.set_bias()            # (bf from the integer-updated b first)
         sw = d['sw']
         sw[o] *= 2.0
         k = L.uk
@@ -135,6 +133,15 @@ class Grow:
             for c in chans:
                 L.rebias(c, 1)
             return
+        if L.stale:
+            # b stepped in integers (a per-tensor layer's, q8 _bias), no float held: halved
+            # in integers, ties to even.  From the float bias (b sx sw / (sx 2 sw)) every odd
+            # b was a tie that float32 on a board and float64 on the host broke apart
+            b = L.b
+            for c in chans:
+                v = b[c]
+                b[c] = (v >> 1) + ((v & 3) == 3)
+            return              # (stale: bf made again from b where a step needs it)
         d = L.d
         sw, sx, b, bf = d['sw'], d['sx'], L.b, L.bf
         nw = len(sw)

@@ -79,8 +79,6 @@ class Ranges:
             C = net.layers[c]
             d = C.d
             bc = bias and C.b is not None       # (a MEAN: its multiplier alone)
-            if bc and C.stale:
-                C.set_bias()                # (bf from b at the old scale)
             d['sx'] *= f
             sh = C.shf
             for o in range(len(sh)):
@@ -88,6 +86,15 @@ class Ranges:
             if bc and C.be is not None:     # (SGD's integer bias and its fraction)
                 for o in range(len(C.b)):
                     C.rebias(o, u)
+            elif bc and C.stale:
+                # b stepped in integers, no float held (a per-tensor layer's): halved (ties
+                # to even) or doubled in integers; from a float every odd b halved was a tie
+                # that float32 on a board and float64 on the host broke apart
+                b = C.b
+                for o in range(len(b)):
+                    v = b[o]
+                    v = (v >> 1) + ((v & 3) == 3) if u > 0 else v + v
+                    b[o] = -2147483647 if v < -2147483647 else 2147483647 if v > 2147483647 else v
             elif bc:
                 sx, sw, b, bf = d['sx'], d['sw'], C.b, C.bf
                 nw = len(sw)

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from array import array
+
 import numpy as np
 import pytest
 
@@ -308,3 +310,27 @@ def test_a_mean_range_doubles_on_micropython_as_on_the_host_and_exports(tmp_path
     net.load_weights(os.path.join(run, 'trained.wof'))
     assert list(net.rr.e) == outs[0][1]
     assert_exported_logits_as_board(path, run, net, x[:8], tmp_path)
+
+
+def test_an_integer_stepped_bias_follows_its_range_in_integers(tmp_path, monkeypatch):
+    """A per-tensor consumer's int32 bias that SGD steps in integers (no float bias held:
+    stale) is halved in integers, ties to even, when its input range doubles, and doubled
+    when it halves back.  From a float bias made from it every odd b was a tie that float32
+    (a board) and float64 (the host) broke apart (as q8grow's doubling: test_q8grow.py)."""
+    d, _, _ = _run_dir(tmp_path, monkeypatch, n=20, headroom=2.0)
+    net = Q8Net(json.loads(open(os.path.join(d, 'q8.json')).read()),
+                os.path.join(d, 'weights.wof'))
+    rr = net.rr
+    j = [i for i, (_, cs, _) in enumerate(rr.ent) if cs and net.layers[cs[0]].k == FC][0]
+    fc = net.layers[rr.ent[j][1][0]]
+    assert fc.be is None and len(fc.d['sw']) == 1
+    n = len(fc.b)
+    for b0 in range(-3001, 3001, n):
+        want = list(range(b0, b0 + n))
+        fc.b[:] = array('i', want)
+        fc.stale = 1            # (as q8 _bias leaves it after an integer step)
+        rr._scale(j, 1, 1)
+        assert list(fc.b) == [(v >> 1) + ((v & 3) == 3) for v in want]
+        half = list(fc.b)
+        rr._scale(j, -1, 1)
+        assert list(fc.b) == [2 * v for v in half]
