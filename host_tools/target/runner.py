@@ -167,6 +167,30 @@ def simulator_word() -> int:
     return _SIM_MPY[key]
 
 
+def simulator_float() -> int:
+    """Bits of a float on the simulated board's MicroPython (32 on a single-precision
+    build, as an RP2040's or ESP32's; 64 on the 64-bit unix port's; 64 when there is none)."""
+    exe = find_micropython()
+    if not exe:
+        return 64
+    key = ('float', exe)
+    if key not in _SIM_MPY:
+        out = subprocess.run([exe, '-c', 'print(1.0 + 2.0 ** -30 == 1.0)'],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        _SIM_MPY[key] = 32 if out and out[-1] == 'True' else 64
+    return _SIM_MPY[key]
+
+
+def host_float(board='unix') -> int:
+    """Bits of a float on `board` as the host simulation (run --python) computes the
+    int8 path's float steps (Adam's masters and moments, float biases): its profile's
+    'float'; for 'unix', the simulated board's MicroPython's (as its 'word': a 32-bit
+    build has float32), 64 without one.  train.py learns it from $UTRAIN_FLOAT."""
+    if board == 'unix':
+        return simulator_float()
+    return int(boards()[board].get('float') or 64)
+
+
 def _bytecode_only(src, dst):
     """npkern.py / q8kern.py for a firmware without the native emitter: decorators
     stripped (q8kern then defines its pointer casts as plain indexing)."""
@@ -240,13 +264,14 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     """(argv, env) that run train.py in out_dir on the simulated board."""
     env = dict(os.environ)
     env.update(extra_env or {})
-    if python:
-        env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
-        shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
-        return [sys.executable, 'train.py'], env
     profiles = boards()
     if board not in profiles:
         raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
+    if python:
+        env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
+        env.setdefault('UTRAIN_FLOAT', str(host_float(board)))    # (utrain.q8np: float32 steps)
+        shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+        return [sys.executable, 'train.py'], env
     stage(out_dir, source)
     env['MICROPYPATH'] = ':lib'
     return [micropython_binary(), '-X', 'heapsize=%d' % sim_heap(out_dir, board)[0],

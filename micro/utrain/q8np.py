@@ -263,6 +263,109 @@ def install(g, names=('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 
     for name in names:
         g['py_' + name] = g[name]
         g[name] = globals()[name]
+    if g.get('__name__') == 'utrain.q8kern':
+        from os import getenv
+        if getenv('UTRAIN_FLOAT') == '32':
+            f32()
+
+
+F32 = np.float32
+
+
+def _apply32(apply):
+    def apply32(net, lr, scale, qmul):
+        net.b1, net.b2, net.eps, net.mom = F32(net.b1), F32(net.b2), F32(net.eps), F32(net.mom)
+        apply(net, F32(lr), F32(scale), qmul)
+    return apply32
+
+
+class _Q8Batch32(type(np)):
+    """utrain.q8batch whose apply is f32's (a module's class: q8batch may be importing
+    q8kern, so not yet holding apply, when q8kern calls install)."""
+    @property
+    def apply(self):
+        return _apply32(self.__dict__['apply'])
+
+
+class _Json:
+    """utrain.q8train's json: q8.json's numbers with a fraction as float32, as a 32-bit
+    board parses them (its layer scales then multiply in float32)."""
+    @staticmethod
+    def load(f):
+        import json
+        return json.load(f, parse_float=lambda t: F32(float(t)))
+
+
+class _After:
+    """An import hook: fix(module) once utrain.q8train has run (not yet imported)."""
+    def __init__(self, name, fix):
+        self.name, self.fix = name, fix
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        import sys
+        from importlib.util import find_spec
+        sys.meta_path.remove(self)
+        spec = find_spec(name)
+        run, fix = spec.loader.exec_module, self.fix
+
+        def exec_module(m):
+            run(m)
+            fix(m)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _a32():
+    """array.array whose float32 ('f') arrays give their values as numpy float32 (the
+    other typecodes: the plain arrays): a product of two of them, or of one and a float
+    scale, is float32's as on the board."""
+    import array as A
+    base = getattr(A.array, 'base', A.array)
+
+    class A32(base):
+        def __new__(cls, tc, *a):
+            return base.__new__(cls if tc == 'f' else base, tc, *a)
+
+        def __getitem__(self, i):
+            v = base.__getitem__(self, i)
+            return F32(v) if type(v) is float else v
+
+        def __iter__(self):
+            for v in base.__iter__(self):
+                yield F32(v)
+    A32.base = base
+    return A32
+
+
+def f32():
+    """A 32-bit-float board's float steps (UTRAIN_FLOAT=32: host_tools' runner sets it
+    for a board whose floats are single precision): the scalars utrain.q8batch.apply's
+    float steps take (lr, 1/batch, Adam's betas and epsilon, momentum) as numpy float32,
+    so that every operation on them rounds to float32 as the board's does (IEEE: + - * /
+    and sqrt correctly rounded; math.sqrt's float64 result rounds to float32's at its next
+    operation).  Adam's masters and moments and the float biases (float32 arrays, in
+    utrain.q8batch and utrain.q8slope) then step as on the board, bit for bit; a float64
+    board (the 64-bit unix port) keeps Python's floats.  (pow: b ** t is the libm's powf
+    on both, as the unix port's; a board's own libm may differ in the last bit.)"""
+    import sys
+    import array
+    if not hasattr(array.array, 'base'):    # (every float32 array made from here on; the
+        array.array = A = _a32()            # utrain modules that took the plain class)
+        for n, m in list(sys.modules.items()):
+            if n.startswith('utrain') and getattr(m, 'array', None) is A.base:
+                m.array = A
+    from utrain import q8batch as B
+    B.__class__ = _Q8Batch32
+
+    def fix(m):
+        m.json = _Json
+    m = sys.modules.get('utrain.q8train')
+    if m is not None:       # (importing utrain.q8, whose q8kern called install: its json
+        fix(m)              # is bound, its first line)
+    else:
+        sys.meta_path.insert(0, _After('utrain.q8train', fix))
 
 
 def mkk(m, y, n, lo, hi):
