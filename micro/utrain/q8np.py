@@ -287,13 +287,65 @@ class _Q8Batch32(type(np)):
         return _apply32(self.__dict__['apply'])
 
 
+def mp_float32(t):
+    """The float32 MicroPython reads from the decimal text t (py/parsenum.c's
+    mp_parse_float_internal, MICROPY_FLOAT_FORMAT_IMPL_APPROX, every single-precision port's
+    default): at most about 9 digits in a uint32, (float) of it, times 2^e in the exponent
+    bits, then / 5^-e (-10 <= e < 0) or * powf(5, e): not always the nearest float32 (an
+    ulp off for about 15% of 8-digit values), and so a board's q8.json scales."""
+    neg = t[:1] == '-'
+    t = t[1:] if t[:1] in '+-' else t
+    MAX = 0x19999998
+    man = ex = tzi = tzf = ev = 0
+    at = 0      # 0 integer part, 1 fraction, 2 exponent
+    eneg = False
+    i = 0
+    while i < len(t):
+        c = t[i]
+        i += 1
+        if c.isdigit():
+            d = ord(c) - 48
+            if at == 2:
+                if ev < (0x7fffffff // 2 - 9) // 10:
+                    ev = 10 * ev + d
+            elif d == 0 or man >= MAX:
+                if at == 0:
+                    tzi += 1
+                else:
+                    tzf += 1
+            else:
+                for part, dd in [(0, 0)] * tzi + [(1, 0)] * tzf + [(at, d)]:
+                    if man < MAX:       # (accept_digit)
+                        ex -= part == 1
+                        man = 10 * man + dd
+                    else:
+                        ex += part == 0
+                tzi = tzf = 0
+        elif at == 0 and c == '.':
+            at = 1
+        elif at != 2 and c in 'eE':
+            at = 2
+            if t[i:i + 1] in ('+', '-'):
+                eneg = t[i] == '-'
+                i += 1
+    e = (-ev if eneg else ev) + ex + tzi
+    r = F32(man)
+    if e and man:
+        u = np.array([r], np.float32).view(np.uint32)
+        b = int(u[0])
+        u[0] = (b & 0x807fffff) | ((((b >> 23) & 255) + e) & 255) << 23
+        r = u.view(np.float32)[0]
+        r = r / F32(5) ** F32(-e) if -10 <= e < 0 else r * F32(5) ** F32(e)
+    return -r if neg else r
+
+
 class _Json:
     """utrain.q8train's json: q8.json's numbers with a fraction as float32, as a 32-bit
     board parses them (its layer scales then multiply in float32)."""
     @staticmethod
     def load(f):
         import json
-        return json.load(f, parse_float=lambda t: F32(float(t)))
+        return json.load(f, parse_float=mp_float32)
 
 
 class _After:
