@@ -393,14 +393,18 @@ def _a32():
 
 def f32():
     """A 32-bit-float board's float steps (UTRAIN_FLOAT=32: host_tools' runner sets it
-    for a board whose floats are single precision): the scalars utrain.q8batch.apply's
-    float steps take (lr, 1/batch, Adam's betas and epsilon, momentum) as numpy float32,
-    so that every operation on them rounds to float32 as the board's does (IEEE: + - * /
-    and sqrt correctly rounded; math.sqrt's float64 result rounds to float32's at its next
-    operation).  Adam's masters and moments and the float biases (float32 arrays, in
-    utrain.q8batch and utrain.q8slope) then step as on the board, bit for bit; a float64
-    board (the 64-bit unix port) keeps Python's floats.  (pow: b ** t is the libm's powf
-    on both, as the unix port's; a board's own libm may differ in the last bit.)"""
+    for a board whose floats are single precision; q8kern's install calls this under
+    CPython).  The int8 path's floats come from three places, each made numpy float32
+    here: float32 arrays' values (this process's array.array: _a32), q8.json's numbers
+    (utrain.q8train's json: _Json, MicroPython's parser, mp_float32) and the scalars
+    utrain.q8batch.apply takes (lr, 1/batch, Adam's betas and epsilon, momentum).  An
+    operation with a float32 operand rounds to float32 as the board's does (numpy's NEP 50;
+    IEEE: + - * / and sqrt correctly rounded, math.sqrt's float64 result rounded at its
+    next operation), so Adam's masters and moments, the float biases, the gradients'
+    scales and the update multipliers' floats step as on the board, bit for bit; a
+    float64 board (the 64-bit unix port) keeps Python's floats.  (pow: b ** t is the
+    libm's powf on both, as the unix ports'; a board's own libm may differ in the last
+    bit.  A float32 array read through a memoryview still gives Python floats.)"""
     import sys
     import array
     if not hasattr(array.array, 'base'):    # (every float32 array made from here on; the
