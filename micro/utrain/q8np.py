@@ -349,7 +349,7 @@ class _Json:
 
 
 class _After:
-    """An import hook: fix(module) once utrain.q8train has run (not yet imported)."""
+    """An import hook: fix(module) once module `name` (not yet imported) has run."""
     def __init__(self, name, fix):
         self.name, self.fix = name, fix
 
@@ -412,16 +412,18 @@ def f32():
         for n, m in list(sys.modules.items()):
             if n.startswith('utrain') and getattr(m, 'array', None) is A.base:
                 m.array = A
-    from utrain import q8batch as B
-    B.__class__ = _Q8Batch32
 
-    def fix(m):
-        m.json = _Json
-    m = sys.modules.get('utrain.q8train')
-    if m is not None:       # (importing utrain.q8, whose q8kern called install: its json
-        fix(m)              # is bound, its first line)
-    else:
-        sys.meta_path.insert(0, _After('utrain.q8train', fix))
+    def batch(m):           # (its class: whether it has run yet or not)
+        m.__class__ = _Q8Batch32
+
+    def train(m):           # (importing utrain.q8, whose q8kern called install: its json
+        m.json = _Json      # is bound, its first line)
+    for name, fix in (('utrain.q8batch', batch), ('utrain.q8train', train)):
+        m = sys.modules.get(name)   # (not imported here: q8batch imports q8kern)
+        if m is not None:
+            fix(m)
+        else:
+            sys.meta_path.insert(0, _After(name, fix))
 
 
 def mkk(m, y, n, lo, hi):
