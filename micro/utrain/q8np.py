@@ -339,6 +339,30 @@ def mp_float32(t):
     return -r if neg else r
 
 
+def _libm():
+    """(exp, log) as the board's float32 libm computes them: the C library's expf and
+    logf (glibc's on the unix builds: the same bits on the 32-bit build, where the nearest
+    float32 of math.exp / math.log is an ulp off now and then), numpy float32; math's own
+    where C has none; out of logf's domain, math's error as a board's math.log raises."""
+    import math
+    try:
+        import ctypes
+        import ctypes.util
+        m = ctypes.CDLL(ctypes.util.find_library('m'))
+        ef, lf = m.expf, m.logf
+        for f in (ef, lf):
+            f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+    except (OSError, AttributeError, TypeError):
+        ef = lf = None
+
+    def exp(x):
+        return F32(ef(x) if ef else math.exp(x))
+
+    def log(x, *b):
+        return F32(lf(x)) if lf and not b and x > 0 else F32(math.log(x, *b))
+    return exp, log
+
+
 class _Json:
     """utrain.q8train's json: q8.json's numbers with a fraction as float32, as a 32-bit
     board parses them (its layer scales then multiply in float32)."""
@@ -397,7 +421,8 @@ def f32():
     CPython).  The int8 path's floats come from three places, each made numpy float32
     here: float32 arrays' values (this process's array.array: _a32), q8.json's numbers
     (utrain.q8train's json: _Json, MicroPython's parser, mp_float32) and the scalars
-    utrain.q8batch.apply takes (lr, 1/batch, Adam's betas and epsilon, momentum).  An
+    utrain.q8batch.apply takes (lr, 1/batch, Adam's betas and epsilon, momentum); utrain.q8's
+    exp and log (the loss, cce's gradient) are the C library's expf and logf (_libm).  An
     operation with a float32 operand rounds to float32 as the board's does (numpy's NEP 50;
     IEEE: + - * / and sqrt correctly rounded, math.sqrt's float64 result rounded at its
     next operation), so Adam's masters and moments, the float biases, the gradients'
@@ -418,7 +443,10 @@ def f32():
 
     def train(m):           # (importing utrain.q8, whose q8kern called install: its json
         m.json = _Json      # is bound, its first line)
-    for name, fix in (('utrain.q8batch', batch), ('utrain.q8train', train)):
+
+    def q8(m):              # (its loss's and softmax's; bound before it imports q8kern)
+        m.exp, m.log = _libm()
+    for name, fix in (('utrain.q8batch', batch), ('utrain.q8train', train), ('utrain.q8', q8)):
         m = sys.modules.get(name)   # (not imported here: q8batch imports q8kern)
         if m is not None:
             fix(m)
