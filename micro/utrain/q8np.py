@@ -363,6 +363,59 @@ def _libm():
     return exp, log
 
 
+def _code32(c):
+    """Code object c with its float constants as a 32-bit board holds them: mpy-cross
+    (a float64 compiler) writes each, folded, as decimal text (1.0 / 16384.0 as
+    '6.103515625e-05'), which the board's parser reads (mp_float32: 2^-14 an ulp low)."""
+    k = tuple(mp_float32(repr(v)) if type(v) is float else _code32(v) if type(v) is type(c)
+              else v for v in c.co_consts)
+    return c.replace(co_consts=k)
+
+
+_DONE = set()
+
+
+def _consts():
+    """Every function of the utrain modules imported so far, once, with _code32's
+    constants (a module still importing: the functions it has defined so far)."""
+    import sys
+    for n, m in list(sys.modules.items()):
+        if not n.startswith('utrain.') or n == 'utrain.q8np' or m is None:
+            continue
+        for o in list(vars(m).values()):
+            for f in ([o] + list(vars(o).values()) if isinstance(o, type) else [o]):
+                f = getattr(f, '__func__', f)
+                c = getattr(f, '__code__', None)
+                if c is not None and id(f) not in _DONE and getattr(f, '__module__', '') == n:
+                    _DONE.add(id(f))
+                    f.__code__ = _code32(c)
+
+
+class _Every:
+    """An import hook: _consts() after each utrain module's import (an importing module's
+    later functions are fixed at the next)."""
+    def find_spec(self, name, path=None, target=None):
+        if not name.startswith('utrain.'):
+            return None
+        import sys
+        from importlib.util import find_spec
+        i = sys.meta_path.index(self)
+        sys.meta_path.remove(self)
+        try:
+            spec = find_spec(name)
+        finally:
+            sys.meta_path.insert(i, self)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(m):
+            run(m)
+            _consts()
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 class _Json:
     """utrain.q8train's json: q8.json's numbers with a fraction as float32, as a 32-bit
     board parses them (its layer scales then multiply in float32)."""
@@ -452,6 +505,8 @@ def f32():
             fix(m)
         else:
             sys.meta_path.insert(0, _After(name, fix))
+    sys.meta_path.insert(0, _Every())
+    _consts()
 
 
 def mkk(m, y, n, lo, hi):
