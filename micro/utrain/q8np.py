@@ -263,6 +263,250 @@ def install(g, names=('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 
     for name in names:
         g['py_' + name] = g[name]
         g[name] = globals()[name]
+    if g.get('__name__') == 'utrain.q8kern':
+        from os import getenv
+        if getenv('UTRAIN_FLOAT') == '32':
+            f32()
+
+
+F32 = np.float32
+
+
+def _apply32(apply):
+    def apply32(net, lr, scale, qmul):
+        net.b1, net.b2, net.eps, net.mom = F32(net.b1), F32(net.b2), F32(net.eps), F32(net.mom)
+        apply(net, F32(lr), F32(scale), qmul)
+    return apply32
+
+
+class _Q8Batch32(type(np)):
+    """utrain.q8batch whose apply is f32's (a module's class: q8batch may be importing
+    q8kern, so not yet holding apply, when q8kern calls install)."""
+    @property
+    def apply(self):
+        return _apply32(self.__dict__['apply'])
+
+
+def mp_float32(t):
+    """The float32 MicroPython reads from the decimal text t (py/parsenum.c's
+    mp_parse_float_internal, MICROPY_FLOAT_FORMAT_IMPL_APPROX, every single-precision port's
+    default): at most about 9 digits in a uint32, (float) of it, times 2^e in the exponent
+    bits, then / 5^-e (-10 <= e < 0) or * powf(5, e): not always the nearest float32 (an
+    ulp off for about 15% of 8-digit values), and so a board's q8.json scales."""
+    neg = t[:1] == '-'
+    t = t[1:] if t[:1] in '+-' else t
+    MAX = 0x19999998
+    man = ex = tzi = tzf = ev = 0
+    at = 0      # 0 integer part, 1 fraction, 2 exponent
+    eneg = False
+    i = 0
+    while i < len(t):
+        c = t[i]
+        i += 1
+        if c.isdigit():
+            d = ord(c) - 48
+            if at == 2:
+                if ev < (0x7fffffff // 2 - 9) // 10:
+                    ev = 10 * ev + d
+            elif d == 0 or man >= MAX:
+                if at == 0:
+                    tzi += 1
+                else:
+                    tzf += 1
+            else:
+                for part, dd in [(0, 0)] * tzi + [(1, 0)] * tzf + [(at, d)]:
+                    if man < MAX:       # (accept_digit)
+                        ex -= part == 1
+                        man = 10 * man + dd
+                    else:
+                        ex += part == 0
+                tzi = tzf = 0
+        elif at == 0 and c == '.':
+            at = 1
+        elif at != 2 and c in 'eE':
+            at = 2
+            if t[i:i + 1] in ('+', '-'):
+                eneg = t[i] == '-'
+                i += 1
+    e = (-ev if eneg else ev) + ex + tzi
+    r = F32(man)
+    if e and man:
+        u = np.array([r], np.float32).view(np.uint32)
+        b = int(u[0])
+        u[0] = (b & 0x807fffff) | ((((b >> 23) & 255) + e) & 255) << 23
+        r = u.view(np.float32)[0]
+        r = r / F32(5) ** F32(-e) if -10 <= e < 0 else r * F32(5) ** F32(e)
+    return -r if neg else r
+
+
+def _libm():
+    """(exp, log) as the board's float32 libm computes them: the C library's expf and
+    logf (glibc's on the unix builds: the same bits on the 32-bit build, where the nearest
+    float32 of math.exp / math.log is an ulp off now and then), numpy float32; math's own
+    where C has none; out of logf's domain, math's error as a board's math.log raises."""
+    import math
+    try:
+        import ctypes
+        import ctypes.util
+        m = ctypes.CDLL(ctypes.util.find_library('m'))
+        ef, lf = m.expf, m.logf
+        for f in (ef, lf):
+            f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+    except (OSError, AttributeError, TypeError):
+        ef = lf = None
+
+    def exp(x):
+        return F32(ef(x) if ef else math.exp(x))
+
+    def log(x, *b):
+        return F32(lf(x)) if lf and not b and x > 0 else F32(math.log(x, *b))
+    return exp, log
+
+
+def _code32(c):
+    """Code object c with its float constants as a 32-bit board holds them: mpy-cross
+    (a float64 compiler) writes each, folded, as decimal text (1.0 / 16384.0 as
+    '6.103515625e-05'), which the board's parser reads (mp_float32: 2^-14 an ulp low)."""
+    k = tuple(mp_float32(repr(v)) if type(v) is float else _code32(v) if type(v) is type(c)
+              else v for v in c.co_consts)
+    return c.replace(co_consts=k)
+
+
+_DONE = set()
+
+
+def _consts():
+    """Every function of the utrain modules imported so far, once, with _code32's
+    constants (a module still importing: the functions it has defined so far)."""
+    import sys
+    for n, m in list(sys.modules.items()):
+        if not n.startswith('utrain.') or n == 'utrain.q8np' or m is None:
+            continue
+        for o in list(vars(m).values()):
+            for f in ([o] + list(vars(o).values()) if isinstance(o, type) else [o]):
+                f = getattr(f, '__func__', f)
+                c = getattr(f, '__code__', None)
+                if c is not None and id(f) not in _DONE and getattr(f, '__module__', '') == n:
+                    _DONE.add(id(f))
+                    f.__code__ = _code32(c)
+
+
+class _Every:
+    """An import hook: _consts() after each utrain module's import (an importing module's
+    later functions are fixed at the next)."""
+    def find_spec(self, name, path=None, target=None):
+        if not name.startswith('utrain.'):
+            return None
+        import sys
+        from importlib.util import find_spec
+        i = sys.meta_path.index(self)
+        sys.meta_path.remove(self)
+        try:
+            spec = find_spec(name)
+        finally:
+            sys.meta_path.insert(i, self)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(m):
+            run(m)
+            _consts()
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+class _Json:
+    """utrain.q8train's json: q8.json's numbers with a fraction as float32, as a 32-bit
+    board parses them (its layer scales then multiply in float32)."""
+    @staticmethod
+    def load(f):
+        import json
+        return json.load(f, parse_float=mp_float32)
+
+
+class _After:
+    """An import hook: fix(module) once module `name` (not yet imported) has run."""
+    def __init__(self, name, fix):
+        self.name, self.fix = name, fix
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        import sys
+        from importlib.util import find_spec
+        sys.meta_path.remove(self)
+        spec = find_spec(name)
+        run, fix = spec.loader.exec_module, self.fix
+
+        def exec_module(m):
+            run(m)
+            fix(m)
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _a32():
+    """array.array whose float32 ('f') arrays give their values as numpy float32 (the
+    other typecodes: the plain arrays): a product of two of them, or of one and a float
+    scale, is float32's as on the board."""
+    import array as A
+    base = getattr(A.array, 'base', A.array)
+
+    class A32(base):
+        def __new__(cls, tc, *a):
+            return base.__new__(cls if tc == 'f' else base, tc, *a)
+
+        def __getitem__(self, i):
+            v = base.__getitem__(self, i)
+            return F32(v) if type(v) is float else v
+
+        def __iter__(self):
+            for v in base.__iter__(self):
+                yield F32(v)
+    A32.base = base
+    return A32
+
+
+def f32():
+    """A 32-bit-float board's float steps (UTRAIN_FLOAT=32: host_tools' runner sets it
+    for a board whose floats are single precision; q8kern's install calls this under
+    CPython).  The int8 path's floats come from three places, each made numpy float32
+    here: float32 arrays' values (this process's array.array: _a32), q8.json's numbers
+    (utrain.q8train's json: _Json, MicroPython's parser, mp_float32) and the scalars
+    utrain.q8batch.apply takes (lr, 1/batch, Adam's betas and epsilon, momentum); utrain.q8's
+    exp and log (the loss, cce's gradient) are the C library's expf and logf (_libm).  An
+    operation with a float32 operand rounds to float32 as the board's does (numpy's NEP 50;
+    IEEE: + - * / and sqrt correctly rounded, math.sqrt's float64 result rounded at its
+    next operation), so Adam's masters and moments, the float biases, the gradients'
+    scales and the update multipliers' floats step as on the board, bit for bit; a
+    float64 board (the 64-bit unix port) keeps Python's floats.  (pow: b ** t is the
+    libm's powf on both, as the unix ports'; a board's own libm may differ in the last
+    bit.  A float32 array read through a memoryview still gives Python floats.)"""
+    import sys
+    import array
+    if not hasattr(array.array, 'base'):    # (every float32 array made from here on; the
+        array.array = A = _a32()            # utrain modules that took the plain class)
+        for n, m in list(sys.modules.items()):
+            if n.startswith('utrain') and getattr(m, 'array', None) is A.base:
+                m.array = A
+
+    def batch(m):           # (its class: whether it has run yet or not)
+        m.__class__ = _Q8Batch32
+
+    def train(m):           # (importing utrain.q8, whose q8kern called install: its json
+        m.json = _Json      # is bound, its first line)
+
+    def q8(m):              # (its loss's and softmax's; bound before it imports q8kern)
+        m.exp, m.log = _libm()
+    for name, fix in (('utrain.q8batch', batch), ('utrain.q8train', train), ('utrain.q8', q8)):
+        m = sys.modules.get(name)   # (not imported here: q8batch imports q8kern)
+        if m is not None:
+            fix(m)
+        else:
+            sys.meta_path.insert(0, _After(name, fix))
+    sys.meta_path.insert(0, _Every())
+    _consts()
 
 
 def mkk(m, y, n, lo, hi):

@@ -591,6 +591,60 @@ def test_board_bytes_equal_host(tmp_path, scheme, kw):
     assert outs[0] == outs[1]
 
 
+MP32 = os.environ.get('UTRAIN_MP32')
+needs_mp32 = pytest.mark.skipif(not (MP32 and os.path.exists(MP32)),
+                                reason='$UTRAIN_MP32 names no 32-bit MicroPython build')
+
+
+@needs_mp32
+@pytest.mark.parametrize('scheme,kw', [
+    ('bias-dw-pw-half', dict(optimizer='adam', batch=3)),
+    ('dw-quarter-pw-bias', dict(batch=2, momentum=0.9))])
+def test_board32_bytes_equal_host(tmp_path, monkeypatch, scheme, kw):
+    """The same on a single-precision board (the 32-bit unix build, float32 as an
+    RP2040's): the host simulation rounds the int8 path's float steps (Adam's masters and
+    moments, float biases, gradient scales, q8.json's scales as MicroPython parses them)
+    to float32 as the board does (UTRAIN_FLOAT=32, utrain.q8np.f32)."""
+    monkeypatch.setenv('MICROPYTHON', MP32)
+    monkeypatch.delenv('UTRAIN_FLOAT', raising=False)
+    assert runner.host_float('unix') == 32 and runner.host_float('rp2040') == 32
+    test_board_bytes_equal_host(tmp_path, scheme, kw)
+
+
+@needs_mp32
+def test_host_parses_floats_as_micropython32():
+    """q8np.mp_float32 (MicroPython's float32 decimal parser on the host) against the
+    32-bit build's json.loads, on texts where the nearest float32 is not what it reads."""
+    from utrain.q8np import mp_float32
+    r = np.random.default_rng(5)
+    v = (r.uniform(0.5, 1, 400) * 2.0 ** r.integers(-30, 10, 400)).astype(np.float32)
+    texts = [repr(float(x)) for x in v] + [str(x) for x in v] + [
+        '%.*e' % (int(k), x) for k, x in zip(r.integers(1, 12, 400), r.uniform(-1, 1, 400) * 10.0 ** r.integers(-20, 20, 400))]
+    prog = ('import json,struct,sys\nfor s in json.loads(sys.stdin.read()):\n'
+            ' print(struct.pack("<f",json.loads(s)).hex())')
+    out = __import__('subprocess').run([MP32, '-c', prog], input=json.dumps(texts),
+                                       capture_output=True, text=True, timeout=60).stdout.split()
+    assert len(out) == len(texts)
+    got = [np.float32(mp_float32(t)).tobytes().hex() for t in texts]
+    nearest = [np.float32(float(t)).tobytes().hex() for t in texts]
+    assert got == out
+    assert sum(a != b for a, b in zip(nearest, out)) > 20      # (the board's parse is not the nearest)
+
+
+def test_host_float_follows_the_board_profile(tmp_path, monkeypatch):
+    """run --python's float width: a board profile's 'float' (rp2040, esp32: 32); unix:
+    the simulated MicroPython's (64 without one); an unknown board is refused."""
+    monkeypatch.setenv('MICROPYTHON', '/nonexistent/micropython')
+    monkeypatch.delenv('UTRAIN_FLOAT', raising=False)
+    assert runner.host_float('rp2040') == 32 and runner.host_float('esp32') == 32
+    assert runner.host_float('unix') == 64
+    d = str(tmp_path)
+    assert runner.command(d, board='esp32', python=True)[1]['UTRAIN_FLOAT'] == '32'
+    assert runner.command(d, python=True)[1]['UTRAIN_FLOAT'] == '64'
+    with pytest.raises(ValueError, match='unknown board'):
+        runner.command(d, board='nope', python=True)
+
+
 def test_plan_prices_masks_chunks_and_windows(tmp_path):
     """The plan of a sparse scheme: masks of 1 bit an output, a gradient chunk instead of
     weight-sized sums at batch 1, optimizer state for a rank's window only; a bias-only
