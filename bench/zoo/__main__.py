@@ -2,8 +2,9 @@
 the model zoo
 (issue 15) as one table, every figure measured in this run:
 
-  model       the zoo model and where it comes from: PyTorch (bench/zoo/nets.py, tico) or
-              Keras (bench/zoo/keras/*.tflite, made by bench/zoo/make_keras.py)
+  model       the zoo model and where it comes from: PyTorch (bench/zoo/nets.py, tico;
+              int8: bench/zoo/torch_int8.py's quantizer, tico, made once into the zoo
+              cache) or Keras (bench/zoo/keras/*.tflite, made by bench/zoo/make_keras.py)
   train       what trains: all, or last:N = the last two layers with weights and what
               follows them (ONERT's count of ops in the file)
   params      float parameters of the model (int8 ones counted once dequantized)
@@ -81,8 +82,11 @@ ZOO = [
     ('DS-CNN KWS 49x10 int8 (Keras)', 'keras', 'dscnn_kws_int8', 2),
     ('MobileNetV2-0.35 96x96 (Keras)', 'keras', 'mobilenetv2_035_96_float', 2),
     ('MobileNetV2-0.35 96x96 int8 (Keras)', 'keras', 'mobilenetv2_035_96_int8', 2),
+    ('MobileNetV2-0.35 96x96 int8 (PyTorch)', 'torch_int8', 'mbv2_96', 2),
+    ('MobileNetV2-0.35 128x128 int8 (PyTorch)', 'torch_int8', 'mbv2_128', 2),
+    ('MCUNet-like 96x96 int8 (PyTorch)', 'torch_int8', 'mcunet', 2),
 ]
-BIG = ('resnet8', 'mobilenetv2')          # --quick leaves these out of MicroPython timing
+BIG = ('resnet8', 'mobilenetv2', 'mbv2', 'mcunet')          # --quick leaves these out of MicroPython timing
 
 
 def last_layers(g, n):
@@ -157,6 +161,13 @@ def measure(name, source, which, layers, tmp, a):
         x = np.random.default_rng(3).standard_normal((N,) + tuple(shape[1:])).astype(np.float32)
         with torch.no_grad():
             ref = m(torch.from_numpy(x)).numpy()
+    elif source == 'torch_int8':
+        from bench.zoo import torch_int8
+        from bench.zoo.make_keras import data_image
+        path = torch_int8.build(which)
+        x = data_image(N, seed=5, size=torch_int8.SIZE[which])[0]
+        ref = tflm(torch_int8.int32_biases(path, os.path.join(tmp, which + '_ref.tflite')),
+                   x, read_model(path))
     else:
         path = os.path.join(KERAS, which + '.tflite')
         x, ref = keras_data(which)
@@ -188,7 +199,7 @@ def measure(name, source, which, layers, tmp, a):
     if source == 'keras' and which.endswith('int8'):
         ref = tflm(path, x, g)
     row['parity'] = '%.1e' % rel(y_ut, ref)
-    if which.endswith('int8'):
+    if which.endswith('int8') or source == 'torch_int8':
         row['ONERT'] = 'n/a (int8 file)'
     else:
         try:

@@ -222,6 +222,24 @@ def convert(model, calib, path):
     return qm
 
 
+def int32_biases(path, out):
+    """A copy of int8 file path at out with each float32 bias rounded to int32 at
+    s_x * s_W (quant.zero_bias: what prepare does, TFLite's converter's rule): the form
+    TFLite Micro's int8 kernels read (the zoo table's reference).  Returns out."""
+    from host_tools.formats.circle_io import read_model
+    from host_tools.graph.rewrite import save_graph
+    from host_tools.prepare.quant import zero_bias
+    g = read_model(path)
+    for op in g.ops:
+        if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED') and \
+                len(op.inputs) > 2 and op.inputs[2] >= 0 and \
+                g.tensors[op.inputs[2]].dtype == 'float32':
+            zero_bias(g, op, g.tensors[op.inputs[0]].quant['scale'][0],
+                      list(g.tensors[op.inputs[1]].quant['scale']), g.tensors[op.inputs[2]])
+    save_graph(g, out)
+    return out
+
+
 SIZE = {'mbv2_96': 96, 'mbv2_128': 128, 'mcunet': 96}
 
 

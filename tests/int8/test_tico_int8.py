@@ -150,3 +150,30 @@ def test_tico_int8_nchw_transpose_mean(tmp_path, monkeypatch):
     ref = str(tmp_path / 'ref.tflite')
     save_graph(_int32_biases(read_model(path)), ref)
     _same(_utrain(g, tmp_path, monkeypatch), _tflm(ref), g.tensors[g.inputs[0]].shape)
+
+
+def test_zoo_table_row_of_a_tico_int8_net(tmp_path, monkeypatch):
+    """A PyTorch int8 row of `python -m bench.zoo` (source 'torch_int8': the zoo nets
+    through torch_int8.build) on the small net: made into the zoo cache once, its parity
+    the int8 file's own quantization error against TFLite Micro running it (its float
+    biases made int32, torch_int8.int32_biases), a plan for the dequantized training."""
+    pytest.importorskip('tflite_micro')
+    import argparse
+    from bench.zoo import mobilenet, torch_int8
+    from bench.zoo import __main__ as zoo
+    monkeypatch.setenv('UTRAIN_ZOO_CACHE', str(tmp_path / 'cache'))
+    monkeypatch.setitem(mobilenet.NETS, 'tiny', (_net, (1, 3, 16, 16), 4))
+    monkeypatch.setitem(torch_int8.SIZE, 'tiny', 16)
+    a = argparse.Namespace(rounds=1, budget=0.01, max_steps=2, no_mp=True, quick=True,
+                           measure=False, boards=False, pico=False, heap='16M')
+    row = zoo.measure('tiny int8 (PyTorch)', 'torch_int8', 'tiny', 2, str(tmp_path), a)
+    assert os.path.exists(tmp_path / 'cache' / 'tiny-s0_int8.circle')
+    ref = read_model(str(tmp_path / 'tiny_ref.tflite'))
+    assert 'float32' not in {ref.tensors[op.inputs[2]].dtype for op in ref.ops
+                             if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')}
+    assert row['train'] == 'last:3' and row['trained'] == (16 * 16 + 16) + (16 * 4 + 4), row  # project, FC
+    assert all(int(k) > 0 for k in row['plan KB'].split(' / ')), row
+    # utrain's dequantized float forward against the int8 file on TFLite Micro: a few
+    # output steps of quantization error, not zero (TFLite Micro ran the int8 kernels)
+    assert 1e-4 < float(row['parity']) < 5e-2, row
+    assert row['ONERT'] == 'n/a (int8 file)'
