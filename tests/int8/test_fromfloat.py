@@ -116,7 +116,9 @@ def test_calibrated_int8_model_computes_the_float_model(tmp_path):
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_int8_from_float_trains_on_micropython_as_on_the_host(tmp_path):
     """The auto-quantized digits MLP on unix MicroPython (viper kernels) and on the host's
-    numpy trainer (the same code under CPython): the same trained bytes and log."""
+    numpy trainer (the same code under CPython): the same trained bytes and log (its
+    figures to the last printed digit: a 32-bit board prints its float32 values through
+    MicroPython's own formatter, a digit off exact for ~9 % of them)."""
     data = _digits(tmp_path, 60)
     outs = []
     for py in (False, True):
@@ -128,7 +130,12 @@ def test_int8_from_float_trains_on_micropython_as_on_the_host(tmp_path):
         with open(os.path.join(d, 'trained.wof'), 'rb') as f:
             outs.append((f.read(), [v.split(',')[1:5] for v in
                                     open(os.path.join(d, 'train.log')).read().splitlines()]))
-    assert outs[0] == outs[1]
+    assert outs[0][0] == outs[1][0]
+    (a, b) = (o[1] for o in outs)
+    assert a[0] == b[0] and len(a) == len(b) > 2, (a, b)
+    for ra, rb in zip(a[1:], b[1:]):
+        assert len(ra) == len(rb) and all(
+            u == v or (u and v and abs(float(u) - float(v)) <= 1.5e-6) for u, v in zip(ra, rb)), (ra, rb)
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
