@@ -186,8 +186,9 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     if not source:
         compiled = next(os.path.join(lib, n) for n in code if n.endswith('.mpy'))
         check_mpy(mpy, compiled)
-    total = sum(os.path.getsize(os.path.join(d, n)) for n in inputs + ['train.py', 'train.json'])
-    total += sum(os.path.getsize(os.path.join(lib, n)) for n in code)
+    sizes = [os.path.getsize(os.path.join(d, n)) for n in inputs + ['train.py', 'train.json']]
+    sizes += [os.path.getsize(os.path.join(lib, n)) for n in code]
+    total = runner.on_flash(sizes, board) if board else sum(sizes)
     if board:
         prof = runner.boards().get(board)
         if prof is None:

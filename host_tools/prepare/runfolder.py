@@ -94,13 +94,16 @@ def check_flash(model_path, xy, dtype, board, model_bytes=None, writes=None):
     board makes, here sized for these samples): what training writes there, counted too."""
     if not board or xy is None:
         return
-    from ..target.runner import flash_advice
+    from ..target.runner import flash_advice, on_flash
     from ..plan.memory import mpy_sizes
     x, y = xy
     samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
     if model_bytes is None:
         model_bytes = os.path.getsize(model_path)
-    total = samples + model_bytes + sum(mpy_sizes().values()) + 4096
+    # (in the file system's blocks: the samples' files, the model's (reckoned as one),
+    # the code's and train.py / train.json, a block more each at the most)
+    ds_files = [samples] if samples else []
+    total = on_flash(ds_files + [model_bytes] + list(mpy_sizes().values()) + [4096], board)
     made = (0, '')
     if writes is not None:
         from ..target.runner import train_writes, q8_cache_bytes

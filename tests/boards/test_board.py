@@ -194,7 +194,8 @@ def test_deploy_counts_what_training_writes_on_the_flash(tmp_path, monkeypatch, 
         os.remove(os.path.join(out, f))
     size, n, dtype = board.sample_files(out, files)
     writes = runner.folder_writes(out, files, n, board.label_width(out, files))
-    assert peak <= writes[0] <= 1.5 * peak + 8192, (made, writes)
+    # (each of the 4-5 files in whole littlefs blocks: a block more each at the most)
+    assert peak <= writes[0] <= 1.5 * peak + 5 * runner.FS_BLOCK + 8192, (made, writes)
     seen = []
     real = board.flash_advice
     monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
