@@ -163,6 +163,16 @@ def sample_files(d, files):
     return size, n, dtype
 
 
+def label_width(d, files):
+    """Labels a sample in the prepared folder d's train.ds (1 when there is none)."""
+    import struct
+    try:
+        with open(os.path.join(d, files['train']), 'rb') as f:
+            return struct.unpack_from('<4sHBBIII', f.read(20))[6]
+    except (OSError, TypeError, KeyError, struct.error):
+        return 1
+
+
 def deploy(d, port, board=None, source=False, run=False, resume=False):
     """Copy micro/ and the prepared files of folder d onto the board at port."""
     files = _files(d)
@@ -176,13 +186,16 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     if not source:
         compiled = next(os.path.join(lib, n) for n in code if n.endswith('.mpy'))
         check_mpy(mpy, compiled)
-    total = sum(os.path.getsize(os.path.join(d, n)) for n in inputs + ['train.py', 'train.json'])
-    total += sum(os.path.getsize(os.path.join(lib, n)) for n in code)
+    sizes = [os.path.getsize(os.path.join(d, n)) for n in inputs + ['train.py', 'train.json']]
+    sizes += [os.path.getsize(os.path.join(lib, n)) for n in code]
+    total = runner.on_flash(sizes, board) if board else sum(sizes)
     if board:
         prof = runner.boards().get(board)
         if prof is None:
             raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
-        why = flash_advice(d, total, board, *sample_files(d, files))
+        size, n, dtype = sample_files(d, files)
+        why = flash_advice(d, total, board, size, n, dtype,
+                           runner.folder_writes(d, files, n, label_width(d, files)))
         if why:
             raise BoardError(why)
     # stale code goes first (a utrain/x.py left from a --source deploy would shadow a new

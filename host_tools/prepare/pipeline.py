@@ -661,7 +661,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     stored = xy is not None and dtype != 'float32' and getattr(g, 'joined', None)
     if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)
         xy = (stored_codes(g, xy[0]), xy[1])
-    check_flash(model_path, xy, dtype, board)
+    check_flash(model_path, xy, dtype, board, None, dict(
+        shapes=[g.tensors[k].shape for k in p.params], optimizer=s['optimizer'],
+        momentum=s.get('momentum', 0.0)))
     if xy is not None:          # (a split that leaves nothing to train: refused before writing)
         ds_split(len(xy[0]), test_split, split_seed)
     check_outputs(out_dir, (model_path, data, train_config))

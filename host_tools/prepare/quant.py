@@ -3126,7 +3126,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         raise e
     # the samples as int8 at the model input's scale and zero point, beside the int8
     # tables the board stores (not the model file: a float model's is 4 times larger)
-    check_flash(model_path, xy, 'int8', board, int8_bytes(g))
+    check_flash(model_path, xy, 'int8', board, int8_bytes(g), dict(
+        layers=m['layers'], optimizer=s['optimizer'], momentum=s['momentum'],
+        cache=tables['q8t.json'] if tables and cache != 'host' else None))
     check_outputs(out_dir, (model_path, data), OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
     set_aside_earlier_run(out_dir, log)
     cal = os.path.join(out_dir, recal.FILE)

@@ -83,23 +83,36 @@ def int8_bytes(g) -> int:
     return int(1.2 * n) + 16384
 
 
-def check_flash(model_path, xy, dtype, board, model_bytes=None):
+def check_flash(model_path, xy, dtype, board, model_bytes=None, writes=None):
     """The flash pass: with --board, samples stored as dtype that would overflow the
     board's file system with the model and the code are refused, saying what fits
     (runner.flash_advice: --dtype uint8 for float samples; fewer samples or a board with
     more flash for 8-bit ones).  The model's files are reckoned at model_bytes, or at its
     file's size (a float model trained as int8 stores its int8 weights: the int8 path
-    gives their size)."""
+    gives their size).  writes: runner.train_writes's keywords (the trained layers or
+    shapes, optimizer, momentum; cache: an int8 trained part's table whose prefix cache the
+    board makes, here sized for these samples): what training writes there, counted too."""
     if not board or xy is None:
         return
-    from ..target.runner import flash_advice
+    from ..target.runner import flash_advice, on_flash
     from ..plan.memory import mpy_sizes
     x, y = xy
     samples = 2 * ds.HEAD + len(x) * ((4 if dtype == 'float32' else 1) * x.shape[1] + 4 * y.shape[1])
     if model_bytes is None:
         model_bytes = os.path.getsize(model_path)
-    total = samples + model_bytes + sum(mpy_sizes().values()) + 4096
-    why = flash_advice(model_path, total, board, samples, len(x), dtype)
+    # (in the file system's blocks: the samples' files, the model's (reckoned as one),
+    # the code's and train.py / train.json, a block more each at the most)
+    ds_files = [samples] if samples else []
+    total = on_flash(ds_files + [model_bytes] + list(mpy_sizes().values()) + [4096], board)
+    made = (0, '')
+    if writes is not None:
+        from ..target.runner import train_writes, q8_cache_bytes
+        w = dict(writes)
+        table = w.pop('cache', None)
+        if table is not None:
+            w['cache'] = q8_cache_bytes(table, len(x), y.shape[1])
+        made = train_writes(**w)
+    why = flash_advice(model_path, total, board, samples, len(x), dtype, made)
     if why:
         raise PrepareError(why)
 

@@ -51,20 +51,110 @@ def size_bytes(text) -> int:
     return int(v * mul)
 
 
-def flash_advice(what, total, board, samples, n, dtype):
+FS_BLOCK = 4096         # a littlefs block on rp2 and esp32 (boards.json "fs")
+FS_META = 8             # blocks littlefs keeps besides files: the superblock pair and a
+                        # metadata pair for each of /, lib, lib/utrain
+
+
+def on_flash(sizes, board):
+    """Bytes files of these sizes take on board's file system: littlefs ("fs") gives each
+    file whole blocks and keeps FS_META more (the emulated Pico, h45q's 8-sample folder:
+    its 85 files, 1,177,159 B, took 1,384,448 B in blocks, and with FS_META the 1408K
+    file system had the 24,576 B free it reported; counted as bytes the folder had passed
+    deploy with 230 KB to spare).  Other file systems: the bytes."""
+    if boards().get(board, {}).get('fs') != 'littlefs':
+        return sum(sizes)
+    return sum(-(-int(n) // FS_BLOCK) * FS_BLOCK for n in sizes) + FS_META * FS_BLOCK
+
+
+LOG_BYTES = 4096        # train.log (a line an epoch) and a .best record: an allowance
+
+
+def train_writes(layers=None, shapes=(), optimizer='sgd', momentum=0.0, cache=(0, 0)):
+    """(bytes, what, cache bytes a sample): about what a run writes on the board's flash beside the files it is
+    given, at its fullest: the checkpoint twice (utrain/wof.py saves it as .tmp beside the
+    old one, then renames), trained.wof, train.log and, cache > 0, the prefix cache of that
+    many bytes (cache: (bytes, n samples)) that its first epoch makes of the samples (--cache on the board).  An int8
+    run's layers (its q8 layer table's: a trained layer's int8 weights when a window of
+    them trains, 'tw', its int32 biases; the checkpoint adds a float bias and the
+    optimizer's float32 slots) or a float run's trainable tensor shapes (float32; the
+    checkpoint adds Adam's two slots, SGD momentum's one).  prepare and deploy share it."""
+    slots = 2 if optimizer == 'adam' else 1 if momentum else 0
+    wof = state = 0
+    for d in layers or ():
+        if d.get('train'):
+            tw = d.get('tw')
+            w = d.get('wn', 0) if not tw or tw[1] > tw[0] else 0
+            wof += w + 4 * d.get('nb', 0)
+            state += 4 * d.get('nb', 0) + 4 * slots * (w + d.get('nb', 0))
+    for sh in shapes:
+        n = 1
+        for k in sh:
+            n *= int(k)
+        wof += 4 * n
+        state += 4 * slots * n
+    wof += 1024                 # (headers, the resume block, trained.wof's .q8w / .q8s)
+    ckpt = wof + state
+    parts = ['checkpoint x2', 'trained.wof', 'train.log'] + (['prefix cache'] if cache[0] else [])
+    made = [ckpt, ckpt, wof, LOG_BYTES] + ([cache[0]] if cache[0] else [])
+    # (in whole littlefs blocks, as on_flash counts: a block more a file at the most)
+    return (sum(-(-n // FS_BLOCK) * FS_BLOCK for n in made), ', '.join(parts),
+            cache[0] // max(cache[1], 1))
+
+
+def q8_cache_bytes(table, n, ny=1):
+    """The on-board prefix cache (utrain/q8prefix.py's NAME.q8.pfx) of n samples feeding
+    the trained part's int8 layer table `table` (its 'nin' inputs a sample, ny labels as
+    the .ds holds them): a .ds file of int8 samples; (bytes, n) as train_writes takes it."""
+    from ..files.dataset import HEAD
+    return 2 * HEAD + n * (table.get('nin', 0) + 4 * ny), n
+
+
+def folder_writes(d, files, n, ny=1):
+    """train_writes() for the prepared folder d (train.json's files and recipe; an int8
+    run's layer table, a float run's trainable shapes from prepare.json) of n samples."""
+    with open(os.path.join(d, 'train.json')) as f:
+        cfg = json.load(f)
+    opt = (cfg.get('optimizer', 'sgd'), cfg.get('momentum', 0.0))
+    try:
+        with open(os.path.join(d, files['model'])) as f:
+            table = json.load(f)
+    except (OSError, ValueError, KeyError, TypeError):
+        table = None
+    if isinstance(table, dict) and table.get('format') == 'utrain-q8':
+        # (files.prefix: utrain/q8prefix.py makes the cache on the board, unless prepare
+        # made it on the host: run.cache 'host')
+        on_board = files.get('prefix') and cfg.get('run', {}).get('cache') != 'host'
+        cache = q8_cache_bytes(table, n, ny) if on_board else (0, 0)
+        return train_writes(table['layers'], (), *opt, cache=cache)
+    try:
+        with open(os.path.join(d, 'prepare.json')) as f:
+            shapes = list(json.load(f).get('trainable', {}).values())
+    except (OSError, ValueError, AttributeError):
+        shapes = []
+    return train_writes(None, shapes, *opt)
+
+
+def flash_advice(what, total, board, samples, n, dtype, writes=(0, '')):
     """None when `total` bytes fit board's file system (boards.json flash_fs; none
     given: anything fits), else what to say: `samples` of those bytes are n samples
     stored as dtype; float samples go to --dtype uint8 (a quarter), 8-bit ones to fewer
-    samples or a board with more flash (prepare and deploy say the same)."""
+    samples or a board with more flash (prepare and deploy say the same).  writes:
+    train_writes()'s (bytes, what) the run writes there as it trains, counted in total."""
     profs = boards()
     fs = profs[board].get('flash_fs')
+    total += writes[0]
     if not fs or total <= size_bytes(fs):
         return None
-    cap, rest, per = size_bytes(fs), total - samples, samples / max(n, 1)
-    msg = (f'{what}: about {total // 1024} KB to store ({samples // 1024} KB of it {n} samples '
-           f'as {dtype}), more than the {fs} file system of {board}; ')
+    # (the prefix cache grows with the samples: per_more bytes a sample, counted with them)
+    per_more = writes[2] if len(writes) > 2 else 0
+    cap, rest = size_bytes(fs), total - samples - per_more * n
+    more = (f', and training writes about {writes[0] // 1024} KB more ({writes[1]})'
+            if writes[0] else '')
+    msg = (f'{what}: about {(total - writes[0]) // 1024} KB to store ({samples // 1024} KB of it '
+           f'{n} samples as {dtype}){more}, more than the {fs} file system of {board}; ')
     if dtype == 'float32':
-        total, per = rest + samples // 4, per / 4
+        total = rest + samples // 4 + per_more * n
         msg += f'--dtype uint8 stores the samples in a quarter (about {total // 1024} KB in all)'
         if total <= cap:
             return msg
@@ -75,7 +165,7 @@ def flash_advice(what, total, board, samples, n, dtype):
     # off per sample's share, they would let 'at most N' overshoot by a sample)
     from ..files.dataset import HEAD
     head = 2 * HEAD if samples > 2 * HEAD else 0
-    per = (samples - head) / max(n, 1) / (4 if dtype == 'float32' else 1)
+    per = (samples - head) / max(n, 1) / (4 if dtype == 'float32' else 1) + per_more
     fit = int((cap - rest - head) // per) if cap > rest + head else 0
     more = [f'{b} ({p["flash_fs"]})' for b, p in profs.items()
             if p.get('flash_fs') and size_bytes(p['flash_fs']) >= total]

@@ -168,6 +168,87 @@ def test_deploy_refuses_more_than_the_flash_holds(tmp_path, monkeypatch):
         board.deploy(out, 'nowhere', board='tiny', source=True)
 
 
+@pytest.mark.parametrize('how', [dict(), dict(board='rp2040', cache=True, optimizer='adam', train='last:2')],
+                         ids=['float', 'int8-cache-adam'])
+def test_deploy_counts_what_training_writes_on_the_flash(tmp_path, monkeypatch, how):
+    """The emulated Pico (h45q): a folder whose files fit the flash passed deploy, and
+    training stopped at epoch 1's end, no room for its checkpoint.  What the run writes
+    (its checkpoint twice during the atomic save, trained.wof, train.log, the int8 prefix
+    cache) is counted: reckoned at no less than a host run writes, and a flash that holds
+    the inputs but not that is refused naming the folder; one that holds both passes."""
+    out = str(tmp_path / 'run')
+    s = prepare(small_mlp(str(tmp_path / 'm.circle')), out, data=blobs(tmp_path, n=40),
+                loss='scce', epochs=1, log=lambda *a: None, **how)
+    assert s.get('int8', False) == bool(how)
+    with open(os.path.join(out, 'train.json')) as f:
+        files = json.load(f)['files']
+    assert bool(files.get('prefix')) == bool(how)
+    rc, text = runner.run(out, python=True)
+    assert rc == 0, text
+    made = {f: os.path.getsize(os.path.join(out, f)) for f in os.listdir(out)
+            if f.startswith(('checkpoint', 'trained.wof', 'train.log')) or f.endswith('.pfx')}
+    assert 'checkpoint.ckpt' in made and 'trained.wof' in made and (
+        any(f.endswith('.q8.pfx') for f in made) == bool(how)), made
+    peak = sum(made.values()) + made['checkpoint.ckpt']         # (the .tmp beside the old)
+    for f in made:              # as a first run finds the folder: nothing written yet
+        os.remove(os.path.join(out, f))
+    size, n, dtype = board.sample_files(out, files)
+    writes = runner.folder_writes(out, files, n, board.label_width(out, files))
+    # (each of the 4-5 files in whole littlefs blocks: a block more each at the most)
+    assert peak <= writes[0] <= 1.5 * peak + 5 * runner.FS_BLOCK + 8192, (made, writes)
+    seen = []
+    real = board.flash_advice
+    monkeypatch.setattr(board, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    monkeypatch.setattr(board, 'board_mpy', lambda port, resume: 0)
+    monkeypatch.setattr(board, 'mpremote', lambda *a, **k: None)
+    monkeypatch.setattr(board, 'interrupted_here', lambda *a: False)
+    monkeypatch.setattr(runner, 'boards', lambda: {'big': {'flash_fs': '64M'}})
+    board.deploy(out, 'nowhere', board='big', source=True)
+    total = seen[-1][1]                 # the files deploy copies
+    tight = '%dK' % ((total + writes[0] // 2) // 1024)      # holds them, not the run's writes
+    monkeypatch.setattr(runner, 'boards', lambda: {'tiny': {'flash_fs': tight}})
+    with pytest.raises(board.BoardError) as e:
+        board.deploy(out, 'nowhere', board='tiny', source=True)
+    msg = str(e.value)
+    assert msg.startswith(out + ':') and f'file system of tiny' in msg, msg
+    assert re.search(r'training writes about \d+ KB more \(checkpoint x2, trained.wof, train.log'
+                     + (', prefix cache' if how else '') + r'\)', msg), msg
+    roomy = '%dK' % ((total + writes[0]) // 1024 + 1)
+    monkeypatch.setattr(runner, 'boards', lambda: {'tiny': {'flash_fs': roomy}})
+    board.deploy(out, 'nowhere', board='tiny', source=True)
+
+
+def test_prepare_counts_what_training_writes_on_the_flash(tmp_path, monkeypatch):
+    """prepare --board's flash check counts what the run writes as deploy's does (the
+    checkpoint twice, trained.wof, train.log, the int8 prefix cache --cache makes on the
+    board): a flash holding the inputs but not that is refused saying so; one holding
+    both passes."""
+    from host_tools.prepare import pipeline
+    from host_tools.graph.passes import PrepareError
+    kw = dict(loss='scce', epochs=1, board='rp2040', cache=True, train='last:2',
+              log=lambda *a: None)
+    model, data = small_mlp(str(tmp_path / 'm.circle')), blobs(tmp_path, n=40)
+    seen = []
+    real, profs = runner.flash_advice, runner.boards()
+    monkeypatch.setattr(runner, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    assert prepare(model, str(tmp_path / 'a'), data=data, **kw)['int8']
+    _, total, _, _, _, _, writes = seen[-1]
+    assert writes[0] > 0 and 'prefix cache' in writes[1]
+
+    def flash(size):
+        p = {k: dict(v) for k, v in profs.items()}
+        p['rp2040']['flash_fs'] = '%dK' % (size // 1024)
+        monkeypatch.setattr(runner, 'boards', lambda: p)
+        monkeypatch.setattr(pipeline, 'boards', lambda: p, raising=False)
+    flash(total + writes[0] // 2)
+    with pytest.raises(PrepareError) as e:
+        prepare(model, str(tmp_path / 'b'), data=data, **kw)
+    assert 'training writes about' in str(e.value) and 'file system of rp2040' in str(e.value), e.value
+    assert not os.path.exists(tmp_path / 'b')
+    flash(total + writes[0] + 2048)
+    prepare(model, str(tmp_path / 'c'), data=data, **kw)
+
+
 def test_deploy_and_pull_judge_train_json_as_the_board_does(tmp_path, monkeypatch):
     """Issue 28: a train.json without its files block, or not an object, had been a
     KeyError / TypeError traceback from deploy and pull; one an editor saved with a

@@ -368,7 +368,8 @@ def test_float_model_trained_as_int8_is_reckoned_at_its_int8_size_in_flash(tmp_p
     from host_tools.formats.refmodels import mlp
     model = mlp(str(tmp_path / 'w.circle'), [64, 2048, 4])       # 553 KB of float32
     r = np.random.default_rng(0)
-    n = 12000                   # 796 KB as int8: beside 553 KB + the code, over 1408 KB
+    n = 11000                   # 730 KB as int8: beside 553 KB + the code, over 1408 KB (12000
+    # had fit by bytes; in littlefs blocks, with what training writes, 8 KB over)
     data = str(tmp_path / 'd.npz')
     np.savez(data, x=r.random((n, 64), dtype=np.float32), y=r.integers(0, 4, n))
     d = str(tmp_path / 'o')
@@ -403,7 +404,7 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
         msg = str(e.value)
         assert '--dtype' not in msg and 'esp32s3 (6M)' in msg and 'rp2040 (' not in msg, msg
         fit = int(msg.split('at most ')[1].split()[0])
-        assert 4000 < fit < 7000, msg
+        assert 3000 < fit < 7000, msg      # (in littlefs blocks, with what training writes)
     # --select's trials (minutes on a large model) do not run first: refused before them
     lines = []
     with pytest.raises(PrepareError, match='file system of rp2040'):
