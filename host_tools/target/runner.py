@@ -64,7 +64,12 @@ def on_flash(sizes, board):
     deploy with 230 KB to spare).  Other file systems: the bytes."""
     if boards().get(board, {}).get('fs') != 'littlefs':
         return sum(sizes)
-    return sum(-(-int(n) // FS_BLOCK) * FS_BLOCK for n in sizes) + FS_META * FS_BLOCK
+    return sum(blocks(n) for n in sizes) + FS_META * FS_BLOCK
+
+
+def blocks(n) -> int:
+    """n bytes in whole littlefs blocks."""
+    return -(-int(n) // FS_BLOCK) * FS_BLOCK
 
 
 LOG_BYTES = 4096        # train.log (a line an epoch) and a .best record: an allowance
@@ -98,7 +103,7 @@ def train_writes(layers=None, shapes=(), optimizer='sgd', momentum=0.0, cache=(0
     parts = ['checkpoint x2', 'trained.wof', 'train.log'] + (['prefix cache'] if cache[0] else [])
     made = [ckpt, ckpt, wof, LOG_BYTES] + ([cache[0]] if cache[0] else [])
     # (in whole littlefs blocks, as on_flash counts: a block more a file at the most)
-    return (sum(-(-n // FS_BLOCK) * FS_BLOCK for n in made), ', '.join(parts),
+    return (sum(blocks(n) for n in made), ', '.join(parts),
             cache[0] // max(cache[1], 1))
 
 
