@@ -20,6 +20,7 @@ What tico writes and what then happens to it:
   PyTorch MobileNetV2 planned 130 KB of gradient buffers for w62 with one, 25 with MEAN).
 
     python -m bench.zoo.torch_int8 [--out DIR] [NAMES]   # mbv2_96 mbv2_128 mcunet
+    python -m bench.zoo.torch_int8 --out DIR --digits 12 mbv2_96   # + digits()' pre-trained file
 
 writes <name>_int8.circle (0.5-0.6 MB each: not committed, as the float tico files; build()
 caches them as mobilenet.build does) and prints their size.
@@ -255,13 +256,63 @@ def build(name, seed=0, out=None, n_calib=32):
     return path
 
 
+def digits(out=None, epochs=12, seed=0, log=print):
+    """The PyTorch MobileNetV2-0.35 96x96 (mobilenet.model('mbv2_96', seed)) pre-trained on
+    scikit-learn's digits 0-4 as make_keras.py `digits` pre-trains the Keras file (8x8
+    upscaled to 96x96x3 in [-1, 1], the last fifth held out, Adam 0.003, batch 32,
+    BatchNorm momentum 0.1 = Keras's 0.9, on CPU, one thread: the same bytes each time),
+    then quantized by convert() calibrated on the first 64 training digits (as make_keras
+    calibrates the Keras digits file): mbv2_96-digits-s<seed>_int8.circle, made once into
+    the cache (mobilenet.cache_dir) or out.  issue 29's bench.sparse task on it (digits
+    5-9) is session 15's h45z table.  Returns its path."""
+    from .make_keras import digits_split, PRETRAIN
+    path = os.path.join(out or mobilenet.cache_dir(), 'mbv2_96-digits-s%d_int8.circle' % seed)
+    if os.path.exists(path):
+        return path
+    torch.set_num_threads(1)
+    x, y = digits_split(PRETRAIN)
+    k = len(y) * 4 // 5
+    m, _, _ = mobilenet.model('mbv2_96', seed)
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.momentum = 0.1
+    net = NHWC(m)
+    opt = torch.optim.Adam(net.parameters(), 0.003)
+    torch.manual_seed(seed)
+    X, Y = torch.from_numpy(x[:k]), torch.from_numpy(y[:k].astype(np.int64))
+    for ep in range(epochs):
+        net.train()
+        order, tot = torch.randperm(len(Y)), 0.0
+        for i in range(0, len(Y), 32):
+            b = order[i:i + 32]
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(net(X[b]), Y[b])
+            loss.backward()
+            opt.step()
+            tot += float(loss) * len(b)
+        log('digits 0-4 epoch %d/%d loss %.4f' % (ep + 1, epochs, tot / len(Y)))
+    net.eval()
+    with torch.no_grad():
+        p = torch.cat([net(torch.from_numpy(x[i:i + 64])) for i in range(k, len(y), 64)])
+    log('held-out digits 0-4 (float): %.3f' % float((p.argmax(1).numpy() == y[k:]).mean()))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    convert(net, x[:64], path)
+    return path
+
+
 def main(argv=None):
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('names', nargs='*', default=list(SIZE))
     ap.add_argument('--out', default=None)
     ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--digits', type=int, default=0, metavar='EPOCHS',
+                    help='also the MobileNetV2 96x96 pre-trained on digits 0-4 for EPOCHS '
+                    '(12 as session 15: ~3 minutes on one CPU thread): digits()')
     a = ap.parse_args(argv)
+    if a.digits:
+        p = digits(a.out, a.digits, a.seed)
+        print(p, '%.0f KB' % (os.path.getsize(p) / 1024))
     for n in a.names:
         p = build(n, a.seed, a.out)
         print(p, '%.0f KB' % (os.path.getsize(p) / 1024))

@@ -423,6 +423,7 @@ def rewritten(g: Graph) -> Graph:
     _float_ends(g)
     _softmax_last(g)
     g.rewrites = rewrite(g, int8=True)
+    _hoist_input_transpose(g)
     check_window_shapes(g)
     g.q8_rewritten = True
     # an int8 file's logits and trained layers' output ranges follow training (meta)
@@ -431,6 +432,47 @@ def rewritten(g: Graph) -> Graph:
     _ids_inputs(g)          # (ids beside int8 inputs: their bytes in the joined input)
     one_input_output(g)     # (several: the trained output's ops, the inputs joined)
     return g
+
+
+def _hoist_input_transpose(g: Graph):
+    """A TRANSPOSE that reads the int8 model input and nothing else (a PyTorch NCHW net
+    through tico: NCHW -> NHWC first, the same scale and zero point on both sides) leaves
+    the graph the board runs: the input becomes its output, so the board neither runs nor
+    plans it; the host lays the samples out so (g.input_perm: prepare's read_data, the
+    summary's input_perm, as the float path's rewrite.hoist_input_transpose).  export puts
+    it back (_transpose_back): the written model takes the user's layout."""
+    g.input_perm = g.input_transpose = None
+    if len(g.inputs) != 1:
+        return None
+    x = g.inputs[0]
+    rs = [op for op in g.ops if x in op.inputs]
+    if len(rs) != 1 or rs[0].name != 'TRANSPOSE' or rs[0].inputs[0] != x or \
+            rs[0].outputs[0] in g.outputs or g.tensors[rs[0].inputs[1]].data is None or \
+            _unit_transpose(g, rs[0]):      # (that one is an alias already: no cost)
+        return None
+    t = rs[0]
+    try:
+        if _q(g.tensors[x]) != _q(g.tensors[t.outputs[0]]):
+            return None         # (a TRANSPOSE copies bytes: a scale change is not ours to drop)
+    except ValueError:
+        return None
+    from ..graph.rewrite import hoist_input_transpose
+    g.input_perm = hoist_input_transpose(g)
+    if g.input_perm is not None:
+        g.input_perm = [int(v) for v in g.input_perm]
+        g.input_transpose = (x, t)
+    return g.input_perm
+
+
+def _transpose_back(g: Graph) -> None:
+    """export: the input TRANSPOSE _hoist_input_transpose took out goes back in front, the
+    model's input its input again (the tensors kept their indices)."""
+    x, t = getattr(g, 'input_transpose', None) or (None, None)
+    if t is not None and g.inputs == [t.outputs[0]]:
+        g.ops.insert(0, t)
+        for i, op in enumerate(g.ops):
+            op.index = i
+        g.inputs = [x]
 
 
 def _ids_inputs(g: Graph) -> set:
@@ -2542,6 +2584,7 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None, output=
     g = file_graph(g)       # (several: every input apart and every output, the file's)
     if ids8:
         embedding_ids_back(g, ints)
+    _transpose_back(g)
     _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
@@ -3080,7 +3123,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     nin = int(np.prod(shape)) if emb else m['nin']      # (ids: as given, then emb_ids)
     if emb and getattr(g, 'joined', None):      # (as the data gives them: 2-byte ids, one)
         nin = sum(int(np.prod(sh[1:])) for _, sh, _ in g.data_inputs[0])
-    xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'],
+    perm = getattr(g, 'input_perm', None) if int(np.prod(shape)) == nin else None
+    xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'], perm,
                    loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
     if xy is not None and getattr(g, 'joined', None):
         try:
@@ -3158,6 +3202,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                'trainable': {g.tensors[k].name: list(g.tensors[k].shape) for k in trained},
                'trainable_params': trained_params(m['layers']),
                'rewritten': None, 'quant': {}, 'heap': heap, 'input_scale': xs,
+               'input_perm': perm,      # (the samples as the board's input takes them)
                # output channels lo:hi of the layers whose weights train in part (or not)
                'ranks': {g.tensors[d['wt']].name: d['tw'] for d in m['layers'] if 'tw' in d}}
     for key, name in (('v8', 'int8_velocity'), ('nv', 'no_velocity'), ('wf', 'no_fractions'),

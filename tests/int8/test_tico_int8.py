@@ -139,17 +139,59 @@ def test_tico_int8_logits_bit_exact_with_tflite_micro(nhwc, tmp_path, monkeypatc
 def test_tico_int8_nchw_transpose_mean(tmp_path, monkeypatch):
     """The PyTorch net as it is (NCHW input, x.mean((2, 3))): tico writes a TRANSPOSE to
     NHWC first and one back to NCHW before the MEAN over axes 2 and 3, which int8 training
-    refused ('reduces the leading axes'); sunk through the MEAN it is one over H and W."""
+    refused ('reduces the leading axes'); sunk through the MEAN it is one over H and W.
+    The first, on the model input, leaves the board's graph (quant._hoist_input_transpose):
+    the board takes the samples as NHWC (prepare lays them out on the host, input_perm),
+    and export puts it back: the trained file takes NCHW as the user's did."""
     pytest.importorskip('tflite_micro')
     from bench.zoo import torch_int8
+    from host_tools.prepare.pipeline import export, prepare
+    from host_tools.target import runner
+    from host_tools.files.dataset import read_dataset
     path = str(tmp_path / 'tiny_nchw.circle')
     torch_int8.convert(_net(1), torch.rand(32, 3, 16, 16), path)
     g = read_model(path)
     assert [op.name for op in g.ops].count('TRANSPOSE') == 2 and g.ops[-2].name == 'MEAN'
-    assert 'MEAN' in [op.name for op in quant.rewritten(g).ops]
+    assert g.ops[0].name == 'TRANSPOSE' and g.ops[0].inputs[0] == g.inputs[0]
+    r = quant.rewritten(g)
+    assert 'MEAN' in [op.name for op in r.ops] and 'TRANSPOSE' not in [op.name for op in r.ops]
+    assert r.input_perm == [0, 2, 3, 1] and r.tensors[r.inputs[0]].shape == [1, 16, 16, 3]
     ref = str(tmp_path / 'ref.tflite')
     save_graph(_int32_biases(read_model(path)), ref)
-    _same(_utrain(g, tmp_path, monkeypatch), _tflm(ref), g.tensors[g.inputs[0]].shape)
+    net, run = _utrain(g, tmp_path, monkeypatch), _tflm(ref)
+    # the board's net on the NHWC samples = TFLite Micro on the file's NCHW ones
+    _same(net, lambda x: run(x.reshape(1, 16, 16, 3).transpose(0, 3, 1, 2).copy()),
+          [1, 16, 16, 3])
+    # prepare, train on the host, export: NCHW data in, NHWC samples on the board, NCHW out
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 3, 16, 16), dtype=np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=np.arange(6) % 4)
+    d = str(tmp_path / 'run')
+    s = prepare(path, d, data=str(tmp_path / 'd.npz'), train='last:2', epochs=1, batch=2,
+                lr=0.05, log=lambda *a: None)
+    assert s['int8'] and s['input_perm'] == [0, 2, 3, 1]
+    xs, _ = read_dataset(os.path.join(d, 'train.ds'))        # (dequantized)
+    sc, zp = r.tensors[r.inputs[0]].quant['scale'][0], r.tensors[r.inputs[0]].quant['zero_point'][0]
+    want = (np.clip(np.round(x.transpose(0, 2, 3, 1) / sc) + zp, -128, 127) - zp) * sc
+    assert np.allclose(np.asarray(xs).reshape(6, -1), want.reshape(6, -1), atol=sc / 4, rtol=0)
+    code, out = runner.run(d, python=True, stream=False)
+    assert code == 0, out
+    ex = str(tmp_path / 'trained.tflite')
+    export(path, os.path.join(d, 'trained.wof'), ex)
+    e = read_model(ex)
+    assert e.tensors[e.inputs[0]].shape == [1, 3, 16, 16] and e.ops[0].name == 'TRANSPOSE'
+    assert not np.array_equal(np.asarray(e.tensors[e.ops[-1].inputs[1]].data),
+                              np.asarray(_int32_biases(read_model(path)).tensors[
+                                  e.ops[-1].inputs[1]].data))      # (the classifier trained)
+    # evaluate of the trained file on the run's NHWC train.ds (input_perm: laid back) = on
+    # the user's NCHW data
+    from host_tools.prepare.infer import evaluate
+    a, b = evaluate(ex, os.path.join(d, 'train.ds')), evaluate(ex, str(tmp_path / 'd.npz'))
+    assert a['loss'] == pytest.approx(b['loss'], abs=1e-6) and a['transposed'], (a, b)
+    # the trained file on TFLite Micro, NCHW in = utrain's board net of it, NHWC in
+    run = _tflm(ex)
+    _same(_utrain(read_model(ex), tmp_path / 'ex', monkeypatch),
+          lambda v: run(v.reshape(1, 16, 16, 3).transpose(0, 3, 1, 2).copy()), [1, 16, 16, 3])
 
 
 def test_zoo_table_row_of_a_tico_int8_net(tmp_path, monkeypatch):
