@@ -823,6 +823,12 @@ def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
     m = quant.meta(g, 'last:3')
     p, t = quant.split(g, m)
     assert [d['k'] for d in t['layers']] == [quant.FC, quant.BIN, quant.FC]
+    _split_computes_the_whole(tmp_path, g, m, p, t, r)
+
+
+def _split_computes_the_whole(tmp_path, g, m, p, t, r):
+    """The prefix table p then the trained table t (quant.split of m) compute what the
+    whole table m does, on 4 int8 inputs of 6 values."""
     quant.write(g, str(tmp_path / 'whole'), m=m)
     quant.write(g, str(tmp_path / 'cut'), m=m, tables={'q8.json': p, 'q8t.json': t})
 
@@ -833,7 +839,6 @@ def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
     for i in range(4):
         xq = bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes())
         assert bytes(net.forward(xq)) == bytes(tn.forward(bytearray(pn.forward(xq))))
-
 
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
@@ -1141,16 +1146,7 @@ def test_prefix_cache_cuts_below_a_residual_block(tmp_path):
     p, t = quant.split(g, m)
     assert [d['k'] for d in p['layers']] == [quant.FC]
     assert [d['k'] for d in t['layers']] == [quant.FC, quant.FC, quant.ADD, quant.FC]
-    quant.write(g, str(tmp_path / 'whole'), m=m)
-    quant.write(g, str(tmp_path / 'cut'), m=m, tables={'q8.json': p, 'q8t.json': t})
-
-    def load(d, name):
-        with open(tmp_path / d / name) as f:
-            return Q8Net(json.load(f), str(tmp_path / d / 'weights.wof'))
-    net, pn, tn = load('whole', 'q8.json'), load('cut', 'q8.json'), load('cut', 'q8t.json')
-    for i in range(4):
-        xq = bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes())
-        assert bytes(net.forward(xq)) == bytes(tn.forward(bytearray(pn.forward(xq))))
+    _split_computes_the_whole(tmp_path, g, m, p, t, r)
     np.savez(tmp_path / 'd.npz', x=r.uniform(-5, 5, (12, 6)).astype(np.float32), y=np.arange(12) % 3)
     got = {}
     for cache in (False, True):
