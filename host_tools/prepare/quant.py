@@ -2410,20 +2410,30 @@ def _xsizes(ls) -> list:
 
 
 def split(g: Graph, m: dict, rows=None, alias=False):
-    """(prefix table, trained table) of table m cut at the first trained layer's input:
-    the prefix (the frozen layers below it, their output that tensor) runs once per
-    sample into a cache (utrain.q8prefix), the trained part takes the cache's samples."""
+    """(prefix table, trained table) of table m cut at the first trained layer's input, or
+    where that layer's block reads more than one tensor from below it, at the nearest
+    layer under it whose input is the one tensor the layers above read (a residual
+    block's input): the prefix (the frozen layers below the cut, their output that
+    tensor) runs once per sample into a cache (utrain.q8prefix), the trained part takes
+    the cache's samples."""
     import copy
     ls = m['layers']
-    first = min([i for i, d in enumerate(ls) if d.get('train') or d.get('eg')] or [0])
-    cut = ls[first]['in'][0] if first else None
-    made = {d['out'] for d in ls[first:]}
-    if not first or ls[first - 1]['out'] != cut or any(
+    top = min([i for i, d in enumerate(ls) if d.get('train') or d.get('eg')] or [0])
+
+    def one(first):         # does the part from layer first on start from one tensor?
+        cut = ls[first]['in'][0]
+        made = {d['out'] for d in ls[first:]}
+        return ls[first - 1]['out'] == cut and not any(
             k != cut and k not in made and not ('kc' in d and k == d['in'][d['kp']])
             and k not in [c for c, _ in d.get('kt', ())]
-            for d in ls[first:] for k in d['in']):          # (kc, kt: a constant input)
+            for d in ls[first:] for k in d['in'])           # (kc, kt: a constant input)
+    # the lowest trained layer inside a residual block (its skip reads a tensor from
+    # below it): cut at the block's input, the frozen layers from there run each step
+    first = next((j for j in range(top, 0, -1) if one(j)), 0)
+    if not first:
         raise ValueError('the trained layers do not start from one tensor the frozen layers '
                          'end with: no prefix cache')
+    cut = ls[first]['in'][0]
     (sc,), (zc,) = _q(g.tensors[cut])
     pre = [copy.deepcopy(d) for d in ls[:first]]
     for d in pre:

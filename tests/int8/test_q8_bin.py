@@ -823,6 +823,12 @@ def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
     m = quant.meta(g, 'last:3')
     p, t = quant.split(g, m)
     assert [d['k'] for d in t['layers']] == [quant.FC, quant.BIN, quant.FC]
+    _split_computes_the_whole(tmp_path, g, m, p, t, r)
+
+
+def _split_computes_the_whole(tmp_path, g, m, p, t, r):
+    """The prefix table p then the trained table t (quant.split of m) compute what the
+    whole table m does, on 4 int8 inputs of 6 values."""
     quant.write(g, str(tmp_path / 'whole'), m=m)
     quant.write(g, str(tmp_path / 'cut'), m=m, tables={'q8.json': p, 'q8t.json': t})
 
@@ -833,7 +839,6 @@ def test_prefix_cache_takes_a_constant_input_in_the_trained_part(tmp_path):
     for i in range(4):
         xq = bytearray(r.integers(-120, 120, 6).astype(np.int8).tobytes())
         assert bytes(net.forward(xq)) == bytes(tn.forward(bytearray(pn.forward(xq))))
-
 
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
@@ -1102,3 +1107,58 @@ def test_tensordot_dense_bias_add_bit_exact_with_tflite_micro(tmp_path):
         assert np.array_equal(y, it.get_output(0).ravel())
         seen.add(a.tobytes())
     assert len(seen) == 60
+
+
+def test_prefix_cache_cuts_below_a_residual_block(tmp_path):
+    """--cache where the lowest trained layer is inside a residual block (its ADD also
+    reads the block's input): the cut moves down to the block's input and the frozen
+    layers from there run each step (before: refused, 'do not start from one tensor', and
+    --select's int8 pricer counted every such choice as over the budget: the biases of
+    MobileNetV2's ops 59, 60).  The split computes what the whole table does, and a run
+    with the cache trains the same bytes as one without."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s, z=0: {'scale': [s], 'zero_point': [z]}    # noqa: E731
+    r = np.random.default_rng(1)
+
+    def fc(i, n_in, n_out, s, name, zp=0):
+        o = b.tensor(name, [1, n_out], dtype='int8', quant=q(s, zp))
+        w = b.tensor(name + 'w', (n_out, n_in), data=r.integers(-90, 90, (n_out, n_in)).astype(np.int8),
+                     quant=q(0.01))
+        bias = b.tensor(name + 'b', [n_out], dtype='int32', data=r.integers(-200, 200, n_out).astype(np.int32),
+                        quant=q(0.01 * 0.05))
+        b.op('FULLY_CONNECTED', [i, w, bias], [o])
+        return o
+    x = b.tensor('x', [1, 6], dtype='int8', quant=q(0.05))
+    h = fc(x, 6, 6, 0.05, 'h')               # op 0: frozen, below the block (the prefix)
+    h1 = fc(h, 6, 8, 0.05, 'h1')             # op 1: frozen, inside the block
+    h2 = fc(h1, 8, 6, 0.05, 'h2', 2)         # op 2: its bias trains
+    a = b.tensor('a', [1, 6], dtype='int8', quant=q(0.07, 1))
+    b.op('ADD', [h2, h], [a])                # op 3: the skip reads op 0's output
+    y = fc(a, 6, 3, 0.1, 'y')                # op 4: the classifier
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(str(tmp_path / 'res.tflite'))
+    g = quant.rewritten(read_model(path))
+    m = quant.meta(g, 'none', ranks={2: 1, 4: 0})
+    p, t = quant.split(g, m)
+    assert [d['k'] for d in p['layers']] == [quant.FC]
+    assert [d['k'] for d in t['layers']] == [quant.FC, quant.FC, quant.ADD, quant.FC]
+    _split_computes_the_whole(tmp_path, g, m, p, t, r)
+    np.savez(tmp_path / 'd.npz', x=r.uniform(-5, 5, (12, 6)).astype(np.float32), y=np.arange(12) % 3)
+    got = {}
+    for cache in (False, True):
+        out = str(tmp_path / ('run%d' % cache))
+        prepare(path, out, data=str(tmp_path / 'd.npz'), test_split=0.25, loss='scce', optimizer='sgd',
+                lr=0.05, batch=1, epochs=2, train='none', ranks='2:bias,4:all', cache=cache,
+                log=lambda *a: None)
+        assert os.path.exists(os.path.join(out, 'q8t.json')) == cache
+        code, text = runner.run(out, python=True, stream=False)
+        assert code == 0, text[-500:]
+        with open(os.path.join(out, 'trained.wof'), 'rb') as f:
+            got[cache] = f.read()
+    with open(tmp_path / 'run0' / 'weights.wof', 'rb') as f:
+        assert got[False] != f.read()           # (it trained)
+    assert got[True] == got[False]
