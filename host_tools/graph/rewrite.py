@@ -968,6 +968,30 @@ def tile_to_concat(g: Graph) -> int:
     return done
 
 
+def hard_swish_expanded(g: Graph) -> int:
+    """A float HARD_SWISH -> x * RELU6(x + 3) * (1/6): ADD, RELU6, MUL, MUL, the same
+    values (to float rounding) in ops every host runtime has (ONERT 0.1.0 has no
+    HARD_SWISH: `evaluate` of a Keras hard_swish / PyTorch Hardswish model).  Returns how
+    many; an int8 one stays (TFLite Micro has its kernel)."""
+    done = 0
+    for op in list(g.ops):
+        x = op.inputs[0] if op.name == 'HARD_SWISH' else -1
+        if x < 0 or g.tensors[x].dtype != 'float32':
+            continue
+        y, shape, name = op.outputs[0], g.tensors[x].shape, g.tensors[op.outputs[0]].name
+        three = new_tensor(g, name + '/3', [1], np.float32([3.0]))
+        sixth = new_tensor(g, name + '/sixth', [1], np.float32([1.0 / 6.0]))
+        a, r, m = (new_tensor(g, name + s, shape) for s in ('/add3', '/relu6', '/mul'))
+        none = {'fused_activation_function': 'NONE'}
+        replace_op(g, op, [
+            Operator(-1, OP_CODES['ADD'], 'ADD', [x, three], [a], dict(none), src=op.src),
+            Operator(-1, OP_CODES['RELU6'], 'RELU6', [a], [r], {}, src=op.src),
+            Operator(-1, OP_CODES['MUL'], 'MUL', [x, r], [m], dict(none), src=op.src),
+            Operator(-1, OP_CODES['MUL'], 'MUL', [m, sixth], [y], dict(none), src=op.src)])
+        done += 1
+    return done
+
+
 def resize_to_concat(g: Graph) -> int:
     """RESIZE_NEAREST_NEIGHBOR of an NHWC map by whole factors (Keras 2's UpSampling2D,
     tico's nn.Upsample(mode='nearest'); not align_corners) -> per axis it grows, a
