@@ -842,6 +842,17 @@ def test_input_of_run_time_length_is_refused_saying_what_to_do(tmp_path):
     b.outputs(y)
     b.save(p)
     check_graph(read_model(p))
+    b = CircleBuilder(identifier=b'TFL3')           # Input(batch_size=8): said, not the data's size
+    x = b.tensor('x', [8, 4, 3])
+    y = b.tensor('y', [8, 4, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),
+                             -1], [y], keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    b.save(p)
+    with pytest.raises(PrepareError, match=r"v.tflite: the input tensor 0 \('x'\) has shape \[8, 4, 3\]: "
+                       r'a batch of 8 fixed in the file.*export it with batch 1'):
+        check_graph(read_model(p))
 
 
 def test_grouped_convolutions_split_train_and_export_joined(tmp_path):
