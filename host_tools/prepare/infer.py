@@ -51,7 +51,8 @@ def _shapes_folded(g):
     h = copy.deepcopy(g)
     if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)
             + rw.unwrap_ids(h, keep=False) + rw.dilated_convs(h) + rw.tile_to_concat(h)
-            + rw.resize_to_concat(h) + rw.hard_swish_expanded(h)):
+            + rw.resize_to_concat(h) + rw.hard_swish_expanded(h) + rw.gathers_to_slices(h)
+            + rw.splits_to_slices(h)):
         return None
     rw.compact(h)
     return h
