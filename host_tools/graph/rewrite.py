@@ -1429,6 +1429,42 @@ def selects_to_relu(g: Graph) -> int:
     return done
 
 
+def fc_bias_adds(g: Graph) -> int:
+    """A FULLY_CONNECTED without a bias -> RESHAPE -> ADD of a constant [N] (or [1, .., N])
+    over its N outputs (Keras 3's Dense on a 3-D input: the bias is added after the
+    reshape back to [1, T, N]) -> the FC with that constant as its bias (and the ADD's
+    fused activation), then the RESHAPE: the same values; the bias trains as the FC's,
+    and the int8 path (`--int8`) calibrates it as one (it had refused the model: 'constant
+    ... is not the weight or bias of a FULLY_CONNECTED').  Float only.  Returns how many."""
+    done = 0
+    for fc in list(g.ops):
+        if fc.name != 'FULLY_CONNECTED' or (len(fc.inputs) > 2 and fc.inputs[2] >= 0) or \
+                g.tensors[fc.outputs[0]].dtype != 'float32' or \
+                fc.options.get('fused_activation_function', 'NONE') != 'NONE':
+            continue
+        rs = consumers(g, fc.outputs[0])
+        if len(rs) != 1 or rs[0].name != 'RESHAPE' or fc.outputs[0] in g.outputs:
+            continue
+        adds = consumers(g, rs[0].outputs[0])
+        if len(adds) != 1 or adds[0].name != 'ADD' or rs[0].outputs[0] in g.outputs:
+            continue
+        add = adds[0]
+        b = [k for k in add.inputs if k != rs[0].outputs[0]]
+        n = int(g.tensors[fc.outputs[0]].shape[-1])
+        if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
+                int(np.prod(g.tensors[b[0]].shape)) != n or \
+                int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+            continue
+        t = g.tensors[b[0]]
+        t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
+        fc.inputs = fc.inputs[:2] + [b[0]]
+        fc.options['fused_activation_function'] = add.options.get('fused_activation_function', 'NONE')
+        rs[0].outputs = list(add.outputs)
+        remove_op(g, add)
+        done += 1
+    return done
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -2267,7 +2303,7 @@ PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), 
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
-          ('elementwise', elementwise_forms, False),
+          ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('groups', split_groups, True))

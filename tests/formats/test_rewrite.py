@@ -1044,3 +1044,43 @@ def test_constant_gathers_along_an_axis_train_as_slices(tmp_path):
     run, _, _ = predictor(src)
     np.testing.assert_allclose(run(x), ref, rtol=1e-4, atol=1e-5)
     _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2', 'w3', 'w4'), x)
+
+
+def test_a_dense_on_a_sequence_gets_its_bias_add_as_the_fc_bias(tmp_path):
+    """Keras 3's Dense on a 3-D input: RESHAPE -> FULLY_CONNECTED without a bias ->
+    RESHAPE [1, T, N] -> ADD of the bias.  `--int8` had refused such a float model
+    ("constant ... is not the weight or bias of a FULLY_CONNECTED"); the ADD becomes the
+    FC's bias (its RELU the FC's): TFLite Micro on the file and on the rewrite = numpy,
+    one SGD step = the gradient by differences (the bias too), and the int8 graph of the
+    rewrite is made."""
+    pytest.importorskip('tflite_micro')
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.fromfloat import int8_graph
+    rng = np.random.default_rng(3)
+    T, K, N = 4, 3, 5
+    w1, bias, w2 = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((N, K), (N,), (2, T * N)))
+    b = CircleBuilder(identifier=b'TFL3')
+    x, r, h, h3, a, f, y = (b.tensor(n, s) for n, s in (('x', [1, T, K]), ('r', [T, K]), ('h', [T, N]),
+                                                       ('h3', [1, T, N]), ('a', [1, T, N]), ('f', [1, T * N]),
+                                                       ('y', [1, 2])))
+    b.op('RESHAPE', [x, b.tensor('s0', [2], data=np.int32([T, K]))], [r])
+    b.op('FULLY_CONNECTED', [r, b.tensor('w1', [N, K], data=w1), -1], [h])
+    b.op('RESHAPE', [h, b.tensor('s1', [3], data=np.int32([1, T, N]))], [h3])
+    b.op('ADD', [h3, b.tensor('bias', [N], data=bias)], [a], fused_activation_function='RELU')
+    b.op('RESHAPE', [a, b.tensor('s2', [2], data=np.int32([1, T * N]))], [f])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', [2, T * N], data=w2), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(str(tmp_path / 'd.tflite'))
+
+    def forward(xs, w1=w1, bias=bias, w2=w2):
+        z = np.maximum(xs @ np.asarray(w1, np.float64).T + np.asarray(bias, np.float64), 0)
+        return z.reshape(len(xs), -1) @ np.asarray(w2, np.float64).T
+    xs = rng.standard_normal((5, T, K)).astype(np.float32)
+    ref = forward(xs.astype(np.float64))
+    np.testing.assert_allclose(tflm_infer(src, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert info['fc_biases'] == 1 and 'ADD' not in ops(dst), ops(dst)
+    np.testing.assert_allclose(tflm_infer(dst, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    int8_graph(read_model(dst))
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'bias', 'w2'), xs)
