@@ -226,6 +226,14 @@ def check_graph(g) -> None:
                                f'{x.signature}; the file gives {list(x.shape)}): utrain trains a '
                                'fixed input shape: export the model with it fixed, e.g. '
                                'keras.Input((T, F)) with the length of your samples')
+        if x is not None and len(x.shape) >= 2 and int(x.shape[0]) > 1:
+            # (Keras's Input(batch_size=8): had been refused as the data's size, 'x has 72
+            # values per sample, the model input takes 576')
+            raise PrepareError(f'{where}: the input {tname(x.index)} has shape {list(x.shape)}: '
+                               f'a batch of {int(x.shape[0])} fixed in the file; utrain runs the '
+                               'model a sample at a time (the batch is a training setting: '
+                               '--batch): export it with batch 1 or open (keras.Input(shape) '
+                               'without batch_size; PyTorch: a dummy input of batch 1)')
 
     for t in g.tensors:
         if any(int(d) <= 0 for d in t.shape):

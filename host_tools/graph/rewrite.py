@@ -968,6 +968,122 @@ def tile_to_concat(g: Graph) -> int:
     return done
 
 
+def hard_swish_expanded(g: Graph) -> int:
+    """A float HARD_SWISH -> x * RELU6(x + 3) * (1/6): ADD, RELU6, MUL, MUL, the same
+    values (to float rounding) in ops every host runtime has (ONERT 0.1.0 has no
+    HARD_SWISH: `evaluate` of a Keras hard_swish / PyTorch Hardswish model).  Returns how
+    many; an int8 one stays (TFLite Micro has its kernel)."""
+    done = 0
+    for op in list(g.ops):
+        x = op.inputs[0] if op.name == 'HARD_SWISH' else -1
+        if x < 0 or g.tensors[x].dtype != 'float32':
+            continue
+        y, shape, name = op.outputs[0], g.tensors[x].shape, g.tensors[op.outputs[0]].name
+        three = new_tensor(g, name + '/3', [1], np.float32([3.0]))
+        sixth = new_tensor(g, name + '/sixth', [1], np.float32([1.0 / 6.0]))
+        a, r, m = (new_tensor(g, name + s, shape) for s in ('/add3', '/relu6', '/mul'))
+        none = {'fused_activation_function': 'NONE'}
+        replace_op(g, op, [
+            Operator(-1, OP_CODES['ADD'], 'ADD', [x, three], [a], dict(none), src=op.src),
+            Operator(-1, OP_CODES['RELU6'], 'RELU6', [a], [r], {}, src=op.src),
+            Operator(-1, OP_CODES['MUL'], 'MUL', [x, r], [m], dict(none), src=op.src),
+            Operator(-1, OP_CODES['MUL'], 'MUL', [m, sixth], [y], dict(none), src=op.src)])
+        done += 1
+    return done
+
+
+def _runs(idx):
+    """Constant gather indices -> (start, stop, step) runs of evenly spaced ascending ones,
+    in order: [0, 2, 4, 5, 1] -> (0, 5, 2), (5, 6, 1), (1, 2, 1)."""
+    runs, i = [], 0
+    while i < len(idx):
+        j, st = i + 1, (idx[i + 1] - idx[i]) if i + 1 < len(idx) else 1
+        if st <= 0:
+            st = 1
+        while j < len(idx) and idx[j] - idx[j - 1] == st:
+            j += 1
+        runs.append((idx[i], idx[j - 1] + 1, st if j - i > 1 else 1))
+        i = j
+    return runs
+
+
+def gathers_to_slices(g: Graph) -> int:
+    """GATHER of an activation by constant indices along an axis (keras.ops.take /
+    tf.gather(x, [0, 2], axis=2): picking channels or steps) -> a STRIDED_SLICE per run of
+    evenly spaced ascending indices and, for several, a CONCATENATION on that axis; a
+    scalar index a STRIDED_SLICE that drops the axis.  The same values; an index taken
+    twice is read twice, its gradients summed; float and int8 (slices keep the scale).
+    An embedding's GATHER (a constant table) is not one.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'GATHER' or len(op.inputs) != 2 or is_const(g, op.inputs[0]) or \
+                not is_const(g, op.inputs[1]) or op.options.get('batch_dims'):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        X, ids = list(g.tensors[x].shape), g.tensors[op.inputs[1]].data
+        a = int(op.options.get('axis', 0))
+        a += len(X) if a < 0 else 0
+        if not 0 < a < len(X) or ids.ndim > 1:
+            continue
+        n = X[a]
+        flat = [int(v) + (n if v < 0 else 0) for v in np.ravel(ids)]
+        if not flat or not all(0 <= v < n for v in flat):
+            continue
+        parts, made, name = [], [], g.tensors[y].name
+        for j, (b0, e0, st) in enumerate(_runs(flat)):
+            b, e, s = [0] * len(X), list(X), [1] * len(X)
+            b[a], e[a], s[a] = b0, e0, st
+            shape = list(X)
+            shape[a] = len(range(b0, e0, st))
+            out = y if ids.ndim == 0 or len(_runs(flat)) == 1 else \
+                new_tensor(g, name + f'/take{j}', shape, like=y)
+            ins = [x] + [new_tensor(g, name + f'/take{j}_{w}', [len(X)], np.int32(v))
+                         for w, v in (('begin', b), ('end', e), ('strides', s))]
+            made.append(Operator(-1, OP_CODES['STRIDED_SLICE'], 'STRIDED_SLICE', ins, [out],
+                                 {'shrink_axis_mask': (1 << a) if ids.ndim == 0 else 0},
+                                 src=op.src))
+            parts.append(out)
+        if len(parts) > 1:
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [y],
+                                 {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def splits_to_slices(g: Graph) -> int:
+    """SPLIT / SPLIT_V of an activation by constant sizes -> a STRIDED_SLICE per piece, the
+    same values: ONERT 0.1.0 gives other values for a SPLIT_V's pieces (keras.ops.split on the
+    time axis: `evaluate` scored 1.17 where TensorFlow and the run's epoch 0 say 1.02);
+    evaluate only (the board's SPLIT_V writes one gradient for all pieces).  Returns how
+    many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('SPLIT', 'SPLIT_V'):
+            continue
+        x, ax = (op.inputs[1], op.inputs[0]) if op.name == 'SPLIT' else (op.inputs[0], op.inputs[2])
+        if is_const(g, x) or not is_const(g, ax):
+            continue
+        X = list(g.tensors[x].shape)
+        a = int(np.ravel(g.tensors[ax].data)[0])
+        a += len(X) if a < 0 else 0
+        made, at = [], 0
+        for j, y in enumerate(op.outputs):
+            n = int(g.tensors[y].shape[a])
+            b, e = [0] * len(X), list(X)
+            b[a], e[a] = at, at + n
+            at += n
+            ins = [x] + [new_tensor(g, g.tensors[y].name + f'/piece_{w}', [len(X)], np.int32(v))
+                         for w, v in (('begin', b), ('end', e), ('strides', [1] * len(X)))]
+            made.append(Operator(-1, OP_CODES['STRIDED_SLICE'], 'STRIDED_SLICE', ins, [y], {},
+                                 src=op.src))
+        if at != X[a]:
+            continue
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
 def resize_to_concat(g: Graph) -> int:
     """RESIZE_NEAREST_NEIGHBOR of an NHWC map by whole factors (Keras 2's UpSampling2D,
     tico's nn.Upsample(mode='nearest'); not align_corners) -> per axis it grows, a
@@ -1309,6 +1425,42 @@ def selects_to_relu(g: Graph) -> int:
         for o in [cond] + above + below:
             g.ops.remove(o)
         replace_op(g, sel, head + above + below + made[len(head):])
+        done += 1
+    return done
+
+
+def fc_bias_adds(g: Graph) -> int:
+    """A FULLY_CONNECTED without a bias -> RESHAPE -> ADD of a constant [N] (or [1, .., N])
+    over its N outputs (Keras 3's Dense on a 3-D input: the bias is added after the
+    reshape back to [1, T, N]) -> the FC with that constant as its bias (and the ADD's
+    fused activation), then the RESHAPE: the same values; the bias trains as the FC's,
+    and the int8 path (`--int8`) calibrates it as one (it had refused the model: 'constant
+    ... is not the weight or bias of a FULLY_CONNECTED').  Float only.  Returns how many."""
+    done = 0
+    for fc in list(g.ops):
+        if fc.name != 'FULLY_CONNECTED' or (len(fc.inputs) > 2 and fc.inputs[2] >= 0) or \
+                g.tensors[fc.outputs[0]].dtype != 'float32' or \
+                fc.options.get('fused_activation_function', 'NONE') != 'NONE':
+            continue
+        rs = consumers(g, fc.outputs[0])
+        if len(rs) != 1 or rs[0].name != 'RESHAPE' or fc.outputs[0] in g.outputs:
+            continue
+        adds = consumers(g, rs[0].outputs[0])
+        if len(adds) != 1 or adds[0].name != 'ADD' or rs[0].outputs[0] in g.outputs:
+            continue
+        add = adds[0]
+        b = [k for k in add.inputs if k != rs[0].outputs[0]]
+        n = int(g.tensors[fc.outputs[0]].shape[-1])
+        if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
+                int(np.prod(g.tensors[b[0]].shape)) != n or \
+                int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+            continue
+        t = g.tensors[b[0]]
+        t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
+        fc.inputs = fc.inputs[:2] + [b[0]]
+        fc.options['fused_activation_function'] = add.options.get('fused_activation_function', 'NONE')
+        rs[0].outputs = list(add.outputs)
+        remove_op(g, add)
         done += 1
     return done
 
@@ -2146,11 +2298,12 @@ def unshare_constants(g: Graph) -> int:
     return made
 
 
-PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), ('embeddings', embedding_gathers, True),
+PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
+          ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
-          ('elementwise', elementwise_forms, False),
+          ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('groups', split_groups, True))

@@ -40,7 +40,8 @@ def _onert_session(path):
 def _shapes_folded(g):
     """A copy of g whose run-time shape arithmetic (Keras 3's SHAPE -> STRIDED_SLICE ->
     PACK -> RESHAPE) is folded, whose global REDUCE_MAX is a MAX_POOL_2D and whose
-    grouped CONV_2D is split into groups, as prepare rewrites them (the same values):
+    grouped CONV_2D is split into groups, as prepare rewrites them, and whose float
+    HARD_SWISH is spelled in ADD / RELU6 / MUL (the same values):
     ONERT 0.1.0 fails on some such graphs at run time, and gives NaN for a grouped
     convolution; Keras 3's Embedding reads its ids without the int32 SELECT_V2 neither
     runtime has (the same values for ids 0..N-1; a negative one is out of range there).
@@ -50,7 +51,8 @@ def _shapes_folded(g):
     h = copy.deepcopy(g)
     if not (rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)
             + rw.unwrap_ids(h, keep=False) + rw.dilated_convs(h) + rw.tile_to_concat(h)
-            + rw.resize_to_concat(h)):
+            + rw.resize_to_concat(h) + rw.hard_swish_expanded(h) + rw.gathers_to_slices(h)
+            + rw.splits_to_slices(h)):
         return None
     rw.compact(h)
     return h

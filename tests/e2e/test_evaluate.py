@@ -65,28 +65,41 @@ def test_keras3_shape_chain_scored_on_its_folded_graph(tmp_path):
 
 
 def test_float_tflite_onert_cannot_run_is_scored_by_tflite_micro(tmp_path):
-    """ONERT 0.1.0 has no HARD_SWISH: a float .tflite with one is scored under TFLite
-    Micro (which runs float models too), as numpy computes the model, and says so."""
+    """ONERT 0.1.0 has no HARD_SWISH, TFLite Micro no GELU (a Keras Conv1D(hard_swish) ->
+    Dense(gelu) model): evaluate had refused it, "ONERT cannot load it (NNFW_STATUS_ERROR)".
+    The HARD_SWISH is spelled in ADD / RELU6 / MUL for ONERT: scored as numpy computes
+    the model (HARD_SWISH alone had been scored by TFLite Micro, which runs float models
+    too)."""
     pytest.importorskip('tflite_micro')
+    from math import erf
     from host_tools.formats.circle_build import CircleBuilder
     rng = np.random.default_rng(4)
     w1, b1, w2, b2 = (rng.normal(size=s).astype(np.float32) for s in ([8, 5], [8], [3, 8], [3]))
-    b = CircleBuilder(identifier=b'TFL3')
-    x, h, a, y = b.tensor('x', [1, 5]), b.tensor('h', [1, 8]), b.tensor('a', [1, 8]), b.tensor('y', [1, 3])
-    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, 5], data=w1), b.tensor('b1', [8], data=b1)], [h])
-    b.op('HARD_SWISH', [h], [a])
-    b.op('FULLY_CONNECTED', [a, b.tensor('w2', [3, 8], data=w2), b.tensor('b2', [3], data=b2)], [y])
-    b.inputs(x)
-    b.outputs(y)
-    path = b.save(str(tmp_path / 'hs.tflite'))
     xs = rng.normal(size=(30, 5)).astype(np.float32)
     z = xs @ w1.T + b1
-    out = (z * np.clip(z + 3, 0, 6) / 6) @ w2.T + b2
-    ys = np.where(rng.random(30) < 0.6, out.argmax(1), rng.integers(0, 3, 30))
-    np.savez(tmp_path / 'd.npz', x=xs, y=ys)
-    r = infer.evaluate(path, str(tmp_path / 'd.npz'))
-    assert r['runtime'].startswith('TFLite Micro')
-    assert r['hits'] == int(np.sum(out.argmax(1) == ys)) and 0 < r['hits'] < 30
+    hs = z * np.clip(z + 3, 0, 6) / 6
+    for gelu in (False, True):
+        b = CircleBuilder(identifier=b'TFL3')
+        x, h, a, y = b.tensor('x', [1, 5]), b.tensor('h', [1, 8]), b.tensor('a', [1, 8]), b.tensor('y', [1, 3])
+        b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, 5], data=w1), b.tensor('b1', [8], data=b1)], [h])
+        b.op('HARD_SWISH', [h], [a])
+        if gelu:
+            a2 = b.tensor('a2', [1, 8])
+            b.op('GELU', [a], [a2], approximate=False)
+            a = a2
+        b.op('FULLY_CONNECTED', [a, b.tensor('w2', [3, 8], data=w2), b.tensor('b2', [3], data=b2)], [y])
+        b.inputs(x)
+        b.outputs(y)
+        path = b.save(str(tmp_path / f'hs{gelu:d}.tflite'))
+        act = hs * 0.5 * (1 + np.vectorize(erf)(hs / np.sqrt(2))) if gelu else hs
+        out = act @ w2.T + b2
+        ys = np.where(rng.random(30) < 0.6, out.argmax(1), rng.integers(0, 3, 30))
+        np.savez(tmp_path / 'd.npz', x=xs, y=ys)
+        r = infer.evaluate(path, str(tmp_path / 'd.npz'))
+        assert r['hits'] == int(np.sum(out.argmax(1) == ys)) and 0 < r['hits'] < 30, r
+        run, runtime, _ = infer.predictor(path)
+        np.testing.assert_allclose(run(xs[:6]), out[:6], rtol=1e-4, atol=1e-4)
+        assert runtime.startswith('ONERT'), runtime
 
 
 def test_regression_scores_mae_and_mse(tmp_path):

@@ -127,7 +127,7 @@ def test_prepare_errors_name_the_problem(tmp_path, case):
         want = ['op 1 is SIN', 'supported: ', 'FULLY_CONNECTED']
     elif case == 'batch':
         small_mlp(path, batch=4)
-        want = ['batch dimension must be 1', '[4, 6]']
+        want = ['a batch of 4 fixed in the file', '[4, 6]', 'export it with batch 1']
     elif case == 'dtype':
         b = CircleBuilder()
         x = b.tensor('x', [1, 4], dtype='int8')

@@ -842,6 +842,17 @@ def test_input_of_run_time_length_is_refused_saying_what_to_do(tmp_path):
     b.outputs(y)
     b.save(p)
     check_graph(read_model(p))
+    b = CircleBuilder(identifier=b'TFL3')           # Input(batch_size=8): said, not the data's size
+    x = b.tensor('x', [8, 4, 3])
+    y = b.tensor('y', [8, 4, 2])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),
+                             -1], [y], keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    b.save(p)
+    with pytest.raises(PrepareError, match=r"v.tflite: the input tensor 0 \('x'\) has shape \[8, 4, 3\]: "
+                       r'a batch of 8 fixed in the file.*export it with batch 1'):
+        check_graph(read_model(p))
 
 
 def test_grouped_convolutions_split_train_and_export_joined(tmp_path):
@@ -966,3 +977,110 @@ def test_selu_select_becomes_relu_sides(cond, c, tmp_path):
     src, _ = _build_selu(tmp_path / 'j.tflite', cond=cond, c=c, jump=0.5)
     _, info, _ = rewritten(src, tmp_path / 'j.circle')
     assert info['selects'] == 0
+
+
+def build_takes(path, seed=0, T=6, C=5):
+    """x [1, T, C] -> GATHER channels [4, 0, 2, 2, 3] (axis 2: keras.ops.take / tf.gather;
+    runs, a repeat) -> FC w1, GATHER step 3 (a scalar index, axis 1) -> FC w2, ADD, and
+    SPLIT_V of x on the time axis [2, 4] -> FC w3 of the second piece, FC w4 of the
+    first.  Returns (path,
+    numpy forward)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(seed)
+    w1, w2, w3, w4 = (rng.standard_normal(s).astype(np.float32) * 0.3
+                      for s in ((2, T * C), (2, C), (2, 4 * C), (2, 2 * C)))
+    idx = [4, 0, 2, 2, 3]
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T, C])
+    g1, f1, g2, y1, y2 = (b.tensor(n, s) for n, s in (('g1', [1, T, 5]), ('f1', [1, T * 5]), ('g2', [1, C]),
+                                                    ('y1', [1, 2]), ('y2', [1, 2])))
+    b.op('GATHER', [x, b.tensor('i1', [5], data=np.int32(idx))], [g1], axis=2)
+    b.op('RESHAPE', [g1, b.tensor('s1', [2], data=np.int32([1, T * 5]))], [f1])
+    b.op('FULLY_CONNECTED', [f1, b.tensor('w1', [2, T * C], data=w1), -1], [y1])
+    b.op('GATHER', [x, b.tensor('i2', [], data=np.array(3, np.int32))], [g2], axis=1)
+    b.op('FULLY_CONNECTED', [g2, b.tensor('w2', [2, C], data=w2), -1], [y2])
+    p0, p1, f3, y3, s12, y = (b.tensor(n, s) for n, s in (('p0', [1, 2, C]), ('p1', [1, 4, C]), ('f3', [1, 4 * C]),
+                                                        ('y3', [1, 2]), ('s12', [1, 2]), ('y', [1, 2])))
+    b.op('SPLIT_V', [x, b.tensor('sz', [2], data=np.int32([2, 4])), b.tensor('ax', [], data=np.array(1, np.int32))],
+         [p0, p1], num_splits=2)
+    b.op('RESHAPE', [p1, b.tensor('s3', [2], data=np.int32([1, 4 * C]))], [f3])
+    b.op('FULLY_CONNECTED', [f3, b.tensor('w3', [2, 4 * C], data=w3), -1], [y3])
+    f4, y4, s123 = b.tensor('f4', [1, 2 * C]), b.tensor('y4', [1, 2]), b.tensor('s123', [1, 2])
+    b.op('RESHAPE', [p0, b.tensor('s4', [2], data=np.int32([1, 2 * C]))], [f4])
+    b.op('FULLY_CONNECTED', [f4, b.tensor('w4', [2, 2 * C], data=w4), -1], [y4])
+    b.op('ADD', [y1, y2], [s12])
+    b.op('ADD', [s12, y3], [s123])
+    b.op('ADD', [s123, y4], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs, w1=w1, w2=w2, w3=w3, w4=w4):
+        return (xs[:, :, idx].reshape(len(xs), -1) @ np.asarray(w1, np.float64).T
+                + xs[:, :2].reshape(len(xs), -1) @ np.asarray(w4, np.float64).T
+                + xs[:, 3] @ np.asarray(w2, np.float64).T
+                + xs[:, 2:].reshape(len(xs), -1) @ np.asarray(w3, np.float64).T)
+    return os.fspath(path), forward
+
+
+def test_constant_gathers_along_an_axis_train_as_slices(tmp_path):
+    """Held-out Keras keras.ops.take(x, [0, 2], axis=2) (tf.gather of channels) had been
+    refused: 'a gather along axis 2 ... is not supported' (float) / 'int8 training
+    gathers the rows of a constant 2-D int8 table' (int8).  A GATHER of an activation by
+    constant indices is a STRIDED_SLICE per run of evenly spaced indices (and a
+    CONCATENATION): TFLite Micro on the file and on the rewrite = numpy; one SGD
+    step = the gradient by differences (an index taken twice sums its gradients).
+    evaluate = numpy too: ONERT 0.1.0 gives other values for a SPLIT_V's pieces, evaluate
+    scores its pieces as slices."""
+    pytest.importorskip('tflite_micro')
+    from host_tools.prepare.infer import predictor
+    src, forward = build_takes(tmp_path / 't.tflite')
+    x = np.random.default_rng(1).standard_normal((5, 6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(tflm_infer(src, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert info['takes'] == 2 and 'GATHER' not in ops(dst), ops(dst)
+    np.testing.assert_allclose(tflm_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    run, _, _ = predictor(src)
+    np.testing.assert_allclose(run(x), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2', 'w3', 'w4'), x)
+
+
+def test_a_dense_on_a_sequence_gets_its_bias_add_as_the_fc_bias(tmp_path):
+    """Keras 3's Dense on a 3-D input: RESHAPE -> FULLY_CONNECTED without a bias ->
+    RESHAPE [1, T, N] -> ADD of the bias.  `--int8` had refused such a float model
+    ("constant ... is not the weight or bias of a FULLY_CONNECTED"); the ADD becomes the
+    FC's bias (its RELU the FC's): TFLite Micro on the file and on the rewrite = numpy,
+    one SGD step = the gradient by differences (the bias too), and the int8 graph of the
+    rewrite is made."""
+    pytest.importorskip('tflite_micro')
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.fromfloat import int8_graph
+    rng = np.random.default_rng(3)
+    T, K, N = 4, 3, 5
+    w1, bias, w2 = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((N, K), (N,), (2, T * N)))
+    b = CircleBuilder(identifier=b'TFL3')
+    x, r, h, h3, a, f, y = (b.tensor(n, s) for n, s in (('x', [1, T, K]), ('r', [T, K]), ('h', [T, N]),
+                                                       ('h3', [1, T, N]), ('a', [1, T, N]), ('f', [1, T * N]),
+                                                       ('y', [1, 2])))
+    b.op('RESHAPE', [x, b.tensor('s0', [2], data=np.int32([T, K]))], [r])
+    b.op('FULLY_CONNECTED', [r, b.tensor('w1', [N, K], data=w1), -1], [h])
+    b.op('RESHAPE', [h, b.tensor('s1', [3], data=np.int32([1, T, N]))], [h3])
+    b.op('ADD', [h3, b.tensor('bias', [N], data=bias)], [a], fused_activation_function='RELU')
+    b.op('RESHAPE', [a, b.tensor('s2', [2], data=np.int32([1, T * N]))], [f])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', [2, T * N], data=w2), -1], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(str(tmp_path / 'd.tflite'))
+
+    def forward(xs, w1=w1, bias=bias, w2=w2):
+        z = np.maximum(xs @ np.asarray(w1, np.float64).T + np.asarray(bias, np.float64), 0)
+        return z.reshape(len(xs), -1) @ np.asarray(w2, np.float64).T
+    xs = rng.standard_normal((5, T, K)).astype(np.float32)
+    ref = forward(xs.astype(np.float64))
+    np.testing.assert_allclose(tflm_infer(src, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert info['fc_biases'] == 1 and 'ADD' not in ops(dst), ops(dst)
+    np.testing.assert_allclose(tflm_infer(dst, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    int8_graph(read_model(dst))
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'bias', 'w2'), xs)
