@@ -963,6 +963,7 @@ def _verify(t, pr, base, final, predicted, log):
     shrink = SHRINK and lead != base and n > 1 and gain < CERTAIN * se
     if shrink:
         tied.discard(describe(base))
+    t.shrunk = shrink
     def most(c):        # (of those tied: the most trained parameters, then plan)
         m = (pr.price(c[3])['params'], c[1]) if TIE_BY == 'params' else (c[1],)
         return tuple(-v for v in m) if shrink else m
@@ -1007,6 +1008,7 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
     gain, se, n = _gain_noise(t, base, best[3])
     if best[3] != base and n > 1 and gain < CERTAIN * se:
         out['uncertain'] = (round(gain, 4), round(se, 4), n)
+        out['shrunk'] = getattr(t, 'shrunk', False)
     if best[3] == base:
         out['fallback'] = ('nothing beyond the classifier gains within the budget'
                            if wgain or any(b for b in bias_gain[1:] if b) else
@@ -1233,7 +1235,9 @@ def report(res):
             gain, se, n = res['uncertain']
             lines.append(f'  the proxy cannot rank these: the choice gains {gain:+.3f} over the '
                          f'classifier alone, under {CERTAIN:g} standard errors ({se:.3f} on {n} '
-                         'folds); it trains by the tie rule (the most parameters).  More proxy '
+                         'folds); of those tied with the best it trains the '
+                         + ('fewest parameters beyond the classifier' if res.get('shrunk') else
+                            'most parameters') + '.  More proxy '
                          'samples, or --train / --ranks by hand, decide better')
     if res.get('fallback'):
         lines.append(f'  classifier only: {res["fallback"]}')

@@ -1204,10 +1204,12 @@ def test_when_the_proxy_cannot_rank_the_fewest_parameters_train(tmp_path, data, 
             return 0.5 if ranks == {cls: 0} else 0.1
         monkeypatch.setattr(sl.Trials, 'score', score)
         monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+        lines = []
         s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
-                    budget='300K', log=lambda *a: None, **SETTINGS)['select']
+                    budget='300K', log=lines.append, **SETTINGS)['select']
         chosen[swing] = {int(i) for i in s['ranks']}
         assert ('uncertain' in s) == (swing > 0)
+        assert any('fewest parameters' in str(x) for x in lines) == (swing > 0)
     assert chosen[0.0] == set(every) and chosen[0.1] == set(small), chosen
 
 
