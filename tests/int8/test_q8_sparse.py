@@ -679,8 +679,16 @@ def test_plan_prices_masks_chunks_and_windows(tmp_path):
         2 * win) + arr(2 * NCLS * C2) + 2 * arr(0)
 
 
-def _model_and_classes(tmp_path, n):
-    """The test model and an .npz of n samples whose class shows in their channels."""
+def _model_and_classes(tmp_path, n, monkeypatch=None):
+    """The test model and an .npz of n samples whose class shows in their channels.
+    With monkeypatch: a verified mean on one partition of the n samples (VALIDATIONS = n,
+    not 360: 9 partitions of 40, 45 int8 trials a finalist, most of these tests' time);
+    the tests here check how int8 candidates are priced and trained, not the number of
+    validations, which test_select's test_a_small_proxy_verifies_on_as_many_validations_
+    as_a_large_one checks."""
+    if monkeypatch is not None:
+        from host_tools.prepare import select as sl
+        monkeypatch.setattr(sl, 'VALIDATIONS', n)
     model = build(str(tmp_path / 'm.tflite'))
     r = np.random.default_rng(1)
     y = r.integers(0, NCLS, n)
@@ -690,13 +698,13 @@ def _model_and_classes(tmp_path, n):
     return model, data
 
 
-def test_select_auto_on_int8_chooses_as_int8(tmp_path):
+def test_select_auto_on_int8_chooses_as_int8(tmp_path, monkeypatch):
     """--select auto on an int8 model: contribution analysis with int8 trials, each
     candidate priced by the int8 planner; the choice fits the budget and trains as int8
     (its ranks in q8.json); --select board says what it cannot take."""
     from host_tools.prepare.pipeline import PrepareError
     from host_tools.prepare.select import Q8Pricer
-    model, data = _model_and_classes(tmp_path, 60)
+    model, data = _model_and_classes(tmp_path, 60, monkeypatch)
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     pr = Q8Pricer(model, s)
     lo, hi = pr.price({4: 0})['heap'], pr.price({4: 0, 2: 0, 1: 0, 0: 0})['heap']
@@ -731,13 +739,13 @@ def test_select_auto_on_int8_chooses_as_int8(tmp_path):
     assert not sb.get('int8') and 'select' in sb
 
 
-def test_select_on_int8_prices_with_the_cache_prepare_chooses(tmp_path):
+def test_select_on_int8_prices_with_the_cache_prepare_chooses(tmp_path, monkeypatch):
     """Issue 29 (a held-out int8 MobileNetV2 on rp2040: --select auto said "nothing fits,
     not even the classifier" and then prepare chose --cache, under which it fits): where
     the classifier fits only with --cache, the candidates are priced with it, prepare says
     so and the choice trains with it within the budget."""
     from host_tools.prepare.select import Q8Pricer
-    model, data = _model_and_classes(tmp_path, 40)
+    model, data = _model_and_classes(tmp_path, 40, monkeypatch)
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     plain = Q8Pricer(model, s).price({4: 0})['heap']
     cached = Q8Pricer(model, s, {'cache': True}).price({4: 0})['heap']
@@ -754,7 +762,7 @@ def test_select_on_int8_prices_with_the_cache_prepare_chooses(tmp_path):
     assert os.path.exists(tmp_path / 'o' / 'q8t.json')       # the board's prefix cache
 
 
-def test_select_board_that_cannot_score_chooses_with_the_cache(tmp_path):
+def test_select_board_that_cannot_score_chooses_with_the_cache(tmp_path, monkeypatch):
     """Issue 29 (--select board on the int8 MobileNetV2-0.35 tail at 256K chose op 62 at
     1/4, 0.630, where op 62 at 1/2 tests 0.702: priced without the prefix cache it plans
     258 KB, 234 with it, and was never tried): where the board's scoring pass does not
@@ -762,7 +770,7 @@ def test_select_board_that_cannot_score_chooses_with_the_cache(tmp_path):
     host chooses again as --select auto does, priced with the cache, says so, and the
     choice (one that fits only with the cache) trains with it within the budget."""
     from host_tools.prepare.select import Q8Pricer
-    model, data = _model_and_classes(tmp_path, 40)
+    model, data = _model_and_classes(tmp_path, 40, monkeypatch)
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     plain, cached = Q8Pricer(model, s), Q8Pricer(model, s, {'cache': True})
     two = {4: 0, 2: 0}

@@ -684,11 +684,14 @@ def test_int8_model_trains_as_int8_and_exports_int8(tmp_path, float_ends, third)
 
 
 @pytest.mark.slow
-def test_select_chooses_among_the_trained_outputs_layers(tmp_path):
+def test_select_chooses_among_the_trained_outputs_layers(tmp_path, monkeypatch):
     """--select's candidates are the layers the trained output needs: its classifier is
     that output's last layer, not the other output's (the aux FC, the file's last op)."""
     from host_tools.graph import rewrite as rw
     from host_tools.prepare import select as sl
+    # verified means on one partition of the 48 samples, not 8 (VALIDATIONS, 360: its own
+    # test is test_select's test_a_small_proxy_verifies_on_as_many_validations_as_a_large_one)
+    monkeypatch.setattr(sl, 'VALIDATIONS', 48)
     src = build(tmp_path / 'two.tflite')
     g = read_model(src)
     rw.choose_output(g, 'logits')
