@@ -2816,12 +2816,16 @@ def unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap, model
     return m, tables, heap
 
 
-def unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables, heap, ranks=None):
+def unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables, heap, ranks=None,
+                         model_path='', log=lambda t: None):
     """planned() writes a streamed conv's output that only a MEAN reads in the idle
     input-gradient buffer (plan()'s alias); under a budget or board only when the plan does
-    not fit without it: that conv's forward then reads its weights a scratch's chunk at a
-    time (MobileNetV2's head: 36 chunks for 13, ~1 ms each on a Pico).  Returns the run to
-    write: (table, tables, heap)."""
+    not fit without it, nor with the state dropped that costs nothing (state_where_it_fits'
+    'ns': scales no step reads): that conv's forward then reads its weights a scratch's
+    chunk at a time (MobileNetV2's head: 36 chunks for 13, ~1 ms each on a Pico; w62 on a
+    Pico 322 ms a sample with it, 288 without it and 'ns', the smallest heap on 32-bit unix
+    MicroPython 189 KB and 188 KB: the alias and 'ns' each save ~7 KB at the peak).
+    Returns the run to write: (table, tables, heap)."""
     if not limit or not any(d.get('yg') for t in (tables or {0: m}).values() for d in t['layers']):
         return m, tables, heap
     try:
@@ -2830,10 +2834,14 @@ def unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables, hea
     except ValueError:
         return m, tables, heap
     lim = limit(h0)
+    if lim is not None and h0['total'] > lim:
+        m0, t0, h0, _ = state_where_it_fits(g, s, board, limit, m0, t0, h0, model_path, log,
+                                            ('ns',))
+        lim = limit(h0)
     return (m0, t0, h0) if lim is not None and h0['total'] <= lim else (m, tables, heap)
 
 
-def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log):
+def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log, keys=None):
     """SGD state over the plan's limit, dropped until the plan fits (issue 29), in this
     order: at batch 1 the float weight scales of the layers whose bias alone trains, in
     integers (q8.json 'ns', all at once: no step reads them, the same integers; a
@@ -2844,8 +2852,8 @@ def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log):
     fractions (dropping 'wf', 1 byte a trained weight; op 62 whole's 18 KB: those
     updates stochastically rounded, as an FC's, instead of exact), the same way.  Said in
     the log, named in the summary ('no_velocity', 'no_fractions'); left as they were where
-    dropping all of them does not fit either.  Returns (table, tables, heap, {'nv' /
-    'wf': the weight tensors dropped})."""
+    dropping all of them does not fit either (keys: only those kinds).  Returns (table,
+    tables, heap, {'nv' / 'wf': the weight tensors dropped})."""
     from ..plan.memory import plan_heap_q8, q8_trained_weights
     lim = limit(heap) if limit else None
     if lim is None or heap['total'] <= lim or s['optimizer'] != 'sgd':
@@ -2876,6 +2884,7 @@ def state_where_it_fits(g, s, board, limit, m, tables, heap, model_path, log):
     cands += nv[:-1] + sorted([('wf', q8_trained_weights(d), [d['wt']]) for d in own
                                if d.get('wf')], key=lambda c: -c[1]) + (
         [('nbv', sum(4 * d['nb'] for d in nbv), [d['wt'] for d in nbv])] if nbv else []) + nv[-1:]
+    cands = [c for c in cands if keys is None or c[0] in keys]
 
     def mark(key, wts, on):
         for t in ts:
@@ -3161,7 +3170,7 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
         m, tables, heap = unbanded_if_it_fits(g, s, train, cache, board, limit, m, tables, heap,
                                               model_path, log, ranks)
     m, tables, heap = unaliased_if_it_fits(g, s, train, cache, bands, board, limit, m, tables,
-                                           heap, ranks)
+                                           heap, ranks, model_path, log)
     m, tables, heap, dropped = state_where_it_fits(g, s, board, limit, m, tables, heap, model_path,
                                                    log)
     lim = limit(heap) if limit else None
