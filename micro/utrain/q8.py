@@ -354,12 +354,17 @@ class Layer:
         xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
         sy = 'yg' not in d      # (y bytes, not the int32 gradient buffer's on a board)
         nc = nw or nc
+        # (the kernels and the zero points and clamps in locals: a chunk's rows cost
+        # a Cortex-M0+ a Python attribute look-up each, thousands of cycles a step)
+        ck, rq, zx, zy = K.dwk if dw else K.convk, K.rqk, self.zx, self.zy
+        lo, hi = self.lo, self.hi
+        L = len(acc)
         o0 = 0
         while o0 < O:
             n = self.seg(o0, O, nc)
             w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
-            R = max(1, len(acc) // (OW * n))
+            R = max(1, L // (OW * n))
             r0 = 0
             while r0 < OH:      # (not a range of step R: an iterator a chunk, heap)
                 r = min(R, OH - r0)
@@ -370,20 +375,14 @@ class Layer:
                 gs[10] = r
                 gs[8] = ph + a - r0 * sh
                 gs[0] = H - a
-                xa = xv[a * xrow:] if a else x
-                if dw:
-                    K.dwk(acc, xa, self.zx, gs, w, bv)
-                else:
-                    K.convk(acc, xa, self.zx, gs, w, bv)
+                ck(acc, xv[a * xrow:] if a else x, zx, gs, w, bv)
                 if n == O:
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], self.zy,
-                          self.lo, self.hi, 0)
+                    rq(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], zy, lo, hi, 0)
                 elif c == n and sy:     # (into y, rows O apart: no copy after)
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], self.zy,
-                          self.lo, self.hi, O)
+                    rq(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], zy, lo, hi, O)
                 else:       # (into the idle dz where it fits: not over the sums)
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
+                    rq(acc, r * OW * n, c, 1, mv, sv, a8, zy, lo, hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
                 r0 += R
             o0 += n
