@@ -274,7 +274,7 @@ class Layer:
             w, q = self.rows(o0, n, row), None
         else:       # (a partial layer's held rows: their own, a's for the rest)
             w, q = (self.rows(o0, n, row) if self.pw and self.wlo <= o0 < self.whi else
-                    net._wv(a[0], net.woff[self.d['wt']] + o0 * row, n * row)), a[2]
+                    net._read(net.woff[self.d['wt']] + o0 * row, a[0], n * row)), a[2]
         b, m, s = self.b, self.mul, self.shf
         if b is None:
             b = net.biases(self, o0, n) if a is None else net._read(
@@ -350,7 +350,10 @@ class Layer:
         if nw:      # (the views made once a call, not a chunk: heap)
             wa = memoryview(gb[0])
             b, k, e = (memoryview(net.wbuf), 0, 4 * nw) if v else (wa, (nw * row + 3) >> 2, nw)
-            wa = wa, b[k:k + e], (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e])
+            # (the weights' view as the kernels read int8: a byte view on CPython, the
+            # buffer itself for viper and assembler kernels; read by _read, a call less)
+            wa = (wa if K.VIPER else wa.cast('B'), b[k:k + e],
+                  (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e]))
         xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
         sy = 'yg' not in d      # (y bytes, not the int32 gradient buffer's on a board)
         nc = nw or nc
@@ -705,13 +708,6 @@ class Q8Net:
             return 0
         n = min((4 * len(a) - 4) // per, cap)
         return n if n > nc else 0
-
-    def _wv(self, a, off, n):
-        # n bytes of the weights file from off into int32 buffer a (a free part of an
-        # input-gradient buffer), as the kernels read int8 weights: a byte view (CPython),
-        # or a itself (viper and assembler kernels read any buffer's bytes; no cast
-        # tried there: each AttributeError caught cost a board ~200 B of heap)
-        return self._read(off, a if K.VIPER else a.cast('B'), n)
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into
