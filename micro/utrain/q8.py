@@ -274,7 +274,7 @@ class Layer:
             w, q = self.rows(o0, n, row), None
         else:       # (a partial layer's held rows: their own, a's for the rest)
             w, q = (self.rows(o0, n, row) if self.pw and self.wlo <= o0 < self.whi else
-                    net._wv(a[0], net.woff[self.d['wt']] + o0 * row, n * row)), a[2]
+                    net._read(net.woff[self.d['wt']] + o0 * row, a[0], n * row)), a[2]
         b, m, s = self.b, self.mul, self.shf
         if b is None:
             b = net.biases(self, o0, n) if a is None else net._read(
@@ -350,16 +350,24 @@ class Layer:
         if nw:      # (the views made once a call, not a chunk: heap)
             wa = memoryview(gb[0])
             b, k, e = (memoryview(net.wbuf), 0, 4 * nw) if v else (wa, (nw * row + 3) >> 2, nw)
-            wa = wa, b[k:k + e], (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e])
+            # (the weights' view as the kernels read int8: a byte view on CPython, the
+            # buffer itself for viper and assembler kernels; read by _read, a call less)
+            wa = (wa if K.VIPER else wa.cast('B'), b[k:k + e],
+                  (b[k + e:k + 2 * e], b[k + 2 * e:k + 3 * e]))
         xv, yv = memoryview(x), memoryview(y)   # (a view a call, not a row: heap)
         sy = 'yg' not in d      # (y bytes, not the int32 gradient buffer's on a board)
         nc = nw or nc
+        # (the kernels and the zero points and clamps in locals: a chunk's rows cost
+        # a Cortex-M0+ a Python attribute look-up each, thousands of cycles a step)
+        ck, rq, zx, zy = K.dwk if dw else K.convk, K.rqk, self.zx, self.zy
+        lo, hi = self.lo, self.hi
+        L = len(acc)
         o0 = 0
         while o0 < O:
             n = self.seg(o0, O, nc)
             w, bv, mv, sv, c = self._chunk(o0, n, row, wa)
             gs[3] = n
-            R = max(1, len(acc) // (OW * n))
+            R = max(1, L // (OW * n))
             r0 = 0
             while r0 < OH:      # (not a range of step R: an iterator a chunk, heap)
                 r = min(R, OH - r0)
@@ -370,20 +378,14 @@ class Layer:
                 gs[10] = r
                 gs[8] = ph + a - r0 * sh
                 gs[0] = H - a
-                xa = xv[a * xrow:] if a else x
-                if dw:
-                    K.dwk(acc, xa, self.zx, gs, w, bv)
-                else:
-                    K.convk(acc, xa, self.zx, gs, w, bv)
+                ck(acc, xv[a * xrow:] if a else x, zx, gs, w, bv)
                 if n == O:
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], self.zy,
-                          self.lo, self.hi, 0)
+                    rq(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O:], zy, lo, hi, 0)
                 elif c == n and sy:     # (into y, rows O apart: no copy after)
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], self.zy,
-                          self.lo, self.hi, O)
+                    rq(acc, r * OW * n, c, 1, mv, sv, yv[r0 * OW * O + o0:], zy, lo, hi, O)
                 else:       # (into the idle dz where it fits: not over the sums)
                     a8 = net.dz if len(net.dz) >= r * OW * n else net.acc8
-                    K.rqk(acc, r * OW * n, c, 1, mv, sv, a8, self.zy, self.lo, self.hi, 0)
+                    rq(acc, r * OW * n, c, 1, mv, sv, a8, zy, lo, hi, 0)
                     K.stk(y, r0 * OW * O + o0, O, a8, r * OW, n)
                 r0 += R
             o0 += n
@@ -706,13 +708,6 @@ class Q8Net:
             return 0
         n = min((4 * len(a) - 4) // per, cap)
         return n if n > nc else 0
-
-    def _wv(self, a, off, n):
-        # n bytes of the weights file from off into int32 buffer a (a free part of an
-        # input-gradient buffer), as the kernels read int8 weights: a byte view (CPython),
-        # or a itself (viper and assembler kernels read any buffer's bytes; no cast
-        # tried there: each AttributeError caught cost a board ~200 B of heap)
-        return self._read(off, a if K.VIPER else a.cast('B'), n)
 
     def weights(self, L, o0, n):
         """n bytes of streamed layer L's weights from output channel o0 on (row-major), into

@@ -185,10 +185,12 @@ def dxch(net, L, dx, dz, g, k, p, P, I, nc):
         if n < len(dx):
             sr = memoryview(dx)[n:]
         K.zk(sr, I)
-    off = net.woff[L.d['wt']]
+    off, rd = net.woff[L.d['wt']], net._read
+    if w and not VIPER:     # (the weights as the kernels read int8: bytes on CPython)
+        wa = wa.cast('B')
     for o0, m in net._chunks(L, g, k, p, w):
         if w:
-            r = net._wv(wa, off + o0 * I, m * I)
+            r = rd(off + o0 * I, wa, m * I)
             flk(dz, m, P)
             dak(d, dz, r, 0, m, m, P, I)
             dak(sr, dz, r, P * m, m, (P + 1) * m, 1, I)
