@@ -2344,10 +2344,14 @@ def follow_ranges(m: dict) -> list | None:
     each trained FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D layer (one that keeps only
     a mask of its output too: q8range counts its clamp as the mask is made), and each
     MEAN above one, whose output range can double (RANGE_EVERY, RANGE_SHIFT: when to): no clamp
-    inside the int8 range but its zero point's (none, or RELU), read through pools only
-    by trained weighted layers or MEANs (its multiplier doubles, no bias) that take it as
-    their one input, or the logits (the softmax table's end zero).  None without a layer that can (or with
-    row bands: the bands' buffers are not the layers')."""
+    inside the int8 range but its zero point's (none, or RELU), read through pools and
+    resizes only (one scale: utrain.q8rsz's codes do not depend on it) by trained weighted
+    layers (a masked one too: the mask is of its output) or MEANs (its multiplier
+    doubles, no bias) that take it as their one input, or the logits (the softmax
+    table's end zero).  (A conv under a resize had a fixed range: a held-out Keras int8
+    file's conv grew its weights 2.5x in float, clipped at its range as int8 and stopped:
+    .48 against .87 dequantized.)  None without a layer that can (or with row bands: the
+    bands' buffers are not the layers')."""
     ls = m['layers']
     if m.get('groups'):
         return None
@@ -2362,10 +2366,11 @@ def follow_ranges(m: dict) -> list | None:
             e = ls[j]
             if not ts & set(e['in']):
                 continue
-            if e['k'] in (POOL_MAX, POOL_AVG) and (e['lo'], e['hi']) == (-128, 127):
+            if (e['k'] in (POOL_MAX, POOL_AVG) or e['k'] == SLC and e.get('rz')) and (
+                    e['lo'], e['hi']) == (-128, 127):
                 ts.add(e['out'])
             elif (e['k'] in (FC, CONV, DW) and e.get('train') or e['k'] == MEAN) and len(
-                    e['in']) == 1 and not (e.get('sd') or e.get('pw') or e.get('mask')):
+                    e['in']) == 1 and not (e.get('sd') or e.get('pw')):
                 cs.append(j)
             else:
                 ok = False
@@ -2666,7 +2671,8 @@ def tconved(g: Graph, m: dict, wof_path) -> None:
         'the trained TRANSPOSE_CONV weights')
 
 
-SAME_SCALE = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+SAME_SCALE = ('MAX_POOL_2D', 'AVERAGE_POOL_2D', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS',
+              'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR')
 
 
 def followed(g: Graph, m: dict, wof_path) -> None:

@@ -90,6 +90,17 @@ def test_doubling_a_range_keeps_what_the_net_computes(tmp_path, monkeypatch):
     assert list(net.etab) == etab
 
 
+def _same_runs(outs):
+    """board_and_host_runs' two runs: the same trained bytes and exponents, the logs'
+    figures to the last printed digit (a 32-bit board prints its float32 values through
+    MicroPython's own formatter, a digit off exact for some: test_fromfloat.py)."""
+    (wa, ea, a), (wb, eb, b) = outs
+    assert wa == wb and ea == eb and a[0] == b[0] and len(a) == len(b), (ea, eb, a, b)
+    for ra, rb in zip(a[1:], b[1:]):
+        assert len(ra) == len(rb) and all(
+            u == v or (u and v and abs(float(u) - float(v)) <= 1.5e-6) for u, v in zip(ra, rb)), (ra, rb)
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_ranges_follow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
     """Ranges calibrated too narrow double while the CNN trains, on unix MicroPython as
@@ -97,7 +108,7 @@ def test_ranges_follow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
     d, _, _ = _run_dir(tmp_path, monkeypatch, n=80, epochs=2)
     no_keep_best(d)                     # (trained.wof: the last epoch's)
     outs = board_and_host_runs(d, 'trained.wof.q8s', lambda f: json.loads(f.read()))
-    assert outs[0] == outs[1]
+    _same_runs(outs)
     assert max(outs[0][1]) > 0, outs[0][1]
 
 
@@ -194,13 +205,14 @@ def test_export_quantized_writes_the_ranges_the_run_doubled(tmp_path, monkeypatc
     assert_exported_logits_as_board(CNN, d, net, x[:10], tmp_path)
 
 
-def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1, pool=True, act='RELU'):
+def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1, pool=True, act='RELU', headroom=0.5):
     """A float CONV_2D (act) -> MAX_POOL_2D (pool) -> MEAN over H, W -> FC -> SOFTMAX on
     the digits, built here, prepared as int8 from float with its ranges calibrated at
-    half the measured ones.  Without the pool the conv keeps only a mask of its output
-    (the MEAN's backward does not read it: q8sparse)."""
+    headroom x the measured ones.  Without the pool the conv keeps only a mask of its output
+    (the MEAN's backward does not read it: q8sparse).  pool='rsz': a RESIZE_BILINEAR to
+    11x11 and a second CONV_2D (RELU, masked: the MEAN reads it) in the pool's place."""
     from host_tools.formats.circle_build import CircleBuilder
-    monkeypatch.setattr(fromfloat, 'HEADROOM', 0.5)
+    monkeypatch.setattr(fromfloat, 'HEADROOM', headroom)
     r = np.random.default_rng(0)
     b = CircleBuilder(identifier=b'TFL3')
     x = b.tensor('x', [1, 8, 8, 1])
@@ -209,7 +221,15 @@ def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1, pool=True, act='RELU'):
         np.float32)), b.tensor('bb', [6], data=np.zeros(6, np.float32))], [c], padding='SAME',
          stride_w=1, stride_h=1, fused_activation_function=act)
     pc = c
-    if pool:
+    if pool == 'rsz':
+        t = b.tensor('t', [1, 11, 11, 6])
+        b.op('RESIZE_BILINEAR', [c, b.tensor('sz', [2], data=np.array([11, 11], np.int32))], [t],
+             align_corners=False, half_pixel_centers=True)
+        pc = b.tensor('c2', [1, 11, 11, 6])
+        b.op('CONV_2D', [t, b.tensor('w1', [6, 3, 3, 6], data=(r.standard_normal((6, 3, 3, 6)) * 0.2).astype(
+            np.float32)), b.tensor('b1', [6], data=np.zeros(6, np.float32))], [pc], padding='SAME',
+             stride_w=1, stride_h=1, fused_activation_function='RELU')
+    elif pool:
         pc = b.tensor('pc', [1, 4, 4, 6])
         b.op('MAX_POOL_2D', [c], [pc], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
              filter_height=2, fused_activation_function='NONE')
@@ -226,7 +246,7 @@ def _gap_dir(tmp_path, monkeypatch, n=48, epochs=1, pool=True, act='RELU'):
     z = np.load(os.path.join(DIGITS, 'digits.npz'))
     data = str(tmp_path / 'g.npz')
     np.savez(data, x=z['x'][:n].reshape(-1, 8, 8, 1), y=z['y'][:n])
-    d = str(tmp_path / 'g')
+    d = str(tmp_path / f'g{headroom}')
     prepare(path, d, data=data, test_split=0.25, epochs=epochs, int8=True, loss='scce',
             optimizer='sgd', lr=0.02, batch=1, log=lambda *a: None)
     return path, d, z['x'][:n]
@@ -289,21 +309,69 @@ def test_a_masked_conv_under_a_mean_follows_its_range(tmp_path, monkeypatch, act
     assert max(seen) > 0 and min(seen) < L.nout
 
 
+def test_a_range_follows_through_a_resize_and_keeps_what_the_net_computes(tmp_path, monkeypatch):
+    """A conv under a RESIZE_BILINEAR (one scale across it) and the conv above it (masked:
+    the MEAN reads it) are ranges that can double: the lower conv's had stayed at its
+    calibration, and a conv whose weights grow clipped there and stopped training (a
+    held-out Keras int8 file: .48 against .87 dequantized).  Doubling it (calibrated with
+    room: nothing clips) moves the lower conv's outputs by at most a step of the doubled
+    scale, the upper conv's (as its forward makes them) and the logits by a few; calibrated
+    too narrow, its clipped outputs grow past the calibrated range."""
+    from utrain.q8 import MEAN
+    for headroom in (4.0, 0.5):
+        _, d, x = _gap_dir(tmp_path, monkeypatch, n=24, pool='rsz', headroom=headroom)
+        m = json.loads(open(os.path.join(d, 'q8.json')).read())
+        ls = m['layers']
+        assert [(ls[p]['k'], cs) for p, cs, _ in m['rr'][2]] == [
+            (CONV, [2]), (CONV, [3]), (MEAN, [4]), (FC, [])]
+        assert ls[1].get('rz') and ls[2].get('mask')
+        net = Q8Net(m, os.path.join(d, 'weights.wof'))
+        L0, L2 = net.layers[0], net.layers[2]
+        xs = [net.quantize_input(v.tolist()) for v in x[:12]]
+        before = []
+        for xq in xs:
+            net.forward(xq)
+            before.append((_deq(L0, L0.forward(xq)), _deq(L2, L2.forward(net.t[L2.d['in'][0]])),
+                           _deq(net.layers[-1])))
+        top = (127 - L0.zy) * L0.d['sy']
+        net.rr.e[0] += 1
+        net.rr._scale(0, 1, 1)
+        grew = 0
+        for xq, (y0, u0, z0) in zip(xs, before):
+            net.forward(xq)
+            y1 = _deq(L0, L0.forward(xq))
+            at = y0 >= top - 1e-9
+            assert np.abs(y1 - y0)[~at].max(initial=0) <= L0.d['sy'] + 1e-9
+            grew += int((y1[at] > top + L0.d['sy']).sum())
+            if headroom > 1:
+                u1 = _deq(L2, L2.forward(net.t[L2.d['in'][0]]))
+                # each input of the upper conv off by at most 1.5 steps of the lower
+                # conv's first scale (half a step before, half a doubled one after):
+                # the upper's outputs by its weights' L1 norm times that, and a step
+                w = np.frombuffer(bytes(L2.w), np.int8).reshape(6, -1) * np.asarray(L2.d['sw'])[:, None]
+                tol = np.abs(w).sum(1).max() * 1.5 * L0.d['sy'] / 2 + L2.d['sy']
+                assert np.abs(u1 - u0).max() <= tol, (np.abs(u1 - u0).max(), tol)
+                assert np.abs(_deq(net.layers[-1]) - z0).max() <= 3 * net.sy
+        assert (grew > 0) == (headroom < 1)
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
-@pytest.mark.parametrize('pool', [True, False])
+@pytest.mark.parametrize('pool', [True, False, 'rsz'])
 def test_a_mean_range_doubles_on_micropython_as_on_the_host_and_exports(tmp_path, monkeypatch,
                                                                          pool):
     """The conv's range (the MEAN reads it, through a pool or directly: then the conv
     keeps a mask of its output) and the MEAN's double while the model trains,
-    on unix MicroPython as on the host: the same trained.wof, exponents and log; export
+    on unix MicroPython as on the host: the same trained.wof, exponents and log (pool
+    'rsz': the conv under a resize and the one above it double too); export
     --quantized writes the doubled scales: TFLite Micro's logits are the board's."""
     pytest.importorskip('tflite_micro')
     from q8cases import assert_exported_logits_as_board
     path, d, x = _gap_dir(tmp_path, monkeypatch, pool=pool)
     no_keep_best(d)
     outs = board_and_host_runs(d, 'trained.wof.q8s', lambda f: json.loads(f.read()))
-    assert outs[0] == outs[1]
+    _same_runs(outs)
     assert min(outs[0][1][:2]) > 0, outs[0][1]      # (the conv's, read by the MEAN; the MEAN's)
+    assert pool != 'rsz' or min(outs[0][1][:3]) > 0, outs[0][1]    # (and the upper conv's)
     run = d + 'mp'
     m = json.loads(open(os.path.join(run, 'q8.json')).read())
     net = Q8Net(m, os.path.join(run, 'weights.wof'))
