@@ -1185,6 +1185,28 @@ def test_auto_says_when_the_proxy_cannot_rank_its_choice(tmp_path, data, monkeyp
     assert 'uncertain' not in s and not any('cannot rank' in str(x) for x in lines)
 
 
+def _auto_on(tmp_path, data, monkeypatch, score, log=lambda *a: None):
+    """prepare --select auto on the CNN with each trial's score given (no trial trains):
+    the summary's 'select'."""
+    from host_tools.prepare import select as sl
+    monkeypatch.setattr(sl.Trials, 'score', score)
+    monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+    return prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                   budget='300K', log=log, **SETTINGS)['select']
+
+
+def _last_suffixes(sl):
+    """The CNN's last:N configurations (N = 1, 2, ...; each with the classifier) and the
+    one just past the SUFFIXES best screened."""
+    g = read_model(CNN)
+    cands = layers(g)
+    cls = sl.classifier(g, cands)
+    before = [c for c in cands if c[0] < cls]
+    assert len(before) > sl.SUFFIXES
+    suf = [{**{i: 0 for i, _ in before[-k:]}, cls: 0} for k in range(1, len(before) + 1)]
+    return suf, suf[sl.SUFFIXES]
+
+
 def test_last_layers_a_screening_fold_drops_are_screened_on_a_second(tmp_path, data, monkeypatch):
     """Issue 28 (the held-out Keras digits net on noisy digits: last:6, the best on 10
     folds, scored 2.2 binomial standard errors of one fold under the leaders on its
@@ -1192,12 +1214,7 @@ def test_last_layers_a_screening_fold_drops_are_screened_on_a_second(tmp_path, d
     of the best is screened on a second fold and ranked on both; it is verified and trains
     when it is the best; far under (the first fold beyond RESCREEN_Z), it is not."""
     from host_tools.prepare import select as sl
-    g = read_model(CNN)
-    cands = layers(g)
-    cls = sl.classifier(g, cands)
-    before = [c for c in cands if c[0] < cls]
-    suf = [{**{i: 0 for i, _ in before[-k:]}, cls: 0} for k in range(1, len(before) + 1)]
-    late = suf[sl.SUFFIXES]
+    suf, late = _last_suffixes(sl)
     chosen, n_val = {}, []
 
     def noise(self):
@@ -1210,11 +1227,8 @@ def test_last_layers_a_screening_fold_drops_are_screened_on_a_second(tmp_path, d
             if ranks in suf:
                 return 0.8 - 0.001 * suf.index(ranks)
             return 0.5
-        monkeypatch.setattr(sl.Trials, 'score', score)
-        monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
-        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
-                    budget='300K', log=lambda *a: None, **SETTINGS)
-        chosen[z] = {int(i): r for i, r in s['select']['ranks'].items()}
+        s = _auto_on(tmp_path, data, monkeypatch, score)
+        chosen[z] = {int(i): r for i, r in s['ranks'].items()}
     assert 2.2 > sl.SCREEN_Z and n_val
     assert chosen[2.2] == {i: 'all' for i in late}, chosen
     assert chosen[sl.RESCREEN_Z + 1] != chosen[2.2], chosen
@@ -1237,11 +1251,8 @@ def test_when_the_proxy_cannot_rank_the_fewest_parameters_train(tmp_path, data, 
             if ranks in (small, every):
                 return 0.52 + 0.001 * (ranks == every) + swing * (0, 2, -2, 1, -1)[fold % 5]
             return 0.5 if ranks == {cls: 0} else 0.1
-        monkeypatch.setattr(sl.Trials, 'score', score)
-        monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
         lines = []
-        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
-                    budget='300K', log=lines.append, **SETTINGS)['select']
+        s = _auto_on(tmp_path, data, monkeypatch, score, lines.append)
         chosen[swing] = {int(i) for i in s['ranks']}
         assert ('uncertain' in s) == (swing > 0)
         assert any('fewest parameters' in str(x) for x in lines) == (swing > 0)
@@ -1265,11 +1276,7 @@ def test_the_tie_widens_with_the_measured_noise_of_the_difference(tmp_path, data
             if ranks == every:      # 0.01 under but_first on average, +-swing a fold
                 return 0.89 + swing * (0, 1, -1, 2, -2)[fold % 5]
             return 0.9 if ranks == but_first else 0.5
-        monkeypatch.setattr(sl.Trials, 'score', score)
-        monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
-        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
-                    budget='300K', log=lambda *a: None, **SETTINGS)
-        chosen[swing] = {int(i) for i in s['select']['ranks']}
+        chosen[swing] = {int(i) for i in _auto_on(tmp_path, data, monkeypatch, score)['ranks']}
     assert chosen[0.0] == set(but_first) and chosen[0.1] == set(every), chosen
 
 
@@ -1280,13 +1287,7 @@ def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data,
     n_val samples) is verified too, beyond the best SUFFIXES, and trains when it is the
     best on the folds; far under, it is not tried again."""
     from host_tools.prepare import select as sl
-    g = read_model(CNN)
-    cands = layers(g)
-    cls = sl.classifier(g, cands)
-    before = [c for c in cands if c[0] < cls]
-    assert len(before) > sl.SUFFIXES
-    suf = [{**{i: 0 for i, _ in before[-k:]}, cls: 0} for k in range(1, len(before) + 1)]
-    late = suf[sl.SUFFIXES]          # the 4th best on the screening fold
+    suf, late = _last_suffixes(sl)   # late: the 4th best on the screening fold
     chosen = {}
     for under in (0.01, 0.5):
         def score(self, ranks, fold=0):
@@ -1295,10 +1296,7 @@ def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data,
             if ranks in suf:
                 return 0.8 - 0.001 * suf.index(ranks)
             return 0.5
-        monkeypatch.setattr(sl.Trials, 'score', score)
-        monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
-        s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
-                    budget='300K', log=lambda *a: None, **SETTINGS)
-        chosen[under] = {int(i): r for i, r in s['select']['ranks'].items()}
+        s = _auto_on(tmp_path, data, monkeypatch, score)
+        chosen[under] = {int(i): r for i, r in s['ranks'].items()}
     assert chosen[0.01] == {i: 'all' for i in late}, chosen
     assert chosen[0.5] != chosen[0.01], chosen
