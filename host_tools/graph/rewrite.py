@@ -1007,6 +1007,16 @@ def _runs(idx):
     return runs
 
 
+def _slice_op(g: Graph, x: int, y: int, name: str, begin, end, strides, src,
+              shrink: int = 0) -> Operator:
+    """A STRIDED_SLICE of x into y, its begin / end / strides constant int32 tensors named
+    name + '_begin' ... (gathers_to_slices, splits_to_slices)."""
+    ins = [x] + [new_tensor(g, name + f'_{w}', [len(v)], np.int32(v))
+                 for w, v in (('begin', begin), ('end', end), ('strides', strides))]
+    return Operator(-1, OP_CODES['STRIDED_SLICE'], 'STRIDED_SLICE', ins, [y],
+                    {'shrink_axis_mask': shrink} if shrink else {}, src=src)
+
+
 def gathers_to_slices(g: Graph) -> int:
     """GATHER of an activation by constant indices along an axis (keras.ops.take /
     tf.gather(x, [0, 2], axis=2): picking channels or steps) -> a STRIDED_SLICE per run of
@@ -1037,11 +1047,8 @@ def gathers_to_slices(g: Graph) -> int:
             shape[a] = len(range(b0, e0, st))
             out = y if ids.ndim == 0 or len(_runs(flat)) == 1 else \
                 new_tensor(g, name + f'/take{j}', shape, like=y)
-            ins = [x] + [new_tensor(g, name + f'/take{j}_{w}', [len(X)], np.int32(v))
-                         for w, v in (('begin', b), ('end', e), ('strides', s))]
-            made.append(Operator(-1, OP_CODES['STRIDED_SLICE'], 'STRIDED_SLICE', ins, [out],
-                                 {'shrink_axis_mask': (1 << a) if ids.ndim == 0 else 0},
-                                 src=op.src))
+            made.append(_slice_op(g, x, out, name + f'/take{j}', b, e, s, op.src,
+                                  (1 << a) if ids.ndim == 0 else 0))
             parts.append(out)
         if len(parts) > 1:
             made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [y],
@@ -1073,10 +1080,8 @@ def splits_to_slices(g: Graph) -> int:
             b, e = [0] * len(X), list(X)
             b[a], e[a] = at, at + n
             at += n
-            ins = [x] + [new_tensor(g, g.tensors[y].name + f'/piece_{w}', [len(X)], np.int32(v))
-                         for w, v in (('begin', b), ('end', e), ('strides', [1] * len(X)))]
-            made.append(Operator(-1, OP_CODES['STRIDED_SLICE'], 'STRIDED_SLICE', ins, [y], {},
-                                 src=op.src))
+            made.append(_slice_op(g, x, y, g.tensors[y].name + '/piece', b, e, [1] * len(X),
+                                  op.src))
         if at != X[a]:
             continue
         replace_op(g, op, made)
