@@ -664,7 +664,15 @@ def op_refusal(g: Graph, train='none'):
         layers(rewritten(g), train)
     except ValueError as e:
         m = re.search(r'op \d+ \(\w+\) is not supported by int8 training', str(e))
-        return m.group(0) if m else None
+        if m:
+            return m.group(0)
+        # a refusal of an op's form that says the float path trains it (a MEAN over the
+        # channels, a SOFTMAX at another scale, ...): that advice said once, by the caller
+        why = str(e)
+        why = why[len(g.path) + 2:] if why.startswith(f'{g.path}: ') else why
+        why = re.sub(r'[;,]? *(or )?\(?(int8 training; )?prepare --dequantize trains it in '
+                     r'float(32)?\)?', '', why)
+        return why if 'dequantize' in str(e) else None
     return frozen_named(g, train)
 
 
@@ -3012,7 +3020,7 @@ def refusal(g: Graph, model_path, why: str, train) -> str:
     """An int8 path refusal: the model's file named once, and --dequantize when the float
     path trains the model."""
     msg = why if why.startswith(f'{g.path}: ') else f'{model_path}: {why}'
-    if float_takes(g, train):
+    if float_takes(g, train) and '--dequantize' not in msg:
         msg += '; --dequantize trains it in float32 (export --quantized writes it back as int8)'
     return msg
 
