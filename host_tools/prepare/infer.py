@@ -490,6 +490,7 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
         x, y = x[:limit], y[:limit]
     _judged(data, x, y)
     transposed = False
+    x = _prepared_ids(data, x, shape)
     back = _prepared_layout(model, data, shape)
     if back is not None:        # a run's test.ds, for the model it was prepared from
         x, transposed = back(np.asarray(x)), 'the run\'s samples laid out back in the model\'s order'
@@ -522,6 +523,25 @@ def _scored(data, out, y, metric):
         if str(e).startswith(os.fspath(data)):
             raise
         raise InferError(f'{data}: {e}') from None
+
+
+def _prepared_ids(data, x, shape):
+    """Samples x of a .ds that prepare wrote for an int8 embedding of more than 256 rows
+    (q8.json beside it: 'ib' 2, each id two bytes, low first, as utrain.q8emb reads
+    them) as the ids a model takes, else x as it is (it had been refused: '20 values per
+    sample, the model input takes 10')."""
+    import json
+    if not os.fspath(data).lower().endswith('.ds') or shape is None:
+        return x
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(data)), 'q8.json')) as f:
+            two = any(d.get('ib') == 2 for d in json.load(f)['layers'])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return x
+    x = np.asarray(x)
+    if not two or x.ndim != 2 or x.shape[1] != 2 * int(np.prod(shape[1:])):
+        return x
+    return x[:, 0::2] + 256 * x[:, 1::2]
 
 
 def _prepared_layout(model, data, shape):
