@@ -79,6 +79,43 @@ def _requantize_fixed(og: Graph) -> None:
     _renumber(og)
 
 
+ELEMENTWISE = ('ADD', 'SUB', 'MUL')     # by a constant: int8 constants (utrain.q8bin)
+
+
+def _constants(g: Graph) -> tuple[set, set, set]:
+    """The tensors of float graph g that int8_graph types other than as activations,
+    weights and biases: (constants an activation is added to, subtracted from or
+    multiplied by (a Keras Normalization layer's SUB of the mean, MUL by 1 / std, at the
+    input or mid-network), float tables a GATHER reads rows of (an Embedding), the ids it
+    reads them by (the model input, float ids: rewrite.embedding_gathers, done on g here)
+    and tensors no op uses any more)."""
+    from ..graph.rewrite import embedding_gathers
+    embedding_gathers(g)        # (the ids' CAST and SELECT_V2 go: the GATHER reads the input)
+    consts, tables, ids = set(), set(), set()
+    used = {k for op in g.ops for k in (*op.inputs, *op.outputs)}
+    ids.update(t.index for t in g.tensors if t.data is None and t.index not in used)
+    for op in g.ops:
+        ts = [g.tensors[k] for k in op.inputs]
+        if op.name in ELEMENTWISE and len(ts) == 2 and (ts[0].data is None) != (ts[1].data is None):
+            consts.update(t.index for t in ts if t.data is not None and t.dtype == 'float32')
+        elif op.name == 'GATHER' and len(ts) >= 2 and ts[0].data is not None and \
+                ts[0].dtype == 'float32' and ts[1].data is None:
+            tables.add(ts[0].index)
+            ids.add(ts[1].index)
+    return consts, tables, ids
+
+
+def quantize_constant(a, q: dict) -> np.ndarray:
+    """Float constant a as int8 at one asymmetric scale over its range and 0, as TFLite's
+    converter writes an elementwise op's constant; q (its quant) is set."""
+    a = np.asarray(a, np.float64)
+    lo, hi = min(0.0, float(a.min())), max(0.0, float(a.max()))
+    s = (hi - lo) / 255 or 1.0
+    z = int(min(127, max(-128, round(-128 - lo / s))))
+    q.update(scale=[float(np.float32(s))], zero_point=[z])
+    return np.clip(np.round(a / np.float32(s)) + z, -128, 127).astype(np.int8)
+
+
 def int8_graph(g: Graph) -> tuple[Graph, dict]:
     """A copy of float graph g typed as an int8 model, its scales still to be set
     (exportcheck.recalibrate): activations int8 with one scale, weights of CONV_2D /
@@ -89,6 +126,7 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
     og = copy.deepcopy(g)
     trained = {}
     weights = {}
+    consts, tables, ids = _constants(og)
     for op in og.ops:
         if op.name in WEIGHTED and len(op.inputs) > 1:
             weights[op.inputs[1]] = (op, WEIGHTED[op.name])
@@ -96,6 +134,17 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
             if len(op.inputs) > bp and op.inputs[bp] >= 0:
                 weights[op.inputs[bp]] = (op, None)
     for t in og.tensors:
+        if t.index in ids:
+            continue                    # (an Embedding's ids: int32, read as ids)
+        if t.index in consts:           # (a Normalization's mean and 1 / std)
+            t.dtype, t.quant = 'int8', {'scale': [1.0], 'zero_point': [0]}
+            t.data = quantize_constant(t.data, t.quant)
+            continue
+        if t.index in tables:           # (its scale: its output's, recalibrate's)
+            trained[t.name] = np.asarray(t.data, np.float32)
+            t.dtype, t.quant = 'int8', {'scale': [1.0], 'zero_point': [0]}
+            t.data = np.zeros(t.shape, np.int8)
+            continue
         if t.dtype != 'float32':
             if t.data is None:
                 raise ValueError(f'tensor {t.name!r} is {t.dtype}: int8 from float takes float32 '
@@ -348,12 +397,14 @@ def choose(int8, model_path, board, backend, data, s, cache):
                   + '; the int8 path runs its loops in viper or assembler kernels')
 
 
-def dequantized(int8_path, wof_path, train, n, numbers=None, output=None) -> dict:
-    """{tensor index: float32 array} of the trained int8 weights and biases in wof_path,
+def dequantized(int8_path, wof_path, train, n, numbers=None, output=None, biases=None) -> dict:
+    """{tensor index: float32 array} of the trained int8 weights, biases and embedding
+    tables in wof_path,
     dequantized with the scales of the run's int8 model int8_path: the first n tensors
     (its float graph's) bear the same indices.  numbers: prepare.json's (op_numbers,
     file_ops) of the run (quant.numbered).  output: of a model with several outputs, the
-    trained one's place (prepare.json's)."""
+    trained one's place (prepare.json's).  biases: a dict given the trained zero biases
+    the int8 path gave layers without one (quant.zero_bias), {weight tensor index: float32}."""
     from . import quant
     from ..graph.rewrite import choose_output
     from ..plan.runplan import one_input_output
@@ -365,14 +416,19 @@ def dequantized(int8_path, wof_path, train, n, numbers=None, output=None) -> dic
     out = {}
     got = quant.read_q8_wof(wof_path, g8, m)
     quant.tconved(g8, m, wof_path)          # (TRANSPOSE_CONV weights: trained.wof.q8c)
+    quant.embedded(g8, m, wof_path)         # (embedding tables: trained.wof.q8e)
     got.update({k: g8.tensors[k].data for d in m['layers'] if d.get('xt') for k in (d['xw'], d['xb'])})
+    got.update({d['et']: g8.tensors[d['et']].data for d in m['layers'] if d.get('eg')})
     for k, a in got.items():
-        if k >= n:
-            continue                    # a zero bias the float model has no tensor for
         t = g8.tensors[k]
+        if k >= n and not (biases is not None and t.name.endswith('/zero_bias')):
+            continue                    # (a tensor the float model has no place for)
         s = np.asarray(t.quant['scale'], np.float64)
+        z = np.asarray(t.quant.get('zero_point') or [0], np.float64)    # (a table's: its output's)
         ax = int(t.quant.get('quantized_dimension', 0))
         if s.size > 1:
-            s = s.reshape([-1 if i == ax else 1 for i in range(a.ndim)])
-        out[k] = (a.astype(np.float64) * s).astype(np.float32)
+            s, z = (v.reshape([-1 if i == ax else 1 for i in range(a.ndim)]) for v in (s, z))
+        out[k] = ((a.astype(np.float64) - z) * s).astype(np.float32)
+        if k >= n:      # (the weight's: the ops that read it have no bias in the float model)
+            biases[next(op.inputs[1] for op in g8.ops if k in op.inputs[2:])] = out.pop(k)
     return out

@@ -94,7 +94,38 @@ def _tflm(path):
     except ImportError:
         raise InferError(f'{path}: an int8 model runs on the host under TFLite Micro: pip install '
                          'tflite-micro (the version in requirements.txt)') from None
-    return runtime.Interpreter.from_file(os.fspath(path))
+    return _tflm_named(runtime.Interpreter.from_file, os.fspath(path))
+
+
+def _tflm_named(fn, *a):
+    """fn(*a), which calls TFLite Micro; where that fails, an InferError naming the op
+    TFLite Micro's log names (on the process's stderr only, read here): an op it has no
+    kernel for (GELU), or the node whose kernel failed (an int8 SQRT, and why)."""
+    import re
+    import tempfile
+    with tempfile.TemporaryFile() as err:
+        fd = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            return fn(*a)
+        except RuntimeError as e:
+            os.dup2(fd, 2)
+            err.seek(0)
+            said = err.read().decode(errors='replace').splitlines()
+            ops = sorted({m.group(1) for v in said for m in [re.search(
+                r"find op for builtin opcode '(\w+)'", v)] if m})
+            if ops:
+                raise InferError(f'TFLite Micro has no kernel for {", ".join(ops)} ({e})') from None
+            for i, v in enumerate(said):
+                m = re.search(r'Node (\w+) \(number (\d+)\) failed to (\w+)', v)
+                if m:
+                    why = f': {said[i - 1].strip()}' if i else ''
+                    raise InferError(f"TFLite Micro's {m.group(1)} kernel failed to "
+                                     f'{m.group(3)}{why}') from None
+            raise
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
 
 
 def _as_input(t, v):
@@ -133,20 +164,26 @@ def _tflm_folded(path, g, probe):
     int8 Keras Embedding's int32 SELECT_V2 or UpSampling2D's TILE, and its
     SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND around a dilated convolution give other values
     than TensorFlow's, NaN on a float file), else on the file as it is."""
-    h = _shapes_folded(g)
+    h, first = _shapes_folded(g), None
     if h is not None:
         import tempfile
         from ..graph.rewrite import save_graph
         keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
         try:
             run = tflm_predictor(save_graph(h, os.path.join(keep.name, 'model.tflite')), h)
-            run(probe)
+            _tflm_named(run, probe)
             run.keep = keep
             return run
-        except Exception:   # noqa: B902 - TFLite Micro's own types: the file as it is
+        except Exception as e:  # noqa: B902 - TFLite Micro's own types: the file as it is
             keep.cleanup()
-    run = tflm_predictor(path, g)
-    run(probe)
+            first = e if isinstance(e, InferError) else None
+    try:
+        run = tflm_predictor(path, g)
+        _tflm_named(run, probe)
+    except Exception:   # noqa: B902 - the folded graph's missing kernel is the one that
+        if first:       # counts (the file's shape ops, REDUCE_PROD, fold away)
+            raise first from None
+        raise
     return run
 
 
@@ -453,6 +490,7 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
         x, y = x[:limit], y[:limit]
     _judged(data, x, y)
     transposed = False
+    x = _prepared_ids(data, x, shape)
     back = _prepared_layout(model, data, shape)
     if back is not None:        # a run's test.ds, for the model it was prepared from
         x, transposed = back(np.asarray(x)), 'the run\'s samples laid out back in the model\'s order'
@@ -485,6 +523,25 @@ def _scored(data, out, y, metric):
         if str(e).startswith(os.fspath(data)):
             raise
         raise InferError(f'{data}: {e}') from None
+
+
+def _prepared_ids(data, x, shape):
+    """Samples x of a .ds that prepare wrote for an int8 embedding of more than 256 rows
+    (q8.json beside it: 'ib' 2, each id two bytes, low first, as utrain.q8emb reads
+    them) as the ids a model takes, else x as it is (it had been refused: '20 values per
+    sample, the model input takes 10')."""
+    import json
+    if not os.fspath(data).lower().endswith('.ds') or shape is None:
+        return x
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(data)), 'q8.json')) as f:
+            two = any(d.get('ib') == 2 for d in json.load(f)['layers'])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return x
+    x = np.asarray(x)
+    if not two or x.ndim != 2 or x.shape[1] != 2 * int(np.prod(shape[1:])):
+        return x
+    return x[:, 0::2] + 256 * x[:, 1::2]
 
 
 def _prepared_layout(model, data, shape):

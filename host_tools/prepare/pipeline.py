@@ -1067,13 +1067,13 @@ def file_weights(g, w):
     return rw.unscale_input(g, rw.join_groups(g, w)[0])[0]
 
 
-def write_trained(base, out_path, g, w, identifier, ints=None):
+def write_trained(base, out_path, g, w, identifier, ints=None, grown=False):
     """out_path: model file base (read as g) with the trained weights w {tensor index:
     array}; where prepare split a grouped convolution (rewrite.split_groups) the groups
     are joined again into the file's grouped CONV_2D (rewrite.join_groups), an input
     scale is folded back (rewrite.unscale_input), and an embedding's ids made ints again (rewrite.embedding_ids_back; ints: the original
-    file's integer inputs {name: dtype}), and the graph is written anew, else base's
-    bytes are kept but for the weights."""
+    file's integer inputs {name: dtype}), and the graph is written anew (grown: g has
+    tensors base has not), else base's bytes are kept but for the weights."""
     from ..formats.circle_io import write_with_weights
     w, joined = rw.join_groups(g, w)
     w, scaled = rw.unscale_input(g, w)
@@ -1081,7 +1081,7 @@ def write_trained(base, out_path, g, w, identifier, ints=None):
     # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
     # negative-id SELECT_V2): a float id no runtime gathers by
     joined += rw.embedding_ids_back(g, ints)
-    if not (joined or scaled):
+    if not (joined or scaled or grown):
         write_with_weights(base, out_path, w, identifier)
         return
     for k, arr in w.items():
@@ -1113,9 +1113,18 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
                 'clipped': 0, 'int8': True, 'notes': []}
     base = os.path.join(run_dir, ff['float_model']) if ff.get('float_model') else model_path
     g = read_model(base)
+    biases = {}
     w = fromfloat.dequantized(os.path.join(run_dir, ff['int8_model']), wof_path, train,
-                              len(g.tensors), numbers, output)
-    write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier))
+                              len(g.tensors), numbers, output, biases)
+    for k, b in biases.items():     # (a layer without a bias trained one: it goes in)
+        for op in g.ops:
+            bp = fromfloat.POSITIONS.get(op.name, (0, 1, 2))[2]
+            if op.name in fromfloat.WEIGHTED and op.inputs[1] == k and (
+                    len(op.inputs) <= bp or op.inputs[bp] < 0):
+                j = rw.new_tensor(g, g.tensors[k].name + '/bias', b.shape, data=b)
+                op.inputs[bp:] = [j]
+                w[j] = b
+    write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), grown=bool(biases))
     return {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True,
             'notes': []}
 

@@ -268,11 +268,27 @@ def test_int8_op_without_tflm_kernel_scored_dequantized(tmp_path):
     src, forward = build_int8_sqrt(tmp_path / 'sq.tflite')
     run, runtime, _ = predictor(src)
     assert 'dequantized' in runtime and 'TFLite Micro cannot run it' in runtime, runtime
+    # (the op and why, from TFLite Micro's log, which it writes to stderr only)
+    assert "SQRT kernel failed to invoke" in runtime and 'INT8' in runtime, runtime
     x = np.random.default_rng(1).uniform(-2, 2, (6, 6))
     xq = np.clip(np.round(x / 0.05), -128, 127) * 0.05      # (the input's int8 grid)
     ref = forward(xq)
     assert np.abs(ref).max() > 0.1
     np.testing.assert_allclose(run(xq.astype(np.float32)), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_int8_gelu_scored_dequantized_names_gelu(tmp_path):
+    """An int8 file with GELU (TFLite Micro has no GELU kernel) is scored dequantized, as
+    `prepare --dequantize` trains it; what it said was 'TFLM failed to allocate tensors'
+    (the op named on stderr only): it names GELU.  The score: the dequantized graph's
+    numpy forward."""
+    from host_tools.prepare.infer import predictor
+    src, forward, _ = build_int8_unary(str(tmp_path / 'gelu.tflite'), 'GELU')
+    run, runtime, _ = predictor(src)
+    assert 'dequantized' in runtime and 'TFLite Micro has no kernel for GELU' in runtime, runtime
+    x = np.clip(np.round(np.random.default_rng(2).uniform(-3, 3, (6, 6)) / 0.05), -128, 127) * 0.05
+    np.testing.assert_allclose(run(x.astype(np.float32)), [forward(v) for v in x], rtol=2e-3,
+                               atol=2e-3)
 
 
 def build_conv1d_nlc(path, seed=0, L=10, C=3, F=4, O=3):

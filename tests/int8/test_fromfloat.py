@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
-from repo import ROOT, no_keep_best
-from kerasgraphs import build_keras_shapes
+from repo import ROOT, board_and_host_runs, no_keep_best
+from kerasgraphs import build_keras_shapes, build_keras_normalized, build_keras_float_embedding
 from host_tools.prepare import fromfloat
 from host_tools.target import runner
 from host_tools.formats.circle_io import read_model
@@ -352,3 +352,85 @@ def test_prepares_own_int8_choice_over_the_budget_trains_in_float32(tmp_path):
         prepare(MLP, str(tmp_path / 'c'), data=data, epochs=1, board='esp32-psram',
                 budget='%dK' % (hf // 2048), log=lambda *a: None, **KW)
     assert not os.path.exists(tmp_path / 'c' / 'train.json')
+
+
+def _scce(logits, y):
+    z = logits - logits.max(1, keepdims=True)
+    return float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(len(y)), y]))
+
+
+def _normalized_or_embedding(tmp_path, kind, bias, n=96):
+    """A float model the test builds, Keras's Normalization at the input and mid-network
+    ('norm') or an Embedding ('emb'), with or without biases, and its data (labels a
+    teacher's: learnable).  Returns (path, numpy forward: logits, data path, x, y)."""
+    r = np.random.default_rng(5)
+    if kind == 'norm':
+        src, forward, make_x = build_keras_normalized(tmp_path / 'n.tflite', bias=bias)
+        x = make_x(n)
+        t = r.standard_normal((3, x.shape[1]))
+        y = ((x - x.mean(0)) / x.std(0) @ t.T).argmax(1)
+    else:
+        src, E, forward = build_keras_float_embedding(tmp_path / 'e.tflite', bias=bias)
+        x = r.integers(0, len(E), (n, 5)).astype(np.float32)
+        y = np.minimum((x < 3).sum(1), 2)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    return src, forward, str(tmp_path / 'd.npz'), x, y
+
+
+@pytest.mark.parametrize('kind,bias', [('norm', True), ('norm', False), ('emb', True), ('emb', False)])
+def test_normalization_and_embedding_of_a_float_model_train_as_int8(tmp_path, kind, bias):
+    """prepare --int8 had refused a float Keras model with a Normalization layer ("constant
+    ... is not the weight or bias of a FULLY_CONNECTED ...") or an Embedding (its table):
+    a Normalization's mean and 1 / std (SUB, MUL by constants, at the input and
+    mid-network) become int8 constants as TFLite's converter writes them, frozen as in
+    Keras; an Embedding's table trains as the int8 embedding (q8.json's eg).  Its epoch-0
+    test loss is the float model's (numpy), it learns, and export writes the trained
+    model in float32 again, the normalization's constants the file's."""
+    from host_tools.files.dataset import split
+    from host_tools.prepare.infer import evaluate
+    src, forward, data, x, y = _normalized_or_embedding(tmp_path, kind, bias)
+    o = str(tmp_path / 'q')
+    s = prepare(src, o, data=data, test_split=0.25, epochs=3, int8=True, from_logits=True,
+                train='all', log=lambda *a: None, **dict(KW, lr=0.02))
+    assert s['int8']
+    no_keep_best(o)
+    g8, gf = read_model(os.path.join(o, fromfloat.INT8_MODEL)), read_model(src)
+    m = json.load(open(os.path.join(o, 'q8.json')))
+    if kind == 'norm':
+        for op in (op for op in g8.ops if op.name in ('SUB', 'MUL')):
+            c = g8.tensors[op.inputs[1]]
+            sc, z = c.quant['scale'][0], c.quant['zero_point'][0]
+            assert c.dtype == 'int8' and np.abs((c.data.astype(int) - z) * sc - gf.tensors[op.inputs[1]].data
+                                                ).max() <= sc / 2 + 1e-6
+    else:
+        assert any(d.get('eg') for d in m['layers']), m['layers']
+    code, out = runner.run(o, python=True, stream=False)
+    assert code == 0, out
+    rows = [v.split(',') for v in open(os.path.join(o, 'train.log')).read().split()[1:]]
+    te = split(len(x), 0.25, 0)[1]
+    ref = _scce(forward(x[te].astype(np.float64)), y[te])
+    assert abs(float(rows[0][3]) - ref) < 0.03 + 0.03 * ref, (rows[0], ref)
+    assert float(rows[-1][3]) < 0.8 * float(rows[0][3]), rows
+    export(src, os.path.join(o, 'trained.wof'), str(tmp_path / 'out.tflite'))
+    ge = read_model(str(tmp_path / 'out.tflite'))
+    for op, oe in zip(gf.ops, ge.ops):
+        if op.name in ('SUB', 'MUL'):       # (frozen, as Keras's Normalization)
+            assert np.array_equal(ge.tensors[oe.inputs[1]].data, gf.tensors[op.inputs[1]].data)
+    np.savez(tmp_path / 't.npz', x=x[te], y=y[te])
+    got = evaluate(str(tmp_path / 'out.tflite'), str(tmp_path / 't.npz'))['loss']
+    assert abs(got - float(rows[-1][3])) < 0.03 + 0.03 * got, (got, rows[-1])
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+@pytest.mark.parametrize('kind', ['norm', 'emb'])
+def test_normalization_and_embedding_as_int8_train_on_micropython_as_on_the_host(tmp_path, kind):
+    """The two of test_normalization_and_embedding_of_a_float_model_train_as_int8 on unix
+    MicroPython and on the host: the same trained bytes, the same log."""
+    src, _, data, _, _ = _normalized_or_embedding(tmp_path, kind, True, n=40)
+    o = str(tmp_path / 'q')
+    prepare(src, o, data=data, test_split=0.25, epochs=2, int8=True, from_logits=True,
+            train='all', log=lambda *a: None, **dict(KW, lr=0.02))
+    (wa, _, la), (wb, _, lb) = board_and_host_runs(o, 'trained.wof')
+    assert wa == wb and len(la) == len(lb) == 4, (la, lb)
+    for ra, rb in zip(la, lb):      # (a 32-bit board's formatter: a digit off at most)
+        assert all(u == v or abs(float(u) - float(v)) <= 1.5e-6 for u, v in zip(ra, rb)), (ra, rb)

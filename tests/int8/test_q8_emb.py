@@ -162,6 +162,25 @@ def test_prepare_says_what_of_it_trains(tmp_path):
                 loss='scce', log=lambda *a: None)
 
 
+def test_evaluate_reads_a_runs_two_byte_ids(tmp_path):
+    """A run's test.ds of a table of more than 256 rows holds each id in two bytes (low
+    first): evaluate of the model on it had refused ('10 values per sample, the model input
+    takes 5'); it scores it as on the same samples' ids (the .npz), TFLite Micro's figures."""
+    from host_tools.files.dataset import split
+    from host_tools.prepare.infer import evaluate
+    path, E, so, zo = build_int8_embedding(tmp_path / 'e.tflite', N=300, seed=2)
+    x = np.random.default_rng(1).integers(0, 300, (24, 5)).astype(np.float32)
+    y = (x[:, 0] > 150).astype(np.int64)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    prepare(path, os.fspath(tmp_path / 'a'), data=os.fspath(tmp_path / 'd.npz'), test_split=0.5,
+            loss='scce', log=lambda *a: None)
+    te = split(len(x), 0.5, 0)[1]
+    np.savez(tmp_path / 't.npz', x=x[te], y=y[te])
+    a = evaluate(path, os.fspath(tmp_path / 'a' / 'test.ds'))
+    b = evaluate(path, os.fspath(tmp_path / 't.npz'))
+    assert a['n'] == b['n'] == 12 and a['hits'] == b['hits'] and a['loss'] == pytest.approx(b['loss'])
+
+
 def _row_grads(net, m, W, ids, label):
     # dL/dE / s_E per table row [N, D] of the dequantized model on one sample (the MEAN
     # over the positions and the FC in float, softmax cross-entropy on the int8 logits)

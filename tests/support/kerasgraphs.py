@@ -1779,3 +1779,69 @@ def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
     b.outputs(o)
     b.save(path)
     return path
+
+
+def build_keras_normalized(path, seed=0, F=5, H=6, O=3, bias=True):
+    """Keras's Normalization layer as TF 2.21 writes it, at the input and mid-network:
+    x -> SUB(mean) -> MUL(1 / std) -> Dense(H, relu) -> SUB(mean_h) -> MUL(1 / std_h)
+    -> Dense(O) (bias: the Dense layers' biases; without, no bias tensor), the
+    constants adapted on the samples make_x gives.  Returns (path, numpy forward:
+    logits, make_x(n, seed): samples far from 0 and 1)."""
+    rng = np.random.default_rng(seed)
+    off, sc = rng.uniform(20, 60, F), rng.uniform(2, 12, F)
+
+    def make_x(n, s=1):
+        return (np.random.default_rng(s).standard_normal((n, F)) * sc + off).astype(np.float32)
+    xs = make_x(400, 99).astype(np.float64)
+    w1, w2 = _rand(rng, H, F), _rand(rng, O, H)
+    b1, b2 = (0.3 * _rand(rng, H), 0.3 * _rand(rng, O)) if bias else (np.zeros(H), np.zeros(O))
+    m1, i1 = xs.mean(0), 1 / xs.std(0)
+    hs = np.maximum((xs - m1) * i1 @ w1.T + b1, 0)
+    m2, i2 = hs.mean(0), 1 / np.maximum(hs.std(0), 1e-3)
+    b = CircleBuilder(identifier=b'TFL3')
+    act = functools.partial(_act, b)
+    x, n1, z1, h, n2, z2, y = (act(n, [1, k]) for n, k in (
+        ('x', F), ('sub', F), ('norm', F), ('h', H), ('hsub', H), ('hnorm', H), ('y', O)))
+    f32 = np.float32
+    b.op('SUB', [x, b.tensor('mean', [F], data=m1.astype(f32))], [n1])
+    b.op('MUL', [n1, b.tensor('inv_std', [F], data=i1.astype(f32))], [z1])
+    bt = (lambda n, v: [b.tensor(n, [len(v)], data=v.astype(f32))]) if bias else (lambda n, v: [-1])
+    b.op('FULLY_CONNECTED', [z1, b.tensor('w1', w1.shape, data=w1)] + bt('b1', b1), [h],
+         fused_activation_function='RELU')
+    b.op('SUB', [h, b.tensor('mean_h', [H], data=m2.astype(f32))], [n2])
+    b.op('MUL', [n2, b.tensor('inv_std_h', [H], data=i2.astype(f32))], [z2])
+    b.op('FULLY_CONNECTED', [z2, b.tensor('w2', w2.shape, data=w2)] + bt('b2', b2), [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs):
+        f = [np.asarray(v, np.float64) for v in (m1.astype(f32), i1.astype(f32), m2.astype(f32),
+                                                   i2.astype(f32))]
+        h = np.maximum((xs - f[0]) * f[1] @ w1.T + b1, 0)
+        return (h - f[2]) * f[3] @ w2.T + b2
+    return os.fspath(path), forward, make_x
+
+
+def build_keras_float_embedding(path, N=9, D=4, L=5, O=3, seed=0, bias=True):
+    """A float Keras Embedding as TF 2.21 writes it: float ids [1, L] -> CAST ->
+    SELECT_V2 (Keras 3's negative ids) -> GATHER of a float table [N, D] -> MEAN over L
+    (GlobalAveragePooling1D) -> Dense(O) (bias: with its bias).  Returns (path, the
+    table, numpy forward of ids: logits)."""
+    r = np.random.default_rng(seed)
+    E, W = _rand(r, N, D), _rand(r, O, D)
+    B = 0.3 * _rand(r, O) if bias else np.zeros(O, np.float32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('ids', [1, L])
+    i = keras_ids(b, x, N, L)
+    g = b.tensor('gathered', [1, L, D])
+    b.op('GATHER', [b.tensor('emb', [N, D], data=E), i], [g], axis=0, batch_dims=0)
+    m = b.tensor('mean', [1, D])
+    b.op('MEAN', [g, b.tensor('axis', [1], data=np.array([1], np.int32))], [m], keep_dims=False)
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [m, b.tensor('w', [O, D], data=W)] + (
+        [b.tensor('b', [O], data=B)] if bias else [-1]), [y], fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+    return os.fspath(path), E, lambda ids: E[np.asarray(ids, int)].mean(1) @ W.T + B
