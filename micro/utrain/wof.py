@@ -6,6 +6,7 @@
 # 'UTCK' + CRC32 of everything before it; onert-micro ignores bytes after the
 # counters, and a checkpoint without the trailer (onert-micro's own) still loads.
 from struct import pack, unpack
+from array import array
 import os
 try:
     from binascii import crc32
@@ -73,30 +74,28 @@ def _table(f, path, n, at, end, sizes):
     b = f.read(4 * n)
     if len(b) != 4 * n:
         raise FormatError('%s: truncated offset table' % path)
-    offs = list(unpack('<%dI' % n, b))
-    spans = []
+    # one array, 4 B a tensor (an int8 net holds it all run), checked in offset order
+    # without a list of span tuples: a 270-tensor model's load made 36 B of them a tensor
+    offs = array('I', b)
+    ks = []
     for k in range(n):
-        o = offs[k]
-        if o == 0xFFFFFFFF:
-            o = offs[k] = 0
-        if not o:
-            continue
-        if sizes[k] is None:
-            raise FormatError('%s: has data for tensor %d, which takes none here' % (path, k))
-        if not (at + 4 * n <= o and o + sizes[k] <= end):
-            raise FormatError('%s: data of tensor %d (%d bytes at offset %d) lies outside [%d, %d)'
-                              % (path, k, sizes[k], o, at + 4 * n, end))
-        spans.append((o, o + sizes[k], k))
-    spans.sort()
+        if offs[k] == 0xFFFFFFFF:
+            offs[k] = 0
+        if offs[k]:
+            if sizes[k] is None:
+                raise FormatError('%s: has data for tensor %d, which takes none here' % (path, k))
+            ks.append(k)
+    ks.sort(key=lambda k: offs[k])
     pos = at + 4 * n
-    for o, e, k in spans:
+    for k in ks:
+        o = offs[k]
         if o != pos:
             raise FormatError('%s: data of tensor %d at offset %d, expected %d: the blocks must '
                               'follow each other without gaps or overlaps' % (path, k, o, pos))
-        pos = e
+        pos += sizes[k]
     if pos != end:
-        raise FormatError('%s: %d bytes after the last data block (offset table corrupt?)'
-                          % (path, end - pos))
+        raise FormatError('%s: the data blocks end at offset %d, the file at %d (truncated, '
+                          'or the offset table corrupt?)' % (path, pos, end))
     return offs
 
 
@@ -148,12 +147,12 @@ def _write_block(f, arrays, n, start):
     # offset table then data, arrays: {tensor index: float array, or the raw bytes of
     # an int8 model's tensor (bytearray of int8, array('i') of int32), or a list of
     # pieces (a tensor partly held in RAM: utrain.q8train)}
-    offs = [0] * n
+    offs = array('I', bytes(4 * n))     # (not a list, its * arguments and their pack)
     pos = start + 4 * n
     for k in sorted(arrays):
         offs[k] = pos
         pos += _nb(arrays[k])
-    f.write(pack('<%dI' % n, *offs))
+    f.write(offs)
     for k in sorted(arrays):
         a = arrays[k]
         if hasattr(a, 'size'):
