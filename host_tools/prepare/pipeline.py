@@ -802,14 +802,14 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
     except (ValueError, PrepareError) as e:
         if int8:
-            why = str(e).replace(model_path + ': ', '')
+            why = quant.without_dequantize(str(e).replace(model_path + ': ', ''))
             if 'without --int8' not in why:
                 why += '; without --int8 it trains in float32'
             raise PrepareError(f'{model_path}: --int8 cannot train it as int8: {why}') from None
         if UNSUPPORTED in str(e):
             return None         # (the float path refuses it too, and says so)
         log(f'{model_path}: trains in float32 (int8 from float does not take it: '
-            f'{str(e).replace(model_path + ": ", "")})')
+            f'{quant.without_dequantize(str(e).replace(model_path + ": ", ""))})')
         return None
     log(f'{model_path}: prepare chose int8 training ({why}): an int8 version calibrated on '
         f'{n} training samples trains on the int8 path (integer forward, QAS updates); '

@@ -670,10 +670,16 @@ def op_refusal(g: Graph, train='none'):
         # channels, a SOFTMAX at another scale, ...): that advice said once, by the caller
         why = str(e)
         why = why[len(g.path) + 2:] if why.startswith(f'{g.path}: ') else why
-        why = re.sub(r'[;,]? *(or )?\(?(int8 training; )?prepare --dequantize trains it in '
-                     r'float(32)?\)?', '', why)
-        return why if 'dequantize' in str(e) else None
+        return without_dequantize(why) if 'dequantize' in why else None
     return frozen_named(g, train)
+
+
+def without_dequantize(why: str) -> str:
+    """Refusal why without its '(prepare --dequantize trains it in float)' advice: for
+    a caller that trains it so itself or says what to do instead (a float model's --int8)."""
+    import re
+    return re.sub(r'[;,]? *(or )?\(?(int8 training; )?prepare --dequantize trains it in '
+                  r'float(32)?\)?', '', why)
 
 
 def frozen_named(g: Graph, train) -> str | None:
