@@ -1263,9 +1263,9 @@ def test_the_tie_widens_with_the_measured_noise_of_the_difference(tmp_path, data
     """Issue 28 (the held-out conv + GRU net on ItalyPowerDemand's 67 days: full
     fine-tuning 0.005 under the choice on the proxy, inside the paired difference's
     noise; it tested 2.9 points over it): a configuration that trains more and scores
-    0.01 under the best mean (beyond TIE) counts as tied when their fold-by-fold
-    difference swings more than that (TIE_Z standard errors), and trains; when it is
-    0.01 under on every fold, the better mean trains."""
+    0.008 under the best mean (beyond TIE, within TIE_MAX) counts as tied when their
+    fold-by-fold difference swings more than that (TIE_Z standard errors), and trains;
+    when it is 0.008 under on every fold, the better mean trains."""
     from host_tools.prepare import select as sl
     cands = layers(read_model(CNN))
     every = {i: 0 for i, _ in cands}
@@ -1273,11 +1273,33 @@ def test_the_tie_widens_with_the_measured_noise_of_the_difference(tmp_path, data
     chosen = {}
     for swing in (0.0, 0.1):
         def score(self, ranks, fold=0):
-            if ranks == every:      # 0.01 under but_first on average, +-swing a fold
-                return 0.89 + swing * (0, 1, -1, 2, -2)[fold % 5]
+            if ranks == every:      # 0.008 under but_first on average, +-swing a fold
+                return 0.892 + swing * (0, 1, -1, 2, -2)[fold % 5]
             return 0.9 if ranks == but_first else 0.5
         chosen[swing] = {int(i) for i in _auto_on(tmp_path, data, monkeypatch, score)['ranks']}
     assert chosen[0.0] == set(but_first) and chosen[0.1] == set(every), chosen
+
+
+def test_the_measured_tie_reaches_at_most_tie_max_under_the_best(tmp_path, data, monkeypatch):
+    """Issue 28 (session 17, held-out cells: OSULeaf on GunPoint at rp2040's defaults,
+    15-31 whole 0.015 under the best mean inside its paired noise, trained as the most
+    parameters and tested 2.7 points under last:5 on 6 seeds; the Keras digits net on
+    inverted digits, 1-7 whole 0.021 under, 3.0 under 2-7): where the gain is certain, a
+    configuration that trains more and swings widely fold by fold is tied only within
+    TIE_MAX of the best mean; 0.02 under, the better mean trains, however wide the swing."""
+    from host_tools.prepare import select as sl
+    cands = layers(read_model(CNN))
+    every = {i: 0 for i, _ in cands}
+    but_first = {i: 0 for i, _ in cands[1:]}
+    assert sl.TIE_MAX < 0.02 < sl.TIE_Z * 0.1
+    chosen = {}
+    for under in (0.008, 0.02):
+        def score(self, ranks, fold=0):
+            if ranks == every:      # `under` the best on average, +-0.1 a fold
+                return 0.9 - under + 0.1 * (0, 1, -1, 2, -2)[fold % 5]
+            return 0.9 if ranks == but_first else 0.5
+        chosen[under] = {int(i) for i in _auto_on(tmp_path, data, monkeypatch, score)['ranks']}
+    assert chosen[0.008] == set(every) and chosen[0.02] == set(but_first), chosen
 
 
 def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data, monkeypatch):
