@@ -12,7 +12,7 @@ from array import array
 import numpy as np
 import pytest
 
-from repo import ROOT, board_and_host_runs, no_keep_best
+from repo import ROOT, assert_same_logs, board_and_host_runs, no_keep_best
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.formats.circle_io import read_model  # noqa: E402
@@ -92,13 +92,10 @@ def test_doubling_a_range_keeps_what_the_net_computes(tmp_path, monkeypatch):
 
 def _same_runs(outs):
     """board_and_host_runs' two runs: the same trained bytes and exponents, the logs'
-    figures to the last printed digit (a 32-bit board prints its float32 values through
-    MicroPython's own formatter, a digit off exact for some: test_fromfloat.py)."""
+    figures to the last printed digit (assert_same_logs)."""
     (wa, ea, a), (wb, eb, b) = outs
-    assert wa == wb and ea == eb and a[0] == b[0] and len(a) == len(b), (ea, eb, a, b)
-    for ra, rb in zip(a[1:], b[1:]):
-        assert len(ra) == len(rb) and all(
-            u == v or (u and v and abs(float(u) - float(v)) <= 1.5e-6) for u, v in zip(ra, rb)), (ra, rb)
+    assert wa == wb and ea == eb, (ea, eb)
+    assert_same_logs(a, b)
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')

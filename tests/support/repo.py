@@ -25,6 +25,17 @@ def no_keep_best(folder):
     set_train(folder, run={'keep_best': False})
 
 
+def assert_same_logs(a, b):
+    """train.log rows a (a board's) and b (the host's, as board_and_host_runs reads them)
+    the same: the header and the row count equal, each figure to the last printed digit (a
+    32-bit board prints its float32 values through MicroPython's own formatter, a digit
+    off exact for some)."""
+    assert a[0] == b[0] and len(a) == len(b), (a, b)
+    for ra, rb in zip(a[1:], b[1:]):
+        assert len(ra) == len(rb) and all(
+            u == v or (u and v and abs(float(u) - float(v)) <= 1.5e-6) for u, v in zip(ra, rb)), (ra, rb)
+
+
 def board_and_host_runs(folder, extra, read=lambda f: f.read()):
     """The prepared folder run on the board (unix MicroPython) and on the host (CPython),
     each on a copy of it: [(trained.wof bytes, the file extra as read(binary file) gives
