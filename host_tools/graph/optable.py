@@ -481,9 +481,36 @@ def _elem_roles(op, g):
     if len(const) != 1:
         return {}
     t = g.tensors[op.inputs[const[0]]]
-    if t.dtype != 'float32' or t.data.size < 2:
+    if t.dtype != 'float32' or t.data.size < 2 or normalization(op, g):
         return {}
     return {const[0]: 'weight' if op.name in ('MUL', 'DIV', 'BATCH_MATMUL') else 'bias'}
+
+
+def _const_operand(op, g) -> int:
+    """The position of op's one float constant operand (a binary op's), or -1."""
+    c = [p for p in (0, 1) if p < len(op.inputs) and op.inputs[p] >= 0
+         and g.tensors[op.inputs[p]].data is not None]
+    return c[0] if len(c) == 1 and len(op.inputs) == 2 and \
+        g.tensors[op.inputs[c[0]]].dtype == 'float32' else -1
+
+
+def normalization(op, g) -> bool:
+    """Is op half of a normalization by statistics: SUB of a constant from an activation
+    (x - mean) whose result some MUL or DIV by a constant scales (1 / std), or that MUL or
+    DIV?  Keras's Normalization layer (and a PyTorch model's (x - mean) / std of buffers)
+    exports so; its mean and variance are not trained there (Keras: trainable=False), so
+    they stay the file's here too, where a folded BatchNorm's MUL and ADD constants, its
+    trained gamma and beta, train."""
+    if op.name == 'SUB':
+        if _const_operand(op, g) != 1:
+            return False
+        y = op.outputs[0]
+        return any(o.name in ('MUL', 'DIV') and y in o.inputs and _const_operand(o, g) >= 0
+                   and o.inputs[_const_operand(o, g)] != y for o in g.ops)
+    if op.name not in ('MUL', 'DIV') or _const_operand(op, g) < 0:
+        return False
+    x = op.inputs[1 - _const_operand(op, g)]
+    return any(o.name == 'SUB' and o.outputs[0] == x and _const_operand(o, g) == 1 for o in g.ops)
 
 
 def _elem_options(op, g):

@@ -618,6 +618,13 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                                       len(source.ops), train))
     for line in missing_biases(model_path, g, p):
         log(line)
+    from ..graph.optable import normalization
+    norm = [source.ops[i].number for i in sorted(chosen) if normalization(source.ops[i], source)]
+    if norm:
+        log(f'{model_path}: ' + ('op %s normalizes' if len(norm) == 1 else 'ops %s normalize')
+            % _span(norm) + ' by constant statistics ((x - mean) x 1 / std, as Keras\'s '
+            'Normalization layer writes it; Keras does not train them): the mean and std stay '
+            'the file\'s')
     if info.get('unshared'):
         log(f'{model_path}: {info["unshared"]} weight or bias tensors several layers read (the '
             'converter keeps one tensor for equal constants, such as zero biases) are copied: each '

@@ -1,0 +1,76 @@
+"""A normalization by constant statistics, (x - mean) * (1 / std) or (x - mean) / std, as
+Keras's Normalization layer (trainable=False there) and a PyTorch model's buffers export
+it, stays the file's under --train all; a folded BatchNorm's MUL and ADD constants (its
+trained gamma and beta) and the layers' weights train.  The float path had trained the
+mean and 1 / std like weights (SGD steps on statistics of inputs in the tens)."""
+import os
+
+import numpy as np
+
+from kerasgraphs import build_keras_normalized
+from host_tools.formats.circle_build import CircleBuilder
+from host_tools.formats.circle_io import read_model
+from host_tools.prepare.pipeline import prepare, export
+from host_tools.target import runner
+
+F32 = np.float32
+
+
+def _sub_div_bn(path, F=4, H=5, O=3, seed=1):
+    """x -> SUB(mean) -> DIV(std) -> MUL(gamma) -> ADD(beta) -> FC(H, relu) -> FC(O): a
+    PyTorch-style normalization of buffers, then a BatchNorm folded as MUL and ADD."""
+    r = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    t = {n: b.tensor(n, [1, k]) for n, k in (('x', F), ('s', F), ('d', F), ('m', F), ('a', F),
+                                            ('h', H), ('y', O))}
+    c = lambda n, v: b.tensor(n, list(v.shape), data=v.astype(F32))     # noqa: E731
+    b.op('SUB', [t['x'], c('mean', r.uniform(5, 9, F))], [t['s']])
+    b.op('DIV', [t['s'], c('std', r.uniform(2, 4, F))], [t['d']])
+    b.op('MUL', [t['d'], c('gamma', r.uniform(0.5, 1.5, F))], [t['m']])
+    b.op('ADD', [t['m'], c('beta', r.uniform(-0.2, 0.2, F))], [t['a']])
+    b.op('FULLY_CONNECTED', [t['a'], c('w1', r.standard_normal((H, F)) * 0.5), c('b1', np.zeros(H))],
+         [t['h']], fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [t['h'], c('w2', r.standard_normal((O, H)) * 0.5), c('b2', np.zeros(O))],
+         [t['y']])
+    b.inputs(t['x'])
+    b.outputs(t['y'])
+    return b.save(os.fspath(path))
+
+
+def _data(tmp_path, x, n_out):
+    y = (x @ np.random.default_rng(2).standard_normal((x.shape[1], n_out))).argmax(1)
+    np.savez(tmp_path / 'd.npz', x=x.astype(F32), y=y)
+    return str(tmp_path / 'd.npz')
+
+
+def test_normalization_statistics_stay_and_the_rest_trains(tmp_path):
+    cases = []
+    src, _, make_x = build_keras_normalized(tmp_path / 'n.tflite')
+    cases.append((src, make_x(48), {'mean', 'inv_std', 'mean_h', 'inv_std_h'}, {'w1', 'b1', 'w2', 'b2'}))
+    src2 = _sub_div_bn(tmp_path / 'bn.tflite')
+    x2 = np.random.default_rng(3).standard_normal((48, 4)) * 3 + 7
+    cases.append((src2, x2, {'mean', 'std'}, {'gamma', 'beta', 'w1', 'b1', 'w2', 'b2'}))
+    for k, (src, x, frozen, trained) in enumerate(cases):
+        o = str(tmp_path / f'o{k}')
+        said = []
+        s = prepare(src, o, data=_data(tmp_path, x, 3), epochs=2, train='all', from_logits=True,
+                    loss='scce', optimizer='sgd', lr=0.05, batch=1, int8=False, log=said.append)
+        names = set(s['trainable'])
+        assert names == trained, (src, names)
+        assert any('normalize by constant statistics' in v and "stay the file's" in v
+                   for v in said), said
+        code, out = runner.run(o, python=True, stream=False)
+        assert code == 0, out
+        rows = [v.split(',') for v in open(os.path.join(o, 'train.log')).read().split()[1:]]
+        assert len(rows) == 2 and all(np.isfinite(float(r[1])) for r in rows), rows
+        out_model = str(tmp_path / f'out{k}.tflite')
+        export(src, os.path.join(o, 'trained.wof'), out_model)
+        g0, g1 = read_model(src), read_model(out_model)
+        by = {t.name: t for t in g1.tensors}
+        moved = set()
+        for t in g0.tensors:
+            if t.data is None or t.name not in by:
+                continue
+            if not np.array_equal(t.data, by[t.name].data):
+                moved.add(t.name)
+        assert moved == trained, (src, moved, frozen)
