@@ -1354,7 +1354,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
                                          # upmk's parameters (utrain.q8 Q8Net._sce, _apply)
                                          + arr(4 * 256) + arr(4 * ls[-1]['nout'])
                                          + arr(4 * 3) + arr(4 * 5))
-    if trains and (settings or {}).get('loss') in ('cce', 'mse', 'mae'):
+    if trains and (settings or {}).get('loss') in ('cce', 'mse', 'mae', 'bce'):
         # float targets (utrain.q8train's y) and the loss's float outputs, its gradient in
         # their place (a list of boxed floats each, made at its size), the gradient as
         # int32 in scce's buffer (Q8Net._run; 'sums and scratch buffers')
@@ -1516,8 +1516,8 @@ def q8_modules(tb, trains=True, settings=None):
         mods.update(('q8bands', 'bands'))
     if tb.get('rr'):
         mods.add('q8range')          # (ranges that follow training)
-    if trains and s.get('loss') in ('mse', 'mae'):
-        mods.add('q8reg')            # (a regression loss)
+    if trains and s.get('loss') in ('mse', 'mae', 'bce'):
+        mods.add('q8reg')            # (a loss on float targets: mse, mae, bce)
     if trains and s.get('select'):
         mods.add('q8keep')           # (the board's choice applied: --select board)
     if trains and s.get('optimizer', 'sgd') == 'sgd' and s.get('momentum'):

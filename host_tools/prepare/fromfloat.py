@@ -34,10 +34,15 @@ def why_not(s: dict, cache=False, model_path=None) -> str | None:
     from .quant import LOSSES, softmax_end
     if s['loss'] not in LOSSES:
         return f'--loss {s["loss"]} (the int8 path takes {", ".join(LOSSES)})'
-    if s['loss'] in ('mse', 'mae') and model_path and not model_path.endswith('.onnx') and \
+    if s['loss'] in ('mse', 'mae', 'bce') and model_path and not model_path.endswith('.onnx') and \
             softmax_end(read_model(model_path)):
         return (f'--loss {s["loss"]} on a model ending in SOFTMAX (the int8 path leaves it '
                 'to scce or cce)')
+    if s['loss'] == 'bce' and not s.get('from_logits') and (
+            model_path is None or model_path.endswith('.onnx') or
+            not softmax_end(read_model(model_path), 'LOGISTIC')):
+        return ('--loss bce on outputs that are not a final sigmoid\'s (the int8 path takes '
+                'bce on the logits: a model ending in a sigmoid, or --from-logits)')
     if s['optimizer'] not in ('sgd', 'adam') or (s.get('momentum') and s['optimizer'] != 'sgd'):
         return f'--optimizer {s["optimizer"]}' + (f' momentum {s["momentum"]}' if s.get('momentum')
                                                    else '') + ' (the int8 path: sgd, adam)'
@@ -191,11 +196,14 @@ WEIGHT_HEADROOM = 3.0       # weights: x their largest magnitude
 def widened(g: Graph, ranges: dict) -> dict:
     """The measured ranges with room to train: training grows activations, and an int8
     activation clips at its calibrated range (its gradient then stops).  The input keeps
-    its range (the samples'); the logits (SOFTMAX's input) span at least +-LOGITS, or the
+    its range (the samples'); the logits (SOFTMAX's input, a final LOGISTIC's) span at least +-LOGITS, or the
     softmax of an untrained model could never grow confident (the trained output's: the
     others, which do not train, as any activation); the others HEADROOM times the
     measured range."""
     logits = {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'SOFTMAX'}
+    # (a final sigmoid's input: bce's logits, quant.sigmoid_loss)
+    logits |= {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'LOGISTIC'
+               and op.outputs[0] in g.outputs[:1]}
     # (the trained output's: g.outputs[0], choose_output's; an output that does not
     # train keeps HEADROOM, as its other activations)
     logits |= {g.tensors[k].name for k in g.outputs[:1]} - {g.tensors[op.outputs[0]].name
