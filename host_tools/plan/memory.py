@@ -1389,6 +1389,13 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             parts["pointwise convs' input rows in threes (q8asm)"] = blk(n + 4 * w)
     if not trains:
         return parts
+    # the save after an epoch (utrain.wof: trained.wof, then the checkpoint), on top of
+    # all the net holds: the file it writes (its buffers: a littlefs file's cache), the
+    # offset table twice (the zeroed bytes and the array('I') made of them), the
+    # checkpoint's CRC buffer.  The emulated Pico's int8 runs at SGD batch 1 failed there,
+    # 1-2 % under their plans, inside the fragmentation allowance (session 17)
+    parts['the save after an epoch (the file written, offset tables, CRC buffer)'] = (
+        OPEN_FILE[w, fs] + 2 * arr(4 * t.get('ntensors', 0)) + arr(256))
     hz = q8_held(ls)
     gin = q8.gin(ls, hz)              # its input-gradient buffers (_gbuf: one or two)
     nz, nz2, ng, _ = q8.bufs(ls, hz)  # shared: int8 dz (its rescaled copy), a gradient chunk,
