@@ -550,7 +550,7 @@ def test_clips_by_constants_as_int8_train_on_micropython_as_on_the_host(tmp_path
     assert_same_logs(la, lb)
 
 
-@pytest.mark.parametrize('kind', ['cdiv'])
+@pytest.mark.parametrize('kind', ['cdiv', 'pow2'])
 def test_constant_first_division_and_a_square_of_a_float_model_train_as_int8(tmp_path, kind):
     """c / x (a constant divided by an activation: an int8 DIV, its constant at its own
     range) and POW(x, 2) (the float path's MUL(x, x)) had been refused by prepare --int8
@@ -573,3 +573,19 @@ def test_constant_first_division_and_a_square_of_a_float_model_train_as_int8(tmp
     assert abs(float(rows[0][3]) - ref) < 0.03 + 0.03 * ref, (rows[0], ref)
     assert float(rows[-1][3]) < 0.8 * float(rows[0][3]), rows
 
+
+def test_powers_neither_path_runs_are_refused_saying_so(tmp_path):
+    """POW(x, 0.5) trains in float32 (SQRT) and --int8 refuses it saying so; POW(x, 3)
+    neither path runs: --int8's refusal had added "without --int8 it trains in float32",
+    which was not so."""
+    for kind, f32 in (('pow05', True), ('pow3', False)):
+        src, _, make_x = build_constant_op(tmp_path / f'{kind}.tflite', kind)
+        np.savez(tmp_path / 'd.npz', x=make_x(16), y=np.arange(16) % 3)
+        with pytest.raises(PrepareError) as e:
+            prepare(src, str(tmp_path / 'q'), data=str(tmp_path / 'd.npz'), int8=True,
+                    from_logits=True, log=lambda *a: None, **KW)
+        assert e.value.args[0].endswith('without --int8 it trains in float32') == f32, e.value
+        if f32:
+            s = prepare(src, str(tmp_path / 'f'), data=str(tmp_path / 'd.npz'), epochs=1,
+                        from_logits=True, log=lambda *a: None, **KW)
+            assert not s.get('int8')
