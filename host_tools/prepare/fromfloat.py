@@ -84,13 +84,13 @@ ELEMENTWISE = ('ADD', 'SUB', 'MUL', 'DIV')   # by a constant: int8 constants at 
 CLIPS = ('MAXIMUM', 'MINIMUM')  # by a constant: at the scale of its input and output
 
 
-def _one_constant(g: Graph, op) -> int:
-    """The position of op's one float32 constant operand beside an activation, or -1."""
+def _one_constant(g: Graph, op, dtype='float32') -> int:
+    """The position of op's one constant operand (of dtype) beside an activation, or -1."""
     ts = [g.tensors[k] for k in op.inputs]
     if len(ts) != 2 or (ts[0].data is None) == (ts[1].data is None):
         return -1
     p = 0 if ts[0].data is not None else 1
-    return p if ts[p].dtype == 'float32' else -1
+    return p if ts[p].dtype == dtype else -1
 
 
 def _clips(og: Graph) -> int:
@@ -139,6 +139,43 @@ def _clips(og: Graph) -> int:
         done += 1
     _renumber(og)
     return done
+
+
+SPREAD = 1.5          # an input range wider than this x its clip's output range: requantized
+
+
+def _requantize_clips(og: Graph, ranges: dict) -> list:
+    """The activation input of a MAXIMUM or MINIMUM by a constant whose range (ranges:
+    {name: (lo, hi)}, the widened ones) spans more than SPREAD times its output's is
+    requantized first by a QUANTIZE op to a tensor of its own at the output's range, as
+    TFLite's quantizer writes an op whose inputs and output share one scale: tied to its
+    input, a clip's output had the input's steps (a Dense's output clipped to -1..6 at
+    the Dense's -24..28: 4x coarser than its own range gives it).  Nothing a clip passes
+    on is lost (the output saturates where the requantized input does).  ranges gets the
+    new tensors'; returns their names."""
+    from ..graph.rewrite import OP_CODES, Operator, new_tensor, _renumber
+
+    def span(n, more=()):
+        lo, hi = ranges[n]
+        return max(0.0, hi, *more) - min(0.0, lo, *more)
+    made = []
+    for op in list(og.ops):
+        p = _one_constant(og, op, 'int8') if op.name in CLIPS else -1
+        if p < 0:
+            continue
+        a, y = og.tensors[op.inputs[1 - p]], og.tensors[op.outputs[0]]
+        if a.name not in ranges or y.name not in ranges or \
+                span(a.name) <= SPREAD * span(y.name):
+            continue
+        k = new_tensor(og, a.name + '/requantized', a.shape, like=a.index)
+        og.tensors[k].quant = {'scale': [1.0], 'zero_point': [0]}
+        ranges[og.tensors[k].name] = ranges[y.name]
+        op.inputs[1 - p] = k
+        og.ops.insert(og.ops.index(op), Operator(-1, OP_CODES['QUANTIZE'], 'QUANTIZE', [a.index],
+                                                 [k], {}, src=getattr(op, 'src', op.number)))
+        made.append(og.tensors[k].name)
+    _renumber(og)
+    return made
 
 
 def _divisions(og: Graph) -> int:
@@ -352,6 +389,7 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
     for k, src in getattr(og, 'requantized', {}).items():
         if src in ranges:
             ranges[k] = ranges[src]
+    _requantize_clips(og, ranges)
     for t in og.tensors:                # a tensor no sample reached: no scale to give it
         if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (
                 t.quant['scale'][0] in (1 / 256, 1 / 128)):
