@@ -1480,10 +1480,22 @@ def elementwise_forms(g: Graph) -> int:
     MUL's constant, which trains where it has more than one value, as Keras's PReLU
     learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
     axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
-    over them.  Float tensors only.  Returns how many."""
+    over them; POW(x, 2) -> MUL(x, x), POW(x, 0.5) -> SQRT(x) (tf.pow, x ** 2 of a
+    PyTorch export; other exponents stay POW, which neither path runs).  Float tensors
+    only.  Returns how many."""
     done = 0
     one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
+        if op.name == 'POW' and len(op.inputs) == 2 and is_const(g, op.inputs[1]) and \
+                not is_const(g, op.inputs[0]) and g.tensors[op.inputs[1]].data.size == 1 and \
+                float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) in (2.0, 0.5) and \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
+            sq = float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) == 2.0
+            op.name = 'MUL' if sq else 'SQRT'
+            op.code, op.options = OP_CODES[op.name], dict(_NONE) if sq else {}
+            op.inputs = [op.inputs[0]] * 2 if sq else [op.inputs[0]]
+            done += 1
+            continue
         if op.name not in ('SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU', 'SUM') + one or \
                 len(op.outputs) != 1 or np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
             continue

@@ -810,8 +810,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
     except (ValueError, PrepareError) as e:
         if int8:
             why = quant.without_dequantize(str(e).replace(model_path + ': ', ''))
-            if 'without --int8' not in why:
-                why += '; without --int8 it trains in float32'
+            if 'without --int8' not in why and UNSUPPORTED not in why:
+                why += '; without --int8 it trains in float32'      # (not: float32 refuses it too)
             raise PrepareError(f'{model_path}: --int8 cannot train it as int8: {why}') from None
         if UNSUPPORTED in str(e):
             return None         # (the float path refuses it too, and says so)
