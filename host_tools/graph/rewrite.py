@@ -1476,7 +1476,7 @@ def elementwise_forms(g: Graph) -> int:
     and variance: MEAN, NEG, SQUARED_DIFFERENCE, RSQRT); a MUL reading one tensor twice
     sums both gradients into it.  MAXIMUM(a, b) -> b + RELU(a - b) and MINIMUM(a, b) ->
     a - RELU(a - b) (the gradient goes to the larger / smaller operand, as TFLite's
-    reference picks it); PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x)) (alpha: a
+    reference picks it; a constant bound is frozen: Tensor.frozen); PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x)) (alpha: a
     MUL's constant, which trains where it has more than one value, as Keras's PReLU
     learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
     axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
@@ -1528,8 +1528,11 @@ def elementwise_forms(g: Graph) -> int:
             _spell(g, op, [('SUB', op.inputs, _NONE, None), ('MUL', ['prev', 'prev'], _NONE, None)])
         elif op.name in ('MAXIMUM', 'MINIMUM'):
             a, b = op.inputs
-            last = ('ADD', [_own(g, b), 'prev'], _NONE) if op.name == 'MAXIMUM' else \
-                ('SUB', [_own(g, a), 'prev'], _NONE)
+            c = _own(g, b) if op.name == 'MAXIMUM' else _own(g, a)
+            for k in (a, b, c):     # a clip's bound (tf.clip_by_value, torch.clamp): not a
+                if is_const(g, k):  # parameter, and its two copies would drift apart
+                    g.tensors[k].frozen = True
+            last = ('ADD', [c, 'prev'], _NONE) if op.name == 'MAXIMUM' else ('SUB', [c, 'prev'], _NONE)
             _spell(g, op, [('SUB', [a, b], _NONE, None), ('RELU', ['prev'], {}, None),
                            last + (None,)], own=0)
         elif op.name == 'PRELU':
