@@ -400,3 +400,37 @@ def test_a_keras_rnn_written_as_a_while_loop_is_refused_saying_unroll(tmp_path):
     with redirect_stdout(out):
         assert main(['inspect', str(p)]) == 1
     assert says.split(': ', 1)[1] in out.getvalue()
+
+
+def test_weights_as_resource_variables_refused_by_every_command(tmp_path):
+    """Issue 28 (session 18): TFLiteConverter.from_concrete_functions([f], model), the
+    form TensorFlow's guide shows, writes a Keras model's weights as resource variables
+    (VAR_HANDLE -> READ_VARIABLE, no value in the file).  inspect and evaluate had ended
+    in a traceback (TypeError: data type 'resource' not understood), prepare had said
+    'op 0 (VAR_HANDLE) has no inputs'."""
+    import io
+    from contextlib import redirect_stderr
+    from circle_schema.v0_10 import circle as C
+    from host_tools.cli import main
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4])
+    hw = b.tensor('dense/kernel', [], dtype=np.int32)
+    b._tensors[hw].type = C.TensorType.TensorType.RESOURCE
+    b.op('VAR_HANDLE', [], [hw], shared_name='dense/kernel')
+    w = b.tensor('ReadVariableOp', [4, 3])
+    b.op('READ_VARIABLE', [hw], [w])
+    y = b.tensor('y', [1, 3])
+    b.op('BATCH_MATMUL', [x, w], [y])
+    b.inputs(x)
+    b.outputs(y)
+    p = tmp_path / 'vars.tflite'
+    b.save(p)
+    np.savez(tmp_path / 'd.npz', x=np.ones((4, 4), np.float32), y=np.zeros((4, 3), np.float32))
+    says = ('vars.tflite: op 0 is VAR_HANDLE: the model\'s weights are resource variables the '
+            'file reads at run time, not constants in it')
+    for argv in (['inspect', str(p)], ['evaluate', str(p), str(tmp_path / 'd.npz')],
+                 ['prepare', str(p), '-o', str(tmp_path / 'run'), '--data', str(tmp_path / 'd.npz')]):
+        err = io.StringIO()
+        with redirect_stderr(err):
+            assert main(argv) == 2, argv
+        assert says in err.getvalue() and 'from_keras_model' in err.getvalue(), (argv, err.getvalue())
