@@ -434,3 +434,38 @@ def test_weights_as_resource_variables_refused_by_every_command(tmp_path):
         with redirect_stderr(err):
             assert main(argv) == 2, argv
         assert says in err.getvalue() and 'from_keras_model' in err.getvalue(), (argv, err.getvalue())
+
+
+@pytest.mark.parametrize('int8', [None, True])
+def test_train_last_n_hint_on_two_heads_names_an_op_of_the_run(tmp_path, int8):
+    """Issue 28 (session 18): Keras's two heads (a class softmax, a regression Dense written
+    after it) with --train last:2 selects the softmax and the other head: nothing to train.
+    The hint had said 'last:1 reaches op 3', the head this run leaves out (nothing again),
+    and under --int8 'without --int8 it trains in float32', which it does not."""
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4])
+    w = lambda n, *s: b.tensor(n, list(s), data=rng.standard_normal(s).astype(np.float32))
+    h = b.tensor('h', [1, 6])
+    b.op('FULLY_CONNECTED', [x, w('w0', 6, 4), w('b0', 6)], [h], fused_activation_function='RELU')
+    z = b.tensor('z', [1, 2])
+    b.op('FULLY_CONNECTED', [h, w('w1', 2, 6), w('b1', 2)], [z])
+    p = b.tensor('p', [1, 2])
+    b.op('SOFTMAX', [z], [p], beta=1.0)
+    r = b.tensor('r', [1, 1])
+    b.op('FULLY_CONNECTED', [h, w('w3', 1, 6), w('b3', 1)], [r])
+    b.inputs(x)
+    b.outputs(p, r)
+    src = tmp_path / 'heads.tflite'
+    b.save(src)
+    xs = rng.standard_normal((40, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(xs[:, 0] > 0).astype(np.int64))
+    with pytest.raises(PrepareError) as e:
+        prepare(str(src), str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), train='last:2',
+                int8=int8, log=lambda *a: None)
+    says = str(e.value)
+    assert 'nothing to train' in says and 'last:3 reaches op 1 (FULLY_CONNECTED)' in says, says
+    assert 'op 3 feeds only outputs this run does not train' in says, says
+    assert 'last:1' not in says and 'without --int8' not in says, says
