@@ -469,3 +469,46 @@ def test_train_last_n_hint_on_two_heads_names_an_op_of_the_run(tmp_path, int8):
     assert 'nothing to train' in says and 'last:3 reaches op 1 (FULLY_CONNECTED)' in says, says
     assert 'op 3 feeds only outputs this run does not train' in says, says
     assert 'last:1' not in says and 'without --int8' not in says, says
+
+
+@pytest.mark.parametrize('end', ['LOGISTIC', 'SOFTMAX'])
+def test_from_logits_on_a_model_ending_in_probabilities_trains_them_as_such(tmp_path, end):
+    """Issue 28 (session 18): --from-logits given for a Keras model ending in a sigmoid
+    (bce) or a softmax (scce) read its probabilities as logits: a sigmoid of values in
+    0..1 is over 0.5 for every sample, so the held-out accuracy sat at the share of 1s
+    and never moved.  prepare says so and trains on the probabilities (the same gradient
+    as from the logits the activation reads)."""
+    rng = np.random.default_rng(3)
+    n_out = 1 if end == 'LOGISTIC' else 2
+    w = (2.0 * np.eye(n_out, 4)).astype(np.float32)
+    if end == 'SOFTMAX':
+        w[1] = -w[0]
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4])
+    z = b.tensor('z', [1, n_out])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w),
+                             b.tensor('b', [n_out], data=np.full(n_out, -1.5, np.float32))], [z])
+    p = b.tensor('p', [1, n_out])
+    b.op(end, [z], [p], **({'beta': 1.0} if end == 'SOFTMAX' else {}))
+    b.inputs(x)
+    b.outputs(p)
+    src = tmp_path / 'prob.tflite'
+    b.save(src)
+    xs = rng.standard_normal((200, 4)).astype(np.float32)
+    y = (xs[:, 0] > 0).astype(np.float32 if end == 'LOGISTIC' else np.int64)
+    said = []
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    np.savez(tmp_path / 'd.npz', x=xs, y=y[:, None] if end == 'LOGISTIC' else y)
+    out = tmp_path / 'run'
+    prepare(str(src), str(out), data=str(tmp_path / 'd.npz'), test_split=0.25,
+            loss='bce' if end == 'LOGISTIC' else 'scce', from_logits=True, epochs=2,
+            lr=0.1, optimizer='sgd', log=said.append)
+    assert json.load(open(out / 'train.json'))['from_logits'] is False
+    assert any(f'ends in op 1 ({end}): its output is probabilities, not logits' in s
+               for s in said), said
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    acc = [float(v) for v in re.findall(r'test_accuracy ([0-9.]+)', text)]
+    share = float(np.mean(y[150:] == 1))        # (the held-out share of 1s)
+    assert acc[-1] >= 0.9 and acc[-1] > share + 0.2, (acc, share, text)
