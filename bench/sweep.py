@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -237,6 +238,12 @@ def main():
     backend = 'ulab' if a.ulab else 'fallback'
     if not a.pico:
         build = os.path.basename(runner.micropython_binary() or 'none')
+        if a.ulab and not a.list and subprocess.run([runner.micropython_binary(), '-c', 'import ulab'],
+                                     capture_output=True).returncode:
+            # (a build without it runs the fallback's arrays: needs of another backend,
+            # 15-19 KB above the ulab plan on the digits models, all "UNDER")
+            sys.exit(f'--ulab: {runner.micropython_binary()} has no ulab; give --mp32 a build with '
+                     'it ($UTRAIN_MP32_ULAB) or set $UTRAIN_MP_ULAB')
     from bench.memory import code_key
     key = code_key()
     cache = {}

@@ -483,7 +483,7 @@ def _args_settings(q):
                         'model whose output is a softmax row a step (T x C; metric mae, evaluate '
                         'counts the steps), bce when it holds 0s and 1s for a '
                         'model ending in a sigmoid, else mse (an int8 model trains as int8 with '
-                        'scce, cce, mse or mae; with bce, dequantized). '
+                        'scce, cce, mse, mae or bce: a final sigmoid its loss\'s). '
                         'cce and scce without --from-logits expect probabilities (a model ending '
                         'in SOFTMAX), bce one ending in LOGISTIC; on a model that ends otherwise '
                         '(e.g. PyTorch through tico) prepare says so and trains from logits')

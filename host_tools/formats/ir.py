@@ -49,6 +49,9 @@ class Tensor:
     # (place, name) of a graph input or output in the file's SignatureDef (Keras's order
     # and names: Input(name='image') is 'image', its first output 'output_0'), or None
     sig: tuple | None = None
+    # a constant that is no parameter (a clip's bound, rewrite.elementwise_forms): it
+    # never trains, whatever op reads it
+    frozen: bool = False
 
 
 @dataclass

@@ -481,7 +481,8 @@ def _elem_roles(op, g):
     if len(const) != 1:
         return {}
     t = g.tensors[op.inputs[const[0]]]
-    if t.dtype != 'float32' or t.data.size < 2 or normalization(op, g):
+    if t.dtype != 'float32' or t.data.size < 2 or normalization(op, g) or \
+            t.frozen:       # (a clip's bound: rewrite.elementwise_forms)
         return {}
     return {const[0]: 'weight' if op.name in ('MUL', 'DIV', 'BATCH_MATMUL') else 'bias'}
 

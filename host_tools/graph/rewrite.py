@@ -1485,14 +1485,26 @@ def elementwise_forms(g: Graph) -> int:
     and variance: MEAN, NEG, SQUARED_DIFFERENCE, RSQRT); a MUL reading one tensor twice
     sums both gradients into it.  MAXIMUM(a, b) -> b + RELU(a - b) and MINIMUM(a, b) ->
     a - RELU(a - b) (the gradient goes to the larger / smaller operand, as TFLite's
-    reference picks it); PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x)) (alpha: a
+    reference picks it; a constant bound is frozen: Tensor.frozen); PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x)) (alpha: a
     MUL's constant, which trains where it has more than one value, as Keras's PReLU
     learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
     axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
-    over them.  Float tensors only.  Returns how many."""
+    over them; POW(x, 2) -> MUL(x, x), POW(x, 0.5) -> SQRT(x) (tf.pow, x ** 2 of a
+    PyTorch export; other exponents stay POW, which neither path runs).  Float tensors
+    only.  Returns how many."""
     done = 0
     one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
     for op in list(g.ops):
+        if op.name == 'POW' and len(op.inputs) == 2 and is_const(g, op.inputs[1]) and \
+                not is_const(g, op.inputs[0]) and g.tensors[op.inputs[1]].data.size == 1 and \
+                float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) in (2.0, 0.5) and \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
+            sq = float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) == 2.0
+            op.name = 'MUL' if sq else 'SQRT'
+            op.code, op.options = OP_CODES[op.name], dict(_NONE) if sq else {}
+            op.inputs = [op.inputs[0]] * 2 if sq else [op.inputs[0]]
+            done += 1
+            continue
         if op.name not in ('SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU', 'SUM') + one or \
                 len(op.outputs) != 1 or np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
             continue
@@ -1525,8 +1537,11 @@ def elementwise_forms(g: Graph) -> int:
             _spell(g, op, [('SUB', op.inputs, _NONE, None), ('MUL', ['prev', 'prev'], _NONE, None)])
         elif op.name in ('MAXIMUM', 'MINIMUM'):
             a, b = op.inputs
-            last = ('ADD', [_own(g, b), 'prev'], _NONE) if op.name == 'MAXIMUM' else \
-                ('SUB', [_own(g, a), 'prev'], _NONE)
+            c = _own(g, b) if op.name == 'MAXIMUM' else _own(g, a)
+            for k in (a, b, c):     # a clip's bound (tf.clip_by_value, torch.clamp): not a
+                if is_const(g, k):  # parameter, and its two copies would drift apart
+                    g.tensors[k].frozen = True
+            last = ('ADD', [c, 'prev'], _NONE) if op.name == 'MAXIMUM' else ('SUB', [c, 'prev'], _NONE)
             _spell(g, op, [('SUB', [a, b], _NONE, None), ('RELU', ['prev'], {}, None),
                            last + (None,)], own=0)
         elif op.name == 'PRELU':

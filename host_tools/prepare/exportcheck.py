@@ -107,6 +107,9 @@ TIED = ('RESHAPE', 'MAX_POOL_2D', 'AVERAGE_POOL_2D', 'PAD', 'SQUEEZE', 'EXPAND_D
         'CONCATENATION', 'STRIDED_SLICE', 'TRANSPOSE', 'SPLIT', 'SPLIT_V', 'GATHER',
         'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR')
 FIXED = ('SOFTMAX', 'LOGISTIC', 'TANH')
+# (TFLite's int8 MAXIMUM and MINIMUM compare the int8 values: their inputs and output one
+# scale, a constant input's values quantized at it)
+CLIPS = ('MAXIMUM', 'MINIMUM')
 WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D', 'TRANSPOSE_CONV')
 # (data input, weight, bias) positions: TRANSPOSE_CONV's inputs are output_shape,
 # weight, input, bias
@@ -147,10 +150,23 @@ def activation_ranges(run_dir, wof_path, g, x) -> dict:
     return {g.tensors[k].name: (float(lo[k]), float(hi[k])) for k in lo}
 
 
+def tie_bounds(og, bounds) -> None:
+    """The constants of og's MAXIMUMs and MINIMUMs {tensor: real values} quantized at
+    their op's output scale and zero point (its other input's: one scale, recalibrate's)."""
+    from ..graph.rewrite import quantize
+    for op in og.ops:
+        for k in op.inputs if op.name in CLIPS else ():
+            if k in bounds:
+                t, q = og.tensors[k], og.tensors[op.outputs[0]].quant
+                t.quant = dict(t.quant, scale=list(q['scale']), zero_point=list(q['zero_point']))
+                t.data = quantize(bounds[k].reshape(t.shape), t.quant, 'int8')[0]
+
+
 def recalibrate(og, ranges, trained) -> int:
     """Give int8 model og (a Graph, changed in place) activation scales and zero points
     from the measured ranges {name: (min, max)} (tensors an op ties together share the
-    union of their ranges; a kernel's fixed output scale, SOFTMAX's, stays), per-channel
+    union of their ranges; a kernel's fixed output scale, SOFTMAX's, stays; a MAXIMUM's or
+    MINIMUM's constant at its op's, its values (trained's, else its own) inside), per-channel
     weight scales from the trained float weights {name: array} (max |w| / 127; a layer
     without a bias too), and the int32 biases quantized again at input scale x weight scale.  Returns how many
     activation tensors got new scales."""
@@ -165,6 +181,13 @@ def recalibrate(og, ranges, trained) -> int:
            and t.quant.get('scale')}
     fixed, tables = set(), []
     ranges = dict(ranges)
+    bounds = {}         # {a MAXIMUM's / MINIMUM's constant: its real values}
+    for op in og.ops:
+        for k in op.inputs if op.name in CLIPS else ():
+            t = og.tensors[k]
+            if t.data is not None and t.quant and t.quant.get('scale'):
+                v = trained.get(t.name)
+                bounds[k] = np.asarray(v if v is not None else _dequantized(t), np.float64)
     for op in og.ops:
         # the float graph has no DEQUANTIZE / QUANTIZE: its tensor is the int8 one's
         # (a float output's last layer; the input), named as the float side
@@ -185,11 +208,15 @@ def recalibrate(og, ranges, trained) -> int:
             lo, hi = ranges.get(n, (0.0, 0.0))
             ranges[n] = (min(lo, tf.min()), max(hi, tf.max()))
             continue
-        if op.name in TIED:
+        if op.name in TIED or op.name in CLIPS:
             ins = [k for k in op.inputs if k in act]
-            for k in (ins if op.name == 'CONCATENATION' else ins[:1]) + [
+            for k in (ins if op.name in ('CONCATENATION', *CLIPS) else ins[:1]) + [
                     o for o in op.outputs if o in act]:
                 parent[find(k)] = find(ins[0])
+            n = og.tensors[op.outputs[0]].name      # (the bound is inside the range)
+            for v in (bounds[k] for k in op.inputs if k in bounds):
+                if n in ranges:
+                    ranges[n] = (min(ranges[n][0], v.min()), max(ranges[n][1], v.max()))
         elif op.name in FIXED:
             fixed.update(op.outputs)
     groups = {}
@@ -223,6 +250,7 @@ def recalibrate(og, ranges, trained) -> int:
         t, q = og.tensors[op.inputs[0]], og.tensors[op.outputs[0]].quant
         t.quant = dict(t.quant, scale=list(q['scale']), zero_point=list(q['zero_point']))
         t.data = quantize(tf.reshape(t.shape), t.quant, 'int8')[0]
+    tie_bounds(og, bounds)
     first = {}      # a weight several ops share: its values as first read (not requantized)
     for op in og.ops:
         xp, wp, bp = POSITIONS.get(op.name, (0, 1, 2))

@@ -34,10 +34,15 @@ def why_not(s: dict, cache=False, model_path=None) -> str | None:
     from .quant import LOSSES, softmax_end
     if s['loss'] not in LOSSES:
         return f'--loss {s["loss"]} (the int8 path takes {", ".join(LOSSES)})'
-    if s['loss'] in ('mse', 'mae') and model_path and not model_path.endswith('.onnx') and \
+    if s['loss'] in ('mse', 'mae', 'bce') and model_path and not model_path.endswith('.onnx') and \
             softmax_end(read_model(model_path)):
         return (f'--loss {s["loss"]} on a model ending in SOFTMAX (the int8 path leaves it '
                 'to scce or cce)')
+    if s['loss'] == 'bce' and not s.get('from_logits') and (
+            model_path is None or model_path.endswith('.onnx') or
+            not softmax_end(read_model(model_path), 'LOGISTIC')):
+        return ('--loss bce on outputs that are not a final sigmoid\'s (the int8 path takes '
+                'bce on the logits: a model ending in a sigmoid, or --from-logits)')
     if s['optimizer'] not in ('sgd', 'adam') or (s.get('momentum') and s['optimizer'] != 'sgd'):
         return f'--optimizer {s["optimizer"]}' + (f' momentum {s["momentum"]}' if s.get('momentum')
                                                    else '') + ' (the int8 path: sgd, adam)'
@@ -79,25 +84,145 @@ def _requantize_fixed(og: Graph) -> None:
     _renumber(og)
 
 
-ELEMENTWISE = ('ADD', 'SUB', 'MUL')     # by a constant: int8 constants (utrain.q8bin)
+ELEMENTWISE = ('ADD', 'SUB', 'MUL', 'DIV')   # by a constant: int8 constants at their own
+#                                           range (utrain.q8bin; x / c: _divisions)
+CLIPS = ('MAXIMUM', 'MINIMUM')  # by a constant: at the scale of its input and output
+
+
+def _one_constant(g: Graph, op, dtype='float32') -> int:
+    """The position of op's one constant operand (of dtype) beside an activation, or -1."""
+    ts = [g.tensors[k] for k in op.inputs]
+    if len(ts) != 2 or (ts[0].data is None) == (ts[1].data is None):
+        return -1
+    p = 0 if ts[0].data is not None else 1
+    return p if ts[p].dtype == dtype else -1
+
+
+def _clips(og: Graph) -> int:
+    """MAXIMUM and MINIMUM of an activation and a constant as TFLite's int8 kernels run
+    them, back from the float path's spelling (rewrite.elementwise_forms: MAXIMUM(a, b) ->
+    b + RELU(a - b), MINIMUM(a, b) -> a - RELU(a - b): three int8 ops, each rounding, the
+    RELU's range 0 where no calibration sample reached the bound, its scale then none).
+    The SUB becomes the op (its number, the user's), the RELU and the ADD / SUB go; their
+    tensors stay, unused (the float graph's indices).  Returns how many."""
+    from ..graph.rewrite import OP_CODES, _renumber
+    readers = {}
+    for op in og.ops:
+        for k in op.inputs:
+            readers.setdefault(k, []).append(op)
+    made = {k: op for op in og.ops for k in op.outputs}
+    done = 0
+    for sub in list(og.ops):
+        if sub.name != 'SUB' or _one_constant(og, sub) < 0 or \
+                sub.options.get('fused_activation_function', 'NONE') != 'NONE':
+            continue
+        a, b = sub.inputs
+        rs = readers.get(sub.outputs[0], [])
+        if len(rs) != 1 or rs[0].name != 'RELU' or sub.outputs[0] in og.outputs:
+            continue
+        relu = rs[0]
+        ls = readers.get(relu.outputs[0], [])
+        if len(ls) != 1 or relu.outputs[0] in og.outputs or len(ls[0].inputs) != 2 or \
+                ls[0].options.get('fused_activation_function', 'NONE') != 'NONE':
+            continue
+        last = ls[0]
+        r = relu.outputs[0]
+
+        def same(k, j):         # (k is j, or its copy: rewrite._own)
+            t, u = og.tensors[k], og.tensors[j]
+            return k == j or (t.data is not None and u.data is not None and k not in made
+                              and np.array_equal(t.data, u.data))
+        if last.name == 'ADD' and r in last.inputs and same(last.inputs[1 - last.inputs.index(r)], b):
+            name = 'MAXIMUM'
+        elif last.name == 'SUB' and last.inputs[1] == r and same(last.inputs[0], a):
+            name = 'MINIMUM'
+        else:
+            continue
+        sub.name, sub.code, sub.outputs, sub.options = name, OP_CODES[name], list(last.outputs), {}
+        og.ops.remove(relu)
+        og.ops.remove(last)
+        done += 1
+    _renumber(og)
+    return done
+
+
+SPREAD = 1.5          # an input range wider than this x its clip's output range: requantized
+
+
+def _requantize_clips(og: Graph, ranges: dict) -> list:
+    """The activation input of a MAXIMUM or MINIMUM by a constant whose range (ranges:
+    {name: (lo, hi)}, the widened ones) spans more than SPREAD times its output's is
+    requantized first by a QUANTIZE op to a tensor of its own at the output's range, as
+    TFLite's quantizer writes an op whose inputs and output share one scale: tied to its
+    input, a clip's output had the input's steps (a Dense's output clipped to -1..6 at
+    the Dense's -24..28: 4x coarser than its own range gives it).  Nothing a clip passes
+    on is lost (the output saturates where the requantized input does).  ranges gets the
+    new tensors'; returns their names."""
+    from ..graph.rewrite import OP_CODES, Operator, new_tensor, _renumber
+
+    def span(n, more=()):
+        lo, hi = ranges[n]
+        return max(0.0, hi, *more) - min(0.0, lo, *more)
+    made = []
+    for op in list(og.ops):
+        p = _one_constant(og, op, 'int8') if op.name in CLIPS else -1
+        if p < 0:
+            continue
+        a, y = og.tensors[op.inputs[1 - p]], og.tensors[op.outputs[0]]
+        if a.name not in ranges or y.name not in ranges or \
+                span(a.name) <= SPREAD * span(y.name):
+            continue
+        k = new_tensor(og, a.name + '/requantized', a.shape, like=a.index)
+        og.tensors[k].quant = {'scale': [1.0], 'zero_point': [0]}
+        ranges[og.tensors[k].name] = ranges[y.name]
+        op.inputs[1 - p] = k
+        og.ops.insert(og.ops.index(op), Operator(-1, OP_CODES['QUANTIZE'], 'QUANTIZE', [a.index],
+                                                 [k], {}, src=getattr(op, 'src', op.number)))
+        made.append(og.tensors[k].name)
+    _renumber(og)
+    return made
+
+
+def _divisions(og: Graph) -> int:
+    """Each DIV of an activation by a float constant c becomes the MUL by 1 / c (float32):
+    TFLite's int8 MUL (TFLite has no int8 DIV; TFLite Micro's div.cc needs three tables
+    of the divisor's 256 codes a layer, where a MUL's constant is one array), quantized
+    at 1 / c's own range as any MUL constant; the float graph keeps its DIV and c (export
+    writes them: frozen, nothing of it trains).  ValueError: c holds a zero.  Returns how
+    many."""
+    from ..graph.rewrite import OP_CODES
+    done = 0
+    for op in og.ops:
+        if op.name != 'DIV' or _one_constant(og, op) != 1:
+            continue
+        t = og.tensors[op.inputs[1]]
+        c = np.asarray(t.data, np.float64)
+        if not np.all(c != 0):
+            raise ValueError(f"DIV op {getattr(op, 'src', op.number)} divides by constant "
+                             f"{t.name!r}, which holds a zero")
+        t.data = (1 / c).astype(np.float32)
+        op.name, op.code = 'MUL', OP_CODES['MUL']
+        done += 1
+    return done
 
 
 def _constants(g: Graph) -> tuple[set, set, set]:
     """The tensors of float graph g that int8_graph types other than as activations,
-    weights and biases: (constants an activation is added to, subtracted from or
-    multiplied by (a Keras Normalization layer's SUB of the mean, MUL by 1 / std, at the
-    input or mid-network), float tables a GATHER reads rows of (an Embedding), the ids it
-    reads them by (the model input, float ids: rewrite.embedding_gathers, done on g here)
-    and tensors no op uses any more)."""
+    weights and biases: (constants an activation is added to, subtracted from,
+    multiplied or divided by, or compared with (a Keras Normalization layer's SUB of the
+    mean, MUL by 1 / std, at the input or mid-network; c - x, c / x; a clip's bound),
+    float tables a GATHER reads rows of (an Embedding), the ids it reads them by (the
+    model input, float ids: rewrite.embedding_gathers, done on g here) and tensors no op
+    uses any more (the float path's spelling of a clip, _clips))."""
     from ..graph.rewrite import embedding_gathers
     embedding_gathers(g)        # (the ids' CAST and SELECT_V2 go: the GATHER reads the input)
     consts, tables, ids = set(), set(), set()
     used = {k for op in g.ops for k in (*op.inputs, *op.outputs)}
-    ids.update(t.index for t in g.tensors if t.data is None and t.index not in used)
+    ids.update(t.index for t in g.tensors if t.index not in used)
     for op in g.ops:
         ts = [g.tensors[k] for k in op.inputs]
-        if op.name in ELEMENTWISE and len(ts) == 2 and (ts[0].data is None) != (ts[1].data is None):
-            consts.update(t.index for t in ts if t.data is not None and t.dtype == 'float32')
+        if op.name in ELEMENTWISE + CLIPS and _one_constant(g, op) >= 0:
+            consts.add(op.inputs[_one_constant(g, op)])
         elif op.name == 'GATHER' and len(ts) >= 2 and ts[0].data is not None and \
                 ts[0].dtype == 'float32' and ts[1].data is None:
             tables.add(ts[0].index)
@@ -126,7 +251,11 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
     og = copy.deepcopy(g)
     trained = {}
     weights = {}
+    _clips(og)
+    _divisions(og)
     consts, tables, ids = _constants(og)
+    clips = {op.inputs[_one_constant(og, op)] for op in og.ops if op.name in CLIPS and
+             _one_constant(og, op) >= 0}
     for op in og.ops:
         if op.name in WEIGHTED and len(op.inputs) > 1:
             weights[op.inputs[1]] = (op, WEIGHTED[op.name])
@@ -137,6 +266,8 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
         if t.index in ids:
             continue                    # (an Embedding's ids: int32, read as ids)
         if t.index in consts:           # (a Normalization's mean and 1 / std)
+            if t.index in clips:        # (its scale: its op's output's, recalibrate's)
+                trained[t.name] = np.asarray(t.data, np.float32)
             t.dtype, t.quant = 'int8', {'scale': [1.0], 'zero_point': [0]}
             t.data = quantize_constant(t.data, t.quant)
             continue
@@ -191,11 +322,14 @@ WEIGHT_HEADROOM = 3.0       # weights: x their largest magnitude
 def widened(g: Graph, ranges: dict) -> dict:
     """The measured ranges with room to train: training grows activations, and an int8
     activation clips at its calibrated range (its gradient then stops).  The input keeps
-    its range (the samples'); the logits (SOFTMAX's input) span at least +-LOGITS, or the
+    its range (the samples'); the logits (SOFTMAX's input, a final LOGISTIC's) span at least +-LOGITS, or the
     softmax of an untrained model could never grow confident (the trained output's: the
     others, which do not train, as any activation); the others HEADROOM times the
     measured range."""
     logits = {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'SOFTMAX'}
+    # (a final sigmoid's input: bce's logits, quant.sigmoid_loss)
+    logits |= {g.tensors[op.inputs[0]].name for op in g.ops if op.name == 'LOGISTIC'
+               and op.outputs[0] in g.outputs[:1]}
     # (the trained output's: g.outputs[0], choose_output's; an output that does not
     # train keeps HEADROOM, as its other activations)
     logits |= {g.tensors[k].name for k in g.outputs[:1]} - {g.tensors[op.outputs[0]].name
@@ -251,7 +385,7 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
     model.flat and weights.wof) calibrated on samples x (one a row).  more: the measured
     ranges of the ops only g's other outputs need (_other_ranges), which run_dir's
     model.flat (the trained output's ops) does not run."""
-    from .exportcheck import activation_ranges, recalibrate
+    from .exportcheck import activation_ranges, recalibrate, tie_bounds
     og, trained = int8_graph(g)
     og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
     og.grow_fc = 1              # its per-tensor FCs' weight scales too, where they fit (quant)
@@ -263,6 +397,7 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
     for k, src in getattr(og, 'requantized', {}).items():
         if src in ranges:
             ranges[k] = ranges[src]
+    _requantize_clips(og, ranges)
     for t in og.tensors:                # a tensor no sample reached: no scale to give it
         if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (
                 t.quant['scale'][0] in (1 / 256, 1 / 128)):
@@ -272,6 +407,8 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
     for t in og.tensors:    # float32, as the file stores them: the run's tables = the file's
         if t.quant and t.quant.get('scale') and t.dtype == 'int8' and t.data is None:
             t.quant['scale'] = [float(np.float32(v)) for v in t.quant['scale']]
+    tie_bounds(og, {t.index: trained[t.name].astype(np.float64) for t in og.tensors
+                    if t.data is not None and t.name in trained and t.dtype == 'int8'})
     done = set()    # (a weight several ops share, an unrolled LSTM's kernel one a step:
     #                  given its room once, not WEIGHT_HEADROOM ** steps)
     for op in og.ops:       # weights with room to grow, the int32 biases at their scales

@@ -819,8 +819,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             raise PrepareError(str(e)) from None
         if int8:
             why = quant.without_dequantize(str(e).replace(model_path + ': ', ''))
-            if 'without --int8' not in why:
-                why += '; without --int8 it trains in float32'
+            if 'without --int8' not in why and UNSUPPORTED not in why:
+                why += '; without --int8 it trains in float32'      # (not: float32 refuses it too)
             raise PrepareError(f'{model_path}: --int8 cannot train it as int8: {why}') from None
         if UNSUPPORTED in str(e):
             return None         # (the float path refuses it too, and says so)
@@ -1120,7 +1120,7 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
         raise PrepareError(f'{wof_path}: a float model trained as int8 exports from a .wof '
                            '(trained.wof), not a checkpoint')
     train = summary.get('train', 'all')
-    numbers = (summary.get('op_numbers'), summary.get('file_ops'))
+    numbers = (summary.get('op_numbers'), summary.get('file_ops'), summary.get('sigmoid_loss'))
     output = (summary.get('output') or {}).get('index')     # (several: the trained one)
     if quantized:
         export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train, numbers,
@@ -1208,6 +1208,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
         export_int8(model_path, wof_path, out_path, summary.get('train', 'all'),
+                    (None, None, summary.get('sigmoid_loss')),
                     output=(summary.get('output') or {}).get('index'))
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}

@@ -24,6 +24,7 @@ the weight scales of the layers that train or pass a gradient),
 so q8.json stays small enough to parse on a board."""
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
@@ -273,17 +274,31 @@ def embedding_ids_note(g: Graph) -> str:
             '(the converter\'s inference_input_type)')
 
 
-LOSSES = ('scce', 'cce', 'mse', 'mae')     # the int8 path's (utrain.q8train)
+LOSSES = ('scce', 'cce', 'mse', 'mae', 'bce')     # the int8 path's (utrain.q8train)
 
 
-def softmax_end(g: Graph) -> bool:
-    """Does g's output come from a SOFTMAX (a float output's DEQUANTIZE, shape ops
-    between)?"""
+def softmax_end(g: Graph, name='SOFTMAX') -> bool:
+    """Does g's output come from a SOFTMAX (name: that op; a float output's DEQUANTIZE,
+    shape ops between)?"""
     prod = {k: op for op in g.ops for k in op.outputs}
     op = prod.get(g.outputs[0]) if g.outputs else None
     while op is not None and op.name in ('DEQUANTIZE', 'RESHAPE', 'SQUEEZE'):
         op = prod.get(op.inputs[0])
-    return op is not None and op.name == 'SOFTMAX'
+    return op is not None and op.name == name
+
+
+def sigmoid_loss(g: Graph, s: dict) -> bool:
+    """Does the bce of settings s take graph g's final LOGISTIC as its own (the int8 net
+    ends at the logits, utrain.q8reg's bce applies the sigmoid in floats), as scce and cce
+    take a final SOFTMAX?"""
+    return s.get('loss') == 'bce' and softmax_end(g, 'LOGISTIC')
+
+
+def _last(g: Graph, ops) -> bool:
+    """Is ops' last op the loss's (layers() leaves it out): a SOFTMAX, or a LOGISTIC whose
+    bce takes it (g.sigmoid_loss, set by prepare_q8 and export from the run's loss)?"""
+    return bool(ops) and (ops[-1].name == 'SOFTMAX' or ops[-1].name == 'LOGISTIC'
+                          and getattr(g, 'sigmoid_loss', False))
 
 
 def loss_refusal(s: dict, g: Graph = None) -> str | None:
@@ -291,10 +306,15 @@ def loss_refusal(s: dict, g: Graph = None) -> str | None:
     if s['loss'] not in LOSSES:
         return (f'int8 training takes --loss {", ".join(LOSSES)}, and this run\'s loss is '
                 f'{s["loss"]}')
-    if s['loss'] in ('mse', 'mae') and g is not None and softmax_end(g):
+    if s['loss'] in ('mse', 'mae', 'bce') and g is not None and softmax_end(g):
         return (f'--loss {s["loss"]} on a model ending in SOFTMAX: the int8 path leaves the '
                 'final SOFTMAX to its softmax losses (scce, cce); --dequantize trains it in '
                 f'float32 with {s["loss"]} on the probabilities')
+    if s['loss'] == 'bce' and g is not None and not softmax_end(g, 'LOGISTIC') and \
+            not s.get('from_logits'):
+        return ('--loss bce on outputs that are not a final sigmoid\'s (LOGISTIC): the int8 '
+                'path takes bce on the logits, a model ending in a sigmoid or --from-logits '
+                'on one that gives logits; --dequantize trains it in float32')
     from ..files.dataset import per_step
     if s['loss'] in ('scce', 'cce') and g is not None and softmax_end(g) and \
             per_step(g.tensors[g.outputs[0]].shape):
@@ -315,7 +335,7 @@ def settings_refusal(s: dict, g: Graph = None) -> str | None:
         return why
     if (why or s['optimizer'] not in ('sgd', 'adam')
             or (s['momentum'] and s['optimizer'] != 'sgd')):
-        return ('int8 training takes --loss scce, cce, mse or mae, --optimizer sgd (with or without '
+        return ('int8 training takes --loss scce, cce, mse, mae or bce, --optimizer sgd (with or without '
                 'momentum) or adam; --dequantize trains it in float with '
                 f'{s["loss"]}/{s["optimizer"]}' + (f' momentum {s["momentum"]}' if s['momentum'] else ''))
     return None
@@ -518,7 +538,7 @@ def _widen_logits(g: Graph):
     prod = {k: op for op in g.ops for k in op.outputs}
     t = g.outputs[0] if g.outputs else None
     op = prod.get(t)
-    if op is not None and op.name == 'SOFTMAX':
+    if op is not None and _last(g, [op]):
         t = op.inputs[0]
     chain = [t]
     while prod.get(t) is not None and (prod[t].name in ALIASES or _unit_transpose(g, prod[t])):
@@ -559,9 +579,11 @@ def _widen_logits(g: Graph):
 
 def numbered(g: Graph, numbers) -> Graph:
     """g (an int8 model a run wrote, read back) with its ops numbered as the run's
-    prepare.json says: numbers = (op_numbers, file_ops), the number of each op in the
+    prepare.json says: numbers = (op_numbers, file_ops[, sigmoid_loss]), the number of each op in the
     user's file and that file's op count (prepare_q8's summary); None: as read."""
-    ops, n = numbers or (None, None)
+    ops, n = (numbers or (None, None))[:2]
+    if numbers and len(numbers) > 2:      # (bce took a final LOGISTIC: sigmoid_loss)
+        g.sigmoid_loss = bool(numbers[2])
     if ops and len(ops) == len(g.ops):
         for op, k in zip(g.ops, ops):
             op.src = int(k)
@@ -715,7 +737,7 @@ def layers(g: Graph, train='last:1', ranks=None):
     path; its biases the same window) or the bias alone ('tw': [0, 0]).  A layer of the
     backward pass whose output no backward step reads keeps a 1-bit mask of it ('mask')."""
     ops = list(g.ops)
-    if ops and ops[-1].name == 'SOFTMAX':
+    if _last(g, ops):
         ops = ops[:-1]
     pads, alias = _folds(g, ops)
 
@@ -3093,6 +3115,11 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, int8_bytes, read_data,
                             set_aside_earlier_run, write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
+    if sigmoid_loss(g, s) != getattr(g, 'sigmoid_loss', False):
+        g = copy.deepcopy(g)
+        g.sigmoid_loss = sigmoid_loss(g, s)
+        if getattr(g, 'q8_rewritten', False):
+            _widen_logits(g)            # (its logits: the LOGISTIC's input now)
     g = rewritten(g)
     why = settings_refusal(s, g)
     if why:
@@ -3251,6 +3278,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if g.nfile != len(g.ops) or any(op.number != op.index for op in g.ops):
         # the op numbers of the user's file (export reads the run's int8 model with them)
         summary.update(op_numbers=[op.number for op in g.ops], file_ops=g.nfile)
+    if getattr(g, 'sigmoid_loss', False):   # (export's table: the final LOGISTIC the loss's)
+        summary['sigmoid_loss'] = True
     if getattr(g, 'as_file', None):     # several inputs or outputs (as the float path's)
         from ..plan.runplan import io_summary
         summary.update(io_summary(g))

@@ -3,7 +3,7 @@
 # calls, over utrain.q8.  Samples come from a .ds stored as int8 with the model input's
 # scale and zero point, so a sample's bytes are the model's input as they are.
 # Losses: softmax cross-entropy on the dequantized logits, with a class label (scce) or
-# class probabilities (cce); mse and mae against float targets (utrain.q8reg).
+# class probabilities (cce); mse, mae and bce against float targets (utrain.q8reg).
 # Optimizers: SGD with QAS (batch 1: each chunk of a layer's weight gradient applied as
 # it is made; larger batches: int32 sums, updated at the
 # batch's end), with momentum (int16 weight velocities: utrain.q8mom), and Adam on
@@ -18,7 +18,7 @@ from struct import pack, unpack, calcsize
 from utrain.q8 import Q8Net, _i32, _f32
 from utrain.data import epoch
 
-LOSSES = ('scce', 'cce', 'mse', 'mae')
+LOSSES = ('scce', 'cce', 'mse', 'mae', 'bce')
 OPTIMIZERS = ('sgd', 'adam')
 
 
@@ -52,7 +52,7 @@ class Q8Trainer:
         self.x = bytearray(meta['nin'])     # (an image's: before the net's small objects)
         self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0)
         self.weights_path = weights
-        if c['loss'] in LOSSES[2:]:     # (mse, mae)
+        if c['loss'] in LOSSES[2:]:     # (mse, mae, bce: float targets)
             from utrain.q8reg import use
             use(self)
         # the net's load garbage (json's, the layers') collected before the trained

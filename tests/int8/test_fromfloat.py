@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from repo import ROOT, assert_same_logs, board_and_host_runs, no_keep_best
-from kerasgraphs import build_keras_shapes, build_keras_normalized, build_keras_float_embedding
+from kerasgraphs import (build_keras_shapes, build_keras_normalized, build_keras_float_embedding,
+                         build_divided, build_clipped, build_constant_op)
 from host_tools.prepare import fromfloat
 from host_tools.target import runner
 from host_tools.formats.circle_io import read_model
@@ -388,6 +389,41 @@ def _scce(logits, y):
     return float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(len(y)), y]))
 
 
+def _int8_prepared(tmp_path, src, data):
+    """Float model src prepared --int8 on data (test split 0.25, 3 epochs, --train all,
+    every epoch's weights kept): (folder, its int8 graph, the float graph)."""
+    o = str(tmp_path / 'q')
+    s = prepare(src, o, data=data, test_split=0.25, epochs=3, int8=True, from_logits=True,
+                train='all', log=lambda *a: None, **dict(KW, lr=0.02))
+    assert s['int8']
+    no_keep_best(o)
+    return o, read_model(os.path.join(o, fromfloat.INT8_MODEL)), read_model(src)
+
+
+def _learns_from_numpys_loss(tmp_path, o, src, forward, x, y, frozen=None):
+    """The int8 run prepared in o (test split 0.25) on the host: its epoch-0 test loss is
+    the float model's (numpy forward), it learns; with frozen ({name: the file's
+    constant}), export writes the trained model in float32 again with those constants
+    as the file has them, scoring the run's last test loss."""
+    from host_tools.files.dataset import split
+    from host_tools.prepare.infer import evaluate
+    code, out = runner.run(o, python=True, stream=False)
+    assert code == 0, out
+    rows = [v.split(',') for v in open(os.path.join(o, 'train.log')).read().split()[1:]]
+    te = split(len(x), 0.25, 0)[1]
+    ref = _scce(forward(x[te].astype(np.float64)), y[te])
+    assert abs(float(rows[0][3]) - ref) < 0.03 + 0.03 * ref, (rows[0], ref)
+    assert float(rows[-1][3]) < 0.8 * float(rows[0][3]), rows
+    if frozen is None:
+        return
+    export(src, os.path.join(o, 'trained.wof'), str(tmp_path / 'out.tflite'))
+    got = {t.name: t.data for t in read_model(str(tmp_path / 'out.tflite')).tensors if t.name in frozen}
+    assert set(got) == set(frozen) and all(np.array_equal(got[k], v) for k, v in frozen.items())
+    np.savez(tmp_path / 't.npz', x=x[te], y=y[te])
+    got = evaluate(str(tmp_path / 'out.tflite'), str(tmp_path / 't.npz'))['loss']
+    assert abs(got - float(rows[-1][3])) < 0.03 + 0.03 * got, (got, rows[-1])
+
+
 def _normalized_or_embedding(tmp_path, kind, bias, n=96):
     """A float model the test builds, Keras's Normalization at the input and mid-network
     ('norm') or an Embedding ('emb'), with or without biases, and its data (labels a
@@ -415,15 +451,8 @@ def test_normalization_and_embedding_of_a_float_model_train_as_int8(tmp_path, ki
     Keras; an Embedding's table trains as the int8 embedding (q8.json's eg).  Its epoch-0
     test loss is the float model's (numpy), it learns, and export writes the trained
     model in float32 again, the normalization's constants the file's."""
-    from host_tools.files.dataset import split
-    from host_tools.prepare.infer import evaluate
     src, forward, data, x, y = _normalized_or_embedding(tmp_path, kind, bias)
-    o = str(tmp_path / 'q')
-    s = prepare(src, o, data=data, test_split=0.25, epochs=3, int8=True, from_logits=True,
-                train='all', log=lambda *a: None, **dict(KW, lr=0.02))
-    assert s['int8']
-    no_keep_best(o)
-    g8, gf = read_model(os.path.join(o, fromfloat.INT8_MODEL)), read_model(src)
+    o, g8, gf = _int8_prepared(tmp_path, src, data)
     m = json.load(open(os.path.join(o, 'q8.json')))
     if kind == 'norm':
         for op in (op for op in g8.ops if op.name in ('SUB', 'MUL')):
@@ -433,21 +462,10 @@ def test_normalization_and_embedding_of_a_float_model_train_as_int8(tmp_path, ki
                                                 ).max() <= sc / 2 + 1e-6
     else:
         assert any(d.get('eg') for d in m['layers']), m['layers']
-    code, out = runner.run(o, python=True, stream=False)
-    assert code == 0, out
-    rows = [v.split(',') for v in open(os.path.join(o, 'train.log')).read().split()[1:]]
-    te = split(len(x), 0.25, 0)[1]
-    ref = _scce(forward(x[te].astype(np.float64)), y[te])
-    assert abs(float(rows[0][3]) - ref) < 0.03 + 0.03 * ref, (rows[0], ref)
-    assert float(rows[-1][3]) < 0.8 * float(rows[0][3]), rows
-    export(src, os.path.join(o, 'trained.wof'), str(tmp_path / 'out.tflite'))
-    ge = read_model(str(tmp_path / 'out.tflite'))
-    for op, oe in zip(gf.ops, ge.ops):
-        if op.name in ('SUB', 'MUL'):       # (frozen, as Keras's Normalization)
-            assert np.array_equal(ge.tensors[oe.inputs[1]].data, gf.tensors[op.inputs[1]].data)
-    np.savez(tmp_path / 't.npz', x=x[te], y=y[te])
-    got = evaluate(str(tmp_path / 'out.tflite'), str(tmp_path / 't.npz'))['loss']
-    assert abs(got - float(rows[-1][3])) < 0.03 + 0.03 * got, (got, rows[-1])
+    # (the normalization's constants frozen, as Keras's Normalization)
+    _learns_from_numpys_loss(tmp_path, o, src, forward, x, y, {
+        gf.tensors[op.inputs[1]].name: gf.tensors[op.inputs[1]].data for op in gf.ops
+        if op.name in ('SUB', 'MUL')})
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
@@ -527,3 +545,103 @@ def test_a_weight_several_ops_share_is_calibrated_once(tmp_path):
     recalibrate(g8, {}, {})
     w9 = next(t for t in g8.tensors if t.name == 'w')
     assert np.abs(w9.data * w9.quant['scale'][0] - was).max() <= w9.quant['scale'][0] / 2 + 1e-7
+
+
+def _divided_or_clipped(tmp_path, kind, bias, n=96):
+    """A float model the test builds dividing by constants ('div': (x - mean) / std at the
+    input, h / c mid-network) or clipping by them ('clip': MAXIMUM(-1), MINIMUM(6), a
+    MINIMUM by a bound a feature), and its data (labels a teacher's: learnable).
+    Returns (path, numpy forward: logits, data path, x, y)."""
+    build = build_divided if kind == 'div' else build_clipped
+    src, forward, make_x = build(tmp_path / f'{kind}.tflite', bias=bias)
+    x = make_x(n)
+    t = np.random.default_rng(5).standard_normal((3, x.shape[1]))
+    y = ((x - x.mean(0)) / x.std(0) @ t.T).argmax(1)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    return src, forward, str(tmp_path / 'd.npz'), x, y
+
+
+@pytest.mark.parametrize('kind,bias', [('div', True), ('div', False), ('clip', True),
+                                       ('clip', False)])
+def test_division_and_clips_by_constants_of_a_float_model_train_as_int8(tmp_path, kind, bias):
+    """prepare --int8 had refused a float model dividing an activation by a constant (a
+    PyTorch (x - mean) / std, x / 255.: "constant ... is not the weight or bias of a
+    FULLY_CONNECTED ..."), and took a clip by constants (MAXIMUM, MINIMUM: tf.clip_by_value,
+    torch.clamp) as the float path spells it (x - RELU(x - c): three int8 ops, the RELU's
+    range 0 where no sample reached the bound).  Now x / c is the int8 MUL by 1 / c and a
+    clip the int8 MAXIMUM / MINIMUM, its constant at the scale its input and output share
+    (TFLite's kernels compare the int8 values), an input much wider than the clip's
+    output (each of these: a Dense's) requantized to the output's range first, as
+    TFLite's quantizer does; both frozen.  Its epoch-0 test loss is the
+    float model's (numpy), it learns, and export writes the trained model in float32
+    again, the constants the file's."""
+    src, forward, data, x, y = _divided_or_clipped(tmp_path, kind, bias)
+    o, g8, gf = _int8_prepared(tmp_path, src, data)
+    names = [op.name for op in g8.ops]
+    consts = {gf.tensors[k].name: gf.tensors[k].data for op in gf.ops if op.name in (
+        'DIV', 'MAXIMUM', 'MINIMUM') for k in op.inputs if gf.tensors[k].data is not None}
+    if kind == 'div':
+        assert 'DIV' not in names and names.count('MUL') == 2, names
+        for op in (op for op in g8.ops if op.name == 'MUL'):
+            c = g8.tensors[op.inputs[1]]
+            sc, z = c.quant['scale'][0], c.quant['zero_point'][0]
+            assert c.dtype == 'int8' and np.abs((c.data.astype(int) - z) * sc - 1 / consts[c.name]
+                                                ).max() <= sc / 2 + 1e-6
+    else:
+        assert [v for v in names if v != 'QUANTIZE'] == [
+            'FULLY_CONNECTED', 'MAXIMUM', 'MINIMUM', 'FULLY_CONNECTED', 'MINIMUM',
+            'FULLY_CONNECTED'], names
+        assert names.count('QUANTIZE') == 3, names
+        for op in (op for op in g8.ops if op.name in ('MAXIMUM', 'MINIMUM')):
+            a, c, out = (g8.tensors[k] for k in (*op.inputs, *op.outputs))
+            q = [(t.quant['scale'][0], t.quant['zero_point'][0]) for t in (a, c, out)]
+            assert q[0] == q[1] == q[2] and c.dtype == 'int8', (op.name, q)
+            assert np.abs((c.data.astype(int) - q[1][1]) * q[1][0] - consts[c.name]).max() <= \
+                q[1][0] / 2 + 1e-6
+    _learns_from_numpys_loss(tmp_path, o, src, forward, x, y, consts)
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_clips_by_constants_as_int8_train_on_micropython_as_on_the_host(tmp_path):
+    """The clipped model of test_division_and_clips_by_constants_of_a_float_model_train_as_int8
+    on unix MicroPython and on the host: the same trained bytes, the same log."""
+    src, _, data, _, _ = _divided_or_clipped(tmp_path, 'clip', True, n=40)
+    o = str(tmp_path / 'q')
+    prepare(src, o, data=data, test_split=0.25, epochs=2, int8=True, from_logits=True,
+            train='all', log=lambda *a: None, **dict(KW, lr=0.02))
+    names = [op.name for op in read_model(os.path.join(o, fromfloat.INT8_MODEL)).ops]
+    assert names.count('MINIMUM') == 2 and 'MAXIMUM' in names, names
+    (wa, _, la), (wb, _, lb) = board_and_host_runs(o, 'trained.wof')
+    assert wa == wb and len(la) == 4, la
+    assert_same_logs(la, lb)
+
+
+@pytest.mark.parametrize('kind', ['cdiv', 'pow2'])
+def test_constant_first_division_and_a_square_of_a_float_model_train_as_int8(tmp_path, kind):
+    """c / x (a constant divided by an activation: an int8 DIV, its constant at its own
+    range) and POW(x, 2) (the float path's MUL(x, x)) had been refused by prepare --int8
+    (c / x: "constant ... is not the weight or bias"; POW: not run by either path).  Its
+    epoch-0 test loss is the float model's (numpy) and it learns."""
+    src, forward, make_x = build_constant_op(tmp_path / f'{kind}.tflite', kind)
+    x = make_x(96)
+    y = (forward(x.astype(np.float64)) @ np.random.default_rng(5).standard_normal((3, 3))).argmax(1)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    o, _, _ = _int8_prepared(tmp_path, src, str(tmp_path / 'd.npz'))
+    _learns_from_numpys_loss(tmp_path, o, src, forward, x, y)
+
+
+def test_powers_neither_path_runs_are_refused_saying_so(tmp_path):
+    """POW(x, 0.5) trains in float32 (SQRT) and --int8 refuses it saying so; POW(x, 3)
+    neither path runs: --int8's refusal had added "without --int8 it trains in float32",
+    which was not so."""
+    for kind, f32 in (('pow05', True), ('pow3', False)):
+        src, _, make_x = build_constant_op(tmp_path / f'{kind}.tflite', kind)
+        np.savez(tmp_path / 'd.npz', x=make_x(16), y=np.arange(16) % 3)
+        with pytest.raises(PrepareError) as e:
+            prepare(src, str(tmp_path / 'q'), data=str(tmp_path / 'd.npz'), int8=True,
+                    from_logits=True, log=lambda *a: None, **KW)
+        assert e.value.args[0].endswith('without --int8 it trains in float32') == f32, e.value
+        if f32:
+            s = prepare(src, str(tmp_path / 'f'), data=str(tmp_path / 'd.npz'), epochs=1,
+                        from_logits=True, log=lambda *a: None, **KW)
+            assert not s.get('int8')

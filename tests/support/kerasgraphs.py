@@ -1845,3 +1845,109 @@ def build_keras_float_embedding(path, N=9, D=4, L=5, O=3, seed=0, bias=True):
     b.outputs(y)
     b.save(os.fspath(path))
     return os.fspath(path), E, lambda ids: E[np.asarray(ids, int)].mean(1) @ W.T + B
+
+
+def build_divided(path, seed=0, F=5, H=6, O=3, bias=True):
+    """A PyTorch-style float model dividing by constants, at the input and mid-network:
+    x -> SUB(mean) -> DIV(std) ((x - mean) / std of buffers) -> FC(H, relu) -> DIV(c_h)
+    (a per-feature constant) -> FC(O) (bias: with biases; without, no bias tensor).
+    Returns (path, numpy forward: logits, make_x(n, seed): samples far from 0 and 1)."""
+    rng = np.random.default_rng(seed)
+    off, sc = rng.uniform(20, 60, F), rng.uniform(2, 12, F)
+
+    def make_x(n, s=1):
+        return (np.random.default_rng(s).standard_normal((n, F)) * sc + off).astype(np.float32)
+    f32 = np.float32
+    m1, s1 = off.astype(f32), sc.astype(f32)
+    w1, w2 = _rand(rng, H, F), _rand(rng, O, H)
+    b1, b2 = (0.3 * _rand(rng, H), 0.3 * _rand(rng, O)) if bias else (np.zeros(H), np.zeros(O))
+    ch = rng.uniform(0.5, 4, H).astype(f32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, n1, z1, h, z2, y = (_act(b, n, [1, k]) for n, k in (
+        ('x', F), ('sub', F), ('norm', F), ('h', H), ('hdiv', H), ('y', O)))
+    bt = (lambda n, v: [b.tensor(n, [len(v)], data=v.astype(f32))]) if bias else (lambda n, v: [-1])
+    b.op('SUB', [x, b.tensor('mean', [F], data=m1)], [n1])
+    b.op('DIV', [n1, b.tensor('std', [F], data=s1)], [z1])
+    b.op('FULLY_CONNECTED', [z1, b.tensor('w1', w1.shape, data=w1)] + bt('b1', b1), [h],
+         fused_activation_function='RELU')
+    b.op('DIV', [h, b.tensor('c_h', [H], data=ch)], [z2])
+    b.op('FULLY_CONNECTED', [z2, b.tensor('w2', w2.shape, data=w2)] + bt('b2', b2), [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs):
+        f = [np.asarray(v, np.float64) for v in (m1, s1, ch)]
+        h = np.maximum((xs - f[0]) / f[1] @ w1.T + b1, 0)
+        return h / f[2] @ w2.T + b2
+    return os.fspath(path), forward, make_x
+
+
+def build_clipped(path, seed=0, F=5, H=6, O=3, bias=True):
+    """A float model clipped by constants: x -> FC(H) -> MAXIMUM(-1, a scalar []) ->
+    MINIMUM(6, a [1]) (tf.clip_by_value, torch.clamp) -> FC(H, relu) -> MINIMUM(c, one
+    bound a feature: a ReLU(max_value) of its own each) -> FC(O) (bias: with biases).
+    Returns (path, numpy forward: logits, make_x(n, seed): samples that reach every
+    clip)."""
+    rng = np.random.default_rng(seed)
+
+    def make_x(n, s=1):
+        return (2 * np.random.default_rng(s).standard_normal((n, F))).astype(np.float32)
+    f32 = np.float32
+    w1, w2, w3 = _rand(rng, H, F), _rand(rng, H, H), _rand(rng, O, H)
+    b1, b2, b3 = ((0.3 * _rand(rng, H), 0.3 * _rand(rng, H), 0.3 * _rand(rng, O)) if bias
+                  else (np.zeros(H), np.zeros(H), np.zeros(O)))
+    c = rng.uniform(1, 5, H).astype(f32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, a, lo, hi, r, cl, y = (_act(b, n, [1, k]) for n, k in (
+        ('x', F), ('a', H), ('lo', H), ('hi', H), ('r', H), ('clip', H), ('y', O)))
+    bt = (lambda n, v: [b.tensor(n, [len(v)], data=v.astype(f32))]) if bias else (lambda n, v: [-1])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1)] + bt('b1', b1), [a])
+    b.op('MAXIMUM', [a, b.tensor('minus_one', [], data=np.array(-1, f32))], [lo])
+    b.op('MINIMUM', [lo, b.tensor('six', [1], data=np.array([6], f32))], [hi])
+    b.op('FULLY_CONNECTED', [hi, b.tensor('w2', w2.shape, data=w2)] + bt('b2', b2), [r],
+         fused_activation_function='RELU')
+    b.op('MINIMUM', [r, b.tensor('cap', [H], data=c)], [cl])
+    b.op('FULLY_CONNECTED', [cl, b.tensor('w3', w3.shape, data=w3)] + bt('b3', b3), [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs):
+        h = np.clip(xs @ w1.T + b1, -1, 6)
+        return np.minimum(np.maximum(h @ w2.T + b2, 0), c.astype(np.float64)) @ w3.T + b3
+    return os.fspath(path), forward, make_x
+
+
+def build_constant_op(path, kind, seed=0, F=5, H=6, O=3):
+    """x -> an op of x and a constant -> FC(H, relu) -> FC(O): kind 'cdiv' c / x (a
+    constant first, c one a feature, x in 1..4), 'pow2' POW(x, 2) (tf.pow, a PyTorch
+    x ** 2), 'pow05' POW(x, 0.5) (x in 0.1..4), 'pow3' POW(x, 3).  Returns (path, numpy
+    forward: logits, make_x(n, seed))."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    c = rng.uniform(1, 3, F).astype(f32)
+    w1, b1, w2, b2 = (0.5 * _rand(rng, H, F), 0.2 * _rand(rng, H), 0.5 * _rand(rng, O, H),
+                      0.2 * _rand(rng, O))
+    lo, hi = {'cdiv': (1, 4), 'pow05': (0.1, 4)}.get(kind, (-2, 2))
+
+    def make_x(n, s=1):
+        return np.random.default_rng(s).uniform(lo, hi, (n, F)).astype(f32)
+    e = {'pow2': 2.0, 'pow05': 0.5, 'pow3': 3.0}.get(kind)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, z, h, y = (_act(b, n, [1, k]) for n, k in (('x', F), ('z', F), ('h', H), ('y', O)))
+    if kind == 'cdiv':
+        b.op('DIV', [b.tensor('c', [F], data=c), x], [z])
+    else:
+        b.op('POW', [x, b.tensor('e', [], data=np.array(e, f32))], [z])
+    b.op('FULLY_CONNECTED', [z, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [H], data=b1)],
+         [h], fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [h, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs):
+        z = c.astype(np.float64) / xs if kind == 'cdiv' else xs ** e
+        return np.maximum(z @ w1.T + b1, 0) @ w2.T + b2
+    return os.fspath(path), forward, make_x

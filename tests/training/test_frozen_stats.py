@@ -2,7 +2,8 @@
 Keras's Normalization layer (trainable=False there) and a PyTorch model's buffers export
 it, stays the file's under --train all; a folded BatchNorm's MUL and ADD constants (its
 trained gamma and beta) and the layers' weights train.  The float path had trained the
-mean and 1 / std like weights (SGD steps on statistics of inputs in the tens)."""
+mean and 1 / std like weights (SGD steps on statistics of inputs in the tens).  A clip's
+bounds (MAXIMUM / MINIMUM by constants) stay too."""
 import os
 
 import numpy as np
@@ -74,3 +75,43 @@ def test_normalization_statistics_stay_and_the_rest_trains(tmp_path):
             if not np.array_equal(t.data, by[t.name].data):
                 moved.add(t.name)
         assert moved == trained, (src, moved, frozen)
+
+
+def _clipped(path, H=6, O=3, seed=4):
+    """x -> FC(H) -> MINIMUM(hi) -> MAXIMUM(lo) -> FC(O), the bounds per channel
+    (tf.clip_by_value by vectors, torch.clamp by tensors)."""
+    r = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    t = {n: b.tensor(n, [1, k]) for n, k in (('x', 4), ('h', H), ('m', H), ('c', H), ('y', O))}
+    c = lambda n, v: b.tensor(n, list(v.shape), data=v.astype(F32))     # noqa: E731
+    b.op('FULLY_CONNECTED', [t['x'], c('w1', r.standard_normal((H, 4))), c('b1', np.zeros(H))], [t['h']])
+    b.op('MINIMUM', [t['h'], c('hi', r.uniform(0.5, 1.5, H))], [t['m']])
+    b.op('MAXIMUM', [t['m'], c('lo', r.uniform(-1.5, -0.5, H))], [t['c']])
+    b.op('FULLY_CONNECTED', [t['c'], c('w2', r.standard_normal((O, H)) * 0.5), c('b2', np.zeros(O))], [t['y']])
+    b.inputs(t['x'])
+    b.outputs(t['y'])
+    return b.save(os.fspath(path))
+
+
+def test_a_clips_bounds_stay_and_the_layers_train(tmp_path):
+    """A clip by per-channel constants trains its layers, not its bounds: the float path
+    spells MAXIMUM(a, b) as b + RELU(a - b) with a copy of b, and had trained the two
+    copies apart (the exported model then no clip at all)."""
+    src = _clipped(tmp_path / 'c.tflite')
+    x = np.random.default_rng(5).standard_normal((48, 4))
+    o = str(tmp_path / 'o')
+    s = prepare(src, o, data=_data(tmp_path, x, 3), epochs=2, train='all', from_logits=True,
+                loss='scce', optimizer='sgd', lr=0.1, batch=1, int8=False, log=lambda *a: None)
+    assert set(s['trainable']) == {'w1', 'b1', 'w2', 'b2'}, s['trainable']
+    code, out = runner.run(o, python=True, stream=False)
+    assert code == 0, out
+    export(src, os.path.join(o, 'trained.wof'), str(tmp_path / 'out.tflite'))
+    g0, g1 = read_model(src), read_model(str(tmp_path / 'out.tflite'))
+    # (written as trained: the spelled form, each bound and its copy the file's)
+    was = {t.name: t.data for t in g0.tensors if t.data is not None}
+    bounds = [t for t in g1.tensors if t.data is not None and t.name.split('/')[0] in ('hi', 'lo')]
+    assert len(bounds) >= 3, [t.name for t in g1.tensors]
+    for t in bounds:
+        assert np.array_equal(t.data, was[t.name.split('/')[0]]), t.name
+    by = {t.name: t for t in g1.tensors}
+    assert not np.array_equal(by['w1'].data, was['w1'])
