@@ -754,6 +754,9 @@ def fold_shapes(g: Graph) -> int:
         if v is None or int(np.prod(outs[0].shape)) != v.size:
             continue
         outs[0].data = np.ascontiguousarray(v.astype(outs[0].dtype).reshape(outs[0].shape))
+        # (a FILL's values, a recurrent layer's zero initial state, are no parameter:
+        # Keras does not train them, and the converter's one h0 = c0 would train as both)
+        outs[0].frozen = outs[0].frozen or op.name == 'FILL'
         remove_op(g, op)
         done += 1
     if done:
