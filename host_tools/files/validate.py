@@ -122,9 +122,21 @@ def loss_on_logits(g, s: dict):
     gradient -1/y about 1e20 (NaN within a few samples at any learning rate).  Returns
     the line that says so, or None when nothing changed."""
     want = PROBABILITIES.get(s['loss'])
-    if want is None or s.get('from_logits') or getattr(g, 'step_rows', False):
+    if want is None or getattr(g, 'step_rows', False):
         return None         # (rows of logits a step: a softmax over each, rewrite.step_softmax)
     op = final_op(g)
+    if s.get('from_logits'):
+        if op is None or op.name != want:
+            return None
+        # (probabilities read as logits go through a second softmax or sigmoid: a sigmoid
+        # of values in 0..1 is over 0.5 for every sample, bce's accuracy stuck at the share
+        # of 1s; Keras warns of it.  The loss on the probabilities is the loss from logits
+        # of the op's input: the same training)
+        s['from_logits'] = False
+        return (f'{g.path}: the model ends in op {op.number} ({op.name}): its output is '
+                f'probabilities, not logits; {s["loss"]} takes them as probabilities (the same '
+                f'gradient as from the logits {op.name} reads), without --from-logits, which '
+                f'would pass them through a second {op.name}')
     if op is not None and op.name == want:
         return None
     s['from_logits'] = True

@@ -303,6 +303,10 @@ def _quant_dict(q) -> dict | None:
             "quantized_dimension": int(q.quantizedDimension or 0)}
 
 
+# ops of a file whose weights are resource variables (TensorFlow's, read at run time)
+_RESOURCE_OPS = ('VAR_HANDLE', 'READ_VARIABLE', 'ASSIGN_VARIABLE')
+
+
 def _graph_from(path, raw: bytes, model) -> Graph:
     if not model.subgraphs:
         raise ModelError(path, "model has no subgraphs")
@@ -358,6 +362,15 @@ def _graph_from(path, raw: bytes, model) -> Graph:
             options["custom_options"] = bytes(np.asarray(co, dtype=np.uint8)) \
                 if co is not None else b""
         ops.append(Operator(oi, code, name, ins, outs, options, src=oi))
+
+    var = next((op for op in ops if op.name in _RESOURCE_OPS), None)
+    if var is not None:     # (every command would fail on it later, inspect with a traceback)
+        raise ModelError(path, f"op {var.index} is {var.name}: the model's weights are resource "
+                               "variables the file reads at run time, not constants in it "
+                               "(TFLiteConverter.from_concrete_functions([f], model) writes "
+                               "them so); convert again with "
+                               "TFLiteConverter.from_keras_model(model), or "
+                               "from_concrete_functions([f]) without the model")
 
     gin = [int(i) for i in (sg.inputs if sg.inputs is not None else [])]
     gout = [int(i) for i in (sg.outputs if sg.outputs is not None else [])]

@@ -724,6 +724,15 @@ def _host_value(g: Graph, op: Operator):
     return None
 
 
+def _integer(dtype: str) -> bool:
+    """A tensor dtype name that is an integer type (False for names numpy lacks:
+    'resource', 'variant', 'string', 'bfloat16', ...)."""
+    try:
+        return np.issubdtype(np.dtype(dtype), np.integer)
+    except TypeError:
+        return False
+
+
 def fold_shapes(g: Graph) -> int:
     """Shape arithmetic whose value the host knows -> constants: SHAPE of any tensor
     (every shape is static here) and the integer ops over constants after it (Keras 3
@@ -736,7 +745,7 @@ def fold_shapes(g: Graph) -> int:
     for op in list(g.ops):
         outs = [g.tensors[k] for k in op.outputs]
         if len(outs) != 1 or op.outputs[0] in g.outputs or not (
-                op.name == 'FILL' or np.issubdtype(np.dtype(outs[0].dtype), np.integer)):
+                op.name == 'FILL' or _integer(outs[0].dtype)):
             continue
         try:
             v = _host_value(g, op)
@@ -745,6 +754,9 @@ def fold_shapes(g: Graph) -> int:
         if v is None or int(np.prod(outs[0].shape)) != v.size:
             continue
         outs[0].data = np.ascontiguousarray(v.astype(outs[0].dtype).reshape(outs[0].shape))
+        # (a FILL's values, a recurrent layer's zero initial state, are no parameter:
+        # Keras does not train them, and the converter's one h0 = c0 would train as both)
+        outs[0].frozen = outs[0].frozen or op.name == 'FILL'
         remove_op(g, op)
         done += 1
     if done:

@@ -251,6 +251,7 @@ def recalibrate(og, ranges, trained) -> int:
         t.quant = dict(t.quant, scale=list(q['scale']), zero_point=list(q['zero_point']))
         t.data = quantize(tf.reshape(t.shape), t.quant, 'int8')[0]
     tie_bounds(og, bounds)
+    first = {}      # a weight several ops share: its values as first read (not requantized)
     for op in og.ops:
         xp, wp, bp = POSITIONS.get(op.name, (0, 1, 2))
         if op.name not in WEIGHTED or len(op.inputs) <= max(xp, wp):
@@ -261,12 +262,12 @@ def recalibrate(og, ranges, trained) -> int:
                 not b.quant or b.data is None)):
             continue
         ax = int(w.quant.get('quantized_dimension', 0))
-        wf = trained.get(w.name)
+        wf = trained.get(w.name, first.get(w.index))
         if wf is None:              # frozen: the original integers' values
             sw0 = np.asarray(old[w.index]['scale'], np.float64)
             wf = w.data.astype(np.float64) * (sw0.reshape([-1 if i == ax else 1 for i in range(w.data.ndim)])
                                               if sw0.size > 1 else sw0[0])
-        wf = np.asarray(wf, np.float64).reshape(w.shape)
+        wf = first[w.index] = np.asarray(wf, np.float64).reshape(w.shape)
         per = len(old[w.index]['scale']) > 1
         m = np.abs(np.moveaxis(wf, ax, 0).reshape(wf.shape[ax], -1)).max(1) if per else \
             np.array([np.abs(wf).max()])

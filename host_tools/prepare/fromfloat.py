@@ -409,18 +409,24 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
             t.quant['scale'] = [float(np.float32(v)) for v in t.quant['scale']]
     tie_bounds(og, {t.index: trained[t.name].astype(np.float64) for t in og.tensors
                     if t.data is not None and t.name in trained and t.dtype == 'int8'})
+    done = set()    # (a weight several ops share, an unrolled LSTM's kernel one a step:
+    #                  given its room once, not WEIGHT_HEADROOM ** steps)
     for op in og.ops:       # weights with room to grow, the int32 biases at their scales
         if op.name not in WEIGHTED or len(op.inputs) < 2:
             continue
         xp, _, bp = POSITIONS.get(op.name, (0, 1, 2))
         x, w = og.tensors[op.inputs[xp]], og.tensors[op.inputs[1]]
         ax = w.quant.get('quantized_dimension', 0)
-        sw = np.float32(np.asarray(w.quant['scale'], np.float64) * WEIGHT_HEADROOM)
-        wf = trained[w.name].astype(np.float64)
-        shp = [-1 if i == ax else 1 for i in range(wf.ndim)]
-        w.data = np.clip(np.round(wf / sw.astype(np.float64).reshape(shp)), -127, 127).astype(np.int8)
+        if w.index in done:
+            sw = np.float32(np.asarray(w.quant['scale'], np.float64))
+        else:
+            done.add(w.index)
+            sw = np.float32(np.asarray(w.quant['scale'], np.float64) * WEIGHT_HEADROOM)
+            wf = trained[w.name].astype(np.float64)
+            shp = [-1 if i == ax else 1 for i in range(wf.ndim)]
+            w.data = np.clip(np.round(wf / sw.astype(np.float64).reshape(shp)), -127, 127).astype(np.int8)
+            w.quant = dict(w.quant, scale=[float(v) for v in sw])
         sb = np.float32(np.float64(x.quant['scale'][0]) * sw.astype(np.float64))
-        w.quant = dict(w.quant, scale=[float(v) for v in sw])
         if len(op.inputs) <= bp or op.inputs[bp] < 0:
             continue        # (no bias: the int8 path gives it a zero one, quant.zero_bias)
         b = og.tensors[op.inputs[bp]]

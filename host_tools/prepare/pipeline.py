@@ -36,6 +36,9 @@ from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits, target_range_warning
 from ..files.wof import write_wof
 
+# prepare's refusal of a selection with no weights (float and int8 alike)
+NOTHING = 'nothing to train (no trainable weights selected)'
+
 
 def missing_biases(model_path, g, p) -> list:
     """A line on the trained ops whose file gives them no bias tensor (Keras's
@@ -613,9 +616,13 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     g, _, _, info, perm, p = select_rewrite_plan(source, chosen, chosen_rk, rewrite)
     if not p.params:
         from ..graph.passes import reach_hint
-        raise PrepareError(f'{model_path}: nothing to train (no trainable weights selected)' +
-                           reach_hint([(op.number, op.name) for op in source.ops],
-                                      len(source.ops), train))
+        skip = set(off_output(source, range(len(source.ops))))     # (not in the run)
+        raise PrepareError(f'{model_path}: {NOTHING}' +
+                           reach_hint([(op.number, op.name) for op in source.ops
+                                       if op.index not in skip], len(source.ops), train)
+                           + ((' (op %s feeds' if len(skip) == 1 else ' (ops %s feed')
+                              % _span(sorted(source.ops[i].number for i in skip))
+                              + ' only outputs this run does not train)' if skip else ''))
     for line in missing_biases(model_path, g, p):
         log(line)
     from ..graph.optable import normalization
@@ -808,6 +815,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
                 '(or bring its inputs to comparable ranges, e.g. in units)')
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
     except (ValueError, PrepareError) as e:
+        if NOTHING in str(e):      # (what trains, not int8: float32 refuses it alike)
+            raise PrepareError(str(e)) from None
         if int8:
             why = quant.without_dequantize(str(e).replace(model_path + ': ', ''))
             if 'without --int8' not in why and UNSUPPORTED not in why:

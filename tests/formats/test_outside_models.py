@@ -400,3 +400,115 @@ def test_a_keras_rnn_written_as_a_while_loop_is_refused_saying_unroll(tmp_path):
     with redirect_stdout(out):
         assert main(['inspect', str(p)]) == 1
     assert says.split(': ', 1)[1] in out.getvalue()
+
+
+def test_weights_as_resource_variables_refused_by_every_command(tmp_path):
+    """Issue 28 (session 18): TFLiteConverter.from_concrete_functions([f], model), the
+    form TensorFlow's guide shows, writes a Keras model's weights as resource variables
+    (VAR_HANDLE -> READ_VARIABLE, no value in the file).  inspect and evaluate had ended
+    in a traceback (TypeError: data type 'resource' not understood), prepare had said
+    'op 0 (VAR_HANDLE) has no inputs'."""
+    import io
+    from contextlib import redirect_stderr
+    from circle_schema.v0_10 import circle as C
+    from host_tools.cli import main
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4])
+    hw = b.tensor('dense/kernel', [], dtype=np.int32)
+    b._tensors[hw].type = C.TensorType.TensorType.RESOURCE
+    b.op('VAR_HANDLE', [], [hw], shared_name='dense/kernel')
+    w = b.tensor('ReadVariableOp', [4, 3])
+    b.op('READ_VARIABLE', [hw], [w])
+    y = b.tensor('y', [1, 3])
+    b.op('BATCH_MATMUL', [x, w], [y])
+    b.inputs(x)
+    b.outputs(y)
+    p = tmp_path / 'vars.tflite'
+    b.save(p)
+    np.savez(tmp_path / 'd.npz', x=np.ones((4, 4), np.float32), y=np.zeros((4, 3), np.float32))
+    says = ('vars.tflite: op 0 is VAR_HANDLE: the model\'s weights are resource variables the '
+            'file reads at run time, not constants in it')
+    for argv in (['inspect', str(p)], ['evaluate', str(p), str(tmp_path / 'd.npz')],
+                 ['prepare', str(p), '-o', str(tmp_path / 'run'), '--data', str(tmp_path / 'd.npz')]):
+        err = io.StringIO()
+        with redirect_stderr(err):
+            assert main(argv) == 2, argv
+        assert says in err.getvalue() and 'from_keras_model' in err.getvalue(), (argv, err.getvalue())
+
+
+@pytest.mark.parametrize('int8', [None, True])
+def test_train_last_n_hint_on_two_heads_names_an_op_of_the_run(tmp_path, int8):
+    """Issue 28 (session 18): Keras's two heads (a class softmax, a regression Dense written
+    after it) with --train last:2 selects the softmax and the other head: nothing to train.
+    The hint had said 'last:1 reaches op 3', the head this run leaves out (nothing again),
+    and under --int8 'without --int8 it trains in float32', which it does not."""
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4])
+    w = lambda n, *s: b.tensor(n, list(s), data=rng.standard_normal(s).astype(np.float32))
+    h = b.tensor('h', [1, 6])
+    b.op('FULLY_CONNECTED', [x, w('w0', 6, 4), w('b0', 6)], [h], fused_activation_function='RELU')
+    z = b.tensor('z', [1, 2])
+    b.op('FULLY_CONNECTED', [h, w('w1', 2, 6), w('b1', 2)], [z])
+    p = b.tensor('p', [1, 2])
+    b.op('SOFTMAX', [z], [p], beta=1.0)
+    r = b.tensor('r', [1, 1])
+    b.op('FULLY_CONNECTED', [h, w('w3', 1, 6), w('b3', 1)], [r])
+    b.inputs(x)
+    b.outputs(p, r)
+    src = tmp_path / 'heads.tflite'
+    b.save(src)
+    xs = rng.standard_normal((40, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(xs[:, 0] > 0).astype(np.int64))
+    with pytest.raises(PrepareError) as e:
+        prepare(str(src), str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'), train='last:2',
+                int8=int8, log=lambda *a: None)
+    says = str(e.value)
+    assert 'nothing to train' in says and 'last:3 reaches op 1 (FULLY_CONNECTED)' in says, says
+    assert 'op 3 feeds only outputs this run does not train' in says, says
+    assert 'last:1' not in says and 'without --int8' not in says, says
+
+
+@pytest.mark.parametrize('end', ['LOGISTIC', 'SOFTMAX'])
+def test_from_logits_on_a_model_ending_in_probabilities_trains_them_as_such(tmp_path, end):
+    """Issue 28 (session 18): --from-logits given for a Keras model ending in a sigmoid
+    (bce) or a softmax (scce) read its probabilities as logits: a sigmoid of values in
+    0..1 is over 0.5 for every sample, so the held-out accuracy sat at the share of 1s
+    and never moved.  prepare says so and trains on the probabilities (the same gradient
+    as from the logits the activation reads)."""
+    rng = np.random.default_rng(3)
+    n_out = 1 if end == 'LOGISTIC' else 2
+    w = (2.0 * np.eye(n_out, 4)).astype(np.float32)
+    if end == 'SOFTMAX':
+        w[1] = -w[0]
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4])
+    z = b.tensor('z', [1, n_out])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w),
+                             b.tensor('b', [n_out], data=np.full(n_out, -1.5, np.float32))], [z])
+    p = b.tensor('p', [1, n_out])
+    b.op(end, [z], [p], **({'beta': 1.0} if end == 'SOFTMAX' else {}))
+    b.inputs(x)
+    b.outputs(p)
+    src = tmp_path / 'prob.tflite'
+    b.save(src)
+    xs = rng.standard_normal((200, 4)).astype(np.float32)
+    y = (xs[:, 0] > 0).astype(np.float32 if end == 'LOGISTIC' else np.int64)
+    said = []
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    np.savez(tmp_path / 'd.npz', x=xs, y=y[:, None] if end == 'LOGISTIC' else y)
+    out = tmp_path / 'run'
+    prepare(str(src), str(out), data=str(tmp_path / 'd.npz'), test_split=0.25,
+            loss='bce' if end == 'LOGISTIC' else 'scce', from_logits=True, epochs=2,
+            lr=0.1, optimizer='sgd', log=said.append)
+    assert json.load(open(out / 'train.json'))['from_logits'] is False
+    assert any(f'ends in op 1 ({end}): its output is probabilities, not logits' in s
+               for s in said), said
+    code, text = runner.run(os.fspath(out), python=True, stream=False)
+    assert code == 0, text
+    acc = [float(v) for v in re.findall(r'test_accuracy ([0-9.]+)', text)]
+    share = float(np.mean(y[150:] == 1))        # (the held-out share of 1s)
+    assert acc[-1] >= 0.9 and acc[-1] > share + 0.2, (acc, share, text)

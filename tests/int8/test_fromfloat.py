@@ -482,6 +482,71 @@ def test_normalization_and_embedding_as_int8_train_on_micropython_as_on_the_host
     assert_same_logs(la, lb)
 
 
+def _shared_weight_model(path, steps, seed=0, F=6, O=3):
+    """x -> FC(W) -> TANH, again `steps` times with the same W tensor (an unrolled Keras
+    LSTM or GRU reads its recurrent kernel so, once a step), -> FC -> SOFTMAX.  Returns
+    (path, W, numpy forward)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((F, F)) / np.sqrt(F)).astype(np.float32)
+    wo = rng.standard_normal((O, F)).astype(np.float32)
+    b = CircleBuilder(identifier=b'TFL3')
+    h = x = b.tensor('x', [1, F])
+    wt = b.tensor('w', [F, F], data=w)
+    for i in range(steps):
+        z = b.tensor(f'z{i}', [1, F])
+        b.op('FULLY_CONNECTED', [h, wt, -1], [z])
+        h = b.tensor(f'h{i}', [1, F])
+        b.op('TANH', [z], [h])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [h, b.tensor('wo', [O, F], data=wo), b.tensor('bo', [O], data=np.zeros(O, np.float32))], [y])
+    p = b.tensor('p', [1, O])
+    b.op('SOFTMAX', [y], [p], beta=1.0)
+    b.inputs(x)
+    b.outputs(p)
+    b.save(path)
+
+    def forward(xs):
+        hs = xs.astype(np.float64)
+        for _ in range(steps):
+            hs = np.tanh(hs @ w.T)
+        return hs @ wo.T
+    return str(path), w, forward
+
+
+def test_a_weight_several_ops_share_is_calibrated_once(tmp_path):
+    """Issue 28 (session 18): an unrolled Keras LSTM (unroll=True) reads its kernels once
+    a step.  int8 from float gave each weight its headroom once per op reading it, 3 ** 10
+    times its range for 10 steps: the kernels quantized to zeros, the int8 LSTM (--int8,
+    and prepare's own choice on an RP2040) started at chance and learnt nothing, and
+    export wrote zeros into the float model.  The shared weight's int8 values are the
+    float ones within half a step at the scale of one op reading it, and the int8 model's
+    logits follow the float model's."""
+    from host_tools.prepare.exportcheck import _int8_outputs
+    src, w, forward = _shared_weight_model(tmp_path / 'shared.tflite', steps=4)
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal((60, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=forward(xs).argmax(1))
+    s = prepare(src, str(tmp_path / 'q'), data=str(tmp_path / 'd.npz'), epochs=1, int8=True,
+                loss='scce', optimizer='sgd', lr=0.01, log=lambda *a: None)
+    assert s['int8']
+    g8 = read_model(str(tmp_path / 'q' / fromfloat.INT8_MODEL))
+    w8 = next(t for t in g8.tensors if t.name == 'w')
+    sw = w8.quant['scale'][0]
+    assert sw == pytest.approx(fromfloat.WEIGHT_HEADROOM * np.abs(w).max() / 127, rel=0.02)
+    assert np.abs(w8.data * sw - w).max() <= sw / 2 + 1e-7
+    shutil.copy(str(tmp_path / 'q' / fromfloat.INT8_MODEL), str(tmp_path / 'm8.tflite'))
+    q = _int8_outputs(str(tmp_path / 'm8.tflite'), xs[:40])
+    assert np.mean(q.argmax(1) == forward(xs[:40]).argmax(1)) >= 0.85
+    # export --quantized --data's recalibration of a frozen shared weight (no float values
+    # given): its values as the file has them, read once (not requantized per op)
+    from host_tools.prepare.exportcheck import recalibrate
+    was = w8.data * sw
+    recalibrate(g8, {}, {})
+    w9 = next(t for t in g8.tensors if t.name == 'w')
+    assert np.abs(w9.data * w9.quant['scale'][0] - was).max() <= w9.quant['scale'][0] / 2 + 1e-7
+
+
 def _divided_or_clipped(tmp_path, kind, bias, n=96):
     """A float model the test builds dividing by constants ('div': (x - mean) / std at the
     input, h / c mid-network) or clipping by them ('clip': MAXIMUM(-1), MINIMUM(6), a

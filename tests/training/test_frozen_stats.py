@@ -115,3 +115,47 @@ def test_a_clips_bounds_stay_and_the_layers_train(tmp_path):
         assert np.array_equal(t.data, was[t.name.split('/')[0]]), t.name
     by = {t.name: t for t in g1.tensors}
     assert not np.array_equal(by['w1'].data, was['w1'])
+
+
+def _fill_state(path, F=4, H=5, O=3, seed=4):
+    """One unrolled LSTM step as Keras 3 writes it: the zero initial state a FILL (of a
+    shape the host knows), read by the FC on h0 and by the MUL f * c0:
+    x -> FC(W) -> a; h0 -> FC(R) -> r; a + r -> s; sigmoid(s) * c0 + tanh(s) -> c; FC -> y."""
+    r = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    t = {n: b.tensor(n, [1, k]) for n, k in (('x', F), ('zeros', H), ('a', H), ('r', H), ('s', H),
+                                            ('f', H), ('m', H), ('g', H), ('c', H), ('y', O))}
+    c = lambda n, v: b.tensor(n, list(v.shape), data=v.astype(F32))     # noqa: E731
+    b.op('FILL', [b.tensor('dims', [2], data=np.array([1, H], np.int32)),
+                  b.tensor('zero', [], data=np.array(0.0, F32))], [t['zeros']])
+    b.op('FULLY_CONNECTED', [t['x'], c('W', r.standard_normal((H, F))), c('b', r.standard_normal(H))], [t['a']])
+    b.op('FULLY_CONNECTED', [t['zeros'], c('R', r.standard_normal((H, H))), -1], [t['r']])
+    b.op('ADD', [t['a'], t['r']], [t['s']])
+    b.op('LOGISTIC', [t['s']], [t['f']])
+    b.op('MUL', [t['f'], t['zeros']], [t['m']])
+    b.op('TANH', [t['s']], [t['g']])
+    b.op('ADD', [t['m'], t['g']], [t['c']])
+    b.op('FULLY_CONNECTED', [t['c'], c('w2', r.standard_normal((O, H))), c('b2', r.standard_normal(O))], [t['y']])
+    b.inputs(t['x'])
+    b.outputs(t['y'])
+    b.save(path)
+    return str(path)
+
+
+def test_a_keras_recurrent_layers_filled_zero_state_stays_zero(tmp_path):
+    """Issue 28 (session 18): a Keras LSTM or GRU (unroll=True) makes its zero initial state
+    with a FILL, folded on the host into a constant that the first step's MUL (f * c0,
+    z * h0) reads: the float path trained it as that MUL's weight (410 trainable
+    parameters for Keras's 402; the converter's one h0 = c0 trained as both).  Keras does
+    not train it: it stays zero, the layers' weights train.  (tico's constant initial
+    state, a constant in the file, trains as docs/models.md says: test_zoo.)"""
+    src = _fill_state(tmp_path / 'z.tflite')
+    o = str(tmp_path / 'o')
+    x = np.random.default_rng(3).standard_normal((48, 4))
+    s = prepare(src, o, data=_data(tmp_path, x, 3), epochs=2, train='all', from_logits=True,
+                loss='scce', optimizer='sgd', lr=0.05, batch=1, int8=False, log=lambda *a: None)
+    assert set(s['trainable']) == {'W', 'b', 'R', 'w2', 'b2'}, s['trainable']
+    code, out = runner.run(o, python=True, stream=False)
+    assert code == 0, out
+    rows = [v.split(',') for v in open(os.path.join(o, 'train.log')).read().split()[1:]]
+    assert len(rows) == 2 and all(np.isfinite(float(r[1])) for r in rows), rows
