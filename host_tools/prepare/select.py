@@ -128,15 +128,6 @@ CERTAIN = 2.0
 # under the biases; the classifier alone stays out (the MobileNet's new digits: within
 # TIE of the best on the proxy, 2.6 points under the choice).  Off: SHRINK = False.
 SHRINK = True
-# ... and where the choice is certain, of those tied the most parameters train only among
-# those whose own gain over the classifier alone is CERTAIN standard errors or more (the
-# best mean's always counts): a configuration the proxy puts level with the best but whose
-# gain it cannot tell from none is no safer for training more.  bench/transfer.py, the
-# MobileNet on rotated digits, batch 1, 211 and 263 KB (session 18): the best mean +0.031
-# (2.2 standard errors); 17, 19-25, 30 whole 0.003 under it, +0.028 at 1.5 standard errors,
-# the most parameters, trained and tested 0.854 (2 seeds) against 0.893 for the best mean's
-# 19-25, 30 whole and half:22's 0.888.  Off: TIE_CERTAIN = False.
-TIE_CERTAIN = True
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
 # a layer is worth training on the board when the Fisher potential of its outputs is at
 # least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
@@ -999,8 +990,7 @@ def _verify(t, pr, base, final, predicted, log):
     gain, se, n = _gain_noise(t, base, lead)
     shrink = SHRINK and lead != base and n > 1 and gain < CERTAIN * se
     tied = {describe(r) for d, _, _, r in tried
-            if top - d <= tie_width(t, lead, r, None if shrink else TIE_MAX)
-            and (shrink or not TIE_CERTAIN or r == lead or _certain(t, base, r))}
+            if top - d <= tie_width(t, lead, r, None if shrink else TIE_MAX)}
     if shrink:
         tied.discard(describe(base))
     t.shrunk = shrink
@@ -1011,13 +1001,6 @@ def _verify(t, pr, base, final, predicted, log):
                               most(c) if describe(c[3]) in tied else (c[0],), c[0]),
                reverse=True)
     return s0, tried
-
-
-def _certain(t, base, ranks):
-    """Whether ranks' gain over the classifier alone is at least CERTAIN standard errors
-    of it, fold by fold on the folds it was verified on (cached: nothing runs)."""
-    gain, se, n = _gain_noise(t, base, ranks)
-    return n < 2 or gain >= CERTAIN * se
 
 
 def tie_width(t, a, b, most=None):

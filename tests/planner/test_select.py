@@ -1322,28 +1322,3 @@ def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data,
         chosen[under] = {int(i): r for i, r in s['ranks'].items()}
     assert chosen[0.01] == {i: 'all' for i in late}, chosen
     assert chosen[0.5] != chosen[0.01], chosen
-
-
-def test_a_tie_trains_the_most_of_those_whose_own_gain_is_certain(tmp_path, data, monkeypatch):
-    """Issue 28 (session 18, the MobileNet on rotated digits, batch 1, 211 KB: the best mean
-    +0.031 (2.2 standard errors over the classifier alone); 17, 19-25, 30 whole 0.003
-    under it, tied, the most parameters, but its own gain +0.028 only 1.5 standard errors:
-    it trained and tested 0.854 against 0.893 for the best mean): where the choice is
-    certain, a configuration tied with the best mean trains as the most parameters only
-    when its own gain over the classifier alone is at least CERTAIN standard errors; as
-    sure as the best's (the same score every fold), it trains."""
-    from host_tools.prepare import select as sl
-    cands = layers(read_model(CNN))
-    cls = cands[-1][0]
-    every = {i: 0 for i, _ in cands}
-    but_first = {i: 0 for i, _ in cands[1:]}
-    chosen = {}
-    for swing in (0.0, 0.06):
-        def score(self, ranks, fold=0):     # every: 0.002 under but_first, +-swing a fold
-            if ranks == every:
-                return 0.528 + swing * (0, 1, -1, 2, -2)[fold % 5]
-            if ranks == but_first:
-                return 0.53
-            return 0.5 if ranks == {cls: 0} else 0.1
-        chosen[swing] = {int(i) for i in _auto_on(tmp_path, data, monkeypatch, score)['ranks']}
-    assert chosen[0.0] == set(every) and chosen[0.06] == set(but_first), chosen
