@@ -627,12 +627,14 @@ def one_task(job):
         row = {'model': mname, 'task': task, 'hand': dict(base), 'fits': {}, 'budget': 0}
         b_batch = runner.boards()[board]['batch']
         kwb.pop('dtype', None)
-        try:
-            prepare(path, os.path.join(work, 'flash'), board=board, int8=False, log=quiet,
-                    **kwb, **picks[0][1])
-        except PrepareError as e:   # the samples do not fit its flash: as prepare advises
-            if '--dtype uint8' in str(e):
-                kwb['dtype'] = 'uint8'
+        for _, extra in picks:      # (the classifier's checkpoint alone may leave room
+            try:                    # for the samples where a larger one's does not)
+                prepare(path, os.path.join(work, 'flash'), board=board, int8=False,
+                        log=quiet, **kwb, **extra)
+            except PrepareError as e:   # the samples do not fit its flash: as prepare advises
+                if '--dtype uint8' in str(e):
+                    kwb['dtype'] = 'uint8'
+                    break
         for label, extra in picks:
             out = os.path.join(work, f'{mname}-{task}-{board}-{label.replace(":", "")}')
             try:
