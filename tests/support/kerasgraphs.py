@@ -1781,6 +1781,13 @@ def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
     return path
 
 
+def _bias_input(b, bias):
+    """fn(name, values) -> a weighted op's bias input: [the float32 tensor] (bias), else
+    [-1] (the op has none, as Keras's use_bias=False writes it)."""
+    return (lambda n, v: [b.tensor(n, [len(v)], data=np.asarray(v, np.float32))]) if bias else (
+        lambda n, v: [-1])
+
+
 def build_keras_normalized(path, seed=0, F=5, H=6, O=3, bias=True):
     """Keras's Normalization layer as TF 2.21 writes it, at the input and mid-network:
     x -> SUB(mean) -> MUL(1 / std) -> Dense(H, relu) -> SUB(mean_h) -> MUL(1 / std_h)
@@ -1805,7 +1812,7 @@ def build_keras_normalized(path, seed=0, F=5, H=6, O=3, bias=True):
     f32 = np.float32
     b.op('SUB', [x, b.tensor('mean', [F], data=m1.astype(f32))], [n1])
     b.op('MUL', [n1, b.tensor('inv_std', [F], data=i1.astype(f32))], [z1])
-    bt = (lambda n, v: [b.tensor(n, [len(v)], data=v.astype(f32))]) if bias else (lambda n, v: [-1])
+    bt = _bias_input(b, bias)
     b.op('FULLY_CONNECTED', [z1, b.tensor('w1', w1.shape, data=w1)] + bt('b1', b1), [h],
          fused_activation_function='RELU')
     b.op('SUB', [h, b.tensor('mean_h', [H], data=m2.astype(f32))], [n2])
@@ -1865,7 +1872,7 @@ def build_divided(path, seed=0, F=5, H=6, O=3, bias=True):
     b = CircleBuilder(identifier=b'TFL3')
     x, n1, z1, h, z2, y = (_act(b, n, [1, k]) for n, k in (
         ('x', F), ('sub', F), ('norm', F), ('h', H), ('hdiv', H), ('y', O)))
-    bt = (lambda n, v: [b.tensor(n, [len(v)], data=v.astype(f32))]) if bias else (lambda n, v: [-1])
+    bt = _bias_input(b, bias)
     b.op('SUB', [x, b.tensor('mean', [F], data=m1)], [n1])
     b.op('DIV', [n1, b.tensor('std', [F], data=s1)], [z1])
     b.op('FULLY_CONNECTED', [z1, b.tensor('w1', w1.shape, data=w1)] + bt('b1', b1), [h],
@@ -1901,7 +1908,7 @@ def build_clipped(path, seed=0, F=5, H=6, O=3, bias=True):
     b = CircleBuilder(identifier=b'TFL3')
     x, a, lo, hi, r, cl, y = (_act(b, n, [1, k]) for n, k in (
         ('x', F), ('a', H), ('lo', H), ('hi', H), ('r', H), ('clip', H), ('y', O)))
-    bt = (lambda n, v: [b.tensor(n, [len(v)], data=v.astype(f32))]) if bias else (lambda n, v: [-1])
+    bt = _bias_input(b, bias)
     b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1)] + bt('b1', b1), [a])
     b.op('MAXIMUM', [a, b.tensor('minus_one', [], data=np.array(-1, f32))], [lo])
     b.op('MINIMUM', [lo, b.tensor('six', [1], data=np.array([6], f32))], [hi])
