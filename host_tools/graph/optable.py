@@ -476,9 +476,12 @@ def _const_ints(g, op, pos, what):
 def _elem_roles(op, g):
     # the operand that is a float constant of more than one element is the op's
     # parameter (BatchNorm's scale and shift become MUL and ADD constants): trainable like
-    # an FC's weight or bias.  Scalars (an exported hard-swish's 3 and 6) stay frozen.
+    # an FC's weight or bias.  Scalars (an exported hard-swish's 3 and 6) stay frozen, and
+    # so does a DIV's constant, divisor or dividend: no Keras layer trains one (a Lambda's
+    # x / c, a Normalization's std are constants there), a trained divisor can cross 0,
+    # and the int8 path keeps it the file's (fromfloat: x / c is a MUL by 1 / c).
     const = [p for p in (0, 1) if g.tensors[op.inputs[p]].data is not None]
-    if len(const) != 1:
+    if len(const) != 1 or op.name == 'DIV':
         return {}
     t = g.tensors[op.inputs[const[0]]]
     if t.dtype != 'float32' or t.data.size < 2 or normalization(op, g) or \

@@ -80,7 +80,7 @@ def int8_conv1d(path, T=24, C=3, F=6, classes=NCLS, divide=False):
     CONV_2D 1x3 (RELU) -> RESHAPE [1, T, F] -> MEAN over time -> FC; divide: the map
     divided by a per-channel constant in float32 between a DEQUANTIZE and a QUANTIZE (a
     converter's float island, which int8 training does not take: not a function of one
-    int8 value; the float path trains the divisor) before the MEAN."""
+    int8 value; the float path keeps the divisor the file's) before the MEAN."""
     m = _Int8()
     b = m.b
     x = b.tensor('x', [1, T, C], dtype='int8', quant=_q(0.02, 3))
@@ -449,7 +449,7 @@ def test_int8_refusal_names_dequantize_and_the_file_once(tmp_path):
     assert msg.count(model) == 1 and 'DIV' in msg and '--dequantize' in msg, msg
     s = prepare(model, str(tmp_path / 'f'), data=data, loss='scce', dequantize=True,
                 log=lambda *a: None)
-    assert s['trainable_params'] == 6 * 3 * 3 + 6 + 3 * 6 + 3 + 6     # (+ the divisor)
+    assert s['trainable_params'] == 6 * 3 * 3 + 6 + 3 * 6 + 3     # (the divisor stays the file's)
     for path, says in ((model, 'does not train it as int8'),
                        (int8_cnn(str(tmp_path / 'cnn.tflite')), 'trains it as int8')):
         out = io.StringIO()

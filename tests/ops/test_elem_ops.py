@@ -5,7 +5,7 @@ central finite differences on the device code (test_gradients.py's worker).
 
 Each case is a circle model x[1, 3] -> FC -> RESHAPE to the op's input shape (one FC per
 activation operand) -> OP (constants beside) -> RESHAPE [1, N] -> FC -> y.  Every FC and
-every float constant operand of ADD/SUB/MUL trains, so the first FCs' weight gradients
+every float constant operand of ADD/SUB/MUL but a scalar trains (a DIV's stays frozen), so the first FCs' weight gradients
 (dW = dh^T x) check the op's input gradients element by element and the constants' own
 gradients check the broadcast reductions.
 """
@@ -33,11 +33,11 @@ ACT_FN = dict(tg.ACT_FN,
 # ---------------------------------------------------------------- the cases
 def _binary(name, a_shape, b_shape, b_kind, act, const_first=False):
     """b_kind: 'act' (both operands activations) or 'const' (b a constant, trainable
-    unless a scalar)."""
+    unless a scalar or a DIV's: optable._elem_roles)."""
     def build(m):
         a = m.act_input(a_shape)
         b = m.act_input(b_shape) if b_kind == 'act' else \
-            m.const(b_shape, train=int(np.prod(b_shape)) > 1)
+            m.const(b_shape, train=int(np.prod(b_shape)) > 1 and name != 'DIV')
         ins = [b, a] if const_first else [a, b]
         if name == 'DIV' and (b_kind == 'act' or const_first):
             # an activation divisor kept away from 0: + 4 (a frozen scalar), resampled
