@@ -540,18 +540,18 @@ def choose(int8, model_path, board, backend, data, s, cache):
                   + '; the int8 path runs its loops in viper or assembler kernels')
 
 
-def dequantized(int8_path, wof_path, train, n, numbers=None, output=None, biases=None) -> dict:
+def dequantized(int8_path, wof_path, train, n, run=None, output=None, biases=None) -> dict:
     """{tensor index: float32 array} of the trained int8 weights, biases and embedding
     tables in wof_path,
     dequantized with the scales of the run's int8 model int8_path: the first n tensors
-    (its float graph's) bear the same indices.  numbers: prepare.json's (op_numbers,
-    file_ops) of the run (quant.numbered).  output: of a model with several outputs, the
+    (its float graph's) bear the same indices.  run: the run's prepare.json
+    (quant.numbered reads its op numbers).  output: of a model with several outputs, the
     trained one's place (prepare.json's).  biases: a dict given the trained zero biases
     the int8 path gave layers without one (quant.zero_bias), {weight tensor index: float32}."""
     from . import quant
     from ..graph.rewrite import choose_output
     from ..plan.runplan import one_input_output
-    g8 = quant.numbered(read_model(int8_path), numbers)
+    g8 = quant.numbered(read_model(int8_path), run)
     if len(g8.outputs) > 1:
         choose_output(g8, output)
     one_input_output(g8)        # (several inputs: joined, as prepare's run has them)

@@ -1120,10 +1120,9 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
         raise PrepareError(f'{wof_path}: a float model trained as int8 exports from a .wof '
                            '(trained.wof), not a checkpoint')
     train = summary.get('train', 'all')
-    numbers = (summary.get('op_numbers'), summary.get('file_ops'), summary.get('sigmoid_loss'))
     output = (summary.get('output') or {}).get('index')     # (several: the trained one)
     if quantized:
-        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train, numbers,
+        export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, out_path, train, summary,
                     output)
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}
@@ -1131,7 +1130,7 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
     g = read_model(base)
     biases = {}
     w = fromfloat.dequantized(os.path.join(run_dir, ff['int8_model']), wof_path, train,
-                              len(g.tensors), numbers, output, biases)
+                              len(g.tensors), summary, output, biases)
     for k, b in biases.items():     # (a layer without a bias trained one: it goes in)
         for op in g.ops:
             bp = fromfloat.POSITIONS.get(op.name, (0, 1, 2))[2]
@@ -1208,7 +1207,7 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
         export_int8(model_path, wof_path, out_path, summary.get('train', 'all'),
-                    (None, None, summary.get('sigmoid_loss')),
+                    {'sigmoid_loss': summary.get('sigmoid_loss')},   # (ops as the file's)
                     output=(summary.get('output') or {}).get('index'))
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),
                 'clipped': 0, 'int8': True, 'notes': []}

@@ -577,13 +577,15 @@ def _widen_logits(g: Graph):
     g.narrow_logits = 1
 
 
-def numbered(g: Graph, numbers) -> Graph:
-    """g (an int8 model a run wrote, read back) with its ops numbered as the run's
-    prepare.json says: numbers = (op_numbers, file_ops[, sigmoid_loss]), the number of each op in the
-    user's file and that file's op count (prepare_q8's summary); None: as read."""
-    ops, n = (numbers or (None, None))[:2]
-    if numbers and len(numbers) > 2:      # (bce took a final LOGISTIC: sigmoid_loss)
-        g.sigmoid_loss = bool(numbers[2])
+def numbered(g: Graph, run) -> Graph:
+    """g (an int8 model a run wrote, read back) as the run's prepare.json (prepare_q8's
+    summary, a dict; None: as read) says: 'op_numbers', the number of each op in the
+    user's file, and 'file_ops', that file's op count; 'sigmoid_loss', the final LOGISTIC
+    is the bce loss's (layers() leaves it out)."""
+    run = run or {}
+    ops, n = run.get('op_numbers'), run.get('file_ops')
+    if run.get('sigmoid_loss'):
+        g.sigmoid_loss = True
     if ops and len(ops) == len(g.ops):
         for op, k in zip(g.ops, ops):
             op.src = int(k)
@@ -2602,10 +2604,10 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     return out
 
 
-def export(model_path, wof_path, out_path, train='last:1', numbers=None, output=None) -> str:
+def export(model_path, wof_path, out_path, train='last:1', run=None, output=None) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
-    rewritten(), a grouped convolution joined again; numbers: as numbered()).  output:
+    rewritten(), a grouped convolution joined again; run: prepare.json's, as numbered()).  output:
     of a model with several outputs, the trained one's place (prepare.json's); every
     input and output written as the file has them."""
     from ..graph.rewrite import (save_graph, join_groups, compact, embedding_ids_back,
@@ -2616,7 +2618,7 @@ def export(model_path, wof_path, out_path, train='last:1', numbers=None, output=
     ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
     if len(g0.outputs) > 1:
         choose_output(g0, output)
-    g = rewritten(numbered(g0, numbers))
+    g = rewritten(numbered(g0, run))
     replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
     for k, a in read_q8_wof(wof_path, g, m).items():
