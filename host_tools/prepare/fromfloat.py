@@ -22,6 +22,10 @@ import numpy as np
 from ..formats.circle_io import Graph, read_model
 from .exportcheck import POSITIONS      # (a TRANSPOSE_CONV's x, w, bias: 2, 1, 3)
 
+# an .onnx model trains in float32 only: export writes the .onnx back, and an int8 .onnx
+# (QDQ) is no file the int8 path reads or writes
+ONNX_WHY = ('an .onnx model: export writes .onnx from float32 training only (for int8 '
+            'training give the model as a .circle (PyTorch through tico) or a .tflite)')
 INT8_MODEL = 'int8.circle'          # the calibrated int8 model, beside the run's files
 FLOAT_MODEL = 'float.circle'        # the float graph it came from (rewritten), for export
 WEIGHTED = {'FULLY_CONNECTED': 0, 'CONV_2D': 0, 'DEPTHWISE_CONV_2D': 3,   # op: channel axis
@@ -32,15 +36,16 @@ def why_not(s: dict, cache=False, model_path=None) -> str | None:
     """What in the settings s keeps the int8 path from training float model model_path
     (None: any) (None: nothing): what quant.prepare_q8 refuses, said for a float model."""
     from .quant import LOSSES, softmax_end
+    from ..formats.onnx_io import is_onnx
+    if model_path and is_onnx(model_path):     # (first: no setting changes it)
+        return ONNX_WHY
     if s['loss'] not in LOSSES:
         return f'--loss {s["loss"]} (the int8 path takes {", ".join(LOSSES)})'
-    if s['loss'] in ('mse', 'mae', 'bce') and model_path and not model_path.endswith('.onnx') and \
-            softmax_end(read_model(model_path)):
+    if s['loss'] in ('mse', 'mae', 'bce') and model_path and softmax_end(read_model(model_path)):
         return (f'--loss {s["loss"]} on a model ending in SOFTMAX (the int8 path leaves it '
                 'to scce or cce)')
     if s['loss'] == 'bce' and not s.get('from_logits') and (
-            model_path is None or model_path.endswith('.onnx') or
-            not softmax_end(read_model(model_path), 'LOGISTIC')):
+            model_path is None or not softmax_end(read_model(model_path), 'LOGISTIC')):
         return ('--loss bce on outputs that are not a final sigmoid\'s (the int8 path takes '
                 'bce on the logits: a model ending in a sigmoid, or --from-logits)')
     if s['optimizer'] not in ('sgd', 'adam') or (s.get('momentum') and s['optimizer'] != 'sgd'):
@@ -481,7 +486,7 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
     others are calibrated too, each on its own ops' ranges (_other_ranges)."""
     from ..formats.onnx_io import is_onnx
     if is_onnx(model_path):
-        raise ValueError('an .onnx model: export writes .onnx from float32 training only')
+        raise ValueError(ONNX_WHY)
     tmp = tempfile.mkdtemp(prefix='utrain-q8f-')
     try:
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch')}

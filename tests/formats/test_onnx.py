@@ -347,6 +347,25 @@ def test_unsupported_node_is_named(tmp_path):
         read_model(bad)
 
 
+def test_int8_refusal_of_an_onnx_model_names_the_format_not_the_loss(tmp_path):
+    """--int8 on an .onnx model ending in a sigmoid, 0/1 targets (bce, the loss the int8
+    path takes on a final sigmoid): refused because it is an .onnx model (export writes
+    .onnx from float32 training only), saying how to get int8 training, not that bce's
+    outputs are no sigmoid's; without --int8 it prepares in float32."""
+    p = _tiny(os.fspath(tmp_path / 'sig.onnx'), 'Sigmoid')
+    r = np.random.default_rng(0)
+    data = os.fspath(tmp_path / 'd.npz')
+    np.savez(data, x=r.standard_normal((16, 4)).astype(np.float32),
+             y=(r.random((16, 4)) > 0.5).astype(np.float32))
+    with pytest.raises(PrepareError) as e:
+        prepare(p, os.fspath(tmp_path / 'q'), data=data, int8=True, log=lambda *a: None)
+    msg = str(e.value)
+    assert msg.count(p) == 1 and '.onnx model' in msg and 'tico' in msg, msg
+    assert 'not a final sigmoid' not in msg, msg
+    s = prepare(p, os.fspath(tmp_path / 'f'), data=data, log=lambda *a: None)
+    assert not s.get('int8') and s['settings']['loss'] == 'bce'
+
+
 def test_shape_subgraph_folds(tmp_path):
     """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exporters write a flatten
     with a dynamic batch: folded to a constant shape; the model is FC -> RESHAPE -> FC."""
