@@ -1090,8 +1090,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
         desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
                         + ['--momentum 0'] * ('momentum' in new and s['optimizer'] == 'sgd')
                         + ['--stream'] * ('stream' in new) + [f'--train {tr}'] * (tr != train)
-                        + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items())))]
-                        * (rk != ranks) + ['--cache-on-host' if c == 'host' else '--cache'] * (c != cache)
+                        + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items()))
+                            if rk else 'without --ranks')] * (rk != ranks) + ['--cache-on-host' if c == 'host' else '--cache'] * (c != cache)
                         + [f'--backend {b}'] * (b != backend))
         if not desc or desc in seen:
             continue

@@ -430,6 +430,24 @@ def test_budget_refusal_says_what_would_fit(tmp_path):
     assert 'heap plan (fallback' in r.stdout and 'code' in r.stdout
 
 
+def test_fit_advice_that_drops_the_ranks_says_so(tmp_path):
+    """A suggestion that trains the last N ops instead of the given ranks (or biases only
+    where there are none) names what replaces them: '--ranks' with a value, or 'without
+    --ranks', never a bare '--ranks' (it had printed '--train last:1 --ranks  --cache-on-host').
+    The planner stub fits only last:N candidates: every line is one."""
+    from host_tools.plan.memory import fit_advice
+    g = read_model(mlp(str(tmp_path / 'm.circle'), [6, 8, 8, 4]))
+    s = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0, 'stream': False, 'cache': False}
+    heap = {'parts': {'code': 40960}}
+    text = fit_advice(g, s, [], {1: 2}, 'fallback', 30000, heap,
+                      lambda tr, rk, s, c, b: 20000 if str(tr).startswith('last:') else 90000)
+    fits = [ln for ln in text.splitlines() if 'would fit' in ln]
+    assert fits and all('--train last:' in ln and 'without --ranks' in ln for ln in fits), text
+    import re
+    assert not any(re.search(r'--ranks\s+(--|\(|$)', ln.replace('without --ranks', ''))
+                   for ln in fits), text
+
+
 def test_ranks_prune_the_backward_graph(tmp_path):
     path = mlp(str(tmp_path / 'm.circle'), [6, 8, 8, 4])
     g = read_model(path)
