@@ -11,6 +11,16 @@ import numpy as np
 from .paths import DIGITS
 
 
+
+def _board(text):
+    """--board's argparse type: the boards.json profile named (any case, or a board's
+    name for it: pico), else the error naming the known ones."""
+    from .target.runner import board_name
+    try:
+        return board_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
 def _status(op, g):
     from .graph.optable import SPECS
     spec = SPECS.get(op.name)
@@ -522,7 +532,7 @@ def _args_what_and_where(q):
                    'operators of any kind, counted in the file as given)')
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='float32',
                    help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash)')
-    q.add_argument('--board', help='a boards/boards.json profile: its batch and stream_frozen are '
+    q.add_argument('--board', type=_board, help='a boards/boards.json profile: its batch and stream_frozen are '
                    'the defaults, its heap and heap_budget the heap budget')
     q.add_argument('--progress', type=int, help='print a progress line every N samples '
                    '(default: about 4 per epoch; 0: none)')
@@ -580,7 +590,7 @@ def _args_run(sub):
     """`run`'s arguments."""
     q = sub.add_parser('run', help='train a prepared folder on the simulated board')
     q.add_argument('dir', help='a folder prepare wrote')
-    q.add_argument('--board', default='unix', help='a profile in boards/boards.json: '
+    q.add_argument('--board', type=_board, default='unix', help='a profile in boards/boards.json: '
                    'unix, esp32, esp32-psram, esp32s3, rp2040, rp2350 (heap size)')
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.add_argument('--source', action='store_true', help='run micro/ as .py, not .mpy')
@@ -638,7 +648,7 @@ def _args_deploy_pull(sub):
         q.add_argument('--resume', action='store_true',
                        help='no soft reset first (unix MicroPython behind a pty)')
         if name == 'deploy':
-            q.add_argument('--board', help='profile in boards/boards.json: checks flash space')
+            q.add_argument('--board', type=_board, help='profile in boards/boards.json: checks flash space')
             q.add_argument('--source', action='store_true', help='copy .py, not .mpy')
             q.add_argument('--run', action='store_true', help='then mpremote run train.py')
         q.set_defaults(fn=cmd_deploy if name == 'deploy' else cmd_pull)
@@ -666,7 +676,7 @@ def _args_fleet(sub):
                    help='seconds a board has per round before it is left out of it')
     q.add_argument('--test', help='the host\'s test .ds for the global model (default: the '
                    'folder\'s test split)')
-    q.add_argument('--board', default='rp2040', help='simulated boards\' heap profile')
+    q.add_argument('--board', type=_board, default='rp2040', help='simulated boards\' heap profile')
     q.add_argument('--python', action='store_true',
                    help='simulated boards run the micro/ code under CPython + numpy')
     q.add_argument('-o', '--out', help='fleet folder (default DIR/fleet): global.wof, '
@@ -688,7 +698,7 @@ def _args_demo(sub):
     q.add_argument('--model', choices=sorted(DEMOS), default='mlp',
                    help='mlp: the MLP from scratch; cnn: a PyTorch CNN (via tico) fine-tuned')
     q.add_argument('--out', help='folder (default build/digits or build/digits_cnn)')
-    q.add_argument('--board', default='rp2040', help='the simulated board\'s profile')
+    q.add_argument('--board', type=_board, default='rp2040', help='the simulated board\'s profile')
     q.add_argument('--epochs', type=int, help='default 5 (mlp), 2 (cnn)')
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.set_defaults(fn=cmd_demo)
@@ -724,7 +734,7 @@ def _args_board(sub):
     """`board`'s arguments."""
     q = sub.add_parser('board', help='a simulated board on a serial port (deploy, pull, fleet '
                        '--ports try against it) until Ctrl-C; --check PORT: what a real board has')
-    q.add_argument('--board', default='unix', help='simulated: the boards.json profile whose '
+    q.add_argument('--board', type=_board, default='unix', help='simulated: the boards.json profile whose '
                    'heap it gets (default unix: 1 MB)')
     q.add_argument('--flash', help='simulated: the folder that plays its file system (kept; '
                    'default a new temporary folder)')

@@ -465,6 +465,12 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     rewrite.choose_output; None: the first whose size data's targets fit); a model with
     several inputs has them joined into one (runplan.one_input_output) and data gives an
     array per input (dataset.load_inputs)."""
+    if board:       # (its profile's own name: 'RP2040' and 'pico' are rp2040)
+        from ..target.runner import board_name
+        try:
+            board = board_name(board)
+        except ValueError as e:
+            raise PrepareError(str(e)) from None
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '

@@ -24,6 +24,29 @@ def boards() -> dict:
         return {k: v for k, v in json.load(f).items() if not k.startswith('_')}
 
 
+# names a user gives the boards by (the board's, not its chip's): the profile they take
+ALIASES = {'pico': 'rp2040', 'pico-w': 'rp2040', 'picow': 'rp2040', 'rpi_pico': 'rp2040',
+           'pico2': 'rp2350', 'pico2-w': 'rp2350', 'pico2w': 'rp2350', 'rpi_pico2': 'rp2350',
+           'esp32-s3': 'esp32s3', 'esp32_s3': 'esp32s3', 'esp32-spiram': 'esp32-psram',
+           'esp32_psram': 'esp32-psram', 'esp32-wroom': 'esp32', 'esp32-wrover': 'esp32-psram'}
+
+
+def board_name(text: str) -> str:
+    """The boards.json profile --board TEXT names: the profile's own name in any case,
+    or a board's name for it (ALIASES: pico is rp2040).  ValueError naming the known
+    profiles (and the nearest, where one is near) otherwise."""
+    known = boards()
+    key = str(text).strip().lower()
+    if key in known:
+        return key
+    if key in ALIASES:
+        return ALIASES[key]
+    raise ValueError(f'unknown board {text!r}; known: {", ".join(known)} (also by '
+                     'board: pico = rp2040, pico2 = rp2350); for a board of another kind give '
+                     'prepare --budget its free heap (gc.mem_free() after boot), or add a '
+                     'profile for it to boards/boards.json (boards/README.md lists the fields)')
+
+
 def roomier(heap) -> str:
     """'; a board with more heap holds it: ...' naming the board profiles (not unix) whose
     heap and heap_budget hold the plan heap (its total) as prepare checks them, or ''

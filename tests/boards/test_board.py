@@ -414,6 +414,27 @@ def test_board_profiles_are_complete_and_consistent(tmp_path):
     (tmp_path / 'train.json').write_text('{}')
     r = cli('run', str(tmp_path), '--board', 'esp8266')
     assert r.returncode == 2 and "unknown board 'esp8266'" in r.stderr and 'rp2350' in r.stderr
+    assert '--budget' in r.stderr and 'boards.json' in r.stderr     # (what to do instead)
+
+
+def test_board_names_as_users_type_them(tmp_path):
+    """--board takes a profile's name in any case and a board's name for it (the Pico is
+    rp2040, the Pico 2 rp2350, ESP32-S3 esp32s3): prepare plans for that profile (its
+    plan, not unix's); the Python API takes them too."""
+    from host_tools.prepare.pipeline import prepare
+    assert runner.board_name('RP2040') == runner.board_name('pico') == 'rp2040'
+    assert runner.board_name('Pico2') == 'rp2350' and runner.board_name('ESP32-S3') == 'esp32s3'
+    with pytest.raises(ValueError, match="unknown board 'esp32c3'.*--budget"):
+        runner.board_name('esp32c3')
+    model = small_mlp(str(tmp_path / 'm.circle'))
+    r = cli('prepare', model, '-o', str(tmp_path / 'a'), '--board', 'Pico')
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / 'a' / 'prepare.json') as f:
+        planned = json.load(f)['heap']['total']
+    quiet = lambda *a: None     # noqa: E731
+    assert prepare(model, str(tmp_path / 'b'), board='RP2040', log=quiet)['heap']['total'] == \
+        planned == prepare(model, str(tmp_path / 'c'), board='rp2040', log=quiet)['heap']['total']
+    assert prepare(model, str(tmp_path / 'd'), board='unix', log=quiet)['heap']['total'] != planned
 
 
 @pytest.mark.slow
