@@ -22,6 +22,7 @@ Ranks are op indices of the graph as given (as --ranks and --train-config read t
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -128,6 +129,15 @@ CERTAIN = 2.0
 # under the biases; the classifier alone stays out (the MobileNet's new digits: within
 # TIE of the best on the proxy, 2.6 points under the choice).  Off: SHRINK = False.
 SHRINK = True
+# Where the tie decides (several configurations tied with the best mean under the measured
+# width, TIE_Z standard errors without the TIE_MAX cap), they are trained again on longer
+# trials, SETTLE_EPOCHS times the trials' epochs on the first partition's folds (cached
+# like the others), and the choice is made on those means: the best, and of those within
+# TIE of it the most trained parameters (the fewest under SHRINK).  At most SETTLE_MAX of
+# them (the best means; the tie rule's own choice always among them).  Off: SETTLE = False.
+SETTLE = True
+SETTLE_EPOCHS = 2
+SETTLE_MAX = 4
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
 # a layer is worth training on the board when the Fisher potential of its outputs is at
 # least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
@@ -384,6 +394,22 @@ class Trials:
             self.ran += 1
             self._save()
         return self.cache[key]
+
+    def longer(self, epochs):
+        """These trials with `epochs` epochs each: the same proxy, folds, shuffles and
+        working folder (the kept prefixes do not depend on the epochs), their own cache."""
+        t = copy.copy(self)
+        t.epochs = epochs
+        t.settings = dict(self.settings, epochs=epochs)
+        t.key = hashlib.sha1(('%s epochs %d' % (self.key, epochs)).encode()).hexdigest()[:16]
+        t.cache_path = os.path.join(os.path.dirname(self.cache_path), t.key + '.json')
+        try:
+            with open(t.cache_path) as f:
+                t.cache = json.load(f)
+        except (OSError, ValueError):
+            t.cache = {}
+        t.ran, t.failed = 0, {}
+        return t
 
     def _save(self):
         """The scores on disk, but not those of trials that raised (self.failed): a bug
@@ -1000,7 +1026,41 @@ def _verify(t, pr, base, final, predicted, log):
     tried.sort(key=lambda c: (describe(c[3]) in tied,
                               most(c) if describe(c[3]) in tied else (c[0],), c[0]),
                reverse=True)
+    if SETTLE:
+        tried = _settle(t, base, lead, top, tried, most, shrink, first, log)
     return s0, tried
+
+
+def _settle(t, base, lead, top, tried, most, shrink, first, log):
+    """The tie settled by measurement (SETTLE): the configurations tied with the best
+    mean under the measured width, uncapped (TIE_Z standard errors of the paired
+    difference; under SHRINK without the classifier alone), trained again on trials
+    SETTLE_EPOCHS times as long on the first `first` folds; of them the best long mean
+    trains, or of those within TIE of it the most trained parameters (the fewest under
+    SHRINK).  `tried` reordered: the settled choice first."""
+    near = [c for c in sorted(tried, key=lambda c: -c[0])
+            if top - c[0] <= tie_width(t, lead, c[3]) and not (shrink and c[3] == base)]
+    pick = near[:SETTLE_MAX]
+    if not any(c[3] == tried[0][3] for c in pick):
+        pick = pick[:SETTLE_MAX - 1] + [tried[0]]
+    if len(pick) < 2:
+        return tried
+    tl = t.longer(t.epochs * SETTLE_EPOCHS)
+    tl.prefetch([(c[3], f) for c in pick for f in range(first)])
+    long = {describe(c[3]): tl.mean(c[3], first) for c in pick}
+    t.failed.update(tl.failed)
+    t.settle_trials = tl.ran
+    best = max(long.values())
+    tied = {d for d, m in long.items() if best - m <= TIE}
+    win = max((c for c in pick if describe(c[3]) in tied), key=most)
+    log(f'  tie-break: {len(pick)} tied within the measured width again on {first} folds of '
+        f'{tl.epochs} epochs ({tl.ran} trials run): '
+        + ', '.join(f'{describe(c[3])} {t_s:+.3f} -> {long[describe(c[3])]:.3f}'
+                    for c, t_s in ((c, c[0]) for c in pick))
+        + f'; {describe(win[3])} trains'
+        + ('' if win[3] == tried[0][3] else f' (the short trials\' tie chose {describe(tried[0][3])})'))
+    t.settled = {'chose': describe(win[3]), 'was': describe(tried[0][3]), 'long': long}
+    return [win] + [c for c in tried if c is not win]
 
 
 def tie_width(t, a, b, most=None):
@@ -1038,6 +1098,8 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
            'trial_runs': t}
     if t.failed:
         out['failed'] = dict(t.failed)
+    if getattr(t, 'settled', None):
+        out['settled'] = t.settled
     gain, se, n = _gain_noise(t, base, best[3])
     if best[3] != base and n > 1 and gain < CERTAIN * se:
         out['uncertain'] = (round(gain, 4), round(se, 4), n)

@@ -1267,6 +1267,8 @@ def test_the_tie_widens_with_the_measured_noise_of_the_difference(tmp_path, data
     fold-by-fold difference swings more than that (TIE_Z standard errors), and trains;
     when it is 0.008 under on every fold, the better mean trains."""
     from host_tools.prepare import select as sl
+    monkeypatch.setattr(sl, 'SETTLE', False)    # (the short trials' rule: with SETTLE on
+    # the longer trials decide such ties, test_a_tie_is_settled_on_longer_trials)
     cands = layers(read_model(CNN))
     every = {i: 0 for i, _ in cands}
     but_first = {i: 0 for i, _ in cands[1:]}
@@ -1288,6 +1290,8 @@ def test_the_measured_tie_reaches_at_most_tie_max_under_the_best(tmp_path, data,
     configuration that trains more and swings widely fold by fold is tied only within
     TIE_MAX of the best mean; 0.02 under, the better mean trains, however wide the swing."""
     from host_tools.prepare import select as sl
+    monkeypatch.setattr(sl, 'SETTLE', False)    # (the short trials' rule: with SETTLE on
+    # the longer trials decide such ties, test_a_tie_is_settled_on_longer_trials)
     cands = layers(read_model(CNN))
     every = {i: 0 for i, _ in cands}
     but_first = {i: 0 for i, _ in cands[1:]}
@@ -1300,6 +1304,48 @@ def test_the_measured_tie_reaches_at_most_tie_max_under_the_best(tmp_path, data,
             return 0.9 if ranks == but_first else 0.5
         chosen[under] = {int(i) for i in _auto_on(tmp_path, data, monkeypatch, score)['ranks']}
     assert chosen[0.008] == set(every) and chosen[0.02] == set(but_first), chosen
+
+
+def test_a_tie_is_settled_on_longer_trials(tmp_path, data, monkeypatch):
+    """Issue 28 (session 19: the tie's width and cap were constants tuned cell by cell):
+    configurations tied with the best mean under the measured width are trained again on
+    trials SETTLE_EPOCHS times as long, and the choice follows those.  A configuration
+    that trains more, 0.008 under the best on the short trials and swinging (tied: the
+    short trials' rule trains it), 0.05 under on the long ones: the better long mean
+    trains; 0.02 under on the short trials (past TIE_MAX: the short rule drops it) and
+    0.05 over on the long ones: it trains.  Not tied (0.02 under on every fold): no
+    longer trial runs."""
+    from host_tools.prepare import select as sl
+    cands = layers(read_model(CNN))
+    every = {i: 0 for i, _ in cands}
+    but_first = {i: 0 for i, _ in cands[1:]}
+    assert sl.SETTLE_EPOCHS > 1 and sl.TIE_MAX < 0.02
+    chosen, epochs = {}, []
+
+    def case(under, swing, long_gap, settle=True):
+        monkeypatch.setattr(sl, 'SETTLE', settle)
+
+        def score(self, ranks, fold=0):
+            epochs.append(self.epochs)
+            if self.epochs > 1:         # a longer trial: every long_gap over but_first
+                if ranks in (every, but_first):
+                    return 0.9 + long_gap * (ranks == every)
+                return 0.5
+            if ranks == every:
+                return 0.9 - under + swing * (0, 1, -1, 2, -2)[fold % 5]
+            return 0.9 if ranks == but_first else 0.5
+        lines = []
+        s = _auto_on(tmp_path, data, monkeypatch, score, lines.append)
+        return {int(i) for i in s['ranks']}, [x for x in lines if 'tie-break' in str(x)]
+    got, said = case(0.008, 0.1, -0.05)
+    assert got == set(but_first) and said and max(epochs) == sl.SETTLE_EPOCHS, (got, said)
+    assert case(0.008, 0.1, -0.05, settle=False)[0] == set(every)
+    got, said = case(0.02, 0.1, +0.05)
+    assert got == set(every) and said, (got, said)
+    assert case(0.02, 0.1, +0.05, settle=False)[0] == set(but_first)
+    epochs.clear()
+    got, said = case(0.02, 0.0, +0.05)
+    assert got == set(but_first) and not said and max(epochs) == 1, (got, said)
 
 
 def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data, monkeypatch):
