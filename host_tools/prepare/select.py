@@ -1039,15 +1039,15 @@ def _verify(t, pr, base, final, predicted, log):
                               most(c) if describe(c[3]) in tied else (c[0],), c[0]),
                reverse=True)
     if SETTLE:
-        tried = _settle(t, pr, base, lead, top, tried, shrink, first, log)
+        tried = _settle(t, pr, base, lead, top, tried, shrink, log)
     return s0, tried
 
 
-def _settle(t, pr, base, lead, top, tried, shrink, first, log):
+def _settle(t, pr, base, lead, top, tried, shrink, log):
     """The tie settled by measurement (SETTLE): the configurations tied with the best
     mean under the measured width, uncapped (TIE_Z standard errors of the paired
     difference; under SHRINK without the classifier alone), trained again on trials
-    SETTLE_EPOCHS times as long on the first `first` folds; of them the best long mean
+    SETTLE_EPOCHS times as long on the folds all of them were verified on; of them the best long mean
     trains, or of those within TIE of it the most trained parameters (the fewest under
     SHRINK).  `tried` reordered: the settled choice first."""
     near = [c for c in sorted(tried, key=lambda c: -c[0])
@@ -1057,19 +1057,22 @@ def _settle(t, pr, base, lead, top, tried, shrink, first, log):
         pick = pick[:SETTLE_MAX - 1] + [tried[0]]
     if len(pick) < 2:
         return tried
+    # (on the folds all of them were verified on: the first partition alone is the one
+    # whose luck made the contenders, and the REFINE partitions are what undid it)
+    n = min(t.verified[describe(c[3])] for c in pick)
     tl = t.longer(t.epochs * SETTLE_EPOCHS)
-    tl.prefetch([(c[3], f) for c in pick for f in range(first)])
-    long = {describe(c[3]): tl.mean(c[3], first) for c in pick}
+    tl.prefetch([(c[3], f) for c in pick for f in range(n)])
+    long = {describe(c[3]): tl.mean(c[3], n) for c in pick}
     t.failed.update(tl.failed)
     t.settle_trials, t.shrunk = tl.ran, False
     best = max(long.values())
     top_l = next(c[3] for c in pick if long[describe(c[3])] == best)
-    se = {describe(c[3]): _paired(tl, top_l, c[3], first)[1] for c in pick}
+    se = {describe(c[3]): _paired(tl, top_l, c[3], n)[1] for c in pick}
     tied = {d for d, m in long.items()
             if best - m <= max(TIE, TIE_Z * se[d])}
     win = max((c for c in pick if describe(c[3]) in tied),
               key=lambda c: (pr.price(c[3])['params'], c[1]))
-    log(f'  tie-break: {len(pick)} tied within the measured width again on {first} folds of '
+    log(f'  tie-break: {len(pick)} tied within the measured width again on {n} folds of '
         f'{tl.epochs} epochs ({tl.ran} trials run): '
         + ', '.join(f'{describe(c[3])} {c[0]:+.3f} -> {long[describe(c[3])]:.3f} '
                     f'(se {se[describe(c[3])]:.3f})' for c in pick)
