@@ -1040,20 +1040,20 @@ def _verify(t, pr, base, final, predicted, log):
     tried.sort(key=lambda c: (describe(c[3]) in tied,
                               most(c) if describe(c[3]) in tied else (c[0],), c[0]),
                reverse=True)
-    if SETTLE:
-        tried = _settle(t, pr, base, lead, top, tried, shrink, log)
+    if SETTLE and not shrink:
+        tried = _settle(t, pr, lead, top, tried, log)
     return s0, tried
 
 
-def _settle(t, pr, base, lead, top, tried, shrink, log):
-    """The tie settled by measurement (SETTLE): the configurations tied with the best
-    mean under the measured width, uncapped (TIE_Z standard errors of the paired
-    difference; under SHRINK without the classifier alone), trained again on trials
-    SETTLE_EPOCHS times as long on the folds all of them were verified on; of them the best long mean
-    trains, or of those within TIE of it the most trained parameters (the fewest under
-    SHRINK).  `tried` reordered: the settled choice first."""
+def _settle(t, pr, lead, top, tried, log):
+    """The tie settled by measurement (SETTLE; not where the proxy cannot rank: SHRINK
+    decides there): the configurations tied with the best mean under the measured width,
+    uncapped (TIE_Z standard errors of the paired difference), trained again on trials
+    SETTLE_EPOCHS times as long on the folds all of them were verified on; of them the best
+    long mean trains, or of those within TIE of it the most trained parameters.  `tried`
+    reordered: the settled choice first."""
     near = [c for c in sorted(tried, key=lambda c: -c[0])
-            if top - c[0] <= tie_width(t, lead, c[3]) and not (shrink and c[3] == base)]
+            if top - c[0] <= tie_width(t, lead, c[3])]
     pick = near[:SETTLE_MAX]
     if not any(c[3] == tried[0][3] for c in pick):
         pick = pick[:SETTLE_MAX - 1] + [tried[0]]
@@ -1066,7 +1066,7 @@ def _settle(t, pr, base, lead, top, tried, shrink, log):
     tl.prefetch([(c[3], f) for c in pick for f in range(n)])
     long = {describe(c[3]): tl.mean(c[3], n) for c in pick}
     t.failed.update(tl.failed)
-    t.settle_trials, t.shrunk = tl.ran, False
+    t.settle_trials = tl.ran
     best = max(long.values())
     tied = {d for d, m in long.items() if best - m <= TIE}
     win = max((c for c in pick if describe(c[3]) in tied),
