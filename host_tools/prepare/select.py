@@ -141,8 +141,8 @@ SHRINK = True
 # 0.754; tico-cnn placement at rp2040's defaults 0.712 -> 0.764 = last:11, which TIE_MAX had
 # cut 0.0111 under the best mean), mbnet placement b1 211 KB 0.853 -> 0.872, the guards
 # hold.  On the first partition's 5 folds alone the long means swung (imu-mlp
-# basic-motions b1 388 KB: 0:1/4, 1:up, 2 0.010 over 0, 1, 2 whole, which tests 3.9 points
-# better and is 0.009 over it on all 20); TIE_Z's width on the long trials tied dwres
+# basic-motions b1 388 KB: 0:1/4, 1:up, 2 0.010 over 0, 1, 2 whole, and 0.009 under it on
+# all 20 folds; they test 0.848 and 0.887); TIE_Z's width on the long trials tied dwres
 # placement's three again and the deepest trained (0.698).  Where the proxy cannot rank,
 # the long trials ranked as the short ones: their best trained on tico-cnn noisy b1 128 KB
 # (7, 11 whole: 0.872, SHRINK's 7:1/8 0.851) and on imu-mlp noisy at rp2040's defaults
