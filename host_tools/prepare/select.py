@@ -22,6 +22,7 @@ Ranks are op indices of the graph as given (as --ranks and --train-config read t
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -128,6 +129,29 @@ CERTAIN = 2.0
 # under the biases; the classifier alone stays out (the MobileNet's new digits: within
 # TIE of the best on the proxy, 2.6 points under the choice).  Off: SHRINK = False.
 SHRINK = True
+# The tie settled by measurement, not by the constants above: where several configurations
+# are tied with the best mean under the measured width (TIE_Z standard errors, without the
+# TIE_MAX cap) and the proxy can rank (not SHRINK), the SETTLE_MAX best of them (the short
+# rule's own choice always among them) are trained again on trials SETTLE_EPOCHS times as
+# long, on the folds all of them were verified on (10 or 20; cached like the others), and
+# of those the best long mean trains, or of the ones within TIE of it the most trained
+# parameters.  bench/transfer.py, session 19 (2 seeds; docs/choosing-what-trains.md): three
+# of the four cells the short rule missed by its tie come within 2 points (mbnet rotated b1
+# 211 KB 0.854 -> 0.893, half:22 0.888; dwres placement b1 277 KB 0.698 -> 0.741, full
+# 0.754; tico-cnn placement at rp2040's defaults 0.712 -> 0.764 = last:11, which TIE_MAX had
+# cut 0.0111 under the best mean), mbnet placement b1 211 KB 0.853 -> 0.872, the guards
+# hold.  On the first partition's 5 folds alone the long means swung (imu-mlp
+# basic-motions b1 388 KB: 0:1/4, 1:up, 2 0.010 over 0, 1, 2 whole, and 0.009 under it on
+# all 20 folds; they test 0.848 and 0.887); TIE_Z's width on the long trials tied dwres
+# placement's three again and the deepest trained (0.698).  Where the proxy cannot rank,
+# the long trials ranked as the short ones: their best trained on tico-cnn noisy b1 128 KB
+# (7, 11 whole: 0.872, SHRINK's 7:1/8 0.851) and on imu-mlp noisy at rp2040's defaults
+# (0:1/8, 2: 0.781 and over the board's flash, SHRINK's 1, 2 0.804), so SHRINK stands there.
+# Cost: 2-4 configurations' long trials, 39-133% more trial epochs than screening and
+# verification (half of the cells 48-75%).  Off: SETTLE = False.
+SETTLE = True
+SETTLE_EPOCHS = 2
+SETTLE_MAX = 4
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
 # a layer is worth training on the board when the Fisher potential of its outputs is at
 # least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
@@ -384,6 +408,22 @@ class Trials:
             self.ran += 1
             self._save()
         return self.cache[key]
+
+    def longer(self, epochs):
+        """These trials with `epochs` epochs each: the same proxy, folds, shuffles and
+        working folder (the kept prefixes do not depend on the epochs), their own cache."""
+        t = copy.copy(self)
+        t.epochs = epochs
+        t.settings = dict(self.settings, epochs=epochs)
+        t.key = hashlib.sha1(('%s epochs %d' % (self.key, epochs)).encode()).hexdigest()[:16]
+        t.cache_path = os.path.join(os.path.dirname(self.cache_path), t.key + '.json')
+        try:
+            with open(t.cache_path) as f:
+                t.cache = json.load(f)
+        except (OSError, ValueError):
+            t.cache = {}
+        t.ran, t.failed = 0, {}
+        return t
 
     def _save(self):
         """The scores on disk, but not those of trials that raised (self.failed): a bug
@@ -1000,7 +1040,45 @@ def _verify(t, pr, base, final, predicted, log):
     tried.sort(key=lambda c: (describe(c[3]) in tied,
                               most(c) if describe(c[3]) in tied else (c[0],), c[0]),
                reverse=True)
+    if SETTLE and not shrink:
+        tried = _settle(t, pr, lead, top, tried, log)
     return s0, tried
+
+
+def _settle(t, pr, lead, top, tried, log):
+    """The tie settled by measurement (SETTLE; not where the proxy cannot rank: SHRINK
+    decides there): the configurations tied with the best mean under the measured width,
+    uncapped (TIE_Z standard errors of the paired difference), trained again on trials
+    SETTLE_EPOCHS times as long on the folds all of them were verified on; of them the best
+    long mean trains, or of those within TIE of it the most trained parameters.  `tried`
+    reordered: the settled choice first."""
+    near = [c for c in sorted(tried, key=lambda c: -c[0])
+            if top - c[0] <= tie_width(t, lead, c[3])]
+    pick = near[:SETTLE_MAX]
+    if not any(c[3] == tried[0][3] for c in pick):
+        pick = pick[:SETTLE_MAX - 1] + [tried[0]]
+    if len(pick) < 2:
+        return tried
+    # (on the folds all of them were verified on: the first partition alone is the one
+    # whose luck made the contenders, and the REFINE partitions are what undid it)
+    n = min(t.verified[describe(c[3])] for c in pick)
+    tl = t.longer(t.epochs * SETTLE_EPOCHS)
+    tl.prefetch([(c[3], f) for c in pick for f in range(n)])
+    long = {describe(c[3]): tl.mean(c[3], n) for c in pick}
+    t.failed.update(tl.failed)
+    t.settle_trials = tl.ran
+    best = max(long.values())
+    tied = {d for d, m in long.items() if best - m <= TIE}
+    win = max((c for c in pick if describe(c[3]) in tied),
+              key=lambda c: (pr.price(c[3])['params'], c[1]))
+    log(f'  tie-break: {len(pick)} tied within the measured width again on {n} folds of '
+        f'{tl.epochs} epochs ({tl.ran} trials run): '
+        + ', '.join(f'{describe(c[3])} {c[0]:+.3f} -> {long[describe(c[3])]:.3f}'
+                    for c in pick)
+        + f'; {describe(win[3])} trains'
+        + ('' if win[3] == tried[0][3] else f' (the short trials\' tie chose {describe(tried[0][3])})'))
+    t.settled = {'chose': describe(win[3]), 'was': describe(tried[0][3]), 'long': long}
+    return [win] + [c for c in tried if c is not win]
 
 
 def tie_width(t, a, b, most=None):
@@ -1038,6 +1116,8 @@ def _result(t, pr, base, s0, tried, sc) -> dict:
            'trial_runs': t}
     if t.failed:
         out['failed'] = dict(t.failed)
+    if getattr(t, 'settled', None):
+        out['settled'] = t.settled
     gain, se, n = _gain_noise(t, base, best[3])
     if best[3] != base and n > 1 and gain < CERTAIN * se:
         out['uncertain'] = (round(gain, 4), round(se, 4), n)
@@ -1270,7 +1350,9 @@ def report(res):
                          f'classifier alone, under {CERTAIN:g} standard errors ({se:.3f} on {n} '
                          'folds); of those tied with the best it trains the '
                          + ('fewest parameters beyond the classifier' if res.get('shrunk') else
-                            'most parameters') + '.  More proxy '
+                            'most parameters'
+                            + (' on the longer trials' if res.get('settled') else ''))
+                         + '.  More proxy '
                          'samples, or --train / --ranks by hand, decide better')
     if res.get('fallback'):
         lines.append(f'  classifier only: {res["fallback"]}')
