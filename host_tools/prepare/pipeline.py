@@ -244,6 +244,15 @@ def parse_budget(text) -> int:
                            '1M (0 or more)') from None
 
 
+def _board_name(board) -> str:
+    """The boards.json profile board names (runner.board_name: any case, pico = rp2040)."""
+    from ..target.runner import board_name
+    try:
+        return board_name(board)
+    except ValueError as e:
+        raise PrepareError(str(e)) from None
+
+
 def board_profile(board, overrides: dict) -> dict:
     """boards/boards.json's profile for `board`; fills the settings it defaults (batch,
     stream = its stream_frozen) into overrides where the caller gave none."""
@@ -465,13 +474,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     rewrite.choose_output; None: the first whose size data's targets fit); a model with
     several inputs has them joined into one (runplan.one_input_output) and data gives an
     array per input (dataset.load_inputs)."""
-    if board:       # (its profile's own name: 'RP2040' and 'pico' are rp2040)
-        from ..target.runner import board_name
-        try:
-            board = board_name(board)
-        except ValueError as e:
-            raise PrepareError(str(e)) from None
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
+    if board:       # (its profile's own name: 'RP2040' and 'pico' are rp2040)
+        call['board'] = board = _board_name(board)
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
