@@ -33,7 +33,13 @@ def cmd_inspect(a):
     from .formats.circle_io import read_model
     from .graph.optable import SPECS, SUPPORTED
     from .plan.runplan import select_rewrite
+    from .files.validate import check_runnable
     g = read_model(a.model)
+    try:            # (the rewrite passes below index what it names: an IndexError had escaped)
+        check_runnable(g)
+    except ValueError as e:
+        raise ValueError(f'{e}; the file is damaged or not a model utrain reads: use the '
+                         'original (or export it again)') from None
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
     if g.description:

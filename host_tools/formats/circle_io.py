@@ -180,6 +180,10 @@ _OPTIONS_OVERRIDES = {
 }
 
 
+# ops whose options are another op's table (not named after them)
+_OPTIONS_SHARED = {"CONV_3D_TRANSPOSE"}
+
+
 def options_class_for(op_name: str) -> tuple[str, int, int] | None:
     """Op name -> (options table name, BuiltinOptions union value, which union: 1 or 2)."""
     want = _OPTIONS_OVERRIDES.get(op_name)
@@ -348,6 +352,15 @@ def _graph_from(path, raw: bytes, model) -> Graph:
                     raise ModelError(path, f"operator {oi} ({name}): {kind} tensor index "
                                            f"{i} out of range ({nt} tensors)")
         options: dict = {}
+        want = options_class_for(name) if o.builtinOptionsType else None
+        if want and want[2] == 1 and want[1] != o.builtinOptionsType and \
+                name not in _OPTIONS_SHARED:
+            # (ONERT and TFLite Micro read the options as the op's own table: a segmentation
+            # fault, no message, on a file with one bit flipped there)
+            raise ModelError(path, f"operator {oi} ({name}): its options are "
+                                   f"{_BUILTIN_OPTIONS_NAMES.get(o.builtinOptionsType, o.builtinOptionsType)}"
+                                   f", {name} takes {want[0]}: the file is damaged; use the "
+                                   "original (or export it again)")
         if o.builtinOptionsType:
             table = _BUILTIN_OPTIONS_NAMES.get(o.builtinOptionsType, "")
             options.update(options_to_dict(table, o.builtinOptions))
