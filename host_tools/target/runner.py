@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -452,23 +453,49 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         note = None if python else sim_heap(out_dir, board)[1]
         if note and stream:
             print(note, flush=True)
+        # (pass_fds: the board holds the folder's lock too, so that a run started while
+        # one whose host was killed trains on is refused, not run into the same files)
         p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
                              stdin=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             bufsize=1, start_new_session=True)
+                             bufsize=1, start_new_session=True, pass_fds=(lock,))
         lines = []
-        while True:
-            try:
-                for line in p.stdout:
-                    lines.append(line)
-                    if stream:
-                        print(line, end='', flush=True)
-                break
-            except KeyboardInterrupt:
+        saved = _stop_signals()
+        try:
+            while True:
                 try:
-                    p.stdin.write('\x03')
-                    p.stdin.flush()
-                except OSError:
-                    pass
+                    for line in p.stdout:
+                        lines.append(line)
+                        if stream:
+                            print(line, end='', flush=True)
+                    break
+                except KeyboardInterrupt:
+                    try:
+                        p.stdin.write('\x03')
+                        p.stdin.flush()
+                    except OSError:
+                        pass
+        finally:
+            for sig, h in saved.items():
+                signal.signal(sig, h)
         return p.wait(), ''.join(([note + '\n'] if note else []) + lines)
     finally:
         os.close(lock)
+
+
+def _stop_signals():
+    """SIGTERM and SIGHUP (`kill`, a timeout, a closed terminal or ssh session) taken as
+    Ctrl-C is while a run trains: the board saves its checkpoint and the next run resumes
+    from it (the host had died, leaving the board training unfollowed until its next line
+    found no reader, and the run's progress lost).  Returns the handlers replaced (none
+    off the main thread: a fleet's threads)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    saved = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            saved[sig] = signal.signal(sig, stop)
+    return saved
