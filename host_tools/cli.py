@@ -833,6 +833,14 @@ def main(argv=None):
             '; the board trains on unfollowed: `pull` once it ends (its train.log says when)'
             if a.cmd == 'deploy' and getattr(a, 'run', False) else ''), file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # (`inspect model | head`: the reader has what it wanted; it had been 'error:
+        # [Errno 32] Broken pipe' and, at exit, Python's 'Exception ignored' lines)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):       # (stdout not a file: a test's StringIO)
+            pass
+        return 141
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         from .files.validate import os_error_text
         print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
