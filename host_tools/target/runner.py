@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -425,6 +426,18 @@ def end_advice(out_dir, text) -> str | None:
                 'set "resume": false under "run" in train.json) to train from the start')
     quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
+    if quoted == ['train.json'] and not what.startswith('train.json: not valid JSON'):
+        # a setting train.json holds, or a file it names that is in the way: what the
+        # board said is what to change (this had said 'train.json is damaged or missing;
+        # prepare the folder again' of '"seed" must be a whole number (got 1.0)')
+        folder = re.search(r'files\.(\w+) "([^"]+)" is a folder', what)
+        if folder:
+            return (f'what to do: move the folder {folder.group(2)} out of {out_dir} (the run '
+                    f'writes its {folder.group(1)} file by that name), or name another file '
+                    f'under "files" in train.json')
+        return (f'what to do: change train.json in {out_dir} as the error says (the README '
+                'says what each setting takes), or prepare the folder again for the settings '
+                'prepare writes')
     if quoted:      # (a file train.json names first: it is the one missing)
         return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; '
                 + (EDITED + '; else ' if what.startswith('train.json: not valid JSON') else '')

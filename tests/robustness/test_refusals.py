@@ -249,3 +249,25 @@ def test_a_reader_that_stops_reading_is_no_error(files):
     err = p.stderr.read().decode()
     p.wait(timeout=60)
     assert err == '' and p.returncode in (0, 141), (p.returncode, err)
+
+
+@pytest.mark.parametrize('edit, want', [
+    ({'seed': 1.0}, 'what to do: change train.json in '),
+    ('train.log', 'what to do: move the folder train.log out of '),
+])
+def test_a_setting_the_board_refuses_is_not_called_a_damaged_file(files, tmp_path, edit, want):
+    """The board names what is wrong with a setting of train.json (or a folder in the way
+    of a file it writes); `run` had added 'train.json is damaged or missing ...; prepare
+    the folder again', which would throw away the user's settings for a typo."""
+    d, model, data = files
+    out = tmp_path / 'run'
+    prepare(model, str(out), data=data, loss='scce', epochs=1, log=lambda *a: None)
+    if isinstance(edit, str):
+        (out / edit).mkdir()
+    else:
+        cfg = json.loads((out / 'train.json').read_text())
+        for k, v in edit.items():
+            cfg[k] = dict(cfg[k], **v) if isinstance(v, dict) else v
+        (out / 'train.json').write_text(json.dumps(cfg))
+    code, err = says(['run', out, '--python'])
+    assert code != 0 and want in err and 'damaged' not in err, err
