@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 import numpy as np
@@ -824,11 +825,14 @@ def main(argv=None):
     p = parser()
     argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
     a = p.parse_args(argv)
+    from .target.runner import stop_signals
+    saved = stop_signals()
     try:
         return a.fn(a)
     except KeyboardInterrupt:
         # (a Ctrl-C the command did not take itself: deploy --run's second one, which
-        # leaves the board training unfollowed; prepare, export, evaluate half way)
+        # leaves the board training unfollowed; prepare, export, evaluate half way; a
+        # SIGTERM or SIGHUP is one too: the files half written are removed)
         print(f'\nstopped (Ctrl-C): {a.cmd} did not finish' + (
             '; the board trains on unfollowed: `pull` once it ends (its train.log says when)'
             if a.cmd == 'deploy' and getattr(a, 'run', False) else ''), file=sys.stderr)
@@ -845,3 +849,6 @@ def main(argv=None):
         from .files.validate import os_error_text
         print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
         return 2
+    finally:
+        for sig, h in saved.items():
+            signal.signal(sig, h)

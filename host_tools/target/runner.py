@@ -453,6 +453,10 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
     does: as the byte 0x03 on its stdin, taken between samples (utrain/run.py Keys),
     so it stops after saving a checkpoint from which resume is exact."""
     import fcntl
+    if os.path.isfile(out_dir):     # (a file of the folder, the model: 'no train.json here')
+        raise FileNotFoundError(f'{out_dir}: a file; give the folder prepare wrote (its -o)'
+                                + (f', {os.path.dirname(out_dir) or "."}' if os.path.exists(
+                                    os.path.join(os.path.dirname(out_dir), 'train.json')) else ''))
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
     lock = os.open(out_dir, os.O_RDONLY)
@@ -472,7 +476,7 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
                              stdin=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              bufsize=1, start_new_session=True, pass_fds=(lock,))
         lines = []
-        saved = _stop_signals()
+        saved = stop_signals()
         try:
             while True:
                 try:
@@ -495,12 +499,13 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         os.close(lock)
 
 
-def _stop_signals():
+def stop_signals():
     """SIGTERM and SIGHUP (`kill`, a timeout, a closed terminal or ssh session) taken as
-    Ctrl-C is while a run trains: the board saves its checkpoint and the next run resumes
-    from it (the host had died, leaving the board training unfollowed until its next line
-    found no reader, and the run's progress lost).  Returns the handlers replaced (none
-    off the main thread: a fleet's threads)."""
+    Ctrl-C is (KeyboardInterrupt) while a run trains, the CLI's commands too: the board
+    saves its checkpoint and the next run resumes from it (the host had died, leaving the
+    board training unfollowed until its next line found no reader, and the run's
+    progress lost); an export's temporary file is removed.  Returns the handlers replaced
+    (none off the main thread: a fleet's threads; none already set)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
 
