@@ -224,9 +224,36 @@ def _read_bytes(path) -> bytes:
         raise ModelError(path, f"file is too small to be a model ({len(raw)} bytes)")
     ident = raw[4:8]
     if ident not in KNOWN_IDENTIFIERS:
-        raise ModelError(path, f"unknown file identifier {ident!r} "
-                               "(expected b'CIR0' for circle or b'TFL3' for TFLite)")
+        kind = _kind_of(raw)
+        raise ModelError(path, (f"not a model: it reads as {kind}" if kind else
+                                f"unknown file identifier {ident!r} (expected b'CIR0' for circle or "
+                                "b'TFL3' for TFLite)")
+                         + "; give the model file (.circle, .tflite or .onnx) here")
     return raw
+
+
+def _kind_of(raw: bytes) -> str | None:
+    """What a file given as a model is, by its first bytes (the files a user has beside
+    one: data, a run folder's, images), or None."""
+    head = raw[:4]
+    kinds = {b'PK\x03\x04': 'a zip archive (an .npz of data?)', b'\x89PNG': 'a PNG image',
+             b'UTDS': "utrain's samples (a .ds file)", b'UTFM': "utrain's board model (model.flat, "
+             "which prepare writes from the model)", b'UTPC': "utrain's prefix cache"}
+    if head in kinds:
+        return kinds[head]
+    if head[:3] == b'\xff\xd8\xff':
+        return 'a JPEG image'
+    if int.from_bytes(head[:2], 'little') == 429:       # (.wof and .ckpt: utrain/wof.py)
+        return "utrain's weights (a .wof or .ckpt file)"
+    if b'\0' in raw[:4096]:
+        return None
+    try:
+        text = raw[:4096].decode('utf-8')
+    except UnicodeDecodeError as e:
+        if e.start < min(len(raw), 4096) - 3:       # (not a character cut at 4096)
+            return None
+        text = raw[:e.start].decode('utf-8')
+    return 'JSON text' if text.lstrip()[:1] in ('{', '[') else 'text'
 
 
 def _unpack(path, raw: bytes) -> "C.Model.ModelT":
