@@ -53,6 +53,18 @@ def files(tmp_path_factory):
     return d, small_mlp(str(d / 'm.circle')), blobs(d, n=24)
 
 
+@pytest.fixture(scope='module')
+def prepared(files):
+    """A folder prepare wrote (test split, one epoch) with a train.log header: the tests
+    that change it take a copy."""
+    d, model, data = files
+    out = d / 'prepared'
+    prepare(model, str(out), data=data, loss='scce', epochs=1, test_split=0.25,
+            log=lambda *a: None)
+    (out / 'train.log').write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n')
+    return out
+
+
 def _options_of_add(src, dst):
     """src with its SOFTMAX's options AddOptions (a bit flipped in the union's type)."""
     raw = open(src, 'rb').read()
@@ -167,7 +179,7 @@ def test_train_none_without_ranks_says_what_to_give(files, tmp_path):
     assert code == 2 and 'nothing to train' in err and 'give --train all' in err, err
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize('sig', [signal.SIGTERM])
 def test_a_run_told_to_stop_saves_its_checkpoint_and_resumes(files, tmp_path, sig):
     """`kill` (SIGTERM) or a closed terminal (SIGHUP) stops `run` as Ctrl-C does: the board
     saves its checkpoint and train.json says resume (the host had died with -15, the board
@@ -255,13 +267,13 @@ def test_a_reader_that_stops_reading_is_no_error(files):
     ({'seed': 1.0}, 'what to do: change train.json in '),
     ('train.log', 'what to do: move the folder train.log out of '),
 ])
-def test_a_setting_the_board_refuses_is_not_called_a_damaged_file(files, tmp_path, edit, want):
+def test_a_setting_the_board_refuses_is_not_called_a_damaged_file(prepared, tmp_path, edit, want):
     """The board names what is wrong with a setting of train.json (or a folder in the way
     of a file it writes); `run` had added 'train.json is damaged or missing ...; prepare
     the folder again', which would throw away the user's settings for a typo."""
-    d, model, data = files
     out = tmp_path / 'run'
-    prepare(model, str(out), data=data, loss='scce', epochs=1, log=lambda *a: None)
+    shutil.copytree(prepared, out)
+    os.remove(out / 'train.log')
     if isinstance(edit, str):
         (out / edit).mkdir()
     else:
@@ -271,3 +283,43 @@ def test_a_setting_the_board_refuses_is_not_called_a_damaged_file(files, tmp_pat
         (out / 'train.json').write_text(json.dumps(cfg))
     code, err = says(['run', out, '--python'])
     assert code != 0 and want in err and 'damaged' not in err, err
+
+
+def test_export_told_to_stop_half_way_leaves_no_partial_file(files, prepared, tmp_path):
+    """SIGTERM while export writes (here: as it syncs the file to disk): it stops as on
+    Ctrl-C, its temporary file removed and the output not made; it had died on the
+    signal, leaving .o.circle.*.tmp beside the output."""
+    d, model, data = files
+    run = tmp_path / 'run'
+    shutil.copytree(prepared, run)
+    shutil.copy(run / 'weights.wof', run / 'trained.wof')
+    out = tmp_path / 'out'
+    out.mkdir()
+    code = ('import os, signal, sys\n'
+            'from host_tools.formats import ir\n'
+            'ir.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGTERM)\n'
+            'from host_tools.cli import main\n'
+            'sys.exit(main(sys.argv[1:]))\n')
+    r = subprocess.run([sys.executable, '-c', code, 'export', str(model), str(run / 'trained.wof'),
+                        '-o', str(out / 'o.circle')], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 130 and 'export did not finish' in r.stderr, (r.returncode, r.stderr)
+    assert 'Traceback' not in r.stderr and os.listdir(out) == [], os.listdir(out)
+
+
+@pytest.mark.parametrize('slot', ['data.npz', 'train.json', 'weights.wof', 'train.ds', 'train.log'])
+def test_a_file_given_as_the_model_is_named_for_what_it_is(files, prepared, slot):
+    """The data, or a run folder's file, given where the model goes: 'unknown file
+    identifier b'-\\x00\\x00\\x00' (expected b'CIR0' ...)' had said neither what the file
+    is nor what to give; `run` given a file of the folder had said 'no train.json here'."""
+    d, model, data = files
+    out = prepared
+    f = data if slot == 'data.npz' else out / slot
+    kind = {'data.npz': 'a zip archive (an .npz of data?)', 'train.json': 'JSON text',
+            'weights.wof': "utrain's weights", 'train.ds': "utrain's samples", 'train.log': 'text'}
+    code, err = says(['inspect', f])
+    assert code == 2 and f'not a model: it reads as {kind[slot]}' in err, err
+    assert 'give the model file (.circle, .tflite or .onnx) here' in err, err
+    if slot != 'data.npz':
+        code, err = says(['run', f])
+        assert code == 2 and f'a file; give the folder prepare wrote (its -o), {out}' in err, err
