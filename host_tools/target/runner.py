@@ -459,6 +459,7 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
                                     os.path.join(os.path.dirname(out_dir), 'train.json')) else ''))
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
+    damaged_weights(out_dir)
     lock = os.open(out_dir, os.O_RDONLY)
     try:
         try:
@@ -497,6 +498,36 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         return p.wait(), ''.join(([note + '\n'] if note else []) + lines)
     finally:
         os.close(lock)
+
+
+def damaged_weights(out_dir):
+    """ValueError for a float run's starting weights (train.json's files.weights) holding
+    NaN or Inf: a damaged file (a .wof has no checksum over its values), which the board
+    had trained from to 'loss is nan at epoch 1 sample 1', lowered the learning rate three
+    times and stopped, saying nothing of the file.  Left to the board when the folder is
+    an int8 run's or train.json does not say (the board reports that)."""
+    import numpy as np
+    try:
+        with open(os.path.join(out_dir, 'train.json'), 'rb') as f:
+            name = json.loads(f.read().decode('utf-8'))['files']['weights']
+        path = os.path.join(out_dir, name)
+        if not isinstance(name, str) or os.path.exists(os.path.join(out_dir, 'q8.json')) or \
+                not os.path.exists(os.path.join(out_dir, 'model.flat')):
+            return                  # (an int8 run: int8 bytes and int32 biases)
+        with open(path, 'rb') as f:
+            raw = f.read()
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if len(raw) < 8 or int.from_bytes(raw[:2], 'little') != 429:
+        return
+    start = 8 + 4 * int.from_bytes(raw[4:8], 'little')
+    if start >= len(raw) or (len(raw) - start) % 4:
+        return
+    bad = int((~np.isfinite(np.frombuffer(raw, '<f4', offset=start))).sum())
+    if bad:
+        raise ValueError(f'{path}: {bad} of its weights are NaN or Inf: the file is damaged; '
+                         'prepare the folder again (prepare writes it), or copy it again from '
+                         'where it was prepared')
 
 
 def stop_signals():

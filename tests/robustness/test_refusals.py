@@ -323,3 +323,16 @@ def test_a_file_given_as_the_model_is_named_for_what_it_is(files, prepared, slot
     if slot != 'data.npz':
         code, err = says(['run', f])
         assert code == 2 and f'a file; give the folder prepare wrote (its -o), {out}' in err, err
+
+
+def test_starting_weights_of_nan_are_refused_before_the_board_trains_on_them(prepared, tmp_path):
+    """A .wof has no checksum over its values: a damaged float (NaN) in weights.wof had
+    trained to 'loss is nan at epoch 1 sample 1', the learning rate lowered three times,
+    'stopped', with nothing said of the file."""
+    out = tmp_path / 'run'
+    shutil.copytree(prepared, out)
+    b = bytearray((out / 'weights.wof').read_bytes())
+    b[-8:-4] = b'\xff\xff\xff\x7f'
+    (out / 'weights.wof').write_bytes(bytes(b))
+    code, err = says(['run', out, '--python'])
+    assert code == 2 and 'weights.wof: 1 of its weights are NaN or Inf: the file is damaged' in err, err
