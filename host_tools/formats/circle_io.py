@@ -182,6 +182,15 @@ _OPTIONS_OVERRIDES = {
 
 # ops whose options are another op's table (not named after them)
 _OPTIONS_SHARED = {"CONV_3D_TRANSPOSE"}
+# ops whose options hold what they compute (activation, axis, window, beta): every
+# converter writes them (none of 871 models here lacks one; RESHAPE, TRANSPOSE, TILE...
+# often have none); ONERT reads them unchecked (a segmentation fault on a file whose
+# options type byte was zeroed)
+_OPTIONS_NEEDED = {"SOFTMAX", "FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D",
+                   "TRANSPOSE_CONV", "AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D",
+                   "CONCATENATION", "ADD", "SUB", "MUL", "DIV", "MEAN", "SUM", "REDUCE_MAX",
+                   "REDUCE_MIN", "REDUCE_PROD", "STRIDED_SLICE", "PACK", "UNPACK", "SPLIT",
+                   "SPLIT_V", "GATHER", "LEAKY_RELU", "BATCH_MATMUL"}
 
 
 def options_class_for(op_name: str) -> tuple[str, int, int] | None:
@@ -379,6 +388,10 @@ def _graph_from(path, raw: bytes, model) -> Graph:
                     raise ModelError(path, f"operator {oi} ({name}): {kind} tensor index "
                                            f"{i} out of range ({nt} tensors)")
         options: dict = {}
+        if not o.builtinOptionsType and name in _OPTIONS_NEEDED:
+            raise ModelError(path, f"operator {oi} ({name}): its {options_class_for(name)[0]} "
+                                   "are missing: the file is damaged; use the original (or export "
+                                   "it again)")
         want = options_class_for(name) if o.builtinOptionsType else None
         if want and want[2] == 1 and want[1] != o.builtinOptionsType and \
                 name not in _OPTIONS_SHARED:

@@ -75,6 +75,16 @@ def _options_of_add(src, dst):
     return dst
 
 
+def _options_gone(src, dst):
+    """src with its SOFTMAX's options table gone (the union's type byte zeroed)."""
+    raw = open(src, 'rb').read()
+    m = _unpack(src, raw)
+    op = m.subgraphs[0].operators[2]
+    op.builtinOptionsType, op.builtinOptions = 0, None
+    open(dst, 'wb').write(pack_model(m, raw[4:8]))
+    return dst
+
+
 DAMAGED = {
     # b2's buffer index moved onto an empty buffer: op 1 reads a tensor nothing writes
     'constant-gone': (lambda d: graph(str(d / 'gone.circle'), lambda s, w, o: w.pop('b2')),
@@ -84,6 +94,8 @@ DAMAGED = {
                                                         str(d / 'opts.circle')),
                               'operator 2 (SOFTMAX): its options are AddOptions, SOFTMAX takes '
                               'SoftmaxOptions: the file is damaged'),
+    'options-gone': (lambda d: _options_gone(small_mlp(str(d / 'g.circle')), str(d / 'gone2.circle')),
+                     'operator 2 (SOFTMAX): its SoftmaxOptions are missing: the file is damaged'),
 }
 
 
