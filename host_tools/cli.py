@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 import numpy as np
@@ -43,7 +44,13 @@ def cmd_inspect(a):
     from .formats.circle_io import read_model
     from .graph.optable import SPECS, SUPPORTED
     from .plan.runplan import select_rewrite
+    from .files.validate import check_runnable
     g = read_model(a.model)
+    try:            # (the rewrite passes below index what it names: an IndexError had escaped)
+        check_runnable(g)
+    except ValueError as e:
+        raise ValueError(f'{e}; the file is damaged or not a model utrain reads: use the '
+                         'original (or export it again)') from None
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
     if g.description:
@@ -476,8 +483,8 @@ def _args_prepare(sub):
                    help='a model with several outputs: the one the loss reads (default: the '
                         'first, in Keras\'s order, whose size the data\'s targets fit; the ops '
                         'only the others need are left out of the run, export keeps them)')
-    q.add_argument('--test-split', type=float, default=0.0, help='fraction held out for test')
-    q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
+    q.add_argument('--test-split', type=number, default=0.0, help='fraction held out for test')
+    q.add_argument('--split-seed', type=whole, default=0, help='seed of the test split\'s draw')
     _args_settings(q)
     _args_what_and_where(q)
     q.set_defaults(fn=cmd_prepare)
@@ -504,25 +511,25 @@ def _args_settings(q):
     q.add_argument('--optimizer', choices=['sgd', 'adam', 'rmsprop', 'adamw'],
                    help='sgd (--momentum), adam (TensorFlow/ONERT form: --beta1, --beta2, --eps), '
                         'rmsprop (--rho, --eps) or adamw (PyTorch\'s AdamW)')
-    q.add_argument('--weight-decay', type=float, help="adamw: decoupled; sgd, adam, rmsprop: "
+    q.add_argument('--weight-decay', type=number, help="adamw: decoupled; sgd, adam, rmsprop: "
                    "L2 added to the gradient (PyTorch's weight_decay)")
     q.add_argument('--schedule', help='learning rate: constant | linear | step | cosine, then '
                    ',warmup=N ,steps=N ,step_size=N ,gamma=F ,min_lr=F (docs/training.md)')
-    q.add_argument('--lr', type=float, help='learning rate')
-    q.add_argument('--momentum', type=float, help='SGD momentum')
-    q.add_argument('--beta1', type=float, help='Adam')
-    q.add_argument('--beta2', type=float, help='Adam')
-    q.add_argument('--eps', type=float, help='Adam, RMSProp')
-    q.add_argument('--rho', type=float, help='RMSProp decay')
-    q.add_argument('--batch', type=int, help='samples whose gradients sum into one update (a last '
+    q.add_argument('--lr', type=number, help='learning rate')
+    q.add_argument('--momentum', type=number, help='SGD momentum')
+    q.add_argument('--beta1', type=number, help='Adam')
+    q.add_argument('--beta2', type=number, help='Adam')
+    q.add_argument('--eps', type=number, help='Adam, RMSProp')
+    q.add_argument('--rho', type=number, help='RMSProp decay')
+    q.add_argument('--batch', type=whole, help='samples whose gradients sum into one update (a last '
                    'incomplete batch updates with the mean over the samples it has, where ONERT '
                    'pads it by repeating them)')
-    q.add_argument('--epochs', type=int, help='epochs to train')
+    q.add_argument('--epochs', type=whole, help='epochs to train')
     q.add_argument('--metric', choices=['accuracy', 'mae'],
                    help='printed and logged per epoch; default: accuracy for cce, scce and bce '
                         'on one output, else mae (bce on several outputs is multi-label)')
     q.add_argument('--shuffle', action='store_true', default=None, help='seeded shuffle per epoch')
-    q.add_argument('--seed', type=int, help='seed of --shuffle (reproducible; file order without it)')
+    q.add_argument('--seed', type=whole, help='seed of --shuffle (reproducible; file order without it)')
 
 
 def _args_what_and_where(q):
@@ -534,7 +541,7 @@ def _args_what_and_where(q):
                    help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash)')
     q.add_argument('--board', type=_board, help='a boards/boards.json profile: its batch and stream_frozen are '
                    'the defaults, its heap and heap_budget the heap budget')
-    q.add_argument('--progress', type=int, help='print a progress line every N samples '
+    q.add_argument('--progress', type=whole, help='print a progress line every N samples '
                    '(default: about 4 per epoch; 0: none)')
     q.add_argument('--ranks', help='sparse update, OP:RANK,... with RANK all | bias | 1/2 | '
                    '1/4 | 1/8 | up | low (output channels) and OP an op index or last:N '
@@ -547,7 +554,7 @@ def _args_what_and_where(q):
     q.add_argument('--cache-on-host', dest='cache', action='store_const', const='host',
                    help='compute that cache here, for the datasets prepare writes: the board '
                         'trains without running (or holding) the frozen layers')
-    q.add_argument('--bands', type=int, metavar='ROWS',
+    q.add_argument('--bands', type=whole, metavar='ROWS',
                    help='compute the frozen high-resolution layers ROWS output rows at a time '
                         '(row bands, docs/memory.md; default: 1 where that lowers the heap '
                         'plan and, with --board or --budget, only when the plan does not fit '
@@ -558,7 +565,7 @@ def _args_what_and_where(q):
                         'from its own samples, among configurations the host short-listed on '
                         '--data when given); writes the ranks and train.tcfg.  An int8 model: '
                         'auto chooses as int8 (int8 trials and plans)')
-    q.add_argument('--select-layers', type=int,
+    q.add_argument('--select-layers', type=whole,
                    help='--select board without host priors: layers the board trains besides '
                         'the classifier, its best by TinyTrain\'s score')
     q.add_argument('--stream', action='store_true', default=None,
@@ -630,8 +637,8 @@ def _args_dataset(sub):
     q.add_argument('-o', '--out', required=True, help='output folder for train.ds, test.ds')
     q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='uint8',
                    help='how samples are stored (value = q * scale + offset, from the header)')
-    q.add_argument('--test-split', type=float, default=0.2, help='fraction held out for test')
-    q.add_argument('--split-seed', type=int, default=0, help='seed of the test split\'s draw')
+    q.add_argument('--test-split', type=number, default=0.2, help='fraction held out for test')
+    q.add_argument('--split-seed', type=whole, default=0, help='seed of the test split\'s draw')
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
     q.set_defaults(fn=cmd_dataset)
@@ -659,20 +666,20 @@ def _args_fleet(sub):
     q = sub.add_parser('fleet', help='federated training of a fleet of boards on Flower')
     q.add_argument('dir', help='a prepared folder (prepare --data --test-split): model, '
                    'starting weights, local training settings, the host\'s test split')
-    q.add_argument('--boards', type=int, help='simulated boards (unix MicroPython on a pty), '
+    q.add_argument('--boards', type=whole, help='simulated boards (unix MicroPython on a pty), '
                    'each with its own shard of the folder\'s training data')
     q.add_argument('--ports', help='real boards P1,P2,... each training on the data it holds')
     q.add_argument('--resume', action='store_true',
                    help='--ports: no soft reset first (unix MicroPython behind a pty)')
-    q.add_argument('--rounds', type=int, default=3, help='rounds in all (a rerun resumes '
+    q.add_argument('--rounds', type=whole, default=3, help='rounds in all (a rerun resumes '
                    'after the last saved round)')
     q.add_argument('--split', default='iid', help='simulated boards: iid | by-class | '
                    'dirichlet:A')
-    q.add_argument('--seed', type=int, default=0, help='seed of the split')
-    q.add_argument('--epochs', type=int, help='local epochs per round (default: train.json)')
+    q.add_argument('--seed', type=whole, default=0, help='seed of the split')
+    q.add_argument('--epochs', type=whole, help='local epochs per round (default: train.json)')
     q.add_argument('--strategy', default='fedavg', help='Flower strategy: fedavg (weighted '
                    'by samples), fedavgm, fedadam, fedyogi, fedadagrad, fedmedian, fedtrimmedavg')
-    q.add_argument('--timeout', type=float, default=600.0,
+    q.add_argument('--timeout', type=number, default=600.0,
                    help='seconds a board has per round before it is left out of it')
     q.add_argument('--test', help='the host\'s test .ds for the global model (default: the '
                    'folder\'s test split)')
@@ -699,7 +706,7 @@ def _args_demo(sub):
                    help='mlp: the MLP from scratch; cnn: a PyTorch CNN (via tico) fine-tuned')
     q.add_argument('--out', help='folder (default build/digits or build/digits_cnn)')
     q.add_argument('--board', type=_board, default='rp2040', help='the simulated board\'s profile')
-    q.add_argument('--epochs', type=int, help='default 5 (mlp), 2 (cnn)')
+    q.add_argument('--epochs', type=whole, help='default 5 (mlp), 2 (cnn)')
     q.add_argument('--python', action='store_true', help='CPython + numpy instead of MicroPython')
     q.set_defaults(fn=cmd_demo)
 
@@ -723,7 +730,7 @@ def _args_evaluate(sub):
                         'and 3-D .npz arrays in that order are recognised without it')
     q.add_argument('--label', choices=['first', 'last'], default='last', help='CSV label column')
     q.add_argument('--size', help='images: resize to WxH')
-    q.add_argument('--limit', type=int, help='score only the first N samples')
+    q.add_argument('--limit', type=whole, help='score only the first N samples')
     q.add_argument('--output', metavar='NAME|INDEX', help='a model with several outputs: the '
                    'one scored (default: as prepare chooses, the first whose size the targets '
                    'fit); several inputs: an .npz with an array per input, as prepare reads it')
@@ -751,14 +758,47 @@ def _args_board(sub):
     q.set_defaults(fn=cmd_board)
 
 
+def whole(v):
+    """argparse type of a count, seed or size: a whole number ('1e3' and '8.0' too); a
+    refusal that says what the option takes (argparse's was "invalid int value: 'abc'")."""
+    try:
+        return int(v)
+    except ValueError:
+        pass
+    try:
+        f = float(v)
+    except ValueError:
+        f = None
+    if f is not None and f == f and abs(f) != float('inf') and f == int(f):
+        return int(f)
+    raise argparse.ArgumentTypeError(f'{v!r} is not a whole number; give one such as 8')
+
+
+def number(v):
+    """argparse type of a rate, fraction or time: a number (its range is the option's
+    own check); a refusal that says what the option takes."""
+    try:
+        return float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'{v!r} is not a number; give one such as 0.01 or '
+                                         '1e-3') from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its refusals one paragraph: what is wrong and where the options
+    are listed (argparse printed its usage, 30 lines for prepare, above the error)."""
+
+    def error(self, message):
+        self.exit(2, f'{self.prog}: error: {message}; `{self.prog} --help` lists the options\n')
+
+
 def parser(prog=None):
     """The command line: every subcommand and option (docgen writes docs/options.md
     from it).  prog: the name in usage lines (default: as invoked, `utrain` for the
     installed command, else `python -m host_tools`)."""
     prog = prog or _prog()
-    p = argparse.ArgumentParser(prog=prog,
-                                description='utrain host tools: prepare circle/tflite models '
-                                            'for training on MicroPython boards.')
+    p = _Parser(prog=prog, description='utrain host tools: prepare circle/tflite models '
+                                       'for training on MicroPython boards.')
     sub = p.add_subparsers(dest='cmd', required=True)
     for add in (_args_inspect, _args_prepare, _args_run, _args_export, _args_dataset,
                 _args_deploy_pull, _args_fleet, _args_plot, _args_demo, _args_evaluate,
@@ -795,16 +835,30 @@ def main(argv=None):
     p = parser()
     argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
     a = p.parse_args(argv)
+    from .target.runner import stop_signals
+    saved = stop_signals()
     try:
         return a.fn(a)
     except KeyboardInterrupt:
         # (a Ctrl-C the command did not take itself: deploy --run's second one, which
-        # leaves the board training unfollowed; prepare, export, evaluate half way)
+        # leaves the board training unfollowed; prepare, export, evaluate half way; a
+        # SIGTERM or SIGHUP is one too: the files half written are removed)
         print(f'\nstopped (Ctrl-C): {a.cmd} did not finish' + (
             '; the board trains on unfollowed: `pull` once it ends (its train.log says when)'
             if a.cmd == 'deploy' and getattr(a, 'run', False) else ''), file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # (`inspect model | head`: the reader has what it wanted; it had been 'error:
+        # [Errno 32] Broken pipe' and, at exit, Python's 'Exception ignored' lines)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):       # (stdout not a file: a test's StringIO)
+            pass
+        return 141
     except (ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         from .files.validate import os_error_text
         print(f'error: {os_error_text(e) if isinstance(e, OSError) else e}', file=sys.stderr)
         return 2
+    finally:
+        for sig, h in saved.items():
+            signal.signal(sig, h)

@@ -7,6 +7,13 @@ import math
 import os
 
 
+def _header(h):
+    """Whether h is the header train.log / fleet.csv start with (a damaged one, e.g.
+    'test_accuraby', is not: its columns are what plot draws)."""
+    return (len(h) == 7 and h[0] in ('epoch', 'round') and h[1] == 'loss' and h[2]
+            and h[3] == 'test_loss' and h[4] == 'test_' + h[2] and len(set(h)) == 7)
+
+
 def read_log(path, notes=None):
     """{column: [values]} from train.log (epoch,loss,<metric>,test_loss,test_<metric>,
     ms,free_heap: the last run, where the epochs start again) or a fleet.csv
@@ -21,7 +28,7 @@ def read_log(path, notes=None):
             rows = list(csv.reader(f))
     except UnicodeDecodeError:
         rows = []           # (a binary file: not a log)
-    if not rows or len(rows[0]) != 7 or rows[0][0] not in ('epoch', 'round'):
+    if not rows or not _header(rows[0]):
         raise ValueError(f'{path}: not a utrain train.log (header epoch,loss,metric,...): give '
                          'the train.log that `run` or `pull` wrote, or a fleet\'s fleet.csv')
     head = rows[0]

@@ -65,15 +65,23 @@ def load_csv(path, label='last', inputs=None):
     if os.path.getsize(path) > MAX_FILE:
         raise DataError(f'{path}: {os.path.getsize(path)} bytes; at most {MAX_FILE >> 20} MB of '
                         'CSV is read (convert a larger set to .npz)')
-    k = 0
+    k, lines = 0, []
     try:
-        with open(path, newline='', encoding='utf-8') as f:
+        # (utf-8-sig: a spreadsheet's byte-order mark had been 'not a number ('\ufeff1')')
+        with open(path, newline='', encoding='utf-8-sig') as f:
             for k, row in enumerate(csv.reader(f)):
                 if not row or not ''.join(row).strip():
                     continue
                 try:
                     rows.append([float(v) for v in row])
+                    lines.append(k + 1)
                 except ValueError:
+                    sep = next((c for c in ';\t|' if len(row) == 1 and c in row[0]), None)
+                    if sep:     # (had been 'labels must be class numbers', of the whole row)
+                        raise DataError(f'{path}: line {k + 1} is one column of values separated '
+                                        f'by {sep!r} ({row[0][:40]!r}); utrain reads comma-separated '
+                                        "values: save the table with ',' between columns "
+                                        "(pandas: df.to_csv(path, sep=',', index=False))") from None
                     if k == 0:
                         continue                       # header
                     j = next(j for j, v in enumerate(row) if not _number(v))
@@ -89,9 +97,14 @@ def load_csv(path, label='last', inputs=None):
         raise DataError(f'{path}: line {k + 2}: not a readable CSV row ({e})') from None
     if not rows:
         raise DataError(f'{path}: holds no samples')
-    width = {len(r) for r in rows}
-    if len(width) != 1 or len(rows[0]) < 2:
-        raise DataError(f'{path}: rows need the same number (>= 2) of columns, found {sorted(width)}')
+    if len(rows[0]) < 2:
+        raise DataError(f'{path}: line {lines[0]} has 1 column; a row holds a sample\'s values and '
+                        f'its label (in the {label} column), comma-separated')
+    odd = next((i for i, r in enumerate(rows) if len(r) != len(rows[0])), None)
+    if odd is not None:
+        raise DataError(f'{path}: line {lines[odd]} has {len(rows[odd])} columns, line {lines[0]} '
+                        f'{len(rows[0])}: every row holds a sample\'s values and its label (fill '
+                        'or drop the short rows)')
     a = np.array(rows, dtype=np.float64)
     k = a.shape[1] - inputs if inputs and a.shape[1] - inputs > 1 else 1
     if label == 'first':

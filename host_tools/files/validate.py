@@ -215,19 +215,12 @@ def check_values(path: str, x, y) -> None:
 
 # ------------------------------------------------------------------ graphs
 def check_graph(g) -> None:
-    """PrepareError for a graph that parses but cannot run: an op reading a missing or
-    later-written tensor (a cycle), writing a constant or a tensor another op writes,
-    without inputs or outputs; 0/negative dimensions, weights whose data does not match
-    their shape or holds NaN/Inf, activations over MAX_ACTIVATION elements."""
+    """PrepareError for a graph that parses but cannot run (check_runnable) or that
+    utrain cannot train: an input whose length or batch is fixed at run time / in the
+    file; weights that do not fit their op."""
+    tname = check_runnable(g)
     where = g.path
     nt = len(g.tensors)
-    if not g.inputs or not g.outputs:
-        raise PrepareError(f'{where}: the graph names {len(g.inputs)} inputs and {len(g.outputs)} '
-                           'outputs; utrain trains a model with at least one of each')
-
-    def tname(k):
-        return f'tensor {k} ({g.tensors[k].name!r})' if 0 <= k < nt else f'tensor {k}'
-
     for k in g.inputs:
         x = g.tensors[k] if 0 <= k < nt else None
         sig = (x.signature or []) if x is not None else []
@@ -246,6 +239,26 @@ def check_graph(g) -> None:
                                'model a sample at a time (the batch is a training setting: '
                                '--batch): export it with batch 1 or open (keras.Input(shape) '
                                'without batch_size; PyTorch: a dummy input of batch 1)')
+    for op in g.ops:
+        check_weights(g, op, tname)
+
+
+def check_runnable(g):
+    """PrepareError for a graph that parses but no runtime can run, checked before one
+    (ONERT, TFLite Micro: native code that crashes the process on such a file) or prepare
+    is given it: an op reading a missing or later-written tensor (a cycle, a constant
+    whose buffer is gone), writing a constant or a tensor another op writes, without
+    inputs or outputs; 0/negative dimensions, weights whose data does not match their
+    shape or holds NaN/Inf, activations over MAX_ACTIVATION elements.  Returns the
+    tensor-naming function its messages use."""
+    where = g.path
+    nt = len(g.tensors)
+    if not g.inputs or not g.outputs:
+        raise PrepareError(f'{where}: the graph names {len(g.inputs)} inputs and {len(g.outputs)} '
+                           'outputs; utrain trains a model with at least one of each')
+
+    def tname(k):
+        return f'tensor {k} ({g.tensors[k].name!r})' if 0 <= k < nt else f'tensor {k}'
 
     for t in g.tensors:
         if any(int(d) <= 0 for d in t.shape):
@@ -297,8 +310,7 @@ def check_graph(g) -> None:
     for k in g.outputs:
         if k not in written and g.tensors[k].data is None:
             raise PrepareError(f'{where}: graph output {tname(k)} is written by no op')
-    for op in g.ops:
-        check_weights(g, op, tname)
+    return tname
 
 
 def _shape(g, k):

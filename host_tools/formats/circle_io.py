@@ -180,6 +180,19 @@ _OPTIONS_OVERRIDES = {
 }
 
 
+# ops whose options are another op's table (not named after them)
+_OPTIONS_SHARED = {"CONV_3D_TRANSPOSE"}
+# ops whose options hold what they compute (activation, axis, window, beta): every
+# converter writes them (none of 871 models here lacks one; RESHAPE, TRANSPOSE, TILE...
+# often have none); ONERT reads them unchecked (a segmentation fault on a file whose
+# options type byte was zeroed)
+_OPTIONS_NEEDED = {"SOFTMAX", "FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D",
+                   "TRANSPOSE_CONV", "AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D",
+                   "CONCATENATION", "ADD", "SUB", "MUL", "DIV", "MEAN", "SUM", "REDUCE_MAX",
+                   "REDUCE_MIN", "REDUCE_PROD", "STRIDED_SLICE", "PACK", "UNPACK", "SPLIT",
+                   "SPLIT_V", "GATHER", "LEAKY_RELU", "BATCH_MATMUL"}
+
+
 def options_class_for(op_name: str) -> tuple[str, int, int] | None:
     """Op name -> (options table name, BuiltinOptions union value, which union: 1 or 2)."""
     want = _OPTIONS_OVERRIDES.get(op_name)
@@ -220,9 +233,36 @@ def _read_bytes(path) -> bytes:
         raise ModelError(path, f"file is too small to be a model ({len(raw)} bytes)")
     ident = raw[4:8]
     if ident not in KNOWN_IDENTIFIERS:
-        raise ModelError(path, f"unknown file identifier {ident!r} "
-                               "(expected b'CIR0' for circle or b'TFL3' for TFLite)")
+        kind = _kind_of(raw)
+        raise ModelError(path, (f"not a model: it reads as {kind}" if kind else
+                                f"unknown file identifier {ident!r} (expected b'CIR0' for circle or "
+                                "b'TFL3' for TFLite)")
+                         + "; give the model file (.circle, .tflite or .onnx) here")
     return raw
+
+
+def _kind_of(raw: bytes) -> str | None:
+    """What a file given as a model is, by its first bytes (the files a user has beside
+    one: data, a run folder's, images), or None."""
+    head = raw[:4]
+    kinds = {b'PK\x03\x04': 'a zip archive (an .npz of data?)', b'\x89PNG': 'a PNG image',
+             b'UTDS': "utrain's samples (a .ds file)", b'UTFM': "utrain's board model (model.flat, "
+             "which prepare writes from the model)", b'UTPC': "utrain's prefix cache"}
+    if head in kinds:
+        return kinds[head]
+    if head[:3] == b'\xff\xd8\xff':
+        return 'a JPEG image'
+    if int.from_bytes(head[:2], 'little') == 429:       # (.wof and .ckpt: utrain/wof.py)
+        return "utrain's weights (a .wof or .ckpt file)"
+    if b'\0' in raw[:4096]:
+        return None
+    try:
+        text = raw[:4096].decode('utf-8')
+    except UnicodeDecodeError as e:
+        if e.start < min(len(raw), 4096) - 3:       # (not a character cut at 4096)
+            return None
+        text = raw[:e.start].decode('utf-8')
+    return 'JSON text' if text.lstrip()[:1] in ('{', '[') else 'text'
 
 
 def _unpack(path, raw: bytes) -> "C.Model.ModelT":
@@ -348,6 +388,19 @@ def _graph_from(path, raw: bytes, model) -> Graph:
                     raise ModelError(path, f"operator {oi} ({name}): {kind} tensor index "
                                            f"{i} out of range ({nt} tensors)")
         options: dict = {}
+        if not o.builtinOptionsType and name in _OPTIONS_NEEDED:
+            raise ModelError(path, f"operator {oi} ({name}): its {options_class_for(name)[0]} "
+                                   "are missing: the file is damaged; use the original (or export "
+                                   "it again)")
+        want = options_class_for(name) if o.builtinOptionsType else None
+        if want and want[2] == 1 and want[1] != o.builtinOptionsType and \
+                name not in _OPTIONS_SHARED:
+            # (ONERT and TFLite Micro read the options as the op's own table: a segmentation
+            # fault, no message, on a file with one bit flipped there)
+            raise ModelError(path, f"operator {oi} ({name}): its options are "
+                                   f"{_BUILTIN_OPTIONS_NAMES.get(o.builtinOptionsType, o.builtinOptionsType)}"
+                                   f", {name} takes {want[0]}: the file is damaged; use the "
+                                   "original (or export it again)")
         if o.builtinOptionsType:
             table = _BUILTIN_OPTIONS_NAMES.get(o.builtinOptionsType, "")
             options.update(options_to_dict(table, o.builtinOptions))

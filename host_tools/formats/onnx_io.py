@@ -1805,6 +1805,7 @@ def load(path):
         raise ModelError(path, f'not a valid ONNX model ({type(e).__name__}: {e})') from None
     if not model.graph.node:
         raise ModelError(path, 'not a valid ONNX model (no graph nodes)')
+    _check_defined(path, model)
     inits = {t.name for t in model.graph.initializer}
     for vi in model.graph.input:          # a symbolic batch dimension is 1
         if vi.name in inits:
@@ -1820,11 +1821,92 @@ def load(path):
     return model, inferred
 
 
+def _check_defined(path, model):
+    """ModelError for a damaged file (a byte changed in a name, a type, an attribute), which
+    the reader had met as a KeyError, TypeError or AttributeError traceback: a node reading
+    a value nothing defines before it (a graph input, an initializer, an earlier node's
+    output: ONNX's order), a name that is not text, an initializer of no element type, a
+    node's attributes not as ONNX defines its op (onnx.checker; an op ONNX does not define
+    is left to the reader, which says it is not supported)."""
+    graph = model.graph
+    from onnx import AttributeProto as A, checker, defs, helper
+    ctx = checker.C.CheckerContext()
+    ctx.ir_version = model.ir_version
+    ctx.opset_imports = {o.domain: o.version for o in model.opset_import}
+    scope = checker.C.LexicalScopeContext()
+
+    def schema_ok(node):
+        v = ctx.opset_imports.get(node.domain or '', ctx.opset_imports.get('ai.onnx'))
+        try:
+            return v is not None and defs.has(node.op_type, v, node.domain or '')
+        except Exception:   # noqa: B902 - onnx's own errors: no schema to check against
+            return False
+    known = {vi.name for vi in graph.input}
+    for t in graph.initializer:
+        try:
+            helper.tensor_dtype_to_np_dtype(t.data_type)
+        except (KeyError, ValueError):
+            raise ModelError(path, f'initializer {t.name!r} has element type {t.data_type}, which '
+                                   'ONNX does not define: the file is damaged; export the model '
+                                   'again') from None
+        known.add(t.name)
+    const = {'value': A.TENSOR, 'value_float': A.FLOAT, 'value_int': A.INT, 'value_floats': A.FLOATS,
+             'value_ints': A.INTS, 'value_string': A.STRING, 'value_strings': A.STRINGS,
+             'sparse_value': A.SPARSE_TENSOR}
+    for k, node in enumerate(graph.node):
+        what = f'node {k} ({node.op_type!r})'
+        names = [node.op_type, node.name, node.domain] + list(node.input) + list(node.output) + [
+            at.name for at in node.attribute]
+        if not all(isinstance(n, str) for n in names):     # (protobuf: bytes when not UTF-8)
+            raise ModelError(path, f'{what}: a name that is not UTF-8 text: the file is damaged; '
+                                   'export the model again')
+        for at in node.attribute:
+            want = const.get(at.name) if node.op_type == 'Constant' else None
+            if at.type == A.UNDEFINED or (want is not None and at.type != want) or \
+                    (at.type == A.TENSOR and not at.HasField('t')):
+                raise ModelError(path, f'{what}: attribute {at.name!r} is of type '
+                                       f'{A.AttributeType.Name(at.type)}' + (
+                                           f', not {A.AttributeType.Name(want)}' if want else '')
+                                 + ': the file is damaged; export the model again')
+        if schema_ok(node):         # (an op ONNX defines: its attributes as it defines them)
+            try:
+                checker.check_node(node, ctx, scope)
+            except checker.ValidationError as e:
+                why = str(e).splitlines()[0]
+                # (an attribute of the op's older versions, e.g. Clip's min and max at
+                # opset 17: the reader takes it)
+                if not why.startswith('Unrecognized attribute'):
+                    raise ModelError(path, f'{what}: {why}: the file is damaged; export the '
+                                           'model again') from None
+        for v in node.input:
+            if v and v not in known:
+                raise ModelError(path, f'node {k} ({node.op_type} {node.name!r}) reads {v!r}, which '
+                                       'no graph input, initializer or earlier node defines: the '
+                                       'file is damaged (or its nodes out of order); export the '
+                                       'model again')
+        known.update(node.output)
+    for vi in graph.output:
+        if vi.name not in known:
+            raise ModelError(path, f'the graph output {vi.name!r} is defined by no node, input or '
+                                   'initializer: the file is damaged; export the model again')
+
+
 def read_onnx(path) -> Graph:
     """Read an .onnx model into the IR (see the module's docstring).  Raises ModelError."""
     model, inferred = load(path)
     r = _Reader(path, inferred)
-    return r.run()
+    try:
+        return r.run()
+    except ModelError:
+        raise
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+        # (a damaged file _check_defined does not see, e.g. a weight's dims changed:
+        # a refusal naming the node, not a traceback)
+        n = r.node
+        where = f'node {n.name or "(unnamed)"} ({n.op_type})' if n is not None else 'the graph'
+        raise ModelError(path, f'{where} cannot be read ({type(e).__name__}: {e}): the file may be '
+                               'damaged: export the model again (if it is not, report this with '
+                               'the file: a utrain bug)') from None
 
 
 # --------------------------------------------------------------------------- export

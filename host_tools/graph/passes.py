@@ -120,6 +120,9 @@ def parse_train(spec, n_ops: int) -> set:
 def reach_hint(ops, n_file: int, train) -> str:
     """For a --train last:N that selects nothing: '' or what N reaches the last op with
     weights.  ops: (file number, name) of the graph's ops; n_file: the file's op count."""
+    if train == 'none':     # (the message had stopped at 'no trainable weights selected')
+        return ('; --train none trains only the ops --ranks names: give --train all (or '
+                'last:N), or --ranks OP:RANK')
     if not (isinstance(train, str) and train.startswith('last:')):
         return ''
     w = [(n, name) for n, name in ops if name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]

@@ -85,19 +85,21 @@ def calibrated(run_dir, wof_path, out_path, data, g, w, perm=None) -> dict:
     save_graph(og, tmp)
     r = {'samples': len(x), 'tensors': n, 'kept': 'calibrated'}
     try:
-        name, r['float'] = _metric(_float_outputs(run_dir, wof_path, x), y, loss)
-        r['metric'] = name
-        r['int8'] = _metric(_int8_outputs(out_path, x), y, loss)[1]
-        r['calibrated'] = _metric(_int8_outputs(tmp, x), y, loss)[1]
-        worse = r['calibrated'] < r['int8'] if name == 'accuracy' else r['calibrated'] > r['int8']
-        if worse:
-            r['kept'] = 'original'
-    except ValueError as e:
-        r['error'] = f'the int8 model does not run here ({e})'
-    if r['kept'] == 'calibrated':
-        os.replace(tmp, out_path)
-    else:
-        os.remove(tmp)
+        try:
+            name, r['float'] = _metric(_float_outputs(run_dir, wof_path, x), y, loss)
+            r['metric'] = name
+            r['int8'] = _metric(_int8_outputs(out_path, x), y, loss)[1]
+            r['calibrated'] = _metric(_int8_outputs(tmp, x), y, loss)[1]
+            worse = r['calibrated'] < r['int8'] if name == 'accuracy' else r['calibrated'] > r['int8']
+            if worse:
+                r['kept'] = 'original'
+        except ValueError as e:
+            r['error'] = f'the int8 model does not run here ({e})'
+        if r['kept'] == 'calibrated':
+            os.replace(tmp, out_path)
+    finally:            # (stopped half way, Ctrl-C: no .calibrated file left beside it)
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return r
 
 

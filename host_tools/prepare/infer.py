@@ -29,6 +29,20 @@ def _q(t):
     return float((q.get('scale') or [1.0])[0]), int((q.get('zero_point') or [0])[0])
 
 
+def _read_runnable(path):
+    """The graph of the model file at path, refused (InferError) when no runtime can run
+    it: ONERT and TFLite Micro are native code that crashes the process (a segmentation
+    fault, no message) on a file whose op reads a tensor nothing writes."""
+    from ..files.validate import check_runnable
+    g = read_model(path)
+    try:
+        check_runnable(g)
+    except ValueError as e:
+        raise InferError(f'{e}; the file is damaged or not the model it was: use the '
+                         'original (or export it again)') from None
+    return g
+
+
 def _onert_session(path):
     import onert.infer
     try:
@@ -219,7 +233,7 @@ def predictor(path):
         raise InferError(f'{path}: no such model file')
     if path.lower().endswith('.onnx'):
         return onnx_predictor(path), 'ONNX Runtime', None
-    g = read_model(path)
+    g = _read_runnable(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
     if integer and g.identifier != b'TFL3':
         raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
@@ -441,7 +455,7 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     from ..files import dataset as ds
     from ..graph import rewrite as rw
     from ..plan.runplan import data_inputs
-    g = read_model(model)
+    g = _read_runnable(model)
     g.file_inputs = list(g.inputs)
     try:
         rw.choose_output(g, output, ds.targets_of(data) if output is None else None)

@@ -132,8 +132,8 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
                                  else None))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass, which says what is wrong)
-    if not len(y) or not np.issubdtype(y.dtype, np.number) or y.ndim > 2:
-        return s
+    if not 1 <= y.ndim <= 2 or not len(y) or not np.issubdtype(y.dtype, np.number):
+        return s                        # (0-d: the samples pass refuses it, naming the file)
     last = final_op(g) if g.outputs else None
     if last is not None and last.name == PROBABILITIES['bce'] and y.size == len(y) * n_out and \
             np.all((y == 0) | (y == 1)):

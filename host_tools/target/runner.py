@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -447,6 +449,18 @@ def end_advice(out_dir, text) -> str | None:
                 'set "resume": false under "run" in train.json) to train from the start')
     quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
+    if quoted == ['train.json'] and not what.startswith('train.json: not valid JSON'):
+        # a setting train.json holds, or a file it names that is in the way: what the
+        # board said is what to change (this had said 'train.json is damaged or missing;
+        # prepare the folder again' of '"seed" must be a whole number (got 1.0)')
+        folder = re.search(r'files\.(\w+) "([^"]+)" is a folder', what)
+        if folder:
+            return (f'what to do: move the folder {folder.group(2)} out of {out_dir} (the run '
+                    f'writes its {folder.group(1)} file by that name), or name another file '
+                    f'under "files" in train.json')
+        return (f'what to do: change train.json in {out_dir} as the error says (the README '
+                'says what each setting takes), or prepare the folder again for the settings '
+                'prepare writes')
     if quoted:      # (a file train.json names first: it is the one missing)
         return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; '
                 + (EDITED + '; else ' if what.startswith('train.json: not valid JSON') else '')
@@ -462,8 +476,13 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
     does: as the byte 0x03 on its stdin, taken between samples (utrain/run.py Keys),
     so it stops after saving a checkpoint from which resume is exact."""
     import fcntl
+    if os.path.isfile(out_dir):     # (a file of the folder, the model: 'no train.json here')
+        raise FileNotFoundError(f'{out_dir}: a file; give the folder prepare wrote (its -o)'
+                                + (f', {os.path.dirname(out_dir) or "."}' if os.path.exists(
+                                    os.path.join(os.path.dirname(out_dir), 'train.json')) else ''))
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
+    damaged_weights(out_dir)
     lock = os.open(out_dir, os.O_RDONLY)
     try:
         try:
@@ -475,23 +494,80 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         note = None if python else sim_heap(out_dir, board)[1]
         if note and stream:
             print(note, flush=True)
+        # (pass_fds: the board holds the folder's lock too, so that a run started while
+        # one whose host was killed trains on is refused, not run into the same files)
         p = subprocess.Popen(argv, cwd=out_dir, env=env, stdout=subprocess.PIPE,
                              stdin=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             bufsize=1, start_new_session=True)
+                             bufsize=1, start_new_session=True, pass_fds=(lock,))
         lines = []
-        while True:
-            try:
-                for line in p.stdout:
-                    lines.append(line)
-                    if stream:
-                        print(line, end='', flush=True)
-                break
-            except KeyboardInterrupt:
+        saved = stop_signals()
+        try:
+            while True:
                 try:
-                    p.stdin.write('\x03')
-                    p.stdin.flush()
-                except OSError:
-                    pass
+                    for line in p.stdout:
+                        lines.append(line)
+                        if stream:
+                            print(line, end='', flush=True)
+                    break
+                except KeyboardInterrupt:
+                    try:
+                        p.stdin.write('\x03')
+                        p.stdin.flush()
+                    except OSError:
+                        pass
+        finally:
+            for sig, h in saved.items():
+                signal.signal(sig, h)
         return p.wait(), ''.join(([note + '\n'] if note else []) + lines)
     finally:
         os.close(lock)
+
+
+def damaged_weights(out_dir):
+    """ValueError for a float run's starting weights (train.json's files.weights) holding
+    NaN or Inf: a damaged file (a .wof has no checksum over its values), which the board
+    had trained from to 'loss is nan at epoch 1 sample 1', lowered the learning rate three
+    times and stopped, saying nothing of the file.  Left to the board when the folder is
+    an int8 run's or train.json does not say (the board reports that)."""
+    import numpy as np
+    try:
+        with open(os.path.join(out_dir, 'train.json'), 'rb') as f:
+            name = json.loads(f.read().decode('utf-8'))['files']['weights']
+        path = os.path.join(out_dir, name)
+        if not isinstance(name, str) or os.path.exists(os.path.join(out_dir, 'q8.json')) or \
+                not os.path.exists(os.path.join(out_dir, 'model.flat')):
+            return                  # (an int8 run: int8 bytes and int32 biases)
+        with open(path, 'rb') as f:
+            raw = f.read()
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if len(raw) < 8 or int.from_bytes(raw[:2], 'little') != 429:
+        return
+    start = 8 + 4 * int.from_bytes(raw[4:8], 'little')
+    if start >= len(raw) or (len(raw) - start) % 4:
+        return
+    bad = int((~np.isfinite(np.frombuffer(raw, '<f4', offset=start))).sum())
+    if bad:
+        raise ValueError(f'{path}: {bad} of its weights are NaN or Inf: the file is damaged; '
+                         'prepare the folder again (prepare writes it), or copy it again from '
+                         'where it was prepared')
+
+
+def stop_signals():
+    """SIGTERM and SIGHUP (`kill`, a timeout, a closed terminal or ssh session) taken as
+    Ctrl-C is (KeyboardInterrupt) while a run trains, the CLI's commands too: the board
+    saves its checkpoint and the next run resumes from it (the host had died, leaving the
+    board training unfollowed until its next line found no reader, and the run's
+    progress lost); an export's temporary file is removed.  Returns the handlers replaced
+    (none off the main thread: a fleet's threads; none already set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    saved = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            saved[sig] = signal.signal(sig, stop)
+    return saved
