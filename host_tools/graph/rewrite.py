@@ -1482,6 +1482,53 @@ def fc_bias_adds(g: Graph) -> int:
     return done
 
 
+def conv_bias_adds(g: Graph) -> int:
+    """A CONV_2D / DEPTHWISE_CONV_2D with an all-zero float bias -> [RESHAPEs keeping the
+    channel axis last] -> ADD of a constant [C] (or [1, .., C]) over its C channels ->
+    the convolution with that constant as its bias (and the ADD's fused activation), then
+    the RESHAPEs: the same values.  TFLite's converter writes a dilated Conv1D/Conv2D
+    (Keras's causal TCN layers) so: a zero bias inside SPACE_TO_BATCH_ND ..
+    BATCH_TO_SPACE_ND and the Keras bias in an ADD after it; both trained, the layer
+    had a bias too many (Keras's parameter count, and the zero one, shared by the
+    layers, copied per layer).  Runs after `dilated_convs`.  Float only.  Returns how
+    many."""
+    done = 0
+    for conv in list(g.ops):
+        if conv.name not in ('CONV_2D', 'DEPTHWISE_CONV_2D') or len(conv.inputs) < 3 or \
+                not is_const(g, conv.inputs[2]) or \
+                g.tensors[conv.outputs[0]].dtype != 'float32' or \
+                conv.options.get('fused_activation_function', 'NONE') != 'NONE' or \
+                np.any(np.asarray(g.tensors[conv.inputs[2]].data) != 0):
+            continue
+        n = int(g.tensors[conv.outputs[0]].shape[-1])
+        chain, y = [], conv.outputs[0]
+        while True:
+            cs = consumers(g, y)
+            if len(cs) != 1 or y in g.outputs or cs[0].name != 'RESHAPE' or \
+                    int(g.tensors[cs[0].outputs[0]].shape[-1]) != n:
+                break
+            chain.append(cs[0])
+            y = cs[0].outputs[0]
+        cs = consumers(g, y)
+        if len(cs) != 1 or y in g.outputs or cs[0].name != 'ADD':
+            continue
+        add = cs[0]
+        b = [k for k in add.inputs if k != y]
+        if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
+                int(np.prod(g.tensors[b[0]].shape)) != n or \
+                int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+            continue
+        t = g.tensors[b[0]]
+        t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
+        conv.inputs = conv.inputs[:2] + [b[0]] + conv.inputs[3:]
+        conv.options['fused_activation_function'] = add.options.get('fused_activation_function', 'NONE')
+        last = chain[-1] if chain else conv
+        last.outputs = list(add.outputs)
+        remove_op(g, add)
+        done += 1
+    return done
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -2338,7 +2385,8 @@ PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), 
           ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
-          ('dilations', dilated_convs, True), ('groups', split_groups, True))
+          ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
+          ('groups', split_groups, True))
 
 
 def rewrite(g: Graph, keep=(), int8=False) -> dict:

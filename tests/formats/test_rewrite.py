@@ -753,6 +753,30 @@ def test_keras_dilated_convolutions_become_dilated_ops(tmp_path):
     assert {'w1', 'wd'} <= moved, moved
 
 
+def test_dilated_conv_trains_the_keras_bias_not_the_converters_zero_one(tmp_path):
+    """Issue 28 (a Keras causal Conv1D with dilation_rate, as TFLite's converter writes
+    it: a zero bias in the blocked CONV_2D, Keras's bias in an ADD after
+    BATCH_TO_SPACE_ND): the layer trains one bias, Keras's (prepare had trained both:
+    3 parameters more than Keras's count), which export writes back to the ADD's
+    constant (the rewrite's values: the test above)."""
+    from kerasgraphs import build_keras_dilated
+    from host_tools.prepare.pipeline import export
+    src, _ = build_keras_dilated(tmp_path / 'dil.tflite', O=3, C=2, H=5, K=4)
+    g = read_model(src)
+    keras = sum(g.tensors[k].data.size for k in range(len(g.tensors))
+                if g.tensors[k].name in ('w1', 'b1', 'wm', 'bm', 'wd', 'zd', 'wf', 'bf'))
+    xs = np.random.default_rng(2).standard_normal((12, 13, 2)).astype(np.float32)
+    s, moved = _trained_names(src, tmp_path, xs, np.arange(12) % 3, loss='scce', from_logits=True)
+    assert s['trainable_params'] == keras, (s['trainable_params'], keras, s['trainable'])
+    assert 'b1' in moved and not any(n.startswith('z1') for n in s['trainable']), (moved, s['trainable'])
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    b1 = read_model(src).tensors
+    b1 = next(t.data for t in b1 if t.name == 'b1')
+    nb1 = next(t.data for t in read_model(out).tensors if t.name == 'b1')
+    assert not np.array_equal(b1, nb1)
+
+
 def test_tflite_ending_in_log_softmax_trains_its_logits(tmp_path):
     """A .tflite classifier ending in LOG_SOFTMAX (Keras's log_softmax activation) trains
     the logits it reads with cross-entropy from logits; the export keeps the op, so the
