@@ -847,6 +847,53 @@ def _shape_after(g: Graph, op: Operator):
         a = const_ints(g, op.inputs[1])[0]
         a = a % (len(x) + 1)
         return x[:a] + [1] + x[a:]
+    return _shape_after_more(g, op, sh, x)
+
+
+def _shape_after_more(g: Graph, op: Operator, sh, x):
+    # _shape_after's shape-moving ops (Keras's Cropping2D after an UpSampling2D is a
+    # STRIDED_SLICE of a tensor whose shape the file gives as [1, 1, W, C])
+    o = op.options
+    consts = len(sh) > 1 and all(is_const(g, k) for k in op.inputs[1:] if k >= 0)
+    if op.name == 'STRIDED_SLICE' and consts and len(op.inputs) == 4 and \
+            not any(o.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'offset')):
+        begin, end, step = (const_ints(g, op.inputs[i]) for i in (1, 2, 3))
+        if not len(begin) == len(end) == len(step) == len(x) or 0 in step:
+            return None
+        y = []
+        for i, dim in enumerate(x):
+            s_ = step[i]
+            if o.get('shrink_axis_mask', 0) >> i & 1:
+                continue
+            lo, hi = (0, dim) if s_ > 0 else (-1, dim - 1)
+            b = lo if o.get('begin_mask', 0) >> i & 1 else begin[i]
+            e = hi if o.get('end_mask', 0) >> i & 1 else end[i]
+            if not o.get('begin_mask', 0) >> i & 1:
+                b = min(max(b + dim if b < 0 else b, lo), hi)
+            if not o.get('end_mask', 0) >> i & 1:
+                e = min(max(e + dim if e < 0 else e, lo), hi)
+            y.append(max(0, -(-(e - b) // s_)))
+        return y
+    if op.name == 'SLICE' and consts and len(op.inputs) == 3:
+        begin, size = const_ints(g, op.inputs[1]), const_ints(g, op.inputs[2])
+        if not len(begin) == len(size) == len(x):
+            return None
+        return [d - b if n < 0 else n for d, b, n in zip(x, begin, size)]
+    if op.name == 'SQUEEZE':
+        axes = {a % len(x) for a in o.get('squeeze_dims') or []}
+        return [d for a, d in enumerate(x) if (a not in axes if axes else d != 1)]
+    if op.name == 'RESHAPE' and consts and len(op.inputs) > 1:
+        new, n = const_ints(g, op.inputs[1]), int(np.prod(x))
+        if new.count(-1) == 1:
+            rest = int(np.prod([d for d in new if d != -1]))
+            new[new.index(-1)] = n // rest if rest else 0
+        return new if -1 not in new and int(np.prod(new)) == n else None
+    if op.name in ('RESIZE_NEAREST_NEIGHBOR', 'RESIZE_BILINEAR') and consts and len(x) == 4:
+        hw = const_ints(g, op.inputs[1])
+        return [x[0]] + list(hw) + [x[3]] if len(hw) == 2 else None
+    if op.name in ('PADV2', 'MIRROR_PAD') and consts:
+        p = const_ints(g, op.inputs[1])
+        return [d + p[2 * a] + p[2 * a + 1] for a, d in enumerate(x)] if len(p) == 2 * len(x) else None
     return None
 
 

@@ -583,7 +583,7 @@ def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
     assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}
 
 
-@pytest.mark.parametrize('tail', ['flatten', 'conv'])
+@pytest.mark.parametrize('tail', ['flatten', 'conv', 'crop'])
 def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     """Keras 3's UpSampling2D: TILE of a 5-D [1, H, 1, W, C] becomes a CONCATENATION of
     copies (no TILE left; 5-D with a leading 1 runs as 4-D), and the RESHAPE to a shape
@@ -591,7 +591,9 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     is wrong, and so does every op after it whose file shape follows the wrong one (a
     held-out Keras UpSampling2D -> Conv2D was refused: "CONV_2D: output is 1x10, VALID
     padding gives 10x10"); ONERT on the rewrite = numpy, prepare trains it (the conv under
-    the tiles moves: the gradient of both copies reaches it)."""
+    the tiles moves: the gradient of both copies reaches it).  'crop': a Cropping2D after
+    it (a STRIDED_SLICE, its file shape wrong too) was refused: "slicing [1, 8, 12, 6]
+    gives [1, 6, 10, 6], the output is [1, 1, 10, 6]" (issue 28)."""
     src, forward = build_keras_upsample(tmp_path / 'up.tflite', tail=tail)
     dst, info, _ = rewritten(src, tmp_path / 'r.circle')
     names = ops(dst)
@@ -602,7 +604,7 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
 
     xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
     _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
-    assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail == 'conv' else set())
+    assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail != 'flatten' else set())
 
 
 def test_nearest_resize_by_whole_factors_becomes_copies(tmp_path):
