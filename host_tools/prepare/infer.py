@@ -451,6 +451,7 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     x, y = ds.load_inputs(data, ins, label, size) if ins else ds.load(data, label, size)
     if limit:
         x, y = x[:limit], y[:limit]
+    x = _stored_parts(data, x, ins)
     _judged(data, x, y)
     t0 = g.tensors[g.inputs[0]]
     parts = ins[0] if ins else [(t0.name, t0.shape, '')]
@@ -542,6 +543,33 @@ def _prepared_ids(data, x, shape):
     if not two or x.ndim != 2 or x.shape[1] != 2 * int(np.prod(shape[1:])):
         return x
     return x[:, 0::2] + 256 * x[:, 1::2]
+
+
+def _stored_parts(data, x, ins):
+    """Joined samples x of a .ds that prepare wrote for a model with several inputs, each
+    input stored at its own scale (prepare.json's 'inputs_stored' {data key: (scale,
+    offset)}: --dtype uint8/int8, or an int8 model's inputs at their int8 scales; the file
+    holds the codes at scale 1), as values: code * scale + offset per input, else x as
+    it is (the codes had been scored as values: an int8 two-input model's own test.ds
+    0.70 against 0.90 on the same samples as floats)."""
+    import json
+    if not os.fspath(data).lower().endswith('.ds') or not ins:
+        return x
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(data)), 'prepare.json')) as f:
+            stored = json.load(f).get('inputs_stored') or {}
+    except (OSError, ValueError, AttributeError):
+        return x
+    if not stored:
+        return x
+    out, at = np.array(x, np.float64).reshape(len(x), -1), 0
+    for _, shape, key in ins[0]:
+        n = int(np.prod(shape[1:]))
+        if key in stored:
+            sc, off = (float(v) for v in stored[key])
+            out[:, at:at + n] = out[:, at:at + n] * sc + off
+        at += n
+    return out if at == out.shape[1] else x
 
 
 def _prepared_layout(model, data, shape):
