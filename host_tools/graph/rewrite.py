@@ -1576,6 +1576,33 @@ def conv_bias_adds(g: Graph) -> int:
     return done
 
 
+def separable_biases(g: Graph) -> int:
+    """A DEPTHWISE_CONV_2D with an all-zero float bias and no activation whose one reader
+    is a 1x1 stride-1 CONV_2D (Keras's SeparableConv1D/2D as TFLite's converter writes
+    it: the depthwise step has no bias in Keras, the converter gives it a zero one) keeps
+    that bias frozen (Tensor.frozen): the pointwise conv's bias already shifts every
+    output the depthwise bias could (W b), so training both trained a parameter Keras
+    has not (its count: 8 more for a SeparableConv2D on 8 channels).  Float only.
+    Returns how many."""
+    done = 0
+    for dw in g.ops:
+        if dw.name != 'DEPTHWISE_CONV_2D' or len(dw.inputs) < 3 or dw.inputs[2] < 0 or \
+                not is_const(g, dw.inputs[2]) or g.tensors[dw.inputs[2]].frozen or \
+                g.tensors[dw.outputs[0]].dtype != 'float32' or \
+                dw.options.get('fused_activation_function', 'NONE') != 'NONE' or \
+                np.any(np.asarray(g.tensors[dw.inputs[2]].data) != 0) or dw.outputs[0] in g.outputs:
+            continue
+        cs = consumers(g, dw.outputs[0])
+        if len(cs) != 1 or cs[0].name != 'CONV_2D' or cs[0].inputs[0] != dw.outputs[0] or \
+                list(g.tensors[cs[0].inputs[1]].shape[1:3]) != [1, 1] or \
+                cs[0].options.get('stride_h', 1) != 1 or cs[0].options.get('stride_w', 1) != 1 or \
+                len(cs[0].inputs) < 3 or cs[0].inputs[2] < 0:
+            continue
+        g.tensors[dw.inputs[2]].frozen = True
+        done += 1
+    return done
+
+
 def elementwise_forms(g: Graph) -> int:
     """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
     SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
@@ -2433,6 +2460,7 @@ PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), 
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
+          ('separable_biases', separable_biases, False),
           ('groups', split_groups, True))
 
 

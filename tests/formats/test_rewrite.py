@@ -1110,3 +1110,43 @@ def test_a_dense_on_a_sequence_gets_its_bias_add_as_the_fc_bias(tmp_path):
     np.testing.assert_allclose(tflm_infer(dst, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
     int8_graph(read_model(dst))
     _step_is_the_gradient(src, forward, tmp_path, ('w1', 'bias', 'w2'), xs)
+
+
+@pytest.mark.parametrize('zero', [True, False])
+def test_separable_conv_trains_no_depthwise_bias(tmp_path, zero):
+    """Issue 28: Keras's SeparableConv1D/2D, as TFLite's converter writes it, is a
+    DEPTHWISE_CONV_2D with a zero bias (Keras's depthwise step has none) -> a 1x1
+    CONV_2D with the layer's bias; prepare had trained the zero bias too (a
+    SeparableConv2D on 8 channels: 8 parameters more than Keras's count).  It stays
+    frozen, the rest trains (both kernels and the pointwise bias move) and the forward
+    is numpy's; a depthwise bias that is not zero (not the converter's) still trains."""
+    rng = np.random.default_rng(0)
+    H, C, P, O = 5, 3, 4, 2
+    wd, wp = rng.standard_normal((1, 3, 3, C)).astype(np.float32), \
+        rng.standard_normal((P, 1, 1, C)).astype(np.float32)
+    bd = np.zeros(C, np.float32) if zero else rng.standard_normal(C).astype(np.float32)
+    bp, wf = rng.standard_normal(P).astype(np.float32), \
+        (0.3 * rng.standard_normal((O, 9 * P))).astype(np.float32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, d, c, f, y = (b.tensor(n, s) for n, s in (('x', [1, H, H, C]), ('d', [1, 3, 3, C]),
+                                                ('c', [1, 3, 3, P]), ('f', [1, 9 * P]),
+                                                ('y', [1, O])))
+    b.op('DEPTHWISE_CONV_2D', [x, b.tensor('wd', wd.shape, data=wd), b.tensor('bd', [C], data=bd)],
+         [d], padding='VALID', depth_multiplier=1)
+    b.op('CONV_2D', [d, b.tensor('wp', wp.shape, data=wp), b.tensor('bp', [P], data=bp)], [c],
+         padding='VALID', fused_activation_function='RELU')
+    b.op('RESHAPE', [c], [f], new_shape=[1, 9 * P])
+    b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf),
+                             b.tensor('bf', [O], data=np.zeros(O, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(os.fspath(tmp_path / 'sep.tflite'))
+    xs = rng.standard_normal((12, H, H, C)).astype(np.float32)
+    win = np.stack([np.stack([xs[:, i:i + 3, j:j + 3] for j in range(3)], 3) for i in range(3)], 3)
+    z = np.einsum('nabijc,ijc->nabc', win, wd[0]) + bd
+    ref = (np.maximum(np.einsum('nabc,pc->nabp', z, wp[:, 0, 0]) + bp, 0).reshape(12, -1) @ wf.T)
+    np.testing.assert_allclose(onert_infer(src, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+    s, moved = _trained_names(src, tmp_path, xs, np.arange(12) % 2, loss='scce', from_logits=True)
+    keras = wd.size + wp.size + bp.size + wf.size + O + (0 if zero else C)
+    assert s['trainable_params'] == keras, (s['trainable_params'], keras, s['trainable'])
+    assert ('bd' in s['trainable']) == (not zero) and {'wd', 'wp', 'bp', 'wf'} <= moved, moved
