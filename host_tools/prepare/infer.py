@@ -220,6 +220,11 @@ def predictor(path):
     if path.lower().endswith('.onnx'):
         return onnx_predictor(path), 'ONNX Runtime', None
     g = read_model(path)
+    from ..files.validate import fixed_batch
+    for k in g.inputs:
+        why = fixed_batch(g, g.tensors[k])
+        if why:
+            raise InferError(why)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
     if integer and g.identifier != b'TFL3':
         raise InferError(f'{path}: an int8 circle model: the host runtimes here run int8 '
@@ -442,6 +447,11 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     from ..graph import rewrite as rw
     from ..plan.runplan import data_inputs
     g = read_model(model)
+    from ..files.validate import fixed_batch
+    for k in g.inputs:
+        why = fixed_batch(g, g.tensors[k])
+        if why:
+            raise InferError(why)
     g.file_inputs = list(g.inputs)
     try:
         rw.choose_output(g, output, ds.targets_of(data) if output is None else None)
