@@ -1493,6 +1493,20 @@ def selects_to_relu(g: Graph) -> int:
     return done
 
 
+def _added_bias(g: Graph, add: Operator, y: int, n: int):
+    """The float constant [n] (or [1, .., n]) that ADD op `add` adds to tensor y, read by
+    that ADD alone, reshaped to [n] (a layer's bias: fc_bias_adds, conv_bias_adds), or
+    None."""
+    b = [k for k in add.inputs if k != y]
+    if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
+            int(np.prod(g.tensors[b[0]].shape)) != n or \
+            int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+        return None
+    t = g.tensors[b[0]]
+    t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
+    return b[0]
+
+
 def fc_bias_adds(g: Graph) -> int:
     """A FULLY_CONNECTED without a bias -> RESHAPE -> ADD of a constant [N] (or [1, .., N])
     over its N outputs (Keras 3's Dense on a 3-D input: the bias is added after the
@@ -1513,15 +1527,10 @@ def fc_bias_adds(g: Graph) -> int:
         if len(adds) != 1 or adds[0].name != 'ADD' or rs[0].outputs[0] in g.outputs:
             continue
         add = adds[0]
-        b = [k for k in add.inputs if k != rs[0].outputs[0]]
-        n = int(g.tensors[fc.outputs[0]].shape[-1])
-        if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
-                int(np.prod(g.tensors[b[0]].shape)) != n or \
-                int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+        b = _added_bias(g, add, rs[0].outputs[0], int(g.tensors[fc.outputs[0]].shape[-1]))
+        if b is None:
             continue
-        t = g.tensors[b[0]]
-        t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
-        fc.inputs = fc.inputs[:2] + [b[0]]
+        fc.inputs = fc.inputs[:2] + [b]
         fc.options['fused_activation_function'] = add.options.get('fused_activation_function', 'NONE')
         rs[0].outputs = list(add.outputs)
         remove_op(g, add)
@@ -1560,14 +1569,10 @@ def conv_bias_adds(g: Graph) -> int:
         if len(cs) != 1 or y in g.outputs or cs[0].name != 'ADD':
             continue
         add = cs[0]
-        b = [k for k in add.inputs if k != y]
-        if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
-                int(np.prod(g.tensors[b[0]].shape)) != n or \
-                int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+        b = _added_bias(g, add, y, n)
+        if b is None:
             continue
-        t = g.tensors[b[0]]
-        t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
-        conv.inputs = conv.inputs[:2] + [b[0]] + conv.inputs[3:]
+        conv.inputs = conv.inputs[:2] + [b] + conv.inputs[3:]
         conv.options['fused_activation_function'] = add.options.get('fused_activation_function', 'NONE')
         last = chain[-1] if chain else conv
         last.outputs = list(add.outputs)
