@@ -214,6 +214,21 @@ def check_values(path: str, x, y) -> None:
 
 
 # ------------------------------------------------------------------ graphs
+def fixed_batch(g, x) -> str | None:
+    """Why input tensor x of g cannot run a sample at a time (a batch of N > 1 fixed in
+    the file: Keras's Input(batch_size=8)), with what to do, or None.  prepare refuses
+    it so (it had been refused as the data's size, 'x has 72 values per sample, the model
+    input takes 576'), and so does evaluate (ONERT's 'cannot run it' had said nothing
+    of the batch)."""
+    if x is None or len(x.shape) < 2 or int(x.shape[0]) <= 1:
+        return None
+    return (f'{g.path}: the input tensor {x.index} ({x.name!r}) has shape {list(x.shape)}: '
+            f'a batch of {int(x.shape[0])} fixed in the file; utrain runs the '
+            'model a sample at a time (the batch is a training setting: '
+            '--batch): export it with batch 1 or open (keras.Input(shape) '
+            'without batch_size; PyTorch: a dummy input of batch 1)')
+
+
 def check_graph(g) -> None:
     """PrepareError for a graph that parses but cannot run (check_runnable) or that
     utrain cannot train: an input whose length or batch is fixed at run time / in the
@@ -231,14 +246,9 @@ def check_graph(g) -> None:
                                f'{x.signature}; the file gives {list(x.shape)}): utrain trains a '
                                'fixed input shape: export the model with it fixed, e.g. '
                                'keras.Input((T, F)) with the length of your samples')
-        if x is not None and len(x.shape) >= 2 and int(x.shape[0]) > 1:
-            # (Keras's Input(batch_size=8): had been refused as the data's size, 'x has 72
-            # values per sample, the model input takes 576')
-            raise PrepareError(f'{where}: the input {tname(x.index)} has shape {list(x.shape)}: '
-                               f'a batch of {int(x.shape[0])} fixed in the file; utrain runs the '
-                               'model a sample at a time (the batch is a training setting: '
-                               '--batch): export it with batch 1 or open (keras.Input(shape) '
-                               'without batch_size; PyTorch: a dummy input of batch 1)')
+        why = fixed_batch(g, x)
+        if why:
+            raise PrepareError(why)
     for op in g.ops:
         check_weights(g, op, tname)
 

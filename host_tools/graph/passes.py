@@ -191,7 +191,8 @@ def select_trainable(g: Graph, ops: set, ranks: dict = None):
         for pos, role in roles.items():
             if (ranks or {}).get(i) == 1 and role == 'weight':
                 continue
-            if pos < len(op.inputs) and op.inputs[pos] >= 0:
+            if pos < len(op.inputs) and op.inputs[pos] >= 0 and \
+                    not g.tensors[op.inputs[pos]].frozen:   # (rewrite.separable_biases)
                 params[op.inputs[pos]] = (i, role)
     return params
 

@@ -847,6 +847,53 @@ def _shape_after(g: Graph, op: Operator):
         a = const_ints(g, op.inputs[1])[0]
         a = a % (len(x) + 1)
         return x[:a] + [1] + x[a:]
+    return _shape_after_more(g, op, sh, x)
+
+
+def _shape_after_more(g: Graph, op: Operator, sh, x):
+    # _shape_after's shape-moving ops (Keras's Cropping2D after an UpSampling2D is a
+    # STRIDED_SLICE of a tensor whose shape the file gives as [1, 1, W, C])
+    o = op.options
+    consts = len(sh) > 1 and all(is_const(g, k) for k in op.inputs[1:] if k >= 0)
+    if op.name == 'STRIDED_SLICE' and consts and len(op.inputs) == 4 and \
+            not any(o.get(k) for k in ('ellipsis_mask', 'new_axis_mask', 'offset')):
+        begin, end, step = (const_ints(g, op.inputs[i]) for i in (1, 2, 3))
+        if not len(begin) == len(end) == len(step) == len(x) or 0 in step:
+            return None
+        y = []
+        for i, dim in enumerate(x):
+            s_ = step[i]
+            if o.get('shrink_axis_mask', 0) >> i & 1:
+                continue
+            lo, hi = (0, dim) if s_ > 0 else (-1, dim - 1)
+            b = lo if o.get('begin_mask', 0) >> i & 1 else begin[i]
+            e = hi if o.get('end_mask', 0) >> i & 1 else end[i]
+            if not o.get('begin_mask', 0) >> i & 1:
+                b = min(max(b + dim if b < 0 else b, lo), hi)
+            if not o.get('end_mask', 0) >> i & 1:
+                e = min(max(e + dim if e < 0 else e, lo), hi)
+            y.append(max(0, -(-(e - b) // s_)))
+        return y
+    if op.name == 'SLICE' and consts and len(op.inputs) == 3:
+        begin, size = const_ints(g, op.inputs[1]), const_ints(g, op.inputs[2])
+        if not len(begin) == len(size) == len(x):
+            return None
+        return [d - b if n < 0 else n for d, b, n in zip(x, begin, size)]
+    if op.name == 'SQUEEZE':
+        axes = {a % len(x) for a in o.get('squeeze_dims') or []}
+        return [d for a, d in enumerate(x) if (a not in axes if axes else d != 1)]
+    if op.name == 'RESHAPE' and consts and len(op.inputs) > 1:
+        new, n = const_ints(g, op.inputs[1]), int(np.prod(x))
+        if new.count(-1) == 1:
+            rest = int(np.prod([d for d in new if d != -1]))
+            new[new.index(-1)] = n // rest if rest else 0
+        return new if -1 not in new and int(np.prod(new)) == n else None
+    if op.name in ('RESIZE_NEAREST_NEIGHBOR', 'RESIZE_BILINEAR') and consts and len(x) == 4:
+        hw = const_ints(g, op.inputs[1])
+        return [x[0]] + list(hw) + [x[3]] if len(hw) == 2 else None
+    if op.name in ('PADV2', 'MIRROR_PAD') and consts:
+        p = const_ints(g, op.inputs[1])
+        return [d + p[2 * a] + p[2 * a + 1] for a, d in enumerate(x)] if len(p) == 2 * len(x) else None
     return None
 
 
@@ -1446,6 +1493,20 @@ def selects_to_relu(g: Graph) -> int:
     return done
 
 
+def _added_bias(g: Graph, add: Operator, y: int, n: int):
+    """The float constant [n] (or [1, .., n]) that ADD op `add` adds to tensor y, read by
+    that ADD alone, reshaped to [n] (a layer's bias: fc_bias_adds, conv_bias_adds), or
+    None."""
+    b = [k for k in add.inputs if k != y]
+    if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
+            int(np.prod(g.tensors[b[0]].shape)) != n or \
+            int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+        return None
+    t = g.tensors[b[0]]
+    t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
+    return b[0]
+
+
 def fc_bias_adds(g: Graph) -> int:
     """A FULLY_CONNECTED without a bias -> RESHAPE -> ADD of a constant [N] (or [1, .., N])
     over its N outputs (Keras 3's Dense on a 3-D input: the bias is added after the
@@ -1466,18 +1527,83 @@ def fc_bias_adds(g: Graph) -> int:
         if len(adds) != 1 or adds[0].name != 'ADD' or rs[0].outputs[0] in g.outputs:
             continue
         add = adds[0]
-        b = [k for k in add.inputs if k != rs[0].outputs[0]]
-        n = int(g.tensors[fc.outputs[0]].shape[-1])
-        if len(b) != 1 or not is_const(g, b[0]) or len(consumers(g, b[0])) != 1 or \
-                int(np.prod(g.tensors[b[0]].shape)) != n or \
-                int(g.tensors[b[0]].shape[-1]) != n or g.tensors[b[0]].dtype != 'float32':
+        b = _added_bias(g, add, rs[0].outputs[0], int(g.tensors[fc.outputs[0]].shape[-1]))
+        if b is None:
             continue
-        t = g.tensors[b[0]]
-        t.data, t.shape = np.asarray(t.data, np.float32).reshape(n), [n]
-        fc.inputs = fc.inputs[:2] + [b[0]]
+        fc.inputs = fc.inputs[:2] + [b]
         fc.options['fused_activation_function'] = add.options.get('fused_activation_function', 'NONE')
         rs[0].outputs = list(add.outputs)
         remove_op(g, add)
+        done += 1
+    return done
+
+
+def conv_bias_adds(g: Graph) -> int:
+    """A CONV_2D / DEPTHWISE_CONV_2D with an all-zero float bias -> [RESHAPEs keeping the
+    channel axis last] -> ADD of a constant [C] (or [1, .., C]) over its C channels ->
+    the convolution with that constant as its bias (and the ADD's fused activation), then
+    the RESHAPEs: the same values.  TFLite's converter writes a dilated Conv1D/Conv2D
+    (Keras's causal TCN layers) so: a zero bias inside SPACE_TO_BATCH_ND ..
+    BATCH_TO_SPACE_ND and the Keras bias in an ADD after it; both trained, the layer
+    had a bias too many (Keras's parameter count, and the zero one, shared by the
+    layers, copied per layer).  Runs after `dilated_convs`.  Float only.  Returns how
+    many."""
+    done = 0
+    for conv in list(g.ops):
+        if conv.name not in ('CONV_2D', 'DEPTHWISE_CONV_2D') or len(conv.inputs) < 3 or \
+                not is_const(g, conv.inputs[2]) or \
+                g.tensors[conv.outputs[0]].dtype != 'float32' or \
+                conv.options.get('fused_activation_function', 'NONE') != 'NONE' or \
+                np.any(np.asarray(g.tensors[conv.inputs[2]].data) != 0):
+            continue
+        n = int(g.tensors[conv.outputs[0]].shape[-1])
+        chain, y = [], conv.outputs[0]
+        while True:
+            cs = consumers(g, y)
+            if len(cs) != 1 or y in g.outputs or cs[0].name != 'RESHAPE' or \
+                    int(g.tensors[cs[0].outputs[0]].shape[-1]) != n:
+                break
+            chain.append(cs[0])
+            y = cs[0].outputs[0]
+        cs = consumers(g, y)
+        if len(cs) != 1 or y in g.outputs or cs[0].name != 'ADD':
+            continue
+        add = cs[0]
+        b = _added_bias(g, add, y, n)
+        if b is None:
+            continue
+        conv.inputs = conv.inputs[:2] + [b] + conv.inputs[3:]
+        conv.options['fused_activation_function'] = add.options.get('fused_activation_function', 'NONE')
+        last = chain[-1] if chain else conv
+        last.outputs = list(add.outputs)
+        remove_op(g, add)
+        done += 1
+    return done
+
+
+def separable_biases(g: Graph) -> int:
+    """A DEPTHWISE_CONV_2D with an all-zero float bias and no activation whose one reader
+    is a 1x1 stride-1 CONV_2D (Keras's SeparableConv1D/2D as TFLite's converter writes
+    it: the depthwise step has no bias in Keras, the converter gives it a zero one) keeps
+    that bias frozen (Tensor.frozen): the pointwise conv's bias already shifts every
+    output the depthwise bias could (W b), so training both trained a parameter Keras
+    has not (its count: 8 more for a SeparableConv2D on 8 channels).  Float only.
+    Returns how many."""
+    done = 0
+    for dw in g.ops:
+        if dw.name != 'DEPTHWISE_CONV_2D' or len(dw.inputs) < 3 or dw.inputs[2] < 0 or \
+                not is_const(g, dw.inputs[2]) or g.tensors[dw.inputs[2]].frozen or \
+                g.tensors[dw.outputs[0]].dtype != 'float32' or \
+                dw.options.get('fused_activation_function', 'NONE') != 'NONE' or \
+                np.any(np.asarray(g.tensors[dw.inputs[2]].data) != 0) or dw.outputs[0] in g.outputs:
+            continue
+        cs = consumers(g, dw.outputs[0])
+        if len(cs) != 1 or cs[0].name != 'CONV_2D' or cs[0].inputs[0] != dw.outputs[0] or \
+                list(g.tensors[cs[0].inputs[1]].shape[1:3]) != [1, 1] or \
+                cs[0].options.get('stride_h', 1) != 1 or cs[0].options.get('stride_w', 1) != 1 or \
+                len(cs[0].inputs) < 3 or cs[0].inputs[2] < 0:
+            continue
+        g.tensors[dw.inputs[2]].frozen = True
         done += 1
     return done
 
@@ -2338,7 +2464,9 @@ PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), 
           ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
           ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
-          ('dilations', dilated_convs, True), ('groups', split_groups, True))
+          ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
+          ('separable_biases', separable_biases, False),
+          ('groups', split_groups, True))
 
 
 def rewrite(g: Graph, keep=(), int8=False) -> dict:

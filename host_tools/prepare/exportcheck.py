@@ -105,9 +105,13 @@ def calibrated(run_dir, wof_path, out_path, data, g, w, perm=None) -> dict:
 
 # ops whose int8 output must keep its input's scale and zero point (TFLite's kernels
 # move the integers as they are), and ops whose output scale is fixed by the kernel
+# (REDUCE_MAX: Keras's GlobalMaxPooling1D; TFLite Micro refuses other scales, TFLite
+# copies the codes; so do the other copies here)
 TIED = ('RESHAPE', 'MAX_POOL_2D', 'AVERAGE_POOL_2D', 'PAD', 'SQUEEZE', 'EXPAND_DIMS',
         'CONCATENATION', 'STRIDED_SLICE', 'TRANSPOSE', 'SPLIT', 'SPLIT_V', 'GATHER',
-        'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR')
+        'RESIZE_BILINEAR', 'RESIZE_NEAREST_NEIGHBOR', 'REDUCE_MAX', 'REDUCE_MIN', 'SLICE',
+        'PACK', 'UNPACK', 'TILE', 'BATCH_TO_SPACE_ND', 'SPACE_TO_BATCH_ND', 'DEPTH_TO_SPACE',
+        'SPACE_TO_DEPTH', 'PADV2', 'MIRROR_PAD')
 FIXED = ('SOFTMAX', 'LOGISTIC', 'TANH')
 # (TFLite's int8 MAXIMUM and MINIMUM compare the int8 values: their inputs and output one
 # scale, a constant input's values quantized at it)
@@ -212,7 +216,7 @@ def recalibrate(og, ranges, trained) -> int:
             continue
         if op.name in TIED or op.name in CLIPS:
             ins = [k for k in op.inputs if k in act]
-            for k in (ins if op.name in ('CONCATENATION', *CLIPS) else ins[:1]) + [
+            for k in (ins if op.name in ('CONCATENATION', 'PACK', *CLIPS) else ins[:1]) + [
                     o for o in op.outputs if o in act]:
                 parent[find(k)] = find(ins[0])
             n = og.tensors[op.outputs[0]].name      # (the bound is inside the range)

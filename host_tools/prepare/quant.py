@@ -3288,6 +3288,12 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     rwi = getattr(g, 'rewrites', None) or {}
     if rwi.get('changed'):
         summary['rewrites'] = {k: v for k, v in rwi.items() if k not in ('quant', 'changed')}
+    if getattr(g, 'joined', None) and not getattr(g, 'ids_q8', ()):
+        # (each input's codes at its own scale, as joined_codes stores them: evaluate
+        # scores the run's samples as values, infer._stored_parts)
+        by_name = {t.name: t for t in g.tensors}
+        summary['inputs_stored'] = {key: [float(sc), -float(z) * float(sc)] for name, _, key
+                                    in g.data_inputs[0] for (sc,), (z,) in [_q(by_name[name])]}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',

@@ -170,6 +170,34 @@ def test_refusals(tmp_path):
         infer.predictor(str(tmp_path / 'none.circle'))
 
 
+@pytest.mark.parametrize('inputs', [1, 2])
+def test_a_batch_fixed_in_the_file_is_refused_saying_what_to_do(tmp_path, inputs):
+    """Issue 28 (a Keras model with Input(batch_size=4)): evaluate says what prepare says,
+    the batch fixed in the file and to export it with batch 1; ONERT's 'cannot run it
+    (Session preparation failed)' had said nothing of it (TFLite Micro's, of an int8
+    one: 'Dimension mismatch'), and a model of two inputs too."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    xs = [b.tensor(f'x{i}', [4, 3]) for i in range(inputs)]
+    h = xs[0]
+    if inputs == 2:
+        h = b.tensor('h', [4, 3])
+        b.op('ADD', xs, [h], fused_activation_function='NONE')
+    y = b.tensor('y', [4, 2])
+    b.op('FULLY_CONNECTED', [h, b.tensor('w', [2, 3], data=rng.standard_normal((2, 3)).astype(np.float32)),
+                             b.tensor('b', [2], data=np.zeros(2, np.float32))], [y])
+    b.inputs(*xs)
+    b.outputs(y)
+    path = b.save(str(tmp_path / 'b4.tflite'))
+    arrays = {f'x{i}': rng.standard_normal((8, 3)).astype(np.float32) for i in range(inputs)}
+    if inputs == 1:
+        arrays = {'x': arrays['x0']}
+    np.savez(tmp_path / 'd.npz', y=np.arange(8) % 2, **arrays)
+    with pytest.raises(infer.InferError, match=r'a batch of 4 fixed in the file.*export it with batch 1'):
+        infer.evaluate(path, str(tmp_path / 'd.npz'))
+
+
 def _one_output(path, sigmoid, F=5):
     from host_tools.formats.circle_build import CircleBuilder
     w = np.random.default_rng(0).standard_normal((1, F)).astype(np.float32) * 2

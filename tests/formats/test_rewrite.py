@@ -583,7 +583,7 @@ def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
     assert moved == {'wx', 'bx', 'wh', 'wo', 'bo'}
 
 
-@pytest.mark.parametrize('tail', ['flatten', 'conv'])
+@pytest.mark.parametrize('tail', ['flatten', 'conv', 'crop'])
 def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     """Keras 3's UpSampling2D: TILE of a 5-D [1, H, 1, W, C] becomes a CONCATENATION of
     copies (no TILE left; 5-D with a leading 1 runs as 4-D), and the RESHAPE to a shape
@@ -591,7 +591,9 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     is wrong, and so does every op after it whose file shape follows the wrong one (a
     held-out Keras UpSampling2D -> Conv2D was refused: "CONV_2D: output is 1x10, VALID
     padding gives 10x10"); ONERT on the rewrite = numpy, prepare trains it (the conv under
-    the tiles moves: the gradient of both copies reaches it)."""
+    the tiles moves: the gradient of both copies reaches it).  'crop': a Cropping2D after
+    it (a STRIDED_SLICE, its file shape wrong too) was refused: "slicing [1, 8, 12, 6]
+    gives [1, 6, 10, 6], the output is [1, 1, 10, 6]" (issue 28)."""
     src, forward = build_keras_upsample(tmp_path / 'up.tflite', tail=tail)
     dst, info, _ = rewritten(src, tmp_path / 'r.circle')
     names = ops(dst)
@@ -602,7 +604,7 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
 
     xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
     _, moved = _trained_names(src, tmp_path, xs, np.arange(16) % 3, loss='scce', from_logits=True)
-    assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail == 'conv' else set())
+    assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail != 'flatten' else set())
 
 
 def test_nearest_resize_by_whole_factors_becomes_copies(tmp_path):
@@ -751,6 +753,30 @@ def test_keras_dilated_convolutions_become_dilated_ops(tmp_path):
     xs = np.random.default_rng(2).standard_normal((12, 13, 2)).astype(np.float32)
     _, moved = _trained_names(src, tmp_path, xs, np.arange(12) % 3, loss='scce', from_logits=True)
     assert {'w1', 'wd'} <= moved, moved
+
+
+def test_dilated_conv_trains_the_keras_bias_not_the_converters_zero_one(tmp_path):
+    """Issue 28 (a Keras causal Conv1D with dilation_rate, as TFLite's converter writes
+    it: a zero bias in the blocked CONV_2D, Keras's bias in an ADD after
+    BATCH_TO_SPACE_ND): the layer trains one bias, Keras's (prepare had trained both:
+    3 parameters more than Keras's count), which export writes back to the ADD's
+    constant (the rewrite's values: the test above)."""
+    from kerasgraphs import build_keras_dilated
+    from host_tools.prepare.pipeline import export
+    src, _ = build_keras_dilated(tmp_path / 'dil.tflite', O=3, C=2, H=5, K=4)
+    g = read_model(src)
+    keras = sum(g.tensors[k].data.size for k in range(len(g.tensors))
+                if g.tensors[k].name in ('w1', 'b1', 'wm', 'bm', 'wd', 'zd', 'wf', 'bf'))
+    xs = np.random.default_rng(2).standard_normal((12, 13, 2)).astype(np.float32)
+    s, moved = _trained_names(src, tmp_path, xs, np.arange(12) % 3, loss='scce', from_logits=True)
+    assert s['trainable_params'] == keras, (s['trainable_params'], keras, s['trainable'])
+    assert 'b1' in moved and not any(n.startswith('z1') for n in s['trainable']), (moved, s['trainable'])
+    out = tmp_path / 'trained.tflite'
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), os.fspath(out))
+    b1 = read_model(src).tensors
+    b1 = next(t.data for t in b1 if t.name == 'b1')
+    nb1 = next(t.data for t in read_model(out).tensors if t.name == 'b1')
+    assert not np.array_equal(b1, nb1)
 
 
 def test_tflite_ending_in_log_softmax_trains_its_logits(tmp_path):
@@ -1084,3 +1110,43 @@ def test_a_dense_on_a_sequence_gets_its_bias_add_as_the_fc_bias(tmp_path):
     np.testing.assert_allclose(tflm_infer(dst, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
     int8_graph(read_model(dst))
     _step_is_the_gradient(src, forward, tmp_path, ('w1', 'bias', 'w2'), xs)
+
+
+@pytest.mark.parametrize('zero', [True, False])
+def test_separable_conv_trains_no_depthwise_bias(tmp_path, zero):
+    """Issue 28: Keras's SeparableConv1D/2D, as TFLite's converter writes it, is a
+    DEPTHWISE_CONV_2D with a zero bias (Keras's depthwise step has none) -> a 1x1
+    CONV_2D with the layer's bias; prepare had trained the zero bias too (a
+    SeparableConv2D on 8 channels: 8 parameters more than Keras's count).  It stays
+    frozen, the rest trains (both kernels and the pointwise bias move) and the forward
+    is numpy's; a depthwise bias that is not zero (not the converter's) still trains."""
+    rng = np.random.default_rng(0)
+    H, C, P, O = 5, 3, 4, 2
+    wd, wp = rng.standard_normal((1, 3, 3, C)).astype(np.float32), \
+        rng.standard_normal((P, 1, 1, C)).astype(np.float32)
+    bd = np.zeros(C, np.float32) if zero else rng.standard_normal(C).astype(np.float32)
+    bp, wf = rng.standard_normal(P).astype(np.float32), \
+        (0.3 * rng.standard_normal((O, 9 * P))).astype(np.float32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, d, c, f, y = (b.tensor(n, s) for n, s in (('x', [1, H, H, C]), ('d', [1, 3, 3, C]),
+                                                ('c', [1, 3, 3, P]), ('f', [1, 9 * P]),
+                                                ('y', [1, O])))
+    b.op('DEPTHWISE_CONV_2D', [x, b.tensor('wd', wd.shape, data=wd), b.tensor('bd', [C], data=bd)],
+         [d], padding='VALID', depth_multiplier=1)
+    b.op('CONV_2D', [d, b.tensor('wp', wp.shape, data=wp), b.tensor('bp', [P], data=bp)], [c],
+         padding='VALID', fused_activation_function='RELU')
+    b.op('RESHAPE', [c], [f], new_shape=[1, 9 * P])
+    b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf),
+                             b.tensor('bf', [O], data=np.zeros(O, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(os.fspath(tmp_path / 'sep.tflite'))
+    xs = rng.standard_normal((12, H, H, C)).astype(np.float32)
+    win = np.stack([np.stack([xs[:, i:i + 3, j:j + 3] for j in range(3)], 3) for i in range(3)], 3)
+    z = np.einsum('nabijc,ijc->nabc', win, wd[0]) + bd
+    ref = (np.maximum(np.einsum('nabc,pc->nabp', z, wp[:, 0, 0]) + bp, 0).reshape(12, -1) @ wf.T)
+    np.testing.assert_allclose(onert_infer(src, xs).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+    s, moved = _trained_names(src, tmp_path, xs, np.arange(12) % 2, loss='scce', from_logits=True)
+    keras = wd.size + wp.size + bp.size + wf.size + O + (0 if zero else C)
+    assert s['trainable_params'] == keras, (s['trainable_params'], keras, s['trainable'])
+    assert ('bd' in s['trainable']) == (not zero) and {'wd', 'wp', 'bp', 'wf'} <= moved, moved

@@ -645,3 +645,38 @@ def test_powers_neither_path_runs_are_refused_saying_so(tmp_path):
             s = prepare(src, str(tmp_path / 'f'), data=str(tmp_path / 'd.npz'), epochs=1,
                         from_logits=True, log=lambda *a: None, **KW)
             assert not s.get('int8')
+
+
+@pytest.mark.parametrize('op', ['REDUCE_MAX', 'SLICE'])
+def test_quantized_export_keeps_a_copying_ops_scale(tmp_path, op):
+    """export --quantized --data's recalibration gives a REDUCE_MAX (Keras's
+    GlobalMaxPooling1D) or a SLICE its input's scale and zero point, as TFLite's int8
+    kernels take them (they copy the codes: TFLite Micro refuses another scale, "scale_diff
+    <= 1.0e-6 was not true"; TFLite reads the codes at the wrong scale): issue 28's int8
+    Conv1DTranspose -> Conv1D -> GlobalMaxPooling1D model exported so and did not run."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.prepare.exportcheck import recalibrate
+    q = lambda s, z=0: {'scale': [float(s)], 'zero_point': [int(z)], 'quantized_dimension': 0}  # noqa: E731
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, 4], dtype='int8', quant=q(0.05))
+    h = b.tensor('h', [1, 6], dtype='int8', quant=q(0.02))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [6, 4], data=rng.integers(-100, 100, (6, 4)).astype(np.int8),
+                                         quant=q(0.01)),
+                             b.tensor('b', [6], data=np.zeros(6, np.int32), quant=q(0.0005))], [h])
+    r = b.tensor('r', [1, 3, 2], dtype='int8', quant=q(0.02))
+    b.op('RESHAPE', [h, b.tensor('s', [3], data=np.array([1, 3, 2], np.int32))], [r])
+    m = b.tensor('m', [1, 2] if op == 'REDUCE_MAX' else [1, 2, 2], dtype='int8', quant=q(0.02))
+    if op == 'REDUCE_MAX':
+        b.op('REDUCE_MAX', [r, b.tensor('ax', [1], data=np.array([1], np.int32))], [m])
+    else:
+        b.op('SLICE', [r, b.tensor('at', [3], data=np.array([0, 1, 0], np.int32)),
+                       b.tensor('n', [3], data=np.array([1, 2, 2], np.int32))], [m])
+    b.inputs(x)
+    b.outputs(m)
+    g = read_model(b.save(os.fspath(tmp_path / 'm.tflite')))
+    # measured ranges: the copy's output narrower than its input (as a max over fewer
+    # values, a slice of part of them, is)
+    recalibrate(g, {'x': (-3.0, 3.0), 'h': (-2.0, 2.0), 'r': (-2.0, 2.0), 'm': (-0.1, 0.6)}, {})
+    qs = {t.name: (t.quant['scale'], t.quant['zero_point']) for t in g.tensors if t.name in 'hrm'}
+    assert qs['m'] == qs['r'] == qs['h'], qs

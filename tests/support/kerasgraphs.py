@@ -134,7 +134,9 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     on to a 1x2 VALID Conv2D (relu), GlobalAveragePooling2D (MEAN) and the Dense, and
     the file's shapes are wrong from the RESHAPE to the conv's output, as the converter
     writes them (the upsampled [1, 2H, W, C] as [1, 1, W, C], the conv's [1, 2H, W - 1,
-    C2] as [1, 1, W - 1, C2]).  Returns (path, numpy forward)."""
+    C2] as [1, 1, W - 1, C2]).  tail 'crop': 'conv' with Keras's Cropping2D(((1, 1),
+    (1, 0))) before the conv, a STRIDED_SLICE whose file shape is wrong too ([1, 1, W - 1,
+    C] for [1, 2H - 2, W - 1, C]).  Returns (path, numpy forward)."""
     rng = np.random.default_rng(seed)
     w, bc = _rand(rng, C, 1, 1, 1), _rand(rng, C)
     C2 = 3
@@ -168,7 +170,16 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     else:
         u = b.tensor('u', [1, 1, W, C], signature=[-1, -1, W, C])            # (wrong)
         b.op('RESHAPE', [t, new], [u])
-        v = b.tensor('v', [1, 1, W - 1, C2], signature=[-1, -1, W - 1, C2])  # (wrong)
+        Wc = W
+        if tail == 'crop':      # Cropping2D(((1, 1), (1, 0))): a STRIDED_SLICE
+            Wc = W - 1
+            k = b.tensor('k', [1, 1, Wc, C], signature=[-1, -1, Wc, C])      # (wrong)
+            b.op('STRIDED_SLICE', [u, b.tensor('cb', [4], data=np.array([0, 1, 1, 0], np.int32)),
+                                   b.tensor('ce', [4], data=np.array([0, -1, 0, 0], np.int32)),
+                                   b.tensor('cs', [4], data=np.ones(4, np.int32))], [k],
+                 begin_mask=9, end_mask=13)
+            u = k
+        v = b.tensor('v', [1, 1, Wc - 1, C2], signature=[-1, -1, Wc - 1, C2])  # (wrong)
         b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [C2], data=b2)], [v],
              padding='VALID', fused_activation_function='RELU')
         f = act('f', [1, C2])
@@ -183,6 +194,8 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     def forward(xs):
         z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)    # [n, H, W, C]
         z = np.repeat(z, 2, axis=1)
+        if tail == 'crop':
+            z = z[:, 1:-1, 1:]
         if tail != 'flatten':
             z = np.maximum(np.einsum('nhwc,oc->nhwo', z[:, :, :-1], w2[:, 0, 0]) +
                            np.einsum('nhwc,oc->nhwo', z[:, :, 1:], w2[:, 0, 1]) + b2, 0)

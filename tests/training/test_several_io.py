@@ -907,3 +907,34 @@ def test_int8_joined_inputs_are_relabelled_by_their_own_rms(tmp_path):
                     for r in zip(*codes)])
     net.close()
     np.testing.assert_array_equal(got, ref[0])
+
+
+@pytest.mark.parametrize('kind', ['uint8', 'int8'])
+def test_evaluate_scores_a_runs_samples_stored_per_input_as_the_board_does(tmp_path, kind):
+    """A run's test.ds of a model with several inputs holds each input's codes at its own
+    scale (--dtype uint8: prepare.json's inputs_stored; an int8 model: each input's int8
+    codes): `evaluate` on it scores the values, as the board's forward decodes them (its
+    cross-entropy before training = evaluate's on the file, the board's SPLIT_V and MUL
+    or its int8 bytes against ONERT / TFLite Micro on the values); it had scored the
+    codes as values (issue 28: a Keras two-input int8 model's own test.ds 0.70 against
+    0.90; the float one's cross-entropy 8.2 against 0.47)."""
+    import re
+    from host_tools.prepare.infer import evaluate
+    if kind == 'int8':
+        pytest.importorskip('tflite_micro')
+        src = _build_int8(tmp_path / 'q.tflite', scales=(0.02, 0.06), sw=0.002)
+        _int8_data(tmp_path)
+        kw = {}
+    else:
+        src = build(tmp_path / 'two.tflite')
+        img, meta, y = samples()
+        np.savez(tmp_path / 'd.npz', img=img, meta=4 * meta, y=y)
+        kw = dict(dtype='uint8')
+    s = _prepare(src, tmp_path / 'r', tmp_path / 'd.npz', output='logits', epochs=1,
+                 test_split=0.3, **kw)
+    assert bool(s.get('int8')) == (kind == 'int8')
+    code, text = run(os.fspath(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0, text
+    board = float(re.search(r'before training: test_loss ([0-9.]+)', text).group(1))
+    r = evaluate(src, os.fspath(tmp_path / 'r' / 'test.ds'), output='logits')
+    assert abs(r['loss'] - board) < 2e-3 * max(1.0, board), (r, board)
