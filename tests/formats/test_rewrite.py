@@ -212,6 +212,55 @@ def test_tico_residual_blocks_lose_their_transposes(tmp_path):
     assert len(convs) == 5 and convs <= moved, (convs, moved)
 
 
+class _SiluNCL(nn.Module):
+    """PyTorch 1-D and 2-D conv heads as a new user writes them: a dilated Conv1d, a
+    strided Conv1d, SiLU (x * sigmoid(x): LOGISTIC and MUL both read the NCL map) and
+    x.mean(-1); or a Conv2d, SiLU and x.mean((2, 3))."""
+
+    def __init__(self, two_d):
+        super().__init__()
+        conv = nn.Conv2d if two_d else nn.Conv1d
+        self.c1 = conv(3, 6, 3, dilation=2, padding=2)
+        self.c2 = conv(6, 8, 3, stride=2)
+        self.fc = nn.Linear(8, 3)
+        self.axes = (2, 3) if two_d else -1
+
+    def forward(self, x):
+        h = nn.functional.silu(self.c2(torch.relu(self.c1(x))))
+        return self.fc(h.mean(dim=self.axes))
+
+
+@pytest.mark.parametrize('two_d', [False, True])
+def test_tico_silu_and_mean_of_an_ncl_map_lose_their_transposes(tmp_path, two_d):
+    """Issue 28 (a new user's Conv1d): tico ends each conv in a TRANSPOSE back to NCL
+    (NCHW), a Conv1d's through a RESHAPE dropping the width of 1, and SiLU reads the
+    map twice; the transpose had stayed (the sink took one reader and no reshape), so
+    the MEAN reduced the last axis of [1, C, L], which int8 training refuses (`prepare
+    --int8` and a board without ulab: 'reduces axes [2] of [1, 8, 14]').  After the
+    passes no TRANSPOSE follows a conv, ONERT on the rewrite = PyTorch, and the float
+    model trains as int8."""
+    from host_tools.prepare.pipeline import prepare
+    torch.manual_seed(0)
+    m = _SiluNCL(two_d).eval()
+    shape = (1, 3, 12, 12) if two_d else (1, 3, 32)
+    src = tico_convert(m, shape, tmp_path / 'src.circle')
+    dst, info, perm = rewritten(src, tmp_path / 'dst.circle', hoist=True)
+    g = read_model(dst)
+    convs = [i for i, op in enumerate(g.ops) if op.name == 'CONV_2D']
+    assert 'TRANSPOSE' not in ops(g)[convs[0]:], ops(g)
+    x = np.random.default_rng(3).standard_normal((4,) + shape[1:]).astype(np.float32)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    got = onert_infer(dst, x if perm is None else np.ascontiguousarray(x.transpose(perm)))
+    assert np.abs(ref).max() > 1e-2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    xs = np.random.default_rng(2).standard_normal((16,) + shape[1:]).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
+    s = prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                epochs=1, int8=True, log=lambda *a: None)
+    assert s['int8'] is True
+
+
 # --------------------------------------------------------------------------- built graphs
 
 def _rand(rng, *shape):
