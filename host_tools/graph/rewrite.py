@@ -213,16 +213,33 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
     if c.name in UNARY or c.name in BINARY:
         if c.name in BINARY:
             other = [k for k in c.inputs if k != b]
-            if len(other) != 1 or c.inputs.count(b) != 1 or not is_const(g, other[0]):
+            if len(other) != 1 or c.inputs.count(b) != 1 or \
+                    not (is_const(g, other[0]) or _broadcast_vector(g, other[0], p)):
                 return False
             k = other[0]
-            kd = np.asarray(g.tensors[k].data)
-            if kd.ndim > r:
-                return False
-            kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(_inverse(p))
-            nk = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
-                            np.ascontiguousarray(kd), like=k)
-            c.inputs = [nk if x == k else x for x in c.inputs]
+            if not is_const(g, k):
+                # a per-channel [1, C, 1, 1] map (a squeeze-excite's weights): the same
+                # values as [1, 1, 1, C], a RESHAPE before c
+                ks = [1] * (r - len(g.tensors[k].shape)) + list(g.tensors[k].shape)
+                shape = [ks[v] for v in _inverse(p)]
+                nk = new_tensor(g, g.tensors[k].name + '/nhwc', shape, like=k)
+                rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE',
+                              [k, new_tensor(g, g.tensors[k].name + '/nhwc_shape', [r],
+                                             np.array(shape, np.int32))], [nk],
+                              {'new_shape': shape}, src=c.src)
+                g.ops.insert(g.ops.index(c), rs)
+                _renumber(g)
+                c.inputs = [nk if x == k else x for x in c.inputs]
+                oshape = list(ashape)
+                k = None
+            if k is not None:
+                kd = np.asarray(g.tensors[k].data)
+                if kd.ndim > r:
+                    return False
+                kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(_inverse(p))
+                nk = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
+                                np.ascontiguousarray(kd), like=k)
+                c.inputs = [nk if x == k else x for x in c.inputs]
         oshape = list(ashape)
     elif c.name in REDUCE and len(c.inputs) >= 2:
         axes = const_ints(g, c.inputs[1])
@@ -249,6 +266,16 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
     t.outputs = [out]
     move_after(g, t, c)
     return True
+
+
+def _broadcast_vector(g: Graph, k: int, p) -> bool:
+    """Activation k, as an operand broadcast against a map transposed by p, is the same
+    values transposed back: a [1, C, 1, 1] vector (its non-1 dims keep their order)."""
+    ks = list(g.tensors[k].shape)
+    if len(ks) > len(p) or k in g.inputs:
+        return False
+    ks = [1] * (len(p) - len(ks)) + ks
+    return _only_moves_ones(ks, _inverse(p))
 
 
 def _ones_only(a, b) -> bool:
@@ -297,11 +324,13 @@ def _split_readers(g: Graph, t: Operator, p) -> bool:
     transposes by p hoists them (_hoist_binary) and one TRANSPOSE goes on down."""
     a, b = t.inputs[0], t.outputs[0]
     cs = consumers(g, b)
-    def alone(c):           # (a reader _sink_through takes: b and constants only)
+    def alone(c):           # (a reader _sink_through takes: b, constants, a [1, C, 1, 1])
+        if c.name in REDUCE:
+            return c.inputs[0] == b and len(c.inputs) >= 2 and is_const(g, c.inputs[1])
         return c.name in UNARY or (c.name in BINARY and c.inputs.count(b) == 1 and all(
-            k == b or is_const(g, k) for k in c.inputs))
+            k == b or is_const(g, k) or _broadcast_vector(g, k, p) for k in c.inputs))
     if b in g.outputs or len(cs) < 2 or not any(alone(c) for c in cs) or \
-            not all(c.name in UNARY or c.name in BINARY for c in cs):
+            not all(c.name in UNARY or c.name in BINARY or c.name in REDUCE for c in cs):
         return False
     sunk = False
     for c in cs:
@@ -314,6 +343,8 @@ def _split_readers(g: Graph, t: Operator, p) -> bool:
         _renumber(g)
         c.inputs = [u if k == b else k for k in c.inputs]
         sunk = _sink_through(g, tc, c, p) or sunk
+    if not consumers(g, b):         # (every reader had its own)
+        remove_op(g, t)
     return sunk
 
 

@@ -320,6 +320,44 @@ def test_tico_grouped_convs_lose_their_transposes_and_train_as_int8(tmp_path):
     assert before >= acc - 0.15, (before, acc, text)
 
 
+class _SE(nn.Module):
+    """A squeeze-excite block (MobileNetV3's): h * sigmoid(fc(relu(fc(h.mean((2, 3))))))
+    [:, :, None, None], the NCHW map read by a MEAN and by the MUL with a [1, C, 1, 1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.f1, self.f2, self.fc = nn.Linear(8, 4), nn.Linear(4, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.c1(x))
+        w = torch.sigmoid(self.f2(torch.relu(self.f1(h.mean(dim=(2, 3))))))
+        return self.fc((h * w[:, :, None, None]).mean(dim=(2, 3)))
+
+
+def test_tico_squeeze_excite_loses_its_transposes(tmp_path):
+    """Issue 28: the MUL of a transposed map by a [1, C, 1, 1] activation (not a
+    constant) had stopped the sink, so a TRANSPOSE stayed and the MEANs reduced NCHW's
+    [2, 3] (refused by --int8).  The vector is the same values as [1, 1, 1, C] (a
+    RESHAPE); no TRANSPOSE is left, ONERT on the rewrite = PyTorch, --int8 prepares."""
+    from host_tools.prepare.pipeline import prepare
+    torch.manual_seed(0)
+    m = _SE().eval()
+    src = tico_convert(m, (1, 3, 8, 8), tmp_path / 'src.circle')
+    dst, info, perm = rewritten(src, tmp_path / 'dst.circle', hoist=True)
+    assert 'TRANSPOSE' not in ops(dst) and perm == [0, 2, 3, 1], ops(dst)
+    x = np.random.default_rng(3).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    got = onert_infer(dst, np.ascontiguousarray(x.transpose(perm)))
+    assert np.abs(ref).max() > 1e-2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    np.savez(tmp_path / 'd.npz', x=np.concatenate([x] * 4), y=np.arange(16) % 3)
+    s = prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                epochs=1, int8=True, log=lambda *a: None)
+    assert s['int8'] is True
+
+
 # --------------------------------------------------------------------------- built graphs
 
 def _rand(rng, *shape):
