@@ -268,11 +268,19 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
     return True
 
 
+def _onnx(g: Graph) -> bool:
+    """g read from an .onnx file: the moves made for tico's graphs (a reshape, several
+    readers, slices, a concatenation, a [1, C, 1, 1] operand) are left out there, where
+    export finds each trained tensor by its initializer's name (a moved constant's
+    '/nhwc' copy has none) and the input's layout stays as session 18 left it."""
+    return str(getattr(g, 'path', '') or '').lower().endswith('.onnx')
+
+
 def _broadcast_vector(g: Graph, k: int, p) -> bool:
     """Activation k, as an operand broadcast against a map transposed by p, is the same
     values transposed back: a [1, C, 1, 1] vector (its non-1 dims keep their order)."""
     ks = list(g.tensors[k].shape)
-    if len(ks) > len(p) or k in g.inputs:
+    if len(ks) > len(p) or k in g.inputs or _onnx(g):
         return False
     ks = [1] * (len(p) - len(ks)) + ks
     return _only_moves_ones(ks, _inverse(p))
@@ -541,11 +549,11 @@ def cancel_transposes(g: Graph) -> int:
                 elif not done and len(cs) == 1 and b not in g.outputs:
                     c = cs[0]
                     done = _fold_into_fc(g, t, p) or _sink_through(g, t, c, p) or \
-                        _hoist_binary(g, c, p) or _sink_through_reshape(g, t, c, p) or \
-                        _hoist_concat(g, c, p)
-                elif not done and len(cs) > 1:
+                        _hoist_binary(g, c, p) or (not _onnx(g) and (
+                            _sink_through_reshape(g, t, c, p) or _hoist_concat(g, c, p)))
+                elif not done and len(cs) > 1 and not _onnx(g):
                     done = _split_readers(g, t, p)
-                if not done and t in g.ops:
+                if not done and t in g.ops and not _onnx(g):
                     done = _hoist_over_slice(g, t, p)
             if done:
                 total += 1
