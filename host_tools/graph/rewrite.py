@@ -213,16 +213,33 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
     if c.name in UNARY or c.name in BINARY:
         if c.name in BINARY:
             other = [k for k in c.inputs if k != b]
-            if len(other) != 1 or c.inputs.count(b) != 1 or not is_const(g, other[0]):
+            if len(other) != 1 or c.inputs.count(b) != 1 or \
+                    not (is_const(g, other[0]) or _broadcast_vector(g, other[0], p)):
                 return False
             k = other[0]
-            kd = np.asarray(g.tensors[k].data)
-            if kd.ndim > r:
-                return False
-            kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(_inverse(p))
-            nk = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
-                            np.ascontiguousarray(kd), like=k)
-            c.inputs = [nk if x == k else x for x in c.inputs]
+            if not is_const(g, k):
+                # a per-channel [1, C, 1, 1] map (a squeeze-excite's weights): the same
+                # values as [1, 1, 1, C], a RESHAPE before c
+                ks = [1] * (r - len(g.tensors[k].shape)) + list(g.tensors[k].shape)
+                shape = [ks[v] for v in _inverse(p)]
+                nk = new_tensor(g, g.tensors[k].name + '/nhwc', shape, like=k)
+                rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE',
+                              [k, new_tensor(g, g.tensors[k].name + '/nhwc_shape', [r],
+                                             np.array(shape, np.int32))], [nk],
+                              {'new_shape': shape}, src=c.src)
+                g.ops.insert(g.ops.index(c), rs)
+                _renumber(g)
+                c.inputs = [nk if x == k else x for x in c.inputs]
+                oshape = list(ashape)
+                k = None
+            if k is not None:
+                kd = np.asarray(g.tensors[k].data)
+                if kd.ndim > r:
+                    return False
+                kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(_inverse(p))
+                nk = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
+                                np.ascontiguousarray(kd), like=k)
+                c.inputs = [nk if x == k else x for x in c.inputs]
         oshape = list(ashape)
     elif c.name in REDUCE and len(c.inputs) >= 2:
         axes = const_ints(g, c.inputs[1])
@@ -248,6 +265,165 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
                                 np.array(p, np.int32))]
     t.outputs = [out]
     move_after(g, t, c)
+    return True
+
+
+def _onnx(g: Graph) -> bool:
+    """g read from an .onnx file: the moves made for tico's graphs (a reshape, several
+    readers, slices, a concatenation, a [1, C, 1, 1] operand) are left out there, where
+    export finds each trained tensor by its initializer's name (a moved constant's
+    '/nhwc' copy has none) and the input's layout stays as session 18 left it."""
+    return str(getattr(g, 'path', '') or '').lower().endswith('.onnx')
+
+
+def _broadcast_vector(g: Graph, k: int, p) -> bool:
+    """Activation k, as an operand broadcast against a map transposed by p, is the same
+    values transposed back: a [1, C, 1, 1] vector (its non-1 dims keep their order)."""
+    ks = list(g.tensors[k].shape)
+    if len(ks) > len(p) or k in g.inputs or _onnx(g):
+        return False
+    ks = [1] * (len(p) - len(ks)) + ks
+    return _only_moves_ones(ks, _inverse(p))
+
+
+def _ones_only(a, b) -> bool:
+    """A reshape of shape a into b that only inserts or removes 1s (a squeeze or an
+    unsqueeze: the data's order is unchanged)."""
+    return [d for d in a if d != 1] == [d for d in b if d != 1]
+
+
+def _sink_through_reshape(g: Graph, t: Operator, r: Operator, p) -> bool:
+    """TRANSPOSE ``t`` (perm p) -> RESHAPE ``r`` that only adds or drops 1s (tico's
+    [1, C, L, 1] -> [1, C, L] after a Conv1d's NHWC conv): the reshape runs first, on
+    t's input, and a TRANSPOSE of r's rank follows it, which can sink on (a
+    ``x.mean(-1)`` of the Conv1d's NCL map then reduces the channels-last map's steps)."""
+    if r.name != 'RESHAPE' or r.inputs[0] != t.outputs[0] or len(r.outputs) != 1:
+        return False
+    a, b, c = t.inputs[0], t.outputs[0], r.outputs[0]
+    ashape, bshape = g.tensors[a].shape, g.tensors[b].shape
+    cshape = g.tensors[c].shape
+    if c in g.outputs or not _ones_only(bshape, cshape):
+        return False
+    s = [p[i] for i in range(len(p)) if bshape[i] != 1]     # a's axes, in b's order
+    srt = sorted(s)
+    pc = [j for j, d in enumerate(cshape) if d != 1]
+    mid = list(cshape)
+    q = list(range(len(cshape)))
+    for m, j in enumerate(pc):
+        mid[j] = ashape[srt[m]]
+        q[j] = pc[srt.index(s[m])]
+    r.inputs = [a, new_tensor(g, g.tensors[c].name + '/shape_nhwc', [len(mid)],
+                              np.array(mid, np.int32))]
+    r.options = dict(r.options or {}, new_shape=list(mid))
+    m_t = new_tensor(g, g.tensors[c].name + '/pre_transpose', mid, like=c)
+    r.outputs = [m_t]
+    t.inputs = [m_t, new_tensor(g, g.tensors[t.inputs[1]].name + '/squeezed', [len(q)],
+                                np.array(q, np.int32))]
+    t.outputs = [c]
+    move_after(g, t, r)
+    return True
+
+
+def _split_readers(g: Graph, t: Operator, p) -> bool:
+    """TRANSPOSE ``t`` read by several elementwise ops, one of them unary or of t and
+    constants (tico's SiLU x * sigmoid(x) of an NCL map: LOGISTIC and MUL read it; its
+    Hardswish x * relu6(x + 3) / 6: ADD and MUL): a TRANSPOSE for each such reader,
+    sunk below it, so that the binary op reading them all through
+    transposes by p hoists them (_hoist_binary) and one TRANSPOSE goes on down."""
+    a, b = t.inputs[0], t.outputs[0]
+    cs = consumers(g, b)
+    def alone(c):           # (a reader _sink_through takes: b, constants, a [1, C, 1, 1])
+        if c.name in REDUCE:
+            return c.inputs[0] == b and len(c.inputs) >= 2 and is_const(g, c.inputs[1])
+        return c.name in UNARY or (c.name in BINARY and c.inputs.count(b) == 1 and all(
+            k == b or is_const(g, k) or _broadcast_vector(g, k, p) for k in c.inputs))
+    if b in g.outputs or len(cs) < 2 or not any(alone(c) for c in cs) or \
+            not all(c.name in UNARY or c.name in BINARY or c.name in REDUCE for c in cs):
+        return False
+    sunk = False
+    for c in cs:
+        if not alone(c):
+            continue
+        u = new_tensor(g, g.tensors[b].name + '/for_' + str(c.index), g.tensors[b].shape, like=b)
+        tc = dataclasses.replace(t, inputs=[a, t.inputs[1]], outputs=[u],
+                                 options=dict(t.options or {}))
+        g.ops.insert(g.ops.index(t) + 1, tc)
+        _renumber(g)
+        c.inputs = [u if k == b else k for k in c.inputs]
+        sunk = _sink_through(g, tc, c, p) or sunk
+    if not consumers(g, b):         # (every reader had its own)
+        remove_op(g, t)
+    return sunk
+
+
+def _hoist_concat(g: Graph, c: Operator, p) -> bool:
+    """A CONCATENATION ``c`` whose inputs all arrive through TRANSPOSEs by p, each read
+    by c alone (tico's grouped Conv2d: a conv per group, each wrapped in TRANSPOSEs,
+    joined on NCHW's channel axis): c joins the transposes' inputs on axis p[axis] and
+    one TRANSPOSE by p follows it."""
+    if c.name != 'CONCATENATION' or len(c.outputs) != 1 or len(set(c.inputs)) != len(c.inputs):
+        return False
+    ts = []
+    for k in c.inputs:
+        prod = [o for o in g.ops if k in o.outputs]
+        if len(prod) != 1 or perm_of(g, prod[0]) != p or k in g.outputs or \
+                consumers(g, k) != [c] or len(g.tensors[prod[0].inputs[0]].shape) != len(p):
+            return False
+        ts.append(prod[0])
+    out = c.outputs[0]
+    r = len(p)
+    ax = int(c.options.get('axis', 0)) % r
+    c.options = dict(c.options, axis=p[ax])
+    c.inputs = [t.inputs[0] for t in ts]
+    inv = _inverse(p)
+    c.outputs[0] = new_tensor(g, g.tensors[out].name + '/pre_transpose',
+                              [g.tensors[out].shape[inv[i]] for i in range(r)], like=out)
+    t, *rest = ts
+    for o in rest:
+        remove_op(g, o)
+    t.inputs = [c.outputs[0], t.inputs[1]]
+    t.outputs = [out]
+    move_after(g, t, c)
+    return True
+
+
+def _hoist_over_slice(g: Graph, t: Operator, p) -> bool:
+    """TRANSPOSE ``t`` (perm p) of a STRIDED_SLICE of x that only t reads (tico's grouped
+    Conv2d: a slice of the NCHW map per group, each transposed to NHWC for its conv):
+    x is transposed first and sliced on the permuted axes.  The transposes of x by p
+    that this makes for each group are one (cancel_transposes), which then cancels with
+    the transpose before it, or moves into the model's input."""
+    a = t.inputs[0]
+    prod = [o for o in g.ops if a in o.outputs]
+    if len(prod) != 1 or prod[0].name != 'STRIDED_SLICE' or a in g.outputs or \
+            consumers(g, a) != [t] or len(prod[0].inputs) != 4:
+        return False
+    sl = prod[0]
+    x = sl.inputs[0]
+    o = sl.options or {}
+    if any(o.get(k, 0) for k in ('ellipsis_mask', 'new_axis_mask', 'shrink_axis_mask')) or \
+            o.get('offset', False):
+        return False
+    vals = [const_ints(g, k) for k in sl.inputs[1:]]
+    r = len(p)
+    if any(v is None or len(v) != r for v in vals) or len(g.tensors[x].shape) != r:
+        return False
+    xshape = g.tensors[x].shape
+    y = new_tensor(g, g.tensors[x].name + '/nhwc', [xshape[v] for v in p], like=x)
+    tx = dataclasses.replace(t, inputs=[x, t.inputs[1]], outputs=[y], options=dict(t.options or {}))
+    g.ops.insert(g.ops.index(sl), tx)
+    _renumber(g)
+    names = ('begin', 'end', 'strides')
+    sl.inputs = [y] + [new_tensor(g, g.tensors[k].name + '/nhwc', [r],
+                                  np.array([v[p[j]] for j in range(r)], np.int32))
+                       for k, v, _ in zip(sl.inputs[1:], vals, names)]
+    bits = {}
+    for k in ('begin_mask', 'end_mask'):
+        m = int(o.get(k, 0))
+        bits[k] = sum(1 << j for j in range(r) if m >> p[j] & 1)
+    sl.options = dict(o, **bits)
+    sl.outputs = list(t.outputs)
+    remove_op(g, t)
     return True
 
 
@@ -373,7 +549,12 @@ def cancel_transposes(g: Graph) -> int:
                 elif not done and len(cs) == 1 and b not in g.outputs:
                     c = cs[0]
                     done = _fold_into_fc(g, t, p) or _sink_through(g, t, c, p) or \
-                        _hoist_binary(g, c, p)
+                        _hoist_binary(g, c, p) or (not _onnx(g) and (
+                            _sink_through_reshape(g, t, c, p) or _hoist_concat(g, c, p)))
+                elif not done and len(cs) > 1 and not _onnx(g):
+                    done = _split_readers(g, t, p)
+                if not done and t in g.ops and not _onnx(g):
+                    done = _hoist_over_slice(g, t, p)
             if done:
                 total += 1
                 changed = True

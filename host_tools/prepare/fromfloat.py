@@ -493,8 +493,6 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         s = prepare(model_path, tmp, data=data, test_split=split[0], split_seed=split[1],
                     log=lambda *a: None, int8=False, progress=0, train=train,
                     scale_input=False, output=output, **kw)
-        if s.get('input_perm'):
-            raise ValueError('its input is transposed by the rewrites (NCHW)')
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
         places = []
         if len(g.outputs) > 1:      # (the trained one first, as prepare's run has it)
@@ -515,6 +513,12 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         # --train counts the user's file's ops; the float path's rewrites are done
         og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
         og.q8_rewritten = True
+        # an NCHW input (a PyTorch model through tico) the float rewrites hoisted: the int8
+        # model takes NHWC as the float run does, its samples laid out so (quant's
+        # read_data); export writes that layout and says so (it had been refused:
+        # 'its input is transposed by the rewrites (NCHW)', every tico net of C > 1)
+        og.input_perm = [int(v) for v in s['input_perm']] if s.get('input_perm') else None
+        og.input_transpose = None
         if ins:     # (an int8 model of several inputs, as quant.rewritten joins one)
             og.inputs_rms = rms
         else:

@@ -1151,8 +1151,9 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
                 op.inputs[bp:] = [j]
                 w[j] = b
     write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), grown=bool(biases))
-    return {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True,
-            'notes': []}
+    r = {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True}
+    r['notes'] = export_notes(r, g, summary, out_path)     # (an NCHW input taken NHWC)
+    return r
 
 
 def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:

@@ -212,6 +212,152 @@ def test_tico_residual_blocks_lose_their_transposes(tmp_path):
     assert len(convs) == 5 and convs <= moved, (convs, moved)
 
 
+class _SiluNCL(nn.Module):
+    """PyTorch 1-D and 2-D conv heads as a new user writes them: a dilated Conv1d, a
+    strided Conv1d, SiLU (x * sigmoid(x): LOGISTIC and MUL both read the NCL map) and
+    x.mean(-1); or a Conv2d, SiLU and x.mean((2, 3))."""
+
+    def __init__(self, two_d):
+        super().__init__()
+        conv = nn.Conv2d if two_d else nn.Conv1d
+        self.c1 = conv(3, 6, 3, dilation=2, padding=2)
+        self.c2 = conv(6, 8, 3, stride=2)
+        self.fc = nn.Linear(8, 3)
+        self.axes = (2, 3) if two_d else -1
+
+    def forward(self, x):
+        h = nn.functional.silu(self.c2(torch.relu(self.c1(x))))
+        return self.fc(h.mean(dim=self.axes))
+
+
+@pytest.mark.parametrize('two_d', [False, True])
+def test_tico_silu_and_mean_of_an_ncl_map_lose_their_transposes(tmp_path, two_d):
+    """Issue 28 (a new user's Conv1d): tico ends each conv in a TRANSPOSE back to NCL
+    (NCHW), a Conv1d's through a RESHAPE dropping the width of 1, and SiLU reads the
+    map twice; the transpose had stayed (the sink took one reader and no reshape), so
+    the MEAN reduced the last axis of [1, C, L], which int8 training refuses (`prepare
+    --int8` and a board without ulab: 'reduces axes [2] of [1, 8, 14]').  After the
+    passes no TRANSPOSE follows a conv, ONERT on the rewrite = PyTorch, and the float
+    model trains as int8."""
+    from host_tools.prepare.pipeline import prepare
+    torch.manual_seed(0)
+    m = _SiluNCL(two_d).eval()
+    shape = (1, 3, 12, 12) if two_d else (1, 3, 32)
+    src = tico_convert(m, shape, tmp_path / 'src.circle')
+    dst, info, perm = rewritten(src, tmp_path / 'dst.circle', hoist=True)
+    g = read_model(dst)
+    convs = [i for i, op in enumerate(g.ops) if op.name == 'CONV_2D']
+    assert 'TRANSPOSE' not in ops(g)[convs[0]:], ops(g)
+    x = np.random.default_rng(3).standard_normal((4,) + shape[1:]).astype(np.float32)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    got = onert_infer(dst, x if perm is None else np.ascontiguousarray(x.transpose(perm)))
+    assert np.abs(ref).max() > 1e-2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    xs = np.random.default_rng(2).standard_normal((16,) + shape[1:]).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.arange(16) % 3)
+    s = prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                epochs=1, int8=True, log=lambda *a: None)
+    assert s['int8'] is True
+
+
+class _Grouped(nn.Module):
+    """Grouped Conv2d (groups 2, then 4), Hardswish (x * relu6(x + 3) / 6: ADD and MUL
+    read the map), ReLU, AdaptiveAvgPool2d(1), flatten, Linear; 4x8x8 NCHW."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(4, 8, 3, padding=1, groups=2)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=4)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.c2(nn.functional.hardswish(self.c1(x))))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+def test_tico_grouped_convs_lose_their_transposes_and_train_as_int8(tmp_path):
+    """Issue 28: tico writes a grouped Conv2d as a STRIDED_SLICE of the NCHW map per
+    group, each wrapped in TRANSPOSEs around its CONV_2D, and a CONCATENATION on the
+    channel axis: 14 TRANSPOSEs stayed in the run and the MEAN reduced NCHW's [2, 3],
+    refused by --int8.  After the passes no TRANSPOSE is left (the input takes NHWC),
+    ONERT on the rewrite = PyTorch; the model (trained in torch on separable data)
+    trains as int8 with the samples laid out NHWC: its int8 accuracy before training is
+    PyTorch's (a wrong layout had scored chance)."""
+    from host_tools.prepare.pipeline import prepare
+    from host_tools.target import runner
+    torch.manual_seed(0)
+    m = _Grouped()
+    rng = np.random.default_rng(4)
+    protos = rng.standard_normal((3, 4, 8, 8))
+    y = np.arange(48) % 3
+    x = (protos[y] + 1.5 * rng.standard_normal((48, 4, 8, 8))).astype(np.float32)
+    opt = torch.optim.Adam(m.parameters(), lr=0.02)
+    for _ in range(40):
+        opt.zero_grad()
+        nn.functional.cross_entropy(m(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        opt.step()
+    src = tico_convert(m, (1, 4, 8, 8), tmp_path / 'src.circle')
+    assert ops(src).count('TRANSPOSE') >= 12, ops(src)
+    dst, info, perm = rewritten(src, tmp_path / 'dst.circle', hoist=True)
+    assert 'TRANSPOSE' not in ops(dst) and perm == [0, 2, 3, 1], ops(dst)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    g = read_model(dst)
+    rw.splits_to_slices(g)          # (ONERT 0.1.0's SPLIT_V pieces are wrong: evaluate's way)
+    got = onert_infer(rw.save_graph(g, tmp_path / 'onert.circle'),
+                      np.ascontiguousarray(x.transpose(perm)))
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    acc = float((ref.argmax(1) == y).mean())
+    assert acc > 0.8, acc
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    s = prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                test_split=0.5, epochs=1, int8=True, log=lambda *a: None)
+    assert s['int8'] is True and s['input_perm'] == [0, 2, 3, 1]
+    code, text = runner.run(os.fspath(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    before = float(re.search(r'before training: .*test_accuracy ([0-9.]+)', text).group(1))
+    assert before >= acc - 0.15, (before, acc, text)
+
+
+class _SE(nn.Module):
+    """A squeeze-excite block (MobileNetV3's): h * sigmoid(fc(relu(fc(h.mean((2, 3))))))
+    [:, :, None, None], the NCHW map read by a MEAN and by the MUL with a [1, C, 1, 1]."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.f1, self.f2, self.fc = nn.Linear(8, 4), nn.Linear(4, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.c1(x))
+        w = torch.sigmoid(self.f2(torch.relu(self.f1(h.mean(dim=(2, 3))))))
+        return self.fc((h * w[:, :, None, None]).mean(dim=(2, 3)))
+
+
+def test_tico_squeeze_excite_loses_its_transposes(tmp_path):
+    """Issue 28: the MUL of a transposed map by a [1, C, 1, 1] activation (not a
+    constant) had stopped the sink, so a TRANSPOSE stayed and the MEANs reduced NCHW's
+    [2, 3] (refused by --int8).  The vector is the same values as [1, 1, 1, C] (a
+    RESHAPE); no TRANSPOSE is left, ONERT on the rewrite = PyTorch, --int8 prepares."""
+    from host_tools.prepare.pipeline import prepare
+    torch.manual_seed(0)
+    m = _SE().eval()
+    src = tico_convert(m, (1, 3, 8, 8), tmp_path / 'src.circle')
+    dst, info, perm = rewritten(src, tmp_path / 'dst.circle', hoist=True)
+    assert 'TRANSPOSE' not in ops(dst) and perm == [0, 2, 3, 1], ops(dst)
+    x = np.random.default_rng(3).standard_normal((4, 3, 8, 8)).astype(np.float32)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    got = onert_infer(dst, np.ascontiguousarray(x.transpose(perm)))
+    assert np.abs(ref).max() > 1e-2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    np.savez(tmp_path / 'd.npz', x=np.concatenate([x] * 4), y=np.arange(16) % 3)
+    s = prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
+                epochs=1, int8=True, log=lambda *a: None)
+    assert s['int8'] is True
+
+
 # --------------------------------------------------------------------------- built graphs
 
 def _rand(rng, *shape):
