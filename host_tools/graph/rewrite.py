@@ -363,22 +363,36 @@ def _hoist_concat(g: Graph, c: Operator, p) -> bool:
     one TRANSPOSE by p follows it."""
     if c.name != 'CONCATENATION' or len(c.outputs) != 1 or len(set(c.inputs)) != len(c.inputs):
         return False
-    ts = []
-    for k in c.inputs:
+    ts = _transposed_inputs(g, c, p)
+    if ts is None:
+        return False
+    ax = int(c.options.get('axis', 0)) % len(p)
+    c.options = dict(c.options, axis=p[ax])
+    return _one_transpose_after(g, c, ts, p)
+
+
+def _transposed_inputs(g: Graph, c: Operator, p):
+    """{input: the TRANSPOSE by p that writes it} for each input of c, each read by c
+    alone and not a graph output, or None where one is not so."""
+    ts = {}
+    for k in set(c.inputs):
         prod = [o for o in g.ops if k in o.outputs]
         if len(prod) != 1 or perm_of(g, prod[0]) != p or k in g.outputs or \
                 consumers(g, k) != [c] or len(g.tensors[prod[0].inputs[0]].shape) != len(p):
-            return False
-        ts.append(prod[0])
+            return None
+        ts[k] = prod[0]
+    return ts
+
+
+def _one_transpose_after(g: Graph, c: Operator, ts: dict, p) -> bool:
+    """c reads the inputs of its input TRANSPOSEs ts (_transposed_inputs) and one of them,
+    by p, follows it; the others go."""
     out = c.outputs[0]
-    r = len(p)
-    ax = int(c.options.get('axis', 0)) % r
-    c.options = dict(c.options, axis=p[ax])
-    c.inputs = [t.inputs[0] for t in ts]
     inv = _inverse(p)
+    c.inputs = [ts[k].inputs[0] for k in c.inputs]
     c.outputs[0] = new_tensor(g, g.tensors[out].name + '/pre_transpose',
-                              [g.tensors[out].shape[inv[i]] for i in range(r)], like=out)
-    t, *rest = ts
+                              [g.tensors[out].shape[inv[i]] for i in range(len(p))], like=out)
+    t, *rest = ts.values()
     for o in rest:
         remove_op(g, o)
     t.inputs = [c.outputs[0], t.inputs[1]]
@@ -435,25 +449,8 @@ def _hoist_binary(g: Graph, c: Operator, p) -> bool:
     next conv's.  (A transposed input and a constant is _sink_through's case.)"""
     if c.name not in BINARY or len(c.outputs) != 1:
         return False
-    ts = {}
-    for k in set(c.inputs):
-        prod = [o for o in g.ops if k in o.outputs]
-        if len(prod) != 1 or perm_of(g, prod[0]) != p or k in g.outputs or \
-                consumers(g, k) != [c] or len(g.tensors[prod[0].inputs[0]].shape) != len(p):
-            return False
-        ts[k] = prod[0]
-    out = c.outputs[0]
-    inv = _inverse(p)
-    c.inputs = [ts[k].inputs[0] for k in c.inputs]
-    c.outputs[0] = new_tensor(g, g.tensors[out].name + '/pre_transpose',
-                              [g.tensors[out].shape[inv[i]] for i in range(len(p))], like=out)
-    t, *rest = ts.values()
-    for o in rest:
-        remove_op(g, o)
-    t.inputs = [c.outputs[0], t.inputs[1]]
-    t.outputs = [out]
-    move_after(g, t, c)
-    return True
+    ts = _transposed_inputs(g, c, p)
+    return ts is not None and _one_transpose_after(g, c, ts, p)
 
 
 def _fold_into_fc(g: Graph, t: Operator, p) -> bool:
