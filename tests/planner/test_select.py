@@ -1397,3 +1397,4 @@ def test_selection_keeps_to_what_the_boards_flash_holds(tmp_path, data, mode, mo
     monkeypatch.setattr(pipeline, 'boards', lambda: p, raising=False)
     s = prepare(CNN, str(tmp_path / 'o'), data=data, select=mode, **kw)
     assert s['select']['ranks']
+    assert 'nothing fits' not in str(s['select'].get('fallback')), s['select']
