@@ -1377,7 +1377,7 @@ def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data,
     assert chosen[0.5] != chosen[0.01], chosen
 
 
-@pytest.mark.parametrize('mode', ['auto'])
+@pytest.mark.parametrize('mode', ['auto', 'board'])
 def test_selection_keeps_to_what_the_boards_flash_holds(tmp_path, data, mode, monkeypatch):
     """Issue 28: --select priced each candidate against the board's heap only; prepare's
     flash pass after it (the samples, the model, the code and what training writes: the
