@@ -600,11 +600,20 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
+    flash = None
+    if select and board and early and len(source.inputs) == 1:
+        def flash(shapes, xy=(x.reshape(len(x), -1), y.reshape(len(y), -1))):
+            try:        # (prepare's flash pass after the selection, for these trained shapes)
+                check_flash(model_path, xy, dtype, board, None, dict(
+                    shapes=shapes, optimizer=s['optimizer'], momentum=s.get('momentum', 0.0)))
+            except PrepareError as e:
+                return str(e)
+            return None
     sel = select_fitting(select, model_path, data, dict(s, output=output) if output is not None
                          else s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log,
                          dict(board=board, cache=cache, bands=bands, limit=limit,
-                              input_rms=source.input_rms),
+                              input_rms=source.input_rms, flash=flash),
                          dequantize and quant.is_int8(source), given) if select else None
     if sel:                     # the selection replaces --train, --ranks, --train-config
         ranks, train_config, train = sel['ranks'], None, 'none'

@@ -244,6 +244,9 @@ class Pricer:
         self.target = dict(target or {})
         self.g0 = read_model(model_path)
         self.g0.input_rms = self.target.pop('input_rms', None)
+        # (flash: trained tensor shapes -> None, or why the board's flash file system cannot
+        # hold the samples, the model and what training writes: runfolder.check_flash)
+        self.flash = self.target.pop('flash', None)
         self.g0.optimizer = settings.get('optimizer')
         from ..graph.rewrite import choose_output
         choose_output(self.g0, settings.get('output'))     # (prepare's --output)
@@ -263,14 +266,26 @@ class Pricer:
             g, p = self.build(ranks)
             h = plan_memory(g, p, self.settings, self.backend, fisher=fisher, **self.target)
             self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
-                              'params': trained_params(g, p), 'plan': h}
+                              'params': trained_params(g, p), 'plan': h,
+                              'shapes': [g.tensors[k].shape for k in p.params]}
         return self.memo[key]
 
     def fits(self, ranks, limit, fisher=False):
-        """limit(heap plan) -> bytes or None (prepare's budget and board profile)."""
+        """limit(heap plan) -> bytes or None (prepare's budget and board profile); a
+        candidate whose checkpoints the board's flash cannot hold does not fit either."""
         p = self.price(ranks, fisher)
         lim = limit(p['plan']) if limit else None
-        return lim is None or p['heap'] <= lim
+        if lim is not None and p['heap'] > lim:
+            return False
+        return self.flash_refusal(p) is None
+
+    def flash_refusal(self, p):
+        """None, or why the flash cannot hold priced candidate p's run (check_flash's words)."""
+        if self.flash is None:
+            return None
+        if 'flash' not in p:
+            p['flash'] = self.flash(p['shapes'])
+        return p['flash']
 
 
 def trained_params(g, p) -> int:

@@ -1375,3 +1375,26 @@ def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data,
         chosen[under] = {int(i): r for i, r in s['ranks'].items()}
     assert chosen[0.01] == {i: 'all' for i in late}, chosen
     assert chosen[0.5] != chosen[0.01], chosen
+
+
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_selection_keeps_to_what_the_boards_flash_holds(tmp_path, data, mode, monkeypatch):
+    """Issue 28: --select priced each candidate against the board's heap only; prepare's
+    flash pass after it (the samples, the model, the code and what training writes: the
+    checkpoint twice, trained.wof, train.log) then refused the choice although the
+    classifier alone fit.  A board whose flash holds the classifier-only run but not
+    more: the choice fits it and prepare succeeds."""
+    from host_tools.prepare import pipeline
+    kw = dict(SETTINGS, board='rp2040', test_split=0.2, log=lambda *a: None)
+    seen = []
+    real, profs = runner.flash_advice, runner.boards()
+    monkeypatch.setattr(runner, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    prepare(CNN, str(tmp_path / 'c'), data=data, train='last:1', dequantize=True, **kw)
+    _, total, _, _, _, _, writes = seen[-1]
+    p = {k: dict(v) for k, v in profs.items()}
+    p['rp2040']['flash_fs'] = '%dK' % ((total + writes[0]) // 1024)   # (not a block more)
+    monkeypatch.setattr(runner, 'boards', lambda: p)
+    monkeypatch.setattr(pipeline, 'boards', lambda: p, raising=False)
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, select=mode, **kw)
+    assert s['select']['ranks']
+    assert 'nothing fits' not in str(s['select'].get('fallback')), s['select']
