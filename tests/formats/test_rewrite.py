@@ -38,6 +38,18 @@ torch = pytest.importorskip('torch')
 nn = torch.nn
 
 
+def _same_as_torch(m, dst, perm, shape=(4, 3, 8, 8)):
+    """ONERT on the rewritten model dst (its input laid out by perm) = PyTorch module m on
+    samples of shape (NCHW); returns the samples."""
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    with torch.no_grad():
+        ref = m(torch.from_numpy(x)).numpy()
+    got = onert_infer(dst, np.ascontiguousarray(x.transpose(perm)))
+    assert np.abs(ref).max() > 1e-2
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    return x
+
+
 def tico_convert(model, shape, path, seed=0):
     import tico
     torch.manual_seed(seed)
@@ -196,12 +208,7 @@ def test_tico_residual_blocks_lose_their_transposes(tmp_path):
     after = ops(dst)
     assert 'TRANSPOSE' not in after and perm == [0, 2, 3, 1], after
     assert after.count('ADD') == 1 and after.count('MUL') == after.count('SUB') == 1, after
-    x = np.random.default_rng(3).standard_normal((4, 3, 8, 8)).astype(np.float32)
-    with torch.no_grad():
-        ref = m(torch.from_numpy(x)).numpy()
-    got = onert_infer(dst, np.ascontiguousarray(x.transpose(perm)))
-    assert np.abs(ref).max() > 1e-2
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    _same_as_torch(m, dst, perm)
 
     xs = np.random.default_rng(2).standard_normal((8, 3, 8, 8)).astype(np.float32)
     s, moved = _trained_names(src, tmp_path, xs, np.arange(8) % 3, loss='scce',
@@ -346,12 +353,7 @@ def test_tico_squeeze_excite_loses_its_transposes(tmp_path):
     src = tico_convert(m, (1, 3, 8, 8), tmp_path / 'src.circle')
     dst, info, perm = rewritten(src, tmp_path / 'dst.circle', hoist=True)
     assert 'TRANSPOSE' not in ops(dst) and perm == [0, 2, 3, 1], ops(dst)
-    x = np.random.default_rng(3).standard_normal((4, 3, 8, 8)).astype(np.float32)
-    with torch.no_grad():
-        ref = m(torch.from_numpy(x)).numpy()
-    got = onert_infer(dst, np.ascontiguousarray(x.transpose(perm)))
-    assert np.abs(ref).max() > 1e-2
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    x = _same_as_torch(m, dst, perm)
     np.savez(tmp_path / 'd.npz', x=np.concatenate([x] * 4), y=np.arange(16) % 3)
     s = prepare(src, os.fspath(tmp_path / 'run'), data=os.fspath(tmp_path / 'd.npz'),
                 epochs=1, int8=True, log=lambda *a: None)
