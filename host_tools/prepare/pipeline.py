@@ -554,9 +554,19 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
             from .select import choose_q8
+            flash8 = None
+            if board and early and len(source.inputs) == 1:
+                def flash8(layers, table, xy=(x.reshape(len(x), -1), y.reshape(len(y), -1))):
+                    try:        # (prepare_q8's flash pass, for this candidate's layers)
+                        check_flash(model_path, xy, 'int8', board, int8_bytes(source), dict(
+                            layers=layers, optimizer=s['optimizer'],
+                            momentum=s.get('momentum', 0.0), cache=table))
+                    except PrepareError as e:
+                        return str(e)
+                    return None
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
-                            prepare=prepare)
+                            prepare=prepare, flash=flash8)
             ranks, train = sel['ranks'], 'none'
             cache = cache or sel.get('cache', False)
             if 'select' in sel:     # the board chooses among the union's configurations:

@@ -1388,7 +1388,10 @@ class Q8Pricer:
     def __init__(self, model_path, settings, target=None):
         from ..formats.circle_io import read_model
         self.path, self.settings = model_path, settings
-        self.target = target or {}
+        self.target = dict(target or {})
+        # (flash: (layer table, planned tables) -> None, or why the board's flash cannot
+        # hold the samples, the model and what training writes: as Pricer's)
+        self.flash = self.target.pop('flash', None)
         from .quant import rewritten
         self.g0 = rewritten(read_model(model_path))
         self.memo = {}
@@ -1402,14 +1405,15 @@ class Q8Pricer:
             t = self.target
             s = dict(self.settings, select=True) if fisher else self.settings
             try:
-                m, _, h = quant.planned(self.g0, s, 'none', t.get('cache', False),
-                                        t.get('bands'), t.get('board'), dict(ranks))
+                m, tb, h = quant.planned(self.g0, s, 'none', t.get('cache', False),
+                                         t.get('bands'), t.get('board'), dict(ranks))
             except ValueError as e:
                 self.memo[key] = {'heap': None, 'why': str(e)}
             else:
                 self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'plan': h,
                                   'macs': q8_macs(m['layers']),
-                                  'params': quant.trained_params(m['layers'])}
+                                  'params': quant.trained_params(m['layers']),
+                                  'layers': m['layers'], 'tables': tb}
         return self.memo[key]
 
     def fits(self, ranks, limit, fisher=False):
@@ -1432,7 +1436,18 @@ class Q8Pricer:
             if dropped:
                 p.update(heap=h['total'], parts=h['parts'], plan=h, dropped=dropped)
                 lim = limit(h)
-        return lim is None or p['heap'] <= lim
+        if lim is not None and p['heap'] > lim:
+            return False
+        return self.flash_refusal(p) is None
+
+    def flash_refusal(self, p):
+        """None, or why the flash cannot hold priced candidate p's run (check_flash's words)."""
+        if self.flash is None:
+            return None
+        if 'flash' not in p:
+            p['flash'] = self.flash(p['layers'], p['tables'] if self.target.get('cache') not in (
+                False, None, 'host') else None)
+        return p['flash']
 
 
 def q8_macs(ls) -> int:
@@ -1543,7 +1558,7 @@ def board_refusal(model_path, data=None, board=None, cache=False) -> str:
 
 def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_seed=0,
               board=None, cache=False, bands=None, layers_max=None, log=print, *,
-              prepare) -> dict:
+              prepare, flash=None) -> dict:
     """--select on an int8 model trained as int8: contribution analysis (choose_auto)
     with int8 trials (Q8Trials: bit for bit the board's integers) priced by the int8
     planner (Q8Pricer), over the Tiny Training Engine's space: the biases of the last k
@@ -1553,13 +1568,15 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     train.json's select block (_q8_short_list): the board chooses among them from its
     own samples (utrain/q8fish.py) and trains its choice as int8.  Without --cache, where
     the classifier fits the budget only with the cache prepare would choose, the choice is
-    priced with it (result 'cache' True)."""
+    priced with it (result 'cache' True).  flash: (layer table, its prefix-cache table
+    or None) -> None or why the board's flash cannot hold the run: a candidate it
+    refuses does not fit (pipeline's, check_flash)."""
     cached = False
     if mode not in ('auto', 'board'):
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     if mode == 'board' and (cache or not data):
         raise PrepareError(board_refusal(model_path, data, board, cache))
-    pr = Q8Pricer(model_path, settings, dict(board=board, cache=cache, bands=bands))
+    pr = Q8Pricer(model_path, settings, dict(board=board, cache=cache, bands=bands, flash=flash))
     if not cache and data:
         # prepare chooses --cache below when the plan is over the budget: where the
         # classifier fits only with it, the candidates are priced with it (as the float
@@ -1567,7 +1584,7 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
         # leaves out, so with it the host chooses)
         cls = {classifier(pr.g0, layers(pr.g0)): 0}
         pc = None if pr.fits(cls, limit) else Q8Pricer(
-            model_path, settings, dict(board=board, cache=True, bands=bands))
+            model_path, settings, dict(board=board, cache=True, bands=bands, flash=flash))
         if pc is not None and pc.fits(cls, limit):
             log(f'select {mode}: with --cache (prepare chooses it below) the classifier fits: '
                 'the candidates are priced with it' + (
@@ -1600,7 +1617,7 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
         # chosen again as --select auto does, priced with it (its trials cached on disk),
         # so a configuration that fits only with the cache is not left out (the int8
         # MobileNetV2-0.35 tail at 256K: op 62 at 1/2 plans 258 KB, 234 with the cache)
-        pc = Q8Pricer(model_path, settings, dict(board=board, cache=True, bands=bands))
+        pc = Q8Pricer(model_path, settings, dict(board=board, cache=True, bands=bands, flash=flash))
         log(f'{res.get("note", "select board: the board does not score")}; chosen again with '
             '--cache (prepare takes it below): the candidates are priced with it')
         res = auto(pc)

@@ -698,6 +698,36 @@ def _model_and_classes(tmp_path, n, monkeypatch=None):
     return model, data
 
 
+def test_int8_selection_keeps_to_what_the_boards_flash_holds(tmp_path, monkeypatch):
+    """--select auto --board on an int8 model: a candidate whose checkpoints the board's
+    flash cannot hold beside the samples and the model does not fit (Q8Pricer.fits: the
+    flash pass prepare_q8 runs after the choice).  A board whose flash holds the
+    classifier-only run's files and writes and not a block more: the choice fits it and
+    prepare succeeds (it had chosen more and then been refused for the flash)."""
+    model, data = _model_and_classes(tmp_path, 60, monkeypatch)
+    seen = []
+    real, profs = runner.flash_advice, runner.boards()
+    monkeypatch.setattr(runner, 'flash_advice', lambda *a: seen.append(a) or real(*a))
+    kw = dict(data=data, loss='scce', lr=0.05, epochs=1, board='rp2040', log=lambda *a: None)
+    prepare(model, str(tmp_path / 'c'), train='none', ranks='4:all', **kw)
+    _, total, _, _, _, _, writes = seen[-1]
+    p = {k: dict(v) for k, v in profs.items()}
+    p['rp2040']['flash_fs'] = '%dK' % ((total + writes[0]) // 1024)   # (not a block more)
+    monkeypatch.setattr(runner, 'boards', lambda: p)
+    sm = prepare(model, str(tmp_path / 'o'), select='auto', **kw)
+    assert sm['int8'] and sm['select']['ranks'].get('4') == 'all', sm['select']
+    # the pricer: a candidate the flash check refuses does not fit, whatever its heap
+    from host_tools.prepare.select import Q8Pricer
+    asked = []
+
+    def flash(layers, table):
+        asked.append(sum(1 for d in layers if d.get('train')))
+        return 'over the flash' if asked[-1] > 1 else None
+    pr = Q8Pricer(model, {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0},
+                  dict(board='rp2040', flash=flash))
+    assert pr.fits({4: 0}, None) and not pr.fits({4: 0, 2: 0}, None) and asked == [1, 2]
+
+
 def test_select_auto_on_int8_chooses_as_int8(tmp_path, monkeypatch):
     """--select auto on an int8 model: contribution analysis with int8 trials, each
     candidate priced by the int8 planner; the choice fits the budget and trains as int8
