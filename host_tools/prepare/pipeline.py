@@ -244,23 +244,38 @@ def parse_budget(text) -> int:
                            '1M (0 or more)') from None
 
 
-def _board_name(board) -> str:
+def _board_name(board, known=None) -> str:
     """The boards.json profile board names (runner.board_name: any case, pico = rp2040)."""
     from ..target.runner import board_name
     try:
-        return board_name(board)
+        return board_name(board, known)
     except ValueError as e:
         raise PrepareError(str(e)) from None
+
+
+def _flash_fits(model_path, x, y, dtype, board, model_bytes, s, writes):
+    """--select's flash check: a priced candidate's 'writes' (the trained shapes, or an
+    int8 run's (layer table, prefix-cache table)) -> None, or why the board's flash cannot
+    hold the samples x, y stored as dtype, the model and what its run writes: the flash
+    pass prepare (check_flash) runs after the choice, for that candidate."""
+    xy = (x.reshape(len(x), -1), y.reshape(len(y), -1))
+    opt = dict(optimizer=s['optimizer'], momentum=s.get('momentum', 0.0))
+
+    def refusal(w):
+        try:
+            check_flash(model_path, xy, dtype, board, model_bytes, dict(writes(w), **opt))
+        except PrepareError as e:
+            return str(e)
+        return None
+    return refusal
 
 
 def board_profile(board, overrides: dict) -> dict:
     """boards/boards.json's profile for `board`; fills the settings it defaults (batch,
     stream = its stream_frozen) into overrides where the caller gave none."""
     from ..target.runner import boards
-    known = boards()
-    if board not in known:
-        raise PrepareError(f'unknown board {board!r}; known: {", ".join(known)}')
-    prof = known[board]
+    profiles = boards()
+    prof = profiles[_board_name(board, profiles)]
     if overrides.get('batch') is None:
         overrides['batch'] = prof['batch']
     if overrides.get('stream') is None:
@@ -554,16 +569,9 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
             from .select import choose_q8
-            flash8 = None
-            if board and early and len(source.inputs) == 1:
-                def flash8(layers, table, xy=(x.reshape(len(x), -1), y.reshape(len(y), -1))):
-                    try:        # (prepare_q8's flash pass, for this candidate's layers)
-                        check_flash(model_path, xy, 'int8', board, int8_bytes(source), dict(
-                            layers=layers, optimizer=s['optimizer'],
-                            momentum=s.get('momentum', 0.0), cache=table))
-                    except PrepareError as e:
-                        return str(e)
-                    return None
+            flash8 = _flash_fits(model_path, x, y, 'int8', board, int8_bytes(source), s,
+                                 lambda w: dict(layers=w[0], cache=w[1])) \
+                if board and early and len(source.inputs) == 1 else None
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
                             prepare=prepare, flash=flash8)
@@ -610,15 +618,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
-    flash = None
-    if select and board and early and len(source.inputs) == 1:
-        def flash(shapes, xy=(x.reshape(len(x), -1), y.reshape(len(y), -1))):
-            try:        # (prepare's flash pass after the selection, for these trained shapes)
-                check_flash(model_path, xy, dtype, board, None, dict(
-                    shapes=shapes, optimizer=s['optimizer'], momentum=s.get('momentum', 0.0)))
-            except PrepareError as e:
-                return str(e)
-            return None
+    flash = _flash_fits(model_path, x, y, dtype, board, None, s, lambda w: dict(shapes=w)) \
+        if select and board and early and len(source.inputs) == 1 else None
     sel = select_fitting(select, model_path, data, dict(s, output=output) if output is not None
                          else s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log,

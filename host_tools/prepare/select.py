@@ -231,7 +231,24 @@ def classifier(g, cands):
 
 # ---------------------------------------------------------------- pricing
 
-class Pricer:
+class _Fits:
+    """What both pricers decide a priced candidate p by: its heap against the limit, and
+    (self.flash: p['writes'] -> None or why, pipeline's check_flash for the board) whether
+    the board's flash holds what its run writes; the flash's answer cached in p."""
+
+    def flash_refusal(self, p):
+        """None, or why the flash cannot hold priced candidate p's run (check_flash's words)."""
+        if self.flash is None:
+            return None
+        if 'flash' not in p:
+            p['flash'] = self.flash(p['writes'])
+        return p['flash']
+
+    def _within(self, p, lim) -> bool:
+        return (lim is None or p['heap'] <= lim) and self.flash_refusal(p) is None
+
+
+class Pricer(_Fits):
     """Heap plan and step MACs of a rank assignment {op (graph as given): rank}."""
 
     def __init__(self, model_path, settings, backend, rewrite=True, target=None):
@@ -244,8 +261,8 @@ class Pricer:
         self.target = dict(target or {})
         self.g0 = read_model(model_path)
         self.g0.input_rms = self.target.pop('input_rms', None)
-        # (flash: trained tensor shapes -> None, or why the board's flash file system cannot
-        # hold the samples, the model and what training writes: runfolder.check_flash)
+        # (flash: the trained tensor shapes ('writes') -> None, or why the board's flash file
+        # system cannot hold the samples, the model and what training writes: check_flash)
         self.flash = self.target.pop('flash', None)
         self.g0.optimizer = settings.get('optimizer')
         from ..graph.rewrite import choose_output
@@ -267,25 +284,14 @@ class Pricer:
             h = plan_memory(g, p, self.settings, self.backend, fisher=fisher, **self.target)
             self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'macs': step_macs(g, p),
                               'params': trained_params(g, p), 'plan': h,
-                              'shapes': [g.tensors[k].shape for k in p.params]}
+                              'writes': [g.tensors[k].shape for k in p.params]}
         return self.memo[key]
 
     def fits(self, ranks, limit, fisher=False):
         """limit(heap plan) -> bytes or None (prepare's budget and board profile); a
         candidate whose checkpoints the board's flash cannot hold does not fit either."""
         p = self.price(ranks, fisher)
-        lim = limit(p['plan']) if limit else None
-        if lim is not None and p['heap'] > lim:
-            return False
-        return self.flash_refusal(p) is None
-
-    def flash_refusal(self, p):
-        """None, or why the flash cannot hold priced candidate p's run (check_flash's words)."""
-        if self.flash is None:
-            return None
-        if 'flash' not in p:
-            p['flash'] = self.flash(p['shapes'])
-        return p['flash']
+        return self._within(p, limit(p['plan']) if limit else None)
 
 
 def trained_params(g, p) -> int:
@@ -1379,7 +1385,7 @@ def report(res):
 
 # ---------------------------------------------------------------- int8 models as int8
 
-class Q8Pricer:
+class Q8Pricer(_Fits):
     """Pricer for an int8 model trained as int8 (issue 29): each rank assignment planned
     by the int8 planner (quant.planned: masks, windows, gradient chunks) for the board,
     cache and bands the user's prepare plans with; an assignment the int8 path cannot
@@ -1389,8 +1395,8 @@ class Q8Pricer:
         from ..formats.circle_io import read_model
         self.path, self.settings = model_path, settings
         self.target = dict(target or {})
-        # (flash: (layer table, planned tables) -> None, or why the board's flash cannot
-        # hold the samples, the model and what training writes: as Pricer's)
+        # (flash: (layer table, its prefix-cache table or None) ('writes') -> None, or why
+        # the board's flash cannot hold the samples, the model and what training writes)
         self.flash = self.target.pop('flash', None)
         from .quant import rewritten
         self.g0 = rewritten(read_model(model_path))
@@ -1413,7 +1419,8 @@ class Q8Pricer:
                 self.memo[key] = {'heap': h['total'], 'parts': h['parts'], 'plan': h,
                                   'macs': q8_macs(m['layers']),
                                   'params': quant.trained_params(m['layers']),
-                                  'layers': m['layers'], 'tables': tb}
+                                  'writes': (m['layers'], tb if t.get('cache') not in (
+                                      False, None, 'host') else None)}
         return self.memo[key]
 
     def fits(self, ranks, limit, fisher=False):
@@ -1436,18 +1443,7 @@ class Q8Pricer:
             if dropped:
                 p.update(heap=h['total'], parts=h['parts'], plan=h, dropped=dropped)
                 lim = limit(h)
-        if lim is not None and p['heap'] > lim:
-            return False
-        return self.flash_refusal(p) is None
-
-    def flash_refusal(self, p):
-        """None, or why the flash cannot hold priced candidate p's run (check_flash's words)."""
-        if self.flash is None:
-            return None
-        if 'flash' not in p:
-            p['flash'] = self.flash(p['layers'], p['tables'] if self.target.get('cache') not in (
-                False, None, 'host') else None)
-        return p['flash']
+        return self._within(p, lim)
 
 
 def q8_macs(ls) -> int:
@@ -1568,8 +1564,8 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     train.json's select block (_q8_short_list): the board chooses among them from its
     own samples (utrain/q8fish.py) and trains its choice as int8.  Without --cache, where
     the classifier fits the budget only with the cache prepare would choose, the choice is
-    priced with it (result 'cache' True).  flash: (layer table, its prefix-cache table
-    or None) -> None or why the board's flash cannot hold the run: a candidate it
+    priced with it (result 'cache' True).  flash: ((layer table, its prefix-cache table
+    or None)) -> None or why the board's flash cannot hold the run: a candidate it
     refuses does not fit (pipeline's, check_flash)."""
     cached = False
     if mode not in ('auto', 'board'):

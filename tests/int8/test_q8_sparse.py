@@ -720,7 +720,8 @@ def test_int8_selection_keeps_to_what_the_boards_flash_holds(tmp_path, monkeypat
     from host_tools.prepare.select import Q8Pricer
     asked = []
 
-    def flash(layers, table):
+    def flash(writes):
+        layers, table = writes
         asked.append(sum(1 for d in layers if d.get('train')))
         return 'over the flash' if asked[-1] > 1 else None
     pr = Q8Pricer(model, {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0},
