@@ -190,9 +190,9 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     sizes += [os.path.getsize(os.path.join(lib, n)) for n in code]
     total = runner.on_flash(sizes, board) if board else sum(sizes)
     if board:
-        prof = runner.boards().get(board)
-        if prof is None:
-            raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
+        profiles = runner.boards()
+        board = runner.board_name(board, profiles)
+        prof = profiles[board]
         size, n, dtype = sample_files(d, files)
         why = flash_advice(d, total, board, size, n, dtype,
                            runner.folder_writes(d, files, n, label_width(d, files)))

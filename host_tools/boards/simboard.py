@@ -126,8 +126,7 @@ def start(board='unix', emulate=False, flash=None, ulab=False):
     import tempfile
     from ..target import runner
     profiles = runner.boards()
-    if board not in profiles:
-        raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
+    board = runner.board_name(board, profiles)
     flash = flash or tempfile.mkdtemp(prefix='utrain-board-')
     os.makedirs(flash, exist_ok=True)
     if emulate:

@@ -188,9 +188,11 @@ def target(board=None) -> Target:
     size asked once; native code and files outside the heap)."""
     if isinstance(board, Target):
         return board
-    profile = runner.boards().get(board) if board else None
-    if board and profile is None:
-        raise ValueError(f'unknown board {board!r}; known: {", ".join(runner.boards())}')
+    profile = None
+    if board:
+        profiles = runner.boards()
+        board = runner.board_name(board, profiles)
+        profile = profiles[board]
     if profile and profile.get('word'):
         word = int(profile['word'])
         t = Target(word=word, block=int(profile.get('gc_block', 4 * word)),
@@ -1091,7 +1093,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
                         + ['--momentum 0'] * ('momentum' in new and s['optimizer'] == 'sgd')
                         + ['--stream'] * ('stream' in new) + [f'--train {tr}'] * (tr != train)
                         + [('--ranks ' + ','.join(f'{i}:{RANK_NAMES[r]}' for i, r in sorted(rk.items()))
-                            if rk else 'without --ranks')] * (rk != ranks) + ['--cache-on-host' if c == 'host' else '--cache'] * (c != cache)
+                            if rk else 'without --ranks')] * (rk != ranks)
+                        + ['--cache-on-host' if c == 'host' else '--cache'] * (c != cache)
                         + [f'--backend {b}'] * (b != backend))
         if not desc or desc in seen:
             continue

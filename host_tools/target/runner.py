@@ -33,11 +33,11 @@ ALIASES = {'pico': 'rp2040', 'pico-w': 'rp2040', 'picow': 'rp2040', 'rpi_pico': 
            'esp32_psram': 'esp32-psram', 'esp32-wroom': 'esp32', 'esp32-wrover': 'esp32-psram'}
 
 
-def board_name(text: str) -> str:
+def board_name(text: str, known=None) -> str:
     """The boards.json profile --board TEXT names: the profile's own name in any case,
     or a board's name for it (ALIASES: pico is rp2040).  ValueError naming the known
-    profiles (and the nearest, where one is near) otherwise."""
-    known = boards()
+    profiles and what to do otherwise.  known: boards(), where the caller read it."""
+    known = known or boards()
     key = str(text).strip().lower()
     if key in known:
         return key
@@ -382,9 +382,7 @@ def command(out_dir, board='unix', python=False, source=False, extra_env=None):
     """(argv, env) that run train.py in out_dir on the simulated board."""
     env = dict(os.environ)
     env.update(extra_env or {})
-    profiles = boards()
-    if board not in profiles:
-        raise ValueError(f'unknown board {board!r}; known: {", ".join(profiles)}')
+    board = board_name(board)
     if python:
         env['PYTHONPATH'] = MICRO + os.pathsep + env.get('PYTHONPATH', '')
         env.setdefault('UTRAIN_FLOAT', str(host_float(board)))    # (utrain.q8np: float32 steps)
@@ -541,7 +539,8 @@ def damaged_weights(out_dir):
             raw = f.read()
     except (OSError, ValueError, KeyError, TypeError):
         return
-    if len(raw) < 8 or int.from_bytes(raw[:2], 'little') != 429:
+    from .device import module
+    if len(raw) < 8 or int.from_bytes(raw[:2], 'little') != module('wof').MAGIC:
         return
     start = 8 + 4 * int.from_bytes(raw[4:8], 'little')
     if start >= len(raw) or (len(raw) - start) % 4:
