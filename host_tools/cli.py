@@ -12,7 +12,6 @@ import numpy as np
 from .paths import DIGITS
 
 
-
 def _board(text):
     """--board's argparse type: the boards.json profile named (any case, or a board's
     name for it: pico), else the error naming the known ones."""
@@ -21,6 +20,7 @@ def _board(text):
         return board_name(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
 
 def _status(op, g):
     from .graph.optable import SPECS
@@ -44,13 +44,9 @@ def cmd_inspect(a):
     from .formats.circle_io import read_model
     from .graph.optable import SPECS, SUPPORTED
     from .plan.runplan import select_rewrite
-    from .files.validate import check_runnable
+    from .files.validate import runnable
     g = read_model(a.model)
-    try:            # (the rewrite passes below index what it names: an IndexError had escaped)
-        check_runnable(g)
-    except ValueError as e:
-        raise ValueError(f'{e}; the file is damaged or not a model utrain reads: use the '
-                         'original (or export it again)') from None
+    runnable(g)     # (the rewrite passes below index what it names: an IndexError had escaped)
     print(f'{a.model}: {g.identifier.decode()} v{g.version}, {len(g.ops)} ops, '
           f'{len(g.tensors)} tensors, inputs {list(g.inputs)}, outputs {list(g.outputs)}')
     if g.description:

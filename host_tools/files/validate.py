@@ -253,6 +253,16 @@ def check_graph(g) -> None:
         check_weights(g, op, tname)
 
 
+def runnable(g) -> None:
+    """check_runnable for a model given to evaluate or inspect (not to prepare): its
+    refusal says the file is damaged and what to do."""
+    try:
+        check_runnable(g)
+    except ValueError as e:
+        raise PrepareError(f'{e}; the file is damaged or not a model utrain reads: use the '
+                           'original (or export it again)') from None
+
+
 def check_runnable(g):
     """PrepareError for a graph that parses but no runtime can run, checked before one
     (ONERT, TFLite Micro: native code that crashes the process on such a file) or prepare
