@@ -229,17 +229,14 @@ def _sink_through(g: Graph, t: Operator, c: Operator, p) -> bool:
                               {'new_shape': shape}, src=c.src)
                 g.ops.insert(g.ops.index(c), rs)
                 _renumber(g)
-                c.inputs = [nk if x == k else x for x in c.inputs]
-                oshape = list(ashape)
-                k = None
-            if k is not None:
+            else:
                 kd = np.asarray(g.tensors[k].data)
                 if kd.ndim > r:
                     return False
                 kd = kd.reshape([1] * (r - kd.ndim) + list(kd.shape)).transpose(_inverse(p))
                 nk = new_tensor(g, g.tensors[k].name + '/nhwc', kd.shape,
                                 np.ascontiguousarray(kd), like=k)
-                c.inputs = [nk if x == k else x for x in c.inputs]
+            c.inputs = [nk if x == k else x for x in c.inputs]
         oshape = list(ashape)
     elif c.name in REDUCE and len(c.inputs) >= 2:
         axes = const_ints(g, c.inputs[1])
@@ -951,18 +948,23 @@ def _reshape_outputs(g: Graph):
     for op in g.ops:
         if op.name != 'RESHAPE' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
             continue
-        n = int(np.prod(g.tensors[op.inputs[0]].shape))
-        new = const_ints(g, op.inputs[1])
-        if new.count(-1) == 1:
-            rest = int(np.prod([d for d in new if d != -1]))
-            new[new.index(-1)] = n // rest if rest else 0
+        new = _reshaped(g, op, g.tensors[op.inputs[0]].shape)
         y = g.tensors[op.outputs[0]]
-        if -1 not in new and int(np.prod(new)) == n and list(y.shape) != new and \
-                op.outputs[0] not in g.outputs:
+        if new is not None and list(y.shape) != new and op.outputs[0] not in g.outputs:
             y.shape = new
             changed.add(op.outputs[0])
     if changed:
         _propagate_shapes(g, changed)
+
+
+def _reshaped(g: Graph, op: Operator, x):
+    """The shape RESHAPE op (its new shape a constant) gives an input of shape x: its
+    one -1 resolved; None where the sizes do not match."""
+    new, n = const_ints(g, op.inputs[1]), int(np.prod(x))
+    if new.count(-1) == 1:
+        rest = int(np.prod([d for d in new if d != -1]))
+        new[new.index(-1)] = n // rest if rest else 0
+    return new if -1 not in new and int(np.prod(new)) == n else None
 
 
 def _shape_after(g: Graph, op: Operator):
@@ -1038,20 +1040,10 @@ def _shape_after_more(g: Graph, op: Operator, sh, x):
         begin, end, step = (const_ints(g, op.inputs[i]) for i in (1, 2, 3))
         if not len(begin) == len(end) == len(step) == len(x) or 0 in step:
             return None
-        y = []
-        for i, dim in enumerate(x):
-            s_ = step[i]
-            if o.get('shrink_axis_mask', 0) >> i & 1:
-                continue
-            lo, hi = (0, dim) if s_ > 0 else (-1, dim - 1)
-            b = lo if o.get('begin_mask', 0) >> i & 1 else begin[i]
-            e = hi if o.get('end_mask', 0) >> i & 1 else end[i]
-            if not o.get('begin_mask', 0) >> i & 1:
-                b = min(max(b + dim if b < 0 else b, lo), hi)
-            if not o.get('end_mask', 0) >> i & 1:
-                e = min(max(e + dim if e < 0 else e, lo), hi)
-            y.append(max(0, -(-(e - b) // s_)))
-        return y
+        try:        # (the slice of a view of x's shape: no data)
+            return list(_strided_slice(np.broadcast_to(np.int8(0), x), begin, end, step, o).shape)
+        except IndexError:      # (a shrunk axis's index outside it)
+            return None
     if op.name == 'SLICE' and consts and len(op.inputs) == 3:
         begin, size = const_ints(g, op.inputs[1]), const_ints(g, op.inputs[2])
         if not len(begin) == len(size) == len(x):
@@ -1061,11 +1053,7 @@ def _shape_after_more(g: Graph, op: Operator, sh, x):
         axes = {a % len(x) for a in o.get('squeeze_dims') or []}
         return [d for a, d in enumerate(x) if (a not in axes if axes else d != 1)]
     if op.name == 'RESHAPE' and consts and len(op.inputs) > 1:
-        new, n = const_ints(g, op.inputs[1]), int(np.prod(x))
-        if new.count(-1) == 1:
-            rest = int(np.prod([d for d in new if d != -1]))
-            new[new.index(-1)] = n // rest if rest else 0
-        return new if -1 not in new and int(np.prod(new)) == n else None
+        return _reshaped(g, op, x)
     if op.name in ('RESIZE_NEAREST_NEIGHBOR', 'RESIZE_BILINEAR') and consts and len(x) == 4:
         hw = const_ints(g, op.inputs[1])
         return [x[0]] + list(hw) + [x[3]] if len(hw) == 2 else None
