@@ -252,7 +252,8 @@ def _kind_of(raw: bytes) -> str | None:
         return kinds[head]
     if head[:3] == b'\xff\xd8\xff':
         return 'a JPEG image'
-    if int.from_bytes(head[:2], 'little') == 429:       # (.wof and .ckpt: utrain/wof.py)
+    from ..target.device import module
+    if int.from_bytes(head[:2], 'little') == module('wof').MAGIC:      # (.wof and .ckpt)
         return "utrain's weights (a .wof or .ckpt file)"
     if b'\0' in raw[:4096]:
         return None
