@@ -2924,7 +2924,11 @@ def unshare_constants(g: Graph) -> int:
     for k, rs in readers.items():
         layers = {}
         for op, pos in rs:
-            key = (op.name, pos, tuple(i if is_const(g, i) else -1 for i in op.inputs))
+            # (its weights and biases: a step that reads a constant as data, an unrolled
+            # loop's first FC of its zero initial state, is the same layer)
+            roles = SPECS[op.name].roles(op, g)
+            key = (op.name, pos, tuple(i if is_const(g, i) and p in roles else -1
+                                       for p, i in enumerate(op.inputs)))
             layers.setdefault(key, []).append(op)
         t = g.tensors[k]
         for j, ops in enumerate(list(layers.values())[1:], 1):
