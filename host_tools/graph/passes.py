@@ -50,7 +50,8 @@ def validate(g: Graph):
         raise PrepareError(f'{where}: has {g.n_subgraphs} subgraphs'
                            + (f' (op {loop.number} is {loop.name}, control flow: how '
                               'TFLiteConverter writes a Keras LSTM, GRU or RNN layer that is '
-                              'not unrolled)' if loop else '')
+                              'not unrolled; prepare unrolls a WHILE of a fixed trip count '
+                              'unless --no-rewrite)' if loop else '')
                            + '; utrain trains single-subgraph models: give each recurrent layer '
                            'unroll=True (Keras; a fixed sequence length) and convert again, '
                            'or export the model to ONNX')

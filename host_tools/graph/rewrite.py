@@ -2655,7 +2655,7 @@ def _zeros(g: Graph, k: int) -> bool:
     return is_const(g, k) and g.tensors[k].dtype == 'float32' and not np.any(g.tensors[k].data)
 
 
-def unroll_loops(g: Graph) -> int:
+def unroll_loops(g: Graph, int8=False) -> int:
     """A WHILE whose trip count the host knows (TFLiteConverter's Keras LSTM, GRU,
     SimpleRNN and Bidirectional layers that are not unroll=True: the cond compares two
     counters with the sequence length) -> its body inlined into the graph once a step,
@@ -2667,7 +2667,8 @@ def unroll_loops(g: Graph) -> int:
     constants (the cell's weights) are one tensor each, read by every step (one
     parameter, trained by all of them); each constant's Tensor.origin is its (subgraph,
     tensor) in the file (export writes the trained values back there).  Refuses a loop whose condition needs a
-    value computed at run time.  Returns how many WHILEs."""
+    value computed at run time, and for int8 training (int8) a quantized body (the int8
+    path writes trained weights into subgraph 0 only).  Returns how many WHILEs."""
     done, n_file = 0, len(g.tensors)
     for op in list(g.ops):
         if op.name != 'WHILE':
@@ -2683,6 +2684,13 @@ def unroll_loops(g: Graph) -> int:
         for t in g.tensors:         # (where export finds each weight in the file)
             if t.data is not None and t.origin is None and t.index < n_file:
                 t.origin = (0, t.index)
+        q = next((t for t in body.tensors if t.data is None and t.quant and
+                  t.dtype in ('int8', 'uint8', 'int16')), None)
+        if int8 and q is not None:
+            raise ValueError(f'{g.path}: op {op.number} WHILE: its body is quantized ({q.name} is '
+                             f'{q.dtype}), and utrain trains an unrolled loop in float: prepare '
+                             '--dequantize trains it so (export writes the float model), or '
+                             + UNROLL_HINT)
         made, shared, cur = [], {}, list(op.inputs)
         for step in range(MAX_STEPS + 1):
             if not _goes_on(g, op, cond, cur, step):
@@ -2753,6 +2761,13 @@ def _step(g: Graph, op: Operator, body: Graph, cur, t, shared, made):
         if b.name in _CONTROL:
             raise ValueError(f'{g.path}: op {op.number} WHILE: its body holds a {b.name} '
                              '(nested control flow), which utrain does not unroll; ' + UNROLL_HINT)
+        if b.outputs and all(k in shared for k in b.outputs):
+            m.update((k, shared[k]) for k in b.outputs)     # (computed at the first step)
+            continue
+        # an op of the body's constants alone (float16 weights' DEQUANTIZE) computes the
+        # same at every step: once, its result read by all (one parameter still)
+        same = all(k < 0 or k not in body.inputs and (k in shared or body.tensors[k].data
+                                                        is not None) for k in b.inputs)
         ins = [get(k) for k in b.inputs]
         outs = []
         for k in b.outputs:
@@ -2762,6 +2777,8 @@ def _step(g: Graph, op: Operator, body: Graph, cur, t, shared, made):
         new = Operator(-1, b.code, b.name, ins, outs, dict(b.options), src=op.src)
         for k, v in zip(b.outputs, _simplified(g, new, made)):
             m[k] = v
+            if same:
+                shared[k] = v
     return [get(k) for k in body.outputs]
 
 
@@ -2939,8 +2956,9 @@ def unshare_constants(g: Graph) -> int:
     return made
 
 
-PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, True),
-          ('unshared', unshare_constants, True), ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
+# (run before dequantize: a loop's body is dequantized with the rest)
+LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, True))
+PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
@@ -2958,16 +2976,19 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
     graph that train (their BatchNorm stays separate).  int8: g trains as int8 (its
     tensors stay quantized): only the passes PASSES marks for it.  Returns
     {'dequantized': n tensors, 'quant': {...}, 'transposes': n, 'batchnorm': n, ...}."""
+    # (a WHILE's body unrolled first: its float16 weights' DEQUANTIZEs are dequantized too)
+    loops = {name: fn(g, int8=int8) if fn is unroll_loops else fn(g) for name, fn, _ in LOOP_PASSES}
     n, f16 = len(g.ops), any(t.dtype == 'float16' for t in g.tensors)
     quant = {} if int8 else dequantize(g)
     # (a float16 file's weights: float32 without scales to keep, its DEQUANTIZEs gone)
     moved = not int8 and (f16 or len(g.ops) != n)
-    info = {'dequantized': len(quant), 'quant': quant}
+    info = {'dequantized': len(quant), 'quant': quant, **loops}
     for name, fn, on_int8 in PASSES:
         if int8 and not on_int8:
             info[name] = 0
             continue
         info[name] = fn(g, keep={id(op) for op in keep}) if name == 'batchnorm' else fn(g)
-    info['changed'] = bool(quant) or moved or any(info[name] for name, _, _ in PASSES if name != 'embeddings')
+    info['changed'] = bool(quant) or moved or any(info[name] for name, _, _ in PASSES + LOOP_PASSES
+                                                  if name != 'embeddings')
     info['splits'] += info.pop('unpacks')       # (an UNPACK becomes a SPLIT)
     return info

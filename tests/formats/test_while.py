@@ -93,3 +93,19 @@ def test_while_that_cannot_unroll_is_refused(tmp_path, kw, said):
     with pytest.raises(ValueError, match=said):
         prepare(src, os.fspath(tmp_path / 'o'), data=os.fspath(tmp_path / 'd.npz'), loss='mse',
                 log=lambda *a: None)
+
+
+def test_quantized_loop_body_is_refused_for_int8_training(tmp_path):
+    """An int8 body (what a full-integer converter would write; TensorFlow 2.21's
+    segfaults on a WHILE LSTM) is not unrolled for int8 training, whose export writes
+    subgraph 0 only: refused, naming --dequantize and unroll=True; the float path unrolls
+    it."""
+    src, _ = build_keras_while_lstm(tmp_path / 'w.tflite')
+    g = read_model(src)
+    body = g.subgraphs[g.ops[1].options['body_subgraph_index']]
+    t = next(t for t in body.tensors if t.name == 'h')
+    t.dtype, t.quant = 'int8', {'scale': [0.01], 'zero_point': [0], 'quantized_dimension': 0}
+    with pytest.raises(ValueError, match=r'op 1 WHILE: its body is quantized \(h is int8\).*'
+                                         r'--dequantize.*unroll=True'):
+        rw.rewrite(g, int8=True)
+    assert rw.unroll_loops(read_model(src)) == 1
