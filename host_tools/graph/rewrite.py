@@ -2884,9 +2884,13 @@ def _take(g: Graph, x: int, a: int, b: int, e: int, made, name) -> int:
         made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', got, [y],
                              {'axis': a, 'fused_activation_function': 'NONE'}, src=p.src))
         return y
-    y = new_tensor(g, f'{name}/slice', shape, like=x)
     begin, end = [0] * len(X), list(X)
     begin[a], end[a] = b, e
+    for o in g.ops + made:          # (the same slice taken before: Bidirectional's two loops)
+        if o.name == 'STRIDED_SLICE' and o.inputs[0] == x and not any(o.options.values()) and \
+                [const_ints(g, k) for k in o.inputs[1:4]] == [begin, end, [1] * len(X)]:
+            return o.outputs[0]
+    y = new_tensor(g, f'{name}/slice', shape, like=x)
     made.append(_slice_op(g, x, y, f'{name}/slice', begin, end, [1] * len(X), None))
     return y
 
