@@ -2666,10 +2666,11 @@ def unroll_loops(g: Graph, int8=False) -> int:
     zero initial state folds away as Keras's unrolled layer has it.  The body's
     constants (the cell's weights) are one tensor each, read by every step (one
     parameter, trained by all of them); each constant's Tensor.origin is its (subgraph,
-    tensor) in the file (export writes the trained values back there).  Refuses a loop whose condition needs a
-    value computed at run time, and for int8 training (int8) a quantized body (the int8
-    path writes trained weights into subgraph 0 only).  Returns how many WHILEs."""
-    done, n_file = 0, len(g.tensors)
+    tensor) in the file (export writes the trained values back there).  Refuses a loop
+    whose condition needs a value computed at run time, and for int8 training (int8) a
+    quantized body (the int8 path writes trained weights into subgraph 0 only).  Returns
+    how many WHILEs."""
+    done = 0
     for op in list(g.ops):
         if op.name != 'WHILE':
             continue
@@ -2681,8 +2682,8 @@ def unroll_loops(g: Graph, int8=False) -> int:
                 == len(op.outputs)) or len(cond.outputs) != 1:
             raise ValueError(f'{g.path}: op {op.number} WHILE: its cond and body subgraphs do '
                              'not take and give its loop values; the file is damaged')
-        for t in g.tensors:         # (where export finds each weight in the file)
-            if t.data is not None and t.origin is None and t.index < n_file:
+        for t in g.tensors:         # (where export finds each weight in the file: the
+            if t.data is not None and t.origin is None and t.buffer > 0:    # file's own)
                 t.origin = (0, t.index)
         q = next((t for t in body.tensors if t.data is None and t.quant and
                   t.dtype in ('int8', 'uint8', 'int16')), None)
