@@ -22,7 +22,7 @@ T, F, H, O = 5, 3, 4, 3
 
 def _unrolled(src, dst):
     g = read_model(src)
-    info = rw.rewrite(g)
+    info = rw.rewrite(g, list(g.ops))     # (every op trains: no bias folded into step 0)
     rw.splits_to_slices(g)          # (ONERT 0.1.0's SPLIT_V gives other values: evaluate's)
     rw.compact(g)
     rw.save_graph(g, dst)
@@ -109,3 +109,19 @@ def test_quantized_loop_body_is_refused_for_int8_training(tmp_path):
                                          r'--dequantize.*unroll=True'):
         rw.rewrite(g, int8=True)
     assert rw.unroll_loops(read_model(src)) == 1
+
+
+def test_float16_weights_of_a_loop_stay_one_parameter(tmp_path):
+    """A body's float16 weights (converter.target_spec.supported_types = [tf.float16]:
+    a DEQUANTIZE of each in the body) are dequantized once, not once a step: the unrolled
+    graph has no DEQUANTIZE, each weight one float32 tensor, and the model's values."""
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', f16=True, seq=True)
+    g, info = _unrolled(src, tmp_path / 'r.circle')
+    assert 'DEQUANTIZE' not in {op.name for op in g.ops} and g.n_subgraphs == 1
+    ws = [t for t in g.tensors if t.name.startswith('lstm0/') and t.data is not None]
+    assert sorted(t.name for t in ws) == ['lstm0/MatMul', 'lstm0/MatMul_1', 'lstm0/bias']
+    assert all(t.dtype == 'float32' for t in ws)
+    x = np.random.default_rng(1).standard_normal((6, T, F)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(tmp_path / 'r.circle', x).reshape(ref.shape), ref,
+                               rtol=1e-4, atol=1e-5)

@@ -1974,7 +1974,7 @@ def build_constant_op(path, kind, seed=0, F=5, H=6, O=3):
 
 
 def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='static',
-                           body_op=None, bi=False):
+                           body_op=None, bi=False, f16=False):
     """What TFLiteConverter.from_keras_model writes for a Keras LSTM that is not
     unroll=True (TensorFlow 2.21), built here: a WHILE over the loop values (counter,
     step, output buffer, h, c, the time-major sequence [T, 1, F]); its cond subgraph
@@ -1986,11 +1986,13 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
     Dense.  bi: a second loop reads the sequence REVERSE_V2'd and its h is concatenated
     (Bidirectional).  trip 'runtime': the cond's bound is computed from the input
     (ARG_MAX: not known before the loop runs); body_op: an op (a name) on the cell's
-    output that utrain has no kernel for.  Returns (path, numpy forward)."""
+    output that utrain has no kernel for; f16: the cell's weights float16, each DEQUANTIZEd
+    in the body (the converter's float16 quantization).  Returns (path, numpy forward)."""
     rng = np.random.default_rng(seed)
     nets = []
     for _ in range(2 if bi else 1):
-        nets.append((_rand(rng, 4 * H, F) * 0.5, _rand(rng, 4 * H, H) * 0.5, _rand(rng, 4 * H) * 0.3))
+        nets.append(tuple(w.astype(np.float16).astype(np.float32) if f16 else w for w in (
+            _rand(rng, 4 * H, F) * 0.5, _rand(rng, 4 * H, H) * 0.5, _rand(rng, 4 * H) * 0.3)))
     wo = _rand(rng, O, (T * H if seq else H) * len(nets))
     bo = _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
@@ -2036,8 +2038,12 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
         step, cnt = d.tensor('add', [], dtype=np.int32), d.tensor('add_1', [], dtype=np.int32)
         d.op('ADD', [a[1], one], [step])
         d.op('ADD', [a[0], one], [cnt])
-        tw = [d.tensor(f'lstm{j}/MatMul', wx.shape, data=wx),
-              d.tensor(f'lstm{j}/MatMul_1', wh.shape, data=wh), d.tensor(f'lstm{j}/bias', [4 * H], data=bias)]
+        tw = [d.tensor(f'lstm{j}/{n}', w.shape, data=w.astype(np.float16) if f16 else w)
+              for n, w in (('MatMul', wx), ('MatMul_1', wh), ('bias', bias))]
+        if f16:                     # (float16 weights: a DEQUANTIZE of each in the body)
+            for k, w in enumerate(tw):
+                tw[k] = d.tensor(f'lstm{j}/w{k}', d._tensors[w].shape)
+                d.op('DEQUANTIZE', [w], [tw[k]])
         xi = d.tensor('x_t', [1, F])
         d.op('GATHER', [a[5], a[1]], [xi], axis=0)
         r1, r2, s1 = (d.tensor(n, [1, 4 * H]) for n in ('mm_h', 'mm_x', 'sum'))
