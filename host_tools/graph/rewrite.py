@@ -2652,7 +2652,15 @@ def _loop_value(g: Graph, op: Operator):
 
 
 def _zeros(g: Graph, k: int) -> bool:
-    return is_const(g, k) and g.tensors[k].dtype == 'float32' and not np.any(g.tensors[k].data)
+    """Tensor k is float zeros (a recurrent layer's initial state), a constant or the
+    DEQUANTIZE of one (a float16 file's, dequantized after the loops unroll)."""
+    if k >= 0 and not is_const(g, k):
+        p = _producer(g, k)
+        if p is None or p.name != 'DEQUANTIZE' or g.tensors[p.inputs[0]].quant:
+            return False
+        k = p.inputs[0]
+    return is_const(g, k) and g.tensors[k].dtype in ('float32', 'float16') and \
+        not np.any(g.tensors[k].data)
 
 
 def unroll_loops(g: Graph, int8=False) -> int:
