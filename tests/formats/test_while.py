@@ -125,3 +125,15 @@ def test_float16_weights_of_a_loop_stay_one_parameter(tmp_path):
     ref = forward(x.astype(np.float64))
     np.testing.assert_allclose(onert_infer(tmp_path / 'r.circle', x).reshape(ref.shape), ref,
                                rtol=1e-4, atol=1e-5)
+
+
+def test_evaluate_runs_the_loop_unrolled(tmp_path):
+    """`evaluate` scores a WHILE file on its unrolled graph (ONERT 0.1.0 runs TensorFlow's
+    Bidirectional LSTM file's two WHILEs 0.38 off TFLite's outputs): the model's values."""
+    from host_tools.prepare.infer import predictor
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', bi=True, seq=True)
+    run, runtime, _ = predictor(src)
+    assert 'loops unrolled' in runtime
+    x = np.random.default_rng(1).standard_normal((6, T, F)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(run(x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
