@@ -3,6 +3,12 @@
 Each pass is a small function over the circle_io Graph IR that edits the graph in place
 and returns how many changes it made:
 
+* unroll_loops        a WHILE whose trip count the host knows (a Keras LSTM, GRU,
+                      SimpleRNN or Bidirectional layer that is not unroll=True) -> its
+                      body inlined once a step, counters and buffer slices folded, the
+                      body's weights one tensor each (Tensor.origin: where export writes
+                      them); reverse_to_concat before it makes a REVERSE_V2 slices.  Both
+                      run before dequantize.
 * dequantize          int8/uint8/int16 (and int32 bias) tensors with quantization
                       parameters -> float32 (constants dequantized with their scales and
                       zero points), QUANTIZE/DEQUANTIZE ops dropped.
