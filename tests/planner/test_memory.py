@@ -315,17 +315,7 @@ def test_an_int8_residual_cnn_trains_in_its_plan_on_32_bit(tmp_path, monkeypatch
     from kerasgraphs import build_int8_rescnn
     monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
     model = build_int8_rescnn(str(tmp_path / 'res.tflite'))
-    rng = np.random.default_rng(1)
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((8, 24, 24, 3)).astype(np.float32), y=rng.integers(0, 5, 8))
-    out = str(tmp_path / 'o')
-    s = prepare(model, out, data=data, loss='scce', epochs=1, train='all', log=lambda *a: None, **opt)
-    assert s.get('int8'), s.get('int8')
-    plan = s['heap']['total']
-    runner.stage(out)
-    assert trains_in(out, plan), f'does not train in the planned {plan} B'
-    assert not trains_in(out, int(plan / 1.2)), \
-        f'trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
+    _int8_trains_in_its_plan(tmp_path, model, (24, 24, 3), 5, opt)
 
 
 @pytest.mark.slow
@@ -347,9 +337,16 @@ def test_an_int8_shared_weight_trains_in_its_plan_on_32_bit(tmp_path, monkeypatc
     from kerasgraphs import build_int8_shared
     monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32'])
     model = build_int8_shared(str(tmp_path / 'rnn.tflite'), 'rnn', T=12, C=8, F=16, O=3)[0]
+    _int8_trains_in_its_plan(tmp_path, model, (12, 8), 3, opt)
+
+
+def _int8_trains_in_its_plan(tmp_path, model, shape, classes, opt):
+    """int8 model prepared as int8, trained whole on 8 random samples of shape with
+    settings opt: it trains in its plan on $MICROPYTHON and not in plan / 1.2."""
     rng = np.random.default_rng(1)
     data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((8, 12, 8)).astype(np.float32), y=rng.integers(0, 3, 8))
+    np.savez(data, x=rng.standard_normal((8,) + shape).astype(np.float32),
+             y=rng.integers(0, classes, 8))
     out = str(tmp_path / 'o')
     s = prepare(model, out, data=data, loss='scce', epochs=1, train='all', log=lambda *a: None, **opt)
     assert s.get('int8'), s.get('int8')
