@@ -64,7 +64,7 @@ sys.path.insert(0, ROOT)
 from host_tools.target import runner  # noqa: E402
 from host_tools.files.dataset import DataError  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
-from host_tools.plan.memory import trains_in  # noqa: E402
+from host_tools.plan.memory import first_run, trains_in  # noqa: E402
 from host_tools.graph.optable import SPECS  # noqa: E402
 from host_tools.graph.passes import PrepareError  # noqa: E402
 from host_tools.prepare import quant  # noqa: E402
@@ -208,18 +208,16 @@ def sturdy(out, n, plan, step, trains=None):
 def pico_trains(ulab, timeout=3600):
     """trains(out, heap) on the emulated Pico (host_tools/boards/pico.py: the real rp2
     firmware in rp2040js): a ballast leaves heap minus what the firmware holds after boot,
-    so the figure compares with a unix build's -X heapsize; as trains_in, each run starts
-    without a board-made prefix cache."""
+    so the figure compares with a unix build's -X heapsize; as trains_in, each run a first
+    run (memory.first_run: no board-made prefix cache, and no log, checkpoint or trained
+    weights the last run copied back; before session 20 these stayed, and every run after
+    the first found train.log and a checkpoint there)."""
     from host_tools.boards import pico
     total, free = pico.gc_total(ulab)
     held = total - free
 
     def trains(out, heap):
-        with open(os.path.join(out, 'train.json')) as f:
-            host_cache = json.load(f).get('run', {}).get('cache') == 'host'
-        for f in os.listdir(out):
-            if '.pfx' in f and not host_cache:
-                os.remove(os.path.join(out, f))
+        first_run(out)
         try:
             code, text = pico.run_folder(out, ulab, heap=heap - held, stream=False,
                                          timeout=timeout)

@@ -1248,6 +1248,36 @@ def test_trains_in_makes_every_run_a_first_run(tmp_path, monkeypatch):
                                             'weights.wof']
 
 
+def test_the_emulated_picos_runs_are_each_a_first_run(tmp_path, monkeypatch):
+    """The emulated Pico's smallest-heap runs (boards/pico.py smallest_heap, bench/sweep.py
+    --pico) copy back what the board wrote: each run starts without the log, checkpoint,
+    trained weights and board-made prefix cache of the run before, as trains_in's do
+    (the int8 sweep of session 20 had bisected every Pico cell with them there)."""
+    from host_tools.boards import pico
+    sys.path.insert(0, ROOT)
+    from bench.sweep import pico_trains
+    files = dict(model='q8.json', weights='weights.wof', train='train.ds', test=None,
+                 checkpoint='checkpoint.ckpt', out='trained.wof', log='train.log')
+    (tmp_path / 'train.json').write_text(json.dumps({'files': files, 'run': {}}))
+    for f in ('q8.json', 'weights.wof', 'train.ds'):
+        (tmp_path / f).write_text('x')
+    seen = []
+
+    def run_folder(d, ulab=False, heap=None, stream=True, timeout=None):
+        seen.append(sorted(os.listdir(d)))
+        for f in ('train.log', 'checkpoint.ckpt', 'trained.wof', 'train.ds.pfx'):
+            (tmp_path / f).write_text('x')     # (what a run copies back)
+        return (0 if heap >= 100 * 1024 else 1), ''
+    monkeypatch.setattr(pico, 'run_folder', run_folder)
+    monkeypatch.setattr(pico, 'gc_total', lambda ulab=False: (240 * 1024, 236 * 1024))
+    got = pico.smallest_heap(str(tmp_path), lo=64 * 1024, hi=200 * 1024, step=4096)
+    assert 100 * 1024 <= got <= 100 * 1024 + 2 * 4096, got
+    trains, _ = pico_trains(False)
+    assert trains(str(tmp_path), 120 * 1024) and not trains(str(tmp_path), 90 * 1024)
+    first = ['q8.json', 'train.ds', 'train.json', 'weights.wof']
+    assert len(seen) > 3 and all(s == first for s in seen), seen
+
+
 _BWD_MEM = r'''
 import gc
 from utrain.xnp import zeros
