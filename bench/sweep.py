@@ -3,12 +3,12 @@
 plan / need; a cell is flagged UNDER when plan < need (a board the plan admits fails) and
 OVER when plan > 1.2 x need (a board that fits is turned away).
 
-    python bench/sweep.py [--mp32 MP | --pico] [--ulab] [--only NAME] [--settings A,B]
-                          [--cache FILE] [--samples N] [--step F] [--sturdy] [--list]
-                          [--model FILE ...]
+    python bench/sweep.py [--mp32 MP | --pico] [--ulab] [--int8] [--only NAME]
+                          [--settings A,B] [--cache FILE] [--samples N] [--step F]
+                          [--sturdy] [--list] [--model FILE ...]
 
 Models (--model FILE, repeatable: those files instead, e.g. models made outside the
-project): the digits MLP and CNN, the held-out small CNN and MobileNet head
+project; named by the file's name, with its folders where names repeat): the digits MLP and CNN, the held-out small CNN and MobileNet head
 (host_tools/formats/refmodels.py), the zoo's PyTorch nets through tico (bench/zoo/nets.py: IMU
 1-D conv, LayerNorm block, LSTM, GRU, DS-CNN, ResNet-8; skipped without torch/tico) and
 the Keras float MLP and DS-CNN.  Settings (prepare's): SGD batch 1 all layers, Adam
@@ -20,6 +20,14 @@ and the last two ops over one-row bands (--bands 1, 'last:2 bands 1').  Each cel
 trains one epoch of N random samples (default 8) of the model's input shape, no
 evaluation, from a fresh prepare.
 
+Int8 cells (memory.plan_heap_q8's plans): an int8 file (full-integer .tflite) trains as
+int8 as it is; --int8 prepares the float models with --int8 (an int8 version calibrated
+on the cell's random samples).  Their settings: SGD batch 1 and Adam batch 4 all layers,
+the last two ops plain and from the board's own prefix cache (--cache), and the ranks
+(int8 files only: --int8 from a float model refuses --ranks); a cell prepare trains in
+float32 after all (dequantized) is named '(float32)'.  The needs are kept apart from the
+float cells' in --cache (the key ends 'int8').
+
 The build: the 64-bit unix MicroPython the runner finds ($MICROPYTHON), or --mp32 (default
 $UTRAIN_MP32), a 32-bit build: the plan is then for that build's word size; --ulab plans
 and trains with ulab's arrays (prepare --backend ulab) on a build with ulab ($UTRAIN_MP_ULAB,
@@ -28,7 +36,7 @@ instead (host_tools/boards/pico.py: the real MicroPython rp2 firmware in rp2040j
 $UTRAIN_PICO_FIRMWARE, with --ulab $UTRAIN_PICO_ULAB_FIRMWARE; utrain staged as .mpy with
 armv6m native code, as a user's Pico loads it): the plan is prepare --board rp2040's
 (32-bit words, native code and npasm's Thumb kernels in the heap, littlefs; the cell's
-settings as given: no profile default streams, no int8 from a float model), the heap a
+settings as given: no profile default streams, no int8 from a float model unless --int8), the heap a
 ballast leaves plus what the firmware holds after boot.  A run there takes about a
 minute: a few cells (--only, --settings), 2-4 samples, --step 0.02.  Bisection
 starts at the plan (one run says on which side the need lies), then halves [plan/2, plan]
@@ -54,10 +62,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from host_tools.target import runner  # noqa: E402
+from host_tools.files.dataset import DataError  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
-from host_tools.plan.memory import trains_in  # noqa: E402
+from host_tools.plan.memory import first_run, trains_in  # noqa: E402
 from host_tools.graph.optable import SPECS  # noqa: E402
 from host_tools.graph.passes import PrepareError  # noqa: E402
+from host_tools.prepare import quant  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
 
 SLACK = 1.2          # plan / need above this: OVER
@@ -86,19 +96,39 @@ def models(tmp):
     return out
 
 
-def settings(g, asked=None):
+def model_names(paths):
+    """[(name, path)] for --model files: the file's name, with as many of its folders
+    before it as tell it from the others (tico's exports are each a model.circle)."""
+    parts = [os.path.abspath(p).split(os.sep) for p in paths]
+    out = []
+    for p in parts:
+        n = 1
+        while n < len(p) and sum(q[-n:] == p[-n:] for q in parts) > 1:
+            n += 1
+        out.append(('/'.join(p[-n:]), os.sep.join(p)))
+    return out
+
+
+def settings(g, asked=None, int8=False):
     """[(name, prepare keywords)] for graph g (ranks on its last weighted op); with the
     names asked (--settings), also the settings swept only when named: SGD momentum at
     batch 1, SGD at batch 4, the last two ops from the board's own prefix cache (--cache),
     the last two ops with the frozen chains before them in one-row bands (--bands 1; the
-    default bands them only where that lowers the plan)."""
+    default bands them only where that lowers the plan).  int8 (an int8 run: an int8 file,
+    or --int8 from a float model): the last two ops plain and from the board's own cache
+    (--cache) instead of streamed (the int8 path streams the layers it chooses, not as
+    --stream asks: the plans are the plain cell's) and from a host-made cache (refused by
+    design); the ranks cells of a float model taken to int8 are refused by prepare (--int8
+    does not go with --ranks) and print as refused."""
     weighted = [op.index for op in g.ops if SPECS.get(op.name) and SPECS[op.name].roles(op, g)
                 and op.name in ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')]
     b1 = dict(optimizer='sgd', batch=1)
     out = [('sgd b1', dict(b1, train='all')),
-           ('adam b4', dict(optimizer='adam', batch=4, train='all')),
-           ('last:2 stream', dict(b1, train='last:2', stream=True)),
-           ('last:2 cache-on-host', dict(b1, train='last:2', cache='host'))]
+           ('adam b4', dict(optimizer='adam', batch=4, train='all'))]
+    out += [('last:2', dict(b1, train='last:2')),
+            ('last:2 cache', dict(b1, train='last:2', cache=True))] if int8 else [
+        ('last:2 stream', dict(b1, train='last:2', stream=True)),
+        ('last:2 cache-on-host', dict(b1, train='last:2', cache='host'))]
     if weighted:
         i = weighted[-1]
         out += [(f'ranks {i}:up', dict(b1, train='none', ranks=f'{i}:up')),
@@ -107,15 +137,17 @@ def settings(g, asked=None):
              ('sgd b4', dict(optimizer='sgd', batch=4, train='all')),
              ('last:2 cache', dict(b1, train='last:2', cache=True)),
              ('last:2 bands 1', dict(b1, train='last:2', bands=1))]
-    return out + [(n, kw) for n, kw in named if asked and n in asked]
+    have = {n for n, _ in out}
+    return out + [(n, kw) for n, kw in named if asked and n in asked and n not in have]
 
 
-def on_board(board, kw):
+def on_board(board, kw, int8=False):
     """prepare's keywords for a board profile's plan: the cell's settings stay as they are
-    (no profile default streams, no int8 from a float model: the float plan is measured)."""
+    (no profile default streams, no int8 from a float model unless int8, --int8: the float
+    plan is measured, or the int8 one)."""
     if not board:
-        return {}
-    return dict(board=board, stream=kw.get('stream', False), int8=False)
+        return dict(int8=True) if int8 else {}
+    return dict(board=board, stream=kw.get('stream', False), int8=int8)
 
 
 def samples(g, path, n):
@@ -176,18 +208,16 @@ def sturdy(out, n, plan, step, trains=None):
 def pico_trains(ulab, timeout=3600):
     """trains(out, heap) on the emulated Pico (host_tools/boards/pico.py: the real rp2
     firmware in rp2040js): a ballast leaves heap minus what the firmware holds after boot,
-    so the figure compares with a unix build's -X heapsize; as trains_in, each run starts
-    without a board-made prefix cache."""
+    so the figure compares with a unix build's -X heapsize; as trains_in, each run a first
+    run (memory.first_run: no board-made prefix cache, and no log, checkpoint or trained
+    weights the last run copied back; before session 20 these stayed, and every run after
+    the first found train.log and a checkpoint there)."""
     from host_tools.boards import pico
     total, free = pico.gc_total(ulab)
     held = total - free
 
     def trains(out, heap):
-        with open(os.path.join(out, 'train.json')) as f:
-            host_cache = json.load(f).get('run', {}).get('cache') == 'host'
-        for f in os.listdir(out):
-            if '.pfx' in f and not host_cache:
-                os.remove(os.path.join(out, f))
+        first_run(out)
         try:
             code, text = pico.run_folder(out, ulab, heap=heap - held, stream=False,
                                          timeout=timeout)
@@ -223,6 +253,9 @@ def main():
                     help='the need is the smallest heap above which every heap up to the plan '
                     'trains (each step between the bisected need and the plan is run): '
                     'fragmentation can make a step train in a heap and fail in a larger one')
+    ap.add_argument('--int8', action='store_true',
+                    help='int8 cells: a float model prepared with --int8 (calibrated on the '
+                    'samples), an int8 file as it is; the int8 settings (settings())')
     ap.add_argument('--step', type=float, default=0,
                     help='bisection step as a fraction of the plan (default: 1 KB); e.g. 0.015')
     a = ap.parse_args()
@@ -253,7 +286,7 @@ def main():
     tmp = tempfile.mkdtemp()
     rows = []
     only = a.only.split(',') if a.only else None
-    table = {os.path.basename(m): (lambda m=m: m) for m in a.model} if a.model else models(tmp)
+    table = {name: (lambda m=m: m) for name, m in model_names(a.model)} if a.model else models(tmp)
     for name, make in table.items():
         if only and not any(o in name for o in only):
             continue
@@ -264,7 +297,8 @@ def main():
             continue
         g = read_model(path)
         data = samples(g, os.path.join(tmp, 'd.npz'), a.samples)
-        for sname, kw in settings(g, a.settings and a.settings.split(',')):
+        q8file = quant.is_int8(g) or quant.float_ends(g)    # (trained as int8 as it is)
+        for sname, kw in settings(g, a.settings and a.settings.split(','), a.int8 or q8file):
             if a.settings and not any(s in sname for s in a.settings.split(',')):
                 continue
             out = os.path.join(tmp, 'run')
@@ -272,13 +306,15 @@ def main():
             try:
                 s = prepare(path, out, data=data, loss='scce', from_logits=True, lr=0.01,
                             epochs=1, log=lambda *m: None, backend=backend,
-                            **dict(kw, **on_board(board, kw)))
-            except PrepareError as e:
+                            **dict(kw, **on_board(board, kw, a.int8 and not q8file)))
+            except (PrepareError, DataError) as e:     # (DataError: a model of several inputs)
                 print(f'  {name} | {sname}: refused ({str(e).splitlines()[0][:100]})', file=sys.stderr)
                 continue
             plan = s['heap']['total']
+            if (a.int8 or q8file) and not s.get('int8'):
+                sname += ' (float32)'   # (prepare trains it dequantized: not an int8 cell)
             k = '|'.join((name, sname, build, key, str(a.samples)) + ('ulab',) * a.ulab
-                         + ('sturdy',) * a.sturdy)
+                         + ('sturdy',) * a.sturdy + ('int8',) * (a.int8 and not q8file))
             bands = s.get('bands') or []
             if k in cache and len(cache[k]) > 2 and cache[k][2] != bands:
                 del cache[k]        # measured on a run prepare banded otherwise (the plan chose)
@@ -298,7 +334,7 @@ def main():
             print('  ' + ' | '.join(map(str, rows[-1])), file=sys.stderr, flush=True)
     word = 32 if a.pico else runner.simulator_word() * 8
     print(f'build: {build} ({word}-bit{", planned for --board rp2040" if a.pico else ""}), '
-          f'{backend}; {a.samples} samples, one epoch')
+          f'{backend}{"; float models --int8" if a.int8 else ""}; {a.samples} samples, one epoch')
     print('| model | setting | plan KB | need KB | plan/need | |')
     print('|---|---|---|---|---|---|')
     worst = []

@@ -385,9 +385,12 @@ def smallest_heap(d, ulab=False, lo=16 * 1024, hi=None, step=1024):
     so the figure compares with a unix build's -X heapsize and with the planner's."""
     total, free = gc_total(ulab)
     held = total - free
-    from ..plan.memory import bisect_heap
-    return bisect_heap(lambda heap: run_folder(d, ulab, heap=heap - held, stream=False)[0] == 0,
-                       lo, hi or total, step)
+    from ..plan.memory import bisect_heap, first_run
+
+    def trains(heap):       # (each run a first run: run_folder copies back what it wrote)
+        first_run(d)
+        return run_folder(d, ulab, heap=heap - held, stream=False)[0] == 0
+    return bisect_heap(trains, lo, hi or total, step)
 
 
 class PicoBoard(Pico):

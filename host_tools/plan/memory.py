@@ -22,25 +22,32 @@ from ..target import runner
 # ---------------------------------------------------------------- measurement
 
 
-def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
-    """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?
-    frozen: the MicroPython has utrain frozen in (boards/freeze.md); lib/ is not used."""
-    argv, env = runner.command(out_dir)
+def first_run(out_dir):
+    """Make the next run in out_dir a first run, as on a board the folder was just copied
+    to: no prefix cache (epoch 1 makes it; a host-made one stays), and no log, checkpoint
+    or trained weights of an earlier run (with train.log there the run skips its header
+    line, and the heap is laid out otherwise: the Keras DS-CNN, --ranks 10:low on 32-bit
+    ulab, trained in 220 KB after a run but needed 241-244 KB as a first run; a bisection
+    had measured the former).  Every smallest-heap measurement runs it before a run: the
+    unix builds' (trains_in) and the emulated Pico's (boards/pico.py, bench/sweep.py),
+    whose runs copy back what the board wrote."""
     import json
     with open(os.path.join(out_dir, 'train.json')) as f:
         cfg = json.load(f)
     host_cache = cfg.get('run', {}).get('cache') == 'host'
-    # each run a first run, as on a board the folder was just copied to: no prefix cache
-    # (epoch 1 makes it), and no log, checkpoint or trained weights of an earlier run
-    # (with train.log there the run skips its header line, and the heap is laid out
-    # otherwise: the Keras DS-CNN, --ranks 10:low on 32-bit ulab, trained in 220 KB after
-    # a run but needed 241-244 KB as a first run; a bisection had measured the former)
     files = cfg.get('files', {})
     wrote = ({files.get(k) for k in ('log', 'checkpoint', 'out')}
              - {files.get(k) for k in ('model', 'weights', 'train', 'test')} - {None})
     for f in os.listdir(out_dir):
         if '.pfx' in f and not host_cache or any(f.startswith(w) for w in wrote):
             os.remove(os.path.join(out_dir, f))
+
+
+def trains_in(out_dir, heap: int, timeout=600, frozen=False) -> bool:
+    """Does the prepared run in out_dir train (exit 0, weights saved) in `heap` bytes?
+    frozen: the MicroPython has utrain frozen in (boards/freeze.md); lib/ is not used."""
+    argv, env = runner.command(out_dir)
+    first_run(out_dir)
     if frozen:
         env['MICROPYPATH'] = '.frozen'
     argv[argv.index('-X') + 1] = 'heapsize=%d' % heap

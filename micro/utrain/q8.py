@@ -867,24 +867,32 @@ class Q8Net:
                         d.pop('sw', None)
                     elif 'sw' not in d:     # (dropped by the net's own setup(): read again)
                         d['sw'] = self._req(d, _f32(d['nq']), 2)
+                # an alias of a shared weight (sa; and bias, sb: utrain.q8share) reads its
+                # owner's state, linked once every layer's is made: none of its own (an
+                # unrolled GRU's 8 aliases' Adam arrays, 59 KB held through setup, 32-bit)
+                sa, sb = L.sa, L.sb
                 if self.mom:
-                    L.vw = M.vel(L, n)      # (made with the net: zeros; none: 'nv')
-                    L.vb = None if L.d.get('nbv') else (_i32 if ib else _f32)(oc)   # ('nbv': none)
+                    L.vw = None if sa else M.vel(L, n)  # (made with the net: zeros; none: 'nv')
+                    L.vb = None if sb or L.d.get('nbv') else (_i32 if ib else _f32)(oc)
                 # SGD: an int8 fraction (1/256 steps) per trained weight where the table
                 # asks for one (quant.py: convolutions; every layer of a float model
                 # trained as int8), the update exact, no rounding noise (q8kern.upek)
                 L.wf = (L.wf if L.wf is not None and len(L.wf) == n else bytearray(n)) if (
-                    n and not self.adam and L.d.get('wf')) else None
+                    n and not self.adam and L.d.get('wf') and not sa) else None
                 L.be = (L.be or bytearray(oc)) if ib else None
                 if L.be is None and L.bf is None:
                     L.set_bias()
                 if optimizer == 'sgd' and batch == 1 and not (self.mom and L.xo > 1):
                     continue
-                L.ga, L.ba = _i32(n), _f32(oc)
-                if self.B:
+                if not sa:
+                    L.ga = _i32(n)
+                if not sb:
+                    L.ba = _f32(oc)
+                if self.B and not sa:
                     L.gk = array('i', [0, 0])
-                if self.adam:
+                if self.adam and not sa:
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
+                if self.adam and not sb:
                     L.bm, L.bv = _f32(oc), _f32(oc)
         for L in self.layers:
             # Adam's masters filled once every layer's arrays are made: the fill's boxed
