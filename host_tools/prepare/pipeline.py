@@ -28,8 +28,8 @@ from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
-from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
-                        set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
+from .runfolder import (FILES, OUTPUTS, Staged, check_flash, check_outputs, int8_bytes,
+                        out_identifier, read_data, set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
@@ -451,7 +451,42 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     return summary
 
 
-def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
+def prepare(model_path, out_dir, *args, **kw):
+    """Prepare out_dir to train model_path (_prepare's arguments, which says what each
+    does): written in a staging folder beside it that replaces it at the end
+    (runfolder.Staged), so that a prepare stopped half way (Ctrl-C, a kill, an error)
+    leaves the folder as it was or none; a second prepare or a run in the same folder
+    meanwhile is refused, naming it.  A --select trial's scratch folder (trial) is
+    written in place."""
+    import inspect
+    a = inspect.signature(_prepare).bind(model_path, out_dir, *args, **kw).arguments
+    if a.get('trial'):
+        return _prepare(model_path, out_dir, *args, **kw)
+    log = a.get('log', print)
+    # (an input that is one of the folder's files would be replaced by the new one)
+    check_outputs(out_dir, (model_path, a.get('data'), a.get('train_config')),
+                  OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    out = os.path.normpath(out_dir)
+    with Staged(out_dir, log) as stage:
+        def mapped(v):      # (the staging folder's name, in what the user reads: out_dir)
+            if isinstance(v, str):
+                return v.replace(stage, out)
+            if isinstance(v, dict):
+                return {mapped(k): mapped(x) for k, x in v.items()}
+            return type(v)(mapped(x) for x in v) if isinstance(v, (list, tuple)) else v
+        try:
+            # (inputs in out_dir are read where they are: the staging folder has copies)
+            a.update(out_dir=stage, log=lambda *m: log(*map(mapped, m)))
+            overrides = a.pop('overrides', {})
+            return mapped(_prepare(**a, **overrides))
+        except (PrepareError, ValueError, OSError) as e:
+            e.args = mapped(e.args)
+            if isinstance(e, OSError) and e.filename:
+                e.filename = mapped(e.filename)
+            raise
+
+
+def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
             bands=None, int8=None, log=print, trial=False, scale_input=True, output=None,
@@ -574,7 +609,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                 if board and early and len(source.inputs) == 1 else None
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
-                            prepare=prepare, flash=flash8)
+                            prepare=_prepare, flash=flash8)
             ranks, train = sel['ranks'], 'none'
             cache = cache or sel.get('cache', False)
             if 'select' in sel:     # the board chooses among the union's configurations:
@@ -798,7 +833,7 @@ def dequantized_instead(call, refusal, float32=False):
     del kw['overrides']
     first = str(refusal).split('\n')[0].split(': ', 1)[1]
     try:
-        summary = prepare(**dict(kw, log=lambda *a: None))
+        summary = _prepare(**dict(kw, log=lambda *a: None))
     except PrepareError as e:
         raise PrepareError(f'{refusal}\n  ' + ('in float32 (--float32), ' if float32 else
                                                'dequantized (--dequantize), ')
@@ -834,7 +869,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             return None
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
-                                                    (test_split, split_seed), prepare, rms,
+                                                    (test_split, split_seed), _prepare, rms,
                                                     output)
         og.optimizer = s['optimizer']       # (quant.relabel_input: rewrite.adam_keeps_scale)
         if og.crushed and not int8:     # (prepare's own choice: float32 learns it)
@@ -1006,7 +1041,7 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
     import functools
     from . import select as sl
     limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
-    prep = functools.partial(prepare, dequantize=True) if dequantize else prepare
+    prep = functools.partial(_prepare, dequantize=True) if dequantize else _prepare
     if mode == 'auto':
         res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
                              rewrite, log=log, target=target, prepare=prep)

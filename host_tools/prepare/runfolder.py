@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 from ..files import dataset as ds
 from ..formats.circle_io import atomic_write
@@ -34,7 +35,8 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
     """The output-folder pass: PrepareError when out_dir is not a folder or a file prepare
     writes there (names) is one of its inputs (model, data, training config; None: not
     given).  The rewritten graph is checked where it is written: a graph that needs no
-    rewrite may be prepared again from its own folder's rewritten.circle."""
+    rewrite may be prepared again from its own folder's rewritten.circle.  (A run or
+    another prepare in out_dir: Staged refuses it.)"""
     for src in inputs:
         for n in names:
             if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
@@ -43,25 +45,159 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
                                    'prepare into another folder')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise PrepareError(f'{out_dir}: exists and is not a folder')
-    if os.path.isdir(out_dir) and _training(out_dir):
-        raise PrepareError(f'{out_dir}: a run is training in this folder (run); wait for it to '
-                           'end or stop it, or prepare into another folder')
 
 
-def _training(out_dir) -> bool:
-    """Does a run (runner.run) hold out_dir's lock?"""
+# A prepare writes its folder OUT in a staging folder beside it, OUT.preparing (a copy of
+# OUT as it was, when there was one), which replaces OUT when everything is written: a
+# prepare stopped half way (Ctrl-C, a kill, a refusal, an error) leaves OUT as it was, or
+# no OUT.  OUT.preparing and OUT (if any) are locked (flock: the kernel drops the lock with
+# the process, killed or not) for the prepare's time, as runner.run locks OUT for a run's.
+PREPARING = '.preparing'
+PID_FILE = 'PREPARING'      # in OUT.preparing: the pid of the prepare writing it
+
+
+def staging_folder(out_dir) -> str:
+    """The staging folder of a prepare into out_dir: OUT.preparing beside it."""
+    return os.path.normpath(out_dir) + PREPARING
+
+
+def holder(path) -> str:
+    """Who holds a lock on path (a folder): 'prepare (pid N)', 'a run (pid N)', ... from
+    /proc/locks (Linux), or the staging folder's pid file; '' when nothing says."""
+    pid = None
     try:
-        import fcntl
-    except ImportError:         # (not POSIX: runs are not locked there)
-        return False
-    fd = os.open(out_dir, os.O_RDONLY)
+        ino = os.stat(path).st_ino
+        with open('/proc/locks') as f:
+            for line in f:
+                w = line.split()
+                if 'FLOCK' in w and '->' not in w and len(w) > w.index('FLOCK') + 4 \
+                        and w[w.index('FLOCK') + 4].rsplit(':', 1)[-1] == str(ino):
+                    pid = int(w[w.index('FLOCK') + 3])
+                    break
+    except (OSError, ValueError):
+        pass
+    if pid is None:
+        try:
+            with open(os.path.join(path, PID_FILE)) as f:
+                pid = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return ''
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+            argv = f.read().decode(errors='replace').split('\0')
+    except OSError:
+        argv = []
+    what = ('a prepare' if 'prepare' in argv else 'a run' if 'run' in argv or 'train.py' in
+            argv else 'a deploy' if 'deploy' in argv else 'a fleet' if 'fleet' in argv
+            else 'a process')
+    return f'{what} (pid {pid})'
+
+
+def _locked(path, refusal):
+    """An fd of path (a folder) holding its lock, or PrepareError(refusal(who holds it))."""
+    import fcntl
+    fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
     except OSError:
-        return True
-    finally:
-        os.close(fd)            # (closing drops a lock taken here)
+        who = holder(path)
+        os.close(fd)
+        raise PrepareError(refusal(who or 'another process')) from None
+    return fd
+
+
+def _exchange(a, b) -> bool:
+    """Swap folders a and b in one step (Linux renameat2 RENAME_EXCHANGE); False where
+    the system cannot."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        f = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    return f(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0     # (AT_FDCWD, EXCHANGE)
+
+
+class Staged:
+    """with Staged(out_dir, log) as stage: prepare writes into stage; on leaving without
+    an exception stage replaces out_dir (the old folder removed), else stage is removed
+    and out_dir is as it was.  Refuses (PrepareError) when another prepare or a run holds
+    out_dir or its staging folder, naming it; a staging folder nothing holds (a prepare
+    killed half way) is removed, and said so."""
+
+    def __init__(self, out_dir, log=print):
+        self.out, self.log, self.fds = os.path.normpath(out_dir), log, []
+        self.stage = staging_folder(out_dir)
+
+    def __enter__(self):
+        out, stage = self.out, self.stage
+        os.makedirs(os.path.dirname(os.path.abspath(stage)), exist_ok=True)
+        if os.path.isdir(out):
+            self.fds.append(_locked(out, lambda who: (
+                f'{out}: {who} is using this folder; wait for it to end (or stop it), or '
+                'prepare into another folder')))
+        try:
+            os.mkdir(stage)
+        except FileExistsError:
+            if not os.path.isdir(stage):
+                self._unlock()
+                raise PrepareError(f'{stage}: a file where prepare writes {out} first (its '
+                                   'staging folder); move it away') from None
+            fd = _locked(stage, lambda who: (
+                f'{out}: {who} is preparing this folder (in {stage}); wait for it to end (or '
+                'stop it), or prepare into another folder'))
+            try:
+                with open(os.path.join(stage, PID_FILE)) as f:
+                    old = f' (pid {int(f.read().split()[0])})'
+            except (OSError, ValueError, IndexError):
+                old = ''
+            shutil.rmtree(stage)
+            os.close(fd)
+            self.log(f'{stage}: removed, the unfinished folder of a prepare that was stopped '
+                     f'half way{old}; {out} was left '
+                     'as it was')
+            os.mkdir(stage)
+        self.fds.append(_locked(stage, lambda who: (
+            f'{out}: {who} is preparing this folder (in {stage}); wait for it to end (or '
+            'stop it), or prepare into another folder')))
+        try:
+            with open(os.path.join(stage, PID_FILE), 'w') as f:
+                f.write(f'{os.getpid()}\n')
+            if os.path.isdir(out):      # (what prepare keeps of it: earlier runs, ...)
+                shutil.copytree(out, stage, symlinks=True, dirs_exist_ok=True)
+        except BaseException:
+            self._drop()
+            raise
+        return stage
+
+    def _unlock(self):
+        while self.fds:
+            os.close(self.fds.pop())
+
+    def _drop(self):
+        shutil.rmtree(self.stage, ignore_errors=True)
+        self._unlock()
+
+    def __exit__(self, kind, e, tb):
+        if kind is not None:
+            self._drop()
+            return False
+        try:
+            os.remove(os.path.join(self.stage, PID_FILE))
+            if not os.path.isdir(self.out):
+                os.rename(self.stage, self.out)
+            elif _exchange(self.stage, self.out):
+                shutil.rmtree(self.stage, ignore_errors=True)      # (the folder as it was)
+            else:
+                gone = self.stage + '.old'
+                os.rename(self.out, gone)
+                os.rename(self.stage, self.out)
+                shutil.rmtree(gone, ignore_errors=True)
+        except BaseException:
+            self._drop()
+            raise
+        self._unlock()
+        return False
 
 
 def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input',
@@ -172,7 +308,8 @@ def set_aside_earlier_run(out_dir, log=print) -> str | None:
     for n in there:
         os.replace(os.path.join(out_dir, n), os.path.join(dst, n))
     for n in os.listdir(out_dir):
-        if os.path.isfile(os.path.join(out_dir, n)) and not n.endswith(('.ds', '.pfx', '.tmp')):
+        if os.path.isfile(os.path.join(out_dir, n)) and not n.endswith(('.ds', '.pfx', '.tmp')) \
+                and n != PID_FILE:
             shutil.copy2(os.path.join(out_dir, n), os.path.join(dst, n))
     log(f'{out_dir} held an earlier run: moved its {", ".join(there)} to {dst} (this '
         'preparation starts a run of its own)')

@@ -794,7 +794,8 @@ def test_a_second_run_of_one_folder_is_refused_and_a_killed_one_leaves_no_lock(b
         'fcntl.flock(fd, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)') % (ROOT, str(d))],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == 'locked'
-    with pytest.raises(RuntimeError, match='another run is training in this folder'):
+    with pytest.raises(RuntimeError, match=r'a process \(pid %d\) is using this folder; wait'
+                       % holder.pid):
         runner.run(str(d), python=True, stream=False)
     before = {f: (d / f).read_bytes() for f in INPUTS}
     holder.kill()                    # killed, like a run that crashed: no lock is left
@@ -904,7 +905,7 @@ def test_preparing_a_folder_again_sets_the_earlier_run_aside(tmp_path, int8):
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         before = snapshot(out)
-        with pytest.raises(ValueError, match='a run is training in this folder'):
+        with pytest.raises(ValueError, match=r'\(pid %d\) is using this folder' % os.getpid()):
             prepare(model, out, data=data, **kw)
         assert snapshot(out) == before
     finally:
