@@ -240,8 +240,37 @@ def parse_budget(text) -> int:
     try:
         return size_bytes(text)
     except ValueError:
-        raise PrepareError(f'--budget {text!r}: expected a size in bytes, e.g. 98304, 96K or '
-                           '1M (0 or more)') from None
+        raise PrepareError(f'--budget {text}: not a heap size. --budget is the heap the run may '
+                           'take on the board, in bytes or with K or M (98304, 96K, 1M): '
+                           + BUDGET_HOW) from None
+
+
+# what a --budget refusal says to do (one paragraph: check_budget_given)
+BUDGET_HOW = ('give --budget the heap your board has free for training, or --board NAME to '
+              "plan for a known board's heap (unix, rp2040, rp2350, esp32, esp32s3, "
+              'esp32-psram); without either the plan has no bound')
+
+
+def check_budget_given(budget, log=print):
+    """--budget before anything is planned: PrepareError (one paragraph) for a budget
+    smaller than MicroPython's interpreter takes alone on any board (0, 1, 1K: no run can
+    fit); a note for one larger than any board profile's heap (checked as given)."""
+    if budget is None:
+        return
+    from ..plan.memory import WORD_FIGURES
+    from ..target.runner import boards, size_bytes
+    b = parse_budget(budget)
+    least = min(f['base_frozen'] for f in WORD_FIGURES.values())
+    if b < least:
+        raise PrepareError(f'--budget {budget}: {b} byte{"s" * (b != 1)} is less than MicroPython\'s '
+                           f'interpreter takes alone (about {least // 1024} KB at the least), '
+                           'before utrain\'s code (30 KB or more) and the model: no run fits '
+                           'it (most runs need 64K or more): ' + BUDGET_HOW)
+    most = max(boards().items(), key=lambda kv: size_bytes(kv[1]['heap']))
+    if b > size_bytes(most[1]['heap']):
+        log(f'--budget {budget}: more heap than any board profile has (the most: {most[0]}, '
+            f'{most[1]["heap"]}); the plan is checked against it as given: --board NAME '
+            'checks it against a known board\'s heap')
 
 
 def _board_name(board, known=None) -> str:
@@ -372,10 +401,26 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
             opts['cache'] = cache
         h = plan_memory(rg, p, settings, back or backend, board, **opts)
         return h['total'], heap_limit(prof, budget, h)
+    advice = fit_advice(source, s, train, ranks, backend, limit, heap, planned)
+    fixed = heap['parts']['code'] + heap['parts']['interpreter']
+    if budget is not None and limit == parse_budget(budget) and limit < fixed \
+            and 'nothing tried fits' in advice:
+        # (a budget no setting of this model comes near: what it is short of, what to give)
+        raise PrepareError(f'{model_path}: --budget {budget} is less than the utrain code and '
+                           f'MicroPython interpreter of this run take alone (about '
+                           f'{fixed // 1024} KB), before the model; the whole run plans about '
+                           f'{-(-heap["total"] // 1024)} KB: give --budget '
+                           f'{-(-heap["total"] // 1024)}K or more if your board has it free'
+                           + runner_roomier(heap))
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
-                       + limit_source(board, prof) + '.\n'
-                       + fit_advice(source, s, train, ranks, backend, limit, heap, planned))
+                       + limit_source(board, prof) + '.\n' + advice)
+
+
+def runner_roomier(heap) -> str:
+    from ..target.runner import roomier
+    return roomier(heap) or '; or --board NAME for a known board\'s heap'
+
 
 
 def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None,
@@ -527,6 +572,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
     if board:       # (its profile's own name: 'RP2040' and 'pico' are rp2040)
         call['board'] = board = _board_name(board)
+    check_budget_given(budget, log)
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
