@@ -744,10 +744,13 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             % _span(norm) + ' by constant statistics ((x - mean) x 1 / std, as Keras\'s '
             'Normalization layer writes it; Keras does not train them): the mean and std stay '
             'the file\'s')
-    if info.get('unshared'):
-        log(f'{model_path}: {info["unshared"]} weight or bias tensors several layers read (the '
-            'converter keeps one tensor for equal constants, such as zero biases) are copied: each '
-            'layer trains its own, and export writes them as tensors of their own')
+    trained = {g.tensors[k].name for k in p.params}
+    copied = sum(len(f) - 1 for f in info.get('unshared_names', ()) if trained & set(f))
+    if copied:      # (of a constant a layer that trains reads, with another layer)
+        log(f'{model_path}: {copied} weight or bias tensor{"s" * (copied > 1)} several layers '
+            'read (the converter keeps one tensor for equal constants, such as zero biases) '
+            f'{"are" if copied > 1 else "is"} copied: each layer trains its own, and export '
+            'writes them as tensors of their own')
     if isinstance(info['input_scale'], dict):       # (several inputs: each its own)
         for key, sc in info['input_scale'].items():
             log(f'{model_path}: input {key!r}\'s root mean square is '
