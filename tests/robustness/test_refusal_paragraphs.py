@@ -1,0 +1,83 @@
+"""Issue 28: refusals of a value no run can take are one paragraph saying what is wrong
+and what to do.  --budget 0 / 1 / 1K / 20K (below the code and interpreter alone) had
+printed the planner's whole report (its parts, 'nothing tried fits ...'), -5 and 'abc'
+'(0 or more)'; a file that is not a training config given as --train-config said
+'not an onert-micro training-config file (magic 20, want 29)'."""
+import io
+import os
+from contextlib import redirect_stderr, redirect_stdout
+
+import numpy as np
+import pytest
+
+from host_tools.cli import main as cli  # noqa: E402
+from test_pipeline import small_mlp, blobs  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp('para')
+    return d, small_mlp(str(d / 'm.circle')), blobs(d, n=40)
+
+
+def says(argv):
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        code = cli([str(a) for a in argv])
+    return code, err.getvalue(), out.getvalue()
+
+
+@pytest.mark.parametrize('budget', ['0', '1', '1K', '12K', '20K', '-5', 'abc', '-1K', '0.5'])
+def test_an_absurd_budget_is_one_paragraph_saying_what_to_give(files, budget):
+    d, m, data = files
+    out = d / ('o' + budget)
+    code, err, _ = says(['prepare', m, '-o', out, '--data', data, '--loss', 'scce',
+                         '--budget=' + budget])
+    assert code == 2 and 'Traceback' not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith('error: '), err
+    assert f'--budget {budget}' in err and 'give --budget' in err, err
+    assert '--board NAME' in err or '--board esp32' in err, err
+    assert not os.path.exists(out), 'a refused prepare left a folder'
+
+
+def test_a_budget_above_every_board_is_said(files):
+    d, m, data = files
+    code, err, out = says(['prepare', m, '-o', d / 'big', '--data', data, '--loss', 'scce',
+                           '--budget', '100G'])
+    assert code == 0
+    assert '--budget 100G: more heap than any board profile has' in out + err
+
+
+def _kinds(d, m, data):
+    (d / 't.txt').write_text('op 1: all\n')
+    (d / 't.json').write_text('{"ops": {"1": "all"}}')
+    (d / 't.bin').write_bytes(bytes(range(128, 228)))
+    (d / 't.empty').write_bytes(b'')
+    tfl = d / 'm.tflite'
+    raw = bytearray(open(m, 'rb').read())
+    raw[4:8] = b'TFL3'
+    tfl.write_bytes(bytes(raw))
+    return {m: 'a circle model (.circle)', str(tfl): 'a TFLite model (.tflite)',
+            data: 'a zip archive', d / 't.txt': 'text', d / 't.json': 'JSON text',
+            d / 't.empty': 'it is empty', d / 't.bin': 'its first bytes are not one'}
+
+
+def test_a_file_that_is_not_a_training_config_says_what_it_is_and_what_to_pass(files):
+    d, m, data = files
+    said = 0
+    for f, kind in _kinds(d, m, data).items():
+        code, err, _ = says(['prepare', m, '-o', d / 'tc', '--data', data, '--loss', 'scce',
+                             '--train-config', f])
+        assert code == 2 and 'Traceback' not in err, err
+        assert 'magic' not in err and 'not a training-config (.tcfg) file' in err, err
+        assert kind in err and '--train-config takes' in err and '--ranks' in err, (f, err)
+        said += 1
+    # a run folder's files given for it
+    code, _, _ = says(['prepare', m, '-o', d / 'run', '--data', data, '--loss', 'scce'])
+    assert code == 0
+    for f, kind in (('weights.wof', "utrain's weights"), ('train.ds', "utrain's samples"),
+                    ('model.flat', "utrain's board model")):
+        code, err, _ = says(['prepare', m, '-o', d / 'tc', '--data', data, '--loss', 'scce',
+                             '--train-config', d / 'run' / f])
+        assert code == 2 and kind in err and 'magic' not in err, err
