@@ -43,6 +43,12 @@ def board_name(text: str, known=None) -> str:
         return key
     if key in ALIASES:
         return ALIASES[key]
+    # (spelled with other separators or none: 'Pico 2', 'pico-2', 'esp32psram', 'ESP32 S3')
+    bare = lambda k: ''.join(c for c in k if c not in ' -_')     # noqa: E731
+    names = {bare(k): k for k in known}
+    names.update((bare(k), v) for k, v in ALIASES.items())
+    if bare(key) and bare(key) in names:
+        return names[bare(key)]
     raise ValueError(f'unknown board {text!r}; known: {", ".join(known)} (also by '
                      'board: pico = rp2040, pico2 = rp2350); for a board of another kind give '
                      'prepare --budget its free heap (gc.mem_free() after boot), or add a '
