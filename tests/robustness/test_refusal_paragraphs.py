@@ -81,3 +81,39 @@ def test_a_file_that_is_not_a_training_config_says_what_it_is_and_what_to_pass(f
         code, err, _ = says(['prepare', m, '-o', d / 'tc', '--data', data, '--loss', 'scce',
                              '--train-config', d / 'run' / f])
         assert code == 2 and kind in err and 'magic' not in err, err
+
+
+@pytest.mark.parametrize('name, profile', [('Pico 2', 'rp2350'), ('pico-2', 'rp2350'),
+                                           ('esp32psram', 'esp32-psram'), ('ESP32 S3', 'esp32s3'),
+                                           ('pico w', 'rp2040'), ('RPI-PICO2', 'rp2350')])
+def test_a_board_spelled_with_other_separators_names_its_profile(name, profile):
+    """'pico2' and 'esp32-s3' were known, 'Pico 2' and 'esp32psram' unknown boards."""
+    from host_tools.target.runner import board_name
+    assert board_name(name) == profile
+    for bad in ('-', '', 'esp32-s3-psram', 'nrf52'):
+        with pytest.raises(ValueError, match='unknown board'):
+            board_name(bad)
+
+
+def test_a_two_input_model_given_other_x_says_what_its_inputs_take(tmp_path):
+    """evaluate had said numpy's 'cannot reshape array of size 0 into shape (48,3)' for an
+    .npz whose x is one input's, and for a .csv of other rows; an .npz of no samples
+    'not a readable .npz file (cannot reshape ...)'."""
+    from test_several_io import build, samples
+    two = build(tmp_path / 'two.tflite')
+    img, meta, y = samples()
+    cases = {'x.npz': dict(x=img, y=y), 'one.npz': dict(x=meta, y=y),
+             'empty.npz': dict(img=img[:0], meta=meta[:0], y=y[:0])}
+    for name, arrays in cases.items():
+        np.savez(tmp_path / name, **arrays)
+    np.savetxt(tmp_path / 'short.csv', np.c_[meta, y], delimiter=',')
+    for name in ('x.npz', 'one.npz', 'short.csv', 'empty.npz'):
+        for argv in (['evaluate', two, tmp_path / name],
+                     ['prepare', two, '-o', tmp_path / 'o', '--data', tmp_path / name,
+                      '--loss', 'scce', '--output', 'logits']):
+            code, err, _ = says(argv)
+            assert code == 2 and 'Traceback' not in err and 'reshape' not in err, err
+            if name == 'empty.npz':
+                assert 'holds no samples' in err, err
+            elif argv[0] == 'evaluate' or name != 'short.csv':
+                assert 'take 39 together' in err and 'img' in err and 'meta' in err, err
