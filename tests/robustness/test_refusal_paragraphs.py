@@ -117,3 +117,30 @@ def test_a_two_input_model_given_other_x_says_what_its_inputs_take(tmp_path):
                 assert 'holds no samples' in err, err
             elif argv[0] == 'evaluate' or name != 'short.csv':
                 assert 'take 39 together' in err and 'img' in err and 'meta' in err, err
+
+
+@pytest.mark.parametrize('extra, says_', [
+    (['--rounds', '0'], '--rounds 0: the rounds in all, 1 or more'),
+    (['--rounds=-1'], '--rounds -1: the rounds in all'),
+    (['--epochs', '0'], '--epochs 0: local epochs per round, 1 or more'),
+    (['--timeout', '0'], '--timeout 0: the seconds a board has'),
+    (['--timeout=-1'], '--timeout -1'), (['--timeout', 'inf'], '--timeout inf'),
+    (['--strategy', 'bogus'], "--strategy 'bogus': expected one of fedavg"),
+    (['--split', 'dirichlet:inf'], 'dirichlet:A needs a number A > 0'),
+    (['--test', 'DATA'], 'it reads as a zip archive'), (['--test', 'MODEL'], 'a circle model')])
+def test_fleet_settings_are_refused_before_any_board_is_set_up(files, extra, says_):
+    """--rounds 0 had run no round and said 'no board answered in any round', --rounds -1
+    raised IndexError once a fleet had run, --timeout 0 left every board out of every
+    round, --epochs 0 trained train.json's epochs, --strategy, an .npz as --test and
+    dirichlet:inf (numpy's RuntimeWarning) were refused after the boards were deployed."""
+    pytest.importorskip('flwr')
+    d, m, data = files
+    run = d / 'fleetrun'
+    if not run.exists():
+        assert says(['prepare', m, '-o', run, '--data', data, '--loss', 'scce',
+                     '--test-split', '0.25'])[0] == 0
+    out = d / ('fl' + ''.join(c for c in ''.join(extra) if c.isalnum()))
+    extra = [{'DATA': data, 'MODEL': m}.get(a, a) for a in extra]
+    code, err, so = says(['fleet', run, '--boards', '2', '-o', out] + extra)
+    assert code == 2 and 'Traceback' not in err and says_ in err, err
+    assert 'deployed' not in so and not (out / 'flash').exists(), so
