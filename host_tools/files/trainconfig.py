@@ -22,7 +22,7 @@ def read_train_config(path, n_ops: int) -> dict:
         data = f.read()
     head = struct.unpack_from('<HBBI', data) if len(data) >= 8 else None
     n = head[3] if head else 0
-    if (head is None or head[0] != MAGIC) and (_kind_of(data) or len(data) >= 8 or not data):
+    if data[:2] != struct.pack('<H', MAGIC) and (_kind_of(data) or len(data) >= 8 or not data):
         # (another file given for it: a model, the data, a run folder's, text)
         kind = _kind_of(data)
         raise PrepareError(f'{path}: not a training-config (.tcfg) file: '

@@ -28,7 +28,7 @@ from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
-from .runfolder import (FILES, OUTPUTS, Staged, check_flash, check_outputs, int8_bytes,
+from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs, int8_bytes,
                         out_identifier, read_data, set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
@@ -251,6 +251,26 @@ BUDGET_HOW = ('give --budget the heap your board has free for training, or --boa
               'esp32-psram); without either the plan has no bound')
 
 
+def check_select_options(select, layers, ranks, train_config, train):
+    """--select chooses what trains: PrepareError for --ranks, --train-config or --train
+    given with it (the selection had replaced them, saying nothing), and for
+    --select-layers without --select board or below 0 (-1 went into train.json)."""
+    given = [f for f, v in (('--ranks', ranks), ('--train-config', train_config),
+                            ('--train', train)) if v is not None]
+    if select and given:
+        raise PrepareError(f'--select {select} chooses what trains, and {" and ".join(given)} '
+                           f'say{"s" * (len(given) == 1)} it too: leave out '
+                           f'{" and ".join(given)}, or --select to train what '
+                           f'{"they say" if len(given) > 1 else "it says"}')
+    if layers is not None and select != 'board':
+        raise PrepareError(f'--select-layers {layers}: the layers the board trains besides the '
+                           'classifier when it chooses (--select board); give --select board, '
+                           'or leave --select-layers out')
+    if layers is not None and layers < 0:
+        raise PrepareError(f'--select-layers {layers}: 0 or more layers besides the classifier '
+                           '(0: the classifier alone; leave it out: as many as fit)')
+
+
 def check_budget_given(budget, log=print):
     """--budget before anything is planned: PrepareError (one paragraph) for a budget
     smaller than MicroPython's interpreter takes alone on any board (0, 1, 1K: no run can
@@ -402,24 +422,15 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
         h = plan_memory(rg, p, settings, back or backend, board, **opts)
         return h['total'], heap_limit(prof, budget, h)
     advice = fit_advice(source, s, train, ranks, backend, limit, heap, planned)
-    fixed = heap['parts']['code'] + heap['parts']['interpreter']
-    if budget is not None and limit == parse_budget(budget) and limit < fixed \
-            and 'nothing tried fits' in advice:
-        # (a budget no setting of this model comes near: what it is short of, what to give)
-        raise PrepareError(f'{model_path}: --budget {budget} is less than the utrain code and '
-                           f'MicroPython interpreter of this run take alone (about '
-                           f'{fixed // 1024} KB), before the model; the whole run plans about '
-                           f'{-(-heap["total"] // 1024)} KB: give --budget '
-                           f'{-(-heap["total"] // 1024)}K or more if your board has it free'
-                           + runner_roomier(heap))
+    if budget is not None and limit == parse_budget(budget):
+        short = budget_short(model_path, budget, heap, limit, advice)
+        if short:
+            raise PrepareError(short)
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
                        + limit_source(board, prof) + '.\n' + advice)
 
 
-def runner_roomier(heap) -> str:
-    from ..target.runner import roomier
-    return roomier(heap) or '; or --board NAME for a known board\'s heap'
 
 
 
@@ -573,6 +584,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if board:       # (its profile's own name: 'RP2040' and 'pico' are rp2040)
         call['board'] = board = _board_name(board)
     check_budget_given(budget, log)
+    check_select_options(select, select_layers, ranks, train_config, overrides.get('train'))
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
@@ -884,9 +896,11 @@ def dequantized_instead(call, refusal, float32=False):
     try:
         summary = _prepare(**dict(kw, log=lambda *a: None))
     except PrepareError as e:
+        why = str(e).split('\n')[0].split(': ', 1)[-1]
+        if 'the whole run plans about' in why:      # (runfolder.budget_short's: its need)
+            why = 'the whole run plans about ' + why.split('the whole run plans about ')[1]
         raise PrepareError(f'{refusal}\n  ' + ('in float32 (--float32), ' if float32 else
-                                               'dequantized (--dequantize), ')
-                           + str(e).split('\n')[0].split(': ', 1)[-1]) from None
+                                               'dequantized (--dequantize), ') + why) from None
     if float32:
         advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
         log(f'{call["model_path"]}: trains in float32 after all: as int8 it '

@@ -210,6 +210,21 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
                            out_shape=out_shape) if data else None
 
 
+def budget_short(model_path, budget, heap, limit, advice) -> str | None:
+    """A --budget (its text) below this run's code and interpreter alone (heap: its plan,
+    limit: the budget's bytes) where no option tried fits (advice: the planner's lines):
+    one paragraph, what it is short of and what to give, for the planner's report."""
+    from ..target.runner import roomier
+    fixed = heap['parts']['code'] + heap['parts']['interpreter']
+    if limit >= fixed or 'nothing tried fits' not in str(advice):
+        return None
+    need = -(-heap['total'] // 1024)
+    return (f'{model_path}: --budget {budget} is less than the utrain code and MicroPython '
+            f'interpreter of this run take alone (about {fixed // 1024} KB), before the model; '
+            f'the whole run plans about {need} KB: give --budget {need}K or more if your board '
+            'has it free' + (roomier(heap) or '; or --board NAME for a known board\'s heap'))
+
+
 def int8_bytes(g) -> int:
     """What an int8 run of graph g stores on the board besides the samples: its weights
     as int8 (a float model's as they will be) and 32-bit biases (weights.wof), q8.req's

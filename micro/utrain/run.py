@@ -334,11 +334,12 @@ def gc_every(n):
 
 def start(cfg_path='train.json'):
     keys = STATE['keys'] = Keys()
-    try:        # (CPython's numpy: a NaN/Inf is the trainer's to report, not a warning's)
-        from utrain.xnp import np
-        np.seterr(all='ignore')
-    except AttributeError:
-        pass
+    if sys.implementation.name != 'micropython':    # (nothing loaded on a board)
+        try:        # (CPython's numpy: a NaN/Inf is the trainer's to report, not a warning's)
+            import numpy
+            numpy.seterr(all='ignore')
+        except ImportError:
+            pass
     try:
         why = main(cfg_path)
     except INTR as e:             # a Ctrl-C while loading, or out of memory

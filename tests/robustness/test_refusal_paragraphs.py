@@ -144,3 +144,41 @@ def test_fleet_settings_are_refused_before_any_board_is_set_up(files, extra, say
     code, err, so = says(['fleet', run, '--boards', '2', '-o', out] + extra)
     assert code == 2 and 'Traceback' not in err and says_ in err, err
     assert 'deployed' not in so and not (out / 'flash').exists(), so
+
+
+@pytest.mark.parametrize('extra, says_', [
+    (['--select', 'auto', '--ranks', '0:all'], '--select auto chooses what trains, and --ranks'),
+    (['--select', 'board', '--train', 'last:1'], 'leave out --train, or --select'),
+    (['--select', 'auto', '--train-config', 'MODEL'], 'and --train-config says it too'),
+    (['--select', 'board', '--select-layers=-1'], '--select-layers -1: 0 or more'),
+    (['--select', 'auto', '--select-layers', '2'], 'give --select board, or leave'),
+    (['--select-layers', '1'], 'give --select board')])
+def test_select_with_what_it_replaces_is_refused(files, extra, says_):
+    """--select had replaced --ranks, --train and --train-config saying nothing (a model
+    given as --train-config was not even read); --select-layers -1 went into train.json,
+    and --select-layers without --select board was dropped."""
+    d, m, data = files
+    out = d / 'sel'
+    code, err, _ = says(['prepare', m, '-o', out, '--data', data, '--loss', 'scce',
+                         '--board', 'pico'] + [m if a == 'MODEL' else a for a in extra])
+    assert code == 2 and says_ in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.exists(out)
+
+
+def test_an_int8_run_below_its_code_is_one_paragraph_and_its_dequantized_need(tmp_path):
+    """The int8 path's refusal of a budget below the code and interpreter had been the
+    planner's report (planned parts, 'nothing tried fits'), twice: as int8 and
+    dequantized."""
+    from kerasgraphs import build_keras_int8_seq
+    m, _, _ = build_keras_int8_seq(str(tmp_path / 'q.tflite'))
+    rng = np.random.default_rng(0)
+    from host_tools.formats.circle_io import read_model
+    g = read_model(m)
+    shape = g.tensors[g.inputs[0]].shape
+    np.savez(tmp_path / 'd.npz', x=rng.normal(size=[40] + list(shape[1:])).astype(np.float32),
+             y=rng.integers(0, 2, 40))
+    code, err, _ = says(['prepare', m, '-o', tmp_path / 'o', '--data', tmp_path / 'd.npz',
+                         '--loss', 'scce', '--budget', '20K'])
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) <= 2, err
+    assert '--budget 20K is less than the utrain code' in lines[0] and 'planned:' not in err
