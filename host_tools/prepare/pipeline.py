@@ -1332,7 +1332,19 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
                            'kept in its own blocks), which export does not read: export the '
                            'folder\'s trained.wof (the best epoch; with "keep_best": false under '
                            '"run" in train.json a run saves its last epoch there)')
+    if data and not quantized:
+        raise PrepareError(f'--data {data}: export reads samples only with --quantized (to '
+                           'recalibrate the int8 model\'s activation scales and measure it); '
+                           'add --quantized, or leave --data out')
+    if data and summary.get('int8'):
+        raise PrepareError(f'--data {data}: a model trained as int8 exports with the activation '
+                           'scales its training kept; leave --data out')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
+        src = summary.get('model')
+        if isinstance(src, str) and os.path.isfile(src) and os.path.isfile(model_path) and \
+                not _same_file(src, model_path):
+            # (its files come from the run folder: the model given had been left unread)
+            raise PrepareError(f'{model_path}: not the model {run_dir} was prepared from')
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
@@ -1410,12 +1422,26 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     r = {'model': model_path, 'tensors': len(new), 'clipped': clipped, 'requantized': True}
     if data:                # activation scales recalibrated on data, and measured
         from .exportcheck import calibrated
-        r['measured'] = calibrated(run_dir, wof_path, out_path, data, g, w,
-                                   summary.get('input_perm'))
+        try:
+            r['measured'] = calibrated(run_dir, wof_path, out_path, data, g, w,
+                                       summary.get('input_perm'))
+        except BaseException:   # (data refused: no int8 model is left as if written)
+            os.remove(out_path)
+            raise
         if r['measured'].get('kept') == 'calibrated':
             r['clipped'] = 0        # (weight scales that fit the trained weights)
     r['notes'] = export_notes(r, g, summary, out_path)
     return r
+
+
+def _same_file(a, b) -> bool:
+    """Are paths a and b one file, or two copies of one?"""
+    if os.path.samefile(a, b):
+        return True
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, 'rb') as f, open(b, 'rb') as h:
+        return f.read() == h.read()
 
 
 def _span(ops) -> str:

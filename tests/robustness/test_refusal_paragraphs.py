@@ -182,3 +182,46 @@ def test_an_int8_run_below_its_code_is_one_paragraph_and_its_dequantized_need(tm
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) <= 2, err
     assert '--budget 20K is less than the utrain code' in lines[0] and 'planned:' not in err
+
+
+@pytest.fixture(scope='module')
+def int8_runs(tmp_path_factory):
+    """A keras int8 model trained dequantized and a float one trained as int8 (prepare
+    --int8), each folder's trained.wof its starting weights."""
+    import shutil
+    from host_tools.prepare.pipeline import prepare
+    from repo import ROOT
+    d = tmp_path_factory.mktemp('exp')
+    z = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    q8, ft, data = (os.path.join(z, n) for n in ('mlp_int8.tflite', 'mlp_float.tflite',
+                                                 'mlp_data.npz'))
+    quiet = dict(log=lambda *a: None, loss='scce', epochs=1)
+    prepare(q8, str(d / 'dq'), data=data, dequantize=True, **quiet)
+    prepare(ft, str(d / 'ff'), data=data, int8=True, **quiet)
+    for r in ('dq', 'ff'):
+        shutil.copy(d / r / 'weights.wof', d / r / 'trained.wof')
+    return d, q8, ft, data
+
+
+def test_export_refuses_data_it_does_not_read_and_leaves_no_output_on_a_refusal(int8_runs, files):
+    """export --quantized --data D that refuses D (missing, another model's samples) had
+    written the int8 model first and left it; --data without --quantized, and with a
+    float model trained as int8, was read by nothing, said nothing (a missing file too);
+    a float model trained as int8 exported into any model given (its files are the run
+    folder's), saying it was written into that one."""
+    d, q8, ft, data = int8_runs
+    _, m, blobs_npz = files
+    for i, (argv, says_) in enumerate([
+            ([q8, d / 'dq' / 'trained.wof', '--quantized', '--data', d / 'nope.npz'], 'no such'),
+            ([q8, d / 'dq' / 'trained.wof', '--quantized', '--data', blobs_npz], 'values per sample'),
+            ([q8, d / 'dq' / 'trained.wof', '--data', data], 'only with --quantized'),
+            ([ft, d / 'ff' / 'trained.wof', '--quantized', '--data', d / 'nope.npz'],
+             'scales its training kept'),
+            ([m, d / 'ff' / 'trained.wof', '--quantized'], 'not the model')]):
+        out = d / ('o%d.tflite' % i)
+        code, err, _ = says(['export'] + argv + ['-o', out])
+        assert code == 2 and says_ in err and 'Traceback' not in err, (argv, err)
+        assert not out.exists(), argv
+    code, err, _ = says(['export', q8, d / 'dq' / 'trained.wof', '--quantized', '--data', data,
+                         '-o', d / 'good.tflite'])
+    assert code == 0 and (d / 'good.tflite').exists(), err
