@@ -526,7 +526,7 @@ def prepare(model_path, out_dir, *args, **kw):
     with Staged(out_dir, log) as stage:
         def mapped(v):      # (the staging folder's name, in what the user reads: out_dir)
             if isinstance(v, str):
-                return v.replace(stage, out)
+                return v.replace(stage, out) if stage != out else v
             if isinstance(v, dict):
                 return {mapped(k): mapped(x) for k, x in v.items()}
             return type(v)(mapped(x) for x in v) if isinstance(v, (list, tuple)) else v

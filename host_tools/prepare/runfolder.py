@@ -126,25 +126,34 @@ class Staged:
     killed half way) is removed, and said so."""
 
     def __init__(self, out_dir, log=print):
-        self.out, self.log, self.fds = os.path.normpath(out_dir), log, []
-        self.stage = staging_folder(out_dir)
+        # (a symbolic link to a folder: the folder it names is replaced, the link kept)
+        self.out, self.log, self.fds = os.path.realpath(out_dir), log, []
+        self.stage = staging_folder(self.out)
+        self.given = out_dir            # (named in what prepare says)
+        here = os.path.realpath(os.getcwd())
+        # the folder this process (and the shell that started it) is in: written in place,
+        # as a folder swapped away would leave the shell in a removed one
+        self.inplace = here == self.out or here.startswith(self.out + os.sep)
 
     def __enter__(self):
         out, stage = self.out, self.stage
-        os.makedirs(os.path.dirname(os.path.abspath(stage)), exist_ok=True)
+        name, sname = os.path.normpath(self.given), staging_folder(self.given)
+        os.makedirs(os.path.dirname(stage), exist_ok=True)
         if os.path.isdir(out):
             self.fds.append(_locked(out, lambda who: (
-                f'{out}: {who} is using this folder; wait for it to end (or stop it), or '
+                f'{name}: {who} is using this folder; wait for it to end (or stop it), or '
                 'prepare into another folder')))
+        if self.inplace:
+            return self.given
         try:
             os.mkdir(stage)
         except FileExistsError:
             if not os.path.isdir(stage):
                 self._unlock()
-                raise PrepareError(f'{stage}: a file where prepare writes {out} first (its '
+                raise PrepareError(f'{sname}: a file where prepare writes {name} first (its '
                                    'staging folder); move it away') from None
             fd = _locked(stage, lambda who: (
-                f'{out}: {who} is preparing this folder (in {stage}); wait for it to end (or '
+                f'{name}: {who} is preparing this folder (in {sname}); wait for it to end (or '
                 'stop it), or prepare into another folder'))
             try:
                 with open(os.path.join(stage, PID_FILE)) as f:
@@ -153,12 +162,12 @@ class Staged:
                 old = ''
             shutil.rmtree(stage)
             os.close(fd)
-            self.log(f'{stage}: removed, the unfinished folder of a prepare that was stopped '
-                     f'half way{old}; {out} was left '
+            self.log(f'{sname}: removed, the unfinished folder of a prepare that was stopped '
+                     f'half way{old}; {name} was left '
                      'as it was')
             os.mkdir(stage)
         self.fds.append(_locked(stage, lambda who: (
-            f'{out}: {who} is preparing this folder (in {stage}); wait for it to end (or '
+            f'{name}: {who} is preparing this folder (in {sname}); wait for it to end (or '
             'stop it), or prepare into another folder')))
         try:
             with open(os.path.join(stage, PID_FILE), 'w') as f:
@@ -179,6 +188,9 @@ class Staged:
         self._unlock()
 
     def __exit__(self, kind, e, tb):
+        if self.inplace:
+            self._unlock()
+            return False
         if kind is not None:
             self._drop()
             return False

@@ -148,3 +148,25 @@ def test_sigterm_to_the_cli_prepare_removes_its_staging_folder(tmp_path):
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130 and 'Traceback' not in err and 'prepare did not finish' in err, err
     assert not os.path.exists(out) and not os.path.exists(out + '.preparing')
+
+
+def test_a_linked_folder_and_the_current_one(tmp_path, monkeypatch):
+    """-o a symbolic link to a folder: the folder it names is replaced, the link kept (the
+    swap had replaced the link by a folder, the folder it named left stale); -o the
+    folder prepare runs in (or one it is inside): written in place, the shell's folder
+    not swapped away under it."""
+    m, data = small_mlp(str(tmp_path / 'm.circle')), blobs(tmp_path, n=40)
+    real, link = tmp_path / 'real', tmp_path / 'link'
+    real.mkdir()
+    link.symlink_to(real)
+    prepare(m, str(link), data=data, **KW)
+    assert link.is_symlink() and (real / 'train.json').is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['blobs.npz', 'link', 'm.circle', 'real']
+    here = tmp_path / 'here'
+    (here / 'sub').mkdir(parents=True)
+    for cwd, out in ((here, '.'), (here / 'sub', '..')):
+        monkeypatch.chdir(cwd)
+        ino = os.stat('.').st_ino
+        prepare(m, out, data=data, **KW)
+        assert os.stat('.').st_ino == ino and (here / 'train.json').is_file()
+        assert not os.path.exists(str(here) + '.preparing')
