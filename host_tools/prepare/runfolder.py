@@ -118,6 +118,22 @@ def _exchange(a, b) -> bool:
     return f(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0     # (AT_FDCWD, EXCHANGE)
 
 
+def _fill(src, dst):
+    """dst (the staging folder) as src is: its files copied (prepare writes over some),
+    its folders' (earlier-N/, lib/: prepare writes in none) linked, not copied."""
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+    for n in os.listdir(src):
+        a, b = os.path.join(src, n), os.path.join(dst, n)
+        if os.path.isdir(a) and not os.path.islink(a):
+            shutil.copytree(a, b, symlinks=True, copy_function=link)
+        else:
+            shutil.copy2(a, b, follow_symlinks=False)
+
+
 class Staged:
     """with Staged(out_dir, log) as stage: prepare writes into stage; on leaving without
     an exception stage replaces out_dir (the old folder removed), else stage is removed
@@ -131,9 +147,12 @@ class Staged:
         self.stage = staging_folder(self.out)
         self.given = out_dir            # (named in what prepare says)
         here = os.path.realpath(os.getcwd())
-        # the folder this process (and the shell that started it) is in: written in place,
-        # as a folder swapped away would leave the shell in a removed one
-        self.inplace = here == self.out or here.startswith(self.out + os.sep)
+        # written in place: the folder this process (and the shell that started it) is in,
+        # as a folder swapped away would leave the shell in a removed one; a folder of
+        # other files than a preparation's (-o ~, -o /), which staging would copy whole
+        self.inplace = here == self.out or here.startswith(self.out + os.sep) or (
+            os.path.isdir(self.out) and bool(os.listdir(self.out)) and not any(
+                os.path.isfile(os.path.join(self.out, n)) for n in ('train.json', 'prepare.json')))
 
     def __enter__(self):
         out, stage = self.out, self.stage
@@ -173,7 +192,7 @@ class Staged:
             with open(os.path.join(stage, PID_FILE), 'w') as f:
                 f.write(f'{os.getpid()}\n')
             if os.path.isdir(out):      # (what prepare keeps of it: earlier runs, ...)
-                shutil.copytree(out, stage, symlinks=True, dirs_exist_ok=True)
+                _fill(out, stage)
         except BaseException:
             self._drop()
             raise

@@ -170,3 +170,22 @@ def test_a_linked_folder_and_the_current_one(tmp_path, monkeypatch):
         prepare(m, out, data=data, **KW)
         assert os.stat('.').st_ino == ino and (here / 'train.json').is_file()
         assert not os.path.exists(str(here) + '.preparing')
+
+
+def test_a_folder_of_other_files_is_written_in_place_not_copied(tmp_path, monkeypatch):
+    """-o a folder that holds other files than a preparation's (a home folder, a project):
+    staging would copy it whole; prepare writes there as before, the files left as they
+    are.  A run folder's sub-folders (earlier-N/) are linked into the staging folder, not
+    copied."""
+    m, data = small_mlp(str(tmp_path / 'm.circle')), blobs(tmp_path, n=40)
+    proj = tmp_path / 'proj'
+    (proj / 'photos').mkdir(parents=True)
+    (proj / 'notes.txt').write_text('mine')
+    (proj / 'photos' / 'a.jpg').write_bytes(b'\xff\xd8\xff' + bytes(100))
+    copied = []
+    import shutil as sh
+    real = sh.copytree
+    monkeypatch.setattr(sh, 'copytree', lambda *a, **k: copied.append(a) or real(*a, **k))
+    prepare(m, str(proj), data=data, **KW)
+    assert copied == [] and (proj / 'train.json').is_file()
+    assert (proj / 'notes.txt').read_text() == 'mine' and (proj / 'photos' / 'a.jpg').is_file()
