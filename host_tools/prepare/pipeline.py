@@ -273,15 +273,16 @@ def check_select_options(select, layers, ranks, train_config, train):
 
 def check_budget_given(budget, log=print):
     """--budget before anything is planned: PrepareError (one paragraph) for a budget
-    smaller than MicroPython's interpreter takes alone on any board (0, 1, 1K: no run can
-    fit); a note for one larger than any board profile's heap (checked as given)."""
+    under 1 KB (0, 1, 512: no run can fit; runfolder.budget_short refuses a larger one
+    below the run's code and interpreter, naming the boards that hold it); a note for one
+    larger than any board profile's heap (checked as given)."""
     if budget is None:
         return
     from ..plan.memory import WORD_FIGURES
     from ..target.runner import boards, size_bytes
     b = parse_budget(budget)
     least = min(f['base_frozen'] for f in WORD_FIGURES.values())
-    if b < least:
+    if b < 1024:        # (bytes where K was meant, 0: the planner's paragraph names boards)
         raise PrepareError(f'--budget {budget}: {b} byte{"s" * (b != 1)} is less than MicroPython\'s '
                            f'interpreter takes alone (about {least // 1024} KB at the least), '
                            'before utrain\'s code (30 KB or more) and the model: no run fits '

@@ -974,8 +974,8 @@ def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkey
 
 
 @pytest.mark.parametrize('argv, says', [
-    (['--budget', '-5K'], "--budget '-5K': expected a size"),
-    (['--budget', '-1.5M'], "--budget '-1.5M': expected a size"),
+    (['--budget', '-5K'], '--budget -5K: not a heap size'),
+    (['--budget', '-1.5M'], '--budget -1.5M: not a heap size'),
     (['--lr', '-1e-3'], '--lr -0.001: must be a finite number > 0')])
 def test_a_negative_value_after_its_option_is_judged_by_the_option(tmp_path, argv, says):
     """`--budget -5K` (space-separated): argparse took -5K for an option and said only
