@@ -48,17 +48,23 @@ def folder(tmp_path_factory):
     return d, m
 
 
+def copy_of(folder, name, python):
+    """A copy of the prepared base folder to run (skipped without MicroPython)."""
+    if not python and MP is None:
+        pytest.skip('no MicroPython')
+    d, m = folder
+    out = d / ('%s%d' % (name, python))
+    shutil.copytree(d / 'base', out)
+    return out, m
+
+
 def finite_wof(path, model):
     return all(np.isfinite(v).all() for v in read_wof(str(path), read_model(model)).values())
 
 
 @pytest.mark.parametrize('python', [False, True])
 def test_an_inf_loss_stops_the_run_saying_what_to_do_and_keeps_the_good_weights(folder, python):
-    if not python and MP is None:
-        pytest.skip('no MicroPython')
-    d, m = folder
-    out = d / ('fresh%d' % python)
-    shutil.copytree(d / 'base', out)
+    out, m = copy_of(folder, 'fresh', python)
     set_train(out, lr=1e6, epochs=3)
     code, text = runner.run(str(out), python=python, stream=False)
     assert code == 1, text
@@ -74,11 +80,7 @@ def test_an_inf_loss_stops_the_run_saying_what_to_do_and_keeps_the_good_weights(
 
 @pytest.mark.parametrize('python', [False, True])
 def test_diverging_after_a_checkpoint_keeps_it_and_says_resume(folder, python):
-    if not python and MP is None:
-        pytest.skip('no MicroPython')
-    d, m = folder
-    out = d / ('ckpt%d' % python)
-    shutil.copytree(d / 'base', out)
+    out, m = copy_of(folder, 'ckpt', python)
     assert runner.run(str(out), python=python, stream=False)[0] == 0     # one good epoch
     ckpt = (out / 'checkpoint.ckpt').read_bytes()
     log = (out / 'train.log').read_text()
