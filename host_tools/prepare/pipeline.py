@@ -28,8 +28,9 @@ from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
-from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs, int8_bytes,
-                        out_identifier, read_data, set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
+from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
+                        int8_bytes, out_identifier, read_data, set_aside_earlier_run, write_data,
+                        write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
@@ -283,7 +284,8 @@ def check_budget_given(budget, log=print):
     b = parse_budget(budget)
     least = min(f['base_frozen'] for f in WORD_FIGURES.values())
     if b < 1024:        # (bytes where K was meant, 0: the planner's paragraph names boards)
-        raise PrepareError(f'--budget {budget}: {b} byte{"s" * (b != 1)} is less than MicroPython\'s '
+        raise PrepareError(f'--budget {budget}: {b} byte{"s" * (b != 1)} is less than '
+                           'MicroPython\'s '
                            f'interpreter takes alone (about {least // 1024} KB at the least), '
                            'before utrain\'s code (30 KB or more) and the model: no run fits '
                            'it (most runs need 64K or more): ' + BUDGET_HOW)

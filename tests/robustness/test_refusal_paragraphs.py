@@ -213,7 +213,8 @@ def test_export_refuses_data_it_does_not_read_and_leaves_no_output_on_a_refusal(
     _, m, blobs_npz = files
     for i, (argv, says_) in enumerate([
             ([q8, d / 'dq' / 'trained.wof', '--quantized', '--data', d / 'nope.npz'], 'no such'),
-            ([q8, d / 'dq' / 'trained.wof', '--quantized', '--data', blobs_npz], 'values per sample'),
+            ([q8, d / 'dq' / 'trained.wof', '--quantized', '--data', blobs_npz],
+             'values per sample'),
             ([q8, d / 'dq' / 'trained.wof', '--data', data], 'only with --quantized'),
             ([ft, d / 'ff' / 'trained.wof', '--quantized', '--data', d / 'nope.npz'],
              'scales its training kept'),
