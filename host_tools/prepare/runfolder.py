@@ -329,8 +329,12 @@ def _drop_stale_samples(out_dir, files):
             os.remove(p)
 
 
+# an int8 run's state beside trained.wof (ranges, weight scales, PRELU slopes, transposed
+# convolutions', embedding tables: utrain.q8*), which export reads with it
+BESIDE = ('.q8s', '.q8w', '.q8a', '.q8c', '.q8e')
 # what a run leaves in its folder (train.py): they belong to the preparation it ran
-RUN_OUTPUTS = (FILES['log'], FILES['out'], FILES['out'] + '.best', FILES['checkpoint'])
+RUN_OUTPUTS = (FILES['log'], FILES['out'], FILES['out'] + '.best', FILES['checkpoint']) + tuple(
+    FILES['out'] + e for e in BESIDE)
 
 
 def set_aside_earlier_run(out_dir, log=print) -> str | None:

@@ -189,3 +189,28 @@ def test_a_folder_of_other_files_is_written_in_place_not_copied(tmp_path, monkey
     prepare(m, str(proj), data=data, **KW)
     assert copied == [] and (proj / 'train.json').is_file()
     assert (proj / 'notes.txt').read_text() == 'mine' and (proj / 'photos' / 'a.jpg').is_file()
+
+
+def test_an_int8_runs_files_beside_trained_wof_go_with_it_to_earlier_n(tmp_path):
+    """A folder prepared again sets its earlier run aside in earlier-N: an int8 run's
+    trained.wof.q8s / .q8w (its ranges, weight scales) stayed behind, beside the new
+    preparation, and earlier-N/trained.wof exported without them."""
+    from repo import ROOT
+    z = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    ft, data = os.path.join(z, 'mlp_float.tflite'), os.path.join(z, 'mlp_data.npz')
+    out = str(tmp_path / 'o')
+    kw = dict(data=data, int8=True, test_split=0.2, loss='scce', epochs=2,
+              log=lambda *a: None)
+    prepare(ft, out, **kw)
+    assert runner.run(out, python=True, stream=False)[0] == 0
+    side = sorted(n for n in os.listdir(out) if n.startswith('trained.wof.q8'))
+    assert side, os.listdir(out)
+    a = str(tmp_path / 'a.tflite')
+    pipeline.export(ft, os.path.join(out, 'trained.wof'), a)
+    before = {n: open(os.path.join(out, n), 'rb').read() for n in side}
+    prepare(ft, out, **kw)
+    assert not [n for n in os.listdir(out) if n.startswith('trained.wof')]
+    assert {n: open(os.path.join(out, 'earlier-1', n), 'rb').read() for n in side} == before
+    b = str(tmp_path / 'b.tflite')
+    pipeline.export(ft, os.path.join(out, 'earlier-1', 'trained.wof'), b)
+    assert open(a, 'rb').read() == open(b, 'rb').read()
