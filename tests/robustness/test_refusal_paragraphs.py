@@ -127,7 +127,8 @@ def test_a_two_input_model_given_other_x_says_what_its_inputs_take(tmp_path):
     (['--timeout=-1'], '--timeout -1'), (['--timeout', 'inf'], '--timeout inf'),
     (['--strategy', 'bogus'], "--strategy 'bogus': expected one of fedavg"),
     (['--split', 'dirichlet:inf'], 'dirichlet:A needs a number A > 0'),
-    (['--test', 'DATA'], 'it reads as a zip archive'), (['--test', 'MODEL'], 'a circle model')])
+    (['--test', 'DATA'], 'it reads as a zip archive'), (['--test', 'MODEL'], 'a circle model'),
+    (['--ports', '/dev/null'], 'not both'), (['--resume'], 'leave --resume out')])
 def test_fleet_settings_are_refused_before_any_board_is_set_up(files, extra, says_):
     """--rounds 0 had run no round and said 'no board answered in any round', --rounds -1
     raised IndexError once a fleet had run, --timeout 0 left every board out of every
