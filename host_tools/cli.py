@@ -312,6 +312,12 @@ def cmd_fleet(a):
     ports = [p for p in a.ports.split(',') if p] if a.ports else None
     if not ports and not a.boards:
         raise ValueError('fleet: give --boards N (simulated boards) or --ports P1,P2,...')
+    if ports and a.boards:          # (the ports had been taken, --boards dropped unsaid)
+        raise ValueError('fleet: give --boards N (simulated boards) or --ports P1,P2,... (real '
+                         'boards), not both')
+    if a.resume and not ports:
+        raise ValueError('fleet --resume: for --ports (boards not soft-reset first); '
+                         'simulated boards (--boards) start as set up: leave --resume out')
     try:
         st = fleet(a.dir, boards=a.boards, rounds=a.rounds, split_how=a.split, seed=a.seed,
                    ports=ports, python=a.python, board=a.board, out=a.out,

@@ -11,12 +11,10 @@ import sys
 
 from ..target import runner
 from ..target.runner import flash_advice, size_bytes
+from ..prepare.runfolder import BESIDE     # (an int8 run's files beside trained.wof)
 
 RESULTS = ('out', 'checkpoint', 'log')       # train.json files the board writes
 INPUTS = ('model', 'weights', 'train', 'test', 'quant', 'prefix')   # an int8 run's q8.req, q8.json
-# an int8 run's state beside its trained weights, which export reads (utrain.q8range's
-# ranges, q8grow's weight scales, q8bin's PRELU slopes)
-BESIDE = ('.q8s', '.q8w', '.q8a', '.q8c', '.q8e')
 END = 'utrain: end: '     # train.py's last line: 'ok' or what stopped it (utrain/run.py)
 
 

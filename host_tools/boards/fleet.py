@@ -696,11 +696,48 @@ class Fleet:
                 say(f'  {name} left out of round {rnd}: {why}')
 
 
+def check_settings(rounds, epochs, timeout, strategy, test, split_how='iid'):
+    """The fleet's settings, before any board is set up (each refusal had come after the
+    boards were deployed, or not at all: --rounds 0 ran none and said 'no board answered
+    in any round', --rounds -1 raised IndexError, --timeout 0 left every board out)."""
+    import math
+    if rounds is None or rounds < 1:
+        raise FleetError(f'--rounds {rounds}: the rounds in all, 1 or more (a rerun resumes '
+                         'after the last saved round: give more than it has run)')
+    if epochs is not None and epochs < 1:
+        raise FleetError(f'--epochs {epochs}: local epochs per round, 1 or more (leave it out '
+                         'for train.json\'s)')
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise FleetError(f'--timeout {timeout:g}: the seconds a board has per round, more than '
+                         '0 (600 unless given)')
+    if strategy not in STRATEGIES:
+        raise FleetError(f'--strategy {strategy!r}: expected one of {", ".join(STRATEGIES)}')
+    if split_how.startswith('dirichlet:'):
+        try:
+            alpha = float(split_how.split(':', 1)[1])
+        except ValueError:
+            alpha = -1.0
+        if not (alpha > 0 and math.isfinite(alpha)):
+            raise FleetError(f'--split {split_how}: dirichlet:A needs a number A > 0 (small A: '
+                             'boards of few classes; large A: near iid)')
+    if test and os.path.isfile(test):
+        from ..formats.circle_io import _kind_of
+        with open(test, 'rb') as f:
+            head = f.read(4096)
+        if head[:4] != b'UTDS':
+            kind = _kind_of(head)
+            raise FleetError(f'{test}: not a utrain dataset (.ds)' + (
+                f': it reads as {kind}' if kind else '') + '; --test takes a .ds file, as '
+                'prepare writes test.ds (`python -m host_tools dataset FILE -o DIR` converts an '
+                '.npz or .csv to one)')
+
+
 def fleet(d, boards=None, rounds=3, split_how='iid', seed=0, ports=None, python=False,
           board='rp2040', out=None, strategy='fedavg', epochs=None, timeout=600.0,
           on_train=None, say=print, resume=False, test=None):
     """The `fleet` command: returns the fleet state (settings and per-round history).
     test: the host's test .ds for the global model (default: the folder's test split)."""
+    check_settings(rounds, epochs, timeout, strategy, test, split_how)
     f = Fleet(d, out, strategy, epochs, timeout, test)
     settings = dict(split=split_how, seed=seed, epochs=epochs)
     made = []

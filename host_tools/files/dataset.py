@@ -434,11 +434,19 @@ def load_inputs(path, inputs, label='last', size=None):
     try:
         check_npz(path)
         with np.load(path, allow_pickle=False) as z:
-            if 'x' in z.files:
-                return load(path, label, size)
             files, (parts, others, at, others_at) = list(z.files), inputs    # (x0, x1: the
             names = [f'{key} (or x{j}) {list(s[1:])}'           # place among the model's inputs)
                      for j, (n, s, key) in zip(at, parts)]
+            if 'x' in z.files:
+                x, y = load(path, label, size)
+                total = sum(int(np.prod(s[1:], dtype=np.int64)) for _, s, _ in parts)
+                got = int(np.prod(x.shape[1:], dtype=np.int64))
+                if len(parts) > 1 and got != total:
+                    raise DataError(f'{path}: x has {got} values a sample; the model\'s inputs '
+                                    f'{", ".join(names)} take {total} together: give y and an '
+                                    'array per input, named as those, or x with each sample\'s '
+                                    f'{total} values joined in that order')
+                return x, y
             unread = set(others) | {f'x{j}' for j in others_at}
             if 'y' not in files:
                 raise DataError(f'{path}: needs an array y (the targets) beside one per model '
@@ -454,12 +462,12 @@ def load_inputs(path, inputs, label='last', size=None):
                 used.add(k)
                 a = z[k]
                 n = int(np.prod(shape[1:], dtype=np.int64))
-                got = a.reshape(len(a), -1).shape[1] if a.ndim else 0
+                got = int(np.prod(a.shape[1:], dtype=np.int64)) if a.ndim else 0
                 if got != n:
                     raise DataError(f'{path}: array {k} has {got} values a sample (shape '
                                     f'{list(a.shape)}); the model\'s input {key!r} takes {n} '
                                     f'({list(shape[1:])})')
-                xs.append((k, a.reshape(len(a), -1)))
+                xs.append((k, a.reshape(len(a), n)))     # (n given: 0 samples reshape too)
             extra = [f for f in files if f not in used and f not in unread]
             if extra:
                 raise DataError(f'{path}: array {extra[0]} is none of the model\'s inputs '

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from ..formats.circle_io import atomic_write
+from ..formats.circle_io import _kind_of, atomic_write
 from ..graph.passes import PrepareError, RANK_NAMES
 
 MAGIC = 29
@@ -22,6 +22,16 @@ def read_train_config(path, n_ops: int) -> dict:
         data = f.read()
     head = struct.unpack_from('<HBBI', data) if len(data) >= 8 else None
     n = head[3] if head else 0
+    if data[:2] != struct.pack('<H', MAGIC) and (_kind_of(data) or len(data) >= 8 or not data):
+        # (another file given for it: a model, the data, a run folder's, text)
+        kind = _kind_of(data)
+        raise PrepareError(f'{path}: not a training-config (.tcfg) file: '
+                           + ('it is empty' if not data else f'it reads as {kind}' if kind else
+                              'its first bytes are not one\'s') + '. '
+                           '--train-config takes onert-micro\'s training-config file (which ops '
+                           'train, how much of each), as onert-micro\'s tools and prepare '
+                           '--select (train.tcfg in its folder) write it; to say what trains '
+                           'without one: --train (all, last:N, ...) or --ranks OP:RANK,...')
     problem = (f'truncated training-config header ({len(data)} bytes)' if head is None
                else f'not an onert-micro training-config file (magic {head[0]}, want {MAGIC})'
                if head[0] != MAGIC
@@ -29,7 +39,9 @@ def read_train_config(path, n_ops: int) -> dict:
                else f'{len(data)} bytes, expected {8 + 3 * n} for {n} ops' if len(data) != 8 + 3 * n
                else None)
     if problem:
-        raise PrepareError(f'{path}: {problem}')
+        raise PrepareError(f'{path}: {problem}: a damaged or cut-short training-config file; '
+                           'write it again (prepare --select writes one as train.tcfg), or say '
+                           'what trains with --train or --ranks OP:RANK,...')
     ops = struct.unpack_from(f'<{n}H', data, 8)
     ranks = data[8 + 2 * n:]
     out = {}

@@ -253,6 +253,10 @@ def _kind_of(raw: bytes) -> str | None:
         return kinds[head]
     if head[:3] == b'\xff\xd8\xff':
         return 'a JPEG image'
+    if raw[4:8] in (b'CIR0', b'TFL3'):
+        return 'a circle model (.circle)' if raw[4:8] == b'CIR0' else 'a TFLite model (.tflite)'
+    if raw[:4] == b'\x1d\x00\x01\x00':       # (files/trainconfig.py's MAGIC 29, VERSION 1)
+        return "onert-micro's training config (a .tcfg file)"
     from ..target.device import module
     if int.from_bytes(head[:2], 'little') == module('wof').MAGIC:      # (.wof and .ckpt)
         return "utrain's weights (a .wof or .ckpt file)"

@@ -2957,6 +2957,7 @@ def unshare_constants(g: Graph) -> int:
             if is_const(g, k):
                 readers.setdefault(k, []).append((op, pos))
     made = 0
+    g.unshared = []     # (each tensor copied and its copies: still_shared counts them)
     for k, rs in readers.items():
         layers = {}
         for op, pos in rs:
@@ -2967,12 +2968,27 @@ def unshare_constants(g: Graph) -> int:
                                        for p, i in enumerate(op.inputs)))
             layers.setdefault(key, []).append(op)
         t = g.tensors[k]
+        family = [t]
         for j, ops in enumerate(list(layers.values())[1:], 1):
             c = new_tensor(g, f'{t.name}/utrain_copy{j}', t.shape, t.data.copy(), like=k)
             for op in ops:
                 op.inputs = [c if i == k else i for i in op.inputs]
+            family.append(g.tensors[c])
             made += 1
+        if len(family) > 1:
+            g.unshared.append(family)
     return made
+
+
+def still_shared(g: Graph) -> list:
+    """The names of unshare_constants's tensors (a constant several layers read, and its
+    copies) that ops still read once the passes have run, for each constant two or more
+    of them are: a fold that replaces a layer's bias (a dilated convolution's zero bias,
+    its ADD's bias moved in) leaves its copy read by nothing, and a constant one layer
+    reads is no longer shared."""
+    read = {id(g.tensors[k]) for op in g.ops for k in op.inputs if k >= 0}
+    fams = [[t.name for t in f if id(t) in read] for f in getattr(g, 'unshared', ())]
+    return [f for f in fams if len(f) > 1]
 
 
 # (run before dequantize: a loop's body is dequantized with the rest)
@@ -3007,6 +3023,9 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
             info[name] = 0
             continue
         info[name] = fn(g, keep={id(op) for op in keep}) if name == 'batchnorm' else fn(g)
+    if info['unshared']:    # (copies a later fold left unread are not counted)
+        info['unshared_names'] = still_shared(g)
+        info['unshared'] = sum(len(f) - 1 for f in info['unshared_names'])
     info['changed'] = bool(quant) or moved or any(info[name] for name, _, _ in PASSES + LOOP_PASSES
                                                   if name != 'embeddings')
     info['splits'] += info.pop('unpacks')       # (an UNPACK becomes a SPLIT)

@@ -481,6 +481,11 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     parts = ins[0] if ins else [(t0.name, t0.shape, '')]
     feeds, at = {}, 0
     x = np.asarray(x, np.float32).reshape(len(x), -1)
+    total = sum(int(np.prod(shape[1:])) for _, shape, _ in parts)
+    if x.shape[1] != total:     # (a .csv or .ds of other rows: the .npz's are checked)
+        raise InferError(f'{data}: {x.shape[1]} values a sample; the model\'s inputs '
+                         + ', '.join(f'{k or n} {list(sh[1:])}' for n, sh, k in parts)
+                         + f' take {total} together, in that order')
     for name, shape, _ in parts:
         n = int(np.prod(shape[1:]))
         feeds[name] = x[:, at:at + n].reshape([len(x)] + list(shape[1:]))

@@ -28,8 +28,9 @@ from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
 from ..graph import rewrite as rw
 from ..files.dataset import split as ds_split
-from .runfolder import (FILES, check_flash, check_outputs, int8_bytes, out_identifier, read_data,
-                        set_aside_earlier_run, write_data, write_prefix_caches, write_run_config)
+from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
+                        int8_bytes, out_identifier, read_data, set_aside_earlier_run, write_data,
+                        write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
@@ -245,8 +246,59 @@ def parse_budget(text) -> int:
     try:
         return size_bytes(text)
     except ValueError:
-        raise PrepareError(f'--budget {text!r}: expected a size in bytes, e.g. 98304, 96K or '
-                           '1M (0 or more)') from None
+        raise PrepareError(f'--budget {text}: not a heap size. --budget is the heap the run may '
+                           'take on the board, in bytes or with K or M (98304, 96K, 1M): '
+                           + BUDGET_HOW) from None
+
+
+# what a --budget refusal says to do (one paragraph: check_budget_given)
+BUDGET_HOW = ('give --budget the heap your board has free for training, or --board NAME to '
+              "plan for a known board's heap (unix, rp2040, rp2350, esp32, esp32s3, "
+              'esp32-psram); without either the plan has no bound')
+
+
+def check_select_options(select, layers, ranks, train_config, train):
+    """--select chooses what trains: PrepareError for --ranks, --train-config or --train
+    given with it (the selection had replaced them, saying nothing), and for
+    --select-layers without --select board or below 0 (-1 went into train.json)."""
+    given = [f for f, v in (('--ranks', ranks), ('--train-config', train_config),
+                            ('--train', train)) if v is not None]
+    if select and given:
+        raise PrepareError(f'--select {select} chooses what trains, and {" and ".join(given)} '
+                           f'say{"s" * (len(given) == 1)} it too: leave out '
+                           f'{" and ".join(given)}, or --select to train what '
+                           f'{"they say" if len(given) > 1 else "it says"}')
+    if layers is not None and select != 'board':
+        raise PrepareError(f'--select-layers {layers}: the layers the board trains besides the '
+                           'classifier when it chooses (--select board); give --select board, '
+                           'or leave --select-layers out')
+    if layers is not None and layers < 0:
+        raise PrepareError(f'--select-layers {layers}: 0 or more layers besides the classifier '
+                           '(0: the classifier alone; leave it out: as many as fit)')
+
+
+def check_budget_given(budget, log=print):
+    """--budget before anything is planned: PrepareError (one paragraph) for a budget
+    under 1 KB (0, 1, 512: no run can fit; runfolder.budget_short refuses a larger one
+    below the run's code and interpreter, naming the boards that hold it); a note for one
+    larger than any board profile's heap (checked as given)."""
+    if budget is None:
+        return
+    from ..plan.memory import WORD_FIGURES
+    from ..target.runner import boards, size_bytes
+    b = parse_budget(budget)
+    least = min(f['base_frozen'] for f in WORD_FIGURES.values())
+    if b < 1024:        # (bytes where K was meant, 0: the planner's paragraph names boards)
+        raise PrepareError(f'--budget {budget}: {b} byte{"s" * (b != 1)} is less than '
+                           'MicroPython\'s '
+                           f'interpreter takes alone (about {least // 1024} KB at the least), '
+                           'before utrain\'s code (30 KB or more) and the model: no run fits '
+                           'it (most runs need 64K or more): ' + BUDGET_HOW)
+    most = max(boards().items(), key=lambda kv: size_bytes(kv[1]['heap']))
+    if b > size_bytes(most[1]['heap']):
+        log(f'--budget {budget}: more heap than any board profile has (the most: {most[0]}, '
+            f'{most[1]["heap"]}); the plan is checked against it as given: --board NAME '
+            'checks it against a known board\'s heap')
 
 
 def _board_name(board, known=None) -> str:
@@ -377,10 +429,17 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
             opts['cache'] = cache
         h = plan_memory(rg, p, settings, back or backend, board, **opts)
         return h['total'], heap_limit(prof, budget, h)
+    advice = fit_advice(source, s, train, ranks, backend, limit, heap, planned)
+    if budget is not None and limit == parse_budget(budget):
+        short = budget_short(model_path, budget, heap, limit, advice)
+        if short:
+            raise PrepareError(short)
     raise PrepareError(f'{model_path}: training needs about {heap["total"] // 1024} KB of heap '
                        f'({backend}), the budget is {limit // 1024} KB'
-                       + limit_source(board, prof) + '.\n'
-                       + fit_advice(source, s, train, ranks, backend, limit, heap, planned))
+                       + limit_source(board, prof) + '.\n' + advice)
+
+
+
 
 
 def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None,
@@ -461,7 +520,42 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     return summary
 
 
-def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
+def prepare(model_path, out_dir, *args, **kw):
+    """Prepare out_dir to train model_path (_prepare's arguments, which says what each
+    does): written in a staging folder beside it that replaces it at the end
+    (runfolder.Staged), so that a prepare stopped half way (Ctrl-C, a kill, an error)
+    leaves the folder as it was or none; a second prepare or a run in the same folder
+    meanwhile is refused, naming it.  A --select trial's scratch folder (trial) is
+    written in place."""
+    import inspect
+    a = inspect.signature(_prepare).bind(model_path, out_dir, *args, **kw).arguments
+    if a.get('trial'):
+        return _prepare(model_path, out_dir, *args, **kw)
+    log = a.get('log', print)
+    # (an input that is one of the folder's files would be replaced by the new one)
+    check_outputs(out_dir, (model_path, a.get('data'), a.get('train_config')),
+                  OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
+    out = os.path.normpath(out_dir)
+    with Staged(out_dir, log) as stage:
+        def mapped(v):      # (the staging folder's name, in what the user reads: out_dir)
+            if isinstance(v, str):
+                return v.replace(stage, out) if stage != out else v
+            if isinstance(v, dict):
+                return {mapped(k): mapped(x) for k, x in v.items()}
+            return type(v)(mapped(x) for x in v) if isinstance(v, (list, tuple)) else v
+        try:
+            # (inputs in out_dir are read where they are: the staging folder has copies)
+            a.update(out_dir=stage, log=lambda *m: log(*map(mapped, m)))
+            overrides = a.pop('overrides', {})
+            return mapped(_prepare(**a, **overrides))
+        except (PrepareError, ValueError, OSError) as e:
+            e.args = mapped(e.args)
+            if isinstance(e, OSError) and e.filename:
+                e.filename = mapped(e.filename)
+            raise
+
+
+def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
             bands=None, int8=None, log=print, trial=False, scale_input=True, output=None,
@@ -502,6 +596,8 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
     if board:       # (its profile's own name: 'RP2040' and 'pico' are rp2040)
         call['board'] = board = _board_name(board)
+    check_budget_given(budget, log)
+    check_select_options(select, select_layers, ranks, train_config, overrides.get('train'))
     if bands is not None and bands < 0:
         raise PrepareError(f'--bands {bands}: ROWS is the output rows per band, 1 or more '
                            '(0: no row bands; leave it out: prepare chooses)')
@@ -584,7 +680,7 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
                 if board and early and len(source.inputs) == 1 else None
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
-                            prepare=prepare, flash=flash8)
+                            prepare=_prepare, flash=flash8)
             ranks, train = sel['ranks'], 'none'
             cache = cache or sel.get('cache', False)
             if 'select' in sel:     # the board chooses among the union's configurations:
@@ -673,10 +769,13 @@ def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=
             % _span(norm) + ' by constant statistics ((x - mean) x 1 / std, as Keras\'s '
             'Normalization layer writes it; Keras does not train them): the mean and std stay '
             'the file\'s')
-    if info.get('unshared'):
-        log(f'{model_path}: {info["unshared"]} weight or bias tensors several layers read (the '
-            'converter keeps one tensor for equal constants, such as zero biases) are copied: each '
-            'layer trains its own, and export writes them as tensors of their own')
+    trained = {g.tensors[k].name for k in p.params}
+    copied = sum(len(f) - 1 for f in info.get('unshared_names', ()) if trained & set(f))
+    if copied:      # (of a constant a layer that trains reads, with another layer)
+        log(f'{model_path}: {copied} weight or bias tensor{"s" * (copied > 1)} several layers '
+            'read (the converter keeps one tensor for equal constants, such as zero biases) '
+            f'{"are" if copied > 1 else "is"} copied: each layer trains its own, and export '
+            'writes them as tensors of their own')
     if isinstance(info['input_scale'], dict):       # (several inputs: each its own)
         for key, sc in info['input_scale'].items():
             log(f'{model_path}: input {key!r}\'s root mean square is '
@@ -808,11 +907,13 @@ def dequantized_instead(call, refusal, float32=False):
     del kw['overrides']
     first = str(refusal).split('\n')[0].split(': ', 1)[1]
     try:
-        summary = prepare(**dict(kw, log=lambda *a: None))
+        summary = _prepare(**dict(kw, log=lambda *a: None))
     except PrepareError as e:
+        why = str(e).split('\n')[0].split(': ', 1)[-1]
+        if 'the whole run plans about' in why:      # (runfolder.budget_short's: its need)
+            why = 'the whole run plans about ' + why.split('the whole run plans about ')[1]
         raise PrepareError(f'{refusal}\n  ' + ('in float32 (--float32), ' if float32 else
-                                               'dequantized (--dequantize), ')
-                           + str(e).split('\n')[0].split(': ', 1)[-1]) from None
+                                               'dequantized (--dequantize), ') + why) from None
     if float32:
         advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
         log(f'{call["model_path"]}: trains in float32 after all: as int8 it '
@@ -844,7 +945,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             return None
         kw = {k: v for k, v in overrides.items() if k not in ('stream', 'batch', 'train')}
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
-                                                    (test_split, split_seed), prepare, rms,
+                                                    (test_split, split_seed), _prepare, rms,
                                                     output)
         og.optimizer = s['optimizer']       # (quant.relabel_input: rewrite.adam_keeps_scale)
         if og.crushed and not int8:     # (prepare's own choice: float32 learns it)
@@ -1016,7 +1117,7 @@ def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_s
     import functools
     from . import select as sl
     limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
-    prep = functools.partial(prepare, dequantize=True) if dequantize else prepare
+    prep = functools.partial(_prepare, dequantize=True) if dequantize else _prepare
     if mode == 'auto':
         res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
                              rewrite, log=log, target=target, prepare=prep)
@@ -1265,7 +1366,19 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
                            'kept in its own blocks), which export does not read: export the '
                            'folder\'s trained.wof (the best epoch; with "keep_best": false under '
                            '"run" in train.json a run saves its last epoch there)')
+    if data and not quantized:
+        raise PrepareError(f'--data {data}: export reads samples only with --quantized (to '
+                           'recalibrate the int8 model\'s activation scales and measure it); '
+                           'add --quantized, or leave --data out')
+    if data and summary.get('int8'):
+        raise PrepareError(f'--data {data}: a model trained as int8 exports with the activation '
+                           'scales its training kept; leave --data out')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
+        src = summary.get('model')
+        if isinstance(src, str) and os.path.isfile(src) and os.path.isfile(model_path) and \
+                not _same_file(src, model_path):
+            # (its files come from the run folder: the model given had been left unread)
+            raise PrepareError(f'{model_path}: not the model {run_dir} was prepared from')
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
@@ -1347,12 +1460,26 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     r = {'model': model_path, 'tensors': len(new), 'clipped': clipped, 'requantized': True}
     if data:                # activation scales recalibrated on data, and measured
         from .exportcheck import calibrated
-        r['measured'] = calibrated(run_dir, wof_path, out_path, data, g, w,
-                                   summary.get('input_perm'))
+        try:
+            r['measured'] = calibrated(run_dir, wof_path, out_path, data, g, w,
+                                       summary.get('input_perm'))
+        except BaseException:   # (data refused: no int8 model is left as if written)
+            os.remove(out_path)
+            raise
         if r['measured'].get('kept') == 'calibrated':
             r['clipped'] = 0        # (weight scales that fit the trained weights)
     r['notes'] = export_notes(r, g, summary, out_path)
     return r
+
+
+def _same_file(a, b) -> bool:
+    """Are paths a and b one file, or two copies of one?"""
+    if os.path.samefile(a, b):
+        return True
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, 'rb') as f, open(b, 'rb') as h:
+        return f.read() == h.read()
 
 
 def _span(ops) -> str:

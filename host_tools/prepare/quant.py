@@ -3114,8 +3114,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     for; limit(heap): the heap it must fit (prepare.heap_limit; why_limit names the
     budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
     update (layers())."""
-    from .runfolder import (FILES, OUTPUTS, check_flash, check_outputs, int8_bytes, read_data,
-                            set_aside_earlier_run, write_data, write_run_config)
+    from .runfolder import (FILES, OUTPUTS, budget_short, check_flash, check_outputs, int8_bytes,
+                            read_data, set_aside_earlier_run, write_data, write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     if sigmoid_loss(g, s) != getattr(g, 'sigmoid_loss', False):
         g = copy.deepcopy(g)
@@ -3239,7 +3239,9 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     if lim is not None and heap['total'] > lim:
         parts = ', '.join(f'{k} {v // 1024} KB' for k, v in heap['parts'].items() if v >= 1024)
         advice = fit_advice(g, s, train, cache, bands, board, lim, heap, ranks)
-        e = HeapRefusal('\n'.join(
+        short = None if why_limit else budget_short(model_path, f'{lim // 1024}K', heap, lim,
+                                                     advice)
+        e = HeapRefusal(short or '\n'.join(
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
              f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}'] + advice))
         e.int8_fits = any(a.startswith('  would fit') for a in advice)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 from ..files import dataset as ds
 from ..formats.circle_io import atomic_write
@@ -34,7 +35,8 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
     """The output-folder pass: PrepareError when out_dir is not a folder or a file prepare
     writes there (names) is one of its inputs (model, data, training config; None: not
     given).  The rewritten graph is checked where it is written: a graph that needs no
-    rewrite may be prepared again from its own folder's rewritten.circle."""
+    rewrite may be prepared again from its own folder's rewritten.circle.  (A run or
+    another prepare in out_dir: Staged refuses it.)"""
     for src in inputs:
         for n in names:
             if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
@@ -43,25 +45,190 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
                                    'prepare into another folder')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise PrepareError(f'{out_dir}: exists and is not a folder')
-    if os.path.isdir(out_dir) and _training(out_dir):
-        raise PrepareError(f'{out_dir}: a run is training in this folder (run); wait for it to '
-                           'end or stop it, or prepare into another folder')
 
 
-def _training(out_dir) -> bool:
-    """Does a run (runner.run) hold out_dir's lock?"""
+# A prepare writes its folder OUT in a staging folder beside it, OUT.preparing (a copy of
+# OUT as it was, when there was one), which replaces OUT when everything is written: a
+# prepare stopped half way (Ctrl-C, a kill, a refusal, an error) leaves OUT as it was, or
+# no OUT.  OUT.preparing and OUT (if any) are locked (flock: the kernel drops the lock with
+# the process, killed or not) for the prepare's time, as runner.run locks OUT for a run's.
+PREPARING = '.preparing'
+PID_FILE = 'PREPARING'      # in OUT.preparing: the pid of the prepare writing it
+
+
+def staging_folder(out_dir) -> str:
+    """The staging folder of a prepare into out_dir: OUT.preparing beside it."""
+    return os.path.normpath(out_dir) + PREPARING
+
+
+def holder(path) -> str:
+    """Who holds a lock on path (a folder): 'prepare (pid N)', 'a run (pid N)', ... from
+    /proc/locks (Linux), or the staging folder's pid file; '' when nothing says."""
+    pid = None
     try:
-        import fcntl
-    except ImportError:         # (not POSIX: runs are not locked there)
-        return False
-    fd = os.open(out_dir, os.O_RDONLY)
+        ino = os.stat(path).st_ino
+        with open('/proc/locks') as f:
+            for line in f:
+                w = line.split()
+                if 'FLOCK' in w and '->' not in w and len(w) > w.index('FLOCK') + 4 \
+                        and w[w.index('FLOCK') + 4].rsplit(':', 1)[-1] == str(ino):
+                    pid = int(w[w.index('FLOCK') + 3])
+                    break
+    except (OSError, ValueError):
+        pass
+    if pid is None:
+        try:
+            with open(os.path.join(path, PID_FILE)) as f:
+                pid = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return ''
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+            argv = f.read().decode(errors='replace').split('\0')
+    except OSError:
+        argv = []
+    what = ('a prepare' if 'prepare' in argv else 'a run' if 'run' in argv or 'train.py' in
+            argv else 'a deploy' if 'deploy' in argv else 'a fleet' if 'fleet' in argv
+            else 'a process')
+    return f'{what} (pid {pid})'
+
+
+def _locked(path, refusal):
+    """An fd of path (a folder) holding its lock, or PrepareError(refusal(who holds it))."""
+    import fcntl
+    fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
     except OSError:
-        return True
-    finally:
-        os.close(fd)            # (closing drops a lock taken here)
+        who = holder(path)
+        os.close(fd)
+        raise PrepareError(refusal(who or 'another process')) from None
+    return fd
+
+
+def _exchange(a, b) -> bool:
+    """Swap folders a and b in one step (Linux renameat2 RENAME_EXCHANGE); False where
+    the system cannot."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        f = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    return f(-100, os.fsencode(a), -100, os.fsencode(b), 2) == 0     # (AT_FDCWD, EXCHANGE)
+
+
+def _fill(src, dst):
+    """dst (the staging folder) as src is: its files copied (prepare writes over some),
+    its folders' (earlier-N/, lib/: prepare writes in none) linked, not copied."""
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+    for n in os.listdir(src):
+        a, b = os.path.join(src, n), os.path.join(dst, n)
+        if os.path.isdir(a) and not os.path.islink(a):
+            shutil.copytree(a, b, symlinks=True, copy_function=link)
+        else:
+            shutil.copy2(a, b, follow_symlinks=False)
+
+
+class Staged:
+    """with Staged(out_dir, log) as stage: prepare writes into stage; on leaving without
+    an exception stage replaces out_dir (the old folder removed), else stage is removed
+    and out_dir is as it was.  Refuses (PrepareError) when another prepare or a run holds
+    out_dir or its staging folder, naming it; a staging folder nothing holds (a prepare
+    killed half way) is removed, and said so."""
+
+    def __init__(self, out_dir, log=print):
+        # (a symbolic link to a folder: the folder it names is replaced, the link kept)
+        self.out, self.log, self.fds = os.path.realpath(out_dir), log, []
+        self.stage = staging_folder(self.out)
+        self.given = out_dir            # (named in what prepare says)
+        here = os.path.realpath(os.getcwd())
+        # written in place: the folder this process (and the shell that started it) is in,
+        # as a folder swapped away would leave the shell in a removed one; a folder of
+        # other files than a preparation's (-o ~, -o /), which staging would copy whole
+        self.inplace = here == self.out or here.startswith(self.out + os.sep) or (
+            os.path.isdir(self.out) and bool(os.listdir(self.out)) and not any(
+                os.path.isfile(os.path.join(self.out, n)) for n in ('train.json', 'prepare.json')))
+
+    def __enter__(self):
+        out, stage = self.out, self.stage
+        name, sname = os.path.normpath(self.given), staging_folder(self.given)
+        os.makedirs(os.path.dirname(stage), exist_ok=True)
+        if os.path.isdir(out):
+            self.fds.append(_locked(out, lambda who: (
+                f'{name}: {who} is using this folder; wait for it to end (or stop it), or '
+                'prepare into another folder')))
+        if self.inplace:
+            return self.given
+        try:
+            os.mkdir(stage)
+        except FileExistsError:
+            if not os.path.isdir(stage):
+                self._unlock()
+                raise PrepareError(f'{sname}: a file where prepare writes {name} first (its '
+                                   'staging folder); move it away') from None
+            fd = _locked(stage, lambda who: (
+                f'{name}: {who} is preparing this folder (in {sname}); wait for it to end (or '
+                'stop it), or prepare into another folder'))
+            try:
+                with open(os.path.join(stage, PID_FILE)) as f:
+                    old = f' (pid {int(f.read().split()[0])})'
+            except (OSError, ValueError, IndexError):
+                old = ''
+            shutil.rmtree(stage)
+            os.close(fd)
+            self.log(f'{sname}: removed, the unfinished folder of a prepare that was stopped '
+                     f'half way{old}; {name} was left '
+                     'as it was')
+            os.mkdir(stage)
+        self.fds.append(_locked(stage, lambda who: (
+            f'{name}: {who} is preparing this folder (in {sname}); wait for it to end (or '
+            'stop it), or prepare into another folder')))
+        try:
+            with open(os.path.join(stage, PID_FILE), 'w') as f:
+                f.write(f'{os.getpid()}\n')
+            if os.path.isdir(out):      # (what prepare keeps of it: earlier runs, ...)
+                _fill(out, stage)
+        except BaseException:
+            self._drop()
+            raise
+        return stage
+
+    def _unlock(self):
+        while self.fds:
+            os.close(self.fds.pop())
+
+    def _drop(self):
+        shutil.rmtree(self.stage, ignore_errors=True)
+        self._unlock()
+
+    def __exit__(self, kind, e, tb):
+        if self.inplace:
+            self._unlock()
+            return False
+        if kind is not None:
+            self._drop()
+            return False
+        try:
+            os.remove(os.path.join(self.stage, PID_FILE))
+            if not os.path.isdir(self.out):
+                os.rename(self.stage, self.out)
+            elif _exchange(self.stage, self.out):
+                shutil.rmtree(self.stage, ignore_errors=True)      # (the folder as it was)
+            else:
+                gone = self.stage + '.old'
+                os.rename(self.out, gone)
+                os.rename(self.stage, self.out)
+                shutil.rmtree(gone, ignore_errors=True)
+        except BaseException:
+            self._drop()
+            raise
+        self._unlock()
+        return False
 
 
 def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the model input',
@@ -72,6 +239,21 @@ def read_data(data, shape=None, n_out=None, perm=None, loss=None, where='the mod
     targets for loss (out_shape: the output's).  Returns (x, y), or None without data."""
     return ds.read_samples(data, shape, perm, loss, n_out, where, inputs=inputs,
                            out_shape=out_shape) if data else None
+
+
+def budget_short(model_path, budget, heap, limit, advice) -> str | None:
+    """A --budget (its text) below this run's code and interpreter alone (heap: its plan,
+    limit: the budget's bytes) where no option tried fits (advice: the planner's lines):
+    one paragraph, what it is short of and what to give, for the planner's report."""
+    from ..target.runner import roomier
+    fixed = heap['parts']['code'] + heap['parts']['interpreter']
+    if limit >= fixed or 'nothing tried fits' not in str(advice):
+        return None
+    need = -(-heap['total'] // 1024)
+    return (f'{model_path}: --budget {budget} is less than the utrain code and MicroPython '
+            f'interpreter of this run take alone (about {fixed // 1024} KB), before the model; '
+            f'the whole run plans about {need} KB: give --budget {need}K or more if your board '
+            'has it free' + (roomier(heap) or '; or --board NAME for a known board\'s heap'))
 
 
 def int8_bytes(g) -> int:
@@ -147,8 +329,12 @@ def _drop_stale_samples(out_dir, files):
             os.remove(p)
 
 
+# an int8 run's state beside trained.wof (ranges, weight scales, PRELU slopes, transposed
+# convolutions', embedding tables: utrain.q8*), which export reads with it
+BESIDE = ('.q8s', '.q8w', '.q8a', '.q8c', '.q8e')
 # what a run leaves in its folder (train.py): they belong to the preparation it ran
-RUN_OUTPUTS = (FILES['log'], FILES['out'], FILES['out'] + '.best', FILES['checkpoint'])
+RUN_OUTPUTS = (FILES['log'], FILES['out'], FILES['out'] + '.best', FILES['checkpoint']) + tuple(
+    FILES['out'] + e for e in BESIDE)
 
 
 def set_aside_earlier_run(out_dir, log=print) -> str | None:
@@ -172,7 +358,8 @@ def set_aside_earlier_run(out_dir, log=print) -> str | None:
     for n in there:
         os.replace(os.path.join(out_dir, n), os.path.join(dst, n))
     for n in os.listdir(out_dir):
-        if os.path.isfile(os.path.join(out_dir, n)) and not n.endswith(('.ds', '.pfx', '.tmp')):
+        if os.path.isfile(os.path.join(out_dir, n)) and not n.endswith(('.ds', '.pfx', '.tmp')) \
+                and n != PID_FILE:
             shutil.copy2(os.path.join(out_dir, n), os.path.join(dst, n))
     log(f'{out_dir} held an earlier run: moved its {", ".join(there)} to {dst} (this '
         'preparation starts a run of its own)')

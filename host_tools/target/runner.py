@@ -43,6 +43,12 @@ def board_name(text: str, known=None) -> str:
         return key
     if key in ALIASES:
         return ALIASES[key]
+    # (spelled with other separators or none: 'Pico 2', 'pico-2', 'esp32psram', 'ESP32 S3')
+    bare = lambda k: ''.join(c for c in k if c not in ' -_')     # noqa: E731
+    names = {bare(k): k for k in known}
+    names.update((bare(k), v) for k, v in ALIASES.items())
+    if bare(key) and bare(key) in names:
+        return names[bare(key)]
     raise ValueError(f'unknown board {text!r}; known: {", ".join(known)} (also by '
                      'board: pico = rp2040, pico2 = rp2350); for a board of another kind give '
                      'prepare --budget its free heap (gc.mem_free() after boot), or add a '
@@ -478,6 +484,11 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         raise FileNotFoundError(f'{out_dir}: a file; give the folder prepare wrote (its -o)'
                                 + (f', {os.path.dirname(out_dir) or "."}' if os.path.exists(
                                     os.path.join(os.path.dirname(out_dir), 'train.json')) else ''))
+    from ..prepare.runfolder import holder, staging_folder
+    stage = staging_folder(out_dir)
+    if os.path.isdir(stage) and holder(stage).startswith('a prepare'):
+        raise RuntimeError(f'{out_dir}: {holder(stage)} is preparing this folder (in {stage}); '
+                           'run it when that prepare ends')
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
     damaged_weights(out_dir)
@@ -486,8 +497,13 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise RuntimeError(f'{out_dir}: another run is training in this folder; wait for it '
-                               'to end (or stop it) first') from None
+            who = holder(out_dir)
+            raise RuntimeError(
+                f'{out_dir}: {who or "another run"} is '
+                + ('preparing this folder; run it when that prepare ends' if who.startswith(
+                    'a prepare') else 'training in this folder; wait for it to end (or stop '
+                   'it) first' if not who or who.startswith('a run') else
+                   'using this folder; wait for it to end (or stop it) first')) from None
         argv, env = command(out_dir, board, python, source)
         note = None if python else sim_heap(out_dir, board)[1]
         if note and stream:

@@ -208,7 +208,7 @@ def main(cfg_path='train.json'):
         print('%s holds the best weights: epoch %d, test_%s %.4f' % (out, tr.best[0], metric, tr.best[2]))
     else:
         saving(out, tr.save_weights, out)
-        print('saved %s' % out)
+        print('saved %s%s' % (out, ' (the last good weights, restored)' if why else ''))
     return why
 
 
@@ -256,7 +256,9 @@ def run_epochs(tr, files, run, train, test, keep, rec, fresh):
             saving(ckpt, tr.train_epoch, train, progress, ckpt, run.get('checkpoint_every', 0))
         except Diverged as e:
             if run.get('on_nan', 'lower') != 'lower' or tr.retries >= run.get('max_retries', 3):
-                why = 'stopped: %s' % e
+                # (the weights kept are the last good ones: no NaN saved or logged)
+                why = ('stopped: %s; lower "lr" in train.json (%g) and run again%s'
+                       % (e, c['lr'], ' with "resume": true' if tr.good else ''))
                 print('utrain: ' + why)
                 break
             tr.retries += 1
@@ -332,6 +334,12 @@ def gc_every(n):
 
 def start(cfg_path='train.json'):
     keys = STATE['keys'] = Keys()
+    if sys.implementation.name != 'micropython':    # (nothing loaded on a board)
+        try:        # (CPython's numpy: a NaN/Inf is the trainer's to report, not a warning's)
+            import numpy
+            numpy.seterr(all='ignore')
+        except ImportError:
+            pass
     try:
         why = main(cfg_path)
     except INTR as e:             # a Ctrl-C while loading, or out of memory

@@ -505,7 +505,8 @@ def test_training_config_file_round_trip_and_errors(tmp_path):
         read_train_config(p, 3)
     with pytest.raises(PrepareError, match='no onert-micro'):
         write_train_config(p, {0: 4})
-    for bad, msg in [(raw[:5], 'truncated'), (b'\x1e' + raw[1:], 'magic'),
+    for bad, msg in [(raw[:5], 'truncated'),
+                     (b'\x1e' + raw[1:], 'not a training-config .*first bytes'),
                      (raw[:-1], 'expected 17'), (raw[:-1] + b'\x09', 'unknown rank')]:
         open(p, 'wb').write(bad)
         with pytest.raises(PrepareError, match=msg):

@@ -794,7 +794,8 @@ def test_a_second_run_of_one_folder_is_refused_and_a_killed_one_leaves_no_lock(b
         'fcntl.flock(fd, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)') % (ROOT, str(d))],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == 'locked'
-    with pytest.raises(RuntimeError, match='another run is training in this folder'):
+    with pytest.raises(RuntimeError, match=r'a process \(pid %d\) is using this folder; wait'
+                       % holder.pid):
         runner.run(str(d), python=True, stream=False)
     before = {f: (d / f).read_bytes() for f in INPUTS}
     holder.kill()                    # killed, like a run that crashed: no lock is left
@@ -904,7 +905,7 @@ def test_preparing_a_folder_again_sets_the_earlier_run_aside(tmp_path, int8):
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         before = snapshot(out)
-        with pytest.raises(ValueError, match='a run is training in this folder'):
+        with pytest.raises(ValueError, match=r'\(pid %d\) is using this folder' % os.getpid()):
             prepare(model, out, data=data, **kw)
         assert snapshot(out) == before
     finally:
@@ -973,8 +974,8 @@ def test_host_out_of_space_names_the_file_and_keeps_the_old_one(tmp_path, monkey
 
 
 @pytest.mark.parametrize('argv, says', [
-    (['--budget', '-5K'], "--budget '-5K': expected a size"),
-    (['--budget', '-1.5M'], "--budget '-1.5M': expected a size"),
+    (['--budget', '-5K'], '--budget -5K: not a heap size'),
+    (['--budget', '-1.5M'], '--budget -1.5M: not a heap size'),
     (['--lr', '-1e-3'], '--lr -0.001: must be a finite number > 0')])
 def test_a_negative_value_after_its_option_is_judged_by_the_option(tmp_path, argv, says):
     """`--budget -5K` (space-separated): argparse took -5K for an option and said only

@@ -284,6 +284,45 @@ def build_keras_dilated(path, seed=0, L=13, C=2, O=3, H=5, K=4):
     return os.fspath(path), forward
 
 
+def build_keras_dilated_shared_zero(path, seed=0, L=13, C=2, O=3):
+    """Keras Conv1D(dilation_rate=2, causal, bias) then Dense(O) whose zero bias the
+    converter keeps as one tensor with the conv's: PAD -> SPACE_TO_BATCH_ND -> EXPAND_DIMS
+    -> CONV_2D (the shared zeros) -> RESHAPE -> BATCH_TO_SPACE_ND -> ADD (the conv's bias)
+    -> RESHAPE -> FULLY_CONNECTED (the shared zeros)."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+
+    def ints(name, v):
+        v = np.array(v, np.int32)
+        return b.tensor(name, list(v.shape), data=v)
+    z = b.tensor('zeros', [O], data=np.zeros(O, np.float32))
+    x, xp = _act(b, 'x', [1, L, C]), _act(b, 'xp', [1, L + 4, C])
+    b.op('PAD', [x, ints('causal', [[0, 0], [4, 0], [0, 0]])], [xp])
+    s = _act(b, 's', [1, (L + 5) // 2, C])
+    b.op('SPACE_TO_BATCH_ND', [xp, ints('blk', [2]), ints('pad', [[0, 1]])], [s])
+    e = _act(b, 'e', [1, 1, (L + 5) // 2, C])
+    b.op('EXPAND_DIMS', [s, ints('ax', -3)], [e])
+    w1 = _rand(rng, O, 1, 3, C)
+    c = _act(b, 'c', [1, 1, (L + 5) // 2 - 2, O])
+    b.op('CONV_2D', [e, b.tensor('w1', w1.shape, data=w1), z], [c], padding='VALID')
+    r = _act(b, 'r', [1, (L + 5) // 2 - 2, O])
+    b.op('RESHAPE', [c, ints('shp', [-1, (L + 5) // 2 - 2, O])], [r])
+    u = _act(b, 'u', [1, L, O])
+    b.op('BATCH_TO_SPACE_ND', [r, ints('blkb', [2]), ints('crop', [[0, 1]])], [u])
+    a = _act(b, 'a', [1, L, O])
+    b.op('ADD', [u, b.tensor('b1', [1, 1, O], data=_rand(rng, 1, 1, O))], [a],
+         fused_activation_function='RELU')
+    f = _act(b, 'f', [1, L * O])
+    b.op('RESHAPE', [a], [f], new_shape=[1, L * O])
+    w2 = _rand(rng, O, L * O) * 0.3
+    y = _act(b, 'y', [1, O])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', w2.shape, data=w2), z], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+    return os.fspath(path)
+
+
 def build_keras_layernorm(path, seed=0, F=6, H=8, O=2, eps=1e-3):
     """What Keras 3 exports for Dense(elu) -> LayerNormalization -> Dense, built here:
     ELU, then the moments as MEAN, NEG of the mean, SQUARED_DIFFERENCE, MEAN, ADD eps,

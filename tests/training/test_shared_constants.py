@@ -167,3 +167,35 @@ def test_int8_layers_train_their_own_copy_of_one_weight(tmp_path):
     wa, wb = (g1.tensors[p[0]].data for p in pairs[1:])
     assert (wa != ws0).any() and (wb != ws0).any() and (wa != wb).any()
     assert g1.tensors[pairs[2][0]].quant['scale'] == g1.tensors[pairs[1][0]].quant['scale']
+
+
+def test_the_copy_count_leaves_out_copies_a_fold_left_unread_and_frozen_ones(tmp_path):
+    """Issue 28: a dilated Conv1D's zero bias shared with a Dense's: the fold that moves
+    its ADD's bias into the conv leaves the conv's zeros read by nothing, so nothing is
+    shared any more; prepare had logged '1 weight or bias tensors ... are copied'.  The
+    residual-style graph above: two shared constants, 2 copies, both trained (said);
+    with only the last layer trained none of them trains (not said)."""
+    from kerasgraphs import build_keras_dilated_shared_zero
+    from host_tools.cli import main as cli
+    import io
+    from contextlib import redirect_stdout
+    m = build_keras_dilated_shared_zero(tmp_path / 'dil.tflite')
+    rng = np.random.default_rng(1)
+    data = str(tmp_path / 'dil.npz')
+    np.savez(data, x=rng.normal(size=(24, 13, 2)).astype(np.float32), y=rng.integers(0, 3, 24))
+
+    def said(model, npz, **kw):
+        lines = []
+        prepare(model, str(tmp_path / 'o'), data=npz, loss='scce', log=lines.append, **kw)
+        return [s for s in lines if 'copied' in s]
+    assert said(m, data) == []
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cli(['inspect', m]) == 0
+    assert 'copies of a constant' not in out.getvalue()
+    g = build(tmp_path / 'res.tflite')
+    x, y = samples()
+    np.savez(tmp_path / 'res.npz', x=x, y=y)
+    assert len(said(g, str(tmp_path / 'res.npz'))) == 1 and \
+        '2 weight or bias tensors' in said(g, str(tmp_path / 'res.npz'))[0]
+    assert said(g, str(tmp_path / 'res.npz'), train='last:1') == []

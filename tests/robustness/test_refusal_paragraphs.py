@@ -1,0 +1,229 @@
+"""Issue 28: refusals of a value no run can take are one paragraph saying what is wrong
+and what to do.  --budget 0 / 1 / 1K / 20K (below the code and interpreter alone) had
+printed the planner's whole report (its parts, 'nothing tried fits ...'), -5 and 'abc'
+'(0 or more)'; a file that is not a training config given as --train-config said
+'not an onert-micro training-config file (magic 20, want 29)'."""
+import io
+import os
+from contextlib import redirect_stderr, redirect_stdout
+
+import numpy as np
+import pytest
+
+from host_tools.cli import main as cli  # noqa: E402
+from test_pipeline import small_mlp, blobs  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp('para')
+    return d, small_mlp(str(d / 'm.circle')), blobs(d, n=40)
+
+
+def says(argv):
+    err, out = io.StringIO(), io.StringIO()
+    with redirect_stderr(err), redirect_stdout(out):
+        code = cli([str(a) for a in argv])
+    return code, err.getvalue(), out.getvalue()
+
+
+@pytest.mark.parametrize('budget', ['0', '1', '1K', '12K', '20K', '-5', 'abc', '-1K', '0.5'])
+def test_an_absurd_budget_is_one_paragraph_saying_what_to_give(files, budget):
+    d, m, data = files
+    out = d / ('o' + budget)
+    code, err, _ = says(['prepare', m, '-o', out, '--data', data, '--loss', 'scce',
+                         '--budget=' + budget])
+    assert code == 2 and 'Traceback' not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith('error: '), err
+    assert f'--budget {budget}' in err and 'give --budget' in err, err
+    assert '--board NAME' in err or '--board esp32' in err, err
+    assert not os.path.exists(out), 'a refused prepare left a folder'
+
+
+def test_a_budget_above_every_board_is_said(files):
+    d, m, data = files
+    code, err, out = says(['prepare', m, '-o', d / 'big', '--data', data, '--loss', 'scce',
+                           '--budget', '100G'])
+    assert code == 0
+    assert '--budget 100G: more heap than any board profile has' in out + err
+
+
+def _kinds(d, m, data):
+    (d / 't.txt').write_text('op 1: all\n')
+    (d / 't.json').write_text('{"ops": {"1": "all"}}')
+    (d / 't.bin').write_bytes(bytes(range(128, 228)))
+    (d / 't.empty').write_bytes(b'')
+    tfl = d / 'm.tflite'
+    raw = bytearray(open(m, 'rb').read())
+    raw[4:8] = b'TFL3'
+    tfl.write_bytes(bytes(raw))
+    return {m: 'a circle model (.circle)', str(tfl): 'a TFLite model (.tflite)',
+            data: 'a zip archive', d / 't.txt': 'text', d / 't.json': 'JSON text',
+            d / 't.empty': 'it is empty', d / 't.bin': 'its first bytes are not one'}
+
+
+def test_a_file_that_is_not_a_training_config_says_what_it_is_and_what_to_pass(files):
+    d, m, data = files
+    said = 0
+    for f, kind in _kinds(d, m, data).items():
+        code, err, _ = says(['prepare', m, '-o', d / 'tc', '--data', data, '--loss', 'scce',
+                             '--train-config', f])
+        assert code == 2 and 'Traceback' not in err, err
+        assert 'magic' not in err and 'not a training-config (.tcfg) file' in err, err
+        assert kind in err and '--train-config takes' in err and '--ranks' in err, (f, err)
+        said += 1
+    # a run folder's files given for it
+    code, _, _ = says(['prepare', m, '-o', d / 'run', '--data', data, '--loss', 'scce'])
+    assert code == 0
+    for f, kind in (('weights.wof', "utrain's weights"), ('train.ds', "utrain's samples"),
+                    ('model.flat', "utrain's board model")):
+        code, err, _ = says(['prepare', m, '-o', d / 'tc', '--data', data, '--loss', 'scce',
+                             '--train-config', d / 'run' / f])
+        assert code == 2 and kind in err and 'magic' not in err, err
+
+
+@pytest.mark.parametrize('name, profile', [('Pico 2', 'rp2350'), ('pico-2', 'rp2350'),
+                                           ('esp32psram', 'esp32-psram'), ('ESP32 S3', 'esp32s3'),
+                                           ('pico w', 'rp2040'), ('RPI-PICO2', 'rp2350')])
+def test_a_board_spelled_with_other_separators_names_its_profile(name, profile):
+    """'pico2' and 'esp32-s3' were known, 'Pico 2' and 'esp32psram' unknown boards."""
+    from host_tools.target.runner import board_name
+    assert board_name(name) == profile
+    for bad in ('-', '', 'esp32-s3-psram', 'nrf52'):
+        with pytest.raises(ValueError, match='unknown board'):
+            board_name(bad)
+
+
+def test_a_two_input_model_given_other_x_says_what_its_inputs_take(tmp_path):
+    """evaluate had said numpy's 'cannot reshape array of size 0 into shape (48,3)' for an
+    .npz whose x is one input's, and for a .csv of other rows; an .npz of no samples
+    'not a readable .npz file (cannot reshape ...)'."""
+    from test_several_io import build, samples
+    two = build(tmp_path / 'two.tflite')
+    img, meta, y = samples()
+    cases = {'x.npz': dict(x=img, y=y), 'one.npz': dict(x=meta, y=y),
+             'empty.npz': dict(img=img[:0], meta=meta[:0], y=y[:0])}
+    for name, arrays in cases.items():
+        np.savez(tmp_path / name, **arrays)
+    np.savetxt(tmp_path / 'short.csv', np.c_[meta, y], delimiter=',')
+    for name in ('x.npz', 'one.npz', 'short.csv', 'empty.npz'):
+        for argv in (['evaluate', two, tmp_path / name],
+                     ['prepare', two, '-o', tmp_path / 'o', '--data', tmp_path / name,
+                      '--loss', 'scce', '--output', 'logits']):
+            code, err, _ = says(argv)
+            assert code == 2 and 'Traceback' not in err and 'reshape' not in err, err
+            if name == 'empty.npz':
+                assert 'holds no samples' in err, err
+            elif argv[0] == 'evaluate' or name != 'short.csv':
+                assert 'take 39 together' in err and 'img' in err and 'meta' in err, err
+
+
+@pytest.mark.parametrize('extra, says_', [
+    (['--rounds', '0'], '--rounds 0: the rounds in all, 1 or more'),
+    (['--rounds=-1'], '--rounds -1: the rounds in all'),
+    (['--epochs', '0'], '--epochs 0: local epochs per round, 1 or more'),
+    (['--timeout', '0'], '--timeout 0: the seconds a board has'),
+    (['--timeout=-1'], '--timeout -1'), (['--timeout', 'inf'], '--timeout inf'),
+    (['--strategy', 'bogus'], "--strategy 'bogus': expected one of fedavg"),
+    (['--split', 'dirichlet:inf'], 'dirichlet:A needs a number A > 0'),
+    (['--test', 'DATA'], 'it reads as a zip archive'), (['--test', 'MODEL'], 'a circle model'),
+    (['--ports', '/dev/null'], 'not both'), (['--resume'], 'leave --resume out')])
+def test_fleet_settings_are_refused_before_any_board_is_set_up(files, extra, says_):
+    """--rounds 0 had run no round and said 'no board answered in any round', --rounds -1
+    raised IndexError once a fleet had run, --timeout 0 left every board out of every
+    round, --epochs 0 trained train.json's epochs, --strategy, an .npz as --test and
+    dirichlet:inf (numpy's RuntimeWarning) were refused after the boards were deployed."""
+    pytest.importorskip('flwr')
+    d, m, data = files
+    run = d / 'fleetrun'
+    if not run.exists():
+        assert says(['prepare', m, '-o', run, '--data', data, '--loss', 'scce',
+                     '--test-split', '0.25'])[0] == 0
+    out = d / ('fl' + ''.join(c for c in ''.join(extra) if c.isalnum()))
+    extra = [{'DATA': data, 'MODEL': m}.get(a, a) for a in extra]
+    code, err, so = says(['fleet', run, '--boards', '2', '-o', out] + extra)
+    assert code == 2 and 'Traceback' not in err and says_ in err, err
+    assert 'deployed' not in so and not (out / 'flash').exists(), so
+
+
+@pytest.mark.parametrize('extra, says_', [
+    (['--select', 'auto', '--ranks', '0:all'], '--select auto chooses what trains, and --ranks'),
+    (['--select', 'board', '--train', 'last:1'], 'leave out --train, or --select'),
+    (['--select', 'auto', '--train-config', 'MODEL'], 'and --train-config says it too'),
+    (['--select', 'board', '--select-layers=-1'], '--select-layers -1: 0 or more'),
+    (['--select', 'auto', '--select-layers', '2'], 'give --select board, or leave'),
+    (['--select-layers', '1'], 'give --select board')])
+def test_select_with_what_it_replaces_is_refused(files, extra, says_):
+    """--select had replaced --ranks, --train and --train-config saying nothing (a model
+    given as --train-config was not even read); --select-layers -1 went into train.json,
+    and --select-layers without --select board was dropped."""
+    d, m, data = files
+    out = d / 'sel'
+    code, err, _ = says(['prepare', m, '-o', out, '--data', data, '--loss', 'scce',
+                         '--board', 'pico'] + [m if a == 'MODEL' else a for a in extra])
+    assert code == 2 and says_ in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.exists(out)
+
+
+def test_an_int8_run_below_its_code_is_one_paragraph_and_its_dequantized_need(tmp_path):
+    """The int8 path's refusal of a budget below the code and interpreter had been the
+    planner's report (planned parts, 'nothing tried fits'), twice: as int8 and
+    dequantized."""
+    from kerasgraphs import build_keras_int8_seq
+    m, _, _ = build_keras_int8_seq(str(tmp_path / 'q.tflite'))
+    rng = np.random.default_rng(0)
+    from host_tools.formats.circle_io import read_model
+    g = read_model(m)
+    shape = g.tensors[g.inputs[0]].shape
+    np.savez(tmp_path / 'd.npz', x=rng.normal(size=[40] + list(shape[1:])).astype(np.float32),
+             y=rng.integers(0, 2, 40))
+    code, err, _ = says(['prepare', m, '-o', tmp_path / 'o', '--data', tmp_path / 'd.npz',
+                         '--loss', 'scce', '--budget', '20K'])
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) <= 2, err
+    assert '--budget 20K is less than the utrain code' in lines[0] and 'planned:' not in err
+
+
+@pytest.fixture(scope='module')
+def int8_runs(tmp_path_factory):
+    """A keras int8 model trained dequantized and a float one trained as int8 (prepare
+    --int8), each folder's trained.wof its starting weights."""
+    import shutil
+    from host_tools.prepare.pipeline import prepare
+    from repo import ROOT
+    d = tmp_path_factory.mktemp('exp')
+    z = os.path.join(ROOT, 'bench', 'zoo', 'keras')
+    q8, ft, data = (os.path.join(z, n) for n in ('mlp_int8.tflite', 'mlp_float.tflite',
+                                                 'mlp_data.npz'))
+    quiet = dict(log=lambda *a: None, loss='scce', epochs=1)
+    prepare(q8, str(d / 'dq'), data=data, dequantize=True, **quiet)
+    prepare(ft, str(d / 'ff'), data=data, int8=True, **quiet)
+    for r in ('dq', 'ff'):
+        shutil.copy(d / r / 'weights.wof', d / r / 'trained.wof')
+    return d, q8, ft, data
+
+
+def test_export_refuses_data_it_does_not_read_and_leaves_no_output_on_a_refusal(int8_runs, files):
+    """export --quantized --data D that refuses D (missing, another model's samples) had
+    written the int8 model first and left it; --data without --quantized, and with a
+    float model trained as int8, was read by nothing, said nothing (a missing file too);
+    a float model trained as int8 exported into any model given (its files are the run
+    folder's), saying it was written into that one."""
+    d, q8, ft, data = int8_runs
+    _, m, blobs_npz = files
+    for i, (argv, says_) in enumerate([
+            ([q8, d / 'dq' / 'trained.wof', '--quantized', '--data', d / 'nope.npz'], 'no such'),
+            ([q8, d / 'dq' / 'trained.wof', '--quantized', '--data', blobs_npz],
+             'values per sample'),
+            ([q8, d / 'dq' / 'trained.wof', '--data', data], 'only with --quantized'),
+            ([ft, d / 'ff' / 'trained.wof', '--quantized', '--data', d / 'nope.npz'],
+             'scales its training kept'),
+            ([m, d / 'ff' / 'trained.wof', '--quantized'], 'not the model')]):
+        out = d / ('o%d.tflite' % i)
+        code, err, _ = says(['export'] + argv + ['-o', out])
+        assert code == 2 and says_ in err and 'Traceback' not in err, (argv, err)
+        assert not out.exists(), argv
+    code, err, _ = says(['export', q8, d / 'dq' / 'trained.wof', '--quantized', '--data', data,
+                         '-o', d / 'good.tflite'])
+    assert code == 0 and (d / 'good.tflite').exists(), err
