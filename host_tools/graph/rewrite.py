@@ -1713,9 +1713,10 @@ def conv_bias_adds(g: Graph, keep=()) -> int:
     BATCH_TO_SPACE_ND and the Keras bias in an ADD after it; both trained, the layer
     had a bias too many (Keras's parameter count, and the zero one, shared by the
     layers, copied per layer).  Runs after `dilated_convs`.  Not an ADD in ``keep`` (ids of
-    the trainable Operator objects: a BatchNorm's shift that trains without its layer, as
-    fold_batchnorm keeps it; folded, it vanished and its configuration trained the
-    classifier alone).  Float only.  Returns how many."""
+    the trainable Operator objects) whose convolution is not: a BatchNorm's shift that
+    trains without its layer, as fold_batchnorm keeps it (folded, it vanished and its
+    configuration trained the classifier alone); with the convolution it trains as its
+    bias.  Float only.  Returns how many."""
     done = 0
     for conv in list(g.ops):
         if conv.name not in ('CONV_2D', 'DEPTHWISE_CONV_2D') or len(conv.inputs) < 3 or \
@@ -1737,7 +1738,7 @@ def conv_bias_adds(g: Graph, keep=()) -> int:
         if len(cs) != 1 or y in g.outputs or cs[0].name != 'ADD':
             continue
         add = cs[0]
-        b = None if id(add) in keep else _added_bias(g, add, y, n)
+        b = None if id(add) in keep and id(conv) not in keep else _added_bias(g, add, y, n)
         if b is None:
             continue
         conv.inputs = conv.inputs[:2] + [b] + conv.inputs[3:]
