@@ -129,16 +129,6 @@ CERTAIN = 2.0
 # under the biases; the classifier alone stays out (the MobileNet's new digits: within
 # TIE of the best on the proxy, 2.6 points under the choice).  Off: SHRINK = False.
 SHRINK = True
-# ... within TIE of the best mean only, not the measured width (SHRINK_TIE): where the proxy
-# cannot rank, the paired noise is as wide as that which hides the gain, the measured width
-# ties nearly every verified configuration, and the fewest parameters of them all is the
-# smallest the screening kept, far from the best mean (tico-cnn noisy b1 128 KB: 7:1/8, 11,
-# 0.851, where last:5 tests 0.872).  The board's rule on data like the proxy's (the best
-# weighed gain, of those within TIE of it the first in auto's order) trained as well or
-# better than the measured width's fewest in every cell that can rank no configuration
-# where the two differed (session 20: tico-cnn noisy 128 KB +2.1, new-classes at rp2040's
-# defaults +0.8, OSULeaf new classes at rp2040's defaults, session 16: +0.8)
-SHRINK_TIE = True
 # The tie settled by measurement, not by the constants above: where several configurations
 # are tied with the best mean under the measured width (TIE_Z standard errors, without the
 # TIE_MAX cap) and the proxy can rank (not SHRINK), the SETTLE_MAX best of them (the short
@@ -1061,8 +1051,7 @@ def _verify(t, pr, base, final, predicted, log):
     gain, se, n = _gain_noise(t, base, lead)
     shrink = SHRINK and lead != base and n > 1 and gain < CERTAIN * se
     tied = {describe(r) for d, _, _, r in tried
-            if top - d <= (TIE if shrink and SHRINK_TIE else
-                           tie_width(t, lead, r, None if shrink else TIE_MAX))}
+            if top - d <= tie_width(t, lead, r, None if shrink else TIE_MAX)}
     if shrink:
         tied.discard(describe(base))
     t.shrunk = shrink
