@@ -144,7 +144,14 @@ def cmd_inspect(a):
 def cmd_prepare(a):
     from .prepare.pipeline import prepare
     # the options' names are prepare()'s keywords: every one passes through as given
-    kw = {k: v for k, v in vars(a).items() if k not in ('cmd', 'fn', 'model', 'out', 'no_rewrite')}
+    if a.data_file:     # (the data given positionally, as evaluate takes it)
+        if a.data and os.path.abspath(a.data) != os.path.abspath(a.data_file):
+            print(f'error: two data files, {a.data_file} and --data {a.data}: give one',
+                  file=sys.stderr)
+            return 2
+        a.data = a.data_file
+    kw = {k: v for k, v in vars(a).items()
+          if k not in ('cmd', 'fn', 'model', 'out', 'no_rewrite', 'data_file')}
     s = prepare(a.model, a.out, rewrite=not a.no_rewrite, **kw)
     st = s['settings']
     if s.get('from_float'):
@@ -468,6 +475,9 @@ def _args_prepare(sub):
                                    'CIRCLE_TRAINING metadata when it has some.')
     q.add_argument('model', help='float32 (or int8) .circle or .tflite file, or an .onnx '
                    'file (docs/onnx.md)')
+    q.add_argument('data_file', nargs='?', metavar='DATA',
+                   help='the data, as --data takes it (`prepare MODEL DATA -o OUT` as '
+                        '`evaluate MODEL DATA`)')
     q.add_argument('-o', '--out', required=True, help='output folder')
     q.add_argument('--data', help='.npz (arrays x and y: class labels or target vectors), .csv '
                    '(one sample a row, the label in the last column; several targets: the '

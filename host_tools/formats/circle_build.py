@@ -20,6 +20,7 @@ as converters write it (ONERT refuses a RESHAPE without it).
 
 from __future__ import annotations
 
+import copy
 import os
 
 import numpy as np
@@ -200,6 +201,29 @@ class CircleBuilder:
         m.buffer = len(self._buffers) - 1
         self._metadata.append(m)
 
+    def subgraph(self, sub: "CircleBuilder", name: str = "body") -> int:
+        """Add the tensors, ops, inputs and outputs of builder ``sub`` as another subgraph
+        of this model (a WHILE's cond or body, which the op's cond_subgraph_index /
+        body_subgraph_index name); its constants get buffers of this model.  Returns
+        the subgraph's index."""
+        base = len(self._buffers) - 1
+        self._buffers += sub._buffers[1:]
+        sg = C.SubGraph.SubGraphT()
+        sg.tensors = []
+        for t in sub._tensors:
+            c = copy.copy(t)
+            c.buffer = t.buffer + base if t.buffer else 0
+            sg.tensors.append(c)
+        sg.operators = []
+        for o in sub._ops:
+            c = copy.copy(o)
+            oc = sub._opcodes[o.opcodeIndex]
+            c.opcodeIndex = self._opcode(oc.builtinCode, oc.customCode)
+            sg.operators.append(c)
+        sg.inputs, sg.outputs, sg.name = list(sub._inputs), list(sub._outputs), name
+        self._subgraphs = getattr(self, '_subgraphs', []) + [sg]
+        return len(self._subgraphs)
+
     # ---------------------------------------------------------------- output
     def model(self):
         """The object-API ModelT."""
@@ -213,7 +237,7 @@ class CircleBuilder:
         m.version = self.version
         m.description = self.description
         m.operatorCodes = list(self._opcodes)
-        m.subgraphs = [sg]
+        m.subgraphs = [sg] + list(getattr(self, '_subgraphs', []))
         m.buffers = list(self._buffers)
         m.metadata = list(self._metadata) or None
         m.signatureDefs = list(getattr(self, '_signatures', None) or []) or None

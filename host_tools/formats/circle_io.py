@@ -3,7 +3,8 @@
 Both formats share the flatbuffers table layout for everything utrain needs, so both
 are parsed with ONE's own bindings, ``circle_schema.v0_10`` (object API).
 
-IR (host_tools/formats/ir.py; subgraph 0 only, ``n_subgraphs`` tells how many there are):
+IR (host_tools/formats/ir.py; subgraph 0, ``n_subgraphs`` tells how many there are and
+``subgraphs`` holds the others, {index: Graph}, which a WHILE op's options name):
 
 * :class:`Tensor`   index, name, shape, dtype (numpy dtype name, or a clear name for
   types numpy lacks: 'bfloat16', 'int4', 'uint4', 'string', 'resource', 'variant',
@@ -348,10 +349,11 @@ def _quant_dict(q) -> dict | None:
 _RESOURCE_OPS = ('VAR_HANDLE', 'READ_VARIABLE', 'ASSIGN_VARIABLE')
 
 
-def _graph_from(path, raw: bytes, model) -> Graph:
-    if not model.subgraphs:
-        raise ModelError(path, "model has no subgraphs")
-    sg = model.subgraphs[0]
+def _subgraph(path, raw: bytes, model, si: int):
+    """Subgraph si of the file: (tensors, ops, inputs, outputs), indices checked; the
+    messages of a subgraph past the first name it."""
+    sg = model.subgraphs[si]
+    at = f"subgraph {si}: " if si else ""
     tensors_t = sg.tensors or []
     nt = len(tensors_t)
     tensors: list[Tensor] = []
@@ -359,11 +361,11 @@ def _graph_from(path, raw: bytes, model) -> Graph:
         ttype = int(t.type or 0)
         dtype = TENSOR_TYPE_NAMES.get(ttype)
         if dtype is None:
-            raise ModelError(path, f"tensor {ti}: unknown tensor type {ttype}")
+            raise ModelError(path, f"{at}tensor {ti}: unknown tensor type {ttype}")
         shape = [int(s) for s in (t.shape if t.shape is not None else [])]
         name = t.name.decode("utf-8", "replace") if isinstance(t.name, bytes) else (t.name or "")
         bi = int(t.buffer or 0)
-        payload = _buffer_bytes(path, raw, model, bi, f"tensor {ti} ({name!r})")
+        payload = _buffer_bytes(path, raw, model, bi, f"{at}tensor {ti} ({name!r})")
         data = None
         if payload is not None:
             data = _tensor_data(path, ti, t, dtype, shape, payload)
@@ -376,7 +378,7 @@ def _graph_from(path, raw: bytes, model) -> Graph:
     for oi, o in enumerate(sg.operators or []):
         ci = int(o.opcodeIndex or 0)
         if not 0 <= ci < len(opcodes):
-            raise ModelError(path, f"operator {oi}: opcode index {ci} out of range "
+            raise ModelError(path, f"{at}operator {oi}: opcode index {ci} out of range "
                                    f"({len(opcodes)} operator codes)")
         oc = opcodes[ci]
         code = _op_code(oc)
@@ -386,11 +388,11 @@ def _graph_from(path, raw: bytes, model) -> Graph:
         for kind, lst, lo in (("input", ins, -1), ("output", outs, 0)):
             for i in lst:
                 if not lo <= i < nt:
-                    raise ModelError(path, f"operator {oi} ({name}): {kind} tensor index "
+                    raise ModelError(path, f"{at}operator {oi} ({name}): {kind} tensor index "
                                            f"{i} out of range ({nt} tensors)")
         options: dict = {}
         if not o.builtinOptionsType and name in _OPTIONS_NEEDED:
-            raise ModelError(path, f"operator {oi} ({name}): its {options_class_for(name)[0]} "
+            raise ModelError(path, f"{at}operator {oi} ({name}): its {options_class_for(name)[0]} "
                                    "are missing: the file is damaged; use the original (or export "
                                    "it again)")
         want = options_class_for(name) if o.builtinOptionsType else None
@@ -398,7 +400,7 @@ def _graph_from(path, raw: bytes, model) -> Graph:
                 name not in _OPTIONS_SHARED:
             # (ONERT and TFLite Micro read the options as the op's own table: a segmentation
             # fault, no message, on a file with one bit flipped there)
-            raise ModelError(path, f"operator {oi} ({name}): its options are "
+            raise ModelError(path, f"{at}operator {oi} ({name}): its options are "
                                    f"{_BUILTIN_OPTIONS_NAMES.get(o.builtinOptionsType, o.builtinOptionsType)}"
                                    f", {name} takes {want[0]}: the file is damaged; use the "
                                    "original (or export it again)")
@@ -415,7 +417,28 @@ def _graph_from(path, raw: bytes, model) -> Graph:
             co = o.customOptions
             options["custom_options"] = bytes(np.asarray(co, dtype=np.uint8)) \
                 if co is not None else b""
+        for key in ("cond_subgraph_index", "body_subgraph_index", "then_subgraph_index",
+                    "else_subgraph_index", "subgraph", "init_subgraph_index"):
+            v = options.get(key)        # (WHILE, IF, CALL, CALL_ONCE: the subgraphs they run)
+            if isinstance(v, int) and not 0 < v < len(model.subgraphs):
+                raise ModelError(path, f"{at}operator {oi} ({name}): its {key} {v} is not a "
+                                       f"subgraph of the file ({len(model.subgraphs)} subgraphs)")
         ops.append(Operator(oi, code, name, ins, outs, options, src=oi))
+
+    gin = [int(i) for i in (sg.inputs if sg.inputs is not None else [])]
+    gout = [int(i) for i in (sg.outputs if sg.outputs is not None else [])]
+    for kind, lst in (("input", gin), ("output", gout)):
+        for i in lst:
+            if not 0 <= i < nt:
+                raise ModelError(path, f"{at}subgraph {kind} tensor index {i} out of range "
+                                       f"({nt} tensors)")
+    return tensors, ops, gin, gout
+
+
+def _graph_from(path, raw: bytes, model) -> Graph:
+    if not model.subgraphs:
+        raise ModelError(path, "model has no subgraphs")
+    tensors, ops, gin, gout = _subgraph(path, raw, model, 0)
 
     var = next((op for op in ops if op.name in _RESOURCE_OPS), None)
     if var is not None:     # (every command would fail on it later, inspect with a traceback)
@@ -425,14 +448,6 @@ def _graph_from(path, raw: bytes, model) -> Graph:
                                "them so); convert again with "
                                "TFLiteConverter.from_keras_model(model), or "
                                "from_concrete_functions([f]) without the model")
-
-    gin = [int(i) for i in (sg.inputs if sg.inputs is not None else [])]
-    gout = [int(i) for i in (sg.outputs if sg.outputs is not None else [])]
-    for kind, lst in (("input", gin), ("output", gout)):
-        for i in lst:
-            if not 0 <= i < nt:
-                raise ModelError(path, f"subgraph {kind} tensor index {i} out of range "
-                                       f"({nt} tensors)")
 
     for sd in (model.signatureDefs or [])[:1]:     # (Keras's names and order of its inputs
         if int(sd.subgraphIndex or 0) != 0:        # and outputs)
@@ -452,10 +467,16 @@ def _graph_from(path, raw: bytes, model) -> Graph:
 
     desc = model.description
     desc = desc.decode("utf-8", "replace") if isinstance(desc, bytes) else (desc or "")
-    return Graph(path=os.fspath(path), identifier=bytes(raw[4:8]),
-                 version=int(model.version or 0), description=desc, tensors=tensors,
-                 ops=ops, inputs=gin, outputs=gout, metadata=metadata,
-                 n_subgraphs=len(model.subgraphs))
+    g = Graph(path=os.fspath(path), identifier=bytes(raw[4:8]),
+              version=int(model.version or 0), description=desc, tensors=tensors,
+              ops=ops, inputs=gin, outputs=gout, metadata=metadata,
+              n_subgraphs=len(model.subgraphs))
+    g.subgraphs = {si: Graph(path=g.path, identifier=g.identifier, version=g.version,
+                             description='', tensors=t, ops=o, inputs=i, outputs=u,
+                             metadata={}, n_subgraphs=1)
+                   for si in range(1, len(model.subgraphs))
+                   for t, o, i, u in [_subgraph(path, raw, model, si)]}
+    return g
 
 
 _READ = {}      # the last few circle files read: {(path, size, mtime): Graph}
@@ -574,13 +595,16 @@ def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],
     for m in model.metadata or []:
         users[int(m.buffer or 0)] = users.get(int(m.buffer or 0), 0) + 1
 
-    sg0 = model.subgraphs[0]
-    for k, arr in new_data.items():
-        k = int(k)
-        if not 0 <= k < len(graph.tensors):
+    for key, arr in new_data.items():
+        si, k = (int(key[0]), int(key[1])) if isinstance(key, tuple) else (0, int(key))
+        sub = graph if si == 0 else (graph.subgraphs or {}).get(si)
+        if sub is None:
+            raise ModelError(src_path, f"subgraph {si} does not exist "
+                                       f"({graph.n_subgraphs} subgraphs)")
+        if not 0 <= k < len(sub.tensors):
             raise ModelError(src_path, f"tensor {k} does not exist "
-                                       f"({len(graph.tensors)} tensors)")
-        t = graph.tensors[k]
+                                       f"({len(sub.tensors)} tensors)")
+        t = sub.tensors[k]
         if t.data is None:
             raise ModelError(src_path, f"tensor {k} ({t.name!r}) has no constant data "
                                        "to replace")
@@ -602,7 +626,7 @@ def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],
             model.buffers.append(_aligned_buffer(payload))
             bi = len(model.buffers) - 1
             users[bi] = 1
-            sg0.tensors[k].buffer = bi
+            model.subgraphs[si].tensors[k].buffer = bi
         else:
             model.buffers[bi] = _aligned_buffer(payload)
 

@@ -52,6 +52,10 @@ class Tensor:
     # a constant that is no parameter (a clip's bound, rewrite.elementwise_forms): it
     # never trains, whatever op reads it
     frozen: bool = False
+    # (subgraph, tensor) of the file where a rewrite moved this constant from its place
+    # (rewrite.unroll_loops: a WHILE body's weights, and subgraph 0's beside them): export
+    # writes the trained values there
+    origin: tuple = None
 
 
 @dataclass
@@ -88,6 +92,9 @@ class Graph:
     input_rms: float = None
     inputs_rms: dict = None
     optimizer: str = None      # prepare's (rewrite.adam_keeps_scale: Adam scales the input or not)
+    # the file's other subgraphs {index: Graph} (a WHILE's cond and body, named by its
+    # cond_subgraph_index / body_subgraph_index options: rewrite.unroll_loops inlines them)
+    subgraphs: dict = None
 
 
 # ops that only reshape a tensor or change its type: the model's last activation is

@@ -50,11 +50,18 @@ def validate(g: Graph):
         raise PrepareError(f'{where}: has {g.n_subgraphs} subgraphs'
                            + (f' (op {loop.number} is {loop.name}, control flow: how '
                               'TFLiteConverter writes a Keras LSTM, GRU or RNN layer that is '
-                              'not unrolled)' if loop else '')
+                              'not unrolled; prepare unrolls a WHILE of a fixed trip count '
+                              'unless --no-rewrite)' if loop else '')
                            + '; utrain trains single-subgraph models: give each recurrent layer '
                            'unroll=True (Keras; a fixed sequence length) and convert again, '
                            'or export the model to ONNX')
     for op in g.ops:
+        loop = getattr(op, 'trains_with', None)
+        if op.name not in SPECS and loop is not None and loop.name == 'WHILE':
+            from .rewrite import UNROLL_HINT        # (rewrite.unroll_loops made it)
+            raise PrepareError(f'{where}: op {op.number} is a WHILE (a recurrent layer\'s loop, '
+                               f'which utrain unrolls) whose body holds {op.name}, '
+                               f'{UNSUPPORTED}: {UNROLL_HINT} (supported: {", ".join(SUPPORTED)})')
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
                                'export the model with the layer made of supported ops '

@@ -54,11 +54,16 @@ def missing_biases(model_path, g, p) -> list:
                 ops.append(op)
     if not ops:
         return []
+    nums = sorted({op.number for op in ops})     # (a WHILE's unrolled steps: its number)
     if len(ops) == 1:
         return [f'{model_path}: op {ops[0].number} {ops[0].name} has no bias tensor: it trains '
                 'without one (its weights only; the exported model has none either)']
     names = ', '.join(sorted({op.name for op in ops}))
-    return [f'{model_path}: ops {", ".join(str(op.number) for op in ops)} ({names}) have no '
+    if len(nums) == 1:
+        return [f'{model_path}: op {nums[0]} has {len(ops)} {names} without a bias tensor '
+                '(a loop\'s steps): they train without one (their weights only; the exported '
+                'model has none either)']
+    return [f'{model_path}: ops {", ".join(map(str, nums))} ({names}) have no '
             'bias tensor: they train without one (their weights only; the exported model '
             'has none either)']
 
@@ -435,6 +440,11 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                'input_scale': info.get('input_scale', 0), 'quant': info['quant']}
     if files['rewritten']:      # each op of the rewritten file: its number in the user's
         summary['op_numbers'] = [op.number for op in rw.file_graph(g).ops]
+    # where each trained tensor is in the file (an unrolled WHILE's weights are in its body
+    # subgraph): export writes them back into the model as the file has it
+    if any(g.tensors[k].origin for k in p.params):
+        summary['file_tensors'] = {str(k): list(g.tensors[k].origin) for k in sorted(p.params)
+                                   if g.tensors[k].origin}
     if getattr(g, 'as_file', None):     # several inputs or outputs (runplan.one_input_output)
         summary.update(io_summary(g))
         # the .wof and model.flat number the joined input's tensors after the file's
@@ -1137,6 +1147,27 @@ def write_trained(base, out_path, g, w, identifier, ints=None, grown=False):
     rw.save_graph(rw.compact(g), out_path)
 
 
+def write_in_place(model_path, out_path, g, w, where):
+    """out_path: the model file as it is (a WHILE and its body subgraph: rewrite.unroll_loops
+    trained it unrolled) with the trained weights w {tensor of the rewritten graph g: array}
+    written where prepare found each ({str(tensor): [subgraph, tensor of the file]}: the
+    body's weights into the body); how many, or None where a trained tensor has no place
+    there (a rewrite made it): export then writes the rewritten graph."""
+    from ..formats.circle_io import write_with_weights
+    w = file_weights(g, w)
+    orig, new = read_model(model_path), {}
+    for k, arr in w.items():
+        si, i = where.get(str(k)) or (None, None)
+        sub = orig if si == 0 else (orig.subgraphs or {}).get(si)
+        t = sub.tensors[i] if sub is not None and 0 <= i < len(sub.tensors) else None
+        if t is None or t.data is None or t.dtype != 'float32' or \
+                int(np.prod(t.shape)) != np.asarray(arr).size:
+            return None
+        new[(si, i)] = np.asarray(arr, np.float32).reshape(t.shape)
+    write_with_weights(model_path, out_path, new, out_identifier(out_path, orig.identifier))
+    return len(new)
+
+
 def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized):
     """export of a float model prepare trained as int8: the trained integers dequantized
     into the float model (its rewritten graph when prepare rewrote it), or with
@@ -1273,6 +1304,10 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         rw.drop_step_softmax(g)
         rw.save_graph(g, out_path)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
+    if not quantized and summary.get('file_tensors'):     # (an unrolled loop's model)
+        n = write_in_place(model_path, out_path, g, w, summary['file_tensors'])
+        if n is not None:
+            return {'model': model_path, 'tensors': n, 'clipped': 0, 'notes': []}
     if not quantized:
         ints = {}
         if base != model_path:

@@ -3152,9 +3152,17 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
             f'{", ".join(str(op.number) for op in ops[:6])}{" .." if len(ops) > 6 else ""}: '
             "tico's int8 export) train as int32 at the input scale x the weight scale, as "
             "TFLite's converter quantizes a bias; export writes them so")
+    said = {}                           # (an unrolled loop's steps: one line a name)
     for t in g.tensors[n0:]:            # zero_bias: the ops the file gave no bias
         ops = [op for op in g.ops if t.index in op.inputs[2:4] and t.name.endswith('/zero_bias')]
-        if not ops:
+        if ops:
+            said.setdefault(t.name, (t, []))[1].extend(ops)
+    for t, ops in said.values():
+        nums = sorted({op.number for op in ops})
+        if len(nums) < len(ops):
+            log(f'{model_path}: op{"s" if len(nums) > 1 else ""} {", ".join(map(str, nums))} '
+                f'(a loop\'s steps: {len(ops)} {ops[0].name}) without a bias tensor train with '
+                f'a zero int32 bias ({t.name}), which export writes into the trained model')
             continue
         log(f'{model_path}: op{"s" if len(ops) > 1 else ""} {", ".join(str(op.number) for op in ops)} '
             f'{ops[0].name} ha{"ve" if len(ops) > 1 else "s"} no bias tensor: '

@@ -372,34 +372,32 @@ def test_run_test_split_scored_on_the_onnx_model_it_came_from(tmp_path):
 def test_a_keras_rnn_written_as_a_while_loop_is_refused_saying_unroll(tmp_path):
     """Issue 28: TF 2.21 writes a Keras LSTM that is not unrolled as a WHILE op over
     subgraphs of its own (cond, body).  prepare and inspect had said 'has 3 subgraphs;
-    utrain trains subgraph 0 of single-subgraph models only', not why or what to do."""
-    import copy
+    utrain trains subgraph 0 of single-subgraph models only', not why or what to do.
+    prepare unrolls one of a fixed trip count (tests/formats/test_while.py); one whose
+    bound is computed at run time, and any WHILE under --no-rewrite, are refused saying
+    unroll=True."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
     from host_tools.cli import main
-    from host_tools.formats.circle_build import pack_model
     from host_tools.prepare.pipeline import prepare
-    b = CircleBuilder(identifier=b'TFL3')
-    x = b.tensor('x', [1, 6, 3])
-    h = b.tensor('h', [1, 6, 3])
-    b.op('WHILE', [x], [h])
-    y = b.tensor('y', [1, 18])
-    b.op('RESHAPE', [h], [y], new_shape=[1, 18])
-    b.inputs(x)
-    b.outputs(y)
-    m = b.model()
-    m.subgraphs += [copy.deepcopy(m.subgraphs[0]), copy.deepcopy(m.subgraphs[0])]
-    p = tmp_path / 'lstm.tflite'
-    p.write_bytes(pack_model(m, b'TFL3'))
-    says = ('lstm.tflite: has 3 subgraphs (op 0 is WHILE, control flow: how TFLiteConverter '
-            'writes a Keras LSTM, GRU or RNN layer that is not unrolled); utrain trains '
-            'single-subgraph models: give each recurrent layer unroll=True')
+    from kerasgraphs import build_keras_while_lstm
+    p, _ = build_keras_while_lstm(tmp_path / 'lstm.tflite', trip='runtime')
+    says = ('lstm.tflite: op 3 WHILE: its trip count is not known before it runs (its '
+            'condition\'s LESS reads cond_arg6 computed at run time), so utrain cannot unroll '
+            'it; give the recurrent layer unroll=True')
     with pytest.raises(ValueError, match=re.escape(says)):
         prepare(str(p), str(tmp_path / 'run'), loss='mse', log=lambda *a: None)
-    import io
-    from contextlib import redirect_stdout
     out = io.StringIO()
-    with redirect_stdout(out):
-        assert main(['inspect', str(p)]) == 1
+    with redirect_stdout(out), redirect_stderr(out):
+        assert main(['inspect', str(p)]) == 2
     assert says.split(': ', 1)[1] in out.getvalue()
+    p, _ = build_keras_while_lstm(tmp_path / 'fixed.tflite')
+    with pytest.raises(ValueError, match=re.escape(
+            'fixed.tflite: has 3 subgraphs (op 1 is WHILE, control flow: how TFLiteConverter '
+            'writes a Keras LSTM, GRU or RNN layer that is not unrolled; prepare unrolls a '
+            'WHILE of a fixed trip count unless --no-rewrite); utrain trains single-subgraph '
+            'models: give each recurrent layer unroll=True')):
+        prepare(str(p), str(tmp_path / 'run2'), loss='mse', rewrite=False, log=lambda *a: None)
 
 
 def test_weights_as_resource_variables_refused_by_every_command(tmp_path):

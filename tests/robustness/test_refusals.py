@@ -348,3 +348,20 @@ def test_starting_weights_of_nan_are_refused_before_the_board_trains_on_them(pre
     (out / 'weights.wof').write_bytes(bytes(b))
     code, err = says(['run', out, '--python'])
     assert code == 2 and 'weights.wof: 1 of its weights are NaN or Inf: the file is damaged' in err, err
+
+
+def test_prepare_takes_the_data_positionally_as_evaluate_does(files, tmp_path):
+    """`prepare MODEL DATA -o OUT` (as `evaluate MODEL DATA`): it had said only
+    'unrecognized arguments: DATA'; two different data files are refused, naming both."""
+    d, model, data = files
+    code, err = says(['prepare', model, data, '-o', tmp_path / 'a', '--loss', 'scce'])
+    assert code == 0, err
+    code, err = says(['prepare', model, '--data', data, '-o', tmp_path / 'b', '--loss', 'scce'])
+    assert code == 0, err
+    for f in ('train.ds', 'train.json'):
+        assert open(tmp_path / 'a' / f, 'rb').read() == open(tmp_path / 'b' / f, 'rb').read()
+    other = str(d / 'other.npz')
+    shutil.copy(data, other)
+    code, err = says(['prepare', model, data, '--data', other, '-o', tmp_path / 'c'])
+    assert code == 2 and 'two data files' in err and other in err and data in err
+    assert not (tmp_path / 'c').exists()

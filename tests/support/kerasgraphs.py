@@ -1971,3 +1971,165 @@ def build_constant_op(path, kind, seed=0, F=5, H=6, O=3):
         z = c.astype(np.float64) / xs if kind == 'cdiv' else xs ** e
         return np.maximum(z @ w1.T + b1, 0) @ w2.T + b2
     return os.fspath(path), forward, make_x
+
+
+def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='static',
+                           body_op=None, bi=False, f16=False):
+    """What TFLiteConverter.from_keras_model writes for a Keras LSTM that is not
+    unroll=True (TensorFlow 2.21), built here: a WHILE over the loop values (counter,
+    step, output buffer, h, c, the time-major sequence [T, 1, F]); its cond subgraph
+    LESS(step, T) AND LESS(counter, T); its body the cell (FCs without bias, the bias
+    ADDed, SPLIT into i, f, g, o, LOGISTIC / TANH / MUL), the step's input by GATHER with
+    the int counter, and for seq (return_sequences) the buffer rebuilt as
+    concat(buf[:i], h, buf[i+1:]) by SLICEs whose begin and size are int arithmetic on the
+    counter (RESHAPE, CONCATENATION), then Flatten -> Dense; else h after the loop ->
+    Dense.  bi: a second loop reads the sequence REVERSE_V2'd and its h is concatenated
+    (Bidirectional).  trip 'runtime': the cond's bound is computed from the input
+    (ARG_MAX: not known before the loop runs); body_op: an op (a name) on the cell's
+    output that utrain has no kernel for; f16: the cell's weights float16, each DEQUANTIZEd
+    in the body (the converter's float16 quantization).  Returns (path, numpy forward)."""
+    rng = np.random.default_rng(seed)
+    nets = []
+    for _ in range(2 if bi else 1):
+        nets.append(tuple(w.astype(np.float16).astype(np.float32) if f16 else w for w in (
+            _rand(rng, 4 * H, F) * 0.5, _rand(rng, 4 * H, H) * 0.5, _rand(rng, 4 * H) * 0.3)))
+    wo = _rand(rng, O, (T * H if seq else H) * len(nets))
+    bo = _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+    i32 = lambda name, v: b.tensor(name, np.shape(v), data=np.array(v, np.int32))  # noqa: E731
+
+    x = b.tensor('x', [1, T, F])
+    xt = b.tensor('x_tm', [T, 1, F])
+    b.op('RESHAPE', [x, i32('tm', [T, 1, F])], [xt])
+    zero, zs = i32('zero', 0), b.tensor('h0', [1, H], data=np.zeros((1, H), np.float32))
+    nb = T if seq else 1
+    buf0 = b.tensor('buf0', [nb, 1, H], data=np.zeros((nb, 1, H), np.float32))
+    lim = None
+    if trip == 'runtime':
+        am = b.tensor('argmax', [1, F], dtype=np.int32)
+        b.op('ARG_MAX', [x, i32('ax1', 1)], [am], output_type='INT32')
+        lim = b.tensor('limit', [], dtype=np.int32)
+        b.op('REDUCE_MAX', [am, i32('ax01', [0, 1])], [lim])
+    hs = []
+    for j, (wx, wh, bias) in enumerate(nets):
+        src = xt
+        if j:
+            src = b.tensor('x_rev', [T, 1, F])
+            b.op('REVERSE_V2', [xt, i32('rev_axis', [0])], [src])
+        # cond
+        c = CircleBuilder(identifier=b'TFL3')
+        ca = [c.tensor(f'cond_arg{k}', s, dtype=d) for k, (s, d) in enumerate(
+            [([], np.int32), ([], np.int32), ([nb, 1, H], None), ([1, H], None), ([1, H], None),
+             ([T, 1, F], None)] + ([([], np.int32)] if lim is not None else []))]
+        bound = ca[6] if lim is not None else c.tensor('T', [], data=np.array(T, np.int32))
+        l1, l2, both = (c.tensor(n, [], dtype=np.bool_) for n in ('less', 'less1', 'and'))
+        c.op('LESS', [ca[1], bound], [l1])
+        c.op('LESS', [ca[0], bound], [l2])
+        c.op('LOGICAL_AND', [l2, l1], [both])
+        c.inputs(*ca)
+        c.outputs(both)
+        # body
+        d = CircleBuilder(identifier=b'TFL3')
+        a = [d.tensor(f'body_arg{k}', s, dtype=dt) for k, (s, dt) in enumerate(
+            [([], np.int32), ([], np.int32), ([nb, 1, H], None), ([1, H], None), ([1, H], None),
+             ([T, 1, F], None)] + ([([], np.int32)] if lim is not None else []))]
+        di = lambda name, v: d.tensor(name, np.shape(v), data=np.array(v, np.int32))  # noqa: E731
+        one = di('one', 1)
+        step, cnt = d.tensor('add', [], dtype=np.int32), d.tensor('add_1', [], dtype=np.int32)
+        d.op('ADD', [a[1], one], [step])
+        d.op('ADD', [a[0], one], [cnt])
+        tw = [d.tensor(f'lstm{j}/{n}', w.shape, data=w.astype(np.float16) if f16 else w)
+              for n, w in (('MatMul', wx), ('MatMul_1', wh), ('bias', bias))]
+        if f16:                     # (float16 weights: a DEQUANTIZE of each in the body)
+            for k, w in enumerate(tw):
+                tw[k] = d.tensor(f'lstm{j}/w{k}', d._tensors[w].shape)
+                d.op('DEQUANTIZE', [w], [tw[k]])
+        xi = d.tensor('x_t', [1, F])
+        d.op('GATHER', [a[5], a[1]], [xi], axis=0)
+        r1, r2, s1 = (d.tensor(n, [1, 4 * H]) for n in ('mm_h', 'mm_x', 'sum'))
+        r1f = d.tensor('mm_h_flat', [4 * H])
+        d.op('FULLY_CONNECTED', [a[3], tw[1], -1], [r1])
+        d.op('RESHAPE', [r1, di('flat', [4 * H])], [r1f])
+        d.op('FULLY_CONNECTED', [xi, tw[0], -1], [r2])
+        d.op('ADD', [r2, r1f], [s1])
+        s2 = d.tensor('biased', [1, 4 * H])
+        d.op('ADD', [s1, tw[2]], [s2])
+        gates = [d.tensor(f'gate{k}', [1, H]) for k in range(4)]
+        d.op('SPLIT', [one, s2], gates, num_splits=4)
+        ig, fg, og, gg = (d.tensor(n, [1, H]) for n in ('i', 'f', 'o', 'g'))
+        d.op('LOGISTIC', [gates[0]], [ig])
+        d.op('LOGISTIC', [gates[1]], [fg])
+        d.op('LOGISTIC', [gates[3]], [og])
+        d.op('TANH', [gates[2]], [gg])
+        fc_, ig_, c2, tc, h2 = (d.tensor(n, [1, H]) for n in ('fc', 'ig', 'c', 'tanh_c', 'h'))
+        d.op('MUL', [fg, a[4]], [fc_])
+        d.op('MUL', [ig, gg], [ig_])
+        d.op('ADD', [fc_, ig_], [c2])
+        d.op('TANH', [c2], [tc])
+        d.op('MUL', [og, tc], [h2])
+        if body_op:
+            h3 = d.tensor('h_odd', [1, H])
+            d.op(body_op, [h2], [h3])
+            h2 = h3
+        h3d = d.tensor('h_3d', [1, 1, H])
+        d.op('RESHAPE', [h2, di('h3shape', [1, 1, H])], [h3d])
+        if seq:                         # buf[:i], h, buf[i+1:] (TensorListSetItem)
+            i1 = d.tensor('i1', [1], dtype=np.int32)
+            d.op('RESHAPE', [a[1], di('one_1', [1])], [i1])
+            sz = d.tensor('size', [3], dtype=np.int32)
+            d.op('CONCATENATION', [i1, di('m1', [-1, -1])], [sz], axis=0)
+            head = d.tensor('head', [1, 1, 1], signature=[-1, -1, -1])
+            d.op('SLICE', [a[2], di('z3', [0, 0, 0]), sz], [head])
+            n1 = d.tensor('n1', [1], dtype=np.int32)
+            d.op('RESHAPE', [step, di('one_2', [1])], [n1])
+            bg = d.tensor('begin', [3], dtype=np.int32)
+            d.op('CONCATENATION', [n1, di('z2', [0, 0])], [bg], axis=0)
+            tail = d.tensor('tail', [1, 1, H], signature=[-1, 1, H])
+            d.op('SLICE', [a[2], bg, di('m3', [-1, -1, -1])], [tail])
+            nbuf = d.tensor('buf', [nb, 1, H])
+            d.op('CONCATENATION', [head, h3d, tail], [nbuf], axis=0)
+        else:
+            nbuf = h3d
+        d.inputs(*a)
+        d.outputs(cnt, step, nbuf, h2, c2, a[5], *a[6:])
+        ci, bi_ = b.subgraph(c, f'while_cond{j}'), b.subgraph(d, f'while_body{j}')
+        outs = [b.tensor(f'w{j}_{k}', s, dtype=dt) for k, (s, dt) in enumerate(
+            [([], np.int32), ([], np.int32), ([nb, 1, H], None), ([1, H], None), ([1, H], None),
+             ([T, 1, F], None)] + ([([], np.int32)] if lim is not None else []))]
+        b.op('WHILE', [zero, zero, buf0, zs, zs, src] + ([lim] if lim is not None else []), outs,
+             cond_subgraph_index=ci, body_subgraph_index=bi_)
+        if seq:
+            f = b.tensor(f'flat{j}', [1, T * H])
+            b.op('RESHAPE', [outs[2], i32(f'fshape{j}', [1, T * H])], [f])
+            hs.append(f)
+        else:
+            hs.append(outs[3])
+    feat = hs[0]
+    if bi:
+        feat = b.tensor('both', [1, wo.shape[1]])
+        b.op('CONCATENATION', hs, [feat], axis=1)
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [feat, b.tensor('wo', wo.shape, data=wo), b.tensor('bo', [O], data=bo)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def sig(v):
+        return 1 / (1 + np.exp(-v))
+
+    def forward(xs, **p):               # (p: weights by tensor name, in place of the file's)
+        feats = []
+        for j, ws in enumerate(nets):
+            wx, wh, bias = (p.get(f'lstm{j}/{n}', w) for n, w in zip(('MatMul', 'MatMul_1', 'bias'), ws))
+            h = np.zeros((len(xs), H))
+            c = np.zeros((len(xs), H))
+            outs = []
+            for t in range(T):
+                z = xs[:, T - 1 - t if j else t] @ wx.T + h @ wh.T + bias
+                i_, f_, g_, o_ = (z[:, k * H:(k + 1) * H] for k in range(4))
+                c = sig(f_) * c + sig(i_) * np.tanh(g_)
+                h = sig(o_) * np.tanh(c)
+                outs.append(h)
+            feats.append(np.concatenate(outs, 1) if seq else h)
+        return np.concatenate(feats, 1) @ p.get('wo', wo).T + p.get('bo', bo)
+    return os.fspath(path), forward
