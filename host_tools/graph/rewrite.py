@@ -1712,7 +1712,7 @@ def fc_bias_adds(g: Graph) -> int:
     return done
 
 
-def conv_bias_adds(g: Graph) -> int:
+def conv_bias_adds(g: Graph, keep=()) -> int:
     """A CONV_2D / DEPTHWISE_CONV_2D with an all-zero float bias -> [RESHAPEs keeping the
     channel axis last] -> ADD of a constant [C] (or [1, .., C]) over its C channels ->
     the convolution with that constant as its bias (and the ADD's fused activation), then
@@ -1720,8 +1720,11 @@ def conv_bias_adds(g: Graph) -> int:
     (Keras's causal TCN layers) so: a zero bias inside SPACE_TO_BATCH_ND ..
     BATCH_TO_SPACE_ND and the Keras bias in an ADD after it; both trained, the layer
     had a bias too many (Keras's parameter count, and the zero one, shared by the
-    layers, copied per layer).  Runs after `dilated_convs`.  Float only.  Returns how
-    many."""
+    layers, copied per layer).  Runs after `dilated_convs`.  Not an ADD in ``keep`` (ids of
+    the trainable Operator objects) whose convolution is not: a BatchNorm's shift that
+    trains without its layer, as fold_batchnorm keeps it (folded, it vanished and its
+    configuration trained the classifier alone); with the convolution it trains as its
+    bias.  Float only.  Returns how many."""
     done = 0
     for conv in list(g.ops):
         if conv.name not in ('CONV_2D', 'DEPTHWISE_CONV_2D') or len(conv.inputs) < 3 or \
@@ -1743,7 +1746,7 @@ def conv_bias_adds(g: Graph) -> int:
         if len(cs) != 1 or y in g.outputs or cs[0].name != 'ADD':
             continue
         add = cs[0]
-        b = _added_bias(g, add, y, n)
+        b = None if id(add) in keep and id(conv) not in keep else _added_bias(g, add, y, n)
         if b is None:
             continue
         conv.inputs = conv.inputs[:2] + [b] + conv.inputs[3:]
@@ -3022,7 +3025,8 @@ def rewrite(g: Graph, keep=(), int8=False) -> dict:
         if int8 and not on_int8:
             info[name] = 0
             continue
-        info[name] = fn(g, keep={id(op) for op in keep}) if name == 'batchnorm' else fn(g)
+        info[name] = (fn(g, keep={id(op) for op in keep}) if name in ('batchnorm', 'conv_biases')
+                      else fn(g))
     if info['unshared']:    # (copies a later fold left unread are not counted)
         info['unshared_names'] = still_shared(g)
         info['unshared'] = sum(len(f) - 1 for f in info['unshared_names'])

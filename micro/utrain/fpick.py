@@ -158,7 +158,8 @@ def _zeros(n):
 
 def pick(net, P, configs, proxy, have=None, half=None, row=_zeros):
     """With the host's priors: configs [[gain, heap, [[tensor, axis, width, lo], ...]], ...]
-    (gain: accuracy over the classifier alone on the proxy; axis 2: the whole tensor; lo:
+    (gain: accuracy over the classifier alone on the proxy, the best one's for a choice
+    the host settled among tied ones on longer trials; axis 2: the whole tensor; lo:
     the first of the channels the host measured, see measured()),
     proxy [[op, share of the classifier's potential on the proxy(, [its channels'
     potentials there] for a layer trained in part)], ...].  A

@@ -1247,3 +1247,31 @@ def test_separable_conv_trains_no_depthwise_bias(tmp_path, zero):
     keras = wd.size + wp.size + bp.size + wf.size + O + (0 if zero else C)
     assert s['trainable_params'] == keras, (s['trainable_params'], keras, s['trainable'])
     assert ('bd' in s['trainable']) == (not zero) and {'wd', 'wp', 'bp', 'wf'} <= moved, moved
+
+
+def test_a_trained_batchnorm_shift_stays_an_add_without_its_layer(tmp_path):
+    """Issue 28 (session 20, a tico-converted 1-D CNN: conv without bias, BatchNorm as MUL
+    and ADD): --ranks / --select training the BatchNorm's ADD alone (its MUL and its conv
+    frozen) folded the MUL into the conv (as it should) and then the ADD into the conv's
+    zero bias (conv_bias_adds, which did not look at what trains): the configuration
+    trained the classifier alone, and --select board's short list failed on the op
+    gone.  Kept, the ADD stays a trainable op; not kept, it folds as before."""
+    rng = np.random.default_rng(3)
+    b = CircleBuilder()
+    x = b.tensor('x', [1, 5, 5, 2])
+    w = b.tensor('w', [4, 3, 3, 2], data=_rand(rng, 4, 3, 3, 2))
+    h, m, y = b.tensor('h', [1, 5, 5, 4]), b.tensor('m', [1, 5, 5, 4]), b.tensor('y', [1, 5, 5, 4])
+    b.op('CONV_2D', [x, w, b.tensor('b', [4], data=np.zeros(4, np.float32))], [h],
+         padding='SAME')
+    for i, (opn, src, dst) in enumerate((('MUL', h, m), ('ADD', m, y))):
+        k = rng.uniform(0.5, 2, 4).astype(np.float32).reshape(1, 1, 1, 4)
+        b.op(opn, [src, b.tensor(f'k{i}', k.shape, data=k)], [dst])
+    b.inputs(x)
+    b.outputs(y)
+    src = b.save(tmp_path / 's.circle')
+    dst, _, _ = rewritten(src, tmp_path / 'k.circle', keep=[2])
+    assert ops(dst) == ['CONV_2D', 'ADD']
+    assert_same_outputs(src, dst)
+    dst, _, _ = rewritten(src, tmp_path / 'd.circle')
+    assert ops(dst) == ['CONV_2D']
+    assert_same_outputs(src, dst)
