@@ -2975,9 +2975,117 @@ def unshare_constants(g: Graph) -> int:
     return made
 
 
+def _recurrent_fcs(g: Graph) -> list:
+    """FULLY_CONNECTED ops whose weight and bias (constants) other FULLY_CONNECTED ops read
+    too: one layer applied a step at a time (an unrolled RNN's hidden-to-hidden layer)."""
+    by = {}
+    for op in g.ops:
+        if op.name == 'FULLY_CONNECTED' and len(op.inputs) >= 3 and op.inputs[2] >= 0 and \
+                is_const(g, op.inputs[1]) and is_const(g, op.inputs[2]) and \
+                not is_const(g, op.inputs[0]):
+            by.setdefault((op.inputs[1], op.inputs[2]), []).append(op)
+    return [ops[0] for ops in by.values() if len(ops) > 1]
+
+
+def _reaches(g: Graph, op: Operator, k: int) -> bool:
+    """Does tensor k depend on op's outputs (g's ops are in order)?"""
+    seen = set(op.outputs)
+    for o in g.ops[g.ops.index(op) + 1:]:
+        if seen.intersection(o.inputs):
+            seen.update(o.outputs)
+    return k in seen
+
+
+def first_steps(g: Graph) -> int:
+    """An unrolled RNN's first step as tico writes it (a PyTorch nn.GRU / nn.LSTM): with
+    the initial state h0 = 0 the converter folds W_hh h0 + b_hh into constants, b_hh or
+    its gate slices (GRU: b_hr, b_hz, b_hn), read by the step's ADD and MUL, and writes
+    the zero state (GRU's h0 in h0 - n, LSTM's c0 in f * c0) as an all-zero constant.
+    Trained as parameters of their own they would move apart from b_hh, and h0 would
+    train where PyTorch holds it at 0.  So a constant that equals block j of n of a
+    recurrent FULLY_CONNECTED's bias (the same layer a later step applies: _recurrent_fcs),
+    read by an op the layer's input depends on, becomes piece j of that FC applied to a
+    zero state (FC -> SPLIT -> RESHAPE): b_hh is one parameter again, trained by every
+    step as PyTorch trains it, and export writes one tensor.  An all-zero constant read
+    as a binary op's operand on the way to such a layer's input, of the state's size, is
+    frozen (Tensor.frozen).  Float graphs.  Returns how many constants."""
+    fcs = _recurrent_fcs(g)
+    if not fcs:
+        return 0
+    done, zero_state = 0, {}
+    for op in list(g.ops):
+        if op.name not in BINARY or len(op.inputs) != 2:
+            continue
+        for pos in (0, 1):
+            k = op.inputs[pos]
+            if not is_const(g, k) or is_const(g, op.inputs[1 - pos]) or \
+                    g.tensors[k].dtype != 'float32' or g.tensors[k].data.size < 2 or \
+                    g.tensors[k].frozen:
+                continue
+            c = np.asarray(g.tensors[k].data, np.float32).reshape(-1)
+            for f in fcs:
+                b = np.asarray(g.tensors[f.inputs[2]].data, np.float32).reshape(-1)
+                n, m = b.size // c.size, c.size
+                if not c.any():
+                    if m == int(np.prod(g.tensors[f.inputs[0]].shape)) and \
+                            _reaches(g, op, f.inputs[0]):
+                        g.tensors[k].frozen = True      # (h0 / c0: no parameter)
+                        done += 1
+                        break
+                    continue
+                if b.size % m or not _reaches(g, op, f.inputs[0]):
+                    continue
+                j = next((j for j in range(n) if np.array_equal(b[j * m:(j + 1) * m], c)), None)
+                if j is None:
+                    continue
+                key = (id(f), n)
+                if key not in zero_state:
+                    zero_state[key] = _applied_to_zero(g, f, op, n)
+                piece = zero_state[key][1][j]
+                if list(g.tensors[piece].shape) != list(g.tensors[k].shape):
+                    r = new_tensor(g, g.tensors[k].name + '/utrain_tied', g.tensors[k].shape,
+                                   like=k)
+                    shp = new_tensor(g, g.tensors[k].name + '/utrain_shape',
+                                     [len(g.tensors[k].shape)],
+                                     np.array(g.tensors[k].shape, np.int32))
+                    g.ops.insert(g.ops.index(op), Operator(
+                        -1, OP_CODES['RESHAPE'], 'RESHAPE', [piece, shp], [r],
+                        {'new_shape': list(g.tensors[k].shape)}, src=op.src))
+                    _renumber(g)
+                    piece = r
+                op.inputs[pos] = piece
+                done += 1
+                break
+    return done
+
+
+def _applied_to_zero(g: Graph, f: Operator, before: Operator, n: int):
+    """FC f (its weight and bias) applied to a frozen zero state, split in n along its
+    last axis, inserted before op `before`: (FC op, [pieces])."""
+    x, y = g.tensors[f.inputs[0]], g.tensors[f.outputs[0]]
+    z = new_tensor(g, y.name + '/utrain_zero_state', x.shape, np.zeros(x.shape, np.float32))
+    g.tensors[z].frozen = True
+    out = new_tensor(g, y.name + '/utrain_first_step', y.shape, like=f.outputs[0])
+    made = [Operator(-1, f.code, f.name, [z] + list(f.inputs[1:]), [out], dict(f.options),
+                     src=f.src)]
+    pieces = [out]
+    if n > 1:
+        shape = list(y.shape[:-1]) + [y.shape[-1] // n]
+        pieces = [new_tensor(g, f'{y.name}/utrain_first_step{j}', shape, like=f.outputs[0])
+                  for j in range(n)]
+        axis = new_tensor(g, y.name + '/utrain_axis', [], np.array(len(y.shape) - 1, np.int32))
+        made.append(Operator(-1, OP_CODES['SPLIT'], 'SPLIT', [axis, out], pieces,
+                             {'num_splits': n}, src=f.src))
+    at = g.ops.index(before)
+    g.ops[at:at] = made
+    _renumber(g)
+    return made[0], pieces
+
+
 # (run before dequantize: a loop's body is dequantized with the rest)
 LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, True))
-PASSES = (('unshared', unshare_constants, True), ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
+PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
+          ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),
