@@ -3019,8 +3019,7 @@ def first_steps(g: Graph) -> int:
         for pos in (0, 1):
             k = op.inputs[pos]
             if not is_const(g, k) or is_const(g, op.inputs[1 - pos]) or \
-                    g.tensors[k].dtype != 'float32' or g.tensors[k].data.size < 2 or \
-                    g.tensors[k].frozen:
+                    g.tensors[k].dtype != 'float32' or g.tensors[k].frozen:
                 continue
             c = np.asarray(g.tensors[k].data, np.float32).reshape(-1)
             for f in fcs:
@@ -3033,8 +3032,11 @@ def first_steps(g: Graph) -> int:
                         done += 1
                         break
                     continue
-                if b.size % m or not _reaches(g, op, f.inputs[0]):
-                    continue
+                if b.size % m or not _reaches(g, op, f.inputs[0]) or m == 1 and (
+                        len(g.tensors[k].shape) != len(g.tensors[f.outputs[0]].shape) or
+                        len(g.tensors[k].shape) < 2):
+                    continue        # (a scalar 1 or 0.5 is no gate's bias: a 1-unit
+                    # layer's has the state's rank)
                 j = next((j for j in range(n) if np.array_equal(b[j * m:(j + 1) * m], c)), None)
                 if j is None:
                     continue
