@@ -1407,7 +1407,7 @@ _NONE = {'fused_activation_function': 'NONE'}
 
 # what a piecewise branch may be made of (one activation input, scalar or broadcast
 # constants): ops the float path trains through, and their values on the host
-_PIECE = {k: FLOAT_FNS[k] for k in ('MUL', 'ADD', 'SUB', 'DIV', 'EXP', 'TANH', 'NEG',
+_PIECE = {k: FLOAT_FNS[k] for k in ('MUL', 'ADD', 'SUB', 'DIV', 'EXP', 'LOG', 'TANH', 'NEG',
                                     'LOGISTIC', 'RELU')}
 
 
@@ -1623,6 +1623,25 @@ def selects_to_relu(g: Graph) -> int:
         hi, lo = (sel.inputs[1], sel.inputs[2]) if cond.name.startswith('GREATER') else \
             (sel.inputs[2], sel.inputs[1])
         above, below = _branch(g, hi, x, sel), _branch(g, lo, x, sel)
+        if above is None or below is None:
+            # PyTorch's softplus(x, beta, threshold): beta * x > threshold picks x, else
+            # log(1 + exp(beta * x)) / beta: the test on x0 > threshold / beta, where
+            # x = x0 * beta (a MUL by a positive scalar) and x0 is one branch
+            m = _producer(g, x)
+            k = [j for j in m.inputs if is_const(g, j)] if m is not None and \
+                m.name == 'MUL' and len(m.inputs) == 2 else []
+            sv = np.asarray(g.tensors[k[0]].data).reshape(-1) if len(k) == 1 else []
+            if len(sv) == 1 and float(sv[0]) > 0:
+                x0 = [j for j in m.inputs if j != k[0]][0]
+                c0 = c / float(sv[0])
+                keep = cond.inputs
+                cond.inputs = [x0, new_tensor(g, g.tensors[cond.outputs[0]].name + '/at',
+                                              [], np.array(c0, np.float32))]
+                above, below = _branch(g, hi, x0, sel), _branch(g, lo, x0, sel)
+                if above is None or below is None:
+                    cond.inputs = keep
+                else:
+                    x, c = x0, c0
         if above is None or below is None or {id(o) for o in above} & {id(o) for o in below}:
             continue
         a0, b0 = _at(g, above, x, c), _at(g, below, x, c)
@@ -3061,6 +3080,49 @@ def first_steps(g: Graph) -> int:
     return done
 
 
+def scaled_copies(g: Graph) -> int:
+    """A FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D whose weight and bias are another's
+    of the same op, options and input times one positive number s (tico folds PyTorch's
+    softplus(x, beta) beta * linear(x) into a second copy of the linear layer) ->
+    MUL(that other's output, s), s frozen: trained as a copy it would move apart from the
+    layer PyTorch trains.  Float graphs.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in WEIGHT_OUT_AXIS or len(op.inputs) < 3 or not all(
+                is_const(g, k) for k in op.inputs[1:3]):
+            continue
+        w, b = (np.asarray(g.tensors[k].data, np.float64) for k in op.inputs[1:3])
+        for o in g.ops:
+            # (the copy is the one whose weight the converter wrote after: tico's
+            # p_fc_weight_weight_fused after p_fc_weight)
+            if o is op or o.name != op.name or o.inputs[0] != op.inputs[0] or \
+                    o.inputs[1] > op.inputs[1] or \
+                    len(o.inputs) != len(op.inputs) or o.options != op.options or \
+                    not all(is_const(g, k) for k in o.inputs[1:3]) or \
+                    list(g.tensors[o.outputs[0]].shape) != list(g.tensors[op.outputs[0]].shape):
+                continue
+            w0, b0 = (np.asarray(g.tensors[k].data, np.float64) for k in o.inputs[1:3])
+            if w0.shape != w.shape or b0.shape != b.shape or not np.abs(w0).any():
+                continue
+            i = int(np.argmax(np.abs(w0)))
+            s = w.reshape(-1)[i] / w0.reshape(-1)[i]
+            if not s > 0 or s == 1 or not np.allclose(w, s * w0, rtol=1e-6, atol=0) or \
+                    not np.allclose(b, s * b0, rtol=1e-6, atol=1e-30):
+                continue
+            if op.options.get('fused_activation_function', 'NONE') != 'NONE':
+                continue
+            k = new_tensor(g, g.tensors[op.outputs[0]].name + '/utrain_scale', [],
+                           np.array(s, np.float32))
+            g.tensors[k].frozen = True
+            if g.ops.index(o) > g.ops.index(op):
+                move_after(g, op, o)
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [o.outputs[0], k]
+            op.options = dict(_NONE)
+            done += 1
+            break
+    return done
+
+
 def _applied_to_zero(g: Graph, f: Operator, before: Operator, n: int):
     """FC f (its weight and bias) applied to a frozen zero state, split in n along its
     last axis, inserted before op `before`: (FC op, [pieces])."""
@@ -3087,6 +3149,7 @@ def _applied_to_zero(g: Graph, f: Operator, before: Operator, n: int):
 # (run before dequantize: a loop's body is dequantized with the rest)
 LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, True))
 PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
+          ('scaled_copies', scaled_copies, False),
           ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
