@@ -2999,10 +2999,10 @@ def _recurrent_fcs(g: Graph) -> list:
     too: one layer applied a step at a time (an unrolled RNN's hidden-to-hidden layer)."""
     by = {}
     for op in g.ops:
-        if op.name == 'FULLY_CONNECTED' and len(op.inputs) >= 3 and op.inputs[2] >= 0 and \
-                is_const(g, op.inputs[1]) and is_const(g, op.inputs[2]) and \
-                not is_const(g, op.inputs[0]):
-            by.setdefault((op.inputs[1], op.inputs[2]), []).append(op)
+        b = op.inputs[2] if len(op.inputs) > 2 else -1
+        if op.name == 'FULLY_CONNECTED' and is_const(g, op.inputs[1]) and \
+                (b < 0 or is_const(g, b)) and not is_const(g, op.inputs[0]):
+            by.setdefault((op.inputs[1], b), []).append(op)
     return [ops[0] for ops in by.values() if len(ops) > 1]
 
 
@@ -3018,7 +3018,8 @@ def _reaches(g: Graph, op: Operator, k: int) -> bool:
 def first_steps(g: Graph) -> int:
     """An unrolled RNN's first step as tico writes it (a PyTorch nn.GRU / nn.LSTM): with
     the initial state h0 = 0 the converter folds W_hh h0 + b_hh into constants, b_hh or
-    its gate slices (GRU: b_hr, b_hz, b_hn), read by the step's ADD and MUL, and writes
+    its gate slices (GRU: b_hr, b_hz, b_hn; zeros for a layer without a bias), read by
+    the step's ADD and MUL, and writes
     the zero state (GRU's h0 in h0 - n, LSTM's c0 in f * c0) as an all-zero constant.
     Trained as parameters of their own they would move apart from b_hh, and h0 would
     train where PyTorch holds it at 0.  So a constant that equals block j of n of a
@@ -3026,8 +3027,11 @@ def first_steps(g: Graph) -> int:
     read by an op the layer's input depends on, becomes piece j of that FC applied to a
     zero state (FC -> SPLIT -> RESHAPE): b_hh is one parameter again, trained by every
     step as PyTorch trains it, and export writes one tensor.  An all-zero constant read
-    as a binary op's operand on the way to such a layer's input, of the state's size, is
-    frozen (Tensor.frozen).  Float graphs.  Returns how many constants."""
+    as a binary op's operand on the way to such a layer's input, of the state's size or
+    of the layer's output (or a gate's part of it), is frozen (Tensor.frozen).  (A b_hh
+    initialised to zeros is then frozen in step 0, where the later steps train it: its
+    copies cannot be told from a zero state by value.)  Float graphs.  Returns how many
+    constants."""
     fcs = _recurrent_fcs(g)
     if not fcs:
         return 0
@@ -3042,16 +3046,21 @@ def first_steps(g: Graph) -> int:
                 continue
             c = np.asarray(g.tensors[k].data, np.float32).reshape(-1)
             for f in fcs:
-                b = np.asarray(g.tensors[f.inputs[2]].data, np.float32).reshape(-1)
+                # (no bias, nn.GRU(bias=False): step 0's W_hh h0 folds to zeros, frozen)
+                b = np.asarray(g.tensors[f.inputs[2]].data, np.float32).reshape(-1) \
+                    if len(f.inputs) > 2 and f.inputs[2] >= 0 else np.zeros(0, np.float32)
                 n, m = b.size // c.size, c.size
                 if not c.any():
-                    if m == int(np.prod(g.tensors[f.inputs[0]].shape)) and \
+                    # the state (h0, c0: the FC's input size) or W_hh h0 (its output
+                    # size, or a gate's part of it) of a layer without a bias
+                    out = int(g.tensors[f.outputs[0]].shape[-1])
+                    if (m == int(np.prod(g.tensors[f.inputs[0]].shape)) or out % m == 0) and \
                             _reaches(g, op, f.inputs[0]):
                         g.tensors[k].frozen = True      # (h0 / c0: no parameter)
                         done += 1
                         break
                     continue
-                if b.size % m or not _reaches(g, op, f.inputs[0]) or m == 1 and (
+                if not b.size or b.size % m or not _reaches(g, op, f.inputs[0]) or m == 1 and (
                         len(g.tensors[k].shape) != len(g.tensors[f.outputs[0]].shape) or
                         len(g.tensors[k].shape) < 2):
                     continue        # (a scalar 1 or 0.5 is no gate's bias: a 1-unit

@@ -35,9 +35,9 @@ TOL = 1e-4          # relative to the largest output change of the step (measure
 class Rnn(nn.Module):
     """nn.GRU / nn.LSTM (batch_first), its outputs averaged over time, Linear(h, 3)."""
 
-    def __init__(self, kind, hidden, layers):
+    def __init__(self, kind, hidden, layers, bias=True):
         super().__init__()
-        self.rnn = getattr(nn, kind)(4, hidden, num_layers=layers, batch_first=True)
+        self.rnn = getattr(nn, kind)(4, hidden, num_layers=layers, batch_first=True, bias=bias)
         self.fc = nn.Linear(hidden, 3)
 
     def forward(self, x):
@@ -96,11 +96,12 @@ def one_step(tmp_path, model, shape, backend='cpython', scale=1.0):
             float(np.abs(u0 - t0).max()), d, ref)
 
 
-@pytest.mark.parametrize('kind,hidden,layers', [('GRU', 8, 1), ('LSTM', 6, 1),
-                                                ('GRU', 5, 2), ('LSTM', 3, 2)])
-def test_rnn_one_sgd_step_is_pytorchs(tmp_path, kind, hidden, layers):
+@pytest.mark.parametrize('kind,hidden,layers,bias', [
+    ('GRU', 8, 1, True), ('LSTM', 6, 1, True), ('GRU', 5, 2, True), ('LSTM', 3, 2, True),
+    ('GRU', 6, 1, False), ('LSTM', 4, 1, False)])     # (no bias: step 0's W_hh h0 is zeros)
+def test_rnn_one_sgd_step_is_pytorchs(tmp_path, kind, hidden, layers, bias):
     torch.manual_seed(0)
-    model = Rnn(kind, hidden, layers)
+    model = Rnn(kind, hidden, layers, bias)
     err, moved, fwd, d, ref = one_step(tmp_path, model, (1, 5, 4))
     assert fwd < 1e-5
     assert moved > 1e-2
