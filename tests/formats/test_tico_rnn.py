@@ -97,8 +97,11 @@ def one_step(tmp_path, model, shape, backend='cpython', scale=1.0):
 
 
 @pytest.mark.parametrize('kind,hidden,layers,bias', [
-    ('GRU', 8, 1, True), ('LSTM', 6, 1, True), ('GRU', 5, 2, True), ('LSTM', 3, 2, True),
-    ('GRU', 6, 1, False), ('LSTM', 4, 1, False)])     # (no bias: step 0's W_hh h0 is zeros)
+    ('GRU', 8, 1, True), ('LSTM', 6, 1, True), ('GRU', 6, 1, False),
+    # (two layers; no bias: step 0's W_hh h0 is zeros)
+    pytest.param('GRU', 5, 2, True, marks=pytest.mark.slow),
+    pytest.param('LSTM', 3, 2, True, marks=pytest.mark.slow),
+    pytest.param('LSTM', 4, 1, False, marks=pytest.mark.slow)])
 def test_rnn_one_sgd_step_is_pytorchs(tmp_path, kind, hidden, layers, bias):
     torch.manual_seed(0)
     model = Rnn(kind, hidden, layers, bias)
@@ -155,3 +158,18 @@ def test_evaluate_scores_tico_gru_with_utrains_forward(tmp_path):
         t = model.double()(torch.from_numpy(x.astype(np.float64))).numpy()
     assert abs(r['mae'] - float(np.mean(np.abs(t - y)))) < 1e-6
     assert abs(r['loss'] - float(np.mean((t - y) ** 2))) < 1e-6
+
+
+def test_utrains_forward_takes_samples_in_the_files_layout(tmp_path):
+    """evaluate's last resort takes the samples as the file's input has them (a tico CNN:
+    NCHW) and lays them out as prepare's graph takes them (NHWC)."""
+    from host_tools.prepare.infer import utrain_predictor
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
+                      nn.Linear(4 * 5 * 6, 3)).eval()
+    src = os.fspath(tmp_path / 'cnn.circle')
+    tico.convert(m, (torch.zeros(1, 3, 5, 6),)).save(src)
+    x = np.random.default_rng(0).standard_normal((3, 3, 5, 6)).astype(np.float32)
+    with torch.no_grad():
+        want = m(torch.from_numpy(x)).numpy()
+    assert np.abs(utrain_predictor(src)(x) - want).max() < 1e-5
