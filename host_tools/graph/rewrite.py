@@ -25,6 +25,11 @@ and returns how many changes it made:
 * fold_batchnorm      a MUL/ADD/SUB/DIV by a per-channel constant after CONV_2D,
                       DEPTHWISE_CONV_2D or FULLY_CONNECTED (tico's eval-mode BatchNorm2d)
                       folded into the layer's weight and bias, for frozen layers only.
+* first_steps         tico's folded first RNN step (nn.GRU / nn.LSTM): copies of b_hh
+                      -> the recurrent FC applied to a frozen zero state (tied to b_hh);
+                      the zero state's constants frozen.
+* scaled_copies       a layer tico copied scaled by beta (softplus's beta * linear(x))
+                      -> MUL(the layer's output, beta).
 * slices_to_split     STRIDED_SLICEs tiling one activation along one axis (an unrolled
                       RNN's time steps) -> one SPLIT_V.
 * fold_shapes         shape arithmetic the host knows (SHAPE of a tensor, and STRIDED_SLICE,
