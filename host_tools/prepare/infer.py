@@ -8,6 +8,8 @@ code, so the score of an exported model says what the board's training did to it
                           ONERT 0.1.0 has no int8 FULLY_CONNECTED or MEAN): samples
                           quantized with the input's scale, outputs dequantized
   onnx                    ONNX Runtime (inference), samples in the model's own layout
+  a float model none of   utrain's own forward (utrain_predictor: the board's code under
+  these runs              CPython; evaluate names it as the runtime): tico's GRU
 
 predictor(path) returns a function from samples (one per row of the first axis, laid out
 as the model's input) to outputs (float64, one row per sample)."""
@@ -260,12 +262,12 @@ def predictor(path):
         run(probe)
     except InferError as e:
         if g.identifier != b'TFL3':
-            return _rewritten_predictor(path, g, e)
+            return _last_resort(path, g, e, probe)
         try:            # TFLite Micro runs float .tflite files too (ONERT 0.1.0 lacks ops)
             run = _tflm_folded(path, g, probe)
         except Exception:   # noqa: B902 - TFLite Micro cannot either (a float16 file's
             # DEQUANTIZE): the graph as prepare rewrites it, else ONERT's reason
-            return _rewritten_predictor(path, g, e, dequantized=any(
+            return _last_resort(path, g, e, probe, dequantized=any(
                 t.dtype in ('float16', 'int8', 'uint8') for t in g.tensors))
         return run, 'TFLite Micro: ONERT cannot run it', g
     return run, 'ONERT' + (' on its graph as prepare rewrites it (shape ops folded, groups '
@@ -275,6 +277,50 @@ def predictor(path):
 
 def _first_line(e) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[-1]
+
+
+def _last_resort(path, g, why, probe, dequantized=False):
+    """_rewritten_predictor, else (a float model no reference runtime here runs, as ONERT
+    0.1.0 cannot run tico's GRU: 'Reshape: 2nd param is not compatible') utrain's own
+    forward (utrain_predictor); the refusal why when neither runs it."""
+    try:
+        return _rewritten_predictor(path, g, why, dequantized)
+    except InferError:
+        pass
+    try:
+        run = utrain_predictor(path)
+        run(probe)
+    except Exception:       # noqa: B902 - prepare refuses it, or utrain cannot run it: the
+        raise why from None     # runtime's own reason stands
+    return run, ('utrain\'s own forward (the board\'s code under CPython and numpy; no '
+                 'reference runtime here runs it: ' + _first_line(why) + ')'), g
+
+
+def utrain_predictor(path):
+    """utrain's forward of the model file at path: the folder `prepare` would write (no
+    data, the input unscaled) read by utrain.trainer.Trainer under CPython and numpy,
+    one sample at a time, as the board predicts.  For a float model no reference runtime
+    here runs: the score then says what utrain computes, not an independent runtime."""
+    import tempfile
+    from .pipeline import prepare
+    from ..target.device import module
+    keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+    s = prepare(path, keep.name, scale_input=False, log=lambda *a, **k: None)
+    perm = s.get('input_perm')
+    tr = module('trainer').Trainer(os.path.join(keep.name, 'model.flat'),
+                                   os.path.join(keep.name, 'weights.wof'))
+
+    def run(x):
+        out = []
+        for xi in np.asarray(x, np.float32):
+            xi = xi[None]
+            if perm:
+                xi = np.transpose(xi, perm)
+            out.append(np.asarray(tr.predict(np.ascontiguousarray(xi).reshape(tr.x_shape)),
+                                  np.float64).ravel())
+        return np.stack(out)
+    run.keep, run.folded = keep, False
+    return run
 
 
 def _rewritten_predictor(path, g, why, dequantized=False, reason=None):
