@@ -117,3 +117,43 @@ def test_select_gradients_by_finite_differences_and_on_micropython(tmp_path):
     for cid in CASES:
         check_case(device, cid, rtol=1e-5)
     check_micropython(device, CASES, tmp_path)
+
+
+def test_softplus_classifier_prepare_run_export(tmp_path):
+    """A tico Softplus classifier (threshold 1: both branches in use) through the CLI as a
+    user runs it: prepare (rewrites on), run on the simulated board, export; the exported
+    circle under ONERT gives utrain's trained forward and scores better than the original."""
+    import subprocess
+    import sys
+    torch = pytest.importorskip('torch')
+    tico = pytest.importorskip('tico')
+    from onert_ref import onert_infer
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (120, 6)).astype(np.float32)
+    y = np.argmax(x @ rng.normal(0, 1, (6, 3)), 1)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Softplus(threshold=1.0),
+                              torch.nn.Linear(16, 3)).eval()
+    model, data, out = (str(tmp_path / n) for n in ('sp.circle', 'sp.npz', 'run'))
+    tico.convert(net, (torch.zeros(1, 6),)).save(model)
+    np.savez(data, x=x, y=y)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, '-m', 'host_tools', *args], cwd=root,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        return p.stdout
+    cli('prepare', model, data, '-o', out, '--epochs', '4')
+    cli('run', out)
+    trained = str(tmp_path / 'trained.circle')
+    cli('export', model, os.path.join(out, 'trained.wof'), '-o', trained)
+    tr = tp.new_trainer(os.path.join(out, 'model.flat'), os.path.join(out, 'trained.wof'))
+    ref = onert_infer(trained, x[:8])
+    for i in range(8):
+        tr.set_input(x[i:i + 1])
+        tr.net.forward(False)
+        np.testing.assert_allclose(np.asarray(tr.net.output(), np.float64).ravel(),
+                                   ref[i].ravel(), rtol=1e-4, atol=1e-5)
+    acc = [float(cli('evaluate', m, data).split('accuracy ')[1].split()[0]) for m in (model, trained)]
+    assert acc[1] > acc[0] + 0.3, acc
