@@ -120,7 +120,8 @@ def test_select_gradients_by_finite_differences_and_on_micropython(tmp_path):
 
 
 def test_softplus_classifier_prepare_run_export(tmp_path):
-    """A tico Softplus classifier (threshold 1: both branches in use) through the CLI as a
+    """A tico Softplus(beta=2, threshold=1) classifier (PyTorch's function jumps at x = 0.5:
+    prepare keeps the select, rewrite.selects_to_relu declines it) through the CLI as a
     user runs it: prepare (rewrites on), run on the simulated board, export; the exported
     circle under ONERT gives utrain's trained forward and scores better than the original."""
     import subprocess
@@ -132,7 +133,7 @@ def test_softplus_classifier_prepare_run_export(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (120, 6)).astype(np.float32)
     y = np.argmax(x @ rng.normal(0, 1, (6, 3)), 1)
-    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Softplus(threshold=1.0),
+    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Softplus(beta=2.0, threshold=1.0),
                               torch.nn.Linear(16, 3)).eval()
     model, data, out = (str(tmp_path / n) for n in ('sp.circle', 'sp.npz', 'run'))
     tico.convert(net, (torch.zeros(1, 6),)).save(model)
@@ -145,6 +146,8 @@ def test_softplus_classifier_prepare_run_export(tmp_path):
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         return p.stdout
     cli('prepare', model, data, '-o', out, '--epochs', '4')
+    ops = {o.name for o in read_model(os.path.join(out, 'rewritten.circle')).ops}
+    assert {'GREATER', 'SELECT_V2'} <= ops, ops
     cli('run', out)
     trained = str(tmp_path / 'trained.circle')
     cli('export', model, os.path.join(out, 'trained.wof'), '-o', trained)
