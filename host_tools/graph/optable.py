@@ -481,7 +481,7 @@ def _elem_roles(op, g):
     # x / c, a Normalization's std are constants there), a trained divisor can cross 0,
     # and the int8 path keeps it the file's (fromfloat: x / c is a MUL by 1 / c).
     const = [p for p in (0, 1) if g.tensors[op.inputs[p]].data is not None]
-    if len(const) != 1 or op.name == 'DIV':
+    if len(const) != 1 or op.name not in ('ADD', 'SUB', 'MUL', 'BATCH_MATMUL'):
         return {}
     t = g.tensors[op.inputs[const[0]]]
     if t.dtype != 'float32' or t.data.size < 2 or normalization(op, g) or \
@@ -1027,6 +1027,48 @@ SPECS.update({s.name: s for s in [
     OpSpec('GATHER', {0: 'weight'}, _gather_options,
            lambda op, flags: [op.inputs[1]] if flags & DW else [], data_inputs=(),
            device_inputs=(0, 1), fwd=(0, 0), bwd=(0, 0), wgrad_sgd='rows'),
+]})
+
+# ---- comparisons and selects (issue 28: tico's torch.where, Softplus's threshold
+# branch, Mish, Threshold): LESS, GREATER, GREATER_EQUAL, LESS_EQUAL in op_elem (a 1.0 /
+# 0.0 mask, broadcast as ADD's; no gradient: no data input) and SELECT, SELECT_V2 in
+# op_sel (c ? a : b; a and b get the gradient where they were taken).
+
+COMPARISONS = ('LESS', 'GREATER', 'GREATER_EQUAL', 'LESS_EQUAL')
+
+
+def _sel_options(op, g):
+    """No option floats; each operand must be the output's device array [rows, cols] or
+    broadcast natively along its rows and / or columns (a scalar, a per-column row,
+    a per-row column)."""
+    S = _shape4(g, op.outputs[0], op)
+    for p, k in enumerate(op.inputs[:3]):
+        X = _shape4(g, k, op)
+        if any(x not in (1, s) for x, s in zip(X, S)) or \
+                (X[:3] != S[:3] and int(np.prod(X[:3])) != 1):
+            raise ValueError(
+                f'{_where(op)}: operand {p} (tensor {k}, shape {list(g.tensors[k].shape)}) '
+                f'broadcasts to the output {list(g.tensors[op.outputs[0]].shape)} along '
+                'some leading axes only; utrain selects between operands of the output\'s '
+                'shape, scalars and per-last-axis vectors (expand the operand to the '
+                'output\'s shape in the model, e.g. torch.where(c, a.expand_as(b), b))')
+    if len(op.inputs) != 3:
+        raise ValueError(f'{_where(op)}: {len(op.inputs)} inputs; a select takes 3')
+    if op.name == 'SELECT' and any(g.tensors[k].shape != g.tensors[op.outputs[0]].shape
+                                   for k in op.inputs):
+        raise ValueError(f'{_where(op)}: SELECT (v1) of shapes '
+                         f'{[list(g.tensors[k].shape) for k in op.inputs]}: utrain takes '
+                         'SELECT with all shapes the output\'s (SELECT_V2 broadcasts)')
+    return []
+
+
+SPECS.update({s.name: s for s in [
+    OpSpec(name, {}, _elem_options, _none, data_inputs=(), fwd_of=_elem_fwd, bwd=(0, 0))
+    for name in COMPARISONS] + [
+    # (the mask is read back by the gradient)
+    OpSpec(name, {}, _sel_options, lambda op, flags: [op.inputs[0]], data_inputs=(1, 2),
+           fwd=(1, 0), bwd=(2, 1))
+    for name in ('SELECT', 'SELECT_V2')
 ]})
 
 # ---- RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR (micro/utrain/op_rsz.py; nearest by whole

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..formats.circle_io import Graph
-from .optable import SPECS, SUPPORTED, DW, DB, dx_bit
+from .optable import SPECS, SUPPORTED, COMPARISONS, DW, DB, dx_bit
 
 
 class PrepareError(ValueError):
@@ -84,9 +84,11 @@ def validate(g: Graph):
                                    f'from non-constant tensor {k} ({g.tensors[k].name}); '
                                    'utrain needs constant weights')
         used.update(op.outputs)
+    # a comparison's bool output is held as a 1.0 / 0.0 float mask (utrain.op_elem)
+    masks = {op.outputs[0] for op in g.ops if op.name in COMPARISONS} - set(g.outputs)
     for k in sorted(used):
         t = g.tensors[k]
-        if t.dtype != 'float32':
+        if t.dtype != 'float32' and not (k in masks and t.dtype == 'bool'):
             raise PrepareError(f'{where}: tensor {k} ({t.name}) is {t.dtype}; utrain trains '
                                'float32 models (prepare dequantizes int8/uint8 tensors that carry '
                                'scales; this one has none)')

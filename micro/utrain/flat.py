@@ -48,6 +48,12 @@ _TRANSPOSE_CONV = const(67)
 _GATHER = const(36)
 _RESIZE_BILINEAR = const(23)
 _RESIZE_NEAREST_NEIGHBOR = const(97)
+_LESS = const(58)
+_GREATER = const(61)
+_GREATER_EQUAL = const(62)
+_LESS_EQUAL = const(63)
+_SELECT = const(64)
+_SELECT_V2 = const(123)
 
 MAGIC = b'UTFM'
 VERSION = 3
@@ -86,7 +92,9 @@ KERNELS = {_FULLY_CONNECTED: 'op_fc', _SOFTMAX: 'op_act', _LOGISTIC: 'op_act', _
            _SPLIT: 'op_split', _SPLIT_V: 'op_split', _SQRT: 'op_math', _RSQRT: 'op_math',
            _GELU: 'op_math', _EXP: 'op_math', _LOG: 'op_math', _BATCH_MATMUL: 'op_bmm',
            _TRANSPOSE_CONV: 'op_tconv', _GATHER: 'op_emb', _RESIZE_BILINEAR: 'op_rsz',
-           _RESIZE_NEAREST_NEIGHBOR: 'op_rsz'}
+           _RESIZE_NEAREST_NEIGHBOR: 'op_rsz', _LESS: 'op_elem', _GREATER: 'op_elem',
+           _GREATER_EQUAL: 'op_elem', _LESS_EQUAL: 'op_elem', _SELECT: 'op_sel',
+           _SELECT_V2: 'op_sel'}
 
 
 class ModelError(ValueError):

@@ -9,6 +9,10 @@
 # more (e.g. NCHW's [1,C,1,1] against [1,C,H,W] = [C*H, W] rows) loop block by block.
 # Backward: dz = act'(y) dy; da = dz (ADD, SUB), dz*b (MUL), dz/b (DIV); db = dz, -dz
 # (SUB), dz*a (MUL), -dz*a/b^2 (DIV); each summed over what its operand broadcasts.
+# LESS (58), GREATER (61), GREATER_EQUAL (62), LESS_EQUAL (63) (torch.where's and
+# Softplus's threshold test, Threshold's x <= t, as tico writes them): y = 1.0 where the
+# comparison holds, else 0.0 (the mask utrain.op_sel reads), broadcasting as above; no
+# gradient (a step function: the host lists no data input, so no backward runs).
 # Temporaries: forward, the output plus one block result; backward, dz, two or three
 # block-sized products (DIV's db) and their sums, and the operand-sized gradient.
 from utrain.xnp import np, zeros, const
@@ -18,6 +22,10 @@ _ADD = const(0)
 _SUB = const(41)
 _MUL = const(18)
 _DIV = const(42)
+_LESS = const(58)
+_GREATER = const(61)
+_GREATER_EQUAL = const(62)
+_LESS_EQUAL = const(63)
 _DX = const(1)
 _DW = const(2)
 _DB = const(4)
@@ -39,7 +47,17 @@ def _f(code, a, b):
         return a - b
     if code == _MUL:
         return a * b
-    return a / b
+    if code == _DIV:
+        return a / b
+    if code == _GREATER:
+        m = a > b
+    elif code == _GREATER_EQUAL:
+        m = a >= b
+    elif code == _LESS:
+        m = a < b
+    else:
+        m = a <= b
+    return np.where(m, 1.0, 0.0)
 
 
 def _g(code, s, dz, a, b):

@@ -52,6 +52,12 @@ TRANSPOSE_CONV = const(67)
 GATHER = const(36)
 RESIZE_BILINEAR = const(23)
 RESIZE_NEAREST_NEIGHBOR = const(97)
+LESS = const(58)
+GREATER = const(61)
+GREATER_EQUAL = const(62)
+LESS_EQUAL = const(63)
+SELECT = const(64)
+SELECT_V2 = const(123)
 
 # ---- backward flags (a backward entry's u16): DX the first data input's gradient, DW
 # the weight's, DB the bias's.  Data input n >= 1 has bit DXN << n in the host's plan;
