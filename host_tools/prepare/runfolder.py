@@ -11,6 +11,7 @@ import os
 import shutil
 
 from ..files import dataset as ds
+from ..files.locks import PREPARING, PID_FILE, staging_folder, holder  # noqa: F401
 from ..formats.circle_io import atomic_write
 from ..graph.passes import PrepareError
 
@@ -52,45 +53,6 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
 # prepare stopped half way (Ctrl-C, a kill, a refusal, an error) leaves OUT as it was, or
 # no OUT.  OUT.preparing and OUT (if any) are locked (flock: the kernel drops the lock with
 # the process, killed or not) for the prepare's time, as runner.run locks OUT for a run's.
-PREPARING = '.preparing'
-PID_FILE = 'PREPARING'      # in OUT.preparing: the pid of the prepare writing it
-
-
-def staging_folder(out_dir) -> str:
-    """The staging folder of a prepare into out_dir: OUT.preparing beside it."""
-    return os.path.normpath(out_dir) + PREPARING
-
-
-def holder(path) -> str:
-    """Who holds a lock on path (a folder): 'prepare (pid N)', 'a run (pid N)', ... from
-    /proc/locks (Linux), or the staging folder's pid file; '' when nothing says."""
-    pid = None
-    try:
-        ino = os.stat(path).st_ino
-        with open('/proc/locks') as f:
-            for line in f:
-                w = line.split()
-                if 'FLOCK' in w and '->' not in w and len(w) > w.index('FLOCK') + 4 \
-                        and w[w.index('FLOCK') + 4].rsplit(':', 1)[-1] == str(ino):
-                    pid = int(w[w.index('FLOCK') + 3])
-                    break
-    except (OSError, ValueError):
-        pass
-    if pid is None:
-        try:
-            with open(os.path.join(path, PID_FILE)) as f:
-                pid = int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            return ''
-    try:
-        with open(f'/proc/{pid}/cmdline', 'rb') as f:
-            argv = f.read().decode(errors='replace').split('\0')
-    except OSError:
-        argv = []
-    what = ('a prepare' if 'prepare' in argv else 'a run' if 'run' in argv or 'train.py' in
-            argv else 'a deploy' if 'deploy' in argv else 'a fleet' if 'fleet' in argv
-            else 'a process')
-    return f'{what} (pid {pid})'
 
 
 def _locked(path, refusal):

@@ -484,7 +484,7 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
         raise FileNotFoundError(f'{out_dir}: a file; give the folder prepare wrote (its -o)'
                                 + (f', {os.path.dirname(out_dir) or "."}' if os.path.exists(
                                     os.path.join(os.path.dirname(out_dir), 'train.json')) else ''))
-    from ..prepare.runfolder import holder, staging_folder
+    from ..files.locks import holder, staging_folder
     stage = staging_folder(out_dir)
     if os.path.isdir(stage) and holder(stage).startswith('a prepare'):
         raise RuntimeError(f'{out_dir}: {holder(stage)} is preparing this folder (in {stage}); '
