@@ -47,6 +47,26 @@ def _read_runnable(path):
     return g
 
 
+def unbatched(path):
+    """(path, None), or for a file that fixes a batch of N > 1 (formats.batch) a copy with
+    batch 1 in a temporary folder: (its path, the folder, kept while it runs); InferError
+    where the batch is mixed with the data."""
+    import tempfile
+    from ..formats import batch as fb
+    try:
+        n = fb.check_batch(read_model(path))
+    except fb.BatchError as e:
+        raise InferError(str(e)) from None
+    except ValueError:
+        return path, None           # (_read_runnable says what is wrong with it)
+    if n == 1:
+        return path, None
+    keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+    dst = os.path.join(keep.name, 'batch1' + os.path.splitext(os.fspath(path))[1])
+    fb.set_batch(path, dst, n, 1)
+    return dst, keep
+
+
 def _onert_session(path):
     import onert.infer
     try:
@@ -501,6 +521,9 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
     prepare reads them): scores() plus 'runtime', 'transposed' (and 'output': the output
     scored, of a model with several, evaluate_several's).  output: --output."""
     from ..files import dataset as ds
+    keep = None
+    if os.path.exists(os.fspath(model)) and not os.fspath(model).lower().endswith('.onnx'):
+        model, keep = unbatched(model)      # (a batch fixed in the file: run at batch 1)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
         if len(h.inputs) > 1 or len(h.outputs) > 1:

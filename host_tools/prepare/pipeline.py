@@ -461,11 +461,62 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     return summary
 
 
-def prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
-            progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
-            backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
-            bands=None, int8=None, log=print, trial=False, scale_input=True, output=None,
-            **overrides):
+BATCH1 = 'batch1'       # the batch-1 copy of a model whose file fixes a batch (formats.batch)
+
+
+def unbatched(model_path, out_dir, log=print):
+    """(the model to prepare, its file's batch): a .tflite / .circle whose file fixes a
+    batch of N > 1 (Keras's Input(batch_size=N)) is copied into out_dir with batch 1
+    (formats.batch.set_batch), and prepare says so; a batch mixed with the data (a RESHAPE
+    merging it into the features) is refused saying why."""
+    from ..formats import batch as fb
+    from ..formats.onnx_io import is_onnx
+    if not os.path.isfile(model_path) or is_onnx(model_path):
+        return model_path, 1
+    try:
+        g = read_model(model_path)
+        n = fb.check_batch(g)
+    except fb.BatchError as e:
+        raise PrepareError(str(e)) from None
+    except ValueError:
+        return model_path, 1        # (settle says what is wrong with the file)
+    if n == 1:
+        return model_path, 1
+    os.makedirs(out_dir, exist_ok=True)
+    dst = os.path.join(out_dir, BATCH1 + os.path.splitext(model_path)[1])
+    if os.path.exists(dst) and os.path.samefile(dst, model_path):
+        raise PrepareError(f'{model_path}: prepare would overwrite it with its batch-1 copy; '
+                           'prepare into another folder')
+    fb.set_batch(model_path, dst, n, 1)
+    log(f'{model_path}: its file fixes a batch of {n}; utrain trains a sample at a time '
+        f'(--batch is the training batch): prepared from a copy with batch 1 ({dst}); '
+        f'export writes the trained model with the batch of {n} again')
+    return dst, n
+
+
+def prepare(model_path, out_dir, data=None, log=print, **kw):
+    """_prepare on the model, or on its batch-1 copy when its file fixes a batch
+    (unbatched); prepare.json then names the file's batch ("fixed_batch": export writes
+    it back)."""
+    src, n = unbatched(model_path, out_dir, log)
+    r = _prepare(src, out_dir, data, log=log, **kw)
+    if n > 1 and isinstance(r, dict):
+        r['fixed_batch'] = {'batch': n, 'model': os.path.abspath(model_path)}
+        sp = os.path.join(out_dir, 'prepare.json')
+        if os.path.exists(sp):
+            with open(sp) as f:
+                d = json.load(f)
+            d['fixed_batch'] = r['fixed_batch']
+            d['model'] = r['model'] = os.path.abspath(model_path)   # (export's, as given)
+            atomic_write(sp, (json.dumps(d, indent=1) + '\n').encode())
+    return r
+
+
+def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
+             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
+             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
+             bands=None, int8=None, log=print, trial=False, scale_input=True, output=None,
+             **overrides):
     """Run the host passes, check the heap plan against the budget, write the folder.
     Returns a summary dict.  data: an .npz, .csv or folder of class image folders
     (dataset.load); dtype: how the samples are stored (float32, or uint8/int8 with a
@@ -1208,6 +1259,45 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
 
 
 def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
+    """_export; of a model whose file fixes a batch (prepare.json's "fixed_batch":
+    prepare trained its batch-1 copy), from that copy, and the exported file with the
+    file's batch again (formats.batch.set_batch), or batch 1 where that cannot be (said in
+    the notes)."""
+    run_dir = os.path.dirname(os.path.abspath(wof_path))
+    fixed = None
+    try:
+        with open(os.path.join(run_dir, 'prepare.json')) as f:
+            fixed = json.load(f).get('fixed_batch')
+    except (OSError, ValueError, AttributeError):
+        pass                        # (_export says what is wrong with it)
+    if not isinstance(fixed, dict) or not isinstance(fixed.get('batch'), int) or fixed['batch'] < 2:
+        return _export(model_path, wof_path, out_path, quantized, data)
+    from ..formats import batch as fb
+    copy1 = [os.path.join(run_dir, f) for f in sorted(os.listdir(run_dir))
+             if os.path.splitext(f)[0] == BATCH1]
+    r = _export(copy1[0] if copy1 else model_path, wof_path, out_path, quantized, data)
+    n = fixed['batch']
+    if is_onnx_path(out_path):
+        return r
+    try:
+        fb.set_batch(out_path, out_path, 1, n)
+        r['batch'] = n
+        note = (f'{out_path}: written with the batch of {n} {model_path} fixes (trained a '
+                'sample at a time)')
+    except (fb.BatchError, ValueError) as e:
+        r['batch'] = 1
+        note = (f'{out_path}: written with batch 1 ({model_path} fixes a batch of {n}; '
+                f'the trained graph cannot take it again: {e})')
+    r.setdefault('notes', []).append(note)
+    return r
+
+
+def is_onnx_path(path) -> bool:
+    from ..formats.onnx_io import is_onnx
+    return is_onnx(path)
+
+
+def _export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
     prepare.json beside the .wof says so), the weights index the rewritten graph
     (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with
