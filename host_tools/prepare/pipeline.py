@@ -258,6 +258,17 @@ def _board_name(board, known=None) -> str:
         raise PrepareError(str(e)) from None
 
 
+def joined_samples(data, g):
+    """(x, y) of data for graph g of several inputs, each sample's inputs joined in one
+    row (dataset.load_inputs, as train.ds stores them): what --select's flash check
+    prices."""
+    from ..files.dataset import load_inputs
+    from ..plan.runplan import data_inputs
+    x, y = load_inputs(data, data_inputs(g))
+    x, y = np.asarray(x), np.asarray(y)
+    return x.reshape(len(x), -1), y
+
+
 def _flash_fits(model_path, x, y, dtype, board, model_bytes, s, writes):
     """--select's flash check: a priced candidate's 'writes' (the trained shapes, or an
     int8 run's (layer table, prefix-cache table)) -> None, or why the board's flash cannot
@@ -622,17 +633,21 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
-    if select and board and early:
+    # the samples --select's flash check prices: as read, or several inputs' joined
+    fx, fy = (x, y) if early else joined_samples(data, source) if (
+        select and board and data and len(source.inputs) > 1) else (None, None)
+    if select and board and fx is not None:
         # --select's trials take minutes: samples the board's flash cannot hold even as
         # 8-bit values beside the model's weights as int8 are refused before they run
-        check_flash(model_path, (x, y.reshape(len(y), -1)), 'int8', board, int8_bytes(source))
+        check_flash(model_path, (fx.reshape(len(fx), -1), fy.reshape(len(fy), -1)), 'int8',
+                    board, int8_bytes(source))
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
             from .select import choose_q8
-            flash8 = _flash_fits(model_path, x, y, 'int8', board, int8_bytes(source), s,
+            flash8 = _flash_fits(model_path, fx, fy, 'int8', board, int8_bytes(source), s,
                                  lambda w: dict(layers=w[0], cache=w[1])) \
-                if board and early and len(source.inputs) == 1 else None
+                if board and fx is not None else None
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
                             prepare=prepare, flash=flash8)
@@ -679,8 +694,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
-    flash = _flash_fits(model_path, x, y, dtype, board, None, s, lambda w: dict(shapes=w)) \
-        if select and board and early and len(source.inputs) == 1 else None
+    flash = _flash_fits(model_path, fx, fy, dtype, board, None, s, lambda w: dict(shapes=w)) \
+        if select and board and fx is not None else None
     sel = select_fitting(select, model_path, data, dict(s, output=output) if output is not None
                          else s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log,

@@ -22,8 +22,8 @@ from kerasgraphs import build_int8_unitnorm  # noqa: E402
 pytest.importorskip('onert')
 
 
-def mlp(path, n, inputs=1, shape_const=False, merge=False, seed=0):
-    """x [n, 2, 3] (two inputs: added) -> RESHAPE [n, 6] -> FC(4) RELU -> FC(3) -> SOFTMAX,
+def mlp(path, n, inputs=1, shape_const=False, merge=False, seed=0, H=4):
+    """x [n, 2, 3] (two inputs: added) -> RESHAPE [n, 6] -> FC(H) RELU -> FC(3) -> SOFTMAX,
     the batch n fixed in every activation; shape_const: the RESHAPE's shape a constant
     (else its new_shape option only); merge: the RESHAPE gives [1, 6n] (the batch merged
     into the features).  Returns (path, numpy forward of one sample [2, 3] each input)."""
@@ -40,15 +40,15 @@ def mlp(path, n, inputs=1, shape_const=False, merge=False, seed=0):
         b.op('RESHAPE', [h, b.tensor('shape', [2], dtype='int32', data=np.array(to, np.int32))], [f])
     else:
         b.op('RESHAPE', [h], [f], new_shape=to)
-    w1 = rng.standard_normal((4, to[1])).astype(np.float32)
-    b1 = rng.standard_normal(4).astype(np.float32) * 0.1
-    w2 = rng.standard_normal((3, 4)).astype(np.float32)
+    w1 = rng.standard_normal((H, to[1])).astype(np.float32)
+    b1 = rng.standard_normal(H).astype(np.float32) * 0.1
+    w2 = rng.standard_normal((3, H)).astype(np.float32)
     b2 = np.zeros(3, np.float32)
-    a = b.tensor('a', [to[0], 4])
-    b.op('FULLY_CONNECTED', [f, b.tensor('w1', [4, to[1]], data=w1), b.tensor('b1', [4], data=b1)],
+    a = b.tensor('a', [to[0], H])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w1', [H, to[1]], data=w1), b.tensor('b1', [H], data=b1)],
          [a], fused_activation_function='RELU')
     z = b.tensor('z', [to[0], 3])
-    b.op('FULLY_CONNECTED', [a, b.tensor('w2', [3, 4], data=w2), b.tensor('b2', [3], data=b2)], [z])
+    b.op('FULLY_CONNECTED', [a, b.tensor('w2', [3, H], data=w2), b.tensor('b2', [3], data=b2)], [z])
     y = b.tensor('y', [to[0], 3])
     b.op('SOFTMAX', [z], [y], beta=1.0)
     b.inputs(*xs)
