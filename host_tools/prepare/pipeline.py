@@ -494,7 +494,8 @@ def unbatched(model_path, out_dir, log=print):
     if n == 1:
         return model_path, 1
     os.makedirs(out_dir, exist_ok=True)
-    dst = os.path.join(out_dir, BATCH1 + os.path.splitext(model_path)[1])
+    stem, ext = os.path.splitext(os.path.basename(model_path))
+    dst = os.path.join(out_dir, f'{stem}.{BATCH1}{ext}')     # (earlier-N/ keeps its own)
     if os.path.exists(dst) and os.path.samefile(dst, model_path):
         raise PrepareError(f'{model_path}: prepare would overwrite it with its batch-1 copy; '
                            'prepare into another folder')
@@ -512,7 +513,8 @@ def prepare(model_path, out_dir, data=None, log=print, **kw):
     src, n = unbatched(model_path, out_dir, log)
     r = _prepare(src, out_dir, data, log=log, **kw)
     if n > 1 and isinstance(r, dict):
-        r['fixed_batch'] = {'batch': n, 'model': os.path.abspath(model_path)}
+        r['fixed_batch'] = {'batch': n, 'model': os.path.abspath(model_path),
+                            'copy': os.path.basename(src)}
         sp = os.path.join(out_dir, 'prepare.json')
         if os.path.exists(sp):
             with open(sp) as f:
@@ -1288,9 +1290,9 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     if not isinstance(fixed, dict) or not isinstance(fixed.get('batch'), int) or fixed['batch'] < 2:
         return _export(model_path, wof_path, out_path, quantized, data)
     from ..formats import batch as fb
-    copy1 = [os.path.join(run_dir, f) for f in sorted(os.listdir(run_dir))
-             if os.path.splitext(f)[0] == BATCH1]
-    r = _export(copy1[0] if copy1 else model_path, wof_path, out_path, quantized, data)
+    copy1 = os.path.join(run_dir, os.path.basename(str(fixed.get('copy') or '')))
+    r = _export(copy1 if fixed.get('copy') and os.path.isfile(copy1) else model_path, wof_path,
+                out_path, quantized, data)
     n = fixed['batch']
     if is_onnx_path(out_path):
         return r

@@ -88,7 +88,7 @@ def test_a_batch_fixed_in_the_file_trains_and_exports_with_it(tmp_path, n, input
     r = prepare(path, out, d, log=logs.append, epochs=1)
     assert any(f'fixes a batch of {n}' in m and 'batch 1' in m for m in logs), logs
     assert r['fixed_batch']['batch'] == n
-    assert read_model(os.path.join(out, 'batch1.tflite')).tensors[0].shape[0] == 1
+    assert read_model(os.path.join(out, f'b{n}.batch1.tflite')).tensors[0].shape[0] == 1
     ex = str(tmp_path / 'out.tflite')
     e = export(path, os.path.join(out, 'weights.wof'), ex)
     assert e['batch'] == n
