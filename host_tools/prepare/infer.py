@@ -247,7 +247,18 @@ def onnx_predictor(path):
     # an embedding's int64 / int32 ids come as floats in the data
     dt = {'tensor(int64)': np.int64, 'tensor(int32)': np.int32}.get(inp.type, np.float32)
 
+    b = inp.shape[0] if isinstance(inp.shape[0], int) and inp.shape[0] > 1 else 1
+
     def run(x):
+        if b > 1:       # (a batch fixed in the file: b samples a run, the last padded)
+            x = np.asarray(x, np.float32).reshape([len(x)] + shape[1:])
+            out = []
+            for i in range(0, len(x), b):
+                xi = x[i:i + b]
+                xi = np.concatenate([xi, np.zeros((b - len(xi),) + xi.shape[1:], xi.dtype)])
+                o = np.asarray(sess.run(None, {inp.name: xi.astype(dt)})[0], np.float64)
+                out.append(o.reshape(b, -1)[:min(b, len(x) - i)])
+            return np.concatenate(out)
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
             xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
     run.shape = shape       # (an image folder is read in its size and channels)

@@ -482,7 +482,18 @@ def unbatched(model_path, out_dir, log=print):
     merging it into the features) is refused saying why."""
     from ..formats import batch as fb
     from ..formats.onnx_io import is_onnx
-    if not os.path.isfile(model_path) or is_onnx(model_path):
+    if not os.path.isfile(model_path):
+        return model_path, 1
+    if is_onnx(model_path):     # (read at batch 1: onnx_io.load; export keeps the file's)
+        try:
+            from ..formats.onnx_io import fixed_batch, _onnx
+            n = fixed_batch(_onnx().load(model_path))
+        except Exception:   # noqa: B902 - (settle says what is wrong with the file)
+            return model_path, 1
+        if n > 1:
+            log(f'{model_path}: its file fixes a batch of {n}; utrain trains a sample at a time '
+                f'(--batch is the training batch): read with batch 1; export writes the trained '
+                f'weights into the file, its batch of {n} kept')
         return model_path, 1
     try:
         g = read_model(model_path)

@@ -142,3 +142,41 @@ def test_a_batch_merged_into_the_features_is_refused_saying_why(tmp_path):
         infer.evaluate(path, d)
     with pytest.raises(fb.BatchError, match='part of the data'):
         fb.check_batch(read_model(path))
+
+
+def test_an_onnx_model_with_a_fixed_batch(tmp_path):
+    """An ONNX file of batch 4 (its Reshape's shape [4, 6] too) is read at batch 1, scored
+    by ONNX Runtime 4 samples a run (30 samples: the last run padded) as numpy scores it,
+    and export writes the weights into the file, its batch 4 kept."""
+    onnx = pytest.importorskip('onnx')
+    pytest.importorskip('onnxruntime')
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 3)).astype(np.float32)
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [4, 2, 3])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [4, 3])
+    inits = [numpy_helper.from_array(np.array([4, 6], np.int64), 'shape'),
+             numpy_helper.from_array(w, 'w'), numpy_helper.from_array(np.zeros(3, np.float32), 'b')]
+    nodes = [helper.make_node('Reshape', ['x', 'shape'], ['f']),
+             helper.make_node('MatMul', ['f', 'w'], ['h']),
+             helper.make_node('Add', ['h', 'b'], ['z']),
+             helper.make_node('Softmax', ['z'], ['y'], axis=-1)]
+    m = helper.make_model(helper.make_graph(nodes, 'g', [x], [y], inits),
+                          opset_imports=[helper.make_opsetid('', 17)])
+    path = str(tmp_path / 'b4.onnx')
+    onnx.save(m, path)
+    xs = rng.standard_normal((30, 2, 3)).astype(np.float32)
+    ys = (xs.reshape(30, -1) @ w).argmax(1)
+    ys[::4] = (ys[::4] + 1) % 3
+    np.savez(tmp_path / 'd.npz', x=xs, y=ys)
+    d = str(tmp_path / 'd.npz')
+    want = float(np.mean((xs.reshape(30, -1) @ w).argmax(1) == ys))
+    assert infer.evaluate(path, d)['accuracy'] == pytest.approx(want)
+    logs = []
+    out = str(tmp_path / 'run')
+    prepare(path, out, d, log=logs.append, epochs=1)
+    assert any('fixes a batch of 4' in m for m in logs), logs
+    ex = str(tmp_path / 'out.onnx')
+    export(path, os.path.join(out, 'weights.wof'), ex)
+    assert onnx.load(ex).graph.input[0].type.tensor_type.shape.dim[0].dim_value == 4
+    assert infer.evaluate(ex, d)['accuracy'] == pytest.approx(want)
