@@ -568,7 +568,7 @@ def _rebox(b) -> _AlignedBufferT:
 
 
 def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],
-                       identifier: bytes | None = None) -> None:
+                       identifier: bytes | None = None, edit=None) -> None:
     """Copy ``src_path`` to ``out_path`` with the constant data of tensors replaced.
 
     ``new_data`` maps tensor index (subgraph 0) -> array of the tensor's dtype and shape.
@@ -634,5 +634,7 @@ def write_with_weights(src_path, out_path, new_data: dict[int, np.ndarray],
         else:
             model.buffers[bi] = _aligned_buffer(payload)
 
+    if edit is not None:        # (formats.batch: tensor shapes and RESHAPE options)
+        edit(model)
     data = pack_model(model, identifier or bytes(raw[4:8]))
     atomic_write(out_path, data)

@@ -1807,6 +1807,7 @@ def load(path):
         raise ModelError(path, 'not a valid ONNX model (no graph nodes)')
     _check_defined(path, model)
     inits = {t.name for t in model.graph.initializer}
+    n = fixed_batch(model)
     for vi in model.graph.input:          # a symbolic batch dimension is 1
         if vi.name in inits:
             continue
@@ -1814,11 +1815,40 @@ def load(path):
         if len(dims) and not (dims[0].HasField('dim_value') and dims[0].dim_value > 0):
             dims[0].Clear()
             dims[0].dim_value = 1
+        elif len(dims) > 1 and n > 1 and dims[0].dim_value == n:
+            dims[0].dim_value = 1         # (a batch fixed in the file: a sample at a time)
+    if n > 1:       # (a Reshape's shape that carries it; one merging it fails to read)
+        from onnx import numpy_helper
+        shapes = {nd.input[1] for nd in model.graph.node if nd.op_type == 'Reshape' and len(nd.input) > 1}
+        for k, t in enumerate(model.graph.initializer):
+            if t.name in shapes:
+                v = numpy_helper.to_array(t).copy()
+                if v.ndim == 1 and v.size and int(v[0]) == n:
+                    v[0] = 1
+                    model.graph.initializer[k].CopyFrom(numpy_helper.from_array(v, t.name))
+        for vi in list(model.graph.output) + list(model.graph.value_info):
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) and dims[0].HasField('dim_value') and dims[0].dim_value == n:
+                dims[0].dim_value = 1
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:
         raise ModelError(path, f'ONNX shape inference failed: {e}') from None
     return model, inferred
+
+
+def fixed_batch(model) -> int:
+    """The batch N > 1 an ONNX model's inputs of rank 2 or more fix (their first dimension
+    a number they share), else 1: read with batch 1 (load), exported into the file as it
+    is (its batch kept), run by evaluate N samples at a time."""
+    inits = {t.name for t in model.graph.initializer}
+    ns = set()
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name not in inits and len(dims) > 1 and dims[0].HasField('dim_value'):
+            ns.add(int(dims[0].dim_value))
+    ns.discard(1)
+    return max(ns) if len(ns) == 1 else 1
 
 
 def _check_defined(path, model):

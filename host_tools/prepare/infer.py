@@ -49,6 +49,26 @@ def _read_runnable(path):
     return g
 
 
+def unbatched(path):
+    """(path, None), or for a file that fixes a batch of N > 1 (formats.batch) a copy with
+    batch 1 in a temporary folder: (its path, the folder, kept while it runs); InferError
+    where the batch is mixed with the data."""
+    import tempfile
+    from ..formats import batch as fb
+    try:
+        n = fb.check_batch(read_model(path))
+    except fb.BatchError as e:
+        raise InferError(str(e)) from None
+    except ValueError:
+        return path, None           # (_read_runnable says what is wrong with it)
+    if n == 1:
+        return path, None
+    keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
+    dst = os.path.join(keep.name, 'batch1' + os.path.splitext(os.fspath(path))[1])
+    fb.set_batch(path, dst, n, 1)
+    return dst, keep
+
+
 def _onert_session(path):
     import onert.infer
     try:
@@ -229,7 +249,18 @@ def onnx_predictor(path):
     # an embedding's int64 / int32 ids come as floats in the data
     dt = {'tensor(int64)': np.int64, 'tensor(int32)': np.int32}.get(inp.type, np.float32)
 
+    b = inp.shape[0] if isinstance(inp.shape[0], int) and inp.shape[0] > 1 else 1
+
     def run(x):
+        if b > 1:       # (a batch fixed in the file: b samples a run, the last padded)
+            x = np.asarray(x, np.float32).reshape([len(x)] + shape[1:])
+            out = []
+            for i in range(0, len(x), b):
+                xi = x[i:i + b]
+                xi = np.concatenate([xi, np.zeros((b - len(xi),) + xi.shape[1:], xi.dtype)])
+                o = np.asarray(sess.run(None, {inp.name: xi.astype(dt)})[0], np.float64)
+                out.append(o.reshape(b, -1)[:min(b, len(x) - i)])
+            return np.concatenate(out)
         return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
             xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
     run.shape = shape       # (an image folder is read in its size and channels)
@@ -552,6 +583,9 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
     prepare reads them): scores() plus 'runtime', 'transposed' (and 'output': the output
     scored, of a model with several, evaluate_several's).  output: --output."""
     from ..files import dataset as ds
+    keep = None
+    if os.path.exists(os.fspath(model)) and not os.fspath(model).lower().endswith('.onnx'):
+        model, keep = unbatched(model)      # (a batch fixed in the file: run at batch 1)
     if os.path.exists(os.fspath(model)):
         h = read_model(model)
         if len(h.inputs) > 1 or len(h.outputs) > 1:

@@ -310,6 +310,17 @@ def _board_name(board, known=None) -> str:
         raise PrepareError(str(e)) from None
 
 
+def joined_samples(data, g):
+    """(x, y) of data for graph g of several inputs, each sample's inputs joined in one
+    row (dataset.load_inputs, as train.ds stores them): what --select's flash check
+    prices."""
+    from ..files.dataset import load_inputs
+    from ..plan.runplan import data_inputs
+    x, y = load_inputs(data, data_inputs(g))
+    x, y = np.asarray(x), np.asarray(y)
+    return x.reshape(len(x), -1), y
+
+
 def _flash_fits(model_path, x, y, dtype, board, model_bytes, s, writes):
     """--select's flash check: a priced candidate's 'writes' (the trained shapes, or an
     int8 run's (layer table, prefix-cache table)) -> None, or why the board's flash cannot
@@ -520,6 +531,70 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
     return summary
 
 
+BATCH1 = 'batch1'       # the batch-1 copy of a model whose file fixes a batch (formats.batch)
+
+
+def unbatched(model_path, out_dir, log=print):
+    """(the model to prepare, its file's batch): a .tflite / .circle whose file fixes a
+    batch of N > 1 (Keras's Input(batch_size=N)) is copied into out_dir with batch 1
+    (formats.batch.set_batch), and prepare says so; a batch mixed with the data (a RESHAPE
+    merging it into the features) is refused saying why."""
+    from ..formats import batch as fb
+    from ..formats.onnx_io import is_onnx
+    if not os.path.isfile(model_path):
+        return model_path, 1
+    if is_onnx(model_path):     # (read at batch 1: onnx_io.load; export keeps the file's)
+        try:
+            from ..formats.onnx_io import fixed_batch, _onnx
+            n = fixed_batch(_onnx().load(model_path))
+        except Exception:   # noqa: B902 - (settle says what is wrong with the file)
+            return model_path, 1
+        if n > 1:
+            log(f'{model_path}: its file fixes a batch of {n}; utrain trains a sample at a time '
+                f'(--batch is the training batch): read with batch 1; export writes the trained '
+                f'weights into the file, its batch of {n} kept')
+        return model_path, 1
+    try:
+        g = read_model(model_path)
+        n = fb.check_batch(g)
+    except fb.BatchError as e:
+        raise PrepareError(str(e)) from None
+    except ValueError:
+        return model_path, 1        # (settle says what is wrong with the file)
+    if n == 1:
+        return model_path, 1
+    os.makedirs(out_dir, exist_ok=True)
+    stem, ext = os.path.splitext(os.path.basename(model_path))
+    dst = os.path.join(out_dir, f'{stem}.{BATCH1}{ext}')     # (earlier-N/ keeps its own)
+    if os.path.exists(dst) and os.path.samefile(dst, model_path):
+        raise PrepareError(f'{model_path}: prepare would overwrite it with its batch-1 copy; '
+                           'prepare into another folder')
+    fb.set_batch(model_path, dst, n, 1)
+    log(f'{model_path}: its file fixes a batch of {n}; utrain trains a sample at a time '
+        f'(--batch is the training batch): prepared from a copy with batch 1 ({dst}); '
+        f'export writes the trained model with the batch of {n} again')
+    return dst, n
+
+
+def _batch1_prepare(model_path, out_dir, data=None, log=print, **kw):
+    """_prepare on the model, or on its batch-1 copy when its file fixes a batch
+    (unbatched); prepare.json then names the file's batch ("fixed_batch": export writes
+    it back)."""
+    src, n = unbatched(model_path, out_dir, log)
+    r = _prepare(src, out_dir, data, log=log, **kw)
+    if n > 1 and isinstance(r, dict):
+        r['fixed_batch'] = {'batch': n, 'model': os.path.abspath(model_path),
+                            'copy': os.path.basename(src)}
+        sp = os.path.join(out_dir, 'prepare.json')
+        if os.path.exists(sp):
+            with open(sp) as f:
+                d = json.load(f)
+            d['fixed_batch'] = r['fixed_batch']
+            d['model'] = r['model'] = os.path.abspath(model_path)   # (export's, as given)
+            atomic_write(sp, (json.dumps(d, indent=1) + '\n').encode())
+    return r
+
+
 def prepare(model_path, out_dir, *args, **kw):
     """Prepare out_dir to train model_path (_prepare's arguments, which says what each
     does): written in a staging folder beside it that replaces it at the end
@@ -530,7 +605,7 @@ def prepare(model_path, out_dir, *args, **kw):
     import inspect
     a = inspect.signature(_prepare).bind(model_path, out_dir, *args, **kw).arguments
     if a.get('trial'):
-        return _prepare(model_path, out_dir, *args, **kw)
+        return _batch1_prepare(model_path, out_dir, *args, **kw)
     log = a.get('log', print)
     # (an input that is one of the folder's files would be replaced by the new one)
     check_outputs(out_dir, (model_path, a.get('data'), a.get('train_config')),
@@ -547,7 +622,7 @@ def prepare(model_path, out_dir, *args, **kw):
             # (inputs in out_dir are read where they are: the staging folder has copies)
             a.update(out_dir=stage, log=lambda *m: log(*map(mapped, m)))
             overrides = a.pop('overrides', {})
-            return mapped(_prepare(**a, **overrides))
+            return mapped(_batch1_prepare(**a, **overrides))
         except (PrepareError, ValueError, OSError) as e:
             e.args = mapped(e.args)
             if isinstance(e, OSError) and e.filename:
@@ -667,17 +742,21 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         log(f'{model_path}: trains in float32, dequantized as --dequantize does: {auto}; '
             'export --quantized writes the trained model back as int8')
         dequantize, as8 = True, False
-    if select and board and early:
+    # the samples --select's flash check prices: as read, or several inputs' joined
+    fx, fy = (x, y) if early else joined_samples(data, source) if (
+        select and board and data and len(source.inputs) > 1) else (None, None)
+    if select and board and fx is not None:
         # --select's trials take minutes: samples the board's flash cannot hold even as
         # 8-bit values beside the model's weights as int8 are refused before they run
-        check_flash(model_path, (x, y.reshape(len(y), -1)), 'int8', board, int8_bytes(source))
+        check_flash(model_path, (fx.reshape(len(fx), -1), fy.reshape(len(fy), -1)), 'int8',
+                    board, int8_bytes(source))
     if not (dequantize or train_config) and rewrite and as8:
         limit8 = lambda heap: heap_limit(prof, budget, heap)    # noqa: E731
         if select:              # chosen as int8 (host_tools/prepare/select.py choose_q8)
             from .select import choose_q8
-            flash8 = _flash_fits(model_path, x, y, 'int8', board, int8_bytes(source), s,
+            flash8 = _flash_fits(model_path, fx, fy, 'int8', board, int8_bytes(source), s,
                                  lambda w: dict(layers=w[0], cache=w[1])) \
-                if board and early and len(source.inputs) == 1 else None
+                if board and fx is not None else None
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
                             prepare=_prepare, flash=flash8)
@@ -724,8 +803,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     note = loss_on_logits(source, s)    # before --select's trials train on it
     if note:
         log(note)
-    flash = _flash_fits(model_path, x, y, dtype, board, None, s, lambda w: dict(shapes=w)) \
-        if select and board and early and len(source.inputs) == 1 else None
+    flash = _flash_fits(model_path, fx, fy, dtype, board, None, s, lambda w: dict(shapes=w)) \
+        if select and board and fx is not None else None
     sel = select_fitting(select, model_path, data, dict(s, output=output) if output is not None
                          else s, prof, budget, backend, rewrite,
                          test_split, split_seed, select_layers, log,
@@ -1309,6 +1388,45 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
 
 
 def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
+    """_export; of a model whose file fixes a batch (prepare.json's "fixed_batch":
+    prepare trained its batch-1 copy), from that copy, and the exported file with the
+    file's batch again (formats.batch.set_batch), or batch 1 where that cannot be (said in
+    the notes)."""
+    run_dir = os.path.dirname(os.path.abspath(wof_path))
+    fixed = None
+    try:
+        with open(os.path.join(run_dir, 'prepare.json')) as f:
+            fixed = json.load(f).get('fixed_batch')
+    except (OSError, ValueError, AttributeError):
+        pass                        # (_export says what is wrong with it)
+    if not isinstance(fixed, dict) or not isinstance(fixed.get('batch'), int) or fixed['batch'] < 2:
+        return _export(model_path, wof_path, out_path, quantized, data)
+    from ..formats import batch as fb
+    copy1 = os.path.join(run_dir, os.path.basename(str(fixed.get('copy') or '')))
+    r = _export(copy1 if fixed.get('copy') and os.path.isfile(copy1) else model_path, wof_path,
+                out_path, quantized, data)
+    n = fixed['batch']
+    if is_onnx_path(out_path):
+        return r
+    try:
+        fb.set_batch(out_path, out_path, 1, n)
+        r['batch'] = n
+        note = (f'{out_path}: written with the batch of {n} {model_path} fixes (trained a '
+                'sample at a time)')
+    except (fb.BatchError, ValueError) as e:
+        r['batch'] = 1
+        note = (f'{out_path}: written with batch 1 ({model_path} fixes a batch of {n}; '
+                f'the trained graph cannot take it again: {e})')
+    r.setdefault('notes', []).append(note)
+    return r
+
+
+def is_onnx_path(path) -> bool:
+    from ..formats.onnx_io import is_onnx
+    return is_onnx(path)
+
+
+def _export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
     prepare.json beside the .wof says so), the weights index the rewritten graph
     (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with

@@ -1764,6 +1764,12 @@ def _lut_layer(g, op, d):
     _put_table(d, t, dv)
 
 
+# the longest row of an int8 SOFTMAX inside the graph (utrain.q8smx): its forward sums a
+# row's 'sf' terms (exp at 12 integer bits, up to 2^19 each) in int32, 4095 x 2^19 < 2^31;
+# its gradient shifts g to 21 - log2(row) bits first (sums in 31 bits whatever the row)
+SOFTMAX_ROW = 4095
+
+
 def _softmax_layer(g, op, d):
     """_lut_layer of a SOFTMAX inside the graph (attention's; the final one is the loss's)
     as utrain.q8smx runs it, TFLite Micro's reference int8 softmax: 'sm' the rows'
@@ -1785,9 +1791,11 @@ def _softmax_layer(g, op, d):
         raise ValueError(f'{where}: its output is at scale {d["sy"]}, zero point {d["zy"]}; '
                          'TFLite\'s int8 SOFTMAX writes 1/256 and -128 (prepare --dequantize '
                          'trains it in float)')
-    if n > 256:
-        raise ValueError(f'{where}: rows of {n} values; int8 training takes up to 256 (its '
-                         'sums in 31 bits: prepare --dequantize trains it in float)')
+    if n > SOFTMAX_ROW:
+        raise ValueError(f'{where}: rows of {n} values; int8 training takes up to '
+                         f'{SOFTMAX_ROW} (a row\'s sum of exps, each up to 2^19 at 12 integer '
+                         'bits as TFLite Micro sums them, in 31 bits: prepare --dequantize '
+                         'trains it in float)')
     m, e = quantize_multiplier(min(float(op.options.get('beta', 1.0)) * d['sx'] * (1 << 26),
                                    (1 << 31) - 1.0))
     dmin = -int(math.floor(31.0 * (1 << 26) / (1 << e)))

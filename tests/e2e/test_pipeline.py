@@ -125,9 +125,19 @@ def test_prepare_errors_name_the_problem(tmp_path, case):
         b.outputs(z)
         b.save(path)
         want = ['op 1 is SIN', 'supported: ', 'FULLY_CONNECTED']
-    elif case == 'batch':
-        small_mlp(path, batch=4)
-        want = ['a batch of 4 fixed in the file', '[4, 6]', 'export it with batch 1']
+    elif case == 'batch':       # (a batch only a batch trains: tests/formats/test_fixed_batch.py)
+        b = CircleBuilder()
+        x = b.tensor('x', [4, 6])
+        f = b.tensor('f', [1, 24])
+        y = b.tensor('y', [1, 3])
+        b.op('RESHAPE', [x], [f], new_shape=[1, 24])
+        b.op('FULLY_CONNECTED', [f, b.tensor('w', [3, 24], data=np.ones((3, 24), np.float32)),
+                                 -1], [y])
+        b.inputs(x)
+        b.outputs(y)
+        b.save(path)
+        want = ['op 0 (RESHAPE) gives tensor 1', '[1, 24] from [4, 6]', 'batch of 4 fixed in the '
+                'file is part of the data', 'export the model with batch 1']
     elif case == 'dtype':
         b = CircleBuilder()
         x = b.tensor('x', [1, 4], dtype='int8')
