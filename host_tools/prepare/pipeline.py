@@ -603,6 +603,7 @@ def prepare(model_path, out_dir, *args, **kw):
     meanwhile is refused, naming it.  A --select trial's scratch folder (trial) is
     written in place."""
     import inspect
+    out_dir = os.fspath(out_dir)        # (a pathlib.Path as -o: the names mapped are str)
     a = inspect.signature(_prepare).bind(model_path, out_dir, *args, **kw).arguments
     if a.get('trial'):
         return _batch1_prepare(model_path, out_dir, *args, **kw)

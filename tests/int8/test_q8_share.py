@@ -326,6 +326,11 @@ def test_an_int8_run_over_the_budget_trains_dequantized_where_that_fits(tmp_path
     assert not s.get('int8') and 'dequantized it fits' in s['dequantized_because'], s
     assert any('trains in float32, dequantized' in ln and 'as int8 needs' in ln for ln in lines)
     with pytest.raises(PrepareError, match=r'(?s)as int8 needs.*dequantized \(--dequantize\)'):
+        prepare(path, str(tmp_path / 'n'), data=d, log=none, budget=pf - 2048)
+    # (a budget under what the code and interpreter take alone: one paragraph that still
+    # names the int8 plan and the dequantized one)
+    with pytest.raises(PrepareError, match=r'(?s)code and MicroPython interpreter.*plans about '
+                                           r'.*dequantized \(--dequantize\)'):
         prepare(path, str(tmp_path / 'n'), data=d, log=none, budget=pf // 2)
 
 
