@@ -1494,8 +1494,12 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
                            'scales its training kept; leave --data out')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
         src = summary.get('model')
+        fixed = summary.get('fixed_batch')
+        copy1 = os.path.join(run_dir, os.path.basename(str(fixed.get('copy') or ''))) \
+            if isinstance(fixed, dict) else None      # (export's batch-1 copy of src)
         if isinstance(src, str) and os.path.isfile(src) and os.path.isfile(model_path) and \
-                not _same_file(src, model_path):
+                not _same_file(src, model_path) and not (
+                    copy1 and os.path.isfile(copy1) and _same_file(copy1, model_path)):
             # (its files come from the run folder: the model given had been left unread)
             raise PrepareError(f'{model_path}: not the model {run_dir} was prepared from')
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)

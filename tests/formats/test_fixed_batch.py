@@ -180,3 +180,24 @@ def test_an_onnx_model_with_a_fixed_batch(tmp_path):
     export(path, os.path.join(out, 'weights.wof'), ex)
     assert onnx.load(ex).graph.input[0].type.tensor_type.shape.dim[0].dim_value == 4
     assert infer.evaluate(ex, d)['accuracy'] == pytest.approx(want)
+
+
+def test_a_fixed_batch_float_file_trained_as_int8_exports(tmp_path):
+    """A float file fixing a batch of 4, trained as int8 (--int8; rp2040's and ESP32's
+    default): export takes the folder's batch-1 copy as the model it was prepared from
+    (it had refused: 'not the model ... was prepared from') and writes batch 4 again,
+    the weights dequantized from the int8 training (the untrained ones as the file's,
+    within an int8 step)."""
+    path, forward = mlp(tmp_path / 'b4.tflite', 4, 1, True)
+    d, xs, y = data(tmp_path, 1, forward)
+    out = str(tmp_path / 'run')
+    r = prepare(path, out, d, log=lambda *m: None, epochs=1, int8=True)
+    assert r['fixed_batch']['batch'] == 4 and r.get('int8')
+    ex = str(tmp_path / 'out.tflite')
+    e = export(path, os.path.join(out, 'weights.wof'), ex)
+    assert e['batch'] == 4
+    g0, g1 = read_model(path), read_model(ex)
+    assert [list(t.shape) for t in g1.tensors if t.data is None] == \
+        [list(t.shape) for t in g0.tensors if t.data is None]
+    want = float(np.mean(forward(*xs).argmax(1) == y))
+    assert infer.evaluate(ex, d)['accuracy'] == pytest.approx(want, abs=0.1)
