@@ -137,3 +137,29 @@ def test_evaluate_runs_the_loop_unrolled(tmp_path):
     x = np.random.default_rng(1).standard_normal((6, T, F)).astype(np.float32)
     ref = forward(x.astype(np.float64))
     np.testing.assert_allclose(run(x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_prepares_own_int8_choice_refused_says_nothing_of_the_int8_version(tmp_path):
+    """A Keras LSTM (FCs without bias) on a board without ulab: prepare chooses int8 and its
+    int8 plan does not fit the budget, so it trains in float32 after all; the lines about
+    the int8 version (a zero int32 bias each bias-less FC trains with, 'which export writes')
+    are not said, as that version does not train (the float run trains them without one)."""
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=6)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((48, 6, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=forward(x).argmax(1))
+    d, none = str(tmp_path / 'd.npz'), lambda *a: None
+    kw = dict(data=d, epochs=1, board='esp32-psram')
+    h8 = prepare(src, str(tmp_path / 'i'), int8=True, log=none, **kw)['heap']['total']
+    hf = prepare(src, str(tmp_path / 'f'), int8=False, log=none, **kw)['heap']['total']
+    assert hf + 2048 < h8, (hf, h8)
+    said = []
+    s = prepare(src, str(tmp_path / 'a'), budget='%dK' % ((hf + h8) // 2048), log=said.append,
+                **kw)
+    assert not s.get('int8'), said
+    text = '\n'.join(map(str, said))
+    assert 'prepare chose int8' in text and 'trains in float32 after all' in text, said
+    assert 'zero int32 bias' not in text, said
+    said = []
+    prepare(src, str(tmp_path / 'b'), int8=True, log=said.append, **kw)
+    assert 'zero int32 bias' in '\n'.join(map(str, said)), said    # (int8 trains: said)
