@@ -2,12 +2,13 @@
 given a batch-4 signature), rewritten to another where it is only a batch (issue 28).
 
 utrain runs a model a sample at a time: prepare and evaluate run a copy of such a file
-with batch 1 (unbatched_copy), and export writes the trained model back with the file's
-batch (set_batch on the exported file).  The batch is 'only a batch' when every tensor
-computed from the batched inputs keeps it as its first dimension: a RESHAPE that merges
-it into the features ([4, 8] -> [32]), a TRANSPOSE that moves it, an op over axis 0 (a
-CONCATENATION, GATHER, reduction) or a constant operand with a row per sample mixes it
-with the data, and set_batch refuses it (BatchError) saying so."""
+with batch 1 (pipeline.unbatched, infer.unbatched: check_batch, then set_batch), and
+export writes the trained model back with the file's batch (set_batch on the exported
+file).  The batch is 'only a batch' when every tensor computed from the batched inputs
+keeps it as its first dimension: a RESHAPE that merges it into the features ([4, 8] ->
+[32]), a TRANSPOSE that moves it, an op over axis 0 (a CONCATENATION, GATHER, reduction)
+or a constant operand with a row per sample mixes it with the data, and set_batch
+refuses it (BatchError) saying so."""
 from __future__ import annotations
 
 import numpy as np

@@ -11,7 +11,7 @@ import os
 import shutil
 
 from ..files import dataset as ds
-from ..files.locks import PREPARING, PID_FILE, staging_folder, holder  # noqa: F401
+from ..files.locks import PID_FILE, staging_folder, holder
 from ..formats.circle_io import atomic_write
 from ..graph.passes import PrepareError
 
@@ -119,6 +119,10 @@ class Staged:
     def __enter__(self):
         out, stage = self.out, self.stage
         name, sname = os.path.normpath(self.given), staging_folder(self.given)
+
+        def preparing(who):     # (another prepare holds the staging folder)
+            return (f'{name}: {who} is preparing this folder (in {sname}); wait for it to end '
+                    '(or stop it), or prepare into another folder')
         os.makedirs(os.path.dirname(stage), exist_ok=True)
         if os.path.isdir(out):
             self.fds.append(_locked(out, lambda who: (
@@ -133,9 +137,7 @@ class Staged:
                 self._unlock()
                 raise PrepareError(f'{sname}: a file where prepare writes {name} first (its '
                                    'staging folder); move it away') from None
-            fd = _locked(stage, lambda who: (
-                f'{name}: {who} is preparing this folder (in {sname}); wait for it to end (or '
-                'stop it), or prepare into another folder'))
+            fd = _locked(stage, preparing)
             try:
                 with open(os.path.join(stage, PID_FILE)) as f:
                     old = f' (pid {int(f.read().split()[0])})'
@@ -147,9 +149,7 @@ class Staged:
                      f'half way{old}; {name} was left '
                      'as it was')
             os.mkdir(stage)
-        self.fds.append(_locked(stage, lambda who: (
-            f'{name}: {who} is preparing this folder (in {sname}); wait for it to end (or '
-            'stop it), or prepare into another folder')))
+        self.fds.append(_locked(stage, preparing))
         try:
             with open(os.path.join(stage, PID_FILE), 'w') as f:
                 f.write(f'{os.getpid()}\n')

@@ -486,8 +486,9 @@ def run(out_dir, board='unix', python=False, source=False, stream=True):
                                     os.path.join(os.path.dirname(out_dir), 'train.json')) else ''))
     from ..files.locks import holder, staging_folder
     stage = staging_folder(out_dir)
-    if os.path.isdir(stage) and holder(stage).startswith('a prepare'):
-        raise RuntimeError(f'{out_dir}: {holder(stage)} is preparing this folder (in {stage}); '
+    who = holder(stage) if os.path.isdir(stage) else ''
+    if who.startswith('a prepare'):
+        raise RuntimeError(f'{out_dir}: {who} is preparing this folder (in {stage}); '
                            'run it when that prepare ends')
     if not os.path.exists(os.path.join(out_dir, 'train.json')):
         raise FileNotFoundError(f'{out_dir}: no train.json here; run `prepare` first')
