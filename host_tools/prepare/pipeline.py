@@ -450,9 +450,6 @@ def check_budget(model_path, heap, prof, budget, board, source, s, train, ranks,
                        + limit_source(board, prof) + '.\n' + advice)
 
 
-
-
-
 def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=None,
                  trial=False):
     """The folder pass: the rewritten graph (when the rewrites changed it; not for a
@@ -1418,9 +1415,10 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     from ..formats import batch as fb
     copy1 = os.path.join(run_dir, os.path.basename(str(fixed.get('copy') or '')))
     r = _export(copy1 if fixed.get('copy') and os.path.isfile(copy1) else model_path, wof_path,
-                out_path, quantized, data)
+                out_path, quantized, data, given=model_path)
     n = fixed['batch']
-    if is_onnx_path(out_path):
+    from ..formats.onnx_io import is_onnx
+    if is_onnx(out_path):
         return r
     try:
         fb.set_batch(out_path, out_path, 1, n)
@@ -1435,17 +1433,14 @@ def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     return r
 
 
-def is_onnx_path(path) -> bool:
-    from ..formats.onnx_io import is_onnx
-    return is_onnx(path)
-
-
-def _export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
+def _export(model_path, wof_path, out_path, quantized=False, data=None, given=None) -> dict:
     """Merge trained weights (.wof, or the weights of a .ckpt checkpoint) into a model.  When prepare rewrote the model (the
     prepare.json beside the .wof says so), the weights index the rewritten graph
     (rewritten.circle beside it): float export writes that plain NHWC float32 graph; with
     ``quantized`` the weights are quantized again with the original tensors' scales and
-    zero points (matched by tensor name) into a copy of the original quantized model."""
+    zero points (matched by tensor name) into a copy of the original quantized model.
+    given: the model the user named, where model_path is the run folder's batch-1 copy of
+    it (export of a file that fixes a batch)."""
     from ..formats.circle_io import write_with_weights
     from ..files.wof import read_wof, read_checkpoint, MAGIC
     run_dir = os.path.dirname(os.path.abspath(wof_path))
@@ -1506,15 +1501,11 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
         raise PrepareError(f'--data {data}: a model trained as int8 exports with the activation '
                            'scales its training kept; leave --data out')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
-        src = summary.get('model')
-        fixed = summary.get('fixed_batch')
-        copy1 = os.path.join(run_dir, os.path.basename(str(fixed.get('copy') or ''))) \
-            if isinstance(fixed, dict) else None      # (export's batch-1 copy of src)
-        if isinstance(src, str) and os.path.isfile(src) and os.path.isfile(model_path) and \
-                not _same_file(src, model_path) and not (
-                    copy1 and os.path.isfile(copy1) and _same_file(copy1, model_path)):
+        src, given = summary.get('model'), given or model_path
+        if isinstance(src, str) and os.path.isfile(src) and os.path.isfile(given) and \
+                not _same_file(src, given):
             # (its files come from the run folder: the model given had been left unread)
-            raise PrepareError(f'{model_path}: not the model {run_dir} was prepared from')
+            raise PrepareError(f'{given}: not the model {run_dir} was prepared from')
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8
