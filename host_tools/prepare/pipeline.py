@@ -784,7 +784,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         # (prepare's own choice of int8: what it says of the int8 version, a layer's zero
         # bias, is said once that version trains; refused, only the choice is said, then
         # why float32 trains after all)
-        held = [] if not int8 else None
+        held, refused = [], None
         try:
             q8 = from_float(model_path, out_dir, data, test_split, split_seed, progress, cache,
                             bands, board, backend, budget, prof, s, train, int8, given, overrides,
@@ -794,17 +794,14 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         except quant.HeapRefusal as e:
             if int8:            # (asked: refused, with the options int8 would fit with)
                 raise
-            for m in held[:1]:      # (the choice)
+            refused = e
+        finally:
+            for m in held[:1] if refused else held:     # (refused: the choice alone)
                 log(*m)
+        if refused:
             # (prepare's own choice, refused before anything is written: float32 where
             # that fits, else both plans' refusals)
-            return dequantized_instead(call, e, float32=True)
-        except BaseException:
-            for m in held or ():
-                log(*m)
-            raise
-        for m in held or ():
-            log(*m)
+            return dequantized_instead(call, refused, float32=True)
         if q8:
             return q8
     elif int8:
