@@ -1437,7 +1437,7 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     ``quantized`` the weights are quantized again with the original tensors' scales and
     zero points (matched by tensor name) into a copy of the original quantized model.
     given: the model the user named, where model_path is the run folder's batch-1 copy of
-    it (export of a file that fixes a batch)."""
+    it (export of a file that fixes a batch): refused unless it is the model prepared."""
     from ..formats.circle_io import write_with_weights
     from ..files.wof import read_wof, read_checkpoint, MAGIC
     run_dir = os.path.dirname(os.path.abspath(wof_path))
@@ -1497,12 +1497,14 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     if data and summary.get('int8'):
         raise PrepareError(f'--data {data}: a model trained as int8 exports with the activation '
                            'scales its training kept; leave --data out')
+    src = summary.get('model')
+    if (given is not None or summary.get('int8') and ff) and isinstance(src, str) and \
+            os.path.isfile(src) and os.path.isfile(given or model_path) and \
+            not _same_file(src, given or model_path):
+        # (the files come from the run folder, the model given left unread: a float model
+        # trained as int8, or one whose file fixes a batch, written from its batch-1 copy)
+        raise PrepareError(f'{given or model_path}: not the model {run_dir} was prepared from')
     if summary.get('int8') and ff:    # a float model trained as int8 (host_tools/prepare/fromfloat.py)
-        src, given = summary.get('model'), given or model_path
-        if isinstance(src, str) and os.path.isfile(src) and os.path.isfile(given) and \
-                not _same_file(src, given):
-            # (its files come from the run folder: the model given had been left unread)
-            raise PrepareError(f'{given}: not the model {run_dir} was prepared from')
         return export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quantized)
     if summary.get('int8'):           # trained as int8: the int8 model, weights as trained
         from .quant import export as export_int8

@@ -201,3 +201,20 @@ def test_a_fixed_batch_float_file_trained_as_int8_exports(tmp_path):
         [list(t.shape) for t in g0.tensors if t.data is None]
     want = float(np.mean(forward(*xs).argmax(1) == y))
     assert infer.evaluate(ex, d)['accuracy'] == pytest.approx(want, abs=0.1)
+
+
+def test_export_of_a_fixed_batch_run_into_another_model_is_refused(tmp_path):
+    """export writes a fixed-batch run from the folder's batch-1 copy, so the model named
+    must be the one prepared: another file (here one fixing another batch) is refused,
+    naming it, where it had been left unread and the prepared model written under the
+    other's name ('written with the batch of 4 <other> fixes')."""
+    path, forward = mlp(tmp_path / 'b4.tflite', 4, 1, True)
+    other, _ = mlp(tmp_path / 'b8.tflite', 8, 1, True, seed=1)
+    d, _, _ = data(tmp_path, 1, forward)
+    out = str(tmp_path / 'run')
+    prepare(path, out, d, log=lambda *m: None, epochs=1, int8=False)
+    ex = str(tmp_path / 'out.tflite')
+    with pytest.raises(PrepareError, match='not the model .* was prepared from'):
+        export(other, os.path.join(out, 'weights.wof'), ex)
+    assert not os.path.exists(ex)
+    assert export(path, os.path.join(out, 'weights.wof'), ex)['batch'] == 4
