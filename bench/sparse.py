@@ -67,7 +67,7 @@ from host_tools.target import runner  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.graph.passes import PrepareError  # noqa: E402
 from host_tools.prepare.pipeline import prepare  # noqa: E402
-from host_tools.graph.rewrite import save_graph  # noqa: E402
+from host_tools.graph.inout import save_graph  # noqa: E402
 from bench.zoo.make_keras import digits_split  # noqa: E402
 
 MODEL = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_96_digits_int8.tflite')

@@ -53,15 +53,15 @@ def cmd_inspect(a):
         print(f'description: {g.description}')
     if g.metadata:
         print(f'metadata: {", ".join(g.metadata)}')
-    from .graph import rewrite as rw
-    note = rw.choose_output(g)      # (several outputs: the one prepare trains by default)
+    from .graph.inout import choose_output, join_ops, needed
+    note = choose_output(g)      # (several outputs: the one prepare trains by default)
     if note:
         print(note.replace(f'{a.model}: ', '', 1))
     # what prepare's rewrite pass makes of it: training everything (BatchNorm kept) ...
     h, _, _, info, perm = select_rewrite(g, 'all')
-    joins = rw.join_ops(h)          # (several inputs: joined into one)
+    joins = join_ops(h)          # (several inputs: joined into one)
     kept = {op.number for op in h.ops if id(op) not in joins}
-    other = ({op.number for op in g.ops} - {op.number for op in rw.needed(g)[0]}
+    other = ({op.number for op in g.ops} - {op.number for op in needed(g)[0]}
              if len(g.outputs) > 1 else set())
     # ... and with frozen layers (BatchNorm folded)
     f, _, _, finfo, _ = select_rewrite(g, 'none')

@@ -49,7 +49,7 @@ def quantize_into(fpath, qpath, out, x):
     activation ranges measured on samples x; written to out."""
     from tflite_micro.python.tflite_micro import runtime
     from host_tools.formats.circle_io import read_model
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     gf, gq = read_model(fpath), read_model(qpath)
     assert [o.name for o in gf.ops] == [o.name for o in gq.ops]
     ranges = {}

@@ -193,7 +193,8 @@ def fuse_acts(path, out=None):
     op with that fused activation, writing the activation's output (its scale) in place.
     Returns how many."""
     from host_tools.formats.circle_io import read_model
-    from host_tools.graph.rewrite import save_graph, consumers, remove_op
+    from host_tools.graph.inout import save_graph
+    from host_tools.graph.edit import consumers, remove_op
     g = read_model(path)
     n = 0
     for op in list(g.ops):
@@ -228,7 +229,7 @@ def int32_biases(path, out):
     s_x * s_W (quant.zero_bias: what prepare does, TFLite's converter's rule): the form
     TFLite Micro's int8 kernels read (the zoo table's reference).  Returns out."""
     from host_tools.formats.circle_io import read_model
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     from host_tools.prepare.quant import zero_bias
     g = read_model(path)
     for op in g.ops:

@@ -423,9 +423,9 @@ def load_inputs(path, inputs, label='last', size=None):
     those the trained output reads, in their maker's order; [keys of those it does not
     read]; the places among the model's inputs of each: runplan.one_input_output's
     g.data_inputs): an .npz gives y and an array per input, named by
-    its key (rewrite.io_name: Keras's Input(name=...), the ONNX or circle input's name) or
+    its key (inout.io_name: Keras's Input(name=...), the ONNX or circle input's name) or
     x0, x1, .. (its place among them), each sample's values joined in that order
-    (rewrite.join_inputs); arrays for the inputs it does not read are left out.  An .npz
+    (inout.join_inputs); arrays for the inputs it does not read are left out.  An .npz
     with x, a .csv or a .ds holds the values joined already, one row a sample."""
     path = os.fspath(path)
     if not path.lower().endswith('.npz') or not os.path.isfile(path):

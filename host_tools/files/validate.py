@@ -123,7 +123,7 @@ def loss_on_logits(g, s: dict):
     the line that says so, or None when nothing changed."""
     want = PROBABILITIES.get(s['loss'])
     if want is None or getattr(g, 'step_rows', False):
-        return None         # (rows of logits a step: a softmax over each, rewrite.step_softmax)
+        return None         # (rows of logits a step: a softmax over each, inout.step_softmax)
     op = final_op(g)
     if s.get('from_logits'):
         if op is None or op.name != want:
@@ -355,7 +355,7 @@ def check_weights(g, op, tname):
                                f'{tname(ins[0])} of shape {x} (FULLY_CONNECTED wants [outputs, {x[-1] if x else "?"}])')
         n_out = w[0]
     elif op.name == 'CONV_2D':
-        # (a grouped convolution's weight has in / groups channels: rewrite.split_groups)
+        # (a grouped convolution's weight has in / groups channels: groups.split_groups)
         if len(w) != 4 or len(x) != 4 or w[3] < 1 or x[3] % w[3] or w[0] % (x[3] // w[3]):
             c = x[3] if len(x) == 4 else 'in'
             raise PrepareError(f'{what}: weight {tname(ins[1])} of shape {w} does not fit input '

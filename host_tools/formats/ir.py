@@ -49,11 +49,11 @@ class Tensor:
     # (place, name) of a graph input or output in the file's SignatureDef (Keras's order
     # and names: Input(name='image') is 'image', its first output 'output_0'), or None
     sig: tuple | None = None
-    # a constant that is no parameter (a clip's bound, rewrite.elementwise_forms): it
+    # a constant that is no parameter (a clip's bound, spellings.elementwise_forms): it
     # never trains, whatever op reads it
     frozen: bool = False
     # (subgraph, tensor) of the file where a rewrite moved this constant from its place
-    # (rewrite.unroll_loops: a WHILE body's weights, and subgraph 0's beside them): export
+    # (loops.unroll_loops: a WHILE body's weights, and subgraph 0's beside them): export
     # writes the trained values there
     origin: tuple = None
 
@@ -87,13 +87,13 @@ class Graph:
     metadata: dict[str, bytes]
     n_subgraphs: int
     # the root mean square of the model's input over the run's samples: prepare sets it
-    # from --data, rewrite.scale_input reads it (None: no data); a model with several
-    # inputs: each one's, {its data key (rewrite.io_name): rms}
+    # from --data, inscale.scale_input reads it (None: no data); a model with several
+    # inputs: each one's, {its data key (inout.io_name): rms}
     input_rms: float = None
     inputs_rms: dict = None
-    optimizer: str = None      # prepare's (rewrite.adam_keeps_scale: Adam scales the input or not)
+    optimizer: str = None      # prepare's (inscale.adam_keeps_scale: Adam scales the input or not)
     # the file's other subgraphs {index: Graph} (a WHILE's cond and body, named by its
-    # cond_subgraph_index / body_subgraph_index options: rewrite.unroll_loops inlines them)
+    # cond_subgraph_index / body_subgraph_index options: loops.unroll_loops inlines them)
     subgraphs: dict = None
 
 

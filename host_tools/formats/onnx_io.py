@@ -6,7 +6,7 @@ ONNX layout ("plain") and, for a rank-4 activation, its NHWC layout.  Ops that n
 (Conv, the pools, BatchNormalization on a feature map) ask for it, the others for the
 plain one or whichever exists; where a value has only the other layout a TRANSPOSE is
 emitted.  So the model's rank-4 input enters as ONNX has it and is transposed once,
-right away; prepare's rewrite (rewrite.hoist_input_transpose) moves that transpose into
+right away; prepare's rewrite (transposes.hoist_input_transpose) moves that transpose into
 the input, and prepare transposes the samples: data in the ONNX model's own layout just
 works.  A Flatten/Reshape of an NHWC map that only a Gemm/MatMul reads permutes the
 weight's columns instead of the map; the graph's output is always in ONNX's layout.
@@ -726,7 +726,7 @@ class _Reader(RecurrentOps):
         self._binary(node, ins)
 
     def op_PRelu(self, node, ins, a, i):
-        # PRELU(x, slope), the slope laid out as a MUL's constant (host_tools/graph/rewrite.py
+        # PRELU(x, slope), the slope laid out as a MUL's constant (host_tools/graph/spellings.py
         # writes it with RELU, SUB, MUL and ADD: the slope trains as the MUL's constant)
         self._binary(node, ins)
 
@@ -947,7 +947,7 @@ class _Reader(RecurrentOps):
             opts['depth_multiplier'] = O // C
         elif grp >= 1 and C % grp == 0 and IG * grp == C and O % grp == 0:
             # (grouped: a CONV_2D of [O, kh, kw, C / group] as TFLite writes it, which
-            # prepare splits into groups: rewrite.split_groups)
+            # prepare splits into groups: groups.split_groups)
             name, steps = 'CONV_2D', [('T', (0, 2, 3, 1))]
         else:
             self.err(f'group {grp} with {C} input channels and a weight of shape '

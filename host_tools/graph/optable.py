@@ -485,7 +485,7 @@ def _elem_roles(op, g):
         return {}
     t = g.tensors[op.inputs[const[0]]]
     if t.dtype != 'float32' or t.data.size < 2 or normalization(op, g) or \
-            t.frozen:       # (a clip's bound: rewrite.elementwise_forms)
+            t.frozen:       # (a clip's bound: spellings.elementwise_forms)
         return {}
     return {const[0]: 'weight' if op.name in ('MUL', 'DIV', 'BATCH_MATMUL') else 'bias'}
 
@@ -1000,7 +1000,7 @@ SPECS.update({s.name: s for s in [
 
 # ---- embeddings (issue 28): GATHER of a constant table's rows by the model's input ids
 # (micro/utrain/op_emb.py); Keras's CAST and negative-id SELECT_V2 before it, and ONNX's
-# Gather of an initializer, are made this one op by rewrite.embedding_gathers / onnx_io.
+# Gather of an initializer, are made this one op by embeddings.embedding_gathers / onnx_io.
 
 def _gather_options(op, g):
     where = _where(op)
@@ -1022,7 +1022,7 @@ def _gather_options(op, g):
 SPECS.update({s.name: s for s in [
     # no data input: the ids get no gradient (op_emb); the table's gradient is its rows
     # (plain SGD at batch 1 steps them in place, other rules sum into a table-sized array)
-    # (a third input, rewrite.embedding_gathers' N, says that ids -N..-1 count from the
+    # (a third input, embeddings.embedding_gathers' N, says that ids -N..-1 count from the
     # table's end: read here, not sent)
     OpSpec('GATHER', {0: 'weight'}, _gather_options,
            lambda op, flags: [op.inputs[1]] if flags & DW else [], data_inputs=(),
@@ -1072,7 +1072,7 @@ SPECS.update({s.name: s for s in [
 ]})
 
 # ---- RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR (micro/utrain/op_rsz.py; nearest by whole
-# factors is rewritten as copies first: rewrite.resize_to_concat): per output row and
+# factors is rewritten as copies first: spellings.resize_to_concat): per output row and
 # column the input rows lo, hi and the weight f of hi, as TFLite's reference kernels
 # compute them in float32 (align_corners, half_pixel_centers; nearest: lo = hi, f = 0)
 

@@ -58,7 +58,7 @@ def validate(g: Graph):
     for op in g.ops:
         loop = getattr(op, 'trains_with', None)
         if op.name not in SPECS and loop is not None and loop.name == 'WHILE':
-            from .rewrite import UNROLL_HINT        # (rewrite.unroll_loops made it)
+            from .loops import UNROLL_HINT        # (loops.unroll_loops made it)
             raise PrepareError(f'{where}: op {op.number} is a WHILE (a recurrent layer\'s loop, '
                                f'which utrain unrolls) whose body holds {op.name}, '
                                f'{UNSUPPORTED}: {UNROLL_HINT} (supported: {", ".join(SUPPORTED)})')
@@ -201,7 +201,7 @@ def select_trainable(g: Graph, ops: set, ranks: dict = None):
             if (ranks or {}).get(i) == 1 and role == 'weight':
                 continue
             if pos < len(op.inputs) and op.inputs[pos] >= 0 and \
-                    not g.tensors[op.inputs[pos]].frozen:   # (rewrite.separable_biases)
+                    not g.tensors[op.inputs[pos]].frozen:   # (biases.separable_biases)
                 params[op.inputs[pos]] = (i, role)
     return params
 

@@ -1,6 +1,6 @@
 """What a run trains and its plan, on a copy of the graph as read: the select pass
 (--train, --ranks, --train-config: what_trains), the exporter-output rewrites for it
-(host_tools/graph/rewrite.py), the backward plan (passes.plan) and the heap plan
+(host_tools/graph/rewrite.py and the pass modules beside it), the backward plan (passes.plan) and the heap plan
 (memory.plan_heap, with row bands and the board's Fisher pass).  prepare runs them once
 for the run; --select prices each candidate with them (select.Pricer), the int8 path asks
 whether the float path would take a model (quant.float_takes)."""
@@ -10,6 +10,11 @@ import copy
 
 from ..graph.passes import parse_train, parse_ranks, plan as make_plan
 from ..graph import rewrite as rw
+from ..graph.inout import (compact, file_graph, io_name, join_inputs, keep_file_view, natural,
+                           needed, prune_outputs, step_softmax)
+from ..graph.transposes import hoist_input_transpose
+from ..graph.inscale import scale_input
+from ..graph.edit import trains_as
 
 
 def rewrite_for_training(g, train, enabled=True):
@@ -23,50 +28,50 @@ def rewrite_for_training(g, train, enabled=True):
                       'changed': False, 'input_perm': None, 'input_scale': 0}, None
     else:
         info = rw.rewrite(g, keep)
-        perm = rw.hoist_input_transpose(g)
+        perm = hoist_input_transpose(g)
         info['input_perm'] = perm
-        info['input_scale'] = rw.scale_input(g, {id(op) for op in keep})   # (g.input_rms: data)
+        info['input_scale'] = scale_input(g, {id(op) for op in keep})   # (g.input_rms: data)
         info['changed'] = info['changed'] or perm is not None or bool(info['input_scale'])
         if info['changed']:
-            rw.compact(g)
+            compact(g)
     if getattr(g, 'step_rows', False):      # (prepare.step_classes: rows of logits a step)
-        rw.step_softmax(g)
+        step_softmax(g)
         info['changed'] = True
     one_input_output(g)
     ids = {id(op) for op in keep}
-    return [op.index for op in g.ops if id(rw.trains_as(op)) in ids], info, perm
+    return [op.index for op in g.ops if id(trains_as(op)) in ids], info, perm
 
 
 def one_input_output(g):
-    """A graph with several outputs or inputs, as the devices run it (rewrite.py): only
+    """A graph with several outputs or inputs, as the devices run it (graph/inout.py): only
     the ops the output the loss reads needs (choose_output put it first), its inputs
     joined into one; the file's view kept for the rewritten model export writes
-    (rewrite.file_graph).  Tensors keep their numbers (the .wof's, the file's)."""
+    (inout.file_graph).  Tensors keep their numbers (the .wof's, the file's)."""
     if len(g.inputs) > 1 or len(g.outputs) > 1:
-        every = rw.natural(g, g.inputs)
-        rw.keep_file_view(g)
-        rw.prune_outputs(g)
-        g.inputs = rw.natural(g, g.inputs)
+        every = natural(g, g.inputs)
+        keep_file_view(g)
+        prune_outputs(g)
+        g.inputs = natural(g, g.inputs)
         if len(every) > 1:      # what a data file gives (dataset.load_inputs)
             # (x0, x1, ..: an input's place among the model's inputs, not among those the
             # trained output reads: an output that reads the second alone took x0)
             at = {k: i for i, k in enumerate(every)}
-            keys = [rw.io_name(g, k) for k in g.inputs]
+            keys = [io_name(g, k) for k in g.inputs]
             keys = [c if keys.count(c) == 1 else f'x{at[k]}' for k, c in zip(g.inputs, keys)]
             g.data_inputs = ([(g.tensors[k].name, list(g.tensors[k].shape), c)
                               for k, c in zip(g.inputs, keys)],
-                             [rw.io_name(g, k) for k in every if k not in g.inputs],
+                             [io_name(g, k) for k in every if k not in g.inputs],
                              [at[k] for k in g.inputs],
                              [at[k] for k in every if k not in g.inputs])
-        rw.join_inputs(g)
+        join_inputs(g)
 
 
 def io_summary(g) -> dict:
     """prepare.json's 'output' (the one the loss reads, its place among the file's: export
     reads it) and 'inputs' of graph g with several (one_input_output's)."""
-    f = rw.file_graph(g)
-    out = {'output': {'name': rw.io_name(g, g.outputs[0]), 'tensor': g.tensors[g.outputs[0]].name,
-                      'index': rw.natural(f, f.outputs).index(g.outputs[0]),
+    f = file_graph(g)
+    out = {'output': {'name': io_name(g, g.outputs[0]), 'tensor': g.tensors[g.outputs[0]].name,
+                      'index': natural(f, f.outputs).index(g.outputs[0]),
                       'of': len(f.outputs)}}
     if getattr(g, 'data_inputs', None):
         out['inputs'] = [{'name': n, 'key': key, 'shape': sh} for n, sh, key in g.data_inputs[0]]
@@ -106,10 +111,10 @@ def what_trains(g, train, ranks=None, train_config=None, train_given=False):
 
 def off_output(g, ops) -> list:
     """Of op numbers ops (as read), those only outputs other than g.outputs[0] (the one the
-    loss reads: rewrite.choose_output) need: one_input_output leaves them out of the run."""
+    loss reads: inout.choose_output) need: one_input_output leaves them out of the run."""
     if len(g.outputs) < 2:
         return []
-    keep = {id(op) for op in rw.needed(g)[0]}
+    keep = {id(op) for op in needed(g)[0]}
     return [i for i in sorted(ops) if id(g.ops[i]) not in keep]
 
 
@@ -124,7 +129,7 @@ def select_rewrite(source, train, ranks=None, rewrite=True):
     ranked = {id(g.ops[i]): r for i, r in ranks.items()}
     train = sorted(parse_train(train, len(g.ops)) | set(ranks))
     train, info, perm = rewrite_for_training(g, train, rewrite)
-    rk = {op.index: ranked[id(rw.trains_as(op))] for op in g.ops if id(rw.trains_as(op)) in ranked}
+    rk = {op.index: ranked[id(trains_as(op))] for op in g.ops if id(trains_as(op)) in ranked}
     return g, train, rk, info, perm
 
 

@@ -71,7 +71,7 @@ def calibrated(run_dir, wof_path, out_path, data, g, w, perm=None) -> dict:
     {'metric', 'float', 'int8', 'calibrated', 'kept', 'samples', 'tensors'}, 'error' for
     what could not be measured."""
     from ..formats.circle_io import read_model
-    from ..graph.rewrite import save_graph
+    from ..graph.inout import save_graph
     with open(os.path.join(run_dir, 'train.json')) as f:
         loss = json.load(f).get('loss', 'scce')
     if not wof_path.endswith('.wof'):
@@ -159,7 +159,7 @@ def activation_ranges(run_dir, wof_path, g, x) -> dict:
 def tie_bounds(og, bounds) -> None:
     """The constants of og's MAXIMUMs and MINIMUMs {tensor: real values} quantized at
     their op's output scale and zero point (its other input's: one scale, recalibrate's)."""
-    from ..graph.rewrite import quantize
+    from ..graph.qparams import quantize
     for op in og.ops:
         for k in op.inputs if op.name in CLIPS else ():
             if k in bounds:
@@ -176,7 +176,7 @@ def recalibrate(og, ranges, trained) -> int:
     weight scales from the trained float weights {name: array} (max |w| / 127; a layer
     without a bias too), and the int32 biases quantized again at input scale x weight scale.  Returns how many
     activation tensors got new scales."""
-    from ..graph.rewrite import quantize
+    from ..graph.qparams import quantize
     parent = {}
 
     def find(k):

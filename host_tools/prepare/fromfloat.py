@@ -69,7 +69,8 @@ def _requantize_fixed(og: Graph) -> None:
     concatenation's inputs and output then share one scale (TFLite Micro's int8
     CONCATENATION copies bytes: inputs at other scales read wrong), measured over the
     others' ranges too.  og.requantized: {new tensor name: the fixed output's}."""
-    from ..graph.rewrite import OP_CODES, Operator, new_tensor, _renumber
+    from ..formats.circle_io import OP_CODES, Operator
+    from ..graph.edit import new_tensor, renumber
     og.requantized = {}
     for op in list(og.ops):
         if op.name not in FIXED_OUT:
@@ -86,7 +87,7 @@ def _requantize_fixed(og: Graph) -> None:
             c.inputs = [k if i == y else i for i in c.inputs]
         og.ops.insert(og.ops.index(op) + 1, Operator(-1, OP_CODES['QUANTIZE'], 'QUANTIZE',
                                                       [y], [k], {}, src=op.number))
-    _renumber(og)
+    renumber(og)
 
 
 ELEMENTWISE = ('ADD', 'SUB', 'MUL', 'DIV')   # by a constant: int8 constants at their own
@@ -105,12 +106,13 @@ def _one_constant(g: Graph, op, dtype='float32') -> int:
 
 def _clips(og: Graph) -> int:
     """MAXIMUM and MINIMUM of an activation and a constant as TFLite's int8 kernels run
-    them, back from the float path's spelling (rewrite.elementwise_forms: MAXIMUM(a, b) ->
+    them, back from the float path's spelling (spellings.elementwise_forms: MAXIMUM(a, b) ->
     b + RELU(a - b), MINIMUM(a, b) -> a - RELU(a - b): three int8 ops, each rounding, the
     RELU's range 0 where no calibration sample reached the bound, its scale then none).
     The SUB becomes the op (its number, the user's), the RELU and the ADD / SUB go; their
     tensors stay, unused (the float graph's indices).  Returns how many."""
-    from ..graph.rewrite import OP_CODES, _renumber
+    from ..formats.circle_io import OP_CODES
+    from ..graph.edit import renumber
     readers = {}
     for op in og.ops:
         for k in op.inputs:
@@ -133,7 +135,7 @@ def _clips(og: Graph) -> int:
         last = ls[0]
         r = relu.outputs[0]
 
-        def same(k, j):         # (k is j, or its copy: rewrite._own)
+        def same(k, j):         # (k is j, or its copy: edit.own)
             t, u = og.tensors[k], og.tensors[j]
             return k == j or (t.data is not None and u.data is not None and k not in made
                               and np.array_equal(t.data, u.data))
@@ -147,7 +149,7 @@ def _clips(og: Graph) -> int:
         og.ops.remove(relu)
         og.ops.remove(last)
         done += 1
-    _renumber(og)
+    renumber(og)
     return done
 
 
@@ -163,7 +165,8 @@ def _requantize_clips(og: Graph, ranges: dict) -> list:
     the Dense's -24..28: 4x coarser than its own range gives it).  Nothing a clip passes
     on is lost (the output saturates where the requantized input does).  ranges gets the
     new tensors'; returns their names."""
-    from ..graph.rewrite import OP_CODES, Operator, new_tensor, _renumber
+    from ..formats.circle_io import OP_CODES, Operator
+    from ..graph.edit import new_tensor, renumber
 
     def span(n, more=()):
         lo, hi = ranges[n]
@@ -184,7 +187,7 @@ def _requantize_clips(og: Graph, ranges: dict) -> list:
         og.ops.insert(og.ops.index(op), Operator(-1, OP_CODES['QUANTIZE'], 'QUANTIZE', [a.index],
                                                  [k], {}, src=getattr(op, 'src', op.number)))
         made.append(og.tensors[k].name)
-    _renumber(og)
+    renumber(og)
     return made
 
 
@@ -195,7 +198,7 @@ def _divisions(og: Graph) -> int:
     at 1 / c's own range as any MUL constant; the float graph keeps its DIV and c (export
     writes them: frozen, nothing of it trains).  ValueError: c holds a zero.  Returns how
     many."""
-    from ..graph.rewrite import OP_CODES
+    from ..formats.circle_io import OP_CODES
     done = 0
     for op in og.ops:
         if op.name != 'DIV' or _one_constant(og, op) != 1:
@@ -217,9 +220,9 @@ def _constants(g: Graph) -> tuple[set, set, set]:
     multiplied or divided by, or compared with (a Keras Normalization layer's SUB of the
     mean, MUL by 1 / std, at the input or mid-network; c - x, c / x; a clip's bound),
     float tables a GATHER reads rows of (an Embedding), the ids it reads them by (the
-    model input, float ids: rewrite.embedding_gathers, done on g here) and tensors no op
+    model input, float ids: embeddings.embedding_gathers, done on g here) and tensors no op
     uses any more (the float path's spelling of a clip, _clips))."""
-    from ..graph.rewrite import embedding_gathers
+    from ..graph.embeddings import embedding_gathers
     embedding_gathers(g)        # (the ids' CAST and SELECT_V2 go: the GATHER reads the input)
     consts, tables, ids = set(), set(), set()
     used = {k for op in g.ops for k in (*op.inputs, *op.outputs)}
@@ -450,7 +453,7 @@ def _other_ranges(model_path, data, places, x, prepare, tmp, split=(0.0, 0)) -> 
     calibrated at its own range, as the trained output's; export --quantized writes them
     all."""
     from ..files.dataset import load_inputs, split as rows
-    from ..graph.rewrite import choose_output
+    from ..graph.inout import choose_output
     from ..plan.runplan import data_inputs
     from .exportcheck import activation_ranges
     out = {}
@@ -496,7 +499,7 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         g = read_model(os.path.join(tmp, s['rewritten']) if s.get('rewritten') else model_path)
         places = []
         if len(g.outputs) > 1:      # (the trained one first, as prepare's run has it)
-            from ..graph.rewrite import choose_output, natural
+            from ..graph.inout import choose_output, natural
             order = natural(g, g.outputs)       # (the file's, before choose_output's)
             choose_output(g, output)
             places = [order.index(k) for k in g.outputs[1:]]
@@ -558,7 +561,7 @@ def dequantized(int8_path, wof_path, train, n, run=None, output=None, biases=Non
     trained one's place (prepare.json's).  biases: a dict given the trained zero biases
     the int8 path gave layers without one (quant.zero_bias), {weight tensor index: float32}."""
     from . import quant
-    from ..graph.rewrite import choose_output
+    from ..graph.inout import choose_output
     from ..plan.runplan import one_input_output
     g8 = quant.numbered(read_model(int8_path), run)
     if len(g8.outputs) > 1:

@@ -82,24 +82,31 @@ def _shapes_folded(g):
     PACK -> RESHAPE) is folded, whose global REDUCE_MAX is a MAX_POOL_2D and whose
     grouped CONV_2D is split into groups, as prepare rewrites them, and whose float
     HARD_SWISH is spelled in ADD / RELU6 / MUL (the same values), and whose WHILE of a
-    fixed trip count is unrolled (rewrite.unroll_loops):
+    fixed trip count is unrolled (loops.unroll_loops):
     ONERT 0.1.0 fails on some such graphs at run time, and gives NaN for a grouped
     convolution; Keras 3's Embedding reads its ids without the int32 SELECT_V2 neither
     runtime has (the same values for ids 0..N-1; a negative one is out of range there).
     None when nothing changes."""
     import copy
-    from ..graph import rewrite as rw
+    from ..graph.inout import compact
+    from ..graph.spellings import (dilated_convs, gathers_to_slices, hard_swish_expanded,
+                                   reduce_max_to_pool, resize_to_concat, splits_to_slices,
+                                   tile_to_concat)
+    from ..graph.shapes import fold_shapes
+    from ..graph.loops import reverse_to_concat, unroll_loops
+    from ..graph.groups import split_groups
+    from ..graph.embeddings import unwrap_ids
     h = copy.deepcopy(g)
     try:            # (ONERT 0.1.0 runs a Bidirectional layer's two WHILEs wrongly: 0.38 off)
-        loops = rw.reverse_to_concat(h) + rw.unroll_loops(h) if h.n_subgraphs > 1 else 0
+        loops = reverse_to_concat(h) + unroll_loops(h) if h.n_subgraphs > 1 else 0
     except ValueError:      # (a trip count known at run time: ONERT runs the WHILE)
         h, loops = copy.deepcopy(g), 0
-    if not (loops + rw.fold_shapes(h) + rw.reduce_max_to_pool(h) + rw.split_groups(h)
-            + rw.unwrap_ids(h, keep=False) + rw.dilated_convs(h) + rw.tile_to_concat(h)
-            + rw.resize_to_concat(h) + rw.hard_swish_expanded(h) + rw.gathers_to_slices(h)
-            + rw.splits_to_slices(h)):
+    if not (loops + fold_shapes(h) + reduce_max_to_pool(h) + split_groups(h)
+            + unwrap_ids(h, keep=False) + dilated_convs(h) + tile_to_concat(h)
+            + resize_to_concat(h) + hard_swish_expanded(h) + gathers_to_slices(h)
+            + splits_to_slices(h)):
         return None
-    rw.compact(h)
+    compact(h)
     return h
 
 
@@ -117,7 +124,7 @@ def onert_predictor(path, g):
     shape = [1] + [int(d) for d in g.tensors[g.inputs[0]].shape[1:]]
     h, keep, src = _shapes_folded(g), None, path
     if h is not None:
-        from ..graph.rewrite import save_graph
+        from ..graph.inout import save_graph
         keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
         src = save_graph(h, os.path.join(keep.name, 'model' + os.path.splitext(path)[1]))
     sess = _onert_session(src)
@@ -212,7 +219,7 @@ def _tflm_folded(path, g, probe):
     h, first = _shapes_folded(g), None
     if h is not None:
         import tempfile
-        from ..graph.rewrite import save_graph
+        from ..graph.inout import save_graph
         keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
         try:
             run = tflm_predictor(save_graph(h, os.path.join(keep.name, 'model.tflite')), h)
@@ -362,7 +369,7 @@ def _rewritten_predictor(path, g, why, dequantized=False, reason=None):
     then scored in float as `prepare --dequantize` trains it); the refusal why when that
     fails too."""
     import tempfile
-    from ..graph.rewrite import save_graph
+    from ..graph.inout import save_graph
     from ..plan.runplan import select_rewrite
     try:
         h = select_rewrite(g, 'none')[0]
@@ -518,7 +525,7 @@ def several_predictor(path, g):
     h, src, keep = _shapes_folded(g), path, None
     if h is not None:
         import tempfile
-        from ..graph.rewrite import save_graph
+        from ..graph.inout import save_graph
         o, i = h.outputs, g.output_at       # (the file's order again: choose_output's undone)
         h.outputs = o[1:i + 1] + o[:1] + o[i + 1:]
         keep = tempfile.TemporaryDirectory(prefix='utrain-eval-')
@@ -536,16 +543,16 @@ def several_predictor(path, g):
 
 def evaluate_several(model, data, output=None, label='last', size=None, limit=None):
     """evaluate() of a model with several inputs or outputs: the output prepare trains
-    (output: --output; rewrite.choose_output) on the data's array per input
+    (output: --output; inout.choose_output) on the data's array per input
     (dataset.load_inputs), each in the model's own layout.  Returns (outputs, targets,
     the output's name, runtime name)."""
     from ..files import dataset as ds
-    from ..graph import rewrite as rw
+    from ..graph.inout import choose_output, io_name
     from ..plan.runplan import data_inputs
     g = _read_runnable(model)
     g.file_inputs = list(g.inputs)
     try:
-        rw.choose_output(g, output, ds.targets_of(data) if output is None else None)
+        choose_output(g, output, ds.targets_of(data) if output is None else None)
     except ValueError as e:
         raise InferError(str(e)) from None
     ins = data_inputs(g)
@@ -574,7 +581,7 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
             feeds[t.name] = np.round(feeds[t.name]).astype(t.dtype)
     run, runtime = several_predictor(model, g)
     out = np.stack([np.asarray(run(feeds, i), np.float64).ravel() for i in range(len(x))])
-    return out, y, rw.io_name(g, g.outputs[0]), runtime
+    return out, y, io_name(g, g.outputs[0]), runtime
 
 
 def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limit=None,

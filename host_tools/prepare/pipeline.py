@@ -26,7 +26,12 @@ from ..files.flatmodel import DEFAULTS, write_flat, LOSSES, OPTIMIZERS, REDUCTIO
 from ..plan.memory import board_limit, plans_by_target
 from ..graph.passes import PrepareError, RANK_NAMES, UNSUPPORTED, parse_ranks
 from . import quant
-from ..graph import rewrite as rw
+from ..graph.inout import choose_output, compact, drop_step_softmax, file_graph, save_graph
+from ..graph.embeddings import embedding_ids_back
+from ..graph.groups import join_groups
+from ..graph.edit import new_tensor
+from ..graph.qparams import quantize
+from ..graph.inscale import unscale_input
 from ..files.dataset import split as ds_split
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
                         int8_bytes, out_identifier, read_data, set_aside_earlier_run, write_data,
@@ -196,7 +201,7 @@ def step_classes(g, s, data, overrides, log=print) -> dict:
         # rows of logits (a Conv1d / Dense head without its softmax): a softmax over each
         # row for the run (the board's loss from logits would normalise all rows as one),
         # which export takes out again
-        g.step_rows = True          # (runplan.rewrite_for_training: rewrite.step_softmax)
+        g.step_rows = True          # (runplan.rewrite_for_training: inout.step_softmax)
         log(f'{data}: a class a step for {ps[0]} rows of {ps[1]} logits: trains with a softmax '
             f'over each row after op {last.number if last else "?"} (cce on its probabilities, '
             'summed over the steps); export writes the model as it was, giving logits')
@@ -392,7 +397,7 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
            log=print, data=None):
     """The settings pass: the board profile's defaults, the command line checked, the
     model read and checked in the file's op numbering, the output the loss reads first in
-    its outputs (output: --output, rewrite.choose_output, else the first whose size
+    its outputs (output: --output, inout.choose_output, else the first whose size
     data's targets fit; said where the model has several), its CIRCLE_TRAINING metadata
     under the command line.  Returns (graph as read, board profile or None, settings,
     train)."""
@@ -407,7 +412,7 @@ def settle(model_path, board, overrides: dict, progress=None, split_seed=0, outp
     from ..files.dataset import targets_of
     y = targets_of(data) if data and output is None and len(g.outputs) > 1 else None
     try:
-        note = rw.choose_output(g, output, y)
+        note = choose_output(g, output, y)
     except ValueError as e:
         raise PrepareError(str(e)) from None
     if note:
@@ -466,7 +471,7 @@ def write_folder(out_dir, model_path, g, p, s, changed, sel=None, train_config=N
         if os.path.exists(dst) and os.path.samefile(dst, model_path):
             raise PrepareError(f'{model_path}: prepare would overwrite it with the rewritten '
                                'graph; prepare into another folder')
-        rw.save_graph(rw.file_graph(g), dst)     # (its inputs apart, every output)
+        save_graph(file_graph(g), dst)     # (its inputs apart, every output)
     else:
         files['rewritten'] = None
     wrote = {'flat_bytes': write_flat(g, p, s, os.path.join(out_dir, files['model']))['bytes']}
@@ -506,7 +511,7 @@ def describe(model_path, g, p, heap, info, perm, files, wrote, sel=None) -> dict
                'rewrites': {k: info[k] for k in ('dequantized', 'transposes', 'batchnorm')},
                'input_scale': info.get('input_scale', 0), 'quant': info['quant']}
     if files['rewritten']:      # each op of the rewritten file: its number in the user's
-        summary['op_numbers'] = [op.number for op in rw.file_graph(g).ops]
+        summary['op_numbers'] = [op.number for op in file_graph(g).ops]
     # where each trained tensor is in the file (an unrolled WHILE's weights are in its body
     # subgraph): export writes them back into the model as the file has it
     if any(g.tensors[k].origin for k in p.params):
@@ -661,9 +666,9 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     whose int8 run fits the board or budget with no settings trains dequantized where
     that fits (and prepare says so), unless --select or --ranks chose for int8.  scale_input:
     a float run whose input is far larger than 1 on data trains it scaled by a power of
-    two (rewrite.scale_input); False keeps it as given (the int8 path calibrates).
+    two (inscale.scale_input); False keeps it as given (the int8 path calibrates).
     output: of a model with several outputs, the one the loss reads (its name or place:
-    rewrite.choose_output; None: the first whose size data's targets fit); a model with
+    inout.choose_output; None: the first whose size data's targets fit); a model with
     several inputs has them joined into one (runplan.one_input_output) and data gives an
     array per input (dataset.load_inputs)."""
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
@@ -701,8 +706,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     # (a model with several inputs: they are joined after the rewrites, and not scaled)
     early = data and len(source.inputs) == 1 and (rewrite and scale_input or select and board)
     x, y = read_data(data, source.tensors[source.inputs[0]].shape) if early else (None, None)
-    source.optimizer = s['optimizer']       # (Adam scales where rewrite.adam_keeps_scale)
-    if early and rewrite and scale_input:   # (read by rewrite.scale_input)
+    source.optimizer = s['optimizer']       # (Adam scales where inscale.adam_keeps_scale)
+    if early and rewrite and scale_input:   # (read by inscale.scale_input)
         source.input_rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) \
             if x.size else None
         warn = quant.input_range_warning(source, data, x)
@@ -954,7 +959,7 @@ def _input_parts(data, g):
 
 def inputs_rms(data, g) -> dict:
     """{input's data key: the root mean square of data's array for it} of graph g with
-    several inputs, for rewrite.scale_input and quant.relabel_input."""
+    several inputs, for inscale.scale_input and quant.relabel_input."""
     return {key: float(np.sqrt(np.mean(np.square(part))))
             for key, part in _input_parts(data, g) if part.size}
 
@@ -963,7 +968,7 @@ def stored_parts(data, g, dtype) -> dict:
     """{input's data key: (scale, offset)} each input of graph g with several is stored at
     as --dtype dtype (uint8, int8): its own range's (dataset.quantization), where one
     scale for the joined samples left a narrow input a few of the 256 steps (a unit vector
-    beside 0..255 pixels: 2).  rewrite.join_inputs gives each part its values back."""
+    beside 0..255 pixels: 2).  inout.join_inputs gives each part its values back."""
     from ..files.dataset import quantization
     return {key: tuple(float(v) for v in quantization(part, dtype)) if part.size else (1.0, 0.0)
             for key, part in _input_parts(data, g)}
@@ -1034,7 +1039,7 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         og, gf, n, rewritten = fromfloat.from_float(model_path, data, kw, train,
                                                     (test_split, split_seed), _prepare, rms,
                                                     output)
-        og.optimizer = s['optimizer']       # (quant.relabel_input: rewrite.adam_keeps_scale)
+        og.optimizer = s['optimizer']       # (quant.relabel_input: inscale.adam_keeps_scale)
         if og.crushed and not int8:     # (prepare's own choice: float32 learns it)
             log(f'{model_path}: trains in float32 (as int8, {og.crushed[0]}; --int8 asks '
                 'for it all the same)')
@@ -1063,9 +1068,9 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
     r = quant.prepare_q8(og, model_path, out_dir, s, train, data, test_split, split_seed,
                          progress, cache, bands, board, lambda heap: heap_limit(prof, budget, heap),
                          limit_source(board, prof), log, given | ({'cache'} if cache else set()))
-    rw.save_graph(rw.file_graph(og), os.path.join(out_dir, fromfloat.INT8_MODEL))
+    save_graph(file_graph(og), os.path.join(out_dir, fromfloat.INT8_MODEL))
     if rewritten:               # (export writes the trained weights into that graph)
-        rw.save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))
+        save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))
     r['from_float'] = {'why': why, 'samples': n, 'int8_model': fromfloat.INT8_MODEL,
                        'float_model': fromfloat.FLOAT_MODEL if rewritten else None}
     settings = r.pop('settings')
@@ -1307,36 +1312,36 @@ def check_ids(model_path, g, xy, dtype):
 
 def file_weights(g, w):
     """Trained weights w of the rewritten graph g as the file's tensors: a grouped
-    convolution's parts joined (rewrite.join_groups), an input scale folded back into the
-    weights it reached (rewrite.unscale_input)."""
-    return rw.unscale_input(g, rw.join_groups(g, w)[0])[0]
+    convolution's parts joined (groups.join_groups), an input scale folded back into the
+    weights it reached (inscale.unscale_input)."""
+    return unscale_input(g, join_groups(g, w)[0])[0]
 
 
 def write_trained(base, out_path, g, w, identifier, ints=None, grown=False):
     """out_path: model file base (read as g) with the trained weights w {tensor index:
-    array}; where prepare split a grouped convolution (rewrite.split_groups) the groups
-    are joined again into the file's grouped CONV_2D (rewrite.join_groups), an input
-    scale is folded back (rewrite.unscale_input), and an embedding's ids made ints again (rewrite.embedding_ids_back; ints: the original
+    array}; where prepare split a grouped convolution (groups.split_groups) the groups
+    are joined again into the file's grouped CONV_2D (groups.join_groups), an input
+    scale is folded back (inscale.unscale_input), and an embedding's ids made ints again (embeddings.embedding_ids_back; ints: the original
     file's integer inputs {name: dtype}), and the graph is written anew (grown: g has
     tensors base has not), else base's bytes are kept but for the weights."""
     from ..formats.circle_io import write_with_weights
-    w, joined = rw.join_groups(g, w)
-    w, scaled = rw.unscale_input(g, w)
-    scaled = rw.drop_step_softmax(g) or scaled     # (the logits a step, as the file gave them)
+    w, joined = join_groups(g, w)
+    w, scaled = unscale_input(g, w)
+    scaled = drop_step_softmax(g) or scaled     # (the logits a step, as the file gave them)
     # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
     # negative-id SELECT_V2): a float id no runtime gathers by
-    joined += rw.embedding_ids_back(g, ints)
+    joined += embedding_ids_back(g, ints)
     if not (joined or scaled or grown):
         write_with_weights(base, out_path, w, identifier)
         return
     for k, arr in w.items():
         g.tensors[k].data = np.asarray(arr, g.tensors[k].dtype).reshape(g.tensors[k].shape)
     g.identifier = identifier or g.identifier
-    rw.save_graph(rw.compact(g), out_path)
+    save_graph(compact(g), out_path)
 
 
 def write_in_place(model_path, out_path, g, w, where):
-    """out_path: the model file as it is (a WHILE and its body subgraph: rewrite.unroll_loops
+    """out_path: the model file as it is (a WHILE and its body subgraph: loops.unroll_loops
     trained it unrolled) with the trained weights w {tensor of the rewritten graph g: array}
     written where prepare found each ({str(tensor): [subgraph, tensor of the file]}: the
     body's weights into the body); how many, or None where a trained tensor has no place
@@ -1386,7 +1391,7 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
             bp = fromfloat.POSITIONS.get(op.name, (0, 1, 2))[2]
             if op.name in fromfloat.WEIGHTED and op.inputs[1] == k and (
                     len(op.inputs) <= bp or op.inputs[bp] < 0):
-                j = rw.new_tensor(g, g.tensors[k].name + '/bias', b.shape, data=b)
+                j = new_tensor(g, g.tensors[k].name + '/bias', b.shape, data=b)
                 op.inputs[bp:] = [j]
                 w[j] = b
     write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), grown=bool(biases))
@@ -1540,8 +1545,8 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
             return export_onnx(model_path, g, file_weights(g, w), out_path)
         for k, arr in w.items():                    # the graph utrain trained, as circle
             g.tensors[k].data = np.asarray(arr, np.float32).reshape(g.tensors[k].shape)
-        rw.drop_step_softmax(g)
-        rw.save_graph(g, out_path)
+        drop_step_softmax(g)
+        save_graph(g, out_path)
         return {'model': base, 'tensors': len(w), 'clipped': 0}
     if not quantized and summary.get('file_tensors'):     # (an unrolled loop's model)
         n = write_in_place(model_path, out_path, g, w, summary['file_tensors'])
@@ -1572,7 +1577,7 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
             raise PrepareError(f'{model_path}: has no constant tensor {name!r} to take the '
                                'trained weights; export the float model instead')
         if name in quant:
-            q, c = rw.quantize(arr, quant[name][1], quant[name][0])
+            q, c = quantize(arr, quant[name][1], quant[name][0])
             clipped += c
             new[t.index] = q.reshape(t.shape)
         elif t.dtype == 'float32':

@@ -35,7 +35,7 @@ import numpy as np
 from ..formats.circle_io import Graph, Tensor, atomic_write, read_model
 from ..target.device import module
 from ..files import wof as hwof
-from ..graph.rewrite import FLOAT_FNS
+from ..graph.edit import FLOAT_FNS
 from ..graph.passes import PrepareError
 
 # the layer kinds (q8.json's 'k'): utrain.q8's table, the one the board runs
@@ -226,7 +226,7 @@ def _is_q8(g: Graph, k) -> bool:
 
 
 def rw_name(g: Graph, k) -> str:
-    from ..graph.rewrite import io_name
+    from ..graph.inout import io_name
     return repr(io_name(g, k))
 
 
@@ -376,7 +376,8 @@ def _float_ends(g: Graph):
     the logits); the file keeps both ops, export writes into its tensors (_ends_back).
     Either end alone too (inference_input_type int8 with a float output, or the other
     way); each input and output of a model with several."""
-    from ..graph.rewrite import remove_op, io_name
+    from ..graph.edit import remove_op
+    from ..graph.inout import io_name
     for i, k in enumerate(list(g.inputs)):
         op = _entry(g, k) if g.tensors[k].dtype in ENDS else None
         if op is not None:
@@ -399,7 +400,7 @@ def _softmax_last(g: Graph) -> bool:
     after them: they reshape the logits, and the SOFTMAX, now the graph's last op, is the
     loss's (layers() leaves it out), as it is where nothing follows it (was refused: only
     dequantized).  Same output; export writes the ops in this order.  Whether it moved."""
-    from ..graph.rewrite import new_tensor, move_after
+    from ..graph.edit import new_tensor, move_after
     prod = {k: op for op in g.ops for k in op.outputs}
     reads = _readers(g.ops)
     k = g.outputs[0] if len(g.outputs) == 1 else None
@@ -434,7 +435,8 @@ def rewritten(g: Graph) -> Graph:
     --train, --ranks and the messages.  Every reader of an int8 model (prepare, export,
     inspect, --select's pricing) takes the table of this graph."""
     import copy
-    from ..graph.rewrite import rewrite, check_window_shapes
+    from ..graph.rewrite import rewrite
+    from ..graph.shapes import check_window_shapes
     from ..plan.runplan import one_input_output
     if getattr(g, 'q8_rewritten', False):
         return g
@@ -459,7 +461,7 @@ def _hoist_input_transpose(g: Graph):
     through tico: NCHW -> NHWC first, the same scale and zero point on both sides) leaves
     the graph the board runs: the input becomes its output, so the board neither runs nor
     plans it; the host lays the samples out so (g.input_perm: prepare's read_data, the
-    summary's input_perm, as the float path's rewrite.hoist_input_transpose).  export puts
+    summary's input_perm, as the float path's transposes.hoist_input_transpose).  export puts
     it back (_transpose_back): the written model takes the user's layout."""
     g.input_perm = g.input_transpose = None
     if len(g.inputs) != 1:
@@ -476,7 +478,7 @@ def _hoist_input_transpose(g: Graph):
             return None         # (a TRANSPOSE copies bytes: a scale change is not ours to drop)
     except ValueError:
         return None
-    from ..graph.rewrite import hoist_input_transpose
+    from ..graph.transposes import hoist_input_transpose
     g.input_perm = hoist_input_transpose(g)
     if g.input_perm is not None:
         g.input_perm = [int(v) for v in g.input_perm]
@@ -498,7 +500,7 @@ def _transpose_back(g: Graph) -> None:
 def _ids_inputs(g: Graph) -> set:
     """Of a graph with several inputs, those read only as ids by GATHERs of int8 tables
     of up to 65,536 rows (an int32 Keras Embedding input beside int8 ones, made float32 by
-    rewrite.embedding_gathers): typed int8 at scale 1, zero point -128 (each byte of the
+    embeddings.embedding_gathers): typed int8 at scale 1, zero point -128 (each byte of the
     id as utrain.q8emb reads it), so join_inputs joins them as int8 parts; g.ids_q8 their
     tensors (export types them back), g.ids_ib the bytes an id (1: every table of up to
     256 rows, else 2, low byte first: join_inputs gives such a part 2 bytes a value, one
@@ -1504,7 +1506,7 @@ def _slice_layers(g, op, src) -> list:
     CONCATENATION places an input), else a gather over the output as 4 dims ('gx':
     _gather: a transpose, a slice of several axes), and the input's size ('gn': its
     gradient's)."""
-    from ..graph.rewrite import _strided_slice
+    from ..graph.shapes import strided_slice
     xk = op.inputs[1] if op.name == 'SPLIT' else op.inputs[0]
     x = g.tensors[xk]
     xs = [int(v) for v in x.shape]
@@ -1526,7 +1528,7 @@ def _slice_layers(g, op, src) -> list:
         parts.append(idx[tuple(slice(v, xs[a] if m == -1 else v + m)
                                for a, (v, m) in enumerate(zip(b, n)))])
     elif op.name == 'STRIDED_SLICE':
-        v = _strided_slice(idx, c(op.inputs[1]), c(op.inputs[2]), c(op.inputs[3]), op.options)
+        v = strided_slice(idx, c(op.inputs[1]), c(op.inputs[2]), c(op.inputs[3]), op.options)
         if v is None:
             raise ValueError(f'{bad} has an ellipsis, new-axis or offset mask; int8 training '
                              'takes begin, end, strides and the begin, end and shrink masks')
@@ -1542,7 +1544,7 @@ def _slice_layers(g, op, src) -> list:
     if len(parts) != len(op.outputs):
         raise ValueError(f'{bad}: {len(op.outputs)} outputs for {len(parts)} pieces')
     (sx,), (zx,) = _q(x)
-    # (the SPLIT_V of a model's inputs joined (rewrite.join_inputs): each part's bytes at
+    # (the SPLIT_V of a model's inputs joined (inout.join_inputs): each part's bytes at
     # its own input's scale and zero point, copied as they are)
     joined = getattr(g, 'joined', None) and xk == g.inputs[0]
     out = []
@@ -2305,7 +2307,7 @@ def meta(g: Graph, train='last:1', rows=None, ranks=None, alias=False) -> dict:
 
 
 def joined_codes(g: Graph, x) -> np.ndarray:
-    """Samples x of int8 graph g's inputs joined (rewrite.join_inputs; one row a sample,
+    """Samples x of int8 graph g's inputs joined (inout.join_inputs; one row a sample,
     each input's values in g.data_inputs' order) as the joined input holds them: each
     part quantized at its own input's scale and zero point, the int8 codes as floats (the
     joined input's scale is 1, its zero point 0)."""
@@ -2333,7 +2335,7 @@ def joined_codes(g: Graph, x) -> np.ndarray:
 def relabel_input(g: Graph, ls: list) -> float:
     """An input far larger than 1 (g.input_rms, the data's: 0..255 pixels into a conv
     whose Keras Rescaling(1/255) the converter folded into its weights) as the float path
-    trains it (rewrite.scale_input: on the input times s, the weights it reaches / s, whose
+    trains it (inscale.scale_input: on the input times s, the weights it reaches / s, whose
     SGD steps are s^2 times smaller; on the file's form SGD diverges).  In int8 that is a
     relabelling of scales: the layers the input reaches (through HOMOGENEOUS ops) read it
     at s x their input scale 'sx' and hold their weights at 'sw' / s: the same integers
@@ -2342,9 +2344,9 @@ def relabel_input(g: Graph, ls: list) -> float:
     integers) and Adam's float masters (the int8 weights times 'sw') become the float
     scaled run's; biases step alike in both.  Only where one of those layers trains; the
     model file keeps its scales (export).  Layer table ls in place; returns (s, the
-    relabelled ops' numbers), or (0, []).  Inputs joined (rewrite.join_inputs): each
+    relabelled ops' numbers), or (0, []).  Inputs joined (inout.join_inputs): each
     input by its own rms (g.inputs_rms, by data key), s then {key: s} of those relabelled."""
-    from ..graph.rewrite import input_scale_for
+    from ..graph.inscale import input_scale_for
     if getattr(g, 'joined', None):
         rms, by_name = getattr(g, 'inputs_rms', None) or {}, {t.name: t.index for t in g.tensors}
         out, ops = {}, []
@@ -2362,13 +2364,13 @@ def relabel_input(g: Graph, ls: list) -> float:
 
 def _relabel(g: Graph, ls: list, k: int, s: float) -> list:
     """relabel_input's of tensor k by s: the numbers of the ops relabelled, or []."""
-    from ..graph.rewrite import _scaled_reach
-    on = {op.index for op in _scaled_reach(g, k, np.int8) or ()}
+    from ..graph.inscale import scaled_reach
+    on = {op.index for op in scaled_reach(g, k, np.int8) or ()}
     ds = [d for d in ls if d['op'] in on and 'wt' in d]
     if not any(d.get('train') for d in ds):
         return []
-    if getattr(g, 'optimizer', None) == 'adam':     # (rewrite.adam_keeps_scale)
-        from ..graph.rewrite import adam_keeps_scale
+    if getattr(g, 'optimizer', None) == 'adam':     # (inscale.adam_keeps_scale)
+        from ..graph.inscale import adam_keeps_scale
         # (each layer's weights at about their integers' rms times their scales' rms)
         if not adam_keeps_scale([np.sqrt(np.mean(np.square(np.asarray(
                 g.tensors[d['wt']].data, np.float64))) * np.mean(np.square(d['sw']))) * 1
@@ -2618,8 +2620,9 @@ def export(model_path, wof_path, out_path, train='last:1', run=None, output=None
     rewritten(), a grouped convolution joined again; run: prepare.json's, as numbered()).  output:
     of a model with several outputs, the trained one's place (prepare.json's); every
     input and output written as the file has them."""
-    from ..graph.rewrite import (save_graph, join_groups, compact, embedding_ids_back,
-                                 choose_output, file_graph)
+    from ..graph.inout import save_graph, compact, choose_output, file_graph
+    from ..graph.groups import join_groups
+    from ..graph.embeddings import embedding_ids_back
     from .runfolder import out_identifier
     from .recal import replay
     g0 = read_model(model_path)

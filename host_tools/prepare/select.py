@@ -180,7 +180,7 @@ def layers(g):
     separate candidates they filled MAX_LAYERS with copies of one layer, were tried for
     the same configuration again and again, and added one gain several times."""
     out, consts = [], []
-    from ..graph.rewrite import needed
+    from ..graph.inout import needed
     runs = {id(op) for op in needed(g)[0]}      # (not the ops only other outputs need)
     for op in g.ops:
         spec = SPECS.get(op.name)
@@ -255,7 +255,7 @@ class Pricer(_Fits):
         """target: prepare's plan_memory arguments besides the graph ({'board', 'cache',
         'bands'}): every candidate is priced for the board, cache and row bands the
         user's prepare plans with, so the choice's price is its final plan; its
-        'input_rms', the data's, scales the input as prepare will (rewrite.scale_input)."""
+        'input_rms', the data's, scales the input as prepare will (inscale.scale_input)."""
         from ..formats.circle_io import read_model
         self.path, self.settings, self.backend, self.rewrite = model_path, settings, backend, rewrite
         self.target = dict(target or {})
@@ -265,7 +265,7 @@ class Pricer(_Fits):
         # system cannot hold the samples, the model and what training writes: check_flash)
         self.flash = self.target.pop('flash', None)
         self.g0.optimizer = settings.get('optimizer')
-        from ..graph.rewrite import choose_output
+        from ..graph.inout import choose_output
         choose_output(self.g0, settings.get('output'))     # (prepare's --output)
         self.memo = {}
 
@@ -354,7 +354,7 @@ class Trials:
         self.prepare = prepare
         from ..files import dataset as ds
         from ..formats.circle_io import read_model
-        from ..graph.rewrite import choose_output
+        from ..graph.inout import choose_output
         from ..plan.runplan import data_inputs
         g = read_model(model_path)
         choose_output(g, settings.get('output'))

@@ -1,6 +1,6 @@
 # RESIZE_BILINEAR (23: Keras Resizing / UpSampling2D(interpolation='bilinear'), PyTorch
 # interpolate bilinear) and RESIZE_NEAREST_NEIGHBOR (97) by factors prepare does not
-# write as copies (host_tools/graph/rewrite.py resize_to_concat: whole factors), on
+# write as copies (host_tools/graph/spellings.py resize_to_concat: whole factors), on
 # [H*W, C] activations (batch 1, NHWC).  Both are a linear map, separable by axis:
 # output row i of an axis is (1 - f) * input row lo + f * input row hi.  The host
 # computes lo, hi, f per output row and column as TFLite's kernels do (align_corners,

@@ -298,7 +298,7 @@ def test_float_ops_without_bias_train_without_one(tmp_path):
     with use_bias=False) train on the float path, weights only; prepare says so per op,
     the run learns and the trained file holds the weights alone."""
     from host_tools.formats.circle_io import read_model
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     from host_tools.files.wof import read_wof
     g = read_model(os.path.join(DIGITS, 'digits_cnn.circle'))
     weighted = [op for op in g.ops if op.name in ('CONV_2D', 'DEPTHWISE_CONV_2D', 'FULLY_CONNECTED')]
@@ -335,7 +335,7 @@ def test_a_bias_rank_on_an_op_without_bias(tmp_path):
     import re
     from host_tools.formats.circle_io import read_model
     from host_tools.graph.passes import PrepareError
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     from host_tools.formats.refmodels import small_cnn
     m = small_cnn(str(tmp_path / 'cnn.circle'), size=12, classes=4)     # conv, pool, reshape, fc
     g = read_model(m)

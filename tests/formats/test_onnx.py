@@ -1080,7 +1080,7 @@ def test_matmul_of_activations_and_batched_constants(tmp_path):
 
 def test_raw_pixel_input_trains_scaled_and_exports_folded(tmp_path):
     """Issue 28: a PyTorch CNN fed 0..255 pixels trains on them times 1/128 (its first
-    conv's weights x128: rewrite.scale_input, after the NCHW input's transpose is hoisted);
+    conv's weights x128: inscale.scale_input, after the NCHW input's transpose is hoisted);
     the .onnx export folds the scale back: ORT on it = utrain's trained forward."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),

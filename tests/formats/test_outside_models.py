@@ -92,13 +92,14 @@ def test_keras_dense_on_4d_input_trains(tmp_path):
     on the rewritten graph gives the model's definition (numpy), and it trains: the
     Dense's weight and bias move."""
     from host_tools.graph import rewrite as rw
+    from host_tools.graph.inout import compact, save_graph
     from onert_ref import onert_infer
     src, forward = build_keras_dense4d(tmp_path / 'd4.tflite')
     g = read_model(src)
     rw.rewrite(g)
-    rw.compact(g)
+    compact(g)
     assert not {'SHAPE', 'REDUCE_PROD', 'GATHER', 'PACK'} & {op.name for op in g.ops}
-    dst = rw.save_graph(g, os.fspath(tmp_path / 'r.circle'))
+    dst = save_graph(g, os.fspath(tmp_path / 'r.circle'))
     x = np.random.default_rng(1).standard_normal((5, 4, 3, 3)).astype(np.float32)
     ref = forward(x.astype(np.float64))
     np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)

@@ -1,4 +1,4 @@
-"""The exporter-output passes (host_tools/graph/rewrite.py), each checked by equivalence: the
+"""The exporter-output passes (host_tools/graph/rewrite.py and its pass modules), each checked by equivalence: the
 rewritten graph, written back to circle, gives ONERT the same outputs as the original on
 random inputs.  Models come from tico (PyTorch -> circle) as it really emits them, and
 from circle_build for the shapes tico does not produce (MEAN without keep_dims, a
@@ -28,6 +28,10 @@ import pytest
 from repo import ROOT  # noqa: E402
 
 from host_tools.graph import rewrite as rw  # noqa: E402
+from host_tools.graph.inout import compact, save_graph
+from host_tools.graph.transposes import hoist_input_transpose
+from host_tools.graph.qparams import quantize
+from host_tools.graph.spellings import splits_to_slices
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
@@ -76,9 +80,9 @@ def rewritten(src, dst, keep=(), hoist=False):
     g = read_model(src)
     keep_ops = [g.ops[i] for i in keep]
     info = rw.rewrite(g, keep_ops)
-    perm = rw.hoist_input_transpose(g) if hoist else None
-    rw.compact(g)
-    rw.save_graph(g, dst)
+    perm = hoist_input_transpose(g) if hoist else None
+    compact(g)
+    save_graph(g, dst)
     return os.fspath(dst), info, perm
 
 
@@ -312,8 +316,8 @@ def test_tico_grouped_convs_lose_their_transposes_and_train_as_int8(tmp_path):
     with torch.no_grad():
         ref = m(torch.from_numpy(x)).numpy()
     g = read_model(dst)
-    rw.splits_to_slices(g)          # (ONERT 0.1.0's SPLIT_V pieces are wrong: evaluate's way)
-    got = onert_infer(rw.save_graph(g, tmp_path / 'onert.circle'),
+    splits_to_slices(g)          # (ONERT 0.1.0's SPLIT_V pieces are wrong: evaluate's way)
+    got = onert_infer(save_graph(g, tmp_path / 'onert.circle'),
                       np.ascontiguousarray(x.transpose(perm)))
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
     acc = float((ref.argmax(1) == y).mean())
@@ -587,7 +591,7 @@ def test_dequantize_int8_model(tmp_path):
     for name in ('w1', 'b1', 'w2', 'b2'):
         tq = next(t for t in q.tensors if t.name == name)
         tf = next(t for t in g.tensors if t.name == name)
-        back, clipped = rw.quantize(tf.data, tq.quant, tq.dtype)
+        back, clipped = quantize(tf.data, tq.quant, tq.dtype)
         assert clipped == 0 and np.array_equal(back, tq.data)
 
 

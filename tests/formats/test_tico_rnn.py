@@ -3,13 +3,13 @@
 tico unrolls nn.GRU / nn.LSTM a step at a time and folds the first step, where the
 state is 0: W_hh h0 + b_hh becomes constant copies of b_hh (GRU: its three gate slices;
 LSTM: all of it) and the zero state a constant (GRU's h0 in h0 - n, LSTM's c0 in f * c0).
-prepare ties the copies back to b_hh and freezes the zero state (rewrite.first_steps), so
+prepare ties the copies back to b_hh and freezes the zero state (copies.first_steps), so
 one SGD step of utrain is PyTorch's: checked here on the trained model's outputs (the
 change of each output over one step, relative to the largest change), with the models and
 their tico files made by the tests.  Softplus and Mish come from tico as a
-GREATER / SELECT_V2 of beta * x against the threshold (rewrite.selects_to_relu), and
+GREATER / SELECT_V2 of beta * x against the threshold (spellings.selects_to_relu), and
 softplus with beta != 1 as a second, beta-scaled copy of the layer before it
-(rewrite.scaled_copies).  ONERT cannot run tico's GRU graph: `evaluate` scores it with
+(copies.scaled_copies).  ONERT cannot run tico's GRU graph: `evaluate` scores it with
 utrain's own forward and says so.
 """
 import copy

@@ -1,5 +1,5 @@
 """Issue 28: a Keras recurrent layer that is not unroll=True (LSTM, GRU, SimpleRNN,
-Bidirectional) converts to a WHILE with cond and body subgraphs; rewrite.unroll_loops
+Bidirectional) converts to a WHILE with cond and body subgraphs; loops.unroll_loops
 inlines the body once a step when the trip count is static.  Models are built here as
 TensorFlow 2.21 writes them (tests/support/kerasgraphs.build_keras_while_lstm); ONERT runs
 the WHILE itself, an independent reference for the unrolled graph."""
@@ -12,6 +12,9 @@ from repo import ROOT  # noqa: F401,E402
 
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.graph import rewrite as rw  # noqa: E402
+from host_tools.graph.inout import compact, save_graph
+from host_tools.graph.spellings import splits_to_slices
+from host_tools.graph.loops import unroll_loops
 from host_tools.prepare.pipeline import prepare, export  # noqa: E402
 from kerasgraphs import build_keras_while_lstm  # noqa: E402
 from onert_ref import onert_infer  # noqa: E402
@@ -23,9 +26,9 @@ T, F, H, O = 5, 3, 4, 3
 def _unrolled(src, dst):
     g = read_model(src)
     info = rw.rewrite(g, list(g.ops))     # (every op trains: no bias folded into step 0)
-    rw.splits_to_slices(g)          # (ONERT 0.1.0's SPLIT_V gives other values: evaluate's)
-    rw.compact(g)
-    rw.save_graph(g, dst)
+    splits_to_slices(g)          # (ONERT 0.1.0's SPLIT_V gives other values: evaluate's)
+    compact(g)
+    save_graph(g, dst)
     return g, info
 
 
@@ -74,8 +77,8 @@ def test_while_trains_one_parameter_per_weight_and_exports_into_the_body(tmp_pat
     from host_tools.files.wof import read_wof
     for k, a in read_wof(tmp_path / 'run' / 'trained.wof', g).items():
         g.tensors[k].data = np.asarray(a, np.float32).reshape(g.tensors[k].shape)
-    rw.splits_to_slices(g)
-    rw.save_graph(g, tmp_path / 't.circle')
+    splits_to_slices(g)
+    save_graph(g, tmp_path / 't.circle')
     np.testing.assert_allclose(onert_infer(tmp_path / 'e.tflite', x),
                                onert_infer(tmp_path / 't.circle', x), rtol=1e-5, atol=1e-6)
 
@@ -108,7 +111,7 @@ def test_quantized_loop_body_is_refused_for_int8_training(tmp_path):
     with pytest.raises(ValueError, match=r'op 1 WHILE: its body is quantized \(h is int8\).*'
                                          r'--dequantize.*unroll=True'):
         rw.rewrite(g, int8=True)
-    assert rw.unroll_loops(read_model(src)) == 1
+    assert unroll_loops(read_model(src)) == 1
 
 
 def test_float16_weights_of_a_loop_stay_one_parameter(tmp_path):

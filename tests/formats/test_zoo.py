@@ -9,7 +9,7 @@ tensor in every step: utrain sums its gradient over the steps before one update)
 SPLIT into the gates, LOGISTIC/TANH, MUL, ADD (SUB for the GRU).  Step 0 has no state: tico
 folds W_hh h0 + b_hh into a constant (= b_hh) and keeps the zero initial state c0 (LSTM)
 or h0 (GRU) as a constant operand of a MUL or SUB.  prepare ties those copies back to b_hh
-(rewrite.first_steps: step 0 reads the recurrent FULLY_CONNECTED applied to a frozen zero
+(copies.first_steps: step 0 reads the recurrent FULLY_CONNECTED applied to a frozen zero
 state) and freezes the zero state, so the graph trains exactly nn.LSTM's / nn.GRU's
 parameters, b_hh's gradient summed over every step as PyTorch sums it (until session 20
 the copies trained apart, a step-0 bias and an initial state of their own; the reference

@@ -13,7 +13,7 @@ import numpy as np
 
 from host_tools.formats.circle_build import CircleBuilder
 from host_tools.files.dataset import read_samples
-from host_tools.graph.rewrite import input_scale_for
+from host_tools.graph.inscale import input_scale_for
 from host_tools.prepare.pipeline import prepare
 from host_tools.target import runner
 

@@ -18,7 +18,7 @@ from host_tools.prepare import quant  # noqa: E402
 from host_tools.target import runner  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
 from host_tools.prepare.pipeline import prepare, export, PrepareError  # noqa: E402
-from host_tools.graph.rewrite import save_graph  # noqa: E402
+from host_tools.graph.inout import save_graph  # noqa: E402
 from utrain import q8kern as K  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 

@@ -313,7 +313,7 @@ def test_a_final_softmax_behind_a_reshape_trains_as_int8(tmp_path):
     g = read_model(src)
     g.tensors[g.ops[1].outputs[0]].shape = [1, 2, 3]      # (softmax over rows of 3)
     g.tensors[g.ops[0].outputs[0]].shape = [1, 2, 3]
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     save_graph(g, str(tmp_path / 'rows3.tflite'))
     with pytest.raises(ValueError, match=r'rows3\.tflite: SOFTMAX op 1 is the model.s last.*--dequantize'):
         quant.layers(quant.rewritten(read_model(str(tmp_path / 'rows3.tflite'))), 'all')

@@ -372,7 +372,7 @@ def test_elementwise_op_forward_and_gradient(tmp_path, monkeypatch, name):
     try:
         from tflite_micro.python.tflite_micro import runtime
         import copy
-        from host_tools.graph.rewrite import save_graph
+        from host_tools.graph.inout import save_graph
         g0 = read_model(path)
         gc = copy.deepcopy(g0)
         gc.ops, gc.outputs = gc.ops[:2], [gc.ops[1].outputs[0]]

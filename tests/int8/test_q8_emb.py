@@ -300,7 +300,7 @@ def test_keras_embedding_classifier_trains_as_int8_on_micropython_and_exports(tm
     for k in gp.tensors:
         if k.name in ('emb', 'w', 'b'):
             k.data = t[k.name].data
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     save_graph(gp, os.fspath(tmp_path / 'p2.tflite'))
     for ids in x[:8].astype(int):
         ours = np.frombuffer(bytes(net.forward(_sample(m, ids))), np.int8).astype(int)

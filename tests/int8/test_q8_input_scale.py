@@ -1,6 +1,6 @@
 """Int8 runs on raw-range inputs (0..255 pixels into a conv whose Keras Rescaling(1/255)
 the converter folded into its weights): the float path trains such a model on its input
-times s (rewrite.scale_input: SGD on the file's form diverges); the int8 path does the same
+times s (inscale.scale_input: SGD on the file's form diverges); the int8 path does the same
 by relabelling scales (quant.relabel_input: the layers the input reaches read it at s x
 their input scale and hold their weights at 1/s x theirs, the same integers), so QAS steps
 them as the float scaled run does, where before they stepped 1/s^2 times too far (or the

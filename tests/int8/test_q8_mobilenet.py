@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, 'micro'))
 from host_tools.prepare import quant  # noqa: E402
 from host_tools.target import runner  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
-from host_tools.graph.rewrite import save_graph  # noqa: E402
+from host_tools.graph.inout import save_graph  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 
 MNV2 = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'mobilenetv2_035_96_int8.tflite')

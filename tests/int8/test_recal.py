@@ -14,7 +14,7 @@ from repo import ROOT
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.formats.circle_io import read_model  # noqa: E402
-from host_tools.graph.rewrite import save_graph  # noqa: E402
+from host_tools.graph.inout import save_graph  # noqa: E402
 from host_tools.prepare import quant, recal  # noqa: E402
 from host_tools.prepare.pipeline import prepare, export  # noqa: E402
 from host_tools.target import runner  # noqa: E402

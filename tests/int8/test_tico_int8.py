@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.prepare import quant  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
-from host_tools.graph.rewrite import save_graph  # noqa: E402
+from host_tools.graph.inout import save_graph  # noqa: E402
 from utrain.q8 import Q8Net  # noqa: E402
 
 torch = pytest.importorskip('torch')

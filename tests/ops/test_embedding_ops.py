@@ -307,7 +307,7 @@ def build_keras_masked(path, seed=1):
 
 def test_keras_mask_zero_trains(tmp_path):
     """Embedding(mask_zero=True): the bool mask of ids != 0 is min(|ids|, 1) in float
-    ops (rewrite.id_masks), its SELECT_V2 against zeros a MUL: utrain's forward = the
+    ops (embeddings.id_masks), its SELECT_V2 against zeros a MUL: utrain's forward = the
     masked mean (numpy) and evaluate's runtime (ONERT) on the file, and one SGD step = the differences
     of the numpy forward, the masked rows' (id 0's) gradient exactly 0."""
     from test_rewrite import _step_is_the_gradient

@@ -121,7 +121,7 @@ def test_select_gradients_by_finite_differences_and_on_micropython(tmp_path):
 
 def test_softplus_classifier_prepare_run_export(tmp_path):
     """A tico Softplus(beta=2, threshold=1) classifier (PyTorch's function jumps at x = 0.5:
-    prepare keeps the select, rewrite.selects_to_relu declines it) through the CLI as a
+    prepare keeps the select, spellings.selects_to_relu declines it) through the CLI as a
     user runs it: prepare (rewrites on), run on the simulated board, export; the exported
     circle under ONERT gives utrain's trained forward and scores better than the original."""
     import subprocess

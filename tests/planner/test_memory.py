@@ -968,7 +968,7 @@ def test_the_biases_only_advice_is_the_same_on_every_firmware(tmp_path):
     nothing fits, for firmwares with ulab or utrain frozen in: the same --train and
     --ranks on every one (memory.biases_only; the two lists once built it apart)."""
     from host_tools.formats.circle_io import read_model
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     from host_tools.formats.refmodels import small_cnn
     from host_tools.plan.memory import fit_advice
     g = read_model(small_cnn(str(tmp_path / 'c.circle'), size=12, classes=4))

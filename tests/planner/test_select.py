@@ -880,7 +880,7 @@ def test_ops_sharing_a_weight_are_one_candidate_layer(tmp_path, data, monkeypatc
 def test_auto_says_what_a_model_lacks_once(tmp_path, data, capsys):
     """A note on the model (an FC without a bias tensor trains without one) is said once
     by the prepare the user runs, not again by each of --select auto's trial prepares."""
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     g = read_model(os.path.join(DIGITS, 'digits_mlp.circle'))
     fcs = [op for op in g.ops if op.name == 'FULLY_CONNECTED']
     fcs[0].inputs[2] = -1

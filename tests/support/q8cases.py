@@ -70,7 +70,7 @@ def assert_exported_logits_as_board(model, run_dir, net, x, tmp_path):
     holds the trained weights), bit for bit."""
     from tflite_micro.python.tflite_micro import runtime
     from host_tools.formats.circle_io import read_model
-    from host_tools.graph.rewrite import save_graph
+    from host_tools.graph.inout import save_graph
     from host_tools.prepare.pipeline import export
     q = os.path.join(str(tmp_path), 'q.tflite')
     export(model, os.path.join(run_dir, 'trained.wof'), q, quantized=True)

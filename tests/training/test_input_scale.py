@@ -2,7 +2,7 @@
 Rescaling(1/255) the converter folded into the conv's weights; raw sensor units) made SGD
 at its default lr diverge: a weight's step grows with its input, squared in the update's
 effect.  prepare trains such a model on its input times a power of two s near 1 / rms (a
-MUL before the model, the weights the input reaches divided by s: rewrite.scale_input),
+MUL before the model, the weights the input reaches divided by s: inscale.scale_input),
 which is the model Keras trained, with the scale in a layer of its own; export folds s
 back.  Checked against that model built with its scale as a layer (the reference: the
 same run on it must give the same weights, folded), ONERT on the rewrite (the same outputs
@@ -112,13 +112,13 @@ def test_the_file_form_diverges_and_small_inputs_stay(tmp_path):
     assert not any('times' in ln for ln in lines)
     assert json.load(open(tmp_path / 's' / 'prepare.json'))['rewritten'] is None
     # weights that x 1 / s would overflow float32: left as they are
-    from host_tools.graph import rewrite as rw
+    from host_tools.graph.inscale import scale_input
     g = read_model(src)
     g.tensors[g.ops[0].inputs[1]].data = np.full_like(g.tensors[g.ops[0].inputs[1]].data, 1e36)
     g.input_rms = 1000.0
-    assert rw.scale_input(g, {id(op) for op in g.ops}) == 0 and len(g.ops) == 4
+    assert scale_input(g, {id(op) for op in g.ops}) == 0 and len(g.ops) == 4
     g.tensors[g.ops[0].inputs[1]].data[:] = 1e30
-    assert rw.scale_input(g, {id(op) for op in g.ops}) == 2 ** -10 and g.ops[0].name == 'MUL'
+    assert scale_input(g, {id(op) for op in g.ops}) == 2 ** -10 and g.ops[0].name == 'MUL'
     # rp2040 (no ulab) trains a float model as int8 (fromfloat): calibrated on the input as
     # given, scaled as the float run by relabelling the int8 scales (quant.relabel_input;
     # tests/int8/test_q8_input_scale.py), saying so

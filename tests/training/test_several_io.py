@@ -2,7 +2,7 @@
 image and a sensor vector, an auxiliary second output; a PyTorch module with two forward
 arguments).  prepare trains the output the loss reads (--output, default the file's first;
 the ops only the others need leave the run), joins the inputs into the one the boards
-read (rewrite.join_inputs: a SPLIT_V and RESHAPEs, planned like any op), and reads an
+read (inout.join_inputs: a SPLIT_V and RESHAPEs, planned like any op), and reads an
 array per input from the data file; export writes the trained weights into the file,
 which keeps every input and output.  Checked against ONERT (circle/tflite) and ONNX
 Runtime on the file and on the export, with a training run on unix MicroPython."""
@@ -212,7 +212,7 @@ def test_inspect_says_what_runs(tmp_path, capsys):
 def test_default_output_fits_the_data_and_follows_the_signature(tmp_path):
     """Without --output: the first output (in the SignatureDef's order: Keras's, which the
     converter may list otherwise) whose size the targets fit, said so."""
-    from host_tools.graph import rewrite as rw
+    from host_tools.graph.inout import choose_output, save_graph
     src = build(tmp_path / 'two.tflite')
     img, meta, y = samples(12)
     np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)          # labels 0..2: logits
@@ -228,12 +228,12 @@ def test_default_output_fits_the_data_and_follows_the_signature(tmp_path):
         g.tensors[k].sig = (place, name)       # a Keras file: logits is its first output
     for place, (k, name) in enumerate(zip(g.inputs, ('img', 'meta'))):
         g.tensors[k].sig = (place, name)
-    rw.save_graph(g, tmp_path / 'sig.tflite')   # (its SignatureDef written and read back)
+    save_graph(g, tmp_path / 'sig.tflite')   # (its SignatureDef written and read back)
     g = read_model(tmp_path / 'sig.tflite')
     assert [g.tensors[k].sig for k in g.outputs] == [(1, 'output_1'), (0, 'output_0')]
-    assert "training output 0 'output_0' [1, 3], the first (" in rw.choose_output(g)
+    assert "training output 0 'output_0' [1, 3], the first (" in choose_output(g)
     assert g.tensors[g.outputs[0]].name == 'logits' and g.output_at == 1
-    rw.choose_output(g, 'output_1')
+    choose_output(g, 'output_1')
     assert g.tensors[g.outputs[0]].name == 'aux'
 
 
@@ -687,14 +687,14 @@ def test_int8_model_trains_as_int8_and_exports_int8(tmp_path, float_ends, third)
 def test_select_chooses_among_the_trained_outputs_layers(tmp_path, monkeypatch):
     """--select's candidates are the layers the trained output needs: its classifier is
     that output's last layer, not the other output's (the aux FC, the file's last op)."""
-    from host_tools.graph import rewrite as rw
+    from host_tools.graph.inout import choose_output
     from host_tools.prepare import select as sl
     # verified means on one partition of the 48 samples, not 8 (VALIDATIONS, 360: its own
     # test is test_select's test_a_small_proxy_verifies_on_as_many_validations_as_a_large_one)
     monkeypatch.setattr(sl, 'VALIDATIONS', 48)
     src = build(tmp_path / 'two.tflite')
     g = read_model(src)
-    rw.choose_output(g, 'logits')
+    choose_output(g, 'logits')
     assert sl.classifier(g, sl.layers(g)) == 3 and 4 not in [i for i, _ in sl.layers(g)]
     img, meta, y = samples()
     np.savez(tmp_path / 'd.npz', img=img, meta=meta, y=y)
@@ -842,7 +842,7 @@ def test_int8_embedding_ids_beside_int8_features_train_as_int8(tmp_path, n):
 def test_each_input_is_scaled_by_its_own_rms(tmp_path):
     """Issue 28: a float model with several inputs trains each input far larger than 1
     (here 0..255 pixels beside a unit sensor vector) on it times its own power of two
-    (rewrite.scale_input per input: a MUL after the inputs' split, the weights it reaches
+    (inscale.scale_input per input: a MUL after the inputs' split, the weights it reaches
     divided by it), the other as given: the same function (utrain's forward on the joined
     samples is ONERT's on the file), and export folds the scale back (ONERT on the export
     is utrain's trained forward)."""
@@ -887,7 +887,7 @@ def test_int8_joined_inputs_are_relabelled_by_their_own_rms(tmp_path):
     np.savez(tmp_path / 'd.npz', a=a, v=v, y=np.argmax(v, 1))
     lines = []
     # (SGD: Adam takes an input as given where its weights are of ordinary size,
-    # rewrite.adam_keeps_scale; here 0.001 x integers to 127 reading +-100)
+    # inscale.adam_keeps_scale; here 0.001 x integers to 127 reading +-100)
     s = _prepare(src, tmp_path / 'run', tmp_path / 'd.npz', lines, output='logits', epochs=1,
                  optimizer='sgd')
     sa = 2.0 ** -round(np.log2(np.sqrt(np.mean(np.square(a.astype(np.float64))))))

@@ -1,6 +1,6 @@
 """A constant tensor layers share only because the converter keeps one tensor for equal
 constants (the TFLite converter gave a Keras residual CNN's five all-zero conv biases one
-tensor; equal weights too): each layer trains its own copy (rewrite.unshare_constants),
+tensor; equal weights too): each layer trains its own copy (copies.unshare_constants),
 the trainable parameters are the model's, and export writes the copies as tensors of
 their own.  A layer applied again (the same op over the same constants) keeps sharing.
 Models built here as the converter writes them."""
@@ -95,7 +95,7 @@ def test_each_layer_trains_its_own_copy_and_export_writes_them(tmp_path):
 def test_a_layer_applied_again_keeps_sharing(tmp_path):
     """The same op over the same weight and bias (a TimeDistributed's steps) is one layer:
     no copies; another op reading the bias gets its own."""
-    from host_tools.graph import rewrite as rw
+    from host_tools.graph.copies import unshare_constants
     b = CircleBuilder(identifier=b'TFL3')
     x = b.tensor('x', [1, H])
     w = b.tensor('w', [H, H], data=f32(np.eye(H)))
@@ -109,7 +109,7 @@ def test_a_layer_applied_again_keeps_sharing(tmp_path):
     b.outputs(h3)
     g = read_model(b.save(os.fspath(tmp_path / 'm.tflite')))
     n = len(g.tensors)
-    assert rw.unshare_constants(g) == 1
+    assert unshare_constants(g) == 1
     p = _fc_params(g)
     assert p[0] == p[1] and p[2][1] == n and p[2][0] != p[0][0]
     assert g.tensors[n].name == 'z/utrain_copy1'

@@ -1,0 +1,167 @@
+"""Embedding lookups: a GATHER of a table by integer ids made one op (ids wrapped
+for negatives unwrapped), back for export, and id masks."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats.circle_io import OP_CODES, Graph, Operator
+from .edit import (NO_ACTIVATION, bypass, const_ints, consumers, is_const, new_tensor, producer,
+                   remove_op, replace_op, spell)
+
+
+def _only_reader(g: Graph, k: int, op: Operator) -> bool:
+    return k not in g.outputs and consumers(g, k) == [op]
+
+
+def _wrapped_index(g: Graph, k: int, n: int):
+    """c where tensor k is SELECT_V2(LESS(c, 0), ADD(c, n), c): Keras 3's Embedding
+    reading a negative id from the table's end (its n rows), else None."""
+    sel = producer(g, k)
+    if sel is None or sel.name != 'SELECT_V2' or len(sel.inputs) != 3:
+        return None
+    m, a, c = sel.inputs
+    less, add = producer(g, m), producer(g, a)
+    if less is None or add is None or less.name != 'LESS' or add.name != 'ADD' \
+            or less.inputs[0] != c or const_ints(g, less.inputs[1]) != [0] \
+            or add.inputs[0] != c or const_ints(g, add.inputs[1]) != [n] \
+            or not _only_reader(g, m, sel) or not _only_reader(g, a, sel):
+        return None
+    return c
+
+
+def _tables(g: Graph):
+    """The GATHERs of a constant 2-D table's rows (axis 0): embeddings."""
+    return [op for op in g.ops if op.name == 'GATHER' and not int(op.options.get('axis', 0))
+            and not op.options.get('batch_dims') and is_const(g, op.inputs[0])
+            and len(g.tensors[op.inputs[0]].shape) == 2]
+
+
+def unwrap_ids(g: Graph, keep=True) -> int:
+    """Keras 3's Embedding reads a negative id from the table's end: SELECT_V2(LESS(i, 0),
+    ADD(i, N), i) before its GATHER.  The GATHER reads i itself, and (keep) the ADD's
+    constant N as a third input, which says so (circle's GATHER has no such option;
+    optable reads it); without keep a negative id is out of range, as TFLite's GATHER
+    alone has it (evaluate's runtimes have no int32 SELECT_V2).  Returns how many."""
+    done = 0
+    for op in _tables(g):
+        sel = producer(g, op.inputs[1])
+        c = _wrapped_index(g, op.inputs[1], g.tensors[op.inputs[0]].shape[0])
+        if c is None or not _only_reader(g, op.inputs[1], op):
+            continue
+        less, add = producer(g, sel.inputs[0]), producer(g, sel.inputs[1])
+        op.inputs[1:] = [c] + [add.inputs[1]] * keep
+        for o in (sel, less, add):
+            remove_op(g, o)
+        done += 1
+    return done
+
+
+def embedding_gathers(g: Graph) -> int:
+    """A GATHER of a constant float table's rows (axis 0) by ids from the model's input
+    (an embedding) reads the input itself: Keras 3's negative-id SELECT_V2 goes
+    (unwrap_ids), then Keras's CAST of the float input to int32; an int32 or int64 model
+    input read only as ids becomes float32 here (the data are floats holding the ids:
+    the device checks they are integers).  No tensor is made, so the file's numbering
+    holds and the pass alone leaves no rewritten graph to export: the trained table goes
+    into the file as it is (rewrite() does not count it as a change).  Returns how many."""
+    done = unwrap_ids(g)
+    for op in _tables(g):
+        k = op.inputs[1]
+        cast = producer(g, k)
+        if cast is not None and cast.name == 'CAST' and _only_reader(g, k, op) \
+                and g.tensors[cast.inputs[0]].dtype == 'float32':
+            op.inputs[1] = cast.inputs[0]
+            remove_op(g, cast)
+            done += 1
+        k = op.inputs[1]
+        if k in g.inputs and g.tensors[k].dtype in ('int32', 'int64') and all(
+                r.name == 'GATHER' and r.inputs.index(k) == 1 for r in consumers(g, k)):
+            g.tensors[k].dtype = 'float32'
+            done += 1
+    return done
+
+
+def embedding_ids_back(g: Graph, int_inputs=None) -> int:
+    """For export of a rewritten graph: each GATHER that embedding_gathers made read float
+    ids reads int32 ones again, as the file had them: the model input's own type where
+    int_inputs {input name: dtype} says it was an integer, else a CAST of the float
+    input; a third input N (Keras 3's negative ids) becomes SELECT_V2(LESS(i, 0),
+    ADD(i, N), i) again.  Returns how many."""
+    done = 0
+    for op in _tables(g):
+        k = op.inputs[1]
+        if g.tensors[k].dtype != 'float32':
+            continue
+        name, shape, made = g.tensors[k].name, g.tensors[k].shape, []
+
+        def step(op_name, ins, dtype='int32', **opts):
+            out = new_tensor(g, f'{name}/{op_name.lower()}', shape, dtype=dtype)
+            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], opts, src=op.src))
+            return out
+        if k in g.inputs and (int_inputs or {}).get(name) in ('int32', 'int64'):
+            g.tensors[k].dtype = int_inputs[name]
+            i = k
+        else:
+            i = step('CAST', [k])
+        if len(op.inputs) > 2:
+            zero = new_tensor(g, f'{name}/zero', [], np.array(0, np.int32))
+            i = step('SELECT_V2', [step('LESS', [i, zero], 'bool'),
+                                   step('ADD', [i, op.inputs[2]], fused_activation_function='NONE'),
+                                   i])
+        op.inputs = op.inputs[:1] + [i]
+        replace_op(g, op, made + [op])
+        done += 1
+    return done
+
+
+def id_masks(g: Graph) -> int:
+    """Keras's Embedding(mask_zero=True): NOT_EQUAL(ids, c) -> a bool mask that Keras
+    CASTs to float (the pooling's count) and SELECT_V2(mask, rows, 0)s the gathered rows
+    with.  For integer ids (the embedding's, floats here) the mask is min(|ids - c|, 1):
+    d = ids - c, a = 2 RELU(d) - d, a - RELU(a - 1), float 0 / 1; its CASTs go, and a
+    SELECT_V2 of it against zeros is a MUL by it (the rows' gradient times the mask, the
+    select's).  Only where every reader of the mask (through EXPAND_DIMS / RESHAPE) is
+    one of those.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'NOT_EQUAL' or len(op.inputs) != 2 or g.tensors[op.inputs[0]].dtype != 'float32':
+            continue
+        x, c = op.inputs
+        cv = const_ints(g, c)
+        if cv is None or len(cv) != 1 or is_const(g, x):
+            continue
+        bools, readers, todo = [op.outputs[0]], [], [op.outputs[0]]
+        while todo:
+            for r in consumers(g, todo.pop()):
+                if r.name in ('EXPAND_DIMS', 'RESHAPE') and r.inputs[0] in bools:
+                    bools.append(r.outputs[0])
+                    todo.append(r.outputs[0])
+                readers.append(r)
+        ok = all(r.name in ('EXPAND_DIMS', 'RESHAPE') or
+                 r.name == 'CAST' and g.tensors[r.outputs[0]].dtype == 'float32' or
+                 r.name == 'SELECT_V2' and r.inputs[0] in bools and r.inputs[1] not in bools
+                 and is_const(g, r.inputs[2]) and not np.any(g.tensors[r.inputs[2]].data)
+                 for r in readers)
+        if not ok or any(k in g.outputs for k in bools):
+            continue
+        for k in bools:
+            g.tensors[k].dtype = 'float32'
+        name = g.tensors[op.outputs[0]].name
+        one = new_tensor(g, name + '/one', [], np.array(1.0, np.float32))
+        two = new_tensor(g, name + '/two', [], np.array(2.0, np.float32))
+        steps = [('SUB', [x, new_tensor(g, name + '/c', [], np.array(float(cv[0]), np.float32))],
+                  NO_ACTIVATION, None)] if cv[0] else []
+        d = 'prev' if steps else x
+        steps += [('RELU', [d], {}, None), ('MUL', ['prev', two], NO_ACTIVATION, None),
+                  ('SUB', ['prev', d if d == x else f'@{0}'], NO_ACTIVATION, None),
+                  ('SUB', ['prev', one], NO_ACTIVATION, None), ('RELU', ['prev'], {}, None),
+                  ('SUB', [f'@{len(steps) + 2}', 'prev'], NO_ACTIVATION, None)]
+        spell(g, op, steps)
+        for r in readers:
+            if r.name == 'CAST':
+                bypass(g, r, r.inputs[0], r.outputs[0])
+            elif r.name == 'SELECT_V2':
+                r.name, r.code = 'MUL', OP_CODES['MUL']
+                r.inputs, r.options = [r.inputs[1], r.inputs[0]], dict(NO_ACTIVATION)
+        done += 1
+    return done

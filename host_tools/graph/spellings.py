@@ -1,0 +1,679 @@
+"""Ops utrain lacks spelled with ops it has: SPLIT for slices and UNPACK, CONCATENATION
+for PACK, TILE and RESIZE, HARD_SWISH expanded, GATHERs as slices, a global REDUCE_MAX
+as a pool, dilated convs, elementwise forms, piecewise SELECTs as RELUs."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..formats.circle_io import OP_CODES, Graph, Operator
+from .edit import (FLOAT_FNS, NO_ACTIVATION, const_ints, consumers, is_const, make_reshape,
+                   new_tensor, own, producer, remove_op, renumber, replace_op, slice_op, spell)
+
+
+def slices_to_split(g: Graph) -> int:
+    """STRIDED_SLICEs that cut one activation into consecutive pieces along one axis
+    (stride 1, no masks; tico's unrolled LSTM/GRU takes each time step of the input
+    projection so) -> one SPLIT_V: its backward writes one input-sized gradient instead
+    of one per slice, summed (T of them for T steps: O(T^2) work and heap churn).
+    Returns the number of SPLIT_Vs made."""
+    groups = {}
+    for op in g.ops:
+        if op.name != 'STRIDED_SLICE' or len(op.inputs) < 4 or is_const(g, op.inputs[0]):
+            continue
+        o = op.options
+        if any(o.get(k) for k in ('begin_mask', 'end_mask', 'ellipsis_mask', 'new_axis_mask',
+                                  'shrink_axis_mask', 'offset')):
+            continue
+        if not all(is_const(g, k) for k in op.inputs[1:4]):
+            continue
+        X = list(g.tensors[op.inputs[0]].shape)
+        b, e, st = (const_ints(g, k) for k in op.inputs[1:4])
+        if len(b) != len(X) or any(v != 1 for v in st):
+            continue
+        b = [v + n if v < 0 else v for v, n in zip(b, X)]
+        e = [min(v + n if v < 0 else v, n) for v, n in zip(e, X)]
+        cut = [d for d in range(len(X)) if (b[d], e[d]) != (0, X[d])]
+        if len(cut) != 1 or list(g.tensors[op.outputs[0]].shape) != \
+                [e[d] - b[d] for d in range(len(X))]:
+            continue
+        groups.setdefault((op.inputs[0], cut[0]), []).append((b[cut[0]], e[cut[0]], op))
+    made = 0
+    for (src, d), parts in groups.items():
+        parts.sort(key=lambda p: p[0])
+        n = g.tensors[src].shape[d]
+        if len(parts) < 2 or parts[0][0] != 0 or parts[-1][1] != n or \
+                any(p[1] != q[0] for p, q in zip(parts, parts[1:])):
+            continue                     # not a tiling of the axis
+        first = min(g.ops.index(p[2]) for p in parts)
+        sizes = new_tensor(g, g.tensors[src].name + '/split_sizes', [len(parts)],
+                           np.array([p[1] - p[0] for p in parts], np.int32))
+        axis = new_tensor(g, g.tensors[src].name + '/split_axis', [], np.array(d, np.int32))
+        g.ops.insert(first, Operator(-1, OP_CODES['SPLIT_V'], 'SPLIT_V', [src, sizes, axis],
+                                     [p[2].outputs[0] for p in parts],
+                                     {'num_splits': len(parts)}, src=g.ops[first].src))
+        renumber(g)
+        for p in parts:
+            remove_op(g, p[2])
+        made += 1
+    return made
+
+
+def unpack_to_split(g: Graph) -> int:
+    """UNPACK along an axis (Keras's recurrent layers unrolled: the sequence cut into its
+    steps) -> SPLIT along that axis into size-1 pieces, and a RESHAPE of each piece to its
+    step's shape (the axis dropped): the same values, through ops that train.  Returns
+    how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'UNPACK' or len(op.inputs) != 1:
+            continue
+        x = op.inputs[0]
+        shape = list(g.tensors[x].shape)
+        a = int(op.options.get('axis', 0)) % len(shape)
+        if shape[a] != len(op.outputs):
+            continue
+        piece = shape[:a] + [1] + shape[a + 1:]
+        parts = [new_tensor(g, g.tensors[y].name + '/piece', piece, like=y) for y in op.outputs]
+        axis = new_tensor(g, g.tensors[x].name + '/unpack_axis', [], np.array(a, np.int32))
+        at = g.ops.index(op)
+        for y, pc in zip(reversed(op.outputs), reversed(parts)):
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [pc], [y], {}, src=op.src)
+            make_reshape(g, rs, list(g.tensors[y].shape))
+            g.ops.insert(at + 1, rs)
+        op.name, op.code = 'SPLIT', OP_CODES['SPLIT']
+        op.inputs, op.outputs = [axis, x], parts
+        op.options = {'num_splits': len(parts)}
+        renumber(g)
+        done += 1
+    return done
+
+
+def pack_to_concat(g: Graph) -> int:
+    """PACK of activations along an axis (Keras's TimeDistributed and stack: the steps'
+    outputs stacked back into a sequence) -> a RESHAPE of each input opening a unit axis
+    there and a CONCATENATION along it: the same values, and each input's gradient its
+    slice.  (A PACK of constants is folded by fold_shapes.)  Float and int8: TFLite's PACK
+    keeps one scale, which the reshapes and the concatenation keep.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'PACK' or not op.inputs or any(is_const(g, k) for k in op.inputs):
+            continue
+        shape = list(g.tensors[op.inputs[0]].shape)
+        a = int(op.options.get('axis', 0)) % (len(shape) + 1)
+        opened = shape[:a] + [1] + shape[a:]
+        out = list(g.tensors[op.outputs[0]].shape)
+        if any(list(g.tensors[k].shape) != shape for k in op.inputs) or \
+                out != shape[:a] + [len(op.inputs)] + shape[a:]:
+            continue
+        made, parts = [], {}
+        for k in op.inputs:
+            if k not in parts:      # (one input packed twice: one reshape, read twice)
+                parts[k] = new_tensor(g, g.tensors[k].name + '/opened', opened, like=k)
+                rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [k], [parts[k]], {}, src=op.src)
+                make_reshape(g, rs, opened)
+                made.append(rs)
+        made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION',
+                             [parts[k] for k in op.inputs], list(op.outputs),
+                             {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def tile_to_concat(g: Graph) -> int:
+    """TILE by constant multiples -> a CONCATENATION of m copies of its input along each
+    axis tiled m times (Keras's UpSampling2D: EXPAND_DIMS -> TILE -> RESHAPE per axis);
+    the same values, and the gradient of the copies sums into the input as a tensor read
+    m times does.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'TILE' or len(op.inputs) != 2 or not is_const(g, op.inputs[1]) or \
+                is_const(g, op.inputs[0]):
+            continue
+        mult = const_ints(g, op.inputs[1])
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        if len(mult) != len(shape) or min(mult) < 1 or \
+                [n * m for n, m in zip(shape, mult)] != list(g.tensors[y].shape):
+            continue
+        axes = [a for a, m in enumerate(mult) if m > 1]
+        made = []
+        for j, a in enumerate(axes):
+            shape[a] *= mult[a]
+            out = y if j == len(axes) - 1 else new_tensor(g, g.tensors[y].name + f'/tile{a}',
+                                                          list(shape), like=y)
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [x] * mult[a],
+                                 [out], {'axis': a, 'fused_activation_function': 'NONE'},
+                                 src=op.src))
+            x = out
+        if not made:            # multiples all 1: a copy
+            made.append(Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src))
+            make_reshape(g, made[0], list(g.tensors[y].shape))
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def hard_swish_expanded(g: Graph) -> int:
+    """A float HARD_SWISH -> x * RELU6(x + 3) * (1/6): ADD, RELU6, MUL, MUL, the same
+    values (to float rounding) in ops every host runtime has (ONERT 0.1.0 has no
+    HARD_SWISH: `evaluate` of a Keras hard_swish / PyTorch Hardswish model).  Returns how
+    many; an int8 one stays (TFLite Micro has its kernel)."""
+    done = 0
+    for op in list(g.ops):
+        x = op.inputs[0] if op.name == 'HARD_SWISH' else -1
+        if x < 0 or g.tensors[x].dtype != 'float32':
+            continue
+        y, shape, name = op.outputs[0], g.tensors[x].shape, g.tensors[op.outputs[0]].name
+        three = new_tensor(g, name + '/3', [1], np.float32([3.0]))
+        sixth = new_tensor(g, name + '/sixth', [1], np.float32([1.0 / 6.0]))
+        a, r, m = (new_tensor(g, name + s, shape) for s in ('/add3', '/relu6', '/mul'))
+        none = {'fused_activation_function': 'NONE'}
+        replace_op(g, op, [
+            Operator(-1, OP_CODES['ADD'], 'ADD', [x, three], [a], dict(none), src=op.src),
+            Operator(-1, OP_CODES['RELU6'], 'RELU6', [a], [r], {}, src=op.src),
+            Operator(-1, OP_CODES['MUL'], 'MUL', [x, r], [m], dict(none), src=op.src),
+            Operator(-1, OP_CODES['MUL'], 'MUL', [m, sixth], [y], dict(none), src=op.src)])
+        done += 1
+    return done
+
+
+def _runs(idx):
+    """Constant gather indices -> (start, stop, step) runs of evenly spaced ascending ones,
+    in order: [0, 2, 4, 5, 1] -> (0, 5, 2), (5, 6, 1), (1, 2, 1)."""
+    runs, i = [], 0
+    while i < len(idx):
+        j, st = i + 1, (idx[i + 1] - idx[i]) if i + 1 < len(idx) else 1
+        if st <= 0:
+            st = 1
+        while j < len(idx) and idx[j] - idx[j - 1] == st:
+            j += 1
+        runs.append((idx[i], idx[j - 1] + 1, st if j - i > 1 else 1))
+        i = j
+    return runs
+
+
+def gathers_to_slices(g: Graph) -> int:
+    """GATHER of an activation by constant indices along an axis (keras.ops.take /
+    tf.gather(x, [0, 2], axis=2): picking channels or steps) -> a STRIDED_SLICE per run of
+    evenly spaced ascending indices and, for several, a CONCATENATION on that axis; a
+    scalar index a STRIDED_SLICE that drops the axis.  The same values; an index taken
+    twice is read twice, its gradients summed; float and int8 (slices keep the scale).
+    An embedding's GATHER (a constant table) is not one.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'GATHER' or len(op.inputs) != 2 or is_const(g, op.inputs[0]) or \
+                not is_const(g, op.inputs[1]) or op.options.get('batch_dims'):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        X, ids = list(g.tensors[x].shape), g.tensors[op.inputs[1]].data
+        a = int(op.options.get('axis', 0))
+        a += len(X) if a < 0 else 0
+        if not 0 < a < len(X) or ids.ndim > 1:
+            continue
+        n = X[a]
+        flat = [int(v) + (n if v < 0 else 0) for v in np.ravel(ids)]
+        if not flat or not all(0 <= v < n for v in flat):
+            continue
+        parts, made, name = [], [], g.tensors[y].name
+        for j, (b0, e0, st) in enumerate(_runs(flat)):
+            b, e, s = [0] * len(X), list(X), [1] * len(X)
+            b[a], e[a], s[a] = b0, e0, st
+            shape = list(X)
+            shape[a] = len(range(b0, e0, st))
+            out = y if ids.ndim == 0 or len(_runs(flat)) == 1 else \
+                new_tensor(g, name + f'/take{j}', shape, like=y)
+            made.append(slice_op(g, x, out, name + f'/take{j}', b, e, s, op.src,
+                                  (1 << a) if ids.ndim == 0 else 0))
+            parts.append(out)
+        if len(parts) > 1:
+            made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [y],
+                                 {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def splits_to_slices(g: Graph) -> int:
+    """SPLIT / SPLIT_V of an activation by constant sizes -> a STRIDED_SLICE per piece, the
+    same values: ONERT 0.1.0 gives other values for a SPLIT_V's pieces (keras.ops.split on the
+    time axis: `evaluate` scored 1.17 where TensorFlow and the run's epoch 0 say 1.02);
+    evaluate only (the board's SPLIT_V writes one gradient for all pieces).  Returns how
+    many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in ('SPLIT', 'SPLIT_V'):
+            continue
+        x, ax = (op.inputs[1], op.inputs[0]) if op.name == 'SPLIT' else (op.inputs[0], op.inputs[2])
+        if is_const(g, x) or not is_const(g, ax):
+            continue
+        X = list(g.tensors[x].shape)
+        a = int(np.ravel(g.tensors[ax].data)[0])
+        a += len(X) if a < 0 else 0
+        made, at = [], 0
+        for j, y in enumerate(op.outputs):
+            n = int(g.tensors[y].shape[a])
+            b, e = [0] * len(X), list(X)
+            b[a], e[a] = at, at + n
+            at += n
+            made.append(slice_op(g, x, y, g.tensors[y].name + '/piece', b, e, [1] * len(X),
+                                  op.src))
+        if at != X[a]:
+            continue
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def resize_to_concat(g: Graph) -> int:
+    """RESIZE_NEAREST_NEIGHBOR of an NHWC map by whole factors (Keras 2's UpSampling2D,
+    tico's nn.Upsample(mode='nearest'); not align_corners) -> per axis it grows, a
+    RESHAPE that opens a unit axis after it, a CONCATENATION of k copies on that axis
+    and a RESHAPE that merges them: row i of the output is row i // k, as TFLite's kernel
+    (with or without half-pixel centres) gives for whole factors; the copies' gradients
+    sum into the input.  Float and int8 (copies keep the scale).  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'RESIZE_NEAREST_NEIGHBOR' or len(op.inputs) < 2 or \
+                not is_const(g, op.inputs[1]) or op.options.get('align_corners'):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        size = const_ints(g, op.inputs[1])
+        if len(shape) != 4 or len(size) != 2 or any(n < 1 or m % n for n, m in zip(shape[1:3], size)):
+            continue
+        made = []
+        for a, k in ((1, size[0] // shape[1]), (2, size[1] // shape[2])):
+            if k == 1:
+                continue
+            opened = shape[:a + 1] + [1] + shape[a + 1:]
+            t1 = new_tensor(g, g.tensors[y].name + f'/axis{a}', opened, like=x)
+            r1 = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [t1], {}, src=op.src)
+            make_reshape(g, r1, opened)
+            grown = list(opened)
+            grown[a + 1] = k
+            t2 = new_tensor(g, g.tensors[y].name + f'/copies{a}', grown, like=x)
+            cat = Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', [t1] * k, [t2],
+                           {'axis': a + 1, 'fused_activation_function': 'NONE'}, src=op.src)
+            shape = list(shape)
+            shape[a] *= k
+            t3 = new_tensor(g, g.tensors[y].name + f'/merged{a}', shape, like=x)
+            r2 = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [t2], [t3], {}, src=op.src)
+            make_reshape(g, r2, shape)
+            made += [r1, cat, r2]
+            x = t3
+        if not made:
+            made = [Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [y], {}, src=op.src)]
+            make_reshape(g, made[0], list(g.tensors[y].shape))
+        else:
+            made[-1].outputs = [y]      # (its own tensor goes: compact)
+        replace_op(g, op, made)
+        done += 1
+    return done
+
+
+# what a piecewise branch may be made of (one activation input, scalar or broadcast
+# constants): ops the float path trains through, and their values on the host
+_PIECE = {k: FLOAT_FNS[k] for k in ('MUL', 'ADD', 'SUB', 'DIV', 'EXP', 'LOG', 'TANH', 'NEG',
+                                    'LOGISTIC', 'RELU')}
+
+
+def _branch(g: Graph, k: int, x: int, select: Operator):
+    """The ops making tensor k from x alone (a chain of _PIECE ops, each reading x's chain
+    and constants, read by nothing else), first op first; [] when k is x; None otherwise."""
+    chain = []
+    while k != x:
+        op = next((o for o in g.ops if k in o.outputs), None)
+        if op is None or op.name not in _PIECE or len(op.outputs) != 1 or \
+                consumers(g, k) != [chain[-1] if chain else select] or \
+                op.options.get('fused_activation_function', 'NONE') != 'NONE':
+            return None
+        live = [j for j in op.inputs if j >= 0 and not is_const(g, j)]
+        if len(live) != 1:
+            return None
+        chain.append(op)
+        k = live[0]
+    return chain[::-1]
+
+
+def _at(g: Graph, chain, x: int, v: float):
+    """The value of the chain's output where x is v everywhere (numpy, on the host)."""
+    val = np.full(g.tensors[x].shape, v, np.float64)
+    for op in chain:
+        args = [val if not is_const(g, j) else np.asarray(g.tensors[j].data, np.float64)
+                for j in op.inputs if j >= 0]
+        val = _PIECE[op.name](*args)
+    return np.broadcast_to(val, g.tensors[x].shape)
+
+
+def selects_to_relu(g: Graph) -> int:
+    """SELECT_V2(x > c, A(x), B(x)) with the branches continuous at c (Keras 3's selu:
+    GREATER x 0, scale * x, scale * alpha * (exp(x) - 1)) -> A(c + RELU(x - c)) +
+    B(x - RELU(x - c)) - A(c): each branch reads x on its own side of c only, its ops
+    kept; the gradient is A'(x) above c and B'(x) below.  GREATER_EQUAL alike; LESS /
+    LESS_EQUAL swap the branches.  Returns how many."""
+    done = 0
+    for sel in list(g.ops):
+        if sel.name != 'SELECT_V2' or len(sel.inputs) != 3:
+            continue
+        cond = next((o for o in g.ops if sel.inputs[0] in o.outputs), None)
+        if cond is None or cond.name not in ('GREATER', 'GREATER_EQUAL', 'LESS', 'LESS_EQUAL') \
+                or len(cond.inputs) != 2 or not is_const(g, cond.inputs[1]) or \
+                consumers(g, sel.inputs[0]) != [sel]:
+            continue
+        x, cv = cond.inputs[0], np.asarray(g.tensors[cond.inputs[1]].data).reshape(-1)
+        if is_const(g, x) or cv.size != 1:
+            continue
+        c = float(cv[0])
+        hi, lo = (sel.inputs[1], sel.inputs[2]) if cond.name.startswith('GREATER') else \
+            (sel.inputs[2], sel.inputs[1])
+        above, below = _branch(g, hi, x, sel), _branch(g, lo, x, sel)
+        if above is None or below is None:
+            # PyTorch's softplus(x, beta, threshold): beta * x > threshold picks x, else
+            # log(1 + exp(beta * x)) / beta: the test on x0 > threshold / beta, where
+            # x = x0 * beta (a MUL by a positive scalar) and x0 is one branch
+            m = producer(g, x)
+            k = [j for j in m.inputs if is_const(g, j)] if m is not None and \
+                m.name == 'MUL' and len(m.inputs) == 2 else []
+            sv = np.asarray(g.tensors[k[0]].data).reshape(-1) if len(k) == 1 else []
+            if len(sv) == 1 and float(sv[0]) > 0:
+                x0 = [j for j in m.inputs if j != k[0]][0]
+                c0 = c / float(sv[0])
+                keep = cond.inputs
+                cond.inputs = [x0, new_tensor(g, g.tensors[cond.outputs[0]].name + '/at',
+                                              [], np.array(c0, np.float32))]
+                above, below = _branch(g, hi, x0, sel), _branch(g, lo, x0, sel)
+                if above is None or below is None:
+                    cond.inputs = keep
+                else:
+                    x, c = x0, c0
+        if above is None or below is None or {id(o) for o in above} & {id(o) for o in below}:
+            continue
+        a0, b0 = _at(g, above, x, c), _at(g, below, x, c)
+        if not np.allclose(a0, b0, rtol=1e-5, atol=1e-6):
+            continue            # (a jump at c: no sum of the two sides is it)
+        y, shp = sel.outputs[0], list(g.tensors[x].shape)
+        made, name = [], g.tensors[y].name
+
+        def step(op_name, ins, out=None, opts=NO_ACTIVATION):
+            """Append op_name(ins) writing out (None: a new tensor of x's shape)."""
+            out = new_tensor(g, f'{name}/{op_name.lower()}{len(made)}', shp, like=x) \
+                if out is None else out
+            made.append(Operator(-1, OP_CODES[op_name], op_name, ins, [out], dict(opts),
+                                 src=sel.src))
+            return out
+
+        def scalar(v):
+            return new_tensor(g, f'{name}/k{len(made)}', [], np.array(v, np.float32))
+        r = step('RELU', [step('SUB', [x, scalar(c)]) if c else x], opts={})   # RELU(x - c)
+        xa = step('ADD', [r, scalar(c)]) if c else r                           # max(x, c)
+        xb = step('SUB', [x, r])                                               # min(x, c)
+        ends = []
+        for chain, xs in ((above, xa), (below, xb)):
+            if chain:
+                chain[0].inputs = [xs if j == x else j for j in chain[0].inputs]
+                ends.append(chain[-1].outputs[0])
+            else:
+                ends.append(xs)
+        head = made[:]
+        at_c = float(a0.reshape(-1)[0]) if np.ptp(a0) == 0 else None
+        if at_c == 0:
+            step('ADD', ends, y)
+        else:                   # (a per-channel value at c: a constant of x's shape)
+            step('SUB', [step('ADD', ends), scalar(at_c) if at_c is not None else new_tensor(
+                g, f'{name}/at_c', shp, np.asarray(a0, np.float32))], y)
+        # the branches' ops now read max(x, c) / min(x, c): they come after those, before
+        # the sum; the comparison goes
+        for o in [cond] + above + below:
+            g.ops.remove(o)
+        replace_op(g, sel, head + above + below + made[len(head):])
+        done += 1
+    return done
+
+
+def elementwise_forms(g: Graph) -> int:
+    """Elementwise ops written with the ones that train: NEG x -> MUL(x, -1) and
+    SQUARED_DIFFERENCE(a, b) -> d = SUB(a, b), MUL(d, d) (Keras's LayerNormalization
+    and variance: MEAN, NEG, SQUARED_DIFFERENCE, RSQRT); a MUL reading one tensor twice
+    sums both gradients into it.  MAXIMUM(a, b) -> b + RELU(a - b) and MINIMUM(a, b) ->
+    a - RELU(a - b) (the gradient goes to the larger / smaller operand, as TFLite's
+    reference picks it; a constant bound is frozen: Tensor.frozen); PRELU(x, alpha) -> RELU(x) + alpha * (x - RELU(x)) (alpha: a
+    MUL's constant, which trains where it has more than one value, as Keras's PReLU
+    learns it); L2_NORMALIZATION(x) -> x * RSQRT(n * MEAN(x * x) + 1e-12) over the last
+    axis; SQUARE x -> MUL(x, x); ABS x -> 2 * RELU(x) - x; SUM over axes -> n * MEAN
+    over them; POW(x, 2) -> MUL(x, x), POW(x, 0.5) -> SQRT(x) (tf.pow, x ** 2 of a
+    PyTorch export; other exponents stay POW, which neither path runs).  Float tensors
+    only.  Returns how many."""
+    done = 0
+    one = ('NEG', 'L2_NORMALIZATION', 'SQUARE', 'ABS')
+    for op in list(g.ops):
+        if op.name == 'POW' and len(op.inputs) == 2 and is_const(g, op.inputs[1]) and \
+                not is_const(g, op.inputs[0]) and g.tensors[op.inputs[1]].data.size == 1 and \
+                float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) in (2.0, 0.5) and \
+                np.dtype(g.tensors[op.outputs[0]].dtype).kind == 'f':
+            sq = float(g.tensors[op.inputs[1]].data.reshape(-1)[0]) == 2.0
+            op.name = 'MUL' if sq else 'SQRT'
+            op.code, op.options = OP_CODES[op.name], dict(NO_ACTIVATION) if sq else {}
+            op.inputs = [op.inputs[0]] * 2 if sq else [op.inputs[0]]
+            done += 1
+            continue
+        if op.name not in ('SQUARED_DIFFERENCE', 'MAXIMUM', 'MINIMUM', 'PRELU', 'SUM') + one or \
+                len(op.outputs) != 1 or np.dtype(g.tensors[op.outputs[0]].dtype).kind != 'f':
+            continue
+        y = op.outputs[0]
+        if len(op.inputs) != (1 if op.name in one else 2) or \
+                is_const(g, op.inputs[0]) and op.name != 'MAXIMUM' and op.name != 'MINIMUM' or \
+                op.name == 'SUM' and not is_const(g, op.inputs[1]):
+            continue
+        if op.name == 'NEG':
+            m1 = new_tensor(g, g.tensors[y].name + '/minus_one', [], np.array(-1.0, np.float32))
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0], m1]
+            op.options = dict(NO_ACTIVATION)
+            renumber(g)
+        elif op.name == 'SQUARE':
+            op.name, op.code, op.inputs = 'MUL', OP_CODES['MUL'], [op.inputs[0]] * 2
+            op.options = dict(NO_ACTIVATION)
+        elif op.name == 'ABS':
+            two = new_tensor(g, g.tensors[y].name + '/two', [], np.array(2.0, np.float32))
+            x = op.inputs[0]
+            spell(g, op, [('RELU', [x], {}, None), ('MUL', ['prev', two], NO_ACTIVATION, None),
+                           ('SUB', ['prev', x], NO_ACTIVATION, None)])
+        elif op.name == 'SUM':
+            x, ax = op.inputs
+            shape = g.tensors[x].shape
+            n = int(np.prod([shape[a % len(shape)] for a in set(const_ints(g, ax))]))
+            nt = new_tensor(g, g.tensors[y].name + '/n', [], np.array(float(n), np.float32))
+            spell(g, op, [('MEAN', [x, ax], {'keep_dims': bool(op.options.get('keep_dims'))},
+                            list(g.tensors[y].shape)), ('MUL', ['prev', nt], NO_ACTIVATION, None)])
+        elif op.name == 'SQUARED_DIFFERENCE':
+            spell(g, op, [('SUB', op.inputs, NO_ACTIVATION, None), ('MUL', ['prev', 'prev'], NO_ACTIVATION, None)])
+        elif op.name in ('MAXIMUM', 'MINIMUM'):
+            a, b = op.inputs
+            c = own(g, b) if op.name == 'MAXIMUM' else own(g, a)
+            for k in (a, b, c):     # a clip's bound (tf.clip_by_value, torch.clamp): not a
+                if is_const(g, k):  # parameter, and its two copies would drift apart
+                    g.tensors[k].frozen = True
+            last = ('ADD', [c, 'prev'], NO_ACTIVATION) if op.name == 'MAXIMUM' else ('SUB', [c, 'prev'], NO_ACTIVATION)
+            spell(g, op, [('SUB', [a, b], NO_ACTIVATION, None), ('RELU', ['prev'], {}, None),
+                           last + (None,)], own=0)
+        elif op.name == 'PRELU':
+            x, alpha = op.inputs
+            spell(g, op, [('RELU', [x], {}, None), ('SUB', [x, 'prev'], NO_ACTIVATION, None),
+                           ('MUL', ['prev', alpha], NO_ACTIVATION, None),
+                           ('ADD', ['@0', 'prev'], NO_ACTIVATION, None)], own=2)
+        else:
+            x = op.inputs[0]
+            shape = list(g.tensors[x].shape)
+            axis = new_tensor(g, g.tensors[y].name + '/axis', [1], np.array([len(shape) - 1], np.int32))
+            n = new_tensor(g, g.tensors[y].name + '/n', [], np.array(float(shape[-1]), np.float32))
+            eps = new_tensor(g, g.tensors[y].name + '/eps', [], np.array(1e-12, np.float32))
+            row = shape[:-1] + [1]
+            spell(g, op, [('MUL', [x, x], NO_ACTIVATION, None), ('MEAN', ['prev', axis], {'keep_dims': True}, row),
+                           ('MUL', ['prev', n], NO_ACTIVATION, row), ('ADD', ['prev', eps], NO_ACTIVATION, row),
+                           ('RSQRT', ['prev'], {}, row), ('MUL', [x, 'prev'], NO_ACTIVATION, None)])
+        done += 1
+    return done
+
+
+def reduce_max_to_pool(g: Graph) -> int:
+    """REDUCE_MAX over one run of axes with nothing but size-1 axes before it (a global
+    max pool: Keras's GlobalMaxPooling1D/2D) -> MAX_POOL_2D with the reduced axes as its
+    window (the max and its gradient to the maximum are the same), with a RESHAPE to
+    [1, reduced, 1, rest] before it and one to the output's shape after it unless the
+    input is NHWC with H and W reduced.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'REDUCE_MAX' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        shape = list(g.tensors[x].shape)
+        axes = {a % len(shape) for a in const_ints(g, op.inputs[1])}
+        keep = [i for i, n in enumerate(shape) if n != 1]
+        red = [i for i in keep if i in axes]
+        if not red or keep[:len(red)] != red:
+            continue            # the reduced axes are not one run after size-1 axes
+        R = int(np.prod([shape[i] for i in red]))
+        C = int(np.prod([shape[i] for i in keep[len(red):]]))
+        direct = len(shape) == 4 and axes == {1, 2}
+        kh, kw = (shape[1], shape[2]) if direct else (R, 1)
+        at = op
+        if not direct:
+            x4 = new_tensor(g, g.tensors[x].name + '/as_nhwc', [1, R, 1, C], like=x)
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [x], [x4], {}, src=op.src)
+            make_reshape(g, rs, [1, R, 1, C])
+            g.ops.insert(g.ops.index(op), rs)
+            x = x4
+        p = new_tensor(g, g.tensors[y].name + '/pooled', [1, 1, 1, C], like=y) if not direct or \
+            list(g.tensors[y].shape) != [1, 1, 1, C] else y
+        op.name, op.code = 'MAX_POOL_2D', OP_CODES['MAX_POOL_2D']
+        op.inputs, op.outputs = [x], [p]
+        op.options = {'padding': 'VALID', 'stride_w': 1, 'stride_h': 1, 'filter_width': kw,
+                      'filter_height': kh, 'fused_activation_function': 'NONE'}
+        if p != y:
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [p], [y], {}, src=op.src)
+            make_reshape(g, rs, list(g.tensors[y].shape))
+            g.ops.insert(g.ops.index(at) + 1, rs)
+        renumber(g)
+        done += 1
+    return done
+
+
+_SHAPE_OPS = ('RESHAPE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def _sole_chain(g: Graph, k: int, stop):
+    """The ops from tensor k through shape-only ops (_SHAPE_OPS), each the sole reader of
+    the last one's output, to the first op stop(op) accepts: (shape ops, that op), or
+    None."""
+    chain = []
+    while True:
+        cons = consumers(g, k)
+        if len(cons) != 1 or k in g.outputs:
+            return None
+        op = cons[0]
+        if stop(op):
+            return chain, op
+        if op.name not in _SHAPE_OPS or op.inputs[0] != k:
+            return None
+        chain.append(op)
+        k = op.outputs[0]
+
+
+def dilated_convs(g: Graph) -> int:
+    """A dilated convolution as TFLite's converter writes it (Keras's Conv1D/Conv2D/
+    DepthwiseConv2D with dilation_rate > 1, causal TCN layers): SPACE_TO_BATCH_ND (the
+    block, paddings) -> [EXPAND_DIMS] -> a VALID stride-1 CONV_2D / DEPTHWISE_CONV_2D ->
+    [RESHAPE / SQUEEZE] -> BATCH_TO_SPACE_ND (the block, crops) -> the same convolution
+    with dilation = block on the padded input (the b phases' convolutions interleaved
+    are the dilated one at every position), with a PAD of the paddings less the crops
+    (cropping the last outputs of a VALID convolution is reading fewer trailing inputs)
+    and RESHAPEs in place of the shape ops.  The same arithmetic per output: int8
+    graphs too.  Returns how many."""
+    done = 0
+    for s2b in list(g.ops):
+        if s2b.name != 'SPACE_TO_BATCH_ND' or len(s2b.inputs) != 3:
+            continue
+        x = s2b.inputs[0]
+        blk, pads = const_ints(g, s2b.inputs[1]), const_ints(g, s2b.inputs[2])
+        xs = list(g.tensors[x].shape)
+        if blk is None or pads is None or not xs or xs[0] != 1 or len(xs) != len(blk) + 2:
+            continue
+        m = len(blk)
+        pre = _sole_chain(g, s2b.outputs[0], lambda o: o.name in ('CONV_2D', 'DEPTHWISE_CONV_2D'))
+        if pre is None or any(o.name != 'EXPAND_DIMS' for o in pre[0]):
+            continue
+        conv = pre[1]
+        o = conv.options
+        if conv.inputs[0] != (pre[0][-1].outputs[0] if pre[0] else s2b.outputs[0]) or \
+                o.get('padding', 'SAME') != 'VALID' or o.get('stride_h', 1) != 1 or \
+                o.get('stride_w', 1) != 1 or o.get('dilation_h_factor', 1) != 1 or \
+                o.get('dilation_w_factor', 1) != 1:
+            continue
+        post = _sole_chain(g, conv.outputs[0], lambda op: op.name == 'BATCH_TO_SPACE_ND')
+        if post is None:
+            continue
+        b2s = post[1]
+        if len(b2s.inputs) != 3 or const_ints(g, b2s.inputs[1]) != blk:
+            continue
+        crops = const_ints(g, b2s.inputs[2])
+        # the axes the EXPAND_DIMS insert, and where x's blocked axes 1..m land in the
+        # convolution's NHWC input
+        inserted = [const_ints(g, e.inputs[1])[0] % (len(g.tensors[e.inputs[0]].shape) + 1)
+                    for e in pre[0]]
+        axes = list(range(1, m + 1))
+        for a in inserted:
+            axes = [v + 1 if v >= a else v for v in axes]
+        pad = [(pads[2 * i] - crops[2 * i], pads[2 * i + 1] - crops[2 * i + 1]) for i in range(m)]
+        if len(g.tensors[conv.inputs[0]].shape) != 4 or not set(axes) <= {1, 2} or \
+                min(min(p) for p in pad) < 0:
+            continue
+        dil = {1: 1, 2: 1}
+        for a, bk in zip(axes, blk):
+            dil[a] = bk
+        # x padded, then shaped as the convolution's input (the shape ops' inserted 1s)
+        xp = x
+        if any(p != (0, 0) for p in pad):
+            pshape = [xs[0]] + [xs[i + 1] + sum(pad[i]) for i in range(m)] + xs[m + 1:]
+            xp = new_tensor(g, g.tensors[x].name + '/dilation_pad', pshape, like=x)
+            pt = new_tensor(g, g.tensors[x].name + '/dilation_paddings', [len(xs), 2],
+                            np.array([[0, 0]] + [list(p) for p in pad] + [[0, 0]] * (len(xs) - m - 1),
+                                     np.int32))
+            g.ops.insert(g.ops.index(s2b), Operator(-1, OP_CODES['PAD'], 'PAD', [x, pt], [xp], {},
+                                                    src=s2b.src))
+        cin = list(g.tensors[xp].shape)
+        for a in inserted:
+            cin.insert(a, 1)
+        w = g.tensors[conv.inputs[1]].shape
+        kh, kw = w[1], w[2]
+        cout = [1, cin[1] - dil[1] * (kh - 1), cin[2] - dil[2] * (kw - 1),
+                g.tensors[conv.outputs[0]].shape[3]]
+        y = b2s.outputs[0]
+        if min(cout) < 1 or int(np.prod(cout)) != int(np.prod(g.tensors[y].shape)):
+            continue
+        # the convolution reads the padded input shaped, dilated, and its output is the
+        # BATCH_TO_SPACE_ND's output shaped: the blocking ops go, the shape ops become one
+        # RESHAPE each side (none where the shapes agree)
+        ci = g.tensors[conv.inputs[0]]
+        ci.shape = cin
+        for op in [s2b] + pre[0]:
+            remove_op(g, op)
+        if cin != list(g.tensors[xp].shape):
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [xp], [ci.index], {}, src=conv.src)
+            make_reshape(g, rs, cin)
+            g.ops.insert(g.ops.index(conv), rs)
+        else:
+            conv.inputs[0] = xp
+        co = g.tensors[conv.outputs[0]]
+        co.shape = cout
+        conv.options = dict(o, dilation_h_factor=dil[1], dilation_w_factor=dil[2])
+        for op in post[0] + [b2s]:
+            remove_op(g, op)
+        if cout != list(g.tensors[y].shape):
+            rs = Operator(-1, OP_CODES['RESHAPE'], 'RESHAPE', [co.index], [y], {}, src=conv.src)
+            make_reshape(g, rs, list(g.tensors[y].shape))
+            g.ops.insert(g.ops.index(conv) + 1, rs)
+        else:
+            conv.outputs[0] = y
+        renumber(g)
+        done += 1
+    return done
