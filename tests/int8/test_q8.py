@@ -320,8 +320,9 @@ def test_bench_int8_quick():
     from bench import int8
     rows = int8.main(['--quick', '--models', 'mlp'])
     name, build, f, q, ratio, fc, fc_bare = rows[0]
-    # (--quick times a few ms of int8 steps: CPU time is tick-granular, so 0 is possible)
-    assert name == 'mlp' and f > 0 and q >= 0 and fc > 0 and fc_bare > 0
+    # (--quick times a few ms of float and int8 steps: CPU time is tick-granular, so 0 is
+    # possible for either on a loaded machine: float read 0 us with the suite running)
+    assert name == 'mlp' and f >= 0 and q >= 0 and fc > 0 and fc_bare > 0
 
 
 def _np_conv_taps(H, W, KH, KW, sh, sw, ph, pw, OH, OW):
