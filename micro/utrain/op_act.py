@@ -1,7 +1,8 @@
 # Activations: forward and gradient side by side.  Gradients are taken from the
 # op's output y (saved by the forward pass), so nothing else needs keeping.
 # Activation codes (opc AF_*) are circle's ActivationFunctionType; LOGISTIC gets 6.
-from utrain.xnp import np, const
+from utrain.xnp import np, const, BACKEND
+_ULAB = BACKEND == 'ulab'
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _NONE = const(0)   # opc.AF_NONE
 _RELU = const(1)   # opc.AF_RELU
@@ -54,6 +55,22 @@ def _act(y, code):
         e += 1.0
         return 1.0 / e
     raise ValueError('activation %d not supported' % code)
+
+
+def keep0(g, dy):
+    """g = dy * f'(x) with 0 wherever dy is 0.  A select's untaken side holds values its
+    gradient never reaches (EXP's inf beyond 88, SQRT's NaN below 0, RSQRT's inf at 0):
+    there dy is 0 and 0 * inf = NaN would stop the run.  The common case (g finite) costs
+    one reduction, whose inf or NaN says to look: a sum (ulab's dot of g with itself, 3-10x
+    faster than its 2-D sum; an overflow of the squares only takes the exact path)."""
+    if _ULAB:
+        v = g.reshape((g.size,))
+        s = np.dot(v, v)
+    else:
+        s = np.sum(g)
+    if s - s == 0.0:
+        return g
+    return np.where(dy == 0.0, 0.0, g)
 
 
 def act_grad(dy, y, code):

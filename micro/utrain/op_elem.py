@@ -16,7 +16,7 @@
 # Temporaries: forward, the output plus one block result; backward, dz, two or three
 # block-sized products (DIV's db) and their sums, and the operand-sized gradient.
 from utrain.xnp import np, zeros, const
-from utrain.op_act import act, act_grad
+from utrain.op_act import act, act_grad, keep0
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _ADD = const(0)
 _SUB = const(41)
@@ -62,10 +62,12 @@ def _f(code, a, b):
 
 def _g(code, s, dz, a, b):
     # dz * d(a OP b) / d(operand s), broadcast to dz's shape
+    # MUL and DIV: 0 where dz is 0 (op_act.keep0: an operand's inf or NaN on a
+    # select's untaken side)
     if code == _MUL:
-        return dz * (b if s == 0 else a)
+        return keep0(dz * (b if s == 0 else a), dz)
     if code == _DIV:
-        return dz / b if s == 0 else dz * a / -(b * b)
+        return keep0(dz / b if s == 0 else dz * a / -(b * b), dz)
     return -dz if code == _SUB and s == 1 else dz
 
 

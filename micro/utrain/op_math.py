@@ -14,8 +14,11 @@
 # P a quintic (Abramowitz-Stegun 7.1.26: |error of erf| < 1.5e-7, below float32's
 # resolution of Phi near 1).  The gradient differentiates that same function (Phi' =
 # -q'(z) / sqrt 2 on both sides), so it matches finite differences of the forward.
-# Temporaries: a few arrays of x's size.
+# EXP, LOG, SQRT and RSQRT give 0 where dy is 0 (op_act.keep0): a select's untaken side
+# (tico's Softplus beyond its threshold: EXP overflows past 88) has dy = 0 where their
+# factor is inf or NaN.  Temporaries: a few arrays of x's size.
 from utrain.xnp import np, const
+from utrain.op_act import keep0
 # the op contract (utrain/opc.py), as private consts: folded at compile time, no heap
 _SQRT = const(75)
 _RSQRT = const(76)
@@ -88,4 +91,4 @@ def backward(rt, op, dy, flags):
     else:
         y = rt.t[outs[0]]
         g = dy * (y * y * y * -0.5) if code == _RSQRT else dy * (0.5 / y)
-    rt.add_grad(ins[0], g)
+    rt.add_grad(ins[0], g if code == _GELU else keep0(g, dy))

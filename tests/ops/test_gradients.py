@@ -465,9 +465,10 @@ def _close(name, ana, num, rtol=RTOL, atol=ATOL):
     ana, num = np.asarray(ana, dtype=np.float64), np.asarray(num, dtype=np.float64)
     assert ana.shape == num.shape, f'{name}: shape {ana.shape} vs {num.shape}'
     err = np.abs(ana - num)
-    bad = err > atol + rtol * np.abs(num)
+    bad = ~(err <= atol + rtol * np.abs(num))        # a NaN is bad too
     if bad.any():
-        i = np.unravel_index(int(np.argmax(err - rtol * np.abs(num))), err.shape)
+        i = np.unravel_index(int(np.argmax(np.where(bad, np.inf, err - rtol * np.abs(num)))),
+                             err.shape)
         raise AssertionError(
             f'{name}: {int(bad.sum())} of {bad.size} gradient elements differ from central '
             f'differences; worst at {i}: backward {ana[i]!r}, finite difference {num[i]!r}'

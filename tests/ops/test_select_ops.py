@@ -27,6 +27,18 @@ def _nets(torch):
             h = self.a(x)
             return self.b(torch.where(h > 0.2, h, torch.tanh(h)))
 
+    class Picks(nn.Module):              # a select whose untaken side is inf or NaN
+        def __init__(self, f, scale=1.0):
+            super().__init__()
+            self.a, self.b, self.f = nn.Linear(6, 8), nn.Linear(8, 3), f
+            with torch.no_grad():          # (outputs of order 1: float32 keeps digits)
+                self.a.weight.mul_(scale)
+                self.b.weight.div_(scale)
+
+        def forward(self, x):
+            return self.b(self.f(self.a(x)))
+
+    big = 1000.0       # |x W| beyond 88 (float32's EXP overflows) and 709 (float64's)
     return {
         'softplus': nn.Sequential(nn.Linear(6, 8), nn.Softplus(), nn.Linear(8, 3)),
         # (a threshold some values cross: the x branch is taken for those)
@@ -35,6 +47,13 @@ def _nets(torch):
         'mish': nn.Sequential(nn.Linear(6, 8), nn.Mish(), nn.Linear(8, 3)),
         'threshold': nn.Sequential(nn.Linear(6, 8), nn.Threshold(0.1, 2.0), nn.Linear(8, 3)),
         'where': Where(),
+        # issue 28: EXP of the untaken side overflows (0 * inf = NaN in its gradient)
+        'softplus_big': Picks(nn.Softplus(), big),
+        'mish_big': Picks(nn.Mish(), big),
+        # SQRT / RSQRT of the untaken side's negatives: NaN (torch's own gradient is NaN
+        # there: checked by finite differences only)
+        'sqrt': Picks(lambda h: torch.where(h > 0, torch.sqrt(h), h)),
+        'rsqrt': Picks(lambda h: torch.where(h > 0.1, torch.rsqrt(h), h)),
     }
 
 
@@ -48,7 +67,8 @@ def _convert(name, tmp_path):
     return torch, net, path
 
 
-@pytest.mark.parametrize('name', ['softplus', 'softplus_t', 'mish', 'threshold', 'where'])
+@pytest.mark.parametrize('name', ['softplus', 'softplus_t', 'mish', 'threshold', 'where',
+                                  'softplus_big', 'mish_big'])
 def test_tico_select_forward_and_gradients_match_torch(name, tmp_path):
     torch, net, path = _convert(name, tmp_path)
     ops = {o.name for o in read_model(path).ops}
@@ -67,6 +87,8 @@ def test_tico_select_forward_and_gradients_match_torch(name, tmp_path):
     h = net[0](x) if isinstance(net, torch.nn.Sequential) else net.a(x)
     if name == 'softplus_t':             # both branches taken
         assert (h > 0.5).any() and (h <= 0.5).any()
+    if name.endswith('_big'):            # EXP overflows where the select takes x
+        assert (h > 88.8).any() and (h < 0).any()
     dy = np.array([[0.5, -1.0, 2.0]], np.float32)
     tr.net.backward(dy)
     (ref * torch.tensor(dy)).sum().backward()
@@ -105,7 +127,7 @@ def _build(tmp_path):
     return build
 
 
-CASES = ['softplus_t', 'mish', 'threshold', 'where']
+CASES = ['softplus_t', 'mish', 'threshold', 'where', 'softplus_big', 'mish_big', 'sqrt', 'rsqrt']
 
 
 def test_select_gradients_by_finite_differences_and_on_micropython(tmp_path):
