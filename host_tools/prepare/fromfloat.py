@@ -264,15 +264,27 @@ def int8_graph(g: Graph) -> tuple[Graph, dict]:
     consts, tables, ids = _constants(og)
     clips = {op.inputs[_one_constant(og, op)] for op in og.ops if op.name in CLIPS and
              _one_constant(og, op) >= 0}
+    states = set()      # constant data inputs: a recurrent layer's zero state (below)
     for op in og.ops:
         if op.name in WEIGHTED and len(op.inputs) > 1:
             weights[op.inputs[1]] = (op, WEIGHTED[op.name])
-            bp = POSITIONS.get(op.name, (0, 1, 2))[2]
+            xp, _, bp = POSITIONS.get(op.name, (0, 1, 2))
             if len(op.inputs) > bp and op.inputs[bp] >= 0:
                 weights[op.inputs[bp]] = (op, None)
+            if og.tensors[op.inputs[xp]].data is not None:
+                states.add(op.inputs[xp])
     for t in og.tensors:
         if t.index in ids:
             continue                    # (an Embedding's ids: int32, read as ids)
+        if t.index in states and t.index not in weights and t.dtype == 'float32':
+            # the data input of a weighted op is a constant: Keras's GRU (reset_after)
+            # applies its recurrent layer, bias b_hh inside, to the zero state in its first
+            # step (h0 = 0).  An int8 constant activation at its own range: the int8 path
+            # reads it into the layer ('kt', quant._check_reads); the weight's gradient
+            # from it is x * dy (0 for the zero state), the bias's dy, as on the float path
+            t.dtype, t.quant = 'int8', {}
+            t.data = quantize_constant(t.data, t.quant)
+            continue
         if t.index in consts:           # (a Normalization's mean and 1 / std)
             if t.index in clips:        # (its scale: its op's output's, recalibrate's)
                 trained[t.name] = np.asarray(t.data, np.float32)

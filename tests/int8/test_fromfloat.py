@@ -11,7 +11,7 @@ import pytest
 
 from repo import ROOT, assert_same_logs, board_and_host_runs, no_keep_best
 from kerasgraphs import (build_keras_shapes, build_keras_normalized, build_keras_float_embedding,
-                         build_divided, build_clipped, build_constant_op)
+                         build_divided, build_clipped, build_constant_op, build_const_state_rnn)
 from host_tools.prepare import fromfloat
 from host_tools.target import runner
 from host_tools.formats.circle_io import read_model
@@ -545,6 +545,46 @@ def test_a_weight_several_ops_share_is_calibrated_once(tmp_path):
     recalibrate(g8, {}, {})
     w9 = next(t for t in g8.tensors if t.name == 'w')
     assert np.abs(w9.data * w9.quant['scale'][0] - was).max() <= w9.quant['scale'][0] / 2 + 1e-7
+
+
+@pytest.mark.parametrize('h0', [0.0, 0.5])
+def test_a_recurrent_layer_on_a_constant_state_trains_as_int8(tmp_path, h0):
+    """Issue 28: a Keras GRU (reset_after, TensorFlow 2.21's WHILE, unrolled) applies its
+    recurrent layer, b_hh inside, to the zero state in its first step: --int8 (and an
+    RP2040's default) refused it ("constant 'gru/zeros' is not the weight or bias of a
+    FULLY_CONNECTED ...").  The state is an int8 constant activation the layer reads; W,
+    U, b_x and b_hh train as one parameter each (as the float path's 22 + 1 + 3 x 5 + 3
+    values); the epoch-0 test loss is the float model's (numpy), it learns, and export
+    writes the trained model in float32 again, scoring the run's last test loss."""
+    src, forward = build_const_state_rnn(tmp_path / 'r.tflite', h0=h0)
+    r = np.random.default_rng(3)
+    x = r.standard_normal((96, 12)).astype(np.float32)
+    y = np.minimum((x[:, 0::3].sum(1) > 0) + (x[:, 1::3].sum(1) > 1), 2)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    o, g8, gf = _int8_prepared(tmp_path, src, str(tmp_path / 'd.npz'))
+    z = next(t for t in g8.tensors if t.name == 'zeros')
+    assert z.dtype == 'int8' and np.allclose((z.data.astype(int) - z.quant['zero_point'][0]) *
+                                             z.quant['scale'][0], h0, atol=1e-6)
+    m = json.load(open(os.path.join(o, 'q8.json')))
+    fcs = [d for d in m['layers'] if d.get('wt') is not None]
+    assert len({d['wt'] for d in fcs}) == 3 and len(fcs) == 9     # (W, U, the head)
+    _learns_from_numpys_loss(tmp_path, o, src, forward, x, y, {})
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_a_recurrent_layer_on_a_constant_state_as_int8_trains_on_micropython_as_on_the_host(
+        tmp_path):
+    """test_a_recurrent_layer_on_a_constant_state_trains_as_int8's model on unix
+    MicroPython and on the host: the same trained bytes, the same log."""
+    src, _ = build_const_state_rnn(tmp_path / 'r.tflite')
+    x = np.random.default_rng(3).standard_normal((40, 12)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=(x[:, 0::3].sum(1) > 0).astype(int))
+    o = str(tmp_path / 'q')
+    prepare(src, o, data=str(tmp_path / 'd.npz'), test_split=0.25, epochs=2, int8=True,
+            from_logits=True, train='all', log=lambda *a: None, **dict(KW, lr=0.02))
+    (wa, _, la), (wb, _, lb) = board_and_host_runs(o, 'trained.wof')
+    assert wa == wb and len(la) == 4, la
+    assert_same_logs(la, lb)
 
 
 def _divided_or_clipped(tmp_path, kind, bias, n=96):

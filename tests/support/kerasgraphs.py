@@ -2172,3 +2172,44 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
             feats.append(np.concatenate(outs, 1) if seq else h)
         return np.concatenate(feats, 1) @ p.get('wo', wo).T + p.get('bo', bo)
     return os.fspath(path), forward
+
+
+def build_const_state_rnn(path, seed=0, T=4, F=3, H=5, O=3, h0=0.0):
+    """An unrolled recurrent layer whose recurrent FULLY_CONNECTED (bias b_hh inside, as
+    Keras's GRU with reset_after writes it) reads a constant state in its first step, as
+    TensorFlow 2.21's WHILE GRU is after utrain unrolls it: x [1, T*F] -> SPLIT into T
+    steps; h = h0 (a constant [1, H]: zeros, or h0 itself); each step
+    h = tanh(FC(x_t, W, b_x) + FC(h, U, b_hh)), every step the same W, U, b_x, b_hh
+    tensors -> FC -> logits.  Returns (path, numpy forward of the logits)."""
+    rng = np.random.default_rng(seed)
+    w, u = _rand(rng, H, F) * 0.7, _rand(rng, H, H) * 0.5
+    bx, bh = _rand(rng, H) * 0.3, _rand(rng, H) * 0.3
+    wo, bo = _rand(rng, O, H), _rand(rng, O) * 0.1
+    s0 = np.full((1, H), h0, np.float32)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, T * F])
+    steps = [b.tensor(f'x{t}', [1, F]) for t in range(T)]
+    b.op('SPLIT', [b.tensor('axis', [], data=np.array(1, np.int32)), x], steps, num_splits=T)
+    wt, ut = b.tensor('W', [H, F], data=w), b.tensor('U', [H, H], data=u)
+    bxt, bht = b.tensor('b_x', [H], data=bx), b.tensor('b_hh', [H], data=bh)
+    h = b.tensor('zeros', [1, H], data=s0)
+    for t in range(T):
+        a, r, s = (b.tensor(f'{n}{t}', [1, H]) for n in ('a', 'r', 's'))
+        b.op('FULLY_CONNECTED', [steps[t], wt, bxt], [a])
+        b.op('FULLY_CONNECTED', [h, ut, bht], [r])
+        b.op('ADD', [a, r], [s])
+        h = b.tensor(f'h{t}', [1, H])
+        b.op('TANH', [s], [h])
+    y = b.tensor('y', [1, O])
+    b.op('FULLY_CONNECTED', [h, b.tensor('wo', [O, H], data=wo), b.tensor('bo', [O], data=bo)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
+
+    def forward(xs):
+        xs = np.asarray(xs, np.float64).reshape(len(xs), T, F)
+        hs = np.broadcast_to(s0.astype(np.float64), (len(xs), H))
+        for t in range(T):
+            hs = np.tanh(xs[:, t] @ w.T + bx + hs @ u.T + bh)
+        return hs @ wo.T + bo
+    return str(path), forward
