@@ -525,6 +525,9 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         more = _other_ranges(model_path, data, places, x[:1000], prepare, tmp, split)
         og = calibrate(tmp, g, x[:1000], more)  # (each input's range its own: the SPLIT_V's parts)
         og.path = model_path
+        # an unrolled loop's (a Keras RNN's WHILE): where each trained tensor is in the
+        # file, for export to write the file as it is (pipeline.write_in_place)
+        og.file_tensors = s.get('file_tensors')
         # --train counts the user's file's ops; the float path's rewrites are done
         og.nfile = len(read_model(model_path).ops) if s.get('op_numbers') else len(g.ops)
         og.q8_rewritten = True

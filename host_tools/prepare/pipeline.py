@@ -1073,6 +1073,8 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
         save_graph(gf, os.path.join(out_dir, fromfloat.FLOAT_MODEL))
     r['from_float'] = {'why': why, 'samples': n, 'int8_model': fromfloat.INT8_MODEL,
                        'float_model': fromfloat.FLOAT_MODEL if rewritten else None}
+    if rewritten and getattr(og, 'file_tensors', None):
+        r['from_float']['file_tensors'] = og.file_tensors
     settings = r.pop('settings')
     atomic_write(os.path.join(out_dir, 'prepare.json'), (json.dumps(r, indent=1) + '\n').encode())
     r['settings'] = settings
@@ -1394,8 +1396,15 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
                 j = new_tensor(g, g.tensors[k].name + '/bias', b.shape, data=b)
                 op.inputs[bp:] = [j]
                 w[j] = b
-    write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), grown=bool(biases))
-    r = {'model': base, 'tensors': len(w), 'clipped': 0, 'dequantized_from_int8': True}
+    # an unrolled loop's model (a Keras RNN's WHILE): the file as it is, as the float
+    # path's export writes it (it had written the unrolled graph)
+    n = None if biases or not ff.get('file_tensors') else \
+        write_in_place(model_path, out_path, g, w, ff['file_tensors'])
+    if n is None:
+        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier),
+                      grown=bool(biases))
+    r = {'model': base if n is None else model_path, 'tensors': len(w) if n is None else n,
+         'clipped': 0, 'dequantized_from_int8': True}
     r['notes'] = export_notes(r, g, summary, out_path)     # (an NCHW input taken NHWC)
     return r
 

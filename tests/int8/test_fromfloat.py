@@ -11,7 +11,8 @@ import pytest
 
 from repo import ROOT, assert_same_logs, board_and_host_runs, no_keep_best
 from kerasgraphs import (build_keras_shapes, build_keras_normalized, build_keras_float_embedding,
-                         build_divided, build_clipped, build_constant_op, build_const_state_rnn)
+                         build_divided, build_clipped, build_constant_op, build_const_state_rnn,
+                         build_keras_while_lstm)
 from host_tools.prepare import fromfloat
 from host_tools.target import runner
 from host_tools.formats.circle_io import read_model
@@ -569,6 +570,27 @@ def test_a_recurrent_layer_on_a_constant_state_trains_as_int8(tmp_path, h0):
     fcs = [d for d in m['layers'] if d.get('wt') is not None]
     assert len({d['wt'] for d in fcs}) == 3 and len(fcs) == 9     # (W, U, the head)
     _learns_from_numpys_loss(tmp_path, o, src, forward, x, y, {})
+
+
+def test_a_loop_whose_first_step_reads_the_zero_state_trains_as_int8_and_exports_the_loop(
+        tmp_path):
+    """The same in TensorFlow 2.21's own form: a WHILE whose cell's recurrent FC has a bias
+    (b_hh, as Keras's GRU with reset_after), unrolled by prepare: --int8 had refused it;
+    it learns from the float model's loss, and export writes the file as it is (the WHILE
+    and its body, the trained weights in the body, as the float path's export does; it had
+    written the unrolled graph), which ONERT scores at the run's last test loss."""
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', fc_bias=True, O=2)
+    x = np.random.default_rng(3).standard_normal((96, 5, 3)).astype(np.float32)
+    y = (x[:, :, 0].mean(1) + 0.5 * x[:, -2:, 1].mean(1) > 0).astype(int)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    o, _, _ = _int8_prepared(tmp_path, src, str(tmp_path / 'd.npz'))
+    _learns_from_numpys_loss(tmp_path, o, src, forward, x, y, {})
+    out = read_model(str(tmp_path / 'out.tflite'))
+    assert 'WHILE' in {op.name for op in out.ops}
+    body = [t for sg in out.subgraphs.values() for t in sg.tensors if t.name == 'lstm0/bias_hh']
+    was = [t for sg in read_model(src).subgraphs.values() for t in sg.tensors
+           if t.name == 'lstm0/bias_hh']
+    assert len(body) == len(was) == 1 and not np.array_equal(body[0].data, was[0].data)
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')

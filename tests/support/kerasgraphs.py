@@ -2013,7 +2013,7 @@ def build_constant_op(path, kind, seed=0, F=5, H=6, O=3):
 
 
 def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='static',
-                           body_op=None, bi=False, f16=False):
+                           body_op=None, bi=False, f16=False, fc_bias=False):
     """What TFLiteConverter.from_keras_model writes for a Keras LSTM that is not
     unroll=True (TensorFlow 2.21), built here: a WHILE over the loop values (counter,
     step, output buffer, h, c, the time-major sequence [T, 1, F]); its cond subgraph
@@ -2026,12 +2026,16 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
     (Bidirectional).  trip 'runtime': the cond's bound is computed from the input
     (ARG_MAX: not known before the loop runs); body_op: an op (a name) on the cell's
     output that utrain has no kernel for; f16: the cell's weights float16, each DEQUANTIZEd
-    in the body (the converter's float16 quantization).  Returns (path, numpy forward)."""
+    in the body (the converter's float16 quantization); fc_bias: each FC with a bias inside
+    (the input's the cell's bias, the recurrent one a b_hh of its own, as Keras's GRU with
+    reset_after writes its cell: the first step's recurrent FC then reads the zero state
+    and b_hh).  Returns (path, numpy forward)."""
     rng = np.random.default_rng(seed)
     nets = []
     for _ in range(2 if bi else 1):
         nets.append(tuple(w.astype(np.float16).astype(np.float32) if f16 else w for w in (
             _rand(rng, 4 * H, F) * 0.5, _rand(rng, 4 * H, H) * 0.5, _rand(rng, 4 * H) * 0.3)))
+    bhh = [_rand(rng, 4 * H) * 0.3 if fc_bias else np.zeros(4 * H, np.float32) for _ in nets]
     wo = _rand(rng, O, (T * H if seq else H) * len(nets))
     bo = _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
@@ -2087,12 +2091,15 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
         d.op('GATHER', [a[5], a[1]], [xi], axis=0)
         r1, r2, s1 = (d.tensor(n, [1, 4 * H]) for n in ('mm_h', 'mm_x', 'sum'))
         r1f = d.tensor('mm_h_flat', [4 * H])
-        d.op('FULLY_CONNECTED', [a[3], tw[1], -1], [r1])
+        bh = d.tensor(f'lstm{j}/bias_hh', [4 * H], data=bhh[j]) if fc_bias else -1
+        d.op('FULLY_CONNECTED', [a[3], tw[1], bh], [r1])
         d.op('RESHAPE', [r1, di('flat', [4 * H])], [r1f])
-        d.op('FULLY_CONNECTED', [xi, tw[0], -1], [r2])
+        d.op('FULLY_CONNECTED', [xi, tw[0], tw[2] if fc_bias else -1], [r2])
         d.op('ADD', [r2, r1f], [s1])
-        s2 = d.tensor('biased', [1, 4 * H])
-        d.op('ADD', [s1, tw[2]], [s2])
+        s2 = s1
+        if not fc_bias:
+            s2 = d.tensor('biased', [1, 4 * H])
+            d.op('ADD', [s1, tw[2]], [s2])
         gates = [d.tensor(f'gate{k}', [1, H]) for k in range(4)]
         d.op('SPLIT', [one, s2], gates, num_splits=4)
         ig, fg, og, gg = (d.tensor(n, [1, H]) for n in ('i', 'f', 'o', 'g'))
@@ -2160,6 +2167,7 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
         feats = []
         for j, ws in enumerate(nets):
             wx, wh, bias = (p.get(f'lstm{j}/{n}', w) for n, w in zip(('MatMul', 'MatMul_1', 'bias'), ws))
+            bias = bias + p.get(f'lstm{j}/bias_hh', bhh[j])
             h = np.zeros((len(xs), H))
             c = np.zeros((len(xs), H))
             outs = []
