@@ -1406,6 +1406,11 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
     r = {'model': base if n is None else model_path, 'tensors': len(w) if n is None else n,
          'clipped': 0, 'dequantized_from_int8': True}
     r['notes'] = export_notes(r, g, summary, out_path)     # (an NCHW input taken NHWC)
+    if n is None and ff.get('file_tensors'):
+        why = ('the zero bias the int8 path gave a layer without one' if biases else
+               'a trained tensor the rewrites made')
+        r['notes'].append(f'{out_path}: the loop unrolled ({why} has no place in the loop\'s '
+                          'body); --float32 training exports the loop as the file has it')
     return r
 
 

@@ -593,6 +593,21 @@ def test_a_loop_whose_first_step_reads_the_zero_state_trains_as_int8_and_exports
     assert len(body) == len(was) == 1 and not np.array_equal(body[0].data, was[0].data)
 
 
+def test_a_loop_with_layers_without_bias_as_int8_exports_unrolled_saying_why(tmp_path):
+    """A WHILE whose FCs have no bias (Keras's LSTM cell) trains as int8 with zero biases,
+    which the loop's body has no tensor for: export writes the unrolled graph and says
+    so, and what exports the loop."""
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', O=2)
+    x = np.random.default_rng(3).standard_normal((40, 5, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=forward(x).argmax(1))
+    o = str(tmp_path / 'q')
+    prepare(src, o, data=str(tmp_path / 'd.npz'), epochs=1, int8=True, from_logits=True,
+            log=lambda *a: None, **KW)
+    r = export(src, os.path.join(o, 'weights.wof'), str(tmp_path / 'out.tflite'))
+    assert 'WHILE' not in {op.name for op in read_model(str(tmp_path / 'out.tflite')).ops}
+    assert any('loop unrolled (the zero bias' in v and '--float32' in v for v in r['notes']), r
+
+
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_a_recurrent_layer_on_a_constant_state_as_int8_trains_on_micropython_as_on_the_host(
         tmp_path):
