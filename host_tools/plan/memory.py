@@ -1453,8 +1453,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0)
     n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0)
     # SGD: an int8 fraction per trained weight of the layers that ask for it (Layer.wf)
-    fr = sum(arr(q8_trained_weights(d)) for d in ls if d.get('train') and d.get('wf')
-             and q8_trained_weights(d)) if opt == 'sgd' else 0
+    # (none for an alias of a shared weight: it reads its owner's, utrain.q8share)
+    fr = sum(arr(q8_trained_weights(d)) for i, d in enumerate(ls) if d.get('train') and d.get('wf')
+             and q8_trained_weights(d) and d.get('sh', i) == i) if opt == 'sgd' else 0
     # PRELU slopes that train (utrain.q8slope): their int32 gradient; Adam or a batch
     # > 1: a float32 master, its sums (and Adam's m, v)
     sl = sum(arr(4 * len(d['kc'])) * (1 + (2 if opt != 'sgd' or batch > 1 else 0)
