@@ -409,7 +409,7 @@ class Layer:
 
 
 class Q8Net:
-    def __init__(self, meta, wof_path, mom=0.0, adam=0):
+    def __init__(self, meta, wof_path, mom=0.0, adam=0, setup=1, batch=1):
         from utrain import wof
         self.meta = meta
         ls = meta['layers']
@@ -479,13 +479,18 @@ class Q8Net:
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(held_bytes(ls[i]))
-        # a weight several trained layers read (utrain.q8share): its int32 sums, which the
-        # uses add into, and Adam's master and moments (adam), with them: made in setup,
-        # after an unrolled recurrence's hundreds of small layer objects, they found no
-        # run long enough among the load's holes (32-bit, 48 units: SGD at batch 1 0.85x
-        # its plan, momentum 0.78x, Adam at batch 4 0.87x); setup takes them as its own
+        # the trained weights' int32 sums (Adam, a batch > 1 (adam, batch: the trainer's);
+        # a weight several trained layers read at any batch: utrain.q8share, its uses add
+        # into them) and Adam's master and moments, with them, where they are larger than
+        # the load's holes (1 KB: 256 weights): made in setup, after an unrolled
+        # recurrence's hundreds of small layer objects, they found no run long enough
+        # (32-bit, 48 units: SGD at batch 1 0.85x its plan, momentum 0.78x, Adam at batch
+        # 4 0.87x; TimeDistributed steps at SGD batch 4 0.985x); small ones stay in setup,
+        # after the load's garbage is collected (made here, among it, a graph's 27 small
+        # FCs' Adam arrays did not fit their plan); setup takes them as its own
         sums = {}
-        for i in sorted([i for i in range(len(ls)) if ls[i].get('sh') == i and trained_n(ls[i])],
+        for i in sorted([i for i in range(len(ls)) if ls[i].get('sh', i) == i and (
+                'sh' in ls[i] and trained_n(ls[i]) or (adam or batch > 1) and trained_n(ls[i]) >= 256)],
                         key=lambda i: -trained_n(ls[i])):
             n = trained_n(ls[i])
             sums[i] = [_i32(n)] + ([_f32(n), _f32(n), _f32(n)] if adam else [])
@@ -647,7 +652,10 @@ class Q8Net:
             X[EMB].ext(self, _i32, qmul)
         if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
             self.ext.append(X[TCV].Train(self, qmul, _mults))
-        self.setup()
+        if setup:       # (setup=0: the trainer's own follows, with its settings: made here
+            self.setup()    # at SGD batch 1's, a batch's arrays, and a shared weight's
+            #                 uses' bias sums, were garbage between the load's survivors:
+            #                 TimeDistributed steps at SGD batch 4 0.985x their plan, 32-bit)
 
     def strips(self):
         """True when a band group takes the model's input: forward(None) then reads the

@@ -51,7 +51,7 @@ class Q8Trainer:
             from utrain import q8batch  # noqa: F401
         self.x = bytearray(meta['nin'])     # (an image's: before the net's small objects)
         self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0,
-                         c['optimizer'] == 'adam')
+                         c['optimizer'] == 'adam', 0, int(c['batch']))
         self.weights_path = weights
         if c['loss'] in LOSSES[2:]:     # (mse, mae, bce: float targets)
             from utrain.q8reg import use
