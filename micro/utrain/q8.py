@@ -917,7 +917,7 @@ class Q8Net:
                     L.ba = _f32(oc)
                 if self.B and not sa:
                     L.gk = array('i', [0, 0])
-                if self.adam and not sa and len(getattr(L, 'wm', None) or ()) != n:
+                if self.adam and not sa and (getattr(L, 'wm', None) is None or len(L.wm) != n):
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
                 if self.adam and not sb:
                     L.bm, L.bv = _f32(oc), _f32(oc)
