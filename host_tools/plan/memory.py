@@ -1175,6 +1175,16 @@ Q8_STEP_FRAG = 4
 # Q8Net held 11.2 KB after a collection, 4.1 KB when imported alone; its need rose 7.3 KB
 # with the plan's code term up 1.5 KB, 1.2 % under).  None measured on 32-bit builds yet.
 Q8_CODE_SLACK = {8: 0.1, 4: 0.0}
+# The prefix pass (--cache: utrain.q8prefix) runs before the trainer loads: of the
+# interpreter's share (WORD_FIGURES base, fitted on training runs) it holds none of what
+# training adds (the trainer object, its datasets, the log file, the save's, the names
+# the trainer's code interns).  Per word size, bytes less (issue 28: the pass of the Keras
+# DS-CNN's last:2 --cache holds 3 KB besides its code and net on the 32-bit unix build,
+# planned 1.21x its need, 1.25x on 64-bit; now 1.14, 1.16; a TimeDistributed net, MCUNet,
+# MobileNetV2-0.35 1.05-1.11 on 32-bit.  Not more: a pass that loads the band code grows
+# the interned names' pools, 4-5 KB (a residual CNN on 64x64 images, 1.03x; with 6 KB
+# less 1.005x); the emulated Pico's DS-CNN pass 1.05x)
+Q8_PREFIX_BASE = {8: 8 * 1024, 4: 4 * 1024}
 
 
 def _weights_train(d) -> bool:
@@ -1453,8 +1463,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0)
     n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0)
     # SGD: an int8 fraction per trained weight of the layers that ask for it (Layer.wf)
-    fr = sum(arr(q8_trained_weights(d)) for d in ls if d.get('train') and d.get('wf')
-             and q8_trained_weights(d)) if opt == 'sgd' else 0
+    # (none for an alias of a shared weight: it reads its owner's, utrain.q8share)
+    fr = sum(arr(q8_trained_weights(d)) for i, d in enumerate(ls) if d.get('train') and d.get('wf')
+             and q8_trained_weights(d) and d.get('sh', i) == i) if opt == 'sgd' else 0
     # PRELU slopes that train (utrain.q8slope): their int32 gradient; Adam or a batch
     # > 1: a float32 master, its sums (and Adam's m, v)
     sl = sum(arr(4 * len(d['kc'])) * (1 + (2 if opt != 'sgd' or batch > 1 else 0)
@@ -1634,23 +1645,38 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
     net = _q8_net(trained, settings, w, B, asm=asm, fs=t['fs'])
     data = sum(net.values())
-    if 'q8t.json' in tables:
-        # the prefix first, on its own net (then dropped), before the trainer's code loads
-        # (utrain.run): its code is the prefix's alone
-        pre = _q8_net(tables['q8.json'], settings, w, B, trains=False, asm=asm, fs=t['fs'])
-        pcode = q8_code(tables['q8.json'], t, trains=False)
-        if sum(pre.values()) + pcode > data + code:
-            parts['code'] = pcode
-            net = {k + ' (prefix pass)': v for k, v in pre.items()}
-            data = sum(net.values())
     parts.update(net)
+    score = {}
     if settings.get('select'):
-        parts['board scoring pass (utrain.q8fish: its code, kept outputs, potentials)'] = (
+        score['board scoring pass (utrain.q8fish: its code, kept outputs, potentials)'] = (
             q8_scoring(trained, settings['select'], t))
+    parts.update(score)
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
     parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * parts['code']) \
         + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d)) \
         + B * Q8_STEP_FRAG * sum(1 for d in trained['layers'] if 'wt' not in d)
+    if 'q8t.json' in tables:
+        pre = dict(q8_prefix_phase(tables['q8.json'], settings, t), **score)
+        if sum(pre.values()) > sum(parts.values()):
+            parts = pre
     return {'total': int(sum(parts.values())), 'parts': parts, 'backend': 'fallback',
             'target': t['name'], 'gc_every': 0}
+
+
+def q8_prefix_phase(tb, settings, t) -> dict:
+    """{part: bytes} of the frozen prefix pass of an int8 run with --cache (utrain.q8prefix):
+    prefix table tb on a net of its own (then dropped), before the trainer's code loads
+    (utrain.run): the prefix's code alone, the interpreter's share less what only training
+    holds (Q8_PREFIX_BASE), and the fragmentation of a forward-only net (its data's; no
+    trained layer, no save).  plan_heap_q8 plans the larger of this and training."""
+    f = WORD_FIGURES[t['word']]
+    w, B = t['word'], t['block']
+    asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
+    code = q8_code(tb, t, trains=False)
+    parts = {'code': code, 'interpreter':
+             f['base'] - Q8_PREFIX_BASE[w] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
+    net = _q8_net(tb, settings, w, B, trains=False, asm=asm, fs=t['fs'])
+    parts.update({k + ' (prefix pass)': v for k, v in net.items()})
+    parts['fragmentation allowance'] = int(Q8_SLACK[w][1] * sum(net.values()) + Q8_CODE_SLACK[w] * code)
+    return parts

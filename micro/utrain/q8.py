@@ -409,7 +409,7 @@ class Layer:
 
 
 class Q8Net:
-    def __init__(self, meta, wof_path, mom=0.0):
+    def __init__(self, meta, wof_path, mom=0.0, adam=0, setup=1, batch=1):
         from utrain import wof
         self.meta = meta
         ls = meta['layers']
@@ -479,10 +479,29 @@ class Q8Net:
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(held_bytes(ls[i]))
+        # the trained weights' int32 sums (Adam, a batch > 1 (adam, batch: the trainer's);
+        # a weight several trained layers read at any batch: utrain.q8share, its uses add
+        # into them) and Adam's master and moments, with them, where they are larger than
+        # the load's holes (1 KB: 256 weights): made in setup, after an unrolled
+        # recurrence's hundreds of small layer objects, they found no run long enough
+        # (32-bit, 48 units: SGD at batch 1 0.85x its plan, momentum 0.78x, Adam at batch
+        # 4 0.87x; TimeDistributed steps at SGD batch 4 0.985x); small ones stay in setup,
+        # after the load's garbage is collected (made here, among it, a graph's 27 small
+        # FCs' Adam arrays did not fit their plan); setup takes them as its own
+        sums = {}
+        for i in sorted([i for i in range(len(ls)) if ls[i].get('sh', i) == i and (
+                'sh' in ls[i] and trained_n(ls[i]) or (adam or batch > 1) and trained_n(ls[i]) >= 256)],
+                        key=lambda i: -trained_n(ls[i])):
+            n = trained_n(ls[i])
+            sums[i] = [_i32(n)] + ([_f32(n), _f32(n), _f32(n)] if adam else [])
         # SGD's weight fractions beside them (made late, in setup, a window's 18 KB found
         # no run long enough after a prefix pass); Adam's setup drops them
         frac = {}
-        for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])],
+        # (none for an alias of a shared weight: it reads its owner's, utrain.q8share; made
+        # and dropped by setup, an unrolled recurrence's aliases' fractions and velocities
+        # were holes through the load: 5 of 4.6 KB, momentum at 0.99x its plan, 32-bit)
+        for i in sorted([i for i in range(len(ls)) if ls[i].get('wf') and trained_n(ls[i])
+                         and ls[i].get('sh', i) == i],
                         key=lambda i: -trained_n(ls[i])):
             frac[i] = bytearray(trained_n(ls[i]))
         # and SGD momentum's int16 weight velocities (mom: the trainer's; utrain.q8mom's
@@ -492,7 +511,8 @@ class Q8Net:
         # here cut the run the velocities take)
         vel = {}
         if mom:
-            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i]) and not ls[i].get('nv')],
+            for i in sorted([i for i in range(len(ls)) if trained_n(ls[i]) and not ls[i].get('nv')
+                             and ls[i].get('sh', i) == i],
                             key=lambda i: -trained_n(ls[i])):
                 nt = trained_n(ls[i])       # (int8 ones and their exponent: 'v8')
                 vel[i] = bytearray(nt + 1 if ls[i].get('v8') else 2 * nt)
@@ -570,6 +590,10 @@ class Q8Net:
             L = lay[i] = Layer(d, w, b, acc, t.get(d.get('out')), self)
             if i in frac:
                 L.wf = frac.pop(i)
+            if i in sums:
+                L.ga = sums[i][0]
+                if adam:
+                    L.wm, L.am, L.av = sums[i][1:]
             if i in vel:
                 L.vw = vel.pop(i)
             if w is not None and L.mul is None:
@@ -628,7 +652,10 @@ class Q8Net:
             X[EMB].ext(self, _i32, qmul)
         if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
             self.ext.append(X[TCV].Train(self, qmul, _mults))
-        self.setup()
+        if setup:       # (setup=0: the trainer's own follows, with its settings: made here
+            self.setup()    # at SGD batch 1's, a batch's arrays, and a shared weight's
+            #                 uses' bias sums, were garbage between the load's survivors:
+            #                 TimeDistributed steps at SGD batch 4 0.985x their plan, 32-bit)
 
     def strips(self):
         """True when a band group takes the model's input: forward(None) then reads the
@@ -884,13 +911,13 @@ class Q8Net:
                     L.set_bias()
                 if optimizer == 'sgd' and batch == 1 and not (self.mom and L.xo > 1):
                     continue
-                if not sa:
-                    L.ga = _i32(n)
+                if not sa and (L.ga is None or len(L.ga) != n):
+                    L.ga = _i32(n)      # (a shared weight's: made with the net)
                 if not sb:
                     L.ba = _f32(oc)
                 if self.B and not sa:
                     L.gk = array('i', [0, 0])
-                if self.adam and not sa:
+                if self.adam and not sa and (getattr(L, 'wm', None) is None or len(L.wm) != n):
                     L.wm, L.am, L.av = _f32(n), _f32(n), _f32(n)
                 if self.adam and not sb:
                     L.bm, L.bv = _f32(oc), _f32(oc)

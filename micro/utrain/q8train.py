@@ -50,7 +50,8 @@ class Q8Trainer:
             # the batch updates' code (Q8Net.setup loads it) before the net's buffers
             from utrain import q8batch  # noqa: F401
         self.x = bytearray(meta['nin'])     # (an image's: before the net's small objects)
-        self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0)
+        self.net = Q8Net(meta, weights, c['momentum'] if c['optimizer'] == 'sgd' else 0.0,
+                         c['optimizer'] == 'adam', 0, int(c['batch']))
         self.weights_path = weights
         if c['loss'] in LOSSES[2:]:     # (mse, mae, bce: float targets)
             from utrain.q8reg import use
