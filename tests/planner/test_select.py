@@ -689,6 +689,8 @@ def test_board_short_list_starts_with_autos_choice(tmp_path, data, monkeypatch):
     auto's order: its choice first."""
     from host_tools.prepare import select as sl
     from host_tools.prepare.pipeline import resolve_settings
+    monkeypatch.setattr(sl, 'SETTLE', False)    # (the short trials' tie: the longer trials
+    # take the shallowest, test_of_a_tie_on_longer_trials_the_shallowest_trains)
     g = read_model(CNN)
     cands = layers(g)
     cls = cands[-1][0]
@@ -729,8 +731,11 @@ def test_trials_leave_no_working_folder_behind(tmp_path, data, mode, monkeypatch
 def test_auto_trains_the_larger_of_two_it_cannot_tell_apart(tmp_path, data, monkeypatch):
     """Trials within TIE of the best count as as good: of those the largest plan trains
     (the run trains on k/(k-1) times a trial's samples, and the larger gains more from
-    them); beyond TIE the better mean trains, whatever its heap."""
+    them); beyond TIE the better mean trains, whatever its heap.  (The short trials'
+    rule: with SETTLE the longer trials decide such ties, and of those they tie the
+    shallowest trains, test_of_a_tie_on_longer_trials_the_shallowest_trains.)"""
     from host_tools.prepare import select as sl
+    monkeypatch.setattr(sl, 'SETTLE', False)
     cands = layers(read_model(CNN))
     every = {i: 0 for i, _ in cands}
     but_first = {i: 0 for i, _ in cands[1:]}
