@@ -1127,7 +1127,8 @@ def _settle(t, pr, lead, top, tried, log):
 # hand-picked); OSULeaf b1 206 KB 22-31 0.576, 24-31 0.587.  It cost two cells the most
 # parameters had won, both still within 2 points of the best hand-picked: mbnet rotated
 # at rp2040 0.899 -> 0.892 (last:11 0.898), tico-cnn rotated at rp2040 0.760 -> 0.734
-# (last:8 0.735).  Auto's misses over the 25 cells 5 -> 2, the board's 5 -> 3, none new.
+# (last:8 0.735).  Auto's misses over the 25 cells 5 -> 2, the board's 5 -> 3, none new;
+# on 10 held-out cells (a dilated residual TCN, cnn1d new classes, dwres b1) none new.
 # Off: DEPTH_FIRST = False (SETTLE's most parameters, SHRINK's fewest).
 DEPTH_FIRST = True
 
