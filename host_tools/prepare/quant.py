@@ -2614,12 +2614,17 @@ def read_q8_wof(path, g: Graph, m: dict) -> dict:
     return out
 
 
-def export(model_path, wof_path, out_path, train='last:1', run=None, output=None) -> str:
+def export(model_path, wof_path, out_path, train='last:1', run=None, output=None,
+           calibrated=False) -> str:
     """The int8 model with the trained int8 weights and int32 biases of wof_path, every
     scale, zero point and layout as in model_path (after the int8 rewrites prepare ran:
     rewritten(), a grouped convolution joined again; run: prepare.json's, as numbered()).  output:
     of a model with several outputs, the trained one's place (prepare.json's); every
-    input and output written as the file has them."""
+    input and output written as the file has them.  calibrated: model_path is the int8
+    model prepare calibrated from a float one (fromfloat: int8.circle), which trained as
+    it is, its rewrites done (rewritten() again had copied an unrolled RNN's recurrent
+    weight per step, their zero biases apart: 'trained.wof holds 117 buffers, the model
+    has 120 tensors')."""
     from ..graph.inout import save_graph, compact, choose_output, file_graph
     from ..graph.groups import join_groups
     from ..graph.embeddings import embedding_ids_back
@@ -2629,6 +2634,7 @@ def export(model_path, wof_path, out_path, train='last:1', run=None, output=None
     ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
     if len(g0.outputs) > 1:
         choose_output(g0, output)
+    g0.q8_rewritten = calibrated
     g = rewritten(numbered(g0, run))
     replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)
@@ -2652,6 +2658,11 @@ def export(model_path, wof_path, out_path, train='last:1', run=None, output=None
     _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
+    for t in g.tensors:     # (one zero point a scale: TFLite refuses a file with an FC's
+        q = t.quant         # bias at one scale and a zero point per channel)
+        if q and q.get('scale') and len(q.get('zero_point') or ()) != len(q['scale']) and \
+                len(set(q.get('zero_point') or [0])) == 1:
+            t.quant = dict(q, zero_point=[(q.get('zero_point') or [0])[0]] * len(q['scale']))
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 
