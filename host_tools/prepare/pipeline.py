@@ -1256,6 +1256,11 @@ def export_notes(r, g, summary, out_path) -> list:
             notes.append(('warning: ' + line + f'; {name} {"drops" if name == "accuracy" else "rises"} '
                           f'by {drop:.4f}: train it as int8 instead (prepare without --dequantize) '
                           'or use the float export') if drop > 0.01 else line)
+    elif r.get('requantized') and summary.get('file_tensors'):     # (a WHILE: no --data)
+        notes.append('note: the int8 export keeps the original model\'s activation scales, which '
+                     'training may have outgrown (its loops\' scales are not recalibrated: '
+                     'a Keras layer with unroll=True, or prepare --int8 of the float model, '
+                     'gives an int8 export at the trained ranges)')
     elif r.get('requantized'):
         notes.append('note: the int8 export keeps the original model\'s activation scales, which '
                      'training may have outgrown: export --data D recalibrates them on D\'s samples '
@@ -1592,24 +1597,34 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     by_name = {t.name: t for t in orig.tensors}
     w = file_weights(g, w)
     quant = summary.get('quant') or {}
+    if not quant:       # (a float model trained in float32: no int8 file to write into)
+        raise PrepareError(f'{model_path}: --quantized needs the quantized model prepare '
+                           'started from (this one has no dequantized tensors); for an int8 '
+                           'model of a float one, prepare it with --int8 and export that run '
+                           'with --quantized')
+    # (an unrolled loop's weights go back into its body subgraph: prepare's file_tensors)
+    where, subs = summary.get('file_tensors') or {}, {0: orig, **(orig.subgraphs or {})}
+    if where and data:
+        raise PrepareError(f'--data {data}: export --quantized --data recalibrates models '
+                           f'without loops, and {model_path} has a WHILE; leave --data out (the '
+                           'int8 export keeps the file\'s activation scales)')
     new, clipped = {}, 0
     for k, arr in w.items():
         name = g.tensors[k].name
-        t = by_name.get(name)
+        si, i = where.get(str(k)) or (0, None)
+        t = by_name.get(name) if i is None else (
+            subs[si].tensors[i] if si in subs and 0 <= i < len(subs[si].tensors) else None)
         if t is None or t.data is None:
             raise PrepareError(f'{model_path}: has no constant tensor {name!r} to take the '
                                'trained weights; export the float model instead')
         if name in quant:
             q, c = quantize(arr, quant[name][1], quant[name][0])
             clipped += c
-            new[t.index] = q.reshape(t.shape)
+            new[(si, t.index)] = q.reshape(t.shape)
         elif t.dtype == 'float32':
-            new[t.index] = arr.reshape(t.shape)
+            new[(si, t.index)] = arr.reshape(t.shape)
         else:
             raise PrepareError(f'{model_path}: tensor {name!r} is {t.dtype} without scales')
-    if not quant:
-        raise PrepareError(f'{model_path}: --quantized needs the quantized model prepare '
-                           'started from (this one has no dequantized tensors)')
     write_with_weights(model_path, out_path, new, out_identifier(out_path, orig.identifier))
     r = {'model': model_path, 'tensors': len(new), 'clipped': clipped, 'requantized': True}
     if data:                # activation scales recalibrated on data, and measured
