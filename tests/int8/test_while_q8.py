@@ -1,0 +1,161 @@
+"""export --quantized of a model whose Keras recurrent layers are WHILE loops (issue 28):
+the int8 file keeps the file's WHILE, cond and body subgraphs, its body tensors int8
+(prepare/loopq8.py), where it had written the unrolled graph or refused.  References:
+TFLite Micro runs the WHILE file (an interpreter of its own, not utrain's code), compared
+with utrain's own forward of the run (the integer forward of the trained int8 model, or
+the float forward of a run trained dequantized).  The TFLite interpreter (TensorFlow 2.21,
+reference kernels) gave the same on TensorFlow's own LSTM, SimpleRNN and Bidirectional
+LSTM files: docs/models.md."""
+import os
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: F401,E402
+
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from host_tools.prepare.pipeline import prepare, export  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from kerasgraphs import build_keras_while_lstm  # noqa: E402
+
+T, F = 5, 3
+pytest.importorskip('tflite_micro')
+
+
+def _data(tmp_path, forward, n=48):
+    x = np.random.default_rng(0).standard_normal((n, T, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=forward(x.astype(np.float64)).argmax(1))
+    return str(tmp_path / 'd.npz'), x
+
+
+def _trained(src, d, data, **kw):
+    prepare(src, d, data=data, epochs=1, log=lambda *a: None, **kw)
+    code, out = runner.run(d, python=True)
+    assert code == 0, out
+    return os.path.join(d, 'trained.wof')
+
+
+def _tflm(path, x):
+    from host_tools.prepare.infer import predictor
+    run, runtime, _ = predictor(path)
+    assert runtime == 'TFLite Micro', runtime
+    return np.asarray(run(x), np.float64).reshape(len(x), -1)
+
+
+def _loops(path):
+    """The file's WHILEs with their cond and body subgraphs: [(op, cond, body)]."""
+    g = read_model(path)
+    return g, [(op, g.subgraphs[op.options['cond_subgraph_index']],
+                g.subgraphs[op.options['body_subgraph_index']])
+               for op in g.ops if op.name == 'WHILE']
+
+
+@pytest.mark.parametrize('kw', [{}, {'seq': True}], ids=['last', 'sequences'])
+def test_int8_run_exports_the_while_file_as_int8(tmp_path, kw):
+    """A float WHILE LSTM trained as int8 (prepare --int8): export --quantized writes the
+    WHILE file (its subgraphs, ops and loop values as they were) with every float tensor
+    int8, a loop value one scale on every side of the loop (TFLite's WHILE copies bytes),
+    the body's FULLY_CONNECTEDs with the int32 bias the run trained; TFLite Micro on it
+    gives utrain's own integer forward of the trained model within a few int8 steps, the
+    same class on 44 of 48 samples at least.  On main: 'trained.wof holds 117 buffers,
+    the model has 120 tensors'."""
+    from host_tools.prepare.quant import export as export_int8
+    from host_tools.prepare.exportcheck import _int8_outputs
+    import json
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3, **kw)
+    data, x = _data(tmp_path, forward)
+    d = str(tmp_path / 'run')
+    wof = _trained(src, d, data, int8=True)
+    out = str(tmp_path / 'q.tflite')
+    r = export(src, wof, out, quantized=True)
+    assert r.get('int8'), r
+    g, loops = _loops(out)
+    f, floops = _loops(src)
+    assert [op.name for op in g.ops] == [op.name for op in f.ops] and len(loops) == len(floops)
+    assert g.n_subgraphs == f.n_subgraphs
+    every = [g] + list(g.subgraphs.values())
+    assert not [t.name for s in every for t in s.tensors if t.dtype == 'float32']
+    for op, cond, body in loops:
+        assert [o.name for o in body.ops] == [o.name for o in floops[0][2].ops]
+        for j, k in enumerate(op.inputs):
+            sides = [g.tensors[k], g.tensors[op.outputs[j]], body.tensors[body.inputs[j]],
+                     body.tensors[body.outputs[j]], cond.tensors[cond.inputs[j]]]
+            if sides[0].dtype == 'int8':
+                assert len({(t.quant['scale'][0], t.quant['zero_point'][0]) for t in sides}) == 1
+        fcs = [o for o in body.ops if o.name == 'FULLY_CONNECTED']
+        assert fcs and all(len(o.inputs) > 2 and body.tensors[o.inputs[2]].dtype == 'int32'
+                           for o in fcs)
+    with open(os.path.join(d, 'prepare.json')) as fh:
+        s = json.load(fh)
+    unrolled = str(tmp_path / 'u.tflite')       # (the run's trained int8 model, unrolled)
+    export_int8(os.path.join(d, 'int8.circle'), wof, unrolled, 'all', s, None, calibrated=True)
+    ref = _int8_outputs(unrolled, x.reshape(len(x), -1))
+    got = _tflm(out, x)
+    step = g.tensors[g.outputs[0]].quant['scale'][0]
+    assert np.abs(got - ref).max() <= 8 * step, (np.abs(got - ref).max() / step)
+    assert np.mean(np.abs(got - ref)) <= 2 * step
+    assert (got.argmax(1) == ref.argmax(1)).sum() >= 44
+
+
+def test_int8_while_file_trained_dequantized_exports_into_its_body(tmp_path):
+    """An int8 WHILE file (what the export above writes; TensorFlow 2.21's full-integer
+    converter segfaults on a WHILE LSTM) trains dequantized; export --quantized puts the
+    trained weights, at the file's scales, into its body subgraph (every scale and zero
+    point as the file's): TFLite Micro on it gives utrain's float forward of the trained
+    weights within int8 steps.  On main: 'has no constant tensor ... export the float
+    model instead'; --data is refused (the loops' scales are not recalibrated)."""
+    from host_tools.prepare.exportcheck import _float_outputs
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3)
+    data, x = _data(tmp_path, forward)
+    q8 = str(tmp_path / 'q8.tflite')
+    export(src, _trained(src, str(tmp_path / 'a'), data, int8=True), q8, quantized=True)
+    d = str(tmp_path / 'run')
+    wof = _trained(q8, d, data, dequantize=True)
+    out = str(tmp_path / 'e.tflite')
+    r = export(q8, wof, out, quantized=True)
+    assert any('not recalibrated' in n for n in r['notes']), r
+    g, loops = _loops(out)
+    g0, loops0 = _loops(q8)
+    body, body0 = loops[0][2], loops0[0][2]
+    moved = [t.name for t, t0 in zip(body.tensors, body0.tensors) if t.data is not None
+             and not np.array_equal(t.data, t0.data)]
+    assert 'lstm0/MatMul' in moved and 'lstm0/bias' in moved, moved
+    assert [t.quant for t in body.tensors] == [t.quant for t in body0.tensors]
+    ref = _float_outputs(d, wof, x)
+    got = _tflm(out, x)
+    step = g.tensors[g.outputs[0]].quant['scale'][0]
+    assert np.abs(got - ref).max() <= 8 * step, (np.abs(got - ref).max() / step)
+    assert (got.argmax(1) == ref.argmax(1)).sum() >= 44
+    with pytest.raises(ValueError, match=r'--data .*WHILE; leave --data out'):
+        export(q8, wof, str(tmp_path / 'f.tflite'), quantized=True, data=data)
+    assert not os.path.exists(tmp_path / 'f.tflite')
+
+
+def test_float_while_run_quantized_says_prepare_int8(tmp_path):
+    """A float WHILE model trained in float32: no int8 file to write into: refused,
+    saying that prepare --int8 gives an int8 export (it had said 'has no constant tensor
+    lstm0/MatMul_1', a name the user never gave)."""
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3)
+    data, _ = _data(tmp_path, forward, 8)
+    wof = _trained(src, str(tmp_path / 'run'), data, int8=False)
+    with pytest.raises(ValueError, match=r'w.tflite: --quantized needs the quantized model .*'
+                                         r'prepare it with --int8'):
+        export(src, wof, str(tmp_path / 'q.tflite'), quantized=True)
+
+
+def test_loop_file_the_int8_model_does_not_fit_is_refused(tmp_path):
+    """Where the trained int8 model has no faithful place in the WHILE file (here: an op
+    it runs that the file has no op for), loopq8 refuses, naming the file and what to do
+    instead, and writes nothing."""
+    from host_tools.graph import rewrite as rw
+    from host_tools.prepare.loopq8 import write_int8_loops
+    src, _ = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3)
+    u = read_model(src)
+    rw.unroll_loops(u)
+    u.ops[-1].name, u.ops[-1].options = 'QUANTIZE', {}    # (an op the file lacks)
+    rw.save_graph(u, tmp_path / 'u.circle')
+    with pytest.raises(ValueError, match=r'w.tflite: export --quantized cannot write its WHILE '
+                                         r'loops as int8 \(the int8 model has QUANTIZE.*\); '
+                                         r'export without --quantized .*unroll=True'):
+        write_int8_loops(src, str(tmp_path / 'u.circle'), str(tmp_path / 'o.tflite'))
+    assert not os.path.exists(tmp_path / 'o.tflite')
