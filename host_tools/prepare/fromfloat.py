@@ -400,11 +400,15 @@ def crushed(og: Graph, measured: dict) -> list:
     return out
 
 
-def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
+def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
     """The int8 model of float graph g (the prepared float folder run_dir's, its
     model.flat and weights.wof) calibrated on samples x (one a row).  more: the measured
     ranges of the ops only g's other outputs need (_other_ranges), which run_dir's
-    model.flat (the trained output's ops) does not run."""
+    model.flat (the trained output's ops) does not run.  steps: g holds WHILE loops
+    unrolled (rewrite.unroll_loops: a body tensor's steps are NAME/t0, NAME/t1, ...), each
+    body tensor calibrated at one range over its steps, as the loop file has one tensor
+    for all of them (export --quantized writes it: loopq8); the steps' FULLY_CONNECTEDs
+    then train one zero bias (quant.zero_bias), as the body has one FC."""
     from .exportcheck import activation_ranges, recalibrate, tie_bounds
     og, trained = int8_graph(g)
     og.follow_ranges = 1        # its activation ranges double as training grows them (quant)
@@ -417,6 +421,8 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
     for k, src in getattr(og, 'requantized', {}).items():
         if src in ranges:
             ranges[k] = ranges[src]
+    if steps:
+        _one_range_a_body_tensor(ranges)
     _requantize_clips(og, ranges)
     for t in og.tensors:                # a tensor no sample reached: no scale to give it
         if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (
@@ -454,6 +460,20 @@ def calibrate(run_dir, g: Graph, x, more=None) -> Graph:
         b.data = np.round(trained[b.name].astype(np.float64).reshape(-1) / sb.astype(np.float64)
                           ).astype(np.int32).reshape(b.shape)
     return og
+
+
+def _one_range_a_body_tensor(ranges: dict) -> None:
+    """ranges {name: (lo, hi)} of an unrolled loop's steps (NAME/tN) each the union of
+    its body tensor's steps."""
+    import re
+    step = {n: m.group(1) for n in ranges for m in [re.fullmatch(r'(.+)/t\d+', n)] if m}
+    span = {}
+    for n, body in step.items():
+        lo, hi = ranges[n]
+        a, b = span.get(body, (lo, hi))
+        span[body] = (min(a, lo), max(b, hi))
+    for n, body in step.items():
+        ranges[n] = span[body]
 
 
 def _other_ranges(model_path, data, places, x, prepare, tmp, split=(0.0, 0)) -> dict:
@@ -523,7 +543,8 @@ def from_float(model_path, data, overrides: dict, train, split=(0.0, 0), prepare
         x, _ = read_samples(os.path.join(tmp, 'train.ds'), [1, sum(
             int(np.prod(sh[1:])) for _, sh, _ in ins[0])] if ins else g.tensors[g.inputs[0]].shape)
         more = _other_ranges(model_path, data, places, x[:1000], prepare, tmp, split)
-        og = calibrate(tmp, g, x[:1000], more)  # (each input's range its own: the SPLIT_V's parts)
+        og = calibrate(tmp, g, x[:1000], more,  # (each input's range its own: the SPLIT_V's parts)
+                       steps=bool(s.get('file_tensors')))
         og.path = model_path
         # an unrolled loop's (a Keras RNN's WHILE): where each trained tensor is in the
         # file, for export to write the file as it is (pipeline.write_in_place)

@@ -70,7 +70,7 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
         return got
 
     # loop values and byte-copying ops: one scale for all their tensors (union-find)
-    up = {}
+    up, starts = {}, []
 
     def find(a):
         while up.get(a, a) != a:
@@ -88,7 +88,11 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
                 for j, k in enumerate(op.inputs):
                     for key in ((si, op.outputs[j]), (b, subs[b].inputs[j]),
                                 (b, subs[b].outputs[j]), (c, subs[c].inputs[j])):
-                        join((si, k), key)
+                        join((b, subs[b].inputs[j]), key)
+                    if g.tensors[k].data is None:
+                        join((si, k), (b, subs[b].inputs[j]))
+                    elif g.tensors[k].dtype == 'float32':   # (a zero state, one tensor for
+                        starts.append((si, op, j))          # h and c: one copy each, below)
             elif op.name in _SAME:
                 ins = op.inputs if _SAME[op.name] is None else [op.inputs[i] for i in _SAME[op.name]]
                 for k in ins + op.outputs:
@@ -135,6 +139,14 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
             data = np.clip(np.round(np.asarray(t.data, np.float64) / s) + z, -128, 127
                            ).astype(np.int8)
         new[(si, k)] = ('int8', {'scale': [s], 'zero_point': [z]}, data)
+    inits = []                      # (si, op, j, data, quant): a loop's initial value
+    for si, op, j in starts:
+        b = op.options['body_subgraph_index']
+        s, z = quant[(b, subs[b].inputs[j])]
+        t = subs[si].tensors[op.inputs[j]]
+        data = np.clip(np.round(np.asarray(t.data, np.float64) / s) + z, -128, 127).astype(np.int8)
+        inits.append((si, op, j, data, {'scale': [s], 'zero_point': [z]}))
+        new.setdefault((si, t.index), ('int8', {'scale': [s], 'zero_point': [z]}, data))
     for si, g in subs.items():      # the other constants: the trained model's
         for t in g.tensors:
             if t.dtype != 'float32' or t.data is None or (si, t.index) in new:
@@ -199,6 +211,15 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
             t.quantization = qparams(q)
             if data is not None:
                 t.buffer = buffer(np.asarray(data))
+        for si, op, j, data, q in inits:
+            sg = model.subgraphs[si]
+            t = C.Tensor.TensorT()
+            old = sg.tensors[op.inputs[j]]
+            t.shape, t.name = list(old.shape), (subs[si].tensors[op.inputs[j]].name + f'/{j}').encode()
+            t.type, t.buffer, t.quantization = DTYPE_TO_TENSOR_TYPE['int8'], buffer(data), qparams(q)
+            sg.tensors.append(t)
+            o = sg.operators[subs[si].ops.index(op)]
+            o.inputs = [len(sg.tensors) - 1 if i == j else k for i, k in enumerate(o.inputs)]
         for si, op, data, q in added:
             sg = model.subgraphs[si]
             t = C.Tensor.TensorT()

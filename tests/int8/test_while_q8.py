@@ -159,3 +159,27 @@ def test_loop_file_the_int8_model_does_not_fit_is_refused(tmp_path):
                                          r'export without --quantized .*unroll=True'):
         write_int8_loops(src, str(tmp_path / 'u.circle'), str(tmp_path / 'o.tflite'))
     assert not os.path.exists(tmp_path / 'o.tflite')
+
+
+def test_int8_version_of_a_loop_has_one_scale_a_body_tensor(tmp_path):
+    """prepare --int8 of a WHILE LSTM calibrates each body tensor at one range over its
+    unrolled steps (the loop file has one tensor for all of them), so the recurrent FCs
+    read h at one scale and train one zero bias, as the body's one FC: the int8 model
+    the run trains is the one export writes into the loop.  On main each step had its
+    own scale (h 0.0061..0.0074 over 5 steps) and the recurrent FC T-1 biases."""
+    import re
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3)
+    data, _ = _data(tmp_path, forward)
+    d = str(tmp_path / 'run')
+    prepare(src, d, data=data, epochs=1, int8=True, log=lambda *a: None)
+    g = read_model(os.path.join(d, 'int8.circle'))
+    steps = {}
+    for t in g.tensors:
+        m = re.fullmatch(r'(.+)/t\d+', t.name)
+        if m and t.dtype == 'int8':
+            steps.setdefault(m.group(1), set()).add((t.quant['scale'][0], t.quant['zero_point'][0]))
+    assert {'h', 'c', 'sum', 'mm_h'} <= set(steps), sorted(steps)
+    assert all(len(v) == 1 for v in steps.values()), steps
+    biases = [op.inputs[2] for op in g.ops if op.name == 'FULLY_CONNECTED'
+              and g.tensors[op.inputs[1]].name == 'lstm0/MatMul_1']
+    assert len(biases) == T - 1 and len(set(biases)) == 1, biases
