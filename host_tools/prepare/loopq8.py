@@ -37,8 +37,8 @@ class LoopExportError(ValueError):
 def _refuse(path, why):
     raise LoopExportError(
         f'{path}: export --quantized cannot write its WHILE loops as int8 ({why}); export '
-        'without --quantized writes the trained model as float32 into the WHILE file, or '
-        'give the layer unroll=True and convert again for an unrolled int8 file')
+        'without --quantized writes the trained model as float32, or give the layer '
+        'unroll=True and convert again for an int8 file of the unrolled layer')
 
 
 def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int:
