@@ -32,8 +32,9 @@ def _unrolled(src, dst):
     return g, info
 
 
-@pytest.mark.parametrize('kw', [{}, {'seq': True}, {'bi': True}, {'seq': True, 'bi': True}],
-                         ids=['last', 'sequences', 'bidirectional', 'bi-sequences'])
+@pytest.mark.parametrize('kw', [{}, {'seq': True}, {'bi': True}, {'seq': True, 'bi': True},
+                                {'cell': 'rnn', 'seq': True}],
+                         ids=['last', 'sequences', 'bidirectional', 'bi-sequences', 'simple-rnn'])
 def test_while_unrolls_to_the_same_values(tmp_path, kw):
     """The WHILE (and Bidirectional's REVERSE_V2) gone, one subgraph, no GATHER or SLICE
     left (the counters folded, the output buffer's slices its parts); ONERT on the

@@ -50,9 +50,10 @@ def _loops(path):
                for op in g.ops if op.name == 'WHILE']
 
 
-@pytest.mark.parametrize('kw', [{}, {'seq': True}], ids=['last', 'sequences'])
+@pytest.mark.parametrize('kw', [{}, {'seq': True}, {'cell': 'rnn'}, {'cell': 'rnn', 'seq': True}],
+                         ids=['last', 'sequences', 'simple-rnn', 'simple-rnn-sequences'])
 def test_int8_run_exports_the_while_file_as_int8(tmp_path, kw):
-    """A float WHILE LSTM trained as int8 (prepare --int8): export --quantized writes the
+    """A float WHILE LSTM or SimpleRNN trained as int8 (prepare --int8): export --quantized writes the
     WHILE file (its subgraphs, ops and loop values as they were) with every float tensor
     int8, a loop value one scale on every side of the loop (TFLite's WHILE copies bytes),
     the body's FULLY_CONNECTEDs with the int32 bias the run trained; TFLite Micro on it

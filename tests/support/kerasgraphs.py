@@ -2013,7 +2013,7 @@ def build_constant_op(path, kind, seed=0, F=5, H=6, O=3):
 
 
 def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='static',
-                           body_op=None, bi=False, f16=False, fc_bias=False):
+                           body_op=None, bi=False, f16=False, fc_bias=False, cell='lstm'):
     """What TFLiteConverter.from_keras_model writes for a Keras LSTM that is not
     unroll=True (TensorFlow 2.21), built here: a WHILE over the loop values (counter,
     step, output buffer, h, c, the time-major sequence [T, 1, F]); its cond subgraph
@@ -2029,13 +2029,16 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
     in the body (the converter's float16 quantization); fc_bias: each FC with a bias inside
     (the input's the cell's bias, the recurrent one a b_hh of its own, as Keras's GRU with
     reset_after writes its cell: the first step's recurrent FC then reads the zero state
-    and b_hh).  Returns (path, numpy forward)."""
+    and b_hh); cell 'rnn': a SimpleRNN's instead (h = tanh(x Wx + h Wh + b), no c among
+    the loop values).  Returns (path, numpy forward)."""
+    lstm = cell == 'lstm'
+    G = 4 if lstm else 1                # (gates)
     rng = np.random.default_rng(seed)
     nets = []
     for _ in range(2 if bi else 1):
         nets.append(tuple(w.astype(np.float16).astype(np.float32) if f16 else w for w in (
-            _rand(rng, 4 * H, F) * 0.5, _rand(rng, 4 * H, H) * 0.5, _rand(rng, 4 * H) * 0.3)))
-    bhh = [_rand(rng, 4 * H) * 0.3 if fc_bias else np.zeros(4 * H, np.float32) for _ in nets]
+            _rand(rng, G * H, F) * 0.5, _rand(rng, G * H, H) * 0.5, _rand(rng, G * H) * 0.3)))
+    bhh = [_rand(rng, G * H) * 0.3 if fc_bias else np.zeros(G * H, np.float32) for _ in nets]
     wo = _rand(rng, O, (T * H if seq else H) * len(nets))
     bo = _rand(rng, O)
     b = CircleBuilder(identifier=b'TFL3')
@@ -2054,6 +2057,11 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
         lim = b.tensor('limit', [], dtype=np.int32)
         b.op('REDUCE_MAX', [am, i32('ax01', [0, 1])], [lim])
     hs = []
+    # loop values: counter, step, output buffer, h, (c), the sequence, (the bound)
+    specs = [([], np.int32), ([], np.int32), ([nb, 1, H], None), ([1, H], None)] + \
+        ([([1, H], None)] if lstm else []) + [([T, 1, F], None)] + \
+        ([([], np.int32)] if lim is not None else [])
+    iS = len(specs) - 1 - (lim is not None)
     for j, (wx, wh, bias) in enumerate(nets):
         src = xt
         if j:
@@ -2061,10 +2069,8 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
             b.op('REVERSE_V2', [xt, i32('rev_axis', [0])], [src])
         # cond
         c = CircleBuilder(identifier=b'TFL3')
-        ca = [c.tensor(f'cond_arg{k}', s, dtype=d) for k, (s, d) in enumerate(
-            [([], np.int32), ([], np.int32), ([nb, 1, H], None), ([1, H], None), ([1, H], None),
-             ([T, 1, F], None)] + ([([], np.int32)] if lim is not None else []))]
-        bound = ca[6] if lim is not None else c.tensor('T', [], data=np.array(T, np.int32))
+        ca = [c.tensor(f'cond_arg{k}', s, dtype=d) for k, (s, d) in enumerate(specs)]
+        bound = ca[iS + 1] if lim is not None else c.tensor('T', [], data=np.array(T, np.int32))
         l1, l2, both = (c.tensor(n, [], dtype=np.bool_) for n in ('less', 'less1', 'and'))
         c.op('LESS', [ca[1], bound], [l1])
         c.op('LESS', [ca[0], bound], [l2])
@@ -2073,9 +2079,7 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
         c.outputs(both)
         # body
         d = CircleBuilder(identifier=b'TFL3')
-        a = [d.tensor(f'body_arg{k}', s, dtype=dt) for k, (s, dt) in enumerate(
-            [([], np.int32), ([], np.int32), ([nb, 1, H], None), ([1, H], None), ([1, H], None),
-             ([T, 1, F], None)] + ([([], np.int32)] if lim is not None else []))]
+        a = [d.tensor(f'body_arg{k}', s, dtype=dt) for k, (s, dt) in enumerate(specs)]
         di = lambda name, v: d.tensor(name, np.shape(v), data=np.array(v, np.int32))  # noqa: E731
         one = di('one', 1)
         step, cnt = d.tensor('add', [], dtype=np.int32), d.tensor('add_1', [], dtype=np.int32)
@@ -2088,31 +2092,35 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
                 tw[k] = d.tensor(f'lstm{j}/w{k}', d._tensors[w].shape)
                 d.op('DEQUANTIZE', [w], [tw[k]])
         xi = d.tensor('x_t', [1, F])
-        d.op('GATHER', [a[5], a[1]], [xi], axis=0)
-        r1, r2, s1 = (d.tensor(n, [1, 4 * H]) for n in ('mm_h', 'mm_x', 'sum'))
-        r1f = d.tensor('mm_h_flat', [4 * H])
-        bh = d.tensor(f'lstm{j}/bias_hh', [4 * H], data=bhh[j]) if fc_bias else -1
+        d.op('GATHER', [a[iS], a[1]], [xi], axis=0)
+        r1, r2, s1 = (d.tensor(n, [1, G * H]) for n in ('mm_h', 'mm_x', 'sum'))
+        r1f = d.tensor('mm_h_flat', [G * H])
+        bh = d.tensor(f'lstm{j}/bias_hh', [G * H], data=bhh[j]) if fc_bias else -1
         d.op('FULLY_CONNECTED', [a[3], tw[1], bh], [r1])
-        d.op('RESHAPE', [r1, di('flat', [4 * H])], [r1f])
+        d.op('RESHAPE', [r1, di('flat', [G * H])], [r1f])
         d.op('FULLY_CONNECTED', [xi, tw[0], tw[2] if fc_bias else -1], [r2])
         d.op('ADD', [r2, r1f], [s1])
         s2 = s1
         if not fc_bias:
-            s2 = d.tensor('biased', [1, 4 * H])
+            s2 = d.tensor('biased', [1, G * H])
             d.op('ADD', [s1, tw[2]], [s2])
-        gates = [d.tensor(f'gate{k}', [1, H]) for k in range(4)]
-        d.op('SPLIT', [one, s2], gates, num_splits=4)
-        ig, fg, og, gg = (d.tensor(n, [1, H]) for n in ('i', 'f', 'o', 'g'))
-        d.op('LOGISTIC', [gates[0]], [ig])
-        d.op('LOGISTIC', [gates[1]], [fg])
-        d.op('LOGISTIC', [gates[3]], [og])
-        d.op('TANH', [gates[2]], [gg])
-        fc_, ig_, c2, tc, h2 = (d.tensor(n, [1, H]) for n in ('fc', 'ig', 'c', 'tanh_c', 'h'))
-        d.op('MUL', [fg, a[4]], [fc_])
-        d.op('MUL', [ig, gg], [ig_])
-        d.op('ADD', [fc_, ig_], [c2])
-        d.op('TANH', [c2], [tc])
-        d.op('MUL', [og, tc], [h2])
+        if not lstm:
+            h2, c2 = d.tensor('h', [1, H]), None
+            d.op('TANH', [s2], [h2])
+        else:
+            gates = [d.tensor(f'gate{k}', [1, H]) for k in range(4)]
+            d.op('SPLIT', [one, s2], gates, num_splits=4)
+            ig, fg, og, gg = (d.tensor(n, [1, H]) for n in ('i', 'f', 'o', 'g'))
+            d.op('LOGISTIC', [gates[0]], [ig])
+            d.op('LOGISTIC', [gates[1]], [fg])
+            d.op('LOGISTIC', [gates[3]], [og])
+            d.op('TANH', [gates[2]], [gg])
+            fc_, ig_, c2, tc, h2 = (d.tensor(n, [1, H]) for n in ('fc', 'ig', 'c', 'tanh_c', 'h'))
+            d.op('MUL', [fg, a[4]], [fc_])
+            d.op('MUL', [ig, gg], [ig_])
+            d.op('ADD', [fc_, ig_], [c2])
+            d.op('TANH', [c2], [tc])
+            d.op('MUL', [og, tc], [h2])
         if body_op:
             h3 = d.tensor('h_odd', [1, H])
             d.op(body_op, [h2], [h3])
@@ -2137,12 +2145,11 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
         else:
             nbuf = h3d
         d.inputs(*a)
-        d.outputs(cnt, step, nbuf, h2, c2, a[5], *a[6:])
+        d.outputs(cnt, step, nbuf, h2, *([c2] if lstm else []), a[iS], *a[iS + 1:])
         ci, bi_ = b.subgraph(c, f'while_cond{j}'), b.subgraph(d, f'while_body{j}')
-        outs = [b.tensor(f'w{j}_{k}', s, dtype=dt) for k, (s, dt) in enumerate(
-            [([], np.int32), ([], np.int32), ([nb, 1, H], None), ([1, H], None), ([1, H], None),
-             ([T, 1, F], None)] + ([([], np.int32)] if lim is not None else []))]
-        b.op('WHILE', [zero, zero, buf0, zs, zs, src] + ([lim] if lim is not None else []), outs,
+        outs = [b.tensor(f'w{j}_{k}', s, dtype=dt) for k, (s, dt) in enumerate(specs)]
+        b.op('WHILE', [zero, zero, buf0, zs] + [zs] * lstm + [src] + ([lim] if lim is not None
+                                                                       else []), outs,
              cond_subgraph_index=ci, body_subgraph_index=bi_)
         if seq:
             f = b.tensor(f'flat{j}', [1, T * H])
@@ -2173,6 +2180,10 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
             outs = []
             for t in range(T):
                 z = xs[:, T - 1 - t if j else t] @ wx.T + h @ wh.T + bias
+                if not lstm:
+                    h = np.tanh(z)
+                    outs.append(h)
+                    continue
                 i_, f_, g_, o_ = (z[:, k * H:(k + 1) * H] for k in range(4))
                 c = sig(f_) * c + sig(i_) * np.tanh(g_)
                 h = sig(o_) * np.tanh(c)
