@@ -2146,6 +2146,9 @@ def build_keras_while_lstm(path, seed=0, T=5, F=3, H=4, O=3, seq=False, trip='st
             nbuf = h3d
         d.inputs(*a)
         d.outputs(cnt, step, nbuf, h2, *([c2] if lstm else []), a[iS], *a[iS + 1:])
+        for t in (d._tensors + c._tensors) if j else ():     # (names of their own, as
+            if not t.name.startswith('lstm'):                  # TensorFlow's backward layer)
+                t.name = 'backward/' + t.name
         ci, bi_ = b.subgraph(c, f'while_cond{j}'), b.subgraph(d, f'while_body{j}')
         outs = [b.tensor(f'w{j}_{k}', s, dtype=dt) for k, (s, dt) in enumerate(specs)]
         b.op('WHILE', [zero, zero, buf0, zs] + [zs] * lstm + [src] + ([lim] if lim is not None
