@@ -152,9 +152,42 @@ def unroll_loops(g: Graph, int8=False) -> int:
         g.outputs = [out.get(k, k) for k in g.outputs]
         _drop_dead(g, made, op.inputs)
         done += 1
+    if done:
+        _in_order(g)
     if done and not any(op.name in _CONTROL for op in g.ops):
         g.n_subgraphs = 1           # (validate: nothing runs another subgraph now)
     return done
+
+
+def _in_order(g: Graph) -> None:
+    """g.ops reordered so that each op comes after the ops that make its inputs, the
+    file's order kept where it holds: a step's slice of the sequence that a later
+    REVERSE_V2 of the file had taken (_take reuses it: a Bidirectional layer whose
+    forward loop comes first) had been read before it was made."""
+    import heapq
+    made = {k: i for i, op in enumerate(g.ops) for k in op.outputs}
+    need = [{made[k] for k in op.inputs if k in made and made[k] != i}
+            for i, op in enumerate(g.ops)]
+    if all(max(n, default=-1) < i for i, n in enumerate(need)):
+        return
+    users = [[] for _ in g.ops]
+    for i, n in enumerate(need):
+        for j in n:
+            users[j].append(i)
+    left = [len(n) for n in need]
+    ready = [i for i, n in enumerate(left) if not n]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users[i]:
+            left[u] -= 1
+            if not left[u]:
+                heapq.heappush(ready, u)
+    if len(order) == len(g.ops):        # (a cycle stays as it was: validate says so)
+        g.ops = [g.ops[i] for i in order]
+        renumber(g)
 
 
 def _goes_on(g: Graph, op: Operator, cond: Graph, cur, step) -> bool:

@@ -167,3 +167,25 @@ def test_prepares_own_int8_choice_refused_says_nothing_of_the_int8_version(tmp_p
     said = []
     prepare(src, str(tmp_path / 'b'), int8=True, log=said.append, **kw)
     assert 'zero int32 bias' in '\n'.join(map(str, said)), said    # (int8 trains: said)
+
+
+def test_bidirectional_with_its_forward_loop_first_trains(tmp_path):
+    """A Bidirectional layer whose forward WHILE comes before the backward one's
+    REVERSE_V2 in the file (TensorFlow's own files put the backward loop first): the
+    forward loop's steps reuse the slices the reversal takes later in the file, and the
+    unrolled graph keeps its ops in an order where each comes after what it reads, so the
+    run trains (on main: "AttributeError: 'NoneType' object has no attribute 'shape'",
+    a traceback from the board's forward) and its model.flat runs the model's values."""
+    from host_tools.target import runner
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', bi=True)
+    g = read_model(src)
+    assert [op.name for op in g.ops].index('WHILE') < [op.name for op in g.ops].index('REVERSE_V2')
+    x = np.random.default_rng(1).standard_normal((16, T, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=forward(x.astype(np.float64)).argmax(1))
+    d = str(tmp_path / 'run')
+    s = prepare(src, d, data=str(tmp_path / 'd.npz'), epochs=1, log=lambda *a: None)
+    r = read_model(os.path.join(d, s['rewritten']))
+    made = {k: i for i, op in enumerate(r.ops) for k in op.outputs}
+    assert all(made.get(k, -1) < i for i, op in enumerate(r.ops) for k in op.inputs)
+    code, out = runner.run(d, python=True)
+    assert code == 0 and 'end: ok' in out, out

@@ -50,8 +50,10 @@ def _loops(path):
                for op in g.ops if op.name == 'WHILE']
 
 
-@pytest.mark.parametrize('kw', [{}, {'seq': True}, {'cell': 'rnn'}, {'cell': 'rnn', 'seq': True}],
-                         ids=['last', 'sequences', 'simple-rnn', 'simple-rnn-sequences'])
+@pytest.mark.parametrize('kw', [{}, {'seq': True}, {'cell': 'rnn'}, {'cell': 'rnn', 'seq': True},
+                                {'bi': True}],
+                         ids=['last', 'sequences', 'simple-rnn', 'simple-rnn-sequences',
+                              'bidirectional'])
 def test_int8_run_exports_the_while_file_as_int8(tmp_path, kw):
     """A float WHILE LSTM or SimpleRNN trained as int8 (prepare --int8): export --quantized writes the
     WHILE file (its subgraphs, ops and loop values as they were) with every float tensor
@@ -148,13 +150,14 @@ def test_loop_file_the_int8_model_does_not_fit_is_refused(tmp_path):
     """Where the trained int8 model has no faithful place in the WHILE file (here: an op
     it runs that the file has no op for), loopq8 refuses, naming the file and what to do
     instead, and writes nothing."""
-    from host_tools.graph import rewrite as rw
+    from host_tools.graph.inout import save_graph
+    from host_tools.graph.loops import unroll_loops
     from host_tools.prepare.loopq8 import write_int8_loops
     src, _ = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3)
     u = read_model(src)
-    rw.unroll_loops(u)
+    unroll_loops(u)
     u.ops[-1].name, u.ops[-1].options = 'QUANTIZE', {}    # (an op the file lacks)
-    rw.save_graph(u, tmp_path / 'u.circle')
+    save_graph(u, tmp_path / 'u.circle')
     with pytest.raises(ValueError, match=r'w.tflite: export --quantized cannot write its WHILE '
                                          r'loops as int8 \(the int8 model has QUANTIZE.*\); '
                                          r'export without --quantized writes .*float32.*unroll=True'):
