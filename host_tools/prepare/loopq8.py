@@ -142,8 +142,10 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
     inits = []                      # (si, op, j, data, quant): a loop's initial value
     for si, op, j in starts:
         b = op.options['body_subgraph_index']
-        s, z = quant[(b, subs[b].inputs[j])]
         t = subs[si].tensors[op.inputs[j]]
+        if (b, subs[b].inputs[j]) not in quant:
+            _refuse(file_path, f'the loop value {t.name!r} has no scale in the trained int8 model')
+        s, z = quant[(b, subs[b].inputs[j])]
         data = np.clip(np.round(np.asarray(t.data, np.float64) / s) + z, -128, 127).astype(np.int8)
         inits.append((si, op, j, data, {'scale': [s], 'zero_point': [z]}))
         new.setdefault((si, t.index), ('int8', {'scale': [s], 'zero_point': [z]}, data))
