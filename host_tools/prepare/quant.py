@@ -444,7 +444,10 @@ def rewritten(g: Graph) -> Graph:
     g.nfile = getattr(g, 'nfile', None) or len(g.ops)
     _float_ends(g)
     _softmax_last(g)
-    g.rewrites = rewrite(g, int8=True)
+    # (an int8 model prepare calibrated from a float one, int8.circle: its rewrites ran
+    # on the float graph; again, they copied an unrolled RNN's recurrent weight a step,
+    # its steps' zero biases apart: 'trained.wof holds 184 buffers, the model has 190')
+    g.rewrites = rewrite(g, int8=True) if not getattr(g, 'calibrated', False) else {}
     _hoist_input_transpose(g)
     check_window_shapes(g)
     g.q8_rewritten = True
@@ -2621,10 +2624,7 @@ def export(model_path, wof_path, out_path, train='last:1', run=None, output=None
     rewritten(), a grouped convolution joined again; run: prepare.json's, as numbered()).  output:
     of a model with several outputs, the trained one's place (prepare.json's); every
     input and output written as the file has them.  calibrated: model_path is the int8
-    model prepare calibrated from a float one (fromfloat: int8.circle), which trained as
-    it is, its rewrites done (rewritten() again had copied an unrolled RNN's recurrent
-    weight per step, their zero biases apart: 'trained.wof holds 117 buffers, the model
-    has 120 tensors')."""
+    model prepare calibrated from a float one (fromfloat), whose graph rewrites are done."""
     from ..graph.inout import save_graph, compact, choose_output, file_graph
     from ..graph.groups import join_groups
     from ..graph.embeddings import embedding_ids_back
@@ -2634,7 +2634,7 @@ def export(model_path, wof_path, out_path, train='last:1', run=None, output=None
     ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
     if len(g0.outputs) > 1:
         choose_output(g0, output)
-    g0.q8_rewritten = calibrated
+    g0.calibrated = calibrated
     g = rewritten(numbered(g0, run))
     replay(g, os.path.dirname(os.path.abspath(wof_path)))    # (prepare's recalibration)
     m = meta(g, train)

@@ -187,3 +187,29 @@ def test_int8_version_of_a_loop_has_one_scale_a_body_tensor(tmp_path):
     biases = [op.inputs[2] for op in g.ops if op.name == 'FULLY_CONNECTED'
               and g.tensors[op.inputs[1]].name == 'lstm0/MatMul_1']
     assert len(biases) == T - 1 and len(set(biases)) == 1, biases
+
+
+def test_int8_run_of_an_unrolled_lstm_exports_quantized(tmp_path):
+    """An LSTM unrolled in the file (what Keras's unroll=True writes: here the WHILE
+    builder's graph unrolled and saved) trained as int8: each step's recurrent FC reads h
+    at its own scale and trains a zero bias of its own; export --quantized writes the
+    trained int8 model (on main: 'trained.wof holds 118 buffers, the model has 121
+    tensors' or so, rewrite's second pass over int8.circle had copied the shared recurrent
+    weight a step), whose TFLite Micro outputs are utrain's own integer forward's."""
+    from host_tools.graph.inout import save_graph
+    from host_tools.graph.rewrite import rewrite
+    from host_tools.prepare.exportcheck import _int8_outputs
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3)
+    g = read_model(src)
+    rewrite(g)
+    save_graph(g, tmp_path / 'u.tflite')
+    assert g.n_subgraphs == 1
+    data, x = _data(tmp_path, forward)
+    u = str(tmp_path / 'u.tflite')
+    wof = _trained(u, str(tmp_path / 'run'), data, int8=True)
+    out = str(tmp_path / 'q.tflite')
+    assert export(u, wof, out, quantized=True).get('int8')
+    ref = _int8_outputs(out, x.reshape(len(x), -1))
+    got = _tflm(out, x)
+    step = read_model(out).tensors[read_model(out).outputs[0]].quant['scale'][0]
+    assert np.abs(got - ref).max() <= 2 * step
