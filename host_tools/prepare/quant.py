@@ -3328,5 +3328,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                     in g.data_inputs[0] for (sc,), (z,) in [_q(by_name[name])]}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
+    from ..plan.memory import save_reserve, target
+    reserve = save_reserve(heap, target(board))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',
-                            **({'planned': heap['total']} if lim is not None else {}))
+                            **({'planned': heap['total']} if lim is not None else {}),
+                            **({'save_reserve': reserve} if reserve else {}))

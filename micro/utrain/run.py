@@ -133,6 +133,9 @@ def main(cfg_path='train.json'):
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
     STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
+    if run.get('save_reserve'):     # (held before the net's load cuts the heap up: utrain.wof)
+        from utrain.wof import hold
+        hold(run['save_reserve'])
     chosen = None
     raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8)
     if sel:                 # prepare --select board: the board chooses what trains
