@@ -479,6 +479,11 @@ class Q8Net:
                 ls[i].get('train') or ls[i].get('back') or ls[i].get('res') or not ws)],
                 key=lambda i: -ls[i]['wn']):
             held[i] = bytearray(held_bytes(ls[i]))
+        # q8asm's conv input-gradient rows (cdk), with them: made at the first backward
+        # they found no run of 2 KB among a sample's holes (the emulated Pico: a Keras
+        # Conv1D int8 file at SGD batch 1 0.96x its plan)
+        if K.ASM and cdn(ls):
+            K._A._wbuf(cdn(ls))
         # the trained weights' int32 sums (Adam, a batch > 1 (adam, batch: the trainer's);
         # a weight several trained layers read at any batch: utrain.q8share, its uses add
         # into them) and Adam's master and moments, with them, where they are larger than
@@ -1473,6 +1478,23 @@ def held_bytes(d):
 def held_at(d):
     # the offset of layer d's held weights in its tensor (a partial layer's window)
     return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
+
+
+def cdn(ls):
+    """The int32 buffer q8asm's cdk takes for the input gradients of table ls's CONVs (a
+    run of output pixels' im2col rows, about 2 KB at most): the largest over the convs
+    the backward pass asks an input gradient of that are not pointwise; 0 for none."""
+    n = 0
+    for i in range(lowest(ls) + 1, len(ls)):
+        d = ls[i]
+        g = d.get('g')
+        if d['k'] != CONV or not d.get('back') or d.get('sd') or (
+                g[4] == 1 and g[5] == 1 and g[6] == 1 and g[7] == 1 and g[8] == 0 and g[9] == 0
+                and g[11] == g[1]):
+            continue
+        kk = g[4] * g[5] * g[2]
+        n = max(n, min(max(512 // kk, 1), g[11]) * kk)
+    return n
 
 
 def lowest(ls):

@@ -2114,7 +2114,7 @@ def cdk(dx, dz, w, gm):
         m = 1
     if m > OW:
         m = OW
-    pw = _wbuf(m * KK)
+    pw = _wbuf(m * KK)          # (q8.cdn's size: made with the net)
     p[7] = 0; p[10] = KK; p[11] = 0; p[12] = O
     for oy in range(OH):
         ox = 0
