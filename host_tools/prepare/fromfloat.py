@@ -435,6 +435,7 @@ def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
             t.quant['scale'] = [float(np.float32(v)) for v in t.quant['scale']]
     tie_bounds(og, {t.index: trained[t.name].astype(np.float64) for t in og.tensors
                     if t.data is not None and t.name in trained and t.dtype == 'int8'})
+    _states_at_their_steps_scale(og)
     done = set()    # (a weight several ops share, an unrolled LSTM's kernel one a step:
     #                  given its room once, not WEIGHT_HEADROOM ** steps)
     for op in og.ops:       # weights with room to grow, the int32 biases at their scales
@@ -460,6 +461,43 @@ def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
         b.data = np.round(trained[b.name].astype(np.float64).reshape(-1) / sb.astype(np.float64)
                           ).astype(np.int32).reshape(b.shape)
     return og
+
+
+def _states_at_their_steps_scale(og: Graph) -> None:
+    """A weighted op's constant data input (a recurrent layer's zero state, int8_graph)
+    takes the scale and zero point of the activation the other ops reading the same
+    weight take (an unrolled loop's later steps: h): the int32 bias they share is right
+    at one input scale only (input scale x weight scale), and at the constant's own range
+    (1.0 for zeros) the first step's output was its bias / h's scale (a Keras GRU
+    --int8: logits 0.13 mean off the float model's, 0.63 with sequences; 0.02-0.04 for
+    an LSTM without the first step's bias).  A constant several such ops read is copied
+    for each; one the steps' range does not hold keeps its own."""
+    from ..graph.edit import new_tensor
+    xp = lambda op: POSITIONS.get(op.name, (0, 1, 2))[0]   # noqa: E731
+    ops = [op for op in og.ops if op.name in WEIGHTED and len(op.inputs) > 1]
+    scale = {}
+    for op in ops:
+        x = og.tensors[op.inputs[xp(op)]]
+        if x.data is None and x.quant and x.quant.get('scale'):
+            scale.setdefault(op.inputs[1], (x.quant['scale'][0], x.quant['zero_point'][0]))
+    done = set()
+    for op in ops:
+        k = op.inputs[xp(op)]
+        x = og.tensors[k]
+        if x.data is None or x.dtype != 'int8' or op.inputs[1] not in scale:
+            continue
+        s, z = scale[op.inputs[1]]
+        v = (x.data.astype(np.float64) - x.quant['zero_point'][0]) * x.quant['scale'][0]
+        q = np.round(v / s) + z
+        if q.min() < -128 or q.max() > 127:
+            continue        # (a constant the steps' range does not hold: its own, as before)
+        if k in done:       # (read by another op already: a copy of its own)
+            k = new_tensor(og, f'{x.name}/{op.index}', x.shape, data=x.data)
+            op.inputs[xp(op)] = k
+            x = og.tensors[k]
+        done.add(k)
+        x.quant = {'scale': [s], 'zero_point': [z]}
+        x.data = q.astype(np.int8)
 
 
 def _one_range_a_body_tensor(ranges: dict) -> None:
