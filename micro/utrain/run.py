@@ -133,9 +133,6 @@ def main(cfg_path='train.json'):
     stopped it (for the end line)."""
     files, run, cfg, start, resume, sel = aux('config', 'read_config', cfg_path)
     STATE['planned'] = run.get('planned')   # (prepare's heap plan, for an out-of-memory end)
-    if run.get('save_reserve'):     # (held before the net's load cuts the heap up: utrain.wof)
-        from utrain.wof import hold
-        hold(run['save_reserve'])
     chosen = None
     raw = files['model'].endswith('.json')  # an int8 model training as int8 (utrain.q8)
     if sel:                 # prepare --select board: the board chooses what trains
@@ -162,6 +159,11 @@ def main(cfg_path='train.json'):
         gc.collect()
         gc_every(2048)
     STATE['code'] = 1       # (set before: under a MemoryError it could not be)
+    if run.get('save_reserve'):
+        # held before the net's load cuts the heap up (utrain.wof), after the prefix pass
+        # (a phase the plan prices without the save)
+        from utrain.wof import hold
+        hold(run['save_reserve'])
     if raw:         # (utrain.q8: no float trainer code; it reads a sample's bytes itself)
         from utrain.q8train import Q8Trainer as T
     else:
