@@ -123,17 +123,6 @@ STREAM_OVERHEAD = {(8, 'os'): 2048, (8, 'littlefs'): 2048, (4, 'os'): 256, (4, '
 OPEN_FILE = {(8, 'os'): 64, (8, 'littlefs'): 1232, (4, 'os'): 32, (4, 'littlefs'): 1168}
 # an int8 plan's part for the save after an epoch
 SAVE = 'the save after an epoch (the file written, offset tables, CRC buffer)'
-
-
-def save_reserve(heap, target) -> int:
-    """train.json's run.save_reserve for int8 plan heap for target: its save's part, one
-    block the run holds from before the net loads and frees for each save
-    (utrain.wof.hold): on a littlefs board the emulated Pico's int8 runs, after training,
-    had 11 KB free in holes of 72 blocks at most, and the file a save opens takes 72
-    (1148 B: its cache), the rest of the part the save's smaller pieces that a collection
-    lets carve the hole first.  None where the file is the OS's (32-64 B), nor where the
-    plan's peak is the prefix pass."""
-    return heap['parts'].get(SAVE, 0) if target.get('fs') == 'littlefs' else 0
 SLACK = 0.06                    # fragmentation allowance on the data held all run
 # ... and on the per-sample working set: its temporaries are freed between survivors
 # (floats, small arrays, saved activations), leaving runs too short for the next array.
@@ -1310,6 +1299,17 @@ def q8_offset_table(n, w, B) -> int:
     return blk(4 * w) + blk(4 * n) + blk(4 * w) + blk(w * n)
 
 
+def save_reserve(heap, target) -> int:
+    """train.json's run.save_reserve for int8 plan heap for target: its save's part, one
+    block the run holds from before the net loads and frees for each save
+    (utrain.wof.hold): on a littlefs board the emulated Pico's int8 runs, after training,
+    had 11-14 KB free in holes of 39-70 blocks of 16 B, and the file a save opens takes
+    72 (1148 B: its cache), the rest of the part the save's smaller pieces that a collection
+    lets carve the hole first.  None where the file is the OS's (32-64 B), nor where the
+    plan's peak is the prefix pass."""
+    return heap['parts'].get(SAVE, 0) if target.get('fs') == 'littlefs' else 0
+
+
 def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     """{part: bytes} one utrain.q8.Q8Net of layer table t (as written: q8.json or
     q8t.json) holds while it trains (trains=False: a prefix net, forward only; fs: the
@@ -1429,8 +1429,8 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     # offset table twice (the zeroed bytes and the array('I') made of them), the
     # checkpoint's CRC buffer.  The emulated Pico's int8 runs at SGD batch 1 failed there,
     # 1-2 % under their plans, inside the fragmentation allowance (session 17)
-    # The run holds it as one block from the start and frees it for each save
-    # (train.json run.save_reserve, utrain.run.saving): where training leaves only small
+    # A littlefs board's run holds it as one block from before the net loads and frees
+    # it for each save (save_reserve, utrain.wof.hold): where training leaves only small
     # holes, the file's block lands in it
     parts[SAVE] = OPEN_FILE[w, fs] + 2 * arr(4 * t.get('ntensors', 0)) + arr(256)
     hz = q8_held(ls)

@@ -19,8 +19,8 @@ BOOLS = ('from_logits', 'shuffle', 'stream', 'resume', 'keep_best')
 # integers: (lowest, highest) as model.flat and the checkpoint store them
 INTS = {'batch': (1, 65535), 'epochs': (0, 65535), 'seed': (0, 0xFFFFFFFF),
         'progress': (0, 0xFFFFFFFF), 'checkpoint_every': (0, 0xFFFFFFFF), 'max_retries': (0, 1000),
-        'gc_every': (0, 0xFFFFFFFF), 'planned': (0, 0xFFFFFFFF), 'save_reserve': (0, 0xFFFF), 'warmup': (0, 0xFFFFFFFF),
-        'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF)}
+        'gc_every': (0, 0xFFFFFFFF), 'planned': (0, 0xFFFFFFFF), 'save_reserve': (0, 0xFFFF),
+        'warmup': (0, 0xFFFFFFFF), 'schedule_steps': (0, 0xFFFFFFFF), 'step_size': (1, 0xFFFFFFFF)}
 # numbers: (lowest, highest, lowest excluded, highest excluded)
 NUMS = {'lr': (0, None, 1, 0), 'momentum': (0, 1, 0, 1), 'beta1': (0, 1, 0, 1),
         'beta2': (0, 1, 0, 1), 'eps': (0, 1, 1, 0), 'rho': (0, 1, 0, 1), 'lr_factor': (0, 1, 1, 0),

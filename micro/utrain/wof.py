@@ -126,7 +126,7 @@ def read_table(f, path, shapes, nbytes=None):
 # save): one block held from before training cuts the heap in small pieces, freed just
 # before a save opens its file and held again after.  After a collection the file's
 # block (on a littlefs board 1.2 KB: its cache) lands in that hole by first fit; the
-# emulated Pico's int8 runs had failed there, 11 KB free in holes of 47 blocks or less
+# emulated Pico's int8 runs had failed there, 11-14 KB free in holes of 39-70 blocks
 RES = []
 
 
