@@ -236,6 +236,16 @@ def cmd_run(a):
 
 def cmd_export(a):
     from .prepare.pipeline import export
+    if a.out_file:      # (the file to write given positionally, as a new user tries first)
+        if a.output and os.path.abspath(a.output) != os.path.abspath(a.out_file):
+            print(f'error: two files to write, {a.out_file} and -o {a.output}: give one',
+                  file=sys.stderr)
+            return 2
+        a.output = a.out_file
+    if not a.output:
+        print(f'error: export {a.model} {a.weights}: give the model file to write, e.g. '
+              f'-o trained{os.path.splitext(a.model)[1] or ".circle"}', file=sys.stderr)
+        return 2
     try:
         r = export(a.model, a.weights, a.output, quantized=a.quantized, data=a.data)
     except ValueError as e:
@@ -628,7 +638,8 @@ def _args_export(sub):
     q = sub.add_parser('export', help='merge trained .wof (or .ckpt) weights into the model (circle, tflite or onnx)')
     q.add_argument('model', help='the model given to prepare')
     q.add_argument('weights', help='trained.wof, checkpoint.ckpt or a fleet\'s global.wof')
-    q.add_argument('-o', '--output', required=True,
+    q.add_argument('out_file', nargs='?', metavar='OUT', help='the model file to write (or -o)')
+    q.add_argument('-o', '--output',
                    help='the model file to write: .circle writes a circle file, .tflite a TFLite '
                    'one (the file identifier), .onnx (from an .onnx model) the ONNX graph')
     q.add_argument('--quantized', action='store_true',

@@ -365,3 +365,24 @@ def test_prepare_takes_the_data_positionally_as_evaluate_does(files, tmp_path):
     code, err = says(['prepare', model, data, '--data', other, '-o', tmp_path / 'c'])
     assert code == 2 and 'two data files' in err and other in err and data in err
     assert not (tmp_path / 'c').exists()
+
+
+def test_export_takes_the_file_to_write_positionally(files, tmp_path):
+    """`export MODEL WEIGHTS OUT` (a new user's first try, as `prepare MODEL DATA`): it
+    had said '-o/--output is required'; the same file as with -o; two different files to
+    write are refused naming both, none at all says what to give."""
+    d, model, data = files
+    code, err = says(['prepare', model, data, '-o', tmp_path / 'a', '--loss', 'scce'])
+    assert code == 0, err
+    w = str(tmp_path / 'a' / 'weights.wof')
+    ext = os.path.splitext(model)[1]
+    code, err = says(['export', model, w, tmp_path / f'p{ext}'])
+    assert code == 0, err
+    code, err = says(['export', model, w, '-o', tmp_path / f'o{ext}'])
+    assert code == 0, err
+    assert open(tmp_path / f'p{ext}', 'rb').read() == open(tmp_path / f'o{ext}', 'rb').read()
+    code, err = says(['export', model, w, tmp_path / f'x{ext}', '-o', tmp_path / f'y{ext}'])
+    assert code == 2 and 'two files to write' in err and f'x{ext}' in err and f'y{ext}' in err
+    assert not (tmp_path / f'x{ext}').exists() and not (tmp_path / f'y{ext}').exists()
+    code, err = says(['export', model, w])
+    assert code == 2 and 'give the model file to write, e.g. -o trained' in err, err
