@@ -29,7 +29,7 @@ from circle_schema.v0_10 import circle as C
 
 from .circle_io import (DTYPE_TO_TENSOR_TYPE, OP_CODES, _ENUM_FIELDS, _ENUM_FIELDS_BY_TABLE,
                         _aligned_buffer, _camel_to_snake, atomic_write, enum_value,
-                        options_class_for, pack_model)
+                        options_class_for, pack_model, quant_params)
 
 __all__ = ["CircleBuilder"]
 
@@ -90,11 +90,7 @@ class CircleBuilder:
         if signature is not None:
             t.shapeSignature = [int(s) for s in signature]
         if quant is not None:
-            q = C.QuantizationParameters.QuantizationParametersT()
-            q.scale = [float(s) for s in quant.get("scale", [])]
-            q.zeroPoint = [int(z) for z in quant.get("zero_point", [])]
-            q.quantizedDimension = int(quant.get("quantized_dimension", 0))
-            t.quantization = q
+            t.quantization = quant_params(quant)
         self._tensors.append(t)
         return len(self._tensors) - 1
 

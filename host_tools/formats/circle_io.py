@@ -543,6 +543,16 @@ class _AlignedBufferT(C.Buffer.BufferT):
         return C.Buffer.BufferEnd(builder)
 
 
+def quant_params(quant: dict):
+    """circle's QuantizationParameters of a tensor's quant {'scale', 'zero_point',
+    'quantized_dimension'} (as Tensor.quant holds it)."""
+    q = C.QuantizationParameters.QuantizationParametersT()
+    q.scale = [float(s) for s in quant.get("scale", [])]
+    q.zeroPoint = [int(z) for z in quant.get("zero_point", [])]
+    q.quantizedDimension = int(quant.get("quantized_dimension", 0))
+    return q
+
+
 def _aligned_buffer(data: bytes | None) -> _AlignedBufferT:
     b = _AlignedBufferT()
     b.data = None if data is None else np.frombuffer(bytes(data), dtype=np.uint8)

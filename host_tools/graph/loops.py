@@ -4,6 +4,8 @@ counters and buffer slices folded, the body's weights one tensor each; a REVERSE
 slices.  Both run before dequantize."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator, Tensor
@@ -159,6 +161,17 @@ def unroll_loops(g: Graph, int8=False) -> int:
     return done
 
 
+def step_name(name: str, t: int) -> str:
+    """The name of body tensor `name`'s copy in unrolled step t."""
+    return f'{name}/t{t}'
+
+
+def body_name(name: str):
+    """The body tensor's name of an unrolled step's tensor (step_name's), else None."""
+    m = re.fullmatch(r'(.+)/t\d+', name)
+    return m.group(1) if m else None
+
+
 def _in_order(g: Graph) -> None:
     """g.ops reordered so that each op comes after the ops that make its inputs, the
     file's order kept where it holds: a step's slice of the sequence that a later
@@ -249,7 +262,7 @@ def _step(g: Graph, op: Operator, body: Graph, cur, t, shared, made):
         outs = []
         for k in b.outputs:
             bt = body.tensors[k]
-            outs.append(new_tensor(g, f'{bt.name}/t{t}', bt.shape, dtype=bt.dtype))
+            outs.append(new_tensor(g, step_name(bt.name, t), bt.shape, dtype=bt.dtype))
             g.tensors[outs[-1]].quant = dict(bt.quant) if bt.quant else None
         new = Operator(-1, b.code, b.name, ins, outs, dict(b.options), src=op.src)
         for k, v in zip(b.outputs, _simplified(g, new, made)):

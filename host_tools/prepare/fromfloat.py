@@ -473,6 +473,7 @@ def _states_at_their_steps_scale(og: Graph) -> None:
     an LSTM without the first step's bias).  A constant several such ops read is copied
     for each; one the steps' range does not hold keeps its own."""
     from ..graph.edit import new_tensor
+    from ..graph.qparams import quantize
     xp = lambda op: POSITIONS.get(op.name, (0, 1, 2))[0]   # noqa: E731
     ops = [op for op in og.ops if op.name in WEIGHTED and len(op.inputs) > 1]
     scale = {}
@@ -488,8 +489,8 @@ def _states_at_their_steps_scale(og: Graph) -> None:
             continue
         s, z = scale[op.inputs[1]]
         v = (x.data.astype(np.float64) - x.quant['zero_point'][0]) * x.quant['scale'][0]
-        q = np.round(v / s) + z
-        if q.min() < -128 or q.max() > 127:
+        q, clipped = quantize(v, {'scale': [s], 'zero_point': [z]}, np.int8)
+        if clipped:
             continue        # (a constant the steps' range does not hold: its own, as before)
         if k in done:       # (read by another op already: a copy of its own)
             k = new_tensor(og, f'{x.name}/{op.index}', x.shape, data=x.data)
@@ -497,14 +498,14 @@ def _states_at_their_steps_scale(og: Graph) -> None:
             x = og.tensors[k]
         done.add(k)
         x.quant = {'scale': [s], 'zero_point': [z]}
-        x.data = q.astype(np.int8)
+        x.data = q
 
 
 def _one_range_a_body_tensor(ranges: dict) -> None:
     """ranges {name: (lo, hi)} of an unrolled loop's steps (NAME/tN) each the union of
     its body tensor's steps."""
-    import re
-    step = {n: m.group(1) for n in ranges for m in [re.fullmatch(r'(.+)/t\d+', n)] if m}
+    from ..graph.loops import body_name
+    step = {n: b for n in ranges if (b := body_name(n))}
     span = {}
     for n, body in step.items():
         lo, hi = ranges[n]

@@ -14,17 +14,18 @@ weights are the trained integers at their trained scales (one tensor for every s
 already); a bias is the trained one, requantized at its input's scale x the weight's;
 a FULLY_CONNECTED without a bias (Keras's cell) gets the zero int32 bias the int8 run
 trained with (the mean over the steps, where each step trained its own)."""
-import re
-
 import numpy as np
 
-from ..formats.circle_io import C, DTYPE_TO_TENSOR_TYPE, read_model, write_with_weights
+from ..formats.circle_io import (C, DTYPE_TO_TENSOR_TYPE, _aligned_buffer, quant_params, read_model,
+                                 write_with_weights)
+from ..graph.loops import body_name
+from ..graph.qparams import quantize
+from .fromfloat import FIXED_OUT
 
 # ops whose int8 output is their input's bytes: one scale on both sides
 _SAME = {'RESHAPE': (0,), 'SQUEEZE': (0,), 'EXPAND_DIMS': (0,), 'SLICE': (0,),
          'STRIDED_SLICE': (0,), 'GATHER': (0,), 'REVERSE_V2': (0,), 'TRANSPOSE': (0,),
          'SPLIT': (1,), 'SPLIT_V': (0,), 'CONCATENATION': None}
-_FIXED = {'LOGISTIC': (1 / 256, -128), 'TANH': (1 / 128, 0), 'SOFTMAX': (1 / 256, -128)}
 # what unrolling makes of a step's GATHER and the output buffer's SLICEs
 _UNROLLED = {'SPLIT_V', 'STRIDED_SLICE', 'SLICE', 'RESHAPE', 'CONCATENATION'}
 _WEIGHTED = ('FULLY_CONNECTED', 'CONV_2D', 'DEPTHWISE_CONV_2D')
@@ -57,9 +58,8 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
     by_name = {}
     for t in u.tensors:
         by_name.setdefault(t.name, []).append(t)
-        m = re.fullmatch(r'(.*)/t\d+', t.name)
-        if m:
-            by_name.setdefault(('step', m.group(1)), []).append(t)
+        if body_name(t.name):
+            by_name.setdefault(('step', body_name(t.name)), []).append(t)
 
     def mates(si, t):
         """The trained model's tensors of file tensor t: the same name (subgraph 0, or a
@@ -98,8 +98,8 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
                 for k in ins + op.outputs:
                     if k >= 0 and g.tensors[k].dtype == 'float32':
                         join((si, ins[0]), (si, k))
-    fixed = {(si, op.outputs[0]): _FIXED[op.name] for si, g in subs.items() for op in g.ops
-             if op.name in _FIXED}
+    fixed = {(si, op.outputs[0]): FIXED_OUT[op.name] for si, g in subs.items() for op in g.ops
+             if op.name in FIXED_OUT}
     weights = {(si, op.inputs[i]) for si, g in subs.items() for op in g.ops
                if op.name in _WEIGHTED for i in range(1, len(op.inputs)) if op.inputs[i] >= 0}
     classes = {}
@@ -134,11 +134,9 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
     new = {}                        # (si, k) -> (dtype, quant dict, data or None)
     for (si, k), (s, z) in quant.items():
         t = subs[si].tensors[k]
-        data = None
-        if t.data is not None:      # (a loop's initial state: zeros, at its scale)
-            data = np.clip(np.round(np.asarray(t.data, np.float64) / s) + z, -128, 127
-                           ).astype(np.int8)
-        new[(si, k)] = ('int8', {'scale': [s], 'zero_point': [z]}, data)
+        q = {'scale': [s], 'zero_point': [z]}
+        # (a loop's initial state: zeros, at its scale)
+        new[(si, k)] = ('int8', q, None if t.data is None else quantize(t.data, q, np.int8)[0])
     inits = []                      # (si, op, j, data, quant): a loop's initial value
     for si, op, j in starts:
         b = op.options['body_subgraph_index']
@@ -146,9 +144,10 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
         if (b, subs[b].inputs[j]) not in quant:
             _refuse(file_path, f'the loop value {t.name!r} has no scale in the trained int8 model')
         s, z = quant[(b, subs[b].inputs[j])]
-        data = np.clip(np.round(np.asarray(t.data, np.float64) / s) + z, -128, 127).astype(np.int8)
-        inits.append((si, op, j, data, {'scale': [s], 'zero_point': [z]}))
-        new.setdefault((si, t.index), ('int8', {'scale': [s], 'zero_point': [z]}, data))
+        q = {'scale': [s], 'zero_point': [z]}
+        data = quantize(t.data, q, np.int8)[0]
+        inits.append((si, op, j, data, q))
+        new.setdefault((si, t.index), ('int8', q, data))
     for si, g in subs.items():      # the other constants: the trained model's
         for t in g.tensors:
             if t.dtype != 'float32' or t.data is None or (si, t.index) in new:
@@ -187,30 +186,21 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
                  'zero_point': [0] * val.size, 'quantized_dimension': 0}
             if op.name == 'FULLY_CONNECTED' and sb.size == 1:
                 q['scale'], q['zero_point'] = q['scale'][:1], [0]
-            data = np.clip(np.round(val / np.asarray(q['scale'], np.float64)), -2**31, 2**31 - 1
-                           ).astype(np.int32)
+            data = quantize(val, q, np.int32)[0]
             if len(op.inputs) > 2 and op.inputs[2] >= 0:
                 new[(si, op.inputs[2])] = ('int32', q, data.reshape(g.tensors[op.inputs[2]].shape))
             else:
                 added.append((si, op, data, q))
 
     def edit(model):
-        def qparams(q):
-            p = C.QuantizationParameters.QuantizationParametersT()
-            p.scale = [float(v) for v in q['scale']]
-            p.zeroPoint = [int(v) for v in q['zero_point']]
-            p.quantizedDimension = int(q.get('quantized_dimension', 0))
-            return p
-
         def buffer(data):
-            from ..formats.circle_io import _aligned_buffer
             model.buffers.append(_aligned_buffer(np.ascontiguousarray(data).astype(
                 data.dtype.newbyteorder('<')).tobytes()))
             return len(model.buffers) - 1
         for (si, k), (dtype, q, data) in new.items():
             t = model.subgraphs[si].tensors[k]
             t.type = DTYPE_TO_TENSOR_TYPE[dtype]
-            t.quantization = qparams(q)
+            t.quantization = quant_params(q)
             if data is not None:
                 t.buffer = buffer(np.asarray(data))
         for si, op, j, data, q in inits:
@@ -218,7 +208,7 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
             t = C.Tensor.TensorT()
             old = sg.tensors[op.inputs[j]]
             t.shape, t.name = list(old.shape), (subs[si].tensors[op.inputs[j]].name + f'/{j}').encode()
-            t.type, t.buffer, t.quantization = DTYPE_TO_TENSOR_TYPE['int8'], buffer(data), qparams(q)
+            t.type, t.buffer, t.quantization = DTYPE_TO_TENSOR_TYPE['int8'], buffer(data), quant_params(q)
             sg.tensors.append(t)
             o = sg.operators[subs[si].ops.index(op)]
             o.inputs = [len(sg.tensors) - 1 if i == j else k for i, k in enumerate(o.inputs)]
@@ -229,7 +219,7 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
             t.type = DTYPE_TO_TENSOR_TYPE['int32']
             t.name = (subs[si].tensors[op.inputs[1]].name + '/bias').encode()
             t.buffer = buffer(data)
-            t.quantization = qparams(q)
+            t.quantization = quant_params(q)
             sg.tensors.append(t)
             o = sg.operators[op.index if hasattr(op, 'index') else subs[si].ops.index(op)]
             ins = list(o.inputs)
