@@ -1420,8 +1420,9 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         n = q8_threes(t)
         if n:
             parts["pointwise convs' input rows in threes (q8asm)"] = blk(n + 4 * w)
-        if trains and q8.cdn(ls):      # (made with the net: utrain.q8 Q8Net)
-            parts["convs' input-gradient rows (q8asm cdk)"] = arr(4 * q8.cdn(ls))
+        n = q8.cdn(ls) if trains else 0
+        if n:       # (made with the net: utrain.q8 Q8Net)
+            parts["convs' input-gradient rows (q8asm cdk)"] = arr(4 * n)
     if not trains:
         return parts
     # the save after an epoch (utrain.wof: trained.wof, then the checkpoint), on top of

@@ -1384,15 +1384,15 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
     train = summary.get('train', 'all')
     output = (summary.get('output') or {}).get('index')     # (several: the trained one)
     if quantized:
-        loops = 'WHILE' in {op.name for op in read_model(model_path).ops}
+        f = read_model(model_path)
+        loops = 'WHILE' in {op.name for op in f.ops}
         dst = out_path if not loops else out_path + '.unrolled'
         export_int8(os.path.join(run_dir, ff['int8_model']), wof_path, dst, train, summary,
                     output, calibrated=True)
         if loops:       # (the trained int8 model put into the file's WHILE loops)
             from .loopq8 import write_int8_loops
             try:
-                write_int8_loops(model_path, dst, out_path,
-                                 out_identifier(out_path, read_model(model_path).identifier))
+                write_int8_loops(model_path, dst, out_path, out_identifier(out_path, f.identifier))
             finally:
                 os.remove(dst)
         return {'model': model_path, 'tensors': len(summary.get('trainable') or {}),

@@ -482,8 +482,9 @@ class Q8Net:
         # q8asm's conv input-gradient rows (cdk), with them: made at the first backward
         # they found no run of 2 KB among a sample's holes (the emulated Pico: a Keras
         # Conv1D int8 file at SGD batch 1 0.96x its plan)
-        if K.ASM and cdn(ls):
-            K._A._wbuf(cdn(ls))
+        n = cdn(ls) if K.ASM else 0
+        if n:
+            K._A._wbuf(n)
         # the trained weights' int32 sums (Adam, a batch > 1 (adam, batch: the trainer's);
         # a weight several trained layers read at any batch: utrain.q8share, its uses add
         # into them) and Adam's master and moments, with them, where they are larger than
