@@ -3026,7 +3026,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
     for n in range(len(g.ops) - 1, 0, -1):
         for c in sorted({bool(cache), True}):
             cands.append((cheap, 'last:%d' % n, c, None))
-    out, seen = [], set()
+    out, seen, deeper = [], set(), {}   # deeper: cache -> the plan of a longer last:N that fits
     for change, tr, c, rk in cands:
         s2 = dict(s, **change)
         new = [k for k in change if (s.get(k) or 0) != change[k]]
@@ -3043,6 +3043,10 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
         except ValueError:
             continue
         if any(d.get('train') for d in m['layers']) and h['total'] <= limit:
+            if tr != train and tr.startswith('last:'):
+                if c in deeper and h['total'] >= deeper[c] - 1024:
+                    continue    # trains less than a longer last:N that fits for as much
+                deeper[c] = h['total']
             out.append(f'  would fit: {desc}  (about {h["total"] // 1024} KB)')
             if len(out) >= 3:
                 break
