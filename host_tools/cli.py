@@ -152,7 +152,9 @@ def cmd_prepare(a):
         a.data = a.data_file
     kw = {k: v for k, v in vars(a).items()
           if k not in ('cmd', 'fn', 'model', 'out', 'no_rewrite', 'data_file')}
-    s = prepare(a.model, a.out, rewrite=not a.no_rewrite, **kw)
+    from .prepare.infer import image_pixels
+    with image_pixels(a.model, a.data, print):     # (an image folder: the model's pixel values)
+        s = prepare(a.model, a.out, rewrite=not a.no_rewrite, **kw)
     st = s['settings']
     if s.get('from_float'):
         print(f'prepared {a.out}: float model training as int8 (calibrated on '
@@ -170,7 +172,9 @@ def cmd_prepare(a):
         if 'train_samples' in s:
             print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
                   'stored as int8 at ' + ('each input\'s own scale (joined)' if s.get('inputs')
-                                          else 'the model input\'s scale'))
+                                          else 'the model input\'s scale')
+                  + (', in a seeded shuffle (they came sorted by class)' if s.get('shuffled')
+                     else ''))
         print_heap(s['heap'])
         return 0
     print(f'prepared {a.out}: {s["flat_bytes"]} B flattened model, '
@@ -182,7 +186,9 @@ def cmd_prepare(a):
           f'metric {st["metric"]}')
     if 'train_samples' in s:
         print(f'  data: {s["train_samples"]} train, {s["test_samples"]} test samples '
-              f'stored as {s["dtype"]}')
+              f'stored as {s["dtype"]}' + (', in a seeded shuffle (they came sorted by class: '
+                                          'trained in that order, each class in a block, the '
+                                          'earlier ones are forgotten)' if s.get('shuffled') else ''))
         if s.get('balance'):
             print(f'  train classes: {s["balance"]}')
     if s['ranks']:
@@ -463,11 +469,12 @@ def _pixels(size):
 
 def cmd_evaluate(a):
     """Score a model file on labelled data, on the host (before/after training)."""
-    from .prepare.infer import evaluate, describe
+    from .prepare.infer import evaluate, describe, image_pixels
     if a.limit is not None and a.limit < 1:     # (-1 scored all but the last, 0 all)
         raise ValueError(f'--limit {a.limit}: score at least 1 sample (leave it out for all)')
-    r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
-                 size=_pixels(a.size), limit=a.limit, output=a.output)
+    with image_pixels(a.model, a.data, lambda m: print(m, file=sys.stderr)):
+        r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
+                     size=_pixels(a.size), limit=a.limit, output=a.output)
     print(f'{a.model} on {a.data}: {describe(r)}')
     return 0
 

@@ -2,6 +2,7 @@
 them from .npz arrays, .csv tables and folders of images (one sub-folder per class)."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -176,10 +177,31 @@ def labels(path, label='last', shape=None):
     return load(path, label, shape=shape if path.lower().endswith('.csv') else None)[1]
 
 
+# image folder (absolute path) -> (scale, offset): its 0..255 pixels read as pixel * scale
+# + offset within pixels_as (the values the model was trained on: infer.image_pixels)
+_PIXELS = {}
+
+
+@contextlib.contextmanager
+def pixels_as(path, scale, offset):
+    """Within the block, load() reads the image folder at path with its pixels as
+    pixel * scale + offset (elsewhere 0..1: pixel / 255)."""
+    key = os.path.abspath(os.fspath(path))
+    old = _PIXELS.get(key)
+    _PIXELS[key] = (scale, offset)
+    try:
+        yield
+    finally:
+        if old is None:
+            _PIXELS.pop(key, None)
+        else:
+            _PIXELS[key] = old
+
+
 def load(path, label='last', size=None, shape=None):
     """(x, y) from an .npz, a .csv, a .ds record file or a folder of class
-    sub-folders of images (pixels scaled to [0, 1]; for a model input of NHWC shape, in
-    its size and channels, as its input takes them)."""
+    sub-folders of images (pixels scaled to [0, 1], or as pixels_as says; for a model
+    input of NHWC shape, in its size and channels, as its input takes them)."""
     path = os.fspath(path)
     if os.path.isdir(path):
         gray, nchw = True, False
@@ -192,7 +214,10 @@ def load(path, label='last', size=None, shape=None):
         x, y, _ = load_images(path, size, gray)
         if nchw and x.ndim == 4:
             x = x.transpose(0, 3, 1, 2)
-        return x.astype(np.float32) / 255.0, y
+        scale, offset = _PIXELS.get(os.path.abspath(path), (None, 0.0))
+        if scale is None:
+            return x.astype(np.float32) / 255.0, y
+        return x.astype(np.float32) * np.float32(scale) + np.float32(offset), y
     if not os.path.exists(path):
         raise DataError(f'{path}: no such file or folder')
     if path.lower().endswith('.csv'):
@@ -394,8 +419,13 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
     """The samples pass of prepare and `dataset`: split x, y (one sample a row) into
     train and test, quantize both with one scale (from the whole of x, unless given: an
     int8 model's input scale) and write them into out_dir.  Returns (train rows, test
-    rows, scale, offset, {name: path written})."""
+    rows, scale, offset, {name: path written}).  Class labels that come sorted (an image
+    folder's class by class, a .csv sorted by label: sorted_by_class) are written to the
+    train file in a seeded shuffle (the train rows returned in that order): trained in
+    the file's order, each class in a block, SGD forgets the earlier ones."""
     tr, te = split(len(x), test_split, seed)
+    if sorted_by_class(y[tr]):
+        tr = np.random.default_rng(seed).permutation(tr)
     if scale is None:
         scale, offset = quantization(x, dtype)
     wrote = {}
@@ -404,6 +434,26 @@ def write_samples(out_dir, x, y, test_split=0.0, seed=0, dtype='float32',
             wrote[name] = os.path.join(out_dir, name)
             write_dataset(wrote[name], x[idx], y[idx], dtype, scale, offset)
     return tr, te, scale, offset, wrote
+
+
+def sorted_by_class(y) -> bool:
+    """Do class labels y (one a sample, or one-hot rows) come in runs, as sorted: fewer
+    than a third of the changes of class a random order would have (and two classes or
+    more)?  Targets that are not class labels: False."""
+    y = np.asarray(y)
+    if len(y) < 8 or (y.ndim == 2 and y.shape[1] > 1 and not np.all((y == 0) | (y == 1))):
+        return False
+    lab = y.argmax(axis=1) if y.ndim == 2 and y.shape[1] > 1 else y.reshape(len(y), -1)[:, 0]
+    if y.ndim == 2 and y.shape[1] > 1 and np.any(y.sum(axis=1) != 1):
+        return False
+    if np.any(lab != np.round(lab)) or len(np.unique(lab)) > len(lab) // 4:
+        return False
+    _, counts = np.unique(lab, return_counts=True)
+    if len(counts) < 2:
+        return False
+    p = counts / len(lab)
+    random_changes = (len(lab) - 1) * (1 - float(np.sum(p * p)))
+    return int(np.sum(lab[1:] != lab[:-1])) < random_changes / 3
 
 
 def targets_of(path):

@@ -305,3 +305,50 @@ def file_graph(g: Graph) -> Graph:
     n, ops, ins, outs = v
     return dataclasses.replace(g, tensors=g.tensors[:n], ops=copy.deepcopy(ops), inputs=ins,
                                outputs=outs)
+
+
+# a float model rescales raw 0..255 pixels itself where its input meets a multiplier of
+# 1/255 or 1/127.5 (Keras's Rescaling(1/255), Rescaling(1/127.5, offset=-1); x / 255 in
+# PyTorch): a factor in this range, through the layout ops below
+_PIXEL_FACTOR = (0.5 / 255, 2.5 / 255)
+_LAYOUT = ('RESHAPE', 'TRANSPOSE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def pixel_values(g: Graph):
+    """How an image folder's 0..255 pixels become graph g's input values, as its file
+    says: (scale, offset, why), or None where it does not say.  An int8 model says it in its input's quantization (or its first QUANTIZE's):
+    a range past 20 takes raw pixels, one below -0.5 pixels at -1..1, else 0..1 (Edge
+    Impulse, a converter calibrated on 0..1 images); a float model takes raw pixels where
+    it rescales them itself (a Rescaling layer at its input the converter kept), else
+    None (a Rescaling folded into the first layer's weights leaves no trace: the data
+    says, infer.image_pixels)."""
+    from .edit import consumers, is_const
+    k = g.inputs[0]
+    t = g.tensors[k]
+    if not t.quant:
+        q = [op for op in consumers(g, k) if op.name == 'QUANTIZE']
+        t = g.tensors[q[0].outputs[0]] if len(q) == 1 else t
+    if t.quant and t.quant.get('scale'):
+        s, z = float(t.quant['scale'][0]), int((t.quant.get('zero_point') or [0])[0])
+        lo = ((0 if t.dtype == 'uint8' else -128) - z) * s
+        hi = ((255 if t.dtype == 'uint8' else 127) - z) * s
+        why = f'the model\'s int8 input holds {lo:.3g}..{hi:.3g}'
+        if hi > 20:
+            return 1.0, 0.0, why
+        return (2 / 255, -1.0, why) if lo < -0.5 else (1 / 255, 0.0, why)
+    todo = [k]
+    while todo:
+        for op in consumers(g, todo.pop()):
+            if op.name in _LAYOUT:
+                todo.extend(op.outputs)
+            elif op.name in ('MUL', 'DIV') and len(op.inputs) == 2:
+                c = [i for i in op.inputs if is_const(g, i)]
+                v = np.asarray(g.tensors[c[0]].data, np.float64) if len(c) == 1 else None
+                if v is None or v.size != 1 or not v.item():
+                    continue
+                f = v.item() if op.name == 'MUL' else 1 / v.item()
+                if op.name == 'DIV' and c[0] != op.inputs[1]:
+                    continue
+                if _PIXEL_FACTOR[0] <= f <= _PIXEL_FACTOR[1]:
+                    return 1.0, 0.0, f'the model multiplies its input by {f:.3g} (Rescaling)'
+    return None

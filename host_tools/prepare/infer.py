@@ -732,3 +732,74 @@ def describe(r) -> str:
                                       '; channels-first (NCHW) data transposed to channels-last (NHWC)'
                                       if t else '') \
         + (f'; output {r["output"]!r}' if r.get('output') else '') + ']'
+
+
+# the pixel values a model may have been trained on: (scale, offset, name)
+_PIXEL_RANGES = ((1 / 255, 0.0, '0..1'), (1.0, 0.0, '0..255'), (2 / 255, -1.0, '-1..1'))
+
+
+def image_pixels(model, data, log=None):
+    """A context (dataset.pixels_as) in which the image folder data is read with its
+    pixels at the values model was trained on: as the model's file says them
+    (inout.pixel_values: an int8 input's range, a Rescaling at the input), else the
+    range of 0..1, 0..255 and -1..1 at which the model scores the folder's images best,
+    by a clear margin over 0..1 (a Keras Rescaling(1/255) folded into the first conv by
+    the converter: 0..1 images scored at chance); 0..1 where none is clearly better (a
+    new head, new classes).  Not an image folder, or a model no runtime here runs: as
+    before.  log: told which, and why."""
+    import contextlib
+    from ..files import dataset as ds
+    from ..graph.inout import pixel_values
+    data = os.fspath(data) if data is not None else None
+    if not data or not os.path.isdir(data):
+        return contextlib.nullcontext()
+    try:
+        g = read_model(model)
+    except (ValueError, OSError):
+        return contextlib.nullcontext()     # (prepare or evaluate says what is wrong)
+    try:
+        said = pixel_values(g)
+        if said is None:
+            said = _scored_pixels(model, data, g.tensors[g.inputs[0]].shape)
+    except (InferError, ValueError, OSError) as e:
+        said = (1 / 255, 0.0, f'the model cannot be scored here: {_first_line(e)}')
+    scale, offset, why = said
+    name = next((n for s, o, n in _PIXEL_RANGES if np.isclose(s, scale) and o == offset),
+                f'x {scale:.3g} + {offset:.3g}')
+    if log:
+        log(f'{data}: pixels read as {name} ({why})')
+    return ds.pixels_as(data, scale, offset)
+
+
+def _scored_pixels(model, data, shape, most=240):
+    """(scale, offset, why) of _PIXEL_RANGES at which model scores the image folder data
+    best (up to `most` images, spread over the classes), by a margin of 3 standard
+    errors and 5 points of accuracy (a classifier; else a third less MAE) over 0..1."""
+    import tempfile
+    from ..files import dataset as ds
+    x, y = ds.load(data, shape=shape)
+    pick = np.unique(np.linspace(0, len(x) - 1, min(most, len(x))).astype(int))
+    x, y = np.asarray(x)[pick] * np.float32(255), np.asarray(y)[pick]
+    got = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for scale, offset, name in _PIXEL_RANGES:
+            f = os.path.join(tmp, 'x.npz')
+            np.savez(f, x=(x * np.float32(scale) + np.float32(offset)).astype(np.float32), y=y)
+            try:
+                got.append((evaluate(model, f), scale, offset, name))
+            except InferError:
+                return 1 / 255, 0.0, 'its outputs do not score these labels'
+    base = got[0][0]
+    if base['metric'] == 'accuracy':
+        p = base['accuracy']
+        need = max(0.05, 3 * np.sqrt(max(p * (1 - p), 0.05) / len(y)))
+        best = max(got, key=lambda r: r[0]['accuracy'])
+        if best[0]['accuracy'] - p >= need:
+            return best[1], best[2], (f'the model scores {best[0]["accuracy"]:.2f} of these '
+                                      f'images at {best[3]}, {p:.2f} at 0..1')
+        return 1 / 255, 0.0, f'no range scores clearly better than 0..1 ({p:.2f})'
+    best = min(got, key=lambda r: r[0]['mae'])
+    if best[0]['mae'] < base['mae'] * 2 / 3:
+        return best[1], best[2], (f'the model\'s MAE on these images is {best[0]["mae"]:.3g} at '
+                                  f'{best[3]}, {base["mae"]:.3g} at 0..1')
+    return 1 / 255, 0.0, 'no range scores clearly better than 0..1'

@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 
+import numpy as np
+
 from ..files import dataset as ds
 from ..files.locks import PID_FILE, staging_folder, holder
 from ..formats.circle_io import atomic_write
@@ -278,6 +280,7 @@ def write_data(out_dir, xy, files, loss, test_split=0.0, split_seed=0, dtype='fl
         files['test'] = None
     _drop_stale_samples(out_dir, files)
     return dict(train_samples=len(tr), test_samples=len(te), dtype=dtype,
+                shuffled=bool(np.any(np.diff(tr) < 0)),     # (ds.sorted_by_class)
                 balance=ds.balance(y[tr], (ds.per_step(out_shape) or (0, 0))[1] if
                                    y.shape[1] > 1 else 0) if loss in ('scce', 'cce') else None)
 
