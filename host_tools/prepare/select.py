@@ -367,7 +367,10 @@ class Trials:
         g = read_model(model_path)
         choose_output(g, settings.get('output'))
         ins = data_inputs(g)        # (a model's several inputs: joined, x one row a sample)
-        x, y = ds.load_inputs(data, ins) if ins else ds.load(data)
+        # (an image folder in the input's size and channels, as prepare reads it: read
+        # at its own size in gray, an RGB model's trials were refused)
+        x, y = ds.load_inputs(data, ins) if ins else \
+            ds.load(data, shape=g.tensors[g.inputs[0]].shape)
         tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
         rng = np.random.default_rng(1234)
         tr = rng.permutation(np.asarray(tr))

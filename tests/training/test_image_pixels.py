@@ -131,3 +131,26 @@ def test_sorted_by_class_leaves_other_targets():
     assert not ds.sorted_by_class(np.zeros(50))
     assert ds.sorted_by_class(np.array([0] * 20 + [1] * 20))
     assert not ds.sorted_by_class(np.array([0, 1] * 20))
+
+
+def test_select_reads_an_rgb_folder_as_the_model_takes_it(tmp_path):
+    """--select's trials read the image folder in the model input's size and channels, as
+    prepare does (they read it gray at its own size: 'fold0.npz: x has 400 values per
+    sample, the model input takes 1200')."""
+    from PIL import Image
+    from kerasgraphs import build_raw_cnn
+    from host_tools.prepare.pipeline import prepare
+    rng = np.random.default_rng(0)
+    K, P = 2, 3
+    model = build_raw_cnn(tmp_path / 'm.tflite', (
+        0.3 * rng.standard_normal((K, 3, 3, 3)), np.zeros(K), 0.3 * rng.standard_normal(
+            (O, K * P * P)), np.zeros(O)), cin=3)
+    for c in range(O):
+        os.makedirs(tmp_path / 'imgs' / f'c{c}')
+        for i in range(12):
+            a = rng.integers(0, 100, (10, 10, 3)).astype(np.uint8)   # (resized to 8x8)
+            a[c * 3:c * 3 + 3] += 150
+            Image.fromarray(a).save(tmp_path / 'imgs' / f'c{c}' / f'{i}.png')
+    s = prepare(model, str(tmp_path / 'run'), data=str(tmp_path / 'imgs'), select='auto',
+                loss='scce', from_logits=True, log=lambda *a: None)
+    assert s['select']['ranks']
