@@ -544,7 +544,8 @@ def _args_settings(q):
                    "L2 added to the gradient (PyTorch's weight_decay)")
     q.add_argument('--schedule', help='learning rate: constant | linear | step | cosine, then '
                    ',warmup=N ,steps=N ,step_size=N ,gamma=F ,min_lr=F (docs/training.md)')
-    q.add_argument('--lr', type=number, help='learning rate')
+    q.add_argument('--lr', type=number, help='learning rate (default: the model\'s training '
+                   'metadata, else 0.01, with SGD at batch B 0.01 x B: 0.01 a sample)')
     q.add_argument('--momentum', type=number, help='SGD momentum')
     q.add_argument('--beta1', type=number, help='Adam')
     q.add_argument('--beta2', type=number, help='Adam')
@@ -553,7 +554,8 @@ def _args_settings(q):
     q.add_argument('--batch', type=whole, help='samples whose gradients sum into one update (a last '
                    'incomplete batch updates with the mean over the samples it has, where ONERT '
                    'pads it by repeating them)')
-    q.add_argument('--epochs', type=whole, help='epochs to train')
+    q.add_argument('--epochs', type=whole, help='epochs to train (default: the model\'s '
+                   'training metadata, else enough to see about 1000 samples, 1 to 10)')
     q.add_argument('--metric', choices=['accuracy', 'mae'],
                    help='printed and logged per epoch; default: accuracy for cce, scce and bce '
                         'on one output, else mae (bce on several outputs is multi-label)')

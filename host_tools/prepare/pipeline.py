@@ -34,8 +34,8 @@ from ..graph.qparams import quantize
 from ..graph.inscale import unscale_input
 from ..files.dataset import split as ds_split
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
-                        int8_bytes, out_identifier, read_data, set_aside_earlier_run, write_data,
-                        write_prefix_caches, write_run_config)
+                        int8_bytes, out_identifier, read_data, run_defaults, set_aside_earlier_run,
+                        write_data, write_prefix_caches, write_run_config)
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
@@ -106,7 +106,13 @@ def default_metric(g, loss: str) -> str:
 
 
 def resolve_settings(g, overrides: dict) -> dict:
-    """Defaults <- CIRCLE_TRAINING metadata <- command line (overrides, None = not given)."""
+    """Defaults <- CIRCLE_TRAINING metadata <- command line (overrides, None = not given).
+    A name that is none of the settings is refused (prepare(..., float32=True) from
+    Python had it written into train.json, which the board refused when the run began)."""
+    unknown = sorted(k for k in overrides if k not in DEFAULTS and k not in ('train', 'select'))
+    if unknown:
+        raise PrepareError(f'prepare: {unknown[0]!r} is none of its settings or arguments '
+                           f'(settings: {", ".join(sorted(DEFAULTS))}, train)')
     s = dict(DEFAULTS, train='all')
     s.update(metadata_settings(g))
     s.update({k: v for k, v in overrides.items() if v is not None})
@@ -682,6 +688,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     given = {k for k in ('stream', 'batch') if overrides.get(k) is not None}   # the user's
     source, prof, s, train = settle(model_path, board, overrides, progress, split_seed, output,
                                     log, data)
+    given |= {k for k in ('lr', 'epochs') if overrides.get(k) is not None     # (run_defaults)
+              or k in metadata_settings(source)}
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
     s = step_classes(source, loss_from_data(source, s, data, overrides, log), data, overrides,
@@ -912,6 +920,9 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         momentum=s.get('momentum', 0.0)))
     if xy is not None:          # (a split that leaves nothing to train: refused before writing)
         ds_split(len(xy[0]), test_split, split_seed)
+    if not trial:
+        s = run_defaults(s, given, xy and len(ds_split(len(xy[0]), test_split, split_seed)[0]),
+                         log, model_path)
     check_outputs(out_dir, (model_path, data, train_config))
     if not trial:
         set_aside_earlier_run(out_dir, log)

@@ -3141,7 +3141,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     budget or board), refused with advice beyond it.  ranks {op: rank code}: the sparse
     update (layers())."""
     from .runfolder import (FILES, OUTPUTS, budget_short, check_flash, check_outputs, int8_bytes,
-                            read_data, set_aside_earlier_run, write_data, write_run_config)
+                            read_data, run_defaults, set_aside_earlier_run, write_data,
+                            write_run_config)
     from ..plan.memory import plans_by_target, plan_heap_q8
     if sigmoid_loss(g, s) != getattr(g, 'sigmoid_loss', False):
         g = copy.deepcopy(g)
@@ -3332,6 +3333,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                     in g.data_inputs[0] for (sc,), (z,) in [_q(by_name[name])]}
     summary.update(write_data(out_dir, xy, files, s['loss'], test_split, split_seed, 'int8',
                               m['sx'], -m['zx'] * m['sx']))
+    if given is not None:       # (prepare's: a --select trial's settings stay as given)
+        s = run_defaults(s, given, summary.get('train_samples'), log, model_path)
     from ..plan.memory import save_reserve, target
     reserve = save_reserve(heap, target(board))
     return write_run_config(out_dir, files, s, summary, progress, on_nan='stop',

@@ -386,3 +386,14 @@ def test_export_takes_the_file_to_write_positionally(files, tmp_path):
     assert not (tmp_path / f'x{ext}').exists() and not (tmp_path / f'y{ext}').exists()
     code, err = says(['export', model, w])
     assert code == 2 and 'give the model file to write, e.g. -o trained' in err, err
+
+
+def test_an_unknown_setting_is_refused_at_prepare(files, tmp_path):
+    """prepare(..., float32=True) from Python (the command line's --float32 is int8=False)
+    was written into train.json, and the run refused it on the board; now prepare refuses
+    it, naming it and the settings, and writes nothing."""
+    from host_tools.graph.passes import PrepareError
+    d, model, data = files
+    with pytest.raises(PrepareError, match="'float32' is none of its settings.*lr"):
+        prepare(model, str(tmp_path / 'r'), data=data, float32=True, log=lambda *a: None)
+    assert not (tmp_path / 'r').exists()
