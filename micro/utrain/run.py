@@ -303,14 +303,17 @@ def epoch_end(tr, files, test, keep, n):
             kept = '  (not better than epoch %d)' % tr.best[0] if tr.best else '  (not kept)'
     if S['logged'] != tr.epoch:
         left = c['epochs'] - tr.epoch
-        print('epoch %d/%d loss %.4f %s %.4f test_loss %.4f test_%s %.4f  %d ms '
+        # (no test set: no test figures, rather than 'test_loss nan'; the log's fields empty)
+        tt = ' test_loss %.4f test_%s %.4f' % (tl, metric, tm) if test else ''
+        print('epoch %d/%d loss %.4f %s %.4f%s  %d ms '
               '(%.2f ms/sample, %.1f samples/s%s)%s%s%s'
-              % (tr.epoch, c['epochs'], l, metric, m, tl, metric, tm, dt, dt / k,
+              % (tr.epoch, c['epochs'], l, metric, m, tt, dt, dt / k,
                  1000 * k / max(dt, 1), '' if k == n else ' over %d samples' % k,
                  ' free ' + fr if fr else '', ' eta %ds run' % (dt * n // k * left // 1000)
                  if left else '', kept))
         flush()
-        saving(files['log'], log.write, '%d,%.6f,%.6f,%.6f,%.6f,%d,%s\n' % (tr.epoch, l, m, tl, tm, dt, fr))
+        saving(files['log'], log.write, '%d,%.6f,%.6f,%s,%d,%s\n' % (
+            tr.epoch, l, m, '%.6f,%.6f' % (tl, tm) if test else ',', dt, fr))
         S['logged'] = tr.epoch
     saving(files['log'], log.flush)
     if files.get('checkpoint'):

@@ -91,3 +91,24 @@ def test_a_boards_defaults_learn(tmp_path):
     with open(tmp_path / 'given' / 'train.json') as f:
         cfg = json.load(f)
     assert cfg['lr'] == 0.01 and cfg['epochs'] == 1
+
+
+def test_a_run_without_a_test_split_prints_no_test_figures(tmp_path):
+    """Without a test split the epoch line said 'test_loss nan test_accuracy nan' and the
+    log held nan: now the line has no test figures and the log's cells are empty (as
+    epoch 0's training cells), which the plot reads."""
+    from host_tools.plot import read_log
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((24, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=x[:, :O].argmax(axis=1))
+    prepare(_mlp(tmp_path / 'm.tflite'), str(tmp_path / 'run'), data=str(tmp_path / 'd.npz'),
+            loss='scce', from_logits=True, epochs=2, log=lambda *a: None)
+    code, text = runner.run(str(tmp_path / 'run'), python=True, stream=False)
+    assert code == 0, text
+    lines = [ln for ln in text.splitlines() if ln.startswith('epoch ')]
+    assert len(lines) == 2 and not any('test_' in ln or 'nan' in ln for ln in lines), text
+    with open(tmp_path / 'run' / 'train.log') as f:
+        rows = list(csv.DictReader(f))
+    assert [r['test_loss'] for r in rows] == ['', ''] and all(r['loss'] for r in rows), rows
+    got = read_log(str(tmp_path / 'run' / 'train.log'))
+    assert len(got['loss']) == 2
