@@ -568,8 +568,9 @@ def _args_what_and_where(q):
     memory (budget, streaming, caches, bands, --select, the backend, rewrites)."""
     q.add_argument('--train', help='all | none | last:N (ONERT\'s num_of_trainable_ops: the last N '
                    'operators of any kind, counted in the file as given)')
-    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'], default='float32',
-                   help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash)')
+    q.add_argument('--dtype', choices=['float32', 'uint8', 'int8'],
+                   help='how samples are stored in train.ds/test.ds (uint8/int8: 1/4 the flash; '
+                   'default float32, with --board uint8 where float32 overflows its file system)')
     q.add_argument('--board', type=_board, help='a boards/boards.json profile: its batch and stream_frozen are '
                    'the defaults, its heap and heap_budget the heap budget')
     q.add_argument('--progress', type=whole, help='print a progress line every N samples '

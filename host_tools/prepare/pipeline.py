@@ -639,7 +639,7 @@ def prepare(model_path, out_dir, *args, **kw):
             raise
 
 
-def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype='float32',
+def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype=None,
             progress=None, rewrite=True, ranks=None, train_config=None, budget=None, board=None,
             backend='fallback', cache=False, select=None, select_layers=None, dequantize=False,
             bands=None, int8=None, log=print, trial=False, scale_input=True, output=None,
@@ -678,6 +678,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     several inputs has them joined into one (runplan.one_input_output) and data gives an
     array per input (dataset.load_inputs)."""
     call = dict(locals())       # (the arguments: an int8 run that does not fit, dequantized)
+    # (none given: float32, or uint8 where float32 samples overflow the board's flash)
+    dtype_given, dtype = dtype is not None, dtype or 'float32'
     if board:       # (its profile's own name: 'RP2040' and 'pico' are rp2040)
         call['board'] = board = _board_name(board)
     check_budget_given(budget, log)
@@ -915,9 +917,14 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     stored = xy is not None and dtype != 'float32' and getattr(g, 'joined', None)
     if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)
         xy = (stored_codes(g, xy[0]), xy[1])
-    check_flash(model_path, xy, dtype, board, None, dict(
-        shapes=[g.tensors[k].shape for k in p.params], optimizer=s['optimizer'],
-        momentum=s.get('momentum', 0.0)))
+    writes = dict(shapes=[g.tensors[k].shape for k in p.params], optimizer=s['optimizer'],
+                  momentum=s.get('momentum', 0.0))
+    try:
+        check_flash(model_path, xy, dtype, board, None, writes)
+    except PrepareError:
+        if dtype_given or dtype != 'float32' or getattr(g, 'joined', None):
+            raise
+        dtype = bytes_fit(model_path, g, xy, board, writes, log)
     if xy is not None:          # (a split that leaves nothing to train: refused before writing)
         ds_split(len(xy[0]), test_split, split_seed)
     if not trial:
@@ -973,6 +980,22 @@ def inputs_rms(data, g) -> dict:
     several inputs, for inscale.scale_input and quant.relabel_input."""
     return {key: float(np.sqrt(np.mean(np.square(part))))
             for key, part in _input_parts(data, g) if part.size}
+
+
+def bytes_fit(model_path, g, xy, board, writes, log) -> str:
+    """'uint8' where samples stored as uint8 fit the board's flash that float32 ones
+    overflow (--board without --dtype: an image folder of 240 RGB 20x20 pictures, 1532 KB
+    as float32, over a Pico's 1408 KB), said; else uint8's refusal (the flash advice:
+    fewer samples, a board with more flash; ids uint8 cannot hold)."""
+    check_ids(model_path, g, xy, 'uint8')
+    check_flash(model_path, xy, 'uint8', board, None, writes)
+    x = xy[0]
+    exact = bool(np.all(x == np.round(x)) and x.min() >= 0 and x.max() <= 255)
+    log(f'{model_path}: the samples are stored as uint8, a quarter of the flash (as float32 '
+        f'they overflow the {board}\'s file system): ' + (
+            'exact, integers 0..255' if exact else 'value = q x scale + offset, to 1/255 of '
+            'their range') + '; --dtype float32 keeps them whole (on a board with more flash)')
+    return 'uint8'
 
 
 def stored_parts(data, g, dtype) -> dict:

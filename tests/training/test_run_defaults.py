@@ -112,3 +112,29 @@ def test_a_run_without_a_test_split_prints_no_test_figures(tmp_path):
     assert [r['test_loss'] for r in rows] == ['', ''] and all(r['loss'] for r in rows), rows
     got = read_log(str(tmp_path / 'run' / 'train.log'))
     assert len(got['loss']) == 2
+
+
+def test_board_stores_samples_as_uint8_where_float32_overflows(tmp_path):
+    """--board pico without --dtype: 320 RGB 20x20 samples, about 1.5 MB as float32, over
+    its 1408 KB file system: prepare stores them as uint8 (exact: 0..255 integers) and
+    says so, where it refused ('--dtype uint8 stores the samples in a quarter'); --dtype
+    float32 given is refused as before."""
+    from kerasgraphs import build_raw_cnn
+    from host_tools.graph.passes import PrepareError
+    rng = np.random.default_rng(0)
+    K, P = 2, 9
+    model = build_raw_cnn(tmp_path / 'm.tflite', (
+        0.01 * rng.standard_normal((K, 3, 3, 3)), np.zeros(K),
+        0.1 * rng.standard_normal((O, K * P * P)), np.zeros(O)), cin=3)
+    x = rng.integers(0, 256, (320, 20, 20, 3)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=rng.integers(0, O, 320))
+    said = []
+    kw = dict(data=str(tmp_path / 'd.npz'), board='pico', int8=False, loss='scce',
+              from_logits=True, train='last:1')
+    s = prepare(model, str(tmp_path / 'run'), log=said.append, **kw)
+    assert s['dtype'] == 'uint8' and any('stored as uint8' in m and 'exact' in m for m in said)
+    from host_tools.files.dataset import read_dataset
+    xs, _ = read_dataset(str(tmp_path / 'run' / 'train.ds'))
+    assert np.array_equal(xs, x.reshape(len(x), -1))      # (exact, in the data's order)
+    with pytest.raises(PrepareError, match='--dtype uint8 stores the samples in a quarter'):
+        prepare(model, str(tmp_path / 'f32'), dtype='float32', log=lambda *a: None, **kw)
