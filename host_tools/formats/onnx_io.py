@@ -652,8 +652,9 @@ class _Reader(RecurrentOps):
                   fused_activation_function='NONE')
 
     def _gelu_pattern(self, i):
-        """Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (any order of the Muls),
-        as exporters before opset 20 write GELU: returns (x, last node index, nodes)."""
+        """Div(x, sqrt 2) (or Mul by 1 / sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5 (any
+        order of the Muls: torch.onnx's dynamo exporter writes x * (0.5 * (1 + erf))), as
+        exporters before opset 20 write GELU: returns (x, last node index, nodes)."""
         nodes = self.nodes
         div = nodes[i]
 
@@ -665,9 +666,16 @@ class _Reader(RecurrentOps):
             rest = [u for u in node.input if u != v]
             return rest[0] if len(rest) == 1 else None
 
-        x = div.input[0]
-        k = self.const.get(div.input[1])
-        if k is None or abs(float(np.asarray(k).reshape(-1)[0]) - np.sqrt(2)) > 1e-3:
+        def value(v):
+            c = self.const.get(v)
+            return np.nan if c is None or np.asarray(c).size != 1 else float(np.asarray(c).reshape(-1)[0])
+
+        if div.op_type == 'Div':
+            x, k = div.input[0], value(div.input[1])
+        else:                           # Mul(x, 1 / sqrt 2), either side
+            x = next((v for v in div.input if v not in self.const), None)
+            k = 1 / value(other(div, x)) if x is not None and other(div, x) else np.nan
+        if not abs(k - np.sqrt(2)) <= 1e-3:
             return None
         erf = only(div.output[0])
         if erf is None or erf.op_type != 'Erf':
@@ -680,6 +688,11 @@ class _Reader(RecurrentOps):
         if m1 is None or m1.op_type != 'Mul':
             return None
         o = other(m1, add.output[0])
+        if o != x and abs(value(o) - 0.5) <= 1e-6:     # 0.5 * (1 + erf) then * x
+            m2 = only(m1.output[0])
+            if m2 is None or m2.op_type != 'Mul' or other(m2, m1.output[0]) != x:
+                return None
+            return x, m2, [div, erf, add, m1, m2]
         if o == x:                      # x * (1 + erf) then * 0.5
             m2 = only(m1.output[0])
             if m2 is None or m2.op_type != 'Mul' or abs(float(np.asarray(self.const.get(
@@ -706,15 +719,21 @@ class _Reader(RecurrentOps):
         return {'Add': 'ADD', 'Sub': 'SUB', 'Mul': 'MUL', 'Div': 'DIV', 'PRelu': 'PRELU'}[t]
 
     def op_Div(self, node, ins, a, i):
-        pat = self._gelu_pattern(i)
-        if pat is not None:
-            x, last, used = pat
-            self.skip.update(self._index(n) for n in used)
-            lay = 'nhwc' if x in self.nhwc else 'plain'
-            self.emit('GELU', [self.get(x, lay)],
-                      [self.out(last.output[0], lay, self.oshape(x))], approximate=False)
+        if self._gelu(i):
             return
         self._binary(node, ins)
+
+    def _gelu(self, i) -> bool:
+        """Node i begins _gelu_pattern's GELU: emitted as one op, its nodes skipped."""
+        pat = self._gelu_pattern(i)
+        if pat is None:
+            return False
+        x, last, used = pat
+        self.skip.update(self._index(n) for n in used)
+        lay = 'nhwc' if x in self.nhwc else 'plain'
+        self.emit('GELU', [self.get(x, lay)],
+                  [self.out(last.output[0], lay, self.oshape(x))], approximate=False)
+        return True
 
     def op_Add(self, node, ins, a, i):
         self._binary(node, ins)
@@ -723,6 +742,8 @@ class _Reader(RecurrentOps):
         self._binary(node, ins)
 
     def op_Mul(self, node, ins, a, i):
+        if self._gelu(i):
+            return
         self._binary(node, ins)
 
     def op_PRelu(self, node, ins, a, i):

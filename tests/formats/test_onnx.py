@@ -180,6 +180,9 @@ MODELS = {
     'pools-17': (pools, (2, 5, 5), dict(opset_version=17, dynamo=False)),
     'mlp-13': (mlp, (10,), dict(opset_version=13, dynamo=False)),
     'mlp-17': (mlp, (10,), dict(opset_version=17, dynamo=False)),
+    # (GELU as the dynamo exporter writes it below opset 20, x * (0.5 * (1 + erf(x /
+    # sqrt 2))), was refused as 'Erf outside the GELU pattern')
+    'mlp-dynamo-18': (mlp, (10,), dict(dynamo=True, opset_version=18)),
     'softplus-17': (softplus, (10,), dict(opset_version=17, dynamo=False)),
     'prelu-17': (prelu, (2, 4, 4), dict(opset_version=17, dynamo=False)),
     'normalize-17': (Normalize, (2, 4, 4), dict(opset_version=17, dynamo=False)),
