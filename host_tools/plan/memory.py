@@ -1037,6 +1037,31 @@ def biases_only(train, ranks, with_params, biased):
     return ('none' if biased != with_params else train), rk
 
 
+LONGEST = object()      # fit_advice's candidate: the longest --train last:N that fits
+
+
+def longest_last(n_ops, planned, limit):
+    """'last:N' for the largest N (of n_ops - 1) whose plan fits, bisected: a plan grows
+    with the ops it trains (an unrolled GRU of 395 ops had fit_advice plan every N from
+    the top, 2 s each: prepare --board pico ran half an hour), or None.  planned(train)
+    -> total, (total, its limit), or None when that trains nothing (too few ops)."""
+    lo, hi, best = 1, n_ops - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        try:
+            est = planned('last:%d' % mid)
+        except ValueError:
+            est = None
+        est, lim = est if isinstance(est, tuple) else (est, limit)
+        if est is not None and est <= (limit if lim is None else lim):
+            best, lo = mid, mid + 1
+        elif est is None:
+            lo = mid + 1        # (trains nothing: more ops)
+        else:
+            hi = mid - 1
+    return None if best is None else 'last:%d' % best
+
+
 def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
     """What would fit in `limit`: the planner's figure for cheaper settings, every memory
     option considered: batch 1, SGD, --stream, the frozen-prefix cache made by the board
@@ -1079,9 +1104,8 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             rk.update({i: r for i in with_params if rk.get(i, 0) != 1})
             cands.append((cheap, train, rk, c, backend))
         cands.append((cheap,) + biases_only(train, ranks, with_params, biased) + (c, backend))
-    for c in (cache, 'host'):
-        for n in range(len(g.ops) - 1, 0, -1):
-            cands.append((cheap, 'last:%d' % n, {}, c, backend))
+    for c in (cache, 'host'):       # (the longest last:N that fits: LONGEST, bisected)
+        cands.append((cheap, LONGEST, {}, c, backend))
     # then, when nothing fits on this firmware, one whose code takes less heap: what
     # trains as chosen, and the cheapest ways (the prefix cached by prepare, biases only,
     # the last op only)
@@ -1097,6 +1121,10 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
             break
         s = dict(base)
         s.update(change)
+        if tr is LONGEST:
+            tr = longest_last(len(g.ops), lambda t: planned(t, rk, s, c, b), limit)
+            if tr is None:
+                continue
         new = {k for k, v in change.items() if base.get(k) != v}      # what the user changes
         desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
                         + ['--momentum 0'] * ('momentum' in new and s['optimizer'] == 'sgd')

@@ -3010,6 +3010,7 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
     biases alone (momentum's velocities: one a trained weight), the prefix cache, fewer
     layers trained (--train last:N over the model's ops)."""
     from ..graph.passes import RANK_NAMES
+    from ..plan.memory import LONGEST, longest_last
     ranks = ranks or None       # (prepare hands {} where no --ranks was given)
     cands = []
     if int(s['batch']) > 1:
@@ -3023,12 +3024,18 @@ def fit_advice(g: Graph, s: dict, train, cache, bands, board, limit, heap, ranks
     cheap = {'batch': 1, 'optimizer': 'sgd', 'momentum': 0.0}
     if not cache:
         cands.append((cheap, train, True, ranks))
-    for n in range(len(g.ops) - 1, 0, -1):
-        for c in sorted({bool(cache), True}):
-            cands.append((cheap, 'last:%d' % n, c, None))
+    for c in sorted({bool(cache), True}):      # (the longest last:N that fits, bisected)
+        cands.append((cheap, LONGEST, c, None))
     out, seen, deeper = [], set(), {}   # deeper: cache -> the plan of a longer last:N that fits
     for change, tr, c, rk in cands:
         s2 = dict(s, **change)
+        if tr is LONGEST:
+            def total(t, s2=s2, c=c):
+                m, _, h = planned(g, s2, t, c, bands, board, None)
+                return h['total'] if any(d.get('train') for d in m['layers']) else None
+            tr = longest_last(len(g.ops), total, limit)
+            if tr is None:
+                continue
         new = [k for k in change if (s.get(k) or 0) != change[k]]
         desc = ' '.join(['--batch 1'] * ('batch' in new) + ['--optimizer sgd'] * ('optimizer' in new)
                         + ['--momentum 0'] * ('momentum' in new and 'optimizer' not in new)

@@ -1724,3 +1724,33 @@ def test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates(tmp_path, build):
     piece = A(px * n)           # (ulab: the copy of dz the product is made from)
     assert need <= plan + piece + 8192, (need, plan)
     assert need >= A(n * n) * (2 if arrays == 'ulab' else 1) - 8192, need      # (what it holds)
+
+
+def test_advice_bisects_the_longest_last_n():
+    """fit_advice finds the longest --train last:N that fits by bisection: it planned
+    every N from the top (an ONNX GRU unrolled into 395 ops, 2 s a plan: prepare --board
+    pico ran past half an hour); a plan that trains nothing (too few ops) asks for more."""
+    from types import SimpleNamespace
+    from host_tools.plan.memory import fit_advice, longest_last
+    calls = []
+
+    def cost(t):
+        n = int(t.split(':')[1])
+        calls.append(n)
+        return None if n < 5 else 1000 * n
+
+    assert longest_last(400, cost, 123456) == 'last:123' and len(calls) <= 10
+    calls.clear()
+    assert longest_last(400, cost, 4000) is None and len(calls) <= 10
+    g = SimpleNamespace(ops=[SimpleNamespace(name='NONE_SUCH', inputs=[], outputs=[])] * 400)
+
+    def planned(tr, rk, s, cache, backend):
+        calls.append(tr)
+        return 1000 * int(tr.split(':')[1]) + 500 * (cache != 'host') \
+            if isinstance(tr, str) and tr.startswith('last:') else 10 ** 9
+    calls.clear()
+    heap = {'total': 10 ** 9, 'parts': {'code': 1, 'interpreter': 1}}
+    text = fit_advice(g, {'batch': 1, 'optimizer': 'sgd', 'stream': True, 'cache': False},
+                      [0], {}, 'fallback', 150000, heap, planned)
+    assert '--train last:149 ' in text and '--train last:150 --cache-on-host' in text, text
+    assert len(calls) < 60, len(calls)
