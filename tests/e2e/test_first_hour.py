@@ -386,7 +386,8 @@ def test_float_model_trained_as_int8_is_reckoned_at_its_int8_size_in_flash(tmp_p
 
 def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypatch):
     """prepare --board checks the board's file system: float samples that overflow it are
-    refused naming --dtype uint8, which then fits; 8-bit samples that overflow it are
+    stored as uint8 where no --dtype is given (said), refused naming --dtype uint8 where
+    --dtype float32 is; 8-bit samples that overflow it are
     refused naming how many fit (and that many do) and boards with more flash, never
     --dtype uint8; deploy's check says the same of a prepared folder."""
     from host_tools.boards import board as bd
@@ -394,8 +395,11 @@ def test_prepare_refuses_samples_the_boards_flash_cannot_hold(tmp_path, monkeypa
     kw = dict(loss='scce', epochs=1, board='rp2040', int8=False, log=lambda *a: None)
     model, data = _wide_mlp(tmp_path, 2000)          # 2 MB as float32, 0.5 MB as uint8
     with pytest.raises(PrepareError, match=r'1408K file system of rp2040; --dtype uint8 stores'):
-        prepare(model, str(tmp_path / 'f'), data=data, **kw)
+        prepare(model, str(tmp_path / 'f'), data=data, dtype='float32', **kw)
     assert not os.path.exists(tmp_path / 'f')        # refused before anything was written
+    said = []
+    s = prepare(model, str(tmp_path / 'u'), data=data, **dict(kw, log=said.append))
+    assert s['dtype'] == 'uint8' and any('stored as uint8' in m for m in said), said
     prepare(model, str(tmp_path / 'u'), data=data, dtype='uint8', **kw)
     model, data = _wide_mlp(tmp_path, 7000)          # 1.8 MB as uint8
     for dtype in ('uint8', 'int8'):
