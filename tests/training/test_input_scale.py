@@ -217,7 +217,8 @@ def test_int8_codes_given_as_samples_are_told_apart(tmp_path):
     outside the input's range), and the warning said to divide x by a unit's factor (29.5
     for a held-out 2-branch MLP): 70% accuracy where the codes dequantized give 82%.  The
     warning now says they look like the input's codes and gives the real values' formula,
-    which, applied, leaves nothing to warn of."""
+    which, applied, leaves nothing to warn of; evaluate, which scored the codes silently,
+    says the same."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
     from kerasgraphs import build_int8_unary
     rng = np.random.default_rng(6)
@@ -237,3 +238,7 @@ def test_int8_codes_given_as_samples_are_told_apart(tmp_path):
         if warned:
             assert "x looks like that input's int8 codes" in said[0], said
             assert '(x - (-24)) * 0.0418' in said[0] and 'give x /' not in said[0], said
+        # evaluate read them as silently (it scored the codes as real values): it warns too
+        from host_tools.prepare.infer import evaluate
+        r = evaluate(model, os.fspath(tmp_path / f'{name}.npz'))
+        assert ("x looks like that input's int8 codes" in (r.get('warning') or '')) == warned, r
