@@ -475,6 +475,8 @@ def cmd_evaluate(a):
     with image_pixels(a.model, a.data, lambda m: print(m, file=sys.stderr)):
         r = evaluate(a.model, a.data, nchw=a.nchw, metric=a.metric, label=a.label,
                      size=_pixels(a.size), limit=a.limit, output=a.output)
+    if r.get('warning'):
+        print(r['warning'], file=sys.stderr)
     print(f'{a.model} on {a.data}: {describe(r)}')
     return 0
 

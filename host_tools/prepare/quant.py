@@ -177,6 +177,15 @@ def input_range_warning(g: Graph, data, x) -> str | None:
                 f'raw 0..255 pixels), give x * {far:.3g}')
     if frac <= 0.01:
         return None
+    if -128 <= x.min() < 0 and x.max() <= 127 and np.all(x == np.round(x)):
+        # issue 28: the int8 codes the model's int8 input takes (what TFLite's interpreter
+        # is given for an int8-input file), read here as real values: the way back is the
+        # input's own scale, not a unit's factor
+        return (f'warning: {data}: {frac:.0%} of the input values lie outside {lo:.4g} to '
+                f'{hi:.4g}, what {g.path}\'s int8 input holds (scale {s:.4g}, zero point {z}), '
+                'and all are integers in -128..127: x looks like that input\'s int8 codes, '
+                'which utrain reads as real values (it quantizes them itself); give the real '
+                f'values, (x - ({z})) * {s:.6g}')
     far = max(x.max() / hi if hi > 0 else 0.0, x.min() / lo if lo < 0 else 0.0)
     if x.min() >= 0 and x.max() <= 255 and np.all(x == np.round(x)):
         far = 255 / hi          # bytes (pixels) for a model of inputs up to hi
