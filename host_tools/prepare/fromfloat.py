@@ -508,18 +508,8 @@ def _one_range_a_body_tensor(ranges: dict, og: Graph = None) -> None:
     only (input scale x weight scale).  A Keras GRU's first step folds its zero state
     away, so its second step reads h as mul_2/t0, the later steps as add_4/tN: two body
     tensors, two scales, the shared bias 1.03x off at one (TFLite's bias-scale check)."""
-    from ..graph.loops import body_name
-    up = {}
-
-    def find(a):
-        while up.get(a, a) != a:
-            a = up[a]
-        return a
-
-    def join(a, b):
-        a, b = find(a), find(b)
-        if a != b:
-            up[a] = b
+    from ..graph.loops import body_name, union_find
+    find, join = union_find()
     for n in ranges:
         if (b := body_name(n)):
             join(n, ('body', b))
