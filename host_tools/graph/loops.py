@@ -172,6 +172,23 @@ def body_name(name: str):
     return m.group(1) if m else None
 
 
+def union_find():
+    """(find, join) over hashable keys: the classes that share one scale (a body
+    tensor's steps, a loop value's sides)."""
+    up = {}
+
+    def find(a):
+        while up.get(a, a) != a:
+            a = up[a]
+        return a
+
+    def join(a, b):
+        a, b = find(a), find(b)
+        if a != b:
+            up[a] = b
+    return find, join
+
+
 def _in_order(g: Graph) -> None:
     """g.ops reordered so that each op comes after the ops that make its inputs, the
     file's order kept where it holds: a step's slice of the sequence that a later

@@ -285,7 +285,7 @@ def recalibrate(og, ranges, trained) -> int:
         bf = trained.get(b.name)
         if bf is None:
             bf = b.data.astype(np.float64) * np.asarray(old[b.index]['scale'], np.float64)
-        sb = x.quant['scale'][0] * (sw if per else np.full(len(b.data.reshape(-1)), sw[0]))
+        sb = x.quant['scale'][0] * sw      # (per tensor: one scale, as the weight's)
         b.quant = dict(b.quant, scale=[float(v) for v in sb], zero_point=[0] * len(sb))
         b.data = np.round(np.asarray(bf, np.float64).reshape(-1) / sb).astype(np.int32).reshape(b.shape)
     return changed

@@ -422,7 +422,7 @@ def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
         if src in ranges:
             ranges[k] = ranges[src]
     if steps:
-        _one_range_a_body_tensor(ranges)
+        _one_range_a_body_tensor(ranges, og)
     _requantize_clips(og, ranges)
     for t in og.tensors:                # a tensor no sample reached: no scale to give it
         if t.dtype == 'int8' and t.data is None and t.name not in ranges and not (
@@ -457,7 +457,7 @@ def calibrate(run_dir, g: Graph, x, more=None, steps=False) -> Graph:
         if len(op.inputs) <= bp or op.inputs[bp] < 0:
             continue        # (no bias: the int8 path gives it a zero one, quant.zero_bias)
         b = og.tensors[op.inputs[bp]]
-        b.quant = dict(b.quant, scale=[float(v) for v in sb])
+        b.quant = dict(b.quant, scale=[float(v) for v in sb], zero_point=[0] * len(sb))
         b.data = np.round(trained[b.name].astype(np.float64).reshape(-1) / sb.astype(np.float64)
                           ).astype(np.int32).reshape(b.shape)
     return og
@@ -501,18 +501,30 @@ def _states_at_their_steps_scale(og: Graph) -> None:
         x.data = q
 
 
-def _one_range_a_body_tensor(ranges: dict) -> None:
+def _one_range_a_body_tensor(ranges: dict, og: Graph = None) -> None:
     """ranges {name: (lo, hi)} of an unrolled loop's steps (NAME/tN) each the union of
-    its body tensor's steps."""
-    from ..graph.loops import body_name
-    step = {n: b for n in ranges if (b := body_name(n))}
+    its body tensor's steps, and (og: the int8 graph) of the activations the steps' ops
+    sharing one weight read: the one int32 bias they share is right at one input scale
+    only (input scale x weight scale).  A Keras GRU's first step folds its zero state
+    away, so its second step reads h as mul_2/t0, the later steps as add_4/tN: two body
+    tensors, two scales, the shared bias 1.03x off at one (TFLite's bias-scale check)."""
+    from ..graph.loops import body_name, union_find
+    find, join = union_find()
+    for n in ranges:
+        if (b := body_name(n)):
+            join(n, ('body', b))
+    first = {}
+    for op in (og.ops if og is not None else ()):
+        if op.name in WEIGHTED and len(op.inputs) > 1:
+            x = og.tensors[op.inputs[POSITIONS.get(op.name, (0, 1, 2))[0]]]
+            if x.data is None and x.name in ranges:
+                join(x.name, first.setdefault(op.inputs[1], x.name))
     span = {}
-    for n, body in step.items():
-        lo, hi = ranges[n]
-        a, b = span.get(body, (lo, hi))
-        span[body] = (min(a, lo), max(b, hi))
-    for n, body in step.items():
-        ranges[n] = span[body]
+    for n, (lo, hi) in ranges.items():
+        a, b = span.get(find(n), (lo, hi))
+        span[find(n)] = (min(a, lo), max(b, hi))
+    for n in list(ranges):
+        ranges[n] = span[find(n)]
 
 
 def _other_ranges(model_path, data, places, x, prepare, tmp, split=(0.0, 0)) -> dict:

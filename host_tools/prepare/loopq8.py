@@ -18,7 +18,7 @@ import numpy as np
 
 from ..formats.circle_io import (C, DTYPE_TO_TENSOR_TYPE, _aligned_buffer, quant_params, read_model,
                                  write_with_weights)
-from ..graph.loops import body_name
+from ..graph.loops import body_name, union_find
 from ..graph.qparams import quantize
 from .fromfloat import FIXED_OUT
 
@@ -70,17 +70,8 @@ def write_int8_loops(file_path, unrolled_path, out_path, identifier=None) -> int
         return got
 
     # loop values and byte-copying ops: one scale for all their tensors (union-find)
-    up, starts = {}, []
-
-    def find(a):
-        while up.get(a, a) != a:
-            a = up[a]
-        return a
-
-    def join(a, b):
-        a, b = find(a), find(b)
-        if a != b:
-            up[a] = b
+    starts = []
+    find, join = union_find()
     for si, g in subs.items():
         for op in g.ops:
             if op.name == 'WHILE':

@@ -669,7 +669,9 @@ def zero_bias(g: Graph, op, sx: float, sw: list, fb=None) -> int:
     int32 at that scale, as TFLite's converter quantizes a bias."""
     w = g.tensors[op.inputs[1]]
     n = int(w.shape[0] if op.name != 'DEPTHWISE_CONV_2D' else w.shape[-1])
-    scale = [sx * s for s in (sw if len(sw) == n else sw * n)]
+    # (a per-tensor weight's bias: one scale, as TFLite's converter writes it; XNNPack
+    # refuses an FC whose bias has a scale a channel and its weight one)
+    scale = [sx * s for s in sw]
     name = f'{w.name}/zero_bias' if fb is None else f'{fb.name}/int32'
     data = np.zeros(n, np.int32)
     if fb is not None:
@@ -684,7 +686,7 @@ def zero_bias(g: Graph, op, sx: float, sw: list, fb=None) -> int:
     if k is None:
         k = len(g.tensors)
         g.tensors.append(Tensor(k, name, [n], 'int32', data, -1,
-                                {'scale': scale, 'zero_point': [0] * n,
+                                {'scale': scale, 'zero_point': [0] * len(scale),
                                  'quantized_dimension': 0}))
     if len(op.inputs) < 3:
         op.inputs.append(k)
@@ -2667,11 +2669,6 @@ def export(model_path, wof_path, out_path, train='last:1', run=None, output=None
     _ends_back(g, g0)
     if join_groups(g)[1]:               # (a grouped convolution as the file has it)
         compact(g)
-    for t in g.tensors:     # (one zero point a scale: TFLite refuses a file with an FC's
-        q = t.quant         # bias at one scale and a zero point per channel)
-        if q and q.get('scale') and len(q.get('zero_point') or ()) != len(q['scale']) and \
-                len(set(q.get('zero_point') or [0])) == 1:
-            t.quant = dict(q, zero_point=[(q.get('zero_point') or [0])[0]] * len(q['scale']))
     g.identifier = out_identifier(out_path, g.identifier)
     return save_graph(g, out_path)
 

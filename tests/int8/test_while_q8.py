@@ -241,3 +241,44 @@ def test_int8_version_of_a_gru_reads_the_zero_state_at_its_steps_scale(tmp_path,
     got = _int8_outputs(unrolled, x.reshape(len(x), -1))
     ref = forward(x.astype(np.float64)).reshape(len(x), -1)
     assert np.mean(np.abs(got - ref)) < 0.06, np.mean(np.abs(got - ref))
+
+
+@pytest.mark.parametrize('kw', [{}, {'cell': 'rnn'}, {'fc_bias': True}, {'fc_bias': True, 'seq': True},
+                                {'bi': True}],
+                         ids=['lstm', 'simple-rnn', 'gru-like', 'gru-like-sequences', 'bidirectional'])
+def test_int8_loop_biases_are_at_input_times_weight_scale(tmp_path, kw):
+    """The int8 model prepare --int8 calibrates from a WHILE file (unrolled) and the
+    file export --quantized writes of it: every FULLY_CONNECTED's int32 bias has the
+    scales of its weight (one for a per-tensor weight, as TFLite's converter writes it;
+    the zero bias the int8 path gives Keras's cell FCs had one a channel, which XNNPack,
+    the TFLite interpreter's default, refuses: 'failed to delegate FULLY_CONNECTED'),
+    one zero point a scale (the bias had one scale and a zero point a channel), and its
+    scale is input scale x weight scale within TFLite's 1e-6 (the steps sharing one bias
+    read h at two scales: a Keras GRU's second step reads the first's output, another body
+    tensor than the later steps' h, 1.03x off)."""
+    from host_tools.prepare.quant import export as export_int8
+    import json
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3, **kw)
+    data, x = _data(tmp_path, forward)
+    d = str(tmp_path / 'run')
+    prepare(src, d, data=data, epochs=1, int8=True, log=lambda *a: None)
+    with open(os.path.join(d, 'prepare.json')) as fh:
+        s = json.load(fh)
+    unrolled = str(tmp_path / 'u.tflite')
+    export_int8(os.path.join(d, 'int8.circle'), os.path.join(d, 'weights.wof'), unrolled, 'all',
+                s, None, calibrated=True)
+    bad, n = [], 0
+    for path in (os.path.join(d, 'int8.circle'), unrolled):
+        g = read_model(path)
+        for op in g.ops:
+            if op.name != 'FULLY_CONNECTED' or len(op.inputs) < 3 or op.inputs[2] < 0:
+                continue
+            xq, wq, bq = (g.tensors[op.inputs[i]].quant for i in range(3))
+            want = np.float32(xq['scale'][0]) * np.float32(wq['scale'])
+            sb = np.asarray(bq['scale'], np.float32)
+            n += 1
+            if len(sb) != len(want) or len(bq['zero_point']) != len(sb) or \
+                    np.abs(sb - want).max() > 1e-6 * want.min():
+                bad.append((os.path.basename(path), op.number, g.tensors[op.inputs[2]].name,
+                            len(sb), len(want), len(bq['zero_point']), float((sb / want).max())))
+    assert n >= 2 * T and not bad, bad
