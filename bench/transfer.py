@@ -283,7 +283,16 @@ def cnn1d_circle():
     max pool 1x2, conv 1x5 8->16 -BN-ReLU, max pool 1x2, conv 1x3 16->32 -BN-ReLU, max
     pool 1x2, conv 1x3 32->32 -BN-ReLU, global average, Linear(32, 8); pre-trained on
     the shapes 0-4 of bench/series_data.py (seed 100; seeded, cached)."""
-    path = os.path.join(TMP, 'cnn1d-%d.circle' % series_data.L)
+    return _series_net('cnn1d', lambda nn: sum(
+        [_cbr_1xk(nn, i, o, k) + [nn.MaxPool2d((1, 2))] for i, o, k in ((1, 8, 7), (8, 16, 5),
+                                                                     (16, 32, 3))], [])
+        + _cbr_1xk(nn, 32, 32, 3))
+
+
+def _series_net(name, body):
+    """The series net name whose layers before the global average are body(nn),
+    pre-trained on the shapes 0-4 of bench/series_data.py (seed 100; seeded, cached)."""
+    path = os.path.join(TMP, '%s-%d.circle' % (name, series_data.L))
     if os.path.exists(path):
         return path
     import torch
@@ -293,10 +302,8 @@ def cnn1d_circle():
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    body = [_cbr_1xk(nn, i, o, k) + [nn.MaxPool2d((1, 2))] for i, o, k in ((1, 8, 7), (8, 16, 5),
-                                                                        (16, 32, 3))]
-    m = nn.Sequential(*sum(body, []), *_cbr_1xk(nn, 32, 32, 3), nn.AdaptiveAvgPool2d(1),
-                      nn.Flatten(), nn.Linear(32, len(series_data.CLASSES)))
+    m = nn.Sequential(*body(nn), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(32, len(series_data.CLASSES)))
     x, y = series_data.generate(IMU_N, 100)
     L = series_data.L
     return _convert(make_tico.pretrain(m, x, y, epochs=12, classes=series_data.PRETRAIN,
@@ -494,25 +501,10 @@ def dw1d_circle():
     1x5 -BN-ReLU, pointwise 8->16 -BN-ReLU], max pool 1x2, [depthwise 1x3 -BN-ReLU,
     pointwise 16->32 -BN-ReLU], max pool 1x2, global average, Linear(32, 8); pre-trained
     on the shapes 0-4 as cnn1d_circle (seeded, cached)."""
-    path = os.path.join(TMP, 'dw1d-%d.circle' % series_data.L)
-    if os.path.exists(path):
-        return path
-    import torch
-    import torch.nn as nn
-    sys.path.insert(0, DIGITS)
-    import make_tico
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    pool = nn.MaxPool2d((1, 2))
-    m = nn.Sequential(*_cbr_1xk(nn, 1, 8, 7), pool, *_cbr_1xk(nn, 8, 8, 5, 8),
-                      *_cbr_1xk(nn, 8, 16, 1), nn.MaxPool2d((1, 2)),
-                      *_cbr_1xk(nn, 16, 16, 3, 16), *_cbr_1xk(nn, 16, 32, 1),
-                      nn.MaxPool2d((1, 2)), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                      nn.Linear(32, len(series_data.CLASSES)))
-    x, y = series_data.generate(IMU_N, 100)
-    L = series_data.L
-    return _convert(make_tico.pretrain(m, x, y, epochs=12, classes=series_data.PRETRAIN,
-                                       shape=(1, 1, L)), (1, 1, 1, L), path)
+    return _series_net('dw1d', lambda nn: _cbr_1xk(nn, 1, 8, 7) + [nn.MaxPool2d((1, 2))]
+                       + _cbr_1xk(nn, 8, 8, 5, 8) + _cbr_1xk(nn, 8, 16, 1)
+                       + [nn.MaxPool2d((1, 2))] + _cbr_1xk(nn, 16, 16, 3, 16)
+                       + _cbr_1xk(nn, 16, 32, 1) + [nn.MaxPool2d((1, 2))])
 
 
 SSEQ = 16           # the series GRU's steps (series_data.L = 128: 8 samples a step)
