@@ -25,6 +25,14 @@ Models the selections were not tuned on (issue 28; TUNED names the three above):
   cnn1d     a one-channel Conv1D sensor net (plain conv-BN-ReLU 1x7, 1x5, 1x3, 1x3 over
             [1, 1, 128], max pools, global average, FC), no depthwise; pre-trained on the
             synthetic shapes 0-4 of bench/series_data.py (cylinder, bell, funnel, bump, burst)
+Held out from every rule up to session 22 (issue 28; the split's reported half):
+  resmlp    a residual MLP on the digits (64-48, two residual blocks 48-48-48, FC 10);
+            digits 0-5; the digit tasks
+  dw1d      a depthwise-separable 1-D net over cnn1d's series (conv 1x7, two blocks of
+            depthwise 1x5 / 1x3 + pointwise with BatchNorm, global average, FC 8);
+            shapes 0-4; cnn1d's tasks (new-classes, gunpoint)
+  sgru      a GRU (hidden 24) over cnn1d's series as 16 steps of 8 samples, its final
+            state -> FC 8; shapes 0-4; cnn1d's tasks
 Made outside the project (not in the default --models; --heldout DIR holds the files):
   sensor1d  a Keras 3 1-D sensor net (SAME/VALID 1xk convs, a residual ADD, global avg +
             max pooled and concatenated, an FC without bias, softmax) and its 400 samples
@@ -275,7 +283,16 @@ def cnn1d_circle():
     max pool 1x2, conv 1x5 8->16 -BN-ReLU, max pool 1x2, conv 1x3 16->32 -BN-ReLU, max
     pool 1x2, conv 1x3 32->32 -BN-ReLU, global average, Linear(32, 8); pre-trained on
     the shapes 0-4 of bench/series_data.py (seed 100; seeded, cached)."""
-    path = os.path.join(TMP, 'cnn1d-%d.circle' % series_data.L)
+    return _series_net('cnn1d', lambda nn: sum(
+        [_cbr_1xk(nn, i, o, k) + [nn.MaxPool2d((1, 2))] for i, o, k in ((1, 8, 7), (8, 16, 5),
+                                                                     (16, 32, 3))], [])
+        + _cbr_1xk(nn, 32, 32, 3))
+
+
+def _series_net(name, body):
+    """The series net name whose layers before the global average are body(nn),
+    pre-trained on the shapes 0-4 of bench/series_data.py (seed 100; seeded, cached)."""
+    path = os.path.join(TMP, '%s-%d.circle' % (name, series_data.L))
     if os.path.exists(path):
         return path
     import torch
@@ -285,10 +302,8 @@ def cnn1d_circle():
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    body = [_cbr_1xk(nn, i, o, k) + [nn.MaxPool2d((1, 2))] for i, o, k in ((1, 8, 7), (8, 16, 5),
-                                                                        (16, 32, 3))]
-    m = nn.Sequential(*sum(body, []), *_cbr_1xk(nn, 32, 32, 3), nn.AdaptiveAvgPool2d(1),
-                      nn.Flatten(), nn.Linear(32, len(series_data.CLASSES)))
+    m = nn.Sequential(*body(nn), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(32, len(series_data.CLASSES)))
     x, y = series_data.generate(IMU_N, 100)
     L = series_data.L
     return _convert(make_tico.pretrain(m, x, y, epochs=12, classes=series_data.PRETRAIN,
@@ -452,6 +467,87 @@ def tcn_circle():
     return _convert(m, (1, 6, 1, imu_data.L), path)
 
 
+def resmlp_circle():
+    """A residual MLP on the digits (issue 28, session 22: held out from every rule so
+    far): Linear 64->48 -ReLU, [Linear 48->48 -ReLU, Linear 48->48, + the block's input,
+    ReLU] twice, Linear(48, 10); pre-trained on the digits 0-5 (seeded, cached)."""
+    path = os.path.join(TMP, 'resmlp.circle')
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+
+    class Res(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(c, c), nn.ReLU(), nn.Linear(c, c))
+
+        def forward(self, x):
+            return torch.relu(x + self.body(x))
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = nn.Sequential(nn.Flatten(), nn.Linear(64, 48), nn.ReLU(), Res(48), Res(48),
+                      nn.Linear(48, 10))
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    m = make_tico.pretrain(m, z['x'].astype(np.float32), z['y'].astype(np.int64), epochs=12)
+    return _convert(m, (1, 1, 8, 8), path)
+
+
+def dw1d_circle():
+    """A depthwise-separable 1-D sensor net over one channel of series_data.L steps
+    (issue 28, session 22: held out): conv 1x7 1->8 -BN-ReLU, max pool 1x2, [depthwise
+    1x5 -BN-ReLU, pointwise 8->16 -BN-ReLU], max pool 1x2, [depthwise 1x3 -BN-ReLU,
+    pointwise 16->32 -BN-ReLU], max pool 1x2, global average, Linear(32, 8); pre-trained
+    on the shapes 0-4 as cnn1d_circle (seeded, cached)."""
+    return _series_net('dw1d', lambda nn: _cbr_1xk(nn, 1, 8, 7) + [nn.MaxPool2d((1, 2))]
+                       + _cbr_1xk(nn, 8, 8, 5, 8) + _cbr_1xk(nn, 8, 16, 1)
+                       + [nn.MaxPool2d((1, 2))] + _cbr_1xk(nn, 16, 16, 3, 16)
+                       + _cbr_1xk(nn, 16, 32, 1) + [nn.MaxPool2d((1, 2))])
+
+
+SSEQ = 16           # the series GRU's steps (series_data.L = 128: 8 samples a step)
+
+
+def sgru_circle():
+    """A GRU over one-channel series (issue 28, session 22: held out): the series as
+    SSEQ steps of L / SSEQ samples, GRU hidden 24, its final state -> Linear(24, 8);
+    pre-trained on the shapes 0-4 as cnn1d_circle (seeded, cached)."""
+    path = os.path.join(TMP, 'sgru-%d.circle' % SSEQ)
+    if os.path.exists(path):
+        return path
+    import torch
+    import torch.nn as nn
+    sys.path.insert(0, DIGITS)
+    import make_tico
+    f = series_data.L // SSEQ
+
+    class GRUNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.GRU(f, 24, batch_first=True)
+            self.fc = nn.Linear(24, len(series_data.CLASSES))
+
+        def forward(self, x):
+            return self.fc(self.rnn(x)[1][0])
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    x, y = series_data.generate(IMU_N, 100)
+    m = make_tico.pretrain(GRUNet(), x.reshape(len(x), SSEQ, f), y, epochs=12,
+                           classes=series_data.PRETRAIN, shape=(SSEQ, f))
+    return _convert(m, (1, SSEQ, f), path)
+
+
+def series_seq_task_data(name, n):
+    """series_task_data's series as the GRU's sequences [SSEQ, L / SSEQ]."""
+    path, split = series_task_data(name, n)
+    z = np.load(path)
+    seq = path[:-4] + '-sseq.npz'
+    savez(seq, x=np.ascontiguousarray(z['x'].reshape(len(z['x']), SSEQ, -1)), y=z['y'])
+    return seq, split
+
+
 def imu_flat_task_data(name, n):
     """imu_task_data's windows flattened to [6 * L] (the MLP's input)."""
     path, split = imu_task_data(name, n)
@@ -535,6 +631,10 @@ MODELS = {
     'cnn1d': (cnn1d_circle, series_task_data, ('new-classes', 'gunpoint')),
     # not tuned on by session 21's tie rule either (added after it was set)
     'tcn': (tcn_circle, imu_task_data, ('new-classes', 'placement', 'noisy', 'basic-motions')),
+    # held out from every rule up to session 22's (issue 28: the split's reported half)
+    'resmlp': (resmlp_circle, task_data, DIGIT_TASKS),
+    'dw1d': (dw1d_circle, series_task_data, ('new-classes', 'gunpoint')),
+    'sgru': (sgru_circle, series_seq_task_data, ('new-classes', 'gunpoint')),
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),
