@@ -1044,6 +1044,8 @@ def dequantized_instead(call, refusal, float32=False):
         advice = [a.strip() for a in str(refusal).split('\n')[2:] if a.strip()]
         log(f'{call["model_path"]}: trains in float32 after all: as int8 it '
             + first.split('training as int8 ', 1)[-1].rstrip('.')
+            + ''.join(f'; {a[len("most of it: "):]}' for a in advice
+                      if a.startswith('most of it'))
             + ''.join(f'; int8 {a}' for a in advice if a.startswith('would fit'))
             + ' (--int8 with those options trains it as int8)')
         return summary

@@ -3115,6 +3115,28 @@ def inspect_lines(g: Graph) -> list:
     return out
 
 
+def per_layer_cost(g: Graph, m, heap) -> list:
+    """['  most of it: ...'] where the int8 net's per-layer parts (q8.json's parsed table and
+    the layer objects: a dict and an object a layer, whatever its size) are the largest
+    share of the plan beside the code, naming the layer count and, where a WHILE loop was
+    unrolled (its steps' layers share the loop's op number), the loop: issue 28's Keras
+    GRU(6) over 8 steps is 160 int8 layers, 60 + 56 KB of a 311 KB plan (a measured need of
+    265 KB on the 32-bit unix build: not a planner error), where the float run's flat model
+    is 25 KB.  Else []."""
+    parts, ls = heap['parts'], m['layers']
+    per = sum(v for k, v in parts.items() if k.startswith(('layer table', 'layer objects')))
+    rest = max([v for k, v in parts.items() if not k.startswith(
+        ('layer table', 'layer objects', 'code', 'interpreter'))] or [0])
+    if per < 16384 or per <= rest:
+        return []
+    nums = [g.ops[d['op']].number for d in ls if 0 <= d.get('op', -1) < len(g.ops)]
+    steps = max([nums.count(n) for n in set(nums)] or [0])
+    loop = (' (a loop unrolled: %d of them are the steps of one op of the file, each '
+            'step\'s ops layers of their own)' % steps) if steps >= 8 else ''
+    return [f'  most of it: {len(ls)} int8 layers{loop}, their table and layer objects '
+            f'{per // 1024} KB (a dict and an object a layer, whatever its size)']
+
+
 def fit_options(g: Graph, model_path, s, train, cache, bands, board, limit, heap, given, log,
                 ranks=None):
     """prepare.fit_options for an int8 run: the options the user left to prepare (given:
@@ -3283,7 +3305,8 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
                                                      advice)
         e = HeapRefusal(short or '\n'.join(
             [f'{model_path}: training as int8 needs about {heap["total"] // 1024} KB of heap, '
-             f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}'] + advice))
+             f'the budget is {lim // 1024} KB{why_limit}.', f'  planned: {parts}']
+            + per_layer_cost(g, m, heap) + advice))
         e.int8_fits = any(a.startswith('  would fit') for a in advice)
         raise e
     # the samples as int8 at the model input's scale and zero point, beside the int8
