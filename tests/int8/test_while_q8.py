@@ -215,6 +215,23 @@ def test_int8_run_of_an_unrolled_lstm_exports_quantized(tmp_path):
     assert np.abs(got - ref).max() <= 2 * step
 
 
+def _unrolled_int8(tmp_path, **kw):
+    """(run folder, the unrolled int8 file quant.export writes of it, samples, the float
+    forward) of build_keras_while_lstm(**kw) prepared --int8 and trained one epoch."""
+    from host_tools.prepare.quant import export as export_int8
+    import json
+    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3, **kw)
+    data, x = _data(tmp_path, forward)
+    d = str(tmp_path / 'run')
+    prepare(src, d, data=data, epochs=1, int8=True, log=lambda *a: None)
+    with open(os.path.join(d, 'prepare.json')) as fh:
+        s = json.load(fh)
+    unrolled = str(tmp_path / 'u.tflite')
+    export_int8(os.path.join(d, 'int8.circle'), os.path.join(d, 'weights.wof'), unrolled, 'all',
+                s, None, calibrated=True)
+    return d, unrolled, x, forward
+
+
 @pytest.mark.parametrize('kw', [{}, {'seq': True}, {'bi': True}],
                          ids=['last', 'sequences', 'bidirectional'])
 def test_int8_version_of_a_gru_reads_the_zero_state_at_its_steps_scale(tmp_path, kw):
@@ -226,18 +243,8 @@ def test_int8_version_of_a_gru_reads_the_zero_state_at_its_steps_scale(tmp_path,
     model was 0.13 (last step), 0.63 (sequences), 0.12 (bidirectional) mean off the float
     logits, where an LSTM's without that bias is 0.02-0.04.  Now the constant takes h's
     scale: within 0.06."""
-    from host_tools.prepare.quant import export as export_int8
     from host_tools.prepare.exportcheck import _int8_outputs
-    import json
-    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3, fc_bias=True, **kw)
-    data, x = _data(tmp_path, forward)
-    d = str(tmp_path / 'run')
-    prepare(src, d, data=data, epochs=1, int8=True, log=lambda *a: None)
-    with open(os.path.join(d, 'prepare.json')) as fh:
-        s = json.load(fh)
-    unrolled = str(tmp_path / 'u.tflite')
-    export_int8(os.path.join(d, 'int8.circle'), os.path.join(d, 'weights.wof'), unrolled, 'all',
-                s, None, calibrated=True)
+    _, unrolled, x, forward = _unrolled_int8(tmp_path, fc_bias=True, **kw)
     got = _int8_outputs(unrolled, x.reshape(len(x), -1))
     ref = forward(x.astype(np.float64)).reshape(len(x), -1)
     assert np.mean(np.abs(got - ref)) < 0.06, np.mean(np.abs(got - ref))
@@ -256,17 +263,7 @@ def test_int8_loop_biases_are_at_input_times_weight_scale(tmp_path, kw):
     scale is input scale x weight scale within TFLite's 1e-6 (the steps sharing one bias
     read h at two scales: a Keras GRU's second step reads the first's output, another body
     tensor than the later steps' h, 1.03x off)."""
-    from host_tools.prepare.quant import export as export_int8
-    import json
-    src, forward = build_keras_while_lstm(tmp_path / 'w.tflite', T=T, O=3, **kw)
-    data, x = _data(tmp_path, forward)
-    d = str(tmp_path / 'run')
-    prepare(src, d, data=data, epochs=1, int8=True, log=lambda *a: None)
-    with open(os.path.join(d, 'prepare.json')) as fh:
-        s = json.load(fh)
-    unrolled = str(tmp_path / 'u.tflite')
-    export_int8(os.path.join(d, 'int8.circle'), os.path.join(d, 'weights.wof'), unrolled, 'all',
-                s, None, calibrated=True)
+    d, unrolled, _, _ = _unrolled_int8(tmp_path, **kw)
     bad, n = [], 0
     for path in (os.path.join(d, 'int8.circle'), unrolled):
         g = read_model(path)
