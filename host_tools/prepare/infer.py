@@ -790,7 +790,7 @@ def image_pixels(model, data, log=None):
     return ds.pixels_as(data, scale, offset)
 
 
-def _scored_pixels(model, data, shape, most=240):
+def _scored_pixels(model, data, shape, most=120):
     """(scale, offset, why) of _PIXEL_RANGES at which model scores the image folder data
     best (up to `most` images, spread over the classes), by a margin of 3 standard
     errors and 5 points of accuracy (a classifier; else a third less MAE) over 0..1."""
