@@ -118,7 +118,8 @@ def oom(e, at):
         print('utrain: interrupted before training started; nothing was written')
         return 'interrupted'
     # whatever is on flash is the last good state: saves are atomic and none ran now
-    at = 'at epoch %d sample %d' % (at[0] + 1, at[1] + 1) if at else (
+    at = ('after epoch %d (its evaluation, save or log)' % at[0] if at[2] else
+          'at epoch %d sample %d' % (at[0] + 1, at[1] + 1)) if at else (
         e.args[0] if e.args and str(e.args[0])[:3] == 'in ' else 'loading the model')
     free = heap()
     used = getattr(gc, 'mem_alloc', heap)()

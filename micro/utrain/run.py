@@ -354,7 +354,10 @@ def start(cfg_path='train.json'):
         if 'code' in STATE:
             raise                 # loading the code: train.py says so
         tr = STATE.pop('tr', None)   # dropped before loading what says so
-        at = tr and (tr.epoch, tr.pos)
+        # (an epoch trained whose end, its evaluation, save or log, had not finished: after
+        # it, not 'at epoch N+1 sample 1')
+        S = STATE.get('s') or {}
+        at = tr and (tr.epoch, tr.pos, S.get('ended', tr.epoch) != tr.epoch and not tr.pos)
         tr = None
         gc.collect()
         why = aux('once', 'oom', e, at)

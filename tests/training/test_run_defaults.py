@@ -138,3 +138,30 @@ def test_board_stores_samples_as_uint8_where_float32_overflows(tmp_path):
     assert np.array_equal(xs, x.reshape(len(x), -1))      # (exact, in the data's order)
     with pytest.raises(PrepareError, match='--dtype uint8 stores the samples in a quarter'):
         prepare(model, str(tmp_path / 'f32'), dtype='float32', log=lambda *a: None, **kw)
+
+
+def test_out_of_memory_in_an_epochs_end_says_after_that_epoch(tmp_path, capsys, monkeypatch):
+    """A run out of memory in the save after its one epoch said 'out of memory at epoch 2
+    sample 1' (the position after the epoch counter moved on); now 'after epoch 1'."""
+    import importlib
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((24, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=x[:, :O].argmax(axis=1))
+    d = tmp_path / 'run'
+    prepare(_mlp(tmp_path / 'm.tflite'), str(d), data=str(tmp_path / 'd.npz'),
+            test_split=0.25, loss='scce', from_logits=True, epochs=1, log=lambda *a: None)
+    sys.path.insert(0, os.path.join(ROOT, 'micro'))
+    run = importlib.import_module('utrain.run')
+    ends = []
+    monkeypatch.setattr(run, 'end', ends.append)
+
+    keep = run.save_best
+
+    def full(tr, *a):       # (the save of the weights before training goes through)
+        if tr.epoch:
+            raise MemoryError('memory allocation failed')
+        return keep(tr, *a)
+    monkeypatch.setattr(run, 'save_best', full)
+    monkeypatch.chdir(d)
+    run.start('train.json')
+    assert ends and ends[0].startswith('out of memory after epoch 1'), (ends, capsys.readouterr().out)
