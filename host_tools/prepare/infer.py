@@ -753,6 +753,49 @@ def describe(r) -> str:
         + (f'; output {r["output"]!r}' if r.get('output') else '') + ']'
 
 
+# a float model rescales raw 0..255 pixels itself where its input meets a multiplier of
+# 1/255 or 1/127.5 (Keras's Rescaling(1/255), Rescaling(1/127.5, offset=-1); x / 255 in
+# PyTorch): a factor in this range, through the layout ops below
+_PIXEL_FACTOR = (0.5 / 255, 2.5 / 255)
+_LAYOUT = ('RESHAPE', 'TRANSPOSE', 'SQUEEZE', 'EXPAND_DIMS')
+
+
+def pixel_values(g):
+    """How an image folder's 0..255 pixels become graph g's input values, as its file
+    says: (scale, offset, why), or None where it does not say.  An int8 model says it in
+    its input's range (quant.int8_input_range): past 20 raw pixels, below -0.5 pixels at
+    -1..1, else 0..1 (Edge Impulse, a converter calibrated on 0..1 images); a float model
+    takes raw pixels where it rescales them itself (a Rescaling layer at its input the
+    converter kept), else None (a Rescaling folded into the first layer's weights leaves
+    no trace: the data says, image_pixels)."""
+    from . import quant
+    from ..graph.edit import consumers, is_const
+    r = quant.int8_input_range(g)
+    if r is not None:
+        _, _, lo, hi = r
+        why = f'the model\'s int8 input holds {lo:.3g}..{hi:.3g}'
+        if hi > 20:
+            return 1.0, 0.0, why
+        return (2 / 255, -1.0, why) if lo < -0.5 else (1 / 255, 0.0, why)
+    todo = [g.inputs[0]]
+    while todo:
+        for op in consumers(g, todo.pop()):
+            if op.name in _LAYOUT:
+                todo.extend(op.outputs)
+                continue
+            c = [i for i in op.inputs if is_const(g, i)]
+            if op.name not in ('MUL', 'DIV') or len(op.inputs) != 2 or len(c) != 1 or (
+                    op.name == 'DIV' and c[0] != op.inputs[1]):
+                continue
+            v = np.asarray(g.tensors[c[0]].data, np.float64)
+            if v.size != 1 or not v.item():
+                continue
+            f = v.item() if op.name == 'MUL' else 1 / v.item()
+            if _PIXEL_FACTOR[0] <= f <= _PIXEL_FACTOR[1]:
+                return 1.0, 0.0, f'the model multiplies its input by {f:.3g} (Rescaling)'
+    return None
+
+
 # the pixel values a model may have been trained on: (scale, offset, name)
 _PIXEL_RANGES = ((1 / 255, 0.0, '0..1'), (1.0, 0.0, '0..255'), (2 / 255, -1.0, '-1..1'))
 
@@ -760,7 +803,7 @@ _PIXEL_RANGES = ((1 / 255, 0.0, '0..1'), (1.0, 0.0, '0..255'), (2 / 255, -1.0, '
 def image_pixels(model, data, log=None):
     """A context (dataset.pixels_as) in which the image folder data is read with its
     pixels at the values model was trained on: as the model's file says them
-    (inout.pixel_values: an int8 input's range, a Rescaling at the input), else the
+    (pixel_values: an int8 input's range, a Rescaling at the input), else the
     range of 0..1, 0..255 and -1..1 at which the model scores the folder's images best,
     by a clear margin over 0..1 (a Keras Rescaling(1/255) folded into the first conv by
     the converter: 0..1 images scored at chance); 0..1 where none is clearly better (a
@@ -768,7 +811,6 @@ def image_pixels(model, data, log=None):
     before.  log: told which, and why."""
     import contextlib
     from ..files import dataset as ds
-    from ..graph.inout import pixel_values
     data = os.fspath(data) if data is not None else None
     if not data or not os.path.isdir(data):
         return contextlib.nullcontext()

@@ -149,6 +149,17 @@ def float_ends(g: Graph) -> bool:
     return all(g.tensors[k].dtype in ENDS and _entry(g, k) is not None for k in g.inputs)
 
 
+def int8_input_range(g: Graph):
+    """(scale, zero point, lowest, highest value) an int8 model's input holds (a full-int8
+    one with float input: its QUANTIZE's output), or None for another model."""
+    k = g.inputs[0] if is_int8(g) else (_entry(g).outputs[0] if float_ends(g) else None)
+    q = g.tensors[k].quant if k is not None else None
+    if not q or not q.get('scale'):
+        return None
+    s, z = float(q['scale'][0]), int((q.get('zero_point') or [0])[0])
+    return s, z, (-128 - z) * s, (127 - z) * s
+
+
 def input_range_warning(g: Graph, data, x) -> str | None:
     """The warning for samples x (as given) of an int8 model (or a full-int8 one with
     float input) that mostly lie outside the range its int8 input holds, or None: an Edge
@@ -156,13 +167,11 @@ def input_range_warning(g: Graph, data, x) -> str | None:
     pixels trained on them, dequantized and scaled, while TFLite and the exported int8
     model clip every such value to 1; or that span fewer than 16 of its 256 steps (0..1
     samples for a model of raw 0..255 pixels: a few levels each as int8)."""
-    k = g.inputs[0] if is_int8(g) else (_entry(g).outputs[0] if float_ends(g) else None)
-    q = g.tensors[k].quant if k is not None else None
+    r = int8_input_range(g)
     x = np.asarray(x, np.float64)
-    if not q or not q.get('scale') or not x.size:
+    if r is None or not x.size:
         return None
-    s, z = float(q['scale'][0]), int((q.get('zero_point') or [0])[0])
-    lo, hi = (-128 - z) * s, (127 - z) * s
+    s, z, lo, hi = r
     frac = float(np.mean((x < lo - s) | (x > hi + s)))
     levels = (x.max() - x.min()) / s
     if frac <= 0.01 and 0 < levels < 16 and np.abs(x).max() > 0:

@@ -20,8 +20,7 @@ from host_tools.cli import main  # noqa: E402
 from host_tools.files import dataset as ds  # noqa: E402
 from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
 from host_tools.formats.circle_io import read_model  # noqa: E402
-from host_tools.graph.inout import pixel_values  # noqa: E402
-from host_tools.prepare.infer import evaluate, image_pixels  # noqa: E402
+from host_tools.prepare.infer import evaluate, image_pixels, pixel_values  # noqa: E402
 
 H, O = 8, 3
 
