@@ -441,11 +441,14 @@ def sorted_by_class(y) -> bool:
     than a third of the changes of class a random order would have (and two classes or
     more)?  Targets that are not class labels: False."""
     y = np.asarray(y)
-    if len(y) < 8 or (y.ndim == 2 and y.shape[1] > 1 and not np.all((y == 0) | (y == 1))):
+    if len(y) < 8:
         return False
-    lab = y.argmax(axis=1) if y.ndim == 2 and y.shape[1] > 1 else y.reshape(len(y), -1)[:, 0]
-    if y.ndim == 2 and y.shape[1] > 1 and np.any(y.sum(axis=1) != 1):
-        return False
+    if y.ndim == 2 and y.shape[1] > 1:      # one-hot rows
+        if not np.all((y == 0) | (y == 1)) or np.any(y.sum(axis=1) != 1):
+            return False
+        lab = y.argmax(axis=1)
+    else:
+        lab = y.reshape(len(y), -1)[:, 0]
     if np.any(lab != np.round(lab)) or len(np.unique(lab)) > len(lab) // 4:
         return False
     _, counts = np.unique(lab, return_counts=True)

@@ -925,11 +925,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         if dtype_given or dtype != 'float32' or getattr(g, 'joined', None):
             raise
         dtype = bytes_fit(model_path, g, xy, board, writes, log)
-    if xy is not None:          # (a split that leaves nothing to train: refused before writing)
-        ds_split(len(xy[0]), test_split, split_seed)
+    # (a split that leaves nothing to train: refused before writing)
+    n_train = len(ds_split(len(xy[0]), test_split, split_seed)[0]) if xy is not None else None
     if not trial:
-        s = run_defaults(s, given, xy and len(ds_split(len(xy[0]), test_split, split_seed)[0]),
-                         log, model_path)
+        s = run_defaults(s, given, n_train, log, model_path)
     check_outputs(out_dir, (model_path, data, train_config))
     if not trial:
         set_aside_earlier_run(out_dir, log)
@@ -989,11 +988,11 @@ def bytes_fit(model_path, g, xy, board, writes, log) -> str:
     fewer samples, a board with more flash; ids uint8 cannot hold)."""
     check_ids(model_path, g, xy, 'uint8')
     check_flash(model_path, xy, 'uint8', board, None, writes)
-    x = xy[0]
-    exact = bool(np.all(x == np.round(x)) and x.min() >= 0 and x.max() <= 255)
+    from ..files.dataset import quantization
+    exact = quantization(xy[0], 'uint8')[0] == 1.0      # (integers 256 apart at most)
     log(f'{model_path}: the samples are stored as uint8, a quarter of the flash (as float32 '
         f'they overflow the {board}\'s file system): ' + (
-            'exact, integers 0..255' if exact else 'value = q x scale + offset, to 1/255 of '
+            'exact, integers' if exact else 'value = q x scale + offset, to 1/255 of '
             'their range') + '; --dtype float32 keeps them whole (on a board with more flash)')
     return 'uint8'
 
