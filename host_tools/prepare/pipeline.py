@@ -772,7 +772,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
                 if board and fx is not None else None
             sel = choose_q8(select, model_path, source, data, s, limit8, test_split,
                             split_seed, board, cache, bands, select_layers, log,
-                            prepare=_prepare, flash=flash8)
+                            prepare=_prepare, flash=flash8,
+                            defaults=trial_defaults(given, model_path))
             ranks, train = sel['ranks'], 'none'
             cache = cache or sel.get('cache', False)
             if 'select' in sel:     # the board chooses among the union's configurations:
@@ -1206,7 +1207,7 @@ def select_fitting(mode, model_path, data, s, prof, budget, backend, rewrite, te
     only without the pass."""
     from . import select as sl
     sel = run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
-                     split_seed, layers, log, target, dequantize)
+                     split_seed, layers, log, target, dequantize, given)
     nothing = lambda r: r.get('fallback', '').startswith('nothing fits')   # noqa: E731
     if not nothing(sel) or not (budget or prof.get('heap')):
         return sel
@@ -1232,28 +1233,37 @@ def select_fitting(mode, model_path, data, s, prof, budget, backend, rewrite, te
                 'the host chooses (as --select auto) and the board does not score'
                 if m2 != mode else ''))
         return run_select(m2, model_path, data, s2, prof, budget, backend, rewrite,
-                          test_split, split_seed, layers, log, t2, dequantize)
+                          test_split, split_seed, layers, log, t2, dequantize, given)
     return sel
 
 
+def trial_defaults(given, model_path):
+    """(settings, training samples) -> the settings --select's trials train with: those
+    nobody gave (given: the names the user or the model's metadata set) as the run will
+    train (run_defaults), said by prepare for the run, not for each trial."""
+    return lambda s, n: run_defaults(s, given, n, lambda *m: None, model_path)
+
+
 def run_select(mode, model_path, data, s, prof, budget, backend, rewrite, test_split,
-               split_seed, layers, log, target=None, dequantize=False):
+               split_seed, layers, log, target=None, dequantize=False, given=frozenset()):
     """--select auto|board: host_tools/prepare/select.py chooses the ranks within the budget,
     pricing each candidate as plan_memory will plan the choice (target: its board, cache
     and bands arguments); its trials prepare their folders with prepare() (handed in:
     select imports nothing of this module; dequantize: an int8 model's float trials, as
-    the run itself, --dequantize)."""
+    the run itself, --dequantize) and train the settings nobody gave (given: the names
+    given) as the run will (trial_defaults)."""
     import functools
     from . import select as sl
     limit = lambda h: heap_limit(prof, budget, h)      # noqa: E731
     prep = functools.partial(_prepare, dequantize=True) if dequantize else _prepare
+    defaults = trial_defaults(given, model_path)
     if mode == 'auto':
         res = sl.choose_auto(model_path, data, s, limit, backend, test_split, split_seed,
-                             rewrite, log=log, target=target, prepare=prep)
+                             rewrite, log=log, target=target, prepare=prep, defaults=defaults)
     elif mode == 'board':
         res = sl.choose_board(model_path, s, limit, backend, rewrite, layers, log=log,
                               target=target, data=data, test_split=test_split,
-                              split_seed=split_seed, prepare=prep)
+                              split_seed=split_seed, prepare=prep, defaults=defaults)
     else:
         raise PrepareError(f'--select {mode!r}: expected auto or board')
     trials = res.pop('trial_runs', None)

@@ -358,7 +358,8 @@ class Trials:
     STACKS = True       # the float engine: folds may run stacked (_stacked)
 
     def __init__(self, model_path, data, settings, test_split, split_seed, rewrite=True,
-                 samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare):
+                 samples=TRIAL_SAMPLES, epochs=None, log=print, folds=None, *, prepare,
+                 defaults=None):
         self.prepare = prepare
         from ..files import dataset as ds
         from ..formats.circle_io import read_model
@@ -372,6 +373,12 @@ class Trials:
         x, y = ds.load_inputs(data, ins) if ins else \
             ds.load(data, shape=g.tensors[g.inputs[0]].shape)
         tr, _ = ds.split(len(x), test_split, split_seed)      # never the user's test split
+        if defaults:
+            # the settings nobody gave as the run will train (defaults(settings, its
+            # training samples): pipeline's run_defaults): SGD's lr a sample at a board's
+            # batch and the epochs a small dataset takes, which trials at lr 0.01 a batch
+            # and one epoch ranked in another regime than the run trains in
+            settings = defaults(settings, len(tr))
         rng = np.random.default_rng(1234)
         tr = rng.permutation(np.asarray(tr))
         self.folds = folds or FOLDS
@@ -1615,7 +1622,7 @@ def board_refusal(model_path, data=None, board=None, cache=False) -> str:
 
 def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_seed=0,
               board=None, cache=False, bands=None, layers_max=None, log=print, *,
-              prepare, flash=None) -> dict:
+              prepare, flash=None, defaults=None) -> dict:
     """--select on an int8 model trained as int8: contribution analysis (choose_auto)
     with int8 trials (Q8Trials: bit for bit the board's integers) priced by the int8
     planner (Q8Pricer), over the Tiny Training Engine's space: the biases of the last k
@@ -1627,7 +1634,8 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
     the classifier fits the budget only with the cache prepare would choose, the choice is
     priced with it (result 'cache' True).  flash: ((layer table, its prefix-cache table
     or None)) -> None or why the board's flash cannot hold the run: a candidate it
-    refuses does not fit (pipeline's, check_flash)."""
+    refuses does not fit (pipeline's, check_flash); defaults: the run's settings nobody
+    gave, as the trials train them (Trials)."""
     cached = False
     if mode not in ('auto', 'board'):
         raise PrepareError(f'--select {mode!r}: expected auto or board')
@@ -1651,7 +1659,8 @@ def choose_q8(mode, model_path, g, data, settings, limit, test_split=0.0, split_
             pr, mode, cached = pc, 'auto', True
     def auto(pricer):       # (int8 trials priced by pricer)
         return choose_auto(model_path, data, settings, limit, None, test_split, split_seed,
-                           True, log=log, pricer=pricer, trials=Q8Trials, prepare=prepare)
+                           True, log=log, pricer=pricer, trials=Q8Trials, prepare=prepare,
+                           defaults=defaults)
     res = auto(pr)
     t = res.get('trial_runs')
     failed = res.get('failed')

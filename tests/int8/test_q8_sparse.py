@@ -1822,3 +1822,26 @@ def test_advice_names_the_longest_last_n_of_a_kind(tmp_path):
         if key in best:
             assert int(k) < best[key][0] and int(kb) < best[key][1], str(e.value)
         best[key] = (int(k), int(kb))
+
+
+def test_int8_trials_train_the_settings_nobody_gave_as_the_run(tmp_path, monkeypatch):
+    """--select on an int8 model: its int8 trials train the lr and epochs nobody gave as
+    the run will (run_defaults: SGD 0.01 a sample times the batch, epochs to see about
+    1000 samples, the trials' most 3), as the float trials do (test_select's
+    test_trials_train_the_settings_nobody_gave_as_the_run)."""
+    from host_tools.prepare import select as sl
+
+    class Seen(Exception):
+        pass
+    seen, init = [], sl.Trials.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        seen.append((type(self).__name__, self.settings['lr'], self.epochs))
+        raise Seen()
+    monkeypatch.setattr(sl.Trials, '__init__', spy)
+    model, data = _model_and_classes(tmp_path, 60, monkeypatch)
+    with pytest.raises(Seen):
+        prepare(model, str(tmp_path / 'o'), data=data, loss='scce', batch=2, select='auto',
+                log=lambda *a: None)
+    assert seen == [('Q8Trials', pytest.approx(0.02), 3)], seen

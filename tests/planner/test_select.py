@@ -1519,3 +1519,34 @@ def test_the_board_keeps_a_tie_the_host_settled_on_longer_trials(tmp_path, data,
     moved = {i: v * 10 for i, v in like.items()}
     keep, lines = F.pick(net, pots({**moved, first: like[first] / 100}), configs, proxy)
     assert '-> config 1' in lines, lines
+
+
+class _Seen(Exception):
+    """Stops a prepare once its --select trials are set up (test_trials_train_as_the_run)."""
+
+
+@pytest.mark.parametrize('mode', ['auto', 'board'])
+def test_trials_train_the_settings_nobody_gave_as_the_run(tmp_path, data, monkeypatch, mode):
+    """--select's trials train as the run will (issue 28): where nobody gives lr or epochs,
+    the run trains SGD at 0.01 a sample times its batch, and epochs to see about 1000
+    samples (run_defaults); the trials trained at 0.01 a batch for one epoch, a quarter
+    of the run's steps at a board's batch of 4 on a third of its epochs, ranking the
+    configurations in another regime.  Given, lr and epochs stay as given."""
+    from host_tools.prepare import select as sl
+    seen = []
+    init = sl.Trials.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        seen.append((self.settings['lr'], self.settings['batch'], self.epochs))
+        raise _Seen()
+    monkeypatch.setattr(sl.Trials, '__init__', spy)
+    kw = dict(data=data, test_split=0.2, select=mode, budget='300K', log=lambda *a: None,
+              loss='scce', from_logits=True, batch=4)
+    with pytest.raises(_Seen):
+        prepare(CNN, str(tmp_path / 'o'), **kw)
+    # 288 training samples: 4 epochs for the run, the trials' most (3)
+    assert seen[-1] == (pytest.approx(0.04), 4, 3), seen
+    with pytest.raises(_Seen):
+        prepare(CNN, str(tmp_path / 'p'), lr=0.02, epochs=1, **kw)
+    assert seen[-1] == (pytest.approx(0.02), 4, 1), seen
