@@ -95,6 +95,8 @@ float setting as int8 on such a board); a hand-picked setting fits where prepare
 --board NAME accepts it; its accuracy is the budget rows' run where the board's batch is
 --batch, else a run of its own (and where the samples do not fit the board's flash as
 float32, they are stored as uint8, as prepare advises, and every setting runs anew).  --modes picks the selections (default all three);
+--defaults: every run and trial trains prepare's own defaults (SGD at 0.01 a sample times
+the batch, epochs to see about 1000 samples), as a user who gives no settings gets.
 --json FILE writes the rows.
 --measure adds, for the selections of the first task, the smallest heap (-X heapsize,
 bisection, 1 KB; 40 samples, one epoch, unix MicroPython, fallback) next to the plan.
@@ -735,15 +737,18 @@ def one_task(job):
     """The rows of one model on one task (a process of its own with --jobs): one a
     budget, then one a board of boards (prepare --board NAME with its own defaults:
     its heap limit, batch, streaming, and the memory options prepare chooses)."""
-    mname, path, task, n, seeds, measure, batch, budget_ix, modes, boards = job
+    mname, path, task, n, seeds, measure, batch, budget_ix, modes, boards, defaults = job
     SETTINGS['batch'] = batch           # (a process of its own under --jobs)
+    if defaults:        # prepare's own: SGD, its lr and epochs as the run chooses them
+        SETTINGS.pop('optimizer', None)
+        SETTINGS.pop('lr', None)
     MODES[:] = modes
     g = read_model(path)
     picks = hand_picked(g)
     work = tempfile.mkdtemp(prefix='utrain-transfer-')
     quiet = lambda *x: None      # noqa: E731
     data, test_split = MODELS[mname][1](task, n)
-    kw = dict(data=data, test_split=test_split, split_seed=0, epochs=EPOCHS,
+    kw = dict(data=data, test_split=test_split, split_seed=0, epochs=None if defaults else EPOCHS,
               **dict(SETTINGS, **(HELDOUT[mname][2] if mname in HELDOUT else {})))
     base, rows = {}, []
     for label, extra in picks:
@@ -850,6 +855,9 @@ def main(argv=None):
                     'defaults (e.g. esp32,rp2040: their heap limits, batch, streaming)')
     ap.add_argument('--modes', default=','.join(MODES), help='selections to run (default '
                     'auto,board,board-tt)')
+    ap.add_argument('--defaults', action='store_true', help='every run and trial trains '
+                    'prepare\'s own defaults (SGD, the lr and epochs the run chooses: '
+                    'runfolder.run_defaults), not Adam 0.005 for 3 epochs')
     ap.add_argument('--json', help='write the rows to this file too')
     a = ap.parse_args(argv)
     budget_ix = ([int(b) for b in a.budgets.split(',')] if a.budgets not in (None, 'none')
@@ -870,7 +878,7 @@ def main(argv=None):
         tasks = tasks[:2] if a.quick else tasks
         path = MODELS[m][0]()
         jobs += [(m, path, t, n, seeds, a.measure and ti == 0, a.batch,
-                  budget_ix if budget_ix != [] else [-1], list(MODES), boards)
+                  budget_ix if budget_ix != [] else [-1], list(MODES), boards, a.defaults)
                  for ti, t in enumerate(tasks)]
     t0 = time.time()
     rows, checks, picks_by_model = [], [], {}
