@@ -42,6 +42,24 @@ def device_shapes(g: Graph) -> list:
     return shapes
 
 
+# how a Keras recurrent layer converts to ops utrain trains
+UNROLL = ('a Keras LSTM, GRU or RNN layer converts to them given unroll=True and a fixed '
+          'sequence length (keras.Input((T, F))), or export the model to ONNX')
+
+
+def custom_hint(op) -> str:
+    """What to do about a CUSTOM op: a Flex op is a TensorFlow op the converter kept
+    (SELECT_TF_OPS: a Keras LSTM or GRU of an open batch writes TensorList ops), which
+    no microcontroller runtime runs; any other is its own runtime's."""
+    code = op.options.get('custom_code') or ''
+    if code.startswith('Flex'):
+        return ('a TensorFlow op the converter kept (converter.target_spec.supported_ops '
+                'with SELECT_TF_OPS), which TFLite Micro cannot run either; convert with the '
+                'TFLite builtin ops only: ' + UNROLL)
+    return ('an op only its own runtime implements; export the model without it, the '
+            f'layer made of builtin ops (supported: {", ".join(SUPPORTED)})')
+
+
 def validate(g: Graph):
     """Reject what the device cannot run, naming the op or tensor and the file."""
     where = g.path
@@ -62,6 +80,14 @@ def validate(g: Graph):
             raise PrepareError(f'{where}: op {op.number} is a WHILE (a recurrent layer\'s loop, '
                                f'which utrain unrolls) whose body holds {op.name}, '
                                f'{UNSUPPORTED}: {UNROLL_HINT} (supported: {", ".join(SUPPORTED)})')
+        if op.name == 'CUSTOM':
+            raise PrepareError(f'{where}: op {op.number} is CUSTOM '
+                               f'({op.options.get("custom_code") or "no custom code"}), '
+                               f'{UNSUPPORTED}: {custom_hint(op)}')
+        if op.name not in SPECS and 'SEQUENCE_' in op.name:    # (the converter's fused cells)
+            raise PrepareError(f'{where}: op {op.number} is {op.name} (a recurrent layer as one '
+                               f'fused op), {UNSUPPORTED}: convert it to the ops of its steps: '
+                               + UNROLL)
         if op.name not in SPECS:
             raise PrepareError(f'{where}: op {op.number} is {op.name}, {UNSUPPORTED}: '
                                'export the model with the layer made of supported ops '

@@ -397,3 +397,29 @@ def test_an_unknown_setting_is_refused_at_prepare(files, tmp_path):
     with pytest.raises(PrepareError, match="'float32' is none of its settings.*lr"):
         prepare(model, str(tmp_path / 'r'), data=data, float32=True, log=lambda *a: None)
     assert not (tmp_path / 'r').exists()
+
+
+@pytest.mark.parametrize('name, custom, want', [
+    ('CUSTOM', 'FlexTensorListReserve', r'op 0 is CUSTOM \(FlexTensorListReserve\), which utrain '
+     r'cannot .*SELECT_TF_OPS.*TFLite Micro cannot run either.*unroll=True'),
+    ('CUSTOM', 'TFLite_Detection_PostProcess', r'op 0 is CUSTOM \(TFLite_Detection_PostProcess\)'
+     r'.*only its own runtime implements.*supported: ADD'),
+    ('UNIDIRECTIONAL_SEQUENCE_RNN', None, r'op 0 is UNIDIRECTIONAL_SEQUENCE_RNN \(a recurrent '
+     r'layer as one fused op\).*unroll=True')])
+def test_an_op_utrain_lacks_is_refused_with_what_to_convert_instead(tmp_path, name, custom, want):
+    """Issue 28 (real Keras files from GitHub: LSTM fall detectors and activity nets
+    converted with SELECT_TF_OPS): a CUSTOM op is named with its custom code, and a Flex
+    op (a TensorFlow op the converter kept) or a fused recurrent op says how to convert
+    the layer to ops utrain trains, not only the list of supported ops."""
+    from host_tools.formats.circle_build import CircleBuilder
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
+    b = CircleBuilder(identifier=b'TFL3')
+    x, y = b.tensor('x', [1, 4]), b.tensor('y', [1, 4])
+    b.op(name, [x], [y], **({'custom_code': custom} if custom else {}))
+    b.inputs(x)
+    b.outputs(y)
+    path = str(tmp_path / 'm.tflite')
+    b.save(path)
+    with pytest.raises(PrepareError, match=want):
+        prepare(path, str(tmp_path / 'o'), log=lambda *a: None)
