@@ -144,6 +144,7 @@ class Stack:
 
     def __init__(self, net, cfg, K, ranks=None):
         self.net, self.cfg, self.K = net, cfg, K
+        net.fuse_head(cfg['loss'], cfg['from_logits'])  # (the trainer's: a final SOFTMAX whole)
         self.act, self.act_grad = module('op_act')._act, module('op_act').act_grad
         self.elem = module('op_elem')
         self.walk = module('op_conv').walk
@@ -325,9 +326,9 @@ class Stack:
         """The backward list from dL/d(output) [K, ...]; each weight updated as its
         gradient is complete (batch 1: utrain.sink.Apply)."""
         net = self.net
-        self.g = {net.outputs[0]: dy}
+        self.g = {net.sk: dy}
         self.opt.begin()
-        for oi, fl in net.bwd:
+        for oi, fl in net.bwd[net.head:]:
             outs = net.ops[oi][2]
             d = self.g.pop(outs[0], None)
             if d is not None:
@@ -472,7 +473,7 @@ class Stack:
             p = e / e.sum(axis=2, keepdims=True)
             return -(lab * np.log(p.clip(1e-30, 1.0))).sum(axis=(1, 2)), p - lab
         return (-(lab * np.log(y.clip(1e-7, 1.0))).sum(axis=(1, 2)),
-                -lab / np.maximum(y, 1e-20))
+                y - lab if self.net.head else -lab / np.maximum(y, 1e-20))
 
     def metric(self, y, lab):
         if self.cfg['metric'] == 'mae':

@@ -62,14 +62,14 @@ def potentials(net, ds, n, cfg, half=None):
             ds.read(j * ds.n // n, x, y)
             net.set_input(x)
             net.forward(True)
-            dy = loss(cfg['loss'], net.output(), y, cfg['from_logits'])[1]
             g = net.g
-            g[net.outputs[0]] = dy
+            g[net.sk] = loss(cfg['loss'], net.output(), y, cfg['from_logits'],
+                             net.fuse_head(cfg['loss'], cfg['from_logits']))[1]
             # every op of the backward list runs, as Net.backward runs it (its weight
             # gradients off): flags 0 may still pass a gradient (an ADD's second
             # input goes by net.gin: a residual whose skip branch is frozen), and a
             # SPLIT runs when any of its outputs has one
-            for oi, fl in net.bwd:
+            for oi, fl in net.bwd[net.head:]:
                 op = net.ops[oi]
                 outs = op[2]
                 d = g.pop(outs[0], None)

@@ -24,6 +24,7 @@ _RELU_N1_TO_1 = const(20)
 _RELU6 = const(21)
 _RESHAPE = const(22)
 _SOFTMAX = const(25)
+_BETA = const(0)        # opc.BETA: SOFTMAX's options
 _TANH = const(28)
 _PAD = const(34)
 _TRANSPOSE = const(39)
@@ -136,6 +137,16 @@ def load(net, f, name, wof):
             raise ModelError('%s: backward entry %d names op %d, model has %d' % (name, i, oi, nops))
         bwd.append((oi, fl))
     net.bwd = bwd
+    # a final LOGISTIC or SOFTMAX (beta 1), first on the backward list, its output the
+    # model's and read by no other op: (its input, the losses that take it whole), for
+    # Net.fuse_head (here: the reader's code leaves the heap once the model is loaded)
+    net.fin = None
+    if bwd:
+        code, ins, outs, opts = net.ops[bwd[0][0]]
+        k = net.outputs[0]
+        if outs[0] == k and not any(k in op[1] for op in net.ops) and (
+                code == _LOGISTIC or code == _SOFTMAX and opts[_BETA] == 1.0):
+            net.fin = (ins[0], 'bce' if code == _LOGISTIC else 'cce scce')
     # sparse update: tensor -> (axis, lo, hi), the output channels that train
     net.rank = rank = {}
     for i in range(nrk):

@@ -19,8 +19,12 @@ def _onehot(y, t):
     return oh
 
 
-def loss(kind, y, t, from_logits=False):
-    """Return (loss value, dL/dy) for one sample."""
+def loss(kind, y, t, from_logits=False, fused=False):
+    """Return (loss value, dL/dy) for one sample.  fused: y is the probabilities of
+    the model's final SOFTMAX (cce, scce) or LOGISTIC (bce) and the gradient is the one
+    of the logits that op reads, p - t (Net.fuse_head): whole where the probabilities
+    round to 0 or 1 (a float32 sigmoid is 1.0 from a logit of 17 on), where the chain
+    rule through the op's y (1 - y) gave 0 and a confident model never learned."""
     if kind == 'mse':
         d = y - t
         return np.sum(d * d) / _n(y), d * (2.0 / _n(y))
@@ -35,7 +39,8 @@ def loss(kind, y, t, from_logits=False):
             p = softmax(y)
             return -np.sum(t * np.log(np.clip(p, 1e-30, 1.0))), p - t
         # probabilities (the model ends in SOFTMAX): -sum t log y; gradient as ONERT's
-        return -np.sum(t * np.log(np.clip(y, EPS, 1.0))), -t / np.maximum(y, 1e-20)
+        v = -np.sum(t * np.log(np.clip(y, EPS, 1.0)))
+        return v, (y - t if fused else -t / np.maximum(y, 1e-20))
     if kind == 'bce':
         n = _n(y)
         if from_logits:
@@ -47,7 +52,7 @@ def loss(kind, y, t, from_logits=False):
             return v, (1.0 / e - t) / n
         p = np.clip(y, EPS, 1.0 - EPS)
         v = -np.sum(t * np.log(p) + (1.0 - t) * np.log(1.0 - p)) / n
-        return v, (p - t) / (p * (1.0 - p)) / n
+        return v, ((y - t) if fused else (p - t) / (p * (1.0 - p))) / n
     raise ValueError('unknown loss ' + kind)
 
 

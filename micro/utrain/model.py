@@ -41,6 +41,7 @@ class Net:
         # Trainer installs another
         from utrain.sink import Sums
         self.sink = Sums(self)
+        self.head, self.sk = 0, self.outputs[0]     # (fuse_head)
 
     def load_weights(self, path):
         """Load the trainable tensors from a .wof file (onert-micro layout)."""
@@ -86,12 +87,24 @@ class Net:
             i += 1
         self.dead = ()
 
+    # fuse_head(kind, from_logits): whether loss kind on probabilities takes the model's
+    # final op whole (self.fin, flat.load's: a final SOFTMAX for cce and scce, LOGISTIC
+    # for bce); then the loss's gradient (losses.loss fused: p - t) is that op's input's
+    # (self.sk), and backward starts after it (self.head 1)
+    def fuse_head(self, kind, from_logits):
+        f = self.fin
+        self.head = h = int(f is not None and not from_logits and kind in f[1])
+        self.sk = f[0] if h else self.outputs[0]
+        return h
+
     def backward(self, dy):
         """Run the backward list from dL/d(output); weight gradients go to self.sink."""
         g, sink = self.g, self.sink
-        g[self.outputs[0]] = dy
+        g[self.sk] = dy
         ops, mods, st = self.ops, self.mods, self.stream
-        for oi, fl in self.bwd:
+        bwd = self.bwd
+        for j in range(self.head, len(bwd)):
+            oi, fl = bwd[j]
             op = ops[oi]
             outs = op[2]
             d = g.pop(outs[0], None)

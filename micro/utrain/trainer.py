@@ -99,6 +99,7 @@ class Trainer:
         if int(c['batch']) < 1:
             raise ValueError('batch must be at least 1')
         net = self.net
+        net.fuse_head(c['loss'], c['from_logits'])     # (the loss takes a final SOFTMAX whole)
         o = getattr(self, 'opt', None)
         if o is None or o.kind != c['optimizer']:
             o = self.opt = Optimizer(c['optimizer'])
@@ -131,7 +132,7 @@ class Trainer:
     def _out(self):
         c = self.cfg
         y = self.net.output()
-        return y, _loss(c['loss'], y, self.target, c['from_logits'])
+        return y, _loss(c['loss'], y, self.target, c['from_logits'], self.net.head)
 
     def train_step(self):
         """Forward and backward on the sample set; updates the weights once

@@ -37,12 +37,10 @@ KINK_MARGIN = 1e-2    # pre-activations kept this far from any kink (FD moves th
 
 def _device_loss(tr, x, t):
     """Forward (training mode) + loss on one sample; returns (loss, y, dy)."""
-    from utrain import losses
     tr.set_input(x.copy())
     tr.set_expected(t)
     tr.net.forward(True)
-    y = tr.net.output()
-    l, dy = losses.loss(tr.cfg['loss'], y, tr.target, tr.cfg['from_logits'])
+    y, (l, dy) = tr._out()      # (the trainer's: a final SOFTMAX / LOGISTIC the loss takes whole)
     return float(l), y, dy
 
 
