@@ -394,7 +394,7 @@ class _Reader(RecurrentOps):
         for vi in inputs:
             s = _static_shape(vi, batch1=True)
             if s is None:
-                raise ModelError(self.path, f'input {vi.name!r} has no static shape')
+                raise ModelError(self.path, _open_shape(vi))
             et = vi.type.tensor_type.elem_type
             cons = self.consumers.get(vi.name, [])
             if et in (6, 7) and cons and all(n.op_type == 'Gather' and list(n.input).index(vi.name) == 1
@@ -1797,6 +1797,25 @@ def _nearest_src(n, out, ctm, nm, sc=None):
     if f is None or r is None:
         return None
     return np.clip(r(f()), 0, n - 1).astype(np.int64)
+
+
+def _open_shape(vi) -> str:
+    """Why input vi has no shape utrain can train, and what to do: which of its
+    dimensions after the batch are known only at run time (a tf2onnx export of a Keras
+    model whose Input named no feature count; a torch.onnx dynamic_axes entry)."""
+    tt = vi.type.tensor_type
+    if not tt.HasField('shape'):
+        return (f'input {vi.name!r} has no shape in the file; utrain trains a fixed input '
+                'shape: export the model with the input\'s shape given')
+    dims = [d.dim_value if d.HasField('dim_value') and d.dim_value > 0 else
+            (d.dim_param or '?') for d in tt.shape.dim]
+    open_ = [j for j, d in enumerate(dims) if j and not isinstance(d, int)]
+    return (f'input {vi.name!r} has shape [{", ".join(map(str, dims))}]: dimension'
+            f'{"s" * (len(open_) > 1)} {", ".join(map(str, open_))} known only at run time; '
+            'utrain trains a fixed input shape: export the model with it fixed (tf2onnx: '
+            '--inputs NAME[1,F,...] or a Keras Input with every size given; torch.onnx.export: '
+            'leave the axis out of dynamic_axes), or set it in the file with '
+            'onnx.tools.update_model_dims.update_inputs_outputs_dims')
 
 
 def _static_shape(vi, batch1=False):

@@ -335,6 +335,24 @@ def _tiny(path, op, attrs=None, extra_inputs=()):
     return path
 
 
+def test_an_input_of_an_open_size_says_which_and_how_to_fix_it(tmp_path):
+    """Issue 28 (a real tf2onnx export from GitHub: a Keras Normalization input of shape
+    [unk, unk]): the refusal names the input's open dimensions and how to export it with
+    them fixed, where it said 'has no static shape'."""
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info('features', TensorProto.FLOAT, ['unk__6', 'unk__7'])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, ['unk__6', 4])
+    w = helper.make_tensor('w', TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel())
+    m = helper.make_model(helper.make_graph([helper.make_node('MatMul', ['features', 'w'], ['y'])],
+                                            'g', [x], [y], [w]),
+                          opset_imports=[helper.make_opsetid('', 13)])
+    p = os.fspath(tmp_path / 'open.onnx')
+    onnx.save(m, p)
+    with pytest.raises(ModelError, match=r"open.onnx: input 'features' has shape \[1, unk__7\]: "
+                       r'dimension 1 known only at run time.*export the model with it fixed'):
+        read_model(p)
+
+
 def test_unsupported_node_is_named(tmp_path):
     p = _tiny(os.fspath(tmp_path / 'cos.onnx'), 'Cos')
     with pytest.raises(ModelError) as e:
