@@ -1704,7 +1704,10 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     parts.update(score)
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
-    parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * parts['code']) \
+    # (the code slack on what stays: utrain.q8load goes once the net is built, and what it
+    # kept live with it)
+    stays = parts['code'] - int(f['code'] * mpy_sizes().get('q8load', 0))
+    parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * stays) \
         + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d)) \
         + B * Q8_STEP_FRAG * sum(1 for d in trained['layers'] if 'wt' not in d)
     if 'q8t.json' in tables:
