@@ -1170,9 +1170,14 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
 # arrays, the two shared input-gradient buffers.  With --cache the frozen prefix runs
 # first on a net of its own (utrain.q8prefix), then the trained part: the larger of the
 # two phases is the plan.
-Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'data', 'wof')
+# utrain.wof is not among the trainer's: Q8Net drops it once its files are open, and a
+# save imports it and drops it after; its code comes back at each save into the holes
+# training leaves (measured on the 32-bit unix build, SGD batch 1: a Keras MLP int8 file
+# needed 87.6 KB with it resident, 86.0 without; an int8 RNN of shared weights 132.6 and
+# 128.0; 3.9 KB of code)
+Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'data')
 # and the frozen prefix pass's (utrain.q8prefix), before the trainer's code loads
-Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'data', 'wof')
+Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof')
 Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
 # and a trained layer's more attributes (its window, float bias, sums, multipliers: the
 # instance's attribute map grows; 240-260 B a trained FC on the 32-bit unix build, the
@@ -1699,7 +1704,10 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     parts.update(score)
     g, r = Q8_SLACK[w]
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
-    parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * parts['code']) \
+    # (the code slack on what stays: utrain.q8load goes once the net is built, and what it
+    # kept live with it)
+    stays = parts['code'] - int(f['code'] * mpy_sizes().get('q8load', 0))
+    parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * stays) \
         + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d)) \
         + B * Q8_STEP_FRAG * sum(1 for d in trained['layers'] if 'wt' not in d)
     if 'q8t.json' in tables:

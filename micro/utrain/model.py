@@ -4,20 +4,7 @@
 # with --stream frozen weights stay in the file and are read just before the op that
 # needs them (utrain.stream).
 from utrain.xnp import zeros, readinto
-
-
-def drop(name):
-    # forget module utrain.<name> so its code leaves the heap (code is heap on a
-    # board); the next import loads it again
-    import sys
-    if sys.implementation.name != 'micropython':
-        return          # a host has heap to spare, and keeps module identities
-    import utrain
-    sys.modules.pop('utrain.' + name, None)
-    try:
-        delattr(utrain, name)
-    except AttributeError:
-        pass
+from utrain import drop  # noqa: F401  (utrain.model.drop: trainer, prefix)
 
 
 class Net:

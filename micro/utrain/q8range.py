@@ -14,7 +14,6 @@
 # (a MEAN has none) are quantized again at it.  The exponents go into checkpoints; trained.wof keeps the biases at the
 # calibrated scales (x 2^k, exact) so that export reads it with the calibrated model,
 # and trained.wof.q8s (JSON) names the exponents (load_weights, export --quantized).
-from utrain.wof import exists, _replace
 
 MAXK = 8            # at most 2^8 times the calibrated range
 
@@ -150,12 +149,14 @@ class Ranges:
         """path.q8s: the exponents of the weights just saved at path (JSON)."""
         with open(path + '.q8s.tmp', 'w') as f:
             f.write('[%s]' % ','.join([str(v) for v in self.e]))
+        from utrain.wof import _replace
         _replace(path + '.q8s.tmp', path + '.q8s')
 
     def loaded(self, path):
         """After Q8Net.load_weights(path): the exponents of path.q8s (none: 0), the
         biases brought from the calibrated scale to them."""
         want = bytes(len(self.e))
+        from utrain.wof import exists
         if exists(path + '.q8s'):
             import json
             with open(path + '.q8s') as f:

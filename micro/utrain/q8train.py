@@ -17,6 +17,7 @@ import json
 from struct import pack, unpack, calcsize
 from utrain.q8 import Q8Net, _i32, _f32
 from utrain.data import epoch
+from utrain import drop
 
 LOSSES = ('scce', 'cce', 'mse', 'mae', 'bce')
 OPTIMIZERS = ('sgd', 'adam')
@@ -184,6 +185,7 @@ class Q8Trainer:
         save_wof(path, self.net.meta['ntensors'], blocks)
         for x in self.net.ext:      # the scales they are at (trained.wof.q8s, .q8w)
             x.save(path)
+        drop('wof')
 
     def _wblock(self, L):
         # L's weights as a .wof block: a partial layer's (pw) frozen rows copied from the
@@ -243,6 +245,7 @@ class Q8Trainer:
             tail.append(x.TAG)
             tail += x.parts()
         save_checkpoint(path, net.meta['ntensors'], w, m, v, net.nstep, self.epoch, tail)
+        drop('wof')
         self.good = path
 
     def load_checkpoint(self, path='checkpoint.ckpt'):
@@ -324,3 +327,5 @@ class Q8Trainer:
         self.pending = 0
         self.good = path
         self.commit, self.dirty = (self.pos, self.sums), False
+        drop('ckread')              # (loaded for this: code is heap)
+        drop('wof')

@@ -5,6 +5,7 @@
 # divergence recovery, Ctrl-C, file-system and out-of-memory handling (README).
 import gc
 import sys
+from utrain import drop
 
 try:
     from time import ticks_ms, ticks_diff
@@ -44,14 +45,6 @@ def flush():
         pass
 
 
-def drop(mod):
-    # utrain.model.drop, here so that checking train.json loads no model code
-    if sys.implementation.name == 'micropython':
-        sys.modules.pop('utrain.' + mod, None)
-        try:
-            delattr(sys.modules['utrain'], mod)
-        except AttributeError:
-            pass
 
 
 def aux(mod, fn, *a):

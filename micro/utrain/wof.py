@@ -9,6 +9,7 @@ from struct import pack, unpack
 from array import array
 import os
 import gc
+import sys
 try:
     from binascii import crc32
 except ImportError:  # a firmware without it: checksums are written as 0, not checked
@@ -126,8 +127,15 @@ def read_table(f, path, shapes, nbytes=None):
 # save): one block held from before training cuts the heap in small pieces, freed just
 # before a save opens its file and held again after.  After a collection the file's
 # block (on a littlefs board 1.2 KB: its cache) lands in that hole by first fit; the
-# emulated Pico's int8 runs had failed there, 11-14 KB free in holes of 39-70 blocks
-RES = []
+# emulated Pico's int8 runs had failed there, 11-14 KB free in holes of 39-70 blocks.
+# Kept on the utrain package: this module is dropped between saves (its code is heap),
+# the reserve is not
+_P = sys.modules.get('utrain')
+RES = getattr(_P, 'wof_res', None)
+if RES is None:
+    RES = []
+    if _P is not None:
+        _P.wof_res = RES
 
 
 def hold(n):

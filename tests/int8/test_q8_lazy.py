@@ -77,3 +77,42 @@ def test_int8_code_loaded_is_what_the_plan_counts(tmp_path, kind, opt, batch):
     assert ('q8batch' in loaded) == (opt != 'sgd' or batch > 1)
     assert ('q8pool' in loaded) == (kind == 'pool')
     assert ('q8slope' in loaded) == ('q8nrm' in loaded) == (kind == 'prelu')
+
+
+DROPS = """
+import sys, json
+sys.path.insert(0, {lib!r})
+import utrain.wof
+utrain.wof.hold(1000)          # (train.json's run.save_reserve on a littlefs board)
+from utrain.q8train import Q8Trainer
+tr = Q8Trainer({d!r} + '/q8.json', {d!r} + '/weights.wof')
+print('LOADED', 'utrain.wof' in sys.modules or 'utrain.q8load' in sys.modules)
+tr.net.step(bytearray({nin}), 1, 0.01)
+tr.save_weights({d!r} + '/trained.wof')
+tr.save_checkpoint({d!r} + '/c.ckpt')
+print('SAVED', 'utrain.wof' in sys.modules)
+tr.load_checkpoint({d!r} + '/c.ckpt')
+print('RESUMED', 'utrain.wof' in sys.modules or 'utrain.ckread' in sys.modules)
+import utrain.wof
+print('RESERVE', utrain.wof.RES[0], len(utrain.wof.RES[1]))
+"""
+
+
+@pytest.mark.skipif(MP is None, reason='no unix MicroPython')
+def test_int8_run_drops_the_load_and_file_code_after_use(tmp_path):
+    """Code the int8 run needs only for a moment leaves the heap after it: the net's load
+    (utrain.q8load) once the net is built, and utrain.wof (3.9 KB resident on 32-bit),
+    needed only for files, once weights.wof and q8.req are open; a save or a resume
+    imports wof and drops it after, and the planner counts it among no trainer's
+    modules.  The save's reserve (utrain.wof.hold) outlives the module."""
+    d, table = _model(tmp_path, 'pool')
+    runner.stage(str(tmp_path / 'st'))
+    code = DROPS.format(lib=str(tmp_path / 'st' / 'lib'), d=d, nin=table['nin'])
+    out = subprocess.run([MP, '-c', code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + out.stdout
+    said = dict(line.split(' ', 1) for line in out.stdout.splitlines() if ' ' in line)
+    assert said['LOADED'] == 'False'
+    assert said['SAVED'] == 'False'
+    assert said['RESUMED'] == 'False'
+    assert said['RESERVE'] == '1000 1000'
+    assert 'wof' not in q8_modules(table)[0]
