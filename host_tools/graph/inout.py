@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+import re
+
 import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator
@@ -110,11 +112,16 @@ def io_name(g: Graph, k: int) -> str:
 
 
 def natural(g: Graph, ks) -> list:
-    """Graph inputs or outputs ks in their maker's order: the SignatureDef's when it names
-    each (a Keras model's: the converter may list them otherwise), else as given."""
+    """Graph inputs or outputs ks in their maker's order: a Keras model's outputs by the
+    N of the SignatureDef's output_N (the converter may list them otherwise), else as the
+    file lists them.  (A SignatureDef lists its keys sorted by name: a Keras model's
+    inputs by their Input names, where the file's inputs keep Keras's order: TF 2.21's
+    converter on keras.Model([zeta, alpha]) writes inputs zeta, alpha and the signature
+    alpha, zeta.)"""
     ks = list(ks)
-    if ks and all(g.tensors[k].sig for k in ks):
-        return sorted(ks, key=lambda k: g.tensors[k].sig[0])
+    sig = [g.tensors[k].sig for k in ks]
+    if ks and all(s and re.fullmatch(r'output_\d+', s[1]) for s in sig):
+        return sorted(ks, key=lambda k: int(g.tensors[k].sig[1][7:]))
     return ks
 
 

@@ -938,3 +938,24 @@ def test_evaluate_scores_a_runs_samples_stored_per_input_as_the_board_does(tmp_p
     board = float(re.search(r'before training: test_loss ([0-9.]+)', text).group(1))
     r = evaluate(src, os.fspath(tmp_path / 'r' / 'test.ds'), output='logits')
     assert abs(r['loss'] - board) < 2e-3 * max(1.0, board), (r, board)
+
+
+def test_x0_x1_follow_the_files_inputs_not_the_signatures_sorted_names(tmp_path):
+    """A SignatureDef lists its keys sorted by name, the file's inputs in Keras's order
+    (TF 2.21's converter on keras.Model([zeta, alpha]): inputs zeta, alpha; signature
+    alpha, zeta).  Issue 28 (a real int8 Keras file from GitHub with inputs wave_input
+    [200, 1] and feat_input [7]): x0 and x1 were read in the signature's order, and its
+    samples refused ('array x0 has 200 values a sample; the model's input 'feat_input'
+    takes 7'); now x0 is the file's first input, and each input's own name works too."""
+    from host_tools.graph.inout import save_graph
+    g = read_model(build(tmp_path / 'two.tflite', out_order=('logits',)))
+    img_k, meta_k = g.inputs
+    g.tensors[img_k].sig, g.tensors[meta_k].sig = (1, 'zimg'), (0, 'ameta')   # (sorted)
+    g.tensors[g.outputs[0]].sig = (0, 'output_0')
+    save_graph(g, tmp_path / 'sig.tflite')
+    img, meta, y = samples(12)
+    np.savez(tmp_path / 'p.npz', x0=img, x1=meta, y=y)
+    np.savez(tmp_path / 'n.npz', zimg=img, ameta=meta, y=y)
+    for data in ('p', 'n'):
+        s = _prepare(str(tmp_path / 'sig.tflite'), tmp_path / data, tmp_path / f'{data}.npz')
+        assert s['train_samples'] == 12, s
