@@ -760,6 +760,28 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail != 'flatten' else set())
 
 
+@pytest.mark.parametrize('tail', ['up', 'conv-out'])
+def test_keras_upsampling_at_the_output_gets_its_run_time_shape(tmp_path, tail):
+    """A decoder ending in Keras 3's UpSampling2D (or UpSampling2D -> Conv2D): the graph
+    output's file shape is the converter's wrong [1, 1, W, C] (signature [-1, -1, W, C]),
+    and prepare refused a held-out Keras decoder trained with mse on [n, 8, 8, 1]
+    targets ("op 13 CONV_2D: output is 1x8, VALID padding gives 8x8"): an output whose
+    signature leaves the dimensions to run time takes the folded shape like an inner
+    tensor.  ONERT on the rewrite = numpy; it trains (mse on targets of the true shape)."""
+    src, forward = build_keras_upsample(tmp_path / 'up.tflite', tail=tail)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    g = read_model(dst)
+    x = np.random.default_rng(1).standard_normal((6, 3, 4, 1)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    assert g.tensors[g.outputs[0]].shape == [1] + list(ref.shape[1:])
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+    xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
+    y = (forward(xs.astype(np.float64)) * 0.5 + 0.1).astype(np.float32)
+    _, moved = _trained_names(src, tmp_path, xs, y, loss='mse')
+    assert moved == {'w', 'bc'} | ({'w2', 'b2'} if tail == 'conv-out' else set())
+
+
 def test_nearest_resize_by_whole_factors_becomes_copies(tmp_path):
     """RESIZE_NEAREST_NEIGHBOR by 2 and 3 (Keras 2's UpSampling2D, Resizing(nearest), tico's
     nn.Upsample; refused before) becomes RESHAPE + CONCATENATION of copies + RESHAPE per

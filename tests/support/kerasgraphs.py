@@ -136,7 +136,10 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     writes them (the upsampled [1, 2H, W, C] as [1, 1, W, C], the conv's [1, 2H, W - 1,
     C2] as [1, 1, W - 1, C2]).  tail 'crop': 'conv' with Keras's Cropping2D(((1, 1),
     (1, 0))) before the conv, a STRIDED_SLICE whose file shape is wrong too ([1, 1, W - 1,
-    C] for [1, 2H - 2, W - 1, C]).  Returns (path, numpy forward)."""
+    C] for [1, 2H - 2, W - 1, C]).  tail 'up': the upsampled map is the model's output
+    (a decoder's last layer, regression), its file shape wrong ([1, 1, W, C] with
+    signature [-1, -1, W, C]); 'conv-out': the conv after it is (no pool, no Dense).
+    Returns (path, numpy forward)."""
     rng = np.random.default_rng(seed)
     w, bc = _rand(rng, C, 1, 1, 1), _rand(rng, C)
     C2 = 3
@@ -171,6 +174,16 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
         u = b.tensor('u', [1, 1, W, C], signature=[-1, -1, W, C])            # (wrong)
         b.op('RESHAPE', [t, new], [u])
         Wc = W
+    if tail in ('up', 'conv-out'):
+        if tail == 'conv-out':
+            v = b.tensor('v', [1, 1, W - 1, C2], signature=[-1, -1, W - 1, C2])   # (wrong)
+            b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [C2], data=b2)],
+                 [v], padding='VALID', fused_activation_function='RELU')
+            u = v
+        b.inputs(x)
+        b.outputs(u)
+        b.save(path)
+    elif tail != 'flatten':
         if tail == 'crop':      # Cropping2D(((1, 1), (1, 0))): a STRIDED_SLICE
             Wc = W - 1
             k = b.tensor('k', [1, 1, Wc, C], signature=[-1, -1, Wc, C])      # (wrong)
@@ -184,16 +197,22 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
              padding='VALID', fused_activation_function='RELU')
         f = act('f', [1, C2])
         b.op('MEAN', [v, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [f])
-    y = act('y', [1, O])
-    b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
-         [y])
-    b.inputs(x)
-    b.outputs(y)
-    b.save(path)
+    if tail not in ('up', 'conv-out'):
+        y = act('y', [1, O])
+        b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
+             [y])
+        b.inputs(x)
+        b.outputs(y)
+        b.save(path)
 
     def forward(xs):
         z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)    # [n, H, W, C]
         z = np.repeat(z, 2, axis=1)
+        if tail == 'up':
+            return z
+        if tail == 'conv-out':
+            return np.maximum(np.einsum('nhwc,oc->nhwo', z[:, :, :-1], w2[:, 0, 0]) +
+                              np.einsum('nhwc,oc->nhwo', z[:, :, 1:], w2[:, 0, 1]) + b2, 0)
         if tail == 'crop':
             z = z[:, 1:-1, 1:]
         if tail != 'flatten':
