@@ -836,6 +836,24 @@ def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
     assert {'b1', 'w2', 'b2', 'b3'} <= set(step)
 
 
+@pytest.mark.parametrize('circle', [False, True])
+def test_slice_becomes_a_strided_slice_and_trains(tmp_path, circle):
+    """SLICE by constant begin and size (a held-out tico nn.ConvTranspose2d(padding=1) was
+    refused: "op 4 is SLICE, which utrain cannot run or train through yet") becomes a
+    STRIDED_SLICE; ONERT on the rewrite = numpy; one SGD step on one sample moves the
+    weights on both sides of it by -lr times the gradient the differences of the numpy
+    forward give, and export writes them back."""
+    from kerasgraphs import build_sliced
+    src, forward = build_sliced(tmp_path / ('s.circle' if circle else 's.tflite'), circle=circle)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert 'SLICE' not in ops(dst) and 'STRIDED_SLICE' in ops(dst) and info['slices'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 4)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(src, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x, exported=True)
+
+
 def test_abs_square_and_sum_train(tmp_path):
     """ABS, SQUARE and SUM (refused before) become 2 * RELU(x) - x, MUL(x, x) and n *
     MEAN; ONERT on the rewrite = numpy, and a step is the gradient (by differences)."""

@@ -2254,3 +2254,34 @@ def build_const_state_rnn(path, seed=0, T=4, F=3, H=5, O=3, h0=0.0):
             hs = np.tanh(xs[:, t] @ w.T + bx + hs @ u.T + bh)
         return hs @ wo.T + bo
     return str(path), forward
+
+
+def build_sliced(path, seed=0, T=5, F=4, H=6, O=2, circle=False):
+    """SLICE by constant begin and size (tico's padded nn.ConvTranspose2d crops its VALID
+    TRANSPOSE_CONV with one; torch's narrow, x[:, a:b]): x [1, F] -> FC(T H, relu) ->
+    RESHAPE [1, T, H] -> SLICE begin [0, 1, 2] size [1, 3, -1] (rows 1-3, columns 2..H-1)
+    -> RESHAPE [1, 3 (H - 2)] -> FC(O).  circle: a CIR0 file, as tico writes.  Returns
+    (path, numpy forward(xs, w1=, w2=))."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = _rand(rng, T * H, F), _rand(rng, T * H)
+    w2, b2 = _rand(rng, O, 3 * (H - 2)), _rand(rng, O)
+    b = CircleBuilder(identifier=b'CIR0' if circle else b'TFL3')
+    x, h, m, s, f, y = (b.tensor(n, k) for n, k in (
+        ('x', [1, F]), ('h', [1, T * H]), ('m', [1, T, H]), ('s', [1, 3, H - 2]),
+        ('f', [1, 3 * (H - 2)]), ('y', [1, O])))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [T * H], data=b1)],
+         [h], fused_activation_function='RELU')
+    b.op('RESHAPE', [h], [m], new_shape=[1, T, H])
+    b.op('SLICE', [m, b.tensor('begin', [3], data=np.array([0, 1, 2], np.int32)),
+                   b.tensor('size', [3], data=np.array([1, 3, -1], np.int32))], [s])
+    b.op('RESHAPE', [s], [f], new_shape=[1, 3 * (H - 2)])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)],
+         [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs, w1=w1, w2=w2):
+        hs = np.maximum(xs @ w1.T + b1, 0).reshape(len(xs), T, H)[:, 1:4, 2:]
+        return hs.reshape(len(xs), -1) @ w2.T + b2
+    return os.fspath(path), forward
