@@ -1084,6 +1084,9 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             log(f'{model_path}: warning: --int8: {c}; without --int8 it trains in float32 '
                 '(or bring its inputs to comparable ranges, e.g. in units)')
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
+        why8 = quant.settings_refusal(s, og)    # (and with these settings: prepare_q8's
+        if why8:        # refusal, the float path's run instead where prepare chose int8)
+            raise ValueError(f'{model_path}: {why8}')
         frozen = None if int8 else quant.frozen_named(copy.deepcopy(og),
                                                       train if not s.get('ranks') else 'none')
         if frozen:      # (prepare's own choice: float32 trains them; a Keras decoder's

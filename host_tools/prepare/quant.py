@@ -724,9 +724,11 @@ def op_refusal(g: Graph, train='none'):
 
 
 def without_dequantize(why: str) -> str:
-    """Refusal why without its '(prepare --dequantize trains it in float)' advice: for
-    a caller that trains it so itself or says what to do instead (a float model's --int8)."""
+    """Refusal why without its '(prepare --dequantize trains it in float)' or '; --dequantize
+    trains it in float32 ...' advice: for a caller that trains it so itself or says what to
+    do instead (a float model's --int8, or prepare's own int8 choice falling back)."""
     import re
+    why = re.sub(r'[;,] *--dequantize trains (it|the model) in float(32)?[^;()]*', '', why)
     return re.sub(r'[;,]? *(or )?\(?(int8 training; )?prepare --dequantize trains it in '
                   r'float(32)?\)?', '', why)
 

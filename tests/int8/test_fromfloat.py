@@ -867,3 +867,38 @@ def test_a_model_ending_in_an_add_trains_as_int8(tmp_path):
     if MP:
         code, out = runner.run(str(tmp_path / 'r'), stream=False)
         assert code == 0 and 'utrain: end: ok' in out, out
+
+
+def test_a_class_a_step_model_on_a_board_trains_in_float32(tmp_path):
+    """A sequence labeller (a class a step: logits [1, T, C], labels (N, T)) on a board
+    without ulab: prepare chose int8 itself and then refused it ("the int8 path's softmax
+    cross-entropy takes all the outputs as one row; --dequantize ...": a held-out Keras
+    TimeDistributed(Dense) labeller had no run on a Pico at all); now the choice falls
+    back to float32 and says why, and --int8 is refused saying float32 trains it, without
+    --dequantize (an int8 file's option)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    T, F, C = 6, 4, 3
+    r = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, y = b.tensor('x', [1, T, F]), b.tensor('h', [1, T, 8]), b.tensor('y', [1, T, C])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, F], data=r.standard_normal((8, F)).astype(np.float32)),
+                             b.tensor('b1', [8], data=np.zeros(8, np.float32))], [h],
+         fused_activation_function='RELU', keep_num_dims=True)
+    b.op('FULLY_CONNECTED', [h, b.tensor('w2', [C, 8], data=r.standard_normal((C, 8)).astype(np.float32)),
+                             b.tensor('b2', [C], data=np.zeros(C, np.float32))], [y],
+         keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(os.fspath(tmp_path / 'steps.tflite'))
+    xs = r.standard_normal((40, T, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(xs[:, :, 0] > 0).astype(int) + (xs[:, :, 1] > 1))
+    said = []
+    s = prepare(path, str(tmp_path / 'a'), data=str(tmp_path / 'd.npz'), board='rp2040',
+                epochs=1, log=said.append)
+    assert not s.get('int8')
+    assert any('trains in float32 (int8 from float does not take it: --loss cce on rows' in v
+               and 'dequantize' not in v for v in said), said
+    with pytest.raises(PrepareError, match=r'--int8 cannot train it as int8: --loss cce on rows'
+                                           r'[^;]*; without --int8 it trains in float32$'):
+        prepare(path, str(tmp_path / 'b'), data=str(tmp_path / 'd.npz'), int8=True,
+                epochs=1, log=lambda *a: None)
