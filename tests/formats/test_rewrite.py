@@ -854,6 +854,31 @@ def test_slice_becomes_a_strided_slice_and_trains(tmp_path, circle):
     _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x, exported=True)
 
 
+def test_the_export_of_a_split_prepare_made_runs_right_under_onert(tmp_path):
+    """STRIDED_SLICEs cutting one activation into pieces (q, k, v of one projection)
+    train as one SPLIT_V, and export wrote that SPLIT_V into the trained model, whose
+    pieces ONERT 0.1.0 computes wrongly (a tico TransformerEncoderLayer's export: 0.74 off
+    utrain's forward under ONERT; here 19): the export has STRIDED_SLICEs again, and ONERT
+    on it = numpy's forward with the exported (trained) weights."""
+    from kerasgraphs import build_sliced_heads
+    from host_tools.prepare.pipeline import export
+    src, forward = build_sliced_heads(tmp_path / 'h.tflite')
+    g = read_model(src)
+    assert rw.rewrite(g)['splits'] == 1
+    xs = np.random.default_rng(2).standard_normal((16, 5)).astype(np.float32)
+    _, moved = _trained_names(src, tmp_path, xs, np.random.default_rng(3).standard_normal((16, 2)),
+                              loss='mse')
+    assert moved == {'w1', 'b1', 'w2', 'b2'}
+    out = os.fspath(tmp_path / 'e.tflite')
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), out)
+    w = {t.name: t.data.astype(np.float64) for t in read_model(out).tensors
+         if t.name in ('w1', 'b1', 'w2', 'b2')}
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64), **w)
+    np.testing.assert_allclose(onert_infer(out, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+    assert 'SPLIT_V' not in ops(out)
+
+
 def test_abs_square_and_sum_train(tmp_path):
     """ABS, SQUARE and SUM (refused before) become 2 * RELU(x) - x, MUL(x, x) and n *
     MEAN; ONERT on the rewrite = numpy, and a step is the gradient (by differences)."""

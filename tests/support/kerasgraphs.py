@@ -2285,3 +2285,40 @@ def build_sliced(path, seed=0, T=5, F=4, H=6, O=2, circle=False):
         hs = np.maximum(xs @ w1.T + b1, 0).reshape(len(xs), T, H)[:, 1:4, 2:]
         return hs.reshape(len(xs), -1) @ w2.T + b2
     return os.fspath(path), forward
+
+
+def build_sliced_heads(path, seed=0, F=5, T=4, H=3, O=2):
+    """STRIDED_SLICEs that cut one activation into consecutive pieces (tico's attention
+    takes q, k and v out of one projection so; prepare makes them one SPLIT_V): x [1, F]
+    -> FC(T 3H) -> RESHAPE [1, T, 3H] -> q, k, v = the three H-wide slices of the last
+    axis -> q * k + v -> RESHAPE [1, T H] -> FC(O).  Returns (path, numpy forward(xs,
+    w1=, w2=))."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = 0.3 * _rand(rng, 3 * T * H, F), 0.3 * _rand(rng, 3 * T * H)
+    w2, b2 = 0.3 * _rand(rng, O, T * H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, p, r = b.tensor('x', [1, F]), b.tensor('p', [1, 3 * T * H]), b.tensor('r', [1, T, 3 * H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [3 * T * H], data=b1)], [p])
+    b.op('RESHAPE', [p], [r], new_shape=[1, T, 3 * H])
+    qkv = []
+    for j, n in enumerate('qkv'):
+        t = b.tensor(n, [1, T, H])
+        b.op('STRIDED_SLICE', [r, b.tensor(f'{n}_b', [3], data=np.array([0, 0, j * H], np.int32)),
+                               b.tensor(f'{n}_e', [3], data=np.array([1, T, (j + 1) * H], np.int32)),
+                               b.tensor(f'{n}_s', [3], data=np.ones(3, np.int32))], [t])
+        qkv.append(t)
+    m, a, f, y = (b.tensor(n, s) for n, s in (('m', [1, T, H]), ('a', [1, T, H]), ('f', [1, T * H]),
+                                                ('y', [1, O])))
+    b.op('MUL', qkv[:2], [m], fused_activation_function='NONE')
+    b.op('ADD', [m, qkv[2]], [a], fused_activation_function='NONE')
+    b.op('RESHAPE', [a], [f], new_shape=[1, T * H])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs, w1=w1, w2=w2, b1=b1, b2=b2):
+        r = (xs @ w1.T + b1).reshape(len(xs), T, 3 * H)
+        q, k, v = r[..., :H], r[..., H:2 * H], r[..., 2 * H:]
+        return (q * k + v).reshape(len(xs), -1) @ w2.T + b2
+    return os.fspath(path), forward
