@@ -180,9 +180,7 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
             b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [C2], data=b2)],
                  [v], padding='VALID', fused_activation_function='RELU')
             u = v
-        b.inputs(x)
-        b.outputs(u)
-        b.save(path)
+        y = u
     elif tail != 'flatten':
         if tail == 'crop':      # Cropping2D(((1, 1), (1, 0))): a STRIDED_SLICE
             Wc = W - 1
@@ -201,9 +199,9 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
         y = act('y', [1, O])
         b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
              [y])
-        b.inputs(x)
-        b.outputs(y)
-        b.save(path)
+    b.inputs(x)
+    b.outputs(y)
+    b.save(path)
 
     def forward(xs):
         z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)    # [n, H, W, C]
