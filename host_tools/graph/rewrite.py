@@ -38,6 +38,8 @@ and returns how many changes it made:
                       -> MUL(the layer's output, beta).
 * slices_to_split     STRIDED_SLICEs tiling one activation along one axis (an unrolled
                       RNN's time steps) -> one SPLIT_V.
+* slice_to_strided    SLICE by constant begin and size (tico's padded
+                      nn.ConvTranspose2d crops with one) -> STRIDED_SLICE, strides 1.
 * fold_shapes         shape arithmetic the host knows (SHAPE of a tensor, and STRIDED_SLICE,
                       PACK, CONCATENATION, GATHER, CAST, RESHAPE, ADD/SUB/MUL/..., REDUCE_PROD/SUM of
                       integer constants: Keras's Reshape/Flatten with a dynamic batch)
@@ -62,8 +64,8 @@ from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
 from .spellings import (dilated_convs, elementwise_forms, gathers_to_slices, pack_to_concat,
-                        reduce_max_to_pool, resize_to_concat, selects_to_relu, slices_to_split,
-                        tile_to_concat, unpack_to_split)
+                        reduce_max_to_pool, resize_to_concat, selects_to_relu, slice_to_strided,
+                        slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
 from .loops import reverse_to_concat, unroll_loops
@@ -75,6 +77,7 @@ LOOP_PASSES = (('reversals', reverse_to_concat, True), ('loops', unroll_loops, T
 PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, False),
           ('scaled_copies', scaled_copies, False),
           ('shapes', fold_shapes, True), ('takes', gathers_to_slices, True),
+          ('slices', slice_to_strided, True),
           ('embeddings', embedding_gathers, True),
           ('masks', id_masks, False), ('unpacks', unpack_to_split, True),
           ('packs', pack_to_concat, True), ('tiles', tile_to_concat, True),

@@ -116,7 +116,7 @@ def _reshape_outputs(g: Graph):
             continue
         new = _reshaped(g, op, g.tensors[op.inputs[0]].shape)
         y = g.tensors[op.outputs[0]]
-        if new is not None and list(y.shape) != new and op.outputs[0] not in g.outputs:
+        if new is not None and list(y.shape) != new and _may_reshape(g, op.outputs[0], new):
             y.shape = new
             changed.add(op.outputs[0])
     if changed:
@@ -247,17 +247,31 @@ def check_window_shapes(g: Graph) -> None:
                              'shapes (a fixed batch of 1)')
 
 
+def _may_reshape(g: Graph, k: int, new) -> bool:
+    """Whether tensor k may take shape new in place of the file's: any inner tensor; a
+    graph output (the loss and the data are checked against its shape) only where the
+    file's shape signature says the dimensions that differ are known at run time only
+    (-1: Keras's UpSampling2D or Reshape just before the output)."""
+    if k not in g.outputs:
+        return True
+    t = g.tensors[k]
+    sig = list(t.signature or [])
+    return len(sig) == len(t.shape) == len(new) and all(
+        s_ < 0 for s_, a, b in zip(sig, t.shape, new) if a != b)
+
+
 def _propagate_shapes(g: Graph, changed: set):
     """Each op reading a tensor whose shape changed gets its output shape again from its
     inputs (_shape_after), in execution order; graph outputs keep the file's shape (the
-    loss and the data are checked against it)."""
+    loss and the data are checked against it) unless its signature leaves the changed
+    dimensions to run time (_may_reshape)."""
     for op in g.ops:
-        if not changed.intersection(op.inputs) or len(op.outputs) != 1 or \
-                op.outputs[0] in g.outputs:
+        if not changed.intersection(op.inputs) or len(op.outputs) != 1:
             continue
         y = g.tensors[op.outputs[0]]
         new = _shape_after(g, op)
         if new is not None and list(y.shape) != list(new) and \
-                all(isinstance(d, (int, np.integer)) and d > 0 for d in new):
+                all(isinstance(d, (int, np.integer)) and d > 0 for d in new) and \
+                _may_reshape(g, op.outputs[0], new):
             y.shape = [int(d) for d in new]
             changed.add(op.outputs[0])

@@ -1,4 +1,5 @@
-"""Ops utrain lacks spelled with ops it has: SPLIT for slices and UNPACK, CONCATENATION
+"""Ops utrain lacks spelled with ops it has: SPLIT for slices and UNPACK, STRIDED_SLICE
+for SLICE, CONCATENATION
 for PACK, TILE and RESIZE, HARD_SWISH expanded, GATHERs as slices, a global REDUCE_MAX
 as a pool, dilated convs, elementwise forms, piecewise SELECTs as RELUs."""
 from __future__ import annotations
@@ -230,6 +231,29 @@ def gathers_to_slices(g: Graph) -> int:
             made.append(Operator(-1, OP_CODES['CONCATENATION'], 'CONCATENATION', parts, [y],
                                  {'axis': a, 'fused_activation_function': 'NONE'}, src=op.src))
         replace_op(g, op, made)
+        done += 1
+    return done
+
+
+def slice_to_strided(g: Graph) -> int:
+    """SLICE by a constant begin and size (tico's nn.ConvTranspose2d with padding: a VALID
+    TRANSPOSE_CONV cropped by a SLICE; torch's narrow and x[:, a:b]) -> a STRIDED_SLICE
+    with strides 1 (size -1: to the end), the same values and gradient.  Returns how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name != 'SLICE' or len(op.inputs) != 3 or is_const(g, op.inputs[0]) or \
+                not all(is_const(g, k) for k in op.inputs[1:]):
+            continue
+        X = list(g.tensors[op.inputs[0]].shape)
+        b, n = const_ints(g, op.inputs[1]), const_ints(g, op.inputs[2])
+        if not len(b) == len(n) == len(X):
+            continue
+        e = [d if k < 0 else a + k for a, k, d in zip(b, n, X)]
+        if any(not 0 <= a <= z <= d for a, z, d in zip(b, e, X)):
+            continue        # (left to validation to name)
+        y = op.outputs[0]
+        replace_op(g, op, [slice_op(g, op.inputs[0], y, g.tensors[y].name + '/slice', b, e,
+                                    [1] * len(X), op.src)])
         done += 1
     return done
 

@@ -654,9 +654,20 @@ def dequantized(int8_path, wof_path, train, n, run=None, output=None, biases=Non
     if len(g8.outputs) > 1:
         choose_output(g8, output)
     one_input_output(g8)        # (several inputs: joined, as prepare's run has them)
+    from .recal import replay
+    replay(g8, os.path.dirname(os.path.abspath(wof_path)))     # (prepare's recalibration)
     m = quant.meta(g8, train)
     out = {}
     got = quant.read_q8_wof(wof_path, g8, m)
+    for k, a in got.items():
+        g8.tensors[k].data = a
+    # the scales the run moved as it trained, as export --quantized writes them (the
+    # weight scales q8grow doubled had been left out: a Keras SeparableConv2D's pointwise
+    # weights came back 2x, 0.89 where the int8 model scores 1.00)
+    quant.followed(g8, m, wof_path)
+    quant.grown(g8, m, wof_path)
+    quant.sloped(g8, m, wof_path)
+    got = {k: g8.tensors[k].data for k in got}
     quant.tconved(g8, m, wof_path)          # (TRANSPOSE_CONV weights: trained.wof.q8c)
     quant.embedded(g8, m, wof_path)         # (embedding tables: trained.wof.q8e)
     got.update({k: g8.tensors[k].data for d in m['layers'] if d.get('xt') for k in (d['xw'], d['xb'])})

@@ -1084,6 +1084,16 @@ def from_float(model_path, out_dir, data, test_split, split_seed, progress, cach
             log(f'{model_path}: warning: --int8: {c}; without --int8 it trains in float32 '
                 '(or bring its inputs to comparable ranges, e.g. in units)')
         quant.layers(copy.deepcopy(og), train)      # (what the int8 path refuses)
+        why8 = quant.settings_refusal(s, og)    # (and with these settings: prepare_q8's
+        if why8:        # refusal, the float path's run instead where prepare chose int8)
+            raise ValueError(f'{model_path}: {why8}')
+        frozen = None if int8 else quant.frozen_named(copy.deepcopy(og),
+                                                      train if not s.get('ranks') else 'none')
+        if frozen:      # (prepare's own choice: float32 trains them; a Keras decoder's
+            # Conv2DTranspose stayed frozen on a Pico: test MAE 0.57 where float32 got 0.13)
+            log(f'{model_path}: trains in float32 (as int8, {frozen}; --int8 asks for it '
+                'all the same)')
+            return None
     except (ValueError, PrepareError) as e:
         if NOTHING in str(e):      # (what trains, not int8: float32 refuses it alike)
             raise PrepareError(str(e)) from None
@@ -1369,20 +1379,26 @@ def file_weights(g, w):
     return unscale_input(g, join_groups(g, w)[0])[0]
 
 
-def write_trained(base, out_path, g, w, identifier, ints=None, grown=False):
+def write_trained(base, out_path, g, w, identifier, ints=None, grown=False, ours=False):
     """out_path: model file base (read as g) with the trained weights w {tensor index:
     array}; where prepare split a grouped convolution (groups.split_groups) the groups
     are joined again into the file's grouped CONV_2D (groups.join_groups), an input
     scale is folded back (inscale.unscale_input), and an embedding's ids made ints again (embeddings.embedding_ids_back; ints: the original
     file's integer inputs {name: dtype}), and the graph is written anew (grown: g has
-    tensors base has not), else base's bytes are kept but for the weights."""
+    tensors base has not), else base's bytes are kept but for the weights.  ours: base is
+    the graph prepare rewrote (not the user's file): the SPLIT_Vs its rewrites made
+    (slices_to_split) go out as STRIDED_SLICEs, which ONERT 0.1.0 computes right (its
+    SPLIT_V's pieces are wrong: a tico TransformerEncoderLayer's export was 0.12 off
+    torch under ONERT, the original file exact)."""
     from ..formats.circle_io import write_with_weights
+    from ..graph.spellings import splits_to_slices
     w, joined = join_groups(g, w)
     w, scaled = unscale_input(g, w)
     scaled = drop_step_softmax(g) or scaled     # (the logits a step, as the file gave them)
     # the embeddings' ids as the file had them (an int input, or a CAST and Keras 3's
     # negative-id SELECT_V2): a float id no runtime gathers by
     joined += embedding_ids_back(g, ints)
+    joined += splits_to_slices(g) if ours else 0
     if not (joined or scaled or grown):
         write_with_weights(base, out_path, w, identifier)
         return
@@ -1461,7 +1477,7 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
         write_in_place(model_path, out_path, g, w, ff['file_tensors'])
     if n is None:
         write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier),
-                      grown=bool(biases))
+                      grown=bool(biases), ours=base != model_path)
     r = {'model': base if n is None else model_path, 'tensors': len(w) if n is None else n,
          'clipped': 0, 'dequantized_from_int8': True}
     r['notes'] = export_notes(r, g, summary, out_path)     # (an NCHW input taken NHWC)
@@ -1630,7 +1646,8 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
         if base != model_path:
             g0 = read_model(model_path)
             ints = {g0.tensors[k].name: g0.tensors[k].dtype for k in g0.inputs}
-        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), ints)
+        write_trained(base, out_path, g, w, out_identifier(out_path, g.identifier), ints,
+                      ours=base != model_path)
         r = {'model': base, 'tensors': len(w), 'clipped': 0}
         r['notes'] = export_notes(r, g, summary, out_path)
         return r

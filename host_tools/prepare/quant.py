@@ -724,9 +724,11 @@ def op_refusal(g: Graph, train='none'):
 
 
 def without_dequantize(why: str) -> str:
-    """Refusal why without its '(prepare --dequantize trains it in float)' advice: for
-    a caller that trains it so itself or says what to do instead (a float model's --int8)."""
+    """Refusal why without its '(prepare --dequantize trains it in float)' or '; --dequantize
+    trains it in float32 ...' advice: for a caller that trains it so itself or says what to
+    do instead (a float model's --int8, or prepare's own int8 choice falling back)."""
     import re
+    why = re.sub(r'[;,] *--dequantize trains (it|the model) in float(32)?[^;()]*', '', why)
     return re.sub(r'[;,]? *(or )?\(?(int8 training; )?prepare --dequantize trains it in '
                   r'float(32)?\)?', '', why)
 
@@ -2135,19 +2137,22 @@ def _mark_trained(g, out, train, ranks):
 def masks(ls, first):
     """Mark ('mask') the FC / CONV_2D / DEPTHWISE_CONV_2D layers of the backward pass
     (from layer first on) whose output no backward step reads as its input (no later
-    layer whose weights train, no pool, reads it), but the last: they keep a 1-bit mask
-    of where the output passed its clamp (utrain.q8sparse) instead of the int8 output,
-    which the arena frees after its last forward reader (the Tiny Training Engine's
-    ReLU mask of a layer whose bias alone trains)."""
+    layer whose weights train, no pool, reads it), but the last, and every ADD (the last
+    too: its backward reads the mask alone): they keep a 1-bit mask of where the output
+    passed its clamp (utrain.q8sparse) instead of the int8 output, which the arena frees
+    after its last forward reader (the Tiny Training Engine's ReLU mask of a layer whose
+    bias alone trains)."""
     needs = set()
     for d in ls[first:]:
         tw = d.get('tw')
         if d['k'] in POOLS or d['k'] == LUT or d.get('kx') or (d.get('train') and not (
                 tw and tw[1] <= tw[0])):
             needs.update(d['in'])
-    for d in ls[first:-1]:
-        if (d['k'] in WEIGHTED and d['out'] not in needs) or d['k'] == ADD:
-            d['mask'] = 1           # (an ADD: its gradient passes both inputs on its mask)
+    for d in ls[first:]:
+        # (an ADD's gradient passes both inputs on its mask: a model ending in one,
+        # PyTorch's `return a + b`, had none, and the board's backward stopped there)
+        if (d['k'] in WEIGHTED and d['out'] not in needs and d is not ls[-1]) or d['k'] == ADD:
+            d['mask'] = 1
 
 
 def _intervals(ls, first, free, group=None):

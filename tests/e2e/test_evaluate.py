@@ -291,3 +291,31 @@ def test_data_prepare_refuses_is_refused_naming_the_file(tmp_path):
         np.savez(tmp_path / name, x=xs, y=ys)
         with pytest.raises(ValueError, match=says):
             infer.evaluate(path, str(tmp_path / name))
+
+
+def test_an_embeddings_ids_are_judged_and_wrapped_as_the_board_reads_them(tmp_path):
+    """A Keras Embedding (float ids -> CAST -> SELECT_V2 reading a negative id from the
+    table's end -> GATHER): evaluate scored an id past the table (45 of 9 rows, which
+    prepare refuses and TFLite stops at) and read negative ids out of range on the
+    graph it runs (the score of a held-out Keras text classifier changed from run to run,
+    0.98 or 0.77; TFLite's interpreter 0.945).  Now the first is refused naming the data,
+    and negative ids score as numpy's table[id] (the model's definition)."""
+    from kerasgraphs import build_keras_float_embedding
+    src, E, forward = build_keras_float_embedding(tmp_path / 'e.tflite', N=9, L=5, O=3)
+    rng = np.random.default_rng(2)
+    ids = rng.integers(-9, 9, (40, 5)).astype(np.float32)
+    ids[:, 0] = -1                              # (every sample reads a wrapped row)
+    p = forward(ids)
+    y = p.argmax(1)
+    y[::4] = (y[::4] + 1) % 3                   # (an accuracy of 0.75, and a loss to match)
+    np.savez(tmp_path / 'neg.npz', x=ids, y=y)
+    r = infer.evaluate(src, str(tmp_path / 'neg.npz'))
+    e = np.exp(p - p.max(1, keepdims=True))
+    want = float(np.mean(-np.log((e / e.sum(1, keepdims=True))[np.arange(40), y])))
+    assert r['accuracy'] == pytest.approx(0.75) and r['loss'] == pytest.approx(want, rel=1e-4)
+    bad = ids.copy()
+    bad[7, 2] = 45
+    np.savez(tmp_path / 'oov.npz', x=bad, y=y)
+    with pytest.raises(ValueError, match=r'oov\.npz: .*GATHER reads rows of a 9-row table .*'
+                                         r'id 45 .*give ids the table has'):
+        infer.evaluate(src, str(tmp_path / 'oov.npz'))

@@ -760,6 +760,28 @@ def test_keras_upsampling_tile_and_a_shape_the_file_got_wrong(tmp_path, tail):
     assert moved == {'w', 'bc', 'wf', 'bf'} | ({'w2', 'b2'} if tail != 'flatten' else set())
 
 
+@pytest.mark.parametrize('tail', ['up', 'conv-out'])
+def test_keras_upsampling_at_the_output_gets_its_run_time_shape(tmp_path, tail):
+    """A decoder ending in Keras 3's UpSampling2D (or UpSampling2D -> Conv2D): the graph
+    output's file shape is the converter's wrong [1, 1, W, C] (signature [-1, -1, W, C]),
+    and prepare refused a held-out Keras decoder trained with mse on [n, 8, 8, 1]
+    targets ("op 13 CONV_2D: output is 1x8, VALID padding gives 8x8"): an output whose
+    signature leaves the dimensions to run time takes the folded shape like an inner
+    tensor.  ONERT on the rewrite = numpy; it trains (mse on targets of the true shape)."""
+    src, forward = build_keras_upsample(tmp_path / 'up.tflite', tail=tail)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    g = read_model(dst)
+    x = np.random.default_rng(1).standard_normal((6, 3, 4, 1)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    assert g.tensors[g.outputs[0]].shape == [1] + list(ref.shape[1:])
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+    xs = np.random.default_rng(2).standard_normal((16, 3, 4, 1)).astype(np.float32)
+    y = (forward(xs.astype(np.float64)) * 0.5 + 0.1).astype(np.float32)
+    _, moved = _trained_names(src, tmp_path, xs, y, loss='mse')
+    assert moved == {'w', 'bc'} | ({'w2', 'b2'} if tail == 'conv-out' else set())
+
+
 def test_nearest_resize_by_whole_factors_becomes_copies(tmp_path):
     """RESIZE_NEAREST_NEIGHBOR by 2 and 3 (Keras 2's UpSampling2D, Resizing(nearest), tico's
     nn.Upsample; refused before) becomes RESHAPE + CONCATENATION of copies + RESHAPE per
@@ -812,6 +834,49 @@ def test_prelu_maximum_minimum_and_l2_normalization_train(tmp_path):
     np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
     step = _step_is_the_gradient(src, forward, tmp_path, ('w1', 'alpha', 'w3'), x, 'alpha')
     assert {'b1', 'w2', 'b2', 'b3'} <= set(step)
+
+
+@pytest.mark.parametrize('circle', [False, True])
+def test_slice_becomes_a_strided_slice_and_trains(tmp_path, circle):
+    """SLICE by constant begin and size (a held-out tico nn.ConvTranspose2d(padding=1) was
+    refused: "op 4 is SLICE, which utrain cannot run or train through yet") becomes a
+    STRIDED_SLICE; ONERT on the rewrite = numpy; one SGD step on one sample moves the
+    weights on both sides of it by -lr times the gradient the differences of the numpy
+    forward give, and export writes them back."""
+    from kerasgraphs import build_sliced
+    src, forward = build_sliced(tmp_path / ('s.circle' if circle else 's.tflite'), circle=circle)
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert 'SLICE' not in ops(dst) and 'STRIDED_SLICE' in ops(dst) and info['slices'] == 1
+    x = np.random.default_rng(1).standard_normal((6, 4)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    np.testing.assert_allclose(onert_infer(src, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(onert_infer(dst, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+    _step_is_the_gradient(src, forward, tmp_path, ('w1', 'w2'), x, exported=True)
+
+
+def test_the_export_of_a_split_prepare_made_runs_right_under_onert(tmp_path):
+    """STRIDED_SLICEs cutting one activation into pieces (q, k, v of one projection)
+    train as one SPLIT_V, and export wrote that SPLIT_V into the trained model, whose
+    pieces ONERT 0.1.0 computes wrongly (a tico TransformerEncoderLayer's export: 0.74 off
+    utrain's forward under ONERT; here 19): the export has STRIDED_SLICEs again, and ONERT
+    on it = numpy's forward with the exported (trained) weights."""
+    from kerasgraphs import build_sliced_heads
+    from host_tools.prepare.pipeline import export
+    src, forward = build_sliced_heads(tmp_path / 'h.tflite')
+    g = read_model(src)
+    assert rw.rewrite(g)['splits'] == 1
+    xs = np.random.default_rng(2).standard_normal((16, 5)).astype(np.float32)
+    _, moved = _trained_names(src, tmp_path, xs, np.random.default_rng(3).standard_normal((16, 2)),
+                              loss='mse')
+    assert moved == {'w1', 'b1', 'w2', 'b2'}
+    out = os.fspath(tmp_path / 'e.tflite')
+    export(src, os.fspath(tmp_path / 'run' / 'trained.wof'), out)
+    w = {t.name: t.data.astype(np.float64) for t in read_model(out).tensors
+         if t.name in ('w1', 'b1', 'w2', 'b2')}
+    x = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    ref = forward(x.astype(np.float64), **w)
+    np.testing.assert_allclose(onert_infer(out, x).reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+    assert 'SPLIT_V' not in ops(out)
 
 
 def test_abs_square_and_sum_train(tmp_path):

@@ -823,3 +823,82 @@ def test_an_int8_conv_input_gradient_buffer_is_made_with_the_net_and_planned(tmp
     s = prepare(model, str(tmp_path / 'c'), data=data, epochs=1, board='rp2040', train='last:1',
                 log=lambda *a: None, **KW)
     assert part not in s['heap']['parts']
+
+
+def _build_ending_in_add(path, seed=0, F=6, H=8, O=3):
+    """A float model whose output is an ADD of two heads (PyTorch's `return a + b`, a
+    Keras Add() as the last layer): x -> FC(H, relu) -> FC(O) = a; x -> FC(O) = b;
+    y = a + b."""
+    from host_tools.formats.circle_build import CircleBuilder
+    r = np.random.default_rng(seed)
+    w1, w2, w3 = (0.5 * r.standard_normal(s).astype(np.float32) for s in ((H, F), (O, H), (O, F)))
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, a, c, y = (b.tensor(n, [1, k]) for n, k in (('x', F), ('h', H), ('a', O), ('c', O), ('y', O)))
+    zeros = lambda n, k: b.tensor(n, [k], data=np.zeros(k, np.float32))  # noqa: E731
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [H, F], data=w1), zeros('b1', H)], [h],
+         fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [h, b.tensor('w2', [O, H], data=w2), zeros('b2', O)], [a])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w3', [O, F], data=w3), zeros('b3', O)], [c])
+    b.op('ADD', [a, c], [y], fused_activation_function='NONE')
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def test_a_model_ending_in_an_add_trains_as_int8(tmp_path):
+    """A float model whose last op is an ADD (a held-out tico model `return fc(h) +
+    0 * softplus(x[:, :3])`) trained as int8 stopped on the board at its first backward
+    step (the ADD's clamp mask was never made for the last layer: "TypeError: can't
+    convert NoneType to int"); now it trains on the board and the host alike and learns."""
+    path = _build_ending_in_add(tmp_path / 'add.tflite')
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((120, 6)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=x[:, :3].argmax(1))
+    s = prepare(path, str(tmp_path / 'r'), data=str(tmp_path / 'd.npz'), int8=True,
+                test_split=0.25, epochs=3, log=lambda *a: None, **KW)
+    assert s['int8']
+    code, out = runner.run(str(tmp_path / 'r'), python=True, stream=False)
+    assert code == 0 and 'utrain: end: ok' in out, out
+    with open(tmp_path / 'r' / 'q8.json') as f:
+        assert json.load(f)['layers'][-1].get('mask') == 1
+    acc = [float(v.split('test_accuracy ')[1].split()[0]) for v in out.splitlines()
+           if v.startswith('epoch') and 'test_accuracy' in v]
+    assert acc[-1] > acc[0] + 0.1 or acc[-1] >= 0.9, out
+    if MP:
+        code, out = runner.run(str(tmp_path / 'r'), stream=False)
+        assert code == 0 and 'utrain: end: ok' in out, out
+
+
+def test_a_class_a_step_model_on_a_board_trains_in_float32(tmp_path):
+    """A sequence labeller (a class a step: logits [1, T, C], labels (N, T)) on a board
+    without ulab: prepare chose int8 itself and then refused it ("the int8 path's softmax
+    cross-entropy takes all the outputs as one row; --dequantize ...": a held-out Keras
+    TimeDistributed(Dense) labeller had no run on a Pico at all); now the choice falls
+    back to float32 and says why, and --int8 is refused saying float32 trains it, without
+    --dequantize (an int8 file's option)."""
+    from host_tools.formats.circle_build import CircleBuilder
+    T, F, C = 6, 4, 3
+    r = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, h, y = b.tensor('x', [1, T, F]), b.tensor('h', [1, T, 8]), b.tensor('y', [1, T, C])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', [8, F], data=r.standard_normal((8, F)).astype(np.float32)),
+                             b.tensor('b1', [8], data=np.zeros(8, np.float32))], [h],
+         fused_activation_function='RELU', keep_num_dims=True)
+    b.op('FULLY_CONNECTED', [h, b.tensor('w2', [C, 8], data=r.standard_normal((C, 8)).astype(np.float32)),
+                             b.tensor('b2', [C], data=np.zeros(C, np.float32))], [y],
+         keep_num_dims=True)
+    b.inputs(x)
+    b.outputs(y)
+    path = b.save(os.fspath(tmp_path / 'steps.tflite'))
+    xs = r.standard_normal((40, T, F)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(xs[:, :, 0] > 0).astype(int) + (xs[:, :, 1] > 1))
+    said = []
+    s = prepare(path, str(tmp_path / 'a'), data=str(tmp_path / 'd.npz'), board='rp2040',
+                epochs=1, log=said.append)
+    assert not s.get('int8')
+    assert any('trains in float32 (int8 from float does not take it: --loss cce on rows' in v
+               and 'dequantize' not in v for v in said), said
+    with pytest.raises(PrepareError, match=r'--int8 cannot train it as int8: --loss cce on rows'
+                                           r'[^;]*; without --int8 it trains in float32$'):
+        prepare(path, str(tmp_path / 'b'), data=str(tmp_path / 'd.npz'), int8=True,
+                epochs=1, log=lambda *a: None)

@@ -265,22 +265,56 @@ def test_grow_on_micropython_as_on_the_host(tmp_path, monkeypatch):
     assert any(max(v) for v in _exps(outs[0][1]).values()), outs[0][1]
 
 
-def test_export_quantized_writes_the_grown_scales(tmp_path, monkeypatch):
-    """export --quantized of a run whose weight scales doubled: TFLite Micro computes the
-    exported model's logits as the board's int8 net with trained.wof (and its exponents)
-    does, bit for bit; without the .q8w (the calibrated scales) it would not."""
-    pytest.importorskip('tflite_micro')
-    from q8cases import assert_exported_logits_as_board
+def _grown_run(tmp_path, monkeypatch):
+    """The digits CNN trained as int8 at lr 1.0 on the host, some weight scales doubled
+    (trained.wof.q8w says which): (run folder, samples)."""
     d, x, _ = _run_dir(tmp_path, monkeypatch, n=40, lr=1.0)
     no_keep_best(d)
     code, out = runner.run(d, python=True, stream=False)
     assert code == 0, out
     ex = _exps(open(os.path.join(d, 'trained.wof.q8w'), 'rb').read())
     assert any(max(v) for v in ex.values()), ex
+    return d, x
+
+
+def test_export_quantized_writes_the_grown_scales(tmp_path, monkeypatch):
+    """export --quantized of a run whose weight scales doubled: TFLite Micro computes the
+    exported model's logits as the board's int8 net with trained.wof (and its exponents)
+    does, bit for bit; without the .q8w (the calibrated scales) it would not."""
+    pytest.importorskip('tflite_micro')
+    from q8cases import assert_exported_logits_as_board
+    d, x = _grown_run(tmp_path, monkeypatch)
     net = _net(d)
     net.load_weights(os.path.join(d, 'trained.wof'))
     assert_exported_logits_as_board(CNN, d, net, x[:10], tmp_path)
 
+
+
+def test_float_export_of_a_float_model_trained_as_int8_has_the_grown_scales(tmp_path, monkeypatch):
+    """`export` (float32, the default) of a float model trained as int8 whose weight
+    scales doubled: every trained weight and bias is the int8 one at the scale the run
+    grew it to, as export --quantized writes it (the dequantization had used the
+    calibrated scales: a held-out Keras SeparableConv2D's pointwise weights came back at
+    half, 0.89 where the int8 model scores 1.00)."""
+    from host_tools.prepare.pipeline import export
+    d, _ = _grown_run(tmp_path, monkeypatch)
+    f, q = str(tmp_path / 'f.circle'), str(tmp_path / 'q.circle')
+    export(CNN, os.path.join(d, 'trained.wof'), f)
+    export(CNN, os.path.join(d, 'trained.wof'), q, quantized=True)
+    fl = {t.name: t for t in read_model(f).tensors}
+    seen = 0
+    for t in read_model(q).tensors:
+        if t.data is None or not t.quant or t.dtype not in ('int8', 'int32') or t.name not in fl:
+            continue
+        s, z = (np.asarray(t.quant[k], np.float64) for k in ('scale', 'zero_point'))
+        if s.size > 1:
+            sh = [-1 if i == int(t.quant.get('quantized_dimension', 0)) else 1
+                  for i in range(t.data.ndim)]
+            s, z = s.reshape(sh), z.reshape(sh)
+        want = (t.data.astype(np.float64) - z) * s
+        np.testing.assert_allclose(fl[t.name].data, want, rtol=1e-6, atol=1e-7, err_msg=t.name)
+        seen += 1
+    assert seen >= 4
 
 
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')

@@ -136,7 +136,10 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     writes them (the upsampled [1, 2H, W, C] as [1, 1, W, C], the conv's [1, 2H, W - 1,
     C2] as [1, 1, W - 1, C2]).  tail 'crop': 'conv' with Keras's Cropping2D(((1, 1),
     (1, 0))) before the conv, a STRIDED_SLICE whose file shape is wrong too ([1, 1, W - 1,
-    C] for [1, 2H - 2, W - 1, C]).  Returns (path, numpy forward)."""
+    C] for [1, 2H - 2, W - 1, C]).  tail 'up': the upsampled map is the model's output
+    (a decoder's last layer, regression), its file shape wrong ([1, 1, W, C] with
+    signature [-1, -1, W, C]); 'conv-out': the conv after it is (no pool, no Dense).
+    Returns (path, numpy forward)."""
     rng = np.random.default_rng(seed)
     w, bc = _rand(rng, C, 1, 1, 1), _rand(rng, C)
     C2 = 3
@@ -171,6 +174,14 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
         u = b.tensor('u', [1, 1, W, C], signature=[-1, -1, W, C])            # (wrong)
         b.op('RESHAPE', [t, new], [u])
         Wc = W
+    if tail in ('up', 'conv-out'):
+        if tail == 'conv-out':
+            v = b.tensor('v', [1, 1, W - 1, C2], signature=[-1, -1, W - 1, C2])   # (wrong)
+            b.op('CONV_2D', [u, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [C2], data=b2)],
+                 [v], padding='VALID', fused_activation_function='RELU')
+            u = v
+        y = u
+    elif tail != 'flatten':
         if tail == 'crop':      # Cropping2D(((1, 1), (1, 0))): a STRIDED_SLICE
             Wc = W - 1
             k = b.tensor('k', [1, 1, Wc, C], signature=[-1, -1, Wc, C])      # (wrong)
@@ -184,9 +195,10 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
              padding='VALID', fused_activation_function='RELU')
         f = act('f', [1, C2])
         b.op('MEAN', [v, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [f])
-    y = act('y', [1, O])
-    b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
-         [y])
+    if tail not in ('up', 'conv-out'):
+        y = act('y', [1, O])
+        b.op('FULLY_CONNECTED', [f, b.tensor('wf', wf.shape, data=wf), b.tensor('bf', [O], data=bf)],
+             [y])
     b.inputs(x)
     b.outputs(y)
     b.save(path)
@@ -194,6 +206,11 @@ def build_keras_upsample(path, seed=0, H=3, W=4, C=2, O=3, tail='flatten'):
     def forward(xs):
         z = np.maximum(xs.reshape(len(xs), H, W, 1) * w[:, 0, 0, 0] + bc, 0)    # [n, H, W, C]
         z = np.repeat(z, 2, axis=1)
+        if tail == 'up':
+            return z
+        if tail == 'conv-out':
+            return np.maximum(np.einsum('nhwc,oc->nhwo', z[:, :, :-1], w2[:, 0, 0]) +
+                              np.einsum('nhwc,oc->nhwo', z[:, :, 1:], w2[:, 0, 1]) + b2, 0)
         if tail == 'crop':
             z = z[:, 1:-1, 1:]
         if tail != 'flatten':
@@ -2235,3 +2252,71 @@ def build_const_state_rnn(path, seed=0, T=4, F=3, H=5, O=3, h0=0.0):
             hs = np.tanh(xs[:, t] @ w.T + bx + hs @ u.T + bh)
         return hs @ wo.T + bo
     return str(path), forward
+
+
+def build_sliced(path, seed=0, T=5, F=4, H=6, O=2, circle=False):
+    """SLICE by constant begin and size (tico's padded nn.ConvTranspose2d crops its VALID
+    TRANSPOSE_CONV with one; torch's narrow, x[:, a:b]): x [1, F] -> FC(T H, relu) ->
+    RESHAPE [1, T, H] -> SLICE begin [0, 1, 2] size [1, 3, -1] (rows 1-3, columns 2..H-1)
+    -> RESHAPE [1, 3 (H - 2)] -> FC(O).  circle: a CIR0 file, as tico writes.  Returns
+    (path, numpy forward(xs, w1=, w2=))."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = _rand(rng, T * H, F), _rand(rng, T * H)
+    w2, b2 = _rand(rng, O, 3 * (H - 2)), _rand(rng, O)
+    b = CircleBuilder(identifier=b'CIR0' if circle else b'TFL3')
+    x, h, m, s, f, y = (b.tensor(n, k) for n, k in (
+        ('x', [1, F]), ('h', [1, T * H]), ('m', [1, T, H]), ('s', [1, 3, H - 2]),
+        ('f', [1, 3 * (H - 2)]), ('y', [1, O])))
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [T * H], data=b1)],
+         [h], fused_activation_function='RELU')
+    b.op('RESHAPE', [h], [m], new_shape=[1, T, H])
+    b.op('SLICE', [m, b.tensor('begin', [3], data=np.array([0, 1, 2], np.int32)),
+                   b.tensor('size', [3], data=np.array([1, 3, -1], np.int32))], [s])
+    b.op('RESHAPE', [s], [f], new_shape=[1, 3 * (H - 2)])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)],
+         [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs, w1=w1, w2=w2):
+        hs = np.maximum(xs @ w1.T + b1, 0).reshape(len(xs), T, H)[:, 1:4, 2:]
+        return hs.reshape(len(xs), -1) @ w2.T + b2
+    return os.fspath(path), forward
+
+
+def build_sliced_heads(path, seed=0, F=5, T=4, H=3, O=2):
+    """STRIDED_SLICEs that cut one activation into consecutive pieces (tico's attention
+    takes q, k and v out of one projection so; prepare makes them one SPLIT_V): x [1, F]
+    -> FC(T 3H) -> RESHAPE [1, T, 3H] -> q, k, v = the three H-wide slices of the last
+    axis -> q * k + v -> RESHAPE [1, T H] -> FC(O).  Returns (path, numpy forward(xs,
+    w1=, w2=))."""
+    rng = np.random.default_rng(seed)
+    w1, b1 = 0.3 * _rand(rng, 3 * T * H, F), 0.3 * _rand(rng, 3 * T * H)
+    w2, b2 = 0.3 * _rand(rng, O, T * H), _rand(rng, O)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, p, r = b.tensor('x', [1, F]), b.tensor('p', [1, 3 * T * H]), b.tensor('r', [1, T, 3 * H])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w1', w1.shape, data=w1), b.tensor('b1', [3 * T * H], data=b1)], [p])
+    b.op('RESHAPE', [p], [r], new_shape=[1, T, 3 * H])
+    qkv = []
+    for j, n in enumerate('qkv'):
+        t = b.tensor(n, [1, T, H])
+        b.op('STRIDED_SLICE', [r, b.tensor(f'{n}_b', [3], data=np.array([0, 0, j * H], np.int32)),
+                               b.tensor(f'{n}_e', [3], data=np.array([1, T, (j + 1) * H], np.int32)),
+                               b.tensor(f'{n}_s', [3], data=np.ones(3, np.int32))], [t])
+        qkv.append(t)
+    m, a, f, y = (b.tensor(n, s) for n, s in (('m', [1, T, H]), ('a', [1, T, H]), ('f', [1, T * H]),
+                                                ('y', [1, O])))
+    b.op('MUL', qkv[:2], [m], fused_activation_function='NONE')
+    b.op('ADD', [m, qkv[2]], [a], fused_activation_function='NONE')
+    b.op('RESHAPE', [a], [f], new_shape=[1, T * H])
+    b.op('FULLY_CONNECTED', [f, b.tensor('w2', w2.shape, data=w2), b.tensor('b2', [O], data=b2)], [y])
+    b.inputs(x)
+    b.outputs(y)
+    b.save(os.fspath(path))
+
+    def forward(xs, w1=w1, w2=w2, b1=b1, b2=b2):
+        r = (xs @ w1.T + b1).reshape(len(xs), T, 3 * H)
+        q, k, v = r[..., :H], r[..., H:2 * H], r[..., 2 * H:]
+        return (q * k + v).reshape(len(xs), -1) @ w2.T + b2
+    return os.fspath(path), forward
