@@ -15,7 +15,7 @@ the Keras float MLP and DS-CNN.  Settings (prepare's): SGD batch 1 all layers, A
 batch 4, the last two ops with --stream, --cache-on-host, the upper / lower half of the
 last weighted op's channels (--ranks up / low), with row bands where prepare chooses them
 (its default); named in --settings, also SGD momentum 0.9 at batch 1 ('momentum b1'),
-SGD batch 4 ('sgd b4'), the last two ops from the board's own --cache ('last:2 cache')
+SGD batch 4 ('sgd b4'), the last two ops streamed at SGD batch 4 ('b4 last:2 stream'), the last two ops from the board's own --cache ('last:2 cache')
 and the last two ops over one-row bands (--bands 1, 'last:2 bands 1').  Each cell
 trains one epoch of N random samples (default 8) of the model's input shape, no
 evaluation, from a fresh prepare.
@@ -135,6 +135,7 @@ def settings(g, asked=None, int8=False):
                 (f'ranks {i}:low', dict(b1, train='none', ranks=f'{i}:low'))]
     named = [('momentum b1', dict(b1, train='all', momentum=0.9)),
              ('sgd b4', dict(optimizer='sgd', batch=4, train='all')),
+             ('b4 last:2 stream', dict(optimizer='sgd', batch=4, train='last:2', stream=True)),
              ('last:2 cache', dict(b1, train='last:2', cache=True)),
              ('last:2 bands 1', dict(b1, train='last:2', bands=1))]
     have = {n for n, _ in out}
@@ -238,7 +239,7 @@ def main():
                     help='--backend ulab, on a build with ulab (--mp32 MP, else $UTRAIN_MP_ULAB)')
     ap.add_argument('--only', help='models whose name contains this (comma-separated)')
     ap.add_argument('--settings', help='only settings whose name contains one of these; '
-                    "'momentum b1', 'sgd b4', 'last:2 cache', 'last:2 bands 1' are swept only when named")
+                    "'momentum b1', 'sgd b4', 'b4 last:2 stream', 'last:2 cache', 'last:2 bands 1' are swept only when named")
     ap.add_argument('--cache', help='JSON file of measured needs, read and updated')
     ap.add_argument('--samples', type=int, default=8)
     ap.add_argument('--list', action='store_true', help='plan only, measure nothing')

@@ -907,11 +907,12 @@ def row_temps(r, params) -> int:
 
 
 def working_set(r, fwd, bwd, x_in) -> int:
-    """The per-sample working set: the sample buffer and the largest of its three
+    """The per-sample working set: the sample buffer and the largest of its
     phases, which follow one another: the forward pass's peak, the loss (the output and
-    its output-sized arrays) and the backward pass's peak (with the optimizer's per-row
-    temporaries at the batch's end; at batch 1 they come at each op: the 16x16 CNN's
-    classifier rows had been planned on top of its conv's backward peak); at least the
+    its output-sized arrays), the backward pass's peak (at batch 1 with the optimizer's
+    per-row temporaries at each op: the 16x16 CNN's classifier rows had been planned on
+    top of its conv's backward peak) and, at a batch > 1, the optimizer's per-row
+    temporaries at the batch's end; at least the
     checkpoint reader's code (utrain/ckread.py), which loads between samples (a resume,
     a restore after a divergence), when the working set is free.  (The loss's arrays and the row temporaries had been added to the forward
     peak: the 16x16 CNN's conv peak, planned 1.25-1.3x its smallest 32-bit heap.)"""
@@ -924,7 +925,12 @@ def working_set(r, fwd, bwd, x_in) -> int:
     # (whole-model training: the CNNs' backward fragments there, ho_mbnet on 32-bit
     # needed the second; where the first op is frozen it stood over ho_hswish's
     # streamed and ranked cells, 1.25x on 32-bit ulab)
-    ws = (2 if r.g.inputs[0] in r.plan.saved else 1) * A(x_in) + max(fwd, loss, bwd + step)
+    # the step at the batch's end (Trainer.apply) runs after net.backward has returned:
+    # the gradients in flight and the saved activations are gone by then, so it is a
+    # phase of its own, not on top of the backward peak (the held-out Keras conv + FC
+    # net, Adam b4 on 32-bit: 1.21x its need with the two summed, its 294-wide FC rows'
+    # six Adam temporaries planned over the backward pass's dz and dx)
+    ws = (2 if r.g.inputs[0] in r.plan.saved else 1) * A(x_in) + max(fwd, loss, bwd, step)
     return max(ws, int(r.f['code'] * mpy_sizes().get('ckread', 0)))
 
 

@@ -69,7 +69,7 @@ def test_planner_sweep_flags_a_cell_under_its_need(tmp_path):
 
 
 def test_planner_sweep_runs_the_named_settings_only_when_asked(tmp_path):
-    """bench/sweep.py --settings 'momentum b1,sgd b4,last:2 cache': swept only when
+    """bench/sweep.py --settings 'momentum b1,sgd b4,last:2 cache' (and 'b4 last:2 stream'): swept only when
     named (the default sweep keeps its six settings), each planned as prepare plans
     those options: momentum's velocities as optimizer state, batch 4's gradient sums,
     the board's own prefix cache's module."""
@@ -86,6 +86,9 @@ def test_planner_sweep_runs_the_named_settings_only_when_asked(tmp_path):
     g = read_model(mlp)
     asked = dict(settings(g, ['sgd b1', 'momentum b1', 'sgd b4', 'last:2 cache']))
     assert set(asked) >= {'sgd b1', 'momentum b1', 'sgd b4', 'last:2 cache'} and 'last:2 bands 1' not in asked
+    assert 'b4 last:2 stream' not in asked
+    b4s = dict(settings(g, ['b4 last:2 stream']))['b4 last:2 stream']
+    assert (b4s['batch'], b4s['train'], b4s['stream']) == (4, 'last:2', True)
     data = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz')
     heap = {}
     for name in ('sgd b1', 'momentum b1', 'sgd b4', 'last:2 cache'):
