@@ -15,7 +15,7 @@ _data, _collect = module('data'), module('collect')
 MAGIC, VERSION, HEAD = _data.MAGIC, _data.VERSION, _data.HEAD
 DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}      # utrain.data.TYPES' order
 NP = {0: '<f4', 1: 'u1', 2: 'i1'}
-IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm')
+IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm', '.tif', '.tiff', '.webp')
 
 
 class DataError(ValueError):
@@ -121,42 +121,111 @@ def _number(v) -> bool:
         return False
 
 
+def class_folders(path):
+    """The class sub-folders of image folder path, sorted (their class numbers 0, 1, ...):
+    its folders but hidden ones (.ipynb_checkpoints, a Mac's __MACOSX), which are no class
+    (a notebook's checkpoints folder, sorted first, had become class 0 and moved every
+    class's number up by one)."""
+    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))
+                  and not d.startswith('.') and d != '__MACOSX')
+
+
+def _class_files(folder):
+    """(image files, other files) under class folder folder, its sub-folders too (as
+    Keras's image_dataset_from_directory reads them), in sorted order; hidden files and
+    folders (a Mac's ._NAME beside each file, .DS_Store) left out."""
+    images, other = [], []
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
+        for fn in sorted(files):
+            if fn.startswith('.'):
+                continue
+            (images if fn.lower().endswith(IMAGE_EXT) else other).append(os.path.join(top, fn))
+    return images, other
+
+
+def _pixels(im, f, gray):
+    """Image im (of file f) as 8-bit gray or RGB: 16-bit gray ones at their top 8 bits
+    (PIL's convert clips them: a 16-bit PNG became all 255), 32-bit and float ones refused."""
+    if im.mode.startswith('I;16') or (im.mode == 'I' and im.format == 'PNG'):
+        from PIL import Image
+        im = Image.fromarray((np.asarray(im, np.uint32) >> 8).astype(np.uint8), 'L')
+    elif im.mode in ('I', 'F'):
+        raise DataError(f'{f}: {"32-bit" if im.mode == "I" else "floating-point"} pixels; '
+                        'utrain reads 8-bit (or 16-bit PNG) images: save it as an 8-bit PNG')
+    return im.convert('L' if gray else 'RGB')
+
+
 def load_images(path, size=None, gray=True):
     """(x, y, class names) from a folder with one sub-folder of images per class
-    (sorted names = class indices 0, 1, ...); pixels as uint8, resized to size (w, h)
-    when given, otherwise all images must share the first one's size."""
+    (class_folders: sorted names = class indices 0, 1, ...; a class's images in its
+    sub-folders too); pixels as uint8, resized to size (w, h) when given, otherwise all
+    images must share the first one's size."""
     from PIL import Image
-    classes = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    classes = class_folders(path)
     if not classes:
-        raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>)')
+        raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>): put '
+                        'each class\'s images in a sub-folder of its own')
     xs, ys = [], []
     for c, name in enumerate(classes):
-        folder = os.path.join(path, name)
-        for fn in sorted(os.listdir(folder)):
-            if not fn.lower().endswith(IMAGE_EXT):
-                continue
+        for f in _class_files(os.path.join(path, name))[0]:
             try:
-                with Image.open(os.path.join(folder, fn)) as im:
+                with Image.open(f) as im:
                     if im.width * im.height > MAX_PIXELS:
-                        raise DataError(f'{os.path.join(folder, fn)}: {im.width}x{im.height} '
-                                        f'pixels; at most {MAX_PIXELS} are read (an image bomb?)')
-                    im = im.convert('L' if gray else 'RGB')
+                        raise DataError(f'{f}: {im.width}x{im.height} pixels; at most '
+                                        f'{MAX_PIXELS} are read (an image bomb?): make it smaller '
+                                        'or move it out of the folder')
+                    im = _pixels(im, f, gray)
                     if size:
                         im = im.resize(size)
                     a = np.asarray(im, dtype=np.uint8)
             except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as e:
                 if isinstance(e, DataError):
                     raise
-                raise DataError(f'{os.path.join(folder, fn)}: not a readable image ({e})') from None
+                raise DataError(f'{f}: not a readable image ({e}): move it out of the class '
+                                'folder, or save it again as an image') from None
             if xs and a.shape != xs[0].shape:
-                raise DataError(f'{os.path.join(folder, fn)}: {a.shape[1]}x{a.shape[0]} pixels, '
+                raise DataError(f'{f}: {a.shape[1]}x{a.shape[0]} pixels, '
                                 f'the first image is {xs[0].shape[1]}x{xs[0].shape[0]}; '
                                 'give --size WxH')
             xs.append(a)
             ys.append(c)
     if not xs:
-        raise DataError(f'{path}: no images ({", ".join(IMAGE_EXT)}) in the class folders')
+        raise DataError(f'{path}: no images ({", ".join(IMAGE_EXT)}) in the class folders '
+                        f'({", ".join(classes)})' + _not_images(path, classes))
     return np.stack(xs), np.array(ys), classes
+
+
+def _not_images(path, classes) -> str:
+    """What the class folders hold that is no image utrain reads (a suffix for a refusal)."""
+    other = [f for c in classes for f in _class_files(os.path.join(path, c))[1]]
+    if not other:
+        return ': put each class\'s images in its folder'
+    exts = sorted({os.path.splitext(f)[1].lower() or os.path.basename(f) for f in other})
+    return (f': they hold {len(other)} other files ({", ".join(exts[:5])}); save the images '
+            'in one of those formats')
+
+
+def classes_fit(path, n_out) -> None:
+    """Refuse (DataError) image folder path for a model of n_out outputs (a classifier:
+    two or more) when it has more class folders than the model has classes, naming them
+    (an empty one too: its number is taken; the refusal had been 'labels must be whole
+    numbers 0 to 2 ... number the classes from 0', or for an empty last folder 'mse
+    wants one target per output')."""
+    if not n_out or n_out < 2 or not os.path.isdir(path):
+        return
+    classes = class_folders(path)
+    if len(classes) <= n_out:
+        return
+    empty = [c for c in classes if not _class_files(os.path.join(path, c))[0]]
+    names = ', '.join(c + (' (no images)' if c in empty else '') for c in classes[:8]) + (
+        ', ...' if len(classes) > 8 else '')
+    raise DataError(f'{path}: {len(classes)} class folders ({names}), and the model has '
+                    f'{n_out} outputs: ' + (
+                        f'move the empty folder{"s" * (len(empty) > 1)} out of it' if
+                        len(classes) - len(empty) <= n_out else
+                        f'keep {n_out} classes (each sub-folder, in sorted order, is a class), '
+                        f'or give the model {len(classes)} outputs (a new last layer)'))
 
 
 def labels(path, label='last', shape=None):
@@ -166,7 +235,7 @@ def labels(path, label='last', shape=None):
     load_images numbers them; no image is decoded), an .npz's its y alone."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return np.arange(len([d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))]))
+        return np.arange(len(class_folders(path)))
     if path.lower().endswith('.npz') and os.path.exists(path):
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -287,6 +356,7 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
     for cce given labels (a class number per step for an output of a row a step: one-hot
     per step), otherwise the output values."""
     y = np.asarray(y)
+    classes_fit(where, n_out)        # (an image folder's labels: its class folders)
     labels = y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1 and n_out > 1)
     ps = per_step(out_shape)
     if ps and loss in ('scce', 'cce') and labels:

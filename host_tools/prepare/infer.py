@@ -653,8 +653,12 @@ def _judged(data, x, y):
 
 def _scored(data, out, y, metric):
     """scores(), its refusals of the targets naming the data file they came from."""
+    from ..files import dataset as ds
     try:
+        ds.classes_fit(os.fspath(data), int(np.prod(np.shape(out)[1:])))
         return scores(out, y, metric)
+    except ds.DataError as e:
+        raise InferError(str(e)) from None
     except InferError as e:
         if str(e).startswith(os.fspath(data)):
             raise

@@ -1,0 +1,83 @@
+"""Session 23's hostile-input round on the paths session 22 added (an image folder read at
+the model's pixel values, class-sorted samples shuffled, --board storing uint8, the run's
+defaults), as an unlucky user hits them: each ends in a clear refusal naming the file and
+what to do, or reads the data as the user meant; nothing is lost."""
+import os
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'training'))
+from repo import ROOT  # noqa: E402,F401
+
+from host_tools.cli import main  # noqa: E402
+from host_tools.files import dataset as ds  # noqa: E402
+from test_image_pixels import _fc, _folder, H  # noqa: E402
+
+
+def _err(capsys):
+    out = capsys.readouterr()
+    assert 'Traceback' not in out.out + out.err, out
+    return out.err
+
+
+def test_a_16_bit_png_is_read_at_its_top_8_bits(tmp_path):
+    """A 16-bit gray PNG (a scientific camera's, a depth map) was clipped to 255 by PIL's
+    convert: every pixel over 255 of 65535 white, the class signal gone."""
+    rng = np.random.default_rng(0)
+    a = (rng.integers(0, 256, (H, H)) * 257).astype(np.uint16)
+    os.makedirs(tmp_path / 'd' / 'c0')
+    Image.fromarray(a).save(tmp_path / 'd' / 'c0' / '0.png')
+    assert Image.open(tmp_path / 'd' / 'c0' / '0.png').mode.startswith('I;16')
+    x, y, _ = ds.load_images(str(tmp_path / 'd'))
+    np.testing.assert_array_equal(x[0], a >> 8)
+
+
+def test_hidden_files_and_folders_are_no_images_nor_classes(tmp_path):
+    """A Mac's ._NAME files and .DS_Store were read as images and refused ('not a readable
+    image'); a notebook's .ipynb_checkpoints folder was class 0, every class's number one
+    up (a 3-class folder for a 3-output model: 'labels must be 0 to 2').  A class's images
+    in sub-folders of its folder are its (as Keras reads them): they had been left out."""
+    data = _folder(tmp_path / 'imgs')
+    (tmp_path / 'imgs' / 'c0' / '._0.png').write_bytes(b'\0\5\26\7\0\2\0\0Mac OS X')
+    (tmp_path / 'imgs' / 'c1' / '.DS_Store').write_bytes(b'\0\0\0\1Bud1')
+    os.makedirs(tmp_path / 'imgs' / '.ipynb_checkpoints')
+    os.makedirs(tmp_path / 'imgs' / 'c2' / 'more')
+    os.replace(tmp_path / 'imgs' / 'c2' / '0.png', tmp_path / 'imgs' / 'c2' / 'more' / '0.png')
+    x, y, classes = ds.load_images(data)
+    assert classes == ['c0', 'c1', 'c2'] and np.bincount(y).tolist() == [10, 10, 10]
+    assert list(ds.labels(data)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize('case', ['empty', 'more'])
+def test_more_class_folders_than_outputs_are_named(tmp_path, capsys, case):
+    """An empty class folder after the others (made for a class not yet photographed), or
+    a fourth class, for a 3-output model: prepare said 'mse wants one target per output'
+    or 'number the classes from 0', and evaluate the same, which an image folder's user
+    cannot do; now the class folders are named and what to do said."""
+    data = _folder(tmp_path / 'imgs')
+    model = _fc(tmp_path / 'm.tflite', 1 / 255)
+    os.makedirs(tmp_path / 'imgs' / 'c3')
+    if case == 'more':
+        Image.fromarray(np.zeros((H, H), np.uint8)).save(tmp_path / 'imgs' / 'c3' / '0.png')
+    say = 'c3 (no images)' if case == 'empty' else 'give the model 4 outputs'
+    assert main(['prepare', model, data, '-o', str(tmp_path / 'run')]) == 2
+    err = _err(capsys)
+    assert '4 class folders (c0, c1, c2, c3' in err and say in err, err
+    assert not os.path.exists(tmp_path / 'run')
+    assert main(['evaluate', model, data]) == 2
+    err = _err(capsys)
+    assert '4 class folders' in err and say in err, err
+
+
+@pytest.mark.parametrize('bad', [b'', b'hello', b'\x89PNG\r\n\x1a\n garbage'])
+def test_an_unreadable_image_says_what_to_do(tmp_path, capsys, bad):
+    """A zero-byte, a text or a cut PNG: named, and what to do said."""
+    data = _folder(tmp_path / 'imgs', n=3)
+    (tmp_path / 'imgs' / 'c1' / 'x.png').write_bytes(bad)
+    assert main(['prepare', _fc(tmp_path / 'm.tflite', 1 / 255), data, '-o',
+                 str(tmp_path / 'run')]) == 2
+    err = _err(capsys)
+    assert 'c1/x.png: not a readable image' in err and 'move it out of the class folder' in err
