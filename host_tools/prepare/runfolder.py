@@ -213,9 +213,14 @@ def run_defaults(s, given, n_train, log, model_path) -> dict:
     from ..files.flatmodel import DEFAULTS
     s, said = dict(s), []
     if 'lr' not in given and s['optimizer'] == 'sgd' and s['reduction'] == 'mean' and \
-            int(s['batch']) > 1 and s['lr'] == DEFAULTS['lr']:
-        s['lr'] = DEFAULTS['lr'] * int(s['batch'])
-        said.append(f'lr {s["lr"]:g} ({DEFAULTS["lr"]:g} a sample, at batch {s["batch"]})')
+            int(s['batch']) > 1 and n_train != 1 and s['lr'] == DEFAULTS['lr']:
+        # (a batch larger than the samples updates with the mean of those there are: a
+        # --batch 1000 on 30 samples had lr 10, 0.33 a sample, and the run diverged)
+        b = min(int(s['batch']), n_train or int(s['batch']))
+        s['lr'] = DEFAULTS['lr'] * b
+        said.append(f'lr {s["lr"]:g} ({DEFAULTS["lr"]:g} a sample, at batch {s["batch"]}'
+                    + (f', one update of all {b} samples an epoch' if b < int(s['batch']) else '')
+                    + ')')
     if 'epochs' not in given and n_train and s['epochs'] == DEFAULTS['epochs']:
         e = min(MOST_EPOCHS, max(1, -(-SEEN // n_train)))
         if e != s['epochs']:

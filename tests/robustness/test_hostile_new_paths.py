@@ -81,3 +81,17 @@ def test_an_unreadable_image_says_what_to_do(tmp_path, capsys, bad):
                  str(tmp_path / 'run')]) == 2
     err = _err(capsys)
     assert 'c1/x.png: not a readable image' in err and 'move it out of the class folder' in err
+
+
+def test_a_batch_larger_than_the_samples_takes_the_lr_of_those_there_are(tmp_path, capsys):
+    """--batch 1000 on 30 samples without --lr: SGD's default of 0.01 a sample made lr 10
+    (x 1000), for one update of the mean over 30 samples an epoch: 0.33 a sample, 33 times
+    the rule's; now 0.3, said."""
+    import json
+    data = _folder(tmp_path / 'imgs')
+    assert main(['prepare', _fc(tmp_path / 'm.tflite', 1 / 255), data, '-o',
+                 str(tmp_path / 'run'), '--batch', '1000']) == 0
+    out = capsys.readouterr().out
+    with open(tmp_path / 'run' / 'train.json') as f:
+        assert json.load(f)['lr'] == pytest.approx(0.3)
+    assert 'lr 0.3 (0.01 a sample, at batch 1000, one update of all 30 samples' in out, out
