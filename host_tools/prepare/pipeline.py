@@ -990,7 +990,22 @@ def bytes_fit(model_path, g, xy, board, writes, log) -> str:
     check_ids(model_path, g, xy, 'uint8')
     check_flash(model_path, xy, 'uint8', board, None, writes)
     from ..files.dataset import quantization
-    exact = quantization(xy[0], 'uint8')[0] == 1.0      # (integers 256 apart at most)
+    scale, offset = quantization(xy[0], 'uint8')
+    exact = scale == 1.0      # (integers 256 apart at most)
+    x = np.asarray(xy[0], np.float64)
+    lo, hi = np.percentile(x, [1, 99])
+    if (hi - lo) / scale < 16:
+        # (a few outlying values stretch the 255 steps: samples of N(0, 1) beside one
+        # value of 1e6 were stored in one step of 3922, all but that one 0)
+        k = int(np.unravel_index(np.argmax(np.abs(x - np.median(x))), x.shape)[0])
+        raise PrepareError(
+            f'{model_path}: as float32 the samples overflow the {board}\'s file system, and '
+            f'as uint8 they would be lost: their range {x.min():.4g}..{x.max():.4g} (sample {k} '
+            f'holds {x[k][np.argmax(np.abs(x[k] - np.median(x)))]:.4g}) is 255 steps of '
+            f'{scale:.4g}, and 98% of the values lie in {max(1, int(np.ceil((hi - lo) / scale)))} '
+            'of them: '
+            'drop or clip the outlying samples, or give fewer samples (or a board with more '
+            'flash)')
     log(f'{model_path}: the samples are stored as uint8, a quarter of the flash (as float32 '
         f'they overflow the {board}\'s file system): ' + (
             'exact, integers' if exact else 'value = q x scale + offset, to 1/255 of '

@@ -95,3 +95,29 @@ def test_a_batch_larger_than_the_samples_takes_the_lr_of_those_there_are(tmp_pat
     with open(tmp_path / 'run' / 'train.json') as f:
         assert json.load(f)['lr'] == pytest.approx(0.3)
     assert 'lr 0.3 (0.01 a sample, at batch 1000, one update of all 30 samples' in out, out
+
+
+def test_board_does_not_store_as_uint8_samples_it_would_crush(tmp_path, capsys):
+    """--board pico without --dtype stored samples that overflow its flash as float32 as
+    uint8: standardised samples beside one outlying value of 1e6 went into steps of 3922,
+    every other value stored as 0 (said as 'to 1/255 of their range'); now refused,
+    naming the sample and what to do, and nothing is written."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
+    from kerasgraphs import build_raw_cnn
+    rng = np.random.default_rng(0)
+    K, P, O = 2, 9, 3
+    model = build_raw_cnn(tmp_path / 'm.tflite', (
+        0.01 * rng.standard_normal((K, 3, 3, 3)), np.zeros(K),
+        0.1 * rng.standard_normal((O, K * P * P)), np.zeros(O)), cin=3)
+    x = rng.standard_normal((320, 20, 20, 3)).astype(np.float32)
+    y = rng.integers(0, O, 320)
+    np.savez(tmp_path / 'ok.npz', x=x, y=y)
+    x[7, 3, 3, 1] = 1e6
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    argv = ['--board', 'pico', '--float32', '--train', 'last:1']
+    assert main(['prepare', model, str(tmp_path / 'd.npz'), '-o', str(tmp_path / 'run')] + argv) == 2
+    err = _err(capsys)
+    assert 'as uint8 they would be lost' in err and 'sample 7 holds 1e+06' in err, err
+    assert 'drop or clip the outlying samples' in err and not os.path.exists(tmp_path / 'run')
+    assert main(['prepare', model, str(tmp_path / 'ok.npz'), '-o', str(tmp_path / 'run')] + argv) == 0
+    assert 'stored as uint8' in capsys.readouterr().out
