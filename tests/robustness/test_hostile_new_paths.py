@@ -121,3 +121,31 @@ def test_board_does_not_store_as_uint8_samples_it_would_crush(tmp_path, capsys):
     assert 'drop or clip the outlying samples' in err and not os.path.exists(tmp_path / 'run')
     assert main(['prepare', model, str(tmp_path / 'ok.npz'), '-o', str(tmp_path / 'run')] + argv) == 0
     assert 'stored as uint8' in capsys.readouterr().out
+
+
+def test_a_hand_edited_train_json_is_blamed_not_the_files_it_names(tmp_path, capsys):
+    """train.json edited by hand, then `run` (and a resume after Ctrl-C): a "loss" the
+    samples' targets do not fit, a checkpoint of other samples, two files given one name
+    each said '<file> is damaged or missing; prepare the folder again' of a sound file."""
+    import json
+    from host_tools.target import runner
+    data = _folder(tmp_path / 'imgs')
+    run = tmp_path / 'run'
+    assert main(['prepare', _fc(tmp_path / 'm.tflite', 1 / 255), data, '-o', str(run),
+                 '--epochs', '1']) == 0
+    capsys.readouterr()
+    cfg = json.loads((run / 'train.json').read_text())
+    (run / 'train.json').write_text(json.dumps(dict(cfg, loss='mse')))
+    assert main(['run', str(run), '--python']) != 0
+    out = capsys.readouterr()
+    said = out.out + out.err
+    assert 'Traceback' not in said and 'damaged' not in said, said
+    assert 'train.ds holds 1 target a sample (a class number: "loss": "scce")' in said
+    assert 'set "loss" in train.json' in said, said
+    for what, says in (
+            ('train.json: files.log "model.flat" would overwrite files.model "model.flat"; '
+             'give it its own name', 'change train.json'),
+            ('test.ds: 600 samples, but the checkpoint stopped at sample 2130',
+             'the checkpoint in')):
+        advice = runner.end_advice(str(run), 'utrain: end: error: ' + what)
+        assert says in advice and 'damaged' not in advice, advice
