@@ -631,8 +631,13 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
         x = np.moveaxis(x, 1, -1)
     x = x.reshape(len(x), -1)
     if shape is not None and x.shape[1] != int(np.prod(shape)):
-        raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
-                        f'{where} takes {int(np.prod(shape))}')
+        n = int(np.prod(shape))
+        side = int(round(n ** 0.5))
+        raise DataError(f'{source}: x has {x.shape[1]} values per sample, {where} takes {n}' + (
+            (f': its images are {x.shape[1]} pixels each; give images of {n} pixels' +
+             (f' ({side}x{side} gray)' if side * side == n else '') + ' (`python -m '
+             f'host_tools dataset {source} --size WxH -o DIR` resizes them into DIR/train.ds, '
+             'which prepare takes)') if os.path.isdir(os.fspath(source)) else ''))
     if loss is not None:
         y = targets(y, loss, n_out, source, out_shape)
     return x, y

@@ -149,3 +149,31 @@ def test_a_hand_edited_train_json_is_blamed_not_the_files_it_names(tmp_path, cap
              'the checkpoint in')):
         advice = runner.end_advice(str(run), 'utrain: end: error: ' + what)
         assert says in advice and 'damaged' not in advice, advice
+
+
+def test_a_folder_the_model_cannot_take_gets_no_pixels_line(tmp_path, capsys):
+    """A folder the samples pass refuses (an unreadable image, images of another size than
+    a flat-input model takes) had a line first on how its pixels were read ('pixels read
+    as 0..1 (the model cannot be scored here: <the refusal>)', or '(its outputs do not
+    score these labels)'), which they were not; the size refusal says what to do."""
+    data = _folder(tmp_path / 'imgs', n=3)
+    model = _fc(tmp_path / 'm.tflite', 1 / 255)
+    (tmp_path / 'imgs' / 'c1' / 'x.png').write_bytes(b'')
+    for cmd in (['prepare', model, data, '-o', str(tmp_path / 'run')], ['evaluate', model, data]):
+        assert main(cmd) == 2
+        out = capsys.readouterr()
+        assert 'pixels read' not in out.out + out.err and 'x.png' in out.err, out
+    os.remove(tmp_path / 'imgs' / 'c1' / 'x.png')
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    x, y = b.tensor('x', [1, 16]), b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [3, 16], data=np.ones((3, 16), np.float32)),
+                             b.tensor('b', [3], data=np.zeros(3, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    flat = b.save(str(tmp_path / 'flat.tflite'))
+    assert main(['prepare', flat, data, '-o', str(tmp_path / 'run')]) == 2
+    out = capsys.readouterr()
+    assert 'pixels read' not in out.out + out.err, out
+    assert 'its images are 64 pixels each; give images of 16 pixels (4x4 gray)' in out.err
+    assert '--size WxH' in out.err, out.err
