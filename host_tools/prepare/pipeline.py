@@ -39,7 +39,7 @@ from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
-from ..files.validate import loss_on_logits, target_range_warning
+from ..files.validate import loss_on_logits, one_class_warning, target_range_warning
 from ..files.wof import write_wof
 
 # prepare's refusal of a selection with no weights (float and int8 alike)
@@ -911,9 +911,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
                    getattr(g, 'data_inputs', None), g.tensors[g.outputs[0]].shape)
-    warn = target_range_warning(data, g, s, xy and xy[1])
-    if warn:
-        log(warn)
+    for warn in (target_range_warning(data, g, s, xy and xy[1]),
+                 one_class_warning(data, s, xy and xy[1], n_out)):
+        if warn:
+            log(warn)
     check_ids(model_path, g, xy, dtype)
     stored = xy is not None and dtype != 'float32' and getattr(g, 'joined', None)
     if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)

@@ -177,3 +177,16 @@ def test_a_folder_the_model_cannot_take_gets_no_pixels_line(tmp_path, capsys):
     assert 'pixels read' not in out.out + out.err, out
     assert 'its images are 64 pixels each; give images of 16 pixels (4x4 gray)' in out.err
     assert '--size WxH' in out.err, out.err
+
+
+def test_one_class_alone_is_warned_of(tmp_path, capsys):
+    """An image folder of one class sub-folder for a 3-class model was prepared, trained
+    and scored 1.00 (every sample that class), saying nothing."""
+    import shutil
+    data = _folder(tmp_path / 'imgs', n=4)
+    for c in ('c1', 'c2'):
+        shutil.rmtree(tmp_path / 'imgs' / c)
+    assert main(['prepare', _fc(tmp_path / 'm.tflite', 1 / 255), data, '-o',
+                 str(tmp_path / 'run')]) == 0
+    out = capsys.readouterr().out
+    assert 'every sample is class 0' in out and 'give samples of the other classes' in out, out
