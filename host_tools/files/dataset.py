@@ -396,6 +396,13 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
         elif y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)):
             hint = (f'these are class numbers 0 to {n_out - 1}, which train with --loss scce '
                     f'(or cce); {hint}')
+        elif y.shape[1] == 1 and n_out > 1 and np.mean(y == np.round(y)) >= 0.9:
+            # (a few that are not whole numbers kept the data-chosen scce away, unsaid)
+            odd = y[:, 0] != np.round(y[:, 0])
+            k = int(np.argmax(odd))
+            hint = (f'as class numbers ({n_out} classes) they would need to be whole numbers, and '
+                    f'{int(odd.sum())} of {len(y)} are not (sample {k} has {y[k, 0]:g}): fix '
+                    f'those; or {hint}')
         d = [int(v) for v in (out_shape or [])[1:]]
         if len(d) == 2 and d[0] > 1 and y.shape[1] == d[1] != d[0] and np.all(y == np.round(y)):
             # (PyTorch's (N, C, T) map of a class a step: the classes come first)

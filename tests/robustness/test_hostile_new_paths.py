@@ -190,3 +190,16 @@ def test_one_class_alone_is_warned_of(tmp_path, capsys):
                  str(tmp_path / 'run')]) == 0
     out = capsys.readouterr().out
     assert 'every sample is class 0' in out and 'give samples of the other classes' in out, out
+
+
+def test_a_few_labels_that_are_no_class_numbers_are_named(tmp_path, capsys):
+    """One label of 1.5 among 40 class numbers kept the data-chosen scce away and the
+    refusal said only 'mse wants one target per output (3 values a sample)'."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 40).astype(np.float64)
+    y[3] = 1.5
+    np.savez(tmp_path / 'd.npz', x=rng.integers(0, 120, (40, H, H, 1)).astype(np.float32), y=y)
+    assert main(['prepare', _fc(tmp_path / 'm.tflite', 1 / 255), str(tmp_path / 'd.npz'), '-o',
+                 str(tmp_path / 'run')]) == 2
+    err = _err(capsys)
+    assert '1 of 40 are not (sample 3 has 1.5)' in err, err
