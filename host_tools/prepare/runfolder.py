@@ -48,6 +48,14 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
                                    'prepare into another folder')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise PrepareError(f'{out_dir}: exists and is not a folder')
+    out = os.path.realpath(out_dir)
+    for src in inputs:
+        # (an image folder: its run's lib/ and earlier-N/ became class folders, its files
+        # sat among a class's images)
+        if src and os.path.isdir(src) and (out + os.sep).startswith(
+                os.path.realpath(src) + os.sep):
+            raise PrepareError(f'{out_dir}: in the image folder {src}, whose sub-folders are '
+                               'its classes: prepare into a folder outside it (-o)')
 
 
 # A prepare writes its folder OUT in a staging folder beside it, OUT.preparing (a copy of

@@ -203,3 +203,16 @@ def test_a_few_labels_that_are_no_class_numbers_are_named(tmp_path, capsys):
                  str(tmp_path / 'run')]) == 2
     err = _err(capsys)
     assert '1 of 40 are not (sample 3 has 1.5)' in err, err
+
+
+def test_prepare_into_the_image_folder_is_refused(tmp_path, capsys):
+    """-o the image folder itself (or a folder in it): prepare wrote its files among the
+    class folders, and the run's lib/ and a later prepare's earlier-1/ became classes of
+    it; now refused before anything is written."""
+    data = _folder(tmp_path / 'imgs', n=3)
+    model = _fc(tmp_path / 'm.tflite', 1 / 255)
+    for out in (data, os.path.join(data, 'c0', 'run')):
+        assert main(['prepare', model, data, '-o', out]) == 2
+        assert 'prepare into a folder outside it' in _err(capsys)
+    assert sorted(os.listdir(data)) == ['c0', 'c1', 'c2']
+    assert sorted(os.listdir(os.path.join(data, 'c0'))) == ['0.png', '1.png', '2.png']
