@@ -185,9 +185,12 @@ def load_images(path, size=None, gray=True):
                 raise DataError(f'{f}: not a readable image ({e}): move it out of the class '
                                 'folder, or save it again as an image') from None
             if xs and a.shape != xs[0].shape:
-                raise DataError(f'{f}: {a.shape[1]}x{a.shape[0]} pixels, '
-                                f'the first image is {xs[0].shape[1]}x{xs[0].shape[0]}; '
-                                'give --size WxH')
+                # (prepare has no --size: 'give --size WxH' was refused by it)
+                raise DataError(f'{f}: {a.shape[1]}x{a.shape[0]} pixels, the first image is '
+                                f'{xs[0].shape[1]}x{xs[0].shape[0]}: resize the images to one '
+                                f'size (`python -m host_tools dataset {path} --size WxH -o DIR` '
+                                'writes them resized into DIR/train.ds, which prepare takes; '
+                                'evaluate and dataset take --size WxH)')
             xs.append(a)
             ys.append(c)
     if not xs:

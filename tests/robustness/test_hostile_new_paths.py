@@ -216,3 +216,22 @@ def test_prepare_into_the_image_folder_is_refused(tmp_path, capsys):
         assert 'prepare into a folder outside it' in _err(capsys)
     assert sorted(os.listdir(data)) == ['c0', 'c1', 'c2']
     assert sorted(os.listdir(os.path.join(data, 'c0'))) == ['0.png', '1.png', '2.png']
+
+
+def test_images_of_mixed_sizes_for_a_flat_model_say_how_to_resize(tmp_path, capsys):
+    """A flat-input model (the folder read at its images' own size) given images of two
+    sizes: prepare said 'give --size WxH', an option it does not have."""
+    data = _folder(tmp_path / 'imgs', n=3)
+    Image.fromarray(np.zeros((10, 12), np.uint8)).save(tmp_path / 'imgs' / 'c2' / 'big.png')
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    x, y = b.tensor('x', [1, 64]), b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [3, 64], data=np.ones((3, 64), np.float32)),
+                             b.tensor('b', [3], data=np.zeros(3, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    flat = b.save(str(tmp_path / 'flat.tflite'))
+    assert main(['prepare', flat, data, '-o', str(tmp_path / 'run')]) == 2
+    err = _err(capsys)
+    assert 'big.png: 12x10 pixels, the first image is 8x8' in err, err
+    assert f'dataset {data} --size WxH -o DIR' in err, err
