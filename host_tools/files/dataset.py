@@ -679,8 +679,8 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='las
 
 def split(n: int, test_split: float, seed: int):
     """(train indices, test indices): a seeded shuffle, then the last fraction is test."""
-    if not 0.0 <= test_split < 1.0:
-        raise DataError(f'--test-split {test_split}: must be in [0, 1)')
+    if isinstance(test_split, (str, bytes, bool)) or not 0.0 <= test_split < 1.0:
+        raise DataError(f'--test-split {test_split!r}: must be a number in [0, 1)')
     idx = np.random.default_rng(seed).permutation(n) if test_split else np.arange(n)
     n_test = int(round(n * test_split))
     if n and n_test >= n:

@@ -79,7 +79,9 @@ def check_settings(s: dict) -> None:
                 raise PrepareError(f'{name} {v!r}: must be a whole number from {spec[1]} to {spec[2]}')
         else:
             lo, hi, xlo, xhi = spec[1:]
-            try:
+            try:        # (a string from Python, prepare(lr='0.1'): float() took it, the
+                if isinstance(v, (str, bytes, bool)):      # comparisons then failed with
+                    raise TypeError                        # a TypeError's traceback)
                 f = float(v)
             except (TypeError, ValueError):
                 raise PrepareError(f'{name} {v!r}: must be a number') from None

@@ -235,3 +235,17 @@ def test_images_of_mixed_sizes_for_a_flat_model_say_how_to_resize(tmp_path, caps
     err = _err(capsys)
     assert 'big.png: 12x10 pixels, the first image is 8x8' in err, err
     assert f'dataset {data} --size WxH -o DIR' in err, err
+
+
+@pytest.mark.parametrize('key', ['lr', 'momentum', 'test_split'])
+def test_a_setting_given_from_python_as_text_is_refused(tmp_path, key):
+    """prepare(..., lr='0.1') from Python (a value read from a config file as text) ended
+    in a TypeError's traceback ('<=' not supported between 'str' and 'int'); the
+    unknown-setting check of session 22 let it through."""
+    from host_tools.files.dataset import DataError
+    from host_tools.graph.passes import PrepareError
+    from host_tools.prepare.pipeline import prepare
+    with pytest.raises((PrepareError, DataError), match="'0.1'.*must be a number"):
+        prepare(_fc(tmp_path / 'm.tflite', 1 / 255), str(tmp_path / 'run'),
+                data=_folder(tmp_path / 'imgs', n=3), log=lambda *a: None, **{key: '0.1'})
+    assert not os.path.exists(tmp_path / 'run')
