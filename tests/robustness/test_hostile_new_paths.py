@@ -17,6 +17,19 @@ from host_tools.files import dataset as ds  # noqa: E402
 from test_image_pixels import _fc, _folder, H  # noqa: E402
 
 
+def _flat(path, n):
+    """x [1, n] -> FULLY_CONNECTED (3): a model that takes an image folder at its images'
+    own size, flattened."""
+    from host_tools.formats.circle_build import CircleBuilder
+    b = CircleBuilder(identifier=b'TFL3')
+    x, y = b.tensor('x', [1, n]), b.tensor('y', [1, 3])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [3, n], data=np.ones((3, n), np.float32)),
+                             b.tensor('b', [3], data=np.zeros(3, np.float32))], [y])
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(str(path))
+
+
 def _err(capsys):
     out = capsys.readouterr()
     assert 'Traceback' not in out.out + out.err, out
@@ -164,14 +177,7 @@ def test_a_folder_the_model_cannot_take_gets_no_pixels_line(tmp_path, capsys):
         out = capsys.readouterr()
         assert 'pixels read' not in out.out + out.err and 'x.png' in out.err, out
     os.remove(tmp_path / 'imgs' / 'c1' / 'x.png')
-    from host_tools.formats.circle_build import CircleBuilder
-    b = CircleBuilder(identifier=b'TFL3')
-    x, y = b.tensor('x', [1, 16]), b.tensor('y', [1, 3])
-    b.op('FULLY_CONNECTED', [x, b.tensor('w', [3, 16], data=np.ones((3, 16), np.float32)),
-                             b.tensor('b', [3], data=np.zeros(3, np.float32))], [y])
-    b.inputs(x)
-    b.outputs(y)
-    flat = b.save(str(tmp_path / 'flat.tflite'))
+    flat = _flat(tmp_path / 'flat.tflite', 16)
     assert main(['prepare', flat, data, '-o', str(tmp_path / 'run')]) == 2
     out = capsys.readouterr()
     assert 'pixels read' not in out.out + out.err, out
@@ -223,14 +229,7 @@ def test_images_of_mixed_sizes_for_a_flat_model_say_how_to_resize(tmp_path, caps
     sizes: prepare said 'give --size WxH', an option it does not have."""
     data = _folder(tmp_path / 'imgs', n=3)
     Image.fromarray(np.zeros((10, 12), np.uint8)).save(tmp_path / 'imgs' / 'c2' / 'big.png')
-    from host_tools.formats.circle_build import CircleBuilder
-    b = CircleBuilder(identifier=b'TFL3')
-    x, y = b.tensor('x', [1, 64]), b.tensor('y', [1, 3])
-    b.op('FULLY_CONNECTED', [x, b.tensor('w', [3, 64], data=np.ones((3, 64), np.float32)),
-                             b.tensor('b', [3], data=np.zeros(3, np.float32))], [y])
-    b.inputs(x)
-    b.outputs(y)
-    flat = b.save(str(tmp_path / 'flat.tflite'))
+    flat = _flat(tmp_path / 'flat.tflite', 64)
     assert main(['prepare', flat, data, '-o', str(tmp_path / 'run')]) == 2
     err = _err(capsys)
     assert 'big.png: 12x10 pixels, the first image is 8x8' in err, err
