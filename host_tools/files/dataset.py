@@ -15,7 +15,7 @@ _data, _collect = module('data'), module('collect')
 MAGIC, VERSION, HEAD = _data.MAGIC, _data.VERSION, _data.HEAD
 DTYPES = {'float32': 0, 'uint8': 1, 'int8': 2}      # utrain.data.TYPES' order
 NP = {0: '<f4', 1: 'u1', 2: 'i1'}
-IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm')
+IMAGE_EXT = ('.png', '.jpg', '.jpeg', '.bmp', '.gif', '.pgm', '.ppm', '.tif', '.tiff', '.webp')
 
 
 class DataError(ValueError):
@@ -121,42 +121,114 @@ def _number(v) -> bool:
         return False
 
 
+def class_folders(path):
+    """The class sub-folders of image folder path, sorted (their class numbers 0, 1, ...):
+    its folders but hidden ones (.ipynb_checkpoints, a Mac's __MACOSX), which are no class
+    (a notebook's checkpoints folder, sorted first, had become class 0 and moved every
+    class's number up by one)."""
+    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))
+                  and not d.startswith('.') and d != '__MACOSX')
+
+
+def _class_files(folder):
+    """(image files, other files) under class folder folder, its sub-folders too (as
+    Keras's image_dataset_from_directory reads them), in sorted order; hidden files and
+    folders (a Mac's ._NAME beside each file, .DS_Store) left out."""
+    images, other = [], []
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
+        for fn in sorted(files):
+            if fn.startswith('.'):
+                continue
+            (images if fn.lower().endswith(IMAGE_EXT) else other).append(os.path.join(top, fn))
+    return images, other
+
+
+def _pixels(im, f, gray):
+    """Image im (of file f) as 8-bit gray or RGB: 16-bit gray ones at their top 8 bits
+    (PIL's convert clips them: a 16-bit PNG became all 255), 32-bit and float ones refused."""
+    if im.mode.startswith('I;16') or (im.mode == 'I' and im.format == 'PNG'):
+        from PIL import Image
+        im = Image.fromarray((np.asarray(im, np.uint32) >> 8).astype(np.uint8), 'L')
+    elif im.mode in ('I', 'F'):
+        raise DataError(f'{f}: {"32-bit" if im.mode == "I" else "floating-point"} pixels; '
+                        'utrain reads 8-bit (or 16-bit PNG) images: save it as an 8-bit PNG')
+    return im.convert('L' if gray else 'RGB')
+
+
 def load_images(path, size=None, gray=True):
     """(x, y, class names) from a folder with one sub-folder of images per class
-    (sorted names = class indices 0, 1, ...); pixels as uint8, resized to size (w, h)
-    when given, otherwise all images must share the first one's size."""
+    (class_folders: sorted names = class indices 0, 1, ...; a class's images in its
+    sub-folders too); pixels as uint8, resized to size (w, h) when given, otherwise all
+    images must share the first one's size."""
     from PIL import Image
-    classes = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    classes = class_folders(path)
     if not classes:
-        raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>)')
+        raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>): put '
+                        'each class\'s images in a sub-folder of its own')
     xs, ys = [], []
     for c, name in enumerate(classes):
-        folder = os.path.join(path, name)
-        for fn in sorted(os.listdir(folder)):
-            if not fn.lower().endswith(IMAGE_EXT):
-                continue
+        for f in _class_files(os.path.join(path, name))[0]:
             try:
-                with Image.open(os.path.join(folder, fn)) as im:
+                with Image.open(f) as im:
                     if im.width * im.height > MAX_PIXELS:
-                        raise DataError(f'{os.path.join(folder, fn)}: {im.width}x{im.height} '
-                                        f'pixels; at most {MAX_PIXELS} are read (an image bomb?)')
-                    im = im.convert('L' if gray else 'RGB')
+                        raise DataError(f'{f}: {im.width}x{im.height} pixels; at most '
+                                        f'{MAX_PIXELS} are read (an image bomb?): make it smaller '
+                                        'or move it out of the folder')
+                    im = _pixels(im, f, gray)
                     if size:
                         im = im.resize(size)
                     a = np.asarray(im, dtype=np.uint8)
             except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as e:
                 if isinstance(e, DataError):
                     raise
-                raise DataError(f'{os.path.join(folder, fn)}: not a readable image ({e})') from None
+                raise DataError(f'{f}: not a readable image ({e}): move it out of the class '
+                                'folder, or save it again as an image') from None
             if xs and a.shape != xs[0].shape:
-                raise DataError(f'{os.path.join(folder, fn)}: {a.shape[1]}x{a.shape[0]} pixels, '
-                                f'the first image is {xs[0].shape[1]}x{xs[0].shape[0]}; '
-                                'give --size WxH')
+                # (prepare has no --size: 'give --size WxH' was refused by it)
+                raise DataError(f'{f}: {a.shape[1]}x{a.shape[0]} pixels, the first image is '
+                                f'{xs[0].shape[1]}x{xs[0].shape[0]}: resize the images to one '
+                                f'size (`python -m host_tools dataset {path} --size WxH -o DIR` '
+                                'writes them resized into DIR/train.ds, which prepare takes; '
+                                'evaluate and dataset take --size WxH)')
             xs.append(a)
             ys.append(c)
     if not xs:
-        raise DataError(f'{path}: no images ({", ".join(IMAGE_EXT)}) in the class folders')
+        raise DataError(f'{path}: no images ({", ".join(IMAGE_EXT)}) in the class folders '
+                        f'({", ".join(classes)})' + _not_images(path, classes))
     return np.stack(xs), np.array(ys), classes
+
+
+def _not_images(path, classes) -> str:
+    """What the class folders hold that is no image utrain reads (a suffix for a refusal)."""
+    other = [f for c in classes for f in _class_files(os.path.join(path, c))[1]]
+    if not other:
+        return ': put each class\'s images in its folder'
+    exts = sorted({os.path.splitext(f)[1].lower() or os.path.basename(f) for f in other})
+    return (f': they hold {len(other)} other files ({", ".join(exts[:5])}); save the images '
+            'in one of those formats')
+
+
+def classes_fit(path, n_out) -> None:
+    """Refuse (DataError) image folder path for a model of n_out outputs (a classifier:
+    two or more) when it has more class folders than the model has classes, naming them
+    (an empty one too: its number is taken; the refusal had been 'labels must be whole
+    numbers 0 to 2 ... number the classes from 0', or for an empty last folder 'mse
+    wants one target per output')."""
+    if not n_out or n_out < 2 or not os.path.isdir(path):
+        return
+    classes = class_folders(path)
+    if len(classes) <= n_out:
+        return
+    empty = [c for c in classes if not _class_files(os.path.join(path, c))[0]]
+    names = ', '.join(c + (' (no images)' if c in empty else '') for c in classes[:8]) + (
+        ', ...' if len(classes) > 8 else '')
+    raise DataError(f'{path}: {len(classes)} class folders ({names}), and the model has '
+                    f'{n_out} outputs: ' + (
+                        f'move the empty folder{"s" * (len(empty) > 1)} out of it' if
+                        len(classes) - len(empty) <= n_out else
+                        f'keep {n_out} classes (each sub-folder, in sorted order, is a class), '
+                        f'or give the model {len(classes)} outputs (a new last layer)'))
 
 
 def labels(path, label='last', shape=None):
@@ -166,7 +238,7 @@ def labels(path, label='last', shape=None):
     load_images numbers them; no image is decoded), an .npz's its y alone."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return np.arange(len([d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))]))
+        return np.arange(len(class_folders(path)))
     if path.lower().endswith('.npz') and os.path.exists(path):
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -287,6 +359,7 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
     for cce given labels (a class number per step for an output of a row a step: one-hot
     per step), otherwise the output values."""
     y = np.asarray(y)
+    classes_fit(where, n_out)        # (an image folder's labels: its class folders)
     labels = y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1 and n_out > 1)
     ps = per_step(out_shape)
     if ps and loss in ('scce', 'cce') and labels:
@@ -326,6 +399,13 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
         elif y.shape[1] == 1 and n_out > 1 and np.all(y == np.round(y)):
             hint = (f'these are class numbers 0 to {n_out - 1}, which train with --loss scce '
                     f'(or cce); {hint}')
+        elif y.shape[1] == 1 and n_out > 1 and np.mean(y == np.round(y)) >= 0.9:
+            # (a few that are not whole numbers kept the data-chosen scce away, unsaid)
+            odd = y[:, 0] != np.round(y[:, 0])
+            k = int(np.argmax(odd))
+            hint = (f'as class numbers ({n_out} classes) they would need to be whole numbers, and '
+                    f'{int(odd.sum())} of {len(y)} are not (sample {k} has {y[k, 0]:g}): fix '
+                    f'those; or {hint}')
         d = [int(v) for v in (out_shape or [])[1:]]
         if len(d) == 2 and d[0] > 1 and y.shape[1] == d[1] != d[0] and np.all(y == np.round(y)):
             # (PyTorch's (N, C, T) map of a class a step: the classes come first)
@@ -561,8 +641,13 @@ def read_samples(source, shape=None, perm=None, loss=None, n_out=None, where='th
         x = np.moveaxis(x, 1, -1)
     x = x.reshape(len(x), -1)
     if shape is not None and x.shape[1] != int(np.prod(shape)):
-        raise DataError(f'{source}: x has {x.shape[1]} values per sample, '
-                        f'{where} takes {int(np.prod(shape))}')
+        n = int(np.prod(shape))
+        side = int(round(n ** 0.5))
+        raise DataError(f'{source}: x has {x.shape[1]} values per sample, {where} takes {n}' + (
+            (f': its images are {x.shape[1]} pixels each; give images of {n} pixels' +
+             (f' ({side}x{side} gray)' if side * side == n else '') + ' (`python -m '
+             f'host_tools dataset {source} --size WxH -o DIR` resizes them into DIR/train.ds, '
+             'which prepare takes)') if os.path.isdir(os.fspath(source)) else ''))
     if loss is not None:
         y = targets(y, loss, n_out, source, out_shape)
     return x, y
@@ -594,8 +679,8 @@ def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='las
 
 def split(n: int, test_split: float, seed: int):
     """(train indices, test indices): a seeded shuffle, then the last fraction is test."""
-    if not 0.0 <= test_split < 1.0:
-        raise DataError(f'--test-split {test_split}: must be in [0, 1)')
+    if isinstance(test_split, (str, bytes, bool)) or not 0.0 <= test_split < 1.0:
+        raise DataError(f'--test-split {test_split!r}: must be a number in [0, 1)')
     idx = np.random.default_rng(seed).permutation(n) if test_split else np.arange(n)
     n_test = int(round(n * test_split))
     if n and n_test >= n:

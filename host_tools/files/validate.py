@@ -6,6 +6,7 @@ file's numbering) and the tensor."""
 from __future__ import annotations
 
 import math
+import os
 import zipfile
 
 import numpy as np
@@ -78,7 +79,9 @@ def check_settings(s: dict) -> None:
                 raise PrepareError(f'{name} {v!r}: must be a whole number from {spec[1]} to {spec[2]}')
         else:
             lo, hi, xlo, xhi = spec[1:]
-            try:
+            try:        # (a string from Python, prepare(lr='0.1'): float() took it, the
+                if isinstance(v, (str, bytes, bool)):      # comparisons then failed with
+                    raise TypeError                        # a TypeError's traceback)
                 f = float(v)
             except (TypeError, ValueError):
                 raise PrepareError(f'{name} {v!r}: must be a number') from None
@@ -111,6 +114,23 @@ def target_range_warning(path, g, s: dict, y) -> str | None:
             f'{act} (op {op.number}), whose outputs stay in 0 to 1: {s["loss"]} cannot reach '
             'them. For classes give class numbers 0, 1, ... to a model with one output per class '
             '(scce), or 0/1 targets (bce); for a regression, a model without the final activation')
+
+
+def one_class_warning(path, s: dict, y, n_out) -> str | None:
+    """The warning for classifier targets y (scce's class numbers, cce's one-hot rows) of
+    one class alone for a model of n_out classes, or None: trained on them it learns to
+    answer that class for every input (an image folder of one class sub-folder was
+    prepared, trained and scored 1.00, saying nothing)."""
+    if s['loss'] not in ('scce', 'cce') or y is None or not np.size(y) or n_out < 2:
+        return None
+    y = np.asarray(y).reshape(len(y), -1)
+    lab = y[:, 0] if y.shape[1] == 1 else y.argmax(axis=1) if y.shape[1] == n_out else None
+    if lab is None or len(np.unique(lab)) != 1:
+        return None
+    return (f'warning: {path}: every sample is class {int(lab[0])}: a classifier of {n_out} '
+            'classes trained on one class alone learns to answer it for every input; give '
+            'samples of the other classes too' + (' (a sub-folder of images each)' if
+                                                 os.path.isdir(os.fspath(path)) else ''))
 
 
 def loss_on_logits(g, s: dict):

@@ -688,8 +688,12 @@ def _ids_judged(model, g, data, x):
 
 def _scored(data, out, y, metric):
     """scores(), its refusals of the targets naming the data file they came from."""
+    from ..files import dataset as ds
     try:
+        ds.classes_fit(os.fspath(data), int(np.prod(np.shape(out)[1:])))
         return scores(out, y, metric)
+    except ds.DataError as e:
+        raise InferError(str(e)) from None
     except InferError as e:
         if str(e).startswith(os.fspath(data)):
             raise
@@ -856,9 +860,13 @@ def image_pixels(model, data, log=None):
     try:
         said = pixel_values(g)
         if said is None:
-            said = _scored_pixels(model, data, g.tensors[g.inputs[0]].shape)
+            said = _scored_pixels(model, data, g)
+    except ds.DataError:
+        said = None
     except (InferError, ValueError, OSError) as e:
         said = (1 / 255, 0.0, f'the model cannot be scored here: {_first_line(e)}')
+    if said is None:        # (a folder the samples pass refuses, saying why: no line here
+        return contextlib.nullcontext()     # on how it was read, as it is not)
     scale, offset, why = said
     name = next((n for s, o, n in _PIXEL_RANGES if np.isclose(s, scale) and o == offset),
                 f'x {scale:.3g} + {offset:.3g}')
@@ -867,13 +875,19 @@ def image_pixels(model, data, log=None):
     return ds.pixels_as(data, scale, offset)
 
 
-def _scored_pixels(model, data, shape, most=120):
-    """(scale, offset, why) of _PIXEL_RANGES at which model scores the image folder data
-    best (up to `most` images, spread over the classes), by a margin of 3 standard
-    errors and 5 points of accuracy (a classifier; else a third less MAE) over 0..1."""
+def _scored_pixels(model, data, g, most=120):
+    """(scale, offset, why) of _PIXEL_RANGES at which model (graph g) scores the image
+    folder data best (up to `most` images, spread over the classes), by a margin of 3
+    standard errors and 5 points of accuracy (a classifier; else a third less MAE) over
+    0..1; None for a folder the model cannot take (DataError: one it cannot read), which
+    the samples pass refuses."""
     import tempfile
     from ..files import dataset as ds
+    shape = g.tensors[g.inputs[0]].shape
     x, y = ds.load(data, shape=shape)
+    ds.classes_fit(data, int(np.prod(g.tensors[g.outputs[0]].shape[1:])))
+    if int(np.prod(x.shape[1:])) != int(np.prod(shape[1:])):
+        return None         # (images of another size than the model takes)
     pick = np.unique(np.linspace(0, len(x) - 1, min(most, len(x))).astype(int))
     x, y = np.asarray(x)[pick] * np.float32(255), np.asarray(y)[pick]
     got = []

@@ -39,7 +39,7 @@ from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check
 from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, what_trains, off_output,
                             io_summary)
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
-from ..files.validate import loss_on_logits, target_range_warning
+from ..files.validate import loss_on_logits, one_class_warning, target_range_warning
 from ..files.wof import write_wof
 
 # prepare's refusal of a selection with no weights (float and int8 alike)
@@ -911,9 +911,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
                    getattr(g, 'data_inputs', None), g.tensors[g.outputs[0]].shape)
-    warn = target_range_warning(data, g, s, xy and xy[1])
-    if warn:
-        log(warn)
+    for warn in (target_range_warning(data, g, s, xy and xy[1]),
+                 one_class_warning(data, s, xy and xy[1], n_out)):
+        if warn:
+            log(warn)
     check_ids(model_path, g, xy, dtype)
     stored = xy is not None and dtype != 'float32' and getattr(g, 'joined', None)
     if stored:          # (each input's codes at its own scale: join_inputs's MUL, ADD)
@@ -990,7 +991,22 @@ def bytes_fit(model_path, g, xy, board, writes, log) -> str:
     check_ids(model_path, g, xy, 'uint8')
     check_flash(model_path, xy, 'uint8', board, None, writes)
     from ..files.dataset import quantization
-    exact = quantization(xy[0], 'uint8')[0] == 1.0      # (integers 256 apart at most)
+    scale, offset = quantization(xy[0], 'uint8')
+    exact = scale == 1.0      # (integers 256 apart at most)
+    x = np.asarray(xy[0], np.float64)
+    lo, hi = np.percentile(x, [1, 99])
+    if (hi - lo) / scale < 16:
+        # (a few outlying values stretch the 255 steps: samples of N(0, 1) beside one
+        # value of 1e6 were stored in one step of 3922, all but that one 0)
+        k = int(np.unravel_index(np.argmax(np.abs(x - np.median(x))), x.shape)[0])
+        raise PrepareError(
+            f'{model_path}: as float32 the samples overflow the {board}\'s file system, and '
+            f'as uint8 they would be lost: their range {x.min():.4g}..{x.max():.4g} (sample {k} '
+            f'holds {x[k][np.argmax(np.abs(x[k] - np.median(x)))]:.4g}) is 255 steps of '
+            f'{scale:.4g}, and 98% of the values lie in {max(1, int(np.ceil((hi - lo) / scale)))} '
+            'of them: '
+            'drop or clip the outlying samples, or give fewer samples (or a board with more '
+            'flash)')
     log(f'{model_path}: the samples are stored as uint8, a quarter of the flash (as float32 '
         f'they overflow the {board}\'s file system): ' + (
             'exact, integers' if exact else 'value = q x scale + offset, to 1/255 of '

@@ -3278,6 +3278,10 @@ def prepare_q8(g: Graph, model_path, out_dir, s: dict, train, data=None, test_sp
     perm = getattr(g, 'input_perm', None) if int(np.prod(shape)) == nin else None
     xy = read_data(data, shape if int(np.prod(shape)) == nin else [nin], m['nclass'], perm,
                    loss=s['loss'], inputs=getattr(g, 'data_inputs', None))
+    from ..files.validate import one_class_warning
+    warn = one_class_warning(data, s, xy and xy[1], m['nclass'])
+    if warn:
+        log(warn)
     if xy is not None and getattr(g, 'joined', None):
         try:
             xy = (joined_codes(g, xy[0]),) + tuple(xy[1:])

@@ -35,9 +35,9 @@ OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
 
 
 def check_outputs(out_dir, inputs, names=OUTPUTS):
-    """The output-folder pass: PrepareError when out_dir is not a folder or a file prepare
-    writes there (names) is one of its inputs (model, data, training config; None: not
-    given).  The rewritten graph is checked where it is written: a graph that needs no
+    """The output-folder pass: PrepareError when out_dir is not a folder, is in the image
+    folder it reads, or a file prepare writes there (names) is one of its inputs (model,
+    data, training config, in that order; None: not given).  The rewritten graph is checked where it is written: a graph that needs no
     rewrite may be prepared again from its own folder's rewritten.circle.  (A run or
     another prepare in out_dir: Staged refuses it.)"""
     for src in inputs:
@@ -48,6 +48,12 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
                                    'prepare into another folder')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise PrepareError(f'{out_dir}: exists and is not a folder')
+    src = inputs[1] if len(inputs) > 1 else None       # (the data: an image folder)
+    if src and os.path.isdir(src) and (os.path.realpath(out_dir) + os.sep).startswith(
+            os.path.realpath(src) + os.sep):
+        # (its run's lib/ and earlier-N/ became class folders, its files sat among them)
+        raise PrepareError(f'{out_dir}: in the image folder {src}, whose sub-folders are '
+                           'its classes: prepare into a folder outside it (-o)')
 
 
 # A prepare writes its folder OUT in a staging folder beside it, OUT.preparing (a copy of
@@ -213,9 +219,14 @@ def run_defaults(s, given, n_train, log, model_path) -> dict:
     from ..files.flatmodel import DEFAULTS
     s, said = dict(s), []
     if 'lr' not in given and s['optimizer'] == 'sgd' and s['reduction'] == 'mean' and \
-            int(s['batch']) > 1 and s['lr'] == DEFAULTS['lr']:
-        s['lr'] = DEFAULTS['lr'] * int(s['batch'])
-        said.append(f'lr {s["lr"]:g} ({DEFAULTS["lr"]:g} a sample, at batch {s["batch"]})')
+            int(s['batch']) > 1 and n_train != 1 and s['lr'] == DEFAULTS['lr']:
+        # (a batch larger than the samples updates with the mean of those there are: a
+        # --batch 1000 on 30 samples had lr 10, 0.33 a sample, and the run diverged)
+        b = min(int(s['batch']), n_train or int(s['batch']))
+        s['lr'] = DEFAULTS['lr'] * b
+        said.append(f'lr {s["lr"]:g} ({DEFAULTS["lr"]:g} a sample, at batch {s["batch"]}'
+                    + (f', one update of all {b} samples an epoch' if b < int(s['batch']) else '')
+                    + ')')
     if 'epochs' not in given and n_train and s['epochs'] == DEFAULTS['epochs']:
         e = min(MOST_EPOCHS, max(1, -(-SEEN // n_train)))
         if e != s['epochs']:

@@ -451,8 +451,32 @@ def end_advice(out_dir, text) -> str | None:
     if name.endswith('.ckpt'):
         return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
                 'set "resume": false under "run" in train.json) to train from the start')
+    shapes = re.match(r'([^:]+): samples have (\d+) inputs and (\d+) targets; the model wants '
+                      r'(\d+) and (\d+)$', what)
+    if shapes and shapes.group(2) == shapes.group(4):
+        # the samples' targets and train.json's loss disagree: a "loss" edited by hand (it
+        # had said 'train.ds is damaged or missing; prepare the folder again')
+        f, has, wants = shapes.group(1), int(shapes.group(3)), int(shapes.group(5))
+        try:
+            with open(os.path.join(out_dir, 'train.json'), 'rb') as fh:
+                loss = json.loads(fh.read().decode('utf-8')).get('loss')
+        except (OSError, ValueError, AttributeError):
+            loss = None
+        if isinstance(loss, str):
+            return (f'what to do: {f} holds {has} target{"s" * (has != 1)} a sample (' + (
+                'a class number: "loss": "scce"' if has == 1 else
+                'a value an output: "loss" cce, mse, mae or bce') + f'), and train.json\'s '
+                f'"loss": "{loss}" takes {wants}: set "loss" in train.json in {out_dir} back to '
+                f'the one it was prepared with, or prepare the folder again with --loss {loss}')
+    if re.search(r'^[^:]+: \d+ samples, but the checkpoint stopped at sample \d+$', what):
+        # (train.json's "files" edited since the checkpoint: the samples are not damaged)
+        return (f'what to do: the checkpoint in {out_dir} was saved training other samples; '
+                'name the samples it trained on under "files" in train.json again, or delete '
+                'the checkpoint (or set "resume": false under "run") to train from the start')
     quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
+    if what.startswith('train.json: files.') and ' would overwrite ' in what:
+        quoted = ['train.json']         # (the files named are not damaged: the names are)
     if quoted == ['train.json'] and not what.startswith('train.json: not valid JSON'):
         # a setting train.json holds, or a file it names that is in the way: what the
         # board said is what to change (this had said 'train.json is damaged or missing;
