@@ -140,7 +140,7 @@ def load(net, f, name, wof):
     # a final LOGISTIC or SOFTMAX (beta 1), first on the backward list, its output the
     # model's and read by no other op: (its input, the losses that take it whole), for
     # Net.fuse_head (here: the reader's code leaves the heap once the model is loaded)
-    net.fin = None
+    net.fin, net.head, net.sk = None, 0, net.outputs[0]     # (Net.fuse_head's)
     if bwd:
         code, ins, outs, opts = net.ops[bwd[0][0]]
         k = net.outputs[0]

@@ -28,7 +28,6 @@ class Net:
         # Trainer installs another
         from utrain.sink import Sums
         self.sink = Sums(self)
-        self.head, self.sk = 0, self.outputs[0]     # (fuse_head)
 
     def load_weights(self, path):
         """Load the trainable tensors from a .wof file (onert-micro layout)."""

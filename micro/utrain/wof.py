@@ -9,7 +9,6 @@ from struct import pack, unpack
 from array import array
 import os
 import gc
-import sys
 try:
     from binascii import crc32
 except ImportError:  # a firmware without it: checksums are written as 0, not checked
@@ -130,12 +129,11 @@ def read_table(f, path, shapes, nbytes=None):
 # emulated Pico's int8 runs had failed there, 11-14 KB free in holes of 39-70 blocks.
 # Kept on the utrain package: this module is dropped between saves (its code is heap),
 # the reserve is not
-_P = sys.modules.get('utrain')
-RES = getattr(_P, 'wof_res', None)
-if RES is None:
-    RES = []
-    if _P is not None:
-        _P.wof_res = RES
+import utrain
+try:
+    RES = utrain.wof_res
+except AttributeError:
+    RES = utrain.wof_res = []
 
 
 def hold(n):
