@@ -89,7 +89,10 @@ def device_cases():
     cases = []
     for k in SETTINGS:
         for i, v in enumerate(BAD):
-            cases.append(('set-%s-%d' % (k, i), {k: v}, None, 'ok' if valid(k, v) else 'refuse'))
+            # (an lr valid but far too large trains, or diverges and stops saying to lower
+            # it: a sure model's softmax no longer stops its gradient, test_saturated_head)
+            want = 'refuse' if not valid(k, v) else 'ok or stop' if k == 'lr' and v > 1 else 'ok'
+            cases.append(('set-%s-%d' % (k, i), {k: v}, None, want))
     for k in RUN:
         for i, v in enumerate(BAD):
             if k == 'resume' and v is True:
@@ -296,10 +299,13 @@ def classify_device(text, hung, root, cases, before, outside_before):
             elif code == 1 and 'utrain: error: ' in body:
                 kind = 'clean refusals' if want == 'refuse' else 'wrong outcome'
                 shown.setdefault(name.split('-')[0] + '-' + name.split('-')[1], body.strip().splitlines()[-1])
+            elif code == 1 and want == 'ok or stop' and 'utrain: end: stopped: loss is nan' in body \
+                    and 'lower "lr" in train.json' in body:
+                kind = 'correct successes'
             elif code == 0 and want == 'notrain' and 'utrain: no training data in train.json' in body:
                 kind = 'correct successes'
             elif code == 0 and ('holds the best weights' in body or 'saved trained.wof' in body):
-                kind = 'correct successes' if want in ('ok', 'resume') else 'wrong outcome'
+                kind = 'correct successes' if want in ('ok', 'resume', 'ok or stop') else 'wrong outcome'
                 if want == 'resume' and 'resumed from checkpoint.ckpt' not in body:
                     kind = 'wrong outcome'
             else:
