@@ -1550,3 +1550,24 @@ def test_trials_train_the_settings_nobody_gave_as_the_run(tmp_path, data, monkey
     with pytest.raises(_Seen):
         prepare(CNN, str(tmp_path / 'p'), lr=0.02, epochs=1, **kw)
     assert seen[-1] == (pytest.approx(0.02), 4, 1), seen
+
+
+def test_select_on_a_board_prices_the_samples_as_prepare_stores_them(tmp_path, monkeypatch):
+    """--select with --board and no --dtype: samples whose float32 overflow the board's
+    flash are stored as uint8 (bytes_fit), and the selection's flash check prices them
+    so (issue 28: bench/transfer.py's IMU windows at rp2040's defaults: every candidate,
+    the classifier too, was refused for the flash as float32, and auto trained the
+    classifier alone where last:9 gained 13 points)."""
+    from host_tools.prepare import select as sl
+    z = np.load(os.path.join(DIGITS, 'digits.npz'))
+    reps = 1 + 1408 * 1024 // (len(z['x']) * 64 * 4)        # (over 1408 KB as float32)
+    data = str(tmp_path / 'many.npz')
+    np.savez(data, x=np.tile(z['x'], (reps, 1)), y=np.tile(z['y'], reps))
+    monkeypatch.setattr(sl.Trials, 'score', lambda self, ranks, fold=0: 0.5 + 0.01 * len(ranks))
+    monkeypatch.setattr(sl.Trials, 'prefetch', lambda self, items: None)
+    lines = []
+    s = prepare(CNN, str(tmp_path / 'o'), data=data, test_split=0.2, select='auto',
+                board='rp2040', log=lines.append, **SETTINGS)
+    assert not s['select'].get('fallback', '').startswith('nothing fits'), s['select']
+    assert len(s['select']['ranks']) > 1, s['select']
+    assert any('stored as uint8' in str(x) for x in lines), lines
