@@ -146,7 +146,7 @@ def load(net, f, name, wof):
         k = net.outputs[0]
         if outs[0] == k and not any(k in op[1] for op in net.ops) and (
                 code == _LOGISTIC or code == _SOFTMAX and opts[_BETA] == 1.0):
-            net.fin = (ins[0], 'bce' if code == _LOGISTIC else 'cce scce')
+            net.fin = (ins[0], ('bce',) if code == _LOGISTIC else ('cce', 'scce'))
     # sparse update: tensor -> (axis, lo, hi), the output channels that train
     net.rank = rank = {}
     for i in range(nrk):
