@@ -33,6 +33,7 @@ from ..graph.edit import new_tensor
 from ..graph.qparams import quantize
 from ..graph.inscale import unscale_input
 from ..files.dataset import split as ds_split
+from .lrprobe import probe_lr
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
                         int8_bytes, out_identifier, read_data, run_defaults, set_aside_earlier_run,
                         write_data, write_prefix_caches, write_run_config)
@@ -953,6 +954,8 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     if stored:
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
+    if not trial:
+        s = probe_lr(out_dir, files, s, n_train, given, log, model_path, (g, p))
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
     warn = step_schedule_warning(s, summary.get('train_samples'))

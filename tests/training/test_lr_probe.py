@@ -1,0 +1,93 @@
+"""Issue 28 (a model made elsewhere): a Keras 64x64x3 CNN from GitHub, fine-tuned on
+samples within +-7, collapsed at the default lr (0.01) to the uniform guess on its first
+samples and stayed at chance (0.29 of 4 classes, loss ln 4) where lr 0.001 reached 0.97.
+prepare's lr probe (host_tools/prepare/lrprobe.py) trains one short pass at the lr and
+lower ones on the host and keeps the largest that is not clearly beaten; an lr given,
+or a model that learns at the default, keeps its lr."""
+import csv
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'support'))
+from repo import ROOT  # noqa: E402,F401
+
+from host_tools.formats.circle_build import CircleBuilder  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+
+H, C, K, D, O = 18, 3, 8, 32, 4
+
+
+def _cnn(path, seed=0):
+    """x [1, 18, 18, 3] -> CONV_2D 3x3x8 VALID RELU -> MAX_POOL 2 -> RESHAPE -> FC 32 RELU
+    -> FC 4 -> SOFTMAX, He-initialised for inputs of unit scale."""
+    rng = np.random.default_rng(seed)
+    P = (H - 2) // 2
+    b = CircleBuilder(identifier=b'TFL3')
+    x = b.tensor('x', [1, H, H, C])
+    c, p = b.tensor('c', [1, H - 2, H - 2, K]), b.tensor('p', [1, P, P, K])
+    r, h = b.tensor('r', [1, P * P * K]), b.tensor('h', [1, D])
+    z, y = b.tensor('z', [1, O]), b.tensor('y', [1, O])
+    w = lambda name, shape, fan: b.tensor(name, list(shape), data=np.float32(  # noqa: E731
+        rng.standard_normal(shape) * (2 / fan) ** 0.5))
+    zero = lambda name, n: b.tensor(name, [n], data=np.zeros(n, np.float32))  # noqa: E731
+    b.op('CONV_2D', [x, w('wc', (K, 3, 3, C), 27), zero('bc', K)], [c], padding='VALID',
+         stride_w=1, stride_h=1, fused_activation_function='RELU')
+    b.op('MAX_POOL_2D', [c], [p], padding='VALID', stride_w=2, stride_h=2, filter_width=2,
+         filter_height=2, fused_activation_function='NONE')
+    b.op('RESHAPE', [p, b.tensor('shape', [2], data=np.array([1, P * P * K], np.int32))], [r])
+    b.op('FULLY_CONNECTED', [r, w('w1', (D, P * P * K), P * P * K), zero('b1', D)], [h],
+         fused_activation_function='RELU')
+    b.op('FULLY_CONNECTED', [h, w('w2', (O, D), 2 * D), zero('b2', O)], [z])
+    b.op('SOFTMAX', [z], [y], beta=1.0)
+    b.inputs(x)
+    b.outputs(y)
+    return b.save(os.fspath(path))
+
+
+def _data(path, scale, n=160):
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, O, n)
+    proto = rng.standard_normal((O, H, H, C))
+    np.savez(path, x=np.float32(scale * (rng.standard_normal((n, H, H, C)) + proto[y])), y=y)
+    return os.fspath(path)
+
+
+def _best(run):
+    code, text = runner.run(run, python=True, stream=False)
+    assert code == 0, text
+    with open(os.path.join(run, 'train.log')) as f:
+        return max(float(r['test_accuracy']) for r in csv.DictReader(f) if r['test_accuracy'])
+
+
+def _lr(run):
+    with open(os.path.join(run, 'train.json')) as f:
+        return json.load(f)['lr']
+
+
+def test_inputs_of_another_scale_get_a_lower_lr_and_learn(tmp_path):
+    """Samples at 4x the scale the model was made for: at lr 0.01 the run stays at chance
+    (0.33 of 4 classes); the probe keeps 0.001, says why, and the run learns (1.00)."""
+    model, data = _cnn(tmp_path / 'm.tflite'), _data(tmp_path / 'd.npz', 4.0)
+    said = []
+    prepare(model, str(tmp_path / 'run'), data=data, test_split=0.25, log=said.append)
+    lr = _lr(str(tmp_path / 'run'))
+    assert lr <= 0.0032, said
+    assert any(f'lr {lr:g}: at 0.01' in m and '--lr sets another' in m for m in said), said
+    assert _best(str(tmp_path / 'run')) >= 0.9
+    prepare(model, str(tmp_path / 'given'), data=data, test_split=0.25, lr=0.01,
+            log=lambda *a: None)
+    assert _lr(str(tmp_path / 'given')) == 0.01            # given: kept (and it fails)
+    assert _best(str(tmp_path / 'given')) <= 0.5
+
+
+@pytest.mark.parametrize('scale', [1.0, 0.3])
+def test_inputs_at_the_models_scale_keep_the_default(tmp_path, scale):
+    said = []
+    prepare(_cnn(tmp_path / 'm.tflite'), str(tmp_path / 'run'),
+            data=_data(tmp_path / 'd.npz', scale), test_split=0.25, log=said.append)
+    assert _lr(str(tmp_path / 'run')) == 0.01 and not any(': lr ' in m for m in said), said
