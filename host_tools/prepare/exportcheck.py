@@ -19,6 +19,7 @@ from ..files import dataset as ds
 from ..target.device import module
 
 MAX_SAMPLES = 1000
+BIAS_CODES = 1 << 24      # the most a bias takes in int32 codes at its weight scale (recalibrate)
 
 
 def _metric(out, y, loss):
@@ -278,13 +279,21 @@ def recalibrate(og, ranges, trained) -> int:
         m = np.abs(np.moveaxis(wf, ax, 0).reshape(wf.shape[ax], -1)).max(1) if per else \
             np.array([np.abs(wf).max()])
         sw = np.where(m > 0, m / 127, np.asarray(old[w.index]['scale'], np.float64))
+        if b is not None:
+            bf = trained.get(b.name)
+            if bf is None:
+                bf = b.data.astype(np.float64) * np.asarray(old[b.index]['scale'], np.float64)
+            # a channel whose weights are all but zero (pruned: a Keras MobileNetV2's max
+            # |w| 4e-18) had a weight scale of 3e-20 and its bias 1e23 codes, past int32:
+            # as TFLite's converter does, the weight scale grows until the bias fits
+            # (BIAS_CODES), the channel's weights all but zero at it as they were
+            bmax = np.abs(np.asarray(bf, np.float64)).reshape(-1)
+            sw = np.maximum(sw, (bmax if per else bmax.max(initial=0.0))
+                            / (x.quant['scale'][0] * BIAS_CODES))
         w.quant = dict(w.quant, scale=[float(v) for v in sw], zero_point=[0] * len(sw))
         w.data = quantize(wf, w.quant, 'int8')[0]
         if b is None:       # (no bias: weights only; the int8 path adds a zero one)
             continue
-        bf = trained.get(b.name)
-        if bf is None:
-            bf = b.data.astype(np.float64) * np.asarray(old[b.index]['scale'], np.float64)
         sb = x.quant['scale'][0] * sw      # (per tensor: one scale, as the weight's)
         b.quant = dict(b.quant, scale=[float(v) for v in sb], zero_point=[0] * len(sb))
         b.data = np.round(np.asarray(bf, np.float64).reshape(-1) / sb).astype(np.int32).reshape(b.shape)

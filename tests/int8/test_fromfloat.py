@@ -902,3 +902,33 @@ def test_a_class_a_step_model_on_a_board_trains_in_float32(tmp_path):
                                            r'[^;]*; without --int8 it trains in float32$'):
         prepare(path, str(tmp_path / 'b'), data=str(tmp_path / 'd.npz'), int8=True,
                 epochs=1, log=lambda *a: None)
+
+
+def test_a_pruned_channel_keeps_its_bias_in_int32(tmp_path):
+    """Issue 28 (a Keras MobileNetV2 .tflite from GitHub with pruned conv channels, max
+    |w| 4e-18): the channel's weight scale was max |w| / 127, 3e-20, its bias 1e23 codes,
+    cast to int32 as garbage (numpy's 'invalid value encountered in cast').  As TFLite's
+    converter does, the weight scale grows until the bias fits: the int8 model's biases
+    are the float model's (the channel's weights all but zero at it, as they were)."""
+    import warnings
+    from kerasgraphs import build_raw_cnn
+    rng = np.random.default_rng(0)
+    K, P, O = 4, 3, 3
+    wc = 0.3 * rng.standard_normal((K, 3, 3, 1))
+    wc[1] = 1e-18 * rng.standard_normal((3, 3, 1))      # pruned
+    bc = np.array([0.1, 3.0, -0.2, 0.05])
+    model = build_raw_cnn(tmp_path / 'm.tflite', (wc, bc, 0.3 * rng.standard_normal(
+        (O, K * P * P)), np.zeros(O)))
+    np.savez(tmp_path / 'd.npz', x=rng.standard_normal((40, 8, 8, 1)).astype(np.float32),
+             y=np.arange(40) % O)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', RuntimeWarning)
+        prepare(model, str(tmp_path / 'q'), data=str(tmp_path / 'd.npz'), int8=True,
+                loss='scce', from_logits=True, train='all', epochs=1, lr=0.01,
+                log=lambda *a: None)
+    g8 = read_model(str(tmp_path / 'q' / fromfloat.INT8_MODEL))
+    conv = next(op for op in g8.ops if op.name == 'CONV_2D')
+    b = g8.tensors[conv.inputs[2]]
+    scale = np.asarray(b.quant['scale'], np.float64)
+    got = b.data.astype(np.float64) * scale
+    assert np.abs(b.data).max() < 2 ** 30 and np.all(np.abs(got - bc) <= 0.51 * scale), got
