@@ -150,13 +150,14 @@ def loss_from_data(g, s, data, overrides, log=print) -> dict:
                                  else None))
     except (ValueError, OSError):
         return s                        # (read again by the samples pass, which says what is wrong)
-    if not 1 <= y.ndim <= 2 or not len(y) or not np.issubdtype(y.dtype, np.number):
+    if not y.ndim or not len(y) or not np.issubdtype(y.dtype, np.number):
         return s                        # (0-d: the samples pass refuses it, naming the file)
     last = final_op(g) if g.outputs else None
+    # (a sigmoid's outputs in rows, [18, 12] a sample, take 0/1 targets of that shape)
     if last is not None and last.name == PROBABILITIES['bce'] and y.size == len(y) * n_out and \
             np.all((y == 0) | (y == 1)):
         loss, what = 'bce', f'targets of 0 and 1 for {n_out} sigmoid output{"s" * (n_out > 1)}'
-    elif n_out < 2:
+    elif n_out < 2 or y.ndim > 2:
         return s
     elif y.ndim == 2 and y.shape[1] == n_out > 1:
         if not (np.all((y == 0) | (y == 1)) and np.all(y.sum(1) == 1)):

@@ -112,7 +112,7 @@ def test_an_image_folder_is_class_numbers(tmp_path):
     assert any(m.startswith('loss: scce') for m in said), said
 
 
-def _sigmoid_model(path, n_out=1, F=5):
+def _sigmoid_model(path, n_out=1, F=5, rows=0):
     from host_tools.formats.circle_build import CircleBuilder
     rng = np.random.default_rng(0)
     b = CircleBuilder(identifier=b'TFL3')
@@ -121,9 +121,34 @@ def _sigmoid_model(path, n_out=1, F=5):
     b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w),
                              b.tensor('b', [n_out], data=np.zeros(n_out, np.float32))], [z])
     b.op('LOGISTIC', [z], [p])
+    if rows:            # [1, rows, n_out / rows]: a sigmoid a cell, as a Keras Reshape after it
+        r = b.tensor('r', [1, rows, n_out // rows])
+        b.op('RESHAPE', [p, b.tensor('shape', [3], data=np.array([1, rows, n_out // rows],
+                                                                 np.int32))], [r])
+        p = r
     b.inputs(x)
     b.outputs(p)
     return b.save(str(path))
+
+
+def test_zero_one_targets_of_sigmoid_rows_train_with_bce(tmp_path):
+    """Issue 28 (a Keras file from GitHub ending Dense(216, sigmoid) -> Reshape((18, 12)),
+    0/1 targets of shape (N, 18, 12): prepared without --loss it trained mse, where the
+    targets of one sigmoid output a sample took bce): bce a cell, and a run learns."""
+    from host_tools.target import runner
+    model = _sigmoid_model(tmp_path / 's.tflite', 12, rows=3)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((96, 5)).astype(np.float32)
+    y = (x @ rng.standard_normal((5, 12)) > 0).astype(np.float32).reshape(96, 3, 4)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    s, text, said = _run(tmp_path, model, str(tmp_path / 'd.npz'), test_split=0.25)
+    assert '"loss": "bce"' in text and '"metric": "mae"' in text
+    assert any(m.startswith('loss: bce') and '12 sigmoid outputs' in m for m in said), said
+    code, out = runner.run(str(tmp_path / 'o'), python=True, stream=False)
+    assert code == 0, out
+    losses = [float(ln.split('test_loss ')[1].split()[0]) for ln in out.splitlines()
+              if ln.startswith('epoch ')]
+    assert losses[-1] < 0.8 * losses[0], out
 
 
 @pytest.mark.parametrize('n_out', [1, 3])
