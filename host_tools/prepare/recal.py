@@ -174,7 +174,10 @@ def blocked(g: Graph, t: int):
     take in a model input (the file's input quantization is the user's) or an op's output
     whose int8 scale TFLite fixes (LOGISTIC's 1/256, TANH's 1/128, ...)."""
     ts = tied(g, t)
-    if ts & {*g.inputs}:
+    ins = {*g.inputs}
+    for part in (getattr(g, 'data_inputs', None) or [[]])[0] or []:
+        ins |= {k for k, c in enumerate(g.tensors) if c.name == part[0]}    # (joined inputs)
+    if ts & ins:
         return 'its scale is the model input\'s'
     for op in g.ops:
         if op.name in FIXED and ts & {*op.outputs}:
