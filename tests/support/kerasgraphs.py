@@ -2320,3 +2320,126 @@ def build_sliced_heads(path, seed=0, F=5, T=4, H=3, O=2):
         q, k, v = r[..., :H], r[..., H:2 * H], r[..., 2 * H:]
         return (q * k + v).reshape(len(xs), -1) @ w2.T + b2
     return os.fspath(path), forward
+
+
+def build_int8_narrow(path, kind='mlp', seed=0, cal=1 / 16, F=6, H=12, L=8, shift=0.0):
+    """An int8 model whose activation ranges a converter calibrated on data `cal` times
+    the size of the data it is then trained on (the file's scales from another
+    distribution: utrain issue 28, a Keras int8 file whose layers clip on every user's
+    sample), built here: every activation's range the min / max (with 0) of a float
+    forward over 256 calibration samples N(0, cal^2) per input value, the inputs' at +-4
+    (the training samples N(0, 1) fit), per-channel int8 weights, int32 biases.  kind:
+    'mlp' x [F] -> FC RELU [H] -> FC RELU [H] -> FC [1] -> MUL by a constant 2 (a Keras
+    Rescaling of the output); 'cnn' x [1, L, 2] -> CONV_2D 1x3 RELU [H] -> CONV_2D 1x3
+    [H] -> ADD of the two (a residual) RELU -> MEAN -> FC [1]; 'two' a [F], b [3] -> FC
+    RELU [H] each -> CONCATENATION (one scale) -> FC [1] -> LOGISTIC -> MUL by a constant
+    4 (the held-out Keras Microplastic model's head; shift added to the last Dense's
+    bias: its calibrated range on one side of 0, as the Microplastic model's [0, 4.4]).
+    Returns (path, float forward of the model: f(dict of input arrays [n, ...]) -> each
+    activation's values by tensor name ('y' the output, [n, 1]), the inputs' shapes)."""
+    rng = np.random.default_rng(seed)
+    q = lambda s, z: {'scale': [float(s)], 'zero_point': [int(z)]}     # noqa: E731
+    if kind == 'mlp':
+        ins = {'x': [F]}
+        Ws = {'w1': (H, F), 'w2': (H, H), 'w3': (1, H)}
+    elif kind == 'cnn':
+        ins = {'x': [1, L, 2]}
+        Ws = {'w1': (H, 1, 3, 2), 'w2': (H, 1, 3, H), 'w3': (1, H)}
+    else:
+        ins = {'a': [F], 'b': [3]}
+        Ws = {'wa': (H, F), 'wb': (H, 3), 'w2': (1, 2 * H)}
+    W = {k: (rng.standard_normal(s) * 1.5 / np.sqrt(np.prod(s[1:]))).astype(np.float32)
+         for k, s in Ws.items()}
+    B = {k: (0.1 * rng.standard_normal(s[0])).astype(np.float32) for k, s in Ws.items()}
+    if kind == 'two':
+        B['w2'] += np.float32(shift)
+
+    def conv(x, w):             # (1x3 SAME over [n, L, C])
+        xp = np.pad(x, ((0, 0), (1, 1), (0, 0)))
+        win = np.stack([xp[:, i:i + L] for i in range(3)], 2)
+        return np.einsum('nlkc,okc->nlo', win, w[:, 0])
+
+    def acts(xs):
+        r = lambda v: np.maximum(v, 0)      # noqa: E731
+        if kind == 'mlp':
+            h1 = r(xs['x'] @ W['w1'].T + B['w1'])
+            h2 = r(h1 @ W['w2'].T + B['w2'])
+            z = h2 @ W['w3'].T + B['w3']
+            return {'h1': h1, 'h2': h2, 'z': z, 'y': 2 * z}
+        if kind == 'cnn':
+            c1 = r(conv(xs['x'].reshape(-1, L, 2), W['w1']) + B['w1'])
+            c2 = conv(c1, W['w2']) + B['w2']
+            a = r(c1 + c2)
+            m = a.mean(1)
+            return {'c1': c1, 'c2': c2, 'a': a, 'm': m, 'y': m @ W['w3'].T + B['w3']}
+        ha = r(xs['a'] @ W['wa'].T + B['wa'])
+        hb = r(xs['b'] @ W['wb'].T + B['wb'])
+        h = np.concatenate([ha, hb], 1)
+        z = h @ W['w2'].T + B['w2']
+        return {'ha': ha, 'hb': hb, 'h': h, 'z': z, 'y': 4 / (1 + np.exp(-z))}
+
+    xc = {k: (rng.standard_normal((256, *s)) * cal).astype(np.float32) for k, s in ins.items()}
+    ranges = {}
+    for k, v in acts(xc).items():
+        lo, hi = min(0.0, float(v.min())), max(0.0, float(v.max()))
+        s_ = max(hi - lo, 1e-3) / 255
+        ranges[k] = (s_, int(np.clip(round(-128 - lo / s_), -128, 127)))
+    if kind == 'two':
+        ranges['ha'] = ranges['hb'] = ranges['h']       # (the converter's: one scale)
+        ranges['s'] = (1 / 256, -128)
+    sx = 8 / 255
+    b = CircleBuilder(identifier=b'TFL3')
+    T = {k: b.tensor(k, [1, *s], dtype='int8', quant=q(sx, 0)) for k, s in ins.items()}
+
+    def act(name, shape):
+        T[name] = b.tensor(name, shape, dtype='int8', quant=q(*ranges[name]))
+        return T[name]
+
+    def weighted(opname, x, wk, y, **opts):
+        w, sxi = W[wk], ranges[x_names[x]][0] if x in x_names else sx
+        sw = np.maximum(np.abs(w).reshape(len(w), -1).max(1), 1e-6) / 127
+        wq = np.round(w / sw.reshape(-1, *[1] * (w.ndim - 1))).astype(np.int8)
+        bq = np.round(B[wk] / (sxi * sw)).astype(np.int32)
+        n = len(w)
+        wt = b.tensor(wk, list(w.shape), data=wq, quant={
+            'scale': [float(v) for v in sw], 'zero_point': [0] * n, 'quantized_dimension': 0})
+        bt = b.tensor(wk + '_b', [n], data=bq, quant={
+            'scale': [float(sxi * v) for v in sw], 'zero_point': [0] * n})
+        b.op(opname, [x, wt, bt], [y], **opts)
+
+    x_names = {}
+
+    def named(name, shape):
+        t = act(name, shape)
+        x_names[t] = name
+        return t
+
+    cv = dict(padding='SAME', stride_w=1, stride_h=1)
+    if kind == 'mlp':
+        weighted('FULLY_CONNECTED', T['x'], 'w1', named('h1', [1, H]), fused_activation_function='RELU')
+        weighted('FULLY_CONNECTED', T['h1'], 'w2', named('h2', [1, H]), fused_activation_function='RELU')
+        weighted('FULLY_CONNECTED', T['h2'], 'w3', named('z', [1, 1]))
+        two = b.tensor('two', [1], data=np.array([127], np.int8), quant=q(2 / 127, 0))
+        b.op('MUL', [T['z'], two], [act('y', [1, 1])], fused_activation_function='NONE')
+    elif kind == 'cnn':
+        weighted('CONV_2D', T['x'], 'w1', named('c1', [1, 1, L, H]),
+                 fused_activation_function='RELU', **cv)
+        weighted('CONV_2D', T['c1'], 'w2', named('c2', [1, 1, L, H]),
+                 fused_activation_function='NONE', **cv)
+        b.op('ADD', [T['c1'], T['c2']], [named('a', [1, 1, L, H])], fused_activation_function='RELU')
+        b.op('MEAN', [T['a'], b.tensor('axes', [2], data=np.array([1, 2], np.int32))],
+             [named('m', [1, H])], keep_dims=False)
+        weighted('FULLY_CONNECTED', T['m'], 'w3', act('y', [1, 1]))
+    else:
+        weighted('FULLY_CONNECTED', T['a'], 'wa', named('ha', [1, H]), fused_activation_function='RELU')
+        weighted('FULLY_CONNECTED', T['b'], 'wb', named('hb', [1, H]), fused_activation_function='RELU')
+        b.op('CONCATENATION', [T['ha'], T['hb']], [named('h', [1, 2 * H])], axis=1,
+             fused_activation_function='NONE')
+        weighted('FULLY_CONNECTED', T['h'], 'w2', named('z', [1, 1]))
+        b.op('LOGISTIC', [T['z']], [act('s', [1, 1])])
+        four = b.tensor('four', [1, 1], data=np.array([[127]], np.int8), quant=q(4 / 255, -128))
+        b.op('MUL', [T['s'], four], [act('y', [1, 1])], fused_activation_function='NONE')
+    b.inputs(*[T[k] for k in ins])
+    b.outputs(T['y'])
+    b.save(os.fspath(path))
+    return os.fspath(path), acts, ins
