@@ -1,14 +1,16 @@
 """The learning-rate probe: prepare's lr pass for a run whose lr nobody gave.
 
 The default lr (0.01 a sample, runfolder.run_defaults) suits models whose layers see
-inputs of about unit scale.  A model made elsewhere for inputs of another scale dies at
-it: a Keras 64x64x3 CNN (a 12544-wide dense layer, samples within +-7) collapsed to the
-uniform guess at 0.01 on its first samples and stayed at chance (0.29 of 4 classes,
-loss ln 4), where 0.001 reached 0.97.  The probe trains the prepared run folder on the
-host (the board's own code, utrain.trainer) for one short pass of a few training
-samples at the lr and at a third of it (1/sqrt(10)), and so on down, and keeps the largest lr whose
-loss on other training samples (never the test split) is not clearly beaten by a
-smaller one.  It only ever lowers the lr, and says so."""
+inputs of about unit scale and a loss over few outputs.  A model made elsewhere meets
+other samples: a Keras 64x64x3 CNN from GitHub (a 12544-wide dense layer, samples within
++-7) collapsed to the uniform guess at 0.01 on its first samples and stayed at chance
+(0.29 of 4 classes, loss ln 4) where 0.001 reached 0.97; a Keras MobileNetV2 trained as
+int8 the same (ln 3); a sigmoid a cell of an [18, 12] output (bce, the mean of 216)
+barely moved at 0.01.  The probe trains the prepared run folder on the host (the
+board's own code: utrain.trainer, or utrain.q8train for an int8 run) for one short pass
+of a few training samples at the lr, judged by the loss on other training samples
+(never the test split), and steps the lr by sqrt(10) down where that pass did harm, or
+up where it barely moved, and says what it chose."""
 import os
 
 import numpy as np
@@ -19,66 +21,122 @@ MIN_SAMPLES = 24    # fewer training samples than this: no probe
 CLEARLY = 0.7       # a lower lr wins where its held loss is below this share of the higher's
 STEP = 10 ** 0.5    # each lr tried is the last over this (0.01, 0.0032, 0.001, ...)
 STEPS = 6           # at most lr / STEP**STEPS
+UP = 4              # at most lr * STEP**UP
+STILL = 0.97        # a held loss above this share of where it began barely moved
+GROWS = 1.5         # going up, each step's drop in held loss this many times the last's
 MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy):
                     # a model whose pass takes more than half probes no lower lr
 
 
 def _held_loss(tr, ds, order, lr):
-    """Held-out mean loss after one pass over order's first samples at lr (inf where
-    the pass diverged or the loss is not finite)."""
+    """Held-out mean loss after one pass over order's first samples with trainer tr (made
+    at lr; lr None: no pass, the loss as the model is; inf where the pass diverged or
+    the loss is not finite)."""
     from .select import diverged
     p = min(PASS, len(order) - HELD // 2)
     held = [int(i) for i in order[p:p + HELD]]
     n = ds.n
     try:
-        tr.configure(lr=lr)
-        ds.n = p                        # (_pass runs samples 0..n-1 through idx)
-        tr._pass(ds, True, [int(i) for i in order[:p]])
-        tr.apply()
+        if lr is not None:
+            ds.n = p                    # (_pass runs samples 0..n-1 through idx)
+            tr._pass(ds, True, [int(i) for i in order[:p]])
+            tr.apply()
         ds.n = len(held)
         loss = tr._pass(ds, False, held)[0]
     except diverged():
         return float('inf')
     finally:
         ds.n = n
+        close = getattr(tr.net, 'close', None)      # (an int8 net's open weight files)
+        if close:
+            close()
     return float(loss) if np.isfinite(loss) else float('inf')
 
 
-def probe_lr(out_dir, files, s, n_train, given, log, model_path, gp) -> dict:
-    """s with the lr the probe keeps (unchanged where lr was given, the run is int8 or
-    reads a host-made cache, the training samples are too few, or the lr diverges at
-    once: the run's own on_nan halves it as it goes).  Down the steps until a loss is
-    twice the least so far (or STEPS, or MACS: a training step of gp, the graph and its
-    training plan, takes select.step_macs); the largest lr within 1/CLEARLY of the least loss is kept."""
+def _trainer(out_dir, cfg):
+    """A function of lr making a fresh trainer of run folder out_dir (train.json cfg),
+    and its training Dataset: the int8 trainer for an int8 layer table."""
+    from ..target.device import module
+    files = {k: os.path.join(out_dir, v) for k, v in cfg['files'].items()
+             if isinstance(v, str)}
+    if files['model'].endswith('.json'):
+        Q8 = module('q8train').Q8Trainer
+        keys = ('loss', 'optimizer', 'metric', 'batch', 'momentum', 'reduction', 'beta1',
+                'beta2', 'eps')
+        return (lambda lr: Q8(files['model'], files['weights'], lr=lr,
+                              **{k: cfg[k] for k in keys if k in cfg}),
+                module('data').Dataset(files['train'], False))
+    Trainer = module('trainer').Trainer
+
+    def make(lr):
+        tr = Trainer(files['model'], files['weights'])
+        if lr is not None:
+            tr.configure(lr=lr)
+        return tr
+    return make, module('data').Dataset(files['train'])
+
+
+def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs) -> float | None:
+    """The lr the probe chooses for run folder out_dir (its train.json's cfg, the files
+    and settings as written), or None to keep cfg's: where lr was given, the run reads a
+    host-made cache, the training samples are too few, or the lr diverges at once (the
+    run's own on_nan halves it as it goes).  Where the pass at the lr left the held loss
+    within STILL of where it began, up the steps while the drop from there grows GROWS
+    times a step (as it does where the lr is too small to bend), keeping the least; else
+    down until a loss is twice the least so far, keeping the largest lr within 1/CLEARLY
+    of the least.  At most STEPS (UP up), or MACS: macs, a training step's multiply-adds."""
+    files = cfg['files']
     if 'lr' in given or n_train is None or n_train < MIN_SAMPLES or not files.get('train') \
             or files.get('prefix'):
-        return s
-    from .select import step_macs
-    steps = min(STEPS, int(MACS // max(1, step_macs(*gp) * (PASS + HELD))) - 1)
+        return None
+    steps = min(STEPS, int(MACS // max(1, macs * (PASS + HELD))) - 1)
     if steps < 1:
-        return s
-    from ..target.device import module
-    Trainer, Dataset = module('trainer').Trainer, module('data').Dataset
-    flat, wof = (os.path.join(out_dir, files[k]) for k in ('model', 'weights'))
-    ds = Dataset(os.path.join(out_dir, files['train']))
+        return None
+    make, ds = _trainer(out_dir, cfg)
     order = np.random.default_rng(5).permutation(ds.n)
-    lr0 = float(s['lr'])
-    tried = []
+    lr0 = float(cfg['lr'])
     try:
-        for k in range(steps + 1):
-            lr = lr0 if not k else float('%.2g' % (lr0 / STEP ** k))
-            tried.append((lr, _held_loss(Trainer(flat, wof), ds, order, lr)))
+        start = _held_loss(make(None), ds, order, None)
+        tried = [(lr0, _held_loss(make(lr0), ds, order, lr0))]
+        up = STILL * start <= tried[0][1] < float('inf')
+        for k in range(1, min(steps, UP if up else steps) + 1):
+            lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
+            tried.append((lr, _held_loss(make(lr), ds, order, lr)))
             least = min(l for _, l in tried)
-            if tried[0][1] == float('inf') or tried[-1][1] > 2 * least:
+            if tried[0][1] == float('inf') or (
+                    not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
+                    else tried[-1][1] > 2 * least):
                 break
     finally:
         ds.close()
     least = min(l for _, l in tried)
-    best = next(lr for lr, l in tried if l <= least / CLEARLY)
+    best = next(lr for lr, l in tried if l <= (least if up else least / CLEARLY))
     if best == lr0 or tried[0][1] == float('inf'):
-        return s
-    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {min(PASS, n_train)} samples left '
-        'a clearly higher loss on other training samples ('
+        return None
+    why = ('barely moved the loss' if up else 'left a clearly higher loss')
+    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {min(PASS, n_train)} samples {why} '
+        f'on other training samples (before: {start:.3g}, '
         + ', '.join(f'lr {lr:g}: {l:.3g}' for lr, l in tried)
-        + '), as a model made for inputs of another scale can; --lr sets another')
-    return dict(s, lr=best)
+        + ('' if up else '; as a model made for inputs of another scale can')
+        + '); --lr sets another')
+    return best
+
+
+def probe_written(out_dir, summary, given, log, model_path) -> dict:
+    """An int8 run folder as written (summary: prepare_q8's), its train.json's lr the
+    probe's (summary's settings too); the macs from its layer table (select.q8_macs)."""
+    import json
+    from .select import q8_macs
+    from .runfolder import atomic_write
+    path = os.path.join(out_dir, 'train.json')
+    with open(path) as f:
+        cfg = json.load(f)
+    with open(os.path.join(out_dir, cfg['files']['model'])) as f:
+        macs = q8_macs(json.load(f)['layers'])
+    lr = probe_lr(out_dir, cfg, summary.get('train_samples'), given, log, model_path, macs)
+    if lr is not None:
+        cfg['lr'] = lr
+        atomic_write(path, (json.dumps(cfg, indent=1) + '\n').encode())
+        if isinstance(summary.get('settings'), dict):
+            summary['settings']['lr'] = lr
+    return summary

@@ -33,7 +33,7 @@ from ..graph.edit import new_tensor
 from ..graph.qparams import quantize
 from ..graph.inscale import unscale_input
 from ..files.dataset import split as ds_split
-from .lrprobe import probe_lr
+from .lrprobe import probe_lr, probe_written
 from .runfolder import (FILES, OUTPUTS, Staged, budget_short, check_flash, check_outputs,
                         int8_bytes, out_identifier, read_data, run_defaults, set_aside_earlier_run,
                         write_data, write_prefix_caches, write_run_config)
@@ -795,6 +795,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             if select or ranks or e.int8_fits or not quant.float_takes(source, train):
                 raise
             return dequantized_instead(call, e)
+        summary = probe_written(out_dir, summary, given, log, model_path)
         if select:
             summary['select'] = {k: v for k, v in sel.items() if k in (
                 'select', 'fallback', 'score', 'classifier_only', 'runners_up', 'bias_gain',
@@ -825,7 +826,7 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
             # that fits, else both plans' refusals)
             return dequantized_instead(call, refused, float32=True)
         if q8:
-            return q8
+            return probe_written(out_dir, q8, given, log, model_path)
     elif int8:
         raise PrepareError(f'{model_path}: --int8 does not go with --dequantize, --ranks, '
                            '--train-config, --select or --no-rewrite')
@@ -956,7 +957,10 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
     if not trial:
-        s = probe_lr(out_dir, files, s, n_train, given, log, model_path, (g, p))
+        from .select import step_macs
+        lr = probe_lr(out_dir, dict(s, files=files), n_train, given, log, model_path,
+                      step_macs(g, p))
+        s = s if lr is None else dict(s, lr=lr)
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
     warn = step_schedule_warning(s, summary.get('train_samples'))

@@ -91,3 +91,42 @@ def test_inputs_at_the_models_scale_keep_the_default(tmp_path, scale):
     prepare(_cnn(tmp_path / 'm.tflite'), str(tmp_path / 'run'),
             data=_data(tmp_path / 'd.npz', scale), test_split=0.25, log=said.append)
     assert _lr(str(tmp_path / 'run')) == 0.01 and not any(': lr ' in m for m in said), said
+
+
+def test_an_int8_run_is_probed_too(tmp_path):
+    """The same model and samples trained as int8 (--int8: calibrated on them): at lr 0.01
+    the int8 run stayed at 0.15; the probe runs the int8 trainer (utrain.q8train) and
+    keeps 0.001 (0.97)."""
+    said = []
+    run = str(tmp_path / 'run')
+    prepare(_cnn(tmp_path / 'm.tflite'), run, data=_data(tmp_path / 'd.npz', 4.0),
+            test_split=0.25, int8=True, epochs=3, log=said.append)
+    assert os.path.exists(os.path.join(run, 'q8.json'))
+    assert _lr(run) <= 0.0032 and any(': lr ' in m for m in said), said
+    assert _best(run) >= 0.9
+
+
+def test_a_mean_over_many_outputs_gets_a_higher_lr(tmp_path):
+    """bce over 12 sigmoids (a mean: each moves 1/12 as fast) barely moved at 0.01: the
+    probe goes up while the held loss's drop grows, and the run learns."""
+    from host_tools.formats.circle_build import CircleBuilder
+    rng = np.random.default_rng(0)
+    b = CircleBuilder(identifier=b'TFL3')
+    x, z, p = b.tensor('x', [1, 5]), b.tensor('z', [1, 12]), b.tensor('p', [1, 12])
+    w = rng.standard_normal((12, 5)).astype(np.float32)
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', [12, 5], data=w),
+                             b.tensor('b', [12], data=np.zeros(12, np.float32))], [z])
+    b.op('LOGISTIC', [z], [p])
+    b.inputs(x)
+    b.outputs(p)
+    model = b.save(str(tmp_path / 's.tflite'))
+    xs = rng.standard_normal((96, 5)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=(xs @ rng.standard_normal((5, 12)) > 0).astype(np.float32))
+    said = []
+    run = str(tmp_path / 'run')
+    prepare(model, run, data=str(tmp_path / 'd.npz'), test_split=0.25, log=said.append)
+    assert _lr(run) >= 0.1 and any('barely moved' in m for m in said), said
+    code, text = runner.run(run, python=True, stream=False)
+    losses = [float(ln.split('test_loss ')[1].split()[0]) for ln in text.splitlines()
+              if ln.startswith('epoch ')]
+    assert code == 0 and losses[-1] < 0.5 * losses[0], text
