@@ -2155,9 +2155,9 @@ def masks(ls, first):
             d['mask'] = 1
 
 
-def _intervals(ls, first, free, group=None):
-    """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; group:
-    (lo, hi, Q8Group) whose windows live over lo..hi-1 and whose outputs from lo on."""
+def _intervals(ls, first, free, groups=()):
+    """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; groups:
+    (lo, hi, Q8Group)s whose windows live over lo..hi-1 and whose outputs from lo on."""
     n = len(ls)
     last = {}
     for i, fr in enumerate(free):
@@ -2166,8 +2166,7 @@ def _intervals(ls, first, free, group=None):
     iv = {}
     for i, d in enumerate(ls):
         iv[d['out']] = [i, last.get(d['out'], n), d['nout']]
-    if group:
-        lo, hi, grp = group
+    for lo, hi, grp in groups:
         for k in grp.win:
             iv[k] = [lo, hi - 1, grp.nbytes(k)]
         for k in grp.outs:
@@ -2192,9 +2191,58 @@ def _place(iv):
     return at, max([o + n for o, n, _, _ in placed] or [0])
 
 
+def _bands(ls, first, free, rows=None):
+    """[(lo, hi, Q8Group)]: the row-band groups of table ls's frozen layers (below first)
+    that make the arena smallest.  Each run of CONV_2D, DEPTHWISE_CONV_2D and same-shape
+    ADD layers (the kinds utrain.q8bands computes a few rows at a time; a run ends at any
+    other layer: a pool, a broadcasting op, the trained part) is taken from its start in
+    groups: the group that lowers the arena most (its end, and rows per band: `rows`, or
+    1, 2, 4 or 8), then the next from where it ends, while one lowers it (a group over the
+    whole chain of a 224x224 MobileNetV2 holds tens of rows of each 112x112 tensor to make
+    one row of its 7x7 output: groups that end at a middle resolution hold less); ties go
+    to fewer groups, shorter ones, fewer rows a band."""
+    qb = module('q8bands')
+    net = qb.standin(ls, free)
+    q = type('Q', (), {'first': first, 'meta': {'layers': ls}})
+    runs, i = [], 0          # [start of its ungrouped part, end]
+    while i < first:
+        j = i
+        while j < first and ls[j]['k'] in (CONV, DW, ADD):
+            j += 1
+        if j - i > 1:
+            runs.append([i, j])
+        i = j + 1
+    groups = []
+    best = _place(_intervals(ls, first, free))[1]
+    more = True
+    while more:         # (again while one lowers it: another run's group may have been
+        more = False    # what held the arena up when this one's was tried)
+        for run in runs:
+            i, end = run
+            if end - i < 2:
+                continue
+            cand = None
+            for hi in range(i + 2, end + 1):
+                for r in ([rows] if rows else (1, 2, 4, 8)):
+                    try:
+                        grp = qb.Q8Group(q, i, hi, r, net)
+                        grp.plan()
+                    except (ValueError, KeyError):
+                        continue
+                    size = _place(_intervals(ls, first, free, groups + [(i, hi, grp)]))[1]
+                    if size < best and (cand is None or size < cand[0]):
+                        cand = (size, hi, grp)
+            if cand is not None:
+                best, run[0], grp = cand
+                groups.append((i, run[0], grp))
+                more = True
+    groups.sort(key=lambda g: g[0])
+    return groups
+
+
 def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
-    """The memory plan of layer table ls: arena offsets (with the row-band group that
-    makes the arena smallest, none when rows == 0), the sum buffer's and the weight
+    """The memory plan of layer table ls: arena offsets (with the row-band groups that
+    make the arena smallest, _bands; none when rows == 0), the sum buffer's and the weight
     scratch's sizes, the channel chunks of streamed layers.  resident: a band group's
     layers keep their few weights in RAM (else read at each band step, as the other
     frozen layers are once a forward: the prefix cache's pass runs once a sample).
@@ -2205,25 +2253,10 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     qb = module('q8bands')
     first = _Q8.lowest(ls)
     free = qb.frees(ls, first)
-    best = (_place(_intervals(ls, first, free))[1], None)
-    if rows != 0:
-        net = qb.standin(ls, free)
-        q = type('Q', (), {'first': first, 'meta': {'layers': ls}})
-        for hi in range(2, first + 1):
-            if any(d['k'] not in (CONV, DW, ADD) for d in ls[:hi]):
-                break
-            for r in ([rows] if rows else (1, 2, 4, 8)):
-                try:
-                    grp = qb.Q8Group(q, 0, hi, r, net)
-                    grp.plan()
-                except (ValueError, KeyError):
-                    continue
-                size = _place(_intervals(ls, first, free, (0, hi, grp)))[1]
-                if size < best[0]:
-                    best = (size, (hi, r, grp))
-    grp = best[1]
-    iv = _intervals(ls, first, free, (0, grp[0], grp[2]) if grp else None)
+    groups = _bands(ls, first, free, rows) if rows != 0 else []
+    iv = _intervals(ls, first, free, groups)
     at, size = _place(iv)
+    banded = {i for lo, hi, _ in groups for i in range(lo, hi)}
     # the shared int32 sum buffer: a depthwise row, a MEAN, an FC output, a conv row
     # (pools write int8 straight from their window: none)
     A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
@@ -2263,7 +2296,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             gc = max(1, min(hi - lo, GCHUNK // row))
             if gc < hi - lo:
                 d['gc'] = gc
-        if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
+        if resident and i in banded and d['k'] in WEIGHTED:
             d['res'] = 1             # in a band group: its few weights stay in RAM
         elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
             Q = max(Q, d.get('nc', d['nb']))
@@ -2281,7 +2314,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             at, size = _place(iv)
     # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
-            'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
+            'wbuf': W, 'qbuf': Q, 'groups': [[lo, hi, g.rows] for lo, hi, g in groups]}
 
 
 def pointwise(gm) -> bool:

@@ -1,0 +1,117 @@
+"""Row bands for an int8 model's frozen convolutions that do not start at the input
+(issue 28): a Teachable Machine / Model Maker MobileNet begins with the Rescaling layer's
+MUL and ADD of scalar constants, which no band group computes, and prepare planned no
+bands at all (a 224x224 file's prefix pass was refused on an ESP32-S3).  The planner now
+bands each run of convolutions wherever it starts (quant._bands); the banded forward is
+the unbanded one's bytes and TFLite Micro's, on the host and under unix MicroPython."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from repo import ROOT  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, 'micro'))
+
+from host_tools.prepare import quant  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from host_tools.formats.circle_io import read_model  # noqa: E402
+from kerasgraphs import build_int8_rescaled_mbv2  # noqa: E402
+from utrain.q8 import Q8Net  # noqa: E402
+
+MP = runner.find_micropython()
+
+
+def _tflm(path, xq, H):
+    from tflite_micro.python.tflite_micro import runtime
+    it = runtime.Interpreter.from_file(path)
+    it.set_input(xq.reshape(1, H, H, 3), 0)
+    it.invoke()
+    return it.get_output(0).ravel().tobytes()
+
+
+def _tables(g, folder, rows):
+    """{name: folder} of the model's q8 tables written as planned with bands (rows None:
+    chosen, n: n rows a band) and without (0)."""
+    out = {}
+    for name, r in (('banded', rows), ('whole', 0)):
+        d = os.path.join(folder, name)
+        os.makedirs(d, exist_ok=True)
+        m = quant.meta(g, 'last:1', rows=r)
+        quant.write(g, d, 'last:1', m)
+        out[name] = d
+    return out
+
+
+def _samples(H, n=3):
+    # images of different brightness (uniform noise alone averages out at the MEAN)
+    rng = np.random.default_rng(H)
+    return [np.clip(rng.normal(-90 + 180 * i / max(1, n - 1), 50, H * H * 3), -128,
+                    127).astype(np.int8) for i in range(n)]
+
+
+@pytest.mark.parametrize('H,rows,kw', [(32, None, {}), (48, None, dict(mul=-2.0, add=1.0)),
+                                       (24, 2, dict(C=8, E=6)), (40, 1, dict(D=8))])
+def test_bands_after_the_rescaling_are_exact(tmp_path, H, rows, kw):
+    """The convolutions after the Rescaling's two elementwise layers in row bands (a
+    group from layer 2, as chosen or at --bands n): a smaller arena, and the forward's
+    bytes are the unbanded table's and TFLite Micro's."""
+    path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, **kw)
+    g = read_model(path)
+    dirs = _tables(g, str(tmp_path), rows)
+    ms = {k: json.load(open(os.path.join(d, 'q8.json'))) for k, d in dirs.items()}
+    assert ms['banded']['groups'] and ms['banded']['groups'][0][0] == 2, ms['banded']['groups']
+    assert [d['k'] for d in ms['banded']['layers'][:2]] == [quant.BIN, quant.BIN]
+    assert not ms['whole']['groups']
+    assert ms['banded']['arena'] < ms['whole']['arena']
+    nets = {k: Q8Net(ms[k], os.path.join(d, 'weights.wof')) for k, d in dirs.items()}
+    outs = set()
+    for x in _samples(H):
+        ys = [bytes(nets[k].forward(bytearray(x.tobytes()))) for k in ('banded', 'whole')]
+        assert ys[0] == ys[1] == _tflm(path, x, H)
+        outs.add(ys[0])
+    assert len(outs) > 1          # (the logits depend on the sample)
+    for n in nets.values():
+        n.close()
+
+
+MP_FWD = '''
+import json
+from utrain.q8 import Q8Net
+for d in ('banded', 'whole'):
+    m = json.load(open(d + '/q8.json'))
+    net = Q8Net(m, d + '/weights.wof')
+    for i in range(%d):
+        x = bytearray(open('x%%d.bin' %% i, 'rb').read())
+        print('OUT', d, bytes(net.forward(x)).hex())
+    net.close()
+'''
+
+
+@pytest.mark.parametrize('env', ['MICROPYTHON', 'UTRAIN_MP32'])
+def test_bands_after_the_rescaling_under_micropython(tmp_path, env):
+    """The same on unix MicroPython (viper's kernels; 64-bit and the 32-bit build): the
+    banded table's logits are the unbanded one's and TFLite Micro's."""
+    exe = MP if env == 'MICROPYTHON' else os.environ.get(env)
+    if not exe or not os.access(exe, os.X_OK):
+        pytest.skip(f'no {env} binary')
+    H = 32
+    path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, seed=4)
+    g = read_model(path)
+    dirs = _tables(g, str(tmp_path), None)
+    assert json.load(open(os.path.join(dirs['banded'], 'q8.json')))['groups'][0][0] == 2
+    xs = _samples(H, 2)
+    for i, x in enumerate(xs):
+        (tmp_path / f'x{i}.bin').write_bytes(x.tobytes())
+    (tmp_path / 'case.py').write_text(MP_FWD % len(xs))
+    mpy = int(subprocess.run([exe, '-c', 'import sys;print(sys.implementation._mpy)'],
+                             capture_output=True, text=True).stdout.split()[-1])
+    runner.stage(str(tmp_path), mpy=mpy)
+    r = subprocess.run([exe, '-X', 'heapsize=1M', 'case.py'], cwd=tmp_path, capture_output=True,
+                       text=True, env=dict(os.environ, MICROPYPATH=':lib'), timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = [v.split()[1:] for v in r.stdout.splitlines() if v.startswith('OUT ')]
+    want = [_tflm(path, x, H).hex() for x in xs]
+    assert got == [['banded', w] for w in want] + [['whole', w] for w in want]
