@@ -115,3 +115,34 @@ def test_bands_after_the_rescaling_under_micropython(tmp_path, env):
     got = [v.split()[1:] for v in r.stdout.splitlines() if v.startswith('OUT ')]
     want = [_tflm(path, x, H).hex() for x in xs]
     assert got == [['banded', w] for w in want] + [['whole', w] for w in want]
+
+
+@pytest.mark.skipif(not MP, reason='no unix MicroPython')
+def test_budget_chooses_the_bands_and_the_cached_run_trains_as_unbanded(tmp_path):
+    """prepare --cache under a budget the unbanded prefix pass does not fit: the prefix's
+    table is banded from layer 2 (prepare says so), and the board's run (its prefix pass
+    banded) trains the classifier to the bytes of the unbanded run."""
+    from host_tools.prepare.pipeline import prepare
+    H = 64
+    path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, C=16, E=6, seed=2)
+    x = np.stack([np.clip(v.astype(np.float32) + 128, 0, 255) / 255 for v in _samples(H, 6)])
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=x.reshape(6, H, H, 3), y=np.arange(6) % 3)
+    kw = dict(data=data, loss='scce', optimizer='sgd', lr=0.05, epochs=2, batch=1,
+              train='last:1', test_split=0.34, cache=True)
+    whole = prepare(path, str(tmp_path / 'w'), bands=0, log=lambda *a: None, **kw)
+    free = prepare(path, str(tmp_path / 'f'), log=lambda *a: None, **kw)
+    assert free['heap']['total'] < whole['heap']['total'] - 40 * 1024
+    said = []
+    budget = (free['heap']['total'] + whole['heap']['total']) // 2
+    prepare(path, str(tmp_path / 'b'), budget=budget, log=said.append, **kw)
+    assert any('row bands' in s for s in said), said
+    groups = json.load(open(tmp_path / 'b' / 'q8.json'))['groups']
+    assert groups and groups[0][0] == 2
+    assert not json.load(open(tmp_path / 'w' / 'q8.json'))['groups']
+    outs = []
+    for d in ('b', 'w'):
+        code, out = runner.run(str(tmp_path / d), stream=False)
+        assert code == 0, out
+        outs.append((tmp_path / d / 'trained.wof').read_bytes())
+    assert outs[0] == outs[1]
