@@ -2191,11 +2191,15 @@ def _place(iv):
     return at, max([o + n for o, n, _, _ in placed] or [0])
 
 
+BANDED = (CONV, DW, ADD, POOL_MAX, POOL_AVG)    # the layer kinds utrain.q8bands runs
+
+
 def _bands(ls, first, free, rows=None):
     """[(lo, hi, Q8Group)]: the row-band groups of table ls's frozen layers (below first)
-    that make the arena smallest.  Each run of CONV_2D, DEPTHWISE_CONV_2D and same-shape
-    ADD layers (the kinds utrain.q8bands computes a few rows at a time; a run ends at any
-    other layer: a pool, a broadcasting op, the trained part) is taken from its start in
+    that make the arena smallest.  Each run of CONV_2D, DEPTHWISE_CONV_2D, same-shape ADD,
+    MAX_POOL_2D and AVERAGE_POOL_2D layers (the kinds utrain.q8bands computes a few rows at
+    a time; a run ends at any other layer: a global pool, a broadcasting op, the trained
+    part) is taken from its start in
     groups: the group that lowers the arena most (its end, and rows per band: `rows`, or
     1, 2, 4 or 8), then the next from where it ends, while one lowers it (a group over the
     whole chain of a 224x224 MobileNetV2 holds tens of rows of each 112x112 tensor to make
@@ -2207,7 +2211,7 @@ def _bands(ls, first, free, rows=None):
     runs, i = [], 0          # [start of its ungrouped part, end]
     while i < first:
         j = i
-        while j < first and ls[j]['k'] in (CONV, DW, ADD):
+        while j < first and ls[j]['k'] in BANDED:
             j += 1
         if j - i > 1:
             runs.append([i, j])

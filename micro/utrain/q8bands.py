@@ -1,5 +1,6 @@
 # Row bands for int8 layers (utrain.q8): the early high-resolution frozen layers of a
-# model such as MobileNetV2 computed a few output rows at a time, on utrain.bands'
+# model such as MobileNetV2 (convolutions, same-shape ADDs, MAX_POOL_2D and
+# AVERAGE_POOL_2D) computed a few output rows at a time, on utrain.bands'
 # schedule (Group: which rows each op pulls, windows that drop the rows nobody reads
 # again), with q8's int8 kernels and the windows at the arena offsets the host planned
 # (host_tools/prepare/quant.py plan(): it runs the same schedule to size them).  Imported only
@@ -54,7 +55,7 @@ def standin(layers, free):
         k = d['k']
         o = [0] * 15
         code = -1
-        if k == _CONV or k == _DW:
+        if k == _CONV or k == _DW or _PMAX <= k <= _PAVG:     # (a pool: g as a conv's)
             H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = d['g']
             o[1], o[2], o[4], o[5], o[7], o[9], o[11], o[13], o[14] = (H, W, OH, OW, KH, sh, dh,
                                                                        ph, pw)
@@ -132,6 +133,9 @@ class Q8Group(Group):
         gm, g = self.gm, L.g
         K.cpk(gm, g, 14)
         gm[0], gm[10], gm[8] = b - a, e - d, pt + a - d * s
+        if L.k >= _PMAX:            # a pool's window over the strip (padded taps excluded)
+            self.q.X[_PMAX].pok(dst, self._rows(x, a, b), gm, L.lo, L.hi, L.k - _PMAX)
+            return
         L.conv(self._rows(x, a, b), gm, dst)
 
     def run(self):

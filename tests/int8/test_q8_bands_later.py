@@ -52,12 +52,17 @@ def _samples(H, n=3):
                     127).astype(np.int8) for i in range(n)]
 
 
-@pytest.mark.parametrize('H,rows,kw', [(32, None, {}), (48, None, dict(mul=-2.0, add=1.0)),
-                                       (24, 2, dict(C=8, E=6)), (40, 1, dict(D=8))])
+@pytest.mark.parametrize('H,rows,kw', [
+    (32, None, {}), (48, None, dict(mul=-2.0, add=1.0)), (24, 2, dict(C=8, E=6)),
+    (40, 1, dict(D=8)), (40, None, dict(pool=('MAX_POOL_2D', 3, 1, 'SAME'))),
+    (48, None, dict(pool=('AVERAGE_POOL_2D', 3, 2, 'SAME'), C=16, E=6)),
+    (40, 2, dict(pool=('MAX_POOL_2D', 2, 2, 'VALID'), C=24, E=6)),
+    (44, 1, dict(pool=('AVERAGE_POOL_2D', 3, 2, 'VALID'), C=16, E=6))])
 def test_bands_after_the_rescaling_are_exact(tmp_path, H, rows, kw):
-    """The convolutions after the Rescaling's two elementwise layers in row bands (a
-    group from layer 2, as chosen or at --bands n): a smaller arena, and the forward's
-    bytes are the unbanded table's and TFLite Micro's."""
+    """The convolutions (and a max or average pool, padded or not) after the Rescaling's
+    two elementwise layers in row bands (a group from layer 2, as chosen or at --bands
+    n): a smaller arena, and the forward's bytes are the unbanded table's and TFLite
+    Micro's."""
     path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, **kw)
     g = read_model(path)
     dirs = _tables(g, str(tmp_path), rows)
@@ -66,6 +71,9 @@ def test_bands_after_the_rescaling_are_exact(tmp_path, H, rows, kw):
     assert [d['k'] for d in ms['banded']['layers'][:2]] == [quant.BIN, quant.BIN]
     assert not ms['whole']['groups']
     assert ms['banded']['arena'] < ms['whole']['arena']
+    if 'pool' in kw:        # (layer 3: the pool, inside a group)
+        assert ms['banded']['layers'][3]['k'] in (quant.POOL_MAX, quant.POOL_AVG)
+        assert any(lo <= 3 < hi for lo, hi, _ in ms['banded']['groups']), ms['banded']['groups']
     nets = {k: Q8Net(ms[k], os.path.join(d, 'weights.wof')) for k, d in dirs.items()}
     outs = set()
     for x in _samples(H):
@@ -91,14 +99,15 @@ for d in ('banded', 'whole'):
 
 
 @pytest.mark.parametrize('env', ['MICROPYTHON', 'UTRAIN_MP32'])
-def test_bands_after_the_rescaling_under_micropython(tmp_path, env):
+@pytest.mark.parametrize('H,kw', [(32, {}), (48, dict(pool=('AVERAGE_POOL_2D', 3, 2, 'SAME'),
+                                                      C=16, E=6))])
+def test_bands_after_the_rescaling_under_micropython(tmp_path, env, H, kw):
     """The same on unix MicroPython (viper's kernels; 64-bit and the 32-bit build): the
     banded table's logits are the unbanded one's and TFLite Micro's."""
     exe = MP if env == 'MICROPYTHON' else os.environ.get(env)
     if not exe or not os.access(exe, os.X_OK):
         pytest.skip(f'no {env} binary')
-    H = 32
-    path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, seed=4)
+    path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, seed=4, **kw)
     g = read_model(path)
     dirs = _tables(g, str(tmp_path), None)
     assert json.load(open(os.path.join(dirs['banded'], 'q8.json')))['groups'][0][0] == 2

@@ -1860,19 +1860,21 @@ def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
     return path
 
 
-def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, add=-1.0):
+def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, add=-1.0,
+                             pool=None):
     """A Teachable Machine / Model Maker style int8 MobileNet in small: the Rescaling
     layer's MUL and ADD of int8 scalar constants (x * mul + add, 0..1 pixels to -1..1)
     before the convolutions, as TFLite's converter writes them (two elementwise ops of a
     constant, not folded into the first conv), then conv 3x3 stride 2 RELU6 (C) ->
     depthwise 3x3 RELU6 -> 1x1 (C) -> expand 1x1 RELU6 (E C) -> depthwise 3x3 stride 2
     RELU6 -> 1x1 (D) -> [expand 1x1 RELU6 -> depthwise 3x3 RELU6 -> 1x1 (D)] + its input
-    (ADD) -> MEAN -> FC (O).  Random weights."""
+    (ADD) -> MEAN -> FC (O).  pool: (MAX_POOL_2D or AVERAGE_POOL_2D, filter, stride,
+    padding) after the first conv.  Random weights."""
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=b'TFL3')
     q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
     act, layer = _int8_layers(b, rng, 40)
-    h, h2 = H // 2, H // 4
+    h = -(-H // 2)
     s0 = 1 / 255
     x = b.tensor('x', [1, H, H, 3], dtype='int8', quant=q(s0, -128))
     km = b.tensor('k_mul', [], dtype='int8', data=np.array(127 if mul > 0 else -127, np.int8),
@@ -1889,6 +1891,14 @@ def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, a
     b.op('ADD', [xm, ka], [xa], fused_activation_function='NONE')
     r6 = 6 / 255
     c = layer('conv', xa, s2, 3, C, [1, h, h, C], r6, -128, stride=2, fused='RELU6')
+    if pool:
+        name, k, st, pad = pool
+        h = -(-h // st) if pad == 'SAME' else (h - k) // st + 1
+        cp = act([1, h, h, C], r6, -128)
+        b.op(name, [c], [cp], padding=pad, stride_w=st, stride_h=st, filter_width=k,
+             filter_height=k, fused_activation_function='NONE')
+        c = cp
+    h2 = -(-h // 2)
     y = layer('dw', c, r6, C, C, [1, h, h, C], r6, -128, fused='RELU6')
     y = layer('conv', y, r6, C, C, [1, h, h, C], 0.05, 3, k=1)
     y = layer('conv', y, 0.05, C, E * C, [1, h, h, E * C], r6, -128, k=1, fused='RELU6')
