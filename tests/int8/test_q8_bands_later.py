@@ -6,13 +6,12 @@ bands each run of convolutions wherever it starts (quant._bands); the banded for
 the unbanded one's bytes and TFLite Micro's, on the host and under unix MicroPython."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from repo import ROOT  # noqa: E402
+from repo import ROOT, staged_run  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.prepare import quant  # noqa: E402
@@ -115,11 +114,7 @@ def test_bands_after_the_rescaling_under_micropython(tmp_path, env, H, kw):
     for i, x in enumerate(xs):
         (tmp_path / f'x{i}.bin').write_bytes(x.tobytes())
     (tmp_path / 'case.py').write_text(MP_FWD % len(xs))
-    mpy = int(subprocess.run([exe, '-c', 'import sys;print(sys.implementation._mpy)'],
-                             capture_output=True, text=True).stdout.split()[-1])
-    runner.stage(str(tmp_path), mpy=mpy)
-    r = subprocess.run([exe, '-X', 'heapsize=1M', 'case.py'], cwd=tmp_path, capture_output=True,
-                       text=True, env=dict(os.environ, MICROPYPATH=':lib'), timeout=120)
+    r = staged_run(exe, tmp_path, 'case.py', '1M', 120)
     assert r.returncode == 0, r.stderr
     got = [v.split()[1:] for v in r.stdout.splitlines() if v.startswith('OUT ')]
     want = [_tflm(path, x, H).hex() for x in xs]
