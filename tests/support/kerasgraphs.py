@@ -1851,7 +1851,13 @@ def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
     a = act([1, h, h, C], 0.06, -128)
     b.op('ADD', [c, y], [a], fused_activation_function='RELU')
     z = layer('conv', a, 0.06, C, D, [1, h2, h2, D], 0.05, -128, stride=2, fused='RELU')
-    m = act([1, D], 0.04, -20)
+    return _int8_head(b, act, layer, path, x, z, D, O, -20)
+
+
+def _int8_head(b, act, layer, path, x, z, D, O, zm):
+    """A global average pool (MEAN, zero point zm) of z [1, h, w, D] and an FC (O) as the
+    model's output (x its input), saved at path."""
+    m = act([1, D], 0.04, zm)
     b.op('MEAN', [z, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
     o = layer('fc', m, 0.04, D, O, [1, O], 0.08, -2)
     b.inputs(x)
@@ -1909,13 +1915,7 @@ def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, a
     y = layer('conv', y, r6, E * D, D, [1, h2, h2, D], 0.05, 2, k=1)
     a = act([1, h2, h2, D], 0.07, -1)
     b.op('ADD', [p, y], [a], fused_activation_function='NONE')
-    m = act([1, D], 0.04, -3)
-    b.op('MEAN', [a, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
-    o = layer('fc', m, 0.04, D, O, [1, O], 0.08, -2)
-    b.inputs(x)
-    b.outputs(o)
-    b.save(path)
-    return path
+    return _int8_head(b, act, layer, path, x, a, D, O, -3)
 
 
 def _bias_input(b, bias):
