@@ -850,7 +850,39 @@ def layers(g: Graph, train='last:1', ranks=None):
         out.append(d)
     _check_reads(g, out, src(g.inputs[0]))
     _mark_trained(g, out, train, ranks or {})
+    _tabulate_frozen(out)
     return out
+
+
+def _tabulate_frozen(ls):
+    """layers(): a frozen ADD, SUB or MUL of an activation and one int8 constant (a Keras
+    Rescaling layer's x * 1/127.5, then - 1, as TFLite's converter writes it: two ops
+    before the first conv of a Teachable Machine MobileNet) as a LUT layer: a function of
+    the int8 input alone, tabulated with TFLite Micro's integers (add.cc / sub.cc:
+    each side << 20 times its multiplier, the sum's requantized; mul.cc: the product's),
+    the table utrain.q8bin's forward would compute.  A LUT runs in row bands (a BIN does
+    not), so the band group can start at the sample.  Below the first trained layer
+    only: no gradient passes it."""
+    first = _Q8.lowest(ls)
+    for i in range(first):
+        d = ls[i]
+        if d['k'] != BIN or d.get('bo') not in (0, 1, 2) or d.get('kp') != 1 or len(
+                d.get('kc', ())) != 1 or d.get('back') or d.get('train'):
+            continue
+        z1, z2 = d['zi']
+        c = d['kc'][0] - z2
+        m, e = d['mul'], d['shf']
+        t = []
+        for x in range(-128, 128):
+            if d['bo'] == 2:
+                v = mbqm((x - z1) * c, m[0], e[0])
+            else:
+                a, b = mbqm((x - z1) << ADD_SHIFT, m[0], e[0]), mbqm(c << ADD_SHIFT, m[1], e[1])
+                v = mbqm(a + b if d['bo'] == 0 else a - b, m[2], e[2])
+            t.append(min(d['hi'], max(d['lo'], v + d['zy'])))
+        ls[i] = {k: d[k] for k in ('op', 'zx', 'zy', 'sx', 'sy', 'nout', 'out', 'lo', 'hi')
+                 if k in d}
+        ls[i].update({'k': LUT, 'in': d['in'][:1], 't': t, 'dt': [0] * 256})
 
 
 # float32 ops a converter leaves between a DEQUANTIZE and a QUANTIZE (ops it has no int8
@@ -2191,14 +2223,18 @@ def _place(iv):
     return at, max([o + n for o, n, _, _ in placed] or [0])
 
 
-BANDED = (CONV, DW, ADD, POOL_MAX, POOL_AVG)    # the layer kinds utrain.q8bands runs
+BANDED = (CONV, DW, ADD, POOL_MAX, POOL_AVG, LUT)   # the layer kinds utrain.q8bands runs
+
+
+def _banded_kind(d) -> bool:
+    return d['k'] in BANDED and 'sm' not in d      # (a SOFTMAX LUT: not elementwise)
 
 
 def _bands(ls, first, free, rows=None):
     """[(lo, hi, Q8Group)]: the row-band groups of table ls's frozen layers (below first)
     that make the arena smallest.  Each run of CONV_2D, DEPTHWISE_CONV_2D, same-shape ADD,
-    MAX_POOL_2D and AVERAGE_POOL_2D layers (the kinds utrain.q8bands computes a few rows at
-    a time; a run ends at any other layer: a global pool, a broadcasting op, the trained
+    MAX_POOL_2D, AVERAGE_POOL_2D and elementwise LUT layers (the kinds utrain.q8bands
+    computes a few rows at a time; a run ends at any other layer: a global pool, a broadcasting op, the trained
     part) is taken from its start in
     groups: the group that lowers the arena most (its end, and rows per band: `rows`, or
     1, 2, 4 or 8), then the next from where it ends, while one lowers it (a group over the
@@ -2211,7 +2247,7 @@ def _bands(ls, first, free, rows=None):
     runs, i = [], 0          # [start of its ungrouped part, end]
     while i < first:
         j = i
-        while j < first and ls[j]['k'] in BANDED:
+        while j < first and _banded_kind(ls[j]):
             j += 1
         if j - i > 1:
             runs.append([i, j])

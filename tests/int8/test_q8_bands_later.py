@@ -1,9 +1,11 @@
-"""Row bands for an int8 model's frozen convolutions that do not start at the input
+"""Row bands for an int8 model whose frozen convolutions do not start at the input
 (issue 28): a Teachable Machine / Model Maker MobileNet begins with the Rescaling layer's
-MUL and ADD of scalar constants, which no band group computes, and prepare planned no
-bands at all (a 224x224 file's prefix pass was refused on an ESP32-S3).  The planner now
-bands each run of convolutions wherever it starts (quant._bands); the banded forward is
-the unbanded one's bytes and TFLite Micro's, on the host and under unix MicroPython."""
+MUL and ADD of scalar constants, which no band group computed, and prepare planned no
+bands at all (a 224x224 file's prefix pass was refused on an ESP32-S3).  Those frozen
+ops are now LUT layers (quant._tabulate_frozen), which band groups run, and the planner
+bands each run of band kinds wherever it starts (quant._bands: after a MUL by a
+per-channel constant, which stays a BIN layer); the banded forward is the unbanded one's
+bytes and TFLite Micro's, on the host and under unix MicroPython."""
 import json
 import os
 import sys
@@ -56,18 +58,22 @@ def _samples(H, n=3):
     (40, 1, dict(D=8)), (40, None, dict(pool=('MAX_POOL_2D', 3, 1, 'SAME'))),
     (48, None, dict(pool=('AVERAGE_POOL_2D', 3, 2, 'SAME'), C=16, E=6)),
     (40, 2, dict(pool=('MAX_POOL_2D', 2, 2, 'VALID'), C=24, E=6)),
+    (32, None, dict(per_channel=True)), (40, 1, dict(per_channel=True, mul=-2.0, add=1.0)),
+    (32, None, dict(sub=True)), (24, 2, dict(sub=True, mul=-2.0, add=1.0, C=12)),
     (44, 1, dict(pool=('AVERAGE_POOL_2D', 3, 2, 'VALID'), C=16, E=6))])
 def test_bands_after_the_rescaling_are_exact(tmp_path, H, rows, kw):
-    """The convolutions (and a max or average pool, padded or not) after the Rescaling's
-    two elementwise layers in row bands (a group from layer 2, as chosen or at --bands
-    n): a smaller arena, and the forward's bytes are the unbanded table's and TFLite
-    Micro's."""
+    """The Rescaling's two elementwise layers (LUTs; a per-channel MUL stays a BIN) and
+    the convolutions after them (and a max or average pool, padded or not) in row bands
+    (a group from layer 0, or 1 after the BIN, as chosen or at --bands n): a smaller
+    arena, and the forward's bytes are the unbanded table's and TFLite Micro's."""
     path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, **kw)
     g = read_model(path)
     dirs = _tables(g, str(tmp_path), rows)
     ms = {k: json.load(open(os.path.join(d, 'q8.json'))) for k, d in dirs.items()}
-    assert ms['banded']['groups'] and ms['banded']['groups'][0][0] == 2, ms['banded']['groups']
-    assert [d['k'] for d in ms['banded']['layers'][:2]] == [quant.BIN, quant.BIN]
+    lo = 1 if kw.get('per_channel') else 0
+    assert ms['banded']['groups'] and ms['banded']['groups'][0][0] == lo, ms['banded']['groups']
+    assert [d['k'] for d in ms['banded']['layers'][:2]] == [quant.BIN if lo else quant.LUT,
+                                                            quant.LUT]
     assert not ms['whole']['groups']
     assert ms['banded']['arena'] < ms['whole']['arena']
     if 'pool' in kw:        # (layer 3: the pool, inside a group)
@@ -109,7 +115,7 @@ def test_bands_after_the_rescaling_under_micropython(tmp_path, env, H, kw):
     path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, seed=4, **kw)
     g = read_model(path)
     dirs = _tables(g, str(tmp_path), None)
-    assert json.load(open(os.path.join(dirs['banded'], 'q8.json')))['groups'][0][0] == 2
+    assert json.load(open(os.path.join(dirs['banded'], 'q8.json')))['groups'][0][0] == 0
     xs = _samples(H, 2)
     for i, x in enumerate(xs):
         (tmp_path / f'x{i}.bin').write_bytes(x.tobytes())
@@ -124,8 +130,9 @@ def test_bands_after_the_rescaling_under_micropython(tmp_path, env, H, kw):
 @pytest.mark.skipif(not MP, reason='no unix MicroPython')
 def test_budget_chooses_the_bands_and_the_cached_run_trains_as_unbanded(tmp_path):
     """prepare --cache under a budget the unbanded prefix pass does not fit: the prefix's
-    table is banded from layer 2 (prepare says so), and the board's run (its prefix pass
-    banded) trains the classifier to the bytes of the unbanded run."""
+    table is banded from layer 0 (prepare says so; the board reads each sample a strip of
+    rows at a time), and the board's run (its prefix pass banded) trains the classifier
+    to the bytes of the unbanded run."""
     from host_tools.prepare.pipeline import prepare
     H = 64
     path = build_int8_rescaled_mbv2(str(tmp_path / 'm.tflite'), H=H, C=16, E=6, seed=2)
@@ -142,7 +149,7 @@ def test_budget_chooses_the_bands_and_the_cached_run_trains_as_unbanded(tmp_path
     prepare(path, str(tmp_path / 'b'), budget=budget, log=said.append, **kw)
     assert any('row bands' in s for s in said), said
     groups = json.load(open(tmp_path / 'b' / 'q8.json'))['groups']
-    assert groups and groups[0][0] == 2
+    assert groups and groups[0][0] == 0
     assert not json.load(open(tmp_path / 'w' / 'q8.json'))['groups']
     outs = []
     for d in ('b', 'w'):

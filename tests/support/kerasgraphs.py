@@ -1867,7 +1867,7 @@ def _int8_head(b, act, layer, path, x, z, D, O, zm):
 
 
 def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, add=-1.0,
-                             pool=None):
+                             pool=None, per_channel=False, sub=False):
     """A Teachable Machine / Model Maker style int8 MobileNet in small: the Rescaling
     layer's MUL and ADD of int8 scalar constants (x * mul + add, 0..1 pixels to -1..1)
     before the convolutions, as TFLite's converter writes them (two elementwise ops of a
@@ -1875,7 +1875,9 @@ def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, a
     depthwise 3x3 RELU6 -> 1x1 (C) -> expand 1x1 RELU6 (E C) -> depthwise 3x3 stride 2
     RELU6 -> 1x1 (D) -> [expand 1x1 RELU6 -> depthwise 3x3 RELU6 -> 1x1 (D)] + its input
     (ADD) -> MEAN -> FC (O).  pool: (MAX_POOL_2D or AVERAGE_POOL_2D, filter, stride,
-    padding) after the first conv.  Random weights."""
+    padding) after the first conv; per_channel: the MUL's constant one a channel (a
+    Normalization layer's), not one value; sub: a SUB of -add, not an ADD.  Random
+    weights."""
     rng = np.random.default_rng(seed)
     b = CircleBuilder(identifier=b'TFL3')
     q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
@@ -1883,18 +1885,19 @@ def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, a
     h = -(-H // 2)
     s0 = 1 / 255
     x = b.tensor('x', [1, H, H, 3], dtype='int8', quant=q(s0, -128))
-    km = b.tensor('k_mul', [], dtype='int8', data=np.array(127 if mul > 0 else -127, np.int8),
-                  quant=q(abs(mul) / 127, 0))
+    km = (127 if mul > 0 else -127) * np.array([1, .9, .8] if per_channel else 1)
+    km = b.tensor('k_mul', [3] if per_channel else [], dtype='int8',
+                  data=np.round(km).astype(np.int8), quant=q(abs(mul) / 127, 0))
     s1 = abs(mul) / 255
     xm = act([1, H, H, 3], s1, -128 if mul > 0 else 127)
     b.op('MUL', [x, km], [xm], fused_activation_function='NONE')
-    ka = b.tensor('k_add', [], dtype='int8', data=np.array(-127 if add < 0 else 127, np.int8),
-                  quant=q(abs(add) / 127, 0))
+    ka = b.tensor('k_add', [], dtype='int8', data=np.array(
+        (-127 if add < 0 else 127) * (-1 if sub else 1), np.int8), quant=q(abs(add) / 127, 0))
     lo, hi = min(0, mul) + add, max(0, mul) + add
     s2 = (hi - lo) / 255
     z2 = int(round(-128 - lo / s2))
     xa = act([1, H, H, 3], s2, z2)
-    b.op('ADD', [xm, ka], [xa], fused_activation_function='NONE')
+    b.op('SUB' if sub else 'ADD', [xm, ka], [xa], fused_activation_function='NONE')
     r6 = 6 / 255
     c = layer('conv', xa, s2, 3, C, [1, h, h, C], r6, -128, stride=2, fused='RELU6')
     if pool:
