@@ -850,7 +850,39 @@ def layers(g: Graph, train='last:1', ranks=None):
         out.append(d)
     _check_reads(g, out, src(g.inputs[0]))
     _mark_trained(g, out, train, ranks or {})
+    _tabulate_frozen(out)
     return out
+
+
+def _tabulate_frozen(ls):
+    """layers(): a frozen ADD, SUB or MUL of an activation and one int8 constant (a Keras
+    Rescaling layer's x * 1/127.5, then - 1, as TFLite's converter writes it: two ops
+    before the first conv of a Teachable Machine MobileNet) as a LUT layer: a function of
+    the int8 input alone, tabulated with TFLite Micro's integers (add.cc / sub.cc:
+    each side << 20 times its multiplier, the sum's requantized; mul.cc: the product's),
+    the table utrain.q8bin's forward would compute.  A LUT runs in row bands (a BIN does
+    not), so the band group can start at the sample.  Below the first trained layer
+    only: no gradient passes it."""
+    first = _Q8.lowest(ls)
+    for i in range(first):
+        d = ls[i]
+        if d['k'] != BIN or d.get('bo') not in (0, 1, 2) or d.get('kp') != 1 or len(
+                d.get('kc', ())) != 1 or d.get('back') or d.get('train'):
+            continue
+        z1, z2 = d['zi']
+        c = d['kc'][0] - z2
+        m, e = d['mul'], d['shf']
+        t = []
+        for x in range(-128, 128):
+            if d['bo'] == 2:
+                v = mbqm((x - z1) * c, m[0], e[0])
+            else:
+                a, b = mbqm((x - z1) << ADD_SHIFT, m[0], e[0]), mbqm(c << ADD_SHIFT, m[1], e[1])
+                v = mbqm(a + b if d['bo'] == 0 else a - b, m[2], e[2])
+            t.append(min(d['hi'], max(d['lo'], v + d['zy'])))
+        ls[i] = {k: d[k] for k in ('op', 'zx', 'zy', 'sx', 'sy', 'nout', 'out', 'lo', 'hi')
+                 if k in d}
+        ls[i].update({'k': LUT, 'in': d['in'][:1], 't': t, 'dt': [0] * 256})
 
 
 # float32 ops a converter leaves between a DEQUANTIZE and a QUANTIZE (ops it has no int8
@@ -2155,9 +2187,9 @@ def masks(ls, first):
             d['mask'] = 1
 
 
-def _intervals(ls, first, free, group=None):
-    """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; group:
-    (lo, hi, Q8Group) whose windows live over lo..hi-1 and whose outputs from lo on."""
+def _intervals(ls, first, free, groups=()):
+    """{tensor: (first layer, last layer, bytes)} each arena tensor is live over; groups:
+    (lo, hi, Q8Group)s whose windows live over lo..hi-1 and whose outputs from lo on."""
     n = len(ls)
     last = {}
     for i, fr in enumerate(free):
@@ -2166,8 +2198,7 @@ def _intervals(ls, first, free, group=None):
     iv = {}
     for i, d in enumerate(ls):
         iv[d['out']] = [i, last.get(d['out'], n), d['nout']]
-    if group:
-        lo, hi, grp = group
+    for lo, hi, grp in groups:
         for k in grp.win:
             iv[k] = [lo, hi - 1, grp.nbytes(k)]
         for k in grp.outs:
@@ -2192,9 +2223,66 @@ def _place(iv):
     return at, max([o + n for o, n, _, _ in placed] or [0])
 
 
+BANDED = (CONV, DW, ADD, POOL_MAX, POOL_AVG, LUT)   # the layer kinds utrain.q8bands runs
+
+
+def _banded_kind(d) -> bool:
+    return d['k'] in BANDED and 'sm' not in d      # (a SOFTMAX LUT: not elementwise)
+
+
+def _bands(ls, first, free, rows=None):
+    """[(lo, hi, Q8Group)]: the row-band groups of table ls's frozen layers (below first)
+    that make the arena smallest.  Each run of CONV_2D, DEPTHWISE_CONV_2D, same-shape ADD,
+    MAX_POOL_2D, AVERAGE_POOL_2D and elementwise LUT layers (the kinds utrain.q8bands
+    computes a few rows at a time; a run ends at any other layer: a global pool, a broadcasting op, the trained
+    part) is taken from its start in
+    groups: the group that lowers the arena most (its end, and rows per band: `rows`, or
+    1, 2, 4 or 8), then the next from where it ends, while one lowers it (a group over the
+    whole chain of a 224x224 MobileNetV2 holds tens of rows of each 112x112 tensor to make
+    one row of its 7x7 output: groups that end at a middle resolution hold less); ties go
+    to fewer groups, shorter ones, fewer rows a band."""
+    qb = module('q8bands')
+    net = qb.standin(ls, free)
+    q = type('Q', (), {'first': first, 'meta': {'layers': ls}})
+    runs, i = [], 0          # [start of its ungrouped part, end]
+    while i < first:
+        j = i
+        while j < first and _banded_kind(ls[j]):
+            j += 1
+        if j - i > 1:
+            runs.append([i, j])
+        i = j + 1
+    groups = []
+    best = _place(_intervals(ls, first, free))[1]
+    more = True
+    while more:         # (again while one lowers it: another run's group may have been
+        more = False    # what held the arena up when this one's was tried)
+        for run in runs:
+            i, end = run
+            if end - i < 2:
+                continue
+            cand = None
+            for hi in range(i + 2, end + 1):
+                for r in ([rows] if rows else (1, 2, 4, 8)):
+                    try:
+                        grp = qb.Q8Group(q, i, hi, r, net)
+                        grp.plan()
+                    except (ValueError, KeyError):
+                        continue
+                    size = _place(_intervals(ls, first, free, groups + [(i, hi, grp)]))[1]
+                    if size < best and (cand is None or size < cand[0]):
+                        cand = (size, hi, grp)
+            if cand is not None:
+                best, run[0], grp = cand
+                groups.append((i, run[0], grp))
+                more = True
+    groups.sort(key=lambda g: g[0])
+    return groups
+
+
 def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
-    """The memory plan of layer table ls: arena offsets (with the row-band group that
-    makes the arena smallest, none when rows == 0), the sum buffer's and the weight
+    """The memory plan of layer table ls: arena offsets (with the row-band groups that
+    make the arena smallest, _bands; none when rows == 0), the sum buffer's and the weight
     scratch's sizes, the channel chunks of streamed layers.  resident: a band group's
     layers keep their few weights in RAM (else read at each band step, as the other
     frozen layers are once a forward: the prefix cache's pass runs once a sample).
@@ -2205,25 +2293,10 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     qb = module('q8bands')
     first = _Q8.lowest(ls)
     free = qb.frees(ls, first)
-    best = (_place(_intervals(ls, first, free))[1], None)
-    if rows != 0:
-        net = qb.standin(ls, free)
-        q = type('Q', (), {'first': first, 'meta': {'layers': ls}})
-        for hi in range(2, first + 1):
-            if any(d['k'] not in (CONV, DW, ADD) for d in ls[:hi]):
-                break
-            for r in ([rows] if rows else (1, 2, 4, 8)):
-                try:
-                    grp = qb.Q8Group(q, 0, hi, r, net)
-                    grp.plan()
-                except (ValueError, KeyError):
-                    continue
-                size = _place(_intervals(ls, first, free, (0, hi, grp)))[1]
-                if size < best[0]:
-                    best = (size, (hi, r, grp))
-    grp = best[1]
-    iv = _intervals(ls, first, free, (0, grp[0], grp[2]) if grp else None)
+    groups = _bands(ls, first, free, rows) if rows != 0 else []
+    iv = _intervals(ls, first, free, groups)
     at, size = _place(iv)
+    banded = {i for lo, hi, _ in groups for i in range(lo, hi)}
     # the shared int32 sum buffer: a depthwise row, a MEAN, an FC output, a conv row
     # (pools write int8 straight from their window: none)
     A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
@@ -2263,7 +2336,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             gc = max(1, min(hi - lo, GCHUNK // row))
             if gc < hi - lo:
                 d['gc'] = gc
-        if resident and grp and i < grp[0] and d['k'] in WEIGHTED:
+        if resident and i in banded and d['k'] in WEIGHTED:
             d['res'] = 1             # in a band group: its few weights stay in RAM
         elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
             Q = max(Q, d.get('nc', d['nb']))
@@ -2281,7 +2354,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             at, size = _place(iv)
     # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
-            'wbuf': W, 'qbuf': Q, 'groups': [[0, grp[0], grp[1]]] if grp else []}
+            'wbuf': W, 'qbuf': Q, 'groups': [[lo, hi, g.rows] for lo, hi, g in groups]}
 
 
 def pointwise(gm) -> bool:

@@ -24,6 +24,7 @@ _ADD = const(0)
 _CONV_2D = const(3)
 _DEPTHWISE_CONV_2D = const(4)
 _PAD = const(34)
+_ELEM = const(-2)         # (utrain.q8bands' stand-in: an elementwise op of its first input)
 _ACT = const(0)
 _G_H = const(1)
 _G_W = const(2)
@@ -62,6 +63,9 @@ class Group:
             elif code == _ADD:
                 rule[i] = (1, 0, 1)
                 acts[i] = (ins[0], ins[1])
+            elif code == _ELEM:
+                rule[i] = (1, 0, 1)
+                acts[i] = (ins[0],)
             elif code == _PAD:
                 acts[i] = (ins[0],)
             else:
@@ -69,10 +73,14 @@ class Group:
         for _ in range(hi - lo):        # ADD and PAD take their rows from their neighbours
             for i in range(lo, hi):
                 code, ins, outs, o = ops[i]
-                if code == _ADD:
-                    d = dims.get(ins[0]) or dims.get(ins[1]) or dims.get(outs[0])
+                if code == _ADD or code == _ELEM:
+                    ks = (ins[0], outs[0]) if code == _ELEM else (ins[0], ins[1], outs[0])
+                    d = None
+                    for k in ks:
+                        d = d or dims.get(k)
                     if d:
-                        dims[ins[0]] = dims[ins[1]] = dims[outs[0]] = d
+                        for k in ks:
+                            dims[k] = d
                 elif code == _PAD and outs[0] in dims:
                     OW = dims[outs[0]][1]
                     pt, pl = divmod(int(o[_C_B]), OW)

@@ -1,5 +1,6 @@
 # Row bands for int8 layers (utrain.q8): the early high-resolution frozen layers of a
-# model such as MobileNetV2 computed a few output rows at a time, on utrain.bands'
+# model such as MobileNetV2 (convolutions, same-shape ADDs, MAX_POOL_2D and
+# AVERAGE_POOL_2D, elementwise LUT layers) computed a few output rows at a time, on utrain.bands'
 # schedule (Group: which rows each op pulls, windows that drop the rows nobody reads
 # again), with q8's int8 kernels and the windows at the arena offsets the host planned
 # (host_tools/prepare/quant.py plan(): it runs the same schedule to size them).  Imported only
@@ -54,7 +55,7 @@ def standin(layers, free):
         k = d['k']
         o = [0] * 15
         code = -1
-        if k == _CONV or k == _DW:
+        if k == _CONV or k == _DW or _PMAX <= k <= _PAVG:     # (a pool: g as a conv's)
             H, W, I, O, KH, KW, sh, sw, ph, pw, OH, OW, dh, dw = d['g']
             o[1], o[2], o[4], o[5], o[7], o[9], o[11], o[13], o[14] = (H, W, OH, OW, KH, sh, dh,
                                                                        ph, pw)
@@ -63,13 +64,19 @@ def standin(layers, free):
             ch[d['out']] = O
         elif k == _ADD:
             code = 0
+        elif k == _LUT and 'sm' not in d:      # elementwise (utrain.bands' _ELEM)
+            code = -2
         ops.append((code, tuple(d['in']), (d['out'],), o))
     for _ in range(2):
         for d in layers:
-            if d['k'] == _ADD:
-                c = ch.get(d['out']) or ch.get(d['in'][0]) or ch.get(d['in'][1])
+            if d['k'] == _ADD or d['k'] == _LUT:
+                ks = [d['out']] + d['in'][:2 if d['k'] == _ADD else 1]
+                c = None
+                for k in ks:
+                    c = c or ch.get(k)
                 if c:
-                    ch[d['out']] = ch[d['in'][0]] = ch[d['in'][1]] = c
+                    for k in ks:
+                        ch[k] = c
     n = _Net()
     n.ops, n.free_infer, n.ch = ops, free, ch
     return n
@@ -121,6 +128,12 @@ class Q8Group(Group):
     def _compute(self, i, k, d, e):
         L = self.q.layers[i]
         dst = self._rows(k, d, e)
+        if L.k == _LUT:             # its table over the rows
+            X = self.q.X[_LUT]
+            if L.tt is None:
+                X.tables(L)
+            X.luk(dst, self._rows(L.ins[0], d, e), len(dst), L.tt)
+            return
         if L.k == _ADD:
             ins = L.ins
             L.add(self._rows(ins[0], d, e), self._rows(ins[1], d, e), dst, len(dst))
@@ -132,6 +145,9 @@ class Q8Group(Group):
         gm, g = self.gm, L.g
         K.cpk(gm, g, 14)
         gm[0], gm[10], gm[8] = b - a, e - d, pt + a - d * s
+        if L.k >= _PMAX:            # a pool's window over the strip (padded taps excluded)
+            self.q.X[_PMAX].pok(dst, self._rows(x, a, b), gm, L.lo, L.hi, L.k - _PMAX)
+            return
         L.conv(self._rows(x, a, b), gm, dst)
 
     def run(self):

@@ -7,14 +7,13 @@ build ($UTRAIN_MP32 / $UTRAIN_MP32_ULAB)."""
 import json
 import os
 import random
-import subprocess
 import sys
 from array import array
 
 import numpy as np
 import pytest
 
-from repo import ROOT, no_keep_best  # noqa: E402
+from repo import ROOT, no_keep_best, staged_run  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, 'micro'))
 
 from host_tools.prepare import quant  # noqa: E402
@@ -147,11 +146,7 @@ def test_viper_forward_bit_exact_with_tflite_micro(tmp_path, env):
     xq = np.clip(np.round(_sample(3).ravel() / sx) + zx, -128, 127).astype(np.int8)
     (tmp_path / 'x.bin').write_bytes(xq.tobytes())
     (tmp_path / 'case.py').write_text(MP_FWD)
-    mpy = int(subprocess.run([exe, '-c', 'import sys;print(sys.implementation._mpy)'],
-                             capture_output=True, text=True).stdout.split()[-1])
-    runner.stage(str(tmp_path), mpy=mpy)
-    r = subprocess.run([exe, '-X', 'heapsize=2M', 'case.py'], cwd=tmp_path, capture_output=True,
-                       text=True, env=dict(os.environ, MICROPYPATH=':lib'), timeout=300)
+    r = staged_run(exe, tmp_path, 'case.py')
     assert r.returncode == 0, r.stderr
     want = _tflm(cut, xq.tobytes()).tobytes().hex()
     assert [v.split()[1] for v in r.stdout.splitlines() if v.startswith('OUT ')] == [want] * 2

@@ -1800,13 +1800,12 @@ def build_int8_embedding(path, N=7, D=4, L=5, O=3, wrap=True, seed=0, st=0.01, z
     return os.fspath(path), E, so, zo
 
 
-def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
-    """A residual CNN as Keras's converter writes one at full int8 (SeparableConv2D +
-    Add): conv 3x3 stride 2 RELU (C) -> [depthwise 3x3 -> 1x1 RELU -> depthwise 3x3 ->
-    1x1] + the conv's output (ADD) -> RELU -> conv 3x3 stride 2 RELU (D) -> MEAN -> FC
-    (O): the held-out hr_rescnn_int8 of docs/memory.md's sweep, random weights."""
-    rng = np.random.default_rng(seed)
-    b = CircleBuilder(identifier=b'TFL3')
+def _int8_layers(b, rng, spread=2):
+    """act(shape, scale, zero point) -> an int8 activation tensor of builder b, and
+    layer(kind 'fc' / 'conv' / 'dw', x, its scale, I, O, y's shape, y's scale and zero
+    point, k, stride, fused) -> y: a layer with random per-channel int8 weights scaled
+    so its outputs' spread is about `spread` steps of y's scale for inputs spread 40
+    steps of theirs (rng's draws in a fixed order)."""
     q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
     n = [0]
 
@@ -1816,7 +1815,7 @@ def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
 
     def layer(kind, x, sx, I, O_, shape_y, sy, zy, k=3, stride=1, fused='NONE'):
         fan = I if kind == 'fc' else k * k * (1 if kind == 'dw' else I)
-        sw = rng.uniform(0.7, 1.3, O_) * 2 * sy / (fan ** 0.5 * 40 * sx * 73)
+        sw = rng.uniform(0.7, 1.3, O_) * spread * sy / (fan ** 0.5 * 40 * sx * 73)
         wshape = {'fc': (O_, I), 'conv': (O_, k, k, I), 'dw': (1, k, k, O_)}[kind]
         w = b.tensor(f'w{n[0]}', wshape, data=rng.integers(-127, 128, wshape).astype(np.int8),
                      quant={'scale': list(sw), 'zero_point': [0] * O_,
@@ -1830,7 +1829,18 @@ def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
             opts['depth_multiplier'] = 1
         b.op(name, [x, w, bt], [y], fused_activation_function=fused, **opts)
         return y
+    return act, layer
 
+
+def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
+    """A residual CNN as Keras's converter writes one at full int8 (SeparableConv2D +
+    Add): conv 3x3 stride 2 RELU (C) -> [depthwise 3x3 -> 1x1 RELU -> depthwise 3x3 ->
+    1x1] + the conv's output (ADD) -> RELU -> conv 3x3 stride 2 RELU (D) -> MEAN -> FC
+    (O): the held-out hr_rescnn_int8 of docs/memory.md's sweep, random weights."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
+    act, layer = _int8_layers(b, rng)
     h, h2 = H // 2, H // 4
     x = b.tensor('x', [1, H, H, 3], dtype='int8', quant=q(0.03, 0))
     c = layer('conv', x, 0.03, 3, C, [1, h, h, C], 0.04, -128, stride=2, fused='RELU')
@@ -1841,13 +1851,74 @@ def build_int8_rescnn(path, seed=0, H=24, C=12, D=16, O=5):
     a = act([1, h, h, C], 0.06, -128)
     b.op('ADD', [c, y], [a], fused_activation_function='RELU')
     z = layer('conv', a, 0.06, C, D, [1, h2, h2, D], 0.05, -128, stride=2, fused='RELU')
-    m = act([1, D], 0.04, -20)
+    return _int8_head(b, act, layer, path, x, z, D, O, -20)
+
+
+def _int8_head(b, act, layer, path, x, z, D, O, zm):
+    """A global average pool (MEAN, zero point zm) of z [1, h, w, D] and an FC (O) as the
+    model's output (x its input), saved at path."""
+    m = act([1, D], 0.04, zm)
     b.op('MEAN', [z, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m], keep_dims=False)
     o = layer('fc', m, 0.04, D, O, [1, O], 0.08, -2)
     b.inputs(x)
     b.outputs(o)
     b.save(path)
     return path
+
+
+def build_int8_rescaled_mbv2(path, seed=0, H=32, C=8, E=3, D=12, O=3, mul=2.0, add=-1.0,
+                             pool=None, per_channel=False, sub=False):
+    """A Teachable Machine / Model Maker style int8 MobileNet in small: the Rescaling
+    layer's MUL and ADD of int8 scalar constants (x * mul + add, 0..1 pixels to -1..1)
+    before the convolutions, as TFLite's converter writes them (two elementwise ops of a
+    constant, not folded into the first conv), then conv 3x3 stride 2 RELU6 (C) ->
+    depthwise 3x3 RELU6 -> 1x1 (C) -> expand 1x1 RELU6 (E C) -> depthwise 3x3 stride 2
+    RELU6 -> 1x1 (D) -> [expand 1x1 RELU6 -> depthwise 3x3 RELU6 -> 1x1 (D)] + its input
+    (ADD) -> MEAN -> FC (O).  pool: (MAX_POOL_2D or AVERAGE_POOL_2D, filter, stride,
+    padding) after the first conv; per_channel: the MUL's constant one a channel (a
+    Normalization layer's), not one value; sub: a SUB of -add, not an ADD.  Random
+    weights."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    q = lambda s_, z: {'scale': [s_], 'zero_point': [z]}  # noqa: E731
+    act, layer = _int8_layers(b, rng, 40)
+    h = -(-H // 2)
+    s0 = 1 / 255
+    x = b.tensor('x', [1, H, H, 3], dtype='int8', quant=q(s0, -128))
+    km = (127 if mul > 0 else -127) * np.array([1, .9, .8] if per_channel else 1)
+    km = b.tensor('k_mul', [3] if per_channel else [], dtype='int8',
+                  data=np.round(km).astype(np.int8), quant=q(abs(mul) / 127, 0))
+    s1 = abs(mul) / 255
+    xm = act([1, H, H, 3], s1, -128 if mul > 0 else 127)
+    b.op('MUL', [x, km], [xm], fused_activation_function='NONE')
+    ka = b.tensor('k_add', [], dtype='int8', data=np.array(
+        (-127 if add < 0 else 127) * (-1 if sub else 1), np.int8), quant=q(abs(add) / 127, 0))
+    lo, hi = min(0, mul) + add, max(0, mul) + add
+    s2 = (hi - lo) / 255
+    z2 = int(round(-128 - lo / s2))
+    xa = act([1, H, H, 3], s2, z2)
+    b.op('SUB' if sub else 'ADD', [xm, ka], [xa], fused_activation_function='NONE')
+    r6 = 6 / 255
+    c = layer('conv', xa, s2, 3, C, [1, h, h, C], r6, -128, stride=2, fused='RELU6')
+    if pool:
+        name, k, st, pad = pool
+        h = -(-h // st) if pad == 'SAME' else (h - k) // st + 1
+        cp = act([1, h, h, C], r6, -128)
+        b.op(name, [c], [cp], padding=pad, stride_w=st, stride_h=st, filter_width=k,
+             filter_height=k, fused_activation_function='NONE')
+        c = cp
+    h2 = -(-h // 2)
+    y = layer('dw', c, r6, C, C, [1, h, h, C], r6, -128, fused='RELU6')
+    y = layer('conv', y, r6, C, C, [1, h, h, C], 0.05, 3, k=1)
+    y = layer('conv', y, 0.05, C, E * C, [1, h, h, E * C], r6, -128, k=1, fused='RELU6')
+    y = layer('dw', y, r6, E * C, E * C, [1, h2, h2, E * C], r6, -128, stride=2, fused='RELU6')
+    p = layer('conv', y, r6, E * C, D, [1, h2, h2, D], 0.05, -4, k=1)
+    y = layer('conv', p, 0.05, D, E * D, [1, h2, h2, E * D], r6, -128, k=1, fused='RELU6')
+    y = layer('dw', y, r6, E * D, E * D, [1, h2, h2, E * D], r6, -128, fused='RELU6')
+    y = layer('conv', y, r6, E * D, D, [1, h2, h2, D], 0.05, 2, k=1)
+    a = act([1, h2, h2, D], 0.07, -1)
+    b.op('ADD', [p, y], [a], fused_activation_function='NONE')
+    return _int8_head(b, act, layer, path, x, a, D, O, -3)
 
 
 def _bias_input(b, bias):

@@ -55,3 +55,16 @@ def board_and_host_runs(folder, extra, read=lambda f: f.read()):
         with open(os.path.join(d, extra), 'rb') as f:
             outs.append((wof, read(f), log))
     return outs
+
+
+def staged_run(exe, folder, script, heap='2M', timeout=300):
+    """Run script (a file in folder) on the unix MicroPython exe with utrain staged in
+    folder/lib for that build's .mpy version; the CompletedProcess (text)."""
+    import subprocess
+    from host_tools.target import runner
+    mpy = int(subprocess.run([exe, '-c', 'import sys;print(sys.implementation._mpy)'],
+                             capture_output=True, text=True).stdout.split()[-1])
+    runner.stage(str(folder), mpy=mpy)
+    return subprocess.run([exe, '-X', f'heapsize={heap}', script], cwd=folder,
+                          capture_output=True, text=True,
+                          env=dict(os.environ, MICROPYPATH=':lib'), timeout=timeout)
