@@ -697,8 +697,8 @@ def fwd_temps(r, spec, op):
     and the array kind (spec.fwd_of: the element-wise and copy kernels, whose blocks,
     broadcast blocks and fused activation decide them), those it holds at once
     (spec.fwd_live) where the run collects before each of them (r.every), else op_temps'."""
-    if spec.fwd_of:
-        fo, fi, n = spec.fwd_of(op, r.g, r.arrays)
+    if spec.fwd_of or spec.rows_of and by_rows(r, op):
+        fo, fi, n = spec.fwd_of(op, r.g, r.arrays) if spec.fwd_of else spec.rows_of(op, r.g, r.arrays, False)
         return fo, fi, r.A(n) if n else 0
     if spec.fwd_live and r.every and r.A(r.size[op.outputs[0]]) >= r.every:
         return spec.fwd_live + (0,)     # (a collection before each: the dead ones gone)
@@ -883,6 +883,9 @@ def bwd_temps(r, spec, op):
     """op_temps of the backward pass and the data inputs whose gradient is the op's dz
     (spec.bwd_of: a conv's fused activation and dx, a residual ADD's pass-through), else
     op_temps' (none passed)."""
+    if spec.rows_of and by_rows(r, op):     # (its weight streamed by rows: utrain.convrows)
+        bo, bi, n = spec.rows_of(op, r.g, r.arrays, True)
+        return bo, bi, r.A(n) if n else 0, ()
     if spec.bwd_of:
         bo, bi, n, passed = spec.bwd_of(op, r.g, r.arrays)
         return bo, bi, r.A(n) if n else 0, passed

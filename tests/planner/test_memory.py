@@ -1785,3 +1785,31 @@ def test_advice_bisects_the_longest_last_n():
                       [0], {}, 'fallback', 150000, heap, planned)
     assert '--train last:149 ' in text and '--train last:150 --cache-on-host' in text, text
     assert len(calls) < 60, len(calls)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('build, arrays', BUILDS_32)
+def test_a_conv_streamed_by_rows_is_planned_as_convrows_runs_it(tmp_path, monkeypatch, build, arrays):
+    """A frozen conv weight streamed by rows (--stream: utrain.convrows, either array
+    backend) makes an [OW, m] product per step (m: the stream chunk's output channels)
+    and its fused RELU in place on a large output: not ulab's whole-output pieces, nor a
+    whole-output activation array.  A 1-D conv net this test makes (192 x 8 -> 16 -> 32,
+    the last two ops trained, SGD b4) trains in its plan and not in plan / 1.25 on both
+    32-bit builds (bisected over 8 samples: 1.19-1.20x its smallest heap; 1.41x on the
+    fallback and 1.78x on ulab with the backend's figures; the zoo IMU net's streamed cell,
+    SGD b4 on 32-bit ulab, 1.21x).  It fails on main."""
+    from kerasgraphs import build_conv1d_stack
+    monkeypatch.setenv('MICROPYTHON', os.environ[build])
+    model = build_conv1d_stack(tmp_path / 'c1d.tflite')
+    rng = np.random.default_rng(0)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((4, 1, 192, 8)).astype(np.float32), y=rng.integers(0, 4, 4))
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                log=lambda *a: None, backend=arrays, optimizer='sgd', batch=4, train='last:2',
+                stream=True)
+    plan = s['heap']['total']
+    runner.stage(out)
+    assert trains_in(out, plan), f'does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.25)), \
+        f'trains in {int(plan / 1.25)} B, the plan ({plan} B) is over 1.25x the need'
