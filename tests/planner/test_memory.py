@@ -1787,6 +1787,20 @@ def test_advice_bisects_the_longest_last_n():
     assert len(calls) < 60, len(calls)
 
 
+def _c1d_prepared(tmp_path, arrays, **kw):
+    """(the staged run folder, its plan): kerasgraphs' 1-D conv net (192 x 8 -> 16 -> 32)
+    on 4 random samples, SGD with kw's settings."""
+    from kerasgraphs import build_conv1d_stack
+    model = build_conv1d_stack(tmp_path / 'c1d.tflite')
+    rng = np.random.default_rng(0)
+    data = str(tmp_path / 'd.npz')
+    np.savez(data, x=rng.standard_normal((4, 1, 192, 8)).astype(np.float32), y=rng.integers(0, 4, 4))
+    out = str(tmp_path / 'o')
+    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
+                log=lambda *a: None, backend=arrays, optimizer='sgd', **kw)
+    runner.stage(out)
+    return out, s['heap']['total']
+
 @pytest.mark.slow
 @pytest.mark.parametrize('build, arrays', BUILDS_32)
 def test_a_conv_streamed_by_rows_is_planned_as_convrows_runs_it(tmp_path, monkeypatch, build, arrays):
@@ -1798,18 +1812,8 @@ def test_a_conv_streamed_by_rows_is_planned_as_convrows_runs_it(tmp_path, monkey
     32-bit builds (bisected over 8 samples: 1.19-1.20x its smallest heap; 1.41x on the
     fallback and 1.78x on ulab with the backend's figures; the zoo IMU net's streamed cell,
     SGD b4 on 32-bit ulab, 1.21x).  It fails on main."""
-    from kerasgraphs import build_conv1d_stack
     monkeypatch.setenv('MICROPYTHON', os.environ[build])
-    model = build_conv1d_stack(tmp_path / 'c1d.tflite')
-    rng = np.random.default_rng(0)
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((4, 1, 192, 8)).astype(np.float32), y=rng.integers(0, 4, 4))
-    out = str(tmp_path / 'o')
-    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
-                log=lambda *a: None, backend=arrays, optimizer='sgd', batch=4, train='last:2',
-                stream=True)
-    plan = s['heap']['total']
-    runner.stage(out)
+    out, plan = _c1d_prepared(tmp_path, arrays, batch=4, train='last:2', stream=True)
     assert trains_in(out, plan), f'does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.25)), \
         f'trains in {int(plan / 1.25)} B, the plan ({plan} B) is over 1.25x the need'
@@ -1840,15 +1844,6 @@ def test_a_1d_conv_net_trained_whole_trains_in_its_plan_on_32_bit_ulab(tmp_path,
     backward pass at 256-266 KB (ulconv's dW step making a 24 KB copy of dz's piece with
     145 KB free once the trainer is dropped) and trains from 270 KB (bisected over 8
     samples: 0.92-0.95x).  Found by session 24's held-out sweep; not fixed yet."""
-    from kerasgraphs import build_conv1d_stack
     monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
-    model = build_conv1d_stack(tmp_path / 'c1d.tflite')
-    rng = np.random.default_rng(0)
-    data = str(tmp_path / 'd.npz')
-    np.savez(data, x=rng.standard_normal((4, 1, 192, 8)).astype(np.float32), y=rng.integers(0, 4, 4))
-    out = str(tmp_path / 'o')
-    s = prepare(model, out, data=data, loss='scce', from_logits=True, lr=0.01, epochs=1,
-                log=lambda *a: None, backend='ulab', optimizer='sgd', batch=1, train='all')
-    plan = s['heap']['total']
-    runner.stage(out)
+    out, plan = _c1d_prepared(tmp_path, 'ulab', batch=1, train='all')
     assert trains_in(out, plan), f'does not train in the planned {plan} B'
