@@ -117,6 +117,11 @@ class OpSpec:
     # is the op's dz itself, not an array of its own (a residual ADD's operands: dz, or
     # dy itself without a fused activation), counted once while in flight
     bwd_of: Callable = None
+    # (op, graph, arrays, back) -> (output-sized, input-sized arrays, floats of the pieces live
+    # at once) the kernel makes forward (back False) or for dx (back True) where its frozen
+    # weight is streamed by rows (--stream, the kernel's ROWS: utrain.convrows, on either
+    # array backend), planned instead of fwd / bwd_of's figures (None: those)
+    rows_of: Callable = None
 
     @property
     def code(self) -> int:
@@ -365,6 +370,34 @@ def _conv_bwd(op, g, arrays):
     return fo, fi, mask + piece, ()
 
 
+def _conv_rows(op, g, arrays, back):
+    """utrain.convrows' arrays (a frozen weight streamed by rows through one
+    stream.CHUNK-float buffer, the buffer planned with the slot buffers) on either array
+    backend: forward per tap step an [OW, m] product (CONV_2D: m the chunk's output
+    channels, CHUNK // (KH*KW*I), at least 1; DEPTHWISE_CONV_2D: all C*M, and with a
+    multiplier M > 1 the spread copy of x), then, once the steps have returned, the fused
+    activation's arrays (_act_temps: in place a chunk of rows at a time on a large
+    output); for dx the activation's gradient (_conv_bwd's), dx and an [OW, I] product
+    (DEPTHWISE_CONV_2D: [OW, C*M], and with M > 1 the M input-sized spread dx).
+    (Planned as ulab's whole-output pieces and a whole-output activation, the zoo IMU
+    net's streamed 64 x 32 conv, SGD b4 on 32-bit ulab, was 1.21x its smallest heap; the
+    fallback's had no product at all.)"""
+    _, H, W, I = g.tensors[op.inputs[0]].shape
+    _, OH, OW, O = g.tensors[op.outputs[0]].shape
+    dw = op.name == 'DEPTHWISE_CONV_2D'
+    m = O // I if dw else 1
+    if back:
+        fo, mask = _act_grad_temps(op, OH * OW * O)
+        return fo, 1 + (m if m > 1 else 0), mask + OW * (O if dw else I)
+    if dw:
+        steps = OW * O + (H * W * O if m > 1 else 0)
+    else:
+        _, KH, KW, _ = g.tensors[op.inputs[1]].shape
+        steps = OW * min(O, max(1, module('stream').CHUNK // (KH * KW * I)))
+    fo, act = _act_temps(op, OH * OW * O, O, arrays)
+    return fo, 0, max(steps, act)
+
+
 def _conv_saves(op, flags):
     return _fc_saves(op, flags)          # x when W trains, y when fused
 
@@ -381,10 +414,12 @@ def _avgpool_saves(op, flags):
 SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
            shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps,
-           fwd_native=(1, 0), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd),   # (fwd: the fused activation's array)
+           fwd_native=(1, 0), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd,
+           rows_of=_conv_rows),   # (fwd: the fused activation's array)
     OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
            fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps,
-           fwd_native=(1, 1), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd),   # (fwd: and op_conv._spread's copy)
+           fwd_native=(1, 1), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd,
+           rows_of=_conv_rows),   # (fwd: and op_conv._spread's copy)
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),

@@ -697,8 +697,8 @@ def fwd_temps(r, spec, op):
     and the array kind (spec.fwd_of: the element-wise and copy kernels, whose blocks,
     broadcast blocks and fused activation decide them), those it holds at once
     (spec.fwd_live) where the run collects before each of them (r.every), else op_temps'."""
-    if spec.fwd_of:
-        fo, fi, n = spec.fwd_of(op, r.g, r.arrays)
+    if spec.fwd_of or spec.rows_of and by_rows(r, op):
+        fo, fi, n = spec.fwd_of(op, r.g, r.arrays) if spec.fwd_of else spec.rows_of(op, r.g, r.arrays, False)
         return fo, fi, r.A(n) if n else 0
     if spec.fwd_live and r.every and r.A(r.size[op.outputs[0]]) >= r.every:
         return spec.fwd_live + (0,)     # (a collection before each: the dead ones gone)
@@ -715,7 +715,8 @@ def forward_peak(r):
     from ..graph.optable import SPECS
     g, plan, size, A = r.g, r.plan, r.size, r.A
     live, x_in, cut = forward_start(r)
-    peak = need = peak_at = hole = 0
+    peak = need = peak_at = 0
+    hole = []                   # (the arrays freed so far in the pass: its holes)
     groups, inner, banded = band_groups(r)
     r.views = held_views(r, g.inputs[0] in live)
     for op in g.ops[r.start:]:
@@ -724,11 +725,11 @@ def forward_peak(r):
             need = cur + int(groups[op.index] * (1 + BAND_SLACK))
         elif op.index not in banded:
             need, temps = op_need(r, SPECS[op.name], op, cur, hole)
-            hole = max(hole, temps)     # (a group's windows: BAND_SLACK's)
+            hole += temps               # (a group's windows: BAND_SLACK's)
         if need > peak:
             peak, peak_at = need, op.index
         live.update(k for k in op.outputs if k not in inner)
-        hole = max([hole] + forward_frees(r, op, live, cut))
+        hole += forward_frees(r, op, live, cut)
     return peak, peak_at, x_in
 
 
@@ -771,14 +772,14 @@ def op_need(r, spec, op, cur, hole):
     fo, fi, pc = fwd_temps(r, spec, op)
     o = op.outputs[0]
     if o in r.views:
-        return cur + A(0), 0       # (a header over floats held anyway)
+        return cur + A(0), []      # (a header over floats held anyway)
     ins = [k for k in spec.inputs(op) if k >= 0 and r.kinds[k] == ACT]
     n_in = A(max([size[k] for k in ins] or [0])) if fi else 0
     wt = weight_temps(r, spec, op)
     need = cur + (1 + fo) * A(size[o]) + fi * n_in + sum(A(size[k]) for k in op.outputs[1:]) \
         + spec.taps * A(0) + pc + wt + fresh_run([A(size[o])] * (1 + fo) + [n_in] * fi + [pc, wt], hole)
     r.largest = max(r.largest, A(size[o]), pc, n_in)
-    return need, max(pc, n_in, A(size[o]) if fo else 0)
+    return need, [n for n in [A(size[o])] * fo + [n_in] * fi + [pc, wt] if n]
 
 
 def weight_temps(r, spec, op, extra=0) -> int:
@@ -804,15 +805,22 @@ def forward_frees(r, op, live, cut) -> list:
     return out
 
 
-def fresh_run(arrays, hole) -> int:
+def fresh_run(arrays, holes) -> int:
     """Heap the arrays an op makes (bytes each: its outputs and temporaries) need beyond
-    the live data where they are longer than every array freed so far in the pass (hole):
-    none of those holes takes them, and the live arrays between the holes cut the free
-    heap, so each needs a run of its own beside them: the part of it longer than the
-    holes (none before the pass frees anything: the free heap is one run then).  (A
-    CONCATENATION of two 21 KB maps into a 42 KB one after 18 KB ones, 32-bit ulab:
-    it failed with 81 KB free and no 42 KB run.)"""
-    return sum(max(0, n - hole) for n in arrays) if hole else 0
+    the live data where the holes the pass has freed so far (holes: the freed arrays'
+    bytes) do not take them: the largest array goes into the largest hole, the next into
+    the next (a hole takes one of them), and an array longer than its hole needs a run of
+    its own beside the live arrays that cut the free heap: the part of it longer than the
+    hole (arrays past the last hole: as long as the smallest); none before the pass frees
+    anything: the free heap is one run then.  (A CONCATENATION of two 21 KB maps into a
+    42 KB one after 18 KB ones, 32-bit ulab: it failed with 81 KB free and no 42 KB run.
+    One largest hole for every array, ONNX c2's RELU6 after a 1 -> 6 depthwise, banded
+    after it on 32-bit ulab, made two 3.4 KB arrays where the depthwise had freed one
+    3.4 KB spread copy and a 2 KB piece: it failed with 17 KB free, planned no run.)"""
+    if not holes:
+        return 0
+    hs = sorted(holes, reverse=True)
+    return sum(max(0, n - hs[min(i, len(hs) - 1)]) for i, n in enumerate(sorted(arrays, reverse=True)))
 
 
 def backward_peak(r) -> int:
@@ -883,6 +891,9 @@ def bwd_temps(r, spec, op):
     """op_temps of the backward pass and the data inputs whose gradient is the op's dz
     (spec.bwd_of: a conv's fused activation and dx, a residual ADD's pass-through), else
     op_temps' (none passed)."""
+    if spec.rows_of and by_rows(r, op):     # (its weight streamed by rows: utrain.convrows)
+        bo, bi, n = spec.rows_of(op, r.g, r.arrays, True)
+        return bo, bi, r.A(n) if n else 0, ()
     if spec.bwd_of:
         bo, bi, n, passed = spec.bwd_of(op, r.g, r.arrays)
         return bo, bi, r.A(n) if n else 0, passed

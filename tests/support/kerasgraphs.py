@@ -2514,3 +2514,30 @@ def build_int8_narrow(path, kind='mlp', seed=0, cal=1 / 16, F=6, H=12, L=8, shif
     b.outputs(T['y'])
     b.save(os.fspath(path))
     return os.fspath(path), acts, ins
+
+
+def build_conv1d_stack(path, W=192, C=8, H=16, O=32, classes=4, seed=0, act='RELU'):
+    """A 1-D conv net as a Conv1D exporter writes it (one image row): x [1, 1, W, C] ->
+    CONV_2D 1x5 SAME (H, act) -> CONV_2D 1x5 SAME (O, act) -> MEAN over the row ->
+    FULLY_CONNECTED (classes) -> logits.  Its second conv's weight (O x 5H floats) is
+    larger than utrain.stream's CHUNK: with --stream it comes by rows (utrain.convrows)."""
+    rng = np.random.default_rng(seed)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = prev = b.tensor('x', [1, 1, W, C])
+    cin = C
+    for i, co in enumerate((H, O)):
+        y = b.tensor(f'conv{i}', [1, 1, W, co])
+        w = rng.normal(0, (2 / (5 * cin)) ** 0.5, (co, 1, 5, cin)).astype(np.float32)
+        b.op('CONV_2D', [prev, b.tensor(f'w{i}', [co, 1, 5, cin], data=w),
+                         b.tensor(f'b{i}', [co], data=np.zeros(co, np.float32))], [y],
+             padding='SAME', stride_w=1, stride_h=1, fused_activation_function=act)
+        prev, cin = y, co
+    m = b.tensor('mean', [1, O])
+    b.op('MEAN', [prev, b.tensor('axes', [2], data=np.array([1, 2], np.int32))], [m],
+         keep_dims=False)
+    z = b.tensor('y', [1, classes])
+    b.op('FULLY_CONNECTED', [m, b.tensor('wf', [classes, O], data=0.3 * _rand(rng, classes, O)),
+                             b.tensor('bf', [classes], data=np.zeros(classes, np.float32))], [z])
+    b.inputs(x)
+    b.outputs(z)
+    return b.save(os.fspath(path))
