@@ -1220,6 +1220,8 @@ def test_last_layers_a_screening_fold_drops_are_screened_on_a_second(tmp_path, d
     when it is the best; far under (the first fold beyond RESCREEN_Z), it is not."""
     from host_tools.prepare import select as sl
     suf, late = _last_suffixes(sl)
+    # (the CNN's 4th last:N is its deepest, full fine-tuning, verified always: FULL_VERIFY)
+    monkeypatch.setattr(sl, 'FULL_VERIFY', False)
     chosen, n_val = {}, []
 
     def noise(self):
@@ -1431,6 +1433,8 @@ def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data,
     best on the folds; far under, it is not tried again."""
     from host_tools.prepare import select as sl
     suf, late = _last_suffixes(sl)   # late: the 4th best on the screening fold
+    # (and the CNN's deepest, full fine-tuning, verified always: FULL_VERIFY)
+    monkeypatch.setattr(sl, 'FULL_VERIFY', False)
     chosen = {}
     for under in (0.01, 0.5):
         def score(self, ranks, fold=0):
@@ -1443,6 +1447,31 @@ def test_last_layers_the_screening_fold_cannot_rank_are_verified(tmp_path, data,
         chosen[under] = {int(i): r for i, r in s['ranks'].items()}
     assert chosen[0.01] == {i: 'all' for i in late}, chosen
     assert chosen[0.5] != chosen[0.01], chosen
+
+
+def test_full_fine_tuning_its_screening_fold_drops_is_verified(tmp_path, data, monkeypatch):
+    """Issue 28 (imu placement at rp2040's defaults: full fine-tuning screened far under
+    the classifier alone on its first folds, was never verified, and tested 3 points over
+    the choice on 12 seeds): the deepest last:N that fits (every layer whole) is verified
+    whatever its screening fold says, and trains when it is the best on the folds; without
+    FULL_VERIFY it is never tried again."""
+    from host_tools.prepare import select as sl
+    suf, _ = _last_suffixes(sl)
+    full = suf[-1]
+    chosen = {}
+    for on in (True, False):
+        monkeypatch.setattr(sl, 'FULL_VERIFY', on)
+
+        def score(self, ranks, fold=0):
+            if ranks == full:       # far under on the screening fold, best on the others
+                return 0.3 if fold == 0 else 1.0
+            if ranks in suf:
+                return 0.8 - 0.001 * suf.index(ranks)
+            return 0.5
+        s = _auto_on(tmp_path, data, monkeypatch, score)
+        chosen[on] = {int(i): r for i, r in s['ranks'].items()}
+    assert chosen[True] == {i: 'all' for i in full}, chosen
+    assert chosen[False] != chosen[True], chosen
 
 
 @pytest.mark.parametrize('mode', ['auto', 'board'])
