@@ -1161,6 +1161,29 @@ def test_transfer_heldout_recordings_keep_their_split(tmp_path, monkeypatch):
     assert sorted(ids[te_pos]) == list(range(n_tr, n))
 
 
+def test_transfer_confirms_a_miss_on_more_seeds_paired(monkeypatch):
+    """bench/transfer.py --confirm (issue 28: a best of eight settings on 2 seeds is the
+    luckiest): a selection over 2 points under the best fitting setting is trained again,
+    and that setting, on the next seeds (the same for both); the row keeps both means over
+    every seed and the paired gap's standard error; a selection within 2 points is not."""
+    from bench import transfer as T
+    per_seed = {'best': {3: 0.70, 4: 0.80}, 'auto': {3: 0.72, 4: 0.74}}
+
+    def run(out, seeds):
+        T.run.accs = [per_seed[out][s] for s in seeds]
+        return sum(T.run.accs) / len(seeds), ''
+    monkeypatch.setattr(T, 'run', run)
+    monkeypatch.setattr(T, 'MODES', ['auto', 'board'])
+    row = {'best': (0.75, 'full'), 'auto': (0.70, 1, 'x', 0, None),
+           'board': (0.74, 1, 'x', 0, None)}
+    T.confirm(row, {'full': 'best'}, {'auto': 'auto', 'board': 'board'}, (1, 2), 2)
+    mean, best, n, se = row['confirm']['auto']
+    assert n == 4 and 'board' not in row['confirm']
+    assert mean == pytest.approx((0.70 * 2 + 0.72 + 0.74) / 4)
+    assert best == pytest.approx((0.75 * 2 + 0.70 + 0.80) / 4)
+    assert se == pytest.approx(np.std([0.02, -0.06], ddof=1) / 2 ** 0.5)
+
+
 def test_auto_says_when_the_proxy_cannot_rank_its_choice(tmp_path, data, monkeypatch):
     """Issue 28: a choice whose gain over the classifier alone, fold by fold, is under
     CERTAIN standard errors is reported as such (the held-out OSULeaf net on its six
