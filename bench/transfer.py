@@ -691,7 +691,35 @@ def run(out, seeds=SEEDS):
             raise RuntimeError(f'{out}: training failed:\n{text}')
         accs.append(float(re.findall(r'test_accuracy ([0-9.]+)', text)[-1]))
         first = first or text
+    run.accs = accs         # (each seed's: confirm pairs them)
     return sum(accs) / len(accs), first
+
+
+def confirm(row, hand_out, sel_out, seeds, more):
+    """A miss (a selection over 2 points under the best fitting hand-picked setting)
+    trained again, the selection and that setting, on `more` further shuffle seeds each
+    (the same seeds for both): row['confirm'][mode] = (selection's mean, best's mean,
+    seeds in all, standard error of their paired gap on the new seeds).  The best of
+    eight settings on 2 seeds is the luckiest of eight: bench/transfer.py at rp2040's
+    defaults, imu placement, full fine-tuning 0.712 on seeds 1-2 over the choice's
+    (last:7) 0.688, its six seeds ranging 0.617-0.834."""
+    best, lab = row['best']
+    if not more or best is None or lab not in hand_out:
+        return
+    new = tuple(range(max(seeds) + 1, max(seeds) + 1 + more))
+    b_acc, _ = run(hand_out[lab], new)
+    b_accs = run.accs
+    for mode in MODES:
+        acc = row[mode][0]
+        if acc is None or acc >= best - 0.02 or mode not in sel_out:
+            continue
+        s_acc, _ = run(sel_out[mode], new)
+        d = [x - y for x, y in zip(run.accs, b_accs)]
+        mu = sum(d) / len(d)
+        se = (sum((v - mu) ** 2 for v in d) / max(1, len(d) - 1) / len(d)) ** 0.5
+        n, m = len(seeds), len(new)
+        row.setdefault('confirm', {})[mode] = ((acc * n + s_acc * m) / (n + m),
+                                               (best * n + b_acc * m) / (n + m), n + m, se)
 
 
 def measured(out, planned):
@@ -737,7 +765,7 @@ def one_task(job):
     """The rows of one model on one task (a process of its own with --jobs): one a
     budget, then one a board of boards (prepare --board NAME with its own defaults:
     its heap limit, batch, streaming, and the memory options prepare chooses)."""
-    mname, path, task, n, seeds, measure, batch, budget_ix, modes, boards, defaults = job
+    mname, path, task, n, seeds, measure, batch, budget_ix, modes, boards, defaults, more = job
     SETTINGS['batch'] = batch           # (a process of its own under --jobs)
     if defaults:        # prepare's own: SGD, its lr and epochs as the run chooses them
         SETTINGS.pop('optimizer', None)
@@ -750,12 +778,13 @@ def one_task(job):
     data, test_split = MODELS[mname][1](task, n)
     kw = dict(data=data, test_split=test_split, split_seed=0, epochs=None if defaults else EPOCHS,
               **dict(SETTINGS, **(HELDOUT[mname][2] if mname in HELDOUT else {})))
-    base, rows = {}, []
+    base, rows, outs = {}, [], {}
     for label, extra in picks:
         out = os.path.join(work, f'{mname}-{task}-{label.replace(":", "")}')
         s = prepare(path, out, **kw, **extra)
         acc, _ = run(out, seeds)
         base[label] = (acc, s['heap']['total'])
+        outs[label] = out
     cls_heap, full_heap = base['cls'][1], base['full'][1]
     budgets = sorted({cls_heap + 5 * 1024, (cls_heap + full_heap) // 2, full_heap})
     if budget_ix:
@@ -764,13 +793,15 @@ def one_task(job):
         row = {'model': mname, 'task': task, 'budget': b, 'hand': base,
                'setting': f'b{batch} {b // 1024} KB',
                'fits': {lab: h <= b for lab, (_, h) in base.items()}}
+        sel = {mode: os.path.join(work, f'{mname}-{task}-{mode}-{b}') for mode in MODES}
         for mode in MODES:
-            row[mode] = select_cell(path, os.path.join(work, f'{mname}-{task}-{mode}-{b}'),
-                                    mode, dict(kw, budget=b), seeds, measure)
+            row[mode] = select_cell(path, sel[mode], mode, dict(kw, budget=b), seeds, measure)
         rows.append(best_fitting(row))
+        confirm(row, outs, sel, seeds, more)
     kwb = {k: v for k, v in kw.items() if k != 'batch'}     # the board's own batch
     for board in boards:
         row = {'model': mname, 'task': task, 'hand': dict(base), 'fits': {}, 'budget': 0}
+        b_outs = dict(outs)
         b_batch = runner.boards()[board]['batch']
         kwb.pop('dtype', None)
         for _, extra in picks:      # (the classifier's checkpoint alone may leave room
@@ -793,13 +824,16 @@ def one_task(job):
                 b_batch = json.load(f)['batch']
             if b_batch != batch or 'dtype' in kwb:   # (else the bench's run stands)
                 row['hand'][label] = (run(out, seeds)[0], s['heap']['total'])
+                b_outs[label] = out
             row['budget'] = max(row['budget'], s['heap']['total'])
+        sel = {mode: os.path.join(work, f'{mname}-{task}-{mode}-{board}') for mode in MODES}
         for mode in MODES:
-            row[mode] = select_cell(path, os.path.join(work, f'{mname}-{task}-{mode}-{board}'),
-                                    mode, dict(kwb, board=board), seeds, measure)
+            row[mode] = select_cell(path, sel[mode], mode, dict(kwb, board=board), seeds,
+                                    measure)
         row['setting'] = f'{board} (b{b_batch}' + (', uint8 samples)' if 'dtype' in kwb
                                                    else ')')
         rows.append(best_fitting(row))
+        confirm(row, b_outs, sel, seeds, more)
     shutil.rmtree(work, ignore_errors=True)
     return rows, picks
 
@@ -859,6 +893,9 @@ def main(argv=None):
                     'prepare\'s own defaults (SGD, the lr and epochs the run chooses: '
                     'runfolder.run_defaults), not Adam 0.005 for 3 epochs')
     ap.add_argument('--json', help='write the rows to this file too')
+    ap.add_argument('--confirm', type=int, default=0, help='a miss (a selection over 2 points '
+                    'under the best fitting hand-picked setting) trained again, with that '
+                    'setting, on this many more seeds; the table says both gaps')
     a = ap.parse_args(argv)
     budget_ix = ([int(b) for b in a.budgets.split(',')] if a.budgets not in (None, 'none')
                  else [] if a.budgets == 'none' else None)
@@ -878,7 +915,8 @@ def main(argv=None):
         tasks = tasks[:2] if a.quick else tasks
         path = MODELS[m][0]()
         jobs += [(m, path, t, n, seeds, a.measure and ti == 0, a.batch,
-                  budget_ix if budget_ix != [] else [-1], list(MODES), boards, a.defaults)
+                  budget_ix if budget_ix != [] else [-1], list(MODES), boards, a.defaults,
+                  a.confirm)
                  for ti, t in enumerate(tasks)]
     t0 = time.time()
     rows, checks, picks_by_model = [], [], {}
@@ -899,7 +937,7 @@ def main(argv=None):
                 best, cls = row['best'][0], row['hand']['cls'][0]
                 gap = best - cls if best is not None else 0
                 checks.append((row['model'], row['task'], row['setting'], mode, acc, cls,
-                               best, gap))
+                               best, gap, row.get('confirm', {}).get(mode)))
     if a.json:
         with open(a.json, 'w') as f:
             json.dump(rows, f, indent=1)
@@ -910,17 +948,24 @@ def main(argv=None):
     print('criteria: a selection at least 10 points above classifier-only where the best '
           'fitting hand-picked setting is 10+ points above it; within 2 points of that setting')
     for mode in MODES:
-        ok10 = ok2 = n10 = n2 = 0
-        for mname, task, b, m, acc, cls, best, gap in checks:
+        ok10 = ok2 = n10 = n2 = okc = 0
+        for mname, task, b, m, acc, cls, best, gap, conf in checks:
             if m != mode:
                 continue
             n2 += 1
             ok2 += acc >= best - 0.02
+            okc += acc >= best - 0.02 or bool(conf and conf[0] >= conf[1] - 0.02)
             if gap >= 0.10:
                 n10 += 1
                 ok10 += acc >= cls + 0.10
-        print(f'  {mode}: within 2 points of the best hand-picked: {ok2}/{n2};  10+ points over '
-              f'classifier-only where that gap exists: {ok10}/{n10}')
+            if conf:
+                print(f'  {mode} miss {mname} {task} {b}: {acc:.3f} vs {best:.3f} '
+                      f'({acc - best:+.3f}) on {len(seeds)} seeds; on {conf[2]}: {conf[0]:.3f} vs '
+                      f'{conf[1]:.3f} ({conf[0] - conf[1]:+.3f}, paired se {conf[3]:.3f} on '
+                      f'the new seeds)')
+        print(f'  {mode}: within 2 points of the best hand-picked: {ok2}/{n2}'
+              + (f' ({okc}/{n2} with the misses on --confirm\'s seeds too)' if a.confirm else '')
+              + f';  10+ points over classifier-only where that gap exists: {ok10}/{n10}')
     print(f'({time.time() - t0:.0f} s)')
 
 

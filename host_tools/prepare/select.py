@@ -48,6 +48,7 @@ VERIFY = 4              # fitting combinations tried for real, on FOLDS splits
 SUFFIXES = 3            # and the best of the last-k-layers-whole trials, and up to
 MORE_SUFFIXES = 3       # ... this many more within SCREEN_Z standard errors of the best
 SCREEN_Z = 1.0          # (one screening fold's: binomial, of n_val samples, two trials)
+FULL_VERIFY = True      # the deepest last-k trial that fits, verified always (_finalists)
 RESCREEN_Z = 3.0        # last:N trials this close to the best are screened on a 2nd fold
 # (and ranked on the mean of both: one fold of n_val samples swings by more than SCREEN_Z
 # of its binomial noise often enough to drop the best last:N.  bench/transfer.py, the
@@ -1004,6 +1005,16 @@ def _finalists(base, fitting, sc, fits):
         if 0.0 < p < 1.0:
             near = suf[0][0] - SCREEN_Z * (2 * p * (1 - p) / sc['n_val']) ** 0.5
             final += [r for g, r in suf[SUFFIXES:SUFFIXES + MORE_SUFFIXES] if g >= near]
+    # and the deepest that fits (every layer whole where full fine-tuning fits: the
+    # setting anyone tries by hand): its screening trials swing the most (the most
+    # parameters to move in a short trial), so one or two folds drop it where it is as
+    # good.  bench/transfer.py, imu placement at rp2040's defaults: full fine-tuning
+    # screened 0.722 and 0.556 (the classifier alone 0.667, 0.625) and was never
+    # verified; on 10 folds it ties the best (+0.046 against +0.053), on the long trials
+    # it leads (0.817 against 0.765), and it tests 0.741 on 12 seeds against the choice's
+    # (last:7) 0.711.  FULL_VERIFY = False: not tried unless the screening ranks it.
+    if FULL_VERIFY and suf:
+        final.append(max(suf, key=lambda c: len(c[1]))[1])
     # the best two singles, and every layer at the channel ratio its screening trial
     # scored best (the widest of equals): one fold cannot order layers whose gains
     # differ by less than its noise.  bench/transfer.py cnn1d new-classes at 224 KB: the
