@@ -117,7 +117,9 @@ def rqk(acc, n, c, blk, mul, shf, out, zp, lo, hi, wide):
     m = _i32(mul, c).astype(I64)[ch]
     s = _i32(shf, c).astype(I64)[ch]
     a = np.where(s > 0, a << np.maximum(s, 0), a)
-    rs = np.where(s > 0, 0, -s)
+    # (a right shift past 31 leaves |r| < 2^31 at 0, as the board's kernels give; numpy's
+    # int64 1 << 64 would make the rounding mask -1 and round a 0 up to 1)
+    rs = np.minimum(np.where(s > 0, 0, -s), 32)
     neg = a < 0
     r = (np.abs(a) * m + np.where(neg, (1 << 30) - 1, 1 << 30)) >> 31
     r = np.where(neg, -r, r)

@@ -124,7 +124,9 @@ def rqk(acc, n: int, c: int, blk: int, mul, shf, out, zp: int, lo: int, hi: int,
         r = ((c2 & 0x7fff) >> 1) | ((c3 & 0x7fff) << 14) | (c4 << 29)
         if neg:
             r = 0 - r
-        if rs > 0:
+        if rs > 31:         # (|r| < 2^31: 0; a machine shift by 32.. wraps its count)
+            r = 0
+        elif rs > 0:
             k = (1 << rs) - 1
             t = (k >> 1) + (1 if r < 0 else 0)
             e = r & k

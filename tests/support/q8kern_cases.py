@@ -115,7 +115,11 @@ RQ = [  # n, channels, values per channel run, wide, |sums| <, shifts from, to
     (40, 4, 1, 0, 1 << 20, -12, 2), (45, 3, 5, 1, 1 << 24, -20, 0), (7, 1, 1, 0, 1 << 30, -31, 0),
     (33, 11, 1, 1, 1 << 28, -9, -1), (24, 2, 12, 0, 1 << 10, 1, 3),
     (30, 1, 30, 1, 1 << 24, -14, 2), (19, 1, 7, 0, 1 << 20, -8, 3),   # (one multiplier, runs)
-    (10, 2, 5, 0, 1 << 31, -2, 0), (10, 1, 10, 1, 1 << 31, -31, 0)]   # sums near -2^31 and 2^31 - 1
+    (10, 2, 5, 0, 1 << 31, -2, 0), (10, 1, 10, 1, 1 << 31, -31, 0),   # sums near -2^31 and 2^31 - 1
+    # right shifts past 31 (a tiny gradient scale: issue 28's first conv, -70; every sum
+    # rounds to 0, where numpy's 1 << 64 rounded each up to 1 and a 32-bit viper shift
+    # wrapped its count)
+    (24, 4, 3, 1, 1 << 31, -80, -28), (21, 3, 1, 0, 1 << 30, -70, -29)]
 UP = [(37, 1 << 10, 12345), (64, 1 << 16, 0x3fffffff), (5, 300, 0)]   # n, |d| <, seed
 
 
