@@ -22,6 +22,7 @@ CLEARLY = 0.7       # a lower lr wins where its held loss is below this share of
 STEP = 10 ** 0.5    # each lr tried is the last over this (0.01, 0.0032, 0.001, ...)
 STEPS = 6           # at most lr / STEP**STEPS
 UP = 4              # at most lr * STEP**UP
+UPDATES = 8         # going up takes a pass of at least this many updates
 STILL = 0.97        # a held loss above this share of where it began barely moved
 GROWS = 1.5         # going up, each step's drop in held loss this many times the last's
 MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy):
@@ -98,7 +99,10 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs) -> float | Non
     try:
         start = _held_loss(make(None), ds, order, None)
         tried = [(lr0, _held_loss(make(lr0), ds, order, lr0))]
-        up = STILL * start <= tried[0][1] < float('inf')
+        # (up only where the pass held UPDATES updates: one update of a batch of 1000
+        # barely moves the loss at any lr the run can take for ten epochs)
+        updates = min(PASS, len(order) - HELD // 2) // max(1, int(cfg.get('batch', 1)))
+        up = STILL * start <= tried[0][1] < float('inf') and updates >= UPDATES
         for k in range(1, min(steps, UP if up else steps) + 1):
             lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, order, lr)))
