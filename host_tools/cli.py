@@ -547,7 +547,8 @@ def _args_settings(q):
     q.add_argument('--schedule', help='learning rate: constant | linear | step | cosine, then '
                    ',warmup=N ,steps=N ,step_size=N ,gamma=F ,min_lr=F (docs/training.md)')
     q.add_argument('--lr', type=number, help='learning rate (default: the model\'s training '
-                   'metadata, else 0.01, with SGD at batch B 0.01 x B: 0.01 a sample)')
+                   'metadata, else 0.01, with SGD at batch B 0.01 x B: 0.01 a sample; with samples, '
+                   'a short host probe may step it down or up and says so: docs/training.md)')
     q.add_argument('--momentum', type=number, help='SGD momentum')
     q.add_argument('--beta1', type=number, help='Adam')
     q.add_argument('--beta2', type=number, help='Adam')
