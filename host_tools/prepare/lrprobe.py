@@ -115,8 +115,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs) -> float | Non
         ds.close()
     least = min(l for _, l in tried)
     best = next(lr for lr, l in tried if l <= (least if up else least / CLEARLY))
-    if best == lr0 or tried[0][1] == float('inf'):
-        return None
+    if best == lr0 or tried[0][1] == float('inf') or up and not least < STILL * start:
+        return None     # (up: only where a higher lr moved the held loss clearly)
     why = ('barely moved the loss' if up else 'left a clearly higher loss')
     log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {min(PASS, n_train)} samples {why} '
         f'on other training samples (before: {start:.3g}, '
