@@ -1842,8 +1842,10 @@ def test_a_1d_conv_net_trained_whole_trains_in_its_plan_on_32_bit_ulab(tmp_path,
     backward pass at 256-266 KB (ulconv's dW step making a 24 KB copy of dz's piece with
     145 KB free once the trainer is dropped) and trains from 270 KB (bisected over 8
     samples: 0.92-0.95x).  Found by session 24's held-out sweep.  ulconv's pieces are
-    now _CH floats, not an image row at least (dW takes dz's rows uncopied where no
-    column is zeroed): 231 KB planned, 198 KB needed (1.17x)."""
+    now _CH floats, not an image row at least (its dz copies 2 KB, not 24 KB), and
+    its dW step holds one tap's [O, I] product, not a second weight (memory.step_wsum): 220 KB planned, 193 KB needed (1.14x; 0.92x on main)."""
     monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
     out, plan = _c1d_prepared(tmp_path, 'ulab', batch=1, train='all')
     assert trains_in(out, plan), f'does not train in the planned {plan} B'
+    assert not trains_in(out, int(plan / 1.25)), \
+        f'trains in {int(plan / 1.25)} B, the plan ({plan} B) is over 1.25x the need'
