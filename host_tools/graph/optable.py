@@ -328,13 +328,18 @@ def _conv_steps(op, g, arrays, banded, x=None, y=None):
 
 
 def _conv_piece(op, g, x=0):
-    # ulconv: at most max(W, 512 // C) pixels of C channels (C the product's: O, or I for
+    # ulconv: at most max(1, 512 // C) pixels of C channels (C the product's: O, or I for
     # dx); ulmono: max(1, 512 // (OW * O)) output rows; convwalk: one output row.  Never
-    # more than the whole output or input (micro/utrain/ulconv.py, ulmono.py _CH)
+    # more than the whole output or input (micro/utrain/ulconv.py, ulmono.py _CH).
+    # (ulconv's pieces had been an image row at least: the 1-D conv net's 24 KB dz piece
+    # found no run in a fragmented heap, 0.92x on 32-bit ulab, issue 28.)
     _, H, W, I = g.tensors[op.inputs[x]].shape
     _, OH, OW, O = g.tensors[op.outputs[0]].shape
     ch = module('ulconv')._CH
-    return min(max(OH * OW * O, H * W * I), max(max(W, OW) * max(O, I), ch))
+    whole = max(OH * OW * O, H * W * I)
+    if _strides(op) == (1, 1) and (H, W) == (OH, OW):     # ulconv's alone (_conv_steps)
+        return min(whole, max(ch, O, I))
+    return min(whole, max(max(W, OW) * max(O, I), ch))
 
 
 def _act_grad_temps(op, n):

@@ -863,7 +863,7 @@ def backward_peak(r) -> int:
         sums = sum(A(v) for k, (v, n) in given if k in grads) if spec.bwd_of else 0
         peak = max(peak, cur + bo * A(size[o]) + (bi * A(n_in) if flags & 1 else 0) + spec.taps * A(0) + pc
                    + sum(A(v) for v, n in more.values() if n not in passed) + sums
-                   + (step_wsum(r, wsum) if batch == 1 else 0) + rows
+                   + (step_wsum(r, wsum, _taps(r, spec, op)) if batch == 1 else 0) + rows
                    + weight_temps(r, spec, op, 1 if flags & DW else 0))
         r.largest = max(r.largest, A(size[o]) if bo else 0, A(n_in) if bi and flags & 1 else 0, pc)
         # the array dz is: dy's without anything made from it, else the op's own
@@ -875,7 +875,7 @@ def backward_peak(r) -> int:
     return peak
 
 
-def step_wsum(r, wsum) -> int:
+def step_wsum(r, wsum, taps=1) -> int:
     """At batch 1, bytes an op that hands its weight gradient whole (wsum bytes) holds
     for it: two at SGD, four with Adam / RMSprop.  Measured at plain SGD (test_memory.py::
     test_a_1x1_conv_weight_gradient_is_planned_as_it_allocates): ulab holds two for a
@@ -883,8 +883,22 @@ def step_wsum(r, wsum) -> int:
     fallback one (its native loops sum in place, xnp.add_scaled steps in one pass).  The
     fallback's second is kept: counted once, ho_cnn5bn SGD b1 on 32-bit went under
     (224 KB planned, 228 needed), only because run.gc_every follows the plan (7169 B
-    against 7201: the same files train in 222 KB; docs/memory.md, session 14 h43p)."""
-    return wsum * (2 if r.s['optimizer'] == 'sgd' else 4)
+    against 7201: the same files train in 222 KB; docs/memory.md, session 14 h43p).
+    Under ulab the product is one tap's (taps: the kernel's KH * KW): a 1x5 conv's is a
+    fifth of its weight (counted whole, the held-out 1-D conv nets planned 1.3x at SGD b1
+    on 32-bit ulab once ulconv's pieces no longer fragmented their heap, issue 28)."""
+    n = wsum * (2 if r.s['optimizer'] == 'sgd' else 4)
+    return n - wsum + -(-wsum // taps) if r.arrays == 'ulab' else n
+
+
+def _taps(r, spec, op) -> int:
+    """The kernel taps (KH * KW) of an op whose weight gradient ulab's conv steps make a
+    tap at a time (spec.piece), else 1."""
+    ins = spec.inputs(op)
+    if r.arrays != 'ulab' or not spec.piece or len(ins) < 2 or ins[1] < 0:
+        return 1
+    s = r.g.tensors[ins[1]].shape
+    return max(1, int(s[1]) * int(s[2])) if len(s) == 4 else 1
 
 
 def bwd_temps(r, spec, op):

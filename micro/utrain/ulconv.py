@@ -46,16 +46,20 @@ def steps(kind, out, p, q, o, walk, sw, spread):
             t = zeros((H * W, I * M))
         else:
             x = spread(x, M)
-    # a tap's product is cut into pieces of at most _CH floats (or an image row): a 16x16x8
+    # a tap's product is cut into pieces of at most _CH floats (at least a pixel): a 16x16x8
     # conv's 8 KB product in one piece cost 6 KB of smallest heap on 32-bit ulab (102 KB;
-    # 96 at 512 floats), and the DS-CNN step 1.5x the instructions of the whole run at 128
-    step = max(W, _CH // (I if conv and f == 'x' else O))
+    # 96 at 512 floats), and the DS-CNN step 1.5x the instructions of the whole run at 128.
+    # (An image row at least, the 1-D conv net's 192 x 32 dz piece, 24 KB, found no run in
+    # a fragmented heap with 145 KB free on 32-bit ulab: 0.92x its plan, issue 28.)
+    step = max(1, _CH // (I if conv and f == 'x' else O))
     for k in range(int(o[_G_KH]) * KW):
         dr = k // KW * dh - pt
         dc = k % KW * dw - pl
         d = dr * W + dc
         j0 = max(max(0, -dr) * W, -d)
         j1 = min(min(H, H - dr) * W, H * W - d)
+        # output columns c whose input column c + dc is off the image (modulo W)
+        off = range(-dc) if dc < 0 else range(-dc, 0)
         for a in range(j0, j1, step):
             b = min(a + step, j1)
             if f == 'x':
@@ -64,9 +68,9 @@ def steps(kind, out, p, q, o, walk, sw, spread):
                 v = np.dot(x[a + d:b + d], q[:, k * I:(k + 1) * I].T) if conv else x[a + d:b + d] * q[k]
             else:
                 v = p[a:b].copy() if conv else p[a:b] * x[a + d:b + d]
-            for c in range(W):      # output columns c whose input column c + dc is off
+            for c in off:           # zeroed in the product, rows e of v at that column
                 e = (c - a) % W     # (ulab 6.12 writes row len(v) for v[len(v)::W] = 0)
-                if (c + dc < 0 or c + dc >= W) and e < b - a:
+                if e < b - a:
                     v[e::W] = 0.0
             if f == 'x':
                 y = t[a + d:b + d]

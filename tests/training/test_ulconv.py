@@ -30,6 +30,10 @@ def cases():
         (2, 7, 3, 2, 3, 3, 1, 1, 'same'), (1, 9, 2, 3, 3, 3, 1, 1, 'same'),
         (24, 6, 2, 2, 3, 3, 1, 1, 'same'), (49, 10, 1, 8, 3, 3, 2, 1, 'same'),
         (9, 8, 1, 3, 4, 3, 2, 2, 'same'), (11, 7, 1, 4, 3, 2, 3, 1, 'valid'),
+        # pieces shorter than an image row (ulconv._CH // channels < W: 16, 10 and 5
+        # pixels), cut anywhere in a row, with columns off the image on either side
+        (3, 40, 4, 32, 3, 3, 1, 1, 'same'), (4, 21, 6, 48, 1, 5, 1, 2, 'same'),
+        (4, 20, 48, 2, 3, 3, 1, 2, 'same'),
     ]
     for i, (H, W, C, OM, KH, KW, s, d, pad) in enumerate(shapes):
         for kind in ('C', 'D'):
@@ -127,7 +131,7 @@ def run(tmp_path, binary):
 
 
 def test_ulconv_on_numpy_matches_direct_convolution(tmp_path):
-    assert run(tmp_path, None) == 30
+    assert run(tmp_path, None) == 36
 
 
 @pytest.mark.parametrize('var', ['UTRAIN_MP_ULAB', 'UTRAIN_MP32_ULAB'])
@@ -135,4 +139,4 @@ def test_ulconv_on_ulab_matches_direct_convolution(tmp_path, var):
     b = os.environ.get(var)
     if not b or not os.access(b, os.X_OK):
         pytest.skip(f'${var} (a unix MicroPython built with ulab) not set')
-    assert run(tmp_path, b) == 30
+    assert run(tmp_path, b) == 36
