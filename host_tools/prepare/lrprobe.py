@@ -26,21 +26,19 @@ UPDATES = 8         # going up takes a pass of at least this many updates
 STILL = 0.97        # a held loss above this share of where it began barely moved
 GROWS = 1.5         # going up, each step's drop in held loss this many times the last's
 MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy):
-                    # a model whose pass takes more than half probes no lower lr
+                    # a model whose pass takes more than half is not probed
 
 
-def _held_loss(tr, ds, order, lr):
-    """Held-out mean loss after one pass over order's first samples with trainer tr (made
-    at lr; lr None: no pass, the loss as the model is; inf where the pass diverged or
-    the loss is not finite)."""
+def _held_loss(tr, ds, train, held):
+    """Held-out mean loss (samples held of ds) after one pass over samples train (none:
+    the loss as the model is) with trainer tr; inf where the pass diverged or the loss
+    is not finite."""
     from .select import diverged
-    p = min(PASS, len(order) - HELD // 2)
-    held = [int(i) for i in order[p:p + HELD]]
     n = ds.n
     try:
-        if lr is not None:
-            ds.n = p                    # (_pass runs samples 0..n-1 through idx)
-            tr._pass(ds, True, [int(i) for i in order[:p]])
+        if train:
+            ds.n = len(train)           # (_pass runs samples 0..n-1 through idx)
+            tr._pass(ds, True, train)
             tr.apply()
         ds.n = len(held)
         loss = tr._pass(ds, False, held)[0]
@@ -56,23 +54,21 @@ def _held_loss(tr, ds, order, lr):
 
 def _trainer(out_dir, cfg):
     """A function of lr making a fresh trainer of run folder out_dir (train.json cfg),
-    and its training Dataset: the int8 trainer for an int8 layer table."""
+    and its training Dataset: the int8 trainer for an int8 layer table, with the
+    settings as the run gives them (as select's int8 trials do)."""
     from ..target.device import module
     files = {k: os.path.join(out_dir, v) for k, v in cfg['files'].items()
              if isinstance(v, str)}
     if files['model'].endswith('.json'):
         Q8 = module('q8train').Q8Trainer
-        keys = ('loss', 'optimizer', 'metric', 'batch', 'momentum', 'reduction', 'beta1',
-                'beta2', 'eps')
-        return (lambda lr: Q8(files['model'], files['weights'], lr=lr,
-                              **{k: cfg[k] for k in keys if k in cfg}),
+        s = {k: v for k, v in cfg.items() if k not in ('files', 'run', 'lr')}
+        return (lambda lr: Q8(files['model'], files['weights'], lr=lr, **s),
                 module('data').Dataset(files['train'], False))
     Trainer = module('trainer').Trainer
 
     def make(lr):
         tr = Trainer(files['model'], files['weights'])
-        if lr is not None:
-            tr.configure(lr=lr)
+        tr.configure(lr=lr)
         return tr
     return make, module('data').Dataset(files['train'])
 
@@ -94,18 +90,20 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs) -> float | Non
     if steps < 1:
         return None
     make, ds = _trainer(out_dir, cfg)
-    order = np.random.default_rng(5).permutation(ds.n)
+    order = [int(i) for i in np.random.default_rng(5).permutation(ds.n)]
+    p = min(PASS, ds.n - HELD // 2)
+    train, held = order[:p], order[p:p + HELD]
     lr0 = float(cfg['lr'])
     try:
-        start = _held_loss(make(None), ds, order, None)
-        tried = [(lr0, _held_loss(make(lr0), ds, order, lr0))]
+        start = _held_loss(make(lr0), ds, (), held)
+        tried = [(lr0, _held_loss(make(lr0), ds, train, held))]
         # (up only where the pass held UPDATES updates: one update of a batch of 1000
         # barely moves the loss at any lr the run can take for ten epochs)
-        updates = min(PASS, len(order) - HELD // 2) // max(1, int(cfg.get('batch', 1)))
+        updates = p // max(1, int(cfg.get('batch', 1)))
         up = STILL * start <= tried[0][1] < float('inf') and updates >= UPDATES
         for k in range(1, min(steps, UP if up else steps) + 1):
             lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
-            tried.append((lr, _held_loss(make(lr), ds, order, lr)))
+            tried.append((lr, _held_loss(make(lr), ds, train, held)))
             least = min(l for _, l in tried)
             if tried[0][1] == float('inf') or (
                     not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
@@ -118,7 +116,7 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs) -> float | Non
     if best == lr0 or tried[0][1] == float('inf') or up and not least < STILL * start:
         return None     # (up: only where a higher lr moved the held loss clearly)
     why = ('barely moved the loss' if up else 'left a clearly higher loss')
-    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {min(PASS, n_train)} samples {why} '
+    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {p} samples {why} '
         f'on other training samples (before: {start:.3g}, '
         + ', '.join(f'lr {lr:g}: {l:.3g}' for lr, l in tried)
         + ('' if up else '; as a model made for inputs of another scale can')
