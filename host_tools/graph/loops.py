@@ -132,7 +132,9 @@ def unroll_loops(g: Graph, int8=False) -> int:
                 t.origin = (0, t.index)
         q = next((t for t in body.tensors if t.data is None and t.quant and
                   t.dtype in ('int8', 'uint8', 'int16')), None)
-        if int8 and q is not None:
+        flex = next((o for o in list(g.ops) + list(body.ops) if o.name == 'CUSTOM' and
+                     (o.options.get('custom_code') or '').startswith('Flex')), None)
+        if int8 and q is not None and flex is None:     # (a Flex op: validation refuses it,
             raise ValueError(f'{g.path}: op {op.number} WHILE: its body is quantized ({q.name} is '
                              f'{q.dtype}), and utrain trains an unrolled loop in float: prepare '
                              '--dequantize trains it so (export writes the float model), or '

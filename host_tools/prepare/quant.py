@@ -794,6 +794,11 @@ def layers(g: Graph, train='last:1', ranks=None):
         if op.name == 'DEQUANTIZE':
             _island_refusal(g, op)
         k = KINDS.get(op.name)
+        if op.name == 'CUSTOM':     # (a Flex op: no runtime on a board runs it)
+            from ..graph.passes import custom_hint
+            raise ValueError(f'{g.path}: op {op.number} is CUSTOM '
+                             f'({op.options.get("custom_code") or "no custom code"}), which '
+                             f'utrain cannot run or train through: {custom_hint(op)}')
         if k is None:
             raise ValueError(f'{g.path}: op {op.number} ({op.name}) is not supported by int8 '
                              'training: export the model with that layer made of ops it supports '
