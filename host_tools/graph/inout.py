@@ -152,8 +152,11 @@ def choose_output(g: Graph, which=None, y=None):
     desc = lambda j: f'{j} {io_name(g, order[j])!r} {list(g.tensors[order[j]].shape)}'  # noqa: E731
     how = ''
     if which is None or which == '':
+        # (an output whose size the file knows only at run time, -1s past the batch in its
+        # signature, may fit: its shape here is the converter's guess, [1, 1] for [1, 64])
         fit = [j for j, k in enumerate(order)
-               if y is not None and _fits(int(np.prod(g.tensors[k].shape)), y)]
+               if y is not None and (_fits(int(np.prod(g.tensors[k].shape)), y) or
+                                     -1 in list(g.tensors[k].signature or [])[1:])]
         i = fit[0] if fit else 0
         how = (', the first whose size the data\'s targets fit' if fit and len(fit) < len(order)
                else ', the first')

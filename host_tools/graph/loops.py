@@ -41,13 +41,6 @@ def reverse_to_concat(g: Graph) -> int:
     return done
 
 
-# the host's values of a loop's counters and its condition (with host_value's integer
-# arithmetic, shape ops and GATHER)
-_LOGIC = {'LESS': np.less, 'LESS_EQUAL': np.less_equal, 'GREATER': np.greater,
-          'GREATER_EQUAL': np.greater_equal, 'EQUAL': np.equal, 'NOT_EQUAL': np.not_equal,
-          'LOGICAL_AND': np.logical_and, 'LOGICAL_OR': np.logical_or}
-
-
 # ops that only move values: computed on the host over constants, whatever their dtype
 _MOVES = {'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS', 'CONCATENATION', 'GATHER', 'STRIDED_SLICE',
           'SLICE', 'PACK'}
@@ -73,15 +66,6 @@ def _loop_value(g: Graph, op: Operator):
     out = g.tensors[op.outputs[0]] if len(op.outputs) == 1 else None
     if out is None or not (integer_type(out.dtype) or out.dtype == 'bool' or op.name in _MOVES):
         return None
-    v = [np.asarray(g.tensors[k].data).reshape(g.tensors[k].shape) for k in op.inputs if k >= 0]
-    if op.name in _LOGIC and len(v) == 2:
-        return _LOGIC[op.name](v[0], v[1])
-    if op.name == 'LOGICAL_NOT':
-        return np.logical_not(v[0])
-    if op.name == 'SLICE' and len(v) == 3:
-        b = [int(i) for i in v[1].reshape(-1)]
-        n = [int(i) for i in v[2].reshape(-1)]
-        return v[0][tuple(slice(s, None if k < 0 else s + k) for s, k in zip(b, n))]
     try:
         return host_value(g, op)
     except (ValueError, IndexError, TypeError):

@@ -44,6 +44,7 @@ and returns how many changes it made:
                       PACK, CONCATENATION, GATHER, CAST, RESHAPE, ADD/SUB/MUL/..., REDUCE_PROD/SUM of
                       integer constants: Keras's Reshape/Flatten with a dynamic batch)
                       computed once into constants.
+* unit_reductions     a reduction over size-1 axes only -> a RESHAPE.
 * reduce_max_to_pool  REDUCE_MAX over one run of axes (a global max pool) -> a
                       MAX_POOL_2D whose window is the reduced axes (RESHAPEs around it
                       where the input is not NHWC with H and W reduced).
@@ -64,7 +65,7 @@ from .shapes import fold_shapes
 from .transposes import cancel_transposes
 from .biases import conv_bias_adds, fc_bias_adds, fold_batchnorm, separable_biases
 from .spellings import (dilated_convs, elementwise_forms, gathers_to_slices, pack_to_concat,
-                        reduce_max_to_pool, resize_to_concat, selects_to_relu, slice_to_strided,
+                        reduce_max_to_pool, resize_to_concat, unit_reductions, selects_to_relu, slice_to_strided,
                         slices_to_split, tile_to_concat, unpack_to_split)
 from .embeddings import embedding_gathers, id_masks
 from .groups import split_groups
@@ -84,7 +85,8 @@ PASSES = (('unshared', unshare_constants, True), ('first_steps', first_steps, Fa
           ('resizes', resize_to_concat, True), ('selects', selects_to_relu, False),
           ('elementwise', elementwise_forms, False), ('fc_biases', fc_bias_adds, False),
           ('transposes', cancel_transposes, True), ('batchnorm', fold_batchnorm, False),
-          ('splits', slices_to_split, True), ('max_pools', reduce_max_to_pool, True),
+          ('splits', slices_to_split, True), ('unit_reductions', unit_reductions, True),
+          ('max_pools', reduce_max_to_pool, True),
           ('dilations', dilated_convs, True), ('conv_biases', conv_bias_adds, False),
           ('separable_biases', separable_biases, False),
           ('groups', split_groups, True))

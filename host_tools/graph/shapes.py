@@ -19,6 +19,14 @@ _INT_REDUCE = {'REDUCE_PROD': np.prod, 'SUM': np.sum, 'REDUCE_MAX': np.max,
                'REDUCE_MIN': np.min}
 
 
+# comparisons and logic (a loop's condition; a reshape's -1 worked out at run time:
+# SHAPE -> EQUAL -> WHERE -> SPARSE_TO_DENSE, as TensorFlow writes tf.reshape of a
+# shape it computes)
+_LOGIC = {'LESS': np.less, 'LESS_EQUAL': np.less_equal, 'GREATER': np.greater,
+          'GREATER_EQUAL': np.greater_equal, 'EQUAL': np.equal, 'NOT_EQUAL': np.not_equal,
+          'LOGICAL_AND': np.logical_and, 'LOGICAL_OR': np.logical_or}
+
+
 def strided_slice(x, b, e, st, o):
     """TFLite STRIDED_SLICE on a numpy array (begin/end/shrink masks), None for the
     options it does not take (ellipsis, new axes, offset)."""
@@ -52,6 +60,8 @@ def host_value(g: Graph, op: Operator):
         return np.concatenate(v, int(o.get('axis', 0)))
     if op.name == 'GATHER' and not o.get('batch_dims'):
         return np.take(v[0], v[1], int(o.get('axis', 0)))
+    if op.name == 'RESHAPE' and len(v) == 2 and v[1].size:
+        return v[0].reshape([int(d) for d in v[1].reshape(-1)])
     if op.name in ('CAST', 'RESHAPE', 'SQUEEZE', 'EXPAND_DIMS'):
         return v[0]
     if op.name == 'STRIDED_SLICE' and len(v) == 4:
@@ -59,6 +69,25 @@ def host_value(g: Graph, op: Operator):
     if op.name in _INT_REDUCE and len(v) == 2:
         axes = tuple(int(a) % max(v[0].ndim, 1) for a in v[1].reshape(-1))
         return _INT_REDUCE[op.name](v[0], axis=axes, keepdims=bool(o.get('keep_dims')))
+    if op.name in _LOGIC and len(v) == 2:
+        return _LOGIC[op.name](v[0], v[1])
+    if op.name == 'LOGICAL_NOT':
+        return np.logical_not(v[0])
+    if op.name == 'WHERE' and len(v) == 1:
+        return np.argwhere(v[0])
+    if op.name in ('SELECT', 'SELECT_V2') and len(v) == 3:
+        return np.where(v[0], v[1], v[2])
+    if op.name == 'SPARSE_TO_DENSE' and len(v) == 4:
+        out = np.full([int(d) for d in v[1].reshape(-1)], v[3].reshape(-1)[0], v[2].dtype)
+        idx = v[0].reshape(-1, out.ndim) if out.ndim else v[0].reshape(-1, 0)
+        vals = np.broadcast_to(v[2].reshape(-1), (len(idx),))
+        for i, val in zip(idx, vals):
+            out[tuple(int(a) for a in i)] = val
+        return out
+    if op.name == 'SLICE' and len(v) == 3:
+        b = [int(i) for i in v[1].reshape(-1)]
+        n = [int(i) for i in v[2].reshape(-1)]
+        return v[0][tuple(slice(s_, None if k < 0 else s_ + k) for s_, k in zip(b, n))]
     if op.name in _INT_BINARY and len(v) == 2 and o.get('fused_activation_function',
                                                         'NONE') == 'NONE':
         return _INT_BINARY[op.name](v[0], v[1])
@@ -79,19 +108,26 @@ def fold_shapes(g: Graph) -> int:
     (every shape is static here) and the integer ops over constants after it (Keras 3
     exports Reshape and Flatten as SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE, the batch
     read at run time), and a FILL of such a shape (a recurrent layer's zero initial
-    state, sized by the batch read at run time: any dtype, it is a constant).  Only ops
-    with integer outputs that are not graph outputs fold; the folded ops are removed.
+    state, sized by the batch read at run time: any dtype, it is a constant), and the
+    comparisons, WHERE and SPARSE_TO_DENSE TensorFlow writes to work out a reshape's -1
+    at run time.  Only ops with integer or boolean outputs that are not graph outputs
+    fold; the folded ops are removed.
     Returns how many."""
-    done = 0
+    done, moved = 0, set()     # (moved: tensors whose shape the file could only guess)
     for op in list(g.ops):
         outs = [g.tensors[k] for k in op.outputs]
         if len(outs) != 1 or op.outputs[0] in g.outputs or not (
-                op.name == 'FILL' or integer_type(outs[0].dtype)):
+                op.name == 'FILL' or integer_type(outs[0].dtype) or outs[0].dtype == 'bool'):
             continue
+        if op.name == 'SHAPE' and done:     # (a shape read after a reshape whose new shape
+            _reshape_outputs(g, moved)      # was worked out above: its own, not the file's)
         try:
             v = host_value(g, op)
         except (ValueError, IndexError, TypeError):     # (left to validation to name)
             v = None
+        if v is not None and _run_time_shape(outs[0], v) and list(v.shape) != outs[0].shape:
+            outs[0].shape = list(v.shape)   # (WHERE's: the file's [1, 1] was a guess)
+            moved.add(op.outputs[0])
         if v is None or int(np.prod(outs[0].shape)) != v.size:
             continue
         outs[0].data = np.ascontiguousarray(v.astype(outs[0].dtype).reshape(outs[0].shape))
@@ -101,16 +137,25 @@ def fold_shapes(g: Graph) -> int:
         remove_op(g, op)
         done += 1
     if done:
-        _reshape_outputs(g)
+        _reshape_outputs(g, moved)
     return done
 
 
-def _reshape_outputs(g: Graph):
+def _run_time_shape(t, v) -> bool:
+    """Tensor t's shape is known only at run time (its signature has -1s: WHERE's output
+    and what is made of it) and value v has a shape that signature allows."""
+    sig = t.signature
+    return bool(sig) and -1 in sig and len(sig) == v.ndim and \
+        all(s in (-1, d) for s, d in zip(sig, v.shape))
+
+
+def _reshape_outputs(g: Graph, moved=()):
     """A RESHAPE whose new shape the host now knows gets that shape on its output: where
     the exporter could not infer it (a shape read at run time) the file may give a wrong
     one (Keras 3's UpSampling2D: [1, 1, 8, 4] for [1, 8, 8, 4]), and so may every op
-    after it (the next conv's [1, 1, 6, 4] for [1, 6, 6, 4]): _propagate_shapes."""
-    changed = set()
+    after it (the next conv's [1, 1, 6, 4] for [1, 6, 6, 4]): _propagate_shapes, from
+    these and the tensors in moved."""
+    changed = set(moved)
     for op in g.ops:
         if op.name != 'RESHAPE' or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
             continue

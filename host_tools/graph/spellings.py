@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator
-from .edit import (FLOAT_FNS, NO_ACTIVATION, const_ints, consumers, is_const, make_reshape,
+from .edit import (FLOAT_FNS, NO_ACTIVATION, REDUCE, const_ints, consumers, is_const, make_reshape,
                    new_tensor, own, producer, remove_op, renumber, replace_op, slice_op, spell)
 
 
@@ -537,6 +537,37 @@ def elementwise_forms(g: Graph) -> int:
                            ('RSQRT', ['prev'], {}, row), ('MUL', [x, 'prev'], NO_ACTIVATION, None)])
         done += 1
     return done
+
+
+def unit_reductions(g: Graph) -> int:
+    """A MEAN, SUM, REDUCE_MAX, REDUCE_MIN or REDUCE_PROD whose reduced axes all have
+    size 1 (tf.clip_by_norm's REDUCE_MAX of a [1, 1] norm) -> a RESHAPE (a SQUEEZE to a
+    scalar): each output is its one input (an int8 one only where input and output share a scale).  Returns
+    how many."""
+    done = 0
+    for op in list(g.ops):
+        if op.name not in REDUCE or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
+            continue
+        x, y = (g.tensors[k] for k in (op.inputs[0], op.outputs[0]))
+        shape = list(x.shape)
+        axes = {a % max(len(shape), 1) for a in const_ints(g, op.inputs[1])}
+        if any(shape[a] != 1 for a in axes if a < len(shape)) or \
+                _scales(x.quant) != _scales(y.quant):
+            continue
+        op.inputs = op.inputs[:1]
+        if y.shape:
+            make_reshape(g, op, list(y.shape))
+        else:   # (to a scalar: a RESHAPE's shape tensor would have 0 values, which a
+            op.name, op.code = 'SQUEEZE', OP_CODES['SQUEEZE']   # file holds as no data)
+            op.options = {'squeeze_dims': list(range(len(shape)))}
+        done += 1
+    return done
+
+
+def _scales(q):
+    """A tensor's scales and zero points (None for a float tensor)."""
+    return None if not q else ([float(a) for a in q.get('scale') or []],
+                               [int(a) for a in q.get('zero_point') or []])
 
 
 def reduce_max_to_pool(g: Graph) -> int:

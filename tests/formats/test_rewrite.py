@@ -712,6 +712,34 @@ def test_keras_dynamic_reshape_and_global_max_pool(tmp_path, three_d):
     assert len(moved) == 3         # the conv's weight and bias under the max, the FC
 
 
+def test_tf_run_time_reshape_and_a_norm_of_one_value(tmp_path):
+    """A real GitHub embedding net was refused: its tf.reshape(h, [batch, -1]) works the
+    -1 out at run time (EQUAL, WHERE, SPARSE_TO_DENSE: boolean and data-shaped values
+    fold_shapes did not compute), the reshape's file shape is a guess ([1, 1] for
+    [1, N]), and a REDUCE_MAX of the norm's one value has no kernel.  Now the chain
+    folds (WHERE's value gives its shape), the reshape and what follows get their true
+    shapes, and the REDUCE_MAX is a SQUEEZE; ONERT on the rewrite = numpy; prepare picks
+    the first output (its size is known at run time only, so the file's [1, 1] does not
+    rule it out) and trains the Dense under both outputs."""
+    from kerasgraphs import build_tf_norm
+    src, forward = build_tf_norm(tmp_path / 'n.tflite')
+    dst, info, _ = rewritten(src, tmp_path / 'r.circle')
+    assert not {'SHAPE', 'EQUAL', 'WHERE', 'SPARSE_TO_DENSE', 'CAST', 'REDUCE_MAX'} & set(ops(dst))
+    assert info['unit_reductions'] == 1
+    x = np.random.default_rng(1).standard_normal((5, 6)).astype(np.float32)
+    ref = forward(x.astype(np.float64))
+    g = read_model(dst)
+    assert [g.tensors[k].shape for k in g.outputs] == [[1, 8], [1, 8]]
+    np.testing.assert_allclose(onert_infer(dst, x, output=1).reshape(ref.shape), ref,
+                               rtol=1e-4, atol=1e-5)
+    xs = np.random.default_rng(2).standard_normal((16, 6)).astype(np.float32)
+    y = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
+    for out in (None, 1):
+        s, moved = _trained_names(src, tmp_path / f'o{out}', xs, y, loss='mse', output=out)
+        assert moved == {'w', 'b'}
+        assert s['output']['name'] == ('r' if out is None else 'y'), s['output']
+
+
 def test_keras_unrolled_rnn_zero_state_and_unpack(tmp_path, capsys):
     """Keras 3's unrolled recurrent layer: the zero initial state FILLed to a run-time
     shape folds to a constant and UNPACK becomes SPLIT + RESHAPEs (no FILL, UNPACK or

@@ -2541,3 +2541,67 @@ def build_conv1d_stack(path, W=192, C=8, H=16, O=32, classes=4, seed=0, act='REL
     b.inputs(x)
     b.outputs(z)
     return b.save(os.fspath(path))
+
+
+def build_tf_norm(path, seed=0, F=6, N=8):
+    """What TensorFlow writes for Dense -> tf.reshape(h, [batch, -1]) -> tf.clip_by_norm-
+    like scaling by the norm (a real GitHub embedding net), built here: the reshape's
+    shape worked out at run time (SHAPE -> GATHER -> CONCATENATION with -1 -> EQUAL 0 ->
+    WHERE -> GATHER -> SPARSE_TO_DENSE -> ADD -> CAST), its output's file shape the
+    converter's guess [1, 1] (signature [-1, -1]); the norm SUM -> SQRT -> REDUCE_MAX of
+    its one value to a scalar -> MAXIMUM(eps) -> DIV.  Outputs: the reshaped h (first,
+    its size known at run time only) and the scaled one.  Returns (path, numpy forward
+    of the scaled output)."""
+    rng = np.random.default_rng(seed)
+    w, bias = _rand(rng, N, F), _rand(rng, N)
+    b = CircleBuilder(identifier=b'TFL3')
+    x = _act(b, 'x', [1, F])
+    h = _act(b, 'h', [1, N])
+    b.op('FULLY_CONNECTED', [x, b.tensor('w', w.shape, data=w), b.tensor('b', [N], data=bias)], [h])
+    i64 = lambda name, shape, v=None: b.tensor(name, shape, dtype=np.int64) if v is None else \
+        b.tensor(name, shape, data=np.array(v, np.int64))          # noqa: E731
+    shp = i64('shape', [2])
+    b.op('SHAPE', [h], [shp], out_type='INT64')
+    n = i64('n', [])
+    b.op('GATHER', [shp, i64('i0', [], 0)], [n], axis=0)
+    n1 = i64('n1', [1])
+    b.op('RESHAPE', [n, b.tensor('one', [1], data=np.array([1], np.int32))], [n1])
+    cat = i64('cat', [2])
+    b.op('CONCATENATION', [n1, i64('m1', [1], [-1])], [cat], axis=0)
+    eq = b.tensor('eq', [2], dtype=np.bool_)
+    b.op('EQUAL', [cat, i64('zero', [], 0)], [eq])
+    wh = b.tensor('where', [1, 1], dtype=np.int64, signature=[-1, 1])
+    b.op('WHERE', [eq], [wh])
+    wr = b.tensor('where1', [1], dtype=np.int64, signature=[-1])
+    b.op('RESHAPE', [wh, b.tensor('m1s', [1], data=np.array([-1], np.int32))], [wr])
+    gv = b.tensor('gv', [1], dtype=np.int64, signature=[-1])
+    b.op('GATHER', [shp, wr], [gv], axis=0)
+    sd = i64('sd', [2])
+    b.op('SPARSE_TO_DENSE', [wh, i64('two', [1], [2]), gv, i64('z0', [], 0)], [sd])
+    nw = i64('new64', [2])
+    b.op('ADD', [cat, sd], [nw])
+    nw32 = b.tensor('new', [2], dtype=np.int32)
+    b.op('CAST', [nw], [nw32])
+    r = b.tensor('r', [1, 1], signature=[-1, -1])       # (wrong: the converter's guess)
+    b.op('RESHAPE', [h, nw32], [r])
+    sq = _act(b, 'sq', [1, N])
+    b.op('MUL', [r, r], [sq])
+    s = _act(b, 's', [1, 1])
+    b.op('SUM', [sq, b.tensor('ax1', [1], data=np.array([1], np.int32))], [s], keep_dims=True)
+    q = _act(b, 'q', [1, 1])
+    b.op('SQRT', [s], [q])
+    m = b.tensor('m', [])
+    b.op('REDUCE_MAX', [q, b.tensor('ax01', [2], data=np.array([0, 1], np.int32))], [m],
+         keep_dims=False)
+    mx = b.tensor('mx', [])
+    b.op('MAXIMUM', [m, b.tensor('eps', [], data=np.array(1e-3, np.float32))], [mx])
+    y = _act(b, 'y', [1, N])
+    b.op('DIV', [r, mx], [y])
+    b.inputs(x)
+    b.outputs(r, y)
+    b.save(path)
+
+    def forward(xv):
+        hv = xv.reshape(len(xv), -1) @ w.T.astype(np.float64) + bias
+        return hv / np.maximum(np.sqrt((hv * hv).sum(1, keepdims=True)), 1e-3)
+    return os.fspath(path), forward

@@ -85,8 +85,9 @@ CCE_THRESHOLD = 1e-20      # cker's log_threshold<float>()
 
 # --------------------------------------------------------------------------- ONERT
 
-def onert_infer(circle_path, x: np.ndarray) -> np.ndarray:
-    """Run ONERT inference of a one-input, one-output model whose batch dim is 1.
+def onert_infer(circle_path, x: np.ndarray, output: int = 0) -> np.ndarray:
+    """Run ONERT inference of a one-input model whose batch dim is 1: its output number
+    ``output``.
 
     ``x`` carries a leading batch dimension; samples are run one at a time and the
     outputs stacked along axis 0."""
@@ -94,7 +95,7 @@ def onert_infer(circle_path, x: np.ndarray) -> np.ndarray:
 
     x = np.asarray(x, dtype=np.float32)
     sess = onert.infer.session(os.fspath(circle_path))
-    outs = [np.array(sess.infer([np.ascontiguousarray(x[i:i + 1])])[0], copy=True)
+    outs = [np.array(sess.infer([np.ascontiguousarray(x[i:i + 1])])[output], copy=True)
             for i in range(x.shape[0])]
     return np.concatenate(outs, axis=0)
 
