@@ -64,18 +64,17 @@ def _twin_list(vals, fill):
 
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
-    'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
-    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Sigmoid',
-    'Slice', 'Softmax', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
+    'ReduceSum', 'Relu', 'Reshape', 'Resize (nearest, integer scales)', 'Selu', 'Sigmoid',
+    'Slice', 'Softmax', 'Softsign', 'Split', 'Sqrt', 'Squeeze', 'Sub', 'Tanh', 'Transpose',
     'Unsqueeze', 'Upsample (nearest, integer scales)'})
 
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
 ADVICE = {
-    'Softsign': 'write it as x / (1 + x.abs())',
 }
 
 
@@ -531,9 +530,45 @@ class _Reader(RecurrentOps):
 
     def op_Elu(self, node, ins, a, i):
         alpha = float(a.get('alpha', 1.0))
-        if alpha != 1.0:
-            self.err(f'alpha {alpha}: utrain\'s ELU has alpha 1 (nn.ELU() / F.elu default)')
-        self._unary('ELU', node, ins)
+        if alpha == 1.0:
+            self._unary('ELU', node, ins)
+        else:
+            self._unary_chain(node, ins, lambda x, y, b: self._elu(x, y, b, alpha, 1.0))
+
+    def _elu(self, x, y, b, alpha, gamma):
+        """gamma * ELU_alpha(x) with the device's ELU (alpha 1): the negative side is
+        alpha (exp(x) - 1), the positive x, so gamma alpha ELU(x) + gamma (1 - alpha)
+        RELU(x) (nn.ELU(alpha), nn.SELU: gamma 1.0507, alpha 1.6733)."""
+        e = self._ir('MUL', [self._ir('ELU', [x], b + '/elu'),
+                             self._scalar(b + '/ga', gamma * alpha)], b + '/gae')
+        if abs(1 - alpha) < 1e-12:
+            return self._ir('ADD', [e, self._scalar(b + '/zero', 0.0)], y)
+        r = self._ir('MUL', [self._ir('RELU', [x], b + '/relu'),
+                             self._scalar(b + '/g1a', gamma * (1 - alpha))], b + '/g1ar')
+        return self._ir('ADD', [e, r], y)
+
+    def op_Selu(self, node, ins, a, i):
+        al = float(a.get('alpha', 1.67326319217681884765625))
+        ga = float(a.get('gamma', 1.05070102214813232421875))
+        self._unary_chain(node, ins, lambda x, y, b: self._elu(x, y, b, al, ga))
+
+    def op_Celu(self, node, ins, a, i):
+        """max(0, x) + min(0, alpha (exp(x / alpha) - 1)) = alpha ELU(x / alpha)."""
+        al = float(a.get('alpha', 1.0))
+
+        def build(x, y, b):
+            if al != 1.0:
+                x = self._ir('MUL', [x, self._scalar(b + '/inv', 1 / al)], b + '/xa')
+            e = self._ir('ELU', [x], b + '/elu' if al != 1.0 else y)
+            if al != 1.0:
+                self._ir('MUL', [e, self._scalar(b + '/alpha', al)], y)
+        self._unary_chain(node, ins, build)
+
+    def op_Softsign(self, node, ins, a, i):
+        """x / (1 + |x|)."""
+        self._unary_chain(node, ins, lambda x, y, b: self._ir('DIV', [x, self._ir(
+            'ADD', [self._abs(x, b + '/abs', b + '/abs'), self._scalar(b + '/one', 1.0)],
+            b + '/den')], y))
 
     def _ir(self, name, xs, out, shape=None, **opts):
         """One op on IR tensors; out: an IR tensor or a name for a new one (shape of xs[0])."""
@@ -572,12 +607,13 @@ class _Reader(RecurrentOps):
             'MUL', [x, self._scalar(b + '/minus_one', -1.0)], y))
 
     def op_Abs(self, node, ins, a, i):
+        self._unary_chain(node, ins, self._abs)
+
+    def _abs(self, x, y, b):
         """|x| = RELU(x) + RELU(-x)."""
-        def build(x, y, b):
-            n = self._ir('MUL', [x, self._scalar(b + '/minus_one', -1.0)], b + '/neg')
-            p = self._ir('RELU', [x], b + '/pos')
-            self._ir('ADD', [p, self._ir('RELU', [n], b + '/negpart')], y)
-        self._unary_chain(node, ins, build)
+        n = self._ir('MUL', [x, self._scalar(b + '/minus_one', -1.0)], b + '/neg')
+        p = self._ir('RELU', [x], b + '/pos')
+        return self._ir('ADD', [p, self._ir('RELU', [n], b + '/negpart')], y)
 
     def _maxmin(self, node, ins, is_max):
         """max(a, b) = RELU(a - b) + b, min(a, b) = a - RELU(a - b): two activations or

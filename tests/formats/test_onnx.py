@@ -103,6 +103,14 @@ def softplus():
                          nn.Linear(8, 3))
 
 
+def elus():
+    # a GitHub CIFAR net (nn.SELU) was refused: 'cannot read ONNX op Selu'; nn.ELU(alpha)
+    # other than 1, CELU and Softsign were refused too
+    return nn.Sequential(nn.Linear(10, 12), nn.SELU(), nn.Linear(12, 8), nn.ELU(0.4),
+                         nn.Linear(8, 8), nn.CELU(2.0), nn.Linear(8, 6), nn.Softsign(),
+                         nn.Linear(6, 3))
+
+
 def _seeded(model, seed):
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
@@ -333,6 +341,23 @@ def _tiny(path, op, attrs=None, extra_inputs=()):
                           opset_imports=[helper.make_opsetid('', 17)])
     onnx.save(m, path)
     return path
+
+
+@pytest.mark.parametrize('op,attrs,ref', [
+    ('Softsign', {}, lambda h: h / (1 + np.abs(h))),
+    ('Selu', {'alpha': 1.5, 'gamma': 1.2}, lambda h: 1.2 * np.where(h > 0, h, 1.5 * np.expm1(h))),
+    ('Elu', {'alpha': 0.3}, lambda h: np.where(h > 0, h, 0.3 * np.expm1(h))),
+    ('Celu', {'alpha': 0.5}, lambda h: np.maximum(h, 0) + np.minimum(0, 0.5 * np.expm1(h / 0.5)))])
+def test_elu_family_and_softsign_nodes_run(tmp_path, op, attrs, ref):
+    """ONNX Selu (a real GitHub CIFAR net), Elu of another alpha, Celu and Softsign (as
+    tf2onnx writes it; torch writes Abs/Add/Div) were refused: each is spelled with the
+    device's ELU, RELU, MUL, ADD, DIV, and utrain's forward = the ONNX definition."""
+    p = _tiny(os.fspath(tmp_path / 'a.onnx'), op, attrs)
+    x = (np.random.default_rng(0).standard_normal((6, 4)) * 2).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=x)
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', epochs=1, log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, x), ref(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
 
 
 def test_an_input_of_an_open_size_says_which_and_how_to_fix_it(tmp_path):
@@ -958,10 +983,10 @@ class AttnPool(nn.Module):
 
 SENSOR.update({'misc2d': (Misc2d, (2, 6, 6)), 'misc1d': (Misc1d, (3, 12)),
                'norms1d': (lambda: _seeded_affine(Norms1d()), (3, 10)),
-               'attnpool': (AttnPool, (3, 9))})
+               'attnpool': (AttnPool, (3, 9)), 'elus': (elus, (10,))})
 
 
-@pytest.mark.parametrize('name', ['misc2d', 'misc1d', 'norms1d', 'attnpool'])
+@pytest.mark.parametrize('name', ['misc2d', 'misc1d', 'norms1d', 'attnpool', 'elus'])
 def test_more_layers_step_as_torch(name, tmp_path):
     test_sensor_layers_step_as_torch(name, 'cpython', tmp_path)
 
