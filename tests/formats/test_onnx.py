@@ -559,8 +559,6 @@ def test_stacked_gru_reading_the_whole_sequence(tmp_path):
 
 
 @pytest.mark.parametrize('model,shape,match', [
-    (lambda: nn.Sequential(nn.Conv1d(2, 3, 3), nn.ELU(alpha=0.5)), (2, 8),
-     r'\(Elu\): alpha 0.5: utrain\'s ELU has alpha 1'),
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=2, mode='bicubic')),
      (1, 6, 6), r"\(Resize\): mode cubic: utrain resizes with mode 'linear' \(bilinear\) or 'nearest'"),
     (lambda: nn.Sequential(nn.Conv2d(1, 2, 3), nn.Upsample(scale_factor=1.6, mode='bilinear')),
