@@ -74,8 +74,15 @@ SUPPORTED = sorted({
 
 
 # ops refused with what to do instead (the device has no kernel they could be made of)
-ADVICE = {
-}
+_QUANTIZED = ('a model quantized by onnxruntime.quantization (quantize_dynamic or '
+              'quantize_static), whose int8 weights utrain does not write back into the '
+              '.onnx: give utrain the float model from before quantizing it (its training '
+              'is float32 anyway; quantize the exported model again after), or a '
+              'full-integer .tflite for int8 training')
+ADVICE = {op: _QUANTIZED for op in (
+    'DynamicQuantizeLinear', 'QuantizeLinear', 'DequantizeLinear', 'MatMulInteger',
+    'ConvInteger', 'QLinearConv', 'QLinearMatMul', 'QLinearAdd', 'QLinearMul',
+    'QGemm', 'DynamicQuantizeMatMul')}
 
 
 def _onnx():
@@ -461,7 +468,8 @@ class _Reader(RecurrentOps):
             vals = [self.const[v] if v else None for v in ins]
             r = _fold(node, vals, a)
             if r is None:
-                self.err('cannot fold this op on constants')
+                self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}' if t in ADVICE
+                         else 'cannot fold this op on constants')
             self.const[node.output[0]] = np.asarray(r)
             src = ins[0] if ins else None
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity') and \

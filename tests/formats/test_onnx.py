@@ -387,6 +387,19 @@ def test_unsupported_node_is_named(tmp_path):
     p = _tiny(os.fspath(tmp_path / 'clip.onnx'), 'Clip', {'min': 3.0, 'max': -2.0})
     with pytest.raises(ModelError, match=r'the_odd_one.*Clip to \[3.0, -2.0\]: an empty range'):
         read_model(p)
+    # (an onnxruntime-quantized model, a real GitHub one: what to give utrain instead)
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info('y', TensorProto.INT32, [1, 4])
+    w = helper.make_tensor('w', TensorProto.UINT8, [4, 4], np.eye(4, dtype=np.uint8).ravel())
+    nodes = [helper.make_node('DynamicQuantizeLinear', ['x'], ['q', 's', 'z'], name='dq'),
+             helper.make_node('MatMulInteger', ['q', 'w', 'z'], ['y'], name='mmi')]
+    p = os.fspath(tmp_path / 'dq.onnx')
+    onnx.save(helper.make_model(helper.make_graph(nodes, 'g', [x], [y], [w]),
+                                opset_imports=[helper.make_opsetid('', 17)]), p)
+    with pytest.raises(ModelError, match=r'dq \(DynamicQuantizeLinear\).*onnxruntime'
+                       r'.quantization.*the float model from before quantizing'):
+        read_model(p)
     bad = tmp_path / 'junk.onnx'
     bad.write_bytes(b'\x00not an onnx model')
     with pytest.raises(ModelError, match='junk.onnx'):
