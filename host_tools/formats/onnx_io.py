@@ -64,7 +64,7 @@ def _twin_list(vals, fill):
 
 SUPPORTED = sorted({
     'Abs', 'Add', 'AveragePool', 'BatchNormalization', 'Clip', 'Concat', 'Constant',
-    'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
+    'Cast (to float)', 'Celu', 'Conv', 'ConvTranspose', 'Div', 'Dropout', 'Elu', 'Exp', 'Log', 'Mish', 'Softplus', 'Erf (in GELU)', 'Expand', 'Flatten', 'GRU',
     'Gather', 'Gelu', 'Gemm', 'LogSoftmax (ending the model)', 'GlobalAveragePool', 'GlobalMaxPool', 'HardSigmoid',
     'HardSwish', 'Identity', 'InstanceNormalization', 'LSTM', 'LayerNormalization', 'LeakyRelu', 'MatMul', 'Max',
     'MaxPool', 'Min', 'Mul', 'Neg', 'PRelu', 'Pad', 'Pow', 'ReduceL2', 'ReduceMax', 'ReduceMean',
@@ -492,6 +492,14 @@ class _Reader(RecurrentOps):
         self.alias(node.output[0], ins[0])
 
     def op_Dropout(self, node, ins, a, i):
+        self.alias(node.output[0], ins[0])
+
+    def op_Cast(self, node, ins, a, i):
+        """A Cast of an activation to float32 (of the float32 input, as an SB3 policy's
+        export starts): nothing to do; to another type: refused."""
+        if int(a.get('to', 0)) != 1:
+            self.err(f'a Cast of an activation to ONNX type {a.get("to")}: utrain computes '
+                     'in float32; export the model without it')
         self.alias(node.output[0], ins[0])
 
     def _unary(self, name, node, ins, **opts):

@@ -347,11 +347,13 @@ def _tiny(path, op, attrs=None, extra_inputs=()):
     ('Softsign', {}, lambda h: h / (1 + np.abs(h))),
     ('Selu', {'alpha': 1.5, 'gamma': 1.2}, lambda h: 1.2 * np.where(h > 0, h, 1.5 * np.expm1(h))),
     ('Elu', {'alpha': 0.3}, lambda h: np.where(h > 0, h, 0.3 * np.expm1(h))),
-    ('Celu', {'alpha': 0.5}, lambda h: np.maximum(h, 0) + np.minimum(0, 0.5 * np.expm1(h / 0.5)))])
+    ('Celu', {'alpha': 0.5}, lambda h: np.maximum(h, 0) + np.minimum(0, 0.5 * np.expm1(h / 0.5))),
+    ('Cast', {'to': 1}, lambda h: h)])
 def test_elu_family_and_softsign_nodes_run(tmp_path, op, attrs, ref):
     """ONNX Selu (a real GitHub CIFAR net), Elu of another alpha, Celu and Softsign (as
     tf2onnx writes it; torch writes Abs/Add/Div) were refused: each is spelled with the
-    device's ELU, RELU, MUL, ADD, DIV, and utrain's forward = the ONNX definition."""
+    device's ELU, RELU, MUL, ADD, DIV, and utrain's forward = the ONNX definition.  A
+    Cast to float32 of an activation (a GitHub SB3 policy's export) is nothing to do."""
     p = _tiny(os.fspath(tmp_path / 'a.onnx'), op, attrs)
     x = (np.random.default_rng(0).standard_normal((6, 4)) * 2).astype(np.float32)
     np.savez(tmp_path / 'd.npz', x=x, y=x)
