@@ -1822,35 +1822,24 @@ def test_a_conv_streamed_by_rows_is_planned_as_convrows_runs_it(tmp_path, monkey
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(os.environ.get('UTRAIN_MP32_ULAB') or '/-'),
                     reason='$UTRAIN_MP32_ULAB names no build')
-def test_a_1d_conv_forward_is_planned_as_ulconv_runs_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize('kw', [dict(train='none', ranks='3:up'), dict(train='all')],
+                         ids=['ranked', 'whole'])
+def test_a_1d_conv_net_without_activations_is_planned_within_1_2x(tmp_path, monkeypatch, kw):
     """The 1-D conv net of the tests above without activations (192 x 8 -> 16 -> 32,
-    NONE), only its classifier's upper half trained (--ranks 3:up: the forward pass is
-    the peak) on 32-bit ulab: its second conv makes its 24 KB output and 2 KB pieces of a
-    tap's product, no activation array (op_act.act returns y for NONE), and its output
-    needs no run beyond the one 2 KB hole the first conv's pieces left (fresh_run).
-    Planned as an output-sized activation array and 22 KB of fresh run it was 1.45-1.55x
-    its smallest heap (issue 28's held-out sweep: c1d_none, c1d192; 1.67x here on main);
-    now it trains in its plan and not in plan / 1.2 (measured once, bisected over 8
-    samples: 127 KB planned, 113 KB needed, 1.12x)."""
+    NONE), SGD b1 on 32-bit ulab; trains in its plan, not in plan / 1.2.
+    ranked (--ranks 3:up, the classifier's upper half: the forward pass is the peak):
+    its second conv makes its 24 KB output and 2 KB pieces of a tap's product, no
+    activation array (op_act.act returns y for NONE), and its output needs no run beyond
+    the one 2 KB hole the first conv's pieces left (fresh_run).  Planned as an
+    output-sized activation array and 22 KB of fresh run it was 1.45-1.55x its smallest
+    heap (issue 28's held-out sweep: c1d_none, c1d192; 1.67x here on main; measured once,
+    bisected over 8 samples: 127 KB planned, 113 KB needed, 1.12x).
+    whole (the backward pass is the peak): MEAN's gradient was zeros(x) + d (a second
+    24 KB array, the first garbage at once), which cut the heap the conv's dx and weight
+    gradient come into next (bisected over these 4 samples: main planned 195 KB and it
+    needed 158 KB, 1.23x); made in place it needs 135 KB, planned 158 KB (1.17x)."""
     monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
-    out, plan = _c1d_prepared(tmp_path, 'ulab', act='NONE', batch=1, train='none', ranks='3:up')
-    assert trains_in(out, plan), f'does not train in the planned {plan} B'
-    assert not trains_in(out, int(plan / 1.2)), \
-        f'trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not os.path.exists(os.environ.get('UTRAIN_MP32_ULAB') or '/-'),
-                    reason='$UTRAIN_MP32_ULAB names no build')
-def test_a_1d_conv_net_without_activations_trained_whole_on_32_bit_ulab(tmp_path, monkeypatch):
-    """The same net without activations trained whole at SGD b1 on 32-bit ulab: its
-    backward pass is the peak.  MEAN's gradient was zeros(x) + d (a second 24 KB array,
-    the first garbage at once), which cut the heap the conv's dx and weight gradient
-    come into next (bisected over these 4 samples: main planned 195 KB, with an
-    activation array the convs never make, and it needed 158 KB, 1.23x); made in place it
-    needs 135 KB, planned 158 KB (1.17x).  Trains in its plan, not in plan / 1.2."""
-    monkeypatch.setenv('MICROPYTHON', os.environ['UTRAIN_MP32_ULAB'])
-    out, plan = _c1d_prepared(tmp_path, 'ulab', act='NONE', batch=1, train='all')
+    out, plan = _c1d_prepared(tmp_path, 'ulab', act='NONE', batch=1, **kw)
     assert trains_in(out, plan), f'does not train in the planned {plan} B'
     assert not trains_in(out, int(plan / 1.2)), \
         f'trains in {int(plan / 1.2)} B, the plan ({plan} B) is over 1.2x the need'
