@@ -355,6 +355,37 @@ def _act_grad_temps(op, n):
     return 2, 0
 
 
+def _conv_fwd(op, g, arrays):
+    """utrain.op_conv's forward beside its output (zeros, which the steps write into):
+    the fused activation's arrays (_act_temps: none for NONE, in place a chunk of rows at
+    a time on a large output), under ulab a tap's product a piece at a time (_conv_piece;
+    freed before the activation runs) and a depthwise multiplier M > 1's spread copy of
+    x (M input-sized floats); the fallback's native loops write into the output (its
+    depthwise's figure kept: one input-sized array).  (Planned as one more output-sized
+    array whatever the activation, the held-out 1-D conv nets' second conv, whose 15 KB
+    output has none, stood at their forward peak: 1.55x on 32-bit ulab, issue 28.)"""
+    _, OH, OW, O = g.tensors[op.outputs[0]].shape
+    fo, act = _act_temps(op, OH * OW * O, O, arrays)
+    if arrays != 'ulab':
+        return fo, 1 if op.name == 'DEPTHWISE_CONV_2D' else 0, act
+    return fo, _dw_spread(op, g), max(_conv_piece(op, g), act)
+
+
+def _dw_spread(op, g):
+    """Input-sized arrays of a depthwise multiplier M > 1's spread copy under ulab (M of
+    them: op_conv.spread, made by utrain.ulconv and convwalk), none where utrain.ulmono
+    runs the op (one input channel, not ulconv's stride-1 same-size case: it reads the
+    image as it is; planned as 8 input-sized copies, the held-out 1 -> 8 depthwise net's
+    ranked cells were 1.25x on 32-bit ulab), nor for M = 1 or another op."""
+    if op.name != 'DEPTHWISE_CONV_2D':
+        return 0
+    x, y = g.tensors[op.inputs[0]].shape, g.tensors[op.outputs[0]].shape
+    m = y[-1] // x[-1]
+    if m == 1 or 'ulmono' in _conv_steps(op, g, 'ulab', False):
+        return 0
+    return m
+
+
 def _conv_bwd(op, g, arrays):
     """utrain.op_conv's backward beside the gradients in flight: the fused activation's
     gradient (_act_grad_temps), dx (zeros, which the steps write into: the fallback's
@@ -366,11 +397,7 @@ def _conv_bwd(op, g, arrays):
     32-bit.)"""
     n = int(np.prod(g.tensors[op.outputs[0]].shape))
     fo, mask = _act_grad_temps(op, n)
-    fi = 1
-    if op.name == 'DEPTHWISE_CONV_2D' and arrays == 'ulab':
-        c = g.tensors[op.inputs[0]].shape[-1]
-        m = g.tensors[op.outputs[0]].shape[-1] // c
-        fi += m if m > 1 else 0
+    fi = 1 + (_dw_spread(op, g) if arrays == 'ulab' else 0)
     piece = _conv_piece(op, g) if arrays == 'ulab' else 0
     return fo, fi, mask + piece, ()
 
@@ -420,15 +447,15 @@ SPECS.update({s.name: s for s in [
     OpSpec('CONV_2D', {1: 'weight', 2: 'bias'}, _conv_options, _conv_saves,
            shapes=_conv_shapes, fwd=(2, 0), bwd=(3, 2), taps=24, steps=_conv_steps,
            fwd_native=(1, 0), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd,
-           rows_of=_conv_rows),   # (fwd: the fused activation's array)
+           rows_of=_conv_rows, fwd_of=_conv_fwd),   # (fwd: the fused activation's array)
     OpSpec('DEPTHWISE_CONV_2D', {1: 'weight', 2: 'bias'}, _dwconv_options, _conv_saves,
            fwd=(2, 1), bwd=(3, 3), taps=24, out_axis=1, steps=_conv_steps,
            fwd_native=(1, 1), bwd_native=(2, 2), piece=_conv_piece, bwd_of=_conv_bwd,
-           rows_of=_conv_rows),   # (fwd: and op_conv._spread's copy)
+           rows_of=_conv_rows, fwd_of=_conv_fwd),   # (fwd: and op_conv._spread's copy)
     OpSpec('MAX_POOL_2D', {}, _pool_options, _maxpool_saves, fwd=(2, 0), bwd=(3, 2), taps=16),
     OpSpec('AVERAGE_POOL_2D', {}, _pool_options, _avgpool_saves, fwd=(2, 0), bwd=(3, 2),
            taps=16),
-    OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(1, 2)),
+    OpSpec('MEAN', {}, _mean_options, _none, device_inputs=(0,), fwd=(0, 0), bwd=(1, 1)),   # (dx: zeros, d added in place)
 ]})
 
 

@@ -697,8 +697,9 @@ def fwd_temps(r, spec, op):
     and the array kind (spec.fwd_of: the element-wise and copy kernels, whose blocks,
     broadcast blocks and fused activation decide them), those it holds at once
     (spec.fwd_live) where the run collects before each of them (r.every), else op_temps'."""
-    if spec.fwd_of or spec.rows_of and by_rows(r, op):
-        fo, fi, n = spec.fwd_of(op, r.g, r.arrays) if spec.fwd_of else spec.rows_of(op, r.g, r.arrays, False)
+    if spec.rows_of and by_rows(r, op) or spec.fwd_of:     # (streamed by rows: convrows')
+        fo, fi, n = spec.rows_of(op, r.g, r.arrays, False) if spec.rows_of and by_rows(r, op) \
+            else spec.fwd_of(op, r.g, r.arrays)
         return fo, fi, r.A(n) if n else 0
     if spec.fwd_live and r.every and r.A(r.size[op.outputs[0]]) >= r.every:
         return spec.fwd_live + (0,)     # (a collection before each: the dead ones gone)
@@ -816,11 +817,16 @@ def fresh_run(arrays, holes) -> int:
     42 KB one after 18 KB ones, 32-bit ulab: it failed with 81 KB free and no 42 KB run.
     One largest hole for every array, ONNX c2's RELU6 after a 1 -> 6 depthwise, banded
     after it on 32-bit ulab, made two 3.4 KB arrays where the depthwise had freed one
-    3.4 KB spread copy and a 2 KB piece: it failed with 17 KB free, planned no run.)"""
+    3.4 KB spread copy and a 2 KB piece: it failed with 17 KB free, planned no run.)
+    Never more than the holes' bytes: an array no hole takes goes where the free heap is
+    one run, and what it costs beyond the live data is the holes it leaves behind, at most
+    all of them.  (Without that bound a 15 KB conv output after one 2 KB piece's hole was
+    planned 13 KB of run: the held-out 1-D conv nets 1.3-1.55x on 32-bit ulab, issue 28.)"""
     if not holes:
         return 0
     hs = sorted(holes, reverse=True)
-    return sum(max(0, n - hs[min(i, len(hs) - 1)]) for i, n in enumerate(sorted(arrays, reverse=True)))
+    return min(sum(hs), sum(max(0, n - hs[min(i, len(hs) - 1)])
+                            for i, n in enumerate(sorted(arrays, reverse=True))))
 
 
 def backward_peak(r) -> int:

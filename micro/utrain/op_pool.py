@@ -113,10 +113,14 @@ def backward(rt, op, dy, flags):
     if code == _MEAN:
         outer, red, inner = _mean_shape(o)
         d = dy * (1.0 / red)
+        # (added in place: zeros(...) + d made a second input-sized array, the first
+        # garbage at once: a 1-D conv net's 15 KB of it cut its heap, issue 28)
         if inner == 1:
-            dx = zeros((outer, red)) + d.reshape((outer, 1))
+            dx = zeros((outer, red))
+            dx += d.reshape((outer, 1))
         elif outer == 1:
-            dx = zeros((red, inner)) + d.reshape((1, inner))
+            dx = zeros((red, inner))
+            dx += d.reshape((1, inner))
         else:
             d = d.reshape((outer, inner))
             dx = zeros((outer * red, inner))
