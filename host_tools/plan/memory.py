@@ -1210,17 +1210,35 @@ Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'data')
 # and the frozen prefix pass's (utrain.q8prefix), before the trainer's code loads
 Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof')
 # The net's load (utrain.q8load: Q8Net.__init__) and training are two phases: q8load is
-# dropped and collected before the code the table asks for beyond it loads (Q8Net._ext:
-# band groups, ranges, growing scales, PRELU slopes, shared weights; then the trainer's
-# setup: a batch's updates, momentum, a float-target loss).  Planned apart: the load
-# holds what training holds, its code without those (Q8_AFTER_LOAD), training holds its
-# code without q8load (Q8_LOAD); the plan is the larger (measured on the 32-bit unix
-# build, SGD b1: a BatchNorm-folded int8 CNN whose ranges follow training and whose
-# scales grow needed 91.3 KB with q8load, q8range and q8grow resident at once, 86.1 KB
-# after; its load's peak, not a step's, set both)
+# dropped and collected before the code the table asks for beyond it loads (utrain.q8ext,
+# itself dropped after: band groups, ranges, growing scales, PRELU slopes, shared weights;
+# its own 0.6 KB less than the saves' Q8_SAVE_CODE, priced in neither; then the trainer's
+# setup: momentum, a float-target loss; a batch's updates where SGD at batch 1 loads them
+# for shared weights alone: Q8Trainer loads them before the net otherwise).  Planned
+# apart (q8_after_load): the load holds what training holds, its code without those;
+# training holds its code without q8load, and at each save utrain.wof's and
+# utrain.best's besides, of which Q8_SAVE_CODE shows (they load into the holes training
+# leaves: on the 32-bit unix build, SGD b1, the saves of a BatchNorm-folded int8 CNN and
+# of a residual one's last two layers over row bands needed 2.8 and 2.0 KB above their
+# steps' peaks, of 5.8 KB of code); the plan is the larger.  (Measured there too: that
+# BatchNorm CNN, whose ranges follow training and whose scales grow, needed 91.3 KB with
+# q8load, q8range and q8grow resident at once, its load's peak; 84.9 KB after, its
+# checkpoint's save the peak.)
 Q8_LOAD = ('q8load',)
 Q8_AFTER_LOAD = ('q8bands', 'bands', 'q8range', 'q8grow', 'q8slope', 'q8share', 'q8batch',
                  'q8mom', 'q8reg')
+Q8_SAVE = ('wof', 'best')
+Q8_SAVE_CODE = 0.5
+
+
+def q8_after_load(settings) -> tuple:
+    """The modules an int8 run with settings loads after the net's load (Q8_AFTER_LOAD;
+    utrain.q8batch before it where Adam or a batch > 1 asks for it: utrain.q8train)."""
+    s = settings or {}
+    early = s.get('optimizer', 'sgd') != 'sgd' or int(s.get('batch', 1)) > 1
+    return tuple(m for m in Q8_AFTER_LOAD if not (early and m == 'q8batch'))
+
+
 Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
 # and a trained layer's more attributes (its window, float bias, sums, multipliers: the
 # instance's attribute map grows; 240-260 B a trained FC on the 32-bit unix build, the
@@ -1738,9 +1756,12 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     w, B = t['word'], t['block']
     trained = tables.get('q8t.json') or tables['q8.json']
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
-    # (the larger of the load's code and training's: Q8_LOAD; the rest as either holds)
-    load = q8_code(trained, t, settings=settings, without=Q8_AFTER_LOAD)
-    code = q8_code(trained, t, settings=settings, without=Q8_LOAD)
+    # (the larger of the load's code and training's with its saves': Q8_LOAD; the rest as
+    # either holds)
+    load = q8_code(trained, t, settings=settings, without=q8_after_load(settings))
+    sizes = mpy_sizes()
+    code = q8_code(trained, t, settings=settings, without=Q8_LOAD) + int(
+        Q8_SAVE_CODE * f['code'] * sum(sizes.get(m, 0) for m in Q8_SAVE))
     phase = 'training' if code >= load else 'load'
     code = max(code, load)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}

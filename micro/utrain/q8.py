@@ -344,7 +344,7 @@ class Q8Net:
     def __init__(self, meta, wof_path, mom=0.0, adam=0, setup=1, batch=1):
         # the load: utrain.q8load, dropped after it (none of it runs again), and
         # collected before the code training keeps that the net's table asks for loads
-        # (_ext): not both at once (the load's peak: a BatchNorm-folded int8 CNN, whose
+        # (utrain.q8ext, itself dropped after): not both at once (the load's peak: a BatchNorm-folded int8 CNN, whose
         # ranges follow training and whose weight scales grow, needed 91 KB with
         # utrain.q8load, q8range and q8grow resident together, 32-bit)
         from utrain.q8load import build
@@ -354,42 +354,14 @@ class Q8Net:
         drop('q8load')
         import gc
         gc.collect()
-        self._ext()
+        from utrain.q8ext import ext
+        ext(self)
+        ext = None
+        drop('q8ext')
         if setup:       # (setup=0: the trainer's own follows, with its settings: made here
             self.setup()    # at SGD batch 1's, a batch's arrays, and a shared weight's
             #                 uses' bias sums, were garbage between the load's survivors:
             #                 TimeDistributed steps at SGD batch 4 0.985x their plan, 32-bit)
-
-    def _ext(self):
-        # after the load: the band groups, and the state that follows training kept
-        # beside the weights (files, checkpoints: self.ext, in this order)
-        meta, ls, X = self.meta, self.meta['layers'], self.X
-        self.groups = {}
-        if meta.get('groups'):
-            from utrain.q8bands import Q8Group
-            for lo, hi, rows in meta['groups']:
-                self.groups[lo] = Q8Group(self, lo, hi, rows)
-        self.rr = None            # ranges that follow training (utrain.q8range: 'rr')
-        if meta.get('rr'):
-            from utrain.q8range import Ranges
-            self.rr = Ranges(self, meta['rr'])
-        self.wg = None            # weight scales that grow (utrain.q8grow: 'gw')
-        if any([d.get('gw') and d.get('train') for d in ls]):
-            from utrain.q8grow import Grow
-            self.wg = Grow(self, qmul, _i32)
-        self.sl = None            # PRELU slopes that train ('ta')
-        if any([d.get('ta') for d in ls]):
-            from utrain.q8slope import Slopes
-            self.sl = Slopes(self, qmul, _f32)
-        self.sh = None            # weights several layers read (utrain.q8share: 'sh')
-        if any(['sh' in d for d in ls]):
-            from utrain.q8share import Share
-            self.sh = Share(self, qmul, _i32, _f32)
-        self.ext = [x for x in (self.rr, self.wg, self.sl, self.sh) if x is not None]
-        if EMB in X:                # (an embedding's table that trains: utrain.q8emb)
-            X[EMB].ext(self, _i32, qmul)
-        if any([d.get('xt') for d in ls]):  # TRANSPOSE_CONV weights that train (q8tcv: last)
-            self.ext.append(X[TCV].Train(self, qmul, _mults))
 
     def strips(self):
         """True when a band group takes the model's input: forward(None) then reads the

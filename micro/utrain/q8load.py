@@ -10,7 +10,7 @@ UMAX = 256           # the most channels a layer keeps update multipliers of (um
 
 
 def build(self, meta, wof_path, mom, adam, batch):
-    """Q8Net(meta, wof_path, ...)'s load into self (utrain.q8: its _ext and setup follow,
+    """Q8Net(meta, wof_path, ...)'s load into self (utrain.q8: utrain.q8ext and setup follow,
     once this module is dropped)."""
     from utrain.q8 import Layer
     from utrain import wof

@@ -133,11 +133,15 @@ def drop(name):
 
 
 utrain.drop = drop
-from utrain.q8 import Q8Net
+from utrain.q8train import Q8Trainer
 import utrain.q8 as q8
-net = Q8Net(json.load(open({d!r} + '/q8.json')), {d!r} + '/weights.wof')
-net.setup('sgd', 1, momentum=0.9)
-net.step(bytearray({nin}), 1, 0.01)
+tr = Q8Trainer({d!r} + '/q8.json', {d!r} + '/weights.wof', **{s!r})
+net = tr.net
+if {s!r}.get('batch', 1) == 1:
+    net.step(bytearray({nin}), 1, 0.01)
+else:
+    net.accum(bytearray({nin}), 1)
+    net.apply(0.01, 1.0)
 print('LOAD', ' '.join(sorted(seen[0])))
 print('AFTER', ' '.join(sorted(set(k[7:] for k in sys.modules if k.startswith('utrain.')))))
 print('KEPT', ' '.join(n for n in {names!r} if hasattr(q8, n)))
@@ -148,29 +152,35 @@ LOAD_ONLY = ('trained_n', 'umn', 'held_bytes', 'held_at', 'cdn', 'lowest', 'grad
 
 
 @pytest.mark.skipif(MP is None, reason='no unix MicroPython')
-def test_int8_load_and_training_code_are_apart(tmp_path):
+@pytest.mark.parametrize('s', [{'optimizer': 'sgd', 'batch': 1, 'momentum': 0.9},
+                               {'optimizer': 'adam', 'batch': 2}])
+def test_int8_load_and_training_code_are_apart(tmp_path, s):
     """utrain.q8load (the net's load, with the table's sizes and a layer's set-up that only
     the load reads) is dropped before the code training keeps loads: the ranges that follow
     training (q8range), the growing weight scales (q8grow), momentum (q8mom) load after it,
-    none while it is resident, and utrain.q8 holds none of the load's functions.  The
-    planner prices the two phases apart (memory.Q8_AFTER_LOAD: what loads after the load;
-    its plan's code is the larger phase's): what the device loads after is among them."""
+    none while it is resident (the batch updates, q8batch, before it: the trainer's), and
+    utrain.q8 holds none of the load's functions.  The planner prices the two phases apart
+    (memory.q8_after_load: what loads after the load; its plan's code is the larger
+    phase's): what the device loads after is among them, and nothing it loads before."""
     d, table = _model(tmp_path, 'pool')
     assert table.get('rr') and any(x.get('gw') for x in table['layers'])
     runner.stage(str(tmp_path / 'st'))
-    code = PHASES.format(lib=str(tmp_path / 'st' / 'lib'), d=d, nin=table['nin'], names=LOAD_ONLY)
+    code = PHASES.format(lib=str(tmp_path / 'st' / 'lib'), d=d, nin=table['nin'], names=LOAD_ONLY, s=s)
     out = subprocess.run([MP, '-c', code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr + out.stdout
     said = dict((line + ' ').split(' ', 1) for line in out.stdout.splitlines())
     load, after = set(said['LOAD'].split()), set(said['AFTER'].split())
     assert 'q8load' in load and 'q8load' not in after
-    assert {'q8range', 'q8grow', 'q8mom'} <= after - load
+    assert {'q8range', 'q8grow'} <= after - load
+    assert ('q8mom' in after - load) == bool(s.get('momentum'))
+    assert ('q8batch' in load) == (s['optimizer'] == 'adam')
     assert said['KEPT'].split() == []
-    from host_tools.plan.memory import Q8_AFTER_LOAD, plan_heap_q8, q8_code, target
-    assert not load & set(Q8_AFTER_LOAD) and after - load <= set(Q8_AFTER_LOAD)
-    s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.9}
+    from host_tools.plan.memory import Q8_SAVE, plan_heap_q8, q8_after_load, q8_code, target
+    late = set(q8_after_load(s))
+    assert not load & late and after - load <= late
     t = target(None)
     both = q8_code(table, t, settings=s)
-    phase = [q8_code(table, t, settings=s, without=w) for w in (Q8_AFTER_LOAD, ('q8load',))]
     plan = plan_heap_q8({'q8.json': table}, s)
-    assert plan['parts']['code'] == max(phase) < both
+    assert q8_code(table, t, settings=s, without=tuple(late)) <= plan['parts']['code'] < both
+    assert q8_code(table, t, settings=s, without=('q8load',)) < plan['parts']['code']
+    assert not set(Q8_SAVE) & after     # (a save's code: loaded for it, dropped after)
