@@ -2353,6 +2353,12 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             iv = {k: v for k, v in iv.items() if k not in yg}
             at, size = _place(iv)
     # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
+    if not any('wt' in d and (d.get('sd') or d.get('pw') or not (
+            d.get('train') or d.get('back') or d.get('res'))) for d in ls):
+        # every layer's weights held in RAM (utrain.q8load: a table without a scratch
+        # holds all): none reads the scratch (a streamed layer's chunks, a partial one's
+        # frozen rows, their wide kernels' multipliers), 4 KB a small CNN's board lacked
+        W = 0
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
             'wbuf': W, 'qbuf': Q, 'groups': [[lo, hi, g.rows] for lo, hi, g in groups]}
 

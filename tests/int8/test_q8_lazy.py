@@ -184,3 +184,33 @@ def test_int8_load_and_training_code_are_apart(tmp_path, s):
     assert q8_code(table, t, settings=s, without=tuple(late)) <= plan['parts']['code'] < both
     assert q8_code(table, t, settings=s, without=('q8load',)) < plan['parts']['code']
     assert not set(Q8_SAVE) & after     # (a save's code: loaded for it, dropped after)
+
+
+def test_a_table_that_holds_every_weight_has_no_weight_scratch(tmp_path):
+    """The weight scratch (q8.json 'wbuf', 4 KB at least) is read only by a layer whose
+    weights stay in flash (a frozen one read a chunk at a time, a rank's frozen rows): a
+    table whose every weighted layer trains or passes a gradient holds them all in RAM
+    and gets none, planned without it; training it makes the bytes the scratch's table
+    makes (CPython), and a table with a frozen layer keeps its scratch."""
+    from host_tools.plan.memory import plan_heap_q8
+    from utrain.q8 import Q8Net
+    d, table = _model(tmp_path, 'pool')
+    assert table['wbuf'] == 0 and all(x.get('train') or x.get('back') for x in table['layers'] if 'wt' in x)
+    s = {'optimizer': 'sgd', 'batch': 1}
+    with_scratch = dict(table, wbuf=4096)
+    assert plan_heap_q8({'q8.json': with_scratch}, s)['total'] - plan_heap_q8({'q8.json': table}, s)['total'] >= 4096
+    out = []
+    for t in (table, with_scratch):
+        net = Q8Net(json.loads(json.dumps(t)), os.path.join(d, 'weights.wof'))
+        assert (net.wbuf is None) == (t is table)
+        w0 = [bytes(L.w) + bytes(L.b) for L in net.layers if L.train]
+        for i in range(3):
+            net.step(bytearray((7 * i + j) & 255 for j in range(t['nin'])), i % 3, 0.05)
+        out.append([bytes(L.w) + bytes(L.b) for L in net.layers if L.train])
+        assert out[-1] != w0        # (the steps moved them)
+        net.close()
+    assert out[0] == out[1]
+    path = build_pool(str(tmp_path / 'f.tflite'), 'MAX_POOL_2D')
+    quant.write(quant.rewritten(read_model(path)), str(tmp_path / 'f'), 'last:1')
+    with open(tmp_path / 'f' / 'q8.json') as f:
+        assert json.load(f)['wbuf'] >= 4096      # (its frozen conv: read from flash)
