@@ -1220,7 +1220,10 @@ Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof
 # utrain.best's besides, of which Q8_SAVE_CODE shows (they load into the holes training
 # leaves: on the 32-bit unix build, SGD b1, the saves of a BatchNorm-folded int8 CNN and
 # of a residual one's last two layers over row bands needed 2.8 and 2.0 KB above their
-# steps' peaks, of 5.8 KB of code); the plan is the larger.  (Measured there too: that
+# steps' peaks, of 5.8 KB of code; the 64-bit build's residual cell came within 1 % at a
+# half; on the emulated Pico that CNN's save needed 120.9-122.1 KB where half its code
+# planned 118.4: a littlefs board's import reads each .mpy through an open file, its
+# cache beside the code, which is priced whole there: 122.2); the plan is the larger.  (Measured there too: that
 # BatchNorm CNN, whose ranges follow training and whose scales grow, needed 91.3 KB with
 # q8load, q8range and q8grow resident at once, its load's peak; 84.9 KB after, its
 # checkpoint's save the peak.)
@@ -1228,7 +1231,7 @@ Q8_LOAD = ('q8load',)
 Q8_AFTER_LOAD = ('q8bands', 'bands', 'q8range', 'q8grow', 'q8slope', 'q8share', 'q8batch',
                  'q8mom', 'q8reg')
 Q8_SAVE = ('wof', 'best')
-Q8_SAVE_CODE = 0.5
+Q8_SAVE_CODE = {(8, 'os'): 0.75, (4, 'os'): 0.5, (8, 'littlefs'): 1.0, (4, 'littlefs'): 1.0}
 
 
 def q8_after_load(settings) -> tuple:
@@ -1761,7 +1764,8 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     load = q8_code(trained, t, settings=settings, without=q8_after_load(settings))
     sizes = mpy_sizes()
     code = q8_code(trained, t, settings=settings, without=Q8_LOAD) + int(
-        Q8_SAVE_CODE * f['code'] * sum(sizes.get(m, 0) for m in Q8_SAVE))
+        Q8_SAVE_CODE[w, t['fs']] * f['code'] * sum(sizes.get(m, 0) for m in Q8_SAVE)) + (
+        OPEN_FILE[w, t['fs']] if t['fs'] == 'littlefs' else 0)
     phase = 'training' if code >= load else 'load'
     code = max(code, load)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
