@@ -1215,6 +1215,39 @@ def fit_advice(g, settings, train, ranks, backend, limit, heap, planned) -> str:
 Q8_MODULES = ('__init__', 'run', 'q8train', 'q8', 'q8load', 'data')
 # and the frozen prefix pass's (utrain.q8prefix), before the trainer's code loads
 Q8_PREFIX_MODULES = ('__init__', 'run', 'q8prefix', 'q8', 'q8load', 'data', 'wof')
+# The net's load (utrain.q8load: Q8Net.__init__) and training are two phases: q8load is
+# dropped and collected before the code the table asks for beyond it loads (utrain.q8ext,
+# itself dropped after: band groups, ranges, growing scales, PRELU slopes, shared weights;
+# its own 0.6 KB less than the saves' Q8_SAVE_CODE, priced in neither; then the trainer's
+# setup: momentum, a float-target loss; a batch's updates where SGD at batch 1 loads them
+# for shared weights alone: Q8Trainer loads them before the net otherwise).  Planned
+# apart (q8_after_load): the load holds what training holds, its code without those;
+# training holds its code without q8load, and at each save utrain.wof's and
+# utrain.best's besides, of which Q8_SAVE_CODE shows (they load into the holes training
+# leaves: on the 32-bit unix build, SGD b1, the saves of a BatchNorm-folded int8 CNN and
+# of a residual one's last two layers over row bands needed 2.8 and 2.0 KB above their
+# steps' peaks, of 5.8 KB of code; the 64-bit build's residual cell came within 1 % at a
+# half; on the emulated Pico that CNN's save needed 120.9-122.1 KB where half its code
+# planned 118.4: a littlefs board's import reads each .mpy through an open file, its
+# cache beside the code, which is priced whole there: 122.2); the plan is the larger.  (Measured there too: that
+# BatchNorm CNN, whose ranges follow training and whose scales grow, needed 91.3 KB with
+# q8load, q8range and q8grow resident at once, its load's peak; 84.9 KB after, its
+# checkpoint's save the peak.)
+Q8_LOAD = ('q8load',)
+Q8_AFTER_LOAD = ('q8bands', 'bands', 'q8range', 'q8grow', 'q8slope', 'q8share', 'q8batch',
+                 'q8mom', 'q8reg')
+Q8_SAVE = ('wof', 'best')
+Q8_SAVE_CODE = {(8, 'os'): 0.75, (4, 'os'): 0.5, (8, 'littlefs'): 1.0, (4, 'littlefs'): 1.0}
+
+
+def q8_after_load(settings) -> tuple:
+    """The modules an int8 run with settings loads after the net's load (Q8_AFTER_LOAD;
+    utrain.q8batch before it where Adam or a batch > 1 asks for it: utrain.q8train)."""
+    s = settings or {}
+    early = s.get('optimizer', 'sgd') != 'sgd' or int(s.get('batch', 1)) > 1
+    return tuple(m for m in Q8_AFTER_LOAD if not (early and m == 'q8batch'))
+
+
 Q8_LAYER_WORDS = 64         # a Layer object and its attributes (measured: 64- and 32-bit unix)
 # and a trained layer's more attributes (its window, float bias, sums, multipliers: the
 # instance's attribute map grows; 240-260 B a trained FC on the 32-bit unix build, the
@@ -1385,7 +1418,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     q8t.json) holds while it trains (trains=False: a prefix net, forward only; fs: the
     board's file system)."""
     from ..target.device import module
-    q8 = module('q8')
+    q8, ql = module('q8'), module('q8load')    # (ql: the table's sizes, the load's)
     blk = lambda n: -(-n // B) * B     # noqa: E731
     arr = lambda n: blk(4 * w) + blk(n)     # noqa: E731  (a bytearray / array of n bytes)
     ls = t['layers']
@@ -1479,7 +1512,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         elif d.get('sd'):         # weights read a chunk at a time: a trained bias, the scales
             held += (arr(4 * d['nb']) if d.get('train') else 0) + arr(4 * d['nq'])
         elif 'wt' in d and (d.get('train') or d.get('back') or d.get('res') or not t.get('wbuf')):
-            held += arr(q8.held_bytes(d)) + arr(4 * d['nb'])     # (pw: the window's rows)
+            held += arr(ql.held_bytes(d)) + arr(4 * d['nb'])     # (pw: the window's rows)
             if 'mul' not in d:
                 held += 2 * arr(4 * d['nq']) + (arr(4 * d['nq']) if d.get('fs') else 0)
     parts['weights held in RAM'] = held
@@ -1490,7 +1523,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
         n = q8_threes(t)
         if n:
             parts["pointwise convs' input rows in threes (q8asm)"] = blk(n + 4 * w)
-        n = q8.cdn(ls) if trains else 0
+        n = ql.cdn(ls) if trains else 0
         if n:       # (made with the net: utrain.q8 Q8Net)
             parts["convs' input-gradient rows (q8asm cdk)"] = arr(4 * n)
     if not trains:
@@ -1505,14 +1538,14 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     # holes, the file's block lands in it
     parts[SAVE] = OPEN_FILE[w, fs] + 2 * arr(4 * t.get('ntensors', 0)) + arr(256)
     hz = q8_held(ls)
-    gin = q8.gin(ls, hz)              # its input-gradient buffers (_gbuf: one or two)
-    nz, nz2, ng, _ = q8.bufs(ls, hz)  # shared: int8 dz (its rescaled copy), a gradient chunk,
+    gin = ql.gin(ls, hz)              # its input-gradient buffers (_gbuf: one or two)
+    nz, nz2, ng, _ = ql.bufs(ls, hz)  # shared: int8 dz (its rescaled copy), a gradient chunk,
     A = t.get('acc') or max(d['nout'] for d in ls)
-    gw = q8.gwn(ng, A)              # (none: the chunk in the sums buffer)
+    gw = ql.gwn(ng, A)              # (none: the chunk in the sums buffer)
     st = arr(nz) + arr(nz2) + (arr(4 * gw) if gw else 0) + sum(arr(4 * n) for n in hz)
     # (and the held gradients: a slot each, utrain.q8hold); the bias sums, one buffer
     # the trained layers share (Q8Net.bs)
-    st += arr(4 * q8.bsn(ls))
+    st += arr(4 * ql.bsn(ls))
     opt, batch = settings['optimizer'], int(settings['batch'])
     mom = opt == 'sgd' and settings.get('momentum')
     ibias = opt == 'sgd' and batch == 1
@@ -1520,7 +1553,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
     for i, d in enumerate(ls):
         back = d.get('train') or d.get('back')
         if d.get('back') and d['k'] < q8.MEAN and d.get('pc') and not (
-                i + 1 < len(ls) and q8.bcast(ls, i + 1)):
+                i + 1 < len(ls) and ql.bcast(ls, i + 1)):
             # dz's per-channel rescaling (none held where the gradient is a broadcast row,
             # nor by the lowest trained layer: no 'back', it passes no input gradient)
             st += 2 * arr(4 * (d['nq'] if 'nq' in d else len(d['sw'])))
@@ -1530,7 +1563,7 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             # (SGD at batch 1 with per-channel scales: an int8 fraction a bias instead of
             # a float bias, utrain.q8 Layer.be)
             st += (arr(d['nb']) if d.get('bh') and ibias else arr(4 * d['nb'])) + (
-                2 * arr(4 * q8.umn(d)) if q8.umn(d) else 0)
+                2 * arr(4 * ql.umn(d)) if ql.umn(d) else 0)
         if d.get('gw') and q8_trained_weights(d):
             # utrain.q8grow: its weight scales' exponents and counts, the count scratch
             # (one, the widest layer's: priced per layer), and dz's per-channel
@@ -1538,15 +1571,15 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
             nq = d['nq'] if 'nq' in d else len(d['mul'])
             st += 3 * arr(nq)
             if d.get('back') and nq > 1 and not (d.get('pc') and not (
-                    i + 1 < len(ls) and q8.bcast(ls, i + 1))):
+                    i + 1 < len(ls) and ql.bcast(ls, i + 1))):
                 st += 2 * arr(4 * nq)
     if mask:
         parts['output masks (1 bit an output)'] = mask
     # made at the first layer above the lowest trained one that passes a gradient back
-    first = q8.lowest(ls)
+    first = ql.lowest(ls)
     if not any(d.get('train') or d.get('back') for d in ls[first + 1:]):
         gin = 0
-    parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if q8.gtwo(ls) else 1) * arr(4 * gin)
+    parts['gradient buffers (int8 dz, int32 sums)'] = st + ((2 if ql.gtwo(ls) else 1) * arr(4 * gin)
                                                             if gin else 0)
     n_w = (1 if opt != 'sgd' or batch > 1 else 0) + (3 if opt == 'adam' else 0)
     n_b = (1 if opt != 'sgd' or batch > 1 else 0) + (2 if opt == 'adam' else 0)
@@ -1601,19 +1634,19 @@ def _q8_net(t, settings, w, B, trains=True, asm=False, fs='os') -> dict:
 
 def q8_held(ls) -> list:
     """The held gradients' slot sizes (int32 values) of layer table ls: none for a chain
-    (utrain.q8.chain), else utrain.q8hold.holds's, which a graph's net loads."""
+    (utrain.q8load.chain), else utrain.q8hold.holds's, which a graph's net loads."""
     from ..target.device import module
-    q8 = module('q8')
-    first = q8.lowest(ls)
-    ga = q8.grads(ls, first)
-    return [] if q8.chain(ls, ga) else module('q8hold').holds(ls, ga)[1]
+    ql = module('q8load')
+    first = ql.lowest(ls)
+    ga = ql.grads(ls, first)
+    return [] if ql.chain(ls, ga) else module('q8hold').holds(ls, ga)[1]
 
 
 def q8_trained_weights(d) -> int:
     """Weights of int8 layer d that train (utrain.q8 Layer.wr: a rank's rows, a depthwise
     layer's all, none when the bias alone trains)."""
     from ..target.device import module
-    return module('q8').trained_n(dict(d, train=1))
+    return module('q8load').trained_n(dict(d, train=1))
 
 
 def q8_modules(tb, trains=True, settings=None):
@@ -1668,15 +1701,18 @@ def q8_modules(tb, trains=True, settings=None):
     return mods, natives
 
 
-def q8_code(tb, t, trains=True, settings=None) -> int:
+def q8_code(tb, t, trains=True, settings=None, without=()) -> int:
     """Heap the code of q8_modules(tb, trains, settings) takes on target t: bytecode at the word
     size's resident bytes per .mpy byte; native code (viper, Thumb) in the heap where a
     board loads it into RAM (rp2: its .mpy for the board's arch, q8kern's assembler
     kernels beside it; a bytecode module with a few viper kernels, q8grow, too), else
-    its tables alone (the unix port, ESP32)."""
+    its tables alone (the unix port, ESP32); without: modules not loaded in the phase
+    priced (Q8_LOAD, Q8_AFTER_LOAD)."""
     f = WORD_FIGURES[t['word']]
     sizes = mpy_sizes()
     mods, natives = q8_modules(tb, trains, settings)
+    mods = {m for m in mods if m not in without}
+    natives = [m for m in natives if m not in without]
     heap = t['native'] == 'heap' and t['arch']
     if heap:
         natives += [m for m in mods if m + '.py' in runner.NATIVE]
@@ -1729,7 +1765,15 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     w, B = t['word'], t['block']
     trained = tables.get('q8t.json') or tables['q8.json']
     asm = t['native'] == 'heap' and t['arch'] in runner.ASM['q8asm.py']
-    code = q8_code(trained, t, settings=settings)
+    # (the larger of the load's code and training's with its saves': Q8_LOAD; the rest as
+    # either holds)
+    load = q8_code(trained, t, settings=settings, without=q8_after_load(settings))
+    sizes = mpy_sizes()
+    code = q8_code(trained, t, settings=settings, without=Q8_LOAD) + int(
+        Q8_SAVE_CODE[w, t['fs']] * f['code'] * sum(sizes.get(m, 0) for m in Q8_SAVE)) + (
+        OPEN_FILE[w, t['fs']] if t['fs'] == 'littlefs' else 0)
+    phase = 'training' if code >= load else 'load'
+    code = max(code, load)
     parts = {'code': code, 'interpreter': f['base'] + (LITTLEFS if t['fs'] == 'littlefs' else 0)}
     net = _q8_net(trained, settings, w, B, asm=asm, fs=t['fs'])
     data = sum(net.values())
@@ -1743,7 +1787,7 @@ def plan_heap_q8(tables, settings, board=None) -> dict:
     grad = sum(v for k, v in net.items() if k.startswith('gradient buffers'))
     # (the code slack on what stays: utrain.q8load goes once the net is built, and what it
     # kept live with it)
-    stays = parts['code'] - int(f['code'] * mpy_sizes().get('q8load', 0))
+    stays = parts['code'] - (int(f['code'] * mpy_sizes().get('q8load', 0)) if phase == 'load' else 0)
     parts['fragmentation allowance'] = int(g * grad + r * (data - grad) + Q8_CODE_SLACK[w] * stays) \
         + B * Q8_TRAINED_FRAG * sum(1 for d in trained['layers'] if _weights_train(d)) \
         + B * Q8_STEP_FRAG * sum(1 for d in trained['layers'] if 'wt' not in d)

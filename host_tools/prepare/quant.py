@@ -868,7 +868,7 @@ def _tabulate_frozen(ls):
     the table utrain.q8bin's forward would compute.  A LUT runs in row bands (a BIN does
     not), so the band group can start at the sample.  Below the first trained layer
     only: no gradient passes it."""
-    first = _Q8.lowest(ls)
+    first = module('q8load').lowest(ls)
     for i in range(first):
         d = ls[i]
         if d['k'] != BIN or d.get('bo') not in (0, 1, 2) or d.get('kp') != 1 or len(
@@ -2296,7 +2296,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     board's scoring pass, utrain.q8fish, which reads it in the backward pass).
     Returns the meta entries."""
     qb = module('q8bands')
-    first = _Q8.lowest(ls)
+    first = module('q8load').lowest(ls)
     free = qb.frees(ls, first)
     groups = _bands(ls, first, free, rows) if rows != 0 else []
     iv = _intervals(ls, first, free, groups)
@@ -2348,9 +2348,9 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     if alias:
         # (a MobileNet's 1x1 head into its global pool: 20 KB of arena at 128x128; its
         # mask bits are what the backward pass reads, the MEAN's gradient a row)
-        gb = 4 * _Q8.gin(ls)
+        gb = 4 * module('q8load').gin(ls)
         yg = {d['out'] for i, d in enumerate(ls) if i > first and d.get('sd') and d.get('nc')
-              and d['k'] == CONV and i + 1 < len(ls) and _Q8.bcast(ls, i + 1) and d['nout'] <= gb}
+              and d['k'] == CONV and i + 1 < len(ls) and module('q8load').bcast(ls, i + 1) and d['nout'] <= gb}
         for d in ls:
             if d['out'] in yg:
                 d['yg'] = 1
@@ -2358,6 +2358,12 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             iv = {k: v for k, v in iv.items() if k not in yg}
             at, size = _place(iv)
     # Q: the biases / multipliers a frozen layer reads at once (a chunk's, or all)
+    if not any('wt' in d and (d.get('sd') or d.get('pw') or not (
+            d.get('train') or d.get('back') or d.get('res'))) for d in ls):
+        # every layer's weights held in RAM (utrain.q8load: a table without a scratch
+        # holds all): none reads the scratch (a streamed layer's chunks, a partial one's
+        # frozen rows, their wide kernels' multipliers), 4 KB a small CNN's board lacked
+        W = 0
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
             'wbuf': W, 'qbuf': Q, 'groups': [[lo, hi, g.rows] for lo, hi, g in groups]}
 

@@ -22,7 +22,6 @@ from utrain import q8kern as K
 # the layer kinds of q8.json's 'k': the one table (host_tools/prepare/quant.py reads it from here;
 # q8bands, which q8 imports, keeps private copies marked '# q8.NAME', tests/ops/test_contract.py)
 FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV, EMB = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
-UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
 
 def qmul(x):
@@ -98,76 +97,9 @@ class Layer:
     #              2: its sums at SGD momentum's batch 1 too), optimizer state made here
 
     def __init__(self, d, w, b, acc, y=None, net=None):
-        self.k = k = d['k']
-        self.d = d
-        if w is not None:
-            self.w = w                  # int8 bytearray (None: MEAN, ADD, or streamed)
-        if b is not None:
-            self.b = b                  # int32 array
-        self.nout = d['nout']
-        self.zx, self.zy = d['zx'], d['zy']
-        self.lo, self.hi = d['lo'], d['hi']
-        if 'mul' in d:                  # (else in q8.req)
-            self.mul = array('i', d['mul'])
-            self.shf = array('i', d['shf'])
-            self.c = len(d['mul'])      # 1: per-tensor scales
-        elif d.get('nq', 1) > 1:
-            self.c = d['nq']
-        self.acc = acc                  # int32 sums, one buffer shared by all layers
-        self.net = net
-        self.y = bytearray(self.nout) if y is None else y
-        self.ins = d.get('in')
-        if 'g' in d:
-            self.g = array('i', d['g'])
-            # the geometry of one call (rows, channels): one array all layers share
-            self.gs = net.gs if net is not None else array('i', d['g'])
-        if k == ADD:                         # the multipliers of input 2 and the sum
-            self.m2 = memoryview(self.mul)[1:]
-            self.s2 = memoryview(self.shf)[1:]
-            self.m3 = memoryview(self.mul)[2:]
-            self.s3 = memoryview(self.shf)[2:]
-        if d.get('train', 0):
-            self.train = 1
-        if self.train or d.get('back', 0):
-            self.back = 1             # passes a gradient (CONV, DW, FC, MEAN, pools)
-        if d.get('back') and k < MEAN:
-            # (passes its input a gradient: the lowest trained layer, no 'back', passes
-            # none and needs no rescaling; its int8 output gradient: the net's shared dz)
-            sw = d['sw']
-            m = self.swm = max(sw)      # (kept: max of a float32 array boxes each value)
-            # per-channel weight scales: the input gradient's dz is rescaled by
-            # sw[o] / max(sw) first (rqk's multipliers; none when per-tensor)
-            if min(sw) != m and d.get('bx'):
-                # its gradient arrives as one broadcast row (a MEAN's): the multipliers
-                # read from q8.req a scratch at a time when used, not held (_dx)
-                self.dxr = 1
-            elif min(sw) != m:
-                # (filled in place: lists of a wide layer's multipliers, boxed on a board,
-                # were a transient peak of tens of KB while the model loads)
-                c = len(sw)
-                self.dxm, self.dxs = _i32(c), _i32(c)
-                for o in range(c):
-                    self.dxm[o], self.dxs[o] = qmul(sw[o] / m)
-        if d.get('mask', 0):
-            # the output's 1-bit mask (q8sparse.mkk): y is not kept for the backward
-            self.mk = bytearray((self.nout + 7) >> 3)
-        if self.train:
-            oc = len(b)
-            # the output channels whose weights train (tw: a rank's window; [0, 0]: the
-            # bias alone) and whose biases do (the window, or all of a bias-only layer's)
-            self.wlo, self.whi = d.get('tw', (0, oc))
-            self.blo, self.bhi = (self.wlo, self.whi) if self.whi > self.wlo else (0, oc)
-            if d.get('pw'):
-                self.pw, self.wo = 1, self.wlo * (d['wn'] // oc)
-            if 'bh' not in d:       # (else made in Q8Net.setup where an optimizer needs it)
-                self.set_bias()
-            # backward buffers, allocated once (a board's heap fragments on per-step ones):
-            # per-channel update multipliers (weights that train: a gradient chunk's
-            # channels, _mults); the bias sums (a layer's live only in its _back) and the
-            # weight gradient's chunk: the net's, shared (Q8Net.bs, Q8Net.gw)
-            if umn(d):
-                self.um, self.us = _i32(umn(d)), _i32(umn(d))
-            self.bs = net.bs if net is not None else _i32(oc)
+        # (the load's: utrain.q8load, loaded while the net is built)
+        from utrain.q8load import layer
+        layer(self, d, w, b, acc, y, net)
 
     def wr(self):
         # (first, end) of the weights that train: a rank's rows (FC, CONV_2D), all of a
@@ -410,12 +342,22 @@ class Layer:
 
 class Q8Net:
     def __init__(self, meta, wof_path, mom=0.0, adam=0, setup=1, batch=1):
-        # the load: utrain.q8load, dropped after it (none of it runs again)
+        # the load: utrain.q8load, dropped after it (none of it runs again), and
+        # collected before the code training keeps that the net's table asks for loads
+        # (utrain.q8ext, itself dropped after): not both at once (the load's peak: a BatchNorm-folded int8 CNN, whose
+        # ranges follow training and whose weight scales grow, needed 91 KB with
+        # utrain.q8load, q8range and q8grow resident together, 32-bit)
         from utrain.q8load import build
-        build(self, meta, wof_path, mom, adam, batch, globals())
+        build(self, meta, wof_path, mom, adam, batch)
         build = None
         from utrain import drop
         drop('q8load')
+        import gc
+        gc.collect()
+        from utrain.q8ext import ext
+        ext(self)
+        ext = None
+        drop('q8ext')
         if setup:       # (setup=0: the trainer's own follows, with its settings: made here
             self.setup()    # at SGD batch 1's, a batch's arrays, and a shared weight's
             #                 uses' bias sums, were garbage between the load's survivors:
@@ -808,7 +750,7 @@ class Q8Net:
         # the input-gradient buffers: two, or one twice (a weighted layer's int32 output
         # gradient is dead once its int8 dz is made: its input's may overwrite it)
         a = _i32(m)
-        return (a, _i32(m) if gtwo(self.meta['layers']) else a)
+        return (a, _i32(m) if self.g2 else a)     # (g2: q8load.gtwo's, the load's)
 
     def _back(self, L, g, s, lr, need_dx):
         # g: int32 dL/dy (before the fused activation and clamp) with float scale s;
@@ -1198,206 +1140,6 @@ def _mults(L, gw, n, c0, nc, blk, f, u):
         o = c0 + j
         mul[j], shf[j] = qmul(f / sw[o % nw] * u) if lo <= o < hi else (0, 0)
     K.rqk(gw, n, nc, blk, mul, shf, gw, 0, 0, 0, 1)
-
-
-def trained_n(d):
-    """Weights of trained layer d that train (Layer.wr: a rank's rows, a depthwise layer's
-    all, none when the bias alone trains) (host_tools/plan/memory.py plans them with this)."""
-    if not d.get('train'):
-        return 0
-    lo, hi = d.get('tw', (0, d['nb']))
-    if hi <= lo:
-        return 0
-    return d['wn'] if d['k'] == DW else (hi - lo) * (d['wn'] // d['nb'])
-
-
-def umn(d):
-    """The update multipliers trained layer d keeps (_mults: one a channel of its
-    window, kept from step to step, where it has per-channel scales and at most UMAX
-    channels train, else of a gradient chunk; a depthwise layer's all; one for the bias
-    step of a per-tensor layer whose bias alone trains, _bias) (host_tools/plan/memory.py
-    plans them with this)."""
-    oc = d['nb']
-    lo, hi = d.get('tw', (0, oc))
-    nq = d['nq'] if 'nq' in d else len(d['sw'])
-    if hi <= lo:
-        return 1 if nq == 1 else 0
-    if d['k'] == DW:
-        return oc
-    return hi - lo if nq > 1 and hi - lo <= UMAX else min(d.get('gc', oc), hi - lo)
-
-
-def held_bytes(d):
-    """Bytes of layer d's weights held in RAM: a partial layer's (pw) window rows, else
-    all (host_tools/plan/memory.py plans them with this)."""
-    if d.get('pw'):
-        lo, hi = d['tw']
-        return (hi - lo) * (d['wn'] // d['nb'])
-    return d['wn']
-
-
-def held_at(d):
-    # the offset of layer d's held weights in its tensor (a partial layer's window)
-    return d['tw'][0] * (d['wn'] // d['nb']) if d.get('pw') else 0
-
-
-def cdn(ls):
-    """The int32 buffer q8asm's cdk takes for the input gradients of table ls's CONVs (a
-    run of output pixels' im2col rows, about 2 KB at most): the largest over the convs
-    the backward pass asks an input gradient of that are not pointwise; 0 for none."""
-    n = 0
-    for i in range(lowest(ls) + 1, len(ls)):
-        d = ls[i]
-        g = d.get('g')
-        if d['k'] != CONV or not d.get('back') or d.get('sd') or (
-                g[4] == 1 and g[5] == 1 and g[6] == 1 and g[7] == 1 and g[8] == 0 and g[9] == 0
-                and g[11] == g[1]):
-            continue
-        kk = g[4] * g[5] * g[2]
-        n = max(n, min(max(512 // kk, 1), g[11]) * kk)
-    return n
-
-
-def lowest(ls):
-    """The lowest layer of table ls the backward pass reaches: the first trained one, or
-    a GATHER whose table trains ('eg': utrain.q8emb)."""
-    return min([i for i in range(len(ls)) if ls[i].get('train') or ls[i].get('eg')] or [len(ls)])
-
-
-def grads(ls, first):
-    """Per layer, the positions in its inputs that the backward pass gives a gradient:
-    those a layer from the first trained one (first) on made, once each (none below it,
-    none for the first trained layer); () for most, one pass over the table."""
-    made = set()
-    out = []
-    for i in range(len(ls)):
-        d = ls[i]
-        gi = ()
-        if i > first and d.get('back'):
-            ins = d['in']
-            gi = tuple(j for j in range(len(ins)) if ins[j] in made and (
-                d['k'] == CAT or ins[j] not in ins[:j]))
-        out.append(gi)
-        if i >= first:
-            made.add(d['out'])
-    return out
-
-
-def chain(ls, ga):
-    """Is the backward walk of layer table ls a chain (ga: grads(ls, first)): from the
-    loss down, each layer that a gradient reaches hands it to the next layer down alone,
-    until one hands none?  Else Q8Net loads utrain.q8hold, whose walk holds the
-    gradients of tensors that are not next (host_tools/plan/memory.py plans with this)."""
-    c = ls[-1]['out'] if ls else None
-    i = len(ls) - 1
-    while c is not None:
-        gi = ga[i]
-        if ls[i]['out'] != c or len(gi) > 1:
-            return False
-        c = ls[i]['in'][gi[0]] if gi else None
-        i -= 1
-    return True
-
-
-def bufs(ls, hz=()):
-    """(int8 output-gradient bytes, its per-channel copy's, int32 weight-gradient chunk
-    values, the held int32 gradients' values) of layer table ls: Q8Net's shared
-    backward buffers (host_tools/plan/memory.py plans them with this); hz: the held
-    gradients' slot sizes (utrain.q8hold.holds; none for a chain)."""
-    first = lowest(ls)
-    nz = nz2 = ng = 0
-    nk = sum(hz)
-    for i in range(len(ls)):
-        d = ls[i]
-        if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
-            continue
-        nz = max(nz, dzn(ls, i))
-        if i > first and (d.get('pc') or d.get('gw')) and d.get('train') and d.get(
-                'tw', (0, 1))[1] > d.get('tw', (0, 1))[0]:
-            # (its weights train: dz stays for their gradient; gw: scales equal at first
-            # become per-channel when a channel's grow, utrain.q8grow)
-            nz2 = max(nz2, d['nout'])
-        if d.get('train'):
-            oc = d['nb']
-            lo, hi = d.get('tw', (0, oc))
-            if hi > lo:
-                row = d['wn'] // oc if d['k'] != DW else 0
-                ng = max(ng, d['wn'] if d['k'] == DW else min(d.get('gc', oc), hi - lo) * row)
-    return nz, nz2, ng, nk
-
-
-def gwn(ng, A):
-    """The int32 values of the weight-gradient chunk buffer (ng: its largest chunk, bufs)
-    beside the A sums of the forward pass: none where the sums buffer holds it (no
-    backward kernel reads the sums; a row-fed layer keeps its row there, and trains no
-    weights) (host_tools/plan/memory.py plans it with this)."""
-    return 0 if ng <= A else ng
-
-
-def rowfed(ls, i):
-    """Is layer i of table ls streamed (its frozen weights read from flash a chunk of
-    output channels at a time) and fed a MEAN's broadcast row: its dz made, and its
-    bias stepped, a chunk at a time (Q8Net._chunks)?"""
-    return bool(ls[i].get('sd')) and i + 1 < len(ls) and bcast(ls, i + 1)
-
-
-def dzn(ls, i):
-    """The int8 output-gradient bytes layer i of table ls makes at once: its output's, or
-    a row-fed layer's a chunk of output channels' (its positions x the chunk's channels)."""
-    d = ls[i]
-    if rowfed(ls, i):
-        gm = d.get('g')
-        O, P = (d['nout'], 1) if d['k'] == FC else (gm[3], gm[10] * gm[11])
-        return P * min(d.get('nc', O), O)
-    return d['nout']
-
-
-def bsn(ls):
-    """The bias sums one buffer holds for every trained layer of table ls (each layer's
-    live only in its backward step): a layer's output channels, a row-fed one's chunk."""
-    return max([min(d.get('nc', d['nb']), d['nb']) if rowfed(ls, i) else d['nb']
-                for i, d in enumerate(ls) if d.get('train')] or [0])
-
-
-def gin(ls, hz=()):
-    """The most values an input gradient of layer table ls has (hz: as bufs): the size
-    of _gbuf's two buffers (host_tools/plan/memory.py plans them with this)."""
-    m = max(hz or [0])      # (a held one joins the chain there)
-    for i in range(len(ls)):
-        d = ls[i]
-        if d.get('back'):       # (a layer's own input-gradient need: q8bin, q8slc's 'gn')
-            m = max(m, d.get('gn', 0))
-        if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] < CAT:
-            # (an ADD, a CAT, a LUT: in place)
-            k = d['k']
-            m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
-                    if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
-    return m
-
-
-def gtwo(ls):
-    """Does the backward pass of layer table ls need two input-gradient buffers: a pool,
-    a BIN that broadcasts, an SLC that gathers or resizes or a TCV ('gx', 'rz'), or a MEAN whose
-    gradient is not read broadcast, above the lowest trained layer (its
-    input's gradient is made from its output's, both int32)?  Else one
-    (host_tools/plan/memory.py plans them with this)."""
-    first = lowest(ls)
-    for i in range(first + 1, len(ls)):
-        d = ls[i]
-        if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (
-                'gx' in d or 'rz' in d) or (
-                d['k'] == MEAN and not bcast(ls, i))):
-            return True
-    return False
-
-
-def bcast(ls, i):
-    """Does layer i, a MEAN, pass its gradient down as one row the layer below reads
-    broadcast (that layer keeps a mask: q8sparse.smk), not as a tensor of its input's size?"""
-    d = ls[i]
-    e = ls[i - 1]
-    return (i > 0 and d['k'] == MEAN and bool(d.get('back')) and e['k'] < MEAN and bool(e.get('mask'))
-            and e['out'] == d['in'][0] and sum(1 for x in ls if e['out'] in x['in']) == 1)
 
 
 def _shift(g, n):

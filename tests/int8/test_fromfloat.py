@@ -806,7 +806,7 @@ def test_an_int8_conv_input_gradient_buffer_is_made_with_the_net_and_planned(tmp
     unix build (no q8asm there) nor where no conv passes an input gradient."""
     import sys
     sys.path.insert(0, os.path.join(ROOT, 'micro'))
-    from utrain import q8
+    from utrain import q8load
     from kerasgraphs import build_int8_rescnn
     model = build_int8_rescnn(str(tmp_path / 'res.tflite'))
     rng = np.random.default_rng(1)
@@ -816,7 +816,7 @@ def test_an_int8_conv_input_gradient_buffer_is_made_with_the_net_and_planned(tmp
     s = prepare(model, str(tmp_path / 'a'), data=data, epochs=1, board='rp2040', train='all',
                 log=lambda *a: None, **KW)
     ls = json.loads((tmp_path / 'a' / 'q8.json').read_text())['layers']
-    assert q8.cdn(ls) == 432 and s['heap']['parts'][part] >= 4 * 432
+    assert q8load.cdn(ls) == 432 and s['heap']['parts'][part] >= 4 * 432
     s = prepare(model, str(tmp_path / 'b'), data=data, epochs=1, train='all',
                 log=lambda *a: None, **KW)
     assert s['int8'] and part not in s['heap']['parts']

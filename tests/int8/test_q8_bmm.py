@@ -144,14 +144,14 @@ def test_update_through_them_matches_finite_differences(tmp_path, monkeypatch, m
 
 def test_plan_covers_the_input_gradient_buffers(tmp_path):
     """The gradients to a (24 values) and b (8) are larger than the products' outputs (12,
-    16): q8.gin (the planner's _gbuf size) holds them, and a step allocates no larger."""
-    from utrain import q8
+    16): q8load.gin (the planner's _gbuf size) holds them, and a step allocates no larger."""
+    from utrain import q8load
     _, _, _, _, m = _net(tmp_path)
     ls = m['layers']
-    assert q8.gin(ls) >= 24 and q8.gtwo(ls)
+    assert q8load.gin(ls) >= 24 and q8load.gtwo(ls)
     net = Q8Net(m, str(tmp_path / 'weights.wof'))
     net.step(bytearray(_x(0).tobytes()), 1, 0.01)
-    assert net.gb is not None and len(net.gb[0]) == q8.gin(ls)
+    assert net.gb is not None and len(net.gb[0]) == q8load.gin(ls)
 
 
 def test_bad_operands_refused_naming_the_file(tmp_path):
