@@ -221,7 +221,7 @@ def test_transpose_gathers_bit_exact_and_its_gradient_scatters(tmp_path, monkeyp
     'gx'; the net keeps two gradient buffers) and a slice that reverses two axes (a
     gather with negative strides), bit-exact with TFLite Micro; the first layer's update
     through them against finite differences."""
-    from utrain.q8 import gtwo
+    from utrain.q8load import gtwo
     path, fwd, s1, sx, g, m, xs = _transposed(tmp_path)
     ls = m['layers']
     assert [d['k'] for d in ls] == [quant.CONV, quant.SLC, quant.SLC, quant.FC]
