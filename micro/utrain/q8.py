@@ -99,7 +99,7 @@ class Layer:
     def __init__(self, d, w, b, acc, y=None, net=None):
         # (the load's: utrain.q8load, loaded while the net is built)
         from utrain.q8load import layer
-        layer(self, d, w, b, acc, y, net)
+        layer(self, d, w, b, acc, y, net, globals())
 
     def wr(self):
         # (first, end) of the weights that train: a rank's rows (FC, CONV_2D), all of a
@@ -348,14 +348,14 @@ class Q8Net:
         # ranges follow training and whose weight scales grow, needed 91 KB with
         # utrain.q8load, q8range and q8grow resident together, 32-bit)
         from utrain.q8load import build
-        build(self, meta, wof_path, mom, adam, batch)
+        build(self, meta, wof_path, mom, adam, batch, globals())
         build = None
         from utrain import drop
         drop('q8load')
         import gc
         gc.collect()
         from utrain.q8ext import ext
-        ext(self)
+        ext(self, globals())
         ext = None
         drop('q8ext')
         if setup:       # (setup=0: the trainer's own follows, with its settings: made here

@@ -1,12 +1,14 @@
 # utrain.q8's net set-up after its load (utrain.q8load, dropped first): the code training
 # keeps that the net's table asks for loads here, once the load's code is collected (the
 # two resident at once were the load's peak), and this module is dropped after it
-from utrain.q8 import EMB, TCV, qmul, _i32, _f32, _mults
 
 
-def ext(self):
+def ext(self, q8g):
     """The band groups and the state that follows training kept beside the weights
     (self.ext: files, checkpoints, in this order) of Q8Net self."""
+    # (utrain.q8's globals: it imports this module, which cannot import it back)
+    EMB, TCV, qmul, _i32, _f32, _mults = [q8g[k] for k in (
+        'EMB', 'TCV', 'qmul', '_i32', '_f32', '_mults')]
     meta, ls, X = self.meta, self.meta['layers'], self.X
     self.groups = {}
     if meta.get('groups'):

@@ -4,15 +4,29 @@
 # bcast: host_tools/plan/memory.py plans with them too)
 from array import array
 from utrain import q8kern as K
-from utrain.q8 import (FC, CONV, DW, MEAN, ADD, PMAX, PAVG, CAT, LUT, BIN, SLC, NRM, TCV, EMB,
-                       qmul, _i32, _f32, _b8)
+# utrain.q8's layer kinds (q8 imports this module, which cannot import it back)
+_FC = 0    # q8.FC
+_CONV = 1  # q8.CONV
+_DW = 2    # q8.DW
+_MEAN = 3  # q8.MEAN
+_ADD = 4   # q8.ADD
+_PMAX = 5  # q8.PMAX
+_PAVG = 6  # q8.PAVG
+_CAT = 7   # q8.CAT
+_LUT = 8   # q8.LUT
+_BIN = 9   # q8.BIN
+_SLC = 10  # q8.SLC
+_NRM = 11  # q8.NRM
+_TCV = 12  # q8.TCV
+_EMB = 13  # q8.EMB
 UMAX = 256           # the most channels a layer keeps update multipliers of (umn)
 
 
-def build(self, meta, wof_path, mom, adam, batch):
+def build(self, meta, wof_path, mom, adam, batch, q8g):
     """Q8Net(meta, wof_path, ...)'s load into self (utrain.q8: utrain.q8ext and setup follow,
     once this module is dropped)."""
-    from utrain.q8 import Layer
+    # (q8g: utrain.q8's globals, its helpers: it imports this module)
+    Layer, qmul, _i32, _f32, _b8 = [q8g[k] for k in ('Layer', 'qmul', '_i32', '_f32', '_b8')]
     from utrain import wof
     self.meta = meta
     ls = meta['layers']
@@ -159,30 +173,30 @@ def build(self, meta, wof_path, mom, adam, batch):
     # q8nrm, q8tcv, q8emb)
     self.X = X = {}
     for d in ls:
-        if d['k'] == CAT and CAT not in X:
+        if d['k'] == _CAT and _CAT not in X:
             from utrain import q8cat
-            X[CAT] = q8cat
-        elif d['k'] == LUT and LUT not in X:
+            X[_CAT] = q8cat
+        elif d['k'] == _LUT and _LUT not in X:
             from utrain import q8lut
-            X[LUT] = q8lut
-        elif (d['k'] == PMAX or d['k'] == PAVG) and PMAX not in X:
+            X[_LUT] = q8lut
+        elif (d['k'] == _PMAX or d['k'] == _PAVG) and _PMAX not in X:
             from utrain import q8pool
-            X[PMAX] = q8pool
-        elif d['k'] == BIN and BIN not in X:
+            X[_PMAX] = q8pool
+        elif d['k'] == _BIN and _BIN not in X:
             from utrain import q8bin
-            X[BIN] = q8bin
-        elif d['k'] == SLC and SLC not in X:
+            X[_BIN] = q8bin
+        elif d['k'] == _SLC and _SLC not in X:
             from utrain import q8slc
-            X[SLC] = q8slc
-        elif d['k'] == NRM and NRM not in X:
+            X[_SLC] = q8slc
+        elif d['k'] == _NRM and _NRM not in X:
             from utrain import q8nrm
-            X[NRM] = q8nrm
-        elif d['k'] == TCV and TCV not in X:
+            X[_NRM] = q8nrm
+        elif d['k'] == _TCV and _TCV not in X:
             from utrain import q8tcv
-            X[TCV] = q8tcv
-        elif d['k'] == EMB:
+            X[_TCV] = q8tcv
+        elif d['k'] == _EMB:
             from utrain import q8emb
-            X[EMB] = q8emb
+            X[_EMB] = q8emb
     # the trained layers first: their big buffers (weights, gradient sums) find
     # room before the frozen layers' many small objects fragment the heap
     self.layers = lay = [None] * len(ls)
@@ -242,8 +256,9 @@ def build(self, meta, wof_path, mom, adam, batch):
     self.sink = self          # run.py's Ctrl-C handler calls tr.net.sink.zero()
 
 
-def layer(self, d, w, b, acc, y=None, net=None):
-    # Layer(d, w, b, acc, y, net): its set-up (utrain.q8 Layer.__init__)
+def layer(self, d, w, b, acc, y, net, q8g):
+    # Layer(d, w, b, acc, y, net): its set-up (utrain.q8 Layer.__init__; q8g: q8's globals)
+    qmul, _i32 = q8g['qmul'], q8g['_i32']
     self.k = k = d['k']
     self.d = d
     if w is not None:
@@ -267,7 +282,7 @@ def layer(self, d, w, b, acc, y=None, net=None):
         self.g = array('i', d['g'])
         # the geometry of one call (rows, channels): one array all layers share
         self.gs = net.gs if net is not None else array('i', d['g'])
-    if k == ADD:                         # the multipliers of input 2 and the sum
+    if k == _ADD:                         # the multipliers of input 2 and the sum
         self.m2 = memoryview(self.mul)[1:]
         self.s2 = memoryview(self.shf)[1:]
         self.m3 = memoryview(self.mul)[2:]
@@ -276,7 +291,7 @@ def layer(self, d, w, b, acc, y=None, net=None):
         self.train = 1
     if self.train or d.get('back', 0):
         self.back = 1             # passes a gradient (CONV, DW, FC, MEAN, pools)
-    if d.get('back') and k < MEAN:
+    if d.get('back') and k < _MEAN:
         # (passes its input a gradient: the lowest trained layer, no 'back', passes
         # none and needs no rescaling; its int8 output gradient: the net's shared dz)
         sw = d['sw']
@@ -324,7 +339,7 @@ def trained_n(d):
     lo, hi = d.get('tw', (0, d['nb']))
     if hi <= lo:
         return 0
-    return d['wn'] if d['k'] == DW else (hi - lo) * (d['wn'] // d['nb'])
+    return d['wn'] if d['k'] == _DW else (hi - lo) * (d['wn'] // d['nb'])
 
 
 def umn(d):
@@ -338,7 +353,7 @@ def umn(d):
     nq = d['nq'] if 'nq' in d else len(d['sw'])
     if hi <= lo:
         return 1 if nq == 1 else 0
-    if d['k'] == DW:
+    if d['k'] == _DW:
         return oc
     return hi - lo if nq > 1 and hi - lo <= UMAX else min(d.get('gc', oc), hi - lo)
 
@@ -365,7 +380,7 @@ def cdn(ls):
     for i in range(lowest(ls) + 1, len(ls)):
         d = ls[i]
         g = d.get('g')
-        if d['k'] != CONV or not d.get('back') or d.get('sd') or (
+        if d['k'] != _CONV or not d.get('back') or d.get('sd') or (
                 g[4] == 1 and g[5] == 1 and g[6] == 1 and g[7] == 1 and g[8] == 0 and g[9] == 0
                 and g[11] == g[1]):
             continue
@@ -392,7 +407,7 @@ def grads(ls, first):
         if i > first and d.get('back'):
             ins = d['in']
             gi = tuple(j for j in range(len(ins)) if ins[j] in made and (
-                d['k'] == CAT or ins[j] not in ins[:j]))
+                d['k'] == _CAT or ins[j] not in ins[:j]))
         out.append(gi)
         if i >= first:
             made.add(d['out'])
@@ -425,7 +440,7 @@ def bufs(ls, hz=()):
     nk = sum(hz)
     for i in range(len(ls)):
         d = ls[i]
-        if not (d.get('train') or d.get('back')) or d['k'] >= MEAN:
+        if not (d.get('train') or d.get('back')) or d['k'] >= _MEAN:
             continue
         nz = max(nz, dzn(ls, i))
         if i > first and (d.get('pc') or d.get('gw')) and d.get('train') and d.get(
@@ -437,8 +452,8 @@ def bufs(ls, hz=()):
             oc = d['nb']
             lo, hi = d.get('tw', (0, oc))
             if hi > lo:
-                row = d['wn'] // oc if d['k'] != DW else 0
-                ng = max(ng, d['wn'] if d['k'] == DW else min(d.get('gc', oc), hi - lo) * row)
+                row = d['wn'] // oc if d['k'] != _DW else 0
+                ng = max(ng, d['wn'] if d['k'] == _DW else min(d.get('gc', oc), hi - lo) * row)
     return nz, nz2, ng, nk
 
 
@@ -463,7 +478,7 @@ def dzn(ls, i):
     d = ls[i]
     if rowfed(ls, i):
         gm = d.get('g')
-        O, P = (d['nout'], 1) if d['k'] == FC else (gm[3], gm[10] * gm[11])
+        O, P = (d['nout'], 1) if d['k'] == _FC else (gm[3], gm[10] * gm[11])
         return P * min(d.get('nc', O), O)
     return d['nout']
 
@@ -483,11 +498,11 @@ def gin(ls, hz=()):
         d = ls[i]
         if d.get('back'):       # (a layer's own input-gradient need: q8bin, q8slc's 'gn')
             m = max(m, d.get('gn', 0))
-        if (d.get('train') or d.get('back')) and d['k'] != ADD and d['k'] < CAT:
+        if (d.get('train') or d.get('back')) and d['k'] != _ADD and d['k'] < _CAT:
             # (an ADD, a CAT, a LUT: in place)
             k = d['k']
-            m = max(m, d['nin'] if k == FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
-                    if k == MEAN else d['g'][0] * d['g'][1] * d['g'][2])
+            m = max(m, d['nin'] if k == _FC else (0 if bcast(ls, i) else d['n'] * d['nout'])
+                    if k == _MEAN else d['g'][0] * d['g'][1] * d['g'][2])
     return m
 
 
@@ -500,9 +515,9 @@ def gtwo(ls):
     first = lowest(ls)
     for i in range(first + 1, len(ls)):
         d = ls[i]
-        if d.get('back') and (d['k'] == PMAX or d['k'] == PAVG or (d['k'] == BIN and d.get('gn')) or (
+        if d.get('back') and (d['k'] == _PMAX or d['k'] == _PAVG or (d['k'] == _BIN and d.get('gn')) or (
                 'gx' in d or 'rz' in d) or (
-                d['k'] == MEAN and not bcast(ls, i))):
+                d['k'] == _MEAN and not bcast(ls, i))):
             return True
     return False
 
@@ -512,5 +527,5 @@ def bcast(ls, i):
     broadcast (that layer keeps a mask: q8sparse.smk), not as a tensor of its input's size?"""
     d = ls[i]
     e = ls[i - 1]
-    return (i > 0 and d['k'] == MEAN and bool(d.get('back')) and e['k'] < MEAN and bool(e.get('mask'))
+    return (i > 0 and d['k'] == _MEAN and bool(d.get('back')) and e['k'] < _MEAN and bool(e.get('mask'))
             and e['out'] == d['in'][0] and sum(1 for x in ls if e['out'] in x['in']) == 1)
