@@ -28,7 +28,7 @@ STEP = 10 ** 0.5    # each lr tried is the last over this (0.01, 0.0032, 0.001, 
 STEPS = 6           # at most lr / STEP**STEPS
 UP = 4              # at most lr * STEP**UP
 UPDATES = 8         # going up takes a pass of at least this many updates
-STILL = 0.97        # a held loss above this share of where it began barely moved
+STILL = 0.97        # a held loss within this share of where it began (either way) barely moved
 GROWS = 1.5         # going up, each step's drop in held loss this many times the last's
 MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy)
 
@@ -39,6 +39,8 @@ def _held_loss(tr, ds, train, held):
     is not finite."""
     from .select import diverged
     n = ds.n
+    if getattr(tr, 'cache', False):
+        tr._prefix(ds)      # (a prefix cache of all n samples, before n is the pass's)
     try:
         if train:
             ds.n = len(train)           # (_pass runs samples 0..n-1 through idx)
@@ -167,7 +169,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         # barely moves the loss at any lr the run can take for ten epochs; and never
         # judged on the pass's own samples: a higher lr fits those better)
         updates = p // max(1, int(cfg.get('batch', 1)))
-        up = STILL * start <= tried[0][1] < float('inf') and updates >= UPDATES \
+        # (and never where the pass raised the loss by more: that is harm, down)
+        up = STILL * start <= tried[0][1] <= start / STILL and updates >= UPDATES \
             and not own
         for k in range(1, min(steps, UP if up else steps) + 1):
             lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
