@@ -120,14 +120,16 @@ def _plan(n, macs, prefix_macs):
         return min(STEPS, int((MACS - prefix_macs * (p if own else p + h)) //
                               max(1, macs * (p + h))) - 1)
     if steps(p, h) < 1:
-        # fewer samples, not no probe: the share of them that takes three lrs (down 10x)
-        f = MACS / max(1, (p + h) * (prefix_macs + 3 * macs))
-        p = max(min(p, LEAST), int(p * f))
-        h = p if own else max(min(h, LEAST), int(h * f))
+        # fewer samples, not no probe: LEAST held (the pass's harm shows on few, and shows
+        # the less the shorter the pass) and as long a pass as takes three lrs (down 10x)
+        h = p if own else min(h, LEAST)
+        a = int(MACS // max(1, 3 * macs + prefix_macs))     # samples through three lrs
+        p = max(min(p, LEAST), min(p, a // 2 if own else a - h))
+        h = p if own else h
     if steps(p, h) < 1:
         return (f'one pass of {p} samples and the loss on {h} would take about '
-                f'{(p + h) * macs / 1e9:.3g} G multiply-adds an lr, more than half the '
-                f'{MACS / 1e9:g} G it may take')
+                f'{(p + h) * macs / 1e9:.3g} G multiply-adds an lr; it takes at most '
+                f'{MACS / 1e9:g} G, for two lrs at least')
     return p, h, own, steps(p, h)
 
 
