@@ -10,7 +10,10 @@ barely moved at 0.01.  The probe trains the prepared run folder on the host (the
 board's own code: utrain.trainer, or utrain.q8train for an int8 run) for one short pass
 of a few training samples at the lr, judged by the loss on other training samples
 (never the test split), and steps the lr by sqrt(10) down where that pass did harm, or
-up where it barely moved, and says what it chose."""
+up where it barely moved, and says what it chose.  A run that caches its frozen prefix
+trains only the part above it on the prefix's outputs, and so does the probe; 8-23
+training samples are judged on their own loss after the pass; a pass too costly probes
+fewer samples; where it cannot run it says so (docs/training.md)."""
 import os
 import shutil
 import struct
