@@ -181,9 +181,13 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
             lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, train, held)))
             least = min(l for _, l in tried)
+            # (down: an lr that barely moved the loss where none tried lowered it ends
+            # it: lower ones move it less, none clearly below: samples with nothing the
+            # model can learn, such as random labels, where higher lrs did harm)
             if tried[0][1] == float('inf') or (
                     not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
-                    else tried[-1][1] > 2 * least):
+                    else tried[-1][1] > 2 * least
+                    or STILL * start <= least and tried[-1][1] <= start / STILL):
                 break
     finally:
         if ds is not None:
