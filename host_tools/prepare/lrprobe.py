@@ -10,23 +10,30 @@ barely moved at 0.01.  The probe trains the prepared run folder on the host (the
 board's own code: utrain.trainer, or utrain.q8train for an int8 run) for one short pass
 of a few training samples at the lr, judged by the loss on other training samples
 (never the test split), and steps the lr by sqrt(10) down where that pass did harm, or
-up where it barely moved, and says what it chose."""
+up where it barely moved, and says what it chose.  A run that caches its frozen prefix
+trains only the part above it on the prefix's outputs, and so does the probe; 8-23
+training samples are judged on their own loss after the pass; a pass too costly probes
+fewer samples; where it cannot run it says so (docs/training.md)."""
 import os
+import shutil
+import struct
+import tempfile
 
 import numpy as np
 
 PASS = 64           # training samples of one probe pass
 HELD = 32           # other training samples that judge it
-MIN_SAMPLES = 24    # fewer training samples than this: no probe
+MIN_SAMPLES = 24    # fewer training samples than this: one pass over all of them...
+FEW = 8             # ...judged on their own loss after it (at least FEW; fewer: no probe)
+LEAST = 8           # a pass (and its held samples) shrunk to fit MACS: at least this many
 CLEARLY = 0.7       # a lower lr wins where its held loss is below this share of the higher's
 STEP = 10 ** 0.5    # each lr tried is the last over this (0.01, 0.0032, 0.001, ...)
 STEPS = 6           # at most lr / STEP**STEPS
 UP = 4              # at most lr * STEP**UP
 UPDATES = 8         # going up takes a pass of at least this many updates
-STILL = 0.97        # a held loss above this share of where it began barely moved
+STILL = 0.97        # a held loss within this share of where it began (either way) barely moved
 GROWS = 1.5         # going up, each step's drop in held loss this many times the last's
-MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy):
-                    # a model whose pass takes more than half is not probed
+MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy)
 
 
 def _held_loss(tr, ds, train, held):
@@ -35,6 +42,8 @@ def _held_loss(tr, ds, train, held):
     is not finite."""
     from .select import diverged
     n = ds.n
+    if getattr(tr, 'cache', False):
+        tr._prefix(ds)      # (a prefix cache of all n samples, before n is the pass's)
     try:
         if train:
             ds.n = len(train)           # (_pass runs samples 0..n-1 through idx)
@@ -52,72 +61,147 @@ def _held_loss(tr, ds, train, held):
     return float(loss) if np.isfinite(loss) else float('inf')
 
 
-def _trainer(out_dir, cfg):
+def _subset(path, idx, out):
+    """Dataset file out: the samples idx of dataset file path, in that order."""
+    from ..target.device import module
+    ds = module('data').Dataset(path, False)
+    try:
+        f = ds.f
+        f.seek(0)
+        head = bytearray(f.read(ds.head))
+        head[8:12] = struct.pack('<I', len(idx))
+        with open(out, 'wb') as o:
+            o.write(head)
+            for j in idx:
+                f.seek(ds.head + j * ds.rec)
+                o.write(f.read(ds.rec))
+    finally:
+        ds.close()
+    return out
+
+
+def _trainer(out_dir, cfg, cache, idx, tmp):
     """A function of lr making a fresh trainer of run folder out_dir (train.json cfg),
-    and its training Dataset: the int8 trainer for an int8 layer table, with the
-    settings as the run gives them (as select's int8 trials do)."""
+    and a Dataset of its training samples idx (a copy in folder tmp, sample i of it
+    sample idx[i]): the int8 trainer for an int8 layer table, with the settings as the run
+    gives them (as select's int8 trials do).  The trained part only where the run caches
+    its frozen prefix (cache: the float run's, or an int8 prefix table, files.prefix):
+    the prefix computed once a sample as the board does (utrain.prefix, utrain.q8prefix),
+    into tmp, never beside the run's own datasets."""
     from ..target.device import module
     files = {k: os.path.join(out_dir, v) for k, v in cfg['files'].items()
              if isinstance(v, str)}
+    path = _subset(files['train'], idx, os.path.join(tmp, 'probe.ds'))
     if files['model'].endswith('.json'):
         Q8 = module('q8train').Q8Trainer
+        if files.get('prefix'):
+            path = module('q8prefix').make(dict(train=path, prefix=files['prefix'],
+                                                weights=files['weights']))['train']
         s = {k: v for k, v in cfg.items() if k not in ('files', 'run', 'lr')}
         return (lambda lr: Q8(files['model'], files['weights'], lr=lr, **s),
-                module('data').Dataset(files['train'], False))
+                module('data').Dataset(path, False))
     Trainer = module('trainer').Trainer
 
     def make(lr):
         tr = Trainer(files['model'], files['weights'])
         tr.configure(lr=lr)
+        tr.cache = bool(cache)      # (utrain.prefix: off where the model has no prefix)
         return tr
-    return make, module('data').Dataset(files['train'])
+    return make, module('data').Dataset(path)
 
 
-def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs) -> float | None:
+def _plan(n, macs, prefix_macs):
+    """The probe's samples and steps for n training samples and a step of macs
+    multiply-adds (prefix_macs more a sample, once: a cached frozen prefix): (pass,
+    held, own, steps), own where the pass is judged on its own samples (fewer than
+    MIN_SAMPLES: none to hold out), or a str: why it cannot run."""
+    own = n < MIN_SAMPLES
+    p = n if own else min(PASS, n - HELD // 2)
+    h = p if own else min(HELD, n - p)
+
+    def steps(p, h):
+        return min(STEPS, int((MACS - prefix_macs * (p if own else p + h)) //
+                              max(1, macs * (p + h))) - 1)
+    if steps(p, h) < 1:
+        # fewer samples, not no probe: LEAST held (the pass's harm shows on few, and shows
+        # the less the shorter the pass) and as long a pass as takes three lrs (down 10x)
+        h = p if own else min(h, LEAST)
+        a = int(MACS // max(1, 3 * macs + prefix_macs))     # samples through three lrs
+        p = max(min(p, LEAST), min(p, a // 2 if own else a - h))
+        h = p if own else h
+    if steps(p, h) < 1:
+        return (f'one pass of {p} samples and the loss on {h} would take about '
+                f'{(p + h) * macs / 1e9:.3g} G multiply-adds an lr; it takes at most '
+                f'{MACS / 1e9:g} G, for two lrs at least')
+    return p, h, own, steps(p, h)
+
+
+def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
+             prefix_macs=0) -> float | None:
     """The lr the probe chooses for run folder out_dir (its train.json's cfg, the files
-    and settings as written), or None to keep cfg's: where lr was given, the run reads a
-    host-made cache, the training samples are too few, or the lr diverges at once (the
-    run's own on_nan halves it as it goes).  Where the pass at the lr left the held loss
-    within STILL of where it began, up the steps while the drop from there grows GROWS
-    times a step (as it does where the lr is too small to bend), keeping the least; else
-    down until a loss is twice the least so far, keeping the largest lr within 1/CLEARLY
-    of the least.  At most STEPS (UP up), or MACS: macs, a training step's multiply-adds."""
+    and settings as written), or None to keep cfg's: where lr was given, the training
+    samples are too few (it says so), or the lr diverges at once (the run's own on_nan
+    halves it as it goes).  Where the pass at the lr left the held loss within STILL of
+    where it began, up the steps while the drop from there grows GROWS times a step (as
+    it does where the lr is too small to bend), keeping the least; else down until a
+    loss is twice the least so far, keeping the largest lr within 1/CLEARLY of the
+    least.  At most STEPS (UP up), or MACS: macs, a training step's multiply-adds (of the
+    trained part where the run caches its frozen prefix: cache, the float run's
+    setting, or an int8 prefix table; prefix_macs, the prefix's a sample, once); where
+    a pass costs more, fewer samples (_plan)."""
     files = cfg['files']
-    if 'lr' in given or n_train is None or n_train < MIN_SAMPLES or not files.get('train') \
-            or files.get('prefix'):
+    if 'lr' in given or n_train is None or not files.get('train'):
         return None
-    steps = min(STEPS, int(MACS // max(1, macs * (PASS + HELD))) - 1)
-    if steps < 1:
-        return None
-    make, ds = _trainer(out_dir, cfg)
-    order = [int(i) for i in np.random.default_rng(5).permutation(ds.n)]
-    p = min(PASS, ds.n - HELD // 2)
-    train, held = order[:p], order[p:p + HELD]
     lr0 = float(cfg['lr'])
+    plan = _plan(n_train, macs, prefix_macs) if n_train >= FEW else (
+        f'{n_train} training sample{"s" * (n_train != 1)}, it needs {FEW}')
+    if isinstance(plan, str):
+        log(f'{model_path}: the lr probe did not run ({plan}): the run trains at lr '
+            f'{lr0:g} as it is; --lr sets another')
+        return None
+    p, h, own, steps = plan
+    order = [int(i) for i in np.random.default_rng(5).permutation(n_train)]
+    idx = order[:p] if own else order[:p + h]
+    tmp = tempfile.mkdtemp(prefix='utrain-lrprobe-')
+    ds = None
     try:
+        make, ds = _trainer(out_dir, cfg, cache or files.get('prefix'), idx, tmp)
+        train = list(range(p))
+        held = train if own else list(range(p, p + h))
         start = _held_loss(make(lr0), ds, (), held)
         tried = [(lr0, _held_loss(make(lr0), ds, train, held))]
         # (up only where the pass held UPDATES updates: one update of a batch of 1000
-        # barely moves the loss at any lr the run can take for ten epochs)
+        # barely moves the loss at any lr the run can take for ten epochs; and never
+        # judged on the pass's own samples: a higher lr fits those better)
         updates = p // max(1, int(cfg.get('batch', 1)))
-        up = STILL * start <= tried[0][1] < float('inf') and updates >= UPDATES
+        # (and never where the pass raised the loss by more: that is harm, down)
+        up = STILL * start <= tried[0][1] <= start / STILL and updates >= UPDATES \
+            and not own
         for k in range(1, min(steps, UP if up else steps) + 1):
             lr = float('%.2g' % (lr0 * STEP ** (k if up else -k)))
             tried.append((lr, _held_loss(make(lr), ds, train, held)))
             least = min(l for _, l in tried)
+            # (down: an lr that barely moved the loss where none tried lowered it ends
+            # it: lower ones move it less, none clearly below: samples with nothing the
+            # model can learn, such as random labels, where higher lrs did harm)
             if tried[0][1] == float('inf') or (
                     not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
-                    else tried[-1][1] > 2 * least):
+                    else tried[-1][1] > 2 * least
+                    or STILL * start <= least and tried[-1][1] <= start / STILL):
                 break
     finally:
-        ds.close()
+        if ds is not None:
+            ds.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     least = min(l for _, l in tried)
     best = next(lr for lr, l in tried if l <= (least if up else least / CLEARLY))
     if best == lr0 or tried[0][1] == float('inf') or up and not least < STILL * start:
         return None     # (up: only where a higher lr moved the held loss clearly)
     why = ('barely moved the loss' if up else 'left a clearly higher loss')
-    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {p} samples {why} '
-        f'on other training samples (before: {start:.3g}, '
+    on = (f'on those samples after it (only {n_train} training samples: none held out)'
+          if own else 'on other training samples')
+    log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {p} samples {why} {on} '
+        f'(before: {start:.3g}, '
         + ', '.join(f'lr {lr:g}: {l:.3g}' for lr, l in tried)
         + ('' if up else '; as a model made for inputs of another scale can')
         + '); --lr sets another')
@@ -126,16 +210,21 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs) -> float | Non
 
 def probe_written(out_dir, summary, given, log, model_path) -> dict:
     """An int8 run folder as written (summary: prepare_q8's), its train.json's lr the
-    probe's (summary's settings too); the macs from its layer table (select.q8_macs)."""
+    probe's (summary's settings too); the macs from its layer tables (select.q8_macs:
+    with a prefix table, files.prefix, the trained part's, the prefix's once a sample)."""
     import json
     from .select import q8_macs
     from .runfolder import atomic_write
     path = os.path.join(out_dir, 'train.json')
     with open(path) as f:
         cfg = json.load(f)
-    with open(os.path.join(out_dir, cfg['files']['model'])) as f:
-        macs = q8_macs(json.load(f)['layers'])
-    lr = probe_lr(out_dir, cfg, summary.get('train_samples'), given, log, model_path, macs)
+    macs = []
+    for key in ('model', 'prefix'):
+        if cfg['files'].get(key):
+            with open(os.path.join(out_dir, cfg['files'][key])) as f:
+                macs.append(q8_macs(json.load(f)['layers']))
+    lr = probe_lr(out_dir, cfg, summary.get('train_samples'), given, log, model_path,
+                  *macs[:1], prefix_macs=sum(macs[1:]))
     if lr is not None:
         cfg['lr'] = lr
         atomic_write(path, (json.dumps(cfg, indent=1) + '\n').encode())

@@ -957,9 +957,13 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         summary['inputs_stored'] = {k: list(v) for k, v in g.inputs_stored.items()}
     summary.update(write_prefix_caches(out_dir, files, cache))
     if not trial:
-        from .select import step_macs
+        from .select import step_macs, layer_macs
+        # (a cached frozen prefix: the probe runs it once a sample, then the ops above)
+        k = next((i for i, op in enumerate(g.ops) if set(op.inputs) & set(p.params)), 0) \
+            if cache else 0
+        pre = sum(layer_macs(g, op) for op in g.ops[:k])
         lr = probe_lr(out_dir, dict(s, files=files), n_train, given, log, model_path,
-                      step_macs(g, p))
+                      step_macs(g, p) - pre, cache, pre)
         s = s if lr is None else dict(s, lr=lr)
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])

@@ -130,3 +130,60 @@ def test_a_mean_over_many_outputs_gets_a_higher_lr(tmp_path):
     losses = [float(ln.split('test_loss ')[1].split()[0]) for ln in text.splitlines()
               if ln.startswith('epoch ')]
     assert code == 0 and losses[-1] < 0.5 * losses[0], text
+
+
+def test_an_int8_prefix_cache_run_is_probed_on_its_trained_part(tmp_path):
+    """--cache on an int8 run: the board trains the layers above a frozen prefix on the
+    prefix's outputs (q8t.json, utrain.q8prefix); the probe computes those outputs for
+    its samples (a temporary copy, nothing left in the run folder) and trains the same
+    part: at 0.01 one pass took the held loss from 5.5 to 32 (the run: 0.2 of 4
+    classes), 0.0032 to 1.3."""
+    said = []
+    run = str(tmp_path / 'run')
+    prepare(_cnn(tmp_path / 'm.tflite'), run, data=_data(tmp_path / 'd.npz', 4.0, 54),
+            test_split=0.25, int8=True, cache=True, train='last:3', log=said.append)
+    with open(os.path.join(run, 'train.json')) as f:
+        assert json.load(f)['files']['model'] == 'q8t.json'
+    assert not [f for f in os.listdir(run) if 'pfx' in f]
+    assert _lr(run) <= 0.0032 and any(': lr ' in m and 'one pass of 24 samples' in m
+                                      for m in said), said
+
+
+@pytest.mark.parametrize('n, scale, lowered', [(16, 4.0, True), (16, 1.0, False)])
+def test_a_few_samples_judge_one_pass_on_themselves(tmp_path, n, scale, lowered):
+    """12 training samples (8-23: none to hold out): one pass over all of them, judged on
+    their own loss after it, and only down; samples at the model's scale keep 0.01."""
+    said = []
+    run = str(tmp_path / 'run')
+    prepare(_cnn(tmp_path / 'm.tflite'), run, data=_data(tmp_path / 'd.npz', scale, n),
+            test_split=0.25, cache=True, train='last:3', log=said.append)
+    assert not [f for f in os.listdir(run) if 'pfx' in f]      # (the probe's cache: gone)
+    if lowered:
+        assert _lr(run) <= 0.0032, said
+        assert any('one pass of 12 samples' in m and 'none held out' in m for m in said), said
+    else:
+        assert _lr(run) == 0.01 and not any(': lr ' in m for m in said), said
+
+
+def test_too_few_samples_or_too_costly_a_pass_say_so(tmp_path, monkeypatch):
+    """6 training samples: no probe, and prepare says so and which lr the run takes.  A
+    model whose pass costs more than the probe may take (here the budget cut to about
+    100 training steps of this model, 160 K multiply-adds each) is probed on fewer
+    samples (24, judged on 8), and where even 8 cost too much, prepare says so."""
+    from host_tools.prepare import lrprobe
+    model, said = _cnn(tmp_path / 'm.tflite'), []
+    prepare(model, str(tmp_path / 'few'), data=_data(tmp_path / 'few.npz', 4.0, 8),
+            test_split=0.25, log=said.append)
+    assert _lr(str(tmp_path / 'few')) == 0.01
+    assert any('lr probe did not run (6 training samples, it needs 8)' in m
+               and 'lr 0.01' in m for m in said), said
+    data = _data(tmp_path / 'd.npz', 4.0)
+    for macs, probed in ((16e6, True), (4e6, False)):
+        monkeypatch.setattr(lrprobe, 'MACS', macs)
+        said, run = [], str(tmp_path / f'big{macs:g}')
+        prepare(model, run, data=data, test_split=0.25, log=said.append)
+        if probed:
+            assert _lr(run) <= 0.0032 and any('one pass of 24 samples' in m for m in said), said
+        else:
+            assert _lr(run) == 0.01 and any('lr probe did not run (one pass of 8 samples'
+                                            in m for m in said), said
