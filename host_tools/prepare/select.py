@@ -161,6 +161,19 @@ SHRINK = True
 SETTLE = True
 SETTLE_EPOCHS = 2
 SETTLE_MAX = 4
+# ... and on a proxy partitioned again (Trials.parts > 1: fewer distinct samples than
+# VALIDATIONS), those within SMALL_SETTLE_Z standard errors of the best short mean go to the
+# long trials too.  There the folds' paired standard error counts every validation as
+# independent, but each sample is validated once a partition: 80 folds of GunPoint's 50
+# series validate 800 times and the sample-set noise (which 50 series) is up to
+# sqrt(partitions) wider than the folds say.  bench/transfer.py, cnn1d GunPoint b4 216 KB
+# (session 25; Adam, 3 epochs): 13, 25 whole +0.021 +- 0.017 over last:10 (16-25 whole) on
+# 80 folds, past TIE_Z's one standard error, trained and tested 0.522 on 6 seeds against
+# last:10's 0.559; on the long trials last:10 leads by 0.045 +- 0.019, on every tenth of the
+# folds.  Session 21's two standard errors everywhere fixed that cell and broke dwres new
+# digits b1 209 KB (360 samples, one partition: 0.902 -> 0.854); one partition keeps TIE_Z.
+# Off: SMALL_SETTLE_Z = TIE_Z.
+SMALL_SETTLE_Z = 2.0
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
 # a layer is worth training on the board when the Fisher potential of its outputs is at
 # least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
@@ -1105,8 +1118,9 @@ def _settle(t, pr, lead, top, tried, log):
     SETTLE_EPOCHS times as long on the folds all of them were verified on; of them the best
     long mean trains, or of those within TIE of it the most trained parameters.  `tried`
     reordered: the settled choice first."""
+    z = SMALL_SETTLE_Z if getattr(t, 'parts', 1) > 1 else TIE_Z
     near = [c for c in sorted(tried, key=lambda c: -c[0])
-            if top - c[0] <= tie_width(t, lead, c[3])]
+            if top - c[0] <= tie_width(t, lead, c[3], z=z)]
     pick = near[:SETTLE_MAX]
     if not any(c[3] == tried[0][3] for c in pick):
         pick = pick[:SETTLE_MAX - 1] + [tried[0]]
@@ -1160,14 +1174,14 @@ def shallowest(ranks) -> int:
     return min(int(i) for i in ranks)
 
 
-def tie_width(t, a, b, most=None):
+def tie_width(t, a, b, most=None, z=None):
     """How far under configuration a's mean b may score and count as as good: TIE, or
-    TIE_Z standard errors of their paired difference on the folds both were verified on
-    (t.verified; their trials are cached) where that is wider, at most `most`."""
+    z (TIE_Z) standard errors of their paired difference on the folds both were verified
+    on (t.verified; their trials are cached) where that is wider, at most `most`."""
     n = min(t.verified.get(describe(a), 0), t.verified.get(describe(b), 0))
     if n < 2 or a == b:
         return TIE
-    w = TIE_Z * _paired(t, a, b, n)[1]
+    w = (TIE_Z if z is None else z) * _paired(t, a, b, n)[1]
     return max(TIE, w if most is None else min(w, most))
 
 
