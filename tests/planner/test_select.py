@@ -1670,3 +1670,33 @@ def test_on_a_small_proxy_a_lead_within_two_standard_errors_is_settled_on_longer
     assert parts > 1 and settled and got == set(but_first), (got, settled, parts)
     got, settled, parts = case(large)
     assert parts == 1 and not settled and got == set(every), (got, settled, parts)
+
+
+def test_the_biases_of_every_layer_its_screening_fold_drops_are_verified(tmp_path, data,
+                                                                        monkeypatch):
+    """Issue 28 (session 25; off by default until checked on every bench row: tcn new
+    classes b1 202 KB and st1d drift b1 220 KB, 'bias' the best hand-picked setting and
+    never verified): with ALL_BIASES the biases of every layer are verified whatever the
+    screening says, and train when they are the best on the folds; without, they are not
+    tried again."""
+    from host_tools.prepare import select as sl
+    g = read_model(CNN)
+    cands = layers(g)
+    cls = sl.classifier(g, cands)
+    biases = {**{i: 1 for i, kinds in cands if i < cls and 1 in kinds}, cls: 0}
+    assert len(biases) > 2
+    suf, _ = _last_suffixes(sl)
+    chosen = {}
+    for on in (True, False):
+        monkeypatch.setattr(sl, 'ALL_BIASES', on)
+
+        def score(self, ranks, fold=0):
+            if ranks == biases:     # far under on the screening fold, best on the others
+                return 0.3 if fold == 0 else 1.0
+            if ranks in suf:
+                return 0.8 - 0.001 * suf.index(ranks)
+            return 0.5
+        s = _auto_on(tmp_path, data, monkeypatch, score)
+        chosen[on] = {int(i): r for i, r in s['ranks'].items()}
+    assert chosen[True] == {i: 'all' if i == cls else 'bias' for i in biases}, chosen
+    assert chosen[False] != chosen[True], chosen
