@@ -1479,22 +1479,31 @@ def test_full_fine_tuning_its_screening_fold_drops_is_verified(tmp_path, data, m
     whatever its screening fold says, and trains when it is the best on the folds; without
     FULL_VERIFY it is never tried again."""
     from host_tools.prepare import select as sl
-    suf, _ = _last_suffixes(sl)
-    full = suf[-1]
-    chosen = {}
-    for on in (True, False):
-        monkeypatch.setattr(sl, 'FULL_VERIFY', on)
-
-        def score(self, ranks, fold=0):
-            if ranks == full:       # far under on the screening fold, best on the others
-                return 0.3 if fold == 0 else 1.0
-            if ranks in suf:
-                return 0.8 - 0.001 * suf.index(ranks)
-            return 0.5
-        s = _auto_on(tmp_path, data, monkeypatch, score)
-        chosen[on] = {int(i): r for i, r in s['ranks'].items()}
+    full = _last_suffixes(sl)[0][-1]
+    chosen = _verified_whatever_screened(tmp_path, data, monkeypatch, 'FULL_VERIFY', full)
     assert chosen[True] == {i: 'all' for i in full}, chosen
     assert chosen[False] != chosen[True], chosen
+
+
+def _verified_whatever_screened(tmp_path, data, monkeypatch, switch, ranks):
+    """{on: auto's choice} with select's switch on and off, where the configuration ranks
+    scores far under on its screening fold and best on the others (the last:N trials
+    0.8 and under, the rest 0.5)."""
+    from host_tools.prepare import select as sl
+    suf, _ = _last_suffixes(sl)
+    chosen = {}
+    for on in (True, False):
+        monkeypatch.setattr(sl, switch, on)
+
+        def score(self, r, fold=0):
+            if r == ranks:
+                return 0.3 if fold == 0 else 1.0
+            if r in suf:
+                return 0.8 - 0.001 * suf.index(r)
+            return 0.5
+        s = _auto_on(tmp_path, data, monkeypatch, score)
+        chosen[on] = {int(i): rk for i, rk in s['ranks'].items()}
+    return chosen
 
 
 @pytest.mark.parametrize('mode', ['auto', 'board'])
@@ -1685,18 +1694,6 @@ def test_the_biases_of_every_layer_its_screening_fold_drops_are_verified(tmp_pat
     cls = sl.classifier(g, cands)
     biases = {**{i: 1 for i, kinds in cands if i < cls and 1 in kinds}, cls: 0}
     assert len(biases) > 2
-    suf, _ = _last_suffixes(sl)
-    chosen = {}
-    for on in (True, False):
-        monkeypatch.setattr(sl, 'ALL_BIASES', on)
-
-        def score(self, ranks, fold=0):
-            if ranks == biases:     # far under on the screening fold, best on the others
-                return 0.3 if fold == 0 else 1.0
-            if ranks in suf:
-                return 0.8 - 0.001 * suf.index(ranks)
-            return 0.5
-        s = _auto_on(tmp_path, data, monkeypatch, score)
-        chosen[on] = {int(i): r for i, r in s['ranks'].items()}
+    chosen = _verified_whatever_screened(tmp_path, data, monkeypatch, 'ALL_BIASES', biases)
     assert chosen[True] == {i: 'all' if i == cls else 'bias' for i in biases}, chosen
     assert chosen[False] != chosen[True], chosen
