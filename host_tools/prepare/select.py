@@ -56,9 +56,10 @@ FULL_VERIFY = True      # the deepest last-k trial that fits, verified always (_
 # classes b1 202 KB (0.768; auto 24-36 whole 0.718) and the held-out st1d drift b1 220 KB
 # (0.241; auto the classifier alone 0.177), both train it with this on (the long trials
 # rank it first: 0.811 against 0.790; 0.176 against 0.165); cnn1d GunPoint b4 216 KB, tcn
-# basic-motions b1, dw1d GunPoint b4 and st1d drift b4 keep their choice.  Off until the
-# rp2040 defaults rows and the other held-out cells are checked with it (their trials ran
-# in no worktree with today's code stamp): ALL_BIASES = True.
+# basic-motions b1, dw1d GunPoint b4 and st1d drift b4 keep their choice, as do the other
+# held-out cells and the rp2040 defaults rows but one: cnn1d new classes at rp2040 moves
+# from 19, 25 whole to 19-25 whole (last:7, 0.894 against 0.893 in session 23), not yet
+# trained with it: off until it is (docs/choosing-what-trains.md, session 25).
 ALL_BIASES = False
 RESCREEN_Z = 3.0        # last:N trials this close to the best are screened on a 2nd fold
 # (and ranked on the mean of both: one fold of n_val samples swings by more than SCREEN_Z
