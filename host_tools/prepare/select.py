@@ -58,8 +58,9 @@ FULL_VERIFY = True      # the deepest last-k trial that fits, verified always (_
 # rank it first: 0.811 against 0.790; 0.176 against 0.165); cnn1d GunPoint b4 216 KB, tcn
 # basic-motions b1, dw1d GunPoint b4 and st1d drift b4 keep their choice, as do the other
 # held-out cells and the rp2040 defaults rows but one: cnn1d new classes at rp2040 moves
-# from 19, 25 whole to 19-25 whole (last:7, 0.894 against 0.893 in session 23), not yet
-# trained with it: off until it is (docs/choosing-what-trains.md, session 25).
+# from 19, 25 whole to 19-25 whole (last:7: 0.894, the best hand-picked; board 0.891).
+# Off until --select board is checked with it on every row (its short list can take the
+# new finalist; checked on those three only): docs/choosing-what-trains.md, session 25.
 ALL_BIASES = False
 RESCREEN_Z = 3.0        # last:N trials this close to the best are screened on a 2nd fold
 # (and ranked on the mean of both: one fold of n_val samples swings by more than SCREEN_Z
