@@ -317,7 +317,7 @@ def test_prepare_lays_nchw_samples_out_for_an_nhwc_model(tmp_path, int8):
         np.savez(tmp_path / (name + '.npz'), x=xs, y=y)
         out = tmp_path / name
         prepare(model, str(out), data=str(tmp_path / (name + '.npz')), loss='scce', int8=int8,
-                log=lambda *a: None)
+                lr=0.01, log=lambda *a: None)       # (lr given: no lr probe, most of the time)
         assert (out / 'q8.json').exists() == int8
         got[name] = ds.read_dataset(str(out / 'train.ds'))[0]
     np.testing.assert_array_equal(got['nchw'], got['nhwc'])

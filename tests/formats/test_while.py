@@ -155,7 +155,9 @@ def test_prepares_own_int8_choice_refused_says_nothing_of_the_int8_version(tmp_p
     x = rng.standard_normal((48, 6, 3)).astype(np.float32)
     np.savez(tmp_path / 'd.npz', x=x, y=forward(x).argmax(1))
     d, none = str(tmp_path / 'd.npz'), lambda *a: None
-    kw = dict(data=d, epochs=1, board='esp32-psram')
+    # (lr given: prepare's lr probe, most of these four prepares' seconds, does not run;
+    # the plans and what prepare says of int8 do not depend on it)
+    kw = dict(data=d, epochs=1, board='esp32-psram', lr=0.01)
     h8 = prepare(src, str(tmp_path / 'i'), int8=True, log=none, **kw)['heap']['total']
     hf = prepare(src, str(tmp_path / 'f'), int8=False, log=none, **kw)['heap']['total']
     assert hf + 2048 < h8, (hf, h8)

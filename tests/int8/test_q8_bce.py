@@ -70,7 +70,8 @@ def test_bce_loss_and_gradient_as_the_float_path_and_finite_differences(tmp_path
     src, _ = _sigmoid_model(tmp_path / 's.tflite', O=O)
     data, x, _ = _data(tmp_path / 'd.npz', O=O)
     o = str(tmp_path / 'o')
-    prepare(src, o, data=data, epochs=0, int8=True, log=lambda *a: None)
+    # (no training: lr given so that prepare's lr probe, most of the test's time, does not run)
+    prepare(src, o, data=data, epochs=0, int8=True, lr=0.01, log=lambda *a: None)
     with open(os.path.join(o, 'q8.json')) as f:
         m = json.load(f)
     net = Q8Net(m, os.path.join(o, 'weights.wof'))

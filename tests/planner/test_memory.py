@@ -436,7 +436,8 @@ def test_int8_budget_refusal_says_what_would_fit(tmp_path):
     model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['mlp-all-adam-b4'][:2])
     out = tmp_path / 'o'
     args = ['prepare', model, '-o', str(out), '--data', data, '--loss', 'scce', '--train', 'all']
-    fits = prepare(model, str(tmp_path / 'sgd'), data=data, loss='scce', train='all')['heap']
+    fits = prepare(model, str(tmp_path / 'sgd'), data=data, loss='scce', train='all',
+                   lr=0.01)['heap']     # (lr given: no lr probe; the plan is the same)
     assert fits['parts']['layer table (q8.json parsed)'] > 0
     budget = fits['total'] + 1024
     r = subprocess.run([sys.executable, '-m', 'host_tools', *args, '--optimizer', 'adam',
@@ -461,7 +462,7 @@ def test_an_int8_budget_chooses_the_prefix_cache(tmp_path):
     on a net of their own, once per sample) where that fits and the user did not set it,
     says so, and the run trains in the plan."""
     model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['dscnn-last2'][:2])
-    kw = dict(data=data, loss='scce', train='last:2', log=lambda *a: None)
+    kw = dict(data=data, loss='scce', train='last:2', lr=0.01, log=lambda *a: None)  # (no lr probe)
     whole = prepare(model, str(tmp_path / 'a'), **kw)['heap']['total']
     cached = prepare(model, str(tmp_path / 'b'), cache=True, **kw)['heap']['total']
     budget = cached + 1024
@@ -479,7 +480,8 @@ def test_int8_row_bands_only_where_they_lower_the_plan(tmp_path):
     where 125 KB unbanded (and a banded step costs 1.8x on a Pico).  Left to prepare, bands
     never plan above no bands; --bands 1 still bands."""
     model, data = (os.path.join(q8cases.KERAS, f) for f in q8cases.CASES['dscnn-last2'][:2])
-    kw = dict(data=data, loss='scce', train='last:2', board='rp2040', log=lambda *a: None)
+    kw = dict(data=data, loss='scce', train='last:2', board='rp2040', lr=0.01,  # (no lr probe)
+              log=lambda *a: None)
     plans = {}
     for b in (None, 0, 1):
         out = tmp_path / str(b)
@@ -850,8 +852,10 @@ def test_budget_advice_plans_row_bands_as_prepare_does(tmp_path):
     because prepare then runs the frozen convolutions in row bands (196 KB; 299 without
     them); the advice planned --stream without bands and said nothing fits."""
     model = os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_float.tflite')
+    # (lr given: prepare's lr probe, nearly all of this test's seconds, does not run; the
+    # plans and the advice do not depend on the lr)
     kw = dict(data=os.path.join(ROOT, 'bench', 'zoo', 'keras', 'dscnn_kws_data.npz'),
-              loss='scce', budget='230K')
+              loss='scce', budget='230K', lr=0.01)
     with pytest.raises(PrepareError) as e:      # (--stream off given and no --data for a
         prepare(model, str(tmp_path / 'o'), train='last:2', stream=False,   # host cache:
                 **dict(kw, data=None))                                        # refused)

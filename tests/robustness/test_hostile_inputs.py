@@ -846,7 +846,7 @@ def test_refused_data_leaves_the_prepared_folder_as_it_was(tmp_path, int8):
     keras = os.path.join(ROOT, 'bench', 'zoo', 'keras')
     if int8:
         model, good = os.path.join(keras, 'mlp_int8.tflite'), os.path.join(keras, 'mlp_data.npz')
-        kw = dict(loss='scce', optimizer='sgd')
+        kw = dict(loss='scce', optimizer='sgd', lr=0.01)     # (given: no lr probe)
     else:
         model = os.path.join(ROOT, 'datasets', 'digits', 'digits_mlp.circle')
         good, kw = os.path.join(ROOT, 'datasets', 'digits', 'digits.npz'), dict(loss='scce')

@@ -199,8 +199,8 @@ def test_an_int8_runs_files_beside_trained_wof_go_with_it_to_earlier_n(tmp_path)
     z = os.path.join(ROOT, 'bench', 'zoo', 'keras')
     ft, data = os.path.join(z, 'mlp_float.tflite'), os.path.join(z, 'mlp_data.npz')
     out = str(tmp_path / 'o')
-    kw = dict(data=data, int8=True, test_split=0.2, loss='scce', epochs=2,
-              log=lambda *a: None)
+    kw = dict(data=data, int8=True, test_split=0.2, loss='scce', epochs=2, lr=0.01,
+              log=lambda *a: None)       # (lr given: no lr probe, most of the time)
     prepare(ft, out, **kw)
     assert runner.run(out, python=True, stream=False)[0] == 0
     side = sorted(n for n in os.listdir(out) if n.startswith('trained.wof.q8'))

@@ -23,6 +23,11 @@ from host_tools.files.wof import read_wof  # noqa: E402
 from host_tools.prepare.pipeline import export, prepare  # noqa: E402
 from host_tools.target import runner  # noqa: E402
 
+# LR: the tests below check what prepare writes and says of an input's scale, not the
+# lr: given, prepare's lr probe (host_tools/prepare/lrprobe.py, over half of each such
+# prepare's seconds) does not run
+LR = 0.01
+
 H, C, K, O = 8, 4, 3, 3
 
 
@@ -123,7 +128,8 @@ def test_the_file_form_diverges_and_small_inputs_stay(tmp_path):
     # given, scaled as the float run by relabelling the int8 scales (quant.relabel_input;
     # tests/int8/test_q8_input_scale.py), saying so
     lines = []
-    s = prepare(src, os.fspath(tmp_path / 'r'), data=data, board='rp2040', log=lines.append)
+    s = prepare(src, os.fspath(tmp_path / 'r'), data=data, board='rp2040', lr=LR,
+                log=lines.append)
     assert s.get('int8') and s['input_scale'] == 1 / 128
     assert any('trains as int8 on the input times 0.0078125' in ln for ln in lines), lines
 
@@ -143,7 +149,7 @@ def test_an_int8_model_on_large_inputs_trains_as_int8_scaled(tmp_path):
         np.savez(tmp_path / f'{name}.npz', x=x.astype(np.float32), y=y)
         lines = []
         s = prepare(path, os.fspath(tmp_path / name), data=os.fspath(tmp_path / f'{name}.npz'),
-                    log=lines.append)
+                    lr=LR, log=lines.append)
         assert s.get('int8') and not s.get('dequantized_because'), s
         assert s['input_scale'] == (1 / 64 if scaled else 0)
         assert any('trains as int8 on the input times 0.015625' in ln for ln in lines) == scaled
@@ -171,7 +177,7 @@ def test_samples_beyond_an_int8_input_are_warned_of(tmp_path):
         np.savez(tmp_path / f'{name}.npz', x=x.astype(np.float32), y=y)
         lines = []
         prepare(model, os.fspath(tmp_path / name), data=os.fspath(tmp_path / f'{name}.npz'),
-                log=lines.append)
+                lr=LR, log=lines.append)
         said = [ln for ln in lines if ln.startswith('warning: ') and 'int8 input holds' in ln]
         assert bool(said) == warned, lines
         if warned and name == 'pixels':
@@ -232,7 +238,7 @@ def test_int8_codes_given_as_samples_are_told_apart(tmp_path):
         np.savez(tmp_path / f'{name}.npz', x=x, y=y)
         lines = []
         prepare(model, os.fspath(tmp_path / name), data=os.fspath(tmp_path / f'{name}.npz'),
-                log=lines.append)
+                lr=LR, log=lines.append)
         said = [ln for ln in lines if ln.startswith('warning: ') and 'int8 input holds' in ln]
         assert bool(said) == warned, lines
         if warned:
