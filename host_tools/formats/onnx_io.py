@@ -250,6 +250,8 @@ class _Reader(RecurrentOps):
         self.reshaped: dict[str, tuple] = {}         # constant -> (initializer, steps): a
         #                                              reshape of it folded (export maps back)
         self.origin: dict[str, tuple] = {}
+        self.fills: set = set()     # constants made of no weight: a ConstantOfShape's fill
+        #                             and what is folded from fills and shapes alone
         self.consumers: dict[str, list] = {}
         self.names: set = set()
         self.node = None
@@ -286,6 +288,10 @@ class _Reader(RecurrentOps):
             steps = pre + list(steps)
         if init is not None:
             self.origin[self.tensors[k].name] = ('plain', init, list(steps))
+        elif name in self.fills:
+            # (a fill of a run-time shape, an SB3 policy's ones_like times exp(log_std):
+            # no weight of the model's maker, frozen as a folded FILL is in a .tflite)
+            self.tensors[k].frozen = True
         elif name in self.const and name not in self.inits and v.dtype.kind == 'f':
             self.origin[self.tensors[k].name] = ('computed', name)
         return k
@@ -471,6 +477,10 @@ class _Reader(RecurrentOps):
                 self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}' if t in ADVICE
                          else 'cannot fold this op on constants')
             self.const[node.output[0]] = np.asarray(r)
+            if t == 'ConstantOfShape' or all(
+                    v in self.fills or v not in self.inits and
+                    np.asarray(self.const[v]).dtype.kind in 'iub' for v in present):
+                self.fills.add(node.output[0])     # (torch.ones_like(x): no parameter)
             src = ins[0] if ins else None
             if t in ('Unsqueeze', 'Squeeze', 'Reshape', 'Flatten', 'Identity') and \
                     (src in self.inits or src in self.reshaped):

@@ -330,6 +330,52 @@ def test_train_and_export(name, train, backend, folder, tmp_path):
             assert moved.min() > 1e-4, moved
 
 
+class GaussPolicy(nn.Module):
+    """A Stable-Baselines3 SAC actor as its ONNX export reads (a real GitHub one): the
+    deterministic action tanh(mu + zeros_like(mu) * exp(clamp(log_std))), the zeros a
+    ConstantOfShape of mu's run-time shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.h, self.mu, self.ls = nn.Linear(4, 8), nn.Linear(8, 2), nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.h(x))
+        mu = self.mu(h)
+        return torch.tanh(mu + torch.zeros_like(mu) * self.ls(h).clamp(-2, 2).exp())
+
+
+def test_a_fill_of_a_run_time_shape_is_no_parameter(tmp_path):
+    """A real GitHub SB3 policy export trained, then export refused its 'trained tensor
+    /actor/ConstantOfShape_output_0' (the zeros a MUL reads: no parameter, which export
+    cannot write back): a constant made of no initializer is frozen; the run trains the
+    layers, export writes them, ORT on the export = utrain's forward."""
+    torch.manual_seed(0)
+    path = os.fspath(tmp_path / 'p.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        torch.onnx.export(GaussPolicy().eval(), (torch.zeros(1, 4),), path, opset_version=17,
+                          dynamo=False, input_names=['x'], output_names=['y'],
+                          dynamic_axes={'x': {0: 'batch'}, 'y': {0: 'batch'}})
+    assert 'ConstantOfShape' in [n.op_type for n in onnx.load(path).graph.node]
+    x, _ = samples((4,), n=16)
+    y = np.random.default_rng(1).uniform(-0.9, 0.9, (16, 2)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=x, y=y)
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(path, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', lr=0.05, epochs=2,
+                log=lambda *a: None)
+    assert s['trainable_params'] == (4 * 8 + 8) + 2 * (8 * 2 + 2)     # (not the zeros)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(path, os.path.join(d, 'trained.wof'), out)
+    from onnx import numpy_helper
+    ia = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+    ib = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    assert not np.array_equal(ia['mu.weight'], ib['mu.weight'])
+    assert np.abs(utrain_run(d, x, 'trained.wof') - ort_run(out, x)).max() < FWD_TOL
+
+
 def _tiny(path, op, attrs=None, extra_inputs=()):
     from onnx import TensorProto, helper
     x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])
