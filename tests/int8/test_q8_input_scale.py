@@ -225,8 +225,9 @@ def test_an_int8_files_logits_follow_training(tmp_path, monkeypatch):
                 g.follow_logits = 0
             monkeypatch.setattr(quant, '_widen_logits', held)
         out = os.fspath(tmp_path / f'r{follow}')
+        # (lr given: the probe would choose one at which the logits do not clip)
         prepare(q8, out, data=os.fspath(tmp_path / 'p.npz'), test_split=0.25, epochs=3,
-                loss='scce', from_logits=True, log=lambda *a: None)
+                loss='scce', from_logits=True, lr=0.01, log=lambda *a: None)
         with open(os.path.join(out, 'q8.json')) as f:
             assert ('rr' in json.load(f)) == follow
         no_keep_best(out)
