@@ -12,7 +12,8 @@ of a few training samples at the lr, judged by the loss on other training sample
 (never the test split), and steps the lr by sqrt(10) down where that pass did harm, or
 up where it barely moved, and says what it chose.  A run that caches its frozen prefix
 trains only the part above it on the prefix's outputs, and so does the probe; 8-23
-training samples are judged on their own loss after the pass; a pass too costly probes
+training samples are judged on their own loss after the pass; a pass too costly (an
+int8 run's budget its own: its trainer costs the host more a multiply-add) probes
 fewer samples; where it cannot run it says so (docs/training.md)."""
 import os
 import shutil
@@ -34,6 +35,9 @@ UPDATES = 8         # going up takes a pass of at least this many updates
 STILL = 0.97        # a held loss within this share of where it began (either way) barely moved
 GROWS = 1.5         # going up, each step's drop in held loss this many times the last's
 MACS = 24e9         # multiply-adds the probe may take in all (about 5-20 s of numpy)
+MACS_Q8 = 1.2e9     # ...of an int8 run (about 10-20 s: utrain.q8train under CPython took 9-16
+#                     ns a q8_macs multiply-add on DS-CNN and MobileNet tables, 3-4 times the
+#                     float trainer's; at MACS a 224x224 int8 MobileNet's probe took 220 s)
 
 
 def _held_loss(tr, ds, train, held):
@@ -110,34 +114,36 @@ def _trainer(out_dir, cfg, cache, idx, tmp):
     return make, module('data').Dataset(path)
 
 
-def _plan(n, macs, prefix_macs):
+def _plan(n, macs, prefix_macs, budget=None):
     """The probe's samples and steps for n training samples and a step of macs
-    multiply-adds (prefix_macs more a sample, once: a cached frozen prefix): (pass,
-    held, own, steps), own where the pass is judged on its own samples (fewer than
-    MIN_SAMPLES: none to hold out), or a str: why it cannot run."""
+    multiply-adds (prefix_macs more a sample, once: a cached frozen prefix) within budget
+    multiply-adds (None: MACS, float's; an int8 run's MACS_Q8): (pass, held, own, steps),
+    own where the pass is judged on its own samples (fewer than MIN_SAMPLES: none to hold
+    out), or a str: why it cannot run."""
+    budget = budget or MACS
     own = n < MIN_SAMPLES
     p = n if own else min(PASS, n - HELD // 2)
     h = p if own else min(HELD, n - p)
 
     def steps(p, h):
-        return min(STEPS, int((MACS - prefix_macs * (p if own else p + h)) //
+        return min(STEPS, int((budget - prefix_macs * (p if own else p + h)) //
                               max(1, macs * (p + h))) - 1)
     if steps(p, h) < 1:
         # fewer samples, not no probe: LEAST held (the pass's harm shows on few, and shows
         # the less the shorter the pass) and as long a pass as takes three lrs (down 10x)
         h = p if own else min(h, LEAST)
-        a = int(MACS // max(1, 3 * macs + prefix_macs))     # samples through three lrs
+        a = int(budget // max(1, 3 * macs + prefix_macs))     # samples through three lrs
         p = max(min(p, LEAST), min(p, a // 2 if own else a - h))
         h = p if own else h
     if steps(p, h) < 1:
         return (f'one pass of {p} samples and the loss on {h} would take about '
                 f'{(p + h) * macs / 1e9:.3g} G multiply-adds an lr; it takes at most '
-                f'{MACS / 1e9:g} G, for two lrs at least')
+                f'{budget / 1e9:g} G, for two lrs at least')
     return p, h, own, steps(p, h)
 
 
 def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
-             prefix_macs=0) -> float | None:
+             prefix_macs=0, budget=None) -> float | None:
     """The lr the probe chooses for run folder out_dir (its train.json's cfg, the files
     and settings as written), or None to keep cfg's: where lr was given, the training
     samples are too few (it says so), or the lr diverges at once (the run's own on_nan
@@ -145,15 +151,15 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
     where it began, up the steps while the drop from there grows GROWS times a step (as
     it does where the lr is too small to bend), keeping the least; else down until a
     loss is twice the least so far, keeping the largest lr within 1/CLEARLY of the
-    least.  At most STEPS (UP up), or MACS: macs, a training step's multiply-adds (of the
-    trained part where the run caches its frozen prefix: cache, the float run's
-    setting, or an int8 prefix table; prefix_macs, the prefix's a sample, once); where
-    a pass costs more, fewer samples (_plan)."""
+    least.  At most STEPS (UP up), or budget multiply-adds (None: MACS; an int8 run's:
+    MACS_Q8): macs, a training step's (of the trained part where the run caches its
+    frozen prefix: cache, the float run's setting, or an int8 prefix table; prefix_macs,
+    the prefix's a sample, once); where a pass costs more, fewer samples (_plan)."""
     files = cfg['files']
     if 'lr' in given or n_train is None or not files.get('train'):
         return None
     lr0 = float(cfg['lr'])
-    plan = _plan(n_train, macs, prefix_macs) if n_train >= FEW else (
+    plan = _plan(n_train, macs, prefix_macs, budget) if n_train >= FEW else (
         f'{n_train} training sample{"s" * (n_train != 1)}, it needs {FEW}')
     if isinstance(plan, str):
         log(f'{model_path}: the lr probe did not run ({plan}): the run trains at lr '
@@ -211,7 +217,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
 def probe_written(out_dir, summary, given, log, model_path) -> dict:
     """An int8 run folder as written (summary: prepare_q8's), its train.json's lr the
     probe's (summary's settings too); the macs from its layer tables (select.q8_macs:
-    with a prefix table, files.prefix, the trained part's, the prefix's once a sample)."""
+    with a prefix table, files.prefix, the trained part's, the prefix's once a sample),
+    within MACS_Q8: the int8 trainer's multiply-adds cost the host more."""
     import json
     from .select import q8_macs
     from .runfolder import atomic_write
@@ -224,7 +231,7 @@ def probe_written(out_dir, summary, given, log, model_path) -> dict:
             with open(os.path.join(out_dir, cfg['files'][key])) as f:
                 macs.append(q8_macs(json.load(f)['layers']))
     lr = probe_lr(out_dir, cfg, summary.get('train_samples'), given, log, model_path,
-                  *macs[:1], prefix_macs=sum(macs[1:]))
+                  *macs[:1], prefix_macs=sum(macs[1:]), budget=MACS_Q8)
     if lr is not None:
         cfg['lr'] = lr
         atomic_write(path, (json.dumps(cfg, indent=1) + '\n').encode())

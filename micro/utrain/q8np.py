@@ -149,6 +149,14 @@ def nrk(x, n):
     return max(0, m.bit_length() - 7)
 
 
+def zk(a, n):
+    _i32(a, n)[:] = 0
+
+
+def adk(a, d, n):
+    _add(a, n, _i32(d, n).astype(I64))
+
+
 def fck(acc, x, xo, xz, w, b, n, ni, no):
     # FULLY_CONNECTED over n rows, as q8kern.fck (int32 sums: within 31 bits)
     xs = _i8(memoryview(x)[xo:], n * ni).reshape(n, ni).astype(I64) - xz
@@ -259,7 +267,7 @@ def hvk(w, e, n, st, he):
 
 
 def install(g, names=('convk', 'dwk', 'cgk', 'cdk', 'ddk', 'dgk', 'rqk', 'shk', 'nrk', 'fck',
-                       'gwk', 'dxk', 'upmk', 'upek')):
+                       'gwk', 'dxk', 'upmk', 'upek', 'zk', 'adk')):
     """Put these kernels in place of module globals g's (q8kern's; names: another
     module's, as q8grow's c7n and hvk), keeping the plain Python ones as py_<name>."""
     for name in names:

@@ -302,6 +302,11 @@ def test_numpy_int8_kernels_equal_the_board_loops(geo):
     K.shk(d[0], acc, 60, 9, y, -100, 120)
     K.py_shk(d[1], acc, 60, 9, y, -100, 120)
     assert d[0] == d[1] and K.nrk(acc, 60) == K.py_nrk(acc, 60)
+    sums = [array('i', acc) for _ in range(2)]      # (a batch's gradient sums: adk, zk)
+    for k, (add, zero) in enumerate(((K.adk, K.zk), (K.py_adk, K.py_zk))):
+        add(memoryview(sums[k])[5:], acc, 50)
+        zero(memoryview(sums[k])[40:], 7)
+    assert sums[0] == sums[1] and sums[0][5] == acc[5] + acc[0] and sums[0][40] == 0
 
 
 # ------------------------------------------------------------------ 8: progress lines

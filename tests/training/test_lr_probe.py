@@ -187,3 +187,22 @@ def test_too_few_samples_or_too_costly_a_pass_say_so(tmp_path, monkeypatch):
         else:
             assert _lr(run) == 0.01 and any('lr probe did not run (one pass of 8 samples'
                                             in m for m in said), said
+
+
+def test_an_int8_probe_has_its_own_budget():
+    """The int8 trainer (utrain.q8train under CPython) costs the host 9-16 ns a
+    multiply-add on DS-CNN and MobileNet tables: a 224x224 int8 MobileNet's probe at the
+    float budget took 220 s of a 307 s prepare.  A 30 M
+    multiply-add step (an int8 MobileNetV2 0.35 at 96x96, trained whole) on 100 samples:
+    the float probe takes its full pass, the int8 one fewer samples within MACS_Q8; a
+    58 M one on 22 samples (too few to hold out) with its frozen prefix cached still
+    probes, on fewer samples, and without the cache says why it cannot."""
+    from host_tools.prepare import lrprobe as L
+    assert L._plan(100, 30e6, 0) == (64, 32, False, L.STEPS)
+    p, h, own, steps = L._plan(100, 30e6, 0, L.MACS_Q8)
+    assert p < 64 and h <= L.LEAST and not own and steps >= 1
+    assert (steps + 1) * (p + h) * 30e6 <= L.MACS_Q8
+    p, h, own, steps = L._plan(22, 257e3, 58e6, L.MACS_Q8)
+    assert L.LEAST <= p < 22 and own and steps >= 2
+    assert (steps + 1) * 2 * p * 257e3 + p * 58e6 <= L.MACS_Q8
+    assert 'it takes at most 1.2 G' in L._plan(22, 58e6, 0, L.MACS_Q8)
