@@ -65,6 +65,20 @@ def _held_loss(tr, ds, train, held):
     return float(loss) if np.isfinite(loss) else float('inf')
 
 
+def _uniform(tr):
+    """A test of a held loss: is it the uniform guess of trainer tr's classifier (within
+    1.5 % of ln C: scce or cce over C > 1 outputs)?  Always False for other losses."""
+    import math
+    c = 0
+    if tr.cfg.get('loss') in ('scce', 'cce'):
+        c = getattr(tr, 'ncls', 0) or 0
+        if not c:
+            r, k = tr.net.shape[tr.net.outputs[0]]
+            c = r * k
+    u = math.log(c) if c > 1 else 0.0
+    return lambda loss: bool(u) and abs(loss - u) <= 0.015 * u
+
+
 def _subset(path, idx, out):
     """Dataset file out: the samples idx of dataset file path, in that order."""
     from ..target.device import module
@@ -146,8 +160,10 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
              prefix_macs=0, budget=None) -> float | None:
     """The lr the probe chooses for run folder out_dir (its train.json's cfg, the files
     and settings as written), or None to keep cfg's: where lr was given, the training
-    samples are too few (it says so), or the lr diverges at once (the run's own on_nan
-    halves it as it goes).  Where the pass at the lr left the held loss within STILL of
+    samples are too few (it says so), or every lr tried diverges (the run's own on_nan
+    halves it as it goes; a pass that diverged at the lr steps down: an analog-meter CNN
+    from GitHub diverged at 0.01, and the run's halving left it at the uniform guess,
+    where 0.0032 learns).  Where the pass at the lr left the held loss within STILL of
     where it began, up the steps while the drop from there grows GROWS times a step (as
     it does where the lr is too small to bend), keeping the least; else down until a
     loss is twice the least so far, keeping the largest lr within 1/CLEARLY of the
@@ -174,7 +190,9 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
         make, ds = _trainer(out_dir, cfg, cache or files.get('prefix'), idx, tmp)
         train = list(range(p))
         held = train if own else list(range(p, p + h))
-        start = _held_loss(make(lr0), ds, (), held)
+        tr0 = make(lr0)
+        flat = _uniform(tr0)
+        start = _held_loss(tr0, ds, (), held)
         tried = [(lr0, _held_loss(make(lr0), ds, train, held))]
         # (up only where the pass held UPDATES updates: one update of a batch of 1000
         # barely moves the loss at any lr the run can take for ten epochs; and never
@@ -190,8 +208,8 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
             # (down: an lr that barely moved the loss where none tried lowered it ends
             # it: lower ones move it less, none clearly below: samples with nothing the
             # model can learn, such as random labels, where higher lrs did harm)
-            if tried[0][1] == float('inf') or (
-                    not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
+            # (an lr that diverged is harm: down, as a pass that raised the loss)
+            if (not start - tried[-1][1] >= GROWS * (start - tried[-2][1]) if up
                     else tried[-1][1] > 2 * least
                     or STILL * start <= least and tried[-1][1] <= start / STILL):
                 break
@@ -200,10 +218,20 @@ def probe_lr(out_dir, cfg, n_train, given, log, model_path, macs, cache=False,
             ds.close()
         shutil.rmtree(tmp, ignore_errors=True)
     least = min(l for _, l in tried)
-    best = next(lr for lr, l in tried if l <= (least if up else least / CLEARLY))
-    if best == lr0 or tried[0][1] == float('inf') or up and not least < STILL * start:
+    if least == float('inf'):
+        return None     # (every lr tried diverged: the run's own on_nan halves it)
+    # (going down, a classifier's loss at the uniform guess, ln C, from a start that was
+    # not, is a collapse, not a loss to keep within 1/CLEARLY of the least: a GitHub-like
+    # CNN on samples at 50x its scale fell to ln 4 at 0.01-0.00032 and learned at 0.0001)
+    fell = [] if up or flat(start) or flat(least) else [l for _, l in tried if flat(l)]
+    best = next((lr for lr, l in tried if l not in fell and
+                 l <= (least if up else least / CLEARLY)), None)
+    best = next(lr for lr, l in tried if l == least) if best is None else best
+    if best == lr0 or up and not least < STILL * start:
         return None     # (up: only where a higher lr moved the held loss clearly)
-    why = ('barely moved the loss' if up else 'left a clearly higher loss')
+    why = ('barely moved the loss' if up else 'diverged' if tried[0][1] == float('inf')
+           else 'fell to the uniform guess' if tried[0][1] in fell
+           else 'left a clearly higher loss')
     on = (f'on those samples after it (only {n_train} training samples: none held out)'
           if own else 'on other training samples')
     log(f'{model_path}: lr {best:g}: at {lr0:g} one pass of {p} samples {why} {on} '

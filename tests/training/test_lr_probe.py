@@ -85,6 +85,51 @@ def test_inputs_of_another_scale_get_a_lower_lr_and_learn(tmp_path):
     assert _best(str(tmp_path / 'given')) <= 0.5
 
 
+def test_a_pass_at_the_uniform_guess_is_a_collapse_not_a_low_loss(tmp_path):
+    """Samples at 50x the model's scale: one pass at 0.01, 0.0032, 0.001 and 0.00032 leaves
+    the held loss at ln 4 (the uniform guess, below the 11.7 it began at: the probe kept
+    0.01 as within 1/0.7 of the least, and the run stays at chance); 0.0001 really
+    learns.  A loss at ln C from a start that was not is a collapse: the probe keeps
+    0.0001, says so, and the run learns."""
+    said = []
+    run = str(tmp_path / 'run')
+    prepare(_cnn(tmp_path / 'm.tflite'), run, data=_data(tmp_path / 'd.npz', 50.0),
+            test_split=0.25, log=said.append)
+    assert _lr(run) <= 0.0001 and any('fell to the uniform guess' in m for m in said), said
+    assert _best(run) >= 0.9
+
+
+@pytest.mark.parametrize('losses,want', [
+    # (an analog-meter CNN from GitHub: its pass diverged at 0.01, and the probe kept 0.01,
+    # whose run on_nan's halving left at the uniform guess; 0.0032 learns)
+    ({0.01: float('inf'), 0.0032: 2.32, 0.001: 2.53, 0.00032: 3.94, 0.0001: 7.95}, 0.0032),
+    ({0.01: float('inf'), 0.0032: float('inf'), 0.001: float('inf'), 0.00032: float('inf'),
+      0.0001: float('inf'), 3.2e-05: float('inf'), 1e-05: float('inf')}, None)])
+def test_a_pass_that_diverges_steps_down(monkeypatch, losses, want):
+    """The probe's choice from the held losses a pass leaves (a stand-in trainer): a pass
+    that diverged at the lr is harm, down to the first lr that did not; only where every
+    lr diverged is the lr kept (the run's on_nan halves it)."""
+    from host_tools.prepare import lrprobe
+
+    class Tr:
+        cfg = {'loss': 'mse'}
+
+        def __init__(self, lr):
+            self.lr = lr
+
+    class Ds:
+        def close(self):
+            pass
+    monkeypatch.setattr(lrprobe, '_trainer', lambda *a: (Tr, Ds()))
+    monkeypatch.setattr(lrprobe, '_held_loss',
+                        lambda tr, ds, train, held: losses[tr.lr] if train else 13.4)
+    said = []
+    got = lrprobe.probe_lr('run', {'lr': 0.01, 'files': {'train': 'train.ds'}}, 180, set(),
+                           said.append, 'm.tflite', 1e6)
+    assert got == want, said
+    assert (want is None) == (not said) and all('diverged' in m for m in said), said
+
+
 @pytest.mark.parametrize('scale', [1.0, 0.3])
 def test_inputs_at_the_models_scale_keep_the_default(tmp_path, scale):
     said = []
