@@ -2302,11 +2302,18 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     iv = _intervals(ls, first, free, groups)
     at, size = _place(iv)
     banded = {i for lo, hi, _ in groups for i in range(lo, hi)}
-    # the shared int32 sum buffer: a depthwise row, a MEAN, an FC output, a conv row
-    # (pools write int8 straight from their window: none)
-    A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
+    # the shared int32 sum buffer: what a kernel writes at once, a depthwise row, a MEAN,
+    # an FC output, a conv row of a chunk of its channels, a SOFTMAX row (utrain.q8smx;
+    # pools write int8 straight from their window: none); and at least (up to acc
+    # values) a conv's whole output row and (below) the weight-gradient chunk, kept in
+    # it (q8load.gwn): a table that wants more than acc gets acc as before (the
+    # elementwise kernels' chunks), a small CNN its widest row, not 4 KB it never wrote
+    # (the chunks change, none of the integers: a kernel's values are each their own)
+    A = max([d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
             + [d['nout'] for d in ls if d['k'] in (MEAN, FC)]
-            + [d['g'][11] for d in ls if d['k'] == CONV])
+            + [d['g'][11] for d in ls if d['k'] == CONV]
+            + [d['sm'] for d in ls if d.get('sm')]
+            + [min(acc, max([1] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == CONV]))])
     # the weight scratch: a frozen depthwise layer's weights (read whole), a row of an FC's
     # or conv's; not a depthwise layer that trains or passes a gradient (its weights held
     # in RAM, utrain.q8 Q8Net: MCUNet's 5x5x576 op 35 had a 14 KB scratch beside them)
@@ -2345,6 +2352,8 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             d['res'] = 1             # in a band group: its few weights stay in RAM
         elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
             Q = max(Q, d.get('nc', d['nb']))
+    # (a conv's chunk nc above: A // OW is all its channels, or A is acc as before)
+    A = max(A, min(acc, module('q8load').bufs(ls)[2]))
     if alias:
         # (a MobileNet's 1x1 head into its global pool: 20 KB of arena at 128x128; its
         # mask bits are what the backward pass reads, the MEAN's gradient a row)
