@@ -2352,8 +2352,6 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             d['res'] = 1             # in a band group: its few weights stay in RAM
         elif d['k'] in WEIGHTED and (not d.get('train') or d.get('sd')):
             Q = max(Q, d.get('nc', d['nb']))
-    # (a conv's chunk nc above: A // OW is all its channels, or A is acc as before)
-    A = max(A, min(acc, module('q8load').bufs(ls)[2]))
     if alias:
         # (a MobileNet's 1x1 head into its global pool: 20 KB of arena at 128x128; its
         # mask bits are what the backward pass reads, the MEAN's gradient a row)
@@ -2373,6 +2371,14 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
         # holds all): none reads the scratch (a streamed layer's chunks, a partial one's
         # frozen rows, their wide kernels' multipliers), 4 KB a small CNN's board lacked
         W = 0
+    # and (up to acc, as before) the weight-gradient chunk, and a streamed conv's whole
+    # output: the channels a wide chunk of it takes in a training pass (utrain.q8
+    # Layer.conv, Q8Net.wide: fewer chunks, each ~1 ms of a Cortex-M0+'s reads); the conv
+    # chunks nc above are not bound by them (A // OW: all its channels, or A is acc)
+    back = any(d.get('train') or d.get('back') for d in ls)
+    A = max([A, min(acc, module('q8load').bufs(ls)[2])] + [
+        min(acc, d['nout']) for d in ls if W and back and d['k'] == CONV and 'yg' not in d and (
+            d.get('sd') or d.get('pw') or not (d.get('train') or d.get('back') or d.get('res')))])
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
             'wbuf': W, 'qbuf': Q, 'groups': [[lo, hi, g.rows] for lo, hi, g in groups]}
 
