@@ -89,6 +89,9 @@ TRAINABLE = (FC, CONV, DW)
 BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC, NRM, TCV)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
+MIN_ACC = 64                # int32 values of the sums buffer at least: the kernels that chunk by
+                            # its length (utrain.q8bin's DIV in quarters, PRELU thirds, ADD halves)
+                            # take 16 or more values a chunk (a table of a few values wrote none)
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
 
 
@@ -2313,7 +2316,7 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
             + [d['nout'] for d in ls if d['k'] in (MEAN, FC)]
             + [d['g'][11] for d in ls if d['k'] == CONV]
             + [d['sm'] for d in ls if d.get('sm')]
-            + [min(acc, max([1] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == CONV]))])
+            + [min(acc, max([MIN_ACC] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == CONV]))])
     # the weight scratch: a frozen depthwise layer's weights (read whole), a row of an FC's
     # or conv's; not a depthwise layer that trains or passes a gradient (its weights held
     # in RAM, utrain.q8 Q8Net: MCUNet's 5x5x576 op 35 had a 14 KB scratch beside them)
