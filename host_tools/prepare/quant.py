@@ -89,6 +89,9 @@ TRAINABLE = (FC, CONV, DW)
 BACK = (FC, CONV, DW, MEAN, POOL_MAX, POOL_AVG, ADD, CAT, LUT, BIN, SLC, NRM, TCV)   # kinds utrain.q8 passes a gradient through
 WEIGHTED = (FC, CONV, DW)
 ADD_SHIFT = 20              # TFLite's left_shift for int8 ADD
+MIN_ACC = 64                # int32 values of the sums buffer at least: the kernels that chunk by
+                            # its length (utrain.q8bin's DIV in quarters, PRELU thirds, ADD halves)
+                            # take 16 or more values a chunk (a table of a few values wrote none)
 GCHUNK = 1024               # int32 values of a trained layer's weight-gradient chunk (at most)
 
 
@@ -2302,11 +2305,18 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
     iv = _intervals(ls, first, free, groups)
     at, size = _place(iv)
     banded = {i for lo, hi, _ in groups for i in range(lo, hi)}
-    # the shared int32 sum buffer: a depthwise row, a MEAN, an FC output, a conv row
-    # (pools write int8 straight from their window: none)
-    A = max([acc] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
+    # the shared int32 sum buffer: what a kernel writes at once, a depthwise row, a MEAN,
+    # an FC output, a conv row of a chunk of its channels, a SOFTMAX row (utrain.q8smx;
+    # pools write int8 straight from their window: none); and at least (up to acc
+    # values) a conv's whole output row and (below) the weight-gradient chunk, kept in
+    # it (q8load.gwn): a table that wants more than acc gets acc as before (the
+    # elementwise kernels' chunks), a small CNN its widest row, not 4 KB it never wrote
+    # (the chunks change, none of the integers: a kernel's values are each their own)
+    A = max([d['g'][11] * d['g'][3] for d in ls if d['k'] == DW]
             + [d['nout'] for d in ls if d['k'] in (MEAN, FC)]
-            + [d['g'][11] for d in ls if d['k'] == CONV])
+            + [d['g'][11] for d in ls if d['k'] == CONV]
+            + [d['sm'] for d in ls if d.get('sm')]
+            + [min(acc, max([MIN_ACC] + [d['g'][11] * d['g'][3] for d in ls if d['k'] == CONV]))])
     # the weight scratch: a frozen depthwise layer's weights (read whole), a row of an FC's
     # or conv's; not a depthwise layer that trains or passes a gradient (its weights held
     # in RAM, utrain.q8 Q8Net: MCUNet's 5x5x576 op 35 had a 14 KB scratch beside them)
@@ -2364,6 +2374,14 @@ def plan(ls, rows=None, wbuf=4096, acc=1024, resident=True, alias=False):
         # holds all): none reads the scratch (a streamed layer's chunks, a partial one's
         # frozen rows, their wide kernels' multipliers), 4 KB a small CNN's board lacked
         W = 0
+    # and (up to acc, as before) the weight-gradient chunk, and a streamed conv's whole
+    # output: the channels a wide chunk of it takes in a training pass (utrain.q8
+    # Layer.conv, Q8Net.wide: fewer chunks, each ~1 ms of a Cortex-M0+'s reads); the conv
+    # chunks nc above are not bound by them (A // OW: all its channels, or A is acc)
+    back = any(d.get('train') or d.get('back') for d in ls)
+    A = max([A, min(acc, module('q8load').bufs(ls)[2])] + [
+        min(acc, d['nout']) for d in ls if W and back and d['k'] == CONV and 'yg' not in d and (
+            d.get('sd') or d.get('pw') or not (d.get('train') or d.get('back') or d.get('res')))])
     return {'arena': size, 'at': [[k, at[k], iv[k][2]] for k in sorted(at)], 'acc': A,
             'wbuf': W, 'qbuf': Q, 'groups': [[lo, hi, g.rows] for lo, hi, g in groups]}
 

@@ -805,7 +805,10 @@ def test_select_board_that_cannot_score_chooses_with_the_cache(tmp_path, monkeyp
     s = {'optimizer': 'sgd', 'batch': 1, 'momentum': 0.0}
     plain, cached = Q8Pricer(model, s), Q8Pricer(model, s, {'cache': True})
     two = {4: 0, 2: 0}
-    budget = (cached.price(two)['heap'] + plain.price(two)['heap']) // 2
+    # (between the classifier's plain plan and the two layers': those fit only with the
+    # cache, the classifier without it)
+    budget = (plain.price({4: 0})['heap'] + plain.price(two)['heap']) // 2
+    assert cached.price(two)['heap'] <= budget
     assert plain.price({4: 0}, True)['heap'] > budget        # (the board cannot score)
     lines = []
     sm = prepare(model, str(tmp_path / 'o'), data=data, loss='scce', lr=0.05, epochs=1,
@@ -1795,8 +1798,10 @@ def test_last_n_over_the_budget_is_refused_naming_what_fits(tmp_path):
     many = 'last:%d' % (len(read_model(model).ops) - 1)
     big = prepare(model, str(tmp_path / 'many'), train=many, **kw)['heap']['total']
     assert small < big
+    # (under its plan with --cache too: prepare chooses that where it fits)
+    cached = prepare(model, str(tmp_path / 'c'), train=many, cache=True, **kw)['heap']['total']
     with pytest.raises(PrepareError) as e:
-        prepare(model, str(tmp_path / 'no'), train=many, budget=str(small + 256), **kw)
+        prepare(model, str(tmp_path / 'no'), train=many, budget=str(min(small, cached) - 256), **kw)
     msg = str(e.value)
     assert 'needs about %d KB' % (big // 1024) in msg, msg
     assert 'would fit:' in msg and '--train last:' in msg, msg
