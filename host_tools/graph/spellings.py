@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..formats.circle_io import OP_CODES, Graph, Operator
-from .edit import (FLOAT_FNS, NO_ACTIVATION, REDUCE, const_ints, consumers, is_const, make_reshape,
-                   new_tensor, own, producer, remove_op, renumber, replace_op, slice_op, spell)
+from .edit import (FLOAT_FNS, NO_ACTIVATION, REDUCE, const_ints, consumers, is_const,
+                   make_reshape, new_tensor, own, producer, remove_op, renumber, replace_op,
+                   slice_op, spell)
 
 
 def slices_to_split(g: Graph) -> int:
@@ -542,8 +543,8 @@ def elementwise_forms(g: Graph) -> int:
 def unit_reductions(g: Graph) -> int:
     """A MEAN, SUM, REDUCE_MAX, REDUCE_MIN or REDUCE_PROD whose reduced axes all have
     size 1 (tf.clip_by_norm's REDUCE_MAX of a [1, 1] norm) -> a RESHAPE (a SQUEEZE to a
-    scalar): each output is its one input (an int8 one only where input and output share a scale).  Returns
-    how many."""
+    scalar): each output is its one input (an int8 one only where input and output share
+    a scale).  Returns how many."""
     done = 0
     for op in list(g.ops):
         if op.name not in REDUCE or len(op.inputs) < 2 or not is_const(g, op.inputs[1]):
