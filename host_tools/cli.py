@@ -872,9 +872,11 @@ def main(argv=None):
     argv = _negatives_joined(p, list(sys.argv[1:] if argv is None else argv))
     a = p.parse_args(argv)
     from .target.runner import stop_signals
+    from .target.device import light_gc
     saved = stop_signals()
     try:
-        return a.fn(a)
+        with light_gc():
+            return a.fn(a)
     except KeyboardInterrupt:
         # (a Ctrl-C the command did not take itself: deploy --run's second one, which
         # leaves the board training unfollowed; prepare, export, evaluate half way; a

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from ..formats.circle_io import read_model
+from ..target.device import light_gc
 
 
 class InferError(ValueError):
@@ -541,6 +542,7 @@ def several_predictor(path, g):
     return run, 'ONERT'
 
 
+@light_gc()
 def evaluate_several(model, data, output=None, label='last', size=None, limit=None):
     """evaluate() of a model with several inputs or outputs: the output prepare trains
     (output: --output; inout.choose_output) on the data's array per input
@@ -584,6 +586,7 @@ def evaluate_several(model, data, output=None, label='last', size=None, limit=No
     return out, y, io_name(g, g.outputs[0]), runtime
 
 
+@light_gc()
 def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limit=None,
              output=None):
     """Score model (a file) on data (.npz, .csv, .ds or a folder of class folders, read as

@@ -42,6 +42,7 @@ from ..plan.runplan import (plan_memory, select_rewrite, select_rewrite_plan, wh
 from ..formats.traininfo import parse_traininfo, METADATA_NAME
 from ..files.validate import loss_on_logits, one_class_warning, target_range_warning
 from ..files.wof import write_wof
+from ..target.device import light_gc
 
 # prepare's refusal of a selection with no weights (float and int8 alike)
 NOTHING = 'nothing to train (no trainable weights selected)'
@@ -620,13 +621,14 @@ def prepare(model_path, out_dir, *args, **kw):
     out_dir = os.fspath(out_dir)        # (a pathlib.Path as -o: the names mapped are str)
     a = inspect.signature(_prepare).bind(model_path, out_dir, *args, **kw).arguments
     if a.get('trial'):
-        return _batch1_prepare(model_path, out_dir, *args, **kw)
+        with light_gc():
+            return _batch1_prepare(model_path, out_dir, *args, **kw)
     log = a.get('log', print)
     # (an input that is one of the folder's files would be replaced by the new one)
     check_outputs(out_dir, (model_path, a.get('data'), a.get('train_config')),
                   OUTPUTS + ('q8.json', 'q8.req', 'q8t.json'))
     out = os.path.normpath(out_dir)
-    with Staged(out_dir, log) as stage:
+    with Staged(out_dir, log) as stage, light_gc():
         def mapped(v):      # (the staging folder's name, in what the user reads: out_dir)
             if isinstance(v, str):
                 return v.replace(stage, out) if stage != out else v
@@ -1522,6 +1524,7 @@ def export_from_float(model_path, run_dir, wof_path, out_path, ff, summary, quan
     return r
 
 
+@light_gc()
 def export(model_path, wof_path, out_path, quantized=False, data=None) -> dict:
     """_export; of a model whose file fixes a batch (prepare.json's "fixed_batch":
     prepare trained its batch-1 copy), from that copy, and the exported file with the
