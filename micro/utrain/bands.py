@@ -302,7 +302,7 @@ class Rows:
         from utrain.xnp import np, readinto, decode
         ds = self.ds
         n = a.shape[0] * a.shape[1]
-        f, q = ds.f, ds.qx
+        f, q = ds.f, ds.xq()
         f.seek(ds.head + self.j * ds.rec + (ds.xbytes // ds.x_len) * r * a.shape[1])
         if q is None:
             readinto(f, a, ds.path)

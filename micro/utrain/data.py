@@ -57,9 +57,19 @@ class Dataset:
             raise ValueError('%s: %d bytes, expected %d for %d samples (at least 1)'
                              % (path, f.tell(), self.head + n * self.rec, n))
         # byte buffers for quantized values, allocated once (after the size check:
-        # a corrupt header must not ask for a huge buffer)
-        self.qx = array(TYPES[xt][1], bytes(xl)) if xt and buffers else None
+        # a corrupt header must not ask for a huge buffer); the inputs' at the first
+        # read of one: a run whose inputs come from a prefix cache the host made
+        # (train.ds.pfx) reads only targets here (a 64x64x3 uint8 sample's 12 KB had
+        # been made anyway, unplanned: out of memory in the heap the plan gave)
+        self.qx = None
+        self.qt = TYPES[xt][1] if xt and buffers else None
         self.qy = array(TYPES[yt][1], bytes(yl)) if yt and buffers else None
+
+    def xq(self):
+        # the quantized inputs' byte buffer (None: float32 samples, or a raw reader)
+        if self.qx is None and self.qt:
+            self.qx = array(self.qt, bytes(self.x_len))
+        return self.qx
 
     def check(self, x_shape, y_shape):
         if self.x_len != x_shape[0] * x_shape[1] or self.y_len != y_shape[0] * y_shape[1]:
@@ -83,7 +93,7 @@ class Dataset:
         """Read sample i into the float arrays x and y (x None: only y)."""
         self.f.seek(self.head + i * self.rec + (self.xbytes if x is None else 0))
         if x is not None:
-            self._get(x, self.qx, self.xs, self.xo)
+            self._get(x, self.xq(), self.xs, self.xo)
         self._get(y, self.qy, self.ys, self.yo)
 
     def close(self):
