@@ -231,6 +231,12 @@ def cmd_run(a):
                              'Pico) running .mpy code; drop --board/--python/--source')
         code, text = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
     else:
+        given = [f for f, v in (('--heap', a.heap), ('--ulab', a.ulab)) if v]
+        if given:       # (left unread: a run at --board's heap, without ulab, unsaid)
+            raise ValueError(f'run {" ".join(given)}: only with --emulate (the emulated Pico); '
+                             'without it the run is on the simulated board of --board\'s '
+                             'profile (boards/boards.json): add --emulate, or leave '
+                             f'{" and ".join(given)} out')
         from .target.runner import run
         code, text = run(a.dir, board=a.board, python=a.python, source=a.source)
     from .target.runner import end_advice

@@ -166,6 +166,12 @@ def load_images(path, size=None, gray=True):
     if not classes:
         raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>): put '
                         'each class\'s images in a sub-folder of its own')
+    if size and int(size[0]) * int(size[1]) > MAX_PIXELS:
+        # (--size 100000x100000: each image resized to 10^10 pixels, the process killed
+        # for its memory, no message)
+        raise DataError(f'--size {size[0]}x{size[1]}: {int(size[0]) * int(size[1])} pixels an '
+                        f'image; at most {MAX_PIXELS} are read: give the size the model takes, '
+                        'e.g. 32x32')
     xs, ys = [], []
     for c, name in enumerate(classes):
         for f in _class_files(os.path.join(path, name))[0]:
@@ -418,6 +424,15 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
                      'a row after the inputs)')
         raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs '
                         f'{n_out}: {hint}')
+    if loss in ('bce', 'cce') and len(y) and (y.min() < 0 or y.max() > 1):
+        # (a cross-entropy of a target beyond 0..1 has no lowest value: training drives
+        # the loss down without end, to Inf and NaN, at any lr)
+        k = int(np.argmax(((y < 0) | (y > 1)).any(axis=1)))
+        v = y[k][np.argmax((y[k] < 0) | (y[k] > 1))]
+        raise DataError(f'{where}: {loss} takes targets from 0 to 1 (a probability an output), '
+                        f'and sample {k} has {v:g} (the targets run from {y.min():g} to '
+                        f'{y.max():g}): for class numbers use --loss scce, for values --loss mse '
+                        'or mae, or scale the targets into 0..1')
     return y
 
 
@@ -670,9 +685,19 @@ def channels_first(x, shape) -> bool:
 def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
     """`dataset`'s samples pass: read_samples, then split and write (write_samples).
     Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
+    from ..prepare.runfolder import check_outputs, _locked
+    # (-o the folder of the .ds it reads, a run's: its train.ds had been written over with
+    # a re-split copy of itself; -o in an image folder: a class of its own next time)
+    check_outputs(out_dir, [None, source], names=('train.ds', 'test.ds'), cmd='dataset')
     x, y = read_samples(source, label=label, size=size)
     os.makedirs(out_dir, exist_ok=True)
-    tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
+    # (a run training on the folder's train.ds, or a prepare writing it: not under them)
+    fd = _locked(out_dir, lambda who: f'{out_dir}: {who} is using this folder; wait for it '
+                 'to end (or stop it), or write the samples into another folder')
+    try:
+        tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
+    finally:
+        os.close(fd)
     return {'x': x, 'y': y, 'train': tr, 'test': te, 'scale': scale, 'offset': offset,
             'wrote': wrote}
 

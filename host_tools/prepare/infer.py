@@ -600,6 +600,10 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             r = _scored(data, out, y, metric)
             r.update(runtime=runtime, transposed=False, output=name)
             return r
+        if output is not None and output != '':
+            # (a model of one output: --output 5 had been left unread, 'p' or 0 is it)
+            from ..graph.inout import choose_output
+            choose_output(h, output)
     run, runtime, g = predictor(model)
     shape = getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape
     x, y = ds.load(data, label=label, size=size, shape=shape)

@@ -34,26 +34,28 @@ def progress_step(n: int) -> int:
 OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
 
 
-def check_outputs(out_dir, inputs, names=OUTPUTS):
+def check_outputs(out_dir, inputs, names=OUTPUTS, cmd='prepare'):
     """The output-folder pass: PrepareError when out_dir is not a folder, is in the image
     folder it reads, or a file prepare writes there (names) is one of its inputs (model,
-    data, training config, in that order; None: not given).  The rewritten graph is checked where it is written: a graph that needs no
+    data, training config, in that order; None: not given); cmd: the command, in the
+    refusals (`dataset` checks its -o so too).  The rewritten graph is checked where it is written: a graph that needs no
     rewrite may be prepared again from its own folder's rewritten.circle.  (A run or
     another prepare in out_dir: Staged refuses it.)"""
     for src in inputs:
         for n in names:
             if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
                     and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
-                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
-                                   'prepare into another folder')
+                raise PrepareError(f'{src}: {cmd} writes {n} in {out_dir}, which is this input; '
+                                   f'{cmd} into another folder (-o)')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise PrepareError(f'{out_dir}: exists and is not a folder')
+        raise PrepareError(f'{out_dir}: is a file, and {cmd} writes a folder there; give -o the '
+                           'path of a folder (a new one, or one that exists)')
     src = inputs[1] if len(inputs) > 1 else None       # (the data: an image folder)
     if src and os.path.isdir(src) and (os.path.realpath(out_dir) + os.sep).startswith(
             os.path.realpath(src) + os.sep):
         # (its run's lib/ and earlier-N/ became class folders, its files sat among them)
         raise PrepareError(f'{out_dir}: in the image folder {src}, whose sub-folders are '
-                           'its classes: prepare into a folder outside it (-o)')
+                           f'its classes: {cmd} into a folder outside it (-o)')
 
 
 # A prepare writes its folder OUT in a staging folder beside it, OUT.preparing (a copy of

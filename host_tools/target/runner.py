@@ -473,6 +473,14 @@ def end_advice(out_dir, text) -> str | None:
         return (f'what to do: the checkpoint in {out_dir} was saved training other samples; '
                 'name the samples it trained on under "files" in train.json again, or delete '
                 'the checkpoint (or set "resume": false under "run") to train from the start')
+    best = re.search(r'^starting from the best weights so far, (\S+)$', text, re.M)
+    if best and what.startswith(best.group(1) + ':'):
+        # ("start": "best" from a trained.wof cut short or another model's: the error
+        # alone had been the end, with nothing to do)
+        return (f'what to do: {best.group(1)} in {out_dir} cannot be started from (cut short, '
+                'damaged or another model\'s weights); copy it again (`pull` from the board), or '
+                'delete it (or set "start": "weights" under "run" in train.json) to start from '
+                'the prepared weights')
     quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
     if what.startswith('train.json: files.') and ' would overwrite ' in what:
@@ -490,7 +498,10 @@ def end_advice(out_dir, text) -> str | None:
                 'says what each setting takes), or prepare the folder again for the settings '
                 'prepare writes')
     if quoted:      # (a file train.json names first: it is the one missing)
-        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; '
+        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}'
+                # (a model.flat copied from another run had been blamed on weights.wof alone)
+                + (', or model.flat and weights.wof come from different preparations' if
+                   quoted[0] in ('model.flat', 'weights.wof') else '') + '; '
                 + (EDITED + '; else ' if what.startswith('train.json: not valid JSON') else '')
                 + 'prepare the folder again (prepare writes it), or copy it again from where it '
                 'was prepared')

@@ -1,0 +1,275 @@
+"""Session 26's hostile-input round (h62b): classes of bad input the earlier rounds
+(test_hostile_inputs, test_refusals, test_hostile_new_paths...) did not throw, each of
+which had ended in a traceback, a process killed for its memory, a silent success on
+data the board stores as Inf, advice to remove the user's model file, or a file of
+another run written over.  Each now ends in one refusal naming the file or option, what
+is wrong and what to do, with nothing written."""
+import fcntl
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from repo import ROOT  # noqa: E402
+
+from host_tools.cli import main as cli  # noqa: E402
+from host_tools.prepare.pipeline import prepare  # noqa: E402
+from host_tools.target import runner  # noqa: E402
+from test_pipeline import small_mlp, blobs  # noqa: E402
+
+MP = runner.find_micropython()
+
+
+def says(argv):
+    """(exit code, stderr) of the CLI in this process; an exception escapes (a traceback)."""
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        try:
+            code = cli([str(a) for a in argv])
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue()
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp('h62')
+    return d, small_mlp(str(d / 'm.circle')), blobs(d, n=24)
+
+
+@pytest.fixture(scope='module')
+def runs(files):
+    """Two prepared folders of two models (hidden 8 and 5), each with a trained.wof."""
+    d, model, data = files
+    other = small_mlp(str(d / 'm5.circle'), hidden=5)
+    out = []
+    for m, name in ((model, 'a'), (other, 'b')):
+        prepare(m, str(d / name), data=data, loss='scce', lr=0.05, epochs=1, test_split=0.25,
+                log=lambda *a: None)
+        shutil.copy(d / name / 'weights.wof', d / name / 'trained.wof')
+        out.append(d / name)
+    return out
+
+
+# ------------------------------------------------------------------ data beyond float32
+def _big(d):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(24, 6))
+    x[5, 2] = 1e300                     # finite in float64, Inf once stored as float32
+    np.savez(d / 'big.npz', x=x, y=rng.integers(0, 3, 24))
+    (d / 'big.csv').write_text('1e39,2,3,4,5,6,1\n' * 4 + '1,2,3,4,5,6,0\n')
+    return d / 'big.npz', d / 'big.csv'
+
+
+@pytest.mark.parametrize('cmd', ['prepare npz', 'prepare csv', 'evaluate', 'dataset uint8'])
+def test_values_float32_cannot_hold_are_refused_naming_the_sample(files, cmd):
+    """A float64 1e300 (or '1e39' in a .csv) passed the NaN/Inf check: prepare wrote it
+    into train.ds as Inf, evaluate scored 'cross-entropy nan', and `dataset` (uint8) was
+    an OverflowError's traceback packing the header."""
+    d, model, _ = files
+    npz, csv = _big(d)
+    out = d / ('o-' + cmd.replace(' ', '-'))
+    argv = {'prepare npz': ['prepare', model, npz, '-o', out, '--loss', 'scce', '--lr', '0.05'],
+            'prepare csv': ['prepare', model, csv, '-o', out, '--loss', 'scce', '--lr', '0.05'],
+            'evaluate': ['evaluate', model, npz],
+            'dataset uint8': ['dataset', npz, '-o', out]}[cmd]
+    code, err = says(argv)
+    sample = 0 if 'csv' in cmd else 5
+    assert code == 2 and f'x of sample {sample} holds' in err and 'more than float32 holds' in err, err
+    assert 'scale the data into range' in err and 'Traceback' not in err, err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ a file where a folder goes
+@pytest.mark.parametrize('cmd', ['prepare', 'dataset', 'demo'])
+def test_a_folder_asked_where_a_file_is_says_so_and_not_to_remove_it(files, cmd):
+    """`prepare -o model.circle/run` (and `demo --out`, `board --flash`, `fleet -o` alike)
+    said 'model.circle: exists already; give a path that does not, or remove it': advice
+    to remove the user's model; `dataset -o model.circle` too."""
+    d, model, data = files
+    before = open(model, 'rb').read()
+    inside = os.path.join(model, 'run')
+    argv = {'prepare': ['prepare', model, data, '-o', inside, '--loss', 'scce', '--lr', '0.05'],
+            'dataset': ['dataset', data, '-o', model],
+            'demo': ['demo', '--out', inside, '--epochs', '1']}[cmd]
+    code, err = says(argv)
+    assert code == 2 and 'remove it' not in err, err
+    assert 'is a file' in err and 'a folder' in err, err
+    assert open(model, 'rb').read() == before
+
+
+# ------------------------------------------------------------------ settings float32 loses
+@pytest.mark.parametrize('flag, value, holds', [('--lr', '1e-50', 'as 0'),
+                                                ('--beta2', '0.99999999', 'as 1'),
+                                                ('--eps', '1e-50', 'as 0'),
+                                                ('--momentum', '0.999999999', 'as 1')])
+def test_a_setting_a_boards_float_rounds_out_of_range_is_refused(files, flag, value, holds):
+    """model.flat stores the settings as float32, and a board's float is 32 bits: --lr
+    1e-50 trained at 0, --beta2 0.99999999 at 1 (Adam's 1 - beta2 ** t a division by 0);
+    prepare wrote both."""
+    d, model, data = files
+    out = d / ('f32' + flag + value)
+    opt = ['--optimizer', 'adam'] if flag in ('--beta2', '--eps') else []
+    code, err = says(['prepare', model, data, '-o', out, '--loss', 'scce'] + opt
+                     + (['--lr', '0.05'] if flag != '--lr' else []) + [flag, value])
+    assert code == 2 and f'{flag} {value}' in err and f"a board's float (32 bits) holds it {holds}" \
+        in err, err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ export
+def test_export_refuses_nan_weights_and_leaves_no_model(files, runs, tmp_path):
+    """A .wof holding NaN (damaged; the board never saves one) was exported as it was,
+    into a model that answers NaN."""
+    _, model, _ = files
+    run = tmp_path / 'nan'
+    shutil.copytree(runs[0], run)
+    raw = bytearray((run / 'trained.wof').read_bytes())
+    raw[-4:] = np.float32(np.nan).tobytes()
+    (run / 'trained.wof').write_bytes(bytes(raw))
+    out = tmp_path / 'x.circle'
+    code, err = says(['export', model, run / 'trained.wof', '-o', out])
+    assert code == 2 and 'holds 1 NaN or Inf weights: the file is damaged' in err, err
+    assert "trained.wof.best or checkpoint.ckpt" in err and not out.exists()
+
+
+@pytest.mark.parametrize('target', ['other-weights', 'wof-by-another-name', 'log'])
+def test_export_does_not_write_a_model_over_a_file_that_is_none(files, runs, tmp_path, target):
+    """export -o another run's weights.wof wrote a circle model over it (export refused
+    only its own inputs)."""
+    _, model, _ = files
+    path = {'other-weights': runs[1] / 'weights.wof', 'wof-by-another-name': tmp_path / 'w.bin',
+            'log': tmp_path / 'train.log'}[target]
+    if target == 'wof-by-another-name':
+        shutil.copy(runs[1] / 'weights.wof', path)
+    before = path.read_bytes() if path.exists() else None
+    code, err = says(['export', model, runs[0] / 'trained.wof', '-o', path])
+    assert code == 2 and 'not a model; export writes a model file' in err, err
+    assert (path.read_bytes() if path.exists() else None) == before
+
+
+# ------------------------------------------------------------------ images resized
+@pytest.mark.parametrize('cmd', ['evaluate', 'dataset'])
+def test_a_resize_beyond_the_pixels_read_is_refused_before_resizing(files, cmd):
+    """--size 100000x100000 resized every image to 10^10 pixels: the process was killed
+    for its memory, with no message.  (Here just past the limit, which main resized.)"""
+    d, model, _ = files
+    imgs = d / 'imgs'
+    if not imgs.exists():
+        for c in 'ab':
+            (imgs / c).mkdir(parents=True)
+            Image.new('L', (2, 3)).save(imgs / c / '0.png')
+    argv = {'evaluate': ['evaluate', model, imgs], 'dataset': ['dataset', imgs, '-o', d / 'big']}[cmd]
+    code, err = says(argv + ['--size', '4097x4096'])
+    assert code == 2 and '--size 4097x4096: 16781312 pixels an image' in err, err
+    assert 'give the size the model takes' in err and not (d / 'big').exists()
+
+
+# ------------------------------------------------------------------ dataset's -o
+def test_dataset_writes_neither_over_its_input_nor_into_a_folder_in_use(files, runs):
+    """`dataset run/train.ds -o run` wrote a re-split uint8 copy of train.ds over itself
+    (and its test part into test.ds); `dataset -o` a folder a run was training in wrote
+    its train.ds under it."""
+    _, _, data = files
+    run = runs[0]
+    before = {n: (run / n).read_bytes() for n in ('train.ds', 'test.ds')}
+    code, err = says(['dataset', run / 'train.ds', '-o', run])
+    assert code == 2 and 'dataset writes train.ds in' in err and 'which is this input' in err, err
+    fd = os.open(run, os.O_RDONLY)          # a run holding the folder
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        r = subprocess.run([sys.executable, '-m', 'host_tools', 'dataset', data, '-o', str(run)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(fd)
+    assert r.returncode == 2 and 'is using this folder; wait for it' in r.stderr, r.stderr
+    assert {n: (run / n).read_bytes() for n in before} == before
+
+
+# ------------------------------------------------------------------ options left unread
+def test_evaluate_output_of_a_one_output_model_is_judged(files):
+    """--output 5 of a model with one output was left unread (prepare refuses it)."""
+    _, model, data = files
+    code, err = says(['evaluate', model, data, '--output', '5'])
+    assert code == 2 and "--output '5': the model's outputs are 0 'p'" in err, err
+    assert says(['evaluate', model, data, '--output', 'p'])[0] == 0
+
+
+def test_run_options_of_the_emulated_pico_without_emulate_are_refused(runs):
+    """run --heap 100K / --ulab without --emulate trained at --board's heap, unsaid."""
+    code, err = says(['run', runs[0], '--heap', '100K', '--ulab', '--python'])
+    assert code == 2 and 'run --heap --ulab: only with --emulate' in err, err
+    assert not (runs[0] / 'train.log').exists()
+
+
+@pytest.mark.parametrize('loss', ['bce', 'cce'])
+def test_cross_entropy_targets_beyond_0_1_are_refused(files, loss):
+    """bce or cce on targets outside 0..1 (one-hot rows times 2): a loss with no lowest
+    value, driven to -Inf and NaN at any lr; prepare wrote the folder."""
+    d, model, _ = files
+    rng = np.random.default_rng(1)
+    np.savez(d / 'y2.npz', x=rng.normal(size=(24, 6)), y=np.eye(3)[rng.integers(0, 3, 24)] * 2)
+    out = d / ('y2' + loss)
+    code, err = says(['prepare', model, d / 'y2.npz', '-o', out, '--loss', loss, '--lr', '0.05'])
+    assert code == 2 and f'{loss} takes targets from 0 to 1' in err and 'has 2' in err, err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ the run folder
+WHERE = ['python'] + (['micropython'] if MP else [])
+
+
+def _run(folder, where):
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        code = cli(['run', str(folder)] + (['--python'] if where == 'python' else []))
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize('where', WHERE)
+def test_steps_naming_no_module_is_refused_as_a_setting(runs, tmp_path, where):
+    """run.steps ["nonexistent"] in train.json passed the check (a list of names) and
+    ended in an ImportError's traceback."""
+    d = tmp_path / 'steps'
+    shutil.copytree(runs[0], d)
+    cfg = json.loads((d / 'train.json').read_text())
+    cfg['run']['steps'] = ['nonexistent']
+    (d / 'train.json').write_text(json.dumps(cfg))
+    code, err = _run(d, where)
+    assert code == 1 and 'Traceback' not in err, err
+    assert 'change train.json in' in err, err
+    log = runner.run(str(d), python=where == 'python', stream=False)[1]
+    assert 'utrain: error: train.json: "run.steps" names "nonexistent", which is no utrain ' \
+        'module' in log and 'Traceback' not in log, log
+
+
+@pytest.mark.parametrize('where', WHERE)
+def test_starting_from_a_damaged_best_says_what_to_do(runs, tmp_path, where):
+    """"start": "best" from a trained.wof cut short (or another model's) ended on
+    'trained.wof: truncated .wof header' with nothing to do."""
+    d = tmp_path / 'best'
+    shutil.copytree(runs[0], d)
+    (d / 'trained.wof').write_bytes(b'')
+    cfg = json.loads((d / 'train.json').read_text())
+    cfg['run']['start'] = 'best'
+    (d / 'train.json').write_text(json.dumps(cfg))
+    code, err = _run(d, where)
+    assert code == 1 and 'what to do: trained.wof in' in err, err
+    assert 'delete it (or set "start": "weights"' in err, err
+
+
+def test_a_model_flat_from_another_run_is_named_with_weights_wof(runs, tmp_path):
+    """model.flat copied from another preparation: the run blamed weights.wof alone
+    ('damaged or missing')."""
+    d = tmp_path / 'swap'
+    shutil.copytree(runs[0], d)
+    shutil.copy(runs[1] / 'model.flat', d / 'model.flat')
+    code, err = _run(d, 'python')
+    assert code == 1 and 'model.flat and weights.wof come from different preparations' in err, err
