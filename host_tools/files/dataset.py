@@ -424,16 +424,24 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
                      'a row after the inputs)')
         raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs '
                         f'{n_out}: {hint}')
-    if loss in ('bce', 'cce') and len(y) and (y.min() < 0 or y.max() > 1):
-        # (a cross-entropy of a target beyond 0..1 has no lowest value: training drives
-        # the loss down without end, to Inf and NaN, at any lr)
-        k = int(np.argmax(((y < 0) | (y > 1)).any(axis=1)))
-        v = y[k][np.argmax((y[k] < 0) | (y[k] > 1))]
-        raise DataError(f'{where}: {loss} takes targets from 0 to 1 (a probability an output), '
-                        f'and sample {k} has {v:g} (the targets run from {y.min():g} to '
-                        f'{y.max():g}): for class numbers use --loss scce, for values --loss mse '
-                        'or mae, or scale the targets into 0..1')
+    if loss in ('bce', 'cce') and len(y) and y.min() < 0:
+        # (a cross-entropy of a negative target has no lowest value: training drives the
+        # loss down without end, to Inf and NaN, at any lr)
+        cross_entropy_range(y, loss, where)
     return y
+
+
+def cross_entropy_range(y, loss: str, where: str) -> None:
+    """DataError naming the first target y (one row a sample) outside 0..1 of a
+    cross-entropy loss, and what to give instead."""
+    out = (y < 0) | (y > 1)
+    k = int(np.argmax(out.any(axis=1)))
+    v = y[k][np.argmax(out[k])]
+    raise DataError(f'{where}: {loss} takes targets from 0 to 1 (a probability an output), '
+                    f'and sample {k} has {v:g} (the targets run from {y.min():g} to '
+                    f'{y.max():g}): its loss has no lowest value there, and training drives it '
+                    'to Inf and NaN; for class numbers use --loss scce, for values --loss mse or '
+                    'mae, or scale the targets into 0..1')
 
 
 def _class_numbers(y, n_out: int, loss: str, where: str, steps=1):

@@ -919,6 +919,12 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
                    getattr(g, 'data_inputs', None), g.tensors[g.outputs[0]].shape)
+    if xy is not None and s['loss'] == 'bce' and s.get('from_logits') and len(xy[1]) and \
+            xy[1].max() > 1:
+        # (bce from logits on a target above 1: -t z + log(1 + e^z) falls without end as z
+        # grows; on a sigmoid's probabilities its clipping bounds it: a warning, below)
+        from ..files.dataset import cross_entropy_range
+        cross_entropy_range(np.asarray(xy[1]).reshape(len(xy[1]), -1), 'bce', data)
     for warn in (target_range_warning(data, g, s, xy and xy[1]),
                  one_class_warning(data, s, xy and xy[1], n_out)):
         if warn:
