@@ -178,6 +178,9 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     for name in inputs:
         if not os.path.exists(os.path.join(d, name)):
             raise FileNotFoundError(f'{os.path.join(d, name)}: missing; run `prepare` again')
+    # (starting weights of NaN, as `run` refuses them: deployed, the board trained from
+    # them to 'loss is nan ... lower "lr"', saying nothing of the file)
+    runner.damaged_weights(d)
     mpy = board_mpy(port, resume)
     lib = runner.stage(d, source, mpy)
     code = sorted(os.listdir(lib))

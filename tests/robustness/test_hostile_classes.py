@@ -275,3 +275,16 @@ def test_a_model_flat_from_another_run_is_named_with_weights_wof(runs, tmp_path)
     shutil.copy(runs[1] / 'model.flat', d / 'model.flat')
     code, err = _run(d, 'python')
     assert code == 1 and 'model.flat and weights.wof come from different preparations' in err, err
+
+
+def test_deploy_refuses_starting_weights_of_nan_as_run_does(runs, tmp_path):
+    """`run` refuses a weights.wof holding NaN before the board trains on it; `deploy`
+    copied it, and the board trained to 'loss is nan ... lower "lr"', saying nothing of
+    the file.  (Refused before the port is opened: no board needed.)"""
+    d = tmp_path / 'nanw'
+    shutil.copytree(runs[0], d)
+    raw = bytearray((d / 'weights.wof').read_bytes())
+    raw[-4:] = np.float32(np.nan).tobytes()
+    (d / 'weights.wof').write_bytes(bytes(raw))
+    code, err = says(['deploy', d, '--port', str(tmp_path / 'no-such-port'), '--run'])
+    assert code == 2 and 'weights.wof: 1 of its weights are NaN or Inf: the file is damaged' in err, err
