@@ -288,3 +288,32 @@ def test_deploy_refuses_starting_weights_of_nan_as_run_does(runs, tmp_path):
     (d / 'weights.wof').write_bytes(bytes(raw))
     code, err = says(['deploy', d, '--port', str(tmp_path / 'no-such-port'), '--run'])
     assert code == 2 and 'weights.wof: 1 of its weights are NaN or Inf: the file is damaged' in err, err
+
+
+def _onnx_gemm(path, w, batch='N'):
+    onnx = pytest.importorskip('onnx')
+    pytest.importorskip('onnxruntime')
+    from onnx import helper, numpy_helper, TensorProto
+    g = helper.make_graph(
+        [helper.make_node('Gemm', ['x', 'W', 'B'], ['z']), helper.make_node('Softmax', ['z'], ['p'], axis=1)],
+        'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, [batch, 6])],
+        [helper.make_tensor_value_info('p', TensorProto.FLOAT, [batch, 3])],
+        initializer=[numpy_helper.from_array(w, 'W'), numpy_helper.from_array(np.zeros(3, np.float32), 'B')])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize('case', ['nan-weights', 'batch-0'])
+def test_evaluate_judges_an_onnx_model_as_it_judges_a_circle_one(files, tmp_path, case):
+    """An .onnx model went to ONNX Runtime unchecked: weights of NaN were scored
+    ('cross-entropy of the softmax nan') where inspect and prepare refuse them, and a
+    batch of 0 fixed in the file was InvalidArgument's traceback."""
+    _, _, data = files
+    w = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
+    if case == 'nan-weights':
+        w[2, 1] = np.nan
+    model = _onnx_gemm(tmp_path / 'm.onnx', w, batch=0 if case == 'batch-0' else 'N')
+    code, err = says(['evaluate', model, data])
+    assert code == 2 and 'Traceback' not in err, err
+    assert ("'W') holds NaN or Inf weights; the file is damaged" if case == 'nan-weights' else
+            'ONNX Runtime cannot run it on a sample of shape [1, 6]') in err, err
