@@ -448,6 +448,19 @@ def end_advice(out_dir, text) -> str | None:
     what = end[-1][len('utrain: end: error: '):]
     name = what.split(':')[0].split()[-1] if ':' in what else ''
     name = name.strip('"\'')
+    saved = re.match(r'cannot write (\S+): (.+?) \(OSError (\d+)', what)
+    if saved:
+        # a save the file system refused (utrain/once.py fs_error): what is in its way (a
+        # checkpoint's had been told 'cannot be resumed from; delete it', a good file)
+        f, why, code = saved.group(1), saved.group(2), int(saved.group(3))
+        fix = (f'move the folder by that name ({f}, or {f}.tmp, which a save writes first) out '
+               f'of {out_dir}' if code == 21 else
+               'free space on the file system (files the run does not need: an earlier '
+               'train.log, earlier-N/ folders)' if code == 28 else
+               f'make {out_dir} writable' if code in (13, 30) else 'check the file system')
+        return (f'what to do: {f} could not be saved in {out_dir} ({why}): {fix}, then run '
+                'again; "resume": true under "run" in train.json goes on from the last '
+                'checkpoint saved')
     if name.endswith('.ckpt'):
         return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
                 'set "resume": false under "run" in train.json) to train from the start')

@@ -317,3 +317,18 @@ def test_evaluate_judges_an_onnx_model_as_it_judges_a_circle_one(files, tmp_path
     assert code == 2 and 'Traceback' not in err, err
     assert ("'W') holds NaN or Inf weights; the file is damaged" if case == 'nan-weights' else
             'ONNX Runtime cannot run it on a sample of shape [1, 6]') in err, err
+
+
+@pytest.mark.parametrize('where', WHERE)
+def test_a_save_the_file_system_refuses_says_what_is_in_its_way(runs, tmp_path, where):
+    """A folder where a save writes (checkpoint.ckpt.tmp): the board said 'cannot write
+    checkpoint.ckpt: it is a folder', and `run` added 'checkpoint.ckpt cannot be resumed
+    from; delete it', of a checkpoint that was not there (for a full file system, of a
+    good one)."""
+    d = tmp_path / 'tmpdir'
+    shutil.copytree(runs[0], d)
+    (d / 'checkpoint.ckpt.tmp').mkdir()
+    code, err = _run(d, where)
+    assert code == 1 and 'delete it' not in err, err
+    assert 'what to do: checkpoint.ckpt could not be saved in' in err and \
+        'move the folder by that name (checkpoint.ckpt, or checkpoint.ckpt.tmp' in err, err
