@@ -332,3 +332,46 @@ def test_a_save_the_file_system_refuses_says_what_is_in_its_way(runs, tmp_path, 
     assert code == 1 and 'delete it' not in err, err
     assert 'what to do: checkpoint.ckpt could not be saved in' in err and \
         'move the folder by that name (checkpoint.ckpt, or checkpoint.ckpt.tmp' in err, err
+
+
+RECORD = '''
+import sys
+from utrain.collect import Recorder
+from utrain.data import Dataset
+path = sys.argv[-1]
+for dt in (0, 1):
+    r = Recorder(path + str(dt), 3, 1, dtype=dt, scale=1 / 255)
+    r.add([0.1, 0.2, 0.3], 1)
+    for x, y in (([float('nan'), 0, 0], 0), ([0, float('inf'), 0], 0), ([0, 0, 0], float('nan')),
+                 ([0, 0, 0], 'cat'), ([0, 0, 0], None)):
+        try:
+            r.add(x, y)
+            print('RECORDED', dt, x, y)
+        except ValueError as e:
+            print('REFUSED', e)
+    r.add([0.3, 0.2, 0.1], 2)
+    r.close()
+    print('SAMPLES', Dataset(path + str(dt)).n)
+'''
+
+
+@pytest.mark.parametrize('where', WHERE)
+def test_the_recorder_refuses_a_sample_no_training_would_take(tmp_path, where):
+    """Recorder.add stored a NaN or Inf value (a sensor's) in a float .ds, which made the
+    whole file one the run refuses ('train.ds is damaged'); uint8 raised numpy's or
+    MicroPython's "can't convert NaN to int" without the file; a label 'cat' was 'target
+    has 3 values'.  Each is now refused naming the file, and the file keeps the others."""
+    script = tmp_path / 'rec.py'
+    script.write_text(RECORD)
+    micro = os.path.join(ROOT, 'micro')
+    if where == 'python':
+        argv, env = [sys.executable], dict(os.environ, PYTHONPATH=micro)
+    else:
+        argv, env = [MP], dict(os.environ, MICROPYPATH=micro)
+    r = subprocess.run(argv + [str(script), str(tmp_path / 'mine.ds')], env=env,
+                       capture_output=True, text=True, timeout=60)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and 'Traceback' not in out and 'RECORDED' not in out, out
+    assert out.count('REFUSED ' + str(tmp_path / 'mine.ds')) == 10, out
+    assert 'not a finite number; not recorded' in out and "target 'cat'" in out, out
+    assert out.count('SAMPLES 2') == 2, out
