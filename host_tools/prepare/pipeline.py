@@ -973,6 +973,17 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         s = s if lr is None else dict(s, lr=lr)
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
+    if s['schedule'] in ('linear', 'cosine') and s['schedule_steps'] <= s['warmup']:
+        # (train.json written so, the board's check refused it: '"schedule_steps" must be
+        # the update a cosine decay ends at, above "warmup"')
+        raise PrepareError(
+            f'--schedule {s["schedule"]},warmup={s["warmup"]}: the warmup does not end before '
+            f'the decay does, at update {s["schedule_steps"]}'
+            + (f' (steps={s["schedule_steps"]})' if not decays else
+               f' (the whole run: {s["epochs"]} epochs of '
+               f'{-(-summary["train_samples"] // s["batch"])} updates)')
+            + ': give a warmup below it' + ('' if not decays else ', more --epochs,')
+            + ' or steps=N above the warmup')
     warn = step_schedule_warning(s, summary.get('train_samples'))
     if warn:
         log(warn)

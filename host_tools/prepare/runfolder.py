@@ -401,6 +401,16 @@ def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run)
                                        **run)}
     cfg.update(s)
     cfg.update(extra)
+    # the board's own check of what it will read (utrain/config.py): a train.json it refuses
+    # is refused here, before anything is written (the settings were checked one by one,
+    # not together: a warmup past the decay's end had been written)
+    from ..target.device import module
+    try:
+        as_read = json.loads(json.dumps(cfg))
+        module('config').settings(as_read, as_read['run'], 'train.json')
+    except ValueError as e:
+        raise PrepareError(f'{e}: the board would refuse the train.json these options make; '
+                           'change them (docs/options.md)') from None
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())
     atomic_write(os.path.join(out_dir, 'prepare.json'),
