@@ -36,7 +36,10 @@ def load_npz(path):
                 several = 'y' in z and len(z.files) > 2     # (an array per input)
                 raise DataError(f'{path}: needs arrays named x and y (has {", ".join(z.files)})'
                                 + ('; an array per input is for a model with several inputs: '
-                                   'prepare or evaluate it with that model' if several else ''))
+                                   'prepare or evaluate it with that model' if several else
+                                   # (X/Y, data/labels, np.savez's arr_0/arr_1: said how)
+                                   ': save the samples as x and the labels as y, '
+                                   'np.savez(path, x=samples, y=labels)'))
             x, y = z['x'], z['y']
     except (OSError, ValueError) as e:
         if isinstance(e, DataError):

@@ -375,3 +375,16 @@ def test_the_recorder_refuses_a_sample_no_training_would_take(tmp_path, where):
     assert out.count('REFUSED ' + str(tmp_path / 'mine.ds')) == 10, out
     assert 'not a finite number; not recorded' in out and "target 'cat'" in out, out
     assert out.count('SAMPLES 2') == 2, out
+
+
+@pytest.mark.parametrize('keys', [('X', 'Y'), ('arr_0', 'arr_1'), ('data', 'labels')])
+def test_an_npz_of_other_names_says_how_to_save_it(files, keys):
+    """An .npz of X/Y, data/labels or np.savez's positional arr_0/arr_1 was told 'needs
+    arrays named x and y (has ...)', not how to write them so."""
+    d, model, _ = files
+    rng = np.random.default_rng(0)
+    np.savez(d / 'keys.npz', **{keys[0]: rng.normal(size=(8, 6)), keys[1]: rng.integers(0, 3, 8)})
+    code, err = says(['prepare', model, d / 'keys.npz', '-o', d / 'keys', '--loss', 'scce',
+                      '--lr', '0.05'])
+    assert code == 2 and f'(has {keys[0]}, {keys[1]})' in err, err
+    assert 'np.savez(path, x=samples, y=labels)' in err and not (d / 'keys').exists(), err
