@@ -18,6 +18,9 @@ from ..formats.ir import final_op
 # could ever hold (elements)
 MAX_DATA_BYTES = 2 << 30
 MAX_ACTIVATION = 1 << 26
+# float32's largest and smallest normal values: a board's float, and model.flat's settings
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 # setting: (kind, lowest, highest, lowest excluded, highest excluded); what
 # model.flat's SETTINGS ('<...HHHI...') and train.json (finite JSON numbers) can hold
@@ -99,6 +102,11 @@ def check_settings(s: dict) -> None:
                                    f'which is not {">" if xlo else ">="} {lo:g} and '
                                    f'{"<" if xhi else "<="} {hi:g}: give a value float32 holds '
                                    f'within that (e.g. {("%g" % (hi * 0.9999)) if xhi and f32 >= hi else "1e-30"})')
+            if 0 < abs(f) < FLOAT32_TINY:
+                # (below float32's normal range: MicroPython reads 1e-39 as 6.4e-39)
+                raise PrepareError(f'{name} {v!r}: below {FLOAT32_TINY:.3g}, the smallest value a '
+                                   'board\'s float (32 bits) holds exactly: give a value from '
+                                   '1e-30' + ('' if xlo else ', or 0'))
 
 
 # a loss on probabilities (no --from-logits) wants the model to end in the op that makes
@@ -229,8 +237,6 @@ def check_npz(path: str) -> None:
             raise PrepareError(f'{path}: array {name} claims shape {tuple(shape)} '
                                f'({n} bytes) but holds {size} bytes (truncated or corrupt)')
 
-
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_values(path: str, x, y) -> None:
