@@ -181,6 +181,20 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     # (starting weights of NaN, as `run` refuses them: deployed, the board trained from
     # them to 'loss is nan ... lower "lr"', saying nothing of the file)
     runner.damaged_weights(d)
+    from ..files.locks import locked
+    # (a run training in d imports its lib/utrain as it goes: staged anew under it, the
+    # run had lost its modules; held, a run started meanwhile is refused naming the deploy)
+    fd = locked(d, lambda who: f'{d}: {who} is using this folder; wait for it to end (or '
+                'stop it), then deploy')
+    try:
+        _deploy(d, port, files, inputs, board, source, resume)
+    finally:
+        os.close(fd)
+    if run:
+        train(d, port, resume)
+
+
+def _deploy(d, port, files, inputs, board, source, resume):
     mpy = board_mpy(port, resume)
     lib = runner.stage(d, source, mpy)
     code = sorted(os.listdir(lib))
@@ -220,8 +234,6 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     elif going_on is False:
         print(f'the board\'s {files["checkpoint"]} is an earlier run\'s (its train.json or files '
               'differ from these): this run starts from the beginning')
-    if run:
-        train(d, port, resume)
 
 
 # what an interrupted run left on the board: its train.json (resuming) when the checkpoint

@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 
 from ..files import dataset as ds
-from ..files.locks import PID_FILE, staging_folder, holder
+from ..files.locks import PID_FILE, staging_folder, holder, locked
 from ..formats.circle_io import atomic_write
 from ..graph.passes import PrepareError
 
@@ -67,15 +67,7 @@ def check_outputs(out_dir, inputs, names=OUTPUTS, cmd='prepare'):
 
 def _locked(path, refusal):
     """An fd of path (a folder) holding its lock, or PrepareError(refusal(who holds it))."""
-    import fcntl
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        who = holder(path)
-        os.close(fd)
-        raise PrepareError(refusal(who or 'another process')) from None
-    return fd
+    return locked(path, refusal, PrepareError)
 
 
 def _exchange(a, b) -> bool:

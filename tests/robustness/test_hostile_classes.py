@@ -390,3 +390,24 @@ def test_an_npz_of_other_names_says_how_to_save_it(files, keys):
                       '--lr', '0.05'])
     assert code == 2 and f'(has {keys[0]}, {keys[1]})' in err, err
     assert 'np.savez(path, x=samples, y=labels)' in err and not (d / 'keys').exists(), err
+
+
+def test_deploy_does_not_stage_code_under_a_run_of_the_folder(runs, tmp_path):
+    """`deploy DIR` while `run DIR` trained (two terminals): deploy staged lib/utrain anew
+    under the run, which imports its modules as it goes, and the run ended in 'ImportError:
+    no module named utrain.once' (found with a simulated board).  deploy now takes the
+    folder's lock as prepare, a run and `dataset` do: refused naming the run, before the
+    port is opened; and a run started during a deploy is refused naming it."""
+    d = tmp_path / 'held'
+    shutil.copytree(runs[0], d)
+    fd = os.open(d, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        r = subprocess.run([sys.executable, '-m', 'host_tools', 'deploy', str(d), '--port',
+                            str(tmp_path / 'no-such-port')], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    finally:
+        os.close(fd)
+    assert r.returncode == 2 and 'is using this folder; wait for it to end (or stop it), then ' \
+        'deploy' in r.stderr, r.stderr
+    assert not (d / 'lib').exists()
