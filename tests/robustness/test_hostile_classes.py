@@ -411,3 +411,28 @@ def test_deploy_does_not_stage_code_under_a_run_of_the_folder(runs, tmp_path):
     assert r.returncode == 2 and 'is using this folder; wait for it to end (or stop it), then ' \
         'deploy' in r.stderr, r.stderr
     assert not (d / 'lib').exists()
+
+
+def test_a_pull_cut_short_leaves_the_folders_files_as_they_were(runs, tmp_path, monkeypatch):
+    """pull copied the board's files over the folder's one by one: a pull cut short
+    (Ctrl-C, a cable pulled) after the first left a new trained.wof beside the old record
+    (trained.wof.best) and checkpoint, or a file cut short.  (mpremote stood in for: it
+    writes the first file as asked, then the copy is interrupted.)"""
+    from host_tools.boards import board
+    d = tmp_path / 'pulled'
+    shutil.copytree(runs[0], d)
+    for n in ('trained.wof.best', 'checkpoint.ckpt', 'train.log'):
+        (d / n).write_bytes(b'old ' + n.encode())
+    before = {n: (d / n).read_bytes() for n in os.listdir(d)}
+
+    def fake(port, *args, resume=False, cwd=None, **kw):
+        if args[0] == 'exec':
+            return "LS ['trained.wof', 'trained.wof.best', 'checkpoint.ckpt', 'train.log']\n"
+        dst = os.path.join(cwd, args[2])
+        with open(dst, 'wb') as f:
+            f.write(b'new, cut sh')
+        raise KeyboardInterrupt
+    monkeypatch.setattr(board, 'mpremote', fake)
+    with pytest.raises(KeyboardInterrupt):
+        board.pull(str(d), 'COM3')
+    assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before
