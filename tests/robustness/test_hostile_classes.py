@@ -436,3 +436,25 @@ def test_a_pull_cut_short_leaves_the_folders_files_as_they_were(runs, tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         board.pull(str(d), 'COM3')
     assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before
+
+
+def test_a_plot_stopped_half_way_keeps_the_last_one(tmp_path, monkeypatch):
+    """plot wrote the PNG in place: stopped half way (Ctrl-C, a full disk) it left a
+    file cut short where the last good plot was.  (savefig stood in for: it writes a
+    part, then is interrupted.)"""
+    pytest.importorskip('matplotlib')
+    from matplotlib.figure import Figure
+    log = tmp_path / 'train.log'
+    log.write_text('epoch,loss,accuracy,test_loss,test_accuracy,ms,free_heap\n'
+                   '1,0.5,0.5,0.4,0.6,10,100\n2,0.4,0.6,0.3,0.7,10,100\n')
+    out = tmp_path / 'curves.png'
+    out.write_bytes(b'the last good plot')
+
+    def cut(self, fname, **kw):
+        with open(fname, 'wb') as f:
+            f.write(b'\x89PNG cut sh')
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Figure, 'savefig', cut)
+    code, err = says(['plot', log, '-o', out])
+    assert code == 130 and out.read_bytes() == b'the last good plot', err
+    assert sorted(os.listdir(tmp_path)) == ['curves.png', 'train.log']
