@@ -23,6 +23,9 @@ def read_log(path, notes=None):
     notes (a list) when given; only rows all damaged are refused."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
+    from .formats.ir import device
+    if device(path):
+        raise ValueError(device(path))
     try:
         with open(path, newline='') as f:
             rows = list(csv.reader(f))

@@ -284,6 +284,9 @@ def load(path, label='last', size=None, shape=None):
     sub-folders of images (pixels scaled to [0, 1], or as pixels_as says; for a model
     input of NHWC shape, in its size and channels, as its input takes them)."""
     path = os.fspath(path)
+    from ..formats.ir import device
+    if device(path):
+        raise DataError(device(path))
     if os.path.isdir(path):
         gray, nchw = True, False
         if shape is not None and len(shape) == 4 and (shape[3] in (1, 3) or shape[1] in (1, 3)):

@@ -1585,6 +1585,9 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     from ..formats.circle_io import write_with_weights
     from ..files.wof import read_wof, read_checkpoint, MAGIC
     run_dir = os.path.dirname(os.path.abspath(wof_path))
+    from ..formats.ir import device
+    if device(wof_path):
+        raise PrepareError(device(wof_path))
     try:
         with open(wof_path, 'rb') as f:
             head = f.read(2)

@@ -458,3 +458,43 @@ def test_a_plot_stopped_half_way_keeps_the_last_one(tmp_path, monkeypatch):
     code, err = says(['plot', log, '-o', out])
     assert code == 130 and out.read_bytes() == b'the last good plot', err
     assert sorted(os.listdir(tmp_path)) == ['curves.png', 'train.log']
+
+
+DEVICE = '''
+import io, json, sys, traceback
+from contextlib import redirect_stderr, redirect_stdout
+from host_tools.cli import main
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    try:
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            code = main(argv)
+    except BaseException as e:
+        code, err = 'traceback', io.StringIO(type(e).__name__)
+    print(json.dumps([code, err.getvalue()]), flush=True)
+'''
+
+
+def test_a_device_given_as_a_file_is_refused_not_read_to_its_end(files, tmp_path):
+    """/dev/zero as the model, the data, export's weights, plot's log or --train-config was
+    read to its end: the memory filled, a MemoryError's traceback (under a memory limit;
+    without one the machine's memory), where a terminal given so would wait forever.
+    (All five in one process of their own, under a 2 GB address-space limit.)"""
+    import resource
+    _, model, data = files
+    z = '/dev/zero'
+    cases = [['inspect', z],
+             ['prepare', model, z, '-o', tmp_path / 'o', '--loss', 'scce', '--lr', '0.05'],
+             ['export', model, z, '-o', tmp_path / 'x.circle'],
+             ['plot', z, '-o', tmp_path / 'c.png'],
+             ['prepare', model, data, '-o', tmp_path / 'o', '--loss', 'scce', '--lr', '0.05',
+              '--train-config', z]]
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    r = subprocess.run([sys.executable, '-c', DEVICE, json.dumps([[str(a) for a in c] for c in cases])],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    said = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(said) == len(cases), r.stdout + r.stderr[-600:]
+    for argv, (code, err) in zip(cases, said):
+        assert code == 2 and '/dev/zero: is a device, not a' in err, (argv[0], code, err)
