@@ -699,15 +699,12 @@ def channels_first(x, shape) -> bool:
 def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
     """`dataset`'s samples pass: read_samples, then split and write (write_samples).
     Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
-    from ..prepare.runfolder import check_outputs, _locked
-    # (-o the folder of the .ds it reads, a run's: its train.ds had been written over with
-    # a re-split copy of itself; -o in an image folder: a class of its own next time)
-    check_outputs(out_dir, [None, source], names=('train.ds', 'test.ds'), cmd='dataset')
+    from .locks import locked
     x, y = read_samples(source, label=label, size=size)
     os.makedirs(out_dir, exist_ok=True)
     # (a run training on the folder's train.ds, or a prepare writing it: not under them)
-    fd = _locked(out_dir, lambda who: f'{out_dir}: {who} is using this folder; wait for it '
-                 'to end (or stop it), or write the samples into another folder')
+    fd = locked(out_dir, lambda who: f'{out_dir}: {who} is using this folder; wait for it '
+                'to end (or stop it), or write the samples into another folder', DataError)
     try:
         tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
     finally:
