@@ -165,6 +165,11 @@ def load_images(path, size=None, gray=True):
     sub-folders too); pixels as uint8, resized to size (w, h) when given, otherwise all
     images must share the first one's size."""
     from PIL import Image
+    if any(os.path.isfile(os.path.join(path, n)) for n in ('train.json', 'prepare.json')):
+        # (its lib/ and earlier-N/ had been read as classes of no images)
+        raise DataError(f'{path}: a run folder (prepare wrote it), not a folder of images: give '
+                        'its test.ds (the held-out samples) or train.ds, or the data it was '
+                        'prepared from')
     classes = class_folders(path)
     if not classes:
         raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>): put '

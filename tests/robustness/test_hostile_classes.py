@@ -498,3 +498,19 @@ def test_a_device_given_as_a_file_is_refused_not_read_to_its_end(files, tmp_path
     assert len(said) == len(cases), r.stdout + r.stderr[-600:]
     for argv, (code, err) in zip(cases, said):
         assert code == 2 and '/dev/zero: is a device, not a' in err, (argv[0], code, err)
+
+
+@pytest.mark.parametrize('cmd', ['evaluate', 'prepare'])
+def test_a_run_folder_given_as_data_says_which_file_in_it_to_give(files, runs, tmp_path, cmd):
+    """A run folder given as the data was read as a folder of images: its lib/ (and
+    earlier-N/) became classes, 'no images in the class folders (lib): put each class's
+    images in its folder'."""
+    _, model, _ = files
+    d = tmp_path / 'run'
+    shutil.copytree(runs[0], d)
+    (d / 'lib' / 'utrain').mkdir(parents=True)
+    argv = {'evaluate': ['evaluate', model, d],
+            'prepare': ['prepare', model, d, '-o', tmp_path / 'o', '--loss', 'scce', '--lr', '0.05']}[cmd]
+    code, err = says(argv)
+    assert code == 2 and 'a run folder (prepare wrote it), not a folder of images: give its ' \
+        'test.ds' in err, err
