@@ -231,6 +231,12 @@ def cmd_run(a):
                              'Pico) running .mpy code; drop --board/--python/--source')
         code, text = run_folder(a.dir, ulab=a.ulab, heap=a.heap)
     else:
+        given = [f for f, v in (('--heap', a.heap), ('--ulab', a.ulab)) if v]
+        if given:       # (left unread: a run at --board's heap, without ulab, unsaid)
+            raise ValueError(f'run {" ".join(given)}: only with --emulate (the emulated Pico); '
+                             'without it the run is on the simulated board of --board\'s '
+                             'profile (boards/boards.json): add --emulate, or leave '
+                             f'{" and ".join(given)} out')
         from .target.runner import run
         code, text = run(a.dir, board=a.board, python=a.python, source=a.source)
     from .target.runner import end_advice
@@ -288,6 +294,10 @@ def _prepared_from(model, weights) -> str:
 def cmd_dataset(a):
     """Convert .npz / .csv / image folders to train.ds and test.ds."""
     from .files import dataset as ds
+    from .prepare.runfolder import check_outputs
+    # (-o the folder of the .ds it reads, a run's: its train.ds had been written over with
+    # a re-split copy of itself; -o in an image folder: a class of its own next time)
+    check_outputs(a.out, [None, a.source], names=('train.ds', 'test.ds'), cmd='dataset')
     size = _pixels(a.size)
     d = ds.samples(a.source, a.out, a.test_split, a.split_seed, a.dtype, label=a.label, size=size)
     x, y, tr, te, paths = d['x'], d['y'], d['train'], d['test'], d['wrote']

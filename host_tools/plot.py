@@ -23,6 +23,9 @@ def read_log(path, notes=None):
     notes (a list) when given; only rows all damaged are refused."""
     if not os.path.exists(path):
         raise FileNotFoundError(f'{path}: no such file')
+    from .formats.ir import device
+    if device(path):
+        raise ValueError(device(path))
     try:
         with open(path, newline='') as f:
             rows = list(csv.reader(f))
@@ -101,6 +104,15 @@ def plot(log, out, notes=None):
         ax.legend()
     fig.suptitle(os.path.basename(os.path.dirname(os.path.abspath(log))) + '/' + os.path.basename(log))
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    # (written beside it, then renamed: a plot stopped half way (Ctrl-C, a full disk) had
+    # left a PNG cut short where the last good one was)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(out)),
+                       '.' + os.path.basename(out) + '.tmp')
+    try:
+        fig.savefig(tmp, dpi=100, format=fmt)
+        os.replace(tmp, out)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return out

@@ -178,6 +178,23 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     for name in inputs:
         if not os.path.exists(os.path.join(d, name)):
             raise FileNotFoundError(f'{os.path.join(d, name)}: missing; run `prepare` again')
+    # (starting weights of NaN, as `run` refuses them: deployed, the board trained from
+    # them to 'loss is nan ... lower "lr"', saying nothing of the file)
+    runner.damaged_weights(d)
+    from ..files.locks import locked
+    # (a run training in d imports its lib/utrain as it goes: staged anew under it, the
+    # run had lost its modules; held, a run started meanwhile is refused naming the deploy)
+    fd = locked(d, lambda who: f'{d}: {who} is using this folder; wait for it to end (or '
+                'stop it), then deploy')
+    try:
+        _deploy(d, port, files, inputs, board, source, resume)
+    finally:
+        os.close(fd)
+    if run:
+        train(d, port, resume)
+
+
+def _deploy(d, port, files, inputs, board, source, resume):
     mpy = board_mpy(port, resume)
     lib = runner.stage(d, source, mpy)
     code = sorted(os.listdir(lib))
@@ -217,8 +234,6 @@ def deploy(d, port, board=None, source=False, run=False, resume=False):
     elif going_on is False:
         print(f'the board\'s {files["checkpoint"]} is an earlier run\'s (its train.json or files '
               'differ from these): this run starts from the beginning')
-    if run:
-        train(d, port, resume)
 
 
 # what an interrupted run left on the board: its train.json (resuming) when the checkpoint
@@ -306,10 +321,32 @@ def pull(d, port, resume=False):
     if files.get('out') not in have:
         raise BoardError(f'{port}: no {files.get("out")} on the board yet: train first '
                          '(`mpremote run train.py` or deploy --run)')
-    args = []
-    for n in names:
-        args += ['+', 'cp', ':' + n, n]
-    mpremote(port, *args[1:], resume=resume, cwd=d)
+    import shutil
+    import tempfile
+    from ..files.locks import locked
+    # (copied over the folder's files one by one, a pull cut short (Ctrl-C, a cable pulled)
+    # left a new trained.wof beside an old record, or a file cut short: the files come into
+    # a folder of their own first and replace the folder's together; held, not under a run
+    # of the folder either)
+    fd = locked(d, lambda who: f'{d}: {who} is using this folder; wait for it to end (or '
+                'stop it), then pull')
+    try:
+        tmp = tempfile.mkdtemp(prefix='.pulling-', dir=d)
+        try:
+            args = []
+            for n in names:
+                args += ['+', 'cp', ':' + n, os.path.join(os.path.basename(tmp), n)]
+            mpremote(port, *args[1:], resume=resume, cwd=d)
+            missing = [n for n in names if not os.path.isfile(os.path.join(tmp, n))]
+            if missing:
+                raise BoardError(f'{port}: {", ".join(missing)} did not arrive; the files in {d} '
+                                 'are as they were: pull again')
+            for n in names:
+                os.replace(os.path.join(tmp, n), os.path.join(d, n))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        os.close(fd)
     print(f'pulled {", ".join(names)} from {port} into {d}')
     return names
 

@@ -36,7 +36,10 @@ def load_npz(path):
                 several = 'y' in z and len(z.files) > 2     # (an array per input)
                 raise DataError(f'{path}: needs arrays named x and y (has {", ".join(z.files)})'
                                 + ('; an array per input is for a model with several inputs: '
-                                   'prepare or evaluate it with that model' if several else ''))
+                                   'prepare or evaluate it with that model' if several else
+                                   # (X/Y, data/labels, np.savez's arr_0/arr_1: said how)
+                                   ': save the samples as x and the labels as y, '
+                                   'np.savez(path, x=samples, y=labels)'))
             x, y = z['x'], z['y']
     except (OSError, ValueError) as e:
         if isinstance(e, DataError):
@@ -162,10 +165,21 @@ def load_images(path, size=None, gray=True):
     sub-folders too); pixels as uint8, resized to size (w, h) when given, otherwise all
     images must share the first one's size."""
     from PIL import Image
+    if any(os.path.isfile(os.path.join(path, n)) for n in ('train.json', 'prepare.json')):
+        # (its lib/ and earlier-N/ had been read as classes of no images)
+        raise DataError(f'{path}: a run folder (prepare wrote it), not a folder of images: give '
+                        'its test.ds (the held-out samples) or train.ds, or the data it was '
+                        'prepared from')
     classes = class_folders(path)
     if not classes:
         raise DataError(f'{path}: no class sub-folders (expected {path}/<class>/<image>): put '
                         'each class\'s images in a sub-folder of its own')
+    if size and int(size[0]) * int(size[1]) > MAX_PIXELS:
+        # (--size 100000x100000: each image resized to 10^10 pixels, the process killed
+        # for its memory, no message)
+        raise DataError(f'--size {size[0]}x{size[1]}: {int(size[0]) * int(size[1])} pixels an '
+                        f'image; at most {MAX_PIXELS} are read: give the size the model takes, '
+                        'e.g. 32x32')
     xs, ys = [], []
     for c, name in enumerate(classes):
         for f in _class_files(os.path.join(path, name))[0]:
@@ -275,6 +289,9 @@ def load(path, label='last', size=None, shape=None):
     sub-folders of images (pixels scaled to [0, 1], or as pixels_as says; for a model
     input of NHWC shape, in its size and channels, as its input takes them)."""
     path = os.fspath(path)
+    from ..formats.ir import device
+    if device(path):
+        raise DataError(device(path))
     if os.path.isdir(path):
         gray, nchw = True, False
         if shape is not None and len(shape) == 4 and (shape[3] in (1, 3) or shape[1] in (1, 3)):
@@ -418,7 +435,24 @@ def targets(y, loss: str, n_out: int, where: str, out_shape=None):
                      'a row after the inputs)')
         raise DataError(f'{where}: y has {y.shape[1]} values per sample, the model outputs '
                         f'{n_out}: {hint}')
+    if loss in ('bce', 'cce') and len(y) and y.min() < 0:
+        # (a cross-entropy of a negative target has no lowest value: training drives the
+        # loss down without end, to Inf and NaN, at any lr)
+        cross_entropy_range(y, loss, where)
     return y
+
+
+def cross_entropy_range(y, loss: str, where: str) -> None:
+    """DataError naming the first target y (one row a sample) outside 0..1 of a
+    cross-entropy loss, and what to give instead."""
+    out = (y < 0) | (y > 1)
+    k = int(np.argmax(out.any(axis=1)))
+    v = y[k][np.argmax(out[k])]
+    raise DataError(f'{where}: {loss} takes targets from 0 to 1 (a probability an output), '
+                    f'and sample {k} has {v:g} (the targets run from {y.min():g} to '
+                    f'{y.max():g}): its loss has no lowest value there, and training drives it '
+                    'to Inf and NaN; for class numbers use --loss scce, for values --loss mse or '
+                    'mae, or scale the targets into 0..1')
 
 
 def _class_numbers(y, n_out: int, loss: str, where: str, steps=1):
@@ -670,9 +704,16 @@ def channels_first(x, shape) -> bool:
 def samples(source, out_dir, test_split=0.0, seed=0, dtype='float32', label='last', size=None):
     """`dataset`'s samples pass: read_samples, then split and write (write_samples).
     Returns {'x', 'y', 'train', 'test' (rows), 'scale', 'offset', 'wrote'}."""
+    from .locks import locked
     x, y = read_samples(source, label=label, size=size)
     os.makedirs(out_dir, exist_ok=True)
-    tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
+    # (a run training on the folder's train.ds, or a prepare writing it: not under them)
+    fd = locked(out_dir, lambda who: f'{out_dir}: {who} is using this folder; wait for it '
+                'to end (or stop it), or write the samples into another folder', DataError)
+    try:
+        tr, te, scale, offset, wrote = write_samples(out_dir, x, y, test_split, seed, dtype)
+    finally:
+        os.close(fd)
     return {'x': x, 'y': y, 'train': tr, 'test': te, 'scale': scale, 'offset': offset,
             'wrote': wrote}
 

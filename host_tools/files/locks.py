@@ -45,3 +45,18 @@ def holder(path) -> str:
             argv else 'a deploy' if 'deploy' in argv else 'a fleet' if 'fleet' in argv
             else 'a process')
     return f'{what} (pid {pid})'
+
+
+def locked(path, refusal, error=RuntimeError) -> int:
+    """An fd of path (a folder) holding its lock (flock: the kernel drops it with the
+    process, killed or not), or error(refusal(who holds it)): prepare, a run, `dataset`
+    and `deploy` each hold a folder so while they write it."""
+    import fcntl
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        who = holder(path)
+        os.close(fd)
+        raise error(refusal(who or 'another process')) from None
+    return fd

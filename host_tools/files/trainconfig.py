@@ -18,6 +18,9 @@ ONERT_RANKS = (0, 1, 2, 3)
 
 def read_train_config(path, n_ops: int) -> dict:
     """-> {op index: rank code}."""
+    from ..formats.ir import device
+    if device(path):
+        raise PrepareError(device(path))
     with open(path, 'rb') as f:
         data = f.read()
     head = struct.unpack_from('<HBBI', data) if len(data) >= 8 else None

@@ -18,6 +18,9 @@ from ..formats.ir import final_op
 # could ever hold (elements)
 MAX_DATA_BYTES = 2 << 30
 MAX_ACTIVATION = 1 << 26
+# float32's largest and smallest normal values: a board's float, and model.flat's settings
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 # setting: (kind, lowest, highest, lowest excluded, highest excluded); what
 # model.flat's SETTINGS ('<...HHHI...') and train.json (finite JSON numbers) can hold
@@ -85,10 +88,25 @@ def check_settings(s: dict) -> None:
                 f = float(v)
             except (TypeError, ValueError):
                 raise PrepareError(f'{name} {v!r}: must be a number') from None
-            ok = math.isfinite(f) and (lo < f if xlo else lo <= f) and (f < hi if xhi else f <= hi)
-            if not ok:
+            def ok(f):
+                return math.isfinite(f) and (lo < f if xlo else lo <= f) and (f < hi if xhi else f <= hi)
+            if not ok(f):
                 raise PrepareError(f'{name} {v!r}: must be a finite number {">" if xlo else ">="} '
                                    f'{lo:g} and {"<" if xhi else "<="} {hi:g}')
+            # a board's float is 32 bits (and model.flat stores float32): --lr 1e-50 is 0
+            # there, --beta2 0.99999999 is 1 (Adam's 1 - beta2 ** t: a division by 0)
+            with np.errstate(over='ignore', under='ignore'):
+                f32 = float(np.float32(f))
+            if not ok(f32):
+                raise PrepareError(f'{name} {v!r}: a board\'s float (32 bits) holds it as {f32:g}, '
+                                   f'which is not {">" if xlo else ">="} {lo:g} and '
+                                   f'{"<" if xhi else "<="} {hi:g}: give a value float32 holds '
+                                   f'within that (e.g. {("%g" % (hi * 0.9999)) if xhi and f32 >= hi else "1e-30"})')
+            if 0 < abs(f) < FLOAT32_TINY:
+                # (below float32's normal range: MicroPython reads 1e-39 as 6.4e-39)
+                raise PrepareError(f'{name} {v!r}: below {FLOAT32_TINY:.3g}, the smallest value a '
+                                   'board\'s float (32 bits) holds exactly: give a value from '
+                                   '1e-30' + ('' if xlo else ', or 0'))
 
 
 # a loss on probabilities (no --from-logits) wants the model to end in the op that makes
@@ -220,17 +238,29 @@ def check_npz(path: str) -> None:
                                f'({n} bytes) but holds {size} bytes (truncated or corrupt)')
 
 
+
 def check_values(path: str, x, y) -> None:
-    """NaN/Inf in x or y: the sample is named."""
+    """NaN/Inf in x or y, or a value float32 cannot hold (a float64 1e300, a '1e39' in a
+    .csv: stored, it is Inf, which the NaN check had passed): the sample is named."""
     for name, a in (('x', x), ('y', y)):
         a = np.asarray(a)
-        if a.dtype.kind == 'f':
-            bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
-            if bad.any():
-                raise PrepareError(f'{path}: {name} of sample {int(np.argmax(bad))} holds NaN or Inf '
-                                   f'({int(bad.sum())} samples do): drop those samples or fill '
-                                   f'the gaps (keep = np.isfinite({name}.reshape(len({name}), -1))'
-                                   '.all(1))')
+        if a.dtype.kind != 'f':
+            continue
+        rows = a.reshape(len(a), -1)
+        bad = ~np.isfinite(rows).all(axis=1)
+        if bad.any():
+            raise PrepareError(f'{path}: {name} of sample {int(np.argmax(bad))} holds NaN or Inf '
+                               f'({int(bad.sum())} samples do): drop those samples or fill '
+                               f'the gaps (keep = np.isfinite({name}.reshape(len({name}), -1))'
+                               '.all(1))')
+        big = (np.abs(rows) > FLOAT32_MAX).any(axis=1) if a.dtype.itemsize > 4 else bad
+        if big.any():
+            k = int(np.argmax(big))
+            v = rows[k][np.argmax(np.abs(rows[k]))]
+            raise PrepareError(f'{path}: {name} of sample {k} holds {float(v):g} ({int(big.sum())} '
+                               f'samples hold values beyond ±{FLOAT32_MAX:.4g}), more than float32 '
+                               'holds (the board stores it as Inf): scale the data into range, '
+                               'or drop those samples')
 
 
 # ------------------------------------------------------------------ graphs
@@ -415,5 +445,10 @@ def os_error_text(e: OSError) -> str:
     if not e.errno or e.filename is None:
         return str(e)
     name = errno.errorcode.get(e.errno, '')
+    if name == 'EEXIST' and os.path.lexists(e.filename) and not os.path.isdir(e.filename):
+        # (a folder to make where a file is: `-o model.circle/run`, `dataset -o notes.txt`;
+        # 'exists already; ... or remove it' had advised removing the user's file)
+        return (f'{e.filename}: is a file, and a folder is needed there; give the path of a '
+                'folder (a new one, or one that exists)')
     what = _OS_ADVICE.get(name, f'{e.strerror}; check the path')
     return f'{e.filename}: {what}'

@@ -136,13 +136,30 @@ def drop_final_log_softmax(g):
     g.log_softmax = op.number
 
 
+def device(path) -> str | None:
+    """What path is when it is a device (/dev/zero, a terminal), not a file or a pipe:
+    read to its end, /dev/zero had filled the memory (a MemoryError's traceback) and a
+    terminal waited forever; None otherwise."""
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return (f'{path}: is a device, not a file (read to its end, it has none): give the '
+                'path of a file')
+    return None
+
+
 def check_path(path) -> str:
-    """path as a str; ModelError when it is missing or a directory."""
+    """path as a str; ModelError when it is missing, a directory or a device."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ModelError(path, "no such file")
     if os.path.isdir(path):
         raise ModelError(path, "is a directory, not a model file")
+    if device(path):
+        raise ModelError(path, "is a device, not a model file (read to its end, it has none)")
     return path
 
 

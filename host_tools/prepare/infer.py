@@ -259,6 +259,15 @@ def onnx_predictor(path):
 
     b = inp.shape[0] if isinstance(inp.shape[0], int) and inp.shape[0] > 1 else 1
 
+    def ran(feed):
+        try:
+            return sess.run(None, feed)
+        except Exception as e:      # noqa: B902 - onnxruntime raises its own types
+            # (a batch of 0 fixed in the file: InvalidArgument's traceback had escaped)
+            raise InferError(f'{path}: ONNX Runtime cannot run it on a sample of shape '
+                             f'{list(next(iter(feed.values())).shape)} ('
+                             + ' '.join(str(e).split())[:300] + ')') from None
+
     def run(x):
         if b > 1:       # (a batch fixed in the file: b samples a run, the last padded)
             x = np.asarray(x, np.float32).reshape([len(x)] + shape[1:])
@@ -266,10 +275,10 @@ def onnx_predictor(path):
             for i in range(0, len(x), b):
                 xi = x[i:i + b]
                 xi = np.concatenate([xi, np.zeros((b - len(xi),) + xi.shape[1:], xi.dtype)])
-                o = np.asarray(sess.run(None, {inp.name: xi.astype(dt)})[0], np.float64)
+                o = np.asarray(ran({inp.name: xi.astype(dt)})[0], np.float64)
                 out.append(o.reshape(b, -1)[:min(b, len(x) - i)])
             return np.concatenate(out)
-        return np.stack([np.asarray(sess.run(None, {inp.name: np.ascontiguousarray(
+        return np.stack([np.asarray(ran({inp.name: np.ascontiguousarray(
             xi, np.float32).reshape(shape).astype(dt)})[0], np.float64).ravel() for xi in x])
     run.shape = shape       # (an image folder is read in its size and channels)
     run.out_shape = [1] + [d if isinstance(d, int) else -1 for d in sess.get_outputs()[0].shape[1:]]
@@ -282,7 +291,20 @@ def predictor(path):
     if not os.path.exists(path):
         raise InferError(f'{path}: no such model file')
     if path.lower().endswith('.onnx'):
-        return onnx_predictor(path), 'ONNX Runtime', None
+        run = onnx_predictor(path)
+        # (refused as inspect and prepare refuse it: weights of NaN had been scored
+        # 'cross-entropy nan'; a graph utrain does not read is ONNX Runtime's alone)
+        from ..files.validate import runnable
+        try:
+            g = read_model(path)
+        except ValueError:
+            g = None
+        if g is not None:
+            try:
+                runnable(g)
+            except ValueError as e:
+                raise InferError(str(e)) from None
+        return run, 'ONNX Runtime', None
     g = _read_runnable(path)
     integer = any(g.tensors[i].dtype in ('int8', 'uint8') for i in list(g.inputs) + list(g.outputs))
     if integer and g.identifier != b'TFL3':
@@ -603,6 +625,10 @@ def evaluate(model, data, nchw=False, metric=None, label='last', size=None, limi
             r = _scored(data, out, y, metric)
             r.update(runtime=runtime, transposed=False, output=name)
             return r
+        if output is not None and output != '':
+            # (a model of one output: --output 5 had been left unread, 'p' or 0 is it)
+            from ..graph.inout import choose_output
+            choose_output(h, output)
     run, runtime, g = predictor(model)
     shape = getattr(run, 'shape', None) if g is None else g.tensors[g.inputs[0]].shape
     x, y = ds.load(data, label=label, size=size, shape=shape)

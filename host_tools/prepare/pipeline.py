@@ -921,6 +921,12 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
     xy = read_data(data, shape, n_out, perm, s['loss'], f'the model input {shape}'
                    + (' (its inputs joined)' if getattr(g, 'joined', None) else ''),
                    getattr(g, 'data_inputs', None), g.tensors[g.outputs[0]].shape)
+    if xy is not None and s['loss'] == 'bce' and s.get('from_logits') and len(xy[1]) and \
+            xy[1].max() > 1:
+        # (bce from logits on a target above 1: -t z + log(1 + e^z) falls without end as z
+        # grows; on a sigmoid's probabilities its clipping bounds it: a warning, below)
+        from ..files.dataset import cross_entropy_range
+        cross_entropy_range(np.asarray(xy[1]).reshape(len(xy[1]), -1), 'bce', data)
     for warn in (target_range_warning(data, g, s, xy and xy[1]),
                  one_class_warning(data, s, xy and xy[1], n_out)):
         if warn:
@@ -969,6 +975,17 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
         s = s if lr is None else dict(s, lr=lr)
     if decays:                  # the decay ends with the run: epochs x updates an epoch
         s['schedule_steps'] = s['epochs'] * -(-summary['train_samples'] // s['batch'])
+    if s['schedule'] in ('linear', 'cosine') and s['schedule_steps'] <= s['warmup']:
+        # (train.json written so, the board's check refused it: '"schedule_steps" must be
+        # the update a cosine decay ends at, above "warmup"')
+        raise PrepareError(
+            f'--schedule {s["schedule"]},warmup={s["warmup"]}: the warmup does not end before '
+            f'the decay does, at update {s["schedule_steps"]}'
+            + (f' (steps={s["schedule_steps"]})' if not decays else
+               f' (the whole run: {s["epochs"]} epochs of '
+               f'{-(-summary["train_samples"] // s["batch"])} updates)')
+            + ': give a warmup below it' + ('' if not decays else ', more --epochs,')
+            + ' or steps=N above the warmup')
     warn = step_schedule_warning(s, summary.get('train_samples'))
     if warn:
         log(warn)
@@ -1571,6 +1588,9 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
     from ..formats.circle_io import write_with_weights
     from ..files.wof import read_wof, read_checkpoint, MAGIC
     run_dir = os.path.dirname(os.path.abspath(wof_path))
+    from ..formats.ir import device
+    if device(wof_path):
+        raise PrepareError(device(wof_path))
     try:
         with open(wof_path, 'rb') as f:
             head = f.read(2)
@@ -1608,6 +1628,10 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
                                'give -o another name')
     if os.path.isdir(out_path):
         raise PrepareError(f'{out_path}: is a folder; give -o a file name')
+    not_a_model = _not_a_model(out_path)
+    if not_a_model:
+        raise PrepareError(f'{out_path}: {not_a_model}, not a model; export writes a model '
+                           'file: name -o .circle, .tflite (or .onnx from an .onnx model)')
     from ..formats.onnx_io import is_onnx
     if is_onnx(out_path) and not is_onnx(model_path):
         raise PrepareError(f'{out_path}: an .onnx file is written from an .onnx model; '
@@ -1664,6 +1688,15 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
         w = read_checkpoint(wof_path, g, ranks)
     else:
         w = read_wof(wof_path, g)
+    for k, arr in w.items():
+        if not np.isfinite(arr).all():
+            # (the board never saves such weights: a damaged or hand-made file, exported
+            # as it was into a model that answers NaN)
+            raise PrepareError(f'{wof_path}: tensor {k} ({g.tensors[k].name!r}) holds '
+                               f'{int((~np.isfinite(arr)).sum())} NaN or Inf weights: the file '
+                               'is damaged (a run never saves such weights); copy it again '
+                               '(`pull` from a board), or export the run folder\'s '
+                               'trained.wof.best or checkpoint.ckpt')
     from ..formats.onnx_io import is_onnx, export_onnx
     if is_onnx(model_path) and not quantized:
         if is_onnx(out_path):                       # the ONNX model, initializers trained
@@ -1737,6 +1770,35 @@ def _export(model_path, wof_path, out_path, quantized=False, data=None, given=No
             r['clipped'] = 0        # (weight scales that fit the trained weights)
     r['notes'] = export_notes(r, g, summary, out_path)
     return r
+
+
+# the files utrain and its data use, none of them a model: export's -o onto one of them
+# (another run's weights.wof, a train.log) had written a model over it
+NOT_MODELS = {'.wof': 'weights', '.ckpt': 'a checkpoint', '.best': 'a best-weights record',
+              '.ds': 'samples', '.flat': 'a prepared model.flat', '.json': 'settings',
+              '.log': 'a log', '.csv': 'a table', '.npz': 'data', '.npy': 'data',
+              '.py': 'code', '.mpy': 'code', '.png': 'an image', '.tcfg': 'a training config'}
+
+
+def _not_a_model(path) -> str:
+    """What export's -o path names when that is a kind of file that is not a model (by
+    its extension, or for a file there the first bytes of a .wof, .ds or zip), else ''."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext in NOT_MODELS:
+        return f'a {ext} name ({NOT_MODELS[ext]})'
+    try:
+        with open(path, 'rb') as f:
+            head = f.read(4)
+    except OSError:
+        return ''
+    from ..files.wof import MAGIC
+    if len(head) >= 2 and int.from_bytes(head[:2], 'little') == MAGIC:
+        return 'an existing .wof or .ckpt file (weights)'
+    if head == b'UTDS':
+        return 'an existing .ds file (samples)'
+    if head == b'PK\x03\x04':
+        return 'an existing zip archive (an .npz of data?)'
+    return ''
 
 
 def _same_file(a, b) -> bool:

@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 
 from ..files import dataset as ds
-from ..files.locks import PID_FILE, staging_folder, holder
+from ..files.locks import PID_FILE, staging_folder, holder, locked
 from ..formats.circle_io import atomic_write
 from ..graph.passes import PrepareError
 
@@ -34,26 +34,28 @@ def progress_step(n: int) -> int:
 OUTPUTS = tuple(FILES.values()) + ('train.json', 'prepare.json', 'train.tcfg')
 
 
-def check_outputs(out_dir, inputs, names=OUTPUTS):
+def check_outputs(out_dir, inputs, names=OUTPUTS, cmd='prepare'):
     """The output-folder pass: PrepareError when out_dir is not a folder, is in the image
     folder it reads, or a file prepare writes there (names) is one of its inputs (model,
-    data, training config, in that order; None: not given).  The rewritten graph is checked where it is written: a graph that needs no
+    data, training config, in that order; None: not given); cmd: the command, in the
+    refusals (`dataset` checks its -o so too).  The rewritten graph is checked where it is written: a graph that needs no
     rewrite may be prepared again from its own folder's rewritten.circle.  (A run or
     another prepare in out_dir: Staged refuses it.)"""
     for src in inputs:
         for n in names:
             if src and n != FILES['rewritten'] and os.path.exists(os.path.join(out_dir, n)) \
                     and os.path.exists(src) and os.path.samefile(src, os.path.join(out_dir, n)):
-                raise PrepareError(f'{src}: prepare writes {n} in {out_dir}, which is this input; '
-                                   'prepare into another folder')
+                raise PrepareError(f'{src}: {cmd} writes {n} in {out_dir}, which is this input; '
+                                   f'{cmd} into another folder (-o)')
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise PrepareError(f'{out_dir}: exists and is not a folder')
+        raise PrepareError(f'{out_dir}: is a file, and {cmd} writes a folder there; give -o the '
+                           'path of a folder (a new one, or one that exists)')
     src = inputs[1] if len(inputs) > 1 else None       # (the data: an image folder)
     if src and os.path.isdir(src) and (os.path.realpath(out_dir) + os.sep).startswith(
             os.path.realpath(src) + os.sep):
         # (its run's lib/ and earlier-N/ became class folders, its files sat among them)
         raise PrepareError(f'{out_dir}: in the image folder {src}, whose sub-folders are '
-                           'its classes: prepare into a folder outside it (-o)')
+                           f'its classes: {cmd} into a folder outside it (-o)')
 
 
 # A prepare writes its folder OUT in a staging folder beside it, OUT.preparing (a copy of
@@ -65,15 +67,7 @@ def check_outputs(out_dir, inputs, names=OUTPUTS):
 
 def _locked(path, refusal):
     """An fd of path (a folder) holding its lock, or PrepareError(refusal(who holds it))."""
-    import fcntl
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        who = holder(path)
-        os.close(fd)
-        raise PrepareError(refusal(who or 'another process')) from None
-    return fd
+    return locked(path, refusal, PrepareError)
 
 
 def _exchange(a, b) -> bool:
@@ -399,6 +393,16 @@ def write_run_config(out_dir, files, s, summary, progress=None, extra=(), **run)
                                        **run)}
     cfg.update(s)
     cfg.update(extra)
+    # the board's own check of what it will read (utrain/config.py): a train.json it refuses
+    # is refused here, before anything is written (the settings were checked one by one,
+    # not together: a warmup past the decay's end had been written)
+    from ..target.device import module
+    try:
+        as_read = json.loads(json.dumps(cfg))
+        module('config').settings(as_read, as_read['run'], 'train.json')
+    except ValueError as e:
+        raise PrepareError(f'{e}: the board would refuse the train.json these options make; '
+                           'change them (docs/options.md)') from None
     atomic_write(os.path.join(out_dir, 'train.json'),
                  (json.dumps(cfg, indent=1) + '\n').encode())
     atomic_write(os.path.join(out_dir, 'prepare.json'),

@@ -448,6 +448,19 @@ def end_advice(out_dir, text) -> str | None:
     what = end[-1][len('utrain: end: error: '):]
     name = what.split(':')[0].split()[-1] if ':' in what else ''
     name = name.strip('"\'')
+    saved = re.match(r'cannot write (\S+): (.+?) \(OSError (\d+)', what)
+    if saved:
+        # a save the file system refused (utrain/once.py fs_error): what is in its way (a
+        # checkpoint's had been told 'cannot be resumed from; delete it', a good file)
+        f, why, code = saved.group(1), saved.group(2), int(saved.group(3))
+        fix = (f'move the folder by that name ({f}, or {f}.tmp, which a save writes first) out '
+               f'of {out_dir}' if code == 21 else
+               'free space on the file system (files the run does not need: an earlier '
+               'train.log, earlier-N/ folders)' if code == 28 else
+               f'make {out_dir} writable' if code in (13, 30) else 'check the file system')
+        return (f'what to do: {f} could not be saved in {out_dir} ({why}): {fix}, then run '
+                'again; "resume": true under "run" in train.json goes on from the last '
+                'checkpoint saved')
     if name.endswith('.ckpt'):
         return (f'what to do: {os.path.join(out_dir, name)} cannot be resumed from; delete it (or '
                 'set "resume": false under "run" in train.json) to train from the start')
@@ -473,6 +486,14 @@ def end_advice(out_dir, text) -> str | None:
         return (f'what to do: the checkpoint in {out_dir} was saved training other samples; '
                 'name the samples it trained on under "files" in train.json again, or delete '
                 'the checkpoint (or set "resume": false under "run") to train from the start')
+    best = re.search(r'^starting from the best weights so far, (\S+)$', text, re.M)
+    if best and what.startswith(best.group(1) + ':'):
+        # ("start": "best" from a trained.wof cut short or another model's: the error
+        # alone had been the end, with nothing to do)
+        return (f'what to do: {best.group(1)} in {out_dir} cannot be started from (cut short, '
+                'damaged or another model\'s weights); copy it again (`pull` from the board), or '
+                'delete it (or set "start": "weights" under "run" in train.json) to start from '
+                'the prepared weights')
     quoted = [n for n in PREPARED if f'"{n}"' in what] + [n for n in PREPARED
                                                          if what.startswith(n + ':')]
     if what.startswith('train.json: files.') and ' would overwrite ' in what:
@@ -490,7 +511,10 @@ def end_advice(out_dir, text) -> str | None:
                 'says what each setting takes), or prepare the folder again for the settings '
                 'prepare writes')
     if quoted:      # (a file train.json names first: it is the one missing)
-        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}; '
+        return (f'what to do: {quoted[0]} is damaged or missing in {out_dir}'
+                # (a model.flat copied from another run had been blamed on weights.wof alone)
+                + (', or model.flat and weights.wof come from different preparations' if
+                   quoted[0] in ('model.flat', 'weights.wof') else '') + '; '
                 + (EDITED + '; else ' if what.startswith('train.json: not valid JSON') else '')
                 + 'prepare the folder again (prepare writes it), or copy it again from where it '
                 'was prepared')

@@ -22,6 +22,14 @@ def header_bytes(x_dtype, n, x_len, y_len, xs=1.0, xo=0.0, ys=1.0, yo=0.0):
     return h + bytes(HEAD - len(h))
 
 
+def finite(v):
+    # a number, not NaN or Inf (a bool is a number: 0 or 1)
+    try:
+        return v - v == 0
+    except TypeError:
+        return False
+
+
 class Recorder:
     def __init__(self, path, x_len, y_len=1, dtype=0, scale=1.0, offset=0.0):
         self.path = path
@@ -55,14 +63,27 @@ class Recorder:
         q, lim, s, o = self.qx, LIMITS[self.dtype], self.scale, self.offset
         for j in range(self.x_len):
             v = x[j]
+            if not finite(v):   # (stored, it made the whole file one training refuses)
+                raise ValueError('%s: sample value %d is %r, not a finite number; not recorded'
+                                 % (self.path, j, v))
             if lim:
                 v = int(round((v - o) / s))
                 v = lim[0] if v < lim[0] else lim[1] if v > lim[1] else v
             q[j] = v
         if isinstance(y, (int, float)):
             y = (y,)
-        if len(y) != self.y_len:
+        try:
+            n = -1 if type(y) is str else len(y)
+        except TypeError:
+            n = -1
+        if n < 0:
+            raise ValueError('%s: target %r: give a number (a class index) or %d numbers'
+                             % (self.path, y, self.y_len))
+        if n != self.y_len:
             raise ValueError('%s: target has %d values, expected %d' % (self.path, len(y), self.y_len))
+        for j in range(self.y_len):
+            if not finite(y[j]):
+                raise ValueError('%s: target %r, not finite numbers; not recorded' % (self.path, y))
         for j in range(self.y_len):
             self.qy[j] = y[j]
         f = self.f

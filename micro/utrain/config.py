@@ -103,16 +103,9 @@ def plain(path, key, name):
         raise bad(path, 'files.' + key, 'a plain file name in the run folder (no folders)', name)
 
 
-def check(cfg, path='train.json'):
-    """Validate the parsed train.json; returns (files, run, settings) or raises ValueError."""
-    if type(cfg) is not dict:
-        raise ValueError('%s: must be a JSON object {...} (got %s)' % (path, shown(cfg)))
-    files = cfg.get('files')
-    if type(files) is not dict:
-        raise bad(path, 'files', 'an object naming the model, weights and output files', files)
-    run = cfg.get('run', {})
-    if type(run) is not dict:
-        raise bad(path, 'run', 'an object', run)
+def settings(cfg, run, path):
+    # the training settings and run.*, each and together (the host's prepare checks what
+    # it writes with this too: host_tools/prepare/runfolder.py)
     for k in cfg:
         if k not in SETTINGS and k not in ('files', 'run', 'select'):
             raise ValueError('%s: unknown setting "%s" (known: %s, files, run, select)'
@@ -126,6 +119,19 @@ def check(cfg, path='train.json'):
         if k not in RUN:
             raise ValueError('%s: unknown setting "run.%s" (known: %s)' % (path, k, ', '.join(RUN)))
         check_value(path, k, run[k])
+
+
+def check(cfg, path='train.json'):
+    """Validate the parsed train.json; returns (files, run, settings) or raises ValueError."""
+    if type(cfg) is not dict:
+        raise ValueError('%s: must be a JSON object {...} (got %s)' % (path, shown(cfg)))
+    files = cfg.get('files')
+    if type(files) is not dict:
+        raise bad(path, 'files', 'an object naming the model, weights and output files', files)
+    run = cfg.get('run', {})
+    if type(run) is not dict:
+        raise bad(path, 'run', 'an object', run)
+    settings(cfg, run, path)
     sel = cfg.get('select')
     if sel is not None:
         if type(sel) is not dict:

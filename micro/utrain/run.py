@@ -163,7 +163,13 @@ def main(cfg_path='train.json'):
         from utrain.trainer import Trainer as T
     from utrain.data import Dataset
     for m in run.get('steps', ()):  # the kernels' step modules (prepare names them): with the
-        __import__('utrain.' + m)   # code, not where a step's arrays were (docs/memory.md)
+        try:                        # code, not where a step's arrays were (docs/memory.md)
+            __import__('utrain.' + m)
+        except ImportError as e:    # (a name edited in: an ImportError's traceback had ended it)
+            if m not in str(e):
+                raise
+            raise ValueError('%s: "run.steps" names "%s", which is no utrain module'
+                             % (cfg_path, m))
     del STATE['code']
     gc.collect()
     # the code is in (train.py collected every 2 KB while it loaded, so that its
