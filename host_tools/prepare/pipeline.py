@@ -700,6 +700,11 @@ def _prepare(model_path, out_dir, data=None, test_split=0.0, split_seed=0, dtype
                                     log, data)
     given |= {k for k in ('lr', 'epochs') if overrides.get(k) is not None     # (run_defaults)
               or k in metadata_settings(source)}
+    n_file = getattr(source, 'nfile', None) or len(source.ops)
+    if isinstance(train, str) and train.startswith('last:') and train[5:].isdigit() and \
+            int(train[5:]) > n_file:
+        log(f'{model_path}: --train {train}: the file has {n_file} ops; it trains all of them '
+            '(--train all)')
     if len(source.outputs) > 1:     # (the choice --select's trials make again)
         output = source.output_place
     s = step_classes(source, loss_from_data(source, s, data, overrides, log), data, overrides,

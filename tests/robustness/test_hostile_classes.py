@@ -514,3 +514,15 @@ def test_a_run_folder_given_as_data_says_which_file_in_it_to_give(files, runs, t
     code, err = says(argv)
     assert code == 2 and 'a run folder (prepare wrote it), not a folder of images: give its ' \
         'test.ds' in err, err
+
+
+def test_a_last_n_past_the_files_ops_says_it_trains_all_of_them(tmp_path):
+    """--train last:999 on a 3-op model trained everything without a word."""
+    from host_tools.prepare.pipeline import prepare as prep
+    said = []
+    digits = os.path.join(ROOT, 'datasets', 'digits')
+    s = prep(os.path.join(digits, 'digits_mlp.circle'), os.fspath(tmp_path / 'r'),
+             data=os.path.join(digits, 'digits.npz'), train='last:999', lr=0.01, epochs=1,
+             log=said.append)
+    assert s['trainable_params'] == 2410
+    assert any('last:999: the file has 3 ops; it trains all of them' in m for m in said), said
