@@ -223,6 +223,17 @@ def _fold(node, vals, a):
         return x * np.ones([int(d) for d in vals[1]], x.dtype)
     if t == 'Transpose':
         return x.transpose(a.get('perm'))
+    if t == 'Split':            # a tuple: one value an output (_Reader.step)
+        ax = int(a.get('axis', 0)) % x.ndim
+        if len(vals) > 1 and vals[1] is not None:
+            sizes = [int(v) for v in vals[1]]
+        elif 'split' in a:
+            sizes = [int(v) for v in a['split']]
+        else:                   # opset 18's num_outputs (the last part the smaller)
+            n = int(a.get('num_outputs', len(node.output)))
+            sizes = [-(-x.shape[ax] // n)] * n
+            sizes[-1] = x.shape[ax] - sum(sizes[:-1])
+        return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=ax))
     if t in ('ReduceProd', 'ReduceSum', 'ReduceMax', 'ReduceMin'):
         f = {'ReduceProd': np.prod, 'ReduceSum': np.sum, 'ReduceMax': np.max,
              'ReduceMin': np.min}[t]
@@ -476,6 +487,22 @@ class _Reader(RecurrentOps):
             if r is None:
                 self.err(f'utrain cannot read ONNX op {t}: {ADVICE[t]}' if t in ADVICE
                          else 'cannot fold this op on constants')
+            if isinstance(r, tuple):    # (Split: a value an output)
+                fill = all(u in self.fills or u not in self.inits and
+                           np.asarray(self.const[u]).dtype.kind in 'iub' for u in present)
+                src, lo = ins[0], 0
+                whole = src in self.inits and all(
+                    d == 1 for d in np.shape(self.const[src])[:int(a.get('axis', 0)) %
+                                                              np.ndim(self.const[src])])
+                for o, part in zip(node.output, r):
+                    self.const[o] = np.asarray(part)
+                    if fill:
+                        self.fills.add(o)
+                    elif whole:         # a run of the initializer's elements (export: back)
+                        self.reshaped[o] = (src, [('part', lo, lo + part.size),
+                                                  ('R', [part.size], list(part.shape))])
+                    lo += part.size
+                return
             self.const[node.output[0]] = np.asarray(r)
             if t == 'ConstantOfShape' or all(
                     v in self.fills or v not in self.inits and

@@ -1213,3 +1213,47 @@ def test_raw_pixel_input_trains_scaled_and_exports_folded(tmp_path):
     got, ref = utrain_run(d, x, 'trained.wof'), ort_run(out, x)
     assert np.abs(got - ref).max() < 1e-4 * max(1.0, np.abs(ref).max()), np.abs(got - ref).max()
     assert np.abs(ref - ort_run(path, x)).max() > 1e-2           # it trained
+
+
+def test_split_of_constants_folds_and_its_parts_train_back(tmp_path):
+    """A Split whose input is a constant (a real GitHub LSTM autoencoder, torch 2.9's
+    dynamo export: the initial states' zeros [2, 1, 64] split a layer each, opset 18's
+    num_outputs) was refused ('cannot fold this op on constants'): it folds, a value an
+    output; the parts of a weight split along its first axis train and export writes
+    them back into the whole initializer (ORT on the export = utrain's trained forward)."""
+    from onnx import TensorProto, helper
+    r = np.random.default_rng(0)
+    x = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 3])
+    w = r.standard_normal((2, 4, 3)).astype(np.float32)
+    inits = [helper.make_tensor('w', TensorProto.FLOAT, [2, 4, 3], w.ravel()),
+             helper.make_tensor('zeros', TensorProto.FLOAT, [2, 1, 3], np.zeros(6, np.float32)),
+             helper.make_tensor('ax0', TensorProto.INT64, [1], [0])]
+    nodes = [helper.make_node('Split', ['w'], ['w0', 'w1'], axis=0, num_outputs=2),
+             helper.make_node('Squeeze', ['w0', 'ax0'], ['v0']),
+             helper.make_node('Squeeze', ['w1', 'ax0'], ['v1']),
+             helper.make_node('Split', ['zeros'], ['z0', 'z1'], axis=0, num_outputs=2),
+             helper.make_node('Squeeze', ['z1', 'ax0'], ['h0']),
+             helper.make_node('MatMul', ['x', 'v0'], ['a']),
+             helper.make_node('Relu', ['x'], ['rx']),
+             helper.make_node('MatMul', ['rx', 'v1'], ['b']),
+             helper.make_node('Add', ['a', 'b'], ['s']),
+             helper.make_node('Add', ['s', 'h0'], ['y'])]
+    p = os.fspath(tmp_path / 'split.onnx')
+    onnx.save(helper.make_model(helper.make_graph(nodes, 'g', [x], [y], inits),
+                                opset_imports=[helper.make_opsetid('', 18)]), p)
+    xs = r.standard_normal((12, 4)).astype(np.float32)
+    ref = xs @ w[0] + np.maximum(xs, 0) @ w[1]
+    np.savez(tmp_path / 'd.npz', x=xs, y=(ref + 0.5).astype(np.float32))
+    d = os.fspath(tmp_path / 'run')
+    prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd', lr=0.01,
+            epochs=2, log=lambda *a: None)
+    np.testing.assert_allclose(utrain_run(d, xs), ref, rtol=1e-5, atol=1e-5)
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    from onnx import numpy_helper
+    ib = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    assert not np.array_equal(ib['w'], w)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
