@@ -261,6 +261,7 @@ class _Reader(RecurrentOps):
         self.reshaped: dict[str, tuple] = {}         # constant -> (initializer, steps): a
         #                                              reshape of it folded (export maps back)
         self.origin: dict[str, tuple] = {}
+        self.shared: dict = {}      # (initializer, steps, dtype, shape): its IR tensor
         self.fills: set = set()     # constants made of no weight: a ConstantOfShape's fill
         #                             and what is folded from fills and shapes alone
         self.consumers: dict[str, list] = {}
@@ -291,13 +292,22 @@ class _Reader(RecurrentOps):
         return t.index
 
     def const_tensor(self, name, value, init=None, steps=(), dtype=np.float32):
-        """An IR constant of value (made from initializer init by steps, for export)."""
+        """An IR constant of value (made from initializer init by steps, for export).  An
+        initializer several nodes read the same way (a layer applied again: an unrolled
+        RNN's steps, tied weights) is one IR tensor, one parameter as in the model: a
+        tensor each would train apart and export could write back only one of them."""
         v = np.asarray(value, dtype=dtype)
-        k = self.tensor(name, v.shape, v)
         if init is None and name in self.reshaped:      # e.g. Unsqueeze(gn.weight)
             init, pre = self.reshaped[name]
             steps = pre + list(steps)
+        key = (init, repr(list(steps)), v.dtype.str, v.shape) if init is not None else None
+        if key in self.shared:
+            k = self.shared[key]
+            if np.array_equal(self.tensors[k].data, v):
+                return k
+        k = self.tensor(name, v.shape, v)
         if init is not None:
+            self.shared[key] = k
             self.origin[self.tensors[k].name] = ('plain', init, list(steps))
         elif name in self.fills:
             # (a fill of a run-time shape, an SB3 policy's ones_like times exp(log_std):

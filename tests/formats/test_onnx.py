@@ -1257,3 +1257,36 @@ def test_split_of_constants_folds_and_its_parts_train_back(tmp_path):
     ib = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
     assert not np.array_equal(ib['w'], w)
     assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
+
+
+@pytest.mark.parametrize('own_bias', [False, True])
+def test_tied_weight_trains_as_one_and_exports_as_trained(tmp_path, own_bias):
+    """One initializer two Gemm nodes read (a Linear applied twice, tied weights: what an
+    unrolled RNN's steps are too) was read as a tensor each; they trained apart and export
+    wrote one of them back: ORT on the export was 1.9 off utrain's trained forward (with
+    a bias each, prepare's copy per layer, and export refused it: 'comes from no
+    initializer').  It is one tensor, trained by both reads, written back as trained."""
+    from onnx import TensorProto as T, helper
+    r = np.random.default_rng(0)
+    w = (0.6 * r.standard_normal((4, 4))).astype(np.float32)
+    inits = [helper.make_tensor('w', T.FLOAT, [4, 4], w.ravel()),
+             helper.make_tensor('b', T.FLOAT, [4], np.full(4, 0.1, np.float32)),
+             helper.make_tensor('b2', T.FLOAT, [4], np.full(4, -0.2, np.float32))]
+    nodes = [helper.make_node('Gemm', ['x', 'w', 'b'], ['a'], transB=1),
+             helper.make_node('Tanh', ['a'], ['h']),
+             helper.make_node('Gemm', ['h', 'w', 'b2' if own_bias else 'b'], ['y'], transB=1)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', T.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info('y', T.FLOAT, [1, 4])], inits)
+    p = os.fspath(tmp_path / 'tied.onnx')
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]), p)
+    xs = r.standard_normal((16, 4)).astype(np.float32)
+    np.savez(tmp_path / 'd.npz', x=xs, y=np.roll(xs, 1, 1))
+    d = os.fspath(tmp_path / 'run')
+    s = prepare(p, d, data=os.fspath(tmp_path / 'd.npz'), loss='mse', optimizer='sgd',
+                lr=0.05, epochs=2, log=lambda *a: None)
+    assert sorted(s['trainable']) == ['b'] + ['b2'] * own_bias + ['w'], s['trainable']
+    code, text = run(d, python=True, stream=False)
+    assert code == 0, text
+    out = os.fspath(tmp_path / 'trained.onnx')
+    export(p, os.path.join(d, 'trained.wof'), out)
+    assert np.abs(utrain_run(d, xs, 'trained.wof') - ort_run(out, xs)).max() < 1e-5
